@@ -1,0 +1,198 @@
+package intake
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/partner-intake/partner-intake/intake/rows"
+)
+
+// chunkCounts is what one chunk transaction did.
+type chunkCounts struct {
+	applied, unchanged, rejected, conflict int64
+}
+
+// apply merges the valid rows of a planned file into the target, chunk by
+// chunk. Chunk n is always the same range of data rows (the spooled bytes
+// are immutable), so after a crash or takeover it resumes after the last
+// chunk the ledger holds. Each chunk is one transaction: the fencing gate,
+// COPY into a staging table, one set-based guarded upsert, the ledger row
+// and the file's progress.
+func (r *fileRun) apply(ctx context.Context) error {
+	in := r.in
+	tgt, err := r.d.target(ctx, r.feed)
+	if err != nil {
+		return err
+	}
+	f, err := r.d.spool.Open(in.Partner, in.SHA256)
+	if err != nil {
+		return fmt.Errorf("apply: open spool: %w", err)
+	}
+	defer f.Close()
+	rd, err := rows.NewReader(f, r.feed, r.p.cfg.Limits.MaxRows)
+	if err != nil {
+		return fmt.Errorf("apply: spooled file no longer reads as planned: %w", err)
+	}
+	size := int64(r.feed.ChunkRows)
+	chunks := int((in.RowsTotal + size - 1) / size)
+	ncol := len(r.feed.Columns)
+	buf := make([][]any, 0, size)
+	backing := make([]any, 0, int(size)*(ncol+1))
+	chunk := in.ChunksDone
+	var first, last int64
+	flush := func() error {
+		if err := r.commitChunk(ctx, tgt, chunk, first, last, buf); err != nil {
+			return err
+		}
+		chunk++
+		buf, backing = buf[:0], backing[:0]
+		first = 0
+		return nil
+	}
+	for {
+		row, err := rd.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return fmt.Errorf("apply: spooled file no longer reads as planned: %w", err)
+		}
+		if int(row.Index/size) < in.ChunksDone {
+			continue
+		}
+		if first == 0 {
+			first = row.Line
+		}
+		last = row.Line
+		if row.Issue == nil {
+			start := len(backing)
+			backing = append(backing, row.Line)
+			backing = append(backing, row.Values...)
+			buf = append(buf, backing[start:len(backing):len(backing)])
+		}
+		if (row.Index+1)%size == 0 {
+			if err := flush(); err != nil {
+				return err
+			}
+		}
+	}
+	if chunk < chunks {
+		if err := flush(); err != nil {
+			return err
+		}
+	}
+	return r.d.store.markApplied(ctx, in)
+}
+
+// commitChunk applies one chunk, retrying transient database errors with
+// capped backoff. A retry first reads the ledger through the gate: a chunk
+// whose commit did land is never applied again.
+func (r *fileRun) commitChunk(ctx context.Context, tgt *target, chunk int, first, last int64, batch [][]any) error {
+	backoff := 200 * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		c, err := r.chunkTx(ctx, tgt, chunk, first, last, batch)
+		if err == nil {
+			r.in.RowsApplied += c.applied
+			r.in.RowsUnchanged += c.unchanged
+			r.in.RowsRejected += c.rejected
+			r.in.RowsConflict += c.conflict
+			r.in.ChunksDone = chunk + 1
+			r.d.metrics.rows(r.in.Partner, c)
+			return nil
+		}
+		if errors.Is(err, errChunkDone) {
+			r.in.ChunksDone = chunk + 1
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if !transient(err) || attempt >= 5 {
+			return err
+		}
+		r.log.Warn("chunk failed, retrying", "chunk", chunk, "attempt", attempt, "err", err)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(jitter(backoff)):
+		}
+		backoff = min(backoff*2, 5*time.Second)
+	}
+}
+
+// errChunkDone: the ledger already holds this chunk under our token.
+var errChunkDone = errors.New("chunk already committed")
+
+func (r *fileRun) chunkTx(ctx context.Context, tgt *target, chunk int, first, last int64, batch [][]any) (chunkCounts, error) {
+	in := r.in
+	var c chunkCounts
+	err := pgx.BeginFunc(ctx, r.d.db, func(tx pgx.Tx) error {
+		// The gate: the row lock it takes also blocks a takeover until
+		// this transaction ends, and the token check fences a stale owner.
+		tag, err := tx.Exec(ctx, `UPDATE file_intake SET lease_until = now() + $4::interval, updated_at = now()
+			WHERE intake_id = $1 AND fencing_token = $2 AND state = 'applying' AND chunks_done = $3`,
+			in.ID, in.Token, chunk, r.d.store.lease)
+		if err != nil {
+			return fmt.Errorf("chunk %d gate: %w", chunk, err)
+		}
+		if tag.RowsAffected() == 0 {
+			return r.gateClosed(ctx, tx, chunk)
+		}
+		if _, err := tx.Exec(ctx, tgt.stageDDL()); err != nil {
+			return fmt.Errorf("chunk %d stage: %w", chunk, err)
+		}
+		cols := append([]string{"line"}, tgt.cols...)
+		if _, err := tx.CopyFrom(ctx, pgx.Identifier{"intake_stage"}, cols, pgx.CopyFromRows(batch)); err != nil {
+			return fmt.Errorf("chunk %d copy: %w", chunk, err)
+		}
+		tag, err = tx.Exec(ctx, tgt.dedupe, in.ID, in.Partner)
+		if err != nil {
+			return fmt.Errorf("chunk %d dedupe: %w", chunk, err)
+		}
+		c.rejected = tag.RowsAffected()
+		tag, err = tx.Exec(ctx, tgt.merge, in.ID, in.Partner)
+		if err != nil {
+			return fmt.Errorf("chunk %d merge: %w", chunk, err)
+		}
+		c.applied = tag.RowsAffected()
+		tag, err = tx.Exec(ctx, tgt.conflic, in.ID, in.Partner)
+		if err != nil {
+			return fmt.Errorf("chunk %d conflicts: %w", chunk, err)
+		}
+		c.conflict = tag.RowsAffected()
+		c.unchanged = int64(len(batch)) - c.rejected - c.applied - c.conflict
+		if _, err := tx.Exec(ctx, `INSERT INTO intake_chunk (intake_id, chunk_no, partner_id, first_line, last_line,
+			rows_applied, rows_unchanged, rows_conflict, fencing_token) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`,
+			in.ID, chunk, in.Partner, first, last, c.applied, c.unchanged, c.conflict, in.Token); err != nil {
+			return fmt.Errorf("chunk %d ledger: %w", chunk, err)
+		}
+		tag, err = tx.Exec(ctx, `UPDATE file_intake SET rows_applied = rows_applied + $4, rows_unchanged = rows_unchanged + $5,
+			rows_rejected = rows_rejected + $6, rows_conflict = rows_conflict + $7, chunks_done = $3 + 1
+			WHERE intake_id = $1 AND fencing_token = $2 AND chunks_done = $3`,
+			in.ID, in.Token, chunk, c.applied, c.unchanged, c.rejected, c.conflict)
+		return fenced(tag, err, in, fmt.Sprintf("chunk %d progress", chunk))
+	})
+	return c, err
+}
+
+// gateClosed explains a gate that let nothing through: fenced out, or the
+// chunk is already in the ledger (a commit whose reply was lost).
+func (r *fileRun) gateClosed(ctx context.Context, tx pgx.Tx, chunk int) error {
+	var token int64
+	var state string
+	var done int
+	err := tx.QueryRow(ctx, `SELECT fencing_token, state, chunks_done FROM file_intake WHERE intake_id = $1`, r.in.ID).
+		Scan(&token, &state, &done)
+	if err != nil {
+		return fmt.Errorf("chunk %d: read ledger: %w", chunk, err)
+	}
+	if token == r.in.Token && state == string(StateApplying) && done > chunk {
+		return errChunkDone
+	}
+	return &FencedError{IntakeID: r.in.ID, Token: r.in.Token, Step: fmt.Sprintf("chunk %d", chunk)}
+}

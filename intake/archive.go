@@ -1,0 +1,51 @@
+package intake
+
+import (
+	"context"
+	"fmt"
+	"path"
+	"strings"
+)
+
+// archive moves an applied file to archive/YYYY/MM/ under a name that is
+// unique by construction (<batch>.<sha256[:12]>.<intake_id><ext>), never
+// overwriting, then writes the receipt and rejects report and records the
+// end: applied -> archived. Archive is evidence, not the commit point: the
+// rows were committed before this step, and a crash here is finished on
+// resume without re-applying anything.
+func (r *fileRun) archive(ctx context.Context, from State, outcome string, dupOf int64) error {
+	in := r.in
+	dir := r.sess.Layout.ArchiveDir(in.ClaimedAt)
+	ext := path.Ext(in.RemoteName)
+	stem := fmt.Sprintf("%s.%s.%d", in.BatchID, in.SHA256[:12], in.ID)
+	dst, err := moveOnce(r.sess, in.ClaimedPath, uniqueNames(dir, stem, ext, 9))
+	if err != nil {
+		return fmt.Errorf("archive: %w", err)
+	}
+	in.ArchivePath = dst
+	if in.ManifestName != "" {
+		src := path.Join(path.Dir(in.ClaimedPath), in.ManifestName)
+		if _, err := moveOnce(r.sess, src, uniqueNames(dir, strings.TrimSuffix(path.Base(dst), ext), ext+ManifestSuffix, 0)); err != nil {
+			return fmt.Errorf("archive manifest: %w", err)
+		}
+	}
+	rc := Receipt{Outcome: outcome, DuplicateOf: dupOf}
+	if outcome == OutcomeDuplicate {
+		rc.Reason = ReasonDuplicate
+		rc.Detail = fmt.Sprintf("batch %s was already received with the same bytes (intake %d); nothing was applied again", in.BatchID, dupOf)
+	}
+	if err := r.writeReports(ctx, rc); err != nil {
+		return err
+	}
+	to, reason := StateArchived, ""
+	if outcome == OutcomeDuplicate {
+		to, reason = StateDuplicate, ReasonDuplicate
+	}
+	if err := r.d.store.finish(ctx, in, from, to, reason); err != nil {
+		return err
+	}
+	r.d.metrics.finished(in.Partner, string(to))
+	r.log.Info("file done", "outcome", outcome, "rows_total", in.RowsTotal, "rows_applied", in.RowsApplied,
+		"rows_unchanged", in.RowsUnchanged, "rows_rejected", in.RowsRejected, "rows_conflict", in.RowsConflict, "archive", dst)
+	return nil
+}

@@ -1,0 +1,314 @@
+// Package intake is the pipeline: poll ready/, claim by rename, spool,
+// decide (duplicate, conflict, new), plan, apply in ledgered chunks, and
+// archive with a receipt. One protocol step per file of this package.
+package intake
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"regexp"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/robfig/cron/v3"
+
+	"github.com/partner-intake/partner-intake/partners"
+	"github.com/partner-intake/partner-intake/spool"
+)
+
+// Defaults of Config.
+const (
+	DefaultLease = 2 * time.Minute
+	DefaultDrain = 30 * time.Second
+)
+
+var workerPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$`)
+
+// Config is the daemon's own configuration.
+type Config struct {
+	// WorkerID names this replica: stable across restarts (so it finds its
+	// own processing/<id>/), unique among replicas. Default: the hostname.
+	WorkerID string
+	// Lease is how long a claim is held without a heartbeat.
+	Lease time.Duration
+	// Drain is how long Stop lets in-flight files finish before cancelling.
+	Drain time.Duration
+}
+
+// Validate fills defaults and checks the values.
+func (c *Config) Validate() error {
+	if c.WorkerID == "" {
+		h, err := os.Hostname()
+		if err != nil {
+			return fmt.Errorf("worker_id: not set and no hostname: %w", err)
+		}
+		c.WorkerID = h
+	}
+	if !workerPattern.MatchString(c.WorkerID) {
+		return fmt.Errorf("worker_id: %q must match %s", c.WorkerID, workerPattern)
+	}
+	if c.Lease == 0 {
+		c.Lease = DefaultLease
+	}
+	if c.Lease < 3*time.Second {
+		return fmt.Errorf("lease: %s is too short (at least 3s)", c.Lease)
+	}
+	if c.Drain == 0 {
+		c.Drain = DefaultDrain
+	}
+	return nil
+}
+
+// Daemon runs one poller per partner.
+type Daemon struct {
+	cfg     Config
+	db      *pgxpool.Pool
+	spool   *spool.Spool
+	store   *store
+	metrics *metrics
+	log     *slog.Logger
+	parts   map[string]*partnerRT
+	order   []string
+
+	targetsMu sync.Mutex
+	targets   map[string]*target
+
+	noClaims atomic.Bool
+	mu       sync.Mutex
+	cron     *cron.Cron
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup
+	started  bool
+	stopped  bool
+}
+
+// New builds a daemon. Partners must have been validated.
+func New(cfg Config, parts []partners.Config, db *pgxpool.Pool, sp *spool.Spool, reg prometheus.Registerer, log *slog.Logger) (*Daemon, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	d := &Daemon{cfg: cfg, db: db, spool: sp, store: &store{pool: db, lease: cfg.Lease},
+		metrics: newMetrics(reg), log: log.With("component", "intake", "worker", cfg.WorkerID),
+		parts: map[string]*partnerRT{}, targets: map[string]*target{}}
+	for i := range parts {
+		p := &parts[i]
+		if _, dup := d.parts[p.ID]; dup {
+			return nil, fmt.Errorf("partner %s configured twice", p.ID)
+		}
+		d.parts[p.ID] = &partnerRT{cfg: p, trigger: make(chan struct{}, 1)}
+		d.order = append(d.order, p.ID)
+	}
+	return d, nil
+}
+
+// WorkerID is this replica's id.
+func (d *Daemon) WorkerID() string { return d.cfg.WorkerID }
+
+// PollOnce runs one synchronous cycle for a partner (tests, the demo and
+// `intake run --once`).
+func (d *Daemon) PollOnce(ctx context.Context, partner string) error {
+	p, ok := d.parts[partner]
+	if !ok {
+		return fmt.Errorf("unknown partner %q", partner)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	err := d.pollOnce(ctx, p)
+	d.afterPoll(p, err)
+	return err
+}
+
+func (d *Daemon) afterPoll(p *partnerRT, err error) {
+	if err != nil {
+		p.drop()
+		d.metrics.pollErrors.WithLabelValues(p.cfg.ID).Inc()
+		d.metrics.partnerUp.WithLabelValues(p.cfg.ID).Set(0)
+		return
+	}
+	d.metrics.partnerUp.WithLabelValues(p.cfg.ID).Set(1)
+}
+
+// Start schedules every partner's poll (robfig/cron, UTC, recover, skip if
+// still running) and runs a first poll of each at once. Each partner has its
+// own goroutine, session and backoff: one partner's outage never slows
+// another.
+func (d *Daemon) Start(ctx context.Context) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.started || d.stopped {
+		return errors.New("intake: daemon already started or stopped")
+	}
+	d.started = true
+	ctx, d.cancel = context.WithCancel(ctx)
+	cl := cronLogger{d.log}
+	d.cron = cron.New(cron.WithLocation(time.UTC), cron.WithChain(cron.Recover(cl), cron.SkipIfStillRunning(cl)))
+	for _, id := range d.order {
+		p := d.parts[id]
+		if _, err := d.cron.AddFunc(p.cfg.Poll, p.poke); err != nil {
+			d.cancel()
+			return fmt.Errorf("partner %s: poll %q: %w", id, p.cfg.Poll, err)
+		}
+		p.poke()
+		d.wg.Add(1)
+		go func() {
+			defer d.wg.Done()
+			d.loop(ctx, p)
+		}()
+	}
+	d.cron.Start()
+	d.log.Info("daemon started", "partners", len(d.order))
+	return nil
+}
+
+// loop polls a partner whenever poked; after a failed poll it waits out a
+// capped, jittered backoff for that partner alone.
+func (d *Daemon) loop(ctx context.Context, p *partnerRT) {
+	backoff := time.Second
+	for {
+		select {
+		case <-ctx.Done():
+			p.drop()
+			return
+		case <-p.trigger:
+		}
+		p.mu.Lock()
+		err := d.pollOnce(ctx, p)
+		d.afterPoll(p, err)
+		p.mu.Unlock()
+		if err == nil || ctx.Err() != nil {
+			backoff = time.Second
+			continue
+		}
+		d.log.Warn("poll failed", "partner", p.cfg.ID, "err", err, "retry_in", backoff)
+		select {
+		case <-ctx.Done():
+		case <-time.After(jitter(backoff)):
+			p.poke()
+		}
+		backoff = min(backoff*2, 5*time.Minute)
+	}
+}
+
+// claiming reports whether new claims may be made (not while draining).
+func (d *Daemon) claiming() bool { return !d.noClaims.Load() }
+
+// Stop stops claiming, lets in-flight files finish for up to the drain
+// time, then cancels what remains: an interrupted download leaves only a
+// spool temp file (deleted), an interrupted chunk rolls back. Safe before
+// Start and more than once. It returns when every goroutine has exited.
+func (d *Daemon) Stop() {
+	d.mu.Lock()
+	if d.stopped || !d.started {
+		d.stopped = true
+		d.mu.Unlock()
+		return
+	}
+	d.stopped = true
+	d.mu.Unlock()
+	d.noClaims.Store(true)
+	<-d.cron.Stop().Done()
+	idle := make(chan struct{})
+	go func() {
+		defer close(idle)
+		for _, p := range d.parts {
+			p.mu.Lock() // waits for the partner's poll in flight
+			p.mu.Unlock()
+		}
+	}()
+	select {
+	case <-idle:
+	case <-time.After(d.cfg.Drain):
+		d.log.Warn("drain time over; abandoning files in flight (they resume on the next start)")
+	}
+	d.cancel()
+	d.wg.Wait()
+	d.log.Info("daemon stopped")
+}
+
+// target returns the checked target of a feed, cached.
+func (d *Daemon) target(ctx context.Context, f *partners.Feed) (*target, error) {
+	d.targetsMu.Lock()
+	defer d.targetsMu.Unlock()
+	if t, ok := d.targets[f.Target+"\x00"+f.Name]; ok {
+		return t, nil
+	}
+	t, err := loadTarget(ctx, d.db, f)
+	if err != nil {
+		return nil, err
+	}
+	d.targets[f.Target+"\x00"+f.Name] = t
+	return t, nil
+}
+
+// CheckTargets verifies every feed's target table.
+func (d *Daemon) CheckTargets(ctx context.Context) error {
+	for _, id := range d.order {
+		for i := range d.parts[id].cfg.Feeds {
+			f := &d.parts[id].cfg.Feeds[i]
+			if _, err := d.target(ctx, f); err != nil {
+				return fmt.Errorf("partner %s feed %s: %w", id, f.Name, err)
+			}
+		}
+	}
+	return nil
+}
+
+// partnerRT is a partner at run time: its config, session and trigger.
+type partnerRT struct {
+	cfg     *partners.Config
+	trigger chan struct{}
+
+	mu       sync.Mutex // one poll at a time per partner
+	sessMu   sync.Mutex
+	sess     *partners.Session
+	dirsDone bool
+}
+
+func (p *partnerRT) poke() {
+	select {
+	case p.trigger <- struct{}{}:
+	default:
+	}
+}
+
+// session returns the open session or dials a new one.
+func (p *partnerRT) session(ctx context.Context, worker string) (*partners.Session, error) {
+	p.sessMu.Lock()
+	defer p.sessMu.Unlock()
+	if p.sess != nil {
+		return p.sess, nil
+	}
+	s, err := partners.Dial(ctx, p.cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.Layout.EnsureDirs(s.Client, worker); err != nil {
+		s.Close()
+		return nil, fmt.Errorf("partner %s: %w", p.cfg.ID, err)
+	}
+	p.sess = s
+	return s, nil
+}
+
+// drop closes the session; the next poll dials again.
+func (p *partnerRT) drop() {
+	p.sessMu.Lock()
+	defer p.sessMu.Unlock()
+	if p.sess != nil {
+		p.sess.Close()
+		p.sess = nil
+	}
+}
+
+type cronLogger struct{ l *slog.Logger }
+
+func (c cronLogger) Info(msg string, kv ...any) { c.l.Debug(msg, kv...) }
+func (c cronLogger) Error(err error, msg string, kv ...any) {
+	c.l.Error(msg, append(kv, "err", err)...)
+}

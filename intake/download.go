@@ -1,0 +1,106 @@
+package intake
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path"
+
+	"github.com/partner-intake/partner-intake/intake/rows"
+	"github.com/partner-intake/partner-intake/partners"
+	"github.com/partner-intake/partner-intake/spool"
+)
+
+// download streams the claimed file into the spool in one pass (pkg/sftp's
+// concurrent WriteTo into hash + temp file), checks the byte count against
+// the file's size (pkg/sftp#658 can end short with a nil error), verifies
+// the manifest, and records the bytes: claimed -> spooled. A short or
+// mismatching download is retried once before the file is held.
+func (r *fileRun) download(ctx context.Context) error {
+	in := r.in
+	var man *Manifest
+	if in.ManifestName != "" {
+		m, err := r.readManifest()
+		if err != nil {
+			return r.hold(ctx, StateFailedTerminal, ReasonManifestInvalid, 0, "the manifest could not be read as JSON with bytes and sha256")
+		}
+		man = m
+	}
+	var e spool.Entry
+	var err error
+	for attempt := 1; ; attempt++ {
+		e, err = r.fetch(ctx)
+		if errors.Is(err, spool.ErrTooLarge) {
+			return r.hold(ctx, StateQuarantined, ReasonFileTooLarge, 0, fmt.Sprintf("the file is larger than the limit of %d bytes", r.p.cfg.Limits.MaxFileBytes))
+		}
+		var short *spool.ShortError
+		if errors.As(err, &short) {
+			if attempt < 2 {
+				r.log.Warn("download short, fetching again", "got", short.Got, "want", short.Want)
+				continue
+			}
+			return fmt.Errorf("download: %w", err)
+		}
+		if err != nil {
+			return err
+		}
+		if man != nil && (man.Bytes != e.Size || man.SHA256 != e.SHA256) {
+			if attempt < 2 {
+				r.log.Warn("bytes disagree with the manifest, fetching again")
+				continue
+			}
+			return r.hold(ctx, StateQuarantined, ReasonManifestMismatch, 0, "bytes or sha256 of the file disagree with its manifest")
+		}
+		break
+	}
+	r.in.SHA256, r.in.Size = e.SHA256, e.Size
+	batch := r.feed.BatchIDFromName(in.RemoteName)
+	var rowsWant *int64
+	if man != nil {
+		if r.feed.BatchID.From == partners.BatchFromManifest {
+			batch = man.BatchID
+		}
+		rowsWant = man.Rows
+	}
+	if !partners.ValidBatchID(batch) {
+		return r.hold(ctx, StateQuarantined, ReasonBadBatchID, 0, "no batch id usable in file names could be derived (letters, digits, '.', '_', '-'; at most 128)")
+	}
+	return r.d.store.setSpooled(ctx, in, e.SHA256, e.Size, batch, rowsWant)
+}
+
+// fetch downloads processing/<worker>/<name> into the spool.
+func (r *fileRun) fetch(ctx context.Context) (spool.Entry, error) {
+	f, err := r.sess.Open(r.in.ClaimedPath)
+	if err != nil {
+		return spool.Entry{}, fmt.Errorf("open %s: %w", r.in.ClaimedPath, err)
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return spool.Entry{}, fmt.Errorf("stat %s: %w", r.in.ClaimedPath, err)
+	}
+	max := r.p.cfg.Limits.MaxFileBytes
+	if st.Size() > max {
+		return spool.Entry{}, spool.ErrTooLarge
+	}
+	e, err := r.d.spool.Put(r.in.Partner, st.Size(), max, f.WriteTo)
+	if err == nil {
+		r.d.metrics.bytesDownloaded.WithLabelValues(r.in.Partner).Add(float64(e.Size))
+	}
+	return e, err
+}
+
+func (r *fileRun) readManifest() (*Manifest, error) {
+	p := path.Join(path.Dir(r.in.ClaimedPath), r.in.ManifestName)
+	f, err := r.sess.Open(p)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return ParseManifest(f)
+}
+
+// fileFailure maps a terminal parse error to a hold.
+func (r *fileRun) fileFailure(ctx context.Context, fe *rows.FileError) error {
+	return r.hold(ctx, StateFailedTerminal, fe.Reason, fe.Line, fe.Detail)
+}

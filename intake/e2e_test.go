@@ -1,0 +1,413 @@
+package intake_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/partner-intake/partner-intake/intake"
+	"github.com/partner-intake/partner-intake/internal/testenv"
+	"github.com/partner-intake/partner-intake/partners"
+	"github.com/partner-intake/partner-intake/spool"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+const header = "order_id,email,amount,status,placed_at,qty\n"
+
+func goodRows(prefix string, n int) string {
+	var b strings.Builder
+	b.WriteString(header)
+	for i := 1; i <= n; i++ {
+		fmt.Fprintf(&b, "%s-%d,c%d@example.com,%d.%02d,paid,2026-11-0%dT10:00:00Z,%d\n", prefix, i, i, i*10, i, 1+i%9, i)
+	}
+	return b.String()
+}
+
+type rig struct {
+	t    *testing.T
+	pool *pgxpool.Pool
+	reg  *prometheus.Registry
+	d    *intake.Daemon
+}
+
+func newRig(t *testing.T, pool *pgxpool.Pool, worker string, sites ...*testenv.Site) *rig {
+	t.Helper()
+	sp, err := spool.New(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cfgs []partners.Config
+	for _, s := range sites {
+		cfgs = append(cfgs, s.Validated(t))
+	}
+	reg := prometheus.NewRegistry()
+	d, err := intake.New(intake.Config{WorkerID: worker, Lease: 30 * time.Second}, cfgs, pool, sp, reg, testenv.Logger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &rig{t: t, pool: pool, reg: reg, d: d}
+}
+
+func (r *rig) poll(partner string) {
+	r.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := r.d.PollOnce(ctx, partner); err != nil {
+		r.t.Fatalf("poll %s: %v", partner, err)
+	}
+}
+
+type fileRow struct {
+	ID                                         int64
+	Name, State, Reason, Batch                 string
+	Total, Applied, Unchanged, Rejected, Confl int64
+	Archive, Receipt, Rejects                  string
+}
+
+func files(t *testing.T, pool *pgxpool.Pool, partner string) []fileRow {
+	t.Helper()
+	rs, err := pool.Query(context.Background(), `SELECT intake_id, remote_name, state, coalesce(reason,''), coalesce(batch_id,''),
+		coalesce(rows_total,0), rows_applied, rows_unchanged, rows_rejected, rows_conflict,
+		coalesce(archive_path,''), coalesce(receipt_path,''), coalesce(rejects_path,'')
+		FROM file_intake WHERE partner_id = $1 ORDER BY intake_id`, partner)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rs.Close()
+	var out []fileRow
+	for rs.Next() {
+		var f fileRow
+		if err := rs.Scan(&f.ID, &f.Name, &f.State, &f.Reason, &f.Batch, &f.Total, &f.Applied, &f.Unchanged, &f.Rejected, &f.Confl,
+			&f.Archive, &f.Receipt, &f.Rejects); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, f)
+	}
+	return out
+}
+
+func receipt(t *testing.T, s *testenv.Site, path string) intake.Receipt {
+	t.Helper()
+	rel, err := filepath.Rel(s.Root, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rc intake.Receipt
+	if err := json.Unmarshal([]byte(s.Read(t, rel)), &rc); err != nil {
+		t.Fatalf("receipt %s: %v", rel, err)
+	}
+	return rc
+}
+
+func count(t *testing.T, pool *pgxpool.Pool, q string, args ...any) int64 {
+	t.Helper()
+	var n int64
+	if err := pool.QueryRow(context.Background(), q, args...).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func TestHappyPathLandsRowsAndArchivesTheFile(t *testing.T) {
+	_, pool := testenv.DB(t)
+	site := testenv.NewSite(t, "acme")
+	site.Drop(t, "orders-20261101.csv", goodRows("A", 5))
+	r := newRig(t, pool, "w1", site)
+	r.poll("acme")
+
+	fs := files(t, pool, "acme")
+	if len(fs) != 1 {
+		t.Fatalf("got %d intake rows, want 1", len(fs))
+	}
+	f := fs[0]
+	if f.State != "archived" || f.Batch != "orders-20261101" || f.Total != 5 || f.Applied != 5 || f.Rejected != 0 {
+		t.Fatalf("got %+v, want archived with 5 applied", f)
+	}
+	if got := count(t, pool, `SELECT count(*) FROM orders WHERE partner_id = 'acme' AND last_intake_id = $1`, f.ID); got != 5 {
+		t.Fatalf("got %d target rows, want 5", got)
+	}
+	var amount, status string
+	var qty int
+	if err := pool.QueryRow(context.Background(), `SELECT amount::text, status, qty FROM orders WHERE partner_id='acme' AND order_id='A-3'`).Scan(&amount, &status, &qty); err != nil {
+		t.Fatal(err)
+	}
+	if amount != "30.03" || status != "paid" || qty != 3 {
+		t.Fatalf("got A-3 = %s %s %d, want 30.03 paid 3", amount, status, qty)
+	}
+	if got := site.Files(t, "ready"); len(got) != 0 {
+		t.Fatalf("ready/ still holds %v", got)
+	}
+	if got := site.Files(t, "processing"); len(got) != 0 {
+		t.Fatalf("processing/ still holds %v", got)
+	}
+	arch := site.Files(t, "archive")
+	if len(arch) != 1 || !strings.HasPrefix(filepath.Base(arch[0]), "orders-20261101.") || !strings.HasSuffix(arch[0], fmt.Sprintf(".%d.csv", f.ID)) {
+		t.Fatalf("archive holds %v, want one <batch>.<sha12>.<id>.csv", arch)
+	}
+	if got := site.Read(t, filepath.Join("archive", arch[0])); got != goodRows("A", 5) {
+		t.Fatal("archived bytes differ from the bytes dropped")
+	}
+	rc := receipt(t, site, f.Receipt)
+	if rc.Outcome != intake.OutcomeAccepted || rc.Rows.Applied != 5 || rc.Rows.Total != 5 || rc.IntakeID != f.ID || len(rc.SHA256) != 64 {
+		t.Fatalf("receipt %+v", rc)
+	}
+	if f.Rejects != "" {
+		t.Fatalf("a rejects report was written for a clean file: %s", f.Rejects)
+	}
+	if got := testutil.ToFloat64(r.d.Metrics().FilesFinished.WithLabelValues("acme", "archived")); got != 1 {
+		t.Fatalf("files finished metric = %v, want 1", got)
+	}
+}
+
+func TestRejectedRowsAreReportedWithLineColumnAndReason(t *testing.T) {
+	_, pool := testenv.DB(t)
+	site := testenv.NewSite(t, "acme")
+	content := header +
+		"R-1,a@example.com,10.00,paid,2026-11-01T10:00:00Z,1\n" + // line 2 ok
+		"R-2,not-an-email,10.00,paid,2026-11-01T10:00:00Z,1\n" + // line 3 bad email
+		"R-3,b@example.com,10.001,paid,2026-11-01T10:00:00Z,1\n" + // line 4 scale
+		"R-4,c@example.com,5,lost,2026-11-01T10:00:00Z,1\n" + // line 5 enum
+		"=cmd|' /C calc'!A0,d@example.com,5,paid,2026-11-01T10:00:00Z,x\n" + // line 6 qty not integer
+		"R-6,e@example.com,5,paid,2026-11-01T10:00:00Z\n" + // line 7 ragged
+		"R-7,f@example.com,7.5,new,2026-11-01T10:00:00Z,\n" + // line 8 ok (qty optional)
+		",g@example.com,7.5,new,2026-11-01T10:00:00Z,2\n" + // line 9 key missing
+		"R-9,h@example.com,7.5,new,2026-11-01T10:00:00Z,2\n" + // line 10 ok
+		"R-10,i@example.com,7.5,new,2026-11-01 10:00,2\n" + // line 11 bad timestamp
+		"R-11,j@example.com,7.5,new,2026-11-01T10:00:00Z,2\n" + // line 12 ok
+		"R-12,k@example.com,7.5,new,2026-11-01T10:00:00Z,2\n" + // line 13 ok
+		"R-13,l@example.com,7.5,new,2026-11-01T10:00:00Z,2\n" + // line 14 ok
+		"R-14,m@example.com,7.5,new,2026-11-01T10:00:00Z,2\n" // line 15 ok
+	site.Drop(t, "orders-rej.csv", content)
+	r := newRig(t, pool, "w1", site)
+	r.poll("acme")
+
+	f := files(t, pool, "acme")[0]
+	if f.State != "archived" || f.Total != 14 || f.Applied != 7 || f.Rejected != 7 {
+		t.Fatalf("got %+v, want archived 14 rows: 7 applied, 7 rejected", f)
+	}
+	rc := receipt(t, site, f.Receipt)
+	if rc.Outcome != intake.OutcomeAcceptedWithRejects || rc.Rows.Rejected != 7 || rc.Rejects == "" {
+		t.Fatalf("receipt %+v", rc)
+	}
+	rel, _ := filepath.Rel(site.Root, f.Rejects)
+	got := site.Read(t, rel)
+	want := "line,column,reason,outcome\n" +
+		"3,email,bad_email,rejected\n" +
+		"4,amount,scale_exceeded,rejected\n" +
+		"5,status,not_in_enum,rejected\n" +
+		"6,qty,not_integer,rejected\n" +
+		"7,,field_count,rejected\n" +
+		"9,order_id,required_missing,rejected\n" +
+		"11,placed_at,bad_timestamp,rejected\n"
+	if got != want {
+		t.Fatalf("rejects.csv:\n%s\nwant:\n%s", got, want)
+	}
+	if strings.Contains(got, "calc") || strings.Contains(got, "not-an-email") {
+		t.Fatal("rejects report echoes a cell value")
+	}
+	if n := count(t, pool, `SELECT count(*) FROM orders WHERE partner_id = 'acme'`); n != 7 {
+		t.Fatalf("got %d target rows, want 7", n)
+	}
+}
+
+func TestExactResendIsADuplicateWithNoBusinessEffect(t *testing.T) {
+	_, pool := testenv.DB(t)
+	site := testenv.NewSite(t, "acme")
+	r := newRig(t, pool, "w1", site)
+	site.Drop(t, "orders-dup.csv", goodRows("D", 3))
+	r.poll("acme")
+	site.Drop(t, "orders-dup.csv", goodRows("D", 3))
+	r.poll("acme")
+
+	fs := files(t, pool, "acme")
+	if len(fs) != 2 || fs[0].State != "archived" || fs[1].State != "duplicate" || fs[1].Reason != "duplicate" {
+		t.Fatalf("got %+v, want archived then duplicate", fs)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM orders WHERE partner_id='acme' AND last_intake_id = $1`, fs[0].ID); n != 3 {
+		t.Fatalf("got %d rows written by the original, want 3 (the duplicate must not touch them)", n)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM intake_chunk WHERE intake_id = $1`, fs[1].ID); n != 0 {
+		t.Fatalf("duplicate applied %d chunks", n)
+	}
+	rc := receipt(t, site, fs[1].Receipt)
+	if rc.Outcome != intake.OutcomeDuplicate || rc.DuplicateOf != fs[0].ID {
+		t.Fatalf("duplicate receipt %+v", rc)
+	}
+	if fs[0].Receipt == fs[1].Receipt {
+		t.Fatal("the duplicate's receipt overwrote the original's")
+	}
+	if got := site.Files(t, "archive"); len(got) != 2 {
+		t.Fatalf("archive holds %v, want both files (never overwritten)", got)
+	}
+}
+
+func TestConflictingResendIsQuarantinedAndNeverApplied(t *testing.T) {
+	_, pool := testenv.DB(t)
+	site := testenv.NewSite(t, "acme")
+	r := newRig(t, pool, "w1", site)
+	site.Drop(t, "orders-c.csv", goodRows("C", 3))
+	r.poll("acme")
+	changed := strings.Replace(goodRows("C", 3), "30.03", "99.99", 1)
+	site.Drop(t, "orders-c.csv", changed)
+	r.poll("acme")
+
+	fs := files(t, pool, "acme")
+	if len(fs) != 2 || fs[1].State != "quarantined" || fs[1].Reason != "batch_conflict" {
+		t.Fatalf("got %+v, want the resend quarantined as batch_conflict", fs)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM orders WHERE partner_id='acme' AND amount = 99.99`); n != 0 {
+		t.Fatal("the conflicting bytes were applied")
+	}
+	q := site.Files(t, "quarantine")
+	sort.Strings(q)
+	if len(q) != 2 || !strings.HasSuffix(q[1], ".reason.json") {
+		t.Fatalf("quarantine holds %v, want the file and its reason", q)
+	}
+	if got := site.Read(t, filepath.Join("quarantine", q[0])); got != changed {
+		t.Fatal("quarantined bytes differ from what was dropped")
+	}
+	var reason intake.QuarantineReason
+	if err := json.Unmarshal([]byte(site.Read(t, filepath.Join("quarantine", q[1]))), &reason); err != nil {
+		t.Fatal(err)
+	}
+	if reason.Reason != "batch_conflict" || reason.IntakeID != fs[1].ID || reason.PartnerID != "acme" {
+		t.Fatalf("reason file %+v", reason)
+	}
+	rc := receipt(t, site, fs[1].Receipt)
+	if rc.Outcome != intake.OutcomeQuarantined || rc.Reason != "batch_conflict" {
+		t.Fatalf("receipt %+v", rc)
+	}
+}
+
+func TestReplayOfSameBytesUnderNewBatchIsAllUnchanged(t *testing.T) {
+	_, pool := testenv.DB(t)
+	site := testenv.NewSite(t, "acme")
+	r := newRig(t, pool, "w1", site)
+	site.Drop(t, "orders-first.csv", goodRows("P", 4))
+	r.poll("acme")
+	site.Drop(t, "orders-again.csv", goodRows("P", 4))
+	r.poll("acme")
+	fs := files(t, pool, "acme")
+	if len(fs) != 2 || fs[1].State != "archived" || fs[1].Unchanged != 4 || fs[1].Applied != 0 {
+		t.Fatalf("got %+v, want the replay archived with 4 unchanged", fs)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM orders WHERE partner_id='acme' AND last_intake_id = $1`, fs[0].ID); n != 4 {
+		t.Fatalf("replay rewrote rows: %d rows still carry the first intake, want 4", n)
+	}
+}
+
+func TestNewerWriteIsNotOverwrittenByAnOlderIntake(t *testing.T) {
+	_, pool := testenv.DB(t)
+	site := testenv.NewSite(t, "acme")
+	r := newRig(t, pool, "w1", site)
+	site.Drop(t, "orders-n1.csv", goodRows("N", 2))
+	r.poll("acme")
+	// A newer intake (higher id) wrote N-1 with other values.
+	if _, err := pool.Exec(context.Background(), `UPDATE orders SET amount = 1.00, last_intake_id = 1000000 WHERE order_id = 'N-1'`); err != nil {
+		t.Fatal(err)
+	}
+	site.Drop(t, "orders-n2.csv", goodRows("N", 2))
+	r.poll("acme")
+	f := files(t, pool, "acme")[1]
+	if f.State != "archived" || f.Confl != 1 || f.Unchanged != 1 {
+		t.Fatalf("got %+v, want 1 conflict and 1 unchanged", f)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM orders WHERE order_id = 'N-1' AND amount = 1.00`); n != 1 {
+		t.Fatal("the newer write was overwritten")
+	}
+}
+
+func TestManifestModeAppliesOnlyAgreeingPairs(t *testing.T) {
+	_, pool := testenv.DB(t)
+	site := testenv.NewSite(t, "mani")
+	site.Config.Readiness = partners.ReadinessManifest
+	r := newRig(t, pool, "w1", site)
+
+	good := goodRows("M", 3)
+	bad := goodRows("X", 3)
+	site.Drop(t, "orders-m1.csv", good)
+	r.poll("mani")
+	if fs := files(t, pool, "mani"); len(fs) != 0 {
+		t.Fatalf("a data file without its manifest was claimed: %+v", fs)
+	}
+	site.Drop(t, "orders-m1.csv.complete", fmt.Sprintf(`{"bytes": %d, "sha256": %q, "rows": 3}`, len(good), sha(good)))
+	site.Drop(t, "orders-m2.csv", bad)
+	site.Drop(t, "orders-m2.csv.complete", fmt.Sprintf(`{"bytes": %d, "sha256": %q}`, len(bad), sha("something else")))
+	r.poll("mani")
+
+	byName := map[string]fileRow{}
+	for _, f := range files(t, pool, "mani") {
+		byName[f.Name] = f
+	}
+	if f := byName["orders-m1.csv"]; f.State != "archived" || f.Applied != 3 {
+		t.Fatalf("agreeing pair: %+v, want archived with 3 applied", f)
+	}
+	if f := byName["orders-m2.csv"]; f.State != "quarantined" || f.Reason != "manifest_mismatch" {
+		t.Fatalf("disagreeing pair: %+v, want quarantined manifest_mismatch", f)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM orders WHERE partner_id='mani' AND order_id LIKE 'X-%'`); n != 0 {
+		t.Fatal("rows of the mismatching file were applied")
+	}
+	arch := site.Files(t, "archive")
+	if len(arch) != 2 {
+		t.Fatalf("archive holds %v, want data file and manifest", arch)
+	}
+	if len(site.Files(t, "ready")) != 0 {
+		t.Fatalf("ready/ still holds %v", site.Files(t, "ready"))
+	}
+}
+
+func TestTwoWorkersRacingApplyEachFileOnce(t *testing.T) {
+	_, pool := testenv.DB(t)
+	site := testenv.NewSite(t, "race")
+	const nfiles = 24
+	for i := 0; i < nfiles; i++ {
+		site.Drop(t, fmt.Sprintf("orders-%02d.csv", i), goodRows(fmt.Sprintf("F%02d", i), 5))
+	}
+	r1 := newRig(t, pool, "w1", site)
+	r2 := newRig(t, pool, "w2", site)
+	var wg sync.WaitGroup
+	for _, r := range []*rig{r1, r2} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			if err := r.d.PollOnce(ctx, "race"); err != nil {
+				t.Errorf("poll: %v", err)
+			}
+		}()
+	}
+	wg.Wait()
+	fs := files(t, pool, "race")
+	if len(fs) != nfiles {
+		t.Fatalf("got %d intake rows, want %d (one per file)", len(fs), nfiles)
+	}
+	names := map[string]bool{}
+	for _, f := range fs {
+		if f.State != "archived" || f.Applied != 5 {
+			t.Fatalf("file %+v, want archived with 5 applied", f)
+		}
+		if names[f.Name] {
+			t.Fatalf("%s was processed twice", f.Name)
+		}
+		names[f.Name] = true
+	}
+	if n := count(t, pool, `SELECT count(*) FROM orders WHERE partner_id='race'`); n != nfiles*5 {
+		t.Fatalf("got %d target rows, want %d", n, nfiles*5)
+	}
+	if n := count(t, pool, `SELECT count(DISTINCT worker_id) FROM file_intake WHERE partner_id='race'`); n < 1 {
+		t.Fatal("no worker recorded")
+	}
+}

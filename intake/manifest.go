@@ -1,0 +1,53 @@
+package intake
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"regexp"
+)
+
+// ManifestSuffix names a data file's completion manifest: <name>.complete.
+const ManifestSuffix = ".complete"
+
+// maxManifestBytes bounds a manifest; it is small JSON.
+const maxManifestBytes = 64 << 10
+
+var sha256Hex = regexp.MustCompile(`^[0-9a-f]{64}$`)
+
+// Manifest is what a partner states about a data file.
+type Manifest struct {
+	Bytes   int64  `json:"bytes"`
+	SHA256  string `json:"sha256"`
+	BatchID string `json:"batch_id,omitempty"`
+	Rows    *int64 `json:"rows,omitempty"`
+}
+
+// ParseManifest reads a manifest strictly: unknown fields, trailing data
+// and missing bytes/sha256 are errors.
+func ParseManifest(r io.Reader) (*Manifest, error) {
+	b, err := io.ReadAll(io.LimitReader(r, maxManifestBytes+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(b) > maxManifestBytes {
+		return nil, fmt.Errorf("manifest is larger than %d bytes", maxManifestBytes)
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	var m Manifest
+	if err := dec.Decode(&m); err != nil {
+		return nil, fmt.Errorf("manifest: %w", err)
+	}
+	if dec.More() {
+		return nil, fmt.Errorf("manifest: trailing data after the JSON object")
+	}
+	if m.Bytes < 0 || !sha256Hex.MatchString(m.SHA256) {
+		return nil, fmt.Errorf("manifest: bytes must be >= 0 and sha256 64 lower-case hex digits")
+	}
+	if m.Rows != nil && *m.Rows < 0 {
+		return nil, fmt.Errorf("manifest: rows must be >= 0")
+	}
+	return &m, nil
+}

@@ -1,0 +1,281 @@
+package intake
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path"
+	"sort"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/partner-intake/partner-intake/partners"
+)
+
+// Skip reasons for entries of ready/ that are not claimed.
+const (
+	SkipDotfile     = "dotfile"
+	SkipPartial     = "partial_upload"
+	SkipNotRegular  = "not_regular"
+	SkipBadName     = "bad_name"
+	SkipNoFeed      = "no_feed"
+	SkipNoManifest  = "manifest_missing"
+	SkipManifest    = "manifest_file"
+	maxRemoteName   = 255
+	partialSuffix   = ".part"
+	claimTargetBusy = "claim_target_busy"
+)
+
+// candidate is an entry of ready/ worth claiming.
+type candidate struct {
+	name     string
+	size     int64
+	feed     *partners.Feed
+	manifest string
+}
+
+// pollOnce is one cycle for one partner: resume what this worker already
+// holds, then claim and process what ready/ offers.
+func (d *Daemon) pollOnce(ctx context.Context, p *partnerRT) error {
+	if !d.claiming() {
+		return nil
+	}
+	d.metrics.polls.WithLabelValues(p.cfg.ID).Inc()
+	sess, err := p.session(ctx, d.cfg.WorkerID)
+	if err != nil {
+		return err
+	}
+	// pkg/sftp calls take no context: closing the session is how a
+	// shutdown interrupts a transfer in flight.
+	stop := context.AfterFunc(ctx, func() { p.drop() })
+	defer stop()
+	if err := d.resumeOwn(ctx, p, sess); err != nil {
+		return err
+	}
+	cands, err := d.list(p, sess)
+	if err != nil {
+		return err
+	}
+	claimed := 0
+	for _, c := range cands {
+		if ctx.Err() != nil || !d.claiming() {
+			return ctx.Err()
+		}
+		if claimed >= p.cfg.Limits.MaxFilesPerPoll {
+			break
+		}
+		in, err := d.claim(ctx, p, sess, c)
+		if err != nil {
+			return err
+		}
+		if in == nil {
+			continue
+		}
+		claimed++
+		if err := d.runFile(ctx, p, sess, in); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// list reads ready/ once, non-recursively, and returns claimable files,
+// oldest first. READDIR attributes are lstat-like on OpenSSH, so symlinks
+// show as symlinks and are never followed; dotfiles, *.part, directories
+// and other non-regular entries are skipped and counted.
+func (d *Daemon) list(p *partnerRT, sess *partners.Session) ([]candidate, error) {
+	ents, err := sess.ReadDir(sess.Layout.ReadyDir())
+	if err != nil {
+		return nil, fmt.Errorf("list %s: %w", sess.Layout.ReadyDir(), err)
+	}
+	names := map[string]os.FileInfo{}
+	for _, e := range ents {
+		names[e.Name()] = e
+	}
+	sort.Slice(ents, func(i, j int) bool {
+		if !ents[i].ModTime().Equal(ents[j].ModTime()) {
+			return ents[i].ModTime().Before(ents[j].ModTime())
+		}
+		return ents[i].Name() < ents[j].Name()
+	})
+	manifestMode := p.cfg.Readiness == partners.ReadinessManifest
+	var out []candidate
+	for _, e := range ents {
+		name := e.Name()
+		reason := ""
+		switch {
+		case strings.HasPrefix(name, "."):
+			reason = SkipDotfile
+		case strings.HasSuffix(name, partialSuffix):
+			reason = SkipPartial
+		case !e.Mode().IsRegular():
+			reason = SkipNotRegular
+		case !SafeName(name):
+			reason = SkipBadName
+		case manifestMode && strings.HasSuffix(name, ManifestSuffix):
+			reason = SkipManifest
+		}
+		c := candidate{name: name, size: e.Size()}
+		if reason == "" {
+			if c.feed = p.cfg.FeedFor(name); c.feed == nil {
+				reason = SkipNoFeed
+			}
+		}
+		if reason == "" && manifestMode {
+			m, ok := names[name+ManifestSuffix]
+			if !ok || !m.Mode().IsRegular() {
+				reason = SkipNoManifest
+			} else {
+				c.manifest = name + ManifestSuffix
+			}
+		}
+		if reason != "" {
+			if reason != SkipManifest && reason != SkipNoManifest && reason != SkipDotfile && reason != SkipPartial {
+				d.log.Warn("ready entry not claimed", "partner", p.cfg.ID, "reason", reason)
+			}
+			d.metrics.skipped.WithLabelValues(p.cfg.ID, reason).Inc()
+			continue
+		}
+		out = append(out, c)
+	}
+	return out, nil
+}
+
+// SafeName reports whether a remote file name may be handled: valid UTF-8,
+// no control characters, no path separators, not "." or "..", at most 255
+// bytes. Spool paths never derive from names; this guards remote paths and
+// reports.
+func SafeName(name string) bool {
+	if name == "" || name == "." || name == ".." || len(name) > maxRemoteName || !utf8.ValidString(name) {
+		return false
+	}
+	for _, r := range name {
+		if r < 0x20 || r == 0x7f || r == '/' || r == '\\' || (r >= 0x80 && r < 0xa0) {
+			return false
+		}
+	}
+	return true
+}
+
+// claim renames ready/<name> into processing/<worker>/<name>: the rename
+// is the claim. A lost race (the file is gone) returns nil, counted, not an
+// error: the processing directory exists, so "no such file" can only mean
+// another worker won. The row is inserted after the rename; a crash in
+// between leaves a file in processing/<worker>/ that resumeOwn adopts.
+func (d *Daemon) claim(ctx context.Context, p *partnerRT, sess *partners.Session, c candidate) (*Intake, error) {
+	src := sess.Layout.Ready(c.name)
+	dst := sess.Layout.Processing(d.cfg.WorkerID, c.name)
+	if err := sess.Rename(src, dst); err != nil {
+		if partners.IsNotExist(err) {
+			d.metrics.claimsLost.WithLabelValues(p.cfg.ID).Inc()
+			return nil, nil
+		}
+		if _, serr := sess.Lstat(dst); serr == nil {
+			// The same name is still in our processing dir from an earlier
+			// claim; it is resumed first, and this one waits for a later poll.
+			d.metrics.skipped.WithLabelValues(p.cfg.ID, claimTargetBusy).Inc()
+			return nil, nil
+		}
+		return nil, fmt.Errorf("claim %s: %w", c.name, err)
+	}
+	in := &Intake{Partner: p.cfg.ID, Feed: c.feed.Name, RemoteName: c.name, ClaimedPath: dst,
+		ListedSize: c.size, Worker: d.cfg.WorkerID}
+	if c.manifest != "" {
+		if err := sess.Rename(sess.Layout.Ready(c.manifest), sess.Layout.Processing(d.cfg.WorkerID, c.manifest)); err != nil && !partners.IsNotExist(err) {
+			return nil, fmt.Errorf("claim manifest of %s: %w", c.name, err)
+		}
+		in.ManifestName = c.manifest
+	}
+	if err := d.store.insertClaim(ctx, in); err != nil {
+		if errors.Is(err, errTracked) {
+			return nil, nil
+		}
+		return nil, err
+	}
+	return in, nil
+}
+
+// resumeOwn adopts files in processing/<worker>/ that have no row (a crash
+// between claim rename and insert) and resumes every live row this worker
+// id holds (a restart), taking each over with a new fencing token.
+func (d *Daemon) resumeOwn(ctx context.Context, p *partnerRT, sess *partners.Session) error {
+	dir := sess.Layout.ProcessingDir(d.cfg.WorkerID)
+	ents, err := sess.ReadDir(dir)
+	if err != nil {
+		return fmt.Errorf("list %s: %w", dir, err)
+	}
+	have := map[string]bool{}
+	for _, e := range ents {
+		have[e.Name()] = e.Mode().IsRegular()
+	}
+	for _, e := range ents {
+		name := e.Name()
+		if !e.Mode().IsRegular() || strings.HasPrefix(name, ".") || !SafeName(name) {
+			continue
+		}
+		manifest := ""
+		if p.cfg.Readiness == partners.ReadinessManifest {
+			if strings.HasSuffix(name, ManifestSuffix) {
+				continue
+			}
+			if have[name+ManifestSuffix] {
+				manifest = name + ManifestSuffix
+			}
+		}
+		feed := p.cfg.FeedFor(name)
+		if feed == nil {
+			continue
+		}
+		in := &Intake{Partner: p.cfg.ID, Feed: feed.Name, RemoteName: name, ClaimedPath: path.Join(dir, name),
+			ListedSize: e.Size(), Worker: d.cfg.WorkerID, ManifestName: manifest}
+		err := d.store.insertClaim(ctx, in)
+		if err != nil && !errors.Is(err, errTracked) {
+			return err
+		}
+		if err == nil {
+			d.log.Info("adopted a claimed file without a row", "partner", p.cfg.ID, "intake_id", in.ID)
+		}
+	}
+	live, err := d.store.liveOwnedBy(ctx, p.cfg.ID, d.cfg.WorkerID)
+	if err != nil {
+		return err
+	}
+	for _, old := range live {
+		if old.State == StateOutcomeUnknown {
+			continue // the reconciler resolves these from the ledger
+		}
+		in, err := d.store.resume(ctx, old.ID, d.cfg.WorkerID)
+		var fe *FencedError
+		if errors.As(err, &fe) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if err := d.runFile(ctx, p, sess, in); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// runFile runs one file; losing it to another owner is counted and is not
+// an error of the poll.
+func (d *Daemon) runFile(ctx context.Context, p *partnerRT, sess *partners.Session, in *Intake) error {
+	r, err := d.newRun(p, sess, in)
+	if err != nil {
+		return err
+	}
+	err = r.run(ctx)
+	var fe *FencedError
+	if errors.As(err, &fe) {
+		d.metrics.fenced.WithLabelValues(p.cfg.ID).Inc()
+		r.log.Warn("file lost to another owner; stopped work on it", "step", fe.Step)
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("intake %d: %w", in.ID, err)
+	}
+	return nil
+}

@@ -1,0 +1,63 @@
+package intake
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"path"
+	"time"
+)
+
+// QuarantineReason is quarantine/<intake_id>.<name>.reason.json.
+type QuarantineReason struct {
+	PartnerID string    `json:"partner_id"`
+	IntakeID  int64     `json:"intake_id"`
+	File      string    `json:"file"`
+	BatchID   string    `json:"batch_id,omitempty"`
+	SHA256    string    `json:"sha256,omitempty"`
+	State     string    `json:"state"`
+	Reason    string    `json:"reason"`
+	Line      int64     `json:"line,omitempty"`
+	Detail    string    `json:"detail"`
+	At        time.Time `json:"at"`
+}
+
+// hold takes a file out of the pipeline: it moves it (and its manifest) to
+// quarantine/ beside a reason file, writes the partner's receipt and ends
+// in state to (quarantined: waits for ops; failed_terminal: no retry).
+// Each step is idempotent, so a crash part-way is finished on resume.
+func (r *fileRun) hold(ctx context.Context, to State, reason string, line int64, detail string) error {
+	in := r.in
+	qdir := r.sess.Layout.QuarantineDir()
+	base := fmt.Sprintf("%d.%s", in.ID, in.RemoteName)
+	dst, err := moveOnce(r.sess, in.ClaimedPath, uniqueNames(qdir, base, "", 0))
+	if err != nil {
+		return fmt.Errorf("quarantine: %w", err)
+	}
+	if in.ManifestName != "" {
+		src := path.Join(path.Dir(in.ClaimedPath), in.ManifestName)
+		if _, err := moveOnce(r.sess, src, uniqueNames(qdir, base+ManifestSuffix, "", 0)); err != nil {
+			return fmt.Errorf("quarantine manifest: %w", err)
+		}
+	}
+	qr := QuarantineReason{PartnerID: in.Partner, IntakeID: in.ID, File: Neutralize(in.RemoteName), BatchID: in.BatchID,
+		SHA256: in.SHA256, State: string(to), Reason: reason, Line: line, Detail: detail, At: time.Now().UTC().Truncate(time.Second)}
+	data, _ := json.MarshalIndent(qr, "", "  ")
+	if _, err := putFile(r.sess, qdir, path.Base(dst)+".reason.json", append(data, '\n')); err != nil {
+		return fmt.Errorf("quarantine reason: %w", err)
+	}
+	outcome := OutcomeQuarantined
+	if to == StateFailedTerminal {
+		outcome = OutcomeFailed
+	}
+	if err := r.writeReports(ctx, Receipt{Outcome: outcome, Reason: reason, Line: line, Detail: detail, Quarantine: dst}); err != nil {
+		return err
+	}
+	in.ArchivePath = dst
+	if err := r.d.store.finish(ctx, in, in.State, to, reason); err != nil {
+		return err
+	}
+	r.d.metrics.finished(in.Partner, string(to))
+	r.log.Warn("file held", "state", to, "reason", reason, "line", line, "quarantine_path", dst)
+	return nil
+}

@@ -1,0 +1,119 @@
+package intake
+
+import (
+	"bytes"
+	"context"
+	"encoding/csv"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Receipt outcomes, as a partner reads them.
+const (
+	OutcomeAccepted            = "accepted"
+	OutcomeAcceptedWithRejects = "accepted_with_rejects"
+	OutcomeDuplicate           = "duplicate"
+	OutcomeQuarantined         = "quarantined"
+	OutcomeFailed              = "failed"
+)
+
+// Receipt is reports/<batch>.<intake_id>.receipt.json.
+type Receipt struct {
+	PartnerID   string      `json:"partner_id"`
+	IntakeID    int64       `json:"intake_id"`
+	File        string      `json:"file"`
+	BatchID     string      `json:"batch_id,omitempty"`
+	SHA256      string      `json:"sha256,omitempty"`
+	Bytes       int64       `json:"bytes"`
+	Outcome     string      `json:"outcome"`
+	Reason      string      `json:"reason,omitempty"`
+	Line        int64       `json:"line,omitempty"`
+	Detail      string      `json:"detail,omitempty"`
+	DuplicateOf int64       `json:"duplicate_of,omitempty"`
+	Rows        ReceiptRows `json:"rows"`
+	Archive     string      `json:"archive_path,omitempty"`
+	Quarantine  string      `json:"quarantine_path,omitempty"`
+	Rejects     string      `json:"rejects_report,omitempty"`
+	ProcessedAt time.Time   `json:"processed_at"`
+}
+
+// ReceiptRows are the row totals; they add up to Total.
+type ReceiptRows struct {
+	Total     int64 `json:"total"`
+	Applied   int64 `json:"applied"`
+	Unchanged int64 `json:"unchanged"`
+	Rejected  int64 `json:"rejected"`
+	Conflict  int64 `json:"conflict"`
+}
+
+// reportStem names a file's reports: <batch>.<intake_id>, unique per
+// observed file so a resend's receipt never overwrites the original's.
+func reportStem(in *Intake) string {
+	if in.BatchID != "" {
+		return fmt.Sprintf("%s.%d", in.BatchID, in.ID)
+	}
+	return fmt.Sprintf("intake-%d", in.ID)
+}
+
+// writeReports publishes the receipt and, when rows did not apply, the
+// rejects report, on the partner's site.
+func (r *fileRun) writeReports(ctx context.Context, rc Receipt) error {
+	in := r.in
+	dir := r.sess.Layout.ReportsDir()
+	if in.RowsRejected+in.RowsConflict > 0 {
+		data, err := r.rejectsCSV(ctx)
+		if err != nil {
+			return err
+		}
+		p, err := putFile(r.sess, dir, reportStem(in)+".rejects.csv", data)
+		if err != nil {
+			return err
+		}
+		in.RejectsPath, rc.Rejects = p, p
+	}
+	rc.PartnerID, rc.IntakeID, rc.File, rc.BatchID = in.Partner, in.ID, in.RemoteName, in.BatchID
+	rc.SHA256, rc.Bytes = in.SHA256, in.Size
+	rc.Rows = ReceiptRows{Total: in.RowsTotal, Applied: in.RowsApplied, Unchanged: in.RowsUnchanged, Rejected: in.RowsRejected, Conflict: in.RowsConflict}
+	rc.Archive = in.ArchivePath
+	rc.ProcessedAt = time.Now().UTC().Truncate(time.Second)
+	data, err := json.MarshalIndent(rc, "", "  ")
+	if err != nil {
+		return err
+	}
+	p, err := putFile(r.sess, dir, reportStem(in)+".receipt.json", append(data, '\n'))
+	if err != nil {
+		return err
+	}
+	in.ReceiptPath = p
+	return nil
+}
+
+// rejectsCSV renders line, column, reason and outcome of every row that did
+// not apply. It echoes no cell value; every cell is still neutralised
+// against spreadsheet formula injection.
+func (r *fileRun) rejectsCSV(ctx context.Context) ([]byte, error) {
+	var buf bytes.Buffer
+	w := csv.NewWriter(&buf)
+	_ = w.Write([]string{"line", "column", "reason", "outcome"})
+	err := r.d.store.issues(ctx, r.in, func(is IssueRow) error {
+		return w.Write([]string{strconv.FormatInt(is.Line, 10), Neutralize(is.Column), Neutralize(is.Reason), Neutralize(is.Outcome)})
+	})
+	if err != nil {
+		return nil, err
+	}
+	w.Flush()
+	return buf.Bytes(), w.Error()
+}
+
+// Neutralize makes a cell safe to open in a spreadsheet: a cell starting
+// with =, +, -, @, tab or CR is prefixed with a single quote (OWASP CSV
+// injection).
+func Neutralize(s string) string {
+	if s != "" && strings.ContainsRune("=+-@\t\r", rune(s[0])) {
+		return "'" + s
+	}
+	return s
+}

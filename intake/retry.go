@@ -1,0 +1,43 @@
+package intake
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"net"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// transient reports whether err is worth retrying: what pgconn says is safe
+// to retry, or a SQLSTATE of class 08 (connection), 40001 (serialization),
+// 40P01 (deadlock), 57P01 (admin shutdown), or a network error. Validation
+// and fencing errors are never transient.
+func transient(err error) bool {
+	if err == nil {
+		return false
+	}
+	var fe *FencedError
+	if errors.As(err, &fe) || errors.Is(err, context.Canceled) {
+		return false
+	}
+	if pgconn.SafeToRetry(err) {
+		return true
+	}
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		switch {
+		case len(pe.Code) == 5 && pe.Code[:2] == "08", pe.Code == "40001", pe.Code == "40P01", pe.Code == "57P01":
+			return true
+		}
+		return false
+	}
+	var ne net.Error
+	return errors.As(err, &ne) || pgconn.Timeout(err)
+}
+
+// jitter spreads d over [d/2, d).
+func jitter(d time.Duration) time.Duration {
+	return d/2 + time.Duration(rand.Int64N(int64(d/2)+1))
+}

@@ -1,0 +1,140 @@
+package rows
+
+import (
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/partner-intake/partner-intake/partners"
+)
+
+// check validates one cell and returns its normalised value (a string, or
+// nil for an empty optional cell) or a reason code.
+type check func(cell string) (any, string)
+
+func newCheck(c partners.Column) check {
+	var typed func(string) (string, string)
+	switch c.Type {
+	case partners.TypeText:
+		max := c.MaxLength
+		typed = func(s string) (string, string) {
+			if utf8.RuneCountInString(s) > max {
+				return "", ReasonTooLong
+			}
+			return s, ""
+		}
+	case partners.TypeInteger:
+		typed = func(s string) (string, string) {
+			n, err := strconv.ParseInt(strings.TrimSpace(s), 10, 64)
+			if err != nil {
+				return "", ReasonNotInteger
+			}
+			return strconv.FormatInt(n, 10), ""
+		}
+	case partners.TypeDecimal:
+		scale := c.Scale
+		typed = func(s string) (string, string) { return checkDecimal(strings.TrimSpace(s), scale) }
+	case partners.TypeDate:
+		layout := c.Layout
+		typed = func(s string) (string, string) {
+			t, err := time.Parse(layout, strings.TrimSpace(s))
+			if err != nil {
+				return "", ReasonBadDate
+			}
+			return t.Format("2006-01-02"), ""
+		}
+	case partners.TypeTimestamp:
+		layout := c.Layout
+		typed = func(s string) (string, string) {
+			t, err := time.Parse(layout, strings.TrimSpace(s))
+			if err != nil {
+				return "", ReasonBadTimestamp
+			}
+			return t.UTC().Format(time.RFC3339Nano), ""
+		}
+	case partners.TypeEnum:
+		allowed := make(map[string]bool, len(c.Values))
+		for _, v := range c.Values {
+			allowed[v] = true
+		}
+		typed = func(s string) (string, string) {
+			s = strings.TrimSpace(s)
+			if !allowed[s] {
+				return "", ReasonNotInEnum
+			}
+			return s, ""
+		}
+	case partners.TypeEmail:
+		typed = func(s string) (string, string) {
+			s = strings.TrimSpace(s)
+			if !validEmail(s) {
+				return "", ReasonBadEmail
+			}
+			return s, ""
+		}
+	default:
+		panic("rows: unvalidated column type " + c.Type)
+	}
+	required := c.Required
+	return func(cell string) (any, string) {
+		if strings.TrimSpace(cell) == "" {
+			if required {
+				return nil, ReasonRequiredMissing
+			}
+			return nil, ""
+		}
+		v, reason := typed(cell)
+		if reason != "" {
+			return nil, reason
+		}
+		return v, ""
+	}
+}
+
+// checkDecimal accepts [+-]digits[.digits] with at most scale fraction
+// digits and returns it unchanged (PostgreSQL parses it exactly).
+func checkDecimal(s string, scale int) (string, string) {
+	body := s
+	if body != "" && (body[0] == '+' || body[0] == '-') {
+		body = body[1:]
+	}
+	intPart, frac, hasDot := strings.Cut(body, ".")
+	if intPart == "" || !allDigits(intPart) || (hasDot && (frac == "" || !allDigits(frac))) || len(intPart) > 100 {
+		return "", ReasonNotDecimal
+	}
+	if len(frac) > scale {
+		return "", ReasonScaleExceeded
+	}
+	return s, ""
+}
+
+func allDigits(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+// validEmail is a deliberately plain check: one '@', a non-empty local part,
+// a dotted domain, no spaces or control characters, at most 254 bytes.
+func validEmail(s string) bool {
+	if len(s) > 254 {
+		return false
+	}
+	local, domain, ok := strings.Cut(s, "@")
+	if !ok || local == "" || len(local) > 64 || strings.Contains(domain, "@") {
+		return false
+	}
+	if !strings.Contains(domain, ".") || strings.HasPrefix(domain, ".") || strings.HasSuffix(domain, ".") || strings.Contains(domain, "..") {
+		return false
+	}
+	for _, r := range s {
+		if r <= ' ' || r == 0x7f || r == '"' || r == ',' || r == '<' || r == '>' || r == '(' || r == ')' || r == ';' || r == '\\' {
+			return false
+		}
+	}
+	return true
+}

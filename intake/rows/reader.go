@@ -1,0 +1,220 @@
+package rows
+
+import (
+	"bytes"
+	"encoding/csv"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/partner-intake/partner-intake/partners"
+)
+
+// MaxLineBytes bounds one physical line; a longer one fails the file
+// instead of being buffered whole.
+const MaxLineBytes = 4 << 20
+
+// Row is one data row of the file.
+type Row struct {
+	// Line is the 1-based line the record starts on.
+	Line int64
+	// Index is the 0-based position among data rows; chunks are ranges of it.
+	Index int64
+	// Values are the normalised column values (string, or nil for empty
+	// optional cells), valid until the next call to Next.
+	Values []any
+	// Issue is set when the row is rejected; Values is then undefined.
+	Issue *Issue
+}
+
+// Reader yields validated rows.
+type Reader struct {
+	feed    *partners.Feed
+	csv     *csv.Reader
+	guard   *guard
+	checks  []check
+	row     Row
+	next    int64
+	maxRows int64
+	first   bool
+}
+
+// NewReader reads the header (when the dialect has one) and checks it.
+func NewReader(r io.Reader, feed *partners.Feed, maxRows int64) (*Reader, error) {
+	g := &guard{r: r, max: MaxLineBytes, line: 1}
+	c := csv.NewReader(g)
+	c.Comma, _ = utf8.DecodeRuneInString(feed.CSV.Delimiter)
+	c.FieldsPerRecord = -1
+	c.ReuseRecord = true
+	rd := &Reader{feed: feed, csv: c, guard: g, maxRows: maxRows, first: true}
+	for _, col := range feed.Columns {
+		rd.checks = append(rd.checks, newCheck(col))
+	}
+	rd.row.Values = make([]any, len(feed.Columns))
+	if feed.CSV.HasHeader() {
+		rec, err := rd.read()
+		if errors.Is(err, io.EOF) {
+			return nil, &FileError{Reason: ReasonEmptyFile, Detail: "no header line"}
+		}
+		if err != nil {
+			return nil, rd.fileError(err, 1)
+		}
+		if err := rd.checkHeader(rec); err != nil {
+			return nil, err
+		}
+	}
+	return rd, nil
+}
+
+func (r *Reader) checkHeader(rec []string) error {
+	want := make([]string, len(r.feed.Columns))
+	for i, c := range r.feed.Columns {
+		want[i] = c.Name
+	}
+	got := make([]string, len(rec))
+	seen := map[string]bool{}
+	for i, h := range rec {
+		got[i] = strings.TrimSpace(h)
+		if seen[got[i]] {
+			return &FileError{Reason: ReasonHeaderMismatch, Line: 1, Detail: fmt.Sprintf("header column %d repeats an earlier name", i+1)}
+		}
+		seen[got[i]] = true
+	}
+	for i, w := range want {
+		if !seen[w] {
+			return &FileError{Reason: ReasonHeaderMismatch, Line: 1, Detail: fmt.Sprintf("declared column %q is missing from the header", w)}
+		}
+		if i >= len(got) || got[i] != w {
+			return &FileError{Reason: ReasonHeaderMismatch, Line: 1, Detail: fmt.Sprintf("declared column %q is not at position %d of the header", w, i+1)}
+		}
+	}
+	if len(got) != len(want) {
+		return &FileError{Reason: ReasonHeaderMismatch, Line: 1, Detail: fmt.Sprintf("header has %d columns, %d declared", len(got), len(want))}
+	}
+	return nil
+}
+
+// read returns the next record, with a leading BOM stripped.
+func (r *Reader) read() ([]string, error) {
+	rec, err := r.csv.Read()
+	if err != nil {
+		return rec, err
+	}
+	if r.first {
+		r.first = false
+		if len(rec) > 0 {
+			rec[0] = strings.TrimPrefix(rec[0], "\uFEFF")
+		}
+	}
+	return rec, nil
+}
+
+// Next returns the next data row, io.EOF after the last, or a *FileError.
+func (r *Reader) Next() (*Row, error) {
+	rec, err := r.read()
+	row := &r.row
+	row.Line = r.guard.line
+	if err == nil && len(rec) > 0 {
+		line, _ := r.csv.FieldPos(0)
+		row.Line = int64(line)
+	}
+	row.Index = r.next
+	row.Issue = nil
+	if err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil, io.EOF
+		}
+		var pe *csv.ParseError
+		if errors.As(err, &pe) && r.guard.err == nil {
+			// A syntax error spoils one record; the reader resumes at the
+			// next line, so the row is rejected and the file goes on.
+			r.next++
+			if r.maxRows > 0 && r.next > r.maxRows {
+				return nil, &FileError{Reason: ReasonTooManyRows, Line: int64(pe.StartLine), Detail: fmt.Sprintf("more than %d rows", r.maxRows)}
+			}
+			row.Line = int64(pe.StartLine)
+			row.Issue = &Issue{Line: row.Line, Reason: ReasonCSVSyntax}
+			return row, nil
+		}
+		return nil, r.fileError(err, row.Line)
+	}
+	r.next++
+	if r.maxRows > 0 && r.next > r.maxRows {
+		return nil, &FileError{Reason: ReasonTooManyRows, Line: row.Line, Detail: fmt.Sprintf("more than %d rows", r.maxRows)}
+	}
+	if len(rec) != len(r.checks) {
+		row.Issue = &Issue{Line: row.Line, Reason: ReasonFieldCount}
+		return row, nil
+	}
+	for i, cell := range rec {
+		if !utf8.ValidString(cell) {
+			return nil, &FileError{Reason: ReasonInvalidEncoding, Line: row.Line, Detail: fmt.Sprintf("column %q is not valid UTF-8", r.feed.Columns[i].Name)}
+		}
+		if len(cell) > r.feed.CSV.MaxFieldBytes {
+			row.Issue = &Issue{Line: row.Line, Column: r.feed.Columns[i].Name, Reason: ReasonFieldTooLong}
+			return row, nil
+		}
+		v, reason := r.checks[i](cell)
+		if reason != "" {
+			row.Issue = &Issue{Line: row.Line, Column: r.feed.Columns[i].Name, Reason: reason}
+			return row, nil
+		}
+		row.Values[i] = v
+	}
+	return row, nil
+}
+
+func (r *Reader) fileError(err error, line int64) error {
+	var fe *FileError
+	if errors.As(err, &fe) {
+		return fe
+	}
+	if r.guard.err != nil {
+		return r.guard.err
+	}
+	return &FileError{Reason: ReasonUnreadable, Line: line, Detail: err.Error()}
+}
+
+// guard sits under the CSV reader: it refuses NUL bytes (binary content
+// under a text name) and physical lines longer than max, so a hostile file
+// cannot make the reader buffer an unbounded line.
+type guard struct {
+	r    io.Reader
+	max  int
+	run  int // bytes since the last newline
+	line int64
+	err  *FileError
+}
+
+func (g *guard) Read(p []byte) (int, error) {
+	if g.err != nil {
+		return 0, g.err
+	}
+	n, err := g.r.Read(p)
+	b := p[:n]
+	if i := bytes.IndexByte(b, 0); i >= 0 {
+		g.err = &FileError{Reason: ReasonBinaryContent, Line: g.line + int64(bytes.Count(b[:i], []byte{'\n'})), Detail: "NUL byte: not a text file"}
+		return 0, g.err
+	}
+	for len(b) > 0 {
+		i := bytes.IndexByte(b, '\n')
+		if i < 0 {
+			g.run += len(b)
+			break
+		}
+		g.run += i
+		if g.run > g.max {
+			break
+		}
+		g.run = 0
+		g.line++
+		b = b[i+1:]
+	}
+	if g.run > g.max {
+		g.err = &FileError{Reason: ReasonLineTooLong, Line: g.line, Detail: fmt.Sprintf("a line is longer than %d bytes", g.max)}
+		return 0, g.err
+	}
+	return n, err
+}

@@ -1,0 +1,56 @@
+// Package rows reads a partner's CSV file in its declared dialect and
+// validates every row against the feed's columns. It never guesses: what
+// does not match the declaration gets a reason code, and no reason or error
+// carries a cell value.
+package rows
+
+import "fmt"
+
+// Row reason codes: the row is rejected, the file goes on.
+const (
+	ReasonRequiredMissing = "required_missing"
+	ReasonTooLong         = "too_long"
+	ReasonNotInteger      = "not_integer"
+	ReasonNotDecimal      = "not_decimal"
+	ReasonScaleExceeded   = "scale_exceeded"
+	ReasonBadDate         = "bad_date"
+	ReasonBadTimestamp    = "bad_timestamp"
+	ReasonNotInEnum       = "not_in_enum"
+	ReasonBadEmail        = "bad_email"
+	ReasonFieldCount      = "field_count"
+	ReasonCSVSyntax       = "csv_syntax"
+	ReasonFieldTooLong    = "field_too_long"
+)
+
+// File reason codes: the whole file fails terminally, no retry.
+const (
+	ReasonHeaderMismatch  = "header_mismatch"
+	ReasonInvalidEncoding = "invalid_encoding"
+	ReasonBinaryContent   = "binary_content"
+	ReasonLineTooLong     = "line_too_long"
+	ReasonEmptyFile       = "empty_file"
+	ReasonTooManyRows     = "too_many_rows"
+	ReasonUnreadable      = "unreadable"
+)
+
+// Issue is why one row did not apply.
+type Issue struct {
+	Line   int64
+	Column string // "" when the row as a whole is at fault
+	Reason string
+}
+
+// FileError is a terminal problem with the whole file.
+type FileError struct {
+	Reason string
+	Line   int64
+	// Detail explains in words; it never holds partner data.
+	Detail string
+}
+
+func (e *FileError) Error() string {
+	if e.Line > 0 {
+		return fmt.Sprintf("%s at line %d: %s", e.Reason, e.Line, e.Detail)
+	}
+	return fmt.Sprintf("%s: %s", e.Reason, e.Detail)
+}

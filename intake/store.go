@@ -1,0 +1,300 @@
+package intake
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+)
+
+// State is a file_intake state.
+type State string
+
+// The states of a file (see docs and DESIGN.md "Life of a file").
+const (
+	StateClaimed        State = "claimed"
+	StateSpooled        State = "spooled"
+	StateApplying       State = "applying"
+	StateApplied        State = "applied"
+	StateArchived       State = "archived"
+	StateDuplicate      State = "duplicate"
+	StateQuarantined    State = "quarantined"
+	StateFailedTerminal State = "failed_terminal"
+	StateOutcomeUnknown State = "outcome_unknown"
+	StateDiscarded      State = "discarded"
+)
+
+// liveStates are the states in which a worker owns the file.
+var liveStates = []string{string(StateClaimed), string(StateSpooled), string(StateApplying), string(StateApplied), string(StateOutcomeUnknown)}
+
+// FencedError means a conditional write found the row no longer in the
+// expected state under this worker's fencing token: another worker took the
+// file over, or it moved on. The worker must stop work on the file.
+type FencedError struct {
+	IntakeID int64
+	Token    int64
+	Step     string
+}
+
+func (e *FencedError) Error() string {
+	return fmt.Sprintf("intake %d: fenced out at %s (token %d is no longer current)", e.IntakeID, e.Step, e.Token)
+}
+
+// Intake is one file_intake row as a worker holds it.
+type Intake struct {
+	ID           int64
+	Token        int64
+	Partner      string
+	Feed         string
+	RemoteName   string
+	ClaimedPath  string
+	ManifestName string
+	ListedSize   int64
+	BatchID      string
+	SHA256       string
+	Size         int64
+	ExpectedRows *int64
+	State        State
+	Reason       string
+	Worker       string
+	ClaimedAt    time.Time
+
+	RowsTotal, RowsApplied, RowsUnchanged, RowsRejected, RowsConflict int64
+	ChunksDone                                                        int
+	ArchivePath, ReceiptPath, RejectsPath                             string
+}
+
+const intakeColumns = `intake_id, fencing_token, partner_id, feed, remote_name, claimed_path,
+	coalesce(manifest_name, ''), listed_size, coalesce(batch_id, ''), coalesce(content_sha256, ''),
+	coalesce(size_bytes, 0), expected_rows, state, coalesce(reason, ''), worker_id, claimed_at,
+	coalesce(rows_total, 0), rows_applied, rows_unchanged, rows_rejected, rows_conflict, chunks_done,
+	coalesce(archive_path, ''), coalesce(receipt_path, ''), coalesce(rejects_path, '')`
+
+func scanIntake(r pgx.Row) (*Intake, error) {
+	in := &Intake{}
+	var st string
+	err := r.Scan(&in.ID, &in.Token, &in.Partner, &in.Feed, &in.RemoteName, &in.ClaimedPath,
+		&in.ManifestName, &in.ListedSize, &in.BatchID, &in.SHA256,
+		&in.Size, &in.ExpectedRows, &st, &in.Reason, &in.Worker, &in.ClaimedAt,
+		&in.RowsTotal, &in.RowsApplied, &in.RowsUnchanged, &in.RowsRejected, &in.RowsConflict, &in.ChunksDone,
+		&in.ArchivePath, &in.ReceiptPath, &in.RejectsPath)
+	in.State = State(st)
+	return in, err
+}
+
+// store holds every statement on file_intake and its satellite tables.
+// Each state change is one conditional statement on (intake_id,
+// fencing_token, state): never read-compare-write in Go.
+type store struct {
+	pool  *pgxpool.Pool
+	lease time.Duration
+}
+
+// errTracked: a live row already owns that processing path.
+var errTracked = errors.New("a live intake row already owns this path")
+
+// insertClaim records a claim made by a remote rename.
+func (s *store) insertClaim(ctx context.Context, in *Intake) error {
+	row := s.pool.QueryRow(ctx, `
+		INSERT INTO file_intake (partner_id, feed, remote_name, claimed_path, listed_size, manifest_name,
+		                         state, worker_id, lease_until)
+		VALUES ($1, $2, $3, $4, $5, nullif($6, ''), 'claimed', $7, now() + $8::interval)
+		ON CONFLICT (partner_id, claimed_path)
+		    WHERE state IN ('claimed', 'spooled', 'applying', 'applied', 'outcome_unknown')
+		    DO NOTHING
+		RETURNING `+intakeColumns,
+		in.Partner, in.Feed, in.RemoteName, in.ClaimedPath, in.ListedSize, in.ManifestName, in.Worker, s.lease)
+	got, err := scanIntake(row)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return errTracked
+	}
+	if err != nil {
+		return fmt.Errorf("insert claim: %w", err)
+	}
+	*in = *got
+	return nil
+}
+
+// liveOwnedBy lists the live rows of partner held by worker: after a
+// restart the worker resumes them.
+func (s *store) liveOwnedBy(ctx context.Context, partner, worker string) ([]*Intake, error) {
+	rs, err := s.pool.Query(ctx, `SELECT `+intakeColumns+` FROM file_intake
+		WHERE partner_id = $1 AND worker_id = $2 AND state = ANY($3) ORDER BY intake_id`,
+		partner, worker, liveStates)
+	if err != nil {
+		return nil, fmt.Errorf("list live intakes: %w", err)
+	}
+	return pgx.CollectRows(rs, func(r pgx.CollectableRow) (*Intake, error) { return scanIntake(r) })
+}
+
+// resume takes over a live row held by this same worker id (a restarted
+// replica) or whose lease expired, incrementing the fencing token so any
+// earlier incarnation's writes are refused from now on.
+func (s *store) resume(ctx context.Context, id int64, worker string) (*Intake, error) {
+	row := s.pool.QueryRow(ctx, `
+		UPDATE file_intake SET fencing_token = fencing_token + 1, worker_id = $2,
+		       lease_until = now() + $3::interval, updated_at = now()
+		WHERE intake_id = $1 AND state = ANY($4) AND (worker_id = $2 OR lease_until < now())
+		RETURNING `+intakeColumns, id, worker, s.lease, liveStates)
+	in, err := scanIntake(row)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, &FencedError{IntakeID: id, Step: "resume"}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("resume intake %d: %w", id, err)
+	}
+	return in, nil
+}
+
+// heartbeat extends the lease; a FencedError means the file is lost.
+func (s *store) heartbeat(ctx context.Context, in *Intake) error {
+	tag, err := s.pool.Exec(ctx, `UPDATE file_intake SET lease_until = now() + $3::interval
+		WHERE intake_id = $1 AND fencing_token = $2 AND state = ANY($4)`, in.ID, in.Token, s.lease, liveStates)
+	if err != nil {
+		return fmt.Errorf("heartbeat: %w", err)
+	}
+	if tag.RowsAffected() == 0 {
+		return &FencedError{IntakeID: in.ID, Token: in.Token, Step: "heartbeat"}
+	}
+	return nil
+}
+
+// setSpooled records the verified bytes: claimed -> spooled.
+func (s *store) setSpooled(ctx context.Context, in *Intake, sha string, size int64, batch string, expectedRows *int64) error {
+	tag, err := s.pool.Exec(ctx, `UPDATE file_intake
+		SET state = 'spooled', content_sha256 = $3, size_bytes = $4, batch_id = $5, expected_rows = $6, updated_at = now()
+		WHERE intake_id = $1 AND fencing_token = $2 AND state = 'claimed'`,
+		in.ID, in.Token, sha, size, batch, expectedRows)
+	if err := fenced(tag, err, in, "spooled"); err != nil {
+		return err
+	}
+	in.State, in.SHA256, in.Size, in.BatchID, in.ExpectedRows = StateSpooled, sha, size, batch, expectedRows
+	return nil
+}
+
+// Verdict is what the batch key says about a spooled file.
+type Verdict int
+
+// Verdicts.
+const (
+	VerdictNew       Verdict = iota // this intake owns the batch
+	VerdictDuplicate                // the batch is owned with the same bytes
+	VerdictConflict                 // the batch is owned with other bytes
+)
+
+// bindBatch binds (partner, batch) to this intake's hash, or reports the
+// owner. The owner's hash is never updated, so comparing with it is safe.
+func (s *store) bindBatch(ctx context.Context, in *Intake) (Verdict, int64, error) {
+	var owner int64
+	var sha string
+	err := s.pool.QueryRow(ctx, `
+		WITH ins AS (
+		    INSERT INTO intake_batch (partner_id, batch_id, content_sha256, intake_id)
+		    SELECT $1, $2, $3, $4
+		    WHERE EXISTS (SELECT 1 FROM file_intake WHERE intake_id = $4 AND fencing_token = $5 AND state = 'spooled')
+		    ON CONFLICT (partner_id, batch_id) DO NOTHING
+		    RETURNING intake_id, content_sha256)
+		SELECT intake_id, content_sha256 FROM ins
+		UNION ALL
+		SELECT intake_id, content_sha256 FROM intake_batch WHERE partner_id = $1 AND batch_id = $2
+		LIMIT 1`, in.Partner, in.BatchID, in.SHA256, in.ID, in.Token).Scan(&owner, &sha)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, 0, &FencedError{IntakeID: in.ID, Token: in.Token, Step: "bind batch"}
+	}
+	if err != nil {
+		return 0, 0, fmt.Errorf("bind batch: %w", err)
+	}
+	switch {
+	case owner == in.ID:
+		return VerdictNew, owner, nil
+	case sha == in.SHA256:
+		return VerdictDuplicate, owner, nil
+	default:
+		return VerdictConflict, owner, nil
+	}
+}
+
+// markApplied: applying -> applied, only when every row has an outcome.
+func (s *store) markApplied(ctx context.Context, in *Intake) error {
+	row := s.pool.QueryRow(ctx, `UPDATE file_intake SET state = 'applied', updated_at = now()
+		WHERE intake_id = $1 AND fencing_token = $2 AND state = 'applying'
+		  AND rows_applied + rows_unchanged + rows_rejected + rows_conflict = rows_total
+		RETURNING rows_applied, rows_unchanged, rows_rejected, rows_conflict`, in.ID, in.Token)
+	err := row.Scan(&in.RowsApplied, &in.RowsUnchanged, &in.RowsRejected, &in.RowsConflict)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return &FencedError{IntakeID: in.ID, Token: in.Token, Step: "mark applied (or totals do not reconcile)"}
+	}
+	if err != nil {
+		return fmt.Errorf("mark applied: %w", err)
+	}
+	in.State = StateApplied
+	return nil
+}
+
+// finish moves the file to a terminal or held state after its remote
+// housekeeping is done. When the file fails after binding its batch, the
+// binding is released in the same transaction so a corrected resend can
+// take the batch.
+func (s *store) finish(ctx context.Context, in *Intake, from, to State, reason string) error {
+	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, `UPDATE file_intake
+			SET state = $4, reason = nullif($5, ''), archive_path = nullif($6, ''), receipt_path = nullif($7, ''),
+			    rejects_path = nullif($8, ''), updated_at = now(), finished_at = now()
+			WHERE intake_id = $1 AND fencing_token = $2 AND state = $3`,
+			in.ID, in.Token, string(from), string(to), reason, in.ArchivePath, in.ReceiptPath, in.RejectsPath)
+		if err := fenced(tag, err, in, "finish as "+string(to)); err != nil {
+			return err
+		}
+		if to == StateFailedTerminal || to == StateQuarantined && reason != ReasonBatchConflict {
+			if _, err := tx.Exec(ctx, `DELETE FROM intake_batch WHERE partner_id = $1 AND batch_id = $2 AND intake_id = $3`,
+				in.Partner, in.BatchID, in.ID); err != nil {
+				return fmt.Errorf("release batch: %w", err)
+			}
+		}
+		in.State, in.Reason = to, reason
+		return nil
+	})
+}
+
+// IssueRow is one recorded row issue, for the rejects report.
+type IssueRow struct {
+	Line    int64
+	Column  string
+	Reason  string
+	Outcome string
+}
+
+// issues streams the row issues of an intake in line order.
+func (s *store) issues(ctx context.Context, in *Intake, fn func(IssueRow) error) error {
+	rs, err := s.pool.Query(ctx, `SELECT line, coalesce(column_name, ''), reason, outcome FROM intake_row_issue
+		WHERE intake_id = $1 AND partner_id = $2 ORDER BY line, column_name`, in.ID, in.Partner)
+	if err != nil {
+		return fmt.Errorf("row issues: %w", err)
+	}
+	defer rs.Close()
+	var r IssueRow
+	for rs.Next() {
+		if err := rs.Scan(&r.Line, &r.Column, &r.Reason, &r.Outcome); err != nil {
+			return fmt.Errorf("row issues: %w", err)
+		}
+		if err := fn(r); err != nil {
+			return err
+		}
+	}
+	return rs.Err()
+}
+
+func fenced(tag pgconn.CommandTag, err error, in *Intake, step string) error {
+	if err != nil {
+		return fmt.Errorf("%s: %w", step, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return &FencedError{IntakeID: in.ID, Token: in.Token, Step: step}
+	}
+	return nil
+}

@@ -1,0 +1,156 @@
+package intake
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/partner-intake/partner-intake/partners"
+)
+
+// target is a feed's target table as the database describes it, with the
+// statements that merge a staged chunk into it.
+type target struct {
+	table   string   // quoted, possibly schema-qualified
+	cols    []string // feed columns in file order
+	types   []string // their types in the target, for casts from staged text
+	key     []string
+	merge   string // upsert from intake_stage; returns one row per written row
+	dedupe  string // drops earlier lines that repeat a key within the chunk
+	conflic string // records rows held back by a newer writer
+}
+
+// TargetError says what is wrong with a target table, and how to fix it.
+type TargetError struct {
+	Table  string
+	Detail string
+}
+
+func (e *TargetError) Error() string { return fmt.Sprintf("target table %s: %s", e.Table, e.Detail) }
+
+// loadTarget reads the target's columns and unique indexes and checks them
+// against the feed: intake needs partner_id, every feed column,
+// last_intake_id bigint, and a unique index on exactly (partner_id, key...).
+func loadTarget(ctx context.Context, db *pgxpool.Pool, f *partners.Feed) (*target, error) {
+	parts := strings.Split(f.Target, ".")
+	ident := pgx.Identifier(parts)
+	var oid uint32
+	err := db.QueryRow(ctx, `SELECT to_regclass($1)::oid`, ident.Sanitize()).Scan(&oid)
+	if err != nil || oid == 0 {
+		return nil, &TargetError{Table: f.Target, Detail: "does not exist (create it; see docs/target-tables.md)"}
+	}
+	rs, err := db.Query(ctx, `SELECT attname, format_type(atttypid, atttypmod) FROM pg_attribute
+		WHERE attrelid = $1 AND attnum > 0 AND NOT attisdropped`, oid)
+	if err != nil {
+		return nil, fmt.Errorf("target %s: %w", f.Target, err)
+	}
+	types := map[string]string{}
+	for rs.Next() {
+		var n, t string
+		if err := rs.Scan(&n, &t); err != nil {
+			return nil, err
+		}
+		types[n] = t
+	}
+	if err := rs.Err(); err != nil {
+		return nil, err
+	}
+	t := &target{table: ident.Sanitize(), key: f.Key}
+	if types["partner_id"] == "" {
+		return nil, &TargetError{Table: f.Target, Detail: "missing column partner_id (text)"}
+	}
+	if types["last_intake_id"] != "bigint" {
+		return nil, &TargetError{Table: f.Target, Detail: "missing column last_intake_id bigint (intake's bookkeeping)"}
+	}
+	for _, c := range f.Columns {
+		typ, ok := types[c.Name]
+		if !ok {
+			return nil, &TargetError{Table: f.Target, Detail: fmt.Sprintf("missing column %s declared by feed %s", c.Name, f.Name)}
+		}
+		t.cols = append(t.cols, c.Name)
+		t.types = append(t.types, typ)
+	}
+	var found bool
+	err = db.QueryRow(ctx, `SELECT EXISTS (
+		SELECT 1 FROM pg_index i WHERE i.indrelid = $1 AND i.indisunique AND i.indpred IS NULL AND i.indexprs IS NULL
+		  AND (SELECT array_agg(a.attname::text ORDER BY a.attname) FROM pg_attribute a
+		       WHERE a.attrelid = $1 AND a.attnum = ANY(i.indkey)) = (SELECT array_agg(x ORDER BY x) FROM unnest($2::text[]) x)
+		  AND cardinality(i.indkey::int2[]) = cardinality($2::text[]))`,
+		oid, append([]string{"partner_id"}, f.Key...)).Scan(&found)
+	if err != nil {
+		return nil, fmt.Errorf("target %s: %w", f.Target, err)
+	}
+	if !found {
+		return nil, &TargetError{Table: f.Target, Detail: fmt.Sprintf("needs a unique index on exactly (partner_id, %s)", strings.Join(f.Key, ", "))}
+	}
+	t.build()
+	return t, nil
+}
+
+// build writes the chunk statements. $1 = intake id, $2 = partner id.
+// intake_stage holds (line, <cols> as text); casts turn them into the
+// target's types.
+func (t *target) build() {
+	q := func(s string) string { return pgx.Identifier{s}.Sanitize() }
+	cast := func(alias string, i int) string {
+		return fmt.Sprintf("%s.%s::%s", alias, q(t.cols[i]), t.types[i])
+	}
+	var insCols, selCols, setCols, tgtVals, excVals, stageVals, keyStage, keyJoin []string
+	for i, c := range t.cols {
+		insCols = append(insCols, q(c))
+		selCols = append(selCols, cast("s", i))
+		if slices.Contains(t.key, c) {
+			keyStage = append(keyStage, cast("s", i))
+			keyJoin = append(keyJoin, fmt.Sprintf("t.%s = %s", q(c), cast("s", i)))
+			continue
+		}
+		setCols = append(setCols, fmt.Sprintf("%s = EXCLUDED.%s", q(c), q(c)))
+		tgtVals = append(tgtVals, "t."+q(c))
+		excVals = append(excVals, "EXCLUDED."+q(c))
+		stageVals = append(stageVals, cast("s", i))
+	}
+	conflictCols := []string{"partner_id"}
+	for _, k := range t.key {
+		conflictCols = append(conflictCols, q(k))
+	}
+	// A feed whose every column is a key has nothing to update: a matching
+	// row is unchanged by definition.
+	distinct, doUpdate := "false", "DO NOTHING"
+	if len(setCols) > 0 {
+		distinct = fmt.Sprintf("ROW(%s) IS DISTINCT FROM ROW(%s)", strings.Join(tgtVals, ", "), strings.Join(excVals, ", "))
+		doUpdate = fmt.Sprintf(`DO UPDATE SET %s, last_intake_id = EXCLUDED.last_intake_id
+		    WHERE %s AND t.last_intake_id <= EXCLUDED.last_intake_id`, strings.Join(setCols, ", "), distinct)
+	}
+	t.merge = fmt.Sprintf(`INSERT INTO %s AS t (partner_id, %s, last_intake_id)
+		SELECT $2, %s, $1 FROM intake_stage s
+		ON CONFLICT (%s) %s`,
+		t.table, strings.Join(insCols, ", "), strings.Join(selCols, ", "), strings.Join(conflictCols, ", "), doUpdate)
+	t.dedupe = fmt.Sprintf(`WITH d AS (
+		    DELETE FROM intake_stage s USING (
+		        SELECT line, row_number() OVER (PARTITION BY %s ORDER BY line DESC) AS rn FROM intake_stage s) x
+		    WHERE x.rn > 1 AND s.line = x.line
+		    RETURNING s.line)
+		INSERT INTO intake_row_issue (intake_id, partner_id, line, reason, outcome)
+		SELECT $1, $2, line, 'duplicate_key', 'rejected' FROM d`, strings.Join(keyStage, ", "))
+	newer := "false"
+	if len(setCols) > 0 {
+		newer = fmt.Sprintf("ROW(%s) IS DISTINCT FROM ROW(%s)", strings.Join(tgtVals, ", "), strings.Join(stageVals, ", "))
+	}
+	t.conflic = fmt.Sprintf(`INSERT INTO intake_row_issue (intake_id, partner_id, line, reason, outcome)
+		SELECT $1, $2, s.line, 'newer_write', 'conflict' FROM intake_stage s
+		JOIN %s t ON t.partner_id = $2 AND %s
+		WHERE t.last_intake_id > $1 AND %s`, t.table, strings.Join(keyJoin, " AND "), newer)
+}
+
+// stageDDL creates the per-transaction staging table.
+func (t *target) stageDDL() string {
+	cols := []string{"line bigint NOT NULL"}
+	for _, c := range t.cols {
+		cols = append(cols, pgx.Identifier{c}.Sanitize()+" text")
+	}
+	return "CREATE TEMP TABLE intake_stage (" + strings.Join(cols, ", ") + ") ON COMMIT DROP"
+}

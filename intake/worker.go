@@ -1,0 +1,146 @@
+package intake
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/partner-intake/partner-intake/partners"
+)
+
+// fileRun drives one claimed file through its states. Each step reads the
+// row's state, does its work idempotently and moves the row on with a
+// conditional statement, so a run can start (or restart) in any state.
+type fileRun struct {
+	d    *Daemon
+	p    *partnerRT
+	sess *partners.Session
+	in   *Intake
+	feed *partners.Feed
+	log  *slog.Logger
+}
+
+func (d *Daemon) newRun(p *partnerRT, sess *partners.Session, in *Intake) (*fileRun, error) {
+	r := &fileRun{d: d, p: p, sess: sess, in: in,
+		log: d.log.With("partner", in.Partner, "intake_id", in.ID, "feed", in.Feed)}
+	for i := range p.cfg.Feeds {
+		if p.cfg.Feeds[i].Name == in.Feed {
+			r.feed = &p.cfg.Feeds[i]
+		}
+	}
+	if r.feed == nil {
+		return nil, fmt.Errorf("intake %d: feed %q is no longer configured for partner %s", in.ID, in.Feed, in.Partner)
+	}
+	return r, nil
+}
+
+// terminal reports whether the worker is done with a state.
+func terminal(s State) bool {
+	switch s {
+	case StateArchived, StateDuplicate, StateQuarantined, StateFailedTerminal, StateDiscarded, StateOutcomeUnknown:
+		return true
+	}
+	return false
+}
+
+// run drives the file until it leaves the worker's hands. A heartbeat
+// extends the lease meanwhile; when it finds the file fenced off, the run's
+// context is cancelled and the run stops.
+func (r *fileRun) run(ctx context.Context) error {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	hbDone := make(chan struct{})
+	go func() {
+		defer close(hbDone)
+		r.heartbeat(ctx, cancel)
+	}()
+	defer func() { cancel(nil); <-hbDone }()
+
+	for !terminal(r.in.State) {
+		var err error
+		start := time.Now()
+		stage := string(r.in.State)
+		switch r.in.State {
+		case StateClaimed:
+			err = r.download(ctx)
+		case StateSpooled:
+			err = r.decide(ctx)
+		case StateApplying:
+			err = r.apply(ctx)
+		case StateApplied:
+			err = r.archive(ctx, StateApplied, r.acceptedOutcome(), 0)
+		default:
+			err = fmt.Errorf("intake %d: no step for state %s", r.in.ID, r.in.State)
+		}
+		r.d.metrics.stage(r.in.Partner, stage, time.Since(start))
+		if err != nil {
+			if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) {
+				return cause
+			}
+			return err
+		}
+	}
+	return nil
+}
+
+func (r *fileRun) acceptedOutcome() string {
+	if r.in.RowsRejected+r.in.RowsConflict > 0 {
+		return OutcomeAcceptedWithRejects
+	}
+	return OutcomeAccepted
+}
+
+func (r *fileRun) heartbeat(ctx context.Context, cancel context.CancelCauseFunc) {
+	t := time.NewTicker(r.d.store.lease / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			err := r.d.store.heartbeat(ctx, r.in)
+			var fe *FencedError
+			if errors.As(err, &fe) {
+				cancel(fe)
+				return
+			}
+			if err != nil && ctx.Err() == nil {
+				r.log.Warn("heartbeat failed", "err", err)
+			}
+		}
+	}
+}
+
+// decide binds the batch and routes the spooled file: a duplicate is
+// archived without business effect, a conflict is quarantined, a new batch
+// is planned and then applied, held, or failed.
+func (r *fileRun) decide(ctx context.Context) error {
+	verdict, owner, err := r.d.store.bindBatch(ctx, r.in)
+	if err != nil {
+		return err
+	}
+	switch verdict {
+	case VerdictDuplicate:
+		return r.archive(ctx, StateSpooled, OutcomeDuplicate, owner)
+	case VerdictConflict:
+		return r.hold(ctx, StateQuarantined, ReasonBatchConflict, 0,
+			fmt.Sprintf("batch %s was already received with other bytes (intake %d); a resend under the same batch id must carry the same bytes", r.in.BatchID, owner))
+	}
+	res, err := r.plan(ctx)
+	if err != nil {
+		return err
+	}
+	switch {
+	case res.Fail != nil:
+		return r.fileFailure(ctx, res.Fail)
+	case res.Hold == ReasonRejectRate:
+		return r.hold(ctx, StateQuarantined, ReasonRejectRate, 0,
+			fmt.Sprintf("%d of %d rows were rejected, more than the feed allows (%.0f%%); see the rejects report", res.Rejected, res.Total, 100*r.feed.MaxRejectRatio))
+	case res.Hold == ReasonManifestMismatch:
+		return r.hold(ctx, StateQuarantined, ReasonManifestMismatch, 0,
+			fmt.Sprintf("the file has %d rows, its manifest states %d", res.Total, *r.in.ExpectedRows))
+	}
+	return nil
+}

@@ -1,0 +1,137 @@
+// Package config loads the daemon's YAML file strictly: an unknown or
+// misspelt key is an error naming the key and its line.
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/partner-intake/partner-intake/intake"
+	"github.com/partner-intake/partner-intake/partners"
+)
+
+// DefaultDatabaseURLEnv is read when database.url_env is not set.
+const DefaultDatabaseURLEnv = "INTAKE_DATABASE_URL"
+
+// File is the whole configuration file.
+type File struct {
+	// WorkerID names this replica (default: hostname); stable across restarts.
+	WorkerID string `yaml:"worker_id"`
+	// Lease is how long a claim lives without a heartbeat (default 2m).
+	Lease time.Duration `yaml:"lease"`
+	// Drain is how long SIGTERM waits for files in flight (default 30s).
+	Drain time.Duration `yaml:"drain"`
+	// Database says where PostgreSQL is.
+	Database Database `yaml:"database"`
+	// Spool is the local store of downloaded files.
+	Spool Spool `yaml:"spool"`
+	// Partners are the drop sites to poll.
+	Partners []partners.Config `yaml:"partners"`
+}
+
+// Database locates PostgreSQL. Prefer url_env: a URL with a password does
+// not belong in a config file.
+type Database struct {
+	// URL is a libpq-style URL or key=value string.
+	URL string `yaml:"url"`
+	// URLEnv names an environment variable holding the URL
+	// (default INTAKE_DATABASE_URL).
+	URLEnv string `yaml:"url_env"`
+}
+
+// Spool configures the local spool.
+type Spool struct {
+	// Dir holds spooled files; it must be on a local disk.
+	Dir string `yaml:"dir"`
+}
+
+// Load reads and validates a config file.
+func Load(path string) (*File, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	f, err := Parse(b)
+	if err != nil {
+		return nil, fmt.Errorf("config %s: %w", path, err)
+	}
+	return f, nil
+}
+
+// Parse decodes and validates config bytes.
+func Parse(b []byte) (*File, error) {
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	dec.KnownFields(true)
+	var f File
+	if err := dec.Decode(&f); err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil, errors.New("empty file")
+		}
+		return nil, err
+	}
+	var extra any
+	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
+		return nil, errors.New("more than one YAML document")
+	}
+	if err := f.Validate(); err != nil {
+		return nil, err
+	}
+	return &f, nil
+}
+
+// Validate fills defaults and reports the first problem by key.
+func (f *File) Validate() error {
+	if f.Database.URL != "" && f.Database.URLEnv != "" {
+		return errors.New("database: set url or url_env, not both")
+	}
+	if f.Database.URL == "" && f.Database.URLEnv == "" {
+		f.Database.URLEnv = DefaultDatabaseURLEnv
+	}
+	if f.Spool.Dir == "" {
+		return errors.New("spool.dir: required (a local directory for downloaded files)")
+	}
+	ic := f.Intake()
+	if err := ic.Validate(); err != nil {
+		return err
+	}
+	f.WorkerID, f.Lease, f.Drain = ic.WorkerID, ic.Lease, ic.Drain
+	if len(f.Partners) == 0 {
+		return errors.New("partners: at least one partner is required")
+	}
+	seen := map[string]bool{}
+	for i := range f.Partners {
+		p := &f.Partners[i]
+		p.SetDefaults()
+		if err := p.Validate(fmt.Sprintf("partners[%d]", i)); err != nil {
+			return err
+		}
+		if seen[p.ID] {
+			return fmt.Errorf("partners[%d].id: %q appears twice", i, p.ID)
+		}
+		seen[p.ID] = true
+	}
+	return nil
+}
+
+// Intake is the daemon part of the configuration.
+func (f *File) Intake() intake.Config {
+	return intake.Config{WorkerID: f.WorkerID, Lease: f.Lease, Drain: f.Drain}
+}
+
+// DatabaseURL resolves the database URL.
+func (f *File) DatabaseURL() (string, error) {
+	if f.Database.URL != "" {
+		return f.Database.URL, nil
+	}
+	v, ok := os.LookupEnv(f.Database.URLEnv)
+	if !ok || v == "" {
+		return "", fmt.Errorf("database.url_env: environment variable %s is not set", f.Database.URLEnv)
+	}
+	return v, nil
+}

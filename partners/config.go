@@ -1,0 +1,212 @@
+// Package partners holds what intake knows about one partner: its
+// configuration, its SFTP session with a pinned host key, and the layout of
+// its remote directories.
+package partners
+
+import (
+	"fmt"
+	"regexp"
+	"strings"
+	"time"
+)
+
+// Readiness modes: how a partner tells us a file is complete.
+const (
+	// ReadinessRename: the partner uploads elsewhere and publishes into ready/
+	// by an atomic rename; everything listed in ready/ is complete.
+	ReadinessRename = "rename"
+	// ReadinessManifest: a data file in ready/ is complete only once its
+	// <name>.complete manifest exists and agrees with the downloaded bytes.
+	ReadinessManifest = "manifest"
+)
+
+// Defaults applied by SetDefaults.
+const (
+	DefaultPoll           = "@every 10s"
+	DefaultDialTimeout    = 15 * time.Second
+	DefaultKeepalive      = 15 * time.Second
+	DefaultMaxFileBytes   = 1 << 30 // 1 GiB
+	DefaultMaxRows        = 10_000_000
+	DefaultMaxFilesPoll   = 100
+	DefaultMaxRejectRatio = 0.10
+	DefaultStaleUpload    = 6 * time.Hour
+)
+
+// idPattern is what a partner id may look like: it becomes part of spool
+// paths, metric labels and keys, so it is kept to a safe alphabet.
+var idPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
+
+// Config is one partner.
+type Config struct {
+	// ID is the partner id: lower-case letters, digits, '-' and '_'. It is
+	// part of every key, path, query, metric label and report.
+	ID string `yaml:"id"`
+	// SFTP is how to reach the partner's drop site.
+	SFTP SFTP `yaml:"sftp"`
+	// Poll is a robfig/cron/v3 spec ("*/5 * * * *") or "@every 30s".
+	Poll string `yaml:"poll"`
+	// Dirs names the remote directories.
+	Dirs Dirs `yaml:"dirs"`
+	// Readiness is "rename" (default) or "manifest".
+	Readiness string `yaml:"readiness"`
+	// Limits bounds what one file may be.
+	Limits Limits `yaml:"limits"`
+	// Feeds: each file in ready/ must match exactly one feed's pattern.
+	Feeds []Feed `yaml:"feeds"`
+}
+
+// SFTP is the connection to a partner's site. Exactly one of
+// PrivateKeyFile, PasswordFile, PasswordEnv is set. KnownHostsFile is
+// required: there is no way to skip host-key checking.
+type SFTP struct {
+	// Address is host:port.
+	Address string `yaml:"address"`
+	// User is the SSH login.
+	User string `yaml:"user"`
+	// PrivateKeyFile is an unencrypted OpenSSH private key.
+	PrivateKeyFile string `yaml:"private_key_file"`
+	// PasswordFile holds the password on its first line.
+	PasswordFile string `yaml:"password_file"`
+	// PasswordEnv names an environment variable holding the password.
+	PasswordEnv string `yaml:"password_env"`
+	// KnownHostsFile pins the server's host key (OpenSSH known_hosts format).
+	KnownHostsFile string `yaml:"known_hosts_file"`
+	// Root is the remote directory the layout lives under ("." = login dir).
+	Root string `yaml:"root"`
+	// DialTimeout bounds TCP connect plus the SSH handshake.
+	DialTimeout time.Duration `yaml:"dial_timeout"`
+	// Keepalive is the interval of keepalive@openssh.com requests.
+	Keepalive time.Duration `yaml:"keepalive"`
+}
+
+// Dirs names the remote directories, relative to SFTP.Root.
+type Dirs struct {
+	Incoming   string `yaml:"incoming"`
+	Ready      string `yaml:"ready"`
+	Processing string `yaml:"processing"`
+	Archive    string `yaml:"archive"`
+	Quarantine string `yaml:"quarantine"`
+	Reports    string `yaml:"reports"`
+}
+
+// Limits bounds one file. Files over a limit are quarantined unparsed.
+type Limits struct {
+	// MaxFileBytes is checked on the listed size and while streaming.
+	MaxFileBytes int64 `yaml:"max_file_bytes"`
+	// MaxRows is the most data rows one file may hold.
+	MaxRows int64 `yaml:"max_rows"`
+	// MaxFilesPerPoll caps how many files one poll claims.
+	MaxFilesPerPoll int `yaml:"max_files_per_poll"`
+	// StaleUpload is how old a *.part in incoming/ may get before an alert.
+	StaleUpload time.Duration `yaml:"stale_upload"`
+}
+
+// SetDefaults fills unset fields with their defaults.
+func (c *Config) SetDefaults() {
+	if c.Poll == "" {
+		c.Poll = DefaultPoll
+	}
+	if c.Readiness == "" {
+		c.Readiness = ReadinessRename
+	}
+	if c.SFTP.Root == "" {
+		c.SFTP.Root = "."
+	}
+	if c.SFTP.DialTimeout == 0 {
+		c.SFTP.DialTimeout = DefaultDialTimeout
+	}
+	if c.SFTP.Keepalive == 0 {
+		c.SFTP.Keepalive = DefaultKeepalive
+	}
+	d := &c.Dirs
+	for _, f := range []struct {
+		p   *string
+		def string
+	}{{&d.Incoming, "incoming"}, {&d.Ready, "ready"}, {&d.Processing, "processing"},
+		{&d.Archive, "archive"}, {&d.Quarantine, "quarantine"}, {&d.Reports, "reports"}} {
+		if *f.p == "" {
+			*f.p = f.def
+		}
+	}
+	if c.Limits.MaxFileBytes == 0 {
+		c.Limits.MaxFileBytes = DefaultMaxFileBytes
+	}
+	if c.Limits.MaxRows == 0 {
+		c.Limits.MaxRows = DefaultMaxRows
+	}
+	if c.Limits.MaxFilesPerPoll == 0 {
+		c.Limits.MaxFilesPerPoll = DefaultMaxFilesPoll
+	}
+	if c.Limits.StaleUpload == 0 {
+		c.Limits.StaleUpload = DefaultStaleUpload
+	}
+	for i := range c.Feeds {
+		c.Feeds[i].SetDefaults()
+	}
+}
+
+// Validate reports the first problem, naming the key to fix. key is the
+// path of this partner in the config file, e.g. "partners[0]".
+func (c *Config) Validate(key string) error {
+	if !idPattern.MatchString(c.ID) {
+		return fmt.Errorf("%s.id: %q must match %s", key, c.ID, idPattern)
+	}
+	key = fmt.Sprintf("%s (id %s)", key, c.ID)
+	s := c.SFTP
+	if s.Address == "" || !strings.Contains(s.Address, ":") {
+		return fmt.Errorf("%s.sftp.address: want host:port, got %q", key, s.Address)
+	}
+	if s.User == "" {
+		return fmt.Errorf("%s.sftp.user: required", key)
+	}
+	n := 0
+	for _, v := range []string{s.PrivateKeyFile, s.PasswordFile, s.PasswordEnv} {
+		if v != "" {
+			n++
+		}
+	}
+	if n != 1 {
+		return fmt.Errorf("%s.sftp: set exactly one of private_key_file, password_file, password_env", key)
+	}
+	if s.KnownHostsFile == "" {
+		return fmt.Errorf("%s.sftp.known_hosts_file: required; host keys are always pinned (ssh-keyscan the server and verify the fingerprint out of band)", key)
+	}
+	if c.Readiness != ReadinessRename && c.Readiness != ReadinessManifest {
+		return fmt.Errorf("%s.readiness: %q is not %q or %q", key, c.Readiness, ReadinessRename, ReadinessManifest)
+	}
+	for name, v := range map[string]string{"incoming": c.Dirs.Incoming, "ready": c.Dirs.Ready,
+		"processing": c.Dirs.Processing, "archive": c.Dirs.Archive, "quarantine": c.Dirs.Quarantine, "reports": c.Dirs.Reports} {
+		if strings.Contains(v, "..") || strings.HasPrefix(v, "/") || strings.ContainsAny(v, "\x00\n") {
+			return fmt.Errorf("%s.dirs.%s: %q must be a relative path below sftp.root without '..'", key, name, v)
+		}
+	}
+	if c.Limits.MaxFileBytes < 0 || c.Limits.MaxRows < 0 || c.Limits.MaxFilesPerPoll < 0 {
+		return fmt.Errorf("%s.limits: values must be positive", key)
+	}
+	if len(c.Feeds) == 0 {
+		return fmt.Errorf("%s.feeds: at least one feed is required", key)
+	}
+	seen := map[string]bool{}
+	for i := range c.Feeds {
+		f := &c.Feeds[i]
+		fkey := fmt.Sprintf("%s.feeds[%d]", key, i)
+		if err := f.Validate(fkey, c.Readiness); err != nil {
+			return err
+		}
+		if seen[f.Name] {
+			return fmt.Errorf("%s.name: feed %q appears twice", fkey, f.Name)
+		}
+		seen[f.Name] = true
+	}
+	return nil
+}
+
+// FeedFor returns the feed whose pattern matches name, or nil.
+func (c *Config) FeedFor(name string) *Feed {
+	for i := range c.Feeds {
+		if c.Feeds[i].re.MatchString(name) {
+			return &c.Feeds[i]
+		}
+	}
+	return nil
+}

@@ -1,0 +1,293 @@
+package partners
+
+import (
+	"fmt"
+	"path"
+	"regexp"
+	"strings"
+	"unicode/utf8"
+)
+
+// Batch-id sources.
+const (
+	BatchFromStem     = "stem"     // file name without its last extension
+	BatchFromRegex    = "regex"    // a capture group of the feed pattern
+	BatchFromManifest = "manifest" // the manifest's batch_id
+)
+
+// Column types.
+const (
+	TypeText      = "text"
+	TypeInteger   = "integer"
+	TypeDecimal   = "decimal"
+	TypeDate      = "date"
+	TypeTimestamp = "timestamp"
+	TypeEnum      = "enum"
+	TypeEmail     = "email"
+)
+
+// Encodings a feed may declare.
+const (
+	EncodingUTF8 = "utf-8"
+)
+
+// Feed defaults.
+const (
+	DefaultChunkRows    = 10_000
+	DefaultMaxFieldLen  = 64 << 10
+	DefaultTextMaxLen   = 4096
+	DefaultDateLayout   = "2006-01-02"
+	DefaultTimeLayout   = "2006-01-02T15:04:05Z07:00"
+	maxBatchIDLen       = 128
+	batchIDAllowedChars = `^[A-Za-z0-9][A-Za-z0-9._-]*$`
+)
+
+var batchIDPattern = regexp.MustCompile(batchIDAllowedChars)
+
+// ValidBatchID reports whether s may be used as a batch id: it becomes part
+// of archive and report names, so it is kept to a safe alphabet.
+func ValidBatchID(s string) bool {
+	return len(s) <= maxBatchIDLen && batchIDPattern.MatchString(s) && !strings.Contains(s, "..")
+}
+
+// Feed is one kind of file a partner sends.
+type Feed struct {
+	// Name identifies the feed in logs, metrics and the database.
+	Name string `yaml:"name"`
+	// Pattern is a Go regexp matched against the whole file name in ready/.
+	Pattern string `yaml:"pattern"`
+	// BatchID says where the batch id comes from.
+	BatchID BatchIDRule `yaml:"batch_id"`
+	// CSV is the declared dialect; it is never guessed.
+	CSV Dialect `yaml:"csv"`
+	// Columns in file order.
+	Columns []Column `yaml:"columns"`
+	// Key names the columns that identify a row, scoped by partner id.
+	Key []string `yaml:"key"`
+	// Target is the table rows land in (schema-qualified or not).
+	Target string `yaml:"target"`
+	// MaxRejectRatio: a file whose plan rejects more than this share of its
+	// rows is quarantined for ops instead of applied. 0 uses the default;
+	// 1 applies whatever is valid.
+	MaxRejectRatio float64 `yaml:"max_reject_ratio"`
+	// ChunkRows is how many rows one apply transaction covers.
+	ChunkRows int `yaml:"chunk_rows"`
+
+	re *regexp.Regexp
+}
+
+// BatchIDRule says where a file's batch id comes from.
+type BatchIDRule struct {
+	// From is "stem" (default), "regex" or "manifest".
+	From string `yaml:"from"`
+	// Group is the capture group of Pattern, for From = "regex".
+	Group int `yaml:"group"`
+}
+
+// Dialect is a declared CSV dialect.
+type Dialect struct {
+	// Delimiter is one character; default ",".
+	Delimiter string `yaml:"delimiter"`
+	// Header: the first line names the columns (checked against Columns).
+	Header *bool `yaml:"header"`
+	// Encoding: "utf-8" (a BOM is allowed).
+	Encoding string `yaml:"encoding"`
+	// MaxFieldBytes bounds one cell.
+	MaxFieldBytes int `yaml:"max_field_bytes"`
+}
+
+// HasHeader reports whether the first line is a header.
+func (d Dialect) HasHeader() bool { return d.Header == nil || *d.Header }
+
+// Column is one declared column.
+type Column struct {
+	Name     string `yaml:"name"`
+	Type     string `yaml:"type"`
+	Required bool   `yaml:"required"`
+	// MaxLength bounds text, in characters.
+	MaxLength int `yaml:"max_length"`
+	// Scale is the most digits after the point, for decimal.
+	Scale int `yaml:"scale"`
+	// Layout is a Go time layout, for date and timestamp.
+	Layout string `yaml:"layout"`
+	// Values are the allowed values, for enum.
+	Values []string `yaml:"values"`
+}
+
+var identPattern = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
+var targetPattern = regexp.MustCompile(`^([a-z_][a-z0-9_]{0,62}\.)?[a-z_][a-z0-9_]{0,62}$`)
+
+// SetDefaults fills unset fields.
+func (f *Feed) SetDefaults() {
+	if f.BatchID.From == "" {
+		f.BatchID.From = BatchFromStem
+	}
+	if f.CSV.Delimiter == "" {
+		f.CSV.Delimiter = ","
+	}
+	if f.CSV.Encoding == "" {
+		f.CSV.Encoding = EncodingUTF8
+	}
+	if f.CSV.MaxFieldBytes == 0 {
+		f.CSV.MaxFieldBytes = DefaultMaxFieldLen
+	}
+	if f.MaxRejectRatio == 0 {
+		f.MaxRejectRatio = DefaultMaxRejectRatio
+	}
+	if f.ChunkRows == 0 {
+		f.ChunkRows = DefaultChunkRows
+	}
+	for i := range f.Columns {
+		c := &f.Columns[i]
+		switch c.Type {
+		case TypeText:
+			if c.MaxLength == 0 {
+				c.MaxLength = DefaultTextMaxLen
+			}
+		case TypeDate:
+			if c.Layout == "" {
+				c.Layout = DefaultDateLayout
+			}
+		case TypeTimestamp:
+			if c.Layout == "" {
+				c.Layout = DefaultTimeLayout
+			}
+		}
+	}
+}
+
+// Validate reports the first problem, naming the key.
+func (f *Feed) Validate(key, readiness string) error {
+	if !identPattern.MatchString(f.Name) {
+		return fmt.Errorf("%s.name: %q must match %s", key, f.Name, identPattern)
+	}
+	key = fmt.Sprintf("%s (feed %s)", key, f.Name)
+	if f.Pattern == "" {
+		return fmt.Errorf("%s.pattern: required", key)
+	}
+	re, err := regexp.Compile("^(?:" + f.Pattern + ")$")
+	if err != nil {
+		return fmt.Errorf("%s.pattern: %v", key, err)
+	}
+	f.re = re
+	switch f.BatchID.From {
+	case BatchFromStem:
+	case BatchFromRegex:
+		if f.BatchID.Group < 1 || f.BatchID.Group > re.NumSubexp() {
+			return fmt.Errorf("%s.batch_id.group: %d is not a capture group of pattern (it has %d)", key, f.BatchID.Group, re.NumSubexp())
+		}
+	case BatchFromManifest:
+		if readiness != ReadinessManifest {
+			return fmt.Errorf("%s.batch_id.from: manifest needs the partner's readiness: manifest", key)
+		}
+	default:
+		return fmt.Errorf("%s.batch_id.from: %q is not stem, regex or manifest", key, f.BatchID.From)
+	}
+	if utf8.RuneCountInString(f.CSV.Delimiter) != 1 || strings.ContainsAny(f.CSV.Delimiter, "\"\r\n") {
+		return fmt.Errorf("%s.csv.delimiter: %q must be one character other than quote or newline", key, f.CSV.Delimiter)
+	}
+	if f.CSV.Encoding != EncodingUTF8 {
+		return fmt.Errorf("%s.csv.encoding: %q is not supported (supported: %s)", key, f.CSV.Encoding, EncodingUTF8)
+	}
+	if f.CSV.MaxFieldBytes < 1 {
+		return fmt.Errorf("%s.csv.max_field_bytes: must be positive", key)
+	}
+	if !targetPattern.MatchString(f.Target) {
+		return fmt.Errorf("%s.target: %q must be a lower-case table name, optionally schema-qualified", key, f.Target)
+	}
+	if f.MaxRejectRatio < 0 || f.MaxRejectRatio > 1 {
+		return fmt.Errorf("%s.max_reject_ratio: %v must be between 0 and 1", key, f.MaxRejectRatio)
+	}
+	if f.ChunkRows < 1 || f.ChunkRows > 1_000_000 {
+		return fmt.Errorf("%s.chunk_rows: %d must be between 1 and 1000000", key, f.ChunkRows)
+	}
+	if len(f.Columns) == 0 {
+		return fmt.Errorf("%s.columns: at least one column is required", key)
+	}
+	names := map[string]bool{}
+	for i, c := range f.Columns {
+		ckey := fmt.Sprintf("%s.columns[%d]", key, i)
+		if !identPattern.MatchString(c.Name) {
+			return fmt.Errorf("%s.name: %q must match %s", ckey, c.Name, identPattern)
+		}
+		if reservedColumns[c.Name] {
+			return fmt.Errorf("%s.name: %q is reserved for intake's bookkeeping", ckey, c.Name)
+		}
+		if names[c.Name] {
+			return fmt.Errorf("%s.name: %q appears twice", ckey, c.Name)
+		}
+		names[c.Name] = true
+		if err := c.validate(ckey); err != nil {
+			return err
+		}
+	}
+	if len(f.Key) == 0 {
+		return fmt.Errorf("%s.key: name the columns that identify a row", key)
+	}
+	for _, k := range f.Key {
+		if !names[k] {
+			return fmt.Errorf("%s.key: %q is not a declared column", key, k)
+		}
+		if c := f.Column(k); !c.Required {
+			return fmt.Errorf("%s.key: key column %q must be required", key, k)
+		}
+	}
+	return nil
+}
+
+// reservedColumns are intake's own columns in a target table.
+var reservedColumns = map[string]bool{"partner_id": true, "last_intake_id": true, "line": true}
+
+func (c Column) validate(key string) error {
+	switch c.Type {
+	case TypeText:
+		if c.MaxLength < 1 {
+			return fmt.Errorf("%s.max_length: must be positive", key)
+		}
+	case TypeInteger, TypeEmail:
+	case TypeDecimal:
+		if c.Scale < 0 || c.Scale > 30 {
+			return fmt.Errorf("%s.scale: %d must be between 0 and 30", key, c.Scale)
+		}
+	case TypeDate, TypeTimestamp:
+		if c.Layout == "" {
+			return fmt.Errorf("%s.layout: required for %s", key, c.Type)
+		}
+	case TypeEnum:
+		if len(c.Values) == 0 {
+			return fmt.Errorf("%s.values: an enum needs its allowed values", key)
+		}
+	default:
+		return fmt.Errorf("%s.type: %q is not one of text, integer, decimal, date, timestamp, enum, email", key, c.Type)
+	}
+	return nil
+}
+
+// Column returns the named column, or nil.
+func (f *Feed) Column(name string) *Column {
+	for i := range f.Columns {
+		if f.Columns[i].Name == name {
+			return &f.Columns[i]
+		}
+	}
+	return nil
+}
+
+// Matches reports whether name belongs to this feed.
+func (f *Feed) Matches(name string) bool { return f.re.MatchString(name) }
+
+// BatchIDFromName derives the batch id from a file name for the stem and
+// regex rules; for the manifest rule it returns "".
+func (f *Feed) BatchIDFromName(name string) string {
+	switch f.BatchID.From {
+	case BatchFromStem:
+		return strings.TrimSuffix(name, path.Ext(name))
+	case BatchFromRegex:
+		m := f.re.FindStringSubmatch(name)
+		if m == nil {
+			return ""
+		}
+		return m[f.BatchID.Group]
+	}
+	return ""
+}

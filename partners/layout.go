@@ -1,0 +1,78 @@
+package partners
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path"
+	"time"
+
+	"github.com/pkg/sftp"
+)
+
+// Layout turns the partner's directory names into remote paths.
+type Layout struct {
+	Root string
+	Dirs Dirs
+}
+
+// NewLayout returns the layout of p.
+func NewLayout(p *Config) Layout { return Layout{Root: p.SFTP.Root, Dirs: p.Dirs} }
+
+func (l Layout) join(parts ...string) string {
+	return path.Join(append([]string{l.Root}, parts...)...)
+}
+
+// Ready is ready/<name>.
+func (l Layout) Ready(name string) string { return l.join(l.Dirs.Ready, name) }
+
+// ReadyDir is ready/.
+func (l Layout) ReadyDir() string { return l.join(l.Dirs.Ready) }
+
+// IncomingDir is incoming/.
+func (l Layout) IncomingDir() string { return l.join(l.Dirs.Incoming) }
+
+// ProcessingDir is processing/<worker>/.
+func (l Layout) ProcessingDir(worker string) string { return l.join(l.Dirs.Processing, worker) }
+
+// Processing is processing/<worker>/<name>.
+func (l Layout) Processing(worker, name string) string {
+	return l.join(l.Dirs.Processing, worker, name)
+}
+
+// ArchiveDir is archive/YYYY/MM/ for t (UTC).
+func (l Layout) ArchiveDir(t time.Time) string {
+	t = t.UTC()
+	return l.join(l.Dirs.Archive, fmt.Sprintf("%04d", t.Year()), fmt.Sprintf("%02d", int(t.Month())))
+}
+
+// QuarantineDir is quarantine/.
+func (l Layout) QuarantineDir() string { return l.join(l.Dirs.Quarantine) }
+
+// ReportsDir is reports/.
+func (l Layout) ReportsDir() string { return l.join(l.Dirs.Reports) }
+
+// EnsureDirs creates the directories intake writes to when they are
+// missing. A lost claim race and a missing target directory both read as
+// "no such file", so the claim target must exist before a rename's error
+// can be read as a lost race.
+func (l Layout) EnsureDirs(c *sftp.Client, worker string) error {
+	for _, d := range []string{l.ReadyDir(), l.ProcessingDir(worker), l.QuarantineDir(), l.ReportsDir(), l.join(l.Dirs.Archive)} {
+		if err := c.MkdirAll(d); err != nil {
+			return fmt.Errorf("create remote %s: %w", d, err)
+		}
+	}
+	return nil
+}
+
+// IsNotExist reports whether err means the remote path does not exist.
+func IsNotExist(err error) bool {
+	if err == nil {
+		return false
+	}
+	if errors.Is(err, os.ErrNotExist) {
+		return true
+	}
+	var se *sftp.StatusError
+	return errors.As(err, &se) && se.FxCode() == sftp.ErrSSHFxNoSuchFile
+}

@@ -1,0 +1,156 @@
+package partners
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/pkg/sftp"
+	"golang.org/x/crypto/ssh"
+)
+
+// Session is an SFTP connection to one partner's site.
+type Session struct {
+	*sftp.Client
+	Layout Layout
+
+	ssh  *ssh.Client
+	done chan struct{}
+}
+
+// Dial connects to the partner's site with its pinned host key. The whole
+// dial (TCP and SSH handshake) is bounded by the partner's dial timeout:
+// ssh.ClientConfig.Timeout covers the TCP dial only, so a deadline is set on
+// the connection around the handshake and cleared afterwards.
+func Dial(ctx context.Context, p *Config) (*Session, error) {
+	auth, err := authMethod(p)
+	if err != nil {
+		return nil, err
+	}
+	hostKey, algos, err := pinnedHostKey(p.ID, p.SFTP.KnownHostsFile, p.SFTP.Address)
+	if err != nil {
+		return nil, fmt.Errorf("partner %s: %w", p.ID, err)
+	}
+	cfg := &ssh.ClientConfig{
+		User:              p.SFTP.User,
+		Auth:              []ssh.AuthMethod{auth},
+		HostKeyCallback:   hostKey,
+		HostKeyAlgorithms: algos,
+		Timeout:           p.SFTP.DialTimeout,
+	}
+	d := net.Dialer{Timeout: p.SFTP.DialTimeout}
+	dctx, cancel := context.WithTimeout(ctx, p.SFTP.DialTimeout)
+	defer cancel()
+	conn, err := d.DialContext(dctx, "tcp", p.SFTP.Address)
+	if err != nil {
+		return nil, fmt.Errorf("partner %s: dial %s: %w", p.ID, p.SFTP.Address, err)
+	}
+	deadline := time.Now().Add(p.SFTP.DialTimeout)
+	if dl, ok := dctx.Deadline(); ok && dl.Before(deadline) {
+		deadline = dl
+	}
+	_ = conn.SetDeadline(deadline)
+	c, chans, reqs, err := ssh.NewClientConn(conn, p.SFTP.Address, cfg)
+	if err != nil {
+		conn.Close()
+		var he *HostKeyError
+		if errors.As(err, &he) {
+			return nil, he
+		}
+		return nil, fmt.Errorf("partner %s: ssh handshake with %s: %w", p.ID, p.SFTP.Address, err)
+	}
+	_ = conn.SetDeadline(time.Time{})
+	client := ssh.NewClient(c, chans, reqs)
+	sc, err := sftp.NewClient(client,
+		sftp.UseConcurrentReads(true),
+		sftp.UseConcurrentWrites(true),
+		// 32 KiB packets stay far below OpenSSH's 255 KiB read limit
+		// (pkg/sftp#658 truncates silently above it).
+		sftp.MaxPacketChecked(32*1024),
+		sftp.MaxConcurrentRequestsPerFile(64),
+	)
+	if err != nil {
+		client.Close()
+		return nil, fmt.Errorf("partner %s: start sftp subsystem: %w", p.ID, err)
+	}
+	s := &Session{Client: sc, ssh: client, done: make(chan struct{}), Layout: NewLayout(p)}
+	go s.keepalive(p.SFTP.Keepalive)
+	return s, nil
+}
+
+// keepalive sends keepalive@openssh.com so a dead peer is noticed and NATs
+// keep the connection; x/crypto/ssh sends none by itself. A failed
+// keepalive closes the connection, which fails every pending request.
+func (s *Session) keepalive(every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.done:
+			return
+		case <-t.C:
+			errc := make(chan error, 1)
+			go func() {
+				_, _, err := s.ssh.SendRequest("keepalive@openssh.com", true, nil)
+				errc <- err
+			}()
+			select {
+			case err := <-errc:
+				if err != nil {
+					s.ssh.Close()
+					return
+				}
+			case <-time.After(every):
+				s.ssh.Close()
+				return
+			case <-s.done:
+				return
+			}
+		}
+	}
+}
+
+// Close ends the session. It is safe to call more than once.
+func (s *Session) Close() error {
+	select {
+	case <-s.done:
+		return nil
+	default:
+		close(s.done)
+	}
+	s.Client.Close()
+	return s.ssh.Close()
+}
+
+func authMethod(p *Config) (ssh.AuthMethod, error) {
+	s := p.SFTP
+	switch {
+	case s.PrivateKeyFile != "":
+		b, err := os.ReadFile(s.PrivateKeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("partner %s: sftp.private_key_file: %w", p.ID, err)
+		}
+		signer, err := ssh.ParsePrivateKey(b)
+		if err != nil {
+			return nil, fmt.Errorf("partner %s: sftp.private_key_file %s: %w", p.ID, s.PrivateKeyFile, err)
+		}
+		return ssh.PublicKeys(signer), nil
+	case s.PasswordFile != "":
+		b, err := os.ReadFile(s.PasswordFile)
+		if err != nil {
+			return nil, fmt.Errorf("partner %s: sftp.password_file: %w", p.ID, err)
+		}
+		pw, _, _ := strings.Cut(string(b), "\n")
+		return ssh.Password(strings.TrimRight(pw, "\r")), nil
+	default:
+		pw, ok := os.LookupEnv(s.PasswordEnv)
+		if !ok {
+			return nil, fmt.Errorf("partner %s: sftp.password_env: environment variable %s is not set", p.ID, s.PasswordEnv)
+		}
+		return ssh.Password(pw), nil
+	}
+}
