@@ -18,6 +18,9 @@ import (
 // mismatching download is retried once before the file is held.
 func (r *fileRun) download(ctx context.Context) error {
 	in := r.in
+	// The batch id is known before the bytes are: receipts of files held
+	// during download carry it too.
+	batch := r.feed.BatchIDFromName(in.RemoteName)
 	var man *Manifest
 	if in.ManifestName != "" {
 		m, err := r.readManifest()
@@ -25,6 +28,12 @@ func (r *fileRun) download(ctx context.Context) error {
 			return r.hold(ctx, StateFailedTerminal, ReasonManifestInvalid, 0, "the manifest could not be read as JSON with bytes and sha256")
 		}
 		man = m
+		if r.feed.BatchID.From == partners.BatchFromManifest {
+			batch = man.BatchID
+		}
+	}
+	if partners.ValidBatchID(batch) {
+		in.BatchID = batch
 	}
 	var e spool.Entry
 	var err error
@@ -54,12 +63,8 @@ func (r *fileRun) download(ctx context.Context) error {
 		break
 	}
 	r.in.SHA256, r.in.Size = e.SHA256, e.Size
-	batch := r.feed.BatchIDFromName(in.RemoteName)
 	var rowsWant *int64
 	if man != nil {
-		if r.feed.BatchID.From == partners.BatchFromManifest {
-			batch = man.BatchID
-		}
 		rowsWant = man.Rows
 	}
 	if !partners.ValidBatchID(batch) {

@@ -39,7 +39,9 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	}
 }
 
-func (m *metrics) finished(partner, state string) { m.filesFinished.WithLabelValues(partner, state).Inc() }
+func (m *metrics) finished(partner, state string) {
+	m.filesFinished.WithLabelValues(partner, state).Inc()
+}
 
 func (m *metrics) stage(partner, stage string, d time.Duration) {
 	m.stageSeconds.WithLabelValues(partner, stage).Observe(d.Seconds())

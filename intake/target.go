@@ -154,3 +154,9 @@ func (t *target) stageDDL() string {
 	}
 	return "CREATE TEMP TABLE intake_stage (" + strings.Join(cols, ", ") + ") ON COMMIT DROP"
 }
+
+// CheckTarget verifies a feed's target table as the daemon would use it.
+func CheckTarget(ctx context.Context, db *pgxpool.Pool, f *partners.Feed) error {
+	_, err := loadTarget(ctx, db, f)
+	return err
+}

@@ -1,0 +1,87 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/partner-intake/partner-intake/intake"
+	"github.com/partner-intake/partner-intake/internal/config"
+	"github.com/partner-intake/partner-intake/migrations"
+	"github.com/partner-intake/partner-intake/partners"
+)
+
+// cmdCheck validates the config and probes each partner, the database and
+// the target tables. It exits non-zero naming what to fix.
+func cmdCheck(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("check", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	path := fs.String("config", "", "config file (YAML)")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	cfg, err := config.Load(*path)
+	if err != nil {
+		fmt.Fprintln(stderr, "FAIL config:", err)
+		return 1
+	}
+	fmt.Fprintf(stdout, "ok   config %s (%d partners, worker %s)\n", *path, len(cfg.Partners), cfg.WorkerID)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	failed := 0
+	fail := func(what string, err error) {
+		failed++
+		fmt.Fprintf(stdout, "FAIL %s: %v\n", what, err)
+	}
+	for i := range cfg.Partners {
+		p := &cfg.Partners[i]
+		if err := partners.Probe(ctx, p, cfg.WorkerID); err != nil {
+			fail("partner "+p.ID, err)
+			continue
+		}
+		fmt.Fprintf(stdout, "ok   partner %s: host key pinned, login, directories writable, rename never overwrites\n", p.ID)
+	}
+	url, err := cfg.DatabaseURL()
+	if err != nil {
+		fail("database", err)
+		return 1
+	}
+	pool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		fail("database", err)
+		return 1
+	}
+	defer pool.Close()
+	if err := pool.Ping(ctx); err != nil {
+		fail("database", err)
+		return 1
+	}
+	var have int64
+	latest, _ := migrations.Latest()
+	err = pool.QueryRow(ctx, `SELECT version FROM intake_schema_migrations WHERE NOT dirty`).Scan(&have)
+	if err != nil || uint(have) != latest {
+		fail("database schema", fmt.Errorf("at version %d, this binary needs %d: run `intake migrate --config %s`", have, latest, *path))
+	} else {
+		fmt.Fprintf(stdout, "ok   database reachable, schema at version %d\n", have)
+	}
+	for i := range cfg.Partners {
+		p := &cfg.Partners[i]
+		for j := range p.Feeds {
+			f := &p.Feeds[j]
+			if err := intake.CheckTarget(ctx, pool, f); err != nil {
+				fail(fmt.Sprintf("partner %s feed %s", p.ID, f.Name), err)
+				continue
+			}
+			fmt.Fprintf(stdout, "ok   partner %s feed %s: target %s has the columns and unique index intake needs\n", p.ID, f.Name, f.Target)
+		}
+	}
+	if failed > 0 {
+		fmt.Fprintf(stdout, "%d problem(s) found\n", failed)
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,28 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os/signal"
+	"syscall"
+
+	"github.com/partner-intake/partner-intake/internal/demo"
+)
+
+func cmdDemo(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	once := fs.Bool("once", false, "exit after the example files are processed and summarised")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	if err := demo.Run(ctx, demo.Options{Once: *once, Out: stdout, Log: stderr}); err != nil {
+		fmt.Fprintln(stderr, "intake demo:", err)
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,121 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"golang.org/x/crypto/ssh/knownhosts"
+
+	"github.com/partner-intake/partner-intake/internal/sshdtest"
+	"github.com/partner-intake/partner-intake/internal/testenv"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+func writeConfig(t *testing.T, site *testenv.Site, knownHosts string) string {
+	t.Helper()
+	c := site.Config
+	cfg := fmt.Sprintf(`worker_id: cli-1
+database:
+  url_env: INTAKE_DATABASE_URL
+spool:
+  dir: %s
+partners:
+  - id: %s
+    sftp:
+      address: %s
+      user: %s
+      private_key_file: %s
+      known_hosts_file: %s
+      root: %s
+    feeds:
+      - name: orders
+        pattern: 'orders-.*\.csv'
+        columns:
+          - {name: order_id, type: text, required: true, max_length: 32}
+          - {name: email, type: email}
+          - {name: amount, type: decimal, scale: 2, required: true}
+          - {name: status, type: enum, values: [new, paid, shipped], required: true}
+          - {name: placed_at, type: timestamp, required: true}
+          - {name: qty, type: integer}
+        key: [order_id]
+        target: orders
+`, t.TempDir(), c.ID, c.SFTP.Address, c.SFTP.User, c.SFTP.PrivateKeyFile, knownHosts, c.SFTP.Root)
+	p := filepath.Join(t.TempDir(), "intake.yaml")
+	if err := os.WriteFile(p, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func runCLI(args ...string) (int, string) {
+	var out bytes.Buffer
+	code := run(args, &out, &out)
+	return code, out.String()
+}
+
+func TestCheckMigrateAndRunOnce(t *testing.T) {
+	url, pool := testenv.DB(t)
+	t.Setenv("INTAKE_DATABASE_URL", url)
+	site := testenv.NewSite(t, "cli")
+	cfg := writeConfig(t, site, site.Config.SFTP.KnownHostsFile)
+
+	if code, out := runCLI("migrate", "--config", cfg); code != 0 || !strings.Contains(out, "schema at version") {
+		t.Fatalf("migrate: %d %s", code, out)
+	}
+	code, out := runCLI("check", "--config", cfg)
+	if code != 0 {
+		t.Fatalf("check exited %d:\n%s", code, out)
+	}
+	for _, w := range []string{"ok   partner cli", "rename never overwrites", "ok   database", "target orders"} {
+		if !strings.Contains(out, w) {
+			t.Fatalf("check output lacks %q:\n%s", w, out)
+		}
+	}
+	site.Drop(t, "orders-cli.csv", "order_id,email,amount,status,placed_at,qty\nQ-1,a@b.io,1.00,new,2026-11-01T00:00:00Z,1\n")
+	if code, out := runCLI("run", "--config", cfg, "--once"); code != 0 {
+		t.Fatalf("run --once exited %d:\n%s", code, out)
+	}
+	var state string
+	if err := pool.QueryRow(context.Background(), `SELECT state FROM file_intake WHERE partner_id = 'cli'`).Scan(&state); err != nil || state != "archived" {
+		t.Fatalf("got state %q (%v), want archived", state, err)
+	}
+}
+
+func TestCheckNamesThePartnerWhoseHostKeyDiffers(t *testing.T) {
+	url, _ := testenv.DB(t)
+	t.Setenv("INTAKE_DATABASE_URL", url)
+	site := testenv.NewSite(t, "wrongkey")
+	other, _ := sshdtest.WriteKey(filepath.Join(t.TempDir(), "k"))
+	kh := filepath.Join(t.TempDir(), "kh")
+	os.WriteFile(kh, []byte(knownhosts.Line([]string{site.Config.SFTP.Address}, other)+"\n"), 0o600)
+	code, out := runCLI("check", "--config", writeConfig(t, site, kh))
+	if code == 0 || !strings.Contains(out, "FAIL partner wrongkey") || !strings.Contains(out, "does not match the pinned") {
+		t.Fatalf("check exited %d:\n%s", code, out)
+	}
+}
+
+func TestAConfigWithAnUnknownKeyIsRefused(t *testing.T) {
+	site := testenv.NewSite(t, "typo")
+	p := writeConfig(t, site, site.Config.SFTP.KnownHostsFile)
+	b, _ := os.ReadFile(p)
+	os.WriteFile(p, bytes.Replace(b, []byte("    feeds:"), []byte("    feed:"), 1), 0o600)
+	for _, cmd := range []string{"check", "run"} {
+		code, out := runCLI(cmd, "--config", p)
+		if code == 0 || !strings.Contains(out, "field feed not found") || !strings.Contains(out, "line 14") {
+			t.Fatalf("%s exited %d:\n%s", cmd, code, out)
+		}
+	}
+}
+
+func TestUnknownCommandPrintsUsage(t *testing.T) {
+	code, out := runCLI("frobnicate")
+	if code != 2 || !strings.Contains(out, "Usage:") {
+		t.Fatalf("got %d %s", code, out)
+	}
+}

@@ -1,0 +1,178 @@
+package rows
+
+import (
+	"errors"
+	"io"
+	"strings"
+	"testing"
+
+	"github.com/partner-intake/partner-intake/partners"
+)
+
+func feed(t *testing.T) *partners.Feed {
+	t.Helper()
+	f := &partners.Feed{
+		Name: "f", Pattern: `x\.csv`, Target: "t",
+		Columns: []partners.Column{
+			{Name: "id", Type: partners.TypeText, Required: true, MaxLength: 5},
+			{Name: "n", Type: partners.TypeInteger},
+			{Name: "amt", Type: partners.TypeDecimal, Scale: 2},
+			{Name: "d", Type: partners.TypeDate, Layout: "02.01.2006"},
+			{Name: "kind", Type: partners.TypeEnum, Values: []string{"a", "b"}},
+			{Name: "mail", Type: partners.TypeEmail},
+		},
+		Key: []string{"id"},
+	}
+	f.SetDefaults()
+	if err := f.Validate("f", partners.ReadinessRename); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+const hdr = "id,n,amt,d,kind,mail\n"
+
+type got struct {
+	line          int64
+	column, issue string
+	values        []any
+}
+
+func readAll(t *testing.T, f *partners.Feed, src string) ([]got, error) {
+	t.Helper()
+	rd, err := NewReader(strings.NewReader(src), f, 0)
+	if err != nil {
+		return nil, err
+	}
+	var out []got
+	for {
+		row, err := rd.Next()
+		if errors.Is(err, io.EOF) {
+			return out, nil
+		}
+		if err != nil {
+			return out, err
+		}
+		g := got{line: row.Line}
+		if row.Issue != nil {
+			g.column, g.issue = row.Issue.Column, row.Issue.Reason
+		} else {
+			g.values = append([]any(nil), row.Values...)
+		}
+		out = append(out, g)
+	}
+}
+
+func TestRowsGetAReasonCodePerProblem(t *testing.T) {
+	tests := []struct {
+		name, row, column, reason string
+	}{
+		{"a valid row has no issue", "k1,42,3.10,01.02.2026,a,x@y.io", "", ""},
+		{"a missing required key", ",1,1,01.02.2026,a,", "id", ReasonRequiredMissing},
+		{"text over max length", "abcdef,1,1,01.02.2026,a,", "id", ReasonTooLong},
+		{"an integer that is not one", "k,1.5,1,01.02.2026,a,", "n", ReasonNotInteger},
+		{"a decimal with letters", "k,1,1e3,01.02.2026,a,", "amt", ReasonNotDecimal},
+		{"a decimal over its scale", "k,1,1.001,01.02.2026,a,", "amt", ReasonScaleExceeded},
+		{"a date in another layout is not guessed", "k,1,1,2026-02-01,a,", "d", ReasonBadDate},
+		{"a value outside the enum", "k,1,1,01.02.2026,c,", "kind", ReasonNotInEnum},
+		{"a malformed email", "k,1,1,01.02.2026,a,x@", "mail", ReasonBadEmail},
+		{"too few fields", "k,1,1", "", ReasonFieldCount},
+		{"too many fields", "k,1,1,01.02.2026,a,,extra", "", ReasonFieldCount},
+		{"a bare quote", `k"x,1,1,01.02.2026,a,`, "", ReasonCSVSyntax},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rows, err := readAll(t, feed(t), hdr+tt.row+"\n")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(rows) != 1 {
+				t.Fatalf("got %d rows, want 1", len(rows))
+			}
+			if rows[0].issue != tt.reason || rows[0].column != tt.column {
+				t.Fatalf("got %q/%q, want %q/%q", rows[0].column, rows[0].issue, tt.column, tt.reason)
+			}
+			if rows[0].line != 2 {
+				t.Fatalf("got line %d, want 2", rows[0].line)
+			}
+		})
+	}
+}
+
+func TestValuesAreNormalised(t *testing.T) {
+	rows, err := readAll(t, feed(t), "\uFEFF"+hdr+"k1, 042 ,-3.10,01.02.2026, b ,\r\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []any{"k1", "42", "-3.10", "2026-02-01", "b", nil}
+	for i, w := range want {
+		if rows[0].values[i] != w {
+			t.Fatalf("value %d: got %#v, want %#v", i, rows[0].values[i], w)
+		}
+	}
+}
+
+func TestLineNumbersFollowQuotedNewlines(t *testing.T) {
+	src := hdr + "k1,1,1,,,\n\"k\n2\",1,1,,,\nk3,1,1,,,\n"
+	rows, err := readAll(t, feed(t), src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != 3 || rows[0].line != 2 || rows[1].line != 3 || rows[2].line != 5 {
+		t.Fatalf("got %+v, want lines 2, 3, 5", rows)
+	}
+	if rows[1].issue != "" || rows[1].values[0] != "k\n2" {
+		t.Fatalf("quoted newline row: %+v", rows[1])
+	}
+}
+
+func TestWholeFileProblemsAreTerminal(t *testing.T) {
+	long := strings.Repeat("x", MaxLineBytes+10)
+	tests := []struct {
+		name, src, reason string
+		line              int64
+	}{
+		{"a renamed header column", "id,n,amount,d,kind,mail\nk,1,1,,,\n", ReasonHeaderMismatch, 1},
+		{"a repeated header column", "id,n,n,d,kind,mail\n", ReasonHeaderMismatch, 1},
+		{"an extra header column", hdr[:len(hdr)-1] + ",x\n", ReasonHeaderMismatch, 1},
+		{"an empty file", "", ReasonEmptyFile, 0},
+		{"binary content under a csv name", hdr + "k,1,\x00\x01,,,\n", ReasonBinaryContent, 2},
+		{"invalid UTF-8", hdr + "k\xff,1,1,,,\n", ReasonInvalidEncoding, 2},
+		{"a line longer than the limit is never buffered whole", hdr + long + "\n", ReasonLineTooLong, 2},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := readAll(t, feed(t), tt.src)
+			var fe *FileError
+			if !errors.As(err, &fe) {
+				t.Fatalf("got %v, want a FileError", err)
+			}
+			if fe.Reason != tt.reason || fe.Line != tt.line {
+				t.Fatalf("got %s at line %d, want %s at line %d", fe.Reason, fe.Line, tt.reason, tt.line)
+			}
+			if strings.Contains(fe.Error(), "k\xff") {
+				t.Fatal("the error echoes a cell value")
+			}
+		})
+	}
+}
+
+func TestMaxRowsFailsTheFile(t *testing.T) {
+	rd, err := NewReader(strings.NewReader(hdr+"a,,,,,\nb,,,,,\nc,,,,,\n"), feed(t), 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fe *FileError
+	for {
+		_, err := rd.Next()
+		if errors.As(err, &fe) {
+			break
+		}
+		if err != nil {
+			t.Fatalf("got %v, want too_many_rows", err)
+		}
+	}
+	if fe.Reason != ReasonTooManyRows || fe.Line != 4 {
+		t.Fatalf("got %s at %d", fe.Reason, fe.Line)
+	}
+}

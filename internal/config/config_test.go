@@ -1,0 +1,83 @@
+package config
+
+import (
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+func TestExampleConfigIsValid(t *testing.T) {
+	f, err := Load("../../configs/intake.example.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.WorkerID != "intake-1" || len(f.Partners) != 1 || f.Partners[0].Feeds[0].Key[0] != "order_id" {
+		t.Fatalf("got %+v", f)
+	}
+	if f.Database.URLEnv != "INTAKE_DATABASE_URL" {
+		t.Fatalf("got url_env %q", f.Database.URLEnv)
+	}
+}
+
+func example(t *testing.T) string {
+	b, err := os.ReadFile("../../configs/intake.example.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+func TestConfigErrorsNameTheKey(t *testing.T) {
+	tests := []struct {
+		name    string
+		edit    func(string) string
+		wantAll []string
+	}{
+		{"an unknown key is refused with its line", func(s string) string {
+			return strings.Replace(s, "    poll: ", "    pol: ", 1)
+		}, []string{"field pol not found"}},
+		{"a misspelt nested key is refused", func(s string) string {
+			return strings.Replace(s, "known_hosts_file:", "known_host_file:", 1)
+		}, []string{"known_host_file"}},
+		{"a missing known_hosts file is refused: no unpinned connections", func(s string) string {
+			return strings.Replace(s, "      known_hosts_file: /etc/intake/known_hosts/acme # required: host keys are always pinned\n", "", 1)
+		}, []string{"known_hosts_file", "required"}},
+		{"a bad readiness mode names the key", func(s string) string {
+			return strings.Replace(s, "readiness: rename", "readiness: mtime", 1)
+		}, []string{"readiness", "mtime"}},
+		{"a key column that is not declared", func(s string) string {
+			return strings.Replace(s, "key: [order_id]", "key: [order_no]", 1)
+		}, []string{"feeds[0]", "key", "order_no"}},
+		{"a bad partner id", func(s string) string {
+			return strings.Replace(s, "- id: acme", "- id: ../etc", 1)
+		}, []string{"partners[0].id"}},
+		{"a regex batch id needs a capture group", func(s string) string {
+			return strings.Replace(s, "group: 1", "group: 2", 1)
+		}, []string{"batch_id.group"}},
+		{"both url and url_env", func(s string) string {
+			return strings.Replace(s, "  url_env: INTAKE_DATABASE_URL", "  url_env: X\n  url: postgres://x", 1)
+		}, []string{"url or url_env"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			src := tt.edit(example(t))
+			if src == example(t) {
+				t.Fatal("edit changed nothing")
+			}
+			if i := strings.Index(src, "pol: "); i >= 0 {
+				// the line of an unknown key is part of the message
+				tt.wantAll = append(tt.wantAll, "line "+strconv.Itoa(1+strings.Count(src[:i], "\n")))
+			}
+			_, err := Parse([]byte(src))
+			if err == nil {
+				t.Fatal("got no error")
+			}
+			for _, w := range tt.wantAll {
+				if !strings.Contains(err.Error(), w) {
+					t.Fatalf("error %q does not mention %q", err, w)
+				}
+			}
+		})
+	}
+}

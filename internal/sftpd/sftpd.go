@@ -1,0 +1,288 @@
+// Package sftpd is a small in-process SFTP server (pkg/sftp's request
+// server on x/crypto/ssh) that serves one local folder per user. The demo
+// uses it as the partners' drop site, and fast SFTP-only tests may. It
+// behaves like OpenSSH where intake relies on it: RENAME never overwrites,
+// and listings describe symlinks as symlinks (lstat), never following them.
+package sftpd
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path"
+	"path/filepath"
+	"strings"
+	"sync"
+
+	"github.com/pkg/sftp"
+	"golang.org/x/crypto/ssh"
+	"golang.org/x/sys/unix"
+)
+
+// Server serves SFTP on a loopback listener.
+type Server struct {
+	ln    net.Listener
+	cfg   *ssh.ServerConfig
+	roots map[string]string // user -> folder
+	keys  map[string]string // user -> authorized key (wire format)
+	log   *slog.Logger
+	wg    sync.WaitGroup
+	mu    sync.Mutex
+	conns map[net.Conn]bool
+	done  bool
+}
+
+// User is one login: its authorized public key and the folder it sees as /.
+type User struct {
+	Name string
+	Key  ssh.PublicKey
+	Root string
+}
+
+// Start listens on addr (e.g. 127.0.0.1:0) with the given host key.
+func Start(addr string, hostKey ssh.Signer, users []User, log *slog.Logger) (*Server, error) {
+	s := &Server{roots: map[string]string{}, keys: map[string]string{}, log: log, conns: map[net.Conn]bool{}}
+	for _, u := range users {
+		abs, err := filepath.Abs(u.Root)
+		if err != nil {
+			return nil, err
+		}
+		s.roots[u.Name] = abs
+		s.keys[u.Name] = string(u.Key.Marshal())
+	}
+	s.cfg = &ssh.ServerConfig{
+		PublicKeyCallback: func(c ssh.ConnMetadata, key ssh.PublicKey) (*ssh.Permissions, error) {
+			if want, ok := s.keys[c.User()]; ok && want == string(key.Marshal()) {
+				return &ssh.Permissions{}, nil
+			}
+			return nil, fmt.Errorf("unknown key for %q", c.User())
+		},
+	}
+	s.cfg.AddHostKey(hostKey)
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	s.ln = ln
+	s.wg.Add(1)
+	go s.accept()
+	return s, nil
+}
+
+// Addr is the listening address.
+func (s *Server) Addr() string { return s.ln.Addr().String() }
+
+// Close stops listening, closes every connection and waits for them.
+func (s *Server) Close() error {
+	s.mu.Lock()
+	s.done = true
+	for c := range s.conns {
+		c.Close()
+	}
+	s.mu.Unlock()
+	err := s.ln.Close()
+	s.wg.Wait()
+	return err
+}
+
+func (s *Server) accept() {
+	defer s.wg.Done()
+	for {
+		c, err := s.ln.Accept()
+		if err != nil {
+			return
+		}
+		s.mu.Lock()
+		if s.done {
+			s.mu.Unlock()
+			c.Close()
+			return
+		}
+		s.conns[c] = true
+		s.mu.Unlock()
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			s.serve(c)
+			s.mu.Lock()
+			delete(s.conns, c)
+			s.mu.Unlock()
+		}()
+	}
+}
+
+func (s *Server) serve(c net.Conn) {
+	defer c.Close()
+	sc, chans, reqs, err := ssh.NewServerConn(c, s.cfg)
+	if err != nil {
+		return
+	}
+	defer sc.Close()
+	go ssh.DiscardRequests(reqs)
+	root := s.roots[sc.User()]
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for nc := range chans {
+		if nc.ChannelType() != "session" {
+			nc.Reject(ssh.UnknownChannelType, "only session channels")
+			continue
+		}
+		ch, creqs, err := nc.Accept()
+		if err != nil {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer ch.Close()
+			for req := range creqs {
+				ok := req.Type == "subsystem" && len(req.Payload) >= 4 && string(req.Payload[4:]) == "sftp"
+				req.Reply(ok, nil)
+				if !ok {
+					continue
+				}
+				h := &handler{root: root}
+				srv := sftp.NewRequestServer(ch, sftp.Handlers{FileGet: h, FilePut: h, FileCmd: h, FileList: h})
+				if err := srv.Serve(); err != nil && !errors.Is(err, io.EOF) {
+					s.log.Debug("sftp session ended", "err", err)
+				}
+				srv.Close()
+				return
+			}
+		}()
+	}
+}
+
+// handler maps SFTP paths into root, lexically confined to it.
+type handler struct{ root string }
+
+func (h *handler) local(p string) (string, error) {
+	clean := path.Clean("/" + p)
+	full := filepath.Join(h.root, filepath.FromSlash(clean))
+	if full != h.root && !strings.HasPrefix(full, h.root+string(filepath.Separator)) {
+		return "", os.ErrPermission
+	}
+	return full, nil
+}
+
+func (h *handler) Fileread(r *sftp.Request) (io.ReaderAt, error) {
+	p, err := h.local(r.Filepath)
+	if err != nil {
+		return nil, err
+	}
+	return os.Open(p)
+}
+
+func (h *handler) Filewrite(r *sftp.Request) (io.WriterAt, error) {
+	p, err := h.local(r.Filepath)
+	if err != nil {
+		return nil, err
+	}
+	fl := r.Pflags()
+	flags := os.O_WRONLY
+	if fl.Creat {
+		flags |= os.O_CREATE
+	}
+	if fl.Trunc {
+		flags |= os.O_TRUNC
+	}
+	if fl.Excl {
+		flags |= os.O_EXCL
+	}
+	if fl.Append {
+		flags |= os.O_APPEND
+	}
+	return os.OpenFile(p, flags, 0o644)
+}
+
+func (h *handler) Filecmd(r *sftp.Request) error {
+	p, err := h.local(r.Filepath)
+	if err != nil {
+		return err
+	}
+	switch r.Method {
+	case "Rename":
+		t, err := h.local(r.Target)
+		if err != nil {
+			return err
+		}
+		// Like OpenSSH's SSH_FXP_RENAME: fail when the target exists.
+		return unix.Renameat2(unix.AT_FDCWD, p, unix.AT_FDCWD, t, unix.RENAME_NOREPLACE)
+	case "Remove":
+		st, err := os.Lstat(p)
+		if err != nil {
+			return err
+		}
+		if st.IsDir() {
+			return errors.New("is a directory")
+		}
+		return os.Remove(p)
+	case "Rmdir":
+		return unix.Rmdir(p)
+	case "Mkdir":
+		return os.Mkdir(p, 0o755)
+	case "Setstat":
+		if r.AttrFlags().Size {
+			return os.Truncate(p, int64(r.Attributes().Size))
+		}
+		return nil
+	}
+	return sftp.ErrSSHFxOpUnsupported
+}
+
+func (h *handler) Filelist(r *sftp.Request) (sftp.ListerAt, error) {
+	p, err := h.local(r.Filepath)
+	if err != nil {
+		return nil, err
+	}
+	switch r.Method {
+	case "List":
+		ents, err := os.ReadDir(p)
+		if err != nil {
+			return nil, err
+		}
+		out := make(listerAt, 0, len(ents))
+		for _, e := range ents {
+			if info, err := e.Info(); err == nil { // lstat: symlinks stay symlinks
+				out = append(out, info)
+			}
+		}
+		return out, nil
+	case "Stat":
+		st, err := os.Stat(p)
+		if err != nil {
+			return nil, err
+		}
+		return listerAt{st}, nil
+	}
+	return nil, sftp.ErrSSHFxOpUnsupported
+}
+
+// Lstat implements sftp.LstatFileLister.
+func (h *handler) Lstat(r *sftp.Request) (sftp.ListerAt, error) {
+	p, err := h.local(r.Filepath)
+	if err != nil {
+		return nil, err
+	}
+	st, err := os.Lstat(p)
+	if err != nil {
+		return nil, err
+	}
+	return listerAt{st}, nil
+}
+
+type listerAt []os.FileInfo
+
+func (l listerAt) ListAt(ls []os.FileInfo, off int64) (int, error) {
+	if off >= int64(len(l)) {
+		return 0, io.EOF
+	}
+	n := copy(ls, l[off:])
+	if n < len(ls) {
+		return n, io.EOF
+	}
+	return n, nil
+}

@@ -1,0 +1,59 @@
+package partners
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"path"
+)
+
+// ErrRenameOverwrites means the server's plain RENAME replaces an existing
+// target. Claims and never-overwrite archiving rely on RENAME failing there
+// (as OpenSSH's does), so such a server is refused.
+var ErrRenameOverwrites = errors.New("the server's SFTP RENAME overwrites an existing target; claims and archiving would be unsafe")
+
+// Probe connects to the partner with its pinned host key and checks that
+// ready/ exists, that intake can create and write its directories, and that
+// RENAME refuses to overwrite. It leaves nothing behind.
+func Probe(ctx context.Context, p *Config, worker string) error {
+	s, err := Dial(ctx, p)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	ready := s.Layout.ReadyDir()
+	st, err := s.Stat(ready)
+	if err != nil {
+		return fmt.Errorf("partner %s: dirs.ready %s: %w", p.ID, ready, err)
+	}
+	if !st.IsDir() {
+		return fmt.Errorf("partner %s: dirs.ready %s is not a directory", p.ID, ready)
+	}
+	if err := s.Layout.EnsureDirs(s.Client, worker); err != nil {
+		return fmt.Errorf("partner %s: %w", p.ID, err)
+	}
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	dir := s.Layout.ProcessingDir(worker)
+	a := path.Join(dir, ".intake-probe-a-"+hex.EncodeToString(b[:]))
+	bb := path.Join(dir, ".intake-probe-b-"+hex.EncodeToString(b[:]))
+	defer s.Remove(a)
+	defer s.Remove(bb)
+	for _, name := range []string{a, bb} {
+		f, err := s.Create(name)
+		if err != nil {
+			return fmt.Errorf("partner %s: %s is not writable: %w", p.ID, dir, err)
+		}
+		_, err = f.Write([]byte(name))
+		f.Close()
+		if err != nil {
+			return fmt.Errorf("partner %s: write in %s: %w", p.ID, dir, err)
+		}
+	}
+	if err := s.Rename(a, bb); err == nil {
+		return fmt.Errorf("partner %s: %w", p.ID, ErrRenameOverwrites)
+	}
+	return nil
+}

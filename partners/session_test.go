@@ -1,0 +1,176 @@
+package partners_test
+
+import (
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/crypto/ssh"
+	"golang.org/x/crypto/ssh/knownhosts"
+
+	"github.com/partner-intake/partner-intake/internal/sftpd"
+	"github.com/partner-intake/partner-intake/internal/sshdtest"
+	"github.com/partner-intake/partner-intake/partners"
+)
+
+var sshd *sshdtest.Server
+
+func TestMain(m *testing.M) {
+	var err error
+	sshd, err = sshdtest.Start()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	sshd.Close()
+	os.Exit(code)
+}
+
+func partner(t *testing.T) *partners.Config {
+	t.Helper()
+	root, err := sshd.PartnerRoot(strings.ReplaceAll(strings.ToLower(t.Name()), "/", "-"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.MkdirAll(filepath.Join(root, "ready"), 0o755)
+	p := &partners.Config{ID: "p1", SFTP: partners.SFTP{Address: sshd.Addr, User: sshd.User,
+		PrivateKeyFile: sshd.ClientKeyFile, KnownHostsFile: sshd.KnownHostsFile, Root: root},
+		Feeds: []partners.Feed{{Name: "f", Pattern: `.*\.csv`, Target: "t", Key: []string{"id"},
+			Columns: []partners.Column{{Name: "id", Type: "text", Required: true}}}}}
+	p.SetDefaults()
+	if err := p.Validate("p"); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestPinnedHostKeyConnectsToOpenSSH(t *testing.T) {
+	p := partner(t)
+	s, err := partners.Dial(context.Background(), p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if _, err := s.Stat(s.Layout.ReadyDir()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestHostKeyMismatchIsRefused(t *testing.T) {
+	p := partner(t)
+	other, err := sshdtest.WriteKey(filepath.Join(t.TempDir(), "other"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	kh := filepath.Join(t.TempDir(), "known_hosts")
+	os.WriteFile(kh, []byte(knownhosts.Line([]string{sshd.Addr}, other)+"\n"), 0o600)
+	p.SFTP.KnownHostsFile = kh
+	_, err = partners.Dial(context.Background(), p)
+	if !partners.IsHostKeyMismatch(err) {
+		t.Fatalf("got %v, want a host key mismatch", err)
+	}
+	for _, w := range []string{"p1", "does not match the pinned", ssh.FingerprintSHA256(sshd.HostKey)} {
+		if !strings.Contains(err.Error(), w) {
+			t.Fatalf("error %q does not say %q", err, w)
+		}
+	}
+}
+
+func TestHostWithoutAPinnedKeyIsRefused(t *testing.T) {
+	p := partner(t)
+	kh := filepath.Join(t.TempDir(), "known_hosts")
+	other, _ := sshdtest.WriteKey(filepath.Join(t.TempDir(), "k"))
+	os.WriteFile(kh, []byte(knownhosts.Line([]string{"10.9.9.9:22"}, other)+"\n"), 0o600)
+	p.SFTP.KnownHostsFile = kh
+	_, err := partners.Dial(context.Background(), p)
+	if err == nil || !strings.Contains(err.Error(), "no entry for") {
+		t.Fatalf("got %v, want 'no entry for'", err)
+	}
+}
+
+func TestProbeAcceptsOpenSSHAndLeavesNothing(t *testing.T) {
+	p := partner(t)
+	if err := partners.Probe(context.Background(), p, "w1"); err != nil {
+		t.Fatal(err)
+	}
+	ents, err := os.ReadDir(filepath.Join(p.SFTP.Root, "processing", "w1"))
+	if err != nil || len(ents) != 0 {
+		t.Fatalf("probe left %v (%v)", ents, err)
+	}
+}
+
+func TestProbeRefusesAMissingReadyDir(t *testing.T) {
+	p := partner(t)
+	os.Remove(filepath.Join(p.SFTP.Root, "ready"))
+	err := partners.Probe(context.Background(), p, "w1")
+	if err == nil || !strings.Contains(err.Error(), "dirs.ready") {
+		t.Fatalf("got %v, want an error naming dirs.ready", err)
+	}
+}
+
+// The in-process server the demo uses must behave like OpenSSH where the
+// protocol relies on it.
+func TestInProcessServerRenamesLikeOpenSSH(t *testing.T) {
+	_, hostPriv, _ := ed25519.GenerateKey(rand.Reader)
+	host, _ := ssh.NewSignerFromKey(hostPriv)
+	clientKey := filepath.Join(t.TempDir(), "client")
+	pub, err := sshdtest.WriteKey(clientKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := t.TempDir()
+	os.MkdirAll(filepath.Join(root, "ready"), 0o755)
+	srv, err := sftpd.Start("127.0.0.1:0", host, []sftpd.User{{Name: "p1", Key: pub, Root: root}}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	kh := filepath.Join(t.TempDir(), "kh")
+	os.WriteFile(kh, []byte(knownhosts.Line([]string{srv.Addr()}, host.PublicKey())+"\n"), 0o600)
+	p := &partners.Config{ID: "p1", SFTP: partners.SFTP{Address: srv.Addr(), User: "p1", PrivateKeyFile: clientKey,
+		KnownHostsFile: kh, Root: "/", DialTimeout: 5 * time.Second, Keepalive: time.Minute}}
+	p.SetDefaults()
+	if err := partners.Probe(context.Background(), p, "w1"); err != nil {
+		t.Fatalf("probe: %v", err)
+	}
+	s, err := partners.Dial(context.Background(), p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	os.WriteFile(filepath.Join(root, "ready", "a.csv"), []byte("a"), 0o644)
+	os.Symlink("/etc/passwd", filepath.Join(root, "ready", "link.csv"))
+	ents, err := s.ReadDir("/ready")
+	if err != nil {
+		t.Fatal(err)
+	}
+	modes := map[string]os.FileMode{}
+	for _, e := range ents {
+		modes[e.Name()] = e.Mode()
+	}
+	if !modes["a.csv"].IsRegular() || modes["link.csv"]&os.ModeSymlink == 0 {
+		t.Fatalf("listing modes %v: a symlink must be listed as a symlink", modes)
+	}
+	if err := s.Rename("/ready/a.csv", "/processing/w1/a.csv"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Rename("/ready/a.csv", "/processing/w2/a.csv"); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("second claim got %v, want not-exist", err)
+	}
+	if _, err := s.Stat("/../../etc/passwd"); err == nil {
+		// confined: /../../etc/passwd resolves inside root
+		if _, err := os.Stat(filepath.Join(root, "etc", "passwd")); err != nil {
+			t.Fatal("a path escaped the served folder")
+		}
+	}
+}

@@ -1,0 +1,118 @@
+package spool
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func src(data string) Source {
+	return func(w io.Writer) (int64, error) {
+		n, err := io.Copy(w, strings.NewReader(data))
+		return n, err
+	}
+}
+
+func noTemps(t *testing.T, s *Spool, partner string) {
+	t.Helper()
+	tmps, err := s.TempFiles(partner, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(tmps) != 0 {
+		t.Fatalf("temp files left behind: %v", tmps)
+	}
+}
+
+func TestPutStoresUnderTheContentHash(t *testing.T) {
+	s, err := New(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := "a,b\n1,2\n"
+	e, err := s.Put("acme", int64(len(data)), 1<<20, src(data))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := sha256.Sum256([]byte(data))
+	if e.SHA256 != hex.EncodeToString(h[:]) || e.Size != int64(len(data)) {
+		t.Fatalf("got %+v", e)
+	}
+	want := filepath.Join(s.Dir(), "acme", "sha256", e.SHA256[:2], e.SHA256)
+	if s.Path("acme", e.SHA256) != want {
+		t.Fatalf("path %s, want %s", s.Path("acme", e.SHA256), want)
+	}
+	b, err := os.ReadFile(want)
+	if err != nil || string(b) != data {
+		t.Fatalf("stored %q, %v", b, err)
+	}
+	if !s.Has("acme", e.SHA256, e.Size) || s.Has("other", e.SHA256, e.Size) {
+		t.Fatal("Has is not scoped by partner")
+	}
+	noTemps(t, s, "acme")
+}
+
+func TestAShortStreamIsNeverPromoted(t *testing.T) {
+	s, _ := New(t.TempDir())
+	_, err := s.Put("acme", 100, 1<<20, src("only ten b"))
+	var short *ShortError
+	if !errors.As(err, &short) || short.Got != 10 || short.Want != 100 {
+		t.Fatalf("got %v, want a ShortError 10/100", err)
+	}
+	noTemps(t, s, "acme")
+	if ents, _ := os.ReadDir(filepath.Join(s.Dir(), "acme", "sha256")); len(ents) != 0 {
+		t.Fatal("a short file was promoted")
+	}
+}
+
+func TestTooLargeStopsTheStream(t *testing.T) {
+	s, _ := New(t.TempDir())
+	_, err := s.Put("acme", -1, 1000, src(strings.Repeat("x", 5000)))
+	if !errors.Is(err, ErrTooLarge) {
+		t.Fatalf("got %v, want ErrTooLarge", err)
+	}
+	noTemps(t, s, "acme")
+}
+
+func TestAFailingSourceLeavesNothing(t *testing.T) {
+	s, _ := New(t.TempDir())
+	boom := errors.New("connection lost")
+	_, err := s.Put("acme", 10, 1<<20, func(w io.Writer) (int64, error) {
+		w.Write(bytes.Repeat([]byte("x"), 5))
+		return 5, boom
+	})
+	if !errors.Is(err, boom) {
+		t.Fatalf("got %v", err)
+	}
+	noTemps(t, s, "acme")
+}
+
+func TestPartnerIdsArePathSafe(t *testing.T) {
+	s, _ := New(t.TempDir())
+	for _, p := range []string{"../x", "a/b", "", "UPPER"} {
+		if _, err := s.Put(p, 1, 10, src("x")); err == nil {
+			t.Fatalf("partner %q was accepted", p)
+		}
+	}
+}
+
+func TestTempFilesListsOnlyOldTemps(t *testing.T) {
+	s, _ := New(t.TempDir())
+	dir := filepath.Join(s.Dir(), "acme", "tmp")
+	os.MkdirAll(dir, 0o750)
+	old := filepath.Join(dir, "old"+TempSuffix)
+	os.WriteFile(old, nil, 0o600)
+	os.Chtimes(old, time.Now().Add(-time.Hour), time.Now().Add(-time.Hour))
+	os.WriteFile(filepath.Join(dir, "new"+TempSuffix), nil, 0o600)
+	got, err := s.TempFiles("acme", time.Minute)
+	if err != nil || len(got) != 1 || got[0] != old {
+		t.Fatalf("got %v %v, want only %s", got, err, old)
+	}
+}
