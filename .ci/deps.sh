@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Installs what the demo and the tests start: PostgreSQL's server binaries
+# and OpenSSH's sshd (with its sftp server). As root it uses apt-get; as
+# another user it prints the exact command and fails. Nothing is skipped.
+set -euo pipefail
+
+missing=()
+compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null || missing+=(postgresql)
+[ -x /usr/sbin/sshd ] || missing+=(openssh-server)
+[ -x /usr/lib/openssh/sftp-server ] || missing+=(openssh-sftp-server)
+command -v sftp >/dev/null || missing+=(openssh-client)
+
+if [ ${#missing[@]} -eq 0 ]; then
+  exit 0
+fi
+if [ "$(id -u)" -ne 0 ]; then
+  echo "missing Debian packages: ${missing[*]}" >&2
+  echo "install them with: sudo apt-get update && sudo apt-get install -y ${missing[*]}" >&2
+  exit 1
+fi
+export DEBIAN_FRONTEND=noninteractive
+echo "installing ${missing[*]} ..." >&2
+apt-get install -y --no-install-recommends "${missing[@]}" >/dev/null 2>&1 || {
+  apt-get update >/dev/null
+  apt-get install -y --no-install-recommends "${missing[@]}" >/dev/null
+}
+# The Debian package starts a cluster and sshd on port 22 where systemd
+# runs; the tests start their own, so nothing else is needed here.

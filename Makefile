@@ -1,0 +1,27 @@
+# partner-intake. The two commands a newcomer needs: `make demo`, `make test`.
+GO ?= go
+export GOTOOLCHAIN ?= local
+
+.PHONY: demo test deps build vet fmt-check
+
+## demo: run `intake demo` (throwaway PostgreSQL, in-process SFTP site, example partners and files)
+demo: deps
+	$(GO) run ./cmd/intake demo
+
+## test: gofmt, go vet and every test with the race detector, on real PostgreSQL and OpenSSH
+test: deps fmt-check vet
+	$(GO) test -race -count=1 -timeout 15m ./...
+
+## deps: install postgresql and openssh-server when missing (apt-get, as root)
+deps:
+	@bash .ci/deps.sh
+
+build:
+	$(GO) build -o bin/intake ./cmd/intake
+
+vet:
+	$(GO) vet ./...
+
+fmt-check:
+	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+	if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
