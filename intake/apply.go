@@ -8,8 +8,10 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/partner-intake/partner-intake/intake/rows"
+	"github.com/partner-intake/partner-intake/internal/fault"
 )
 
 // chunkCounts is what one chunk transaction did.
@@ -86,7 +88,27 @@ func (r *fileRun) apply(ctx context.Context) error {
 			return err
 		}
 	}
-	return r.d.store.markApplied(ctx, in)
+	if err := r.d.store.markApplied(ctx, in); err != nil {
+		return err
+	}
+	return fault.Check("apply:after_commit")
+}
+
+// markUnknown records that a commit's outcome is unknown. The reconciler
+// resolves it from the ledger; nothing is retried blindly. If even this
+// write fails, the row stays in applying and whoever resumes it reads the
+// ledger through the chunk gate, which is the same resolution.
+func (r *fileRun) markUnknown(ctx context.Context, cu *CommitUnknownError) error {
+	r.log.Warn("commit outcome unknown; the reconciler will read the ledger", "chunk", cu.Chunk, "err", cu.Err)
+	// The run's context may be what cut the commit short; this write must
+	// still be attempted, so it gets its own bounded context.
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	if err := r.d.store.markUnknown(wctx, r.in); err != nil {
+		return fmt.Errorf("%w (and recording outcome_unknown failed: %v)", cu, err)
+	}
+	r.d.metrics.finished(r.in.Partner, string(StateOutcomeUnknown))
+	return nil
 }
 
 // commitChunk applies one chunk, retrying transient database errors with
@@ -108,6 +130,10 @@ func (r *fileRun) commitChunk(ctx context.Context, tgt *target, chunk int, first
 		if errors.Is(err, errChunkDone) {
 			r.in.ChunksDone = chunk + 1
 			return nil
+		}
+		var cu *CommitUnknownError
+		if errors.As(err, &cu) {
+			return r.markUnknown(ctx, cu)
 		}
 		if ctx.Err() != nil {
 			return ctx.Err()
@@ -131,53 +157,98 @@ var errChunkDone = errors.New("chunk already committed")
 func (r *fileRun) chunkTx(ctx context.Context, tgt *target, chunk int, first, last int64, batch [][]any) (chunkCounts, error) {
 	in := r.in
 	var c chunkCounts
-	err := pgx.BeginFunc(ctx, r.d.db, func(tx pgx.Tx) error {
-		// The gate: the row lock it takes also blocks a takeover until
-		// this transaction ends, and the token check fences a stale owner.
-		tag, err := tx.Exec(ctx, `UPDATE file_intake SET lease_until = now() + $4::interval, updated_at = now()
-			WHERE intake_id = $1 AND fencing_token = $2 AND state = 'applying' AND chunks_done = $3`,
-			in.ID, in.Token, chunk, r.d.store.lease)
-		if err != nil {
-			return fmt.Errorf("chunk %d gate: %w", chunk, err)
+	tx, err := r.d.db.Begin(ctx)
+	if err != nil {
+		return c, fmt.Errorf("chunk %d begin: %w", chunk, err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx))
+	if err := r.chunkStatements(ctx, tx, tgt, chunk, first, last, batch, &c); err != nil {
+		return c, err
+	}
+	if err := fault.Check("apply:mid_chunk"); err != nil {
+		return c, err
+	}
+	if err := fault.Check("commit:lost"); err != nil {
+		// the commit never reaches the server: its outcome is unknown to us
+		return c, &CommitUnknownError{IntakeID: in.ID, Chunk: chunk, Err: err}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		var pe *pgconn.PgError
+		if errors.As(err, &pe) {
+			return c, fmt.Errorf("chunk %d commit: %w", chunk, err) // the server answered: rolled back
 		}
-		if tag.RowsAffected() == 0 {
-			return r.gateClosed(ctx, tx, chunk)
+		return c, &CommitUnknownError{IntakeID: in.ID, Chunk: chunk, Err: err}
+	}
+	if err := fault.Check("commit:reply_lost"); err != nil {
+		return c, &CommitUnknownError{IntakeID: in.ID, Chunk: chunk, Err: err}
+	}
+	return c, nil
+}
+
+// CommitUnknownError: COMMIT was sent but no answer came back (timeout,
+// connection lost). The chunk may or may not be in; only the ledger can
+// tell, so the file goes to outcome_unknown instead of a blind retry.
+type CommitUnknownError struct {
+	IntakeID int64
+	Chunk    int
+	Err      error
+}
+
+func (e *CommitUnknownError) Error() string {
+	return fmt.Sprintf("intake %d: commit of chunk %d has an unknown outcome: %v", e.IntakeID, e.Chunk, e.Err)
+}
+
+func (e *CommitUnknownError) Unwrap() error { return e.Err }
+
+func (r *fileRun) chunkStatements(ctx context.Context, tx pgx.Tx, tgt *target, chunk int, first, last int64, batch [][]any, c *chunkCounts) error {
+	in := r.in
+	// The gate: the row lock it takes also blocks a takeover until this
+	// transaction ends, and the token check fences a stale owner.
+	tag, err := tx.Exec(ctx, `UPDATE file_intake SET lease_until = now() + $4::interval, updated_at = now()
+		WHERE intake_id = $1 AND fencing_token = $2 AND state = 'applying' AND chunks_done = $3`,
+		in.ID, in.Token, chunk, r.d.store.lease)
+	if err != nil {
+		return fmt.Errorf("chunk %d gate: %w", chunk, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return r.gateClosed(ctx, tx, chunk)
+	}
+	if _, err := tx.Exec(ctx, tgt.stageDDL()); err != nil {
+		return fmt.Errorf("chunk %d stage: %w", chunk, err)
+	}
+	cols := append([]string{"line"}, tgt.cols...)
+	if _, err := tx.CopyFrom(ctx, pgx.Identifier{"intake_stage"}, cols, pgx.CopyFromRows(batch)); err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err() // a cancelled COPY may surface as a bare closed-connection error
 		}
-		if _, err := tx.Exec(ctx, tgt.stageDDL()); err != nil {
-			return fmt.Errorf("chunk %d stage: %w", chunk, err)
-		}
-		cols := append([]string{"line"}, tgt.cols...)
-		if _, err := tx.CopyFrom(ctx, pgx.Identifier{"intake_stage"}, cols, pgx.CopyFromRows(batch)); err != nil {
-			return fmt.Errorf("chunk %d copy: %w", chunk, err)
-		}
-		tag, err = tx.Exec(ctx, tgt.dedupe, in.ID, in.Partner)
-		if err != nil {
-			return fmt.Errorf("chunk %d dedupe: %w", chunk, err)
-		}
-		c.rejected = tag.RowsAffected()
-		tag, err = tx.Exec(ctx, tgt.merge, in.ID, in.Partner)
-		if err != nil {
-			return fmt.Errorf("chunk %d merge: %w", chunk, err)
-		}
-		c.applied = tag.RowsAffected()
-		tag, err = tx.Exec(ctx, tgt.conflic, in.ID, in.Partner)
-		if err != nil {
-			return fmt.Errorf("chunk %d conflicts: %w", chunk, err)
-		}
-		c.conflict = tag.RowsAffected()
-		c.unchanged = int64(len(batch)) - c.rejected - c.applied - c.conflict
-		if _, err := tx.Exec(ctx, `INSERT INTO intake_chunk (intake_id, chunk_no, partner_id, first_line, last_line,
-			rows_applied, rows_unchanged, rows_conflict, fencing_token) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`,
-			in.ID, chunk, in.Partner, first, last, c.applied, c.unchanged, c.conflict, in.Token); err != nil {
-			return fmt.Errorf("chunk %d ledger: %w", chunk, err)
-		}
-		tag, err = tx.Exec(ctx, `UPDATE file_intake SET rows_applied = rows_applied + $4, rows_unchanged = rows_unchanged + $5,
-			rows_rejected = rows_rejected + $6, rows_conflict = rows_conflict + $7, chunks_done = $3 + 1
-			WHERE intake_id = $1 AND fencing_token = $2 AND chunks_done = $3`,
-			in.ID, in.Token, chunk, c.applied, c.unchanged, c.rejected, c.conflict)
-		return fenced(tag, err, in, fmt.Sprintf("chunk %d progress", chunk))
-	})
-	return c, err
+		return fmt.Errorf("chunk %d copy: %w", chunk, err)
+	}
+	tag, err = tx.Exec(ctx, tgt.dedupe, in.ID, in.Partner)
+	if err != nil {
+		return fmt.Errorf("chunk %d dedupe: %w", chunk, err)
+	}
+	c.rejected = tag.RowsAffected()
+	tag, err = tx.Exec(ctx, tgt.merge, in.ID, in.Partner)
+	if err != nil {
+		return fmt.Errorf("chunk %d merge: %w", chunk, err)
+	}
+	c.applied = tag.RowsAffected()
+	tag, err = tx.Exec(ctx, tgt.conflic, in.ID, in.Partner)
+	if err != nil {
+		return fmt.Errorf("chunk %d conflicts: %w", chunk, err)
+	}
+	c.conflict = tag.RowsAffected()
+	c.unchanged = int64(len(batch)) - c.rejected - c.applied - c.conflict
+	if _, err := tx.Exec(ctx, `INSERT INTO intake_chunk (intake_id, chunk_no, partner_id, first_line, last_line,
+		rows_applied, rows_unchanged, rows_conflict, fencing_token) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`,
+		in.ID, chunk, in.Partner, first, last, c.applied, c.unchanged, c.conflict, in.Token); err != nil {
+		return fmt.Errorf("chunk %d ledger: %w", chunk, err)
+	}
+	tag, err = tx.Exec(ctx, `UPDATE file_intake SET rows_applied = rows_applied + $4, rows_unchanged = rows_unchanged + $5,
+		rows_rejected = rows_rejected + $6, rows_conflict = rows_conflict + $7, chunks_done = $3 + 1
+		WHERE intake_id = $1 AND fencing_token = $2 AND chunks_done = $3`,
+		in.ID, in.Token, chunk, c.applied, c.unchanged, c.rejected, c.conflict)
+	return fenced(tag, err, in, fmt.Sprintf("chunk %d progress", chunk))
 }
 
 // gateClosed explains a gate that let nothing through: fenced out, or the

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"path"
 	"strings"
+
+	"github.com/partner-intake/partner-intake/internal/fault"
 )
 
 // archive moves an applied file to archive/YYYY/MM/ under a name that is
@@ -23,6 +25,9 @@ func (r *fileRun) archive(ctx context.Context, from State, outcome string, dupOf
 		return fmt.Errorf("archive: %w", err)
 	}
 	in.ArchivePath = dst
+	if err := fault.Check("archive:mid"); err != nil {
+		return err
+	}
 	if in.ManifestName != "" {
 		src := path.Join(path.Dir(in.ClaimedPath), in.ManifestName)
 		if _, err := moveOnce(r.sess, src, uniqueNames(dir, strings.TrimSuffix(path.Base(dst), ext), ext+ManifestSuffix, 0)); err != nil {

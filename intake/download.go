@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"path"
 
 	"github.com/partner-intake/partner-intake/intake/rows"
+	"github.com/partner-intake/partner-intake/internal/fault"
 	"github.com/partner-intake/partner-intake/partners"
 	"github.com/partner-intake/partner-intake/spool"
 )
@@ -70,7 +72,26 @@ func (r *fileRun) download(ctx context.Context) error {
 	if !partners.ValidBatchID(batch) {
 		return r.hold(ctx, StateQuarantined, ReasonBadBatchID, 0, "no batch id usable in file names could be derived (letters, digits, '.', '_', '-'; at most 128)")
 	}
-	return r.d.store.setSpooled(ctx, in, e.SHA256, e.Size, batch, rowsWant)
+	if err := r.d.store.setSpooled(ctx, in, e.SHA256, e.Size, batch, rowsWant); err != nil {
+		return err
+	}
+	return fault.Check("spool:after")
+}
+
+// faultWriter reaches the download:mid fault after the first bytes.
+type faultWriter struct {
+	w io.Writer
+	n int
+}
+
+func (f *faultWriter) Write(p []byte) (int, error) {
+	n, err := f.w.Write(p)
+	if f.n++; f.n == 2 {
+		if ferr := fault.Check("download:mid"); ferr != nil {
+			return n, ferr
+		}
+	}
+	return n, err
 }
 
 // fetch downloads processing/<worker>/<name> into the spool.
@@ -88,7 +109,11 @@ func (r *fileRun) fetch(ctx context.Context) (spool.Entry, error) {
 	if st.Size() > max {
 		return spool.Entry{}, spool.ErrTooLarge
 	}
-	e, err := r.d.spool.Put(r.in.Partner, st.Size(), max, f.WriteTo)
+	src := f.WriteTo
+	if fault.Enabled() {
+		src = func(w io.Writer) (int64, error) { return f.WriteTo(&faultWriter{w: w}) }
+	}
+	e, err := r.d.spool.Put(r.in.Partner, st.Size(), max, src)
 	if err == nil {
 		r.d.metrics.bytesDownloaded.WithLabelValues(r.in.Partner).Add(float64(e.Size))
 	}

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/partner-intake/partner-intake/internal/fault"
 	"github.com/partner-intake/partner-intake/partners"
 )
 
@@ -177,6 +178,11 @@ func (d *Daemon) claim(ctx context.Context, p *partnerRT, sess *partners.Session
 			d.metrics.skipped.WithLabelValues(p.cfg.ID, claimTargetBusy).Inc()
 			return nil, nil
 		}
+		return nil, fmt.Errorf("claim %s: %w", c.name, err)
+	}
+	if err := fault.Check("claim:after_rename"); err != nil {
+		// as if the rename's reply was lost: the file sits in our
+		// processing dir without a row, and the next poll adopts it
 		return nil, fmt.Errorf("claim %s: %w", c.name, err)
 	}
 	in := &Intake{Partner: p.cfg.ID, Feed: c.feed.Name, RemoteName: c.name, ClaimedPath: dst,

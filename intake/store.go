@@ -235,6 +235,17 @@ func (s *store) markApplied(ctx context.Context, in *Intake) error {
 	return nil
 }
 
+// markUnknown: applying -> outcome_unknown, after a commit without answer.
+func (s *store) markUnknown(ctx context.Context, in *Intake) error {
+	tag, err := s.pool.Exec(ctx, `UPDATE file_intake SET state = 'outcome_unknown', reason = 'commit_unknown', updated_at = now()
+		WHERE intake_id = $1 AND fencing_token = $2 AND state = 'applying'`, in.ID, in.Token)
+	if err := fenced(tag, err, in, "mark outcome_unknown"); err != nil {
+		return err
+	}
+	in.State = StateOutcomeUnknown
+	return nil
+}
+
 // finish moves the file to a terminal or held state after its remote
 // housekeeping is done. When the file fails after binding its batch, the
 // binding is released in the same transaction so a corrected resend can

@@ -1,0 +1,104 @@
+// Package fault is the fault-injection hook the crash tests use to kill the
+// daemon (SIGKILL, no cleanup) or fail a call at a named protocol step. It
+// is inert unless the environment variable INTAKE_FAULTS is set when the
+// process starts (or a test calls Set): production never sets it.
+//
+//	INTAKE_FAULTS=apply:mid_chunk=kill@2,commit:reply_lost=error
+//
+// arms "kill" at the second time apply:mid_chunk is reached, and "error" at
+// the first time commit:reply_lost is reached. Each fault fires once.
+package fault
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+)
+
+// Env is the variable that arms faults.
+const Env = "INTAKE_FAULTS"
+
+// ErrInjected is returned by Check when an "error" fault fires.
+var ErrInjected = errors.New("injected fault")
+
+type armed struct {
+	action string
+	at     int64
+	hits   atomic.Int64
+}
+
+var (
+	enabled atomic.Bool
+	mu      sync.Mutex
+	faults  map[string]*armed
+)
+
+func init() {
+	if v := os.Getenv(Env); v != "" {
+		if err := Set(v); err != nil {
+			fmt.Fprintln(os.Stderr, "fault:", err)
+			os.Exit(2)
+		}
+	}
+}
+
+// Set arms faults from a spec (see the package comment); "" disarms all.
+func Set(spec string) error {
+	m := map[string]*armed{}
+	for _, part := range strings.Split(spec, ",") {
+		part = strings.TrimSpace(part)
+		if part == "" {
+			continue
+		}
+		name, rest, ok := strings.Cut(part, "=")
+		if !ok {
+			return fmt.Errorf("%s: %q is not name=action[@n]", Env, part)
+		}
+		action, nth, _ := strings.Cut(rest, "@")
+		a := &armed{action: action, at: 1}
+		if nth != "" {
+			n, err := strconv.ParseInt(nth, 10, 64)
+			if err != nil || n < 1 {
+				return fmt.Errorf("%s: bad count in %q", Env, part)
+			}
+			a.at = n
+		}
+		if action != "kill" && action != "error" {
+			return fmt.Errorf("%s: action %q is not kill or error", Env, action)
+		}
+		m[name] = a
+	}
+	mu.Lock()
+	faults = m
+	mu.Unlock()
+	enabled.Store(len(m) > 0)
+	return nil
+}
+
+// Enabled reports whether any fault is armed (a cheap check for hot paths).
+func Enabled() bool { return enabled.Load() }
+
+// Check is a named step. An armed "kill" fault kills the process with
+// SIGKILL on the configured hit; an "error" fault returns ErrInjected.
+func Check(name string) error {
+	if !enabled.Load() {
+		return nil
+	}
+	mu.Lock()
+	a := faults[name]
+	mu.Unlock()
+	if a == nil || a.hits.Add(1) != a.at {
+		return nil
+	}
+	if a.action == "kill" {
+		fmt.Fprintf(os.Stderr, "fault: killing the process at %s\n", name)
+		syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		select {} // SIGKILL cannot be caught; wait for it
+	}
+	return fmt.Errorf("%w at %s", ErrInjected, name)
+}
