@@ -2,6 +2,7 @@ package intake
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"path"
 	"strings"
@@ -21,20 +22,30 @@ func (r *fileRun) archive(ctx context.Context, from State, outcome string, dupOf
 	ext := path.Ext(in.RemoteName)
 	stem := fmt.Sprintf("%s.%s.%d", in.BatchID, in.SHA256[:12], in.ID)
 	dst, err := moveOnce(r.sess, in.ClaimedPath, uniqueNames(dir, stem, ext, 9))
-	if err != nil {
+	lost := errors.Is(err, ErrRemoteLost)
+	if err != nil && !lost {
 		return fmt.Errorf("archive: %w", err)
+	}
+	if lost {
+		// The rows are committed and the spool keeps the bytes: finish,
+		// and say so loudly (matrix row 12).
+		r.log.Error("remote file vanished from processing/ before archiving; the spool keeps the bytes", "reason", ReasonRemoteLost)
+		r.d.metrics.remoteLost.WithLabelValues(in.Partner).Inc()
 	}
 	in.ArchivePath = dst
 	if err := fault.Check("archive:mid"); err != nil {
 		return err
 	}
-	if in.ManifestName != "" {
+	if in.ManifestName != "" && !lost {
 		src := path.Join(path.Dir(in.ClaimedPath), in.ManifestName)
-		if _, err := moveOnce(r.sess, src, uniqueNames(dir, strings.TrimSuffix(path.Base(dst), ext), ext+ManifestSuffix, 0)); err != nil {
+		if _, err := moveOnce(r.sess, src, uniqueNames(dir, strings.TrimSuffix(path.Base(dst), ext), ext+ManifestSuffix, 0)); err != nil && !errors.Is(err, ErrRemoteLost) {
 			return fmt.Errorf("archive manifest: %w", err)
 		}
 	}
 	rc := Receipt{Outcome: outcome, DuplicateOf: dupOf}
+	if lost {
+		rc.Detail = "the file disappeared from processing/ before it could be archived; its bytes are kept in intake's spool"
+	}
 	if outcome == OutcomeDuplicate {
 		rc.Reason = ReasonDuplicate
 		rc.Detail = fmt.Sprintf("batch %s was already received with the same bytes (intake %d); nothing was applied again", in.BatchID, dupOf)

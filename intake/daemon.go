@@ -24,8 +24,9 @@ import (
 
 // Defaults of Config.
 const (
-	DefaultLease = 2 * time.Minute
-	DefaultDrain = 30 * time.Second
+	DefaultLease        = 2 * time.Minute
+	DefaultDrain        = 30 * time.Second
+	DefaultSpoolMinFree = 256 << 20
 )
 
 var workerPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$`)
@@ -39,6 +40,9 @@ type Config struct {
 	Lease time.Duration
 	// Drain is how long Stop lets in-flight files finish before cancelling.
 	Drain time.Duration
+	// SpoolMinFree: below this many free bytes on the spool's disk the
+	// daemon stops claiming (backpressure) until space returns.
+	SpoolMinFree int64
 }
 
 // Validate fills defaults and checks the values.
@@ -62,7 +66,33 @@ func (c *Config) Validate() error {
 	if c.Drain == 0 {
 		c.Drain = DefaultDrain
 	}
+	if c.SpoolMinFree == 0 {
+		c.SpoolMinFree = DefaultSpoolMinFree
+	}
+	if c.SpoolMinFree < 0 {
+		return fmt.Errorf("spool.min_free_bytes: %d must be positive", c.SpoolMinFree)
+	}
 	return nil
+}
+
+// PoolConfig is the pgxpool configuration the daemon expects. A worker
+// stalled inside a transaction (a GC pause, SIGSTOP, a partition) holds the
+// file_intake row lock that a takeover needs; statement and
+// idle-in-transaction timeouts equal to the lease make PostgreSQL end such a
+// session, so the takeover proceeds and the stalled worker is fenced.
+func PoolConfig(url string, lease time.Duration) (*pgxpool.Config, error) {
+	pc, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, fmt.Errorf("database url: %w", err)
+	}
+	if lease == 0 {
+		lease = DefaultLease
+	}
+	ms := fmt.Sprint(lease.Milliseconds())
+	pc.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"] = ms
+	pc.ConnConfig.RuntimeParams["statement_timeout"] = ms
+	pc.ConnConfig.RuntimeParams["application_name"] = "partner-intake"
+	return pc, nil
 }
 
 // Daemon runs one poller per partner.
@@ -86,11 +116,17 @@ type Daemon struct {
 	wg       sync.WaitGroup
 	started  bool
 	stopped  bool
+
+	spaceLow atomic.Bool
 }
 
 // New builds a daemon. Partners must have been validated.
 func New(cfg Config, parts []partners.Config, db *pgxpool.Pool, sp *spool.Spool, reg prometheus.Registerer, log *slog.Logger) (*Daemon, error) {
 	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	sp, err := sp.ForWorker(cfg.WorkerID)
+	if err != nil {
 		return nil, err
 	}
 	d := &Daemon{cfg: cfg, db: db, spool: sp, store: &store{pool: db, lease: cfg.Lease},
@@ -161,10 +197,72 @@ func (d *Daemon) Start(ctx context.Context) error {
 			d.loop(ctx, p)
 		}()
 	}
+	if err := d.store.registerWorker(ctx, d.cfg.WorkerID); err != nil {
+		d.cancel()
+		return err
+	}
+	d.wg.Add(1)
+	go func() {
+		defer d.wg.Done()
+		d.workerHeartbeat(ctx)
+	}()
 	d.cron.Start()
 	d.log.Info("daemon started", "partners", len(d.order))
 	return nil
 }
+
+// workerHeartbeat keeps this replica's intake_worker row fresh, so the
+// reconcilers of other replicas do not adopt its claims.
+func (d *Daemon) workerHeartbeat(ctx context.Context) {
+	t := time.NewTicker(d.cfg.Lease / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if err := d.store.registerWorker(ctx, d.cfg.WorkerID); err != nil && ctx.Err() == nil {
+				d.log.Warn("worker heartbeat failed", "err", err)
+			}
+		}
+	}
+}
+
+// Poke asks for a poll of the partner soon (the reconciler does after a
+// takeover). It never blocks.
+func (d *Daemon) Poke(partner string) {
+	if p, ok := d.parts[partner]; ok {
+		p.poke()
+	}
+}
+
+// spaceOK applies spool backpressure: below the free-space floor no new
+// file is claimed; claiming resumes by itself when space returns.
+func (d *Daemon) spaceOK() bool {
+	free, err := d.spool.FreeBytes()
+	if err != nil {
+		d.log.Error("spool free space unknown; not claiming", "err", err)
+		return false
+	}
+	d.metrics.spoolFree.Set(float64(free))
+	low := free < uint64(d.cfg.SpoolMinFree)
+	if was := d.spaceLow.Swap(low); was != low {
+		if low {
+			d.log.Warn("spool disk below its free-space floor: claiming paused", "free_bytes", free, "min_free_bytes", d.cfg.SpoolMinFree)
+		} else {
+			d.log.Info("spool disk has room again: claiming resumed", "free_bytes", free)
+		}
+	}
+	if low {
+		d.metrics.backpressure.Set(1)
+	} else {
+		d.metrics.backpressure.Set(0)
+	}
+	return !low
+}
+
+// SetSpoolMinFree changes the backpressure floor at run time.
+func (d *Daemon) SetSpoolMinFree(n int64) { d.cfg.SpoolMinFree = n }
 
 // loop polls a partner whenever poked; after a failed poll it waits out a
 // capped, jittered backoff for that partner alone.
@@ -264,10 +362,10 @@ type partnerRT struct {
 	cfg     *partners.Config
 	trigger chan struct{}
 
-	mu       sync.Mutex // one poll at a time per partner
-	sessMu   sync.Mutex
-	sess     *partners.Session
-	dirsDone bool
+	mu        sync.Mutex // one poll at a time per partner
+	sessMu    sync.Mutex
+	sess      *partners.Session
+	tempClean bool // this worker's spool temp files of the partner were swept
 }
 
 func (p *partnerRT) poke() {

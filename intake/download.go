@@ -52,6 +52,9 @@ func (r *fileRun) download(ctx context.Context) error {
 			}
 			return fmt.Errorf("download: %w", err)
 		}
+		if errors.Is(err, ErrRemoteLost) {
+			return r.hold(ctx, StateFailedTerminal, ReasonRemoteLost, 0, "the file disappeared from processing/ before it was downloaded")
+		}
 		if err != nil {
 			return err
 		}
@@ -97,6 +100,9 @@ func (f *faultWriter) Write(p []byte) (int, error) {
 // fetch downloads processing/<worker>/<name> into the spool.
 func (r *fileRun) fetch(ctx context.Context) (spool.Entry, error) {
 	f, err := r.sess.Open(r.in.ClaimedPath)
+	if partners.IsNotExist(err) {
+		return spool.Entry{}, ErrRemoteLost
+	}
 	if err != nil {
 		return spool.Entry{}, fmt.Errorf("open %s: %w", r.in.ClaimedPath, err)
 	}
@@ -118,6 +124,28 @@ func (r *fileRun) fetch(ctx context.Context) (spool.Entry, error) {
 		r.d.metrics.bytesDownloaded.WithLabelValues(r.in.Partner).Add(float64(e.Size))
 	}
 	return e, err
+}
+
+// ensureSpooled makes sure the spool still holds the file's bytes (a
+// takeover on another machine, or a lost spool disk): if not, it fetches
+// them again from processing/ and checks they are the same bytes.
+func (r *fileRun) ensureSpooled(ctx context.Context) error {
+	in := r.in
+	if r.d.spool.Has(in.Partner, in.SHA256, in.Size) {
+		return nil
+	}
+	e, err := r.fetch(ctx)
+	if errors.Is(err, ErrRemoteLost) {
+		return r.hold(ctx, StateFailedTerminal, ReasonRemoteLost, 0, "neither the spool nor processing/ holds the file's bytes any more")
+	}
+	if err != nil {
+		return err
+	}
+	if e.SHA256 != in.SHA256 {
+		return r.hold(ctx, StateQuarantined, ReasonManifestMismatch, 0, "the bytes in processing/ changed after they were first downloaded")
+	}
+	r.log.Info("spool entry was missing; fetched the same bytes again")
+	return nil
 }
 
 func (r *fileRun) readManifest() (*Manifest, error) {

@@ -52,7 +52,7 @@ func newRig(t *testing.T, pool *pgxpool.Pool, worker string, sites ...*testenv.S
 		cfgs = append(cfgs, s.Validated(t))
 	}
 	reg := prometheus.NewRegistry()
-	d, err := intake.New(intake.Config{WorkerID: worker, Lease: 30 * time.Second}, cfgs, pool, sp, reg, testenv.Logger(t))
+	d, err := intake.New(intake.Config{WorkerID: worker, Lease: 30 * time.Second, SpoolMinFree: 1}, cfgs, pool, sp, reg, testenv.Logger(t))
 	if err != nil {
 		t.Fatal(err)
 	}

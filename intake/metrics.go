@@ -20,6 +20,9 @@ type metrics struct {
 	bytesDownloaded *prometheus.CounterVec
 	fenced          *prometheus.CounterVec
 	stageSeconds    *prometheus.HistogramVec
+	remoteLost      *prometheus.CounterVec
+	backpressure    prometheus.Gauge
+	spoolFree       prometheus.Gauge
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -36,6 +39,9 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		fenced:          f.NewCounterVec(prometheus.CounterOpts{Name: "intake_fenced_writes_total", Help: "Writes refused because the worker's fencing token was stale."}, []string{"partner"}),
 		stageSeconds: f.NewHistogramVec(prometheus.HistogramOpts{Name: "intake_stage_duration_seconds", Help: "Time spent per pipeline stage (by the state it starts from).",
 			Buckets: prometheus.ExponentialBuckets(0.005, 4, 10)}, []string{"partner", "stage"}),
+		remoteLost:   f.NewCounterVec(prometheus.CounterOpts{Name: "intake_remote_lost_total", Help: "Claimed files that vanished from processing/ (moved or deleted by hand)."}, []string{"partner"}),
+		backpressure: f.NewGauge(prometheus.GaugeOpts{Name: "intake_spool_backpressure", Help: "1 while claiming is paused because the spool disk is below its free-space floor."}),
+		spoolFree:    f.NewGauge(prometheus.GaugeOpts{Name: "intake_spool_free_bytes", Help: "Free bytes on the spool's disk at the last check."}),
 	}
 }
 

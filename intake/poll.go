@@ -51,6 +51,18 @@ func (d *Daemon) pollOnce(ctx context.Context, p *partnerRT) error {
 	// shutdown interrupts a transfer in flight.
 	stop := context.AfterFunc(ctx, func() { p.drop() })
 	defer stop()
+	if !p.tempClean {
+		// No download of this worker is in flight for the partner yet: any
+		// temp file of ours is a crash's leftover (matrix row 4).
+		n, err := d.spool.ClearOwnTemp(p.cfg.ID)
+		if err != nil {
+			return err
+		}
+		if n > 0 {
+			d.log.Info("removed spool temp files left by a crash", "partner", p.cfg.ID, "files", n)
+		}
+		p.tempClean = true
+	}
 	if err := d.resumeOwn(ctx, p, sess); err != nil {
 		return err
 	}
@@ -63,7 +75,7 @@ func (d *Daemon) pollOnce(ctx context.Context, p *partnerRT) error {
 		if ctx.Err() != nil || !d.claiming() {
 			return ctx.Err()
 		}
-		if claimed >= p.cfg.Limits.MaxFilesPerPoll {
+		if claimed >= p.cfg.Limits.MaxFilesPerPoll || !d.spaceOK() {
 			break
 		}
 		in, err := d.claim(ctx, p, sess, c)
@@ -82,14 +94,36 @@ func (d *Daemon) pollOnce(ctx context.Context, p *partnerRT) error {
 }
 
 // list reads ready/ once, non-recursively, and returns claimable files,
-// oldest first. READDIR attributes are lstat-like on OpenSSH, so symlinks
-// show as symlinks and are never followed; dotfiles, *.part, directories
-// and other non-regular entries are skipped and counted.
+// oldest first. Skipped entries are counted by reason.
 func (d *Daemon) list(p *partnerRT, sess *partners.Session) ([]candidate, error) {
 	ents, err := sess.ReadDir(sess.Layout.ReadyDir())
 	if err != nil {
 		return nil, fmt.Errorf("list %s: %w", sess.Layout.ReadyDir(), err)
 	}
+	cands, skipped := ClassifyReady(p.cfg, ents)
+	for _, s := range skipped {
+		if s.Reason != SkipManifest && s.Reason != SkipNoManifest && s.Reason != SkipDotfile && s.Reason != SkipPartial {
+			d.log.Warn("ready entry not claimed", "partner", p.cfg.ID, "reason", s.Reason)
+		}
+		d.metrics.skipped.WithLabelValues(p.cfg.ID, s.Reason).Inc()
+	}
+	return cands, nil
+}
+
+// Skipped is an entry of ready/ that is not claimed, and why.
+type Skipped struct {
+	Info   os.FileInfo
+	Reason string
+}
+
+// ClassifyReady splits a listing of ready/ into claimable files (oldest
+// first) and skipped entries. READDIR attributes are lstat-like on
+// OpenSSH, so symlinks show as symlinks and are never followed; dotfiles,
+// *.part, directories and other non-regular entries, unsafe names, names no
+// feed matches, and (manifest mode) data files without their manifest are
+// skipped.
+func ClassifyReady(p *partners.Config, ents []os.FileInfo) ([]candidate, []Skipped) {
+	ents = append([]os.FileInfo(nil), ents...)
 	names := map[string]os.FileInfo{}
 	for _, e := range ents {
 		names[e.Name()] = e
@@ -100,8 +134,9 @@ func (d *Daemon) list(p *partnerRT, sess *partners.Session) ([]candidate, error)
 		}
 		return ents[i].Name() < ents[j].Name()
 	})
-	manifestMode := p.cfg.Readiness == partners.ReadinessManifest
+	manifestMode := p.Readiness == partners.ReadinessManifest
 	var out []candidate
+	var skipped []Skipped
 	for _, e := range ents {
 		name := e.Name()
 		reason := ""
@@ -119,7 +154,7 @@ func (d *Daemon) list(p *partnerRT, sess *partners.Session) ([]candidate, error)
 		}
 		c := candidate{name: name, size: e.Size()}
 		if reason == "" {
-			if c.feed = p.cfg.FeedFor(name); c.feed == nil {
+			if c.feed = p.FeedFor(name); c.feed == nil {
 				reason = SkipNoFeed
 			}
 		}
@@ -132,15 +167,12 @@ func (d *Daemon) list(p *partnerRT, sess *partners.Session) ([]candidate, error)
 			}
 		}
 		if reason != "" {
-			if reason != SkipManifest && reason != SkipNoManifest && reason != SkipDotfile && reason != SkipPartial {
-				d.log.Warn("ready entry not claimed", "partner", p.cfg.ID, "reason", reason)
-			}
-			d.metrics.skipped.WithLabelValues(p.cfg.ID, reason).Inc()
+			skipped = append(skipped, Skipped{Info: e, Reason: reason})
 			continue
 		}
 		out = append(out, c)
 	}
-	return out, nil
+	return out, skipped
 }
 
 // SafeName reports whether a remote file name may be handled: valid UTF-8,

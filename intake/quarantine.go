@@ -3,6 +3,7 @@ package intake
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"path"
 	"time"
@@ -31,14 +32,19 @@ func (r *fileRun) hold(ctx context.Context, to State, reason string, line int64,
 	qdir := r.sess.Layout.QuarantineDir()
 	base := fmt.Sprintf("%d.%s", in.ID, in.RemoteName)
 	dst, err := moveOnce(r.sess, in.ClaimedPath, uniqueNames(qdir, base, "", 0))
-	if err != nil {
+	lost := errors.Is(err, ErrRemoteLost)
+	if err != nil && !lost {
 		return fmt.Errorf("quarantine: %w", err)
 	}
 	if in.ManifestName != "" {
 		src := path.Join(path.Dir(in.ClaimedPath), in.ManifestName)
-		if _, err := moveOnce(r.sess, src, uniqueNames(qdir, base+ManifestSuffix, "", 0)); err != nil {
+		if _, err := moveOnce(r.sess, src, uniqueNames(qdir, base+ManifestSuffix, "", 0)); err != nil && !errors.Is(err, ErrRemoteLost) {
 			return fmt.Errorf("quarantine manifest: %w", err)
 		}
+	}
+	if lost {
+		r.d.metrics.remoteLost.WithLabelValues(in.Partner).Inc()
+		dst = path.Join(qdir, base) // the reason file still tells ops what happened
 	}
 	qr := QuarantineReason{PartnerID: in.Partner, IntakeID: in.ID, File: Neutralize(in.RemoteName), BatchID: in.BatchID,
 		SHA256: in.SHA256, State: string(to), Reason: reason, Line: line, Detail: detail, At: time.Now().UTC().Truncate(time.Second)}

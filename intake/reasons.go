@@ -11,5 +11,5 @@ const (
 	ReasonSizeMismatch     = "size_mismatch"        // downloaded bytes differ from the listed size twice
 	ReasonRejectRate       = "reject_rate_exceeded" // more rejected rows than the feed allows
 	ReasonBadBatchID       = "bad_batch_id"         // no usable batch id
-	ReasonNoValidRows      = "no_valid_rows"        // kept for reports: every row was rejected
+	ReasonRemoteLost       = "remote_lost"          // the claimed file vanished before its bytes were safe
 )

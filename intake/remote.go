@@ -3,11 +3,16 @@ package intake
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"path"
 
 	"github.com/partner-intake/partner-intake/partners"
 )
+
+// ErrRemoteLost: the claimed file is gone from processing/ and no earlier
+// move of it can be found (moved or deleted by hand). Matrix row 12.
+var ErrRemoteLost = errors.New("the claimed remote file is gone")
 
 // moveOnce renames src to the first free name from candidates, never
 // overwriting (SFTP RENAME fails on OpenSSH when the target exists). When
@@ -23,7 +28,7 @@ func moveOnce(s *partners.Session, src string, candidates []string) (string, err
 				return candidates[i], nil
 			}
 		}
-		return "", fmt.Errorf("move %s: %w (and no earlier move found)", src, err)
+		return "", fmt.Errorf("move %s: %w", src, ErrRemoteLost)
 	} else if err != nil {
 		return "", fmt.Errorf("stat %s: %w", src, err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -116,6 +117,19 @@ func (s *store) insertClaim(ctx context.Context, in *Intake) error {
 		return fmt.Errorf("insert claim: %w", err)
 	}
 	*in = *got
+	return nil
+}
+
+// registerWorker records that this replica is alive.
+func (s *store) registerWorker(ctx context.Context, worker string) error {
+	host, _ := os.Hostname()
+	_, err := s.pool.Exec(ctx, `INSERT INTO intake_worker (worker_id, hostname, pid, lease)
+		VALUES ($1, $2, $3, $4::interval)
+		ON CONFLICT (worker_id) DO UPDATE SET hostname = EXCLUDED.hostname, pid = EXCLUDED.pid,
+		    lease = EXCLUDED.lease, last_seen = now()`, worker, host, os.Getpid(), s.lease)
+	if err != nil {
+		return fmt.Errorf("register worker: %w", err)
+	}
 	return nil
 }
 

@@ -66,9 +66,13 @@ func (r *fileRun) run(ctx context.Context) error {
 		case StateClaimed:
 			err = r.download(ctx)
 		case StateSpooled:
-			err = r.decide(ctx)
+			if err = r.ensureSpooled(ctx); err == nil && r.in.State == StateSpooled {
+				err = r.decide(ctx)
+			}
 		case StateApplying:
-			err = r.apply(ctx)
+			if err = r.ensureSpooled(ctx); err == nil && r.in.State == StateApplying {
+				err = r.apply(ctx)
+			}
 		case StateApplied:
 			err = r.archive(ctx, StateApplied, r.acceptedOutcome(), 0)
 		default:

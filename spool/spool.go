@@ -18,6 +18,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -39,9 +40,23 @@ var (
 	hashPattern    = regexp.MustCompile(`^[0-9a-f]{64}$`)
 )
 
-// Spool is a directory of partner files.
+// Spool is a directory of partner files. Several replicas may share one
+// spool directory: temporary files carry the writing worker's id, so a
+// restarted worker can remove exactly its own leftovers.
 type Spool struct {
-	dir string
+	dir    string
+	worker string
+}
+
+var workerPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$`)
+
+// ForWorker returns the spool as seen by one worker: its temporary files
+// are named after it.
+func (s *Spool) ForWorker(worker string) (*Spool, error) {
+	if !workerPattern.MatchString(worker) {
+		return nil, fmt.Errorf("spool: bad worker id %q", worker)
+	}
+	return &Spool{dir: s.dir, worker: worker}, nil
 }
 
 // New opens (and creates) the spool at dir.
@@ -53,7 +68,7 @@ func New(dir string) (*Spool, error) {
 	if err != nil {
 		return nil, fmt.Errorf("spool: %w", err)
 	}
-	return &Spool{dir: abs}, nil
+	return &Spool{dir: abs, worker: "anon"}, nil
 }
 
 // Dir is the spool's root.
@@ -82,7 +97,7 @@ func (s *Spool) Put(partner string, want, max int64, src Source) (Entry, error) 
 	if err := os.MkdirAll(tmpDir, 0o750); err != nil {
 		return Entry{}, fmt.Errorf("spool: %w", err)
 	}
-	tmpPath := filepath.Join(tmpDir, randomName()+TempSuffix)
+	tmpPath := filepath.Join(tmpDir, s.worker+"."+randomName()+TempSuffix)
 	f, err := os.OpenFile(tmpPath, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o640)
 	if err != nil {
 		return Entry{}, fmt.Errorf("spool: %w", err)
@@ -174,6 +189,38 @@ func (s *Spool) TempFiles(partner string, age time.Duration) ([]string, error) {
 		out = append(out, filepath.Join(s.dir, partner, "tmp", e.Name()))
 	}
 	return out, nil
+}
+
+// ClearOwnTemp removes this worker's temporary files of partner: at start
+// a worker has no download in flight, so any it finds were left by a crash.
+func (s *Spool) ClearOwnTemp(partner string) (int, error) {
+	dir := filepath.Join(s.dir, partner, "tmp")
+	ents, err := os.ReadDir(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("spool: %w", err)
+	}
+	n := 0
+	for _, e := range ents {
+		if strings.HasPrefix(e.Name(), s.worker+".") && strings.HasSuffix(e.Name(), TempSuffix) {
+			if err := os.Remove(filepath.Join(dir, e.Name())); err != nil && !errors.Is(err, os.ErrNotExist) {
+				return n, fmt.Errorf("spool: %w", err)
+			}
+			n++
+		}
+	}
+	return n, nil
+}
+
+// FreeBytes is the space left for unprivileged writers on the spool's disk.
+func (s *Spool) FreeBytes() (uint64, error) {
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(s.dir, &st); err != nil {
+		return 0, fmt.Errorf("spool: statfs: %w", err)
+	}
+	return st.Bavail * uint64(st.Bsize), nil
 }
 
 type limitWriter struct {

@@ -116,3 +116,24 @@ func TestTempFilesListsOnlyOldTemps(t *testing.T) {
 		t.Fatalf("got %v %v, want only %s", got, err, old)
 	}
 }
+
+func TestClearOwnTempRemovesOnlyThisWorkersFiles(t *testing.T) {
+	base, _ := New(t.TempDir())
+	w1, _ := base.ForWorker("w1")
+	dir := filepath.Join(base.Dir(), "acme", "tmp")
+	os.MkdirAll(dir, 0o750)
+	os.WriteFile(filepath.Join(dir, "w1.abc"+TempSuffix), nil, 0o600)
+	os.WriteFile(filepath.Join(dir, "w10.abc"+TempSuffix), nil, 0o600)
+	os.WriteFile(filepath.Join(dir, "w2.abc"+TempSuffix), nil, 0o600)
+	n, err := w1.ClearOwnTemp("acme")
+	if err != nil || n != 1 {
+		t.Fatalf("removed %d (%v), want 1", n, err)
+	}
+	left, _ := os.ReadDir(dir)
+	if len(left) != 2 {
+		t.Fatalf("left %v, want the other workers' files", left)
+	}
+	if free, err := w1.FreeBytes(); err != nil || free == 0 {
+		t.Fatalf("free bytes %d %v", free, err)
+	}
+}

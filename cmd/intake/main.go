@@ -16,6 +16,7 @@ Usage:
   intake run --config FILE [--once] run the daemon (applies migrations first)
   intake migrate --config FILE      apply the database schema (idempotent, safe with several replicas)
   intake check --config FILE        validate the config, probe every partner, the database and target tables
+  intake reconcile --config FILE    run the failure-matrix reconciler once; exit 1 when something needs a human
 
 The database URL is read from the environment variable named by database.url_env
 (default INTAKE_DATABASE_URL) unless database.url is set.
@@ -38,6 +39,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return cmdMigrate(rest, stdout, stderr)
 	case "check":
 		return cmdCheck(rest, stdout, stderr)
+	case "reconcile":
+		return cmdReconcile(rest, stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0

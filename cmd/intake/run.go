@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/signal"
 	"syscall"
@@ -15,8 +16,53 @@ import (
 	"github.com/partner-intake/partner-intake/intake"
 	"github.com/partner-intake/partner-intake/internal/config"
 	"github.com/partner-intake/partner-intake/migrations"
+	"github.com/partner-intake/partner-intake/reconcile"
 	"github.com/partner-intake/partner-intake/spool"
 )
+
+// env is what run and reconcile share: config, database and spool.
+type env struct {
+	cfg   *config.File
+	pool  *pgxpool.Pool
+	spool *spool.Spool
+	log   *slog.Logger
+}
+
+func open(ctx context.Context, path string, stderr io.Writer, migrate bool) (*env, int) {
+	cfg, err := config.Load(path)
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return nil, 2
+	}
+	url, err := cfg.DatabaseURL()
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return nil, 2
+	}
+	if migrate {
+		if _, err := migrations.Up(url); err != nil {
+			fmt.Fprintln(stderr, err)
+			return nil, 1
+		}
+	}
+	pc, err := intake.PoolConfig(url, cfg.Lease)
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return nil, 2
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, pc)
+	if err != nil {
+		fmt.Fprintln(stderr, "database:", err)
+		return nil, 1
+	}
+	sp, err := spool.New(cfg.Spool.Dir)
+	if err != nil {
+		pool.Close()
+		fmt.Fprintln(stderr, err)
+		return nil, 1
+	}
+	return &env{cfg: cfg, pool: pool, spool: sp, log: newLogger(stderr)}, 0
+}
 
 func cmdRun(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
@@ -26,35 +72,15 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	log := newLogger(stderr)
-	cfg, err := config.Load(*path)
-	if err != nil {
-		fmt.Fprintln(stderr, "intake run:", err)
-		return 2
-	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	url, err := cfg.DatabaseURL()
-	if err != nil {
-		fmt.Fprintln(stderr, "intake run:", err)
-		return 2
+	e, code := open(ctx, *path, stderr, true)
+	if e == nil {
+		return code
 	}
-	if _, err := migrations.Up(url); err != nil {
-		fmt.Fprintln(stderr, "intake run:", err)
-		return 1
-	}
-	pool, err := pgxpool.New(ctx, url)
-	if err != nil {
-		fmt.Fprintln(stderr, "intake run: database:", err)
-		return 1
-	}
-	defer pool.Close()
-	sp, err := spool.New(cfg.Spool.Dir)
-	if err != nil {
-		fmt.Fprintln(stderr, "intake run:", err)
-		return 1
-	}
-	d, err := intake.New(cfg.Intake(), cfg.Partners, pool, sp, prometheus.NewRegistry(), log)
+	defer e.pool.Close()
+	reg := prometheus.NewRegistry()
+	d, err := intake.New(e.cfg.Intake(), e.cfg.Partners, e.pool, e.spool, reg, e.log)
 	if err != nil {
 		fmt.Fprintln(stderr, "intake run:", err)
 		return 2
@@ -65,24 +91,91 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	}
 	if *once {
 		code := 0
-		for _, p := range cfg.Partners {
+		for _, p := range e.cfg.Partners {
 			if err := d.PollOnce(ctx, p.ID); err != nil {
-				log.Error("poll failed", "partner", p.ID, "err", err)
+				e.log.Error("poll failed", "partner", p.ID, "err", err)
 				code = 1
 			}
 		}
 		return code
 	}
+	rec, err := reconcile.New(e.cfg.Reconcile, e.cfg.WorkerID, e.cfg.Lease, e.pool, e.spool, e.cfg.Partners, reg, e.log, d.Poke)
+	if err != nil {
+		fmt.Fprintln(stderr, "intake run:", err)
+		return 2
+	}
 	if err := d.Start(ctx); err != nil {
 		fmt.Fprintln(stderr, "intake run:", err)
 		return 1
 	}
+	rctx, rcancel := context.WithCancel(context.Background())
+	if err := rec.Start(rctx); err != nil {
+		rcancel()
+		d.Stop()
+		fmt.Fprintln(stderr, "intake run:", err)
+		return 1
+	}
 	<-ctx.Done()
-	log.Info("signal received: draining")
+	e.log.Info("signal received: draining")
 	stop()
+	rcancel()
+	rec.Stop()
 	d.Stop()
 	return 0
 }
+
+// cmdReconcile runs the failure matrix once and prints its findings; it
+// exits 1 when something needs a human, so scripts and cron can use it.
+func cmdReconcile(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("reconcile", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	path := fs.String("config", "", "config file (YAML)")
+	once := fs.Bool("once", true, "run once and exit (the daemon schedules it otherwise)")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if !*once {
+		fmt.Fprintln(stderr, "intake reconcile: only --once; `intake run` schedules the reconciler")
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	e, code := open(ctx, *path, stderr, false)
+	if e == nil {
+		return code
+	}
+	defer e.pool.Close()
+	rec, err := reconcile.New(e.cfg.Reconcile, e.cfg.WorkerID, e.cfg.Lease, e.pool, e.spool, e.cfg.Partners,
+		prometheus.NewRegistry(), slogDiscard(), nil)
+	if err != nil {
+		fmt.Fprintln(stderr, "intake reconcile:", err)
+		return 2
+	}
+	found, err := rec.RunOnce(ctx)
+	reconcile.Sort(found)
+	for _, f := range found {
+		mark := "    "
+		if f.NeedsHuman {
+			mark = "ATTN"
+		}
+		fmt.Fprintf(stdout, "%s %-10s %-20s intake=%-6d %s: %s", mark, f.Partner, f.Kind, f.IntakeID, f.Path, f.Action)
+		if f.Detail != "" {
+			fmt.Fprintf(stdout, " (%s)", f.Detail)
+		}
+		fmt.Fprintln(stdout)
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "intake reconcile:", err)
+		return 1
+	}
+	fmt.Fprintf(stdout, "%d finding(s)\n", len(found))
+	if reconcile.NeedHuman(found) {
+		return 1
+	}
+	return 0
+}
+
+func slogDiscard() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
 func cmdMigrate(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("migrate", flag.ContinueOnError)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/partner-intake/partner-intake/intake"
 	"github.com/partner-intake/partner-intake/partners"
+	"github.com/partner-intake/partner-intake/reconcile"
 )
 
 // DefaultDatabaseURLEnv is read when database.url_env is not set.
@@ -31,6 +32,8 @@ type File struct {
 	Database Database `yaml:"database"`
 	// Spool is the local store of downloaded files.
 	Spool Spool `yaml:"spool"`
+	// Reconcile schedules the failure-matrix job.
+	Reconcile reconcile.Config `yaml:"reconcile"`
 	// Partners are the drop sites to poll.
 	Partners []partners.Config `yaml:"partners"`
 }
@@ -49,6 +52,8 @@ type Database struct {
 type Spool struct {
 	// Dir holds spooled files; it must be on a local disk.
 	Dir string `yaml:"dir"`
+	// MinFreeBytes: below this much free space claiming pauses (default 256 MiB).
+	MinFreeBytes int64 `yaml:"min_free_bytes"`
 }
 
 // Load reads and validates a config file.
@@ -100,7 +105,10 @@ func (f *File) Validate() error {
 	if err := ic.Validate(); err != nil {
 		return err
 	}
-	f.WorkerID, f.Lease, f.Drain = ic.WorkerID, ic.Lease, ic.Drain
+	f.WorkerID, f.Lease, f.Drain, f.Spool.MinFreeBytes = ic.WorkerID, ic.Lease, ic.Drain, ic.SpoolMinFree
+	if err := f.Reconcile.Validate(); err != nil {
+		return err
+	}
 	if len(f.Partners) == 0 {
 		return errors.New("partners: at least one partner is required")
 	}
@@ -121,7 +129,7 @@ func (f *File) Validate() error {
 
 // Intake is the daemon part of the configuration.
 func (f *File) Intake() intake.Config {
-	return intake.Config{WorkerID: f.WorkerID, Lease: f.Lease, Drain: f.Drain}
+	return intake.Config{WorkerID: f.WorkerID, Lease: f.Lease, Drain: f.Drain, SpoolMinFree: f.Spool.MinFreeBytes}
 }
 
 // DatabaseURL resolves the database URL.

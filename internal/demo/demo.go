@@ -83,7 +83,7 @@ func Run(ctx context.Context, o Options) error {
 		return err
 	}
 	logger := slog.New(slog.NewTextHandler(o.Log, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	d, err := intake.New(intake.Config{WorkerID: "demo-1", Lease: 30 * time.Second, Drain: 5 * time.Second},
+	d, err := intake.New(intake.Config{WorkerID: "demo-1", Lease: 30 * time.Second, Drain: 5 * time.Second, SpoolMinFree: 16 << 20},
 		site.partners, pool, sp, prometheus.NewRegistry(), logger)
 	if err != nil {
 		return err

@@ -1,0 +1,134 @@
+package intake
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Ledger is what the reconciler may read and do on file_intake. Every
+// change is one conditional statement, like the pipeline's own.
+type Ledger struct{ s *store }
+
+// NewLedger returns the ledger on db; lease is the claim lease to grant.
+func NewLedger(db *pgxpool.Pool, lease time.Duration) *Ledger {
+	return &Ledger{s: &store{pool: db, lease: lease}}
+}
+
+func (l *Ledger) query(ctx context.Context, where string, args ...any) ([]*Intake, error) {
+	rs, err := l.s.pool.Query(ctx, `SELECT `+intakeColumns+` FROM file_intake WHERE `+where+` ORDER BY intake_id`, args...)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rs, func(r pgx.CollectableRow) (*Intake, error) { return scanIntake(r) })
+}
+
+// Expired lists the partner's live rows whose lease ran out (other than
+// outcome_unknown, which is resolved from the ledger first).
+func (l *Ledger) Expired(ctx context.Context, partner string) ([]*Intake, error) {
+	return l.query(ctx, `partner_id = $1 AND state = ANY($2) AND state <> 'outcome_unknown' AND lease_until < now()`, partner, liveStates)
+}
+
+// Unknown lists the partner's rows in outcome_unknown.
+func (l *Ledger) Unknown(ctx context.Context, partner string) ([]*Intake, error) {
+	return l.query(ctx, `partner_id = $1 AND state = 'outcome_unknown'`, partner)
+}
+
+// Quarantined lists the partner's rows held for an ops decision.
+func (l *Ledger) Quarantined(ctx context.Context, partner string) ([]*Intake, error) {
+	return l.query(ctx, `partner_id = $1 AND state = 'quarantined'`, partner)
+}
+
+// Get returns the partner's row with that id, or nil.
+func (l *Ledger) Get(ctx context.Context, partner string, id int64) (*Intake, error) {
+	rows, err := l.query(ctx, `partner_id = $1 AND intake_id = $2`, partner, id)
+	if err != nil || len(rows) == 0 {
+		return nil, err
+	}
+	return rows[0], nil
+}
+
+// Owned reports whether a live row owns a processing path.
+func (l *Ledger) Owned(ctx context.Context, partner, claimedPath string) (bool, error) {
+	var ok bool
+	err := l.s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM file_intake
+		WHERE partner_id = $1 AND claimed_path = $2 AND state = ANY($3))`, partner, claimedPath, liveStates).Scan(&ok)
+	return ok, err
+}
+
+// WorkerAlive reports whether a replica heartbeated within its lease.
+func (l *Ledger) WorkerAlive(ctx context.Context, worker string) (bool, error) {
+	var ok bool
+	err := l.s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM intake_worker
+		WHERE worker_id = $1 AND last_seen > now() - lease)`, worker).Scan(&ok)
+	return ok, err
+}
+
+// Adopt records a claim found without a row (matrix row 1), for worker.
+func (l *Ledger) Adopt(ctx context.Context, in *Intake) error {
+	if err := l.s.insertClaim(ctx, in); err != nil {
+		if errors.Is(err, errTracked) {
+			return &FencedError{Step: "adopt: a live row already owns " + in.ClaimedPath}
+		}
+		return err
+	}
+	return nil
+}
+
+// TakeOver hands an expired claim to worker at newPath with a new fencing
+// token, in one conditional statement: it succeeds only if the lease is
+// still expired and the token is the one observed. The old owner's later
+// writes then fail on the token; its SFTP operations fail once the file is
+// renamed into processing/<worker>/. A stalled owner inside a transaction
+// holds the row lock; lock_timeout keeps the reconciler from waiting on it
+// (the server ends such a session after the lease: see PoolConfig).
+func (l *Ledger) TakeOver(ctx context.Context, in *Intake, worker, newPath string) (*Intake, error) {
+	var out *Intake
+	err := pgx.BeginFunc(ctx, l.s.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SET LOCAL lock_timeout = '5s'`); err != nil {
+			return err
+		}
+		row := tx.QueryRow(ctx, `UPDATE file_intake SET fencing_token = fencing_token + 1, worker_id = $3,
+			claimed_path = $4, lease_until = now() + $5::interval, updated_at = now()
+			WHERE intake_id = $1 AND fencing_token = $2 AND state = ANY($6) AND lease_until < now()
+			RETURNING `+intakeColumns, in.ID, in.Token, worker, newPath, l.s.lease, liveStates)
+		var err error
+		out, err = scanIntake(row)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return &FencedError{IntakeID: in.ID, Token: in.Token, Step: "takeover"}
+		}
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// ResolveUnknown reads the chunk ledger of a file in outcome_unknown and
+// puts it back to applying with a new token and an expired lease: the
+// owner (or, after a takeover, another worker) resumes after the last chunk
+// the ledger holds. The ledger and the progress counter are written in the
+// same transaction as the chunk's rows, so they always agree; a
+// disagreement is reported, not guessed at.
+func (l *Ledger) ResolveUnknown(ctx context.Context, in *Intake) (chunks int, err error) {
+	var done int
+	err = pgx.BeginFunc(ctx, l.s.pool, func(tx pgx.Tx) error {
+		if err := tx.QueryRow(ctx, `SELECT count(*) FROM intake_chunk WHERE intake_id = $1`, in.ID).Scan(&chunks); err != nil {
+			return err
+		}
+		err := tx.QueryRow(ctx, `UPDATE file_intake SET state = 'applying', reason = NULL,
+			fencing_token = fencing_token + 1, lease_until = now(), updated_at = now()
+			WHERE intake_id = $1 AND fencing_token = $2 AND state = 'outcome_unknown' AND chunks_done = $3
+			RETURNING chunks_done`, in.ID, in.Token, chunks).Scan(&done)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return &FencedError{IntakeID: in.ID, Token: in.Token, Step: fmt.Sprintf("resolve unknown (ledger holds %d chunks)", chunks)}
+		}
+		return err
+	})
+	return chunks, err
+}

@@ -1,0 +1,1 @@
+DROP INDEX file_intake_lease; DROP TABLE intake_worker;

@@ -1,0 +1,353 @@
+package reconcile
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/partner-intake/partner-intake/intake"
+	"github.com/partner-intake/partner-intake/partners"
+)
+
+// Rows of the failure matrix (docs/failure-matrix.md) that need a periodic
+// look. Rows the pipeline handles inline (2, 3, 6, 7, 8, 11, 16) are not
+// here; the doc says where each lives.
+
+type addFunc func(Finding)
+
+// partner runs every row for one partner.
+func (r *Reconciler) partner(ctx context.Context, p *partners.Config) ([]Finding, error) {
+	var fs []Finding
+	add := func(f Finding) {
+		f.Partner = p.ID
+		fs = append(fs, f)
+	}
+	var errs []error
+	// Database- and spool-only rows run even when the site is down.
+	errs = append(errs, r.rowOutcomeUnknown(ctx, p, add), r.rowStaleSpoolTemp(p, add), r.openQuarantine(ctx, p, add))
+	sess, err := partners.Dial(ctx, p)
+	if err != nil {
+		r.rowPartnerUnreachable(err, add)
+		return fs, errors.Join(errs...)
+	}
+	defer sess.Close()
+	if err := sess.Layout.EnsureDirs(sess.Client, r.worker); err != nil {
+		return fs, errors.Join(append(errs, err)...)
+	}
+	errs = append(errs,
+		r.rowOrphanClaims(ctx, p, sess, add),
+		r.rowExpiredLeases(ctx, p, sess, add),
+		r.rowArchiveWithoutRecord(ctx, p, sess, add),
+		r.rowStaleUploads(p, sess, add),
+		r.rowUnclaimableReady(p, sess, add),
+	)
+	return fs, errors.Join(errs...)
+}
+
+// Row 1: crash after the claim rename, before the row: a file in
+// processing/<w>/ that no live row owns. When w is this worker or still
+// alive, w adopts it itself (its next poll); when w is gone, the file is
+// moved into processing/<this worker>/ and a claimed row is inserted.
+func (r *Reconciler) rowOrphanClaims(ctx context.Context, p *partners.Config, s *partners.Session, add addFunc) error {
+	base := path.Join(s.Layout.Root, s.Layout.Dirs.Processing)
+	dirs, err := s.ReadDir(base)
+	if err != nil {
+		return fmt.Errorf("list %s: %w", base, err)
+	}
+	for _, d := range dirs {
+		w := d.Name()
+		if !d.IsDir() || w == r.worker {
+			continue
+		}
+		alive, err := r.ledger.WorkerAlive(ctx, w)
+		if err != nil {
+			return err
+		}
+		if alive {
+			continue
+		}
+		files, err := s.ReadDir(path.Join(base, w))
+		if err != nil {
+			return err
+		}
+		for _, f := range files {
+			name := f.Name()
+			if !f.Mode().IsRegular() || strings.HasPrefix(name, ".") || !intake.SafeName(name) {
+				continue
+			}
+			if p.Readiness == partners.ReadinessManifest && strings.HasSuffix(name, intake.ManifestSuffix) {
+				continue
+			}
+			old := path.Join(base, w, name)
+			owned, err := r.ledger.Owned(ctx, p.ID, old)
+			if err != nil {
+				return err
+			}
+			if owned {
+				continue // a live row: the expired-lease row handles it
+			}
+			feed := p.FeedFor(name)
+			if feed == nil {
+				add(Finding{Kind: KindOrphanClaim, Path: old, NeedsHuman: true, Action: "none",
+					Detail: "no feed matches the file any more; move it back to ready/ or out by hand"})
+				continue
+			}
+			dst := s.Layout.Processing(r.worker, name)
+			if err := s.Rename(old, dst); err != nil {
+				add(Finding{Kind: KindTakeoverBlocked, Path: old, NeedsHuman: !partners.IsNotExist(err),
+					Action: "none", Detail: fmt.Sprintf("could not move it into processing/%s/: %v", r.worker, err)})
+				continue
+			}
+			in := &intake.Intake{Partner: p.ID, Feed: feed.Name, RemoteName: name, ClaimedPath: dst,
+				ListedSize: f.Size(), Worker: r.worker}
+			if p.Readiness == partners.ReadinessManifest {
+				if err := s.Rename(old+intake.ManifestSuffix, dst+intake.ManifestSuffix); err == nil {
+					in.ManifestName = name + intake.ManifestSuffix
+				}
+			}
+			if err := r.ledger.Adopt(ctx, in); err != nil {
+				return err
+			}
+			add(Finding{Kind: KindOrphanClaim, IntakeID: in.ID, Path: old,
+				Action: fmt.Sprintf("adopted into processing/%s/ (worker %s is gone)", r.worker, w)})
+			r.takenOver(p.ID)
+		}
+	}
+	return nil
+}
+
+// Rows 4, 5, 10 (and 12 found on the way): a live row whose lease expired:
+// the worker died mid-download, mid-apply, or after commit before archive,
+// or is alive but stalled. The row is taken over with a new fencing token
+// (the stalled owner's later writes are refused), then the file is renamed
+// into processing/<this worker>/ (its SFTP operations fail from then on).
+// The taking worker resumes it from its state: never re-applying committed
+// chunks, re-downloading from processing/ or continuing from the spool.
+func (r *Reconciler) rowExpiredLeases(ctx context.Context, p *partners.Config, s *partners.Session, add addFunc) error {
+	rows, err := r.ledger.Expired(ctx, p.ID)
+	if err != nil {
+		return err
+	}
+	for _, old := range rows {
+		if old.Worker == r.worker {
+			continue // our own poll resumes it
+		}
+		dst := s.Layout.Processing(r.worker, old.RemoteName)
+		in, err := r.ledger.TakeOver(ctx, old, r.worker, dst)
+		var fe *intake.FencedError
+		if errors.As(err, &fe) {
+			continue // renewed or taken meanwhile
+		}
+		if err != nil {
+			add(Finding{Kind: KindTakeoverBlocked, IntakeID: old.ID, Path: old.ClaimedPath, NeedsHuman: true,
+				Action: "none", Detail: err.Error()})
+			continue
+		}
+		f := Finding{Kind: KindLeaseExpired, IntakeID: in.ID, Path: old.ClaimedPath,
+			Action: fmt.Sprintf("taken over from %s in state %s with fencing token %d", old.Worker, old.State, in.Token)}
+		if err := moveClaim(s, old.ClaimedPath, dst); err != nil {
+			f.Detail = "the file is not in processing/ any more: " + err.Error()
+			add(Finding{Kind: KindRemoteMissing, IntakeID: in.ID, Path: old.ClaimedPath,
+				Action: "the worker continues from the spool where it can", Detail: err.Error()})
+		}
+		if in.ManifestName != "" {
+			_ = moveClaim(s, path.Join(path.Dir(old.ClaimedPath), in.ManifestName), path.Join(path.Dir(dst), in.ManifestName))
+		}
+		add(f)
+		r.takenOver(p.ID)
+	}
+	return nil
+}
+
+// moveClaim renames a claimed file; one already moved (an earlier,
+// interrupted takeover) counts as done.
+func moveClaim(s *partners.Session, from, to string) error {
+	err := s.Rename(from, to)
+	if err == nil {
+		return nil
+	}
+	if _, serr := s.Lstat(to); serr == nil {
+		return nil
+	}
+	return err
+}
+
+// Row 9: a commit whose outcome was unknown. The chunk ledger, written in
+// the same transaction as the rows, says which chunks are in; the file goes
+// back to applying and resumes after them. Nothing is retried blindly.
+func (r *Reconciler) rowOutcomeUnknown(ctx context.Context, p *partners.Config, add addFunc) error {
+	rows, err := r.ledger.Unknown(ctx, p.ID)
+	if err != nil {
+		return err
+	}
+	for _, in := range rows {
+		chunks, err := r.ledger.ResolveUnknown(ctx, in)
+		var fe *intake.FencedError
+		if errors.As(err, &fe) {
+			add(Finding{Kind: KindOutcomeUnknown, IntakeID: in.ID, NeedsHuman: true, Action: "none",
+				Detail: "ledger and progress disagree or the row moved: " + err.Error()})
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		add(Finding{Kind: KindOutcomeUnknown, IntakeID: in.ID,
+			Action: fmt.Sprintf("ledger holds %d committed chunks; back to applying, resumes at chunk %d", chunks, chunks)})
+		r.takenOver(p.ID)
+	}
+	return nil
+}
+
+// Row 4: spool temp files of downloads that died. Live downloads keep
+// their temp file's mtime fresh; a worker also clears its own on start.
+func (r *Reconciler) rowStaleSpoolTemp(p *partners.Config, add addFunc) error {
+	if r.spool == nil {
+		return nil
+	}
+	tmps, err := r.spool.TempFiles(p.ID, r.cfg.StaleTemp)
+	if err != nil {
+		return err
+	}
+	for _, t := range tmps {
+		if err := os.Remove(t); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+		add(Finding{Kind: KindStaleSpoolTemp, Path: t, Action: "deleted"})
+	}
+	return nil
+}
+
+// archiveName is <batch>.<sha12>.<intake_id>[.n]<ext>[.complete].
+var archiveName = regexp.MustCompile(`\.[0-9a-f]{12}\.([0-9]+)(\.[0-9]+)?(\.[^.]*)?(\.complete)?$`)
+
+// Row 13: a file in archive/ that no finished row accounts for: someone
+// moved files by hand. Raised for a human; nothing is changed.
+func (r *Reconciler) rowArchiveWithoutRecord(ctx context.Context, p *partners.Config, s *partners.Session, add addFunc) error {
+	now := time.Now().UTC()
+	for m := 0; m < r.cfg.ArchiveMonths; m++ {
+		dir := s.Layout.ArchiveDir(now.AddDate(0, -m, 0))
+		files, err := s.ReadDir(dir)
+		if partners.IsNotExist(err) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("list %s: %w", dir, err)
+		}
+		for _, f := range files {
+			if strings.HasPrefix(f.Name(), ".") {
+				continue
+			}
+			full := path.Join(dir, f.Name())
+			match := archiveName.FindStringSubmatch(f.Name())
+			if match == nil {
+				add(Finding{Kind: KindArchiveNoRecord, Path: full, NeedsHuman: true, Action: "none",
+					Detail: "the name is not one intake writes"})
+				continue
+			}
+			id, _ := strconv.ParseInt(match[1], 10, 64)
+			in, err := r.ledger.Get(ctx, p.ID, id)
+			if err != nil {
+				return err
+			}
+			switch {
+			case in == nil:
+				add(Finding{Kind: KindArchiveNoRecord, Path: full, NeedsHuman: true, Action: "none",
+					Detail: fmt.Sprintf("no intake %d of this partner", id)})
+			case in.State == intake.StateArchived || in.State == intake.StateDuplicate:
+				if full != in.ArchivePath && full != in.ArchivePath+intake.ManifestSuffix {
+					add(Finding{Kind: KindArchiveNoRecord, IntakeID: id, Path: full, NeedsHuman: true, Action: "none",
+						Detail: "intake " + strconv.FormatInt(id, 10) + " was archived under another name"})
+				}
+			case in.State == intake.StateApplied:
+				// row 10: committed, archived, not yet recorded: the owner finishes it
+			default:
+				add(Finding{Kind: KindArchiveNoRecord, IntakeID: id, Path: full, NeedsHuman: true, Action: "none",
+					Detail: fmt.Sprintf("intake %d is in state %s, not archived", id, in.State)})
+			}
+		}
+	}
+	return nil
+}
+
+// Row 14: an upload abandoned in incoming/: the partner's contract owner
+// should know.
+func (r *Reconciler) rowStaleUploads(p *partners.Config, s *partners.Session, add addFunc) error {
+	ents, err := s.ReadDir(s.Layout.IncomingDir())
+	if partners.IsNotExist(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("list incoming: %w", err)
+	}
+	for _, e := range ents {
+		if strings.HasSuffix(e.Name(), ".part") && time.Since(e.ModTime()) > p.Limits.StaleUpload {
+			add(Finding{Kind: KindStaleUpload, Path: path.Join(s.Layout.IncomingDir(), e.Name()), NeedsHuman: true,
+				Action: "none", Detail: fmt.Sprintf("upload untouched for %s (limit %s)", time.Since(e.ModTime()).Round(time.Minute), p.Limits.StaleUpload)})
+		}
+	}
+	return nil
+}
+
+// Row 15 (the part the poller cannot act on): entries of ready/ that are
+// never claimed: symlinks and other non-regular entries, unsafe names,
+// names no feed matches, manifest-mode data files whose manifest is long
+// overdue.
+func (r *Reconciler) rowUnclaimableReady(p *partners.Config, s *partners.Session, add addFunc) error {
+	ents, err := s.ReadDir(s.Layout.ReadyDir())
+	if err != nil {
+		return fmt.Errorf("list ready: %w", err)
+	}
+	_, skipped := intake.ClassifyReady(p, ents)
+	for _, sk := range skipped {
+		switch sk.Reason {
+		case intake.SkipDotfile, intake.SkipPartial, intake.SkipManifest:
+			continue
+		case intake.SkipNoManifest:
+			if time.Since(sk.Info.ModTime()) < p.Limits.StaleUpload {
+				continue
+			}
+		}
+		name := sk.Info.Name()
+		if !intake.SafeName(name) {
+			name = strconv.QuoteToASCII(name)
+		}
+		add(Finding{Kind: KindUnclaimableReady, Path: path.Join(s.Layout.ReadyDir(), name), NeedsHuman: true,
+			Action: "none", Detail: "not claimed: " + sk.Reason})
+	}
+	return nil
+}
+
+// Rows 17 and 18: the site refuses its pinned host key, or cannot be
+// reached. The daemon backs off this partner alone.
+func (r *Reconciler) rowPartnerUnreachable(err error, add addFunc) {
+	if partners.IsHostKeyMismatch(err) {
+		add(Finding{Kind: KindHostKeyMismatch, NeedsHuman: true, Action: "refused to connect", Detail: err.Error()})
+		return
+	}
+	add(Finding{Kind: KindPartnerDown, NeedsHuman: true, Action: "none", Detail: err.Error()})
+}
+
+// Files held for an ops decision.
+func (r *Reconciler) openQuarantine(ctx context.Context, p *partners.Config, add addFunc) error {
+	rows, err := r.ledger.Quarantined(ctx, p.ID)
+	if err != nil {
+		return err
+	}
+	for _, in := range rows {
+		add(Finding{Kind: KindQuarantined, IntakeID: in.ID, Path: in.ArchivePath, NeedsHuman: true,
+			Action: "waits for ops", Detail: "reason " + in.Reason})
+	}
+	return nil
+}
+
+func (r *Reconciler) takenOver(partner string) {
+	if r.onTakeover != nil {
+		r.onTakeover(partner)
+	}
+}

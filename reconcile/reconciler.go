@@ -1,0 +1,263 @@
+// Package reconcile is the failure matrix as code: a scheduled job that
+// compares, per partner, what the SFTP site holds (ready/, processing/*/,
+// archive/, quarantine/, incoming/) and the spool with the file_intake rows,
+// and takes each matrix row's action or raises it for a human. Only one
+// reconciler acts at a time across replicas (a PostgreSQL advisory lock).
+package reconcile
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+	"github.com/robfig/cron/v3"
+
+	"github.com/partner-intake/partner-intake/intake"
+	"github.com/partner-intake/partner-intake/partners"
+	"github.com/partner-intake/partner-intake/spool"
+)
+
+// Defaults of Config.
+const (
+	DefaultSchedule      = "@every 1m"
+	DefaultStaleTemp     = 10 * time.Minute
+	DefaultArchiveMonths = 2
+	lockKey              = "partner-intake/reconcile"
+)
+
+// Config of the reconciler.
+type Config struct {
+	// Schedule is a robfig/cron/v3 spec (UTC) or "@every 1m".
+	Schedule string `yaml:"schedule"`
+	// StaleTemp: spool temp files untouched this long belong to a dead
+	// download and are deleted.
+	StaleTemp time.Duration `yaml:"stale_temp"`
+	// ArchiveMonths is how many months of archive/YYYY/MM/ (counting the
+	// current one) are checked for files without a record.
+	ArchiveMonths int `yaml:"archive_months"`
+}
+
+// Validate fills defaults and checks values.
+func (c *Config) Validate() error {
+	if c.Schedule == "" {
+		c.Schedule = DefaultSchedule
+	}
+	if _, err := cron.ParseStandard(c.Schedule); err != nil {
+		return fmt.Errorf("reconcile.schedule: %q: %w", c.Schedule, err)
+	}
+	if c.StaleTemp == 0 {
+		c.StaleTemp = DefaultStaleTemp
+	}
+	if c.ArchiveMonths == 0 {
+		c.ArchiveMonths = DefaultArchiveMonths
+	}
+	if c.StaleTemp < 0 || c.ArchiveMonths < 1 || c.ArchiveMonths > 24 {
+		return fmt.Errorf("reconcile: stale_temp must be positive and archive_months between 1 and 24")
+	}
+	return nil
+}
+
+// Finding kinds, one per failure-matrix situation.
+const (
+	KindOrphanClaim      = "orphan_claim"        // row 1
+	KindLeaseExpired     = "lease_expired"       // rows 4, 5, 10
+	KindStaleSpoolTemp   = "stale_spool_temp"    // row 4
+	KindOutcomeUnknown   = "outcome_unknown"     // row 9
+	KindRemoteMissing    = "remote_missing"      // row 12
+	KindArchiveNoRecord  = "archive_no_record"   // row 13
+	KindStaleUpload      = "stale_upload"        // row 14
+	KindUnclaimableReady = "unclaimable_ready"   // row 15
+	KindHostKeyMismatch  = "host_key_mismatch"   // row 17
+	KindPartnerDown      = "partner_unreachable" // row 18
+	KindQuarantined      = "quarantined"         // waits for ops
+	KindTakeoverBlocked  = "takeover_blocked"    // a takeover could not complete
+)
+
+// Finding is one mismatch and what was done about it.
+type Finding struct {
+	Kind       string
+	Partner    string
+	IntakeID   int64
+	Path       string // a remote or spool path; never file contents
+	Action     string // what the reconciler did
+	NeedsHuman bool
+	Detail     string
+}
+
+// Reconciler runs the matrix.
+type Reconciler struct {
+	cfg        Config
+	worker     string
+	db         *pgxpool.Pool
+	ledger     *intake.Ledger
+	spool      *spool.Spool
+	parts      []partners.Config
+	log        *slog.Logger
+	onTakeover func(partner string)
+
+	runs        *prometheus.CounterVec
+	findings    *prometheus.CounterVec
+	lastFinds   *prometheus.GaugeVec
+	lastSuccess prometheus.Gauge
+
+	mu      sync.Mutex
+	cron    *cron.Cron
+	started bool
+	stopped bool
+}
+
+// New builds a reconciler acting as worker (taken-over files move into
+// processing/<worker>/ and are resumed by that daemon; onTakeover, if set,
+// is called so it polls the partner at once).
+func New(cfg Config, worker string, lease time.Duration, db *pgxpool.Pool, sp *spool.Spool, parts []partners.Config,
+	reg prometheus.Registerer, log *slog.Logger, onTakeover func(partner string)) (*Reconciler, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	f := promauto.With(reg)
+	return &Reconciler{cfg: cfg, worker: worker, db: db, ledger: intake.NewLedger(db, lease), spool: sp, parts: parts,
+		log: log.With("component", "reconcile", "worker", worker), onTakeover: onTakeover,
+		runs: f.NewCounterVec(prometheus.CounterOpts{Name: "intake_reconcile_runs_total",
+			Help: "Reconciler runs by result: ok, error, not_leader."}, []string{"result"}),
+		findings: f.NewCounterVec(prometheus.CounterOpts{Name: "intake_reconcile_findings_total",
+			Help: "Reconciler findings by kind."}, []string{"partner", "kind"}),
+		lastFinds: f.NewGaugeVec(prometheus.GaugeOpts{Name: "intake_reconcile_last_findings",
+			Help: "Findings of the last completed run, by kind."}, []string{"partner", "kind"}),
+		lastSuccess: f.NewGauge(prometheus.GaugeOpts{Name: "intake_reconcile_last_success_timestamp_seconds",
+			Help: "Unix time of the last reconciler run that completed."}),
+	}, nil
+}
+
+// ErrNotLeader: another replica's reconciler holds the lock this time.
+var ErrNotLeader = errors.New("another reconciler is running")
+
+// RunOnce runs the whole matrix for every partner, under the cluster-wide
+// advisory lock. One partner's failure does not stop the others.
+func (r *Reconciler) RunOnce(ctx context.Context) ([]Finding, error) {
+	conn, err := r.db.Acquire(ctx)
+	if err != nil {
+		r.runs.WithLabelValues("error").Inc()
+		return nil, fmt.Errorf("reconcile: %w", err)
+	}
+	defer conn.Release()
+	var got bool
+	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock(hashtextextended($1, 0))`, lockKey).Scan(&got); err != nil {
+		r.runs.WithLabelValues("error").Inc()
+		return nil, fmt.Errorf("reconcile: lock: %w", err)
+	}
+	if !got {
+		r.runs.WithLabelValues("not_leader").Inc()
+		return nil, ErrNotLeader
+	}
+	defer func() {
+		// Unlock even when ctx is done: a fresh, bounded context, or the
+		// lock would live as long as the pooled connection.
+		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if _, err := conn.Exec(uctx, `SELECT pg_advisory_unlock(hashtextextended($1, 0))`, lockKey); err != nil {
+			conn.Conn().Close(uctx) // closing the session drops the lock
+		}
+	}()
+	var all []Finding
+	var errs []error
+	for i := range r.parts {
+		p := &r.parts[i]
+		fs, err := r.partner(ctx, p)
+		all = append(all, fs...)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("partner %s: %w", p.ID, err))
+		}
+	}
+	r.record(all)
+	if err := errors.Join(errs...); err != nil {
+		r.runs.WithLabelValues("error").Inc()
+		return all, err
+	}
+	r.runs.WithLabelValues("ok").Inc()
+	r.lastSuccess.SetToCurrentTime()
+	return all, nil
+}
+
+func (r *Reconciler) record(fs []Finding) {
+	r.lastFinds.Reset()
+	for _, f := range fs {
+		r.findings.WithLabelValues(f.Partner, f.Kind).Inc()
+		r.lastFinds.WithLabelValues(f.Partner, f.Kind).Inc()
+		level := slog.LevelInfo
+		if f.NeedsHuman {
+			level = slog.LevelWarn
+		}
+		r.log.Log(context.Background(), level, "finding", "kind", f.Kind, "partner", f.Partner, "intake_id", f.IntakeID,
+			"path", f.Path, "action", f.Action, "needs_human", f.NeedsHuman, "detail", f.Detail)
+	}
+}
+
+// NeedHuman reports whether any finding waits for a person.
+func NeedHuman(fs []Finding) bool {
+	for _, f := range fs {
+		if f.NeedsHuman {
+			return true
+		}
+	}
+	return false
+}
+
+// Sort orders findings for printing.
+func Sort(fs []Finding) {
+	sort.SliceStable(fs, func(i, j int) bool {
+		if fs[i].Partner != fs[j].Partner {
+			return fs[i].Partner < fs[j].Partner
+		}
+		return fs[i].Kind < fs[j].Kind
+	})
+}
+
+// Start schedules RunOnce (UTC, recover, skip if still running).
+func (r *Reconciler) Start(ctx context.Context) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.started || r.stopped {
+		return errors.New("reconcile: already started or stopped")
+	}
+	r.started = true
+	l := cronLog{r.log}
+	r.cron = cron.New(cron.WithLocation(time.UTC), cron.WithChain(cron.Recover(l), cron.SkipIfStillRunning(l)))
+	if _, err := r.cron.AddFunc(r.cfg.Schedule, func() {
+		_, err := r.RunOnce(ctx)
+		if err != nil && !errors.Is(err, ErrNotLeader) && ctx.Err() == nil {
+			r.log.Error("reconcile run failed", "err", err)
+		}
+	}); err != nil {
+		return err
+	}
+	r.cron.Start()
+	return nil
+}
+
+// Stop waits for a run in progress. Safe before Start and more than once;
+// the run's context should be cancelled first to cut it short.
+func (r *Reconciler) Stop() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.stopped {
+		return
+	}
+	r.stopped = true
+	if r.cron != nil {
+		<-r.cron.Stop().Done()
+	}
+}
+
+type cronLog struct{ l *slog.Logger }
+
+func (c cronLog) Info(msg string, kv ...any) { c.l.Debug(msg, kv...) }
+func (c cronLog) Error(err error, msg string, kv ...any) {
+	c.l.Error(msg, append(kv, "err", err)...)
+}
