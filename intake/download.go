@@ -81,7 +81,8 @@ func (r *fileRun) download(ctx context.Context) error {
 	return fault.Check("spool:after")
 }
 
-// faultWriter reaches the download:mid fault after the first bytes.
+// faultWriter reaches the download:mid fault once the first bytes are in
+// the temp file.
 type faultWriter struct {
 	w io.Writer
 	n int
@@ -89,7 +90,7 @@ type faultWriter struct {
 
 func (f *faultWriter) Write(p []byte) (int, error) {
 	n, err := f.w.Write(p)
-	if f.n++; f.n == 2 {
+	if f.n++; f.n == 1 {
 		if ferr := fault.Check("download:mid"); ferr != nil {
 			return n, ferr
 		}

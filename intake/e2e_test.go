@@ -23,16 +23,9 @@ import (
 
 func TestMain(m *testing.M) { testenv.Main(m) }
 
-const header = "order_id,email,amount,status,placed_at,qty\n"
+const header = testenv.OrdersHeader
 
-func goodRows(prefix string, n int) string {
-	var b strings.Builder
-	b.WriteString(header)
-	for i := 1; i <= n; i++ {
-		fmt.Fprintf(&b, "%s-%d,c%d@example.com,%d.%02d,paid,2026-11-0%dT10:00:00Z,%d\n", prefix, i, i, i*10, i, 1+i%9, i)
-	}
-	return b.String()
-}
+func goodRows(prefix string, n int) string { return testenv.OrdersCSV(prefix, n) }
 
 type rig struct {
 	t    *testing.T
@@ -68,33 +61,10 @@ func (r *rig) poll(partner string) {
 	}
 }
 
-type fileRow struct {
-	ID                                         int64
-	Name, State, Reason, Batch                 string
-	Total, Applied, Unchanged, Rejected, Confl int64
-	Archive, Receipt, Rejects                  string
-}
+type fileRow = testenv.FileRow
 
 func files(t *testing.T, pool *pgxpool.Pool, partner string) []fileRow {
-	t.Helper()
-	rs, err := pool.Query(context.Background(), `SELECT intake_id, remote_name, state, coalesce(reason,''), coalesce(batch_id,''),
-		coalesce(rows_total,0), rows_applied, rows_unchanged, rows_rejected, rows_conflict,
-		coalesce(archive_path,''), coalesce(receipt_path,''), coalesce(rejects_path,'')
-		FROM file_intake WHERE partner_id = $1 ORDER BY intake_id`, partner)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rs.Close()
-	var out []fileRow
-	for rs.Next() {
-		var f fileRow
-		if err := rs.Scan(&f.ID, &f.Name, &f.State, &f.Reason, &f.Batch, &f.Total, &f.Applied, &f.Unchanged, &f.Rejected, &f.Confl,
-			&f.Archive, &f.Receipt, &f.Rejects); err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, f)
-	}
-	return out
+	return testenv.Files(t, pool, partner)
 }
 
 func receipt(t *testing.T, s *testenv.Site, path string) intake.Receipt {
@@ -111,12 +81,7 @@ func receipt(t *testing.T, s *testenv.Site, path string) intake.Receipt {
 }
 
 func count(t *testing.T, pool *pgxpool.Pool, q string, args ...any) int64 {
-	t.Helper()
-	var n int64
-	if err := pool.QueryRow(context.Background(), q, args...).Scan(&n); err != nil {
-		t.Fatal(err)
-	}
-	return n
+	return testenv.Count(t, pool, q, args...)
 }
 
 func TestHappyPathLandsRowsAndArchivesTheFile(t *testing.T) {

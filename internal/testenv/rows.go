@@ -1,0 +1,92 @@
+package testenv
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// OrdersHeader is the header of files for OrdersFeed.
+const OrdersHeader = "order_id,email,amount,status,placed_at,qty\n"
+
+// OrdersCSV is a valid file of n rows for OrdersFeed, keys <prefix>-1..n.
+func OrdersCSV(prefix string, n int) string {
+	var b strings.Builder
+	b.WriteString(OrdersHeader)
+	for i := 1; i <= n; i++ {
+		fmt.Fprintf(&b, "%s-%d,c%d@example.com,%d.%02d,paid,2026-11-0%dT10:00:00Z,%d\n", prefix, i, i, i*10, i%100, 1+i%9, i)
+	}
+	return b.String()
+}
+
+// FileRow is a file_intake row as the tests look at it.
+type FileRow struct {
+	ID                                         int64
+	Name, State, Reason, Batch, Worker         string
+	Total, Applied, Unchanged, Rejected, Confl int64
+	Chunks                                     int64
+	Archive, Receipt, Rejects                  string
+}
+
+// Files lists the partner's file_intake rows in id order.
+func Files(t testing.TB, pool *pgxpool.Pool, partner string) []FileRow {
+	t.Helper()
+	rs, err := pool.Query(context.Background(), `SELECT intake_id, remote_name, state, coalesce(reason,''), coalesce(batch_id,''),
+		worker_id, coalesce(rows_total,0), rows_applied, rows_unchanged, rows_rejected, rows_conflict, chunks_done,
+		coalesce(archive_path,''), coalesce(receipt_path,''), coalesce(rejects_path,'')
+		FROM file_intake WHERE partner_id = $1 ORDER BY intake_id`, partner)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rs.Close()
+	var out []FileRow
+	for rs.Next() {
+		var f FileRow
+		if err := rs.Scan(&f.ID, &f.Name, &f.State, &f.Reason, &f.Batch, &f.Worker, &f.Total, &f.Applied, &f.Unchanged,
+			&f.Rejected, &f.Confl, &f.Chunks, &f.Archive, &f.Receipt, &f.Rejects); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, f)
+	}
+	if err := rs.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// Count runs a count query.
+func Count(t testing.TB, pool *pgxpool.Pool, q string, args ...any) int64 {
+	t.Helper()
+	var n int64
+	if err := pool.QueryRow(context.Background(), q, args...).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// AssertExactOrders checks that the partner's target rows are exactly the
+// rows of OrdersCSV(prefix, n) for each prefix: none missing, none extra,
+// every value as in the file.
+func AssertExactOrders(t testing.TB, pool *pgxpool.Pool, partner string, n int, prefixes ...string) {
+	t.Helper()
+	want := int64(n * len(prefixes))
+	if got := Count(t, pool, `SELECT count(*) FROM orders WHERE partner_id = $1`, partner); got != want {
+		t.Fatalf("target holds %d rows for %s, want %d", got, partner, want)
+	}
+	// every row's values derive from its key: check them all in one query
+	bad := Count(t, pool, `SELECT count(*) FROM orders o,
+		LATERAL (SELECT split_part(o.order_id, '-', 2)::int AS i) k
+		WHERE o.partner_id = $1 AND (o.email <> 'c' || k.i || '@example.com'
+		   OR o.amount <> (k.i * 10 + (k.i % 100) / 100.0) OR o.qty <> k.i OR o.status <> 'paid')`, partner)
+	if bad != 0 {
+		t.Fatalf("%d target rows of %s differ from the file", bad, partner)
+	}
+	for _, p := range prefixes {
+		if got := Count(t, pool, `SELECT count(*) FROM orders WHERE partner_id = $1 AND order_id LIKE $2`, partner, p+"-%"); got != int64(n) {
+			t.Fatalf("%d rows with prefix %s, want %d", got, p, n)
+		}
+	}
+}

@@ -1,0 +1,370 @@
+package reconcile_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/crypto/ssh/knownhosts"
+
+	"github.com/partner-intake/partner-intake/intake"
+	"github.com/partner-intake/partner-intake/internal/fault"
+	"github.com/partner-intake/partner-intake/internal/sshdtest"
+	"github.com/partner-intake/partner-intake/internal/testenv"
+	"github.com/partner-intake/partner-intake/partners"
+	"github.com/partner-intake/partner-intake/reconcile"
+	"github.com/partner-intake/partner-intake/spool"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+type node struct {
+	d   *intake.Daemon
+	rec *reconcile.Reconciler
+	sp  *spool.Spool
+}
+
+// newNode is one replica: a daemon and its reconciler, sharing a spool dir.
+func newNode(t *testing.T, pool *pgxpool.Pool, worker, spoolDir string, sites ...*testenv.Site) *node {
+	t.Helper()
+	sp, err := spool.New(spoolDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cfgs []partners.Config
+	for _, s := range sites {
+		cfgs = append(cfgs, s.Validated(t))
+	}
+	log := testenv.Logger(t)
+	d, err := intake.New(intake.Config{WorkerID: worker, Lease: 10 * time.Second, SpoolMinFree: 1}, cfgs, pool, sp, prometheus.NewRegistry(), log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, err := reconcile.New(reconcile.Config{}, worker, 10*time.Second, pool, sp, cfgs, prometheus.NewRegistry(), log, d.Poke)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &node{d: d, rec: rec, sp: sp}
+}
+
+func (n *node) poll(t *testing.T, partner string) error {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	return n.d.PollOnce(ctx, partner)
+}
+
+func (n *node) reconcile(t *testing.T) []reconcile.Finding {
+	t.Helper()
+	fs, err := n.rec.RunOnce(context.Background())
+	if err != nil {
+		t.Fatalf("reconcile: %v", err)
+	}
+	return fs
+}
+
+func withFault(t *testing.T, spec string) {
+	t.Helper()
+	if err := fault.Set(spec); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { fault.Set("") })
+}
+
+func kinds(fs []reconcile.Finding) map[string]int {
+	m := map[string]int{}
+	for _, f := range fs {
+		m[f.Kind]++
+	}
+	return m
+}
+
+func expireLeases(t *testing.T, pool *pgxpool.Pool) {
+	t.Helper()
+	if _, err := pool.Exec(context.Background(), `UPDATE file_intake SET lease_until = now() - interval '1 second'
+		WHERE state IN ('claimed','spooled','applying','applied','outcome_unknown')`); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func bigSite(t *testing.T, id string, chunkRows int) *testenv.Site {
+	s := testenv.NewSite(t, id)
+	s.Config.Feeds[0].ChunkRows = chunkRows
+	return s
+}
+
+// Row 9: a commit whose reply is lost, or that is lost before the server:
+// outcome_unknown, resolved from the ledger, never a blind retry.
+func TestCommitWithUnknownOutcomeIsResolvedFromTheLedger(t *testing.T) {
+	for _, tt := range []struct{ name, fault string }{
+		{"the commit landed but its reply was lost", "commit:reply_lost=error@2"},
+		{"the commit never reached the server", "commit:lost=error@2"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			_, pool := testenv.DB(t)
+			site := bigSite(t, "unk", 100)
+			site.Drop(t, "orders-u.csv", testenv.OrdersCSV("U", 450))
+			n := newNode(t, pool, "w1", t.TempDir(), site)
+			withFault(t, tt.fault)
+			if err := n.poll(t, "unk"); err != nil {
+				t.Fatal(err)
+			}
+			f := testenv.Files(t, pool, "unk")[0]
+			if f.State != "outcome_unknown" {
+				t.Fatalf("got %s, want outcome_unknown", f.State)
+			}
+			fs := n.reconcile(t)
+			if kinds(fs)[reconcile.KindOutcomeUnknown] != 1 || reconcile.NeedHuman(fs) {
+				t.Fatalf("findings %+v", fs)
+			}
+			if err := n.poll(t, "unk"); err != nil {
+				t.Fatal(err)
+			}
+			f = testenv.Files(t, pool, "unk")[0]
+			if f.State != "archived" || f.Applied != 450 || f.Chunks != 5 {
+				t.Fatalf("got %+v, want archived, 450 applied once, 5 chunks", f)
+			}
+			if got := testenv.Count(t, pool, `SELECT count(*) FROM intake_chunk WHERE intake_id = $1`, f.ID); got != 5 {
+				t.Fatalf("ledger holds %d chunks, want 5", got)
+			}
+			testenv.AssertExactOrders(t, pool, "unk", 450, "U")
+		})
+	}
+}
+
+// Rows 5 and 10: the owner committed and then stopped before archiving
+// (its lease ran out). Another replica takes over with a new token, moves
+// the file into its own processing dir and finishes the archive without
+// applying anything again; the old owner's late writes are fenced.
+func TestExpiredLeaseIsTakenOverWithoutReapplying(t *testing.T) {
+	_, pool := testenv.DB(t)
+	site := bigSite(t, "lease", 100)
+	site.Drop(t, "orders-l.csv", testenv.OrdersCSV("L", 250))
+	spoolDir := t.TempDir()
+	w1 := newNode(t, pool, "w1", spoolDir, site)
+	w2 := newNode(t, pool, "w2", spoolDir, site)
+	withFault(t, "apply:after_commit=error")
+	if err := w1.poll(t, "lease"); !errors.Is(err, fault.ErrInjected) {
+		t.Fatalf("got %v, want the injected stop after commit", err)
+	}
+	if f := testenv.Files(t, pool, "lease")[0]; f.State != "applied" || f.Worker != "w1" {
+		t.Fatalf("got %+v, want applied by w1", f)
+	}
+	if fs := w2.reconcile(t); kinds(fs)[reconcile.KindLeaseExpired] != 0 {
+		t.Fatalf("a live lease was taken over: %+v", fs)
+	}
+	expireLeases(t, pool)
+	fs := w2.reconcile(t)
+	if kinds(fs)[reconcile.KindLeaseExpired] != 1 {
+		t.Fatalf("findings %+v, want one lease_expired", fs)
+	}
+	if got := site.Files(t, "processing/w2"); len(got) != 1 {
+		t.Fatalf("processing/w2 holds %v, want the taken-over file", got)
+	}
+	if err := w2.poll(t, "lease"); err != nil {
+		t.Fatal(err)
+	}
+	f := testenv.Files(t, pool, "lease")[0]
+	if f.State != "archived" || f.Worker != "w2" || f.Applied != 250 || f.Chunks != 3 {
+		t.Fatalf("got %+v, want archived by w2 with the 250 rows applied once", f)
+	}
+	testenv.AssertExactOrders(t, pool, "lease", 250, "L")
+	if got := site.Files(t, "archive"); len(got) != 1 {
+		t.Fatalf("archive holds %v", got)
+	}
+	// The old owner comes back: its resume finds nothing of its own.
+	if err := w1.poll(t, "lease"); err != nil {
+		t.Fatal(err)
+	}
+	if got := testenv.Count(t, pool, `SELECT count(*) FROM intake_chunk`); got != 3 {
+		t.Fatalf("ledger holds %d chunks, want 3", got)
+	}
+}
+
+// Row 1 (and 2): the claim rename happened but the row was never written
+// (crash, or the rename's reply was lost). The worker's own next poll adopts
+// it; a dead worker's orphan is adopted by the reconciler of another.
+func TestOrphanedClaimIsAdopted(t *testing.T) {
+	t.Run("by the same worker on its next poll", func(t *testing.T) {
+		_, pool := testenv.DB(t)
+		site := testenv.NewSite(t, "orph")
+		site.Drop(t, "orders-o.csv", testenv.OrdersCSV("O", 5))
+		w1 := newNode(t, pool, "w1", t.TempDir(), site)
+		withFault(t, "claim:after_rename=error")
+		if err := w1.poll(t, "orph"); !errors.Is(err, fault.ErrInjected) {
+			t.Fatalf("got %v", err)
+		}
+		if len(testenv.Files(t, pool, "orph")) != 0 || len(site.Files(t, "processing/w1")) != 1 {
+			t.Fatal("want the file claimed with no row")
+		}
+		if err := w1.poll(t, "orph"); err != nil {
+			t.Fatal(err)
+		}
+		if fs := testenv.Files(t, pool, "orph"); len(fs) != 1 || fs[0].State != "archived" {
+			t.Fatalf("got %+v", fs)
+		}
+		testenv.AssertExactOrders(t, pool, "orph", 5, "O")
+	})
+	t.Run("by another worker's reconciler when the claimer is gone", func(t *testing.T) {
+		_, pool := testenv.DB(t)
+		site := testenv.NewSite(t, "orph")
+		site.Drop(t, "orders-o.csv", testenv.OrdersCSV("O", 5))
+		spoolDir := t.TempDir()
+		w1 := newNode(t, pool, "w1", spoolDir, site)
+		w2 := newNode(t, pool, "w2", spoolDir, site)
+		withFault(t, "claim:after_rename=error")
+		w1.poll(t, "orph")
+		fs := w2.reconcile(t)
+		if kinds(fs)[reconcile.KindOrphanClaim] != 1 {
+			t.Fatalf("findings %+v", fs)
+		}
+		if err := w2.poll(t, "orph"); err != nil {
+			t.Fatal(err)
+		}
+		if fs := testenv.Files(t, pool, "orph"); len(fs) != 1 || fs[0].State != "archived" || fs[0].Worker != "w2" {
+			t.Fatalf("got %+v", fs)
+		}
+		testenv.AssertExactOrders(t, pool, "orph", 5, "O")
+	})
+}
+
+// Row 12: the claimed file vanished from processing/. After commit, the
+// file is finished from the spool and the loss is reported; before its
+// bytes were safe, the file fails terminally as remote_lost.
+func TestClaimedFileThatVanishes(t *testing.T) {
+	t.Run("after commit: finished, loss reported", func(t *testing.T) {
+		_, pool := testenv.DB(t)
+		site := testenv.NewSite(t, "lost")
+		site.Drop(t, "orders-v.csv", testenv.OrdersCSV("V", 5))
+		w1 := newNode(t, pool, "w1", t.TempDir(), site)
+		withFault(t, "apply:after_commit=error")
+		w1.poll(t, "lost")
+		if err := os.Remove(filepath.Join(site.Root, "processing", "w1", "orders-v.csv")); err != nil {
+			t.Fatal(err)
+		}
+		if err := w1.poll(t, "lost"); err != nil {
+			t.Fatal(err)
+		}
+		f := testenv.Files(t, pool, "lost")[0]
+		if f.State != "archived" || f.Archive != "" || f.Applied != 5 {
+			t.Fatalf("got %+v, want archived without an archive path", f)
+		}
+		rel, _ := filepath.Rel(site.Root, f.Receipt)
+		if !strings.Contains(site.Read(t, rel), "disappeared from processing") {
+			t.Fatal("the receipt does not say the file was lost")
+		}
+	})
+	t.Run("before its bytes were spooled: failed as remote_lost", func(t *testing.T) {
+		_, pool := testenv.DB(t)
+		site := testenv.NewSite(t, "lost")
+		site.Drop(t, "orders-v.csv", testenv.OrdersCSV("V", 5))
+		w1 := newNode(t, pool, "w1", t.TempDir(), site)
+		withFault(t, "download:mid=error")
+		w1.d.PollOnce(context.Background(), "lost")
+		if f := testenv.Files(t, pool, "lost")[0]; f.State != "claimed" {
+			t.Fatalf("got %+v", f)
+		}
+		os.Remove(filepath.Join(site.Root, "processing", "w1", "orders-v.csv"))
+		if err := w1.poll(t, "lost"); err != nil {
+			t.Fatal(err)
+		}
+		f := testenv.Files(t, pool, "lost")[0]
+		if f.State != "failed_terminal" || f.Reason != "remote_lost" {
+			t.Fatalf("got %+v", f)
+		}
+		if n := testenv.Count(t, pool, `SELECT count(*) FROM orders`); n != 0 {
+			t.Fatal("rows were applied")
+		}
+	})
+}
+
+// Rows 13, 14, 15, 17: evidence without record, stale uploads, entries of
+// ready/ that are never claimed, and a host key that changed are raised for
+// a human; nothing is changed.
+func TestFindingsThatNeedAHuman(t *testing.T) {
+	_, pool := testenv.DB(t)
+	site := testenv.NewSite(t, "odd")
+	now := time.Now().UTC()
+	arch := filepath.Join(site.Root, "archive", now.Format("2006"), now.Format("01"))
+	os.MkdirAll(arch, 0o755)
+	os.WriteFile(filepath.Join(arch, "moved-by-hand.csv"), []byte("x"), 0o644)
+	part := filepath.Join(site.Root, "incoming", "orders-late.csv.part")
+	os.WriteFile(part, []byte("x"), 0o644)
+	old := now.Add(-7 * time.Hour)
+	os.Chtimes(part, old, old)
+	os.Symlink("/etc/passwd", filepath.Join(site.Root, "ready", "orders-link.csv"))
+	os.WriteFile(filepath.Join(site.Root, "ready", "unknown.txt"), []byte("x"), 0o644)
+	w1 := newNode(t, pool, "w1", t.TempDir(), site)
+	fs := w1.reconcile(t)
+	k := kinds(fs)
+	if k[reconcile.KindArchiveNoRecord] != 1 || k[reconcile.KindStaleUpload] != 1 || k[reconcile.KindUnclaimableReady] != 2 {
+		t.Fatalf("findings %+v", fs)
+	}
+	if !reconcile.NeedHuman(fs) {
+		t.Fatal("nothing needs a human")
+	}
+	if _, err := os.Lstat(filepath.Join(site.Root, "ready", "orders-link.csv")); err != nil {
+		t.Fatal("the reconciler touched the symlink")
+	}
+
+	other, _ := sshdtest.WriteKey(filepath.Join(t.TempDir(), "k"))
+	kh := filepath.Join(t.TempDir(), "kh")
+	os.WriteFile(kh, []byte(knownhosts.Line([]string{site.Config.SFTP.Address}, other)+"\n"), 0o600)
+	site.Config.SFTP.KnownHostsFile = kh
+	w2 := newNode(t, pool, "w2", t.TempDir(), site)
+	if fs := w2.reconcile(t); kinds(fs)[reconcile.KindHostKeyMismatch] != 1 {
+		t.Fatalf("findings %+v, want host_key_mismatch", fs)
+	}
+}
+
+// Row 4: spool temp files of a dead download are deleted; fresh ones (a
+// download in flight) are left alone.
+func TestStaleSpoolTempFilesAreDeleted(t *testing.T) {
+	_, pool := testenv.DB(t)
+	site := testenv.NewSite(t, "tmp")
+	spoolDir := t.TempDir()
+	w1 := newNode(t, pool, "w1", spoolDir, site)
+	dir := filepath.Join(spoolDir, "tmp", "tmp")
+	os.MkdirAll(dir, 0o750)
+	stale, fresh := filepath.Join(dir, "w9.a.tmp"), filepath.Join(dir, "w9.b.tmp")
+	os.WriteFile(stale, nil, 0o600)
+	os.WriteFile(fresh, nil, 0o600)
+	old := time.Now().Add(-time.Hour)
+	os.Chtimes(stale, old, old)
+	fs := w1.reconcile(t)
+	if kinds(fs)[reconcile.KindStaleSpoolTemp] != 1 {
+		t.Fatalf("findings %+v", fs)
+	}
+	if _, err := os.Stat(stale); !os.IsNotExist(err) {
+		t.Fatal("stale temp file kept")
+	}
+	if _, err := os.Stat(fresh); err != nil {
+		t.Fatal("a fresh temp file was deleted")
+	}
+}
+
+// Only one reconciler acts at a time across replicas.
+func TestOnlyOneReconcilerActsAtATime(t *testing.T) {
+	_, pool := testenv.DB(t)
+	site := testenv.NewSite(t, "lock")
+	w1 := newNode(t, pool, "w1", t.TempDir(), site)
+	conn, err := pool.Acquire(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	conn.Exec(context.Background(), `SELECT pg_advisory_lock(hashtextextended('partner-intake/reconcile', 0))`)
+	if _, err := w1.rec.RunOnce(context.Background()); !errors.Is(err, reconcile.ErrNotLeader) {
+		t.Fatalf("got %v, want ErrNotLeader", err)
+	}
+	conn.Exec(context.Background(), `SELECT pg_advisory_unlock(hashtextextended('partner-intake/reconcile', 0))`)
+	if _, err := w1.rec.RunOnce(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
