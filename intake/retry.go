@@ -11,9 +11,12 @@ import (
 )
 
 // transient reports whether err is worth retrying: what pgconn says is safe
-// to retry, or a SQLSTATE of class 08 (connection), 40001 (serialization),
-// 40P01 (deadlock), 57P01 (admin shutdown), or a network error. Validation
-// and fencing errors are never transient.
+// to retry, a SQLSTATE of class 08 (connection), 40001 (serialization),
+// 40P01 (deadlock), 57P01/57P02/57P03 (server shutdown or restart), 57014
+// (statement timeout) or 25P03 (idle-in-transaction timeout: the server
+// ended a stalled session, see PoolConfig), or a network error. Every
+// retry passes the fencing gate again, so a retry after a takeover is
+// refused there. Validation and fencing errors are never transient.
 func transient(err error) bool {
 	if err == nil {
 		return false
@@ -28,7 +31,10 @@ func transient(err error) bool {
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) {
 		switch {
-		case len(pe.Code) == 5 && pe.Code[:2] == "08", pe.Code == "40001", pe.Code == "40P01", pe.Code == "57P01":
+		case len(pe.Code) == 5 && pe.Code[:2] == "08":
+			return true
+		case pe.Code == "40001", pe.Code == "40P01", pe.Code == "57P01", pe.Code == "57P02", pe.Code == "57P03",
+			pe.Code == "57014", pe.Code == "25P03":
 			return true
 		}
 		return false

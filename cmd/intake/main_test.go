@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -17,16 +18,49 @@ import (
 
 func TestMain(m *testing.M) { testenv.Main(m) }
 
+// cfgOpts are the knobs the CLI and crash tests turn.
+type cfgOpts struct {
+	worker, lease, poll, schedule, spool string
+	chunkRows                            int
+	knownHosts                           string
+}
+
 func writeConfig(t *testing.T, site *testenv.Site, knownHosts string) string {
+	return writeConfigOpts(t, site, cfgOpts{knownHosts: knownHosts})
+}
+
+func writeConfigOpts(t *testing.T, site *testenv.Site, o cfgOpts) string {
 	t.Helper()
 	c := site.Config
-	cfg := fmt.Sprintf(`worker_id: cli-1
+	def := func(v *string, d string) {
+		if *v == "" {
+			*v = d
+		}
+	}
+	def(&o.worker, "cli-1")
+	def(&o.lease, "2m")
+	def(&o.poll, "@every 10s")
+	def(&o.schedule, "@every 1m")
+	def(&o.knownHosts, c.SFTP.KnownHostsFile)
+	if o.spool == "" {
+		o.spool = t.TempDir()
+	}
+	if o.chunkRows == 0 {
+		o.chunkRows = 10000
+	}
+	cfg := fmt.Sprintf(`worker_id: %s
+lease: %s
+drain: 5s
 database:
   url_env: INTAKE_DATABASE_URL
 spool:
   dir: %s
+  min_free_bytes: 1
+reconcile:
+  schedule: "%s"
 partners:
   - id: %s
+    poll: "%s"
     sftp:
       address: %s
       user: %s
@@ -36,6 +70,7 @@ partners:
     feeds:
       - name: orders
         pattern: 'orders-.*\.csv'
+        chunk_rows: %d
         columns:
           - {name: order_id, type: text, required: true, max_length: 32}
           - {name: email, type: email}
@@ -45,7 +80,7 @@ partners:
           - {name: qty, type: integer}
         key: [order_id]
         target: orders
-`, t.TempDir(), c.ID, c.SFTP.Address, c.SFTP.User, c.SFTP.PrivateKeyFile, knownHosts, c.SFTP.Root)
+`, o.worker, o.lease, o.spool, o.schedule, c.ID, o.poll, c.SFTP.Address, c.SFTP.User, c.SFTP.PrivateKeyFile, o.knownHosts, c.SFTP.Root, o.chunkRows)
 	p := filepath.Join(t.TempDir(), "intake.yaml")
 	if err := os.WriteFile(p, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
@@ -107,11 +142,13 @@ func TestAConfigWithAnUnknownKeyIsRefused(t *testing.T) {
 	os.WriteFile(p, bytes.Replace(b, []byte("    feeds:"), []byte("    feed:"), 1), 0o600)
 	for _, cmd := range []string{"check", "run"} {
 		code, out := runCLI(cmd, "--config", p)
-		if code == 0 || !strings.Contains(out, "field feed not found") || !strings.Contains(out, "line 14") {
+		if code == 0 || !strings.Contains(out, "field feed not found") || !strings.Contains(out, "line "+strconv.Itoa(lineOf(string(b), "    feeds:"))) {
 			t.Fatalf("%s exited %d:\n%s", cmd, code, out)
 		}
 	}
 }
+
+func lineOf(s, sub string) int { return 1 + strings.Count(s[:strings.Index(s, sub)], "\n") }
 
 func TestUnknownCommandPrintsUsage(t *testing.T) {
 	code, out := runCLI("frobnicate")
