@@ -142,6 +142,7 @@ func (r *fileRun) commitChunk(ctx context.Context, tgt *target, chunk int, first
 			return err
 		}
 		r.log.Warn("chunk failed, retrying", "chunk", chunk, "attempt", attempt, "err", err)
+		r.d.metrics.chunkRetries.WithLabelValues(r.in.Partner).Inc()
 		select {
 		case <-ctx.Done():
 			return ctx.Err()

@@ -21,6 +21,7 @@ type metrics struct {
 	fenced          *prometheus.CounterVec
 	stageSeconds    *prometheus.HistogramVec
 	remoteLost      *prometheus.CounterVec
+	chunkRetries    *prometheus.CounterVec
 	backpressure    prometheus.Gauge
 	spoolFree       prometheus.Gauge
 }
@@ -40,6 +41,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		stageSeconds: f.NewHistogramVec(prometheus.HistogramOpts{Name: "intake_stage_duration_seconds", Help: "Time spent per pipeline stage (by the state it starts from).",
 			Buckets: prometheus.ExponentialBuckets(0.005, 4, 10)}, []string{"partner", "stage"}),
 		remoteLost:   f.NewCounterVec(prometheus.CounterOpts{Name: "intake_remote_lost_total", Help: "Claimed files that vanished from processing/ (moved or deleted by hand)."}, []string{"partner"}),
+		chunkRetries: f.NewCounterVec(prometheus.CounterOpts{Name: "intake_chunk_retries_total", Help: "Chunk transactions retried after a transient database error."}, []string{"partner"}),
 		backpressure: f.NewGauge(prometheus.GaugeOpts{Name: "intake_spool_backpressure", Help: "1 while claiming is paused because the spool disk is below its free-space floor."}),
 		spoolFree:    f.NewGauge(prometheus.GaugeOpts{Name: "intake_spool_free_bytes", Help: "Free bytes on the spool's disk at the last check."}),
 	}
@@ -66,9 +68,15 @@ type Metrics struct {
 	ClaimsLost    *prometheus.CounterVec
 	Rows          *prometheus.CounterVec
 	Fenced        *prometheus.CounterVec
+	PollErrors    *prometheus.CounterVec
+	PartnerUp     *prometheus.GaugeVec
+	Backpressure  prometheus.Gauge
+	ChunkRetries  *prometheus.CounterVec
 }
 
 // Metrics returns the daemon's metric vectors.
 func (d *Daemon) Metrics() Metrics {
-	return Metrics{FilesFinished: d.metrics.filesFinished, ClaimsLost: d.metrics.claimsLost, Rows: d.metrics.rowsTotal, Fenced: d.metrics.fenced}
+	return Metrics{FilesFinished: d.metrics.filesFinished, ClaimsLost: d.metrics.claimsLost, Rows: d.metrics.rowsTotal,
+		Fenced: d.metrics.fenced, PollErrors: d.metrics.pollErrors, PartnerUp: d.metrics.partnerUp, Backpressure: d.metrics.backpressure,
+		ChunkRetries: d.metrics.chunkRetries}
 }
