@@ -376,3 +376,24 @@ func TestTwoWorkersRacingApplyEachFileOnce(t *testing.T) {
 		t.Fatal("no worker recorded")
 	}
 }
+
+// Row 15 (size): a file over the partner's byte limit is quarantined
+// without being parsed, and the partner's receipt says why.
+func TestFileOverTheSizeLimitIsQuarantinedUnparsed(t *testing.T) {
+	_, pool := testenv.DB(t)
+	site := testenv.NewSite(t, "big")
+	site.Config.Limits.MaxFileBytes = 1000
+	site.Drop(t, "orders-big.csv", goodRows("G", 100))
+	r := newRig(t, pool, "w1", site)
+	r.poll("big")
+	f := files(t, pool, "big")[0]
+	if f.State != "quarantined" || f.Reason != "file_too_large" || f.Total != 0 {
+		t.Fatalf("got %+v, want quarantined file_too_large, unparsed", f)
+	}
+	if rc := receipt(t, site, f.Receipt); rc.Outcome != intake.OutcomeQuarantined || rc.Reason != "file_too_large" {
+		t.Fatalf("receipt %+v", rc)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM orders`); n != 0 {
+		t.Fatal("rows were applied")
+	}
+}
