@@ -78,9 +78,11 @@ func (c *Config) Validate() error {
 // PoolConfig is the pgxpool configuration the daemon expects. A worker
 // stalled inside a transaction (a GC pause, SIGSTOP, a partition) holds the
 // file_intake row lock that a takeover needs; statement and
-// idle-in-transaction timeouts equal to the lease make PostgreSQL end such a
-// session, so the takeover proceeds and the stalled worker is fenced.
-func PoolConfig(url string, lease time.Duration) (*pgxpool.Config, error) {
+// idle-in-transaction timeouts equal to the lease make PostgreSQL end most
+// such sessions by itself, and the application name lets a takeover find
+// and end the rest (a COPY waiting for its stalled client is not ended by
+// statement_timeout): see Ledger.TakeOver.
+func PoolConfig(url, worker string, lease time.Duration) (*pgxpool.Config, error) {
 	pc, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return nil, fmt.Errorf("database url: %w", err)
@@ -91,9 +93,12 @@ func PoolConfig(url string, lease time.Duration) (*pgxpool.Config, error) {
 	ms := fmt.Sprint(lease.Milliseconds())
 	pc.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"] = ms
 	pc.ConnConfig.RuntimeParams["statement_timeout"] = ms
-	pc.ConnConfig.RuntimeParams["application_name"] = "partner-intake"
+	pc.ConnConfig.RuntimeParams["application_name"] = AppName(worker)
 	return pc, nil
 }
+
+// AppName is the PostgreSQL application_name of a worker's connections.
+func AppName(worker string) string { return "partner-intake/" + worker }
 
 // Daemon runs one poller per partner.
 type Daemon struct {
@@ -298,13 +303,21 @@ func (d *Daemon) claiming() bool { return !d.noClaims.Load() }
 
 // Stop stops claiming, lets in-flight files finish for up to the drain
 // time, then cancels what remains: an interrupted download leaves only a
-// spool temp file (deleted), an interrupted chunk rolls back. Safe before
-// Start and more than once. It returns when every goroutine has exited.
+// spool temp file (deleted), an interrupted chunk rolls back. It closes the
+// partners' SFTP sessions (also those PollOnce opened without Start). Safe
+// before Start and more than once. It returns when every goroutine has
+// exited.
 func (d *Daemon) Stop() {
 	d.mu.Lock()
 	if d.stopped || !d.started {
 		d.stopped = true
 		d.mu.Unlock()
+		d.noClaims.Store(true)
+		for _, p := range d.parts {
+			p.mu.Lock()
+			p.drop()
+			p.mu.Unlock()
+		}
 		return
 	}
 	d.stopped = true

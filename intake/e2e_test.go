@@ -49,6 +49,7 @@ func newRig(t *testing.T, pool *pgxpool.Pool, worker string, sites ...*testenv.S
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(d.Stop)
 	return &rig{t: t, pool: pool, reg: reg, d: d}
 }
 

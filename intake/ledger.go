@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -83,13 +84,32 @@ func (l *Ledger) Adopt(ctx context.Context, in *Intake) error {
 // token, in one conditional statement: it succeeds only if the lease is
 // still expired and the token is the one observed. The old owner's later
 // writes then fail on the token; its SFTP operations fail once the file is
-// renamed into processing/<worker>/. A stalled owner inside a transaction
-// holds the row lock; lock_timeout keeps the reconciler from waiting on it
-// (the server ends such a session after the lease: see PoolConfig).
+// renamed into processing/<worker>/.
+//
+// A stalled owner may still hold the row lock inside a transaction that
+// will never finish by itself (a COPY waiting for its frozen client is not
+// ended by statement_timeout). When the update cannot get the lock, the old
+// worker's transactions older than the lease are terminated — its lease
+// has expired, so they can only be a zombie's — and the update is tried
+// once more. This needs the daemons to share a role (or pg_signal_backend).
 func (l *Ledger) TakeOver(ctx context.Context, in *Intake, worker, newPath string) (*Intake, error) {
+	for attempt := 1; ; attempt++ {
+		out, err := l.takeOver(ctx, in, worker, newPath)
+		var pe *pgconn.PgError
+		if attempt == 1 && errors.As(err, &pe) && (pe.Code == "55P03" || pe.Code == "57014") {
+			if kerr := l.endStalled(ctx, in.Worker); kerr != nil {
+				return nil, fmt.Errorf("takeover: end the stalled owner's session: %w", kerr)
+			}
+			continue
+		}
+		return out, err
+	}
+}
+
+func (l *Ledger) takeOver(ctx context.Context, in *Intake, worker, newPath string) (*Intake, error) {
 	var out *Intake
 	err := pgx.BeginFunc(ctx, l.s.pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `SET LOCAL lock_timeout = '5s'`); err != nil {
+		if _, err := tx.Exec(ctx, `SET LOCAL lock_timeout = '1s'`); err != nil {
 			return err
 		}
 		row := tx.QueryRow(ctx, `UPDATE file_intake SET fencing_token = fencing_token + 1, worker_id = $3,
@@ -107,6 +127,15 @@ func (l *Ledger) TakeOver(ctx context.Context, in *Intake, worker, newPath strin
 		return nil, err
 	}
 	return out, nil
+}
+
+// endStalled terminates the old worker's transactions that have run longer
+// than a lease, waiting up to 5 s for each to end.
+func (l *Ledger) endStalled(ctx context.Context, oldWorker string) error {
+	_, err := l.s.pool.Exec(ctx, `SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity
+		WHERE application_name = $1 AND pid <> pg_backend_pid()
+		  AND xact_start < now() - $2::interval`, AppName(oldWorker), l.s.lease)
+	return err
 }
 
 // ResolveUnknown reads the chunk ledger of a file in outcome_unknown and

@@ -38,7 +38,7 @@ func TestPostgresRestartDuringApply(t *testing.T) {
 	if _, err := migrations.Up(url); err != nil {
 		t.Fatal(err)
 	}
-	pc, _ := intake.PoolConfig(url, 30*time.Second)
+	pc, _ := intake.PoolConfig(url, "w1", 30*time.Second)
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
 		t.Fatal(err)
@@ -114,6 +114,7 @@ func TestConnectionCutMidDownload(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer d.Stop()
 	proxy.CutAfter(150 << 10)
 	if err := d.PollOnce(context.Background(), "cut"); err == nil {
 		t.Fatal("the poll survived a cut connection")

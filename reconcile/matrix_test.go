@@ -50,6 +50,7 @@ func newNode(t *testing.T, pool *pgxpool.Pool, worker, spoolDir string, sites ..
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { rec.Stop(); d.Stop() })
 	return &node{d: d, rec: rec, sp: sp}
 }
 

@@ -296,7 +296,7 @@ func TestPausedWorkerIsFencedOut(t *testing.T) {
 	b := startIntake(t, url, "", "run", "--config", cfgB)
 	waitFor(t, 2*time.Minute, func() bool {
 		return testenv.Count(t, pool, `SELECT count(*) FROM file_intake WHERE state = 'archived' AND worker_id = 'b'`) == 1
-	})
+	}, b)
 	a.signal(syscall.SIGCONT)
 	waitFor(t, time.Minute, func() bool {
 		if strings.Contains(a.output(), "file lost to another owner") {

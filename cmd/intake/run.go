@@ -45,7 +45,7 @@ func open(ctx context.Context, path string, stderr io.Writer, migrate bool) (*en
 			return nil, 1
 		}
 	}
-	pc, err := intake.PoolConfig(url, cfg.Lease)
+	pc, err := intake.PoolConfig(url, cfg.WorkerID, cfg.Lease)
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return nil, 2
@@ -90,6 +90,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	if *once {
+		defer d.Stop()
 		code := 0
 		for _, p := range e.cfg.Partners {
 			if err := d.PollOnce(ctx, p.ID); err != nil {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.uber.org/goleak"
 
 	"github.com/partner-intake/partner-intake/internal/pgtemp"
 	"github.com/partner-intake/partner-intake/internal/sshdtest"
@@ -44,14 +45,23 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "testenv: PostgreSQL:", err)
 		return 1
 	}
-	defer pg.Close()
 	sshd, err = sshdtest.Start()
 	if err != nil {
+		pg.Close()
 		fmt.Fprintln(os.Stderr, "testenv: sshd:", err)
 		return 1
 	}
-	defer sshd.Close()
-	return m.Run()
+	code := m.Run()
+	sshd.Close()
+	pg.Close()
+	if code == 0 {
+		// every daemon, session and pool a test started must be gone
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "testenv: goroutines leaked:", err)
+			return 1
+		}
+	}
+	return code
 }
 
 // PG is the package's PostgreSQL server.
