@@ -44,6 +44,7 @@ func (r *Reconciler) partner(ctx context.Context, p *partners.Config) ([]Finding
 		r.rowOrphanClaims(ctx, p, sess, add),
 		r.rowExpiredLeases(ctx, p, sess, add),
 		r.rowArchiveWithoutRecord(ctx, p, sess, add),
+		r.rowQuarantineWithoutRecord(ctx, p, sess, add),
 		r.rowStaleUploads(p, sess, add),
 		r.rowUnclaimableReady(p, sess, add),
 	)
@@ -270,6 +271,47 @@ func (r *Reconciler) rowArchiveWithoutRecord(ctx context.Context, p *partners.Co
 				add(Finding{Kind: KindArchiveNoRecord, IntakeID: id, Path: full, NeedsHuman: true, Action: "none",
 					Detail: fmt.Sprintf("intake %d is in state %s, not archived", id, in.State)})
 			}
+		}
+	}
+	return nil
+}
+
+// quarantineName is <intake_id>.<name>[.complete][.reason.json].
+var quarantineName = regexp.MustCompile(`^([0-9]+)\.`)
+
+// Row 13, for quarantine/: a held file that no held row accounts for.
+func (r *Reconciler) rowQuarantineWithoutRecord(ctx context.Context, p *partners.Config, s *partners.Session, add addFunc) error {
+	dir := s.Layout.QuarantineDir()
+	files, err := s.ReadDir(dir)
+	if partners.IsNotExist(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("list %s: %w", dir, err)
+	}
+	for _, f := range files {
+		if strings.HasPrefix(f.Name(), ".") {
+			continue
+		}
+		full := path.Join(dir, f.Name())
+		m := quarantineName.FindStringSubmatch(f.Name())
+		var in *intake.Intake
+		if m != nil {
+			id, _ := strconv.ParseInt(m[1], 10, 64)
+			if in, err = r.ledger.Get(ctx, p.ID, id); err != nil {
+				return err
+			}
+		}
+		switch {
+		case in == nil:
+			add(Finding{Kind: KindQuarantineNoRecord, Path: full, NeedsHuman: true, Action: "none",
+				Detail: "no intake of this partner accounts for it"})
+		case in.State == intake.StateQuarantined || in.State == intake.StateFailedTerminal || in.State == intake.StateDiscarded:
+		case in.State == intake.StateClaimed || in.State == intake.StateSpooled:
+			// being held right now: the owner records it
+		default:
+			add(Finding{Kind: KindQuarantineNoRecord, IntakeID: in.ID, Path: full, NeedsHuman: true, Action: "none",
+				Detail: fmt.Sprintf("intake %d is in state %s, not held", in.ID, in.State)})
 		}
 	}
 	return nil

@@ -295,6 +295,8 @@ func TestFindingsThatNeedAHuman(t *testing.T) {
 	arch := filepath.Join(site.Root, "archive", now.Format("2006"), now.Format("01"))
 	os.MkdirAll(arch, 0o755)
 	os.WriteFile(filepath.Join(arch, "moved-by-hand.csv"), []byte("x"), 0o644)
+	os.MkdirAll(filepath.Join(site.Root, "quarantine"), 0o755)
+	os.WriteFile(filepath.Join(site.Root, "quarantine", "77.orders-x.csv"), []byte("x"), 0o644)
 	part := filepath.Join(site.Root, "incoming", "orders-late.csv.part")
 	os.WriteFile(part, []byte("x"), 0o644)
 	old := now.Add(-7 * time.Hour)
@@ -304,7 +306,8 @@ func TestFindingsThatNeedAHuman(t *testing.T) {
 	w1 := newNode(t, pool, "w1", t.TempDir(), site)
 	fs := w1.reconcile(t)
 	k := kinds(fs)
-	if k[reconcile.KindArchiveNoRecord] != 1 || k[reconcile.KindStaleUpload] != 1 || k[reconcile.KindUnclaimableReady] != 2 {
+	if k[reconcile.KindArchiveNoRecord] != 1 || k[reconcile.KindStaleUpload] != 1 || k[reconcile.KindUnclaimableReady] != 2 ||
+		k[reconcile.KindQuarantineNoRecord] != 1 {
 		t.Fatalf("findings %+v", fs)
 	}
 	if !reconcile.NeedHuman(fs) {

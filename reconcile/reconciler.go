@@ -66,18 +66,19 @@ func (c *Config) Validate() error {
 
 // Finding kinds, one per failure-matrix situation.
 const (
-	KindOrphanClaim      = "orphan_claim"        // row 1
-	KindLeaseExpired     = "lease_expired"       // rows 4, 5, 10
-	KindStaleSpoolTemp   = "stale_spool_temp"    // row 4
-	KindOutcomeUnknown   = "outcome_unknown"     // row 9
-	KindRemoteMissing    = "remote_missing"      // row 12
-	KindArchiveNoRecord  = "archive_no_record"   // row 13
-	KindStaleUpload      = "stale_upload"        // row 14
-	KindUnclaimableReady = "unclaimable_ready"   // row 15
-	KindHostKeyMismatch  = "host_key_mismatch"   // row 17
-	KindPartnerDown      = "partner_unreachable" // row 18
-	KindQuarantined      = "quarantined"         // waits for ops
-	KindTakeoverBlocked  = "takeover_blocked"    // a takeover could not complete
+	KindOrphanClaim        = "orphan_claim"         // row 1
+	KindLeaseExpired       = "lease_expired"        // rows 4, 5, 10
+	KindStaleSpoolTemp     = "stale_spool_temp"     // row 4
+	KindOutcomeUnknown     = "outcome_unknown"      // row 9
+	KindRemoteMissing      = "remote_missing"       // row 12
+	KindArchiveNoRecord    = "archive_no_record"    // row 13
+	KindQuarantineNoRecord = "quarantine_no_record" // row 13, for quarantine/
+	KindStaleUpload        = "stale_upload"         // row 14
+	KindUnclaimableReady   = "unclaimable_ready"    // row 15
+	KindHostKeyMismatch    = "host_key_mismatch"    // row 17
+	KindPartnerDown        = "partner_unreachable"  // row 18
+	KindQuarantined        = "quarantined"          // waits for ops
+	KindTakeoverBlocked    = "takeover_blocked"     // a takeover could not complete
 )
 
 // Finding is one mismatch and what was done about it.
