@@ -166,13 +166,30 @@ func (d *Daemon) PollOnce(ctx context.Context, partner string) error {
 }
 
 func (d *Daemon) afterPoll(p *partnerRT, err error) {
+	p.statMu.Lock()
+	p.up = err == nil
+	if err == nil {
+		p.lastOK = time.Now()
+	} else {
+		p.lastErr = err.Error()
+	}
+	ready, oldest := p.readyCount, p.oldestReady
+	p.statMu.Unlock()
 	if err != nil {
 		p.drop()
 		d.metrics.pollErrors.WithLabelValues(p.cfg.ID).Inc()
 		d.metrics.partnerUp.WithLabelValues(p.cfg.ID).Set(0)
-		return
+	} else {
+		d.metrics.partnerUp.WithLabelValues(p.cfg.ID).Set(1)
+		d.metrics.readyFiles.WithLabelValues(p.cfg.ID).Set(float64(ready))
 	}
-	d.metrics.partnerUp.WithLabelValues(p.cfg.ID).Set(1)
+	// Recorded for `intake status`; a fresh context: a poll cut short by
+	// shutdown is still worth recording.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if rerr := d.store.recordPoll(ctx, p.cfg.ID, d.cfg.WorkerID, err, ready, oldest); rerr != nil {
+		d.log.Warn("record poll outcome", "partner", p.cfg.ID, "err", rerr)
+	}
 }
 
 // Start schedules every partner's poll (robfig/cron, UTC, recover, skip if
@@ -206,10 +223,14 @@ func (d *Daemon) Start(ctx context.Context) error {
 		d.cancel()
 		return err
 	}
-	d.wg.Add(1)
+	d.wg.Add(2)
 	go func() {
 		defer d.wg.Done()
 		d.workerHeartbeat(ctx)
+	}()
+	go func() {
+		defer d.wg.Done()
+		d.gaugeLoop(ctx)
 	}()
 	d.cron.Start()
 	d.log.Info("daemon started", "partners", len(d.order))
@@ -231,6 +252,32 @@ func (d *Daemon) workerHeartbeat(ctx context.Context) {
 			}
 		}
 	}
+}
+
+// gaugeLoop refreshes the database-derived gauges every 15 s and the
+// spool's size every minute.
+func (d *Daemon) gaugeLoop(ctx context.Context) {
+	t := time.NewTicker(15 * time.Second)
+	defer t.Stop()
+	for i := 0; ; i++ {
+		if err := d.refreshGauges(ctx); err != nil && ctx.Err() == nil {
+			d.log.Warn("refresh gauges", "err", err)
+		}
+		if i%4 == 0 {
+			d.refreshSpoolBytes()
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// RefreshGauges updates the database-derived gauges now (tests, status).
+func (d *Daemon) RefreshGauges(ctx context.Context) error {
+	d.refreshSpoolBytes()
+	return d.refreshGauges(ctx)
 }
 
 // Poke asks for a poll of the partner soon (the reconciler does after a
@@ -379,6 +426,13 @@ type partnerRT struct {
 	sessMu    sync.Mutex
 	sess      *partners.Session
 	tempClean bool // this worker's spool temp files of the partner were swept
+
+	statMu      sync.Mutex // what the last poll saw, for gauges and /readyz
+	up          bool
+	lastOK      time.Time
+	lastErr     string
+	oldestReady time.Time
+	readyCount  int
 }
 
 func (p *partnerRT) poke() {

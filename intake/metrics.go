@@ -24,6 +24,16 @@ type metrics struct {
 	chunkRetries    *prometheus.CounterVec
 	backpressure    prometheus.Gauge
 	spoolFree       prometheus.Gauge
+
+	files            *prometheus.GaugeVec
+	oldestProcessing *prometheus.GaugeVec
+	oldestReady      *prometheus.GaugeVec
+	readyFiles       *prometheus.GaugeVec
+	quarantineOpen   *prometheus.GaugeVec
+	quarantineOldest *prometheus.GaugeVec
+	inflightRows     *prometheus.GaugeVec
+	inflightRowsDone *prometheus.GaugeVec
+	spoolBytes       *prometheus.GaugeVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -44,6 +54,16 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		chunkRetries: f.NewCounterVec(prometheus.CounterOpts{Name: "intake_chunk_retries_total", Help: "Chunk transactions retried after a transient database error."}, []string{"partner"}),
 		backpressure: f.NewGauge(prometheus.GaugeOpts{Name: "intake_spool_backpressure", Help: "1 while claiming is paused because the spool disk is below its free-space floor."}),
 		spoolFree:    f.NewGauge(prometheus.GaugeOpts{Name: "intake_spool_free_bytes", Help: "Free bytes on the spool's disk at the last check."}),
+
+		files:            f.NewGaugeVec(prometheus.GaugeOpts{Name: "intake_files", Help: "Files per non-terminal state (and quarantined), cluster-wide."}, []string{"partner", "state"}),
+		oldestProcessing: f.NewGaugeVec(prometheus.GaugeOpts{Name: "intake_oldest_processing_age_seconds", Help: "Age of the oldest claimed, unfinished file."}, []string{"partner"}),
+		oldestReady:      f.NewGaugeVec(prometheus.GaugeOpts{Name: "intake_oldest_ready_age_seconds", Help: "Age (mtime) of the oldest claimable file in ready/ at the last poll."}, []string{"partner"}),
+		readyFiles:       f.NewGaugeVec(prometheus.GaugeOpts{Name: "intake_ready_files", Help: "Claimable files in ready/ at the last poll."}, []string{"partner"}),
+		quarantineOpen:   f.NewGaugeVec(prometheus.GaugeOpts{Name: "intake_quarantine_open", Help: "Files held for an ops decision."}, []string{"partner"}),
+		quarantineOldest: f.NewGaugeVec(prometheus.GaugeOpts{Name: "intake_quarantine_oldest_age_seconds", Help: "How long the oldest open quarantine item has waited."}, []string{"partner"}),
+		inflightRows:     f.NewGaugeVec(prometheus.GaugeOpts{Name: "intake_inflight_rows", Help: "Valid rows of the files being applied."}, []string{"partner"}),
+		inflightRowsDone: f.NewGaugeVec(prometheus.GaugeOpts{Name: "intake_inflight_rows_done", Help: "Rows of the files being applied that are committed so far."}, []string{"partner"}),
+		spoolBytes:       f.NewGaugeVec(prometheus.GaugeOpts{Name: "intake_spool_bytes", Help: "Bytes held in the spool."}, []string{"partner"}),
 	}
 }
 
@@ -51,15 +71,20 @@ func (m *metrics) finished(partner, state string) {
 	m.filesFinished.WithLabelValues(partner, state).Inc()
 }
 
-func (m *metrics) stage(partner, stage string, d time.Duration) {
-	m.stageSeconds.WithLabelValues(partner, stage).Observe(d.Seconds())
+// stageNames name the work done from each state.
+var stageNames = map[State]string{StateClaimed: "download", StateSpooled: "plan", StateApplying: "apply", StateApplied: "archive"}
+
+func (m *metrics) stage(partner string, from State, d time.Duration) {
+	if name, ok := stageNames[from]; ok {
+		m.stageSeconds.WithLabelValues(partner, name).Observe(d.Seconds())
+	}
 }
 
 func (m *metrics) rows(partner string, c chunkCounts) {
 	m.rowsTotal.WithLabelValues(partner, "applied").Add(float64(c.applied))
 	m.rowsTotal.WithLabelValues(partner, "unchanged").Add(float64(c.unchanged))
 	m.rowsTotal.WithLabelValues(partner, "conflict").Add(float64(c.conflict))
-	m.rowsTotal.WithLabelValues(partner, "rejected_duplicate_key").Add(float64(c.rejected))
+	m.rowsTotal.WithLabelValues(partner, "rejected").Add(float64(c.rejected))
 }
 
 // Metrics exposes the daemon's series for tests and the status command.
@@ -72,11 +97,14 @@ type Metrics struct {
 	PartnerUp     *prometheus.GaugeVec
 	Backpressure  prometheus.Gauge
 	ChunkRetries  *prometheus.CounterVec
+	Files         *prometheus.GaugeVec
+	Stage         *prometheus.HistogramVec
+	Bytes         *prometheus.CounterVec
 }
 
 // Metrics returns the daemon's metric vectors.
 func (d *Daemon) Metrics() Metrics {
 	return Metrics{FilesFinished: d.metrics.filesFinished, ClaimsLost: d.metrics.claimsLost, Rows: d.metrics.rowsTotal,
 		Fenced: d.metrics.fenced, PollErrors: d.metrics.pollErrors, PartnerUp: d.metrics.partnerUp, Backpressure: d.metrics.backpressure,
-		ChunkRetries: d.metrics.chunkRetries}
+		ChunkRetries: d.metrics.chunkRetries, Files: d.metrics.files, Stage: d.metrics.stageSeconds, Bytes: d.metrics.bytesDownloaded}
 }

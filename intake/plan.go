@@ -85,6 +85,7 @@ func (r *fileRun) plan(ctx context.Context) (*planResult, error) {
 	if err != nil {
 		return nil, err
 	}
+	r.d.metrics.rowsTotal.WithLabelValues(in.Partner, "rejected").Add(float64(res.Rejected))
 	return res, nil
 }
 

@@ -8,6 +8,7 @@ import (
 	"path"
 	"sort"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/partner-intake/partner-intake/internal/fault"
@@ -34,6 +35,7 @@ type candidate struct {
 	size     int64
 	feed     *partners.Feed
 	manifest string
+	mtime    time.Time
 }
 
 // pollOnce is one cycle for one partner: resume what this worker already
@@ -71,7 +73,8 @@ func (d *Daemon) pollOnce(ctx context.Context, p *partnerRT) error {
 		return err
 	}
 	claimed := 0
-	for _, c := range cands {
+	for i, c := range cands {
+		p.setReady(cands[i:]) // what is left for a later poll (or another worker)
 		if ctx.Err() != nil || !d.claiming() {
 			return ctx.Err()
 		}
@@ -89,8 +92,20 @@ func (d *Daemon) pollOnce(ctx context.Context, p *partnerRT) error {
 		if err := d.runFile(ctx, p, sess, in); err != nil {
 			return err
 		}
+		p.setReady(cands[i+1:])
 	}
 	return nil
+}
+
+// setReady records what ready/ still offers, for gauges and status.
+func (p *partnerRT) setReady(left []candidate) {
+	var oldest time.Time
+	if len(left) > 0 {
+		oldest = left[0].mtime
+	}
+	p.statMu.Lock()
+	p.readyCount, p.oldestReady = len(left), oldest
+	p.statMu.Unlock()
 }
 
 // list reads ready/ once, non-recursively, and returns claimable files,
@@ -101,6 +116,7 @@ func (d *Daemon) list(p *partnerRT, sess *partners.Session) ([]candidate, error)
 		return nil, fmt.Errorf("list %s: %w", sess.Layout.ReadyDir(), err)
 	}
 	cands, skipped := ClassifyReady(p.cfg, ents)
+	p.setReady(cands)
 	for _, s := range skipped {
 		if s.Reason != SkipManifest && s.Reason != SkipNoManifest && s.Reason != SkipDotfile && s.Reason != SkipPartial {
 			d.log.Warn("ready entry not claimed", "partner", p.cfg.ID, "reason", s.Reason)
@@ -152,7 +168,7 @@ func ClassifyReady(p *partners.Config, ents []os.FileInfo) ([]candidate, []Skipp
 		case manifestMode && strings.HasSuffix(name, ManifestSuffix):
 			reason = SkipManifest
 		}
-		c := candidate{name: name, size: e.Size()}
+		c := candidate{name: name, size: e.Size(), mtime: e.ModTime()}
 		if reason == "" {
 			if c.feed = p.FeedFor(name); c.feed == nil {
 				reason = SkipNoFeed

@@ -61,7 +61,7 @@ func (r *fileRun) run(ctx context.Context) error {
 	for !terminal(r.in.State) {
 		var err error
 		start := time.Now()
-		stage := string(r.in.State)
+		stage := r.in.State
 		switch r.in.State {
 		case StateClaimed:
 			err = r.download(ctx)

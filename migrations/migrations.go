@@ -4,6 +4,7 @@
 package migrations
 
 import (
+	"context"
 	"database/sql"
 	"embed"
 	"errors"
@@ -12,6 +13,7 @@ import (
 	"github.com/golang-migrate/migrate/v4"
 	migratepgx "github.com/golang-migrate/migrate/v4/database/pgx/v5"
 	"github.com/golang-migrate/migrate/v4/source/iofs"
+	"github.com/jackc/pgx/v5"
 	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx"
 )
 
@@ -78,4 +80,24 @@ func open(dsn string) (*migrate.Migrate, error) {
 		return nil, fmt.Errorf("migrations: %w", err)
 	}
 	return m, nil
+}
+
+// Current reports whether the database's schema is the one this binary
+// ships, through a query on q (a pool or a connection).
+func Current(ctx context.Context, q interface {
+	QueryRow(context.Context, string, ...any) pgx.Row
+}) error {
+	want, err := Latest()
+	if err != nil {
+		return err
+	}
+	var have int64
+	var dirty bool
+	if err := q.QueryRow(ctx, `SELECT version, dirty FROM intake_schema_migrations`).Scan(&have, &dirty); err != nil {
+		return fmt.Errorf("schema version: %w (run `intake migrate`)", err)
+	}
+	if dirty || uint(have) != want {
+		return fmt.Errorf("schema at version %d (dirty %v), this binary needs %d: run `intake migrate`", have, dirty, want)
+	}
+	return nil
 }

@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
@@ -107,6 +108,7 @@ type Reconciler struct {
 	findings    *prometheus.CounterVec
 	lastFinds   *prometheus.GaugeVec
 	lastSuccess prometheus.Gauge
+	takeovers   *prometheus.CounterVec
 
 	mu      sync.Mutex
 	cron    *cron.Cron
@@ -133,6 +135,8 @@ func New(cfg Config, worker string, lease time.Duration, db *pgxpool.Pool, sp *s
 			Help: "Findings of the last completed run, by kind."}, []string{"partner", "kind"}),
 		lastSuccess: f.NewGauge(prometheus.GaugeOpts{Name: "intake_reconcile_last_success_timestamp_seconds",
 			Help: "Unix time of the last reconciler run that completed."}),
+		takeovers: f.NewCounterVec(prometheus.CounterOpts{Name: "intake_lease_takeovers_total",
+			Help: "Claims taken over from another worker (expired lease or orphaned claim)."}, []string{"partner"}),
 	}, nil
 }
 
@@ -177,6 +181,9 @@ func (r *Reconciler) RunOnce(ctx context.Context) ([]Finding, error) {
 		}
 	}
 	r.record(all)
+	if err := r.persist(ctx, all); err != nil {
+		errs = append(errs, err)
+	}
 	if err := errors.Join(errs...); err != nil {
 		r.runs.WithLabelValues("error").Inc()
 		return all, err
@@ -190,6 +197,9 @@ func (r *Reconciler) record(fs []Finding) {
 	r.lastFinds.Reset()
 	for _, f := range fs {
 		r.findings.WithLabelValues(f.Partner, f.Kind).Inc()
+		if f.Kind == KindLeaseExpired || (f.Kind == KindOrphanClaim && f.IntakeID != 0) {
+			r.takeovers.WithLabelValues(f.Partner).Inc()
+		}
 		r.lastFinds.WithLabelValues(f.Partner, f.Kind).Inc()
 		level := slog.LevelInfo
 		if f.NeedsHuman {
@@ -198,6 +208,45 @@ func (r *Reconciler) record(fs []Finding) {
 		r.log.Log(context.Background(), level, "finding", "kind", f.Kind, "partner", f.Partner, "intake_id", f.IntakeID,
 			"path", f.Path, "action", f.Action, "needs_human", f.NeedsHuman, "detail", f.Detail)
 	}
+}
+
+// persist replaces the stored findings of this run's partners, for
+// `intake status`.
+func (r *Reconciler) persist(ctx context.Context, fs []Finding) error {
+	ids := make([]string, len(r.parts))
+	for i := range r.parts {
+		ids[i] = r.parts[i].ID
+	}
+	return pgx.BeginFunc(ctx, r.db, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `DELETE FROM intake_finding WHERE partner_id = ANY($1)`, ids); err != nil {
+			return fmt.Errorf("store findings: %w", err)
+		}
+		now := time.Now()
+		_, err := tx.CopyFrom(ctx, pgx.Identifier{"intake_finding"},
+			[]string{"partner_id", "kind", "intake_id", "path", "action", "needs_human", "detail", "run_at"},
+			pgx.CopyFromSlice(len(fs), func(i int) ([]any, error) {
+				f := fs[i]
+				var id any
+				if f.IntakeID != 0 {
+					id = f.IntakeID
+				}
+				return []any{f.Partner, f.Kind, id, f.Path, f.Action, f.NeedsHuman, f.Detail, now}, nil
+			}))
+		if err != nil {
+			return fmt.Errorf("store findings: %w", err)
+		}
+		count := map[string]int{}
+		for _, f := range fs {
+			count[f.Partner]++
+		}
+		for _, id := range ids {
+			if _, err := tx.Exec(ctx, `INSERT INTO intake_reconcile_run (partner_id, run_at, findings) VALUES ($1, $2, $3)
+				ON CONFLICT (partner_id) DO UPDATE SET run_at = $2, findings = $3`, id, now, count[id]); err != nil {
+				return fmt.Errorf("store findings: %w", err)
+			}
+		}
+		return nil
+	})
 }
 
 // NeedHuman reports whether any finding waits for a person.

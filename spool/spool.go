@@ -259,3 +259,14 @@ func syncDir(dir string) error {
 	}
 	return nil
 }
+
+// Probe checks that the spool directory is writable.
+func (s *Spool) Probe() error {
+	f, err := os.CreateTemp(s.dir, ".probe-*")
+	if err != nil {
+		return fmt.Errorf("spool not writable: %w", err)
+	}
+	name := f.Name()
+	f.Close()
+	return os.Remove(name)
+}

@@ -17,6 +17,9 @@ Usage:
   intake migrate --config FILE      apply the database schema (idempotent, safe with several replicas)
   intake check --config FILE        validate the config, probe every partner, the database and target tables
   intake reconcile --config FILE    run the failure-matrix reconciler once; exit 1 when something needs a human
+  intake status --config FILE [--partner P]
+                                    files by state, oldest ready/processing, open quarantine, last poll,
+                                    last reconciler findings; exit 1 when something needs attention
 
 The database URL is read from the environment variable named by database.url_env
 (default INTAKE_DATABASE_URL) unless database.url is set.
@@ -41,6 +44,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return cmdCheck(rest, stdout, stderr)
 	case "reconcile":
 		return cmdReconcile(rest, stdout, stderr)
+	case "status":
+		return cmdStatus(rest, stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0

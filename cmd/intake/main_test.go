@@ -56,6 +56,8 @@ database:
 spool:
   dir: %s
   min_free_bytes: 1
+http:
+  listen: 127.0.0.1:0
 reconcile:
   schedule: "%s"
 partners:
@@ -154,5 +156,31 @@ func TestUnknownCommandPrintsUsage(t *testing.T) {
 	code, out := runCLI("frobnicate")
 	if code != 2 || !strings.Contains(out, "Usage:") {
 		t.Fatalf("got %d %s", code, out)
+	}
+}
+
+func TestStatusSaysWhatNeedsAttention(t *testing.T) {
+	url, _ := testenv.DB(t)
+	t.Setenv("INTAKE_DATABASE_URL", url)
+	site := testenv.NewSite(t, "stat")
+	cfg := writeConfig(t, site, site.Config.SFTP.KnownHostsFile)
+	site.Drop(t, "orders-s1.csv", testenv.OrdersCSV("S", 4))
+	if code, out := runCLI("run", "--config", cfg, "--once"); code != 0 {
+		t.Fatalf("run: %d %s", code, out)
+	}
+	if code, out := runCLI("reconcile", "--config", cfg); code != 0 {
+		t.Fatalf("reconcile: %d %s", code, out)
+	}
+	code, out := runCLI("status", "--config", cfg)
+	if code != 0 || !strings.Contains(out, "archived 1") || !strings.Contains(out, "all well") || !strings.Contains(out, "reconciler (") {
+		t.Fatalf("status of a healthy partner exited %d:\n%s", code, out)
+	}
+	// a conflicting resend is quarantined: status now needs a human
+	site.Drop(t, "orders-s1.csv", testenv.OrdersCSV("T", 4))
+	runCLI("run", "--config", cfg, "--once")
+	runCLI("reconcile", "--config", cfg)
+	code, out = runCLI("status", "--config", cfg, "--partner", "stat")
+	if code != 1 || !strings.Contains(out, "ATTN quarantine: 1 open") || !strings.Contains(out, "quarantined intake=2") {
+		t.Fatalf("status with an open quarantine exited %d:\n%s", code, out)
 	}
 }

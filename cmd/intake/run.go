@@ -12,9 +12,11 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/partner-intake/partner-intake/intake"
 	"github.com/partner-intake/partner-intake/internal/config"
+	"github.com/partner-intake/partner-intake/internal/opshttp"
 	"github.com/partner-intake/partner-intake/migrations"
 	"github.com/partner-intake/partner-intake/reconcile"
 	"github.com/partner-intake/partner-intake/spool"
@@ -80,6 +82,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	}
 	defer e.pool.Close()
 	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	d, err := intake.New(e.cfg.Intake(), e.cfg.Partners, e.pool, e.spool, reg, e.log)
 	if err != nil {
 		fmt.Fprintln(stderr, "intake run:", err)
@@ -105,6 +108,20 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "intake run:", err)
 		return 2
 	}
+	srv := opshttp.New(reg, opshttp.Checks{
+		Database: func(ctx context.Context) error { return e.pool.Ping(ctx) },
+		Schema:   func(ctx context.Context) error { return migrations.Current(ctx, e.pool) },
+		Spool:    e.spool.Probe,
+		Partners: func() any { return d.PartnerStates() },
+	}, e.log)
+	if e.cfg.HTTP.Listen != "off" {
+		if err := srv.Start(e.cfg.HTTP.Listen); err != nil {
+			fmt.Fprintln(stderr, "intake run:", err)
+			return 1
+		}
+		e.log.Info("serving /metrics, /healthz, /readyz", "addr", srv.Addr())
+	}
+	defer srv.Stop()
 	if err := d.Start(ctx); err != nil {
 		fmt.Fprintln(stderr, "intake run:", err)
 		return 1

@@ -13,6 +13,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/partner-intake/partner-intake/intake"
+	"github.com/partner-intake/partner-intake/internal/opshttp"
 	"github.com/partner-intake/partner-intake/partners"
 	"github.com/partner-intake/partner-intake/reconcile"
 )
@@ -34,6 +35,8 @@ type File struct {
 	Spool Spool `yaml:"spool"`
 	// Reconcile schedules the failure-matrix job.
 	Reconcile reconcile.Config `yaml:"reconcile"`
+	// HTTP serves /metrics, /healthz and /readyz.
+	HTTP opshttp.Config `yaml:"http"`
 	// Partners are the drop sites to poll.
 	Partners []partners.Config `yaml:"partners"`
 }
@@ -108,6 +111,9 @@ func (f *File) Validate() error {
 	f.WorkerID, f.Lease, f.Drain, f.Spool.MinFreeBytes = ic.WorkerID, ic.Lease, ic.Drain, ic.SpoolMinFree
 	if err := f.Reconcile.Validate(); err != nil {
 		return err
+	}
+	if f.HTTP.Listen == "" {
+		f.HTTP.Listen = opshttp.DefaultListen
 	}
 	if len(f.Partners) == 0 {
 		return errors.New("partners: at least one partner is required")

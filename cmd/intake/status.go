@@ -1,0 +1,120 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/partner-intake/partner-intake/intake"
+	"github.com/partner-intake/partner-intake/internal/config"
+)
+
+// Thresholds past which `intake status` says a partner needs attention.
+const (
+	statusPollStale       = 15 * time.Minute
+	statusProcessingStale = time.Hour
+)
+
+// cmdStatus prints, per partner, files by state, the oldest ready and
+// processing ages, open quarantine, the last successful poll and the last
+// reconciler findings. It exits 1 when something needs attention.
+func cmdStatus(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("status", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	path := fs.String("config", "", "config file (YAML)")
+	only := fs.String("partner", "", "show only this partner")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	cfg, err := config.Load(*path)
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return 2
+	}
+	url, err := cfg.DatabaseURL()
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return 2
+	}
+	var ids []string
+	for _, p := range cfg.Partners {
+		if *only == "" || p.ID == *only {
+			ids = append(ids, p.ID)
+		}
+	}
+	if len(ids) == 0 {
+		fmt.Fprintf(stderr, "intake status: no partner %q in %s\n", *only, *path)
+		return 2
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	pool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		fmt.Fprintln(stderr, "intake status: database:", err)
+		return 1
+	}
+	defer pool.Close()
+	rows, err := intake.Status(ctx, pool, ids)
+	if err != nil {
+		fmt.Fprintln(stderr, "intake status:", err)
+		return 1
+	}
+	attention := 0
+	for _, r := range rows {
+		attention += printStatus(stdout, r, time.Now())
+	}
+	if attention > 0 {
+		fmt.Fprintf(stdout, "\n%d thing(s) need attention\n", attention)
+		return 1
+	}
+	fmt.Fprintln(stdout, "\nall well")
+	return 0
+}
+
+func printStatus(w io.Writer, r intake.StatusRow, now time.Time) int {
+	attention := 0
+	mark := func(cond bool) string {
+		if cond {
+			attention++
+			return "ATTN "
+		}
+		return "     "
+	}
+	ago := func(t *time.Time) string {
+		if t == nil {
+			return "never"
+		}
+		return now.Sub(*t).Round(time.Second).String() + " ago"
+	}
+	fmt.Fprintf(w, "partner %s\n", r.Partner)
+	var states []string
+	for _, st := range []string{"claimed", "spooled", "applying", "applied", "outcome_unknown", "quarantined", "failed_terminal", "duplicate", "archived"} {
+		states = append(states, fmt.Sprintf("%s %d", st, r.ByState[st]))
+	}
+	fmt.Fprintf(w, "  %sfiles: %s\n", mark(r.ByState["outcome_unknown"] > 0), strings.Join(states, ", "))
+	if r.InflightTotal > 0 {
+		fmt.Fprintf(w, "       applying: %d of %d rows committed (%.0f%%)\n", r.InflightDone, r.InflightTotal, 100*float64(r.InflightDone)/float64(r.InflightTotal))
+	}
+	fmt.Fprintf(w, "  %sprocessing: oldest unfinished file claimed %s ago\n", mark(r.OldestProcessing > statusProcessingStale), r.OldestProcessing.Round(time.Second))
+	fmt.Fprintf(w, "       ready: %d claimable at the last poll, oldest from %s\n", r.ReadyFiles, ago(r.OldestReady))
+	fmt.Fprintf(w, "  %squarantine: %d open, oldest waiting %s\n", mark(r.QuarantineOpen > 0), r.QuarantineOpen, r.QuarantineOldest.Round(time.Second))
+	stale := r.LastOK == nil || now.Sub(*r.LastOK) > statusPollStale
+	fmt.Fprintf(w, "  %slast successful poll: %s\n", mark(stale), ago(r.LastOK))
+	if r.LastError != nil && (r.LastOK == nil || r.LastError.After(*r.LastOK)) {
+		fmt.Fprintf(w, "       last poll error (%s): %s\n", ago(r.LastError), r.LastErrorText)
+	}
+	if r.FindingsAt == nil {
+		fmt.Fprintln(w, "       reconciler: has not run yet")
+	} else {
+		fmt.Fprintf(w, "       reconciler (%s): %d finding(s)\n", ago(r.FindingsAt), len(r.Findings))
+		for _, f := range r.Findings {
+			fmt.Fprintf(w, "  %s  %s intake=%d %s: %s %s\n", mark(f.NeedsHuman), f.Kind, f.IntakeID, f.Path, f.Action, f.Detail)
+		}
+	}
+	return attention
+}

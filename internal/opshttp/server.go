@@ -1,0 +1,142 @@
+// Package opshttp serves the daemon's operational endpoints: /metrics
+// (Prometheus, from an injected registry), /healthz (the process is alive)
+// and /readyz (the database is reachable, the schema is current, the spool
+// is writable; each partner's SFTP state is reported but does not fail
+// readiness, since one partner's outage must not take the daemon out).
+package opshttp
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// DefaultListen is loopback only: metrics are for the local scraper.
+const DefaultListen = "127.0.0.1:9464"
+
+// Config of the listener.
+type Config struct {
+	// Listen is host:port; "" uses DefaultListen, "off" disables.
+	Listen string `yaml:"listen"`
+}
+
+// Checks are what readiness asks.
+type Checks struct {
+	Database func(context.Context) error
+	Schema   func(context.Context) error
+	Spool    func() error
+	// Partners reports each partner's SFTP state (informational).
+	Partners func() any
+}
+
+// Server is the HTTP listener.
+type Server struct {
+	srv    *http.Server
+	ln     net.Listener
+	log    *slog.Logger
+	done   chan struct{}
+	mu     sync.Mutex
+	closed bool
+}
+
+// New builds a server; Start listens.
+func New(reg prometheus.Gatherer, checks Checks, log *slog.Logger) *Server {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorLog: slogErrorLog{log}}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain")
+		fmt.Fprintln(w, "ok")
+	})
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), 3*time.Second)
+		defer cancel()
+		res := Readiness(ctx, checks)
+		w.Header().Set("Content-Type", "application/json")
+		if !res.Ready {
+			w.WriteHeader(http.StatusServiceUnavailable)
+		}
+		json.NewEncoder(w).Encode(res)
+	})
+	return &Server{srv: &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}, log: log, done: make(chan struct{})}
+}
+
+// Result is the body of /readyz.
+type Result struct {
+	Ready    bool              `json:"ready"`
+	Checks   map[string]string `json:"checks"`
+	Partners any               `json:"partners,omitempty"`
+}
+
+// Readiness runs the checks.
+func Readiness(ctx context.Context, c Checks) Result {
+	res := Result{Ready: true, Checks: map[string]string{}}
+	set := func(name string, err error) {
+		if err != nil {
+			res.Ready = false
+			res.Checks[name] = err.Error()
+			return
+		}
+		res.Checks[name] = "ok"
+	}
+	if c.Database != nil {
+		set("database", c.Database(ctx))
+	}
+	if c.Schema != nil && res.Checks["database"] == "ok" {
+		set("schema", c.Schema(ctx))
+	}
+	if c.Spool != nil {
+		set("spool", c.Spool())
+	}
+	if c.Partners != nil {
+		res.Partners = c.Partners()
+	}
+	return res
+}
+
+// Start listens on addr and serves until Stop.
+func (s *Server) Start(addr string) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("http listen %s: %w", addr, err)
+	}
+	s.ln = ln
+	go func() {
+		defer close(s.done)
+		if err := s.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			s.log.Error("http server", "err", err)
+		}
+	}()
+	return nil
+}
+
+// Addr is the listening address.
+func (s *Server) Addr() string { return s.ln.Addr().String() }
+
+// Stop shuts the server down, waiting up to 5 s for requests in flight.
+// Safe before Start and more than once.
+func (s *Server) Stop() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed || s.ln == nil {
+		s.closed = true
+		return
+	}
+	s.closed = true
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	s.srv.Shutdown(ctx)
+	<-s.done
+}
+
+type slogErrorLog struct{ l *slog.Logger }
+
+func (e slogErrorLog) Println(v ...any) { e.l.Error(fmt.Sprint(v...)) }
