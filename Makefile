@@ -2,15 +2,20 @@
 GO ?= go
 export GOTOOLCHAIN ?= local
 
-.PHONY: demo test deps build vet fmt-check
+.PHONY: demo test deps build vet fmt-check alerts-test
 
 ## demo: run `intake demo` (throwaway PostgreSQL, in-process SFTP site, example partners and files)
 demo: deps
 	$(GO) run ./cmd/intake demo
 
-## test: gofmt, go vet and every test with the race detector, on real PostgreSQL and OpenSSH
-test: deps fmt-check vet
+## test: gofmt, go vet, the alert rules (promtool) and every test with the race detector, on real PostgreSQL and OpenSSH
+test: deps fmt-check vet alerts-test
 	$(GO) test -race -count=1 -timeout 15m ./...
+
+## alerts-test: promtool check and unit-test the Prometheus alert rules
+alerts-test:
+	@promtool=$$(bash .ci/promtool.sh) && cd configs/prometheus && \
+	$$promtool check rules alerts.yml && $$promtool test rules alerts_test.yml
 
 ## deps: install postgresql and openssh-server when missing (apt-get, as root)
 deps:

@@ -97,7 +97,8 @@ func Run(ctx context.Context, o Options) error {
 		return err
 	}
 	defer d.Stop()
-	if err := waitFinished(ctx, pool, dataFiles(w1)); err != nil {
+	bar := progressBar(out)
+	if err := waitFinished(ctx, pool, dataFiles(w1), bar); err != nil {
 		return err
 	}
 	if err := site.drop(w2); err != nil {
@@ -105,7 +106,7 @@ func Run(ctx context.Context, o Options) error {
 	}
 	fmt.Fprintf(out, "== dropped %d more: an exact resend, a conflicting resend, a replay under a new batch id\n", dataFiles(w2))
 	total := dataFiles(w1) + dataFiles(w2)
-	if err := waitFinished(ctx, pool, total); err != nil {
+	if err := waitFinished(ctx, pool, total, bar); err != nil {
 		return err
 	}
 	last, err := summary(ctx, out, pool, site, 0)
@@ -252,15 +253,39 @@ func writeKey(path string) (ssh.PublicKey, error) {
 	return ssh.NewPublicKey(pub)
 }
 
-func waitFinished(ctx context.Context, pool *pgxpool.Pool, n int) error {
+// progressBar draws files finished and rows committed on a terminal; it
+// draws nothing when out is not one.
+func progressBar(out io.Writer) func(done, total int, rowsDone, rows int64) {
+	f, ok := out.(*os.File)
+	if st, err := os.Stdout.Stat(); !ok || f != os.Stdout || err != nil || st.Mode()&os.ModeCharDevice == 0 {
+		return func(int, int, int64, int64) {}
+	}
+	return func(done, total int, rowsDone, rows int64) {
+		const width = 30
+		fill := width * done / max(total, 1)
+		fmt.Fprintf(out, "\r   [%s%s] %d/%d files", strings.Repeat("#", fill), strings.Repeat("-", width-fill), done, total)
+		if rows > 0 {
+			fmt.Fprintf(out, ", applying %d/%d rows", rowsDone, rows)
+		}
+		if done >= total {
+			fmt.Fprint(out, "\r\033[K")
+		}
+	}
+}
+
+func waitFinished(ctx context.Context, pool *pgxpool.Pool, n int, bar func(int, int, int64, int64)) error {
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
 		var done int
-		err := pool.QueryRow(ctx, `SELECT count(*) FROM file_intake
-			WHERE state IN ('archived', 'duplicate', 'quarantined', 'failed_terminal', 'discarded')`).Scan(&done)
+		var rowsDone, rows int64
+		err := pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE state IN ('archived', 'duplicate', 'quarantined', 'failed_terminal', 'discarded')),
+			coalesce(sum(rows_applied + rows_unchanged + rows_conflict) FILTER (WHERE state = 'applying'), 0),
+			coalesce(sum(rows_total - rows_rejected) FILTER (WHERE state = 'applying'), 0)
+			FROM file_intake`).Scan(&done, &rowsDone, &rows)
 		if err != nil {
 			return err
 		}
+		bar(done, n, rowsDone, rows)
 		if done >= n {
 			return nil
 		}

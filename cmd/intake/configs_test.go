@@ -1,0 +1,88 @@
+package main
+
+import (
+	"io"
+	"log/slog"
+	"os"
+	"regexp"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/partner-intake/partner-intake/intake"
+	"github.com/partner-intake/partner-intake/internal/config"
+	"github.com/partner-intake/partner-intake/reconcile"
+	"github.com/partner-intake/partner-intake/spool"
+)
+
+// names records the metric names collectors describe when registered.
+type names struct {
+	prometheus.Registerer
+	seen map[string]bool
+}
+
+var fqName = regexp.MustCompile(`fqName: "([^"]+)"`)
+
+func (n *names) Register(c prometheus.Collector) error {
+	ch := make(chan *prometheus.Desc, 16)
+	go func() { c.Describe(ch); close(ch) }()
+	for d := range ch {
+		if m := fqName.FindStringSubmatch(d.String()); m != nil {
+			n.seen[m[1]] = true
+		}
+	}
+	return n.Registerer.Register(c)
+}
+
+func (n *names) MustRegister(cs ...prometheus.Collector) {
+	for _, c := range cs {
+		if err := n.Register(c); err != nil {
+			panic(err)
+		}
+	}
+}
+
+// The alert rules and the dashboard may only use metrics the daemon
+// exports: a renamed metric must not silently disable an alert.
+func TestAlertsAndDashboardUseExportedMetrics(t *testing.T) {
+	cfg, err := config.Load("../../configs/intake.example.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := &names{Registerer: prometheus.NewRegistry(), seen: map[string]bool{}}
+	sp, _ := spool.New(t.TempDir())
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	if _, err := intake.New(cfg.Intake(), cfg.Partners, nil, sp, reg, log); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := reconcile.New(cfg.Reconcile, cfg.WorkerID, time.Minute, nil, sp, cfg.Partners, reg, log, nil); err != nil {
+		t.Fatal(err)
+	}
+	used := regexp.MustCompile(`\bintake_[a-z_]+`)
+	for _, f := range []string{"../../configs/prometheus/alerts.yml", "../../configs/grafana/partner-intake.json"} {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var missing []string
+		for _, m := range used.FindAllString(string(b), -1) {
+			base := m
+			for _, suf := range []string{"_bucket", "_sum", "_count"} {
+				base = strings.TrimSuffix(base, suf)
+			}
+			if !reg.seen[base] && !reg.seen[m] {
+				missing = append(missing, m)
+			}
+		}
+		sort.Strings(missing)
+		if len(missing) > 0 {
+			t.Fatalf("%s uses metrics the daemon does not export: %v", f, missing)
+		}
+	}
+	if len(reg.seen) < 20 {
+		t.Fatalf("only %d metrics recorded", len(reg.seen))
+	}
+}
