@@ -25,15 +25,17 @@ type metrics struct {
 	backpressure    prometheus.Gauge
 	spoolFree       prometheus.Gauge
 
-	files            *prometheus.GaugeVec
-	oldestProcessing *prometheus.GaugeVec
-	oldestReady      *prometheus.GaugeVec
-	readyFiles       *prometheus.GaugeVec
-	quarantineOpen   *prometheus.GaugeVec
-	quarantineOldest *prometheus.GaugeVec
-	inflightRows     *prometheus.GaugeVec
-	inflightRowsDone *prometheus.GaugeVec
-	spoolBytes       *prometheus.GaugeVec
+	files             *prometheus.GaugeVec
+	oldestProcessing  *prometheus.GaugeVec
+	oldestReady       *prometheus.GaugeVec
+	readyFiles        *prometheus.GaugeVec
+	quarantineOpen    *prometheus.GaugeVec
+	quarantineOldest  *prometheus.GaugeVec
+	inflightRows      *prometheus.GaugeVec
+	inflightRowsDone  *prometheus.GaugeVec
+	inflightBytes     *prometheus.GaugeVec
+	inflightBytesDone *prometheus.GaugeVec
+	spoolBytes        *prometheus.GaugeVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -55,15 +57,17 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		backpressure: f.NewGauge(prometheus.GaugeOpts{Name: "intake_spool_backpressure", Help: "1 while claiming is paused because the spool disk is below its free-space floor."}),
 		spoolFree:    f.NewGauge(prometheus.GaugeOpts{Name: "intake_spool_free_bytes", Help: "Free bytes on the spool's disk at the last check."}),
 
-		files:            f.NewGaugeVec(prometheus.GaugeOpts{Name: "intake_files", Help: "Files per non-terminal state (and quarantined), cluster-wide."}, []string{"partner", "state"}),
-		oldestProcessing: f.NewGaugeVec(prometheus.GaugeOpts{Name: "intake_oldest_processing_age_seconds", Help: "Age of the oldest claimed, unfinished file."}, []string{"partner"}),
-		oldestReady:      f.NewGaugeVec(prometheus.GaugeOpts{Name: "intake_oldest_ready_age_seconds", Help: "Age (mtime) of the oldest claimable file in ready/ at the last poll."}, []string{"partner"}),
-		readyFiles:       f.NewGaugeVec(prometheus.GaugeOpts{Name: "intake_ready_files", Help: "Claimable files in ready/ at the last poll."}, []string{"partner"}),
-		quarantineOpen:   f.NewGaugeVec(prometheus.GaugeOpts{Name: "intake_quarantine_open", Help: "Files held for an ops decision."}, []string{"partner"}),
-		quarantineOldest: f.NewGaugeVec(prometheus.GaugeOpts{Name: "intake_quarantine_oldest_age_seconds", Help: "How long the oldest open quarantine item has waited."}, []string{"partner"}),
-		inflightRows:     f.NewGaugeVec(prometheus.GaugeOpts{Name: "intake_inflight_rows", Help: "Valid rows of the files being applied."}, []string{"partner"}),
-		inflightRowsDone: f.NewGaugeVec(prometheus.GaugeOpts{Name: "intake_inflight_rows_done", Help: "Rows of the files being applied that are committed so far."}, []string{"partner"}),
-		spoolBytes:       f.NewGaugeVec(prometheus.GaugeOpts{Name: "intake_spool_bytes", Help: "Bytes held in the spool."}, []string{"partner"}),
+		files:             f.NewGaugeVec(prometheus.GaugeOpts{Name: "intake_files", Help: "Files per non-terminal state (and quarantined), cluster-wide."}, []string{"partner", "state"}),
+		oldestProcessing:  f.NewGaugeVec(prometheus.GaugeOpts{Name: "intake_oldest_processing_age_seconds", Help: "Age of the oldest claimed, unfinished file."}, []string{"partner"}),
+		oldestReady:       f.NewGaugeVec(prometheus.GaugeOpts{Name: "intake_oldest_ready_age_seconds", Help: "Age (mtime) of the oldest claimable file in ready/ at the last poll."}, []string{"partner"}),
+		readyFiles:        f.NewGaugeVec(prometheus.GaugeOpts{Name: "intake_ready_files", Help: "Claimable files in ready/ at the last poll."}, []string{"partner"}),
+		quarantineOpen:    f.NewGaugeVec(prometheus.GaugeOpts{Name: "intake_quarantine_open", Help: "Files held for an ops decision."}, []string{"partner"}),
+		quarantineOldest:  f.NewGaugeVec(prometheus.GaugeOpts{Name: "intake_quarantine_oldest_age_seconds", Help: "How long the oldest open quarantine item has waited."}, []string{"partner"}),
+		inflightRows:      f.NewGaugeVec(prometheus.GaugeOpts{Name: "intake_inflight_rows", Help: "Valid rows of the files being applied."}, []string{"partner"}),
+		inflightRowsDone:  f.NewGaugeVec(prometheus.GaugeOpts{Name: "intake_inflight_rows_done", Help: "Rows of the files being applied that are committed so far."}, []string{"partner"}),
+		inflightBytes:     f.NewGaugeVec(prometheus.GaugeOpts{Name: "intake_inflight_bytes", Help: "Bytes of the files being applied."}, []string{"partner"}),
+		inflightBytesDone: f.NewGaugeVec(prometheus.GaugeOpts{Name: "intake_inflight_bytes_done", Help: "Bytes of the files being applied that are committed so far (by committed rows)."}, []string{"partner"}),
+		spoolBytes:        f.NewGaugeVec(prometheus.GaugeOpts{Name: "intake_spool_bytes", Help: "Bytes held in the spool."}, []string{"partner"}),
 	}
 }
 

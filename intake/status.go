@@ -52,11 +52,16 @@ func (d *Daemon) refreshGauges(ctx context.Context) error {
 		m.quarantineOldest.WithLabelValues(id).Set(0)
 		m.inflightRows.WithLabelValues(id).Set(0)
 		m.inflightRowsDone.WithLabelValues(id).Set(0)
+		m.inflightBytes.WithLabelValues(id).Set(0)
+		m.inflightBytesDone.WithLabelValues(id).Set(0)
 	}
 	oldest := map[string]float64{}
 	rs, err := d.db.Query(ctx, `SELECT partner_id, state, count(*), extract(epoch FROM now() - min(coalesce(finished_at, claimed_at)))::float8,
 		coalesce(sum(rows_total - rows_rejected) FILTER (WHERE state = 'applying'), 0)::float8,
-		coalesce(sum(rows_applied + rows_unchanged + rows_conflict) FILTER (WHERE state = 'applying'), 0)::float8
+		coalesce(sum(rows_applied + rows_unchanged + rows_conflict) FILTER (WHERE state = 'applying'), 0)::float8,
+		coalesce(sum(size_bytes) FILTER (WHERE state = 'applying'), 0)::float8,
+		coalesce(sum(size_bytes * (rows_applied + rows_unchanged + rows_conflict) / nullif(rows_total - rows_rejected, 0))
+		    FILTER (WHERE state = 'applying'), 0)::float8
 		FROM file_intake WHERE state IN ('claimed', 'spooled', 'applying', 'applied', 'outcome_unknown', 'quarantined')
 		  AND partner_id = ANY($1)
 		GROUP BY partner_id, state`, d.order)
@@ -67,8 +72,8 @@ func (d *Daemon) refreshGauges(ctx context.Context) error {
 	for rs.Next() {
 		var partner, state string
 		var n int64
-		var age, total, done float64
-		if err := rs.Scan(&partner, &state, &n, &age, &total, &done); err != nil {
+		var age, total, done, bytes, bytesDone float64
+		if err := rs.Scan(&partner, &state, &n, &age, &total, &done, &bytes, &bytesDone); err != nil {
 			return err
 		}
 		m.files.WithLabelValues(partner, state).Set(float64(n))
@@ -84,6 +89,8 @@ func (d *Daemon) refreshGauges(ctx context.Context) error {
 		if State(state) == StateApplying {
 			m.inflightRows.WithLabelValues(partner).Set(total)
 			m.inflightRowsDone.WithLabelValues(partner).Set(done)
+			m.inflightBytes.WithLabelValues(partner).Set(bytes)
+			m.inflightBytesDone.WithLabelValues(partner).Set(bytesDone)
 		}
 	}
 	for p, age := range oldest {
@@ -153,6 +160,16 @@ type StatusRow struct {
 	OldestReady      *time.Time
 	Findings         []StatusFinding
 	FindingsAt       *time.Time // when the reconciler last completed a run; nil: never
+	Inflight         []InflightFile
+}
+
+// InflightFile is a file being applied, and how far it got.
+type InflightFile struct {
+	IntakeID           int64
+	Worker             string
+	RowsDone, Rows     int64
+	BytesDone, Bytes   int64
+	Chunks, ChunksDone int64
 }
 
 // StatusFinding is a finding of the last reconciler run.
@@ -232,6 +249,25 @@ func Status(ctx context.Context, db *pgxpool.Pool, partners []string) ([]StatusR
 	if err := rs.Err(); err != nil {
 		return nil, err
 	}
+	rs, err = db.Query(ctx, `SELECT partner_id, intake_id, worker_id, rows_applied + rows_unchanged + rows_conflict,
+		coalesce(rows_total, 0) - rows_rejected, coalesce(size_bytes, 0), chunks_done
+		FROM file_intake WHERE partner_id = ANY($1) AND state = 'applying' ORDER BY intake_id`, partners)
+	if err != nil {
+		return nil, err
+	}
+	for rs.Next() {
+		var p string
+		var f InflightFile
+		if err := rs.Scan(&p, &f.IntakeID, &f.Worker, &f.RowsDone, &f.Rows, &f.Bytes, &f.ChunksDone); err != nil {
+			rs.Close()
+			return nil, err
+		}
+		if f.Rows > 0 {
+			f.BytesDone = f.Bytes * f.RowsDone / f.Rows
+		}
+		idx[p].Inflight = append(idx[p].Inflight, f)
+	}
+	rs.Close()
 	rs, err = db.Query(ctx, `SELECT partner_id, run_at FROM intake_reconcile_run WHERE partner_id = ANY($1)`, partners)
 	if err != nil {
 		return nil, err

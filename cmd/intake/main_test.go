@@ -12,6 +12,8 @@ import (
 
 	"golang.org/x/crypto/ssh/knownhosts"
 
+	"github.com/partner-intake/partner-intake/internal/fault"
+
 	"github.com/partner-intake/partner-intake/internal/sshdtest"
 	"github.com/partner-intake/partner-intake/internal/testenv"
 )
@@ -182,5 +184,24 @@ func TestStatusSaysWhatNeedsAttention(t *testing.T) {
 	code, out = runCLI("status", "--config", cfg, "--partner", "stat")
 	if code != 1 || !strings.Contains(out, "ATTN quarantine: 1 open") || !strings.Contains(out, "quarantined intake=2") {
 		t.Fatalf("status with an open quarantine exited %d:\n%s", code, out)
+	}
+}
+
+func TestStatusShowsProgressOfAFileBeingApplied(t *testing.T) {
+	url, _ := testenv.DB(t)
+	t.Setenv("INTAKE_DATABASE_URL", url)
+	site := testenv.NewSite(t, "prog")
+	cfg := writeConfigOpts(t, site, cfgOpts{chunkRows: 2})
+	site.Drop(t, "orders-p.csv", testenv.OrdersCSV("P", 5))
+	if err := fault.Set("apply:mid_chunk=error@2"); err != nil {
+		t.Fatal(err)
+	}
+	defer fault.Set("")
+	if code, out := runCLI("run", "--config", cfg, "--once"); code == 0 {
+		t.Fatalf("run should fail at the injected fault:\n%s", out)
+	}
+	code, out := runCLI("status", "--config", cfg)
+	if !strings.Contains(out, "applying intake 1 (worker cli-1): 2 of 5 rows") || !strings.Contains(out, "1 chunks") {
+		t.Fatalf("status exited %d:\n%s", code, out)
 	}
 }

@@ -97,8 +97,13 @@ func printStatus(w io.Writer, r intake.StatusRow, now time.Time) int {
 		states = append(states, fmt.Sprintf("%s %d", st, r.ByState[st]))
 	}
 	fmt.Fprintf(w, "  %sfiles: %s\n", mark(r.ByState["outcome_unknown"] > 0), strings.Join(states, ", "))
-	if r.InflightTotal > 0 {
-		fmt.Fprintf(w, "       applying: %d of %d rows committed (%.0f%%)\n", r.InflightDone, r.InflightTotal, 100*float64(r.InflightDone)/float64(r.InflightTotal))
+	for _, f := range r.Inflight {
+		pct := 100.0
+		if f.Rows > 0 {
+			pct = 100 * float64(f.RowsDone) / float64(f.Rows)
+		}
+		fmt.Fprintf(w, "       applying intake %d (worker %s): %d of %d rows, %d of %d bytes committed (%.0f%%), %d chunks\n",
+			f.IntakeID, f.Worker, f.RowsDone, f.Rows, f.BytesDone, f.Bytes, pct, f.ChunksDone)
 	}
 	fmt.Fprintf(w, "  %sprocessing: oldest unfinished file claimed %s ago\n", mark(r.OldestProcessing > statusProcessingStale), r.OldestProcessing.Round(time.Second))
 	fmt.Fprintf(w, "       ready: %d claimable at the last poll, oldest from %s\n", r.ReadyFiles, ago(r.OldestReady))
