@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"golang.org/x/crypto/ssh/knownhosts"
 
 	"github.com/partner-intake/partner-intake/intake"
@@ -28,6 +29,7 @@ type node struct {
 	d   *intake.Daemon
 	rec *reconcile.Reconciler
 	sp  *spool.Spool
+	reg *prometheus.Registry // the reconciler's
 }
 
 // newNode is one replica: a daemon and its reconciler, sharing a spool dir.
@@ -46,12 +48,13 @@ func newNode(t *testing.T, pool *pgxpool.Pool, worker, spoolDir string, sites ..
 	if err != nil {
 		t.Fatal(err)
 	}
-	rec, err := reconcile.New(reconcile.Config{}, worker, 10*time.Second, pool, sp, cfgs, prometheus.NewRegistry(), log, d.Poke)
+	reg := prometheus.NewRegistry()
+	rec, err := reconcile.New(reconcile.Config{}, worker, 10*time.Second, pool, sp, cfgs, reg, log, d.Poke)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { rec.Stop(); d.Stop() })
-	return &node{d: d, rec: rec, sp: sp}
+	return &node{d: d, rec: rec, sp: sp, reg: reg}
 }
 
 func (n *node) poll(t *testing.T, partner string) error {
@@ -312,6 +315,13 @@ func TestFindingsThatNeedAHuman(t *testing.T) {
 	}
 	if !reconcile.NeedHuman(fs) {
 		t.Fatal("nothing needs a human")
+	}
+	if err := testutil.GatherAndCompare(w1.reg, strings.NewReader(`
+# HELP intake_stale_uploads Abandoned *.part uploads in incoming/ at the last reconciler run.
+# TYPE intake_stale_uploads gauge
+intake_stale_uploads{partner="odd"} 1
+`), "intake_stale_uploads"); err != nil {
+		t.Fatal(err)
 	}
 	if _, err := os.Lstat(filepath.Join(site.Root, "ready", "orders-link.csv")); err != nil {
 		t.Fatal("the reconciler touched the symlink")

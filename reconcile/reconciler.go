@@ -109,6 +109,7 @@ type Reconciler struct {
 	lastFinds   *prometheus.GaugeVec
 	lastSuccess prometheus.Gauge
 	takeovers   *prometheus.CounterVec
+	staleUps    *prometheus.GaugeVec
 
 	mu      sync.Mutex
 	cron    *cron.Cron
@@ -135,6 +136,8 @@ func New(cfg Config, worker string, lease time.Duration, db *pgxpool.Pool, sp *s
 			Help: "Findings of the last completed run, by kind."}, []string{"partner", "kind"}),
 		lastSuccess: f.NewGauge(prometheus.GaugeOpts{Name: "intake_reconcile_last_success_timestamp_seconds",
 			Help: "Unix time of the last reconciler run that completed."}),
+		staleUps: f.NewGaugeVec(prometheus.GaugeOpts{Name: "intake_stale_uploads",
+			Help: "Abandoned *.part uploads in incoming/ at the last reconciler run."}, []string{"partner"}),
 		takeovers: f.NewCounterVec(prometheus.CounterOpts{Name: "intake_lease_takeovers_total",
 			Help: "Claims taken over from another worker (expired lease or orphaned claim)."}, []string{"partner"}),
 	}, nil
@@ -195,7 +198,13 @@ func (r *Reconciler) RunOnce(ctx context.Context) ([]Finding, error) {
 
 func (r *Reconciler) record(fs []Finding) {
 	r.lastFinds.Reset()
+	for i := range r.parts {
+		r.staleUps.WithLabelValues(r.parts[i].ID).Set(0)
+	}
 	for _, f := range fs {
+		if f.Kind == KindStaleUpload {
+			r.staleUps.WithLabelValues(f.Partner).Inc()
+		}
 		r.findings.WithLabelValues(f.Partner, f.Kind).Inc()
 		if f.Kind == KindLeaseExpired || (f.Kind == KindOrphanClaim && f.IntakeID != 0) {
 			r.takeovers.WithLabelValues(f.Partner).Inc()
