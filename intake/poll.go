@@ -2,11 +2,14 @@ package intake
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
 	"path"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -19,9 +22,9 @@ import (
 const (
 	SkipDotfile     = "dotfile"
 	SkipPartial     = "partial_upload"
-	SkipNotRegular  = "not_regular"
-	SkipBadName     = "bad_name"
-	SkipNoFeed      = "no_feed"
+	SkipNotRegular  = "not_regular_file" // symlink, directory, device: never followed or read
+	SkipBadName     = "bad_name"         // control characters, separators, invalid UTF-8, too long
+	SkipNoFeed      = "no_feed"          // no feed of the partner matches the name
 	SkipNoManifest  = "manifest_missing"
 	SkipManifest    = "manifest_file"
 	maxRemoteName   = 255
@@ -68,9 +71,17 @@ func (d *Daemon) pollOnce(ctx context.Context, p *partnerRT) error {
 	if err := d.resumeOwn(ctx, p, sess); err != nil {
 		return err
 	}
-	cands, err := d.list(p, sess)
+	cands, hostile, err := d.list(p, sess)
 	if err != nil {
 		return err
+	}
+	for _, h := range hostile {
+		if ctx.Err() != nil || !d.claiming() {
+			return ctx.Err()
+		}
+		if err := d.quarantineHostile(ctx, p, sess, h); err != nil {
+			return err
+		}
 	}
 	claimed := 0
 	for i, c := range cands {
@@ -110,21 +121,33 @@ func (p *partnerRT) setReady(left []candidate) {
 
 // list reads ready/ once, non-recursively, and returns claimable files,
 // oldest first. Skipped entries are counted by reason.
-func (d *Daemon) list(p *partnerRT, sess *partners.Session) ([]candidate, error) {
+func (d *Daemon) list(p *partnerRT, sess *partners.Session) ([]candidate, []Skipped, error) {
 	ents, err := sess.ReadDir(sess.Layout.ReadyDir())
 	if err != nil {
-		return nil, fmt.Errorf("list %s: %w", sess.Layout.ReadyDir(), err)
+		return nil, nil, fmt.Errorf("list %s: %w", sess.Layout.ReadyDir(), err)
 	}
 	cands, skipped := ClassifyReady(p.cfg, ents)
 	p.setReady(cands)
+	var hostile []Skipped
 	for _, s := range skipped {
-		if s.Reason != SkipManifest && s.Reason != SkipNoManifest && s.Reason != SkipDotfile && s.Reason != SkipPartial {
-			d.log.Warn("ready entry not claimed", "partner", p.cfg.ID, "reason", s.Reason)
-		}
 		d.metrics.skipped.WithLabelValues(p.cfg.ID, s.Reason).Inc()
+		if Hostile(s.Reason) {
+			hostile = append(hostile, s)
+		}
 	}
-	return cands, nil
+	return cands, hostile, nil
 }
+
+// Hostile reports whether a skipped entry is moved to quarantine (with a
+// receipt saying why) rather than left for later: it will never become a
+// valid file by waiting.
+func Hostile(reason string) bool {
+	return reason == SkipNotRegular || reason == SkipBadName || reason == SkipNoFeed
+}
+
+// HostilePrefix names hostile entries claimed into processing/: the
+// original name is never used in a path of ours.
+const HostilePrefix = "hostile-"
 
 // Skipped is an entry of ready/ that is not claimed, and why.
 type Skipped struct {
@@ -250,6 +273,61 @@ func (d *Daemon) claim(ctx context.Context, p *partnerRT, sess *partners.Session
 	return in, nil
 }
 
+// quarantineHostile takes an entry of ready/ that can never be processed
+// (a symlink or other non-regular entry, an unsafe name, a name no feed
+// matches) out of ready/ without reading it: it is claimed by rename under a
+// generated name (the original name never enters a path of ours), recorded,
+// and held in quarantine/ with a reason file and a receipt for the partner.
+func (d *Daemon) quarantineHostile(ctx context.Context, p *partnerRT, sess *partners.Session, h Skipped) error {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	gen := fmt.Sprintf("%s%s-%d-%s", HostilePrefix, h.Reason, time.Now().UnixNano(), hex.EncodeToString(b[:]))
+	dst := sess.Layout.Processing(d.cfg.WorkerID, gen)
+	if err := sess.Rename(sess.Layout.Ready(h.Info.Name()), dst); err != nil {
+		if partners.IsNotExist(err) {
+			d.metrics.claimsLost.WithLabelValues(p.cfg.ID).Inc()
+			return nil
+		}
+		return fmt.Errorf("claim a hostile entry: %w", err)
+	}
+	in := &Intake{Partner: p.cfg.ID, Feed: NoFeed, RemoteName: printableName(h.Info.Name()), ClaimedPath: dst,
+		ListedSize: h.Info.Size(), Worker: d.cfg.WorkerID}
+	if err := d.store.insertClaim(ctx, in); err != nil {
+		if errors.Is(err, errTracked) {
+			return nil
+		}
+		return err
+	}
+	return d.runFile(ctx, p, sess, in)
+}
+
+// NoFeed is the feed of a file that matches none (a hostile entry).
+const NoFeed = "-"
+
+// printableName renders a name for reports and logs: safe names as they
+// are, others quoted with escapes so no control character travels on.
+func printableName(name string) string {
+	if SafeName(name) {
+		return name
+	}
+	q := strconv.QuoteToASCII(name)
+	if len(q) > 300 {
+		q = q[:300] + "…"
+	}
+	return q
+}
+
+// hostileReason recovers the reason from a generated hostile name.
+func hostileReason(claimedPath string) string {
+	name := strings.TrimPrefix(path.Base(claimedPath), HostilePrefix)
+	for _, r := range []string{SkipNotRegular, SkipBadName, SkipNoFeed} {
+		if strings.HasPrefix(name, r+"-") {
+			return r
+		}
+	}
+	return "hostile_entry"
+}
+
 // resumeOwn adopts files in processing/<worker>/ that have no row (a crash
 // between claim rename and insert) and resumes every live row this worker
 // id holds (a restart), taking each over with a new fencing token.
@@ -265,6 +343,15 @@ func (d *Daemon) resumeOwn(ctx context.Context, p *partnerRT, sess *partners.Ses
 	}
 	for _, e := range ents {
 		name := e.Name()
+		if strings.HasPrefix(name, HostilePrefix) {
+			// a hostile entry claimed just before a crash: hold it now
+			in := &Intake{Partner: p.cfg.ID, Feed: NoFeed, RemoteName: name, ClaimedPath: path.Join(dir, name),
+				ListedSize: e.Size(), Worker: d.cfg.WorkerID}
+			if err := d.store.insertClaim(ctx, in); err != nil && !errors.Is(err, errTracked) {
+				return err
+			}
+			continue
+		}
 		if !e.Mode().IsRegular() || strings.HasPrefix(name, ".") || !SafeName(name) {
 			continue
 		}

@@ -31,6 +31,9 @@ func (r *fileRun) hold(ctx context.Context, to State, reason string, line int64,
 	in := r.in
 	qdir := r.sess.Layout.QuarantineDir()
 	base := fmt.Sprintf("%d.%s", in.ID, in.RemoteName)
+	if r.feed == nil {
+		base = fmt.Sprintf("%d.%s", in.ID, reason) // a hostile name never enters our paths
+	}
 	dst, err := moveOnce(r.sess, in.ClaimedPath, uniqueNames(qdir, base, "", 0))
 	lost := errors.Is(err, ErrRemoteLost)
 	if err != nil && !lost {

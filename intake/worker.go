@@ -30,7 +30,7 @@ func (d *Daemon) newRun(p *partnerRT, sess *partners.Session, in *Intake) (*file
 			r.feed = &p.cfg.Feeds[i]
 		}
 	}
-	if r.feed == nil {
+	if r.feed == nil && in.Feed != NoFeed {
 		return nil, fmt.Errorf("intake %d: feed %q is no longer configured for partner %s", in.ID, in.Feed, in.Partner)
 	}
 	return r, nil
@@ -64,7 +64,12 @@ func (r *fileRun) run(ctx context.Context) error {
 		stage := r.in.State
 		switch r.in.State {
 		case StateClaimed:
-			err = r.download(ctx)
+			if r.feed == nil {
+				reason := hostileReason(r.in.ClaimedPath)
+				err = r.hold(ctx, StateQuarantined, reason, 0, hostileDetail[reason])
+			} else {
+				err = r.download(ctx)
+			}
 		case StateSpooled:
 			if err = r.ensureSpooled(ctx); err == nil && r.in.State == StateSpooled {
 				err = r.decide(ctx)
@@ -87,6 +92,13 @@ func (r *fileRun) run(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// hostileDetail explains each hostile-entry reason to the partner.
+var hostileDetail = map[string]string{
+	SkipNotRegular: "the entry in ready/ is not a regular file (a symbolic link, directory or device); it was not followed or read",
+	SkipBadName:    "the file name has control characters, path separators or invalid UTF-8, or is too long; the file was not read",
+	SkipNoFeed:     "no feed agreed with you matches this file name; the file was not read",
 }
 
 func (r *fileRun) acceptedOutcome() string {

@@ -21,6 +21,10 @@ import (
 
 type addFunc func(Finding)
 
+// unclaimableAfter is how long a hostile entry may sit in ready/ before the
+// reconciler says that moving it to quarantine failed.
+const unclaimableAfter = 10 * time.Minute
+
 // partner runs every row for one partner.
 func (r *Reconciler) partner(ctx context.Context, p *partners.Config) ([]Finding, error) {
 	var fs []Finding
@@ -93,11 +97,15 @@ func (r *Reconciler) rowOrphanClaims(ctx context.Context, p *partners.Config, s 
 			if owned {
 				continue // a live row: the expired-lease row handles it
 			}
-			feed := p.FeedFor(name)
-			if feed == nil {
-				add(Finding{Kind: KindOrphanClaim, Path: old, NeedsHuman: true, Action: "none",
-					Detail: "no feed matches the file any more; move it back to ready/ or out by hand"})
-				continue
+			feedName := intake.NoFeed // a hostile entry: it is held, never read
+			if !strings.HasPrefix(name, intake.HostilePrefix) {
+				feed := p.FeedFor(name)
+				if feed == nil {
+					add(Finding{Kind: KindOrphanClaim, Path: old, NeedsHuman: true, Action: "none",
+						Detail: "no feed matches the file any more; move it back to ready/ or out by hand"})
+					continue
+				}
+				feedName = feed.Name
 			}
 			dst := s.Layout.Processing(r.worker, name)
 			if err := s.Rename(old, dst); err != nil {
@@ -105,7 +113,7 @@ func (r *Reconciler) rowOrphanClaims(ctx context.Context, p *partners.Config, s 
 					Action: "none", Detail: fmt.Sprintf("could not move it into processing/%s/: %v", r.worker, err)})
 				continue
 			}
-			in := &intake.Intake{Partner: p.ID, Feed: feed.Name, RemoteName: name, ClaimedPath: dst,
+			in := &intake.Intake{Partner: p.ID, Feed: feedName, RemoteName: name, ClaimedPath: dst,
 				ListedSize: f.Size(), Worker: r.worker}
 			if p.Readiness == partners.ReadinessManifest {
 				if err := s.Rename(old+intake.ManifestSuffix, dst+intake.ManifestSuffix); err == nil {
@@ -336,10 +344,10 @@ func (r *Reconciler) rowStaleUploads(p *partners.Config, s *partners.Session, ad
 	return nil
 }
 
-// Row 15 (the part the poller cannot act on): entries of ready/ that are
-// never claimed: symlinks and other non-regular entries, unsafe names,
-// names no feed matches, manifest-mode data files whose manifest is long
-// overdue.
+// Row 15, what is left over: pollers move symlinks and other non-regular
+// entries, unsafe names and names no feed matches to quarantine/ at once;
+// one still in ready/ after 10 minutes means that failed (permissions, no
+// daemon). Manifest-mode data files whose manifest is long overdue too.
 func (r *Reconciler) rowUnclaimableReady(p *partners.Config, s *partners.Session, add addFunc) error {
 	ents, err := s.ReadDir(s.Layout.ReadyDir())
 	if err != nil {
@@ -352,6 +360,10 @@ func (r *Reconciler) rowUnclaimableReady(p *partners.Config, s *partners.Session
 			continue
 		case intake.SkipNoManifest:
 			if time.Since(sk.Info.ModTime()) < p.Limits.StaleUpload {
+				continue
+			}
+		default:
+			if time.Since(sk.Info.ModTime()) < unclaimableAfter {
 				continue
 			}
 		}

@@ -295,6 +295,7 @@ func TestFindingsThatNeedAHuman(t *testing.T) {
 	_, pool := testenv.DB(t)
 	site := testenv.NewSite(t, "odd")
 	now := time.Now().UTC()
+	old := now.Add(-7 * time.Hour)
 	arch := filepath.Join(site.Root, "archive", now.Format("2006"), now.Format("01"))
 	os.MkdirAll(arch, 0o755)
 	os.WriteFile(filepath.Join(arch, "moved-by-hand.csv"), []byte("x"), 0o644)
@@ -302,14 +303,15 @@ func TestFindingsThatNeedAHuman(t *testing.T) {
 	os.WriteFile(filepath.Join(site.Root, "quarantine", "77.orders-x.csv"), []byte("x"), 0o644)
 	part := filepath.Join(site.Root, "incoming", "orders-late.csv.part")
 	os.WriteFile(part, []byte("x"), 0o644)
-	old := now.Add(-7 * time.Hour)
 	os.Chtimes(part, old, old)
-	os.Symlink("/etc/passwd", filepath.Join(site.Root, "ready", "orders-link.csv"))
-	os.WriteFile(filepath.Join(site.Root, "ready", "unknown.txt"), []byte("x"), 0o644)
+	unknown := filepath.Join(site.Root, "ready", "unknown.txt") // left in ready/ for long: quarantining it failed
+	os.WriteFile(unknown, []byte("x"), 0o644)
+	os.Chtimes(unknown, old, old)
+	os.WriteFile(filepath.Join(site.Root, "ready", "fresh.txt"), []byte("x"), 0o644) // the next poll quarantines it
 	w1 := newNode(t, pool, "w1", t.TempDir(), site)
 	fs := w1.reconcile(t)
 	k := kinds(fs)
-	if k[reconcile.KindArchiveNoRecord] != 1 || k[reconcile.KindStaleUpload] != 1 || k[reconcile.KindUnclaimableReady] != 2 ||
+	if k[reconcile.KindArchiveNoRecord] != 1 || k[reconcile.KindStaleUpload] != 1 || k[reconcile.KindUnclaimableReady] != 1 ||
 		k[reconcile.KindQuarantineNoRecord] != 1 {
 		t.Fatalf("findings %+v", fs)
 	}
@@ -323,8 +325,8 @@ intake_stale_uploads{partner="odd"} 1
 `), "intake_stale_uploads"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := os.Lstat(filepath.Join(site.Root, "ready", "orders-link.csv")); err != nil {
-		t.Fatal("the reconciler touched the symlink")
+	if _, err := os.Lstat(unknown); err != nil {
+		t.Fatal("the reconciler moved a file it only reports")
 	}
 
 	other, _ := sshdtest.WriteKey(filepath.Join(t.TempDir(), "k"))
