@@ -26,9 +26,11 @@ const (
 	TypeEmail     = "email"
 )
 
-// Encodings a feed may declare.
+// Encodings a feed may declare. The encoding is declared, never guessed.
 const (
-	EncodingUTF8 = "utf-8"
+	EncodingUTF8        = "utf-8"        // a leading BOM is accepted
+	EncodingISO88591    = "iso-8859-1"   // Latin-1: every byte is a character
+	EncodingWindows1252 = "windows-1252" // the five undefined bytes are invalid
 )
 
 // Feed defaults.
@@ -90,7 +92,7 @@ type Dialect struct {
 	Delimiter string `yaml:"delimiter"`
 	// Header: the first line names the columns (checked against Columns).
 	Header *bool `yaml:"header"`
-	// Encoding: "utf-8" (a BOM is allowed).
+	// Encoding: "utf-8" (a BOM is allowed), "iso-8859-1" or "windows-1252".
 	Encoding string `yaml:"encoding"`
 	// MaxFieldBytes bounds one cell.
 	MaxFieldBytes int `yaml:"max_field_bytes"`
@@ -186,8 +188,11 @@ func (f *Feed) Validate(key, readiness string) error {
 	if utf8.RuneCountInString(f.CSV.Delimiter) != 1 || strings.ContainsAny(f.CSV.Delimiter, "\"\r\n") {
 		return fmt.Errorf("%s.csv.delimiter: %q must be one character other than quote or newline", key, f.CSV.Delimiter)
 	}
-	if f.CSV.Encoding != EncodingUTF8 {
-		return fmt.Errorf("%s.csv.encoding: %q is not supported (supported: %s)", key, f.CSV.Encoding, EncodingUTF8)
+	switch f.CSV.Encoding {
+	case EncodingUTF8, EncodingISO88591, EncodingWindows1252:
+	default:
+		return fmt.Errorf("%s.csv.encoding: %q is not supported (supported: %s, %s, %s)", key, f.CSV.Encoding,
+			EncodingUTF8, EncodingISO88591, EncodingWindows1252)
 	}
 	if f.CSV.MaxFieldBytes < 1 {
 		return fmt.Errorf("%s.csv.max_field_bytes: must be positive", key)

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"golang.org/x/text/encoding/charmap"
+
 	"github.com/partner-intake/partner-intake/partners"
 )
 
@@ -39,16 +41,26 @@ type Reader struct {
 	next    int64
 	maxRows int64
 	first   bool
+	decoded bool // a single-byte encoding was decoded to UTF-8
 }
 
 // NewReader reads the header (when the dialect has one) and checks it.
 func NewReader(r io.Reader, feed *partners.Feed, maxRows int64) (*Reader, error) {
 	g := &guard{r: r, max: MaxLineBytes, line: 1}
-	c := csv.NewReader(g)
+	var src io.Reader = g
+	switch feed.CSV.Encoding {
+	case partners.EncodingISO88591:
+		src = charmap.ISO8859_1.NewDecoder().Reader(g)
+	case partners.EncodingWindows1252:
+		// undefined bytes decode to U+FFFD, refused below as invalid
+		src = charmap.Windows1252.NewDecoder().Reader(g)
+	}
+	c := csv.NewReader(src)
 	c.Comma, _ = utf8.DecodeRuneInString(feed.CSV.Delimiter)
 	c.FieldsPerRecord = -1
 	c.ReuseRecord = true
-	rd := &Reader{feed: feed, csv: c, guard: g, maxRows: maxRows, first: true}
+	rd := &Reader{feed: feed, csv: c, guard: g, maxRows: maxRows, first: true,
+		decoded: feed.CSV.Encoding != partners.EncodingUTF8}
 	for _, col := range feed.Columns {
 		rd.checks = append(rd.checks, newCheck(col))
 	}
@@ -104,7 +116,7 @@ func (r *Reader) read() ([]string, error) {
 	}
 	if r.first {
 		r.first = false
-		if len(rec) > 0 {
+		if len(rec) > 0 && !r.decoded {
 			rec[0] = strings.TrimPrefix(rec[0], "\uFEFF")
 		}
 	}
@@ -149,8 +161,9 @@ func (r *Reader) Next() (*Row, error) {
 		return row, nil
 	}
 	for i, cell := range rec {
-		if !utf8.ValidString(cell) {
-			return nil, &FileError{Reason: ReasonInvalidEncoding, Line: row.Line, Detail: fmt.Sprintf("column %q is not valid UTF-8", r.feed.Columns[i].Name)}
+		if !utf8.ValidString(cell) || (r.decoded && strings.ContainsRune(cell, utf8.RuneError)) {
+			return nil, &FileError{Reason: ReasonInvalidEncoding, Line: row.Line,
+				Detail: fmt.Sprintf("column %q is not valid %s", r.feed.Columns[i].Name, r.feed.CSV.Encoding)}
 		}
 		if len(cell) > r.feed.CSV.MaxFieldBytes {
 			row.Issue = &Issue{Line: row.Line, Column: r.feed.Columns[i].Name, Reason: ReasonFieldTooLong}

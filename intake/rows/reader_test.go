@@ -176,3 +176,32 @@ func TestMaxRowsFailsTheFile(t *testing.T) {
 		t.Fatalf("got %s at %d", fe.Reason, fe.Line)
 	}
 }
+
+func TestDeclaredSingleByteEncodingsAreDecoded(t *testing.T) {
+	tests := []struct {
+		name, encoding, cell, want, reason string
+	}{
+		{"latin-1 e-acute", partners.EncodingISO88591, "Caf\xe9", "Café", ""},
+		{"windows-1252 euro sign", partners.EncodingWindows1252, "\x80 10", "€ 10", ""},
+		{"windows-1252 undefined byte is invalid", partners.EncodingWindows1252, "x\x81", "", ReasonInvalidEncoding},
+		{"the same latin-1 bytes read as utf-8 are invalid", partners.EncodingUTF8, "Caf\xe9", "", ReasonInvalidEncoding},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := feed(t)
+			f.CSV.Encoding = tt.encoding
+			f.Columns[0].MaxLength = 50
+			rows, err := readAll(t, f, hdr+tt.cell+",1,1,,,\n")
+			if tt.reason != "" {
+				var fe *FileError
+				if !errors.As(err, &fe) || fe.Reason != tt.reason || fe.Line != 2 {
+					t.Fatalf("got %v, want %s at line 2", err, tt.reason)
+				}
+				return
+			}
+			if err != nil || len(rows) != 1 || rows[0].values[0] != tt.want {
+				t.Fatalf("got %+v %v, want %q", rows, err, tt.want)
+			}
+		})
+	}
+}
