@@ -2,7 +2,7 @@
 GO ?= go
 export GOTOOLCHAIN ?= local
 
-.PHONY: demo test deps build vet fmt-check alerts-test
+.PHONY: demo test deps build vet fmt-check alerts-test fuzz-smoke
 
 ## demo: run `intake demo` (throwaway PostgreSQL, in-process SFTP site, example partners and files)
 demo: deps
@@ -11,6 +11,14 @@ demo: deps
 ## test: gofmt, go vet, the alert rules (promtool) and every test with the race detector, on real PostgreSQL and OpenSSH
 test: deps fmt-check vet alerts-test
 	$(GO) test -race -count=1 -timeout 15m ./...
+	$(MAKE) fuzz-smoke
+
+## fuzz-smoke: a short run of each fuzz target beyond its committed seed corpus (FUZZTIME=10s)
+FUZZTIME ?= 10s
+fuzz-smoke:
+	$(GO) test -run='^$$' -fuzz='^FuzzReader$$' -fuzztime=$(FUZZTIME) ./intake/rows
+	$(GO) test -run='^$$' -fuzz='^FuzzParseManifest$$' -fuzztime=$(FUZZTIME) ./intake
+	$(GO) test -run='^$$' -fuzz='^FuzzSafeName$$' -fuzztime=$(FUZZTIME) ./intake
 
 ## alerts-test: promtool check and unit-test the Prometheus alert rules
 alerts-test:
