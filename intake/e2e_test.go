@@ -28,15 +28,17 @@ const header = testenv.OrdersHeader
 func goodRows(prefix string, n int) string { return testenv.OrdersCSV(prefix, n) }
 
 type rig struct {
-	t    *testing.T
-	pool *pgxpool.Pool
-	reg  *prometheus.Registry
-	d    *intake.Daemon
+	t        *testing.T
+	pool     *pgxpool.Pool
+	reg      *prometheus.Registry
+	d        *intake.Daemon
+	spoolDir string
 }
 
 func newRig(t *testing.T, pool *pgxpool.Pool, worker string, sites ...*testenv.Site) *rig {
 	t.Helper()
-	sp, err := spool.New(t.TempDir())
+	spoolDir := t.TempDir()
+	sp, err := spool.New(spoolDir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,7 +52,7 @@ func newRig(t *testing.T, pool *pgxpool.Pool, worker string, sites ...*testenv.S
 		t.Fatal(err)
 	}
 	t.Cleanup(d.Stop)
-	return &rig{t: t, pool: pool, reg: reg, d: d}
+	return &rig{t: t, pool: pool, reg: reg, d: d, spoolDir: spoolDir}
 }
 
 func (r *rig) poll(partner string) {
