@@ -3,6 +3,7 @@ package rows
 import (
 	"errors"
 	"io"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -203,5 +204,58 @@ func TestDeclaredSingleByteEncodingsAreDecoded(t *testing.T) {
 				t.Fatalf("got %+v %v, want %q", rows, err, tt.want)
 			}
 		})
+	}
+}
+
+// endlessLine yields a header and then one line of n bytes without a
+// newline, generated lazily: the input is never held in memory.
+type endlessLine struct {
+	head []byte
+	left int64
+}
+
+func (e *endlessLine) Read(p []byte) (int, error) {
+	if len(e.head) > 0 {
+		n := copy(p, e.head)
+		e.head = e.head[n:]
+		return n, nil
+	}
+	if e.left <= 0 {
+		return 0, io.EOF
+	}
+	n := len(p)
+	if int64(n) > e.left {
+		n = int(e.left)
+	}
+	for i := range p[:n] {
+		p[i] = 'x'
+	}
+	e.left -= int64(n)
+	return n, nil
+}
+
+// A 1 GB line is refused after MaxLineBytes without being buffered whole:
+// the reader's memory stays small while it streams.
+func TestAOneGigabyteLineIsNeverBuffered(t *testing.T) {
+	src := &endlessLine{head: []byte(hdr), left: 1 << 30}
+	var before, after runtime.MemStats
+	f := feed(t)
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	rd, err := NewReader(src, f, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = rd.Next()
+	runtime.ReadMemStats(&after)
+	var fe *FileError
+	if !errors.As(err, &fe) || fe.Reason != ReasonLineTooLong || fe.Line != 2 {
+		t.Fatalf("got %v, want line_too_long at line 2", err)
+	}
+	if consumed := (1 << 30) - src.left; consumed > 2*MaxLineBytes {
+		t.Fatalf("read %d bytes before refusing the line", consumed)
+	}
+	if grew := int64(after.TotalAlloc - before.TotalAlloc); grew > 64<<20 {
+		t.Fatalf("allocated %d MiB while refusing the line", grew>>20)
 	}
 }
