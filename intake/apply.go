@@ -125,6 +125,9 @@ func (r *fileRun) commitChunk(ctx context.Context, tgt *target, chunk int, first
 			r.in.RowsConflict += c.conflict
 			r.in.ChunksDone = chunk + 1
 			r.d.metrics.rows(r.in.Partner, c)
+			if r.progress != nil {
+				r.progress(r.in.RowsApplied+r.in.RowsUnchanged+r.in.RowsConflict+r.in.RowsRejected, r.in.RowsTotal)
+			}
 			return nil
 		}
 		if errors.Is(err, errChunkDone) {
@@ -229,12 +232,16 @@ func (r *fileRun) chunkStatements(ctx context.Context, tx pgx.Tx, tgt *target, c
 		return fmt.Errorf("chunk %d dedupe: %w", chunk, err)
 	}
 	c.rejected = tag.RowsAffected()
-	tag, err = tx.Exec(ctx, tgt.merge, in.ID, in.Partner)
+	writer := in.ID
+	if in.ReplayOf != 0 {
+		writer = in.ReplayOf
+	}
+	tag, err = tx.Exec(ctx, tgt.merge, writer, in.Partner)
 	if err != nil {
 		return fmt.Errorf("chunk %d merge: %w", chunk, err)
 	}
 	c.applied = tag.RowsAffected()
-	tag, err = tx.Exec(ctx, tgt.conflic, in.ID, in.Partner)
+	tag, err = tx.Exec(ctx, tgt.conflic, in.ID, in.Partner, writer)
 	if err != nil {
 		return fmt.Errorf("chunk %d conflicts: %w", chunk, err)
 	}

@@ -21,7 +21,11 @@ func (r *fileRun) archive(ctx context.Context, from State, outcome string, dupOf
 	dir := r.sess.Layout.ArchiveDir(in.ClaimedAt)
 	ext := path.Ext(in.RemoteName)
 	stem := fmt.Sprintf("%s.%s.%d", in.BatchID, in.SHA256[:12], in.ID)
-	dst, err := moveOnce(r.sess, in.ClaimedPath, uniqueNames(dir, stem, ext, 9))
+	var dst string
+	var err error
+	if in.ReplayOf == 0 { // a replay has no remote file: its bytes were archived as the original
+		dst, err = moveOnce(r.sess, in.ClaimedPath, uniqueNames(dir, stem, ext, 9))
+	}
 	lost := errors.Is(err, ErrRemoteLost)
 	if err != nil && !lost {
 		return fmt.Errorf("archive: %w", err)
@@ -36,7 +40,7 @@ func (r *fileRun) archive(ctx context.Context, from State, outcome string, dupOf
 	if err := fault.Check("archive:mid"); err != nil {
 		return err
 	}
-	if in.ManifestName != "" && !lost {
+	if in.ManifestName != "" && !lost && in.ReplayOf == 0 {
 		src := path.Join(path.Dir(in.ClaimedPath), in.ManifestName)
 		if _, err := moveOnce(r.sess, src, uniqueNames(dir, strings.TrimSuffix(path.Base(dst), ext), ext+ManifestSuffix, 0)); err != nil && !errors.Is(err, ErrRemoteLost) {
 			return fmt.Errorf("archive manifest: %w", err)
@@ -45,6 +49,9 @@ func (r *fileRun) archive(ctx context.Context, from State, outcome string, dupOf
 	rc := Receipt{Outcome: outcome, DuplicateOf: dupOf}
 	if lost {
 		rc.Detail = "the file disappeared from processing/ before it could be archived; its bytes are kept in intake's spool"
+	}
+	if in.ReplayOf != 0 {
+		rc.Detail = fmt.Sprintf("replay of intake %d: its bytes applied again on request of ops", in.ReplayOf)
 	}
 	if outcome == OutcomeDuplicate {
 		rc.Reason = ReasonDuplicate

@@ -66,9 +66,9 @@ func (r *fileRun) plan(ctx context.Context) (*planResult, error) {
 		res.Total, res.Rejected = src.total, src.rejected
 		next := "applying"
 		switch {
-		case in.ExpectedRows != nil && *in.ExpectedRows != res.Total:
+		case in.ExpectedRows != nil && *in.ExpectedRows != res.Total && in.Override != OverrideManifest:
 			res.Hold, next = ReasonManifestMismatch, "spooled"
-		case res.Total > 0 && float64(res.Rejected)/float64(res.Total) > r.feed.MaxRejectRatio:
+		case res.Total > 0 && float64(res.Rejected)/float64(res.Total) > r.feed.MaxRejectRatio && in.Override != OverrideRejectRate:
 			res.Hold, next = ReasonRejectRate, "spooled"
 		}
 		tag, err = tx.Exec(ctx, `UPDATE file_intake SET state = $3, rows_total = $4, rows_rejected = $5, updated_at = now()

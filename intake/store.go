@@ -67,13 +67,18 @@ type Intake struct {
 	RowsTotal, RowsApplied, RowsUnchanged, RowsRejected, RowsConflict int64
 	ChunksDone                                                        int
 	ArchivePath, ReceiptPath, RejectsPath                             string
+	// Override is what an ops release overrides (see Release); "" normally.
+	Override string
+	// ReplayOf is the intake whose bytes a replay applies again; 0 normally.
+	ReplayOf int64
 }
 
 const intakeColumns = `intake_id, fencing_token, partner_id, feed, remote_name, claimed_path,
 	coalesce(manifest_name, ''), listed_size, coalesce(batch_id, ''), coalesce(content_sha256, ''),
 	coalesce(size_bytes, 0), expected_rows, state, coalesce(reason, ''), worker_id, claimed_at,
 	coalesce(rows_total, 0), rows_applied, rows_unchanged, rows_rejected, rows_conflict, chunks_done,
-	coalesce(archive_path, ''), coalesce(receipt_path, ''), coalesce(rejects_path, '')`
+	coalesce(archive_path, ''), coalesce(receipt_path, ''), coalesce(rejects_path, ''),
+	coalesce(release_override, ''), coalesce(replay_of, 0)`
 
 func scanIntake(r pgx.Row) (*Intake, error) {
 	in := &Intake{}
@@ -82,7 +87,7 @@ func scanIntake(r pgx.Row) (*Intake, error) {
 		&in.ManifestName, &in.ListedSize, &in.BatchID, &in.SHA256,
 		&in.Size, &in.ExpectedRows, &st, &in.Reason, &in.Worker, &in.ClaimedAt,
 		&in.RowsTotal, &in.RowsApplied, &in.RowsUnchanged, &in.RowsRejected, &in.RowsConflict, &in.ChunksDone,
-		&in.ArchivePath, &in.ReceiptPath, &in.RejectsPath)
+		&in.ArchivePath, &in.ReceiptPath, &in.RejectsPath, &in.Override, &in.ReplayOf)
 	in.State = State(st)
 	return in, err
 }
@@ -278,6 +283,17 @@ func (s *store) finish(ctx context.Context, in *Intake, from, to State, reason s
 			if _, err := tx.Exec(ctx, `DELETE FROM intake_batch WHERE partner_id = $1 AND batch_id = $2 AND intake_id = $3`,
 				in.Partner, in.BatchID, in.ID); err != nil {
 				return fmt.Errorf("release batch: %w", err)
+			}
+		}
+		if to == StateFailedTerminal || to == StateQuarantined {
+			// the quarantine record ops decide on (re-opened if a released
+			// file is held again)
+			if _, err := tx.Exec(ctx, `INSERT INTO intake_quarantine (intake_id, partner_id, reason, batch_id, content_sha256, path)
+				VALUES ($1, $2, $3, nullif($4, ''), nullif($5, ''), nullif($6, ''))
+				ON CONFLICT (intake_id) DO UPDATE SET reason = EXCLUDED.reason, path = EXCLUDED.path, held_at = now(),
+				    state = 'open', decided_at = NULL, decided_by = NULL, decision = NULL`,
+				in.ID, in.Partner, reason, in.BatchID, in.SHA256, in.ArchivePath); err != nil {
+				return fmt.Errorf("quarantine record: %w", err)
 			}
 		}
 		in.State, in.Reason = to, reason

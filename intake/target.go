@@ -91,7 +91,10 @@ func loadTarget(ctx context.Context, db *pgxpool.Pool, f *partners.Feed) (*targe
 	return t, nil
 }
 
-// build writes the chunk statements. $1 = intake id, $2 = partner id.
+// build writes the chunk statements. $1 = intake id (the writer's, for
+// merge), $2 = partner id, $3 (conflicts) = the writer id rows are judged
+// by: a replay writes and is judged as the intake it replays, so it never
+// overwrites what a newer intake wrote.
 // intake_stage holds (line, <cols> as text); casts turn them into the
 // target's types.
 func (t *target) build() {
@@ -143,7 +146,7 @@ func (t *target) build() {
 	t.conflic = fmt.Sprintf(`INSERT INTO intake_row_issue (intake_id, partner_id, line, reason, outcome)
 		SELECT $1, $2, s.line, 'newer_write', 'conflict' FROM intake_stage s
 		JOIN %s t ON t.partner_id = $2 AND %s
-		WHERE t.last_intake_id > $1 AND %s`, t.table, strings.Join(keyJoin, " AND "), newer)
+		WHERE t.last_intake_id > $3 AND %s`, t.table, strings.Join(keyJoin, " AND "), newer)
 }
 
 // stageDDL creates the per-transaction staging table.

@@ -20,6 +20,8 @@ type fileRun struct {
 	in   *Intake
 	feed *partners.Feed
 	log  *slog.Logger
+	// progress, if set, hears of every committed chunk (replay's bar).
+	progress func(done, total int64)
 }
 
 func (d *Daemon) newRun(p *partnerRT, sess *partners.Session, in *Intake) (*fileRun, error) {
@@ -133,7 +135,10 @@ func (r *fileRun) heartbeat(ctx context.Context, cancel context.CancelCauseFunc)
 // archived without business effect, a conflict is quarantined, a new batch
 // is planned and then applied, held, or failed.
 func (r *fileRun) decide(ctx context.Context) error {
-	verdict, owner, err := r.d.store.bindBatch(ctx, r.in)
+	verdict, owner, err := VerdictNew, r.in.ID, error(nil)
+	if r.in.ReplayOf == 0 { // a replay applies the same batch again on purpose
+		verdict, owner, err = r.d.store.bindBatch(ctx, r.in)
+	}
 	if err != nil {
 		return err
 	}

@@ -17,6 +17,12 @@ Usage:
   intake migrate --config FILE      apply the database schema (idempotent, safe with several replicas)
   intake check --config FILE        validate the config, probe every partner, the database and target tables
   intake reconcile --config FILE    run the failure-matrix reconciler once; exit 1 when something needs a human
+  intake quarantine list|show ID|release ID|discard ID --config FILE [--reason "…"] [--actor A] [--winner new|old]
+                                    review held files; every decision is audited
+  intake replay INTAKE_ID --config FILE --reason "…"
+                                    apply a finished file's spooled bytes again (idempotent, audited)
+  intake audit --config FILE [--partner P]
+                                    list audited ops actions
   intake status --config FILE [--partner P]
                                     files by state, oldest ready/processing, open quarantine, last poll,
                                     last reconciler findings; exit 1 when something needs attention
@@ -46,6 +52,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return cmdReconcile(rest, stdout, stderr)
 	case "status":
 		return cmdStatus(rest, stdout, stderr)
+	case "quarantine":
+		return cmdQuarantine(rest, stdout, stderr)
+	case "replay":
+		return cmdReplay(rest, stdout, stderr)
+	case "audit":
+		return cmdAudit(rest, stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0

@@ -1,0 +1,216 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"os/user"
+	"strconv"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/partner-intake/partner-intake/intake"
+)
+
+func defaultActor() string {
+	if u, err := user.Current(); err == nil {
+		return u.Username
+	}
+	return ""
+}
+
+// cmdQuarantine: list, show, release, discard held files.
+func cmdQuarantine(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprintln(stderr, "usage: intake quarantine list|show|release|discard --config FILE …")
+		return 2
+	}
+	sub, args := args[0], args[1:]
+	fs := flag.NewFlagSet("quarantine "+sub, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	path := fs.String("config", "", "config file (YAML)")
+	partner := fs.String("partner", "", "list: only this partner")
+	open := fs.Bool("open", false, "list: only files still waiting for a decision")
+	reason := fs.String("reason", "", "release/discard: why (required, audited)")
+	actor := fs.String("actor", defaultActor(), "release/discard: who decides (audited)")
+	winner := fs.String("winner", "", "release of a batch conflict: new (the held bytes win) or old")
+	id, rest := int64(0), args
+	if sub != "list" && len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		n, err := strconv.ParseInt(args[0], 10, 64)
+		if err != nil {
+			fmt.Fprintf(stderr, "intake quarantine %s: %q is not an intake id\n", sub, args[0])
+			return 2
+		}
+		id, rest = n, args[1:]
+	}
+	if err := fs.Parse(rest); err != nil {
+		return 2
+	}
+	if sub != "list" && id == 0 {
+		fmt.Fprintf(stderr, "intake quarantine %s: give the intake id first\n", sub)
+		return 2
+	}
+	ctx := context.Background()
+	e, code := open2(ctx, *path, stderr)
+	if e == nil {
+		return code
+	}
+	defer e.pool.Close()
+	switch sub {
+	case "list", "show":
+		items, err := intake.ListQuarantine(ctx, e.pool, *partner, *open)
+		if err != nil {
+			fmt.Fprintln(stderr, err)
+			return 1
+		}
+		tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+		if sub == "list" {
+			fmt.Fprintln(tw, "INTAKE\tPARTNER\tSTATE\tREASON\tBATCH\tHELD\tFILE\tPATH")
+		}
+		shown := 0
+		for _, q := range items {
+			if sub == "show" && q.IntakeID != id {
+				continue
+			}
+			shown++
+			if sub == "list" {
+				fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", q.IntakeID, q.Partner, q.State, q.Reason, q.BatchID,
+					q.HeldAt.UTC().Format("2006-01-02 15:04"), q.FileName, q.Path)
+				continue
+			}
+			fmt.Fprintf(tw, "intake\t%d\npartner\t%s\nfile\t%s\nbatch\t%s\nsha256\t%s\nreason\t%s\nheld at\t%s\nheld in\t%s\nstate\t%s (file %s)\n",
+				q.IntakeID, q.Partner, q.FileName, q.BatchID, q.SHA256, q.Reason, q.HeldAt.UTC(), q.Path, q.State, q.IntakeStat)
+			if q.DecidedAt != nil {
+				fmt.Fprintf(tw, "decided\t%s by %s: %s\n", q.DecidedAt.UTC(), q.DecidedBy, q.Decision)
+			}
+		}
+		tw.Flush()
+		if sub == "show" && shown == 0 {
+			fmt.Fprintf(stderr, "intake %d is not held\n", id)
+			return 1
+		}
+		return 0
+	case "release", "discard":
+		d := intake.Decision{IntakeID: id, Actor: *actor, Reason: *reason, Winner: *winner}
+		var err error
+		if sub == "release" {
+			err = intake.Release(ctx, e.pool, d)
+		} else {
+			err = intake.Discard(ctx, e.pool, d)
+		}
+		if err != nil {
+			fmt.Fprintf(stderr, "intake quarantine %s: %v\n", sub, err)
+			return 1
+		}
+		if sub == "release" {
+			fmt.Fprintf(stdout, "intake %d released by %s; a running daemon's reconciler picks it up within %s\n", id, *actor, e.cfg.Reconcile.Schedule)
+		} else {
+			fmt.Fprintf(stdout, "intake %d discarded by %s\n", id, *actor)
+		}
+		return 0
+	}
+	fmt.Fprintf(stderr, "intake quarantine: unknown subcommand %q\n", sub)
+	return 2
+}
+
+// open2 opens the environment without migrating.
+func open2(ctx context.Context, path string, stderr io.Writer) (*env, int) {
+	return open(ctx, path, stderr, false)
+}
+
+// cmdReplay re-applies an archived file's spooled bytes, audited.
+func cmdReplay(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("replay", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	path := fs.String("config", "", "config file (YAML)")
+	reason := fs.String("reason", "", "why (required, audited)")
+	actor := fs.String("actor", defaultActor(), "who (audited)")
+	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
+		fmt.Fprintln(stderr, "usage: intake replay INTAKE_ID --config FILE --reason \"…\"")
+		return 2
+	}
+	id, err := strconv.ParseInt(args[0], 10, 64)
+	if err != nil {
+		fmt.Fprintf(stderr, "intake replay: %q is not an intake id\n", args[0])
+		return 2
+	}
+	if err := fs.Parse(args[1:]); err != nil {
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	e, code := open2(ctx, *path, stderr)
+	if e == nil {
+		return code
+	}
+	defer e.pool.Close()
+	d, err := intake.New(e.cfg.Intake(), e.cfg.Partners, e.pool, e.spool, prometheus.NewRegistry(), e.log)
+	if err != nil {
+		fmt.Fprintln(stderr, "intake replay:", err)
+		return 2
+	}
+	defer d.Stop()
+	in, err := d.Replay(ctx, id, *actor, *reason, progressBar(stdout))
+	if err != nil {
+		fmt.Fprintln(stderr, "\nintake replay:", err)
+		return 1
+	}
+	fmt.Fprintf(stdout, "\nreplay of intake %d is intake %d: %s, rows %d applied, %d unchanged, %d rejected, %d conflict\n",
+		id, in.ID, in.State, in.RowsApplied, in.RowsUnchanged, in.RowsRejected, in.RowsConflict)
+	return 0
+}
+
+// progressBar draws rows committed on a terminal, nothing elsewhere.
+func progressBar(w io.Writer) func(done, total int64) {
+	f, ok := w.(*os.File)
+	if !ok {
+		return nil
+	}
+	if st, err := f.Stat(); err != nil || st.Mode()&os.ModeCharDevice == 0 {
+		return nil
+	}
+	return func(done, total int64) {
+		const width = 40
+		fill := width
+		if total > 0 {
+			fill = int(int64(width) * done / total)
+		}
+		fmt.Fprintf(w, "\r[%s%s] %d/%d rows", strings.Repeat("#", fill), strings.Repeat("-", width-fill), done, total)
+	}
+}
+
+// cmdAudit lists audited ops actions.
+func cmdAudit(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("audit", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	path := fs.String("config", "", "config file (YAML)")
+	partner := fs.String("partner", "", "only this partner")
+	limit := fs.Int("limit", 100, "at most this many entries")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	ctx := context.Background()
+	e, code := open2(ctx, *path, stderr)
+	if e == nil {
+		return code
+	}
+	defer e.pool.Close()
+	entries, err := intake.Audit(ctx, e.pool, *partner, *limit)
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return 1
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "AT\tACTOR\tACTION\tPARTNER\tINTAKE\tREASON\tDETAIL")
+	for _, a := range entries {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", a.At.UTC().Format("2006-01-02 15:04:05"), a.Actor, a.Action, a.Partner, a.IntakeID, a.Reason, a.Detail)
+	}
+	tw.Flush()
+	return 0
+}

@@ -1,0 +1,125 @@
+package main
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/partner-intake/partner-intake/internal/testenv"
+)
+
+func TestOpsReviewReleasesDiscardsReplaysAndAudits(t *testing.T) {
+	url, pool := testenv.DB(t)
+	t.Setenv("INTAKE_DATABASE_URL", url)
+	site := testenv.NewSite(t, "ops")
+	cfg := writeConfigOpts(t, site, cfgOpts{worker: "ops-1"})
+	must := func(code int, out string) string {
+		t.Helper()
+		if code != 0 {
+			t.Fatalf("exit %d:\n%s", code, out)
+		}
+		return out
+	}
+	state := func(id int64) (st, reason string) {
+		t.Helper()
+		pool.QueryRow(context.Background(), `SELECT state, coalesce(reason,'') FROM file_intake WHERE intake_id = $1`, id).Scan(&st, &reason)
+		return
+	}
+	process := func() {
+		t.Helper()
+		runCLI("reconcile", "--config", cfg) // takes released files over (exit 1 while others wait for ops)
+		must(runCLI("run", "--config", cfg, "--once"))
+	}
+
+	// 1: too many rejected rows: held; released, the valid rows apply
+	bad := testenv.OrdersHeader + "R-1,a@b.io,1.00,paid,2026-11-01T00:00:00Z,1\nR-2,x,1.00,paid,2026-11-01T00:00:00Z,1\nR-3,y,1.00,paid,2026-11-01T00:00:00Z,1\n"
+	site.Drop(t, "orders-r.csv", bad)
+	// 2: a good file, later resent with other bytes: a batch conflict
+	site.Drop(t, "orders-c.csv", testenv.OrdersCSV("C", 3))
+	// 3: a file no feed matches: hostile, can only be discarded
+	os.WriteFile(filepath.Join(site.Root, "ready", "notes.txt"), []byte("x"), 0o644)
+	must(runCLI("run", "--config", cfg, "--once"))
+	site.Drop(t, "orders-c.csv", strings.ReplaceAll(testenv.OrdersCSV("C", 3), "paid", "shipped"))
+	must(runCLI("run", "--config", cfg, "--once"))
+
+	ids := map[string]int64{}
+	for _, f := range testenv.Files(t, pool, "ops") {
+		ids[f.Name+"/"+f.State] = f.ID
+	}
+	rej, conflict, hostile, orig := ids["orders-r.csv/quarantined"], ids["orders-c.csv/quarantined"], ids["notes.txt/quarantined"], ids["orders-c.csv/archived"]
+	if rej == 0 || conflict == 0 || hostile == 0 || orig == 0 {
+		t.Fatalf("files: %v", ids)
+	}
+	out := must(runCLI("quarantine", "list", "--config", cfg, "--open"))
+	for _, w := range []string{"reject_rate_exceeded", "batch_conflict", "no_feed"} {
+		if !strings.Contains(out, w) {
+			t.Fatalf("list lacks %s:\n%s", w, out)
+		}
+	}
+	id := func(n int64) string { return strconv.FormatInt(n, 10) }
+	if code, out := runCLI("quarantine", "release", id(rej), "--config", cfg); code == 0 || !strings.Contains(out, "reason are required") {
+		t.Fatalf("a release without a reason: %d %s", code, out)
+	}
+	must(runCLI("quarantine", "release", id(rej), "--config", cfg, "--reason", "partner confirmed the two bad emails", "--actor", "alice"))
+	if code, out := runCLI("quarantine", "release", id(conflict), "--config", cfg, "--reason", "x", "--actor", "bob"); code == 0 || !strings.Contains(out, "--winner") {
+		t.Fatalf("a conflict released without a winner: %d %s", code, out)
+	}
+	must(runCLI("quarantine", "release", id(conflict), "--config", cfg, "--reason", "the resend is the correction", "--actor", "bob", "--winner", "new"))
+	if code, out := runCLI("quarantine", "release", id(hostile), "--config", cfg, "--reason", "x", "--actor", "carol"); code == 0 || !strings.Contains(out, "only be discarded") {
+		t.Fatalf("a hostile entry released: %d %s", code, out)
+	}
+	must(runCLI("quarantine", "discard", id(hostile), "--config", cfg, "--reason", "not ours", "--actor", "carol"))
+	process()
+
+	if st, _ := state(rej); st != "archived" {
+		t.Fatalf("released reject-rate file is %s", st)
+	}
+	if n := testenv.Count(t, pool, `SELECT count(*) FROM orders WHERE partner_id = 'ops' AND order_id LIKE 'R-%'`); n != 1 {
+		t.Fatalf("%d R rows, want the 1 valid one", n)
+	}
+	if st, _ := state(conflict); st != "archived" {
+		t.Fatalf("released conflict is %s", st)
+	}
+	if n := testenv.Count(t, pool, `SELECT count(*) FROM orders WHERE partner_id = 'ops' AND order_id LIKE 'C-%' AND status = 'shipped' AND last_intake_id = $1`, conflict); n != 3 {
+		t.Fatalf("%d C rows carry the winning bytes, want 3", n)
+	}
+	if st, _ := state(hostile); st != "discarded" {
+		t.Fatalf("discarded entry is %s", st)
+	}
+	if out := must(runCLI("quarantine", "show", id(conflict), "--config", cfg)); !strings.Contains(out, "released") || !strings.Contains(out, "bob") {
+		t.Fatalf("show:\n%s", out)
+	}
+
+	// replay the first (now superseded) C file: idempotent, all rows held
+	// back as conflicts with the newer intake; audited
+	out = must(runCLI("replay", id(orig), "--config", cfg, "--reason", "mapping fix", "--actor", "dave"))
+	if !strings.Contains(out, "archived, rows 0 applied, 0 unchanged, 0 rejected, 3 conflict") {
+		t.Fatalf("a replay of superseded bytes must not overwrite the newer rows:\n%s", out)
+	}
+	var replayed, rid int64
+	pool.QueryRow(context.Background(), `SELECT count(*), max(intake_id) FROM file_intake WHERE replay_of = $1 AND state = 'archived'`, orig).Scan(&replayed, &rid)
+	if replayed != 1 {
+		t.Fatal("no archived replay")
+	}
+	out = must(runCLI("replay", id(rid), "--config", cfg, "--reason", "again", "--actor", "dave"))
+	if !strings.Contains(out, "0 applied, 0 unchanged, 0 rejected, 3 conflict") {
+		t.Fatalf("a replay of a replay is judged as the first:\n%s", out)
+	}
+	if n := testenv.Count(t, pool, `SELECT count(*) FROM orders WHERE partner_id = 'ops' AND order_id LIKE 'C-%' AND status = 'shipped'`); n != 3 {
+		t.Fatal("a replay overwrote the newer rows")
+	}
+	// the winner's own bytes replayed: nothing changes
+	out = must(runCLI("replay", id(conflict), "--config", cfg, "--reason", "check", "--actor", "dave"))
+	if !strings.Contains(out, "0 applied, 3 unchanged") {
+		t.Fatalf("replaying the current bytes must change nothing:\n%s", out)
+	}
+	audit := must(runCLI("audit", "--config", cfg, "--partner", "ops"))
+	for _, w := range []string{"alice", "release", "bob", "carol", "discard", "dave", "replay", "mapping fix"} {
+		if !strings.Contains(audit, w) {
+			t.Fatalf("audit lacks %q:\n%s", w, audit)
+		}
+	}
+}

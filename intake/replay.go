@@ -1,0 +1,86 @@
+package intake
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/partner-intake/partner-intake/partners"
+)
+
+// Replay applies the spooled bytes of a finished file again (after a
+// mapping or target fix, say) as a new intake of the same batch, audited.
+// It is idempotent by construction: rows whose values do not change are
+// counted unchanged, and the replay writes as the intake it replays, so rows
+// a newer intake wrote since are held back as conflicts, never overwritten. The replay's receipt goes to the partner's reports/;
+// its bytes stay archived under the original. progress, if set, is called
+// after each committed chunk.
+func (d *Daemon) Replay(ctx context.Context, id int64, actor, reason string, progress func(done, total int64)) (*Intake, error) {
+	if actor == "" || reason == "" {
+		return nil, fmt.Errorf("%w: an actor and a reason are required", ErrDecision)
+	}
+	var orig *Intake
+	for _, pid := range d.order {
+		got, err := NewLedger(d.db, d.cfg.Lease).Get(ctx, pid, id)
+		if err != nil {
+			return nil, err
+		}
+		if got != nil {
+			orig = got
+		}
+	}
+	if orig == nil {
+		return nil, fmt.Errorf("%w: no intake %d of a configured partner", ErrDecision, id)
+	}
+	if orig.State != StateArchived && orig.State != StateDuplicate {
+		return nil, fmt.Errorf("%w: intake %d is %s; only finished files are replayed", ErrDecision, id, orig.State)
+	}
+	if !d.spool.Has(orig.Partner, orig.SHA256, orig.Size) {
+		return nil, fmt.Errorf("%w: the spool no longer holds the bytes of intake %d", ErrDecision, id)
+	}
+	p := d.parts[orig.Partner]
+	root := orig.ID // a replay of a replay is judged as the first
+	if orig.ReplayOf != 0 {
+		root = orig.ReplayOf
+	}
+	var in *Intake
+	err := pgx.BeginFunc(ctx, d.db, func(tx pgx.Tx) error {
+		row := tx.QueryRow(ctx, `INSERT INTO file_intake (partner_id, feed, remote_name, claimed_path, listed_size, batch_id,
+			content_sha256, size_bytes, state, worker_id, lease_until, replay_of)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 'spooled', $9, now() + $10::interval, $11)
+			RETURNING `+intakeColumns, orig.Partner, orig.Feed, orig.RemoteName,
+			fmt.Sprintf("replay:%d:%d", id, time.Now().UnixNano()), orig.Size, orig.BatchID, orig.SHA256, orig.Size,
+			d.cfg.WorkerID, d.cfg.Lease, root)
+		var err error
+		if in, err = scanIntake(row); err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, `INSERT INTO intake_audit (actor, action, partner_id, intake_id, reason, detail)
+			VALUES ($1, 'replay', $2, $3, $4, $5)`, actor, orig.Partner, in.ID, reason, fmt.Sprintf("replay of intake %d", id))
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("replay: %w", err)
+	}
+	sess, err := partners.Dial(ctx, p.cfg)
+	if err != nil {
+		return in, err
+	}
+	defer sess.Close()
+	r, err := d.newRun(p, sess, in)
+	if err != nil {
+		return in, err
+	}
+	r.progress = progress
+	if err := r.run(ctx); err != nil {
+		var fe *FencedError
+		if errors.As(err, &fe) {
+			return in, fmt.Errorf("replay intake %d was taken over: %w", in.ID, err)
+		}
+		return in, err
+	}
+	return in, nil
+}
