@@ -31,7 +31,7 @@ func (r *fileRun) apply(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	f, err := r.d.spool.Open(in.Partner, in.SHA256)
+	f, err := r.d.spool.Open(in.Partner, in.DataSHA256)
 	if err != nil {
 		return fmt.Errorf("apply: open spool: %w", err)
 	}

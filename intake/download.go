@@ -75,7 +75,14 @@ func (r *fileRun) download(ctx context.Context) error {
 	if !partners.ValidBatchID(batch) {
 		return r.hold(ctx, StateQuarantined, ReasonBadBatchID, 0, "no batch id usable in file names could be derived (letters, digits, '.', '_', '-'; at most 128)")
 	}
-	if err := r.d.store.setSpooled(ctx, in, e.SHA256, e.Size, batch, rowsWant); err != nil {
+	data, held, err := r.expand(e)
+	if err != nil {
+		return err
+	}
+	if held != nil {
+		return r.hold(ctx, StateQuarantined, held.reason, 0, held.detail)
+	}
+	if err := r.d.store.setSpooled(ctx, in, e.SHA256, e.Size, data.SHA256, data.Size, batch, rowsWant); err != nil {
 		return err
 	}
 	return fault.Check("spool:after")
@@ -135,7 +142,7 @@ func (r *fileRun) fetch(ctx context.Context) (spool.Entry, error) {
 // them again from processing/ and checks they are the same bytes.
 func (r *fileRun) ensureSpooled(ctx context.Context) error {
 	in := r.in
-	if r.d.spool.Has(in.Partner, in.SHA256, in.Size) {
+	if r.d.spool.Has(in.Partner, in.DataSHA256, in.DataSize) {
 		return nil
 	}
 	e, err := r.fetch(ctx)
@@ -147,6 +154,15 @@ func (r *fileRun) ensureSpooled(ctx context.Context) error {
 	}
 	if e.SHA256 != in.SHA256 {
 		return r.hold(ctx, StateQuarantined, ReasonManifestMismatch, 0, "the bytes in processing/ changed after they were first downloaded")
+	}
+	if in.DataSHA256 != in.SHA256 {
+		data, held, err := r.expand(e)
+		if err != nil || held != nil {
+			return fmt.Errorf("expand again: %v %v", err, held)
+		}
+		if data.SHA256 != in.DataSHA256 {
+			return fmt.Errorf("expanded bytes differ from the first expansion")
+		}
 	}
 	r.log.Info("spool entry was missing; fetched the same bytes again")
 	return nil

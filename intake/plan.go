@@ -39,7 +39,7 @@ func (r *fileRun) plan(ctx context.Context) (*planResult, error) {
 		if _, err := tx.Exec(ctx, `DELETE FROM intake_row_issue WHERE intake_id = $1`, in.ID); err != nil {
 			return fmt.Errorf("plan: clear earlier plan: %w", err)
 		}
-		f, err := r.d.spool.Open(in.Partner, in.SHA256)
+		f, err := r.d.spool.Open(in.Partner, in.DataSHA256)
 		if err != nil {
 			return fmt.Errorf("plan: open spool: %w", err)
 		}

@@ -38,7 +38,7 @@ func (d *Daemon) Replay(ctx context.Context, id int64, actor, reason string, pro
 	if orig.State != StateArchived && orig.State != StateDuplicate {
 		return nil, fmt.Errorf("%w: intake %d is %s; only finished files are replayed", ErrDecision, id, orig.State)
 	}
-	if !d.spool.Has(orig.Partner, orig.SHA256, orig.Size) {
+	if !d.spool.Has(orig.Partner, orig.DataSHA256, orig.DataSize) {
 		return nil, fmt.Errorf("%w: the spool no longer holds the bytes of intake %d", ErrDecision, id)
 	}
 	p := d.parts[orig.Partner]
@@ -49,11 +49,11 @@ func (d *Daemon) Replay(ctx context.Context, id int64, actor, reason string, pro
 	var in *Intake
 	err := pgx.BeginFunc(ctx, d.db, func(tx pgx.Tx) error {
 		row := tx.QueryRow(ctx, `INSERT INTO file_intake (partner_id, feed, remote_name, claimed_path, listed_size, batch_id,
-			content_sha256, size_bytes, state, worker_id, lease_until, replay_of)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 'spooled', $9, now() + $10::interval, $11)
+			content_sha256, size_bytes, data_sha256, data_size, state, worker_id, lease_until, replay_of)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, 'spooled', $11, now() + $12::interval, $13)
 			RETURNING `+intakeColumns, orig.Partner, orig.Feed, orig.RemoteName,
 			fmt.Sprintf("replay:%d:%d", id, time.Now().UnixNano()), orig.Size, orig.BatchID, orig.SHA256, orig.Size,
-			d.cfg.WorkerID, d.cfg.Lease, root)
+			orig.DataSHA256, orig.DataSize, d.cfg.WorkerID, d.cfg.Lease, root)
 		var err error
 		if in, err = scanIntake(row); err != nil {
 			return err

@@ -71,6 +71,10 @@ type Intake struct {
 	Override string
 	// ReplayOf is the intake whose bytes a replay applies again; 0 normally.
 	ReplayOf int64
+	// DataSHA256 and DataSize are the bytes rows come from: the expanded
+	// bytes of a compressed file, else the file's own.
+	DataSHA256 string
+	DataSize   int64
 }
 
 const intakeColumns = `intake_id, fencing_token, partner_id, feed, remote_name, claimed_path,
@@ -78,7 +82,8 @@ const intakeColumns = `intake_id, fencing_token, partner_id, feed, remote_name, 
 	coalesce(size_bytes, 0), expected_rows, state, coalesce(reason, ''), worker_id, claimed_at,
 	coalesce(rows_total, 0), rows_applied, rows_unchanged, rows_rejected, rows_conflict, chunks_done,
 	coalesce(archive_path, ''), coalesce(receipt_path, ''), coalesce(rejects_path, ''),
-	coalesce(release_override, ''), coalesce(replay_of, 0)`
+	coalesce(release_override, ''), coalesce(replay_of, 0),
+	coalesce(data_sha256, content_sha256, ''), coalesce(data_size, size_bytes, 0)`
 
 func scanIntake(r pgx.Row) (*Intake, error) {
 	in := &Intake{}
@@ -87,7 +92,7 @@ func scanIntake(r pgx.Row) (*Intake, error) {
 		&in.ManifestName, &in.ListedSize, &in.BatchID, &in.SHA256,
 		&in.Size, &in.ExpectedRows, &st, &in.Reason, &in.Worker, &in.ClaimedAt,
 		&in.RowsTotal, &in.RowsApplied, &in.RowsUnchanged, &in.RowsRejected, &in.RowsConflict, &in.ChunksDone,
-		&in.ArchivePath, &in.ReceiptPath, &in.RejectsPath, &in.Override, &in.ReplayOf)
+		&in.ArchivePath, &in.ReceiptPath, &in.RejectsPath, &in.Override, &in.ReplayOf, &in.DataSHA256, &in.DataSize)
 	in.State = State(st)
 	return in, err
 }
@@ -182,16 +187,18 @@ func (s *store) heartbeat(ctx context.Context, in *Intake) error {
 	return nil
 }
 
-// setSpooled records the verified bytes: claimed -> spooled.
-func (s *store) setSpooled(ctx context.Context, in *Intake, sha string, size int64, batch string, expectedRows *int64) error {
+// setSpooled records the verified bytes (and, for a compressed file, the
+// expanded ones): claimed -> spooled.
+func (s *store) setSpooled(ctx context.Context, in *Intake, sha string, size int64, dataSHA string, dataSize int64, batch string, expectedRows *int64) error {
 	tag, err := s.pool.Exec(ctx, `UPDATE file_intake
-		SET state = 'spooled', content_sha256 = $3, size_bytes = $4, batch_id = $5, expected_rows = $6, updated_at = now()
+		SET state = 'spooled', content_sha256 = $3, size_bytes = $4, data_sha256 = $5, data_size = $6,
+		    batch_id = $7, expected_rows = $8, updated_at = now()
 		WHERE intake_id = $1 AND fencing_token = $2 AND state = 'claimed'`,
-		in.ID, in.Token, sha, size, batch, expectedRows)
+		in.ID, in.Token, sha, size, dataSHA, dataSize, batch, expectedRows)
 	if err := fenced(tag, err, in, "spooled"); err != nil {
 		return err
 	}
-	in.State, in.SHA256, in.Size, in.BatchID, in.ExpectedRows = StateSpooled, sha, size, batch, expectedRows
+	in.State, in.SHA256, in.Size, in.DataSHA256, in.DataSize, in.BatchID, in.ExpectedRows = StateSpooled, sha, size, dataSHA, dataSize, batch, expectedRows
 	return nil
 }
 
@@ -220,7 +227,7 @@ func (s *store) bindBatch(ctx context.Context, in *Intake) (Verdict, int64, erro
 		SELECT intake_id, content_sha256 FROM ins
 		UNION ALL
 		SELECT intake_id, content_sha256 FROM intake_batch WHERE partner_id = $1 AND batch_id = $2
-		LIMIT 1`, in.Partner, in.BatchID, in.SHA256, in.ID, in.Token).Scan(&owner, &sha)
+		LIMIT 1`, in.Partner, in.BatchID, in.DataSHA256, in.ID, in.Token).Scan(&owner, &sha)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return 0, 0, &FencedError{IntakeID: in.ID, Token: in.Token, Step: "bind batch"}
 	}
@@ -230,7 +237,7 @@ func (s *store) bindBatch(ctx context.Context, in *Intake) (Verdict, int64, erro
 	switch {
 	case owner == in.ID:
 		return VerdictNew, owner, nil
-	case sha == in.SHA256:
+	case sha == in.DataSHA256:
 		return VerdictDuplicate, owner, nil
 	default:
 		return VerdictConflict, owner, nil

@@ -30,6 +30,7 @@ const (
 	DefaultMaxFilesPoll   = 100
 	DefaultMaxRejectRatio = 0.10
 	DefaultStaleUpload    = 6 * time.Hour
+	DefaultMaxExpanded    = 4 << 30 // 4 GiB
 )
 
 // idPattern is what a partner id may look like: it becomes part of spool
@@ -99,6 +100,9 @@ type Limits struct {
 	MaxFilesPerPoll int `yaml:"max_files_per_poll"`
 	// StaleUpload is how old a *.part in incoming/ may get before an alert.
 	StaleUpload time.Duration `yaml:"stale_upload"`
+	// MaxExpandedBytes caps what a compressed file may expand to, enforced
+	// while streaming (archive headers are not trusted).
+	MaxExpandedBytes int64 `yaml:"max_expanded_bytes"`
 }
 
 // SetDefaults fills unset fields with their defaults.
@@ -140,6 +144,9 @@ func (c *Config) SetDefaults() {
 	if c.Limits.StaleUpload == 0 {
 		c.Limits.StaleUpload = DefaultStaleUpload
 	}
+	if c.Limits.MaxExpandedBytes == 0 {
+		c.Limits.MaxExpandedBytes = DefaultMaxExpanded
+	}
 	for i := range c.Feeds {
 		c.Feeds[i].SetDefaults()
 	}
@@ -180,7 +187,7 @@ func (c *Config) Validate(key string) error {
 			return fmt.Errorf("%s.dirs.%s: %q must be a relative path below sftp.root without '..'", key, name, v)
 		}
 	}
-	if c.Limits.MaxFileBytes < 0 || c.Limits.MaxRows < 0 || c.Limits.MaxFilesPerPoll < 0 {
+	if c.Limits.MaxFileBytes < 0 || c.Limits.MaxRows < 0 || c.Limits.MaxFilesPerPoll < 0 || c.Limits.MaxExpandedBytes < 0 {
 		return fmt.Errorf("%s.limits: values must be positive", key)
 	}
 	if len(c.Feeds) == 0 {

@@ -15,6 +15,12 @@ const (
 	BatchFromManifest = "manifest" // the manifest's batch_id
 )
 
+// Compressions a feed may accept.
+const (
+	CompressionGzip = "gzip" // <name>.gz
+	CompressionZip  = "zip"  // <name>.zip holding exactly one file
+)
+
 // Column types.
 const (
 	TypeText      = "text"
@@ -74,6 +80,9 @@ type Feed struct {
 	MaxRejectRatio float64 `yaml:"max_reject_ratio"`
 	// ChunkRows is how many rows one apply transaction covers.
 	ChunkRows int `yaml:"chunk_rows"`
+	// Compression lists what compressed files the feed accepts ("gzip",
+	// "zip"); none by default. The pattern must match the compressed name.
+	Compression []string `yaml:"compression"`
 
 	re *regexp.Regexp
 }
@@ -206,6 +215,11 @@ func (f *Feed) Validate(key, readiness string) error {
 	if f.ChunkRows < 1 || f.ChunkRows > 1_000_000 {
 		return fmt.Errorf("%s.chunk_rows: %d must be between 1 and 1000000", key, f.ChunkRows)
 	}
+	for _, c := range f.Compression {
+		if c != CompressionGzip && c != CompressionZip {
+			return fmt.Errorf("%s.compression: %q is not gzip or zip", key, c)
+		}
+	}
 	if len(f.Columns) == 0 {
 		return fmt.Errorf("%s.columns: at least one column is required", key)
 	}
@@ -278,6 +292,16 @@ func (f *Feed) Column(name string) *Column {
 	return nil
 }
 
+// Allows reports whether the feed accepts a compression.
+func (f *Feed) Allows(compression string) bool {
+	for _, c := range f.Compression {
+		if c == compression {
+			return true
+		}
+	}
+	return false
+}
+
 // Matches reports whether name belongs to this feed.
 func (f *Feed) Matches(name string) bool { return f.re.MatchString(name) }
 
@@ -286,6 +310,9 @@ func (f *Feed) Matches(name string) bool { return f.re.MatchString(name) }
 func (f *Feed) BatchIDFromName(name string) string {
 	switch f.BatchID.From {
 	case BatchFromStem:
+		if ext := strings.ToLower(path.Ext(name)); (ext == ".gz" && f.Allows(CompressionGzip)) || (ext == ".zip" && f.Allows(CompressionZip)) {
+			name = strings.TrimSuffix(name, path.Ext(name))
+		}
 		return strings.TrimSuffix(name, path.Ext(name))
 	case BatchFromRegex:
 		m := f.re.FindStringSubmatch(name)

@@ -1,0 +1,157 @@
+package intake
+
+import (
+	"archive/zip"
+	"bytes"
+	"compress/gzip"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path"
+	"strings"
+
+	"github.com/partner-intake/partner-intake/partners"
+	"github.com/partner-intake/partner-intake/spool"
+)
+
+// Reasons a compressed file is held, unparsed.
+const (
+	ReasonCompressionNotAllowed = "compression_not_allowed" // the feed does not accept this compression
+	ReasonArchiveInvalid        = "archive_invalid"         // not a readable gzip/zip file
+	ReasonArchiveTooLarge       = "archive_too_large"       // expands beyond limits.max_expanded_bytes
+	ReasonArchiveEntries        = "archive_entries"         // a zip must hold exactly one file
+	ReasonArchiveBadEntry       = "archive_bad_entry"       // an entry name with traversal, an absolute path or unsafe characters
+	ReasonArchiveSymlink        = "archive_symlink"         // an entry that is a symbolic link
+	ReasonArchiveNested         = "archive_nested"          // an archive inside the archive
+)
+
+type heldFor struct{ reason, detail string }
+
+// compressionOf names the compression a file's name declares.
+func compressionOf(name string) string {
+	switch strings.ToLower(path.Ext(name)) {
+	case ".gz":
+		return partners.CompressionGzip
+	case ".zip":
+		return partners.CompressionZip
+	}
+	return ""
+}
+
+var (
+	gzipMagic = []byte{0x1f, 0x8b}
+	zipMagic  = []byte("PK\x03\x04")
+)
+
+// expand returns the bytes rows come from: for a compressed file (when its
+// feed allows that compression) the expanded bytes, streamed from the
+// spooled original into the spool under their own hash, with the expanded
+// size capped while streaming (headers are not trusted); the original is
+// kept. A file that is not compressed is its own data.
+func (r *fileRun) expand(orig spool.Entry) (spool.Entry, *heldFor, error) {
+	kind := compressionOf(r.in.RemoteName)
+	if kind == "" {
+		return orig, nil, nil
+	}
+	if !r.feed.Allows(kind) {
+		return orig, &heldFor{ReasonCompressionNotAllowed, fmt.Sprintf("the feed does not accept %s files", kind)}, nil
+	}
+	f, err := r.d.spool.Open(r.in.Partner, orig.SHA256)
+	if err != nil {
+		return orig, nil, fmt.Errorf("expand: %w", err)
+	}
+	defer f.Close()
+	max := r.p.cfg.Limits.MaxExpandedBytes
+	put := func(src io.Reader) (spool.Entry, *heldFor, error) {
+		nw := &nestWatch{}
+		e, err := r.d.spool.Put(r.in.Partner, -1, max, func(w io.Writer) (int64, error) {
+			return io.Copy(io.MultiWriter(w, nw), src)
+		})
+		switch {
+		case errors.Is(err, spool.ErrTooLarge):
+			return e, &heldFor{ReasonArchiveTooLarge, fmt.Sprintf("it expands to more than %d bytes", max)}, nil
+		case err != nil && (errors.Is(err, gzip.ErrChecksum) || errors.Is(err, gzip.ErrHeader) || errors.Is(err, zip.ErrChecksum) ||
+			errors.Is(err, zip.ErrFormat) || errors.Is(err, io.ErrUnexpectedEOF) || strings.Contains(err.Error(), "flate")):
+			return e, &heldFor{ReasonArchiveInvalid, "the compressed data is corrupt"}, nil
+		case err != nil:
+			return e, nil, err
+		case nw.nested():
+			return e, &heldFor{ReasonArchiveNested, "the expanded file is itself compressed"}, nil
+		}
+		return e, nil, nil
+	}
+	switch kind {
+	case partners.CompressionGzip:
+		zr, err := gzip.NewReader(f)
+		if err != nil {
+			return orig, &heldFor{ReasonArchiveInvalid, "not a gzip file"}, nil
+		}
+		defer zr.Close()
+		return put(zr)
+	default:
+		zr, err := zip.NewReader(f, orig.Size)
+		if err != nil {
+			return orig, &heldFor{ReasonArchiveInvalid, "not a zip file"}, nil
+		}
+		var entry *zip.File
+		for _, zf := range zr.File {
+			name := zf.Name
+			if zf.Mode()&os.ModeSymlink != 0 {
+				return orig, &heldFor{ReasonArchiveSymlink, "an entry is a symbolic link"}, nil
+			}
+			if !safeEntry(name) {
+				return orig, &heldFor{ReasonArchiveBadEntry, "an entry name has '..', an absolute path or unsafe characters"}, nil
+			}
+			if strings.HasSuffix(name, "/") {
+				continue // a directory entry
+			}
+			if entry != nil {
+				return orig, &heldFor{ReasonArchiveEntries, fmt.Sprintf("it holds %d or more files; one is allowed", 2)}, nil
+			}
+			entry = zf
+		}
+		if entry == nil {
+			return orig, &heldFor{ReasonArchiveEntries, "it holds no file"}, nil
+		}
+		if compressionOf(entry.Name) != "" {
+			return orig, &heldFor{ReasonArchiveNested, "the entry is itself an archive"}, nil
+		}
+		if entry.UncompressedSize64 > uint64(max) {
+			return orig, &heldFor{ReasonArchiveTooLarge, fmt.Sprintf("its entry declares %d bytes, more than %d", entry.UncompressedSize64, max)}, nil
+		}
+		rc, err := entry.Open()
+		if err != nil {
+			return orig, &heldFor{ReasonArchiveInvalid, "the entry cannot be read"}, nil
+		}
+		defer rc.Close()
+		return put(rc)
+	}
+}
+
+// safeEntry: a relative name, every element a safe name, no "..".
+func safeEntry(name string) bool {
+	if name == "" || strings.HasPrefix(name, "/") || strings.Contains(name, "\\") || len(name) > 1024 {
+		return false
+	}
+	for _, el := range strings.Split(strings.TrimSuffix(name, "/"), "/") {
+		if el == ".." || el == "." || !SafeName(el) {
+			return false
+		}
+	}
+	return true
+}
+
+// nestWatch keeps the first bytes written, to spot an archive inside.
+type nestWatch struct{ head []byte }
+
+func (n *nestWatch) Write(p []byte) (int, error) {
+	if len(n.head) < 4 {
+		n.head = append(n.head, p[:min(len(p), 4-len(n.head))]...)
+	}
+	return len(p), nil
+}
+
+func (n *nestWatch) nested() bool {
+	return bytes.HasPrefix(n.head, gzipMagic) || bytes.HasPrefix(n.head, zipMagic)
+}
