@@ -21,6 +21,7 @@ Usage:
                                     review held files; every decision is audited
   intake replay INTAKE_ID --config FILE --reason "…"
                                     apply a finished file's spooled bytes again (idempotent, audited)
+  intake purge --config FILE        delete spool files, row issues, reports and audit rows past their retention
   intake audit --config FILE [--partner P]
                                     list audited ops actions
   intake status --config FILE [--partner P]
@@ -58,6 +59,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return cmdReplay(rest, stdout, stderr)
 	case "audit":
 		return cmdAudit(rest, stdout, stderr)
+	case "purge":
+		return cmdPurge(rest, stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0

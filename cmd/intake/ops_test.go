@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/partner-intake/partner-intake/internal/testenv"
 )
@@ -121,5 +122,65 @@ func TestOpsReviewReleasesDiscardsReplaysAndAudits(t *testing.T) {
 		if !strings.Contains(audit, w) {
 			t.Fatalf("audit lacks %q:\n%s", w, audit)
 		}
+	}
+}
+
+func TestPurgeRemovesOnlyWhatIsPastRetention(t *testing.T) {
+	url, pool := testenv.DB(t)
+	t.Setenv("INTAKE_DATABASE_URL", url)
+	site := testenv.NewSite(t, "purge")
+	spoolDir := t.TempDir()
+	cfg := writeConfigOpts(t, site, cfgOpts{spool: spoolDir})
+	// an archived file with a rejected row, and a conflict held for ops
+	site.Drop(t, "orders-old.csv", testenv.OrdersCSV("O", 9)+"O-99,bad,1.00,paid,2026-11-01T00:00:00Z,1\n")
+	must := func(code int, out string) string {
+		t.Helper()
+		if code != 0 {
+			t.Fatalf("exit %d:\n%s", code, out)
+		}
+		return out
+	}
+	must(runCLI("run", "--config", cfg, "--once"))
+	site.Drop(t, "orders-old.csv", testenv.OrdersCSV("N", 3))
+	must(runCLI("run", "--config", cfg, "--once"))
+	fs := testenv.Files(t, pool, "purge")
+	if len(fs) != 2 || fs[0].State != "archived" || fs[1].State != "quarantined" {
+		t.Fatalf("files %+v", fs)
+	}
+	must(runCLI("quarantine", "show", strconv.FormatInt(fs[1].ID, 10), "--config", cfg))
+	pool.Exec(context.Background(), `INSERT INTO intake_audit (actor, action, partner_id, reason, at) VALUES ('x', 'test', 'purge', 'old', now() - interval '500 days')`)
+	pool.Exec(context.Background(), `UPDATE file_intake SET finished_at = now() - interval '100 days' WHERE intake_id = $1`, fs[0].ID)
+	old := time.Now().Add(-100 * 24 * time.Hour)
+	filepath.WalkDir(spoolDir, func(p string, e os.DirEntry, err error) error {
+		if err == nil && !e.IsDir() {
+			os.Chtimes(p, old, old)
+		}
+		return nil
+	})
+	for _, r := range site.Files(t, "reports") {
+		if strings.Contains(r, "."+strconv.FormatInt(fs[0].ID, 10)+".") {
+			os.Chtimes(filepath.Join(site.Root, "reports", r), old, old)
+		}
+	}
+	out := must(runCLI("purge", "--config", cfg))
+	if !strings.Contains(out, "purge: 1 spool files") || !strings.Contains(out, "1 row issues, 2 reports, 1 audit entries removed") {
+		t.Fatalf("purge said:\n%s", out)
+	}
+	sp := filepath.Join(spoolDir, "purge", "sha256")
+	var left int
+	filepath.WalkDir(sp, func(p string, e os.DirEntry, err error) error {
+		if err == nil && !e.IsDir() {
+			left++
+		}
+		return nil
+	})
+	if left != 1 {
+		t.Fatalf("%d spool files left, want the held conflict's", left)
+	}
+	if n := testenv.Count(t, pool, `SELECT count(*) FROM intake_row_issue WHERE intake_id = $1`, fs[0].ID); n != 0 {
+		t.Fatal("row issues of the old file kept")
+	}
+	if got := site.Files(t, "reports"); len(got) != 1 {
+		t.Fatalf("reports left: %v, want the held file's receipt", got)
 	}
 }

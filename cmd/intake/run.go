@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -9,10 +10,12 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/robfig/cron/v3"
 
 	"github.com/partner-intake/partner-intake/intake"
 	"github.com/partner-intake/partner-intake/internal/config"
@@ -133,13 +136,62 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "intake run:", err)
 		return 1
 	}
+	purger := cron.New(cron.WithLocation(time.UTC), cron.WithChain(cron.Recover(cronLog{e.log}), cron.SkipIfStillRunning(cronLog{e.log})))
+	if _, err := purger.AddFunc(e.cfg.Retention.Schedule, func() {
+		res, err := intake.Purge(rctx, e.pool, e.spool, e.cfg.Partners, e.cfg.Retention, time.Now())
+		if err != nil && !errors.Is(err, intake.ErrPurgeRunning) && rctx.Err() == nil {
+			e.log.Error("purge failed", "err", err)
+		}
+		for _, r := range res {
+			e.log.Info("purged", "partner", r.Partner, "spool_files", r.SpoolFiles, "spool_bytes", r.SpoolBytes,
+				"row_issues", r.RowIssues, "reports", r.Reports, "audit_entries", r.AuditEntries)
+		}
+	}); err != nil {
+		fmt.Fprintln(stderr, "intake run: retention.schedule:", err)
+	}
+	purger.Start()
 	<-ctx.Done()
 	e.log.Info("signal received: draining")
 	stop()
 	rcancel()
+	<-purger.Stop().Done()
 	rec.Stop()
 	d.Stop()
 	return 0
+}
+
+// cmdPurge deletes what is past its retention now and prints what it removed.
+func cmdPurge(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("purge", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	path := fs.String("config", "", "config file (YAML)")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	e, code := open(ctx, *path, stderr, false)
+	if e == nil {
+		return code
+	}
+	defer e.pool.Close()
+	res, err := intake.Purge(ctx, e.pool, e.spool, e.cfg.Partners, e.cfg.Retention, time.Now())
+	for _, r := range res {
+		fmt.Fprintf(stdout, "%s: %d spool files (%d bytes), %d row issues, %d reports, %d audit entries removed\n",
+			r.Partner, r.SpoolFiles, r.SpoolBytes, r.RowIssues, r.Reports, r.AuditEntries)
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "intake purge:", err)
+		return 1
+	}
+	return 0
+}
+
+type cronLog struct{ l *slog.Logger }
+
+func (c cronLog) Info(msg string, kv ...any) { c.l.Debug(msg, kv...) }
+func (c cronLog) Error(err error, msg string, kv ...any) {
+	c.l.Error(msg, append(kv, "err", err)...)
 }
 
 // cmdReconcile runs the failure matrix once and prints its findings; it

@@ -10,6 +10,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/robfig/cron/v3"
 	"go.yaml.in/yaml/v3"
 
 	"github.com/partner-intake/partner-intake/intake"
@@ -37,6 +38,8 @@ type File struct {
 	Reconcile reconcile.Config `yaml:"reconcile"`
 	// HTTP serves /metrics, /healthz and /readyz.
 	HTTP opshttp.Config `yaml:"http"`
+	// Retention of every copy of partner data, and when the purge runs.
+	Retention intake.Retention `yaml:"retention"`
 	// Partners are the drop sites to poll.
 	Partners []partners.Config `yaml:"partners"`
 }
@@ -114,6 +117,10 @@ func (f *File) Validate() error {
 	}
 	if f.HTTP.Listen == "" {
 		f.HTTP.Listen = opshttp.DefaultListen
+	}
+	f.Retention.SetDefaults()
+	if _, err := cron.ParseStandard(f.Retention.Schedule); err != nil {
+		return fmt.Errorf("retention.schedule: %q: %w", f.Retention.Schedule, err)
 	}
 	if len(f.Partners) == 0 {
 		return errors.New("partners: at least one partner is required")

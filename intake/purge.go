@@ -1,0 +1,211 @@
+package intake
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"regexp"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/partner-intake/partner-intake/partners"
+	"github.com/partner-intake/partner-intake/spool"
+)
+
+// Retention says how long each copy of partner data is kept. Every copy
+// has a rule and a purge path (go/no-go control 10).
+type Retention struct {
+	// Spool: spooled bytes of files finished longer ago than this (files
+	// still in flight or held for ops are always kept).
+	Spool time.Duration `yaml:"spool"`
+	// RowIssues: rejected/conflict row records of finished files.
+	RowIssues time.Duration `yaml:"row_issues"`
+	// Reports: receipts and rejects reports on the partners' sites.
+	Reports time.Duration `yaml:"reports"`
+	// Audit: audited ops actions.
+	Audit time.Duration `yaml:"audit"`
+	// Schedule runs the purge (robfig/cron/v3, UTC); "" = "@daily".
+	Schedule string `yaml:"schedule"`
+}
+
+// Default retention.
+const (
+	DefaultSpoolRetention    = 30 * 24 * time.Hour
+	DefaultIssuesRetention   = 90 * 24 * time.Hour
+	DefaultReportsRetention  = 90 * 24 * time.Hour
+	DefaultAuditRetention    = 400 * 24 * time.Hour
+	DefaultRetentionSchedule = "@daily"
+)
+
+// SetDefaults fills unset fields.
+func (r *Retention) SetDefaults() {
+	for _, f := range []struct {
+		v   *time.Duration
+		def time.Duration
+	}{{&r.Spool, DefaultSpoolRetention}, {&r.RowIssues, DefaultIssuesRetention}, {&r.Reports, DefaultReportsRetention}, {&r.Audit, DefaultAuditRetention}} {
+		if *f.v == 0 {
+			*f.v = f.def
+		}
+	}
+	if r.Schedule == "" {
+		r.Schedule = DefaultRetentionSchedule
+	}
+}
+
+// Purged counts what a purge removed.
+type Purged struct {
+	Partner      string
+	SpoolFiles   int
+	SpoolBytes   int64
+	RowIssues    int64
+	Reports      int
+	AuditEntries int64
+}
+
+// ErrPurgeRunning: another replica's purge holds the lock.
+var ErrPurgeRunning = errors.New("another purge is running")
+
+var reportName = regexp.MustCompile(`\.(receipt\.json|rejects\.csv)$`)
+
+// Purge removes what is past its retention, per partner, and says what it
+// removed. Nothing a file in flight or held for ops still needs is touched.
+func Purge(ctx context.Context, db *pgxpool.Pool, sp *spool.Spool, parts []partners.Config, ret Retention, now time.Time) ([]Purged, error) {
+	ret.SetDefaults()
+	conn, err := db.Acquire(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Release()
+	var got bool
+	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock(hashtextextended('partner-intake/purge', 0))`).Scan(&got); err != nil {
+		return nil, err
+	}
+	if !got {
+		return nil, ErrPurgeRunning
+	}
+	defer func() {
+		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if _, err := conn.Exec(uctx, `SELECT pg_advisory_unlock(hashtextextended('partner-intake/purge', 0))`); err != nil {
+			conn.Conn().Close(uctx)
+		}
+	}()
+	var out []Purged
+	for i := range parts {
+		p := &parts[i]
+		res := Purged{Partner: p.ID}
+		if err := purgeSpool(ctx, db, sp, p.ID, now.Add(-ret.Spool), &res); err != nil {
+			return out, fmt.Errorf("partner %s: spool: %w", p.ID, err)
+		}
+		tag, err := db.Exec(ctx, `DELETE FROM intake_row_issue WHERE partner_id = $1 AND intake_id IN (
+			SELECT intake_id FROM file_intake WHERE partner_id = $1 AND finished_at < $2
+			  AND state IN ('archived', 'duplicate', 'failed_terminal', 'discarded'))`, p.ID, now.Add(-ret.RowIssues))
+		if err != nil {
+			return out, fmt.Errorf("partner %s: row issues: %w", p.ID, err)
+		}
+		res.RowIssues = tag.RowsAffected()
+		if err := purgeReports(ctx, p, now.Add(-ret.Reports), &res); err != nil {
+			return out, fmt.Errorf("partner %s: reports: %w", p.ID, err)
+		}
+		tag, err = db.Exec(ctx, `DELETE FROM intake_audit WHERE partner_id = $1 AND at < $2`, p.ID, now.Add(-ret.Audit))
+		if err != nil {
+			return out, fmt.Errorf("partner %s: audit: %w", p.ID, err)
+		}
+		res.AuditEntries = tag.RowsAffected()
+		out = append(out, res)
+	}
+	return out, nil
+}
+
+// purgeSpool deletes spooled files older than cutoff that no file in flight
+// or held needs and whose last use finished before cutoff. One query per
+// partner decides for all candidates.
+func purgeSpool(ctx context.Context, db *pgxpool.Pool, sp *spool.Spool, partner string, cutoff time.Time, res *Purged) error {
+	root := filepath.Join(sp.Dir(), partner, "sha256")
+	cands := map[string]string{}
+	var hashes []string
+	err := filepath.WalkDir(root, func(p string, e fs.DirEntry, err error) error {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
+		if err != nil || !e.Type().IsRegular() {
+			return err
+		}
+		if info, err := e.Info(); err == nil && info.ModTime().Before(cutoff) {
+			cands[e.Name()] = p
+			hashes = append(hashes, e.Name())
+		}
+		return nil
+	})
+	if err != nil || len(hashes) == 0 {
+		return err
+	}
+	rs, err := db.Query(ctx, `SELECT h FROM unnest($2::text[]) h WHERE EXISTS (
+		SELECT 1 FROM file_intake f WHERE f.partner_id = $1 AND (f.content_sha256 = h OR f.data_sha256 = h)
+		  AND (f.state NOT IN ('archived', 'duplicate', 'failed_terminal', 'discarded') OR f.finished_at >= $3))`,
+		partner, hashes, cutoff)
+	if err != nil {
+		return err
+	}
+	keep := map[string]bool{}
+	for rs.Next() {
+		var h string
+		if err := rs.Scan(&h); err != nil {
+			rs.Close()
+			return err
+		}
+		keep[h] = true
+	}
+	rs.Close()
+	if err := rs.Err(); err != nil {
+		return err
+	}
+	for h, p := range cands {
+		if keep[h] {
+			continue
+		}
+		info, err := os.Stat(p)
+		if err != nil {
+			continue
+		}
+		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+		res.SpoolFiles++
+		res.SpoolBytes += info.Size()
+	}
+	return nil
+}
+
+// purgeReports deletes receipts and rejects reports older than cutoff from
+// the partner's reports/ dir.
+func purgeReports(ctx context.Context, p *partners.Config, cutoff time.Time, res *Purged) error {
+	s, err := partners.Dial(ctx, p)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	dir := s.Layout.ReportsDir()
+	ents, err := s.ReadDir(dir)
+	if partners.IsNotExist(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	for _, e := range ents {
+		if !e.Mode().IsRegular() || !reportName.MatchString(e.Name()) || !e.ModTime().Before(cutoff) {
+			continue
+		}
+		if err := s.Remove(path.Join(dir, e.Name())); err != nil && !partners.IsNotExist(err) {
+			return err
+		}
+		res.Reports++
+	}
+	return nil
+}
