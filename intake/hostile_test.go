@@ -79,3 +79,58 @@ func TestHostileEntriesAreQuarantinedWithAReason(t *testing.T) {
 	}
 	testenv.AssertExactOrders(t, pool, "hostile", 3, "G")
 }
+
+// A corpus of hostile contents through the whole pipeline: each file gets
+// its exact reason code and a receipt saying why, nothing of it is applied,
+// and another partner's file in the same cycle is served.
+func TestHostileContentsThroughThePipeline(t *testing.T) {
+	_, pool := testenv.DB(t)
+	bad := testenv.NewSite(t, "evil")
+	good := testenv.NewSite(t, "kind")
+	cases := map[string]struct {
+		content, state, reason string
+		rejects                string // expected rejects.csv body, when rows were rejected
+	}{
+		"orders-utf8.csv":   {header + "E-1,a@b.io,1.00,paid,2026-11-01T00:00:00Z,1\nE-2,\xff\xfe@b.io,1.00,paid,2026-11-01T00:00:00Z,1\n", "failed_terminal", "invalid_encoding", ""},
+		"orders-binary.csv": {"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00", "failed_terminal", "binary_content", ""},
+		"orders-header.csv": {"order_id,email,amount,status,placed_at,qty,extra\nE-1,a@b.io,1.00,paid,2026-11-01T00:00:00Z,1,x\n", "failed_terminal", "header_mismatch", ""},
+		"orders-ragged.csv": {header + "E-1,a@b.io\nE-2,a@b.io,1.00,paid,2026-11-01T00:00:00Z,1,extra\n", "quarantined", "reject_rate_exceeded", "line,column,reason,outcome\n2,,field_count,rejected\n3,,field_count,rejected\n"},
+		"orders-formula.csv": {header + "=HYPERLINK(\"http://x\"),a@b.io,1.00,paid,2026-11-01T00:00:00Z,1\n=1+2,a@b.io,1.00,paid,2026-11-01T00:00:00Z,@SUM(1)\n",
+			"quarantined", "reject_rate_exceeded", "line,column,reason,outcome\n2,,csv_syntax,rejected\n3,qty,not_integer,rejected\n"},
+		"orders-empty.csv": {"", "failed_terminal", "empty_file", ""},
+	}
+	for name, c := range cases {
+		bad.Drop(t, name, c.content)
+	}
+	good.Drop(t, "orders-fine.csv", testenv.OrdersCSV("F", 3))
+	r := newRig(t, pool, "w1", bad, good)
+	r.poll("evil")
+	r.poll("kind")
+
+	got := files(t, pool, "evil")
+	if len(got) != len(cases) {
+		t.Fatalf("%d files, want %d", len(got), len(cases))
+	}
+	for _, f := range got {
+		c := cases[f.Name]
+		if f.State != c.state || f.Reason != c.reason {
+			t.Fatalf("%s: %s/%s, want %s/%s", f.Name, f.State, f.Reason, c.state, c.reason)
+		}
+		rc := receipt(t, bad, f.Receipt)
+		if rc.Reason != c.reason || rc.Detail == "" {
+			t.Fatalf("%s: receipt %+v", f.Name, rc)
+		}
+		if c.rejects != "" {
+			rel, _ := filepath.Rel(bad.Root, f.Rejects)
+			if body := bad.Read(t, rel); body != c.rejects {
+				t.Fatalf("%s: rejects.csv\n%s\nwant\n%s", f.Name, body, c.rejects)
+			}
+		}
+	}
+	if n := count(t, pool, `SELECT count(*) FROM orders WHERE partner_id = 'evil'`); n != 0 {
+		t.Fatalf("%d rows of hostile files applied", n)
+	}
+	if fs := files(t, pool, "kind"); len(fs) != 1 || fs[0].State != "archived" {
+		t.Fatalf("the other partner: %+v", fs)
+	}
+}
