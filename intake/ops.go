@@ -42,14 +42,14 @@ type QuarantineItem struct {
 	IntakeStat string
 }
 
-// ListQuarantine lists held files, newest first; partner "" means all.
-func ListQuarantine(ctx context.Context, db *pgxpool.Pool, partner string, openOnly bool) ([]QuarantineItem, error) {
+// ListQuarantine lists the held files of the given partners, newest first.
+func ListQuarantine(ctx context.Context, db *pgxpool.Pool, partners []string, openOnly bool) ([]QuarantineItem, error) {
 	rs, err := db.Query(ctx, `SELECT q.intake_id, q.partner_id, q.reason, coalesce(q.batch_id, ''), coalesce(q.content_sha256, ''),
 		coalesce(q.path, ''), q.held_at, q.state, q.decided_at, coalesce(q.decided_by, ''), coalesce(q.decision, ''),
 		f.remote_name, f.state
 		FROM intake_quarantine q JOIN file_intake f USING (intake_id)
-		WHERE ($1 = '' OR q.partner_id = $1) AND (NOT $2 OR q.state = 'open')
-		ORDER BY q.held_at DESC, q.intake_id DESC`, partner, openOnly)
+		WHERE q.partner_id = ANY($1) AND (NOT $2 OR q.state = 'open')
+		ORDER BY q.held_at DESC, q.intake_id DESC`, partners, openOnly)
 	if err != nil {
 		return nil, err
 	}
@@ -68,6 +68,9 @@ type Decision struct {
 	Reason   string
 	// Winner is required to release a batch conflict: WinnerNew or WinnerOld.
 	Winner string
+	// Partners the actor's configuration covers: a decision on another
+	// partner's file is refused as if the file did not exist.
+	Partners []string
 }
 
 // ErrDecision is wrapped by every refused decision.
@@ -95,7 +98,8 @@ func Release(ctx context.Context, db *pgxpool.Pool, d Decision) error {
 		var partner, reason, qstate, fstate, feed, batch, sha, held, manifest string
 		err := tx.QueryRow(ctx, `SELECT q.partner_id, q.reason, q.state, f.state, f.feed, coalesce(f.batch_id, ''),
 			coalesce(f.content_sha256, ''), coalesce(f.archive_path, ''), coalesce(f.manifest_name, '')
-			FROM intake_quarantine q JOIN file_intake f USING (intake_id) WHERE q.intake_id = $1 FOR UPDATE`, d.IntakeID).
+			FROM intake_quarantine q JOIN file_intake f USING (intake_id)
+			WHERE q.intake_id = $1 AND q.partner_id = ANY($2) FOR UPDATE`, d.IntakeID, d.Partners).
 			Scan(&partner, &reason, &qstate, &fstate, &feed, &batch, &sha, &held, &manifest)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return fmt.Errorf("%w: intake %d is not held", ErrDecision, d.IntakeID)
@@ -165,7 +169,8 @@ func Discard(ctx context.Context, db *pgxpool.Pool, d Decision) error {
 	}
 	return pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
 		var partner, qstate string
-		err := tx.QueryRow(ctx, `SELECT partner_id, state FROM intake_quarantine WHERE intake_id = $1 FOR UPDATE`, d.IntakeID).Scan(&partner, &qstate)
+		err := tx.QueryRow(ctx, `SELECT partner_id, state FROM intake_quarantine WHERE intake_id = $1 AND partner_id = ANY($2) FOR UPDATE`,
+			d.IntakeID, d.Partners).Scan(&partner, &qstate)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return fmt.Errorf("%w: intake %d is not held", ErrDecision, d.IntakeID)
 		}
@@ -214,10 +219,10 @@ type AuditEntry struct {
 	Reason, Detail         string
 }
 
-// Audit lists ops actions, newest first; partner "" means all.
-func Audit(ctx context.Context, db *pgxpool.Pool, partner string, limit int) ([]AuditEntry, error) {
+// Audit lists the given partners' ops actions, newest first.
+func Audit(ctx context.Context, db *pgxpool.Pool, partners []string, limit int) ([]AuditEntry, error) {
 	rs, err := db.Query(ctx, `SELECT at, actor, action, partner_id, coalesce(intake_id, 0), reason, coalesce(detail, '')
-		FROM intake_audit WHERE $1 = '' OR partner_id = $1 ORDER BY audit_id DESC LIMIT $2`, partner, limit)
+		FROM intake_audit WHERE partner_id = ANY($1) ORDER BY audit_id DESC LIMIT $2`, partners, limit)
 	if err != nil {
 		return nil, err
 	}

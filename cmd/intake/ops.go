@@ -62,9 +62,13 @@ func cmdQuarantine(args []string, stdout, stderr io.Writer) int {
 		return code
 	}
 	defer e.pool.Close()
+	scope, ok := partnerScope(e, *partner, stderr)
+	if !ok {
+		return 2
+	}
 	switch sub {
 	case "list", "show":
-		items, err := intake.ListQuarantine(ctx, e.pool, *partner, *open)
+		items, err := intake.ListQuarantine(ctx, e.pool, scope, *open)
 		if err != nil {
 			fmt.Fprintln(stderr, err)
 			return 1
@@ -97,7 +101,7 @@ func cmdQuarantine(args []string, stdout, stderr io.Writer) int {
 		}
 		return 0
 	case "release", "discard":
-		d := intake.Decision{IntakeID: id, Actor: *actor, Reason: *reason, Winner: *winner}
+		d := intake.Decision{IntakeID: id, Actor: *actor, Reason: *reason, Winner: *winner, Partners: scope}
 		var err error
 		if sub == "release" {
 			err = intake.Release(ctx, e.pool, d)
@@ -117,6 +121,22 @@ func cmdQuarantine(args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stderr, "intake quarantine: unknown subcommand %q\n", sub)
 	return 2
+}
+
+// partnerScope is the partners an ops command may see and act on: those of
+// its configuration, or the one named by --partner among them.
+func partnerScope(e *env, only string, stderr io.Writer) ([]string, bool) {
+	var ids []string
+	for _, p := range e.cfg.Partners {
+		if only == "" || p.ID == only {
+			ids = append(ids, p.ID)
+		}
+	}
+	if len(ids) == 0 {
+		fmt.Fprintf(stderr, "no partner %q in the configuration\n", only)
+		return nil, false
+	}
+	return ids, true
 }
 
 // open2 opens the environment without migrating.
@@ -201,7 +221,11 @@ func cmdAudit(args []string, stdout, stderr io.Writer) int {
 		return code
 	}
 	defer e.pool.Close()
-	entries, err := intake.Audit(ctx, e.pool, *partner, *limit)
+	scope, ok := partnerScope(e, *partner, stderr)
+	if !ok {
+		return 2
+	}
+	entries, err := intake.Audit(ctx, e.pool, scope, *limit)
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return 1

@@ -64,6 +64,14 @@ func TestOpsReviewReleasesDiscardsReplaysAndAudits(t *testing.T) {
 	if code, out := runCLI("quarantine", "release", id(rej), "--config", cfg); code == 0 || !strings.Contains(out, "reason are required") {
 		t.Fatalf("a release without a reason: %d %s", code, out)
 	}
+	// a configuration for another partner can neither see nor decide on it
+	other := writeConfigOpts(t, testenv.NewSite(t, "other"), cfgOpts{worker: "ops-2"})
+	if out := must(runCLI("quarantine", "list", "--config", other)); strings.Contains(out, "reject_rate_exceeded") {
+		t.Fatalf("another partner's config lists ops' files:\n%s", out)
+	}
+	if code, out := runCLI("quarantine", "release", id(rej), "--config", other, "--reason", "x", "--actor", "mallory"); code == 0 || !strings.Contains(out, "not held") {
+		t.Fatalf("another partner's config released it: %d %s", code, out)
+	}
 	must(runCLI("quarantine", "release", id(rej), "--config", cfg, "--reason", "partner confirmed the two bad emails", "--actor", "alice"))
 	if code, out := runCLI("quarantine", "release", id(conflict), "--config", cfg, "--reason", "x", "--actor", "bob"); code == 0 || !strings.Contains(out, "--winner") {
 		t.Fatalf("a conflict released without a winner: %d %s", code, out)
