@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/robfig/cron/v3"
 
+	"github.com/partner-intake/partner-intake/internal/schedule"
 	"github.com/partner-intake/partner-intake/partners"
 	"github.com/partner-intake/partner-intake/spool"
 )
@@ -204,8 +205,7 @@ func (d *Daemon) Start(ctx context.Context) error {
 	}
 	d.started = true
 	ctx, d.cancel = context.WithCancel(ctx)
-	cl := cronLogger{d.log}
-	d.cron = cron.New(cron.WithLocation(time.UTC), cron.WithChain(cron.Recover(cl), cron.SkipIfStillRunning(cl)))
+	d.cron = schedule.New(d.log)
 	for _, id := range d.order {
 		p := d.parts[id]
 		if _, err := d.cron.AddFunc(p.cfg.Poll, p.poke); err != nil {
@@ -469,11 +469,4 @@ func (p *partnerRT) drop() {
 		p.sess.Close()
 		p.sess = nil
 	}
-}
-
-type cronLogger struct{ l *slog.Logger }
-
-func (c cronLogger) Info(msg string, kv ...any) { c.l.Debug(msg, kv...) }
-func (c cronLogger) Error(err error, msg string, kv ...any) {
-	c.l.Error(msg, append(kv, "err", err)...)
 }

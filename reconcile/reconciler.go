@@ -21,6 +21,7 @@ import (
 	"github.com/robfig/cron/v3"
 
 	"github.com/partner-intake/partner-intake/intake"
+	"github.com/partner-intake/partner-intake/internal/schedule"
 	"github.com/partner-intake/partner-intake/partners"
 	"github.com/partner-intake/partner-intake/spool"
 )
@@ -286,8 +287,7 @@ func (r *Reconciler) Start(ctx context.Context) error {
 		return errors.New("reconcile: already started or stopped")
 	}
 	r.started = true
-	l := cronLog{r.log}
-	r.cron = cron.New(cron.WithLocation(time.UTC), cron.WithChain(cron.Recover(l), cron.SkipIfStillRunning(l)))
+	r.cron = schedule.New(r.log)
 	if _, err := r.cron.AddFunc(r.cfg.Schedule, func() {
 		_, err := r.RunOnce(ctx)
 		if err != nil && !errors.Is(err, ErrNotLeader) && ctx.Err() == nil {
@@ -312,11 +312,4 @@ func (r *Reconciler) Stop() {
 	if r.cron != nil {
 		<-r.cron.Stop().Done()
 	}
-}
-
-type cronLog struct{ l *slog.Logger }
-
-func (c cronLog) Info(msg string, kv ...any) { c.l.Debug(msg, kv...) }
-func (c cronLog) Error(err error, msg string, kv ...any) {
-	c.l.Error(msg, append(kv, "err", err)...)
 }

@@ -15,11 +15,11 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/robfig/cron/v3"
 
 	"github.com/partner-intake/partner-intake/intake"
 	"github.com/partner-intake/partner-intake/internal/config"
 	"github.com/partner-intake/partner-intake/internal/opshttp"
+	"github.com/partner-intake/partner-intake/internal/schedule"
 	"github.com/partner-intake/partner-intake/migrations"
 	"github.com/partner-intake/partner-intake/reconcile"
 	"github.com/partner-intake/partner-intake/spool"
@@ -136,7 +136,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "intake run:", err)
 		return 1
 	}
-	purger := cron.New(cron.WithLocation(time.UTC), cron.WithChain(cron.Recover(cronLog{e.log}), cron.SkipIfStillRunning(cronLog{e.log})))
+	purger := schedule.New(e.log)
 	if _, err := purger.AddFunc(e.cfg.Retention.Schedule, func() {
 		res, err := intake.Purge(rctx, e.pool, e.spool, e.cfg.Partners, e.cfg.Retention, time.Now())
 		if err != nil && !errors.Is(err, intake.ErrPurgeRunning) && rctx.Err() == nil {
@@ -185,13 +185,6 @@ func cmdPurge(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
-}
-
-type cronLog struct{ l *slog.Logger }
-
-func (c cronLog) Info(msg string, kv ...any) { c.l.Debug(msg, kv...) }
-func (c cronLog) Error(err error, msg string, kv ...any) {
-	c.l.Error(msg, append(kv, "err", err)...)
 }
 
 // cmdReconcile runs the failure matrix once and prints its findings; it

@@ -8,7 +8,6 @@ import (
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
@@ -25,6 +24,7 @@ import (
 	"golang.org/x/crypto/ssh/knownhosts"
 
 	"github.com/partner-intake/partner-intake/intake"
+	"github.com/partner-intake/partner-intake/internal/keygen"
 	"github.com/partner-intake/partner-intake/internal/pgtemp"
 	"github.com/partner-intake/partner-intake/internal/sftpd"
 	"github.com/partner-intake/partner-intake/migrations"
@@ -161,7 +161,7 @@ func newSite(dir string) (*site, error) {
 			}
 		}
 		keyFile := filepath.Join(dir, "keys", id)
-		pub, err := writeKey(keyFile)
+		pub, err := keygen.Write(keyFile)
 		if err != nil {
 			return nil, err
 		}
@@ -233,24 +233,6 @@ order_id,email,amount,status,placed_at (status: new|paid|shipped; placed_at RFC 
 globex (manifest mode): stock-*.csv plus stock-*.csv.complete {"bytes","sha256","batch_id","rows"}.
 Outcomes appear below as files finish. Ctrl-C stops the demo and removes everything it made.
 `, s.keys["acme"], s.known, port)
-}
-
-func writeKey(path string) (ssh.PublicKey, error) {
-	pub, priv, err := ed25519.GenerateKey(rand.Reader)
-	if err != nil {
-		return nil, err
-	}
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-		return nil, err
-	}
-	blk, err := ssh.MarshalPrivateKey(priv, "")
-	if err != nil {
-		return nil, err
-	}
-	if err := os.WriteFile(path, pem.EncodeToMemory(blk), 0o600); err != nil {
-		return nil, err
-	}
-	return ssh.NewPublicKey(pub)
 }
 
 // progressBar draws files finished and rows committed on a terminal; it

@@ -7,9 +7,6 @@ package sshdtest
 
 import (
 	"bufio"
-	"crypto/ed25519"
-	"crypto/rand"
-	"encoding/pem"
 	"fmt"
 	"net"
 	"os"
@@ -22,6 +19,7 @@ import (
 	"golang.org/x/crypto/ssh"
 	"golang.org/x/crypto/ssh/knownhosts"
 
+	"github.com/partner-intake/partner-intake/internal/keygen"
 	"github.com/partner-intake/partner-intake/internal/syspkg"
 )
 
@@ -53,13 +51,13 @@ func Start() (*Server, error) {
 		return nil, err
 	}
 	s := &Server{Dir: dir, User: u.Username, exited: make(chan struct{})}
-	hostPub, err := writeKey(filepath.Join(dir, "host_ed25519"))
+	hostPub, err := keygen.Write(filepath.Join(dir, "host_ed25519"))
 	if err != nil {
 		return nil, err
 	}
 	s.HostKey = hostPub
 	s.ClientKeyFile = filepath.Join(dir, "client_ed25519")
-	clientPub, err := writeKey(s.ClientKeyFile)
+	clientPub, err := keygen.Write(s.ClientKeyFile)
 	if err != nil {
 		return nil, err
 	}
@@ -172,23 +170,6 @@ func (s *Server) Close() error {
 	return os.RemoveAll(s.Dir)
 }
 
-// writeKey writes a new ed25519 private key in OpenSSH format and returns
-// its public key.
-func writeKey(path string) (ssh.PublicKey, error) {
-	pub, priv, err := ed25519.GenerateKey(rand.Reader)
-	if err != nil {
-		return nil, err
-	}
-	blk, err := ssh.MarshalPrivateKey(priv, "")
-	if err != nil {
-		return nil, err
-	}
-	if err := os.WriteFile(path, pem.EncodeToMemory(blk), 0o600); err != nil {
-		return nil, err
-	}
-	return ssh.NewPublicKey(pub)
-}
-
-// WriteKey is writeKey for callers that need another key (e.g. a wrong
-// host key for a mismatch test).
-func WriteKey(path string) (ssh.PublicKey, error) { return writeKey(path) }
+// WriteKey writes a new ed25519 key (for a test that needs another one,
+// e.g. a wrong host key) and returns its public key.
+func WriteKey(path string) (ssh.PublicKey, error) { return keygen.Write(path) }
