@@ -2,7 +2,7 @@
 GO ?= go
 export GOTOOLCHAIN ?= local
 
-.PHONY: demo test deps build vet fmt-check alerts-test fuzz-smoke
+.PHONY: demo test deps build vet fmt-check alerts-test fuzz-smoke bench bench-smoke
 
 ## demo: run `intake demo` (throwaway PostgreSQL, in-process SFTP site, example partners and files)
 demo: deps
@@ -12,6 +12,15 @@ demo: deps
 test: deps fmt-check vet alerts-test
 	$(GO) test -race -count=1 -timeout 15m ./...
 	$(MAKE) fuzz-smoke
+	$(MAKE) bench-smoke
+
+## bench: intake beside the naive scripted pipeline (1M and 5M rows, 1000 small files); writes bench-results.json
+bench: deps
+	$(GO) run ./cmd/intake-bench
+
+## bench-smoke: the benchmark harness at a tiny size, for correctness only (no timing is judged)
+bench-smoke: deps
+	$(GO) run ./cmd/intake-bench -large-rows 20000 -huge-rows 30000 -small-files 40 -small-rows 10 -partners 4 -out /tmp/bench-smoke.json
 
 ## fuzz-smoke: a short run of each fuzz target beyond its committed seed corpus (FUZZTIME=10s)
 FUZZTIME ?= 10s

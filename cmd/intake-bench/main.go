@@ -1,0 +1,51 @@
+// Command intake-bench measures intake against the naive scripted pipeline
+// (see internal/bench) and writes bench-results.json. `make bench` runs it
+// at full size; `make bench-smoke` at a size that only checks it works.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+
+	"github.com/partner-intake/partner-intake/internal/bench"
+)
+
+func main() { os.Exit(run()) }
+
+func run() int {
+	o := bench.Options{Out: os.Stderr}
+	flag.IntVar(&o.LargeRows, "large-rows", 1_000_000, "rows of the large file")
+	flag.IntVar(&o.HugeRows, "huge-rows", 5_000_000, "rows of the memory file (0 skips it)")
+	flag.IntVar(&o.SmallFiles, "small-files", 1000, "small files in all")
+	flag.IntVar(&o.SmallRows, "small-rows", 10, "rows per small file")
+	flag.IntVar(&o.Partners, "partners", 10, "partners the small files spread over")
+	out := flag.String("out", "bench-results.json", "where to write the figures")
+	flag.Parse()
+	dir, err := os.MkdirTemp("", "intake-bench-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	o.IntakeBinary = filepath.Join(dir, "intake")
+	if b, err := exec.Command("go", "build", "-o", o.IntakeBinary, "./cmd/intake").CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "build intake: %v\n%s", err, b)
+		return 1
+	}
+	res, err := bench.Run(context.Background(), o)
+	if res != nil {
+		res.Table(os.Stdout)
+		if werr := res.Write(*out); werr != nil {
+			fmt.Fprintln(os.Stderr, werr)
+		}
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		return 1
+	}
+	return 0
+}

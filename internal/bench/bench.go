@@ -1,0 +1,278 @@
+// Package bench measures intake against the pipeline a user would script
+// instead (OpenSSH sftp get, sha256sum, psql \copy into a temp table and
+// INSERT … ON CONFLICT DO UPDATE … WHERE … IS DISTINCT FROM), in one run on
+// one machine, on the same throwaway PostgreSQL and real OpenSSH as the
+// tests. It is a harness, not a test: it reports figures and never asserts
+// timings.
+package bench
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/partner-intake/partner-intake/internal/pgtemp"
+	"github.com/partner-intake/partner-intake/internal/sshdtest"
+	"github.com/partner-intake/partner-intake/migrations"
+)
+
+// Options size a run.
+type Options struct {
+	LargeRows    int // rows of the large file (1M by default)
+	HugeRows     int // rows of the memory file (5M); 0 skips it
+	SmallFiles   int // small files in all
+	SmallRows    int // rows per small file
+	Partners     int // partners the small files spread over
+	Out          io.Writer
+	IntakeBinary string // a built intake binary
+}
+
+// Results are the figures of a run (bench-results.json).
+type Results struct {
+	LargeRows         int       `json:"large_rows"`
+	LargeBytes        int64     `json:"large_bytes"`
+	LargeFreshS       float64   `json:"large_fresh_s"`
+	NaiveFreshS       float64   `json:"naive_fresh_s"`
+	RatioFresh        float64   `json:"ratio_fresh"`
+	LargeReplayS      float64   `json:"large_replay_s"`
+	NaiveReplayS      float64   `json:"naive_replay_s"`
+	RatioReplay       float64   `json:"ratio_replay"`
+	DuplicateS        float64   `json:"duplicate_s"`
+	RatioDuplicate    float64   `json:"ratio_duplicate"`
+	SmallFiles        int       `json:"small_files"`
+	SmallFilesPerS    float64   `json:"small_files_per_s"`
+	PeakRSSMiB1M      float64   `json:"peak_rss_mib_1m"`
+	PeakRSSMiB5M      float64   `json:"peak_rss_mib_5m"`
+	TwoReplicasFilesS float64   `json:"two_replicas_files_per_s"`
+	ScaleTwoOverOne   float64   `json:"scale_two_over_one"`
+	DoubleApplies     int64     `json:"double_applies"`
+	CPUOneS           float64   `json:"cpu_one_daemon_s"`
+	CPUTwoS           []float64 `json:"cpu_two_daemons_s"`
+	RowsCheckedOK     bool      `json:"rows_checked_ok"`
+}
+
+// env is one run's servers.
+type env struct {
+	o    Options
+	pg   *pgtemp.Server
+	sshd *sshdtest.Server
+	dir  string
+	seq  int
+}
+
+// Run measures everything and returns the figures.
+func Run(ctx context.Context, o Options) (*Results, error) {
+	for _, tool := range []string{"sftp", "sha256sum", "psql"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			return nil, fmt.Errorf("bench needs %s (apt-get install -y openssh-client postgresql-client coreutils): %w", tool, err)
+		}
+	}
+	e := &env{o: o}
+	var err error
+	if e.dir, err = os.MkdirTemp("", "intake-bench-"); err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(e.dir)
+	e.say("starting PostgreSQL (durable: fsync on) and OpenSSH sshd")
+	if e.pg, err = pgtemp.Start(pgtemp.Options{Durable: true}); err != nil {
+		return nil, err
+	}
+	defer e.pg.Close()
+	if e.sshd, err = sshdtest.Start(); err != nil {
+		return nil, err
+	}
+	defer e.sshd.Close()
+	res := &Results{LargeRows: o.LargeRows, SmallFiles: o.SmallFiles}
+	if err := e.large(ctx, res); err != nil {
+		return res, fmt.Errorf("large file: %w", err)
+	}
+	if err := e.small(ctx, res); err != nil {
+		return res, fmt.Errorf("small files: %w", err)
+	}
+	if o.HugeRows > 0 {
+		if err := e.huge(ctx, res); err != nil {
+			return res, fmt.Errorf("memory file: %w", err)
+		}
+	}
+	return res, nil
+}
+
+func (e *env) say(format string, args ...any) {
+	fmt.Fprintf(e.o.Out, "# "+format+"\n", args...)
+}
+
+// database creates a migrated database with both target tables.
+func (e *env) database(ctx context.Context) (string, error) {
+	e.seq++
+	url, err := e.pg.CreateDB(ctx, fmt.Sprintf("bench%d", e.seq))
+	if err != nil {
+		return "", err
+	}
+	if _, err := migrations.Up(url); err != nil {
+		return "", err
+	}
+	c, err := pgx.Connect(ctx, url)
+	if err != nil {
+		return "", err
+	}
+	defer c.Close(ctx)
+	_, err = c.Exec(ctx, targetDDL)
+	return url, err
+}
+
+const targetDDL = `
+CREATE TABLE bench_orders (
+    partner_id text NOT NULL, order_id text NOT NULL, email text, amount numeric(12,2) NOT NULL,
+    status text NOT NULL, placed_at timestamptz NOT NULL, note text, qty integer,
+    last_intake_id bigint NOT NULL, PRIMARY KEY (partner_id, order_id));
+CREATE TABLE naive_orders (
+    partner_id text NOT NULL, order_id text NOT NULL, email text, amount numeric(12,2) NOT NULL,
+    status text NOT NULL, placed_at timestamptz NOT NULL, note text, qty integer,
+    batch_id text NOT NULL, PRIMARY KEY (partner_id, order_id));`
+
+// writeCSV writes n orders-like rows (text key, email, decimal, enum,
+// timestamp, text, int), about 80 bytes each.
+func writeCSV(path string, n, seed int) (int64, error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return 0, err
+	}
+	w := bufio.NewWriterSize(f, 1<<20)
+	fmt.Fprintln(w, "order_id,email,amount,status,placed_at,note,qty")
+	statuses := []string{"new", "paid", "shipped", "returned"}
+	for i := 0; i < n; i++ {
+		k := i + seed
+		fmt.Fprintf(w, "ORD-%09d,customer%d@example.com,%d.%02d,%s,2026-%02d-%02dT%02d:%02d:00Z,deliver to dock %d,%d\n",
+			k, k%100000, k%10000, k%100, statuses[k%4], 1+k%12, 1+k%28, k%24, k%60, k%50, 1+k%9)
+	}
+	if err := w.Flush(); err != nil {
+		return 0, err
+	}
+	st, _ := f.Stat()
+	return st.Size(), f.Close()
+}
+
+// partnerSite makes a partner root with ready/ on sshd.
+func (e *env) partnerSite(id string) (string, error) {
+	e.seq++
+	root, err := e.sshd.PartnerRoot(fmt.Sprintf("%s-%d", id, e.seq))
+	if err != nil {
+		return "", err
+	}
+	for _, d := range []string{"incoming", "ready"} {
+		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
+			return "", err
+		}
+	}
+	return root, nil
+}
+
+// config writes an intake config for the given partners (id -> root).
+func (e *env) config(worker string, roots map[string]string, order []string) (string, error) {
+	var b strings.Builder
+	fmt.Fprintf(&b, "worker_id: %s\nlease: 2m\ndrain: 5s\ndatabase:\n  url_env: INTAKE_DATABASE_URL\nspool:\n  dir: %s\n  min_free_bytes: 1\nhttp:\n  listen: \"off\"\nreconcile:\n  schedule: \"@every 1h\"\npartners:\n",
+		worker, filepath.Join(e.dir, "spool"))
+	for _, id := range order {
+		fmt.Fprintf(&b, `  - id: %s
+    poll: "@every 1s"
+    sftp: {address: %q, user: %q, private_key_file: %q, known_hosts_file: %q, root: %q}
+    limits: {max_files_per_poll: 100000, max_file_bytes: 4294967296, max_rows: 100000000}
+    feeds:
+      - name: orders
+        pattern: 'orders-.*\.csv'
+        chunk_rows: 10000
+        max_reject_ratio: 0.01
+        columns:
+          - {name: order_id, type: text, required: true, max_length: 32}
+          - {name: email, type: email}
+          - {name: amount, type: decimal, scale: 2, required: true}
+          - {name: status, type: enum, values: [new, paid, shipped, returned], required: true}
+          - {name: placed_at, type: timestamp, required: true}
+          - {name: note, type: text, max_length: 200}
+          - {name: qty, type: integer}
+        key: [order_id]
+        target: bench_orders
+`, id, e.sshd.Addr, e.sshd.User, e.sshd.ClientKeyFile, e.sshd.KnownHostsFile, roots[id])
+	}
+	p := filepath.Join(e.dir, fmt.Sprintf("intake-%s-%d.yaml", worker, e.seq))
+	return p, os.WriteFile(p, []byte(b.String()), 0o600)
+}
+
+// proc is a finished or running intake process.
+type proc struct {
+	cmd   *exec.Cmd
+	start time.Time
+}
+
+func (e *env) start(url, cfg string, args ...string) (*proc, error) {
+	cmd := exec.Command(e.o.IntakeBinary, append(args, "--config", cfg)...)
+	cmd.Env = append(os.Environ(), "INTAKE_DATABASE_URL="+url)
+	log, err := os.Create(cfg + ".log")
+	if err != nil {
+		return nil, err
+	}
+	cmd.Stdout, cmd.Stderr = log, log
+	p := &proc{cmd: cmd, start: time.Now()}
+	return p, cmd.Start()
+}
+
+// wait returns wall seconds, peak RSS in MiB and CPU seconds.
+func (p *proc) wait() (wall, rssMiB, cpu float64, err error) {
+	err = p.cmd.Wait()
+	wall = time.Since(p.start).Seconds()
+	if ru, ok := p.cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
+		rssMiB = float64(ru.Maxrss) / 1024
+		cpu = time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
+	}
+	if err != nil {
+		log, _ := os.ReadFile(p.cmd.Args[len(p.cmd.Args)-1] + ".log")
+		err = fmt.Errorf("%v: %s", err, tail(string(log)))
+	}
+	return
+}
+
+func tail(s string) string {
+	if len(s) > 2000 {
+		return s[len(s)-2000:]
+	}
+	return s
+}
+
+// runOnce runs `intake run --once` and measures it.
+func (e *env) runOnce(url, cfg string) (wall, rss, cpu float64, err error) {
+	p, err := e.start(url, cfg, "run", "--once")
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	return p.wait()
+}
+
+func (e *env) count(ctx context.Context, url, q string, args ...any) (int64, error) {
+	c, err := pgx.Connect(ctx, url)
+	if err != nil {
+		return 0, err
+	}
+	defer c.Close(ctx)
+	var n int64
+	err = c.QueryRow(ctx, q, args...).Scan(&n)
+	return n, err
+}
+
+// Write stores results as JSON.
+func (r *Results) Write(path string) error {
+	b, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, append(b, '\n'), 0o644)
+}

@@ -1,0 +1,293 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// large measures the big file: intake fresh, replay (same rows, new batch
+// id) and exact duplicate, against the naive pipeline's fresh and replay.
+func (e *env) large(ctx context.Context, res *Results) error {
+	url, err := e.database(ctx)
+	if err != nil {
+		return err
+	}
+	root, err := e.partnerSite("big")
+	if err != nil {
+		return err
+	}
+	cfg, err := e.config("bench-1", map[string]string{"big": root}, []string{"big"})
+	if err != nil {
+		return err
+	}
+	src := filepath.Join(e.dir, "large.csv")
+	if res.LargeBytes, err = writeCSV(src, e.o.LargeRows, 0); err != nil {
+		return err
+	}
+	e.say("large file: %d rows, %.1f MB", e.o.LargeRows, float64(res.LargeBytes)/1e6)
+	drop := func(name string) error {
+		return copyFile(src, filepath.Join(root, "ready", name))
+	}
+
+	// naive first (its table is separate): fresh, then replay
+	if err := drop("orders-naive.csv"); err != nil {
+		return err
+	}
+	if res.NaiveFreshS, err = e.naive(url, root, "orders-naive.csv", "naive-1"); err != nil {
+		return err
+	}
+	if res.NaiveReplayS, err = e.naive(url, root, "orders-naive.csv", "naive-2"); err != nil {
+		return err
+	}
+	os.Remove(filepath.Join(root, "ready", "orders-naive.csv"))
+
+	if err := drop("orders-large.csv"); err != nil {
+		return err
+	}
+	if res.LargeFreshS, res.PeakRSSMiB1M, _, err = e.runOnce(url, cfg); err != nil {
+		return err
+	}
+	if err := drop("orders-large-again.csv"); err != nil {
+		return err
+	}
+	if res.LargeReplayS, _, _, err = e.runOnce(url, cfg); err != nil {
+		return err
+	}
+	if err := drop("orders-large.csv"); err != nil {
+		return err
+	}
+	if res.DuplicateS, _, _, err = e.runOnce(url, cfg); err != nil {
+		return err
+	}
+	states, err := e.count(ctx, url, `SELECT count(*) FROM file_intake WHERE
+		(remote_name = 'orders-large.csv' AND state IN ('archived', 'duplicate')) OR (remote_name = 'orders-large-again.csv' AND state = 'archived'
+		 AND rows_unchanged = $1)`, e.o.LargeRows)
+	if err != nil {
+		return err
+	}
+	rows, err := e.count(ctx, url, `SELECT count(*) FROM bench_orders`)
+	if err != nil {
+		return err
+	}
+	naive, err := e.count(ctx, url, `SELECT count(*) FROM naive_orders`)
+	if err != nil {
+		return err
+	}
+	res.RowsCheckedOK = states == 3 && rows == int64(e.o.LargeRows) && naive == int64(e.o.LargeRows)
+	if !res.RowsCheckedOK {
+		return fmt.Errorf("check failed: %d file outcomes as expected (want 3), %d intake rows, %d naive rows (want %d)", states, rows, naive, e.o.LargeRows)
+	}
+	res.RatioFresh = res.LargeFreshS / res.NaiveFreshS
+	res.RatioReplay = res.LargeReplayS / res.NaiveReplayS
+	res.RatioDuplicate = res.DuplicateS / res.NaiveReplayS
+	return nil
+}
+
+// naive runs the pipeline a user would script: sftp get, sha256sum, psql
+// \copy into a temp table and one guarded upsert.
+func (e *env) naive(url, root, name, batch string) (float64, error) {
+	start := time.Now()
+	local := filepath.Join(e.dir, "naive-"+name)
+	batchFile := filepath.Join(e.dir, "sftp-batch")
+	if err := os.WriteFile(batchFile, []byte(fmt.Sprintf("get %s %s\n", filepath.Join(root, "ready", name), local)), 0o600); err != nil {
+		return 0, err
+	}
+	host, port, _ := strings.Cut(e.sshd.Addr, ":")
+	steps := [][]string{
+		{"sftp", "-q", "-b", batchFile, "-i", e.sshd.ClientKeyFile, "-o", "UserKnownHostsFile=" + e.sshd.KnownHostsFile,
+			"-o", "StrictHostKeyChecking=yes", "-P", port, e.sshd.User + "@" + host},
+		{"sha256sum", local},
+	}
+	for _, s := range steps {
+		if out, err := exec.Command(s[0], s[1:]...).CombinedOutput(); err != nil {
+			return 0, fmt.Errorf("%s: %v\n%s", s[0], err, out)
+		}
+	}
+	script := fmt.Sprintf(`\set ON_ERROR_STOP on
+BEGIN;
+CREATE TEMP TABLE stage (order_id text, email text, amount numeric(12,2), status text, placed_at timestamptz, note text, qty integer) ON COMMIT DROP;
+\copy stage FROM '%s' WITH (FORMAT csv, HEADER true)
+INSERT INTO naive_orders AS t (partner_id, order_id, email, amount, status, placed_at, note, qty, batch_id)
+SELECT 'big', order_id, email, amount, status, placed_at, note, qty, '%s' FROM stage
+ON CONFLICT (partner_id, order_id) DO UPDATE SET email = EXCLUDED.email, amount = EXCLUDED.amount, status = EXCLUDED.status,
+    placed_at = EXCLUDED.placed_at, note = EXCLUDED.note, qty = EXCLUDED.qty, batch_id = EXCLUDED.batch_id
+WHERE (t.email, t.amount, t.status, t.placed_at, t.note, t.qty) IS DISTINCT FROM
+      (EXCLUDED.email, EXCLUDED.amount, EXCLUDED.status, EXCLUDED.placed_at, EXCLUDED.note, EXCLUDED.qty);
+COMMIT;
+`, local, batch)
+	sf := filepath.Join(e.dir, "naive.sql")
+	if err := os.WriteFile(sf, []byte(script), 0o600); err != nil {
+		return 0, err
+	}
+	if out, err := exec.Command("psql", url, "-q", "-f", sf).CombinedOutput(); err != nil {
+		return 0, fmt.Errorf("psql: %v\n%s", err, out)
+	}
+	os.Remove(local)
+	return time.Since(start).Seconds(), nil
+}
+
+// small measures many small files across partners, with one daemon and
+// with two sharing the work.
+func (e *env) small(ctx context.Context, res *Results) error {
+	one, cpu1, _, err := e.smallRun(ctx, 1)
+	if err != nil {
+		return err
+	}
+	two, cpu2, doubles, err := e.smallRun(ctx, 2)
+	if err != nil {
+		return err
+	}
+	res.SmallFilesPerS, res.TwoReplicasFilesS, res.CPUOneS, res.CPUTwoS, res.DoubleApplies = one, two, cpu1[0], cpu2, doubles
+	res.ScaleTwoOverOne = two / one
+	return nil
+}
+
+func (e *env) smallRun(ctx context.Context, daemons int) (filesPerS float64, cpu []float64, doubles int64, err error) {
+	url, err := e.database(ctx)
+	if err != nil {
+		return 0, nil, 0, err
+	}
+	roots := map[string]string{}
+	var order []string
+	for p := 0; p < e.o.Partners; p++ {
+		id := fmt.Sprintf("p%02d", p)
+		if roots[id], err = e.partnerSite(id); err != nil {
+			return 0, nil, 0, err
+		}
+		order = append(order, id)
+	}
+	for i := 0; i < e.o.SmallFiles; i++ {
+		id := order[i%len(order)]
+		if _, err := writeCSV(filepath.Join(roots[id], "ready", fmt.Sprintf("orders-%05d.csv", i)), e.o.SmallRows, i*e.o.SmallRows); err != nil {
+			return 0, nil, 0, err
+		}
+	}
+	e.say("small files: %d files of %d rows over %d partners, %d daemon(s)", e.o.SmallFiles, e.o.SmallRows, e.o.Partners, daemons)
+	var procs []*proc
+	start := time.Now()
+	for d := 0; d < daemons; d++ {
+		cfg, err := e.config(fmt.Sprintf("small-%d", d), roots, order)
+		if err != nil {
+			return 0, nil, 0, err
+		}
+		p, err := e.start(url, cfg, "run")
+		if err != nil {
+			return 0, nil, 0, err
+		}
+		procs = append(procs, p)
+	}
+	deadline := time.Now().Add(10 * time.Minute)
+	var done int64
+	for done < int64(e.o.SmallFiles) {
+		if time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+		if done, err = e.count(ctx, url, `SELECT count(*) FROM file_intake WHERE state = 'archived'`); err != nil {
+			break
+		}
+	}
+	elapsed := time.Since(start).Seconds()
+	for _, p := range procs {
+		p.cmd.Process.Signal(syscall.SIGTERM)
+	}
+	for _, p := range procs {
+		_, _, c, werr := p.wait()
+		if werr != nil && err == nil {
+			err = werr
+		}
+		cpu = append(cpu, c)
+	}
+	if err != nil {
+		return 0, cpu, 0, err
+	}
+	if done < int64(e.o.SmallFiles) {
+		return 0, cpu, 0, fmt.Errorf("only %d of %d small files archived in 10 minutes", done, e.o.SmallFiles)
+	}
+	doubles, err = e.count(ctx, url, `SELECT (SELECT count(*) FROM file_intake) - (SELECT count(DISTINCT (partner_id, remote_name)) FROM file_intake)
+		+ (SELECT count(*) FROM bench_orders) - $1`, int64(e.o.SmallFiles*e.o.SmallRows))
+	return float64(e.o.SmallFiles) / elapsed, cpu, doubles, err
+}
+
+// huge measures peak memory on a file HugeRows long.
+func (e *env) huge(ctx context.Context, res *Results) error {
+	url, err := e.database(ctx)
+	if err != nil {
+		return err
+	}
+	root, err := e.partnerSite("huge")
+	if err != nil {
+		return err
+	}
+	cfg, err := e.config("bench-huge", map[string]string{"huge": root}, []string{"huge"})
+	if err != nil {
+		return err
+	}
+	size, err := writeCSV(filepath.Join(root, "ready", "orders-huge.csv"), e.o.HugeRows, 0)
+	if err != nil {
+		return err
+	}
+	e.say("memory file: %d rows, %.1f MB", e.o.HugeRows, float64(size)/1e6)
+	_, res.PeakRSSMiB5M, _, err = e.runOnce(url, cfg)
+	if err != nil {
+		return err
+	}
+	n, err := e.count(ctx, url, `SELECT count(*) FROM bench_orders`)
+	if err == nil && n != int64(e.o.HugeRows) {
+		err = fmt.Errorf("%d rows applied, want %d", n, e.o.HugeRows)
+	}
+	return err
+}
+
+func copyFile(src, dst string) error {
+	tmp := dst + ".part"
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.Create(tmp)
+	if err != nil {
+		return err
+	}
+	if _, err := out.ReadFrom(in); err != nil {
+		out.Close()
+		return err
+	}
+	if err := out.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp, dst)
+}
+
+// Table prints the figures beside their targets.
+func (r *Results) Table(w *os.File) {
+	row := func(name string, v float64, unit, target string) {
+		fmt.Fprintf(w, "%-38s %12.3f %-8s %s\n", name, v, unit, target)
+	}
+	fmt.Fprintf(w, "%-38s %12s %-8s %s\n", "measure", "value", "unit", "target")
+	row("large fresh (intake)", r.LargeFreshS, "s", "")
+	row("large fresh (naive)", r.NaiveFreshS, "s", "")
+	row("ratio fresh", r.RatioFresh, "x", "<= 0.6")
+	row("large replay (intake)", r.LargeReplayS, "s", "")
+	row("large replay (naive)", r.NaiveReplayS, "s", "")
+	row("ratio replay", r.RatioReplay, "x", "<= 1.0")
+	row("exact duplicate (intake)", r.DuplicateS, "s", "")
+	row("ratio duplicate (vs naive rerun)", r.RatioDuplicate, "x", "<= 0.1")
+	row("small files, one daemon", r.SmallFilesPerS, "files/s", ">= 600")
+	row("small files, two daemons", r.TwoReplicasFilesS, "files/s", "")
+	row("two over one", r.ScaleTwoOverOne, "x", ">= 0.9, zero double applies")
+	row("double applies", float64(r.DoubleApplies), "", "0")
+	row("peak RSS, large file", r.PeakRSSMiB1M, "MiB", "<= 64")
+	row("peak RSS, memory file", r.PeakRSSMiB5M, "MiB", "<= 64")
+	row("CPU, one daemon (small files)", r.CPUOneS, "s", "")
+	for i, c := range r.CPUTwoS {
+		row(fmt.Sprintf("CPU, daemon %d of two", i+1), c, "s", "")
+	}
+}
