@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -47,13 +49,25 @@ func (r *fileRun) apply(ctx context.Context) error {
 	backing := make([]any, 0, int(size)*(ncol+1))
 	chunk := in.ChunksDone
 	var first, last int64
+	// keys seen in this chunk: the SQL dedupe runs only when one repeats
+	keyIdx := make([]int, 0, len(r.feed.Key))
+	for i, c := range r.feed.Columns {
+		if slices.Contains(r.feed.Key, c.Name) {
+			keyIdx = append(keyIdx, i)
+		}
+	}
+	seen := make(map[string]struct{}, size)
+	dupKeys := false
+	var kb strings.Builder
 	flush := func() error {
-		if err := r.commitChunk(ctx, tgt, chunk, first, last, buf); err != nil {
+		if err := r.commitChunk(ctx, tgt, chunk, first, last, buf, dupKeys); err != nil {
 			return err
 		}
 		chunk++
 		buf, backing = buf[:0], backing[:0]
 		first = 0
+		clear(seen)
+		dupKeys = false
 		return nil
 	}
 	for {
@@ -71,6 +85,18 @@ func (r *fileRun) apply(ctx context.Context) error {
 			first = row.Line
 		}
 		last = row.Line
+		if row.Issue == nil && !dupKeys {
+			kb.Reset()
+			for _, k := range keyIdx {
+				kb.WriteString(row.Values[k].(string))
+				kb.WriteByte(0)
+			}
+			if _, dup := seen[kb.String()]; dup {
+				dupKeys = true
+			} else {
+				seen[kb.String()] = struct{}{}
+			}
+		}
 		if row.Issue == nil {
 			start := len(backing)
 			backing = append(backing, row.Line)
@@ -114,10 +140,10 @@ func (r *fileRun) markUnknown(ctx context.Context, cu *CommitUnknownError) error
 // commitChunk applies one chunk, retrying transient database errors with
 // capped backoff. A retry first reads the ledger through the gate: a chunk
 // whose commit did land is never applied again.
-func (r *fileRun) commitChunk(ctx context.Context, tgt *target, chunk int, first, last int64, batch [][]any) error {
+func (r *fileRun) commitChunk(ctx context.Context, tgt *target, chunk int, first, last int64, batch [][]any, dupKeys bool) error {
 	backoff := 200 * time.Millisecond
 	for attempt := 1; ; attempt++ {
-		c, err := r.chunkTx(ctx, tgt, chunk, first, last, batch)
+		c, err := r.chunkTx(ctx, tgt, chunk, first, last, batch, dupKeys)
 		if err == nil {
 			r.in.RowsApplied += c.applied
 			r.in.RowsUnchanged += c.unchanged
@@ -158,7 +184,7 @@ func (r *fileRun) commitChunk(ctx context.Context, tgt *target, chunk int, first
 // errChunkDone: the ledger already holds this chunk under our token.
 var errChunkDone = errors.New("chunk already committed")
 
-func (r *fileRun) chunkTx(ctx context.Context, tgt *target, chunk int, first, last int64, batch [][]any) (chunkCounts, error) {
+func (r *fileRun) chunkTx(ctx context.Context, tgt *target, chunk int, first, last int64, batch [][]any, dupKeys bool) (chunkCounts, error) {
 	in := r.in
 	var c chunkCounts
 	tx, err := r.d.db.Begin(ctx)
@@ -166,7 +192,7 @@ func (r *fileRun) chunkTx(ctx context.Context, tgt *target, chunk int, first, la
 		return c, fmt.Errorf("chunk %d begin: %w", chunk, err)
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx))
-	if err := r.chunkStatements(ctx, tx, tgt, chunk, first, last, batch, &c); err != nil {
+	if err := r.chunkStatements(ctx, tx, tgt, chunk, first, last, batch, dupKeys, &c); err != nil {
 		return c, err
 	}
 	if err := fault.Check("apply:mid_chunk"); err != nil {
@@ -204,7 +230,7 @@ func (e *CommitUnknownError) Error() string {
 
 func (e *CommitUnknownError) Unwrap() error { return e.Err }
 
-func (r *fileRun) chunkStatements(ctx context.Context, tx pgx.Tx, tgt *target, chunk int, first, last int64, batch [][]any, c *chunkCounts) error {
+func (r *fileRun) chunkStatements(ctx context.Context, tx pgx.Tx, tgt *target, chunk int, first, last int64, batch [][]any, dupKeys bool, c *chunkCounts) error {
 	in := r.in
 	// The gate: the row lock it takes also blocks a takeover until this
 	// transaction ends, and the token check fences a stale owner.
@@ -227,25 +253,20 @@ func (r *fileRun) chunkStatements(ctx context.Context, tx pgx.Tx, tgt *target, c
 		}
 		return fmt.Errorf("chunk %d copy: %w", chunk, err)
 	}
-	tag, err = tx.Exec(ctx, tgt.dedupe, in.ID, in.Partner)
-	if err != nil {
-		return fmt.Errorf("chunk %d dedupe: %w", chunk, err)
+	if dupKeys {
+		tag, err = tx.Exec(ctx, tgt.dedupe, in.ID, in.Partner)
+		if err != nil {
+			return fmt.Errorf("chunk %d dedupe: %w", chunk, err)
+		}
+		c.rejected = tag.RowsAffected()
 	}
-	c.rejected = tag.RowsAffected()
 	writer := in.ID
 	if in.ReplayOf != 0 {
 		writer = in.ReplayOf
 	}
-	tag, err = tx.Exec(ctx, tgt.merge, writer, in.Partner)
-	if err != nil {
+	if err := tx.QueryRow(ctx, tgt.merge, writer, in.Partner, in.ID).Scan(&c.applied, &c.conflict); err != nil {
 		return fmt.Errorf("chunk %d merge: %w", chunk, err)
 	}
-	c.applied = tag.RowsAffected()
-	tag, err = tx.Exec(ctx, tgt.conflic, in.ID, in.Partner, writer)
-	if err != nil {
-		return fmt.Errorf("chunk %d conflicts: %w", chunk, err)
-	}
-	c.conflict = tag.RowsAffected()
 	c.unchanged = int64(len(batch)) - c.rejected - c.applied - c.conflict
 	if _, err := tx.Exec(ctx, `INSERT INTO intake_chunk (intake_id, chunk_no, partner_id, first_line, last_line,
 		rows_applied, rows_unchanged, rows_conflict, fencing_token) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`,

@@ -400,3 +400,27 @@ func TestFileOverTheSizeLimitIsQuarantinedUnparsed(t *testing.T) {
 		t.Fatal("rows were applied")
 	}
 }
+
+// A key repeated in one file: the later line wins, the earlier is rejected
+// as duplicate_key (equal decimal keys written differently included).
+func TestRepeatedKeyInAFileKeepsTheLastLine(t *testing.T) {
+	_, pool := testenv.DB(t)
+	site := testenv.NewSite(t, "dupkey")
+	site.Drop(t, "orders-dk.csv", header+
+		"D-1,a@b.io,1.00,new,2026-11-01T00:00:00Z,1\n"+
+		"D-2,a@b.io,2.00,new,2026-11-01T00:00:00Z,1\n"+
+		"D-1,a@b.io,3.00,paid,2026-11-01T00:00:00Z,1\n")
+	r := newRig(t, pool, "w1", site)
+	r.poll("dupkey")
+	f := files(t, pool, "dupkey")[0]
+	if f.State != "archived" || f.Applied != 2 || f.Rejected != 1 || f.Total != 3 {
+		t.Fatalf("got %+v, want 2 applied and 1 rejected", f)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM orders WHERE order_id = 'D-1' AND amount = 3.00 AND status = 'paid'`); n != 1 {
+		t.Fatal("the last line of a repeated key did not win")
+	}
+	rel, _ := filepath.Rel(site.Root, f.Rejects)
+	if got := site.Read(t, rel); !strings.Contains(got, "2,,duplicate_key,rejected") {
+		t.Fatalf("rejects.csv:\n%s", got)
+	}
+}

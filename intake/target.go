@@ -15,13 +15,12 @@ import (
 // target is a feed's target table as the database describes it, with the
 // statements that merge a staged chunk into it.
 type target struct {
-	table   string   // quoted, possibly schema-qualified
-	cols    []string // feed columns in file order
-	types   []string // their types in the target, for casts from staged text
-	key     []string
-	merge   string // upsert from intake_stage; returns one row per written row
-	dedupe  string // drops earlier lines that repeat a key within the chunk
-	conflic string // records rows held back by a newer writer
+	table  string   // quoted, possibly schema-qualified
+	cols   []string // feed columns in file order
+	types  []string // their types in the target, for casts from staged text
+	key    []string
+	merge  string // merge from intake_stage; returns (applied, conflict)
+	dedupe string // drops earlier lines that repeat a key within the chunk
 }
 
 // TargetError says what is wrong with a target table, and how to fix it.
@@ -91,10 +90,10 @@ func loadTarget(ctx context.Context, db *pgxpool.Pool, f *partners.Feed) (*targe
 	return t, nil
 }
 
-// build writes the chunk statements. $1 = intake id (the writer's, for
-// merge), $2 = partner id, $3 (conflicts) = the writer id rows are judged
-// by: a replay writes and is judged as the intake it replays, so it never
-// overwrites what a newer intake wrote.
+// build writes the chunk statements. merge: $1 = the writer id rows are
+// written and judged by (a replay writes as the intake it replays, so it
+// never overwrites what a newer intake wrote), $2 = partner id, $3 = the
+// intake the row issues belong to. dedupe: $1 = intake id, $2 = partner id.
 // intake_stage holds (line, <cols> as text); casts turn them into the
 // target's types.
 func (t *target) build() {
@@ -128,10 +127,48 @@ func (t *target) build() {
 		doUpdate = fmt.Sprintf(`DO UPDATE SET %s, last_intake_id = EXCLUDED.last_intake_id
 		    WHERE %s AND t.last_intake_id <= EXCLUDED.last_intake_id`, strings.Join(setCols, ", "), distinct)
 	}
-	t.merge = fmt.Sprintf(`INSERT INTO %s AS t (partner_id, %s, last_intake_id)
-		SELECT $2, %s, $1 FROM intake_stage s
-		ON CONFLICT (%s) %s`,
-		t.table, strings.Join(insCols, ", "), strings.Join(selCols, ", "), strings.Join(conflictCols, ", "), doUpdate)
+	// One statement per chunk: cast the staged text once, look every row
+	// up in the target, insert or update only rows that are new or changed
+	// and not written by a newer intake (unchanged rows never reach ON
+	// CONFLICT, so they are neither locked nor rewritten), and record rows
+	// a newer intake holds as conflicts. The ON CONFLICT guard repeats the
+	// condition, so a writer racing between the lookup and the insert is
+	// still never overwritten (such a row is then counted unchanged).
+	var sCols, jCols []string
+	for i, c := range t.cols {
+		sCols = append(sCols, fmt.Sprintf("%s AS %s", cast("st", i), q(c)))
+		jCols = append(jCols, "j."+q(c))
+	}
+	var sKeyJoin, sNonKey []string
+	for _, c := range t.cols {
+		if slices.Contains(t.key, c) {
+			sKeyJoin = append(sKeyJoin, fmt.Sprintf("t.%s = s.%s", q(c), q(c)))
+		} else {
+			sNonKey = append(sNonKey, "s."+q(c))
+		}
+	}
+	differs := "false"
+	if len(setCols) > 0 {
+		differs = fmt.Sprintf("ROW(%s) IS DISTINCT FROM ROW(%s)", strings.Join(tgtVals, ", "), strings.Join(sNonKey, ", "))
+	}
+	t.merge = fmt.Sprintf(`WITH s AS (
+		    SELECT st.line, %s FROM intake_stage st),
+		j AS (
+		    SELECT s.*, t.last_intake_id AS intake_t_last, t.partner_id IS NULL AS intake_is_new, %s AS intake_differs
+		    FROM s LEFT JOIN %s t ON t.partner_id = $2 AND %s),
+		ins AS (
+		    INSERT INTO %s AS t (partner_id, %s, last_intake_id)
+		    SELECT $2, %s, $1 FROM j WHERE j.intake_is_new OR (j.intake_differs AND j.intake_t_last <= $1)
+		    ON CONFLICT (%s) %s
+		    RETURNING 1),
+		conf AS (
+		    INSERT INTO intake_row_issue (intake_id, partner_id, line, reason, outcome)
+		    SELECT $3, $2, j.line, 'newer_write', 'conflict' FROM j
+		    WHERE NOT j.intake_is_new AND j.intake_differs AND j.intake_t_last > $1
+		    RETURNING 1)
+		SELECT (SELECT count(*) FROM ins), (SELECT count(*) FROM conf)`,
+		strings.Join(sCols, ", "), differs, t.table, strings.Join(sKeyJoin, " AND "),
+		t.table, strings.Join(insCols, ", "), strings.Join(jCols, ", "), strings.Join(conflictCols, ", "), doUpdate)
 	t.dedupe = fmt.Sprintf(`WITH d AS (
 		    DELETE FROM intake_stage s USING (
 		        SELECT line, row_number() OVER (PARTITION BY %s ORDER BY line DESC) AS rn FROM intake_stage s) x
@@ -139,14 +176,6 @@ func (t *target) build() {
 		    RETURNING s.line)
 		INSERT INTO intake_row_issue (intake_id, partner_id, line, reason, outcome)
 		SELECT $1, $2, line, 'duplicate_key', 'rejected' FROM d`, strings.Join(keyStage, ", "))
-	newer := "false"
-	if len(setCols) > 0 {
-		newer = fmt.Sprintf("ROW(%s) IS DISTINCT FROM ROW(%s)", strings.Join(tgtVals, ", "), strings.Join(stageVals, ", "))
-	}
-	t.conflic = fmt.Sprintf(`INSERT INTO intake_row_issue (intake_id, partner_id, line, reason, outcome)
-		SELECT $1, $2, s.line, 'newer_write', 'conflict' FROM intake_stage s
-		JOIN %s t ON t.partner_id = $2 AND %s
-		WHERE t.last_intake_id > $3 AND %s`, t.table, strings.Join(keyJoin, " AND "), newer)
 }
 
 // stageDDL creates the per-transaction staging table.

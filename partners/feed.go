@@ -255,7 +255,8 @@ func (f *Feed) Validate(key, readiness string) error {
 }
 
 // reservedColumns are intake's own columns in a target table.
-var reservedColumns = map[string]bool{"partner_id": true, "last_intake_id": true, "line": true}
+var reservedColumns = map[string]bool{"partner_id": true, "last_intake_id": true, "line": true,
+	"intake_t_last": true, "intake_is_new": true, "intake_differs": true}
 
 func (c Column) validate(key string) error {
 	switch c.Type {

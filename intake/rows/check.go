@@ -93,7 +93,7 @@ func newCheck(c partners.Column) check {
 }
 
 // checkDecimal accepts [+-]digits[.digits] with at most scale fraction
-// digits and returns it unchanged (PostgreSQL parses it exactly).
+// digits and returns its canonical form (PostgreSQL parses it exactly).
 func checkDecimal(s string, scale int) (string, string) {
 	body := s
 	if body != "" && (body[0] == '+' || body[0] == '-') {
@@ -106,7 +106,21 @@ func checkDecimal(s string, scale int) (string, string) {
 	if len(frac) > scale {
 		return "", ReasonScaleExceeded
 	}
-	return s, ""
+	// canonical form, so equal values compare equal as text (duplicate
+	// keys are found before the database sees them)
+	intPart = strings.TrimLeft(intPart, "0")
+	if intPart == "" {
+		intPart = "0"
+	}
+	frac = strings.TrimRight(frac, "0")
+	out := intPart
+	if frac != "" {
+		out += "." + frac
+	}
+	if s[0] == '-' && out != "0" {
+		out = "-" + out
+	}
+	return out, ""
 }
 
 func allDigits(s string) bool {

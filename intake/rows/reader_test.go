@@ -105,7 +105,7 @@ func TestValuesAreNormalised(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []any{"k1", "42", "-3.10", "2026-02-01", "b", nil}
+	want := []any{"k1", "42", "-3.1", "2026-02-01", "b", nil}
 	for i, w := range want {
 		if rows[0].values[i] != w {
 			t.Fatalf("value %d: got %#v, want %#v", i, rows[0].values[i], w)

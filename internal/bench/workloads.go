@@ -135,6 +135,9 @@ COMMIT;
 // small measures many small files across partners, with one daemon and
 // with two sharing the work.
 func (e *env) small(ctx context.Context, res *Results) error {
+	if e.o.SmallFiles == 0 {
+		return nil
+	}
 	one, cpu1, _, err := e.smallRun(ctx, 1)
 	if err != nil {
 		return err
