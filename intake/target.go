@@ -128,7 +128,8 @@ func (t *target) build() {
 		    WHERE %s AND t.last_intake_id <= EXCLUDED.last_intake_id`, strings.Join(setCols, ", "), distinct)
 	}
 	// One statement per chunk: cast the staged text once, look every row
-	// up in the target, insert or update only rows that are new or changed
+	// up in the target by its key (a LATERAL probe of the unique index: a
+	// plain join may hash the whole, growing target per chunk), insert or update only rows that are new or changed
 	// and not written by a newer intake (unchanged rows never reach ON
 	// CONFLICT, so they are neither locked nor rewritten), and record rows
 	// a newer intake holds as conflicts. The ON CONFLICT guard repeats the
@@ -155,7 +156,8 @@ func (t *target) build() {
 		    SELECT st.line, %s FROM intake_stage st),
 		j AS (
 		    SELECT s.*, t.last_intake_id AS intake_t_last, t.partner_id IS NULL AS intake_is_new, %s AS intake_differs
-		    FROM s LEFT JOIN %s t ON t.partner_id = $2 AND %s),
+		    FROM s LEFT JOIN LATERAL (
+		        SELECT * FROM %s t WHERE t.partner_id = $2 AND %s LIMIT 1) t ON true),
 		ins AS (
 		    INSERT INTO %s AS t (partner_id, %s, last_intake_id)
 		    SELECT $2, %s, $1 FROM j WHERE j.intake_is_new OR (j.intake_differs AND j.intake_t_last <= $1)
