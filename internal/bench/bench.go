@@ -190,7 +190,6 @@ func (e *env) config(worker string, roots map[string]string, order []string) (st
     feeds:
       - name: orders
         pattern: 'orders-.*\.csv'
-        chunk_rows: 10000
         max_reject_ratio: 0.01
         columns:
           - {name: order_id, type: text, required: true, max_length: 32}
