@@ -105,6 +105,9 @@ type Dialect struct {
 	Encoding string `yaml:"encoding"`
 	// MaxFieldBytes bounds one cell.
 	MaxFieldBytes int `yaml:"max_field_bytes"`
+	// MaxLineBytes bounds one physical line (default 4 MiB); a longer line
+	// fails the file without being buffered whole.
+	MaxLineBytes int `yaml:"max_line_bytes"`
 }
 
 // HasHeader reports whether the first line is a header.
@@ -205,6 +208,9 @@ func (f *Feed) Validate(key, readiness string) error {
 	}
 	if f.CSV.MaxFieldBytes < 1 {
 		return fmt.Errorf("%s.csv.max_field_bytes: must be positive", key)
+	}
+	if f.CSV.MaxLineBytes < 0 || (f.CSV.MaxLineBytes > 0 && f.CSV.MaxLineBytes < f.CSV.MaxFieldBytes) {
+		return fmt.Errorf("%s.csv.max_line_bytes: must be at least max_field_bytes", key)
 	}
 	if !targetPattern.MatchString(f.Target) {
 		return fmt.Errorf("%s.target: %q must be a lower-case table name, optionally schema-qualified", key, f.Target)

@@ -14,7 +14,8 @@ import (
 	"github.com/partner-intake/partner-intake/partners"
 )
 
-// MaxLineBytes bounds one physical line; a longer one fails the file
+// MaxLineBytes is the default bound of one physical line (csv.max_line_bytes);
+// a longer one fails the file
 // instead of being buffered whole.
 const MaxLineBytes = 4 << 20
 
@@ -46,7 +47,11 @@ type Reader struct {
 
 // NewReader reads the header (when the dialect has one) and checks it.
 func NewReader(r io.Reader, feed *partners.Feed, maxRows int64) (*Reader, error) {
-	g := &guard{r: r, max: MaxLineBytes, line: 1}
+	maxLine := feed.CSV.MaxLineBytes
+	if maxLine <= 0 {
+		maxLine = MaxLineBytes
+	}
+	g := &guard{r: r, max: maxLine, line: 1}
 	var src io.Reader = g
 	switch feed.CSV.Encoding {
 	case partners.EncodingISO88591:

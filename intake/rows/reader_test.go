@@ -259,3 +259,13 @@ func TestAOneGigabyteLineIsNeverBuffered(t *testing.T) {
 		t.Fatalf("allocated %d MiB while refusing the line", grew>>20)
 	}
 }
+
+func TestMaxLineBytesIsConfigurable(t *testing.T) {
+	f := feed(t)
+	f.CSV.MaxLineBytes = 100
+	_, err := readAll(t, f, hdr+"k,1,1,,,"+strings.Repeat("x", 200)+"\n")
+	var fe *FileError
+	if !errors.As(err, &fe) || fe.Reason != ReasonLineTooLong || fe.Line != 2 {
+		t.Fatalf("got %v, want line_too_long at line 2", err)
+	}
+}
