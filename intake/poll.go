@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -83,29 +84,66 @@ func (d *Daemon) pollOnce(ctx context.Context, p *partnerRT) error {
 			return err
 		}
 	}
+	// Up to cfg.Concurrency files of the partner are in flight at once, on
+	// the one session (pkg/sftp multiplexes requests). A file is claimed
+	// only when a slot is free, so claims never run ahead of the work and
+	// other replicas can take what this one has not started.
+	slots := make(chan struct{}, max(p.cfg.Concurrency, 1))
+	var wg sync.WaitGroup
+	var errMu sync.Mutex
+	var firstErr error
+	fail := func(err error) {
+		errMu.Lock()
+		if firstErr == nil {
+			firstErr = err
+		}
+		errMu.Unlock()
+	}
+	failed := func() bool {
+		errMu.Lock()
+		defer errMu.Unlock()
+		return firstErr != nil
+	}
 	claimed := 0
 	for i, c := range cands {
 		p.setReady(cands[i:]) // what is left for a later poll (or another worker)
-		if ctx.Err() != nil || !d.claiming() {
-			return ctx.Err()
+		if ctx.Err() != nil || !d.claiming() || failed() {
+			break
 		}
 		if claimed >= p.cfg.Limits.MaxFilesPerPoll || !d.spaceOK() {
 			break
 		}
-		in, err := d.claim(ctx, p, sess, c)
-		if err != nil {
-			return err
+		select {
+		case slots <- struct{}{}:
+		case <-ctx.Done():
 		}
-		if in == nil {
+		if ctx.Err() != nil {
+			break
+		}
+		in, err := d.claim(ctx, p, sess, c)
+		if err != nil || in == nil {
+			<-slots
+			if err != nil {
+				fail(err)
+				break
+			}
 			continue
 		}
 		claimed++
-		if err := d.runFile(ctx, p, sess, in); err != nil {
-			return err
-		}
-		p.setReady(cands[i+1:])
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-slots }()
+			if err := d.runFile(ctx, p, sess, in); err != nil {
+				fail(err)
+			}
+		}()
 	}
-	return nil
+	wg.Wait()
+	if firstErr != nil {
+		return firstErr
+	}
+	return ctx.Err()
 }
 
 // setReady records what ready/ still offers, for gauges and status.

@@ -31,6 +31,7 @@ const (
 	DefaultMaxRejectRatio = 0.10
 	DefaultStaleUpload    = 6 * time.Hour
 	DefaultMaxExpanded    = 4 << 30 // 4 GiB
+	DefaultConcurrency    = 4
 )
 
 // idPattern is what a partner id may look like: it becomes part of spool
@@ -50,6 +51,9 @@ type Config struct {
 	Dirs Dirs `yaml:"dirs"`
 	// Readiness is "rename" (default) or "manifest".
 	Readiness string `yaml:"readiness"`
+	// Concurrency is how many of the partner's files one daemon works on at
+	// once (default 4).
+	Concurrency int `yaml:"concurrency"`
 	// Limits bounds what one file may be.
 	Limits Limits `yaml:"limits"`
 	// Feeds: each file in ready/ must match exactly one feed's pattern.
@@ -112,6 +116,9 @@ func (c *Config) SetDefaults() {
 	}
 	if c.Readiness == "" {
 		c.Readiness = ReadinessRename
+	}
+	if c.Concurrency == 0 {
+		c.Concurrency = DefaultConcurrency
 	}
 	if c.SFTP.Root == "" {
 		c.SFTP.Root = "."
@@ -186,6 +193,9 @@ func (c *Config) Validate(key string) error {
 		if strings.Contains(v, "..") || strings.HasPrefix(v, "/") || strings.ContainsAny(v, "\x00\n") {
 			return fmt.Errorf("%s.dirs.%s: %q must be a relative path below sftp.root without '..'", key, name, v)
 		}
+	}
+	if c.Concurrency < 1 || c.Concurrency > 64 {
+		return fmt.Errorf("%s.concurrency: %d must be between 1 and 64", key, c.Concurrency)
 	}
 	if c.Limits.MaxFileBytes < 0 || c.Limits.MaxRows < 0 || c.Limits.MaxFilesPerPoll < 0 || c.Limits.MaxExpandedBytes < 0 {
 		return fmt.Errorf("%s.limits: values must be positive", key)
