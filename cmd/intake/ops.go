@@ -36,7 +36,7 @@ func cmdQuarantine(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	path := fs.String("config", "", "config file (YAML)")
 	partner := fs.String("partner", "", "list: only this partner")
-	open := fs.Bool("open", false, "list: only files still waiting for a decision")
+	openOnly := fs.Bool("open", false, "list: only files still waiting for a decision")
 	reason := fs.String("reason", "", "release/discard: why (required, audited)")
 	actor := fs.String("actor", defaultActor(), "release/discard: who decides (audited)")
 	winner := fs.String("winner", "", "release of a batch conflict: new (the held bytes win) or old")
@@ -57,7 +57,7 @@ func cmdQuarantine(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	ctx := context.Background()
-	e, code := open2(ctx, *path, stderr)
+	e, code := open(ctx, *path, stderr, false)
 	if e == nil {
 		return code
 	}
@@ -68,7 +68,7 @@ func cmdQuarantine(args []string, stdout, stderr io.Writer) int {
 	}
 	switch sub {
 	case "list", "show":
-		items, err := intake.ListQuarantine(ctx, e.pool, scope, *open)
+		items, err := intake.ListQuarantine(ctx, e.pool, scope, *openOnly)
 		if err != nil {
 			fmt.Fprintln(stderr, err)
 			return 1
@@ -139,11 +139,6 @@ func partnerScope(e *env, only string, stderr io.Writer) ([]string, bool) {
 	return ids, true
 }
 
-// open2 opens the environment without migrating.
-func open2(ctx context.Context, path string, stderr io.Writer) (*env, int) {
-	return open(ctx, path, stderr, false)
-}
-
 // cmdReplay re-applies an archived file's spooled bytes, audited.
 func cmdReplay(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("replay", flag.ContinueOnError)
@@ -165,7 +160,7 @@ func cmdReplay(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	e, code := open2(ctx, *path, stderr)
+	e, code := open(ctx, *path, stderr, false)
 	if e == nil {
 		return code
 	}
@@ -216,7 +211,7 @@ func cmdAudit(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	ctx := context.Background()
-	e, code := open2(ctx, *path, stderr)
+	e, code := open(ctx, *path, stderr, false)
 	if e == nil {
 		return code
 	}
