@@ -59,6 +59,37 @@ func TestPutStoresUnderTheContentHash(t *testing.T) {
 	noTemps(t, s, "acme")
 }
 
+func TestPutOfBytesAlreadySpooledKeepsOneEntryAndNoTemp(t *testing.T) {
+	s, err := New(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := "a,b\n1,2\n"
+	first, err := s.Put("acme", int64(len(data)), 1<<20, src(data))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st1, err := os.Stat(s.Path("acme", first.SHA256))
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := s.Put("acme", int64(len(data)), 1<<20, src(data))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again != first {
+		t.Fatalf("second Put %+v, first %+v", again, first)
+	}
+	st2, err := os.Stat(s.Path("acme", first.SHA256))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !os.SameFile(st1, st2) {
+		t.Fatal("the spooled entry was replaced by the duplicate's copy")
+	}
+	noTemps(t, s, "acme")
+}
+
 func TestAShortStreamIsNeverPromoted(t *testing.T) {
 	s, _ := New(t.TempDir())
 	_, err := s.Put("acme", 100, 1<<20, src("only ten b"))

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 
 	"github.com/partner-intake/partner-intake/internal/bench"
 )
@@ -24,7 +25,15 @@ func run() int {
 	flag.IntVar(&o.SmallRows, "small-rows", 10, "rows per small file")
 	flag.IntVar(&o.Partners, "partners", 10, "partners the small files spread over")
 	out := flag.String("out", "bench-results.json", "where to write the figures")
+	only := flag.String("only", "", "comma-separated workloads to run (large, small, huge); all when empty")
+	flag.StringVar(&o.ProfileDir, "profile-dir", "", "write a CPU profile of every intake process here")
 	flag.Parse()
+	if *only != "" {
+		o.Only = map[string]bool{}
+		for _, w := range strings.Split(*only, ",") {
+			o.Only[strings.TrimSpace(w)] = true
+		}
+	}
 	dir, err := os.MkdirTemp("", "intake-bench-bin-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

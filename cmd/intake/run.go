@@ -79,6 +79,14 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
+	if prof := os.Getenv("INTAKE_CPUPROFILE"); prof != "" {
+		stopProfile, err := startCPUProfile(prof)
+		if err != nil {
+			fmt.Fprintln(stderr, "intake run:", err)
+			return 1
+		}
+		defer stopProfile()
+	}
 	e, code := open(ctx, *path, stderr, true)
 	if e == nil {
 		return code

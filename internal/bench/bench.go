@@ -35,7 +35,13 @@ type Options struct {
 	Partners     int // partners the small files spread over
 	Out          io.Writer
 	IntakeBinary string // a built intake binary
+	// Only, if set, names the workloads to run: large, small, huge.
+	Only map[string]bool
+	// ProfileDir, if set, receives a CPU profile of every intake process.
+	ProfileDir string
 }
+
+func (o Options) runs(w string) bool { return len(o.Only) == 0 || o.Only[w] }
 
 // Results are the figures of a run (bench-results.json).
 type Results struct {
@@ -93,13 +99,17 @@ func Run(ctx context.Context, o Options) (*Results, error) {
 	}
 	defer e.sshd.Close()
 	res := &Results{LargeRows: o.LargeRows, SmallFiles: o.SmallFiles}
-	if err := e.large(ctx, res); err != nil {
-		return res, fmt.Errorf("large file: %w", err)
+	if o.runs("large") {
+		if err := e.large(ctx, res); err != nil {
+			return res, fmt.Errorf("large file: %w", err)
+		}
 	}
-	if err := e.small(ctx, res); err != nil {
-		return res, fmt.Errorf("small files: %w", err)
+	if o.runs("small") {
+		if err := e.small(ctx, res); err != nil {
+			return res, fmt.Errorf("small files: %w", err)
+		}
 	}
-	if o.HugeRows > 0 {
+	if o.HugeRows > 0 && o.runs("huge") {
 		if err := e.huge(ctx, res); err != nil {
 			return res, fmt.Errorf("memory file: %w", err)
 		}
@@ -216,6 +226,10 @@ type proc struct {
 func (e *env) start(url, cfg string, args ...string) (*proc, error) {
 	cmd := exec.Command(e.o.IntakeBinary, append(args, "--config", cfg)...)
 	cmd.Env = append(os.Environ(), "INTAKE_DATABASE_URL="+url)
+	if e.o.ProfileDir != "" {
+		e.seq++
+		cmd.Env = append(cmd.Env, "INTAKE_CPUPROFILE="+filepath.Join(e.o.ProfileDir, fmt.Sprintf("%s-%d.pprof", filepath.Base(cfg), e.seq)))
+	}
 	log, err := os.Create(cfg + ".log")
 	if err != nil {
 		return nil, err
