@@ -1,12 +1,13 @@
 package intake
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"io"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -25,8 +26,12 @@ type chunkCounts struct {
 // chunk. Chunk n is always the same range of data rows (the spooled bytes
 // are immutable), so after a crash or takeover it resumes after the last
 // chunk the ledger holds. Each chunk is one transaction: the fencing gate,
-// COPY into a staging table, one set-based guarded upsert, the ledger row
+// the rows (straight into the target while they are all new, else COPY
+// into a staging table and one set-based guarded upsert), the ledger row
 // and the file's progress.
+//
+// One goroutine reads and encodes chunk n+1 while the database applies
+// chunk n (two chunk buffers: memory stays flat in file size).
 func (r *fileRun) apply(ctx context.Context) error {
 	in := r.in
 	tgt, err := r.d.target(ctx, r.feed)
@@ -42,33 +47,69 @@ func (r *fileRun) apply(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("apply: spooled file no longer reads as planned: %w", err)
 	}
+	pctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	full := make(chan *chunk, 1)
+	free := make(chan *chunk, 2)
+	size := r.feed.ChunkRows
+	seed := maphash.MakeSeed()
+	for range 2 {
+		free <- newChunk(seed, size)
+	}
+	readErr := make(chan error, 1)
+	go func() { readErr <- r.readChunks(pctx, rd, full, free) }()
+	r.direct = true // optimistic: fresh rows go straight into the target
+	for c := range full {
+		if err := r.commitChunk(ctx, tgt, c); err != nil {
+			cancel()
+			for range full { // let the reader finish
+			}
+			<-readErr
+			return err
+		}
+		free <- c
+	}
+	if err := <-readErr; err != nil {
+		return err
+	}
+	if err := r.d.store.markApplied(ctx, in); err != nil {
+		return err
+	}
+	return fault.Check("apply:after_commit")
+}
+
+// readChunks reads the spooled rows from the first chunk not yet in the
+// ledger on and hands full chunks over; it closes full when done.
+func (r *fileRun) readChunks(ctx context.Context, rd *rows.Reader, full chan<- *chunk, free <-chan *chunk) error {
+	defer close(full)
+	in := r.in
 	size := int64(r.feed.ChunkRows)
 	chunks := int((in.RowsTotal + size - 1) / size)
-	ncol := len(r.feed.Columns)
-	buf := make([][]any, 0, size)
-	backing := make([]any, 0, int(size)*(ncol+1))
-	chunk := in.ChunksDone
-	var first, last int64
-	// keys seen in this chunk: the SQL dedupe runs only when one repeats
-	keyIdx := make([]int, 0, len(r.feed.Key))
+	var keyIdx []int
 	for i, c := range r.feed.Columns {
 		if slices.Contains(r.feed.Key, c.Name) {
 			keyIdx = append(keyIdx, i)
 		}
 	}
-	seen := make(map[string]struct{}, size)
-	dupKeys := false
-	var kb strings.Builder
-	flush := func() error {
-		if err := r.commitChunk(ctx, tgt, chunk, first, last, buf, dupKeys); err != nil {
-			return err
+	no := in.ChunksDone
+	var c *chunk
+	take := func() error {
+		select {
+		case c = <-free:
+			c.reset(no)
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
 		}
-		chunk++
-		buf, backing = buf[:0], backing[:0]
-		first = 0
-		clear(seen)
-		dupKeys = false
-		return nil
+	}
+	hand := func() error {
+		select {
+		case full <- c:
+			c, no = nil, no+1
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	}
 	for {
 		row, err := rd.Next()
@@ -81,43 +122,30 @@ func (r *fileRun) apply(ctx context.Context) error {
 		if int(row.Index/size) < in.ChunksDone {
 			continue
 		}
-		if first == 0 {
-			first = row.Line
-		}
-		last = row.Line
-		if row.Issue == nil && !dupKeys {
-			kb.Reset()
-			for _, k := range keyIdx {
-				kb.WriteString(row.Values[k].(string))
-				kb.WriteByte(0)
-			}
-			if _, dup := seen[kb.String()]; dup {
-				dupKeys = true
-			} else {
-				seen[kb.String()] = struct{}{}
+		if c == nil {
+			if err := take(); err != nil {
+				return err
 			}
 		}
+		c.span(row.Line)
 		if row.Issue == nil {
-			start := len(backing)
-			backing = append(backing, row.Line)
-			backing = append(backing, row.Values...)
-			buf = append(buf, backing[start:len(backing):len(backing)])
+			c.add(row.Line, row.Values, keyIdx)
 		}
 		if (row.Index+1)%size == 0 {
-			if err := flush(); err != nil {
+			if err := hand(); err != nil {
 				return err
 			}
 		}
 	}
-	if chunk < chunks {
-		if err := flush(); err != nil {
+	if c == nil && no < chunks {
+		if err := take(); err != nil { // a last chunk of rejected rows only
 			return err
 		}
 	}
-	if err := r.d.store.markApplied(ctx, in); err != nil {
-		return err
+	if c != nil {
+		return hand()
 	}
-	return fault.Check("apply:after_commit")
+	return nil
 }
 
 // markUnknown records that a commit's outcome is unknown. The reconciler
@@ -140,10 +168,11 @@ func (r *fileRun) markUnknown(ctx context.Context, cu *CommitUnknownError) error
 // commitChunk applies one chunk, retrying transient database errors with
 // capped backoff. A retry first reads the ledger through the gate: a chunk
 // whose commit did land is never applied again.
-func (r *fileRun) commitChunk(ctx context.Context, tgt *target, chunk int, first, last int64, batch [][]any, dupKeys bool) error {
+func (r *fileRun) commitChunk(ctx context.Context, tgt *target, ch *chunk) error {
+	chunk := ch.no
 	backoff := 200 * time.Millisecond
 	for attempt := 1; ; attempt++ {
-		c, err := r.chunkTx(ctx, tgt, chunk, first, last, batch, dupKeys)
+		c, err := r.chunkTx(ctx, tgt, ch)
 		if err == nil {
 			r.in.RowsApplied += c.applied
 			r.in.RowsUnchanged += c.unchanged
@@ -184,15 +213,15 @@ func (r *fileRun) commitChunk(ctx context.Context, tgt *target, chunk int, first
 // errChunkDone: the ledger already holds this chunk under our token.
 var errChunkDone = errors.New("chunk already committed")
 
-func (r *fileRun) chunkTx(ctx context.Context, tgt *target, chunk int, first, last int64, batch [][]any, dupKeys bool) (chunkCounts, error) {
-	in := r.in
+func (r *fileRun) chunkTx(ctx context.Context, tgt *target, ch *chunk) (chunkCounts, error) {
+	in, chunk := r.in, ch.no
 	var c chunkCounts
 	tx, err := r.d.db.Begin(ctx)
 	if err != nil {
 		return c, fmt.Errorf("chunk %d begin: %w", chunk, err)
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx))
-	if err := r.chunkStatements(ctx, tx, tgt, chunk, first, last, batch, dupKeys, &c); err != nil {
+	if err := r.chunkStatements(ctx, tx, tgt, ch, &c); err != nil {
 		return c, err
 	}
 	if err := fault.Check("apply:mid_chunk"); err != nil {
@@ -230,8 +259,8 @@ func (e *CommitUnknownError) Error() string {
 
 func (e *CommitUnknownError) Unwrap() error { return e.Err }
 
-func (r *fileRun) chunkStatements(ctx context.Context, tx pgx.Tx, tgt *target, chunk int, first, last int64, batch [][]any, dupKeys bool, c *chunkCounts) error {
-	in := r.in
+func (r *fileRun) chunkStatements(ctx context.Context, tx pgx.Tx, tgt *target, ch *chunk, c *chunkCounts) error {
+	in, chunk := r.in, ch.no
 	// The gate: the row lock it takes also blocks a takeover until this
 	// transaction ends, and the token check fences a stale owner.
 	tag, err := tx.Exec(ctx, `UPDATE file_intake SET lease_until = now() + $4::interval, updated_at = now()
@@ -243,34 +272,19 @@ func (r *fileRun) chunkStatements(ctx context.Context, tx pgx.Tx, tgt *target, c
 	if tag.RowsAffected() == 0 {
 		return r.gateClosed(ctx, tx, chunk)
 	}
-	if _, err := tx.Exec(ctx, tgt.stageDDL()); err != nil {
-		return fmt.Errorf("chunk %d stage: %w", chunk, err)
-	}
-	cols := append([]string{"line"}, tgt.cols...)
-	if _, err := tx.CopyFrom(ctx, pgx.Identifier{"intake_stage"}, cols, pgx.CopyFromRows(batch)); err != nil {
-		if ctx.Err() != nil {
-			return ctx.Err() // a cancelled COPY may surface as a bare closed-connection error
-		}
-		return fmt.Errorf("chunk %d copy: %w", chunk, err)
-	}
-	if dupKeys {
-		tag, err = tx.Exec(ctx, tgt.dedupe, in.ID, in.Partner)
-		if err != nil {
-			return fmt.Errorf("chunk %d dedupe: %w", chunk, err)
-		}
-		c.rejected = tag.RowsAffected()
-	}
 	writer := in.ID
 	if in.ReplayOf != 0 {
 		writer = in.ReplayOf
 	}
-	if err := tx.QueryRow(ctx, tgt.merge, writer, in.Partner, in.ID).Scan(&c.applied, &c.conflict); err != nil {
-		return fmt.Errorf("chunk %d merge: %w", chunk, err)
+	if ch.rows() > 0 {
+		if err := r.writeRows(ctx, tx, tgt, ch, writer, c); err != nil {
+			return err
+		}
 	}
-	c.unchanged = int64(len(batch)) - c.rejected - c.applied - c.conflict
+	c.unchanged = int64(ch.rows()) - c.rejected - c.applied - c.conflict
 	if _, err := tx.Exec(ctx, `INSERT INTO intake_chunk (intake_id, chunk_no, partner_id, first_line, last_line,
 		rows_applied, rows_unchanged, rows_conflict, fencing_token) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`,
-		in.ID, chunk, in.Partner, first, last, c.applied, c.unchanged, c.conflict, in.Token); err != nil {
+		in.ID, chunk, in.Partner, ch.first, ch.last, c.applied, c.unchanged, c.conflict, in.Token); err != nil {
 		return fmt.Errorf("chunk %d ledger: %w", chunk, err)
 	}
 	tag, err = tx.Exec(ctx, `UPDATE file_intake SET rows_applied = rows_applied + $4, rows_unchanged = rows_unchanged + $5,
@@ -278,6 +292,62 @@ func (r *fileRun) chunkStatements(ctx context.Context, tx pgx.Tx, tgt *target, c
 		WHERE intake_id = $1 AND fencing_token = $2 AND chunks_done = $3`,
 		in.ID, in.Token, chunk, c.applied, c.unchanged, c.rejected, c.conflict)
 	return fenced(tag, err, in, fmt.Sprintf("chunk %d progress", chunk))
+}
+
+// writeRows puts a chunk's valid rows into the target. While a file's rows
+// turn out new, a chunk is COPYed straight into the target under a
+// savepoint (what a bulk load costs; the unique index refuses any key that
+// exists). When that is refused, or a key repeats within the chunk, the
+// chunk goes through the staging table and the guarded merge instead, and
+// later chunks follow that way until a merged chunk is again all new.
+func (r *fileRun) writeRows(ctx context.Context, tx pgx.Tx, tgt *target, ch *chunk, writer int64, c *chunkCounts) error {
+	chunk := ch.no
+	pg := tx.Conn().PgConn()
+	if r.direct && !ch.dupKeys {
+		if _, err := tx.Exec(ctx, "SAVEPOINT intake_direct"); err != nil {
+			return fmt.Errorf("chunk %d savepoint: %w", chunk, err)
+		}
+		tag, err := pg.CopyFrom(ctx, bytes.NewReader(ch.directPayload(r.in.Partner, writer)), tgt.directCopy)
+		if err == nil {
+			c.applied = tag.RowsAffected()
+			return nil
+		}
+		var pe *pgconn.PgError
+		if !errors.As(err, &pe) {
+			if ctx.Err() != nil {
+				return ctx.Err() // a cancelled COPY may surface as a bare closed-connection error
+			}
+			return fmt.Errorf("chunk %d copy: %w", chunk, err)
+		}
+		// Some key exists already (or a row is otherwise refused): the
+		// merge decides row by row.
+		if _, err := tx.Exec(ctx, "ROLLBACK TO SAVEPOINT intake_direct"); err != nil {
+			return fmt.Errorf("chunk %d rollback to savepoint: %w", chunk, err)
+		}
+		r.direct = false
+	}
+	if _, err := tx.Exec(ctx, tgt.stageDDL); err != nil {
+		return fmt.Errorf("chunk %d stage: %w", chunk, err)
+	}
+	if _, err := pg.CopyFrom(ctx, bytes.NewReader(ch.stagePayload()), tgt.stageCopy); err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return fmt.Errorf("chunk %d copy: %w", chunk, err)
+	}
+	if ch.dupKeys {
+		tag, err := tx.Exec(ctx, tgt.dedupe, r.in.ID, r.in.Partner)
+		if err != nil {
+			return fmt.Errorf("chunk %d dedupe: %w", chunk, err)
+		}
+		c.rejected = tag.RowsAffected()
+	}
+	var fresh int64
+	if err := tx.QueryRow(ctx, tgt.merge, writer, r.in.Partner, r.in.ID).Scan(&c.applied, &c.conflict, &fresh); err != nil {
+		return fmt.Errorf("chunk %d merge: %w", chunk, err)
+	}
+	r.direct = fresh == int64(ch.rows())-c.rejected
+	return nil
 }
 
 // gateClosed explains a gate that let nothing through: fenced out, or the

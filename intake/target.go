@@ -3,6 +3,7 @@ package intake
 import (
 	"context"
 	"fmt"
+	"hash/fnv"
 	"slices"
 	"strings"
 
@@ -19,8 +20,14 @@ type target struct {
 	cols   []string // feed columns in file order
 	types  []string // their types in the target, for casts from staged text
 	key    []string
-	merge  string // merge from intake_stage; returns (applied, conflict)
+	merge  string // merge from the staging table; returns (applied, conflict, new)
 	dedupe string // drops earlier lines that repeat a key within the chunk
+	// stage is the staging table: a temporary table per connection, kept
+	// and emptied at each commit, named after the feed's column list.
+	stage      string
+	stageDDL   string
+	stageCopy  string // COPY (text) into the staging table: line, columns
+	directCopy string // COPY (text) into the target: partner_id, columns, last_intake_id
 }
 
 // TargetError says what is wrong with a target table, and how to fix it.
@@ -94,10 +101,25 @@ func loadTarget(ctx context.Context, db *pgxpool.Pool, f *partners.Feed) (*targe
 // written and judged by (a replay writes as the intake it replays, so it
 // never overwrites what a newer intake wrote), $2 = partner id, $3 = the
 // intake the row issues belong to. dedupe: $1 = intake id, $2 = partner id.
-// intake_stage holds (line, <cols> as text); casts turn them into the
+// the staging table holds (line, <cols> as text); casts turn them into the
 // target's types.
 func (t *target) build() {
 	q := func(s string) string { return pgx.Identifier{s}.Sanitize() }
+	sig := fnv.New64a()
+	for _, c := range t.cols {
+		sig.Write([]byte(c))
+		sig.Write([]byte{0})
+	}
+	t.stage = fmt.Sprintf("intake_stage_%016x", sig.Sum64())
+	stageCols := []string{"line bigint NOT NULL"}
+	var quoted []string
+	for _, c := range t.cols {
+		stageCols = append(stageCols, q(c)+" text")
+		quoted = append(quoted, q(c))
+	}
+	t.stageDDL = fmt.Sprintf("CREATE TEMP TABLE IF NOT EXISTS %s (%s) ON COMMIT DELETE ROWS", t.stage, strings.Join(stageCols, ", "))
+	t.stageCopy = fmt.Sprintf("COPY %s (line, %s) FROM STDIN", t.stage, strings.Join(quoted, ", "))
+	t.directCopy = fmt.Sprintf("COPY %s (partner_id, %s, last_intake_id) FROM STDIN", t.table, strings.Join(quoted, ", "))
 	cast := func(alias string, i int) string {
 		return fmt.Sprintf("%s.%s::%s", alias, q(t.cols[i]), t.types[i])
 	}
@@ -153,7 +175,7 @@ func (t *target) build() {
 		differs = fmt.Sprintf("ROW(%s) IS DISTINCT FROM ROW(%s)", strings.Join(tgtVals, ", "), strings.Join(sNonKey, ", "))
 	}
 	t.merge = fmt.Sprintf(`WITH s AS (
-		    SELECT st.line, %s FROM intake_stage st),
+		    SELECT st.line, %s FROM %s st),
 		j AS (
 		    SELECT s.*, t.last_intake_id AS intake_t_last, t.partner_id IS NULL AS intake_is_new, %s AS intake_differs
 		    FROM s LEFT JOIN LATERAL (
@@ -168,25 +190,16 @@ func (t *target) build() {
 		    SELECT $3, $2, j.line, 'newer_write', 'conflict' FROM j
 		    WHERE NOT j.intake_is_new AND j.intake_differs AND j.intake_t_last > $1
 		    RETURNING 1)
-		SELECT (SELECT count(*) FROM ins), (SELECT count(*) FROM conf)`,
-		strings.Join(sCols, ", "), differs, t.table, strings.Join(sKeyJoin, " AND "),
+		SELECT (SELECT count(*) FROM ins), (SELECT count(*) FROM conf), (SELECT count(*) FROM j WHERE j.intake_is_new)`,
+		strings.Join(sCols, ", "), t.stage, differs, t.table, strings.Join(sKeyJoin, " AND "),
 		t.table, strings.Join(insCols, ", "), strings.Join(jCols, ", "), strings.Join(conflictCols, ", "), doUpdate)
 	t.dedupe = fmt.Sprintf(`WITH d AS (
-		    DELETE FROM intake_stage s USING (
-		        SELECT line, row_number() OVER (PARTITION BY %s ORDER BY line DESC) AS rn FROM intake_stage s) x
+		    DELETE FROM %s s USING (
+		        SELECT line, row_number() OVER (PARTITION BY %s ORDER BY line DESC) AS rn FROM %s s) x
 		    WHERE x.rn > 1 AND s.line = x.line
 		    RETURNING s.line)
 		INSERT INTO intake_row_issue (intake_id, partner_id, line, reason, outcome)
-		SELECT $1, $2, line, 'duplicate_key', 'rejected' FROM d`, strings.Join(keyStage, ", "))
-}
-
-// stageDDL creates the per-transaction staging table.
-func (t *target) stageDDL() string {
-	cols := []string{"line bigint NOT NULL"}
-	for _, c := range t.cols {
-		cols = append(cols, pgx.Identifier{c}.Sanitize()+" text")
-	}
-	return "CREATE TEMP TABLE intake_stage (" + strings.Join(cols, ", ") + ") ON COMMIT DROP"
+		SELECT $1, $2, line, 'duplicate_key', 'rejected' FROM d`, t.stage, strings.Join(keyStage, ", "), t.stage)
 }
 
 // CheckTarget verifies a feed's target table as the daemon would use it.

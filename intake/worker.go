@@ -22,6 +22,9 @@ type fileRun struct {
 	log  *slog.Logger
 	// progress, if set, hears of every committed chunk (replay's bar).
 	progress func(done, total int64)
+	// direct: the next chunk is tried straight into the target (see
+	// writeRows); only the apply loop touches it.
+	direct bool
 }
 
 func (d *Daemon) newRun(p *partnerRT, sess *partners.Session, in *Intake) (*fileRun, error) {

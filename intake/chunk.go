@@ -1,0 +1,141 @@
+package intake
+
+import (
+	"hash/maphash"
+	"strconv"
+	"strings"
+)
+
+// chunk is one chunk of a file's rows: the same range of data rows on
+// every run (the spooled bytes are immutable), its valid rows encoded once
+// as PostgreSQL COPY text (tab-separated, backslash-escaped, \N for NULL).
+// The same encoding feeds both ways into the database: straight into the
+// target (fresh rows) or into the staging table (merge).
+type chunk struct {
+	no          int
+	first, last int64   // lines the chunk spans, rejected rows included
+	lines       []int64 // line of each valid row
+	ends        []int   // end of each valid row's columns in cols
+	cols        []byte  // the valid rows' columns, escaped, no line prefix or newline
+	dupKeys     bool    // a key repeats within the chunk (the SQL dedupe must run)
+	keys        map[uint64]struct{}
+	seed        maphash.Seed
+	out         []byte // payload scratch
+}
+
+func newChunk(seed maphash.Seed, rows int) *chunk {
+	return &chunk{keys: make(map[uint64]struct{}, rows), seed: seed,
+		lines: make([]int64, 0, rows), ends: make([]int, 0, rows)}
+}
+
+func (c *chunk) reset(no int) {
+	c.no, c.first, c.last, c.dupKeys = no, 0, 0, false
+	c.lines, c.ends, c.cols = c.lines[:0], c.ends[:0], c.cols[:0]
+	clear(c.keys)
+}
+
+// rows is the number of valid rows in the chunk.
+func (c *chunk) rows() int { return len(c.lines) }
+
+// span records a row of the chunk, valid or not.
+func (c *chunk) span(line int64) {
+	if c.first == 0 {
+		c.first = line
+	}
+	c.last = line
+}
+
+// add appends a valid row. keyIdx are the key columns: a repeated key (by
+// hash: a collision only runs the exact SQL dedupe needlessly) marks the
+// chunk for the dedupe.
+func (c *chunk) add(line int64, vals []any, keyIdx []int) {
+	if !c.dupKeys {
+		var h maphash.Hash
+		h.SetSeed(c.seed)
+		for _, k := range keyIdx {
+			s, _ := vals[k].(string)
+			h.WriteString(s)
+			h.WriteByte(0)
+		}
+		sum := h.Sum64()
+		if _, seen := c.keys[sum]; seen {
+			c.dupKeys = true
+		} else {
+			c.keys[sum] = struct{}{}
+		}
+	}
+	for i, v := range vals {
+		if i > 0 {
+			c.cols = append(c.cols, '\t')
+		}
+		s, ok := v.(string)
+		if !ok {
+			c.cols = append(c.cols, `\N`...)
+			continue
+		}
+		c.cols = appendCopyText(c.cols, s)
+	}
+	c.lines = append(c.lines, line)
+	c.ends = append(c.ends, len(c.cols))
+}
+
+// stagePayload is COPY text for the staging table: line, columns.
+func (c *chunk) stagePayload() []byte {
+	out := c.out[:0]
+	start := 0
+	for i, end := range c.ends {
+		out = strconv.AppendInt(out, c.lines[i], 10)
+		out = append(out, '\t')
+		out = append(out, c.cols[start:end]...)
+		out = append(out, '\n')
+		start = end
+	}
+	c.out = out
+	return out
+}
+
+// directPayload is COPY text for the target: partner_id, columns,
+// last_intake_id.
+func (c *chunk) directPayload(partner string, writer int64) []byte {
+	out := c.out[:0]
+	pre := appendCopyText(nil, partner)
+	suf := strconv.AppendInt([]byte{'\t'}, writer, 10)
+	suf = append(suf, '\n')
+	start := 0
+	for _, end := range c.ends {
+		out = append(out, pre...)
+		out = append(out, '\t')
+		out = append(out, c.cols[start:end]...)
+		out = append(out, suf...)
+		start = end
+	}
+	c.out = out
+	return out
+}
+
+// appendCopyText escapes s for COPY's text format: backslash, tab, newline
+// and carriage return are the characters it gives meaning to.
+func appendCopyText(dst []byte, s string) []byte {
+	if !needsCopyEscape(s) {
+		return append(dst, s...)
+	}
+	for i := 0; i < len(s); i++ {
+		switch b := s[i]; b {
+		case '\\':
+			dst = append(dst, '\\', '\\')
+		case '\t':
+			dst = append(dst, '\\', 't')
+		case '\n':
+			dst = append(dst, '\\', 'n')
+		case '\r':
+			dst = append(dst, '\\', 'r')
+		default:
+			dst = append(dst, b)
+		}
+	}
+	return dst
+}
+
+func needsCopyEscape(s string) bool {
+	return strings.ContainsAny(s, "\\\t\n\r")
+}
