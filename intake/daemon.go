@@ -461,6 +461,19 @@ func (p *partnerRT) session(ctx context.Context, worker string) (*partners.Sessi
 	return s, nil
 }
 
+// Prewarm dials every partner's session in the background, so the SSH
+// handshakes overlap whatever the caller does next. A failure is left for
+// the partner's poll to meet, retry and report.
+func (d *Daemon) Prewarm(ctx context.Context) {
+	for _, p := range d.parts {
+		go func() {
+			if _, err := p.session(ctx, d.cfg.WorkerID); err != nil {
+				d.log.Debug("prewarm dial failed; the poll dials again", "partner", p.cfg.ID, "err", err)
+			}
+		}()
+	}
+}
+
 // drop closes the session; the next poll dials again.
 func (p *partnerRT) drop() {
 	p.sessMu.Lock()

@@ -22,8 +22,12 @@ const (
 
 // Defaults applied by SetDefaults.
 const (
-	DefaultPoll           = "@every 10s"
-	DefaultDialTimeout    = 15 * time.Second
+	DefaultPoll        = "@every 10s"
+	DefaultDialTimeout = 15 * time.Second
+	// MinSFTPPacket is the request size every SFTP server must accept;
+	// MaxSFTPPacket is OpenSSH's read limit (255 KiB).
+	MinSFTPPacket         = 32 * 1024
+	MaxSFTPPacket         = 255 * 1024
 	DefaultKeepalive      = 15 * time.Second
 	DefaultMaxFileBytes   = 1 << 30 // 1 GiB
 	DefaultMaxRows        = 10_000_000
@@ -82,6 +86,11 @@ type SFTP struct {
 	DialTimeout time.Duration `yaml:"dial_timeout"`
 	// Keepalive is the interval of keepalive@openssh.com requests.
 	Keepalive time.Duration `yaml:"keepalive"`
+	// MaxPacket is the SFTP read/write request size in bytes. 0 (auto):
+	// 255 KiB when the server says it is OpenSSH 8.6 or later (whose
+	// sftp-server announces that read limit), else 32 KiB, the size every
+	// SFTP server must accept. Set it to force a size (32768..261120).
+	MaxPacket int `yaml:"max_packet"`
 }
 
 // Dirs names the remote directories, relative to SFTP.Root.
@@ -184,6 +193,9 @@ func (c *Config) Validate(key string) error {
 	}
 	if s.KnownHostsFile == "" {
 		return fmt.Errorf("%s.sftp.known_hosts_file: required; host keys are always pinned (ssh-keyscan the server and verify the fingerprint out of band)", key)
+	}
+	if s.MaxPacket != 0 && (s.MaxPacket < MinSFTPPacket || s.MaxPacket > MaxSFTPPacket) {
+		return fmt.Errorf("%s.sftp.max_packet: %d must be 0 (auto) or between %d and %d", key, s.MaxPacket, MinSFTPPacket, MaxSFTPPacket)
 	}
 	if c.Readiness != ReadinessRename && c.Readiness != ReadinessManifest {
 		return fmt.Errorf("%s.readiness: %q is not %q or %q", key, c.Readiness, ReadinessRename, ReadinessManifest)

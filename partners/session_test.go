@@ -174,3 +174,58 @@ func TestInProcessServerRenamesLikeOpenSSH(t *testing.T) {
 		}
 	}
 }
+
+func TestPacketSizeIsOpenSSHsReadLimitOnlyWhereItIsAnnounced(t *testing.T) {
+	for _, c := range []struct {
+		configured int
+		version    string
+		want       int
+	}{
+		{0, "SSH-2.0-OpenSSH_9.2p1 Debian-2+deb12u3", partners.MaxSFTPPacket},
+		{0, "SSH-2.0-OpenSSH_8.6", partners.MaxSFTPPacket},
+		{0, "SSH-2.0-OpenSSH_8.5p1", partners.MinSFTPPacket},
+		{0, "SSH-2.0-OpenSSH_7.4", partners.MinSFTPPacket},
+		{0, "SSH-2.0-OpenSSH_10.0", partners.MaxSFTPPacket},
+		{0, "SSH-2.0-AWS_SFTP_1.1", partners.MinSFTPPacket},
+		{0, "SSH-2.0-OpenSSH_x", partners.MinSFTPPacket},
+		{65536, "SSH-2.0-OpenSSH_9.2p1", 65536},
+	} {
+		if got := partners.PacketSize(c.configured, c.version); got != c.want {
+			t.Errorf("PacketSize(%d, %q) = %d, want %d", c.configured, c.version, got, c.want)
+		}
+	}
+	p := partner(t)
+	p.SFTP.MaxPacket = 300 * 1024
+	if err := p.Validate("p"); err == nil {
+		t.Fatal("a max_packet above OpenSSH's read limit was accepted")
+	}
+}
+
+// A file of many 255 KiB requests (and a ragged tail) arrives whole from
+// the real OpenSSH server with the packet size auto picks.
+func TestLargeDownloadFromOpenSSHIsWhole(t *testing.T) {
+	p := partner(t)
+	data := make([]byte, 5<<20+12345)
+	if _, err := rand.Read(data); err != nil {
+		t.Fatal(err)
+	}
+	name := filepath.Join(p.SFTP.Root, "ready", "big.bin")
+	if err := os.WriteFile(name, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s, err := partners.Dial(context.Background(), p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	f, err := s.Open(s.Layout.Ready("big.bin"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var got strings.Builder
+	n, err := f.WriteTo(&got)
+	if err != nil || n != int64(len(data)) || got.String() != string(data) {
+		t.Fatalf("downloaded %d of %d bytes (equal %v), err %v", n, len(data), got.String() == string(data), err)
+	}
+}

@@ -88,7 +88,7 @@ func Run(ctx context.Context, o Options) (*Results, error) {
 	if e.dir, err = os.MkdirTemp("", "intake-bench-"); err != nil {
 		return nil, err
 	}
-	defer os.RemoveAll(e.dir)
+	defer func() { if os.Getenv("BENCH_KEEP") == "" { os.RemoveAll(e.dir) } }()
 	e.say("starting PostgreSQL (durable: fsync on) and OpenSSH sshd")
 	if e.pg, err = pgtemp.Start(pgtemp.Options{Durable: true}); err != nil {
 		return nil, err
@@ -230,7 +230,7 @@ func (e *env) start(url, cfg string, args ...string) (*proc, error) {
 		e.seq++
 		cmd.Env = append(cmd.Env, "INTAKE_CPUPROFILE="+filepath.Join(e.o.ProfileDir, fmt.Sprintf("%s-%d.pprof", filepath.Base(cfg), e.seq)))
 	}
-	log, err := os.Create(cfg + ".log")
+	log, err := os.OpenFile(cfg+".log", os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return nil, err
 	}
