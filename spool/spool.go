@@ -110,8 +110,12 @@ func (s *Spool) Put(partner string, want, max int64, src Source) (Entry, error) 
 		}
 	}()
 	h := sha256.New()
-	lw := &limitWriter{w: io.MultiWriter(h, f), left: max}
+	bw := newBehind(io.MultiWriter(h, f), 1<<20, 4)
+	lw := &limitWriter{w: bw, left: max}
 	n, err := src(lw)
+	if cerr := bw.Close(); err == nil && cerr != nil {
+		err = cerr
+	}
 	if lw.over {
 		return Entry{}, ErrTooLarge
 	}
