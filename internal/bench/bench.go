@@ -88,7 +88,11 @@ func Run(ctx context.Context, o Options) (*Results, error) {
 	if e.dir, err = os.MkdirTemp("", "intake-bench-"); err != nil {
 		return nil, err
 	}
-	defer func() { if os.Getenv("BENCH_KEEP") == "" { os.RemoveAll(e.dir) } }()
+	defer func() {
+		if os.Getenv("BENCH_KEEP") == "" {
+			os.RemoveAll(e.dir)
+		}
+	}()
 	e.say("starting PostgreSQL (durable: fsync on) and OpenSSH sshd")
 	if e.pg, err = pgtemp.Start(pgtemp.Options{Durable: true}); err != nil {
 		return nil, err
