@@ -51,10 +51,10 @@ func (r *fileRun) apply(ctx context.Context) error {
 	defer cancel()
 	full := make(chan *chunk, 1)
 	free := make(chan *chunk, 2)
-	size := r.feed.ChunkRows
+	rowsPerChunk := int(min(int64(r.feed.ChunkRows), max(in.RowsTotal, 1)))
 	seed := maphash.MakeSeed()
 	for range 2 {
-		free <- newChunk(seed, size)
+		free <- newChunk(seed, rowsPerChunk)
 	}
 	readErr := make(chan error, 1)
 	go func() { readErr <- r.readChunks(pctx, rd, full, free) }()

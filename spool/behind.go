@@ -5,6 +5,17 @@ import (
 	"sync"
 )
 
+// Files of behindMin bytes and more are hashed and written behind the
+// download; smaller ones are not worth a goroutine and buffers.
+const (
+	behindMin   = 4 << 20
+	behindBuf   = 1 << 20
+	behindDepth = 4
+)
+
+// buffers are reused across downloads.
+var buffers = sync.Pool{New: func() any { b := make([]byte, 0, behindBuf); return &b }}
+
 // behind hands the bytes written to it to one goroutine that writes them
 // on (sha256 and the spool file), so the network side of a download
 // (decrypting, reassembling SFTP replies) and the disk side run on
@@ -23,11 +34,22 @@ type behind struct {
 func newBehind(w io.Writer, size, depth int) *behind {
 	b := &behind{full: make(chan []byte, depth), free: make(chan []byte, depth+1), done: make(chan struct{})}
 	for range depth + 1 {
-		b.free <- make([]byte, 0, size)
+		if size == behindBuf {
+			b.free <- (*buffers.Get().(*[]byte))[:0]
+		} else {
+			b.free <- make([]byte, 0, size)
+		}
 	}
 	b.cur = <-b.free
 	go func() {
 		defer close(b.done)
+		defer func() {
+			for range depth + 1 {
+				if buf := <-b.free; cap(buf) == behindBuf {
+					buffers.Put(&buf)
+				}
+			}
+		}()
 		for buf := range b.full {
 			if b.failed() == nil {
 				if _, err := w.Write(buf); err != nil {
@@ -69,7 +91,10 @@ func (b *behind) Write(p []byte) (int, error) {
 func (b *behind) Close() error {
 	if len(b.cur) > 0 {
 		b.full <- b.cur
+	} else {
+		b.free <- b.cur
 	}
+	b.cur = nil
 	close(b.full)
 	<-b.done
 	return b.failed()

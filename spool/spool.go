@@ -110,11 +110,18 @@ func (s *Spool) Put(partner string, want, max int64, src Source) (Entry, error) 
 		}
 	}()
 	h := sha256.New()
-	bw := newBehind(io.MultiWriter(h, f), 1<<20, 4)
-	lw := &limitWriter{w: bw, left: max}
+	var sink io.Writer = io.MultiWriter(h, f)
+	var bw *behind
+	if want < 0 || want >= behindMin {
+		bw = newBehind(sink, behindBuf, behindDepth)
+		sink = bw
+	}
+	lw := &limitWriter{w: sink, left: max}
 	n, err := src(lw)
-	if cerr := bw.Close(); err == nil && cerr != nil {
-		err = cerr
+	if bw != nil {
+		if cerr := bw.Close(); err == nil && cerr != nil {
+			err = cerr
+		}
 	}
 	if lw.over {
 		return Entry{}, ErrTooLarge
