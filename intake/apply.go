@@ -129,7 +129,7 @@ func (r *fileRun) readChunks(ctx context.Context, rd *rows.Reader, full chan<- *
 		}
 		c.span(row.Line)
 		if row.Issue == nil {
-			c.add(row.Line, row.Values, keyIdx)
+			c.add(row.Line, row.Values, row.Null, keyIdx)
 		}
 		if (row.Index+1)%size == 0 {
 			if err := hand(); err != nil {

@@ -48,13 +48,12 @@ func (c *chunk) span(line int64) {
 // add appends a valid row. keyIdx are the key columns: a repeated key (by
 // hash: a collision only runs the exact SQL dedupe needlessly) marks the
 // chunk for the dedupe.
-func (c *chunk) add(line int64, vals []any, keyIdx []int) {
+func (c *chunk) add(line int64, vals []string, null []bool, keyIdx []int) {
 	if !c.dupKeys {
 		var h maphash.Hash
 		h.SetSeed(c.seed)
 		for _, k := range keyIdx {
-			s, _ := vals[k].(string)
-			h.WriteString(s)
+			h.WriteString(vals[k])
 			h.WriteByte(0)
 		}
 		sum := h.Sum64()
@@ -68,12 +67,11 @@ func (c *chunk) add(line int64, vals []any, keyIdx []int) {
 		if i > 0 {
 			c.cols = append(c.cols, '\t')
 		}
-		s, ok := v.(string)
-		if !ok {
+		if null[i] {
 			c.cols = append(c.cols, `\N`...)
 			continue
 		}
-		c.cols = appendCopyText(c.cols, s)
+		c.cols = appendCopyText(c.cols, v)
 	}
 	c.lines = append(c.lines, line)
 	c.ends = append(c.ends, len(c.cols))

@@ -72,7 +72,7 @@ func Dial(ctx context.Context, p *Config) (*Session, error) {
 		// Never above the server's read limit: pkg/sftp#658 truncates
 		// silently there (and the spool compares byte counts anyway).
 		sftp.MaxPacketUnchecked(PacketSize(p.SFTP.MaxPacket, string(c.ServerVersion()))),
-		sftp.MaxConcurrentRequestsPerFile(32), // 8 MiB in flight at 255 KiB
+		sftp.MaxConcurrentRequestsPerFile(16), // 4 MiB in flight at 255 KiB
 	)
 	if err != nil {
 		client.Close()

@@ -9,9 +9,9 @@ import (
 	"github.com/partner-intake/partner-intake/partners"
 )
 
-// check validates one cell and returns its normalised value (a string, or
-// nil for an empty optional cell) or a reason code.
-type check func(cell string) (any, string)
+// check validates one cell and returns its normalised value (null for an
+// empty optional cell) or a reason code.
+type check func(cell string) (v string, null bool, reason string)
 
 func newCheck(c partners.Column) check {
 	var typed func(string) (string, string)
@@ -47,9 +47,13 @@ func newCheck(c partners.Column) check {
 	case partners.TypeTimestamp:
 		layout := c.Layout
 		typed = func(s string) (string, string) {
-			t, err := time.Parse(layout, strings.TrimSpace(s))
+			s = strings.TrimSpace(s)
+			t, err := time.Parse(layout, s)
 			if err != nil {
 				return "", ReasonBadTimestamp
+			}
+			if layout == time.RFC3339 && len(s) == len("2006-01-02T15:04:05Z") && s[len(s)-1] == 'Z' {
+				return s, "" // already the canonical UTC form Format would write
 			}
 			return t.UTC().Format(time.RFC3339Nano), ""
 		}
@@ -77,18 +81,15 @@ func newCheck(c partners.Column) check {
 		panic("rows: unvalidated column type " + c.Type)
 	}
 	required := c.Required
-	return func(cell string) (any, string) {
-		if strings.TrimSpace(cell) == "" {
+	return func(cell string) (string, bool, string) {
+		if cell == "" || strings.TrimSpace(cell) == "" {
 			if required {
-				return nil, ReasonRequiredMissing
+				return "", true, ReasonRequiredMissing
 			}
-			return nil, ""
+			return "", true, ""
 		}
 		v, reason := typed(cell)
-		if reason != "" {
-			return nil, reason
-		}
-		return v, ""
+		return v, false, reason
 	}
 }
 
@@ -113,6 +114,9 @@ func checkDecimal(s string, scale int) (string, string) {
 		intPart = "0"
 	}
 	frac = strings.TrimRight(frac, "0")
+	if s[0] != '+' && (s[0] != '-' || intPart != "0" || frac != "") && len(s) == len(intPart)+btoi(frac != "")*(1+len(frac))+btoi(s[0] == '-') {
+		return s, "" // already canonical: no sign to drop, no leading or trailing zeros
+	}
 	out := intPart
 	if frac != "" {
 		out += "." + frac
@@ -121,6 +125,13 @@ func checkDecimal(s string, scale int) (string, string) {
 		out = "-" + out
 	}
 	return out, ""
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 func allDigits(s string) bool {
@@ -145,8 +156,10 @@ func validEmail(s string) bool {
 	if !strings.Contains(domain, ".") || strings.HasPrefix(domain, ".") || strings.HasSuffix(domain, ".") || strings.Contains(domain, "..") {
 		return false
 	}
-	for _, r := range s {
-		if r <= ' ' || r == 0x7f || r == '"' || r == ',' || r == '<' || r == '>' || r == '(' || r == ')' || r == ';' || r == '\\' {
+	for i := 0; i < len(s); i++ {
+		// bytes >= 0x80 belong to multi-byte runes (the cell is valid
+		// UTF-8), none of which is refused here
+		if b := s[i]; b <= ' ' || b == 0x7f || b == '"' || b == ',' || b == '<' || b == '>' || b == '(' || b == ')' || b == ';' || b == '\\' {
 			return false
 		}
 	}

@@ -25,9 +25,10 @@ type Row struct {
 	Line int64
 	// Index is the 0-based position among data rows; chunks are ranges of it.
 	Index int64
-	// Values are the normalised column values (string, or nil for empty
-	// optional cells), valid until the next call to Next.
-	Values []any
+	// Values are the normalised column values, valid until the next call
+	// to Next; Null[i] marks an empty optional cell (Values[i] is then "").
+	Values []string
+	Null   []bool
 	// Issue is set when the row is rejected; Values is then undefined.
 	Issue *Issue
 }
@@ -69,7 +70,8 @@ func NewReader(r io.Reader, feed *partners.Feed, maxRows int64) (*Reader, error)
 	for _, col := range feed.Columns {
 		rd.checks = append(rd.checks, newCheck(col))
 	}
-	rd.row.Values = make([]any, len(feed.Columns))
+	rd.row.Values = make([]string, len(feed.Columns))
+	rd.row.Null = make([]bool, len(feed.Columns))
 	if feed.CSV.HasHeader() {
 		rec, err := rd.read()
 		if errors.Is(err, io.EOF) {
@@ -174,12 +176,12 @@ func (r *Reader) Next() (*Row, error) {
 			row.Issue = &Issue{Line: row.Line, Column: r.feed.Columns[i].Name, Reason: ReasonFieldTooLong}
 			return row, nil
 		}
-		v, reason := r.checks[i](cell)
+		v, null, reason := r.checks[i](cell)
 		if reason != "" {
 			row.Issue = &Issue{Line: row.Line, Column: r.feed.Columns[i].Name, Reason: reason}
 			return row, nil
 		}
-		row.Values[i] = v
+		row.Values[i], row.Null[i] = v, null
 	}
 	return row, nil
 }

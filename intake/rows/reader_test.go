@@ -58,7 +58,13 @@ func readAll(t *testing.T, f *partners.Feed, src string) ([]got, error) {
 		if row.Issue != nil {
 			g.column, g.issue = row.Issue.Column, row.Issue.Reason
 		} else {
-			g.values = append([]any(nil), row.Values...)
+			for i, v := range row.Values {
+				if row.Null[i] {
+					g.values = append(g.values, nil)
+				} else {
+					g.values = append(g.values, v)
+				}
+			}
 		}
 		out = append(out, g)
 	}

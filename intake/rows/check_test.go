@@ -1,0 +1,72 @@
+package rows
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/partner-intake/partner-intake/partners"
+)
+
+// canonicalDecimal is the plain rule checkDecimal must agree with: drop a
+// '+', leading zeros of the integer part, trailing zeros of the fraction,
+// and the sign of zero.
+func canonicalDecimal(s string) string {
+	neg := strings.HasPrefix(s, "-")
+	body := strings.TrimLeft(s, "+-")
+	i, f, _ := strings.Cut(body, ".")
+	i = strings.TrimLeft(i, "0")
+	if i == "" {
+		i = "0"
+	}
+	f = strings.TrimRight(f, "0")
+	out := i
+	if f != "" {
+		out += "." + f
+	}
+	if neg && out != "0" {
+		out = "-" + out
+	}
+	return out
+}
+
+func TestDecimalsAreCanonicalWhetherOrNotTheyCameThatWay(t *testing.T) {
+	var in []string
+	for _, sign := range []string{"", "-", "+"} {
+		for _, i := range []string{"0", "00", "5", "05", "10", "100", "007"} {
+			in = append(in, sign+i)
+			for _, f := range []string{"0", "00", "5", "50", "05", "1"} {
+				in = append(in, sign+i+"."+f)
+			}
+		}
+	}
+	for _, s := range in {
+		got, reason := checkDecimal(s, 2)
+		if reason != "" {
+			t.Fatalf("%q refused: %s", s, reason)
+		}
+		if want := canonicalDecimal(s); got != want {
+			t.Errorf("checkDecimal(%q) = %q, want %q", s, got, want)
+		}
+	}
+}
+
+func TestTimestampsAreCanonicalUTC(t *testing.T) {
+	c := newCheck(partners.Column{Name: "ts", Type: partners.TypeTimestamp, Layout: time.RFC3339})
+	for in, want := range map[string]string{
+		"2026-01-02T03:04:05Z":      "2026-01-02T03:04:05Z",
+		" 2026-01-02T03:04:05Z ":    "2026-01-02T03:04:05Z",
+		"2026-01-02T03:04:05+01:00": "2026-01-02T02:04:05Z",
+		"2026-01-02T03:04:05.50Z":   "2026-01-02T03:04:05.5Z",
+	} {
+		got, null, reason := c(in)
+		if reason != "" || null || got != want {
+			t.Errorf("%q: got %q (null %v, reason %q), want %q", in, got, null, reason, want)
+		}
+	}
+	for _, bad := range []string{"2026-01-02T24:04:05Z", "2026-01-02T03:04:60Z", "2026-01-02t03:04:05Z", "2026-13-02T03:04:05Z"} {
+		if _, _, reason := c(bad); reason != ReasonBadTimestamp {
+			t.Errorf("%q: reason %q, want %s", bad, reason, ReasonBadTimestamp)
+		}
+	}
+}
