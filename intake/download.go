@@ -40,7 +40,7 @@ func (r *fileRun) download(ctx context.Context) error {
 	var e spool.Entry
 	var err error
 	for attempt := 1; ; attempt++ {
-		e, err = r.fetch(ctx)
+		e, err = r.fetch(ctx, true)
 		if errors.Is(err, spool.ErrTooLarge) {
 			return r.hold(ctx, StateQuarantined, ReasonFileTooLarge, 0, fmt.Sprintf("the file is larger than the limit of %d bytes", r.p.cfg.Limits.MaxFileBytes))
 		}
@@ -106,7 +106,7 @@ func (f *faultWriter) Write(p []byte) (int, error) {
 }
 
 // fetch downloads processing/<worker>/<name> into the spool.
-func (r *fileRun) fetch(ctx context.Context) (spool.Entry, error) {
+func (r *fileRun) fetch(ctx context.Context, withScan bool) (spool.Entry, error) {
 	f, err := r.sess.Open(r.in.ClaimedPath)
 	if partners.IsNotExist(err) {
 		return spool.Entry{}, ErrRemoteLost
@@ -130,7 +130,27 @@ func (r *fileRun) fetch(ctx context.Context) (spool.Entry, error) {
 	if fault.Enabled() {
 		src = func(w io.Writer) (int64, error) { return f.WriteTo(&faultWriter{w: w}) }
 	}
-	e, err := r.d.spool.Put(r.in.Partner, st.Size(), max, src)
+	var opts []spool.PutOption
+	var pre *preScan
+	if withScan && compressionOf(r.in.RemoteName) == "" {
+		// Validate the rows while they land in the spool, from the file
+		// itself: the plan step then need not read it again, and the
+		// download never waits for the validation.
+		opts = append(opts, spool.Follow(func(fl *spool.Follower) {
+			pre = &preScan{done: make(chan *scan, 1), stop: fl}
+			go func() { pre.done <- scanRows(fl, r.feed, r.p.cfg.Limits.MaxRows) }()
+		}))
+	}
+	e, err := r.d.spool.Put(r.in.Partner, st.Size(), max, src, opts...)
+	if pre != nil {
+		if err != nil {
+			pre.stop.Close()
+		} else {
+			pre.sha = e.SHA256
+			r.dropPre()
+			r.pre = pre
+		}
+	}
 	if err == nil {
 		r.d.metrics.bytesDownloaded.WithLabelValues(r.in.Partner).Add(float64(e.Size))
 	}
@@ -145,7 +165,7 @@ func (r *fileRun) ensureSpooled(ctx context.Context) error {
 	if r.d.spool.Has(in.Partner, in.DataSHA256, in.DataSize) {
 		return nil
 	}
-	e, err := r.fetch(ctx)
+	e, err := r.fetch(ctx, false)
 	if errors.Is(err, ErrRemoteLost) {
 		return r.hold(ctx, StateFailedTerminal, ReasonRemoteLost, 0, "neither the spool nor processing/ holds the file's bytes any more")
 	}

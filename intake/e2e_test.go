@@ -139,6 +139,14 @@ func TestHappyPathLandsRowsAndArchivesTheFile(t *testing.T) {
 }
 
 func TestRejectedRowsAreReportedWithLineColumnAndReason(t *testing.T) {
+	t.Run("held in memory", testRejectedRowsReported)
+	t.Run("streamed from the spool", func(t *testing.T) {
+		defer intake.SetMaxHeldIssues(2)()
+		testRejectedRowsReported(t)
+	})
+}
+
+func testRejectedRowsReported(t *testing.T) {
 	_, pool := testenv.DB(t)
 	site := testenv.NewSite(t, "acme")
 	content := header +

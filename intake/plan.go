@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/partner-intake/partner-intake/intake/rows"
+	"github.com/partner-intake/partner-intake/partners"
 )
 
 // planResult is what validating every row of a spooled file found.
@@ -21,15 +22,106 @@ type planResult struct {
 	Hold string
 }
 
+// maxHeldIssues is how many rejected rows a scan keeps in memory; a file
+// with more has them streamed from the spool into the database instead.
+var maxHeldIssues = 10_000
+
+// scan is one validating pass over a file's rows.
+type scan struct {
+	total, rejected int64
+	issues          []rows.Issue // the first maxHeldIssues rejected rows
+	overflow        bool         // more rejected rows than issues holds
+	fail            *rows.FileError
+	err             error // reading failed (not the file's fault)
+}
+
+// scanRows validates every row of r.
+func scanRows(r io.Reader, feed *partners.Feed, maxRows int64) *scan {
+	s := &scan{}
+	rd, err := rows.NewReader(r, feed, maxRows)
+	if err != nil {
+		if !errors.As(err, &s.fail) {
+			s.err = err
+		}
+		return s
+	}
+	for {
+		row, err := rd.Next()
+		if err == io.EOF {
+			return s
+		}
+		if err != nil {
+			if !errors.As(err, &s.fail) {
+				s.err = err
+			}
+			return s
+		}
+		s.total++
+		if row.Issue != nil {
+			s.rejected++
+			if len(s.issues) < maxHeldIssues {
+				s.issues = append(s.issues, *row.Issue)
+			} else {
+				s.overflow = true
+			}
+		}
+	}
+}
+
+// preScan validates the rows while the file is being downloaded, from the
+// spool file as it is written, so the plan step need not read the file
+// again. It is used only for the spool entry it was computed from.
+type preScan struct {
+	sha  string
+	done chan *scan
+	stop io.Closer
+}
+
+// dropPre stops a scan that will not be used (a duplicate, a held file).
+func (r *fileRun) dropPre() {
+	if r.pre != nil {
+		r.pre.stop.Close()
+		r.pre = nil
+	}
+}
+
 // plan validates every row from the spool (never the network) and, in one
 // transaction, records rejected rows (line, column, reason: never values)
 // and the totals; when policy allows, the file moves to applying in the
-// same transaction. Rejected rows stream straight into COPY, so memory
-// stays flat however many rows are rejected. Replanning is idempotent: the
-// previous plan's rows are deleted first.
+// same transaction. A scan made during the download of these very bytes
+// stands in for reading the spool. Up to maxHeldIssues rejected rows are
+// held in memory; beyond that they stream straight from the spool into
+// COPY, so memory stays flat however many rows are rejected. Replanning is
+// idempotent: the previous plan's rows are deleted first.
 func (r *fileRun) plan(ctx context.Context) (*planResult, error) {
 	in := r.in
-	res := &planResult{}
+	var sc *scan
+	if r.pre != nil && r.pre.sha == in.DataSHA256 {
+		sc = <-r.pre.done
+		r.dropPre()
+	}
+	if sc == nil || sc.err != nil {
+		f, err := r.d.spool.Open(in.Partner, in.DataSHA256)
+		if err != nil {
+			return nil, fmt.Errorf("plan: open spool: %w", err)
+		}
+		sc = scanRows(f, r.feed, r.p.cfg.Limits.MaxRows)
+		f.Close()
+		if sc.err != nil {
+			return nil, fmt.Errorf("plan: read spool: %w", sc.err)
+		}
+	}
+	res := &planResult{Total: sc.total, Rejected: sc.rejected, Fail: sc.fail}
+	if res.Fail != nil {
+		return res, nil
+	}
+	next := "applying"
+	switch {
+	case in.ExpectedRows != nil && *in.ExpectedRows != res.Total && in.Override != OverrideManifest:
+		res.Hold, next = ReasonManifestMismatch, "spooled"
+	case res.Total > 0 && float64(res.Rejected)/float64(res.Total) > r.feed.MaxRejectRatio && in.Override != OverrideRejectRate:
+		res.Hold, next = ReasonRejectRate, "spooled"
+	}
 	err := pgx.BeginFunc(ctx, r.d.db, func(tx pgx.Tx) error {
 		tag, err := tx.Exec(ctx, `UPDATE file_intake SET updated_at = now()
 			WHERE intake_id = $1 AND fencing_token = $2 AND state = 'spooled'`, in.ID, in.Token)
@@ -39,67 +131,77 @@ func (r *fileRun) plan(ctx context.Context) (*planResult, error) {
 		if _, err := tx.Exec(ctx, `DELETE FROM intake_row_issue WHERE intake_id = $1`, in.ID); err != nil {
 			return fmt.Errorf("plan: clear earlier plan: %w", err)
 		}
-		f, err := r.d.spool.Open(in.Partner, in.DataSHA256)
-		if err != nil {
-			return fmt.Errorf("plan: open spool: %w", err)
-		}
-		defer f.Close()
-		rd, err := rows.NewReader(f, r.feed, r.p.cfg.Limits.MaxRows)
-		var fe *rows.FileError
-		if errors.As(err, &fe) {
-			res.Fail = fe
-			return nil
-		}
-		if err != nil {
+		if err := r.recordIssues(ctx, tx, sc); err != nil {
 			return err
-		}
-		src := &issueSource{rd: rd, intake: in.ID, partner: in.Partner}
-		_, err = tx.CopyFrom(ctx, pgx.Identifier{"intake_row_issue"},
-			[]string{"intake_id", "partner_id", "line", "column_name", "reason", "outcome"}, src)
-		if errors.As(src.err, &fe) {
-			res.Fail = fe
-			return errRollback
-		}
-		if err != nil {
-			return fmt.Errorf("plan: record rejected rows: %w", err)
-		}
-		res.Total, res.Rejected = src.total, src.rejected
-		next := "applying"
-		switch {
-		case in.ExpectedRows != nil && *in.ExpectedRows != res.Total && in.Override != OverrideManifest:
-			res.Hold, next = ReasonManifestMismatch, "spooled"
-		case res.Total > 0 && float64(res.Rejected)/float64(res.Total) > r.feed.MaxRejectRatio && in.Override != OverrideRejectRate:
-			res.Hold, next = ReasonRejectRate, "spooled"
 		}
 		tag, err = tx.Exec(ctx, `UPDATE file_intake SET state = $3, rows_total = $4, rows_rejected = $5, updated_at = now()
 			WHERE intake_id = $1 AND fencing_token = $2 AND state = 'spooled'`, in.ID, in.Token, next, res.Total, res.Rejected)
-		if err := fenced(tag, err, in, "plan"); err != nil {
-			return err
-		}
-		in.State, in.RowsTotal, in.RowsRejected = State(next), res.Total, res.Rejected
-		return nil
+		return fenced(tag, err, in, "plan")
 	})
-	if errors.Is(err, errRollback) {
-		err = nil
-	}
 	if err != nil {
 		return nil, err
 	}
+	in.State, in.RowsTotal, in.RowsRejected = State(next), res.Total, res.Rejected
 	r.d.metrics.rowsTotal.WithLabelValues(in.Partner, "rejected").Add(float64(res.Rejected))
 	return res, nil
 }
 
-var errRollback = errors.New("rollback")
+var issueCols = []string{"intake_id", "partner_id", "line", "column_name", "reason", "outcome"}
 
-// issueSource feeds rejected rows of a reader to COPY.
+// recordIssues writes the scan's rejected rows: from memory, or, when
+// there were more than it holds, streamed from the spool again.
+func (r *fileRun) recordIssues(ctx context.Context, tx pgx.Tx, sc *scan) error {
+	in := r.in
+	if !sc.overflow {
+		if len(sc.issues) == 0 {
+			return nil
+		}
+		_, err := tx.CopyFrom(ctx, pgx.Identifier{"intake_row_issue"}, issueCols,
+			pgx.CopyFromSlice(len(sc.issues), func(i int) ([]any, error) {
+				return issueValues(in, &sc.issues[i]), nil
+			}))
+		if err != nil {
+			return fmt.Errorf("plan: record rejected rows: %w", err)
+		}
+		return nil
+	}
+	f, err := r.d.spool.Open(in.Partner, in.DataSHA256)
+	if err != nil {
+		return fmt.Errorf("plan: open spool: %w", err)
+	}
+	defer f.Close()
+	rd, err := rows.NewReader(f, r.feed, r.p.cfg.Limits.MaxRows)
+	if err != nil {
+		return fmt.Errorf("plan: spooled file no longer reads as scanned: %w", err)
+	}
+	src := &issueSource{rd: rd, in: in}
+	n, err := tx.CopyFrom(ctx, pgx.Identifier{"intake_row_issue"}, issueCols, src)
+	if src.err != nil {
+		return fmt.Errorf("plan: spooled file no longer reads as scanned: %w", src.err)
+	}
+	if err != nil {
+		return fmt.Errorf("plan: record rejected rows: %w", err)
+	}
+	if n != sc.rejected {
+		return fmt.Errorf("plan: %d rejected rows recorded, the scan found %d", n, sc.rejected)
+	}
+	return nil
+}
+
+func issueValues(in *Intake, is *rows.Issue) []any {
+	var col any
+	if is.Column != "" {
+		col = is.Column
+	}
+	return []any{in.ID, in.Partner, is.Line, col, is.Reason, "rejected"}
+}
+
+// issueSource feeds the rejected rows of a reader to COPY.
 type issueSource struct {
-	rd       *rows.Reader
-	intake   int64
-	partner  string
-	issue    *rows.Issue
-	total    int64
-	rejected int64
-	err      error
+	rd    *rows.Reader
+	in    *Intake
+	issue *rows.Issue
+	err   error
 }
 
 func (s *issueSource) Next() bool {
@@ -112,21 +214,13 @@ func (s *issueSource) Next() bool {
 			s.err = err
 			return false
 		}
-		s.total++
 		if row.Issue != nil {
-			s.rejected++
 			s.issue = row.Issue
 			return true
 		}
 	}
 }
 
-func (s *issueSource) Values() ([]any, error) {
-	var col any
-	if s.issue.Column != "" {
-		col = s.issue.Column
-	}
-	return []any{s.intake, s.partner, s.issue.Line, col, s.issue.Reason, "rejected"}, nil
-}
+func (s *issueSource) Values() ([]any, error) { return issueValues(s.in, s.issue), nil }
 
 func (s *issueSource) Err() error { return s.err }

@@ -22,6 +22,8 @@ type fileRun struct {
 	log  *slog.Logger
 	// progress, if set, hears of every committed chunk (replay's bar).
 	progress func(done, total int64)
+	// pre is the rows' scan made during the download, for plan.
+	pre *preScan
 	// direct: the next chunk is tried straight into the target (see
 	// writeRows); only the apply loop touches it.
 	direct bool
@@ -62,6 +64,7 @@ func (r *fileRun) run(ctx context.Context) error {
 		r.heartbeat(ctx, cancel)
 	}()
 	defer func() { cancel(nil); <-hbDone }()
+	defer r.dropPre()
 
 	for !terminal(r.in.State) {
 		var err error
@@ -144,6 +147,9 @@ func (r *fileRun) decide(ctx context.Context) error {
 	}
 	if err != nil {
 		return err
+	}
+	if verdict != VerdictNew {
+		r.dropPre()
 	}
 	switch verdict {
 	case VerdictDuplicate:

@@ -89,7 +89,11 @@ type Source func(w io.Writer) (int64, error)
 // temporary file together (io.MultiWriter as the destination, so the
 // source's fast WriteTo path stays in use). When want >= 0 the byte count
 // must equal it; more than max bytes stop the stream with ErrTooLarge.
-func (s *Spool) Put(partner string, want, max int64, src Source) (Entry, error) {
+func (s *Spool) Put(partner string, want, max int64, src Source, opts ...PutOption) (e Entry, err error) {
+	var o putOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
 	if !partnerPattern.MatchString(partner) {
 		return Entry{}, fmt.Errorf("spool: bad partner id %q", partner)
 	}
@@ -109,8 +113,18 @@ func (s *Spool) Put(partner string, want, max int64, src Source) (Entry, error) 
 			os.Remove(tmpPath)
 		}
 	}()
+	var fileW io.Writer = f
+	if o.follow != nil {
+		fl, ferr := newFollower(tmpPath)
+		if ferr != nil {
+			return Entry{}, fmt.Errorf("spool: %w", ferr)
+		}
+		defer func() { fl.finish(err) }()
+		fileW = &notifyWriter{w: f, fl: fl}
+		o.follow(fl)
+	}
 	h := sha256.New()
-	var sink io.Writer = io.MultiWriter(h, f)
+	var sink io.Writer = io.MultiWriter(h, fileW)
 	var bw *behind
 	if want < 0 || want >= behindMin {
 		bw = newBehind(sink, behindBuf, behindDepth)
@@ -132,7 +146,7 @@ func (s *Spool) Put(partner string, want, max int64, src Source) (Entry, error) 
 	if want >= 0 && n != want {
 		return Entry{}, &ShortError{Got: n, Want: want}
 	}
-	e := Entry{Partner: partner, SHA256: hex.EncodeToString(h.Sum(nil)), Size: n}
+	e = Entry{Partner: partner, SHA256: hex.EncodeToString(h.Sum(nil)), Size: n}
 	final := s.Path(e.Partner, e.SHA256)
 	if s.Has(e.Partner, e.SHA256, e.Size) {
 		// Content-addressed: the same bytes are already spooled (and were

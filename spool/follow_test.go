@@ -1,0 +1,96 @@
+package spool
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"testing"
+	"time"
+)
+
+// A follower reads exactly the bytes Put streams, while they stream, for
+// small (written in place) and large (written behind) files alike.
+func TestFollowerReadsWhatPutWrites(t *testing.T) {
+	for _, size := range []int{10, 6 << 20} {
+		s, err := New(t.TempDir())
+		if err != nil {
+			t.Fatal(err)
+		}
+		data := bytes.Repeat([]byte("0123456789abcdef"), size/16+1)[:size]
+		got := make(chan []byte, 1)
+		e, err := s.Put("acme", int64(size), 1<<30, func(w io.Writer) (int64, error) {
+			// stream slowly, in pieces, so the follower has to wait for bytes
+			var n int64
+			for p := data; len(p) > 0; {
+				k := min(len(p), 1<<20)
+				m, err := w.Write(p[:k])
+				n += int64(m)
+				if err != nil {
+					return n, err
+				}
+				p = p[k:]
+				time.Sleep(time.Millisecond)
+			}
+			return n, nil
+		}, Follow(func(fl *Follower) {
+			go func() {
+				b, _ := io.ReadAll(fl)
+				fl.Close()
+				got <- b
+			}()
+		}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if b := <-got; !bytes.Equal(b, data) {
+			t.Fatalf("size %d: follower read %d bytes (equal %v)", size, len(b), bytes.Equal(b, data))
+		}
+		if e.Size != int64(size) {
+			t.Fatalf("entry %+v", e)
+		}
+		noTemps(t, s, "acme")
+	}
+}
+
+// A failed Put ends the follower with an error, not EOF (a partial file
+// must never pass for a whole one); Close stops a waiting reader.
+func TestFollowerSeesAFailedPutAndStopsOnClose(t *testing.T) {
+	s, err := New(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := make(chan error, 1)
+	_, err = s.Put("acme", 100, 1<<20, func(w io.Writer) (int64, error) {
+		n, _ := w.Write([]byte("only ten b"))
+		return int64(n), nil
+	}, Follow(func(fl *Follower) {
+		go func() {
+			_, err := io.ReadAll(fl)
+			res <- err
+		}()
+	}))
+	var short *ShortError
+	if !errors.As(err, &short) {
+		t.Fatalf("Put: %v", err)
+	}
+	if rerr := <-res; rerr == nil {
+		t.Fatal("the follower of a short download read to a clean EOF")
+	}
+
+	stopped := make(chan error, 1)
+	release := make(chan struct{})
+	go s.Put("acme", -1, 1<<20, func(w io.Writer) (int64, error) {
+		<-release
+		return 0, nil
+	}, Follow(func(fl *Follower) {
+		go func() {
+			_, err := fl.Read(make([]byte, 10))
+			stopped <- err
+		}()
+		go func() { time.Sleep(20 * time.Millisecond); fl.Close() }()
+	}))
+	if err := <-stopped; !errors.Is(err, ErrStopped) {
+		t.Fatalf("read after Close: %v", err)
+	}
+	close(release)
+}
