@@ -432,3 +432,58 @@ func TestRepeatedKeyInAFileKeepsTheLastLine(t *testing.T) {
 		t.Fatalf("rejects.csv:\n%s", got)
 	}
 }
+
+// ordersLine is line i of goodRows(prefix, n), with the amount replaced
+// when amount is not empty.
+func ordersLine(prefix string, i int, amount string) string {
+	if amount == "" {
+		amount = fmt.Sprintf("%d.%02d", i*10, i%100)
+	}
+	return fmt.Sprintf("%s-%d,c%d@example.com,%s,paid,2026-11-0%dT10:00:00Z,%d\n", prefix, i, i, amount, 1+i%9, i)
+}
+
+// Files whose keys exist (so the merge, not the straight COPY, applies
+// them) get each row judged: updated, inserted, unchanged, or a conflict
+// with a newer intake's row (which only the merge's probe can see: the
+// ON CONFLICT guard alone would silently skip it), whether the chunk's
+// keys are clustered or spread over the whole table.
+func TestMergeJudgesEveryRowOfClusteredAndSpreadKeys(t *testing.T) {
+	_, pool := testenv.DB(t)
+	site := testenv.NewSite(t, "acme")
+	r := newRig(t, pool, "w1", site)
+	site.Drop(t, "orders-m0.csv", goodRows("M", 60))
+	r.poll("acme")
+	// a newer intake wrote M-12 and M-9 since: the files below conflict there
+	if _, err := pool.Exec(context.Background(), `UPDATE orders SET amount = 9.99, last_intake_id = 1000000 WHERE order_id IN ('M-12', 'M-9')`); err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name string
+		body string
+	}{
+		// keys M-10..M-12: next to each other in the index
+		{"clustered", ordersLine("M", 10, "") + ordersLine("M", 11, "1.11") +
+			"M-11a,new@example.com,5.00,new,2026-11-01T10:00:00Z,1\n" + ordersLine("M", 12, "")},
+		// keys M-1..Z-1: spread over the whole table
+		{"spread", ordersLine("M", 1, "2.22") + ordersLine("M", 60, "") + ordersLine("M", 9, "") +
+			"Z-1,z@example.com,7.00,new,2026-11-01T10:00:00Z,1\n"},
+	}
+	for i, c := range cases {
+		site.Drop(t, fmt.Sprintf("orders-m%d.csv", i+1), header+c.body)
+		r.poll("acme")
+		f := files(t, pool, "acme")[i+1]
+		if f.State != "archived" || f.Applied != 2 || f.Unchanged != 1 || f.Confl != 1 {
+			t.Fatalf("%s: got %+v, want 2 applied (one update, one insert), 1 unchanged, 1 conflict", c.name, f)
+		}
+	}
+	first := files(t, pool, "acme")[0].ID
+	for key, want := range map[string]string{"M-11": "1.11", "M-1": "2.22", "M-11a": "5.00", "Z-1": "7.00", "M-10": "100.10", "M-60": "600.60", "M-12": "9.99", "M-9": "9.99"} {
+		var got string
+		if err := pool.QueryRow(context.Background(), `SELECT amount::text FROM orders WHERE partner_id = 'acme' AND order_id = $1`, key).Scan(&got); err != nil || got != want {
+			t.Errorf("%s: amount %q (%v), want %s", key, got, err, want)
+		}
+	}
+	if n := count(t, pool, `SELECT count(*) FROM orders WHERE partner_id = 'acme' AND last_intake_id = $1`, first); n != 56 {
+		t.Fatalf("%d rows still carry the first intake, want 56 (unchanged rows are never rewritten)", n)
+	}
+}
