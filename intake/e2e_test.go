@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -485,5 +486,31 @@ func TestMergeJudgesEveryRowOfClusteredAndSpreadKeys(t *testing.T) {
 	}
 	if n := count(t, pool, `SELECT count(*) FROM orders WHERE partner_id = 'acme' AND last_intake_id = $1`, first); n != 56 {
 		t.Fatalf("%d rows still carry the first intake, want 56 (unchanged rows are never rewritten)", n)
+	}
+}
+
+// Remote directories are made sure of once per session; one removed by
+// hand meanwhile fails that poll, and the next poll (a new session) makes
+// it again and finishes the file.
+func TestArchiveDirRemovedByHandIsMadeAgain(t *testing.T) {
+	_, pool := testenv.DB(t)
+	site := testenv.NewSite(t, "acme")
+	r := newRig(t, pool, "w1", site)
+	site.Drop(t, "orders-d1.csv", goodRows("D", 2))
+	r.poll("acme")
+	if err := os.RemoveAll(filepath.Join(site.Root, "archive")); err != nil {
+		t.Fatal(err)
+	}
+	site.Drop(t, "orders-d2.csv", goodRows("E", 2))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_ = r.d.PollOnce(ctx, "acme") // may fail: the session believed the directory was there
+	r.poll("acme")
+	fs := files(t, pool, "acme")
+	if len(fs) != 2 || fs[1].State != "archived" {
+		t.Fatalf("got %+v, want the second file archived", fs)
+	}
+	if _, err := os.Stat(fs[1].Archive); err != nil {
+		t.Fatalf("archive %s: %v", fs[1].Archive, err)
 	}
 }

@@ -15,12 +15,18 @@ import (
 var ErrRemoteLost = errors.New("the claimed remote file is gone")
 
 // moveOnce renames src to the first free name from candidates, never
-// overwriting (SFTP RENAME fails on OpenSSH when the target exists). When
-// src is already gone and a candidate exists, an earlier attempt moved it:
-// that candidate is returned, so a resumed step is idempotent.
+// overwriting (SFTP RENAME fails when the target exists; candidate names
+// carry the intake id, so the first is free unless this very step ran
+// before). The common case costs one request; only a refused rename asks
+// more. When src is already gone and a candidate exists, an earlier
+// attempt moved it: that candidate is returned, so a resumed step is
+// idempotent.
 func moveOnce(s *partners.Session, src string, candidates []string) (string, error) {
-	if err := s.MkdirAll(path.Dir(candidates[0])); err != nil {
+	if err := s.EnsureDir(path.Dir(candidates[0])); err != nil {
 		return "", fmt.Errorf("create %s: %w", path.Dir(candidates[0]), err)
+	}
+	if err := s.Rename(src, candidates[0]); err == nil {
+		return candidates[0], nil
 	}
 	if _, err := s.Lstat(src); partners.IsNotExist(err) {
 		for i := len(candidates) - 1; i >= 0; i-- {
@@ -54,13 +60,11 @@ func uniqueNames(dir, stem, ext string, n int) []string {
 }
 
 // putFile writes data to dir/name atomically: into a hidden temporary name,
-// then renamed. An existing target (an earlier attempt finished) is kept.
+// then renamed. An existing target (an earlier attempt finished) is kept:
+// the rename onto it is refused and the temporary file removed.
 func putFile(s *partners.Session, dir, name string, data []byte) (string, error) {
 	dst := path.Join(dir, name)
-	if _, err := s.Lstat(dst); err == nil {
-		return dst, nil
-	}
-	if err := s.MkdirAll(dir); err != nil {
+	if err := s.EnsureDir(dir); err != nil {
 		return "", fmt.Errorf("create %s: %w", dir, err)
 	}
 	var b [8]byte

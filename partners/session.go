@@ -8,6 +8,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/pkg/sftp"
@@ -21,6 +22,22 @@ type Session struct {
 
 	ssh  *ssh.Client
 	done chan struct{}
+	dirs sync.Map // remote directories this session has made sure of
+}
+
+// EnsureDir creates dir and its parents once per session: a directory
+// made sure of is not asked about again (a directory removed meanwhile
+// makes the next move fail, the poll fail, and the session be dialled
+// anew).
+func (s *Session) EnsureDir(dir string) error {
+	if _, ok := s.dirs.Load(dir); ok {
+		return nil
+	}
+	if err := s.MkdirAll(dir); err != nil {
+		return err
+	}
+	s.dirs.Store(dir, struct{}{})
+	return nil
 }
 
 // Dial connects to the partner's site with its pinned host key. The whole
