@@ -2,7 +2,9 @@ package bench
 
 import (
 	"context"
+
 	"fmt"
+	"github.com/jackc/pgx/v5"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -187,12 +189,19 @@ func (e *env) smallRun(ctx context.Context, daemons int) (filesPerS float64, cpu
 	}
 	deadline := time.Now().Add(10 * time.Minute)
 	var done int64
+	// one connection for the progress checks: a connection per check
+	// would cost PostgreSQL a backend start every time, on the same cores
+	watch, err := pgx.Connect(ctx, url)
+	if err != nil {
+		return 0, nil, 0, err
+	}
+	defer watch.Close(ctx)
 	for done < int64(e.o.SmallFiles) {
 		if time.Now().After(deadline) {
 			break
 		}
 		time.Sleep(50 * time.Millisecond)
-		if done, err = e.count(ctx, url, `SELECT count(*) FROM file_intake WHERE state = 'archived'`); err != nil {
+		if err = watch.QueryRow(ctx, `SELECT count(*) FROM file_intake WHERE state = 'archived'`).Scan(&done); err != nil {
 			break
 		}
 	}
