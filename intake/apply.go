@@ -20,6 +20,7 @@ import (
 // chunkCounts is what one chunk transaction did.
 type chunkCounts struct {
 	applied, unchanged, rejected, conflict int64
+	fileApplied                            bool // the last chunk moved the file to applied
 }
 
 // apply merges the valid rows of a planned file into the target, chunk by
@@ -59,6 +60,8 @@ func (r *fileRun) apply(ctx context.Context) error {
 	readErr := make(chan error, 1)
 	go func() { readErr <- r.readChunks(pctx, rd, full, free) }()
 	r.direct = true // optimistic: fresh rows go straight into the target
+	size := int64(r.feed.ChunkRows)
+	r.chunks = int((in.RowsTotal + size - 1) / size)
 	for c := range full {
 		if err := r.commitChunk(ctx, tgt, c); err != nil {
 			cancel()
@@ -72,8 +75,10 @@ func (r *fileRun) apply(ctx context.Context) error {
 	if err := <-readErr; err != nil {
 		return err
 	}
-	if err := r.d.store.markApplied(ctx, in); err != nil {
-		return err
+	if in.State != StateApplied { // no chunk (no rows), or the last commit's reply never told
+		if err := r.d.store.markApplied(ctx, in); err != nil {
+			return err
+		}
 	}
 	return fault.Check("apply:after_commit")
 }
@@ -179,6 +184,9 @@ func (r *fileRun) commitChunk(ctx context.Context, tgt *target, ch *chunk) error
 			r.in.RowsRejected += c.rejected
 			r.in.RowsConflict += c.conflict
 			r.in.ChunksDone = chunk + 1
+			if c.fileApplied {
+				r.in.State = StateApplied
+			}
 			r.d.metrics.rows(r.in.Partner, c)
 			if r.progress != nil {
 				r.progress(r.in.RowsApplied+r.in.RowsUnchanged+r.in.RowsConflict+r.in.RowsRejected, r.in.RowsTotal)
@@ -261,11 +269,28 @@ func (e *CommitUnknownError) Unwrap() error { return e.Err }
 
 func (r *fileRun) chunkStatements(ctx context.Context, tx pgx.Tx, tgt *target, ch *chunk, c *chunkCounts) error {
 	in, chunk := r.in, ch.no
+	path := r.rowPath(ch)
 	// The gate: the row lock it takes also blocks a takeover until this
-	// transaction ends, and the token check fences a stale owner.
-	tag, err := tx.Exec(ctx, `UPDATE file_intake SET lease_until = now() + $4::interval, updated_at = now()
+	// transaction ends, and the token check fences a stale owner. It goes
+	// out in one round trip with the first statement of the rows' path.
+	b := &pgx.Batch{}
+	b.Queue(`UPDATE file_intake SET lease_until = now() + $4::interval, updated_at = now()
 		WHERE intake_id = $1 AND fencing_token = $2 AND state = 'applying' AND chunks_done = $3`,
 		in.ID, in.Token, chunk, r.d.store.lease)
+	switch path {
+	case pathDirect:
+		b.Queue("SAVEPOINT intake_direct")
+	case pathMerge:
+		b.Queue(tgt.stageDDL)
+	}
+	br := tx.SendBatch(ctx, b)
+	tag, err := br.Exec()
+	if err == nil && tag.RowsAffected() > 0 && path != pathNone {
+		_, err = br.Exec()
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
 	if err != nil {
 		return fmt.Errorf("chunk %d gate: %w", chunk, err)
 	}
@@ -276,22 +301,58 @@ func (r *fileRun) chunkStatements(ctx context.Context, tx pgx.Tx, tgt *target, c
 	if in.ReplayOf != 0 {
 		writer = in.ReplayOf
 	}
-	if ch.rows() > 0 {
-		if err := r.writeRows(ctx, tx, tgt, ch, writer, c); err != nil {
-			return err
-		}
+	if err := r.writeRows(ctx, tx, tgt, ch, path, writer, c); err != nil {
+		return err
 	}
 	c.unchanged = int64(ch.rows()) - c.rejected - c.applied - c.conflict
-	if _, err := tx.Exec(ctx, `INSERT INTO intake_chunk (intake_id, chunk_no, partner_id, first_line, last_line,
+	// The ledger row and the file's progress, in one round trip; the last
+	// chunk also moves the file to applied when its totals reconcile.
+	b = &pgx.Batch{}
+	b.Queue(`INSERT INTO intake_chunk (intake_id, chunk_no, partner_id, first_line, last_line,
 		rows_applied, rows_unchanged, rows_conflict, fencing_token) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`,
-		in.ID, chunk, in.Partner, ch.first, ch.last, c.applied, c.unchanged, c.conflict, in.Token); err != nil {
+		in.ID, chunk, in.Partner, ch.first, ch.last, c.applied, c.unchanged, c.conflict, in.Token)
+	b.Queue(`UPDATE file_intake SET rows_applied = rows_applied + $4, rows_unchanged = rows_unchanged + $5,
+		rows_rejected = rows_rejected + $6, rows_conflict = rows_conflict + $7, chunks_done = $3 + 1,
+		state = CASE WHEN $3 + 1 >= $8 AND rows_applied + $4 + rows_unchanged + $5 + rows_rejected + $6 + rows_conflict + $7 = rows_total
+		             THEN 'applied' ELSE state END, updated_at = now()
+		WHERE intake_id = $1 AND fencing_token = $2 AND chunks_done = $3
+		RETURNING state`,
+		in.ID, in.Token, chunk, c.applied, c.unchanged, c.rejected, c.conflict, r.chunks)
+	br = tx.SendBatch(ctx, b)
+	if _, err := br.Exec(); err != nil {
+		br.Close()
 		return fmt.Errorf("chunk %d ledger: %w", chunk, err)
 	}
-	tag, err = tx.Exec(ctx, `UPDATE file_intake SET rows_applied = rows_applied + $4, rows_unchanged = rows_unchanged + $5,
-		rows_rejected = rows_rejected + $6, rows_conflict = rows_conflict + $7, chunks_done = $3 + 1
-		WHERE intake_id = $1 AND fencing_token = $2 AND chunks_done = $3`,
-		in.ID, in.Token, chunk, c.applied, c.unchanged, c.rejected, c.conflict)
-	return fenced(tag, err, in, fmt.Sprintf("chunk %d progress", chunk))
+	var state string
+	err = br.QueryRow().Scan(&state)
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if errors.Is(err, pgx.ErrNoRows) {
+		return &FencedError{IntakeID: in.ID, Token: in.Token, Step: fmt.Sprintf("chunk %d progress", chunk)}
+	}
+	if err != nil {
+		return fmt.Errorf("chunk %d progress: %w", chunk, err)
+	}
+	c.fileApplied = state == string(StateApplied)
+	return nil
+}
+
+// rowPaths: how a chunk's rows reach the target.
+const (
+	pathNone   = iota // no valid rows
+	pathDirect        // COPY straight into the target (all new, so far)
+	pathMerge         // staging table and guarded merge
+)
+
+func (r *fileRun) rowPath(ch *chunk) int {
+	switch {
+	case ch.rows() == 0:
+		return pathNone
+	case r.direct && !ch.dupKeys:
+		return pathDirect
+	}
+	return pathMerge
 }
 
 // writeRows puts a chunk's valid rows into the target. While a file's rows
@@ -299,14 +360,15 @@ func (r *fileRun) chunkStatements(ctx context.Context, tx pgx.Tx, tgt *target, c
 // savepoint (what a bulk load costs; the unique index refuses any key that
 // exists). When that is refused, or a key repeats within the chunk, the
 // chunk goes through the staging table and the guarded merge instead, and
-// later chunks follow that way until a merged chunk is again all new.
-func (r *fileRun) writeRows(ctx context.Context, tx pgx.Tx, tgt *target, ch *chunk, writer int64, c *chunkCounts) error {
+// later chunks follow that way until a merged chunk is again all new. The
+// savepoint or the staging table's DDL was sent with the gate.
+func (r *fileRun) writeRows(ctx context.Context, tx pgx.Tx, tgt *target, ch *chunk, path int, writer int64, c *chunkCounts) error {
 	chunk := ch.no
 	pg := tx.Conn().PgConn()
-	if r.direct && !ch.dupKeys {
-		if _, err := tx.Exec(ctx, "SAVEPOINT intake_direct"); err != nil {
-			return fmt.Errorf("chunk %d savepoint: %w", chunk, err)
-		}
+	switch path {
+	case pathNone:
+		return nil
+	case pathDirect:
 		tag, err := pg.CopyFrom(ctx, bytes.NewReader(ch.directPayload(r.in.Partner, writer)), tgt.directCopy)
 		if err == nil {
 			c.applied = tag.RowsAffected()
@@ -321,13 +383,13 @@ func (r *fileRun) writeRows(ctx context.Context, tx pgx.Tx, tgt *target, ch *chu
 		}
 		// Some key exists already (or a row is otherwise refused): the
 		// merge decides row by row.
+		r.direct = false
 		if _, err := tx.Exec(ctx, "ROLLBACK TO SAVEPOINT intake_direct"); err != nil {
 			return fmt.Errorf("chunk %d rollback to savepoint: %w", chunk, err)
 		}
-		r.direct = false
-	}
-	if _, err := tx.Exec(ctx, tgt.stageDDL); err != nil {
-		return fmt.Errorf("chunk %d stage: %w", chunk, err)
+		if _, err := tx.Exec(ctx, tgt.stageDDL); err != nil {
+			return fmt.Errorf("chunk %d stage: %w", chunk, err)
+		}
 	}
 	if _, err := pg.CopyFrom(ctx, bytes.NewReader(ch.stagePayload()), tgt.stageCopy); err != nil {
 		if ctx.Err() != nil {

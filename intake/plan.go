@@ -122,22 +122,37 @@ func (r *fileRun) plan(ctx context.Context) (*planResult, error) {
 	case res.Total > 0 && float64(res.Rejected)/float64(res.Total) > r.feed.MaxRejectRatio && in.Override != OverrideRejectRate:
 		res.Hold, next = ReasonRejectRate, "spooled"
 	}
-	err := pgx.BeginFunc(ctx, r.d.db, func(tx pgx.Tx) error {
-		tag, err := tx.Exec(ctx, `UPDATE file_intake SET updated_at = now()
-			WHERE intake_id = $1 AND fencing_token = $2 AND state = 'spooled'`, in.ID, in.Token)
-		if err := fenced(tag, err, in, "plan"); err != nil {
-			return err
+	// One statement moves the file on (fenced) and clears an earlier
+	// plan's rows; with no rejected rows it is the whole plan step.
+	record := func(ctx context.Context, q interface {
+		QueryRow(context.Context, string, ...any) pgx.Row
+	}) error {
+		var moved int64
+		err := q.QueryRow(ctx, `WITH g AS (
+			    UPDATE file_intake SET state = $3, rows_total = $4, rows_rejected = $5, updated_at = now()
+			    WHERE intake_id = $1 AND fencing_token = $2 AND state = 'spooled' RETURNING 1),
+			d AS (DELETE FROM intake_row_issue WHERE intake_id = $1 AND EXISTS (SELECT 1 FROM g))
+			SELECT count(*) FROM g`,
+			in.ID, in.Token, next, res.Total, res.Rejected).Scan(&moved)
+		if err != nil {
+			return fmt.Errorf("plan: %w", err)
 		}
-		if _, err := tx.Exec(ctx, `DELETE FROM intake_row_issue WHERE intake_id = $1`, in.ID); err != nil {
-			return fmt.Errorf("plan: clear earlier plan: %w", err)
+		if moved == 0 {
+			return &FencedError{IntakeID: in.ID, Token: in.Token, Step: "plan"}
 		}
-		if err := r.recordIssues(ctx, tx, sc); err != nil {
-			return err
-		}
-		tag, err = tx.Exec(ctx, `UPDATE file_intake SET state = $3, rows_total = $4, rows_rejected = $5, updated_at = now()
-			WHERE intake_id = $1 AND fencing_token = $2 AND state = 'spooled'`, in.ID, in.Token, next, res.Total, res.Rejected)
-		return fenced(tag, err, in, "plan")
-	})
+		return nil
+	}
+	var err error
+	if sc.rejected == 0 {
+		err = record(ctx, r.d.db)
+	} else {
+		err = pgx.BeginFunc(ctx, r.d.db, func(tx pgx.Tx) error {
+			if err := record(ctx, tx); err != nil {
+				return err
+			}
+			return r.recordIssues(ctx, tx, sc)
+		})
+	}
 	if err != nil {
 		return nil, err
 	}
