@@ -277,6 +277,15 @@ func (r *fileRun) chunkStatements(ctx context.Context, tx pgx.Tx, tgt *target, c
 	b.Queue(`UPDATE file_intake SET lease_until = now() + $4::interval, updated_at = now()
 		WHERE intake_id = $1 AND fencing_token = $2 AND state = 'applying' AND chunks_done = $3`,
 		in.ID, in.Token, chunk, r.d.store.lease)
+	if chunk < r.chunks-1 {
+		// Not the file's last chunk: its commit need not wait for the WAL
+		// flush. Rows and ledger row commit together either way, so a
+		// database crash can only lose whole chunks, which the ledger
+		// then no longer holds and the resumed file applies again; the
+		// last chunk commits synchronously, which makes every earlier
+		// one durable before the file is applied and archived.
+		b.Queue("SET LOCAL synchronous_commit = off")
+	}
 	switch path {
 	case pathDirect:
 		b.Queue("SAVEPOINT intake_direct")
@@ -285,7 +294,7 @@ func (r *fileRun) chunkStatements(ctx context.Context, tx pgx.Tx, tgt *target, c
 	}
 	br := tx.SendBatch(ctx, b)
 	tag, err := br.Exec()
-	if err == nil && tag.RowsAffected() > 0 && path != pathNone {
+	for i := 1; err == nil && i < b.Len(); i++ {
 		_, err = br.Exec()
 	}
 	if cerr := br.Close(); err == nil {
@@ -405,12 +414,20 @@ func (r *fileRun) writeRows(ctx context.Context, tx pgx.Tx, tgt *target, ch *chu
 		c.rejected = tag.RowsAffected()
 	}
 	var fresh int64
-	if err := tx.QueryRow(ctx, tgt.merge, writer, r.in.Partner, r.in.ID).Scan(&c.applied, &c.conflict, &fresh); err != nil {
+	args := []any{writer, r.in.Partner, r.in.ID}
+	if tgt.rangeProbe {
+		args = append(args, int64(rangeCapFactor*ch.rows()))
+	}
+	if err := tx.QueryRow(ctx, tgt.merge, args...).Scan(&c.applied, &c.conflict, &fresh); err != nil {
 		return fmt.Errorf("chunk %d merge: %w", chunk, err)
 	}
 	r.direct = fresh == int64(ch.rows())-c.rejected
 	return nil
 }
+
+// rangeCapFactor bounds the merge's key-range read at this many target
+// rows per staged row; a sparser range is probed row by row instead.
+const rangeCapFactor = 4
 
 // gateClosed explains a gate that let nothing through: fenced out, or the
 // chunk is already in the ledger (a commit whose reply was lost).
@@ -426,5 +443,24 @@ func (r *fileRun) gateClosed(ctx context.Context, tx pgx.Tx, chunk int) error {
 	if token == r.in.Token && state == string(StateApplying) && done > chunk {
 		return errChunkDone
 	}
+	if token == r.in.Token && state == string(StateApplying) && done < chunk {
+		return &LedgerBehindError{IntakeID: r.in.ID, Chunk: chunk, Done: done}
+	}
 	return &FencedError{IntakeID: r.in.ID, Token: r.in.Token, Step: fmt.Sprintf("chunk %d", chunk)}
+}
+
+// LedgerBehindError: the ledger holds fewer chunks than this worker saw
+// commit. Only a database crash does that (chunks before a file's last
+// commit without waiting for the WAL flush, and the crash lost the
+// newest). Nothing is guessed: the run stops, and the file resumes from
+// what the ledger holds on the next poll.
+type LedgerBehindError struct {
+	IntakeID int64
+	Chunk    int
+	Done     int
+}
+
+func (e *LedgerBehindError) Error() string {
+	return fmt.Sprintf("intake %d: the ledger holds %d chunks, chunk %d was next (the database lost its newest commits in a crash); resuming from the ledger",
+		e.IntakeID, e.Done, e.Chunk)
 }

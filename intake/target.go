@@ -21,6 +21,10 @@ type target struct {
 	types  []string // their types in the target, for casts from staged text
 	key    []string
 	merge  string // merge from the staging table; returns (applied, conflict, new)
+	// rangeProbe: the unique index leads with (partner_id, first key
+	// column), so merge reads the chunk's key range in one index scan
+	// when that range is dense (see build).
+	rangeProbe bool
 	dedupe string // drops earlier lines that repeat a key within the chunk
 	// stage is the staging table: a temporary table per connection, kept
 	// and emptied at each commit, named after the feed's column list.
@@ -80,19 +84,25 @@ func loadTarget(ctx context.Context, db *pgxpool.Pool, f *partners.Feed) (*targe
 		t.cols = append(t.cols, c.Name)
 		t.types = append(t.types, typ)
 	}
-	var found bool
-	err = db.QueryRow(ctx, `SELECT EXISTS (
-		SELECT 1 FROM pg_index i WHERE i.indrelid = $1 AND i.indisunique AND i.indpred IS NULL AND i.indexprs IS NULL
+	// found: a unique index on exactly (partner_id, key...); leading: one
+	// of them starts with (partner_id, first key column), so a chunk's
+	// key range is one index range scan.
+	var found, leading bool
+	err = db.QueryRow(ctx, `SELECT count(*) > 0, coalesce(bool_or(
+		    (SELECT attname::text FROM pg_attribute WHERE attrelid = $1 AND attnum = i.indkey[0]) = 'partner_id'
+		    AND (SELECT attname::text FROM pg_attribute WHERE attrelid = $1 AND attnum = i.indkey[1]) = $3), false)
+		FROM pg_index i WHERE i.indrelid = $1 AND i.indisunique AND i.indpred IS NULL AND i.indexprs IS NULL
 		  AND (SELECT array_agg(a.attname::text ORDER BY a.attname) FROM pg_attribute a
 		       WHERE a.attrelid = $1 AND a.attnum = ANY(i.indkey)) = (SELECT array_agg(x ORDER BY x) FROM unnest($2::text[]) x)
-		  AND cardinality(i.indkey::int2[]) = cardinality($2::text[]))`,
-		oid, append([]string{"partner_id"}, f.Key...)).Scan(&found)
+		  AND cardinality(i.indkey::int2[]) = cardinality($2::text[])`,
+		oid, append([]string{"partner_id"}, f.Key...), f.Key[0]).Scan(&found, &leading)
 	if err != nil {
 		return nil, fmt.Errorf("target %s: %w", f.Target, err)
 	}
 	if !found {
 		return nil, &TargetError{Table: f.Target, Detail: fmt.Sprintf("needs a unique index on exactly (partner_id, %s)", strings.Join(f.Key, ", "))}
 	}
+	t.rangeProbe = leading
 	t.build()
 	return t, nil
 }
@@ -174,12 +184,38 @@ func (t *target) build() {
 	if len(setCols) > 0 {
 		differs = fmt.Sprintf("ROW(%s) IS DISTINCT FROM ROW(%s)", strings.Join(tgtVals, ", "), strings.Join(sNonKey, ", "))
 	}
-	t.merge = fmt.Sprintf(`WITH s AS (
-		    SELECT st.line, %s FROM %s st),
-		j AS (
+	// How each staged row meets its target row. By default a LATERAL
+	// probe of the unique index per row (a plain join may hash the whole,
+	// growing target). When the index leads with (partner_id, first key
+	// column), the chunk's key range is read in one index range scan and
+	// hashed instead; that read is capped at $4 rows (rangeCapFactor per
+	// staged row), and a sparse chunk whose range holds more is probed row
+	// by row, decided at run time within the statement.
+	probe := fmt.Sprintf(`j AS (
 		    SELECT s.*, t.last_intake_id AS intake_t_last, t.partner_id IS NULL AS intake_is_new, %s AS intake_differs
 		    FROM s LEFT JOIN LATERAL (
-		        SELECT * FROM %s t WHERE t.partner_id = $2 AND %s LIMIT 1) t ON true),
+		        SELECT * FROM %s t WHERE t.partner_id = $2 AND %s LIMIT 1) t ON true)`,
+		differs, t.table, strings.Join(sKeyJoin, " AND "))
+	if t.rangeProbe {
+		probe = fmt.Sprintf(`r AS MATERIALIZED (
+		    SELECT t.* FROM %[1]s t
+		    WHERE t.partner_id = $2 AND t.%[2]s BETWEEN (SELECT min(%[2]s) FROM s) AND (SELECT max(%[2]s) FROM s)
+		    ORDER BY t.partner_id, t.%[2]s LIMIT $4),
+		dense AS (SELECT count(*) < $4 AS ok FROM r),
+		j AS (
+		    SELECT s.*, t.last_intake_id AS intake_t_last, t.partner_id IS NULL AS intake_is_new, %[3]s AS intake_differs
+		    FROM s LEFT JOIN r t ON %[4]s
+		    WHERE (SELECT ok FROM dense)
+		    UNION ALL
+		    SELECT s.*, t.last_intake_id, t.partner_id IS NULL, %[3]s
+		    FROM s LEFT JOIN LATERAL (
+		        SELECT * FROM %[1]s t WHERE t.partner_id = $2 AND %[4]s LIMIT 1) t ON true
+		    WHERE NOT (SELECT ok FROM dense))`,
+			t.table, q(t.key[0]), differs, strings.Join(sKeyJoin, " AND "))
+	}
+	t.merge = fmt.Sprintf(`WITH s AS (
+		    SELECT st.line, %s FROM %s st),
+		%s,
 		ins AS (
 		    INSERT INTO %s AS t (partner_id, %s, last_intake_id)
 		    SELECT $2, %s, $1 FROM j WHERE j.intake_is_new OR (j.intake_differs AND j.intake_t_last <= $1)
@@ -191,7 +227,7 @@ func (t *target) build() {
 		    WHERE NOT j.intake_is_new AND j.intake_differs AND j.intake_t_last > $1
 		    RETURNING 1)
 		SELECT (SELECT count(*) FROM ins), (SELECT count(*) FROM conf), (SELECT count(*) FROM j WHERE j.intake_is_new)`,
-		strings.Join(sCols, ", "), t.stage, differs, t.table, strings.Join(sKeyJoin, " AND "),
+		strings.Join(sCols, ", "), t.stage, probe,
 		t.table, strings.Join(insCols, ", "), strings.Join(jCols, ", "), strings.Join(conflictCols, ", "), doUpdate)
 	t.dedupe = fmt.Sprintf(`WITH d AS (
 		    DELETE FROM %s s USING (
