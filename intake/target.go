@@ -16,16 +16,16 @@ import (
 // target is a feed's target table as the database describes it, with the
 // statements that merge a staged chunk into it.
 type target struct {
-	table  string   // quoted, possibly schema-qualified
-	cols   []string // feed columns in file order
-	types  []string // their types in the target, for casts from staged text
-	key    []string
-	merge  string // merge from the staging table; returns (applied, conflict, new)
+	table string   // quoted, possibly schema-qualified
+	cols  []string // feed columns in file order
+	types []string // their types in the target, for casts from staged text
+	key   []string
+	merge string // merge from the staging table; returns (applied, conflict, new)
 	// rangeProbe: the unique index leads with (partner_id, first key
 	// column), so merge reads the chunk's key range in one index scan
 	// when that range is dense (see build).
 	rangeProbe bool
-	dedupe string // drops earlier lines that repeat a key within the chunk
+	dedupe     string // drops earlier lines that repeat a key within the chunk
 	// stage is the staging table: a temporary table per connection, kept
 	// and emptied at each commit, named after the feed's column list.
 	stage      string
