@@ -37,10 +37,22 @@ func (r *fileRun) download(ctx context.Context) error {
 	if partners.ValidBatchID(batch) {
 		in.BatchID = batch
 	}
+	// The rows are validated while a file downloads (for plan) unless it
+	// comes under a batch id another intake already holds: it can then only
+	// be a duplicate or a conflict, so a large one is not scanned for
+	// nothing (a small one is scanned regardless: cheaper than asking).
+	scan := true
+	if in.ListedSize >= scanCheckBytes && partners.ValidBatchID(batch) {
+		bound, err := r.d.store.batchBound(ctx, in, batch)
+		if err != nil {
+			return err
+		}
+		scan = !bound
+	}
 	var e spool.Entry
 	var err error
 	for attempt := 1; ; attempt++ {
-		e, err = r.fetch(ctx, true)
+		e, err = r.fetch(ctx, scan)
 		if errors.Is(err, spool.ErrTooLarge) {
 			return r.hold(ctx, StateQuarantined, ReasonFileTooLarge, 0, fmt.Sprintf("the file is larger than the limit of %d bytes", r.p.cfg.Limits.MaxFileBytes))
 		}
@@ -106,6 +118,10 @@ func (f *faultWriter) Write(p []byte) (int, error) {
 }
 
 // fetch downloads processing/<worker>/<name> into the spool.
+// scanCheckBytes: from this listed size on, download asks whether the
+// batch is already held before scanning the rows during the download.
+var scanCheckBytes int64 = 4 << 20
+
 func (r *fileRun) fetch(ctx context.Context, withScan bool) (spool.Entry, error) {
 	f, err := r.sess.Open(r.in.ClaimedPath)
 	if partners.IsNotExist(err) {

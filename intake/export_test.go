@@ -7,3 +7,11 @@ func SetMaxHeldIssues(n int) func() {
 	maxHeldIssues = n
 	return func() { maxHeldIssues = old }
 }
+
+// SetScanCheckBytes lowers the size from which download asks whether the
+// batch is held before scanning, so small test files take that path.
+func SetScanCheckBytes(n int64) func() {
+	old := scanCheckBytes
+	scanCheckBytes = n
+	return func() { scanCheckBytes = old }
+}

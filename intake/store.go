@@ -244,6 +244,16 @@ func (s *store) bindBatch(ctx context.Context, in *Intake) (Verdict, int64, erro
 	}
 }
 
+// batchBound reports whether another intake holds the partner's batch id:
+// a file under it can then only end as a duplicate or a conflict, never be
+// planned (unless the holder releases it meanwhile).
+func (s *store) batchBound(ctx context.Context, in *Intake, batch string) (bool, error) {
+	var bound bool
+	err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM intake_batch WHERE partner_id = $1 AND batch_id = $2 AND intake_id <> $3)`,
+		in.Partner, batch, in.ID).Scan(&bound)
+	return bound, err
+}
+
 // markApplied: applying -> applied, only when every row has an outcome.
 func (s *store) markApplied(ctx context.Context, in *Intake) error {
 	row := s.pool.QueryRow(ctx, `UPDATE file_intake SET state = 'applied', updated_at = now()
