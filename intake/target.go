@@ -191,10 +191,13 @@ func (t *target) build() {
 	// hashed instead; that read is capped at $4 rows (rangeCapFactor per
 	// staged row), and a sparse chunk whose range holds more is probed row
 	// by row, decided at run time within the statement.
+	// j keeps only rows that need something (new, or differing: written or
+	// a conflict): unchanged rows, all of a replay, are never materialised.
 	probe := fmt.Sprintf(`j AS (
-		    SELECT s.*, t.last_intake_id AS intake_t_last, t.partner_id IS NULL AS intake_is_new, %s AS intake_differs
+		    SELECT s.*, t.last_intake_id AS intake_t_last, t.partner_id IS NULL AS intake_is_new, %[1]s AS intake_differs
 		    FROM s LEFT JOIN LATERAL (
-		        SELECT * FROM %s t WHERE t.partner_id = $2 AND %s LIMIT 1) t ON true)`,
+		        SELECT * FROM %[2]s t WHERE t.partner_id = $2 AND %[3]s LIMIT 1) t ON true
+		    WHERE t.partner_id IS NULL OR %[1]s)`,
 		differs, t.table, strings.Join(sKeyJoin, " AND "))
 	if t.rangeProbe {
 		probe = fmt.Sprintf(`r AS MATERIALIZED (
@@ -205,12 +208,12 @@ func (t *target) build() {
 		j AS (
 		    SELECT s.*, t.last_intake_id AS intake_t_last, t.partner_id IS NULL AS intake_is_new, %[3]s AS intake_differs
 		    FROM s LEFT JOIN r t ON %[4]s
-		    WHERE (SELECT ok FROM dense)
+		    WHERE (SELECT ok FROM dense) AND (t.partner_id IS NULL OR %[3]s)
 		    UNION ALL
 		    SELECT s.*, t.last_intake_id, t.partner_id IS NULL, %[3]s
 		    FROM s LEFT JOIN LATERAL (
 		        SELECT * FROM %[1]s t WHERE t.partner_id = $2 AND %[4]s LIMIT 1) t ON true
-		    WHERE NOT (SELECT ok FROM dense))`,
+		    WHERE NOT (SELECT ok FROM dense) AND (t.partner_id IS NULL OR %[3]s))`,
 			t.table, q(t.key[0]), differs, strings.Join(sKeyJoin, " AND "))
 	}
 	t.merge = fmt.Sprintf(`WITH s AS (
