@@ -55,7 +55,7 @@ func (r *fileRun) apply(ctx context.Context) error {
 	rowsPerChunk := int(min(int64(r.feed.ChunkRows), max(in.RowsTotal, 1)))
 	seed := maphash.MakeSeed()
 	for range 2 {
-		free <- newChunk(seed, rowsPerChunk)
+		free <- newChunk(seed, rowsPerChunk, tgt.enc)
 	}
 	readErr := make(chan error, 1)
 	go func() { readErr <- r.readChunks(pctx, rd, full, free) }()
@@ -134,7 +134,9 @@ func (r *fileRun) readChunks(ctx context.Context, rd *rows.Reader, full chan<- *
 		}
 		c.span(row.Line)
 		if row.Issue == nil {
-			c.add(row.Line, row.Values, row.Null, keyIdx)
+			if err := c.add(row.Line, row.Values, row.Null, keyIdx); err != nil {
+				return fmt.Errorf("apply: a value the target's column type refuses: %w", err)
+			}
 		}
 		if (row.Index+1)%size == 0 {
 			if err := hand(); err != nil {

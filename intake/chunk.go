@@ -1,6 +1,8 @@
 package intake
 
 import (
+	"encoding/binary"
+	"fmt"
 	"hash/maphash"
 	"strconv"
 	"strings"
@@ -13,18 +15,19 @@ import (
 // target (fresh rows) or into the staging table (merge).
 type chunk struct {
 	no          int
-	first, last int64   // lines the chunk spans, rejected rows included
-	lines       []int64 // line of each valid row
-	ends        []int   // end of each valid row's columns in cols
-	cols        []byte  // the valid rows' columns, escaped, no line prefix or newline
-	dupKeys     bool    // a key repeats within the chunk (the SQL dedupe must run)
+	first, last int64     // lines the chunk spans, rejected rows included
+	lines       []int64   // line of each valid row
+	ends        []int     // end of each valid row's columns in cols
+	cols        []byte    // the valid rows' columns, escaped, no line prefix or newline
+	dupKeys     bool      // a key repeats within the chunk (the SQL dedupe must run)
+	enc         []encoder // binary COPY: one encoder per column (nil: COPY text)
 	keys        map[uint64]struct{}
 	seed        maphash.Seed
 	out         []byte // payload scratch
 }
 
-func newChunk(seed maphash.Seed, rows int) *chunk {
-	return &chunk{keys: make(map[uint64]struct{}, rows), seed: seed,
+func newChunk(seed maphash.Seed, rows int, enc []encoder) *chunk {
+	return &chunk{keys: make(map[uint64]struct{}, rows), seed: seed, enc: enc,
 		lines: make([]int64, 0, rows), ends: make([]int, 0, rows)}
 }
 
@@ -48,7 +51,7 @@ func (c *chunk) span(line int64) {
 // add appends a valid row. keyIdx are the key columns: a repeated key (by
 // hash: a collision only runs the exact SQL dedupe needlessly) marks the
 // chunk for the dedupe.
-func (c *chunk) add(line int64, vals []string, null []bool, keyIdx []int) {
+func (c *chunk) add(line int64, vals []string, null []bool, keyIdx []int) error {
 	if !c.dupKeys {
 		var h maphash.Hash
 		h.SetSeed(c.seed)
@@ -63,24 +66,56 @@ func (c *chunk) add(line int64, vals []string, null []bool, keyIdx []int) {
 			c.keys[sum] = struct{}{}
 		}
 	}
-	for i, v := range vals {
-		if i > 0 {
-			c.cols = append(c.cols, '\t')
+	if c.enc != nil {
+		// binary: each field is its length (-1 for NULL) and its bytes
+		start := len(c.cols)
+		for i, v := range vals {
+			if null[i] {
+				c.cols = binary.BigEndian.AppendUint32(c.cols, 0xffffffff)
+				continue
+			}
+			at := len(c.cols)
+			c.cols = append(c.cols, 0, 0, 0, 0)
+			var err error
+			if c.cols, err = c.enc[i](c.cols, v); err != nil {
+				c.cols = c.cols[:start]
+				return fmt.Errorf("line %d, column %d: %w", line, i+1, err)
+			}
+			binary.BigEndian.PutUint32(c.cols[at:], uint32(len(c.cols)-at-4))
 		}
-		if null[i] {
-			c.cols = append(c.cols, `\N`...)
-			continue
+	} else {
+		for i, v := range vals {
+			if i > 0 {
+				c.cols = append(c.cols, '\t')
+			}
+			if null[i] {
+				c.cols = append(c.cols, `\N`...)
+				continue
+			}
+			c.cols = appendCopyText(c.cols, v)
 		}
-		c.cols = appendCopyText(c.cols, v)
 	}
 	c.lines = append(c.lines, line)
 	c.ends = append(c.ends, len(c.cols))
+	return nil
 }
 
-// stagePayload is COPY text for the staging table: line, columns.
+// stagePayload is COPY data for the staging table: line, columns.
 func (c *chunk) stagePayload() []byte {
 	out := c.out[:0]
 	start := 0
+	if c.enc != nil {
+		out = append(out, copyBinaryHeader...)
+		for i, end := range c.ends {
+			out = binary.BigEndian.AppendUint16(out, uint16(len(c.enc)+1))
+			out = binary.BigEndian.AppendUint32(out, 8)
+			out = binary.BigEndian.AppendUint64(out, uint64(c.lines[i]))
+			out = append(out, c.cols[start:end]...)
+			start = end
+		}
+		c.out = append(out, copyBinaryTrailer...)
+		return c.out
+	}
 	for i, end := range c.ends {
 		out = strconv.AppendInt(out, c.lines[i], 10)
 		out = append(out, '\t')
@@ -92,10 +127,25 @@ func (c *chunk) stagePayload() []byte {
 	return out
 }
 
-// directPayload is COPY text for the target: partner_id, columns,
+// directPayload is COPY data for the target: partner_id, columns,
 // last_intake_id.
 func (c *chunk) directPayload(partner string, writer int64) []byte {
 	out := c.out[:0]
+	if c.enc != nil {
+		out = append(out, copyBinaryHeader...)
+		start := 0
+		for _, end := range c.ends {
+			out = binary.BigEndian.AppendUint16(out, uint16(len(c.enc)+2))
+			out = binary.BigEndian.AppendUint32(out, uint32(len(partner)))
+			out = append(out, partner...)
+			out = append(out, c.cols[start:end]...)
+			out = binary.BigEndian.AppendUint32(out, 8)
+			out = binary.BigEndian.AppendUint64(out, uint64(writer))
+			start = end
+		}
+		c.out = append(out, copyBinaryTrailer...)
+		return c.out
+	}
 	pre := appendCopyText(nil, partner)
 	suf := strconv.AppendInt([]byte{'\t'}, writer, 10)
 	suf = append(suf, '\n')

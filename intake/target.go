@@ -30,8 +30,13 @@ type target struct {
 	// and emptied at each commit, named after the feed's column list.
 	stage      string
 	stageDDL   string
-	stageCopy  string // COPY (text) into the staging table: line, columns
-	directCopy string // COPY (text) into the target: partner_id, columns, last_intake_id
+	stageCopy  string // COPY into the staging table: line, columns
+	directCopy string // COPY into the target: partner_id, columns, last_intake_id
+	// binary: chunks travel in COPY's binary format, each column through
+	// enc (see binaryEncoder); the staging table then has the target's
+	// types. Otherwise COPY text into text columns, cast by the merge.
+	binary bool
+	enc    []encoder
 }
 
 // TargetError says what is wrong with a target table, and how to fix it.
@@ -53,18 +58,20 @@ func loadTarget(ctx context.Context, db *pgxpool.Pool, f *partners.Feed) (*targe
 	if err != nil || oid == 0 {
 		return nil, &TargetError{Table: f.Target, Detail: "does not exist (create it; see docs/target-tables.md)"}
 	}
-	rs, err := db.Query(ctx, `SELECT attname, format_type(atttypid, atttypmod) FROM pg_attribute
+	rs, err := db.Query(ctx, `SELECT attname, format_type(atttypid, atttypmod), atttypid FROM pg_attribute
 		WHERE attrelid = $1 AND attnum > 0 AND NOT attisdropped`, oid)
 	if err != nil {
 		return nil, fmt.Errorf("target %s: %w", f.Target, err)
 	}
 	types := map[string]string{}
+	oids := map[string]uint32{}
 	for rs.Next() {
 		var n, t string
-		if err := rs.Scan(&n, &t); err != nil {
+		var o uint32
+		if err := rs.Scan(&n, &t, &o); err != nil {
 			return nil, err
 		}
-		types[n] = t
+		types[n], oids[n] = t, o
 	}
 	if err := rs.Err(); err != nil {
 		return nil, err
@@ -83,6 +90,15 @@ func loadTarget(ctx context.Context, db *pgxpool.Pool, f *partners.Feed) (*targe
 		}
 		t.cols = append(t.cols, c.Name)
 		t.types = append(t.types, typ)
+		t.enc = append(t.enc, binaryEncoder(c.Type, oids[c.Name]))
+	}
+	// COPY binary when every column has an encoder and partner_id is text
+	t.binary = oids["partner_id"] == oidText || oids["partner_id"] == oidVarchar
+	for _, e := range t.enc {
+		t.binary = t.binary && e != nil
+	}
+	if !t.binary {
+		t.enc = nil
 	}
 	// found: a unique index on exactly (partner_id, key...); leading: one
 	// of them starts with (partner_id, first key column), so a chunk's
@@ -111,25 +127,30 @@ func loadTarget(ctx context.Context, db *pgxpool.Pool, f *partners.Feed) (*targe
 // written and judged by (a replay writes as the intake it replays, so it
 // never overwrites what a newer intake wrote), $2 = partner id, $3 = the
 // intake the row issues belong to. dedupe: $1 = intake id, $2 = partner id.
-// the staging table holds (line, <cols> as text); casts turn them into the
-// target's types.
+// the staging table holds (line, <cols>), as text or (binary) already in
+// the target's types; the casts turn text into those types.
 func (t *target) build() {
 	q := func(s string) string { return pgx.Identifier{s}.Sanitize() }
 	sig := fnv.New64a()
-	for _, c := range t.cols {
-		sig.Write([]byte(c))
-		sig.Write([]byte{0})
-	}
-	t.stage = fmt.Sprintf("intake_stage_%016x", sig.Sum64())
 	stageCols := []string{"line bigint NOT NULL"}
 	var quoted []string
-	for _, c := range t.cols {
-		stageCols = append(stageCols, q(c)+" text")
+	for i, c := range t.cols {
+		typ := "text"
+		if t.binary {
+			typ = t.types[i]
+		}
+		fmt.Fprintf(sig, "%s\x00%s\x00", c, typ)
+		stageCols = append(stageCols, q(c)+" "+typ)
 		quoted = append(quoted, q(c))
 	}
+	t.stage = fmt.Sprintf("intake_stage_%016x", sig.Sum64())
+	format := ""
+	if t.binary {
+		format = " WITH (FORMAT binary)"
+	}
 	t.stageDDL = fmt.Sprintf("CREATE TEMP TABLE IF NOT EXISTS %s (%s) ON COMMIT DELETE ROWS", t.stage, strings.Join(stageCols, ", "))
-	t.stageCopy = fmt.Sprintf("COPY %s (line, %s) FROM STDIN", t.stage, strings.Join(quoted, ", "))
-	t.directCopy = fmt.Sprintf("COPY %s (partner_id, %s, last_intake_id) FROM STDIN", t.table, strings.Join(quoted, ", "))
+	t.stageCopy = fmt.Sprintf("COPY %s (line, %s) FROM STDIN%s", t.stage, strings.Join(quoted, ", "), format)
+	t.directCopy = fmt.Sprintf("COPY %s (partner_id, %s, last_intake_id) FROM STDIN%s", t.table, strings.Join(quoted, ", "), format)
 	cast := func(alias string, i int) string {
 		return fmt.Sprintf("%s.%s::%s", alias, q(t.cols[i]), t.types[i])
 	}
