@@ -39,15 +39,11 @@ func (r *fileRun) apply(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	f, err := r.d.spool.Open(in.Partner, in.DataSHA256)
+	f, rd, err := r.spooledRows("apply")
 	if err != nil {
-		return fmt.Errorf("apply: open spool: %w", err)
+		return err
 	}
 	defer f.Close()
-	rd, err := rows.NewReader(f, r.feed, r.p.cfg.Limits.MaxRows)
-	if err != nil {
-		return fmt.Errorf("apply: spooled file no longer reads as planned: %w", err)
-	}
 	pctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	full := make(chan *chunk, 1)

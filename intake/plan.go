@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 
 	"github.com/jackc/pgx/v5"
 
@@ -161,6 +162,21 @@ func (r *fileRun) plan(ctx context.Context) (*planResult, error) {
 	return res, nil
 }
 
+// spooledRows opens the file's spooled data and reads its header again
+// (step names the caller in errors).
+func (r *fileRun) spooledRows(step string) (*os.File, *rows.Reader, error) {
+	f, err := r.d.spool.Open(r.in.Partner, r.in.DataSHA256)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s: open spool: %w", step, err)
+	}
+	rd, err := rows.NewReader(f, r.feed, r.p.cfg.Limits.MaxRows)
+	if err != nil {
+		f.Close()
+		return nil, nil, fmt.Errorf("%s: spooled file no longer reads as it did: %w", step, err)
+	}
+	return f, rd, nil
+}
+
 var issueCols = []string{"intake_id", "partner_id", "line", "column_name", "reason", "outcome"}
 
 // recordIssues writes the scan's rejected rows: from memory, or, when
@@ -180,15 +196,11 @@ func (r *fileRun) recordIssues(ctx context.Context, tx pgx.Tx, sc *scan) error {
 		}
 		return nil
 	}
-	f, err := r.d.spool.Open(in.Partner, in.DataSHA256)
+	f, rd, err := r.spooledRows("plan")
 	if err != nil {
-		return fmt.Errorf("plan: open spool: %w", err)
+		return err
 	}
 	defer f.Close()
-	rd, err := rows.NewReader(f, r.feed, r.p.cfg.Limits.MaxRows)
-	if err != nil {
-		return fmt.Errorf("plan: spooled file no longer reads as scanned: %w", err)
-	}
 	src := &issueSource{rd: rd, in: in}
 	n, err := tx.CopyFrom(ctx, pgx.Identifier{"intake_row_issue"}, issueCols, src)
 	if src.err != nil {
