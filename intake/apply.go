@@ -54,7 +54,8 @@ func (r *fileRun) apply(ctx context.Context) error {
 		free <- newChunk(seed, rowsPerChunk, tgt.enc)
 	}
 	readErr := make(chan error, 1)
-	go func() { readErr <- r.readChunks(pctx, rd, full, free) }()
+	first := in.ChunksDone // the reader must not read in while the loop below writes it
+	go func() { readErr <- r.readChunks(pctx, rd, first, full, free) }()
 	r.direct = true // optimistic: fresh rows go straight into the target
 	size := int64(r.feed.ChunkRows)
 	r.chunks = int((in.RowsTotal + size - 1) / size)
@@ -81,7 +82,7 @@ func (r *fileRun) apply(ctx context.Context) error {
 
 // readChunks reads the spooled rows from the first chunk not yet in the
 // ledger on and hands full chunks over; it closes full when done.
-func (r *fileRun) readChunks(ctx context.Context, rd *rows.Reader, full chan<- *chunk, free <-chan *chunk) error {
+func (r *fileRun) readChunks(ctx context.Context, rd *rows.Reader, first int, full chan<- *chunk, free <-chan *chunk) error {
 	defer close(full)
 	in := r.in
 	size := int64(r.feed.ChunkRows)
@@ -92,7 +93,7 @@ func (r *fileRun) readChunks(ctx context.Context, rd *rows.Reader, full chan<- *
 			keyIdx = append(keyIdx, i)
 		}
 	}
-	no := in.ChunksDone
+	no := first
 	var c *chunk
 	take := func() error {
 		select {
@@ -120,7 +121,7 @@ func (r *fileRun) readChunks(ctx context.Context, rd *rows.Reader, full chan<- *
 		if err != nil {
 			return fmt.Errorf("apply: spooled file no longer reads as planned: %w", err)
 		}
-		if int(row.Index/size) < in.ChunksDone {
+		if int(row.Index/size) < first {
 			continue
 		}
 		if c == nil {
