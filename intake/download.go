@@ -94,9 +94,11 @@ func (r *fileRun) download(ctx context.Context) error {
 	if held != nil {
 		return r.hold(ctx, StateQuarantined, held.reason, 0, held.detail)
 	}
-	if err := r.d.store.setSpooled(ctx, in, e.SHA256, e.Size, data.SHA256, data.Size, batch, rowsWant); err != nil {
+	b, err := r.d.store.setSpooled(ctx, in, e.SHA256, e.Size, data.SHA256, data.Size, batch, rowsWant)
+	if err != nil {
 		return err
 	}
+	r.bound = b
 	return fault.Check("spool:after")
 }
 

@@ -189,17 +189,59 @@ func (s *store) heartbeat(ctx context.Context, in *Intake) error {
 
 // setSpooled records the verified bytes (and, for a compressed file, the
 // expanded ones): claimed -> spooled.
-func (s *store) setSpooled(ctx context.Context, in *Intake, sha string, size int64, dataSHA string, dataSize int64, batch string, expectedRows *int64) error {
-	tag, err := s.pool.Exec(ctx, `UPDATE file_intake
-		SET state = 'spooled', content_sha256 = $3, size_bytes = $4, data_sha256 = $5, data_size = $6,
-		    batch_id = $7, expected_rows = $8, updated_at = now()
-		WHERE intake_id = $1 AND fencing_token = $2 AND state = 'claimed'`,
-		in.ID, in.Token, sha, size, dataSHA, dataSize, batch, expectedRows)
-	if err := fenced(tag, err, in, "spooled"); err != nil {
-		return err
+func (s *store) setSpooled(ctx context.Context, in *Intake, sha string, size int64, dataSHA string, dataSize int64, batch string, expectedRows *int64) (*binding, error) {
+	// The same statement binds (partner, batch) to the hash, as bindBatch
+	// would next: one round trip and one commit less per file.
+	var moved int64
+	var owner *int64
+	var ownerSHA *string
+	err := s.pool.QueryRow(ctx, `WITH u AS (
+		    UPDATE file_intake
+		    SET state = 'spooled', content_sha256 = $3, size_bytes = $4, data_sha256 = $5, data_size = $6,
+		        batch_id = $7, expected_rows = $8, updated_at = now()
+		    WHERE intake_id = $1 AND fencing_token = $2 AND state = 'claimed'
+		    RETURNING intake_id),
+		ins AS (
+		    INSERT INTO intake_batch (partner_id, batch_id, content_sha256, intake_id)
+		    SELECT $9, $7, $5, intake_id FROM u
+		    ON CONFLICT (partner_id, batch_id) DO NOTHING
+		    RETURNING intake_id, content_sha256),
+		b AS (
+		    SELECT intake_id, content_sha256 FROM ins
+		    UNION ALL
+		    SELECT intake_id, content_sha256 FROM intake_batch WHERE partner_id = $9 AND batch_id = $7
+		    LIMIT 1)
+		SELECT (SELECT count(*) FROM u), (SELECT intake_id FROM b), (SELECT content_sha256 FROM b)`,
+		in.ID, in.Token, sha, size, dataSHA, dataSize, batch, expectedRows, in.Partner).Scan(&moved, &owner, &ownerSHA)
+	if err != nil {
+		return nil, fmt.Errorf("spooled: %w", err)
+	}
+	if moved == 0 {
+		return nil, &FencedError{IntakeID: in.ID, Token: in.Token, Step: "spooled"}
 	}
 	in.State, in.SHA256, in.Size, in.DataSHA256, in.DataSize, in.BatchID, in.ExpectedRows = StateSpooled, sha, size, dataSHA, dataSize, batch, expectedRows
-	return nil
+	if owner == nil || ownerSHA == nil {
+		// bound by an intake that committed after this statement's
+		// snapshot: decide binds again with a fresh one
+		return nil, nil
+	}
+	return &binding{verdict: verdictOf(in, *owner, *ownerSHA), owner: *owner}, nil
+}
+
+// binding is a batch binding's outcome for an intake.
+type binding struct {
+	verdict Verdict
+	owner   int64
+}
+
+func verdictOf(in *Intake, owner int64, sha string) Verdict {
+	switch {
+	case owner == in.ID:
+		return VerdictNew
+	case sha == in.DataSHA256:
+		return VerdictDuplicate
+	}
+	return VerdictConflict
 }
 
 // Verdict is what the batch key says about a spooled file.
@@ -234,14 +276,7 @@ func (s *store) bindBatch(ctx context.Context, in *Intake) (Verdict, int64, erro
 	if err != nil {
 		return 0, 0, fmt.Errorf("bind batch: %w", err)
 	}
-	switch {
-	case owner == in.ID:
-		return VerdictNew, owner, nil
-	case sha == in.DataSHA256:
-		return VerdictDuplicate, owner, nil
-	default:
-		return VerdictConflict, owner, nil
-	}
+	return verdictOf(in, owner, sha), owner, nil
 }
 
 // batchBound reports whether another intake holds the partner's batch id:
@@ -287,12 +322,17 @@ func (s *store) markUnknown(ctx context.Context, in *Intake) error {
 // binding is released in the same transaction so a corrected resend can
 // take the batch.
 func (s *store) finish(ctx context.Context, in *Intake, from, to State, reason string) error {
+	if to != StateFailedTerminal && to != StateQuarantined {
+		// archived or duplicate: one statement, no transaction block
+		tag, err := s.pool.Exec(ctx, finishSQL, in.ID, in.Token, string(from), string(to), reason, in.ArchivePath, in.ReceiptPath, in.RejectsPath)
+		if err := fenced(tag, err, in, "finish as "+string(to)); err != nil {
+			return err
+		}
+		in.State, in.Reason = to, reason
+		return nil
+	}
 	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		tag, err := tx.Exec(ctx, `UPDATE file_intake
-			SET state = $4, reason = nullif($5, ''), archive_path = nullif($6, ''), receipt_path = nullif($7, ''),
-			    rejects_path = nullif($8, ''), updated_at = now(), finished_at = now()
-			WHERE intake_id = $1 AND fencing_token = $2 AND state = $3`,
-			in.ID, in.Token, string(from), string(to), reason, in.ArchivePath, in.ReceiptPath, in.RejectsPath)
+		tag, err := tx.Exec(ctx, finishSQL, in.ID, in.Token, string(from), string(to), reason, in.ArchivePath, in.ReceiptPath, in.RejectsPath)
 		if err := fenced(tag, err, in, "finish as "+string(to)); err != nil {
 			return err
 		}
@@ -317,6 +357,11 @@ func (s *store) finish(ctx context.Context, in *Intake, from, to State, reason s
 		return nil
 	})
 }
+
+const finishSQL = `UPDATE file_intake
+	SET state = $4, reason = nullif($5, ''), archive_path = nullif($6, ''), receipt_path = nullif($7, ''),
+	    rejects_path = nullif($8, ''), updated_at = now(), finished_at = now()
+	WHERE intake_id = $1 AND fencing_token = $2 AND state = $3`
 
 // IssueRow is one recorded row issue, for the rejects report.
 type IssueRow struct {

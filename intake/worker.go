@@ -22,6 +22,8 @@ type fileRun struct {
 	log  *slog.Logger
 	// progress, if set, hears of every committed chunk (replay's bar).
 	progress func(done, total int64)
+	// bound is the batch binding made with the spooled transition.
+	bound *binding
 	// pre is the rows' scan made during the download, for plan.
 	pre *preScan
 	// chunks is how many chunks the file has (set by apply).
@@ -144,7 +146,11 @@ func (r *fileRun) heartbeat(ctx context.Context, cancel context.CancelCauseFunc)
 // is planned and then applied, held, or failed.
 func (r *fileRun) decide(ctx context.Context) error {
 	verdict, owner, err := VerdictNew, r.in.ID, error(nil)
-	if r.in.ReplayOf == 0 { // a replay applies the same batch again on purpose
+	switch {
+	case r.in.ReplayOf != 0: // a replay applies the same batch again on purpose
+	case r.bound != nil: // bound when the file was spooled
+		verdict, owner = r.bound.verdict, r.bound.owner
+	default: // resumed, or bound meanwhile by another intake
 		verdict, owner, err = r.d.store.bindBatch(ctx, r.in)
 	}
 	if err != nil {
