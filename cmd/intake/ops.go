@@ -57,7 +57,7 @@ func cmdQuarantine(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	ctx := context.Background()
-	e, code := open(ctx, *path, stderr, false)
+	e, code := open(ctx, *path, stderr)
 	if e == nil {
 		return code
 	}
@@ -160,7 +160,7 @@ func cmdReplay(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	e, code := open(ctx, *path, stderr, false)
+	e, code := open(ctx, *path, stderr)
 	if e == nil {
 		return code
 	}
@@ -211,7 +211,7 @@ func cmdAudit(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	ctx := context.Background()
-	e, code := open(ctx, *path, stderr, false)
+	e, code := open(ctx, *path, stderr)
 	if e == nil {
 		return code
 	}

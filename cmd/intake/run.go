@@ -28,12 +28,13 @@ import (
 // env is what run and reconcile share: config, database and spool.
 type env struct {
 	cfg   *config.File
+	url   string
 	pool  *pgxpool.Pool
 	spool *spool.Spool
 	log   *slog.Logger
 }
 
-func open(ctx context.Context, path string, stderr io.Writer, migrate bool) (*env, int) {
+func open(ctx context.Context, path string, stderr io.Writer) (*env, int) {
 	cfg, err := config.Load(path)
 	if err != nil {
 		fmt.Fprintln(stderr, err)
@@ -54,22 +55,24 @@ func open(ctx context.Context, path string, stderr io.Writer, migrate bool) (*en
 		fmt.Fprintln(stderr, "database:", err)
 		return nil, 1
 	}
-	// The schema is migrated (golang-migrate, advisory-locked) only when
-	// the one-query check finds it behind: a restart costs one round trip.
-	if migrate && migrations.Current(ctx, pool) != nil {
-		if _, err := migrations.Up(url); err != nil {
-			pool.Close()
-			fmt.Fprintln(stderr, err)
-			return nil, 1
-		}
-	}
 	sp, err := spool.New(cfg.Spool.Dir)
 	if err != nil {
 		pool.Close()
 		fmt.Fprintln(stderr, err)
 		return nil, 1
 	}
-	return &env{cfg: cfg, pool: pool, spool: sp, log: newLogger(stderr)}, 0
+	return &env{cfg: cfg, url: url, pool: pool, spool: sp, log: newLogger(stderr)}, 0
+}
+
+// migrate brings the schema up to date. golang-migrate (advisory-locked)
+// runs only when the one-query check finds the schema behind: a restart
+// costs one round trip.
+func (e *env) migrate(ctx context.Context) error {
+	if migrations.Current(ctx, e.pool) == nil {
+		return nil
+	}
+	_, err := migrations.Up(e.url)
+	return err
 }
 
 func cmdRun(args []string, stdout, stderr io.Writer) int {
@@ -90,7 +93,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 		}
 		defer stopProfile()
 	}
-	e, code := open(ctx, *path, stderr, true)
+	e, code := open(ctx, *path, stderr) // the pool connects lazily
 	if e == nil {
 		return code
 	}
@@ -102,7 +105,11 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "intake run:", err)
 		return 2
 	}
-	d.Prewarm(ctx) // SSH handshakes overlap the target checks
+	d.Prewarm(ctx) // SSH handshakes overlap the schema and target checks
+	if err := e.migrate(ctx); err != nil {
+		fmt.Fprintln(stderr, err)
+		return 1
+	}
 	if err := d.CheckTargets(ctx); err != nil {
 		fmt.Fprintln(stderr, "intake run:", err)
 		return 1
@@ -182,7 +189,7 @@ func cmdPurge(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	e, code := open(ctx, *path, stderr, false)
+	e, code := open(ctx, *path, stderr)
 	if e == nil {
 		return code
 	}
@@ -215,7 +222,7 @@ func cmdReconcile(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	e, code := open(ctx, *path, stderr, false)
+	e, code := open(ctx, *path, stderr)
 	if e == nil {
 		return code
 	}
