@@ -72,7 +72,7 @@ func (r *fileRun) apply(ctx context.Context) error {
 	if err := <-readErr; err != nil {
 		return err
 	}
-	if in.State != StateApplied { // no chunk (no rows), or the last commit's reply never told
+	if in.State != StateApplied { // nothing left to apply (no rows, or all applied before a restart)
 		if err := r.d.store.markApplied(ctx, in); err != nil {
 			return err
 		}
