@@ -51,7 +51,7 @@ func (r *fileRun) apply(ctx context.Context) error {
 	rowsPerChunk := int(min(int64(r.feed.ChunkRows), max(in.RowsTotal, 1)))
 	seed := maphash.MakeSeed()
 	for range 2 {
-		free <- newChunk(seed, rowsPerChunk, tgt.enc)
+		free <- newChunk(seed, rowsPerChunk, tgt.copyEncoders())
 	}
 	readErr := make(chan error, 1)
 	first := in.ChunksDone // the reader must not read in while the loop below writes it

@@ -36,7 +36,7 @@ type target struct {
 	// enc (see binaryEncoder); the staging table then has the target's
 	// types. Otherwise COPY text into text columns, cast by the merge.
 	binary bool
-	enc    []encoder
+	enc    []encoder // per column; nil where the pair has no binary encoder
 }
 
 // TargetError says what is wrong with a target table, and how to fix it.
@@ -97,9 +97,7 @@ func loadTarget(ctx context.Context, db *pgxpool.Pool, f *partners.Feed) (*targe
 	for _, e := range t.enc {
 		t.binary = t.binary && e != nil
 	}
-	if !t.binary {
-		t.enc = nil
-	}
+
 	// found: a unique index on exactly (partner_id, key...); leading: one
 	// of them starts with (partner_id, first key column), so a chunk's
 	// key range is one index range scan.
@@ -262,8 +260,42 @@ func (t *target) build() {
 		SELECT $1, $2, line, 'duplicate_key', 'rejected' FROM d`, t.stage, strings.Join(keyStage, ", "), t.stage)
 }
 
-// CheckTarget verifies a feed's target table as the daemon would use it.
-func CheckTarget(ctx context.Context, db *pgxpool.Pool, f *partners.Feed) error {
-	_, err := loadTarget(ctx, db, f)
-	return err
+// TargetPlan says how chunks will reach a verified target (for check).
+type TargetPlan struct {
+	// Binary: rows travel in COPY's binary format; else TextColumns names
+	// the columns whose types keep them on COPY text.
+	Binary      bool
+	TextColumns []string
+	// RangeProbe: the unique index leads with (partner_id, first key).
+	RangeProbe bool
+}
+
+// CheckTarget verifies a feed's target table as the daemon would use it,
+// and says how chunks will reach it.
+func CheckTarget(ctx context.Context, db *pgxpool.Pool, f *partners.Feed) (TargetPlan, error) {
+	t, err := loadTarget(ctx, db, f)
+	if err != nil {
+		return TargetPlan{}, err
+	}
+	plan := TargetPlan{Binary: t.binary, RangeProbe: t.rangeProbe}
+	if !t.binary {
+		for i, c := range f.Columns {
+			if t.enc[i] == nil {
+				plan.TextColumns = append(plan.TextColumns, fmt.Sprintf("%s (%s into %s)", c.Name, c.Type, t.types[i]))
+			}
+		}
+		if len(plan.TextColumns) == 0 {
+			plan.TextColumns = []string{"partner_id (not text or varchar)"}
+		}
+	}
+	return plan, nil
+}
+
+// copyEncoders are the chunk encoders: one per column for COPY binary, or
+// nil for COPY text.
+func (t *target) copyEncoders() []encoder {
+	if t.binary {
+		return t.enc
+	}
+	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -69,11 +70,22 @@ func cmdCheck(args []string, stdout, stderr io.Writer) int {
 		p := &cfg.Partners[i]
 		for j := range p.Feeds {
 			f := &p.Feeds[j]
-			if err := intake.CheckTarget(ctx, pool, f); err != nil {
+			plan, err := intake.CheckTarget(ctx, pool, f)
+			if err != nil {
 				fail(fmt.Sprintf("partner %s feed %s", p.ID, f.Name), err)
 				continue
 			}
 			fmt.Fprintf(stdout, "ok   partner %s feed %s: target %s has the columns and unique index intake needs\n", p.ID, f.Name, f.Target)
+			if plan.Binary {
+				fmt.Fprintf(stdout, "     rows travel as COPY binary")
+			} else {
+				fmt.Fprintf(stdout, "     rows travel as COPY text (slower), for %s", strings.Join(plan.TextColumns, ", "))
+			}
+			if plan.RangeProbe {
+				fmt.Fprintln(stdout, "; chunks of clustered keys are matched by index range")
+			} else {
+				fmt.Fprintln(stdout, "; keys are matched one by one (the unique index does not start with partner_id and the first key)")
+			}
 		}
 	}
 	if failed > 0 {

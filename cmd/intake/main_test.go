@@ -111,10 +111,21 @@ func TestCheckMigrateAndRunOnce(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("check exited %d:\n%s", code, out)
 	}
-	for _, w := range []string{"ok   partner cli", "rename never overwrites", "ok   database", "target orders"} {
+	for _, w := range []string{"ok   partner cli", "rename never overwrites", "ok   database", "target orders",
+		"rows travel as COPY binary", "matched by index range"} {
 		if !strings.Contains(out, w) {
 			t.Fatalf("check output lacks %q:\n%s", w, out)
 		}
+	}
+	// a target column without a binary encoder is named, with the slower way
+	if _, err := pool.Exec(context.Background(), `ALTER TABLE orders ALTER COLUMN amount TYPE double precision`); err != nil {
+		t.Fatal(err)
+	}
+	if code, out := runCLI("check", "--config", cfg); code != 0 || !strings.Contains(out, "COPY text (slower), for amount (decimal into double precision)") {
+		t.Fatalf("check with a double precision column: %d\n%s", code, out)
+	}
+	if _, err := pool.Exec(context.Background(), `ALTER TABLE orders ALTER COLUMN amount TYPE numeric(12,2)`); err != nil {
+		t.Fatal(err)
 	}
 	site.Drop(t, "orders-cli.csv", "order_id,email,amount,status,placed_at,qty\nQ-1,a@b.io,1.00,new,2026-11-01T00:00:00Z,1\n")
 	if code, out := runCLI("run", "--config", cfg, "--once"); code != 0 {
