@@ -27,6 +27,7 @@ func run() int {
 	out := flag.String("out", "bench-results.json", "where to write the figures")
 	only := flag.String("only", "", "comma-separated workloads to run (large, small, huge); all when empty")
 	flag.StringVar(&o.ProfileDir, "profile-dir", "", "write a CPU profile of every intake process here")
+	flag.IntVar(&o.Repeat, "repeat", 1, "run the large and small workloads this many times and report medians")
 	flag.Parse()
 	if *only != "" {
 		o.Only = map[string]bool{}

@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strings"
 	"syscall"
 	"time"
@@ -35,6 +36,9 @@ type Options struct {
 	Partners     int // partners the small files spread over
 	Out          io.Writer
 	IntakeBinary string // a built intake binary
+	// Repeat runs the large and small workloads this many times and
+	// reports medians (1 when zero).
+	Repeat int
 	// Only, if set, names the workloads to run: large, small, huge.
 	Only map[string]bool
 	// ProfileDir, if set, receives a CPU profile of every intake process.
@@ -65,6 +69,22 @@ type Results struct {
 	CPUOneS           float64   `json:"cpu_one_daemon_s"`
 	CPUTwoS           []float64 `json:"cpu_two_daemons_s"`
 	RowsCheckedOK     bool      `json:"rows_checked_ok"`
+	// With Repeat > 1: the figures above are medians of these runs.
+	LargeRuns []*Results `json:"large_runs,omitempty"`
+	SmallRuns []*Results `json:"small_runs,omitempty"`
+}
+
+// median of one figure over runs.
+func median(runs []*Results, f func(*Results) float64) float64 {
+	v := make([]float64, len(runs))
+	for i, r := range runs {
+		v[i] = f(r)
+	}
+	sort.Float64s(v)
+	if n := len(v); n%2 == 0 {
+		return (v[n/2-1] + v[n/2]) / 2
+	}
+	return v[len(v)/2]
 }
 
 // env is one run's servers.
@@ -103,14 +123,54 @@ func Run(ctx context.Context, o Options) (*Results, error) {
 	}
 	defer e.sshd.Close()
 	res := &Results{LargeRows: o.LargeRows, SmallFiles: o.SmallFiles}
+	// Each workload runs Repeat times (a fresh database each time); the
+	// figures are the medians, the runs are kept beside them.
 	if o.runs("large") {
-		if err := e.large(ctx, res); err != nil {
-			return res, fmt.Errorf("large file: %w", err)
+		var runs []*Results
+		for i := 0; i < max(o.Repeat, 1); i++ {
+			r := &Results{LargeRows: o.LargeRows}
+			if err := e.large(ctx, r); err != nil {
+				return res, fmt.Errorf("large file: %w", err)
+			}
+			runs = append(runs, r)
+		}
+		res.LargeBytes = runs[0].LargeBytes
+		res.RowsCheckedOK = true
+		for _, r := range runs {
+			res.RowsCheckedOK = res.RowsCheckedOK && r.RowsCheckedOK
+		}
+		res.LargeFreshS = median(runs, func(r *Results) float64 { return r.LargeFreshS })
+		res.NaiveFreshS = median(runs, func(r *Results) float64 { return r.NaiveFreshS })
+		res.RatioFresh = median(runs, func(r *Results) float64 { return r.RatioFresh })
+		res.LargeReplayS = median(runs, func(r *Results) float64 { return r.LargeReplayS })
+		res.NaiveReplayS = median(runs, func(r *Results) float64 { return r.NaiveReplayS })
+		res.RatioReplay = median(runs, func(r *Results) float64 { return r.RatioReplay })
+		res.DuplicateS = median(runs, func(r *Results) float64 { return r.DuplicateS })
+		res.RatioDuplicate = median(runs, func(r *Results) float64 { return r.RatioDuplicate })
+		res.PeakRSSMiB1M = median(runs, func(r *Results) float64 { return r.PeakRSSMiB1M })
+		if len(runs) > 1 {
+			res.LargeRuns = runs
 		}
 	}
 	if o.runs("small") {
-		if err := e.small(ctx, res); err != nil {
-			return res, fmt.Errorf("small files: %w", err)
+		var runs []*Results
+		for i := 0; i < max(o.Repeat, 1); i++ {
+			r := &Results{}
+			if err := e.small(ctx, r); err != nil {
+				return res, fmt.Errorf("small files: %w", err)
+			}
+			runs = append(runs, r)
+		}
+		res.SmallFilesPerS = median(runs, func(r *Results) float64 { return r.SmallFilesPerS })
+		res.TwoReplicasFilesS = median(runs, func(r *Results) float64 { return r.TwoReplicasFilesS })
+		res.ScaleTwoOverOne = median(runs, func(r *Results) float64 { return r.ScaleTwoOverOne })
+		res.CPUOneS = median(runs, func(r *Results) float64 { return r.CPUOneS })
+		for _, r := range runs {
+			res.DoubleApplies += r.DoubleApplies
+		}
+		res.CPUTwoS = runs[len(runs)/2].CPUTwoS
+		if len(runs) > 1 {
+			res.SmallRuns = runs
 		}
 	}
 	if o.HugeRows > 0 && o.runs("huge") {

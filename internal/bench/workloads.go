@@ -317,6 +317,9 @@ func (r *Results) Table(w *os.File) {
 	row := func(name string, v float64, unit, target string) {
 		fmt.Fprintf(w, "%-38s %12.3f %-8s %s\n", name, v, unit, target)
 	}
+	if n := max(len(r.LargeRuns), len(r.SmallRuns)); n > 1 {
+		fmt.Fprintf(w, "(medians of %d runs; each run is kept in the JSON)\n", n)
+	}
 	fmt.Fprintf(w, "%-38s %12s %-8s %s\n", "measure", "value", "unit", "target")
 	row("large fresh (intake)", r.LargeFreshS, "s", "")
 	row("large fresh (naive)", r.NaiveFreshS, "s", "")
