@@ -1,16 +1,13 @@
 package main
 
 import (
-	"context"
 	"flag"
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"os/user"
 	"strconv"
 	"strings"
-	"syscall"
 	"text/tabwriter"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -56,12 +53,11 @@ func cmdQuarantine(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "intake quarantine %s: give the intake id first\n", sub)
 		return 2
 	}
-	ctx := context.Background()
-	e, code := open(ctx, *path, stderr)
+	ctx, e, done, code := openCmd(*path, stderr)
 	if e == nil {
 		return code
 	}
-	defer e.pool.Close()
+	defer done()
 	scope, ok := partnerScope(e, *partner, stderr)
 	if !ok {
 		return 2
@@ -158,13 +154,11 @@ func cmdReplay(args []string, stdout, stderr io.Writer) int {
 	if err := fs.Parse(args[1:]); err != nil {
 		return 2
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
-	e, code := open(ctx, *path, stderr)
+	ctx, e, done, code := openCmd(*path, stderr)
 	if e == nil {
 		return code
 	}
-	defer e.pool.Close()
+	defer done()
 	d, err := intake.New(e.cfg.Intake(), e.cfg.Partners, e.pool, e.spool, prometheus.NewRegistry(), e.log)
 	if err != nil {
 		fmt.Fprintln(stderr, "intake replay:", err)
@@ -210,12 +204,11 @@ func cmdAudit(args []string, stdout, stderr io.Writer) int {
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	ctx := context.Background()
-	e, code := open(ctx, *path, stderr)
+	ctx, e, done, code := openCmd(*path, stderr)
 	if e == nil {
 		return code
 	}
-	defer e.pool.Close()
+	defer done()
 	scope, ok := partnerScope(e, *partner, stderr)
 	if !ok {
 		return 2

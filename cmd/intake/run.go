@@ -75,6 +75,18 @@ func (e *env) migrate(ctx context.Context) error {
 	return err
 }
 
+// openCmd is open for a one-shot command: a context that SIGINT and
+// SIGTERM cancel, the env, and what releases both.
+func openCmd(path string, stderr io.Writer) (context.Context, *env, func(), int) {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	e, code := open(ctx, path, stderr)
+	if e == nil {
+		stop()
+		return nil, nil, nil, code
+	}
+	return ctx, e, func() { e.pool.Close(); stop() }, 0
+}
+
 func cmdRun(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -187,13 +199,11 @@ func cmdPurge(args []string, stdout, stderr io.Writer) int {
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
-	e, code := open(ctx, *path, stderr)
+	ctx, e, done, code := openCmd(*path, stderr)
 	if e == nil {
 		return code
 	}
-	defer e.pool.Close()
+	defer done()
 	res, err := intake.Purge(ctx, e.pool, e.spool, e.cfg.Partners, e.cfg.Retention, time.Now())
 	for _, r := range res {
 		fmt.Fprintf(stdout, "%s: %d spool files (%d bytes), %d row issues, %d reports, %d audit entries removed\n",
@@ -220,13 +230,11 @@ func cmdReconcile(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "intake reconcile: only --once; `intake run` schedules the reconciler")
 		return 2
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
-	e, code := open(ctx, *path, stderr)
+	ctx, e, done, code := openCmd(*path, stderr)
 	if e == nil {
 		return code
 	}
-	defer e.pool.Close()
+	defer done()
 	rec, err := reconcile.New(e.cfg.Reconcile, e.cfg.WorkerID, e.cfg.Lease, e.pool, e.spool, e.cfg.Partners,
 		prometheus.NewRegistry(), slogDiscard(), nil)
 	if err != nil {
