@@ -7,6 +7,8 @@ import (
 	"io"
 	"path"
 
+	"github.com/pkg/sftp"
+
 	"github.com/partner-intake/partner-intake/intake/rows"
 	"github.com/partner-intake/partner-intake/internal/fault"
 	"github.com/partner-intake/partner-intake/partners"
@@ -41,18 +43,38 @@ func (r *fileRun) download(ctx context.Context) error {
 	// comes under a batch id another intake already holds: it can then only
 	// be a duplicate or a conflict, so a large one is not scanned for
 	// nothing (a small one is scanned regardless: cheaper than asking).
-	scan := true
+	// Such a file is first read through the hash alone: when it is the
+	// bytes the spool already holds, nothing is written (an exact resend
+	// of a large file costs one read and one hash); when not, it is
+	// downloaded again into the spool.
+	scan, heldSHA := true, ""
 	if in.ListedSize >= scanCheckBytes && partners.ValidBatchID(batch) {
-		bound, err := r.d.store.batchBound(ctx, in, batch)
+		sha, err := r.d.store.batchBound(ctx, in, batch)
 		if err != nil {
 			return err
 		}
-		scan = !bound
+		scan = sha == ""
+		if sha != "" && compressionOf(in.RemoteName) == "" && r.d.spool.Has(in.Partner, sha, in.ListedSize) {
+			heldSHA = sha
+		}
 	}
 	var e spool.Entry
 	var err error
 	for attempt := 1; ; attempt++ {
-		e, err = r.fetch(ctx, scan)
+		if heldSHA != "" {
+			var same bool
+			e, same, err = r.fetchSame(ctx, heldSHA)
+			if err == nil {
+				r.d.metrics.hashOnly.WithLabelValues(in.Partner, map[bool]string{true: "same", false: "differ"}[same]).Inc()
+			}
+			if err == nil && !same {
+				r.log.Info("the file differs from the bytes its batch was received with; downloading it into the spool")
+				e, err = r.fetch(ctx, false)
+			}
+			heldSHA = "" // a retry downloads into the spool
+		} else {
+			e, err = r.fetch(ctx, scan)
+		}
 		if errors.Is(err, spool.ErrTooLarge) {
 			return r.hold(ctx, StateQuarantined, ReasonFileTooLarge, 0, fmt.Sprintf("the file is larger than the limit of %d bytes", r.p.cfg.Limits.MaxFileBytes))
 		}
@@ -125,29 +147,11 @@ func (f *faultWriter) Write(p []byte) (int, error) {
 var scanCheckBytes int64 = 4 << 20
 
 func (r *fileRun) fetch(ctx context.Context, withScan bool) (spool.Entry, error) {
-	f, err := r.sess.Open(r.in.ClaimedPath)
-	if partners.IsNotExist(err) {
-		return spool.Entry{}, ErrRemoteLost
-	}
+	f, size, max, src, err := r.openClaimed()
 	if err != nil {
-		return spool.Entry{}, fmt.Errorf("open %s: %w", r.in.ClaimedPath, err)
+		return spool.Entry{}, err
 	}
 	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return spool.Entry{}, fmt.Errorf("stat %s: %w", r.in.ClaimedPath, err)
-	}
-	max := r.p.cfg.Limits.MaxFileBytes
-	if r.in.Override == OverrideSize {
-		max = 1 << 62 // released by ops despite the limit
-	}
-	if st.Size() > max {
-		return spool.Entry{}, spool.ErrTooLarge
-	}
-	src := f.WriteTo
-	if fault.Enabled() {
-		src = func(w io.Writer) (int64, error) { return f.WriteTo(&faultWriter{w: w}) }
-	}
 	var opts []spool.PutOption
 	var pre *preScan
 	if withScan && compressionOf(r.in.RemoteName) == "" {
@@ -159,7 +163,7 @@ func (r *fileRun) fetch(ctx context.Context, withScan bool) (spool.Entry, error)
 			go func() { pre.done <- scanRows(fl, r.feed, r.p.cfg.Limits.MaxRows) }()
 		}))
 	}
-	e, err := r.d.spool.Put(r.in.Partner, st.Size(), max, src, opts...)
+	e, err := r.d.spool.Put(r.in.Partner, size, max, src, opts...)
 	if pre != nil {
 		if err != nil {
 			pre.stop.Close()
@@ -173,6 +177,51 @@ func (r *fileRun) fetch(ctx context.Context, withScan bool) (spool.Entry, error)
 		r.d.metrics.bytesDownloaded.WithLabelValues(r.in.Partner).Add(float64(e.Size))
 	}
 	return e, err
+}
+
+// fetchSame reads the claimed file through the hash alone and reports
+// whether it is the spooled file sha (see download).
+func (r *fileRun) fetchSame(ctx context.Context, sha string) (spool.Entry, bool, error) {
+	f, size, max, src, err := r.openClaimed()
+	if err != nil {
+		return spool.Entry{}, false, err
+	}
+	defer f.Close()
+	e, same, err := r.d.spool.Same(r.in.Partner, sha, size, max, src)
+	if err == nil {
+		r.d.metrics.bytesDownloaded.WithLabelValues(r.in.Partner).Add(float64(e.Size))
+	}
+	return e, same, err
+}
+
+// openClaimed opens processing/<worker>/<name> for a download: the file,
+// its size, the partner's size limit and the source that streams it.
+func (r *fileRun) openClaimed() (*sftp.File, int64, int64, spool.Source, error) {
+	f, err := r.sess.Open(r.in.ClaimedPath)
+	if partners.IsNotExist(err) {
+		return nil, 0, 0, nil, ErrRemoteLost
+	}
+	if err != nil {
+		return nil, 0, 0, nil, fmt.Errorf("open %s: %w", r.in.ClaimedPath, err)
+	}
+	st, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, 0, 0, nil, fmt.Errorf("stat %s: %w", r.in.ClaimedPath, err)
+	}
+	max := r.p.cfg.Limits.MaxFileBytes
+	if r.in.Override == OverrideSize {
+		max = 1 << 62 // released by ops despite the limit
+	}
+	if st.Size() > max {
+		f.Close()
+		return nil, 0, 0, nil, spool.ErrTooLarge
+	}
+	src := f.WriteTo
+	if fault.Enabled() {
+		src = func(w io.Writer) (int64, error) { return f.WriteTo(&faultWriter{w: w}) }
+	}
+	return f, st.Size(), max, src, nil
 }
 
 // ensureSpooled makes sure the spool still holds the file's bytes (a

@@ -225,6 +225,11 @@ func TestExactResendIsADuplicateWithNoBusinessEffect(t *testing.T) {
 	if fs[0].Receipt == fs[1].Receipt {
 		t.Fatal("the duplicate's receipt overwrote the original's")
 	}
+	// its batch was held and the spool had its bytes: read through the
+	// hash alone, nothing written
+	if got := testutil.ToFloat64(r.d.Metrics().HashOnly.WithLabelValues("acme", "same")); got != 1 {
+		t.Fatalf("hash-only reads that found the spooled bytes: %v, want 1", got)
+	}
 	if got := site.Files(t, "archive"); len(got) != 2 {
 		t.Fatalf("archive holds %v, want both files (never overwritten)", got)
 	}
@@ -255,6 +260,18 @@ func TestConflictingResendIsQuarantinedAndNeverApplied(t *testing.T) {
 	}
 	if got := site.Read(t, filepath.Join("quarantine", q[0])); got != changed {
 		t.Fatal("quarantined bytes differ from what was dropped")
+	}
+	// read through the hash first, found different, downloaded again: the
+	// spool holds the conflicting bytes for ops
+	if got := testutil.ToFloat64(r.d.Metrics().HashOnly.WithLabelValues("acme", "differ")); got != 1 {
+		t.Fatalf("hash-only reads that found other bytes: %v, want 1", got)
+	}
+	var sha string
+	if err := pool.QueryRow(context.Background(), `SELECT content_sha256 FROM file_intake WHERE intake_id = $1`, fs[1].ID).Scan(&sha); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(filepath.Join(r.spoolDir, "acme", "sha256", sha[:2], sha)); err != nil || string(b) != changed {
+		t.Fatalf("the spool does not hold the conflicting bytes: %v", err)
 	}
 	var reason intake.QuarantineReason
 	if err := json.Unmarshal([]byte(site.Read(t, filepath.Join("quarantine", q[1]))), &reason); err != nil {

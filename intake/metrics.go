@@ -18,6 +18,7 @@ type metrics struct {
 	filesFinished   *prometheus.CounterVec
 	rowsTotal       *prometheus.CounterVec
 	bytesDownloaded *prometheus.CounterVec
+	hashOnly        *prometheus.CounterVec
 	fenced          *prometheus.CounterVec
 	stageSeconds    *prometheus.HistogramVec
 	remoteLost      *prometheus.CounterVec
@@ -49,7 +50,9 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		filesFinished:   f.NewCounterVec(prometheus.CounterOpts{Name: "intake_files_finished_total", Help: "Files that left the pipeline, by final state."}, []string{"partner", "state"}),
 		rowsTotal:       f.NewCounterVec(prometheus.CounterOpts{Name: "intake_rows_total", Help: "Rows merged, by outcome."}, []string{"partner", "outcome"}),
 		bytesDownloaded: f.NewCounterVec(prometheus.CounterOpts{Name: "intake_bytes_downloaded_total", Help: "Bytes streamed into the spool."}, []string{"partner"}),
-		fenced:          f.NewCounterVec(prometheus.CounterOpts{Name: "intake_fenced_writes_total", Help: "Writes refused because the worker's fencing token was stale."}, []string{"partner"}),
+		hashOnly: f.NewCounterVec(prometheus.CounterOpts{Name: "intake_hash_only_reads_total",
+			Help: "Files under a batch id already held, read through the hash alone: same = the spooled bytes (nothing written), differ = downloaded again into the spool."}, []string{"partner", "result"}),
+		fenced: f.NewCounterVec(prometheus.CounterOpts{Name: "intake_fenced_writes_total", Help: "Writes refused because the worker's fencing token was stale."}, []string{"partner"}),
 		stageSeconds: f.NewHistogramVec(prometheus.HistogramOpts{Name: "intake_stage_duration_seconds", Help: "Time spent per pipeline stage (by the state it starts from).",
 			Buckets: prometheus.ExponentialBuckets(0.005, 4, 10)}, []string{"partner", "stage"}),
 		remoteLost:   f.NewCounterVec(prometheus.CounterOpts{Name: "intake_remote_lost_total", Help: "Claimed files that vanished from processing/ (moved or deleted by hand)."}, []string{"partner"}),
@@ -104,11 +107,13 @@ type Metrics struct {
 	Files         *prometheus.GaugeVec
 	Stage         *prometheus.HistogramVec
 	Bytes         *prometheus.CounterVec
+	HashOnly      *prometheus.CounterVec
 }
 
 // Metrics returns the daemon's metric vectors.
 func (d *Daemon) Metrics() Metrics {
 	return Metrics{FilesFinished: d.metrics.filesFinished, ClaimsLost: d.metrics.claimsLost, Rows: d.metrics.rowsTotal,
 		Fenced: d.metrics.fenced, PollErrors: d.metrics.pollErrors, PartnerUp: d.metrics.partnerUp, Backpressure: d.metrics.backpressure,
-		ChunkRetries: d.metrics.chunkRetries, Files: d.metrics.files, Stage: d.metrics.stageSeconds, Bytes: d.metrics.bytesDownloaded}
+		ChunkRetries: d.metrics.chunkRetries, Files: d.metrics.files, Stage: d.metrics.stageSeconds, Bytes: d.metrics.bytesDownloaded,
+		HashOnly: d.metrics.hashOnly}
 }

@@ -279,14 +279,18 @@ func (s *store) bindBatch(ctx context.Context, in *Intake) (Verdict, int64, erro
 	return verdictOf(in, owner, sha), owner, nil
 }
 
-// batchBound reports whether another intake holds the partner's batch id:
-// a file under it can then only end as a duplicate or a conflict, never be
-// planned (unless the holder releases it meanwhile).
-func (s *store) batchBound(ctx context.Context, in *Intake, batch string) (bool, error) {
-	var bound bool
-	err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM intake_batch WHERE partner_id = $1 AND batch_id = $2 AND intake_id <> $3)`,
-		in.Partner, batch, in.ID).Scan(&bound)
-	return bound, err
+// batchBound returns the content hash another intake holds the partner's
+// batch id under ("" when none does): a file under it can then only end as
+// a duplicate or a conflict, never be planned (unless the holder releases
+// it meanwhile).
+func (s *store) batchBound(ctx context.Context, in *Intake, batch string) (string, error) {
+	var sha string
+	err := s.pool.QueryRow(ctx, `SELECT content_sha256 FROM intake_batch WHERE partner_id = $1 AND batch_id = $2 AND intake_id <> $3`,
+		in.Partner, batch, in.ID).Scan(&sha)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", nil
+	}
+	return sha, err
 }
 
 // markApplied: applying -> applied, only when every row has an outcome.

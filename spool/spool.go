@@ -174,6 +174,44 @@ func (s *Spool) Put(partner string, want, max int64, src Source, opts ...PutOpti
 	return e, nil
 }
 
+// Same streams src through sha256 alone, writing nothing, and reports
+// whether the bytes are those of the spooled file sha (size included). It
+// is for a file that can only be a duplicate of spooled bytes or differ
+// from them: when they are the same, the copy needs no temp file, no
+// writes and no flush. When they differ, the caller downloads again with
+// Put. want and max mean what they mean for Put.
+func (s *Spool) Same(partner, sha string, want, max int64, src Source) (e Entry, same bool, err error) {
+	if !partnerPattern.MatchString(partner) {
+		return Entry{}, false, fmt.Errorf("spool: bad partner id %q", partner)
+	}
+	h := sha256.New()
+	var sink io.Writer = h
+	var bw *behind
+	if want < 0 || want >= behindMin {
+		// hashing runs behind the download, as in Put
+		bw = newBehind(sink, behindBuf, behindDepth)
+		sink = bw
+	}
+	lw := &limitWriter{w: sink, left: max}
+	n, err := src(lw)
+	if bw != nil {
+		if cerr := bw.Close(); err == nil && cerr != nil {
+			err = cerr
+		}
+	}
+	if lw.over {
+		return Entry{}, false, ErrTooLarge
+	}
+	if err != nil {
+		return Entry{}, false, fmt.Errorf("spool: stream: %w", err)
+	}
+	if want >= 0 && n != want {
+		return Entry{}, false, &ShortError{Got: n, Want: want}
+	}
+	e = Entry{Partner: partner, SHA256: hex.EncodeToString(h.Sum(nil)), Size: n}
+	return e, e.SHA256 == sha && s.Has(partner, sha, n), nil
+}
+
 // Path is where the file with this hash lives. It panics on a malformed
 // hash or partner id, which only a programming error can produce.
 func (s *Spool) Path(partner, sha string) string {

@@ -168,3 +168,55 @@ func TestClearOwnTempRemovesOnlyThisWorkersFiles(t *testing.T) {
 		t.Fatalf("free bytes %d %v", free, err)
 	}
 }
+
+func TestSameHashesWithoutWritingAndComparesWithTheSpooledFile(t *testing.T) {
+	for _, size := range []int{100, behindMin + 12345} { // inline and write-behind hashing
+		s, err := New(t.TempDir())
+		if err != nil {
+			t.Fatal(err)
+		}
+		data := strings.Repeat("0123456789abcdef", size/16+1)[:size]
+		first, err := s.Put("acme", int64(size), 1<<30, src(data))
+		if err != nil {
+			t.Fatal(err)
+		}
+		before, _ := os.ReadDir(filepath.Join(s.Dir(), "acme", "sha256", first.SHA256[:2]))
+
+		e, same, err := s.Same("acme", first.SHA256, int64(size), 1<<30, src(data))
+		if err != nil || !same || e != first {
+			t.Fatalf("size %d: same bytes: %+v %v %v, want %+v true", size, e, same, err, first)
+		}
+		other := data[:size-1] + "X"
+		e, same, err = s.Same("acme", first.SHA256, int64(size), 1<<30, src(other))
+		h := sha256.Sum256([]byte(other))
+		if err != nil || same || e.SHA256 != hex.EncodeToString(h[:]) || e.Size != int64(size) {
+			t.Fatalf("size %d: other bytes: %+v %v %v", size, e, same, err)
+		}
+		if _, same, _ = s.Same("beta", first.SHA256, int64(size), 1<<30, src(data)); same {
+			t.Fatal("bytes another partner spooled counted as this partner's")
+		}
+		after, _ := os.ReadDir(filepath.Join(s.Dir(), "acme", "sha256", first.SHA256[:2]))
+		if len(after) != len(before) {
+			t.Fatalf("Same wrote a spool entry: %d -> %d", len(before), len(after))
+		}
+		noTemps(t, s, "acme")
+		if _, err := os.Stat(filepath.Join(s.Dir(), "beta")); !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("Same made spool directories for a partner with nothing spooled: %v", err)
+		}
+		// a damaged entry (another size) is not the same bytes
+		if err := os.Truncate(s.Path("acme", first.SHA256), int64(size/2)); err != nil {
+			t.Fatal(err)
+		}
+		if _, same, _ = s.Same("acme", first.SHA256, int64(size), 1<<30, src(data)); same {
+			t.Fatal("a truncated spool entry counted as the same bytes")
+		}
+	}
+	s, _ := New(t.TempDir())
+	var short *ShortError
+	if _, _, err := s.Same("acme", strings.Repeat("0", 64), 100, 1<<20, src("only ten b")); !errors.As(err, &short) {
+		t.Fatalf("got %v, want a ShortError", err)
+	}
+	if _, _, err := s.Same("acme", strings.Repeat("0", 64), -1, 1000, src(strings.Repeat("x", 5000))); !errors.Is(err, ErrTooLarge) {
+		t.Fatalf("got %v, want ErrTooLarge", err)
+	}
+}
