@@ -217,11 +217,35 @@ func (r *fileRun) openClaimed() (*sftp.File, int64, int64, spool.Source, error) 
 		f.Close()
 		return nil, 0, 0, nil, spool.ErrTooLarge
 	}
-	src := f.WriteTo
+	var src spool.Source = f.WriteTo
+	if st.Mode().IsRegular() && st.Size() < smallFileBytes {
+		src = readSmall(f, st.Size())
+	}
 	if fault.Enabled() {
-		src = func(w io.Writer) (int64, error) { return f.WriteTo(&faultWriter{w: w}) }
+		inner := src
+		src = func(w io.Writer) (int64, error) { return inner(&faultWriter{w: w}) }
 	}
 	return f, st.Size(), max, src, nil
+}
+
+// smallFileBytes: a file below this size is read with one buffer of its
+// size plus one byte (a READ for the bytes, a READ that finds the end).
+// pkg/sftp's WriteTo would first ask for the size again (one FSTAT more)
+// and allocate a whole request's buffer (255 KiB) for a file of 1 KiB.
+const smallFileBytes = 64 << 10
+
+func readSmall(f *sftp.File, size int64) spool.Source {
+	return func(w io.Writer) (int64, error) {
+		// One byte more than the size, so a file that grew since the
+		// stat shows as longer than expected rather than cut at it.
+		buf := make([]byte, size+1)
+		n, err := f.ReadAt(buf, 0)
+		if err != nil && !errors.Is(err, io.EOF) {
+			return 0, err
+		}
+		m, err := w.Write(buf[:n])
+		return int64(m), err
+	}
 }
 
 // ensureSpooled makes sure the spool still holds the file's bytes (a
