@@ -68,7 +68,11 @@ type Results struct {
 	DoubleApplies     int64     `json:"double_applies"`
 	CPUOneS           float64   `json:"cpu_one_daemon_s"`
 	CPUTwoS           []float64 `json:"cpu_two_daemons_s"`
-	RowsCheckedOK     bool      `json:"rows_checked_ok"`
+	// CPU milliseconds per small file in the one-daemon phase, by process
+	// tree: the daemon, PostgreSQL (postmaster and backends, the harness's
+	// one progress connection included) and sshd (listener and sessions).
+	SmallCPUms    map[string]float64 `json:"small_cpu_ms_per_file,omitempty"`
+	RowsCheckedOK bool               `json:"rows_checked_ok"`
 	// With Repeat > 1: the figures above are medians of these runs.
 	LargeRuns []*Results `json:"large_runs,omitempty"`
 	SmallRuns []*Results `json:"small_runs,omitempty"`
@@ -169,6 +173,10 @@ func Run(ctx context.Context, o Options) (*Results, error) {
 			res.DoubleApplies += r.DoubleApplies
 		}
 		res.CPUTwoS = runs[len(runs)/2].CPUTwoS
+		res.SmallCPUms = map[string]float64{}
+		for k := range runs[0].SmallCPUms {
+			res.SmallCPUms[k] = median(runs, func(r *Results) float64 { return r.SmallCPUms[k] })
+		}
 		if len(runs) > 1 {
 			res.SmallRuns = runs
 		}

@@ -187,51 +187,65 @@ func (e *env) small(ctx context.Context, res *Results) error {
 	if e.o.SmallFiles == 0 {
 		return nil
 	}
-	one, cpu1, _, err := e.smallRun(ctx, 1)
+	one, err := e.smallRun(ctx, 1)
 	if err != nil {
 		return err
 	}
-	two, cpu2, doubles, err := e.smallRun(ctx, 2)
+	two, err := e.smallRun(ctx, 2)
 	if err != nil {
 		return err
 	}
-	res.SmallFilesPerS, res.TwoReplicasFilesS, res.CPUOneS, res.CPUTwoS, res.DoubleApplies = one, two, cpu1[0], cpu2, doubles
-	res.ScaleTwoOverOne = two / one
+	res.SmallFilesPerS, res.TwoReplicasFilesS, res.CPUOneS, res.CPUTwoS, res.DoubleApplies = one.filesPerS, two.filesPerS, one.cpu[0], two.cpu, two.doubles+one.doubles
+	res.ScaleTwoOverOne = two.filesPerS / one.filesPerS
+	n := float64(e.o.SmallFiles) / 1000 // CPU seconds per file, in ms
+	res.SmallCPUms = map[string]float64{"intake": one.cpu[0] / n, "postgres": one.pgCPU / n, "sshd": one.sshdCPU / n}
 	return nil
 }
 
-func (e *env) smallRun(ctx context.Context, daemons int) (filesPerS float64, cpu []float64, doubles int64, err error) {
+// smallPhase is one small-file phase's figures.
+type smallPhase struct {
+	filesPerS      float64
+	cpu            []float64 // per daemon, seconds
+	pgCPU, sshdCPU float64   // seconds, during the phase
+	doubles        int64
+}
+
+func (e *env) smallRun(ctx context.Context, daemons int) (ph smallPhase, err error) {
 	url, err := e.database(ctx)
 	if err != nil {
-		return 0, nil, 0, err
+		return ph, err
 	}
 	roots := map[string]string{}
 	var order []string
 	for p := 0; p < e.o.Partners; p++ {
 		id := fmt.Sprintf("p%02d", p)
 		if roots[id], err = e.partnerSite(id); err != nil {
-			return 0, nil, 0, err
+			return ph, err
 		}
 		order = append(order, id)
 	}
 	for i := 0; i < e.o.SmallFiles; i++ {
 		id := order[i%len(order)]
 		if _, err := writeCSV(filepath.Join(roots[id], "ready", fmt.Sprintf("orders-%05d.csv", i)), e.o.SmallRows, i*e.o.SmallRows); err != nil {
-			return 0, nil, 0, err
+			return ph, err
 		}
 	}
 	e.say("small files: %d files of %d rows over %d partners, %d daemon(s)", e.o.SmallFiles, e.o.SmallRows, e.o.Partners, daemons)
 	quiet()
 	var procs []*proc
+	pg0, sshd0, err := e.serverCPU()
+	if err != nil {
+		return ph, err
+	}
 	start := time.Now()
 	for d := 0; d < daemons; d++ {
 		cfg, err := e.config(fmt.Sprintf("small-%d", d), roots, order)
 		if err != nil {
-			return 0, nil, 0, err
+			return ph, err
 		}
 		p, err := e.start(url, cfg, "run")
 		if err != nil {
-			return 0, nil, 0, err
+			return ph, err
 		}
 		procs = append(procs, p)
 	}
@@ -241,7 +255,7 @@ func (e *env) smallRun(ctx context.Context, daemons int) (filesPerS float64, cpu
 	// would cost PostgreSQL a backend start every time, on the same cores
 	watch, err := pgx.Connect(ctx, url)
 	if err != nil {
-		return 0, nil, 0, err
+		return ph, err
 	}
 	defer watch.Close(ctx)
 	for done < int64(e.o.SmallFiles) {
@@ -254,6 +268,11 @@ func (e *env) smallRun(ctx context.Context, daemons int) (filesPerS float64, cpu
 		}
 	}
 	elapsed := time.Since(start).Seconds()
+	pg1, sshd1, cerr := e.serverCPU()
+	if cerr != nil && err == nil {
+		err = cerr
+	}
+	ph.pgCPU, ph.sshdCPU = pg1-pg0, sshd1-sshd0
 	for _, p := range procs {
 		p.cmd.Process.Signal(syscall.SIGTERM)
 	}
@@ -262,17 +281,18 @@ func (e *env) smallRun(ctx context.Context, daemons int) (filesPerS float64, cpu
 		if werr != nil && err == nil {
 			err = werr
 		}
-		cpu = append(cpu, c)
+		ph.cpu = append(ph.cpu, c)
 	}
 	if err != nil {
-		return 0, cpu, 0, err
+		return ph, err
 	}
 	if done < int64(e.o.SmallFiles) {
-		return 0, cpu, 0, fmt.Errorf("only %d of %d small files archived in 10 minutes", done, e.o.SmallFiles)
+		return ph, fmt.Errorf("only %d of %d small files archived in 10 minutes", done, e.o.SmallFiles)
 	}
-	doubles, err = e.count(ctx, url, `SELECT (SELECT count(*) FROM file_intake) - (SELECT count(DISTINCT (partner_id, remote_name)) FROM file_intake)
+	ph.filesPerS = float64(e.o.SmallFiles) / elapsed
+	ph.doubles, err = e.count(ctx, url, `SELECT (SELECT count(*) FROM file_intake) - (SELECT count(DISTINCT (partner_id, remote_name)) FROM file_intake)
 		+ (SELECT count(*) FROM bench_orders) - $1`, int64(e.o.SmallFiles*e.o.SmallRows))
-	return float64(e.o.SmallFiles) / elapsed, cpu, doubles, err
+	return ph, err
 }
 
 // huge measures peak memory on a file HugeRows long.
@@ -352,5 +372,10 @@ func (r *Results) Table(w *os.File) {
 	row("CPU, one daemon (small files)", r.CPUOneS, "s", "")
 	for i, c := range r.CPUTwoS {
 		row(fmt.Sprintf("CPU, daemon %d of two", i+1), c, "s", "")
+	}
+	for _, k := range []string{"intake", "postgres", "sshd"} {
+		if v, ok := r.SmallCPUms[k]; ok {
+			row("CPU per small file, "+k, v, "ms", "")
+		}
 	}
 }

@@ -154,6 +154,10 @@ func (s *Server) start(sshd string) error {
 	return fmt.Errorf("sshdtest: sshd did not answer on %s", s.Addr)
 }
 
+// Pid is the listening sshd's process id (its per-connection processes
+// are its descendants).
+func (s *Server) Pid() int { return s.cmd.Process.Pid }
+
 // PartnerRoot creates and returns the directory that serves as a
 // partner's remote root.
 func (s *Server) PartnerRoot(partner string) (string, error) {

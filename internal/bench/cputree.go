@@ -1,0 +1,89 @@
+package bench
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// clockTicks is USER_HZ, the unit of the CPU times in /proc/<pid>/stat
+// (100 on every Linux architecture Go supports but alpha and ia64).
+const clockTicks = 100
+
+// treeCPU returns the CPU seconds (user + system) used so far by the
+// process root and all its descendants, those that already exited and were
+// reaped inside the tree included (cutime, cstime). PostgreSQL's backends
+// and sshd's per-connection processes are such descendants.
+func treeCPU(root int) (float64, error) {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return 0, err
+	}
+	type proc struct {
+		ppid int
+		cpu  float64
+	}
+	procs := map[int]proc{}
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue // exited meanwhile
+		}
+		s := string(b)
+		i := strings.LastIndexByte(s, ')')
+		if i < 0 {
+			continue
+		}
+		// fields after "pid (comm) ": state ppid ... utime(14) stime cutime cstime
+		f := strings.Fields(s[i+1:])
+		if len(f) < 15 {
+			continue
+		}
+		ppid, _ := strconv.Atoi(f[1])
+		var ticks float64
+		for _, k := range f[11:15] {
+			v, _ := strconv.ParseFloat(k, 64)
+			ticks += v
+		}
+		procs[pid] = proc{ppid: ppid, cpu: ticks / clockTicks}
+	}
+	if _, ok := procs[root]; !ok {
+		return 0, fmt.Errorf("process %d is not running", root)
+	}
+	var total float64
+	for pid, p := range procs {
+		for q := pid; q > 1; q = procs[q].ppid {
+			if q == root {
+				total += p.cpu
+				break
+			}
+			if _, ok := procs[q]; !ok {
+				break
+			}
+		}
+	}
+	return total, nil
+}
+
+// serverCPU returns the CPU seconds PostgreSQL and sshd have used so far.
+func (e *env) serverCPU() (pg, sshd float64, err error) {
+	b, err := os.ReadFile(filepath.Join(e.pg.Dir, "data", "postmaster.pid"))
+	if err != nil {
+		return 0, 0, err
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(strings.SplitN(string(b), "\n", 2)[0]))
+	if err != nil {
+		return 0, 0, fmt.Errorf("postmaster.pid: %w", err)
+	}
+	if pg, err = treeCPU(pid); err != nil {
+		return 0, 0, err
+	}
+	sshd, err = treeCPU(e.sshd.Pid())
+	return pg, sshd, err
+}
