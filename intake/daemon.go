@@ -120,12 +120,20 @@ type Daemon struct {
 	targets   map[string]*target
 
 	noClaims atomic.Bool
-	mu       sync.Mutex
-	cron     *cron.Cron
-	cancel   context.CancelFunc
-	wg       sync.WaitGroup
-	started  bool
-	stopped  bool
+	// registered: Start recorded this replica in intake_worker, so partner
+	// affinity applies (affinity.go).
+	registered atomic.Bool
+	peers      peers
+	// prevDrained: this worker id's previous run stopped drained, so a
+	// partner another replica polls needs no look into processing/ after
+	// start unless the database shows live files of this worker there.
+	prevDrained bool
+	mu          sync.Mutex
+	cron        *cron.Cron
+	cancel      context.CancelFunc
+	wg          sync.WaitGroup
+	started     bool
+	stopped     bool
 
 	spaceLow atomic.Bool
 }
@@ -166,6 +174,9 @@ func (d *Daemon) PollOnce(ctx context.Context, partner string) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	err := d.pollOnce(ctx, p)
+	if errors.Is(err, errNotOwner) {
+		return nil
+	}
 	d.afterPoll(p, err)
 	return err
 }
@@ -209,6 +220,15 @@ func (d *Daemon) Start(ctx context.Context) error {
 	}
 	d.started = true
 	ctx, d.cancel = context.WithCancel(ctx)
+	// Registered before the first poll, so that replicas starting together
+	// split the partners from their first claims on.
+	drained, err := d.store.registerWorker(ctx, d.cfg.WorkerID, d.order)
+	if err != nil {
+		d.cancel()
+		return err
+	}
+	d.prevDrained = drained
+	d.registered.Store(true)
 	d.cron = schedule.New(d.log)
 	for _, id := range d.order {
 		p := d.parts[id]
@@ -222,10 +242,6 @@ func (d *Daemon) Start(ctx context.Context) error {
 			defer d.wg.Done()
 			d.loop(ctx, p)
 		}()
-	}
-	if err := d.store.registerWorker(ctx, d.cfg.WorkerID); err != nil {
-		d.cancel()
-		return err
 	}
 	d.wg.Add(2)
 	go func() {
@@ -251,7 +267,7 @@ func (d *Daemon) workerHeartbeat(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			if err := d.store.registerWorker(ctx, d.cfg.WorkerID); err != nil && ctx.Err() == nil {
+			if _, err := d.store.registerWorker(ctx, d.cfg.WorkerID, d.order); err != nil && ctx.Err() == nil {
 				d.log.Warn("worker heartbeat failed", "err", err)
 			}
 		}
@@ -333,7 +349,11 @@ func (d *Daemon) loop(ctx context.Context, p *partnerRT) {
 		}
 		p.mu.Lock()
 		err := d.pollOnce(ctx, p)
-		d.afterPoll(p, err)
+		if errors.Is(err, errNotOwner) {
+			err = nil // another replica polls it: nothing to record
+		} else {
+			d.afterPoll(p, err)
+		}
 		p.mu.Unlock()
 		if err == nil || ctx.Err() != nil {
 			backoff = time.Second
@@ -383,13 +403,21 @@ func (d *Daemon) Stop() {
 			p.mu.Unlock()
 		}
 	}()
+	drained := true
 	select {
 	case <-idle:
 	case <-time.After(d.cfg.Drain):
+		drained = false
 		d.log.Warn("drain time over; abandoning files in flight (they resume on the next start)")
 	}
 	d.cancel()
 	d.wg.Wait()
+	// the other replicas take this one's partners on their next poll
+	rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := d.store.retireWorker(rctx, d.cfg.WorkerID, drained); err != nil {
+		d.log.Warn("retire worker", "err", err)
+	}
 	d.log.Info("daemon stopped")
 }
 
@@ -430,6 +458,7 @@ type partnerRT struct {
 	sessMu    sync.Mutex
 	sess      *partners.Session
 	tempClean bool // this worker's spool temp files of the partner were swept
+	resumed   bool // this worker's own files of the partner were resumed once
 
 	statMu      sync.Mutex // what the last poll saw, for gauges and /readyz
 	up          bool

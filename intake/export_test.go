@@ -15,3 +15,6 @@ func SetScanCheckBytes(n int64) func() {
 	scanCheckBytes = n
 	return func() { scanCheckBytes = old }
 }
+
+// Owner is the replica that partner affinity picks for a partner.
+func Owner(partner string, workers []string) string { return owner(partner, workers) }

@@ -30,6 +30,7 @@ type metrics struct {
 	oldestProcessing  *prometheus.GaugeVec
 	oldestReady       *prometheus.GaugeVec
 	readyFiles        *prometheus.GaugeVec
+	partnerOwned      *prometheus.GaugeVec
 	quarantineOpen    *prometheus.GaugeVec
 	quarantineOldest  *prometheus.GaugeVec
 	inflightRows      *prometheus.GaugeVec
@@ -60,9 +61,11 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		backpressure: f.NewGauge(prometheus.GaugeOpts{Name: "intake_spool_backpressure", Help: "1 while claiming is paused because the spool disk is below its free-space floor."}),
 		spoolFree:    f.NewGauge(prometheus.GaugeOpts{Name: "intake_spool_free_bytes", Help: "Free bytes on the spool's disk at the last check."}),
 
-		files:             f.NewGaugeVec(prometheus.GaugeOpts{Name: "intake_files", Help: "Files per non-terminal state (and quarantined), cluster-wide."}, []string{"partner", "state"}),
-		oldestProcessing:  f.NewGaugeVec(prometheus.GaugeOpts{Name: "intake_oldest_processing_age_seconds", Help: "Age of the oldest claimed, unfinished file."}, []string{"partner"}),
-		oldestReady:       f.NewGaugeVec(prometheus.GaugeOpts{Name: "intake_oldest_ready_age_seconds", Help: "Age (mtime) of the oldest claimable file in ready/ at the last poll."}, []string{"partner"}),
+		files:            f.NewGaugeVec(prometheus.GaugeOpts{Name: "intake_files", Help: "Files per non-terminal state (and quarantined), cluster-wide."}, []string{"partner", "state"}),
+		oldestProcessing: f.NewGaugeVec(prometheus.GaugeOpts{Name: "intake_oldest_processing_age_seconds", Help: "Age of the oldest claimed, unfinished file."}, []string{"partner"}),
+		oldestReady:      f.NewGaugeVec(prometheus.GaugeOpts{Name: "intake_oldest_ready_age_seconds", Help: "Age (mtime) of the oldest claimable file in ready/ at the last poll."}, []string{"partner"}),
+		partnerOwned: f.NewGaugeVec(prometheus.GaugeOpts{Name: "intake_partner_owned",
+			Help: "1 while this replica is the one that polls the partner (partner affinity), 0 while another live replica does."}, []string{"partner"}),
 		readyFiles:        f.NewGaugeVec(prometheus.GaugeOpts{Name: "intake_ready_files", Help: "Claimable files in ready/ at the last poll."}, []string{"partner"}),
 		quarantineOpen:    f.NewGaugeVec(prometheus.GaugeOpts{Name: "intake_quarantine_open", Help: "Files held for an ops decision."}, []string{"partner"}),
 		quarantineOldest:  f.NewGaugeVec(prometheus.GaugeOpts{Name: "intake_quarantine_oldest_age_seconds", Help: "How long the oldest open quarantine item has waited."}, []string{"partner"}),
@@ -108,6 +111,7 @@ type Metrics struct {
 	Stage         *prometheus.HistogramVec
 	Bytes         *prometheus.CounterVec
 	HashOnly      *prometheus.CounterVec
+	Polls         *prometheus.CounterVec
 }
 
 // Metrics returns the daemon's metric vectors.
@@ -115,5 +119,5 @@ func (d *Daemon) Metrics() Metrics {
 	return Metrics{FilesFinished: d.metrics.filesFinished, ClaimsLost: d.metrics.claimsLost, Rows: d.metrics.rowsTotal,
 		Fenced: d.metrics.fenced, PollErrors: d.metrics.pollErrors, PartnerUp: d.metrics.partnerUp, Backpressure: d.metrics.backpressure,
 		ChunkRetries: d.metrics.chunkRetries, Files: d.metrics.files, Stage: d.metrics.stageSeconds, Bytes: d.metrics.bytesDownloaded,
-		HashOnly: d.metrics.hashOnly}
+		HashOnly: d.metrics.hashOnly, Polls: d.metrics.polls}
 }

@@ -19,6 +19,9 @@ import (
 	"github.com/partner-intake/partner-intake/partners"
 )
 
+// errNotOwner: another live replica polls the partner (affinity.go).
+var errNotOwner = errors.New("another replica polls this partner")
+
 // Skip reasons for entries of ready/ that are not claimed.
 const (
 	SkipDotfile     = "dotfile"
@@ -48,6 +51,22 @@ func (d *Daemon) pollOnce(ctx context.Context, p *partnerRT) error {
 	if !d.claiming() {
 		return nil
 	}
+	// With several replicas, one polls the partner (affinity.go). The
+	// others still resume their own files of it once after they start (a
+	// restart's leftovers), then leave it alone.
+	own := d.owns(ctx, p.cfg.ID)
+	if !own && !p.resumed && d.prevDrained {
+		// nothing can be half claimed; resume only if rows say so
+		live, err := d.store.ownsLive(ctx, p.cfg.ID, d.cfg.WorkerID)
+		if err != nil {
+			return err
+		}
+		p.resumed = !live
+	}
+	if !own && p.resumed {
+		p.drop() // a session of an earlier poll is the owner's business now
+		return errNotOwner
+	}
 	d.metrics.polls.WithLabelValues(p.cfg.ID).Inc()
 	sess, err := p.session(ctx, d.cfg.WorkerID)
 	if err != nil {
@@ -71,6 +90,11 @@ func (d *Daemon) pollOnce(ctx context.Context, p *partnerRT) error {
 	}
 	if err := d.resumeOwn(ctx, p, sess); err != nil {
 		return err
+	}
+	p.resumed = true
+	if !own {
+		p.drop() // the session is the owner's to keep
+		return errNotOwner
 	}
 	cands, hostile, err := d.list(p, sess)
 	if err != nil {
@@ -110,7 +134,7 @@ func (d *Daemon) pollOnce(ctx context.Context, p *partnerRT) error {
 		if ctx.Err() != nil || !d.claiming() || failed() {
 			break
 		}
-		if claimed >= p.cfg.Limits.MaxFilesPerPoll || !d.spaceOK() {
+		if claimed >= p.cfg.Limits.MaxFilesPerPoll || !d.spaceOK() || !d.owns(ctx, p.cfg.ID) {
 			break
 		}
 		select {
@@ -279,6 +303,7 @@ func (d *Daemon) claim(ctx context.Context, p *partnerRT, sess *partners.Session
 	if err := sess.Rename(src, dst); err != nil {
 		if partners.IsNotExist(err) {
 			d.metrics.claimsLost.WithLabelValues(p.cfg.ID).Inc()
+			d.peers.lost() // another replica claims here: look again who polls the partner
 			return nil, nil
 		}
 		if _, serr := sess.Lstat(dst); serr == nil {

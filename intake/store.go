@@ -130,17 +130,63 @@ func (s *store) insertClaim(ctx context.Context, in *Intake) error {
 	return nil
 }
 
-// registerWorker records that this replica is alive.
-func (s *store) registerWorker(ctx context.Context, worker string) error {
+// registerWorker records that this replica is alive and which partners it
+// serves (for partner affinity). It reports whether the worker id's
+// previous run ended drained (or there was none): then no claim of it can
+// be left in processing/ without a row.
+func (s *store) registerWorker(ctx context.Context, worker string, partners []string) (drained bool, err error) {
 	host, _ := os.Hostname()
-	_, err := s.pool.Exec(ctx, `INSERT INTO intake_worker (worker_id, hostname, pid, lease)
-		VALUES ($1, $2, $3, $4::interval)
+	err = s.pool.QueryRow(ctx, `WITH prev AS (SELECT drained_at FROM intake_worker WHERE worker_id = $1)
+		INSERT INTO intake_worker (worker_id, hostname, pid, lease, partners)
+		VALUES ($1, $2, $3, $4::interval, $5)
 		ON CONFLICT (worker_id) DO UPDATE SET hostname = EXCLUDED.hostname, pid = EXCLUDED.pid,
-		    lease = EXCLUDED.lease, last_seen = now()`, worker, host, os.Getpid(), s.lease)
+		    lease = EXCLUDED.lease, partners = EXCLUDED.partners, last_seen = now(), drained_at = NULL
+		RETURNING (SELECT count(*) = 0 OR bool_and(drained_at IS NOT NULL) FROM prev)`,
+		worker, host, os.Getpid(), s.lease, partners).Scan(&drained)
 	if err != nil {
-		return fmt.Errorf("register worker: %w", err)
+		return false, fmt.Errorf("register worker: %w", err)
 	}
-	return nil
+	return drained, nil
+}
+
+// retireWorker marks a stopping replica gone at once, so the others take
+// its partners on their next poll instead of one lease later; drained
+// says every poll ended before the stop (no claim can be half made). A row
+// since refreshed by a restarted process of the same id is left alone.
+func (s *store) retireWorker(ctx context.Context, worker string, drained bool) error {
+	_, err := s.pool.Exec(ctx, `UPDATE intake_worker SET last_seen = now() - lease - interval '1 second',
+		    drained_at = CASE WHEN $3 THEN now() END
+		WHERE worker_id = $1 AND pid = $2`, worker, os.Getpid(), drained)
+	return err
+}
+
+// ownsLive reports whether worker holds live rows of the partner.
+func (s *store) ownsLive(ctx context.Context, partner, worker string) (bool, error) {
+	var ok bool
+	err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM file_intake WHERE partner_id = $1 AND worker_id = $2 AND state = ANY($3))`,
+		partner, worker, liveStates).Scan(&ok)
+	return ok, err
+}
+
+// liveServing maps each partner to the live replicas that serve it.
+func (s *store) liveServing(ctx context.Context) (map[string][]string, error) {
+	rs, err := s.pool.Query(ctx, `SELECT p, array_agg(worker_id ORDER BY worker_id)
+		FROM intake_worker, unnest(partners) AS p
+		WHERE last_seen > now() - lease GROUP BY p`)
+	if err != nil {
+		return nil, fmt.Errorf("live replicas: %w", err)
+	}
+	out := map[string][]string{}
+	for rs.Next() {
+		var p string
+		var ws []string
+		if err := rs.Scan(&p, &ws); err != nil {
+			rs.Close()
+			return nil, fmt.Errorf("live replicas: %w", err)
+		}
+		out[p] = ws
+	}
+	return out, rs.Err()
 }
 
 // liveOwnedBy lists the live rows of partner held by worker: after a

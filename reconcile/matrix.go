@@ -108,26 +108,44 @@ func (r *Reconciler) rowOrphanClaims(ctx context.Context, p *partners.Config, s 
 				feedName = feed.Name
 			}
 			dst := s.Layout.Processing(r.worker, name)
-			if err := s.Rename(old, dst); err != nil {
-				add(Finding{Kind: KindTakeoverBlocked, Path: old, NeedsHuman: !partners.IsNotExist(err),
-					Action: "none", Detail: fmt.Sprintf("could not move it into processing/%s/: %v", r.worker, err)})
-				continue
+			if ctx.Err() != nil {
+				return ctx.Err()
 			}
-			in := &intake.Intake{Partner: p.ID, Feed: feedName, RemoteName: name, ClaimedPath: dst,
-				ListedSize: f.Size(), Worker: r.worker}
-			if p.Readiness == partners.ReadinessManifest {
-				if err := s.Rename(old+intake.ManifestSuffix, dst+intake.ManifestSuffix); err == nil {
-					in.ManifestName = name + intake.ManifestSuffix
-				}
-			}
-			if err := r.ledger.Adopt(ctx, in); err != nil {
+			// The move and the row go together even when the run is being
+			// stopped: a stop that drained leaves no claim without a row
+			// (intake/affinity.go relies on that). Only a crash can.
+			actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+			err = r.adopt(actx, p, s, old, dst, name, feedName, f.Size(), w, add)
+			cancel()
+			if err != nil {
 				return err
 			}
-			add(Finding{Kind: KindOrphanClaim, IntakeID: in.ID, Path: old,
-				Action: fmt.Sprintf("adopted into processing/%s/ (worker %s is gone)", r.worker, w)})
-			r.takenOver(p.ID)
 		}
 	}
+	return nil
+}
+
+// adopt moves one orphaned claim into this worker's processing dir and
+// records it (matrix row 1).
+func (r *Reconciler) adopt(ctx context.Context, p *partners.Config, s *partners.Session, old, dst, name, feedName string, size int64, w string, add addFunc) error {
+	if err := s.Rename(old, dst); err != nil {
+		add(Finding{Kind: KindTakeoverBlocked, Path: old, NeedsHuman: !partners.IsNotExist(err),
+			Action: "none", Detail: fmt.Sprintf("could not move it into processing/%s/: %v", r.worker, err)})
+		return nil
+	}
+	in := &intake.Intake{Partner: p.ID, Feed: feedName, RemoteName: name, ClaimedPath: dst,
+		ListedSize: size, Worker: r.worker}
+	if p.Readiness == partners.ReadinessManifest {
+		if err := s.Rename(old+intake.ManifestSuffix, dst+intake.ManifestSuffix); err == nil {
+			in.ManifestName = name + intake.ManifestSuffix
+		}
+	}
+	if err := r.ledger.Adopt(ctx, in); err != nil {
+		return err
+	}
+	add(Finding{Kind: KindOrphanClaim, IntakeID: in.ID, Path: old,
+		Action: fmt.Sprintf("adopted into processing/%s/ (worker %s is gone)", r.worker, w)})
+	r.takenOver(p.ID)
 	return nil
 }
 

@@ -117,7 +117,12 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "intake run:", err)
 		return 2
 	}
-	d.Prewarm(ctx) // SSH handshakes overlap the schema and target checks
+	if *once {
+		// SSH handshakes overlap the schema and target checks. A daemon
+		// dials when it first polls: with several replicas it polls only
+		// the partners affinity gives it.
+		d.Prewarm(ctx)
+	}
 	if err := e.migrate(ctx); err != nil {
 		fmt.Fprintln(stderr, err)
 		return 1

@@ -71,8 +71,11 @@ type Results struct {
 	// CPU milliseconds per small file in the one-daemon phase, by process
 	// tree: the daemon, PostgreSQL (postmaster and backends, the harness's
 	// one progress connection included) and sshd (listener and sessions).
-	SmallCPUms    map[string]float64 `json:"small_cpu_ms_per_file,omitempty"`
-	RowsCheckedOK bool               `json:"rows_checked_ok"`
+	SmallCPUms map[string]float64 `json:"small_cpu_ms_per_file,omitempty"`
+	// Files each of the two daemons processed (partner affinity splits the
+	// partners between them).
+	TwoDaemonFiles map[string]int64 `json:"two_daemon_files,omitempty"`
+	RowsCheckedOK  bool             `json:"rows_checked_ok"`
 	// With Repeat > 1: the figures above are medians of these runs.
 	LargeRuns []*Results `json:"large_runs,omitempty"`
 	SmallRuns []*Results `json:"small_runs,omitempty"`

@@ -197,6 +197,7 @@ func (e *env) small(ctx context.Context, res *Results) error {
 	}
 	res.SmallFilesPerS, res.TwoReplicasFilesS, res.CPUOneS, res.CPUTwoS, res.DoubleApplies = one.filesPerS, two.filesPerS, one.cpu[0], two.cpu, two.doubles+one.doubles
 	res.ScaleTwoOverOne = two.filesPerS / one.filesPerS
+	res.TwoDaemonFiles = two.byWorker
 	n := float64(e.o.SmallFiles) / 1000 // CPU seconds per file, in ms
 	res.SmallCPUms = map[string]float64{"intake": one.cpu[0] / n, "postgres": one.pgCPU / n, "sshd": one.sshdCPU / n}
 	return nil
@@ -208,6 +209,7 @@ type smallPhase struct {
 	cpu            []float64 // per daemon, seconds
 	pgCPU, sshdCPU float64   // seconds, during the phase
 	doubles        int64
+	byWorker       map[string]int64 // files processed per daemon
 }
 
 func (e *env) smallRun(ctx context.Context, daemons int) (ph smallPhase, err error) {
@@ -292,7 +294,34 @@ func (e *env) smallRun(ctx context.Context, daemons int) (ph smallPhase, err err
 	ph.filesPerS = float64(e.o.SmallFiles) / elapsed
 	ph.doubles, err = e.count(ctx, url, `SELECT (SELECT count(*) FROM file_intake) - (SELECT count(DISTINCT (partner_id, remote_name)) FROM file_intake)
 		+ (SELECT count(*) FROM bench_orders) - $1`, int64(e.o.SmallFiles*e.o.SmallRows))
+	if err != nil {
+		return ph, err
+	}
+	ph.byWorker, err = e.filesByWorker(ctx, url)
 	return ph, err
+}
+
+// filesByWorker counts the files each daemon processed.
+func (e *env) filesByWorker(ctx context.Context, url string) (map[string]int64, error) {
+	c, err := pgx.Connect(ctx, url)
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close(ctx)
+	rs, err := c.Query(ctx, `SELECT worker_id, count(*) FROM file_intake GROUP BY worker_id`)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]int64{}
+	for rs.Next() {
+		var w string
+		var n int64
+		if err := rs.Scan(&w, &n); err != nil {
+			return nil, err
+		}
+		out[w] = n
+	}
+	return out, rs.Err()
 }
 
 // huge measures peak memory on a file HugeRows long.

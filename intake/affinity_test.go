@@ -1,0 +1,147 @@
+package intake_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/partner-intake/partner-intake/intake"
+	"github.com/partner-intake/partner-intake/internal/testenv"
+)
+
+// Two started replicas split the partners: each partner's files are
+// claimed by the one replica affinity picks, none is raced for; when a
+// replica stops, the other takes its partners on its next poll.
+func TestReplicasSplitPartnersAndTakeOverOnStop(t *testing.T) {
+	_, pool := testenv.DB(t)
+	var sites []*testenv.Site
+	for i := 0; i < 6; i++ {
+		s := testenv.NewSite(t, fmt.Sprintf("aff%d", i))
+		s.Config.Poll = "@every 1s"
+		sites = append(sites, s)
+	}
+	want := map[string]string{} // partner -> replica
+	owned := map[string]int{}
+	for _, s := range sites {
+		o := intake.Owner(s.Config.ID, []string{"r1", "r2"})
+		want[s.Config.ID] = o
+		owned[o]++
+	}
+	if owned["r1"] == 0 || owned["r2"] == 0 {
+		t.Fatalf("the test needs partners on both replicas, got %v", owned)
+	}
+	r1, r2 := newRig(t, pool, "r1", sites...), newRig(t, pool, "r2", sites...)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	for _, r := range []*rig{r1, r2} {
+		if err := r.d.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	defer r1.d.Stop()
+	// both are registered; let each one's view of the other settle
+	time.Sleep(2500 * time.Millisecond)
+	for i, s := range sites {
+		for j := 0; j < 3; j++ {
+			s.Drop(t, fmt.Sprintf("orders-%d-%d.csv", i, j), testenv.OrdersCSV(fmt.Sprintf("A%d%d", i, j), 2))
+		}
+	}
+	waitUntil(t, func() bool {
+		return testenv.Count(t, pool, `SELECT count(*) FROM file_intake WHERE state = 'archived'`) == 18
+	})
+	for _, s := range sites {
+		for _, f := range files(t, pool, s.Config.ID) {
+			if f.Worker != want[s.Config.ID] {
+				t.Fatalf("partner %s: %s was processed by %s, affinity picks %s", s.Config.ID, f.Name, f.Worker, want[s.Config.ID])
+			}
+		}
+		for _, r := range []*rig{r1, r2} {
+			if lost := testutil.ToFloat64(r.d.Metrics().ClaimsLost.WithLabelValues(s.Config.ID)); lost != 0 {
+				t.Fatalf("partner %s: %v claims lost, want none (one replica polls it)", s.Config.ID, lost)
+			}
+		}
+	}
+
+	r2.d.Stop() // retires r2: r1 takes its partners at once, not a lease later
+	for i, s := range sites {
+		s.Drop(t, fmt.Sprintf("orders-%d-late.csv", i), testenv.OrdersCSV(fmt.Sprintf("L%d", i), 2))
+	}
+	deadline := time.Now().Add(20 * time.Second) // the lease is 30 s
+	for testenv.Count(t, pool, `SELECT count(*) FROM file_intake WHERE state = 'archived'`) != 24 {
+		if time.Now().After(deadline) {
+			t.Fatalf("r1 did not take over the stopped replica's partners: %d of 24 archived",
+				testenv.Count(t, pool, `SELECT count(*) FROM file_intake WHERE state = 'archived'`))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if n := testenv.Count(t, pool, `SELECT count(*) FROM file_intake WHERE remote_name LIKE '%late%' AND worker_id <> 'r1'`); n != 0 {
+		t.Fatalf("%d late files processed by another replica than r1", n)
+	}
+}
+
+// A replica that did not stop drained (a crash) still looks into its own
+// processing dir of a partner another replica polls, and finishes what it
+// left there; one that stopped drained, with no live file of the partner,
+// does not even connect to it.
+func TestNonOwnerResumesItsOwnLeftoversOnlyAfterACrash(t *testing.T) {
+	_, pool := testenv.DB(t)
+	var site *testenv.Site
+	for i := 0; site == nil; i++ { // a partner that affinity gives to r1
+		if id := fmt.Sprintf("left%d", i); intake.Owner(id, []string{"r1", "r2"}) == "r1" {
+			site = testenv.NewSite(t, id)
+		}
+	}
+	site.Config.Poll = "@every 1s"
+	id := site.Config.ID
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	r1 := newRig(t, pool, "r1", site)
+	if err := r1.d.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer r1.d.Stop()
+
+	// r2 crashed between its claim's rename and the row: a file in
+	// processing/r2/ without a row, and an intake_worker row not drained
+	if _, err := pool.Exec(ctx, `INSERT INTO intake_worker (worker_id, hostname, pid, lease, partners, last_seen)
+		VALUES ('r2', 'gone', 1, '30 s', ARRAY[$1], now() - interval '1 hour')`, id); err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(site.Root, "processing", "r2")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "orders-left.csv"), []byte(testenv.OrdersCSV("LEFT", 2)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r2 := newRig(t, pool, "r2", site)
+	if err := r2.d.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, func() bool {
+		return testenv.Count(t, pool, `SELECT count(*) FROM file_intake WHERE worker_id = 'r2' AND remote_name = 'orders-left.csv' AND state = 'archived'`) == 1
+	})
+	r2.d.Stop() // drained this time
+
+	r2b := newRig(t, pool, "r2", site)
+	if err := r2b.d.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer r2b.d.Stop()
+	site.Drop(t, "orders-new.csv", testenv.OrdersCSV("NEW", 2))
+	waitUntil(t, func() bool {
+		return testenv.Count(t, pool, `SELECT count(*) FROM file_intake WHERE remote_name = 'orders-new.csv' AND state = 'archived'`) == 1
+	})
+	time.Sleep(1500 * time.Millisecond) // a poll or two of r2b
+	if n := testutil.ToFloat64(r2b.d.Metrics().Polls.WithLabelValues(id)); n != 0 {
+		t.Fatalf("r2 restarted after a drained stop polled %s %v times, want none (r1 polls it)", id, n)
+	}
+	if n := testenv.Count(t, pool, `SELECT count(*) FROM file_intake WHERE remote_name = 'orders-new.csv' AND worker_id = 'r1'`); n != 1 {
+		t.Fatal("the new file was not processed by the partner's replica r1")
+	}
+}
