@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/partner-intake/partner-intake/intake"
+	"github.com/partner-intake/partner-intake/internal/fault"
 	"github.com/partner-intake/partner-intake/internal/testenv"
 	"github.com/partner-intake/partner-intake/partners"
 	"github.com/partner-intake/partner-intake/spool"
@@ -562,5 +563,61 @@ func TestTargetWithoutBinaryEncodersUsesCopyText(t *testing.T) {
 	var amount float64
 	if err := pool.QueryRow(ctx, `SELECT amount FROM orders_float WHERE order_id = 'F-2'`).Scan(&amount); err != nil || amount != 7.25 {
 		t.Fatalf("F-2 amount %v (%v), want 7.25", amount, err)
+	}
+}
+
+// Two workers claim from one partner and the first to rename a file is the
+// last to record it (a slow database round trip): the older file still
+// gets the smaller intake id, so the newer file's write of a key wins,
+// which is what the partner sent last.
+func TestClaimOrderDecidesIdsAcrossWorkers(t *testing.T) {
+	_, pool := testenv.DB(t)
+	site := testenv.NewSite(t, "order")
+	older := header + "K-1,a@example.com,1.00,paid,2026-11-01T10:00:00Z,1\n"
+	newer := header + "K-1,a@example.com,2.00,shipped,2026-11-02T10:00:00Z,1\n"
+	site.Drop(t, "orders-1.csv", older)
+	site.Drop(t, "orders-2.csv", newer)
+	past := time.Now().Add(-time.Hour)
+	if err := os.Chtimes(filepath.Join(site.Root, "ready", "orders-1.csv"), past, past); err != nil {
+		t.Fatal(err)
+	}
+	slow, fast := newRig(t, pool, "slow", site), newRig(t, pool, "fast", site)
+	if err := fault.Set("claim:after_rename=pause"); err != nil {
+		t.Fatal(err)
+	}
+	defer fault.Set("")
+	done := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		done <- slow.d.PollOnce(ctx, "order") // renames orders-1.csv, then waits
+	}()
+	select {
+	case <-fault.Paused("claim:after_rename"):
+	case <-time.After(30 * time.Second):
+		t.Fatal("the slow worker never renamed the older file")
+	}
+	fast.poll("order") // claims and applies orders-2.csv meanwhile
+	fault.Resume("claim:after_rename")
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	fs := files(t, pool, "order")
+	if len(fs) != 2 || fs[0].State != "archived" || fs[1].State != "archived" {
+		t.Fatalf("got %+v, want both files archived", fs)
+	}
+	ids := map[string]int64{}
+	for _, f := range fs {
+		ids[f.Name] = f.ID
+	}
+	if ids["orders-1.csv"] >= ids["orders-2.csv"] {
+		t.Fatalf("the older file has intake id %d, the newer %d: claim order lost", ids["orders-1.csv"], ids["orders-2.csv"])
+	}
+	var amount string
+	if err := pool.QueryRow(context.Background(), `SELECT amount::text FROM orders WHERE partner_id = 'order' AND order_id = 'K-1'`).Scan(&amount); err != nil {
+		t.Fatal(err)
+	}
+	if amount != "2.00" {
+		t.Fatalf("K-1 holds %s, want 2.00 from the newer file", amount)
 	}
 }

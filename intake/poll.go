@@ -129,6 +129,7 @@ func (d *Daemon) pollOnce(ctx context.Context, p *partnerRT) error {
 		return firstErr != nil
 	}
 	claimed := 0
+	var nextID int64 // allocated before the next claim's rename (see claim)
 	for i, c := range cands {
 		p.setReady(cands[i:]) // what is left for a later poll (or another worker)
 		if ctx.Err() != nil || !d.claiming() || failed() {
@@ -144,7 +145,15 @@ func (d *Daemon) pollOnce(ctx context.Context, p *partnerRT) error {
 		if ctx.Err() != nil {
 			break
 		}
-		in, err := d.claim(ctx, p, sess, c)
+		if nextID == 0 {
+			if nextID, err = d.store.nextIntakeID(ctx); err != nil {
+				<-slots
+				fail(err)
+				break
+			}
+		}
+		in, next, err := d.claim(ctx, p, sess, c, nextID)
+		nextID = next
 		if err != nil || in == nil {
 			<-slots
 			if err != nil {
@@ -297,43 +306,54 @@ func SafeName(name string) bool {
 // error: the processing directory exists, so "no such file" can only mean
 // another worker won. The row is inserted after the rename; a crash in
 // between leaves a file in processing/<worker>/ that resumeOwn adopts.
-func (d *Daemon) claim(ctx context.Context, p *partnerRT, sess *partners.Session, c candidate) (*Intake, error) {
+//
+// The row takes id, an intake id allocated before the rename, and the
+// statement allocates the next claim's id; it returns that (0 after any
+// claim that did not succeed: the next one allocates afresh). Intake ids
+// decide which of two files writing one key wins, and a partner's files
+// are claimed oldest first; an id allocated before the rename means that
+// whoever renames a file first holds the smaller id, even when two
+// replicas claim from one partner (around a change of replicas) and the
+// first one's row reaches the database last. Only a file adopted after a
+// crash gets a later id than its rename order.
+func (d *Daemon) claim(ctx context.Context, p *partnerRT, sess *partners.Session, c candidate, id int64) (*Intake, int64, error) {
 	src := sess.Layout.Ready(c.name)
 	dst := sess.Layout.Processing(d.cfg.WorkerID, c.name)
 	if err := sess.Rename(src, dst); err != nil {
 		if partners.IsNotExist(err) {
 			d.metrics.claimsLost.WithLabelValues(p.cfg.ID).Inc()
 			d.peers.lost() // another replica claims here: look again who polls the partner
-			return nil, nil
+			return nil, 0, nil
 		}
 		if _, serr := sess.Lstat(dst); serr == nil {
 			// The same name is still in our processing dir from an earlier
 			// claim; it is resumed first, and this one waits for a later poll.
 			d.metrics.skipped.WithLabelValues(p.cfg.ID, claimTargetBusy).Inc()
-			return nil, nil
+			return nil, 0, nil
 		}
-		return nil, fmt.Errorf("claim %s: %w", c.name, err)
+		return nil, 0, fmt.Errorf("claim %s: %w", c.name, err)
 	}
 	if err := fault.Check("claim:after_rename"); err != nil {
 		// as if the rename's reply was lost: the file sits in our
 		// processing dir without a row, and the next poll adopts it
-		return nil, fmt.Errorf("claim %s: %w", c.name, err)
+		return nil, 0, fmt.Errorf("claim %s: %w", c.name, err)
 	}
 	in := &Intake{Partner: p.cfg.ID, Feed: c.feed.Name, RemoteName: c.name, ClaimedPath: dst,
 		ListedSize: c.size, Worker: d.cfg.WorkerID}
 	if c.manifest != "" {
 		if err := sess.Rename(sess.Layout.Ready(c.manifest), sess.Layout.Processing(d.cfg.WorkerID, c.manifest)); err != nil && !partners.IsNotExist(err) {
-			return nil, fmt.Errorf("claim manifest of %s: %w", c.name, err)
+			return nil, 0, fmt.Errorf("claim manifest of %s: %w", c.name, err)
 		}
 		in.ManifestName = c.manifest
 	}
-	if err := d.store.insertClaim(ctx, in); err != nil {
+	next, err := d.store.insertClaimAt(ctx, in, id)
+	if err != nil {
 		if errors.Is(err, errTracked) {
-			return nil, nil
+			return nil, 0, nil
 		}
-		return nil, err
+		return nil, 0, err
 	}
-	return in, nil
+	return in, next, nil
 }
 
 // quarantineHostile takes an entry of ready/ that can never be processed

@@ -85,14 +85,14 @@ const intakeColumns = `intake_id, fencing_token, partner_id, feed, remote_name, 
 	coalesce(release_override, ''), coalesce(replay_of, 0),
 	coalesce(data_sha256, content_sha256, ''), coalesce(data_size, size_bytes, 0)`
 
-func scanIntake(r pgx.Row) (*Intake, error) {
+func scanIntake(r pgx.Row, extra ...any) (*Intake, error) {
 	in := &Intake{}
 	var st string
-	err := r.Scan(&in.ID, &in.Token, &in.Partner, &in.Feed, &in.RemoteName, &in.ClaimedPath,
+	err := r.Scan(append([]any{&in.ID, &in.Token, &in.Partner, &in.Feed, &in.RemoteName, &in.ClaimedPath,
 		&in.ManifestName, &in.ListedSize, &in.BatchID, &in.SHA256,
 		&in.Size, &in.ExpectedRows, &st, &in.Reason, &in.Worker, &in.ClaimedAt,
 		&in.RowsTotal, &in.RowsApplied, &in.RowsUnchanged, &in.RowsRejected, &in.RowsConflict, &in.ChunksDone,
-		&in.ArchivePath, &in.ReceiptPath, &in.RejectsPath, &in.Override, &in.ReplayOf, &in.DataSHA256, &in.DataSize)
+		&in.ArchivePath, &in.ReceiptPath, &in.RejectsPath, &in.Override, &in.ReplayOf, &in.DataSHA256, &in.DataSize}, extra...)...)
 	in.State = State(st)
 	return in, err
 }
@@ -108,26 +108,43 @@ type store struct {
 // errTracked: a live row already owns that processing path.
 var errTracked = errors.New("a live intake row already owns this path")
 
-// insertClaim records a claim made by a remote rename.
+// insertClaim records a claim found or adopted without one (a fresh id).
 func (s *store) insertClaim(ctx context.Context, in *Intake) error {
+	_, err := s.insertClaimAt(ctx, in, 0)
+	return err
+}
+
+// insertClaimAt records a claim made by a remote rename under id, an id
+// allocated before that rename (0: a fresh one), and allocates the id for
+// the worker's next claim in the same statement (see Daemon.claim).
+func (s *store) insertClaimAt(ctx context.Context, in *Intake, id int64) (next int64, err error) {
 	row := s.pool.QueryRow(ctx, `
-		INSERT INTO file_intake (partner_id, feed, remote_name, claimed_path, listed_size, manifest_name,
+		INSERT INTO file_intake (intake_id, partner_id, feed, remote_name, claimed_path, listed_size, manifest_name,
 		                         state, worker_id, lease_until)
-		VALUES ($1, $2, $3, $4, $5, nullif($6, ''), 'claimed', $7, now() + $8::interval)
+		OVERRIDING SYSTEM VALUE
+		VALUES (coalesce(nullif($9::bigint, 0), nextval(pg_get_serial_sequence('file_intake', 'intake_id'))),
+		        $1, $2, $3, $4, $5, nullif($6, ''), 'claimed', $7, now() + $8::interval)
 		ON CONFLICT (partner_id, claimed_path)
 		    WHERE state IN ('claimed', 'spooled', 'applying', 'applied', 'outcome_unknown')
 		    DO NOTHING
-		RETURNING `+intakeColumns,
-		in.Partner, in.Feed, in.RemoteName, in.ClaimedPath, in.ListedSize, in.ManifestName, in.Worker, s.lease)
-	got, err := scanIntake(row)
+		RETURNING `+intakeColumns+`, nextval(pg_get_serial_sequence('file_intake', 'intake_id'))`,
+		in.Partner, in.Feed, in.RemoteName, in.ClaimedPath, in.ListedSize, in.ManifestName, in.Worker, s.lease, id)
+	got, err := scanIntake(row, &next)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return errTracked
+		return 0, errTracked
 	}
 	if err != nil {
-		return fmt.Errorf("insert claim: %w", err)
+		return 0, fmt.Errorf("insert claim: %w", err)
 	}
 	*in = *got
-	return nil
+	return next, nil
+}
+
+// nextIntakeID allocates an intake id for a claim about to be made.
+func (s *store) nextIntakeID(ctx context.Context) (int64, error) {
+	var id int64
+	err := s.pool.QueryRow(ctx, `SELECT nextval(pg_get_serial_sequence('file_intake', 'intake_id'))`).Scan(&id)
+	return id, err
 }
 
 // registerWorker records that this replica is alive and which partners it

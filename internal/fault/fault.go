@@ -6,7 +6,9 @@
 //	INTAKE_FAULTS=apply:mid_chunk=kill@2,commit:reply_lost=error
 //
 // arms "kill" at the second time apply:mid_chunk is reached, and "error" at
-// the first time commit:reply_lost is reached. Each fault fires once.
+// the first time commit:reply_lost is reached. Each fault fires once. An
+// in-process test may also arm "pause": the step then waits until Resume
+// (a slow step, to order two workers' steps deterministically).
 package fault
 
 import (
@@ -30,6 +32,8 @@ type armed struct {
 	action string
 	at     int64
 	hits   atomic.Int64
+	// pause: reached closes paused, Resume closes resume
+	paused, resume chan struct{}
 }
 
 var (
@@ -60,7 +64,7 @@ func Set(spec string) error {
 			return fmt.Errorf("%s: %q is not name=action[@n]", Env, part)
 		}
 		action, nth, _ := strings.Cut(rest, "@")
-		a := &armed{action: action, at: 1}
+		a := &armed{action: action, at: 1, paused: make(chan struct{}), resume: make(chan struct{})}
 		if nth != "" {
 			n, err := strconv.ParseInt(nth, 10, 64)
 			if err != nil || n < 1 {
@@ -68,8 +72,8 @@ func Set(spec string) error {
 			}
 			a.at = n
 		}
-		if action != "kill" && action != "error" {
-			return fmt.Errorf("%s: action %q is not kill or error", Env, action)
+		if action != "kill" && action != "error" && action != "pause" {
+			return fmt.Errorf("%s: action %q is not kill, error or pause", Env, action)
 		}
 		m[name] = a
 	}
@@ -78,6 +82,30 @@ func Set(spec string) error {
 	mu.Unlock()
 	enabled.Store(len(m) > 0)
 	return nil
+}
+
+// Paused returns a channel closed once the armed "pause" fault name is
+// reached (nil when name is not armed).
+func Paused(name string) <-chan struct{} {
+	mu.Lock()
+	defer mu.Unlock()
+	if a := faults[name]; a != nil {
+		return a.paused
+	}
+	return nil
+}
+
+// Resume lets a paused step go on.
+func Resume(name string) {
+	mu.Lock()
+	defer mu.Unlock()
+	if a := faults[name]; a != nil && a.action == "pause" {
+		select {
+		case <-a.resume:
+		default:
+			close(a.resume)
+		}
+	}
 }
 
 // Enabled reports whether any fault is armed (a cheap check for hot paths).
@@ -93,6 +121,11 @@ func Check(name string) error {
 	a := faults[name]
 	mu.Unlock()
 	if a == nil || a.hits.Add(1) != a.at {
+		return nil
+	}
+	if a.action == "pause" {
+		close(a.paused)
+		<-a.resume
 		return nil
 	}
 	if a.action == "kill" {
