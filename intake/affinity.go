@@ -49,10 +49,10 @@ func (p *peers) lost() {
 const peerLostRefresh = 200 * time.Millisecond
 
 // owns reports whether this replica polls the partner now. Without Start
-// (PollOnce, `intake run --once`) there is no registration and it always
-// does.
+// (PollOnce, `intake run --once`) there is no registration, and with
+// affinity "none" every replica polls every partner: it always does.
 func (d *Daemon) owns(ctx context.Context, partner string) bool {
-	if !d.registered.Load() {
+	if !d.registered.Load() || d.cfg.Affinity == AffinityNone {
 		return true
 	}
 	d.peers.mu.Lock()
@@ -76,6 +76,19 @@ func (d *Daemon) owns(ctx context.Context, partner string) bool {
 	}
 	d.metrics.partnerOwned.WithLabelValues(partner).Set(v)
 	return mine
+}
+
+// notPolling forgets what this replica's polls saw of a partner another
+// replica polls now: its up, ready-files and oldest-ready gauges would
+// otherwise go stale here and mask (or fake) the owner's alerts, which
+// aggregate with max() over replicas.
+func (d *Daemon) notPolling(p *partnerRT) {
+	p.statMu.Lock()
+	p.polling, p.readyCount, p.oldestReady = false, 0, time.Time{}
+	p.statMu.Unlock()
+	d.metrics.partnerUp.DeleteLabelValues(p.cfg.ID)
+	d.metrics.readyFiles.DeleteLabelValues(p.cfg.ID)
+	d.metrics.oldestReady.DeleteLabelValues(p.cfg.ID)
 }
 
 // owner picks the replica that polls a partner: highest rendezvous weight,

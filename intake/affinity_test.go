@@ -38,12 +38,15 @@ func TestReplicasSplitPartnersAndTakeOverOnStop(t *testing.T) {
 	r1, r2 := newRig(t, pool, "r1", sites...), newRig(t, pool, "r2", sites...)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	for _, r := range []*rig{r1, r2} {
-		if err := r.d.Start(ctx); err != nil {
-			t.Fatal(err)
-		}
+	// r1 alone polls every partner; then r2 joins and takes its share
+	if err := r1.d.Start(ctx); err != nil {
+		t.Fatal(err)
 	}
 	defer r1.d.Stop()
+	waitUntil(t, func() bool { return testutil.CollectAndCount(r1.d.Metrics().PartnerUp) == len(sites) })
+	if err := r2.d.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
 	// both are registered; let each one's view of the other settle
 	time.Sleep(2500 * time.Millisecond)
 	for i, s := range sites {
@@ -64,6 +67,15 @@ func TestReplicasSplitPartnersAndTakeOverOnStop(t *testing.T) {
 			if lost := testutil.ToFloat64(r.d.Metrics().ClaimsLost.WithLabelValues(s.Config.ID)); lost != 0 {
 				t.Fatalf("partner %s: %v claims lost, want none (one replica polls it)", s.Config.ID, lost)
 			}
+		}
+	}
+
+	// each replica speaks only for the partners it polls: a stale "up" or
+	// backlog gauge of a non-owner would mask or fake the owner's alerts
+	for _, r := range []*rig{r1, r2} {
+		name := map[*rig]string{r1: "r1", r2: "r2"}[r]
+		if n := testutil.CollectAndCount(r.d.Metrics().PartnerUp); n != owned[name] {
+			t.Fatalf("%s exports intake_partner_up for %d partners, it polls %d", name, n, owned[name])
 		}
 	}
 
@@ -144,4 +156,30 @@ func TestNonOwnerResumesItsOwnLeftoversOnlyAfterACrash(t *testing.T) {
 	if n := testenv.Count(t, pool, `SELECT count(*) FROM file_intake WHERE remote_name = 'orders-new.csv' AND worker_id = 'r1'`); n != 1 {
 		t.Fatal("the new file was not processed by the partner's replica r1")
 	}
+}
+
+// With affinity "none" every started replica polls every partner.
+func TestAffinityNoneLetsEveryReplicaPoll(t *testing.T) {
+	_, pool := testenv.DB(t)
+	site := testenv.NewSite(t, "every")
+	site.Config.Poll = "@every 1s"
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var rigs []*rig
+	for _, w := range []string{"r1", "r2"} {
+		r := newRigCfg(t, pool, intake.Config{WorkerID: w, Lease: 30 * time.Second, SpoolMinFree: 1, Affinity: intake.AffinityNone}, site)
+		if err := r.d.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		defer r.d.Stop()
+		rigs = append(rigs, r)
+	}
+	waitUntil(t, func() bool {
+		for _, r := range rigs {
+			if testutil.ToFloat64(r.d.Metrics().Polls.WithLabelValues("every")) < 2 {
+				return false
+			}
+		}
+		return true
+	})
 }

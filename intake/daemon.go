@@ -44,7 +44,15 @@ type Config struct {
 	// SpoolMinFree: below this many free bytes on the spool's disk the
 	// daemon stops claiming (backpressure) until space returns.
 	SpoolMinFree int64
+	// Affinity: AffinityPartner (default) or AffinityNone (affinity.go).
+	Affinity string
 }
+
+// Replica affinity modes.
+const (
+	AffinityPartner = "partner" // one live replica polls each partner
+	AffinityNone    = "none"    // every replica polls every partner
+)
 
 // Validate fills defaults and checks the values.
 func (c *Config) Validate() error {
@@ -72,6 +80,13 @@ func (c *Config) Validate() error {
 	}
 	if c.SpoolMinFree < 0 {
 		return fmt.Errorf("spool.min_free_bytes: %d must be positive", c.SpoolMinFree)
+	}
+	switch c.Affinity {
+	case "":
+		c.Affinity = AffinityPartner
+	case AffinityPartner, AffinityNone:
+	default:
+		return fmt.Errorf("affinity: %q is not %q or %q", c.Affinity, AffinityPartner, AffinityNone)
 	}
 	return nil
 }
@@ -461,6 +476,7 @@ type partnerRT struct {
 	resumed   bool // this worker's own files of the partner were resumed once
 
 	statMu      sync.Mutex // what the last poll saw, for gauges and /readyz
+	polling     bool       // this replica polls the partner (affinity.go); else it exports no poll gauges for it
 	up          bool
 	lastOK      time.Time
 	lastErr     string

@@ -39,6 +39,11 @@ type rig struct {
 
 func newRig(t *testing.T, pool *pgxpool.Pool, worker string, sites ...*testenv.Site) *rig {
 	t.Helper()
+	return newRigCfg(t, pool, intake.Config{WorkerID: worker, Lease: 30 * time.Second, SpoolMinFree: 1}, sites...)
+}
+
+func newRigCfg(t *testing.T, pool *pgxpool.Pool, cfg intake.Config, sites ...*testenv.Site) *rig {
+	t.Helper()
 	spoolDir := t.TempDir()
 	sp, err := spool.New(spoolDir)
 	if err != nil {
@@ -49,7 +54,7 @@ func newRig(t *testing.T, pool *pgxpool.Pool, worker string, sites ...*testenv.S
 		cfgs = append(cfgs, s.Validated(t))
 	}
 	reg := prometheus.NewRegistry()
-	d, err := intake.New(intake.Config{WorkerID: worker, Lease: 30 * time.Second, SpoolMinFree: 1}, cfgs, pool, sp, reg, testenv.Logger(t))
+	d, err := intake.New(cfg, cfgs, pool, sp, reg, testenv.Logger(t))
 	if err != nil {
 		t.Fatal(err)
 	}

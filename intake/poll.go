@@ -65,7 +65,13 @@ func (d *Daemon) pollOnce(ctx context.Context, p *partnerRT) error {
 	}
 	if !own && p.resumed {
 		p.drop() // a session of an earlier poll is the owner's business now
+		d.notPolling(p)
 		return errNotOwner
+	}
+	if own {
+		p.statMu.Lock()
+		p.polling = true
+		p.statMu.Unlock()
 	}
 	d.metrics.polls.WithLabelValues(p.cfg.ID).Inc()
 	sess, err := p.session(ctx, d.cfg.WorkerID)
@@ -94,6 +100,7 @@ func (d *Daemon) pollOnce(ctx context.Context, p *partnerRT) error {
 	p.resumed = true
 	if !own {
 		p.drop() // the session is the owner's to keep
+		d.notPolling(p)
 		return errNotOwner
 	}
 	cands, hostile, err := d.list(p, sess)

@@ -99,12 +99,14 @@ func (d *Daemon) refreshGauges(ctx context.Context) error {
 	for _, id := range d.order {
 		p := d.parts[id]
 		p.statMu.Lock()
-		age := 0.0
+		age, polling := 0.0, p.polling
 		if !p.oldestReady.IsZero() {
 			age = time.Since(p.oldestReady).Seconds()
 		}
 		p.statMu.Unlock()
-		m.oldestReady.WithLabelValues(id).Set(age)
+		if polling { // else another replica speaks for the partner's ready/
+			m.oldestReady.WithLabelValues(id).Set(age)
+		}
 	}
 	return rs.Err()
 }

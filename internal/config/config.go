@@ -30,6 +30,10 @@ type File struct {
 	Lease time.Duration `yaml:"lease"`
 	// Drain is how long SIGTERM waits for files in flight (default 30s).
 	Drain time.Duration `yaml:"drain"`
+	// Affinity: "partner" (default) lets one live replica poll each
+	// partner; "none" lets every replica poll every partner (they race for
+	// the files, which lets several machines work one partner's backlog).
+	Affinity string `yaml:"affinity"`
 	// Database says where PostgreSQL is.
 	Database Database `yaml:"database"`
 	// Spool is the local store of downloaded files.
@@ -111,7 +115,7 @@ func (f *File) Validate() error {
 	if err := ic.Validate(); err != nil {
 		return err
 	}
-	f.WorkerID, f.Lease, f.Drain, f.Spool.MinFreeBytes = ic.WorkerID, ic.Lease, ic.Drain, ic.SpoolMinFree
+	f.WorkerID, f.Lease, f.Drain, f.Spool.MinFreeBytes, f.Affinity = ic.WorkerID, ic.Lease, ic.Drain, ic.SpoolMinFree, ic.Affinity
 	if err := f.Reconcile.Validate(); err != nil {
 		return err
 	}
@@ -142,7 +146,7 @@ func (f *File) Validate() error {
 
 // Intake is the daemon part of the configuration.
 func (f *File) Intake() intake.Config {
-	return intake.Config{WorkerID: f.WorkerID, Lease: f.Lease, Drain: f.Drain, SpoolMinFree: f.Spool.MinFreeBytes}
+	return intake.Config{WorkerID: f.WorkerID, Lease: f.Lease, Drain: f.Drain, SpoolMinFree: f.Spool.MinFreeBytes, Affinity: f.Affinity}
 }
 
 // DatabaseURL resolves the database URL.

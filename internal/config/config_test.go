@@ -18,6 +18,9 @@ func TestExampleConfigIsValid(t *testing.T) {
 	if f.Database.URLEnv != "INTAKE_DATABASE_URL" {
 		t.Fatalf("got url_env %q", f.Database.URLEnv)
 	}
+	if f.Affinity != "partner" || f.Intake().Affinity != "partner" {
+		t.Fatalf("affinity %q, want partner", f.Affinity)
+	}
 }
 
 func example(t *testing.T) string {
@@ -55,6 +58,9 @@ func TestConfigErrorsNameTheKey(t *testing.T) {
 		{"a regex batch id needs a capture group", func(s string) string {
 			return strings.Replace(s, "group: 1", "group: 2", 1)
 		}, []string{"batch_id.group"}},
+		{"an unknown affinity mode", func(s string) string {
+			return strings.Replace(s, "affinity: partner", "affinity: sticky", 1)
+		}, []string{"affinity", "sticky"}},
 		{"both url and url_env", func(s string) string {
 			return strings.Replace(s, "  url_env: INTAKE_DATABASE_URL", "  url_env: X\n  url: postgres://x", 1)
 		}, []string{"url or url_env"}},
