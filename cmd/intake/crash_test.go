@@ -244,9 +244,15 @@ func TestRandomKillSoak(t *testing.T) {
 	assertSettled(t, url, pool, site, cfg, spoolDir, rows, prefixes, chunkRows)
 }
 
+// With affinity "none" every daemon claims from the partner, racing for
+// each file; with the default one polls it and the others stand by.
 func TestSeveralDaemonsApplyEachFileOnce(t *testing.T) {
-	for _, n := range []int{2, 3} {
-		t.Run(fmt.Sprintf("%d daemons", n), func(t *testing.T) {
+	for _, tc := range []struct {
+		n        int
+		affinity string
+	}{{2, "partner"}, {3, "none"}} {
+		n := tc.n
+		t.Run(fmt.Sprintf("%d daemons, affinity %s", n, tc.affinity), func(t *testing.T) {
 			url, pool := testenv.DB(t)
 			site := testenv.NewSite(t, "multi")
 			const rows, chunkRows, nfiles = 200, 100, 30
@@ -255,7 +261,7 @@ func TestSeveralDaemonsApplyEachFileOnce(t *testing.T) {
 			var cfg string
 			var procs []*proc
 			for i := 0; i < n; i++ {
-				cfg = writeConfigOpts(t, site, cfgOpts{worker: fmt.Sprintf("node-%d", i), poll: "@every 1s", chunkRows: chunkRows, spool: spoolDir})
+				cfg = writeConfigOpts(t, site, cfgOpts{worker: fmt.Sprintf("node-%d", i), poll: "@every 1s", chunkRows: chunkRows, spool: spoolDir, affinity: tc.affinity})
 				procs = append(procs, startIntake(t, url, "", "run", "--config", cfg))
 			}
 			waitFor(t, 2*time.Minute, func() bool {

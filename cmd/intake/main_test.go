@@ -23,6 +23,7 @@ func TestMain(m *testing.M) { testenv.Main(m) }
 // cfgOpts are the knobs the CLI and crash tests turn.
 type cfgOpts struct {
 	worker, lease, poll, schedule, spool string
+	affinity                             string
 	chunkRows                            int
 	knownHosts                           string
 }
@@ -44,6 +45,7 @@ func writeConfigOpts(t *testing.T, site *testenv.Site, o cfgOpts) string {
 	def(&o.poll, "@every 10s")
 	def(&o.schedule, "@every 1m")
 	def(&o.knownHosts, c.SFTP.KnownHostsFile)
+	def(&o.affinity, "partner")
 	if o.spool == "" {
 		o.spool = t.TempDir()
 	}
@@ -52,6 +54,7 @@ func writeConfigOpts(t *testing.T, site *testenv.Site, o cfgOpts) string {
 	}
 	cfg := fmt.Sprintf(`worker_id: %s
 lease: %s
+affinity: %s
 drain: 5s
 database:
   url_env: INTAKE_DATABASE_URL
@@ -84,7 +87,7 @@ partners:
           - {name: qty, type: integer}
         key: [order_id]
         target: orders
-`, o.worker, o.lease, o.spool, o.schedule, c.ID, o.poll, c.SFTP.Address, c.SFTP.User, c.SFTP.PrivateKeyFile, o.knownHosts, c.SFTP.Root, o.chunkRows)
+`, o.worker, o.lease, o.affinity, o.spool, o.schedule, c.ID, o.poll, c.SFTP.Address, c.SFTP.User, c.SFTP.PrivateKeyFile, o.knownHosts, c.SFTP.Root, o.chunkRows)
 	p := filepath.Join(t.TempDir(), "intake.yaml")
 	if err := os.WriteFile(p, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
