@@ -79,6 +79,21 @@ func TestReplicasSplitPartnersAndTakeOverOnStop(t *testing.T) {
 		}
 	}
 
+	// `intake status` says who polls each partner
+	var ids []string
+	for _, s := range sites {
+		ids = append(ids, s.Config.ID)
+	}
+	rows, err := intake.Status(ctx, pool, ids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, row := range rows {
+		if row.Poller != want[row.Partner] || len(row.Replicas) != 2 {
+			t.Fatalf("status of %s: replicas %v, poller %q; want both, %s polling", row.Partner, row.Replicas, row.Poller, want[row.Partner])
+		}
+	}
+
 	r2.d.Stop() // retires r2: r1 takes its partners at once, not a lease later
 	for i, s := range sites {
 		s.Drop(t, fmt.Sprintf("orders-%d-late.csv", i), testenv.OrdersCSV(fmt.Sprintf("L%d", i), 2))
@@ -93,6 +108,9 @@ func TestReplicasSplitPartnersAndTakeOverOnStop(t *testing.T) {
 	}
 	if n := testenv.Count(t, pool, `SELECT count(*) FROM file_intake WHERE remote_name LIKE '%late%' AND worker_id <> 'r1'`); n != 0 {
 		t.Fatalf("%d late files processed by another replica than r1", n)
+	}
+	if rows, err = intake.Status(ctx, pool, ids); err != nil || rows[0].Poller != "r1" || len(rows[0].Replicas) != 1 {
+		t.Fatalf("status after r2 stopped: %+v %v", rows[0], err)
 	}
 }
 

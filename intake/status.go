@@ -163,6 +163,10 @@ type StatusRow struct {
 	Findings         []StatusFinding
 	FindingsAt       *time.Time // when the reconciler last completed a run; nil: never
 	Inflight         []InflightFile
+	// Replicas are the live replicas serving the partner; Poller is the one
+	// that polls it under affinity "partner" (affinity.go).
+	Replicas []string
+	Poller   string
 }
 
 // InflightFile is a file being applied, and how far it got.
@@ -298,5 +302,18 @@ func Status(ctx context.Context, db *pgxpool.Pool, partners []string) ([]StatusR
 		}
 		idx[p].Findings = append(idx[p].Findings, f)
 	}
-	return out, rs.Err()
+	if err := rs.Err(); err != nil {
+		return nil, err
+	}
+	serving, err := (&store{pool: db}).liveServing(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for i := range out {
+		out[i].Replicas = serving[out[i].Partner]
+		if len(out[i].Replicas) > 0 {
+			out[i].Poller = owner(out[i].Partner, out[i].Replicas)
+		}
+	}
+	return out, nil
 }

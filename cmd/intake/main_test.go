@@ -188,7 +188,8 @@ func TestStatusSaysWhatNeedsAttention(t *testing.T) {
 		t.Fatalf("reconcile: %d %s", code, out)
 	}
 	code, out := runCLI("status", "--config", cfg)
-	if code != 0 || !strings.Contains(out, "archived 1") || !strings.Contains(out, "all well") || !strings.Contains(out, "reconciler (") {
+	if code != 0 || !strings.Contains(out, "archived 1") || !strings.Contains(out, "all well") || !strings.Contains(out, "reconciler (") ||
+		!strings.Contains(out, "replicas: none running") {
 		t.Fatalf("status of a healthy partner exited %d:\n%s", code, out)
 	}
 	// a conflicting resend is quarantined: status now needs a human

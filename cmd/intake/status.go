@@ -108,6 +108,11 @@ func printStatus(w io.Writer, r intake.StatusRow, now time.Time) int {
 	fmt.Fprintf(w, "  %sprocessing: oldest unfinished file claimed %s ago\n", mark(r.OldestProcessing > statusProcessingStale), r.OldestProcessing.Round(time.Second))
 	fmt.Fprintf(w, "       ready: %d claimable at the last poll, oldest from %s\n", r.ReadyFiles, ago(r.OldestReady))
 	fmt.Fprintf(w, "  %squarantine: %d open, oldest waiting %s\n", mark(r.QuarantineOpen > 0), r.QuarantineOpen, r.QuarantineOldest.Round(time.Second))
+	if len(r.Replicas) == 0 {
+		fmt.Fprintln(w, "       replicas: none running")
+	} else {
+		fmt.Fprintf(w, "       replicas: %s (with affinity: partner, %s polls it)\n", strings.Join(r.Replicas, ", "), r.Poller)
+	}
 	stale := r.LastOK == nil || now.Sub(*r.LastOK) > statusPollStale
 	fmt.Fprintf(w, "  %slast successful poll: %s\n", mark(stale), ago(r.LastOK))
 	if r.LastError != nil && (r.LastOK == nil || r.LastError.After(*r.LastOK)) {
