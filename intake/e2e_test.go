@@ -626,3 +626,53 @@ func TestClaimOrderDecidesIdsAcrossWorkers(t *testing.T) {
 		t.Fatalf("K-1 holds %s, want 2.00 from the newer file", amount)
 	}
 }
+
+// Another intake binds the same batch and commits while this one's bind is
+// waiting on it: the bind must report that binding (a duplicate here), not
+// a fence. The statement's snapshot predates the other commit, so it is
+// asked again with a fresh one.
+func TestBindWaitingOnAConcurrentBinderSeesItsBinding(t *testing.T) {
+	_, pool := testenv.DB(t)
+	site := testenv.NewSite(t, "bindrace")
+	r := newRig(t, pool, "w1", site)
+	ctx := context.Background()
+	sha := strings.Repeat("ab", 32)
+	var first, second int64
+	for _, id := range []*int64{&first, &second} {
+		if err := pool.QueryRow(ctx, `INSERT INTO file_intake (partner_id, feed, remote_name, claimed_path, listed_size,
+			state, worker_id, lease_until, batch_id, content_sha256, data_sha256)
+			VALUES ('bindrace', 'orders', 'orders-b.csv', 'processing/w1/orders-b.csv.' || clock_timestamp(), 10,
+			'spooled', 'w1', now() + interval '1 minute', 'B1', $1, $1) RETURNING intake_id`, sha).Scan(id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, `INSERT INTO intake_batch (partner_id, batch_id, content_sha256, intake_id) VALUES ('bindrace', 'B1', $1, $2)`, sha, first); err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		v     intake.Verdict
+		owner int64
+		err   error
+	}
+	done := make(chan result, 1)
+	go func() {
+		v, owner, err := intake.BindBatch(ctx, r.d, &intake.Intake{ID: second, Token: 1, Partner: "bindrace", BatchID: "B1", SHA256: sha, DataSHA256: sha})
+		done <- result{v, owner, err}
+	}()
+	// the bind waits on the uncommitted binding's index entry
+	waitUntil(t, func() bool {
+		return count(t, pool, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%INSERT INTO intake_batch%'`) == 1
+	})
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got := <-done
+	if got.err != nil || got.v != intake.VerdictDuplicate || got.owner != first {
+		t.Fatalf("bind: verdict %v owner %d err %v; want a duplicate of intake %d", got.v, got.owner, got.err, first)
+	}
+}

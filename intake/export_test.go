@@ -1,5 +1,7 @@
 package intake
 
+import "context"
+
 // SetMaxHeldIssues lowers how many rejected rows a scan holds in memory, so
 // tests reach the streaming path with a small file; it returns the undo.
 func SetMaxHeldIssues(n int) func() {
@@ -18,3 +20,8 @@ func SetScanCheckBytes(n int64) func() {
 
 // Owner is the replica that partner affinity picks for a partner.
 func Owner(partner string, workers []string) string { return owner(partner, workers) }
+
+// BindBatch binds in's batch as decide does for a resumed file.
+func BindBatch(ctx context.Context, d *Daemon, in *Intake) (Verdict, int64, error) {
+	return d.store.bindBatch(ctx, in)
+}

@@ -320,6 +320,19 @@ const (
 // bindBatch binds (partner, batch) to this intake's hash, or reports the
 // owner. The owner's hash is never updated, so comparing with it is safe.
 func (s *store) bindBatch(ctx context.Context, in *Intake) (Verdict, int64, error) {
+	v, owner, err := s.bindBatchOnce(ctx, in)
+	var fe *FencedError
+	if errors.As(err, &fe) {
+		// No row can also mean that another intake's binding committed
+		// while the INSERT waited on it: ON CONFLICT then sees it, the
+		// statement's snapshot does not. A new statement sees it, or
+		// confirms the fence.
+		return s.bindBatchOnce(ctx, in)
+	}
+	return v, owner, err
+}
+
+func (s *store) bindBatchOnce(ctx context.Context, in *Intake) (Verdict, int64, error) {
 	var owner int64
 	var sha string
 	err := s.pool.QueryRow(ctx, `
