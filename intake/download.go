@@ -64,10 +64,11 @@ func (r *fileRun) download(ctx context.Context) error {
 		if heldSHA != "" {
 			var same bool
 			e, same, err = r.fetchSame(ctx, heldSHA)
-			if err == nil {
-				r.d.metrics.hashOnly.WithLabelValues(in.Partner, map[bool]string{true: "same", false: "differ"}[same]).Inc()
-			}
-			if err == nil && !same {
+			switch {
+			case err == nil && same:
+				r.d.metrics.hashOnly.WithLabelValues(in.Partner, "same").Inc()
+			case err == nil:
+				r.d.metrics.hashOnly.WithLabelValues(in.Partner, "differ").Inc()
 				r.log.Info("the file differs from the bytes its batch was received with; downloading it into the spool")
 				e, err = r.fetch(ctx, false)
 			}
