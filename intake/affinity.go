@@ -58,15 +58,20 @@ func (d *Daemon) owns(ctx context.Context, partner string) bool {
 	d.peers.mu.Lock()
 	defer d.peers.mu.Unlock()
 	refresh := min(peerRefresh, d.cfg.Lease/3)
-	if d.peers.serving == nil || time.Since(d.peers.at) > refresh {
+	if d.peers.at.IsZero() || time.Since(d.peers.at) > refresh {
 		serving, err := d.store.liveServing(ctx)
+		d.peers.at = time.Now() // a failed read is tried again after the same interval, not at every call
 		if err != nil {
 			if ctx.Err() == nil {
 				d.log.Warn("reading the live replicas failed; polling every partner meanwhile", "err", err)
 			}
-			return true
+			d.peers.serving = nil
+		} else {
+			d.peers.serving = serving
 		}
-		d.peers.serving, d.peers.at = serving, time.Now()
+	}
+	if d.peers.serving == nil {
+		return true // the others are unknown: two pollers are safe, none would stall the partner
 	}
 	workers := append([]string{d.cfg.WorkerID}, d.peers.serving[partner]...)
 	mine := owner(partner, workers) == d.cfg.WorkerID
