@@ -123,30 +123,10 @@ func (s *Spool) Put(partner string, want, max int64, src Source, opts ...PutOpti
 		fileW = &notifyWriter{w: f, fl: fl}
 		o.follow(fl)
 	}
-	h := sha256.New()
-	var sink io.Writer = io.MultiWriter(h, fileW)
-	var bw *behind
-	if want < 0 || want >= behindMin {
-		bw = newBehind(sink, behindBuf, behindDepth)
-		sink = bw
-	}
-	lw := &limitWriter{w: sink, left: max}
-	n, err := src(lw)
-	if bw != nil {
-		if cerr := bw.Close(); err == nil && cerr != nil {
-			err = cerr
-		}
-	}
-	if lw.over {
-		return Entry{}, ErrTooLarge
-	}
+	e, err = stream(partner, want, max, src, fileW)
 	if err != nil {
-		return Entry{}, fmt.Errorf("spool: stream: %w", err)
+		return Entry{}, err
 	}
-	if want >= 0 && n != want {
-		return Entry{}, &ShortError{Got: n, Want: want}
-	}
-	e = Entry{Partner: partner, SHA256: hex.EncodeToString(h.Sum(nil)), Size: n}
 	final := s.Path(e.Partner, e.SHA256)
 	if s.Has(e.Partner, e.SHA256, e.Size) {
 		// Content-addressed: the same bytes are already spooled (and were
@@ -184,11 +164,24 @@ func (s *Spool) Same(partner, sha string, want, max int64, src Source) (e Entry,
 	if !partnerPattern.MatchString(partner) {
 		return Entry{}, false, fmt.Errorf("spool: bad partner id %q", partner)
 	}
+	e, err = stream(partner, want, max, src, nil)
+	if err != nil {
+		return Entry{}, false, err
+	}
+	return e, e.SHA256 == sha && s.Has(partner, sha, e.Size), nil
+}
+
+// stream runs src once into sha256 and, when to is not nil, into to:
+// behind the download for large or unknown sizes, stopped past max bytes,
+// and checked against want when want >= 0.
+func stream(partner string, want, max int64, src Source, to io.Writer) (Entry, error) {
 	h := sha256.New()
 	var sink io.Writer = h
+	if to != nil {
+		sink = io.MultiWriter(h, to)
+	}
 	var bw *behind
 	if want < 0 || want >= behindMin {
-		// hashing runs behind the download, as in Put
 		bw = newBehind(sink, behindBuf, behindDepth)
 		sink = bw
 	}
@@ -200,16 +193,15 @@ func (s *Spool) Same(partner, sha string, want, max int64, src Source) (e Entry,
 		}
 	}
 	if lw.over {
-		return Entry{}, false, ErrTooLarge
+		return Entry{}, ErrTooLarge
 	}
 	if err != nil {
-		return Entry{}, false, fmt.Errorf("spool: stream: %w", err)
+		return Entry{}, fmt.Errorf("spool: stream: %w", err)
 	}
 	if want >= 0 && n != want {
-		return Entry{}, false, &ShortError{Got: n, Want: want}
+		return Entry{}, &ShortError{Got: n, Want: want}
 	}
-	e = Entry{Partner: partner, SHA256: hex.EncodeToString(h.Sum(nil)), Size: n}
-	return e, e.SHA256 == sha && s.Has(partner, sha, n), nil
+	return Entry{Partner: partner, SHA256: hex.EncodeToString(h.Sum(nil)), Size: n}, nil
 }
 
 // Path is where the file with this hash lives. It panics on a malformed
