@@ -57,11 +57,11 @@ func (d *Daemon) pollOnce(ctx context.Context, p *partnerRT) error {
 	own := d.owns(ctx, p.cfg.ID)
 	if !own && !p.resumed && d.prevDrained {
 		// nothing can be half claimed; resume only if rows say so
-		live, err := d.store.ownsLive(ctx, p.cfg.ID, d.cfg.WorkerID)
+		live, err := d.store.liveOwnedBy(ctx, p.cfg.ID, d.cfg.WorkerID)
 		if err != nil {
 			return err
 		}
-		p.resumed = !live
+		p.resumed = len(live) == 0
 	}
 	if !own && p.resumed {
 		p.drop() // a session of an earlier poll is the owner's business now

@@ -177,14 +177,6 @@ func (s *store) retireWorker(ctx context.Context, worker string, drained bool) e
 	return err
 }
 
-// ownsLive reports whether worker holds live rows of the partner.
-func (s *store) ownsLive(ctx context.Context, partner, worker string) (bool, error) {
-	var ok bool
-	err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM file_intake WHERE partner_id = $1 AND worker_id = $2 AND state = ANY($3))`,
-		partner, worker, liveStates).Scan(&ok)
-	return ok, err
-}
-
 // liveServing maps each partner to the live replicas that serve it.
 func (s *store) liveServing(ctx context.Context) (map[string][]string, error) {
 	rs, err := s.pool.Query(ctx, `SELECT p, array_agg(worker_id ORDER BY worker_id)
