@@ -220,3 +220,40 @@ func TestSameHashesWithoutWritingAndComparesWithTheSpooledFile(t *testing.T) {
 		t.Fatalf("got %v, want ErrTooLarge", err)
 	}
 }
+
+func TestPutAllStoresEachFileUnderItsHashOnce(t *testing.T) {
+	s, err := New(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, _ = s.ForWorker("w1")
+	held, err := s.Put("acme", 4, 1<<20, src("x,y\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := [][]byte{[]byte("a\n1\n"), []byte("b\n2\n"), []byte("a\n1\n"), []byte("x,y\n"), {}}
+	es, err := s.PutAll("acme", files)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(es) != len(files) {
+		t.Fatalf("%d entries for %d files", len(es), len(files))
+	}
+	for i, e := range es {
+		sum := sha256.Sum256(files[i])
+		if e.SHA256 != hex.EncodeToString(sum[:]) || e.Size != int64(len(files[i])) || e.Partner != "acme" {
+			t.Fatalf("entry %d: %+v", i, e)
+		}
+		got, err := os.ReadFile(s.Path("acme", e.SHA256))
+		if err != nil || !bytes.Equal(got, files[i]) {
+			t.Fatalf("entry %d: spooled bytes %q (%v), want %q", i, got, err, files[i])
+		}
+	}
+	if es[0].SHA256 != es[2].SHA256 || es[3].SHA256 != held.SHA256 {
+		t.Fatal("the same bytes got different entries")
+	}
+	noTemps(t, s, "acme")
+	if _, err := s.PutAll("Bad/Partner", files); err == nil {
+		t.Fatal("a bad partner id was accepted")
+	}
+}
