@@ -15,6 +15,7 @@ import (
 
 	"github.com/partner-intake/partner-intake/intake/rows"
 	"github.com/partner-intake/partner-intake/internal/fault"
+	"github.com/partner-intake/partner-intake/partners"
 )
 
 // chunkCounts is what one chunk transaction did.
@@ -87,12 +88,7 @@ func (r *fileRun) readChunks(ctx context.Context, rd *rows.Reader, first int, fu
 	in := r.in
 	size := int64(r.feed.ChunkRows)
 	chunks := int((in.RowsTotal + size - 1) / size)
-	var keyIdx []int
-	for i, c := range r.feed.Columns {
-		if slices.Contains(r.feed.Key, c.Name) {
-			keyIdx = append(keyIdx, i)
-		}
-	}
+	keyIdx := keyIndexes(r.feed)
 	no := first
 	var c *chunk
 	take := func() error {
@@ -150,6 +146,17 @@ func (r *fileRun) readChunks(ctx context.Context, rd *rows.Reader, first int, fu
 		return hand()
 	}
 	return nil
+}
+
+// keyIndexes are the positions of the feed's key columns in its rows.
+func keyIndexes(f *partners.Feed) []int {
+	var keyIdx []int
+	for i, c := range f.Columns {
+		if slices.Contains(f.Key, c.Name) {
+			keyIdx = append(keyIdx, i)
+		}
+	}
+	return keyIdx
 }
 
 // markUnknown records that a commit's outcome is unknown. The reconciler

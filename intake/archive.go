@@ -17,6 +17,21 @@ import (
 // rows were committed before this step, and a crash here is finished on
 // resume without re-applying anything.
 func (r *fileRun) archive(ctx context.Context, from State, outcome string, dupOf int64) error {
+	to, reason, err := r.archiveRemote(ctx, outcome, dupOf)
+	if err != nil {
+		return err
+	}
+	if err := r.d.store.finish(ctx, r.in, from, to, reason); err != nil {
+		return err
+	}
+	r.archived(outcome, to)
+	return nil
+}
+
+// archiveRemote is archive's work on the partner's site: the file moved
+// to archive/, its receipt (and rejects report) published. It returns the
+// state the file ends in and its reason.
+func (r *fileRun) archiveRemote(ctx context.Context, outcome string, dupOf int64) (State, string, error) {
 	in := r.in
 	dir := r.sess.Layout.ArchiveDir(in.ClaimedAt)
 	ext := path.Ext(in.RemoteName)
@@ -28,7 +43,7 @@ func (r *fileRun) archive(ctx context.Context, from State, outcome string, dupOf
 	}
 	lost := errors.Is(err, ErrRemoteLost)
 	if err != nil && !lost {
-		return fmt.Errorf("archive: %w", err)
+		return "", "", fmt.Errorf("archive: %w", err)
 	}
 	if lost {
 		// The rows are committed and the spool keeps the bytes: finish,
@@ -38,12 +53,12 @@ func (r *fileRun) archive(ctx context.Context, from State, outcome string, dupOf
 	}
 	in.ArchivePath = dst
 	if err := fault.Check("archive:mid"); err != nil {
-		return err
+		return "", "", err
 	}
 	if in.ManifestName != "" && !lost && in.ReplayOf == 0 {
 		src := path.Join(path.Dir(in.ClaimedPath), in.ManifestName)
 		if _, err := moveOnce(r.sess, src, uniqueNames(dir, strings.TrimSuffix(path.Base(dst), ext), ext+ManifestSuffix, 0)); err != nil && !errors.Is(err, ErrRemoteLost) {
-			return fmt.Errorf("archive manifest: %w", err)
+			return "", "", fmt.Errorf("archive manifest: %w", err)
 		}
 	}
 	rc := Receipt{Outcome: outcome, DuplicateOf: dupOf}
@@ -58,17 +73,18 @@ func (r *fileRun) archive(ctx context.Context, from State, outcome string, dupOf
 		rc.Detail = fmt.Sprintf("batch %s was already received with the same bytes (intake %d); nothing was applied again", in.BatchID, dupOf)
 	}
 	if err := r.writeReports(ctx, rc); err != nil {
-		return err
+		return "", "", err
 	}
-	to, reason := StateArchived, ""
 	if outcome == OutcomeDuplicate {
-		to, reason = StateDuplicate, ReasonDuplicate
+		return StateDuplicate, ReasonDuplicate, nil
 	}
-	if err := r.d.store.finish(ctx, in, from, to, reason); err != nil {
-		return err
-	}
+	return StateArchived, "", nil
+}
+
+// archived counts and logs a file that archive finished.
+func (r *fileRun) archived(outcome string, to State) {
+	in := r.in
 	r.d.metrics.finished(in.Partner, string(to))
 	r.log.Info("file done", "outcome", outcome, "rows_total", in.RowsTotal, "rows_applied", in.RowsApplied,
-		"rows_unchanged", in.RowsUnchanged, "rows_rejected", in.RowsRejected, "rows_conflict", in.RowsConflict, "archive", dst)
-	return nil
+		"rows_unchanged", in.RowsUnchanged, "rows_rejected", in.RowsRejected, "rows_conflict", in.RowsConflict, "archive", in.ArchivePath)
 }

@@ -133,7 +133,21 @@ func (c *chunk) directPayload(partner string, writer int64) []byte {
 	out := c.out[:0]
 	if c.enc != nil {
 		out = append(out, copyBinaryHeader...)
-		start := 0
+	}
+	out = c.appendDirect(out, partner, writer)
+	if c.enc != nil {
+		out = append(out, copyBinaryTrailer...)
+	}
+	c.out = out
+	return out
+}
+
+// appendDirect appends the chunk's rows as COPY data for the target,
+// without the binary format's header and trailer (a group's files share
+// one COPY: each row carries its own file's intake id).
+func (c *chunk) appendDirect(out []byte, partner string, writer int64) []byte {
+	start := 0
+	if c.enc != nil {
 		for _, end := range c.ends {
 			out = binary.BigEndian.AppendUint16(out, uint16(len(c.enc)+2))
 			out = binary.BigEndian.AppendUint32(out, uint32(len(partner)))
@@ -143,13 +157,11 @@ func (c *chunk) directPayload(partner string, writer int64) []byte {
 			out = binary.BigEndian.AppendUint64(out, uint64(writer))
 			start = end
 		}
-		c.out = append(out, copyBinaryTrailer...)
-		return c.out
+		return out
 	}
 	pre := appendCopyText(nil, partner)
 	suf := strconv.AppendInt([]byte{'\t'}, writer, 10)
 	suf = append(suf, '\n')
-	start := 0
 	for _, end := range c.ends {
 		out = append(out, pre...)
 		out = append(out, '\t')
@@ -157,7 +169,6 @@ func (c *chunk) directPayload(partner string, writer int64) []byte {
 		out = append(out, suf...)
 		start = end
 	}
-	c.out = out
 	return out
 }
 

@@ -578,6 +578,7 @@ func TestTargetWithoutBinaryEncodersUsesCopyText(t *testing.T) {
 func TestClaimOrderDecidesIdsAcrossWorkers(t *testing.T) {
 	_, pool := testenv.DB(t)
 	site := testenv.NewSite(t, "order")
+	site.Config.GroupFiles = 1 // one file per claim: the slow worker renames only the older one
 	older := header + "K-1,a@example.com,1.00,paid,2026-11-01T10:00:00Z,1\n"
 	newer := header + "K-1,a@example.com,2.00,shipped,2026-11-02T10:00:00Z,1\n"
 	site.Drop(t, "orders-1.csv", older)

@@ -19,6 +19,7 @@ type metrics struct {
 	rowsTotal       *prometheus.CounterVec
 	bytesDownloaded *prometheus.CounterVec
 	hashOnly        *prometheus.CounterVec
+	grouped         *prometheus.CounterVec
 	fenced          *prometheus.CounterVec
 	stageSeconds    *prometheus.HistogramVec
 	remoteLost      *prometheus.CounterVec
@@ -53,6 +54,8 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		bytesDownloaded: f.NewCounterVec(prometheus.CounterOpts{Name: "intake_bytes_downloaded_total", Help: "Bytes streamed into the spool."}, []string{"partner"}),
 		hashOnly: f.NewCounterVec(prometheus.CounterOpts{Name: "intake_hash_only_reads_total",
 			Help: "Files under a batch id already held, read through the hash alone: same = the spooled bytes (nothing written), differ = downloaded again into the spool."}, []string{"partner", "result"}),
+		grouped: f.NewCounterVec(prometheus.CounterOpts{Name: "intake_group_files_total",
+			Help: "Small files taken through a group (result=grouped), or that left their group for the per-file path (result=the reason code)."}, []string{"partner", "result"}),
 		fenced: f.NewCounterVec(prometheus.CounterOpts{Name: "intake_fenced_writes_total", Help: "Writes refused because the worker's fencing token was stale."}, []string{"partner"}),
 		stageSeconds: f.NewHistogramVec(prometheus.HistogramOpts{Name: "intake_stage_duration_seconds", Help: "Time spent per pipeline stage (by the state it starts from).",
 			Buckets: prometheus.ExponentialBuckets(0.005, 4, 10)}, []string{"partner", "stage"}),
@@ -111,6 +114,7 @@ type Metrics struct {
 	Stage         *prometheus.HistogramVec
 	Bytes         *prometheus.CounterVec
 	HashOnly      *prometheus.CounterVec
+	Grouped       *prometheus.CounterVec
 	Polls         *prometheus.CounterVec
 }
 
@@ -119,5 +123,5 @@ func (d *Daemon) Metrics() Metrics {
 	return Metrics{FilesFinished: d.metrics.filesFinished, ClaimsLost: d.metrics.claimsLost, Rows: d.metrics.rowsTotal,
 		Fenced: d.metrics.fenced, PollErrors: d.metrics.pollErrors, PartnerUp: d.metrics.partnerUp, Backpressure: d.metrics.backpressure,
 		ChunkRetries: d.metrics.chunkRetries, Files: d.metrics.files, Stage: d.metrics.stageSeconds, Bytes: d.metrics.bytesDownloaded,
-		HashOnly: d.metrics.hashOnly, Polls: d.metrics.polls}
+		HashOnly: d.metrics.hashOnly, Grouped: d.metrics.grouped, Polls: d.metrics.polls}
 }

@@ -137,7 +137,8 @@ func (d *Daemon) pollOnce(ctx context.Context, p *partnerRT) error {
 	}
 	claimed := 0
 	var nextID int64 // allocated before the next claim's rename (see claim)
-	for i, c := range cands {
+	for i := 0; i < len(cands); i++ {
+		c := cands[i]
 		p.setReady(cands[i:]) // what is left for a later poll (or another worker)
 		if ctx.Err() != nil || !d.claiming() || failed() {
 			break
@@ -151,6 +152,36 @@ func (d *Daemon) pollOnce(ctx context.Context, p *partnerRT) error {
 		}
 		if ctx.Err() != nil {
 			break
+		}
+		if g := groupAt(p.cfg, cands[i:], p.cfg.Limits.MaxFilesPerPoll-claimed); g != nil {
+			// small files go through together (group.go)
+			ids, err := d.store.intakeIDs(ctx, len(g))
+			if err != nil {
+				<-slots
+				fail(err)
+				break
+			}
+			nextID = 0 // allocated before this group's renames: unused now
+			ins, cerr := d.claimGroup(ctx, p, sess, g, ids)
+			i += len(g) - 1
+			claimed += len(ins)
+			if len(ins) == 0 {
+				<-slots
+			} else {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					defer func() { <-slots }()
+					if err := d.runGroup(ctx, p, sess, ins); err != nil {
+						fail(err)
+					}
+				}()
+			}
+			if cerr != nil {
+				fail(cerr)
+				break
+			}
+			continue
 		}
 		if nextID == 0 {
 			if nextID, err = d.store.nextIntakeID(ctx); err != nil {
@@ -498,15 +529,25 @@ func (d *Daemon) runFile(ctx context.Context, p *partnerRT, sess *partners.Sessi
 	if err != nil {
 		return err
 	}
-	err = r.run(ctx)
+	return r.runAlone(ctx)
+}
+
+// runAlone runs a file on the per-file path from the state it is in.
+func (r *fileRun) runAlone(ctx context.Context) error {
+	err := r.run(ctx)
 	var fe *FencedError
 	if errors.As(err, &fe) {
-		d.metrics.fenced.WithLabelValues(p.cfg.ID).Inc()
-		r.log.Warn("file lost to another owner; stopped work on it", "step", fe.Step)
+		r.fencedOut(fe.Step)
 		return nil
 	}
 	if err != nil {
-		return fmt.Errorf("intake %d: %w", in.ID, err)
+		return fmt.Errorf("intake %d: %w", r.in.ID, err)
 	}
 	return nil
+}
+
+// fencedOut counts and logs a file lost to another owner.
+func (r *fileRun) fencedOut(step string) {
+	r.d.metrics.fenced.WithLabelValues(r.in.Partner).Inc()
+	r.log.Warn("file lost to another owner; stopped work on it", "step", step)
 }

@@ -36,6 +36,8 @@ const (
 	DefaultStaleUpload    = 6 * time.Hour
 	DefaultMaxExpanded    = 4 << 30 // 4 GiB
 	DefaultConcurrency    = 4
+	DefaultGroupFiles     = 32
+	MaxGroupFiles         = 256
 )
 
 // idPattern is what a partner id may look like: it becomes part of spool
@@ -58,6 +60,12 @@ type Config struct {
 	// Concurrency is how many of the partner's files one daemon works on at
 	// once (default 4).
 	Concurrency int `yaml:"concurrency"`
+	// GroupFiles is how many of the partner's small files (under 64 KiB,
+	// one chunk, no manifest, not compressed) one poll takes through the
+	// pipeline together: their SFTP requests go out together and their
+	// state changes are one statement each (default 16; 1 processes every
+	// file on its own).
+	GroupFiles int `yaml:"group_files"`
 	// Limits bounds what one file may be.
 	Limits Limits `yaml:"limits"`
 	// Feeds: each file in ready/ must match exactly one feed's pattern.
@@ -128,6 +136,9 @@ func (c *Config) SetDefaults() {
 	}
 	if c.Concurrency == 0 {
 		c.Concurrency = DefaultConcurrency
+	}
+	if c.GroupFiles == 0 {
+		c.GroupFiles = DefaultGroupFiles
 	}
 	if c.SFTP.Root == "" {
 		c.SFTP.Root = "."
@@ -208,6 +219,9 @@ func (c *Config) Validate(key string) error {
 	}
 	if c.Concurrency < 1 || c.Concurrency > 64 {
 		return fmt.Errorf("%s.concurrency: %d must be between 1 and 64", key, c.Concurrency)
+	}
+	if c.GroupFiles < 1 || c.GroupFiles > MaxGroupFiles {
+		return fmt.Errorf("%s.group_files: %d must be between 1 and %d", key, c.GroupFiles, MaxGroupFiles)
 	}
 	if c.Limits.MaxFileBytes < 0 || c.Limits.MaxRows < 0 || c.Limits.MaxFilesPerPoll < 0 || c.Limits.MaxExpandedBytes < 0 {
 		return fmt.Errorf("%s.limits: values must be positive", key)

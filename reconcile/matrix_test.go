@@ -384,3 +384,99 @@ func TestOnlyOneReconcilerActsAtATime(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A group of small files (intake/group.go) stopped at each of its steps:
+// every file ends archived, applied exactly once, with one ledger row and
+// its own receipt. The group's transaction moves its files from claimed to
+// applied together with their rows, so a commit without answer leaves
+// each file claimed (nothing applied) or applied (all applied): the row
+// says which, the next poll resumes from it, and nothing is marked
+// outcome_unknown or guessed.
+func TestGroupStoppedAtEachStepAppliesEveryFileOnce(t *testing.T) {
+	for _, tt := range []struct {
+		fault string
+		// after is the state every file is in after the failed poll
+		// ("" when the poll itself finishes them: the group's
+		// transaction failed, and its files went on alone)
+		after   string
+		pollErr bool
+	}{
+		{"claim:after_rename", "", true},        // renamed, no rows: adopted (row 1)
+		{"download:mid", "claimed", true},       // nothing spooled
+		{"spool:after", "claimed", true},        // spooled bytes, rows still claimed
+		{"apply:mid_chunk", "", false},          // rolled back: every file goes on alone
+		{"commit:lost", "claimed", false},       // never reached the server
+		{"commit:reply_lost", "applied", false}, // landed, answer lost
+		{"apply:after_commit", "applied", true},
+		{"archive:mid", "applied", true}, // some files moved, none recorded
+	} {
+		t.Run(tt.fault, func(t *testing.T) {
+			_, pool := testenv.DB(t)
+			site := testenv.NewSite(t, "gf")
+			prefixes := []string{"GA", "GB", "GC", "GD", "GE"}
+			for i, p := range prefixes {
+				site.Drop(t, "orders-"+string(rune('a'+i))+".csv", testenv.OrdersCSV(p, 10))
+			}
+			n := newNode(t, pool, "w1", t.TempDir(), site)
+			withFault(t, tt.fault+"=error")
+			err := n.poll(t, "gf")
+			if tt.pollErr != errors.Is(err, fault.ErrInjected) {
+				t.Fatalf("poll: %v, want the injected fault: %v", err, tt.pollErr)
+			}
+			if !tt.pollErr && err != nil {
+				t.Fatal(err)
+			}
+			fs := testenv.Files(t, pool, "gf")
+			if tt.after != "" {
+				if len(fs) != len(prefixes) {
+					t.Fatalf("%d rows after the fault, want %d", len(fs), len(prefixes))
+				}
+				for _, f := range fs {
+					if f.State != tt.after {
+						t.Fatalf("after %s: %+v, want every file %s", tt.fault, f, tt.after)
+					}
+				}
+			}
+			if tt.fault == "apply:mid_chunk" {
+				for _, f := range fs {
+					if f.State != "archived" {
+						t.Fatalf("%+v: the group's files did not go on alone", f)
+					}
+				}
+			}
+			if err := n.poll(t, "gf"); err != nil {
+				t.Fatal(err)
+			}
+			fs = testenv.Files(t, pool, "gf")
+			if len(fs) != len(prefixes) {
+				t.Fatalf("%d intake rows, want %d (one per file)", len(fs), len(prefixes))
+			}
+			for _, f := range fs {
+				if f.State != "archived" || f.Applied != 10 || f.Total != 10 || f.Chunks != 1 || f.Receipt == "" || f.Archive == "" {
+					t.Fatalf("%+v: want archived, 10 applied once, in one chunk, with a receipt", f)
+				}
+				if got := testenv.Count(t, pool, `SELECT count(*) FROM orders WHERE last_intake_id = $1`, f.ID); got != 10 {
+					t.Fatalf("intake %d wrote %d target rows, want 10", f.ID, got)
+				}
+			}
+			testenv.AssertExactOrders(t, pool, "gf", 10, prefixes...)
+			if got := testenv.Count(t, pool, `SELECT count(*) FROM intake_chunk`); got != int64(len(prefixes)) {
+				t.Fatalf("ledger holds %d chunks, want %d", got, len(prefixes))
+			}
+			for _, dir := range []string{"ready", "processing"} {
+				if got := site.Files(t, dir); len(got) != 0 {
+					t.Fatalf("%s/ holds %v", dir, got)
+				}
+			}
+			if got := site.Files(t, "archive"); len(got) != len(prefixes) {
+				t.Fatalf("archive/ holds %v", got)
+			}
+			if got := site.Files(t, "reports"); len(got) != len(prefixes) {
+				t.Fatalf("reports/ holds %v, want one receipt per file", got)
+			}
+			if fs := n.reconcile(t); reconcile.NeedHuman(fs) || kinds(fs)[reconcile.KindOutcomeUnknown] != 0 {
+				t.Fatalf("findings %+v", fs)
+			}
+		})
+	}
+}

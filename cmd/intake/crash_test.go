@@ -210,6 +210,42 @@ func TestKillAtEachStepThenRestart(t *testing.T) {
 	}
 }
 
+// TestKillAtEachGroupStepThenRestart is the same for a group of small
+// files (intake/group.go): killed at each of the group's steps, then run
+// again, every file is applied exactly once and archived.
+func TestKillAtEachGroupStepThenRestart(t *testing.T) {
+	steps := []string{
+		"claim:after_rename",
+		"download:mid",
+		"spool:after",
+		"apply:mid_chunk",
+		"commit:reply_lost", // committed, then killed before anything else
+		"apply:after_commit",
+		"archive:mid",
+	}
+	for _, name := range steps {
+		t.Run(name, func(t *testing.T) {
+			url, pool := testenv.DB(t)
+			site := testenv.NewSite(t, "gcrash")
+			const rows = 10
+			prefixes := dropFiles(t, site, 6, rows)
+			spoolDir := t.TempDir()
+			cfg := writeConfigOpts(t, site, cfgOpts{poll: "@every 1s", spool: spoolDir})
+
+			p := startIntake(t, url, name+"=kill", "run", "--config", cfg)
+			ws := p.wait(t, time.Minute)
+			if !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
+				t.Fatalf("want death by SIGKILL at %s, got %v:\n%s", name, ws, tail(p.output()))
+			}
+			if !strings.Contains(p.output(), "killing the process at "+name) {
+				t.Fatalf("the fault did not fire at %s:\n%s", name, tail(p.output()))
+			}
+			runOnce(t, url, cfg)
+			assertSettled(t, url, pool, site, cfg, spoolDir, rows, prefixes, 10000)
+		})
+	}
+}
+
 // envInt reads a soak knob from the environment.
 func envInt(name string, def int) int {
 	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {

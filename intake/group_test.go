@@ -1,0 +1,185 @@
+package intake_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/partner-intake/partner-intake/intake"
+	"github.com/partner-intake/partner-intake/internal/fault"
+	"github.com/partner-intake/partner-intake/internal/testenv"
+)
+
+// byName maps a partner's intake rows by remote name (the last row of a
+// name wins: a resend comes after its original).
+func byName(rows []fileRow) map[string]fileRow {
+	m := map[string]fileRow{}
+	for _, f := range rows {
+		m[f.Name] = f
+	}
+	return m
+}
+
+func grouped(r *rig, partner, result string) float64 {
+	return testutil.ToFloat64(r.d.Metrics().Grouped.WithLabelValues(partner, result))
+}
+
+// A group of small files keeps each file's own outcome: clean files go
+// through together, and a file with a rejected row, an exact resend and a
+// file with a repeated key leave the group and end exactly as they would
+// alone, each with its own receipt.
+func TestGroupKeepsEachFilesOwnOutcome(t *testing.T) {
+	_, pool := testenv.DB(t)
+	site := testenv.NewSite(t, "grp")
+	site.Drop(t, "orders-b1.csv", goodRows("B1", 10))
+	r := newRig(t, pool, "w1", site)
+	r.poll("grp") // alone: one file is no group
+	if got := grouped(r, "grp", "grouped"); got != 0 {
+		t.Fatalf("a single file went through a group (%v)", got)
+	}
+
+	site.Drop(t, "orders-g1.csv", goodRows("G1", 10))
+	site.Drop(t, "orders-g2.csv", goodRows("G2", 10))
+	site.Drop(t, "orders-rej.csv", header+
+		"R-1,a@example.com,10.00,paid,2026-11-01T10:00:00Z,1\n"+
+		"R-2,a@example.com,not-a-number,paid,2026-11-01T10:00:00Z,1\n"+
+		"R-3,a@example.com,30.00,paid,2026-11-01T10:00:00Z,1\n")
+	site.Drop(t, "orders-b1.csv", goodRows("B1", 10)) // the exact bytes again
+	site.Drop(t, "orders-dk.csv", header+
+		"D-1,a@b.io,1.00,new,2026-11-01T00:00:00Z,1\n"+
+		"D-1,a@b.io,3.00,paid,2026-11-01T00:00:00Z,1\n")
+	r.poll("grp")
+
+	if got := grouped(r, "grp", "grouped"); got != 5 {
+		t.Fatalf("%v files went through a group, want 5", got)
+	}
+	for reason, want := range map[string]float64{intake.LeftRejected: 1, intake.LeftBatchBound: 1, intake.LeftRepeatedKey: 1, intake.LeftGroupFailed: 0} {
+		if got := grouped(r, "grp", reason); got != want {
+			t.Fatalf("%v files left the group as %s, want %v", got, reason, want)
+		}
+	}
+	fs := files(t, pool, "grp")
+	if len(fs) != 6 {
+		t.Fatalf("%d intake rows, want 6", len(fs))
+	}
+	m := byName(fs)
+	for _, name := range []string{"orders-g1.csv", "orders-g2.csv"} {
+		f := m[name]
+		if f.State != "archived" || f.Applied != 10 || f.Total != 10 || f.Chunks != 1 || f.Rejects != "" {
+			t.Fatalf("%s: %+v, want archived with 10 applied in one chunk", name, f)
+		}
+		rc := receipt(t, site, f.Receipt)
+		if rc.Outcome != intake.OutcomeAccepted || rc.IntakeID != f.ID || rc.File != name || rc.Rows.Applied != 10 || rc.Archive != f.Archive {
+			t.Fatalf("%s: receipt %+v", name, rc)
+		}
+		if got := count(t, pool, `SELECT count(*) FROM orders WHERE last_intake_id = $1`, f.ID); got != 10 {
+			t.Fatalf("%s: %d target rows carry its intake id, want 10", name, got)
+		}
+	}
+	if f := m["orders-rej.csv"]; f.State != "archived" || f.Applied != 2 || f.Rejected != 1 || receipt(t, site, f.Receipt).Outcome != intake.OutcomeAcceptedWithRejects {
+		t.Fatalf("the file with a rejected row: %+v", f)
+	}
+	if f := m["orders-dk.csv"]; f.State != "archived" || f.Applied != 1 || f.Rejected != 1 {
+		t.Fatalf("the file with a repeated key: %+v", f)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM orders WHERE order_id = 'D-1' AND amount = 3.00`); n != 1 {
+		t.Fatal("the last line of a repeated key did not win")
+	}
+	if f := m["orders-b1.csv"]; f.State != "duplicate" || receipt(t, site, f.Receipt).Outcome != intake.OutcomeDuplicate {
+		t.Fatalf("the exact resend: %+v", f)
+	}
+	if got := count(t, pool, `SELECT count(*) FROM orders WHERE partner_id = 'grp'`); got != 10+10+10+2+1 {
+		t.Fatalf("target holds %d rows, want 33", got)
+	}
+	if got := site.Files(t, "processing"); len(got) != 0 {
+		t.Fatalf("processing/ still holds %v", got)
+	}
+	if got := site.Files(t, "reports"); len(got) != 6+2 { // a receipt each, two rejects reports
+		t.Fatalf("reports/ holds %v, want 6 receipts and 2 rejects reports", got)
+	}
+}
+
+// When a group's keys already exist, the target refuses the group's COPY
+// and each file is merged in intake id order inside the group's one
+// transaction: unchanged rows are counted unchanged, and of two files of
+// the group writing one key the later one wins, as it would alone.
+func TestGroupMergesInIntakeOrderWhenKeysExist(t *testing.T) {
+	_, pool := testenv.DB(t)
+	site := testenv.NewSite(t, "grm")
+	site.Drop(t, "orders-1.csv", goodRows("M", 10))
+	r := newRig(t, pool, "w1", site)
+	r.poll("grm")
+
+	site.Drop(t, "orders-2.csv", goodRows("M", 12)) // 10 unchanged, 2 new
+	site.Drop(t, "orders-3.csv", header+"M-12,z@example.com,99.00,shipped,2026-11-01T10:00:00Z,7\n")
+	site.Drop(t, "orders-4.csv", goodRows("N", 3))
+	r.poll("grm")
+	if got := grouped(r, "grm", "grouped"); got != 3 {
+		t.Fatalf("%v files went through a group, want 3", got)
+	}
+	m := byName(files(t, pool, "grm"))
+	f2, f3, f4 := m["orders-2.csv"], m["orders-3.csv"], m["orders-4.csv"]
+	if f2.State != "archived" || f2.Applied != 2 || f2.Unchanged != 10 || f2.Confl != 0 {
+		t.Fatalf("orders-2: %+v, want 2 applied and 10 unchanged", f2)
+	}
+	if f3.State != "archived" || f3.Applied != 1 || f4.State != "archived" || f4.Applied != 3 {
+		t.Fatalf("orders-3 %+v, orders-4 %+v", f3, f4)
+	}
+	if !(f2.ID < f3.ID) {
+		t.Fatalf("ids %d, %d: not in listing order", f2.ID, f3.ID)
+	}
+	var amount string
+	var last int64
+	if err := pool.QueryRow(t.Context(), `SELECT amount::text, last_intake_id FROM orders WHERE partner_id = 'grm' AND order_id = 'M-12'`).Scan(&amount, &last); err != nil {
+		t.Fatal(err)
+	}
+	if amount != "99.00" || last != f3.ID {
+		t.Fatalf("M-12 = %s by intake %d, want 99.00 by the later file %d", amount, last, f3.ID)
+	}
+	if got := count(t, pool, `SELECT count(*) FROM intake_chunk c JOIN file_intake f USING (intake_id) WHERE f.partner_id = 'grm'`); got != 4 {
+		t.Fatalf("ledger holds %d chunks, want one per file (4)", got)
+	}
+}
+
+// A group that takes longer than its lease keeps its files: the group's
+// heartbeat extends every file's lease (a takeover would otherwise find
+// them expired and fence the group out).
+func TestGroupHeartbeatKeepsItsFilesPastTheLease(t *testing.T) {
+	_, pool := testenv.DB(t)
+	site := testenv.NewSite(t, "ghb")
+	for _, p := range []string{"HA", "HB", "HC"} {
+		site.Drop(t, "orders-"+p+".csv", goodRows(p, 10))
+	}
+	r := newRigCfg(t, pool, intake.Config{WorkerID: "w1", Lease: 3 * time.Second, SpoolMinFree: 1}, site)
+	if err := fault.Set("spool:after=pause"); err != nil {
+		t.Fatal(err)
+	}
+	defer fault.Set("")
+	done := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		done <- r.d.PollOnce(ctx, "ghb")
+	}()
+	select {
+	case <-fault.Paused("spool:after"):
+	case <-time.After(30 * time.Second):
+		t.Fatal("the group never reached the spool")
+	}
+	time.Sleep(4 * time.Second) // more than a lease
+	live := count(t, pool, `SELECT count(*) FROM file_intake WHERE partner_id = 'ghb' AND state = 'claimed' AND lease_until > now()`)
+	fault.Resume("spool:after")
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if live != 3 {
+		t.Fatalf("%d of 3 files held a live lease after more than a lease of work", live)
+	}
+	for _, f := range files(t, pool, "ghb") {
+		if f.State != "archived" || f.Applied != 10 {
+			t.Fatalf("%+v, want archived", f)
+		}
+	}
+}

@@ -1,0 +1,208 @@
+package intake
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// The set-based statements of a group of small files (group.go). Each is
+// the per-file statement of the same step over arrays: conditional per
+// row on (intake_id, fencing_token, state), so a file fenced out or in
+// another state simply drops out of the result; the caller sees which.
+
+// intakeIDs allocates n intake ids, in ascending order, for claims about
+// to be made (see Daemon.claim on why ids come before the rename).
+func (s *store) intakeIDs(ctx context.Context, n int) ([]int64, error) {
+	rs, err := s.pool.Query(ctx, `SELECT nextval(pg_get_serial_sequence('file_intake', 'intake_id')) FROM generate_series(1, $1)`, n)
+	if err != nil {
+		return nil, fmt.Errorf("allocate intake ids: %w", err)
+	}
+	ids, err := pgx.CollectRows(rs, pgx.RowTo[int64])
+	if err != nil {
+		return nil, fmt.Errorf("allocate intake ids: %w", err)
+	}
+	slices.Sort(ids)
+	return ids, nil
+}
+
+// insertClaims records claims made by remote renames, each under the id
+// allocated for it before its rename. It returns the rows inserted; a
+// file whose processing path a live row already owns is left out.
+func (s *store) insertClaims(ctx context.Context, ins []*Intake) ([]*Intake, error) {
+	var ids, sizes []int64
+	var feeds, names, paths []string
+	for _, in := range ins {
+		ids, sizes = append(ids, in.ID), append(sizes, in.ListedSize)
+		feeds, names, paths = append(feeds, in.Feed), append(names, in.RemoteName), append(paths, in.ClaimedPath)
+	}
+	rs, err := s.pool.Query(ctx, `
+		INSERT INTO file_intake (intake_id, partner_id, feed, remote_name, claimed_path, listed_size,
+		                         state, worker_id, lease_until)
+		OVERRIDING SYSTEM VALUE
+		SELECT x.id, $1, x.feed, x.name, x.path, x.size, 'claimed', $2, now() + $3::interval
+		FROM unnest($4::bigint[], $5::text[], $6::text[], $7::text[], $8::bigint[]) AS x(id, feed, name, path, size)
+		ON CONFLICT (partner_id, claimed_path)
+		    WHERE state IN ('claimed', 'spooled', 'applying', 'applied', 'outcome_unknown')
+		    DO NOTHING
+		RETURNING `+intakeColumns,
+		ins[0].Partner, ins[0].Worker, s.lease, ids, feeds, names, paths, sizes)
+	if err != nil {
+		return nil, fmt.Errorf("insert claims: %w", err)
+	}
+	out, err := pgx.CollectRows(rs, func(r pgx.CollectableRow) (*Intake, error) { return scanIntake(r) })
+	if err != nil {
+		return nil, fmt.Errorf("insert claims: %w", err)
+	}
+	slices.SortFunc(out, func(a, b *Intake) int { return int(a.ID - b.ID) })
+	return out, nil
+}
+
+// spoolGroup is setSpooled for a group, inside the group's transaction:
+// claimed -> spooled with each file's bytes, and each file's batch bound
+// to its hash. It returns the binding of every file that moved (nil: its
+// batch was bound by an intake that committed after the statement's
+// snapshot; the per-file path asks again); a file missing from the map
+// was fenced out. The group's batch ids are distinct.
+func (s *store) spoolGroup(ctx context.Context, tx pgx.Tx, ins []*Intake) (map[int64]*binding, error) {
+	var ids, tokens, sizes []int64
+	var shas, batches []string
+	for _, in := range ins {
+		ids, tokens, sizes = append(ids, in.ID), append(tokens, in.Token), append(sizes, in.Size)
+		shas, batches = append(shas, in.SHA256), append(batches, in.BatchID)
+	}
+	rs, err := tx.Query(ctx, `WITH x AS (
+		    SELECT * FROM unnest($2::bigint[], $3::bigint[], $4::text[], $5::bigint[], $6::text[]) AS x(id, token, sha, size, batch)),
+		u AS (
+		    UPDATE file_intake f
+		    SET state = 'spooled', content_sha256 = x.sha, size_bytes = x.size, data_sha256 = x.sha, data_size = x.size,
+		        batch_id = x.batch, updated_at = now()
+		    FROM x WHERE f.intake_id = x.id AND f.fencing_token = x.token AND f.state = 'claimed'
+		    RETURNING f.intake_id, x.sha, x.batch),
+		ins AS (
+		    INSERT INTO intake_batch (partner_id, batch_id, content_sha256, intake_id)
+		    SELECT $1, batch, sha, intake_id FROM u
+		    ON CONFLICT (partner_id, batch_id) DO NOTHING
+		    RETURNING intake_id, batch_id, content_sha256)
+		SELECT u.intake_id, coalesce(ins.intake_id, b.intake_id), coalesce(ins.content_sha256, b.content_sha256)
+		FROM u LEFT JOIN ins ON ins.batch_id = u.batch
+		LEFT JOIN intake_batch b ON b.partner_id = $1 AND b.batch_id = u.batch`,
+		ins[0].Partner, ids, tokens, shas, sizes, batches)
+	if err != nil {
+		return nil, fmt.Errorf("spooled (group): %w", err)
+	}
+	byID := map[int64]*Intake{}
+	for _, in := range ins {
+		byID[in.ID] = in
+	}
+	out := map[int64]*binding{}
+	for rs.Next() {
+		var id int64
+		var owner *int64
+		var ownerSHA *string
+		if err := rs.Scan(&id, &owner, &ownerSHA); err != nil {
+			rs.Close()
+			return nil, fmt.Errorf("spooled (group): %w", err)
+		}
+		out[id] = nil
+		if in := byID[id]; in != nil && owner != nil && ownerSHA != nil {
+			// the file's own fields are set (sha, batch): verdictOf reads
+			// its id and data hash
+			out[id] = &binding{verdict: verdictOf(in, *owner, *ownerSHA), owner: *owner}
+		}
+	}
+	if err := rs.Err(); err != nil {
+		return nil, fmt.Errorf("spooled (group): %w", err)
+	}
+	return out, nil
+}
+
+// groupCounts is what a group's transaction did for one file.
+type groupCounts struct {
+	in          *Intake
+	first, last int64
+	c           chunkCounts
+}
+
+// appliedGroup records, inside the group's transaction, each file's plan,
+// its one chunk in the ledger and its totals: spooled -> applied (a group
+// file is one chunk with no rejected row, so the plan, the chunk and the
+// end of apply are one step). It returns how many files moved.
+func (s *store) appliedGroup(ctx context.Context, tx pgx.Tx, gs []groupCounts) (int, error) {
+	var ids, tokens, firsts, lasts, totals, applied, unchanged, conflict []int64
+	for _, g := range gs {
+		ids, tokens = append(ids, g.in.ID), append(tokens, g.in.Token)
+		firsts, lasts = append(firsts, g.first), append(lasts, g.last)
+		totals = append(totals, g.c.applied+g.c.unchanged+g.c.conflict)
+		applied, unchanged, conflict = append(applied, g.c.applied), append(unchanged, g.c.unchanged), append(conflict, g.c.conflict)
+	}
+	var n int
+	err := tx.QueryRow(ctx, `WITH x AS (
+		    SELECT * FROM unnest($2::bigint[], $3::bigint[], $4::bigint[], $5::bigint[], $6::bigint[], $7::bigint[], $8::bigint[], $9::bigint[])
+		        AS x(id, token, first, last, total, applied, unchanged, conflict)),
+		u AS (
+		    UPDATE file_intake f
+		    SET state = 'applied', rows_total = x.total, rows_rejected = 0, rows_applied = x.applied,
+		        rows_unchanged = x.unchanged, rows_conflict = x.conflict, chunks_done = 1,
+		        lease_until = now() + $10::interval, updated_at = now()
+		    FROM x WHERE f.intake_id = x.id AND f.fencing_token = x.token AND f.state = 'spooled'
+		    RETURNING f.intake_id),
+		l AS (
+		    INSERT INTO intake_chunk (intake_id, chunk_no, partner_id, first_line, last_line,
+		                              rows_applied, rows_unchanged, rows_conflict, fencing_token)
+		    SELECT x.id, 0, $1, x.first, x.last, x.applied, x.unchanged, x.conflict, x.token FROM x JOIN u ON u.intake_id = x.id)
+		SELECT count(*) FROM u`,
+		gs[0].in.Partner, ids, tokens, firsts, lasts, totals, applied, unchanged, conflict, s.lease).Scan(&n)
+	if err != nil {
+		return 0, fmt.Errorf("applied (group): %w", err)
+	}
+	return n, nil
+}
+
+// archiveGroup is finish for a group's archived files: applied ->
+// archived with each file's archive and receipt paths. It returns the ids
+// that moved; the others were fenced out.
+func (s *store) archiveGroup(ctx context.Context, ins []*Intake) (map[int64]bool, error) {
+	var ids, tokens []int64
+	var archives, receipts []string
+	for _, in := range ins {
+		ids, tokens = append(ids, in.ID), append(tokens, in.Token)
+		archives, receipts = append(archives, in.ArchivePath), append(receipts, in.ReceiptPath)
+	}
+	rs, err := s.pool.Query(ctx, `UPDATE file_intake f
+		SET state = 'archived', reason = NULL, archive_path = nullif(x.archive, ''), receipt_path = nullif(x.receipt, ''),
+		    rejects_path = NULL, updated_at = now(), finished_at = now()
+		FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::text[]) AS x(id, token, archive, receipt)
+		WHERE f.intake_id = x.id AND f.fencing_token = x.token AND f.state = 'applied'
+		RETURNING f.intake_id`, ids, tokens, archives, receipts)
+	if err != nil {
+		return nil, fmt.Errorf("finish as archived (group): %w", err)
+	}
+	moved, err := pgx.CollectRows(rs, pgx.RowTo[int64])
+	if err != nil {
+		return nil, fmt.Errorf("finish as archived (group): %w", err)
+	}
+	out := map[int64]bool{}
+	for _, id := range moved {
+		out[id] = true
+	}
+	return out, nil
+}
+
+// heartbeatGroup extends the leases of a group's files that are still
+// this worker's under their tokens.
+func (s *store) heartbeatGroup(ctx context.Context, ins []*Intake) error {
+	var ids, tokens []int64
+	for _, in := range ins {
+		ids, tokens = append(ids, in.ID), append(tokens, in.Token)
+	}
+	_, err := s.pool.Exec(ctx, `UPDATE file_intake f SET lease_until = now() + $3::interval
+		FROM unnest($1::bigint[], $2::bigint[]) AS x(id, token)
+		WHERE f.intake_id = x.id AND f.fencing_token = x.token AND f.state = ANY($4)`, ids, tokens, s.lease, liveStates)
+	if err != nil {
+		return fmt.Errorf("heartbeat (group): %w", err)
+	}
+	return nil
+}
