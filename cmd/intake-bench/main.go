@@ -35,6 +35,12 @@ func run() int {
 			o.Only[strings.TrimSpace(w)] = true
 		}
 	}
+	if o.ProfileDir != "" {
+		if err := os.MkdirAll(o.ProfileDir, 0o755); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+	}
 	dir, err := os.MkdirTemp("", "intake-bench-bin-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

@@ -72,6 +72,8 @@ type Results struct {
 	// tree: the daemon, PostgreSQL (postmaster and backends, the harness's
 	// one progress connection included) and sshd (listener and sessions).
 	SmallCPUms map[string]float64 `json:"small_cpu_ms_per_file,omitempty"`
+	// The same in the two-daemon phase (intake: both daemons together).
+	TwoCPUms map[string]float64 `json:"two_cpu_ms_per_file,omitempty"`
 	// Files each of the two daemons processed (partner affinity splits the
 	// partners between them).
 	TwoDaemonFiles map[string]int64 `json:"two_daemon_files,omitempty"`
@@ -179,6 +181,10 @@ func Run(ctx context.Context, o Options) (*Results, error) {
 		res.SmallCPUms = map[string]float64{}
 		for k := range runs[0].SmallCPUms {
 			res.SmallCPUms[k] = median(runs, func(r *Results) float64 { return r.SmallCPUms[k] })
+		}
+		res.TwoCPUms = map[string]float64{}
+		for k := range runs[0].TwoCPUms {
+			res.TwoCPUms[k] = median(runs, func(r *Results) float64 { return r.TwoCPUms[k] })
 		}
 		if len(runs) > 1 {
 			res.SmallRuns = runs
@@ -300,6 +306,19 @@ func (e *env) config(worker string, roots map[string]string, order []string) (st
 type proc struct {
 	cmd   *exec.Cmd
 	start time.Time
+	done  chan struct{} // closed when the process has exited
+	err   error         // its Wait error, once done
+	end   time.Time
+}
+
+// exited reports whether the process has ended.
+func (p *proc) exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
 }
 
 func (e *env) start(url, cfg string, args ...string) (*proc, error) {
@@ -314,14 +333,23 @@ func (e *env) start(url, cfg string, args ...string) (*proc, error) {
 		return nil, err
 	}
 	cmd.Stdout, cmd.Stderr = log, log
-	p := &proc{cmd: cmd, start: time.Now()}
-	return p, cmd.Start()
+	p := &proc{cmd: cmd, start: time.Now(), done: make(chan struct{})}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	go func() {
+		p.err = cmd.Wait()
+		p.end = time.Now()
+		close(p.done)
+	}()
+	return p, nil
 }
 
 // wait returns wall seconds, peak RSS in MiB and CPU seconds.
 func (p *proc) wait() (wall, rssMiB, cpu float64, err error) {
-	err = p.cmd.Wait()
-	wall = time.Since(p.start).Seconds()
+	<-p.done
+	err = p.err
+	wall = p.end.Sub(p.start).Seconds()
 	if ru, ok := p.cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
 		rssMiB = float64(ru.Maxrss) / 1024
 		cpu = time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()

@@ -200,6 +200,11 @@ func (e *env) small(ctx context.Context, res *Results) error {
 	res.TwoDaemonFiles = two.byWorker
 	n := float64(e.o.SmallFiles) / 1000 // CPU seconds per file, in ms
 	res.SmallCPUms = map[string]float64{"intake": one.cpu[0] / n, "postgres": one.pgCPU / n, "sshd": one.sshdCPU / n}
+	var both float64
+	for _, c := range two.cpu {
+		both += c
+	}
+	res.TwoCPUms = map[string]float64{"intake": both / n, "postgres": two.pgCPU / n, "sshd": two.sshdCPU / n}
 	return nil
 }
 
@@ -260,9 +265,17 @@ func (e *env) smallRun(ctx context.Context, daemons int) (ph smallPhase, err err
 		return ph, err
 	}
 	defer watch.Close(ctx)
+	exited := func() bool {
+		for _, p := range procs {
+			if p.exited() {
+				return true
+			}
+		}
+		return false
+	}
 	for done < int64(e.o.SmallFiles) {
-		if time.Now().After(deadline) {
-			break
+		if time.Now().After(deadline) || exited() {
+			break // a daemon that ended early reports its error below
 		}
 		time.Sleep(50 * time.Millisecond)
 		if err = watch.QueryRow(ctx, `SELECT count(*) FROM file_intake WHERE state = 'archived'`).Scan(&done); err != nil {
@@ -289,7 +302,7 @@ func (e *env) smallRun(ctx context.Context, daemons int) (ph smallPhase, err err
 		return ph, err
 	}
 	if done < int64(e.o.SmallFiles) {
-		return ph, fmt.Errorf("only %d of %d small files archived in 10 minutes", done, e.o.SmallFiles)
+		return ph, fmt.Errorf("only %d of %d small files archived (a daemon ended early, or 10 minutes passed)", done, e.o.SmallFiles)
 	}
 	ph.filesPerS = float64(e.o.SmallFiles) / elapsed
 	ph.doubles, err = e.count(ctx, url, `SELECT (SELECT count(*) FROM file_intake) - (SELECT count(DISTINCT (partner_id, remote_name)) FROM file_intake)
@@ -405,6 +418,11 @@ func (r *Results) Table(w *os.File) {
 	for _, k := range []string{"intake", "postgres", "sshd"} {
 		if v, ok := r.SmallCPUms[k]; ok {
 			row("CPU per small file, "+k, v, "ms", "")
+		}
+	}
+	for _, k := range []string{"intake", "postgres", "sshd"} {
+		if v, ok := r.TwoCPUms[k]; ok {
+			row("CPU per small file, two daemons, "+k, v, "ms", "")
 		}
 	}
 }
