@@ -49,9 +49,13 @@ func groupable(p *partners.Config, c candidate) bool {
 		compressionOf(c.name) == "" && partners.ValidBatchID(c.feed.BatchIDFromName(c.name))
 }
 
+// maxGroupBytes bounds a group's listed bytes: a group holds its files in
+// memory while it runs (GroupFiles × 64 KiB at most otherwise).
+const maxGroupBytes = 1 << 20
+
 // groupAt returns the group that starts at cands[0]: up to n groupable
-// files of one feed with distinct batch ids, in listing order (oldest
-// first). Fewer than two is no group.
+// files of one feed with distinct batch ids and maxGroupBytes in all, in
+// listing order (oldest first). Fewer than two is no group.
 func groupAt(p *partners.Config, cands []candidate, n int) []candidate {
 	n = min(n, p.GroupFiles)
 	if n < 2 || !groupable(p, cands[0]) {
@@ -59,10 +63,12 @@ func groupAt(p *partners.Config, cands []candidate, n int) []candidate {
 	}
 	seen := map[string]bool{}
 	var g []candidate
+	var bytes int64
 	for _, c := range cands {
-		if len(g) == n || c.feed != cands[0].feed || !groupable(p, c) {
+		if len(g) == n || c.feed != cands[0].feed || !groupable(p, c) || bytes+c.size > maxGroupBytes {
 			break
 		}
+		bytes += c.size
 		b := c.feed.BatchIDFromName(c.name)
 		if seen[b] {
 			break

@@ -63,7 +63,7 @@ type Config struct {
 	// GroupFiles is how many of the partner's small files (under 64 KiB,
 	// one chunk, no manifest, not compressed) one poll takes through the
 	// pipeline together: their SFTP requests go out together and their
-	// state changes are one statement each (default 16; 1 processes every
+	// state changes are one statement each (default 32; 1 processes every
 	// file on its own).
 	GroupFiles int `yaml:"group_files"`
 	// Limits bounds what one file may be.
