@@ -49,31 +49,41 @@ func (o Options) runs(w string) bool { return len(o.Only) == 0 || o.Only[w] }
 
 // Results are the figures of a run (bench-results.json).
 type Results struct {
-	LargeRows         int       `json:"large_rows"`
-	LargeBytes        int64     `json:"large_bytes"`
-	LargeFreshS       float64   `json:"large_fresh_s"`
-	NaiveFreshS       float64   `json:"naive_fresh_s"`
-	RatioFresh        float64   `json:"ratio_fresh"`
-	LargeReplayS      float64   `json:"large_replay_s"`
-	NaiveReplayS      float64   `json:"naive_replay_s"`
-	RatioReplay       float64   `json:"ratio_replay"`
-	DuplicateS        float64   `json:"duplicate_s"`
-	RatioDuplicate    float64   `json:"ratio_duplicate"`
-	SmallFiles        int       `json:"small_files"`
-	SmallFilesPerS    float64   `json:"small_files_per_s"`
-	PeakRSSMiB1M      float64   `json:"peak_rss_mib_1m"`
-	PeakRSSMiB5M      float64   `json:"peak_rss_mib_5m"`
-	TwoReplicasFilesS float64   `json:"two_replicas_files_per_s"`
-	ScaleTwoOverOne   float64   `json:"scale_two_over_one"`
-	DoubleApplies     int64     `json:"double_applies"`
-	CPUOneS           float64   `json:"cpu_one_daemon_s"`
-	CPUTwoS           []float64 `json:"cpu_two_daemons_s"`
+	LargeRows         int     `json:"large_rows"`
+	LargeBytes        int64   `json:"large_bytes"`
+	LargeFreshS       float64 `json:"large_fresh_s"`
+	NaiveFreshS       float64 `json:"naive_fresh_s"`
+	RatioFresh        float64 `json:"ratio_fresh"`
+	LargeReplayS      float64 `json:"large_replay_s"`
+	NaiveReplayS      float64 `json:"naive_replay_s"`
+	RatioReplay       float64 `json:"ratio_replay"`
+	DuplicateS        float64 `json:"duplicate_s"`
+	RatioDuplicate    float64 `json:"ratio_duplicate"`
+	SmallFiles        int     `json:"small_files"`
+	SmallFilesPerS    float64 `json:"small_files_per_s"`
+	PeakRSSMiB1M      float64 `json:"peak_rss_mib_1m"`
+	PeakRSSMiB5M      float64 `json:"peak_rss_mib_5m"`
+	TwoReplicasFilesS float64 `json:"two_replicas_files_per_s"`
+	ScaleTwoOverOne   float64 `json:"scale_two_over_one"`
+	DoubleApplies     int64   `json:"double_applies"`
+	// The same from process start (files in ready/ when the daemons
+	// start; their start, schema check and SSH logins included).
+	SmallFilesPerSCold    float64 `json:"small_files_per_s_cold"`
+	TwoReplicasFilesSCold float64 `json:"two_replicas_files_per_s_cold"`
+	ScaleTwoOverOneCold   float64 `json:"scale_two_over_one_cold"`
+	// Warm phases: the most seconds between two partners' first claims
+	// (near 0: every partner's files were seen at the same poll).
+	WarmClaimSpreadS float64   `json:"warm_first_claim_spread_s"`
+	CPUOneS          float64   `json:"cpu_one_daemon_s"`
+	CPUTwoS          []float64 `json:"cpu_two_daemons_s"`
 	// CPU milliseconds per small file in the one-daemon phase, by process
 	// tree: the daemon, PostgreSQL (postmaster and backends, the harness's
 	// one progress connection included) and sshd (listener and sessions).
 	SmallCPUms map[string]float64 `json:"small_cpu_ms_per_file,omitempty"`
 	// The same in the two-daemon phase (intake: both daemons together).
 	TwoCPUms map[string]float64 `json:"two_cpu_ms_per_file,omitempty"`
+	// The one-daemon cold phase's (its start and logins spread over the files).
+	SmallCPUmsCold map[string]float64 `json:"small_cpu_ms_per_file_cold,omitempty"`
 	// Files each of the two daemons processed (partner affinity splits the
 	// partners between them).
 	TwoDaemonFiles map[string]int64 `json:"two_daemon_files,omitempty"`
@@ -173,6 +183,9 @@ func Run(ctx context.Context, o Options) (*Results, error) {
 		res.SmallFilesPerS = median(runs, func(r *Results) float64 { return r.SmallFilesPerS })
 		res.TwoReplicasFilesS = median(runs, func(r *Results) float64 { return r.TwoReplicasFilesS })
 		res.ScaleTwoOverOne = median(runs, func(r *Results) float64 { return r.ScaleTwoOverOne })
+		res.SmallFilesPerSCold = median(runs, func(r *Results) float64 { return r.SmallFilesPerSCold })
+		res.TwoReplicasFilesSCold = median(runs, func(r *Results) float64 { return r.TwoReplicasFilesSCold })
+		res.ScaleTwoOverOneCold = median(runs, func(r *Results) float64 { return r.ScaleTwoOverOneCold })
 		res.CPUOneS = median(runs, func(r *Results) float64 { return r.CPUOneS })
 		for _, r := range runs {
 			res.DoubleApplies += r.DoubleApplies
@@ -185,6 +198,10 @@ func Run(ctx context.Context, o Options) (*Results, error) {
 		res.TwoCPUms = map[string]float64{}
 		for k := range runs[0].TwoCPUms {
 			res.TwoCPUms[k] = median(runs, func(r *Results) float64 { return r.TwoCPUms[k] })
+		}
+		res.SmallCPUmsCold = map[string]float64{}
+		for k := range runs[0].SmallCPUmsCold {
+			res.SmallCPUmsCold[k] = median(runs, func(r *Results) float64 { return r.SmallCPUmsCold[k] })
 		}
 		if len(runs) > 1 {
 			res.SmallRuns = runs

