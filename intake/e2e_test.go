@@ -569,6 +569,27 @@ func TestTargetWithoutBinaryEncodersUsesCopyText(t *testing.T) {
 	if err := pool.QueryRow(ctx, `SELECT amount FROM orders_float WHERE order_id = 'F-2'`).Scan(&amount); err != nil || amount != 7.25 {
 		t.Fatalf("F-2 amount %v (%v), want 7.25", amount, err)
 	}
+	// a group of small files takes the same COPY text into that target:
+	// new keys in one COPY, then keys that exist through the merge
+	site.Drop(t, "orders-g1.csv", goodRows("G", 2))
+	site.Drop(t, "orders-g2.csv", goodRows("H", 2))
+	r.poll("acme")
+	site.Drop(t, "orders-g3.csv", goodRows("G", 3))
+	site.Drop(t, "orders-g4.csv", header+ordersLine("H", 1, "8.50"))
+	r.poll("acme")
+	if got := testutil.ToFloat64(r.d.Metrics().Grouped.WithLabelValues("acme", "grouped")); got != 4 {
+		t.Fatalf("%v files went through a group, want 4", got)
+	}
+	m := byName(files(t, pool, "acme"))
+	if g1, g3, g4 := m["orders-g1.csv"], m["orders-g3.csv"], m["orders-g4.csv"]; g1.Applied != 2 || g3.Applied != 1 || g3.Unchanged != 2 || g4.Applied != 1 {
+		t.Fatalf("got %+v, %+v, %+v: want 2 applied; 1 applied and 2 unchanged; 1 applied", g1, g3, g4)
+	}
+	if err := pool.QueryRow(ctx, `SELECT amount FROM orders_float WHERE order_id = 'H-1'`).Scan(&amount); err != nil || amount != 8.5 {
+		t.Fatalf("H-1 amount %v (%v), want 8.5", amount, err)
+	}
+	if got := count(t, pool, `SELECT count(*) FROM orders_float`); got != 3+3+2 {
+		t.Fatalf("target holds %d rows, want 8", got)
+	}
 }
 
 // Two workers claim from one partner and the first to rename a file is the
