@@ -5,6 +5,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/partner-intake/partner-intake/partners"
 )
 
 func TestExampleConfigIsValid(t *testing.T) {
@@ -20,6 +22,9 @@ func TestExampleConfigIsValid(t *testing.T) {
 	}
 	if f.Affinity != "partner" || f.Intake().Affinity != "partner" {
 		t.Fatalf("affinity %q, want partner", f.Affinity)
+	}
+	if f.Partners[0].GroupFiles != partners.DefaultGroupFiles {
+		t.Fatalf("group_files %d, want %d", f.Partners[0].GroupFiles, partners.DefaultGroupFiles)
 	}
 }
 
@@ -61,6 +66,9 @@ func TestConfigErrorsNameTheKey(t *testing.T) {
 		{"an unknown affinity mode", func(s string) string {
 			return strings.Replace(s, "affinity: partner", "affinity: sticky", 1)
 		}, []string{"affinity", "sticky"}},
+		{"a group larger than allowed", func(s string) string {
+			return strings.Replace(s, "group_files: 32", "group_files: 300", 1)
+		}, []string{"partners[0] (id acme).group_files", "between 1 and 256"}},
 		{"both url and url_env", func(s string) string {
 			return strings.Replace(s, "  url_env: INTAKE_DATABASE_URL", "  url_env: X\n  url: postgres://x", 1)
 		}, []string{"url or url_env"}},
