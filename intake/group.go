@@ -240,7 +240,7 @@ func (g *fileGroup) run(ctx context.Context) error {
 	if errors.As(err, &cu) {
 		// Each file is claimed or applied, all of it or none; the rows
 		// say which, and the next poll reads them (no guess is made).
-		g.log.Warn("group commit outcome unknown; its files resume from their rows on the next poll", "files", len(g.files), "err", cu.Err)
+		g.log.Warn("group commit outcome unknown; its files resume from their rows on the next poll", "intake_ids", g.ids(), "err", cu.Err)
 		return nil
 	}
 	if err != nil {
@@ -249,7 +249,7 @@ func (g *fileGroup) run(ctx context.Context) error {
 		}
 		// Rolled back: every file is still claimed; each goes on alone
 		// (and the one at fault, if one is, fails there on its own).
-		g.log.Warn("group transaction failed; its files go on one by one", "files", len(g.files), "err", err)
+		g.log.Warn("group transaction failed; its files go on one by one", "intake_ids", g.ids(), "err", err)
 		for _, f := range g.files {
 			g.leave(f, LeftGroupFailed, nil)
 		}
@@ -266,6 +266,15 @@ func (g *fileGroup) run(ctx context.Context) error {
 	}
 	g.observe(StateApplied, start)
 	return nil
+}
+
+// ids are the intake ids of the files still in the group, for logs.
+func (g *fileGroup) ids() []int64 {
+	ids := make([]int64, len(g.files))
+	for i, f := range g.files {
+		ids[i] = f.r.in.ID
+	}
+	return ids
 }
 
 func (g *fileGroup) observe(from State, start time.Time) {

@@ -236,7 +236,9 @@ type smallPhase struct {
 // the daemons start, and the time runs from their exec to the last file
 // archived (process start, schema check and SSH logins included). Warm:
 // the daemons are started and settled first (registered, partners split
-// between them, sessions open), then every partner's files appear in
+// between them, sessions open, and two warm-up files per partner taken
+// through, so connections and prepared statements exist as in a daemon
+// that has been running), then every partner's files appear in
 // ready/ at once (incoming/ and ready/ swapped atomically, just before the
 // daemons' next poll); the time runs from the first claim to the last
 // file archived, as file_intake records them, and CPU is counted over
@@ -304,9 +306,25 @@ func (e *env) smallRun(ctx context.Context, daemons int, warm bool) (ph smallPha
 	}
 	defer watch.Close(ctx)
 	var daemonCPU0 []float64
+	warmups := 0
 	if warm {
 		if err := e.settleDaemons(ctx, watch, procs); err != nil {
 			return ph, err
+		}
+		// Steady state: two files per partner first (a group of two), so
+		// that the connections and prepared statements the burst uses
+		// exist, as they do in a daemon that has been running.
+		for i, id := range order {
+			for k := 0; k < 2; k++ {
+				n := e.o.SmallFiles + 2*i + k
+				if _, err := writeCSV(filepath.Join(roots[id], "ready", fmt.Sprintf("%s%05d.csv", warmupPrefix, n)), e.o.SmallRows, n*e.o.SmallRows); err != nil {
+					return ph, err
+				}
+				warmups++
+			}
+		}
+		if err := waitArchived(ctx, watch, warmups, procs); err != nil {
+			return ph, fmt.Errorf("warm-up files: %w", err)
 		}
 		quiet()
 		// polls run at whole seconds (@every 1s): the files appear just
@@ -339,7 +357,7 @@ func (e *env) smallRun(ctx context.Context, daemons int, warm bool) (ph smallPha
 		}
 		return false
 	}
-	for done < int64(e.o.SmallFiles) {
+	for done < int64(e.o.SmallFiles+warmups) {
 		if time.Now().After(deadline) || exited() {
 			break // a daemon that ended early reports its error below
 		}
@@ -363,13 +381,15 @@ func (e *env) smallRun(ctx context.Context, daemons int, warm bool) (ph smallPha
 			ph.cpu = append(ph.cpu, c-daemonCPU0[i])
 		}
 		if err == nil {
-			err = watch.QueryRow(ctx, `SELECT extract(epoch FROM max(finished_at) - min(claimed_at))::float8 FROM file_intake`).Scan(&elapsed)
+			err = watch.QueryRow(ctx, `SELECT extract(epoch FROM max(finished_at) - min(claimed_at))::float8 FROM file_intake
+				WHERE remote_name NOT LIKE $1`, warmupPrefix+"%").Scan(&elapsed)
 		}
 		if err == nil {
 			// how far apart the partners' first claims were: near 0 when
 			// every partner's poll saw its files at the same tick
 			err = watch.QueryRow(ctx, `SELECT extract(epoch FROM max(first) - min(first))::float8
-				FROM (SELECT min(claimed_at) AS first FROM file_intake GROUP BY partner_id) f`).Scan(&ph.spread)
+				FROM (SELECT min(claimed_at) AS first FROM file_intake WHERE remote_name NOT LIKE $1 GROUP BY partner_id) f`,
+				warmupPrefix+"%").Scan(&ph.spread)
 		}
 	}
 	for _, p := range procs {
@@ -387,17 +407,44 @@ func (e *env) smallRun(ctx context.Context, daemons int, warm bool) (ph smallPha
 	if err != nil {
 		return ph, err
 	}
-	if done < int64(e.o.SmallFiles) {
+	if done < int64(e.o.SmallFiles+warmups) {
 		return ph, fmt.Errorf("only %d of %d small files archived (a daemon ended early, or 10 minutes passed)", done, e.o.SmallFiles)
 	}
 	ph.filesPerS = float64(e.o.SmallFiles) / elapsed
 	ph.doubles, err = e.count(ctx, url, `SELECT (SELECT count(*) FROM file_intake) - (SELECT count(DISTINCT (partner_id, remote_name)) FROM file_intake)
-		+ (SELECT count(*) FROM bench_orders) - $1`, int64(e.o.SmallFiles*e.o.SmallRows))
+		+ (SELECT count(*) FROM bench_orders) - $1`, int64((e.o.SmallFiles+warmups)*e.o.SmallRows))
 	if err != nil {
 		return ph, err
 	}
 	ph.byWorker, err = e.filesByWorker(ctx, url)
 	return ph, err
+}
+
+// warmupPrefix names the warm phases' warm-up files (not measured).
+const warmupPrefix = "orders-w-"
+
+// waitArchived waits until n files are archived.
+func waitArchived(ctx context.Context, watch *pgx.Conn, n int, procs []*proc) error {
+	deadline := time.Now().Add(time.Minute)
+	for {
+		var done int
+		if err := watch.QueryRow(ctx, `SELECT count(*) FROM file_intake WHERE state = 'archived'`).Scan(&done); err != nil {
+			return err
+		}
+		if done >= n {
+			return nil
+		}
+		for _, p := range procs {
+			if p.exited() {
+				_, _, _, err := p.wait()
+				return fmt.Errorf("a daemon ended early: %v", err)
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%d of %d archived within a minute", done, n)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 // settleDaemons waits until every daemon is registered and has had time
@@ -435,7 +482,7 @@ func (e *env) filesByWorker(ctx context.Context, url string) (map[string]int64, 
 		return nil, err
 	}
 	defer c.Close(ctx)
-	rs, err := c.Query(ctx, `SELECT worker_id, count(*) FROM file_intake GROUP BY worker_id`)
+	rs, err := c.Query(ctx, `SELECT worker_id, count(*) FROM file_intake WHERE remote_name NOT LIKE $1 GROUP BY worker_id`, warmupPrefix+"%")
 	if err != nil {
 		return nil, err
 	}
