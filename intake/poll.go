@@ -116,9 +116,10 @@ func (d *Daemon) pollOnce(ctx context.Context, p *partnerRT) error {
 		}
 	}
 	// Up to cfg.Concurrency files of the partner are in flight at once, on
-	// the one session (pkg/sftp multiplexes requests). A file is claimed
-	// only when a slot is free, so claims never run ahead of the work and
-	// other replicas can take what this one has not started.
+	// the one session (pkg/sftp multiplexes requests); a group of small
+	// files (group.go) takes one slot. A file or group is claimed only when
+	// a slot is free, so claims never run ahead of the work and other
+	// replicas can take what this one has not started.
 	slots := make(chan struct{}, max(p.cfg.Concurrency, 1))
 	var wg sync.WaitGroup
 	var errMu sync.Mutex
