@@ -43,9 +43,12 @@ import (
 // group never marks outcome_unknown.
 
 // groupable reports whether a candidate can go through a group: a small
-// plain file, with no manifest, whose name gives a batch id.
+// plain file, with no manifest, whose name gives a batch id, and too small
+// to hold more rows than one chunk (a row takes at least one byte per
+// column: its delimiters and its line end).
 func groupable(p *partners.Config, c candidate) bool {
 	return c.manifest == "" && c.size > 0 && c.size < smallFileBytes && c.size <= p.Limits.MaxFileBytes &&
+		c.size <= int64(c.feed.ChunkRows)*int64(max(len(c.feed.Columns), 1)) &&
 		compressionOf(c.name) == "" && partners.ValidBatchID(c.feed.BatchIDFromName(c.name))
 }
 
@@ -159,7 +162,7 @@ type groupFile struct {
 const (
 	LeftRead        = "read_failed"     // open or read failed, or the size is not the listed one
 	LeftNotCSV      = "not_feed_csv"    // the header or a line does not read as the feed's CSV
-	LeftRows        = "over_one_chunk"  // more rows than one chunk
+	LeftRows        = "over_one_chunk"  // more rows than one chunk (groupable's size bound rules it out; checked anyway)
 	LeftNoRows      = "no_rows"         // a header and no row
 	LeftRejected    = "rejected_row"    // a row is rejected (the plan records it)
 	LeftBadValue    = "value_refused"   // a value the target's column type refuses

@@ -14,6 +14,9 @@ func TestGroupAtTakesARunOfSmallPlainFilesOfOneFeed(t *testing.T) {
 	}}
 	p.SetDefaults()
 	p.GroupFiles = 4
+	for i := range p.Feeds {
+		p.Feeds[i].Columns = make([]partners.Column, 7) // 64 KiB holds at most 9363 rows: one chunk
+	}
 	orders, stock := &p.Feeds[0], &p.Feeds[1]
 	c := func(name string, size int64) candidate {
 		f := orders
@@ -58,6 +61,15 @@ func TestGroupAtTakesARunOfSmallPlainFilesOfOneFeed(t *testing.T) {
 	p.GroupFiles = 64
 	if g := groupAt(p, big, 100); len(g) != maxGroupBytes/(60<<10) {
 		t.Fatalf("a group of %d files of 60 KiB, want %d", len(g), maxGroupBytes/(60<<10))
+	}
+	// nor a file that could hold more rows than one chunk
+	p.Feeds[0].ChunkRows = 10
+	p.Feeds[0].Columns = make([]partners.Column, 3)
+	if g := groupAt(p, []candidate{c("orders-1.csv", 30), c("orders-2.csv", 31)}, 100); g != nil {
+		t.Fatal("a file of 31 bytes, 3 columns and 10 rows a chunk was grouped")
+	}
+	if g := groupAt(p, []candidate{c("orders-1.csv", 30), c("orders-2.csv", 30)}, 100); len(g) != 2 {
+		t.Fatal("files that fit one chunk were not grouped")
 	}
 	// a manifest pair never goes through a group
 	m := c("orders-1.csv", 100)

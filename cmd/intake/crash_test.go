@@ -258,7 +258,19 @@ func envInt(name string, def int) int {
 // it works through many files. CI runs a small setting; by hand:
 //
 //	INTAKE_SOAK_KILLS=200 INTAKE_SOAK_FILES=100 go test ./cmd/intake -run Soak -v -timeout 60m
+//
+// It runs over files of several chunks (the per-file path) and over small
+// one-chunk files (groups, intake/group.go).
 func TestRandomKillSoak(t *testing.T) {
+	for _, tc := range []struct {
+		name            string
+		rows, chunkRows int
+	}{{"chunked files", 400, 100}, {"small files in groups", 10, 10000}} {
+		t.Run(tc.name, func(t *testing.T) { randomKillSoak(t, tc.rows, tc.chunkRows) })
+	}
+}
+
+func randomKillSoak(t *testing.T, rows, chunkRows int) {
 	kills := envInt("INTAKE_SOAK_KILLS", 8)
 	nfiles := envInt("INTAKE_SOAK_FILES", 16)
 	seed := uint64(time.Now().UnixNano())
@@ -266,7 +278,6 @@ func TestRandomKillSoak(t *testing.T) {
 	rng := rand.New(rand.NewPCG(seed, 1))
 	url, pool := testenv.DB(t)
 	site := testenv.NewSite(t, "soak")
-	const rows, chunkRows = 400, 100
 	prefixes := dropFiles(t, site, nfiles, rows)
 	spoolDir := t.TempDir()
 	cfg := writeConfigOpts(t, site, cfgOpts{poll: "@every 1s", chunkRows: chunkRows, spool: spoolDir, lease: "5s"})
@@ -284,14 +295,18 @@ func TestRandomKillSoak(t *testing.T) {
 // each file; with the default one polls it and the others stand by.
 func TestSeveralDaemonsApplyEachFileOnce(t *testing.T) {
 	for _, tc := range []struct {
-		n        int
-		affinity string
-	}{{2, "partner"}, {3, "none"}} {
-		n := tc.n
-		t.Run(fmt.Sprintf("%d daemons, affinity %s", n, tc.affinity), func(t *testing.T) {
+		n                       int
+		affinity                string
+		rows, chunkRows, nfiles int
+	}{
+		{2, "partner", 200, 100, 30},
+		{3, "none", 200, 100, 30},
+		{3, "none", 10, 10000, 100}, // small files: groups of 32 racing
+	} {
+		n, rows, chunkRows, nfiles := tc.n, tc.rows, tc.chunkRows, tc.nfiles
+		t.Run(fmt.Sprintf("%d daemons, affinity %s, %d rows", n, tc.affinity, rows), func(t *testing.T) {
 			url, pool := testenv.DB(t)
 			site := testenv.NewSite(t, "multi")
-			const rows, chunkRows, nfiles = 200, 100, 30
 			prefixes := dropFiles(t, site, nfiles, rows)
 			spoolDir := t.TempDir()
 			var cfg string
@@ -301,7 +316,7 @@ func TestSeveralDaemonsApplyEachFileOnce(t *testing.T) {
 				procs = append(procs, startIntake(t, url, "", "run", "--config", cfg))
 			}
 			waitFor(t, 2*time.Minute, func() bool {
-				return testenv.Count(t, pool, `SELECT count(*) FROM file_intake WHERE state = 'archived'`) == nfiles
+				return testenv.Count(t, pool, `SELECT count(*) FROM file_intake WHERE state = 'archived'`) == int64(nfiles)
 			})
 			for _, p := range procs {
 				p.signal(syscall.SIGTERM)
