@@ -89,7 +89,7 @@ func (d *Daemon) owns(ctx context.Context, partner string) bool {
 // aggregate with max() over replicas.
 func (d *Daemon) notPolling(p *partnerRT) {
 	p.statMu.Lock()
-	p.polling, p.readyCount, p.oldestReady = false, 0, time.Time{}
+	p.polling, p.elsewhere, p.readyCount, p.oldestReady = false, true, 0, time.Time{}
 	p.statMu.Unlock()
 	d.metrics.partnerUp.DeleteLabelValues(p.cfg.ID)
 	d.metrics.readyFiles.DeleteLabelValues(p.cfg.ID)

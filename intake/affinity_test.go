@@ -77,6 +77,11 @@ func TestReplicasSplitPartnersAndTakeOverOnStop(t *testing.T) {
 		if n := testutil.CollectAndCount(r.d.Metrics().PartnerUp); n != owned[name] {
 			t.Fatalf("%s exports intake_partner_up for %d partners, it polls %d", name, n, owned[name])
 		}
+		for id, st := range r.d.PartnerStates() { // the /readyz body
+			if mine := want[id] == name; st.PolledElsewhere == mine || (!mine && (st.Up || !st.LastOK.IsZero())) || (mine && !st.Up) {
+				t.Fatalf("%s reports partner %s as %+v; it polls it: %v", name, id, st, mine)
+			}
+		}
 	}
 
 	// `intake status` says who polls each partner

@@ -477,6 +477,7 @@ type partnerRT struct {
 
 	statMu      sync.Mutex // what the last poll saw, for gauges and /readyz
 	polling     bool       // this replica polls the partner (affinity.go); else it exports no poll gauges for it
+	elsewhere   bool       // another live replica polls the partner now (affinity.go)
 	up          bool
 	lastOK      time.Time
 	lastErr     string

@@ -70,7 +70,7 @@ func (d *Daemon) pollOnce(ctx context.Context, p *partnerRT) error {
 	}
 	if own {
 		p.statMu.Lock()
-		p.polling = true
+		p.polling, p.elsewhere = true, false
 		p.statMu.Unlock()
 	}
 	d.metrics.polls.WithLabelValues(p.cfg.ID).Inc()

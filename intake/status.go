@@ -132,6 +132,10 @@ type PartnerState struct {
 	Up        bool      `json:"up"`
 	LastOK    time.Time `json:"last_ok,omitempty"`
 	LastError string    `json:"last_error,omitempty"`
+	// PolledElsewhere: another live replica polls the partner (partner
+	// affinity); this one's last poll of it would be stale, so the other
+	// fields are left empty and that replica's /readyz speaks for it.
+	PolledElsewhere bool `json:"polled_elsewhere,omitempty"`
 }
 
 // PartnerStates reports each partner's SFTP state as of the last poll.
@@ -140,7 +144,11 @@ func (d *Daemon) PartnerStates() map[string]PartnerState {
 	for _, id := range d.order {
 		p := d.parts[id]
 		p.statMu.Lock()
-		out[id] = PartnerState{Up: p.up, LastOK: p.lastOK, LastError: p.lastErr}
+		if p.elsewhere {
+			out[id] = PartnerState{PolledElsewhere: true}
+		} else {
+			out[id] = PartnerState{Up: p.up, LastOK: p.lastOK, LastError: p.lastErr}
+		}
 		p.statMu.Unlock()
 	}
 	return out
