@@ -259,7 +259,7 @@ func (g *fileGroup) run(ctx context.Context) error {
 		g.files = nil
 		return nil
 	}
-	g.observe(StateSpooled, start)
+	g.observe(StateApplying, start) // the transaction plans and applies
 	if err := fault.Check("apply:after_commit"); err != nil {
 		return err
 	}
