@@ -143,6 +143,7 @@ func (s *Spool) Put(partner string, want, max int64, src Source, opts ...PutOpti
 	if err := f.Close(); err != nil {
 		return Entry{}, fmt.Errorf("spool: close: %w", err)
 	}
+	_, statErr := os.Stat(filepath.Dir(final))
 	if err := os.MkdirAll(filepath.Dir(final), 0o750); err != nil {
 		return Entry{}, fmt.Errorf("spool: %w", err)
 	}
@@ -150,8 +151,14 @@ func (s *Spool) Put(partner string, want, max int64, src Source, opts ...PutOpti
 		return Entry{}, fmt.Errorf("spool: promote: %w", err)
 	}
 	keep = true
-	if err := syncDir(filepath.Dir(final)); err != nil {
-		return Entry{}, err
+	dirs := []string{filepath.Dir(final)}
+	if statErr != nil { // the prefix directory is new: its entry must last too
+		dirs = append(dirs, newDirParents(final)...)
+	}
+	for _, d := range dirs {
+		if err := syncDir(d); err != nil {
+			return Entry{}, err
+		}
 	}
 	return e, nil
 }
@@ -204,6 +211,9 @@ func (s *Spool) PutAll(partner string, files [][]byte) ([]Entry, error) {
 			if err = os.MkdirAll(filepath.Dir(finals[i]), 0o750); err == nil {
 				err = os.Rename(tmp, finals[i])
 			}
+			for _, d := range newDirParents(finals[i]) {
+				dirs[d] = true
+			}
 		}
 		if err != nil {
 			return nil, fmt.Errorf("spool: promote: %w", err)
@@ -217,6 +227,14 @@ func (s *Spool) PutAll(partner string, files [][]byte) ([]Entry, error) {
 		return nil, err
 	}
 	return out, nil
+}
+
+// newDirParents are the directories whose entries a new prefix directory
+// of final (and a new sha256/ above it) live in: the partner's and its
+// sha256/ directory, flushed so the new directories last.
+func newDirParents(final string) []string {
+	prefix := filepath.Dir(final)
+	return []string{filepath.Dir(prefix), filepath.Dir(filepath.Dir(prefix))}
 }
 
 // parallel runs fn(0..n-1) on up to 8 goroutines and returns the first
