@@ -2,6 +2,9 @@ package intake_test
 
 import (
 	"context"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -181,5 +184,75 @@ func TestGroupHeartbeatKeepsItsFilesPastTheLease(t *testing.T) {
 		if f.State != "archived" || f.Applied != 10 {
 			t.Fatalf("%+v, want archived", f)
 		}
+	}
+}
+
+// Files of a group that leave it late: one whose remote file vanished
+// before the group read it (it fails alone as remote_lost, the others
+// go on), and one whose rows a newer intake holds (its conflicts need a
+// rejects report, written on the per-file path from applied).
+func TestGroupFilesThatLeaveLate(t *testing.T) {
+	_, pool := testenv.DB(t)
+	site := testenv.NewSite(t, "gl")
+	site.Drop(t, "orders-0.csv", goodRows("L", 3))
+	r := newRig(t, pool, "w1", site)
+	r.poll("gl")
+	// a newer intake (as far as the target says) holds L-2
+	if _, err := pool.Exec(context.Background(), `UPDATE orders SET last_intake_id = 1000000 WHERE partner_id = 'gl' AND order_id = 'L-2'`); err != nil {
+		t.Fatal(err)
+	}
+	site.Drop(t, "orders-1.csv", header+ordersLine("L", 2, "5.00")+ordersLine("L", 3, "6.00"))
+	site.Drop(t, "orders-2.csv", goodRows("M", 2))
+	site.Drop(t, "orders-3.csv", goodRows("N", 2))
+	if err := fault.Set("claim:after_rename=pause"); err != nil {
+		t.Fatal(err)
+	}
+	defer fault.Set("")
+	done := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		done <- r.d.PollOnce(ctx, "gl")
+	}()
+	select {
+	case <-fault.Paused("claim:after_rename"):
+	case <-time.After(30 * time.Second):
+		t.Fatal("the group never renamed its files")
+	}
+	// gone from processing/ before the group reads it
+	if err := os.Remove(filepath.Join(site.Root, "processing", "w1", "orders-3.csv")); err != nil {
+		t.Fatal(err)
+	}
+	fault.Resume("claim:after_rename")
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if got := grouped(r, "gl", intake.LeftRead); got != 1 {
+		t.Fatalf("%v files left the group unread, want 1", got)
+	}
+	if got := grouped(r, "gl", intake.LeftConflicts); got != 1 {
+		t.Fatalf("%v files left the group for their conflicts, want 1", got)
+	}
+	m := byName(files(t, pool, "gl"))
+	if f := m["orders-3.csv"]; f.State != "failed_terminal" || f.Reason != intake.ReasonRemoteLost {
+		t.Fatalf("the vanished file: %+v, want failed_terminal remote_lost", f)
+	}
+	if f := m["orders-2.csv"]; f.State != "archived" || f.Applied != 2 {
+		t.Fatalf("the clean file: %+v", f)
+	}
+	f := m["orders-1.csv"]
+	if f.State != "archived" || f.Applied != 1 || f.Confl != 1 || f.Rejects == "" {
+		t.Fatalf("the file with a conflict: %+v, want archived, 1 applied, 1 conflict, a rejects report", f)
+	}
+	if rc := receipt(t, site, f.Receipt); rc.Outcome != intake.OutcomeAcceptedWithRejects || rc.Rows.Conflict != 1 {
+		t.Fatalf("receipt %+v", rc)
+	}
+	rel, _ := filepath.Rel(site.Root, f.Rejects)
+	if got := site.Read(t, rel); !strings.Contains(got, "2,,newer_write,conflict") {
+		t.Fatalf("rejects.csv:\n%s", got)
+	}
+	var amount string
+	if err := pool.QueryRow(context.Background(), `SELECT amount::text FROM orders WHERE partner_id = 'gl' AND order_id = 'L-2'`).Scan(&amount); err != nil || amount != "20.02" {
+		t.Fatalf("L-2 = %s (%v): the newer write was overwritten", amount, err)
 	}
 }
