@@ -86,3 +86,27 @@ func TestAlertsAndDashboardUseExportedMetrics(t *testing.T) {
 		t.Fatalf("only %d metrics recorded", len(reg.seen))
 	}
 }
+
+// database.max_conns caps the daemon's pool; 0 keeps pgxpool's default.
+func TestPoolSizeComesFromTheConfig(t *testing.T) {
+	cfg, err := config.Load("../../configs/intake.example.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const url = "postgres://intake@127.0.0.1:5432/intake"
+	def, err := poolConfig(cfg, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Database.MaxConns = 2
+	two, err := poolConfig(cfg, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if two.MaxConns != 2 || def.MaxConns < 4 {
+		t.Fatalf("max_conns 2 gave a pool of %d; the default %d", two.MaxConns, def.MaxConns)
+	}
+	if two.ConnConfig.RuntimeParams["jit"] != "off" {
+		t.Fatal("the pool lost intake's connection settings")
+	}
+}

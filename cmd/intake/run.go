@@ -34,6 +34,18 @@ type env struct {
 	log   *slog.Logger
 }
 
+// poolConfig is the daemon's pool for a config and database URL.
+func poolConfig(cfg *config.File, url string) (*pgxpool.Config, error) {
+	pc, err := intake.PoolConfig(url, cfg.WorkerID, cfg.Lease)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Database.MaxConns > 0 {
+		pc.MaxConns = int32(cfg.Database.MaxConns)
+	}
+	return pc, nil
+}
+
 func open(ctx context.Context, path string, stderr io.Writer) (*env, int) {
 	cfg, err := config.Load(path)
 	if err != nil {
@@ -45,7 +57,7 @@ func open(ctx context.Context, path string, stderr io.Writer) (*env, int) {
 		fmt.Fprintln(stderr, err)
 		return nil, 2
 	}
-	pc, err := intake.PoolConfig(url, cfg.WorkerID, cfg.Lease)
+	pc, err := poolConfig(cfg, url)
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return nil, 2

@@ -292,7 +292,10 @@ func (e *env) partnerSite(id string) (string, error) {
 // config writes an intake config for the given partners (id -> root).
 func (e *env) config(worker string, roots map[string]string, order []string) (string, error) {
 	var b strings.Builder
-	fmt.Fprintf(&b, "worker_id: %s\nlease: 2m\ndrain: 5s\ndatabase:\n  url_env: INTAKE_DATABASE_URL\nspool:\n  dir: %s\n  min_free_bytes: 1\nhttp:\n  listen: \"off\"\nreconcile:\n  schedule: \"@every 1h\"\npartners:\n",
+	// Two connections per daemon: on this bench's two cores, shared with
+	// PostgreSQL, more connections only add contention (docs/performance.md,
+	// item 34); every phase, one daemon or two, runs with the same config.
+	fmt.Fprintf(&b, "worker_id: %s\nlease: 2m\ndrain: 5s\ndatabase:\n  url_env: INTAKE_DATABASE_URL\n  max_conns: 2\nspool:\n  dir: %s\n  min_free_bytes: 1\nhttp:\n  listen: \"off\"\nreconcile:\n  schedule: \"@every 1h\"\npartners:\n",
 		worker, filepath.Join(e.dir, "spool"))
 	for _, id := range order {
 		fmt.Fprintf(&b, `  - id: %s

@@ -56,6 +56,11 @@ type Database struct {
 	// URLEnv names an environment variable holding the URL
 	// (default INTAKE_DATABASE_URL).
 	URLEnv string `yaml:"url_env"`
+	// MaxConns caps the daemon's connections (0: pgxpool's default, 4 or
+	// the CPU count if larger). Fewer connections than the database has
+	// cores keep its CPU on work instead of contention: with several
+	// replicas on one database, keep their sum near its cores.
+	MaxConns int `yaml:"max_conns"`
 }
 
 // Spool configures the local spool.
@@ -107,6 +112,9 @@ func (f *File) Validate() error {
 	}
 	if f.Database.URL == "" && f.Database.URLEnv == "" {
 		f.Database.URLEnv = DefaultDatabaseURLEnv
+	}
+	if f.Database.MaxConns != 0 && (f.Database.MaxConns < 2 || f.Database.MaxConns > 500) {
+		return fmt.Errorf("database.max_conns: %d must be 0 (the default) or between 2 and 500", f.Database.MaxConns)
 	}
 	if f.Spool.Dir == "" {
 		return errors.New("spool.dir: required (a local directory for downloaded files)")

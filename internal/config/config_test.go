@@ -69,6 +69,9 @@ func TestConfigErrorsNameTheKey(t *testing.T) {
 		{"a group larger than allowed", func(s string) string {
 			return strings.Replace(s, "group_files: 32", "group_files: 300", 1)
 		}, []string{"partners[0] (id acme).group_files", "between 1 and 256"}},
+		{"a pool of one connection", func(s string) string {
+			return strings.Replace(s, "max_conns: 0", "max_conns: 1", 1)
+		}, []string{"database.max_conns", "between 2 and 500"}},
 		{"both url and url_env", func(s string) string {
 			return strings.Replace(s, "  url_env: INTAKE_DATABASE_URL", "  url_env: X\n  url: postgres://x", 1)
 		}, []string{"url or url_env"}},
