@@ -21,11 +21,12 @@ import (
 
 // A group is a run of one partner's small files that go through the
 // pipeline together: each step's SFTP requests go out at once (pkg/sftp
-// pipelines them on the one session), each state change is one set-based
-// statement, and the files' rows, ledger rows and states commit in one
-// transaction. A small file costs the per-file path about nine database
-// round trips, five commits and eleven SFTP requests one after another;
-// in a group of 16 those are shared (docs/performance.md).
+// pipelines them on the one session) but the claim RENAMEs, which go one
+// at a time in file order (claimGroup); each state change is one
+// set-based statement, and the files' rows, ledger rows and states commit
+// in one transaction. A small file costs the per-file path about nine
+// database round trips, five commits and eleven SFTP requests one after
+// another; in a group those are shared (docs/performance.md).
 //
 // Every file keeps its own row, states, fencing token and receipt. A file
 // that does anything the group does not cover — fails to read, has a
@@ -85,57 +86,57 @@ func groupAt(p *partners.Config, cands []candidate, n int) []candidate {
 	return g
 }
 
-// claimGroup claims a group's files as claim does one file: every rename
-// is sent at once, then one statement records the files that were
-// renamed, each under the id allocated for it before the renames (ids in
-// listing order). It returns the claimed rows, and an error for a rename
-// that failed otherwise than by losing the race (the files claimed before
-// it are still returned).
-func (d *Daemon) claimGroup(ctx context.Context, p *partnerRT, sess *partners.Session, g []candidate, ids []int64) ([]*Intake, error) {
-	errs := make([]error, len(g))
-	var wg sync.WaitGroup
-	for i, c := range g {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[i] = sess.Rename(sess.Layout.Ready(c.name), sess.Layout.Processing(d.cfg.WorkerID, c.name))
-		}()
-	}
-	wg.Wait()
+// claimGroup claims a group's files as claim does one file: in listing
+// order, each by its RENAME under the id allocated for it before the
+// renames, then one statement records every file renamed. The renames go
+// one at a time, and the walk stops at the first file not claimed (a race
+// lost to another replica, a busy name, an error): the ids after it are
+// given up and the poll goes on from the next file with fresh ones, as
+// single claims do. That keeps intake ids in file age across replicas
+// claiming one partner at the same moment (renames sent all at once let a
+// replica win a newer file under an id allocated before the other's older
+// ones: TestRacingGroupsKeepIdsInFileAge). It returns the claimed rows, how
+// many candidates it went through, and an error for a rename that failed
+// otherwise than by losing the race.
+func (d *Daemon) claimGroup(ctx context.Context, p *partnerRT, sess *partners.Session, g []candidate, ids []int64) ([]*Intake, int, error) {
 	var renamed []*Intake
 	var failed error
+	walked := 0
 	for i, c := range g {
+		walked++
 		dst := sess.Layout.Processing(d.cfg.WorkerID, c.name)
-		switch err := errs[i]; {
-		case err == nil:
+		err := sess.Rename(sess.Layout.Ready(c.name), dst)
+		if err == nil {
 			renamed = append(renamed, &Intake{ID: ids[i], Partner: p.cfg.ID, Feed: c.feed.Name, RemoteName: c.name,
 				ClaimedPath: dst, ListedSize: c.size, Worker: d.cfg.WorkerID})
+			continue
+		}
+		switch {
 		case partners.IsNotExist(err):
 			d.metrics.claimsLost.WithLabelValues(p.cfg.ID).Inc()
 			d.peers.lost()
 		default:
 			if _, serr := sess.Lstat(dst); serr == nil {
 				d.metrics.skipped.WithLabelValues(p.cfg.ID, claimTargetBusy).Inc()
-				continue
-			}
-			if failed == nil {
+			} else {
 				failed = fmt.Errorf("claim %s: %w", c.name, err)
 			}
 		}
+		break
 	}
 	if err := fault.Check("claim:after_rename"); err != nil {
 		// as if the replies were lost: the files sit in our processing
 		// dir without rows, and the next poll adopts them
-		return nil, fmt.Errorf("claim: %w", err)
+		return nil, walked, fmt.Errorf("claim: %w", err)
 	}
 	if len(renamed) == 0 {
-		return nil, failed
+		return nil, walked, failed
 	}
 	claimed, err := d.store.insertClaims(ctx, renamed)
 	if err != nil {
-		return nil, err
+		return nil, walked, err
 	}
-	return claimed, failed
+	return claimed, walked, failed
 }
 
 // fileGroup is one group's files on their way through the pipeline.

@@ -2,9 +2,11 @@ package intake_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -254,5 +256,50 @@ func TestGroupFilesThatLeaveLate(t *testing.T) {
 	var amount string
 	if err := pool.QueryRow(context.Background(), `SELECT amount::text FROM orders WHERE partner_id = 'gl' AND order_id = 'L-2'`).Scan(&amount); err != nil || amount != "20.02" {
 		t.Fatalf("L-2 = %s (%v): the newer write was overwritten", amount, err)
+	}
+}
+
+// Two workers claiming one partner's small files in groups at the same
+// moment: intake ids (which decide which of two files writing one key
+// wins) still follow the files' age, as they do for single claims.
+func TestRacingGroupsKeepIdsInFileAge(t *testing.T) {
+	for round := 0; round < 3; round++ {
+		_, pool := testenv.DB(t)
+		site := testenv.NewSite(t, "race")
+		base := time.Now().Add(-time.Hour)
+		const n = 64
+		for i := 0; i < n; i++ {
+			name := fmt.Sprintf("orders-%03d.csv", i)
+			site.Drop(t, name, goodRows(fmt.Sprintf("R%03d", i), 2))
+			at := base.Add(time.Duration(i) * time.Second)
+			if err := os.Chtimes(filepath.Join(site.Root, "ready", name), at, at); err != nil {
+				t.Fatal(err)
+			}
+		}
+		a, b := newRig(t, pool, "wa", site), newRig(t, pool, "wb", site)
+		var wg sync.WaitGroup
+		for _, r := range []*rig{a, b} {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+				defer cancel()
+				if err := r.d.PollOnce(ctx, "race"); err != nil {
+					t.Error(err)
+				}
+			}()
+		}
+		wg.Wait()
+		fs := files(t, pool, "race")
+		if len(fs) != n {
+			t.Fatalf("%d intake rows, want %d", len(fs), n)
+		}
+		// files() is in id order: their names (ages) must be too
+		for i := 1; i < len(fs); i++ {
+			if fs[i-1].Name > fs[i].Name {
+				t.Fatalf("round %d: %s (worker %s) has intake id %d, the older %s (worker %s) %d",
+					round, fs[i-1].Name, fs[i-1].Worker, fs[i-1].ID, fs[i].Name, fs[i].Worker, fs[i].ID)
+			}
+		}
 	}
 }

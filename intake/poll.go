@@ -163,8 +163,8 @@ func (d *Daemon) pollOnce(ctx context.Context, p *partnerRT) error {
 				break
 			}
 			nextID = 0 // allocated before this group's renames: unused now
-			ins, cerr := d.claimGroup(ctx, p, sess, g, ids)
-			i += len(g) - 1
+			ins, walked, cerr := d.claimGroup(ctx, p, sess, g, ids)
+			i += walked - 1
 			claimed += len(ins)
 			if len(ins) == 0 {
 				<-slots
