@@ -138,6 +138,7 @@ func (d *Daemon) pollOnce(ctx context.Context, p *partnerRT) error {
 	}
 	claimed := 0
 	var nextID int64 // allocated before the next claim's rename (see claim)
+	racing := false  // another replica claims from the partner: groups rename one at a time (claimGroup)
 	for i := 0; i < len(cands); i++ {
 		c := cands[i]
 		p.setReady(cands[i:]) // what is left for a later poll (or another worker)
@@ -163,8 +164,9 @@ func (d *Daemon) pollOnce(ctx context.Context, p *partnerRT) error {
 				break
 			}
 			nextID = 0 // allocated before this group's renames: unused now
-			ins, walked, cerr := d.claimGroup(ctx, p, sess, g, ids)
-			i += walked - 1
+			ins, walked, raced, cerr := d.claimGroup(ctx, p, sess, g, ids, racing)
+			racing = racing || raced
+			i += walked - 1 // walked 0: the group was put back, walk it again one at a time
 			claimed += len(ins)
 			if len(ins) == 0 {
 				<-slots
