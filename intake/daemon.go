@@ -275,18 +275,12 @@ func (d *Daemon) Start(ctx context.Context) error {
 // workerHeartbeat keeps this replica's intake_worker row fresh, so the
 // reconcilers of other replicas do not adopt its claims.
 func (d *Daemon) workerHeartbeat(ctx context.Context) {
-	t := time.NewTicker(d.cfg.Lease / 3)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			if _, err := d.store.registerWorker(ctx, d.cfg.WorkerID, d.order); err != nil && ctx.Err() == nil {
-				d.log.Warn("worker heartbeat failed", "err", err)
-			}
+	everyTick(ctx, d.cfg.Lease/3, func() bool {
+		if _, err := d.store.registerWorker(ctx, d.cfg.WorkerID, d.order); err != nil && ctx.Err() == nil {
+			d.log.Warn("worker heartbeat failed", "err", err)
 		}
-	}
+		return true
+	})
 }
 
 // gaugeLoop refreshes the database-derived gauges every 15 s and the

@@ -376,18 +376,12 @@ func (g *fileGroup) observe(from State, start time.Time) {
 // heartbeat extends the group's leases until the group's steps are done.
 // Only ids and tokens are read, which a group never changes.
 func (g *fileGroup) heartbeat(ctx context.Context, ins []*Intake) {
-	t := time.NewTicker(g.d.store.lease / 3)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			if err := g.d.store.heartbeatGroup(ctx, ins); err != nil && ctx.Err() == nil {
-				g.log.Warn("heartbeat failed", "err", err)
-			}
+	everyTick(ctx, g.d.store.lease/3, func() bool {
+		if err := g.d.store.heartbeatGroup(ctx, ins); err != nil && ctx.Err() == nil {
+			g.log.Warn("heartbeat failed", "err", err)
 		}
-	}
+		return true
+	})
 }
 
 // fetch reads every file of the group at once (open, one read of its
@@ -436,8 +430,9 @@ func (g *fileGroup) fetch(ctx context.Context, tgt *target) error {
 	}
 	kept = kept[:0]
 	seed := maphash.MakeSeed()
+	keyIdx := keyIndexes(g.feed)
 	for _, f := range g.files {
-		if reason := g.rows(f, tgt, seed); reason != "" {
+		if reason := g.rows(f, tgt, seed, keyIdx); reason != "" {
 			f.data = nil
 			g.leave(f, reason, nil)
 			continue
@@ -472,13 +467,12 @@ func (g *fileGroup) read(in *Intake) ([]byte, error) {
 
 // rows reads a group file's rows into its one chunk, or returns the
 // reason the file leaves the group.
-func (g *fileGroup) rows(f *groupFile, tgt *target, seed maphash.Seed) string {
+func (g *fileGroup) rows(f *groupFile, tgt *target, seed maphash.Seed, keyIdx []int) string {
 	rd, err := rows.NewReader(bytes.NewReader(f.data), g.feed, g.p.cfg.Limits.MaxRows)
 	if err != nil {
 		return LeftNotCSV
 	}
 	ch := newChunk(seed, 16, tgt.copyEncoders())
-	keyIdx := keyIndexes(g.feed)
 	var total int64
 	for {
 		row, err := rd.Next()

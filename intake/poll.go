@@ -136,6 +136,17 @@ func (d *Daemon) pollOnce(ctx context.Context, p *partnerRT) error {
 		defer errMu.Unlock()
 		return firstErr != nil
 	}
+	// work runs a claimed file or group in its slot.
+	work := func(fn func() error) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-slots }()
+			if err := fn(); err != nil {
+				fail(err)
+			}
+		}()
+	}
 	claimed := 0
 	var nextID int64 // allocated before the next claim's rename (see claim)
 	racing := false  // another replica claims from the partner: groups rename one at a time (claimGroup)
@@ -171,14 +182,7 @@ func (d *Daemon) pollOnce(ctx context.Context, p *partnerRT) error {
 			if len(ins) == 0 {
 				<-slots
 			} else {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					defer func() { <-slots }()
-					if err := d.runGroup(ctx, p, sess, ins); err != nil {
-						fail(err)
-					}
-				}()
+				work(func() error { return d.runGroup(ctx, p, sess, ins) })
 			}
 			if cerr != nil {
 				fail(cerr)
@@ -204,14 +208,7 @@ func (d *Daemon) pollOnce(ctx context.Context, p *partnerRT) error {
 			continue
 		}
 		claimed++
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer func() { <-slots }()
-			if err := d.runFile(ctx, p, sess, in); err != nil {
-				fail(err)
-			}
-		}()
+		work(func() error { return d.runFile(ctx, p, sess, in) })
 	}
 	wg.Wait()
 	if firstErr != nil {

@@ -121,24 +121,18 @@ func (r *fileRun) acceptedOutcome() string {
 }
 
 func (r *fileRun) heartbeat(ctx context.Context, cancel context.CancelCauseFunc) {
-	t := time.NewTicker(r.d.store.lease / 3)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			err := r.d.store.heartbeat(ctx, r.in)
-			var fe *FencedError
-			if errors.As(err, &fe) {
-				cancel(fe)
-				return
-			}
-			if err != nil && ctx.Err() == nil {
-				r.log.Warn("heartbeat failed", "err", err)
-			}
+	everyTick(ctx, r.d.store.lease/3, func() bool {
+		err := r.d.store.heartbeat(ctx, r.in)
+		var fe *FencedError
+		if errors.As(err, &fe) {
+			cancel(fe)
+			return false
 		}
-	}
+		if err != nil && ctx.Err() == nil {
+			r.log.Warn("heartbeat failed", "err", err)
+		}
+		return true
+	})
 }
 
 // decide binds the batch and routes the spooled file: a duplicate is
