@@ -71,6 +71,31 @@ func (r *rig) poll(partner string) {
 	}
 }
 
+// pollPaused starts a poll with the fault step armed to pause and returns
+// once the poll waits there; resume lets it go on and returns its error.
+func (r *rig) pollPaused(partner, step string) (resume func() error) {
+	r.t.Helper()
+	if err := fault.Set(step + "=pause"); err != nil {
+		r.t.Fatal(err)
+	}
+	r.t.Cleanup(func() { fault.Set("") })
+	done := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		done <- r.d.PollOnce(ctx, partner)
+	}()
+	select {
+	case <-fault.Paused(step):
+	case <-time.After(30 * time.Second):
+		r.t.Fatalf("the poll never reached %s", step)
+	}
+	return func() error {
+		fault.Resume(step)
+		return <-done
+	}
+}
+
 type fileRow = testenv.FileRow
 
 func files(t *testing.T, pool *pgxpool.Pool, partner string) []fileRow {
@@ -609,24 +634,9 @@ func TestClaimOrderDecidesIdsAcrossWorkers(t *testing.T) {
 		t.Fatal(err)
 	}
 	slow, fast := newRig(t, pool, "slow", site), newRig(t, pool, "fast", site)
-	if err := fault.Set("claim:after_rename=pause"); err != nil {
-		t.Fatal(err)
-	}
-	defer fault.Set("")
-	done := make(chan error, 1)
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		done <- slow.d.PollOnce(ctx, "order") // renames orders-1.csv, then waits
-	}()
-	select {
-	case <-fault.Paused("claim:after_rename"):
-	case <-time.After(30 * time.Second):
-		t.Fatal("the slow worker never renamed the older file")
-	}
-	fast.poll("order") // claims and applies orders-2.csv meanwhile
-	fault.Resume("claim:after_rename")
-	if err := <-done; err != nil {
+	resume := slow.pollPaused("order", "claim:after_rename") // renames orders-1.csv, then waits
+	fast.poll("order")                                       // claims and applies orders-2.csv meanwhile
+	if err := resume(); err != nil {
 		t.Fatal(err)
 	}
 	fs := files(t, pool, "order")

@@ -13,7 +13,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/partner-intake/partner-intake/intake"
-	"github.com/partner-intake/partner-intake/internal/fault"
 	"github.com/partner-intake/partner-intake/internal/testenv"
 )
 
@@ -158,25 +157,10 @@ func TestGroupHeartbeatKeepsItsFilesPastTheLease(t *testing.T) {
 		site.Drop(t, "orders-"+p+".csv", goodRows(p, 10))
 	}
 	r := newRigCfg(t, pool, intake.Config{WorkerID: "w1", Lease: 3 * time.Second, SpoolMinFree: 1}, site)
-	if err := fault.Set("spool:after=pause"); err != nil {
-		t.Fatal(err)
-	}
-	defer fault.Set("")
-	done := make(chan error, 1)
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		done <- r.d.PollOnce(ctx, "ghb")
-	}()
-	select {
-	case <-fault.Paused("spool:after"):
-	case <-time.After(30 * time.Second):
-		t.Fatal("the group never reached the spool")
-	}
+	resume := r.pollPaused("ghb", "spool:after")
 	time.Sleep(4 * time.Second) // more than a lease
 	live := count(t, pool, `SELECT count(*) FROM file_intake WHERE partner_id = 'ghb' AND state = 'claimed' AND lease_until > now()`)
-	fault.Resume("spool:after")
-	if err := <-done; err != nil {
+	if err := resume(); err != nil {
 		t.Fatal(err)
 	}
 	if live != 3 {
@@ -206,27 +190,12 @@ func TestGroupFilesThatLeaveLate(t *testing.T) {
 	site.Drop(t, "orders-1.csv", header+ordersLine("L", 2, "5.00")+ordersLine("L", 3, "6.00"))
 	site.Drop(t, "orders-2.csv", goodRows("M", 2))
 	site.Drop(t, "orders-3.csv", goodRows("N", 2))
-	if err := fault.Set("claim:after_rename=pause"); err != nil {
-		t.Fatal(err)
-	}
-	defer fault.Set("")
-	done := make(chan error, 1)
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		done <- r.d.PollOnce(ctx, "gl")
-	}()
-	select {
-	case <-fault.Paused("claim:after_rename"):
-	case <-time.After(30 * time.Second):
-		t.Fatal("the group never renamed its files")
-	}
+	resume := r.pollPaused("gl", "claim:after_rename")
 	// gone from processing/ before the group reads it
 	if err := os.Remove(filepath.Join(site.Root, "processing", "w1", "orders-3.csv")); err != nil {
 		t.Fatal(err)
 	}
-	fault.Resume("claim:after_rename")
-	if err := <-done; err != nil {
+	if err := resume(); err != nil {
 		t.Fatal(err)
 	}
 	if got := grouped(r, "gl", intake.LeftRead); got != 1 {
