@@ -175,14 +175,35 @@ func dropFiles(t *testing.T, site *testenv.Site, n, rows int) []string {
 }
 
 func TestKillAtEachStepThenRestart(t *testing.T) {
-	steps := []string{
+	killAtEachStep(t, "crash", 3, 600, 200, []string{
 		"claim:after_rename",
 		"download:mid",
 		"spool:after",
 		"apply:mid_chunk=kill@2", // the first chunk is committed, the second is not
 		"apply:after_commit",
 		"archive:mid",
-	}
+	})
+}
+
+// TestKillAtEachGroupStepThenRestart is the same for a group of small
+// files (intake/group.go): killed at each of the group's steps, then run
+// again, every file is applied exactly once and archived.
+func TestKillAtEachGroupStepThenRestart(t *testing.T) {
+	killAtEachStep(t, "gcrash", 6, 10, 10000, []string{
+		"claim:after_rename",
+		"download:mid",
+		"spool:after",
+		"apply:mid_chunk",
+		"commit:reply_lost", // committed, then killed before anything else
+		"apply:after_commit",
+		"archive:mid",
+	})
+}
+
+// killAtEachStep drops nfiles files of rows rows, kills `intake run` at
+// each step (name[=spec], spec "kill" by default), runs it again once and
+// checks that everything settled.
+func killAtEachStep(t *testing.T, partner string, nfiles, rows, chunkRows int, steps []string) {
 	for _, step := range steps {
 		name, spec, _ := strings.Cut(step, "=")
 		if spec == "" {
@@ -190,9 +211,8 @@ func TestKillAtEachStepThenRestart(t *testing.T) {
 		}
 		t.Run(name, func(t *testing.T) {
 			url, pool := testenv.DB(t)
-			site := testenv.NewSite(t, "crash")
-			const rows, chunkRows = 600, 200
-			prefixes := dropFiles(t, site, 3, rows)
+			site := testenv.NewSite(t, partner)
+			prefixes := dropFiles(t, site, nfiles, rows)
 			spoolDir := t.TempDir()
 			cfg := writeConfigOpts(t, site, cfgOpts{poll: "@every 1s", chunkRows: chunkRows, spool: spoolDir})
 
@@ -206,42 +226,6 @@ func TestKillAtEachStepThenRestart(t *testing.T) {
 			}
 			runOnce(t, url, cfg)
 			assertSettled(t, url, pool, site, cfg, spoolDir, rows, prefixes, chunkRows)
-		})
-	}
-}
-
-// TestKillAtEachGroupStepThenRestart is the same for a group of small
-// files (intake/group.go): killed at each of the group's steps, then run
-// again, every file is applied exactly once and archived.
-func TestKillAtEachGroupStepThenRestart(t *testing.T) {
-	steps := []string{
-		"claim:after_rename",
-		"download:mid",
-		"spool:after",
-		"apply:mid_chunk",
-		"commit:reply_lost", // committed, then killed before anything else
-		"apply:after_commit",
-		"archive:mid",
-	}
-	for _, name := range steps {
-		t.Run(name, func(t *testing.T) {
-			url, pool := testenv.DB(t)
-			site := testenv.NewSite(t, "gcrash")
-			const rows = 10
-			prefixes := dropFiles(t, site, 6, rows)
-			spoolDir := t.TempDir()
-			cfg := writeConfigOpts(t, site, cfgOpts{poll: "@every 1s", spool: spoolDir})
-
-			p := startIntake(t, url, name+"=kill", "run", "--config", cfg)
-			ws := p.wait(t, time.Minute)
-			if !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
-				t.Fatalf("want death by SIGKILL at %s, got %v:\n%s", name, ws, tail(p.output()))
-			}
-			if !strings.Contains(p.output(), "killing the process at "+name) {
-				t.Fatalf("the fault did not fire at %s:\n%s", name, tail(p.output()))
-			}
-			runOnce(t, url, cfg)
-			assertSettled(t, url, pool, site, cfg, spoolDir, rows, prefixes, 10000)
 		})
 	}
 }
