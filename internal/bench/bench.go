@@ -106,6 +106,22 @@ func median(runs []*Results, f func(*Results) float64) float64 {
 	return v[len(v)/2]
 }
 
+// medians sets each field of res to the median of that field over runs.
+func medians(res *Results, runs []*Results, fields ...func(*Results) *float64) {
+	for _, f := range fields {
+		*f(res) = median(runs, func(r *Results) float64 { return *f(r) })
+	}
+}
+
+// medianMap is the median of each key of a per-run map.
+func medianMap(runs []*Results, m func(*Results) map[string]float64) map[string]float64 {
+	out := map[string]float64{}
+	for k := range m(runs[0]) {
+		out[k] = median(runs, func(r *Results) float64 { return m(r)[k] })
+	}
+	return out
+}
+
 // env is one run's servers.
 type env struct {
 	o    Options
@@ -158,15 +174,16 @@ func Run(ctx context.Context, o Options) (*Results, error) {
 		for _, r := range runs {
 			res.RowsCheckedOK = res.RowsCheckedOK && r.RowsCheckedOK
 		}
-		res.LargeFreshS = median(runs, func(r *Results) float64 { return r.LargeFreshS })
-		res.NaiveFreshS = median(runs, func(r *Results) float64 { return r.NaiveFreshS })
-		res.RatioFresh = median(runs, func(r *Results) float64 { return r.RatioFresh })
-		res.LargeReplayS = median(runs, func(r *Results) float64 { return r.LargeReplayS })
-		res.NaiveReplayS = median(runs, func(r *Results) float64 { return r.NaiveReplayS })
-		res.RatioReplay = median(runs, func(r *Results) float64 { return r.RatioReplay })
-		res.DuplicateS = median(runs, func(r *Results) float64 { return r.DuplicateS })
-		res.RatioDuplicate = median(runs, func(r *Results) float64 { return r.RatioDuplicate })
-		res.PeakRSSMiB1M = median(runs, func(r *Results) float64 { return r.PeakRSSMiB1M })
+		medians(res, runs,
+			func(r *Results) *float64 { return &r.LargeFreshS },
+			func(r *Results) *float64 { return &r.NaiveFreshS },
+			func(r *Results) *float64 { return &r.RatioFresh },
+			func(r *Results) *float64 { return &r.LargeReplayS },
+			func(r *Results) *float64 { return &r.NaiveReplayS },
+			func(r *Results) *float64 { return &r.RatioReplay },
+			func(r *Results) *float64 { return &r.DuplicateS },
+			func(r *Results) *float64 { return &r.RatioDuplicate },
+			func(r *Results) *float64 { return &r.PeakRSSMiB1M })
 		if len(runs) > 1 {
 			res.LargeRuns = runs
 		}
@@ -180,29 +197,21 @@ func Run(ctx context.Context, o Options) (*Results, error) {
 			}
 			runs = append(runs, r)
 		}
-		res.SmallFilesPerS = median(runs, func(r *Results) float64 { return r.SmallFilesPerS })
-		res.TwoReplicasFilesS = median(runs, func(r *Results) float64 { return r.TwoReplicasFilesS })
-		res.ScaleTwoOverOne = median(runs, func(r *Results) float64 { return r.ScaleTwoOverOne })
-		res.SmallFilesPerSCold = median(runs, func(r *Results) float64 { return r.SmallFilesPerSCold })
-		res.TwoReplicasFilesSCold = median(runs, func(r *Results) float64 { return r.TwoReplicasFilesSCold })
-		res.ScaleTwoOverOneCold = median(runs, func(r *Results) float64 { return r.ScaleTwoOverOneCold })
-		res.CPUOneS = median(runs, func(r *Results) float64 { return r.CPUOneS })
+		medians(res, runs,
+			func(r *Results) *float64 { return &r.SmallFilesPerS },
+			func(r *Results) *float64 { return &r.TwoReplicasFilesS },
+			func(r *Results) *float64 { return &r.ScaleTwoOverOne },
+			func(r *Results) *float64 { return &r.SmallFilesPerSCold },
+			func(r *Results) *float64 { return &r.TwoReplicasFilesSCold },
+			func(r *Results) *float64 { return &r.ScaleTwoOverOneCold },
+			func(r *Results) *float64 { return &r.CPUOneS })
 		for _, r := range runs {
 			res.DoubleApplies += r.DoubleApplies
 		}
 		res.CPUTwoS = runs[len(runs)/2].CPUTwoS
-		res.SmallCPUms = map[string]float64{}
-		for k := range runs[0].SmallCPUms {
-			res.SmallCPUms[k] = median(runs, func(r *Results) float64 { return r.SmallCPUms[k] })
-		}
-		res.TwoCPUms = map[string]float64{}
-		for k := range runs[0].TwoCPUms {
-			res.TwoCPUms[k] = median(runs, func(r *Results) float64 { return r.TwoCPUms[k] })
-		}
-		res.SmallCPUmsCold = map[string]float64{}
-		for k := range runs[0].SmallCPUmsCold {
-			res.SmallCPUmsCold[k] = median(runs, func(r *Results) float64 { return r.SmallCPUmsCold[k] })
-		}
+		res.SmallCPUms = medianMap(runs, func(r *Results) map[string]float64 { return r.SmallCPUms })
+		res.TwoCPUms = medianMap(runs, func(r *Results) map[string]float64 { return r.TwoCPUms })
+		res.SmallCPUmsCold = medianMap(runs, func(r *Results) map[string]float64 { return r.SmallCPUmsCold })
 		if len(runs) > 1 {
 			res.SmallRuns = runs
 		}
