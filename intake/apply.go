@@ -128,7 +128,14 @@ func (r *fileRun) readChunks(ctx context.Context, rd *rows.Reader, first int, fu
 		c.span(row.Line)
 		if row.Issue == nil {
 			if err := c.add(row.Line, row.Values, row.Null, keyIdx); err != nil {
-				return fmt.Errorf("apply: a value the target's column type refuses: %w", err)
+				// a value the target column's binary encoding refuses (an
+				// integer past a smallint, a decimal past the column's
+				// precision): that row alone is refused
+				var ve *valueError
+				if !errors.As(err, &ve) {
+					return err
+				}
+				c.refused = append(c.refused, refusal{line: row.Line, column: r.feed.Columns[ve.col].Name, detail: "refused by the column's type: " + ve.code})
 			}
 		}
 		if (row.Index+1)%size == 0 {
@@ -297,6 +304,7 @@ func (r *fileRun) chunkStatements(ctx context.Context, tx pgx.Tx, tgt *target, c
 		b.Queue("SAVEPOINT intake_direct")
 	case pathMerge:
 		b.Queue(tgt.stageDDL)
+		b.Queue("SAVEPOINT intake_merge") // a refused row rolls back to here (refuse.go)
 	}
 	br := tx.SendBatch(ctx, b)
 	tag, err := br.Exec()
@@ -320,6 +328,12 @@ func (r *fileRun) chunkStatements(ctx context.Context, tx pgx.Tx, tgt *target, c
 		return err
 	}
 	c.unchanged = int64(ch.rows()) - c.rejected - c.applied - c.conflict
+	if len(ch.refused) > 0 { // rows refused while encoding never were among ch.rows()
+		if err := r.recordRefusals(ctx, tx, ch.refused); err != nil {
+			return err
+		}
+		c.rejected += int64(len(ch.refused))
+	}
 	// The ledger row and the file's progress, in one round trip; the last
 	// chunk also moves the file to applied when its totals reconcile.
 	b = &pgx.Batch{}
@@ -405,29 +419,32 @@ func (r *fileRun) writeRows(ctx context.Context, tx pgx.Tx, tgt *target, ch *chu
 		if _, err := tx.Exec(ctx, tgt.stageDDL); err != nil {
 			return fmt.Errorf("chunk %d stage: %w", chunk, err)
 		}
-	}
-	if _, err := pg.CopyFrom(ctx, bytes.NewReader(ch.stagePayload()), tgt.stageCopy); err != nil {
-		if ctx.Err() != nil {
-			return ctx.Err()
+		if _, err := tx.Exec(ctx, "SAVEPOINT intake_merge"); err != nil {
+			return fmt.Errorf("chunk %d savepoint: %w", chunk, err)
 		}
-		return fmt.Errorf("chunk %d copy: %w", chunk, err)
 	}
-	if ch.dupKeys {
-		tag, err := tx.Exec(ctx, tgt.dedupe, r.in.ID, r.in.Partner)
-		if err != nil {
-			return fmt.Errorf("chunk %d dedupe: %w", chunk, err)
+	m, err := r.mergeChunk(ctx, tx, tgt, ch, writer)
+	var refused []refusal
+	if first := refusedRows(err); first != nil {
+		// some row's value is refused by the target: find exactly which
+		if _, err := tx.Exec(ctx, "ROLLBACK TO SAVEPOINT intake_merge"); err != nil {
+			return fmt.Errorf("chunk %d rollback to savepoint: %w", chunk, err)
 		}
-		c.rejected = tag.RowsAffected()
+		m, refused, err = r.refuse(ctx, tx, tgt, ch, writer, first)
+		if err == nil {
+			err = r.recordRefusals(ctx, tx, refused)
+		}
+		if err == nil {
+			r.log.Warn("rows refused by the target table", "chunk", chunk, "rows", len(refused),
+				"first_line", refused[0].line, "code", refused[0].detail)
+		}
 	}
-	var fresh int64
-	args := []any{writer, r.in.Partner, r.in.ID}
-	if tgt.rangeProbe {
-		args = append(args, int64(rangeCapFactor*ch.rows()))
+	if err != nil {
+		return err
 	}
-	if err := tx.QueryRow(ctx, tgt.merge, args...).Scan(&c.applied, &c.conflict, &fresh); err != nil {
-		return fmt.Errorf("chunk %d merge: %w", chunk, err)
-	}
-	r.direct = fresh == int64(ch.rows())-c.rejected
+	c.applied, c.conflict = m.applied, m.conflict
+	c.rejected = m.deduped + int64(len(refused))
+	r.direct = m.fresh == int64(ch.rows())-c.rejected
 	return nil
 }
 

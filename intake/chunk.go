@@ -22,6 +22,7 @@ type chunk struct {
 	dupKeys     bool      // a key repeats within the chunk (the SQL dedupe must run)
 	enc         []encoder // binary COPY: one encoder per column (nil: COPY text)
 	keys        map[uint64]struct{}
+	refused     []refusal // rows whose value the column's encoding refused (not among the valid rows)
 	seed        maphash.Seed
 	out         []byte // payload scratch
 }
@@ -33,7 +34,7 @@ func newChunk(seed maphash.Seed, rows int, enc []encoder) *chunk {
 
 func (c *chunk) reset(no int) {
 	c.no, c.first, c.last, c.dupKeys = no, 0, 0, false
-	c.lines, c.ends, c.cols = c.lines[:0], c.ends[:0], c.cols[:0]
+	c.lines, c.ends, c.cols, c.refused = c.lines[:0], c.ends[:0], c.cols[:0], c.refused[:0]
 	clear(c.keys)
 }
 
@@ -76,11 +77,12 @@ func (c *chunk) add(line int64, vals []string, null []bool, keyIdx []int) error 
 			}
 			at := len(c.cols)
 			c.cols = append(c.cols, 0, 0, 0, 0)
-			var err error
-			if c.cols, err = c.enc[i](c.cols, v); err != nil {
-				c.cols = c.cols[:start]
-				return fmt.Errorf("line %d, column %d: %w", line, i+1, err)
+			out, err := c.enc[i](c.cols, v)
+			if err != nil {
+				c.cols = c.cols[:start] // the row is not added: drop its fields so far
+				return &valueError{line: line, col: i, code: err.Error()}
 			}
+			c.cols = out
 			binary.BigEndian.PutUint32(c.cols[at:], uint32(len(c.cols)-at-4))
 		}
 	} else {
@@ -197,4 +199,16 @@ func appendCopyText(dst []byte, s string) []byte {
 
 func needsCopyEscape(s string) bool {
 	return strings.ContainsAny(s, "\\\t\n\r")
+}
+
+// valueError: a column's binary encoder refused a row's value. code says
+// why in words that quote no value.
+type valueError struct {
+	line int64
+	col  int
+	code string
+}
+
+func (e *valueError) Error() string {
+	return fmt.Sprintf("line %d, column %d: %s", e.line, e.col+1, e.code)
 }

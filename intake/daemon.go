@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/robfig/cron/v3"
 
+	"github.com/partner-intake/partner-intake/internal/pgerr"
 	"github.com/partner-intake/partner-intake/internal/schedule"
 	"github.com/partner-intake/partner-intake/partners"
 	"github.com/partner-intake/partner-intake/spool"
@@ -46,6 +47,8 @@ type Config struct {
 	SpoolMinFree int64
 	// Affinity: AffinityPartner (default) or AffinityNone (affinity.go).
 	Affinity string
+	// Retry is the budget of a file whose runs fail transiently (attempt.go).
+	Retry RetryPolicy
 }
 
 // Replica affinity modes.
@@ -54,8 +57,40 @@ const (
 	AffinityNone    = "none"    // every replica polls every partner
 )
 
+// RetryPolicy bounds the retries of one file: its runs are retried on
+// their own backoff (Base doubling up to Max) until Attempts runs have
+// failed or the first failure is older than Within; then the file fails
+// with reason retries_exhausted. Zero values take the defaults.
+type RetryPolicy struct {
+	Attempts int
+	Within   time.Duration
+	Base     time.Duration
+	Max      time.Duration
+}
+
+// Defaults of RetryPolicy: about two hours of tries, at most ten minutes
+// apart.
+const (
+	DefaultRetryAttempts = 12
+	DefaultRetryWithin   = 6 * time.Hour
+	DefaultRetryBase     = 5 * time.Second
+	DefaultRetryMax      = 10 * time.Minute
+)
+
 // Validate fills defaults and checks the values.
 func (c *Config) Validate() error {
+	if c.Retry.Attempts <= 0 {
+		c.Retry.Attempts = DefaultRetryAttempts
+	}
+	if c.Retry.Within <= 0 {
+		c.Retry.Within = DefaultRetryWithin
+	}
+	if c.Retry.Base <= 0 {
+		c.Retry.Base = DefaultRetryBase
+	}
+	if c.Retry.Max <= 0 {
+		c.Retry.Max = DefaultRetryMax
+	}
 	if c.WorkerID == "" {
 		h, err := os.Hostname()
 		if err != nil {
@@ -162,7 +197,7 @@ func New(cfg Config, parts []partners.Config, db *pgxpool.Pool, sp *spool.Spool,
 	if err != nil {
 		return nil, err
 	}
-	d := &Daemon{cfg: cfg, db: db, spool: sp, store: &store{pool: db, lease: cfg.Lease},
+	d := &Daemon{cfg: cfg, db: db, spool: sp, store: &store{pool: db, lease: cfg.Lease, retry: cfg.Retry},
 		metrics: newMetrics(reg), log: log.With("component", "intake", "worker", cfg.WorkerID),
 		parts: map[string]*partnerRT{}, targets: map[string]*target{}}
 	for i := range parts {
@@ -202,7 +237,7 @@ func (d *Daemon) afterPoll(p *partnerRT, err error) {
 	if err == nil {
 		p.lastOK = time.Now()
 	} else {
-		p.lastErr = err.Error()
+		p.lastErr = pgerr.Redact(err)
 	}
 	ready, oldest := p.readyCount, p.oldestReady
 	p.statMu.Unlock()

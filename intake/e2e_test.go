@@ -210,14 +210,14 @@ func testRejectedRowsReported(t *testing.T) {
 	}
 	rel, _ := filepath.Rel(site.Root, f.Rejects)
 	got := site.Read(t, rel)
-	want := "line,column,reason,outcome\n" +
-		"3,email,bad_email,rejected\n" +
-		"4,amount,scale_exceeded,rejected\n" +
-		"5,status,not_in_enum,rejected\n" +
-		"6,qty,not_integer,rejected\n" +
-		"7,,field_count,rejected\n" +
-		"9,order_id,required_missing,rejected\n" +
-		"11,placed_at,bad_timestamp,rejected\n"
+	want := "line,column,reason,outcome,detail\n" +
+		"3,email,bad_email,rejected,\n" +
+		"4,amount,scale_exceeded,rejected,\n" +
+		"5,status,not_in_enum,rejected,\n" +
+		"6,qty,not_integer,rejected,\n" +
+		"7,,field_count,rejected,\n" +
+		"9,order_id,required_missing,rejected,\n" +
+		"11,placed_at,bad_timestamp,rejected,\n"
 	if got != want {
 		t.Fatalf("rejects.csv:\n%s\nwant:\n%s", got, want)
 	}

@@ -94,9 +94,9 @@ func TestHostileContentsThroughThePipeline(t *testing.T) {
 		"orders-utf8.csv":   {header + "E-1,a@b.io,1.00,paid,2026-11-01T00:00:00Z,1\nE-2,\xff\xfe@b.io,1.00,paid,2026-11-01T00:00:00Z,1\n", "failed_terminal", "invalid_encoding", ""},
 		"orders-binary.csv": {"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00", "failed_terminal", "binary_content", ""},
 		"orders-header.csv": {"order_id,email,amount,status,placed_at,qty,extra\nE-1,a@b.io,1.00,paid,2026-11-01T00:00:00Z,1,x\n", "failed_terminal", "header_mismatch", ""},
-		"orders-ragged.csv": {header + "E-1,a@b.io\nE-2,a@b.io,1.00,paid,2026-11-01T00:00:00Z,1,extra\n", "quarantined", "reject_rate_exceeded", "line,column,reason,outcome\n2,,field_count,rejected\n3,,field_count,rejected\n"},
+		"orders-ragged.csv": {header + "E-1,a@b.io\nE-2,a@b.io,1.00,paid,2026-11-01T00:00:00Z,1,extra\n", "quarantined", "reject_rate_exceeded", "line,column,reason,outcome,detail\n2,,field_count,rejected,\n3,,field_count,rejected,\n"},
 		"orders-formula.csv": {header + "=HYPERLINK(\"http://x\"),a@b.io,1.00,paid,2026-11-01T00:00:00Z,1\n=1+2,a@b.io,1.00,paid,2026-11-01T00:00:00Z,@SUM(1)\n",
-			"quarantined", "reject_rate_exceeded", "line,column,reason,outcome\n2,,csv_syntax,rejected\n3,qty,not_integer,rejected\n"},
+			"quarantined", "reject_rate_exceeded", "line,column,reason,outcome,detail\n2,,csv_syntax,rejected,\n3,qty,not_integer,rejected,\n"},
 		"orders-empty.csv": {"", "failed_terminal", "empty_file", ""},
 	}
 	for name, c := range cases {

@@ -24,6 +24,7 @@ type metrics struct {
 	stageSeconds    *prometheus.HistogramVec
 	remoteLost      *prometheus.CounterVec
 	chunkRetries    *prometheus.CounterVec
+	fileRetries     *prometheus.CounterVec
 	backpressure    prometheus.Gauge
 	spoolFree       prometheus.Gauge
 
@@ -61,6 +62,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Buckets: prometheus.ExponentialBuckets(0.005, 4, 10)}, []string{"partner", "stage"}),
 		remoteLost:   f.NewCounterVec(prometheus.CounterOpts{Name: "intake_remote_lost_total", Help: "Claimed files that vanished from processing/ (moved or deleted by hand)."}, []string{"partner"}),
 		chunkRetries: f.NewCounterVec(prometheus.CounterOpts{Name: "intake_chunk_retries_total", Help: "Chunk transactions retried after a transient database error."}, []string{"partner"}),
+		fileRetries:  f.NewCounterVec(prometheus.CounterOpts{Name: "intake_file_retries_total", Help: "Failed runs of a file set aside for a later attempt on its own backoff (the partner's other files go on)."}, []string{"partner"}),
 		backpressure: f.NewGauge(prometheus.GaugeOpts{Name: "intake_spool_backpressure", Help: "1 while claiming is paused because the spool disk is below its free-space floor."}),
 		spoolFree:    f.NewGauge(prometheus.GaugeOpts{Name: "intake_spool_free_bytes", Help: "Free bytes on the spool's disk at the last check."}),
 

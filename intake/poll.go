@@ -499,7 +499,8 @@ func (d *Daemon) resumeOwn(ctx context.Context, p *partnerRT, sess *partners.Ses
 			d.log.Info("adopted a claimed file without a row", "partner", p.cfg.ID, "intake_id", in.ID)
 		}
 	}
-	live, err := d.store.liveOwnedBy(ctx, p.cfg.ID, d.cfg.WorkerID)
+	// files that failed wait for their own next attempt (attempt.go)
+	live, err := d.store.dueOwnedBy(ctx, p.cfg.ID, d.cfg.WorkerID)
 	if err != nil {
 		return err
 	}
@@ -541,7 +542,10 @@ func (r *fileRun) runAlone(ctx context.Context) error {
 		return nil
 	}
 	if err != nil {
-		return fmt.Errorf("intake %d: %w", r.in.ID, err)
+		// one file's failure never stops the partner's poll (attempt.go)
+		if err := r.settle(ctx, err); err != nil {
+			return fmt.Errorf("intake %d: %w", r.in.ID, err)
+		}
 	}
 	return nil
 }

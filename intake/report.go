@@ -91,15 +91,15 @@ func (r *fileRun) writeReports(ctx context.Context, rc Receipt) error {
 	return nil
 }
 
-// rejectsCSV renders line, column, reason and outcome of every row that did
-// not apply. It echoes no cell value; every cell is still neutralised
+// rejectsCSV renders line, column, reason, outcome and detail (codes: the
+// SQLSTATE of a row the target refused) of every row that did not apply. It echoes no cell value; every cell is still neutralised
 // against spreadsheet formula injection.
 func (r *fileRun) rejectsCSV(ctx context.Context) ([]byte, error) {
 	var buf bytes.Buffer
 	w := csv.NewWriter(&buf)
-	_ = w.Write([]string{"line", "column", "reason", "outcome"})
+	_ = w.Write([]string{"line", "column", "reason", "outcome", "detail"})
 	err := r.d.store.issues(ctx, r.in, func(is IssueRow) error {
-		return w.Write([]string{strconv.FormatInt(is.Line, 10), Neutralize(is.Column), Neutralize(is.Reason), Neutralize(is.Outcome)})
+		return w.Write([]string{strconv.FormatInt(is.Line, 10), Neutralize(is.Column), Neutralize(is.Reason), Neutralize(is.Outcome), Neutralize(is.Detail)})
 	})
 	if err != nil {
 		return nil, err

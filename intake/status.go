@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/partner-intake/partner-intake/internal/pgerr"
 )
 
 // recordPoll stores the outcome of a poll for `intake status`. The error
@@ -24,7 +26,7 @@ func (s *store) recordPoll(ctx context.Context, partner, worker string, pollErr 
 			ON CONFLICT (partner_id, worker_id) DO UPDATE SET last_ok_at = now(), ready_files = $3, oldest_ready_at = $4`,
 			partner, worker, ready, oldestAt)
 	} else {
-		msg := pollErr.Error()
+		msg := pgerr.Redact(pollErr)
 		if len(msg) > 500 {
 			msg = msg[:500]
 		}

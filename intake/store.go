@@ -103,6 +103,7 @@ func scanIntake(r pgx.Row, extra ...any) (*Intake, error) {
 type store struct {
 	pool  *pgxpool.Pool
 	lease time.Duration
+	retry RetryPolicy
 }
 
 // errTracked: a live row already owns that processing path.
@@ -206,6 +207,19 @@ func (s *store) liveOwnedBy(ctx context.Context, partner, worker string) ([]*Int
 		partner, worker, liveStates)
 	if err != nil {
 		return nil, fmt.Errorf("list live intakes: %w", err)
+	}
+	return pgx.CollectRows(rs, func(r pgx.CollectableRow) (*Intake, error) { return scanIntake(r) })
+}
+
+// dueOwnedBy lists the live rows of partner held by worker that are due:
+// not waiting for the next attempt after a failed run (attempt.go).
+func (s *store) dueOwnedBy(ctx context.Context, partner, worker string) ([]*Intake, error) {
+	rs, err := s.pool.Query(ctx, `SELECT `+intakeColumns+` FROM file_intake
+		WHERE partner_id = $1 AND worker_id = $2 AND state = ANY($3)
+		  AND (next_attempt_at IS NULL OR next_attempt_at <= now()) ORDER BY intake_id`,
+		partner, worker, liveStates)
+	if err != nil {
+		return nil, fmt.Errorf("list due intakes: %w", err)
 	}
 	return pgx.CollectRows(rs, func(r pgx.CollectableRow) (*Intake, error) { return scanIntake(r) })
 }
@@ -441,11 +455,12 @@ type IssueRow struct {
 	Column  string
 	Reason  string
 	Outcome string
+	Detail  string // codes only (SQLSTATE, constraint) for target_refused
 }
 
 // issues streams the row issues of an intake in line order.
 func (s *store) issues(ctx context.Context, in *Intake, fn func(IssueRow) error) error {
-	rs, err := s.pool.Query(ctx, `SELECT line, coalesce(column_name, ''), reason, outcome FROM intake_row_issue
+	rs, err := s.pool.Query(ctx, `SELECT line, coalesce(column_name, ''), reason, outcome, coalesce(detail, '') FROM intake_row_issue
 		WHERE intake_id = $1 AND partner_id = $2 ORDER BY line, column_name`, in.ID, in.Partner)
 	if err != nil {
 		return fmt.Errorf("row issues: %w", err)
@@ -453,7 +468,7 @@ func (s *store) issues(ctx context.Context, in *Intake, fn func(IssueRow) error)
 	defer rs.Close()
 	var r IssueRow
 	for rs.Next() {
-		if err := rs.Scan(&r.Line, &r.Column, &r.Reason, &r.Outcome); err != nil {
+		if err := rs.Scan(&r.Line, &r.Column, &r.Reason, &r.Outcome, &r.Detail); err != nil {
 			return fmt.Errorf("row issues: %w", err)
 		}
 		if err := fn(r); err != nil {

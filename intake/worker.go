@@ -31,6 +31,8 @@ type fileRun struct {
 	// direct: the next chunk is tried straight into the target (see
 	// writeRows); only the apply loop touches it.
 	direct bool
+	// gone: the file's feed is no longer configured.
+	gone bool
 }
 
 func (d *Daemon) newRun(p *partnerRT, sess *partners.Session, in *Intake) (*fileRun, error) {
@@ -42,7 +44,10 @@ func (d *Daemon) newRun(p *partnerRT, sess *partners.Session, in *Intake) (*file
 		}
 	}
 	if r.feed == nil && in.Feed != NoFeed {
-		return nil, fmt.Errorf("intake %d: feed %q is no longer configured for partner %s", in.ID, in.Feed, in.Partner)
+		// the configuration lost the file's feed while the file was in
+		// flight: the file fails with its reason (replayable once the feed
+		// is back) rather than holding up the partner
+		r.gone = true
 	}
 	return r, nil
 }
@@ -74,26 +79,12 @@ func (r *fileRun) run(ctx context.Context) error {
 		var err error
 		start := time.Now()
 		stage := r.in.State
-		switch r.in.State {
-		case StateClaimed:
-			if r.feed == nil {
-				reason := hostileReason(r.in.ClaimedPath)
-				err = r.hold(ctx, StateQuarantined, reason, 0, hostileDetail[reason])
-			} else {
-				err = r.download(ctx)
-			}
-		case StateSpooled:
-			if err = r.ensureSpooled(ctx); err == nil && r.in.State == StateSpooled {
-				err = r.decide(ctx)
-			}
-		case StateApplying:
-			if err = r.ensureSpooled(ctx); err == nil && r.in.State == StateApplying {
-				err = r.apply(ctx)
-			}
-		case StateApplied:
-			err = r.archive(ctx, StateApplied, r.acceptedOutcome(), 0)
+		switch {
+		case r.gone && r.in.State != StateApplied: // applied rows only need their archive
+			err = r.hold(ctx, StateFailedTerminal, ReasonFeedGone, 0,
+				fmt.Sprintf("feed %s is no longer configured for this partner; the file can be replayed once it is", r.in.Feed))
 		default:
-			err = fmt.Errorf("intake %d: no step for state %s", r.in.ID, r.in.State)
+			err = r.step(ctx)
 		}
 		r.d.metrics.stage(r.in.Partner, stage, time.Since(start))
 		if err != nil {
@@ -104,6 +95,32 @@ func (r *fileRun) run(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// step runs the step of the file's state.
+func (r *fileRun) step(ctx context.Context) (err error) {
+	switch r.in.State {
+	case StateClaimed:
+		if r.feed == nil {
+			reason := hostileReason(r.in.ClaimedPath)
+			err = r.hold(ctx, StateQuarantined, reason, 0, hostileDetail[reason])
+		} else {
+			err = r.download(ctx)
+		}
+	case StateSpooled:
+		if err = r.ensureSpooled(ctx); err == nil && r.in.State == StateSpooled {
+			err = r.decide(ctx)
+		}
+	case StateApplying:
+		if err = r.ensureSpooled(ctx); err == nil && r.in.State == StateApplying {
+			err = r.apply(ctx)
+		}
+	case StateApplied:
+		err = r.archive(ctx, StateApplied, r.acceptedOutcome(), 0)
+	default:
+		err = fmt.Errorf("intake %d: no step for state %s", r.in.ID, r.in.State)
+	}
+	return err
 }
 
 // hostileDetail explains each hostile-entry reason to the partner.

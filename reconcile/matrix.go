@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/partner-intake/partner-intake/intake"
+	"github.com/partner-intake/partner-intake/internal/pgerr"
 	"github.com/partner-intake/partner-intake/partners"
 )
 
@@ -173,15 +174,15 @@ func (r *Reconciler) rowExpiredLeases(ctx context.Context, p *partners.Config, s
 		}
 		if err != nil {
 			add(Finding{Kind: KindTakeoverBlocked, IntakeID: old.ID, Path: old.ClaimedPath, NeedsHuman: true,
-				Action: "none", Detail: err.Error()})
+				Action: "none", Detail: pgerr.Redact(err)})
 			continue
 		}
 		f := Finding{Kind: KindLeaseExpired, IntakeID: in.ID, Path: old.ClaimedPath,
 			Action: fmt.Sprintf("taken over from %s in state %s with fencing token %d", old.Worker, old.State, in.Token)}
 		if err := moveClaim(s, old.ClaimedPath, dst); err != nil {
-			f.Detail = "the file is not in processing/ any more: " + err.Error()
+			f.Detail = "the file is not in processing/ any more: " + pgerr.Redact(err)
 			add(Finding{Kind: KindRemoteMissing, IntakeID: in.ID, Path: old.ClaimedPath,
-				Action: "the worker continues from the spool where it can", Detail: err.Error()})
+				Action: "the worker continues from the spool where it can", Detail: pgerr.Redact(err)})
 		}
 		if in.ManifestName != "" {
 			_ = moveClaim(s, path.Join(path.Dir(old.ClaimedPath), in.ManifestName), path.Join(path.Dir(dst), in.ManifestName))
@@ -218,7 +219,7 @@ func (r *Reconciler) rowOutcomeUnknown(ctx context.Context, p *partners.Config, 
 		var fe *intake.FencedError
 		if errors.As(err, &fe) {
 			add(Finding{Kind: KindOutcomeUnknown, IntakeID: in.ID, NeedsHuman: true, Action: "none",
-				Detail: "ledger and progress disagree or the row moved: " + err.Error()})
+				Detail: "ledger and progress disagree or the row moved: " + pgerr.Redact(err)})
 			continue
 		}
 		if err != nil {
@@ -399,10 +400,10 @@ func (r *Reconciler) rowUnclaimableReady(p *partners.Config, s *partners.Session
 // reached. The daemon backs off this partner alone.
 func (r *Reconciler) rowPartnerUnreachable(err error, add addFunc) {
 	if partners.IsHostKeyMismatch(err) {
-		add(Finding{Kind: KindHostKeyMismatch, NeedsHuman: true, Action: "refused to connect", Detail: err.Error()})
+		add(Finding{Kind: KindHostKeyMismatch, NeedsHuman: true, Action: "refused to connect", Detail: pgerr.Redact(err)})
 		return
 	}
-	add(Finding{Kind: KindPartnerDown, NeedsHuman: true, Action: "none", Detail: err.Error()})
+	add(Finding{Kind: KindPartnerDown, NeedsHuman: true, Action: "none", Detail: pgerr.Redact(err)})
 }
 
 // Files held for an ops decision.

@@ -7,6 +7,8 @@ import (
 	"io"
 	"log/slog"
 	"os"
+
+	"github.com/partner-intake/partner-intake/internal/pgerr"
 )
 
 const usage = `intake: partner files from SFTP into PostgreSQL, exactly once in effect.
@@ -69,12 +71,16 @@ func run(args []string, stdout, stderr io.Writer) int {
 	return 2
 }
 
+// logOptions reduce every logged error to codes: PostgreSQL's texts quote
+// cell values, and values never leave the database (intake.Redact).
+var logOptions = &slog.HandlerOptions{ReplaceAttr: pgerr.ReplaceAttr}
+
 // newLogger logs JSON, or text when w is a terminal.
 func newLogger(w io.Writer) *slog.Logger {
 	if f, ok := w.(*os.File); ok {
 		if st, err := f.Stat(); err == nil && st.Mode()&os.ModeCharDevice != 0 {
-			return slog.New(slog.NewTextHandler(w, nil))
+			return slog.New(slog.NewTextHandler(w, logOptions))
 		}
 	}
-	return slog.New(slog.NewJSONHandler(w, nil))
+	return slog.New(slog.NewJSONHandler(w, logOptions))
 }

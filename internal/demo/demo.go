@@ -25,6 +25,7 @@ import (
 
 	"github.com/partner-intake/partner-intake/intake"
 	"github.com/partner-intake/partner-intake/internal/keygen"
+	"github.com/partner-intake/partner-intake/internal/pgerr"
 	"github.com/partner-intake/partner-intake/internal/pgtemp"
 	"github.com/partner-intake/partner-intake/internal/sftpd"
 	"github.com/partner-intake/partner-intake/migrations"
@@ -82,7 +83,7 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
-	logger := slog.New(slog.NewTextHandler(o.Log, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	logger := slog.New(slog.NewTextHandler(o.Log, &slog.HandlerOptions{Level: slog.LevelWarn, ReplaceAttr: pgerr.ReplaceAttr}))
 	d, err := intake.New(intake.Config{WorkerID: "demo-1", Lease: 30 * time.Second, Drain: 5 * time.Second, SpoolMinFree: 16 << 20},
 		site.partners, pool, sp, prometheus.NewRegistry(), logger)
 	if err != nil {

@@ -19,6 +19,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/goleak"
 
+	"github.com/partner-intake/partner-intake/internal/pgerr"
 	"github.com/partner-intake/partner-intake/internal/pgtemp"
 	"github.com/partner-intake/partner-intake/internal/sshdtest"
 	"github.com/partner-intake/partner-intake/migrations"
@@ -224,7 +225,7 @@ func (s *Site) Read(t testing.TB, rel string) string {
 
 // Logger writes to the test log.
 func Logger(t testing.TB) *slog.Logger {
-	return slog.New(slog.NewTextHandler(tlog{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	return slog.New(slog.NewTextHandler(tlog{t}, &slog.HandlerOptions{Level: slog.LevelDebug, ReplaceAttr: pgerr.ReplaceAttr}))
 }
 
 type tlog struct{ t testing.TB }

@@ -1,0 +1,114 @@
+package intake
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/partner-intake/partner-intake/internal/pgerr"
+)
+
+// File-level reasons of the poison matrix (failure.go).
+const (
+	// ReasonTargetError: the database refused the file's statements for a
+	// reason no retry changes (the target table gone, a permission); the
+	// detail names the SQLSTATE.
+	ReasonTargetError = "target_error"
+	// ReasonRetriesExhausted: the file's runs failed transiently more
+	// often, or for longer, than the retry budget allows.
+	ReasonRetriesExhausted = "retries_exhausted"
+	// ReasonFeedGone: the file's feed left the configuration while the
+	// file was in flight.
+	ReasonFeedGone = "feed_unconfigured"
+)
+
+// settle decides what a failed run means for its file, so that one file
+// never holds up the partner's others: a final error fails the file now
+// (failed_terminal, receipt, alert; replayable after the fix), a transient
+// one is recorded with the file's own next attempt and the poll goes on
+// without it, and past the retry budget the file fails too. It returns an
+// error only when the poll cannot go on: the SFTP session is gone, or
+// even recording the attempt failed (the database is away).
+func (r *fileRun) settle(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return err // a shutdown, not the file's failure: it resumes on the next start
+	}
+	switch classify(err) {
+	case kindFinal, kindRefused:
+		reason, detail := finalReason(err)
+		r.log.Error("file failed for good", "reason", reason, "err", err)
+		herr := r.hold(ctx, StateFailedTerminal, reason, 0, detail)
+		if herr == nil {
+			return nil
+		}
+		var fe *FencedError
+		if errors.As(herr, &fe) {
+			r.fencedOut(fe.Step)
+			return nil
+		}
+		err = fmt.Errorf("%w (and holding the file failed: %w)", err, herr)
+	}
+	n, exhausted, rerr := r.d.store.recordAttempt(ctx, r.in, pgerr.Redact(err))
+	var fe *FencedError
+	switch {
+	case errors.As(rerr, &fe):
+		r.fencedOut(fe.Step)
+		return nil
+	case rerr != nil:
+		return fmt.Errorf("intake %d: %w (recording the attempt failed: %v)", r.in.ID, err, rerr)
+	case exhausted:
+		r.log.Error("file failed past its retry budget", "attempts", n, "err", err)
+		detail := fmt.Sprintf("the file could not be processed in %d attempts (last: %s); ops have been alerted and can replay it", n, pgerr.Redact(err))
+		if herr := r.hold(ctx, StateFailedTerminal, ReasonRetriesExhausted, 0, detail); herr != nil && !sessionLost(err) {
+			r.log.Warn("holding the file failed; tried again on its next attempt", "err", herr)
+		}
+	default:
+		r.log.Warn("file failed; retried on its own backoff while the partner's other files go on", "attempt", n, "err", err)
+	}
+	r.d.metrics.fileRetries.WithLabelValues(r.in.Partner).Inc()
+	if sessionLost(err) {
+		return err // every other file of the partner would fail the same way now
+	}
+	return nil
+}
+
+// finalReason is the reason code and detail of a final error.
+func finalReason(err error) (string, string) {
+	var fe *FileError
+	if errors.As(err, &fe) {
+		return fe.Reason, fe.Detail
+	}
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		return ReasonTargetError, "the database refused the file's statements (" + pgerr.Codes(pe) + "); ops have been alerted and can replay the file after the fix"
+	}
+	return ReasonTargetError, "the file could not be processed; ops have been alerted"
+}
+
+// recordAttempt counts a failed run of the file and sets its next attempt
+// (the base backoff doubling per attempt, capped, with jitter), under the
+// file's fencing token. exhausted: the budget is spent.
+func (s *store) recordAttempt(ctx context.Context, in *Intake, lastErr string) (n int, exhausted bool, err error) {
+	// this write must land even when the run's context is what ended it
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	var age time.Duration
+	err = s.pool.QueryRow(wctx, `UPDATE file_intake SET attempts = attempts + 1,
+		    first_failed_at = coalesce(first_failed_at, now()),
+		    next_attempt_at = now() + least($3::interval * power(2, attempts), $4::interval) * (0.75 + random() / 2),
+		    last_error = left($5, 1000), updated_at = now()
+		WHERE intake_id = $1 AND fencing_token = $2 AND state = ANY($6)
+		RETURNING attempts, now() - first_failed_at`,
+		in.ID, in.Token, s.retry.Base, s.retry.Max, lastErr, liveStates).Scan(&n, &age)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, false, &FencedError{IntakeID: in.ID, Token: in.Token, Step: "record attempt"}
+	}
+	if err != nil {
+		return 0, false, fmt.Errorf("record attempt: %w", err)
+	}
+	return n, n >= s.retry.Attempts || age >= s.retry.Within, nil
+}

@@ -1,0 +1,255 @@
+package intake_test
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/partner-intake/partner-intake/intake"
+	"github.com/partner-intake/partner-intake/internal/testenv"
+)
+
+// The poison matrix (docs/failure-matrix.md, "Poison"): values the feed
+// accepts and the target refuses, files that fail again and again, and
+// errors that no retry mends. None of them holds up the partner's next
+// file, and none of their values reaches a log, a receipt or a report.
+
+func exec(t *testing.T, pool *pgxpool.Pool, sql string) {
+	t.Helper()
+	if _, err := pool.Exec(context.Background(), sql); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+}
+
+type rowIssue struct {
+	line                           int64
+	column, reason, outcome, codes string
+}
+
+func rowIssues(t *testing.T, pool *pgxpool.Pool, id int64) map[int64]rowIssue {
+	t.Helper()
+	rs, err := pool.Query(context.Background(), `SELECT line, coalesce(column_name, ''), reason, outcome, coalesce(detail, '')
+		FROM intake_row_issue WHERE intake_id = $1`, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rs.Close()
+	out := map[int64]rowIssue{}
+	for rs.Next() {
+		var r rowIssue
+		if err := rs.Scan(&r.line, &r.column, &r.reason, &r.outcome, &r.codes); err != nil {
+			t.Fatal(err)
+		}
+		if _, dup := out[r.line]; dup {
+			t.Fatalf("line %d has two issues", r.line)
+		}
+		out[r.line] = r
+	}
+	return out
+}
+
+// Each class of value the target refuses — length, numeric overflow, not
+// null, check, foreign key, a second unique index, and a value the
+// column's binary encoding refuses — rejects exactly its row with reason
+// target_refused and the SQLSTATE, in a fresh file (rows first tried
+// straight into the target) and in a file over existing keys (the merge),
+// across chunks; every other row applies, totals reconcile, and the
+// partner's next file lands behind it.
+func TestValuesTheTargetRefusesRejectExactlyTheirRows(t *testing.T) {
+	_, pool := testenv.DB(t)
+	exec(t, pool, `CREATE TABLE order_status (status text PRIMARY KEY);
+		INSERT INTO order_status VALUES ('new'), ('paid');
+		ALTER TABLE orders ALTER email TYPE varchar(24), ALTER amount TYPE numeric(6,2),
+		    ALTER qty TYPE smallint, ALTER qty SET NOT NULL,
+		    ADD CONSTRAINT qty_positive CHECK (qty > 0),
+		    ADD CONSTRAINT status_known FOREIGN KEY (status) REFERENCES order_status;
+		CREATE UNIQUE INDEX orders_email ON orders (partner_id, email)`)
+	site := testenv.NewSite(t, "acme")
+	site.Config.Feeds[0].ChunkRows = 4
+	site.Config.Feeds[0].MaxRejectRatio = 0.9
+	row := func(id, email, amount, status, qty string) string {
+		return fmt.Sprintf("%s,%s,%s,%s,2026-11-01T10:00:00Z,%s\n", id, email, amount, status, qty)
+	}
+	secret := "SECRET-VALUE-7f3a"
+	body := testenv.OrdersHeader +
+		row("P-1", "a1@example.com", "1.00", "paid", "1") + // line 2
+		row("P-2", strings.ToLower(secret)+"-much-too-long@example.com", "1.00", "paid", "1") + // 3: varchar(24) 22001
+		row("P-3", "a3@example.com", "12345.00", "paid", "1") + // 4: numeric(6,2) 22003
+		row("P-4", "a4@example.com", "1.00", "paid", "") + // 5: NOT NULL 23502
+		row("P-5", "a5@example.com", "1.00", "paid", "-3") + // 6: CHECK 23514
+		row("P-6", "a6@example.com", "1.00", "shipped", "1") + // 7: foreign key 23503
+		row("P-7", "a1@example.com", "1.00", "paid", "1") + // 8: second unique index 23505
+		row("P-8", "a8@example.com", "1.00", "paid", "40000") + // 9: smallint: the binary encoder refuses
+		row("P-9", "a9@example.com", "1.00", "paid", "2") + // 10
+		row("P-10", "a10@example.com", "1.00", "new", "3") // 11
+	site.Drop(t, "orders-a-refused.csv", body)
+	site.Drop(t, "orders-b-next.csv", testenv.OrdersCSV("N", 3))
+
+	r := newRig(t, pool, "w1", site)
+	r.poll("acme")
+	fs := files(t, pool, "acme")
+	if len(fs) != 2 {
+		t.Fatalf("files %+v", fs)
+	}
+	f := fs[0]
+	if f.State != "archived" || f.Total != 10 || f.Applied != 3 || f.Rejected != 7 || f.Applied+f.Rejected+f.Unchanged+f.Confl != f.Total {
+		t.Fatalf("refused file: %+v, want archived with 3 applied and 7 rejected", f)
+	}
+	if fs[1].State != "archived" || fs[1].Applied != 3 {
+		t.Fatalf("the partner's next file: %+v", fs[1])
+	}
+	want := map[int64]struct{ column, code string }{
+		3: {"email", "22001"}, 4: {"amount", "22003"}, 5: {"qty", "23502"}, 6: {"", "23514"},
+		7: {"", "23503"}, 8: {"", "23505"}, 9: {"qty", ""},
+	}
+	got := rowIssues(t, pool, f.ID)
+	if len(got) != len(want) {
+		t.Fatalf("row issues %+v, want lines %v", got, want)
+	}
+	for line, w := range want {
+		g := got[line]
+		if g.reason != intake.ReasonTargetRefused || g.outcome != "rejected" || !strings.Contains(g.codes, w.code) ||
+			(w.column != "" && g.column != w.column) {
+			t.Errorf("line %d: %+v, want target_refused on column %q with SQLSTATE %q", line, g, w.column, w.code)
+		}
+	}
+	for _, c := range []string{"qty_positive", "status_known", "orders_email"} {
+		found := false
+		for _, g := range got {
+			found = found || strings.Contains(g.codes, c)
+		}
+		if !found {
+			t.Errorf("no row issue names constraint %s: %+v", c, got)
+		}
+	}
+	if n := count(t, pool, `SELECT count(*) FROM orders WHERE partner_id = 'acme' AND order_id IN ('P-1', 'P-9', 'P-10')`); n != 3 {
+		t.Fatalf("%d of the 3 good rows applied", n)
+	}
+	rc := receipt(t, site, f.Receipt)
+	if rc.Outcome != intake.OutcomeAcceptedWithRejects || rc.Rows.Rejected != 7 {
+		t.Fatalf("receipt %+v", rc)
+	}
+	rejects := site.Read(t, relTo(t, site, f.Rejects))
+	if !strings.Contains(rejects, "3,email,target_refused,rejected,SQLSTATE 22001") {
+		t.Fatalf("rejects report:\n%s", rejects)
+	}
+	if strings.Contains(strings.ToLower(rejects), strings.ToLower(secret)) {
+		t.Fatal("the rejects report quotes a refused value")
+	}
+
+	// the same file under a new batch over the keys now held: the merge
+	// path refuses the same rows and judges the others as it always does
+	site.Drop(t, "orders-c-again.csv", strings.ReplaceAll(body, "P-10,a10@example.com,1.00", "P-10,a10@example.com,2.00"))
+	r.poll("acme")
+	f = files(t, pool, "acme")[2]
+	if f.State != "archived" || f.Rejected != 7 || f.Applied != 1 || f.Unchanged != 2 {
+		t.Fatalf("the file over held keys: %+v, want 7 refused, 1 applied (P-10's new amount), 2 unchanged", f)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM orders WHERE order_id = 'P-10' AND amount = 2.00`); n != 1 {
+		t.Fatal("P-10's new amount did not land")
+	}
+}
+
+// A chunk that the target refuses row after row (a mapping that does not
+// fit its table) fails the file for good with target_refused once the
+// bounded search gives up, and the partner's next file lands.
+func TestAMappingTheTargetRefusesEverywhereFailsTheFileNotThePartner(t *testing.T) {
+	_, pool := testenv.DB(t)
+	exec(t, pool, `ALTER TABLE orders ALTER order_id TYPE varchar(3)`)
+	site := testenv.NewSite(t, "acme")
+	site.Drop(t, "orders-a-long-keys.csv", testenv.OrdersCSV("LONGKEY", 200))
+	r := newRig(t, pool, "w1", site)
+	r.poll("acme")
+	fs := files(t, pool, "acme")
+	if len(fs) != 1 || fs[0].State != "failed_terminal" || fs[0].Reason != intake.ReasonTargetRefused {
+		t.Fatalf("files %+v, want failed_terminal target_refused", fs)
+	}
+	rc := receipt(t, site, fs[0].Receipt)
+	if rc.Outcome != intake.OutcomeFailed || rc.Reason != intake.ReasonTargetRefused || strings.Contains(rc.Detail, "LONGKEY") {
+		t.Fatalf("receipt %+v", rc)
+	}
+	site.Drop(t, "orders-b-short.csv", "order_id,email,amount,status,placed_at,qty\nS-1,a@b.io,1.00,paid,2026-11-01T10:00:00Z,1\n")
+	r.poll("acme")
+	if fs := files(t, pool, "acme"); len(fs) != 2 || fs[1].State != "archived" || fs[1].Applied != 1 {
+		t.Fatalf("the partner's next file: %+v", fs)
+	}
+}
+
+// A file whose apply fails transiently every time is retried on its own
+// backoff while the partner's later files land; past its retry budget it
+// fails for good with retries_exhausted and a receipt. An error no retry
+// mends (a trigger raising a plain exception) fails its file at once.
+func TestAFailingFileNeverHoldsUpThePartner(t *testing.T) {
+	_, pool := testenv.DB(t)
+	exec(t, pool, `CREATE FUNCTION poison() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN
+		    IF NEW.order_id LIKE 'BUSY-%' THEN RAISE EXCEPTION 'busy' USING ERRCODE = '40001'; END IF;
+		    IF NEW.order_id LIKE 'BROKEN-%' THEN RAISE EXCEPTION 'broken %', NEW.email; END IF;
+		    RETURN NEW;
+		END $$;
+		CREATE TRIGGER poison BEFORE INSERT OR UPDATE ON orders FOR EACH ROW EXECUTE FUNCTION poison()`)
+	site := testenv.NewSite(t, "acme")
+	site.Drop(t, "orders-a-busy.csv", testenv.OrdersCSV("BUSY", 2))
+	site.Drop(t, "orders-b-broken.csv", testenv.OrdersCSV("BROKEN", 2))
+	site.Drop(t, "orders-c-fine.csv", testenv.OrdersCSV("FINE", 2))
+	r := newRigCfg(t, pool, intake.Config{WorkerID: "w1", Lease: 30 * time.Second, SpoolMinFree: 1,
+		Retry: intake.RetryPolicy{Attempts: 3, Base: time.Millisecond, Max: time.Millisecond}}, site)
+
+	r.poll("acme") // the poll itself succeeds: a file's failure is the file's
+	byName := func() map[string]fileRow {
+		out := map[string]fileRow{}
+		for _, f := range files(t, pool, "acme") {
+			out[f.Name] = f
+		}
+		return out
+	}
+	fs := byName()
+	if f := fs["orders-c-fine.csv"]; f.State != "archived" || f.Applied != 2 {
+		t.Fatalf("the file behind the failing ones: %+v", f)
+	}
+	if f := fs["orders-b-broken.csv"]; f.State != "failed_terminal" || f.Reason != intake.ReasonTargetError {
+		t.Fatalf("a final error: %+v, want failed_terminal target_error at once", f)
+	}
+	if f := fs["orders-a-busy.csv"]; f.State != "applying" {
+		t.Fatalf("a transient failure: %+v, want applying, waiting for its next attempt", f)
+	}
+	var attempts int
+	var lastErr string
+	if err := pool.QueryRow(context.Background(), `SELECT attempts, last_error FROM file_intake WHERE remote_name = 'orders-a-busy.csv'`).
+		Scan(&attempts, &lastErr); err != nil {
+		t.Fatal(err)
+	}
+	if attempts != 1 || !strings.Contains(lastErr, "SQLSTATE 40001") || strings.Contains(lastErr, "busy") {
+		t.Fatalf("attempts %d, last_error %q: want 1 and the SQLSTATE without PostgreSQL's text", attempts, lastErr)
+	}
+	for range 2 {
+		time.Sleep(5 * time.Millisecond) // past the file's next attempt (1 ms)
+		r.poll("acme")
+	}
+	f := byName()["orders-a-busy.csv"]
+	if f.State != "failed_terminal" || f.Reason != intake.ReasonRetriesExhausted {
+		t.Fatalf("after its budget: %+v, want failed_terminal retries_exhausted", f)
+	}
+	rc := receipt(t, site, f.Receipt)
+	if rc.Outcome != intake.OutcomeFailed || rc.Reason != intake.ReasonRetriesExhausted {
+		t.Fatalf("receipt %+v", rc)
+	}
+	broken := receipt(t, site, byName()["orders-b-broken.csv"].Receipt)
+	if !strings.Contains(broken.Detail, "SQLSTATE P0001") || strings.Contains(broken.Detail, "example.com") {
+		t.Fatalf("the final error's receipt %+v: want the SQLSTATE and no value", broken)
+	}
+}
+
+func relTo(t *testing.T, s *testenv.Site, p string) string {
+	t.Helper()
+	rel, err := filepath.Rel(s.Root, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rel
+}
