@@ -290,6 +290,12 @@ func (r *fileRun) chunkStatements(ctx context.Context, tx pgx.Tx, tgt *target, c
 	b.Queue(`UPDATE file_intake SET lease_until = now() + $4::interval, updated_at = now()
 		WHERE intake_id = $1 AND fencing_token = $2 AND state = 'applying' AND chunks_done = $3`,
 		in.ID, in.Token, chunk, r.d.store.lease)
+	// A chunk may outlast the lease (a slow trigger, rows locked by the
+	// application): its statements get their own bound instead of the
+	// lease-long statement_timeout of the pool (PoolConfig). The owner is
+	// not taken over meanwhile (Ledger.TakeOver), and the progress update
+	// renews the lease from the moment of commit.
+	b.Queue(chunkStatementTimeout)
 	if chunk < r.chunks-1 {
 		// Not the file's last chunk: its commit need not wait for the WAL
 		// flush. Rows and ledger row commit together either way, so a
@@ -342,11 +348,12 @@ func (r *fileRun) chunkStatements(ctx context.Context, tx pgx.Tx, tgt *target, c
 		in.ID, chunk, in.Partner, ch.first, ch.last, c.applied, c.unchanged, c.conflict, in.Token)
 	b.Queue(`UPDATE file_intake SET rows_applied = rows_applied + $4, rows_unchanged = rows_unchanged + $5,
 		rows_rejected = rows_rejected + $6, rows_conflict = rows_conflict + $7, chunks_done = $3 + 1,
+		lease_until = clock_timestamp() + $9::interval,
 		state = CASE WHEN $3 + 1 >= $8 AND rows_applied + $4 + rows_unchanged + $5 + rows_rejected + $6 + rows_conflict + $7 = rows_total
 		             THEN 'applied' ELSE state END, updated_at = now()
 		WHERE intake_id = $1 AND fencing_token = $2 AND chunks_done = $3
 		RETURNING state`,
-		in.ID, in.Token, chunk, c.applied, c.unchanged, c.rejected, c.conflict, r.chunks)
+		in.ID, in.Token, chunk, c.applied, c.unchanged, c.rejected, c.conflict, r.chunks, r.d.store.lease)
 	br = tx.SendBatch(ctx, b)
 	if _, err := br.Exec(); err != nil {
 		br.Close()
@@ -366,6 +373,9 @@ func (r *fileRun) chunkStatements(ctx context.Context, tx pgx.Tx, tgt *target, c
 	c.fileApplied = state == string(StateApplied)
 	return nil
 }
+
+// chunkStatementTimeout bounds each statement of a chunk transaction.
+const chunkStatementTimeout = "SET LOCAL statement_timeout = '30min'"
 
 // rowPaths: how a chunk's rows reach the target.
 const (

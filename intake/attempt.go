@@ -9,6 +9,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/partner-intake/partner-intake/internal/fault"
+
 	"github.com/partner-intake/partner-intake/internal/pgerr"
 )
 
@@ -36,6 +38,9 @@ const (
 func (r *fileRun) settle(ctx context.Context, err error) error {
 	if ctx.Err() != nil {
 		return err // a shutdown, not the file's failure: it resumes on the next start
+	}
+	if errors.Is(err, fault.ErrInjected) {
+		return err // the crash tests' stand-in for a process that stops here
 	}
 	switch classify(err) {
 	case kindFinal, kindRefused:
@@ -70,6 +75,13 @@ func (r *fileRun) settle(ctx context.Context, err error) error {
 		r.log.Warn("file failed; retried on its own backoff while the partner's other files go on", "attempt", n, "err", err)
 	}
 	r.d.metrics.fileRetries.WithLabelValues(r.in.Partner).Inc()
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) {
+		// an SFTP failure may be the session's or the site's (a directory
+		// removed by hand): the next poll dials afresh and makes sure of
+		// the directories again
+		r.p.redial.Store(true)
+	}
 	if sessionLost(err) {
 		return err // every other file of the partner would fail the same way now
 	}
@@ -89,9 +101,11 @@ func finalReason(err error) (string, string) {
 	return ReasonTargetError, "the file could not be processed; ops have been alerted"
 }
 
-// recordAttempt counts a failed run of the file and sets its next attempt
-// (the base backoff doubling per attempt, capped, with jitter), under the
-// file's fencing token. exhausted: the budget is spent.
+// recordAttempt counts a failed run of the file and sets its next attempt,
+// under the file's fencing token: the first failure is tried again on the
+// next poll (a one-off, as most are), later ones after the base backoff
+// doubling per attempt, capped, with jitter. exhausted: the budget is
+// spent.
 func (s *store) recordAttempt(ctx context.Context, in *Intake, lastErr string) (n int, exhausted bool, err error) {
 	// this write must land even when the run's context is what ended it
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
@@ -99,7 +113,8 @@ func (s *store) recordAttempt(ctx context.Context, in *Intake, lastErr string) (
 	var age time.Duration
 	err = s.pool.QueryRow(wctx, `UPDATE file_intake SET attempts = attempts + 1,
 		    first_failed_at = coalesce(first_failed_at, now()),
-		    next_attempt_at = now() + least($3::interval * power(2, attempts), $4::interval) * (0.75 + random() / 2),
+		    next_attempt_at = now() + CASE WHEN attempts = 0 THEN interval '0'
+		        ELSE least($3::interval * power(2, attempts - 1), $4::interval) * (0.75 + random() / 2) END,
 		    last_error = left($5, 1000), updated_at = now()
 		WHERE intake_id = $1 AND fencing_token = $2 AND state = ANY($6)
 		RETURNING attempts, now() - first_failed_at`,

@@ -241,6 +241,9 @@ func (d *Daemon) afterPoll(p *partnerRT, err error) {
 	}
 	ready, oldest := p.readyCount, p.oldestReady
 	p.statMu.Unlock()
+	if p.redial.Swap(false) && err == nil {
+		p.drop() // a file met an SFTP failure (attempt.go): dial afresh next time
+	}
 	if err != nil {
 		p.drop()
 		d.metrics.pollErrors.WithLabelValues(p.cfg.ID).Inc()
@@ -501,8 +504,9 @@ type partnerRT struct {
 	mu        sync.Mutex // one poll at a time per partner
 	sessMu    sync.Mutex
 	sess      *partners.Session
-	tempClean bool // this worker's spool temp files of the partner were swept
-	resumed   bool // this worker's own files of the partner were resumed once
+	tempClean bool        // this worker's spool temp files of the partner were swept
+	redial    atomic.Bool // a file met an SFTP failure: the next poll dials afresh
+	resumed   bool        // this worker's own files of the partner were resumed once
 
 	statMu      sync.Mutex // what the last poll saw, for gauges and /readyz
 	polling     bool       // this replica polls the partner (affinity.go); else it exports no poll gauges for it

@@ -86,7 +86,7 @@ func (l *Ledger) Adopt(ctx context.Context, in *Intake) error {
 // writes then fail on the token; its SFTP operations fail once the file is
 // renamed into processing/<worker>/.
 //
-// A stalled owner may still hold the row lock inside a transaction that
+// A stalled owner (its replica no longer heartbeats) may still hold the row lock inside a transaction that
 // will never finish by itself (a COPY waiting for its frozen client is not
 // ended by statement_timeout). When the update cannot get the lock, the old
 // worker's transactions older than the lease are terminated — its lease
@@ -97,6 +97,17 @@ func (l *Ledger) TakeOver(ctx context.Context, in *Intake, worker, newPath strin
 		out, err := l.takeOver(ctx, in, worker, newPath)
 		var pe *pgconn.PgError
 		if attempt == 1 && errors.As(err, &pe) && (pe.Code == "55P03" || pe.Code == "57014") {
+			// The row is locked: the owner is inside a chunk transaction.
+			// A live owner (its replica heartbeats) is working, however
+			// long the chunk takes: it renews the lease when the chunk
+			// commits, and is neither taken over nor ended.
+			alive, aerr := l.WorkerAlive(ctx, in.Worker)
+			if aerr != nil {
+				return nil, fmt.Errorf("takeover: is the owner alive: %w", aerr)
+			}
+			if alive {
+				return nil, &FencedError{IntakeID: in.ID, Token: in.Token, Step: "takeover (the owner is alive, inside a chunk)"}
+			}
 			if kerr := l.endStalled(ctx, in.Worker); kerr != nil {
 				return nil, fmt.Errorf("takeover: end the stalled owner's session: %w", kerr)
 			}

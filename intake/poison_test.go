@@ -253,3 +253,68 @@ func relTo(t *testing.T, s *testenv.Site, p string) string {
 	}
 	return rel
 }
+
+// A chunk that takes longer than the lease (here a trigger sleeps over
+// three leases of 3 s) is neither taken over nor ended while its owner's replica
+// is alive: takeovers tried all through it are refused, the chunk
+// commits, the lease is renewed from the commit, and the file is archived
+// by its owner under its first fencing token.
+func TestAChunkLongerThanTheLeaseIsNotTakenOver(t *testing.T) {
+	url, admin := testenv.DB(t)
+	lease := 3 * time.Second
+	// the daemon's own pool: statement timeout equal to the lease, and the
+	// application name by which a takeover ends a stalled owner
+	pc, err := intake.PoolConfig(url, "w1", lease)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool, err := pgxpool.NewWithConfig(context.Background(), pc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	exec(t, admin, `CREATE FUNCTION slow() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN PERFORM pg_sleep(10); RETURN NULL; END $$;
+		CREATE TRIGGER slow AFTER INSERT ON orders FOR EACH STATEMENT EXECUTE FUNCTION slow()`)
+	// the owner's replica is alive: it heartbeats in intake_worker
+	exec(t, pool, `INSERT INTO intake_worker (worker_id, hostname, pid, lease, partners, last_seen)
+		VALUES ('w1', 'test', 1, '1 hour', '{acme}', now())`)
+	site := testenv.NewSite(t, "acme")
+	site.Drop(t, "orders-slow.csv", testenv.OrdersCSV("S", 5))
+	r := newRigCfg(t, pool, intake.Config{WorkerID: "w1", Lease: lease, SpoolMinFree: 1}, site)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ledger := intake.NewLedger(admin, lease)
+	tried := make(chan int, 1)
+	go func() {
+		n := 0
+		defer func() { tried <- n }()
+		for ctx.Err() == nil {
+			exp, err := ledger.Expired(ctx, "acme")
+			if err != nil {
+				return
+			}
+			for _, old := range exp {
+				n++
+				if _, err := ledger.TakeOver(ctx, old, "thief", old.ClaimedPath+".thief"); err == nil {
+					t.Errorf("intake %d was taken over while its owner's chunk ran", old.ID)
+					return
+				}
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}()
+	r.poll("acme")
+	cancel()
+	if n := <-tried; n == 0 {
+		t.Fatal("no takeover was tried while the chunk ran: the test proves nothing")
+	}
+	fs := files(t, pool, "acme")
+	if len(fs) != 1 || fs[0].State != "archived" || fs[0].Worker != "w1" || fs[0].Applied != 5 {
+		t.Fatalf("files %+v, want archived by w1 with 5 rows", fs)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM file_intake WHERE fencing_token <> 1`); n != 0 {
+		t.Fatal("the file's fencing token moved")
+	}
+}

@@ -245,7 +245,9 @@ func (s *store) resume(ctx context.Context, id int64, worker string) (*Intake, e
 
 // heartbeat extends the lease; a FencedError means the file is lost.
 func (s *store) heartbeat(ctx context.Context, in *Intake) error {
-	tag, err := s.pool.Exec(ctx, `UPDATE file_intake SET lease_until = now() + $3::interval
+	// clock_timestamp: the statement may have waited for the row lock of
+	// the file's own long chunk, and the lease counts from now
+	tag, err := s.pool.Exec(ctx, `UPDATE file_intake SET lease_until = clock_timestamp() + $3::interval
 		WHERE intake_id = $1 AND fencing_token = $2 AND state = ANY($4)`, in.ID, in.Token, s.lease, liveStates)
 	if err != nil {
 		return fmt.Errorf("heartbeat: %w", err)
