@@ -62,10 +62,10 @@ const (
 // failed or the first failure is older than Within; then the file fails
 // with reason retries_exhausted. Zero values take the defaults.
 type RetryPolicy struct {
-	Attempts int
-	Within   time.Duration
-	Base     time.Duration
-	Max      time.Duration
+	Attempts int           `yaml:"max_attempts"`
+	Within   time.Duration `yaml:"within"`
+	Base     time.Duration `yaml:"base"`
+	Max      time.Duration `yaml:"max"`
 }
 
 // Defaults of RetryPolicy: about two hours of tries, at most ten minutes
@@ -198,7 +198,7 @@ func New(cfg Config, parts []partners.Config, db *pgxpool.Pool, sp *spool.Spool,
 		return nil, err
 	}
 	d := &Daemon{cfg: cfg, db: db, spool: sp, store: &store{pool: db, lease: cfg.Lease, retry: cfg.Retry},
-		metrics: newMetrics(reg), log: log.With("component", "intake", "worker", cfg.WorkerID),
+		metrics: newMetrics(reg), log: slog.New(pgerr.Handler(log.Handler())).With("component", "intake", "worker", cfg.WorkerID),
 		parts: map[string]*partnerRT{}, targets: map[string]*target{}}
 	for i := range parts {
 		p := &parts[i]

@@ -98,6 +98,13 @@ func TestNoCellValueLeaksIntoLogsReportsOrMetrics(t *testing.T) {
 	// a second file that fails as a whole, its header carrying the secret
 	site.Drop(t, "orders-leak2.csv", "order_id,"+secret+",amount,status,placed_at,qty\nL-9,x@example.com,1.00,paid,2026-11-01T00:00:00Z,1\n")
 	site.Config.Feeds[0].MaxRejectRatio = 1
+	// a third file the database fails with a message quoting the value
+	if _, err := pool.Exec(context.Background(), `CREATE FUNCTION quote_it() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN IF NEW.order_id = 'L-T' THEN RAISE EXCEPTION 'refused %', NEW.email; END IF; RETURN NEW; END $$;
+		CREATE TRIGGER quote_it BEFORE INSERT ON orders FOR EACH ROW EXECUTE FUNCTION quote_it()`); err != nil {
+		t.Fatal(err)
+	}
+	site.Drop(t, "orders-leak3.csv", header+"L-T,"+secret+"@example.com,1.00,paid,2026-11-01T00:00:00Z,1\n")
 
 	var logs syncBuffer
 	sp, _ := spool.New(t.TempDir())
@@ -113,7 +120,7 @@ func TestNoCellValueLeaksIntoLogsReportsOrMetrics(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := testenv.Files(t, pool, "leak")
-	if len(got) != 2 || got[0].Rejected != 6 || got[1].State != "failed_terminal" {
+	if len(got) != 3 || got[0].Rejected != 6 || got[1].State != "failed_terminal" || got[2].Reason != intake.ReasonTargetError {
 		t.Fatalf("got %+v", got)
 	}
 	if !strings.Contains(logs.String(), "intake_id") {

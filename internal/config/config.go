@@ -34,6 +34,8 @@ type File struct {
 	// partner; "none" lets every replica poll every partner (they race for
 	// the files, which lets several machines work one partner's backlog).
 	Affinity string `yaml:"affinity"`
+	// Retry bounds the retries of a file whose runs fail transiently.
+	Retry intake.RetryPolicy `yaml:"retry"`
 	// Database says where PostgreSQL is.
 	Database Database `yaml:"database"`
 	// Spool is the local store of downloaded files.
@@ -123,7 +125,7 @@ func (f *File) Validate() error {
 	if err := ic.Validate(); err != nil {
 		return err
 	}
-	f.WorkerID, f.Lease, f.Drain, f.Spool.MinFreeBytes, f.Affinity = ic.WorkerID, ic.Lease, ic.Drain, ic.SpoolMinFree, ic.Affinity
+	f.WorkerID, f.Lease, f.Drain, f.Spool.MinFreeBytes, f.Affinity, f.Retry = ic.WorkerID, ic.Lease, ic.Drain, ic.SpoolMinFree, ic.Affinity, ic.Retry
 	if err := f.Reconcile.Validate(); err != nil {
 		return err
 	}
@@ -154,7 +156,7 @@ func (f *File) Validate() error {
 
 // Intake is the daemon part of the configuration.
 func (f *File) Intake() intake.Config {
-	return intake.Config{WorkerID: f.WorkerID, Lease: f.Lease, Drain: f.Drain, SpoolMinFree: f.Spool.MinFreeBytes, Affinity: f.Affinity}
+	return intake.Config{WorkerID: f.WorkerID, Lease: f.Lease, Drain: f.Drain, SpoolMinFree: f.Spool.MinFreeBytes, Affinity: f.Affinity, Retry: f.Retry}
 }
 
 // DatabaseURL resolves the database URL.

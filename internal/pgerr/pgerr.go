@@ -6,6 +6,7 @@
 package pgerr
 
 import (
+	"context"
 	"errors"
 	"log/slog"
 	"strings"
@@ -76,3 +77,33 @@ func ReplaceAttr(_ []string, a slog.Attr) slog.Attr {
 	}
 	return a
 }
+
+// Handler wraps a slog.Handler so that every error attribute passes
+// through Redact, whatever handler options the embedding program chose.
+func Handler(h slog.Handler) slog.Handler {
+	if _, ok := h.(redacting); ok {
+		return h
+	}
+	return redacting{h}
+}
+
+type redacting struct{ slog.Handler }
+
+func (r redacting) Handle(ctx context.Context, rec slog.Record) error {
+	out := slog.NewRecord(rec.Time, rec.Level, rec.Message, rec.PC)
+	rec.Attrs(func(a slog.Attr) bool {
+		out.AddAttrs(ReplaceAttr(nil, a))
+		return true
+	})
+	return r.Handler.Handle(ctx, out)
+}
+
+func (r redacting) WithAttrs(as []slog.Attr) slog.Handler {
+	red := make([]slog.Attr, len(as))
+	for i, a := range as {
+		red[i] = ReplaceAttr(nil, a)
+	}
+	return redacting{r.Handler.WithAttrs(red)}
+}
+
+func (r redacting) WithGroup(name string) slog.Handler { return redacting{r.Handler.WithGroup(name)} }
