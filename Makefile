@@ -4,13 +4,16 @@ export GOTOOLCHAIN ?= local
 
 .PHONY: demo test deps build vet fmt-check alerts-test fuzz-smoke bench bench-smoke
 
-## demo: run `intake demo` (throwaway PostgreSQL, in-process SFTP site, example partners and files)
+## demo: run `intake demo` (throwaway PostgreSQL, in-process SFTP site, example partners and files);
+## the demo is linked only under the demo build tag, never into the daemon a host runs
 demo: deps
-	$(GO) run ./cmd/intake demo
+	$(GO) run -tags demo ./cmd/intake demo
 
 ## test: gofmt, go vet, the alert rules (promtool) and every test with the race detector, on real PostgreSQL and OpenSSH
 test: deps fmt-check vet alerts-test
 	$(GO) test -race -count=1 -timeout 15m ./...
+	$(GO) vet -tags demo ./cmd/intake
+	@bash .ci/nodemo.sh
 	$(MAKE) fuzz-smoke
 	$(MAKE) bench-smoke
 

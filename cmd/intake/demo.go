@@ -1,3 +1,10 @@
+//go:build demo
+
+// The demo links a throwaway PostgreSQL, an in-process SFTP server, a key
+// generator and an apt-get installer: none of that belongs in the daemon a
+// production host runs, so it is built only with the demo tag
+// (`make demo` runs `go run -tags demo ./cmd/intake demo`).
+
 package main
 
 import (
