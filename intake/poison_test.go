@@ -318,3 +318,38 @@ func TestAChunkLongerThanTheLeaseIsNotTakenOver(t *testing.T) {
 		t.Fatal("the file's fencing token moved")
 	}
 }
+
+// Small files go through in groups (group.go); a value the target refuses
+// in one of them makes that file leave its group and take the per-file
+// path, where exactly its row is refused; the group's other files apply.
+func TestARefusedValueInASmallFileLeavesItsGroup(t *testing.T) {
+	_, pool := testenv.DB(t)
+	exec(t, pool, `ALTER TABLE orders ALTER email TYPE varchar(20)`)
+	site := testenv.NewSite(t, "acme")
+	site.Drop(t, "orders-g1.csv", testenv.OrdersCSV("G1", 2))
+	site.Drop(t, "orders-g2.csv", testenv.OrdersHeader+
+		"G2-1,a@example.com,1.00,paid,2026-11-01T10:00:00Z,1\n"+
+		"G2-2,much-too-long-for-twenty@example.com,1.00,paid,2026-11-01T10:00:00Z,1\n")
+	site.Drop(t, "orders-g3.csv", testenv.OrdersCSV("G3", 2))
+	r := newRig(t, pool, "w1", site)
+	r.poll("acme")
+	fs := files(t, pool, "acme")
+	if len(fs) != 3 {
+		t.Fatalf("files %+v", fs)
+	}
+	for _, f := range fs {
+		want := int64(0)
+		if f.Name == "orders-g2.csv" {
+			want = 1
+		}
+		if f.State != "archived" || f.Rejected != want || f.Applied != 2-want {
+			t.Fatalf("%s: %+v, want archived with %d refused", f.Name, f, want)
+		}
+	}
+	if n := count(t, pool, `SELECT count(*) FROM orders WHERE partner_id = 'acme'`); n != 5 {
+		t.Fatalf("%d rows, want the 5 the target takes", n)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM orders WHERE order_id = 'G2-2'`); n != 0 {
+		t.Fatal("the refused row landed")
+	}
+}
