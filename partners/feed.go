@@ -108,6 +108,11 @@ type Dialect struct {
 	// MaxLineBytes bounds one physical line (default 4 MiB); a longer line
 	// fails the file without being buffered whole.
 	MaxLineBytes int `yaml:"max_line_bytes"`
+	// MaxRecordBytes bounds one record, every physical line of it (quoted
+	// fields spanning lines included; default 16 MiB); a longer record
+	// fails the file (record_too_large) once it passes the bound, never
+	// buffered whole.
+	MaxRecordBytes int `yaml:"max_record_bytes"`
 }
 
 // HasHeader reports whether the first line is a header.
@@ -211,6 +216,9 @@ func (f *Feed) Validate(key, readiness string) error {
 	}
 	if f.CSV.MaxLineBytes < 0 || (f.CSV.MaxLineBytes > 0 && f.CSV.MaxLineBytes < f.CSV.MaxFieldBytes) {
 		return fmt.Errorf("%s.csv.max_line_bytes: must be at least max_field_bytes", key)
+	}
+	if f.CSV.MaxRecordBytes < 0 || (f.CSV.MaxRecordBytes > 0 && f.CSV.MaxRecordBytes < f.CSV.MaxFieldBytes) {
+		return fmt.Errorf("%s.csv.max_record_bytes: must be at least max_field_bytes", key)
 	}
 	if !targetPattern.MatchString(f.Target) {
 		return fmt.Errorf("%s.target: %q must be a lower-case table name, optionally schema-qualified", key, f.Target)
