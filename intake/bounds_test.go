@@ -1,0 +1,63 @@
+package intake_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/partner-intake/partner-intake/internal/fault"
+	"github.com/partner-intake/partner-intake/internal/testenv"
+	"github.com/partner-intake/partner-intake/partners"
+)
+
+// Rows cut into chunks by bytes (chunk_bytes) as well as rows: a file of
+// 2.5 MB of values and 1 MiB chunks lands in several chunks of whole rows;
+// a run that fails in the second chunk resumes with the same cut (the
+// ledger's line ranges follow one another without gap or overlap) and the
+// target ends with every row exactly once.
+func TestChunksAreCutByBytesTheSameOnEveryRun(t *testing.T) {
+	_, pool := testenv.DB(t)
+	site := testenv.NewSite(t, "cbytes")
+	site.Config.Feeds[0].ChunkRows = 1_000_000
+	site.Config.Feeds[0].ChunkBytes = partners.MinChunkBytes
+	const rows = 40000
+	site.Drop(t, "orders-big.csv", testenv.OrdersCSV("B", rows))
+	r := newRig(t, pool, "w1", site)
+	if err := fault.Set("apply:mid_chunk=error@2"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { fault.Set("") })
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	r.d.PollOnce(ctx, "cbytes") // the second chunk fails once (retried or left for the next poll)
+	fault.Set("")
+	r.poll("cbytes")
+	fs := files(t, pool, "cbytes")
+	if len(fs) != 1 || fs[0].State != "archived" || fs[0].Applied != rows {
+		t.Fatalf("%+v", fs)
+	}
+	rs, err := pool.Query(ctx, `SELECT chunk_no, first_line, last_line FROM intake_chunk WHERE intake_id = $1 ORDER BY chunk_no`, fs[0].ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rs.Close()
+	next, n := int64(2), 0
+	for rs.Next() {
+		var no int
+		var first, last int64
+		if err := rs.Scan(&no, &first, &last); err != nil {
+			t.Fatal(err)
+		}
+		if no != n || first != next || last < first {
+			t.Fatalf("chunk %d spans lines %d-%d, want chunk %d from line %d", no, first, last, n, next)
+		}
+		next, n = last+1, n+1
+	}
+	if next != rows+2 {
+		t.Fatalf("the chunks end at line %d, want %d", next-1, rows+1)
+	}
+	if n < 3 {
+		t.Fatalf("%d chunks: the byte bound did not cut", n)
+	}
+	testenv.AssertExactOrders(t, pool, "cbytes", rows, "B")
+}
