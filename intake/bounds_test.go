@@ -2,8 +2,13 @@ package intake_test
 
 import (
 	"context"
+	"fmt"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/partner-intake/partner-intake/internal/fault"
 	"github.com/partner-intake/partner-intake/internal/testenv"
@@ -60,4 +65,46 @@ func TestChunksAreCutByBytesTheSameOnEveryRun(t *testing.T) {
 		t.Fatalf("%d chunks: the byte bound did not cut", n)
 	}
 	testenv.AssertExactOrders(t, pool, "cbytes", rows, "B")
+}
+
+// A partner at its spool quota stops claiming (gauge at 1), another
+// partner's files go on, and once retention frees its spool (here: its
+// spool directory removed) the partner's next file is claimed.
+func TestAPartnerOverItsSpoolQuotaStopsClaimingAlone(t *testing.T) {
+	_, pool := testenv.DB(t)
+	full := testenv.NewSite(t, "quota")
+	full.Config.Limits.MaxSpoolBytes = 1
+	full.Config.GroupFiles = 1
+	other := testenv.NewSite(t, "roomy")
+	for i, name := range []string{"orders-q1.csv", "orders-q2.csv"} {
+		full.Drop(t, name, testenv.OrdersCSV(fmt.Sprintf("Q%d", i), 3))
+		os.Chtimes(filepath.Join(full.Root, "ready", name), time.Now().Add(time.Duration(i-5)*time.Minute), time.Now().Add(time.Duration(i-5)*time.Minute))
+	}
+	other.Drop(t, "orders-r1.csv", testenv.OrdersCSV("R1", 3))
+	other.Drop(t, "orders-r2.csv", testenv.OrdersCSV("R2", 3))
+	r := newRig(t, pool, "w1", full, other)
+	gauge := func() float64 { return testutil.ToFloat64(r.d.Metrics().QuotaFull.WithLabelValues("quota")) }
+
+	r.poll("quota") // an empty spool: one claim takes it over its quota
+	if fs := files(t, pool, "quota"); len(fs) != 1 || fs[0].Name != "orders-q1.csv" || fs[0].State != "archived" {
+		t.Fatalf("first poll: %+v, want only the oldest file claimed", fs)
+	}
+	if gauge() != 1 {
+		t.Fatal("the quota gauge is not set after the claim that reached it")
+	}
+	r.poll("quota")
+	if fs := files(t, pool, "quota"); len(fs) != 1 {
+		t.Fatalf("a partner at its quota claimed: %+v", fs)
+	}
+	r.poll("roomy")
+	if fs := files(t, pool, "roomy"); len(fs) != 2 || fs[0].State != "archived" || fs[1].State != "archived" {
+		t.Fatalf("the other partner: %+v", fs)
+	}
+	if err := os.RemoveAll(filepath.Join(r.spoolDir, "quota")); err != nil {
+		t.Fatal(err)
+	}
+	r.poll("quota")
+	if fs := files(t, pool, "quota"); len(fs) != 2 || fs[1].Name != "orders-q2.csv" || fs[1].State != "archived" {
+		t.Fatalf("after the spool was freed: %+v", fs)
+	}
 }

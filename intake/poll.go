@@ -147,6 +147,10 @@ func (d *Daemon) pollOnce(ctx context.Context, p *partnerRT) error {
 			}
 		}()
 	}
+	quota, err := d.spoolQuota(p)
+	if err != nil {
+		return err
+	}
 	claimed := 0
 	var nextID int64 // allocated before the next claim's rename (see claim)
 	racing := false  // another replica claims from the partner: groups rename one at a time (claimGroup)
@@ -156,7 +160,7 @@ func (d *Daemon) pollOnce(ctx context.Context, p *partnerRT) error {
 		if ctx.Err() != nil || !d.claiming() || failed() {
 			break
 		}
-		if claimed >= p.cfg.Limits.MaxFilesPerPoll || !d.spaceOK() || !d.owns(ctx, p.cfg.ID) {
+		if claimed >= p.cfg.Limits.MaxFilesPerPoll || !quota.ok() || !d.spaceOK() || !d.owns(ctx, p.cfg.ID) {
 			break
 		}
 		select {
@@ -179,6 +183,9 @@ func (d *Daemon) pollOnce(ctx context.Context, p *partnerRT) error {
 			racing = racing || raced
 			i += walked - 1 // walked 0: the group was put back, walk it again one at a time
 			claimed += len(ins)
+			for _, in := range ins {
+				d.quotaClaimed(p, quota, in.ListedSize)
+			}
 			if len(ins) == 0 {
 				<-slots
 			} else {
@@ -208,6 +215,7 @@ func (d *Daemon) pollOnce(ctx context.Context, p *partnerRT) error {
 			continue
 		}
 		claimed++
+		d.quotaClaimed(p, quota, in.ListedSize)
 		work(func() error { return d.runFile(ctx, p, sess, in) })
 	}
 	wg.Wait()
