@@ -552,6 +552,10 @@ func (p *partnerRT) session(ctx context.Context, worker string) (*partners.Sessi
 		s.Close()
 		return nil, fmt.Errorf("partner %s: %w", p.cfg.ID, err)
 	}
+	if err := s.PrepareList(); err != nil {
+		s.Close()
+		return nil, fmt.Errorf("partner %s: %w", p.cfg.ID, err)
+	}
 	p.sess = s
 	return s, nil
 }

@@ -21,26 +21,24 @@ import (
 // sends them (lstat-like on OpenSSH: a symlink shows as a symlink). An
 // error from fn stops the listing and is returned. ctx ends the channel.
 func (s *Session) ListDir(ctx context.Context, dir string, fn func(os.FileInfo) error) error {
-	ch, err := s.ssh.NewSession()
-	if err != nil {
-		return fmt.Errorf("list %s: open channel: %w", dir, err)
+	s.listMu.Lock()
+	defer s.listMu.Unlock()
+	if s.lister == nil {
+		c, err := s.openLister()
+		if err != nil {
+			return fmt.Errorf("list %s: %w", dir, err)
+		}
+		s.lister = c
 	}
-	defer ch.Close()
-	stop := context.AfterFunc(ctx, func() { ch.Close() })
-	defer stop()
-	w, err := ch.StdinPipe()
-	if err != nil {
-		return fmt.Errorf("list %s: %w", dir, err)
+	c := s.lister
+	stop := context.AfterFunc(ctx, func() { c.ch.Close() })
+	err := c.list(dir, fn)
+	if (err != nil && !c.clean) || !stop() {
+		// the channel's state is unknown (a broken reply, ctx): a fresh
+		// one next time
+		c.ch.Close()
+		s.lister = nil
 	}
-	r, err := ch.StdoutPipe()
-	if err != nil {
-		return fmt.Errorf("list %s: %w", dir, err)
-	}
-	if err := ch.RequestSubsystem("sftp"); err != nil {
-		return fmt.Errorf("list %s: sftp subsystem: %w", dir, err)
-	}
-	c := &rawSFTP{w: w, r: r}
-	err = c.list(dir, fn)
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
@@ -48,6 +46,56 @@ func (s *Session) ListDir(ctx context.Context, dir string, fn func(os.FileInfo) 
 		return fmt.Errorf("list %s: %w", dir, err)
 	}
 	return nil
+}
+
+// PrepareList opens the channel ListDir lists on ahead of the first
+// listing (dialling a session does), so a poll's listing costs its
+// requests alone.
+func (s *Session) PrepareList() error {
+	s.listMu.Lock()
+	defer s.listMu.Unlock()
+	if s.lister != nil {
+		return nil
+	}
+	c, err := s.openLister()
+	if err != nil {
+		return err
+	}
+	s.lister = c
+	return nil
+}
+
+// openLister opens the session's listing channel: the SFTP subsystem on a
+// channel of its own, kept for the session's later listings.
+func (s *Session) openLister() (*rawSFTP, error) {
+	ch, err := s.ssh.NewSession()
+	if err != nil {
+		return nil, fmt.Errorf("open channel: %w", err)
+	}
+	w, err := ch.StdinPipe()
+	if err != nil {
+		ch.Close()
+		return nil, err
+	}
+	r, err := ch.StdoutPipe()
+	if err != nil {
+		ch.Close()
+		return nil, err
+	}
+	if err := ch.RequestSubsystem("sftp"); err != nil {
+		ch.Close()
+		return nil, fmt.Errorf("sftp subsystem: %w", err)
+	}
+	c := &rawSFTP{ch: ch, w: w, r: r}
+	if err := c.send(fxpInit, u32(3)); err != nil {
+		ch.Close()
+		return nil, err
+	}
+	if typ, _, err := c.recv(); err != nil || typ != fxpVersion {
+		ch.Close()
+		return nil, fmt.Errorf("sftp init: %v (reply type %d)", err, typ)
+	}
+	return c, nil
 }
 
 // SFTP v3 packet types and attribute flags (draft-ietf-secsh-filexfer-02).
@@ -74,10 +122,14 @@ const (
 )
 
 type rawSFTP struct {
+	ch  io.Closer
 	w   io.Writer
 	r   io.Reader
 	id  uint32
 	buf []byte
+	// clean: the last listing ended with the channel between requests
+	// (its error came from fn or a status reply), so it can be used again
+	clean bool
 }
 
 func (c *rawSFTP) send(typ byte, body ...[]byte) error {
@@ -135,18 +187,14 @@ func (c *rawSFTP) request(typ byte, body ...[]byte) (byte, []byte, error) {
 	return rt, d.b, nil
 }
 
-func (c *rawSFTP) list(dir string, fn func(os.FileInfo) error) error {
-	if err := c.send(fxpInit, u32(3)); err != nil {
-		return err
-	}
-	if typ, _, err := c.recv(); err != nil || typ != fxpVersion {
-		return fmt.Errorf("sftp init: %v (reply type %d)", err, typ)
-	}
+func (c *rawSFTP) list(dir string, fn func(os.FileInfo) error) (err error) {
+	c.clean = false
 	typ, b, err := c.request(fxpOpendir, str(dir))
 	if err != nil {
 		return err
 	}
 	if typ != fxpHandle {
+		c.clean = typ == fxpStatus
 		return statusError(typ, b)
 	}
 	d := decoder{b: b}
@@ -154,7 +202,13 @@ func (c *rawSFTP) list(dir string, fn func(os.FileInfo) error) error {
 	if d.err != nil {
 		return d.err
 	}
-	defer c.request(fxpClose, str(handle))
+	defer func() {
+		typ, _, cerr := c.request(fxpClose, str(handle))
+		c.clean = cerr == nil && typ == fxpStatus
+		if err == nil && !c.clean {
+			err = fmt.Errorf("sftp close: %v (reply type %d)", cerr, typ)
+		}
+	}()
 	for {
 		typ, b, err := c.request(fxpReaddir, str(handle))
 		if err != nil {

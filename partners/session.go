@@ -23,6 +23,9 @@ type Session struct {
 	ssh  *ssh.Client
 	done chan struct{}
 	dirs sync.Map // remote directories this session has made sure of
+
+	listMu sync.Mutex
+	lister *rawSFTP // the channel ListDir lists on (listdir.go)
 }
 
 // EnsureDir creates dir and its parents once per session: a directory

@@ -202,3 +202,56 @@ func TestHostileFilesKeepThePeakRSSBounded(t *testing.T) {
 		t.Fatalf("intake run exited %v", ws)
 	}
 }
+
+// A ready/ of 100k entries (99,990 no feed matches, older than the ten
+// good files): each `run --once` poll moves at most half of
+// max_files_per_poll of them to quarantine, claims the good files with
+// the rest of its budget, and the process's peak RSS (the kernel's
+// maxrss of the exited process, which is VmHWM) stays under 128 MiB.
+func TestAHundredThousandEntriesInReadyAreBoundedWorkPerPoll(t *testing.T) {
+	url, pool := testenv.DB(t)
+	site := testenv.NewSite(t, "many")
+	cfg := memConfig(t, site, t.TempDir(), "      max_files_per_poll: 20")
+	ready := filepath.Join(site.Root, "ready")
+	old := time.Now().Add(-time.Hour)
+	const junk, good = 99_990, 10
+	for i := range junk {
+		p := filepath.Join(ready, fmt.Sprintf("junk-%06d.txt", i))
+		if err := os.WriteFile(p, nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if i%1000 == 0 { // a spread of ages; the rest keep their creation time
+			os.Chtimes(p, old, old)
+		}
+	}
+	for i := range good {
+		site.Drop(t, fmt.Sprintf("orders-g%d.csv", i), testenv.OrdersCSV(fmt.Sprintf("G%d", i), 3))
+	}
+	quarantined := func() int { return len(site.Files(t, "quarantine")) }
+	for poll := 1; poll <= 2; poll++ {
+		p := startIntake(t, url, "", "run", "--config", cfg, "--once")
+		if ws := p.wait(t, 2*time.Minute); ws.ExitStatus() != 0 {
+			t.Fatalf("run --once exited %v:\n%s", ws, tail(p.output()))
+		}
+		peak := p.cmd.ProcessState.SysUsage().(*syscall.Rusage).Maxrss // KiB on Linux
+		t.Logf("poll %d: peak RSS %d MiB, %d entries in quarantine/", poll, peak>>10, quarantined())
+		if peak > memLimitKiB {
+			t.Fatalf("poll %d: peak RSS %d KiB, want at most %d KiB", poll, peak, memLimitKiB)
+		}
+		// each hostile entry leaves itself and its reason file in quarantine/
+		if n := quarantined(); n != poll*10*2 {
+			t.Fatalf("after %d polls %d entries in quarantine/, want %d (10 hostile entries per poll)", poll, n, poll*20)
+		}
+	}
+	fs := testenv.Files(t, pool, "many")
+	archived := 0
+	for _, f := range fs {
+		if strings.HasPrefix(f.Name, "orders-g") && f.State == "archived" {
+			archived++
+		}
+	}
+	if archived != good {
+		t.Fatalf("%d good files archived, want %d: %+v", archived, good, fs)
+	}
+	testenv.AssertExactOrders(t, pool, "many", 3, "G0", "G1", "G2", "G3", "G4", "G5", "G6", "G7", "G8", "G9")
+}
