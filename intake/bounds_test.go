@@ -1,10 +1,13 @@
 package intake_test
 
 import (
+	"bytes"
+	"compress/gzip"
 	"context"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -13,6 +16,7 @@ import (
 	"github.com/partner-intake/partner-intake/internal/fault"
 	"github.com/partner-intake/partner-intake/internal/testenv"
 	"github.com/partner-intake/partner-intake/partners"
+	"github.com/partner-intake/partner-intake/spool"
 )
 
 // Rows cut into chunks by bytes (chunk_bytes) as well as rows: a file of
@@ -106,5 +110,63 @@ func TestAPartnerOverItsSpoolQuotaStopsClaimingAlone(t *testing.T) {
 	r.poll("quota")
 	if fs := files(t, pool, "quota"); len(fs) != 2 || fs[1].Name != "orders-q2.csv" || fs[1].State != "archived" {
 		t.Fatalf("after the spool was freed: %+v", fs)
+	}
+}
+
+// A compressed file's expanded copy leaves the spool once the file is
+// finished (the original stays); a replay makes it again from the
+// original, and so does a hostile bomb's refusal leave nothing behind.
+func TestTheExpandedCopyLeavesTheSpoolOnceTheFileIsFinished(t *testing.T) {
+	_, pool := testenv.DB(t)
+	site := testenv.NewSite(t, "gzspool")
+	site.Config.Feeds[0].Pattern = `orders-.*\.csv(\.gz)?`
+	site.Config.Feeds[0].Compression = []string{partners.CompressionGzip}
+	site.Config.Limits.MaxExpandedBytes = 1 << 20
+	var b bytes.Buffer
+	zw := gzip.NewWriter(&b)
+	zw.Write([]byte(testenv.OrdersCSV("X", 20)))
+	zw.Close()
+	site.Drop(t, "orders-x.csv.gz", b.String())
+	b.Reset()
+	zw = gzip.NewWriter(&b)
+	zw.Write(make([]byte, 4<<20))
+	zw.Close()
+	site.Drop(t, "orders-y.csv.gz", b.String())
+	r := newRig(t, pool, "w1", site)
+	r.poll("gzspool")
+	spooled := func() []string {
+		var out []string
+		filepath.WalkDir(filepath.Join(r.spoolDir, "gzspool", "sha256"), func(p string, e os.DirEntry, err error) error {
+			if err == nil && e.Type().IsRegular() {
+				out = append(out, e.Name())
+			}
+			return nil
+		})
+		return out
+	}
+	var id int64
+	var data, orig string
+	if err := pool.QueryRow(context.Background(), `SELECT intake_id, data_sha256, content_sha256 FROM file_intake WHERE remote_name = 'orders-x.csv.gz' AND state = 'archived'`).Scan(&id, &data, &orig); err != nil {
+		t.Fatal(err)
+	}
+	got := spooled()
+	if len(got) != 2 || slices.Contains(got, data) || !slices.Contains(got, orig) {
+		t.Fatalf("spool holds %v; want the two originals, not the expanded copy %s", got, data)
+	}
+	in, err := r.d.Replay(context.Background(), id, "test", "re-apply", nil)
+	if err != nil {
+		t.Fatalf("replay after the expanded copy was removed: %v", err)
+	}
+	var state string
+	var unchanged int64
+	if err := pool.QueryRow(context.Background(), `SELECT state, rows_unchanged FROM file_intake WHERE intake_id = $1`, in.ID).Scan(&state, &unchanged); err != nil || state != "archived" || unchanged != 20 {
+		t.Fatalf("replay: %s, %d unchanged (%v)", state, unchanged, err)
+	}
+	if got := spooled(); len(got) != 2 {
+		t.Fatalf("after the replay the spool holds %v", got)
+	}
+	sp, _ := spool.New(r.spoolDir)
+	if tmps, _ := sp.TempFiles("gzspool", 0); len(tmps) != 0 {
+		t.Fatalf("temp files left: %v", tmps)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"archive/zip"
 	"bytes"
 	"compress/gzip"
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -235,4 +236,55 @@ func zipBounded(f io.ReaderAt, size int64) (*heldFor, error) {
 		return &heldFor{ReasonArchiveInvalid, "the central directory does not end where its end record begins"}, nil
 	}
 	return nil, nil
+}
+
+// dropExpanded deletes a compressed file's expanded copy from the spool
+// once the file is finished (archived, duplicate, quarantined, failed):
+// the original is what the spool keeps (retention), and the expanded
+// bytes, up to limits.max_expanded_bytes per file, are made again from it
+// when they are needed (a replay, a released file: ensureSpooled). A copy
+// that an unfinished intake of the partner also reads (the same expanded
+// bytes) is kept for it. A failure is logged only: purge removes the copy
+// at retention anyway.
+func (r *fileRun) dropExpanded(ctx context.Context) {
+	in := r.in
+	if in.DataSHA256 == "" || in.DataSHA256 == in.SHA256 || !finished(in.State) {
+		return
+	}
+	var busy bool
+	err := r.d.db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM file_intake WHERE partner_id = $1 AND data_sha256 = $2
+		AND intake_id <> $3 AND state NOT IN ('archived', 'duplicate', 'quarantined', 'failed_terminal', 'discarded'))`,
+		in.Partner, in.DataSHA256, in.ID).Scan(&busy)
+	if err == nil && !busy {
+		err = r.d.spool.Remove(in.Partner, in.DataSHA256)
+	}
+	if err != nil {
+		r.log.Warn("expanded copy not removed from the spool; purge removes it at retention", "err", err)
+	}
+}
+
+// finished: the file's bytes are not read again unless ops act on it.
+func finished(s State) bool {
+	switch s {
+	case StateArchived, StateDuplicate, StateQuarantined, StateFailedTerminal, StateDiscarded:
+		return true
+	}
+	return false
+}
+
+// reexpand makes the expanded copy again from the spooled original (it is
+// missing after dropExpanded) and checks it is the same bytes.
+func (r *fileRun) reexpand() (bool, error) {
+	in := r.in
+	if in.DataSHA256 == in.SHA256 || !r.d.spool.Has(in.Partner, in.SHA256, in.Size) {
+		return false, nil
+	}
+	data, held, err := r.expand(spool.Entry{Partner: in.Partner, SHA256: in.SHA256, Size: in.Size})
+	if err != nil || held != nil {
+		return false, fmt.Errorf("expand again: %v %v", err, held)
+	}
+	if data.SHA256 != in.DataSHA256 {
+		return false, fmt.Errorf("expanded bytes differ from the first expansion")
+	}
+	return true, nil
 }

@@ -101,6 +101,7 @@ func (r *fileRun) run(ctx context.Context) error {
 			return err
 		}
 	}
+	r.dropExpanded(ctx)
 	return nil
 }
 

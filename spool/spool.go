@@ -409,6 +409,19 @@ func (s *Spool) ClearOwnTemp(partner string) (int, error) {
 	return n, nil
 }
 
+// Remove deletes a spooled file (a derived copy the caller no longer
+// needs, such as a compressed file's expanded bytes); a missing one is no
+// error.
+func (s *Spool) Remove(partner, sha string) error {
+	if !partnerPattern.MatchString(partner) {
+		return fmt.Errorf("spool: bad partner id %q", partner)
+	}
+	if err := os.Remove(s.Path(partner, sha)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("spool: %w", err)
+	}
+	return nil
+}
+
 // Usage is the bytes the spool holds for a partner (spooled files and
 // temporary ones). It walks the partner's directory: a cost in the number
 // of files the partner's retention keeps.
