@@ -115,7 +115,8 @@ type Dialect struct {
 	// fails the file without being buffered whole.
 	MaxLineBytes int `yaml:"max_line_bytes"`
 	// MaxRecordBytes bounds one record, every physical line of it (quoted
-	// fields spanning lines included; default 16 MiB); a longer record
+	// fields spanning lines included; default 16 MiB, or max_line_bytes
+	// when that is larger); a longer record
 	// fails the file (record_too_large) once it passes the bound, never
 	// buffered whole.
 	MaxRecordBytes int `yaml:"max_record_bytes"`
@@ -226,8 +227,8 @@ func (f *Feed) Validate(key, readiness string) error {
 	if f.CSV.MaxLineBytes < 0 || (f.CSV.MaxLineBytes > 0 && f.CSV.MaxLineBytes < f.CSV.MaxFieldBytes) {
 		return fmt.Errorf("%s.csv.max_line_bytes: must be at least max_field_bytes", key)
 	}
-	if f.CSV.MaxRecordBytes < 0 || (f.CSV.MaxRecordBytes > 0 && f.CSV.MaxRecordBytes < f.CSV.MaxFieldBytes) {
-		return fmt.Errorf("%s.csv.max_record_bytes: must be at least max_field_bytes", key)
+	if r := f.CSV.MaxRecordBytes; r < 0 || (r > 0 && (r < f.CSV.MaxFieldBytes || r < f.CSV.MaxLineBytes)) {
+		return fmt.Errorf("%s.csv.max_record_bytes: must be at least max_field_bytes and max_line_bytes", key)
 	}
 	if !targetPattern.MatchString(f.Target) {
 		return fmt.Errorf("%s.target: %q must be a lower-case table name, optionally schema-qualified", key, f.Target)

@@ -75,7 +75,7 @@ func NewReader(r io.Reader, feed *partners.Feed, maxRows int64) (*Reader, error)
 	}
 	maxRec := feed.CSV.MaxRecordBytes
 	if maxRec <= 0 {
-		maxRec = MaxRecordBytes
+		maxRec = max(MaxRecordBytes, maxLine) // a record is at least one line
 	}
 	rl := &recordLimit{r: src, max: int64(maxRec), next: 1}
 	c := csv.NewReader(rl)
