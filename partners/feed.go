@@ -116,9 +116,8 @@ type Dialect struct {
 	MaxLineBytes int `yaml:"max_line_bytes"`
 	// MaxRecordBytes bounds one record, every physical line of it (quoted
 	// fields spanning lines included; default 16 MiB, or max_line_bytes
-	// when that is larger); a longer record
-	// fails the file (record_too_large) once it passes the bound, never
-	// buffered whole.
+	// when that is larger); a longer record fails the file
+	// (record_too_large) once it passes the bound, never buffered whole.
 	MaxRecordBytes int `yaml:"max_record_bytes"`
 }
 
