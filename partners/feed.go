@@ -115,9 +115,11 @@ type Dialect struct {
 	// fails the file without being buffered whole.
 	MaxLineBytes int `yaml:"max_line_bytes"`
 	// MaxRecordBytes bounds one record, every physical line of it (quoted
-	// fields spanning lines included; default 16 MiB, or max_line_bytes
-	// when that is larger); a longer record fails the file
+	// fields spanning lines included); a longer record fails the file
 	// (record_too_large) once it passes the bound, never buffered whole.
+	// Default: the declared columns at max_field_bytes each, quotes
+	// doubled, at least max_line_bytes, at most 16 MiB unless
+	// max_line_bytes is larger (rows.RecordBytes).
 	MaxRecordBytes int `yaml:"max_record_bytes"`
 }
 

@@ -19,11 +19,30 @@ import (
 // instead of being buffered whole.
 const MaxLineBytes = 4 << 20
 
-// MaxRecordBytes is the default bound of one record (csv.max_record_bytes):
+// MaxRecordBytes caps the default bound of one record (see
+// RecordBytes) unless the line bound is larger.
+const MaxRecordBytes = 16 << 20
+
+// RecordBytes is the bound of one record of the feed (csv.max_record_bytes):
 // every physical line of it, quoted fields spanning lines included.
 // encoding/csv keeps a whole record in memory (and a copy as strings), so
-// this, not the line bound, is what bounds the reader's memory.
-const MaxRecordBytes = 16 << 20
+// this, not the line bound, is what bounds the reader's memory. By
+// default: room for every declared column at max_field_bytes with its
+// quotes doubled (a longer record holds a field over max_field_bytes or
+// more fields than declared, so its row would be rejected anyway), at
+// least one line (max_line_bytes), at most MaxRecordBytes unless the line
+// bound is larger.
+func RecordBytes(feed *partners.Feed) int {
+	if feed.CSV.MaxRecordBytes > 0 {
+		return feed.CSV.MaxRecordBytes
+	}
+	maxLine := feed.CSV.MaxLineBytes
+	if maxLine <= 0 {
+		maxLine = MaxLineBytes
+	}
+	n := min(len(feed.Columns)*(2*feed.CSV.MaxFieldBytes+4), MaxRecordBytes) // + quotes, delimiter or CRLF
+	return max(n, maxLine)
+}
 
 // recordSlack is how far past the end of the last record the CSV reader's
 // buffer may have read ahead (bufio's default size) without the record it
@@ -73,11 +92,7 @@ func NewReader(r io.Reader, feed *partners.Feed, maxRows int64) (*Reader, error)
 		// undefined bytes decode to U+FFFD, refused below as invalid
 		src = charmap.Windows1252.NewDecoder().Reader(g)
 	}
-	maxRec := feed.CSV.MaxRecordBytes
-	if maxRec <= 0 {
-		maxRec = max(MaxRecordBytes, maxLine) // a record is at least one line
-	}
-	rl := &recordLimit{r: src, max: int64(maxRec), next: 1}
+	rl := &recordLimit{r: src, max: int64(RecordBytes(feed)), next: 1}
 	c := csv.NewReader(rl)
 	c.Comma, _ = utf8.DecodeRuneInString(feed.CSV.Delimiter)
 	c.FieldsPerRecord = -1

@@ -364,3 +364,29 @@ func TestMaxRecordBytesIsExact(t *testing.T) {
 		t.Fatalf("got %v, want record_too_large at line 3", err)
 	}
 }
+
+// The default record bound leaves room for every declared column at
+// max_field_bytes with its quotes doubled, is at least a line and at most
+// 16 MiB unless the line bound is larger.
+func TestTheDefaultRecordBoundFollowsTheFeed(t *testing.T) {
+	f := feed(t) // 6 columns of 64 KiB: under the 4 MiB line bound
+	if got := RecordBytes(f); got != MaxLineBytes {
+		t.Fatalf("got %d, want the line bound %d", got, MaxLineBytes)
+	}
+	f.CSV.MaxFieldBytes = 2 << 20 // 6 columns of 2 MiB, quotes doubled
+	if got := RecordBytes(f); got != MaxRecordBytes {
+		t.Fatalf("got %d, want the cap %d", got, MaxRecordBytes)
+	}
+	f.CSV.MaxFieldBytes = 512 << 10
+	if got, want := RecordBytes(f), 6*(2*(512<<10)+4); got != want {
+		t.Fatalf("got %d, want %d", got, want)
+	}
+	f.CSV.MaxLineBytes = 32 << 20
+	if got := RecordBytes(f); got != 32<<20 {
+		t.Fatalf("got %d, want the larger line bound", got)
+	}
+	f.CSV.MaxRecordBytes = 5000
+	if got := RecordBytes(f); got != 5000 {
+		t.Fatalf("got %d, want the configured 5000", got)
+	}
+}
