@@ -552,10 +552,9 @@ func (p *partnerRT) session(ctx context.Context, worker string) (*partners.Sessi
 		s.Close()
 		return nil, fmt.Errorf("partner %s: %w", p.cfg.ID, err)
 	}
-	if err := s.PrepareList(); err != nil {
-		s.Close()
-		return nil, fmt.Errorf("partner %s: %w", p.cfg.ID, err)
-	}
+	// A site that refuses a second channel is listed whole instead
+	// (partners.Session.ListDir): claims work either way.
+	_ = s.PrepareList()
 	p.sess = s
 	return s, nil
 }

@@ -23,12 +23,15 @@ import (
 func (s *Session) ListDir(ctx context.Context, dir string, fn func(os.FileInfo) error) error {
 	s.listMu.Lock()
 	defer s.listMu.Unlock()
-	if s.lister == nil {
+	if s.lister == nil && !s.noLister {
 		c, err := s.openLister()
 		if err != nil {
-			return fmt.Errorf("list %s: %w", dir, err)
+			s.noLister = true // a server that allows one channel only
 		}
 		s.lister = c
+	}
+	if s.noLister {
+		return s.readDirWhole(ctx, dir, fn)
 	}
 	c := s.lister
 	stop := context.AfterFunc(ctx, func() { c.ch.Close() })
@@ -50,18 +53,37 @@ func (s *Session) ListDir(ctx context.Context, dir string, fn func(os.FileInfo) 
 
 // PrepareList opens the channel ListDir lists on ahead of the first
 // listing (dialling a session does), so a poll's listing costs its
-// requests alone.
+// requests alone. An error means the server refuses a second channel:
+// ListDir then falls back to pkg/sftp's whole listing (bounded in what
+// is kept, not in what is read).
 func (s *Session) PrepareList() error {
 	s.listMu.Lock()
 	defer s.listMu.Unlock()
-	if s.lister != nil {
+	if s.lister != nil || s.noLister {
 		return nil
 	}
 	c, err := s.openLister()
 	if err != nil {
+		s.noLister = true
 		return err
 	}
 	s.lister = c
+	return nil
+}
+
+// readDirWhole is ListDir on a server that refuses a second channel: the
+// whole listing through pkg/sftp, unbounded (the session's error said so
+// when it was dialled).
+func (s *Session) readDirWhole(ctx context.Context, dir string, fn func(os.FileInfo) error) error {
+	ents, err := s.ReadDirContext(ctx, dir)
+	if err != nil {
+		return fmt.Errorf("list %s: %w", dir, err)
+	}
+	for _, e := range ents {
+		if err := fn(e); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
