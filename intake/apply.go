@@ -58,8 +58,6 @@ func (r *fileRun) apply(ctx context.Context) error {
 	first := in.ChunksDone // the reader must not read in while the loop below writes it
 	go func() { readErr <- r.readChunks(pctx, rd, first, full, free) }()
 	r.direct = true // optimistic: fresh rows go straight into the target
-	size := int64(r.feed.ChunkRows)
-	r.chunks = int((in.RowsTotal + size - 1) / size)
 	for c := range full {
 		if err := r.commitChunk(ctx, tgt, c); err != nil {
 			cancel()
@@ -83,15 +81,19 @@ func (r *fileRun) apply(ctx context.Context) error {
 
 // readChunks reads the spooled rows from the first chunk not yet in the
 // ledger on and hands full chunks over; it closes full when done.
+//
+// A chunk ends at chunk_rows rows or before the row that would take its
+// values past chunk_bytes, whichever comes first (chunkCut): the cut
+// points are a function of the spooled bytes and the feed alone, so chunk
+// n is the same rows on every run and the ledger's chunk numbers hold
+// across resumes. A chunk is handed over once the next chunk's first row
+// (or the end of the file) is read, so the last one knows it is last.
 func (r *fileRun) readChunks(ctx context.Context, rd *rows.Reader, first int, full chan<- *chunk, free <-chan *chunk) error {
 	defer close(full)
-	in := r.in
-	size := int64(r.feed.ChunkRows)
-	chunks := int((in.RowsTotal + size - 1) / size)
 	keyIdx := keyIndexes(r.feed)
-	no := first
+	var cut chunkCut
 	var c *chunk
-	take := func() error {
+	take := func(no int) error {
 		select {
 		case c = <-free:
 			c.reset(no)
@@ -100,10 +102,11 @@ func (r *fileRun) readChunks(ctx context.Context, rd *rows.Reader, first int, fu
 			return ctx.Err()
 		}
 	}
-	hand := func() error {
+	hand := func(final bool) error {
+		c.final = final
 		select {
 		case full <- c:
-			c, no = nil, no+1
+			c = nil
 			return nil
 		case <-ctx.Done():
 			return ctx.Err()
@@ -117,11 +120,17 @@ func (r *fileRun) readChunks(ctx context.Context, rd *rows.Reader, first int, fu
 		if err != nil {
 			return fmt.Errorf("apply: spooled file no longer reads as planned: %w", err)
 		}
-		if int(row.Index/size) < first {
+		no, next := cut.place(r.feed, row)
+		if next && c != nil {
+			if err := hand(false); err != nil {
+				return err
+			}
+		}
+		if no < first {
 			continue
 		}
 		if c == nil {
-			if err := take(); err != nil {
+			if err := take(no); err != nil {
 				return err
 			}
 		}
@@ -138,19 +147,9 @@ func (r *fileRun) readChunks(ctx context.Context, rd *rows.Reader, first int, fu
 				c.refused = append(c.refused, refusal{line: row.Line, column: r.feed.Columns[ve.col].Name, detail: "refused by the column's type: " + ve.code})
 			}
 		}
-		if (row.Index+1)%size == 0 {
-			if err := hand(); err != nil {
-				return err
-			}
-		}
-	}
-	if c == nil && no < chunks {
-		if err := take(); err != nil { // a last chunk of rejected rows only
-			return err
-		}
 	}
 	if c != nil {
-		return hand()
+		return hand(true)
 	}
 	return nil
 }
@@ -296,7 +295,7 @@ func (r *fileRun) chunkStatements(ctx context.Context, tx pgx.Tx, tgt *target, c
 	// not taken over meanwhile (Ledger.TakeOver), and the progress update
 	// renews the lease from the moment of commit.
 	b.Queue(chunkStatementTimeout)
-	if chunk < r.chunks-1 {
+	if !ch.final {
 		// Not the file's last chunk: its commit need not wait for the WAL
 		// flush. Rows and ledger row commit together either way, so a
 		// database crash can only lose whole chunks, which the ledger
@@ -349,11 +348,11 @@ func (r *fileRun) chunkStatements(ctx context.Context, tx pgx.Tx, tgt *target, c
 	b.Queue(`UPDATE file_intake SET rows_applied = rows_applied + $4, rows_unchanged = rows_unchanged + $5,
 		rows_rejected = rows_rejected + $6, rows_conflict = rows_conflict + $7, chunks_done = $3 + 1,
 		lease_until = clock_timestamp() + $9::interval,
-		state = CASE WHEN $3 + 1 >= $8 AND rows_applied + $4 + rows_unchanged + $5 + rows_rejected + $6 + rows_conflict + $7 = rows_total
+		state = CASE WHEN $8::boolean AND rows_applied + $4 + rows_unchanged + $5 + rows_rejected + $6 + rows_conflict + $7 = rows_total
 		             THEN 'applied' ELSE state END, updated_at = now()
 		WHERE intake_id = $1 AND fencing_token = $2 AND chunks_done = $3
 		RETURNING state`,
-		in.ID, in.Token, chunk, c.applied, c.unchanged, c.rejected, c.conflict, r.chunks, r.d.store.lease)
+		in.ID, in.Token, chunk, c.applied, c.unchanged, c.rejected, c.conflict, ch.final, r.d.store.lease)
 	br = tx.SendBatch(ctx, b)
 	if _, err := br.Exec(); err != nil {
 		br.Close()

@@ -6,6 +6,9 @@ import (
 	"hash/maphash"
 	"strconv"
 	"strings"
+
+	"github.com/partner-intake/partner-intake/intake/rows"
+	"github.com/partner-intake/partner-intake/partners"
 )
 
 // chunk is one chunk of a file's rows: the same range of data rows on
@@ -15,6 +18,7 @@ import (
 // target (fresh rows) or into the staging table (merge).
 type chunk struct {
 	no          int
+	final       bool      // the file's last chunk: its commit moves the file to applied
 	first, last int64     // lines the chunk spans, rejected rows included
 	lines       []int64   // line of each valid row
 	ends        []int     // end of each valid row's columns in cols
@@ -33,9 +37,38 @@ func newChunk(seed maphash.Seed, rows int, enc []encoder) *chunk {
 }
 
 func (c *chunk) reset(no int) {
-	c.no, c.first, c.last, c.dupKeys = no, 0, 0, false
+	c.no, c.first, c.last, c.dupKeys, c.final = no, 0, 0, false, false
 	c.lines, c.ends, c.cols, c.refused = c.lines[:0], c.ends[:0], c.cols[:0], c.refused[:0]
 	clear(c.keys)
+}
+
+// chunkCut places a file's rows into chunks, from its first row on: a
+// chunk holds at most chunk_rows rows and, unless one row alone is larger,
+// at most chunk_bytes bytes of values (valid rows' cells; a rejected row
+// carries none into the chunk). It bounds what a chunk buffers whatever
+// the rows hold, and depends on the rows alone (see readChunks).
+type chunkCut struct {
+	no    int
+	rows  int
+	bytes int64
+}
+
+// place returns the chunk the row belongs to, and whether the row opens a
+// new chunk after an earlier one.
+func (k *chunkCut) place(f *partners.Feed, row *rows.Row) (int, bool) {
+	var size int64
+	if row.Issue == nil {
+		for _, v := range row.Values {
+			size += int64(len(v))
+		}
+	}
+	next := false
+	if k.rows > 0 && (k.rows >= f.ChunkRows || k.bytes+size > f.ChunkBytes) {
+		k.no, k.rows, k.bytes, next = k.no+1, 0, 0, true
+	}
+	k.rows++
+	k.bytes += size
+	return k.no, next
 }
 
 // rows is the number of valid rows in the chunk.

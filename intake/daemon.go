@@ -380,6 +380,56 @@ func (d *Daemon) spaceOK() bool {
 	return !low
 }
 
+// spoolQuota is a partner's spool quota at the start of a poll's claims:
+// the bytes it holds, to which each claim adds its listed size. While they
+// are at or over limits.max_spool_bytes none of its files is claimed
+// (backpressure for this partner alone: the others go on); resumes of its
+// claimed files go on, and a file is never refused for its own size (one
+// claim may go over, so a file larger than the quota still moves).
+type spoolQuota struct {
+	max, used int64
+}
+
+func (d *Daemon) spoolQuota(p *partnerRT) (*spoolQuota, error) {
+	q := &spoolQuota{max: p.cfg.Limits.MaxSpoolBytes}
+	if q.max > 0 {
+		used, err := d.spool.Usage(p.cfg.ID)
+		if err != nil {
+			return nil, err
+		}
+		q.used = used
+	}
+	d.quotaState(p, q.ok())
+	return q, nil
+}
+
+func (q *spoolQuota) ok() bool { return q.max <= 0 || q.used < q.max }
+
+// claimed counts a claim's listed bytes against the quota and reports
+// whether claiming may go on.
+func (d *Daemon) quotaClaimed(p *partnerRT, q *spoolQuota, size int64) {
+	q.used += size
+	if !q.ok() {
+		d.quotaState(p, false)
+	}
+}
+
+// quotaState logs a change of the partner's quota state and sets its gauge.
+func (d *Daemon) quotaState(p *partnerRT, ok bool) {
+	v := 0.0
+	if !ok {
+		v = 1
+	}
+	d.metrics.quotaFull.WithLabelValues(p.cfg.ID).Set(v)
+	if was := p.quotaFull.Swap(!ok); was != !ok {
+		if !ok {
+			d.log.Warn("partner's spool quota reached: its claims paused", "partner", p.cfg.ID, "max_spool_bytes", p.cfg.Limits.MaxSpoolBytes)
+		} else {
+			d.log.Info("partner's spool back under its quota: claims resumed", "partner", p.cfg.ID)
+		}
+	}
+}
+
 // SetSpoolMinFree changes the backpressure floor at run time.
 func (d *Daemon) SetSpoolMinFree(n int64) { d.cfg.SpoolMinFree = n }
 
@@ -516,6 +566,7 @@ type partnerRT struct {
 	lastErr     string
 	oldestReady time.Time
 	readyCount  int
+	quotaFull   atomic.Bool // the partner's spool is at its quota (limits.max_spool_bytes)
 }
 
 func (p *partnerRT) poke() {
@@ -540,6 +591,9 @@ func (p *partnerRT) session(ctx context.Context, worker string) (*partners.Sessi
 		s.Close()
 		return nil, fmt.Errorf("partner %s: %w", p.cfg.ID, err)
 	}
+	// A site that refuses a second channel is listed whole instead
+	// (partners.Session.ListDir): claims work either way.
+	_ = s.PrepareList()
 	p.sess = s
 	return s, nil
 }

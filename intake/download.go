@@ -257,6 +257,9 @@ func (r *fileRun) ensureSpooled(ctx context.Context) error {
 	if r.d.spool.Has(in.Partner, in.DataSHA256, in.DataSize) {
 		return nil
 	}
+	if ok, err := r.reexpand(); ok || err != nil {
+		return err // the expanded copy was removed when the file finished (dropExpanded)
+	}
 	e, err := r.fetch(ctx, false)
 	if errors.Is(err, ErrRemoteLost) {
 		return r.hold(ctx, StateFailedTerminal, ReasonRemoteLost, 0, "neither the spool nor processing/ holds the file's bytes any more")

@@ -4,6 +4,8 @@ import (
 	"archive/zip"
 	"bytes"
 	"compress/gzip"
+	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -17,13 +19,23 @@ import (
 
 // Reasons a compressed file is held, unparsed.
 const (
-	ReasonCompressionNotAllowed = "compression_not_allowed" // the feed does not accept this compression
-	ReasonArchiveInvalid        = "archive_invalid"         // not a readable gzip/zip file
-	ReasonArchiveTooLarge       = "archive_too_large"       // expands beyond limits.max_expanded_bytes
-	ReasonArchiveEntries        = "archive_entries"         // a zip must hold exactly one file
-	ReasonArchiveBadEntry       = "archive_bad_entry"       // an entry name with traversal, an absolute path or unsafe characters
-	ReasonArchiveSymlink        = "archive_symlink"         // an entry that is a symbolic link
-	ReasonArchiveNested         = "archive_nested"          // an archive inside the archive
+	ReasonCompressionNotAllowed = "compression_not_allowed"     // the feed does not accept this compression
+	ReasonArchiveInvalid        = "archive_invalid"             // not a readable gzip/zip file
+	ReasonArchiveTooLarge       = "archive_too_large"           // expands beyond limits.max_expanded_bytes
+	ReasonArchiveEntries        = "archive_entries"             // a zip must hold exactly one file
+	ReasonArchiveBadEntry       = "archive_bad_entry"           // an entry name with traversal, an absolute path or unsafe characters
+	ReasonArchiveSymlink        = "archive_symlink"             // an entry that is a symbolic link
+	ReasonArchiveNested         = "archive_nested"              // an archive inside the archive
+	ReasonArchiveDirectory      = "archive_directory_too_large" // a zip's central directory over maxZipEntries or maxZipDirBytes
+)
+
+// A zip may hold one file (and the directories above it): its central
+// directory is refused beyond these bounds before archive/zip reads it,
+// because archive/zip reads the whole directory into memory, one struct
+// per entry, whatever the end record says.
+const (
+	maxZipEntries  = 64
+	maxZipDirBytes = 256 << 10
 )
 
 type heldFor struct{ reason, detail string }
@@ -90,6 +102,9 @@ func (r *fileRun) expand(orig spool.Entry) (spool.Entry, *heldFor, error) {
 		defer zr.Close()
 		return put(zr)
 	default:
+		if held, err := zipBounded(f, orig.Size); held != nil || err != nil {
+			return orig, held, err
+		}
 		zr, err := zip.NewReader(f, orig.Size)
 		if err != nil {
 			return orig, &heldFor{ReasonArchiveInvalid, "not a zip file"}, nil
@@ -154,4 +169,122 @@ func (n *nestWatch) Write(p []byte) (int, error) {
 
 func (n *nestWatch) nested() bool {
 	return bytes.HasPrefix(n.head, gzipMagic) || bytes.HasPrefix(n.head, zipMagic)
+}
+
+// zipBounded checks a zip's end-of-central-directory record (zip64 too)
+// before archive/zip reads the directory: at most maxZipEntries entries in
+// at most maxZipDirBytes, and the directory must end where the end
+// records begin. archive/zip reads directory headers from the directory's
+// start until one does not parse, whatever the declared count and size;
+// with the end records right after the declared directory it stops there,
+// so what it reads is bounded by the declared size. The end record is
+// found the way archive/zip finds it (the last signature in the last
+// 65 KiB; zip64 through its locator); a file whose end archive/zip would
+// not find or read is left to archive/zip to refuse.
+func zipBounded(f io.ReaderAt, size int64) (*heldFor, error) {
+	const eocdLen, locLen, eocd64Len = 22, 20, 56
+	tail := min(size, 65*1024)
+	buf := make([]byte, tail)
+	if _, err := f.ReadAt(buf, size-tail); err != nil && !errors.Is(err, io.EOF) {
+		return nil, fmt.Errorf("expand: read zip end: %w", err)
+	}
+	at := -1
+	for i := len(buf) - eocdLen; i >= 0; i-- {
+		if bytes.Equal(buf[i:i+4], []byte("PK\x05\x06")) {
+			if i+eocdLen+int(binary.LittleEndian.Uint16(buf[i+20:])) <= len(buf) {
+				at = i
+			}
+			break
+		}
+	}
+	if at < 0 {
+		return nil, nil
+	}
+	end := size - tail + int64(at) // offset of the end record
+	e := buf[at:]
+	entries := uint64(binary.LittleEndian.Uint16(e[10:]))
+	dirSize := uint64(binary.LittleEndian.Uint32(e[12:]))
+	dirOff := uint64(binary.LittleEndian.Uint32(e[16:]))
+	dirEnd := uint64(end)
+	if (entries == 0xffff || dirSize == 0xffff || dirOff == 0xffffffff) && end >= locLen {
+		// zip64 when the locator right before the end record says so
+		loc := make([]byte, locLen)
+		if _, err := f.ReadAt(loc, end-locLen); err != nil {
+			return nil, nil
+		}
+		if bytes.Equal(loc[:4], []byte("PK\x06\x07")) && binary.LittleEndian.Uint32(loc[4:]) == 0 && binary.LittleEndian.Uint32(loc[16:]) == 1 {
+			off := binary.LittleEndian.Uint64(loc[8:])
+			rec := make([]byte, eocd64Len)
+			if off > uint64(size) {
+				return nil, nil
+			}
+			if _, err := f.ReadAt(rec, int64(off)); err != nil || !bytes.Equal(rec[:4], []byte("PK\x06\x06")) {
+				return nil, nil
+			}
+			entries = binary.LittleEndian.Uint64(rec[32:])
+			dirSize = binary.LittleEndian.Uint64(rec[40:])
+			dirOff = binary.LittleEndian.Uint64(rec[48:])
+			dirEnd = off
+		}
+	}
+	switch {
+	case entries > maxZipEntries:
+		return &heldFor{ReasonArchiveDirectory, fmt.Sprintf("it lists %d entries; at most %d are read", entries, maxZipEntries)}, nil
+	case dirSize > maxZipDirBytes:
+		return &heldFor{ReasonArchiveDirectory, fmt.Sprintf("its central directory is %d bytes; at most %d are read", dirSize, maxZipDirBytes)}, nil
+	case dirOff > dirEnd || dirOff+dirSize != dirEnd:
+		return &heldFor{ReasonArchiveInvalid, "the central directory does not end where its end record begins"}, nil
+	}
+	return nil, nil
+}
+
+// dropExpanded deletes a compressed file's expanded copy from the spool
+// once the file is finished (archived, duplicate, quarantined, failed):
+// the original is what the spool keeps (retention), and the expanded
+// bytes, up to limits.max_expanded_bytes per file, are made again from it
+// when they are needed (a replay, a released file: ensureSpooled). A copy
+// that an unfinished intake of the partner also reads (the same expanded
+// bytes) is kept for it. A failure is logged only: purge removes the copy
+// at retention anyway.
+func (r *fileRun) dropExpanded(ctx context.Context) {
+	in := r.in
+	if in.DataSHA256 == "" || in.DataSHA256 == in.SHA256 || !finished(in.State) {
+		return
+	}
+	var busy bool
+	err := r.d.db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM file_intake WHERE partner_id = $1 AND data_sha256 = $2
+		AND intake_id <> $3 AND state NOT IN ('archived', 'duplicate', 'quarantined', 'failed_terminal', 'discarded'))`,
+		in.Partner, in.DataSHA256, in.ID).Scan(&busy)
+	if err == nil && !busy {
+		err = r.d.spool.Remove(in.Partner, in.DataSHA256)
+	}
+	if err != nil {
+		r.log.Warn("expanded copy not removed from the spool; purge removes it at retention", "err", err)
+	}
+}
+
+// finished: the file's bytes are not read again unless ops act on it.
+func finished(s State) bool {
+	switch s {
+	case StateArchived, StateDuplicate, StateQuarantined, StateFailedTerminal, StateDiscarded:
+		return true
+	}
+	return false
+}
+
+// reexpand makes the expanded copy again from the spooled original (it is
+// missing after dropExpanded) and checks it is the same bytes.
+func (r *fileRun) reexpand() (bool, error) {
+	in := r.in
+	if in.DataSHA256 == in.SHA256 || !r.d.spool.Has(in.Partner, in.SHA256, in.Size) {
+		return false, nil
+	}
+	data, held, err := r.expand(spool.Entry{Partner: in.Partner, SHA256: in.SHA256, Size: in.Size})
+	if err != nil || held != nil {
+		return false, fmt.Errorf("expand again: %v %v", err, held)
+	}
+	if data.SHA256 != in.DataSHA256 {
+		return false, fmt.Errorf("expanded bytes differ from the first expansion")
+	}
+	return true, nil
 }

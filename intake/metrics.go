@@ -40,6 +40,7 @@ type metrics struct {
 	inflightBytes     *prometheus.GaugeVec
 	inflightBytesDone *prometheus.GaugeVec
 	spoolBytes        *prometheus.GaugeVec
+	quotaFull         *prometheus.GaugeVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -79,6 +80,8 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		inflightBytes:     f.NewGaugeVec(prometheus.GaugeOpts{Name: "intake_inflight_bytes", Help: "Bytes of the files being applied."}, []string{"partner"}),
 		inflightBytesDone: f.NewGaugeVec(prometheus.GaugeOpts{Name: "intake_inflight_bytes_done", Help: "Bytes of the files being applied that are committed so far (by committed rows)."}, []string{"partner"}),
 		spoolBytes:        f.NewGaugeVec(prometheus.GaugeOpts{Name: "intake_spool_bytes", Help: "Bytes held in the spool."}, []string{"partner"}),
+		quotaFull: f.NewGaugeVec(prometheus.GaugeOpts{Name: "intake_spool_quota_backpressure",
+			Help: "1 while the partner's claims are paused because its spooled bytes reached limits.max_spool_bytes."}, []string{"partner"}),
 	}
 }
 
@@ -118,6 +121,8 @@ type Metrics struct {
 	HashOnly      *prometheus.CounterVec
 	Grouped       *prometheus.CounterVec
 	Polls         *prometheus.CounterVec
+	QuotaFull     *prometheus.GaugeVec
+	Skipped       *prometheus.CounterVec
 }
 
 // Metrics returns the daemon's metric vectors.
@@ -125,5 +130,6 @@ func (d *Daemon) Metrics() Metrics {
 	return Metrics{FilesFinished: d.metrics.filesFinished, ClaimsLost: d.metrics.claimsLost, Rows: d.metrics.rowsTotal,
 		Fenced: d.metrics.fenced, PollErrors: d.metrics.pollErrors, PartnerUp: d.metrics.partnerUp, Backpressure: d.metrics.backpressure,
 		ChunkRetries: d.metrics.chunkRetries, Files: d.metrics.files, Stage: d.metrics.stageSeconds, Bytes: d.metrics.bytesDownloaded,
-		HashOnly: d.metrics.hashOnly, Grouped: d.metrics.grouped, Polls: d.metrics.polls}
+		HashOnly: d.metrics.hashOnly, Grouped: d.metrics.grouped, Polls: d.metrics.polls, QuotaFull: d.metrics.quotaFull,
+		Skipped: d.metrics.skipped}
 }

@@ -103,10 +103,13 @@ func (d *Daemon) pollOnce(ctx context.Context, p *partnerRT) error {
 		d.notPolling(p)
 		return errNotOwner
 	}
-	cands, hostile, err := d.list(p, sess)
+	cands, hostile, beyond, err := d.list(ctx, p, sess)
 	if err != nil {
 		return err
 	}
+	// Hostile entries (at most hostileBudget, the oldest) go to quarantine
+	// first; each counts against max_files_per_poll like a claim.
+	handled := 0
 	for _, h := range hostile {
 		if ctx.Err() != nil || !d.claiming() {
 			return ctx.Err()
@@ -114,6 +117,7 @@ func (d *Daemon) pollOnce(ctx context.Context, p *partnerRT) error {
 		if err := d.quarantineHostile(ctx, p, sess, h); err != nil {
 			return err
 		}
+		handled++
 	}
 	// Up to cfg.Concurrency files of the partner are in flight at once, on
 	// the one session (pkg/sftp multiplexes requests); a group of small
@@ -147,16 +151,20 @@ func (d *Daemon) pollOnce(ctx context.Context, p *partnerRT) error {
 			}
 		}()
 	}
-	claimed := 0
+	quota, err := d.spoolQuota(p)
+	if err != nil {
+		return err
+	}
+	claimed := handled
 	var nextID int64 // allocated before the next claim's rename (see claim)
 	racing := false  // another replica claims from the partner: groups rename one at a time (claimGroup)
 	for i := 0; i < len(cands); i++ {
 		c := cands[i]
-		p.setReady(cands[i:]) // what is left for a later poll (or another worker)
+		p.setReady(cands[i:], beyond) // what is left for a later poll (or another worker)
 		if ctx.Err() != nil || !d.claiming() || failed() {
 			break
 		}
-		if claimed >= p.cfg.Limits.MaxFilesPerPoll || !d.spaceOK() || !d.owns(ctx, p.cfg.ID) {
+		if claimed >= p.cfg.Limits.MaxFilesPerPoll || !quota.ok() || !d.spaceOK() || !d.owns(ctx, p.cfg.ID) {
 			break
 		}
 		select {
@@ -179,6 +187,9 @@ func (d *Daemon) pollOnce(ctx context.Context, p *partnerRT) error {
 			racing = racing || raced
 			i += walked - 1 // walked 0: the group was put back, walk it again one at a time
 			claimed += len(ins)
+			for _, in := range ins {
+				d.quotaClaimed(p, quota, in.ListedSize)
+			}
 			if len(ins) == 0 {
 				<-slots
 			} else {
@@ -208,6 +219,7 @@ func (d *Daemon) pollOnce(ctx context.Context, p *partnerRT) error {
 			continue
 		}
 		claimed++
+		d.quotaClaimed(p, quota, in.ListedSize)
 		work(func() error { return d.runFile(ctx, p, sess, in) })
 	}
 	wg.Wait()
@@ -217,34 +229,148 @@ func (d *Daemon) pollOnce(ctx context.Context, p *partnerRT) error {
 	return ctx.Err()
 }
 
-// setReady records what ready/ still offers, for gauges and status.
-func (p *partnerRT) setReady(left []candidate) {
+// setReady records what ready/ still offers, for gauges and status: the
+// candidates left of those kept, and beyond, the claimable files the
+// bounded listing counted but did not keep.
+func (p *partnerRT) setReady(left []candidate, beyond int) {
 	var oldest time.Time
 	if len(left) > 0 {
 		oldest = left[0].mtime
 	}
 	p.statMu.Lock()
-	p.readyCount, p.oldestReady = len(left), oldest
+	p.readyCount, p.oldestReady = len(left)+beyond, oldest
 	p.statMu.Unlock()
 }
 
-// list reads ready/ once, non-recursively, and returns claimable files,
-// oldest first. Skipped entries are counted by reason.
-func (d *Daemon) list(p *partnerRT, sess *partners.Session) ([]candidate, []Skipped, error) {
-	ents, err := sess.ReadDir(sess.Layout.ReadyDir())
-	if err != nil {
-		return nil, nil, fmt.Errorf("list %s: %w", sess.Layout.ReadyDir(), err)
-	}
-	cands, skipped := ClassifyReady(p.cfg, ents)
-	p.setReady(cands)
-	var hostile []Skipped
-	for _, s := range skipped {
-		d.metrics.skipped.WithLabelValues(p.cfg.ID, s.Reason).Inc()
-		if Hostile(s.Reason) {
-			hostile = append(hostile, s)
+// hostileBudget is how many hostile entries one poll moves to quarantine:
+// half of max_files_per_poll (at least one), so a flood of them never
+// takes a whole poll from the partner's good files, and drains anyway.
+func hostileBudget(p *partners.Config) int {
+	return max(1, p.Limits.MaxFilesPerPoll/2)
+}
+
+// maxManifestNames bounds the manifest names a listing remembers (manifest
+// mode); past it, a kept file's manifest is looked up with one LSTAT.
+const maxManifestNames = 10000
+
+// list streams ready/ once, non-recursively (partners.Session.ListDir),
+// and keeps only what this poll can use, whatever the directory holds:
+// the oldest max_files_per_poll claimable files, oldest first, and the
+// oldest hostileBudget hostile entries. Memory is bounded by those and
+// the work by one pass over the listing; skipped entries are counted by
+// reason. beyond is how many claimable files it counted but did not keep.
+func (d *Daemon) list(ctx context.Context, p *partnerRT, sess *partners.Session) (cands []candidate, hostile []Skipped, beyond int, err error) {
+	cfg := p.cfg
+	manifestMode := cfg.Readiness == partners.ReadinessManifest
+	keep := newOldest(max(cfg.Limits.MaxFilesPerPoll, 1), func(c candidate) (time.Time, string) { return c.mtime, c.name })
+	bad := newOldest(hostileBudget(cfg), func(s Skipped) (time.Time, string) { return s.Info.ModTime(), s.Info.Name() })
+	manifests := map[string]bool{}
+	overflow := false
+	total := 0
+	err = sess.ListDir(ctx, sess.Layout.ReadyDir(), func(e os.FileInfo) error {
+		c, reason := classifyEntry(cfg, e)
+		if reason == SkipManifest && e.Mode().IsRegular() {
+			if len(manifests) < maxManifestNames {
+				manifests[e.Name()] = true
+			} else {
+				overflow = true
+			}
 		}
+		if reason != "" {
+			d.metrics.skipped.WithLabelValues(cfg.ID, reason).Inc()
+			if Hostile(reason) {
+				bad.push(Skipped{Info: e, Reason: reason})
+			}
+			return nil
+		}
+		total++
+		keep.push(c)
+		return nil
+	})
+	if err != nil {
+		return nil, nil, 0, fmt.Errorf("list %s: %w", sess.Layout.ReadyDir(), err)
 	}
-	return cands, hostile, nil
+	for _, c := range keep.sorted() {
+		if manifestMode {
+			m := c.name + ManifestSuffix
+			ok := manifests[m]
+			if !ok && overflow {
+				fi, err := sess.Lstat(sess.Layout.Ready(m))
+				ok = err == nil && fi.Mode().IsRegular()
+			}
+			if !ok {
+				total--
+				d.metrics.skipped.WithLabelValues(cfg.ID, SkipNoManifest).Inc()
+				continue
+			}
+			c.manifest = m
+		}
+		cands = append(cands, c)
+	}
+	beyond = max(total-len(cands), 0)
+	p.setReady(cands, beyond)
+	return cands, bad.sorted(), beyond, nil
+}
+
+// oldest keeps the n smallest items by (time, name): a max-heap whose top
+// is the newest kept item, replaced when an older one comes.
+type oldest[T any] struct {
+	n     int
+	key   func(T) (time.Time, string)
+	items []T
+}
+
+func newOldest[T any](n int, key func(T) (time.Time, string)) *oldest[T] {
+	return &oldest[T]{n: n, key: key}
+}
+
+func (o *oldest[T]) less(a, b T) bool { // a is older than b
+	ta, na := o.key(a)
+	tb, nb := o.key(b)
+	if !ta.Equal(tb) {
+		return ta.Before(tb)
+	}
+	return na < nb
+}
+
+func (o *oldest[T]) push(x T) {
+	if len(o.items) < o.n {
+		o.items = append(o.items, x)
+		for i := len(o.items) - 1; i > 0; { // sift up: parents are newer
+			up := (i - 1) / 2
+			if !o.less(o.items[up], o.items[i]) {
+				break
+			}
+			o.items[up], o.items[i] = o.items[i], o.items[up]
+			i = up
+		}
+		return
+	}
+	if o.n == 0 || !o.less(x, o.items[0]) {
+		return
+	}
+	o.items[0] = x
+	for i := 0; ; { // sift down
+		l, r, big := 2*i+1, 2*i+2, i
+		if l < len(o.items) && o.less(o.items[big], o.items[l]) {
+			big = l
+		}
+		if r < len(o.items) && o.less(o.items[big], o.items[r]) {
+			big = r
+		}
+		if big == i {
+			break
+		}
+		o.items[i], o.items[big] = o.items[big], o.items[i]
+		i = big
+	}
+}
+
+// sorted returns the kept items, oldest first.
+func (o *oldest[T]) sorted() []T {
+	out := append([]T(nil), o.items...)
+	sort.Slice(out, func(i, j int) bool { return o.less(out[i], out[j]) })
+	return out
 }
 
 // Hostile reports whether a skipped entry is moved to quarantine (with a
@@ -286,32 +412,13 @@ func ClassifyReady(p *partners.Config, ents []os.FileInfo) ([]candidate, []Skipp
 	var out []candidate
 	var skipped []Skipped
 	for _, e := range ents {
-		name := e.Name()
-		reason := ""
-		switch {
-		case strings.HasPrefix(name, "."):
-			reason = SkipDotfile
-		case strings.HasSuffix(name, partialSuffix):
-			reason = SkipPartial
-		case !e.Mode().IsRegular():
-			reason = SkipNotRegular
-		case !SafeName(name):
-			reason = SkipBadName
-		case manifestMode && strings.HasSuffix(name, ManifestSuffix):
-			reason = SkipManifest
-		}
-		c := candidate{name: name, size: e.Size(), mtime: e.ModTime()}
-		if reason == "" {
-			if c.feed = p.FeedFor(name); c.feed == nil {
-				reason = SkipNoFeed
-			}
-		}
+		c, reason := classifyEntry(p, e)
 		if reason == "" && manifestMode {
-			m, ok := names[name+ManifestSuffix]
+			m, ok := names[c.name+ManifestSuffix]
 			if !ok || !m.Mode().IsRegular() {
 				reason = SkipNoManifest
 			} else {
-				c.manifest = name + ManifestSuffix
+				c.manifest = c.name + ManifestSuffix
 			}
 		}
 		if reason != "" {
@@ -321,6 +428,33 @@ func ClassifyReady(p *partners.Config, ents []os.FileInfo) ([]candidate, []Skipp
 		out = append(out, c)
 	}
 	return out, skipped
+}
+
+// classifyEntry is one entry's verdict, all but the manifest check
+// (which needs the rest of the listing): a candidate, or why it is
+// skipped.
+func classifyEntry(p *partners.Config, e os.FileInfo) (candidate, string) {
+	name := e.Name()
+	reason := ""
+	switch {
+	case strings.HasPrefix(name, "."):
+		reason = SkipDotfile
+	case strings.HasSuffix(name, partialSuffix):
+		reason = SkipPartial
+	case !e.Mode().IsRegular():
+		reason = SkipNotRegular
+	case !SafeName(name):
+		reason = SkipBadName
+	case p.Readiness == partners.ReadinessManifest && strings.HasSuffix(name, ManifestSuffix):
+		reason = SkipManifest
+	}
+	c := candidate{name: name, size: e.Size(), mtime: e.ModTime()}
+	if reason == "" {
+		if c.feed = p.FeedFor(name); c.feed == nil {
+			reason = SkipNoFeed
+		}
+	}
+	return c, reason
 }
 
 // SafeName reports whether a remote file name may be handled: valid UTF-8,

@@ -38,7 +38,9 @@ func (d *Daemon) Replay(ctx context.Context, id int64, actor, reason string, pro
 	if orig.State != StateArchived && orig.State != StateDuplicate {
 		return nil, fmt.Errorf("%w: intake %d is %s; only finished files are replayed", ErrDecision, id, orig.State)
 	}
-	if !d.spool.Has(orig.Partner, orig.DataSHA256, orig.DataSize) {
+	// a compressed file's expanded copy is made again from the original
+	// (dropExpanded removed it when the file finished)
+	if !d.spool.Has(orig.Partner, orig.DataSHA256, orig.DataSize) && !d.spool.Has(orig.Partner, orig.SHA256, orig.Size) {
 		return nil, fmt.Errorf("%w: the spool no longer holds the bytes of intake %d", ErrDecision, id)
 	}
 	p := d.parts[orig.Partner]

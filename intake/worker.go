@@ -26,8 +26,6 @@ type fileRun struct {
 	bound *binding
 	// pre is the rows' scan made during the download, for plan.
 	pre *preScan
-	// chunks is how many chunks the file has (set by apply).
-	chunks int
 	// direct: the next chunk is tried straight into the target (see
 	// writeRows); only the apply loop touches it.
 	direct bool
@@ -94,6 +92,7 @@ func (r *fileRun) run(ctx context.Context) error {
 			return err
 		}
 	}
+	r.dropExpanded(ctx)
 	return nil
 }
 

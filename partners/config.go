@@ -124,6 +124,10 @@ type Limits struct {
 	// MaxExpandedBytes caps what a compressed file may expand to, enforced
 	// while streaming (archive headers are not trusted).
 	MaxExpandedBytes int64 `yaml:"max_expanded_bytes"`
+	// MaxSpoolBytes is the partner's spool quota (0: none): while its
+	// spooled bytes are at or over it, none of its files is claimed
+	// (backpressure for this partner alone; retention frees the spool).
+	MaxSpoolBytes int64 `yaml:"max_spool_bytes"`
 }
 
 // SetDefaults fills unset fields with their defaults.
@@ -223,7 +227,7 @@ func (c *Config) Validate(key string) error {
 	if c.GroupFiles < 1 || c.GroupFiles > MaxGroupFiles {
 		return fmt.Errorf("%s.group_files: %d must be between 1 and %d", key, c.GroupFiles, MaxGroupFiles)
 	}
-	if c.Limits.MaxFileBytes < 0 || c.Limits.MaxRows < 0 || c.Limits.MaxFilesPerPoll < 0 || c.Limits.MaxExpandedBytes < 0 {
+	if c.Limits.MaxFileBytes < 0 || c.Limits.MaxRows < 0 || c.Limits.MaxFilesPerPoll < 0 || c.Limits.MaxExpandedBytes < 0 || c.Limits.MaxSpoolBytes < 0 {
 		return fmt.Errorf("%s.limits: values must be positive", key)
 	}
 	if len(c.Feeds) == 0 {

@@ -42,6 +42,8 @@ const (
 // Feed defaults.
 const (
 	DefaultChunkRows    = 10_000
+	DefaultChunkBytes   = 8 << 20
+	MinChunkBytes       = 1 << 20
 	DefaultMaxFieldLen  = 64 << 10
 	DefaultTextMaxLen   = 4096
 	DefaultDateLayout   = "2006-01-02"
@@ -80,6 +82,10 @@ type Feed struct {
 	MaxRejectRatio float64 `yaml:"max_reject_ratio"`
 	// ChunkRows is how many rows one apply transaction covers.
 	ChunkRows int `yaml:"chunk_rows"`
+	// ChunkBytes bounds the values one chunk holds (default 8 MiB): a
+	// chunk ends at chunk_rows rows or before the row that would take it
+	// past chunk_bytes, so a chunk's memory is bounded by bytes too.
+	ChunkBytes int64 `yaml:"chunk_bytes"`
 	// Compression lists what compressed files the feed accepts ("gzip",
 	// "zip"); none by default. The pattern must match the compressed name.
 	Compression []string `yaml:"compression"`
@@ -108,6 +114,13 @@ type Dialect struct {
 	// MaxLineBytes bounds one physical line (default 4 MiB); a longer line
 	// fails the file without being buffered whole.
 	MaxLineBytes int `yaml:"max_line_bytes"`
+	// MaxRecordBytes bounds one record, every physical line of it (quoted
+	// fields spanning lines included); a longer record fails the file
+	// (record_too_large) once it passes the bound, never buffered whole.
+	// Default: the declared columns at max_field_bytes each, quotes
+	// doubled, at least max_line_bytes, at most 16 MiB unless
+	// max_line_bytes is larger (rows.RecordBytes).
+	MaxRecordBytes int `yaml:"max_record_bytes"`
 }
 
 // HasHeader reports whether the first line is a header.
@@ -150,6 +163,9 @@ func (f *Feed) SetDefaults() {
 	}
 	if f.ChunkRows == 0 {
 		f.ChunkRows = DefaultChunkRows
+	}
+	if f.ChunkBytes == 0 {
+		f.ChunkBytes = DefaultChunkBytes
 	}
 	for i := range f.Columns {
 		c := &f.Columns[i]
@@ -212,6 +228,9 @@ func (f *Feed) Validate(key, readiness string) error {
 	if f.CSV.MaxLineBytes < 0 || (f.CSV.MaxLineBytes > 0 && f.CSV.MaxLineBytes < f.CSV.MaxFieldBytes) {
 		return fmt.Errorf("%s.csv.max_line_bytes: must be at least max_field_bytes", key)
 	}
+	if r := f.CSV.MaxRecordBytes; r < 0 || (r > 0 && (r < f.CSV.MaxFieldBytes || r < f.CSV.MaxLineBytes)) {
+		return fmt.Errorf("%s.csv.max_record_bytes: must be at least max_field_bytes and max_line_bytes", key)
+	}
 	if !targetPattern.MatchString(f.Target) {
 		return fmt.Errorf("%s.target: %q must be a lower-case table name, optionally schema-qualified", key, f.Target)
 	}
@@ -220,6 +239,9 @@ func (f *Feed) Validate(key, readiness string) error {
 	}
 	if f.ChunkRows < 1 || f.ChunkRows > 1_000_000 {
 		return fmt.Errorf("%s.chunk_rows: %d must be between 1 and 1000000", key, f.ChunkRows)
+	}
+	if f.ChunkBytes < MinChunkBytes || f.ChunkBytes > 1<<30 {
+		return fmt.Errorf("%s.chunk_bytes: %d must be between %d and %d", key, f.ChunkBytes, MinChunkBytes, 1<<30)
 	}
 	for _, c := range f.Compression {
 		if c != CompressionGzip && c != CompressionZip {

@@ -23,6 +23,10 @@ type Session struct {
 	ssh  *ssh.Client
 	done chan struct{}
 	dirs sync.Map // remote directories this session has made sure of
+
+	listMu   sync.Mutex
+	lister   *rawSFTP // the channel ListDir lists on (listdir.go)
+	noLister bool     // the server refused that channel: ListDir reads whole listings
 }
 
 // EnsureDir creates dir and its parents once per session: a directory

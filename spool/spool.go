@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -406,6 +407,52 @@ func (s *Spool) ClearOwnTemp(partner string) (int, error) {
 		}
 	}
 	return n, nil
+}
+
+// Remove deletes a spooled file (a derived copy the caller no longer
+// needs, such as a compressed file's expanded bytes); a missing one is no
+// error.
+func (s *Spool) Remove(partner, sha string) error {
+	if !partnerPattern.MatchString(partner) {
+		return fmt.Errorf("spool: bad partner id %q", partner)
+	}
+	if err := os.Remove(s.Path(partner, sha)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("spool: %w", err)
+	}
+	return nil
+}
+
+// Usage is the bytes the spool holds for a partner (spooled files and
+// temporary ones). It walks the partner's directory: a cost in the number
+// of files the partner's retention keeps.
+func (s *Spool) Usage(partner string) (int64, error) {
+	if !partnerPattern.MatchString(partner) {
+		return 0, fmt.Errorf("spool: bad partner id %q", partner)
+	}
+	var total int64
+	err := filepath.WalkDir(filepath.Join(s.dir, partner), func(_ string, e fs.DirEntry, err error) error {
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				return nil // removed meanwhile (purge), or nothing spooled yet
+			}
+			return err
+		}
+		if e.Type().IsRegular() {
+			info, err := e.Info()
+			if err != nil {
+				if errors.Is(err, fs.ErrNotExist) {
+					return nil
+				}
+				return err
+			}
+			total += info.Size()
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("spool: usage of %s: %w", partner, err)
+	}
+	return total, nil
 }
 
 // FreeBytes is the space left for unprivileged writers on the spool's disk.

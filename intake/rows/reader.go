@@ -19,6 +19,36 @@ import (
 // instead of being buffered whole.
 const MaxLineBytes = 4 << 20
 
+// MaxRecordBytes caps the default bound of one record (see
+// RecordBytes) unless the line bound is larger.
+const MaxRecordBytes = 16 << 20
+
+// RecordBytes is the bound of one record of the feed (csv.max_record_bytes):
+// every physical line of it, quoted fields spanning lines included.
+// encoding/csv keeps a whole record in memory (and a copy as strings), so
+// this, not the line bound, is what bounds the reader's memory. By
+// default: room for every declared column at max_field_bytes with its
+// quotes doubled (a longer record holds a field over max_field_bytes or
+// more fields than declared, so its row would be rejected anyway), at
+// least one line (max_line_bytes), at most MaxRecordBytes unless the line
+// bound is larger.
+func RecordBytes(feed *partners.Feed) int {
+	if feed.CSV.MaxRecordBytes > 0 {
+		return feed.CSV.MaxRecordBytes
+	}
+	maxLine := feed.CSV.MaxLineBytes
+	if maxLine <= 0 {
+		maxLine = MaxLineBytes
+	}
+	n := min(len(feed.Columns)*(2*feed.CSV.MaxFieldBytes+4), MaxRecordBytes) // + quotes, delimiter or CRLF
+	return max(n, maxLine)
+}
+
+// recordSlack is how far past the end of the last record the CSV reader's
+// buffer may have read ahead (bufio's default size) without the record it
+// is reading being over the bound yet.
+const recordSlack = 4096
+
 // Row is one data row of the file.
 type Row struct {
 	// Line is the 1-based line the record starts on.
@@ -38,6 +68,7 @@ type Reader struct {
 	feed    *partners.Feed
 	csv     *csv.Reader
 	guard   *guard
+	rec     *recordLimit
 	checks  []check
 	row     Row
 	next    int64
@@ -61,11 +92,13 @@ func NewReader(r io.Reader, feed *partners.Feed, maxRows int64) (*Reader, error)
 		// undefined bytes decode to U+FFFD, refused below as invalid
 		src = charmap.Windows1252.NewDecoder().Reader(g)
 	}
-	c := csv.NewReader(src)
+	rl := &recordLimit{r: src, max: int64(RecordBytes(feed)), next: 1}
+	c := csv.NewReader(rl)
 	c.Comma, _ = utf8.DecodeRuneInString(feed.CSV.Delimiter)
 	c.FieldsPerRecord = -1
 	c.ReuseRecord = true
-	rd := &Reader{feed: feed, csv: c, guard: g, maxRows: maxRows, first: true,
+	rl.csv = c
+	rd := &Reader{feed: feed, csv: c, guard: g, rec: rl, maxRows: maxRows, first: true,
 		decoded: feed.CSV.Encoding != partners.EncodingUTF8}
 	for _, col := range feed.Columns {
 		rd.checks = append(rd.checks, newCheck(col))
@@ -118,6 +151,11 @@ func (r *Reader) checkHeader(rec []string) error {
 // read returns the next record, with a leading BOM stripped.
 func (r *Reader) read() ([]string, error) {
 	rec, err := r.csv.Read()
+	if err == nil {
+		err = r.rec.done()
+	} else {
+		r.rec.done()
+	}
 	if err != nil {
 		return rec, err
 	}
@@ -146,7 +184,7 @@ func (r *Reader) Next() (*Row, error) {
 			return nil, io.EOF
 		}
 		var pe *csv.ParseError
-		if errors.As(err, &pe) && r.guard.err == nil {
+		if errors.As(err, &pe) && r.guard.err == nil && r.rec.err == nil {
 			// A syntax error spoils one record; the reader resumes at the
 			// next line, so the row is rejected and the file goes on.
 			r.next++
@@ -194,6 +232,9 @@ func (r *Reader) fileError(err error, line int64) error {
 	if r.guard.err != nil {
 		return r.guard.err
 	}
+	if r.rec.err != nil {
+		return r.rec.err
+	}
 	return &FileError{Reason: ReasonUnreadable, Line: line, Detail: err.Error()}
 }
 
@@ -237,4 +278,75 @@ func (g *guard) Read(p []byte) (int, error) {
 		return 0, g.err
 	}
 	return n, err
+}
+
+// recordLimit sits right under the CSV reader (above any decoding) and
+// bounds the bytes one record may take while it is being read, not after:
+// the CSV reader can pull at most max bytes (plus its read-ahead) past the
+// end of the last record it returned, so a quoted field of any size made
+// of short lines is refused once it passes max, with the line the record
+// started on; it is never buffered whole.
+type recordLimit struct {
+	r     io.Reader
+	csv   *csv.Reader
+	max   int64
+	read  int64 // bytes handed to the CSV reader
+	end   int64 // input offset of the end of the last record returned
+	lines int64 // newlines handed to the CSV reader
+	tail  []byte
+	next  int64 // the line the record being read starts on
+	err   *FileError
+}
+
+func (l *recordLimit) Read(p []byte) (int, error) {
+	if l.err != nil {
+		return 0, l.err
+	}
+	left := l.end + l.max + recordSlack - l.read
+	if left <= 0 {
+		return 0, l.tooLarge()
+	}
+	if int64(len(p)) > left {
+		p = p[:left]
+	}
+	n, err := l.r.Read(p)
+	l.read += int64(n)
+	l.lines += int64(bytes.Count(p[:n], []byte{'\n'}))
+	// The last bytes handed over: what the CSV reader has read ahead of
+	// the record it returns is among them (see done).
+	l.tail = append(l.tail, p[:n]...)
+	if len(l.tail) > 2*tailBytes {
+		l.tail = append(l.tail[:0], l.tail[len(l.tail)-tailBytes:]...)
+	}
+	return n, err
+}
+
+// tailBytes is how many of the last bytes recordLimit keeps: more than
+// the CSV reader's read-ahead.
+const tailBytes = 2 * recordSlack
+
+// done is called after each record (or syntax error) the CSV reader
+// returns: the next record starts where it ended. It also checks the
+// record just read against the bound exactly (the read-ahead allowance
+// above lets a record end up to recordSlack bytes past it).
+func (l *recordLimit) done() error {
+	off := l.csv.InputOffset()
+	size := off - l.end
+	l.end = off
+	if size > l.max && l.err == nil {
+		l.tooLarge()
+		return l.err
+	}
+	if ahead := l.read - off; ahead <= int64(len(l.tail)) {
+		l.next = l.lines - int64(bytes.Count(l.tail[int64(len(l.tail))-ahead:], []byte{'\n'})) + 1
+	}
+	return nil
+}
+
+func (l *recordLimit) tooLarge() error {
+	if l.err == nil {
+		l.err = &FileError{Reason: ReasonRecordTooLarge, Line: l.next,
+			Detail: fmt.Sprintf("a record (quoted fields spanning lines included) is longer than %d bytes", l.max)}
+	}
+	return l.err
 }

@@ -275,3 +275,118 @@ func TestMaxLineBytesIsConfigurable(t *testing.T) {
 		t.Fatalf("got %v, want line_too_long at line 2", err)
 	}
 }
+
+// quotedLines yields a header, a few good rows, then a record whose last
+// field is one quoted field of short lines that never closes before n
+// bytes: generated lazily, never held in memory.
+type quotedLines struct {
+	head []byte
+	left int64
+	line []byte
+}
+
+func (q *quotedLines) Read(p []byte) (int, error) {
+	if len(q.head) > 0 {
+		n := copy(p, q.head)
+		q.head = q.head[n:]
+		return n, nil
+	}
+	if q.left <= 0 {
+		return 0, io.EOF
+	}
+	n := 0
+	for n < len(p) && q.left > 0 {
+		m := copy(p[n:], q.line)
+		n += m
+		q.left -= int64(m)
+	}
+	return n, nil
+}
+
+// A 1 GiB quoted field made of 1 KiB lines (no line over the line bound)
+// fails the file with record_too_large at the line the record starts on,
+// after reading about max_record_bytes, never buffering the record.
+func TestAQuotedFieldOfShortLinesIsBoundedWhileReading(t *testing.T) {
+	f := feed(t)
+	f.CSV.MaxRecordBytes = 1 << 20
+	src := &quotedLines{head: []byte(hdr + "a,1,1,,,\nb,2,2,,,\n\"c\",3,3,,,\"x\n"), left: 1 << 30,
+		line: []byte(strings.Repeat("y", 1023) + "\n")}
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	rd, err := NewReader(src, f, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 {
+		row, err := rd.Next()
+		if err != nil || row.Issue != nil {
+			t.Fatalf("row %d: %v %+v", i, err, row)
+		}
+	}
+	_, err = rd.Next()
+	runtime.ReadMemStats(&after)
+	var fe *FileError
+	if !errors.As(err, &fe) || fe.Reason != ReasonRecordTooLarge || fe.Line != 4 {
+		t.Fatalf("got %v, want record_too_large at line 4", err)
+	}
+	if consumed := (1 << 30) - src.left; consumed > 2<<20 {
+		t.Fatalf("read %d bytes before refusing the record", consumed)
+	}
+	if grew := int64(after.TotalAlloc - before.TotalAlloc); grew > 16<<20 {
+		t.Fatalf("allocated %d MiB while refusing the record", grew>>20)
+	}
+	if _, err := rd.Next(); !errors.As(err, &fe) || fe.Reason != ReasonRecordTooLarge {
+		t.Fatalf("after the refusal: %v", err)
+	}
+}
+
+// The bound is exact on records that end: one byte over fails the file,
+// a record of exactly the bound is read.
+func TestMaxRecordBytesIsExact(t *testing.T) {
+	f := feed(t)
+	rec := func(n int) string { // a record of n bytes, newline included
+		pre := "k,1,1,,,\""
+		return pre + strings.Repeat("z", n-len(pre)-2) + "\"\n"
+	}
+	f.CSV.MaxRecordBytes = 200
+	rows, err := readAll(t, f, hdr+rec(200)+"m,2,2,,,\n")
+	if err != nil || len(rows) != 2 {
+		t.Fatalf("a record of exactly the bound: %v %v", rows, err)
+	}
+	_, err = readAll(t, f, hdr+"m,2,2,,,\n"+rec(201))
+	var fe *FileError
+	if !errors.As(err, &fe) || fe.Reason != ReasonRecordTooLarge || fe.Line != 3 {
+		t.Fatalf("got %v, want record_too_large at line 3", err)
+	}
+	_, err = readAll(t, f, hdr+"m,2,2,,,\n"+rec(20000))
+	if !errors.As(err, &fe) || fe.Reason != ReasonRecordTooLarge || fe.Line != 3 {
+		t.Fatalf("got %v, want record_too_large at line 3", err)
+	}
+}
+
+// The default record bound leaves room for every declared column at
+// max_field_bytes with its quotes doubled, is at least a line and at most
+// 16 MiB unless the line bound is larger.
+func TestTheDefaultRecordBoundFollowsTheFeed(t *testing.T) {
+	f := feed(t) // 6 columns of 64 KiB: under the 4 MiB line bound
+	if got := RecordBytes(f); got != MaxLineBytes {
+		t.Fatalf("got %d, want the line bound %d", got, MaxLineBytes)
+	}
+	f.CSV.MaxFieldBytes = 2 << 20 // 6 columns of 2 MiB, quotes doubled
+	if got := RecordBytes(f); got != MaxRecordBytes {
+		t.Fatalf("got %d, want the cap %d", got, MaxRecordBytes)
+	}
+	f.CSV.MaxFieldBytes = 512 << 10
+	if got, want := RecordBytes(f), 6*(2*(512<<10)+4); got != want {
+		t.Fatalf("got %d, want %d", got, want)
+	}
+	f.CSV.MaxLineBytes = 32 << 20
+	if got := RecordBytes(f); got != 32<<20 {
+		t.Fatalf("got %d, want the larger line bound", got)
+	}
+	f.CSV.MaxRecordBytes = 5000
+	if got := RecordBytes(f); got != 5000 {
+		t.Fatalf("got %d, want the configured 5000", got)
+	}
+}

@@ -28,6 +28,7 @@ const (
 	ReasonInvalidEncoding = "invalid_encoding"
 	ReasonBinaryContent   = "binary_content"
 	ReasonLineTooLong     = "line_too_long"
+	ReasonRecordTooLarge  = "record_too_large" // a record over csv.max_record_bytes, quoted lines included
 	ReasonEmptyFile       = "empty_file"
 	ReasonTooManyRows     = "too_many_rows"
 	ReasonUnreadable      = "unreadable"

@@ -1,0 +1,172 @@
+package intake_test
+
+import (
+	"bytes"
+	"compress/gzip"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/partner-intake/partner-intake/internal/fault"
+	"github.com/partner-intake/partner-intake/internal/testenv"
+	"github.com/partner-intake/partner-intake/partners"
+	"github.com/partner-intake/partner-intake/spool"
+)
+
+// Rows cut into chunks by bytes (chunk_bytes) as well as rows: a file of
+// 2.5 MB of values and 1 MiB chunks lands in several chunks of whole rows;
+// a run that fails in the second chunk resumes with the same cut (the
+// ledger's line ranges follow one another without gap or overlap) and the
+// target ends with every row exactly once.
+func TestChunksAreCutByBytesTheSameOnEveryRun(t *testing.T) {
+	_, pool := testenv.DB(t)
+	site := testenv.NewSite(t, "cbytes")
+	site.Config.Feeds[0].ChunkRows = 1_000_000
+	site.Config.Feeds[0].ChunkBytes = partners.MinChunkBytes
+	const rows = 40000
+	site.Drop(t, "orders-big.csv", testenv.OrdersCSV("B", rows))
+	r := newRig(t, pool, "w1", site)
+	if err := fault.Set("apply:mid_chunk=error@2"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { fault.Set("") })
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	r.d.PollOnce(ctx, "cbytes") // the second chunk fails once (retried or left for the next poll)
+	fault.Set("")
+	r.poll("cbytes")
+	fs := files(t, pool, "cbytes")
+	if len(fs) != 1 || fs[0].State != "archived" || fs[0].Applied != rows {
+		t.Fatalf("%+v", fs)
+	}
+	rs, err := pool.Query(ctx, `SELECT chunk_no, first_line, last_line FROM intake_chunk WHERE intake_id = $1 ORDER BY chunk_no`, fs[0].ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rs.Close()
+	next, n := int64(2), 0
+	for rs.Next() {
+		var no int
+		var first, last int64
+		if err := rs.Scan(&no, &first, &last); err != nil {
+			t.Fatal(err)
+		}
+		if no != n || first != next || last < first {
+			t.Fatalf("chunk %d spans lines %d-%d, want chunk %d from line %d", no, first, last, n, next)
+		}
+		next, n = last+1, n+1
+	}
+	if next != rows+2 {
+		t.Fatalf("the chunks end at line %d, want %d", next-1, rows+1)
+	}
+	if n < 3 {
+		t.Fatalf("%d chunks: the byte bound did not cut", n)
+	}
+	testenv.AssertExactOrders(t, pool, "cbytes", rows, "B")
+}
+
+// A partner at its spool quota stops claiming (gauge at 1), another
+// partner's files go on, and once retention frees its spool (here: its
+// spool directory removed) the partner's next file is claimed.
+func TestAPartnerOverItsSpoolQuotaStopsClaimingAlone(t *testing.T) {
+	_, pool := testenv.DB(t)
+	full := testenv.NewSite(t, "quota")
+	full.Config.Limits.MaxSpoolBytes = 1
+	full.Config.GroupFiles = 1
+	other := testenv.NewSite(t, "roomy")
+	for i, name := range []string{"orders-q1.csv", "orders-q2.csv"} {
+		full.Drop(t, name, testenv.OrdersCSV(fmt.Sprintf("Q%d", i), 3))
+		os.Chtimes(filepath.Join(full.Root, "ready", name), time.Now().Add(time.Duration(i-5)*time.Minute), time.Now().Add(time.Duration(i-5)*time.Minute))
+	}
+	other.Drop(t, "orders-r1.csv", testenv.OrdersCSV("R1", 3))
+	other.Drop(t, "orders-r2.csv", testenv.OrdersCSV("R2", 3))
+	r := newRig(t, pool, "w1", full, other)
+	gauge := func() float64 { return testutil.ToFloat64(r.d.Metrics().QuotaFull.WithLabelValues("quota")) }
+
+	r.poll("quota") // an empty spool: one claim takes it over its quota
+	if fs := files(t, pool, "quota"); len(fs) != 1 || fs[0].Name != "orders-q1.csv" || fs[0].State != "archived" {
+		t.Fatalf("first poll: %+v, want only the oldest file claimed", fs)
+	}
+	if gauge() != 1 {
+		t.Fatal("the quota gauge is not set after the claim that reached it")
+	}
+	r.poll("quota")
+	if fs := files(t, pool, "quota"); len(fs) != 1 {
+		t.Fatalf("a partner at its quota claimed: %+v", fs)
+	}
+	r.poll("roomy")
+	if fs := files(t, pool, "roomy"); len(fs) != 2 || fs[0].State != "archived" || fs[1].State != "archived" {
+		t.Fatalf("the other partner: %+v", fs)
+	}
+	if err := os.RemoveAll(filepath.Join(r.spoolDir, "quota")); err != nil {
+		t.Fatal(err)
+	}
+	r.poll("quota")
+	if fs := files(t, pool, "quota"); len(fs) != 2 || fs[1].Name != "orders-q2.csv" || fs[1].State != "archived" {
+		t.Fatalf("after the spool was freed: %+v", fs)
+	}
+}
+
+// A compressed file's expanded copy leaves the spool once the file is
+// finished (the original stays); a replay makes it again from the
+// original, and so does a hostile bomb's refusal leave nothing behind.
+func TestTheExpandedCopyLeavesTheSpoolOnceTheFileIsFinished(t *testing.T) {
+	_, pool := testenv.DB(t)
+	site := testenv.NewSite(t, "gzspool")
+	site.Config.Feeds[0].Pattern = `orders-.*\.csv(\.gz)?`
+	site.Config.Feeds[0].Compression = []string{partners.CompressionGzip}
+	site.Config.Limits.MaxExpandedBytes = 1 << 20
+	var b bytes.Buffer
+	zw := gzip.NewWriter(&b)
+	zw.Write([]byte(testenv.OrdersCSV("X", 20)))
+	zw.Close()
+	site.Drop(t, "orders-x.csv.gz", b.String())
+	b.Reset()
+	zw = gzip.NewWriter(&b)
+	zw.Write(make([]byte, 4<<20))
+	zw.Close()
+	site.Drop(t, "orders-y.csv.gz", b.String())
+	r := newRig(t, pool, "w1", site)
+	r.poll("gzspool")
+	spooled := func() []string {
+		var out []string
+		filepath.WalkDir(filepath.Join(r.spoolDir, "gzspool", "sha256"), func(p string, e os.DirEntry, err error) error {
+			if err == nil && e.Type().IsRegular() {
+				out = append(out, e.Name())
+			}
+			return nil
+		})
+		return out
+	}
+	var id int64
+	var data, orig string
+	if err := pool.QueryRow(context.Background(), `SELECT intake_id, data_sha256, content_sha256 FROM file_intake WHERE remote_name = 'orders-x.csv.gz' AND state = 'archived'`).Scan(&id, &data, &orig); err != nil {
+		t.Fatal(err)
+	}
+	got := spooled()
+	if len(got) != 2 || slices.Contains(got, data) || !slices.Contains(got, orig) {
+		t.Fatalf("spool holds %v; want the two originals, not the expanded copy %s", got, data)
+	}
+	in, err := r.d.Replay(context.Background(), id, "test", "re-apply", nil)
+	if err != nil {
+		t.Fatalf("replay after the expanded copy was removed: %v", err)
+	}
+	var state string
+	var unchanged int64
+	if err := pool.QueryRow(context.Background(), `SELECT state, rows_unchanged FROM file_intake WHERE intake_id = $1`, in.ID).Scan(&state, &unchanged); err != nil || state != "archived" || unchanged != 20 {
+		t.Fatalf("replay: %s, %d unchanged (%v)", state, unchanged, err)
+	}
+	if got := spooled(); len(got) != 2 {
+		t.Fatalf("after the replay the spool holds %v", got)
+	}
+	sp, _ := spool.New(r.spoolDir)
+	if tmps, _ := sp.TempFiles("gzspool", 0); len(tmps) != 0 {
+		t.Fatalf("temp files left: %v", tmps)
+	}
+}

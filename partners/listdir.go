@@ -1,0 +1,378 @@
+package partners
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path"
+	"time"
+)
+
+// ListDir streams the entries of a remote directory to fn, one READDIR
+// reply at a time, and never holds the listing: pkg/sftp (v1.13) only
+// offers ReadDir, which returns the whole directory as one slice, so a
+// directory of a million entries would be a million FileInfos in memory.
+// ListDir speaks the few SFTP v3 requests it needs (INIT, OPENDIR,
+// READDIR, CLOSE) on a channel of its own over the session's SSH
+// connection. "." and ".." are left out; attributes are as the server
+// sends them (lstat-like on OpenSSH: a symlink shows as a symlink). An
+// error from fn stops the listing and is returned. ctx ends the channel.
+func (s *Session) ListDir(ctx context.Context, dir string, fn func(os.FileInfo) error) error {
+	s.listMu.Lock()
+	defer s.listMu.Unlock()
+	if s.lister == nil && !s.noLister {
+		c, err := s.openLister()
+		if err != nil {
+			s.noLister = true // a server that allows one channel only
+		}
+		s.lister = c
+	}
+	if s.noLister {
+		return s.readDirWhole(ctx, dir, fn)
+	}
+	c := s.lister
+	stop := context.AfterFunc(ctx, func() { c.ch.Close() })
+	err := c.list(dir, fn)
+	if (err != nil && !c.clean) || !stop() {
+		// the channel's state is unknown (a broken reply, ctx): a fresh
+		// one next time
+		c.ch.Close()
+		s.lister = nil
+	}
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	if err != nil {
+		return fmt.Errorf("list %s: %w", dir, err)
+	}
+	return nil
+}
+
+// PrepareList opens the channel ListDir lists on ahead of the first
+// listing (dialling a session does), so a poll's listing costs its
+// requests alone. An error means the server refuses a second channel:
+// ListDir then falls back to pkg/sftp's whole listing (bounded in what
+// is kept, not in what is read).
+func (s *Session) PrepareList() error {
+	s.listMu.Lock()
+	defer s.listMu.Unlock()
+	if s.lister != nil || s.noLister {
+		return nil
+	}
+	c, err := s.openLister()
+	if err != nil {
+		s.noLister = true
+		return err
+	}
+	s.lister = c
+	return nil
+}
+
+// readDirWhole is ListDir on a server that refuses a second channel: the
+// whole listing through pkg/sftp, unbounded (the session's error said so
+// when it was dialled).
+func (s *Session) readDirWhole(ctx context.Context, dir string, fn func(os.FileInfo) error) error {
+	ents, err := s.ReadDirContext(ctx, dir)
+	if err != nil {
+		return fmt.Errorf("list %s: %w", dir, err)
+	}
+	for _, e := range ents {
+		if err := fn(e); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// openLister opens the session's listing channel: the SFTP subsystem on a
+// channel of its own, kept for the session's later listings.
+func (s *Session) openLister() (*rawSFTP, error) {
+	ch, err := s.ssh.NewSession()
+	if err != nil {
+		return nil, fmt.Errorf("open channel: %w", err)
+	}
+	w, err := ch.StdinPipe()
+	if err != nil {
+		ch.Close()
+		return nil, err
+	}
+	r, err := ch.StdoutPipe()
+	if err != nil {
+		ch.Close()
+		return nil, err
+	}
+	if err := ch.RequestSubsystem("sftp"); err != nil {
+		ch.Close()
+		return nil, fmt.Errorf("sftp subsystem: %w", err)
+	}
+	c := &rawSFTP{ch: ch, w: w, r: r}
+	if err := c.send(fxpInit, u32(3)); err != nil {
+		ch.Close()
+		return nil, err
+	}
+	if typ, _, err := c.recv(); err != nil || typ != fxpVersion {
+		ch.Close()
+		return nil, fmt.Errorf("sftp init: %v (reply type %d)", err, typ)
+	}
+	return c, nil
+}
+
+// SFTP v3 packet types and attribute flags (draft-ietf-secsh-filexfer-02).
+const (
+	fxpInit     = 1
+	fxpVersion  = 2
+	fxpClose    = 4
+	fxpOpendir  = 11
+	fxpReaddir  = 12
+	fxpStatus   = 101
+	fxpHandle   = 102
+	fxpName     = 104
+	fxStatusEOF = 1
+
+	attrSize     = 0x1
+	attrUIDGID   = 0x2
+	attrPerms    = 0x4
+	attrACModT   = 0x8
+	attrExtended = 0x80000000
+
+	// maxListPacket bounds one reply: OpenSSH's sftp-server sends at most
+	// 256 KiB; a larger length is a broken or hostile server.
+	maxListPacket = 1 << 20
+)
+
+type rawSFTP struct {
+	ch  io.Closer
+	w   io.Writer
+	r   io.Reader
+	id  uint32
+	buf []byte
+	// clean: the last listing ended with the channel between requests
+	// (its error came from fn or a status reply), so it can be used again
+	clean bool
+}
+
+func (c *rawSFTP) send(typ byte, body ...[]byte) error {
+	n := 1
+	for _, b := range body {
+		n += len(b)
+	}
+	p := binary.BigEndian.AppendUint32(make([]byte, 0, 4+n), uint32(n))
+	p = append(p, typ)
+	for _, b := range body {
+		p = append(p, b...)
+	}
+	_, err := c.w.Write(p)
+	return err
+}
+
+func (c *rawSFTP) recv() (byte, []byte, error) {
+	var hdr [5]byte
+	if _, err := io.ReadFull(c.r, hdr[:]); err != nil {
+		return 0, nil, err
+	}
+	n := binary.BigEndian.Uint32(hdr[:4])
+	if n < 1 || n > maxListPacket {
+		return 0, nil, fmt.Errorf("sftp reply of %d bytes", n)
+	}
+	if cap(c.buf) < int(n-1) {
+		c.buf = make([]byte, n-1)
+	}
+	c.buf = c.buf[:n-1]
+	if _, err := io.ReadFull(c.r, c.buf); err != nil {
+		return 0, nil, err
+	}
+	return hdr[4], c.buf, nil
+}
+
+func u32(v uint32) []byte { return binary.BigEndian.AppendUint32(nil, v) }
+
+func str(s string) []byte { return append(u32(uint32(len(s))), s...) }
+
+// request sends a request with a fresh id and returns the reply's type and
+// body after the id.
+func (c *rawSFTP) request(typ byte, body ...[]byte) (byte, []byte, error) {
+	c.id++
+	if err := c.send(typ, append([][]byte{u32(c.id)}, body...)...); err != nil {
+		return 0, nil, err
+	}
+	rt, b, err := c.recv()
+	if err != nil {
+		return 0, nil, err
+	}
+	d := decoder{b: b}
+	if id := d.u32(); d.err != nil || id != c.id {
+		return 0, nil, fmt.Errorf("sftp reply for request %d, want %d", id, c.id)
+	}
+	return rt, d.b, nil
+}
+
+func (c *rawSFTP) list(dir string, fn func(os.FileInfo) error) (err error) {
+	c.clean = false
+	typ, b, err := c.request(fxpOpendir, str(dir))
+	if err != nil {
+		return err
+	}
+	if typ != fxpHandle {
+		c.clean = typ == fxpStatus
+		return statusError(typ, b)
+	}
+	d := decoder{b: b}
+	handle := d.str()
+	if d.err != nil {
+		return d.err
+	}
+	defer func() {
+		typ, _, cerr := c.request(fxpClose, str(handle))
+		c.clean = cerr == nil && typ == fxpStatus
+		if err == nil && !c.clean {
+			err = fmt.Errorf("sftp close: %v (reply type %d)", cerr, typ)
+		}
+	}()
+	for {
+		typ, b, err := c.request(fxpReaddir, str(handle))
+		if err != nil {
+			return err
+		}
+		if typ == fxpStatus {
+			if d := (decoder{b: b}); d.u32() == fxStatusEOF {
+				return nil
+			}
+			return statusError(typ, b)
+		}
+		if typ != fxpName {
+			return fmt.Errorf("sftp readdir: reply type %d", typ)
+		}
+		d := decoder{b: b}
+		for n := d.u32(); n > 0 && d.err == nil; n-- {
+			name := d.str()
+			d.str() // longname
+			fi := d.attrs(name)
+			if d.err != nil {
+				break
+			}
+			if name == "." || name == ".." {
+				continue
+			}
+			if err := fn(fi); err != nil {
+				return err
+			}
+		}
+		if d.err != nil {
+			return d.err
+		}
+	}
+}
+
+func statusError(typ byte, b []byte) error {
+	if typ != fxpStatus {
+		return fmt.Errorf("sftp: reply type %d", typ)
+	}
+	d := decoder{b: b}
+	code := d.u32()
+	msg := d.str()
+	if code == 2 { // SSH_FX_NO_SUCH_FILE
+		return fmt.Errorf("sftp: %s: %w", msg, os.ErrNotExist)
+	}
+	return fmt.Errorf("sftp status %d: %s", code, msg)
+}
+
+type decoder struct {
+	b   []byte
+	err error
+}
+
+var errShort = errors.New("sftp: short reply")
+
+func (d *decoder) u32() uint32 {
+	if d.err != nil || len(d.b) < 4 {
+		d.err = errShort
+		return 0
+	}
+	v := binary.BigEndian.Uint32(d.b)
+	d.b = d.b[4:]
+	return v
+}
+
+func (d *decoder) u64() uint64 {
+	hi := d.u32()
+	return uint64(hi)<<32 | uint64(d.u32())
+}
+
+func (d *decoder) str() string {
+	n := d.u32()
+	if d.err != nil || uint32(len(d.b)) < n {
+		d.err = errShort
+		return ""
+	}
+	s := string(d.b[:n])
+	d.b = d.b[n:]
+	return s
+}
+
+func (d *decoder) attrs(name string) *entryInfo {
+	fi := &entryInfo{name: path.Base(name), mode: os.ModeIrregular}
+	flags := d.u32()
+	if flags&attrSize != 0 {
+		fi.size = int64(d.u64())
+	}
+	if flags&attrUIDGID != 0 {
+		d.u32()
+		d.u32()
+	}
+	if flags&attrPerms != 0 {
+		fi.mode = fileMode(d.u32())
+	}
+	if flags&attrACModT != 0 {
+		d.u32()
+		fi.mtime = time.Unix(int64(d.u32()), 0)
+	}
+	if flags&attrExtended != 0 {
+		for n := d.u32(); n > 0 && d.err == nil; n-- {
+			d.str()
+			d.str()
+		}
+	}
+	return fi
+}
+
+// fileMode converts POSIX mode bits; without them an entry is irregular
+// (never taken for a regular file).
+func fileMode(m uint32) os.FileMode {
+	mode := os.FileMode(m & 0o777)
+	switch m & 0o170000 {
+	case 0o100000:
+	case 0o040000:
+		mode |= os.ModeDir
+	case 0o120000:
+		mode |= os.ModeSymlink
+	case 0o010000:
+		mode |= os.ModeNamedPipe
+	case 0o140000:
+		mode |= os.ModeSocket
+	case 0o020000:
+		mode |= os.ModeDevice | os.ModeCharDevice
+	case 0o060000:
+		mode |= os.ModeDevice
+	default:
+		mode |= os.ModeIrregular
+	}
+	return mode
+}
+
+// entryInfo is one listed entry.
+type entryInfo struct {
+	name  string
+	size  int64
+	mode  os.FileMode
+	mtime time.Time
+}
+
+func (e *entryInfo) Name() string       { return e.name }
+func (e *entryInfo) Size() int64        { return e.size }
+func (e *entryInfo) Mode() os.FileMode  { return e.mode }
+func (e *entryInfo) ModTime() time.Time { return e.mtime }
+func (e *entryInfo) IsDir() bool        { return e.mode.IsDir() }
+func (e *entryInfo) Sys() any           { return nil }
