@@ -13,13 +13,16 @@ const (
 	ReasonNotInteger      = "not_integer"
 	ReasonNotDecimal      = "not_decimal"
 	ReasonScaleExceeded   = "scale_exceeded"
-	ReasonBadDate         = "bad_date"
-	ReasonBadTimestamp    = "bad_timestamp"
-	ReasonNotInEnum       = "not_in_enum"
-	ReasonBadEmail        = "bad_email"
-	ReasonFieldCount      = "field_count"
-	ReasonCSVSyntax       = "csv_syntax"
-	ReasonFieldTooLong    = "field_too_long"
+	// ReasonPrecisionExceeded: more digits before the point than the
+	// column's precision (less its scale) allows.
+	ReasonPrecisionExceeded = "precision_exceeded"
+	ReasonBadDate           = "bad_date"
+	ReasonBadTimestamp      = "bad_timestamp"
+	ReasonNotInEnum         = "not_in_enum"
+	ReasonBadEmail          = "bad_email"
+	ReasonFieldCount        = "field_count"
+	ReasonCSVSyntax         = "csv_syntax"
+	ReasonFieldTooLong      = "field_too_long"
 )
 
 // File reason codes: the whole file fails terminally, no retry.
