@@ -430,18 +430,22 @@ func (d *Daemon) Stop() {
 	d.log.Info("daemon stopped")
 }
 
-// target returns the checked target of a feed, cached.
+// target returns the checked target of a feed, cached by the feed's
+// mapping (mappingKey): two partners may have a feed of one name writing
+// one table with their columns in another order, and each must get the
+// statements of its own columns.
 func (d *Daemon) target(ctx context.Context, f *partners.Feed) (*target, error) {
+	key := mappingKey(f)
 	d.targetsMu.Lock()
 	defer d.targetsMu.Unlock()
-	if t, ok := d.targets[f.Target+"\x00"+f.Name]; ok {
+	if t, ok := d.targets[key]; ok {
 		return t, nil
 	}
 	t, err := loadTarget(ctx, d.db, f)
 	if err != nil {
 		return nil, err
 	}
-	d.targets[f.Target+"\x00"+f.Name] = t
+	d.targets[key] = t
 	return t, nil
 }
 
