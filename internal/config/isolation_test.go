@@ -68,17 +68,21 @@ func TestConfigKeepsPartnersApart(t *testing.T) {
 			return withPartner(t, "- id: acme", "- id: beta", "sftp.acme.example", "SFTP.Acme.example")
 		}, []string{"partners[1] (id beta).sftp", "same site"}},
 		{"shared_site on one partner only", func(t *testing.T) string {
-			return withPartner(t, append([]string{"- id: acme", "- id: beta\n    shared_site: true"}, ownDirs...)...)
+			return withPartner(t, append([]string{"- id: acme", "- id: beta", "shared_site: false", "shared_site: true"}, ownDirs...)...)
+		}, []string{"partners[1] (id beta).sftp", "shared_site: true on both"}},
+		{"shared_site on the second partner only, with the same dirs", func(t *testing.T) string {
+			return withPartner(t, "- id: acme", "- id: beta", "shared_site: false", "shared_site: true")
 		}, []string{"partners[1] (id beta).sftp", "shared_site: true on both"}},
 		{"shared_site on both, but the same dirs", func(t *testing.T) string {
-			src := strings.Replace(example(t), "  - id: acme", "  - id: acme\n    shared_site: true", 1)
-			b := strings.Replace(partnerBlock(t), "- id: acme", "- id: beta\n    shared_site: true", 1)
-			return src + b
+			src := strings.Replace(example(t), "shared_site: false", "shared_site: true", 1)
+			b := strings.Replace(partnerBlock(t), "- id: acme", "- id: beta", 1)
+			return src + strings.Replace(b, "shared_site: false", "shared_site: true", 1)
 		}, []string{"partners[1] (id beta).dirs.incoming", `"/drop/incoming"`, "overlaps partners[0] (id acme).dirs.incoming"}},
 		{"shared_site on both, with dirs of their own", func(t *testing.T) string {
-			src := strings.Replace(example(t), "  - id: acme", "  - id: acme\n    shared_site: true", 1)
+			src := strings.Replace(example(t), "shared_site: false", "shared_site: true", 1)
 			b := partnerBlock(t)
-			b = strings.Replace(b, "- id: acme", "- id: beta\n    shared_site: true", 1)
+			b = strings.Replace(b, "- id: acme", "- id: beta", 1)
+			b = strings.Replace(b, "shared_site: false", "shared_site: true", 1)
 			for i := 0; i < len(ownDirs); i += 2 {
 				b = strings.Replace(b, ownDirs[i], ownDirs[i+1], 1)
 			}
