@@ -13,17 +13,18 @@ const (
 	ReasonNotInteger      = "not_integer"
 	ReasonNotDecimal      = "not_decimal"
 	ReasonScaleExceeded   = "scale_exceeded"
-	// ReasonPrecisionExceeded: more digits before the point than the
-	// column's precision (less its scale) allows.
-	ReasonPrecisionExceeded = "precision_exceeded"
-	ReasonBadDate           = "bad_date"
-	ReasonBadTimestamp      = "bad_timestamp"
-	ReasonNotInEnum         = "not_in_enum"
-	ReasonBadEmail          = "bad_email"
-	ReasonFieldCount        = "field_count"
-	ReasonCSVSyntax         = "csv_syntax"
-	ReasonFieldTooLong      = "field_too_long"
+	ReasonBadDate         = "bad_date"
+	ReasonBadTimestamp    = "bad_timestamp"
+	ReasonNotInEnum       = "not_in_enum"
+	ReasonBadEmail        = "bad_email"
+	ReasonFieldCount      = "field_count"
+	ReasonCSVSyntax       = "csv_syntax"
+	ReasonFieldTooLong    = "field_too_long"
 )
+
+// ReasonPrecisionExceeded: a row's integer or decimal cell has more digits
+// before the point than the column's precision (less its scale) allows.
+const ReasonPrecisionExceeded = "precision_exceeded"
 
 // File reason codes: the whole file fails terminally, no retry.
 const (
