@@ -1,12 +1,16 @@
 package intake_test
 
 import (
+	"context"
+	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/partner-intake/partner-intake/internal/testenv"
+	"github.com/partner-intake/partner-intake/partners"
 )
 
 // Two partners send files with the same names, batch ids and row keys into
@@ -79,5 +83,86 @@ func TestPartnersAreIsolated(t *testing.T) {
 	bents, _ := os.ReadDir(filepath.Join(both.spoolDir, "beta", "sha256"))
 	if len(bents) != 1 || len(ents) != 1 {
 		t.Fatalf("spool: alpha %v, beta %v: want each partner's bytes under its own directory", ents, bents)
+	}
+}
+
+// Two partners with a feed of the same name writing one table, their
+// columns in another order: every row holds its own partner's values in
+// the right columns, through the per-file path and through a group. (The
+// daemon's target cache was keyed by table and feed name, so the second
+// partner's file was written with the first partner's column list.)
+func TestSameFeedNameInAnotherColumnOrder(t *testing.T) {
+	_, pool := testenv.DB(t)
+	a := testenv.NewSite(t, "alpha")
+	b := testenv.NewSite(t, "beta")
+	rev := testenv.OrdersFeed()
+	slices.Reverse(rev.Columns)
+	b.Config.Feeds = []partners.Feed{rev}
+
+	// alpha's file goes alone; beta's two small files go as a group, and
+	// a third alone after them
+	a.Drop(t, "orders-a1.csv", testenv.OrdersCSV("A", 3))
+	reversed := func(prefix string, from, n int) string {
+		var s strings.Builder
+		s.WriteString("qty,placed_at,status,amount,email,order_id\n")
+		for i := from; i < from+n; i++ {
+			fmt.Fprintf(&s, "%d,2026-10-%02dT08:30:00Z,shipped,%d.5,%s%d@beta.example,%s-%d\n", 100+i, i, 7*i, strings.ToLower(prefix), i, prefix, i)
+		}
+		return s.String()
+	}
+	b.Drop(t, "orders-b1.csv", reversed("B", 1, 3))
+	b.Drop(t, "orders-b2.csv", reversed("B", 4, 3))
+	r := newRig(t, pool, "w1", a, b)
+	r.poll("alpha")
+	r.poll("beta")
+	b.Drop(t, "orders-b3.csv", reversed("B", 7, 2))
+	r.poll("beta")
+
+	for _, p := range []string{"alpha", "beta"} {
+		for _, f := range files(t, pool, p) {
+			if f.State != "archived" || f.Applied != f.Total || f.Rejected != 0 {
+				t.Fatalf("%s: %+v", p, f)
+			}
+		}
+	}
+	type row struct {
+		id, email, amount, status, placed string
+		qty                               int64
+	}
+	read := func(partner string) []row {
+		rs, err := pool.Query(context.Background(), `SELECT order_id, email, amount::text, status,
+			to_char(placed_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"'), qty
+			FROM orders WHERE partner_id = $1 ORDER BY length(order_id), order_id`, partner)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rs.Close()
+		var out []row
+		for rs.Next() {
+			var x row
+			if err := rs.Scan(&x.id, &x.email, &x.amount, &x.status, &x.placed, &x.qty); err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, x)
+		}
+		if err := rs.Err(); err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	var wantA, wantB []row
+	for i := 1; i <= 3; i++ {
+		wantA = append(wantA, row{fmt.Sprintf("A-%d", i), fmt.Sprintf("c%d@example.com", i), fmt.Sprintf("%d.%02d", i*10, i),
+			"paid", fmt.Sprintf("2026-11-0%dT10:00:00Z", 1+i%9), int64(i)})
+	}
+	for i := 1; i <= 8; i++ {
+		wantB = append(wantB, row{fmt.Sprintf("B-%d", i), fmt.Sprintf("b%d@beta.example", i), fmt.Sprintf("%d.50", 7*i),
+			"shipped", fmt.Sprintf("2026-10-%02dT08:30:00Z", i), int64(100 + i)})
+	}
+	if got := read("alpha"); !slices.Equal(got, wantA) {
+		t.Fatalf("alpha's rows:\n got %+v\nwant %+v", got, wantA)
+	}
+	if got := read("beta"); !slices.Equal(got, wantB) {
+		t.Fatalf("beta's rows:\n got %+v\nwant %+v", got, wantB)
 	}
 }

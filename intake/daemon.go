@@ -518,28 +518,49 @@ func (d *Daemon) Stop() {
 	d.log.Info("daemon stopped")
 }
 
-// target returns the checked target of a feed, cached.
+// target returns the checked target of a feed, cached by the feed's
+// mapping (mappingKey): two partners may have a feed of one name writing
+// one table with their columns in another order, and each must get the
+// statements of its own columns.
 func (d *Daemon) target(ctx context.Context, f *partners.Feed) (*target, error) {
+	key := mappingKey(f)
 	d.targetsMu.Lock()
 	defer d.targetsMu.Unlock()
-	if t, ok := d.targets[f.Target+"\x00"+f.Name]; ok {
+	if t, ok := d.targets[key]; ok {
 		return t, nil
 	}
 	t, err := loadTarget(ctx, d.db, f)
 	if err != nil {
 		return nil, err
 	}
-	d.targets[f.Target+"\x00"+f.Name] = t
+	d.targets[key] = t
 	return t, nil
 }
 
-// CheckTargets verifies every feed's target table.
+// CheckTargets verifies every feed's target table. It then compares each
+// feed column with its target column (CompareTarget) and logs what the
+// target could refuse as errors, what cannot be decided as warnings; these
+// do not stop the daemon: a refused value is met per row at run time, and
+// `intake check` is the gate that fails on them.
 func (d *Daemon) CheckTargets(ctx context.Context) error {
 	for _, id := range d.order {
 		for i := range d.parts[id].cfg.Feeds {
 			f := &d.parts[id].cfg.Feeds[i]
 			if _, err := d.target(ctx, f); err != nil {
 				return fmt.Errorf("partner %s feed %s: %w", id, f.Name, err)
+			}
+			findings, err := CompareTarget(ctx, d.db, id, f)
+			if err != nil {
+				return fmt.Errorf("partner %s feed %s: %w", id, f.Name, err)
+			}
+			for _, g := range findings {
+				if g.Fail {
+					d.log.Error("target may refuse values the feed accepts (intake check fails)", "partner", id, "feed", f.Name,
+						"target", f.Target, "column", g.Column, "problem", g.Detail)
+				} else {
+					d.log.Warn("target constraint not decidable from the declarations", "partner", id, "feed", f.Name,
+						"target", f.Target, "column", g.Column, "problem", g.Detail)
+				}
 			}
 		}
 	}

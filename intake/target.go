@@ -47,34 +47,107 @@ type TargetError struct {
 
 func (e *TargetError) Error() string { return fmt.Sprintf("target table %s: %s", e.Table, e.Detail) }
 
+// targetColumn is one column of a target table as the catalog describes
+// it. A domain is described by its base type (one level), with the
+// domain's NOT NULL and default folded in.
+type targetColumn struct {
+	name     string
+	typ      string // format_type, as written in the table's DDL
+	oid      uint32 // the column's own type (a domain's oid for a domain)
+	base     uint32 // the base type of a domain, else oid
+	baseName string // pg_type.typname of base: varchar, bpchar, int4, ...
+	typmod   int32  // of base: varchar(n) has n+4, numeric(p,s) has (p<<16|s)+4
+	category string // pg_type.typcategory of base: S string, N numeric, ...
+	enum     bool   // base is an enum type
+	domain   string // the domain's name, "" when the type is no domain
+	notNull  bool
+	// hasDefault: an omitted value is filled (a default, identity or
+	// generated column).
+	hasDefault bool
+	generated  bool // GENERATED ALWAYS AS (...) STORED: never written
+	identity   bool // GENERATED ALWAYS AS IDENTITY: written only with OVERRIDING
+}
+
+// targetTable is a target table as the catalog describes it.
+type targetTable struct {
+	oid   uint32
+	ident pgx.Identifier
+	cols  map[string]*targetColumn
+	order []string // column names in table order
+}
+
+// describeTarget reads a target table's columns from the catalog.
+func describeTarget(ctx context.Context, db *pgxpool.Pool, table string) (*targetTable, error) {
+	ident := pgx.Identifier(strings.Split(table, "."))
+	var oid uint32
+	err := db.QueryRow(ctx, `SELECT coalesce(to_regclass($1)::oid, 0)`, ident.Sanitize()).Scan(&oid)
+	if err != nil {
+		return nil, fmt.Errorf("target %s: %w", table, err)
+	}
+	if oid == 0 {
+		return nil, &TargetError{Table: table, Detail: "does not exist (create it; see docs/target-tables.md)"}
+	}
+	rs, err := db.Query(ctx, `SELECT a.attname, format_type(a.atttypid, a.atttypmod), a.atttypid, b.oid, b.typname,
+		    CASE WHEN t.typtype = 'd' THEN t.typtypmod ELSE a.atttypmod END, b.typcategory::text, b.typtype = 'e',
+		    CASE WHEN t.typtype = 'd' THEN format_type(a.atttypid, NULL) ELSE '' END,
+		    a.attnotnull OR (t.typtype = 'd' AND t.typnotnull),
+		    a.atthasdef OR a.attidentity <> '' OR a.attgenerated <> '' OR (t.typtype = 'd' AND t.typdefault IS NOT NULL),
+		    a.attgenerated <> '', a.attidentity = 'a'
+		FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid
+		JOIN pg_type b ON b.oid = CASE WHEN t.typtype = 'd' THEN t.typbasetype ELSE a.atttypid END
+		WHERE a.attrelid = $1 AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum`, oid)
+	if err != nil {
+		return nil, fmt.Errorf("target %s: %w", table, err)
+	}
+	tt := &targetTable{oid: oid, ident: ident, cols: map[string]*targetColumn{}}
+	for rs.Next() {
+		c := &targetColumn{}
+		if err := rs.Scan(&c.name, &c.typ, &c.oid, &c.base, &c.baseName, &c.typmod, &c.category, &c.enum,
+			&c.domain, &c.notNull, &c.hasDefault, &c.generated, &c.identity); err != nil {
+			return nil, fmt.Errorf("target %s: %w", table, err)
+		}
+		tt.cols[c.name] = c
+		tt.order = append(tt.order, c.name)
+	}
+	if err := rs.Err(); err != nil {
+		return nil, fmt.Errorf("target %s: %w", table, err)
+	}
+	return tt, nil
+}
+
+// mappingKey identifies what a target is built from: the table, the feed's
+// columns in file order with their types, and the key. Feeds with the same
+// mapping share one target (the partner id is a parameter of every
+// statement); any difference, such as another partner's column order under
+// the same feed name, gets its own. It is the mapping itself, not a hash
+// of it, so two mappings never share an entry.
+func mappingKey(f *partners.Feed) string {
+	var b strings.Builder
+	b.WriteString(f.Target)
+	for _, c := range f.Columns {
+		b.WriteString("\x00" + c.Name + "\x01" + c.Type)
+	}
+	b.WriteString("\x00\x02key")
+	for _, k := range f.Key {
+		b.WriteString("\x00" + k)
+	}
+	return b.String()
+}
+
 // loadTarget reads the target's columns and unique indexes and checks them
 // against the feed: intake needs partner_id, every feed column,
 // last_intake_id bigint, and a unique index on exactly (partner_id, key...).
+// What it reads of the feed is what mappingKey holds.
 func loadTarget(ctx context.Context, db *pgxpool.Pool, f *partners.Feed) (*target, error) {
-	parts := strings.Split(f.Target, ".")
-	ident := pgx.Identifier(parts)
-	var oid uint32
-	err := db.QueryRow(ctx, `SELECT to_regclass($1)::oid`, ident.Sanitize()).Scan(&oid)
-	if err != nil || oid == 0 {
-		return nil, &TargetError{Table: f.Target, Detail: "does not exist (create it; see docs/target-tables.md)"}
-	}
-	rs, err := db.Query(ctx, `SELECT attname, format_type(atttypid, atttypmod), atttypid FROM pg_attribute
-		WHERE attrelid = $1 AND attnum > 0 AND NOT attisdropped`, oid)
+	tt, err := describeTarget(ctx, db, f.Target)
 	if err != nil {
-		return nil, fmt.Errorf("target %s: %w", f.Target, err)
+		return nil, err
 	}
+	ident, oid := tt.ident, tt.oid
 	types := map[string]string{}
 	oids := map[string]uint32{}
-	for rs.Next() {
-		var n, t string
-		var o uint32
-		if err := rs.Scan(&n, &t, &o); err != nil {
-			return nil, err
-		}
-		types[n], oids[n] = t, o
-	}
-	if err := rs.Err(); err != nil {
-		return nil, err
+	for n, c := range tt.cols {
+		types[n], oids[n] = c.typ, c.oid
 	}
 	t := &target{table: ident.Sanitize(), key: f.Key}
 	if types["partner_id"] == "" {

@@ -5,6 +5,7 @@ package partners
 
 import (
 	"fmt"
+	"path"
 	"regexp"
 	"strings"
 	"time"
@@ -70,6 +71,13 @@ type Config struct {
 	Limits Limits `yaml:"limits"`
 	// Feeds: each file in ready/ must match exactly one feed's pattern.
 	Feeds []Feed `yaml:"feeds"`
+	// SharedSite: this partner's drop is on the same site (address and
+	// user) and under the same sftp.root as another partner's, on purpose.
+	// Both must say so; their dirs must still be separate (no directory of
+	// one equal to or inside one of the other's): each partner claims all
+	// of its ready/ and accounts for all of its processing/, archive/ and
+	// quarantine/.
+	SharedSite bool `yaml:"shared_site"`
 }
 
 // SFTP is the connection to a partner's site. Exactly one of
@@ -215,10 +223,21 @@ func (c *Config) Validate(key string) error {
 	if c.Readiness != ReadinessRename && c.Readiness != ReadinessManifest {
 		return fmt.Errorf("%s.readiness: %q is not %q or %q", key, c.Readiness, ReadinessRename, ReadinessManifest)
 	}
-	for name, v := range map[string]string{"incoming": c.Dirs.Incoming, "ready": c.Dirs.Ready,
-		"processing": c.Dirs.Processing, "archive": c.Dirs.Archive, "quarantine": c.Dirs.Quarantine, "reports": c.Dirs.Reports} {
-		if strings.Contains(v, "..") || strings.HasPrefix(v, "/") || strings.ContainsAny(v, "\x00\n") {
-			return fmt.Errorf("%s.dirs.%s: %q must be a relative path below sftp.root without '..'", key, name, v)
+	dirs := c.Dirs.named()
+	for _, d := range dirs {
+		if strings.Contains(d.dir, "..") || strings.HasPrefix(d.dir, "/") || strings.ContainsAny(d.dir, "\x00\n") {
+			return fmt.Errorf("%s.dirs.%s: %q must be a relative path below sftp.root without '..'", key, d.name, d.dir)
+		}
+	}
+	// Each directory has one role: a claim under ready/, an archive
+	// inside ready/ or a quarantine that is the archive would be listed,
+	// claimed or accounted for twice.
+	for i, a := range dirs {
+		for _, b := range dirs[i+1:] {
+			if nested(path.Clean(a.dir), path.Clean(b.dir)) {
+				return fmt.Errorf("%s.dirs: %s %q and %s %q overlap; each directory must be separate (neither equal to nor inside another)",
+					key, a.name, a.dir, b.name, b.dir)
+			}
 		}
 	}
 	if c.Concurrency < 1 || c.Concurrency > 64 {
@@ -253,6 +272,61 @@ func (c *Config) FeedFor(name string) *Feed {
 	for i := range c.Feeds {
 		if c.Feeds[i].re.MatchString(name) {
 			return &c.Feeds[i]
+		}
+	}
+	return nil
+}
+
+// namedDir is one of the remote directories with its key.
+type namedDir struct{ name, dir string }
+
+// named lists the directories in a fixed order (errors name the first).
+func (d Dirs) named() []namedDir {
+	return []namedDir{{"incoming", d.Incoming}, {"ready", d.Ready}, {"processing", d.Processing},
+		{"archive", d.Archive}, {"quarantine", d.Quarantine}, {"reports", d.Reports}}
+}
+
+// nested reports whether two clean slash paths are equal or one lies
+// inside the other ("." is the directory both are relative to).
+func nested(a, b string) bool {
+	return a == b || a == "." || b == "." || strings.HasPrefix(b, a+"/") || strings.HasPrefix(a, b+"/")
+}
+
+// site is where a partner's drop lives: the address (host case-folded)
+// and the login. Two addresses naming one host (a name and its IP) are
+// not recognised as one site.
+func (c *Config) site() string {
+	return strings.ToLower(c.SFTP.Address) + "\x00" + c.SFTP.User
+}
+
+// CheckSites refuses partners whose drops collide on one site (address and
+// user): the same sftp.root unless both declare shared_site: true, and in
+// any case a directory of one equal to or inside a directory of the other
+// (each partner claims everything in its ready/ and holds what no feed of
+// its own matches, and its reconciler reports whatever its processing/,
+// archive/ and quarantine/ hold that is not its own). keys are the
+// partners' config paths, e.g. "partners[1] (id beta)".
+func CheckSites(ps []Config, keys []string) error {
+	for j := range ps {
+		for i := range ps[:j] {
+			a, b := &ps[i], &ps[j]
+			if a.site() != b.site() {
+				continue
+			}
+			ra, rb := path.Clean(a.SFTP.Root), path.Clean(b.SFTP.Root)
+			if ra == rb && !(a.SharedSite && b.SharedSite) {
+				return fmt.Errorf("%s.sftp: same site (%s@%s) and root %q as %s; give each partner its own sftp.root, or set shared_site: true on both (with separate dirs)",
+					keys[j], b.SFTP.User, b.SFTP.Address, b.SFTP.Root, keys[i])
+			}
+			for _, da := range a.Dirs.named() {
+				for _, db := range b.Dirs.named() {
+					pa, pb := path.Join(ra, da.dir), path.Join(rb, db.dir)
+					if nested(pa, pb) {
+						return fmt.Errorf("%s.dirs.%s: %q on site %s@%s overlaps %s.dirs.%s %q; each partner needs directories of its own",
+							keys[j], db.name, pb, b.SFTP.User, b.SFTP.Address, keys[i], da.name, pa)
+					}
+				}
+			}
 		}
 	}
 	return nil

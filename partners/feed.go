@@ -41,13 +41,20 @@ const (
 
 // Feed defaults.
 const (
-	DefaultChunkRows    = 10_000
-	DefaultChunkBytes   = 8 << 20
-	MinChunkBytes       = 1 << 20
-	DefaultMaxFieldLen  = 64 << 10
-	DefaultTextMaxLen   = 4096
-	DefaultDateLayout   = "2006-01-02"
-	DefaultTimeLayout   = "2006-01-02T15:04:05Z07:00"
+	DefaultChunkRows   = 10_000
+	DefaultChunkBytes  = 8 << 20
+	MinChunkBytes      = 1 << 20
+	DefaultMaxFieldLen = 64 << 10
+	DefaultTextMaxLen  = 4096
+	DefaultDateLayout  = "2006-01-02"
+	DefaultTimeLayout  = "2006-01-02T15:04:05Z07:00"
+	// MaxIntegerDigits: an integer column holds a bigint (19 digits).
+	MaxIntegerDigits = 19
+	// MaxDecimalIntegerDigits is the most digits before the point the row
+	// check accepts in a decimal without a precision.
+	MaxDecimalIntegerDigits = 100
+	// MaxDecimalDigits bounds a decimal's declared precision.
+	MaxDecimalDigits    = 130
 	maxBatchIDLen       = 128
 	batchIDAllowedChars = `^[A-Za-z0-9][A-Za-z0-9._-]*$`
 )
@@ -135,6 +142,12 @@ type Column struct {
 	MaxLength int `yaml:"max_length"`
 	// Scale is the most digits after the point, for decimal.
 	Scale int `yaml:"scale"`
+	// Precision is the most digits in all, for integer and decimal (as
+	// PostgreSQL's numeric(precision, scale)); 0: unbounded (an integer
+	// then fits a bigint, a decimal has up to 100 digits before the
+	// point). `intake check` needs it to prove that a bounded target
+	// column (numeric(p,s), integer, smallint) holds every accepted value.
+	Precision int `yaml:"precision"`
 	// Layout is a Go time layout, for date and timestamp.
 	Layout string `yaml:"layout"`
 	// Values are the allowed values, for enum.
@@ -292,10 +305,17 @@ func (c Column) validate(key string) error {
 		if c.MaxLength < 1 {
 			return fmt.Errorf("%s.max_length: must be positive", key)
 		}
-	case TypeInteger, TypeEmail:
+	case TypeEmail:
+	case TypeInteger:
+		if c.Precision < 0 || c.Precision > MaxIntegerDigits {
+			return fmt.Errorf("%s.precision: %d must be between 0 (unbounded) and %d", key, c.Precision, MaxIntegerDigits)
+		}
 	case TypeDecimal:
 		if c.Scale < 0 || c.Scale > 30 {
 			return fmt.Errorf("%s.scale: %d must be between 0 and 30", key, c.Scale)
+		}
+		if c.Precision != 0 && (c.Precision < max(c.Scale, 1) || c.Precision > MaxDecimalDigits) {
+			return fmt.Errorf("%s.precision: %d must be 0 (unbounded) or between scale (%d) and %d", key, c.Precision, c.Scale, MaxDecimalDigits)
 		}
 	case TypeDate, TypeTimestamp:
 		if c.Layout == "" {
@@ -308,7 +328,25 @@ func (c Column) validate(key string) error {
 	default:
 		return fmt.Errorf("%s.type: %q is not one of text, integer, decimal, date, timestamp, enum, email", key, c.Type)
 	}
+	if c.Precision != 0 && c.Type != TypeInteger && c.Type != TypeDecimal {
+		return fmt.Errorf("%s.precision: only integer and decimal columns have a precision", key)
+	}
 	return nil
+}
+
+// IntegerDigits is the most digits before the point a value of the column
+// may have (integer and decimal columns): its precision less its scale,
+// or what the row check accepts when it has no precision.
+func (c Column) IntegerDigits() int {
+	switch {
+	case c.Type == TypeInteger && c.Precision > 0:
+		return c.Precision
+	case c.Type == TypeInteger:
+		return MaxIntegerDigits
+	case c.Precision > 0:
+		return c.Precision - c.Scale
+	}
+	return MaxDecimalIntegerDigits
 }
 
 // Column returns the named column, or nil.

@@ -76,6 +76,7 @@ func cmdCheck(args []string, stdout, stderr io.Writer) int {
 				continue
 			}
 			fmt.Fprintf(stdout, "ok   partner %s feed %s: target %s has the columns and unique index intake needs\n", p.ID, f.Name, f.Target)
+			failed += compareColumns(ctx, pool, p.ID, f, stdout)
 			if plan.Binary {
 				fmt.Fprintf(stdout, "     rows travel as COPY binary")
 			} else {
@@ -93,4 +94,29 @@ func cmdCheck(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// compareColumns prints what the target could refuse of the values the
+// feed accepts (FAIL) and what cannot be decided statically (warn), and
+// returns how many failures it printed.
+func compareColumns(ctx context.Context, pool *pgxpool.Pool, partner string, f *partners.Feed, stdout io.Writer) int {
+	what := fmt.Sprintf("partner %s feed %s", partner, f.Name)
+	findings, err := intake.CompareTarget(ctx, pool, partner, f)
+	if err != nil {
+		fmt.Fprintf(stdout, "FAIL %s: %v\n", what, err)
+		return 1
+	}
+	fails := 0
+	for _, g := range findings {
+		if g.Fail {
+			fails++
+			fmt.Fprintf(stdout, "FAIL %s %s\n", what, g)
+		} else {
+			fmt.Fprintf(stdout, "warn %s %s\n", what, g)
+		}
+	}
+	if fails == 0 {
+		fmt.Fprintf(stdout, "ok   %s: every value the feed accepts fits its target column\n", what)
+	}
+	return fails
 }

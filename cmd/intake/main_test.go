@@ -81,10 +81,10 @@ partners:
         columns:
           - {name: order_id, type: text, required: true, max_length: 32}
           - {name: email, type: email}
-          - {name: amount, type: decimal, scale: 2, required: true}
+          - {name: amount, type: decimal, scale: 2, precision: 12, required: true}
           - {name: status, type: enum, values: [new, paid, shipped], required: true}
           - {name: placed_at, type: timestamp, required: true}
-          - {name: qty, type: integer}
+          - {name: qty, type: integer, precision: 9}
         key: [order_id]
         target: orders
 `, o.worker, o.lease, o.affinity, o.spool, o.schedule, c.ID, o.poll, c.SFTP.Address, c.SFTP.User, c.SFTP.PrivateKeyFile, o.knownHosts, c.SFTP.Root, o.chunkRows)

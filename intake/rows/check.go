@@ -25,16 +25,27 @@ func newCheck(c partners.Column) check {
 			return s, ""
 		}
 	case partners.TypeInteger:
+		digits := c.IntegerDigits()
 		typed = func(s string) (string, string) {
 			n, err := strconv.ParseInt(strings.TrimSpace(s), 10, 64)
 			if err != nil {
 				return "", ReasonNotInteger
 			}
-			return strconv.FormatInt(n, 10), ""
+			v := strconv.FormatInt(n, 10)
+			if len(strings.TrimPrefix(v, "-")) > digits {
+				return "", ReasonPrecisionExceeded
+			}
+			return v, ""
 		}
 	case partners.TypeDecimal:
-		scale := c.Scale
-		typed = func(s string) (string, string) { return checkDecimal(strings.TrimSpace(s), scale) }
+		scale, digits := c.Scale, c.IntegerDigits()
+		typed = func(s string) (string, string) {
+			v, reason := checkDecimal(strings.TrimSpace(s), scale)
+			if reason == "" && integerDigits(v) > digits {
+				return "", ReasonPrecisionExceeded
+			}
+			return v, reason
+		}
 	case partners.TypeDate:
 		layout := c.Layout
 		typed = func(s string) (string, string) {
@@ -125,6 +136,17 @@ func checkDecimal(s string, scale int) (string, string) {
 		out = "-" + out
 	}
 	return out, ""
+}
+
+// integerDigits counts the digits before the point of a canonical decimal
+// (a lone 0 before the point counts none, as in numeric(p,s)).
+func integerDigits(v string) int {
+	v = strings.TrimPrefix(v, "-")
+	i, _, _ := strings.Cut(v, ".")
+	if i == "0" {
+		return 0
+	}
+	return len(i)
 }
 
 func btoi(b bool) int {

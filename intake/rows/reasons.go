@@ -22,6 +22,10 @@ const (
 	ReasonFieldTooLong    = "field_too_long"
 )
 
+// ReasonPrecisionExceeded: a row's integer or decimal cell has more digits
+// before the point than the column's precision (less its scale) allows.
+const ReasonPrecisionExceeded = "precision_exceeded"
+
 // File reason codes: the whole file fails terminally, no retry.
 const (
 	ReasonHeaderMismatch  = "header_mismatch"

@@ -139,19 +139,21 @@ func (f *File) Validate() error {
 	if len(f.Partners) == 0 {
 		return errors.New("partners: at least one partner is required")
 	}
-	seen := map[string]bool{}
+	seen := map[string]int{}
+	keys := make([]string, len(f.Partners))
 	for i := range f.Partners {
 		p := &f.Partners[i]
 		p.SetDefaults()
 		if err := p.Validate(fmt.Sprintf("partners[%d]", i)); err != nil {
 			return err
 		}
-		if seen[p.ID] {
-			return fmt.Errorf("partners[%d].id: %q appears twice", i, p.ID)
+		if j, dup := seen[p.ID]; dup {
+			return fmt.Errorf("partners[%d].id: %q appears twice (also partners[%d]); a partner id is part of every key, path and query", i, p.ID, j)
 		}
-		seen[p.ID] = true
+		seen[p.ID] = i
+		keys[i] = fmt.Sprintf("partners[%d] (id %s)", i, p.ID)
 	}
-	return nil
+	return partners.CheckSites(f.Partners, keys)
 }
 
 // Intake is the daemon part of the configuration.

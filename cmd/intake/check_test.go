@@ -1,0 +1,58 @@
+package main
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/partner-intake/partner-intake/internal/testenv"
+)
+
+// `intake check` compares each feed column with its target column: a
+// varchar shorter than the feed's max_length fails naming partner, feed
+// and column; a CHECK constraint is a warning and check still passes; a
+// matching target is clean. `intake run` logs the findings and runs.
+func TestCheckComparesFeedColumnsWithTheTarget(t *testing.T) {
+	url, pool := testenv.DB(t)
+	t.Setenv("INTAKE_DATABASE_URL", url)
+	site := testenv.NewSite(t, "colcheck")
+	cfg := writeConfig(t, site, site.Config.SFTP.KnownHostsFile)
+	exec := func(sql string) {
+		t.Helper()
+		if _, err := pool.Exec(context.Background(), sql); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	code, out := runCLI("check", "--config", cfg)
+	if code != 0 || !strings.Contains(out, "ok   partner colcheck feed orders: every value the feed accepts fits its target column") ||
+		strings.Contains(out, "warn ") {
+		t.Fatalf("check of a matching target exited %d:\n%s", code, out)
+	}
+
+	exec(`ALTER TABLE orders ALTER COLUMN order_id TYPE varchar(8), ALTER COLUMN qty TYPE smallint`)
+	code, out = runCLI("check", "--config", cfg)
+	for _, w := range []string{
+		"FAIL partner colcheck feed orders column order_id: is character varying(8): holds 8 characters, the feed accepts up to 32",
+		"FAIL partner colcheck feed orders column qty: is smallint: out of range for values of 9 digits",
+		"2 problem(s) found",
+	} {
+		if code != 1 || !strings.Contains(out, w) {
+			t.Fatalf("check exited %d, want 1 and %q:\n%s", code, w, out)
+		}
+	}
+
+	// `intake run` logs the same findings as errors and runs on: a value
+	// refused at run time is met row by row
+	code, out = runCLI("run", "--config", cfg, "--once")
+	if code != 0 || !strings.Contains(out, "target may refuse values the feed accepts") || !strings.Contains(out, `"column":"order_id"`) {
+		t.Fatalf("run --once exited %d, want 0 with the findings logged:\n%s", code, out)
+	}
+
+	exec(`ALTER TABLE orders ALTER COLUMN order_id TYPE text, ALTER COLUMN qty TYPE integer`)
+	exec(`ALTER TABLE orders ADD CONSTRAINT qty_positive CHECK (qty > 0)`)
+	code, out = runCLI("check", "--config", cfg)
+	if code != 0 || !strings.Contains(out, "warn partner colcheck feed orders column qty: CHECK constraint qty_positive") {
+		t.Fatalf("check with a CHECK constraint exited %d, want 0 and a warning:\n%s", code, out)
+	}
+}

@@ -1,0 +1,150 @@
+package intake_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/partner-intake/partner-intake/intake"
+	"github.com/partner-intake/partner-intake/internal/testenv"
+	"github.com/partner-intake/partner-intake/partners"
+)
+
+// CompareTarget names, per feed column, what the target could refuse of
+// the values the feed accepts (failures), and what it cannot decide
+// (warnings), against tables created in a real PostgreSQL.
+func TestCompareTargetNamesWhatCouldBeRefused(t *testing.T) {
+	_, pool := testenv.DB(t)
+	ctx := context.Background()
+	mustExec := func(sql string) {
+		t.Helper()
+		if _, err := pool.Exec(ctx, sql); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	mustExec(`CREATE TABLE ref (code text PRIMARY KEY)`)
+	mustExec(`CREATE TYPE mood AS ENUM ('new', 'paid')`)
+	mustExec(`CREATE DOMAIN shortish AS varchar(40) CHECK (VALUE <> '')`)
+	text := func(n int) partners.Column { return partners.Column{Name: "v", Type: partners.TypeText, MaxLength: n} }
+	tests := []struct {
+		name  string
+		col   partners.Column
+		ddl   string // the column v, and what else the table has
+		fails []string
+		warns []string
+	}{
+		{"a matching target is clean", text(64), "v text", nil, nil},
+		{"varchar shorter than max_length", text(64), "v varchar(8)", []string{"character varying(8): holds 8 characters, the feed accepts up to 64"}, nil},
+		{"varchar as long as max_length", text(8), "v varchar(8)", nil, nil},
+		{"char shorter than max_length", text(64), "v char(10)", []string{"character(10)"}, nil},
+		{"a text column without max_length gets the default", partners.Column{Name: "v", Type: partners.TypeText}, "v varchar(255)",
+			[]string{"the feed accepts up to 4096", "without max_length"}, nil},
+		{"an email into a varchar too short for one", partners.Column{Name: "v", Type: partners.TypeEmail}, "v varchar(100)", []string{"254"}, nil},
+		{"enum values fit a varchar", partners.Column{Name: "v", Type: partners.TypeEnum, Values: []string{"new", "shipped"}}, "v varchar(7)", nil, nil},
+		{"numeric scale below the feed's", partners.Column{Name: "v", Type: partners.TypeDecimal, Scale: 4, Precision: 5}, "v numeric(5,2)",
+			[]string{"numeric(5,2): rounds to 2 digits after the point, the feed accepts 4"}, nil},
+		{"a decimal without precision into numeric(p,s)", partners.Column{Name: "v", Type: partners.TypeDecimal, Scale: 2}, "v numeric(12,2)",
+			[]string{"holds 10 digits before the point, the feed accepts 100", "no precision; declare precision: 12 or less"}, nil},
+		{"a decimal with a precision that fits", partners.Column{Name: "v", Type: partners.TypeDecimal, Scale: 2, Precision: 12}, "v numeric(12,2)", nil, nil},
+		{"a decimal into unbounded numeric", partners.Column{Name: "v", Type: partners.TypeDecimal, Scale: 6}, "v numeric", nil, nil},
+		{"an integer into smallint", partners.Column{Name: "v", Type: partners.TypeInteger}, "v smallint", []string{"smallint: out of range for values of 19 digits"}, nil},
+		{"an integer into integer", partners.Column{Name: "v", Type: partners.TypeInteger}, "v integer", []string{"integer: out of range", "declare precision: 9 or less"}, nil},
+		{"an integer of 9 digits into integer", partners.Column{Name: "v", Type: partners.TypeInteger, Precision: 9}, "v integer", nil, nil},
+		{"an integer into bigint", partners.Column{Name: "v", Type: partners.TypeInteger}, "v bigint", nil, nil},
+		{"an integer into numeric(10,0)", partners.Column{Name: "v", Type: partners.TypeInteger}, "v numeric(10,0)", []string{"holds 10 digits before the point, the feed accepts 19"}, nil},
+		{"a decimal with a fraction into integer", partners.Column{Name: "v", Type: partners.TypeDecimal, Scale: 2}, "v bigint", []string{"digits after the point"}, nil},
+		{"NOT NULL for a column that is not required", text(64), "v text NOT NULL", []string{"NOT NULL but the feed column is not required"}, nil},
+		{"NOT NULL for a required column", partners.Column{Name: "v", Type: partners.TypeText, MaxLength: 5, Required: true}, "v text NOT NULL", nil, nil},
+		{"text into an integer column", text(10), "v integer", []string{"integer: a text value is not valid input of that type"}, nil},
+		{"a date into an integer column", partners.Column{Name: "v", Type: partners.TypeDate}, "v int", []string{"a date value is not valid input"}, nil},
+		{"text into uuid", text(36), "v uuid", []string{"type incompatibility"}, nil},
+		{"a timestamp into a date drops the time", partners.Column{Name: "v", Type: partners.TypeTimestamp}, "v date", nil, []string{"time of day"}},
+		{"a decimal into double precision rounds", partners.Column{Name: "v", Type: partners.TypeDecimal, Scale: 2}, "v double precision", nil, []string{"binary floating point"}},
+		{"an enum into an enum type lacking a value", partners.Column{Name: "v", Type: partners.TypeEnum, Values: []string{"new", "paid", "shipped"}}, "v mood",
+			[]string{"enum type without the feed's values shipped"}, nil},
+		{"an enum into an enum type with every value", partners.Column{Name: "v", Type: partners.TypeEnum, Values: []string{"paid"}}, "v mood", nil, nil},
+		{"a CHECK constraint and a foreign key are warnings only", text(64), "v text CHECK (v <> 'x') REFERENCES ref (code)", nil,
+			[]string{"CHECK constraint t_v_check", "foreign key t_v_fkey references ref"}},
+		{"another unique index is a warning", text(64), "v text UNIQUE", nil, []string{"unique index t_v_key other than (partner_id, k)"}},
+		{"a domain: its base type is compared, its CHECK is a warning", text(64), "v shortish",
+			[]string{"shortish: holds 40 characters"}, []string{"of domain shortish"}},
+		{"a NOT NULL column the feed does not write", text(64), "v text, extra text NOT NULL", []string{"column extra: is NOT NULL without a default"}, nil},
+		{"a NOT NULL column with a default", text(64), "v text, extra text NOT NULL DEFAULT 'x', id bigint GENERATED ALWAYS AS IDENTITY", nil, nil},
+		{"a table CHECK on no column is a warning", text(64), "v text, CHECK (true)", nil, []string{"CHECK constraint"}},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			table := fmt.Sprintf("t%d", i)
+			ddl := strings.ReplaceAll(tt.ddl, "t_v_", table+"_v_")
+			mustExec(fmt.Sprintf(`CREATE TABLE %s (partner_id text NOT NULL, k text NOT NULL, %s, last_intake_id bigint NOT NULL,
+				UNIQUE (partner_id, k))`, table, ddl))
+			f := &partners.Feed{Name: "f", Pattern: `x`, Target: table, Key: []string{"k"},
+				Columns: []partners.Column{{Name: "k", Type: partners.TypeText, Required: true, MaxLength: 16}, tt.col}}
+			f.SetDefaults()
+			if err := f.Validate("f", partners.ReadinessRename); err != nil {
+				t.Fatal(err)
+			}
+			got, err := intake.CompareTarget(ctx, pool, "acme", f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var fails, warns []string
+			for _, g := range got {
+				if g.Fail {
+					fails = append(fails, g.String())
+				} else {
+					warns = append(warns, g.String())
+				}
+			}
+			match := func(kind string, got, want []string) {
+				t.Helper()
+				if len(want) == 0 && len(got) > 0 {
+					t.Fatalf("%s: got %q, want none", kind, got)
+				}
+				all := strings.Join(got, "\n")
+				for _, w := range want {
+					if !strings.Contains(all, w) {
+						t.Fatalf("%s: got %q, want one with %q", kind, got, w)
+					}
+				}
+			}
+			match("failures", fails, tt.fails)
+			var want []string
+			for _, w := range tt.warns {
+				want = append(want, strings.ReplaceAll(w, "t_v_", table+"_v_"))
+			}
+			match("warnings", warns, want)
+			for _, g := range fails {
+				if !strings.HasPrefix(g, "column ") {
+					t.Fatalf("failure %q names no column", g)
+				}
+			}
+		})
+	}
+}
+
+// partner_id must hold the partner's id: a varchar shorter than it refuses
+// every row.
+func TestCompareTargetChecksThePartnerIDColumn(t *testing.T) {
+	_, pool := testenv.DB(t)
+	ctx := context.Background()
+	if _, err := pool.Exec(ctx, `CREATE TABLE p (partner_id varchar(4) NOT NULL, k text NOT NULL, last_intake_id bigint NOT NULL, UNIQUE (partner_id, k))`); err != nil {
+		t.Fatal(err)
+	}
+	f := &partners.Feed{Name: "f", Pattern: `x`, Target: "p", Key: []string{"k"},
+		Columns: []partners.Column{{Name: "k", Type: partners.TypeText, Required: true, MaxLength: 16}}}
+	f.SetDefaults()
+	if err := f.Validate("f", partners.ReadinessRename); err != nil {
+		t.Fatal(err)
+	}
+	for partner, fail := range map[string]bool{"acme": false, "globex": true} {
+		got, err := intake.CompareTarget(ctx, pool, partner, f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if failed := len(got) == 1 && got[0].Fail && got[0].Column == "partner_id"; failed != fail || (!fail && len(got) > 0) {
+			t.Fatalf("partner %s: got %+v", partner, got)
+		}
+	}
+}
