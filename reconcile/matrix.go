@@ -51,6 +51,8 @@ func (r *Reconciler) partner(ctx context.Context, p *partners.Config) ([]Finding
 		r.rowQuarantineWithoutRecord(ctx, p, sess, add),
 		r.rowStaleUploads(p, sess, add),
 		r.rowUnclaimableReady(p, sess, add),
+		r.rowStaleRemoteTemps(p, sess, add),
+		r.rowUnpublishedDiscards(ctx, p, sess, add),
 	)
 	return fs, errors.Join(errs...)
 }
