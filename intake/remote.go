@@ -170,8 +170,14 @@ func putFile(s *partners.Session, dir, name string, data []byte) (string, error)
 		return "", err
 	}
 	if err := s.PosixRename(tmp, dst); err != nil {
-		s.Remove(tmp)
-		return "", fmt.Errorf("publish %s: %w", dst, err)
+		// a server without posix-rename: replace in two steps
+		if _, serr := s.Lstat(dst); serr == nil {
+			s.Remove(dst)
+		}
+		if err := s.Rename(tmp, dst); err != nil {
+			s.Remove(tmp)
+			return "", fmt.Errorf("publish %s: %w", dst, err)
+		}
 	}
 	return dst, nil
 }
