@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"path"
-	"strings"
 
 	"github.com/partner-intake/partner-intake/internal/fault"
 )
@@ -34,12 +33,13 @@ func (r *fileRun) archive(ctx context.Context, from State, outcome string, dupOf
 func (r *fileRun) archiveRemote(ctx context.Context, outcome string, dupOf int64) (State, string, error) {
 	in := r.in
 	dir := r.sess.Layout.ArchiveDir(in.ClaimedAt)
-	ext := path.Ext(in.RemoteName)
-	stem := fmt.Sprintf("%s.%s.%d", in.BatchID, in.SHA256[:12], in.ID)
 	var dst string
 	var err error
 	if in.ReplayOf == 0 { // a replay has no remote file: its bytes were archived as the original
-		dst, err = moveOnce(r.sess, in.ClaimedPath, uniqueNames(dir, stem, ext, 9))
+		if err := r.fence(ctx, "archive"); err != nil {
+			return "", "", err
+		}
+		dst, err = moveOnce(r.sess, in.ClaimedPath, archiveNames(dir, in, 9))
 	}
 	lost := errors.Is(err, ErrRemoteLost)
 	if err != nil && !lost {
@@ -57,7 +57,7 @@ func (r *fileRun) archiveRemote(ctx context.Context, outcome string, dupOf int64
 	}
 	if in.ManifestName != "" && !lost && in.ReplayOf == 0 {
 		src := path.Join(path.Dir(in.ClaimedPath), in.ManifestName)
-		if _, err := moveOnce(r.sess, src, uniqueNames(dir, strings.TrimSuffix(path.Base(dst), ext), ext+ManifestSuffix, 0)); err != nil && !errors.Is(err, ErrRemoteLost) {
+		if _, err := moveOnce(r.sess, src, []string{dst + ManifestSuffix}); err != nil && !errors.Is(err, ErrRemoteLost) {
 			return "", "", fmt.Errorf("archive manifest: %w", err)
 		}
 	}
@@ -73,6 +73,9 @@ func (r *fileRun) archiveRemote(ctx context.Context, outcome string, dupOf int64
 		rc.Detail = fmt.Sprintf("batch %s was already received with the same bytes (intake %d); nothing was applied again", in.BatchID, dupOf)
 	}
 	if err := r.writeReports(ctx, rc); err != nil {
+		return "", "", err
+	}
+	if err := r.dropStaleReason(); err != nil {
 		return "", "", err
 	}
 	if outcome == OutcomeDuplicate {

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"path"
 	"time"
+
+	"github.com/partner-intake/partner-intake/partners"
 )
 
 // QuarantineReason is quarantine/<intake_id>.<name>.reason.json.
@@ -30,18 +32,21 @@ type QuarantineReason struct {
 func (r *fileRun) hold(ctx context.Context, to State, reason string, line int64, detail string) error {
 	in := r.in
 	qdir := r.sess.Layout.QuarantineDir()
-	base := fmt.Sprintf("%d.%s", in.ID, in.RemoteName)
+	base := heldName(in.ID, in.RemoteName)
 	if r.feed == nil {
 		base = fmt.Sprintf("%d.%s", in.ID, reason) // a hostile name never enters our paths
 	}
-	dst, err := moveOnce(r.sess, in.ClaimedPath, uniqueNames(qdir, base, "", 0))
+	if err := r.fence(ctx, "hold"); err != nil {
+		return err
+	}
+	dst, err := r.moveHeld(in.ClaimedPath, path.Join(qdir, base))
 	lost := errors.Is(err, ErrRemoteLost)
 	if err != nil && !lost {
 		return fmt.Errorf("quarantine: %w", err)
 	}
 	if in.ManifestName != "" {
 		src := path.Join(path.Dir(in.ClaimedPath), in.ManifestName)
-		if _, err := moveOnce(r.sess, src, uniqueNames(qdir, base+ManifestSuffix, "", 0)); err != nil && !errors.Is(err, ErrRemoteLost) {
+		if _, err := r.moveHeld(src, path.Join(qdir, base+ManifestSuffix)); err != nil && !errors.Is(err, ErrRemoteLost) {
 			return fmt.Errorf("quarantine manifest: %w", err)
 		}
 	}
@@ -52,7 +57,10 @@ func (r *fileRun) hold(ctx context.Context, to State, reason string, line int64,
 	qr := QuarantineReason{PartnerID: in.Partner, IntakeID: in.ID, File: Neutralize(in.RemoteName), BatchID: in.BatchID,
 		SHA256: in.SHA256, State: string(to), Reason: reason, Line: line, Detail: detail, At: time.Now().UTC().Truncate(time.Second)}
 	data, _ := json.MarshalIndent(qr, "", "  ")
-	if _, err := putFile(r.sess, qdir, path.Base(dst)+".reason.json", append(data, '\n')); err != nil {
+	if err := r.fence(ctx, "reason"); err != nil {
+		return err
+	}
+	if _, err := putFile(r.sess, qdir, reasonName(path.Base(dst)), append(data, '\n')); err != nil {
 		return fmt.Errorf("quarantine reason: %w", err)
 	}
 	outcome := OutcomeQuarantined
@@ -68,5 +76,31 @@ func (r *fileRun) hold(ctx context.Context, to State, reason string, line int64,
 	}
 	r.d.metrics.finished(in.Partner, string(to))
 	r.log.Warn("file held", "state", to, "reason", reason, "line", line, "quarantine_path", dst)
+	return nil
+}
+
+// moveHeld moves src to dst in quarantine/; a released file held again is
+// there already.
+func (r *fileRun) moveHeld(src, dst string) (string, error) {
+	if src == dst {
+		if _, err := r.sess.Lstat(dst); err == nil {
+			return dst, nil
+		}
+	}
+	return moveOnce(r.sess, src, []string{dst})
+}
+
+// dropStaleReason removes the reason file a released file was held with:
+// once the file is decided again (archived, or held with a new reason
+// file), the old one would tell the partner and the reconciler something
+// no longer true.
+func (r *fileRun) dropStaleReason() error {
+	if r.in.Override == "" || r.feed == nil {
+		return nil // never released
+	}
+	p := path.Join(r.sess.Layout.QuarantineDir(), reasonName(heldName(r.in.ID, r.in.RemoteName)))
+	if err := r.sess.Remove(p); err != nil && !partners.IsNotExist(err) {
+		return fmt.Errorf("remove stale reason file: %w", err)
+	}
 	return nil
 }

@@ -1,12 +1,18 @@
 package intake
 
 import (
+	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"path"
+	"regexp"
+	"strings"
+	"unicode/utf8"
 
+	"github.com/partner-intake/partner-intake/internal/fault"
 	"github.com/partner-intake/partner-intake/partners"
 )
 
@@ -50,26 +56,103 @@ func moveOnce(s *partners.Session, src string, candidates []string) (string, err
 	return "", fmt.Errorf("move %s: no free target name: %w", src, last)
 }
 
-// uniqueNames returns base followed by base with .1 ... .n before ext.
-func uniqueNames(dir, stem, ext string, n int) []string {
-	out := []string{path.Join(dir, stem+ext)}
-	for i := 1; i <= n; i++ {
-		out = append(out, path.Join(dir, fmt.Sprintf("%s.%d%s", stem, i, ext)))
+// fitName returns prefix+base+suffix when it fits in one remote name
+// (maxRemoteName bytes, the limit of every common file system). Otherwise
+// base, the partner-derived part, is cut at a UTF-8 boundary and followed
+// by "~" and a hash of the whole untruncated name: two long names that
+// share a beginning still get different names, and the same input always
+// gets the same name (a resumed step finds what an earlier attempt wrote).
+// prefix and suffix are ours and short (well under 200 bytes).
+func fitName(prefix, base, suffix string) string {
+	full := prefix + base + suffix
+	if len(full) <= maxRemoteName {
+		return full
+	}
+	sum := sha256.Sum256([]byte(full))
+	mark := "~" + hex.EncodeToString(sum[:6])
+	cut := maxRemoteName - len(prefix) - len(suffix) - len(mark)
+	if cut < 0 {
+		cut = 0
+	}
+	for cut > 0 && !utf8.RuneStart(base[cut]) {
+		cut--
+	}
+	return prefix + base[:cut] + mark + suffix
+}
+
+// fitStem is fitName for a name that other names are derived from by
+// appending one of our suffixes: room for the longest of them (reserve) is
+// kept, so each derived name fits too.
+func fitStem(prefix, base, suffix, reserve string) string {
+	return strings.TrimSuffix(fitName(prefix, base, suffix+reserve), reserve)
+}
+
+// Suffixes of names derived from a held file's name.
+const (
+	ReasonSuffix = ".reason.json"
+	heldReserve  = ManifestSuffix + ReasonSuffix
+)
+
+// heldName is the name of a held file in quarantine/:
+// <intake_id>.<name>, and beside it <that>.complete (its manifest) and
+// <that>.reason.json, all within maxRemoteName bytes.
+func heldName(id int64, name string) string {
+	return fitStem(fmt.Sprintf("%d.", id), name, "", heldReserve)
+}
+
+// reasonName is the reason file beside a held file.
+func reasonName(held string) string { return held + ReasonSuffix }
+
+// maxArchiveExt: a longer "extension" is part of a name, not a type, and
+// is left out of archive names.
+const maxArchiveExt = 32
+
+// archiveNames are the candidate archive names of in:
+// <batch>.<sha12>.<intake_id>[.n]<ext>, n from 1 to extra, each with room
+// for ManifestSuffix.
+func archiveNames(dir string, in *Intake, extra int) []string {
+	ext := path.Ext(in.RemoteName)
+	if len(ext) > maxArchiveExt {
+		ext = ""
+	}
+	out := make([]string, 0, extra+1)
+	for i := 0; i <= extra; i++ {
+		n := ""
+		if i > 0 {
+			n = fmt.Sprintf(".%d", i)
+		}
+		out = append(out, path.Join(dir, fitStem("", in.BatchID, fmt.Sprintf(".%s.%d%s%s", in.SHA256[:12], in.ID, n, ext), ManifestSuffix)))
 	}
 	return out
 }
 
+// tempPattern matches the hidden temporary names putFile writes under:
+// .<name>.<16 hex>.tmp (the reconciler removes stale ones).
+var tempPattern = regexp.MustCompile(`^\..*\.[0-9a-f]{16}\.tmp$`)
+
+// IsOurTemp reports whether name is one of putFile's temporary names.
+func IsOurTemp(name string) bool { return tempPattern.MatchString(name) }
+
+// tempName is putFile's hidden temporary name for name.
+func tempName(name string) string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return fitName(".", name, "."+hex.EncodeToString(b[:])+".tmp")
+}
+
 // putFile writes data to dir/name atomically: into a hidden temporary name,
-// then renamed. An existing target (an earlier attempt finished) is kept:
-// the rename onto it is refused and the temporary file removed.
+// then renamed over any earlier version (posix-rename). The caller makes
+// sure it still holds the file's fencing token right before (fileRun.fence):
+// what it writes is the current truth for the partner, so it replaces what
+// an earlier attempt or an earlier decision wrote. A temporary file left by
+// a kill is removed by the reconciler once it is older than
+// reconcile.stale_temp.
 func putFile(s *partners.Session, dir, name string, data []byte) (string, error) {
 	dst := path.Join(dir, name)
 	if err := s.EnsureDir(dir); err != nil {
 		return "", fmt.Errorf("create %s: %w", dir, err)
 	}
-	var b [8]byte
-	_, _ = rand.Read(b[:])
-	tmp := path.Join(dir, "."+name+"."+hex.EncodeToString(b[:])+".tmp")
+	tmp := path.Join(dir, tempName(name))
 	f, err := s.Create(tmp)
 	if err != nil {
 		return "", fmt.Errorf("create %s: %w", tmp, err)
@@ -83,12 +166,30 @@ func putFile(s *partners.Session, dir, name string, data []byte) (string, error)
 		s.Remove(tmp)
 		return "", fmt.Errorf("close %s: %w", tmp, err)
 	}
-	if err := s.Rename(tmp, dst); err != nil {
-		s.Remove(tmp)
+	if err := fault.Check("putfile:before_rename"); err != nil {
+		return "", err
+	}
+	if err := s.PosixRename(tmp, dst); err != nil {
+		// a server without posix-rename: replace in two steps
 		if _, serr := s.Lstat(dst); serr == nil {
-			return dst, nil
+			s.Remove(dst)
 		}
-		return "", fmt.Errorf("publish %s: %w", dst, err)
+		if err := s.Rename(tmp, dst); err != nil {
+			s.Remove(tmp)
+			return "", fmt.Errorf("publish %s: %w", dst, err)
+		}
 	}
 	return dst, nil
+}
+
+// fence checks, right before a step the partner can see (a move, a reason
+// file, a receipt), that this run still holds the file's fencing token, and
+// renews the lease with the same conditional statement: no takeover can
+// happen for one lease from here, so a stalled owner that wakes after a
+// takeover publishes nothing.
+func (r *fileRun) fence(ctx context.Context, step string) error {
+	if err := fault.Check("publish:" + step); err != nil {
+		return err
+	}
+	return r.d.store.heartbeat(ctx, r.in)
 }

@@ -55,7 +55,7 @@ func (d *Daemon) Replay(ctx context.Context, id int64, actor, reason string, pro
 			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, 'spooled', $11, now() + $12::interval, $13)
 			RETURNING `+intakeColumns, orig.Partner, orig.Feed, orig.RemoteName,
 			fmt.Sprintf("replay:%d:%d", id, time.Now().UnixNano()), orig.Size, orig.BatchID, orig.SHA256, orig.Size,
-			orig.DataSHA256, orig.DataSize, d.cfg.WorkerID, d.cfg.Lease, root)
+			orig.DataSHA256, orig.DataSize, OpsWorker(d.cfg.WorkerID), d.cfg.Lease, root)
 		var err error
 		if in, err = scanIntake(row); err != nil {
 			return err

@@ -18,6 +18,7 @@ const (
 	OutcomeDuplicate           = "duplicate"
 	OutcomeQuarantined         = "quarantined"
 	OutcomeFailed              = "failed"
+	OutcomeDiscarded           = "discarded" // held, then closed for good by ops
 )
 
 // Receipt is reports/<batch>.<intake_id>.receipt.json.
@@ -49,11 +50,18 @@ type ReceiptRows struct {
 	Conflict  int64 `json:"conflict"`
 }
 
+// Suffixes of a file's reports.
+const (
+	ReceiptSuffix = ".receipt.json"
+	RejectsSuffix = ".rejects.csv"
+)
+
 // reportStem names a file's reports: <batch>.<intake_id>, unique per
-// observed file so a resend's receipt never overwrites the original's.
+// observed file so a resend's receipt never overwrites the original's;
+// with either suffix within maxRemoteName bytes.
 func reportStem(in *Intake) string {
 	if in.BatchID != "" {
-		return fmt.Sprintf("%s.%d", in.BatchID, in.ID)
+		return fitStem("", in.BatchID, fmt.Sprintf(".%d", in.ID), ReceiptSuffix)
 	}
 	return fmt.Sprintf("intake-%d", in.ID)
 }
@@ -68,22 +76,24 @@ func (r *fileRun) writeReports(ctx context.Context, rc Receipt) error {
 		if err != nil {
 			return err
 		}
-		p, err := putFile(r.sess, dir, reportStem(in)+".rejects.csv", data)
+		if err := r.fence(ctx, "rejects"); err != nil {
+			return err
+		}
+		p, err := putFile(r.sess, dir, reportStem(in)+RejectsSuffix, data)
 		if err != nil {
 			return err
 		}
 		in.RejectsPath, rc.Rejects = p, p
 	}
-	rc.PartnerID, rc.IntakeID, rc.File, rc.BatchID = in.Partner, in.ID, in.RemoteName, in.BatchID
-	rc.SHA256, rc.Bytes = in.SHA256, in.Size
-	rc.Rows = ReceiptRows{Total: in.RowsTotal, Applied: in.RowsApplied, Unchanged: in.RowsUnchanged, Rejected: in.RowsRejected, Conflict: in.RowsConflict}
 	rc.Archive = in.ArchivePath
-	rc.ProcessedAt = time.Now().UTC().Truncate(time.Second)
-	data, err := json.MarshalIndent(rc, "", "  ")
+	data, err := receiptJSON(in, rc)
 	if err != nil {
 		return err
 	}
-	p, err := putFile(r.sess, dir, reportStem(in)+".receipt.json", append(data, '\n'))
+	if err := r.fence(ctx, "receipt"); err != nil {
+		return err
+	}
+	p, err := putFile(r.sess, dir, reportStem(in)+ReceiptSuffix, data)
 	if err != nil {
 		return err
 	}
@@ -91,8 +101,20 @@ func (r *fileRun) writeReports(ctx context.Context, rc Receipt) error {
 	return nil
 }
 
+// receiptJSON completes rc with what the row says of the file and renders
+// it.
+func receiptJSON(in *Intake, rc Receipt) ([]byte, error) {
+	rc.PartnerID, rc.IntakeID, rc.File, rc.BatchID = in.Partner, in.ID, in.RemoteName, in.BatchID
+	rc.SHA256, rc.Bytes = in.SHA256, in.Size
+	rc.Rows = ReceiptRows{Total: in.RowsTotal, Applied: in.RowsApplied, Unchanged: in.RowsUnchanged, Rejected: in.RowsRejected, Conflict: in.RowsConflict}
+	rc.ProcessedAt = time.Now().UTC().Truncate(time.Second)
+	data, err := json.MarshalIndent(rc, "", "  ")
+	return append(data, '\n'), err
+}
+
 // rejectsCSV renders line, column, reason, outcome and detail (codes: the
-// SQLSTATE of a row the target refused) of every row that did not apply. It echoes no cell value; every cell is still neutralised
+// SQLSTATE of a row the target refused) of every row that did not apply. It
+// echoes no cell value; every cell is still neutralised
 // against spreadsheet formula injection.
 func (r *fileRun) rejectsCSV(ctx context.Context) ([]byte, error) {
 	var buf bytes.Buffer

@@ -52,6 +52,8 @@ func (r *Reconciler) partner(ctx context.Context, p *partners.Config) ([]Finding
 		r.rowQuarantineWithoutRecord(ctx, p, sess, add),
 		r.rowStaleUploads(p, sess, add),
 		r.rowUnclaimableReady(p, sess, add),
+		r.rowStaleRemoteTemps(p, sess, add),
+		r.rowUnpublishedDiscards(ctx, p, sess, add),
 	)
 	return fs, errors.Join(errs...)
 }
@@ -166,7 +168,11 @@ func (r *Reconciler) rowExpiredLeases(ctx context.Context, p *partners.Config, s
 		if old.Worker == r.worker {
 			continue // our own poll resumes it
 		}
-		dst := s.Layout.Processing(r.worker, old.RemoteName)
+		name := old.RemoteName
+		if old.Feed == intake.NoFeed {
+			name = path.Base(old.ClaimedPath) // a hostile entry's name never enters our paths: keep its generated one
+		}
+		dst := s.Layout.Processing(r.worker, name)
 		in, err := r.ledger.TakeOver(ctx, old, r.worker, dst)
 		var fe *intake.FencedError
 		if errors.As(err, &fe) {

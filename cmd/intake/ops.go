@@ -97,7 +97,8 @@ func cmdQuarantine(args []string, stdout, stderr io.Writer) int {
 		}
 		return 0
 	case "release", "discard":
-		d := intake.Decision{IntakeID: id, Actor: *actor, Reason: *reason, Winner: *winner, Partners: scope}
+		d := intake.Decision{IntakeID: id, Actor: *actor, Reason: *reason, Winner: *winner, Partners: scope,
+			Worker: intake.OpsWorker(e.cfg.WorkerID)}
 		var err error
 		if sub == "release" {
 			err = intake.Release(ctx, e.pool, d)
@@ -107,6 +108,12 @@ func cmdQuarantine(args []string, stdout, stderr io.Writer) int {
 		if err != nil {
 			fmt.Fprintf(stderr, "intake quarantine %s: %v\n", sub, err)
 			return 1
+		}
+		// The decision is recorded; telling the partner is the next step,
+		// and a reconciler finishes it if this one fails: not a failure of
+		// the command.
+		if err := intake.PublishDecision(ctx, e.pool, e.cfg.Partners, id); err != nil {
+			fmt.Fprintf(stderr, "intake quarantine %s: the decision is recorded; the partner's receipt is rewritten by the next reconcile run (now: %v)\n", sub, err)
 		}
 		if sub == "release" {
 			fmt.Fprintf(stdout, "intake %d released by %s; a running daemon's reconciler picks it up within %s\n", id, *actor, e.cfg.Reconcile.Schedule)

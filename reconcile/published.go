@@ -1,0 +1,72 @@
+package reconcile
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path"
+	"time"
+
+	"github.com/partner-intake/partner-intake/intake"
+	"github.com/partner-intake/partner-intake/partners"
+)
+
+// Finding kinds of the rows in this file (docs/failure-matrix.md, "Poison:
+// names and what a partner sees").
+const (
+	KindStaleRemoteTemp   = "stale_remote_temp"  // a receipt or reason file write killed half-way
+	KindDecisionPublished = "decision_published" // a discard's receipt the ops command could not publish
+)
+
+// rowStaleRemoteTemps removes our hidden temporary files in reports/ and
+// quarantine/ older than reconcile.stale_temp: a receipt or reason file
+// write killed between create and rename leaves one, and nothing else
+// would ever remove it. A live write renames its file within seconds.
+func (r *Reconciler) rowStaleRemoteTemps(p *partners.Config, s *partners.Session, add addFunc) error {
+	var errs []error
+	for _, dir := range []string{s.Layout.ReportsDir(), s.Layout.QuarantineDir()} {
+		ents, err := s.ReadDir(dir)
+		if partners.IsNotExist(err) {
+			continue
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("list %s: %w", dir, err))
+			continue
+		}
+		for _, e := range ents {
+			if !e.Mode().IsRegular() || !intake.IsOurTemp(e.Name()) || time.Since(e.ModTime()) < r.cfg.StaleTemp {
+				continue
+			}
+			full := path.Join(dir, e.Name())
+			if err := s.Remove(full); err != nil && !partners.IsNotExist(err) {
+				errs = append(errs, fmt.Errorf("remove %s: %w", full, err))
+				continue
+			}
+			add(Finding{Kind: KindStaleRemoteTemp, Path: full, Action: "deleted"})
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// rowUnpublishedDiscards publishes the decision of a discarded file whose
+// ops command recorded it but could not reach the partner's site: the
+// reason file goes, the receipt says "discarded".
+func (r *Reconciler) rowUnpublishedDiscards(ctx context.Context, p *partners.Config, s *partners.Session, add addFunc) error {
+	rows, err := r.ledger.Undecided(ctx, p.ID)
+	if err != nil {
+		return err
+	}
+	for _, in := range rows {
+		err := r.ledger.PublishDiscarded(ctx, s, in)
+		var fe *intake.FencedError
+		if errors.As(err, &fe) {
+			continue // published meanwhile
+		}
+		if err != nil {
+			return err
+		}
+		add(Finding{Kind: KindDecisionPublished, IntakeID: in.ID, Path: in.ReceiptPath,
+			Action: "receipt rewritten: discarded; reason file removed"})
+	}
+	return nil
+}

@@ -1,0 +1,160 @@
+package reconcile_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/partner-intake/partner-intake/intake"
+	"github.com/partner-intake/partner-intake/internal/fault"
+	"github.com/partner-intake/partner-intake/internal/testenv"
+	"github.com/partner-intake/partner-intake/reconcile"
+)
+
+// pausedPoll starts a poll of n with the fault step armed to pause and
+// returns once it waits there; resume lets it go on and returns its error.
+func pausedPoll(t *testing.T, n *node, partner, step string) (resume func() error) {
+	t.Helper()
+	withFault(t, step+"=pause")
+	done := make(chan error, 1)
+	go func() { done <- n.poll(t, partner) }()
+	select {
+	case <-fault.Paused(step):
+	case err := <-done:
+		t.Fatalf("the poll ended (%v) before %s", err, step)
+	case <-time.After(30 * time.Second):
+		t.Fatalf("the poll never reached %s", step)
+	}
+	return func() error {
+		fault.Resume(step)
+		return <-done
+	}
+}
+
+func readReceipt(t *testing.T, site *testenv.Site, path string) intake.Receipt {
+	t.Helper()
+	var rc intake.Receipt
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, &rc); err != nil {
+		t.Fatalf("receipt %s: %v", path, err)
+	}
+	return rc
+}
+
+func inode(t *testing.T, path string) uint64 {
+	t.Helper()
+	st, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st.Sys().(*syscall.Stat_t).Ino
+}
+
+// A worker stalled right before it publishes a receipt, whose file was
+// taken over and finished by another replica meanwhile, publishes nothing
+// when it wakes: its fencing check right before the write is refused, and
+// the partner's receipt stays the new owner's.
+func TestStalledOwnerWakingAfterATakeoverPublishesNothing(t *testing.T) {
+	_, pool := testenv.DB(t)
+	site := testenv.NewSite(t, "stall")
+	site.Drop(t, "orders-s.csv", testenv.OrdersCSV("S", 4))
+	spoolDir := t.TempDir()
+	w1 := newNode(t, pool, "w1", spoolDir, site)
+	w2 := newNode(t, pool, "w2", spoolDir, site)
+	resume := pausedPoll(t, w1, "stall", "publish:receipt")
+
+	// w1 is stalled (its heartbeat may still renew the lease: expire it
+	// until w2's reconciler takes the file over)
+	taken := false
+	for i := 0; i < 10 && !taken; i++ {
+		expireLeases(t, pool)
+		taken = kinds(w2.reconcile(t))[reconcile.KindLeaseExpired] == 1
+	}
+	if !taken {
+		t.Fatal("w2 never took the stalled file over")
+	}
+	if err := w2.poll(t, "stall"); err != nil {
+		t.Fatal(err)
+	}
+	f := testenv.Files(t, pool, "stall")[0]
+	if f.State != "archived" || f.Worker != "w2" || f.Receipt == "" {
+		t.Fatalf("got %+v, want archived by w2 with a receipt", f)
+	}
+	before, ino := site.Read(t, strings.TrimPrefix(f.Receipt, site.Root+"/")), inode(t, f.Receipt)
+
+	err := resume()
+	var fe *intake.FencedError
+	if err != nil && !errors.As(err, &fe) && !errors.Is(err, context.Canceled) {
+		t.Fatalf("the stalled owner's poll: %v", err)
+	}
+	if got := site.Read(t, strings.TrimPrefix(f.Receipt, site.Root+"/")); got != before || inode(t, f.Receipt) != ino {
+		t.Fatal("the stalled owner rewrote the receipt after the takeover")
+	}
+	for _, n := range site.Files(t, "reports") {
+		if n != filepath.Base(f.Receipt) {
+			t.Fatalf("reports/ holds %q besides the receipt", n)
+		}
+	}
+	if rc := readReceipt(t, site, f.Receipt); rc.Outcome != "accepted" || rc.Rows.Applied != 4 {
+		t.Fatalf("receipt %+v", rc)
+	}
+	if got := site.Files(t, "archive"); len(got) != 1 {
+		t.Fatalf("archive holds %v", got)
+	}
+	testenv.AssertExactOrders(t, pool, "stall", 4, "S")
+}
+
+// A receipt write killed between its temporary file and the rename leaves
+// a hidden temporary file in reports/; the reconciler removes it once it is
+// older than reconcile.stale_temp (a fresh one, of a write in progress, is
+// left alone), and the file's next attempt publishes the receipt.
+func TestKilledReceiptWriteLeavesNoTempBehind(t *testing.T) {
+	_, pool := testenv.DB(t)
+	site := testenv.NewSite(t, "tmp")
+	site.Drop(t, "orders-t.csv", testenv.OrdersCSV("T", 3))
+	w1 := newNode(t, pool, "w1", t.TempDir(), site)
+	withFault(t, "putfile:before_rename=error")
+	if err := w1.poll(t, "tmp"); !errors.Is(err, fault.ErrInjected) {
+		t.Fatalf("got %v, want the injected stop before the rename", err)
+	}
+	left := site.Files(t, "reports")
+	if len(left) != 1 || !intake.IsOurTemp(left[0]) {
+		t.Fatalf("reports/ holds %v, want one temporary file", left)
+	}
+	stale := filepath.Join(site.Root, "reports", left[0])
+	fresh := filepath.Join(site.Root, "quarantine", ".7.orders-x.csv.reason.json.0123456789abcdef.tmp")
+	if err := os.WriteFile(fresh, []byte("{"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if fs := w1.reconcile(t); kinds(fs)[reconcile.KindStaleRemoteTemp] != 0 {
+		t.Fatalf("a fresh temporary file was removed: %+v", fs)
+	}
+	old := time.Now().Add(-time.Hour)
+	os.Chtimes(stale, old, old)
+	fs := w1.reconcile(t)
+	if kinds(fs)[reconcile.KindStaleRemoteTemp] != 1 {
+		t.Fatalf("findings %+v, want one stale_remote_temp", fs)
+	}
+	if _, err := os.Stat(stale); !os.IsNotExist(err) {
+		t.Fatalf("the stale temporary file is still there: %v", err)
+	}
+	if _, err := os.Stat(fresh); err != nil {
+		t.Fatalf("the fresh temporary file: %v", err)
+	}
+	if err := w1.poll(t, "tmp"); err != nil {
+		t.Fatal(err)
+	}
+	f := testenv.Files(t, pool, "tmp")[0]
+	if rc := readReceipt(t, site, f.Receipt); f.State != "archived" || rc.Outcome != "accepted" {
+		t.Fatalf("%+v, receipt %+v", f, rc)
+	}
+}
