@@ -188,7 +188,7 @@ func (d *Daemon) PollOnce(ctx context.Context, partner string) error {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	err := d.pollOnce(ctx, p)
+	err := p.deadline(d.pollOnce(ctx, p))
 	if errors.Is(err, errNotOwner) {
 		return nil
 	}
@@ -357,7 +357,7 @@ func (d *Daemon) loop(ctx context.Context, p *partnerRT) {
 		case <-p.trigger:
 		}
 		p.mu.Lock()
-		err := d.pollOnce(ctx, p)
+		err := p.deadline(d.pollOnce(ctx, p))
 		if errors.Is(err, errNotOwner) {
 			err = nil // another replica polls it: nothing to record
 		} else {
@@ -516,6 +516,17 @@ func (d *Daemon) Prewarm(ctx context.Context) {
 			}
 		}()
 	}
+}
+
+// deadline reports a poll's error as the session's *partners.TimeoutError
+// when the site's silence is why the poll failed (partners/watchdog.go).
+func (p *partnerRT) deadline(err error) error {
+	p.sessMu.Lock()
+	defer p.sessMu.Unlock()
+	if err == nil || p.sess == nil {
+		return err
+	}
+	return p.sess.Deadline(err)
 }
 
 // drop closes the session; the next poll dials again.

@@ -41,6 +41,8 @@ func (r *Reconciler) partner(ctx context.Context, p *partners.Config) ([]Finding
 		return fs, errors.Join(errs...)
 	}
 	defer sess.Close()
+	stop := sess.CloseWhenDone(ctx) // the partner's deadline (reconciler.go)
+	defer stop()
 	if err := sess.Layout.EnsureDirs(sess.Client, r.worker); err != nil {
 		return fs, errors.Join(append(errs, err)...)
 	}
