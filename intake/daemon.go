@@ -197,6 +197,9 @@ func (d *Daemon) PollOnce(ctx context.Context, partner string) error {
 }
 
 func (d *Daemon) afterPoll(p *partnerRT, err error) {
+	if err != nil {
+		p.settled = false // a claim of this poll may be left without a row
+	}
 	p.statMu.Lock()
 	p.up = err == nil
 	if err == nil {
@@ -243,6 +246,11 @@ func (d *Daemon) Start(ctx context.Context) error {
 		return err
 	}
 	d.prevDrained = drained
+	for _, p := range d.parts {
+		p.mu.Lock()
+		p.settled = drained
+		p.mu.Unlock()
+	}
 	d.registered.Store(true)
 	d.cron = schedule.New(d.log)
 	for _, id := range d.order {
@@ -421,6 +429,18 @@ func (d *Daemon) Stop() {
 	}
 	d.cancel()
 	d.wg.Wait()
+	if drained {
+		for _, id := range d.order {
+			p := d.parts[id]
+			p.mu.Lock()
+			if !p.settled {
+				// not looked at since a failure (or ever, this run): the
+				// next start must look, so the run is not drained
+				drained = false
+			}
+			p.mu.Unlock()
+		}
+	}
 	// the other replicas take this one's partners on their next poll
 	rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -468,6 +488,12 @@ type partnerRT struct {
 	sess      *partners.Session
 	tempClean bool // this worker's spool temp files of the partner were swept
 	resumed   bool // this worker's own files of the partner were resumed once
+	// settled: nothing of this worker can be left without a row on the
+	// partner's site: its processing dir was looked through (resumeOwn)
+	// since the last failed poll, or the previous run left none there.
+	// Stop records the run as drained only when every partner is settled.
+	settled     bool
+	orphanSweep time.Time // the last look through stopped workers' processing dirs (orphans.go)
 
 	statMu      sync.Mutex // what the last poll saw, for gauges and /readyz
 	polling     bool       // this replica polls the partner (affinity.go); else it exports no poll gauges for it

@@ -124,6 +124,7 @@ type Reconciler struct {
 	lastSuccess prometheus.Gauge
 	takeovers   *prometheus.CounterVec
 	staleUps    *prometheus.GaugeVec
+	orphans     *prometheus.GaugeVec
 
 	mu      sync.Mutex
 	cron    *cron.Cron
@@ -152,6 +153,8 @@ func New(cfg Config, worker string, lease time.Duration, db *pgxpool.Pool, sp *s
 			Help: "Unix time of the last reconciler run that completed."}),
 		staleUps: f.NewGaugeVec(prometheus.GaugeOpts{Name: "intake_stale_uploads",
 			Help: "Abandoned *.part uploads in incoming/ at the last reconciler run."}, []string{"partner"}),
+		orphans: f.NewGaugeVec(prometheus.GaugeOpts{Name: "intake_orphan_claims",
+			Help: "Files in a processing/ dir with no live row (claims without an outcome) left at the last reconciler run."}, []string{"partner"}),
 		takeovers: f.NewCounterVec(prometheus.CounterOpts{Name: "intake_lease_takeovers_total",
 			Help: "Claims taken over from another worker (expired lease or orphaned claim)."}, []string{"partner"}),
 	}, nil
@@ -226,10 +229,14 @@ func (r *Reconciler) record(fs []Finding) {
 	r.lastFinds.Reset()
 	for i := range r.parts {
 		r.staleUps.WithLabelValues(r.parts[i].ID).Set(0)
+		r.orphans.WithLabelValues(r.parts[i].ID).Set(0)
 	}
 	for _, f := range fs {
 		if f.Kind == KindStaleUpload {
 			r.staleUps.WithLabelValues(f.Partner).Inc()
+		}
+		if f.Kind == KindOrphanClaim && f.IntakeID == 0 {
+			r.orphans.WithLabelValues(f.Partner).Inc() // not adopted: still without a row
 		}
 		r.findings.WithLabelValues(f.Partner, f.Kind).Inc()
 		if f.Kind == KindLeaseExpired || (f.Kind == KindOrphanClaim && f.IntakeID != 0) {
