@@ -22,8 +22,10 @@ import (
 //     start for the others unless its previous run ended drained, which it
 //     records only when it has looked at every partner: Daemon.Stop);
 //   - whoever polls the partner, whatever the affinity: the directories of
-//     workers that are not live (crashed past their lease, or retired) are
-//     moved into its own, where resumeOwn adopts them (adoptOrphans);
+//     workers known to be gone (crashed past their lease, or retired) are
+//     moved into its own, where resumeOwn adopts them (adoptOrphans); a
+//     worker id that never registered (`run --once`) is left to the
+//     reconciler;
 //   - the reconciler, which does the same and reports every entry without
 //     a row it leaves behind (a live worker's) as a finding and in
 //     intake_orphan_claims.
@@ -36,7 +38,7 @@ import (
 func (d *Daemon) orphanSweepEvery() time.Duration { return max(d.cfg.Lease/3, time.Second) }
 
 // adoptOrphans moves the entries of every processing/<w>/ whose worker is
-// not live, and that no live row owns, into this worker's processing dir;
+// known to be gone, and that no live row owns, into this worker's processing dir;
 // resumeOwn then records them as claims. The RENAME is the claim here as
 // anywhere: of two replicas sweeping at once, one gets each file.
 func (d *Daemon) adoptOrphans(ctx context.Context, p *partnerRT, sess *partners.Session) error {
@@ -53,11 +55,11 @@ func (d *Daemon) adoptOrphans(ctx context.Context, p *partnerRT, sess *partners.
 		if !dir.IsDir() || w == d.cfg.WorkerID || strings.HasPrefix(w, ".") {
 			continue
 		}
-		live, err := d.store.workerLive(ctx, w)
+		gone, err := d.store.workerGone(ctx, w)
 		if err != nil {
 			return err
 		}
-		if live {
+		if !gone {
 			continue
 		}
 		if err := d.adoptFrom(ctx, p, sess, w); err != nil {

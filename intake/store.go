@@ -182,14 +182,17 @@ func (s *store) retireWorker(ctx context.Context, worker string, drained bool) e
 	return err
 }
 
-// workerLive reports whether a replica heartbeated within its lease and
-// has not retired (a retired replica's files are anyone's to adopt).
-func (s *store) workerLive(ctx context.Context, worker string) (bool, error) {
+// workerGone reports whether a replica is known to have stopped: its row
+// is past its lease or retired. A worker id without a row (a `run --once`,
+// which never registers) is not known to be gone: it may be between a
+// claim's RENAME and its INSERT right now, so only the reconciler adopts
+// from it.
+func (s *store) workerGone(ctx context.Context, worker string) (bool, error) {
 	var ok bool
 	err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM intake_worker
-		WHERE worker_id = $1 AND last_seen > now() - lease AND drained_at IS NULL)`, worker).Scan(&ok)
+		WHERE worker_id = $1 AND (last_seen <= now() - lease OR drained_at IS NOT NULL))`, worker).Scan(&ok)
 	if err != nil {
-		return false, fmt.Errorf("worker %s live: %w", worker, err)
+		return false, fmt.Errorf("worker %s gone: %w", worker, err)
 	}
 	return ok, nil
 }

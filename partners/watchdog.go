@@ -72,7 +72,7 @@ func (w *watchdog) run(done <-chan struct{}, closeConn func()) {
 		case <-done:
 			return
 		case now := <-t.C:
-			if w.pending.Load() > 0 && now.UnixNano()-w.last.Load() > int64(w.timeout) {
+			if w.due(now) {
 				w.expired.Store(true)
 				closeConn()
 				return
@@ -81,13 +81,20 @@ func (w *watchdog) run(done <-chan struct{}, closeConn func()) {
 	}
 }
 
+// due reports whether a request has waited past the deadline at now.
+func (w *watchdog) due(now time.Time) bool {
+	return w.pending.Load() > 0 && now.UnixNano()-w.last.Load() > int64(w.timeout)
+}
+
 type watchedWriter struct {
 	w  *watchdog
 	wc io.WriteCloser
 }
 
 func (ww watchedWriter) Write(p []byte) (int, error) {
-	if n := ww.w.out.packets(p); n > 0 {
+	// a request counts from its first bytes: one whose write blocks (the
+	// site reads nothing) is under the deadline too
+	if n, _ := ww.w.out.packets(p); n > 0 {
 		if ww.w.pending.Load() == 0 {
 			// the site has been quiet because nothing was asked: the
 			// deadline starts now
@@ -109,7 +116,9 @@ func (wr watchedReader) Read(p []byte) (int, error) {
 	n, err := wr.r.Read(p)
 	if n > 0 {
 		wr.w.last.Store(time.Now().UnixNano())
-		if k := wr.w.in.packets(p[:n]); k > 0 {
+		// a reply counts as answered at its last byte: one that stops
+		// half way (a 255 KiB READ reply, say) is still waited for
+		if _, k := wr.w.in.packets(p[:n]); k > 0 {
 			wr.w.pending.Add(-int64(k))
 		}
 	}
@@ -124,14 +133,16 @@ type framer struct {
 	left uint32
 }
 
-// packets reports how many packets start in b.
-func (f *framer) packets(b []byte) int {
-	n := 0
+// packets reports how many packets start in b, and how many end in it.
+func (f *framer) packets(b []byte) (starts, ends int) {
 	for len(b) > 0 {
 		if f.left > 0 {
 			k := min(uint32(len(b)), f.left)
 			f.left -= k
 			b = b[k:]
+			if f.left == 0 {
+				ends++
+			}
 			continue
 		}
 		c := copy(f.hdr[f.nhdr:], b)
@@ -140,8 +151,11 @@ func (f *framer) packets(b []byte) int {
 		if f.nhdr == len(f.hdr) {
 			f.left = binary.BigEndian.Uint32(f.hdr[:])
 			f.nhdr = 0
-			n++
+			starts++
+			if f.left == 0 {
+				ends++
+			}
 		}
 	}
-	return n
+	return starts, ends
 }
