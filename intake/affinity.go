@@ -121,3 +121,8 @@ func mix(x uint64) uint64 {
 	x *= 0x94d049bb133111eb
 	return x ^ x>>31
 }
+
+// Poller is the replica that polls partner among the live workers under
+// affinity "partner" (what `intake status` shows; tests pick worker ids
+// with it).
+func Poller(partner string, workers []string) string { return owner(partner, workers) }

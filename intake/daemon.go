@@ -223,7 +223,7 @@ func (d *Daemon) PollOnce(ctx context.Context, partner string) error {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	err := d.pollOnce(ctx, p)
+	err := p.deadline(d.pollOnce(ctx, p))
 	if errors.Is(err, errNotOwner) {
 		return nil
 	}
@@ -232,6 +232,9 @@ func (d *Daemon) PollOnce(ctx context.Context, partner string) error {
 }
 
 func (d *Daemon) afterPoll(p *partnerRT, err error) {
+	if err != nil {
+		p.settled = false // a claim of this poll may be left without a row
+	}
 	p.statMu.Lock()
 	p.up = err == nil
 	if err == nil {
@@ -281,6 +284,11 @@ func (d *Daemon) Start(ctx context.Context) error {
 		return err
 	}
 	d.prevDrained = drained
+	for _, p := range d.parts {
+		p.mu.Lock()
+		p.settled = drained
+		p.mu.Unlock()
+	}
 	d.registered.Store(true)
 	d.cron = schedule.New(d.log)
 	for _, id := range d.order {
@@ -445,7 +453,7 @@ func (d *Daemon) loop(ctx context.Context, p *partnerRT) {
 		case <-p.trigger:
 		}
 		p.mu.Lock()
-		err := d.pollOnce(ctx, p)
+		err := p.deadline(d.pollOnce(ctx, p))
 		if errors.Is(err, errNotOwner) {
 			err = nil // another replica polls it: nothing to record
 		} else {
@@ -509,6 +517,18 @@ func (d *Daemon) Stop() {
 	}
 	d.cancel()
 	d.wg.Wait()
+	if drained {
+		for _, id := range d.order {
+			p := d.parts[id]
+			p.mu.Lock()
+			if !p.settled {
+				// not looked at since a failure (or ever, this run): the
+				// next start must look, so the run is not drained
+				drained = false
+			}
+			p.mu.Unlock()
+		}
+	}
 	// the other replicas take this one's partners on their next poll
 	rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -578,6 +598,12 @@ type partnerRT struct {
 	tempClean bool        // this worker's spool temp files of the partner were swept
 	redial    atomic.Bool // a file met an SFTP failure: the next poll dials afresh
 	resumed   bool        // this worker's own files of the partner were resumed once
+	// settled: nothing of this worker can be left without a row on the
+	// partner's site: its processing dir was looked through (resumeOwn)
+	// since the last failed poll, or the previous run left none there.
+	// Stop records the run as drained only when every partner is settled.
+	settled     bool
+	orphanSweep time.Time // the last look through stopped workers' processing dirs (orphans.go)
 
 	statMu      sync.Mutex // what the last poll saw, for gauges and /readyz
 	polling     bool       // this replica polls the partner (affinity.go); else it exports no poll gauges for it
@@ -630,6 +656,17 @@ func (d *Daemon) Prewarm(ctx context.Context) {
 			}
 		}()
 	}
+}
+
+// deadline reports a poll's error as the session's *partners.TimeoutError
+// when the site's silence is why the poll failed (partners/watchdog.go).
+func (p *partnerRT) deadline(err error) error {
+	p.sessMu.Lock()
+	defer p.sessMu.Unlock()
+	if err == nil || p.sess == nil {
+		return err
+	}
+	return p.sess.Deadline(err)
 }
 
 // drop closes the session; the next poll dials again.

@@ -27,6 +27,7 @@ type metrics struct {
 	fileRetries     *prometheus.CounterVec
 	backpressure    prometheus.Gauge
 	spoolFree       prometheus.Gauge
+	orphansAdopted  *prometheus.CounterVec // orphans.go
 
 	files             *prometheus.GaugeVec
 	oldestProcessing  *prometheus.GaugeVec
@@ -66,6 +67,8 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		fileRetries:  f.NewCounterVec(prometheus.CounterOpts{Name: "intake_file_retries_total", Help: "Failed runs of a file set aside for a later attempt on its own backoff (the partner's other files go on)."}, []string{"partner"}),
 		backpressure: f.NewGauge(prometheus.GaugeOpts{Name: "intake_spool_backpressure", Help: "1 while claiming is paused because the spool disk is below its free-space floor."}),
 		spoolFree:    f.NewGauge(prometheus.GaugeOpts{Name: "intake_spool_free_bytes", Help: "Free bytes on the spool's disk at the last check."}),
+		orphansAdopted: f.NewCounterVec(prometheus.CounterOpts{Name: "intake_orphan_claims_adopted_total",
+			Help: "Claims without a row taken from a stopped worker's processing/ dir by the partner's poller."}, []string{"partner"}),
 
 		files:            f.NewGaugeVec(prometheus.GaugeOpts{Name: "intake_files", Help: "Files per non-terminal state (and quarantined), cluster-wide."}, []string{"partner", "state"}),
 		oldestProcessing: f.NewGaugeVec(prometheus.GaugeOpts{Name: "intake_oldest_processing_age_seconds", Help: "Age of the oldest claimed, unfinished file."}, []string{"partner"}),

@@ -584,9 +584,20 @@ func hostileReason(claimedPath string) string {
 }
 
 // resumeOwn adopts files in processing/<worker>/ that have no row (a crash
-// between claim rename and insert) and resumes every live row this worker
-// id holds (a restart), taking each over with a new fencing token.
+// between claim rename and insert, or moved there from a stopped worker's
+// dir by adoptOrphans) and resumes every live row this worker id holds (a
+// restart), taking each over with a new fencing token.
 func (d *Daemon) resumeOwn(ctx context.Context, p *partnerRT, sess *partners.Session) error {
+	p.statMu.Lock()
+	polling := p.polling
+	p.statMu.Unlock()
+	if polling {
+		// whoever polls the partner adopts what stopped workers left
+		// without a row, whatever the affinity (orphans.go)
+		if err := d.adoptOrphans(ctx, p, sess); err != nil {
+			return err
+		}
+	}
 	dir := sess.Layout.ProcessingDir(d.cfg.WorkerID)
 	ents, err := sess.ReadDir(dir)
 	if err != nil {
@@ -633,6 +644,10 @@ func (d *Daemon) resumeOwn(ctx context.Context, p *partnerRT, sess *partners.Ses
 			d.log.Info("adopted a claimed file without a row", "partner", p.cfg.ID, "intake_id", in.ID)
 		}
 	}
+	// Every entry of this worker's dir has a row now: whatever happens
+	// next in this poll, a failure of it unsettles the partner again
+	// (afterPoll).
+	p.settled = true
 	// files that failed wait for their own next attempt (attempt.go)
 	live, err := d.store.dueOwnedBy(ctx, p.cfg.ID, d.cfg.WorkerID)
 	if err != nil {

@@ -31,6 +31,10 @@ type Retention struct {
 	Audit time.Duration `yaml:"audit"`
 	// Schedule runs the purge (robfig/cron/v3, UTC); "" = "@daily".
 	Schedule string `yaml:"schedule"`
+	// PartnerTimeout bounds the purge of one partner (its site's reports/
+	// included); past it, or on any error, the purge reports the partner
+	// and goes on with the next.
+	PartnerTimeout time.Duration `yaml:"partner_timeout"`
 }
 
 // Default retention.
@@ -40,6 +44,7 @@ const (
 	DefaultReportsRetention  = 90 * 24 * time.Hour
 	DefaultAuditRetention    = 400 * 24 * time.Hour
 	DefaultRetentionSchedule = "@daily"
+	DefaultPurgeTimeout      = 10 * time.Minute
 )
 
 // SetDefaults fills unset fields.
@@ -47,7 +52,8 @@ func (r *Retention) SetDefaults() {
 	for _, f := range []struct {
 		v   *time.Duration
 		def time.Duration
-	}{{&r.Spool, DefaultSpoolRetention}, {&r.RowIssues, DefaultIssuesRetention}, {&r.Reports, DefaultReportsRetention}, {&r.Audit, DefaultAuditRetention}} {
+	}{{&r.Spool, DefaultSpoolRetention}, {&r.RowIssues, DefaultIssuesRetention}, {&r.Reports, DefaultReportsRetention}, {&r.Audit, DefaultAuditRetention},
+		{&r.PartnerTimeout, DefaultPurgeTimeout}} {
 		if *f.v == 0 {
 			*f.v = f.def
 		}
@@ -65,6 +71,7 @@ type Purged struct {
 	RowIssues    int64
 	Reports      int
 	AuditEntries int64
+	Err          error // why the partner's purge stopped short; the others went on
 }
 
 // ErrPurgeRunning: another replica's purge holds the lock.
@@ -96,30 +103,49 @@ func Purge(ctx context.Context, db *pgxpool.Pool, sp *spool.Spool, parts []partn
 		}
 	}()
 	var out []Purged
+	var errs []error
 	for i := range parts {
-		p := &parts[i]
-		res := Purged{Partner: p.ID}
-		if err := purgeSpool(ctx, db, sp, p.ID, now.Add(-ret.Spool), &res); err != nil {
-			return out, fmt.Errorf("partner %s: spool: %w", p.ID, err)
-		}
-		tag, err := db.Exec(ctx, `DELETE FROM intake_row_issue WHERE partner_id = $1 AND intake_id IN (
-			SELECT intake_id FROM file_intake WHERE partner_id = $1 AND finished_at < $2
-			  AND state IN ('archived', 'duplicate', 'failed_terminal', 'discarded'))`, p.ID, now.Add(-ret.RowIssues))
+		// Each partner under its own deadline, and one partner's failure
+		// (a hung site, say) never keeps the others from being purged.
+		pctx, cancel := context.WithTimeout(ctx, ret.PartnerTimeout)
+		res, err := purgePartner(pctx, db, sp, &parts[i], ret, now)
+		cancel()
 		if err != nil {
-			return out, fmt.Errorf("partner %s: row issues: %w", p.ID, err)
+			res.Err = fmt.Errorf("partner %s: %w", parts[i].ID, err)
+			errs = append(errs, res.Err)
 		}
-		res.RowIssues = tag.RowsAffected()
-		if err := purgeReports(ctx, p, now.Add(-ret.Reports), &res); err != nil {
-			return out, fmt.Errorf("partner %s: reports: %w", p.ID, err)
-		}
-		tag, err = db.Exec(ctx, `DELETE FROM intake_audit WHERE partner_id = $1 AND at < $2`, p.ID, now.Add(-ret.Audit))
-		if err != nil {
-			return out, fmt.Errorf("partner %s: audit: %w", p.ID, err)
-		}
-		res.AuditEntries = tag.RowsAffected()
 		out = append(out, res)
+		if ctx.Err() != nil {
+			break
+		}
 	}
-	return out, nil
+	return out, errors.Join(errs...)
+}
+
+// purgePartner purges one partner's copies.
+func purgePartner(ctx context.Context, db *pgxpool.Pool, sp *spool.Spool, p *partners.Config, ret Retention, now time.Time) (Purged, error) {
+	res := Purged{Partner: p.ID}
+	if err := purgeSpool(ctx, db, sp, p.ID, now.Add(-ret.Spool), &res); err != nil {
+		return res, fmt.Errorf("spool: %w", err)
+	}
+	tag, err := db.Exec(ctx, `DELETE FROM intake_row_issue WHERE partner_id = $1 AND intake_id IN (
+		SELECT intake_id FROM file_intake WHERE partner_id = $1 AND finished_at < $2
+		  AND state IN ('archived', 'duplicate', 'failed_terminal', 'discarded'))`, p.ID, now.Add(-ret.RowIssues))
+	if err != nil {
+		return res, fmt.Errorf("row issues: %w", err)
+	}
+	res.RowIssues = tag.RowsAffected()
+	// The audit rows first: they need no site, so a hung one does not
+	// keep them past their retention.
+	tag, err = db.Exec(ctx, `DELETE FROM intake_audit WHERE partner_id = $1 AND at < $2`, p.ID, now.Add(-ret.Audit))
+	if err != nil {
+		return res, fmt.Errorf("audit: %w", err)
+	}
+	res.AuditEntries = tag.RowsAffected()
+	if err := purgeReports(ctx, p, now.Add(-ret.Reports), &res); err != nil {
+		return res, fmt.Errorf("reports: %w", err)
+	}
+	return res, nil
 }
 
 // purgeSpool deletes spooled files older than cutoff that no file in flight
@@ -190,22 +216,33 @@ func purgeReports(ctx context.Context, p *partners.Config, cutoff time.Time, res
 		return err
 	}
 	defer s.Close()
+	stop := s.CloseWhenDone(ctx) // the partner's deadline
+	defer stop()
 	dir := s.Layout.ReportsDir()
 	ents, err := s.ReadDir(dir)
 	if partners.IsNotExist(err) {
 		return nil
 	}
 	if err != nil {
-		return err
+		return siteErr(ctx, err)
 	}
 	for _, e := range ents {
 		if !e.Mode().IsRegular() || !reportName.MatchString(e.Name()) || !e.ModTime().Before(cutoff) {
 			continue
 		}
 		if err := s.Remove(path.Join(dir, e.Name())); err != nil && !partners.IsNotExist(err) {
-			return err
+			return siteErr(ctx, err)
 		}
 		res.Reports++
 	}
 	return nil
+}
+
+// siteErr says when a call failed because the caller's deadline closed
+// the session (its own error is then a bare "connection lost").
+func siteErr(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return fmt.Errorf("%w (%v)", ctx.Err(), err)
+	}
+	return err
 }

@@ -171,8 +171,11 @@ type StatusRow struct {
 	ReadyFiles       int64
 	OldestReady      *time.Time
 	Findings         []StatusFinding
-	FindingsAt       *time.Time // when the reconciler last completed a run; nil: never
-	Inflight         []InflightFile
+	// OrphanClaims: files the last reconciler run found in a processing/
+	// dir with no live row and left there (claims with no outcome yet).
+	OrphanClaims int
+	FindingsAt   *time.Time // when the reconciler last completed a run; nil: never
+	Inflight     []InflightFile
 	// Replicas are the live replicas serving the partner; Poller is the one
 	// that polls it under affinity "partner" (affinity.go).
 	Replicas []string
@@ -311,6 +314,9 @@ func Status(ctx context.Context, db *pgxpool.Pool, partners []string) ([]StatusR
 			return nil, err
 		}
 		idx[p].Findings = append(idx[p].Findings, f)
+		if f.Kind == "orphan_claim" && f.IntakeID == 0 { // reconcile.KindOrphanClaim, not adopted
+			idx[p].OrphanClaims++
+		}
 	}
 	if err := rs.Err(); err != nil {
 		return nil, err

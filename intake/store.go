@@ -168,14 +168,53 @@ func (s *store) registerWorker(ctx context.Context, worker string, partners []st
 }
 
 // retireWorker marks a stopping replica gone at once, so the others take
-// its partners on their next poll instead of one lease later; drained
-// says every poll ended before the stop (no claim can be half made). A row
-// since refreshed by a restarted process of the same id is left alone.
+// its partners on their next poll instead of one lease later. drained
+// says nothing of this worker id is left without a row on any partner's
+// site: every poll ended before the stop, and every partner's
+// processing/<worker>/ was looked through (resumeOwn) since the last poll
+// that failed, or was known clean from the previous run (Daemon.Stop).
+// A run that never reached a partner must not say so: its next start
+// would trust it and never look there (issue 12 item 11). A row since
+// refreshed by a restarted process of the same id is left alone.
 func (s *store) retireWorker(ctx context.Context, worker string, drained bool) error {
 	_, err := s.pool.Exec(ctx, `UPDATE intake_worker SET last_seen = now() - lease - interval '1 second',
 		    drained_at = CASE WHEN $3 THEN now() END
 		WHERE worker_id = $1 AND pid = $2`, worker, os.Getpid(), drained)
 	return err
+}
+
+// workerGone reports whether a replica is known to have stopped: its row
+// is past its lease or retired. A worker id without a row (a `run --once`,
+// which never registers) is not known to be gone: it may be between a
+// claim's RENAME and its INSERT right now, so only the reconciler adopts
+// from it.
+func (s *store) workerGone(ctx context.Context, worker string) (bool, error) {
+	var ok bool
+	err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM intake_worker
+		WHERE worker_id = $1 AND (last_seen <= now() - lease OR drained_at IS NOT NULL))`, worker).Scan(&ok)
+	if err != nil {
+		return false, fmt.Errorf("worker %s gone: %w", worker, err)
+	}
+	return ok, nil
+}
+
+// livePaths reports which of the paths a live row of the partner owns.
+func (s *store) livePaths(ctx context.Context, partner string, paths []string) (map[string]bool, error) {
+	rs, err := s.pool.Query(ctx, `SELECT claimed_path FROM file_intake
+		WHERE partner_id = $1 AND claimed_path = ANY($2) AND state = ANY($3)`, partner, paths, liveStates)
+	if err != nil {
+		return nil, fmt.Errorf("live paths: %w", err)
+	}
+	out := map[string]bool{}
+	for rs.Next() {
+		var p string
+		if err := rs.Scan(&p); err != nil {
+			rs.Close()
+			return nil, fmt.Errorf("live paths: %w", err)
+		}
+		out[p] = true
+	}
+	return out, rs.Err()
 }
 
 // liveServing maps each partner to the live replicas that serve it.

@@ -30,6 +30,7 @@ const (
 	MinSFTPPacket         = 32 * 1024
 	MaxSFTPPacket         = 255 * 1024
 	DefaultKeepalive      = 15 * time.Second
+	DefaultOpTimeout      = 60 * time.Second
 	DefaultMaxFileBytes   = 1 << 30 // 1 GiB
 	DefaultMaxRows        = 10_000_000
 	DefaultMaxFilesPoll   = 100
@@ -102,6 +103,11 @@ type SFTP struct {
 	DialTimeout time.Duration `yaml:"dial_timeout"`
 	// Keepalive is the interval of keepalive@openssh.com requests.
 	Keepalive time.Duration `yaml:"keepalive"`
+	// OpTimeout is how long an SFTP request may go without any reply
+	// from the site (an inactivity deadline: a transfer whose bytes keep
+	// coming never expires). On expiry the session is closed, every call
+	// on it fails, and the partner's poll backs off alone.
+	OpTimeout time.Duration `yaml:"op_timeout"`
 	// MaxPacket is the SFTP read/write request size in bytes. 0 (auto):
 	// 255 KiB when the server says it is OpenSSH 8.6 or later (whose
 	// sftp-server announces that read limit), else 32 KiB, the size every
@@ -161,6 +167,9 @@ func (c *Config) SetDefaults() {
 	if c.SFTP.Keepalive == 0 {
 		c.SFTP.Keepalive = DefaultKeepalive
 	}
+	if c.SFTP.OpTimeout == 0 {
+		c.SFTP.OpTimeout = DefaultOpTimeout
+	}
 	d := &c.Dirs
 	for _, f := range []struct {
 		p   *string
@@ -216,6 +225,9 @@ func (c *Config) Validate(key string) error {
 	}
 	if s.KnownHostsFile == "" {
 		return fmt.Errorf("%s.sftp.known_hosts_file: required; host keys are always pinned (ssh-keyscan the server and verify the fingerprint out of band)", key)
+	}
+	if s.OpTimeout < 0 {
+		return fmt.Errorf("%s.sftp.op_timeout: %s must be positive", key, s.OpTimeout)
 	}
 	if s.MaxPacket != 0 && (s.MaxPacket < MinSFTPPacket || s.MaxPacket > MaxSFTPPacket) {
 		return fmt.Errorf("%s.sftp.max_packet: %d must be 0 (auto) or between %d and %d", key, s.MaxPacket, MinSFTPPacket, MaxSFTPPacket)

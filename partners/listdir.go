@@ -35,7 +35,7 @@ func (s *Session) ListDir(ctx context.Context, dir string, fn func(os.FileInfo) 
 	}
 	c := s.lister
 	stop := context.AfterFunc(ctx, func() { c.ch.Close() })
-	err := c.list(dir, fn)
+	err := s.Deadline(c.list(dir, fn))
 	if (err != nil && !c.clean) || !stop() {
 		// the channel's state is unknown (a broken reply, ctx): a fresh
 		// one next time
@@ -75,8 +75,8 @@ func (s *Session) PrepareList() error {
 // whole listing through pkg/sftp, unbounded (the session's error said so
 // when it was dialled).
 func (s *Session) readDirWhole(ctx context.Context, dir string, fn func(os.FileInfo) error) error {
-	ents, err := s.ReadDirContext(ctx, dir)
-	if err != nil {
+	ents, err := s.Client.ReadDirContext(ctx, dir)
+	if err = s.Deadline(err); err != nil {
 		return fmt.Errorf("list %s: %w", dir, err)
 	}
 	for _, e := range ents {
@@ -108,7 +108,10 @@ func (s *Session) openLister() (*rawSFTP, error) {
 		ch.Close()
 		return nil, fmt.Errorf("sftp subsystem: %w", err)
 	}
-	c := &rawSFTP{ch: ch, w: w, r: r}
+	// a fresh stream: the watchdog's framing starts again, and requests
+	// of a closed channel are no longer waited for
+	s.listWatch.reset()
+	c := &rawSFTP{ch: ch, w: watchedWriter{w: s.listWatch, wc: w}, r: watchedReader{w: s.listWatch, r: r}}
 	if err := c.send(fxpInit, u32(3)); err != nil {
 		ch.Close()
 		return nil, err

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/partner-intake/partner-intake/internal/sftpd"
 	"github.com/partner-intake/partner-intake/internal/sshdtest"
+	"github.com/partner-intake/partner-intake/internal/testenv"
 	"github.com/partner-intake/partner-intake/partners"
 )
 
@@ -113,3 +115,44 @@ func TestListDirStreamsWhatReadDirReturns(t *testing.T) {
 }
 
 func errorsIsNotExist(err error) bool { return partners.IsNotExist(err) }
+
+// A site that goes silent during a listing: ListDir's own channel is under
+// the same per-request deadline as pkg/sftp's (sftp.op_timeout), so the
+// listing ends with a deadline error instead of waiting for good.
+func TestListDirOfAHungSiteEndsOnTheDeadline(t *testing.T) {
+	p := partner(t)
+	proxy := testenv.NewProxy(t, p.SFTP.Address)
+	kh := filepath.Join(t.TempDir(), "known_hosts")
+	if err := os.WriteFile(kh, []byte(knownhosts.Line([]string{proxy.Addr()}, sshd.HostKey)+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p.SFTP.Address, p.SFTP.KnownHostsFile = proxy.Addr(), kh
+	p.SFTP.OpTimeout, p.SFTP.Keepalive = 500*time.Millisecond, time.Hour
+	fill(t, filepath.Join(p.SFTP.Root, "ready"))
+	s, err := partners.Dial(context.Background(), p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.PrepareList(); err != nil {
+		t.Fatal(err)
+	}
+	proxy.Freeze()
+	defer proxy.Thaw()
+	done := make(chan error, 1)
+	go func() {
+		done <- s.ListDir(context.Background(), s.Layout.ReadyDir(), func(os.FileInfo) error { return nil })
+	}()
+	select {
+	case err := <-done:
+		var te *partners.TimeoutError
+		if !errors.Is(err, os.ErrDeadlineExceeded) || !errors.As(err, &te) {
+			t.Fatalf("listing a hung site: %v, want a *partners.TimeoutError", err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("listing a hung site did not end")
+	}
+	if !s.TimedOut() {
+		t.Fatal("the session does not say it timed out")
+	}
+}

@@ -16,17 +16,88 @@ import (
 )
 
 // Session is an SFTP connection to one partner's site.
+//
+// Every SFTP request on it has a deadline (the partner's sftp.op_timeout,
+// renewed by every byte the site sends back: watchdog.go); on expiry the
+// session is closed and its calls fail. The methods below shadow
+// sftp.Client's to report such a failure as a *TimeoutError.
 type Session struct {
 	*sftp.Client
 	Layout Layout
 
-	ssh  *ssh.Client
-	done chan struct{}
-	dirs sync.Map // remote directories this session has made sure of
+	partner string
+	ssh     *ssh.Client
+	watch   *watchdog
+	done    chan struct{}
+	dirs    sync.Map // remote directories this session has made sure of
 
-	listMu   sync.Mutex
-	lister   *rawSFTP // the channel ListDir lists on (listdir.go)
-	noLister bool     // the server refused that channel: ListDir reads whole listings
+	listMu    sync.Mutex
+	lister    *rawSFTP  // the channel ListDir lists on (listdir.go)
+	listWatch *watchdog // the lister's own watchdog: its own packet stream, the same deadline
+	noLister  bool      // the server refused that channel: ListDir reads whole listings
+}
+
+// TimedOut reports whether the watchdog closed the session.
+func (s *Session) TimedOut() bool {
+	return s.watch.expired.Load() || s.listWatch.expired.Load()
+}
+
+// Deadline returns err as a *TimeoutError when the watchdog closed the
+// session (the call failed because of it), else err unchanged.
+func (s *Session) Deadline(err error) error {
+	var te *TimeoutError
+	if err == nil || !s.TimedOut() || errors.As(err, &te) {
+		return err
+	}
+	return &TimeoutError{Partner: s.partner, After: s.watch.timeout, Err: err}
+}
+
+// CloseWhenDone closes the session when ctx is done (a caller's own
+// deadline: pkg/sftp calls take no context). Call the returned function
+// to stop watching.
+func (s *Session) CloseWhenDone(ctx context.Context) (stop func() bool) {
+	return context.AfterFunc(ctx, func() { s.Close() })
+}
+
+// ReadDir is sftp.Client.ReadDir under the session's deadline.
+func (s *Session) ReadDir(p string) ([]os.FileInfo, error) {
+	fi, err := s.Client.ReadDir(p)
+	return fi, s.Deadline(err)
+}
+
+// Stat is sftp.Client.Stat under the session's deadline.
+func (s *Session) Stat(p string) (os.FileInfo, error) {
+	fi, err := s.Client.Stat(p)
+	return fi, s.Deadline(err)
+}
+
+// Lstat is sftp.Client.Lstat under the session's deadline.
+func (s *Session) Lstat(p string) (os.FileInfo, error) {
+	fi, err := s.Client.Lstat(p)
+	return fi, s.Deadline(err)
+}
+
+// Rename is sftp.Client.Rename under the session's deadline.
+func (s *Session) Rename(from, to string) error { return s.Deadline(s.Client.Rename(from, to)) }
+
+// Remove is sftp.Client.Remove under the session's deadline.
+func (s *Session) Remove(p string) error { return s.Deadline(s.Client.Remove(p)) }
+
+// MkdirAll is sftp.Client.MkdirAll under the session's deadline.
+func (s *Session) MkdirAll(p string) error { return s.Deadline(s.Client.MkdirAll(p)) }
+
+// Open is sftp.Client.Open under the session's deadline (the file's own
+// reads are watched too; their errors are the caller's to pass through
+// Deadline).
+func (s *Session) Open(p string) (*sftp.File, error) {
+	f, err := s.Client.Open(p)
+	return f, s.Deadline(err)
+}
+
+// Create is sftp.Client.Create under the session's deadline.
+func (s *Session) Create(p string) (*sftp.File, error) {
+	f, err := s.Client.Create(p)
+	return f, s.Deadline(err)
 }
 
 // EnsureDir creates dir and its parents once per session: a directory
@@ -83,11 +154,11 @@ func Dial(ctx context.Context, p *Config) (*Session, error) {
 		if errors.As(err, &he) {
 			return nil, he
 		}
-		return nil, fmt.Errorf("partner %s: ssh handshake with %s: %w", p.ID, p.SFTP.Address, err)
+		return nil, fmt.Errorf("partner %s: ssh handshake with %s: %w", p.ID, p.SFTP.Address, dialDeadline(err, p.SFTP.DialTimeout))
 	}
-	_ = conn.SetDeadline(time.Time{})
 	client := ssh.NewClient(c, chans, reqs)
-	sc, err := sftp.NewClient(client,
+	watch := newWatchdog(p.SFTP.OpTimeout)
+	sc, err := newSFTP(client, watch,
 		sftp.UseConcurrentReads(true),
 		sftp.UseConcurrentWrites(true),
 		// Never above the server's read limit: pkg/sftp#658 truncates
@@ -97,11 +168,51 @@ func Dial(ctx context.Context, p *Config) (*Session, error) {
 	)
 	if err != nil {
 		client.Close()
-		return nil, fmt.Errorf("partner %s: start sftp subsystem: %w", p.ID, err)
+		return nil, fmt.Errorf("partner %s: start sftp subsystem: %w", p.ID, dialDeadline(err, p.SFTP.DialTimeout))
 	}
-	s := &Session{Client: sc, ssh: client, done: make(chan struct{}), Layout: NewLayout(p)}
+	// The dial deadline covered the subsystem start and the version
+	// exchange too (a site that takes the login and then says nothing).
+	_ = conn.SetDeadline(time.Time{})
+	s := &Session{Client: sc, ssh: client, watch: watch, partner: p.ID, done: make(chan struct{}), Layout: NewLayout(p),
+		listWatch: newWatchdog(p.SFTP.OpTimeout)}
 	go s.keepalive(p.SFTP.Keepalive)
+	go watch.run(s.done, func() { client.Close() })
+	go s.listWatch.run(s.done, func() { client.Close() })
 	return s, nil
+}
+
+// dialDeadline marks an error of the dial's deadline as one, whatever
+// layer reports it (x/crypto/ssh and pkg/sftp pass on a bare read error).
+func dialDeadline(err error, after time.Duration) error {
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() && !errors.Is(err, os.ErrDeadlineExceeded) {
+		return fmt.Errorf("no answer within %s (sftp.dial_timeout): %w: %w", after, os.ErrDeadlineExceeded, err)
+	}
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		return fmt.Errorf("no answer within %s (sftp.dial_timeout): %w", after, err)
+	}
+	return err
+}
+
+// newSFTP starts the sftp subsystem as sftp.NewClient does, with the
+// watchdog between the client and the channel.
+func newSFTP(client *ssh.Client, watch *watchdog, opts ...sftp.ClientOption) (*sftp.Client, error) {
+	sess, err := client.NewSession()
+	if err != nil {
+		return nil, err
+	}
+	pw, err := sess.StdinPipe()
+	if err != nil {
+		return nil, err
+	}
+	pr, err := sess.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := sess.RequestSubsystem("sftp"); err != nil {
+		return nil, err
+	}
+	return sftp.NewClientPipe(watchedReader{w: watch, r: pr}, watchedWriter{w: watch, wc: pw}, opts...)
 }
 
 // keepalive sends keepalive@openssh.com so a dead peer is noticed and NATs

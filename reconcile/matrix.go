@@ -42,6 +42,8 @@ func (r *Reconciler) partner(ctx context.Context, p *partners.Config) ([]Finding
 		return fs, errors.Join(errs...)
 	}
 	defer sess.Close()
+	stop := sess.CloseWhenDone(ctx) // the partner's deadline (reconciler.go)
+	defer stop()
 	if err := sess.Layout.EnsureDirs(sess.Client, r.worker); err != nil {
 		return fs, errors.Join(append(errs, err)...)
 	}
@@ -59,25 +61,51 @@ func (r *Reconciler) partner(ctx context.Context, p *partners.Config) ([]Finding
 }
 
 // Row 1: crash after the claim rename, before the row: a file in
-// processing/<w>/ that no live row owns. When w is this worker or still
-// alive, w adopts it itself (its next poll); when w is gone, the file is
-// moved into processing/<this worker>/ and a claimed row is inserted.
+// processing/<w>/ that no live row owns. When w is gone (past its lease,
+// or retired), the file is moved into processing/<this worker>/ and a
+// claimed row is inserted. When w is this worker or still alive, w adopts
+// it itself when it next looks at the partner; until then the file is
+// reported (it has no outcome yet, and a worker that never looks would
+// leave it so for good: issue 12 item 11). A live worker may be between a
+// claim's RENAME and its INSERT right now, so such an entry is looked up
+// again after every directory was listed, and reported only if still there
+// without a row.
 func (r *Reconciler) rowOrphanClaims(ctx context.Context, p *partners.Config, s *partners.Session, add addFunc) error {
 	base := path.Join(s.Layout.Root, s.Layout.Dirs.Processing)
 	dirs, err := s.ReadDir(base)
 	if err != nil {
 		return fmt.Errorf("list %s: %w", base, err)
 	}
+	type leftTo struct{ path, worker string }
+	var left []leftTo
 	for _, d := range dirs {
 		w := d.Name()
-		if !d.IsDir() || w == r.worker {
+		if !d.IsDir() {
 			continue
 		}
-		alive, err := r.ledger.WorkerAlive(ctx, w)
-		if err != nil {
-			return err
+		alive := w == r.worker
+		if !alive {
+			if alive, err = r.ledger.WorkerAlive(ctx, w); err != nil {
+				return err
+			}
 		}
 		if alive {
+			files, err := s.ReadDir(path.Join(base, w))
+			if err != nil {
+				return err
+			}
+			for _, f := range files {
+				name := f.Name()
+				if strings.HasPrefix(name, ".") || (p.Readiness == partners.ReadinessManifest && strings.HasSuffix(name, intake.ManifestSuffix)) {
+					continue
+				}
+				old := path.Join(base, w, name)
+				if owned, err := r.ledger.Owned(ctx, p.ID, old); err != nil {
+					return err
+				} else if !owned {
+					left = append(left, leftTo{old, w})
+				}
+			}
 			continue
 		}
 		files, err := s.ReadDir(path.Join(base, w))
@@ -124,6 +152,18 @@ func (r *Reconciler) rowOrphanClaims(ctx context.Context, p *partners.Config, s 
 				return err
 			}
 		}
+	}
+	for _, l := range left {
+		if _, err := s.Lstat(l.path); err != nil {
+			continue // adopted or moved on meanwhile
+		}
+		if owned, err := r.ledger.Owned(ctx, p.ID, l.path); err != nil {
+			return err
+		} else if owned {
+			continue
+		}
+		add(Finding{Kind: KindOrphanClaim, Path: l.path, NeedsHuman: true, Action: "none",
+			Detail: fmt.Sprintf("no row: worker %s is live and adopts it when it next looks at the partner; if this stays, restart that worker", l.worker)})
 	}
 	return nil
 }

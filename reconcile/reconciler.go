@@ -28,10 +28,11 @@ import (
 
 // Defaults of Config.
 const (
-	DefaultSchedule      = "@every 1m"
-	DefaultStaleTemp     = 10 * time.Minute
-	DefaultArchiveMonths = 2
-	lockKey              = "partner-intake/reconcile"
+	DefaultSchedule       = "@every 1m"
+	DefaultStaleTemp      = 10 * time.Minute
+	DefaultArchiveMonths  = 2
+	DefaultPartnerTimeout = 5 * time.Minute
+	lockKey               = "partner-intake/reconcile"
 )
 
 // Config of the reconciler.
@@ -44,6 +45,11 @@ type Config struct {
 	// ArchiveMonths is how many months of archive/YYYY/MM/ (counting the
 	// current one) are checked for files without a record.
 	ArchiveMonths int `yaml:"archive_months"`
+	// PartnerTimeout bounds the work on one partner in a run: past it the
+	// partner's session is closed, its error becomes a finding and the run
+	// goes on with the next partner (each SFTP request is bounded by the
+	// partner's sftp.op_timeout on top).
+	PartnerTimeout time.Duration `yaml:"partner_timeout"`
 }
 
 // Validate fills defaults and checks values.
@@ -59,6 +65,12 @@ func (c *Config) Validate() error {
 	}
 	if c.ArchiveMonths == 0 {
 		c.ArchiveMonths = DefaultArchiveMonths
+	}
+	if c.PartnerTimeout == 0 {
+		c.PartnerTimeout = DefaultPartnerTimeout
+	}
+	if c.PartnerTimeout < 0 {
+		return fmt.Errorf("reconcile.partner_timeout: must be positive")
 	}
 	if c.StaleTemp < 0 || c.ArchiveMonths < 1 || c.ArchiveMonths > 24 {
 		return fmt.Errorf("reconcile: stale_temp must be positive and archive_months between 1 and 24")
@@ -81,6 +93,7 @@ const (
 	KindPartnerDown        = "partner_unreachable"  // row 18
 	KindQuarantined        = "quarantined"          // waits for ops
 	KindTakeoverBlocked    = "takeover_blocked"     // a takeover could not complete
+	KindPartnerFailed      = "partner_failed"       // the run could not finish the partner (a hung site, say)
 )
 
 // Finding is one mismatch and what was done about it.
@@ -111,6 +124,7 @@ type Reconciler struct {
 	lastSuccess prometheus.Gauge
 	takeovers   *prometheus.CounterVec
 	staleUps    *prometheus.GaugeVec
+	orphans     *prometheus.GaugeVec
 
 	mu      sync.Mutex
 	cron    *cron.Cron
@@ -139,6 +153,8 @@ func New(cfg Config, worker string, lease time.Duration, db *pgxpool.Pool, sp *s
 			Help: "Unix time of the last reconciler run that completed."}),
 		staleUps: f.NewGaugeVec(prometheus.GaugeOpts{Name: "intake_stale_uploads",
 			Help: "Abandoned *.part uploads in incoming/ at the last reconciler run."}, []string{"partner"}),
+		orphans: f.NewGaugeVec(prometheus.GaugeOpts{Name: "intake_orphan_claims",
+			Help: "Files in a processing/ dir with no live row (claims without an outcome) left at the last reconciler run."}, []string{"partner"}),
 		takeovers: f.NewCounterVec(prometheus.CounterOpts{Name: "intake_lease_takeovers_total",
 			Help: "Claims taken over from another worker (expired lease or orphaned claim)."}, []string{"partner"}),
 	}, nil
@@ -178,10 +194,22 @@ func (r *Reconciler) RunOnce(ctx context.Context) ([]Finding, error) {
 	var errs []error
 	for i := range r.parts {
 		p := &r.parts[i]
-		fs, err := r.partner(ctx, p)
+		// Each partner under its own deadline: a hung site costs this
+		// partner's findings, never the others'.
+		pctx, cancel := context.WithTimeout(ctx, r.cfg.PartnerTimeout)
+		fs, err := r.partner(pctx, p)
+		if err != nil && pctx.Err() != nil && ctx.Err() == nil {
+			err = fmt.Errorf("%w after %s (reconcile.partner_timeout): %v", pctx.Err(), r.cfg.PartnerTimeout, err)
+		}
+		cancel()
 		all = append(all, fs...)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("partner %s: %w", p.ID, err))
+			all = append(all, Finding{Kind: KindPartnerFailed, Partner: p.ID, NeedsHuman: true,
+				Action: "went on with the other partners; the next run tries again", Detail: err.Error()})
+		}
+		if ctx.Err() != nil {
+			break
 		}
 	}
 	r.record(all)
@@ -201,10 +229,14 @@ func (r *Reconciler) record(fs []Finding) {
 	r.lastFinds.Reset()
 	for i := range r.parts {
 		r.staleUps.WithLabelValues(r.parts[i].ID).Set(0)
+		r.orphans.WithLabelValues(r.parts[i].ID).Set(0)
 	}
 	for _, f := range fs {
 		if f.Kind == KindStaleUpload {
 			r.staleUps.WithLabelValues(f.Partner).Inc()
+		}
+		if f.Kind == KindOrphanClaim && f.IntakeID == 0 {
+			r.orphans.WithLabelValues(f.Partner).Inc() // not adopted: still without a row
 		}
 		r.findings.WithLabelValues(f.Partner, f.Kind).Inc()
 		if f.Kind == KindLeaseExpired || (f.Kind == KindOrphanClaim && f.IntakeID != 0) {

@@ -108,6 +108,7 @@ func printStatus(w io.Writer, r intake.StatusRow, now time.Time) int {
 	fmt.Fprintf(w, "  %sprocessing: oldest unfinished file claimed %s ago\n", mark(r.OldestProcessing > statusProcessingStale), r.OldestProcessing.Round(time.Second))
 	fmt.Fprintf(w, "       ready: %d claimable at the last poll, oldest from %s\n", r.ReadyFiles, ago(r.OldestReady))
 	fmt.Fprintf(w, "  %squarantine: %d open, oldest waiting %s\n", mark(r.QuarantineOpen > 0), r.QuarantineOpen, r.QuarantineOldest.Round(time.Second))
+	fmt.Fprintf(w, "  %sorphan claims: %d file(s) in processing/ with no row at the last reconciler run\n", mark(r.OrphanClaims > 0), r.OrphanClaims)
 	if len(r.Replicas) == 0 {
 		fmt.Fprintln(w, "       replicas: none running")
 	} else {

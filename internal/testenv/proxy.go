@@ -1,7 +1,6 @@
 package testenv
 
 import (
-	"io"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -9,8 +8,10 @@ import (
 )
 
 // Proxy is a loopback TCP proxy that can cut its connections once a given
-// number of bytes has flowed from the server to the client: a network
-// failure in the middle of a download.
+// number of bytes has flowed from the server to the client (a network
+// failure in the middle of a download), or freeze: keep every connection
+// open, accept new ones, and forward nothing either way (a hung site: a
+// stuck NAT or server that never answers and never hangs up).
 type Proxy struct {
 	ln     net.Listener
 	target string
@@ -20,6 +21,11 @@ type Proxy struct {
 	mu     sync.Mutex
 	conns  []net.Conn
 	wg     sync.WaitGroup
+	closed chan struct{}
+	once   sync.Once
+
+	frozeMu sync.Mutex
+	frozen  chan struct{} // non-nil while frozen; closed by Thaw
 }
 
 // NewProxy listens on a random loopback port and forwards to target.
@@ -29,7 +35,7 @@ func NewProxy(t testing.TB, target string) *Proxy {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &Proxy{ln: ln, target: target}
+	p := &Proxy{ln: ln, target: target, closed: make(chan struct{})}
 	p.wg.Add(1)
 	go p.accept()
 	t.Cleanup(p.Close)
@@ -42,11 +48,46 @@ func (p *Proxy) Addr() string { return p.ln.Addr().String() }
 // CutAfter arms a cut after n more bytes from the server (once).
 func (p *Proxy) CutAfter(n int64) { p.cutAt.Store(p.down.Load() + n) }
 
+// Freeze stops forwarding: bytes already read are held, connections stay
+// open, new ones are accepted but reach nothing until Thaw.
+func (p *Proxy) Freeze() {
+	p.frozeMu.Lock()
+	defer p.frozeMu.Unlock()
+	if p.frozen == nil {
+		p.frozen = make(chan struct{})
+	}
+}
+
+// Thaw forwards again, held bytes first.
+func (p *Proxy) Thaw() {
+	p.frozeMu.Lock()
+	defer p.frozeMu.Unlock()
+	if p.frozen != nil {
+		close(p.frozen)
+		p.frozen = nil
+	}
+}
+
+// hold waits while the proxy is frozen (or until it closes).
+func (p *Proxy) hold(done <-chan struct{}) {
+	p.frozeMu.Lock()
+	f := p.frozen
+	p.frozeMu.Unlock()
+	if f == nil {
+		return
+	}
+	select {
+	case <-f:
+	case <-done:
+	}
+}
+
 // Cuts is how many times connections were cut.
 func (p *Proxy) Cuts() int64 { return p.cuts.Load() }
 
 // Close stops the proxy and its connections.
 func (p *Proxy) Close() {
+	p.once.Do(func() { close(p.closed) })
 	p.ln.Close()
 	p.closeAll()
 	p.wg.Wait()
@@ -68,26 +109,61 @@ func (p *Proxy) accept() {
 		if err != nil {
 			return
 		}
-		s, err := net.Dial("tcp", p.target)
-		if err != nil {
-			c.Close()
-			continue
-		}
 		p.mu.Lock()
-		p.conns = append(p.conns, c, s)
+		p.conns = append(p.conns, c)
 		p.mu.Unlock()
-		p.wg.Add(2)
-		go func() { defer p.wg.Done(); io.Copy(s, c); s.Close() }()
-		go func() { defer p.wg.Done(); p.pump(c, s); c.Close() }()
+		p.wg.Add(1)
+		go func() {
+			defer p.wg.Done()
+			p.hold(p.closed) // a frozen proxy does not even reach the server
+			s, err := net.Dial("tcp", p.target)
+			if err != nil {
+				c.Close()
+				return
+			}
+			p.mu.Lock()
+			p.conns = append(p.conns, s)
+			p.mu.Unlock()
+			select {
+			case <-p.closed: // Close ran meanwhile and missed s
+				s.Close()
+				c.Close()
+				return
+			default:
+			}
+			p.wg.Add(1)
+			go func() { defer p.wg.Done(); p.copy(s, c); s.Close() }()
+			p.pump(c, s)
+			c.Close()
+		}()
 	}
 }
 
-// pump copies server -> client and cuts every connection when armed.
+// copy copies client -> server, holding while frozen.
+func (p *Proxy) copy(dst, src net.Conn) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			p.hold(p.closed)
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// pump copies server -> client, holding while frozen, and cuts every
+// connection when armed.
 func (p *Proxy) pump(dst, src net.Conn) {
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := src.Read(buf)
 		if n > 0 {
+			p.hold(p.closed)
 			total := p.down.Add(int64(n))
 			if at := p.cutAt.Load(); at > 0 && total >= at && p.cutAt.CompareAndSwap(at, 0) {
 				p.cuts.Add(1)

@@ -1,0 +1,132 @@
+package intake
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path"
+	"strings"
+	"time"
+
+	"github.com/partner-intake/partner-intake/partners"
+)
+
+// Claims without a row (matrix row 1, issue 12 item 11). A worker killed
+// between its claim RENAME and the row's INSERT leaves the file in
+// processing/<worker>/ with no row: no lease expires for it, so nothing
+// but a look into that directory finds it. Three look:
+//
+//   - the worker itself, restarted: resumeOwn adopts every entry of its
+//     own directory (on every poll of a partner it polls, and once after
+//     start for the others unless its previous run ended drained, which it
+//     records only when it has looked at every partner: Daemon.Stop);
+//   - whoever polls the partner, whatever the affinity: the directories of
+//     workers known to be gone (crashed past their lease, or retired) are
+//     moved into its own, where resumeOwn adopts them (adoptOrphans); a
+//     worker id that never registered (`run --once`) is left to the
+//     reconciler;
+//   - the reconciler, which does the same and reports every entry without
+//     a row it leaves behind (a live worker's) as a finding and in
+//     intake_orphan_claims.
+//
+// A live worker's directory is left to that worker: it may be between a
+// claim's RENAME and its INSERT right now.
+
+// orphanSweepEvery bounds how often a poller looks through the other
+// workers' directories: one READDIR of processing/ and one per worker.
+func (d *Daemon) orphanSweepEvery() time.Duration { return max(d.cfg.Lease/3, time.Second) }
+
+// adoptOrphans moves the entries of every processing/<w>/ whose worker is
+// known to be gone, and that no live row owns, into this worker's processing dir;
+// resumeOwn then records them as claims. The RENAME is the claim here as
+// anywhere: of two replicas sweeping at once, one gets each file.
+func (d *Daemon) adoptOrphans(ctx context.Context, p *partnerRT, sess *partners.Session) error {
+	if time.Since(p.orphanSweep) < d.orphanSweepEvery() {
+		return nil
+	}
+	base := path.Dir(sess.Layout.ProcessingDir(d.cfg.WorkerID))
+	dirs, err := sess.ReadDir(base)
+	if err != nil {
+		return fmt.Errorf("list %s: %w", base, err)
+	}
+	for _, dir := range dirs {
+		w := dir.Name()
+		if !dir.IsDir() || w == d.cfg.WorkerID || strings.HasPrefix(w, ".") {
+			continue
+		}
+		gone, err := d.store.workerGone(ctx, w)
+		if err != nil {
+			return err
+		}
+		if !gone {
+			continue
+		}
+		if err := d.adoptFrom(ctx, p, sess, w); err != nil {
+			return err
+		}
+	}
+	p.orphanSweep = time.Now()
+	return nil
+}
+
+// adoptFrom moves a gone worker's entries without a live row into this
+// worker's processing dir (a manifest with its data file).
+func (d *Daemon) adoptFrom(ctx context.Context, p *partnerRT, sess *partners.Session, w string) error {
+	dir := sess.Layout.ProcessingDir(w)
+	ents, err := sess.ReadDir(dir)
+	if err != nil {
+		return fmt.Errorf("list %s: %w", dir, err)
+	}
+	if len(ents) == 0 {
+		return nil
+	}
+	have := map[string]bool{}
+	paths := make([]string, 0, len(ents))
+	for _, e := range ents {
+		have[e.Name()] = true
+		paths = append(paths, path.Join(dir, e.Name()))
+	}
+	owned, err := d.store.livePaths(ctx, p.cfg.ID, paths)
+	if err != nil {
+		return err
+	}
+	manifests := p.cfg.Readiness == partners.ReadinessManifest
+	for _, e := range ents {
+		name := e.Name()
+		old := path.Join(dir, name)
+		if owned[old] {
+			continue // a live row: the reconciler takes it over when its lease expires
+		}
+		if !strings.HasPrefix(name, HostilePrefix) {
+			if !e.Mode().IsRegular() || strings.HasPrefix(name, ".") || !SafeName(name) {
+				continue
+			}
+			if manifests && strings.HasSuffix(name, ManifestSuffix) {
+				continue // moves with its data file
+			}
+			if p.cfg.FeedFor(name) == nil {
+				continue // the reconciler reports it for a human
+			}
+		}
+		dst := sess.Layout.Processing(d.cfg.WorkerID, name)
+		if err := sess.Rename(old, dst); err != nil {
+			if partners.IsNotExist(err) {
+				continue // another replica took it first
+			}
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				return err
+			}
+			d.log.Warn("could not adopt a claim without a row", "partner", p.cfg.ID, "path", old, "err", err)
+			continue
+		}
+		if manifests && have[name+ManifestSuffix] {
+			if err := sess.Rename(old+ManifestSuffix, dst+ManifestSuffix); err != nil && !partners.IsNotExist(err) {
+				d.log.Warn("could not move a manifest with its adopted file", "partner", p.cfg.ID, "path", old+ManifestSuffix, "err", err)
+			}
+		}
+		d.log.Info("took over a claim without a row from a stopped worker", "partner", p.cfg.ID, "from_worker", w, "path", old)
+		d.metrics.orphansAdopted.WithLabelValues(p.cfg.ID).Inc()
+	}
+	return nil
+}

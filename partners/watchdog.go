@@ -1,0 +1,169 @@
+package partners
+
+import (
+	"encoding/binary"
+	"fmt"
+	"io"
+	"os"
+	"sync/atomic"
+	"time"
+)
+
+// A hung site must not hold a partner's poll, the reconciler or a purge
+// forever: pkg/sftp's calls take no context and wait for their reply for
+// good when the TCP connection stays open but nothing comes back (a frozen
+// NAT, a stuck sftp-server; keepalives do not help against the latter, as
+// sshd answers them itself). Closing the SSH connection is the one way to
+// end such a call: pkg/sftp's receive loop then fails every request in
+// flight (clientConn.broadcastErr) and refuses new ones (connection lost).
+//
+// The watchdog sits between pkg/sftp and the SSH channel and reads the
+// SFTP packet framing both ways: every request gets exactly one reply, so
+// it knows how many requests are unanswered. While any is, the site must
+// send something within OpTimeout; every byte that comes back renews the
+// deadline. A metadata call (READDIR, RENAME, STAT) thus has OpTimeout to
+// answer, and a download or upload of any size is never cut while its
+// bytes (or its WRITE acknowledgements) still arrive: the deadline is one
+// of inactivity, not a total.
+
+// TimeoutError: the site left an SFTP request unanswered for the partner's
+// sftp.op_timeout, and the session was closed. errors.Is(err,
+// os.ErrDeadlineExceeded) holds for it.
+type TimeoutError struct {
+	Partner string
+	After   time.Duration
+	Err     error // what the interrupted call returned
+}
+
+func (e *TimeoutError) Error() string {
+	return fmt.Sprintf("partner %s: the site left an SFTP request unanswered for %s (sftp.op_timeout); session closed: %v",
+		e.Partner, e.After, e.Err)
+}
+
+func (e *TimeoutError) Unwrap() []error { return []error{os.ErrDeadlineExceeded, e.Err} }
+
+// watchdog counts unanswered SFTP requests and closes the connection when
+// the site stays silent for timeout while one is pending.
+type watchdog struct {
+	timeout time.Duration
+	pending atomic.Int64 // requests sent and not yet answered
+	last    atomic.Int64 // unix ns of the last sign of life: a reply byte, or the first request after a quiet spell
+	expired atomic.Bool
+	out     framer // only the writer touches it (pkg/sftp serialises its writes)
+	in      framer // only the reader touches it (pkg/sftp's one receive loop)
+}
+
+func newWatchdog(timeout time.Duration) *watchdog {
+	if timeout <= 0 { // a config that skipped SetDefaults
+		timeout = DefaultOpTimeout
+	}
+	w := &watchdog{timeout: timeout}
+	w.last.Store(time.Now().UnixNano())
+	return w
+}
+
+// reset forgets the stream's framing and pending requests (a new channel
+// watched by the same watchdog; the old one is closed and nothing uses it).
+func (w *watchdog) reset() {
+	w.pending.Store(0)
+	w.out, w.in = framer{}, framer{}
+	w.last.Store(time.Now().UnixNano())
+}
+
+// run checks four times per timeout until done; on expiry it calls
+// closeConn once and returns.
+func (w *watchdog) run(done <-chan struct{}, closeConn func()) {
+	t := time.NewTicker(max(w.timeout/4, 10*time.Millisecond))
+	defer t.Stop()
+	for {
+		select {
+		case <-done:
+			return
+		case now := <-t.C:
+			if w.due(now) {
+				w.expired.Store(true)
+				closeConn()
+				return
+			}
+		}
+	}
+}
+
+// due reports whether a request has waited past the deadline at now.
+func (w *watchdog) due(now time.Time) bool {
+	return w.pending.Load() > 0 && now.UnixNano()-w.last.Load() > int64(w.timeout)
+}
+
+type watchedWriter struct {
+	w  *watchdog
+	wc io.WriteCloser
+}
+
+func (ww watchedWriter) Write(p []byte) (int, error) {
+	// a request counts from its first bytes: one whose write blocks (the
+	// site reads nothing) is under the deadline too
+	if n, _ := ww.w.out.packets(p); n > 0 {
+		if ww.w.pending.Load() == 0 {
+			// the site has been quiet because nothing was asked: the
+			// deadline starts now
+			ww.w.last.Store(time.Now().UnixNano())
+		}
+		ww.w.pending.Add(int64(n))
+	}
+	return ww.wc.Write(p)
+}
+
+func (ww watchedWriter) Close() error { return ww.wc.Close() }
+
+type watchedReader struct {
+	w *watchdog
+	r io.Reader
+}
+
+func (wr watchedReader) Read(p []byte) (int, error) {
+	n, err := wr.r.Read(p)
+	if n > 0 {
+		wr.w.last.Store(time.Now().UnixNano())
+		// a reply counts as answered at its last byte: one that stops
+		// half way (a 255 KiB READ reply, say) is still waited for
+		if _, k := wr.w.in.packets(p[:n]); k > 0 {
+			wr.w.pending.Add(-int64(k))
+		}
+	}
+	return n, err
+}
+
+// framer follows SFTP packet framing (uint32 length, then that many
+// bytes) across arbitrary splits of the byte stream.
+type framer struct {
+	hdr  [4]byte
+	nhdr int
+	left uint32
+}
+
+// packets reports how many packets start in b, and how many end in it.
+func (f *framer) packets(b []byte) (starts, ends int) {
+	for len(b) > 0 {
+		if f.left > 0 {
+			k := min(uint32(len(b)), f.left)
+			f.left -= k
+			b = b[k:]
+			if f.left == 0 {
+				ends++
+			}
+			continue
+		}
+		c := copy(f.hdr[f.nhdr:], b)
+		f.nhdr += c
+		b = b[c:]
+		if f.nhdr == len(f.hdr) {
+			f.left = binary.BigEndian.Uint32(f.hdr[:])
+			f.nhdr = 0
+			starts++
+			if f.left == 0 {
+				ends++
+			}
+		}
+	}
+	return starts, ends
+}

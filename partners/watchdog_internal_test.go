@@ -1,0 +1,119 @@
+package partners
+
+import (
+	"encoding/binary"
+	"io"
+	"math/rand/v2"
+	"testing"
+	"time"
+)
+
+func packet(n int) []byte {
+	b := make([]byte, 4+n)
+	binary.BigEndian.PutUint32(b, uint32(n))
+	return b
+}
+
+func TestFramerCountsPacketsAcrossAnySplit(t *testing.T) {
+	var stream []byte
+	sizes := []int{0, 1, 5, 3, 32 << 10, 9, 255 << 10}
+	for _, n := range sizes {
+		stream = append(stream, packet(n)...)
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	for round := 0; round < 200; round++ {
+		var f framer
+		starts, ends := 0, 0
+		for rest := stream; len(rest) > 0; {
+			k := 1 + rng.IntN(min(len(rest), 7000))
+			s, e := f.packets(rest[:k])
+			starts, ends = starts+s, ends+e
+			if ends > starts {
+				t.Fatalf("round %d: %d ends before %d starts", round, ends, starts)
+			}
+			rest = rest[k:]
+		}
+		if starts != len(sizes) || ends != len(sizes) {
+			t.Fatalf("round %d: got %d starts and %d ends, want %d", round, starts, ends, len(sizes))
+		}
+	}
+}
+
+type nopCloser struct{ io.Writer }
+
+func (nopCloser) Close() error { return nil }
+
+// A reply that keeps arriving renews the deadline however long it takes
+// in total; once it stops, the connection is closed.
+func TestWatchdogIsAnInactivityDeadline(t *testing.T) {
+	const timeout = 500 * time.Millisecond
+	w := newWatchdog(timeout)
+	closed := make(chan struct{})
+	done := make(chan struct{})
+	defer close(done)
+	go w.run(done, func() { close(closed) })
+	pr, pw := io.Pipe()
+	r := watchedReader{w: w, r: pr}
+	go io.Copy(io.Discard, r)
+	if _, err := (watchedWriter{w: w, wc: nopCloser{io.Discard}}).Write(packet(10)); err != nil {
+		t.Fatal(err)
+	}
+	// the reply trickles in over six deadlines' worth of time, and stops
+	// half way
+	reply := packet(3000)
+	start := time.Now()
+	for i := 0; time.Since(start) < 6*timeout; i++ {
+		if _, err := pw.Write(reply[i%len(reply) : i%len(reply)+1]); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-closed:
+			t.Fatalf("closed after %s while bytes still arrived", time.Since(start))
+		case <-time.After(timeout / 10):
+		}
+	}
+	// silence with the request still unanswered: closed
+	<-closed
+	if !w.expired.Load() {
+		t.Fatal("closed without expiring")
+	}
+	pw.Close()
+}
+
+// Nothing pending, nothing to wait for: a quiet session stays open
+// however long it is quiet; a request starts its deadline when it is sent.
+func TestWatchdogLeavesAnIdleSessionAlone(t *testing.T) {
+	w := newWatchdog(time.Minute)
+	if w.due(time.Now().Add(time.Hour)) {
+		t.Fatal("an idle session is due")
+	}
+	w.last.Store(time.Now().Add(-time.Hour).UnixNano()) // quiet for an hour
+	ww := watchedWriter{w: w, wc: nopCloser{io.Discard}}
+	if _, err := ww.Write(packet(1)); err != nil {
+		t.Fatal(err)
+	}
+	if w.due(time.Now()) {
+		t.Fatal("a request sent after a quiet hour is due at once")
+	}
+	if !w.due(time.Now().Add(2 * time.Minute)) {
+		t.Fatal("an unanswered request is not due past its deadline")
+	}
+	r := watchedReader{w: w, r: bytesReader(packet(0))}
+	io.Copy(io.Discard, r)
+	if w.pending.Load() != 0 || w.due(time.Now().Add(time.Hour)) {
+		t.Fatalf("answered, yet %d pending", w.pending.Load())
+	}
+}
+
+func bytesReader(b []byte) io.Reader { return &sliceReader{b} }
+
+type sliceReader struct{ b []byte }
+
+func (s *sliceReader) Read(p []byte) (int, error) {
+	if len(s.b) == 0 {
+		return 0, io.EOF
+	}
+	n := copy(p, s.b)
+	s.b = s.b[n:]
+	return n, nil
+}
