@@ -44,6 +44,7 @@ refuse 'worker_id must be unset' --set config.worker_id=intake-1
 refuse 'http.listen must be 0.0.0.0' --set config.http.listen=127.0.0.1:9464
 refuse 'must exceed config.drain' --set config.drain=2m --set terminationGracePeriodSeconds=90
 refuse 'spool.dir must be' --set config.spool.dir=/tmp/spool
+refuse 'use one whole number' --set config.drain=1h30m
 helm template intake "$chart" --set config.drain=2m --set terminationGracePeriodSeconds=150 >/dev/null || fail "drain 2m with 150s grace refused"
-ok "refuses worker_id, a loopback listener, a grace period not above drain, a spool elsewhere"
+ok "refuses worker_id, a loopback listener, a grace period not above drain, a drain it cannot compare, a spool elsewhere"
 echo "chart-test: $pass passed, 0 failed"

@@ -21,7 +21,8 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{/* intake.seconds: a Go duration of the simple forms 90s, 2m, 1h as seconds. */}}
 {{- define "intake.seconds" -}}
 {{- $d := toString . -}}
-{{- if hasSuffix "h" $d -}}{{ mul (trimSuffix "h" $d | atoi) 3600 }}
+{{- if not (regexMatch "^[0-9]+(ms|s|m|h)$" $d) -}}{{ fail (printf "config.drain %q: use one whole number of s, m or h (e.g. 90s)" $d) }}
+{{- else if hasSuffix "h" $d -}}{{ mul (trimSuffix "h" $d | atoi) 3600 }}
 {{- else if hasSuffix "ms" $d -}}0
 {{- else if hasSuffix "m" $d -}}{{ mul (trimSuffix "m" $d | atoi) 60 }}
 {{- else if hasSuffix "s" $d -}}{{ trimSuffix "s" $d | atoi }}
