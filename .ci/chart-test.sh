@@ -25,8 +25,10 @@ helm template intake "$chart" >/dev/null || fail "helm template with the default
 helm template intake "$chart" --set serviceMonitor.enabled=true --set prometheusRule.enabled=true >"$tmp/all.yaml"
 ok "helm template (defaults; with ServiceMonitor and PrometheusRule)"
 
+go build -o "$tmp/intake" ./cmd/intake
+export INTAKE_BIN="$tmp/intake"
 (cd deploy/helm/chartcheck && CHART_RENDERED="$tmp/all.yaml" go test -count=1 .) || fail "strict decode of the rendered chart"
-ok "every rendered object decodes strictly"
+ok "every rendered object decodes strictly; the daemon validates the rendered config"
 sed 's/terminationGracePeriodSeconds:/terminationGracePeriodSecond:/' "$tmp/all.yaml" >"$tmp/typo.yaml"
 if (cd deploy/helm/chartcheck && CHART_RENDERED="$tmp/typo.yaml" go test -count=1 . >"$tmp/typo.out" 2>&1); then
   fail "a misspelt field passed the strict decode"

@@ -38,6 +38,8 @@ grep -q '^  dir: /var/lib/intake/spool$' "$root/etc/intake/intake.yaml" || fail 
 grep -q '^  listen: 0.0.0.0:9464$' "$root/etc/intake/intake.yaml" || fail "config http.listen is not 0.0.0.0:9464 (probes come from outside)"
 [ -s "$root/etc/ssl/certs/ca-certificates.crt" ] || fail "no CA bundle (sslmode=verify-full needs one)"
 ok "passwd entry, spool owned by $uid, config spool.dir and http.listen 0.0.0.0:9464, CA bundle"
+cfg=$(mktemp)
+cp "$root/etc/intake/intake.yaml" "$cfg"
 podman image unmount "$IMAGE" >/dev/null
 trap - EXIT
 
@@ -49,4 +51,11 @@ podman cp "$cid:/usr/bin/intake" "$tmp/intake"
 out=$("$tmp/intake" version)
 [[ "$out" == "intake ${VERSION} (commit "* ]] || fail "binary in the image says: $out (want $VERSION)"
 ok "binary in the image: $out"
+# The image's config passes the daemon's whole validation: `intake migrate`
+# checks the file before it looks for the database URL, which is unset here.
+vout=$(env -i PATH="$PATH" "$tmp/intake" migrate --config "$cfg" 2>&1 || true)
+rm -f "$cfg"
+[ "$vout" = "intake migrate: database.url_env: environment variable INTAKE_DATABASE_URL is not set" ] ||
+  fail "the image's config does not validate: $vout"
+ok "the binary in the image validates the image's config"
 echo "image-test: $pass passed, 0 failed"

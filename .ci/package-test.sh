@@ -49,6 +49,13 @@ uid=$(id -u intake)
 [ "$(stat -c '%U:%G %a' /etc/intake/keys)" = "root:intake 750" ] || fail "/etc/intake/keys: $(stat -c '%U:%G %a' /etc/intake/keys)"
 cmp -s /etc/intake/intake.yaml configs/intake.example.yaml || fail "/etc/intake/intake.yaml is not the example config"
 ok "system user intake (uid $uid, nologin); /etc/intake root:intake 0640/0750"
+# The installed config passes the daemon's whole validation, read as the
+# service user: `intake migrate` checks the file before it looks for the
+# database URL, which is unset here.
+vout=$(setpriv --reuid=intake --regid=intake --clear-groups --inh-caps=-all sh -c 'exec env -i /usr/bin/intake migrate --config /etc/intake/intake.yaml' 2>&1 || true)
+[ "$vout" = "intake migrate: database.url_env: environment variable INTAKE_DATABASE_URL is not set" ] ||
+  fail "the installed config, read as intake: $vout"
+ok "the service user reads and validates /etc/intake/intake.yaml"
 
 # The unit. systemd-analyze verify needs no running systemd, but by
 # default it also runs generators and looks up man pages for
