@@ -2,7 +2,19 @@
 GO ?= go
 export GOTOOLCHAIN ?= local
 
-.PHONY: demo test deps build vet fmt-check alerts-test fuzz-smoke bench bench-smoke
+.PHONY: demo test deps build vet fmt-check alerts-test fuzz-smoke bench bench-smoke static package image chart package-test image-test chart-test
+
+# What a package, image or chart carries: the version (a v-tag, else
+# 0.1.0~git<commit>), the commit, and the pinned tools run with `go run`
+# (built once, then kept in the Go build cache).
+VERSION ?= $(shell v=$$(git describe --tags --match 'v[0-9]*' 2>/dev/null); if [ -n "$$v" ]; then echo "$${v\#v}"; else echo "0.1.0~git$$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)"; fi)
+COMMIT ?= $(shell git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
+ARCH ?= $(shell $(GO) env GOARCH)
+LDFLAGS := -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT)
+NFPM ?= github.com/goreleaser/nfpm/v2/cmd/nfpm@v2.45.2
+HELM ?= helm.sh/helm/v3/cmd/helm@v3.22.0
+IMAGE ?= localhost/intake:$(subst ~,-,$(subst +,-,$(VERSION)))
+export VERSION COMMIT ARCH NFPM HELM IMAGE
 
 ## demo: run `intake demo` (throwaway PostgreSQL, in-process SFTP site, example partners and files);
 ## the demo is linked only under the demo build tag, never into the daemon a host runs
@@ -16,6 +28,34 @@ test: deps fmt-check vet alerts-test
 	@bash .ci/nodemo.sh
 	$(MAKE) fuzz-smoke
 	$(MAKE) bench-smoke
+	$(MAKE) package-test
+	$(MAKE) image-test
+	$(MAKE) chart-test
+
+## static: the static daemon binary a package or image carries (bin/intake: CGO_ENABLED=0, -trimpath, version via ldflags)
+static:
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/intake ./cmd/intake
+
+## package: dist/intake_<version>_<arch>.deb (nfpm): the binary, /etc/intake/, a hardened systemd unit, its own system user
+package: static
+	@mkdir -p dist
+	$(GO) run $(NFPM) package --config packaging/nfpm.yaml --packager deb --target dist/
+
+## image: the container image $(IMAGE) (podman, FROM scratch, non-root, spool volume)
+image: static
+	@bash .ci/image-build.sh
+
+## package-test: systemd-analyze verify on the unit, dpkg -i, intake version, dpkg -r and -P (as root)
+package-test: package
+	@bash .ci/package-test.sh
+
+## image-test: builds the image, checks its config with podman image inspect and the version of the binary inside
+image-test: image
+	@bash .ci/image-test.sh
+
+## chart-test: helm lint and template of deploy/helm/intake, every rendered object decoded strictly
+chart-test:
+	@bash .ci/chart-test.sh
 
 ## bench: intake beside the naive scripted pipeline (1M and 5M rows, 1000 small files); writes bench-results.json
 bench: deps

@@ -102,9 +102,13 @@ func openCmd(path string, stderr io.Writer) (context.Context, *env, func(), int)
 func cmdRun(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	path := fs.String("config", "", "config file (YAML)")
+	path := fs.String("config", "", "config file (YAML), e.g. /etc/intake/intake.yaml (required)")
 	once := fs.Bool("once", false, "poll every partner once, then exit")
 	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if *path == "" {
+		fmt.Fprintln(stderr, "intake run: --config FILE is required (e.g. intake run --config /etc/intake/intake.yaml)")
 		return 2
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
@@ -122,6 +126,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 		return code
 	}
 	defer e.pool.Close()
+	e.log.Info("starting", "version", currentVersion().String())
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	d, err := intake.New(e.cfg.Intake(), e.cfg.Partners, e.pool, e.spool, reg, e.log)

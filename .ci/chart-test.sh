@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Tests the Helm chart deploy/helm/intake (issue 16, item 5) with the
+# pinned helm run through `go run` (built once, then cached):
+#   - helm lint (strict);
+#   - helm template with the ServiceMonitor and PrometheusRule enabled,
+#     every object decoded strictly by deploy/helm/chartcheck (its own Go
+#     module: k8s.io/api stays out of the daemon's go.mod);
+#   - the decoder can fail: a misspelt field in a copy of the render fails it;
+#   - the chart refuses configs that cannot work in a StatefulSet.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+: "${HELM:=helm.sh/helm/v3/cmd/helm@v3.22.0}"
+helm() { go run "$HELM" "$@" 2> >(grep -v 'found symbolic link in path' >&2); }
+fail() { echo "chart-test: FAIL: $*" >&2; exit 1; }
+chart=deploy/helm/intake
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+pass=0
+ok() { echo "ok   $*"; pass=$((pass + 1)); }
+
+helm lint --strict "$chart" --set serviceMonitor.enabled=true --set prometheusRule.enabled=true >"$tmp/lint" ||
+  { cat "$tmp/lint"; fail "helm lint"; }
+ok "helm lint --strict"
+helm template intake "$chart" >/dev/null || fail "helm template with the defaults"
+helm template intake "$chart" --set serviceMonitor.enabled=true --set prometheusRule.enabled=true >"$tmp/all.yaml"
+ok "helm template (defaults; with ServiceMonitor and PrometheusRule)"
+
+go build -o "$tmp/intake" ./cmd/intake
+export INTAKE_BIN="$tmp/intake"
+(cd deploy/helm/chartcheck && CHART_RENDERED="$tmp/all.yaml" go test -count=1 .) || fail "strict decode of the rendered chart"
+ok "every rendered object decodes strictly; the daemon validates the rendered config"
+sed 's/terminationGracePeriodSeconds:/terminationGracePeriodSecond:/' "$tmp/all.yaml" >"$tmp/typo.yaml"
+if (cd deploy/helm/chartcheck && CHART_RENDERED="$tmp/typo.yaml" go test -count=1 . >"$tmp/typo.out" 2>&1); then
+  fail "a misspelt field passed the strict decode"
+fi
+grep -q 'unknown field "terminationGracePeriodSecond"' "$tmp/typo.out" || { cat "$tmp/typo.out"; fail "the typo was not named"; }
+ok "a misspelt field fails the strict decode"
+
+refuse() {
+  local want=$1
+  shift
+  if helm template intake "$chart" "$@" >/dev/null 2>"$tmp/err"; then fail "rendered with $*"; fi
+  grep -q "$want" "$tmp/err" || { cat "$tmp/err"; fail "with $*: no '$want'"; }
+}
+refuse 'worker_id must be unset' --set config.worker_id=intake-1
+refuse 'http.listen must be 0.0.0.0' --set config.http.listen=127.0.0.1:9464
+refuse 'must exceed config.drain' --set config.drain=2m --set terminationGracePeriodSeconds=90
+refuse 'spool.dir must be' --set config.spool.dir=/tmp/spool
+refuse 'use one whole number' --set config.drain=1h30m
+helm template intake "$chart" --set config.drain=2m --set terminationGracePeriodSeconds=150 >/dev/null || fail "drain 2m with 150s grace refused"
+ok "refuses worker_id, a loopback listener, a grace period not above drain, a drain it cannot compare, a spool elsewhere"
+echo "chart-test: $pass passed, 0 failed"

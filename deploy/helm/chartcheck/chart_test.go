@@ -1,0 +1,264 @@
+// Package chartcheck decodes every object the intake Helm chart renders
+// strictly: Kubernetes kinds into k8s.io/api types, the prometheus-operator
+// kinds into local types covering the fields the chart sets, each with
+// unknown fields refused. It is its own module so the daemon's go.mod
+// carries no Kubernetes dependency; .ci/chart-test.sh renders the chart
+// (helm template) and runs it with CHART_RENDERED naming the output.
+package chartcheck
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	"sigs.k8s.io/yaml"
+)
+
+// The prometheus-operator kinds (their Go types would pull in the
+// operator's module): only what the chart renders, decoded strictly.
+type meta struct {
+	Name   string            `json:"name"`
+	Labels map[string]string `json:"labels,omitempty"`
+}
+
+type serviceMonitor struct {
+	APIVersion string `json:"apiVersion"`
+	Kind       string `json:"kind"`
+	Metadata   meta   `json:"metadata"`
+	Spec       struct {
+		Selector struct {
+			MatchLabels map[string]string `json:"matchLabels"`
+		} `json:"selector"`
+		Endpoints []struct {
+			Port     string `json:"port"`
+			Path     string `json:"path"`
+			Interval string `json:"interval"`
+		} `json:"endpoints"`
+	} `json:"spec"`
+}
+
+type ruleGroups struct {
+	Groups []struct {
+		Name  string `json:"name"`
+		Rules []struct {
+			Alert       string            `json:"alert"`
+			Expr        string            `json:"expr"`
+			For         string            `json:"for,omitempty"`
+			Labels      map[string]string `json:"labels,omitempty"`
+			Annotations map[string]string `json:"annotations,omitempty"`
+		} `json:"rules"`
+	} `json:"groups"`
+}
+
+type prometheusRule struct {
+	APIVersion string     `json:"apiVersion"`
+	Kind       string     `json:"kind"`
+	Metadata   meta       `json:"metadata"`
+	Spec       ruleGroups `json:"spec"`
+}
+
+type rendered struct {
+	sts   *appsv1.StatefulSet
+	cm    *corev1.ConfigMap
+	svc   *corev1.Service
+	pdb   *policyv1.PodDisruptionBudget
+	sm    *serviceMonitor
+	rule  *prometheusRule
+	count int
+}
+
+func strict(t *testing.T, doc []byte, into any) {
+	t.Helper()
+	if err := yaml.UnmarshalStrict(doc, into); err != nil {
+		t.Fatalf("%T: %v\n%s", into, err, doc)
+	}
+}
+
+func load(t *testing.T) rendered {
+	path := os.Getenv("CHART_RENDERED")
+	if path == "" {
+		t.Fatal("CHART_RENDERED is not set: run .ci/chart-test.sh (make chart-test)")
+	}
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r rendered
+	for _, doc := range bytes.Split(raw, []byte("\n---")) {
+		var head struct {
+			APIVersion string `json:"apiVersion"`
+			Kind       string `json:"kind"`
+		}
+		if err := yaml.Unmarshal(doc, &head); err != nil {
+			t.Fatalf("not YAML: %v\n%s", err, doc)
+		}
+		if head.Kind == "" {
+			continue // a comment-only document
+		}
+		r.count++
+		switch head.APIVersion + " " + head.Kind {
+		case "apps/v1 StatefulSet":
+			r.sts = new(appsv1.StatefulSet)
+			strict(t, doc, r.sts)
+		case "v1 ConfigMap":
+			r.cm = new(corev1.ConfigMap)
+			strict(t, doc, r.cm)
+		case "v1 Service":
+			r.svc = new(corev1.Service)
+			strict(t, doc, r.svc)
+		case "policy/v1 PodDisruptionBudget":
+			r.pdb = new(policyv1.PodDisruptionBudget)
+			strict(t, doc, r.pdb)
+		case "monitoring.coreos.com/v1 ServiceMonitor":
+			r.sm = new(serviceMonitor)
+			strict(t, doc, r.sm)
+		case "monitoring.coreos.com/v1 PrometheusRule":
+			r.rule = new(prometheusRule)
+			strict(t, doc, r.rule)
+		default:
+			t.Fatalf("unexpected object %s %s: add it to this test", head.APIVersion, head.Kind)
+		}
+	}
+	if r.sts == nil || r.cm == nil || r.svc == nil || r.pdb == nil || r.sm == nil || r.rule == nil {
+		t.Fatalf("missing objects (render with serviceMonitor and prometheusRule enabled): %+v", r)
+	}
+	return r
+}
+
+// The daemon's config as the chart renders it: only the keys checked here.
+type daemonConfig struct {
+	WorkerID string `json:"worker_id"`
+	Drain    string `json:"drain"`
+	HTTP     struct {
+		Listen string `json:"listen"`
+	} `json:"http"`
+	Spool struct {
+		Dir string `json:"dir"`
+	} `json:"spool"`
+	Database struct {
+		URLEnv string `json:"url_env"`
+	} `json:"database"`
+}
+
+func TestRenderedChart(t *testing.T) {
+	r := load(t)
+	t.Logf("%d objects decoded strictly", r.count)
+
+	var cfg daemonConfig
+	if err := yaml.Unmarshal([]byte(r.cm.Data["intake.yaml"]), &cfg); err != nil {
+		t.Fatalf("config: %v", err)
+	}
+	if cfg.WorkerID != "" {
+		t.Errorf("config sets worker_id %q: the pod name (hostname) must be the worker_id", cfg.WorkerID)
+	}
+	if !strings.HasPrefix(cfg.HTTP.Listen, "0.0.0.0:") {
+		t.Errorf("http.listen %q: the probes come from the kubelet", cfg.HTTP.Listen)
+	}
+
+	ps := r.sts.Spec.Template.Spec
+	if r.sts.Spec.ServiceName != r.svc.Name || r.svc.Spec.ClusterIP != "None" {
+		t.Errorf("the StatefulSet's service %q is not the headless service %q", r.sts.Spec.ServiceName, r.svc.Name)
+	}
+	drain, err := time.ParseDuration(cfg.Drain)
+	if err != nil {
+		t.Fatalf("drain %q: %v", cfg.Drain, err)
+	}
+	if ps.TerminationGracePeriodSeconds == nil || time.Duration(*ps.TerminationGracePeriodSeconds)*time.Second <= drain {
+		t.Errorf("terminationGracePeriodSeconds %v not above drain %s", ps.TerminationGracePeriodSeconds, drain)
+	}
+	if len(ps.Containers) != 1 {
+		t.Fatalf("%d containers", len(ps.Containers))
+	}
+	c := ps.Containers[0]
+	if c.LivenessProbe == nil || c.LivenessProbe.HTTPGet == nil || c.LivenessProbe.HTTPGet.Path != "/healthz" {
+		t.Errorf("liveness probe: %+v", c.LivenessProbe)
+	}
+	if c.ReadinessProbe == nil || c.ReadinessProbe.HTTPGet == nil || c.ReadinessProbe.HTTPGet.Path != "/readyz" {
+		t.Errorf("readiness probe: %+v", c.ReadinessProbe)
+	}
+	var dbFromSecret bool
+	for _, e := range c.Env {
+		if e.Name == cfg.Database.URLEnv && e.Value == "" && e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil {
+			dbFromSecret = true
+		}
+	}
+	if !dbFromSecret {
+		t.Errorf("%s is not taken from a Secret: %+v", cfg.Database.URLEnv, c.Env)
+	}
+	mounts := map[string]string{}
+	for _, m := range c.VolumeMounts {
+		mounts[m.Name] = m.MountPath
+	}
+	secrets := map[string]bool{}
+	for _, v := range ps.Volumes {
+		if v.Secret != nil {
+			secrets[v.Name] = true
+		}
+	}
+	if !secrets["keys"] || !secrets["known-hosts"] || mounts["keys"] != "/etc/intake/keys" || mounts["known-hosts"] != "/etc/intake/known_hosts" {
+		t.Errorf("keys and known_hosts are not Secret volumes at /etc/intake/: mounts %v, secret volumes %v", mounts, secrets)
+	}
+	if len(r.sts.Spec.VolumeClaimTemplates) != 1 || r.sts.Spec.VolumeClaimTemplates[0].Name != "spool" || mounts["spool"] != cfg.Spool.Dir {
+		t.Errorf("the spool %q is not a PVC template mounted there: %v", cfg.Spool.Dir, mounts)
+	}
+	sc := ps.SecurityContext
+	if sc == nil || sc.RunAsNonRoot == nil || !*sc.RunAsNonRoot {
+		t.Errorf("pod may run as root: %+v", sc)
+	}
+	if !reflect.DeepEqual(r.pdb.Spec.Selector.MatchLabels, r.sts.Spec.Selector.MatchLabels) {
+		t.Errorf("PDB selects %v, StatefulSet %v", r.pdb.Spec.Selector.MatchLabels, r.sts.Spec.Selector.MatchLabels)
+	}
+	if !reflect.DeepEqual(r.sm.Spec.Selector.MatchLabels, r.svc.Spec.Selector) || len(r.sm.Spec.Endpoints) != 1 || r.sm.Spec.Endpoints[0].Port != r.svc.Spec.Ports[0].Name {
+		t.Errorf("ServiceMonitor does not scrape the service: %+v", r.sm.Spec)
+	}
+}
+
+// The PrometheusRule is configs/prometheus/alerts.yml, whole.
+func TestPrometheusRuleIsTheAlertsFile(t *testing.T) {
+	r := load(t)
+	raw, err := os.ReadFile(filepath.Join("..", "..", "..", "configs", "prometheus", "alerts.yml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want ruleGroups
+	if err := yaml.UnmarshalStrict(raw, &want); err != nil {
+		t.Fatal(err)
+	}
+	if len(want.Groups) == 0 || len(want.Groups[0].Rules) == 0 {
+		t.Fatal("alerts.yml has no rules")
+	}
+	if !reflect.DeepEqual(r.rule.Spec, want) {
+		t.Errorf("PrometheusRule differs from configs/prometheus/alerts.yml:\n got %+v\nwant %+v", r.rule.Spec, want)
+	}
+}
+
+// The daemon itself loads and validates the chart's config: `intake
+// migrate` validates the whole file before it looks for the database URL,
+// so with the URL unset a valid config ends at exactly that complaint.
+// INTAKE_BIN is the daemon built by .ci/chart-test.sh.
+func TestDaemonAcceptsTheChartsConfig(t *testing.T) {
+	bin := os.Getenv("INTAKE_BIN")
+	if bin == "" {
+		t.Fatal("INTAKE_BIN is not set: run .ci/chart-test.sh (make chart-test)")
+	}
+	r := load(t)
+	path := filepath.Join(t.TempDir(), "intake.yaml")
+	if err := os.WriteFile(path, []byte(r.cm.Data["intake.yaml"]), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "migrate", "--config", path)
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH")}
+	out, err := cmd.CombinedOutput()
+	want := "database.url_env: environment variable INTAKE_DATABASE_URL is not set"
+	if err == nil || !strings.Contains(string(out), want) {
+		t.Fatalf("intake migrate on the chart's config: %v\n%s\nwant only: %s", err, out, want)
+	}
+}
