@@ -166,7 +166,9 @@ func Release(ctx context.Context, db *pgxpool.Pool, d Decision) error {
 		tag, err := tx.Exec(ctx, `UPDATE file_intake SET state = $2, reason = NULL, release_override = nullif($3, ''),
 			fencing_token = fencing_token + 1, worker_id = 'released', lease_until = now() - interval '1 second',
 			claimed_path = $4, manifest_name = nullif($5, ''), archive_path = NULL, receipt_path = NULL, rejects_path = NULL,
-			finished_at = NULL, updated_at = now()
+			finished_at = NULL, updated_at = now(),
+			rows_applied = 0, rows_unchanged = 0, rows_rejected = 0, rows_conflict = 0, chunks_done = 0,
+			attempts = 0, first_failed_at = NULL, next_attempt_at = NULL, last_error = NULL
 			WHERE intake_id = $1 AND state IN ('quarantined', 'failed_terminal')`, d.IntakeID, string(next), override, held, manifest)
 		if err != nil {
 			return err
@@ -174,7 +176,14 @@ func Release(ctx context.Context, db *pgxpool.Pool, d Decision) error {
 		if tag.RowsAffected() == 0 {
 			return fmt.Errorf("%w: intake %d is in state %s", ErrDecision, d.IntakeID, fstate)
 		}
+		// A file that failed part way (retries exhausted after some chunks)
+		// starts over as a whole: its chunks apply again (rows it wrote
+		// already count as unchanged), so its totals and its rejects report
+		// describe one run, and it has a fresh retry budget.
 		if _, err := tx.Exec(ctx, `DELETE FROM intake_row_issue WHERE intake_id = $1`, d.IntakeID); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `DELETE FROM intake_chunk WHERE intake_id = $1`, d.IntakeID); err != nil {
 			return err
 		}
 		return decide(ctx, tx, d, partner, "released", "release", fmt.Sprintf("reason %s, override %q, resumes as %s", reason, override, next))

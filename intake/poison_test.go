@@ -9,9 +9,13 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/partner-intake/partner-intake/intake"
 	"github.com/partner-intake/partner-intake/internal/testenv"
+	"github.com/partner-intake/partner-intake/partners"
+	"github.com/partner-intake/partner-intake/reconcile"
+	"github.com/partner-intake/partner-intake/spool"
 )
 
 // The poison matrix (docs/failure-matrix.md, "Poison"): values the feed
@@ -351,5 +355,77 @@ func TestARefusedValueInASmallFileLeavesItsGroup(t *testing.T) {
 	}
 	if n := count(t, pool, `SELECT count(*) FROM orders WHERE order_id = 'G2-2'`); n != 0 {
 		t.Fatal("the refused row landed")
+	}
+}
+
+// A file that failed for good part way through (its retries exhausted
+// after two of its three chunks) and is released after the fix starts over
+// as a whole, with a fresh retry budget: every row is accounted for once
+// (rows it wrote before count as unchanged, the row the target refuses is
+// rejected again), its totals reconcile and its receipt says so.
+func TestAReleasedFileThatFailedPartWayIsAppliedWhole(t *testing.T) {
+	_, pool := testenv.DB(t)
+	exec(t, pool, `CREATE TABLE poison_on (on_ bool);
+		INSERT INTO poison_on VALUES (true);
+		CREATE FUNCTION poison() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN
+		    IF NEW.order_id = 'P-5' AND EXISTS (SELECT 1 FROM poison_on) THEN
+		        RAISE EXCEPTION 'busy' USING ERRCODE = '40001';
+		    END IF;
+		    RETURN NEW;
+		END $$;
+		CREATE TRIGGER poison BEFORE INSERT OR UPDATE ON orders FOR EACH ROW EXECUTE FUNCTION poison();
+		ALTER TABLE orders ADD CONSTRAINT not_p1 CHECK (order_id <> 'P-1')`)
+	site := testenv.NewSite(t, "acme")
+	site.Config.Feeds[0].ChunkRows = 2 // P-1,P-2 | P-3,P-4 | P-5,P-6
+	site.Drop(t, "orders-p.csv", testenv.OrdersCSV("P", 6))
+	r := newRigCfg(t, pool, intake.Config{WorkerID: "w1", Lease: 30 * time.Second, SpoolMinFree: 1,
+		Retry: intake.RetryPolicy{Attempts: 2, Base: time.Millisecond, Max: time.Millisecond}}, site)
+	r.poll("acme")
+	time.Sleep(5 * time.Millisecond) // past the next attempt (1 ms)
+	r.poll("acme")
+	f := files(t, pool, "acme")[0]
+	if f.State != "failed_terminal" || f.Reason != intake.ReasonRetriesExhausted || f.Chunks != 2 {
+		t.Fatalf("%+v: want failed_terminal retries_exhausted after 2 chunks", f)
+	}
+
+	exec(t, pool, `DELETE FROM poison_on`) // the fix
+	ctx := context.Background()
+	if err := intake.Release(ctx, pool, intake.Decision{IntakeID: f.ID, Actor: "alice", Reason: "target fixed",
+		Partners: []string{"acme"}, Worker: intake.OpsWorker("ops")}); err != nil {
+		t.Fatal(err)
+	}
+	var attempts int
+	if err := pool.QueryRow(ctx, `SELECT attempts FROM file_intake WHERE intake_id = $1`, f.ID).Scan(&attempts); err != nil {
+		t.Fatal(err)
+	}
+	if attempts != 0 {
+		t.Fatalf("a released file keeps %d attempts, want a fresh budget", attempts)
+	}
+	sp, err := spool.New(r.spoolDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, err := reconcile.New(reconcile.Config{}, "w1", 30*time.Second, pool, sp,
+		[]partners.Config{site.Validated(t)}, prometheus.NewRegistry(), testenv.Logger(t), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rec.RunOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r.poll("acme")
+	f = files(t, pool, "acme")[0]
+	if f.State != "archived" || f.Total != 6 || f.Applied != 2 || f.Unchanged != 3 || f.Rejected != 1 || f.Confl != 0 || f.Chunks != 3 {
+		t.Fatalf("%+v: want archived, 6 = 2 applied + 3 unchanged + 1 rejected, 3 chunks", f)
+	}
+	if n := testenv.Count(t, pool, `SELECT count(*) FROM intake_row_issue WHERE intake_id = $1`, f.ID); n != 1 {
+		t.Fatalf("%d row issues, want the one refused row", n)
+	}
+	if n := testenv.Count(t, pool, `SELECT count(*) FROM orders WHERE partner_id = 'acme'`); n != 5 {
+		t.Fatalf("%d rows in the target, want 5", n)
+	}
+	if rc := receipt(t, site, f.Receipt); rc.Outcome != intake.OutcomeAcceptedWithRejects || rc.Rows.Total != 6 || rc.Rows.Rejected != 1 {
+		t.Fatalf("receipt %+v", rc)
 	}
 }
