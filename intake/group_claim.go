@@ -15,9 +15,9 @@ import (
 // to hold more rows than one chunk (a row takes at least one byte per
 // column: its delimiters and its line end).
 func groupable(p *partners.Config, c candidate) bool {
-	return c.manifest == "" && c.size > 0 && c.size < smallFileBytes && c.size <= p.Limits.MaxFileBytes &&
-		c.size <= int64(c.feed.ChunkRows)*int64(max(len(c.feed.Columns), 1)) &&
-		compressionOf(c.name) == "" && partners.ValidBatchID(c.feed.BatchIDFromName(c.name))
+	return c.Manifest == "" && c.Size > 0 && c.Size < smallFileBytes && c.Size <= p.Limits.MaxFileBytes &&
+		c.Size <= int64(c.Feed.ChunkRows)*int64(max(len(c.Feed.Columns), 1)) &&
+		compressionOf(c.Name) == "" && partners.ValidBatchID(c.Feed.BatchIDFromName(c.Name))
 }
 
 // maxGroupBytes bounds a group's listed bytes: a group holds its files in
@@ -36,11 +36,11 @@ func groupAt(p *partners.Config, cands []candidate, n int) []candidate {
 	var g []candidate
 	var bytes int64
 	for _, c := range cands {
-		if len(g) == n || c.feed != cands[0].feed || !groupable(p, c) || bytes+c.size > maxGroupBytes {
+		if len(g) == n || c.Feed != cands[0].Feed || !groupable(p, c) || bytes+c.Size > maxGroupBytes {
 			break
 		}
-		bytes += c.size
-		b := c.feed.BatchIDFromName(c.name)
+		bytes += c.Size
+		b := c.Feed.BatchIDFromName(c.Name)
 		if seen[b] {
 			break
 		}
@@ -77,7 +77,7 @@ func (d *Daemon) claimGroup(ctx context.Context, p *partnerRT, sess *partners.Se
 	walked := len(g)
 	if sequential {
 		for i, c := range g {
-			errs[i] = sess.Rename(sess.Layout.Ready(c.name), sess.Layout.Processing(d.cfg.WorkerID, c.name))
+			errs[i] = sess.Rename(sess.Layout.Ready(c.Name), sess.Layout.Processing(d.cfg.WorkerID, c.Name))
 			if errs[i] != nil {
 				walked = i + 1
 				break
@@ -89,7 +89,7 @@ func (d *Daemon) claimGroup(ctx context.Context, p *partnerRT, sess *partners.Se
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				errs[i] = sess.Rename(sess.Layout.Ready(c.name), sess.Layout.Processing(d.cfg.WorkerID, c.name))
+				errs[i] = sess.Rename(sess.Layout.Ready(c.Name), sess.Layout.Processing(d.cfg.WorkerID, c.Name))
 			}()
 		}
 		wg.Wait()
@@ -115,17 +115,17 @@ func (d *Daemon) claimGroup(ctx context.Context, p *partnerRT, sess *partners.Se
 	var renamed []*Intake
 	var failed error
 	for i, c := range g[:walked] {
-		dst := sess.Layout.Processing(d.cfg.WorkerID, c.name)
+		dst := sess.Layout.Processing(d.cfg.WorkerID, c.Name)
 		switch err := errs[i]; {
 		case err == nil:
-			renamed = append(renamed, &Intake{ID: ids[i], Partner: p.cfg.ID, Feed: c.feed.Name, RemoteName: c.name,
-				ClaimedPath: dst, ListedSize: c.size, Worker: d.cfg.WorkerID})
+			renamed = append(renamed, &Intake{ID: ids[i], Partner: p.cfg.ID, Feed: c.Feed.Name, RemoteName: c.Name,
+				ClaimedPath: dst, ListedSize: c.Size, Worker: d.cfg.WorkerID})
 		case partners.IsNotExist(err), errors.Is(err, errPutBack):
 		default:
 			if _, serr := sess.Lstat(dst); serr == nil {
 				d.metrics.skipped.WithLabelValues(p.cfg.ID, claimTargetBusy).Inc()
 			} else if failed == nil {
-				failed = fmt.Errorf("claim %s: %w", c.name, err)
+				failed = fmt.Errorf("claim %s: %w", c.Name, err)
 			}
 		}
 	}
@@ -167,7 +167,7 @@ func (d *Daemon) putBack(p *partnerRT, sess *partners.Session, g []candidate, er
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			back[i] = sess.Rename(sess.Layout.Processing(d.cfg.WorkerID, c.name), sess.Layout.Ready(c.name))
+			back[i] = sess.Rename(sess.Layout.Processing(d.cfg.WorkerID, c.Name), sess.Layout.Ready(c.Name))
 		}()
 	}
 	wg.Wait()

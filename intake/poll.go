@@ -13,7 +13,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-	"unicode/utf8"
 
 	"github.com/partner-intake/partner-intake/internal/fault"
 	"github.com/partner-intake/partner-intake/partners"
@@ -22,28 +21,12 @@ import (
 // errNotOwner: another live replica polls the partner (affinity.go).
 var errNotOwner = errors.New("another replica polls this partner")
 
-// Skip reasons for entries of ready/ that are not claimed.
-const (
-	SkipDotfile     = "dotfile"
-	SkipPartial     = "partial_upload"
-	SkipNotRegular  = "not_regular_file" // symlink, directory, device: never followed or read
-	SkipBadName     = "bad_name"         // control characters, separators, invalid UTF-8, too long
-	SkipNoFeed      = "no_feed"          // no feed of the partner matches the name
-	SkipNoManifest  = "manifest_missing"
-	SkipManifest    = "manifest_file"
-	maxRemoteName   = 255
-	partialSuffix   = ".part"
-	claimTargetBusy = "claim_target_busy"
-)
+// claimTargetBusy: a claim's target name is still in our processing dir
+// (counted as skipped).
+const claimTargetBusy = "claim_target_busy"
 
-// candidate is an entry of ready/ worth claiming.
-type candidate struct {
-	name     string
-	size     int64
-	feed     *partners.Feed
-	manifest string
-	mtime    time.Time
-}
+// candidate is an entry of ready/ worth claiming (partners/ready.go).
+type candidate = partners.Candidate
 
 // pollOnce is one cycle for one partner: resume what this worker already
 // holds, then claim and process what ready/ offers.
@@ -235,7 +218,7 @@ func (d *Daemon) pollOnce(ctx context.Context, p *partnerRT) error {
 func (p *partnerRT) setReady(left []candidate, beyond int) {
 	var oldest time.Time
 	if len(left) > 0 {
-		oldest = left[0].mtime
+		oldest = left[0].MTime
 	}
 	p.statMu.Lock()
 	p.readyCount, p.oldestReady = len(left)+beyond, oldest
@@ -259,17 +242,17 @@ const maxManifestNames = 10000
 // oldest hostileBudget hostile entries. Memory is bounded by those and
 // the work by one pass over the listing; skipped entries are counted by
 // reason. beyond is how many claimable files it counted but did not keep.
-func (d *Daemon) list(ctx context.Context, p *partnerRT, sess *partners.Session) (cands []candidate, hostile []Skipped, beyond int, err error) {
+func (d *Daemon) list(ctx context.Context, p *partnerRT, sess *partners.Session) (cands []candidate, hostile []partners.Skipped, beyond int, err error) {
 	cfg := p.cfg
 	manifestMode := cfg.Readiness == partners.ReadinessManifest
-	keep := newOldest(max(cfg.Limits.MaxFilesPerPoll, 1), func(c candidate) (time.Time, string) { return c.mtime, c.name })
-	bad := newOldest(hostileBudget(cfg), func(s Skipped) (time.Time, string) { return s.Info.ModTime(), s.Info.Name() })
+	keep := newOldest(max(cfg.Limits.MaxFilesPerPoll, 1), func(c candidate) (time.Time, string) { return c.MTime, c.Name })
+	bad := newOldest(hostileBudget(cfg), func(s partners.Skipped) (time.Time, string) { return s.Info.ModTime(), s.Info.Name() })
 	manifests := map[string]bool{}
 	overflow := false
 	total := 0
 	err = sess.ListDir(ctx, sess.Layout.ReadyDir(), func(e os.FileInfo) error {
-		c, reason := classifyEntry(cfg, e)
-		if reason == SkipManifest && e.Mode().IsRegular() {
+		c, reason := partners.ClassifyEntry(cfg, e)
+		if reason == partners.SkipManifest && e.Mode().IsRegular() {
 			if len(manifests) < maxManifestNames {
 				manifests[e.Name()] = true
 			} else {
@@ -278,8 +261,8 @@ func (d *Daemon) list(ctx context.Context, p *partnerRT, sess *partners.Session)
 		}
 		if reason != "" {
 			d.metrics.skipped.WithLabelValues(cfg.ID, reason).Inc()
-			if Hostile(reason) {
-				bad.push(Skipped{Info: e, Reason: reason})
+			if partners.Hostile(reason) {
+				bad.push(partners.Skipped{Info: e, Reason: reason})
 			}
 			return nil
 		}
@@ -292,7 +275,7 @@ func (d *Daemon) list(ctx context.Context, p *partnerRT, sess *partners.Session)
 	}
 	for _, c := range keep.sorted() {
 		if manifestMode {
-			m := c.name + ManifestSuffix
+			m := c.Name + partners.ManifestSuffix
 			ok := manifests[m]
 			if !ok && overflow {
 				fi, err := sess.Lstat(sess.Layout.Ready(m))
@@ -300,10 +283,10 @@ func (d *Daemon) list(ctx context.Context, p *partnerRT, sess *partners.Session)
 			}
 			if !ok {
 				total--
-				d.metrics.skipped.WithLabelValues(cfg.ID, SkipNoManifest).Inc()
+				d.metrics.skipped.WithLabelValues(cfg.ID, partners.SkipNoManifest).Inc()
 				continue
 			}
-			c.manifest = m
+			c.Manifest = m
 		}
 		cands = append(cands, c)
 	}
@@ -373,106 +356,6 @@ func (o *oldest[T]) sorted() []T {
 	return out
 }
 
-// Hostile reports whether a skipped entry is moved to quarantine (with a
-// receipt saying why) rather than left for later: it will never become a
-// valid file by waiting.
-func Hostile(reason string) bool {
-	return reason == SkipNotRegular || reason == SkipBadName || reason == SkipNoFeed
-}
-
-// HostilePrefix names hostile entries claimed into processing/: the
-// original name is never used in a path of ours.
-const HostilePrefix = "hostile-"
-
-// Skipped is an entry of ready/ that is not claimed, and why.
-type Skipped struct {
-	Info   os.FileInfo
-	Reason string
-}
-
-// ClassifyReady splits a listing of ready/ into claimable files (oldest
-// first) and skipped entries. READDIR attributes are lstat-like on
-// OpenSSH, so symlinks show as symlinks and are never followed; dotfiles,
-// *.part, directories and other non-regular entries, unsafe names, names no
-// feed matches, and (manifest mode) data files without their manifest are
-// skipped.
-func ClassifyReady(p *partners.Config, ents []os.FileInfo) ([]candidate, []Skipped) {
-	ents = append([]os.FileInfo(nil), ents...)
-	names := map[string]os.FileInfo{}
-	for _, e := range ents {
-		names[e.Name()] = e
-	}
-	sort.Slice(ents, func(i, j int) bool {
-		if !ents[i].ModTime().Equal(ents[j].ModTime()) {
-			return ents[i].ModTime().Before(ents[j].ModTime())
-		}
-		return ents[i].Name() < ents[j].Name()
-	})
-	manifestMode := p.Readiness == partners.ReadinessManifest
-	var out []candidate
-	var skipped []Skipped
-	for _, e := range ents {
-		c, reason := classifyEntry(p, e)
-		if reason == "" && manifestMode {
-			m, ok := names[c.name+ManifestSuffix]
-			if !ok || !m.Mode().IsRegular() {
-				reason = SkipNoManifest
-			} else {
-				c.manifest = c.name + ManifestSuffix
-			}
-		}
-		if reason != "" {
-			skipped = append(skipped, Skipped{Info: e, Reason: reason})
-			continue
-		}
-		out = append(out, c)
-	}
-	return out, skipped
-}
-
-// classifyEntry is one entry's verdict, all but the manifest check
-// (which needs the rest of the listing): a candidate, or why it is
-// skipped.
-func classifyEntry(p *partners.Config, e os.FileInfo) (candidate, string) {
-	name := e.Name()
-	reason := ""
-	switch {
-	case strings.HasPrefix(name, "."):
-		reason = SkipDotfile
-	case strings.HasSuffix(name, partialSuffix):
-		reason = SkipPartial
-	case !e.Mode().IsRegular():
-		reason = SkipNotRegular
-	case !SafeName(name):
-		reason = SkipBadName
-	case p.Readiness == partners.ReadinessManifest && strings.HasSuffix(name, ManifestSuffix):
-		reason = SkipManifest
-	}
-	c := candidate{name: name, size: e.Size(), mtime: e.ModTime()}
-	if reason == "" {
-		if c.feed = p.FeedFor(name); c.feed == nil {
-			reason = SkipNoFeed
-		}
-	}
-	return c, reason
-}
-
-// SafeName reports whether a remote file name may be handled: valid UTF-8,
-// no control characters, no path separators, not "." or "..", at most 255
-// bytes. Spool paths never derive from names; this guards remote paths and
-// reports.
-func SafeName(name string) bool {
-	if name == "" || name == "." || name == ".." || len(name) > maxRemoteName || !utf8.ValidString(name) {
-		return false
-	}
-	for _, r := range name {
-		if r < 0x20 || r == 0x7f || r == '/' || r == '\\' || (r >= 0x80 && r < 0xa0) {
-			return false
-		}
-	}
-	return true
-}
-
 // claim renames ready/<name> into processing/<worker>/<name>: the rename
 // is the claim. A lost race (the file is gone) returns nil, counted, not an
 // error: the processing directory exists, so "no such file" can only mean
@@ -489,8 +372,8 @@ func SafeName(name string) bool {
 // first one's row reaches the database last. Only a file adopted after a
 // crash gets a later id than its rename order.
 func (d *Daemon) claim(ctx context.Context, p *partnerRT, sess *partners.Session, c candidate, id int64) (*Intake, int64, error) {
-	src := sess.Layout.Ready(c.name)
-	dst := sess.Layout.Processing(d.cfg.WorkerID, c.name)
+	src := sess.Layout.Ready(c.Name)
+	dst := sess.Layout.Processing(d.cfg.WorkerID, c.Name)
 	if err := sess.Rename(src, dst); err != nil {
 		if partners.IsNotExist(err) {
 			d.metrics.claimsLost.WithLabelValues(p.cfg.ID).Inc()
@@ -503,20 +386,20 @@ func (d *Daemon) claim(ctx context.Context, p *partnerRT, sess *partners.Session
 			d.metrics.skipped.WithLabelValues(p.cfg.ID, claimTargetBusy).Inc()
 			return nil, 0, nil
 		}
-		return nil, 0, fmt.Errorf("claim %s: %w", c.name, err)
+		return nil, 0, fmt.Errorf("claim %s: %w", c.Name, err)
 	}
 	if err := fault.Check("claim:after_rename"); err != nil {
 		// as if the rename's reply was lost: the file sits in our
 		// processing dir without a row, and the next poll adopts it
-		return nil, 0, fmt.Errorf("claim %s: %w", c.name, err)
+		return nil, 0, fmt.Errorf("claim %s: %w", c.Name, err)
 	}
-	in := &Intake{Partner: p.cfg.ID, Feed: c.feed.Name, RemoteName: c.name, ClaimedPath: dst,
-		ListedSize: c.size, Worker: d.cfg.WorkerID}
-	if c.manifest != "" {
-		if err := sess.Rename(sess.Layout.Ready(c.manifest), sess.Layout.Processing(d.cfg.WorkerID, c.manifest)); err != nil && !partners.IsNotExist(err) {
-			return nil, 0, fmt.Errorf("claim manifest of %s: %w", c.name, err)
+	in := &Intake{Partner: p.cfg.ID, Feed: c.Feed.Name, RemoteName: c.Name, ClaimedPath: dst,
+		ListedSize: c.Size, Worker: d.cfg.WorkerID}
+	if c.Manifest != "" {
+		if err := sess.Rename(sess.Layout.Ready(c.Manifest), sess.Layout.Processing(d.cfg.WorkerID, c.Manifest)); err != nil && !partners.IsNotExist(err) {
+			return nil, 0, fmt.Errorf("claim manifest of %s: %w", c.Name, err)
 		}
-		in.ManifestName = c.manifest
+		in.ManifestName = c.Manifest
 	}
 	next, err := d.store.insertClaimAt(ctx, in, id)
 	if err != nil {
@@ -533,10 +416,10 @@ func (d *Daemon) claim(ctx context.Context, p *partnerRT, sess *partners.Session
 // matches) out of ready/ without reading it: it is claimed by rename under a
 // generated name (the original name never enters a path of ours), recorded,
 // and held in quarantine/ with a reason file and a receipt for the partner.
-func (d *Daemon) quarantineHostile(ctx context.Context, p *partnerRT, sess *partners.Session, h Skipped) error {
+func (d *Daemon) quarantineHostile(ctx context.Context, p *partnerRT, sess *partners.Session, h partners.Skipped) error {
 	var b [4]byte
 	_, _ = rand.Read(b[:])
-	gen := fmt.Sprintf("%s%s-%d-%s", HostilePrefix, h.Reason, time.Now().UnixNano(), hex.EncodeToString(b[:]))
+	gen := fmt.Sprintf("%s%s-%d-%s", partners.HostilePrefix, h.Reason, time.Now().UnixNano(), hex.EncodeToString(b[:]))
 	dst := sess.Layout.Processing(d.cfg.WorkerID, gen)
 	if err := sess.Rename(sess.Layout.Ready(h.Info.Name()), dst); err != nil {
 		if partners.IsNotExist(err) {
@@ -562,7 +445,7 @@ const NoFeed = "-"
 // printableName renders a name for reports and logs: safe names as they
 // are, others quoted with escapes so no control character travels on.
 func printableName(name string) string {
-	if SafeName(name) {
+	if partners.SafeName(name) {
 		return name
 	}
 	q := strconv.QuoteToASCII(name)
@@ -574,8 +457,8 @@ func printableName(name string) string {
 
 // hostileReason recovers the reason from a generated hostile name.
 func hostileReason(claimedPath string) string {
-	name := strings.TrimPrefix(path.Base(claimedPath), HostilePrefix)
-	for _, r := range []string{SkipNotRegular, SkipBadName, SkipNoFeed} {
+	name := strings.TrimPrefix(path.Base(claimedPath), partners.HostilePrefix)
+	for _, r := range []string{partners.SkipNotRegular, partners.SkipBadName, partners.SkipNoFeed} {
 		if strings.HasPrefix(name, r+"-") {
 			return r
 		}
@@ -609,7 +492,7 @@ func (d *Daemon) resumeOwn(ctx context.Context, p *partnerRT, sess *partners.Ses
 	}
 	for _, e := range ents {
 		name := e.Name()
-		if strings.HasPrefix(name, HostilePrefix) {
+		if strings.HasPrefix(name, partners.HostilePrefix) {
 			// a hostile entry claimed just before a crash: hold it now
 			in := &Intake{Partner: p.cfg.ID, Feed: NoFeed, RemoteName: name, ClaimedPath: path.Join(dir, name),
 				ListedSize: e.Size(), Worker: d.cfg.WorkerID}
@@ -618,16 +501,16 @@ func (d *Daemon) resumeOwn(ctx context.Context, p *partnerRT, sess *partners.Ses
 			}
 			continue
 		}
-		if !e.Mode().IsRegular() || strings.HasPrefix(name, ".") || !SafeName(name) {
+		if !e.Mode().IsRegular() || strings.HasPrefix(name, ".") || !partners.SafeName(name) {
 			continue
 		}
 		manifest := ""
 		if p.cfg.Readiness == partners.ReadinessManifest {
-			if strings.HasSuffix(name, ManifestSuffix) {
+			if strings.HasSuffix(name, partners.ManifestSuffix) {
 				continue
 			}
-			if have[name+ManifestSuffix] {
-				manifest = name + ManifestSuffix
+			if have[name+partners.ManifestSuffix] {
+				manifest = name + partners.ManifestSuffix
 			}
 		}
 		feed := p.cfg.FeedFor(name)

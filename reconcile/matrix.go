@@ -96,7 +96,7 @@ func (r *Reconciler) rowOrphanClaims(ctx context.Context, p *partners.Config, s 
 			}
 			for _, f := range files {
 				name := f.Name()
-				if strings.HasPrefix(name, ".") || (p.Readiness == partners.ReadinessManifest && strings.HasSuffix(name, intake.ManifestSuffix)) {
+				if strings.HasPrefix(name, ".") || (p.Readiness == partners.ReadinessManifest && strings.HasSuffix(name, partners.ManifestSuffix)) {
 					continue
 				}
 				old := path.Join(base, w, name)
@@ -114,10 +114,10 @@ func (r *Reconciler) rowOrphanClaims(ctx context.Context, p *partners.Config, s 
 		}
 		for _, f := range files {
 			name := f.Name()
-			if !f.Mode().IsRegular() || strings.HasPrefix(name, ".") || !intake.SafeName(name) {
+			if !f.Mode().IsRegular() || strings.HasPrefix(name, ".") || !partners.SafeName(name) {
 				continue
 			}
-			if p.Readiness == partners.ReadinessManifest && strings.HasSuffix(name, intake.ManifestSuffix) {
+			if p.Readiness == partners.ReadinessManifest && strings.HasSuffix(name, partners.ManifestSuffix) {
 				continue
 			}
 			old := path.Join(base, w, name)
@@ -129,7 +129,7 @@ func (r *Reconciler) rowOrphanClaims(ctx context.Context, p *partners.Config, s 
 				continue // a live row: the expired-lease row handles it
 			}
 			feedName := intake.NoFeed // a hostile entry: it is held, never read
-			if !strings.HasPrefix(name, intake.HostilePrefix) {
+			if !strings.HasPrefix(name, partners.HostilePrefix) {
 				feed := p.FeedFor(name)
 				if feed == nil {
 					add(Finding{Kind: KindOrphanClaim, Path: old, NeedsHuman: true, Action: "none",
@@ -179,8 +179,8 @@ func (r *Reconciler) adopt(ctx context.Context, p *partners.Config, s *partners.
 	in := &intake.Intake{Partner: p.ID, Feed: feedName, RemoteName: name, ClaimedPath: dst,
 		ListedSize: size, Worker: r.worker}
 	if p.Readiness == partners.ReadinessManifest {
-		if err := s.Rename(old+intake.ManifestSuffix, dst+intake.ManifestSuffix); err == nil {
-			in.ManifestName = name + intake.ManifestSuffix
+		if err := s.Rename(old+partners.ManifestSuffix, dst+partners.ManifestSuffix); err == nil {
+			in.ManifestName = name + partners.ManifestSuffix
 		}
 	}
 	if err := r.ledger.Adopt(ctx, in); err != nil {
@@ -334,7 +334,7 @@ func (r *Reconciler) rowArchiveWithoutRecord(ctx context.Context, p *partners.Co
 				add(Finding{Kind: KindArchiveNoRecord, Path: full, NeedsHuman: true, Action: "none",
 					Detail: fmt.Sprintf("no intake %d of this partner", id)})
 			case in.State == intake.StateArchived || in.State == intake.StateDuplicate:
-				if full != in.ArchivePath && full != in.ArchivePath+intake.ManifestSuffix {
+				if full != in.ArchivePath && full != in.ArchivePath+partners.ManifestSuffix {
 					add(Finding{Kind: KindArchiveNoRecord, IntakeID: id, Path: full, NeedsHuman: true, Action: "none",
 						Detail: "intake " + strconv.FormatInt(id, 10) + " was archived under another name"})
 				}
@@ -418,12 +418,12 @@ func (r *Reconciler) rowUnclaimableReady(p *partners.Config, s *partners.Session
 	if err != nil {
 		return fmt.Errorf("list ready: %w", err)
 	}
-	_, skipped := intake.ClassifyReady(p, ents)
+	_, skipped := partners.ClassifyReady(p, ents)
 	for _, sk := range skipped {
 		switch sk.Reason {
-		case intake.SkipDotfile, intake.SkipPartial, intake.SkipManifest:
+		case partners.SkipDotfile, partners.SkipPartial, partners.SkipManifest:
 			continue
-		case intake.SkipNoManifest:
+		case partners.SkipNoManifest:
 			if time.Since(sk.Info.ModTime()) < p.Limits.StaleUpload {
 				continue
 			}
@@ -433,7 +433,7 @@ func (r *Reconciler) rowUnclaimableReady(p *partners.Config, s *partners.Session
 			}
 		}
 		name := sk.Info.Name()
-		if !intake.SafeName(name) {
+		if !partners.SafeName(name) {
 			name = strconv.QuoteToASCII(name)
 		}
 		add(Finding{Kind: KindUnclaimableReady, Path: path.Join(s.Layout.ReadyDir(), name), NeedsHuman: true,
