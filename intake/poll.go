@@ -260,7 +260,7 @@ func (d *Daemon) list(ctx context.Context, p *partnerRT, sess *partners.Session)
 			}
 		}
 		if reason != "" {
-			d.metrics.skipped.WithLabelValues(cfg.ID, reason).Inc()
+			d.metrics.skipped.WithLabelValues(cfg.ID, string(reason)).Inc()
 			if partners.Hostile(reason) {
 				bad.push(partners.Skipped{Info: e, Reason: reason})
 			}
@@ -283,7 +283,7 @@ func (d *Daemon) list(ctx context.Context, p *partnerRT, sess *partners.Session)
 			}
 			if !ok {
 				total--
-				d.metrics.skipped.WithLabelValues(cfg.ID, partners.SkipNoManifest).Inc()
+				d.metrics.skipped.WithLabelValues(cfg.ID, string(partners.SkipNoManifest)).Inc()
 				continue
 			}
 			c.Manifest = m
@@ -458,9 +458,9 @@ func printableName(name string) string {
 // hostileReason recovers the reason from a generated hostile name.
 func hostileReason(claimedPath string) string {
 	name := strings.TrimPrefix(path.Base(claimedPath), partners.HostilePrefix)
-	for _, r := range []string{partners.SkipNotRegular, partners.SkipBadName, partners.SkipNoFeed} {
-		if strings.HasPrefix(name, r+"-") {
-			return r
+	for _, r := range []partners.Skip{partners.SkipNotRegular, partners.SkipBadName, partners.SkipNoFeed} {
+		if strings.HasPrefix(name, string(r)+"-") {
+			return string(r)
 		}
 	}
 	return "hostile_entry"

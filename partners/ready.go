@@ -12,15 +12,22 @@ import (
 // The poller (intake/poll.go) claims by them and the reconciler
 // (reconcile/matrix.go) reports by them, so both judge a listing alike.
 
+// Skip is why an entry of ready/ is not claimed; "" is none (the entry is
+// a candidate). Its values label intake_skipped_total{reason}.
+type Skip string
+
 // Skip reasons for entries of ready/ that are not claimed.
 const (
-	SkipDotfile    = "dotfile"
-	SkipPartial    = "partial_upload"
-	SkipNotRegular = "not_regular_file" // symlink, directory, device: never followed or read
-	SkipBadName    = "bad_name"         // control characters, separators, invalid UTF-8, too long
-	SkipNoFeed     = "no_feed"          // no feed of the partner matches the name
-	SkipNoManifest = "manifest_missing"
-	SkipManifest   = "manifest_file"
+	SkipDotfile    Skip = "dotfile"
+	SkipPartial    Skip = "partial_upload"
+	SkipNotRegular Skip = "not_regular_file" // symlink, directory, device: never followed or read
+	SkipBadName    Skip = "bad_name"         // control characters, separators, invalid UTF-8, too long
+	SkipNoFeed     Skip = "no_feed"          // no feed of the partner matches the name
+	SkipNoManifest Skip = "manifest_missing"
+	SkipManifest   Skip = "manifest_file"
+)
+
+const (
 	// MaxNameBytes bounds a remote name (the limit of every common file
 	// system).
 	MaxNameBytes = 255
@@ -40,7 +47,7 @@ type Candidate struct {
 // Hostile reports whether a skipped entry is moved to quarantine (with a
 // receipt saying why) rather than left for later: it will never become a
 // valid file by waiting.
-func Hostile(reason string) bool {
+func Hostile(reason Skip) bool {
 	return reason == SkipNotRegular || reason == SkipBadName || reason == SkipNoFeed
 }
 
@@ -51,7 +58,7 @@ const HostilePrefix = "hostile-"
 // Skipped is an entry of ready/ that is not claimed, and why.
 type Skipped struct {
 	Info   os.FileInfo
-	Reason string
+	Reason Skip
 }
 
 // ClassifyReady splits a listing of ready/ into claimable files (oldest
@@ -97,9 +104,9 @@ func ClassifyReady(p *Config, ents []os.FileInfo) ([]Candidate, []Skipped) {
 // ClassifyEntry is one entry's verdict, all but the manifest check
 // (which needs the rest of the listing): a candidate, or why it is
 // skipped.
-func ClassifyEntry(p *Config, e os.FileInfo) (Candidate, string) {
+func ClassifyEntry(p *Config, e os.FileInfo) (Candidate, Skip) {
 	name := e.Name()
-	reason := ""
+	var reason Skip
 	switch {
 	case strings.HasPrefix(name, "."):
 		reason = SkipDotfile

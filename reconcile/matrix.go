@@ -437,7 +437,7 @@ func (r *Reconciler) rowUnclaimableReady(p *partners.Config, s *partners.Session
 			name = strconv.QuoteToASCII(name)
 		}
 		add(Finding{Kind: KindUnclaimableReady, Path: path.Join(s.Layout.ReadyDir(), name), NeedsHuman: true,
-			Action: "none", Detail: "not claimed: " + sk.Reason})
+			Action: "none", Detail: "not claimed: " + string(sk.Reason)})
 	}
 	return nil
 }
