@@ -232,10 +232,6 @@ func hostileBudget(p *partners.Config) int {
 	return max(1, p.Limits.MaxFilesPerPoll/2)
 }
 
-// maxManifestNames bounds the manifest names a listing remembers (manifest
-// mode); past it, a kept file's manifest is looked up with one LSTAT.
-const maxManifestNames = 10000
-
 // list streams ready/ once, non-recursively (partners.Session.ListDir),
 // and keeps only what this poll can use, whatever the directory holds:
 // the oldest max_files_per_poll claimable files, oldest first, and the
@@ -247,17 +243,12 @@ func (d *Daemon) list(ctx context.Context, p *partnerRT, sess *partners.Session)
 	manifestMode := cfg.Readiness == partners.ReadinessManifest
 	keep := newOldest(max(cfg.Limits.MaxFilesPerPoll, 1), func(c candidate) (time.Time, string) { return c.MTime, c.Name })
 	bad := newOldest(hostileBudget(cfg), func(s partners.Skipped) (time.Time, string) { return s.Info.ModTime(), s.Info.Name() })
-	manifests := map[string]bool{}
-	overflow := false
+	var manifests partners.Manifests // manifest mode: the listing's manifests
 	total := 0
 	err = sess.ListDir(ctx, sess.Layout.ReadyDir(), func(e os.FileInfo) error {
 		c, reason := partners.ClassifyEntry(cfg, e)
 		if reason == partners.SkipManifest && e.Mode().IsRegular() {
-			if len(manifests) < maxManifestNames {
-				manifests[e.Name()] = true
-			} else {
-				overflow = true
-			}
+			manifests.Add(e.Name())
 		}
 		if reason != "" {
 			d.metrics.skipped.WithLabelValues(cfg.ID, string(reason)).Inc()
@@ -276,12 +267,7 @@ func (d *Daemon) list(ctx context.Context, p *partnerRT, sess *partners.Session)
 	for _, c := range keep.sorted() {
 		if manifestMode {
 			m := c.Name + partners.ManifestSuffix
-			ok := manifests[m]
-			if !ok && overflow {
-				fi, err := sess.Lstat(sess.Layout.Ready(m))
-				ok = err == nil && fi.Mode().IsRegular()
-			}
-			if !ok {
+			if !manifests.Has(sess, m) {
 				total--
 				d.metrics.skipped.WithLabelValues(cfg.ID, string(partners.SkipNoManifest)).Inc()
 				continue

@@ -143,3 +143,44 @@ func SafeName(name string) bool {
 	}
 	return true
 }
+
+// MaxManifestNames bounds the manifest names a listing remembers (manifest
+// mode); past it, a data file's manifest is looked up with one LSTAT.
+const MaxManifestNames = 10000
+
+// Manifests are the manifests a streamed listing of ready/ passed
+// (manifest mode), remembered up to MaxManifestNames: a data file and its
+// manifest may come in either order, so whether a data file is complete
+// is known once the listing ends.
+type Manifests struct {
+	names    map[string]bool
+	overflow bool
+}
+
+// Add remembers a regular manifest file of the listing.
+func (m *Manifests) Add(name string) {
+	if m.names == nil {
+		m.names = map[string]bool{}
+	}
+	if len(m.names) < MaxManifestNames {
+		m.names[name] = true
+	} else {
+		m.overflow = true
+	}
+}
+
+// Seen reports whether the listing passed the manifest and remembered it.
+func (m *Manifests) Seen(name string) bool { return m.names[name] }
+
+// Has reports whether the manifest is in ready/: remembered, or, when the
+// listing passed more than it remembered, found there as a regular file.
+func (m *Manifests) Has(s *Session, name string) bool {
+	if m.names[name] {
+		return true
+	}
+	if !m.overflow {
+		return false
+	}
+	fi, err := s.Lstat(s.Layout.Ready(name))
+	return err == nil && fi.Mode().IsRegular()
+}
