@@ -11,8 +11,9 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
+
+	"golang.org/x/sync/errgroup"
 
 	"github.com/partner-intake/partner-intake/internal/fault"
 	"github.com/partner-intake/partner-intake/partners"
@@ -28,33 +29,16 @@ const claimTargetBusy = "claim_target_busy"
 // candidate is an entry of ready/ worth claiming (partners/ready.go).
 type candidate = partners.Candidate
 
-// pollOnce is one cycle for one partner: resume what this worker already
-// holds, then claim and process what ready/ offers.
+// pollOnce is one cycle for one partner: the gate (does this replica poll
+// the partner now?), housekeeping (crash leftovers, this worker's own
+// files resumed), then the claim loop over what ready/ offers.
 func (d *Daemon) pollOnce(ctx context.Context, p *partnerRT) error {
 	if !d.claiming() {
 		return nil
 	}
-	// With several replicas, one polls the partner (affinity.go). The
-	// others still resume their own files of it once after they start (a
-	// restart's leftovers), then leave it alone.
-	own := d.owns(ctx, p.cfg.ID)
-	if !own && !p.resumed && d.prevDrained {
-		// nothing can be half claimed; resume only if rows say so
-		live, err := d.store.liveOwnedBy(ctx, p.cfg.ID, d.cfg.WorkerID)
-		if err != nil {
-			return err
-		}
-		p.resumed = len(live) == 0
-	}
-	if !own && p.resumed {
-		p.drop() // a session of an earlier poll is the owner's business now
-		d.notPolling(p)
-		return errNotOwner
-	}
-	if own {
-		p.statMu.Lock()
-		p.polling, p.elsewhere = true, false
-		p.statMu.Unlock()
+	own, err := d.gate(ctx, p)
+	if err != nil {
+		return err
 	}
 	d.metrics.polls.WithLabelValues(p.cfg.ID).Inc()
 	sess, err := p.session(ctx, d.cfg.WorkerID)
@@ -65,6 +49,49 @@ func (d *Daemon) pollOnce(ctx context.Context, p *partnerRT) error {
 	// shutdown interrupts a transfer in flight.
 	stop := context.AfterFunc(ctx, func() { p.drop() })
 	defer stop()
+	if err := d.housekeep(ctx, p, sess); err != nil {
+		return err
+	}
+	if !own {
+		p.drop() // the session is the owner's to keep
+		d.notPolling(p)
+		return errNotOwner
+	}
+	return d.claimReady(ctx, p, sess)
+}
+
+// gate decides how this poll goes: whether this replica polls the partner
+// (own), or only resumes its own files of it once, or leaves it alone
+// (errNotOwner).
+func (d *Daemon) gate(ctx context.Context, p *partnerRT) (own bool, err error) {
+	// With several replicas, one polls the partner (affinity.go). The
+	// others still resume their own files of it once after they start (a
+	// restart's leftovers), then leave it alone.
+	own = d.owns(ctx, p.cfg.ID)
+	if !own && !p.resumed && d.prevDrained {
+		// nothing can be half claimed; resume only if rows say so
+		live, err := d.store.liveOwnedBy(ctx, p.cfg.ID, d.cfg.WorkerID)
+		if err != nil {
+			return false, err
+		}
+		p.resumed = len(live) == 0
+	}
+	if !own && p.resumed {
+		p.drop() // a session of an earlier poll is the owner's business now
+		d.notPolling(p)
+		return false, errNotOwner
+	}
+	if own {
+		p.statMu.Lock()
+		p.polling, p.elsewhere = true, false
+		p.statMu.Unlock()
+	}
+	return own, nil
+}
+
+// housekeep clears what a crash left of this worker for the partner (spool
+// temp files, once) and resumes this worker's own files of it (resumeOwn).
+func (d *Daemon) housekeep(ctx context.Context, p *partnerRT, sess *partners.Session) error {
 	if !p.tempClean {
 		// No download of this worker is in flight for the partner yet: any
 		// temp file of ours is a crash's leftover (matrix row 4).
@@ -81,11 +108,12 @@ func (d *Daemon) pollOnce(ctx context.Context, p *partnerRT) error {
 		return err
 	}
 	p.resumed = true
-	if !own {
-		p.drop() // the session is the owner's to keep
-		d.notPolling(p)
-		return errNotOwner
-	}
+	return nil
+}
+
+// claimReady lists ready/, moves its hostile entries to quarantine and
+// claims the rest (claimLoop).
+func (d *Daemon) claimReady(ctx context.Context, p *partnerRT, sess *partners.Session) error {
 	cands, hostile, beyond, err := d.list(ctx, p, sess)
 	if err != nil {
 		return err
@@ -102,115 +130,147 @@ func (d *Daemon) pollOnce(ctx context.Context, p *partnerRT) error {
 		}
 		handled++
 	}
-	// Up to cfg.Concurrency files of the partner are in flight at once, on
-	// the one session (pkg/sftp multiplexes requests); a group of small
-	// files (group.go) takes one slot. A file or group is claimed only when
-	// a slot is free, so claims never run ahead of the work and other
-	// replicas can take what this one has not started.
-	slots := make(chan struct{}, max(p.cfg.Concurrency, 1))
-	var wg sync.WaitGroup
-	var errMu sync.Mutex
-	var firstErr error
-	fail := func(err error) {
-		errMu.Lock()
-		if firstErr == nil {
-			firstErr = err
-		}
-		errMu.Unlock()
-	}
-	failed := func() bool {
-		errMu.Lock()
-		defer errMu.Unlock()
-		return firstErr != nil
-	}
-	// work runs a claimed file or group in its slot.
-	work := func(fn func() error) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer func() { <-slots }()
-			if err := fn(); err != nil {
-				fail(err)
-			}
-		}()
-	}
 	quota, err := d.spoolQuota(p)
 	if err != nil {
 		return err
 	}
-	claimed := handled
-	var nextID int64 // allocated before the next claim's rename (see claim)
-	racing := false  // another replica claims from the partner: groups rename one at a time (claimGroup)
-	for i := 0; i < len(cands); i++ {
-		c := cands[i]
-		p.setReady(cands[i:], beyond) // what is left for a later poll (or another worker)
-		if ctx.Err() != nil || !d.claiming() || failed() {
+	c := &claimLoop{d: d, p: p, sess: sess, quota: quota, claimed: handled}
+	return c.run(ctx, cands, beyond)
+}
+
+// claimLoop is one poll's claims: the candidates of ready/, oldest first,
+// each claimed when a slot of the partner's pool is free and run there.
+type claimLoop struct {
+	d       *Daemon
+	p       *partnerRT
+	sess    *partners.Session
+	quota   *spoolQuota
+	claimed int   // files claimed or quarantined this poll
+	nextID  int64 // allocated before the next claim's rename (see claim)
+	racing  bool  // another replica claims from the partner: groups rename one at a time (claimGroup)
+}
+
+// run claims and runs the candidates. Up to cfg.Concurrency files of the
+// partner are in flight at once, on the one session (pkg/sftp multiplexes
+// requests); a group of small files (group.go) takes one slot. A file or
+// group is claimed only when a slot is free, so claims never run ahead of
+// the work and other replicas can take what this one has not started.
+//
+// A file's failure is the file's (runAlone settles it); an error that
+// ends the poll (a claim's, or a run that could not settle its file) stops
+// further claims, lets the files in flight finish, and is returned: the
+// first such error, else ctx's.
+func (c *claimLoop) run(ctx context.Context, cands []candidate, beyond int) error {
+	slots := newSlots(ctx, c.p.cfg.Concurrency)
+	for i := 0; i < len(cands); {
+		c.p.setReady(cands[i:], beyond) // what is left for a later poll (or another worker)
+		if ctx.Err() != nil || !c.d.claiming() || slots.failed() || !c.room(ctx) {
 			break
 		}
-		if claimed >= p.cfg.Limits.MaxFilesPerPoll || !quota.ok() || !d.spaceOK() || !d.owns(ctx, p.cfg.ID) {
-			break
-		}
-		select {
-		case slots <- struct{}{}:
-		case <-ctx.Done():
-		}
+		slot := slots.take()
 		if ctx.Err() != nil {
+			slot(nil)
 			break
 		}
-		if g := groupAt(p.cfg, cands[i:], p.cfg.Limits.MaxFilesPerPoll-claimed); g != nil {
-			// small files go through together (group.go)
-			ids, err := d.store.intakeIDs(ctx, len(g))
-			if err != nil {
-				<-slots
-				fail(err)
-				break
+		walked, work, err := c.claimAt(ctx, cands[i:])
+		if err != nil {
+			slot(func() error { return err }) // the poll's error, recorded at once
+			if work != nil {
+				slots.run(work) // what the claim did claim still runs (in the slot just given back)
 			}
-			nextID = 0 // allocated before this group's renames: unused now
-			ins, walked, raced, cerr := d.claimGroup(ctx, p, sess, g, ids, racing)
-			racing = racing || raced
-			i += walked - 1 // walked 0: the group was put back, walk it again one at a time
-			claimed += len(ins)
-			for _, in := range ins {
-				d.quotaClaimed(p, quota, in.ListedSize)
-			}
-			if len(ins) == 0 {
-				<-slots
-			} else {
-				work(func() error { return d.runGroup(ctx, p, sess, ins) })
-			}
-			if cerr != nil {
-				fail(cerr)
-				break
-			}
-			continue
+			break
 		}
-		if nextID == 0 {
-			if nextID, err = d.store.nextIntakeID(ctx); err != nil {
-				<-slots
-				fail(err)
-				break
-			}
-		}
-		in, next, err := d.claim(ctx, p, sess, c, nextID)
-		nextID = next
-		if err != nil || in == nil {
-			<-slots
-			if err != nil {
-				fail(err)
-				break
-			}
-			continue
-		}
-		claimed++
-		d.quotaClaimed(p, quota, in.ListedSize)
-		work(func() error { return d.runFile(ctx, p, sess, in) })
+		slot(work) // nil: nothing was claimed, the slot is free again
+		i += walked
 	}
-	wg.Wait()
-	if firstErr != nil {
-		return firstErr
+	if err := slots.wait(); err != nil {
+		return err
 	}
 	return ctx.Err()
 }
+
+// room reports whether this poll may claim more: within
+// max_files_per_poll, the partner's spool quota and the spool's free
+// space, and while this replica polls the partner.
+func (c *claimLoop) room(ctx context.Context) bool {
+	return c.claimed < c.p.cfg.Limits.MaxFilesPerPoll && c.quota.ok() && c.d.spaceOK() && c.d.owns(ctx, c.p.cfg.ID)
+}
+
+// claimAt claims what starts at cands[0], a group of small files
+// (group.go) or one file. It returns how many candidates it went through,
+// the work to run in the slot (nil when nothing was claimed), and an
+// error that ends the poll.
+func (c *claimLoop) claimAt(ctx context.Context, cands []candidate) (walked int, work func() error, err error) {
+	d, p, sess := c.d, c.p, c.sess
+	if g := groupAt(p.cfg, cands, p.cfg.Limits.MaxFilesPerPoll-c.claimed); g != nil {
+		// small files go through together (group.go)
+		ids, err := d.store.intakeIDs(ctx, len(g))
+		if err != nil {
+			return 0, nil, err
+		}
+		c.nextID = 0 // allocated before this group's renames: unused now
+		ins, walked, raced, cerr := d.claimGroup(ctx, p, sess, g, ids, c.racing)
+		c.racing = c.racing || raced
+		// walked 0: the group was put back, walk it again one at a time
+		c.claimed += len(ins)
+		for _, in := range ins {
+			d.quotaClaimed(p, c.quota, in.ListedSize)
+		}
+		if len(ins) > 0 {
+			work = func() error { return d.runGroup(ctx, p, sess, ins) }
+		}
+		return walked, work, cerr
+	}
+	if c.nextID == 0 {
+		if c.nextID, err = d.store.nextIntakeID(ctx); err != nil {
+			return 0, nil, err
+		}
+	}
+	in, next, err := d.claim(ctx, p, sess, cands[0], c.nextID)
+	c.nextID = next
+	if err != nil || in == nil {
+		return 1, nil, err
+	}
+	c.claimed++
+	d.quotaClaimed(p, c.quota, in.ListedSize)
+	return 1, func() error { return d.runFile(ctx, p, sess, in) }, nil
+}
+
+// slots are a poll's pool: at most n claimed files or groups run at once
+// (errgroup's limit). failed reports, for the claim loop, that one of
+// them returned an error; the rest run on to their end.
+type slots struct {
+	g    *errgroup.Group
+	done context.Context // ends with the first error (or ctx)
+}
+
+func newSlots(ctx context.Context, n int) *slots {
+	g, done := errgroup.WithContext(ctx)
+	g.SetLimit(max(n, 1))
+	return &slots{g: g, done: done}
+}
+
+// take waits for a free slot and holds it; the function it returns hands
+// the slot its work, or gives it back unused (nil). A claim is made only
+// while a slot is held.
+func (s *slots) take() func(work func() error) {
+	start := make(chan func() error, 1)
+	s.g.Go(func() error {
+		if work := <-start; work != nil {
+			return work()
+		}
+		return nil
+	})
+	return func(work func() error) { start <- work }
+}
+
+// run runs work in the next free slot.
+func (s *slots) run(work func() error) { s.g.Go(work) }
+
+func (s *slots) failed() bool { return s.done.Err() != nil }
+
+// wait waits for every slot's work and returns the first error.
+func (s *slots) wait() error { return s.g.Wait() }
 
 // setReady records what ready/ still offers, for gauges and status: the
 // candidates left of those kept, and beyond, the claimable files the
