@@ -33,6 +33,11 @@ import (
 // ledger row included): the row itself says which, and the next poll
 // resumes it from there (resumeOwn). There is no outcome to guess, so a
 // group never marks outcome_unknown.
+//
+// This file holds the group and its run; the steps are one file each:
+// group_claim.go (which files form a group, their claim), group_fetch.go
+// (read, spool, rows), group_commit.go (the transaction) and
+// group_archive.go.
 
 // fileGroup is one group's files on their way through the pipeline.
 type fileGroup struct {
