@@ -7,6 +7,7 @@ import (
 	"path"
 
 	"github.com/partner-intake/partner-intake/internal/fault"
+	"github.com/partner-intake/partner-intake/partners"
 )
 
 // archive moves an applied file to archive/YYYY/MM/ under a name that is
@@ -57,7 +58,7 @@ func (r *fileRun) archiveRemote(ctx context.Context, outcome string, dupOf int64
 	}
 	if in.ManifestName != "" && !lost && in.ReplayOf == 0 {
 		src := path.Join(path.Dir(in.ClaimedPath), in.ManifestName)
-		if _, err := moveOnce(r.sess, src, []string{dst + ManifestSuffix}); err != nil && !errors.Is(err, ErrRemoteLost) {
+		if _, err := moveOnce(r.sess, src, []string{dst + partners.ManifestSuffix}); err != nil && !errors.Is(err, ErrRemoteLost) {
 			return "", "", fmt.Errorf("archive manifest: %w", err)
 		}
 	}

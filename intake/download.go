@@ -25,7 +25,7 @@ func (r *fileRun) download(ctx context.Context) error {
 	// The batch id is known before the bytes are: receipts of files held
 	// during download carry it too.
 	batch := r.feed.BatchIDFromName(in.RemoteName)
-	var man *Manifest
+	var man *partners.Manifest
 	if in.ManifestName != "" {
 		m, err := r.readManifest()
 		if err != nil {
@@ -283,14 +283,14 @@ func (r *fileRun) ensureSpooled(ctx context.Context) error {
 	return nil
 }
 
-func (r *fileRun) readManifest() (*Manifest, error) {
+func (r *fileRun) readManifest() (*partners.Manifest, error) {
 	p := path.Join(path.Dir(r.in.ClaimedPath), r.in.ManifestName)
 	f, err := r.sess.Open(p)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	return ParseManifest(f)
+	return partners.ParseManifest(f)
 }
 
 // fileFailure maps a terminal parse error to a hold.

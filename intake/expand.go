@@ -150,7 +150,7 @@ func safeEntry(name string) bool {
 		return false
 	}
 	for _, el := range strings.Split(strings.TrimSuffix(name, "/"), "/") {
-		if el == ".." || el == "." || !SafeName(el) {
+		if el == ".." || el == "." || !partners.SafeName(el) {
 			return false
 		}
 	}

@@ -23,12 +23,12 @@ func TestGroupAtTakesARunOfSmallPlainFilesOfOneFeed(t *testing.T) {
 		if name[:5] == "stock" {
 			f = stock
 		}
-		return candidate{name: name, size: size, feed: f}
+		return candidate{Name: name, Size: size, Feed: f}
 	}
 	names := func(g []candidate) string {
 		s := ""
 		for _, x := range g {
-			s += x.name + " "
+			s += x.Name + " "
 		}
 		return s
 	}
@@ -73,7 +73,7 @@ func TestGroupAtTakesARunOfSmallPlainFilesOfOneFeed(t *testing.T) {
 	}
 	// a manifest pair never goes through a group
 	m := c("orders-1.csv", 100)
-	m.manifest = "orders-1.csv.complete"
+	m.Manifest = "orders-1.csv.complete"
 	if g := groupAt(p, []candidate{m, c("orders-2.csv", 100)}, 100); g != nil {
 		t.Fatal("a file with a manifest was grouped")
 	}

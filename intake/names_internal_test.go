@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"unicode/utf8"
+
+	"github.com/partner-intake/partner-intake/partners"
 )
 
 // Every name intake generates on a partner's site fits in 255 bytes and
@@ -37,13 +39,13 @@ func TestEveryGeneratedRemoteNameFits(t *testing.T) {
 		seen[kind+"/"+got] = in
 	}
 	for _, name := range names {
-		if !SafeName(name) {
+		if !partners.SafeName(name) {
 			t.Fatalf("test input %q is not a legal name", name)
 		}
 		for id := int64(1); id <= 1e12; id *= 1e6 {
 			held := heldName(id, name)
 			check("held", name, held)
-			check("held manifest", name, held+ManifestSuffix)
+			check("held manifest", name, held+partners.ManifestSuffix)
 			check("reason", name, reasonName(held))
 			check("temp", name+"tmp", tempName(reasonName(held)))
 			if !IsOurTemp(tempName(reasonName(held))) {
@@ -61,7 +63,7 @@ func TestEveryGeneratedRemoteNameFits(t *testing.T) {
 					}
 					key := fmt.Sprintf("%s/%d/%d/%s", b, id, i, ext)
 					check("archive", key, path.Base(a))
-					check("archive manifest", key, path.Base(a)+ManifestSuffix)
+					check("archive manifest", key, path.Base(a)+partners.ManifestSuffix)
 					if !strings.Contains(a, ".ffffffffffff.") {
 						t.Fatalf("archive name lost its hash and id: %q", a)
 					}

@@ -161,7 +161,7 @@ func Release(ctx context.Context, db *pgxpool.Pool, d Decision) error {
 			next = StateClaimed
 		}
 		if manifest != "" && held != "" {
-			manifest = path.Base(held) + ManifestSuffix // held beside the data file
+			manifest = path.Base(held) + partners.ManifestSuffix // held beside the data file
 		}
 		tag, err := tx.Exec(ctx, `UPDATE file_intake SET state = $2, reason = NULL, release_override = nullif($3, ''),
 			fencing_token = fencing_token + 1, worker_id = 'released', lease_until = now() - interval '1 second',

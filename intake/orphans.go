@@ -98,11 +98,11 @@ func (d *Daemon) adoptFrom(ctx context.Context, p *partnerRT, sess *partners.Ses
 		if owned[old] {
 			continue // a live row: the reconciler takes it over when its lease expires
 		}
-		if !strings.HasPrefix(name, HostilePrefix) {
-			if !e.Mode().IsRegular() || strings.HasPrefix(name, ".") || !SafeName(name) {
+		if !strings.HasPrefix(name, partners.HostilePrefix) {
+			if !e.Mode().IsRegular() || strings.HasPrefix(name, ".") || !partners.SafeName(name) {
 				continue
 			}
-			if manifests && strings.HasSuffix(name, ManifestSuffix) {
+			if manifests && strings.HasSuffix(name, partners.ManifestSuffix) {
 				continue // moves with its data file
 			}
 			if p.cfg.FeedFor(name) == nil {
@@ -120,9 +120,9 @@ func (d *Daemon) adoptFrom(ctx context.Context, p *partnerRT, sess *partners.Ses
 			d.log.Warn("could not adopt a claim without a row", "partner", p.cfg.ID, "path", old, "err", err)
 			continue
 		}
-		if manifests && have[name+ManifestSuffix] {
-			if err := sess.Rename(old+ManifestSuffix, dst+ManifestSuffix); err != nil && !partners.IsNotExist(err) {
-				d.log.Warn("could not move a manifest with its adopted file", "partner", p.cfg.ID, "path", old+ManifestSuffix, "err", err)
+		if manifests && have[name+partners.ManifestSuffix] {
+			if err := sess.Rename(old+partners.ManifestSuffix, dst+partners.ManifestSuffix); err != nil && !partners.IsNotExist(err) {
+				d.log.Warn("could not move a manifest with its adopted file", "partner", p.cfg.ID, "path", old+partners.ManifestSuffix, "err", err)
 			}
 		}
 		d.log.Info("took over a claim without a row from a stopped worker", "partner", p.cfg.ID, "from_worker", w, "path", old)

@@ -11,9 +11,9 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
-	"unicode/utf8"
+
+	"golang.org/x/sync/errgroup"
 
 	"github.com/partner-intake/partner-intake/internal/fault"
 	"github.com/partner-intake/partner-intake/partners"
@@ -22,56 +22,23 @@ import (
 // errNotOwner: another live replica polls the partner (affinity.go).
 var errNotOwner = errors.New("another replica polls this partner")
 
-// Skip reasons for entries of ready/ that are not claimed.
-const (
-	SkipDotfile     = "dotfile"
-	SkipPartial     = "partial_upload"
-	SkipNotRegular  = "not_regular_file" // symlink, directory, device: never followed or read
-	SkipBadName     = "bad_name"         // control characters, separators, invalid UTF-8, too long
-	SkipNoFeed      = "no_feed"          // no feed of the partner matches the name
-	SkipNoManifest  = "manifest_missing"
-	SkipManifest    = "manifest_file"
-	maxRemoteName   = 255
-	partialSuffix   = ".part"
-	claimTargetBusy = "claim_target_busy"
-)
+// claimTargetBusy: a claim's target name is still in our processing dir
+// (counted as skipped).
+const claimTargetBusy = "claim_target_busy"
 
-// candidate is an entry of ready/ worth claiming.
-type candidate struct {
-	name     string
-	size     int64
-	feed     *partners.Feed
-	manifest string
-	mtime    time.Time
-}
+// candidate is an entry of ready/ worth claiming (partners/ready.go).
+type candidate = partners.Candidate
 
-// pollOnce is one cycle for one partner: resume what this worker already
-// holds, then claim and process what ready/ offers.
+// pollOnce is one cycle for one partner: the gate (does this replica poll
+// the partner now?), housekeeping (crash leftovers, this worker's own
+// files resumed), then the claim loop over what ready/ offers.
 func (d *Daemon) pollOnce(ctx context.Context, p *partnerRT) error {
 	if !d.claiming() {
 		return nil
 	}
-	// With several replicas, one polls the partner (affinity.go). The
-	// others still resume their own files of it once after they start (a
-	// restart's leftovers), then leave it alone.
-	own := d.owns(ctx, p.cfg.ID)
-	if !own && !p.resumed && d.prevDrained {
-		// nothing can be half claimed; resume only if rows say so
-		live, err := d.store.liveOwnedBy(ctx, p.cfg.ID, d.cfg.WorkerID)
-		if err != nil {
-			return err
-		}
-		p.resumed = len(live) == 0
-	}
-	if !own && p.resumed {
-		p.drop() // a session of an earlier poll is the owner's business now
-		d.notPolling(p)
-		return errNotOwner
-	}
-	if own {
-		p.statMu.Lock()
-		p.polling, p.elsewhere = true, false
-		p.statMu.Unlock()
+	own, err := d.gate(ctx, p)
+	if err != nil {
+		return err
 	}
 	d.metrics.polls.WithLabelValues(p.cfg.ID).Inc()
 	sess, err := p.session(ctx, d.cfg.WorkerID)
@@ -82,6 +49,49 @@ func (d *Daemon) pollOnce(ctx context.Context, p *partnerRT) error {
 	// shutdown interrupts a transfer in flight.
 	stop := context.AfterFunc(ctx, func() { p.drop() })
 	defer stop()
+	if err := d.housekeep(ctx, p, sess); err != nil {
+		return err
+	}
+	if !own {
+		p.drop() // the session is the owner's to keep
+		d.notPolling(p)
+		return errNotOwner
+	}
+	return d.claimReady(ctx, p, sess)
+}
+
+// gate decides how this poll goes: whether this replica polls the partner
+// (own), or only resumes its own files of it once, or leaves it alone
+// (errNotOwner).
+func (d *Daemon) gate(ctx context.Context, p *partnerRT) (own bool, err error) {
+	// With several replicas, one polls the partner (affinity.go). The
+	// others still resume their own files of it once after they start (a
+	// restart's leftovers), then leave it alone.
+	own = d.owns(ctx, p.cfg.ID)
+	if !own && !p.resumed && d.prevDrained {
+		// nothing can be half claimed; resume only if rows say so
+		live, err := d.store.liveOwnedBy(ctx, p.cfg.ID, d.cfg.WorkerID)
+		if err != nil {
+			return false, err
+		}
+		p.resumed = len(live) == 0
+	}
+	if !own && p.resumed {
+		p.drop() // a session of an earlier poll is the owner's business now
+		d.notPolling(p)
+		return false, errNotOwner
+	}
+	if own {
+		p.statMu.Lock()
+		p.polling, p.elsewhere = true, false
+		p.statMu.Unlock()
+	}
+	return own, nil
+}
+
+// housekeep clears what a crash left of this worker for the partner (spool
+// temp files, once) and resumes this worker's own files of it (resumeOwn).
+func (d *Daemon) housekeep(ctx context.Context, p *partnerRT, sess *partners.Session) error {
 	if !p.tempClean {
 		// No download of this worker is in flight for the partner yet: any
 		// temp file of ours is a crash's leftover (matrix row 4).
@@ -98,11 +108,12 @@ func (d *Daemon) pollOnce(ctx context.Context, p *partnerRT) error {
 		return err
 	}
 	p.resumed = true
-	if !own {
-		p.drop() // the session is the owner's to keep
-		d.notPolling(p)
-		return errNotOwner
-	}
+	return nil
+}
+
+// claimReady lists ready/, moves its hostile entries to quarantine and
+// claims the rest (claimLoop).
+func (d *Daemon) claimReady(ctx context.Context, p *partnerRT, sess *partners.Session) error {
 	cands, hostile, beyond, err := d.list(ctx, p, sess)
 	if err != nil {
 		return err
@@ -119,115 +130,147 @@ func (d *Daemon) pollOnce(ctx context.Context, p *partnerRT) error {
 		}
 		handled++
 	}
-	// Up to cfg.Concurrency files of the partner are in flight at once, on
-	// the one session (pkg/sftp multiplexes requests); a group of small
-	// files (group.go) takes one slot. A file or group is claimed only when
-	// a slot is free, so claims never run ahead of the work and other
-	// replicas can take what this one has not started.
-	slots := make(chan struct{}, max(p.cfg.Concurrency, 1))
-	var wg sync.WaitGroup
-	var errMu sync.Mutex
-	var firstErr error
-	fail := func(err error) {
-		errMu.Lock()
-		if firstErr == nil {
-			firstErr = err
-		}
-		errMu.Unlock()
-	}
-	failed := func() bool {
-		errMu.Lock()
-		defer errMu.Unlock()
-		return firstErr != nil
-	}
-	// work runs a claimed file or group in its slot.
-	work := func(fn func() error) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer func() { <-slots }()
-			if err := fn(); err != nil {
-				fail(err)
-			}
-		}()
-	}
 	quota, err := d.spoolQuota(p)
 	if err != nil {
 		return err
 	}
-	claimed := handled
-	var nextID int64 // allocated before the next claim's rename (see claim)
-	racing := false  // another replica claims from the partner: groups rename one at a time (claimGroup)
-	for i := 0; i < len(cands); i++ {
-		c := cands[i]
-		p.setReady(cands[i:], beyond) // what is left for a later poll (or another worker)
-		if ctx.Err() != nil || !d.claiming() || failed() {
+	c := &claimLoop{d: d, p: p, sess: sess, quota: quota, claimed: handled}
+	return c.run(ctx, cands, beyond)
+}
+
+// claimLoop is one poll's claims: the candidates of ready/, oldest first,
+// each claimed when a slot of the partner's pool is free and run there.
+type claimLoop struct {
+	d       *Daemon
+	p       *partnerRT
+	sess    *partners.Session
+	quota   *spoolQuota
+	claimed int   // files claimed or quarantined this poll
+	nextID  int64 // allocated before the next claim's rename (see claim)
+	racing  bool  // another replica claims from the partner: groups rename one at a time (claimGroup)
+}
+
+// run claims and runs the candidates. Up to cfg.Concurrency files of the
+// partner are in flight at once, on the one session (pkg/sftp multiplexes
+// requests); a group of small files (group.go) takes one slot. A file or
+// group is claimed only when a slot is free, so claims never run ahead of
+// the work and other replicas can take what this one has not started.
+//
+// A file's failure is the file's (runAlone settles it); an error that
+// ends the poll (a claim's, or a run that could not settle its file) stops
+// further claims, lets the files in flight finish, and is returned: the
+// first such error, else ctx's.
+func (c *claimLoop) run(ctx context.Context, cands []candidate, beyond int) error {
+	slots := newSlots(ctx, c.p.cfg.Concurrency)
+	for i := 0; i < len(cands); {
+		c.p.setReady(cands[i:], beyond) // what is left for a later poll (or another worker)
+		if ctx.Err() != nil || !c.d.claiming() || slots.failed() || !c.room(ctx) {
 			break
 		}
-		if claimed >= p.cfg.Limits.MaxFilesPerPoll || !quota.ok() || !d.spaceOK() || !d.owns(ctx, p.cfg.ID) {
-			break
-		}
-		select {
-		case slots <- struct{}{}:
-		case <-ctx.Done():
-		}
+		slot := slots.take()
 		if ctx.Err() != nil {
+			slot(nil)
 			break
 		}
-		if g := groupAt(p.cfg, cands[i:], p.cfg.Limits.MaxFilesPerPoll-claimed); g != nil {
-			// small files go through together (group.go)
-			ids, err := d.store.intakeIDs(ctx, len(g))
-			if err != nil {
-				<-slots
-				fail(err)
-				break
+		walked, work, err := c.claimAt(ctx, cands[i:])
+		if err != nil {
+			slot(func() error { return err }) // the poll's error, recorded at once
+			if work != nil {
+				slots.run(work) // what the claim did claim still runs (in the slot just given back)
 			}
-			nextID = 0 // allocated before this group's renames: unused now
-			ins, walked, raced, cerr := d.claimGroup(ctx, p, sess, g, ids, racing)
-			racing = racing || raced
-			i += walked - 1 // walked 0: the group was put back, walk it again one at a time
-			claimed += len(ins)
-			for _, in := range ins {
-				d.quotaClaimed(p, quota, in.ListedSize)
-			}
-			if len(ins) == 0 {
-				<-slots
-			} else {
-				work(func() error { return d.runGroup(ctx, p, sess, ins) })
-			}
-			if cerr != nil {
-				fail(cerr)
-				break
-			}
-			continue
+			break
 		}
-		if nextID == 0 {
-			if nextID, err = d.store.nextIntakeID(ctx); err != nil {
-				<-slots
-				fail(err)
-				break
-			}
-		}
-		in, next, err := d.claim(ctx, p, sess, c, nextID)
-		nextID = next
-		if err != nil || in == nil {
-			<-slots
-			if err != nil {
-				fail(err)
-				break
-			}
-			continue
-		}
-		claimed++
-		d.quotaClaimed(p, quota, in.ListedSize)
-		work(func() error { return d.runFile(ctx, p, sess, in) })
+		slot(work) // nil: nothing was claimed, the slot is free again
+		i += walked
 	}
-	wg.Wait()
-	if firstErr != nil {
-		return firstErr
+	if err := slots.wait(); err != nil {
+		return err
 	}
 	return ctx.Err()
 }
+
+// room reports whether this poll may claim more: within
+// max_files_per_poll, the partner's spool quota and the spool's free
+// space, and while this replica polls the partner.
+func (c *claimLoop) room(ctx context.Context) bool {
+	return c.claimed < c.p.cfg.Limits.MaxFilesPerPoll && c.quota.ok() && c.d.spaceOK() && c.d.owns(ctx, c.p.cfg.ID)
+}
+
+// claimAt claims what starts at cands[0], a group of small files
+// (group.go) or one file. It returns how many candidates it went through,
+// the work to run in the slot (nil when nothing was claimed), and an
+// error that ends the poll.
+func (c *claimLoop) claimAt(ctx context.Context, cands []candidate) (walked int, work func() error, err error) {
+	d, p, sess := c.d, c.p, c.sess
+	if g := groupAt(p.cfg, cands, p.cfg.Limits.MaxFilesPerPoll-c.claimed); g != nil {
+		// small files go through together (group.go)
+		ids, err := d.store.intakeIDs(ctx, len(g))
+		if err != nil {
+			return 0, nil, err
+		}
+		c.nextID = 0 // allocated before this group's renames: unused now
+		ins, walked, raced, cerr := d.claimGroup(ctx, p, sess, g, ids, c.racing)
+		c.racing = c.racing || raced
+		// walked 0: the group was put back, walk it again one at a time
+		c.claimed += len(ins)
+		for _, in := range ins {
+			d.quotaClaimed(p, c.quota, in.ListedSize)
+		}
+		if len(ins) > 0 {
+			work = func() error { return d.runGroup(ctx, p, sess, ins) }
+		}
+		return walked, work, cerr
+	}
+	if c.nextID == 0 {
+		if c.nextID, err = d.store.nextIntakeID(ctx); err != nil {
+			return 0, nil, err
+		}
+	}
+	in, next, err := d.claim(ctx, p, sess, cands[0], c.nextID)
+	c.nextID = next
+	if err != nil || in == nil {
+		return 1, nil, err
+	}
+	c.claimed++
+	d.quotaClaimed(p, c.quota, in.ListedSize)
+	return 1, func() error { return d.runFile(ctx, p, sess, in) }, nil
+}
+
+// slots are a poll's pool: at most n claimed files or groups run at once
+// (errgroup's limit). failed reports, for the claim loop, that one of
+// them returned an error; the rest run on to their end.
+type slots struct {
+	g    *errgroup.Group
+	done context.Context // ends with the first error (or ctx)
+}
+
+func newSlots(ctx context.Context, n int) *slots {
+	g, done := errgroup.WithContext(ctx)
+	g.SetLimit(max(n, 1))
+	return &slots{g: g, done: done}
+}
+
+// take waits for a free slot and holds it; the function it returns hands
+// the slot its work, or gives it back unused (nil). A claim is made only
+// while a slot is held.
+func (s *slots) take() func(work func() error) {
+	start := make(chan func() error, 1)
+	s.g.Go(func() error {
+		if work := <-start; work != nil {
+			return work()
+		}
+		return nil
+	})
+	return func(work func() error) { start <- work }
+}
+
+// run runs work in the next free slot.
+func (s *slots) run(work func() error) { s.g.Go(work) }
+
+func (s *slots) failed() bool { return s.done.Err() != nil }
+
+// wait waits for every slot's work and returns the first error.
+func (s *slots) wait() error { return s.g.Wait() }
 
 // setReady records what ready/ still offers, for gauges and status: the
 // candidates left of those kept, and beyond, the claimable files the
@@ -235,7 +278,7 @@ func (d *Daemon) pollOnce(ctx context.Context, p *partnerRT) error {
 func (p *partnerRT) setReady(left []candidate, beyond int) {
 	var oldest time.Time
 	if len(left) > 0 {
-		oldest = left[0].mtime
+		oldest = left[0].MTime
 	}
 	p.statMu.Lock()
 	p.readyCount, p.oldestReady = len(left)+beyond, oldest
@@ -249,37 +292,28 @@ func hostileBudget(p *partners.Config) int {
 	return max(1, p.Limits.MaxFilesPerPoll/2)
 }
 
-// maxManifestNames bounds the manifest names a listing remembers (manifest
-// mode); past it, a kept file's manifest is looked up with one LSTAT.
-const maxManifestNames = 10000
-
 // list streams ready/ once, non-recursively (partners.Session.ListDir),
 // and keeps only what this poll can use, whatever the directory holds:
 // the oldest max_files_per_poll claimable files, oldest first, and the
 // oldest hostileBudget hostile entries. Memory is bounded by those and
 // the work by one pass over the listing; skipped entries are counted by
 // reason. beyond is how many claimable files it counted but did not keep.
-func (d *Daemon) list(ctx context.Context, p *partnerRT, sess *partners.Session) (cands []candidate, hostile []Skipped, beyond int, err error) {
+func (d *Daemon) list(ctx context.Context, p *partnerRT, sess *partners.Session) (cands []candidate, hostile []partners.Skipped, beyond int, err error) {
 	cfg := p.cfg
 	manifestMode := cfg.Readiness == partners.ReadinessManifest
-	keep := newOldest(max(cfg.Limits.MaxFilesPerPoll, 1), func(c candidate) (time.Time, string) { return c.mtime, c.name })
-	bad := newOldest(hostileBudget(cfg), func(s Skipped) (time.Time, string) { return s.Info.ModTime(), s.Info.Name() })
-	manifests := map[string]bool{}
-	overflow := false
+	keep := newOldest(max(cfg.Limits.MaxFilesPerPoll, 1), func(c candidate) (time.Time, string) { return c.MTime, c.Name })
+	bad := newOldest(hostileBudget(cfg), func(s partners.Skipped) (time.Time, string) { return s.Info.ModTime(), s.Info.Name() })
+	var manifests partners.Manifests // manifest mode: the listing's manifests
 	total := 0
 	err = sess.ListDir(ctx, sess.Layout.ReadyDir(), func(e os.FileInfo) error {
-		c, reason := classifyEntry(cfg, e)
-		if reason == SkipManifest && e.Mode().IsRegular() {
-			if len(manifests) < maxManifestNames {
-				manifests[e.Name()] = true
-			} else {
-				overflow = true
-			}
+		c, reason := partners.ClassifyEntry(cfg, e)
+		if reason == partners.SkipManifest && e.Mode().IsRegular() {
+			manifests.Add(e.Name())
 		}
 		if reason != "" {
-			d.metrics.skipped.WithLabelValues(cfg.ID, reason).Inc()
-			if Hostile(reason) {
-				bad.push(Skipped{Info: e, Reason: reason})
+			d.metrics.skipped.WithLabelValues(cfg.ID, string(reason)).Inc()
+			if partners.Hostile(reason) {
+				bad.push(partners.Skipped{Info: e, Reason: reason})
 			}
 			return nil
 		}
@@ -292,18 +326,13 @@ func (d *Daemon) list(ctx context.Context, p *partnerRT, sess *partners.Session)
 	}
 	for _, c := range keep.sorted() {
 		if manifestMode {
-			m := c.name + ManifestSuffix
-			ok := manifests[m]
-			if !ok && overflow {
-				fi, err := sess.Lstat(sess.Layout.Ready(m))
-				ok = err == nil && fi.Mode().IsRegular()
-			}
-			if !ok {
+			m := c.Name + partners.ManifestSuffix
+			if !manifests.Has(sess, m) {
 				total--
-				d.metrics.skipped.WithLabelValues(cfg.ID, SkipNoManifest).Inc()
+				d.metrics.skipped.WithLabelValues(cfg.ID, string(partners.SkipNoManifest)).Inc()
 				continue
 			}
-			c.manifest = m
+			c.Manifest = m
 		}
 		cands = append(cands, c)
 	}
@@ -373,106 +402,6 @@ func (o *oldest[T]) sorted() []T {
 	return out
 }
 
-// Hostile reports whether a skipped entry is moved to quarantine (with a
-// receipt saying why) rather than left for later: it will never become a
-// valid file by waiting.
-func Hostile(reason string) bool {
-	return reason == SkipNotRegular || reason == SkipBadName || reason == SkipNoFeed
-}
-
-// HostilePrefix names hostile entries claimed into processing/: the
-// original name is never used in a path of ours.
-const HostilePrefix = "hostile-"
-
-// Skipped is an entry of ready/ that is not claimed, and why.
-type Skipped struct {
-	Info   os.FileInfo
-	Reason string
-}
-
-// ClassifyReady splits a listing of ready/ into claimable files (oldest
-// first) and skipped entries. READDIR attributes are lstat-like on
-// OpenSSH, so symlinks show as symlinks and are never followed; dotfiles,
-// *.part, directories and other non-regular entries, unsafe names, names no
-// feed matches, and (manifest mode) data files without their manifest are
-// skipped.
-func ClassifyReady(p *partners.Config, ents []os.FileInfo) ([]candidate, []Skipped) {
-	ents = append([]os.FileInfo(nil), ents...)
-	names := map[string]os.FileInfo{}
-	for _, e := range ents {
-		names[e.Name()] = e
-	}
-	sort.Slice(ents, func(i, j int) bool {
-		if !ents[i].ModTime().Equal(ents[j].ModTime()) {
-			return ents[i].ModTime().Before(ents[j].ModTime())
-		}
-		return ents[i].Name() < ents[j].Name()
-	})
-	manifestMode := p.Readiness == partners.ReadinessManifest
-	var out []candidate
-	var skipped []Skipped
-	for _, e := range ents {
-		c, reason := classifyEntry(p, e)
-		if reason == "" && manifestMode {
-			m, ok := names[c.name+ManifestSuffix]
-			if !ok || !m.Mode().IsRegular() {
-				reason = SkipNoManifest
-			} else {
-				c.manifest = c.name + ManifestSuffix
-			}
-		}
-		if reason != "" {
-			skipped = append(skipped, Skipped{Info: e, Reason: reason})
-			continue
-		}
-		out = append(out, c)
-	}
-	return out, skipped
-}
-
-// classifyEntry is one entry's verdict, all but the manifest check
-// (which needs the rest of the listing): a candidate, or why it is
-// skipped.
-func classifyEntry(p *partners.Config, e os.FileInfo) (candidate, string) {
-	name := e.Name()
-	reason := ""
-	switch {
-	case strings.HasPrefix(name, "."):
-		reason = SkipDotfile
-	case strings.HasSuffix(name, partialSuffix):
-		reason = SkipPartial
-	case !e.Mode().IsRegular():
-		reason = SkipNotRegular
-	case !SafeName(name):
-		reason = SkipBadName
-	case p.Readiness == partners.ReadinessManifest && strings.HasSuffix(name, ManifestSuffix):
-		reason = SkipManifest
-	}
-	c := candidate{name: name, size: e.Size(), mtime: e.ModTime()}
-	if reason == "" {
-		if c.feed = p.FeedFor(name); c.feed == nil {
-			reason = SkipNoFeed
-		}
-	}
-	return c, reason
-}
-
-// SafeName reports whether a remote file name may be handled: valid UTF-8,
-// no control characters, no path separators, not "." or "..", at most 255
-// bytes. Spool paths never derive from names; this guards remote paths and
-// reports.
-func SafeName(name string) bool {
-	if name == "" || name == "." || name == ".." || len(name) > maxRemoteName || !utf8.ValidString(name) {
-		return false
-	}
-	for _, r := range name {
-		if r < 0x20 || r == 0x7f || r == '/' || r == '\\' || (r >= 0x80 && r < 0xa0) {
-			return false
-		}
-	}
-	return true
-}
-
 // claim renames ready/<name> into processing/<worker>/<name>: the rename
 // is the claim. A lost race (the file is gone) returns nil, counted, not an
 // error: the processing directory exists, so "no such file" can only mean
@@ -489,8 +418,8 @@ func SafeName(name string) bool {
 // first one's row reaches the database last. Only a file adopted after a
 // crash gets a later id than its rename order.
 func (d *Daemon) claim(ctx context.Context, p *partnerRT, sess *partners.Session, c candidate, id int64) (*Intake, int64, error) {
-	src := sess.Layout.Ready(c.name)
-	dst := sess.Layout.Processing(d.cfg.WorkerID, c.name)
+	src := sess.Layout.Ready(c.Name)
+	dst := sess.Layout.Processing(d.cfg.WorkerID, c.Name)
 	if err := sess.Rename(src, dst); err != nil {
 		if partners.IsNotExist(err) {
 			d.metrics.claimsLost.WithLabelValues(p.cfg.ID).Inc()
@@ -503,20 +432,20 @@ func (d *Daemon) claim(ctx context.Context, p *partnerRT, sess *partners.Session
 			d.metrics.skipped.WithLabelValues(p.cfg.ID, claimTargetBusy).Inc()
 			return nil, 0, nil
 		}
-		return nil, 0, fmt.Errorf("claim %s: %w", c.name, err)
+		return nil, 0, fmt.Errorf("claim %s: %w", c.Name, err)
 	}
 	if err := fault.Check("claim:after_rename"); err != nil {
 		// as if the rename's reply was lost: the file sits in our
 		// processing dir without a row, and the next poll adopts it
-		return nil, 0, fmt.Errorf("claim %s: %w", c.name, err)
+		return nil, 0, fmt.Errorf("claim %s: %w", c.Name, err)
 	}
-	in := &Intake{Partner: p.cfg.ID, Feed: c.feed.Name, RemoteName: c.name, ClaimedPath: dst,
-		ListedSize: c.size, Worker: d.cfg.WorkerID}
-	if c.manifest != "" {
-		if err := sess.Rename(sess.Layout.Ready(c.manifest), sess.Layout.Processing(d.cfg.WorkerID, c.manifest)); err != nil && !partners.IsNotExist(err) {
-			return nil, 0, fmt.Errorf("claim manifest of %s: %w", c.name, err)
+	in := &Intake{Partner: p.cfg.ID, Feed: c.Feed.Name, RemoteName: c.Name, ClaimedPath: dst,
+		ListedSize: c.Size, Worker: d.cfg.WorkerID}
+	if c.Manifest != "" {
+		if err := sess.Rename(sess.Layout.Ready(c.Manifest), sess.Layout.Processing(d.cfg.WorkerID, c.Manifest)); err != nil && !partners.IsNotExist(err) {
+			return nil, 0, fmt.Errorf("claim manifest of %s: %w", c.Name, err)
 		}
-		in.ManifestName = c.manifest
+		in.ManifestName = c.Manifest
 	}
 	next, err := d.store.insertClaimAt(ctx, in, id)
 	if err != nil {
@@ -533,10 +462,10 @@ func (d *Daemon) claim(ctx context.Context, p *partnerRT, sess *partners.Session
 // matches) out of ready/ without reading it: it is claimed by rename under a
 // generated name (the original name never enters a path of ours), recorded,
 // and held in quarantine/ with a reason file and a receipt for the partner.
-func (d *Daemon) quarantineHostile(ctx context.Context, p *partnerRT, sess *partners.Session, h Skipped) error {
+func (d *Daemon) quarantineHostile(ctx context.Context, p *partnerRT, sess *partners.Session, h partners.Skipped) error {
 	var b [4]byte
 	_, _ = rand.Read(b[:])
-	gen := fmt.Sprintf("%s%s-%d-%s", HostilePrefix, h.Reason, time.Now().UnixNano(), hex.EncodeToString(b[:]))
+	gen := fmt.Sprintf("%s%s-%d-%s", partners.HostilePrefix, h.Reason, time.Now().UnixNano(), hex.EncodeToString(b[:]))
 	dst := sess.Layout.Processing(d.cfg.WorkerID, gen)
 	if err := sess.Rename(sess.Layout.Ready(h.Info.Name()), dst); err != nil {
 		if partners.IsNotExist(err) {
@@ -562,7 +491,7 @@ const NoFeed = "-"
 // printableName renders a name for reports and logs: safe names as they
 // are, others quoted with escapes so no control character travels on.
 func printableName(name string) string {
-	if SafeName(name) {
+	if partners.SafeName(name) {
 		return name
 	}
 	q := strconv.QuoteToASCII(name)
@@ -574,10 +503,10 @@ func printableName(name string) string {
 
 // hostileReason recovers the reason from a generated hostile name.
 func hostileReason(claimedPath string) string {
-	name := strings.TrimPrefix(path.Base(claimedPath), HostilePrefix)
-	for _, r := range []string{SkipNotRegular, SkipBadName, SkipNoFeed} {
-		if strings.HasPrefix(name, r+"-") {
-			return r
+	name := strings.TrimPrefix(path.Base(claimedPath), partners.HostilePrefix)
+	for _, r := range []partners.Skip{partners.SkipNotRegular, partners.SkipBadName, partners.SkipNoFeed} {
+		if strings.HasPrefix(name, string(r)+"-") {
+			return string(r)
 		}
 	}
 	return "hostile_entry"
@@ -609,7 +538,7 @@ func (d *Daemon) resumeOwn(ctx context.Context, p *partnerRT, sess *partners.Ses
 	}
 	for _, e := range ents {
 		name := e.Name()
-		if strings.HasPrefix(name, HostilePrefix) {
+		if strings.HasPrefix(name, partners.HostilePrefix) {
 			// a hostile entry claimed just before a crash: hold it now
 			in := &Intake{Partner: p.cfg.ID, Feed: NoFeed, RemoteName: name, ClaimedPath: path.Join(dir, name),
 				ListedSize: e.Size(), Worker: d.cfg.WorkerID}
@@ -618,16 +547,16 @@ func (d *Daemon) resumeOwn(ctx context.Context, p *partnerRT, sess *partners.Ses
 			}
 			continue
 		}
-		if !e.Mode().IsRegular() || strings.HasPrefix(name, ".") || !SafeName(name) {
+		if !e.Mode().IsRegular() || strings.HasPrefix(name, ".") || !partners.SafeName(name) {
 			continue
 		}
 		manifest := ""
 		if p.cfg.Readiness == partners.ReadinessManifest {
-			if strings.HasSuffix(name, ManifestSuffix) {
+			if strings.HasSuffix(name, partners.ManifestSuffix) {
 				continue
 			}
-			if have[name+ManifestSuffix] {
-				manifest = name + ManifestSuffix
+			if have[name+partners.ManifestSuffix] {
+				manifest = name + partners.ManifestSuffix
 			}
 		}
 		feed := p.cfg.FeedFor(name)

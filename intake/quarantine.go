@@ -46,7 +46,7 @@ func (r *fileRun) hold(ctx context.Context, to State, reason string, line int64,
 	}
 	if in.ManifestName != "" {
 		src := path.Join(path.Dir(in.ClaimedPath), in.ManifestName)
-		if _, err := r.moveHeld(src, path.Join(qdir, base+ManifestSuffix)); err != nil && !errors.Is(err, ErrRemoteLost) {
+		if _, err := r.moveHeld(src, path.Join(qdir, base+partners.ManifestSuffix)); err != nil && !errors.Is(err, ErrRemoteLost) {
 			return fmt.Errorf("quarantine manifest: %w", err)
 		}
 	}

@@ -56,6 +56,10 @@ func moveOnce(s *partners.Session, src string, candidates []string) (string, err
 	return "", fmt.Errorf("move %s: no free target name: %w", src, last)
 }
 
+// maxRemoteName bounds a generated remote name as partners.SafeName
+// bounds a partner's.
+const maxRemoteName = partners.MaxNameBytes
+
 // fitName returns prefix+base+suffix when it fits in one remote name
 // (maxRemoteName bytes, the limit of every common file system). Otherwise
 // base, the partner-derived part, is cut at a UTF-8 boundary and followed
@@ -90,7 +94,7 @@ func fitStem(prefix, base, suffix, reserve string) string {
 // Suffixes of names derived from a held file's name.
 const (
 	ReasonSuffix = ".reason.json"
-	heldReserve  = ManifestSuffix + ReasonSuffix
+	heldReserve  = partners.ManifestSuffix + ReasonSuffix
 )
 
 // heldName is the name of a held file in quarantine/:
@@ -109,7 +113,7 @@ const maxArchiveExt = 32
 
 // archiveNames are the candidate archive names of in:
 // <batch>.<sha12>.<intake_id>[.n]<ext>, n from 1 to extra, each with room
-// for ManifestSuffix.
+// for partners.ManifestSuffix.
 func archiveNames(dir string, in *Intake, extra int) []string {
 	ext := path.Ext(in.RemoteName)
 	if len(ext) > maxArchiveExt {
@@ -121,7 +125,7 @@ func archiveNames(dir string, in *Intake, extra int) []string {
 		if i > 0 {
 			n = fmt.Sprintf(".%d", i)
 		}
-		out = append(out, path.Join(dir, fitStem("", in.BatchID, fmt.Sprintf(".%s.%d%s%s", in.SHA256[:12], in.ID, n, ext), ManifestSuffix)))
+		out = append(out, path.Join(dir, fitStem("", in.BatchID, fmt.Sprintf(".%s.%d%s%s", in.SHA256[:12], in.ID, n, ext), partners.ManifestSuffix)))
 	}
 	return out
 }

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path"
 	"regexp"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -53,7 +54,7 @@ func (r *Reconciler) partner(ctx context.Context, p *partners.Config) ([]Finding
 		r.rowArchiveWithoutRecord(ctx, p, sess, add),
 		r.rowQuarantineWithoutRecord(ctx, p, sess, add),
 		r.rowStaleUploads(p, sess, add),
-		r.rowUnclaimableReady(p, sess, add),
+		r.rowUnclaimableReady(ctx, p, sess, add),
 		r.rowStaleRemoteTemps(p, sess, add),
 		r.rowUnpublishedDiscards(ctx, p, sess, add),
 	)
@@ -96,7 +97,7 @@ func (r *Reconciler) rowOrphanClaims(ctx context.Context, p *partners.Config, s 
 			}
 			for _, f := range files {
 				name := f.Name()
-				if strings.HasPrefix(name, ".") || (p.Readiness == partners.ReadinessManifest && strings.HasSuffix(name, intake.ManifestSuffix)) {
+				if strings.HasPrefix(name, ".") || (p.Readiness == partners.ReadinessManifest && strings.HasSuffix(name, partners.ManifestSuffix)) {
 					continue
 				}
 				old := path.Join(base, w, name)
@@ -114,10 +115,10 @@ func (r *Reconciler) rowOrphanClaims(ctx context.Context, p *partners.Config, s 
 		}
 		for _, f := range files {
 			name := f.Name()
-			if !f.Mode().IsRegular() || strings.HasPrefix(name, ".") || !intake.SafeName(name) {
+			if !f.Mode().IsRegular() || strings.HasPrefix(name, ".") || !partners.SafeName(name) {
 				continue
 			}
-			if p.Readiness == partners.ReadinessManifest && strings.HasSuffix(name, intake.ManifestSuffix) {
+			if p.Readiness == partners.ReadinessManifest && strings.HasSuffix(name, partners.ManifestSuffix) {
 				continue
 			}
 			old := path.Join(base, w, name)
@@ -129,7 +130,7 @@ func (r *Reconciler) rowOrphanClaims(ctx context.Context, p *partners.Config, s 
 				continue // a live row: the expired-lease row handles it
 			}
 			feedName := intake.NoFeed // a hostile entry: it is held, never read
-			if !strings.HasPrefix(name, intake.HostilePrefix) {
+			if !strings.HasPrefix(name, partners.HostilePrefix) {
 				feed := p.FeedFor(name)
 				if feed == nil {
 					add(Finding{Kind: KindOrphanClaim, Path: old, NeedsHuman: true, Action: "none",
@@ -179,8 +180,8 @@ func (r *Reconciler) adopt(ctx context.Context, p *partners.Config, s *partners.
 	in := &intake.Intake{Partner: p.ID, Feed: feedName, RemoteName: name, ClaimedPath: dst,
 		ListedSize: size, Worker: r.worker}
 	if p.Readiness == partners.ReadinessManifest {
-		if err := s.Rename(old+intake.ManifestSuffix, dst+intake.ManifestSuffix); err == nil {
-			in.ManifestName = name + intake.ManifestSuffix
+		if err := s.Rename(old+partners.ManifestSuffix, dst+partners.ManifestSuffix); err == nil {
+			in.ManifestName = name + partners.ManifestSuffix
 		}
 	}
 	if err := r.ledger.Adopt(ctx, in); err != nil {
@@ -334,7 +335,7 @@ func (r *Reconciler) rowArchiveWithoutRecord(ctx context.Context, p *partners.Co
 				add(Finding{Kind: KindArchiveNoRecord, Path: full, NeedsHuman: true, Action: "none",
 					Detail: fmt.Sprintf("no intake %d of this partner", id)})
 			case in.State == intake.StateArchived || in.State == intake.StateDuplicate:
-				if full != in.ArchivePath && full != in.ArchivePath+intake.ManifestSuffix {
+				if full != in.ArchivePath && full != in.ArchivePath+partners.ManifestSuffix {
 					add(Finding{Kind: KindArchiveNoRecord, IntakeID: id, Path: full, NeedsHuman: true, Action: "none",
 						Detail: "intake " + strconv.FormatInt(id, 10) + " was archived under another name"})
 				}
@@ -413,31 +414,58 @@ func (r *Reconciler) rowStaleUploads(p *partners.Config, s *partners.Session, ad
 // entries, unsafe names and names no feed matches to quarantine/ at once;
 // one still in ready/ after 10 minutes means that failed (permissions, no
 // daemon). Manifest-mode data files whose manifest is long overdue too.
-func (r *Reconciler) rowUnclaimableReady(p *partners.Config, s *partners.Session, add addFunc) error {
-	ents, err := s.ReadDir(s.Layout.ReadyDir())
-	if err != nil {
-		return fmt.Errorf("list ready: %w", err)
-	}
-	_, skipped := intake.ClassifyReady(p, ents)
-	for _, sk := range skipped {
-		switch sk.Reason {
-		case intake.SkipDotfile, intake.SkipPartial, intake.SkipManifest:
-			continue
-		case intake.SkipNoManifest:
-			if time.Since(sk.Info.ModTime()) < p.Limits.StaleUpload {
-				continue
+//
+// ready/ is streamed (partners.Session.ListDir), judged by the poller's
+// rules (partners/ready.go), and only what may be reported is kept: the
+// entries to report, and in manifest mode the overdue data files whose
+// manifest the listing has not passed yet (a file and its manifest come
+// in either order) with the manifests it passed (bounded,
+// partners.Manifests).
+func (r *Reconciler) rowUnclaimableReady(ctx context.Context, p *partners.Config, s *partners.Session, add addFunc) error {
+	var found []partners.Skipped
+	waiting := map[string]os.FileInfo{} // overdue data files, by name, until their manifest shows
+	var manifests partners.Manifests
+	err := s.ListDir(ctx, s.Layout.ReadyDir(), func(e os.FileInfo) error {
+		_, reason := partners.ClassifyEntry(p, e)
+		switch reason {
+		case partners.SkipDotfile, partners.SkipPartial:
+		case partners.SkipManifest:
+			manifests.Add(e.Name())
+			delete(waiting, strings.TrimSuffix(e.Name(), partners.ManifestSuffix))
+		case "":
+			overdue := time.Since(e.ModTime()) >= p.Limits.StaleUpload
+			if p.Readiness == partners.ReadinessManifest && overdue && !manifests.Seen(e.Name()+partners.ManifestSuffix) {
+				waiting[e.Name()] = e
 			}
 		default:
-			if time.Since(sk.Info.ModTime()) < unclaimableAfter {
-				continue
+			if time.Since(e.ModTime()) >= unclaimableAfter {
+				found = append(found, partners.Skipped{Info: e, Reason: reason})
 			}
 		}
+		return nil
+	})
+	if err != nil {
+		return err // names the directory
+	}
+	for name, e := range waiting {
+		if !manifests.Has(s, name+partners.ManifestSuffix) {
+			found = append(found, partners.Skipped{Info: e, Reason: partners.SkipNoManifest})
+		}
+	}
+	sort.Slice(found, func(i, j int) bool { // oldest first, as the poller claims
+		a, b := found[i].Info, found[j].Info
+		if !a.ModTime().Equal(b.ModTime()) {
+			return a.ModTime().Before(b.ModTime())
+		}
+		return a.Name() < b.Name()
+	})
+	for _, sk := range found {
 		name := sk.Info.Name()
-		if !intake.SafeName(name) {
+		if !partners.SafeName(name) {
 			name = strconv.QuoteToASCII(name)
 		}
 		add(Finding{Kind: KindUnclaimableReady, Path: path.Join(s.Layout.ReadyDir(), name), NeedsHuman: true,
-			Action: "none", Detail: "not claimed: " + sk.Reason})
+			Action: "none", Detail: "not claimed: " + string(sk.Reason)})
 	}
 	return nil
 }

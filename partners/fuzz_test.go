@@ -1,4 +1,4 @@
-package intake_test
+package partners_test
 
 import (
 	"bytes"
@@ -6,7 +6,7 @@ import (
 	"testing"
 	"unicode/utf8"
 
-	"github.com/partner-intake/partner-intake/intake"
+	"github.com/partner-intake/partner-intake/partners"
 )
 
 // FuzzParseManifest: arbitrary bytes never panic the manifest parser; an
@@ -22,7 +22,7 @@ func FuzzParseManifest(f *testing.F) {
 		f.Add([]byte(seed))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		m, err := intake.ParseManifest(bytes.NewReader(data))
+		m, err := partners.ParseManifest(bytes.NewReader(data))
 		if err != nil {
 			return
 		}
@@ -40,7 +40,7 @@ func FuzzSafeName(f *testing.F) {
 		f.Add(seed)
 	}
 	f.Fuzz(func(t *testing.T, name string) {
-		if !intake.SafeName(name) {
+		if !partners.SafeName(name) {
 			return
 		}
 		if !utf8.ValidString(name) || name == "." || name == ".." || len(name) > 255 || strings.ContainsAny(name, "/\\") {

@@ -1,0 +1,63 @@
+package intake
+
+import (
+	"context"
+	"errors"
+	"sync"
+
+	"github.com/partner-intake/partner-intake/internal/fault"
+)
+
+// archive moves every applied file of the group to archive/ and publishes
+// its receipt, all at once, then records them archived in one statement.
+// A file with rows a newer intake holds (conflicts, which need a rejects
+// report) or whose remote step fails leaves the group applied: the
+// per-file path archives it, idempotently.
+func (g *fileGroup) archive(ctx context.Context) error {
+	var done []*groupFile
+	for _, f := range g.files {
+		if f.r.in.RowsConflict > 0 {
+			g.leave(f, LeftConflicts, nil)
+			continue
+		}
+		done = append(done, f)
+	}
+	errs := make([]error, len(done))
+	var wg sync.WaitGroup
+	for i, f := range done {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, _, errs[i] = f.r.archiveRemote(ctx, OutcomeAccepted, 0)
+		}()
+	}
+	wg.Wait()
+	var ins []*Intake
+	var ok []*groupFile
+	for i, f := range done {
+		if errs[i] != nil {
+			if errors.Is(errs[i], fault.ErrInjected) {
+				return errs[i]
+			}
+			g.leave(f, LeftArchive, errs[i])
+			continue
+		}
+		ins, ok = append(ins, f.r.in), append(ok, f)
+	}
+	if len(ins) == 0 {
+		return nil
+	}
+	moved, err := g.d.store.archiveGroup(ctx, ins)
+	if err != nil {
+		return err
+	}
+	for _, f := range ok {
+		if !moved[f.r.in.ID] {
+			f.r.fencedOut("finish as archived (group)")
+			continue
+		}
+		f.r.in.State = StateArchived
+		f.r.archived(OutcomeAccepted, StateArchived)
+	}
+	return nil
+}

@@ -1,0 +1,192 @@
+package intake
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/partner-intake/partner-intake/internal/fault"
+	"github.com/partner-intake/partner-intake/partners"
+)
+
+// groupable reports whether a candidate can go through a group: a small
+// plain file, with no manifest, whose name gives a batch id, and too small
+// to hold more rows than one chunk (a row takes at least one byte per
+// column: its delimiters and its line end).
+func groupable(p *partners.Config, c candidate) bool {
+	return c.Manifest == "" && c.Size > 0 && c.Size < smallFileBytes && c.Size <= p.Limits.MaxFileBytes &&
+		c.Size <= int64(c.Feed.ChunkRows)*int64(max(len(c.Feed.Columns), 1)) &&
+		compressionOf(c.Name) == "" && partners.ValidBatchID(c.Feed.BatchIDFromName(c.Name))
+}
+
+// maxGroupBytes bounds a group's listed bytes: a group holds its files in
+// memory while it runs (GroupFiles × 64 KiB at most otherwise).
+const maxGroupBytes = 1 << 20
+
+// groupAt returns the group that starts at cands[0]: up to n groupable
+// files of one feed with distinct batch ids and maxGroupBytes in all, in
+// listing order (oldest first). Fewer than two is no group.
+func groupAt(p *partners.Config, cands []candidate, n int) []candidate {
+	n = min(n, p.GroupFiles)
+	if n < 2 || !groupable(p, cands[0]) {
+		return nil
+	}
+	seen := map[string]bool{}
+	var g []candidate
+	var bytes int64
+	for _, c := range cands {
+		if len(g) == n || c.Feed != cands[0].Feed || !groupable(p, c) || bytes+c.Size > maxGroupBytes {
+			break
+		}
+		bytes += c.Size
+		b := c.Feed.BatchIDFromName(c.Name)
+		if seen[b] {
+			break
+		}
+		seen[b] = true
+		g = append(g, c)
+	}
+	if len(g) < 2 {
+		return nil
+	}
+	return g
+}
+
+// claimGroup claims a group's files as claim does one file: by RENAME, in
+// listing order, each under the id allocated for it before the renames;
+// then one statement records every file renamed.
+//
+// Intake ids must follow file age even when two replicas claim from one
+// partner at the same moment (around a change of replicas, or with
+// affinity "none"). Renames sent all at once would let a replica win a
+// newer file under an id allocated before the other replica's ids for
+// older files (TestRacingGroupsKeepIdsInFileAge caught it). So the renames
+// go all at once only while no race shows: when one of them is lost to
+// another replica, the files this group won are put back into ready/
+// (nothing recorded them yet) and the caller walks the rest of the poll
+// one rename at a time (sequential), stopping at the first file not
+// claimed and going on from the next with fresh ids, as single claims do.
+//
+// It returns the claimed rows, how many candidates it went through (0
+// after putting the group back: the caller walks them again one at a
+// time), whether a race showed, and an error for a rename that failed
+// otherwise than by losing a race.
+func (d *Daemon) claimGroup(ctx context.Context, p *partnerRT, sess *partners.Session, g []candidate, ids []int64, sequential bool) ([]*Intake, int, bool, error) {
+	errs := make([]error, len(g))
+	walked := len(g)
+	if sequential {
+		for i, c := range g {
+			errs[i] = sess.Rename(sess.Layout.Ready(c.Name), sess.Layout.Processing(d.cfg.WorkerID, c.Name))
+			if errs[i] != nil {
+				walked = i + 1
+				break
+			}
+		}
+	} else {
+		var wg sync.WaitGroup
+		for i, c := range g {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				errs[i] = sess.Rename(sess.Layout.Ready(c.Name), sess.Layout.Processing(d.cfg.WorkerID, c.Name))
+			}()
+		}
+		wg.Wait()
+	}
+	raced := false
+	for _, err := range errs[:walked] {
+		if err != nil && partners.IsNotExist(err) {
+			raced = true
+			d.metrics.claimsLost.WithLabelValues(p.cfg.ID).Inc()
+		}
+	}
+	if raced {
+		d.peers.lost()
+	}
+	if raced && !sequential {
+		kept := d.putBack(p, sess, g, errs)
+		if len(kept) == 0 {
+			return nil, 0, true, nil
+		}
+		// a file that could not be put back is recorded as claimed
+		errs = kept
+	}
+	var renamed []*Intake
+	var failed error
+	for i, c := range g[:walked] {
+		dst := sess.Layout.Processing(d.cfg.WorkerID, c.Name)
+		switch err := errs[i]; {
+		case err == nil:
+			renamed = append(renamed, &Intake{ID: ids[i], Partner: p.cfg.ID, Feed: c.Feed.Name, RemoteName: c.Name,
+				ClaimedPath: dst, ListedSize: c.Size, Worker: d.cfg.WorkerID})
+		case partners.IsNotExist(err), errors.Is(err, errPutBack):
+		default:
+			if _, serr := sess.Lstat(dst); serr == nil {
+				d.metrics.skipped.WithLabelValues(p.cfg.ID, claimTargetBusy).Inc()
+			} else if failed == nil {
+				failed = fmt.Errorf("claim %s: %w", c.Name, err)
+			}
+		}
+	}
+	if raced && !sequential {
+		walked = 0
+	}
+	if err := fault.Check("claim:after_rename"); err != nil {
+		// as if the replies were lost: the files sit in our processing
+		// dir without rows, and the next poll adopts them
+		return nil, walked, raced, fmt.Errorf("claim: %w", err)
+	}
+	if len(renamed) == 0 {
+		return nil, walked, raced, failed
+	}
+	claimed, err := d.store.insertClaims(ctx, renamed)
+	if err != nil {
+		return nil, walked, raced, err
+	}
+	return claimed, walked, raced, failed
+}
+
+// errPutBack marks a file a racing group put back into ready/.
+var errPutBack = errors.New("put back into ready/")
+
+// putBack renames the files a racing group won back into ready/, all at
+// once. It returns the group's rename results with every file put back
+// marked errPutBack; a file that could not be put back (its name is in
+// ready/ again) keeps its nil result and is recorded as claimed. Nothing
+// but the rename has happened to these files, so putting them back leaves
+// no trace but a log line.
+func (d *Daemon) putBack(p *partnerRT, sess *partners.Session, g []candidate, errs []error) []error {
+	out := append([]error(nil), errs...)
+	back := make([]error, len(g))
+	var wg sync.WaitGroup
+	for i, c := range g {
+		if errs[i] != nil {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			back[i] = sess.Rename(sess.Layout.Processing(d.cfg.WorkerID, c.Name), sess.Layout.Ready(c.Name))
+		}()
+	}
+	wg.Wait()
+	n, kept := 0, 0
+	for i := range g {
+		if errs[i] != nil {
+			continue
+		}
+		if back[i] == nil {
+			out[i] = errPutBack
+			n++
+		} else {
+			kept++
+		}
+	}
+	d.log.Info("another replica claims from the partner at the same moment: the group's files were put back and are claimed one at a time",
+		"partner", p.cfg.ID, "put_back", n, "kept", kept)
+	if kept == 0 {
+		return nil
+	}
+	return out
+}

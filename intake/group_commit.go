@@ -1,0 +1,163 @@
+package intake
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/partner-intake/partner-intake/internal/fault"
+)
+
+// commit is the group's transaction: every file claimed -> spooled with
+// its batch bound; the files that own their batch then have their rows
+// written (one COPY for all of them while their keys are new, else each
+// file's merge in id order), their ledger rows and their totals, and move
+// to applied. A file whose batch another intake holds commits as spooled
+// and leaves the group (duplicate or conflict, decided alone).
+func (g *fileGroup) commit(ctx context.Context, tgt *target) error {
+	tx, err := g.d.db.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("group begin: %w", err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx))
+	ins := make([]*Intake, len(g.files))
+	for i, f := range g.files {
+		ins[i] = f.r.in
+	}
+	bound, err := g.d.store.spoolGroup(ctx, tx, ins)
+	if err != nil {
+		return err
+	}
+	var owners, fenced []*groupFile
+	var spooledAlone []*groupFile
+	for _, f := range g.files {
+		b, ok := bound[f.r.in.ID]
+		switch {
+		case !ok:
+			fenced = append(fenced, f)
+		case b == nil || b.verdict != VerdictNew:
+			f.r.bound = b
+			spooledAlone = append(spooledAlone, f)
+		default:
+			owners = append(owners, f)
+		}
+	}
+	if len(owners) > 0 {
+		if err := g.writeRows(ctx, tx, tgt, owners); err != nil {
+			return err
+		}
+		gs := make([]groupCounts, len(owners))
+		for i, f := range owners {
+			f.c.unchanged = int64(f.ch.rows()) - f.c.applied - f.c.conflict
+			gs[i] = groupCounts{in: f.r.in, first: f.ch.first, last: f.ch.last, c: f.c}
+		}
+		n, err := g.d.store.appliedGroup(ctx, tx, gs)
+		if err != nil {
+			return err
+		}
+		if n != len(owners) {
+			return fmt.Errorf("group: %d of %d files moved to applied under locks this transaction holds", n, len(owners))
+		}
+	}
+	if err := fault.Check("apply:mid_chunk"); err != nil {
+		return err
+	}
+	first := ins[0].ID
+	if err := fault.Check("commit:lost"); err != nil {
+		return &CommitUnknownError{IntakeID: first, Err: err}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		var pe *pgconn.PgError
+		if errors.As(err, &pe) {
+			return fmt.Errorf("group commit: %w", err)
+		}
+		return &CommitUnknownError{IntakeID: first, Err: err}
+	}
+	if err := fault.Check("commit:reply_lost"); err != nil {
+		return &CommitUnknownError{IntakeID: first, Err: err}
+	}
+	for _, f := range fenced {
+		f.r.fencedOut("spooled (group)")
+	}
+	for _, f := range spooledAlone {
+		f.r.in.State = StateSpooled
+		g.leave(f, LeftBatchBound, nil)
+	}
+	for _, f := range owners {
+		in := f.r.in
+		in.State, in.ChunksDone = StateApplied, 1
+		in.RowsTotal = int64(f.ch.rows())
+		in.RowsApplied, in.RowsUnchanged, in.RowsConflict = f.c.applied, f.c.unchanged, f.c.conflict
+		g.d.metrics.rows(in.Partner, f.c)
+	}
+	g.files = owners
+	return nil
+}
+
+// writeRows writes the owners' rows: one COPY straight into the target
+// under a savepoint, each row with its own file's intake id, while no key
+// repeats across the files; when the target refuses that (a key exists),
+// or keys repeat, each file's chunk goes through the staging table and
+// the guarded merge, in intake id order, as the per-file path would.
+func (g *fileGroup) writeRows(ctx context.Context, tx pgx.Tx, tgt *target, owners []*groupFile) error {
+	seen := map[uint64]bool{}
+	repeat := false
+	for _, f := range owners {
+		for k := range f.ch.keys {
+			if seen[k] {
+				repeat = true
+			}
+			seen[k] = true
+		}
+	}
+	if !repeat {
+		if _, err := tx.Exec(ctx, "SAVEPOINT intake_direct"); err != nil {
+			return fmt.Errorf("group savepoint: %w", err)
+		}
+		var payload []byte
+		if tgt.binary {
+			payload = append(payload, copyBinaryHeader...)
+		}
+		for _, f := range owners {
+			payload = f.ch.appendDirect(payload, g.p.cfg.ID, f.r.in.ID)
+		}
+		if tgt.binary {
+			payload = append(payload, copyBinaryTrailer...)
+		}
+		_, err := tx.Conn().PgConn().CopyFrom(ctx, bytes.NewReader(payload), tgt.directCopy)
+		if err == nil {
+			for _, f := range owners {
+				f.c.applied = int64(f.ch.rows())
+			}
+			return nil
+		}
+		var pe *pgconn.PgError
+		if !errors.As(err, &pe) {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return fmt.Errorf("group copy: %w", err)
+		}
+		if _, err := tx.Exec(ctx, "ROLLBACK TO SAVEPOINT intake_direct"); err != nil {
+			return fmt.Errorf("group rollback to savepoint: %w", err)
+		}
+	}
+	if _, err := tx.Exec(ctx, tgt.stageDDL); err != nil {
+		return fmt.Errorf("group stage: %w", err)
+	}
+	for i, f := range owners {
+		if i > 0 {
+			if _, err := tx.Exec(ctx, "DELETE FROM "+tgt.stage); err != nil {
+				return fmt.Errorf("group stage: %w", err)
+			}
+		}
+		if err := f.r.writeRows(ctx, tx, tgt, f.ch, pathMerge, f.r.in.ID, &f.c); err != nil {
+			return err
+		}
+	}
+	return nil
+}

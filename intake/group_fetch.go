@@ -1,0 +1,133 @@
+package intake
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"io"
+	"sync"
+
+	"github.com/partner-intake/partner-intake/intake/rows"
+	"github.com/partner-intake/partner-intake/internal/fault"
+)
+
+// fetch reads every file of the group at once (open, one read of its
+// listed size plus one byte, close), spools them together, and reads
+// their rows into chunks. The rows are in memory only as long as the
+// group runs: a group holds at most GroupFiles × 64 KiB.
+func (g *fileGroup) fetch(ctx context.Context, tgt *target) error {
+	errs := make([]error, len(g.files))
+	var wg sync.WaitGroup
+	for i, f := range g.files {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			f.data, errs[i] = g.read(f.r.in)
+		}()
+	}
+	wg.Wait()
+	if err := fault.Check("download:mid"); err != nil {
+		return err
+	}
+	var kept []*groupFile
+	var data [][]byte
+	for i, f := range g.files {
+		if errs[i] != nil {
+			g.leave(f, LeftRead, errs[i])
+			continue
+		}
+		kept, data = append(kept, f), append(data, f.data)
+	}
+	g.files = kept
+	if len(kept) == 0 {
+		return nil
+	}
+	es, err := g.d.spool.PutAll(g.p.cfg.ID, data)
+	if err != nil {
+		return err
+	}
+	for i, f := range kept {
+		in := f.r.in
+		in.SHA256, in.Size, in.DataSHA256, in.DataSize = es[i].SHA256, es[i].Size, es[i].SHA256, es[i].Size
+		in.BatchID = g.feed.BatchIDFromName(in.RemoteName)
+		g.d.metrics.bytesDownloaded.WithLabelValues(in.Partner).Add(float64(es[i].Size))
+	}
+	if err := fault.Check("spool:after"); err != nil {
+		return err
+	}
+	kept = kept[:0]
+	seed := maphash.MakeSeed()
+	keyIdx := keyIndexes(g.feed)
+	for _, f := range g.files {
+		if reason := g.rows(f, tgt, seed, keyIdx); reason != "" {
+			f.data = nil
+			g.leave(f, reason, nil)
+			continue
+		}
+		f.data = nil
+		kept = append(kept, f)
+	}
+	g.files = kept
+	return nil
+}
+
+// errSizeChanged: a group file's bytes are not its listed size.
+var errSizeChanged = errors.New("the file's size is not the size it was listed with")
+
+// read reads a claimed small file whole.
+func (g *fileGroup) read(in *Intake) ([]byte, error) {
+	f, err := g.sess.Open(in.ClaimedPath)
+	if err != nil {
+		return nil, fmt.Errorf("open: %w", err)
+	}
+	defer f.Close()
+	buf := make([]byte, in.ListedSize+1)
+	n, err := f.ReadAt(buf, 0)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return nil, fmt.Errorf("read: %w", err)
+	}
+	if int64(n) != in.ListedSize {
+		return nil, errSizeChanged
+	}
+	return buf[:n], nil
+}
+
+// rows reads a group file's rows into its one chunk, or returns the
+// reason the file leaves the group.
+func (g *fileGroup) rows(f *groupFile, tgt *target, seed maphash.Seed, keyIdx []int) string {
+	rd, err := rows.NewReader(bytes.NewReader(f.data), g.feed, g.p.cfg.Limits.MaxRows)
+	if err != nil {
+		return LeftNotCSV
+	}
+	ch := newChunk(seed, 16, tgt.copyEncoders())
+	var total int64
+	for {
+		row, err := rd.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return LeftNotCSV
+		}
+		if total++; total > int64(g.feed.ChunkRows) {
+			return LeftRows
+		}
+		if row.Issue != nil {
+			return LeftRejected
+		}
+		ch.span(row.Line)
+		if err := ch.add(row.Line, row.Values, row.Null, keyIdx); err != nil {
+			return LeftBadValue
+		}
+	}
+	switch {
+	case total == 0:
+		return LeftNoRows
+	case ch.dupKeys:
+		return LeftRepeatedKey
+	}
+	f.ch = ch
+	return ""
+}

@@ -1,0 +1,186 @@
+package partners
+
+import (
+	"os"
+	"sort"
+	"strings"
+	"time"
+	"unicode/utf8"
+)
+
+// The ready rules: what in ready/ is claimable, and why the rest is not.
+// The poller (intake/poll.go) claims by them and the reconciler
+// (reconcile/matrix.go) reports by them, so both judge a listing alike.
+
+// Skip is why an entry of ready/ is not claimed; "" is none (the entry is
+// a candidate). Its values label intake_skipped_total{reason}.
+type Skip string
+
+// Skip reasons for entries of ready/ that are not claimed.
+const (
+	SkipDotfile    Skip = "dotfile"
+	SkipPartial    Skip = "partial_upload"
+	SkipNotRegular Skip = "not_regular_file" // symlink, directory, device: never followed or read
+	SkipBadName    Skip = "bad_name"         // control characters, separators, invalid UTF-8, too long
+	SkipNoFeed     Skip = "no_feed"          // no feed of the partner matches the name
+	SkipNoManifest Skip = "manifest_missing"
+	SkipManifest   Skip = "manifest_file"
+)
+
+const (
+	// MaxNameBytes bounds a remote name (the limit of every common file
+	// system).
+	MaxNameBytes = 255
+	// PartialSuffix marks an upload still being written.
+	PartialSuffix = ".part"
+)
+
+// Candidate is an entry of ready/ worth claiming.
+type Candidate struct {
+	Name     string
+	Size     int64
+	Feed     *Feed
+	Manifest string
+	MTime    time.Time
+}
+
+// Hostile reports whether a skipped entry is moved to quarantine (with a
+// receipt saying why) rather than left for later: it will never become a
+// valid file by waiting.
+func Hostile(reason Skip) bool {
+	return reason == SkipNotRegular || reason == SkipBadName || reason == SkipNoFeed
+}
+
+// HostilePrefix names hostile entries claimed into processing/: the
+// original name is never used in a path of ours.
+const HostilePrefix = "hostile-"
+
+// Skipped is an entry of ready/ that is not claimed, and why.
+type Skipped struct {
+	Info   os.FileInfo
+	Reason Skip
+}
+
+// ClassifyReady splits a listing of ready/ into claimable files (oldest
+// first) and skipped entries. READDIR attributes are lstat-like on
+// OpenSSH, so symlinks show as symlinks and are never followed; dotfiles,
+// *.part, directories and other non-regular entries, unsafe names, names no
+// feed matches, and (manifest mode) data files without their manifest are
+// skipped.
+func ClassifyReady(p *Config, ents []os.FileInfo) ([]Candidate, []Skipped) {
+	ents = append([]os.FileInfo(nil), ents...)
+	names := map[string]os.FileInfo{}
+	for _, e := range ents {
+		names[e.Name()] = e
+	}
+	sort.Slice(ents, func(i, j int) bool {
+		if !ents[i].ModTime().Equal(ents[j].ModTime()) {
+			return ents[i].ModTime().Before(ents[j].ModTime())
+		}
+		return ents[i].Name() < ents[j].Name()
+	})
+	manifestMode := p.Readiness == ReadinessManifest
+	var out []Candidate
+	var skipped []Skipped
+	for _, e := range ents {
+		c, reason := ClassifyEntry(p, e)
+		if reason == "" && manifestMode {
+			m, ok := names[c.Name+ManifestSuffix]
+			if !ok || !m.Mode().IsRegular() {
+				reason = SkipNoManifest
+			} else {
+				c.Manifest = c.Name + ManifestSuffix
+			}
+		}
+		if reason != "" {
+			skipped = append(skipped, Skipped{Info: e, Reason: reason})
+			continue
+		}
+		out = append(out, c)
+	}
+	return out, skipped
+}
+
+// ClassifyEntry is one entry's verdict, all but the manifest check
+// (which needs the rest of the listing): a candidate, or why it is
+// skipped.
+func ClassifyEntry(p *Config, e os.FileInfo) (Candidate, Skip) {
+	name := e.Name()
+	var reason Skip
+	switch {
+	case strings.HasPrefix(name, "."):
+		reason = SkipDotfile
+	case strings.HasSuffix(name, PartialSuffix):
+		reason = SkipPartial
+	case !e.Mode().IsRegular():
+		reason = SkipNotRegular
+	case !SafeName(name):
+		reason = SkipBadName
+	case p.Readiness == ReadinessManifest && strings.HasSuffix(name, ManifestSuffix):
+		reason = SkipManifest
+	}
+	c := Candidate{Name: name, Size: e.Size(), MTime: e.ModTime()}
+	if reason == "" {
+		if c.Feed = p.FeedFor(name); c.Feed == nil {
+			reason = SkipNoFeed
+		}
+	}
+	return c, reason
+}
+
+// SafeName reports whether a remote file name may be handled: valid UTF-8,
+// no control characters, no path separators, not "." or "..", at most 255
+// bytes. Spool paths never derive from names; this guards remote paths and
+// reports.
+func SafeName(name string) bool {
+	if name == "" || name == "." || name == ".." || len(name) > MaxNameBytes || !utf8.ValidString(name) {
+		return false
+	}
+	for _, r := range name {
+		if r < 0x20 || r == 0x7f || r == '/' || r == '\\' || (r >= 0x80 && r < 0xa0) {
+			return false
+		}
+	}
+	return true
+}
+
+// MaxManifestNames bounds the manifest names a listing remembers (manifest
+// mode); past it, a data file's manifest is looked up with one LSTAT.
+const MaxManifestNames = 10000
+
+// Manifests are the manifests a streamed listing of ready/ passed
+// (manifest mode), remembered up to MaxManifestNames: a data file and its
+// manifest may come in either order, so whether a data file is complete
+// is known once the listing ends.
+type Manifests struct {
+	names    map[string]bool
+	overflow bool
+}
+
+// Add remembers a regular manifest file of the listing.
+func (m *Manifests) Add(name string) {
+	if m.names == nil {
+		m.names = map[string]bool{}
+	}
+	if len(m.names) < MaxManifestNames {
+		m.names[name] = true
+	} else {
+		m.overflow = true
+	}
+}
+
+// Seen reports whether the listing passed the manifest and remembered it.
+func (m *Manifests) Seen(name string) bool { return m.names[name] }
+
+// Has reports whether the manifest is in ready/: remembered, or, when the
+// listing passed more than it remembered, found there as a regular file.
+func (m *Manifests) Has(s *Session, name string) bool {
+	if m.names[name] {
+		return true
+	}
+	if !m.overflow {
+		return false
+	}
+	fi, err := s.Lstat(s.Layout.Ready(name))
+	return err == nil && fi.Mode().IsRegular()
+}

@@ -1,0 +1,72 @@
+package reconcile_test
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"testing"
+	"time"
+
+	"github.com/partner-intake/partner-intake/internal/testenv"
+	"github.com/partner-intake/partner-intake/partners"
+	"github.com/partner-intake/partner-intake/reconcile"
+)
+
+// Row 15 in manifest mode, on a streamed listing of ready/: a data file
+// whose manifest is overdue (past stale_upload) is reported, whatever order
+// the listing gives the files in; one beside its manifest, or not overdue
+// yet, is not; manifests and half-uploaded entries are never reported.
+func TestOverdueDataFilesWithoutManifestAreReported(t *testing.T) {
+	_, pool := testenv.DB(t)
+	site := testenv.NewSite(t, "mani")
+	site.Config.Readiness = partners.ReadinessManifest
+	old := time.Now().Add(-partners.DefaultStaleUpload - time.Hour)
+	put := func(name string, mtime time.Time) {
+		t.Helper()
+		p := filepath.Join(site.Root, "ready", name)
+		if err := os.WriteFile(p, []byte("x"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chtimes(p, mtime, mtime); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var want []string
+	for i := 0; i < 40; i++ { // enough files that the listing mixes data files and manifests
+		name := fmt.Sprintf("orders-%02d.csv", i)
+		switch i % 4 { // created in both orders: listings follow creation order on some file systems
+		case 0:
+			put(name, old)
+			put(name+partners.ManifestSuffix, old)
+		case 2:
+			put(name+partners.ManifestSuffix, old)
+			put(name, old)
+		default:
+			put(name, old)
+			want = append(want, filepath.Join(site.Config.SFTP.Root, "ready", name))
+		}
+	}
+	put("orders-fresh.csv", time.Now()) // its manifest may still come
+	put("orders-up.csv.part", old)
+	w1 := newNode(t, pool, "w1", t.TempDir(), site)
+	var got []string
+	for _, f := range w1.reconcile(t) {
+		if f.Kind == reconcile.KindUnclaimableReady {
+			if f.Detail != "not claimed: "+string(partners.SkipNoManifest) {
+				t.Fatalf("finding %+v", f)
+			}
+			got = append(got, f.Path)
+		}
+	}
+	sort.Strings(got)
+	sort.Strings(want)
+	if len(got) != len(want) {
+		t.Fatalf("reported %q, want %q", got, want)
+	}
+	for i := range got {
+		if got[i] != want[i] {
+			t.Fatalf("reported %q, want %q", got, want)
+		}
+	}
+}
