@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"path"
 	"time"
 
@@ -13,26 +12,6 @@ import (
 
 	"github.com/partner-intake/partner-intake/partners"
 )
-
-// Overrides an ops release may grant a held file.
-const (
-	OverrideRejectRate     = "reject_rate"       // apply the valid rows although more were rejected than allowed
-	OverrideManifest       = "manifest"          // accept the bytes although they disagree with the manifest
-	OverrideSize           = "size"              // download although the file is over max_file_bytes
-	OverrideConflictNewWin = "conflict_new_wins" // the held bytes replace the batch's earlier bytes
-	// OverrideNothing marks a release that overrides no check (the file
-	// failed for a cause since fixed): every released file carries an
-	// override, so its worker knows to remove the reason file it was held
-	// with once it decides the file again.
-	OverrideNothing = "released"
-)
-
-// OpsWorker is the worker identity an ops command (replay, release,
-// discard) works under: <worker_id>/ops-<pid>. No daemon's worker id can
-// contain '/', so no daemon resumes a row of it as its own leftover, and
-// while the command runs it renews the lease of what it holds, so no
-// reconciler takes it over as a dead replica's.
-func OpsWorker(worker string) string { return fmt.Sprintf("%s/ops-%d", worker, os.Getpid()) }
 
 // Winners of a batch conflict.
 const (
@@ -89,9 +68,6 @@ type Decision struct {
 	// Worker is the ops identity (OpsWorker) recorded as the row's worker.
 	Worker string
 }
-
-// ErrDecision is wrapped by every refused decision.
-var ErrDecision = errors.New("decision refused")
 
 func (d Decision) check() error {
 	if d.Actor == "" || d.Reason == "" {
@@ -233,53 +209,6 @@ func discard(ctx context.Context, tx pgx.Tx, d Decision, partner, action string)
 		return fmt.Errorf("%w: intake %d is not held", ErrDecision, d.IntakeID)
 	}
 	return decide(ctx, tx, d, partner, "discarded", action, "")
-}
-
-// Undecided lists the partner's discarded files whose decision is not yet
-// published to the partner (PublishDiscarded).
-func (l *Ledger) Undecided(ctx context.Context, partner string) ([]*Intake, error) {
-	return l.query(ctx, `partner_id = $1 AND state = 'discarded' AND receipt_path IS NULL`, partner)
-}
-
-// PublishDiscarded tells the partner that a held file was discarded: the
-// reason file is removed and the receipt rewritten with outcome
-// "discarded", then its path recorded. Each step is conditional on the
-// token the discard took, so a later decision's publication is never
-// overwritten by this one; run twice, it writes the same.
-func (l *Ledger) PublishDiscarded(ctx context.Context, s *partners.Session, in *Intake) error {
-	still := func() error {
-		tag, err := l.s.pool.Exec(ctx, `UPDATE file_intake SET updated_at = now()
-			WHERE intake_id = $1 AND fencing_token = $2 AND state = 'discarded'`, in.ID, in.Token)
-		return fenced(tag, err, in, "publish discard")
-	}
-	if in.ArchivePath != "" {
-		if err := still(); err != nil {
-			return err
-		}
-		p := path.Join(s.Layout.QuarantineDir(), reasonName(path.Base(in.ArchivePath)))
-		if err := s.Remove(p); err != nil && !partners.IsNotExist(err) {
-			return fmt.Errorf("remove reason file: %w", err)
-		}
-	}
-	data, err := receiptJSON(in, Receipt{Outcome: OutcomeDiscarded, Reason: in.Reason, Quarantine: in.ArchivePath,
-		Detail: "after review the held file was closed for good; nothing of it was applied. Send a corrected file if one is due"})
-	if err != nil {
-		return err
-	}
-	if err := still(); err != nil {
-		return err
-	}
-	p, err := putFile(s, s.Layout.ReportsDir(), reportStem(in)+ReceiptSuffix, data)
-	if err != nil {
-		return err
-	}
-	tag, err := l.s.pool.Exec(ctx, `UPDATE file_intake SET receipt_path = $3, updated_at = now()
-		WHERE intake_id = $1 AND fencing_token = $2 AND state = 'discarded'`, in.ID, in.Token, p)
-	if err := fenced(tag, err, in, "record discard receipt"); err != nil {
-		return err
-	}
-	in.ReceiptPath = p
-	return nil
 }
 
 // PublishDecision publishes what a decision on intake id means to its
