@@ -1,4 +1,4 @@
-package intake
+package ledger
 
 // File-level reason codes written to file_intake.reason, receipts and
 // quarantine reason files. Row-level and parse reasons live in intake/rows.
