@@ -20,7 +20,7 @@ func (r *fileRun) archive(ctx context.Context, from State, outcome string, dupOf
 	if err != nil {
 		return err
 	}
-	if err := r.d.store.finish(ctx, r.in, from, to, reason); err != nil {
+	if err := r.d.ledger.Finish(ctx, r.in, from, to, reason); err != nil {
 		return err
 	}
 	r.archived(outcome, to)

@@ -251,10 +251,7 @@ func (r *fileRun) dropExpanded(ctx context.Context) {
 	if in.DataSHA256 == "" || in.DataSHA256 == in.SHA256 || !finished(in.State) {
 		return
 	}
-	var busy bool
-	err := r.d.db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM file_intake WHERE partner_id = $1 AND data_sha256 = $2
-		AND intake_id <> $3 AND state NOT IN ('archived', 'duplicate', 'quarantined', 'failed_terminal', 'discarded'))`,
-		in.Partner, in.DataSHA256, in.ID).Scan(&busy)
+	busy, err := r.d.ledger.DataInUse(ctx, in)
 	if err == nil && !busy {
 		err = r.d.spool.Remove(in.Partner, in.DataSHA256)
 	}

@@ -6,34 +6,7 @@ import (
 	"io/fs"
 	"path/filepath"
 	"time"
-
-	"github.com/partner-intake/partner-intake/internal/pgerr"
 )
-
-// recordPoll stores the outcome of a poll for `intake status`. The error
-// text is ours (paths, codes), never file contents.
-func (s *store) recordPoll(ctx context.Context, partner, worker string, pollErr error, ready int, oldest time.Time) error {
-	var oldestAt any
-	if !oldest.IsZero() {
-		oldestAt = oldest
-	}
-	var err error
-	if pollErr == nil {
-		_, err = s.pool.Exec(ctx, `INSERT INTO intake_partner_poll (partner_id, worker_id, last_ok_at, ready_files, oldest_ready_at)
-			VALUES ($1, $2, now(), $3, $4)
-			ON CONFLICT (partner_id, worker_id) DO UPDATE SET last_ok_at = now(), ready_files = $3, oldest_ready_at = $4`,
-			partner, worker, ready, oldestAt)
-	} else {
-		msg := pgerr.Redact(pollErr)
-		if len(msg) > 500 {
-			msg = msg[:500]
-		}
-		_, err = s.pool.Exec(ctx, `INSERT INTO intake_partner_poll (partner_id, worker_id, last_error_at, last_error)
-			VALUES ($1, $2, now(), $3)
-			ON CONFLICT (partner_id, worker_id) DO UPDATE SET last_error_at = now(), last_error = $3`, partner, worker, msg)
-	}
-	return err
-}
 
 // refreshGauges sets the gauges that describe the whole pipeline as the
 // database sees it: files per state, oldest file in processing, open
@@ -56,41 +29,27 @@ func (d *Daemon) refreshGauges(ctx context.Context) error {
 		m.inflightBytesDone.WithLabelValues(id).Set(0)
 	}
 	oldest := map[string]float64{}
-	rs, err := d.db.Query(ctx, `SELECT partner_id, state, count(*), extract(epoch FROM now() - min(coalesce(finished_at, claimed_at)))::float8,
-		coalesce(sum(rows_total - rows_rejected) FILTER (WHERE state = 'applying'), 0)::float8,
-		coalesce(sum(rows_applied + rows_unchanged + rows_conflict) FILTER (WHERE state = 'applying'), 0)::float8,
-		coalesce(sum(size_bytes) FILTER (WHERE state = 'applying'), 0)::float8,
-		coalesce(sum(size_bytes * (rows_applied + rows_unchanged + rows_conflict) / nullif(rows_total - rows_rejected, 0))
-		    FILTER (WHERE state = 'applying'), 0)::float8
-		FROM file_intake WHERE state IN ('claimed', 'spooled', 'applying', 'applied', 'outcome_unknown', 'quarantined')
-		  AND partner_id = ANY($1)
-		GROUP BY partner_id, state`, d.order)
+	gs, err := d.ledger.Gauges(ctx, d.order)
 	if err != nil {
 		return fmt.Errorf("refresh gauges: %w", err)
 	}
-	defer rs.Close()
-	for rs.Next() {
-		var partner, state string
-		var n int64
-		var age, total, done, bytes, bytesDone float64
-		if err := rs.Scan(&partner, &state, &n, &age, &total, &done, &bytes, &bytesDone); err != nil {
-			return err
-		}
-		m.files.WithLabelValues(partner, state).Set(float64(n))
-		switch State(state) {
+	for _, g := range gs {
+		partner := g.Partner
+		m.files.WithLabelValues(partner, string(g.State)).Set(float64(g.Files))
+		switch g.State {
 		case StateQuarantined:
-			m.quarantineOpen.WithLabelValues(partner).Set(float64(n))
-			m.quarantineOldest.WithLabelValues(partner).Set(age)
+			m.quarantineOpen.WithLabelValues(partner).Set(float64(g.Files))
+			m.quarantineOldest.WithLabelValues(partner).Set(g.Age)
 		default:
-			if age > oldest[partner] {
-				oldest[partner] = age
+			if g.Age > oldest[partner] {
+				oldest[partner] = g.Age
 			}
 		}
-		if State(state) == StateApplying {
-			m.inflightRows.WithLabelValues(partner).Set(total)
-			m.inflightRowsDone.WithLabelValues(partner).Set(done)
-			m.inflightBytes.WithLabelValues(partner).Set(bytes)
-			m.inflightBytesDone.WithLabelValues(partner).Set(bytesDone)
+		if g.State == StateApplying {
+			m.inflightRows.WithLabelValues(partner).Set(g.Rows)
+			m.inflightRowsDone.WithLabelValues(partner).Set(g.RowsDone)
+			m.inflightBytes.WithLabelValues(partner).Set(g.Bytes)
+			m.inflightBytesDone.WithLabelValues(partner).Set(g.BytesDone)
 		}
 	}
 	for p, age := range oldest {
@@ -108,7 +67,7 @@ func (d *Daemon) refreshGauges(ctx context.Context) error {
 			m.oldestReady.WithLabelValues(id).Set(age)
 		}
 	}
-	return rs.Err()
+	return nil
 }
 
 // refreshSpoolBytes walks the spool and sets the bytes held per partner.

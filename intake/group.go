@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/intake/rows"
 	"github.com/partner-intake/partner-intake/internal/fault"
 	"github.com/partner-intake/partner-intake/partners"
@@ -173,7 +174,7 @@ func (d *Daemon) claimGroup(ctx context.Context, p *partnerRT, sess *partners.Se
 	if len(renamed) == 0 {
 		return nil, walked, raced, failed
 	}
-	claimed, err := d.store.insertClaims(ctx, renamed)
+	claimed, err := d.ledger.InsertClaims(ctx, renamed)
 	if err != nil {
 		return nil, walked, raced, err
 	}
@@ -376,8 +377,8 @@ func (g *fileGroup) observe(from State, start time.Time) {
 // heartbeat extends the group's leases until the group's steps are done.
 // Only ids and tokens are read, which a group never changes.
 func (g *fileGroup) heartbeat(ctx context.Context, ins []*Intake) {
-	everyTick(ctx, g.d.store.lease/3, func() bool {
-		if err := g.d.store.heartbeatGroup(ctx, ins); err != nil && ctx.Err() == nil {
+	everyTick(ctx, g.d.ledger.Lease()/3, func() bool {
+		if err := g.d.ledger.HeartbeatGroup(ctx, ins); err != nil && ctx.Err() == nil {
 			g.log.Warn("heartbeat failed", "err", err)
 		}
 		return true
@@ -519,7 +520,7 @@ func (g *fileGroup) commit(ctx context.Context, tgt *target) error {
 	for i, f := range g.files {
 		ins[i] = f.r.in
 	}
-	bound, err := g.d.store.spoolGroup(ctx, tx, ins)
+	bound, err := g.d.ledger.SpoolGroup(ctx, tx, ins)
 	if err != nil {
 		return err
 	}
@@ -530,7 +531,7 @@ func (g *fileGroup) commit(ctx context.Context, tgt *target) error {
 		switch {
 		case !ok:
 			fenced = append(fenced, f)
-		case b == nil || b.verdict != VerdictNew:
+		case b == nil || b.Verdict != VerdictNew:
 			f.r.bound = b
 			spooledAlone = append(spooledAlone, f)
 		default:
@@ -541,12 +542,13 @@ func (g *fileGroup) commit(ctx context.Context, tgt *target) error {
 		if err := g.writeRows(ctx, tx, tgt, owners); err != nil {
 			return err
 		}
-		gs := make([]groupCounts, len(owners))
+		gs := make([]ledger.GroupFile, len(owners))
 		for i, f := range owners {
 			f.c.unchanged = int64(f.ch.rows()) - f.c.applied - f.c.conflict
-			gs[i] = groupCounts{in: f.r.in, first: f.ch.first, last: f.ch.last, c: f.c}
+			gs[i] = ledger.GroupFile{In: f.r.in, First: f.ch.first, Last: f.ch.last,
+				Applied: f.c.applied, Unchanged: f.c.unchanged, Conflict: f.c.conflict}
 		}
-		n, err := g.d.store.appliedGroup(ctx, tx, gs)
+		n, err := g.d.ledger.AppliedGroup(ctx, tx, gs)
 		if err != nil {
 			return err
 		}
@@ -692,7 +694,7 @@ func (g *fileGroup) archive(ctx context.Context) error {
 	if len(ins) == 0 {
 		return nil
 	}
-	moved, err := g.d.store.archiveGroup(ctx, ins)
+	moved, err := g.d.ledger.ArchiveGroup(ctx, ins)
 	if err != nil {
 		return err
 	}

@@ -12,6 +12,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/partner-intake/partner-intake/intake"
+	"github.com/partner-intake/partner-intake/intake/ledger"
+	"github.com/partner-intake/partner-intake/intake/ops"
 	"github.com/partner-intake/partner-intake/internal/testenv"
 	"github.com/partner-intake/partner-intake/partners"
 	"github.com/partner-intake/partner-intake/reconcile"
@@ -289,7 +291,7 @@ func TestAChunkLongerThanTheLeaseIsNotTakenOver(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	ledger := intake.NewLedger(admin, lease)
+	ledger := ledger.New(admin, lease)
 	tried := make(chan int, 1)
 	go func() {
 		n := 0
@@ -391,7 +393,7 @@ func TestAReleasedFileThatFailedPartWayIsAppliedWhole(t *testing.T) {
 
 	exec(t, pool, `DELETE FROM poison_on`) // the fix
 	ctx := context.Background()
-	if err := intake.Release(ctx, pool, intake.Decision{IntakeID: f.ID, Actor: "alice", Reason: "target fixed",
+	if err := ops.Release(ctx, pool, ops.Decision{IntakeID: f.ID, Actor: "alice", Reason: "target fixed",
 		Partners: []string{"acme"}, Worker: intake.OpsWorker("ops")}); err != nil {
 		t.Fatal(err)
 	}

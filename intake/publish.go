@@ -7,6 +7,7 @@ import (
 	"os"
 	"path"
 
+	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/partners"
 )
 
@@ -33,23 +34,13 @@ func OpsWorker(worker string) string { return fmt.Sprintf("%s/ops-%d", worker, o
 // ErrDecision is wrapped by every refused decision.
 var ErrDecision = errors.New("decision refused")
 
-// Undecided lists the partner's discarded files whose decision is not yet
-// published to the partner (PublishDiscarded).
-func (l *Ledger) Undecided(ctx context.Context, partner string) ([]*Intake, error) {
-	return l.query(ctx, `partner_id = $1 AND state = 'discarded' AND receipt_path IS NULL`, partner)
-}
-
 // PublishDiscarded tells the partner that a held file was discarded: the
 // reason file is removed and the receipt rewritten with outcome
 // "discarded", then its path recorded. Each step is conditional on the
 // token the discard took, so a later decision's publication is never
 // overwritten by this one; run twice, it writes the same.
-func (l *Ledger) PublishDiscarded(ctx context.Context, s *partners.Session, in *Intake) error {
-	still := func() error {
-		tag, err := l.s.pool.Exec(ctx, `UPDATE file_intake SET updated_at = now()
-			WHERE intake_id = $1 AND fencing_token = $2 AND state = 'discarded'`, in.ID, in.Token)
-		return fenced(tag, err, in, "publish discard")
-	}
+func PublishDiscarded(ctx context.Context, l *ledger.Ledger, s *partners.Session, in *Intake) error {
+	still := func() error { return l.StillDiscarded(ctx, in) }
 	if in.ArchivePath != "" {
 		if err := still(); err != nil {
 			return err
@@ -71,11 +62,5 @@ func (l *Ledger) PublishDiscarded(ctx context.Context, s *partners.Session, in *
 	if err != nil {
 		return err
 	}
-	tag, err := l.s.pool.Exec(ctx, `UPDATE file_intake SET receipt_path = $3, updated_at = now()
-		WHERE intake_id = $1 AND fencing_token = $2 AND state = 'discarded'`, in.ID, in.Token, p)
-	if err := fenced(tag, err, in, "record discard receipt"); err != nil {
-		return err
-	}
-	in.ReceiptPath = p
-	return nil
+	return l.RecordDiscardReceipt(ctx, in, p)
 }

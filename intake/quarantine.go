@@ -71,7 +71,7 @@ func (r *fileRun) hold(ctx context.Context, to State, reason string, line int64,
 		return err
 	}
 	in.ArchivePath = dst
-	if err := r.d.store.finish(ctx, in, in.State, to, reason); err != nil {
+	if err := r.d.ledger.Finish(ctx, in, in.State, to, reason); err != nil {
 		return err
 	}
 	r.d.metrics.finished(in.Partner, string(to))

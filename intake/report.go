@@ -120,7 +120,7 @@ func (r *fileRun) rejectsCSV(ctx context.Context) ([]byte, error) {
 	var buf bytes.Buffer
 	w := csv.NewWriter(&buf)
 	_ = w.Write([]string{"line", "column", "reason", "outcome", "detail"})
-	err := r.d.store.issues(ctx, r.in, func(is IssueRow) error {
+	err := r.d.ledger.Issues(ctx, r.in, func(is IssueRow) error {
 		return w.Write([]string{strconv.FormatInt(is.Line, 10), Neutralize(is.Column), Neutralize(is.Reason), Neutralize(is.Outcome), Neutralize(is.Detail)})
 	})
 	if err != nil {

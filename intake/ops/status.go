@@ -5,6 +5,10 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/partner-intake/partner-intake/intake"
+	"github.com/partner-intake/partner-intake/intake/ledger"
+	"github.com/partner-intake/partner-intake/reconcile"
 )
 
 // StatusRow is one partner's line of `intake status`.
@@ -57,129 +61,69 @@ func Status(ctx context.Context, db *pgxpool.Pool, partners []string) ([]StatusR
 		out[i] = StatusRow{Partner: p, ByState: map[string]int64{}}
 		idx[p] = &out[i]
 	}
-	rs, err := db.Query(ctx, `SELECT partner_id, state, count(*),
-		coalesce(extract(epoch FROM now() - min(claimed_at)), 0)::float8,
-		coalesce(sum(rows_total - rows_rejected) FILTER (WHERE state = 'applying'), 0)::bigint,
-		coalesce(sum(rows_applied + rows_unchanged + rows_conflict) FILTER (WHERE state = 'applying'), 0)::bigint
-		FROM file_intake WHERE partner_id = ANY($1) GROUP BY partner_id, state`, partners)
+	l := ledger.New(db, intake.DefaultLease)
+	counts, err := l.StateCounts(ctx, partners)
 	if err != nil {
 		return nil, err
 	}
-	for rs.Next() {
-		var p, st string
-		var n, total, done int64
-		var age float64
-		if err := rs.Scan(&p, &st, &n, &age, &total, &done); err != nil {
-			rs.Close()
-			return nil, err
+	for _, c := range counts {
+		r := idx[c.Partner]
+		r.ByState[string(c.State)] = c.Files
+		switch c.State {
+		case intake.StateQuarantined:
+			r.QuarantineOpen, r.QuarantineOldest = c.Files, c.Age
+		case intake.StateClaimed, intake.StateSpooled, intake.StateApplying, intake.StateApplied, intake.StateOutcomeUnknown:
+			r.OldestProcessing = max(r.OldestProcessing, c.Age)
 		}
-		r := idx[p]
-		r.ByState[st] = n
-		d := time.Duration(age * float64(time.Second))
-		switch State(st) {
-		case StateQuarantined:
-			r.QuarantineOpen, r.QuarantineOldest = n, d
-		case StateClaimed, StateSpooled, StateApplying, StateApplied, StateOutcomeUnknown:
-			r.OldestProcessing = max(r.OldestProcessing, d)
-		}
-		r.InflightTotal += total
-		r.InflightDone += done
+		r.InflightTotal += c.Rows
+		r.InflightDone += c.RowsDone
 	}
-	rs.Close()
-	if err := rs.Err(); err != nil {
-		return nil, err
-	}
-	rs, err = db.Query(ctx, `SELECT partner_id, max(last_ok_at), max(last_error_at),
-		(array_agg(last_error ORDER BY last_error_at DESC NULLS LAST))[1],
-		(array_agg(ready_files ORDER BY last_ok_at DESC NULLS LAST))[1],
-		(array_agg(oldest_ready_at ORDER BY last_ok_at DESC NULLS LAST))[1]
-		FROM intake_partner_poll WHERE partner_id = ANY($1) GROUP BY partner_id`, partners)
+	polls, err := l.Polls(ctx, partners)
 	if err != nil {
 		return nil, err
 	}
-	for rs.Next() {
-		var p string
-		var lastErr *string
-		var ready *int64
-		r := &StatusRow{}
-		if err := rs.Scan(&p, &r.LastOK, &r.LastError, &lastErr, &ready, &r.OldestReady); err != nil {
-			rs.Close()
-			return nil, err
-		}
-		t := idx[p]
-		t.LastOK, t.LastError, t.OldestReady = r.LastOK, r.LastError, r.OldestReady
-		if lastErr != nil {
-			t.LastErrorText = *lastErr
-		}
-		if ready != nil {
-			t.ReadyFiles = *ready
-		}
+	for _, p := range polls {
+		t := idx[p.Partner]
+		t.LastOK, t.LastError, t.OldestReady = p.LastOK, p.LastError, p.OldestReady
+		t.LastErrorText, t.ReadyFiles = p.LastErrorText, p.ReadyFiles
 	}
-	rs.Close()
-	if err := rs.Err(); err != nil {
-		return nil, err
-	}
-	rs, err = db.Query(ctx, `SELECT partner_id, intake_id, worker_id, rows_applied + rows_unchanged + rows_conflict,
-		coalesce(rows_total, 0) - rows_rejected, coalesce(size_bytes, 0), chunks_done
-		FROM file_intake WHERE partner_id = ANY($1) AND state = 'applying' ORDER BY intake_id`, partners)
+	applying, err := l.ApplyingFiles(ctx, partners)
 	if err != nil {
 		return nil, err
 	}
-	for rs.Next() {
-		var p string
-		var f InflightFile
-		if err := rs.Scan(&p, &f.IntakeID, &f.Worker, &f.RowsDone, &f.Rows, &f.Bytes, &f.ChunksDone); err != nil {
-			rs.Close()
-			return nil, err
-		}
+	for _, a := range applying {
+		f := InflightFile{IntakeID: a.IntakeID, Worker: a.Worker, RowsDone: a.RowsDone, Rows: a.Rows, Bytes: a.Bytes, ChunksDone: a.ChunksDone}
 		if f.Rows > 0 {
 			f.BytesDone = f.Bytes * f.RowsDone / f.Rows
 		}
-		idx[p].Inflight = append(idx[p].Inflight, f)
+		idx[a.Partner].Inflight = append(idx[a.Partner].Inflight, f)
 	}
-	rs.Close()
-	rs, err = db.Query(ctx, `SELECT partner_id, run_at FROM intake_reconcile_run WHERE partner_id = ANY($1)`, partners)
+	runs, err := reconcile.LastRuns(ctx, db, partners)
 	if err != nil {
 		return nil, err
 	}
-	for rs.Next() {
-		var p string
-		var at time.Time
-		if err := rs.Scan(&p, &at); err != nil {
-			rs.Close()
-			return nil, err
-		}
+	for p, at := range runs {
 		idx[p].FindingsAt = &at
 	}
-	rs.Close()
-	rs, err = db.Query(ctx, `SELECT partner_id, kind, coalesce(intake_id, 0), coalesce(path, ''), action, needs_human,
-		coalesce(detail, '') FROM intake_finding WHERE partner_id = ANY($1) ORDER BY partner_id, kind`, partners)
+	findings, err := reconcile.StoredFindings(ctx, db, partners)
 	if err != nil {
 		return nil, err
 	}
-	defer rs.Close()
-	for rs.Next() {
-		var p string
-		var f StatusFinding
-		if err := rs.Scan(&p, &f.Kind, &f.IntakeID, &f.Path, &f.Action, &f.NeedsHuman, &f.Detail); err != nil {
-			return nil, err
-		}
-		idx[p].Findings = append(idx[p].Findings, f)
-		if f.Kind == "orphan_claim" && f.IntakeID == 0 { // reconcile.KindOrphanClaim, not adopted
-			idx[p].OrphanClaims++
+	for _, sf := range findings {
+		f := StatusFinding{Kind: sf.Kind, Path: sf.Path, Action: sf.Action, Detail: sf.Detail, IntakeID: sf.IntakeID, NeedsHuman: sf.NeedsHuman}
+		idx[sf.Partner].Findings = append(idx[sf.Partner].Findings, f)
+		if f.Kind == reconcile.KindOrphanClaim && f.IntakeID == 0 { // not adopted
+			idx[sf.Partner].OrphanClaims++
 		}
 	}
-	if err := rs.Err(); err != nil {
-		return nil, err
-	}
-	serving, err := (&store{pool: db}).liveServing(ctx)
+	serving, err := l.LiveServing(ctx)
 	if err != nil {
 		return nil, err
 	}
 	for i := range out {
 		out[i].Replicas = serving[out[i].Partner]
 		if len(out[i].Replicas) > 0 {
-			out[i].Poller = owner(out[i].Partner, out[i].Replicas)
+			out[i].Poller = intake.Poller(out[i].Partner, out[i].Replicas)
 		}
 	}
 	return out, nil
