@@ -12,20 +12,6 @@ import (
 	"github.com/partner-intake/partner-intake/internal/pgerr"
 )
 
-// File-level reasons of the poison matrix (failure.go).
-const (
-	// ReasonTargetError: the database refused the file's statements for a
-	// reason no retry changes (the target table gone, a permission); the
-	// detail names the SQLSTATE.
-	ReasonTargetError = "target_error"
-	// ReasonRetriesExhausted: the file's runs failed transiently more
-	// often, or for longer, than the retry budget allows.
-	ReasonRetriesExhausted = "retries_exhausted"
-	// ReasonFeedGone: the file's feed left the configuration while the
-	// file was in flight.
-	ReasonFeedGone = "feed_unconfigured"
-)
-
 // settle decides what a failed run means for its file, so that one file
 // never holds up the partner's others: a final error fails the file now
 // (failed_terminal, receipt, alert; replayable after the fix), a transient

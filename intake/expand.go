@@ -17,18 +17,6 @@ import (
 	"github.com/partner-intake/partner-intake/spool"
 )
 
-// Reasons a compressed file is held, unparsed.
-const (
-	ReasonCompressionNotAllowed = "compression_not_allowed"     // the feed does not accept this compression
-	ReasonArchiveInvalid        = "archive_invalid"             // not a readable gzip/zip file
-	ReasonArchiveTooLarge       = "archive_too_large"           // expands beyond limits.max_expanded_bytes
-	ReasonArchiveEntries        = "archive_entries"             // a zip must hold exactly one file
-	ReasonArchiveBadEntry       = "archive_bad_entry"           // an entry name with traversal, an absolute path or unsafe characters
-	ReasonArchiveSymlink        = "archive_symlink"             // an entry that is a symbolic link
-	ReasonArchiveNested         = "archive_nested"              // an archive inside the archive
-	ReasonArchiveDirectory      = "archive_directory_too_large" // a zip's central directory over maxZipEntries or maxZipDirBytes
-)
-
 // A zip may hold one file (and the directories above it): its central
 // directory is refused beyond these bounds before archive/zip reads it,
 // because archive/zip reads the whole directory into memory, one struct

@@ -56,3 +56,41 @@ const (
 	ReasonBadBatchID       = ledger.ReasonBadBatchID
 	ReasonRemoteLost       = ledger.ReasonRemoteLost
 )
+
+// File-level reasons of the poison matrix (ledger/reasons.go).
+const (
+	ReasonTargetError      = ledger.ReasonTargetError
+	ReasonRetriesExhausted = ledger.ReasonRetriesExhausted
+	ReasonFeedGone         = ledger.ReasonFeedGone
+)
+
+// Reasons a compressed file is held, unparsed (ledger/reasons.go).
+const (
+	ReasonCompressionNotAllowed = ledger.ReasonCompressionNotAllowed
+	ReasonArchiveInvalid        = ledger.ReasonArchiveInvalid
+	ReasonArchiveTooLarge       = ledger.ReasonArchiveTooLarge
+	ReasonArchiveEntries        = ledger.ReasonArchiveEntries
+	ReasonArchiveBadEntry       = ledger.ReasonArchiveBadEntry
+	ReasonArchiveSymlink        = ledger.ReasonArchiveSymlink
+	ReasonArchiveNested         = ledger.ReasonArchiveNested
+	ReasonArchiveDirectory      = ledger.ReasonArchiveDirectory
+)
+
+// Receipt outcomes, as a partner reads them (ledger/outcome.go).
+const (
+	OutcomeAccepted            = ledger.OutcomeAccepted
+	OutcomeAcceptedWithRejects = ledger.OutcomeAcceptedWithRejects
+	OutcomeDuplicate           = ledger.OutcomeDuplicate
+	OutcomeQuarantined         = ledger.OutcomeQuarantined
+	OutcomeFailed              = ledger.OutcomeFailed
+	OutcomeDiscarded           = ledger.OutcomeDiscarded
+)
+
+// Overrides an ops release may grant a held file (ledger/outcome.go).
+const (
+	OverrideRejectRate     = ledger.OverrideRejectRate
+	OverrideManifest       = ledger.OverrideManifest
+	OverrideSize           = ledger.OverrideSize
+	OverrideConflictNewWin = ledger.OverrideConflictNewWin
+	OverrideNothing        = ledger.OverrideNothing
+)

@@ -11,16 +11,6 @@ import (
 	"time"
 )
 
-// Receipt outcomes, as a partner reads them.
-const (
-	OutcomeAccepted            = "accepted"
-	OutcomeAcceptedWithRejects = "accepted_with_rejects"
-	OutcomeDuplicate           = "duplicate"
-	OutcomeQuarantined         = "quarantined"
-	OutcomeFailed              = "failed"
-	OutcomeDiscarded           = "discarded" // held, then closed for good by ops
-)
-
 // Receipt is reports/<batch>.<intake_id>.receipt.json.
 type Receipt struct {
 	PartnerID   string      `json:"partner_id"`

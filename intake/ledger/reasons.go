@@ -13,3 +13,29 @@ const (
 	ReasonBadBatchID       = "bad_batch_id"         // no usable batch id
 	ReasonRemoteLost       = "remote_lost"          // the claimed file vanished before its bytes were safe
 )
+
+// File-level reasons of the poison matrix (failure.go).
+const (
+	// ReasonTargetError: the database refused the file's statements for a
+	// reason no retry changes (the target table gone, a permission); the
+	// detail names the SQLSTATE.
+	ReasonTargetError = "target_error"
+	// ReasonRetriesExhausted: the file's runs failed transiently more
+	// often, or for longer, than the retry budget allows.
+	ReasonRetriesExhausted = "retries_exhausted"
+	// ReasonFeedGone: the file's feed left the configuration while the
+	// file was in flight.
+	ReasonFeedGone = "feed_unconfigured"
+)
+
+// Reasons a compressed file is held, unparsed.
+const (
+	ReasonCompressionNotAllowed = "compression_not_allowed"     // the feed does not accept this compression
+	ReasonArchiveInvalid        = "archive_invalid"             // not a readable gzip/zip file
+	ReasonArchiveTooLarge       = "archive_too_large"           // expands beyond limits.max_expanded_bytes
+	ReasonArchiveEntries        = "archive_entries"             // a zip must hold exactly one file
+	ReasonArchiveBadEntry       = "archive_bad_entry"           // an entry name with traversal, an absolute path or unsafe characters
+	ReasonArchiveSymlink        = "archive_symlink"             // an entry that is a symbolic link
+	ReasonArchiveNested         = "archive_nested"              // an archive inside the archive
+	ReasonArchiveDirectory      = "archive_directory_too_large" // a zip's central directory over maxZipEntries or maxZipDirBytes
+)
