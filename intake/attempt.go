@@ -73,7 +73,7 @@ func (r *fileRun) settle(ctx context.Context, err error) error {
 }
 
 // finalReason is the reason code and detail of a final error.
-func finalReason(err error) (string, string) {
+func finalReason(err error) (Reason, string) {
 	var fe *FileError
 	if errors.As(err, &fe) {
 		return fe.Reason, fe.Detail

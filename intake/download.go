@@ -295,5 +295,5 @@ func (r *fileRun) readManifest() (*Manifest, error) {
 
 // fileFailure maps a terminal parse error to a hold.
 func (r *fileRun) fileFailure(ctx context.Context, fe *rows.FileError) error {
-	return r.hold(ctx, StateFailedTerminal, fe.Reason, fe.Line, fe.Detail)
+	return r.hold(ctx, StateFailedTerminal, Reason(fe.Reason), fe.Line, fe.Detail)
 }

@@ -26,7 +26,10 @@ const (
 	maxZipDirBytes = 256 << 10
 )
 
-type heldFor struct{ reason, detail string }
+type heldFor struct {
+	reason Reason
+	detail string
+}
 
 // compressionOf names the compression a file's name declares.
 func compressionOf(name string) string {

@@ -94,3 +94,9 @@ const (
 	OverrideConflictNewWin = ledger.OverrideConflictNewWin
 	OverrideNothing        = ledger.OverrideNothing
 )
+
+// Reason is a file-level reason code (ledger/reasons.go).
+type Reason = ledger.Reason
+
+// Outcome is a receipt's outcome (ledger/outcome.go).
+type Outcome = ledger.Outcome

@@ -21,7 +21,7 @@ type planResult struct {
 	// Fail is set when the file as a whole is unusable (terminal).
 	Fail *rows.FileError
 	// Hold is a reason code when policy holds the file for ops.
-	Hold string
+	Hold Reason
 }
 
 // maxHeldIssues is how many rejected rows a scan keeps in memory; a file

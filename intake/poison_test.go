@@ -218,7 +218,7 @@ func TestAFailingFileNeverHoldsUpThePartner(t *testing.T) {
 	if f := fs["orders-c-fine.csv"]; f.State != "archived" || f.Applied != 2 {
 		t.Fatalf("the file behind the failing ones: %+v", f)
 	}
-	if f := fs["orders-b-broken.csv"]; f.State != "failed_terminal" || f.Reason != intake.ReasonTargetError {
+	if f := fs["orders-b-broken.csv"]; f.State != "failed_terminal" || f.Reason != string(intake.ReasonTargetError) {
 		t.Fatalf("a final error: %+v, want failed_terminal target_error at once", f)
 	}
 	if f := fs["orders-a-busy.csv"]; f.State != "applying" {
@@ -238,7 +238,7 @@ func TestAFailingFileNeverHoldsUpThePartner(t *testing.T) {
 		r.poll("acme")
 	}
 	f := byName()["orders-a-busy.csv"]
-	if f.State != "failed_terminal" || f.Reason != intake.ReasonRetriesExhausted {
+	if f.State != "failed_terminal" || f.Reason != string(intake.ReasonRetriesExhausted) {
 		t.Fatalf("after its budget: %+v, want failed_terminal retries_exhausted", f)
 	}
 	rc := receipt(t, site, f.Receipt)
@@ -387,7 +387,7 @@ func TestAReleasedFileThatFailedPartWayIsAppliedWhole(t *testing.T) {
 	time.Sleep(5 * time.Millisecond) // past the next attempt (1 ms)
 	r.poll("acme")
 	f := files(t, pool, "acme")[0]
-	if f.State != "failed_terminal" || f.Reason != intake.ReasonRetriesExhausted || f.Chunks != 2 {
+	if f.State != "failed_terminal" || f.Reason != string(intake.ReasonRetriesExhausted) || f.Chunks != 2 {
 		t.Fatalf("%+v: want failed_terminal retries_exhausted after 2 chunks", f)
 	}
 

@@ -19,8 +19,8 @@ type Receipt struct {
 	BatchID     string      `json:"batch_id,omitempty"`
 	SHA256      string      `json:"sha256,omitempty"`
 	Bytes       int64       `json:"bytes"`
-	Outcome     string      `json:"outcome"`
-	Reason      string      `json:"reason,omitempty"`
+	Outcome     Outcome     `json:"outcome"`
+	Reason      Reason      `json:"reason,omitempty"`
 	Line        int64       `json:"line,omitempty"`
 	Detail      string      `json:"detail,omitempty"`
 	DuplicateOf int64       `json:"duplicate_of,omitempty"`

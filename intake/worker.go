@@ -103,7 +103,7 @@ func (r *fileRun) step(ctx context.Context) (err error) {
 	case StateClaimed:
 		if r.feed == nil {
 			reason := hostileReason(r.in.ClaimedPath)
-			err = r.hold(ctx, StateQuarantined, reason, 0, hostileDetail[reason])
+			err = r.hold(ctx, StateQuarantined, Reason(reason), 0, hostileDetail[reason])
 		} else {
 			err = r.download(ctx)
 		}
@@ -130,7 +130,7 @@ var hostileDetail = map[string]string{
 	SkipNoFeed:     "no feed agreed with you matches this file name; the file was not read",
 }
 
-func (r *fileRun) acceptedOutcome() string {
+func (r *fileRun) acceptedOutcome() Outcome {
 	if r.in.RowsRejected+r.in.RowsConflict > 0 {
 		return OutcomeAcceptedWithRejects
 	}

@@ -16,7 +16,7 @@ import (
 type QuarantineItem struct {
 	IntakeID   int64
 	Partner    string
-	Reason     string
+	Reason     Reason
 	BatchID    string
 	SHA256     string
 	Path       string
@@ -50,7 +50,8 @@ func (l *Ledger) ListQuarantine(ctx context.Context, partners []string, openOnly
 
 // Held is a held file locked for a decision.
 type Held struct {
-	Partner, Reason string
+	Partner string
+	Reason  Reason
 	// QState is the quarantine record's state ("open" until decided),
 	// FState the file's.
 	QState, FState              string

@@ -1,13 +1,16 @@
 package ledger
 
+// Outcome is a receipt's outcome, as a partner reads it.
+type Outcome string
+
 // Receipt outcomes, as a partner reads them.
 const (
-	OutcomeAccepted            = "accepted"
-	OutcomeAcceptedWithRejects = "accepted_with_rejects"
-	OutcomeDuplicate           = "duplicate"
-	OutcomeQuarantined         = "quarantined"
-	OutcomeFailed              = "failed"
-	OutcomeDiscarded           = "discarded" // held, then closed for good by ops
+	OutcomeAccepted            Outcome = "accepted"
+	OutcomeAcceptedWithRejects Outcome = "accepted_with_rejects"
+	OutcomeDuplicate           Outcome = "duplicate"
+	OutcomeQuarantined         Outcome = "quarantined"
+	OutcomeFailed              Outcome = "failed"
+	OutcomeDiscarded           Outcome = "discarded" // held, then closed for good by ops
 )
 
 // Overrides an ops release may grant a held file.

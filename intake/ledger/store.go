@@ -59,7 +59,7 @@ type Intake struct {
 	Size         int64
 	ExpectedRows *int64
 	State        State
-	Reason       string
+	Reason       Reason
 	Worker       string
 	ClaimedAt    time.Time
 
@@ -86,13 +86,13 @@ const intakeColumns = `intake_id, fencing_token, partner_id, feed, remote_name, 
 
 func scanIntake(r pgx.Row, extra ...any) (*Intake, error) {
 	in := &Intake{}
-	var st string
+	var st, reason string
 	err := r.Scan(append([]any{&in.ID, &in.Token, &in.Partner, &in.Feed, &in.RemoteName, &in.ClaimedPath,
 		&in.ManifestName, &in.ListedSize, &in.BatchID, &in.SHA256,
-		&in.Size, &in.ExpectedRows, &st, &in.Reason, &in.Worker, &in.ClaimedAt,
+		&in.Size, &in.ExpectedRows, &st, &reason, &in.Worker, &in.ClaimedAt,
 		&in.RowsTotal, &in.RowsApplied, &in.RowsUnchanged, &in.RowsRejected, &in.RowsConflict, &in.ChunksDone,
 		&in.ArchivePath, &in.ReceiptPath, &in.RejectsPath, &in.Override, &in.ReplayOf, &in.DataSHA256, &in.DataSize}, extra...)...)
-	in.State = State(st)
+	in.State, in.Reason = State(st), Reason(reason)
 	return in, err
 }
 
@@ -438,10 +438,10 @@ func (l *Ledger) MarkUnknown(ctx context.Context, in *Intake) error {
 // housekeeping is done. When the file fails after binding its batch, the
 // binding is released in the same transaction so a corrected resend can
 // take the batch.
-func (l *Ledger) Finish(ctx context.Context, in *Intake, from, to State, reason string) error {
+func (l *Ledger) Finish(ctx context.Context, in *Intake, from, to State, reason Reason) error {
 	if to != StateFailedTerminal && to != StateQuarantined {
 		// archived or duplicate: one statement, no transaction block
-		tag, err := l.pool.Exec(ctx, finishSQL, in.ID, in.Token, string(from), string(to), reason, in.ArchivePath, in.ReceiptPath, in.RejectsPath)
+		tag, err := l.pool.Exec(ctx, finishSQL, in.ID, in.Token, string(from), string(to), string(reason), in.ArchivePath, in.ReceiptPath, in.RejectsPath)
 		if err := fenced(tag, err, in, "finish as "+string(to)); err != nil {
 			return err
 		}
@@ -449,7 +449,7 @@ func (l *Ledger) Finish(ctx context.Context, in *Intake, from, to State, reason 
 		return nil
 	}
 	return pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
-		tag, err := tx.Exec(ctx, finishSQL, in.ID, in.Token, string(from), string(to), reason, in.ArchivePath, in.ReceiptPath, in.RejectsPath)
+		tag, err := tx.Exec(ctx, finishSQL, in.ID, in.Token, string(from), string(to), string(reason), in.ArchivePath, in.ReceiptPath, in.RejectsPath)
 		if err := fenced(tag, err, in, "finish as "+string(to)); err != nil {
 			return err
 		}
@@ -466,7 +466,7 @@ func (l *Ledger) Finish(ctx context.Context, in *Intake, from, to State, reason 
 				VALUES ($1, $2, $3, nullif($4, ''), nullif($5, ''), nullif($6, ''))
 				ON CONFLICT (intake_id) DO UPDATE SET reason = EXCLUDED.reason, path = EXCLUDED.path, held_at = now(),
 				    state = 'open', decided_at = NULL, decided_by = NULL, decision = NULL`,
-				in.ID, in.Partner, reason, in.BatchID, in.SHA256, in.ArchivePath); err != nil {
+				in.ID, in.Partner, string(reason), in.BatchID, in.SHA256, in.ArchivePath); err != nil {
 				return fmt.Errorf("quarantine record: %w", err)
 			}
 		}
