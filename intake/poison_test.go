@@ -291,19 +291,19 @@ func TestAChunkLongerThanTheLeaseIsNotTakenOver(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	ledger := ledger.New(admin, lease)
+	l := ledger.New(admin, lease)
 	tried := make(chan int, 1)
 	go func() {
 		n := 0
 		defer func() { tried <- n }()
 		for ctx.Err() == nil {
-			exp, err := ledger.Expired(ctx, "acme")
+			exp, err := l.Expired(ctx, "acme")
 			if err != nil {
 				return
 			}
 			for _, old := range exp {
 				n++
-				if _, err := ledger.TakeOver(ctx, old, "thief", old.ClaimedPath+".thief"); err == nil {
+				if _, err := l.TakeOver(ctx, old, "thief", old.ClaimedPath+".thief"); err == nil {
 					t.Errorf("intake %d was taken over while its owner's chunk ran", old.ID)
 					return
 				}

@@ -1,3 +1,12 @@
+// Package ledger is intake's record of every file: it owns every statement
+// on file_intake and its satellite tables (intake_batch, intake_chunk,
+// intake_row_issue, intake_quarantine, intake_audit) and on the replicas'
+// heartbeats and polls (intake_worker, intake_partner_poll), which the
+// leases and takeovers of those rows depend on. The pipeline (intake), the
+// reconciler (reconcile) and the ops views (intake/ops) call it and write
+// no SQL on these tables themselves; the one exception is the merge
+// statement of intake/target.go, which records the rows it holds back in
+// intake_row_issue as part of the same statement.
 package ledger
 
 import (
@@ -33,6 +42,9 @@ func (l *Ledger) Lease() time.Duration { return l.lease }
 
 // AppName is the PostgreSQL application_name of a worker's connections.
 func AppName(worker string) string { return "partner-intake/" + worker }
+
+// The reconciler's reads and takeovers (matrix rows 1, 5, 9 and the
+// quarantine report).
 
 func (l *Ledger) query(ctx context.Context, where string, args ...any) ([]*Intake, error) {
 	rs, err := l.pool.Query(ctx, `SELECT `+intakeColumns+` FROM file_intake WHERE `+where+` ORDER BY intake_id`, args...)

@@ -13,8 +13,6 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/partner-intake/partner-intake/intake"
-	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/partners"
 	"github.com/partner-intake/partner-intake/spool"
 )
@@ -130,7 +128,7 @@ func purgePartner(ctx context.Context, db *pgxpool.Pool, sp *spool.Spool, p *par
 	if err := purgeSpool(ctx, db, sp, p.ID, now.Add(-ret.Spool), &res); err != nil {
 		return res, fmt.Errorf("spool: %w", err)
 	}
-	l := ledger.New(db, intake.DefaultLease)
+	l := ledgerOn(db)
 	var err error
 	if res.RowIssues, err = l.PurgeRowIssues(ctx, p.ID, now.Add(-ret.RowIssues)); err != nil {
 		return res, fmt.Errorf("row issues: %w", err)
@@ -169,7 +167,7 @@ func purgeSpool(ctx context.Context, db *pgxpool.Pool, sp *spool.Spool, partner 
 	if err != nil || len(hashes) == 0 {
 		return err
 	}
-	keep, err := ledger.New(db, intake.DefaultLease).SpoolInUse(ctx, partner, hashes, cutoff)
+	keep, err := ledgerOn(db).SpoolInUse(ctx, partner, hashes, cutoff)
 	if err != nil {
 		return err
 	}

@@ -24,7 +24,7 @@ type QuarantineItem = ledger.QuarantineItem
 
 // ListQuarantine lists the held files of the given partners, newest first.
 func ListQuarantine(ctx context.Context, db *pgxpool.Pool, partners []string, openOnly bool) ([]QuarantineItem, error) {
-	return ledger.New(db, intake.DefaultLease).ListQuarantine(ctx, partners, openOnly)
+	return ledgerOn(db).ListQuarantine(ctx, partners, openOnly)
 }
 
 // Decision is an ops action on a held file.
@@ -163,7 +163,7 @@ func discard(ctx context.Context, tx pgx.Tx, d Decision, partner, action string)
 // and reason file (a released file's are published by the daemon that
 // finishes it). The partner's site is dialled with its entry of parts.
 func PublishDecision(ctx context.Context, db *pgxpool.Pool, parts []partners.Config, id int64) error {
-	l := ledger.New(db, intake.DefaultLease)
+	l := ledgerOn(db)
 	for i := range parts {
 		in, err := l.Get(ctx, parts[i].ID, id)
 		if err != nil {
@@ -191,5 +191,5 @@ type AuditEntry = ledger.AuditEntry
 
 // Audit lists the given partners' ops actions, newest first.
 func Audit(ctx context.Context, db *pgxpool.Pool, partners []string, limit int) ([]AuditEntry, error) {
-	return ledger.New(db, intake.DefaultLease).Audit(ctx, partners, limit)
+	return ledgerOn(db).Audit(ctx, partners, limit)
 }

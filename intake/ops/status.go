@@ -7,7 +7,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/partner-intake/partner-intake/intake"
-	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/reconcile"
 )
 
@@ -61,7 +60,7 @@ func Status(ctx context.Context, db *pgxpool.Pool, partners []string) ([]StatusR
 		out[i] = StatusRow{Partner: p, ByState: map[string]int64{}}
 		idx[p] = &out[i]
 	}
-	l := ledger.New(db, intake.DefaultLease)
+	l := ledgerOn(db)
 	counts, err := l.StateCounts(ctx, partners)
 	if err != nil {
 		return nil, err
