@@ -59,7 +59,7 @@ func (d *Daemon) owns(ctx context.Context, partner string) bool {
 	defer d.peers.mu.Unlock()
 	refresh := min(peerRefresh, d.cfg.Lease/3)
 	if d.peers.at.IsZero() || time.Since(d.peers.at) > refresh {
-		serving, err := d.store.liveServing(ctx)
+		serving, err := d.ledger.LiveServing(ctx)
 		d.peers.at = time.Now() // a failed read is tried again after the same interval, not at every call
 		if err != nil {
 			if ctx.Err() == nil {

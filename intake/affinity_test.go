@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/partner-intake/partner-intake/intake"
+	"github.com/partner-intake/partner-intake/intake/ops"
 	"github.com/partner-intake/partner-intake/internal/testenv"
 )
 
@@ -89,7 +90,7 @@ func TestReplicasSplitPartnersAndTakeOverOnStop(t *testing.T) {
 	for _, s := range sites {
 		ids = append(ids, s.Config.ID)
 	}
-	rows, err := intake.Status(ctx, pool, ids)
+	rows, err := ops.Status(ctx, pool, ids)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -114,7 +115,7 @@ func TestReplicasSplitPartnersAndTakeOverOnStop(t *testing.T) {
 	if n := testenv.Count(t, pool, `SELECT count(*) FROM file_intake WHERE remote_name LIKE '%late%' AND worker_id <> 'r1'`); n != 0 {
 		t.Fatalf("%d late files processed by another replica than r1", n)
 	}
-	if rows, err = intake.Status(ctx, pool, ids); err != nil || rows[0].Poller != "r1" || len(rows[0].Replicas) != 1 {
+	if rows, err = ops.Status(ctx, pool, ids); err != nil || rows[0].Poller != "r1" || len(rows[0].Replicas) != 1 {
 		t.Fatalf("status after r2 stopped: %+v %v", rows[0], err)
 	}
 }

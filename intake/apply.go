@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/intake/rows"
 	"github.com/partner-intake/partner-intake/internal/fault"
 	"github.com/partner-intake/partner-intake/partners"
@@ -72,7 +73,7 @@ func (r *fileRun) apply(ctx context.Context) error {
 		return err
 	}
 	if in.State != StateApplied { // nothing left to apply (no rows, or all applied before a restart)
-		if err := r.d.store.markApplied(ctx, in); err != nil {
+		if err := r.d.ledger.MarkApplied(ctx, in); err != nil {
 			return err
 		}
 	}
@@ -175,7 +176,7 @@ func (r *fileRun) markUnknown(ctx context.Context, cu *CommitUnknownError) error
 	// still be attempted, so it gets its own bounded context.
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	if err := r.d.store.markUnknown(wctx, r.in); err != nil {
+	if err := r.d.ledger.MarkUnknown(wctx, r.in); err != nil {
 		return fmt.Errorf("%w (and recording outcome_unknown failed: %v)", cu, err)
 	}
 	r.d.metrics.finished(r.in.Partner, string(StateOutcomeUnknown))
@@ -205,7 +206,7 @@ func (r *fileRun) commitChunk(ctx context.Context, tgt *target, ch *chunk) error
 			}
 			return nil
 		}
-		if errors.Is(err, errChunkDone) {
+		if errors.Is(err, ledger.ErrChunkDone) {
 			r.in.ChunksDone = chunk + 1
 			return nil
 		}
@@ -229,9 +230,6 @@ func (r *fileRun) commitChunk(ctx context.Context, tgt *target, ch *chunk) error
 		backoff = min(backoff*2, 5*time.Second)
 	}
 }
-
-// errChunkDone: the ledger already holds this chunk under our token.
-var errChunkDone = errors.New("chunk already committed")
 
 func (r *fileRun) chunkTx(ctx context.Context, tgt *target, ch *chunk) (chunkCounts, error) {
 	in, chunk := r.in, ch.no
@@ -286,9 +284,7 @@ func (r *fileRun) chunkStatements(ctx context.Context, tx pgx.Tx, tgt *target, c
 	// transaction ends, and the token check fences a stale owner. It goes
 	// out in one round trip with the first statement of the rows' path.
 	b := &pgx.Batch{}
-	b.Queue(`UPDATE file_intake SET lease_until = now() + $4::interval, updated_at = now()
-		WHERE intake_id = $1 AND fencing_token = $2 AND state = 'applying' AND chunks_done = $3`,
-		in.ID, in.Token, chunk, r.d.store.lease)
+	r.d.ledger.QueueChunkGate(b, in, chunk)
 	// A chunk may outlast the lease (a slow trigger, rows locked by the
 	// application): its statements get their own bound instead of the
 	// lease-long statement_timeout of the pool (PoolConfig). The owner is
@@ -323,7 +319,7 @@ func (r *fileRun) chunkStatements(ctx context.Context, tx pgx.Tx, tgt *target, c
 		return fmt.Errorf("chunk %d gate: %w", chunk, err)
 	}
 	if tag.RowsAffected() == 0 {
-		return r.gateClosed(ctx, tx, chunk)
+		return ledger.ChunkGateClosed(ctx, tx, in, chunk)
 	}
 	writer := in.ID
 	if in.ReplayOf != 0 {
@@ -341,36 +337,9 @@ func (r *fileRun) chunkStatements(ctx context.Context, tx pgx.Tx, tgt *target, c
 	}
 	// The ledger row and the file's progress, in one round trip; the last
 	// chunk also moves the file to applied when its totals reconcile.
-	b = &pgx.Batch{}
-	b.Queue(`INSERT INTO intake_chunk (intake_id, chunk_no, partner_id, first_line, last_line,
-		rows_applied, rows_unchanged, rows_conflict, fencing_token) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`,
-		in.ID, chunk, in.Partner, ch.first, ch.last, c.applied, c.unchanged, c.conflict, in.Token)
-	b.Queue(`UPDATE file_intake SET rows_applied = rows_applied + $4, rows_unchanged = rows_unchanged + $5,
-		rows_rejected = rows_rejected + $6, rows_conflict = rows_conflict + $7, chunks_done = $3 + 1,
-		lease_until = clock_timestamp() + $9::interval,
-		state = CASE WHEN $8::boolean AND rows_applied + $4 + rows_unchanged + $5 + rows_rejected + $6 + rows_conflict + $7 = rows_total
-		             THEN 'applied' ELSE state END, updated_at = now()
-		WHERE intake_id = $1 AND fencing_token = $2 AND chunks_done = $3
-		RETURNING state`,
-		in.ID, in.Token, chunk, c.applied, c.unchanged, c.rejected, c.conflict, ch.final, r.d.store.lease)
-	br = tx.SendBatch(ctx, b)
-	if _, err := br.Exec(); err != nil {
-		br.Close()
-		return fmt.Errorf("chunk %d ledger: %w", chunk, err)
-	}
-	var state string
-	err = br.QueryRow().Scan(&state)
-	if cerr := br.Close(); err == nil {
-		err = cerr
-	}
-	if errors.Is(err, pgx.ErrNoRows) {
-		return &FencedError{IntakeID: in.ID, Token: in.Token, Step: fmt.Sprintf("chunk %d progress", chunk)}
-	}
-	if err != nil {
-		return fmt.Errorf("chunk %d progress: %w", chunk, err)
-	}
-	c.fileApplied = state == string(StateApplied)
-	return nil
+	c.fileApplied, err = r.d.ledger.ChunkDone(ctx, tx, in, ledger.Chunk{No: chunk, First: ch.first, Last: ch.last,
+		Applied: c.applied, Unchanged: c.unchanged, Rejected: c.rejected, Conflict: c.conflict, Final: ch.final})
+	return err
 }
 
 // chunkStatementTimeout bounds each statement of a chunk transaction.
@@ -460,39 +429,3 @@ func (r *fileRun) writeRows(ctx context.Context, tx pgx.Tx, tgt *target, ch *chu
 // rangeCapFactor bounds the merge's key-range read at this many target
 // rows per staged row; a sparser range is probed row by row instead.
 const rangeCapFactor = 4
-
-// gateClosed explains a gate that let nothing through: fenced out, or the
-// chunk is already in the ledger (a commit whose reply was lost).
-func (r *fileRun) gateClosed(ctx context.Context, tx pgx.Tx, chunk int) error {
-	var token int64
-	var state string
-	var done int
-	err := tx.QueryRow(ctx, `SELECT fencing_token, state, chunks_done FROM file_intake WHERE intake_id = $1`, r.in.ID).
-		Scan(&token, &state, &done)
-	if err != nil {
-		return fmt.Errorf("chunk %d: read ledger: %w", chunk, err)
-	}
-	if token == r.in.Token && state == string(StateApplying) && done > chunk {
-		return errChunkDone
-	}
-	if token == r.in.Token && state == string(StateApplying) && done < chunk {
-		return &LedgerBehindError{IntakeID: r.in.ID, Chunk: chunk, Done: done}
-	}
-	return &FencedError{IntakeID: r.in.ID, Token: r.in.Token, Step: fmt.Sprintf("chunk %d", chunk)}
-}
-
-// LedgerBehindError: the ledger holds fewer chunks than this worker saw
-// commit. Only a database crash does that (chunks before a file's last
-// commit without waiting for the WAL flush, and the crash lost the
-// newest). Nothing is guessed: the run stops, and the file resumes from
-// what the ledger holds on the next poll.
-type LedgerBehindError struct {
-	IntakeID int64
-	Chunk    int
-	Done     int
-}
-
-func (e *LedgerBehindError) Error() string {
-	return fmt.Sprintf("intake %d: the ledger holds %d chunks, chunk %d was next (the database lost its newest commits in a crash); resuming from the ledger",
-		e.IntakeID, e.Done, e.Chunk)
-}

@@ -16,12 +16,12 @@ import (
 // end: applied -> archived. Archive is evidence, not the commit point: the
 // rows were committed before this step, and a crash here is finished on
 // resume without re-applying anything.
-func (r *fileRun) archive(ctx context.Context, from State, outcome string, dupOf int64) error {
+func (r *fileRun) archive(ctx context.Context, from State, outcome Outcome, dupOf int64) error {
 	to, reason, err := r.archiveRemote(ctx, outcome, dupOf)
 	if err != nil {
 		return err
 	}
-	if err := r.d.store.finish(ctx, r.in, from, to, reason); err != nil {
+	if err := r.d.ledger.Finish(ctx, r.in, from, to, reason); err != nil {
 		return err
 	}
 	r.archived(outcome, to)
@@ -31,7 +31,7 @@ func (r *fileRun) archive(ctx context.Context, from State, outcome string, dupOf
 // archiveRemote is archive's work on the partner's site: the file moved
 // to archive/, its receipt (and rejects report) published. It returns the
 // state the file ends in and its reason.
-func (r *fileRun) archiveRemote(ctx context.Context, outcome string, dupOf int64) (State, string, error) {
+func (r *fileRun) archiveRemote(ctx context.Context, outcome Outcome, dupOf int64) (State, Reason, error) {
 	in := r.in
 	dir := r.sess.Layout.ArchiveDir(in.ClaimedAt)
 	var dst string
@@ -86,7 +86,7 @@ func (r *fileRun) archiveRemote(ctx context.Context, outcome string, dupOf int64
 }
 
 // archived counts and logs a file that archive finished.
-func (r *fileRun) archived(outcome string, to State) {
+func (r *fileRun) archived(outcome Outcome, to State) {
 	in := r.in
 	r.d.metrics.finished(in.Partner, string(to))
 	r.log.Info("file done", "outcome", outcome, "rows_total", in.RowsTotal, "rows_applied", in.RowsApplied,

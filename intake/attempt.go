@@ -4,28 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/partner-intake/partner-intake/internal/fault"
 
 	"github.com/partner-intake/partner-intake/internal/pgerr"
-)
-
-// File-level reasons of the poison matrix (failure.go).
-const (
-	// ReasonTargetError: the database refused the file's statements for a
-	// reason no retry changes (the target table gone, a permission); the
-	// detail names the SQLSTATE.
-	ReasonTargetError = "target_error"
-	// ReasonRetriesExhausted: the file's runs failed transiently more
-	// often, or for longer, than the retry budget allows.
-	ReasonRetriesExhausted = "retries_exhausted"
-	// ReasonFeedGone: the file's feed left the configuration while the
-	// file was in flight.
-	ReasonFeedGone = "feed_unconfigured"
 )
 
 // settle decides what a failed run means for its file, so that one file
@@ -57,7 +41,7 @@ func (r *fileRun) settle(ctx context.Context, err error) error {
 		}
 		err = fmt.Errorf("%w (and holding the file failed: %w)", err, herr)
 	}
-	n, exhausted, rerr := r.d.store.recordAttempt(ctx, r.in, pgerr.Redact(err))
+	n, exhausted, rerr := r.recordAttempt(ctx, pgerr.Redact(err))
 	var fe *FencedError
 	switch {
 	case errors.As(rerr, &fe):
@@ -89,7 +73,7 @@ func (r *fileRun) settle(ctx context.Context, err error) error {
 }
 
 // finalReason is the reason code and detail of a final error.
-func finalReason(err error) (string, string) {
+func finalReason(err error) (Reason, string) {
 	var fe *FileError
 	if errors.As(err, &fe) {
 		return fe.Reason, fe.Detail
@@ -106,24 +90,11 @@ func finalReason(err error) (string, string) {
 // next poll (a one-off, as most are), later ones after the base backoff
 // doubling per attempt, capped, with jitter. exhausted: the budget is
 // spent.
-func (s *store) recordAttempt(ctx context.Context, in *Intake, lastErr string) (n int, exhausted bool, err error) {
-	// this write must land even when the run's context is what ended it
-	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-	defer cancel()
-	var age time.Duration
-	err = s.pool.QueryRow(wctx, `UPDATE file_intake SET attempts = attempts + 1,
-		    first_failed_at = coalesce(first_failed_at, now()),
-		    next_attempt_at = now() + CASE WHEN attempts = 0 THEN interval '0'
-		        ELSE least($3::interval * power(2, attempts - 1), $4::interval) * (0.75 + random() / 2) END,
-		    last_error = left($5, 1000), updated_at = now()
-		WHERE intake_id = $1 AND fencing_token = $2 AND state = ANY($6)
-		RETURNING attempts, now() - first_failed_at`,
-		in.ID, in.Token, s.retry.Base, s.retry.Max, lastErr, liveStates).Scan(&n, &age)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return 0, false, &FencedError{IntakeID: in.ID, Token: in.Token, Step: "record attempt"}
-	}
+func (r *fileRun) recordAttempt(ctx context.Context, lastErr string) (n int, exhausted bool, err error) {
+	retry := r.d.cfg.Retry
+	n, age, err := r.d.ledger.RecordAttempt(ctx, r.in, lastErr, retry.Base, retry.Max)
 	if err != nil {
-		return 0, false, fmt.Errorf("record attempt: %w", err)
+		return 0, false, err
 	}
-	return n, n >= s.retry.Attempts || age >= s.retry.Within, nil
+	return n, n >= retry.Attempts || age >= retry.Within, nil
 }

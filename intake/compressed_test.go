@@ -96,7 +96,7 @@ func TestCompressedFiles(t *testing.T) {
 		if f.State != "quarantined" || f.Reason != c.reason || f.Total != 0 {
 			t.Fatalf("%s: %+v, want quarantined %s, unparsed", f.Name, f, c.reason)
 		}
-		if rc := receipt(t, site, f.Receipt); rc.Reason != c.reason {
+		if rc := receipt(t, site, f.Receipt); string(rc.Reason) != c.reason {
 			t.Fatalf("%s: receipt %+v", f.Name, rc)
 		}
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/robfig/cron/v3"
 
+	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/internal/pgerr"
 	"github.com/partner-intake/partner-intake/internal/schedule"
 	"github.com/partner-intake/partner-intake/partners"
@@ -128,11 +129,11 @@ func (c *Config) Validate() error {
 
 // PoolConfig is the pgxpool configuration the daemon expects. A worker
 // stalled inside a transaction (a GC pause, SIGSTOP, a partition) holds the
-// file_intake row lock that a takeover needs; statement and
+// file's ledger row lock that a takeover needs; statement and
 // idle-in-transaction timeouts equal to the lease make PostgreSQL end most
 // such sessions by itself, and the application name lets a takeover find
 // and end the rest (a COPY waiting for its stalled client is not ended by
-// statement_timeout): see Ledger.TakeOver.
+// statement_timeout): see ledger.Ledger.TakeOver.
 func PoolConfig(url, worker string, lease time.Duration) (*pgxpool.Config, error) {
 	pc, err := pgxpool.ParseConfig(url)
 	if err != nil {
@@ -144,7 +145,7 @@ func PoolConfig(url, worker string, lease time.Duration) (*pgxpool.Config, error
 	ms := fmt.Sprint(lease.Milliseconds())
 	pc.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"] = ms
 	pc.ConnConfig.RuntimeParams["statement_timeout"] = ms
-	pc.ConnConfig.RuntimeParams["application_name"] = AppName(worker)
+	pc.ConnConfig.RuntimeParams["application_name"] = ledger.AppName(worker)
 	// JIT compiling a chunk's merge costs more than running it (measured:
 	// 836 ms of JIT for a 40 ms statement once its estimate crossed
 	// jit_above_cost).
@@ -152,15 +153,12 @@ func PoolConfig(url, worker string, lease time.Duration) (*pgxpool.Config, error
 	return pc, nil
 }
 
-// AppName is the PostgreSQL application_name of a worker's connections.
-func AppName(worker string) string { return "partner-intake/" + worker }
-
 // Daemon runs one poller per partner.
 type Daemon struct {
 	cfg     Config
 	db      *pgxpool.Pool
 	spool   *spool.Spool
-	store   *store
+	ledger  *ledger.Ledger
 	metrics *metrics
 	log     *slog.Logger
 	parts   map[string]*partnerRT
@@ -197,7 +195,7 @@ func New(cfg Config, parts []partners.Config, db *pgxpool.Pool, sp *spool.Spool,
 	if err != nil {
 		return nil, err
 	}
-	d := &Daemon{cfg: cfg, db: db, spool: sp, store: &store{pool: db, lease: cfg.Lease, retry: cfg.Retry},
+	d := &Daemon{cfg: cfg, db: db, spool: sp, ledger: ledger.New(db, cfg.Lease),
 		metrics: newMetrics(reg), log: slog.New(pgerr.Handler(log.Handler())).With("component", "intake", "worker", cfg.WorkerID),
 		parts: map[string]*partnerRT{}, targets: map[string]*target{}}
 	for i := range parts {
@@ -259,7 +257,7 @@ func (d *Daemon) afterPoll(p *partnerRT, err error) {
 	// shutdown is still worth recording.
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if rerr := d.store.recordPoll(ctx, p.cfg.ID, d.cfg.WorkerID, err, ready, oldest); rerr != nil {
+	if rerr := d.ledger.RecordPoll(ctx, p.cfg.ID, d.cfg.WorkerID, err, ready, oldest); rerr != nil {
 		d.log.Warn("record poll outcome", "partner", p.cfg.ID, "err", rerr)
 	}
 }
@@ -278,7 +276,7 @@ func (d *Daemon) Start(ctx context.Context) error {
 	ctx, d.cancel = context.WithCancel(ctx)
 	// Registered before the first poll, so that replicas starting together
 	// split the partners from their first claims on.
-	drained, err := d.store.registerWorker(ctx, d.cfg.WorkerID, d.order)
+	drained, err := d.ledger.RegisterWorker(ctx, d.cfg.WorkerID, d.order)
 	if err != nil {
 		d.cancel()
 		return err
@@ -322,7 +320,7 @@ func (d *Daemon) Start(ctx context.Context) error {
 // reconcilers of other replicas do not adopt its claims.
 func (d *Daemon) workerHeartbeat(ctx context.Context) {
 	everyTick(ctx, d.cfg.Lease/3, func() bool {
-		if _, err := d.store.registerWorker(ctx, d.cfg.WorkerID, d.order); err != nil && ctx.Err() == nil {
+		if _, err := d.ledger.RegisterWorker(ctx, d.cfg.WorkerID, d.order); err != nil && ctx.Err() == nil {
 			d.log.Warn("worker heartbeat failed", "err", err)
 		}
 		return true
@@ -532,7 +530,7 @@ func (d *Daemon) Stop() {
 	// the other replicas take this one's partners on their next poll
 	rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if err := d.store.retireWorker(rctx, d.cfg.WorkerID, drained); err != nil {
+	if err := d.ledger.RetireWorker(rctx, d.cfg.WorkerID, drained); err != nil {
 		d.log.Warn("retire worker", "err", err)
 	}
 	d.log.Info("daemon stopped")

@@ -49,7 +49,7 @@ func (r *fileRun) download(ctx context.Context) error {
 	// downloaded again into the spool.
 	scan, heldSHA := true, ""
 	if in.ListedSize >= scanCheckBytes && partners.ValidBatchID(batch) {
-		sha, err := r.d.store.batchBound(ctx, in, batch)
+		sha, err := r.d.ledger.BatchBound(ctx, in, batch)
 		if err != nil {
 			return err
 		}
@@ -117,7 +117,7 @@ func (r *fileRun) download(ctx context.Context) error {
 	if held != nil {
 		return r.hold(ctx, StateQuarantined, held.reason, 0, held.detail)
 	}
-	b, err := r.d.store.setSpooled(ctx, in, e.SHA256, e.Size, data.SHA256, data.Size, batch, rowsWant)
+	b, err := r.d.ledger.SetSpooled(ctx, in, e.SHA256, e.Size, data.SHA256, data.Size, batch, rowsWant)
 	if err != nil {
 		return err
 	}
@@ -295,5 +295,5 @@ func (r *fileRun) readManifest() (*partners.Manifest, error) {
 
 // fileFailure maps a terminal parse error to a hold.
 func (r *fileRun) fileFailure(ctx context.Context, fe *rows.FileError) error {
-	return r.hold(ctx, StateFailedTerminal, fe.Reason, fe.Line, fe.Detail)
+	return r.hold(ctx, StateFailedTerminal, Reason(fe.Reason), fe.Line, fe.Detail)
 }

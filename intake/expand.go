@@ -17,18 +17,6 @@ import (
 	"github.com/partner-intake/partner-intake/spool"
 )
 
-// Reasons a compressed file is held, unparsed.
-const (
-	ReasonCompressionNotAllowed = "compression_not_allowed"     // the feed does not accept this compression
-	ReasonArchiveInvalid        = "archive_invalid"             // not a readable gzip/zip file
-	ReasonArchiveTooLarge       = "archive_too_large"           // expands beyond limits.max_expanded_bytes
-	ReasonArchiveEntries        = "archive_entries"             // a zip must hold exactly one file
-	ReasonArchiveBadEntry       = "archive_bad_entry"           // an entry name with traversal, an absolute path or unsafe characters
-	ReasonArchiveSymlink        = "archive_symlink"             // an entry that is a symbolic link
-	ReasonArchiveNested         = "archive_nested"              // an archive inside the archive
-	ReasonArchiveDirectory      = "archive_directory_too_large" // a zip's central directory over maxZipEntries or maxZipDirBytes
-)
-
 // A zip may hold one file (and the directories above it): its central
 // directory is refused beyond these bounds before archive/zip reads it,
 // because archive/zip reads the whole directory into memory, one struct
@@ -38,7 +26,10 @@ const (
 	maxZipDirBytes = 256 << 10
 )
 
-type heldFor struct{ reason, detail string }
+type heldFor struct {
+	reason Reason
+	detail string
+}
 
 // compressionOf names the compression a file's name declares.
 func compressionOf(name string) string {
@@ -251,10 +242,7 @@ func (r *fileRun) dropExpanded(ctx context.Context) {
 	if in.DataSHA256 == "" || in.DataSHA256 == in.SHA256 || !finished(in.State) {
 		return
 	}
-	var busy bool
-	err := r.d.db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM file_intake WHERE partner_id = $1 AND data_sha256 = $2
-		AND intake_id <> $3 AND state NOT IN ('archived', 'duplicate', 'quarantined', 'failed_terminal', 'discarded'))`,
-		in.Partner, in.DataSHA256, in.ID).Scan(&busy)
+	busy, err := r.d.ledger.DataInUse(ctx, in)
 	if err == nil && !busy {
 		err = r.d.spool.Remove(in.Partner, in.DataSHA256)
 	}

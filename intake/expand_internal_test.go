@@ -30,13 +30,13 @@ func zipWith(t *testing.T, n int) []byte {
 // or one whose end record understates it (archive/zip would read on past
 // the declared directory) are refused; an ordinary zip passes.
 func TestZipDirectoryIsBoundedBeforeItIsRead(t *testing.T) {
-	check := func(name string, data []byte, want string) {
+	check := func(name string, data []byte, want Reason) {
 		t.Helper()
 		held, err := zipBounded(bytes.NewReader(data), int64(len(data)))
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
-		got := ""
+		var got Reason
 		if held != nil {
 			got = held.reason
 		}

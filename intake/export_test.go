@@ -23,5 +23,5 @@ func Owner(partner string, workers []string) string { return owner(partner, work
 
 // BindBatch binds in's batch as decide does for a resumed file.
 func BindBatch(ctx context.Context, d *Daemon, in *Intake) (Verdict, int64, error) {
-	return d.store.bindBatch(ctx, in)
+	return d.ledger.BindBatch(ctx, in)
 }

@@ -91,8 +91,8 @@ func sessionLost(err error) bool {
 // FileError is a failure that is final for the file whatever is retried
 // (the mapping cannot be applied, say): its Reason goes to the receipt.
 type FileError struct {
-	Reason string
+	Reason Reason
 	Detail string
 }
 
-func (e *FileError) Error() string { return e.Reason + ": " + e.Detail }
+func (e *FileError) Error() string { return string(e.Reason) + ": " + e.Detail }

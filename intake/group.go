@@ -191,8 +191,8 @@ func (g *fileGroup) observe(from State, start time.Time) {
 // heartbeat extends the group's leases until the group's steps are done.
 // Only ids and tokens are read, which a group never changes.
 func (g *fileGroup) heartbeat(ctx context.Context, ins []*Intake) {
-	everyTick(ctx, g.d.store.lease/3, func() bool {
-		if err := g.d.store.heartbeatGroup(ctx, ins); err != nil && ctx.Err() == nil {
+	everyTick(ctx, g.d.ledger.Lease()/3, func() bool {
+		if err := g.d.ledger.HeartbeatGroup(ctx, ins); err != nil && ctx.Err() == nil {
 			g.log.Warn("heartbeat failed", "err", err)
 		}
 		return true

@@ -47,7 +47,7 @@ func (g *fileGroup) archive(ctx context.Context) error {
 	if len(ins) == 0 {
 		return nil
 	}
-	moved, err := g.d.store.archiveGroup(ctx, ins)
+	moved, err := g.d.ledger.ArchiveGroup(ctx, ins)
 	if err != nil {
 		return err
 	}

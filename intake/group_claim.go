@@ -140,7 +140,7 @@ func (d *Daemon) claimGroup(ctx context.Context, p *partnerRT, sess *partners.Se
 	if len(renamed) == 0 {
 		return nil, walked, raced, failed
 	}
-	claimed, err := d.store.insertClaims(ctx, renamed)
+	claimed, err := d.ledger.InsertClaims(ctx, renamed)
 	if err != nil {
 		return nil, walked, raced, err
 	}

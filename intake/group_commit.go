@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/internal/fault"
 )
 
@@ -28,7 +29,7 @@ func (g *fileGroup) commit(ctx context.Context, tgt *target) error {
 	for i, f := range g.files {
 		ins[i] = f.r.in
 	}
-	bound, err := g.d.store.spoolGroup(ctx, tx, ins)
+	bound, err := g.d.ledger.SpoolGroup(ctx, tx, ins)
 	if err != nil {
 		return err
 	}
@@ -39,7 +40,7 @@ func (g *fileGroup) commit(ctx context.Context, tgt *target) error {
 		switch {
 		case !ok:
 			fenced = append(fenced, f)
-		case b == nil || b.verdict != VerdictNew:
+		case b == nil || b.Verdict != VerdictNew:
 			f.r.bound = b
 			spooledAlone = append(spooledAlone, f)
 		default:
@@ -50,12 +51,13 @@ func (g *fileGroup) commit(ctx context.Context, tgt *target) error {
 		if err := g.writeRows(ctx, tx, tgt, owners); err != nil {
 			return err
 		}
-		gs := make([]groupCounts, len(owners))
+		gs := make([]ledger.GroupFile, len(owners))
 		for i, f := range owners {
 			f.c.unchanged = int64(f.ch.rows()) - f.c.applied - f.c.conflict
-			gs[i] = groupCounts{in: f.r.in, first: f.ch.first, last: f.ch.last, c: f.c}
+			gs[i] = ledger.GroupFile{In: f.r.in, First: f.ch.first, Last: f.ch.last,
+				Applied: f.c.applied, Unchanged: f.c.unchanged, Conflict: f.c.conflict}
 		}
-		n, err := g.d.store.appliedGroup(ctx, tx, gs)
+		n, err := g.d.ledger.AppliedGroup(ctx, tx, gs)
 		if err != nil {
 			return err
 		}

@@ -205,7 +205,7 @@ func TestGroupFilesThatLeaveLate(t *testing.T) {
 		t.Fatalf("%v files left the group for their conflicts, want 1", got)
 	}
 	m := byName(files(t, pool, "gl"))
-	if f := m["orders-3.csv"]; f.State != "failed_terminal" || f.Reason != intake.ReasonRemoteLost {
+	if f := m["orders-3.csv"]; f.State != "failed_terminal" || f.Reason != string(intake.ReasonRemoteLost) {
 		t.Fatalf("the vanished file: %+v, want failed_terminal remote_lost", f)
 	}
 	if f := m["orders-2.csv"]; f.State != "archived" || f.Applied != 2 {

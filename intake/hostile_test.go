@@ -51,7 +51,7 @@ func TestHostileEntriesAreQuarantinedWithAReason(t *testing.T) {
 		}
 		reasons[f.Reason]++
 		rc := receipt(t, site, f.Receipt)
-		if rc.Outcome != "quarantined" || rc.Reason != f.Reason || rc.Detail == "" {
+		if rc.Outcome != "quarantined" || string(rc.Reason) != f.Reason || rc.Detail == "" {
 			t.Fatalf("receipt %+v", rc)
 		}
 		if strings.ContainsAny(rc.File, "\x01\xff") {
@@ -117,7 +117,7 @@ func TestHostileContentsThroughThePipeline(t *testing.T) {
 			t.Fatalf("%s: %s/%s, want %s/%s", f.Name, f.State, f.Reason, c.state, c.reason)
 		}
 		rc := receipt(t, bad, f.Receipt)
-		if rc.Reason != c.reason || rc.Detail == "" {
+		if string(rc.Reason) != c.reason || rc.Detail == "" {
 			t.Fatalf("%s: receipt %+v", f.Name, rc)
 		}
 		if c.rejects != "" {

@@ -13,7 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/crypto/ssh/knownhosts"
 
-	"github.com/partner-intake/partner-intake/intake"
+	"github.com/partner-intake/partner-intake/intake/ops"
 	"github.com/partner-intake/partner-intake/internal/testenv"
 	"github.com/partner-intake/partner-intake/partners"
 	"github.com/partner-intake/partner-intake/reconcile"
@@ -131,12 +131,12 @@ func TestHungSiteHoldsUpNoOtherPartner(t *testing.T) {
 	}
 
 	// The purge does the good partner and reports the hung one.
-	res, err := intake.Purge(ctx, pool, sp, []partners.Config{hungCfg, goodCfg},
-		intake.Retention{Reports: time.Hour, PartnerTimeout: 20 * time.Second}, time.Now().Add(48*time.Hour))
+	res, err := ops.Purge(ctx, pool, sp, []partners.Config{hungCfg, goodCfg},
+		ops.Retention{Reports: time.Hour, PartnerTimeout: 20 * time.Second}, time.Now().Add(48*time.Hour))
 	if err == nil || !strings.Contains(err.Error(), "partner hung") {
 		t.Fatalf("purge: got %v, want an error for the hung partner", err)
 	}
-	got := map[string]intake.Purged{}
+	got := map[string]ops.Purged{}
 	for _, p := range res {
 		got[p.Partner] = p
 	}

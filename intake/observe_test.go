@@ -120,7 +120,7 @@ func TestNoCellValueLeaksIntoLogsReportsOrMetrics(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := testenv.Files(t, pool, "leak")
-	if len(got) != 3 || got[0].Rejected != 6 || got[1].State != "failed_terminal" || got[2].Reason != intake.ReasonTargetError {
+	if len(got) != 3 || got[0].Rejected != 6 || got[1].State != "failed_terminal" || got[2].Reason != string(intake.ReasonTargetError) {
 		t.Fatalf("got %+v", got)
 	}
 	if !strings.Contains(logs.String(), "intake_id") {

@@ -55,7 +55,7 @@ func (d *Daemon) adoptOrphans(ctx context.Context, p *partnerRT, sess *partners.
 		if !dir.IsDir() || w == d.cfg.WorkerID || strings.HasPrefix(w, ".") {
 			continue
 		}
-		gone, err := d.store.workerGone(ctx, w)
+		gone, err := d.ledger.WorkerGone(ctx, w)
 		if err != nil {
 			return err
 		}
@@ -87,7 +87,7 @@ func (d *Daemon) adoptFrom(ctx context.Context, p *partnerRT, sess *partners.Ses
 		have[e.Name()] = true
 		paths = append(paths, path.Join(dir, e.Name()))
 	}
-	owned, err := d.store.livePaths(ctx, p.cfg.ID, paths)
+	owned, err := d.ledger.LivePaths(ctx, p.cfg.ID, paths)
 	if err != nil {
 		return err
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/intake/rows"
 	"github.com/partner-intake/partner-intake/partners"
 )
@@ -20,7 +21,7 @@ type planResult struct {
 	// Fail is set when the file as a whole is unusable (terminal).
 	Fail *rows.FileError
 	// Hold is a reason code when policy holds the file for ops.
-	Hold string
+	Hold Reason
 }
 
 // maxHeldIssues is how many rejected rows a scan keeps in memory; a file
@@ -125,30 +126,12 @@ func (r *fileRun) plan(ctx context.Context) (*planResult, error) {
 	}
 	// One statement moves the file on (fenced) and clears an earlier
 	// plan's rows; with no rejected rows it is the whole plan step.
-	record := func(ctx context.Context, q interface {
-		QueryRow(context.Context, string, ...any) pgx.Row
-	}) error {
-		var moved int64
-		err := q.QueryRow(ctx, `WITH g AS (
-			    UPDATE file_intake SET state = $3, rows_total = $4, rows_rejected = $5, updated_at = now()
-			    WHERE intake_id = $1 AND fencing_token = $2 AND state = 'spooled' RETURNING 1),
-			d AS (DELETE FROM intake_row_issue WHERE intake_id = $1 AND EXISTS (SELECT 1 FROM g))
-			SELECT count(*) FROM g`,
-			in.ID, in.Token, next, res.Total, res.Rejected).Scan(&moved)
-		if err != nil {
-			return fmt.Errorf("plan: %w", err)
-		}
-		if moved == 0 {
-			return &FencedError{IntakeID: in.ID, Token: in.Token, Step: "plan"}
-		}
-		return nil
-	}
 	var err error
 	if sc.rejected == 0 {
-		err = record(ctx, r.d.db)
+		err = ledger.Plan(ctx, r.d.db, in, State(next), res.Total, res.Rejected)
 	} else {
 		err = pgx.BeginFunc(ctx, r.d.db, func(tx pgx.Tx) error {
-			if err := record(ctx, tx); err != nil {
+			if err := ledger.Plan(ctx, tx, in, State(next), res.Total, res.Rejected); err != nil {
 				return err
 			}
 			return r.recordIssues(ctx, tx, sc)
@@ -177,8 +160,6 @@ func (r *fileRun) spooledRows(step string) (*os.File, *rows.Reader, error) {
 	return f, rd, nil
 }
 
-var issueCols = []string{"intake_id", "partner_id", "line", "column_name", "reason", "outcome"}
-
 // recordIssues writes the scan's rejected rows: from memory, or, when
 // there were more than it holds, streamed from the spool again.
 func (r *fileRun) recordIssues(ctx context.Context, tx pgx.Tx, sc *scan) error {
@@ -187,7 +168,7 @@ func (r *fileRun) recordIssues(ctx context.Context, tx pgx.Tx, sc *scan) error {
 		if len(sc.issues) == 0 {
 			return nil
 		}
-		_, err := tx.CopyFrom(ctx, pgx.Identifier{"intake_row_issue"}, issueCols,
+		_, err := ledger.CopyRejectedRows(ctx, tx,
 			pgx.CopyFromSlice(len(sc.issues), func(i int) ([]any, error) {
 				return issueValues(in, &sc.issues[i]), nil
 			}))
@@ -202,7 +183,7 @@ func (r *fileRun) recordIssues(ctx context.Context, tx pgx.Tx, sc *scan) error {
 	}
 	defer f.Close()
 	src := &issueSource{rd: rd, in: in}
-	n, err := tx.CopyFrom(ctx, pgx.Identifier{"intake_row_issue"}, issueCols, src)
+	n, err := ledger.CopyRejectedRows(ctx, tx, src)
 	if src.err != nil {
 		return fmt.Errorf("plan: spooled file no longer reads as scanned: %w", src.err)
 	}
@@ -216,11 +197,7 @@ func (r *fileRun) recordIssues(ctx context.Context, tx pgx.Tx, sc *scan) error {
 }
 
 func issueValues(in *Intake, is *rows.Issue) []any {
-	var col any
-	if is.Column != "" {
-		col = is.Column
-	}
-	return []any{in.ID, in.Partner, is.Line, col, is.Reason, "rejected"}
+	return ledger.RejectedRowValues(in, is.Line, is.Column, is.Reason)
 }
 
 // issueSource feeds the rejected rows of a reader to COPY.

@@ -12,6 +12,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/partner-intake/partner-intake/intake"
+	"github.com/partner-intake/partner-intake/intake/ledger"
+	"github.com/partner-intake/partner-intake/intake/ops"
 	"github.com/partner-intake/partner-intake/internal/testenv"
 	"github.com/partner-intake/partner-intake/partners"
 	"github.com/partner-intake/partner-intake/reconcile"
@@ -216,7 +218,7 @@ func TestAFailingFileNeverHoldsUpThePartner(t *testing.T) {
 	if f := fs["orders-c-fine.csv"]; f.State != "archived" || f.Applied != 2 {
 		t.Fatalf("the file behind the failing ones: %+v", f)
 	}
-	if f := fs["orders-b-broken.csv"]; f.State != "failed_terminal" || f.Reason != intake.ReasonTargetError {
+	if f := fs["orders-b-broken.csv"]; f.State != "failed_terminal" || f.Reason != string(intake.ReasonTargetError) {
 		t.Fatalf("a final error: %+v, want failed_terminal target_error at once", f)
 	}
 	if f := fs["orders-a-busy.csv"]; f.State != "applying" {
@@ -236,7 +238,7 @@ func TestAFailingFileNeverHoldsUpThePartner(t *testing.T) {
 		r.poll("acme")
 	}
 	f := byName()["orders-a-busy.csv"]
-	if f.State != "failed_terminal" || f.Reason != intake.ReasonRetriesExhausted {
+	if f.State != "failed_terminal" || f.Reason != string(intake.ReasonRetriesExhausted) {
 		t.Fatalf("after its budget: %+v, want failed_terminal retries_exhausted", f)
 	}
 	rc := receipt(t, site, f.Receipt)
@@ -289,19 +291,19 @@ func TestAChunkLongerThanTheLeaseIsNotTakenOver(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	ledger := intake.NewLedger(admin, lease)
+	l := ledger.New(admin, lease)
 	tried := make(chan int, 1)
 	go func() {
 		n := 0
 		defer func() { tried <- n }()
 		for ctx.Err() == nil {
-			exp, err := ledger.Expired(ctx, "acme")
+			exp, err := l.Expired(ctx, "acme")
 			if err != nil {
 				return
 			}
 			for _, old := range exp {
 				n++
-				if _, err := ledger.TakeOver(ctx, old, "thief", old.ClaimedPath+".thief"); err == nil {
+				if _, err := l.TakeOver(ctx, old, "thief", old.ClaimedPath+".thief"); err == nil {
 					t.Errorf("intake %d was taken over while its owner's chunk ran", old.ID)
 					return
 				}
@@ -385,13 +387,13 @@ func TestAReleasedFileThatFailedPartWayIsAppliedWhole(t *testing.T) {
 	time.Sleep(5 * time.Millisecond) // past the next attempt (1 ms)
 	r.poll("acme")
 	f := files(t, pool, "acme")[0]
-	if f.State != "failed_terminal" || f.Reason != intake.ReasonRetriesExhausted || f.Chunks != 2 {
+	if f.State != "failed_terminal" || f.Reason != string(intake.ReasonRetriesExhausted) || f.Chunks != 2 {
 		t.Fatalf("%+v: want failed_terminal retries_exhausted after 2 chunks", f)
 	}
 
 	exec(t, pool, `DELETE FROM poison_on`) // the fix
 	ctx := context.Background()
-	if err := intake.Release(ctx, pool, intake.Decision{IntakeID: f.ID, Actor: "alice", Reason: "target fixed",
+	if err := ops.Release(ctx, pool, ops.Decision{IntakeID: f.ID, Actor: "alice", Reason: "target fixed",
 		Partners: []string{"acme"}, Worker: intake.OpsWorker("ops")}); err != nil {
 		t.Fatal(err)
 	}

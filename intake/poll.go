@@ -15,6 +15,7 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
+	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/internal/fault"
 	"github.com/partner-intake/partner-intake/partners"
 )
@@ -70,7 +71,7 @@ func (d *Daemon) gate(ctx context.Context, p *partnerRT) (own bool, err error) {
 	own = d.owns(ctx, p.cfg.ID)
 	if !own && !p.resumed && d.prevDrained {
 		// nothing can be half claimed; resume only if rows say so
-		live, err := d.store.liveOwnedBy(ctx, p.cfg.ID, d.cfg.WorkerID)
+		live, err := d.ledger.LiveOwnedBy(ctx, p.cfg.ID, d.cfg.WorkerID)
 		if err != nil {
 			return false, err
 		}
@@ -204,7 +205,7 @@ func (c *claimLoop) claimAt(ctx context.Context, cands []candidate) (walked int,
 	d, p, sess := c.d, c.p, c.sess
 	if g := groupAt(p.cfg, cands, p.cfg.Limits.MaxFilesPerPoll-c.claimed); g != nil {
 		// small files go through together (group.go)
-		ids, err := d.store.intakeIDs(ctx, len(g))
+		ids, err := d.ledger.IntakeIDs(ctx, len(g))
 		if err != nil {
 			return 0, nil, err
 		}
@@ -222,7 +223,7 @@ func (c *claimLoop) claimAt(ctx context.Context, cands []candidate) (walked int,
 		return walked, work, cerr
 	}
 	if c.nextID == 0 {
-		if c.nextID, err = d.store.nextIntakeID(ctx); err != nil {
+		if c.nextID, err = d.ledger.NextIntakeID(ctx); err != nil {
 			return 0, nil, err
 		}
 	}
@@ -447,9 +448,9 @@ func (d *Daemon) claim(ctx context.Context, p *partnerRT, sess *partners.Session
 		}
 		in.ManifestName = c.Manifest
 	}
-	next, err := d.store.insertClaimAt(ctx, in, id)
+	next, err := d.ledger.InsertClaimAt(ctx, in, id)
 	if err != nil {
-		if errors.Is(err, errTracked) {
+		if errors.Is(err, ledger.ErrTracked) {
 			return nil, 0, nil
 		}
 		return nil, 0, err
@@ -476,8 +477,8 @@ func (d *Daemon) quarantineHostile(ctx context.Context, p *partnerRT, sess *part
 	}
 	in := &Intake{Partner: p.cfg.ID, Feed: NoFeed, RemoteName: printableName(h.Info.Name()), ClaimedPath: dst,
 		ListedSize: h.Info.Size(), Worker: d.cfg.WorkerID}
-	if err := d.store.insertClaim(ctx, in); err != nil {
-		if errors.Is(err, errTracked) {
+	if err := d.ledger.InsertClaim(ctx, in); err != nil {
+		if errors.Is(err, ledger.ErrTracked) {
 			return nil
 		}
 		return err
@@ -542,7 +543,7 @@ func (d *Daemon) resumeOwn(ctx context.Context, p *partnerRT, sess *partners.Ses
 			// a hostile entry claimed just before a crash: hold it now
 			in := &Intake{Partner: p.cfg.ID, Feed: NoFeed, RemoteName: name, ClaimedPath: path.Join(dir, name),
 				ListedSize: e.Size(), Worker: d.cfg.WorkerID}
-			if err := d.store.insertClaim(ctx, in); err != nil && !errors.Is(err, errTracked) {
+			if err := d.ledger.InsertClaim(ctx, in); err != nil && !errors.Is(err, ledger.ErrTracked) {
 				return err
 			}
 			continue
@@ -565,8 +566,8 @@ func (d *Daemon) resumeOwn(ctx context.Context, p *partnerRT, sess *partners.Ses
 		}
 		in := &Intake{Partner: p.cfg.ID, Feed: feed.Name, RemoteName: name, ClaimedPath: path.Join(dir, name),
 			ListedSize: e.Size(), Worker: d.cfg.WorkerID, ManifestName: manifest}
-		err := d.store.insertClaim(ctx, in)
-		if err != nil && !errors.Is(err, errTracked) {
+		err := d.ledger.InsertClaim(ctx, in)
+		if err != nil && !errors.Is(err, ledger.ErrTracked) {
 			return err
 		}
 		if err == nil {
@@ -578,7 +579,7 @@ func (d *Daemon) resumeOwn(ctx context.Context, p *partnerRT, sess *partners.Ses
 	// (afterPoll).
 	p.settled = true
 	// files that failed wait for their own next attempt (attempt.go)
-	live, err := d.store.dueOwnedBy(ctx, p.cfg.ID, d.cfg.WorkerID)
+	live, err := d.ledger.DueOwnedBy(ctx, p.cfg.ID, d.cfg.WorkerID)
 	if err != nil {
 		return err
 	}
@@ -586,7 +587,7 @@ func (d *Daemon) resumeOwn(ctx context.Context, p *partnerRT, sess *partners.Ses
 		if old.State == StateOutcomeUnknown {
 			continue // the reconciler resolves these from the ledger
 		}
-		in, err := d.store.resume(ctx, old.ID, d.cfg.WorkerID)
+		in, err := d.ledger.Resume(ctx, old.ID, d.cfg.WorkerID)
 		var fe *FencedError
 		if errors.As(err, &fe) {
 			continue

@@ -19,7 +19,7 @@ type QuarantineReason struct {
 	BatchID   string    `json:"batch_id,omitempty"`
 	SHA256    string    `json:"sha256,omitempty"`
 	State     string    `json:"state"`
-	Reason    string    `json:"reason"`
+	Reason    Reason    `json:"reason"`
 	Line      int64     `json:"line,omitempty"`
 	Detail    string    `json:"detail"`
 	At        time.Time `json:"at"`
@@ -29,7 +29,7 @@ type QuarantineReason struct {
 // quarantine/ beside a reason file, writes the partner's receipt and ends
 // in state to (quarantined: waits for ops; failed_terminal: no retry).
 // Each step is idempotent, so a crash part-way is finished on resume.
-func (r *fileRun) hold(ctx context.Context, to State, reason string, line int64, detail string) error {
+func (r *fileRun) hold(ctx context.Context, to State, reason Reason, line int64, detail string) error {
 	in := r.in
 	qdir := r.sess.Layout.QuarantineDir()
 	base := heldName(in.ID, in.RemoteName)
@@ -71,7 +71,7 @@ func (r *fileRun) hold(ctx context.Context, to State, reason string, line int64,
 		return err
 	}
 	in.ArchivePath = dst
-	if err := r.d.store.finish(ctx, in, in.State, to, reason); err != nil {
+	if err := r.d.ledger.Finish(ctx, in, in.State, to, reason); err != nil {
 		return err
 	}
 	r.d.metrics.finished(in.Partner, string(to))

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/internal/pgerr"
 )
 
@@ -212,11 +213,5 @@ func (r *fileRun) recordRefusals(ctx context.Context, tx pgx.Tx, refused []refus
 	for i, f := range refused {
 		lines[i], cols[i], details[i] = f.line, f.column, f.detail
 	}
-	_, err := tx.Exec(ctx, `INSERT INTO intake_row_issue (intake_id, partner_id, line, column_name, reason, outcome, detail)
-		SELECT $1, $2, l, nullif(c, ''), $3, 'rejected', d FROM unnest($4::bigint[], $5::text[], $6::text[]) AS u(l, c, d)`,
-		r.in.ID, r.in.Partner, ReasonTargetRefused, lines, cols, details)
-	if err != nil {
-		return fmt.Errorf("record refused rows: %w", err)
-	}
-	return nil
+	return ledger.RecordRefusals(ctx, tx, r.in, ReasonTargetRefused, lines, cols, details)
 }

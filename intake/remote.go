@@ -195,5 +195,5 @@ func (r *fileRun) fence(ctx context.Context, step string) error {
 	if err := fault.Check("publish:" + step); err != nil {
 		return err
 	}
-	return r.d.store.heartbeat(ctx, r.in)
+	return r.d.ledger.Heartbeat(ctx, r.in)
 }

@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/partner-intake/partner-intake/partners"
 )
 
@@ -24,7 +22,7 @@ func (d *Daemon) Replay(ctx context.Context, id int64, actor, reason string, pro
 	}
 	var orig *Intake
 	for _, pid := range d.order {
-		got, err := NewLedger(d.db, d.cfg.Lease).Get(ctx, pid, id)
+		got, err := d.ledger.Get(ctx, pid, id)
 		if err != nil {
 			return nil, err
 		}
@@ -48,22 +46,8 @@ func (d *Daemon) Replay(ctx context.Context, id int64, actor, reason string, pro
 	if orig.ReplayOf != 0 {
 		root = orig.ReplayOf
 	}
-	var in *Intake
-	err := pgx.BeginFunc(ctx, d.db, func(tx pgx.Tx) error {
-		row := tx.QueryRow(ctx, `INSERT INTO file_intake (partner_id, feed, remote_name, claimed_path, listed_size, batch_id,
-			content_sha256, size_bytes, data_sha256, data_size, state, worker_id, lease_until, replay_of)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, 'spooled', $11, now() + $12::interval, $13)
-			RETURNING `+intakeColumns, orig.Partner, orig.Feed, orig.RemoteName,
-			fmt.Sprintf("replay:%d:%d", id, time.Now().UnixNano()), orig.Size, orig.BatchID, orig.SHA256, orig.Size,
-			orig.DataSHA256, orig.DataSize, OpsWorker(d.cfg.WorkerID), d.cfg.Lease, root)
-		var err error
-		if in, err = scanIntake(row); err != nil {
-			return err
-		}
-		_, err = tx.Exec(ctx, `INSERT INTO intake_audit (actor, action, partner_id, intake_id, reason, detail)
-			VALUES ($1, 'replay', $2, $3, $4, $5)`, actor, orig.Partner, in.ID, reason, fmt.Sprintf("replay of intake %d", id))
-		return err
-	})
+	in, err := d.ledger.InsertReplay(ctx, orig, fmt.Sprintf("replay:%d:%d", id, time.Now().UnixNano()),
+		OpsWorker(d.cfg.WorkerID), root, actor, reason)
 	if err != nil {
 		return nil, fmt.Errorf("replay: %w", err)
 	}

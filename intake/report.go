@@ -11,16 +11,6 @@ import (
 	"time"
 )
 
-// Receipt outcomes, as a partner reads them.
-const (
-	OutcomeAccepted            = "accepted"
-	OutcomeAcceptedWithRejects = "accepted_with_rejects"
-	OutcomeDuplicate           = "duplicate"
-	OutcomeQuarantined         = "quarantined"
-	OutcomeFailed              = "failed"
-	OutcomeDiscarded           = "discarded" // held, then closed for good by ops
-)
-
 // Receipt is reports/<batch>.<intake_id>.receipt.json.
 type Receipt struct {
 	PartnerID   string      `json:"partner_id"`
@@ -29,8 +19,8 @@ type Receipt struct {
 	BatchID     string      `json:"batch_id,omitempty"`
 	SHA256      string      `json:"sha256,omitempty"`
 	Bytes       int64       `json:"bytes"`
-	Outcome     string      `json:"outcome"`
-	Reason      string      `json:"reason,omitempty"`
+	Outcome     Outcome     `json:"outcome"`
+	Reason      Reason      `json:"reason,omitempty"`
 	Line        int64       `json:"line,omitempty"`
 	Detail      string      `json:"detail,omitempty"`
 	DuplicateOf int64       `json:"duplicate_of,omitempty"`
@@ -120,7 +110,7 @@ func (r *fileRun) rejectsCSV(ctx context.Context) ([]byte, error) {
 	var buf bytes.Buffer
 	w := csv.NewWriter(&buf)
 	_ = w.Write([]string{"line", "column", "reason", "outcome", "detail"})
-	err := r.d.store.issues(ctx, r.in, func(is IssueRow) error {
+	err := r.d.ledger.Issues(ctx, r.in, func(is IssueRow) error {
 		return w.Write([]string{strconv.FormatInt(is.Line, 10), Neutralize(is.Column), Neutralize(is.Reason), Neutralize(is.Outcome), Neutralize(is.Detail)})
 	})
 	if err != nil {

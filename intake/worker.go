@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/partners"
 )
 
@@ -23,7 +24,7 @@ type fileRun struct {
 	// progress, if set, hears of every committed chunk (replay's bar).
 	progress func(done, total int64)
 	// bound is the batch binding made with the spooled transition.
-	bound *binding
+	bound *ledger.Binding
 	// pre is the rows' scan made during the download, for plan.
 	pre *preScan
 	// direct: the next chunk is tried straight into the target (see
@@ -102,7 +103,7 @@ func (r *fileRun) step(ctx context.Context) (err error) {
 	case StateClaimed:
 		if r.feed == nil {
 			reason := hostileReason(r.in.ClaimedPath)
-			err = r.hold(ctx, StateQuarantined, reason, 0, hostileDetail[reason])
+			err = r.hold(ctx, StateQuarantined, Reason(reason), 0, hostileDetail[reason])
 		} else {
 			err = r.download(ctx)
 		}
@@ -129,7 +130,7 @@ var hostileDetail = map[string]string{
 	string(partners.SkipNoFeed):     "no feed agreed with you matches this file name; the file was not read",
 }
 
-func (r *fileRun) acceptedOutcome() string {
+func (r *fileRun) acceptedOutcome() Outcome {
 	if r.in.RowsRejected+r.in.RowsConflict > 0 {
 		return OutcomeAcceptedWithRejects
 	}
@@ -137,8 +138,8 @@ func (r *fileRun) acceptedOutcome() string {
 }
 
 func (r *fileRun) heartbeat(ctx context.Context, cancel context.CancelCauseFunc) {
-	everyTick(ctx, r.d.store.lease/3, func() bool {
-		err := r.d.store.heartbeat(ctx, r.in)
+	everyTick(ctx, r.d.ledger.Lease()/3, func() bool {
+		err := r.d.ledger.Heartbeat(ctx, r.in)
 		var fe *FencedError
 		if errors.As(err, &fe) {
 			cancel(fe)
@@ -159,9 +160,9 @@ func (r *fileRun) decide(ctx context.Context) error {
 	switch {
 	case r.in.ReplayOf != 0: // a replay applies the same batch again on purpose
 	case r.bound != nil: // bound when the file was spooled
-		verdict, owner = r.bound.verdict, r.bound.owner
+		verdict, owner = r.bound.Verdict, r.bound.Owner
 	default: // resumed, or bound meanwhile by another intake
-		verdict, owner, err = r.d.store.bindBatch(ctx, r.in)
+		verdict, owner, err = r.d.ledger.BindBatch(ctx, r.in)
 	}
 	if err != nil {
 		return err

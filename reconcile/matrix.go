@@ -488,7 +488,7 @@ func (r *Reconciler) openQuarantine(ctx context.Context, p *partners.Config, add
 	}
 	for _, in := range rows {
 		add(Finding{Kind: KindQuarantined, IntakeID: in.ID, Path: in.ArchivePath, NeedsHuman: true,
-			Action: "waits for ops", Detail: "reason " + in.Reason})
+			Action: "waits for ops", Detail: "reason " + string(in.Reason)})
 	}
 	return nil
 }

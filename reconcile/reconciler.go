@@ -1,6 +1,6 @@
 // Package reconcile is the failure matrix as code: a scheduled job that
 // compares, per partner, what the SFTP site holds (ready/, processing/*/,
-// archive/, quarantine/, incoming/) and the spool with the file_intake rows,
+// archive/, quarantine/, incoming/) and the spool with the ledger's rows,
 // and takes each matrix row's action or raises it for a human. Only one
 // reconciler acts at a time across replicas (a PostgreSQL advisory lock).
 package reconcile
@@ -20,7 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promauto"
 	"github.com/robfig/cron/v3"
 
-	"github.com/partner-intake/partner-intake/intake"
+	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/internal/schedule"
 	"github.com/partner-intake/partner-intake/partners"
 	"github.com/partner-intake/partner-intake/spool"
@@ -112,7 +112,7 @@ type Reconciler struct {
 	cfg        Config
 	worker     string
 	db         *pgxpool.Pool
-	ledger     *intake.Ledger
+	ledger     *ledger.Ledger
 	spool      *spool.Spool
 	parts      []partners.Config
 	log        *slog.Logger
@@ -141,7 +141,7 @@ func New(cfg Config, worker string, lease time.Duration, db *pgxpool.Pool, sp *s
 		return nil, err
 	}
 	f := promauto.With(reg)
-	return &Reconciler{cfg: cfg, worker: worker, db: db, ledger: intake.NewLedger(db, lease), spool: sp, parts: parts,
+	return &Reconciler{cfg: cfg, worker: worker, db: db, ledger: ledger.New(db, lease), spool: sp, parts: parts,
 		log: log.With("component", "reconcile", "worker", worker), onTakeover: onTakeover,
 		runs: f.NewCounterVec(prometheus.CounterOpts{Name: "intake_reconcile_runs_total",
 			Help: "Reconciler runs by result: ok, error, not_leader."}, []string{"result"}),

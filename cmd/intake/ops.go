@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/partner-intake/partner-intake/intake"
+	"github.com/partner-intake/partner-intake/intake/ops"
 )
 
 func defaultActor() string {
@@ -64,7 +65,7 @@ func cmdQuarantine(args []string, stdout, stderr io.Writer) int {
 	}
 	switch sub {
 	case "list", "show":
-		items, err := intake.ListQuarantine(ctx, e.pool, scope, *openOnly)
+		items, err := ops.ListQuarantine(ctx, e.pool, scope, *openOnly)
 		if err != nil {
 			fmt.Fprintln(stderr, err)
 			return 1
@@ -97,13 +98,13 @@ func cmdQuarantine(args []string, stdout, stderr io.Writer) int {
 		}
 		return 0
 	case "release", "discard":
-		d := intake.Decision{IntakeID: id, Actor: *actor, Reason: *reason, Winner: *winner, Partners: scope,
+		d := ops.Decision{IntakeID: id, Actor: *actor, Reason: *reason, Winner: *winner, Partners: scope,
 			Worker: intake.OpsWorker(e.cfg.WorkerID)}
 		var err error
 		if sub == "release" {
-			err = intake.Release(ctx, e.pool, d)
+			err = ops.Release(ctx, e.pool, d)
 		} else {
-			err = intake.Discard(ctx, e.pool, d)
+			err = ops.Discard(ctx, e.pool, d)
 		}
 		if err != nil {
 			fmt.Fprintf(stderr, "intake quarantine %s: %v\n", sub, err)
@@ -112,7 +113,7 @@ func cmdQuarantine(args []string, stdout, stderr io.Writer) int {
 		// The decision is recorded; telling the partner is the next step,
 		// and a reconciler finishes it if this one fails: not a failure of
 		// the command.
-		if err := intake.PublishDecision(ctx, e.pool, e.cfg.Partners, id); err != nil {
+		if err := ops.PublishDecision(ctx, e.pool, e.cfg.Partners, id); err != nil {
 			fmt.Fprintf(stderr, "intake quarantine %s: the decision is recorded; the partner's receipt is rewritten by the next reconcile run (now: %v)\n", sub, err)
 		}
 		if sub == "release" {
@@ -220,7 +221,7 @@ func cmdAudit(args []string, stdout, stderr io.Writer) int {
 	if !ok {
 		return 2
 	}
-	entries, err := intake.Audit(ctx, e.pool, scope, *limit)
+	entries, err := ops.Audit(ctx, e.pool, scope, *limit)
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return 1

@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/partner-intake/partner-intake/intake"
+	"github.com/partner-intake/partner-intake/intake/ops"
 	"github.com/partner-intake/partner-intake/internal/config"
 	"github.com/partner-intake/partner-intake/internal/opshttp"
 	"github.com/partner-intake/partner-intake/internal/schedule"
@@ -191,8 +192,8 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	}
 	purger := schedule.New(e.log)
 	if _, err := purger.AddFunc(e.cfg.Retention.Schedule, func() {
-		res, err := intake.Purge(rctx, e.pool, e.spool, e.cfg.Partners, e.cfg.Retention, time.Now())
-		if err != nil && !errors.Is(err, intake.ErrPurgeRunning) && rctx.Err() == nil {
+		res, err := ops.Purge(rctx, e.pool, e.spool, e.cfg.Partners, e.cfg.Retention, time.Now())
+		if err != nil && !errors.Is(err, ops.ErrPurgeRunning) && rctx.Err() == nil {
 			e.log.Error("purge failed", "err", err)
 		}
 		for _, r := range res {
@@ -226,7 +227,7 @@ func cmdPurge(args []string, stdout, stderr io.Writer) int {
 		return code
 	}
 	defer done()
-	res, err := intake.Purge(ctx, e.pool, e.spool, e.cfg.Partners, e.cfg.Retention, time.Now())
+	res, err := ops.Purge(ctx, e.pool, e.spool, e.cfg.Partners, e.cfg.Retention, time.Now())
 	for _, r := range res {
 		fmt.Fprintf(stdout, "%s: %d spool files (%d bytes), %d row issues, %d reports, %d audit entries removed\n",
 			r.Partner, r.SpoolFiles, r.SpoolBytes, r.RowIssues, r.Reports, r.AuditEntries)

@@ -10,7 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/partner-intake/partner-intake/intake"
+	"github.com/partner-intake/partner-intake/intake/ops"
 	"github.com/partner-intake/partner-intake/internal/config"
 )
 
@@ -59,7 +59,7 @@ func cmdStatus(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	defer pool.Close()
-	rows, err := intake.Status(ctx, pool, ids)
+	rows, err := ops.Status(ctx, pool, ids)
 	if err != nil {
 		fmt.Fprintln(stderr, "intake status:", err)
 		return 1
@@ -76,7 +76,7 @@ func cmdStatus(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-func printStatus(w io.Writer, r intake.StatusRow, now time.Time) int {
+func printStatus(w io.Writer, r ops.StatusRow, now time.Time) int {
 	attention := 0
 	mark := func(cond bool) string {
 		if cond {

@@ -14,6 +14,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/partner-intake/partner-intake/intake"
+	"github.com/partner-intake/partner-intake/intake/ops"
 	"github.com/partner-intake/partner-intake/internal/opshttp"
 	"github.com/partner-intake/partner-intake/partners"
 	"github.com/partner-intake/partner-intake/reconcile"
@@ -45,7 +46,7 @@ type File struct {
 	// HTTP serves /metrics, /healthz and /readyz.
 	HTTP opshttp.Config `yaml:"http"`
 	// Retention of every copy of partner data, and when the purge runs.
-	Retention intake.Retention `yaml:"retention"`
+	Retention ops.Retention `yaml:"retention"`
 	// Partners are the drop sites to poll.
 	Partners []partners.Config `yaml:"partners"`
 }

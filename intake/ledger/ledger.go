@@ -1,4 +1,13 @@
-package intake
+// Package ledger is intake's record of every file: it owns every statement
+// on file_intake and its satellite tables (intake_batch, intake_chunk,
+// intake_row_issue, intake_quarantine, intake_audit) and on the replicas'
+// heartbeats and polls (intake_worker, intake_partner_poll), which the
+// leases and takeovers of those rows depend on. The pipeline (intake), the
+// reconciler (reconcile) and the ops views (intake/ops) call it and write
+// no SQL on these tables themselves; the one exception is the merge
+// statement of intake/target.go, which records the rows it holds back in
+// intake_row_issue as part of the same statement.
+package ledger
 
 import (
 	"context"
@@ -11,17 +20,34 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// Ledger is what the reconciler may read and do on file_intake. Every
-// change is one conditional statement, like the pipeline's own.
-type Ledger struct{ s *store }
-
-// NewLedger returns the ledger on db; lease is the claim lease to grant.
-func NewLedger(db *pgxpool.Pool, lease time.Duration) *Ledger {
-	return &Ledger{s: &store{pool: db, lease: lease}}
+// Ledger holds every statement on file_intake and its satellite tables
+// (intake_batch, intake_chunk, intake_row_issue, intake_quarantine,
+// intake_audit, and the replicas' intake_worker and intake_partner_poll).
+// Each state change is one conditional statement on (intake_id,
+// fencing_token, state): never read-compare-write in Go. Where a statement
+// must commit with the target rows (a chunk, a group), it takes the
+// caller's pgx.Tx or is queued onto the caller's *pgx.Batch.
+type Ledger struct {
+	pool  *pgxpool.Pool
+	lease time.Duration
 }
 
+// New returns the ledger on db; lease is the claim lease to grant.
+func New(db *pgxpool.Pool, lease time.Duration) *Ledger {
+	return &Ledger{pool: db, lease: lease}
+}
+
+// Lease is the claim lease the ledger grants.
+func (l *Ledger) Lease() time.Duration { return l.lease }
+
+// AppName is the PostgreSQL application_name of a worker's connections.
+func AppName(worker string) string { return "partner-intake/" + worker }
+
+// The reconciler's reads and takeovers (matrix rows 1, 5, 9 and the
+// quarantine report).
+
 func (l *Ledger) query(ctx context.Context, where string, args ...any) ([]*Intake, error) {
-	rs, err := l.s.pool.Query(ctx, `SELECT `+intakeColumns+` FROM file_intake WHERE `+where+` ORDER BY intake_id`, args...)
+	rs, err := l.pool.Query(ctx, `SELECT `+intakeColumns+` FROM file_intake WHERE `+where+` ORDER BY intake_id`, args...)
 	if err != nil {
 		return nil, err
 	}
@@ -56,7 +82,7 @@ func (l *Ledger) Get(ctx context.Context, partner string, id int64) (*Intake, er
 // Owned reports whether a live row owns a processing path.
 func (l *Ledger) Owned(ctx context.Context, partner, claimedPath string) (bool, error) {
 	var ok bool
-	err := l.s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM file_intake
+	err := l.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM file_intake
 		WHERE partner_id = $1 AND claimed_path = $2 AND state = ANY($3))`, partner, claimedPath, liveStates).Scan(&ok)
 	return ok, err
 }
@@ -64,15 +90,15 @@ func (l *Ledger) Owned(ctx context.Context, partner, claimedPath string) (bool, 
 // WorkerAlive reports whether a replica heartbeated within its lease.
 func (l *Ledger) WorkerAlive(ctx context.Context, worker string) (bool, error) {
 	var ok bool
-	err := l.s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM intake_worker
+	err := l.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM intake_worker
 		WHERE worker_id = $1 AND last_seen > now() - lease)`, worker).Scan(&ok)
 	return ok, err
 }
 
 // Adopt records a claim found without a row (matrix row 1), for worker.
 func (l *Ledger) Adopt(ctx context.Context, in *Intake) error {
-	if err := l.s.insertClaim(ctx, in); err != nil {
-		if errors.Is(err, errTracked) {
+	if err := l.InsertClaim(ctx, in); err != nil {
+		if errors.Is(err, ErrTracked) {
 			return &FencedError{Step: "adopt: a live row already owns " + in.ClaimedPath}
 		}
 		return err
@@ -119,14 +145,14 @@ func (l *Ledger) TakeOver(ctx context.Context, in *Intake, worker, newPath strin
 
 func (l *Ledger) takeOver(ctx context.Context, in *Intake, worker, newPath string) (*Intake, error) {
 	var out *Intake
-	err := pgx.BeginFunc(ctx, l.s.pool, func(tx pgx.Tx) error {
+	err := pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `SET LOCAL lock_timeout = '1s'`); err != nil {
 			return err
 		}
 		row := tx.QueryRow(ctx, `UPDATE file_intake SET fencing_token = fencing_token + 1, worker_id = $3,
 			claimed_path = $4, lease_until = now() + $5::interval, updated_at = now()
 			WHERE intake_id = $1 AND fencing_token = $2 AND state = ANY($6) AND lease_until < now()
-			RETURNING `+intakeColumns, in.ID, in.Token, worker, newPath, l.s.lease, liveStates)
+			RETURNING `+intakeColumns, in.ID, in.Token, worker, newPath, l.lease, liveStates)
 		var err error
 		out, err = scanIntake(row)
 		if errors.Is(err, pgx.ErrNoRows) {
@@ -143,9 +169,9 @@ func (l *Ledger) takeOver(ctx context.Context, in *Intake, worker, newPath strin
 // endStalled terminates the old worker's transactions that have run longer
 // than a lease, waiting up to 5 s for each to end.
 func (l *Ledger) endStalled(ctx context.Context, oldWorker string) error {
-	_, err := l.s.pool.Exec(ctx, `SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity
+	_, err := l.pool.Exec(ctx, `SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity
 		WHERE application_name = $1 AND pid <> pg_backend_pid()
-		  AND xact_start < now() - $2::interval`, AppName(oldWorker), l.s.lease)
+		  AND xact_start < now() - $2::interval`, AppName(oldWorker), l.lease)
 	return err
 }
 
@@ -157,7 +183,7 @@ func (l *Ledger) endStalled(ctx context.Context, oldWorker string) error {
 // disagreement is reported, not guessed at.
 func (l *Ledger) ResolveUnknown(ctx context.Context, in *Intake) (chunks int, err error) {
 	var done int
-	err = pgx.BeginFunc(ctx, l.s.pool, func(tx pgx.Tx) error {
+	err = pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
 		if err := tx.QueryRow(ctx, `SELECT count(*) FROM intake_chunk WHERE intake_id = $1`, in.ID).Scan(&chunks); err != nil {
 			return err
 		}

@@ -1,4 +1,4 @@
-package intake
+package ledger
 
 import (
 	"context"
@@ -9,7 +9,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // State is a file_intake state.
@@ -60,7 +59,7 @@ type Intake struct {
 	Size         int64
 	ExpectedRows *int64
 	State        State
-	Reason       string
+	Reason       Reason
 	Worker       string
 	ClaimedAt    time.Time
 
@@ -87,39 +86,30 @@ const intakeColumns = `intake_id, fencing_token, partner_id, feed, remote_name, 
 
 func scanIntake(r pgx.Row, extra ...any) (*Intake, error) {
 	in := &Intake{}
-	var st string
+	var st, reason string
 	err := r.Scan(append([]any{&in.ID, &in.Token, &in.Partner, &in.Feed, &in.RemoteName, &in.ClaimedPath,
 		&in.ManifestName, &in.ListedSize, &in.BatchID, &in.SHA256,
-		&in.Size, &in.ExpectedRows, &st, &in.Reason, &in.Worker, &in.ClaimedAt,
+		&in.Size, &in.ExpectedRows, &st, &reason, &in.Worker, &in.ClaimedAt,
 		&in.RowsTotal, &in.RowsApplied, &in.RowsUnchanged, &in.RowsRejected, &in.RowsConflict, &in.ChunksDone,
 		&in.ArchivePath, &in.ReceiptPath, &in.RejectsPath, &in.Override, &in.ReplayOf, &in.DataSHA256, &in.DataSize}, extra...)...)
-	in.State = State(st)
+	in.State, in.Reason = State(st), Reason(reason)
 	return in, err
 }
 
-// store holds every statement on file_intake and its satellite tables.
-// Each state change is one conditional statement on (intake_id,
-// fencing_token, state): never read-compare-write in Go.
-type store struct {
-	pool  *pgxpool.Pool
-	lease time.Duration
-	retry RetryPolicy
-}
+// ErrTracked: a live row already owns that processing path.
+var ErrTracked = errors.New("a live intake row already owns this path")
 
-// errTracked: a live row already owns that processing path.
-var errTracked = errors.New("a live intake row already owns this path")
-
-// insertClaim records a claim found or adopted without one (a fresh id).
-func (s *store) insertClaim(ctx context.Context, in *Intake) error {
-	_, err := s.insertClaimAt(ctx, in, 0)
+// InsertClaim records a claim found or adopted without one (a fresh id).
+func (l *Ledger) InsertClaim(ctx context.Context, in *Intake) error {
+	_, err := l.InsertClaimAt(ctx, in, 0)
 	return err
 }
 
-// insertClaimAt records a claim made by a remote rename under id, an id
+// InsertClaimAt records a claim made by a remote rename under id, an id
 // allocated before that rename (0: a fresh one), and allocates the id for
 // the worker's next claim in the same statement (see Daemon.claim).
-func (s *store) insertClaimAt(ctx context.Context, in *Intake, id int64) (next int64, err error) {
-	row := s.pool.QueryRow(ctx, `
+func (l *Ledger) InsertClaimAt(ctx context.Context, in *Intake, id int64) (next int64, err error) {
+	row := l.pool.QueryRow(ctx, `
 		INSERT INTO file_intake (intake_id, partner_id, feed, remote_name, claimed_path, listed_size, manifest_name,
 		                         state, worker_id, lease_until)
 		OVERRIDING SYSTEM VALUE
@@ -129,10 +119,10 @@ func (s *store) insertClaimAt(ctx context.Context, in *Intake, id int64) (next i
 		    WHERE state IN ('claimed', 'spooled', 'applying', 'applied', 'outcome_unknown')
 		    DO NOTHING
 		RETURNING `+intakeColumns+`, nextval(pg_get_serial_sequence('file_intake', 'intake_id'))`,
-		in.Partner, in.Feed, in.RemoteName, in.ClaimedPath, in.ListedSize, in.ManifestName, in.Worker, s.lease, id)
+		in.Partner, in.Feed, in.RemoteName, in.ClaimedPath, in.ListedSize, in.ManifestName, in.Worker, l.lease, id)
 	got, err := scanIntake(row, &next)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return 0, errTracked
+		return 0, ErrTracked
 	}
 	if err != nil {
 		return 0, fmt.Errorf("insert claim: %w", err)
@@ -141,33 +131,33 @@ func (s *store) insertClaimAt(ctx context.Context, in *Intake, id int64) (next i
 	return next, nil
 }
 
-// nextIntakeID allocates an intake id for a claim about to be made.
-func (s *store) nextIntakeID(ctx context.Context) (int64, error) {
+// NextIntakeID allocates an intake id for a claim about to be made.
+func (l *Ledger) NextIntakeID(ctx context.Context) (int64, error) {
 	var id int64
-	err := s.pool.QueryRow(ctx, `SELECT nextval(pg_get_serial_sequence('file_intake', 'intake_id'))`).Scan(&id)
+	err := l.pool.QueryRow(ctx, `SELECT nextval(pg_get_serial_sequence('file_intake', 'intake_id'))`).Scan(&id)
 	return id, err
 }
 
-// registerWorker records that this replica is alive and which partners it
+// RegisterWorker records that this replica is alive and which partners it
 // serves (for partner affinity). It reports whether the worker id's
 // previous run ended drained (or there was none): then no claim of it can
 // be left in processing/ without a row.
-func (s *store) registerWorker(ctx context.Context, worker string, partners []string) (drained bool, err error) {
+func (l *Ledger) RegisterWorker(ctx context.Context, worker string, partners []string) (drained bool, err error) {
 	host, _ := os.Hostname()
-	err = s.pool.QueryRow(ctx, `WITH prev AS (SELECT drained_at FROM intake_worker WHERE worker_id = $1)
+	err = l.pool.QueryRow(ctx, `WITH prev AS (SELECT drained_at FROM intake_worker WHERE worker_id = $1)
 		INSERT INTO intake_worker (worker_id, hostname, pid, lease, partners)
 		VALUES ($1, $2, $3, $4::interval, $5)
 		ON CONFLICT (worker_id) DO UPDATE SET hostname = EXCLUDED.hostname, pid = EXCLUDED.pid,
 		    lease = EXCLUDED.lease, partners = EXCLUDED.partners, last_seen = now(), drained_at = NULL
 		RETURNING (SELECT count(*) = 0 OR bool_and(drained_at IS NOT NULL) FROM prev)`,
-		worker, host, os.Getpid(), s.lease, partners).Scan(&drained)
+		worker, host, os.Getpid(), l.lease, partners).Scan(&drained)
 	if err != nil {
 		return false, fmt.Errorf("register worker: %w", err)
 	}
 	return drained, nil
 }
 
-// retireWorker marks a stopping replica gone at once, so the others take
+// RetireWorker marks a stopping replica gone at once, so the others take
 // its partners on their next poll instead of one lease later. drained
 // says nothing of this worker id is left without a row on any partner's
 // site: every poll ended before the stop, and every partner's
@@ -176,21 +166,21 @@ func (s *store) registerWorker(ctx context.Context, worker string, partners []st
 // A run that never reached a partner must not say so: its next start
 // would trust it and never look there (issue 12 item 11). A row since
 // refreshed by a restarted process of the same id is left alone.
-func (s *store) retireWorker(ctx context.Context, worker string, drained bool) error {
-	_, err := s.pool.Exec(ctx, `UPDATE intake_worker SET last_seen = now() - lease - interval '1 second',
+func (l *Ledger) RetireWorker(ctx context.Context, worker string, drained bool) error {
+	_, err := l.pool.Exec(ctx, `UPDATE intake_worker SET last_seen = now() - lease - interval '1 second',
 		    drained_at = CASE WHEN $3 THEN now() END
 		WHERE worker_id = $1 AND pid = $2`, worker, os.Getpid(), drained)
 	return err
 }
 
-// workerGone reports whether a replica is known to have stopped: its row
+// WorkerGone reports whether a replica is known to have stopped: its row
 // is past its lease or retired. A worker id without a row (a `run --once`,
 // which never registers) is not known to be gone: it may be between a
 // claim's RENAME and its INSERT right now, so only the reconciler adopts
 // from it.
-func (s *store) workerGone(ctx context.Context, worker string) (bool, error) {
+func (l *Ledger) WorkerGone(ctx context.Context, worker string) (bool, error) {
 	var ok bool
-	err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM intake_worker
+	err := l.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM intake_worker
 		WHERE worker_id = $1 AND (last_seen <= now() - lease OR drained_at IS NOT NULL))`, worker).Scan(&ok)
 	if err != nil {
 		return false, fmt.Errorf("worker %s gone: %w", worker, err)
@@ -198,9 +188,9 @@ func (s *store) workerGone(ctx context.Context, worker string) (bool, error) {
 	return ok, nil
 }
 
-// livePaths reports which of the paths a live row of the partner owns.
-func (s *store) livePaths(ctx context.Context, partner string, paths []string) (map[string]bool, error) {
-	rs, err := s.pool.Query(ctx, `SELECT claimed_path FROM file_intake
+// LivePaths reports which of the paths a live row of the partner owns.
+func (l *Ledger) LivePaths(ctx context.Context, partner string, paths []string) (map[string]bool, error) {
+	rs, err := l.pool.Query(ctx, `SELECT claimed_path FROM file_intake
 		WHERE partner_id = $1 AND claimed_path = ANY($2) AND state = ANY($3)`, partner, paths, liveStates)
 	if err != nil {
 		return nil, fmt.Errorf("live paths: %w", err)
@@ -217,9 +207,9 @@ func (s *store) livePaths(ctx context.Context, partner string, paths []string) (
 	return out, rs.Err()
 }
 
-// liveServing maps each partner to the live replicas that serve it.
-func (s *store) liveServing(ctx context.Context) (map[string][]string, error) {
-	rs, err := s.pool.Query(ctx, `SELECT p, array_agg(worker_id ORDER BY worker_id)
+// LiveServing maps each partner to the live replicas that serve it.
+func (l *Ledger) LiveServing(ctx context.Context) (map[string][]string, error) {
+	rs, err := l.pool.Query(ctx, `SELECT p, array_agg(worker_id ORDER BY worker_id)
 		FROM intake_worker, unnest(partners) AS p
 		WHERE last_seen > now() - lease GROUP BY p`)
 	if err != nil {
@@ -238,10 +228,10 @@ func (s *store) liveServing(ctx context.Context) (map[string][]string, error) {
 	return out, rs.Err()
 }
 
-// liveOwnedBy lists the live rows of partner held by worker: after a
+// LiveOwnedBy lists the live rows of partner held by worker: after a
 // restart the worker resumes them.
-func (s *store) liveOwnedBy(ctx context.Context, partner, worker string) ([]*Intake, error) {
-	rs, err := s.pool.Query(ctx, `SELECT `+intakeColumns+` FROM file_intake
+func (l *Ledger) LiveOwnedBy(ctx context.Context, partner, worker string) ([]*Intake, error) {
+	rs, err := l.pool.Query(ctx, `SELECT `+intakeColumns+` FROM file_intake
 		WHERE partner_id = $1 AND worker_id = $2 AND state = ANY($3) ORDER BY intake_id`,
 		partner, worker, liveStates)
 	if err != nil {
@@ -250,10 +240,10 @@ func (s *store) liveOwnedBy(ctx context.Context, partner, worker string) ([]*Int
 	return pgx.CollectRows(rs, func(r pgx.CollectableRow) (*Intake, error) { return scanIntake(r) })
 }
 
-// dueOwnedBy lists the live rows of partner held by worker that are due:
+// DueOwnedBy lists the live rows of partner held by worker that are due:
 // not waiting for the next attempt after a failed run (attempt.go).
-func (s *store) dueOwnedBy(ctx context.Context, partner, worker string) ([]*Intake, error) {
-	rs, err := s.pool.Query(ctx, `SELECT `+intakeColumns+` FROM file_intake
+func (l *Ledger) DueOwnedBy(ctx context.Context, partner, worker string) ([]*Intake, error) {
+	rs, err := l.pool.Query(ctx, `SELECT `+intakeColumns+` FROM file_intake
 		WHERE partner_id = $1 AND worker_id = $2 AND state = ANY($3)
 		  AND (next_attempt_at IS NULL OR next_attempt_at <= now()) ORDER BY intake_id`,
 		partner, worker, liveStates)
@@ -266,12 +256,12 @@ func (s *store) dueOwnedBy(ctx context.Context, partner, worker string) ([]*Inta
 // resume takes over a live row held by this same worker id (a restarted
 // replica) or whose lease expired, incrementing the fencing token so any
 // earlier incarnation's writes are refused from now on.
-func (s *store) resume(ctx context.Context, id int64, worker string) (*Intake, error) {
-	row := s.pool.QueryRow(ctx, `
+func (l *Ledger) Resume(ctx context.Context, id int64, worker string) (*Intake, error) {
+	row := l.pool.QueryRow(ctx, `
 		UPDATE file_intake SET fencing_token = fencing_token + 1, worker_id = $2,
 		       lease_until = now() + $3::interval, updated_at = now()
 		WHERE intake_id = $1 AND state = ANY($4) AND (worker_id = $2 OR lease_until < now())
-		RETURNING `+intakeColumns, id, worker, s.lease, liveStates)
+		RETURNING `+intakeColumns, id, worker, l.lease, liveStates)
 	in, err := scanIntake(row)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, &FencedError{IntakeID: id, Step: "resume"}
@@ -282,30 +272,30 @@ func (s *store) resume(ctx context.Context, id int64, worker string) (*Intake, e
 	return in, nil
 }
 
-// heartbeat extends the lease; a FencedError means the file is lost.
-func (s *store) heartbeat(ctx context.Context, in *Intake) error {
+// Heartbeat extends the lease; a FencedError means the file is lost.
+func (l *Ledger) Heartbeat(ctx context.Context, in *Intake) error {
 	// clock_timestamp: the statement may have waited for the row lock of
 	// the file's own long chunk, and the lease counts from now
-	tag, err := s.pool.Exec(ctx, `UPDATE file_intake SET lease_until = clock_timestamp() + $3::interval
-		WHERE intake_id = $1 AND fencing_token = $2 AND state = ANY($4)`, in.ID, in.Token, s.lease, liveStates)
+	tag, err := l.pool.Exec(ctx, `UPDATE file_intake SET lease_until = clock_timestamp() + $3::interval
+		WHERE intake_id = $1 AND fencing_token = $2 AND state = ANY($4)`, in.ID, in.Token, l.lease, liveStates)
 	if err != nil {
-		return fmt.Errorf("heartbeat: %w", err)
+		return fmt.Errorf("Heartbeat: %w", err)
 	}
 	if tag.RowsAffected() == 0 {
-		return &FencedError{IntakeID: in.ID, Token: in.Token, Step: "heartbeat"}
+		return &FencedError{IntakeID: in.ID, Token: in.Token, Step: "Heartbeat"}
 	}
 	return nil
 }
 
-// setSpooled records the verified bytes (and, for a compressed file, the
+// SetSpooled records the verified bytes (and, for a compressed file, the
 // expanded ones): claimed -> spooled.
-func (s *store) setSpooled(ctx context.Context, in *Intake, sha string, size int64, dataSHA string, dataSize int64, batch string, expectedRows *int64) (*binding, error) {
-	// The same statement binds (partner, batch) to the hash, as bindBatch
+func (l *Ledger) SetSpooled(ctx context.Context, in *Intake, sha string, size int64, dataSHA string, dataSize int64, batch string, expectedRows *int64) (*Binding, error) {
+	// The same statement binds (partner, batch) to the hash, as BindBatch
 	// would next: one round trip and one commit less per file.
 	var moved int64
 	var owner *int64
 	var ownerSHA *string
-	err := s.pool.QueryRow(ctx, `WITH u AS (
+	err := l.pool.QueryRow(ctx, `WITH u AS (
 		    UPDATE file_intake
 		    SET state = 'spooled', content_sha256 = $3, size_bytes = $4, data_sha256 = $5, data_size = $6,
 		        batch_id = $7, expected_rows = $8, updated_at = now()
@@ -335,13 +325,13 @@ func (s *store) setSpooled(ctx context.Context, in *Intake, sha string, size int
 		// snapshot: decide binds again with a fresh one
 		return nil, nil
 	}
-	return &binding{verdict: verdictOf(in, *owner, *ownerSHA), owner: *owner}, nil
+	return &Binding{Verdict: verdictOf(in, *owner, *ownerSHA), Owner: *owner}, nil
 }
 
-// binding is a batch binding's outcome for an intake.
-type binding struct {
-	verdict Verdict
-	owner   int64
+// Binding is a batch binding's outcome for an intake.
+type Binding struct {
+	Verdict Verdict
+	Owner   int64
 }
 
 func verdictOf(in *Intake, owner int64, sha string) Verdict {
@@ -364,25 +354,25 @@ const (
 	VerdictConflict                 // the batch is owned with other bytes
 )
 
-// bindBatch binds (partner, batch) to this intake's hash, or reports the
+// BindBatch binds (partner, batch) to this intake's hash, or reports the
 // owner. The owner's hash is never updated, so comparing with it is safe.
-func (s *store) bindBatch(ctx context.Context, in *Intake) (Verdict, int64, error) {
-	v, owner, err := s.bindBatchOnce(ctx, in)
+func (l *Ledger) BindBatch(ctx context.Context, in *Intake) (Verdict, int64, error) {
+	v, owner, err := l.bindBatchOnce(ctx, in)
 	var fe *FencedError
 	if errors.As(err, &fe) {
 		// No row can also mean that another intake's binding committed
 		// while the INSERT waited on it: ON CONFLICT then sees it, the
 		// statement's snapshot does not. A new statement sees it, or
 		// confirms the fence.
-		return s.bindBatchOnce(ctx, in)
+		return l.bindBatchOnce(ctx, in)
 	}
 	return v, owner, err
 }
 
-func (s *store) bindBatchOnce(ctx context.Context, in *Intake) (Verdict, int64, error) {
+func (l *Ledger) bindBatchOnce(ctx context.Context, in *Intake) (Verdict, int64, error) {
 	var owner int64
 	var sha string
-	err := s.pool.QueryRow(ctx, `
+	err := l.pool.QueryRow(ctx, `
 		WITH ins AS (
 		    INSERT INTO intake_batch (partner_id, batch_id, content_sha256, intake_id)
 		    SELECT $1, $2, $3, $4
@@ -402,13 +392,13 @@ func (s *store) bindBatchOnce(ctx context.Context, in *Intake) (Verdict, int64, 
 	return verdictOf(in, owner, sha), owner, nil
 }
 
-// batchBound returns the content hash another intake holds the partner's
+// BatchBound returns the content hash another intake holds the partner's
 // batch id under ("" when none does): a file under it can then only end as
 // a duplicate or a conflict, never be planned (unless the holder releases
 // it meanwhile).
-func (s *store) batchBound(ctx context.Context, in *Intake, batch string) (string, error) {
+func (l *Ledger) BatchBound(ctx context.Context, in *Intake, batch string) (string, error) {
 	var sha string
-	err := s.pool.QueryRow(ctx, `SELECT content_sha256 FROM intake_batch WHERE partner_id = $1 AND batch_id = $2 AND intake_id <> $3`,
+	err := l.pool.QueryRow(ctx, `SELECT content_sha256 FROM intake_batch WHERE partner_id = $1 AND batch_id = $2 AND intake_id <> $3`,
 		in.Partner, batch, in.ID).Scan(&sha)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return "", nil
@@ -416,9 +406,9 @@ func (s *store) batchBound(ctx context.Context, in *Intake, batch string) (strin
 	return sha, err
 }
 
-// markApplied: applying -> applied, only when every row has an outcome.
-func (s *store) markApplied(ctx context.Context, in *Intake) error {
-	row := s.pool.QueryRow(ctx, `UPDATE file_intake SET state = 'applied', updated_at = now()
+// MarkApplied: applying -> applied, only when every row has an outcome.
+func (l *Ledger) MarkApplied(ctx context.Context, in *Intake) error {
+	row := l.pool.QueryRow(ctx, `UPDATE file_intake SET state = 'applied', updated_at = now()
 		WHERE intake_id = $1 AND fencing_token = $2 AND state = 'applying'
 		  AND rows_applied + rows_unchanged + rows_rejected + rows_conflict = rows_total
 		RETURNING rows_applied, rows_unchanged, rows_rejected, rows_conflict`, in.ID, in.Token)
@@ -433,9 +423,9 @@ func (s *store) markApplied(ctx context.Context, in *Intake) error {
 	return nil
 }
 
-// markUnknown: applying -> outcome_unknown, after a commit without answer.
-func (s *store) markUnknown(ctx context.Context, in *Intake) error {
-	tag, err := s.pool.Exec(ctx, `UPDATE file_intake SET state = 'outcome_unknown', reason = 'commit_unknown', updated_at = now()
+// MarkUnknown: applying -> outcome_unknown, after a commit without answer.
+func (l *Ledger) MarkUnknown(ctx context.Context, in *Intake) error {
+	tag, err := l.pool.Exec(ctx, `UPDATE file_intake SET state = 'outcome_unknown', reason = 'commit_unknown', updated_at = now()
 		WHERE intake_id = $1 AND fencing_token = $2 AND state = 'applying'`, in.ID, in.Token)
 	if err := fenced(tag, err, in, "mark outcome_unknown"); err != nil {
 		return err
@@ -448,18 +438,18 @@ func (s *store) markUnknown(ctx context.Context, in *Intake) error {
 // housekeeping is done. When the file fails after binding its batch, the
 // binding is released in the same transaction so a corrected resend can
 // take the batch.
-func (s *store) finish(ctx context.Context, in *Intake, from, to State, reason string) error {
+func (l *Ledger) Finish(ctx context.Context, in *Intake, from, to State, reason Reason) error {
 	if to != StateFailedTerminal && to != StateQuarantined {
 		// archived or duplicate: one statement, no transaction block
-		tag, err := s.pool.Exec(ctx, finishSQL, in.ID, in.Token, string(from), string(to), reason, in.ArchivePath, in.ReceiptPath, in.RejectsPath)
+		tag, err := l.pool.Exec(ctx, finishSQL, in.ID, in.Token, string(from), string(to), string(reason), in.ArchivePath, in.ReceiptPath, in.RejectsPath)
 		if err := fenced(tag, err, in, "finish as "+string(to)); err != nil {
 			return err
 		}
 		in.State, in.Reason = to, reason
 		return nil
 	}
-	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		tag, err := tx.Exec(ctx, finishSQL, in.ID, in.Token, string(from), string(to), reason, in.ArchivePath, in.ReceiptPath, in.RejectsPath)
+	return pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, finishSQL, in.ID, in.Token, string(from), string(to), string(reason), in.ArchivePath, in.ReceiptPath, in.RejectsPath)
 		if err := fenced(tag, err, in, "finish as "+string(to)); err != nil {
 			return err
 		}
@@ -476,7 +466,7 @@ func (s *store) finish(ctx context.Context, in *Intake, from, to State, reason s
 				VALUES ($1, $2, $3, nullif($4, ''), nullif($5, ''), nullif($6, ''))
 				ON CONFLICT (intake_id) DO UPDATE SET reason = EXCLUDED.reason, path = EXCLUDED.path, held_at = now(),
 				    state = 'open', decided_at = NULL, decided_by = NULL, decision = NULL`,
-				in.ID, in.Partner, reason, in.BatchID, in.SHA256, in.ArchivePath); err != nil {
+				in.ID, in.Partner, string(reason), in.BatchID, in.SHA256, in.ArchivePath); err != nil {
 				return fmt.Errorf("quarantine record: %w", err)
 			}
 		}
@@ -500,8 +490,8 @@ type IssueRow struct {
 }
 
 // issues streams the row issues of an intake in line order.
-func (s *store) issues(ctx context.Context, in *Intake, fn func(IssueRow) error) error {
-	rs, err := s.pool.Query(ctx, `SELECT line, coalesce(column_name, ''), reason, outcome, coalesce(detail, '') FROM intake_row_issue
+func (l *Ledger) Issues(ctx context.Context, in *Intake, fn func(IssueRow) error) error {
+	rs, err := l.pool.Query(ctx, `SELECT line, coalesce(column_name, ''), reason, outcome, coalesce(detail, '') FROM intake_row_issue
 		WHERE intake_id = $1 AND partner_id = $2 ORDER BY line, column_name`, in.ID, in.Partner)
 	if err != nil {
 		return fmt.Errorf("row issues: %w", err)

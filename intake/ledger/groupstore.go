@@ -1,4 +1,4 @@
-package intake
+package ledger
 
 import (
 	"context"
@@ -13,10 +13,10 @@ import (
 // row on (intake_id, fencing_token, state), so a file fenced out or in
 // another state simply drops out of the result; the caller sees which.
 
-// intakeIDs allocates n intake ids, in ascending order, for claims about
+// IntakeIDs allocates n intake ids, in ascending order, for claims about
 // to be made (see Daemon.claim on why ids come before the rename).
-func (s *store) intakeIDs(ctx context.Context, n int) ([]int64, error) {
-	rs, err := s.pool.Query(ctx, `SELECT nextval(pg_get_serial_sequence('file_intake', 'intake_id')) FROM generate_series(1, $1)`, n)
+func (l *Ledger) IntakeIDs(ctx context.Context, n int) ([]int64, error) {
+	rs, err := l.pool.Query(ctx, `SELECT nextval(pg_get_serial_sequence('file_intake', 'intake_id')) FROM generate_series(1, $1)`, n)
 	if err != nil {
 		return nil, fmt.Errorf("allocate intake ids: %w", err)
 	}
@@ -28,17 +28,17 @@ func (s *store) intakeIDs(ctx context.Context, n int) ([]int64, error) {
 	return ids, nil
 }
 
-// insertClaims records claims made by remote renames, each under the id
+// InsertClaims records claims made by remote renames, each under the id
 // allocated for it before its rename. It returns the rows inserted; a
 // file whose processing path a live row already owns is left out.
-func (s *store) insertClaims(ctx context.Context, ins []*Intake) ([]*Intake, error) {
+func (l *Ledger) InsertClaims(ctx context.Context, ins []*Intake) ([]*Intake, error) {
 	var ids, sizes []int64
 	var feeds, names, paths []string
 	for _, in := range ins {
 		ids, sizes = append(ids, in.ID), append(sizes, in.ListedSize)
 		feeds, names, paths = append(feeds, in.Feed), append(names, in.RemoteName), append(paths, in.ClaimedPath)
 	}
-	rs, err := s.pool.Query(ctx, `
+	rs, err := l.pool.Query(ctx, `
 		INSERT INTO file_intake (intake_id, partner_id, feed, remote_name, claimed_path, listed_size,
 		                         state, worker_id, lease_until)
 		OVERRIDING SYSTEM VALUE
@@ -48,7 +48,7 @@ func (s *store) insertClaims(ctx context.Context, ins []*Intake) ([]*Intake, err
 		    WHERE state IN ('claimed', 'spooled', 'applying', 'applied', 'outcome_unknown')
 		    DO NOTHING
 		RETURNING `+intakeColumns,
-		ins[0].Partner, ins[0].Worker, s.lease, ids, feeds, names, paths, sizes)
+		ins[0].Partner, ins[0].Worker, l.lease, ids, feeds, names, paths, sizes)
 	if err != nil {
 		return nil, fmt.Errorf("insert claims: %w", err)
 	}
@@ -60,13 +60,13 @@ func (s *store) insertClaims(ctx context.Context, ins []*Intake) ([]*Intake, err
 	return out, nil
 }
 
-// spoolGroup is setSpooled for a group, inside the group's transaction:
+// SpoolGroup is SetSpooled for a group, inside the group's transaction:
 // claimed -> spooled with each file's bytes, and each file's batch bound
 // to its hash. It returns the binding of every file that moved (nil: its
 // batch was bound by an intake that committed after the statement's
 // snapshot; the per-file path asks again); a file missing from the map
 // was fenced out. The group's batch ids are distinct.
-func (s *store) spoolGroup(ctx context.Context, tx pgx.Tx, ins []*Intake) (map[int64]*binding, error) {
+func (l *Ledger) SpoolGroup(ctx context.Context, tx pgx.Tx, ins []*Intake) (map[int64]*Binding, error) {
 	var ids, tokens, sizes []int64
 	var shas, batches []string
 	for _, in := range ins {
@@ -97,7 +97,7 @@ func (s *store) spoolGroup(ctx context.Context, tx pgx.Tx, ins []*Intake) (map[i
 	for _, in := range ins {
 		byID[in.ID] = in
 	}
-	out := map[int64]*binding{}
+	out := map[int64]*Binding{}
 	for rs.Next() {
 		var id int64
 		var owner *int64
@@ -110,7 +110,7 @@ func (s *store) spoolGroup(ctx context.Context, tx pgx.Tx, ins []*Intake) (map[i
 		if in := byID[id]; in != nil && owner != nil && ownerSHA != nil {
 			// the file's own fields are set (sha, batch): verdictOf reads
 			// its id and data hash
-			out[id] = &binding{verdict: verdictOf(in, *owner, *ownerSHA), owner: *owner}
+			out[id] = &Binding{Verdict: verdictOf(in, *owner, *ownerSHA), Owner: *owner}
 		}
 	}
 	if err := rs.Err(); err != nil {
@@ -119,24 +119,25 @@ func (s *store) spoolGroup(ctx context.Context, tx pgx.Tx, ins []*Intake) (map[i
 	return out, nil
 }
 
-// groupCounts is what a group's transaction did for one file.
-type groupCounts struct {
-	in          *Intake
-	first, last int64
-	c           chunkCounts
+// GroupFile is what a group's transaction did for one file: its one
+// chunk's lines and row outcomes.
+type GroupFile struct {
+	In                           *Intake
+	First, Last                  int64
+	Applied, Unchanged, Conflict int64
 }
 
-// appliedGroup records, inside the group's transaction, each file's plan,
+// AppliedGroup records, inside the group's transaction, each file's plan,
 // its one chunk in the ledger and its totals: spooled -> applied (a group
 // file is one chunk with no rejected row, so the plan, the chunk and the
 // end of apply are one step). It returns how many files moved.
-func (s *store) appliedGroup(ctx context.Context, tx pgx.Tx, gs []groupCounts) (int, error) {
+func (l *Ledger) AppliedGroup(ctx context.Context, tx pgx.Tx, gs []GroupFile) (int, error) {
 	var ids, tokens, firsts, lasts, totals, applied, unchanged, conflict []int64
 	for _, g := range gs {
-		ids, tokens = append(ids, g.in.ID), append(tokens, g.in.Token)
-		firsts, lasts = append(firsts, g.first), append(lasts, g.last)
-		totals = append(totals, g.c.applied+g.c.unchanged+g.c.conflict)
-		applied, unchanged, conflict = append(applied, g.c.applied), append(unchanged, g.c.unchanged), append(conflict, g.c.conflict)
+		ids, tokens = append(ids, g.In.ID), append(tokens, g.In.Token)
+		firsts, lasts = append(firsts, g.First), append(lasts, g.Last)
+		totals = append(totals, g.Applied+g.Unchanged+g.Conflict)
+		applied, unchanged, conflict = append(applied, g.Applied), append(unchanged, g.Unchanged), append(conflict, g.Conflict)
 	}
 	var n int
 	err := tx.QueryRow(ctx, `WITH x AS (
@@ -154,24 +155,24 @@ func (s *store) appliedGroup(ctx context.Context, tx pgx.Tx, gs []groupCounts) (
 		                              rows_applied, rows_unchanged, rows_conflict, fencing_token)
 		    SELECT x.id, 0, $1, x.first, x.last, x.applied, x.unchanged, x.conflict, x.token FROM x JOIN u ON u.intake_id = x.id)
 		SELECT count(*) FROM u`,
-		gs[0].in.Partner, ids, tokens, firsts, lasts, totals, applied, unchanged, conflict, s.lease).Scan(&n)
+		gs[0].In.Partner, ids, tokens, firsts, lasts, totals, applied, unchanged, conflict, l.lease).Scan(&n)
 	if err != nil {
 		return 0, fmt.Errorf("applied (group): %w", err)
 	}
 	return n, nil
 }
 
-// archiveGroup is finish for a group's archived files: applied ->
+// ArchiveGroup is finish for a group's archived files: applied ->
 // archived with each file's archive and receipt paths. It returns the ids
 // that moved; the others were fenced out.
-func (s *store) archiveGroup(ctx context.Context, ins []*Intake) (map[int64]bool, error) {
+func (l *Ledger) ArchiveGroup(ctx context.Context, ins []*Intake) (map[int64]bool, error) {
 	var ids, tokens []int64
 	var archives, receipts []string
 	for _, in := range ins {
 		ids, tokens = append(ids, in.ID), append(tokens, in.Token)
 		archives, receipts = append(archives, in.ArchivePath), append(receipts, in.ReceiptPath)
 	}
-	rs, err := s.pool.Query(ctx, `UPDATE file_intake f
+	rs, err := l.pool.Query(ctx, `UPDATE file_intake f
 		SET state = 'archived', reason = NULL, archive_path = nullif(x.archive, ''), receipt_path = nullif(x.receipt, ''),
 		    rejects_path = NULL, updated_at = now(), finished_at = now()
 		FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::text[]) AS x(id, token, archive, receipt)
@@ -191,18 +192,18 @@ func (s *store) archiveGroup(ctx context.Context, ins []*Intake) (map[int64]bool
 	return out, nil
 }
 
-// heartbeatGroup extends the leases of a group's files that are still
+// HeartbeatGroup extends the leases of a group's files that are still
 // this worker's under their tokens.
-func (s *store) heartbeatGroup(ctx context.Context, ins []*Intake) error {
+func (l *Ledger) HeartbeatGroup(ctx context.Context, ins []*Intake) error {
 	var ids, tokens []int64
 	for _, in := range ins {
 		ids, tokens = append(ids, in.ID), append(tokens, in.Token)
 	}
-	_, err := s.pool.Exec(ctx, `UPDATE file_intake f SET lease_until = now() + $3::interval
+	_, err := l.pool.Exec(ctx, `UPDATE file_intake f SET lease_until = now() + $3::interval
 		FROM unnest($1::bigint[], $2::bigint[]) AS x(id, token)
-		WHERE f.intake_id = x.id AND f.fencing_token = x.token AND f.state = ANY($4)`, ids, tokens, s.lease, liveStates)
+		WHERE f.intake_id = x.id AND f.fencing_token = x.token AND f.state = ANY($4)`, ids, tokens, l.lease, liveStates)
 	if err != nil {
-		return fmt.Errorf("heartbeat (group): %w", err)
+		return fmt.Errorf("Heartbeat (group): %w", err)
 	}
 	return nil
 }

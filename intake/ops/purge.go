@@ -1,4 +1,4 @@
-package intake
+package ops
 
 import (
 	"context"
@@ -128,20 +128,16 @@ func purgePartner(ctx context.Context, db *pgxpool.Pool, sp *spool.Spool, p *par
 	if err := purgeSpool(ctx, db, sp, p.ID, now.Add(-ret.Spool), &res); err != nil {
 		return res, fmt.Errorf("spool: %w", err)
 	}
-	tag, err := db.Exec(ctx, `DELETE FROM intake_row_issue WHERE partner_id = $1 AND intake_id IN (
-		SELECT intake_id FROM file_intake WHERE partner_id = $1 AND finished_at < $2
-		  AND state IN ('archived', 'duplicate', 'failed_terminal', 'discarded'))`, p.ID, now.Add(-ret.RowIssues))
-	if err != nil {
+	l := ledgerOn(db)
+	var err error
+	if res.RowIssues, err = l.PurgeRowIssues(ctx, p.ID, now.Add(-ret.RowIssues)); err != nil {
 		return res, fmt.Errorf("row issues: %w", err)
 	}
-	res.RowIssues = tag.RowsAffected()
 	// The audit rows first: they need no site, so a hung one does not
 	// keep them past their retention.
-	tag, err = db.Exec(ctx, `DELETE FROM intake_audit WHERE partner_id = $1 AND at < $2`, p.ID, now.Add(-ret.Audit))
-	if err != nil {
+	if res.AuditEntries, err = l.PurgeAudit(ctx, p.ID, now.Add(-ret.Audit)); err != nil {
 		return res, fmt.Errorf("audit: %w", err)
 	}
-	res.AuditEntries = tag.RowsAffected()
 	if err := purgeReports(ctx, p, now.Add(-ret.Reports), &res); err != nil {
 		return res, fmt.Errorf("reports: %w", err)
 	}
@@ -171,24 +167,8 @@ func purgeSpool(ctx context.Context, db *pgxpool.Pool, sp *spool.Spool, partner 
 	if err != nil || len(hashes) == 0 {
 		return err
 	}
-	rs, err := db.Query(ctx, `SELECT h FROM unnest($2::text[]) h WHERE EXISTS (
-		SELECT 1 FROM file_intake f WHERE f.partner_id = $1 AND (f.content_sha256 = h OR f.data_sha256 = h)
-		  AND (f.state NOT IN ('archived', 'duplicate', 'failed_terminal', 'discarded') OR f.finished_at >= $3))`,
-		partner, hashes, cutoff)
+	keep, err := ledgerOn(db).SpoolInUse(ctx, partner, hashes, cutoff)
 	if err != nil {
-		return err
-	}
-	keep := map[string]bool{}
-	for rs.Next() {
-		var h string
-		if err := rs.Scan(&h); err != nil {
-			rs.Close()
-			return err
-		}
-		keep[h] = true
-	}
-	rs.Close()
-	if err := rs.Err(); err != nil {
 		return err
 	}
 	for h, p := range cands {

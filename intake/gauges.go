@@ -1,0 +1,114 @@
+package intake
+
+import (
+	"context"
+	"fmt"
+	"io/fs"
+	"path/filepath"
+	"time"
+)
+
+// refreshGauges sets the gauges that describe the whole pipeline as the
+// database sees it: files per state, oldest file in processing, open
+// quarantine, progress of files being applied. Every replica reports the
+// same cluster-wide numbers; alert rules aggregate with max().
+func (d *Daemon) refreshGauges(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	m := d.metrics
+	for _, id := range d.order {
+		for _, st := range []State{StateClaimed, StateSpooled, StateApplying, StateApplied, StateOutcomeUnknown, StateQuarantined} {
+			m.files.WithLabelValues(id, string(st)).Set(0)
+		}
+		m.oldestProcessing.WithLabelValues(id).Set(0)
+		m.quarantineOpen.WithLabelValues(id).Set(0)
+		m.quarantineOldest.WithLabelValues(id).Set(0)
+		m.inflightRows.WithLabelValues(id).Set(0)
+		m.inflightRowsDone.WithLabelValues(id).Set(0)
+		m.inflightBytes.WithLabelValues(id).Set(0)
+		m.inflightBytesDone.WithLabelValues(id).Set(0)
+	}
+	oldest := map[string]float64{}
+	gs, err := d.ledger.Gauges(ctx, d.order)
+	if err != nil {
+		return fmt.Errorf("refresh gauges: %w", err)
+	}
+	for _, g := range gs {
+		partner := g.Partner
+		m.files.WithLabelValues(partner, string(g.State)).Set(float64(g.Files))
+		switch g.State {
+		case StateQuarantined:
+			m.quarantineOpen.WithLabelValues(partner).Set(float64(g.Files))
+			m.quarantineOldest.WithLabelValues(partner).Set(g.Age)
+		default:
+			if g.Age > oldest[partner] {
+				oldest[partner] = g.Age
+			}
+		}
+		if g.State == StateApplying {
+			m.inflightRows.WithLabelValues(partner).Set(g.Rows)
+			m.inflightRowsDone.WithLabelValues(partner).Set(g.RowsDone)
+			m.inflightBytes.WithLabelValues(partner).Set(g.Bytes)
+			m.inflightBytesDone.WithLabelValues(partner).Set(g.BytesDone)
+		}
+	}
+	for p, age := range oldest {
+		m.oldestProcessing.WithLabelValues(p).Set(age)
+	}
+	for _, id := range d.order {
+		p := d.parts[id]
+		p.statMu.Lock()
+		age, polling := 0.0, p.polling
+		if !p.oldestReady.IsZero() {
+			age = time.Since(p.oldestReady).Seconds()
+		}
+		p.statMu.Unlock()
+		if polling { // else another replica speaks for the partner's ready/
+			m.oldestReady.WithLabelValues(id).Set(age)
+		}
+	}
+	return nil
+}
+
+// refreshSpoolBytes walks the spool and sets the bytes held per partner.
+func (d *Daemon) refreshSpoolBytes() {
+	for _, id := range d.order {
+		var total int64
+		filepath.WalkDir(filepath.Join(d.spool.Dir(), id), func(_ string, e fs.DirEntry, err error) error {
+			if err == nil && e.Type().IsRegular() {
+				if info, err := e.Info(); err == nil {
+					total += info.Size()
+				}
+			}
+			return nil
+		})
+		d.metrics.spoolBytes.WithLabelValues(id).Set(float64(total))
+	}
+}
+
+// PartnerState is what the daemon knows of a partner's site right now.
+type PartnerState struct {
+	Up        bool      `json:"up"`
+	LastOK    time.Time `json:"last_ok,omitempty"`
+	LastError string    `json:"last_error,omitempty"`
+	// PolledElsewhere: another live replica polls the partner (partner
+	// affinity); this one's last poll of it would be stale, so the other
+	// fields are left empty and that replica's /readyz speaks for it.
+	PolledElsewhere bool `json:"polled_elsewhere,omitempty"`
+}
+
+// PartnerStates reports each partner's SFTP state as of the last poll.
+func (d *Daemon) PartnerStates() map[string]PartnerState {
+	out := map[string]PartnerState{}
+	for _, id := range d.order {
+		p := d.parts[id]
+		p.statMu.Lock()
+		if p.elsewhere {
+			out[id] = PartnerState{PolledElsewhere: true}
+		} else {
+			out[id] = PartnerState{Up: p.up, LastOK: p.lastOK, LastError: p.lastErr}
+		}
+		p.statMu.Unlock()
+	}
+	return out
+}

@@ -1,0 +1,198 @@
+package ledger
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// The statements of plan and apply. A file's plan, its chunks' ledger
+// rows and its progress commit in the same transaction as what they
+// describe (the rejected rows, the chunk's target rows): these take the
+// pipeline's pgx.Tx or are queued onto its *pgx.Batch.
+
+// Querier is a pool or a transaction.
+type Querier interface {
+	QueryRow(context.Context, string, ...any) pgx.Row
+}
+
+// Plan moves a spooled file on to next (applying, or spooled again when
+// it is held) with its totals and clears an earlier plan's rows, in one
+// fenced statement; with no rejected rows it is the whole plan step.
+func Plan(ctx context.Context, q Querier, in *Intake, next State, total, rejected int64) error {
+	var moved int64
+	err := q.QueryRow(ctx, `WITH g AS (
+		    UPDATE file_intake SET state = $3, rows_total = $4, rows_rejected = $5, updated_at = now()
+		    WHERE intake_id = $1 AND fencing_token = $2 AND state = 'spooled' RETURNING 1),
+		d AS (DELETE FROM intake_row_issue WHERE intake_id = $1 AND EXISTS (SELECT 1 FROM g))
+		SELECT count(*) FROM g`,
+		in.ID, in.Token, string(next), total, rejected).Scan(&moved)
+	if err != nil {
+		return fmt.Errorf("plan: %w", err)
+	}
+	if moved == 0 {
+		return &FencedError{IntakeID: in.ID, Token: in.Token, Step: "plan"}
+	}
+	return nil
+}
+
+var issueCols = []string{"intake_id", "partner_id", "line", "column_name", "reason", "outcome"}
+
+// RejectedRowValues is one rejected row's values for CopyRejectedRows.
+func RejectedRowValues(in *Intake, line int64, column, reason string) []any {
+	var col any
+	if column != "" {
+		col = column
+	}
+	return []any{in.ID, in.Partner, line, col, reason, "rejected"}
+}
+
+// CopyRejectedRows writes a plan's rejected rows (RejectedRowValues) in
+// the plan's transaction.
+func CopyRejectedRows(ctx context.Context, tx pgx.Tx, src pgx.CopyFromSource) (int64, error) {
+	return tx.CopyFrom(ctx, pgx.Identifier{"intake_row_issue"}, issueCols, src)
+}
+
+// RecordRefusals writes the rows the target refused in a chunk, in the
+// chunk's transaction, in one statement.
+func RecordRefusals(ctx context.Context, tx pgx.Tx, in *Intake, reason string, lines []int64, cols, details []string) error {
+	_, err := tx.Exec(ctx, `INSERT INTO intake_row_issue (intake_id, partner_id, line, column_name, reason, outcome, detail)
+		SELECT $1, $2, l, nullif(c, ''), $3, 'rejected', d FROM unnest($4::bigint[], $5::text[], $6::text[]) AS u(l, c, d)`,
+		in.ID, in.Partner, reason, lines, cols, details)
+	if err != nil {
+		return fmt.Errorf("record refused rows: %w", err)
+	}
+	return nil
+}
+
+// QueueChunkGate queues a chunk's gate as the first statement of the
+// chunk's first batch: the row lock it takes also blocks a takeover until
+// the transaction ends, and the token check fences a stale owner. No row
+// affected means the gate is closed (ChunkGateClosed says why).
+func (l *Ledger) QueueChunkGate(b *pgx.Batch, in *Intake, chunk int) {
+	b.Queue(`UPDATE file_intake SET lease_until = now() + $4::interval, updated_at = now()
+		WHERE intake_id = $1 AND fencing_token = $2 AND state = 'applying' AND chunks_done = $3`,
+		in.ID, in.Token, chunk, l.lease)
+}
+
+// ErrChunkDone: the ledger already holds this chunk under our token.
+var ErrChunkDone = errors.New("chunk already committed")
+
+// LedgerBehindError: the ledger holds fewer chunks than this worker saw
+// commit. Only a database crash does that (chunks before a file's last
+// commit without waiting for the WAL flush, and the crash lost the
+// newest). Nothing is guessed: the run stops, and the file resumes from
+// what the ledger holds on the next poll.
+type LedgerBehindError struct {
+	IntakeID int64
+	Chunk    int
+	Done     int
+}
+
+func (e *LedgerBehindError) Error() string {
+	return fmt.Sprintf("intake %d: the ledger holds %d chunks, chunk %d was next (the database lost its newest commits in a crash); resuming from the ledger",
+		e.IntakeID, e.Done, e.Chunk)
+}
+
+// ChunkGateClosed explains a gate that let nothing through: fenced out,
+// or the chunk is already in the ledger (a commit whose reply was lost).
+func ChunkGateClosed(ctx context.Context, tx pgx.Tx, in *Intake, chunk int) error {
+	var token int64
+	var state string
+	var done int
+	err := tx.QueryRow(ctx, `SELECT fencing_token, state, chunks_done FROM file_intake WHERE intake_id = $1`, in.ID).
+		Scan(&token, &state, &done)
+	if err != nil {
+		return fmt.Errorf("chunk %d: read ledger: %w", chunk, err)
+	}
+	if token == in.Token && state == string(StateApplying) && done > chunk {
+		return ErrChunkDone
+	}
+	if token == in.Token && state == string(StateApplying) && done < chunk {
+		return &LedgerBehindError{IntakeID: in.ID, Chunk: chunk, Done: done}
+	}
+	return &FencedError{IntakeID: in.ID, Token: in.Token, Step: fmt.Sprintf("chunk %d", chunk)}
+}
+
+// Chunk is what a chunk's transaction did: its lines and row outcomes.
+type Chunk struct {
+	No                                     int
+	First, Last                            int64
+	Applied, Unchanged, Rejected, Conflict int64
+	// Final: the file's last chunk.
+	Final bool
+}
+
+// ChunkDone writes the chunk's ledger row and the file's progress in the
+// chunk's transaction, in one round trip; the last chunk also moves the
+// file to applied when its totals reconcile (fileApplied).
+func (l *Ledger) ChunkDone(ctx context.Context, tx pgx.Tx, in *Intake, c Chunk) (fileApplied bool, err error) {
+	b := &pgx.Batch{}
+	b.Queue(`INSERT INTO intake_chunk (intake_id, chunk_no, partner_id, first_line, last_line,
+		rows_applied, rows_unchanged, rows_conflict, fencing_token) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`,
+		in.ID, c.No, in.Partner, c.First, c.Last, c.Applied, c.Unchanged, c.Conflict, in.Token)
+	b.Queue(`UPDATE file_intake SET rows_applied = rows_applied + $4, rows_unchanged = rows_unchanged + $5,
+		rows_rejected = rows_rejected + $6, rows_conflict = rows_conflict + $7, chunks_done = $3 + 1,
+		lease_until = clock_timestamp() + $9::interval,
+		state = CASE WHEN $8::boolean AND rows_applied + $4 + rows_unchanged + $5 + rows_rejected + $6 + rows_conflict + $7 = rows_total
+		             THEN 'applied' ELSE state END, updated_at = now()
+		WHERE intake_id = $1 AND fencing_token = $2 AND chunks_done = $3
+		RETURNING state`,
+		in.ID, in.Token, c.No, c.Applied, c.Unchanged, c.Rejected, c.Conflict, c.Final, l.lease)
+	br := tx.SendBatch(ctx, b)
+	if _, err := br.Exec(); err != nil {
+		br.Close()
+		return false, fmt.Errorf("chunk %d ledger: %w", c.No, err)
+	}
+	var state string
+	err = br.QueryRow().Scan(&state)
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, &FencedError{IntakeID: in.ID, Token: in.Token, Step: fmt.Sprintf("chunk %d progress", c.No)}
+	}
+	if err != nil {
+		return false, fmt.Errorf("chunk %d progress: %w", c.No, err)
+	}
+	return state == string(StateApplied), nil
+}
+
+// RecordAttempt counts a failed run of the file and sets its next attempt,
+// under the file's fencing token: the first failure is tried again on the
+// next poll (a one-off, as most are), later ones after base doubling per
+// attempt, capped at max, with jitter. It returns the attempts so far and
+// how long ago the first failed.
+func (l *Ledger) RecordAttempt(ctx context.Context, in *Intake, lastErr string, base, max time.Duration) (n int, age time.Duration, err error) {
+	// this write must land even when the run's context is what ended it
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	err = l.pool.QueryRow(wctx, `UPDATE file_intake SET attempts = attempts + 1,
+		    first_failed_at = coalesce(first_failed_at, now()),
+		    next_attempt_at = now() + CASE WHEN attempts = 0 THEN interval '0'
+		        ELSE least($3::interval * power(2, attempts - 1), $4::interval) * (0.75 + random() / 2) END,
+		    last_error = left($5, 1000), updated_at = now()
+		WHERE intake_id = $1 AND fencing_token = $2 AND state = ANY($6)
+		RETURNING attempts, now() - first_failed_at`,
+		in.ID, in.Token, base, max, lastErr, liveStates).Scan(&n, &age)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, 0, &FencedError{IntakeID: in.ID, Token: in.Token, Step: "record attempt"}
+	}
+	if err != nil {
+		return 0, 0, fmt.Errorf("record attempt: %w", err)
+	}
+	return n, age, nil
+}
+
+// DataInUse reports whether an unfinished intake of the partner other
+// than in also reads the data bytes sha (an expanded copy is then kept).
+func (l *Ledger) DataInUse(ctx context.Context, in *Intake) (bool, error) {
+	var busy bool
+	err := l.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM file_intake WHERE partner_id = $1 AND data_sha256 = $2
+		AND intake_id <> $3 AND state NOT IN ('archived', 'duplicate', 'quarantined', 'failed_terminal', 'discarded'))`,
+		in.Partner, in.DataSHA256, in.ID).Scan(&busy)
+	return busy, err
+}

@@ -1,0 +1,229 @@
+package ledger
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// The statements of ops decisions (release, discard, replay), the
+// quarantine records they decide on and the audit trail they leave.
+
+// QuarantineItem is a held file as ops see it.
+type QuarantineItem struct {
+	IntakeID   int64
+	Partner    string
+	Reason     Reason
+	BatchID    string
+	SHA256     string
+	Path       string
+	HeldAt     time.Time
+	State      string
+	DecidedAt  *time.Time
+	DecidedBy  string
+	Decision   string
+	FileName   string
+	IntakeStat string
+}
+
+// ListQuarantine lists the held files of the given partners, newest first.
+func (l *Ledger) ListQuarantine(ctx context.Context, partners []string, openOnly bool) ([]QuarantineItem, error) {
+	rs, err := l.pool.Query(ctx, `SELECT q.intake_id, q.partner_id, q.reason, coalesce(q.batch_id, ''), coalesce(q.content_sha256, ''),
+		coalesce(q.path, ''), q.held_at, q.state, q.decided_at, coalesce(q.decided_by, ''), coalesce(q.decision, ''),
+		f.remote_name, f.state
+		FROM intake_quarantine q JOIN file_intake f USING (intake_id)
+		WHERE q.partner_id = ANY($1) AND (NOT $2 OR q.state = 'open')
+		ORDER BY q.held_at DESC, q.intake_id DESC`, partners, openOnly)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rs, func(r pgx.CollectableRow) (QuarantineItem, error) {
+		var q QuarantineItem
+		err := r.Scan(&q.IntakeID, &q.Partner, &q.Reason, &q.BatchID, &q.SHA256, &q.Path, &q.HeldAt, &q.State,
+			&q.DecidedAt, &q.DecidedBy, &q.Decision, &q.FileName, &q.IntakeStat)
+		return q, err
+	})
+}
+
+// Held is a held file locked for a decision.
+type Held struct {
+	Partner string
+	Reason  Reason
+	// QState is the quarantine record's state ("open" until decided),
+	// FState the file's.
+	QState, FState              string
+	Feed, BatchID, SHA256, Path string
+	Manifest                    string
+}
+
+// LockHeld locks a held file of one of partners and its quarantine record
+// for a decision in tx; nil when there is none.
+func LockHeld(ctx context.Context, tx pgx.Tx, id int64, partners []string) (*Held, error) {
+	var h Held
+	err := tx.QueryRow(ctx, `SELECT q.partner_id, q.reason, q.state, f.state, f.feed, coalesce(f.batch_id, ''),
+		coalesce(f.content_sha256, ''), coalesce(f.archive_path, ''), coalesce(f.manifest_name, '')
+		FROM intake_quarantine q JOIN file_intake f USING (intake_id)
+		WHERE q.intake_id = $1 AND q.partner_id = ANY($2) FOR UPDATE`, id, partners).
+		Scan(&h.Partner, &h.Reason, &h.QState, &h.FState, &h.Feed, &h.BatchID, &h.SHA256, &h.Path, &h.Manifest)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &h, nil
+}
+
+// LockQuarantine locks the quarantine record of a held file of one of
+// partners in tx; ok is false when there is none.
+func LockQuarantine(ctx context.Context, tx pgx.Tx, id int64, partners []string) (partner, qstate string, ok bool, err error) {
+	err = tx.QueryRow(ctx, `SELECT partner_id, state FROM intake_quarantine WHERE intake_id = $1 AND partner_id = ANY($2) FOR UPDATE`,
+		id, partners).Scan(&partner, &qstate)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", "", false, nil
+	}
+	return partner, qstate, err == nil, err
+}
+
+// RebindBatch binds the partner's batch to the held file's bytes (a batch
+// conflict released with the new bytes winning).
+func RebindBatch(ctx context.Context, tx pgx.Tx, partner, batch string, id int64, sha string) error {
+	_, err := tx.Exec(ctx, `UPDATE intake_batch SET intake_id = $3, content_sha256 = $4, bound_at = now()
+		WHERE partner_id = $1 AND batch_id = $2`, partner, batch, id, sha)
+	return err
+}
+
+// Reopen sends a held file back into the pipeline as next with what the
+// release overrides, from path (its place in quarantine/) with manifest
+// beside it: a new fencing token and an expired lease held by no live
+// worker, so a reconciler takes it over. It reports false when the file
+// is no longer held.
+func Reopen(ctx context.Context, tx pgx.Tx, id int64, next State, override, path, manifest string) (bool, error) {
+	tag, err := tx.Exec(ctx, `UPDATE file_intake SET state = $2, reason = NULL, release_override = nullif($3, ''),
+		fencing_token = fencing_token + 1, worker_id = 'released', lease_until = now() - interval '1 second',
+		claimed_path = $4, manifest_name = nullif($5, ''), archive_path = NULL, receipt_path = NULL, rejects_path = NULL,
+		finished_at = NULL, updated_at = now(),
+		rows_applied = 0, rows_unchanged = 0, rows_rejected = 0, rows_conflict = 0, chunks_done = 0,
+		attempts = 0, first_failed_at = NULL, next_attempt_at = NULL, last_error = NULL
+		WHERE intake_id = $1 AND state IN ('quarantined', 'failed_terminal')`, id, string(next), override, path, manifest)
+	if err != nil || tag.RowsAffected() == 0 {
+		return false, err
+	}
+	// A file that failed part way (retries exhausted after some chunks)
+	// starts over as a whole: its chunks apply again (rows it wrote
+	// already count as unchanged), so its totals and its rejects report
+	// describe one run, and it has a fresh retry budget.
+	if _, err := tx.Exec(ctx, `DELETE FROM intake_row_issue WHERE intake_id = $1`, id); err != nil {
+		return false, err
+	}
+	if _, err := tx.Exec(ctx, `DELETE FROM intake_chunk WHERE intake_id = $1`, id); err != nil {
+		return false, err
+	}
+	return true, nil
+}
+
+// CloseHeld closes a held file for good under worker. The partner's
+// receipt and the reason file still say "held": the same statement takes
+// a new fencing token and clears receipt_path, and the decision is
+// published under that token (Undecided). It reports false when the file
+// is no longer held.
+func CloseHeld(ctx context.Context, tx pgx.Tx, id int64, worker string) (bool, error) {
+	tag, err := tx.Exec(ctx, `UPDATE file_intake SET state = 'discarded', fencing_token = fencing_token + 1, worker_id = $2,
+		receipt_path = NULL, updated_at = now()
+		WHERE intake_id = $1 AND state IN ('quarantined', 'failed_terminal')`, id, worker)
+	if err != nil {
+		return false, err
+	}
+	return tag.RowsAffected() > 0, nil
+}
+
+// Decide records a decision on a quarantine record (qstate: released or
+// discarded) with its audit row, in the decision's transaction.
+func Decide(ctx context.Context, tx pgx.Tx, id int64, partner, qstate, actor, decision, action, detail string) error {
+	if _, err := tx.Exec(ctx, `UPDATE intake_quarantine SET state = $2, decided_at = now(), decided_by = $3, decision = $4
+		WHERE intake_id = $1`, id, qstate, actor, decision); err != nil {
+		return err
+	}
+	return audit(ctx, tx, actor, action, partner, id, decision, detail)
+}
+
+func audit(ctx context.Context, tx pgx.Tx, actor, action, partner string, id int64, reason, detail string) error {
+	q := tx
+	_, err := q.Exec(ctx, `INSERT INTO intake_audit (actor, action, partner_id, intake_id, reason, detail)
+		VALUES ($1, $2, $3, nullif($4, 0), $5, nullif($6, ''))`, actor, action, partner, id, reason, detail)
+	return err
+}
+
+// AuditEntry is one audited ops action.
+type AuditEntry struct {
+	At                     time.Time
+	Actor, Action, Partner string
+	IntakeID               int64
+	Reason, Detail         string
+}
+
+// Audit lists the given partners' ops actions, newest first.
+func (l *Ledger) Audit(ctx context.Context, partners []string, limit int) ([]AuditEntry, error) {
+	rs, err := l.pool.Query(ctx, `SELECT at, actor, action, partner_id, coalesce(intake_id, 0), reason, coalesce(detail, '')
+		FROM intake_audit WHERE partner_id = ANY($1) ORDER BY audit_id DESC LIMIT $2`, partners, limit)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rs, func(r pgx.CollectableRow) (AuditEntry, error) {
+		var a AuditEntry
+		err := r.Scan(&a.At, &a.Actor, &a.Action, &a.Partner, &a.IntakeID, &a.Reason, &a.Detail)
+		return a, err
+	})
+}
+
+// InsertReplay records a replay of orig as a new spooled intake of the
+// same batch under worker, claimed at path, with its audit row, in one
+// transaction. root is the intake the replay writes as.
+func (l *Ledger) InsertReplay(ctx context.Context, orig *Intake, path, worker string, root int64, actor, reason string) (*Intake, error) {
+	var in *Intake
+	err := pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
+		row := tx.QueryRow(ctx, `INSERT INTO file_intake (partner_id, feed, remote_name, claimed_path, listed_size, batch_id,
+			content_sha256, size_bytes, data_sha256, data_size, state, worker_id, lease_until, replay_of)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, 'spooled', $11, now() + $12::interval, $13)
+			RETURNING `+intakeColumns, orig.Partner, orig.Feed, orig.RemoteName,
+			path, orig.Size, orig.BatchID, orig.SHA256, orig.Size,
+			orig.DataSHA256, orig.DataSize, worker, l.lease, root)
+		var err error
+		if in, err = scanIntake(row); err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, `INSERT INTO intake_audit (actor, action, partner_id, intake_id, reason, detail)
+			VALUES ($1, 'replay', $2, $3, $4, $5)`, actor, orig.Partner, in.ID, reason, fmt.Sprintf("replay of intake %d", orig.ID))
+		return err
+	})
+	return in, err
+}
+
+// Undecided lists the partner's discarded files whose decision is not yet
+// published to the partner (PublishDiscarded).
+func (l *Ledger) Undecided(ctx context.Context, partner string) ([]*Intake, error) {
+	return l.query(ctx, `partner_id = $1 AND state = 'discarded' AND receipt_path IS NULL`, partner)
+}
+
+// StillDiscarded confirms that a discard's token is still current, before
+// a step of its publication.
+func (l *Ledger) StillDiscarded(ctx context.Context, in *Intake) error {
+	tag, err := l.pool.Exec(ctx, `UPDATE file_intake SET updated_at = now()
+		WHERE intake_id = $1 AND fencing_token = $2 AND state = 'discarded'`, in.ID, in.Token)
+	return fenced(tag, err, in, "publish discard")
+}
+
+// RecordDiscardReceipt records where a discard's receipt was published,
+// under the discard's token.
+func (l *Ledger) RecordDiscardReceipt(ctx context.Context, in *Intake, path string) error {
+	tag, err := l.pool.Exec(ctx, `UPDATE file_intake SET receipt_path = $3, updated_at = now()
+		WHERE intake_id = $1 AND fencing_token = $2 AND state = 'discarded'`, in.ID, in.Token, path)
+	if err := fenced(tag, err, in, "record discard receipt"); err != nil {
+		return err
+	}
+	in.ReceiptPath = path
+	return nil
+}

@@ -1,0 +1,51 @@
+package ledger
+
+import (
+	"context"
+	"time"
+)
+
+// The statements of retention (intake/ops purge): nothing a file in
+// flight or held for ops still needs is touched.
+
+// finishedStates are the states a file no longer leaves by itself.
+const finishedStates = `('archived', 'duplicate', 'failed_terminal', 'discarded')`
+
+// PurgeRowIssues deletes the row issues of the partner's files finished
+// before cutoff.
+func (l *Ledger) PurgeRowIssues(ctx context.Context, partner string, cutoff time.Time) (int64, error) {
+	tag, err := l.pool.Exec(ctx, `DELETE FROM intake_row_issue WHERE partner_id = $1 AND intake_id IN (
+		SELECT intake_id FROM file_intake WHERE partner_id = $1 AND finished_at < $2
+		  AND state IN `+finishedStates+`)`, partner, cutoff)
+	return tag.RowsAffected(), err
+}
+
+// PurgeAudit deletes the partner's audit rows older than cutoff.
+func (l *Ledger) PurgeAudit(ctx context.Context, partner string, cutoff time.Time) (int64, error) {
+	tag, err := l.pool.Exec(ctx, `DELETE FROM intake_audit WHERE partner_id = $1 AND at < $2`, partner, cutoff)
+	return tag.RowsAffected(), err
+}
+
+// SpoolInUse reports which of the partner's spooled hashes a file still
+// needs: one in flight or held, or one finished at or after cutoff. One
+// query decides for all candidates.
+func (l *Ledger) SpoolInUse(ctx context.Context, partner string, hashes []string, cutoff time.Time) (map[string]bool, error) {
+	rs, err := l.pool.Query(ctx, `SELECT h FROM unnest($2::text[]) h WHERE EXISTS (
+		SELECT 1 FROM file_intake f WHERE f.partner_id = $1 AND (f.content_sha256 = h OR f.data_sha256 = h)
+		  AND (f.state NOT IN `+finishedStates+` OR f.finished_at >= $3))`,
+		partner, hashes, cutoff)
+	if err != nil {
+		return nil, err
+	}
+	keep := map[string]bool{}
+	for rs.Next() {
+		var h string
+		if err := rs.Scan(&h); err != nil {
+			rs.Close()
+			return nil, err
+		}
+		keep[h] = true
+	}
+	rs.Close()
+	return keep, rs.Err()
+}

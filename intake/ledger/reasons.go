@@ -1,0 +1,45 @@
+package ledger
+
+// Reason is a file-level reason code, written to file_intake.reason,
+// receipts and quarantine reason files. Row-level and parse reasons live
+// in intake/rows.
+type Reason string
+
+// File-level reason codes.
+const (
+	ReasonDuplicate        Reason = "duplicate"            // same batch, same bytes as an earlier file
+	ReasonBatchConflict    Reason = "batch_conflict"       // same batch, other bytes
+	ReasonManifestMismatch Reason = "manifest_mismatch"    // bytes/sha256/rows disagree with the manifest
+	ReasonManifestInvalid  Reason = "manifest_invalid"     // the manifest cannot be read or parsed
+	ReasonFileTooLarge     Reason = "file_too_large"       // over limits.max_file_bytes
+	ReasonSizeMismatch     Reason = "size_mismatch"        // downloaded bytes differ from the listed size twice
+	ReasonRejectRate       Reason = "reject_rate_exceeded" // more rejected rows than the feed allows
+	ReasonBadBatchID       Reason = "bad_batch_id"         // no usable batch id
+	ReasonRemoteLost       Reason = "remote_lost"          // the claimed file vanished before its bytes were safe
+)
+
+// File-level reasons of the poison matrix (failure.go).
+const (
+	// ReasonTargetError: the database refused the file's statements for a
+	// reason no retry changes (the target table gone, a permission); the
+	// detail names the SQLSTATE.
+	ReasonTargetError Reason = "target_error"
+	// ReasonRetriesExhausted: the file's runs failed transiently more
+	// often, or for longer, than the retry budget allows.
+	ReasonRetriesExhausted Reason = "retries_exhausted"
+	// ReasonFeedGone: the file's feed left the configuration while the
+	// file was in flight.
+	ReasonFeedGone Reason = "feed_unconfigured"
+)
+
+// Reasons a compressed file is held, unparsed.
+const (
+	ReasonCompressionNotAllowed Reason = "compression_not_allowed"     // the feed does not accept this compression
+	ReasonArchiveInvalid        Reason = "archive_invalid"             // not a readable gzip/zip file
+	ReasonArchiveTooLarge       Reason = "archive_too_large"           // expands beyond limits.max_expanded_bytes
+	ReasonArchiveEntries        Reason = "archive_entries"             // a zip must hold exactly one file
+	ReasonArchiveBadEntry       Reason = "archive_bad_entry"           // an entry name with traversal, an absolute path or unsafe characters
+	ReasonArchiveSymlink        Reason = "archive_symlink"             // an entry that is a symbolic link
+	ReasonArchiveNested         Reason = "archive_nested"              // an archive inside the archive
+	ReasonArchiveDirectory      Reason = "archive_directory_too_large" // a zip's central directory over maxZipEntries or maxZipDirBytes
+)

@@ -1,0 +1,159 @@
+package ledger
+
+import (
+	"context"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/partner-intake/partner-intake/internal/pgerr"
+)
+
+// The statements behind `intake status` and the daemon's gauges: what
+// the ledger says of each partner, and each replica's last poll of it.
+
+// RecordPoll stores the outcome of a poll for `intake status`. The error
+// text is ours (paths, codes), never file contents.
+func (l *Ledger) RecordPoll(ctx context.Context, partner, worker string, pollErr error, ready int, oldest time.Time) error {
+	var oldestAt any
+	if !oldest.IsZero() {
+		oldestAt = oldest
+	}
+	var err error
+	if pollErr == nil {
+		_, err = l.pool.Exec(ctx, `INSERT INTO intake_partner_poll (partner_id, worker_id, last_ok_at, ready_files, oldest_ready_at)
+			VALUES ($1, $2, now(), $3, $4)
+			ON CONFLICT (partner_id, worker_id) DO UPDATE SET last_ok_at = now(), ready_files = $3, oldest_ready_at = $4`,
+			partner, worker, ready, oldestAt)
+	} else {
+		msg := pgerr.Redact(pollErr)
+		if len(msg) > 500 {
+			msg = msg[:500]
+		}
+		_, err = l.pool.Exec(ctx, `INSERT INTO intake_partner_poll (partner_id, worker_id, last_error_at, last_error)
+			VALUES ($1, $2, now(), $3)
+			ON CONFLICT (partner_id, worker_id) DO UPDATE SET last_error_at = now(), last_error = $3`, partner, worker, msg)
+	}
+	return err
+}
+
+// Gauge is one partner's files in one state, for the daemon's gauges.
+type Gauge struct {
+	Partner string
+	State   State
+	Files   int64
+	// Age is how long ago the oldest of them finished or was claimed (s).
+	Age float64
+	// Rows, RowsDone, Bytes, BytesDone: the progress of files applying.
+	Rows, RowsDone, Bytes, BytesDone float64
+}
+
+// Gauges reads the partners' files per state that the gauges describe.
+func (l *Ledger) Gauges(ctx context.Context, partners []string) ([]Gauge, error) {
+	rs, err := l.pool.Query(ctx, `SELECT partner_id, state, count(*), extract(epoch FROM now() - min(coalesce(finished_at, claimed_at)))::float8,
+		coalesce(sum(rows_total - rows_rejected) FILTER (WHERE state = 'applying'), 0)::float8,
+		coalesce(sum(rows_applied + rows_unchanged + rows_conflict) FILTER (WHERE state = 'applying'), 0)::float8,
+		coalesce(sum(size_bytes) FILTER (WHERE state = 'applying'), 0)::float8,
+		coalesce(sum(size_bytes * (rows_applied + rows_unchanged + rows_conflict) / nullif(rows_total - rows_rejected, 0))
+		    FILTER (WHERE state = 'applying'), 0)::float8
+		FROM file_intake WHERE state IN ('claimed', 'spooled', 'applying', 'applied', 'outcome_unknown', 'quarantined')
+		  AND partner_id = ANY($1)
+		GROUP BY partner_id, state`, partners)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rs, func(r pgx.CollectableRow) (Gauge, error) {
+		var g Gauge
+		err := r.Scan(&g.Partner, &g.State, &g.Files, &g.Age, &g.Rows, &g.RowsDone, &g.Bytes, &g.BytesDone)
+		return g, err
+	})
+}
+
+// StateCount is one partner's files in one state, for `intake status`.
+type StateCount struct {
+	Partner string
+	State   State
+	Files   int64
+	// Age: how long ago the oldest of them was claimed.
+	Age time.Duration
+	// Rows and RowsDone: the progress of files applying.
+	Rows, RowsDone int64
+}
+
+// StateCounts reads the partners' files per state.
+func (l *Ledger) StateCounts(ctx context.Context, partners []string) ([]StateCount, error) {
+	rs, err := l.pool.Query(ctx, `SELECT partner_id, state, count(*),
+		coalesce(extract(epoch FROM now() - min(claimed_at)), 0)::float8,
+		coalesce(sum(rows_total - rows_rejected) FILTER (WHERE state = 'applying'), 0)::bigint,
+		coalesce(sum(rows_applied + rows_unchanged + rows_conflict) FILTER (WHERE state = 'applying'), 0)::bigint
+		FROM file_intake WHERE partner_id = ANY($1) GROUP BY partner_id, state`, partners)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rs, func(r pgx.CollectableRow) (StateCount, error) {
+		var c StateCount
+		var age float64
+		err := r.Scan(&c.Partner, &c.State, &c.Files, &age, &c.Rows, &c.RowsDone)
+		c.Age = time.Duration(age * float64(time.Second))
+		return c, err
+	})
+}
+
+// Poll is the last poll of a partner by any replica.
+type Poll struct {
+	Partner           string
+	LastOK, LastError *time.Time
+	LastErrorText     string
+	ReadyFiles        int64
+	OldestReady       *time.Time
+}
+
+// Polls reads the partners' last polls.
+func (l *Ledger) Polls(ctx context.Context, partners []string) ([]Poll, error) {
+	rs, err := l.pool.Query(ctx, `SELECT partner_id, max(last_ok_at), max(last_error_at),
+		(array_agg(last_error ORDER BY last_error_at DESC NULLS LAST))[1],
+		(array_agg(ready_files ORDER BY last_ok_at DESC NULLS LAST))[1],
+		(array_agg(oldest_ready_at ORDER BY last_ok_at DESC NULLS LAST))[1]
+		FROM intake_partner_poll WHERE partner_id = ANY($1) GROUP BY partner_id`, partners)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rs, func(r pgx.CollectableRow) (Poll, error) {
+		var p Poll
+		var lastErr *string
+		var ready *int64
+		err := r.Scan(&p.Partner, &p.LastOK, &p.LastError, &lastErr, &ready, &p.OldestReady)
+		if lastErr != nil {
+			p.LastErrorText = *lastErr
+		}
+		if ready != nil {
+			p.ReadyFiles = *ready
+		}
+		return p, err
+	})
+}
+
+// Applying is a file being applied, and how far it got.
+type Applying struct {
+	Partner        string
+	IntakeID       int64
+	Worker         string
+	RowsDone, Rows int64
+	Bytes          int64
+	ChunksDone     int64
+}
+
+// ApplyingFiles lists the partners' files being applied, in id order.
+func (l *Ledger) ApplyingFiles(ctx context.Context, partners []string) ([]Applying, error) {
+	rs, err := l.pool.Query(ctx, `SELECT partner_id, intake_id, worker_id, rows_applied + rows_unchanged + rows_conflict,
+		coalesce(rows_total, 0) - rows_rejected, coalesce(size_bytes, 0), chunks_done
+		FROM file_intake WHERE partner_id = ANY($1) AND state = 'applying' ORDER BY intake_id`, partners)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rs, func(r pgx.CollectableRow) (Applying, error) {
+		var a Applying
+		err := r.Scan(&a.Partner, &a.IntakeID, &a.Worker, &a.RowsDone, &a.Rows, &a.Bytes, &a.ChunksDone)
+		return a, err
+	})
+}

@@ -1,0 +1,129 @@
+package ops
+
+import (
+	"context"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/partner-intake/partner-intake/intake"
+	"github.com/partner-intake/partner-intake/reconcile"
+)
+
+// StatusRow is one partner's line of `intake status`.
+type StatusRow struct {
+	Partner          string
+	ByState          map[string]int64
+	OldestProcessing time.Duration
+	QuarantineOpen   int64
+	QuarantineOldest time.Duration
+	InflightTotal    int64
+	InflightDone     int64
+	LastOK           *time.Time
+	LastError        *time.Time
+	LastErrorText    string
+	ReadyFiles       int64
+	OldestReady      *time.Time
+	Findings         []StatusFinding
+	// OrphanClaims: files the last reconciler run found in a processing/
+	// dir with no live row and left there (claims with no outcome yet).
+	OrphanClaims int
+	FindingsAt   *time.Time // when the reconciler last completed a run; nil: never
+	Inflight     []InflightFile
+	// Replicas are the live replicas serving the partner; Poller is the one
+	// that polls it under affinity "partner" (affinity.go).
+	Replicas []string
+	Poller   string
+}
+
+// InflightFile is a file being applied, and how far it got.
+type InflightFile struct {
+	IntakeID           int64
+	Worker             string
+	RowsDone, Rows     int64
+	BytesDone, Bytes   int64
+	Chunks, ChunksDone int64
+}
+
+// StatusFinding is a finding of the last reconciler run.
+type StatusFinding struct {
+	Kind, Path, Action, Detail string
+	IntakeID                   int64
+	NeedsHuman                 bool
+}
+
+// Status reads what `intake status` shows, for the given partners.
+func Status(ctx context.Context, db *pgxpool.Pool, partners []string) ([]StatusRow, error) {
+	out := make([]StatusRow, len(partners))
+	idx := map[string]*StatusRow{}
+	for i, p := range partners {
+		out[i] = StatusRow{Partner: p, ByState: map[string]int64{}}
+		idx[p] = &out[i]
+	}
+	l := ledgerOn(db)
+	counts, err := l.StateCounts(ctx, partners)
+	if err != nil {
+		return nil, err
+	}
+	for _, c := range counts {
+		r := idx[c.Partner]
+		r.ByState[string(c.State)] = c.Files
+		switch c.State {
+		case intake.StateQuarantined:
+			r.QuarantineOpen, r.QuarantineOldest = c.Files, c.Age
+		case intake.StateClaimed, intake.StateSpooled, intake.StateApplying, intake.StateApplied, intake.StateOutcomeUnknown:
+			r.OldestProcessing = max(r.OldestProcessing, c.Age)
+		}
+		r.InflightTotal += c.Rows
+		r.InflightDone += c.RowsDone
+	}
+	polls, err := l.Polls(ctx, partners)
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range polls {
+		t := idx[p.Partner]
+		t.LastOK, t.LastError, t.OldestReady = p.LastOK, p.LastError, p.OldestReady
+		t.LastErrorText, t.ReadyFiles = p.LastErrorText, p.ReadyFiles
+	}
+	applying, err := l.ApplyingFiles(ctx, partners)
+	if err != nil {
+		return nil, err
+	}
+	for _, a := range applying {
+		f := InflightFile{IntakeID: a.IntakeID, Worker: a.Worker, RowsDone: a.RowsDone, Rows: a.Rows, Bytes: a.Bytes, ChunksDone: a.ChunksDone}
+		if f.Rows > 0 {
+			f.BytesDone = f.Bytes * f.RowsDone / f.Rows
+		}
+		idx[a.Partner].Inflight = append(idx[a.Partner].Inflight, f)
+	}
+	runs, err := reconcile.LastRuns(ctx, db, partners)
+	if err != nil {
+		return nil, err
+	}
+	for p, at := range runs {
+		idx[p].FindingsAt = &at
+	}
+	findings, err := reconcile.StoredFindings(ctx, db, partners)
+	if err != nil {
+		return nil, err
+	}
+	for _, sf := range findings {
+		f := StatusFinding{Kind: sf.Kind, Path: sf.Path, Action: sf.Action, Detail: sf.Detail, IntakeID: sf.IntakeID, NeedsHuman: sf.NeedsHuman}
+		idx[sf.Partner].Findings = append(idx[sf.Partner].Findings, f)
+		if f.Kind == reconcile.KindOrphanClaim && f.IntakeID == 0 { // not adopted
+			idx[sf.Partner].OrphanClaims++
+		}
+	}
+	serving, err := l.LiveServing(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for i := range out {
+		out[i].Replicas = serving[out[i].Partner]
+		if len(out[i].Replicas) > 0 {
+			out[i].Poller = intake.Poller(out[i].Partner, out[i].Replicas)
+		}
+	}
+	return out, nil
+}

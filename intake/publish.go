@@ -1,0 +1,53 @@
+package intake
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path"
+
+	"github.com/partner-intake/partner-intake/intake/ledger"
+	"github.com/partner-intake/partner-intake/partners"
+)
+
+// OpsWorker is the worker identity an ops command (replay, release,
+// discard) works under: <worker_id>/ops-<pid>. No daemon's worker id can
+// contain '/', so no daemon resumes a row of it as its own leftover, and
+// while the command runs it renews the lease of what it holds, so no
+// reconciler takes it over as a dead replica's.
+func OpsWorker(worker string) string { return fmt.Sprintf("%s/ops-%d", worker, os.Getpid()) }
+
+// ErrDecision is wrapped by every refused decision.
+var ErrDecision = errors.New("decision refused")
+
+// PublishDiscarded tells the partner that a held file was discarded: the
+// reason file is removed and the receipt rewritten with outcome
+// "discarded", then its path recorded. Each step is conditional on the
+// token the discard took, so a later decision's publication is never
+// overwritten by this one; run twice, it writes the same.
+func PublishDiscarded(ctx context.Context, l *ledger.Ledger, s *partners.Session, in *Intake) error {
+	still := func() error { return l.StillDiscarded(ctx, in) }
+	if in.ArchivePath != "" {
+		if err := still(); err != nil {
+			return err
+		}
+		p := path.Join(s.Layout.QuarantineDir(), reasonName(path.Base(in.ArchivePath)))
+		if err := s.Remove(p); err != nil && !partners.IsNotExist(err) {
+			return fmt.Errorf("remove reason file: %w", err)
+		}
+	}
+	data, err := receiptJSON(in, Receipt{Outcome: OutcomeDiscarded, Reason: in.Reason, Quarantine: in.ArchivePath,
+		Detail: "after review the held file was closed for good; nothing of it was applied. Send a corrected file if one is due"})
+	if err != nil {
+		return err
+	}
+	if err := still(); err != nil {
+		return err
+	}
+	p, err := putFile(s, s.Layout.ReportsDir(), reportStem(in)+ReceiptSuffix, data)
+	if err != nil {
+		return err
+	}
+	return l.RecordDiscardReceipt(ctx, in, p)
+}
