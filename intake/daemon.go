@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/robfig/cron/v3"
 
+	"github.com/partner-intake/partner-intake/internal/lifecycle"
 	"github.com/partner-intake/partner-intake/internal/pgerr"
 	"github.com/partner-intake/partner-intake/internal/schedule"
 	"github.com/partner-intake/partner-intake/partners"
@@ -178,12 +179,11 @@ type Daemon struct {
 	// partner another replica polls needs no look into processing/ after
 	// start unless the database shows live files of this worker there.
 	prevDrained bool
-	mu          sync.Mutex
-	cron        *cron.Cron
-	cancel      context.CancelFunc
-	wg          sync.WaitGroup
-	started     bool
-	stopped     bool
+	// life is the daemon's start/stop (internal/lifecycle); mu orders
+	// Start before a concurrent Stop, which reads cron.
+	life lifecycle.Base
+	mu   sync.Mutex
+	cron *cron.Cron
 
 	spaceLow atomic.Bool
 }
@@ -271,17 +271,15 @@ func (d *Daemon) afterPoll(p *partnerRT, err error) {
 func (d *Daemon) Start(ctx context.Context) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.started || d.stopped {
-		return errors.New("intake: daemon already started or stopped")
+	ctx, err := d.life.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("intake: daemon %w", err)
 	}
-	d.started = true
-	ctx, d.cancel = context.WithCancel(ctx)
 	// Registered before the first poll, so that replicas starting together
 	// split the partners from their first claims on.
 	drained, err := d.store.registerWorker(ctx, d.cfg.WorkerID, d.order)
 	if err != nil {
-		d.cancel()
-		return err
+		return d.life.Abort(err)
 	}
 	d.prevDrained = drained
 	for _, p := range d.parts {
@@ -294,25 +292,13 @@ func (d *Daemon) Start(ctx context.Context) error {
 	for _, id := range d.order {
 		p := d.parts[id]
 		if _, err := d.cron.AddFunc(p.cfg.Poll, p.poke); err != nil {
-			d.cancel()
-			return fmt.Errorf("partner %s: poll %q: %w", id, p.cfg.Poll, err)
+			return d.life.Abort(fmt.Errorf("partner %s: poll %q: %w", id, p.cfg.Poll, err))
 		}
 		p.poke()
-		d.wg.Add(1)
-		go func() {
-			defer d.wg.Done()
-			d.loop(ctx, p)
-		}()
+		d.life.Go(func() { d.loop(ctx, p) })
 	}
-	d.wg.Add(2)
-	go func() {
-		defer d.wg.Done()
-		d.workerHeartbeat(ctx)
-	}()
-	go func() {
-		defer d.wg.Done()
-		d.gaugeLoop(ctx)
-	}()
+	d.life.Go(func() { d.workerHeartbeat(ctx) })
+	d.life.Go(func() { d.gaugeLoop(ctx) })
 	d.cron.Start()
 	d.log.Info("daemon started", "partners", len(d.order))
 	return nil
@@ -485,8 +471,7 @@ func (d *Daemon) claiming() bool { return !d.noClaims.Load() }
 // exited.
 func (d *Daemon) Stop() {
 	d.mu.Lock()
-	if d.stopped || !d.started {
-		d.stopped = true
+	if !d.life.Halt() {
 		d.mu.Unlock()
 		d.noClaims.Store(true)
 		for _, p := range d.parts {
@@ -496,7 +481,6 @@ func (d *Daemon) Stop() {
 		}
 		return
 	}
-	d.stopped = true
 	d.mu.Unlock()
 	d.noClaims.Store(true)
 	<-d.cron.Stop().Done()
@@ -515,8 +499,7 @@ func (d *Daemon) Stop() {
 		drained = false
 		d.log.Warn("drain time over; abandoning files in flight (they resume on the next start)")
 	}
-	d.cancel()
-	d.wg.Wait()
+	d.life.Cancel()
 	if drained {
 		for _, id := range d.order {
 			p := d.parts[id]

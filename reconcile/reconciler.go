@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"log/slog"
 	"sort"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -21,6 +20,7 @@ import (
 	"github.com/robfig/cron/v3"
 
 	"github.com/partner-intake/partner-intake/intake"
+	"github.com/partner-intake/partner-intake/internal/lifecycle"
 	"github.com/partner-intake/partner-intake/internal/schedule"
 	"github.com/partner-intake/partner-intake/partners"
 	"github.com/partner-intake/partner-intake/spool"
@@ -126,10 +126,7 @@ type Reconciler struct {
 	staleUps    *prometheus.GaugeVec
 	orphans     *prometheus.GaugeVec
 
-	mu      sync.Mutex
-	cron    *cron.Cron
-	started bool
-	stopped bool
+	life lifecycle.Base
 }
 
 // New builds a reconciler acting as worker (taken-over files move into
@@ -311,37 +308,32 @@ func Sort(fs []Finding) {
 	})
 }
 
-// Start schedules RunOnce (UTC, recover, skip if still running).
+// Start schedules RunOnce (UTC, recover, skip if still running) under the
+// reconciler's own context, which Stop cancels.
 func (r *Reconciler) Start(ctx context.Context) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.started || r.stopped {
-		return errors.New("reconcile: already started or stopped")
+	ctx, err := r.life.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("reconcile: %w", err)
 	}
-	r.started = true
-	r.cron = schedule.New(r.log)
-	if _, err := r.cron.AddFunc(r.cfg.Schedule, func() {
+	c := schedule.New(r.log)
+	if _, err := c.AddFunc(r.cfg.Schedule, func() {
 		_, err := r.RunOnce(ctx)
 		if err != nil && !errors.Is(err, ErrNotLeader) && ctx.Err() == nil {
 			r.log.Error("reconcile run failed", "err", err)
 		}
 	}); err != nil {
-		return err
+		return r.life.Abort(err)
 	}
-	r.cron.Start()
+	c.Start()
+	// Stop cancels ctx, which cuts a run in progress short; the scheduler
+	// is then stopped and its run waited for.
+	r.life.Go(func() {
+		<-ctx.Done()
+		<-c.Stop().Done()
+	})
 	return nil
 }
 
-// Stop waits for a run in progress. Safe before Start and more than once;
-// the run's context should be cancelled first to cut it short.
-func (r *Reconciler) Stop() {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.stopped {
-		return
-	}
-	r.stopped = true
-	if r.cron != nil {
-		<-r.cron.Stop().Done()
-	}
-}
+// Stop cancels the reconciler's context (a run in progress ends early)
+// and waits for the run. Safe before Start and more than once.
+func (r *Reconciler) Stop() { r.life.Stop() }
