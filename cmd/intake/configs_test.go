@@ -12,8 +12,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/partner-intake/partner-intake/cmd/intake/internal/config"
 	"github.com/partner-intake/partner-intake/intake"
-	"github.com/partner-intake/partner-intake/internal/config"
 	"github.com/partner-intake/partner-intake/reconcile"
 	"github.com/partner-intake/partner-intake/spool"
 )

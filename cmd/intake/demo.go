@@ -15,7 +15,7 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/partner-intake/partner-intake/internal/demo"
+	"github.com/partner-intake/partner-intake/cmd/intake/internal/demo"
 )
 
 func cmdDemo(args []string, stdout, stderr io.Writer) int {

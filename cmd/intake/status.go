@@ -10,8 +10,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/partner-intake/partner-intake/cmd/intake/internal/config"
 	"github.com/partner-intake/partner-intake/intake"
-	"github.com/partner-intake/partner-intake/internal/config"
 )
 
 // Thresholds past which `intake status` says a partner needs attention.
