@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -99,15 +98,10 @@ func openCmd(path string, stderr io.Writer) (context.Context, *env, func(), int)
 }
 
 func cmdRun(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("run", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	path := fs.String("config", "", "config file (YAML), e.g. /etc/intake/intake.yaml (required)")
+	fs := newFlags("run", stderr)
+	path := fs.String("config", "", "config file (YAML), e.g. /etc/intake/intake.yaml")
 	once := fs.Bool("once", false, "poll every partner once, then exit")
-	if err := fs.Parse(args); err != nil {
-		return 2
-	}
-	if *path == "" {
-		fmt.Fprintln(stderr, "intake run: --config FILE is required (e.g. intake run --config /etc/intake/intake.yaml)")
+	if err := parseFlags(fs, args); err != nil {
 		return 2
 	}
 	// SIGHUP is caught from the start: its default would end the process.
@@ -222,10 +216,9 @@ func runServices(ctx context.Context, stopSignals func(), hup <-chan os.Signal, 
 
 // cmdPurge deletes what is past its retention now and prints what it removed.
 func cmdPurge(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("purge", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlags("purge", stderr)
 	path := fs.String("config", "", "config file (YAML)")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return 2
 	}
 	ctx, e, done, code := openCmd(*path, stderr)
@@ -248,11 +241,10 @@ func cmdPurge(args []string, stdout, stderr io.Writer) int {
 // cmdReconcile runs the failure matrix once and prints its findings; it
 // exits 1 when something needs a human, so scripts and cron can use it.
 func cmdReconcile(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("reconcile", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlags("reconcile", stderr)
 	path := fs.String("config", "", "config file (YAML)")
 	once := fs.Bool("once", true, "run once and exit (the daemon schedules it otherwise)")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return 2
 	}
 	if !*once {
@@ -297,10 +289,9 @@ func cmdReconcile(args []string, stdout, stderr io.Writer) int {
 func slogDiscard() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
 func cmdMigrate(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("migrate", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlags("migrate", stderr)
 	path := fs.String("config", "", "config file (YAML); only database is read")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return 2
 	}
 	url := os.Getenv(config.DefaultDatabaseURLEnv)
