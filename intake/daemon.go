@@ -164,8 +164,12 @@ type Daemon struct {
 	store   *store
 	metrics *metrics
 	log     *slog.Logger
-	parts   map[string]*partnerRT
-	order   []string
+	// parts and order are the partners; a reload swaps them under partsMu
+	// (reload.go), which readers beside a reload take (partnerList).
+	partsMu  sync.RWMutex
+	parts    map[string]*partnerRT
+	order    []string
+	retiring []*partnerRT // removed or replaced by a reload, still finishing a poll
 
 	targetsMu sync.Mutex
 	targets   map[string]*target
@@ -181,9 +185,10 @@ type Daemon struct {
 	prevDrained bool
 	// life is the daemon's start/stop (internal/lifecycle); mu orders
 	// Start before a concurrent Stop, which reads cron.
-	life lifecycle.Base
-	mu   sync.Mutex
-	cron *cron.Cron
+	life   lifecycle.Base
+	mu     sync.Mutex
+	cron   *cron.Cron
+	runCtx context.Context // the daemon's own, for pollers a reload starts
 
 	spaceLow atomic.Bool
 }
@@ -205,7 +210,7 @@ func New(cfg Config, parts []partners.Config, db *pgxpool.Pool, sp *spool.Spool,
 		if _, dup := d.parts[p.ID]; dup {
 			return nil, fmt.Errorf("partner %s configured twice", p.ID)
 		}
-		d.parts[p.ID] = &partnerRT{cfg: p, trigger: make(chan struct{}, 1)}
+		d.parts[p.ID] = &partnerRT{cfg: p, trigger: make(chan struct{}, 1), quit: make(chan struct{})}
 		d.order = append(d.order, p.ID)
 	}
 	return d, nil
@@ -217,7 +222,7 @@ func (d *Daemon) WorkerID() string { return d.cfg.WorkerID }
 // PollOnce runs one synchronous cycle for a partner (tests, the demo and
 // `intake run --once`).
 func (d *Daemon) PollOnce(ctx context.Context, partner string) error {
-	p, ok := d.parts[partner]
+	p, ok := d.partner(partner)
 	if !ok {
 		return fmt.Errorf("unknown partner %q", partner)
 	}
@@ -275,6 +280,7 @@ func (d *Daemon) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("intake: daemon %w", err)
 	}
+	d.runCtx = ctx
 	// Registered before the first poll, so that replicas starting together
 	// split the partners from their first claims on.
 	drained, err := d.store.registerWorker(ctx, d.cfg.WorkerID, d.order)
@@ -291,7 +297,7 @@ func (d *Daemon) Start(ctx context.Context) error {
 	d.cron = schedule.New(d.log)
 	for _, id := range d.order {
 		p := d.parts[id]
-		if _, err := d.cron.AddFunc(p.cfg.Poll, p.poke); err != nil {
+		if p.cronID, err = d.cron.AddFunc(p.cfg.Poll, p.poke); err != nil {
 			return d.life.Abort(fmt.Errorf("partner %s: poll %q: %w", id, p.cfg.Poll, err))
 		}
 		p.poke()
@@ -308,7 +314,7 @@ func (d *Daemon) Start(ctx context.Context) error {
 // reconcilers of other replicas do not adopt its claims.
 func (d *Daemon) workerHeartbeat(ctx context.Context) {
 	everyTick(ctx, d.cfg.Lease/3, func() bool {
-		if _, err := d.store.registerWorker(ctx, d.cfg.WorkerID, d.order); err != nil && ctx.Err() == nil {
+		if _, err := d.store.registerWorker(ctx, d.cfg.WorkerID, d.partnerIDs()); err != nil && ctx.Err() == nil {
 			d.log.Warn("worker heartbeat failed", "err", err)
 		}
 		return true
@@ -344,7 +350,7 @@ func (d *Daemon) RefreshGauges(ctx context.Context) error {
 // Poke asks for a poll of the partner soon (the reconciler does after a
 // takeover). It never blocks.
 func (d *Daemon) Poke(partner string) {
-	if p, ok := d.parts[partner]; ok {
+	if p, ok := d.partner(partner); ok {
 		p.poke()
 	}
 }
@@ -437,8 +443,14 @@ func (d *Daemon) loop(ctx context.Context, p *partnerRT) {
 			p.drop()
 			return
 		case <-p.trigger:
+		case <-p.quit:
 		}
 		p.mu.Lock()
+		if p.retired() { // a reload removed or replaced it (reload.go)
+			p.mu.Unlock()
+			d.retire(p)
+			return
+		}
 		err := p.deadline(d.pollOnce(ctx, p))
 		if errors.Is(err, errNotOwner) {
 			err = nil // another replica polls it: nothing to record
@@ -453,6 +465,7 @@ func (d *Daemon) loop(ctx context.Context, p *partnerRT) {
 		d.log.Warn("poll failed", "partner", p.cfg.ID, "err", err, "retry_in", backoff)
 		select {
 		case <-ctx.Done():
+		case <-p.quit:
 		case <-time.After(jitter(backoff)):
 			p.poke()
 		}
@@ -474,7 +487,7 @@ func (d *Daemon) Stop() {
 	if !d.life.Halt() {
 		d.mu.Unlock()
 		d.noClaims.Store(true)
-		for _, p := range d.parts {
+		for _, p := range d.partnerList() {
 			p.mu.Lock()
 			p.drop()
 			p.mu.Unlock()
@@ -487,7 +500,10 @@ func (d *Daemon) Stop() {
 	idle := make(chan struct{})
 	go func() {
 		defer close(idle)
-		for _, p := range d.parts {
+		d.partsMu.RLock()
+		all := append(append([]*partnerRT(nil), d.retiring...), d.partnerListLocked()...)
+		d.partsMu.RUnlock()
+		for _, p := range all {
 			p.mu.Lock() // waits for the partner's poll in flight
 			p.mu.Unlock()
 		}
@@ -501,8 +517,7 @@ func (d *Daemon) Stop() {
 	}
 	d.life.Cancel()
 	if drained {
-		for _, id := range d.order {
-			p := d.parts[id]
+		for _, p := range d.partnerList() {
 			p.mu.Lock()
 			if !p.settled {
 				// not looked at since a failure (or ever, this run): the
@@ -574,6 +589,8 @@ func (d *Daemon) CheckTargets(ctx context.Context) error {
 type partnerRT struct {
 	cfg     *partners.Config
 	trigger chan struct{}
+	quit    chan struct{} // closed when a reload removes or replaces it (reload.go)
+	cronID  cron.EntryID
 
 	mu        sync.Mutex // one poll at a time per partner
 	sessMu    sync.Mutex

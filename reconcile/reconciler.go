@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sort"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -127,6 +128,22 @@ type Reconciler struct {
 	orphans     *prometheus.GaugeVec
 
 	life lifecycle.Base
+	// partsMu guards parts, which a reload replaces (SetPartners).
+	partsMu sync.Mutex
+}
+
+// SetPartners makes parts (validated) the partners of the next runs (a
+// config reload); a run in progress goes on with those it started with.
+func (r *Reconciler) SetPartners(parts []partners.Config) {
+	r.partsMu.Lock()
+	defer r.partsMu.Unlock()
+	r.parts = parts
+}
+
+func (r *Reconciler) partners() []partners.Config {
+	r.partsMu.Lock()
+	defer r.partsMu.Unlock()
+	return r.parts
 }
 
 // New builds a reconciler acting as worker (taken-over files move into
@@ -189,8 +206,9 @@ func (r *Reconciler) RunOnce(ctx context.Context) ([]Finding, error) {
 	}()
 	var all []Finding
 	var errs []error
-	for i := range r.parts {
-		p := &r.parts[i]
+	parts := r.partners()
+	for i := range parts {
+		p := &parts[i]
 		// Each partner under its own deadline: a hung site costs this
 		// partner's findings, never the others'.
 		pctx, cancel := context.WithTimeout(ctx, r.cfg.PartnerTimeout)
@@ -209,8 +227,8 @@ func (r *Reconciler) RunOnce(ctx context.Context) ([]Finding, error) {
 			break
 		}
 	}
-	r.record(all)
-	if err := r.persist(ctx, all); err != nil {
+	r.record(parts, all)
+	if err := r.persist(ctx, parts, all); err != nil {
 		errs = append(errs, err)
 	}
 	if err := errors.Join(errs...); err != nil {
@@ -222,11 +240,11 @@ func (r *Reconciler) RunOnce(ctx context.Context) ([]Finding, error) {
 	return all, nil
 }
 
-func (r *Reconciler) record(fs []Finding) {
+func (r *Reconciler) record(parts []partners.Config, fs []Finding) {
 	r.lastFinds.Reset()
-	for i := range r.parts {
-		r.staleUps.WithLabelValues(r.parts[i].ID).Set(0)
-		r.orphans.WithLabelValues(r.parts[i].ID).Set(0)
+	for i := range parts {
+		r.staleUps.WithLabelValues(parts[i].ID).Set(0)
+		r.orphans.WithLabelValues(parts[i].ID).Set(0)
 	}
 	for _, f := range fs {
 		if f.Kind == KindStaleUpload {
@@ -251,10 +269,10 @@ func (r *Reconciler) record(fs []Finding) {
 
 // persist replaces the stored findings of this run's partners, for
 // `intake status`.
-func (r *Reconciler) persist(ctx context.Context, fs []Finding) error {
-	ids := make([]string, len(r.parts))
-	for i := range r.parts {
-		ids[i] = r.parts[i].ID
+func (r *Reconciler) persist(ctx context.Context, parts []partners.Config, fs []Finding) error {
+	ids := make([]string, len(parts))
+	for i := range parts {
+		ids[i] = parts[i].ID
 	}
 	return pgx.BeginFunc(ctx, r.db, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `DELETE FROM intake_finding WHERE partner_id = ANY($1)`, ids); err != nil {

@@ -59,6 +59,14 @@ func (b *Base) Begin(parent context.Context) (context.Context, error) {
 	return ctx, nil
 }
 
+// Running reports whether the service has begun and not halted. A caller
+// that holds off Stop (a lock Stop takes before Halt) may then still Go.
+func (b *Base) Running() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.state == running
+}
+
 // Go runs f on a goroutine that Stop (Wait) waits for.
 func (b *Base) Go(f func()) {
 	b.wg.Add(1)

@@ -81,10 +81,13 @@ func TestHaltReportsWhetherToDrain(t *testing.T) {
 	if _, err := r.Begin(context.Background()); err != nil {
 		t.Fatal(err)
 	}
+	if !r.Running() {
+		t.Fatal("Running false after Begin")
+	}
 	if !r.Halt() {
 		t.Fatal("first Halt of a running service says not running")
 	}
-	if r.Halt() {
+	if r.Halt() || r.Running() {
 		t.Fatal("second Halt says running")
 	}
 	r.Cancel()
