@@ -1,10 +1,16 @@
 package main
 
 import (
+	"io"
+	"net/http"
+	"os"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/partner-intake/partner-intake/internal/fault"
 	"github.com/partner-intake/partner-intake/internal/testenv"
@@ -62,16 +68,73 @@ func TestSigtermLetsTheFileInFlightFinish(t *testing.T) {
 	}
 }
 
-// SIGHUP no longer ends the daemon: it is logged (reload is not supported
-// yet), and SIGTERM still stops the daemon cleanly afterwards.
-func TestSighupIsLoggedNotFatal(t *testing.T) {
-	url, _ := testenv.DB(t)
-	site := testenv.NewSite(t, "hup")
-	cfg := writeConfigOpts(t, site, cfgOpts{worker: "hup-1"})
-	p := startIntake(t, url, "", "run", "--config", cfg)
+// SIGHUP reloads the config: a bad file is refused whole (the config in
+// force is kept; a log line and intake_config_last_reload_successful say
+// so), an added partner is polled, a removed one stops, and the daemon
+// still stops cleanly on SIGTERM.
+func TestSighupReloadsThePartners(t *testing.T) {
+	url, pool := testenv.DB(t)
+	t.Setenv("INTAKE_DATABASE_URL", url)
+	a, b := testenv.NewSite(t, "rla"), testenv.NewSite(t, "rlb")
+	path := writeConfigOpts(t, a, cfgOpts{worker: "rl-1", poll: "@every 1s"})
+	onlyA, _ := os.ReadFile(path)
+	head, blockA, _ := strings.Cut(string(onlyA), "partners:\n")
+	bText, _ := os.ReadFile(writeConfigOpts(t, b, cfgOpts{poll: "@every 1s"}))
+	_, blockB, _ := strings.Cut(string(bText), "partners:\n")
+	head += "partners:\n"
+	if code, out := runCLI("migrate", "--config", path); code != 0 {
+		t.Fatalf("migrate: %d %s", code, out)
+	}
+	p := startIntake(t, url, "", "run", "--config", path)
 	waitFor(t, time.Minute, func() bool { return strings.Contains(p.output(), "daemon started") }, p)
-	p.signal(syscall.SIGHUP)
-	waitFor(t, time.Minute, func() bool { return strings.Contains(p.output(), "SIGHUP received") }, p)
+	m := regexp.MustCompile(`"addr":"([^"]+)"`).FindStringSubmatch(lineWith(p.output(), "serving /metrics"))
+	if m == nil {
+		t.Fatalf("no listen address logged:\n%s", p.output())
+	}
+	get := func(what string) string {
+		res, err := http.Get("http://" + m[1] + what)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		body, _ := io.ReadAll(res.Body)
+		return string(body)
+	}
+	reload := func(cfg string, n int, want string) {
+		t.Helper()
+		if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		p.signal(syscall.SIGHUP)
+		waitFor(t, time.Minute, func() bool { return strings.Count(p.output(), want) == n }, p)
+	}
+
+	// a bad file: refused whole, partner A still served
+	reload(strings.Replace(string(onlyA), "    feeds:", "    feed:", 1), 1, "config reload refused")
+	if body := get("/metrics"); !strings.Contains(body, "intake_config_last_reload_successful 0") ||
+		!strings.Contains(body, `intake_config_reloads_total{result="error"} 1`) {
+		t.Fatalf("a refused reload is not in the metrics:\n%s", body)
+	}
+	a.Drop(t, "orders-a1.csv", testenv.OrdersCSV("RA", 3))
+	waitFor(t, time.Minute, func() bool { return archived(t, pool, "rla") == 1 }, p)
+
+	// B added: polled at once
+	b.Drop(t, "orders-b1.csv", testenv.OrdersCSV("RB", 3))
+	reload(head+blockA+blockB, 1, "config reloaded")
+	waitFor(t, time.Minute, func() bool { return archived(t, pool, "rlb") == 1 }, p)
+	if body := get("/metrics"); !strings.Contains(body, "intake_config_last_reload_successful 1") {
+		t.Fatalf("a successful reload is not in the metrics:\n%s", body)
+	}
+
+	// A removed: its poller ends, /readyz no longer reports it, B goes on
+	reload(head+blockB, 2, "config reloaded")
+	waitFor(t, time.Minute, func() bool { return strings.Contains(p.output(), "partner removed by a reload") }, p)
+	if body := get("/readyz"); strings.Contains(body, `"rla"`) || !strings.Contains(body, `"rlb"`) {
+		t.Fatalf("readyz after A was removed: %s", body)
+	}
+	b.Drop(t, "orders-b2.csv", testenv.OrdersCSV("RC", 3))
+	waitFor(t, time.Minute, func() bool { return archived(t, pool, "rlb") == 2 }, p)
+
 	p.signal(syscall.SIGTERM)
 	if ws := p.wait(t, time.Minute); ws.ExitStatus() != 0 {
 		t.Fatalf("intake run exited %v:\n%s", ws, tail(p.output()))
@@ -79,4 +142,8 @@ func TestSighupIsLoggedNotFatal(t *testing.T) {
 	if !strings.Contains(p.output(), "daemon stopped") {
 		t.Fatalf("no clean stop:\n%s", tail(p.output()))
 	}
+}
+
+func archived(t *testing.T, pool *pgxpool.Pool, partner string) int64 {
+	return testenv.Count(t, pool, `SELECT count(*) FROM file_intake WHERE partner_id = $1 AND state = 'archived'`, partner)
 }

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
+	"github.com/partner-intake/partner-intake/cmd/intake/internal/config"
 	"github.com/partner-intake/partner-intake/intake"
 	"github.com/partner-intake/partner-intake/internal/lifecycle"
 	"github.com/partner-intake/partner-intake/internal/schedule"
@@ -17,6 +19,17 @@ import (
 type purger struct {
 	life lifecycle.Base
 	e    *env
+	cfg  atomic.Pointer[config.File] // a reload's partners and retention; nil: e.cfg
+}
+
+// setConfig makes cfg's partners and retention those of the next purges.
+func (p *purger) setConfig(cfg *config.File) { p.cfg.Store(cfg) }
+
+func (p *purger) config() *config.File {
+	if c := p.cfg.Load(); c != nil {
+		return c
+	}
+	return p.e.cfg
 }
 
 func (p *purger) Start(ctx context.Context) error {
@@ -39,8 +52,8 @@ func (p *purger) Start(ctx context.Context) error {
 func (p *purger) Stop() { p.life.Stop() }
 
 func (p *purger) purge(ctx context.Context) {
-	e := p.e
-	res, err := intake.Purge(ctx, e.pool, e.spool, e.cfg.Partners, e.cfg.Retention, time.Now())
+	e, cfg := p.e, p.config()
+	res, err := intake.Purge(ctx, e.pool, e.spool, cfg.Partners, cfg.Retention, time.Now())
 	if err != nil && !errors.Is(err, intake.ErrPurgeRunning) && ctx.Err() == nil {
 		e.log.Error("purge failed", "err", err)
 	}

@@ -171,8 +171,10 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 		}, e.log)
 		services = append(services, service{"http", srv})
 	}
-	services = append(services, service{"daemon", d}, service{"reconciler", rec}, service{"purger", &purger{e: e}})
-	return runServices(ctx, stop, hup, e.log, stderr, services)
+	pg := &purger{e: e}
+	services = append(services, service{"daemon", d}, service{"reconciler", rec}, service{"purger", pg})
+	rl := newReloader(*path, e.cfg, d, rec, pg, reg, e.log)
+	return runServices(ctx, stop, hup, rl.reload, e.log, stderr, services)
 }
 
 // service is a long-running part of `intake run`, named for errors.
@@ -187,8 +189,9 @@ type service struct {
 // that the signal does not cancel: their Stop does, after the daemon's
 // drain (stop claiming, let files in flight finish for `drain`, then
 // cancel). stopSignals restores the signals' default, so a second SIGTERM
-// or SIGINT ends the process at once. SIGHUP (hup) arrives here too.
-func runServices(ctx context.Context, stopSignals func(), hup <-chan os.Signal, log *slog.Logger, stderr io.Writer, services []service) int {
+// or SIGINT ends the process at once. SIGHUP (hup) arrives here too and
+// calls reload (reload.go), one at a time.
+func runServices(ctx context.Context, stopSignals func(), hup <-chan os.Signal, reload func(), log *slog.Logger, stderr io.Writer, services []service) int {
 	var running []service
 	defer func() {
 		for i := len(running) - 1; i >= 0; i-- {
@@ -209,7 +212,8 @@ func runServices(ctx context.Context, stopSignals func(), hup <-chan os.Signal, 
 			stopSignals()
 			return 0
 		case <-hup:
-			log.Warn("SIGHUP received: reloading the config is not supported yet; restart to apply a changed config")
+			log.Info("SIGHUP received: reloading the config")
+			reload()
 		}
 	}
 }
