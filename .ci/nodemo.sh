@@ -3,7 +3,7 @@
 # PostgreSQL, in-process SFTP server, key generator or package installer.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bad=$(go list -deps ./cmd/intake | grep -E 'partner-intake/internal/(demo|sftpd|keygen|pgtemp|syspkg|sshdtest|testenv)$' || true)
+bad=$(go list -deps ./cmd/intake | grep -E 'partner-intake/(cmd/intake/internal/demo|internal/(sftpd|keygen|pgtemp|syspkg|sshdtest|testenv))$' || true)
 if [ -n "$bad" ]; then
 	echo "cmd/intake links demo or test rigs:"
 	echo "$bad"

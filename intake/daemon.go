@@ -19,6 +19,7 @@ import (
 	"github.com/robfig/cron/v3"
 
 	"github.com/partner-intake/partner-intake/intake/ledger"
+	"github.com/partner-intake/partner-intake/internal/lifecycle"
 	"github.com/partner-intake/partner-intake/internal/pgerr"
 	"github.com/partner-intake/partner-intake/internal/schedule"
 	"github.com/partner-intake/partner-intake/partners"
@@ -161,8 +162,12 @@ type Daemon struct {
 	ledger  *ledger.Ledger
 	metrics *metrics
 	log     *slog.Logger
-	parts   map[string]*partnerRT
-	order   []string
+	// parts and order are the partners; a reload swaps them under partsMu
+	// (reload.go), which readers beside a reload take (partnerList).
+	partsMu  sync.RWMutex
+	parts    map[string]*partnerRT
+	order    []string
+	retiring []*partnerRT // removed or replaced by a reload, still finishing a poll
 
 	targetsMu sync.Mutex
 	targets   map[string]*target
@@ -176,12 +181,12 @@ type Daemon struct {
 	// partner another replica polls needs no look into processing/ after
 	// start unless the database shows live files of this worker there.
 	prevDrained bool
-	mu          sync.Mutex
-	cron        *cron.Cron
-	cancel      context.CancelFunc
-	wg          sync.WaitGroup
-	started     bool
-	stopped     bool
+	// life is the daemon's start/stop (internal/lifecycle); mu orders
+	// Start before a concurrent Stop, which reads cron.
+	life   lifecycle.Base
+	mu     sync.Mutex
+	cron   *cron.Cron
+	runCtx context.Context // the daemon's own, for pollers a reload starts
 
 	spaceLow atomic.Bool
 }
@@ -203,7 +208,7 @@ func New(cfg Config, parts []partners.Config, db *pgxpool.Pool, sp *spool.Spool,
 		if _, dup := d.parts[p.ID]; dup {
 			return nil, fmt.Errorf("partner %s configured twice", p.ID)
 		}
-		d.parts[p.ID] = &partnerRT{cfg: p, trigger: make(chan struct{}, 1)}
+		d.parts[p.ID] = &partnerRT{cfg: p, trigger: make(chan struct{}, 1), quit: make(chan struct{})}
 		d.order = append(d.order, p.ID)
 	}
 	return d, nil
@@ -215,7 +220,7 @@ func (d *Daemon) WorkerID() string { return d.cfg.WorkerID }
 // PollOnce runs one synchronous cycle for a partner (tests, the demo and
 // `intake run --once`).
 func (d *Daemon) PollOnce(ctx context.Context, partner string) error {
-	p, ok := d.parts[partner]
+	p, ok := d.partner(partner)
 	if !ok {
 		return fmt.Errorf("unknown partner %q", partner)
 	}
@@ -269,17 +274,16 @@ func (d *Daemon) afterPoll(p *partnerRT, err error) {
 func (d *Daemon) Start(ctx context.Context) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.started || d.stopped {
-		return errors.New("intake: daemon already started or stopped")
+	ctx, err := d.life.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("intake: daemon %w", err)
 	}
-	d.started = true
-	ctx, d.cancel = context.WithCancel(ctx)
+	d.runCtx = ctx
 	// Registered before the first poll, so that replicas starting together
 	// split the partners from their first claims on.
 	drained, err := d.ledger.RegisterWorker(ctx, d.cfg.WorkerID, d.order)
 	if err != nil {
-		d.cancel()
-		return err
+		return d.life.Abort(err)
 	}
 	d.prevDrained = drained
 	for _, p := range d.parts {
@@ -291,26 +295,14 @@ func (d *Daemon) Start(ctx context.Context) error {
 	d.cron = schedule.New(d.log)
 	for _, id := range d.order {
 		p := d.parts[id]
-		if _, err := d.cron.AddFunc(p.cfg.Poll, p.poke); err != nil {
-			d.cancel()
-			return fmt.Errorf("partner %s: poll %q: %w", id, p.cfg.Poll, err)
+		if p.cronID, err = d.cron.AddFunc(p.cfg.Poll, p.poke); err != nil {
+			return d.life.Abort(fmt.Errorf("partner %s: poll %q: %w", id, p.cfg.Poll, err))
 		}
 		p.poke()
-		d.wg.Add(1)
-		go func() {
-			defer d.wg.Done()
-			d.loop(ctx, p)
-		}()
+		d.life.Go(func() { d.loop(ctx, p) })
 	}
-	d.wg.Add(2)
-	go func() {
-		defer d.wg.Done()
-		d.workerHeartbeat(ctx)
-	}()
-	go func() {
-		defer d.wg.Done()
-		d.gaugeLoop(ctx)
-	}()
+	d.life.Go(func() { d.workerHeartbeat(ctx) })
+	d.life.Go(func() { d.gaugeLoop(ctx) })
 	d.cron.Start()
 	d.log.Info("daemon started", "partners", len(d.order))
 	return nil
@@ -320,7 +312,7 @@ func (d *Daemon) Start(ctx context.Context) error {
 // reconcilers of other replicas do not adopt its claims.
 func (d *Daemon) workerHeartbeat(ctx context.Context) {
 	everyTick(ctx, d.cfg.Lease/3, func() bool {
-		if _, err := d.ledger.RegisterWorker(ctx, d.cfg.WorkerID, d.order); err != nil && ctx.Err() == nil {
+		if _, err := d.ledger.RegisterWorker(ctx, d.cfg.WorkerID, d.partnerIDs()); err != nil && ctx.Err() == nil {
 			d.log.Warn("worker heartbeat failed", "err", err)
 		}
 		return true
@@ -356,7 +348,7 @@ func (d *Daemon) RefreshGauges(ctx context.Context) error {
 // Poke asks for a poll of the partner soon (the reconciler does after a
 // takeover). It never blocks.
 func (d *Daemon) Poke(partner string) {
-	if p, ok := d.parts[partner]; ok {
+	if p, ok := d.partner(partner); ok {
 		p.poke()
 	}
 }
@@ -449,8 +441,14 @@ func (d *Daemon) loop(ctx context.Context, p *partnerRT) {
 			p.drop()
 			return
 		case <-p.trigger:
+		case <-p.quit:
 		}
 		p.mu.Lock()
+		if p.retired() { // a reload removed or replaced it (reload.go)
+			p.mu.Unlock()
+			d.retire(p)
+			return
+		}
 		err := p.deadline(d.pollOnce(ctx, p))
 		if errors.Is(err, errNotOwner) {
 			err = nil // another replica polls it: nothing to record
@@ -465,6 +463,7 @@ func (d *Daemon) loop(ctx context.Context, p *partnerRT) {
 		d.log.Warn("poll failed", "partner", p.cfg.ID, "err", err, "retry_in", backoff)
 		select {
 		case <-ctx.Done():
+		case <-p.quit:
 		case <-time.After(jitter(backoff)):
 			p.poke()
 		}
@@ -483,25 +482,26 @@ func (d *Daemon) claiming() bool { return !d.noClaims.Load() }
 // exited.
 func (d *Daemon) Stop() {
 	d.mu.Lock()
-	if d.stopped || !d.started {
-		d.stopped = true
+	if !d.life.Halt() {
 		d.mu.Unlock()
 		d.noClaims.Store(true)
-		for _, p := range d.parts {
+		for _, p := range d.partnerList() {
 			p.mu.Lock()
 			p.drop()
 			p.mu.Unlock()
 		}
 		return
 	}
-	d.stopped = true
 	d.mu.Unlock()
 	d.noClaims.Store(true)
 	<-d.cron.Stop().Done()
 	idle := make(chan struct{})
 	go func() {
 		defer close(idle)
-		for _, p := range d.parts {
+		d.partsMu.RLock()
+		all := append(append([]*partnerRT(nil), d.retiring...), d.partnerListLocked()...)
+		d.partsMu.RUnlock()
+		for _, p := range all {
 			p.mu.Lock() // waits for the partner's poll in flight
 			p.mu.Unlock()
 		}
@@ -513,11 +513,9 @@ func (d *Daemon) Stop() {
 		drained = false
 		d.log.Warn("drain time over; abandoning files in flight (they resume on the next start)")
 	}
-	d.cancel()
-	d.wg.Wait()
+	d.life.Cancel()
 	if drained {
-		for _, id := range d.order {
-			p := d.parts[id]
+		for _, p := range d.partnerList() {
 			p.mu.Lock()
 			if !p.settled {
 				// not looked at since a failure (or ever, this run): the
@@ -589,6 +587,8 @@ func (d *Daemon) CheckTargets(ctx context.Context) error {
 type partnerRT struct {
 	cfg     *partners.Config
 	trigger chan struct{}
+	quit    chan struct{} // closed when a reload removes or replaces it (reload.go)
+	cronID  cron.EntryID
 
 	mu        sync.Mutex // one poll at a time per partner
 	sessMu    sync.Mutex

@@ -16,7 +16,8 @@ func (d *Daemon) refreshGauges(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	m := d.metrics
-	for _, id := range d.order {
+	order := d.partnerIDs() // a reload may change them meanwhile
+	for _, id := range order {
 		for _, st := range []State{StateClaimed, StateSpooled, StateApplying, StateApplied, StateOutcomeUnknown, StateQuarantined} {
 			m.files.WithLabelValues(id, string(st)).Set(0)
 		}
@@ -29,7 +30,7 @@ func (d *Daemon) refreshGauges(ctx context.Context) error {
 		m.inflightBytesDone.WithLabelValues(id).Set(0)
 	}
 	oldest := map[string]float64{}
-	gs, err := d.ledger.Gauges(ctx, d.order)
+	gs, err := d.ledger.Gauges(ctx, order)
 	if err != nil {
 		return fmt.Errorf("refresh gauges: %w", err)
 	}
@@ -55,8 +56,8 @@ func (d *Daemon) refreshGauges(ctx context.Context) error {
 	for p, age := range oldest {
 		m.oldestProcessing.WithLabelValues(p).Set(age)
 	}
-	for _, id := range d.order {
-		p := d.parts[id]
+	for _, p := range d.partnerList() {
+		id := p.cfg.ID
 		p.statMu.Lock()
 		age, polling := 0.0, p.polling
 		if !p.oldestReady.IsZero() {
@@ -72,7 +73,7 @@ func (d *Daemon) refreshGauges(ctx context.Context) error {
 
 // refreshSpoolBytes walks the spool and sets the bytes held per partner.
 func (d *Daemon) refreshSpoolBytes() {
-	for _, id := range d.order {
+	for _, id := range d.partnerIDs() {
 		var total int64
 		filepath.WalkDir(filepath.Join(d.spool.Dir(), id), func(_ string, e fs.DirEntry, err error) error {
 			if err == nil && e.Type().IsRegular() {
@@ -100,8 +101,8 @@ type PartnerState struct {
 // PartnerStates reports each partner's SFTP state as of the last poll.
 func (d *Daemon) PartnerStates() map[string]PartnerState {
 	out := map[string]PartnerState{}
-	for _, id := range d.order {
-		p := d.parts[id]
+	for _, p := range d.partnerList() {
+		id := p.cfg.ID
 		p.statMu.Lock()
 		if p.elsewhere {
 			out[id] = PartnerState{PolledElsewhere: true}

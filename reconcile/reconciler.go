@@ -21,6 +21,7 @@ import (
 	"github.com/robfig/cron/v3"
 
 	"github.com/partner-intake/partner-intake/intake/ledger"
+	"github.com/partner-intake/partner-intake/internal/lifecycle"
 	"github.com/partner-intake/partner-intake/internal/schedule"
 	"github.com/partner-intake/partner-intake/partners"
 	"github.com/partner-intake/partner-intake/spool"
@@ -126,10 +127,23 @@ type Reconciler struct {
 	staleUps    *prometheus.GaugeVec
 	orphans     *prometheus.GaugeVec
 
-	mu      sync.Mutex
-	cron    *cron.Cron
-	started bool
-	stopped bool
+	life lifecycle.Base
+	// partsMu guards parts, which a reload replaces (SetPartners).
+	partsMu sync.Mutex
+}
+
+// SetPartners makes parts (validated) the partners of the next runs (a
+// config reload); a run in progress goes on with those it started with.
+func (r *Reconciler) SetPartners(parts []partners.Config) {
+	r.partsMu.Lock()
+	defer r.partsMu.Unlock()
+	r.parts = parts
+}
+
+func (r *Reconciler) partners() []partners.Config {
+	r.partsMu.Lock()
+	defer r.partsMu.Unlock()
+	return r.parts
 }
 
 // New builds a reconciler acting as worker (taken-over files move into
@@ -192,8 +206,9 @@ func (r *Reconciler) RunOnce(ctx context.Context) ([]Finding, error) {
 	}()
 	var all []Finding
 	var errs []error
-	for i := range r.parts {
-		p := &r.parts[i]
+	parts := r.partners()
+	for i := range parts {
+		p := &parts[i]
 		// Each partner under its own deadline: a hung site costs this
 		// partner's findings, never the others'.
 		pctx, cancel := context.WithTimeout(ctx, r.cfg.PartnerTimeout)
@@ -212,8 +227,8 @@ func (r *Reconciler) RunOnce(ctx context.Context) ([]Finding, error) {
 			break
 		}
 	}
-	r.record(all)
-	if err := r.persist(ctx, all); err != nil {
+	r.record(parts, all)
+	if err := r.persist(ctx, parts, all); err != nil {
 		errs = append(errs, err)
 	}
 	if err := errors.Join(errs...); err != nil {
@@ -225,11 +240,11 @@ func (r *Reconciler) RunOnce(ctx context.Context) ([]Finding, error) {
 	return all, nil
 }
 
-func (r *Reconciler) record(fs []Finding) {
+func (r *Reconciler) record(parts []partners.Config, fs []Finding) {
 	r.lastFinds.Reset()
-	for i := range r.parts {
-		r.staleUps.WithLabelValues(r.parts[i].ID).Set(0)
-		r.orphans.WithLabelValues(r.parts[i].ID).Set(0)
+	for i := range parts {
+		r.staleUps.WithLabelValues(parts[i].ID).Set(0)
+		r.orphans.WithLabelValues(parts[i].ID).Set(0)
 	}
 	for _, f := range fs {
 		if f.Kind == KindStaleUpload {
@@ -254,10 +269,10 @@ func (r *Reconciler) record(fs []Finding) {
 
 // persist replaces the stored findings of this run's partners, for
 // `intake status`.
-func (r *Reconciler) persist(ctx context.Context, fs []Finding) error {
-	ids := make([]string, len(r.parts))
-	for i := range r.parts {
-		ids[i] = r.parts[i].ID
+func (r *Reconciler) persist(ctx context.Context, parts []partners.Config, fs []Finding) error {
+	ids := make([]string, len(parts))
+	for i := range parts {
+		ids[i] = parts[i].ID
 	}
 	return pgx.BeginFunc(ctx, r.db, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `DELETE FROM intake_finding WHERE partner_id = ANY($1)`, ids); err != nil {
@@ -311,37 +326,32 @@ func Sort(fs []Finding) {
 	})
 }
 
-// Start schedules RunOnce (UTC, recover, skip if still running).
+// Start schedules RunOnce (UTC, recover, skip if still running) under the
+// reconciler's own context, which Stop cancels.
 func (r *Reconciler) Start(ctx context.Context) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.started || r.stopped {
-		return errors.New("reconcile: already started or stopped")
+	ctx, err := r.life.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("reconcile: %w", err)
 	}
-	r.started = true
-	r.cron = schedule.New(r.log)
-	if _, err := r.cron.AddFunc(r.cfg.Schedule, func() {
+	c := schedule.New(r.log)
+	if _, err := c.AddFunc(r.cfg.Schedule, func() {
 		_, err := r.RunOnce(ctx)
 		if err != nil && !errors.Is(err, ErrNotLeader) && ctx.Err() == nil {
 			r.log.Error("reconcile run failed", "err", err)
 		}
 	}); err != nil {
-		return err
+		return r.life.Abort(err)
 	}
-	r.cron.Start()
+	c.Start()
+	// Stop cancels ctx, which cuts a run in progress short; the scheduler
+	// is then stopped and its run waited for.
+	r.life.Go(func() {
+		<-ctx.Done()
+		<-c.Stop().Done()
+	})
 	return nil
 }
 
-// Stop waits for a run in progress. Safe before Start and more than once;
-// the run's context should be cancelled first to cut it short.
-func (r *Reconciler) Stop() {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.stopped {
-		return
-	}
-	r.stopped = true
-	if r.cron != nil {
-		<-r.cron.Stop().Done()
-	}
-}
+// Stop cancels the reconciler's context (a run in progress ends early)
+// and waits for the run. Safe before Start and more than once.
+func (r *Reconciler) Stop() { r.life.Stop() }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"strings"
@@ -10,8 +9,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/partner-intake/partner-intake/cmd/intake/internal/config"
 	"github.com/partner-intake/partner-intake/intake"
-	"github.com/partner-intake/partner-intake/internal/config"
 	"github.com/partner-intake/partner-intake/migrations"
 	"github.com/partner-intake/partner-intake/partners"
 )
@@ -19,16 +18,15 @@ import (
 // cmdCheck validates the config and probes each partner, the database and
 // the target tables. It exits non-zero naming what to fix.
 func cmdCheck(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("check", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlags("check", stderr)
 	path := fs.String("config", "", "config file (YAML)")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return 2
 	}
 	cfg, err := config.Load(*path)
 	if err != nil {
 		fmt.Fprintln(stderr, "FAIL config:", err)
-		return 1
+		return 2 // a config error, as for every command
 	}
 	fmt.Fprintf(stdout, "ok   config %s (%d partners, worker %s)\n", *path, len(cfg.Partners), cfg.WorkerID)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -49,9 +47,14 @@ func cmdCheck(args []string, stdout, stderr io.Writer) int {
 	url, err := cfg.DatabaseURL()
 	if err != nil {
 		fail("database", err)
-		return 1
+		return 2 // database.url_env names an unset variable: a config error
 	}
-	pool, err := pgxpool.New(ctx, url)
+	pc, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		fail("database url", err)
+		return 2 // a URL that does not parse: a config error
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
 		fail("database", err)
 		return 1

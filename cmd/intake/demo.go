@@ -9,20 +9,18 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"os/signal"
 	"syscall"
 
-	"github.com/partner-intake/partner-intake/internal/demo"
+	"github.com/partner-intake/partner-intake/cmd/intake/internal/demo"
 )
 
 func cmdDemo(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlags("demo", stderr)
 	once := fs.Bool("once", false, "exit after the example files are processed and summarised")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return 2
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)

@@ -13,81 +13,40 @@ import (
 	"github.com/partner-intake/partner-intake/internal/pgerr"
 )
 
-const usage = `intake: partner files from SFTP into PostgreSQL, exactly once in effect.
-
-Usage:
-  intake [--log-level L] [--log-format F] COMMAND [flags]
-  intake version | --version        print version, commit and Go version
-  intake demo [--once]              run the built-in demo (throwaway PostgreSQL, in-process SFTP site)
-  intake run --config FILE [--once] run the daemon (applies migrations first)
-  intake migrate --config FILE      apply the database schema (idempotent, safe with several replicas)
-  intake check --config FILE        validate the config, probe every partner, the database and target tables
-  intake reconcile --config FILE    run the failure-matrix reconciler once; exit 1 when something needs a human
-  intake quarantine list|show ID|release ID|discard ID --config FILE [--reason "…"] [--actor A] [--winner new|old]
-                                    review held files; every decision is audited
-  intake replay INTAKE_ID --config FILE --reason "…"
-                                    apply a finished file's spooled bytes again (idempotent, audited)
-  intake purge --config FILE        delete spool files, row issues, reports and audit rows past their retention
-  intake audit --config FILE [--partner P]
-                                    list audited ops actions
-  intake status --config FILE [--partner P]
-                                    files by state, oldest ready/processing, open quarantine, last poll,
-                                    last reconciler findings; exit 1 when something needs attention
-
-Global flags (before or after COMMAND):
-  --log-level debug|info|warn|error log level (default info)
-  --log-format json|text            log format (default: text on a terminal, else JSON)
-
-Exit codes: 0 ok; 1 needs attention (a finding, a failed poll, an unreachable
-database); 2 usage or config error.
-
-The database URL is read from the environment variable named by database.url_env
-(default INTAKE_DATABASE_URL) unless database.url is set.
-`
-
 func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
 
+// run is the CLI: global flags, then the command of the registry
+// (commands.go) by name; -h anywhere before a "--" prints the command's
+// help. Exit codes, the same for every command: 0 ok, 1 needs attention,
+// 2 usage or config error.
 func run(args []string, stdout, stderr io.Writer) int {
 	lc, args, err := parseGlobal(args)
 	if err != nil {
-		fmt.Fprintf(stderr, "intake: %v\n\n%s", err, usage)
+		fmt.Fprintf(stderr, "intake: %v\n\n%s", err, usageText())
 		return 2
 	}
 	logCfg.Store(&lc)
 	if len(args) == 0 {
-		fmt.Fprint(stderr, usage)
+		fmt.Fprint(stderr, usageText())
 		return 2
 	}
-	cmd, rest := args[0], args[1:]
-	switch cmd {
-	case "version", "--version", "-version":
-		return cmdVersion(rest, stdout, stderr)
-	case "demo":
-		return cmdDemo(rest, stdout, stderr)
-	case "run":
-		return cmdRun(rest, stdout, stderr)
-	case "migrate":
-		return cmdMigrate(rest, stdout, stderr)
-	case "check":
-		return cmdCheck(rest, stdout, stderr)
-	case "reconcile":
-		return cmdReconcile(rest, stdout, stderr)
-	case "status":
-		return cmdStatus(rest, stdout, stderr)
-	case "quarantine":
-		return cmdQuarantine(rest, stdout, stderr)
-	case "replay":
-		return cmdReplay(rest, stdout, stderr)
-	case "audit":
-		return cmdAudit(rest, stdout, stderr)
-	case "purge":
-		return cmdPurge(rest, stdout, stderr)
-	case "help", "-h", "--help":
-		fmt.Fprint(stdout, usage)
+	name, rest := args[0], args[1:]
+	switch name {
+	case "--version", "-version":
+		name = "version"
+	case "-h", "-help", "--help":
+		name = "help"
+	}
+	c := lookup(name)
+	if c == nil {
+		fmt.Fprintf(stderr, "intake: unknown command %q\n\n%s", name, usageText())
+		return 2
+	}
+	if wantsHelp(rest) {
+		printHelp(stdout, c, flagsOf(c))
 		return 0
 	}
-	fmt.Fprintf(stderr, "intake: unknown command %q\n\n%s", cmd, usage)
-	return 2
+	return c.run(rest, stdout, stderr)
 }
 
 // logOptions reduce every logged error to codes: PostgreSQL's texts quote

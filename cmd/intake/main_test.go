@@ -148,7 +148,7 @@ func TestCheckNamesThePartnerWhoseHostKeyDiffers(t *testing.T) {
 	kh := filepath.Join(t.TempDir(), "kh")
 	os.WriteFile(kh, []byte(knownhosts.Line([]string{site.Config.SFTP.Address}, other)+"\n"), 0o600)
 	code, out := runCLI("check", "--config", writeConfig(t, site, kh))
-	if code == 0 || !strings.Contains(out, "FAIL partner wrongkey") || !strings.Contains(out, "does not match the pinned") {
+	if code != 1 || !strings.Contains(out, "FAIL partner wrongkey") || !strings.Contains(out, "does not match the pinned") {
 		t.Fatalf("check exited %d:\n%s", code, out)
 	}
 }

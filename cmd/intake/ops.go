@@ -1,7 +1,6 @@
 package main
 
 import (
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -30,8 +29,7 @@ func cmdQuarantine(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	sub, args := args[0], args[1:]
-	fs := flag.NewFlagSet("quarantine "+sub, flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlags("quarantine "+sub, stderr)
 	path := fs.String("config", "", "config file (YAML)")
 	partner := fs.String("partner", "", "list: only this partner")
 	openOnly := fs.Bool("open", false, "list: only files still waiting for a decision")
@@ -47,7 +45,7 @@ func cmdQuarantine(args []string, stdout, stderr io.Writer) int {
 		}
 		id, rest = n, args[1:]
 	}
-	if err := fs.Parse(rest); err != nil {
+	if err := parseFlags(fs, rest); err != nil {
 		return 2
 	}
 	if sub != "list" && id == 0 {
@@ -145,8 +143,7 @@ func partnerScope(e *env, only string, stderr io.Writer) ([]string, bool) {
 
 // cmdReplay re-applies an archived file's spooled bytes, audited.
 func cmdReplay(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("replay", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlags("replay", stderr)
 	path := fs.String("config", "", "config file (YAML)")
 	reason := fs.String("reason", "", "why (required, audited)")
 	actor := fs.String("actor", defaultActor(), "who (audited)")
@@ -159,7 +156,7 @@ func cmdReplay(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "intake replay: %q is not an intake id\n", args[0])
 		return 2
 	}
-	if err := fs.Parse(args[1:]); err != nil {
+	if err := parseFlags(fs, args[1:]); err != nil {
 		return 2
 	}
 	ctx, e, done, code := openCmd(*path, stderr)
@@ -204,12 +201,11 @@ func progressBar(w io.Writer) func(done, total int64) {
 
 // cmdAudit lists audited ops actions.
 func cmdAudit(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("audit", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlags("audit", stderr)
 	path := fs.String("config", "", "config file (YAML)")
 	partner := fs.String("partner", "", "only this partner")
 	limit := fs.Int("limit", 100, "at most this many entries")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return 2
 	}
 	ctx, e, done, code := openCmd(*path, stderr)

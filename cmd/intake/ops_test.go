@@ -61,7 +61,7 @@ func TestOpsReviewReleasesDiscardsReplaysAndAudits(t *testing.T) {
 		}
 	}
 	id := func(n int64) string { return strconv.FormatInt(n, 10) }
-	if code, out := runCLI("quarantine", "release", id(rej), "--config", cfg); code == 0 || !strings.Contains(out, "reason are required") {
+	if code, out := runCLI("quarantine", "release", id(rej), "--config", cfg); code != 2 || !strings.Contains(out, "--reason TEXT is required") {
 		t.Fatalf("a release without a reason: %d %s", code, out)
 	}
 	// a configuration for another partner can neither see nor decide on it

@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -16,11 +14,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/partner-intake/partner-intake/cmd/intake/internal/config"
 	"github.com/partner-intake/partner-intake/intake"
 	"github.com/partner-intake/partner-intake/intake/ops"
-	"github.com/partner-intake/partner-intake/internal/config"
+	"github.com/partner-intake/partner-intake/internal/lifecycle"
 	"github.com/partner-intake/partner-intake/internal/opshttp"
-	"github.com/partner-intake/partner-intake/internal/schedule"
 	"github.com/partner-intake/partner-intake/migrations"
 	"github.com/partner-intake/partner-intake/reconcile"
 	"github.com/partner-intake/partner-intake/spool"
@@ -101,17 +99,16 @@ func openCmd(path string, stderr io.Writer) (context.Context, *env, func(), int)
 }
 
 func cmdRun(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("run", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	path := fs.String("config", "", "config file (YAML), e.g. /etc/intake/intake.yaml (required)")
+	fs := newFlags("run", stderr)
+	path := fs.String("config", "", "config file (YAML), e.g. /etc/intake/intake.yaml")
 	once := fs.Bool("once", false, "poll every partner once, then exit")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return 2
 	}
-	if *path == "" {
-		fmt.Fprintln(stderr, "intake run: --config FILE is required (e.g. intake run --config /etc/intake/intake.yaml)")
-		return 2
-	}
+	// SIGHUP is caught from the start: its default would end the process.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	if prof := os.Getenv("INTAKE_CPUPROFILE"); prof != "" {
@@ -165,61 +162,68 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "intake run:", err)
 		return 2
 	}
-	srv := opshttp.New(reg, opshttp.Checks{
-		Database: func(ctx context.Context) error { return e.pool.Ping(ctx) },
-		Schema:   func(ctx context.Context) error { return migrations.Current(ctx, e.pool) },
-		Spool:    e.spool.Probe,
-		Partners: func() any { return d.PartnerStates() },
-	}, e.log)
+	var services []service
 	if e.cfg.HTTP.Listen != "off" {
-		if err := srv.Start(e.cfg.HTTP.Listen); err != nil {
-			fmt.Fprintln(stderr, "intake run:", err)
+		srv := opshttp.New(e.cfg.HTTP.Listen, reg, opshttp.Checks{
+			Database: func(ctx context.Context) error { return e.pool.Ping(ctx) },
+			Schema:   func(ctx context.Context) error { return migrations.Current(ctx, e.pool) },
+			Spool:    e.spool.Probe,
+			Partners: func() any { return d.PartnerStates() },
+		}, e.log)
+		services = append(services, service{"http", srv})
+	}
+	pg := &purger{e: e}
+	services = append(services, service{"daemon", d}, service{"reconciler", rec}, service{"purger", pg})
+	rl := newReloader(*path, e.cfg, d, rec, pg, reg, e.log)
+	return runServices(ctx, stop, hup, rl.reload, e.log, stderr, services)
+}
+
+// service is a long-running part of `intake run`, named for errors.
+type service struct {
+	name string
+	svc  lifecycle.Service
+}
+
+// runServices is the one place the parts of `intake run` start and stop:
+// in order (HTTP server, daemon, reconciler, purger), and in reverse once
+// SIGTERM or SIGINT cancels ctx. The parts run under contexts of their own
+// that the signal does not cancel: their Stop does, after the daemon's
+// drain (stop claiming, let files in flight finish for `drain`, then
+// cancel). stopSignals restores the signals' default, so a second SIGTERM
+// or SIGINT ends the process at once. SIGHUP (hup) arrives here too and
+// calls reload (reload.go), one at a time.
+func runServices(ctx context.Context, stopSignals func(), hup <-chan os.Signal, reload func(), log *slog.Logger, stderr io.Writer, services []service) int {
+	var running []service
+	defer func() {
+		for i := len(running) - 1; i >= 0; i-- {
+			running[i].svc.Stop()
+		}
+	}()
+	for _, s := range services {
+		if err := s.svc.Start(context.WithoutCancel(ctx)); err != nil {
+			fmt.Fprintf(stderr, "intake run: %s: %v\n", s.name, err)
 			return 1
 		}
-		e.log.Info("serving /metrics, /healthz, /readyz", "addr", srv.Addr())
+		running = append(running, s)
 	}
-	defer srv.Stop()
-	if err := d.Start(ctx); err != nil {
-		fmt.Fprintln(stderr, "intake run:", err)
-		return 1
-	}
-	rctx, rcancel := context.WithCancel(context.Background())
-	if err := rec.Start(rctx); err != nil {
-		rcancel()
-		d.Stop()
-		fmt.Fprintln(stderr, "intake run:", err)
-		return 1
-	}
-	purger := schedule.New(e.log)
-	if _, err := purger.AddFunc(e.cfg.Retention.Schedule, func() {
-		res, err := ops.Purge(rctx, e.pool, e.spool, e.cfg.Partners, e.cfg.Retention, time.Now())
-		if err != nil && !errors.Is(err, ops.ErrPurgeRunning) && rctx.Err() == nil {
-			e.log.Error("purge failed", "err", err)
+	for {
+		select {
+		case <-ctx.Done():
+			log.Info("signal received: draining")
+			stopSignals()
+			return 0
+		case <-hup:
+			log.Info("SIGHUP received: reloading the config")
+			reload()
 		}
-		for _, r := range res {
-			e.log.Info("purged", "partner", r.Partner, "spool_files", r.SpoolFiles, "spool_bytes", r.SpoolBytes,
-				"row_issues", r.RowIssues, "reports", r.Reports, "audit_entries", r.AuditEntries)
-		}
-	}); err != nil {
-		fmt.Fprintln(stderr, "intake run: retention.schedule:", err)
 	}
-	purger.Start()
-	<-ctx.Done()
-	e.log.Info("signal received: draining")
-	stop()
-	rcancel()
-	<-purger.Stop().Done()
-	rec.Stop()
-	d.Stop()
-	return 0
 }
 
 // cmdPurge deletes what is past its retention now and prints what it removed.
 func cmdPurge(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("purge", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlags("purge", stderr)
 	path := fs.String("config", "", "config file (YAML)")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return 2
 	}
 	ctx, e, done, code := openCmd(*path, stderr)
@@ -242,11 +246,10 @@ func cmdPurge(args []string, stdout, stderr io.Writer) int {
 // cmdReconcile runs the failure matrix once and prints its findings; it
 // exits 1 when something needs a human, so scripts and cron can use it.
 func cmdReconcile(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("reconcile", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlags("reconcile", stderr)
 	path := fs.String("config", "", "config file (YAML)")
 	once := fs.Bool("once", true, "run once and exit (the daemon schedules it otherwise)")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return 2
 	}
 	if !*once {
@@ -291,10 +294,9 @@ func cmdReconcile(args []string, stdout, stderr io.Writer) int {
 func slogDiscard() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
 func cmdMigrate(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("migrate", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlags("migrate", stderr)
 	path := fs.String("config", "", "config file (YAML); only database is read")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return 2
 	}
 	url := os.Getenv(config.DefaultDatabaseURLEnv)

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"strings"
@@ -10,8 +9,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/partner-intake/partner-intake/cmd/intake/internal/config"
 	"github.com/partner-intake/partner-intake/intake/ops"
-	"github.com/partner-intake/partner-intake/internal/config"
 )
 
 // Thresholds past which `intake status` says a partner needs attention.
@@ -24,11 +23,10 @@ const (
 // processing ages, open quarantine, the last successful poll and the last
 // reconciler findings. It exits 1 when something needs attention.
 func cmdStatus(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("status", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlags("status", stderr)
 	path := fs.String("config", "", "config file (YAML)")
 	only := fs.String("partner", "", "show only this partner")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return 2
 	}
 	cfg, err := config.Load(*path)

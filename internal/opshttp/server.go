@@ -18,6 +18,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/partner-intake/partner-intake/internal/lifecycle"
 )
 
 // DefaultListen is loopback only: metrics are for the local scraper.
@@ -38,18 +40,19 @@ type Checks struct {
 	Partners func() any
 }
 
-// Server is the HTTP listener.
+// Server is the HTTP listener, a lifecycle.Service.
 type Server struct {
-	srv    *http.Server
-	ln     net.Listener
-	log    *slog.Logger
-	done   chan struct{}
-	mu     sync.Mutex
-	closed bool
+	life lifecycle.Base
+	addr string
+	srv  *http.Server
+	log  *slog.Logger
+
+	mu sync.Mutex
+	ln net.Listener
 }
 
-// New builds a server; Start listens.
-func New(reg prometheus.Gatherer, checks Checks, log *slog.Logger) *Server {
+// New builds a server for addr (host:port); Start listens.
+func New(addr string, reg prometheus.Gatherer, checks Checks, log *slog.Logger) *Server {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorLog: slogErrorLog{log}}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -66,7 +69,7 @@ func New(reg prometheus.Gatherer, checks Checks, log *slog.Logger) *Server {
 		}
 		json.NewEncoder(w).Encode(res)
 	})
-	return &Server{srv: &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}, log: log, done: make(chan struct{})}
+	return &Server{addr: addr, srv: &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}, log: log}
 }
 
 // Result is the body of /readyz.
@@ -102,40 +105,48 @@ func Readiness(ctx context.Context, c Checks) Result {
 	return res
 }
 
-// Start listens on addr and serves until Stop.
-func (s *Server) Start(addr string) error {
-	ln, err := net.Listen("tcp", addr)
+// Start listens and serves until Stop (or until ctx ends).
+func (s *Server) Start(ctx context.Context) error {
+	ctx, err := s.life.Begin(ctx)
 	if err != nil {
-		return fmt.Errorf("http listen %s: %w", addr, err)
+		return fmt.Errorf("http: %w", err)
 	}
+	ln, err := net.Listen("tcp", s.addr)
+	if err != nil {
+		return s.life.Abort(fmt.Errorf("http listen %s: %w", s.addr, err))
+	}
+	s.mu.Lock()
 	s.ln = ln
-	go func() {
-		defer close(s.done)
+	s.mu.Unlock()
+	s.log.Info("serving /metrics, /healthz, /readyz", "addr", ln.Addr().String())
+	s.life.Go(func() {
 		if err := s.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			s.log.Error("http server", "err", err)
 		}
-	}()
+	})
+	s.life.Go(func() {
+		<-ctx.Done()
+		// requests in flight get up to 5 s
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		s.srv.Shutdown(sctx)
+	})
 	return nil
 }
 
-// Addr is the listening address.
-func (s *Server) Addr() string { return s.ln.Addr().String() }
+// Addr is the listening address ("" before Start).
+func (s *Server) Addr() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ln == nil {
+		return ""
+	}
+	return s.ln.Addr().String()
+}
 
 // Stop shuts the server down, waiting up to 5 s for requests in flight.
 // Safe before Start and more than once.
-func (s *Server) Stop() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed || s.ln == nil {
-		s.closed = true
-		return
-	}
-	s.closed = true
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	s.srv.Shutdown(ctx)
-	<-s.done
-}
+func (s *Server) Stop() { s.life.Stop() }
 
 type slogErrorLog struct{ l *slog.Logger }
 

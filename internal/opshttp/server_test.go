@@ -49,13 +49,13 @@ func TestReadyzFailsWhilePostgresIsDown(t *testing.T) {
 	sp, _ := spool.New(t.TempDir())
 	reg := prometheus.NewRegistry()
 	promauto.With(reg).NewCounter(prometheus.CounterOpts{Name: "intake_test_total", Help: "t"}).Inc()
-	srv := opshttp.New(reg, opshttp.Checks{
+	srv := opshttp.New("127.0.0.1:0", reg, opshttp.Checks{
 		Database: func(ctx context.Context) error { return pool.Ping(ctx) },
 		Schema:   func(ctx context.Context) error { return migrations.Current(ctx, pool) },
 		Spool:    sp.Probe,
 		Partners: func() any { return map[string]string{"acme": "down"} },
 	}, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	if err := srv.Start("127.0.0.1:0"); err != nil {
+	if err := srv.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
 	defer srv.Stop()

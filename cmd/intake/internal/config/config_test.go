@@ -10,7 +10,7 @@ import (
 )
 
 func TestExampleConfigIsValid(t *testing.T) {
-	f, err := Load("../../configs/intake.example.yaml")
+	f, err := Load("../../../../configs/intake.example.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -29,7 +29,7 @@ func TestExampleConfigIsValid(t *testing.T) {
 }
 
 func example(t *testing.T) string {
-	b, err := os.ReadFile("../../configs/intake.example.yaml")
+	b, err := os.ReadFile("../../../../configs/intake.example.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}

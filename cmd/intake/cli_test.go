@@ -1,0 +1,193 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func runSplit(args ...string) (int, string, string) {
+	var out, errb bytes.Buffer
+	code := run(args, &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+// Every command's help, by -h and by `intake help`, lists each flag the
+// command declares with its default (or that it is required) and an
+// example, and exits 0.
+func TestHelpListsEveryFlagWithItsDefaultAndAnExample(t *testing.T) {
+	for _, c := range commands {
+		code, byFlag, _ := runSplit(append(append([]string{c.name}, c.helpArgs...), "-h")...)
+		if code != 0 {
+			t.Fatalf("%s -h: exit %d", c.name, code)
+		}
+		code, byHelp, _ := runSplit("help", c.name)
+		if code != 0 || byHelp != byFlag {
+			t.Fatalf("help %s: exit %d, and it differs from %s -h:\n%s\n---\n%s", c.name, code, c.name, byHelp, byFlag)
+		}
+		if !strings.Contains(byHelp, "Usage:\n  intake "+c.name) || !strings.Contains(byHelp, "Example:\n  "+c.example) {
+			t.Fatalf("help %s lacks the synopsis or the example:\n%s", c.name, byHelp)
+		}
+		for _, f := range flagList(c) {
+			line := lineWith(byHelp, "  --"+f.Name+" ")
+			if line == "" || !(strings.Contains(line, "(default: ") || strings.Contains(line, "(required")) {
+				t.Fatalf("help %s: flag --%s without its default: %q\n%s", c.name, f.Name, line, byHelp)
+			}
+		}
+	}
+	if code, out, _ := runSplit("help", "run"); !strings.Contains(out, "--once         poll every partner once, then exit (default: false)") ||
+		!strings.Contains(out, "--config FILE  config file (YAML), e.g. /etc/intake/intake.yaml (required)") || code != 0 {
+		t.Fatalf("help run:\n%s", out)
+	}
+	if code, out, _ := runSplit("quarantine", "-h"); code != 0 || !strings.Contains(out, "(required by release and discard)") {
+		t.Fatalf("quarantine -h: %d\n%s", code, out)
+	}
+	if code, out, _ := runSplit("help"); code != 0 || !strings.Contains(out, "completion") || !strings.Contains(out, "Exit codes") {
+		t.Fatalf("help: %d\n%s", code, out)
+	}
+}
+
+func lineWith(s, sub string) string {
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) {
+			return l
+		}
+	}
+	return ""
+}
+
+func TestEachMissingRequiredFlagIsNamed(t *testing.T) {
+	cases := []struct {
+		args    []string
+		missing []string
+	}{
+		{[]string{"run"}, []string{"--config FILE is required"}},
+		{[]string{"replay", "7"}, []string{"--config FILE is required", "--reason TEXT is required"}},
+		{[]string{"replay", "7", "--reason", "fixed"}, []string{"--config FILE is required"}},
+		{[]string{"quarantine", "release", "7", "--config", "x.yaml"}, []string{"--reason TEXT is required"}},
+		{[]string{"status"}, []string{"--config FILE is required"}},
+		{[]string{"check", "--partner", "x"}, nil}, // an unknown flag: the flag package names it
+	}
+	for _, c := range cases {
+		code, _, errs := runSplit(c.args...)
+		if code != 2 {
+			t.Fatalf("%v: exit %d, want 2:\n%s", c.args, code, errs)
+		}
+		for _, m := range c.missing {
+			if !strings.Contains(errs, m) {
+				t.Fatalf("%v: stderr lacks %q:\n%s", c.args, m, errs)
+			}
+		}
+		if len(c.missing) > 0 && !strings.Contains(errs, "e.g. intake "+c.args[0]) {
+			t.Fatalf("%v: no example:\n%s", c.args, errs)
+		}
+	}
+	// quarantine list needs no --reason
+	if _, _, errs := runSplit("quarantine", "list", "--config", "/nonexistent.yaml"); strings.Contains(errs, "--reason") {
+		t.Fatalf("quarantine list asked for --reason:\n%s", errs)
+	}
+}
+
+// One exit-code table for every command: 0 ok, 1 needs attention, 2 usage
+// or config error (here without a database: the cases that need one are in
+// main_test.go and ops_test.go).
+func TestExitCodesAreTheSameForEveryCommand(t *testing.T) {
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "bad.yaml")
+	os.WriteFile(bad, []byte("worker_id: x\nnot_a_key: 1\n"), 0o600)
+	missing := filepath.Join(dir, "missing.yaml")
+	cases := []struct {
+		args []string
+		code int
+	}{
+		{[]string{"help"}, 0},
+		{[]string{"--help"}, 0},
+		{[]string{"version"}, 0},
+		{[]string{"completion", "bash"}, 0},
+		{[]string{"run", "-h"}, 0},
+		{[]string{}, 2},
+		{[]string{"frobnicate"}, 2},
+		{[]string{"help", "frobnicate"}, 2},
+		{[]string{"completion", "fish"}, 2},
+		{[]string{"run", "--nope"}, 2},
+	}
+	for _, cmd := range []string{"check", "run", "reconcile", "status", "purge", "audit"} {
+		cases = append(cases, struct {
+			args []string
+			code int
+		}{[]string{cmd, "--config", bad}, 2}, struct {
+			args []string
+			code int
+		}{[]string{cmd, "--config", missing}, 2})
+	}
+	for _, c := range cases {
+		if code, out, errs := runSplit(c.args...); code != c.code {
+			t.Errorf("intake %s: exit %d, want %d\n%s%s", strings.Join(c.args, " "), code, c.code, out, errs)
+		}
+	}
+}
+
+// The bash script completes commands, sub-commands, flags and flag values
+// when bash runs it; the zsh script parses and registers itself.
+func TestCompletionScripts(t *testing.T) {
+	code, script, errs := runSplit("completion", "bash")
+	if code != 0 {
+		t.Fatalf("completion bash: %d %s", code, errs)
+	}
+	path := filepath.Join(t.TempDir(), "intake.bash")
+	os.WriteFile(path, []byte(script), 0o600)
+	complete := func(words ...string) string {
+		t.Helper()
+		sh := `source "$1"; shift; COMP_WORDS=("$@"); COMP_CWORD=$(($# - 1)); _intake; echo "${COMPREPLY[*]}"`
+		out, err := exec.Command("bash", append([]string{"-c", sh, "bash", path}, words...)...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("bash: %v\n%s", err, out)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	for _, c := range []struct {
+		words []string
+		want  string
+	}{
+		{[]string{"intake", "ru"}, "run"},
+		{[]string{"intake", "--log-level", "debug", "qu"}, "quarantine"},
+		{[]string{"intake", "quarantine", "re"}, "release"},
+		{[]string{"intake", "quarantine", "release", "--re"}, "--reason"},
+		{[]string{"intake", "run", "--o"}, "--once"},
+		{[]string{"intake", "--log-level", "w"}, "warn"},
+		{[]string{"intake", "quarantine", "release", "1", "--winner", ""}, "new old"},
+		{[]string{"intake", "completion", ""}, "bash zsh"},
+		{[]string{"intake", "help", "rep"}, "replay"},
+	} {
+		if got := complete(c.words...); got != c.want {
+			t.Errorf("completing %q: got %q, want %q", c.words, got, c.want)
+		}
+	}
+
+	code, script, errs = runSplit("completion", "zsh")
+	if code != 0 || !strings.HasPrefix(script, "#compdef intake\n") {
+		t.Fatalf("completion zsh: %d %s", code, errs)
+	}
+	for _, c := range commands {
+		if !strings.Contains(script, "\t\t"+c.name+") _arguments") {
+			t.Fatalf("zsh script lacks %s", c.name)
+		}
+	}
+	zsh, err := exec.LookPath("zsh")
+	if err != nil {
+		t.Log("zsh not installed: its script is checked by content only")
+		return
+	}
+	zpath := filepath.Join(t.TempDir(), "_intake")
+	os.WriteFile(zpath, []byte(script), 0o600)
+	if out, err := exec.Command(zsh, "-n", zpath).CombinedOutput(); err != nil {
+		t.Fatalf("zsh -n: %v\n%s", err, out)
+	}
+	out, err := exec.Command(zsh, "-f", "-c", `autoload -U compinit && compinit -u -D && source "$1" && print -r -- $_comps[intake]`, "zsh", zpath).CombinedOutput()
+	if err != nil || strings.TrimSpace(string(out)) != "_intake" {
+		t.Fatalf("zsh did not register _intake for intake: %v %q", err, out)
+	}
+}

@@ -1,0 +1,112 @@
+package main
+
+import (
+	"context"
+	"log/slog"
+	"reflect"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+
+	"github.com/partner-intake/partner-intake/cmd/intake/internal/config"
+	"github.com/partner-intake/partner-intake/intake"
+	"github.com/partner-intake/partner-intake/reconcile"
+)
+
+// reloader applies a changed config file to a running `intake run` on
+// SIGHUP (`systemctl reload intake`). The file is read and validated whole
+// (config.Load), then every target table of an added or changed feed is
+// checked (Daemon.Reload); a file that fails either is refused and the
+// config in force is kept, said by a log line and by
+// intake_config_last_reload_successful going to 0. What a reload applies:
+// the partners (added ones are polled, removed ones stop after the poll in
+// progress and their files in flight finish, changed ones take effect at
+// their next poll: see intake/reload.go), the reconciler's partners and
+// the retention periods. Daemon-wide settings (worker_id, lease, drain,
+// affinity, retry, database, spool, http, reconcile, retention.schedule)
+// wait for a restart: a reload that changes them says so in a warning.
+type reloader struct {
+	path string
+	cur  *config.File
+	d    *intake.Daemon
+	rec  *reconcile.Reconciler
+	pg   *purger
+	log  *slog.Logger
+
+	reloads  *prometheus.CounterVec
+	lastOK   prometheus.Gauge
+	lastTime prometheus.Gauge
+}
+
+func newReloader(path string, cur *config.File, d *intake.Daemon, rec *reconcile.Reconciler, pg *purger,
+	reg prometheus.Registerer, log *slog.Logger) *reloader {
+	f := promauto.With(reg)
+	r := &reloader{path: path, cur: cur, d: d, rec: rec, pg: pg, log: log,
+		reloads: f.NewCounterVec(prometheus.CounterOpts{Name: "intake_config_reloads_total",
+			Help: "Config reloads (SIGHUP) by result: ok, or error (the config in force was kept)."}, []string{"result"}),
+		lastOK: f.NewGauge(prometheus.GaugeOpts{Name: "intake_config_last_reload_successful",
+			Help: "1 when the last config reload (or the start) succeeded, 0 when the last reload was refused."}),
+		lastTime: f.NewGauge(prometheus.GaugeOpts{Name: "intake_config_last_reload_success_timestamp_seconds",
+			Help: "Unix time of the last successful config load (the start or a reload)."}),
+	}
+	r.lastOK.Set(1)
+	r.lastTime.SetToCurrentTime()
+	return r
+}
+
+// reload re-reads the config file and applies it, or refuses it whole.
+func (r *reloader) reload() {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	next, err := config.Load(r.path)
+	var res intake.ReloadResult
+	if err == nil {
+		res, err = r.d.Reload(ctx, next.Partners)
+	}
+	if err != nil {
+		r.reloads.WithLabelValues("error").Inc()
+		r.lastOK.Set(0)
+		r.log.Error("config reload refused; the config in force is kept", "config", r.path, "err", err)
+		return
+	}
+	r.rec.SetPartners(next.Partners)
+	applied := *r.cur
+	applied.Partners, applied.Retention = next.Partners, next.Retention
+	applied.Retention.Schedule = r.cur.Retention.Schedule // the purger's schedule is set at its start
+	r.pg.setConfig(&applied)
+	if later := restartOnly(r.cur, next); len(later) > 0 {
+		r.log.Warn("config reloaded; these settings take effect at the next restart", "keys", later)
+	}
+	r.cur = &applied
+	r.reloads.WithLabelValues("ok").Inc()
+	r.lastOK.Set(1)
+	r.lastTime.SetToCurrentTime()
+	r.log.Info("config reloaded", "config", r.path, "added", res.Added, "removed", res.Removed, "changed", res.Changed)
+}
+
+// restartOnly names the settings that differ between cur and next and
+// that a reload does not apply.
+func restartOnly(cur, next *config.File) []string {
+	var keys []string
+	for _, k := range []struct {
+		key  string
+		a, b any
+	}{
+		{"worker_id", cur.WorkerID, next.WorkerID},
+		{"lease", cur.Lease, next.Lease},
+		{"drain", cur.Drain, next.Drain},
+		{"affinity", cur.Affinity, next.Affinity},
+		{"retry", cur.Retry, next.Retry},
+		{"database", cur.Database, next.Database},
+		{"spool", cur.Spool, next.Spool},
+		{"reconcile", cur.Reconcile, next.Reconcile},
+		{"http", cur.HTTP, next.HTTP},
+		{"retention.schedule", cur.Retention.Schedule, next.Retention.Schedule},
+	} {
+		if !reflect.DeepEqual(k.a, k.b) {
+			keys = append(keys, k.key)
+		}
+	}
+	return keys
+}

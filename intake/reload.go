@@ -1,0 +1,216 @@
+package intake
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/partner-intake/partner-intake/partners"
+)
+
+// Reloading the partners of a running daemon (SIGHUP, issue 16 item 2).
+//
+// The partner set (Daemon.parts, order) is copied on write: a reload
+// builds a new set and swaps it in under partsMu; readers that run beside
+// a reload (gauges, /readyz, the heartbeat, Poke) take a snapshot with
+// partnerList, partnerIDs or partner. A reload takes effect at each
+// partner's next poll: a poll in progress, with its claims and the files it
+// carries, finishes under the configuration it started with, so a file in
+// flight keeps the mapping it was planned with.
+//
+//   - an added partner gets its schedule and poller at once and is polled;
+//   - a removed partner's schedule is dropped and its poller ends after
+//     the poll in progress (its files in flight finish);
+//   - a changed partner (any key differs) is a new partnerRT: the old one
+//     retires as a removed one does, and the new one polls only once the
+//     old one's poll in progress has ended, taking over what the old one
+//     knew (settled, resumed, its last poll's state).
+//
+// Daemon-wide settings (worker id, lease, drain, database, spool) are not
+// the daemon's to reload: the caller keeps them until a restart.
+
+// ErrNotRunning: a reload needs a started daemon that is not stopping.
+var ErrNotRunning = errors.New("intake: the daemon is not running")
+
+// ReloadResult names the partners a reload added, removed and changed.
+type ReloadResult struct {
+	Added, Removed, Changed []string
+}
+
+// Changes reports whether the reload changed anything.
+func (r ReloadResult) Changes() bool {
+	return len(r.Added)+len(r.Removed)+len(r.Changed) > 0
+}
+
+// partnerList is the current partners in configuration order.
+func (d *Daemon) partnerList() []*partnerRT {
+	d.partsMu.RLock()
+	defer d.partsMu.RUnlock()
+	return d.partnerListLocked()
+}
+
+func (d *Daemon) partnerListLocked() []*partnerRT {
+	out := make([]*partnerRT, len(d.order))
+	for i, id := range d.order {
+		out[i] = d.parts[id]
+	}
+	return out
+}
+
+// partnerIDs is the current partner ids in configuration order.
+func (d *Daemon) partnerIDs() []string {
+	d.partsMu.RLock()
+	defer d.partsMu.RUnlock()
+	return append([]string(nil), d.order...)
+}
+
+// partner is the current runtime of a partner.
+func (d *Daemon) partner(id string) (*partnerRT, bool) {
+	d.partsMu.RLock()
+	defer d.partsMu.RUnlock()
+	p, ok := d.parts[id]
+	return p, ok
+}
+
+// Reload makes parts (validated, as config.Load does) the daemon's
+// partners. Every target table of an added or changed feed is checked
+// first: on any error nothing changes.
+func (d *Daemon) Reload(ctx context.Context, parts []partners.Config) (ReloadResult, error) {
+	d.mu.Lock() // no Start or Stop meanwhile; Stop halts under d.mu
+	defer d.mu.Unlock()
+	var res ReloadResult
+	if !d.life.Running() {
+		return res, ErrNotRunning
+	}
+	d.partsMu.RLock()
+	old := d.parts
+	d.partsMu.RUnlock()
+	next := map[string]*partnerRT{}
+	var order []string
+	var fresh []*partnerRT // added or changed: to be started
+	for i := range parts {
+		c := parts[i] // a copy of its own: the old runtime keeps pointing at the old config
+		if _, dup := next[c.ID]; dup {
+			return res, fmt.Errorf("partner %s configured twice", c.ID)
+		}
+		o, had := old[c.ID]
+		if had && reflect.DeepEqual(*o.cfg, c) {
+			next[c.ID] = o
+		} else {
+			if err := d.checkFeeds(ctx, &c); err != nil {
+				return res, err
+			}
+			p := &partnerRT{cfg: &c, trigger: make(chan struct{}, 1), quit: make(chan struct{})}
+			next[c.ID] = p
+			fresh = append(fresh, p)
+			if had {
+				res.Changed = append(res.Changed, c.ID)
+			} else {
+				res.Added = append(res.Added, c.ID)
+			}
+		}
+		order = append(order, c.ID)
+	}
+	var retired []*partnerRT
+	for _, id := range d.order {
+		if p := old[id]; next[id] != p {
+			retired = append(retired, p)
+			if _, kept := next[id]; !kept {
+				res.Removed = append(res.Removed, id)
+			}
+		}
+	}
+	d.partsMu.Lock()
+	d.parts, d.order = next, order
+	d.retiring = append(d.retiring, retired...)
+	d.partsMu.Unlock()
+
+	for _, p := range retired {
+		d.cron.Remove(p.cronID)
+		close(p.quit) // its poller ends after the poll in progress
+	}
+	for _, p := range fresh {
+		id, err := d.cron.AddFunc(p.cfg.Poll, p.poke)
+		if err != nil { // validated by the caller; a partner without a schedule is still polled once
+			d.log.Error("partner's poll schedule refused", "partner", p.cfg.ID, "poll", p.cfg.Poll, "err", err)
+		}
+		p.cronID = id
+		prev := old[p.cfg.ID] // nil for an added partner
+		ctx := d.runCtx
+		d.life.Go(func() {
+			if prev != nil {
+				p.takeOver(prev)
+			}
+			p.poke()
+			d.loop(ctx, p)
+		})
+	}
+	return res, nil
+}
+
+// checkFeeds checks the target table of each of a partner's feeds.
+func (d *Daemon) checkFeeds(ctx context.Context, p *partners.Config) error {
+	for i := range p.Feeds {
+		f := &p.Feeds[i]
+		if _, err := d.target(ctx, f); err != nil {
+			return fmt.Errorf("partner %s feed %s: %w", p.ID, f.Name, err)
+		}
+	}
+	return nil
+}
+
+// takeOver waits for the poll in progress of the runtime p replaces, then
+// carries over what that one knew of the partner's site.
+func (p *partnerRT) takeOver(prev *partnerRT) {
+	prev.mu.Lock()
+	defer prev.mu.Unlock()
+	p.mu.Lock()
+	p.tempClean, p.resumed, p.settled, p.orphanSweep = prev.tempClean, prev.resumed, prev.settled, prev.orphanSweep
+	p.mu.Unlock()
+	prev.statMu.Lock()
+	up, lastOK, lastErr, polling, elsewhere := prev.up, prev.lastOK, prev.lastErr, prev.polling, prev.elsewhere
+	prev.statMu.Unlock()
+	p.statMu.Lock()
+	p.up, p.lastOK, p.lastErr, p.polling, p.elsewhere = up, lastOK, lastErr, polling, elsewhere
+	p.statMu.Unlock()
+}
+
+// retired reports whether a reload removed or replaced the partner's
+// runtime; its poller then ends (checked with p.mu held, so no poll of
+// it starts after its successor has taken over).
+func (p *partnerRT) retired() bool {
+	select {
+	case <-p.quit:
+		return true
+	default:
+		return false
+	}
+}
+
+// retire ends a retired runtime once its last poll is over: its session
+// is closed, Stop no longer waits for it, and a removed partner's gauges
+// go (they would otherwise stay at their last values and feed alerts).
+func (d *Daemon) retire(p *partnerRT) {
+	p.drop()
+	d.partsMu.Lock()
+	for i, r := range d.retiring {
+		if r == p {
+			d.retiring = append(d.retiring[:i], d.retiring[i+1:]...)
+			break
+		}
+	}
+	_, current := d.parts[p.cfg.ID]
+	d.partsMu.Unlock()
+	if current {
+		return // replaced: its successor reports
+	}
+	m := d.metrics
+	for _, g := range []*prometheus.GaugeVec{m.partnerUp, m.readyFiles, m.oldestReady, m.partnerOwned, m.files, m.oldestProcessing,
+		m.quarantineOpen, m.quarantineOldest, m.inflightRows, m.inflightRowsDone, m.inflightBytes, m.inflightBytesDone, m.spoolBytes, m.quotaFull} {
+		g.DeletePartialMatch(prometheus.Labels{"partner": p.cfg.ID})
+	}
+	d.log.Info("partner removed by a reload: its poller ended", "partner", p.cfg.ID)
+}

@@ -1,0 +1,86 @@
+package intake_test
+
+import (
+	"context"
+	"errors"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/partner-intake/partner-intake/intake"
+	"github.com/partner-intake/partner-intake/internal/fault"
+	"github.com/partner-intake/partner-intake/internal/testenv"
+	"github.com/partner-intake/partner-intake/partners"
+)
+
+// A reload while a file is in flight: the file finishes on the mapping it
+// was planned with (three chunks of two rows), the changed partner's next
+// file takes the new one (one chunk), an added partner is polled, a
+// removed one is gone, and a reload that changes nothing keeps every
+// partner's runtime.
+func TestReloadKeepsAFileInFlightOnItsMapping(t *testing.T) {
+	_, pool := testenv.DB(t)
+	a, b, c := testenv.NewSite(t, "rl-a"), testenv.NewSite(t, "rl-b"), testenv.NewSite(t, "rl-c")
+	for _, s := range []*testenv.Site{a, b, c} {
+		s.Config.Poll = "@every 1s"
+	}
+	a.Config.Feeds[0].ChunkRows = 2
+	r := newRig(t, pool, "rl", a, b)
+	if err := fault.Set("apply:mid_chunk=pause"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { fault.Set("") })
+	a.Drop(t, "orders-a1.csv", testenv.OrdersCSV("A", 5))
+	ctx := context.Background()
+	if err := r.d.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-fault.Paused("apply:mid_chunk"):
+	case <-time.After(time.Minute):
+		t.Fatal("the file never reached its first chunk")
+	}
+
+	a2 := a.Validated(t)
+	a2.Feeds[0].ChunkRows = 10
+	next := []partners.Config{a2, c.Validated(t)}
+	res, err := r.d.Reload(ctx, next)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := intake.ReloadResult{Added: []string{"rl-c"}, Removed: []string{"rl-b"}, Changed: []string{"rl-a"}}
+	if !reflect.DeepEqual(res, want) {
+		t.Fatalf("reload: %+v, want %+v", res, want)
+	}
+	if err := r.d.PollOnce(ctx, "rl-b"); err == nil {
+		t.Fatal("the removed partner can still be polled")
+	}
+	c.Drop(t, "orders-c1.csv", testenv.OrdersCSV("C", 3))
+	fault.Resume("apply:mid_chunk")
+
+	chunks := func(partner, name string) int64 {
+		return testenv.Count(t, pool, `SELECT count(*) FROM intake_chunk k JOIN file_intake f USING (intake_id)
+			WHERE f.partner_id = $1 AND f.remote_name = $2`, partner, name)
+	}
+	archived := func(partner, name string) bool {
+		return testenv.Count(t, pool, `SELECT count(*) FROM file_intake WHERE partner_id = $1 AND remote_name = $2 AND state = 'archived'`,
+			partner, name) == 1
+	}
+	waitUntil(t, func() bool { return archived("rl-a", "orders-a1.csv") })
+	if n := chunks("rl-a", "orders-a1.csv"); n != 3 {
+		t.Fatalf("the file in flight has %d chunks, want 3 (chunk_rows 2, as planned)", n)
+	}
+	a.Drop(t, "orders-a2.csv", testenv.OrdersCSV("B", 5))
+	waitUntil(t, func() bool { return archived("rl-a", "orders-a2.csv") && archived("rl-c", "orders-c1.csv") })
+	if n := chunks("rl-a", "orders-a2.csv"); n != 1 {
+		t.Fatalf("the next file has %d chunks, want 1 (chunk_rows 10, reloaded)", n)
+	}
+
+	if res, err := r.d.Reload(ctx, next); err != nil || res.Changes() {
+		t.Fatalf("the same partners again: %+v %v, want no change", res, err)
+	}
+	r.d.Stop()
+	if _, err := r.d.Reload(ctx, next); !errors.Is(err, intake.ErrNotRunning) {
+		t.Fatalf("reload after Stop: %v", err)
+	}
+}
