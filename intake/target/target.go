@@ -1,4 +1,4 @@
-package intake
+package target
 
 import (
 	"context"
@@ -13,9 +13,9 @@ import (
 	"github.com/partner-intake/partner-intake/partners"
 )
 
-// target is a feed's target table as the database describes it, with the
+// Table is a feed's target table as the database describes it, with the
 // statements that merge a staged chunk into it.
-type target struct {
+type Table struct {
 	table string   // quoted, possibly schema-qualified
 	cols  []string // feed columns in file order
 	types []string // their types in the target, for casts from staged text
@@ -36,21 +36,21 @@ type target struct {
 	// enc (see binaryEncoder); the staging table then has the target's
 	// types. Otherwise COPY text into text columns, cast by the merge.
 	binary bool
-	enc    []encoder // per column; nil where the pair has no binary encoder
+	enc    []Encoder // per column; nil where the pair has no binary encoder
 }
 
-// TargetError says what is wrong with a target table, and how to fix it.
-type TargetError struct {
+// Error says what is wrong with a target table, and how to fix it.
+type Error struct {
 	Table  string
 	Detail string
 }
 
-func (e *TargetError) Error() string { return fmt.Sprintf("target table %s: %s", e.Table, e.Detail) }
+func (e *Error) Error() string { return fmt.Sprintf("target table %s: %s", e.Table, e.Detail) }
 
-// targetColumn is one column of a target table as the catalog describes
+// catalogColumn is one column of a target table as the catalog describes
 // it. A domain is described by its base type (one level), with the
 // domain's NOT NULL and default folded in.
-type targetColumn struct {
+type catalogColumn struct {
 	name     string
 	typ      string // format_type, as written in the table's DDL
 	oid      uint32 // the column's own type (a domain's oid for a domain)
@@ -68,16 +68,16 @@ type targetColumn struct {
 	identity   bool // GENERATED ALWAYS AS IDENTITY: written only with OVERRIDING
 }
 
-// targetTable is a target table as the catalog describes it.
-type targetTable struct {
+// catalogTable is a target table as the catalog describes it.
+type catalogTable struct {
 	oid   uint32
 	ident pgx.Identifier
-	cols  map[string]*targetColumn
+	cols  map[string]*catalogColumn
 	order []string // column names in table order
 }
 
-// describeTarget reads a target table's columns from the catalog.
-func describeTarget(ctx context.Context, db *pgxpool.Pool, table string) (*targetTable, error) {
+// describe reads a target table's columns from the catalog.
+func describe(ctx context.Context, db *pgxpool.Pool, table string) (*catalogTable, error) {
 	ident := pgx.Identifier(strings.Split(table, "."))
 	var oid uint32
 	err := db.QueryRow(ctx, `SELECT coalesce(to_regclass($1)::oid, 0)`, ident.Sanitize()).Scan(&oid)
@@ -85,7 +85,7 @@ func describeTarget(ctx context.Context, db *pgxpool.Pool, table string) (*targe
 		return nil, fmt.Errorf("target %s: %w", table, err)
 	}
 	if oid == 0 {
-		return nil, &TargetError{Table: table, Detail: "does not exist (create it; see docs/target-tables.md)"}
+		return nil, &Error{Table: table, Detail: "does not exist (create it; see docs/target-tables.md)"}
 	}
 	rs, err := db.Query(ctx, `SELECT a.attname, format_type(a.atttypid, a.atttypmod), a.atttypid, b.oid, b.typname,
 		    CASE WHEN t.typtype = 'd' THEN t.typtypmod ELSE a.atttypmod END, b.typcategory::text, b.typtype = 'e',
@@ -99,9 +99,9 @@ func describeTarget(ctx context.Context, db *pgxpool.Pool, table string) (*targe
 	if err != nil {
 		return nil, fmt.Errorf("target %s: %w", table, err)
 	}
-	tt := &targetTable{oid: oid, ident: ident, cols: map[string]*targetColumn{}}
+	tt := &catalogTable{oid: oid, ident: ident, cols: map[string]*catalogColumn{}}
 	for rs.Next() {
-		c := &targetColumn{}
+		c := &catalogColumn{}
 		if err := rs.Scan(&c.name, &c.typ, &c.oid, &c.base, &c.baseName, &c.typmod, &c.category, &c.enum,
 			&c.domain, &c.notNull, &c.hasDefault, &c.generated, &c.identity); err != nil {
 			return nil, fmt.Errorf("target %s: %w", table, err)
@@ -134,12 +134,12 @@ func mappingKey(f *partners.Feed) string {
 	return b.String()
 }
 
-// loadTarget reads the target's columns and unique indexes and checks them
+// Load reads the target's columns and unique indexes and checks them
 // against the feed: intake needs partner_id, every feed column,
 // last_intake_id bigint, and a unique index on exactly (partner_id, key...).
 // What it reads of the feed is what mappingKey holds.
-func loadTarget(ctx context.Context, db *pgxpool.Pool, f *partners.Feed) (*target, error) {
-	tt, err := describeTarget(ctx, db, f.Target)
+func Load(ctx context.Context, db *pgxpool.Pool, f *partners.Feed) (*Table, error) {
+	tt, err := describe(ctx, db, f.Target)
 	if err != nil {
 		return nil, err
 	}
@@ -149,17 +149,17 @@ func loadTarget(ctx context.Context, db *pgxpool.Pool, f *partners.Feed) (*targe
 	for n, c := range tt.cols {
 		types[n], oids[n] = c.typ, c.oid
 	}
-	t := &target{table: ident.Sanitize(), key: f.Key}
+	t := &Table{table: ident.Sanitize(), key: f.Key}
 	if types["partner_id"] == "" {
-		return nil, &TargetError{Table: f.Target, Detail: "missing column partner_id (text)"}
+		return nil, &Error{Table: f.Target, Detail: "missing column partner_id (text)"}
 	}
 	if types["last_intake_id"] != "bigint" {
-		return nil, &TargetError{Table: f.Target, Detail: "missing column last_intake_id bigint (intake's bookkeeping)"}
+		return nil, &Error{Table: f.Target, Detail: "missing column last_intake_id bigint (intake's bookkeeping)"}
 	}
 	for _, c := range f.Columns {
 		typ, ok := types[c.Name]
 		if !ok {
-			return nil, &TargetError{Table: f.Target, Detail: fmt.Sprintf("missing column %s declared by feed %s", c.Name, f.Name)}
+			return nil, &Error{Table: f.Target, Detail: fmt.Sprintf("missing column %s declared by feed %s", c.Name, f.Name)}
 		}
 		t.cols = append(t.cols, c.Name)
 		t.types = append(t.types, typ)
@@ -187,7 +187,7 @@ func loadTarget(ctx context.Context, db *pgxpool.Pool, f *partners.Feed) (*targe
 		return nil, fmt.Errorf("target %s: %w", f.Target, err)
 	}
 	if !found {
-		return nil, &TargetError{Table: f.Target, Detail: fmt.Sprintf("needs a unique index on exactly (partner_id, %s)", strings.Join(f.Key, ", "))}
+		return nil, &Error{Table: f.Target, Detail: fmt.Sprintf("needs a unique index on exactly (partner_id, %s)", strings.Join(f.Key, ", "))}
 	}
 	t.rangeProbe = leading
 	t.build()
@@ -200,7 +200,7 @@ func loadTarget(ctx context.Context, db *pgxpool.Pool, f *partners.Feed) (*targe
 // intake the row issues belong to. dedupe: $1 = intake id, $2 = partner id.
 // the staging table holds (line, <cols>), as text or (binary) already in
 // the target's types; the casts turn text into those types.
-func (t *target) build() {
+func (t *Table) build() {
 	q := func(s string) string { return pgx.Identifier{s}.Sanitize() }
 	sig := fnv.New64a()
 	stageCols := []string{"line bigint NOT NULL"}
@@ -333,8 +333,8 @@ func (t *target) build() {
 		SELECT $1, $2, line, 'duplicate_key', 'rejected' FROM d`, t.stage, strings.Join(keyStage, ", "), t.stage)
 }
 
-// TargetPlan says how chunks will reach a verified target (for check).
-type TargetPlan struct {
+// Plan says how chunks will reach a verified target (for check).
+type Plan struct {
 	// Binary: rows travel in COPY's binary format; else TextColumns names
 	// the columns whose types keep them on COPY text.
 	Binary      bool
@@ -343,14 +343,14 @@ type TargetPlan struct {
 	RangeProbe bool
 }
 
-// CheckTarget verifies a feed's target table as the daemon would use it,
+// Check verifies a feed's target table as the daemon would use it,
 // and says how chunks will reach it.
-func CheckTarget(ctx context.Context, db *pgxpool.Pool, f *partners.Feed) (TargetPlan, error) {
-	t, err := loadTarget(ctx, db, f)
+func Check(ctx context.Context, db *pgxpool.Pool, f *partners.Feed) (Plan, error) {
+	t, err := Load(ctx, db, f)
 	if err != nil {
-		return TargetPlan{}, err
+		return Plan{}, err
 	}
-	plan := TargetPlan{Binary: t.binary, RangeProbe: t.rangeProbe}
+	plan := Plan{Binary: t.binary, RangeProbe: t.rangeProbe}
 	if !t.binary {
 		for i, c := range f.Columns {
 			if t.enc[i] == nil {
@@ -366,7 +366,7 @@ func CheckTarget(ctx context.Context, db *pgxpool.Pool, f *partners.Feed) (Targe
 
 // copyEncoders are the chunk encoders: one per column for COPY binary, or
 // nil for COPY text.
-func (t *target) copyEncoders() []encoder {
+func (t *Table) copyEncoders() []Encoder {
 	if t.binary {
 		return t.enc
 	}
