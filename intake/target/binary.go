@@ -187,3 +187,9 @@ var (
 	copyBinaryHeader  = []byte("PGCOPY\n\xff\r\n\x00\x00\x00\x00\x00\x00\x00\x00\x00")
 	copyBinaryTrailer = []byte{0xff, 0xff}
 )
+
+// AppendCopyHeader appends what opens a binary COPY stream.
+func AppendCopyHeader(dst []byte) []byte { return append(dst, copyBinaryHeader...) }
+
+// AppendCopyTrailer appends what ends a binary COPY stream.
+func AppendCopyTrailer(dst []byte) []byte { return append(dst, copyBinaryTrailer...) }

@@ -1,3 +1,11 @@
+// Package target is what intake knows of a partner's target table: the
+// catalog's description of it (describe), the check that a feed can be
+// written into it (Load, Check) and the comparison of each feed column with
+// its target column (Compare), the statements that write a chunk into it
+// (COPY straight in, or staged, deduplicated and merged: write.go), and the
+// COPY binary encoders of the values (binary.go). The pipeline in package
+// intake gets a *Table from a Cache and calls its methods on its own
+// transaction; it sees no SQL of the target's.
 package target
 
 import (
@@ -362,13 +370,4 @@ func Check(ctx context.Context, db *pgxpool.Pool, f *partners.Feed) (Plan, error
 		}
 	}
 	return plan, nil
-}
-
-// copyEncoders are the chunk encoders: one per column for COPY binary, or
-// nil for COPY text.
-func (t *Table) copyEncoders() []Encoder {
-	if t.binary {
-		return t.enc
-	}
-	return nil
 }
