@@ -3,12 +3,8 @@ package target
 import (
 	"bytes"
 	"context"
-	"sync"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
-
-	"github.com/partner-intake/partner-intake/partners"
 )
 
 // What the pipeline runs on a target, each on the transaction of its chunk
@@ -17,37 +13,6 @@ import (
 // dedupe when a key repeats (Dedupe) and the guarded merge (Merge). The
 // pipeline decides the path, the savepoints and the retries; the SQL is
 // built here once per mapping (build).
-
-// Cache holds the checked target of each feed mapping a daemon writes,
-// keyed by mappingKey: two partners may have a feed of one name writing
-// one table with their columns in another order, and each must get the
-// statements of its own columns.
-type Cache struct {
-	db *pgxpool.Pool
-	mu sync.Mutex
-	m  map[string]*Table
-}
-
-// NewCache returns an empty cache of the targets in db.
-func NewCache(db *pgxpool.Pool) *Cache {
-	return &Cache{db: db, m: map[string]*Table{}}
-}
-
-// Get returns the checked target of a feed, loading it on first use.
-func (c *Cache) Get(ctx context.Context, f *partners.Feed) (*Table, error) {
-	key := mappingKey(f)
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if t, ok := c.m[key]; ok {
-		return t, nil
-	}
-	t, err := Load(ctx, c.db, f)
-	if err != nil {
-		return nil, err
-	}
-	c.m[key] = t
-	return t, nil
-}
 
 // Encoders are the chunk encoders: one per column for COPY binary, or
 // nil for COPY text.
