@@ -1,11 +1,12 @@
 // Package target is what intake knows of a partner's target table: the
-// catalog's description of it (describe), the check that a feed can be
-// written into it (Load, Check) and the comparison of each feed column with
-// its target column (Compare), the statements that write a chunk into it
-// (COPY straight in, or staged, deduplicated and merged: write.go), and the
-// COPY binary encoders of the values (binary.go). The pipeline in package
-// intake gets a *Table from a Cache and calls its methods on its own
-// transaction; it sees no SQL of the target's.
+// catalog's description of it (catalog.go), the check that a feed can be
+// written into it (Load, Check: target.go), the comparison of each feed
+// column with its target column (Compare: compare.go), the statements that
+// write a chunk into it (built in merge.go, run through write.go: COPY
+// straight in, or staged, deduplicated and merged) and the COPY binary
+// encoders of the values (binary.go). The pipeline in package intake gets a
+// *Table from a Cache and calls its methods on its own transaction; it
+// sees no SQL of the target's.
 package target
 
 import (
