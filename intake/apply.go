@@ -1,7 +1,6 @@
 package intake
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/intake/rows"
+	"github.com/partner-intake/partner-intake/intake/target"
 	"github.com/partner-intake/partner-intake/internal/fault"
 	"github.com/partner-intake/partner-intake/partners"
 )
@@ -37,7 +37,7 @@ type chunkCounts struct {
 // chunk n (two chunk buffers: memory stays flat in file size).
 func (r *fileRun) apply(ctx context.Context) error {
 	in := r.in
-	tgt, err := r.d.target(ctx, r.feed)
+	tgt, err := r.d.targets.Get(ctx, r.feed)
 	if err != nil {
 		return err
 	}
@@ -53,7 +53,7 @@ func (r *fileRun) apply(ctx context.Context) error {
 	rowsPerChunk := int(min(int64(r.feed.ChunkRows), max(in.RowsTotal, 1)))
 	seed := maphash.MakeSeed()
 	for range 2 {
-		free <- newChunk(seed, rowsPerChunk, tgt.copyEncoders())
+		free <- newChunk(seed, rowsPerChunk, tgt.Encoders())
 	}
 	readErr := make(chan error, 1)
 	first := in.ChunksDone // the reader must not read in while the loop below writes it
@@ -186,7 +186,7 @@ func (r *fileRun) markUnknown(ctx context.Context, cu *CommitUnknownError) error
 // commitChunk applies one chunk, retrying transient database errors with
 // capped backoff. A retry first reads the ledger through the gate: a chunk
 // whose commit did land is never applied again.
-func (r *fileRun) commitChunk(ctx context.Context, tgt *target, ch *chunk) error {
+func (r *fileRun) commitChunk(ctx context.Context, tgt *target.Table, ch *chunk) error {
 	chunk := ch.no
 	backoff := 200 * time.Millisecond
 	for attempt := 1; ; attempt++ {
@@ -231,7 +231,7 @@ func (r *fileRun) commitChunk(ctx context.Context, tgt *target, ch *chunk) error
 	}
 }
 
-func (r *fileRun) chunkTx(ctx context.Context, tgt *target, ch *chunk) (chunkCounts, error) {
+func (r *fileRun) chunkTx(ctx context.Context, tgt *target.Table, ch *chunk) (chunkCounts, error) {
 	in, chunk := r.in, ch.no
 	var c chunkCounts
 	tx, err := r.d.db.Begin(ctx)
@@ -277,7 +277,7 @@ func (e *CommitUnknownError) Error() string {
 
 func (e *CommitUnknownError) Unwrap() error { return e.Err }
 
-func (r *fileRun) chunkStatements(ctx context.Context, tx pgx.Tx, tgt *target, ch *chunk, c *chunkCounts) error {
+func (r *fileRun) chunkStatements(ctx context.Context, tx pgx.Tx, tgt *target.Table, ch *chunk, c *chunkCounts) error {
 	in, chunk := r.in, ch.no
 	path := r.rowPath(ch)
 	// The gate: the row lock it takes also blocks a takeover until this
@@ -304,7 +304,7 @@ func (r *fileRun) chunkStatements(ctx context.Context, tx pgx.Tx, tgt *target, c
 	case pathDirect:
 		b.Queue("SAVEPOINT intake_direct")
 	case pathMerge:
-		b.Queue(tgt.stageDDL)
+		b.Queue(tgt.StageDDL())
 		b.Queue("SAVEPOINT intake_merge") // a refused row rolls back to here (refuse.go)
 	}
 	br := tx.SendBatch(ctx, b)
@@ -369,16 +369,15 @@ func (r *fileRun) rowPath(ch *chunk) int {
 // chunk goes through the staging table and the guarded merge instead, and
 // later chunks follow that way until a merged chunk is again all new. The
 // savepoint or the staging table's DDL was sent with the gate.
-func (r *fileRun) writeRows(ctx context.Context, tx pgx.Tx, tgt *target, ch *chunk, path int, writer int64, c *chunkCounts) error {
+func (r *fileRun) writeRows(ctx context.Context, tx pgx.Tx, tgt *target.Table, ch *chunk, path int, writer int64, c *chunkCounts) error {
 	chunk := ch.no
-	pg := tx.Conn().PgConn()
 	switch path {
 	case pathNone:
 		return nil
 	case pathDirect:
-		tag, err := pg.CopyFrom(ctx, bytes.NewReader(ch.directPayload(r.in.Partner, writer)), tgt.directCopy)
+		n, err := tgt.CopyDirect(ctx, tx, ch.directPayload(r.in.Partner, writer))
 		if err == nil {
-			c.applied = tag.RowsAffected()
+			c.applied = n
 			return nil
 		}
 		var pe *pgconn.PgError
@@ -394,7 +393,7 @@ func (r *fileRun) writeRows(ctx context.Context, tx pgx.Tx, tgt *target, ch *chu
 		if _, err := tx.Exec(ctx, "ROLLBACK TO SAVEPOINT intake_direct"); err != nil {
 			return fmt.Errorf("chunk %d rollback to savepoint: %w", chunk, err)
 		}
-		if _, err := tx.Exec(ctx, tgt.stageDDL); err != nil {
+		if err := tgt.Stage(ctx, tx); err != nil {
 			return fmt.Errorf("chunk %d stage: %w", chunk, err)
 		}
 		if _, err := tx.Exec(ctx, "SAVEPOINT intake_merge"); err != nil {
@@ -425,7 +424,3 @@ func (r *fileRun) writeRows(ctx context.Context, tx pgx.Tx, tgt *target, ch *chu
 	r.direct = m.fresh == int64(ch.rows())-c.rejected
 	return nil
 }
-
-// rangeCapFactor bounds the merge's key-range read at this many target
-// rows per staged row; a sparser range is probed row by row instead.
-const rangeCapFactor = 4

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/partner-intake/partner-intake/intake/rows"
+	"github.com/partner-intake/partner-intake/intake/target"
 	"github.com/partner-intake/partner-intake/partners"
 )
 
@@ -18,20 +19,20 @@ import (
 // target (fresh rows) or into the staging table (merge).
 type chunk struct {
 	no          int
-	final       bool      // the file's last chunk: its commit moves the file to applied
-	first, last int64     // lines the chunk spans, rejected rows included
-	lines       []int64   // line of each valid row
-	ends        []int     // end of each valid row's columns in cols
-	cols        []byte    // the valid rows' columns, escaped, no line prefix or newline
-	dupKeys     bool      // a key repeats within the chunk (the SQL dedupe must run)
-	enc         []encoder // binary COPY: one encoder per column (nil: COPY text)
+	final       bool             // the file's last chunk: its commit moves the file to applied
+	first, last int64            // lines the chunk spans, rejected rows included
+	lines       []int64          // line of each valid row
+	ends        []int            // end of each valid row's columns in cols
+	cols        []byte           // the valid rows' columns, escaped, no line prefix or newline
+	dupKeys     bool             // a key repeats within the chunk (the SQL dedupe must run)
+	enc         []target.Encoder // binary COPY: one encoder per column (nil: COPY text)
 	keys        map[uint64]struct{}
 	refused     []refusal // rows whose value the column's encoding refused (not among the valid rows)
 	seed        maphash.Seed
 	out         []byte // payload scratch
 }
 
-func newChunk(seed maphash.Seed, rows int, enc []encoder) *chunk {
+func newChunk(seed maphash.Seed, rows int, enc []target.Encoder) *chunk {
 	return &chunk{keys: make(map[uint64]struct{}, rows), seed: seed, enc: enc,
 		lines: make([]int64, 0, rows), ends: make([]int, 0, rows)}
 }
@@ -140,7 +141,7 @@ func (c *chunk) stagePayload() []byte {
 	out := c.out[:0]
 	start := 0
 	if c.enc != nil {
-		out = append(out, copyBinaryHeader...)
+		out = target.AppendCopyHeader(out)
 		for i, end := range c.ends {
 			out = binary.BigEndian.AppendUint16(out, uint16(len(c.enc)+1))
 			out = binary.BigEndian.AppendUint32(out, 8)
@@ -148,7 +149,7 @@ func (c *chunk) stagePayload() []byte {
 			out = append(out, c.cols[start:end]...)
 			start = end
 		}
-		c.out = append(out, copyBinaryTrailer...)
+		c.out = target.AppendCopyTrailer(out)
 		return c.out
 	}
 	for i, end := range c.ends {
@@ -167,11 +168,11 @@ func (c *chunk) stagePayload() []byte {
 func (c *chunk) directPayload(partner string, writer int64) []byte {
 	out := c.out[:0]
 	if c.enc != nil {
-		out = append(out, copyBinaryHeader...)
+		out = target.AppendCopyHeader(out)
 	}
 	out = c.appendDirect(out, partner, writer)
 	if c.enc != nil {
-		out = append(out, copyBinaryTrailer...)
+		out = target.AppendCopyTrailer(out)
 	}
 	c.out = out
 	return out

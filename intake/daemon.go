@@ -19,6 +19,7 @@ import (
 	"github.com/robfig/cron/v3"
 
 	"github.com/partner-intake/partner-intake/intake/ledger"
+	"github.com/partner-intake/partner-intake/intake/target"
 	"github.com/partner-intake/partner-intake/internal/lifecycle"
 	"github.com/partner-intake/partner-intake/internal/pgerr"
 	"github.com/partner-intake/partner-intake/internal/schedule"
@@ -169,8 +170,7 @@ type Daemon struct {
 	order    []string
 	retiring []*partnerRT // removed or replaced by a reload, still finishing a poll
 
-	targetsMu sync.Mutex
-	targets   map[string]*target
+	targets *target.Cache // the checked target of each feed mapping
 
 	noClaims atomic.Bool
 	// registered: Start recorded this replica in intake_worker, so partner
@@ -202,7 +202,7 @@ func New(cfg Config, parts []partners.Config, db *pgxpool.Pool, sp *spool.Spool,
 	}
 	d := &Daemon{cfg: cfg, db: db, spool: sp, ledger: ledger.New(db, cfg.Lease),
 		metrics: newMetrics(reg), log: slog.New(pgerr.Handler(log.Handler())).With("component", "intake", "worker", cfg.WorkerID),
-		parts: map[string]*partnerRT{}, targets: map[string]*target{}}
+		parts: map[string]*partnerRT{}, targets: target.NewCache(db)}
 	for i := range parts {
 		p := &parts[i]
 		if _, dup := d.parts[p.ID]; dup {
@@ -534,27 +534,8 @@ func (d *Daemon) Stop() {
 	d.log.Info("daemon stopped")
 }
 
-// target returns the checked target of a feed, cached by the feed's
-// mapping (mappingKey): two partners may have a feed of one name writing
-// one table with their columns in another order, and each must get the
-// statements of its own columns.
-func (d *Daemon) target(ctx context.Context, f *partners.Feed) (*target, error) {
-	key := mappingKey(f)
-	d.targetsMu.Lock()
-	defer d.targetsMu.Unlock()
-	if t, ok := d.targets[key]; ok {
-		return t, nil
-	}
-	t, err := loadTarget(ctx, d.db, f)
-	if err != nil {
-		return nil, err
-	}
-	d.targets[key] = t
-	return t, nil
-}
-
 // CheckTargets verifies every feed's target table. It then compares each
-// feed column with its target column (CompareTarget) and logs what the
+// feed column with its target column (target.Compare) and logs what the
 // target could refuse as errors, what cannot be decided as warnings; these
 // do not stop the daemon: a refused value is met per row at run time, and
 // `intake check` is the gate that fails on them.
@@ -562,10 +543,10 @@ func (d *Daemon) CheckTargets(ctx context.Context) error {
 	for _, id := range d.order {
 		for i := range d.parts[id].cfg.Feeds {
 			f := &d.parts[id].cfg.Feeds[i]
-			if _, err := d.target(ctx, f); err != nil {
+			if _, err := d.targets.Get(ctx, f); err != nil {
 				return fmt.Errorf("partner %s feed %s: %w", id, f.Name, err)
 			}
-			findings, err := CompareTarget(ctx, d.db, id, f)
+			findings, err := target.Compare(ctx, d.db, id, f)
 			if err != nil {
 				return fmt.Errorf("partner %s feed %s: %w", id, f.Name, err)
 			}

@@ -127,7 +127,7 @@ func (d *Daemon) runGroup(ctx context.Context, p *partnerRT, sess *partners.Sess
 // they are: the next poll resumes them one by one.
 func (g *fileGroup) run(ctx context.Context) error {
 	start := time.Now()
-	tgt, err := g.d.target(ctx, g.feed)
+	tgt, err := g.d.targets.Get(ctx, g.feed)
 	if err != nil {
 		return err
 	}

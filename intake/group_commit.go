@@ -1,7 +1,6 @@
 package intake
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -10,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/partner-intake/partner-intake/intake/ledger"
+	"github.com/partner-intake/partner-intake/intake/target"
 	"github.com/partner-intake/partner-intake/internal/fault"
 )
 
@@ -19,7 +19,7 @@ import (
 // file's merge in id order), their ledger rows and their totals, and move
 // to applied. A file whose batch another intake holds commits as spooled
 // and leaves the group (duplicate or conflict, decided alone).
-func (g *fileGroup) commit(ctx context.Context, tgt *target) error {
+func (g *fileGroup) commit(ctx context.Context, tgt *target.Table) error {
 	tx, err := g.d.db.Begin(ctx)
 	if err != nil {
 		return fmt.Errorf("group begin: %w", err)
@@ -105,7 +105,7 @@ func (g *fileGroup) commit(ctx context.Context, tgt *target) error {
 // repeats across the files; when the target refuses that (a key exists),
 // or keys repeat, each file's chunk goes through the staging table and
 // the guarded merge, in intake id order, as the per-file path would.
-func (g *fileGroup) writeRows(ctx context.Context, tx pgx.Tx, tgt *target, owners []*groupFile) error {
+func (g *fileGroup) writeRows(ctx context.Context, tx pgx.Tx, tgt *target.Table, owners []*groupFile) error {
 	seen := map[uint64]bool{}
 	repeat := false
 	for _, f := range owners {
@@ -121,16 +121,16 @@ func (g *fileGroup) writeRows(ctx context.Context, tx pgx.Tx, tgt *target, owner
 			return fmt.Errorf("group savepoint: %w", err)
 		}
 		var payload []byte
-		if tgt.binary {
-			payload = append(payload, copyBinaryHeader...)
+		if tgt.Binary() {
+			payload = target.AppendCopyHeader(payload)
 		}
 		for _, f := range owners {
 			payload = f.ch.appendDirect(payload, g.p.cfg.ID, f.r.in.ID)
 		}
-		if tgt.binary {
-			payload = append(payload, copyBinaryTrailer...)
+		if tgt.Binary() {
+			payload = target.AppendCopyTrailer(payload)
 		}
-		_, err := tx.Conn().PgConn().CopyFrom(ctx, bytes.NewReader(payload), tgt.directCopy)
+		_, err := tgt.CopyDirect(ctx, tx, payload)
 		if err == nil {
 			for _, f := range owners {
 				f.c.applied = int64(f.ch.rows())
@@ -148,12 +148,12 @@ func (g *fileGroup) writeRows(ctx context.Context, tx pgx.Tx, tgt *target, owner
 			return fmt.Errorf("group rollback to savepoint: %w", err)
 		}
 	}
-	if _, err := tx.Exec(ctx, tgt.stageDDL); err != nil {
+	if err := tgt.Stage(ctx, tx); err != nil {
 		return fmt.Errorf("group stage: %w", err)
 	}
 	for i, f := range owners {
 		if i > 0 {
-			if _, err := tx.Exec(ctx, "DELETE FROM "+tgt.stage); err != nil {
+			if err := tgt.ClearStage(ctx, tx); err != nil {
 				return fmt.Errorf("group stage: %w", err)
 			}
 		}

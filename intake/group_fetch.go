@@ -10,6 +10,7 @@ import (
 	"sync"
 
 	"github.com/partner-intake/partner-intake/intake/rows"
+	"github.com/partner-intake/partner-intake/intake/target"
 	"github.com/partner-intake/partner-intake/internal/fault"
 )
 
@@ -17,7 +18,7 @@ import (
 // listed size plus one byte, close), spools them together, and reads
 // their rows into chunks. The rows are in memory only as long as the
 // group runs: a group holds at most GroupFiles × 64 KiB.
-func (g *fileGroup) fetch(ctx context.Context, tgt *target) error {
+func (g *fileGroup) fetch(ctx context.Context, tgt *target.Table) error {
 	errs := make([]error, len(g.files))
 	var wg sync.WaitGroup
 	for i, f := range g.files {
@@ -96,12 +97,12 @@ func (g *fileGroup) read(in *Intake) ([]byte, error) {
 
 // rows reads a group file's rows into its one chunk, or returns the
 // reason the file leaves the group.
-func (g *fileGroup) rows(f *groupFile, tgt *target, seed maphash.Seed, keyIdx []int) string {
+func (g *fileGroup) rows(f *groupFile, tgt *target.Table, seed maphash.Seed, keyIdx []int) string {
 	rd, err := rows.NewReader(bytes.NewReader(f.data), g.feed, g.p.cfg.Limits.MaxRows)
 	if err != nil {
 		return LeftNotCSV
 	}
-	ch := newChunk(seed, 16, tgt.copyEncoders())
+	ch := newChunk(seed, 16, tgt.Encoders())
 	var total int64
 	for {
 		row, err := rd.Next()

@@ -1,7 +1,6 @@
 package intake
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -11,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/partner-intake/partner-intake/intake/ledger"
+	"github.com/partner-intake/partner-intake/intake/target"
 	"github.com/partner-intake/partner-intake/internal/pgerr"
 )
 
@@ -63,36 +63,33 @@ type mergeCounts struct {
 
 // mergeChunk stages ch's rows and merges them: COPY into the staging
 // table, the dedupe when a key repeats, the guarded merge.
-func (r *fileRun) mergeChunk(ctx context.Context, tx pgx.Tx, tgt *target, ch *chunk, writer int64) (mergeCounts, error) {
+func (r *fileRun) mergeChunk(ctx context.Context, tx pgx.Tx, tgt *target.Table, ch *chunk, writer int64) (mergeCounts, error) {
 	var m mergeCounts
-	pg := tx.Conn().PgConn()
-	if _, err := pg.CopyFrom(ctx, bytes.NewReader(ch.stagePayload()), tgt.stageCopy); err != nil {
+	if err := tgt.CopyStage(ctx, tx, ch.stagePayload()); err != nil {
 		if ctx.Err() != nil {
 			return m, ctx.Err()
 		}
 		return m, fmt.Errorf("chunk %d copy: %w", ch.no, err)
 	}
 	if ch.dupKeys {
-		tag, err := tx.Exec(ctx, tgt.dedupe, r.in.ID, r.in.Partner)
+		n, err := tgt.Dedupe(ctx, tx, r.in.ID, r.in.Partner)
 		if err != nil {
 			return m, fmt.Errorf("chunk %d dedupe: %w", ch.no, err)
 		}
-		m.deduped = tag.RowsAffected()
+		m.deduped = n
 	}
-	args := []any{writer, r.in.Partner, r.in.ID}
-	if tgt.rangeProbe {
-		args = append(args, int64(rangeCapFactor*ch.rows()))
-	}
-	if err := tx.QueryRow(ctx, tgt.merge, args...).Scan(&m.applied, &m.conflict, &m.fresh); err != nil {
+	merged, err := tgt.Merge(ctx, tx, writer, r.in.Partner, r.in.ID, ch.rows())
+	if err != nil {
 		return m, fmt.Errorf("chunk %d merge: %w", ch.no, err)
 	}
+	m.applied, m.conflict, m.fresh = merged.Applied, merged.Conflict, merged.Fresh
 	return m, nil
 }
 
 // probe merges ch under a savepoint and always rolls it back: it only
 // asks whether the target takes these rows. A refusal comes back as the
 // *pgconn.PgError; any other error is the chunk's own failure.
-func (r *fileRun) probe(ctx context.Context, tx pgx.Tx, tgt *target, ch *chunk, writer int64) (*pgconn.PgError, error) {
+func (r *fileRun) probe(ctx context.Context, tx pgx.Tx, tgt *target.Table, ch *chunk, writer int64) (*pgconn.PgError, error) {
 	if _, err := tx.Exec(ctx, "SAVEPOINT intake_probe"); err != nil {
 		return nil, fmt.Errorf("chunk %d probe: %w", ch.no, err)
 	}
@@ -121,7 +118,7 @@ func (r *fileRun) probe(ctx context.Context, tx pgx.Tx, tgt *target, ch *chunk, 
 // same way: the later row is refused. The merge of the accepted rows then
 // runs as usual (dedupe, guarded merge, conflicts), so every row that is
 // not refused has the outcome it would have had.
-func (r *fileRun) refuse(ctx context.Context, tx pgx.Tx, tgt *target, ch *chunk, writer int64, first *pgconn.PgError) (mergeCounts, []refusal, error) {
+func (r *fileRun) refuse(ctx context.Context, tx pgx.Tx, tgt *target.Table, ch *chunk, writer int64, first *pgconn.PgError) (mergeCounts, []refusal, error) {
 	n := ch.rows()
 	all := make([]int, n)
 	for i := range all {
@@ -164,7 +161,7 @@ func (r *fileRun) refuse(ctx context.Context, tx pgx.Tx, tgt *target, ch *chunk,
 				hi, at = mid, pe
 			}
 		}
-		refused = append(refused, refusal{line: ch.lines[hi-1], column: refusedColumn(at, tgt.cols), detail: pgerr.Codes(at)})
+		refused = append(refused, refusal{line: ch.lines[hi-1], column: refusedColumn(at, tgt.Columns()), detail: pgerr.Codes(at)})
 		accepted = append(accepted, all[pos:hi-1]...)
 		pos, known = hi, nil
 	}

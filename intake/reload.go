@@ -155,7 +155,7 @@ func (d *Daemon) Reload(ctx context.Context, parts []partners.Config) (ReloadRes
 func (d *Daemon) checkFeeds(ctx context.Context, p *partners.Config) error {
 	for i := range p.Feeds {
 		f := &p.Feeds[i]
-		if _, err := d.target(ctx, f); err != nil {
+		if _, err := d.targets.Get(ctx, f); err != nil {
 			return fmt.Errorf("partner %s feed %s: %w", p.ID, f.Name, err)
 		}
 	}

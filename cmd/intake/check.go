@@ -10,7 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/partner-intake/partner-intake/cmd/intake/internal/config"
-	"github.com/partner-intake/partner-intake/intake"
+	"github.com/partner-intake/partner-intake/intake/target"
 	"github.com/partner-intake/partner-intake/migrations"
 	"github.com/partner-intake/partner-intake/partners"
 )
@@ -73,7 +73,7 @@ func cmdCheck(args []string, stdout, stderr io.Writer) int {
 		p := &cfg.Partners[i]
 		for j := range p.Feeds {
 			f := &p.Feeds[j]
-			plan, err := intake.CheckTarget(ctx, pool, f)
+			plan, err := target.Check(ctx, pool, f)
 			if err != nil {
 				fail(fmt.Sprintf("partner %s feed %s", p.ID, f.Name), err)
 				continue
@@ -104,7 +104,7 @@ func cmdCheck(args []string, stdout, stderr io.Writer) int {
 // returns how many failures it printed.
 func compareColumns(ctx context.Context, pool *pgxpool.Pool, partner string, f *partners.Feed, stdout io.Writer) int {
 	what := fmt.Sprintf("partner %s feed %s", partner, f.Name)
-	findings, err := intake.CompareTarget(ctx, pool, partner, f)
+	findings, err := target.Compare(ctx, pool, partner, f)
 	if err != nil {
 		fmt.Fprintf(stdout, "FAIL %s: %v\n", what, err)
 		return 1

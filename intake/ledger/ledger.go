@@ -5,8 +5,8 @@
 // leases and takeovers of those rows depend on. The pipeline (intake), the
 // reconciler (reconcile) and the ops views (intake/ops) call it and write
 // no SQL on these tables themselves; the one exception is the merge
-// statement of intake/target.go, which records the rows it holds back in
-// intake_row_issue as part of the same statement.
+// statement of intake/target (merge.go), which records the rows it holds
+// back in intake_row_issue as part of the same statement.
 package ledger
 
 import (

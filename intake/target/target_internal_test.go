@@ -1,4 +1,4 @@
-package intake
+package target
 
 import (
 	"slices"
@@ -7,7 +7,7 @@ import (
 	"github.com/partner-intake/partner-intake/internal/testenv"
 )
 
-// Every part of a feed that loadTarget reads makes another cache entry;
+// Every part of a feed that Load reads makes another cache entry;
 // the feed's name and its partner do not (the partner id is a parameter).
 func TestMappingKeyHoldsWhatTheTargetIsBuiltFrom(t *testing.T) {
 	base := testenv.OrdersFeed()

@@ -1,4 +1,4 @@
-package intake_test
+package target_test
 
 import (
 	"context"
@@ -6,12 +6,12 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/partner-intake/partner-intake/intake"
+	"github.com/partner-intake/partner-intake/intake/target"
 	"github.com/partner-intake/partner-intake/internal/testenv"
 	"github.com/partner-intake/partner-intake/partners"
 )
 
-// CompareTarget names, per feed column, what the target could refuse of
+// Compare names, per feed column, what the target could refuse of
 // the values the feed accepts (failures), and what it cannot decide
 // (warnings), against tables created in a real PostgreSQL.
 func TestCompareTargetNamesWhatCouldBeRefused(t *testing.T) {
@@ -85,7 +85,7 @@ func TestCompareTargetNamesWhatCouldBeRefused(t *testing.T) {
 			if err := f.Validate("f", partners.ReadinessRename); err != nil {
 				t.Fatal(err)
 			}
-			got, err := intake.CompareTarget(ctx, pool, "acme", f)
+			got, err := target.Compare(ctx, pool, "acme", f)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -139,7 +139,7 @@ func TestCompareTargetChecksThePartnerIDColumn(t *testing.T) {
 		t.Fatal(err)
 	}
 	for partner, fail := range map[string]bool{"acme": false, "globex": true} {
-		got, err := intake.CompareTarget(ctx, pool, partner, f)
+		got, err := target.Compare(ctx, pool, partner, f)
 		if err != nil {
 			t.Fatal(err)
 		}

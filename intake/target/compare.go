@@ -1,4 +1,4 @@
-package intake
+package target
 
 import (
 	"context"
@@ -15,11 +15,11 @@ import (
 // A target table may refuse a value the feed's row check accepted: a
 // varchar(8) for a column declared max_length 64, a smallint for an
 // integer, NOT NULL for an optional column. At run time such a value fails
-// its chunk; CompareTarget finds what can be decided from the catalog
+// its chunk; Compare finds what can be decided from the catalog
 // before any file arrives, so that `intake check` names it.
 
-// TargetFinding is one way a target table may refuse what a feed accepts.
-type TargetFinding struct {
+// Finding is one way a target table may refuse what a feed accepts.
+type Finding struct {
 	// Column is the feed's column, or a target column the feed does not
 	// write; "" for the table as a whole.
 	Column string
@@ -31,7 +31,7 @@ type TargetFinding struct {
 	Detail string
 }
 
-func (f TargetFinding) String() string {
+func (f Finding) String() string {
 	if f.Column == "" {
 		return f.Detail
 	}
@@ -46,22 +46,22 @@ const (
 	timestampMaxChars = len("2006-01-02T15:04:05.999999999Z") // RFC3339Nano in UTC
 )
 
-// CompareTarget compares each column of a partner's feed with its column
+// Compare compares each column of a partner's feed with its column
 // in the target table, as the catalog describes them: type, length,
 // precision and scale, NOT NULL, and the constraints, unique indexes and
 // triggers that bear on them. It returns the target's loading error
-// (missing table, column or unique index) as loadTarget would.
-func CompareTarget(ctx context.Context, db *pgxpool.Pool, partner string, f *partners.Feed) ([]TargetFinding, error) {
-	if _, err := loadTarget(ctx, db, f); err != nil {
+// (missing table, column or unique index) as Load would.
+func Compare(ctx context.Context, db *pgxpool.Pool, partner string, f *partners.Feed) ([]Finding, error) {
+	if _, err := Load(ctx, db, f); err != nil {
 		return nil, err
 	}
-	tt, err := describeTarget(ctx, db, f.Target)
+	tt, err := describe(ctx, db, f.Target)
 	if err != nil {
 		return nil, err
 	}
-	var out []TargetFinding
+	var out []Finding
 	add := func(col string, fail bool, format string, args ...any) {
-		out = append(out, TargetFinding{Column: col, Fail: fail, Detail: fmt.Sprintf(format, args...)})
+		out = append(out, Finding{Column: col, Fail: fail, Detail: fmt.Sprintf(format, args...)})
 	}
 	if pc := tt.cols["partner_id"]; pc.category != "S" || pc.enum {
 		add("partner_id", true, "is %s: the partner id is written as text", pc.typ)
@@ -87,7 +87,7 @@ func CompareTarget(ctx context.Context, db *pgxpool.Pool, partner string, f *par
 			add(c.Name, true, "is NOT NULL but the feed column is not required: an empty cell would be refused (declare required: true, or drop NOT NULL)")
 		}
 		for _, d := range compareType(c, tc, labels[tc.base]) {
-			out = append(out, TargetFinding{Column: c.Name, Fail: d.fail, Detail: d.detail})
+			out = append(out, Finding{Column: c.Name, Fail: d.fail, Detail: d.detail})
 		}
 	}
 	for _, n := range tt.order {
@@ -116,7 +116,7 @@ type typeFinding struct {
 // canonical text the row check writes (or its binary encoding), is taken
 // by the target column's type unchanged. labels are the target's enum
 // labels when its type is an enum.
-func compareType(c *partners.Column, tc *targetColumn, labels []string) []typeFinding {
+func compareType(c *partners.Column, tc *catalogColumn, labels []string) []typeFinding {
 	var out []typeFinding
 	fail := func(format string, args ...any) {
 		out = append(out, typeFinding{fail: true, detail: fmt.Sprintf(format, args...)})
@@ -233,7 +233,7 @@ func numericTypmod(typmod int32) (p, s int) {
 }
 
 // stringLimit is the most characters a string column holds, or -1.
-func stringLimit(tc *targetColumn) int {
+func stringLimit(tc *catalogColumn) int {
 	if (tc.baseName == "varchar" || tc.baseName == "bpchar") && tc.typmod >= 4 {
 		return int(tc.typmod - 4)
 	}
@@ -285,7 +285,7 @@ func widthHint(c *partners.Column) string {
 }
 
 // enumLabels reads the labels of the target's enum column types.
-func enumLabels(ctx context.Context, db *pgxpool.Pool, tt *targetTable) (map[uint32][]string, error) {
+func enumLabels(ctx context.Context, db *pgxpool.Pool, tt *catalogTable) (map[uint32][]string, error) {
 	var oids []uint32
 	for _, c := range tt.cols {
 		if c.enum {
@@ -316,7 +316,7 @@ func enumLabels(ctx context.Context, db *pgxpool.Pool, tt *targetTable) (map[uin
 // from the declarations: CHECK, foreign-key and exclusion constraints on
 // the feed's columns (and CHECKs of their domains), unique indexes other
 // than (partner_id, key...) that involve them, and row triggers.
-func constraintWarnings(ctx context.Context, db *pgxpool.Pool, tt *targetTable, f *partners.Feed) ([]TargetFinding, error) {
+func constraintWarnings(ctx context.Context, db *pgxpool.Pool, tt *catalogTable, f *partners.Feed) ([]Finding, error) {
 	cols := []string{"partner_id"}
 	var domains []uint32
 	for _, c := range f.Columns {
@@ -350,7 +350,7 @@ func constraintWarnings(ctx context.Context, db *pgxpool.Pool, tt *targetTable, 
 		return nil, fmt.Errorf("target %s: %w", tt.ident.Sanitize(), err)
 	}
 	defer rs.Close()
-	var out []TargetFinding
+	var out []Finding
 	for rs.Next() {
 		var kind, name, ref string
 		var on []string
@@ -365,7 +365,7 @@ func constraintWarnings(ctx context.Context, db *pgxpool.Pool, tt *targetTable, 
 			}
 		}
 		warn := func(format string, args ...any) {
-			out = append(out, TargetFinding{Column: strings.Join(mine, ", "), Detail: fmt.Sprintf(format, args...)})
+			out = append(out, Finding{Column: strings.Join(mine, ", "), Detail: fmt.Sprintf(format, args...)})
 		}
 		const undecided = "may refuse rows the feed accepts; not decidable from the declarations"
 		switch kind {

@@ -1,4 +1,4 @@
-package intake
+package target
 
 import (
 	"encoding/binary"
@@ -29,12 +29,12 @@ const (
 	oidNumeric     = 1700
 )
 
-// encoder appends one non-null value in binary (without its length).
-type encoder func(dst []byte, v string) ([]byte, error)
+// Encoder appends one non-null value in binary (without its length).
+type Encoder func(dst []byte, v string) ([]byte, error)
 
 // binaryEncoder is the encoder for a feed column type landing in a target
 // type, or nil when that pair is left to COPY text.
-func binaryEncoder(feedType string, oid uint32) encoder {
+func binaryEncoder(feedType string, oid uint32) Encoder {
 	switch feedType {
 	case partners.TypeText, partners.TypeEmail, partners.TypeEnum:
 		if oid == oidText || oid == oidVarchar {
@@ -69,7 +69,7 @@ func binaryEncoder(feedType string, oid uint32) encoder {
 
 func encodeText(dst []byte, v string) ([]byte, error) { return append(dst, v...), nil }
 
-func encodeInt(bits int) encoder {
+func encodeInt(bits int) Encoder {
 	return func(dst []byte, v string) ([]byte, error) {
 		n, err := strconv.ParseInt(v, 10, bits)
 		if err != nil {
@@ -187,3 +187,9 @@ var (
 	copyBinaryHeader  = []byte("PGCOPY\n\xff\r\n\x00\x00\x00\x00\x00\x00\x00\x00\x00")
 	copyBinaryTrailer = []byte{0xff, 0xff}
 )
+
+// AppendCopyHeader appends what opens a binary COPY stream.
+func AppendCopyHeader(dst []byte) []byte { return append(dst, copyBinaryHeader...) }
+
+// AppendCopyTrailer appends what ends a binary COPY stream.
+func AppendCopyTrailer(dst []byte) []byte { return append(dst, copyBinaryTrailer...) }

@@ -1,0 +1,78 @@
+package target
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// catalogColumn is one column of a target table as the catalog describes
+// it. A domain is described by its base type (one level), with the
+// domain's NOT NULL and default folded in.
+type catalogColumn struct {
+	name     string
+	typ      string // format_type, as written in the table's DDL
+	oid      uint32 // the column's own type (a domain's oid for a domain)
+	base     uint32 // the base type of a domain, else oid
+	baseName string // pg_type.typname of base: varchar, bpchar, int4, ...
+	typmod   int32  // of base: varchar(n) has n+4, numeric(p,s) has (p<<16|s)+4
+	category string // pg_type.typcategory of base: S string, N numeric, ...
+	enum     bool   // base is an enum type
+	domain   string // the domain's name, "" when the type is no domain
+	notNull  bool
+	// hasDefault: an omitted value is filled (a default, identity or
+	// generated column).
+	hasDefault bool
+	generated  bool // GENERATED ALWAYS AS (...) STORED: never written
+	identity   bool // GENERATED ALWAYS AS IDENTITY: written only with OVERRIDING
+}
+
+// catalogTable is a target table as the catalog describes it.
+type catalogTable struct {
+	oid   uint32
+	ident pgx.Identifier
+	cols  map[string]*catalogColumn
+	order []string // column names in table order
+}
+
+// describe reads a target table's columns from the catalog.
+func describe(ctx context.Context, db *pgxpool.Pool, table string) (*catalogTable, error) {
+	ident := pgx.Identifier(strings.Split(table, "."))
+	var oid uint32
+	err := db.QueryRow(ctx, `SELECT coalesce(to_regclass($1)::oid, 0)`, ident.Sanitize()).Scan(&oid)
+	if err != nil {
+		return nil, fmt.Errorf("target %s: %w", table, err)
+	}
+	if oid == 0 {
+		return nil, &Error{Table: table, Detail: "does not exist (create it; see docs/target-tables.md)"}
+	}
+	rs, err := db.Query(ctx, `SELECT a.attname, format_type(a.atttypid, a.atttypmod), a.atttypid, b.oid, b.typname,
+		    CASE WHEN t.typtype = 'd' THEN t.typtypmod ELSE a.atttypmod END, b.typcategory::text, b.typtype = 'e',
+		    CASE WHEN t.typtype = 'd' THEN format_type(a.atttypid, NULL) ELSE '' END,
+		    a.attnotnull OR (t.typtype = 'd' AND t.typnotnull),
+		    a.atthasdef OR a.attidentity <> '' OR a.attgenerated <> '' OR (t.typtype = 'd' AND t.typdefault IS NOT NULL),
+		    a.attgenerated <> '', a.attidentity = 'a'
+		FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid
+		JOIN pg_type b ON b.oid = CASE WHEN t.typtype = 'd' THEN t.typbasetype ELSE a.atttypid END
+		WHERE a.attrelid = $1 AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum`, oid)
+	if err != nil {
+		return nil, fmt.Errorf("target %s: %w", table, err)
+	}
+	tt := &catalogTable{oid: oid, ident: ident, cols: map[string]*catalogColumn{}}
+	for rs.Next() {
+		c := &catalogColumn{}
+		if err := rs.Scan(&c.name, &c.typ, &c.oid, &c.base, &c.baseName, &c.typmod, &c.category, &c.enum,
+			&c.domain, &c.notNull, &c.hasDefault, &c.generated, &c.identity); err != nil {
+			return nil, fmt.Errorf("target %s: %w", table, err)
+		}
+		tt.cols[c.name] = c
+		tt.order = append(tt.order, c.name)
+	}
+	if err := rs.Err(); err != nil {
+		return nil, fmt.Errorf("target %s: %w", table, err)
+	}
+	return tt, nil
+}

@@ -1,0 +1,196 @@
+// Package target is what intake knows of a partner's target table: the
+// catalog's description of it (catalog.go), the check that a feed can be
+// written into it (Load, Check: target.go), the comparison of each feed
+// column with its target column (Compare: compare.go), the statements that
+// write a chunk into it (built in merge.go, run through write.go: COPY
+// straight in, or staged, deduplicated and merged) and the COPY binary
+// encoders of the values (binary.go). The pipeline in package intake gets a
+// *Table from a Cache and calls its methods on its own transaction; it
+// sees no SQL of the target's.
+package target
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/partner-intake/partner-intake/partners"
+)
+
+// Table is a feed's target table as the database describes it, with the
+// statements that merge a staged chunk into it.
+type Table struct {
+	table string   // quoted, possibly schema-qualified
+	cols  []string // feed columns in file order
+	types []string // their types in the target, for casts from staged text
+	key   []string
+	merge string // merge from the staging table; returns (applied, conflict, new)
+	// rangeProbe: the unique index leads with (partner_id, first key
+	// column), so merge reads the chunk's key range in one index scan
+	// when that range is dense (see build).
+	rangeProbe bool
+	dedupe     string // drops earlier lines that repeat a key within the chunk
+	// stage is the staging table: a temporary table per connection, kept
+	// and emptied at each commit, named after the feed's column list.
+	stage      string
+	stageDDL   string
+	stageCopy  string // COPY into the staging table: line, columns
+	directCopy string // COPY into the target: partner_id, columns, last_intake_id
+	// binary: chunks travel in COPY's binary format, each column through
+	// enc (see binaryEncoder); the staging table then has the target's
+	// types. Otherwise COPY text into text columns, cast by the merge.
+	binary bool
+	enc    []Encoder // per column; nil where the pair has no binary encoder
+}
+
+// Error says what is wrong with a target table, and how to fix it.
+type Error struct {
+	Table  string
+	Detail string
+}
+
+func (e *Error) Error() string { return fmt.Sprintf("target table %s: %s", e.Table, e.Detail) }
+
+// mappingKey identifies what a target is built from: the table, the feed's
+// columns in file order with their types, and the key. Feeds with the same
+// mapping share one target (the partner id is a parameter of every
+// statement); any difference, such as another partner's column order under
+// the same feed name, gets its own. It is the mapping itself, not a hash
+// of it, so two mappings never share an entry.
+func mappingKey(f *partners.Feed) string {
+	var b strings.Builder
+	b.WriteString(f.Target)
+	for _, c := range f.Columns {
+		b.WriteString("\x00" + c.Name + "\x01" + c.Type)
+	}
+	b.WriteString("\x00\x02key")
+	for _, k := range f.Key {
+		b.WriteString("\x00" + k)
+	}
+	return b.String()
+}
+
+// Cache holds the checked target of each feed mapping a daemon writes,
+// keyed by mappingKey: two partners may have a feed of one name writing
+// one table with their columns in another order, and each must get the
+// statements of its own columns.
+type Cache struct {
+	db *pgxpool.Pool
+	mu sync.Mutex
+	m  map[string]*Table
+}
+
+// NewCache returns an empty cache of the targets in db.
+func NewCache(db *pgxpool.Pool) *Cache {
+	return &Cache{db: db, m: map[string]*Table{}}
+}
+
+// Get returns the checked target of a feed, loading it on first use.
+func (c *Cache) Get(ctx context.Context, f *partners.Feed) (*Table, error) {
+	key := mappingKey(f)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if t, ok := c.m[key]; ok {
+		return t, nil
+	}
+	t, err := Load(ctx, c.db, f)
+	if err != nil {
+		return nil, err
+	}
+	c.m[key] = t
+	return t, nil
+}
+
+// Load reads the target's columns and unique indexes and checks them
+// against the feed: intake needs partner_id, every feed column,
+// last_intake_id bigint, and a unique index on exactly (partner_id, key...).
+// What it reads of the feed is what mappingKey holds.
+func Load(ctx context.Context, db *pgxpool.Pool, f *partners.Feed) (*Table, error) {
+	tt, err := describe(ctx, db, f.Target)
+	if err != nil {
+		return nil, err
+	}
+	ident, oid := tt.ident, tt.oid
+	types := map[string]string{}
+	oids := map[string]uint32{}
+	for n, c := range tt.cols {
+		types[n], oids[n] = c.typ, c.oid
+	}
+	t := &Table{table: ident.Sanitize(), key: f.Key}
+	if types["partner_id"] == "" {
+		return nil, &Error{Table: f.Target, Detail: "missing column partner_id (text)"}
+	}
+	if types["last_intake_id"] != "bigint" {
+		return nil, &Error{Table: f.Target, Detail: "missing column last_intake_id bigint (intake's bookkeeping)"}
+	}
+	for _, c := range f.Columns {
+		typ, ok := types[c.Name]
+		if !ok {
+			return nil, &Error{Table: f.Target, Detail: fmt.Sprintf("missing column %s declared by feed %s", c.Name, f.Name)}
+		}
+		t.cols = append(t.cols, c.Name)
+		t.types = append(t.types, typ)
+		t.enc = append(t.enc, binaryEncoder(c.Type, oids[c.Name]))
+	}
+	// COPY binary when every column has an encoder and partner_id is text
+	t.binary = oids["partner_id"] == oidText || oids["partner_id"] == oidVarchar
+	for _, e := range t.enc {
+		t.binary = t.binary && e != nil
+	}
+
+	// found: a unique index on exactly (partner_id, key...); leading: one
+	// of them starts with (partner_id, first key column), so a chunk's
+	// key range is one index range scan.
+	var found, leading bool
+	err = db.QueryRow(ctx, `SELECT count(*) > 0, coalesce(bool_or(
+		    (SELECT attname::text FROM pg_attribute WHERE attrelid = $1 AND attnum = i.indkey[0]) = 'partner_id'
+		    AND (SELECT attname::text FROM pg_attribute WHERE attrelid = $1 AND attnum = i.indkey[1]) = $3), false)
+		FROM pg_index i WHERE i.indrelid = $1 AND i.indisunique AND i.indpred IS NULL AND i.indexprs IS NULL
+		  AND (SELECT array_agg(a.attname::text ORDER BY a.attname) FROM pg_attribute a
+		       WHERE a.attrelid = $1 AND a.attnum = ANY(i.indkey)) = (SELECT array_agg(x ORDER BY x) FROM unnest($2::text[]) x)
+		  AND cardinality(i.indkey::int2[]) = cardinality($2::text[])`,
+		oid, append([]string{"partner_id"}, f.Key...), f.Key[0]).Scan(&found, &leading)
+	if err != nil {
+		return nil, fmt.Errorf("target %s: %w", f.Target, err)
+	}
+	if !found {
+		return nil, &Error{Table: f.Target, Detail: fmt.Sprintf("needs a unique index on exactly (partner_id, %s)", strings.Join(f.Key, ", "))}
+	}
+	t.rangeProbe = leading
+	t.build()
+	return t, nil
+}
+
+// Plan says how chunks will reach a verified target (for check).
+type Plan struct {
+	// Binary: rows travel in COPY's binary format; else TextColumns names
+	// the columns whose types keep them on COPY text.
+	Binary      bool
+	TextColumns []string
+	// RangeProbe: the unique index leads with (partner_id, first key).
+	RangeProbe bool
+}
+
+// Check verifies a feed's target table as the daemon would use it,
+// and says how chunks will reach it.
+func Check(ctx context.Context, db *pgxpool.Pool, f *partners.Feed) (Plan, error) {
+	t, err := Load(ctx, db, f)
+	if err != nil {
+		return Plan{}, err
+	}
+	plan := Plan{Binary: t.binary, RangeProbe: t.rangeProbe}
+	if !t.binary {
+		for i, c := range f.Columns {
+			if t.enc[i] == nil {
+				plan.TextColumns = append(plan.TextColumns, fmt.Sprintf("%s (%s into %s)", c.Name, c.Type, t.types[i]))
+			}
+		}
+		if len(plan.TextColumns) == 0 {
+			plan.TextColumns = []string{"partner_id (not text or varchar)"}
+		}
+	}
+	return plan, nil
+}
