@@ -157,3 +157,28 @@ func (l *Ledger) ApplyingFiles(ctx context.Context, partners []string) ([]Applyi
 		return a, err
 	})
 }
+
+// endedStates are the states a file ends in (a held one until ops decide).
+var endedStates = []string{string(StateArchived), string(StateDuplicate), string(StateQuarantined),
+	string(StateFailedTerminal), string(StateDiscarded)}
+
+// Finished lists the files of every partner that ended, with an id above
+// after, oldest first (the demo's summary).
+func (l *Ledger) Finished(ctx context.Context, after int64) ([]*Intake, error) {
+	return l.query(ctx, `intake_id > $1 AND state = ANY($2)`, after, endedStates)
+}
+
+// Progress counts the files of every partner that ended, and the rows done
+// and to do of the files being applied (the demo's progress bar).
+func (l *Ledger) Progress(ctx context.Context) (finished int, rowsDone, rows int64, err error) {
+	err = l.pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE state = ANY($1)),
+		coalesce(sum(rows_applied + rows_unchanged + rows_conflict) FILTER (WHERE state = 'applying'), 0),
+		coalesce(sum(rows_total - rows_rejected) FILTER (WHERE state = 'applying'), 0)
+		FROM file_intake`, endedStates).Scan(&finished, &rowsDone, &rows)
+	return finished, rowsDone, rows, err
+}
+
+// Files lists every file of the partner, oldest first.
+func (l *Ledger) Files(ctx context.Context, partner string) ([]*Intake, error) {
+	return l.query(ctx, `partner_id = $1`, partner)
+}

@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/partner-intake/partner-intake/intake/ledger"
 )
 
 // OrdersHeader is the header of files for OrdersFeed.
@@ -31,28 +33,20 @@ type FileRow struct {
 	Archive, Receipt, Rejects                  string
 }
 
-// Files lists the partner's file_intake rows in id order.
+// Files lists the partner's file_intake rows in id order, read through the
+// ledger.
 func Files(t testing.TB, pool *pgxpool.Pool, partner string) []FileRow {
 	t.Helper()
-	rs, err := pool.Query(context.Background(), `SELECT intake_id, remote_name, state, coalesce(reason,''), coalesce(batch_id,''),
-		worker_id, coalesce(rows_total,0), rows_applied, rows_unchanged, rows_rejected, rows_conflict, chunks_done,
-		coalesce(archive_path,''), coalesce(receipt_path,''), coalesce(rejects_path,'')
-		FROM file_intake WHERE partner_id = $1 ORDER BY intake_id`, partner)
+	ins, err := ledger.New(pool, 0).Files(context.Background(), partner)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer rs.Close()
-	var out []FileRow
-	for rs.Next() {
-		var f FileRow
-		if err := rs.Scan(&f.ID, &f.Name, &f.State, &f.Reason, &f.Batch, &f.Worker, &f.Total, &f.Applied, &f.Unchanged,
-			&f.Rejected, &f.Confl, &f.Chunks, &f.Archive, &f.Receipt, &f.Rejects); err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, f)
-	}
-	if err := rs.Err(); err != nil {
-		t.Fatal(err)
+	out := make([]FileRow, 0, len(ins))
+	for _, in := range ins {
+		out = append(out, FileRow{ID: in.ID, Name: in.RemoteName, State: string(in.State), Reason: string(in.Reason),
+			Batch: in.BatchID, Worker: in.Worker, Total: in.RowsTotal, Applied: in.RowsApplied, Unchanged: in.RowsUnchanged,
+			Rejected: in.RowsRejected, Confl: in.RowsConflict, Chunks: int64(in.ChunksDone),
+			Archive: in.ArchivePath, Receipt: in.ReceiptPath, Rejects: in.RejectsPath})
 	}
 	return out
 }

@@ -24,6 +24,7 @@ import (
 	"golang.org/x/crypto/ssh/knownhosts"
 
 	"github.com/partner-intake/partner-intake/intake"
+	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/internal/keygen"
 	"github.com/partner-intake/partner-intake/internal/pgerr"
 	"github.com/partner-intake/partner-intake/internal/pgtemp"
@@ -258,13 +259,9 @@ func progressBar(out io.Writer) func(done, total int, rowsDone, rows int64) {
 
 func waitFinished(ctx context.Context, pool *pgxpool.Pool, n int, bar func(int, int, int64, int64)) error {
 	deadline := time.Now().Add(2 * time.Minute)
+	l := ledger.New(pool, 0)
 	for {
-		var done int
-		var rowsDone, rows int64
-		err := pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE state IN ('archived', 'duplicate', 'quarantined', 'failed_terminal', 'discarded')),
-			coalesce(sum(rows_applied + rows_unchanged + rows_conflict) FILTER (WHERE state = 'applying'), 0),
-			coalesce(sum(rows_total - rows_rejected) FILTER (WHERE state = 'applying'), 0)
-			FROM file_intake`).Scan(&done, &rowsDone, &rows)
+		done, rowsDone, rows, err := l.Progress(ctx)
 		if err != nil {
 			return err
 		}
@@ -286,61 +283,43 @@ func waitFinished(ctx context.Context, pool *pgxpool.Pool, n int, bar func(int, 
 // summary prints the files finished after intake id `after` and returns
 // the highest id printed.
 func summary(ctx context.Context, out io.Writer, pool *pgxpool.Pool, s *site, after int64) (int64, error) {
-	rs, err := pool.Query(ctx, `SELECT intake_id, partner_id, remote_name, state, coalesce(reason, ''),
-		coalesce(rows_total, 0), rows_applied, rows_unchanged, rows_rejected, rows_conflict,
-		coalesce(archive_path, ''), coalesce(receipt_path, '')
-		FROM file_intake WHERE intake_id > $1
-		  AND state IN ('archived', 'duplicate', 'quarantined', 'failed_terminal', 'discarded')
-		ORDER BY intake_id`, after)
+	files, err := ledger.New(pool, 0).Finished(ctx, after)
 	if err != nil {
 		return after, err
 	}
-	defer rs.Close()
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-	printed := false
-	for rs.Next() {
-		var id, total, applied, unchanged, rejected, conflict int64
-		var partner, name, state, reason, archive, receipt string
-		if err := rs.Scan(&id, &partner, &name, &state, &reason, &total, &applied, &unchanged, &rejected, &conflict, &archive, &receipt); err != nil {
-			return after, err
-		}
-		if !printed {
+	for i, f := range files {
+		if i == 0 {
 			fmt.Fprintln(out)
 			fmt.Fprintln(tw, "INTAKE\tPARTNER\tFILE\tOUTCOME\tROWS total/applied/unchanged/rejected/conflict\tEVIDENCE\tRECEIPT")
-			printed = true
 		}
-		outcome := state
-		if reason != "" && reason != state {
-			outcome += " (" + reason + ")"
+		outcome := string(f.State)
+		if f.Reason != "" && string(f.Reason) != outcome {
+			outcome += " (" + string(f.Reason) + ")"
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d/%d/%d/%d/%d\t%s\t%s\n", id, partner, name, outcome, total, applied, unchanged, rejected, conflict,
-			strings.TrimPrefix(archive, "/"), strings.TrimPrefix(receipt, "/"))
-		after = id
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d/%d/%d/%d/%d\t%s\t%s\n", f.ID, f.Partner, f.RemoteName, outcome,
+			f.RowsTotal, f.RowsApplied, f.RowsUnchanged, f.RowsRejected, f.RowsConflict,
+			strings.TrimPrefix(f.ArchivePath, "/"), strings.TrimPrefix(f.ReceiptPath, "/"))
+		after = f.ID
 	}
 	tw.Flush()
-	if printed {
+	if len(files) > 0 {
 		fmt.Fprintf(out, "(paths are on each partner's site: %s/<partner>/)\n", filepath.Join(s.dir, "sites"))
 	}
-	return after, rs.Err()
+	return after, nil
 }
 
 // checkOutcomes verifies the examples ended as designed, so `demo --once`
 // fails loudly if the pipeline regresses.
 func checkOutcomes(ctx context.Context, pool *pgxpool.Pool) error {
 	want := map[string]int{"archived": 4, "duplicate": 1, "quarantined": 2, "failed_terminal": 1}
-	rs, err := pool.Query(ctx, `SELECT state, count(*) FROM file_intake GROUP BY state`)
+	files, err := ledger.New(pool, 0).Finished(ctx, 0)
 	if err != nil {
 		return err
 	}
-	defer rs.Close()
 	got := map[string]int{}
-	for rs.Next() {
-		var s string
-		var n int
-		if err := rs.Scan(&s, &n); err != nil {
-			return err
-		}
-		got[s] = n
+	for _, f := range files {
+		got[string(f.State)]++
 	}
 	for s, n := range want {
 		if got[s] != n {
