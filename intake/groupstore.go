@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // The set-based statements of a group of small files (group.go). Each is
@@ -14,9 +16,10 @@ import (
 // another state simply drops out of the result; the caller sees which.
 
 // intakeIDs allocates n intake ids, in ascending order, for claims about
-// to be made (see Daemon.claim on why ids come before the rename).
-func (s *store) intakeIDs(ctx context.Context, n int) ([]int64, error) {
-	rs, err := s.pool.Query(ctx, `SELECT nextval(pg_get_serial_sequence('file_intake', 'intake_id')) FROM generate_series(1, $1)`, n)
+// to be made (see Daemon.claim on why ids come before the rename), under
+// the claim lock and on its connection (see claimLock).
+func (l *claimLock) intakeIDs(ctx context.Context, n int) ([]int64, error) {
+	rs, err := l.conn.Query(ctx, `SELECT nextval(pg_get_serial_sequence('file_intake', 'intake_id')) FROM generate_series(1, $1)`, n)
 	if err != nil {
 		return nil, fmt.Errorf("allocate intake ids: %w", err)
 	}
@@ -205,4 +208,49 @@ func (s *store) heartbeatGroup(ctx context.Context, ins []*Intake) error {
 		return fmt.Errorf("heartbeat (group): %w", err)
 	}
 	return nil
+}
+
+// claimLock serializes one partner's claim renames across replicas: a
+// PostgreSQL session advisory lock on the partner, held from the
+// allocation of a claim's intake ids through its renames (and a racing
+// group's put-back), released before the claims are recorded. Group
+// renames go out all at once; two replicas' groups renaming at the same
+// moment would win files of one run in turns, under ids that cannot all
+// follow file age, and a group that puts its files back leaves them out of
+// ready/ for a moment, in which another replica passes them as lost and
+// claims newer files under ids smaller than theirs
+// (TestRacingGroupsKeepIdsInFileAge caught both). Under the lock every
+// rename another replica makes is before or after the whole section.
+// The section holds one connection and needs no other, so partners in
+// their sections cannot exhaust the pool between them.
+type claimLock struct {
+	conn    *pgxpool.Conn
+	partner string
+}
+
+func (s *store) lockClaims(ctx context.Context, partner string) (*claimLock, error) {
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("claim lock: %w", err)
+	}
+	if _, err := conn.Exec(ctx, `SELECT pg_advisory_lock(hashtextextended('partner-intake/claim/' || $1, 0))`, partner); err != nil {
+		conn.Release()
+		return nil, fmt.Errorf("claim lock: %w", err)
+	}
+	return &claimLock{conn: conn, partner: partner}, nil
+}
+
+// release unlocks; a session that may still hold the lock is closed, not
+// returned to the pool. Safe more than once.
+func (l *claimLock) release() {
+	if l.conn == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := l.conn.Exec(ctx, `SELECT pg_advisory_unlock(hashtextextended('partner-intake/claim/' || $1, 0))`, l.partner); err != nil {
+		l.conn.Conn().Close(ctx)
+	}
+	l.conn.Release()
+	l.conn = nil
 }

@@ -176,14 +176,8 @@ func (d *Daemon) pollOnce(ctx context.Context, p *partnerRT) error {
 		}
 		if g := groupAt(p.cfg, cands[i:], p.cfg.Limits.MaxFilesPerPoll-claimed); g != nil {
 			// small files go through together (group.go)
-			ids, err := d.store.intakeIDs(ctx, len(g))
-			if err != nil {
-				<-slots
-				fail(err)
-				break
-			}
 			nextID = 0 // allocated before this group's renames: unused now
-			ins, walked, raced, cerr := d.claimGroup(ctx, p, sess, g, ids, racing)
+			ins, walked, raced, cerr := d.claimGroup(ctx, p, sess, g, racing)
 			racing = racing || raced
 			i += walked - 1 // walked 0: the group was put back, walk it again one at a time
 			claimed += len(ins)
@@ -487,11 +481,19 @@ func SafeName(name string) bool {
 // whoever renames a file first holds the smaller id, even when two
 // replicas claim from one partner (around a change of replicas) and the
 // first one's row reaches the database last. Only a file adopted after a
-// crash gets a later id than its rename order.
+// crash gets a later id than its rename order. The rename is made under the
+// partner's claim lock, so it never falls inside another replica's group
+// (claimLock).
 func (d *Daemon) claim(ctx context.Context, p *partnerRT, sess *partners.Session, c candidate, id int64) (*Intake, int64, error) {
 	src := sess.Layout.Ready(c.name)
 	dst := sess.Layout.Processing(d.cfg.WorkerID, c.name)
-	if err := sess.Rename(src, dst); err != nil {
+	lock, err := d.store.lockClaims(ctx, p.cfg.ID) // see claimLock
+	if err != nil {
+		return nil, 0, err
+	}
+	err = sess.Rename(src, dst)
+	lock.release()
+	if err != nil {
 		if partners.IsNotExist(err) {
 			d.metrics.claimsLost.WithLabelValues(p.cfg.ID).Inc()
 			d.peers.lost() // another replica claims here: look again who polls the partner
