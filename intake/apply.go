@@ -412,6 +412,7 @@ func (r *fileRun) writeRows(ctx context.Context, tx pgx.Tx, tgt *target, ch *chu
 			c.applied = tag.RowsAffected()
 			return nil
 		}
+		ch.dropPayload()
 		var pe *pgconn.PgError
 		if !errors.As(err, &pe) {
 			if ctx.Err() != nil {

@@ -66,6 +66,7 @@ func (r *fileRun) mergeChunk(ctx context.Context, tx pgx.Tx, tgt *target, ch *ch
 	var m mergeCounts
 	pg := tx.Conn().PgConn()
 	if _, err := pg.CopyFrom(ctx, bytes.NewReader(ch.stagePayload()), tgt.stageCopy); err != nil {
+		ch.dropPayload()
 		if ctx.Err() != nil {
 			return m, ctx.Err()
 		}
