@@ -221,6 +221,7 @@ func (r *fileRun) commitChunk(ctx context.Context, tgt *target, ch *chunk) error
 		}
 		r.log.Warn("chunk failed, retrying", "chunk", chunk, "attempt", attempt, "err", err)
 		r.d.metrics.chunkRetries.WithLabelValues(r.in.Partner).Inc()
+		r.d.signals.ChunkRetry.Signal(r.in.Partner)
 		select {
 		case <-ctx.Done():
 			return ctx.Err()

@@ -186,6 +186,7 @@ type Daemon struct {
 	stopped     bool
 
 	spaceLow atomic.Bool
+	signals  testSignals
 }
 
 // New builds a daemon. Partners must have been validated.
@@ -460,6 +461,7 @@ func (d *Daemon) loop(ctx context.Context, p *partnerRT) {
 			d.afterPoll(p, err)
 		}
 		p.mu.Unlock()
+		d.signals.Polled.Signal(pollDone{p.cfg.ID, err})
 		if err == nil || ctx.Err() != nil {
 			backoff = time.Second
 			continue

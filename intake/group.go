@@ -396,6 +396,7 @@ func (g *fileGroup) heartbeat(ctx context.Context, ins []*Intake) {
 		if err := g.d.store.heartbeatGroup(ctx, ins); err != nil && ctx.Err() == nil {
 			g.log.Warn("heartbeat failed", "err", err)
 		}
+		g.d.signals.GroupHeartbeat.Signal(g.p.cfg.ID)
 		return true
 	})
 }
