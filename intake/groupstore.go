@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // The set-based statements of a group of small files (group.go). Each is
@@ -19,7 +18,7 @@ import (
 // to be made (see Daemon.claim on why ids come before the rename), under
 // the claim lock and on its connection (see claimLock).
 func (l *claimLock) intakeIDs(ctx context.Context, n int) ([]int64, error) {
-	rs, err := l.conn.Query(ctx, `SELECT nextval(pg_get_serial_sequence('file_intake', 'intake_id')) FROM generate_series(1, $1)`, n)
+	rs, err := l.tx.Query(ctx, `SELECT nextval(pg_get_serial_sequence('file_intake', 'intake_id')) FROM generate_series(1, $1)`, n)
 	if err != nil {
 		return nil, fmt.Errorf("allocate intake ids: %w", err)
 	}
@@ -211,7 +210,7 @@ func (s *store) heartbeatGroup(ctx context.Context, ins []*Intake) error {
 }
 
 // claimLock serializes one partner's claim renames across replicas: a
-// PostgreSQL session advisory lock on the partner, held from the
+// PostgreSQL transaction advisory lock on the partner, held from the
 // allocation of a claim's intake ids through its renames (and a racing
 // group's put-back), released before the claims are recorded. Group
 // renames go out all at once; two replicas' groups renaming at the same
@@ -222,35 +221,36 @@ func (s *store) heartbeatGroup(ctx context.Context, ins []*Intake) error {
 // (TestRacingGroupsKeepIdsInFileAge caught both). Under the lock every
 // rename another replica makes is before or after the whole section.
 // The section holds one connection and needs no other, so partners in
-// their sections cannot exhaust the pool between them.
+// their sections cannot exhaust the pool between them. A transaction, not
+// a session lock: a replica stalled in its section (a GC pause, SIGSTOP, a
+// partition) is ended by idle_in_transaction_session_timeout (PoolConfig)
+// one lease later, which frees the partner's claims for the others.
 type claimLock struct {
-	conn    *pgxpool.Conn
-	partner string
+	tx pgx.Tx
 }
 
 func (s *store) lockClaims(ctx context.Context, partner string) (*claimLock, error) {
-	conn, err := s.pool.Acquire(ctx)
+	tx, err := s.pool.Begin(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("claim lock: %w", err)
 	}
-	if _, err := conn.Exec(ctx, `SELECT pg_advisory_lock(hashtextextended('partner-intake/claim/' || $1, 0))`, partner); err != nil {
-		conn.Release()
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended('partner-intake/claim/' || $1, 0))`, partner); err != nil {
+		l := &claimLock{tx: tx}
+		l.release()
 		return nil, fmt.Errorf("claim lock: %w", err)
 	}
-	return &claimLock{conn: conn, partner: partner}, nil
+	return &claimLock{tx: tx}, nil
 }
 
-// release unlocks; a session that may still hold the lock is closed, not
-// returned to the pool. Safe more than once.
+// release ends the section's transaction, which unlocks (pgx closes a
+// connection whose rollback failed rather than pool it). Safe more than
+// once.
 func (l *claimLock) release() {
-	if l.conn == nil {
+	if l.tx == nil {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if _, err := l.conn.Exec(ctx, `SELECT pg_advisory_unlock(hashtextextended('partner-intake/claim/' || $1, 0))`, l.partner); err != nil {
-		l.conn.Conn().Close(ctx)
-	}
-	l.conn.Release()
-	l.conn = nil
+	_ = l.tx.Rollback(ctx)
+	l.tx = nil
 }
