@@ -69,6 +69,7 @@ func (d *Daemon) owns(ctx context.Context, partner string) bool {
 		} else {
 			d.peers.serving = serving
 		}
+		d.signals.Peers.Signal(d.peers.serving)
 	}
 	if d.peers.serving == nil {
 		return true // the others are unknown: two pollers are safe, none would stall the partner

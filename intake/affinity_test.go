@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -37,6 +38,13 @@ func TestReplicasSplitPartnersAndTakeOverOnStop(t *testing.T) {
 		t.Fatalf("the test needs partners on both replicas, got %v", owned)
 	}
 	r1, r2 := newRig(t, pool, "r1", sites...), newRig(t, pool, "r2", sites...)
+	var ids []string
+	for _, s := range sites {
+		ids = append(ids, s.Config.ID)
+	}
+	intake.Signals(r1.d).Polled.Init(t)
+	intake.Signals(r1.d).Peers.Init(t)
+	intake.Signals(r2.d).Polled.Init(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	// r1 alone polls every partner; then r2 joins and takes its share
@@ -44,16 +52,29 @@ func TestReplicasSplitPartnersAndTakeOverOnStop(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer r1.d.Stop()
-	waitUntil(t, func() bool { return testutil.CollectAndCount(r1.d.Metrics().PartnerUp) == len(sites) })
+	waitPolls(t, r1, ids)
 	if err := r2.d.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	// both are registered; let each one's view of the other settle
-	time.Sleep(2500 * time.Millisecond)
+	// Both are registered. r2 saw r1 from its first poll on; r1 sees r2
+	// once it reads the live replicas again, and then polls each partner
+	// under that view.
+	intake.Signals(r1.d).Peers.WaitFor(func(serving map[string][]string) bool {
+		for _, id := range ids {
+			if !slices.Contains(serving[id], "r2") {
+				return false
+			}
+		}
+		return true
+	})
+	pollsAfter(t, r1, ids)
+	waitPolls(t, r2, ids)
 	for i, s := range sites {
 		for j := 0; j < 3; j++ {
 			s.Drop(t, fmt.Sprintf("orders-%d-%d.csv", i, j), testenv.OrdersCSV(fmt.Sprintf("A%d%d", i, j), 2))
 		}
+		r1.d.Poke(s.Config.ID) // the owner polls now, not at its next tick
+		r2.d.Poke(s.Config.ID)
 	}
 	waitUntil(t, func() bool {
 		return testenv.Count(t, pool, `SELECT count(*) FROM file_intake WHERE state = 'archived'`) == 18
@@ -86,10 +107,6 @@ func TestReplicasSplitPartnersAndTakeOverOnStop(t *testing.T) {
 	}
 
 	// `intake status` says who polls each partner
-	var ids []string
-	for _, s := range sites {
-		ids = append(ids, s.Config.ID)
-	}
 	rows, err := ops.Status(ctx, pool, ids)
 	if err != nil {
 		t.Fatal(err)
@@ -165,6 +182,7 @@ func TestNonOwnerResumesItsOwnLeftoversOnlyAfterACrash(t *testing.T) {
 	r2.d.Stop() // drained this time
 
 	r2b := newRig(t, pool, "r2", site)
+	intake.Signals(r2b.d).Polled.Init(t)
 	if err := r2b.d.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -173,7 +191,7 @@ func TestNonOwnerResumesItsOwnLeftoversOnlyAfterACrash(t *testing.T) {
 	waitUntil(t, func() bool {
 		return testenv.Count(t, pool, `SELECT count(*) FROM file_intake WHERE remote_name = 'orders-new.csv' AND state = 'archived'`) == 1
 	})
-	time.Sleep(1500 * time.Millisecond) // a poll or two of r2b
+	pollsAfter(t, r2b, []string{id}) // r2b's loop went through the partner again
 	if n := testutil.ToFloat64(r2b.d.Metrics().Polls.WithLabelValues(id)); n != 0 {
 		t.Fatalf("r2 restarted after a drained stop polled %s %v times, want none (r1 polls it)", id, n)
 	}
@@ -192,18 +210,62 @@ func TestAffinityNoneLetsEveryReplicaPoll(t *testing.T) {
 	var rigs []*rig
 	for _, w := range []string{"r1", "r2"} {
 		r := newRigCfg(t, pool, intake.Config{WorkerID: w, Lease: 30 * time.Second, SpoolMinFree: 1, Affinity: intake.AffinityNone}, site)
+		intake.Signals(r.d).Polled.Init(t)
 		if err := r.d.Start(ctx); err != nil {
 			t.Fatal(err)
 		}
 		defer r.d.Stop()
 		rigs = append(rigs, r)
 	}
-	waitUntil(t, func() bool {
-		for _, r := range rigs {
-			if testutil.ToFloat64(r.d.Metrics().Polls.WithLabelValues("every")) < 2 {
-				return false
-			}
+	for _, r := range rigs {
+		waitPolls(t, r, []string{"every"})
+		r.d.Poke("every")
+		waitPolls(t, r, []string{"every"})
+		if n := testutil.ToFloat64(r.d.Metrics().Polls.WithLabelValues("every")); n < 2 {
+			t.Fatalf("%s counted %v polls of the partner, want 2 or more", r.d.WorkerID(), n)
 		}
-		return true
-	})
+	}
+}
+
+// waitPolls waits until r's loop has finished a successful poll of each
+// partner (its Polled signal initialised before Start); a poll another
+// replica owns counts, as the loop went through it.
+func waitPolls(t *testing.T, r *rig, ids []string) {
+	t.Helper()
+	left := map[string]bool{}
+	for _, id := range ids {
+		left[id] = true
+	}
+	for len(left) > 0 {
+		p := intake.Signals(r.d).Polled.WaitFor(func(p intake.PollDone) bool { return p.Err == nil && left[p.Partner] })
+		delete(left, p.Partner)
+	}
+}
+
+// pollsAfter waits until r's loop has been through each partner in a poll
+// that began after the call: the first poll to finish after it may have
+// begun before; the next one (poked at once) cannot have.
+func pollsAfter(t *testing.T, r *rig, ids []string) {
+	t.Helper()
+	sig := &intake.Signals(r.d).Polled
+	sig.Clear()
+	seen := map[string]int{}
+	for _, id := range ids {
+		seen[id] = 0
+		r.d.Poke(id)
+	}
+	for done := 0; done < len(ids); {
+		p := sig.WaitOrTimeout()
+		n, ok := seen[p.Partner]
+		if !ok {
+			continue
+		}
+		seen[p.Partner] = n + 1
+		switch n + 1 {
+		case 1:
+			r.d.Poke(p.Partner)
+		case 2:
+			done++
+		}
+	}
 }

@@ -222,6 +222,7 @@ func (r *fileRun) commitChunk(ctx context.Context, tgt *target.Table, ch *chunk)
 		}
 		r.log.Warn("chunk failed, retrying", "chunk", chunk, "attempt", attempt, "err", err)
 		r.d.metrics.chunkRetries.WithLabelValues(r.in.Partner).Inc()
+		r.d.signals.ChunkRetry.Signal(r.in.Partner)
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
@@ -380,6 +381,7 @@ func (r *fileRun) writeRows(ctx context.Context, tx pgx.Tx, tgt *target.Table, c
 			c.applied = n
 			return nil
 		}
+		ch.dropPayload()
 		var pe *pgconn.PgError
 		if !errors.As(err, &pe) {
 			if ctx.Err() != nil {

@@ -136,6 +136,14 @@ func (c *chunk) add(line int64, vals []string, null []bool, keyIdx []int) error 
 	return nil
 }
 
+// dropPayload forgets the payload scratch after a failed COPY. pgconn's
+// CopyFrom (v5.13) returns on an error receiving from the server (the
+// connection died: PostgreSQL restarted, say) without waiting for its
+// goroutine that reads the payload, so that goroutine may still read this
+// buffer while the retry writes the next payload into it: a fresh buffer
+// for the next payload, the old one left to the goroutine.
+func (c *chunk) dropPayload() { c.out = nil }
+
 // stagePayload is COPY data for the staging table: line, columns.
 func (c *chunk) stagePayload() []byte {
 	out := c.out[:0]

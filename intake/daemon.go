@@ -189,6 +189,7 @@ type Daemon struct {
 	runCtx context.Context // the daemon's own, for pollers a reload starts
 
 	spaceLow atomic.Bool
+	signals  testSignals
 }
 
 // New builds a daemon. Partners must have been validated.
@@ -456,6 +457,7 @@ func (d *Daemon) loop(ctx context.Context, p *partnerRT) {
 			d.afterPoll(p, err)
 		}
 		p.mu.Unlock()
+		d.signals.Polled.Signal(pollDone{p.cfg.ID, err})
 		if err == nil || ctx.Err() != nil {
 			backoff = time.Second
 			continue

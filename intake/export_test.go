@@ -25,3 +25,10 @@ func Owner(partner string, workers []string) string { return owner(partner, work
 func BindBatch(ctx context.Context, d *Daemon, in *Intake) (Verdict, int64, error) {
 	return d.ledger.BindBatch(ctx, in)
 }
+
+// Signals are the daemon's test signals (testsignals.go): Init one before
+// its event, then wait on it.
+func Signals(d *Daemon) *testSignals { return &d.signals }
+
+// PollDone is what the Polled signal carries.
+type PollDone = pollDone

@@ -195,6 +195,7 @@ func (g *fileGroup) heartbeat(ctx context.Context, ins []*Intake) {
 		if err := g.d.ledger.HeartbeatGroup(ctx, ins); err != nil && ctx.Err() == nil {
 			g.log.Warn("heartbeat failed", "err", err)
 		}
+		g.d.signals.GroupHeartbeat.Signal(g.p.cfg.ID)
 		return true
 	})
 }

@@ -54,25 +54,39 @@ func groupAt(p *partners.Config, cands []candidate, n int) []candidate {
 }
 
 // claimGroup claims a group's files as claim does one file: by RENAME, in
-// listing order, each under the id allocated for it before the renames;
-// then one statement records every file renamed.
+// listing order, each under the id allocated for it before the renames
+// (both under the partner's claim lock, see ledger.ClaimLock); then one
+// statement records every file renamed.
 //
 // Intake ids must follow file age even when two replicas claim from one
 // partner at the same moment (around a change of replicas, or with
 // affinity "none"). Renames sent all at once would let a replica win a
 // newer file under an id allocated before the other replica's ids for
-// older files (TestRacingGroupsKeepIdsInFileAge caught it). So the renames
-// go all at once only while no race shows: when one of them is lost to
-// another replica, the files this group won are put back into ready/
-// (nothing recorded them yet) and the caller walks the rest of the poll
-// one rename at a time (sequential), stopping at the first file not
-// claimed and going on from the next with fresh ids, as single claims do.
+// older files (TestRacingGroupsKeepIdsInFileAge caught it), so a group's
+// ids and renames are one section under the partner's claim lock: every
+// other claim of the partner is wholly before or after it. A rename is
+// then lost only to a claim made before the section (this poll's listing
+// is older than it), and the renames go all at once only while no race
+// shows: when one of them is lost, the files this group won are put back
+// into ready/ (nothing recorded them yet; inside the section, so no other
+// replica sees them gone) and the caller walks the rest of the poll one
+// rename at a time (sequential), stopping at the first file not claimed
+// and going on from the next with fresh ids, as single claims do.
 //
 // It returns the claimed rows, how many candidates it went through (0
 // after putting the group back: the caller walks them again one at a
 // time), whether a race showed, and an error for a rename that failed
 // otherwise than by losing a race.
-func (d *Daemon) claimGroup(ctx context.Context, p *partnerRT, sess *partners.Session, g []candidate, ids []int64, sequential bool) ([]*Intake, int, bool, error) {
+func (d *Daemon) claimGroup(ctx context.Context, p *partnerRT, sess *partners.Session, g []candidate, sequential bool) ([]*Intake, int, bool, error) {
+	lock, err := d.ledger.LockClaims(ctx, p.cfg.ID)
+	if err != nil {
+		return nil, 0, false, err
+	}
+	defer lock.Release()
+	ids, err := lock.IntakeIDs(ctx, len(g))
+	if err != nil {
+		return nil, 0, false, err
+	}
 	errs := make([]error, len(g))
 	walked := len(g)
 	if sequential {
@@ -132,6 +146,7 @@ func (d *Daemon) claimGroup(ctx context.Context, p *partnerRT, sess *partners.Se
 	if raced && !sequential {
 		walked = 0
 	}
+	lock.Release() // every rename of the section is done; recording needs no lock
 	if err := fault.Check("claim:after_rename"); err != nil {
 		// as if the replies were lost: the files sit in our processing
 		// dir without rows, and the next poll adopts them

@@ -157,8 +157,21 @@ func TestGroupHeartbeatKeepsItsFilesPastTheLease(t *testing.T) {
 		site.Drop(t, "orders-"+p+".csv", goodRows(p, 10))
 	}
 	r := newRigCfg(t, pool, intake.Config{WorkerID: "w1", Lease: 3 * time.Second, SpoolMinFree: 1}, site)
+	hb := &intake.Signals(r.d).GroupHeartbeat
+	hb.Init(t)
 	resume := r.pollPaused("ghb", "spool:after")
-	time.Sleep(4 * time.Second) // more than a lease
+	// more than a lease: heartbeats until the earliest lease held at the
+	// pause has run out
+	var leaseEnd time.Time
+	if err := pool.QueryRow(t.Context(), `SELECT min(lease_until) FROM file_intake WHERE partner_id = 'ghb'`).Scan(&leaseEnd); err != nil {
+		t.Fatal(err)
+	}
+	for past := false; !past; {
+		hb.WaitOrTimeout()
+		if err := pool.QueryRow(t.Context(), `SELECT now() > $1`, leaseEnd).Scan(&past); err != nil {
+			t.Fatal(err)
+		}
+	}
 	live := count(t, pool, `SELECT count(*) FROM file_intake WHERE partner_id = 'ghb' AND state = 'claimed' AND lease_until > now()`)
 	if err := resume(); err != nil {
 		t.Fatal(err)

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/crypto/ssh/knownhosts"
 
+	"github.com/partner-intake/partner-intake/intake"
 	"github.com/partner-intake/partner-intake/intake/ops"
 	"github.com/partner-intake/partner-intake/internal/testenv"
 	"github.com/partner-intake/partner-intake/partners"
@@ -51,6 +52,8 @@ func TestHungSiteHoldsUpNoOtherPartner(t *testing.T) {
 	hung.Config.SFTP.Keepalive = time.Hour
 	hung.Config.Poll, good.Config.Poll = "@every 1s", "@every 1s"
 	r := newRig(t, pool, "w1", hung, good)
+	polled := &intake.Signals(r.d).Polled
+	polled.Init(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	if err := r.d.Start(ctx); err != nil {
@@ -145,9 +148,13 @@ func TestHungSiteHoldsUpNoOtherPartner(t *testing.T) {
 	}
 
 	// The site answers again: the partner recovers by itself.
+	polled.Clear()
 	proxy.Thaw()
 	waitUntil(t, func() bool { return archived("hung") == 2 })
 	if st := r.d.PartnerStates()["hung"]; !st.Up {
-		waitUntil(t, func() bool { return r.d.PartnerStates()["hung"].Up })
+		polled.WaitFor(func(p intake.PollDone) bool { return p.Partner == "hung" && p.Err == nil })
+		if st := r.d.PartnerStates()["hung"]; !st.Up {
+			t.Fatalf("the hung partner polled fine after its site answered again, and is not up: %+v", st)
+		}
 	}
 }

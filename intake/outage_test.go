@@ -63,19 +63,28 @@ func testPostgresRestartDuringApply(t *testing.T, mode string) {
 	const rows = 40000
 	site.Drop(t, "orders-big.csv", testenv.OrdersCSV("B", rows))
 	r := newRig(t, pool, "w1", site)
+	retried := &intake.Signals(r.d).ChunkRetry
+	retried.Init(t)
 
 	var wg sync.WaitGroup
 	var errs []error
+	failed := make(chan struct{}, 1)
+	restarted, finished := make(chan struct{}), make(chan struct{})
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		for i := 0; i < 6; i++ { // the daemon's loop polls again after a failure
+		defer close(finished)
+		for i := 0; i < 10; i++ { // the daemon's loop polls again after a failure
 			err := r.d.PollOnce(ctx, "pgdown")
 			if err == nil {
 				return
 			}
 			errs = append(errs, err)
-			time.Sleep(500 * time.Millisecond)
+			select {
+			case failed <- struct{}{}:
+			default:
+			}
+			<-restarted // the daemon's loop backs off; here: until PostgreSQL is back
 		}
 	}()
 	waitUntil(t, func() bool {
@@ -86,10 +95,18 @@ func testPostgresRestartDuringApply(t *testing.T, mode string) {
 	if err := pg.StopServer(mode); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(2 * time.Second) // the outage
+	// the outage lasts until the apply meets it: a chunk retried or the poll failed
+	select {
+	case <-retried.C():
+	case <-failed:
+	case <-finished: // the file landed before the outage: said below
+	case <-time.After(2 * time.Minute):
+		t.Fatal("the outage never reached the apply")
+	}
 	if err := pg.StartServer(); err != nil {
 		t.Fatal(err)
 	}
+	close(restarted)
 	wg.Wait()
 	retries := testutil.ToFloat64(r.d.Metrics().ChunkRetries.WithLabelValues("pgdown"))
 	t.Logf("during the outage: %v chunk retries, %d failed polls (%v)", retries, len(errs), errs)
@@ -235,6 +252,6 @@ func waitUntil(t *testing.T, cond func() bool) {
 		if time.Now().After(deadline) {
 			t.Fatal("condition not met within 2 minutes")
 		}
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(25 * time.Millisecond)
 	}
 }

@@ -205,12 +205,8 @@ func (c *claimLoop) claimAt(ctx context.Context, cands []candidate) (walked int,
 	d, p, sess := c.d, c.p, c.sess
 	if g := groupAt(p.cfg, cands, p.cfg.Limits.MaxFilesPerPoll-c.claimed); g != nil {
 		// small files go through together (group.go)
-		ids, err := d.ledger.IntakeIDs(ctx, len(g))
-		if err != nil {
-			return 0, nil, err
-		}
 		c.nextID = 0 // allocated before this group's renames: unused now
-		ins, walked, raced, cerr := d.claimGroup(ctx, p, sess, g, ids, c.racing)
+		ins, walked, raced, cerr := d.claimGroup(ctx, p, sess, g, c.racing)
 		c.racing = c.racing || raced
 		// walked 0: the group was put back, walk it again one at a time
 		c.claimed += len(ins)
@@ -417,11 +413,19 @@ func (o *oldest[T]) sorted() []T {
 // whoever renames a file first holds the smaller id, even when two
 // replicas claim from one partner (around a change of replicas) and the
 // first one's row reaches the database last. Only a file adopted after a
-// crash gets a later id than its rename order.
+// crash gets a later id than its rename order. The rename is made under the
+// partner's claim lock, so it never falls inside another replica's group
+// (ledger.ClaimLock).
 func (d *Daemon) claim(ctx context.Context, p *partnerRT, sess *partners.Session, c candidate, id int64) (*Intake, int64, error) {
 	src := sess.Layout.Ready(c.Name)
 	dst := sess.Layout.Processing(d.cfg.WorkerID, c.Name)
-	if err := sess.Rename(src, dst); err != nil {
+	lock, err := d.ledger.LockClaims(ctx, p.cfg.ID) // see ledger.ClaimLock
+	if err != nil {
+		return nil, 0, err
+	}
+	err = sess.Rename(src, dst)
+	lock.Release()
+	if err != nil {
 		if partners.IsNotExist(err) {
 			d.metrics.claimsLost.WithLabelValues(p.cfg.ID).Inc()
 			d.peers.lost() // another replica claims here: look again who polls the partner

@@ -66,6 +66,7 @@ type mergeCounts struct {
 func (r *fileRun) mergeChunk(ctx context.Context, tx pgx.Tx, tgt *target.Table, ch *chunk, writer int64) (mergeCounts, error) {
 	var m mergeCounts
 	if err := tgt.CopyStage(ctx, tx, ch.stagePayload()); err != nil {
+		ch.dropPayload()
 		if ctx.Err() != nil {
 			return m, ctx.Err()
 		}

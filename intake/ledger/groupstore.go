@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -14,9 +15,10 @@ import (
 // another state simply drops out of the result; the caller sees which.
 
 // IntakeIDs allocates n intake ids, in ascending order, for claims about
-// to be made (see Daemon.claim on why ids come before the rename).
-func (l *Ledger) IntakeIDs(ctx context.Context, n int) ([]int64, error) {
-	rs, err := l.pool.Query(ctx, `SELECT nextval(pg_get_serial_sequence('file_intake', 'intake_id')) FROM generate_series(1, $1)`, n)
+// to be made (see Daemon.claim on why ids come before the rename), under
+// the claim lock and on its connection (see ClaimLock).
+func (c *ClaimLock) IntakeIDs(ctx context.Context, n int) ([]int64, error) {
+	rs, err := c.tx.Query(ctx, `SELECT nextval(pg_get_serial_sequence('file_intake', 'intake_id')) FROM generate_series(1, $1)`, n)
 	if err != nil {
 		return nil, fmt.Errorf("allocate intake ids: %w", err)
 	}
@@ -206,4 +208,51 @@ func (l *Ledger) HeartbeatGroup(ctx context.Context, ins []*Intake) error {
 		return fmt.Errorf("Heartbeat (group): %w", err)
 	}
 	return nil
+}
+
+// ClaimLock serializes one partner's claim renames across replicas: a
+// PostgreSQL transaction advisory lock on the partner, held from the
+// allocation of a claim's intake ids through its renames (and a racing
+// group's put-back), released before the claims are recorded. Group
+// renames go out all at once; two replicas' groups renaming at the same
+// moment would win files of one run in turns, under ids that cannot all
+// follow file age, and a group that puts its files back leaves them out of
+// ready/ for a moment, in which another replica passes them as lost and
+// claims newer files under ids smaller than theirs
+// (TestRacingGroupsKeepIdsInFileAge caught both). Under the lock every
+// rename another replica makes is before or after the whole section.
+// The section holds one connection and needs no other, so partners in
+// their sections cannot exhaust the pool between them. A transaction, not
+// a session lock: a replica stalled in its section (a GC pause, SIGSTOP, a
+// partition) is ended by idle_in_transaction_session_timeout (PoolConfig)
+// one lease later, which frees the partner's claims for the others.
+type ClaimLock struct {
+	tx pgx.Tx
+}
+
+// LockClaims enters the partner's claim section (see ClaimLock).
+func (l *Ledger) LockClaims(ctx context.Context, partner string) (*ClaimLock, error) {
+	tx, err := l.pool.Begin(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("claim lock: %w", err)
+	}
+	c := &ClaimLock{tx: tx}
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended('partner-intake/claim/' || $1, 0))`, partner); err != nil {
+		c.Release()
+		return nil, fmt.Errorf("claim lock: %w", err)
+	}
+	return c, nil
+}
+
+// Release ends the section's transaction, which unlocks (pgx closes a
+// connection whose rollback failed rather than pool it). Safe more than
+// once.
+func (c *ClaimLock) Release() {
+	if c.tx == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = c.tx.Rollback(ctx)
+	c.tx = nil
 }

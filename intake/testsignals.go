@@ -1,0 +1,28 @@
+package intake
+
+import "github.com/partner-intake/partner-intake/internal/testsignal"
+
+// testSignals are the events tests wait on instead of sleeping
+// (internal/testsignal): inert unless a test initialised them
+// (export_test.go). Each is signalled on one line at the event.
+type testSignals struct {
+	// Polled: the loop finished a poll of a partner, its gauges and state
+	// updated (daemon.go, Daemon.loop). Err is nil also when another
+	// replica polls the partner.
+	Polled testsignal.Signal[pollDone]
+	// Peers: owns read which live replicas serve each partner (affinity.go);
+	// nil when the read failed.
+	Peers testsignal.Signal[map[string][]string]
+	// GroupHeartbeat: a group's heartbeat extended its files' leases
+	// (group.go, fileGroup.heartbeat); the partner.
+	GroupHeartbeat testsignal.Signal[string]
+	// ChunkRetry: a chunk's transaction failed transiently and is retried
+	// (apply.go, fileRun.commitChunk); the partner.
+	ChunkRetry testsignal.Signal[string]
+}
+
+// pollDone is a poll the loop finished.
+type pollDone struct {
+	Partner string
+	Err     error
+}
