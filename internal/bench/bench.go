@@ -49,15 +49,22 @@ func (o Options) runs(w string) bool { return len(o.Only) == 0 || o.Only[w] }
 
 // Results are the figures of a run (bench-results.json).
 type Results struct {
-	LargeRows         int     `json:"large_rows"`
-	LargeBytes        int64   `json:"large_bytes"`
-	LargeFreshS       float64 `json:"large_fresh_s"`
-	NaiveFreshS       float64 `json:"naive_fresh_s"`
-	RatioFresh        float64 `json:"ratio_fresh"`
-	LargeReplayS      float64 `json:"large_replay_s"`
-	NaiveReplayS      float64 `json:"naive_replay_s"`
-	RatioReplay       float64 `json:"ratio_replay"`
-	DuplicateS        float64 `json:"duplicate_s"`
+	LargeRows    int     `json:"large_rows"`
+	LargeBytes   int64   `json:"large_bytes"`
+	LargeFreshS  float64 `json:"large_fresh_s"`
+	NaiveFreshS  float64 `json:"naive_fresh_s"`
+	RatioFresh   float64 `json:"ratio_fresh"`
+	LargeReplayS float64 `json:"large_replay_s"`
+	NaiveReplayS float64 `json:"naive_replay_s"`
+	RatioReplay  float64 `json:"ratio_replay"`
+	DuplicateS   float64 `json:"duplicate_s"`
+	// The physical floor (issue 17 item 3): psql \copy of the same file
+	// into an empty indexed table, and one set-based comparison of the
+	// staged file against the target with no writes.
+	FloorCopyS        float64 `json:"floor_copy_s"`
+	RatioFloor        float64 `json:"ratio_floor"`
+	FloorReplayS      float64 `json:"floor_replay_s"`
+	RatioFloorReplay  float64 `json:"ratio_floor_replay"`
 	RatioDuplicate    float64 `json:"ratio_duplicate"`
 	SmallFiles        int     `json:"small_files"`
 	SmallFilesPerS    float64 `json:"small_files_per_s"`
@@ -183,6 +190,10 @@ func Run(ctx context.Context, o Options) (*Results, error) {
 			func(r *Results) *float64 { return &r.RatioReplay },
 			func(r *Results) *float64 { return &r.DuplicateS },
 			func(r *Results) *float64 { return &r.RatioDuplicate },
+			func(r *Results) *float64 { return &r.FloorCopyS },
+			func(r *Results) *float64 { return &r.RatioFloor },
+			func(r *Results) *float64 { return &r.FloorReplayS },
+			func(r *Results) *float64 { return &r.RatioFloorReplay },
 			func(r *Results) *float64 { return &r.PeakRSSMiB1M })
 		if len(runs) > 1 {
 			res.LargeRuns = runs
@@ -255,7 +266,11 @@ CREATE TABLE bench_orders (
 CREATE TABLE naive_orders (
     partner_id text NOT NULL, order_id text NOT NULL, email text, amount numeric(12,2) NOT NULL,
     status text NOT NULL, placed_at timestamptz NOT NULL, note text, qty integer,
-    batch_id text NOT NULL, PRIMARY KEY (partner_id, order_id));`
+    batch_id text NOT NULL, PRIMARY KEY (partner_id, order_id));
+CREATE TABLE floor_orders (
+    partner_id text NOT NULL DEFAULT 'big', order_id text NOT NULL, email text, amount numeric(12,2) NOT NULL,
+    status text NOT NULL, placed_at timestamptz NOT NULL, note text, qty integer,
+    last_intake_id bigint NOT NULL DEFAULT 0, PRIMARY KEY (partner_id, order_id));`
 
 // writeCSV writes n orders-like rows (text key, email, decimal, enum,
 // timestamp, text, int), about 80 bytes each.

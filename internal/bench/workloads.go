@@ -57,6 +57,12 @@ func (e *env) large(ctx context.Context, res *Results) error {
 		return err
 	}
 	os.Remove(filepath.Join(root, "ready", "orders-naive.csv"))
+	if err := e.settle(ctx, url); err != nil {
+		return err
+	}
+	if res.FloorCopyS, err = e.floorCopy(url, src); err != nil {
+		return err
+	}
 
 	if err := drop("orders-large.csv"); err != nil {
 		return err
@@ -65,6 +71,13 @@ func (e *env) large(ctx context.Context, res *Results) error {
 		return err
 	}
 	if res.LargeFreshS, res.PeakRSSMiB1M, _, err = e.runOnce(url, cfg); err != nil {
+		return err
+	}
+	// the floor of a replay: the target now holds the file's rows
+	if err := e.settle(ctx, url); err != nil {
+		return err
+	}
+	if res.FloorReplayS, err = e.floorReplay(url, src); err != nil {
 		return err
 	}
 	if err := drop("orders-large-again.csv"); err != nil {
@@ -106,7 +119,50 @@ func (e *env) large(ctx context.Context, res *Results) error {
 	res.RatioFresh = res.LargeFreshS / res.NaiveFreshS
 	res.RatioReplay = res.LargeReplayS / res.NaiveReplayS
 	res.RatioDuplicate = res.DuplicateS / res.NaiveReplayS
+	res.RatioFloor = res.LargeFreshS / res.FloorCopyS
+	res.RatioFloorReplay = res.LargeReplayS / res.FloorReplayS
 	return nil
+}
+
+// floorCopy is the physical floor of a fresh load: psql \copy of the file,
+// already on local disk, straight into an empty table with the target's
+// primary key, in one transaction. No download, no hash, no validation, no
+// ledger: what PostgreSQL alone needs to take the rows.
+func (e *env) floorCopy(url, src string) (float64, error) {
+	return e.psqlTimed(url, fmt.Sprintf(`\set ON_ERROR_STOP on
+BEGIN;
+TRUNCATE floor_orders;
+\copy floor_orders (order_id, email, amount, status, placed_at, note, qty) FROM '%s' WITH (FORMAT csv, HEADER true)
+COMMIT;
+`, src))
+}
+
+// floorReplay is the floor of a replay: the file staged with \copy into a
+// temporary table and compared with the target in one set-based statement
+// that writes nothing (the rows that would change: none here).
+func (e *env) floorReplay(url, src string) (float64, error) {
+	return e.psqlTimed(url, fmt.Sprintf(`\set ON_ERROR_STOP on
+BEGIN;
+CREATE TEMP TABLE stage (order_id text, email text, amount numeric(12,2), status text, placed_at timestamptz, note text, qty integer) ON COMMIT DROP;
+\copy stage FROM '%s' WITH (FORMAT csv, HEADER true)
+SELECT count(*) FROM stage s LEFT JOIN bench_orders t ON t.partner_id = 'big' AND t.order_id = s.order_id
+WHERE t.order_id IS NULL OR (t.email, t.amount, t.status, t.placed_at, t.note, t.qty) IS DISTINCT FROM
+      (s.email, s.amount, s.status, s.placed_at, s.note, s.qty);
+COMMIT;
+`, src))
+}
+
+// psqlTimed runs a psql script and returns its wall time.
+func (e *env) psqlTimed(url, script string) (float64, error) {
+	sf := filepath.Join(e.dir, "floor.sql")
+	if err := os.WriteFile(sf, []byte(script), 0o600); err != nil {
+		return 0, err
+	}
+	start := time.Now()
+	if out, err := exec.Command("psql", url, "-q", "-f", sf).CombinedOutput(); err != nil {
+		return 0, fmt.Errorf("psql: %v\n%s", err, out)
+	}
+	return time.Since(start).Seconds(), nil
 }
 
 // settle makes every measured phase start from the same quiet database:
@@ -121,7 +177,7 @@ func (e *env) settle(ctx context.Context, url string) error {
 		return err
 	}
 	defer c.Close(ctx)
-	for _, q := range []string{"VACUUM ANALYZE bench_orders", "VACUUM ANALYZE naive_orders", "CHECKPOINT"} {
+	for _, q := range []string{"VACUUM ANALYZE bench_orders", "VACUUM ANALYZE naive_orders", "VACUUM ANALYZE floor_orders", "CHECKPOINT"} {
 		if _, err := c.Exec(ctx, q); err != nil {
 			return fmt.Errorf("settle: %s: %w", q, err)
 		}
@@ -564,6 +620,10 @@ func (r *Results) Table(w *os.File) {
 	row("large replay (intake)", r.LargeReplayS, "s", "")
 	row("large replay (naive)", r.NaiveReplayS, "s", "")
 	row("ratio replay", r.RatioReplay, "x", "<= 1.0")
+	row("floor: psql \\copy into an empty table", r.FloorCopyS, "s", "")
+	row("ratio fresh over floor", r.RatioFloor, "x", "<= 1.15")
+	row("floor: staged file compared, no writes", r.FloorReplayS, "s", "")
+	row("ratio replay over floor", r.RatioFloorReplay, "x", "<= 1.5")
 	row("exact duplicate (intake)", r.DuplicateS, "s", "")
 	row("ratio duplicate (vs naive rerun)", r.RatioDuplicate, "x", "<= 0.1")
 	row("small files, one daemon", r.SmallFilesPerS, "files/s", ">= 600")
