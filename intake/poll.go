@@ -325,7 +325,31 @@ func (d *Daemon) list(ctx context.Context, p *partnerRT, sess *partners.Session)
 	if err != nil {
 		return nil, nil, 0, fmt.Errorf("list %s: %w", sess.Layout.ReadyDir(), err)
 	}
-	for _, c := range keep.sorted() {
+	kept := keep.sorted()
+	var seen map[string]ledger.Seen
+	if cfg.Readiness == partners.ReadinessStable {
+		// Readiness stable: the kept candidates are recorded (the rest
+		// is forgotten, so the table holds at most max_files_per_poll
+		// names of the partner however many the directory has), and
+		// each is ready only once listings have seen it unchanged for
+		// stable_for.
+		listed := make([]ledger.Listed, len(kept))
+		for i, c := range kept {
+			listed[i] = ledger.Listed{Name: c.Name, Size: c.Size, MTime: c.MTime}
+		}
+		if seen, err = d.ledger.ObserveReady(ctx, cfg.ID, listed); err != nil {
+			return nil, nil, 0, err
+		}
+	}
+	for _, c := range kept {
+		if seen != nil {
+			s := seen[c.Name]
+			if partners.ClassifyStable(cfg, c, partners.Unchanged{Since: s.Since, Now: s.Now}) != "" {
+				total--
+				d.metrics.skipped.WithLabelValues(cfg.ID, string(partners.SkipUnstable)).Inc()
+				continue
+			}
+		}
 		if manifestMode {
 			m := c.Name + partners.ManifestSuffix
 			if !manifests.Has(sess, m) {
@@ -441,7 +465,7 @@ func (d *Daemon) claim(ctx context.Context, p *partnerRT, sess *partners.Session
 		return nil, 0, fmt.Errorf("claim %s: %w", c.Name, err)
 	}
 	in := &Intake{Partner: p.cfg.ID, Feed: c.Feed.Name, RemoteName: c.Name, ClaimedPath: dst,
-		ListedSize: c.Size, Worker: d.cfg.WorkerID}
+		ListedSize: c.Size, ListedMTime: c.MTime, Worker: d.cfg.WorkerID}
 	if c.Manifest != "" {
 		if err := sess.Rename(sess.Layout.Ready(c.Manifest), sess.Layout.Processing(d.cfg.WorkerID, c.Manifest)); err != nil && !partners.IsNotExist(err) {
 			return nil, 0, fmt.Errorf("claim manifest of %s: %w", c.Name, err)
@@ -454,6 +478,13 @@ func (d *Daemon) claim(ctx context.Context, p *partnerRT, sess *partners.Session
 			return nil, 0, nil
 		}
 		return nil, 0, err
+	}
+	if p.cfg.Readiness == partners.ReadinessStable {
+		// the name left ready/: a file written there again under it
+		// starts a clock of its own
+		if err := d.ledger.ForgetReady(ctx, p.cfg.ID, c.Name); err != nil {
+			return nil, 0, err
+		}
 	}
 	return in, next, nil
 }
@@ -564,8 +595,23 @@ func (d *Daemon) resumeOwn(ctx context.Context, p *partnerRT, sess *partners.Ses
 		if feed == nil {
 			continue
 		}
+		if p.cfg.Readiness == partners.ReadinessStable {
+			// a file whose intake ended put_back but was not renamed
+			// back into ready/ (a crash in between): put it back now
+			back, err := d.ledger.WasPutBack(ctx, p.cfg.ID, path.Join(dir, name))
+			if err != nil {
+				return err
+			}
+			if back {
+				if err := putBackFile(sess, path.Join(dir, name), name); err != nil {
+					return err
+				}
+				d.log.Info("put back a file whose earlier intake changed after its claim", "partner", p.cfg.ID)
+				continue
+			}
+		}
 		in := &Intake{Partner: p.cfg.ID, Feed: feed.Name, RemoteName: name, ClaimedPath: path.Join(dir, name),
-			ListedSize: e.Size(), Worker: d.cfg.WorkerID, ManifestName: manifest}
+			ListedSize: e.Size(), ListedMTime: e.ModTime(), Worker: d.cfg.WorkerID, ManifestName: manifest}
 		err := d.ledger.InsertClaim(ctx, in)
 		if err != nil && !errors.Is(err, ledger.ErrTracked) {
 			return err

@@ -429,6 +429,13 @@ func (r *Reconciler) rowUnclaimableReady(ctx context.Context, p *partners.Config
 		_, reason := partners.ClassifyEntry(p, e)
 		switch reason {
 		case partners.SkipDotfile, partners.SkipPartial:
+		case partners.SkipIgnored:
+			// readiness stable: an upload tool's temporary name, abandoned
+			// once untouched for stale_upload (as row 14 in incoming/)
+			if age := time.Since(e.ModTime()); age > p.Limits.StaleUpload {
+				add(Finding{Kind: KindStaleUpload, Path: path.Join(s.Layout.ReadyDir(), e.Name()), NeedsHuman: true, Action: "none",
+					Detail: fmt.Sprintf("upload under a temporary name untouched for %s (limit %s)", age.Round(time.Minute), p.Limits.StaleUpload)})
+			}
 		case partners.SkipManifest:
 			manifests.Add(e.Name())
 			delete(waiting, strings.TrimSuffix(e.Name(), partners.ManifestSuffix))
