@@ -112,6 +112,7 @@ func (m *metrics) rows(partner string, c chunkCounts) {
 
 // Metrics exposes the daemon's series for tests and the status command.
 type Metrics struct {
+	PutBack       *prometheus.CounterVec
 	FilesFinished *prometheus.CounterVec
 	ClaimsLost    *prometheus.CounterVec
 	Rows          *prometheus.CounterVec
@@ -136,5 +137,5 @@ func (d *Daemon) Metrics() Metrics {
 		Fenced: d.metrics.fenced, PollErrors: d.metrics.pollErrors, PartnerUp: d.metrics.partnerUp, Backpressure: d.metrics.backpressure,
 		ChunkRetries: d.metrics.chunkRetries, Files: d.metrics.files, Stage: d.metrics.stageSeconds, Bytes: d.metrics.bytesDownloaded,
 		HashOnly: d.metrics.hashOnly, Grouped: d.metrics.grouped, Polls: d.metrics.polls, QuotaFull: d.metrics.quotaFull,
-		Skipped: d.metrics.skipped}
+		Skipped: d.metrics.skipped, PutBack: d.metrics.putBack}
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/partner-intake/partner-intake/internal/fault"
 	"github.com/partner-intake/partner-intake/internal/testenv"
@@ -131,6 +132,7 @@ func TestStableReadinessNeverTakesAFileStillBeingWritten(t *testing.T) {
 func TestStableFileChangedAfterTheClaimIsPutBack(t *testing.T) {
 	t.Run("put back", func(t *testing.T) { testPutBack(t, false) })
 	t.Run("interrupted before the rename back", func(t *testing.T) { testPutBack(t, true) })
+	t.Run("a new file of that name already in ready", testReplacedBeforePutBack)
 }
 
 func testPutBack(t *testing.T, interrupted bool) {
@@ -191,6 +193,9 @@ func testPutBack(t *testing.T, interrupted bool) {
 	if len(fs) != 1 || fs[0].State != "put_back" || fs[0].Reason != "changed_after_claim" {
 		t.Fatalf("got %+v, want one intake put_back (changed_after_claim)", fs)
 	}
+	if n := testutil.ToFloat64(r.d.Metrics().PutBack.WithLabelValues("acme")); n != 1 {
+		t.Fatalf("intake_put_back_total %v, want 1", n)
+	}
 	if n := count(t, pool, `SELECT count(*) FROM orders WHERE partner_id = 'acme'`); n != 0 {
 		t.Fatalf("%d rows applied from a file that changed after its claim, want none", n)
 	}
@@ -215,6 +220,62 @@ func testPutBack(t *testing.T, interrupted bool) {
 		t.Fatalf("got %+v, want a second intake archived with %d rows", fs, len(rows))
 	}
 	testenv.AssertExactOrders(t, pool, "acme", len(rows), "P")
+}
+
+// The partner wrote a new file under the name into ready/ while the
+// claimed one was still written to: the claimed copy cannot go back (RENAME
+// never overwrites), so it is held in quarantine/ with the reason; the new
+// file is left alone and taken once stable.
+func testReplacedBeforePutBack(t *testing.T) {
+	_, pool := testenv.DB(t)
+	site := stableSite(t, time.Second)
+	r := newRig(t, pool, "w1", site)
+	head, rows := rowsOf(goodRows("P", 8))
+	name := "orders-20261116.csv"
+	ready := filepath.Join(site.Root, "ready", name)
+	f, err := os.OpenFile(ready, os.O_APPEND|os.O_WRONLY|os.O_CREATE, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.WriteString(head + strings.Join(rows[:5], "")); err != nil {
+		t.Fatal(err)
+	}
+	r.poll("acme")
+	waitStable(t, pool, "acme", name, time.Second)
+	resume := r.pollPaused("acme", "download:mid")
+	if _, err := f.WriteString(strings.Join(rows[5:], "")); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	fresh := goodRows("Q", 3)
+	appendTo(t, ready, fresh) // a new file: the old name was free since the claim
+	if err := resume(); err != nil {
+		t.Fatalf("poll: %v", err)
+	}
+	fs := files(t, pool, "acme")
+	if len(fs) != 1 || fs[0].State != "quarantined" || fs[0].Reason != "changed_after_claim" {
+		t.Fatalf("got %+v, want the claimed copy held (changed_after_claim)", fs)
+	}
+	if got := site.Read(t, filepath.Join("ready", name)); got != fresh {
+		t.Fatalf("the new file in ready/ was touched: %d bytes", len(got))
+	}
+	held := site.Files(t, "quarantine")
+	sort.Strings(held)
+	if len(held) != 2 || site.Read(t, filepath.Join("quarantine", held[0])) != head+strings.Join(rows, "") {
+		t.Fatalf("quarantine/ holds %v, want the claimed copy and its reason file", held)
+	}
+	r.poll("acme") // first sight of the new file
+	if fs := files(t, pool, "acme"); len(fs) != 1 {
+		t.Fatalf("the new file was taken at first sight: %+v", fs)
+	}
+	waitStable(t, pool, "acme", name, time.Second)
+	r.poll("acme")
+	fs = files(t, pool, "acme")
+	if len(fs) != 2 || fs[1].State != "archived" || fs[1].Applied != 3 {
+		t.Fatalf("got %+v, want the new file archived with 3 rows", fs)
+	}
+	testenv.AssertExactOrders(t, pool, "acme", 3, "Q")
 }
 
 // The clock lives in PostgreSQL: a daemon that starts after another one
