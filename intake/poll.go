@@ -306,10 +306,56 @@ func (d *Daemon) list(ctx context.Context, p *partnerRT, sess *partners.Session)
 	bad := newOldest(hostileBudget(cfg), func(s partners.Skipped) (time.Time, string) { return s.Info.ModTime(), s.Info.Name() })
 	var manifests partners.Manifests // manifest mode: the listing's manifests
 	total := 0
+	// claim: record: taken files stay in ready/ for ever, so what the
+	// listing passes is looked up in batches (recordBatch per statement)
+	// and files claimed already never reach the bounded sets
+	var pendC []candidate
+	var pendH []partners.Skipped
+	flush := func() error {
+		if len(pendC)+len(pendH) == 0 {
+			return nil
+		}
+		listed := make([]ledger.Listed, 0, len(pendC)+len(pendH))
+		for _, c := range pendC {
+			listed = append(listed, ledger.Listed{Name: c.Name, Size: c.Size, MTime: c.MTime})
+		}
+		for _, h := range pendH {
+			listed = append(listed, ledger.Listed{Name: recordName(h.Info.Name()), Size: h.Info.Size(), MTime: h.Info.ModTime()})
+		}
+		taken, err := d.ledger.RecordedAmong(ctx, cfg.ID, listed)
+		if err != nil {
+			return err
+		}
+		for _, c := range pendC {
+			if !taken[c.Name] {
+				total++
+				keep.push(c)
+			}
+		}
+		for _, h := range pendH {
+			if !taken[recordName(h.Info.Name())] {
+				d.metrics.skipped.WithLabelValues(cfg.ID, string(h.Reason)).Inc()
+				bad.push(h)
+			}
+		}
+		pendC, pendH = pendC[:0], pendH[:0]
+		return nil
+	}
 	err = sess.ListDir(ctx, sess.Layout.ReadyDir(), func(e os.FileInfo) error {
 		c, reason := partners.ClassifyEntry(cfg, e)
 		if reason == partners.SkipManifest && e.Mode().IsRegular() {
 			manifests.Add(e.Name())
+		}
+		if cfg.Records() && (reason == "" || partners.Hostile(reason)) {
+			if reason == "" {
+				pendC = append(pendC, c)
+			} else {
+				pendH = append(pendH, partners.Skipped{Info: e, Reason: reason})
+			}
+			if len(pendC)+len(pendH) >= recordBatch {
+				return flush()
+			}
+			return nil
 		}
 		if reason != "" {
 			d.metrics.skipped.WithLabelValues(cfg.ID, string(reason)).Inc()
@@ -322,6 +368,9 @@ func (d *Daemon) list(ctx context.Context, p *partnerRT, sess *partners.Session)
 		keep.push(c)
 		return nil
 	})
+	if err == nil {
+		err = flush()
+	}
 	if err != nil {
 		return nil, nil, 0, fmt.Errorf("list %s: %w", sess.Layout.ReadyDir(), err)
 	}
@@ -443,6 +492,9 @@ func (o *oldest[T]) sorted() []T {
 // first one's row reaches the database last. Only a file adopted after a
 // crash gets a later id than its rename order.
 func (d *Daemon) claim(ctx context.Context, p *partnerRT, sess *partners.Session, c candidate, id int64) (*Intake, int64, error) {
+	if p.cfg.Records() {
+		return d.claimRecord(ctx, p, sess, c, id)
+	}
 	src := sess.Layout.Ready(c.Name)
 	dst := sess.Layout.Processing(d.cfg.WorkerID, c.Name)
 	if err := sess.Rename(src, dst); err != nil {
@@ -495,6 +547,9 @@ func (d *Daemon) claim(ctx context.Context, p *partnerRT, sess *partners.Session
 // generated name (the original name never enters a path of ours), recorded,
 // and held in quarantine/ with a reason file and a receipt for the partner.
 func (d *Daemon) quarantineHostile(ctx context.Context, p *partnerRT, sess *partners.Session, h partners.Skipped) error {
+	if p.cfg.Records() {
+		return d.holdHostileRecord(ctx, p, sess, h)
+	}
 	var b [4]byte
 	_, _ = rand.Read(b[:])
 	gen := fmt.Sprintf("%s%s-%d-%s", partners.HostilePrefix, h.Reason, time.Now().UnixNano(), hex.EncodeToString(b[:]))
@@ -549,6 +604,12 @@ func hostileReason(claimedPath string) string {
 // dir by adoptOrphans) and resumes every live row this worker id holds (a
 // restart), taking each over with a new fencing token.
 func (d *Daemon) resumeOwn(ctx context.Context, p *partnerRT, sess *partners.Session) error {
+	if p.cfg.Records() {
+		// claim: record: nothing is ever moved, so there is no
+		// processing/ to look through; the rows say what to resume
+		p.settled = true
+		return d.resumeRows(ctx, p, sess)
+	}
 	p.statMu.Lock()
 	polling := p.polling
 	p.statMu.Unlock()
@@ -624,6 +685,13 @@ func (d *Daemon) resumeOwn(ctx context.Context, p *partnerRT, sess *partners.Ses
 	// next in this poll, a failure of it unsettles the partner again
 	// (afterPoll).
 	p.settled = true
+	return d.resumeRows(ctx, p, sess)
+}
+
+// resumeRows resumes every live row of the partner this worker id holds
+// that is due (a restart, a file waiting for its next attempt), taking
+// each over with a new fencing token.
+func (d *Daemon) resumeRows(ctx context.Context, p *partnerRT, sess *partners.Session) error {
 	// files that failed wait for their own next attempt (attempt.go)
 	live, err := d.ledger.DueOwnedBy(ctx, p.cfg.ID, d.cfg.WorkerID)
 	if err != nil {

@@ -44,6 +44,16 @@ func (r *fileRun) changedAfterClaim(got int64) (bool, error) {
 // the partner's file nor complete).
 func (r *fileRun) putBack(ctx context.Context) error {
 	in := r.in
+	if r.p.cfg.Records() {
+		// claim: record: the file never left ready/; dropping its claim
+		// (with the row's change) is the put back
+		if err := r.d.ledger.MarkPutBack(ctx, in); err != nil {
+			return err
+		}
+		r.d.metrics.putBack.WithLabelValues(in.Partner).Inc()
+		r.log.Warn("file changed after its claim; claim dropped, not applied", "reason", string(ReasonChangedAfterClaim))
+		return nil
+	}
 	if _, err := r.sess.Lstat(r.sess.Layout.Ready(in.RemoteName)); err == nil {
 		return r.hold(ctx, StateQuarantined, ReasonChangedAfterClaim, 0,
 			"the file changed after it was claimed and a new file of the same name is in ready/")

@@ -1,3 +1,4 @@
+DROP TABLE intake_record_claim;
 DELETE FROM file_intake WHERE state = 'put_back';
 ALTER TABLE file_intake DROP CONSTRAINT file_intake_state_check;
 ALTER TABLE file_intake ADD CONSTRAINT file_intake_state_check CHECK (state IN (

@@ -23,3 +23,17 @@ ALTER TABLE file_intake DROP CONSTRAINT file_intake_state_check;
 ALTER TABLE file_intake ADD CONSTRAINT file_intake_state_check CHECK (state IN (
     'claimed', 'spooled', 'applying', 'applied', 'archived', 'duplicate',
     'quarantined', 'failed_terminal', 'outcome_unknown', 'discarded', 'put_back'));
+
+-- claim: record (read-only sites): the claim lives only here. A listed file
+-- (partner, name, size, mtime) is taken once; the intake row holds its
+-- sha256. A file changed under the same name (another size or mtime) is a
+-- new claim, judged by the batch rules. A put back deletes its claim.
+CREATE TABLE intake_record_claim (
+    partner_id text        NOT NULL,
+    name       text        NOT NULL,
+    size_bytes bigint      NOT NULL,
+    mtime      timestamptz NOT NULL,
+    intake_id  bigint      NOT NULL UNIQUE,
+    claimed_at timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (partner_id, name, size_bytes, mtime)
+);

@@ -117,14 +117,14 @@ func (a Access) String() string {
 // (readiness rename, manifest and stable) claims by RENAME out of ready/
 // and writes processing/, archive/, quarantine/ and reports/: it needs
 // list, read, create and rename. An account that may list and read only
-// fits claim: record (the claim kept in PostgreSQL), which is not built
-// yet (docs/failure-matrix.md, "Partners who cannot rename").
+// fits readiness stable with claim: record (the claim kept in
+// PostgreSQL, nothing on the site moved or written).
 func (a Access) Fits() string {
 	switch {
 	case a.List == CanYes && a.Read == CanYes && a.Create == CanYes && a.Rename == CanYes:
-		return "readiness rename, manifest or stable (claims by rename)"
+		return "readiness rename, manifest or stable (claims by rename); claim: record too"
 	case a.List == CanYes && a.Read == CanYes:
-		return "only claim: record for read-only sites (not built yet: docs/failure-matrix.md \"Partners who cannot rename\"); every built mode needs create and rename"
+		return "only readiness: stable with claim: record (the claim kept in PostgreSQL; nothing on the site moved or written); claiming by rename needs create and rename"
 	case a.List == CanYes && a.Read == CanUntried:
 		return "unknown: ready/ holds no file to read and none could be created; every built mode needs read, create and rename"
 	default:

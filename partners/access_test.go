@@ -24,9 +24,9 @@ func TestProbeAccessTellsWhichModesFit(t *testing.T) {
 		{"full", "", partners.Access{List: partners.CanYes, Read: partners.CanYes, Create: partners.CanYes, Rename: partners.CanYes, Delete: partners.CanYes},
 			"readiness rename, manifest or stable"},
 		{"read-only", "-R", partners.Access{List: partners.CanYes, Read: partners.CanYes, Create: partners.CanNo, Rename: partners.CanUntried, Delete: partners.CanUntried},
-			"only claim: record"},
+			"only readiness: stable with claim: record"},
 		{"no rename or delete", "-P rename,posix-rename,remove", partners.Access{List: partners.CanYes, Read: partners.CanYes, Create: partners.CanYes, Rename: partners.CanNo, Delete: partners.CanNo},
-			"only claim: record"},
+			"only readiness: stable with claim: record"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			srv := sshd

@@ -27,6 +27,18 @@ const (
 	ReadinessStable = "stable"
 )
 
+// Claim modes: how a file is taken.
+const (
+	// ClaimRename: RENAME into processing/<worker>/ (the default).
+	ClaimRename = "rename"
+	// ClaimRecord: for read-only sites (the account may list and read,
+	// not rename or delete). The claim lives only in PostgreSQL, keyed by
+	// (partner, name, size, mtime); files are never moved and nothing is
+	// written to the site: archive and quarantine are records and spool
+	// copies. Needs readiness: stable.
+	ClaimRecord = "record"
+)
+
 // Defaults applied by SetDefaults.
 const (
 	DefaultPoll        = "@every 10s"
@@ -67,6 +79,8 @@ type Config struct {
 	Readiness string `yaml:"readiness"`
 	// Stable tunes readiness: stable (ignored otherwise).
 	Stable Stable `yaml:"stable"`
+	// Claim is "rename" (default) or "record" (read-only sites).
+	Claim string `yaml:"claim"`
 	// Concurrency is how many of the partner's files one daemon works on at
 	// once (default 4).
 	Concurrency int `yaml:"concurrency"`
@@ -183,6 +197,9 @@ func (c *Config) SetDefaults() {
 	if c.Readiness == "" {
 		c.Readiness = ReadinessRename
 	}
+	if c.Claim == "" {
+		c.Claim = ClaimRename
+	}
 	if c.Readiness == ReadinessStable {
 		if c.Stable.StableFor == 0 {
 			c.Stable.StableFor = DefaultStableFor
@@ -289,6 +306,12 @@ func (c *Config) Validate(key string) error {
 	} else if c.Stable.StableFor != 0 || c.Stable.MinAge != 0 || c.Stable.Ignore != nil {
 		return fmt.Errorf("%s.stable: only for readiness: stable", key)
 	}
+	if c.Claim != ClaimRename && c.Claim != ClaimRecord {
+		return fmt.Errorf("%s.claim: %q is not %q or %q", key, c.Claim, ClaimRename, ClaimRecord)
+	}
+	if c.Claim == ClaimRecord && c.Readiness != ReadinessStable {
+		return fmt.Errorf("%s.claim: record needs readiness: stable (a read-only site cannot publish by rename)", key)
+	}
 	dirs := c.Dirs.named()
 	for _, d := range dirs {
 		if strings.Contains(d.dir, "..") || strings.HasPrefix(d.dir, "/") || strings.ContainsAny(d.dir, "\x00\n") {
@@ -332,6 +355,10 @@ func (c *Config) Validate(key string) error {
 	}
 	return nil
 }
+
+// Records reports whether the partner's claims are records only (claim:
+// record): nothing on its site is moved or written.
+func (c *Config) Records() bool { return c.Claim == ClaimRecord }
 
 // FeedFor returns the feed whose pattern matches name, or nil.
 func (c *Config) FeedFor(name string) *Feed {

@@ -171,4 +171,22 @@ func TestStableConfigIsValidated(t *testing.T) {
 	if err := c.Validate("partners[0]"); err == nil || !strings.Contains(err.Error(), "stable") {
 		t.Fatalf("stable block under rename: %v", err)
 	}
+	c = base()
+	c.Claim = partners.ClaimRecord
+	c.SetDefaults()
+	if err := c.Validate("partners[0]"); err != nil || !c.Records() {
+		t.Fatalf("claim: record under readiness stable: %v", err)
+	}
+	c = base()
+	c.Readiness, c.Claim = partners.ReadinessRename, partners.ClaimRecord
+	c.SetDefaults()
+	if err := c.Validate("partners[0]"); err == nil || !strings.Contains(err.Error(), "claim: record needs readiness: stable") {
+		t.Fatalf("claim: record under rename: %v", err)
+	}
+	c = base()
+	c.Claim = "copy"
+	c.SetDefaults()
+	if err := c.Validate("partners[0]"); err == nil || !strings.Contains(err.Error(), ".claim") {
+		t.Fatalf("a bad claim mode: %v", err)
+	}
 }

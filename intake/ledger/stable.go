@@ -99,10 +99,19 @@ func (l *Ledger) ReadySeenCount(ctx context.Context, partner string) (int, error
 // processing path, and a crash before the rename leaves a file there that
 // WasPutBack recognises. Conditional on token and state.
 func (l *Ledger) MarkPutBack(ctx context.Context, in *Intake) error {
-	tag, err := l.pool.Exec(ctx, `UPDATE file_intake SET state = 'put_back', reason = $3, updated_at = now(), finished_at = now()
-		WHERE intake_id = $1 AND fencing_token = $2 AND state = 'claimed'`, in.ID, in.Token, string(ReasonChangedAfterClaim))
-	if err := fenced(tag, err, in, "mark put_back"); err != nil {
-		return err
+	// claim: record: the claim row goes with it, so the next stable
+	// listing claims the file afresh
+	var n int
+	err := l.pool.QueryRow(ctx, `WITH u AS (
+		    UPDATE file_intake SET state = 'put_back', reason = $3, updated_at = now(), finished_at = now()
+		    WHERE intake_id = $1 AND fencing_token = $2 AND state = 'claimed' RETURNING intake_id),
+		d AS (DELETE FROM intake_record_claim WHERE intake_id IN (SELECT intake_id FROM u))
+		SELECT count(*) FROM u`, in.ID, in.Token, string(ReasonChangedAfterClaim)).Scan(&n)
+	if err != nil {
+		return fmt.Errorf("mark put_back: %w", err)
+	}
+	if n == 0 {
+		return &FencedError{IntakeID: in.ID, Token: in.Token, Step: "mark put_back"}
 	}
 	in.State, in.Reason = StatePutBack, ReasonChangedAfterClaim
 	return nil

@@ -121,7 +121,16 @@ func (l *Ledger) InsertClaim(ctx context.Context, in *Intake) error {
 // allocated before that rename (0: a fresh one), and allocates the id for
 // the worker's next claim in the same statement (see Daemon.claim).
 func (l *Ledger) InsertClaimAt(ctx context.Context, in *Intake, id int64) (next int64, err error) {
-	row := l.pool.QueryRow(ctx, `
+	return l.insertClaim(ctx, l.pool, in, id)
+}
+
+// querier is a pool or a transaction.
+type querier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+func (l *Ledger) insertClaim(ctx context.Context, q querier, in *Intake, id int64) (next int64, err error) {
+	row := q.QueryRow(ctx, `
 		INSERT INTO file_intake (intake_id, partner_id, feed, remote_name, claimed_path, listed_size, manifest_name,
 		                         state, worker_id, lease_until, listed_mtime)
 		OVERRIDING SYSTEM VALUE
