@@ -38,6 +38,20 @@ func cmdCheck(args []string, stdout, stderr io.Writer) int {
 	}
 	for i := range cfg.Partners {
 		p := &cfg.Partners[i]
+		if p.Records() {
+			// claim: record: the site is read-only by design; it must let
+			// ready/ be listed and read, nothing more
+			a, err := partners.ProbeAccess(ctx, p)
+			switch {
+			case err != nil:
+				fail("partner "+p.ID, err)
+			case a.List != partners.CanYes || a.Read == partners.CanNo:
+				fail("partner "+p.ID, fmt.Errorf("claim: record needs ready/ listable and readable; access: %s", a))
+			default:
+				fmt.Fprintf(stdout, "ok   partner %s: host key pinned, login, ready/ listable and readable (claim: record; access: %s)\n", p.ID, a)
+			}
+			continue
+		}
 		perr := partners.Probe(ctx, p, cfg.WorkerID)
 		if perr != nil {
 			fail("partner "+p.ID, perr)
