@@ -374,6 +374,12 @@ func (d *Daemon) list(ctx context.Context, p *partnerRT, sess *partners.Session)
 	if err != nil {
 		return nil, nil, 0, fmt.Errorf("list %s: %w", sess.Layout.ReadyDir(), err)
 	}
+	if cfg.Records() {
+		// a complete listing renewed every claim whose file it saw
+		if _, err := d.ledger.ForgetRecordClaims(ctx, cfg.ID); err != nil {
+			return nil, nil, 0, err
+		}
+	}
 	kept := keep.sorted()
 	var seen map[string]ledger.Seen
 	if cfg.Readiness == partners.ReadinessStable {

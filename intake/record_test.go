@@ -172,6 +172,39 @@ func TestRecordClaimsOnAReadOnlySite(t *testing.T) {
 			t.Fatalf("the site holds %s: nothing may be written on a read-only site", e)
 		}
 	}
+
+	// bounded: a claim whose file no listing saw for 7 days is forgotten;
+	// one still listed is renewed by the listing and kept
+	if _, err := pool.Exec(context.Background(), `UPDATE intake_record_claim SET last_seen = now() - interval '8 days'`); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(filepath.Join(site.Root, "ready", "orders-20261202.csv")); err != nil {
+		t.Fatal(err)
+	}
+	b.poll("ro")
+	var left []string
+	rs, err := pool.Query(context.Background(), `SELECT name FROM intake_record_claim WHERE partner_id = 'ro' AND last_seen > now() - interval '1 hour' ORDER BY name`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rs.Next() {
+		var n string
+		rs.Scan(&n)
+		left = append(left, n)
+	}
+	rs.Close()
+	// forgotten: orders-20261202.csv (deleted) and the first version of
+	// orders-20261201.csv (replaced: its name, size and mtime are listed no more)
+	want := []string{"invoice.pdf", "orders-20261201.csv", "orders-20261203.csv", "orders-20261204.csv"}
+	if strings.Join(left, ",") != strings.Join(want, ",") {
+		t.Fatalf("claims renewed %v, want %v", left, want)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM intake_record_claim WHERE partner_id = 'ro'`); n != int64(len(want)) {
+		t.Fatalf("%d claims, want %d: the gone file's claim is forgotten", n, len(want))
+	}
+	if fs := files(t, pool, "ro"); len(fs) != 6 {
+		t.Fatalf("%d intakes after the forgetting poll, want 6", len(fs))
+	}
 }
 
 // claim: record: a file written to after its claim (the partner still

@@ -28,6 +28,10 @@ ALTER TABLE file_intake ADD CONSTRAINT file_intake_state_check CHECK (state IN (
 -- (partner, name, size, mtime) is taken once; the intake row holds its
 -- sha256. A file changed under the same name (another size or mtime) is a
 -- new claim, judged by the batch rules. A put back deletes its claim.
+-- last_seen is renewed (at most daily) by listings that still see the file;
+-- a claim of a finished intake whose file no listing saw for 7 days is
+-- forgotten (the file is gone; if the same bytes come back, the batch
+-- rules make them a duplicate).
 CREATE TABLE intake_record_claim (
     partner_id text        NOT NULL,
     name       text        NOT NULL,
@@ -35,5 +39,7 @@ CREATE TABLE intake_record_claim (
     mtime      timestamptz NOT NULL,
     intake_id  bigint      NOT NULL UNIQUE,
     claimed_at timestamptz NOT NULL DEFAULT now(),
+    last_seen  timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (partner_id, name, size_bytes, mtime)
 );
+CREATE INDEX intake_record_claim_seen ON intake_record_claim (partner_id, last_seen);

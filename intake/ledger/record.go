@@ -27,9 +27,17 @@ func (l *Ledger) RecordedAmong(ctx context.Context, partner string, files []List
 	for i, f := range files {
 		names[i], sizes[i], mtimes[i] = f.Name, f.Size, f.MTime.UTC()
 	}
-	rs, err := l.pool.Query(ctx, `SELECT u.name FROM unnest($2::text[], $3::bigint[], $4::timestamptz[]) AS u(name, size, mtime)
-		WHERE EXISTS (SELECT 1 FROM intake_record_claim r
-		              WHERE r.partner_id = $1 AND r.name = u.name AND r.size_bytes = u.size AND r.mtime = u.mtime)`,
+	// a claim seen again renews last_seen, at most once a day (so a
+	// directory of taken files costs no write at every poll)
+	rs, err := l.pool.Query(ctx, `WITH hit AS (
+		    SELECT r.name, r.size_bytes, r.mtime, r.last_seen
+		    FROM unnest($2::text[], $3::bigint[], $4::timestamptz[]) AS u(name, size, mtime)
+		    JOIN intake_record_claim r ON r.partner_id = $1 AND r.name = u.name AND r.size_bytes = u.size AND r.mtime = u.mtime),
+		touch AS (
+		    UPDATE intake_record_claim r SET last_seen = now() FROM hit h
+		    WHERE r.partner_id = $1 AND r.name = h.name AND r.size_bytes = h.size_bytes AND r.mtime = h.mtime
+		      AND h.last_seen < now() - interval '1 day')
+		SELECT name FROM hit`,
 		partner, names, sizes, mtimes)
 	if err != nil {
 		return nil, fmt.Errorf("recorded claims: %w", err)
@@ -78,4 +86,20 @@ func (l *Ledger) InsertRecordClaim(ctx context.Context, in *Intake, recordName s
 		return 0, err
 	}
 	return next, nil
+}
+
+// ForgetRecordClaims deletes the partner's claims whose file no complete
+// listing has seen for 7 days (last_seen, renewed by RecordedAmong) and
+// whose intake is no longer live: the file left ready/. The table thus
+// holds the taken files still in ready/ (and a week of the rest), not
+// every file ever taken. Called after a complete listing.
+func (l *Ledger) ForgetRecordClaims(ctx context.Context, partner string) (int64, error) {
+	tag, err := l.pool.Exec(ctx, `DELETE FROM intake_record_claim r
+		WHERE partner_id = $1 AND last_seen < now() - interval '7 days'
+		  AND NOT EXISTS (SELECT 1 FROM file_intake f WHERE f.intake_id = r.intake_id AND f.state = ANY($2))`,
+		partner, liveStates)
+	if err != nil {
+		return 0, fmt.Errorf("forget record claims: %w", err)
+	}
+	return tag.RowsAffected(), nil
 }
