@@ -1,11 +1,14 @@
 package reconcile_test
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
+	"github.com/partner-intake/partner-intake/intake"
+	"github.com/partner-intake/partner-intake/intake/ops"
 	"github.com/partner-intake/partner-intake/internal/fault"
 	"github.com/partner-intake/partner-intake/internal/sshdtest"
 	"github.com/partner-intake/partner-intake/internal/testenv"
@@ -75,5 +78,42 @@ func TestRecordClaimLeaseIsTakenOverWithoutAMove(t *testing.T) {
 	}
 	if ents, _ := os.ReadDir(root); len(ents) != 1 {
 		t.Fatalf("the site holds %d entries, want ready/ alone", len(ents))
+	}
+
+	// a held file of such a site, released by ops (the new bytes win):
+	// reopened at its place in ready/, taken over without a move, applied
+	if err := os.WriteFile(p, []byte(testenv.OrdersCSV("RN", 2)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chtimes(p, old.Add(time.Minute), old.Add(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 2; i++ { // first sight, then stable
+		if err := w2.poll(t, "ro"); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	fs = testenv.Files(t, pool, "ro")
+	if len(fs) != 2 || fs[1].State != "quarantined" || fs[1].Reason != "batch_conflict" {
+		t.Fatalf("got %+v, want the rewritten file held as batch_conflict", fs)
+	}
+	if err := ops.Release(context.Background(), pool, ops.Decision{IntakeID: fs[1].ID, Actor: "alice", Reason: "the new file is right",
+		Winner: ops.WinnerNew, Partners: []string{"ro"}, Worker: intake.OpsWorker("ops")}); err != nil {
+		t.Fatal(err)
+	}
+	w2.reconcile(t) // takes the released row over
+	if err := w2.poll(t, "ro"); err != nil {
+		t.Fatal(err)
+	}
+	fs = testenv.Files(t, pool, "ro")
+	if len(fs) != 2 || fs[1].State != "archived" || fs[1].Applied != 2 {
+		t.Fatalf("got %+v, want the released file archived with its 2 rows", fs)
+	}
+	if n := testenv.Count(t, pool, `SELECT count(*) FROM orders WHERE partner_id = 'ro' AND order_id LIKE 'RN-%'`); n != 2 {
+		t.Fatalf("%d rows of the released file, want 2", n)
+	}
+	if ents, _ := os.ReadDir(root); len(ents) != 1 {
+		t.Fatalf("the site holds %d entries after the release, want ready/ alone", len(ents))
 	}
 }
