@@ -33,6 +33,9 @@ func (r *fileRun) archive(ctx context.Context, from State, outcome Outcome, dupO
 // state the file ends in and its reason.
 func (r *fileRun) archiveRemote(ctx context.Context, outcome Outcome, dupOf int64) (State, Reason, error) {
 	in := r.in
+	if r.p.cfg.Records() {
+		return r.archiveRecord(outcome)
+	}
 	dir := r.sess.Layout.ArchiveDir(in.ClaimedAt)
 	var dst string
 	var err error

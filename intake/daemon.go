@@ -615,9 +615,11 @@ func (p *partnerRT) session(ctx context.Context, worker string) (*partners.Sessi
 	if err != nil {
 		return nil, err
 	}
-	if err := s.Layout.EnsureDirs(s.Client, worker); err != nil {
-		s.Close()
-		return nil, fmt.Errorf("partner %s: %w", p.cfg.ID, err)
+	if !p.cfg.Records() { // claim: record writes nothing on the site
+		if err := s.Layout.EnsureDirs(s.Client, worker); err != nil {
+			s.Close()
+			return nil, fmt.Errorf("partner %s: %w", p.cfg.ID, err)
+		}
 	}
 	// A site that refuses a second channel is listed whole instead
 	// (partners.Session.ListDir): claims work either way.

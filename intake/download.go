@@ -76,6 +76,21 @@ func (r *fileRun) download(ctx context.Context) error {
 		} else {
 			e, err = r.fetch(ctx, scan)
 		}
+		if r.p.cfg.Readiness == partners.ReadinessStable && in.Override == "" && !errors.Is(err, ErrRemoteLost) {
+			// the partner may still be writing into the claimed file
+			// (stable.go): a change since the listing puts it back
+			got := int64(-1)
+			if err == nil {
+				got = e.Size
+			}
+			changed, cerr := r.changedAfterClaim(got)
+			if cerr != nil {
+				return cerr
+			}
+			if changed {
+				return r.putBack(ctx)
+			}
+		}
 		if errors.Is(err, spool.ErrTooLarge) {
 			return r.hold(ctx, StateQuarantined, ReasonFileTooLarge, 0, fmt.Sprintf("the file is larger than the limit of %d bytes", r.p.cfg.Limits.MaxFileBytes))
 		}

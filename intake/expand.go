@@ -254,7 +254,7 @@ func (r *fileRun) dropExpanded(ctx context.Context) {
 // finished: the file's bytes are not read again unless ops act on it.
 func finished(s State) bool {
 	switch s {
-	case StateArchived, StateDuplicate, StateQuarantined, StateFailedTerminal, StateDiscarded:
+	case StateArchived, StateDuplicate, StateQuarantined, StateFailedTerminal, StateDiscarded, StatePutBack:
 		return true
 	}
 	return false

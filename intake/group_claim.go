@@ -13,9 +13,10 @@ import (
 // groupable reports whether a candidate can go through a group: a small
 // plain file, with no manifest, whose name gives a batch id, and too small
 // to hold more rows than one chunk (a row takes at least one byte per
-// column: its delimiters and its line end).
+// column: its delimiters and its line end). Not under readiness stable: a
+// file there is checked for changes when its own download ends.
 func groupable(p *partners.Config, c candidate) bool {
-	return c.Manifest == "" && c.Size > 0 && c.Size < smallFileBytes && c.Size <= p.Limits.MaxFileBytes &&
+	return p.Readiness != partners.ReadinessStable && c.Manifest == "" && c.Size > 0 && c.Size < smallFileBytes && c.Size <= p.Limits.MaxFileBytes &&
 		c.Size <= int64(c.Feed.ChunkRows)*int64(max(len(c.Feed.Columns), 1)) &&
 		compressionOf(c.Name) == "" && partners.ValidBatchID(c.Feed.BatchIDFromName(c.Name))
 }

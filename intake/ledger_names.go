@@ -23,6 +23,7 @@ const (
 	StateFailedTerminal = ledger.StateFailedTerminal
 	StateOutcomeUnknown = ledger.StateOutcomeUnknown
 	StateDiscarded      = ledger.StateDiscarded
+	StatePutBack        = ledger.StatePutBack
 )
 
 // FencedError: a conditional write found the row no longer this worker's.
@@ -55,6 +56,9 @@ const (
 	ReasonRejectRate       = ledger.ReasonRejectRate
 	ReasonBadBatchID       = ledger.ReasonBadBatchID
 	ReasonRemoteLost       = ledger.ReasonRemoteLost
+	// ReasonChangedAfterClaim: readiness stable, the file changed after
+	// its claim (stable.go).
+	ReasonChangedAfterClaim = ledger.ReasonChangedAfterClaim
 )
 
 // File-level reasons of the poison matrix (ledger/reasons.go).

@@ -23,6 +23,7 @@ type metrics struct {
 	fenced          *prometheus.CounterVec
 	stageSeconds    *prometheus.HistogramVec
 	remoteLost      *prometheus.CounterVec
+	putBack         *prometheus.CounterVec
 	chunkRetries    *prometheus.CounterVec
 	fileRetries     *prometheus.CounterVec
 	backpressure    prometheus.Gauge
@@ -62,6 +63,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		fenced: f.NewCounterVec(prometheus.CounterOpts{Name: "intake_fenced_writes_total", Help: "Writes refused because the worker's fencing token was stale."}, []string{"partner"}),
 		stageSeconds: f.NewHistogramVec(prometheus.HistogramOpts{Name: "intake_stage_duration_seconds", Help: "Time spent per pipeline stage (by the state it starts from).",
 			Buckets: prometheus.ExponentialBuckets(0.005, 4, 10)}, []string{"partner", "stage"}),
+		putBack:      f.NewCounterVec(prometheus.CounterOpts{Name: "intake_put_back_total", Help: "Claimed files that changed before their download ended (readiness stable) and went back to ready/ unapplied."}, []string{"partner"}),
 		remoteLost:   f.NewCounterVec(prometheus.CounterOpts{Name: "intake_remote_lost_total", Help: "Claimed files that vanished from processing/ (moved or deleted by hand)."}, []string{"partner"}),
 		chunkRetries: f.NewCounterVec(prometheus.CounterOpts{Name: "intake_chunk_retries_total", Help: "Chunk transactions retried after a transient database error."}, []string{"partner"}),
 		fileRetries:  f.NewCounterVec(prometheus.CounterOpts{Name: "intake_file_retries_total", Help: "Failed runs of a file set aside for a later attempt on its own backoff (the partner's other files go on)."}, []string{"partner"}),
@@ -110,6 +112,7 @@ func (m *metrics) rows(partner string, c chunkCounts) {
 
 // Metrics exposes the daemon's series for tests and the status command.
 type Metrics struct {
+	PutBack       *prometheus.CounterVec
 	FilesFinished *prometheus.CounterVec
 	ClaimsLost    *prometheus.CounterVec
 	Rows          *prometheus.CounterVec
@@ -134,5 +137,5 @@ func (d *Daemon) Metrics() Metrics {
 		Fenced: d.metrics.fenced, PollErrors: d.metrics.pollErrors, PartnerUp: d.metrics.partnerUp, Backpressure: d.metrics.backpressure,
 		ChunkRetries: d.metrics.chunkRetries, Files: d.metrics.files, Stage: d.metrics.stageSeconds, Bytes: d.metrics.bytesDownloaded,
 		HashOnly: d.metrics.hashOnly, Grouped: d.metrics.grouped, Polls: d.metrics.polls, QuotaFull: d.metrics.quotaFull,
-		Skipped: d.metrics.skipped}
+		Skipped: d.metrics.skipped, PutBack: d.metrics.putBack}
 }

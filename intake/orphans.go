@@ -108,6 +108,20 @@ func (d *Daemon) adoptFrom(ctx context.Context, p *partnerRT, sess *partners.Ses
 			if p.cfg.FeedFor(name) == nil {
 				continue // the reconciler reports it for a human
 			}
+			if p.cfg.Readiness == partners.ReadinessStable {
+				// the worker ended its intake put_back and stopped before
+				// the rename back into ready/ (stable.go): finish that
+				back, err := d.ledger.WasPutBack(ctx, p.cfg.ID, old)
+				if err != nil {
+					return err
+				}
+				if back {
+					if err := putBackFile(sess, old, name); err != nil {
+						return err
+					}
+					continue
+				}
+			}
 		}
 		dst := sess.Layout.Processing(d.cfg.WorkerID, name)
 		if err := sess.Rename(old, dst); err != nil {

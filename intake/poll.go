@@ -302,10 +302,56 @@ func (d *Daemon) list(ctx context.Context, p *partnerRT, sess *partners.Session)
 	bad := newOldest(hostileBudget(cfg), func(s partners.Skipped) (time.Time, string) { return s.Info.ModTime(), s.Info.Name() })
 	var manifests partners.Manifests // manifest mode: the listing's manifests
 	total := 0
+	// claim: record: taken files stay in ready/ for ever, so what the
+	// listing passes is looked up in batches (recordBatch per statement)
+	// and files claimed already never reach the bounded sets
+	var pendC []candidate
+	var pendH []partners.Skipped
+	flush := func() error {
+		if len(pendC)+len(pendH) == 0 {
+			return nil
+		}
+		listed := make([]ledger.Listed, 0, len(pendC)+len(pendH))
+		for _, c := range pendC {
+			listed = append(listed, ledger.Listed{Name: c.Name, Size: c.Size, MTime: c.MTime})
+		}
+		for _, h := range pendH {
+			listed = append(listed, ledger.Listed{Name: recordName(h.Info.Name()), Size: h.Info.Size(), MTime: h.Info.ModTime()})
+		}
+		taken, err := d.ledger.RecordedAmong(ctx, cfg.ID, listed)
+		if err != nil {
+			return err
+		}
+		for _, c := range pendC {
+			if !taken[c.Name] {
+				total++
+				keep.push(c)
+			}
+		}
+		for _, h := range pendH {
+			if !taken[recordName(h.Info.Name())] {
+				d.metrics.skipped.WithLabelValues(cfg.ID, string(h.Reason)).Inc()
+				bad.push(h)
+			}
+		}
+		pendC, pendH = pendC[:0], pendH[:0]
+		return nil
+	}
 	err = sess.ListDir(ctx, sess.Layout.ReadyDir(), func(e os.FileInfo) error {
 		c, reason := partners.ClassifyEntry(cfg, e)
 		if reason == partners.SkipManifest && e.Mode().IsRegular() {
 			manifests.Add(e.Name())
+		}
+		if cfg.Records() && (reason == "" || partners.Hostile(reason)) {
+			if reason == "" {
+				pendC = append(pendC, c)
+			} else {
+				pendH = append(pendH, partners.Skipped{Info: e, Reason: reason})
+			}
+			if len(pendC)+len(pendH) >= recordBatch {
+				return flush()
+			}
+			return nil
 		}
 		if reason != "" {
 			d.metrics.skipped.WithLabelValues(cfg.ID, string(reason)).Inc()
@@ -318,10 +364,43 @@ func (d *Daemon) list(ctx context.Context, p *partnerRT, sess *partners.Session)
 		keep.push(c)
 		return nil
 	})
+	if err == nil {
+		err = flush()
+	}
 	if err != nil {
 		return nil, nil, 0, fmt.Errorf("list %s: %w", sess.Layout.ReadyDir(), err)
 	}
-	for _, c := range keep.sorted() {
+	if cfg.Records() {
+		// a complete listing renewed every claim whose file it saw
+		if _, err := d.ledger.ForgetRecordClaims(ctx, cfg.ID); err != nil {
+			return nil, nil, 0, err
+		}
+	}
+	kept := keep.sorted()
+	var seen map[string]ledger.Seen
+	if cfg.Readiness == partners.ReadinessStable {
+		// Readiness stable: the kept candidates are recorded (the rest
+		// is forgotten, so the table holds at most max_files_per_poll
+		// names of the partner however many the directory has), and
+		// each is ready only once listings have seen it unchanged for
+		// stable_for.
+		listed := make([]ledger.Listed, len(kept))
+		for i, c := range kept {
+			listed[i] = ledger.Listed{Name: c.Name, Size: c.Size, MTime: c.MTime}
+		}
+		if seen, err = d.ledger.ObserveReady(ctx, cfg.ID, listed); err != nil {
+			return nil, nil, 0, err
+		}
+	}
+	for _, c := range kept {
+		if seen != nil {
+			s := seen[c.Name]
+			if partners.ClassifyStable(cfg, c, partners.Unchanged{Since: s.Since, Now: s.Now}) != "" {
+				total--
+				d.metrics.skipped.WithLabelValues(cfg.ID, string(partners.SkipUnstable)).Inc()
+				continue
+			}
+		}
 		if manifestMode {
 			m := c.Name + partners.ManifestSuffix
 			if !manifests.Has(sess, m) {
@@ -417,6 +496,9 @@ func (o *oldest[T]) sorted() []T {
 // partner's claim lock, so it never falls inside another replica's group
 // (ledger.ClaimLock).
 func (d *Daemon) claim(ctx context.Context, p *partnerRT, sess *partners.Session, c candidate, id int64) (*Intake, int64, error) {
+	if p.cfg.Records() {
+		return d.claimRecord(ctx, p, sess, c, id)
+	}
 	src := sess.Layout.Ready(c.Name)
 	dst := sess.Layout.Processing(d.cfg.WorkerID, c.Name)
 	lock, err := d.ledger.LockClaims(ctx, p.cfg.ID) // see ledger.ClaimLock
@@ -445,7 +527,7 @@ func (d *Daemon) claim(ctx context.Context, p *partnerRT, sess *partners.Session
 		return nil, 0, fmt.Errorf("claim %s: %w", c.Name, err)
 	}
 	in := &Intake{Partner: p.cfg.ID, Feed: c.Feed.Name, RemoteName: c.Name, ClaimedPath: dst,
-		ListedSize: c.Size, Worker: d.cfg.WorkerID}
+		ListedSize: c.Size, ListedMTime: c.MTime, Worker: d.cfg.WorkerID}
 	if c.Manifest != "" {
 		if err := sess.Rename(sess.Layout.Ready(c.Manifest), sess.Layout.Processing(d.cfg.WorkerID, c.Manifest)); err != nil && !partners.IsNotExist(err) {
 			return nil, 0, fmt.Errorf("claim manifest of %s: %w", c.Name, err)
@@ -459,6 +541,13 @@ func (d *Daemon) claim(ctx context.Context, p *partnerRT, sess *partners.Session
 		}
 		return nil, 0, err
 	}
+	if p.cfg.Readiness == partners.ReadinessStable {
+		// the name left ready/: a file written there again under it
+		// starts a clock of its own
+		if err := d.ledger.ForgetReady(ctx, p.cfg.ID, c.Name); err != nil {
+			return nil, 0, err
+		}
+	}
 	return in, next, nil
 }
 
@@ -468,6 +557,9 @@ func (d *Daemon) claim(ctx context.Context, p *partnerRT, sess *partners.Session
 // generated name (the original name never enters a path of ours), recorded,
 // and held in quarantine/ with a reason file and a receipt for the partner.
 func (d *Daemon) quarantineHostile(ctx context.Context, p *partnerRT, sess *partners.Session, h partners.Skipped) error {
+	if p.cfg.Records() {
+		return d.holdHostileRecord(ctx, p, sess, h)
+	}
 	var b [4]byte
 	_, _ = rand.Read(b[:])
 	gen := fmt.Sprintf("%s%s-%d-%s", partners.HostilePrefix, h.Reason, time.Now().UnixNano(), hex.EncodeToString(b[:]))
@@ -522,6 +614,12 @@ func hostileReason(claimedPath string) string {
 // dir by adoptOrphans) and resumes every live row this worker id holds (a
 // restart), taking each over with a new fencing token.
 func (d *Daemon) resumeOwn(ctx context.Context, p *partnerRT, sess *partners.Session) error {
+	if p.cfg.Records() {
+		// claim: record: nothing is ever moved, so there is no
+		// processing/ to look through; the rows say what to resume
+		p.settled = true
+		return d.resumeRows(ctx, p, sess)
+	}
 	p.statMu.Lock()
 	polling := p.polling
 	p.statMu.Unlock()
@@ -568,8 +666,23 @@ func (d *Daemon) resumeOwn(ctx context.Context, p *partnerRT, sess *partners.Ses
 		if feed == nil {
 			continue
 		}
+		if p.cfg.Readiness == partners.ReadinessStable {
+			// a file whose intake ended put_back but was not renamed
+			// back into ready/ (a crash in between): put it back now
+			back, err := d.ledger.WasPutBack(ctx, p.cfg.ID, path.Join(dir, name))
+			if err != nil {
+				return err
+			}
+			if back {
+				if err := putBackFile(sess, path.Join(dir, name), name); err != nil {
+					return err
+				}
+				d.log.Info("put back a file whose earlier intake changed after its claim", "partner", p.cfg.ID)
+				continue
+			}
+		}
 		in := &Intake{Partner: p.cfg.ID, Feed: feed.Name, RemoteName: name, ClaimedPath: path.Join(dir, name),
-			ListedSize: e.Size(), Worker: d.cfg.WorkerID, ManifestName: manifest}
+			ListedSize: e.Size(), ListedMTime: e.ModTime(), Worker: d.cfg.WorkerID, ManifestName: manifest}
 		err := d.ledger.InsertClaim(ctx, in)
 		if err != nil && !errors.Is(err, ledger.ErrTracked) {
 			return err
@@ -582,6 +695,13 @@ func (d *Daemon) resumeOwn(ctx context.Context, p *partnerRT, sess *partners.Ses
 	// next in this poll, a failure of it unsettles the partner again
 	// (afterPoll).
 	p.settled = true
+	return d.resumeRows(ctx, p, sess)
+}
+
+// resumeRows resumes every live row of the partner this worker id holds
+// that is due (a restart, a file waiting for its next attempt), taking
+// each over with a new fencing token.
+func (d *Daemon) resumeRows(ctx context.Context, p *partnerRT, sess *partners.Session) error {
 	// files that failed wait for their own next attempt (attempt.go)
 	live, err := d.ledger.DueOwnedBy(ctx, p.cfg.ID, d.cfg.WorkerID)
 	if err != nil {

@@ -39,6 +39,9 @@ func (r *fileRun) hold(ctx context.Context, to State, reason Reason, line int64,
 	if err := r.fence(ctx, "hold"); err != nil {
 		return err
 	}
+	if r.p.cfg.Records() {
+		return r.holdRecord(ctx, to, reason, line, detail)
+	}
 	dst, err := r.moveHeld(in.ClaimedPath, path.Join(qdir, base))
 	lost := errors.Is(err, ErrRemoteLost)
 	if err != nil && !lost {

@@ -54,7 +54,7 @@ func (d *Daemon) newRun(p *partnerRT, sess *partners.Session, in *Intake) (*file
 // terminal reports whether the worker is done with a state.
 func terminal(s State) bool {
 	switch s {
-	case StateArchived, StateDuplicate, StateQuarantined, StateFailedTerminal, StateDiscarded, StateOutcomeUnknown:
+	case StateArchived, StateDuplicate, StateQuarantined, StateFailedTerminal, StateDiscarded, StatePutBack, StateOutcomeUnknown:
 		return true
 	}
 	return false

@@ -19,6 +19,24 @@ const (
 	// ReadinessManifest: a data file in ready/ is complete only once its
 	// <name>.complete manifest exists and agrees with the downloaded bytes.
 	ReadinessManifest = "manifest"
+	// ReadinessStable: for partners who cannot rename. The partner writes
+	// straight into ready/; a file is ready once its size and mtime have
+	// not changed for stable.stable_for (observed over successive listings
+	// and remembered in PostgreSQL) and it is older than stable.min_age.
+	// Names matching stable.ignore are never taken.
+	ReadinessStable = "stable"
+)
+
+// Claim modes: how a file is taken.
+const (
+	// ClaimRename: RENAME into processing/<worker>/ (the default).
+	ClaimRename = "rename"
+	// ClaimRecord: for read-only sites (the account may list and read,
+	// not rename or delete). The claim lives only in PostgreSQL, keyed by
+	// (partner, name, size, mtime); files are never moved and nothing is
+	// written to the site: archive and quarantine are records and spool
+	// copies. Needs readiness: stable.
+	ClaimRecord = "record"
 )
 
 // Defaults applied by SetDefaults.
@@ -57,8 +75,12 @@ type Config struct {
 	Poll string `yaml:"poll"`
 	// Dirs names the remote directories.
 	Dirs Dirs `yaml:"dirs"`
-	// Readiness is "rename" (default) or "manifest".
+	// Readiness is "rename" (default), "manifest" or "stable".
 	Readiness string `yaml:"readiness"`
+	// Stable tunes readiness: stable (ignored otherwise).
+	Stable Stable `yaml:"stable"`
+	// Claim is "rename" (default) or "record" (read-only sites).
+	Claim string `yaml:"claim"`
 	// Concurrency is how many of the partner's files one daemon works on at
 	// once (default 4).
 	Concurrency int `yaml:"concurrency"`
@@ -80,6 +102,29 @@ type Config struct {
 	// quarantine/.
 	SharedSite bool `yaml:"shared_site"`
 }
+
+// Stable is how readiness: stable judges a file in ready/ complete.
+type Stable struct {
+	// StableFor is how long a file's size and mtime must stay the same,
+	// seen unchanged by listings at least this far apart (default 1m).
+	StableFor time.Duration `yaml:"stable_for"`
+	// MinAge is how old (by its mtime) a file must be (default 1m).
+	MinAge time.Duration `yaml:"min_age"`
+	// Ignore lists name patterns (path.Match globs) of files still being
+	// written that are never taken (default DefaultStableIgnore).
+	Ignore []string `yaml:"ignore"`
+}
+
+// Defaults of readiness: stable.
+const (
+	DefaultStableFor = time.Minute
+	DefaultMinAge    = time.Minute
+)
+
+// DefaultStableIgnore are the temporary names common upload tools write
+// under (WinSCP *.filepart, browsers *.crdownload, editors ~*); dotfiles
+// and *.part are skipped in every mode.
+var DefaultStableIgnore = []string{"*.part", "*.tmp", "*.temp", "*.filepart", "*.partial", "*.crdownload", "*.swp", "~*"}
 
 // SFTP is the connection to a partner's site. Exactly one of
 // PrivateKeyFile, PasswordFile, PasswordEnv is set. KnownHostsFile is
@@ -151,6 +196,20 @@ func (c *Config) SetDefaults() {
 	}
 	if c.Readiness == "" {
 		c.Readiness = ReadinessRename
+	}
+	if c.Claim == "" {
+		c.Claim = ClaimRename
+	}
+	if c.Readiness == ReadinessStable {
+		if c.Stable.StableFor == 0 {
+			c.Stable.StableFor = DefaultStableFor
+		}
+		if c.Stable.MinAge == 0 {
+			c.Stable.MinAge = DefaultMinAge
+		}
+		if c.Stable.Ignore == nil {
+			c.Stable.Ignore = append([]string(nil), DefaultStableIgnore...)
+		}
 	}
 	if c.Concurrency == 0 {
 		c.Concurrency = DefaultConcurrency
@@ -232,8 +291,26 @@ func (c *Config) Validate(key string) error {
 	if s.MaxPacket != 0 && (s.MaxPacket < MinSFTPPacket || s.MaxPacket > MaxSFTPPacket) {
 		return fmt.Errorf("%s.sftp.max_packet: %d must be 0 (auto) or between %d and %d", key, s.MaxPacket, MinSFTPPacket, MaxSFTPPacket)
 	}
-	if c.Readiness != ReadinessRename && c.Readiness != ReadinessManifest {
-		return fmt.Errorf("%s.readiness: %q is not %q or %q", key, c.Readiness, ReadinessRename, ReadinessManifest)
+	if c.Readiness != ReadinessRename && c.Readiness != ReadinessManifest && c.Readiness != ReadinessStable {
+		return fmt.Errorf("%s.readiness: %q is not %q, %q or %q", key, c.Readiness, ReadinessRename, ReadinessManifest, ReadinessStable)
+	}
+	if c.Readiness == ReadinessStable {
+		if c.Stable.StableFor <= 0 || c.Stable.MinAge < 0 {
+			return fmt.Errorf("%s.stable: stable_for must be positive and min_age not negative", key)
+		}
+		for i, pat := range c.Stable.Ignore {
+			if _, err := path.Match(pat, "x"); err != nil || pat == "" {
+				return fmt.Errorf("%s.stable.ignore[%d]: %q is not a valid name pattern", key, i, pat)
+			}
+		}
+	} else if c.Stable.StableFor != 0 || c.Stable.MinAge != 0 || c.Stable.Ignore != nil {
+		return fmt.Errorf("%s.stable: only for readiness: stable", key)
+	}
+	if c.Claim != ClaimRename && c.Claim != ClaimRecord {
+		return fmt.Errorf("%s.claim: %q is not %q or %q", key, c.Claim, ClaimRename, ClaimRecord)
+	}
+	if c.Claim == ClaimRecord && c.Readiness != ReadinessStable {
+		return fmt.Errorf("%s.claim: record needs readiness: stable (a read-only site cannot publish by rename)", key)
 	}
 	dirs := c.Dirs.named()
 	for _, d := range dirs {
@@ -278,6 +355,10 @@ func (c *Config) Validate(key string) error {
 	}
 	return nil
 }
+
+// Records reports whether the partner's claims are records only (claim:
+// record): nothing on its site is moved or written.
+func (c *Config) Records() bool { return c.Claim == ClaimRecord }
 
 // FeedFor returns the feed whose pattern matches name, or nil.
 func (c *Config) FeedFor(name string) *Feed {

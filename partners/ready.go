@@ -2,6 +2,7 @@ package partners
 
 import (
 	"os"
+	"path"
 	"sort"
 	"strings"
 	"time"
@@ -25,6 +26,8 @@ const (
 	SkipNoFeed     Skip = "no_feed"          // no feed of the partner matches the name
 	SkipNoManifest Skip = "manifest_missing"
 	SkipManifest   Skip = "manifest_file"
+	SkipIgnored    Skip = "ignored_name" // readiness stable: the name matches stable.ignore (an upload tool's temporary name)
+	SkipUnstable   Skip = "not_stable"   // readiness stable: size or mtime changed within stable_for, or younger than min_age
 )
 
 const (
@@ -65,8 +68,10 @@ type Skipped struct {
 // first) and skipped entries. READDIR attributes are lstat-like on
 // OpenSSH, so symlinks show as symlinks and are never followed; dotfiles,
 // *.part, directories and other non-regular entries, unsafe names, names no
-// feed matches, and (manifest mode) data files without their manifest are
-// skipped.
+// feed matches, (manifest mode) data files without their manifest, and
+// (stable mode) names matching stable.ignore are skipped. Stable mode's
+// clock needs what earlier listings saw: ClassifyStable judges each
+// candidate once ObserveReady has recorded this listing.
 func ClassifyReady(p *Config, ents []os.FileInfo) ([]Candidate, []Skipped) {
 	ents = append([]os.FileInfo(nil), ents...)
 	names := map[string]os.FileInfo{}
@@ -116,6 +121,8 @@ func ClassifyEntry(p *Config, e os.FileInfo) (Candidate, Skip) {
 		reason = SkipNotRegular
 	case !SafeName(name):
 		reason = SkipBadName
+	case p.Readiness == ReadinessStable && p.Ignored(name):
+		reason = SkipIgnored // after the name checks: a hostile name is held whatever it ends in
 	case p.Readiness == ReadinessManifest && strings.HasSuffix(name, ManifestSuffix):
 		reason = SkipManifest
 	}
@@ -126,6 +133,41 @@ func ClassifyEntry(p *Config, e os.FileInfo) (Candidate, Skip) {
 		}
 	}
 	return c, reason
+}
+
+// Ignored reports whether a name matches one of the partner's
+// stable.ignore patterns (readiness stable): a file an upload tool is
+// still writing under a temporary name.
+func (p *Config) Ignored(name string) bool {
+	for _, pat := range p.Stable.Ignore {
+		if ok, _ := path.Match(pat, name); ok {
+			return true
+		}
+	}
+	return false
+}
+
+// Unchanged is what PostgreSQL remembers of a candidate under readiness
+// stable (intake/ledger ObserveReady): since when successive listings saw
+// its size and mtime unchanged, and the database's clock now (shared by
+// every replica, so no replica's own clock decides).
+type Unchanged struct {
+	Since time.Time
+	Now   time.Time
+}
+
+// ClassifyStable is the verdict of readiness stable on a candidate that
+// ClassifyEntry let through: "" (ready) once listings have seen its size
+// and mtime unchanged for stable_for and its mtime is min_age old, else
+// SkipUnstable. A file first seen in this listing is never ready
+// (stable_for is positive), so a file is taken only after at least two
+// listings stable_for apart agree on it. The mtime comes from the site's
+// clock: a site clock running ahead delays min_age, never stable_for.
+func ClassifyStable(p *Config, c Candidate, u Unchanged) Skip {
+	if u.Since.IsZero() || u.Now.Sub(u.Since) < p.Stable.StableFor || u.Now.Sub(c.MTime) < p.Stable.MinAge {
+		return SkipUnstable
+	}
+	return ""
 }
 
 // SafeName reports whether a remote file name may be handled: valid UTF-8,

@@ -3,6 +3,7 @@ package partners_test
 import (
 	"io/fs"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -61,6 +62,18 @@ func TestClassifyReadyGivesEachEntryItsReason(t *testing.T) {
 			"orders-3.csv":                           partners.SkipNoManifest,
 			"orders-3.csv" + partners.ManifestSuffix: partners.SkipNotRegular,
 		}},
+		{partners.ReadinessStable, []os.FileInfo{
+			entry{"orders-1.csv", 0, at(1)},
+			entry{"orders-2.csv.tmp", 0, at(0)},
+			entry{"~orders-3.csv", 0, at(0)},
+			entry{"orders-4.csv.filepart", 0, at(0)},
+			entry{"orders-5.csv.part", 0, at(0)},
+		}, []string{"orders-1.csv"}, map[string]partners.Skip{
+			"orders-2.csv.tmp":      partners.SkipIgnored,
+			"~orders-3.csv":         partners.SkipIgnored,
+			"orders-4.csv.filepart": partners.SkipIgnored,
+			"orders-5.csv.part":     partners.SkipPartial,
+		}},
 	} {
 		p := &partners.Config{ID: "acme", Readiness: tc.readiness, Feeds: []partners.Feed{{Name: "orders", Pattern: `orders-.*\.csv`}}}
 		p.SetDefaults()
@@ -95,5 +108,85 @@ func TestClassifyReadyGivesEachEntryItsReason(t *testing.T) {
 				t.Fatalf("%s: Hostile(%q) is wrong", tc.readiness, s.Reason)
 			}
 		}
+	}
+}
+
+// Readiness stable: a candidate is ready only once listings have seen it
+// unchanged for stable_for (never at first sight) and its mtime is
+// min_age old.
+func TestClassifyStableNeedsTimeUnchangedAndAge(t *testing.T) {
+	p := &partners.Config{ID: "acme", Readiness: partners.ReadinessStable,
+		Stable: partners.Stable{StableFor: time.Minute, MinAge: 10 * time.Minute}}
+	p.SetDefaults()
+	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	old := partners.Candidate{Name: "orders-1.csv", MTime: now.Add(-time.Hour)}
+	young := partners.Candidate{Name: "orders-2.csv", MTime: now.Add(-5 * time.Minute)}
+	for _, tc := range []struct {
+		what string
+		c    partners.Candidate
+		u    partners.Unchanged
+		want partners.Skip
+	}{
+		{"first sight", old, partners.Unchanged{Since: now, Now: now}, partners.SkipUnstable},
+		{"unchanged for less than stable_for", old, partners.Unchanged{Since: now.Add(-59 * time.Second), Now: now}, partners.SkipUnstable},
+		{"unchanged for stable_for", old, partners.Unchanged{Since: now.Add(-time.Minute), Now: now}, ""},
+		{"stable but younger than min_age", young, partners.Unchanged{Since: now.Add(-time.Hour), Now: now}, partners.SkipUnstable},
+		{"never recorded", old, partners.Unchanged{}, partners.SkipUnstable},
+	} {
+		if got := partners.ClassifyStable(p, tc.c, tc.u); got != tc.want {
+			t.Errorf("%s: got %q, want %q", tc.what, got, tc.want)
+		}
+	}
+	if len(p.Stable.Ignore) == 0 {
+		t.Fatal("no default ignore patterns")
+	}
+}
+
+// The stable block is validated: a bad pattern or a zero stable_for is
+// named, and the block is refused under another readiness.
+func TestStableConfigIsValidated(t *testing.T) {
+	base := func() partners.Config {
+		return partners.Config{ID: "acme", Readiness: partners.ReadinessStable,
+			SFTP:  partners.SFTP{Address: "h:22", User: "u", PasswordEnv: "P", KnownHostsFile: "k"},
+			Feeds: []partners.Feed{{Name: "orders", Pattern: `orders-.*\.csv`, Target: "orders", Key: []string{"id"}, Columns: []partners.Column{{Name: "id", Type: partners.TypeText, Required: true}}}}}
+	}
+	c := base()
+	c.SetDefaults()
+	if err := c.Validate("partners[0]"); err != nil {
+		t.Fatalf("defaults: %v", err)
+	}
+	if c.Stable.StableFor != partners.DefaultStableFor || c.Stable.MinAge != partners.DefaultMinAge {
+		t.Fatalf("defaults %+v", c.Stable)
+	}
+	c = base()
+	c.Stable.Ignore = []string{"[x"}
+	c.SetDefaults()
+	if err := c.Validate("partners[0]"); err == nil || !strings.Contains(err.Error(), "stable.ignore[0]") {
+		t.Fatalf("bad pattern: %v", err)
+	}
+	c = base()
+	c.Readiness = partners.ReadinessRename
+	c.Stable.StableFor = time.Minute
+	c.SetDefaults()
+	if err := c.Validate("partners[0]"); err == nil || !strings.Contains(err.Error(), "stable") {
+		t.Fatalf("stable block under rename: %v", err)
+	}
+	c = base()
+	c.Claim = partners.ClaimRecord
+	c.SetDefaults()
+	if err := c.Validate("partners[0]"); err != nil || !c.Records() {
+		t.Fatalf("claim: record under readiness stable: %v", err)
+	}
+	c = base()
+	c.Readiness, c.Claim = partners.ReadinessRename, partners.ClaimRecord
+	c.SetDefaults()
+	if err := c.Validate("partners[0]"); err == nil || !strings.Contains(err.Error(), "claim: record needs readiness: stable") {
+		t.Fatalf("claim: record under rename: %v", err)
+	}
+	c = base()
+	c.Claim = "copy"
+	c.SetDefaults()
+	if err := c.Validate("partners[0]"); err == nil || !strings.Contains(err.Error(), ".claim") {
+		t.Fatalf("a bad claim mode: %v", err)
 	}
 }

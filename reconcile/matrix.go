@@ -45,6 +45,18 @@ func (r *Reconciler) partner(ctx context.Context, p *partners.Config) ([]Finding
 	defer sess.Close()
 	stop := sess.CloseWhenDone(ctx) // the partner's deadline (reconciler.go)
 	defer stop()
+	if p.Records() {
+		// claim: record (a read-only site): nothing was moved or written
+		// there, so the rows about processing/, archive/, quarantine/ and
+		// published reports have nothing to look at; expired leases are
+		// taken over without a move
+		errs = append(errs,
+			r.rowExpiredLeases(ctx, p, sess, add),
+			r.rowStaleUploads(p, sess, add),
+			r.rowUnclaimableReady(ctx, p, sess, add),
+		)
+		return fs, errors.Join(errs...)
+	}
 	if err := sess.Layout.EnsureDirs(sess.Client, r.worker); err != nil {
 		return fs, errors.Join(append(errs, err)...)
 	}
@@ -214,6 +226,9 @@ func (r *Reconciler) rowExpiredLeases(ctx context.Context, p *partners.Config, s
 			name = path.Base(old.ClaimedPath) // a hostile entry's name never enters our paths: keep its generated one
 		}
 		dst := s.Layout.Processing(r.worker, name)
+		if p.Records() {
+			dst = old.ClaimedPath // claim: record: the file stays where it is
+		}
 		in, err := r.ledger.TakeOver(ctx, old, r.worker, dst)
 		var fe *intake.FencedError
 		if errors.As(err, &fe) {
@@ -226,6 +241,11 @@ func (r *Reconciler) rowExpiredLeases(ctx context.Context, p *partners.Config, s
 		}
 		f := Finding{Kind: KindLeaseExpired, IntakeID: in.ID, Path: old.ClaimedPath,
 			Action: fmt.Sprintf("taken over from %s in state %s with fencing token %d", old.Worker, old.State, in.Token)}
+		if p.Records() {
+			add(f)
+			r.takenOver(p.ID)
+			continue
+		}
 		if err := moveClaim(s, old.ClaimedPath, dst); err != nil {
 			f.Detail = "the file is not in processing/ any more: " + pgerr.Redact(err)
 			add(Finding{Kind: KindRemoteMissing, IntakeID: in.ID, Path: old.ClaimedPath,
@@ -429,6 +449,13 @@ func (r *Reconciler) rowUnclaimableReady(ctx context.Context, p *partners.Config
 		_, reason := partners.ClassifyEntry(p, e)
 		switch reason {
 		case partners.SkipDotfile, partners.SkipPartial:
+		case partners.SkipIgnored:
+			// readiness stable: an upload tool's temporary name, abandoned
+			// once untouched for stale_upload (as row 14 in incoming/)
+			if age := time.Since(e.ModTime()); age > p.Limits.StaleUpload {
+				add(Finding{Kind: KindStaleUpload, Path: path.Join(s.Layout.ReadyDir(), e.Name()), NeedsHuman: true, Action: "none",
+					Detail: fmt.Sprintf("upload under a temporary name untouched for %s (limit %s)", age.Round(time.Minute), p.Limits.StaleUpload)})
+			}
 		case partners.SkipManifest:
 			manifests.Add(e.Name())
 			delete(waiting, strings.TrimSuffix(e.Name(), partners.ManifestSuffix))
@@ -438,6 +465,9 @@ func (r *Reconciler) rowUnclaimableReady(ctx context.Context, p *partners.Config
 				waiting[e.Name()] = e
 			}
 		default:
+			if p.Records() {
+				break // claim: record: a hostile entry is held as a record and stays; open quarantine says so
+			}
 			if time.Since(e.ModTime()) >= unclaimableAfter {
 				found = append(found, partners.Skipped{Info: e, Reason: reason})
 			}

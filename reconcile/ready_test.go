@@ -70,3 +70,37 @@ func TestOverdueDataFilesWithoutManifestAreReported(t *testing.T) {
 		}
 	}
 }
+
+// Row 15 under readiness stable: a file under an upload tool's temporary
+// name (stable.ignore) is an upload in progress, not an unclaimable entry;
+// one untouched past stale_upload is an abandoned upload (stale_upload),
+// as row 14 says of incoming/.
+func TestAbandonedTemporaryNamesInStableModeAreStaleUploads(t *testing.T) {
+	_, pool := testenv.DB(t)
+	site := testenv.NewSite(t, "stab")
+	site.Config.Readiness = partners.ReadinessStable
+	site.Config.Stable = partners.Stable{StableFor: time.Hour}
+	old := time.Now().Add(-partners.DefaultStaleUpload - time.Hour)
+	for name, mtime := range map[string]time.Time{"orders-1.csv.filepart": old, "orders-2.csv.tmp": time.Now()} {
+		p := filepath.Join(site.Root, "ready", name)
+		if err := os.WriteFile(p, []byte("x"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chtimes(p, mtime, mtime); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w1 := newNode(t, pool, "w1", t.TempDir(), site)
+	var got []string
+	for _, f := range w1.reconcile(t) {
+		if f.Kind == reconcile.KindUnclaimableReady {
+			t.Fatalf("an ignored name reported as unclaimable: %+v", f)
+		}
+		if f.Kind == reconcile.KindStaleUpload {
+			got = append(got, f.Path)
+		}
+	}
+	if want := filepath.Join(site.Config.SFTP.Root, "ready", "orders-1.csv.filepart"); len(got) != 1 || got[0] != want {
+		t.Fatalf("stale uploads %q, want only %q", got, want)
+	}
+}

@@ -38,11 +38,41 @@ func cmdCheck(args []string, stdout, stderr io.Writer) int {
 	}
 	for i := range cfg.Partners {
 		p := &cfg.Partners[i]
-		if err := partners.Probe(ctx, p, cfg.WorkerID); err != nil {
-			fail("partner "+p.ID, err)
+		if p.Records() {
+			// claim: record: the site is read-only by design; it must let
+			// ready/ be listed and read, nothing more
+			a, err := partners.ProbeAccess(ctx, p)
+			switch {
+			case err != nil:
+				fail("partner "+p.ID, err)
+			case a.List != partners.CanYes || a.Read == partners.CanNo:
+				fail("partner "+p.ID, fmt.Errorf("claim: record needs ready/ listable and readable; access: %s", a))
+			default:
+				fmt.Fprintf(stdout, "ok   partner %s: host key pinned, login, ready/ listable and readable (claim: record; access: %s)\n", p.ID, a)
+			}
 			continue
 		}
-		fmt.Fprintf(stdout, "ok   partner %s: host key pinned, login, directories writable, rename never overwrites\n", p.ID)
+		perr := partners.Probe(ctx, p, cfg.WorkerID)
+		if perr != nil {
+			fail("partner "+p.ID, perr)
+		} else {
+			fmt.Fprintf(stdout, "ok   partner %s: host key pinned, login, directories writable, rename never overwrites\n", p.ID)
+		}
+		if partners.IsHostKeyMismatch(perr) {
+			continue // nothing more is asked of a site that is not the pinned one
+		}
+		// what the account may do in ready/, and which modes that fits
+		a, err := partners.ProbeAccess(ctx, p)
+		if err != nil {
+			if perr == nil {
+				fail("partner "+p.ID+" access", err)
+			}
+			continue
+		}
+		fmt.Fprintf(stdout, "     partner %s access in ready/: %s; fits %s\n", p.ID, a, a.Fits())
+		if a.Left != "" {
+			fmt.Fprintf(stdout, "     partner %s: could not delete the probe file %s; delete it by hand\n", p.ID, a.Left)
+		}
 	}
 	url, err := cfg.DatabaseURL()
 	if err != nil {

@@ -2,10 +2,14 @@ package main
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/partner-intake/partner-intake/internal/sshdtest"
 	"github.com/partner-intake/partner-intake/internal/testenv"
+	"github.com/partner-intake/partner-intake/partners"
 )
 
 // `intake check` compares each feed column with its target column: a
@@ -54,5 +58,52 @@ func TestCheckComparesFeedColumnsWithTheTarget(t *testing.T) {
 	code, out = runCLI("check", "--config", cfg)
 	if code != 0 || !strings.Contains(out, "warn partner colcheck feed orders column qty: CHECK constraint qty_positive") {
 		t.Fatalf("check with a CHECK constraint exited %d, want 0 and a warning:\n%s", code, out)
+	}
+}
+
+// `intake check` on a read-only account (internal-sftp -R): under the
+// default claim by rename it fails and says the account fits only claim:
+// record; configured with readiness stable and claim: record it passes.
+func TestCheckSaysAReadOnlySiteFitsClaimRecord(t *testing.T) {
+	url, _ := testenv.DB(t)
+	t.Setenv("INTAKE_DATABASE_URL", url)
+	srv, err := sshdtest.StartSFTP("-R")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Close() })
+	root, err := srv.PartnerRoot("rocheck")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(root, "ready"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "ready", "orders-1.csv"), []byte(testenv.OrdersHeader), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	site := &testenv.Site{Root: root, Config: partners.Config{ID: "rocheck", SFTP: partners.SFTP{Address: srv.Addr,
+		User: srv.User, PrivateKeyFile: srv.ClientKeyFile, KnownHostsFile: srv.KnownHostsFile, Root: root}}}
+	cfg := writeConfig(t, site, srv.KnownHostsFile)
+	code, out := runCLI("check", "--config", cfg)
+	if code != 1 || !strings.Contains(out, "FAIL partner rocheck") ||
+		!strings.Contains(out, "access in ready/: list yes, read yes, create no") ||
+		!strings.Contains(out, "fits only readiness: stable with claim: record") {
+		t.Fatalf("check of a read-only site under claim by rename exited %d:\n%s", code, out)
+	}
+	b, err := os.ReadFile(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := strings.Replace(string(b), "    sftp:\n", "    readiness: stable\n    claim: record\n    sftp:\n", 1)
+	if err := os.WriteFile(cfg, []byte(rec), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, out = runCLI("check", "--config", cfg)
+	if code != 0 || !strings.Contains(out, "ok   partner rocheck: host key pinned, login, ready/ listable and readable (claim: record") {
+		t.Fatalf("check of a read-only site under claim: record exited %d:\n%s", code, out)
+	}
+	if ents, _ := os.ReadDir(filepath.Join(root, "ready")); len(ents) != 1 {
+		t.Fatalf("ready/ holds %d entries after check, want the partner's file alone", len(ents))
 	}
 }

@@ -115,7 +115,8 @@ func TestCheckMigrateAndRunOnce(t *testing.T) {
 		t.Fatalf("check exited %d:\n%s", code, out)
 	}
 	for _, w := range []string{"ok   partner cli", "rename never overwrites", "ok   database", "target orders",
-		"rows travel as COPY binary", "matched by index range"} {
+		"rows travel as COPY binary", "matched by index range",
+		"partner cli access in ready/: list yes, read yes, create yes, rename yes, delete yes; fits readiness rename"} {
 		if !strings.Contains(out, w) {
 			t.Fatalf("check output lacks %q:\n%s", w, out)
 		}

@@ -192,7 +192,7 @@ func (l *Ledger) RecordAttempt(ctx context.Context, in *Intake, lastErr string, 
 func (l *Ledger) DataInUse(ctx context.Context, in *Intake) (bool, error) {
 	var busy bool
 	err := l.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM file_intake WHERE partner_id = $1 AND data_sha256 = $2
-		AND intake_id <> $3 AND state NOT IN ('archived', 'duplicate', 'quarantined', 'failed_terminal', 'discarded'))`,
+		AND intake_id <> $3 AND state NOT IN ('archived', 'duplicate', 'quarantined', 'failed_terminal', 'discarded', 'put_back'))`,
 		in.Partner, in.DataSHA256, in.ID).Scan(&busy)
 	return busy, err
 }

@@ -9,7 +9,7 @@ import (
 // flight or held for ops still needs is touched.
 
 // finishedStates are the states a file no longer leaves by itself.
-const finishedStates = `('archived', 'duplicate', 'failed_terminal', 'discarded')`
+const finishedStates = `('archived', 'duplicate', 'failed_terminal', 'discarded', 'put_back')`
 
 // PurgeRowIssues deletes the row issues of the partner's files finished
 // before cutoff.

@@ -160,7 +160,7 @@ func (l *Ledger) ApplyingFiles(ctx context.Context, partners []string) ([]Applyi
 
 // endedStates are the states a file ends in (a held one until ops decide).
 var endedStates = []string{string(StateArchived), string(StateDuplicate), string(StateQuarantined),
-	string(StateFailedTerminal), string(StateDiscarded)}
+	string(StateFailedTerminal), string(StateDiscarded), string(StatePutBack)}
 
 // Finished lists the files of every partner that ended, with an id above
 // after, oldest first (the demo's summary).

@@ -26,6 +26,10 @@ const (
 	StateFailedTerminal State = "failed_terminal"
 	StateOutcomeUnknown State = "outcome_unknown"
 	StateDiscarded      State = "discarded"
+	// StatePutBack: readiness stable, the file changed after its claim
+	// (size or mtime differ when the download ends); it went back to
+	// ready/ unapplied and a later poll takes it again as a new intake.
+	StatePutBack State = "put_back"
 )
 
 // liveStates are the states in which a worker owns the file.
@@ -74,6 +78,10 @@ type Intake struct {
 	// bytes of a compressed file, else the file's own.
 	DataSHA256 string
 	DataSize   int64
+	// ListedMTime is the file's mtime in the listing it was claimed from
+	// (zero when unknown): readiness stable checks it when the download
+	// ends.
+	ListedMTime time.Time
 }
 
 const intakeColumns = `intake_id, fencing_token, partner_id, feed, remote_name, claimed_path,
@@ -82,17 +90,21 @@ const intakeColumns = `intake_id, fencing_token, partner_id, feed, remote_name, 
 	coalesce(rows_total, 0), rows_applied, rows_unchanged, rows_rejected, rows_conflict, chunks_done,
 	coalesce(archive_path, ''), coalesce(receipt_path, ''), coalesce(rejects_path, ''),
 	coalesce(release_override, ''), coalesce(replay_of, 0),
-	coalesce(data_sha256, content_sha256, ''), coalesce(data_size, size_bytes, 0)`
+	coalesce(data_sha256, content_sha256, ''), coalesce(data_size, size_bytes, 0), listed_mtime`
 
 func scanIntake(r pgx.Row, extra ...any) (*Intake, error) {
 	in := &Intake{}
 	var st, reason string
+	var mtime *time.Time
 	err := r.Scan(append([]any{&in.ID, &in.Token, &in.Partner, &in.Feed, &in.RemoteName, &in.ClaimedPath,
 		&in.ManifestName, &in.ListedSize, &in.BatchID, &in.SHA256,
 		&in.Size, &in.ExpectedRows, &st, &reason, &in.Worker, &in.ClaimedAt,
 		&in.RowsTotal, &in.RowsApplied, &in.RowsUnchanged, &in.RowsRejected, &in.RowsConflict, &in.ChunksDone,
-		&in.ArchivePath, &in.ReceiptPath, &in.RejectsPath, &in.Override, &in.ReplayOf, &in.DataSHA256, &in.DataSize}, extra...)...)
+		&in.ArchivePath, &in.ReceiptPath, &in.RejectsPath, &in.Override, &in.ReplayOf, &in.DataSHA256, &in.DataSize, &mtime}, extra...)...)
 	in.State, in.Reason = State(st), Reason(reason)
+	if mtime != nil {
+		in.ListedMTime = *mtime
+	}
 	return in, err
 }
 
@@ -109,17 +121,26 @@ func (l *Ledger) InsertClaim(ctx context.Context, in *Intake) error {
 // allocated before that rename (0: a fresh one), and allocates the id for
 // the worker's next claim in the same statement (see Daemon.claim).
 func (l *Ledger) InsertClaimAt(ctx context.Context, in *Intake, id int64) (next int64, err error) {
-	row := l.pool.QueryRow(ctx, `
+	return l.insertClaim(ctx, l.pool, in, id)
+}
+
+// querier is a pool or a transaction.
+type querier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+func (l *Ledger) insertClaim(ctx context.Context, q querier, in *Intake, id int64) (next int64, err error) {
+	row := q.QueryRow(ctx, `
 		INSERT INTO file_intake (intake_id, partner_id, feed, remote_name, claimed_path, listed_size, manifest_name,
-		                         state, worker_id, lease_until)
+		                         state, worker_id, lease_until, listed_mtime)
 		OVERRIDING SYSTEM VALUE
 		VALUES (coalesce(nullif($9::bigint, 0), nextval(pg_get_serial_sequence('file_intake', 'intake_id'))),
-		        $1, $2, $3, $4, $5, nullif($6, ''), 'claimed', $7, now() + $8::interval)
+		        $1, $2, $3, $4, $5, nullif($6, ''), 'claimed', $7, now() + $8::interval, $10)
 		ON CONFLICT (partner_id, claimed_path)
 		    WHERE state IN ('claimed', 'spooled', 'applying', 'applied', 'outcome_unknown')
 		    DO NOTHING
 		RETURNING `+intakeColumns+`, nextval(pg_get_serial_sequence('file_intake', 'intake_id'))`,
-		in.Partner, in.Feed, in.RemoteName, in.ClaimedPath, in.ListedSize, in.ManifestName, in.Worker, l.lease, id)
+		in.Partner, in.Feed, in.RemoteName, in.ClaimedPath, in.ListedSize, in.ManifestName, in.Worker, l.lease, id, nullTime(in.ListedMTime))
 	got, err := scanIntake(row, &next)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return 0, ErrTracked

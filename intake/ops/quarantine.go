@@ -172,6 +172,9 @@ func PublishDecision(ctx context.Context, db *pgxpool.Pool, parts []partners.Con
 		if in == nil || in.State != intake.StateDiscarded || in.ReceiptPath != "" {
 			continue
 		}
+		if parts[i].Records() {
+			return nil // claim: record: nothing is written on a read-only site
+		}
 		s, err := partners.Dial(ctx, &parts[i])
 		if err != nil {
 			return err

@@ -34,10 +34,15 @@ type Server struct {
 	cmd            *exec.Cmd
 	exited         chan struct{}
 	logFile        string
+	sftpArgs       string // internal-sftp's flags, e.g. "-R" (read-only)
 }
 
 // Start runs sshd in a new temporary directory.
-func Start() (*Server, error) {
+func Start() (*Server, error) { return StartSFTP("") }
+
+// StartSFTP runs sshd whose internal-sftp takes flags: "-R" (a read-only
+// account), "-P rename,posix-rename" (requests refused), see sftp-server(8).
+func StartSFTP(flags string) (*Server, error) {
 	sshd, err := syspkg.Find([]string{"/usr/sbin/sshd"}, "openssh-server", "openssh-sftp-server")
 	if err != nil {
 		return nil, err
@@ -50,7 +55,7 @@ func Start() (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{Dir: dir, User: u.Username, exited: make(chan struct{})}
+	s := &Server{Dir: dir, User: u.Username, exited: make(chan struct{}), sftpArgs: flags}
 	hostPub, err := keygen.Write(filepath.Join(dir, "host_ed25519"))
 	if err != nil {
 		return nil, err
@@ -103,8 +108,8 @@ func (s *Server) start(sshd string) error {
 		"PermitRootLogin prohibit-password",
 		"AllowTcpForwarding no",
 		"X11Forwarding no",
-		"Subsystem sftp internal-sftp",
-		"ForceCommand internal-sftp",
+		strings.TrimSpace("Subsystem sftp internal-sftp " + s.sftpArgs),
+		strings.TrimSpace("ForceCommand internal-sftp " + s.sftpArgs),
 		"MaxStartups 100:30:200",
 		"MaxSessions 50",
 		"LogLevel ERROR",

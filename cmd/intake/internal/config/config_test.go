@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/partner-intake/partner-intake/partners"
 )
@@ -25,6 +26,24 @@ func TestExampleConfigIsValid(t *testing.T) {
 	}
 	if f.Partners[0].GroupFiles != partners.DefaultGroupFiles {
 		t.Fatalf("group_files %d, want %d", f.Partners[0].GroupFiles, partners.DefaultGroupFiles)
+	}
+}
+
+// The example's commented stable block, switched on, loads as documented.
+func TestExampleStableBlockLoads(t *testing.T) {
+	s := strings.Replace(example(t), "readiness: rename ", "readiness: stable ", 1)
+	s = strings.Replace(s, "    #   stable_for:", "      stable_for:", 1)
+	s = strings.Replace(s, "    #   min_age:", "      min_age:", 1)
+	s = strings.Replace(s, "    #   ignore:", "      ignore:", 1)
+	s = strings.Replace(s, "\n    # stable:", "\n    stable:", 1)
+	f, err := Parse([]byte(s))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := f.Partners[0].Stable
+	if f.Partners[0].Readiness != partners.ReadinessStable || st.StableFor != time.Minute || st.MinAge != time.Minute ||
+		strings.Join(st.Ignore, ",") != strings.Join(partners.DefaultStableIgnore, ",") {
+		t.Fatalf("got %s %+v", f.Partners[0].Readiness, st)
 	}
 }
 

@@ -1,0 +1,97 @@
+package intake
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/partner-intake/partner-intake/intake/ledger"
+	"github.com/partner-intake/partner-intake/partners"
+)
+
+// claim: record, for read-only sites (the account may list and read, not
+// rename or delete): the claim lives only in PostgreSQL
+// (intake_record_claim: partner, name, size, mtime; the intake row holds
+// the sha256), files are never moved and nothing is written on the site.
+// A file is taken once per (name, size, mtime); a file changed under the
+// same name is a new claim, judged by the batch rules. Archive and
+// quarantine are records, and the bytes are the spool's copy (kept for
+// retention.spool). Readiness is stable (partners/config.go).
+
+// recordBatch is how many entries of a listing one lookup of the claim
+// table takes (intake/poll.go list).
+const recordBatch = 512
+
+// recordName is the name a claim is recorded under: the name itself, or
+// an unsafe one quoted (names with invalid UTF-8 cannot be stored).
+func recordName(name string) string { return printableName(name) }
+
+// claimRecord claims a candidate by recording it: no RENAME, the claimed
+// path is the file in ready/. A file recorded already (another replica
+// won, or a live intake still holds its name) is skipped.
+func (d *Daemon) claimRecord(ctx context.Context, p *partnerRT, sess *partners.Session, c candidate, id int64) (*Intake, int64, error) {
+	in := &Intake{Partner: p.cfg.ID, Feed: c.Feed.Name, RemoteName: c.Name, ClaimedPath: sess.Layout.Ready(c.Name),
+		ListedSize: c.Size, ListedMTime: c.MTime, Worker: d.cfg.WorkerID}
+	next, err := d.ledger.InsertRecordClaim(ctx, in, c.Name, id)
+	if errors.Is(err, ledger.ErrTracked) {
+		d.metrics.claimsLost.WithLabelValues(p.cfg.ID).Inc()
+		return nil, 0, nil
+	}
+	if err != nil {
+		return nil, 0, err
+	}
+	if err := d.ledger.ForgetReady(ctx, p.cfg.ID, c.Name); err != nil {
+		return nil, 0, err
+	}
+	return in, next, nil
+}
+
+// holdHostileRecord holds a hostile entry of a read-only site: recorded
+// (so it is held once, not at every listing) under a generated claimed
+// path that names no file, and held unread like any hostile entry.
+func (d *Daemon) holdHostileRecord(ctx context.Context, p *partnerRT, sess *partners.Session, h partners.Skipped) error {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	gen := fmt.Sprintf("%s%s-%d-%s", partners.HostilePrefix, h.Reason, time.Now().UnixNano(), hex.EncodeToString(b[:]))
+	in := &Intake{Partner: p.cfg.ID, Feed: NoFeed, RemoteName: printableName(h.Info.Name()), ClaimedPath: sess.Layout.Ready(gen),
+		ListedSize: h.Info.Size(), ListedMTime: h.Info.ModTime(), Worker: d.cfg.WorkerID}
+	if _, err := d.ledger.InsertRecordClaim(ctx, in, recordName(h.Info.Name()), 0); err != nil {
+		if errors.Is(err, ledger.ErrTracked) {
+			return nil
+		}
+		return err
+	}
+	return d.runFile(ctx, p, sess, in)
+}
+
+// holdRecord holds a file of a read-only site: the quarantine record
+// (intake_quarantine, ops decide as for any held file) names the file
+// where it is, in ready/ (a hostile entry: none); no reason file and no
+// receipt are written (the site takes no writes); the log says why.
+func (r *fileRun) holdRecord(ctx context.Context, to State, reason Reason, line int64, detail string) error {
+	in := r.in
+	in.ArchivePath = in.ClaimedPath
+	if in.Feed == NoFeed {
+		in.ArchivePath = ""
+	}
+	if err := r.d.ledger.Finish(ctx, in, in.State, to, reason); err != nil {
+		return err
+	}
+	r.d.metrics.finished(in.Partner, string(to))
+	r.log.Warn("file held (claim: record: nothing moved on the site)", "state", to, "reason", reason, "line", line, "detail", detail)
+	return nil
+}
+
+// archiveRecord finishes a file of a read-only site: nothing is moved and
+// no receipt is written; the row is the record and the spool keeps the
+// bytes for retention.spool.
+func (r *fileRun) archiveRecord(outcome Outcome) (State, Reason, error) {
+	r.in.ArchivePath = ""
+	if outcome == OutcomeDuplicate {
+		return StateDuplicate, ReasonDuplicate, nil
+	}
+	return StateArchived, "", nil
+}

@@ -1,0 +1,95 @@
+package intake
+
+import (
+	"context"
+	"fmt"
+	"path"
+	"time"
+
+	"github.com/partner-intake/partner-intake/internal/fault"
+	"github.com/partner-intake/partner-intake/partners"
+)
+
+// Readiness stable (partners/ready.go ClassifyStable): a partner who
+// cannot rename writes straight into ready/, and a file is claimed once
+// listings have seen it unchanged for stable_for. The claim is still a
+// RENAME into processing/<worker>/; an uploader still holding the file
+// open writes on into the claimed file, so when the download ends the
+// claimed file is compared with the listing it was claimed from: a
+// changed size or mtime puts it back into ready/, unapplied, where its
+// clock starts again.
+
+// changedAfterClaim reports whether the claimed file's size or mtime
+// differ from the listing it was claimed from, or from the bytes
+// downloaded (got, -1 when the download did not end).
+func (r *fileRun) changedAfterClaim(got int64) (bool, error) {
+	st, err := r.sess.Lstat(r.in.ClaimedPath)
+	if partners.IsNotExist(err) {
+		return false, nil // row 12 decides
+	}
+	if err != nil {
+		return false, fmt.Errorf("stat %s: %w", r.in.ClaimedPath, err)
+	}
+	changed := st.Size() != r.in.ListedSize || (got >= 0 && got != st.Size()) ||
+		(!r.in.ListedMTime.IsZero() && !st.ModTime().Equal(r.in.ListedMTime))
+	return changed, nil
+}
+
+// putBack ends the intake put_back (reason changed_after_claim) and
+// renames the file back into ready/. The row changes first: a crash before
+// the rename leaves the file in processing/<worker>/ without a live row,
+// and resumeOwn (WasPutBack) puts it back instead of adopting it. When
+// the partner has meanwhile written a new file under the same name in
+// ready/, the claimed copy is held in quarantine instead (it is neither
+// the partner's file nor complete).
+func (r *fileRun) putBack(ctx context.Context) error {
+	in := r.in
+	if r.p.cfg.Records() {
+		// claim: record: the file never left ready/; dropping its claim
+		// (with the row's change) is the put back
+		if err := r.d.ledger.MarkPutBack(ctx, in); err != nil {
+			return err
+		}
+		r.d.metrics.putBack.WithLabelValues(in.Partner).Inc()
+		r.log.Warn("file changed after its claim; claim dropped, not applied", "reason", string(ReasonChangedAfterClaim))
+		return nil
+	}
+	if _, err := r.sess.Lstat(r.sess.Layout.Ready(in.RemoteName)); err == nil {
+		return r.hold(ctx, StateQuarantined, ReasonChangedAfterClaim, 0,
+			"the file changed after it was claimed and a new file of the same name is in ready/")
+	}
+	if err := r.d.ledger.MarkPutBack(ctx, in); err != nil {
+		return err
+	}
+	r.d.metrics.putBack.WithLabelValues(in.Partner).Inc()
+	r.log.Warn("file changed after its claim; put back into ready/, not applied", "reason", string(ReasonChangedAfterClaim))
+	if err := fault.Check("putback:after_mark"); err != nil {
+		return err // as a crash here: resumeOwn finishes the put back
+	}
+	if err := putBackFile(r.sess, in.ClaimedPath, in.RemoteName); err != nil {
+		return err
+	}
+	if err := r.d.ledger.ForgetReady(ctx, in.Partner, in.RemoteName); err != nil {
+		r.log.Warn("could not forget the file's stability record; the next listing does", "err", err)
+	}
+	return nil
+}
+
+// putBackFile renames a claimed file back into ready/ under its name
+// (RENAME never overwrites). If ready/ holds that name again, the claimed
+// copy goes to quarantine/ under a generated name and the reconciler
+// raises quarantine_no_record for a human.
+func putBackFile(sess *partners.Session, claimedPath, name string) error {
+	err := sess.Rename(claimedPath, sess.Layout.Ready(name))
+	if err == nil || partners.IsNotExist(err) {
+		return nil
+	}
+	if _, serr := sess.Lstat(sess.Layout.Ready(name)); serr != nil {
+		return fmt.Errorf("put back %s: %w", path.Base(claimedPath), err)
+	}
+	dst := path.Join(sess.Layout.QuarantineDir(), fitStem(fmt.Sprintf("put-back.%d.", time.Now().UnixNano()), name, "", heldReserve))
+	if err := sess.Rename(claimedPath, dst); err != nil && !partners.IsNotExist(err) {
+		return fmt.Errorf("put back %s: %w", path.Base(claimedPath), err)
+	}
+	return nil
+}
