@@ -11,6 +11,7 @@ import (
 
 	"github.com/partner-intake/partner-intake/cmd/intake/internal/config"
 	"github.com/partner-intake/partner-intake/intake"
+	"github.com/partner-intake/partner-intake/intake/expect"
 	"github.com/partner-intake/partner-intake/reconcile"
 )
 
@@ -22,7 +23,8 @@ import (
 // intake_config_last_reload_successful going to 0. What a reload applies:
 // the partners (added ones are polled, removed ones stop after the poll in
 // progress and their files in flight finish, changed ones take effect at
-// their next poll: see intake/reload.go), the reconciler's partners and
+// their next poll: see intake/reload.go), the reconciler's partners, the
+// feeds' expect: blocks (calendars are read again) and
 // the retention periods. Daemon-wide settings (worker_id, lease, drain,
 // affinity, retry, database, spool, http, reconcile, retention.schedule)
 // wait for a restart: a reload that changes them says so in a warning.
@@ -31,6 +33,7 @@ type reloader struct {
 	cur  *config.File
 	d    *intake.Daemon
 	rec  *reconcile.Reconciler
+	ex   *expect.Service
 	pg   *purger
 	log  *slog.Logger
 
@@ -39,10 +42,10 @@ type reloader struct {
 	lastTime prometheus.Gauge
 }
 
-func newReloader(path string, cur *config.File, d *intake.Daemon, rec *reconcile.Reconciler, pg *purger,
+func newReloader(path string, cur *config.File, d *intake.Daemon, rec *reconcile.Reconciler, ex *expect.Service, pg *purger,
 	reg prometheus.Registerer, log *slog.Logger) *reloader {
 	f := promauto.With(reg)
-	r := &reloader{path: path, cur: cur, d: d, rec: rec, pg: pg, log: log,
+	r := &reloader{path: path, cur: cur, d: d, rec: rec, ex: ex, pg: pg, log: log,
 		reloads: f.NewCounterVec(prometheus.CounterOpts{Name: "intake_config_reloads_total",
 			Help: "Config reloads (SIGHUP) by result: ok, or error (the config in force was kept)."}, []string{"result"}),
 		lastOK: f.NewGauge(prometheus.GaugeOpts{Name: "intake_config_last_reload_successful",
@@ -71,6 +74,7 @@ func (r *reloader) reload() {
 		return
 	}
 	r.rec.SetPartners(next.Partners)
+	r.ex.SetPartners(next.Partners)
 	applied := *r.cur
 	applied.Partners, applied.Retention = next.Partners, next.Retention
 	applied.Retention.Schedule = r.cur.Retention.Schedule // the purger's schedule is set at its start
@@ -102,6 +106,7 @@ func restartOnly(cur, next *config.File) []string {
 		{"spool", cur.Spool, next.Spool},
 		{"reconcile", cur.Reconcile, next.Reconcile},
 		{"http", cur.HTTP, next.HTTP},
+		{"expect_check", cur.ExpectCheck, next.ExpectCheck},
 		{"retention.schedule", cur.Retention.Schedule, next.Retention.Schedule},
 	} {
 		if !reflect.DeepEqual(k.a, k.b) {

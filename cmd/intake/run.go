@@ -16,6 +16,7 @@ import (
 
 	"github.com/partner-intake/partner-intake/cmd/intake/internal/config"
 	"github.com/partner-intake/partner-intake/intake"
+	"github.com/partner-intake/partner-intake/intake/expect"
 	"github.com/partner-intake/partner-intake/intake/ops"
 	"github.com/partner-intake/partner-intake/internal/lifecycle"
 	"github.com/partner-intake/partner-intake/internal/opshttp"
@@ -173,8 +174,9 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 		services = append(services, service{"http", srv})
 	}
 	pg := &purger{e: e}
-	services = append(services, service{"daemon", d}, service{"reconciler", rec}, service{"purger", pg})
-	rl := newReloader(*path, e.cfg, d, rec, pg, reg, e.log)
+	ex := expect.New(e.pool, e.cfg.WorkerID, e.cfg.ExpectCheck, e.cfg.Partners, reg, e.log)
+	services = append(services, service{"daemon", d}, service{"reconciler", rec}, service{"expect", ex}, service{"purger", pg})
+	rl := newReloader(*path, e.cfg, d, rec, ex, pg, reg, e.log)
 	return runServices(ctx, stop, hup, rl.reload, e.log, stderr, services)
 }
 
@@ -185,7 +187,8 @@ type service struct {
 }
 
 // runServices is the one place the parts of `intake run` start and stop:
-// in order (HTTP server, daemon, reconciler, purger), and in reverse once
+// in order (HTTP server, daemon, reconciler, expected-delivery evaluator,
+// purger), and in reverse once
 // SIGTERM or SIGINT cancels ctx. The parts run under contexts of their own
 // that the signal does not cancel: their Stop does, after the daemon's
 // drain (stop claiming, let files in flight finish for `drain`, then
