@@ -157,6 +157,7 @@ func (s *Service) RunOnce(ctx context.Context, now time.Time) error {
 		}
 	}
 	if len(want) == 0 {
+		s.lastOK.SetToCurrentTime() // nothing to evaluate is a success
 		return nil
 	}
 	counts, err := s.ledger.OpenLateCounts(ctx, ids)
