@@ -79,6 +79,9 @@ type Config struct {
 	// of its ready/ and accounts for all of its processing/, archive/ and
 	// quarantine/.
 	SharedSite bool `yaml:"shared_site"`
+	// Notify are webhooks for this partner's events (besides the global
+	// notify list of the daemon's config).
+	Notify []Notify `yaml:"notify"`
 }
 
 // SFTP is the connection to a partner's site. Exactly one of
@@ -263,6 +266,9 @@ func (c *Config) Validate(key string) error {
 	}
 	if len(c.Feeds) == 0 {
 		return fmt.Errorf("%s.feeds: at least one feed is required", key)
+	}
+	if err := ValidateNotify(key+".notify", c.Notify); err != nil {
+		return err
 	}
 	seen := map[string]bool{}
 	for i := range c.Feeds {

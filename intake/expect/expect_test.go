@@ -195,6 +195,12 @@ func TestWindowsAreDecidedOnceAcrossReplicasAndRestarts(t *testing.T) {
 	if got := lateRows(t, pool); len(got) != 2 || a.metric(t, "intake_feed_late") != 0 {
 		t.Fatalf("Friday's file was accepted before its deadline: %+v", got)
 	}
+	// each late window wrote its one notification, in its transaction
+	if n := testenv.Count(t, pool, `SELECT count(*) FROM intake_outbox WHERE event = 'late' AND partner_id = 'acme'
+		AND payload->>'feed' = 'orders' AND (payload->>'scheduled_at')::timestamptz IN (SELECT scheduled_at FROM intake_feed_late)`); n != 2 ||
+		testenv.Count(t, pool, `SELECT count(*) FROM intake_outbox`) != 2 {
+		t.Fatalf("%d late events for the 2 late windows", n)
+	}
 	if testutil.CollectAndCount(a.reg, "intake_expect_errors_total") != 1 || a.metric(t, "intake_expect_errors_total") != 0 {
 		t.Fatal("evaluations failed")
 	}

@@ -102,16 +102,21 @@ func (e *ExpectTx) Files(ctx context.Context, after time.Time, limit int) ([]Del
 	})
 }
 
-// RaiseLate records the window of scheduled as late, once: it reports
-// whether this call wrote the row (false: it was already recorded).
+// RaiseLate records the window of scheduled as late, once, with its late
+// notification (outbox.go) in the same statement: it reports whether this
+// call wrote the row (false: it was already recorded).
 func (e *ExpectTx) RaiseLate(ctx context.Context, scheduled, deadline time.Time, worker string) (bool, error) {
-	tag, err := e.tx.Exec(ctx, `INSERT INTO intake_feed_late (partner_id, feed, scheduled_at, deadline, raised_by)
-		VALUES ($1, $2, $3, $4, $5) ON CONFLICT (partner_id, feed, scheduled_at) DO NOTHING`,
-		e.partner, e.feed, scheduled, deadline, worker)
+	var n int
+	err := e.tx.QueryRow(ctx, `WITH l AS (INSERT INTO intake_feed_late (partner_id, feed, scheduled_at, deadline, raised_by)
+		    VALUES ($1, $2, $3, $4, $5) ON CONFLICT (partner_id, feed, scheduled_at) DO NOTHING RETURNING *),
+		ev AS (INSERT INTO intake_outbox (partner_id, event, payload)
+		    SELECT l.partner_id, 'late', jsonb_build_object('feed', l.feed, 'scheduled_at', l.scheduled_at, 'deadline', l.deadline) FROM l)
+		SELECT count(*) FROM l`,
+		e.partner, e.feed, scheduled, deadline, worker).Scan(&n)
 	if err != nil {
 		return false, err
 	}
-	return tag.RowsAffected() == 1, nil
+	return n == 1, nil
 }
 
 // ErrLateNotOpen: the late window was closed already (by another file).

@@ -15,6 +15,7 @@ import (
 
 	"github.com/partner-intake/partner-intake/intake"
 	"github.com/partner-intake/partner-intake/intake/expect"
+	"github.com/partner-intake/partner-intake/intake/notify"
 	"github.com/partner-intake/partner-intake/intake/ops"
 	"github.com/partner-intake/partner-intake/internal/opshttp"
 	"github.com/partner-intake/partner-intake/partners"
@@ -49,6 +50,10 @@ type File struct {
 	// ExpectCheck is how often each replica judges the delivery windows of
 	// the feeds with an expect: block (default 15s; intake/expect).
 	ExpectCheck time.Duration `yaml:"expect_check"`
+	// Notify are webhooks for every partner's events (partners may add
+	// their own); NotifyDelivery says how they are delivered.
+	Notify         []partners.Notify `yaml:"notify"`
+	NotifyDelivery notify.Config     `yaml:"notify_delivery"`
 	// Retention of every copy of partner data, and when the purge runs.
 	Retention ops.Retention `yaml:"retention"`
 	// Partners are the drop sites to poll.
@@ -139,6 +144,12 @@ func (f *File) Validate() error {
 	}
 	if f.ExpectCheck < 100*time.Millisecond || f.ExpectCheck > time.Hour {
 		return fmt.Errorf("expect_check: %s must be between 100ms and 1h", f.ExpectCheck)
+	}
+	if err := partners.ValidateNotify("notify", f.Notify); err != nil {
+		return err
+	}
+	if err := f.NotifyDelivery.Validate(); err != nil {
+		return err
 	}
 	if f.HTTP.Listen == "" {
 		f.HTTP.Listen = opshttp.DefaultListen
