@@ -217,3 +217,23 @@ notify_delivery:
 	p.signal(syscall.SIGTERM)
 	p.wait(t, time.Minute)
 }
+
+// A webhook whose secret_env is unset: `intake run` refuses to start
+// (exit 2, naming the variable) rather than send unsigned requests.
+func TestRunRefusesAWebhookWithoutItsSecret(t *testing.T) {
+	site := testenv.NewSite(t, "nosecret")
+	t.Setenv("INTAKE_DATABASE_URL", "postgres://nobody@127.0.0.1:1/none")
+	cfg := writeConfigOpts(t, site, cfgOpts{})
+	raw, err := os.ReadFile(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hook := "notify:\n  - {url: \"https://hooks.example/intake\", secret_env: INTAKE_TEST_SECRET_NEVER_SET, events: [failed]}\n"
+	if err := os.WriteFile(cfg, []byte(hook+string(raw)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, out := runCLI("run", "--config", cfg, "--log-format", "text")
+	if code != 2 || !strings.Contains(out, "INTAKE_TEST_SECRET_NEVER_SET") {
+		t.Fatalf("intake run exited %d:\n%s", code, out)
+	}
+}
