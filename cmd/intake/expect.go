@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/partner-intake/partner-intake/cmd/intake/internal/config"
@@ -47,6 +48,9 @@ func cmdExpect(args []string, stdout, stderr io.Writer) int {
 				cal = "calendar " + e.Calendar
 			}
 			fmt.Fprintf(stdout, "%s %s: %q in %s, grace %s, %s\n", p.ID, f.Name, e.Schedule, e.Timezone, e.Grace, cal)
+			if strings.HasPrefix(e.Schedule, "@every") {
+				fmt.Fprintln(stdout, "  (an @every schedule counts from when intake first evaluated the feed; the times below count from now)")
+			}
 			for _, w := range expect.Upcoming(e, now, *count) {
 				s, d := w.Scheduled.In(e.Location()), w.Deadline.In(e.Location())
 				if w.NoDelivery {
