@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -54,8 +55,9 @@ func scrape(addr, name string) (sum float64, ok bool) {
 }
 
 // expectConfig is the CLI tests' config with an expect: block on the feed
-// (a six-field schedule that fires once a day at due, UTC, grace 1s), the
-// evaluator checking every 200ms, and /metrics on listen.
+// (a six-field schedule that fires once a day at due, UTC, grace 1s), a
+// second feed "stock" on the same schedule whose calendar lists due's
+// day and the next, the evaluator checking every 200ms, and /metrics on listen.
 func expectConfig(t *testing.T, site *testenv.Site, worker, spoolDir, listen string, due time.Time) string {
 	t.Helper()
 	p := writeConfigOpts(t, site, cfgOpts{worker: worker, poll: "@every 1s", schedule: "@every 1h", spool: spoolDir})
@@ -66,12 +68,17 @@ func expectConfig(t *testing.T, site *testenv.Site, worker, spoolDir, listen str
 	s := strings.Replace(string(raw), "listen: 127.0.0.1:0", "listen: "+listen, 1)
 	s = "expect_check: 200ms\n" + s
 	due = due.UTC()
-	s = strings.Replace(s, "        target: orders\n", fmt.Sprintf(`        target: orders
-        expect:
-          schedule: "%d %d %d * * *"
-          timezone: UTC
-          grace: 1s
-`, due.Second(), due.Minute(), due.Hour()), 1)
+	cal := filepath.Join(t.TempDir(), "holidays.txt")
+	if err := os.WriteFile(cal, []byte("# no stock on the test's day and the next\n"+due.Format(time.DateOnly)+"\n"+due.AddDate(0, 0, 1).Format(time.DateOnly)+"  # tomorrow\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	sched := fmt.Sprintf(`"%d %d %d * * *"`, due.Second(), due.Minute(), due.Hour())
+	feeds := strings.SplitN(s, "    feeds:\n", 2)
+	orders := feeds[1]
+	stock := strings.Replace(strings.Replace(orders, "name: orders", "name: stock", 1), `'orders-.*\.csv'`, `'stock-.*\.csv'`, 1)
+	s = feeds[0] + "    feeds:\n" +
+		strings.Replace(orders, "        target: orders\n", "        target: orders\n        expect: {schedule: "+sched+", timezone: UTC, grace: 1s}\n", 1) +
+		strings.Replace(stock, "        target: orders\n", "        target: orders\n        expect: {schedule: "+sched+", timezone: UTC, grace: 1s, calendar: "+cal+"}\n", 1)
 	if err := os.WriteFile(p, []byte(s), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -96,7 +103,8 @@ func lateState(t *testing.T, pool *pgxpool.Pool, partner string) lateRow {
 // Issue 15 item 3 on the real binary: two replicas watch a feed due once
 // a day a few seconds from now. The window closes without a file: it is
 // recorded once, counted once across the replicas, and intake_feed_late is
-// 1 on both; replica a SIGKILLed and restarted forgets nothing and raises
+// 1 on both, while a second feed whose calendar lists the day is decided
+// without a late window; replica a SIGKILLed and restarted forgets nothing and raises
 // nothing again; `intake status` says so; then the file arrives, closes
 // the window late and intake_feed_late falls to 0.
 func TestAMissedDeliveryWindowIsRaisedOnceAndClosedByTheLateFile(t *testing.T) {
@@ -113,9 +121,9 @@ func TestAMissedDeliveryWindowIsRaisedOnceAndClosedByTheLateFile(t *testing.T) {
 
 	// The feed is watched from before the window.
 	waitFor(t, time.Minute, func() bool {
-		return testenv.Count(t, pool, `SELECT count(*) FROM intake_feed_expect WHERE partner_id = $1`, site.Config.ID) == 1
+		return testenv.Count(t, pool, `SELECT count(*) FROM intake_feed_expect WHERE partner_id = $1`, site.Config.ID) == 2
 	}, a, b)
-	if testenv.Count(t, pool, `SELECT count(*) FROM intake_feed_expect WHERE partner_id = $1 AND since < $2`, site.Config.ID, due) != 1 {
+	if testenv.Count(t, pool, `SELECT count(*) FROM intake_feed_expect WHERE partner_id = $1 AND since < $2`, site.Config.ID, due) != 2 {
 		t.Fatalf("the daemons started watching the feed after the window was due (%s); the machine is too slow for this test", due)
 	}
 
@@ -127,6 +135,14 @@ func TestAMissedDeliveryWindowIsRaisedOnceAndClosedByTheLateFile(t *testing.T) {
 	}, a, b)
 	if r := lateState(t, pool, site.Config.ID); r.n != 1 || r.open != 1 {
 		t.Fatalf("late windows recorded: %+v, want one open", r)
+	}
+	// the stock feed's day is in its calendar: its window is decided, and nothing raised
+	waitFor(t, time.Minute, func() bool {
+		return testenv.Count(t, pool, `SELECT count(*) FROM intake_feed_expect WHERE partner_id = $1 AND feed = 'stock' AND last_scheduled >= $2`,
+			site.Config.ID, due) == 1
+	}, a, b)
+	if n := testenv.Count(t, pool, `SELECT count(*) FROM intake_feed_late WHERE feed = 'stock'`); n != 0 {
+		t.Fatalf("a calendar day raised %d window(s)", n)
 	}
 	ra, _ := scrape(addrA, "intake_feed_late_windows_total")
 	rb, _ := scrape(addrB, "intake_feed_late_windows_total")
@@ -179,7 +195,8 @@ func TestAMissedDeliveryWindowIsRaisedOnceAndClosedByTheLateFile(t *testing.T) {
 		t.Fatalf("status (exit %d) after the late file:\n%s", code, out)
 	}
 	code, out = runCLI("expect", "--config", cfgB, "--count", "2")
-	if code != 0 || !strings.Contains(out, "late orders:") || strings.Count(out, "late unless a file is claimed by") != 2 {
+	if code != 0 || !strings.Contains(out, "late orders:") || !strings.Contains(out, "late stock:") ||
+		strings.Count(out, "late unless a file is claimed by") != 3 || strings.Count(out, "no delivery (calendar day)") != 1 {
 		t.Fatalf("intake expect (exit %d):\n%s", code, out)
 	}
 	a.signal(syscall.SIGTERM)
