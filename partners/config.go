@@ -101,6 +101,9 @@ type Config struct {
 	// of its ready/ and accounts for all of its processing/, archive/ and
 	// quarantine/.
 	SharedSite bool `yaml:"shared_site"`
+	// Notify are webhooks for this partner's events (besides the global
+	// notify list of the daemon's config).
+	Notify []Notify `yaml:"notify"`
 }
 
 // Stable is how readiness: stable judges a file in ready/ complete.
@@ -340,6 +343,9 @@ func (c *Config) Validate(key string) error {
 	}
 	if len(c.Feeds) == 0 {
 		return fmt.Errorf("%s.feeds: at least one feed is required", key)
+	}
+	if err := ValidateNotify(key+".notify", c.Notify); err != nil {
+		return err
 	}
 	seen := map[string]bool{}
 	for i := range c.Feeds {

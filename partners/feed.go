@@ -96,6 +96,9 @@ type Feed struct {
 	// Compression lists what compressed files the feed accepts ("gzip",
 	// "zip"); none by default. The pattern must match the compressed name.
 	Compression []string `yaml:"compression"`
+	// Expect, when set, says when the feed's files are due; a delivery
+	// window that closes without an accepted file is late (expect.go).
+	Expect *Expect `yaml:"expect"`
 
 	re *regexp.Regexp
 }
@@ -255,6 +258,11 @@ func (f *Feed) Validate(key, readiness string) error {
 	}
 	if f.ChunkBytes < MinChunkBytes || f.ChunkBytes > 1<<30 {
 		return fmt.Errorf("%s.chunk_bytes: %d must be between %d and %d", key, f.ChunkBytes, MinChunkBytes, 1<<30)
+	}
+	if f.Expect != nil {
+		if err := f.Expect.Validate(key + ".expect"); err != nil {
+			return err
+		}
 	}
 	for _, c := range f.Compression {
 		if c != CompressionGzip && c != CompressionZip {

@@ -274,7 +274,18 @@ func (r *Reconciler) persist(ctx context.Context, parts []partners.Config, fs []
 	for i := range parts {
 		ids[i] = parts[i].ID
 	}
+	var mismatch []string
+	for _, f := range fs {
+		if f.Kind == KindHostKeyMismatch {
+			mismatch = append(mismatch, f.Partner)
+		}
+	}
 	return pgx.BeginFunc(ctx, r.db, func(tx pgx.Tx) error {
+		// a mismatch the last run did not find is notified, once per
+		// episode, in the transaction that stores it
+		if err := ledger.HostKeyMismatchEvents(ctx, tx, mismatch); err != nil {
+			return fmt.Errorf("store findings: outbox: %w", err)
+		}
 		if _, err := tx.Exec(ctx, `DELETE FROM intake_finding WHERE partner_id = ANY($1)`, ids); err != nil {
 			return fmt.Errorf("store findings: %w", err)
 		}

@@ -51,6 +51,8 @@ func init() {
 			required: []string{"config"}, example: "intake reconcile --config /etc/intake/intake.yaml", run: cmdReconcile},
 		{name: "status", usage: "--config FILE [--partner P]", summary: "files by state, oldest claims, open quarantine, last poll and findings; exit 1 when something needs attention",
 			required: []string{"config"}, example: "intake status --config /etc/intake/intake.yaml --partner acme", run: cmdStatus},
+		{name: "expect", usage: "--config FILE [--partner P] [--count N]", summary: "list the next delivery windows of every feed with an expect: block, calendar days marked",
+			required: []string{"config"}, example: "intake expect --config /etc/intake/intake.yaml --partner acme --count 10", run: cmdExpect},
 		{name: "quarantine", usage: "list|show ID|release ID|discard ID --config FILE [--reason TEXT] [--actor NAME] [--winner new|old]",
 			summary: "review held files; every decision is audited", subs: []string{"list", "show", "release", "discard"},
 			required: []string{"config"}, subRequired: map[string][]string{"release": {"reason"}, "discard": {"reason"}},

@@ -14,6 +14,8 @@ import (
 
 	"github.com/partner-intake/partner-intake/cmd/intake/internal/config"
 	"github.com/partner-intake/partner-intake/intake"
+	"github.com/partner-intake/partner-intake/intake/expect"
+	"github.com/partner-intake/partner-intake/intake/notify"
 	"github.com/partner-intake/partner-intake/reconcile"
 	"github.com/partner-intake/partner-intake/spool"
 )
@@ -61,7 +63,8 @@ func TestAlertsAndDashboardUseExportedMetrics(t *testing.T) {
 	if _, err := reconcile.New(cfg.Reconcile, cfg.WorkerID, time.Minute, nil, sp, cfg.Partners, reg, log, nil); err != nil {
 		t.Fatal(err)
 	}
-	newReloader("", cfg, nil, nil, nil, reg, log)
+	newReloader("", cfg, nil, nil, expect.New(nil, cfg.WorkerID, cfg.ExpectCheck, cfg.Partners, reg, log),
+		notify.New(nil, cfg.WorkerID, cfg.NotifyDelivery, cfg.Notify, cfg.Partners, reg, log), nil, reg, log)
 	used := regexp.MustCompile(`\bintake_[a-z_]+`)
 	for _, f := range []string{"../../configs/prometheus/alerts.yml", "../../configs/grafana/partner-intake.json"} {
 		b, err := os.ReadFile(f)

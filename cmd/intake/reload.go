@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"reflect"
 	"time"
@@ -11,6 +12,8 @@ import (
 
 	"github.com/partner-intake/partner-intake/cmd/intake/internal/config"
 	"github.com/partner-intake/partner-intake/intake"
+	"github.com/partner-intake/partner-intake/intake/expect"
+	"github.com/partner-intake/partner-intake/intake/notify"
 	"github.com/partner-intake/partner-intake/reconcile"
 )
 
@@ -22,7 +25,10 @@ import (
 // intake_config_last_reload_successful going to 0. What a reload applies:
 // the partners (added ones are polled, removed ones stop after the poll in
 // progress and their files in flight finish, changed ones take effect at
-// their next poll: see intake/reload.go), the reconciler's partners and
+// their next poll: see intake/reload.go), the reconciler's partners, the
+// feeds' expect: blocks (calendars are read again), the webhooks (notify,
+// for events fanned out from then on; one whose secret_env is unset
+// refuses the reload) and
 // the retention periods. Daemon-wide settings (worker_id, lease, drain,
 // affinity, retry, database, spool, http, reconcile, retention.schedule)
 // wait for a restart: a reload that changes them says so in a warning.
@@ -31,6 +37,8 @@ type reloader struct {
 	cur  *config.File
 	d    *intake.Daemon
 	rec  *reconcile.Reconciler
+	ex   *expect.Service
+	nt   *notify.Service
 	pg   *purger
 	log  *slog.Logger
 
@@ -39,10 +47,10 @@ type reloader struct {
 	lastTime prometheus.Gauge
 }
 
-func newReloader(path string, cur *config.File, d *intake.Daemon, rec *reconcile.Reconciler, pg *purger,
+func newReloader(path string, cur *config.File, d *intake.Daemon, rec *reconcile.Reconciler, ex *expect.Service, nt *notify.Service, pg *purger,
 	reg prometheus.Registerer, log *slog.Logger) *reloader {
 	f := promauto.With(reg)
-	r := &reloader{path: path, cur: cur, d: d, rec: rec, pg: pg, log: log,
+	r := &reloader{path: path, cur: cur, d: d, rec: rec, ex: ex, nt: nt, pg: pg, log: log,
 		reloads: f.NewCounterVec(prometheus.CounterOpts{Name: "intake_config_reloads_total",
 			Help: "Config reloads (SIGHUP) by result: ok, or error (the config in force was kept)."}, []string{"result"}),
 		lastOK: f.NewGauge(prometheus.GaugeOpts{Name: "intake_config_last_reload_successful",
@@ -62,6 +70,11 @@ func (r *reloader) reload() {
 	next, err := config.Load(r.path)
 	var res intake.ReloadResult
 	if err == nil {
+		if missing := notify.MissingSecrets(next.Notify, next.Partners); len(missing) > 0 {
+			err = fmt.Errorf("notify: secret_env %v not set (webhooks are always signed)", missing)
+		}
+	}
+	if err == nil {
 		res, err = r.d.Reload(ctx, next.Partners)
 	}
 	if err != nil {
@@ -71,6 +84,8 @@ func (r *reloader) reload() {
 		return
 	}
 	r.rec.SetPartners(next.Partners)
+	r.ex.SetPartners(next.Partners)
+	r.nt.SetConfig(next.Notify, next.Partners)
 	applied := *r.cur
 	applied.Partners, applied.Retention = next.Partners, next.Retention
 	applied.Retention.Schedule = r.cur.Retention.Schedule // the purger's schedule is set at its start
@@ -102,6 +117,8 @@ func restartOnly(cur, next *config.File) []string {
 		{"spool", cur.Spool, next.Spool},
 		{"reconcile", cur.Reconcile, next.Reconcile},
 		{"http", cur.HTTP, next.HTTP},
+		{"expect_check", cur.ExpectCheck, next.ExpectCheck},
+		{"notify_delivery", cur.NotifyDelivery, next.NotifyDelivery},
 		{"retention.schedule", cur.Retention.Schedule, next.Retention.Schedule},
 	} {
 		if !reflect.DeepEqual(k.a, k.b) {

@@ -16,6 +16,8 @@ import (
 
 	"github.com/partner-intake/partner-intake/cmd/intake/internal/config"
 	"github.com/partner-intake/partner-intake/intake"
+	"github.com/partner-intake/partner-intake/intake/expect"
+	"github.com/partner-intake/partner-intake/intake/notify"
 	"github.com/partner-intake/partner-intake/intake/ops"
 	"github.com/partner-intake/partner-intake/internal/lifecycle"
 	"github.com/partner-intake/partner-intake/internal/opshttp"
@@ -125,6 +127,10 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	}
 	defer e.pool.Close()
 	e.log.Info("starting", "version", currentVersion().String())
+	if missing := notify.MissingSecrets(e.cfg.Notify, e.cfg.Partners); len(missing) > 0 {
+		fmt.Fprintf(stderr, "intake run: notify: secret_env %v not set (webhooks are always signed)\n", missing)
+		return 2
+	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	d, err := intake.New(e.cfg.Intake(), e.cfg.Partners, e.pool, e.spool, reg, e.log)
@@ -173,8 +179,10 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 		services = append(services, service{"http", srv})
 	}
 	pg := &purger{e: e}
-	services = append(services, service{"daemon", d}, service{"reconciler", rec}, service{"purger", pg})
-	rl := newReloader(*path, e.cfg, d, rec, pg, reg, e.log)
+	ex := expect.New(e.pool, e.cfg.WorkerID, e.cfg.ExpectCheck, e.cfg.Partners, reg, e.log)
+	nt := notify.New(e.pool, e.cfg.WorkerID, e.cfg.NotifyDelivery, e.cfg.Notify, e.cfg.Partners, reg, e.log)
+	services = append(services, service{"daemon", d}, service{"reconciler", rec}, service{"expect", ex}, service{"notify", nt}, service{"purger", pg})
+	rl := newReloader(*path, e.cfg, d, rec, ex, nt, pg, reg, e.log)
 	return runServices(ctx, stop, hup, rl.reload, e.log, stderr, services)
 }
 
@@ -185,7 +193,8 @@ type service struct {
 }
 
 // runServices is the one place the parts of `intake run` start and stop:
-// in order (HTTP server, daemon, reconciler, purger), and in reverse once
+// in order (HTTP server, daemon, reconciler, expected-delivery evaluator,
+// notification delivery, purger), and in reverse once
 // SIGTERM or SIGINT cancels ctx. The parts run under contexts of their own
 // that the signal does not cancel: their Stop does, after the daemon's
 // drain (stop claiming, let files in flight finish for `drain`, then

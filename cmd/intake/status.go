@@ -112,6 +112,15 @@ func printStatus(w io.Writer, r ops.StatusRow, now time.Time) int {
 	} else {
 		fmt.Fprintf(w, "       replicas: %s (with affinity: partner, %s polls it)\n", strings.Join(r.Replicas, ", "), r.Poller)
 	}
+	for _, l := range r.Late {
+		if l.ClosedBy == 0 {
+			fmt.Fprintf(w, "  %slate delivery: feed %s, window scheduled %s closed at %s (%s ago) without an accepted file\n",
+				mark(true), l.Feed, l.Scheduled.UTC().Format(time.RFC3339), l.Deadline.UTC().Format(time.RFC3339), now.Sub(l.Deadline).Round(time.Second))
+			continue
+		}
+		fmt.Fprintf(w, "       late delivery arrived: feed %s, window scheduled %s, intake %d claimed %s after the deadline\n",
+			l.Feed, l.Scheduled.UTC().Format(time.RFC3339), l.ClosedBy, l.ArrivedAt.Sub(l.Deadline).Round(time.Second))
+	}
 	stale := r.LastOK == nil || now.Sub(*r.LastOK) > statusPollStale
 	fmt.Fprintf(w, "  %slast successful poll: %s\n", mark(stale), ago(r.LastOK))
 	if r.LastError != nil && (r.LastOK == nil || r.LastError.After(*r.LastOK)) {

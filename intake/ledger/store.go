@@ -461,10 +461,15 @@ func (l *Ledger) MarkUnknown(ctx context.Context, in *Intake) error {
 // take the batch.
 func (l *Ledger) Finish(ctx context.Context, in *Intake, from, to State, reason Reason) error {
 	if to != StateFailedTerminal && to != StateQuarantined {
-		// archived or duplicate: one statement, no transaction block
-		tag, err := l.pool.Exec(ctx, finishSQL, in.ID, in.Token, string(from), string(to), string(reason), in.ArchivePath, in.ReceiptPath, in.RejectsPath)
-		if err := fenced(tag, err, in, "finish as "+string(to)); err != nil {
-			return err
+		// archived or duplicate: one statement, no transaction block (it
+		// writes the rejected_rows event of a file archived with rejected
+		// rows too: outbox.go)
+		var n int64
+		if err := l.pool.QueryRow(ctx, finishArchivedSQL, in.ID, in.Token, string(from), string(to), string(reason), in.ArchivePath, in.ReceiptPath, in.RejectsPath).Scan(&n); err != nil {
+			return fmt.Errorf("finish as %s: %w", to, err)
+		}
+		if n == 0 {
+			return &FencedError{IntakeID: in.ID, Token: in.Token, Step: "finish as " + string(to)}
 		}
 		in.State, in.Reason = to, reason
 		return nil
@@ -489,6 +494,14 @@ func (l *Ledger) Finish(ctx context.Context, in *Intake, from, to State, reason 
 				    state = 'open', decided_at = NULL, decided_by = NULL, decision = NULL`,
 				in.ID, in.Partner, string(reason), in.BatchID, in.SHA256, in.ArchivePath); err != nil {
 				return fmt.Errorf("quarantine record: %w", err)
+			}
+			// the notification, committed with the state change (outbox.go)
+			ev := EventQuarantined
+			if to == StateFailedTerminal {
+				ev = EventFailed
+			}
+			if _, err := tx.Exec(ctx, fileEventSQL, in.ID, ev); err != nil {
+				return fmt.Errorf("outbox: %w", err)
 			}
 		}
 		in.State, in.Reason = to, reason

@@ -7,6 +7,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/partner-intake/partner-intake/intake"
+	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/reconcile"
 )
 
@@ -34,7 +35,18 @@ type StatusRow struct {
 	// that polls it under affinity "partner" (affinity.go).
 	Replicas []string
 	Poller   string
+	// Late are the partner's delivery windows that closed without an
+	// accepted file: open ones, and ones a late file closed within
+	// LateShownFor (intake/expect), newest first.
+	Late []LateWindow
 }
+
+// LateWindow is a delivery window that closed without an accepted file.
+type LateWindow = ledger.LateWindow
+
+// LateShownFor is how long `intake status` still shows a late window a
+// file has closed.
+const LateShownFor = 24 * time.Hour
 
 // InflightFile is a file being applied, and how far it got.
 type InflightFile struct {
@@ -114,6 +126,13 @@ func Status(ctx context.Context, db *pgxpool.Pool, partners []string) ([]StatusR
 		if f.Kind == reconcile.KindOrphanClaim && f.IntakeID == 0 { // not adopted
 			idx[sf.Partner].OrphanClaims++
 		}
+	}
+	late, err := l.LateWindows(ctx, partners, LateShownFor, 50*len(partners))
+	if err != nil {
+		return nil, err
+	}
+	for _, w := range late {
+		idx[w.Partner].Late = append(idx[w.Partner].Late, w)
 	}
 	serving, err := l.LiveServing(ctx)
 	if err != nil {

@@ -14,6 +14,8 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/partner-intake/partner-intake/intake"
+	"github.com/partner-intake/partner-intake/intake/expect"
+	"github.com/partner-intake/partner-intake/intake/notify"
 	"github.com/partner-intake/partner-intake/intake/ops"
 	"github.com/partner-intake/partner-intake/internal/opshttp"
 	"github.com/partner-intake/partner-intake/partners"
@@ -45,6 +47,13 @@ type File struct {
 	Reconcile reconcile.Config `yaml:"reconcile"`
 	// HTTP serves /metrics, /healthz and /readyz.
 	HTTP opshttp.Config `yaml:"http"`
+	// ExpectCheck is how often each replica judges the delivery windows of
+	// the feeds with an expect: block (default 15s; intake/expect).
+	ExpectCheck time.Duration `yaml:"expect_check"`
+	// Notify are webhooks for every partner's events (partners may add
+	// their own); NotifyDelivery says how they are delivered.
+	Notify         []partners.Notify `yaml:"notify"`
+	NotifyDelivery notify.Config     `yaml:"notify_delivery"`
 	// Retention of every copy of partner data, and when the purge runs.
 	Retention ops.Retention `yaml:"retention"`
 	// Partners are the drop sites to poll.
@@ -128,6 +137,18 @@ func (f *File) Validate() error {
 	}
 	f.WorkerID, f.Lease, f.Drain, f.Spool.MinFreeBytes, f.Affinity, f.Retry = ic.WorkerID, ic.Lease, ic.Drain, ic.SpoolMinFree, ic.Affinity, ic.Retry
 	if err := f.Reconcile.Validate(); err != nil {
+		return err
+	}
+	if f.ExpectCheck == 0 {
+		f.ExpectCheck = expect.DefaultCheckEvery
+	}
+	if f.ExpectCheck < 100*time.Millisecond || f.ExpectCheck > time.Hour {
+		return fmt.Errorf("expect_check: %s must be between 100ms and 1h", f.ExpectCheck)
+	}
+	if err := partners.ValidateNotify("notify", f.Notify); err != nil {
+		return err
+	}
+	if err := f.NotifyDelivery.Validate(); err != nil {
 		return err
 	}
 	if f.HTTP.Listen == "" {

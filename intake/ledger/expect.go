@@ -1,0 +1,181 @@
+package ledger
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// The statements of expected deliveries (intake/expect; migration 009):
+// per feed, how far its windows are decided (intake_feed_expect), and the
+// windows that closed without an accepted file (intake_feed_late).
+
+// ExpectState is how far a feed's windows are decided.
+type ExpectState struct {
+	Since, LastScheduled, LastDeadline time.Time
+}
+
+// LateWindow is a window that closed without an accepted file.
+type LateWindow struct {
+	Partner, Feed       string
+	Scheduled, Deadline time.Time
+	RaisedAt            time.Time
+	RaisedBy            string
+	// ClosedBy is the intake that arrived late and closed the window (0:
+	// still open); ArrivedAt is when that file was claimed.
+	ClosedBy  int64
+	ArrivedAt *time.Time
+}
+
+// DeliveryFile is a file of the feed that may count as a delivery: accepted
+// (applied or archived) or still in flight (Pending).
+type DeliveryFile struct {
+	IntakeID  int64
+	ClaimedAt time.Time
+	Pending   bool
+}
+
+// ExpectTx is one feed's evaluation: a transaction holding the feed's
+// intake_feed_expect row locked, so replicas evaluate a feed one at a time
+// and decide each window once.
+type ExpectTx struct {
+	tx            pgx.Tx
+	partner, feed string
+}
+
+// EvaluateExpect runs fn in a transaction that holds (partner, feed)'s
+// expect row locked, creating it at now when absent, and commits what fn
+// wrote. fn's error rolls everything back.
+func (l *Ledger) EvaluateExpect(ctx context.Context, partner, feed string, now time.Time, fn func(*ExpectTx, ExpectState) error) error {
+	tx, err := l.pool.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx))
+	if _, err := tx.Exec(ctx, `INSERT INTO intake_feed_expect (partner_id, feed, since, last_scheduled, last_deadline)
+		VALUES ($1, $2, $3, $3, $3) ON CONFLICT (partner_id, feed) DO NOTHING`, partner, feed, now); err != nil {
+		return err
+	}
+	var st ExpectState
+	if err := tx.QueryRow(ctx, `SELECT since, last_scheduled, last_deadline FROM intake_feed_expect
+		WHERE partner_id = $1 AND feed = $2 FOR UPDATE`, partner, feed).Scan(&st.Since, &st.LastScheduled, &st.LastDeadline); err != nil {
+		return err
+	}
+	if err := fn(&ExpectTx{tx: tx, partner: partner, feed: feed}, st); err != nil {
+		return err
+	}
+	return tx.Commit(ctx)
+}
+
+// OpenLate lists the feed's late windows no file has closed yet, oldest first.
+func (e *ExpectTx) OpenLate(ctx context.Context) ([]LateWindow, error) {
+	rs, err := e.tx.Query(ctx, `SELECT scheduled_at, deadline, raised_at, raised_by FROM intake_feed_late
+		WHERE partner_id = $1 AND feed = $2 AND closed_intake_id IS NULL ORDER BY scheduled_at`, e.partner, e.feed)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rs, func(r pgx.CollectableRow) (LateWindow, error) {
+		w := LateWindow{Partner: e.partner, Feed: e.feed}
+		return w, r.Scan(&w.Scheduled, &w.Deadline, &w.RaisedAt, &w.RaisedBy)
+	})
+}
+
+// Files lists up to limit files of the feed claimed after after, oldest
+// claim first, that are accepted or in flight and have not closed a late
+// window. Duplicates, quarantined, failed and discarded files are no
+// delivery.
+func (e *ExpectTx) Files(ctx context.Context, after time.Time, limit int) ([]DeliveryFile, error) {
+	rs, err := e.tx.Query(ctx, `SELECT f.intake_id, f.claimed_at, f.state NOT IN ('applied', 'archived')
+		FROM file_intake f
+		WHERE f.partner_id = $1 AND f.feed = $2 AND f.claimed_at > $3
+		  AND f.state IN ('claimed', 'spooled', 'applying', 'applied', 'outcome_unknown', 'archived')
+		  AND NOT EXISTS (SELECT 1 FROM intake_feed_late l WHERE l.closed_intake_id = f.intake_id)
+		ORDER BY f.claimed_at, f.intake_id LIMIT $4`, e.partner, e.feed, after, limit)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rs, func(r pgx.CollectableRow) (DeliveryFile, error) {
+		var f DeliveryFile
+		return f, r.Scan(&f.IntakeID, &f.ClaimedAt, &f.Pending)
+	})
+}
+
+// RaiseLate records the window of scheduled as late, once, with its late
+// notification (outbox.go) in the same statement: it reports whether this
+// call wrote the row (false: it was already recorded).
+func (e *ExpectTx) RaiseLate(ctx context.Context, scheduled, deadline time.Time, worker string) (bool, error) {
+	var n int
+	err := e.tx.QueryRow(ctx, `WITH l AS (INSERT INTO intake_feed_late (partner_id, feed, scheduled_at, deadline, raised_by)
+		    VALUES ($1, $2, $3, $4, $5) ON CONFLICT (partner_id, feed, scheduled_at) DO NOTHING RETURNING *),
+		ev AS (INSERT INTO intake_outbox (partner_id, event, payload)
+		    SELECT l.partner_id, 'late', jsonb_build_object('feed', l.feed, 'scheduled_at', l.scheduled_at, 'deadline', l.deadline) FROM l)
+		SELECT count(*) FROM l`,
+		e.partner, e.feed, scheduled, deadline, worker).Scan(&n)
+	if err != nil {
+		return false, err
+	}
+	return n == 1, nil
+}
+
+// ErrLateNotOpen: the late window was closed already (by another file).
+var ErrLateNotOpen = errors.New("late window already closed")
+
+// CloseLate closes the open late window of scheduled with the intake that
+// arrived late (conditional on the window being open).
+func (e *ExpectTx) CloseLate(ctx context.Context, scheduled time.Time, intakeID int64, arrived time.Time) error {
+	tag, err := e.tx.Exec(ctx, `UPDATE intake_feed_late SET closed_intake_id = $4, arrived_at = $5, closed_at = now()
+		WHERE partner_id = $1 AND feed = $2 AND scheduled_at = $3 AND closed_intake_id IS NULL`,
+		e.partner, e.feed, scheduled, intakeID, arrived)
+	if err != nil {
+		return err
+	}
+	if tag.RowsAffected() != 1 {
+		return ErrLateNotOpen
+	}
+	return nil
+}
+
+// Advance records how far the feed's windows are decided.
+func (e *ExpectTx) Advance(ctx context.Context, lastScheduled, lastDeadline time.Time) error {
+	_, err := e.tx.Exec(ctx, `UPDATE intake_feed_expect SET last_scheduled = $3, last_deadline = $4, evaluated_at = now()
+		WHERE partner_id = $1 AND feed = $2`, e.partner, e.feed, lastScheduled, lastDeadline)
+	return err
+}
+
+// LateCount is a feed's late windows still open.
+type LateCount struct {
+	Partner, Feed string
+	Open          int64
+}
+
+// OpenLateCounts counts the open late windows per feed of the partners.
+func (l *Ledger) OpenLateCounts(ctx context.Context, partners []string) ([]LateCount, error) {
+	rs, err := l.pool.Query(ctx, `SELECT partner_id, feed, count(*) FROM intake_feed_late
+		WHERE partner_id = ANY($1) AND closed_intake_id IS NULL GROUP BY partner_id, feed`, partners)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rs, func(r pgx.CollectableRow) (LateCount, error) {
+		var c LateCount
+		return c, r.Scan(&c.Partner, &c.Feed, &c.Open)
+	})
+}
+
+// LateWindows lists the partners' late windows that are open, or were
+// closed within the last `closedWithin`, newest first, at most limit.
+func (l *Ledger) LateWindows(ctx context.Context, partners []string, closedWithin time.Duration, limit int) ([]LateWindow, error) {
+	rs, err := l.pool.Query(ctx, `SELECT partner_id, feed, scheduled_at, deadline, raised_at, raised_by,
+		coalesce(closed_intake_id, 0), arrived_at
+		FROM intake_feed_late
+		WHERE partner_id = ANY($1) AND (closed_intake_id IS NULL OR closed_at > now() - $2::interval)
+		ORDER BY scheduled_at DESC LIMIT $3`, partners, closedWithin, limit)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rs, func(r pgx.CollectableRow) (LateWindow, error) {
+		var w LateWindow
+		return w, r.Scan(&w.Partner, &w.Feed, &w.Scheduled, &w.Deadline, &w.RaisedAt, &w.RaisedBy, &w.ClosedBy, &w.ArrivedAt)
+	})
+}

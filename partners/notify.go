@@ -1,0 +1,62 @@
+package partners
+
+import (
+	"fmt"
+	"net/url"
+	"regexp"
+	"slices"
+)
+
+// NotifyEvents are the events a webhook may subscribe to (intake/ledger
+// outbox.go writes them; docs/design.md "Notifications" says what each
+// carries). awaiting_approval is accepted but nothing emits it until files
+// can wait for an approval (issue 14).
+var NotifyEvents = []string{"quarantined", "failed", "rejected_rows", "late", "host_key_mismatch", "awaiting_approval"}
+
+// Notify is one webhook: events of the subscribed kinds are POSTed to URL,
+// signed with the secret held by the environment variable SecretEnv.
+type Notify struct {
+	// URL is an http or https URL (https unless the receiver is local).
+	URL string `yaml:"url"`
+	// SecretEnv names the environment variable holding the HMAC secret;
+	// the secret never appears in the config.
+	SecretEnv string `yaml:"secret_env"`
+	// Events are the kinds delivered to URL (NotifyEvents).
+	Events []string `yaml:"events"`
+}
+
+var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,127}$`)
+
+// ValidateNotify checks a list of webhooks, naming the key.
+func ValidateNotify(key string, ns []Notify) error {
+	seen := map[string]bool{}
+	for i, n := range ns {
+		k := fmt.Sprintf("%s[%d]", key, i)
+		u, err := url.Parse(n.URL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil {
+			return fmt.Errorf("%s.url: must be an http or https URL without credentials", k)
+		}
+		if seen[n.URL] {
+			return fmt.Errorf("%s.url: appears twice in %s", k, key)
+		}
+		seen[n.URL] = true
+		if !envName.MatchString(n.SecretEnv) {
+			return fmt.Errorf("%s.secret_env: required, the name of an environment variable holding the signing secret", k)
+		}
+		if len(n.Events) == 0 {
+			return fmt.Errorf("%s.events: at least one of %v", k, NotifyEvents)
+		}
+		for j, e := range n.Events {
+			if !slices.Contains(NotifyEvents, e) {
+				return fmt.Errorf("%s.events[%d]: %q is not one of %v", k, j, e, NotifyEvents)
+			}
+			if slices.Contains(n.Events[:j], e) {
+				return fmt.Errorf("%s.events[%d]: %q appears twice", k, j, e)
+			}
+		}
+	}
+	return nil
+}
+
+// Wants reports whether the webhook subscribes to event.
+func (n Notify) Wants(event string) bool { return slices.Contains(n.Events, event) }
