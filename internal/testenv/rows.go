@@ -24,7 +24,7 @@ func OrdersCSV(prefix string, n int) string {
 	return b.String()
 }
 
-// FileRow is a file_intake row as the tests look at it.
+// FileRow is a file of the ledger as the tests look at it.
 type FileRow struct {
 	ID                                         int64
 	Name, State, Reason, Batch, Worker         string
@@ -33,7 +33,7 @@ type FileRow struct {
 	Archive, Receipt, Rejects                  string
 }
 
-// Files lists the partner's file_intake rows in id order, read through the
+// Files lists the partner's files in id order, read through the
 // ledger.
 func Files(t testing.TB, pool *pgxpool.Pool, partner string) []FileRow {
 	t.Helper()
