@@ -22,7 +22,10 @@ import (
 // chunkCounts is what one chunk transaction did.
 type chunkCounts struct {
 	applied, unchanged, rejected, conflict int64
-	fileApplied                            bool // the last chunk moved the file to applied
+	// of conflict: rows edited outside intake (kept), existing keys of an
+	// insert_only feed; of rejected: keys an update_only feed lacks
+	outsideEdit, exists, notFound int64
+	fileApplied                   bool // the last chunk moved the file to applied
 }
 
 // apply merges the valid rows of a planned file into the target, chunk by
@@ -58,7 +61,7 @@ func (r *fileRun) apply(ctx context.Context) error {
 	readErr := make(chan error, 1)
 	first := in.ChunksDone // the reader must not read in while the loop below writes it
 	go func() { readErr <- r.readChunks(pctx, rd, first, full, free) }()
-	r.direct = true // optimistic: fresh rows go straight into the target
+	r.direct = tgt.Direct() // optimistic: fresh rows go straight into the target
 	for c := range full {
 		if err := r.commitChunk(ctx, tgt, c); err != nil {
 			cancel()
@@ -302,6 +305,9 @@ func (r *fileRun) chunkStatements(ctx context.Context, tx pgx.Tx, tgt *target.Ta
 	}
 	switch path {
 	case pathDirect:
+		if tgt.Guarded() {
+			b.Queue(tgt.StageDDL())
+		}
 		b.Queue("SAVEPOINT intake_direct")
 	case pathMerge:
 		b.Queue(tgt.StageDDL())
@@ -375,7 +381,7 @@ func (r *fileRun) writeRows(ctx context.Context, tx pgx.Tx, tgt *target.Table, c
 	case pathNone:
 		return nil
 	case pathDirect:
-		n, err := tgt.CopyDirect(ctx, tx, ch.directPayload(r.in.Partner, writer))
+		n, err := r.writeDirect(ctx, tx, tgt, ch, writer)
 		if err == nil {
 			c.applied = n
 			return nil
@@ -420,7 +426,22 @@ func (r *fileRun) writeRows(ctx context.Context, tx pgx.Tx, tgt *target.Table, c
 		return err
 	}
 	c.applied, c.conflict = m.applied, m.conflict
-	c.rejected = m.deduped + int64(len(refused))
-	r.direct = m.fresh == int64(ch.rows())-c.rejected
+	c.outsideEdit, c.exists, c.notFound = m.outsideEdit, m.exists, m.notFound
+	c.rejected = m.deduped + m.notFound + int64(len(refused))
+	r.direct = tgt.Direct() && m.fresh == int64(ch.rows())-c.rejected
 	return nil
+}
+
+// writeDirect writes a chunk of rows that are new so far straight into
+// the target: one COPY, or for a guarded target (which records a hash of
+// each row) COPY into the staging table and one INSERT. A key that exists
+// fails either with the target's unique violation.
+func (r *fileRun) writeDirect(ctx context.Context, tx pgx.Tx, tgt *target.Table, ch *chunk, writer int64) (int64, error) {
+	if !tgt.Guarded() {
+		return tgt.CopyDirect(ctx, tx, ch.directPayload(r.in.Partner, writer))
+	}
+	if err := tgt.CopyStage(ctx, tx, ch.stagePayload()); err != nil {
+		return 0, err
+	}
+	return tgt.InsertStaged(ctx, tx, writer, r.in.Partner)
 }

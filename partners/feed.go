@@ -96,9 +96,32 @@ type Feed struct {
 	// Compression lists what compressed files the feed accepts ("gzip",
 	// "zip"); none by default. The pattern must match the compressed name.
 	Compression []string `yaml:"compression"`
+	// Mode says what a file may do to the target's rows: upsert (default:
+	// insert new keys, update changed rows), insert_only (an existing key
+	// is a conflict, reason exists) or update_only (a key the target does
+	// not hold is rejected, reason not_found).
+	Mode string `yaml:"mode"`
+	// OnOutsideEdit says what happens to a row edited outside intake since
+	// intake last wrote it (the target needs the intake_row_hash column to
+	// tell): keep (default: the row is a conflict, reason outside_edit,
+	// and is not overwritten) or overwrite.
+	OnOutsideEdit string `yaml:"on_outside_edit"`
 
 	re *regexp.Regexp
 }
+
+// Import modes (Feed.Mode).
+const (
+	ModeUpsert     = "upsert"
+	ModeInsertOnly = "insert_only"
+	ModeUpdateOnly = "update_only"
+)
+
+// What a feed does with a row edited outside intake (Feed.OnOutsideEdit).
+const (
+	OutsideEditKeep      = "keep"
+	OutsideEditOverwrite = "overwrite"
+)
 
 // BatchIDRule says where a file's batch id comes from.
 type BatchIDRule struct {
@@ -177,6 +200,12 @@ func (f *Feed) SetDefaults() {
 	if f.ChunkRows == 0 {
 		f.ChunkRows = DefaultChunkRows
 	}
+	if f.Mode == "" {
+		f.Mode = ModeUpsert
+	}
+	if f.OnOutsideEdit == "" {
+		f.OnOutsideEdit = OutsideEditKeep
+	}
 	if f.ChunkBytes == 0 {
 		f.ChunkBytes = DefaultChunkBytes
 	}
@@ -246,6 +275,16 @@ func (f *Feed) Validate(key, readiness string) error {
 	}
 	if !targetPattern.MatchString(f.Target) {
 		return fmt.Errorf("%s.target: %q must be a lower-case table name, optionally schema-qualified", key, f.Target)
+	}
+	switch f.Mode {
+	case ModeUpsert, ModeInsertOnly, ModeUpdateOnly:
+	default:
+		return fmt.Errorf("%s.mode: %q is not upsert, insert_only or update_only", key, f.Mode)
+	}
+	switch f.OnOutsideEdit {
+	case OutsideEditKeep, OutsideEditOverwrite:
+	default:
+		return fmt.Errorf("%s.on_outside_edit: %q is not keep or overwrite", key, f.OnOutsideEdit)
 	}
 	if f.MaxRejectRatio < 0 || f.MaxRejectRatio > 1 {
 		return fmt.Errorf("%s.max_reject_ratio: %v must be between 0 and 1", key, f.MaxRejectRatio)

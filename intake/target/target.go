@@ -44,7 +44,24 @@ type Table struct {
 	// types. Otherwise COPY text into text columns, cast by the merge.
 	binary bool
 	enc    []Encoder // per column; nil where the pair has no binary encoder
+	// guard: the target has the intake_row_hash column and the feed has
+	// columns besides its key, so every write records a hash of the
+	// feed's columns as written and the merge tells a row edited outside
+	// intake since (see build). keep: such a row is not overwritten.
+	guard, keep bool
+	mode        string // partners.ModeUpsert, ModeInsertOnly or ModeUpdateOnly
+	// stageInsert: a chunk of new rows from the staging table into the
+	// target with their hashes (the guarded target's direct path: COPY
+	// cannot compute the hash).
+	stageInsert string
 }
+
+// HashColumn is the target column in which intake records a hash of the
+// feed's columns as it last wrote them (text, nullable: NULL is "not
+// known", as for rows written before the column was added, and is filled
+// by the next write). Without it edits made outside intake are not told
+// and are overwritten.
+const HashColumn = "intake_row_hash"
 
 // Error says what is wrong with a target table, and how to fix it.
 type Error struct {
@@ -70,7 +87,22 @@ func mappingKey(f *partners.Feed) string {
 	for _, k := range f.Key {
 		b.WriteString("\x00" + k)
 	}
+	b.WriteString("\x00\x03mode\x00" + modeOf(f) + "\x00" + outsideEditOf(f))
 	return b.String()
+}
+
+func modeOf(f *partners.Feed) string {
+	if f.Mode == "" {
+		return partners.ModeUpsert
+	}
+	return f.Mode
+}
+
+func outsideEditOf(f *partners.Feed) string {
+	if f.OnOutsideEdit == "" {
+		return partners.OutsideEditKeep
+	}
+	return f.OnOutsideEdit
 }
 
 // Cache holds the checked target of each feed mapping a daemon writes,
@@ -119,12 +151,19 @@ func Load(ctx context.Context, db *pgxpool.Pool, f *partners.Feed) (*Table, erro
 	for n, c := range tt.cols {
 		types[n], oids[n] = c.typ, c.oid
 	}
-	t := &Table{table: ident.Sanitize(), key: f.Key}
+	t := &Table{table: ident.Sanitize(), key: f.Key, mode: modeOf(f), keep: outsideEditOf(f) == partners.OutsideEditKeep}
 	if types["partner_id"] == "" {
 		return nil, &Error{Table: f.Target, Detail: "missing column partner_id (text)"}
 	}
 	if types["last_intake_id"] != "bigint" {
 		return nil, &Error{Table: f.Target, Detail: "missing column last_intake_id bigint (intake's bookkeeping)"}
+	}
+	switch types[HashColumn] {
+	case "":
+	case "text":
+		t.guard = len(f.Columns) > len(f.Key)
+	default:
+		return nil, &Error{Table: f.Target, Detail: fmt.Sprintf("column %s is %s: it must be text (intake's bookkeeping)", HashColumn, types[HashColumn])}
 	}
 	for _, c := range f.Columns {
 		typ, ok := types[c.Name]
@@ -172,6 +211,9 @@ type Plan struct {
 	TextColumns []string
 	// RangeProbe: the unique index leads with (partner_id, first key).
 	RangeProbe bool
+	// Guard: the target has intake_row_hash, so edits made outside intake
+	// are told (and kept or overwritten per on_outside_edit).
+	Guard bool
 }
 
 // Check verifies a feed's target table as the daemon would use it,
@@ -181,7 +223,7 @@ func Check(ctx context.Context, db *pgxpool.Pool, f *partners.Feed) (Plan, error
 	if err != nil {
 		return Plan{}, err
 	}
-	plan := Plan{Binary: t.binary, RangeProbe: t.rangeProbe}
+	plan := Plan{Binary: t.binary, RangeProbe: t.rangeProbe, Guard: t.guard}
 	if !t.binary {
 		for i, c := range f.Columns {
 			if t.enc[i] == nil {

@@ -5,6 +5,8 @@ import (
 	"context"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/partner-intake/partner-intake/partners"
 )
 
 // What the pipeline runs on a target, each on the transaction of its chunk
@@ -71,8 +73,14 @@ func (t *Table) Dedupe(ctx context.Context, tx pgx.Tx, intakeID int64, partner s
 // Merged is what one merge of staged rows did.
 type Merged struct {
 	Applied  int64 // rows inserted or updated
-	Conflict int64 // rows a newer intake holds: recorded as conflicts
+	Conflict int64 // rows not written and recorded as conflicts: newer_write, outside_edit, exists
 	Fresh    int64 // rows whose key was new to the target
+	// of Conflict: rows edited outside intake since it wrote them (kept),
+	// and existing keys of an insert_only feed
+	OutsideEdit, Exists int64
+	// NotFound: keys an update_only feed's target lacks, recorded as
+	// rejected row issues
+	NotFound int64
 }
 
 // rangeCapFactor bounds the merge's key-range read at this many target
@@ -88,6 +96,27 @@ func (t *Table) Merge(ctx context.Context, tx pgx.Tx, writer int64, partner stri
 	if t.rangeProbe {
 		args = append(args, int64(rangeCapFactor*rows))
 	}
-	err := tx.QueryRow(ctx, t.merge, args...).Scan(&m.Applied, &m.Conflict, &m.Fresh)
+	err := tx.QueryRow(ctx, t.merge, args...).Scan(&m.Applied, &m.Conflict, &m.Fresh, &m.OutsideEdit, &m.Exists, &m.NotFound)
 	return m, err
+}
+
+// Guarded: the target records a hash of each row intake writes
+// (HashColumn), so new rows cannot be COPYed straight into it: they are
+// staged (CopyStage) and inserted with InsertStaged instead.
+func (t *Table) Guarded() bool { return t.guard }
+
+// Mode is the feed's import mode (partners.ModeUpsert, ...).
+func (t *Table) Mode() string { return t.mode }
+
+// Direct: a chunk whose keys are all new may skip the merge (CopyDirect,
+// or InsertStaged when Guarded). Not for an update_only feed, whose new
+// keys are rejected.
+func (t *Table) Direct() bool { return t.mode != partners.ModeUpdateOnly }
+
+// InsertStaged inserts the staged rows into the target as new rows
+// written by writer, each with its hash, and returns how many; a key that
+// exists fails it with unique_violation, as CopyDirect would.
+func (t *Table) InsertStaged(ctx context.Context, tx pgx.Tx, writer int64, partner string) (int64, error) {
+	tag, err := tx.Exec(ctx, t.stageInsert, writer, partner)
+	return tag.RowsAffected(), err
 }

@@ -1,0 +1,243 @@
+package intake_test
+
+import (
+	"context"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/partner-intake/partner-intake/internal/testenv"
+	"github.com/partner-intake/partner-intake/partners"
+)
+
+// issues returns the row issues of an intake as "line:reason:outcome".
+func issues(t *testing.T, pool *pgxpool.Pool, id int64) []string {
+	t.Helper()
+	rs, err := pool.Query(context.Background(), `SELECT line || ':' || reason || ':' || outcome FROM intake_row_issue WHERE intake_id = $1 ORDER BY line`, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for rs.Next() {
+		var s string
+		if err := rs.Scan(&s); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, s)
+	}
+	if err := rs.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func amountOf(t *testing.T, pool *pgxpool.Pool, table, partner, key string) (string, int64) {
+	t.Helper()
+	var amount string
+	var last int64
+	if err := pool.QueryRow(context.Background(), `SELECT amount::text, last_intake_id FROM `+table+` WHERE partner_id = $1 AND order_id = $2`, partner, key).Scan(&amount, &last); err != nil {
+		t.Fatalf("%s %s: %v", partner, key, err)
+	}
+	return amount, last
+}
+
+func execArgs(t *testing.T, pool *pgxpool.Pool, sql string, args ...any) {
+	t.Helper()
+	if _, err := pool.Exec(context.Background(), sql, args...); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A row another session changed between two files for its key is not
+// overwritten: the second file reports it as a conflict with reason
+// outside_edit (row issue, rejects report, metric); so does a replay of
+// the first file. A row without a recorded hash (written before the
+// column existed) counts as not edited, is written, and gets its hash.
+func TestOutsideEditIsKeptAndReported(t *testing.T) {
+	_, pool := testenv.DB(t)
+	site := testenv.NewSite(t, "oe")
+	r := newRig(t, pool, "w1", site)
+	site.Drop(t, "orders-1.csv", goodRows("E", 3))
+	r.poll("oe")
+	if n := count(t, pool, `SELECT count(*) FROM orders WHERE partner_id = 'oe' AND intake_row_hash IS NOT NULL`); n != 3 {
+		t.Fatalf("%d rows carry intake's hash after the first file, want 3", n)
+	}
+	exec(t, pool, `UPDATE orders SET amount = 1.00 WHERE partner_id = 'oe' AND order_id = 'E-1'`)
+	// E-2 as a row written before the guard: no hash, and other values
+	exec(t, pool, `UPDATE orders SET amount = 2.00, intake_row_hash = NULL WHERE partner_id = 'oe' AND order_id = 'E-2'`)
+
+	site.Drop(t, "orders-2.csv", goodRows("E", 3))
+	r.poll("oe")
+	fs := files(t, pool, "oe")
+	f1, f2 := fs[0], fs[1]
+	if f2.State != "archived" || f2.Confl != 1 || f2.Applied != 1 || f2.Unchanged != 1 {
+		t.Fatalf("second file %+v, want archived with 1 conflict, 1 applied (the unhashed row), 1 unchanged", f2)
+	}
+	if a, last := amountOf(t, pool, "orders", "oe", "E-1"); a != "1.00" || last != f1.ID {
+		t.Fatalf("E-1 = %s by %d: the outside edit was overwritten", a, last)
+	}
+	if a, last := amountOf(t, pool, "orders", "oe", "E-2"); a != "20.02" || last != f2.ID {
+		t.Fatalf("E-2 = %s by %d, want the file's 20.02 by %d", a, last, f2.ID)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM orders WHERE partner_id = 'oe' AND order_id = 'E-2' AND intake_row_hash IS NOT NULL`); n != 1 {
+		t.Fatal("the unhashed row got no hash when intake wrote it")
+	}
+	if got := issues(t, pool, f2.ID); len(got) != 1 || got[0] != "2:outside_edit:conflict" {
+		t.Fatalf("row issues %v, want line 2 outside_edit conflict", got)
+	}
+	rel, _ := filepath.Rel(site.Root, f2.Rejects)
+	if f2.Rejects == "" || !strings.Contains(site.Read(t, rel), "outside_edit") {
+		t.Fatalf("rejects report %q does not name outside_edit", f2.Rejects)
+	}
+	if got := testutil.ToFloat64(r.d.Metrics().RowsHeld.WithLabelValues("oe", "outside_edit")); got != 1 {
+		t.Fatalf("intake_rows_held_total{outside_edit} = %v, want 1", got)
+	}
+
+	// a replay of the first file writes as that file: E-1 still kept
+	in, err := r.d.Replay(context.Background(), f1.ID, "test", "re-apply", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := issues(t, pool, in.ID); len(got) != 1 || got[0] != "2:outside_edit:conflict" {
+		t.Fatalf("replay row issues %v, want line 2 outside_edit conflict", got)
+	}
+	if a, _ := amountOf(t, pool, "orders", "oe", "E-1"); a != "1.00" {
+		t.Fatalf("E-1 = %s after the replay: the outside edit was overwritten", a)
+	}
+
+	// an edit back to what intake wrote is no edit: the next file writes
+	exec(t, pool, `UPDATE orders SET amount = 10.01 WHERE partner_id = 'oe' AND order_id = 'E-1'`)
+	site.Drop(t, "orders-3.csv", header+ordersLine("E", 1, "5.00"))
+	r.poll("oe")
+	f3 := files(t, pool, "oe")[3]
+	if f3.Applied != 1 || f3.Confl != 0 {
+		t.Fatalf("third file %+v, want 1 applied", f3)
+	}
+}
+
+// on_outside_edit: overwrite writes over an outside edit, as before the
+// guard, and records the new hash.
+func TestOutsideEditOverwrite(t *testing.T) {
+	_, pool := testenv.DB(t)
+	site := testenv.NewSite(t, "ow")
+	site.Config.Feeds[0].OnOutsideEdit = partners.OutsideEditOverwrite
+	r := newRig(t, pool, "w1", site)
+	site.Drop(t, "orders-1.csv", goodRows("O", 2))
+	r.poll("ow")
+	exec(t, pool, `UPDATE orders SET amount = 1.00 WHERE partner_id = 'ow' AND order_id = 'O-1'`)
+	site.Drop(t, "orders-2.csv", goodRows("O", 2))
+	r.poll("ow")
+	f2 := files(t, pool, "ow")[1]
+	if f2.Applied != 1 || f2.Unchanged != 1 || f2.Confl != 0 {
+		t.Fatalf("second file %+v, want 1 applied (the edit overwritten), 1 unchanged", f2)
+	}
+	if a, last := amountOf(t, pool, "orders", "ow", "O-1"); a != "10.01" || last != f2.ID {
+		t.Fatalf("O-1 = %s by %d, want 10.01 by %d", a, last, f2.ID)
+	}
+}
+
+// The guard on the COPY text path (a column type without a binary
+// encoder) and in groups of small files.
+func TestOutsideEditOnCopyTextAndInGroups(t *testing.T) {
+	_, pool := testenv.DB(t)
+	exec(t, pool, `CREATE TABLE orders_text (
+		partner_id text NOT NULL, order_id text NOT NULL, email text, amount double precision NOT NULL,
+		status text NOT NULL, placed_at timestamptz NOT NULL, qty integer, last_intake_id bigint NOT NULL,
+		intake_row_hash text, PRIMARY KEY (partner_id, order_id))`)
+	for _, tc := range []struct{ partner, table string }{{"gt", "orders_text"}, {"gb", "orders"}} {
+		site := testenv.NewSite(t, tc.partner)
+		site.Config.Feeds[0].Target = tc.table
+		r := newRig(t, pool, "w1", site)
+		// first a group of two files, then a group of two that meets an edit
+		site.Drop(t, "orders-1.csv", goodRows("A", 2))
+		site.Drop(t, "orders-2.csv", goodRows("B", 2))
+		r.poll(tc.partner)
+		execArgs(t, pool, `UPDATE `+tc.table+` SET amount = 3 WHERE partner_id = $1 AND order_id = 'B-2'`, tc.partner)
+		site.Drop(t, "orders-3.csv", goodRows("A", 2))
+		site.Drop(t, "orders-4.csv", goodRows("B", 2))
+		r.poll(tc.partner)
+		if got := grouped(r, tc.partner, "grouped"); got != 4 {
+			t.Fatalf("%s: %v files went through a group, want 4", tc.table, got)
+		}
+		m := byName(files(t, pool, tc.partner))
+		if f3, f4 := m["orders-3.csv"], m["orders-4.csv"]; f3.Unchanged != 2 || f4.Unchanged != 1 || f4.Confl != 1 || f4.State != "archived" {
+			t.Fatalf("%s: %+v, %+v: want 2 unchanged; 1 unchanged and 1 conflict", tc.table, f3, f4)
+		}
+		if a, _ := amountOf(t, pool, tc.table, tc.partner, "B-2"); a != "3" && a != "3.00" {
+			t.Fatalf("%s: B-2 = %s: the outside edit was overwritten", tc.table, a)
+		}
+		if got := issues(t, pool, m["orders-4.csv"].ID); len(got) != 1 || got[0] != "3:outside_edit:conflict" {
+			t.Fatalf("%s: row issues %v", tc.table, got)
+		}
+	}
+}
+
+// insert_only: an existing key is a conflict (exists), a new one is
+// written; a replay of the file that wrote the rows changes nothing.
+func TestInsertOnlyMode(t *testing.T) {
+	_, pool := testenv.DB(t)
+	site := testenv.NewSite(t, "io")
+	site.Config.Feeds[0].Mode = partners.ModeInsertOnly
+	r := newRig(t, pool, "w1", site)
+	site.Drop(t, "orders-1.csv", goodRows("I", 2))
+	r.poll("io")
+	site.Drop(t, "orders-2.csv", header+ordersLine("I", 1, "5.00")+ordersLine("I", 2, "20.02")+ordersLine("I", 3, "30.03"))
+	r.poll("io")
+	fs := files(t, pool, "io")
+	if f := fs[1]; f.State != "archived" || f.Applied != 1 || f.Confl != 2 || f.Total != 3 {
+		t.Fatalf("second file %+v, want 1 applied and 2 conflicts", f)
+	}
+	if got := issues(t, pool, fs[1].ID); len(got) != 2 || got[0] != "2:exists:conflict" || got[1] != "3:exists:conflict" {
+		t.Fatalf("row issues %v, want lines 2 and 3 exists", got)
+	}
+	if a, _ := amountOf(t, pool, "orders", "io", "I-1"); a != "10.01" {
+		t.Fatalf("I-1 = %s: insert_only updated a row", a)
+	}
+	in, err := r.d.Replay(context.Background(), fs[0].ID, "test", "re-apply", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := issues(t, pool, in.ID); len(got) != 0 {
+		t.Fatalf("replay of the writing file: row issues %v, want none", got)
+	}
+	if got := testutil.ToFloat64(r.d.Metrics().RowsHeld.WithLabelValues("io", "exists")); got != 2 {
+		t.Fatalf("intake_rows_held_total{exists} = %v, want 2", got)
+	}
+}
+
+// update_only: a key the target lacks is rejected (not_found) and not
+// written; existing keys are updated. Files of such a feed are not
+// grouped (their rejects need the file's own report).
+func TestUpdateOnlyMode(t *testing.T) {
+	_, pool := testenv.DB(t)
+	site := testenv.NewSite(t, "uo")
+	site.Config.Feeds[0].Mode = partners.ModeUpdateOnly
+	r := newRig(t, pool, "w1", site)
+	exec(t, pool, `INSERT INTO orders (partner_id, order_id, amount, status, placed_at, last_intake_id)
+		VALUES ('uo', 'U-1', 1, 'new', now(), 0), ('uo', 'U-2', 2, 'new', now(), 0)`)
+	site.Drop(t, "orders-1.csv", goodRows("U", 3))
+	site.Drop(t, "orders-2.csv", goodRows("V", 1))
+	r.poll("uo")
+	m := byName(files(t, pool, "uo"))
+	if f := m["orders-1.csv"]; f.State != "archived" || f.Applied != 2 || f.Rejected != 1 || f.Total != 3 {
+		t.Fatalf("first file %+v, want 2 applied and 1 rejected", f)
+	}
+	if f := m["orders-2.csv"]; f.State != "archived" || f.Rejected != 1 || f.Rejects == "" {
+		t.Fatalf("second file %+v, want 1 rejected with a rejects report", f)
+	}
+	if got := issues(t, pool, m["orders-1.csv"].ID); len(got) != 1 || got[0] != "4:not_found:rejected" {
+		t.Fatalf("row issues %v, want line 4 not_found rejected", got)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM orders WHERE partner_id = 'uo'`); n != 2 {
+		t.Fatalf("target holds %d rows, want the 2 it had", n)
+	}
+	if a, _ := amountOf(t, pool, "orders", "uo", "U-2"); a != "20.02" {
+		t.Fatalf("U-2 = %s, want 20.02", a)
+	}
+	if got := grouped(r, "uo", "grouped"); got != 0 {
+		t.Fatalf("%v update_only files went through a group", got)
+	}
+}
