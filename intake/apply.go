@@ -25,7 +25,8 @@ type chunkCounts struct {
 	// of conflict: rows edited outside intake (kept), existing keys of an
 	// insert_only feed; of rejected: keys an update_only feed lacks
 	outsideEdit, exists, notFound int64
-	fileApplied                   bool // the last chunk moved the file to applied
+	deleted                       int64 // a snapshot's rows deleted (or marked): not rows of the file
+	fileApplied                   bool  // the last chunk moved the file to applied
 }
 
 // apply merges the valid rows of a planned file into the target, chunk by
@@ -199,6 +200,7 @@ func (r *fileRun) commitChunk(ctx context.Context, tgt *target.Table, ch *chunk)
 			r.in.RowsUnchanged += c.unchanged
 			r.in.RowsRejected += c.rejected
 			r.in.RowsConflict += c.conflict
+			r.in.RowsDeleted += c.deleted
 			r.in.ChunksDone = chunk + 1
 			if c.fileApplied {
 				r.in.State = StateApplied
@@ -305,7 +307,7 @@ func (r *fileRun) chunkStatements(ctx context.Context, tx pgx.Tx, tgt *target.Ta
 	}
 	switch path {
 	case pathDirect:
-		if tgt.Guarded() {
+		if tgt.StagedDirect() {
 			b.Queue(tgt.StageDDL())
 		}
 		b.Queue("SAVEPOINT intake_direct")
@@ -341,11 +343,45 @@ func (r *fileRun) chunkStatements(ctx context.Context, tx pgx.Tx, tgt *target.Ta
 		}
 		c.rejected += int64(len(ch.refused))
 	}
+	if tgt.Snapshot() {
+		if err := r.snapshotStatements(ctx, tx, tgt, ch, path, writer, c); err != nil {
+			return err
+		}
+	}
 	// The ledger row and the file's progress, in one round trip; the last
 	// chunk also moves the file to applied when its totals reconcile.
 	c.fileApplied, err = r.d.ledger.ChunkDone(ctx, tx, in, ledger.Chunk{No: chunk, First: ch.first, Last: ch.last,
-		Applied: c.applied, Unchanged: c.unchanged, Rejected: c.rejected, Conflict: c.conflict, Final: ch.final})
+		Applied: c.applied, Unchanged: c.unchanged, Rejected: c.rejected, Conflict: c.conflict, Deleted: c.deleted, Final: ch.final})
 	return err
+}
+
+// snapshotStatements records the keys of a snapshot's chunk (from the
+// staging table, which holds the chunk's rows as written) and, in the
+// file's last chunk, deletes or marks the rows whose key the file lacks
+// and forgets the keys: all in the chunk's transaction, so a snapshot
+// stopped part way resumes with the keys of the chunks it committed and
+// sweeps exactly once, with its last chunk. A snapshot with a rejected row
+// sweeps nothing: that row's key may be one the partner still holds.
+func (r *fileRun) snapshotStatements(ctx context.Context, tx pgx.Tx, tgt *target.Table, ch *chunk, path int, writer int64, c *chunkCounts) error {
+	if path != pathNone {
+		if err := tgt.RecordKeys(ctx, tx, r.in.ID); err != nil {
+			return fmt.Errorf("chunk %d snapshot keys: %w", ch.no, err)
+		}
+	}
+	if !ch.final {
+		return nil
+	}
+	if rejected := r.in.RowsRejected + c.rejected; rejected > 0 {
+		r.log.Warn("snapshot has rejected rows: no row deleted", "rows_rejected", rejected)
+		r.d.metrics.snapshotSkipped.WithLabelValues(r.in.Partner).Inc()
+	} else {
+		n, err := tgt.Sweep(ctx, tx, writer, r.in.Partner, r.in.ID, r.in.Feed)
+		if err != nil {
+			return fmt.Errorf("chunk %d snapshot sweep: %w", ch.no, err)
+		}
+		c.deleted = n
+	}
+	return ledger.ForgetSnapshotKeys(ctx, tx, r.in.ID)
 }
 
 // chunkStatementTimeout bounds each statement of a chunk transaction.
@@ -433,11 +469,11 @@ func (r *fileRun) writeRows(ctx context.Context, tx pgx.Tx, tgt *target.Table, c
 }
 
 // writeDirect writes a chunk of rows that are new so far straight into
-// the target: one COPY, or for a guarded target (which records a hash of
-// each row) COPY into the staging table and one INSERT. A key that exists
+// the target: one COPY, or when the target is StagedDirect (a hash of
+// each row, a snapshot's keys) COPY into the staging table and one INSERT. A key that exists
 // fails either with the target's unique violation.
 func (r *fileRun) writeDirect(ctx context.Context, tx pgx.Tx, tgt *target.Table, ch *chunk, writer int64) (int64, error) {
-	if !tgt.Guarded() {
+	if !tgt.StagedDirect() {
 		return tgt.CopyDirect(ctx, tx, ch.directPayload(r.in.Partner, writer))
 	}
 	if err := tgt.CopyStage(ctx, tx, ch.stagePayload()); err != nil {

@@ -16,8 +16,8 @@ import (
 // column: its delimiters and its line end).
 func groupable(p *partners.Config, c candidate) bool {
 	// an update_only feed's missing keys are rejected rows, which need the
-	// per-file rejects report
-	return c.Manifest == "" && c.Feed.Mode != partners.ModeUpdateOnly && c.Size > 0 && c.Size < smallFileBytes && c.Size <= p.Limits.MaxFileBytes &&
+	// per-file rejects report; a snapshot sweeps per file
+	return c.Manifest == "" && c.Feed.Mode != partners.ModeUpdateOnly && c.Feed.Mode != partners.ModeSnapshot && c.Size > 0 && c.Size < smallFileBytes && c.Size <= p.Limits.MaxFileBytes &&
 		c.Size <= int64(c.Feed.ChunkRows)*int64(max(len(c.Feed.Columns), 1)) &&
 		compressionOf(c.Name) == "" && partners.ValidBatchID(c.Feed.BatchIDFromName(c.Name))
 }

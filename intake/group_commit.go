@@ -118,7 +118,7 @@ func (g *fileGroup) writeRows(ctx context.Context, tx pgx.Tx, tgt *target.Table,
 	}
 	// A guarded target records a hash of each row (no COPY straight in),
 	// and an update_only feed writes no new key: each file is merged.
-	if !repeat && !tgt.Guarded() && tgt.Direct() {
+	if !repeat && !tgt.StagedDirect() && tgt.Direct() {
 		if _, err := tx.Exec(ctx, "SAVEPOINT intake_direct"); err != nil {
 			return fmt.Errorf("group savepoint: %w", err)
 		}

@@ -2,13 +2,17 @@ package intake_test
 
 import (
 	"context"
+	"errors"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/partner-intake/partner-intake/intake"
+	"github.com/partner-intake/partner-intake/internal/fault"
 	"github.com/partner-intake/partner-intake/internal/testenv"
 	"github.com/partner-intake/partner-intake/partners"
 )
@@ -239,5 +243,139 @@ func TestUpdateOnlyMode(t *testing.T) {
 	}
 	if got := grouped(r, "uo", "grouped"); got != 0 {
 		t.Fatalf("%v update_only files went through a group", got)
+	}
+}
+
+func receiptOf(t *testing.T, site *testenv.Site, f fileRow) intake.Receipt {
+	t.Helper()
+	return receipt(t, site, f.Receipt)
+}
+
+// snapshot: the file is the partner's complete set. Rows of the feed's
+// earlier files whose key it lacks are deleted in its last transaction
+// and counted apart from its rows (receipt: deleted); a row intake never
+// wrote and a row edited outside intake stay.
+func TestSnapshotDeletesRowsAbsentFromTheFile(t *testing.T) {
+	_, pool := testenv.DB(t)
+	site := testenv.NewSite(t, "sn")
+	site.Config.Feeds[0].Mode = partners.ModeSnapshot
+	r := newRig(t, pool, "w1", site)
+	site.Drop(t, "orders-1.csv", goodRows("S", 5))
+	r.poll("sn")
+	exec(t, pool, `INSERT INTO orders (partner_id, order_id, amount, status, placed_at, last_intake_id) VALUES ('sn', 'HAND-1', 1, 'new', now(), 0)`)
+	exec(t, pool, `UPDATE orders SET amount = 7 WHERE partner_id = 'sn' AND order_id = 'S-3'`)
+	site.Drop(t, "orders-2.csv", header+ordersLine("S", 1, "")+ordersLine("S", 2, "5.00")+ordersLine("S", 6, ""))
+	r.poll("sn")
+	f2 := files(t, pool, "sn")[1]
+	if f2.State != "archived" || f2.Total != 3 || f2.Applied != 2 || f2.Unchanged != 1 {
+		t.Fatalf("second file %+v, want 3 rows: 2 applied, 1 unchanged", f2)
+	}
+	var keys []string
+	rs, err := pool.Query(context.Background(), `SELECT order_id FROM orders WHERE partner_id = 'sn' ORDER BY order_id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rs.Next() {
+		var k string
+		rs.Scan(&k)
+		keys = append(keys, k)
+	}
+	if strings.Join(keys, ",") != "HAND-1,S-1,S-2,S-3,S-6" {
+		t.Fatalf("target holds %v, want S-4 and S-5 deleted, the hand row and the edited S-3 kept", keys)
+	}
+	rc := receiptOf(t, site, f2)
+	if rc.Rows.Deleted != 2 || rc.Rows.Total != 3 || rc.Rows.Applied+rc.Rows.Unchanged+rc.Rows.Rejected+rc.Rows.Conflict != rc.Rows.Total {
+		t.Fatalf("receipt rows %+v, want 2 deleted and totals that reconcile", rc.Rows)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM intake_snapshot_key`); n != 0 {
+		t.Fatalf("%d snapshot keys left behind", n)
+	}
+	if got := testutil.ToFloat64(r.d.Metrics().Rows.WithLabelValues("sn", "deleted")); got != 2 {
+		t.Fatalf("intake_rows_total{deleted} = %v, want 2", got)
+	}
+
+	// a snapshot with a rejected row deletes nothing
+	site.Drop(t, "orders-3.csv", header+ordersLine("S", 1, "")+"S-2,bad,not-a-number,paid,2026-11-01T10:00:00Z,1\n")
+	r.poll("sn")
+	f3 := files(t, pool, "sn")[2]
+	if f3.State != "archived" || f3.Rejected != 1 || receiptOf(t, site, f3).Rows.Deleted != 0 {
+		t.Fatalf("third file %+v, want 1 rejected and nothing deleted", f3)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM orders WHERE partner_id = 'sn'`); n != 5 {
+		t.Fatalf("target holds %d rows after a snapshot with a rejected row, want the 5 it had", n)
+	}
+}
+
+// snapshot with deleted_at: absent rows are marked, not deleted, once; a
+// marked row that comes back is cleared.
+func TestSnapshotMarksDeletedAt(t *testing.T) {
+	_, pool := testenv.DB(t)
+	exec(t, pool, `ALTER TABLE orders ADD COLUMN gone_at timestamptz`)
+	site := testenv.NewSite(t, "sm")
+	site.Config.Feeds[0].Mode = partners.ModeSnapshot
+	site.Config.Feeds[0].DeletedAt = "gone_at"
+	r := newRig(t, pool, "w1", site)
+	site.Drop(t, "orders-1.csv", goodRows("D", 3))
+	r.poll("sm")
+	site.Drop(t, "orders-2.csv", goodRows("D", 1))
+	r.poll("sm")
+	site.Drop(t, "orders-3.csv", goodRows("D", 2))
+	r.poll("sm")
+	fs := files(t, pool, "sm")
+	if d2, d3 := receiptOf(t, site, fs[1]).Rows.Deleted, receiptOf(t, site, fs[2]).Rows.Deleted; d2 != 2 || d3 != 0 {
+		t.Fatalf("deleted %d then %d, want 2 then 0 (D-3 marked once)", d2, d3)
+	}
+	if f := fs[2]; f.Applied != 1 || f.Unchanged != 1 {
+		t.Fatalf("third file %+v, want D-2 back (applied) and D-1 unchanged", f)
+	}
+	if got := count(t, pool, `SELECT count(*) FROM orders WHERE partner_id = 'sm' AND gone_at IS NOT NULL`); got != 1 {
+		t.Fatalf("%d rows marked, want D-3 alone", got)
+	}
+	if got := count(t, pool, `SELECT count(*) FROM orders WHERE partner_id = 'sm' AND order_id = 'D-3' AND gone_at IS NOT NULL`); got != 1 {
+		t.Fatal("D-3 is not the marked row")
+	}
+}
+
+// A snapshot whose last chunk fails after its sweep ran resumes from the
+// chunks it committed (their keys kept with them) and deletes exactly the
+// absent rows, once.
+func TestSnapshotStoppedMidApplyDeletesOnce(t *testing.T) {
+	_, pool := testenv.DB(t)
+	site := testenv.NewSite(t, "sk")
+	site.Config.Feeds[0].Mode = partners.ModeSnapshot
+	site.Config.Feeds[0].ChunkRows = 2
+	r := newRig(t, pool, "w1", site)
+	site.Drop(t, "orders-1.csv", goodRows("K", 8))
+	r.poll("sk")
+	if err := fault.Set("apply:mid_chunk=error@3"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { fault.Set("") })
+	site.Drop(t, "orders-2.csv", goodRows("K", 5)) // chunks of 2, 2, 1: the last fails once
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := r.d.PollOnce(ctx, "sk"); !errors.Is(err, fault.ErrInjected) {
+		t.Fatalf("first poll: %v, want the injected fault", err)
+	}
+	if f := files(t, pool, "sk")[1]; f.State != "applying" || f.Chunks != 2 {
+		t.Fatalf("after the failed last chunk: %+v, want applying with 2 chunks", f)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM orders WHERE partner_id = 'sk'`); n != 8 {
+		t.Fatalf("the failed last chunk deleted rows: %d left, want 8", n)
+	}
+	fault.Set("")
+	r.poll("sk")
+	f2 := files(t, pool, "sk")[1]
+	if f2.State != "archived" || f2.Unchanged != 5 || f2.Chunks != 3 {
+		t.Fatalf("second file %+v, want archived, 5 unchanged in 3 chunks", f2)
+	}
+	if d := receiptOf(t, site, f2).Rows.Deleted; d != 3 {
+		t.Fatalf("deleted %d, want 3 (K-6..K-8)", d)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM orders WHERE partner_id = 'sk'`); n != 5 {
+		t.Fatalf("target holds %d rows, want K-1..K-5", n)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM intake_snapshot_key`); n != 0 {
+		t.Fatalf("%d snapshot keys left behind", n)
 	}
 }

@@ -18,6 +18,7 @@ type metrics struct {
 	filesFinished   *prometheus.CounterVec
 	rowsTotal       *prometheus.CounterVec
 	rowsHeld        *prometheus.CounterVec
+	snapshotSkipped *prometheus.CounterVec
 	bytesDownloaded *prometheus.CounterVec
 	hashOnly        *prometheus.CounterVec
 	grouped         *prometheus.CounterVec
@@ -55,6 +56,8 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		skipped:       f.NewCounterVec(prometheus.CounterOpts{Name: "intake_ready_entries_skipped_total", Help: "Entries in ready/ not claimed, by reason."}, []string{"partner", "reason"}),
 		filesFinished: f.NewCounterVec(prometheus.CounterOpts{Name: "intake_files_finished_total", Help: "Files that left the pipeline, by final state."}, []string{"partner", "state"}),
 		rowsTotal:     f.NewCounterVec(prometheus.CounterOpts{Name: "intake_rows_total", Help: "Rows merged, by outcome."}, []string{"partner", "outcome"}),
+		snapshotSkipped: f.NewCounterVec(prometheus.CounterOpts{Name: "intake_snapshot_sweeps_skipped_total",
+			Help: "Snapshot files that deleted nothing because some of their rows were rejected."}, []string{"partner"}),
 		rowsHeld: f.NewCounterVec(prometheus.CounterOpts{Name: "intake_rows_held_total",
 			Help: "Rows the target's state kept from being written: outside_edit (edited outside intake, kept), exists (insert_only), not_found (update_only)."}, []string{"partner", "reason"}),
 		bytesDownloaded: f.NewCounterVec(prometheus.CounterOpts{Name: "intake_bytes_downloaded_total", Help: "Bytes streamed into the spool."}, []string{"partner"}),
@@ -109,6 +112,9 @@ func (m *metrics) rows(partner string, c chunkCounts) {
 	m.rowsTotal.WithLabelValues(partner, "unchanged").Add(float64(c.unchanged))
 	m.rowsTotal.WithLabelValues(partner, "conflict").Add(float64(c.conflict))
 	m.rowsTotal.WithLabelValues(partner, "rejected").Add(float64(c.rejected))
+	if c.deleted > 0 {
+		m.rowsTotal.WithLabelValues(partner, "deleted").Add(float64(c.deleted))
+	}
 	for reason, n := range map[string]int64{"outside_edit": c.outsideEdit, "exists": c.exists, "not_found": c.notFound} {
 		if n > 0 {
 			m.rowsHeld.WithLabelValues(partner, reason).Add(float64(n))

@@ -98,9 +98,16 @@ type Feed struct {
 	Compression []string `yaml:"compression"`
 	// Mode says what a file may do to the target's rows: upsert (default:
 	// insert new keys, update changed rows), insert_only (an existing key
-	// is a conflict, reason exists) or update_only (a key the target does
-	// not hold is rejected, reason not_found).
+	// is a conflict, reason exists), update_only (a key the target does
+	// not hold is rejected, reason not_found) or snapshot (upsert, and the
+	// file is the partner's complete set: rows intake wrote for the
+	// partner and feed whose key the file lacks are deleted, or marked in
+	// DeletedAt, in the file's last transaction).
 	Mode string `yaml:"mode"`
+	// DeletedAt names a timestamptz (or timestamp) column of the target
+	// that a snapshot sets on rows absent from the file instead of
+	// deleting them; a row that comes back has it cleared.
+	DeletedAt string `yaml:"deleted_at"`
 	// OnOutsideEdit says what happens to a row edited outside intake since
 	// intake last wrote it (the target needs the intake_row_hash column to
 	// tell): keep (default: the row is a conflict, reason outside_edit,
@@ -115,6 +122,7 @@ const (
 	ModeUpsert     = "upsert"
 	ModeInsertOnly = "insert_only"
 	ModeUpdateOnly = "update_only"
+	ModeSnapshot   = "snapshot"
 )
 
 // What a feed does with a row edited outside intake (Feed.OnOutsideEdit).
@@ -277,9 +285,17 @@ func (f *Feed) Validate(key, readiness string) error {
 		return fmt.Errorf("%s.target: %q must be a lower-case table name, optionally schema-qualified", key, f.Target)
 	}
 	switch f.Mode {
-	case ModeUpsert, ModeInsertOnly, ModeUpdateOnly:
+	case ModeUpsert, ModeInsertOnly, ModeUpdateOnly, ModeSnapshot:
 	default:
-		return fmt.Errorf("%s.mode: %q is not upsert, insert_only or update_only", key, f.Mode)
+		return fmt.Errorf("%s.mode: %q is not upsert, insert_only, update_only or snapshot", key, f.Mode)
+	}
+	if f.DeletedAt != "" {
+		if f.Mode != ModeSnapshot {
+			return fmt.Errorf("%s.deleted_at: only a snapshot feed marks rows (mode: snapshot)", key)
+		}
+		if !identPattern.MatchString(f.DeletedAt) || f.Column(f.DeletedAt) != nil || f.DeletedAt == "partner_id" || f.DeletedAt == "last_intake_id" {
+			return fmt.Errorf("%s.deleted_at: %q must name a target column the feed does not write", key, f.DeletedAt)
+		}
 	}
 	switch f.OnOutsideEdit {
 	case OutsideEditKeep, OutsideEditOverwrite:

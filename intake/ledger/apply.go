@@ -122,6 +122,9 @@ type Chunk struct {
 	No                                     int
 	First, Last                            int64
 	Applied, Unchanged, Rejected, Conflict int64
+	// Deleted: rows a snapshot's last chunk deleted or marked (not rows
+	// of the file: outside the totals).
+	Deleted int64
 	// Final: the file's last chunk.
 	Final bool
 }
@@ -136,12 +139,12 @@ func (l *Ledger) ChunkDone(ctx context.Context, tx pgx.Tx, in *Intake, c Chunk) 
 		in.ID, c.No, in.Partner, c.First, c.Last, c.Applied, c.Unchanged, c.Conflict, in.Token)
 	b.Queue(`UPDATE file_intake SET rows_applied = rows_applied + $4, rows_unchanged = rows_unchanged + $5,
 		rows_rejected = rows_rejected + $6, rows_conflict = rows_conflict + $7, chunks_done = $3 + 1,
-		lease_until = clock_timestamp() + $9::interval,
+		rows_deleted = rows_deleted + $10, lease_until = clock_timestamp() + $9::interval,
 		state = CASE WHEN $8::boolean AND rows_applied + $4 + rows_unchanged + $5 + rows_rejected + $6 + rows_conflict + $7 = rows_total
 		             THEN 'applied' ELSE state END, updated_at = now()
 		WHERE intake_id = $1 AND fencing_token = $2 AND chunks_done = $3
 		RETURNING state`,
-		in.ID, in.Token, c.No, c.Applied, c.Unchanged, c.Rejected, c.Conflict, c.Final, l.lease)
+		in.ID, in.Token, c.No, c.Applied, c.Unchanged, c.Rejected, c.Conflict, c.Final, l.lease, c.Deleted)
 	br := tx.SendBatch(ctx, b)
 	if _, err := br.Exec(); err != nil {
 		br.Close()
@@ -195,4 +198,14 @@ func (l *Ledger) DataInUse(ctx context.Context, in *Intake) (bool, error) {
 		AND intake_id <> $3 AND state NOT IN ('archived', 'duplicate', 'quarantined', 'failed_terminal', 'discarded'))`,
 		in.Partner, in.DataSHA256, in.ID).Scan(&busy)
 	return busy, err
+}
+
+// ForgetSnapshotKeys drops the keys a snapshot recorded (the target's
+// statements write them, see target.Table.RecordKeys), in the
+// transaction of its last chunk.
+func ForgetSnapshotKeys(ctx context.Context, tx pgx.Tx, intakeID int64) error {
+	if _, err := tx.Exec(ctx, `DELETE FROM intake_snapshot_key WHERE intake_id = $1`, intakeID); err != nil {
+		return fmt.Errorf("snapshot keys: %w", err)
+	}
+	return nil
 }

@@ -74,3 +74,9 @@ const (
 	// not hold. Outcome rejected.
 	ReasonNotFound = "not_found"
 )
+
+// OutcomeDeleted is the row outcome of a snapshot's sweep: a row of the
+// partner's earlier files whose key the snapshot lacks was deleted (or
+// marked in the feed's deleted_at column). Receipts count it apart from
+// the file's own rows.
+const OutcomeDeleted = "deleted"

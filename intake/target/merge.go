@@ -89,18 +89,27 @@ func (t *Table) build() {
 	if t.guard {
 		edited = fmt.Sprintf("(t.%[1]s IS NOT NULL AND t.%[1]s <> %[2]s)", hashCol, hashOf("t"))
 	}
-	distinct, doUpdate := "false", "DO NOTHING"
-	if len(setCols) > 0 && t.mode != partners.ModeInsertOnly {
-		distinct = fmt.Sprintf("ROW(%s) IS DISTINCT FROM ROW(%s)", strings.Join(tgtVals, ", "), strings.Join(excVals, ", "))
-		set, guard := "", ""
+	doUpdate := "DO NOTHING"
+	if (len(setCols) > 0 || t.deletedAt != "") && t.mode != partners.ModeInsertOnly {
+		var distinct []string
+		if len(setCols) > 0 {
+			distinct = append(distinct, fmt.Sprintf("ROW(%s) IS DISTINCT FROM ROW(%s)", strings.Join(tgtVals, ", "), strings.Join(excVals, ", ")))
+		}
+		set := append(slices.Clone(setCols), "last_intake_id = EXCLUDED.last_intake_id")
+		if t.deletedAt != "" {
+			// a row a snapshot marked comes back
+			set = append(set, t.deletedAt+" = NULL")
+			distinct = append(distinct, "t."+t.deletedAt+" IS NOT NULL")
+		}
+		guard := ""
 		if t.guard {
-			set = fmt.Sprintf(", %[1]s = EXCLUDED.%[1]s", hashCol)
+			set = append(set, fmt.Sprintf("%[1]s = EXCLUDED.%[1]s", hashCol))
 			if t.keep {
 				guard = " AND NOT " + edited
 			}
 		}
-		doUpdate = fmt.Sprintf(`DO UPDATE SET %s, last_intake_id = EXCLUDED.last_intake_id%s
-		    WHERE %s AND t.last_intake_id <= EXCLUDED.last_intake_id%s`, strings.Join(setCols, ", "), set, distinct, guard)
+		doUpdate = fmt.Sprintf(`DO UPDATE SET %s
+		    WHERE (%s) AND t.last_intake_id <= EXCLUDED.last_intake_id%s`, strings.Join(set, ", "), strings.Join(distinct, " OR "), guard)
 	}
 	// One statement per chunk: cast the staged text once, look every row
 	// up in the target by its key (a LATERAL probe of the unique index: a
@@ -126,6 +135,9 @@ func (t *Table) build() {
 	differs := "false"
 	if len(setCols) > 0 {
 		differs = fmt.Sprintf("ROW(%s) IS DISTINCT FROM ROW(%s)", strings.Join(tgtVals, ", "), strings.Join(sNonKey, ", "))
+	}
+	if t.deletedAt != "" {
+		differs = fmt.Sprintf("(%s OR t.%s IS NOT NULL)", differs, t.deletedAt)
 	}
 	// Which rows the merge must look at: new ones and differing ones; an
 	// insert_only feed also every existing row another intake wrote (a
@@ -205,15 +217,19 @@ func (t *Table) build() {
 		    (SELECT count(*) FROM conf WHERE reason = 'not_found')`,
 		strings.Join(sCols, ", "), t.stage, probe,
 		t.table, strings.Join(insCols, ", "), insHash, strings.Join(jCols, ", "), selHash, strings.Join(conflictCols, ", "), doUpdate)
-	// A guarded target's chunk of new rows: staged, then inserted with
-	// the hash of each (a key that exists fails it, as it fails the COPY).
+	// A chunk of new rows when StagedDirect: staged, then inserted (with
+	// the hash of each when guarded; a key that exists fails it, as it
+	// fails the COPY).
 	var nCols []string
 	for _, c := range t.cols {
 		nCols = append(nCols, "j."+q(c))
 	}
-	t.stageInsert = fmt.Sprintf(`INSERT INTO %s (partner_id, %s, last_intake_id, %s)
-		SELECT $2, %s, $1, %s FROM (SELECT %s FROM %s st) j`,
-		t.table, strings.Join(insCols, ", "), hashCol, strings.Join(nCols, ", "), hashOf("j"), strings.Join(sCols, ", "), t.stage)
+	t.stageInsert = fmt.Sprintf(`INSERT INTO %s (partner_id, %s, last_intake_id%s)
+		SELECT $2, %s, $1%s FROM (SELECT %s FROM %s st) j`,
+		t.table, strings.Join(insCols, ", "), insHash, strings.Join(nCols, ", "), selHash, strings.Join(sCols, ", "), t.stage)
+	if t.mode == partners.ModeSnapshot {
+		t.buildSnapshot(sCols, edited)
+	}
 	t.dedupe = fmt.Sprintf(`WITH d AS (
 		    DELETE FROM %s s USING (
 		        SELECT line, row_number() OVER (PARTITION BY %s ORDER BY line DESC) AS rn FROM %s s) x
@@ -221,4 +237,49 @@ func (t *Table) build() {
 		    RETURNING s.line)
 		INSERT INTO intake_row_issue (intake_id, partner_id, line, reason, outcome)
 		SELECT $1, $2, line, 'duplicate_key', 'rejected' FROM d`, t.stage, strings.Join(keyStage, ", "), t.stage)
+}
+
+// keyText is a row's key as text, what a snapshot records of the keys it
+// applied and compares the target's keys with: ROW(keys)::text, dates and
+// timestamps as epoch seconds (no session setting changes it).
+func (t *Table) keyText(alias string) string {
+	var parts []string
+	for _, k := range t.key {
+		i := slices.Index(t.cols, k)
+		v := alias + "." + pgx.Identifier{k}.Sanitize()
+		if strings.HasPrefix(t.types[i], "timestamp") || t.types[i] == "date" {
+			v = "extract(epoch FROM " + v + ")"
+		}
+		parts = append(parts, v)
+	}
+	return fmt.Sprintf("ROW(%s)::text", strings.Join(parts, ", "))
+}
+
+// buildSnapshot writes a snapshot feed's statements. recordKeys ($1 =
+// intake id) records the staged rows' keys; sweep ($1 = writer, $2 =
+// partner, $3 = intake id, $4 = feed) deletes, or marks, the rows intake
+// wrote for the partner and feed (their last_intake_id is an intake of
+// that feed) that no newer intake wrote, whose key the intake did not
+// record, and (kept edits) that were not edited outside intake.
+func (t *Table) buildSnapshot(sCols []string, edited string) {
+	t.recordKeys = fmt.Sprintf(`INSERT INTO intake_snapshot_key (intake_id, key)
+		SELECT $1, %s FROM (SELECT %s FROM %s st) s ON CONFLICT DO NOTHING`, t.keyText("s"), strings.Join(sCols, ", "), t.stage)
+	where := fmt.Sprintf(`t.partner_id = $2 AND t.last_intake_id <= $1
+		    AND EXISTS (SELECT 1 FROM file_intake f WHERE f.intake_id = t.last_intake_id AND f.partner_id = $2 AND f.feed = $4)
+		    AND NOT EXISTS (SELECT 1 FROM intake_snapshot_key k WHERE k.intake_id = $3 AND k.key = %s)`, t.keyText("t"))
+	if t.guard && t.keep {
+		where += " AND NOT " + edited
+	}
+	if t.deletedAt != "" {
+		t.sweep = fmt.Sprintf(`WITH gone AS (
+		    UPDATE %[1]s t SET %[2]s = now(), last_intake_id = $1
+		    WHERE t.%[2]s IS NULL AND %[3]s
+		    RETURNING 1)
+		SELECT count(*) FROM gone`, t.table, t.deletedAt, where)
+		return
+	}
+	t.sweep = fmt.Sprintf(`WITH gone AS (
+		    DELETE FROM %s t WHERE %s
+		    RETURNING 1)
+		SELECT count(*) FROM gone`, t.table, where)
 }

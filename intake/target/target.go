@@ -15,6 +15,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/partner-intake/partner-intake/partners"
@@ -49,7 +50,12 @@ type Table struct {
 	// feed's columns as written and the merge tells a row edited outside
 	// intake since (see build). keep: such a row is not overwritten.
 	guard, keep bool
-	mode        string // partners.ModeUpsert, ModeInsertOnly or ModeUpdateOnly
+	mode        string // partners.ModeUpsert, ModeInsertOnly, ModeUpdateOnly or ModeSnapshot
+	// deletedAt: the quoted column a snapshot marks absent rows in ("":
+	// they are deleted).
+	deletedAt string
+	// recordKeys and sweep: a snapshot's statements (see build).
+	recordKeys, sweep string
 	// stageInsert: a chunk of new rows from the staging table into the
 	// target with their hashes (the guarded target's direct path: COPY
 	// cannot compute the hash).
@@ -87,7 +93,7 @@ func mappingKey(f *partners.Feed) string {
 	for _, k := range f.Key {
 		b.WriteString("\x00" + k)
 	}
-	b.WriteString("\x00\x03mode\x00" + modeOf(f) + "\x00" + outsideEditOf(f))
+	b.WriteString("\x00\x03mode\x00" + modeOf(f) + "\x00" + outsideEditOf(f) + "\x00" + f.DeletedAt)
 	return b.String()
 }
 
@@ -164,6 +170,16 @@ func Load(ctx context.Context, db *pgxpool.Pool, f *partners.Feed) (*Table, erro
 		t.guard = len(f.Columns) > len(f.Key)
 	default:
 		return nil, &Error{Table: f.Target, Detail: fmt.Sprintf("column %s is %s: it must be text (intake's bookkeeping)", HashColumn, types[HashColumn])}
+	}
+	if f.DeletedAt != "" {
+		switch types[f.DeletedAt] {
+		case "timestamp with time zone", "timestamp without time zone":
+			t.deletedAt = pgx.Identifier{f.DeletedAt}.Sanitize()
+		case "":
+			return nil, &Error{Table: f.Target, Detail: fmt.Sprintf("missing column %s (deleted_at of feed %s: timestamptz)", f.DeletedAt, f.Name)}
+		default:
+			return nil, &Error{Table: f.Target, Detail: fmt.Sprintf("column %s is %s: deleted_at needs timestamptz", f.DeletedAt, types[f.DeletedAt])}
+		}
 	}
 	for _, c := range f.Columns {
 		typ, ok := types[c.Name]

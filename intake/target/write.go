@@ -101,8 +101,8 @@ func (t *Table) Merge(ctx context.Context, tx pgx.Tx, writer int64, partner stri
 }
 
 // Guarded: the target records a hash of each row intake writes
-// (HashColumn), so new rows cannot be COPYed straight into it: they are
-// staged (CopyStage) and inserted with InsertStaged instead.
+// (HashColumn), so new rows cannot be COPYed straight into it (see
+// StagedDirect).
 func (t *Table) Guarded() bool { return t.guard }
 
 // Mode is the feed's import mode (partners.ModeUpsert, ...).
@@ -112,6 +112,34 @@ func (t *Table) Mode() string { return t.mode }
 // or InsertStaged when Guarded). Not for an update_only feed, whose new
 // keys are rejected.
 func (t *Table) Direct() bool { return t.mode != partners.ModeUpdateOnly }
+
+// StagedDirect: a chunk of new rows goes into the staging table and from
+// there into the target (InsertStaged), not COPY straight in: the target
+// records a hash of each row (Guarded), or a snapshot records the keys
+// (RecordKeys) from the staging table.
+func (t *Table) StagedDirect() bool { return t.guard || t.mode == partners.ModeSnapshot }
+
+// Snapshot: the feed's files are the partner's complete set (RecordKeys
+// per chunk, Sweep in the last).
+func (t *Table) Snapshot() bool { return t.mode == partners.ModeSnapshot }
+
+// RecordKeys records the keys of the staged rows as applied by intakeID
+// (a snapshot), in the chunk's transaction.
+func (t *Table) RecordKeys(ctx context.Context, tx pgx.Tx, intakeID int64) error {
+	_, err := tx.Exec(ctx, t.recordKeys, intakeID)
+	return err
+}
+
+// Sweep deletes (or marks in deleted_at) the rows intake wrote for the
+// partner and feed, written by writer or older intakes, whose key
+// intakeID did not record, and returns how many. The snapshot's last
+// transaction runs it; rows edited outside intake stay when the feed keeps
+// such edits.
+func (t *Table) Sweep(ctx context.Context, tx pgx.Tx, writer int64, partner string, intakeID int64, feed string) (int64, error) {
+	var n int64
+	err := tx.QueryRow(ctx, t.sweep, writer, partner, intakeID, feed).Scan(&n)
+	return n, err
+}
 
 // InsertStaged inserts the staged rows into the target as new rows
 // written by writer, each with its hash, and returns how many; a key that
