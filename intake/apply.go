@@ -41,6 +41,9 @@ type chunkCounts struct {
 // chunk n (two chunk buffers: memory stays flat in file size).
 func (r *fileRun) apply(ctx context.Context) error {
 	in := r.in
+	if done, err := r.frozenMapping(ctx); done || err != nil {
+		return err
+	}
 	tgt, err := r.d.targets.Get(ctx, r.feed)
 	if err != nil {
 		return err
@@ -382,6 +385,28 @@ func (r *fileRun) snapshotStatements(ctx context.Context, tx pgx.Tx, tgt *target
 		c.deleted = n
 	}
 	return ledger.ForgetSnapshotKeys(ctx, tx, r.in.ID)
+}
+
+// frozenMapping keeps a file on the feed configuration that planned it:
+// a resume (after a restart, a takeover, a retry) that finds another
+// configuration in force plans the file again under it when no chunk is
+// applied yet, and otherwise fails it (mapping_changed) rather than apply
+// its remaining chunks under another mapping. done: the file's state
+// moved and apply must not go on.
+func (r *fileRun) frozenMapping(ctx context.Context) (done bool, err error) {
+	in := r.in
+	if in.FeedSHA256 == "" || in.FeedSHA256 == r.feed.Hash() {
+		return false, nil // planned by this configuration (or before hashes were recorded)
+	}
+	if in.ChunksDone == 0 {
+		r.log.Warn("feed configuration changed since the plan: planning again", "feed", in.Feed)
+		return true, ledger.Replan(ctx, r.d.db, in)
+	}
+	r.log.Warn("feed configuration changed part way through the apply: the file fails", "feed", in.Feed,
+		"chunks_done", in.ChunksDone, "reason", ReasonMappingChanged)
+	return true, r.hold(ctx, StateFailedTerminal, ReasonMappingChanged, 0, fmt.Sprintf(
+		"the configuration of feed %s changed after %d chunk(s) of this file were applied; the rest is not applied under another mapping. Release or replay the file to apply it whole under the new one",
+		in.Feed, in.ChunksDone))
 }
 
 // chunkStatementTimeout bounds each statement of a chunk transaction.

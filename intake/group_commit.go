@@ -57,7 +57,7 @@ func (g *fileGroup) commit(ctx context.Context, tgt *target.Table) error {
 			gs[i] = ledger.GroupFile{In: f.r.in, First: f.ch.first, Last: f.ch.last,
 				Applied: f.c.applied, Unchanged: f.c.unchanged, Conflict: f.c.conflict}
 		}
-		n, err := g.d.ledger.AppliedGroup(ctx, tx, gs)
+		n, err := g.d.ledger.AppliedGroup(ctx, tx, gs, owners[0].r.feed.Hash())
 		if err != nil {
 			return err
 		}

@@ -3,18 +3,23 @@ package intake_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/partner-intake/partner-intake/intake"
+	"github.com/partner-intake/partner-intake/intake/ops"
 	"github.com/partner-intake/partner-intake/internal/fault"
 	"github.com/partner-intake/partner-intake/internal/testenv"
 	"github.com/partner-intake/partner-intake/partners"
+	"github.com/partner-intake/partner-intake/reconcile"
+	"github.com/partner-intake/partner-intake/spool"
 )
 
 // issues returns the row issues of an intake as "line:reason:outcome".
@@ -377,5 +382,88 @@ func TestSnapshotStoppedMidApplyDeletesOnce(t *testing.T) {
 	}
 	if n := count(t, pool, `SELECT count(*) FROM intake_snapshot_key`); n != 0 {
 		t.Fatalf("%d snapshot keys left behind", n)
+	}
+}
+
+// The feed configuration that planned a file is recorded with it
+// (feed_sha256), and a file is never applied under two: a resume that
+// finds another configuration plans the file again when none of its
+// chunks is applied, and otherwise fails it (mapping_changed) without
+// applying another chunk; a release then applies it whole under the new
+// configuration.
+func TestMappingIsFrozenWithTheFile(t *testing.T) {
+	_, pool := testenv.DB(t)
+	for _, tc := range []struct {
+		partner  string
+		failAt   int
+		replans  bool
+		chunksAt int64
+	}{{"fz0", 1, true, 0}, {"fz1", 2, false, 1}} {
+		site := testenv.NewSite(t, tc.partner)
+		site.Config.Feeds[0].ChunkRows = 2
+		r1 := newRig(t, pool, "w1", site)
+		if err := fault.Set(fmt.Sprintf("apply:mid_chunk=error@%d", tc.failAt)); err != nil {
+			t.Fatal(err)
+		}
+		site.Drop(t, "orders-1.csv", goodRows("Z", 5))
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		if err := r1.d.PollOnce(ctx, tc.partner); !errors.Is(err, fault.ErrInjected) {
+			t.Fatalf("%s: first poll %v, want the injected fault", tc.partner, err)
+		}
+		cancel()
+		fault.Set("")
+		old := site.Validated(t).Feeds[0].Hash()
+		var recorded string
+		if err := pool.QueryRow(context.Background(), `SELECT feed_sha256 FROM file_intake WHERE partner_id = $1`, tc.partner).Scan(&recorded); err != nil || recorded != old {
+			t.Fatalf("%s: feed_sha256 %q (%v), want the planning configuration's %s", tc.partner, recorded, err, old)
+		}
+		if f := files(t, pool, tc.partner)[0]; f.State != "applying" || f.Chunks != tc.chunksAt {
+			t.Fatalf("%s: %+v, want applying with %d chunks", tc.partner, f, tc.chunksAt)
+		}
+		r1.d.Stop()
+
+		// the replica restarts with another configuration of the feed
+		site.Config.Feeds[0].ChunkRows = 10
+		r2 := newRig(t, pool, "w1", site)
+		r2.poll(tc.partner)
+		f := files(t, pool, tc.partner)[0]
+		if tc.replans {
+			if f.State != "archived" || f.Applied != 5 || f.Chunks != 1 {
+				t.Fatalf("%s: %+v, want planned again and applied in 1 chunk of the new configuration", tc.partner, f)
+			}
+			if err := pool.QueryRow(context.Background(), `SELECT feed_sha256 FROM file_intake WHERE partner_id = $1`, tc.partner).Scan(&recorded); err != nil || recorded != site.Validated(t).Feeds[0].Hash() {
+				t.Fatalf("%s: feed_sha256 %q after the new plan, want the new configuration's", tc.partner, recorded)
+			}
+			continue
+		}
+		if f.State != "failed_terminal" || f.Reason != "mapping_changed" || f.Chunks != 1 {
+			t.Fatalf("%s: %+v, want failed_terminal mapping_changed with its 1 chunk", tc.partner, f)
+		}
+		if n := count(t, pool, `SELECT count(*) FROM orders WHERE partner_id = $1`, tc.partner); n != 2 {
+			t.Fatalf("%s: target holds %d rows, want the 2 of the one chunk applied before the change", tc.partner, n)
+		}
+		// released, the file starts over as a whole under the new configuration
+		ctx = context.Background()
+		if err := ops.Release(ctx, pool, ops.Decision{IntakeID: f.ID, Actor: "alice", Reason: "mapping changed on purpose",
+			Partners: []string{tc.partner}, Worker: intake.OpsWorker("ops")}); err != nil {
+			t.Fatal(err)
+		}
+		sp, err := spool.New(r2.spoolDir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec, err := reconcile.New(reconcile.Config{}, "w1", 30*time.Second, pool, sp,
+			[]partners.Config{site.Validated(t)}, prometheus.NewRegistry(), testenv.Logger(t), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := rec.RunOnce(ctx); err != nil {
+			t.Fatal(err)
+		}
+		r2.poll(tc.partner)
+		f = files(t, pool, tc.partner)[0]
+		if f.State != "archived" || f.Total != 5 || f.Applied != 3 || f.Unchanged != 2 || f.Chunks != 1 {
+			t.Fatalf("%s: released: %+v, want archived in 1 chunk: 3 applied, 2 unchanged", tc.partner, f)
+		}
 	}
 }

@@ -62,6 +62,7 @@ const (
 	ReasonTargetError      = ledger.ReasonTargetError
 	ReasonRetriesExhausted = ledger.ReasonRetriesExhausted
 	ReasonFeedGone         = ledger.ReasonFeedGone
+	ReasonMappingChanged   = ledger.ReasonMappingChanged
 )
 
 // Reasons a compressed file is held, unparsed (ledger/reasons.go).

@@ -1,6 +1,9 @@
 package partners
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"path"
 	"regexp"
@@ -115,6 +118,18 @@ type Feed struct {
 	OnOutsideEdit string `yaml:"on_outside_edit"`
 
 	re *regexp.Regexp
+}
+
+// Hash identifies the feed's configuration: the sha256 of its settings
+// (every key, defaults filled) as JSON. A file records the hash of the
+// configuration that planned it, and is applied under that one only.
+func (f *Feed) Hash() string {
+	b, err := json.Marshal(f)
+	if err != nil { // a Feed is plain data: cannot happen
+		panic(fmt.Sprintf("feed %s: %v", f.Name, err))
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
 }
 
 // Import modes (Feed.Mode).

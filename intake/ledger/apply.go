@@ -20,22 +20,44 @@ type Querier interface {
 }
 
 // Plan moves a spooled file on to next (applying, or spooled again when
-// it is held) with its totals and clears an earlier plan's rows, in one
-// fenced statement; with no rejected rows it is the whole plan step.
-func Plan(ctx context.Context, q Querier, in *Intake, next State, total, rejected int64) error {
+// it is held) with its totals and the hash of the feed configuration that
+// planned it (feedSHA), and clears an earlier plan's rows, in one fenced
+// statement; with no rejected rows it is the whole plan step.
+func Plan(ctx context.Context, q Querier, in *Intake, next State, total, rejected int64, feedSHA string) error {
 	var moved int64
 	err := q.QueryRow(ctx, `WITH g AS (
-		    UPDATE file_intake SET state = $3, rows_total = $4, rows_rejected = $5, updated_at = now()
+		    UPDATE file_intake SET state = $3, rows_total = $4, rows_rejected = $5, feed_sha256 = $6, updated_at = now()
 		    WHERE intake_id = $1 AND fencing_token = $2 AND state = 'spooled' RETURNING 1),
 		d AS (DELETE FROM intake_row_issue WHERE intake_id = $1 AND EXISTS (SELECT 1 FROM g))
 		SELECT count(*) FROM g`,
-		in.ID, in.Token, string(next), total, rejected).Scan(&moved)
+		in.ID, in.Token, string(next), total, rejected, feedSHA).Scan(&moved)
 	if err != nil {
 		return fmt.Errorf("plan: %w", err)
 	}
 	if moved == 0 {
 		return &FencedError{IntakeID: in.ID, Token: in.Token, Step: "plan"}
 	}
+	in.FeedSHA256 = feedSHA
+	return nil
+}
+
+// Replan moves a file planned under another feed configuration, none of
+// whose chunks is applied, back to spooled (applying -> spooled, fenced,
+// only while chunks_done = 0) so that it is planned again under the
+// configuration in force.
+func Replan(ctx context.Context, q Querier, in *Intake) error {
+	var moved int64
+	err := q.QueryRow(ctx, `WITH g AS (
+		    UPDATE file_intake SET state = 'spooled', feed_sha256 = NULL, updated_at = now()
+		    WHERE intake_id = $1 AND fencing_token = $2 AND state = 'applying' AND chunks_done = 0 RETURNING 1)
+		SELECT count(*) FROM g`, in.ID, in.Token).Scan(&moved)
+	if err != nil {
+		return fmt.Errorf("replan: %w", err)
+	}
+	if moved == 0 {
+		return &FencedError{IntakeID: in.ID, Token: in.Token, Step: "replan"}
+	}
+	in.State, in.FeedSHA256 = StateSpooled, ""
 	return nil
 }
 
