@@ -43,6 +43,10 @@ type Options struct {
 	Only map[string]bool
 	// ProfileDir, if set, receives a CPU profile of every intake process.
 	ProfileDir string
+	// NoRowHash leaves intake_row_hash out of the target table: no
+	// concurrent-edit guard (intake writes as before it), to measure what
+	// the guard costs.
+	NoRowHash bool
 }
 
 func (o Options) runs(w string) bool { return len(o.Only) == 0 || o.Only[w] }
@@ -243,7 +247,12 @@ func (e *env) database(ctx context.Context) (string, error) {
 		return "", err
 	}
 	defer c.Close(ctx)
-	_, err = c.Exec(ctx, targetDDL)
+	if _, err = c.Exec(ctx, targetDDL); err != nil {
+		return url, err
+	}
+	if !e.o.NoRowHash {
+		_, err = c.Exec(ctx, `ALTER TABLE bench_orders ADD COLUMN intake_row_hash text`)
+	}
 	return url, err
 }
 
