@@ -100,7 +100,7 @@ func Compare(ctx context.Context, db *pgxpool.Pool, partner string, f *partners.
 		}
 	}
 	if _, ok := tt.cols[HashColumn]; !ok && len(f.Key) < len(f.Columns) {
-		add("", false, "has no column %s text: edits made outside intake are not told and the next file for the key overwrites them (ALTER TABLE … ADD COLUMN %s text; see docs/target-tables.md)", HashColumn, HashColumn)
+		add("", false, "has no column %s bigint: edits made outside intake are not told and the next file for the key overwrites them (ALTER TABLE … ADD COLUMN %s bigint; see docs/target-tables.md)", HashColumn, HashColumn)
 	}
 	warns, err := constraintWarnings(ctx, db, tt, f)
 	if err != nil {

@@ -65,9 +65,11 @@ func (t *Table) build() {
 	// row is unchanged by definition.
 	// hashOf: the hash of the feed's non-key columns of a row as the
 	// target holds them (alias.col, in the target's types), what a guarded
-	// target records beside last_intake_id at every write. Dates and
-	// timestamps enter as epoch seconds, so no session's DateStyle or
-	// TimeZone changes it.
+	// target records beside last_intake_id at every write: 64 bits of
+	// hash_record_extended, which hashes the values themselves (no text:
+	// no session's DateStyle or TimeZone changes it, 1.5 and 1.50 are
+	// one); for a type without an extended hash function, 64 bits of the
+	// md5 of the row's text, dates and timestamps as epoch seconds.
 	hashOf := func(alias string) string {
 		var parts []string
 		for i, c := range t.cols {
@@ -75,12 +77,15 @@ func (t *Table) build() {
 				continue
 			}
 			v := alias + "." + q(c)
-			if strings.HasPrefix(t.types[i], "timestamp") || t.types[i] == "date" {
+			if !t.hashFast && (strings.HasPrefix(t.types[i], "timestamp") || t.types[i] == "date") {
 				v = "extract(epoch FROM " + v + ")"
 			}
 			parts = append(parts, v)
 		}
-		return fmt.Sprintf("md5(ROW(%s)::text)", strings.Join(parts, ", "))
+		if t.hashFast {
+			return fmt.Sprintf("hash_record_extended(ROW(%s), 0)", strings.Join(parts, ", "))
+		}
+		return fmt.Sprintf("('x' || left(md5(ROW(%s)::text), 16))::bit(64)::bigint", strings.Join(parts, ", "))
 	}
 	hashCol := q(HashColumn)
 	// edited: the row was changed outside intake since intake last wrote
@@ -102,11 +107,12 @@ func (t *Table) build() {
 			distinct = append(distinct, "t."+t.deletedAt+" IS NOT NULL")
 		}
 		guard := ""
-		if t.guard {
+		switch {
+		case t.guard:
 			set = append(set, fmt.Sprintf("%[1]s = EXCLUDED.%[1]s", hashCol))
-			if t.keep {
-				guard = " AND NOT " + edited
-			}
+			guard = " AND NOT " + edited
+		case t.hasHash:
+			set = append(set, hashCol+" = NULL") // overwrite: the hash is not kept up, so not known
 		}
 		doUpdate = fmt.Sprintf(`DO UPDATE SET %s
 		    WHERE (%s) AND t.last_intake_id <= EXCLUDED.last_intake_id%s`, strings.Join(set, ", "), strings.Join(distinct, " OR "), guard)

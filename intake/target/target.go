@@ -11,11 +11,14 @@ package target
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/partner-intake/partner-intake/partners"
@@ -45,12 +48,16 @@ type Table struct {
 	// types. Otherwise COPY text into text columns, cast by the merge.
 	binary bool
 	enc    []Encoder // per column; nil where the pair has no binary encoder
-	// guard: the target has the intake_row_hash column and the feed has
-	// columns besides its key, so every write records a hash of the
-	// feed's columns as written and the merge tells a row edited outside
-	// intake since (see build). keep: such a row is not overwritten.
-	guard, keep bool
-	mode        string // partners.ModeUpsert, ModeInsertOnly, ModeUpdateOnly or ModeSnapshot
+	// guard: the target has the intake_row_hash column, the feed keeps
+	// edits made outside intake (keep) and has columns besides its key:
+	// every write records a hash of the feed's columns as written and the
+	// merge tells a row edited outside intake since (see build). hasHash
+	// without guard (on_outside_edit: overwrite): writes clear the hash
+	// ("not known"), so the feed pays nothing for it. hashFast: every
+	// non-key column's type has an extended hash function, so the hash is
+	// hash_record_extended over the values (else md5 of their text).
+	guard, keep, hasHash, hashFast bool
+	mode                           string // partners.ModeUpsert, ModeInsertOnly, ModeUpdateOnly or ModeSnapshot
 	// deletedAt: the quoted column a snapshot marks absent rows in ("":
 	// they are deleted).
 	deletedAt string
@@ -63,7 +70,7 @@ type Table struct {
 }
 
 // HashColumn is the target column in which intake records a hash of the
-// feed's columns as it last wrote them (text, nullable: NULL is "not
+// feed's columns as it last wrote them (bigint, nullable: NULL is "not
 // known", as for rows written before the column was added, and is filled
 // by the next write). Without it edits made outside intake are not told
 // and are overwritten.
@@ -166,10 +173,11 @@ func Load(ctx context.Context, db *pgxpool.Pool, f *partners.Feed) (*Table, erro
 	}
 	switch types[HashColumn] {
 	case "":
-	case "text":
-		t.guard = len(f.Columns) > len(f.Key)
+	case "bigint":
+		t.hasHash = true
+		t.guard = t.keep && len(f.Columns) > len(f.Key)
 	default:
-		return nil, &Error{Table: f.Target, Detail: fmt.Sprintf("column %s is %s: it must be text (intake's bookkeeping)", HashColumn, types[HashColumn])}
+		return nil, &Error{Table: f.Target, Detail: fmt.Sprintf("column %s is %s: it must be bigint (intake's bookkeeping)", HashColumn, types[HashColumn])}
 	}
 	if f.DeletedAt != "" {
 		switch types[f.DeletedAt] {
@@ -215,6 +223,26 @@ func Load(ctx context.Context, db *pgxpool.Pool, f *partners.Feed) (*Table, erro
 		return nil, &Error{Table: f.Target, Detail: fmt.Sprintf("needs a unique index on exactly (partner_id, %s)", strings.Join(f.Key, ", "))}
 	}
 	t.rangeProbe = leading
+	if t.guard {
+		// hash_record_extended needs an extended hash function of every
+		// type; it looks them up even for NULLs, so a row of NULLs asks
+		var nulls []string
+		for i, c := range t.cols {
+			if !slices.Contains(t.key, c) {
+				nulls = append(nulls, "NULL::"+t.types[i])
+			}
+		}
+		var h int64
+		err := db.QueryRow(ctx, fmt.Sprintf("SELECT hash_record_extended(ROW(%s), 0)", strings.Join(nulls, ", "))).Scan(&h)
+		var pe *pgconn.PgError
+		switch {
+		case err == nil:
+			t.hashFast = true
+		case errors.As(err, &pe) && pe.Code == "42883": // undefined_function: a type without one
+		default:
+			return nil, fmt.Errorf("target %s: %w", f.Target, err)
+		}
+	}
 	t.build()
 	return t, nil
 }

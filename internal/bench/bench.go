@@ -251,7 +251,7 @@ func (e *env) database(ctx context.Context) (string, error) {
 		return url, err
 	}
 	if !e.o.NoRowHash {
-		_, err = c.Exec(ctx, `ALTER TABLE bench_orders ADD COLUMN intake_row_hash text`)
+		_, err = c.Exec(ctx, `ALTER TABLE bench_orders ADD COLUMN intake_row_hash bigint`)
 	}
 	return url, err
 }
