@@ -22,7 +22,11 @@ import (
 // chunkCounts is what one chunk transaction did.
 type chunkCounts struct {
 	applied, unchanged, rejected, conflict int64
-	fileApplied                            bool // the last chunk moved the file to applied
+	// of conflict: rows edited outside intake (kept), existing keys of an
+	// insert_only feed; of rejected: keys an update_only feed lacks
+	outsideEdit, exists, notFound int64
+	deleted                       int64 // a snapshot's rows deleted (or marked): not rows of the file
+	fileApplied                   bool  // the last chunk moved the file to applied
 }
 
 // apply merges the valid rows of a planned file into the target, chunk by
@@ -37,6 +41,9 @@ type chunkCounts struct {
 // chunk n (two chunk buffers: memory stays flat in file size).
 func (r *fileRun) apply(ctx context.Context) error {
 	in := r.in
+	if done, err := r.frozenMapping(ctx); done || err != nil {
+		return err
+	}
 	tgt, err := r.d.targets.Get(ctx, r.feed)
 	if err != nil {
 		return err
@@ -58,7 +65,7 @@ func (r *fileRun) apply(ctx context.Context) error {
 	readErr := make(chan error, 1)
 	first := in.ChunksDone // the reader must not read in while the loop below writes it
 	go func() { readErr <- r.readChunks(pctx, rd, first, full, free) }()
-	r.direct = true // optimistic: fresh rows go straight into the target
+	r.direct = tgt.Direct() // optimistic: fresh rows go straight into the target
 	for c := range full {
 		if err := r.commitChunk(ctx, tgt, c); err != nil {
 			cancel()
@@ -196,6 +203,7 @@ func (r *fileRun) commitChunk(ctx context.Context, tgt *target.Table, ch *chunk)
 			r.in.RowsUnchanged += c.unchanged
 			r.in.RowsRejected += c.rejected
 			r.in.RowsConflict += c.conflict
+			r.in.RowsDeleted += c.deleted
 			r.in.ChunksDone = chunk + 1
 			if c.fileApplied {
 				r.in.State = StateApplied
@@ -303,6 +311,9 @@ func (r *fileRun) chunkStatements(ctx context.Context, tx pgx.Tx, tgt *target.Ta
 	}
 	switch path {
 	case pathDirect:
+		if tgt.StagedDirect() {
+			b.Queue(tgt.StageDDL())
+		}
 		b.Queue("SAVEPOINT intake_direct")
 	case pathMerge:
 		b.Queue(tgt.StageDDL())
@@ -336,11 +347,67 @@ func (r *fileRun) chunkStatements(ctx context.Context, tx pgx.Tx, tgt *target.Ta
 		}
 		c.rejected += int64(len(ch.refused))
 	}
+	if tgt.Snapshot() {
+		if err := r.snapshotStatements(ctx, tx, tgt, ch, path, writer, c); err != nil {
+			return err
+		}
+	}
 	// The ledger row and the file's progress, in one round trip; the last
 	// chunk also moves the file to applied when its totals reconcile.
 	c.fileApplied, err = r.d.ledger.ChunkDone(ctx, tx, in, ledger.Chunk{No: chunk, First: ch.first, Last: ch.last,
-		Applied: c.applied, Unchanged: c.unchanged, Rejected: c.rejected, Conflict: c.conflict, Final: ch.final})
+		Applied: c.applied, Unchanged: c.unchanged, Rejected: c.rejected, Conflict: c.conflict, Deleted: c.deleted, Final: ch.final})
 	return err
+}
+
+// snapshotStatements records the keys of a snapshot's chunk (from the
+// staging table, which holds the chunk's rows as written) and, in the
+// file's last chunk, deletes or marks the rows whose key the file lacks
+// and forgets the keys: all in the chunk's transaction, so a snapshot
+// stopped part way resumes with the keys of the chunks it committed and
+// sweeps exactly once, with its last chunk. A snapshot with a rejected row
+// sweeps nothing: that row's key may be one the partner still holds.
+func (r *fileRun) snapshotStatements(ctx context.Context, tx pgx.Tx, tgt *target.Table, ch *chunk, path int, writer int64, c *chunkCounts) error {
+	if path != pathNone {
+		if err := tgt.RecordKeys(ctx, tx, r.in.ID); err != nil {
+			return fmt.Errorf("chunk %d snapshot keys: %w", ch.no, err)
+		}
+	}
+	if !ch.final {
+		return nil
+	}
+	if rejected := r.in.RowsRejected + c.rejected; rejected > 0 {
+		r.log.Warn("snapshot has rejected rows: no row deleted", "rows_rejected", rejected)
+		r.d.metrics.snapshotSkipped.WithLabelValues(r.in.Partner).Inc()
+	} else {
+		n, err := tgt.Sweep(ctx, tx, writer, r.in.Partner, r.in.ID, r.in.Feed)
+		if err != nil {
+			return fmt.Errorf("chunk %d snapshot sweep: %w", ch.no, err)
+		}
+		c.deleted = n
+	}
+	return ledger.ForgetSnapshotKeys(ctx, tx, r.in.ID)
+}
+
+// frozenMapping keeps a file on the feed configuration that planned it:
+// a resume (after a restart, a takeover, a retry) that finds another
+// configuration in force plans the file again under it when no chunk is
+// applied yet, and otherwise fails it (mapping_changed) rather than apply
+// its remaining chunks under another mapping. done: the file's state
+// moved and apply must not go on.
+func (r *fileRun) frozenMapping(ctx context.Context) (done bool, err error) {
+	in := r.in
+	if in.FeedSHA256 == "" || in.FeedSHA256 == r.feed.Hash() {
+		return false, nil // planned by this configuration (or before hashes were recorded)
+	}
+	if in.ChunksDone == 0 {
+		r.log.Warn("feed configuration changed since the plan: planning again", "feed", in.Feed)
+		return true, ledger.Replan(ctx, r.d.db, in)
+	}
+	r.log.Warn("feed configuration changed part way through the apply: the file fails", "feed", in.Feed,
+		"chunks_done", in.ChunksDone, "reason", ReasonMappingChanged)
+	return true, r.hold(ctx, StateFailedTerminal, ReasonMappingChanged, 0, fmt.Sprintf(
+		"the configuration of feed %s changed after %d chunk(s) of this file were applied; the rest is not applied under another mapping. Release or replay the file to apply it whole under the new one",
+		in.Feed, in.ChunksDone))
 }
 
 // chunkStatementTimeout bounds each statement of a chunk transaction.
@@ -376,7 +443,7 @@ func (r *fileRun) writeRows(ctx context.Context, tx pgx.Tx, tgt *target.Table, c
 	case pathNone:
 		return nil
 	case pathDirect:
-		n, err := tgt.CopyDirect(ctx, tx, ch.directPayload(r.in.Partner, writer))
+		n, err := r.writeDirect(ctx, tx, tgt, ch, writer)
 		if err == nil {
 			c.applied = n
 			return nil
@@ -422,7 +489,22 @@ func (r *fileRun) writeRows(ctx context.Context, tx pgx.Tx, tgt *target.Table, c
 		return err
 	}
 	c.applied, c.conflict = m.applied, m.conflict
-	c.rejected = m.deduped + int64(len(refused))
-	r.direct = m.fresh == int64(ch.rows())-c.rejected
+	c.outsideEdit, c.exists, c.notFound = m.outsideEdit, m.exists, m.notFound
+	c.rejected = m.deduped + m.notFound + int64(len(refused))
+	r.direct = tgt.Direct() && m.fresh == int64(ch.rows())-c.rejected
 	return nil
+}
+
+// writeDirect writes a chunk of rows that are new so far straight into
+// the target: one COPY, or when the target is StagedDirect (a hash of
+// each row, a snapshot's keys) COPY into the staging table and one INSERT. A key that exists
+// fails either with the target's unique violation.
+func (r *fileRun) writeDirect(ctx context.Context, tx pgx.Tx, tgt *target.Table, ch *chunk, writer int64) (int64, error) {
+	if !tgt.StagedDirect() {
+		return tgt.CopyDirect(ctx, tx, ch.directPayload(r.in.Partner, writer))
+	}
+	if err := tgt.CopyStage(ctx, tx, ch.stagePayload()); err != nil {
+		return 0, err
+	}
+	return tgt.InsertStaged(ctx, tx, writer, r.in.Partner)
 }

@@ -16,7 +16,9 @@ import (
 // column: its delimiters and its line end). Not under readiness stable: a
 // file there is checked for changes when its own download ends.
 func groupable(p *partners.Config, c candidate) bool {
-	return p.Readiness != partners.ReadinessStable && c.Manifest == "" && c.Size > 0 && c.Size < smallFileBytes && c.Size <= p.Limits.MaxFileBytes &&
+	// an update_only feed's missing keys are rejected rows, which need the
+	// per-file rejects report; a snapshot sweeps per file
+	return p.Readiness != partners.ReadinessStable && c.Manifest == "" && c.Feed.Mode != partners.ModeUpdateOnly && c.Feed.Mode != partners.ModeSnapshot && c.Size > 0 && c.Size < smallFileBytes && c.Size <= p.Limits.MaxFileBytes &&
 		c.Size <= int64(c.Feed.ChunkRows)*int64(max(len(c.Feed.Columns), 1)) &&
 		compressionOf(c.Name) == "" && partners.ValidBatchID(c.Feed.BatchIDFromName(c.Name))
 }

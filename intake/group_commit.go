@@ -57,7 +57,7 @@ func (g *fileGroup) commit(ctx context.Context, tgt *target.Table) error {
 			gs[i] = ledger.GroupFile{In: f.r.in, First: f.ch.first, Last: f.ch.last,
 				Applied: f.c.applied, Unchanged: f.c.unchanged, Conflict: f.c.conflict}
 		}
-		n, err := g.d.ledger.AppliedGroup(ctx, tx, gs)
+		n, err := g.d.ledger.AppliedGroup(ctx, tx, gs, owners[0].r.feed.Hash())
 		if err != nil {
 			return err
 		}
@@ -102,7 +102,7 @@ func (g *fileGroup) commit(ctx context.Context, tgt *target.Table) error {
 
 // writeRows writes the owners' rows: one COPY straight into the target
 // under a savepoint, each row with its own file's intake id, while no key
-// repeats across the files; when the target refuses that (a key exists),
+// repeats across the files (and the target is not guarded); when the target refuses that (a key exists),
 // or keys repeat, each file's chunk goes through the staging table and
 // the guarded merge, in intake id order, as the per-file path would.
 func (g *fileGroup) writeRows(ctx context.Context, tx pgx.Tx, tgt *target.Table, owners []*groupFile) error {
@@ -116,7 +116,9 @@ func (g *fileGroup) writeRows(ctx context.Context, tx pgx.Tx, tgt *target.Table,
 			seen[k] = true
 		}
 	}
-	if !repeat {
+	// A guarded target records a hash of each row (no COPY straight in),
+	// and an update_only feed writes no new key: each file is merged.
+	if !repeat && !tgt.StagedDirect() && tgt.Direct() {
 		if _, err := tx.Exec(ctx, "SAVEPOINT intake_direct"); err != nil {
 			return fmt.Errorf("group savepoint: %w", err)
 		}

@@ -66,6 +66,7 @@ const (
 	ReasonTargetError      = ledger.ReasonTargetError
 	ReasonRetriesExhausted = ledger.ReasonRetriesExhausted
 	ReasonFeedGone         = ledger.ReasonFeedGone
+	ReasonMappingChanged   = ledger.ReasonMappingChanged
 )
 
 // Reasons a compressed file is held, unparsed (ledger/reasons.go).

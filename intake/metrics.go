@@ -17,6 +17,8 @@ type metrics struct {
 	skipped         *prometheus.CounterVec
 	filesFinished   *prometheus.CounterVec
 	rowsTotal       *prometheus.CounterVec
+	rowsHeld        *prometheus.CounterVec
+	snapshotSkipped *prometheus.CounterVec
 	bytesDownloaded *prometheus.CounterVec
 	hashOnly        *prometheus.CounterVec
 	grouped         *prometheus.CounterVec
@@ -48,13 +50,17 @@ type metrics struct {
 func newMetrics(reg prometheus.Registerer) *metrics {
 	f := promauto.With(reg)
 	return &metrics{
-		polls:           f.NewCounterVec(prometheus.CounterOpts{Name: "intake_polls_total", Help: "Poll cycles started, per partner."}, []string{"partner"}),
-		pollErrors:      f.NewCounterVec(prometheus.CounterOpts{Name: "intake_poll_errors_total", Help: "Poll cycles that failed, per partner."}, []string{"partner"}),
-		partnerUp:       f.NewGaugeVec(prometheus.GaugeOpts{Name: "intake_partner_up", Help: "1 when the last poll of the partner's SFTP site succeeded."}, []string{"partner"}),
-		claimsLost:      f.NewCounterVec(prometheus.CounterOpts{Name: "intake_claim_races_lost_total", Help: "Claims lost to another worker (normal with several replicas)."}, []string{"partner"}),
-		skipped:         f.NewCounterVec(prometheus.CounterOpts{Name: "intake_ready_entries_skipped_total", Help: "Entries in ready/ not claimed, by reason."}, []string{"partner", "reason"}),
-		filesFinished:   f.NewCounterVec(prometheus.CounterOpts{Name: "intake_files_finished_total", Help: "Files that left the pipeline, by final state."}, []string{"partner", "state"}),
-		rowsTotal:       f.NewCounterVec(prometheus.CounterOpts{Name: "intake_rows_total", Help: "Rows merged, by outcome."}, []string{"partner", "outcome"}),
+		polls:         f.NewCounterVec(prometheus.CounterOpts{Name: "intake_polls_total", Help: "Poll cycles started, per partner."}, []string{"partner"}),
+		pollErrors:    f.NewCounterVec(prometheus.CounterOpts{Name: "intake_poll_errors_total", Help: "Poll cycles that failed, per partner."}, []string{"partner"}),
+		partnerUp:     f.NewGaugeVec(prometheus.GaugeOpts{Name: "intake_partner_up", Help: "1 when the last poll of the partner's SFTP site succeeded."}, []string{"partner"}),
+		claimsLost:    f.NewCounterVec(prometheus.CounterOpts{Name: "intake_claim_races_lost_total", Help: "Claims lost to another worker (normal with several replicas)."}, []string{"partner"}),
+		skipped:       f.NewCounterVec(prometheus.CounterOpts{Name: "intake_ready_entries_skipped_total", Help: "Entries in ready/ not claimed, by reason."}, []string{"partner", "reason"}),
+		filesFinished: f.NewCounterVec(prometheus.CounterOpts{Name: "intake_files_finished_total", Help: "Files that left the pipeline, by final state."}, []string{"partner", "state"}),
+		rowsTotal:     f.NewCounterVec(prometheus.CounterOpts{Name: "intake_rows_total", Help: "Rows merged, by outcome."}, []string{"partner", "outcome"}),
+		snapshotSkipped: f.NewCounterVec(prometheus.CounterOpts{Name: "intake_snapshot_sweeps_skipped_total",
+			Help: "Snapshot files that deleted nothing because some of their rows were rejected."}, []string{"partner"}),
+		rowsHeld: f.NewCounterVec(prometheus.CounterOpts{Name: "intake_rows_held_total",
+			Help: "Rows the target's state kept from being written: outside_edit (edited outside intake, kept), exists (insert_only), not_found (update_only)."}, []string{"partner", "reason"}),
 		bytesDownloaded: f.NewCounterVec(prometheus.CounterOpts{Name: "intake_bytes_downloaded_total", Help: "Bytes streamed into the spool."}, []string{"partner"}),
 		hashOnly: f.NewCounterVec(prometheus.CounterOpts{Name: "intake_hash_only_reads_total",
 			Help: "Files under a batch id already held, read through the hash alone: same = the spooled bytes (nothing written), differ = downloaded again into the spool."}, []string{"partner", "result"}),
@@ -108,6 +114,14 @@ func (m *metrics) rows(partner string, c chunkCounts) {
 	m.rowsTotal.WithLabelValues(partner, "unchanged").Add(float64(c.unchanged))
 	m.rowsTotal.WithLabelValues(partner, "conflict").Add(float64(c.conflict))
 	m.rowsTotal.WithLabelValues(partner, "rejected").Add(float64(c.rejected))
+	if c.deleted > 0 {
+		m.rowsTotal.WithLabelValues(partner, "deleted").Add(float64(c.deleted))
+	}
+	for reason, n := range map[string]int64{"outside_edit": c.outsideEdit, "exists": c.exists, "not_found": c.notFound} {
+		if n > 0 {
+			m.rowsHeld.WithLabelValues(partner, reason).Add(float64(n))
+		}
+	}
 }
 
 // Metrics exposes the daemon's series for tests and the status command.
@@ -116,6 +130,7 @@ type Metrics struct {
 	FilesFinished *prometheus.CounterVec
 	ClaimsLost    *prometheus.CounterVec
 	Rows          *prometheus.CounterVec
+	RowsHeld      *prometheus.CounterVec
 	Fenced        *prometheus.CounterVec
 	PollErrors    *prometheus.CounterVec
 	PartnerUp     *prometheus.GaugeVec
@@ -133,7 +148,7 @@ type Metrics struct {
 
 // Metrics returns the daemon's metric vectors.
 func (d *Daemon) Metrics() Metrics {
-	return Metrics{FilesFinished: d.metrics.filesFinished, ClaimsLost: d.metrics.claimsLost, Rows: d.metrics.rowsTotal,
+	return Metrics{FilesFinished: d.metrics.filesFinished, ClaimsLost: d.metrics.claimsLost, Rows: d.metrics.rowsTotal, RowsHeld: d.metrics.rowsHeld,
 		Fenced: d.metrics.fenced, PollErrors: d.metrics.pollErrors, PartnerUp: d.metrics.partnerUp, Backpressure: d.metrics.backpressure,
 		ChunkRetries: d.metrics.chunkRetries, Files: d.metrics.files, Stage: d.metrics.stageSeconds, Bytes: d.metrics.bytesDownloaded,
 		HashOnly: d.metrics.hashOnly, Grouped: d.metrics.grouped, Polls: d.metrics.polls, QuotaFull: d.metrics.quotaFull,

@@ -128,10 +128,10 @@ func (r *fileRun) plan(ctx context.Context) (*planResult, error) {
 	// plan's rows; with no rejected rows it is the whole plan step.
 	var err error
 	if sc.rejected == 0 {
-		err = ledger.Plan(ctx, r.d.db, in, State(next), res.Total, res.Rejected)
+		err = ledger.Plan(ctx, r.d.db, in, State(next), res.Total, res.Rejected, r.feed.Hash())
 	} else {
 		err = pgx.BeginFunc(ctx, r.d.db, func(tx pgx.Tx) error {
-			if err := ledger.Plan(ctx, tx, in, State(next), res.Total, res.Rejected); err != nil {
+			if err := ledger.Plan(ctx, tx, in, State(next), res.Total, res.Rejected, r.feed.Hash()); err != nil {
 				return err
 			}
 			return r.recordIssues(ctx, tx, sc)

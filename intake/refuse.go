@@ -59,6 +59,7 @@ func (c *chunk) subset(idx []int) *chunk {
 // mergeCounts is what one merge of staged rows did.
 type mergeCounts struct {
 	applied, conflict, fresh, deduped int64
+	outsideEdit, exists, notFound     int64 // of conflict (outsideEdit, exists) and rejected (notFound)
 }
 
 // mergeChunk stages ch's rows and merges them: COPY into the staging
@@ -84,6 +85,7 @@ func (r *fileRun) mergeChunk(ctx context.Context, tx pgx.Tx, tgt *target.Table, 
 		return m, fmt.Errorf("chunk %d merge: %w", ch.no, err)
 	}
 	m.applied, m.conflict, m.fresh = merged.Applied, merged.Conflict, merged.Fresh
+	m.outsideEdit, m.exists, m.notFound = merged.OutsideEdit, merged.Exists, merged.NotFound
 	return m, nil
 }
 

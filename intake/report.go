@@ -38,6 +38,10 @@ type ReceiptRows struct {
 	Unchanged int64 `json:"unchanged"`
 	Rejected  int64 `json:"rejected"`
 	Conflict  int64 `json:"conflict"`
+	// Deleted: rows of the partner's earlier files a snapshot deleted (or
+	// marked deleted) because their key is not in this file; not rows of
+	// this file, so not part of Total.
+	Deleted int64 `json:"deleted,omitempty"`
 }
 
 // Suffixes of a file's reports.
@@ -96,7 +100,7 @@ func (r *fileRun) writeReports(ctx context.Context, rc Receipt) error {
 func receiptJSON(in *Intake, rc Receipt) ([]byte, error) {
 	rc.PartnerID, rc.IntakeID, rc.File, rc.BatchID = in.Partner, in.ID, in.RemoteName, in.BatchID
 	rc.SHA256, rc.Bytes = in.SHA256, in.Size
-	rc.Rows = ReceiptRows{Total: in.RowsTotal, Applied: in.RowsApplied, Unchanged: in.RowsUnchanged, Rejected: in.RowsRejected, Conflict: in.RowsConflict}
+	rc.Rows = ReceiptRows{Total: in.RowsTotal, Applied: in.RowsApplied, Unchanged: in.RowsUnchanged, Rejected: in.RowsRejected, Conflict: in.RowsConflict, Deleted: in.RowsDeleted}
 	rc.ProcessedAt = time.Now().UTC().Truncate(time.Second)
 	data, err := json.MarshalIndent(rc, "", "  ")
 	return append(data, '\n'), err

@@ -1,6 +1,9 @@
 package partners
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"path"
 	"regexp"
@@ -99,9 +102,52 @@ type Feed struct {
 	// Expect, when set, says when the feed's files are due; a delivery
 	// window that closes without an accepted file is late (expect.go).
 	Expect *Expect `yaml:"expect"`
+	// Mode says what a file may do to the target's rows: upsert (default:
+	// insert new keys, update changed rows), insert_only (an existing key
+	// is a conflict, reason exists), update_only (a key the target does
+	// not hold is rejected, reason not_found) or snapshot (upsert, and the
+	// file is the partner's complete set: rows intake wrote for the
+	// partner and feed whose key the file lacks are deleted, or marked in
+	// DeletedAt, in the file's last transaction).
+	Mode string `yaml:"mode"`
+	// DeletedAt names a timestamptz (or timestamp) column of the target
+	// that a snapshot sets on rows absent from the file instead of
+	// deleting them; a row that comes back has it cleared.
+	DeletedAt string `yaml:"deleted_at"`
+	// OnOutsideEdit says what happens to a row edited outside intake since
+	// intake last wrote it (the target needs the intake_row_hash column to
+	// tell): keep (default: the row is a conflict, reason outside_edit,
+	// and is not overwritten) or overwrite.
+	OnOutsideEdit string `yaml:"on_outside_edit"`
 
 	re *regexp.Regexp
 }
+
+// Hash identifies the feed's configuration: the sha256 of its settings
+// (every key, defaults filled) as JSON. A file records the hash of the
+// configuration that planned it, and is applied under that one only.
+func (f *Feed) Hash() string {
+	b, err := json.Marshal(f)
+	if err != nil { // a Feed is plain data: cannot happen
+		panic(fmt.Sprintf("feed %s: %v", f.Name, err))
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
+}
+
+// Import modes (Feed.Mode).
+const (
+	ModeUpsert     = "upsert"
+	ModeInsertOnly = "insert_only"
+	ModeUpdateOnly = "update_only"
+	ModeSnapshot   = "snapshot"
+)
+
+// What a feed does with a row edited outside intake (Feed.OnOutsideEdit).
+const (
+	OutsideEditKeep      = "keep"
+	OutsideEditOverwrite = "overwrite"
+)
 
 // BatchIDRule says where a file's batch id comes from.
 type BatchIDRule struct {
@@ -180,6 +226,12 @@ func (f *Feed) SetDefaults() {
 	if f.ChunkRows == 0 {
 		f.ChunkRows = DefaultChunkRows
 	}
+	if f.Mode == "" {
+		f.Mode = ModeUpsert
+	}
+	if f.OnOutsideEdit == "" {
+		f.OnOutsideEdit = OutsideEditKeep
+	}
 	if f.ChunkBytes == 0 {
 		f.ChunkBytes = DefaultChunkBytes
 	}
@@ -249,6 +301,24 @@ func (f *Feed) Validate(key, readiness string) error {
 	}
 	if !targetPattern.MatchString(f.Target) {
 		return fmt.Errorf("%s.target: %q must be a lower-case table name, optionally schema-qualified", key, f.Target)
+	}
+	switch f.Mode {
+	case ModeUpsert, ModeInsertOnly, ModeUpdateOnly, ModeSnapshot:
+	default:
+		return fmt.Errorf("%s.mode: %q is not upsert, insert_only, update_only or snapshot", key, f.Mode)
+	}
+	if f.DeletedAt != "" {
+		if f.Mode != ModeSnapshot {
+			return fmt.Errorf("%s.deleted_at: only a snapshot feed marks rows (mode: snapshot)", key)
+		}
+		if !identPattern.MatchString(f.DeletedAt) || f.Column(f.DeletedAt) != nil || f.DeletedAt == "partner_id" || f.DeletedAt == "last_intake_id" {
+			return fmt.Errorf("%s.deleted_at: %q must name a target column the feed does not write", key, f.DeletedAt)
+		}
+	}
+	switch f.OnOutsideEdit {
+	case OutsideEditKeep, OutsideEditOverwrite:
+	default:
+		return fmt.Errorf("%s.on_outside_edit: %q is not keep or overwrite", key, f.OnOutsideEdit)
 	}
 	if f.MaxRejectRatio < 0 || f.MaxRejectRatio > 1 {
 		return fmt.Errorf("%s.max_reject_ratio: %v must be between 0 and 1", key, f.MaxRejectRatio)

@@ -28,6 +28,7 @@ func run() int {
 	only := flag.String("only", "", "comma-separated workloads to run (large, small, huge); all when empty")
 	flag.StringVar(&o.ProfileDir, "profile-dir", "", "write a CPU profile of every intake process here")
 	flag.IntVar(&o.Repeat, "repeat", 1, "run the large and small workloads this many times and report medians")
+	flag.BoolVar(&o.RowHash, "row-hash", false, "give the target table intake_row_hash (the concurrent-edit guard on), to measure the guard's cost")
 	flag.Parse()
 	if *only != "" {
 		o.Only = map[string]bool{}

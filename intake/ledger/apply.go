@@ -20,22 +20,44 @@ type Querier interface {
 }
 
 // Plan moves a spooled file on to next (applying, or spooled again when
-// it is held) with its totals and clears an earlier plan's rows, in one
-// fenced statement; with no rejected rows it is the whole plan step.
-func Plan(ctx context.Context, q Querier, in *Intake, next State, total, rejected int64) error {
+// it is held) with its totals and the hash of the feed configuration that
+// planned it (feedSHA), and clears an earlier plan's rows, in one fenced
+// statement; with no rejected rows it is the whole plan step.
+func Plan(ctx context.Context, q Querier, in *Intake, next State, total, rejected int64, feedSHA string) error {
 	var moved int64
 	err := q.QueryRow(ctx, `WITH g AS (
-		    UPDATE file_intake SET state = $3, rows_total = $4, rows_rejected = $5, updated_at = now()
+		    UPDATE file_intake SET state = $3, rows_total = $4, rows_rejected = $5, feed_sha256 = $6, updated_at = now()
 		    WHERE intake_id = $1 AND fencing_token = $2 AND state = 'spooled' RETURNING 1),
 		d AS (DELETE FROM intake_row_issue WHERE intake_id = $1 AND EXISTS (SELECT 1 FROM g))
 		SELECT count(*) FROM g`,
-		in.ID, in.Token, string(next), total, rejected).Scan(&moved)
+		in.ID, in.Token, string(next), total, rejected, feedSHA).Scan(&moved)
 	if err != nil {
 		return fmt.Errorf("plan: %w", err)
 	}
 	if moved == 0 {
 		return &FencedError{IntakeID: in.ID, Token: in.Token, Step: "plan"}
 	}
+	in.FeedSHA256 = feedSHA
+	return nil
+}
+
+// Replan moves a file planned under another feed configuration, none of
+// whose chunks is applied, back to spooled (applying -> spooled, fenced,
+// only while chunks_done = 0) so that it is planned again under the
+// configuration in force.
+func Replan(ctx context.Context, q Querier, in *Intake) error {
+	var moved int64
+	err := q.QueryRow(ctx, `WITH g AS (
+		    UPDATE file_intake SET state = 'spooled', feed_sha256 = NULL, updated_at = now()
+		    WHERE intake_id = $1 AND fencing_token = $2 AND state = 'applying' AND chunks_done = 0 RETURNING 1)
+		SELECT count(*) FROM g`, in.ID, in.Token).Scan(&moved)
+	if err != nil {
+		return fmt.Errorf("replan: %w", err)
+	}
+	if moved == 0 {
+		return &FencedError{IntakeID: in.ID, Token: in.Token, Step: "replan"}
+	}
+	in.State, in.FeedSHA256 = StateSpooled, ""
 	return nil
 }
 
@@ -122,6 +144,9 @@ type Chunk struct {
 	No                                     int
 	First, Last                            int64
 	Applied, Unchanged, Rejected, Conflict int64
+	// Deleted: rows a snapshot's last chunk deleted or marked (not rows
+	// of the file: outside the totals).
+	Deleted int64
 	// Final: the file's last chunk.
 	Final bool
 }
@@ -136,12 +161,12 @@ func (l *Ledger) ChunkDone(ctx context.Context, tx pgx.Tx, in *Intake, c Chunk) 
 		in.ID, c.No, in.Partner, c.First, c.Last, c.Applied, c.Unchanged, c.Conflict, in.Token)
 	b.Queue(`UPDATE file_intake SET rows_applied = rows_applied + $4, rows_unchanged = rows_unchanged + $5,
 		rows_rejected = rows_rejected + $6, rows_conflict = rows_conflict + $7, chunks_done = $3 + 1,
-		lease_until = clock_timestamp() + $9::interval,
+		rows_deleted = rows_deleted + $10, lease_until = clock_timestamp() + $9::interval,
 		state = CASE WHEN $8::boolean AND rows_applied + $4 + rows_unchanged + $5 + rows_rejected + $6 + rows_conflict + $7 = rows_total
 		             THEN 'applied' ELSE state END, updated_at = now()
 		WHERE intake_id = $1 AND fencing_token = $2 AND chunks_done = $3
 		RETURNING state`,
-		in.ID, in.Token, c.No, c.Applied, c.Unchanged, c.Rejected, c.Conflict, c.Final, l.lease)
+		in.ID, in.Token, c.No, c.Applied, c.Unchanged, c.Rejected, c.Conflict, c.Final, l.lease, c.Deleted)
 	br := tx.SendBatch(ctx, b)
 	if _, err := br.Exec(); err != nil {
 		br.Close()
@@ -195,4 +220,14 @@ func (l *Ledger) DataInUse(ctx context.Context, in *Intake) (bool, error) {
 		AND intake_id <> $3 AND state NOT IN ('archived', 'duplicate', 'quarantined', 'failed_terminal', 'discarded', 'put_back'))`,
 		in.Partner, in.DataSHA256, in.ID).Scan(&busy)
 	return busy, err
+}
+
+// ForgetSnapshotKeys drops the keys a snapshot recorded (the target's
+// statements write them, see target.Table.RecordKeys), in the
+// transaction of its last chunk.
+func ForgetSnapshotKeys(ctx context.Context, tx pgx.Tx, intakeID int64) error {
+	if _, err := tx.Exec(ctx, `DELETE FROM intake_snapshot_key WHERE intake_id = $1`, intakeID); err != nil {
+		return fmt.Errorf("snapshot keys: %w", err)
+	}
+	return nil
 }

@@ -132,8 +132,10 @@ type GroupFile struct {
 // AppliedGroup records, inside the group's transaction, each file's plan,
 // its one chunk in the ledger and its totals: spooled -> applied (a group
 // file is one chunk with no rejected row, so the plan, the chunk and the
-// end of apply are one step). It returns how many files moved.
-func (l *Ledger) AppliedGroup(ctx context.Context, tx pgx.Tx, gs []GroupFile) (int, error) {
+// end of apply are one step), with the hash of the feed configuration
+// that planned and applied them (a group is of one feed). It returns how
+// many files moved.
+func (l *Ledger) AppliedGroup(ctx context.Context, tx pgx.Tx, gs []GroupFile, feedSHA string) (int, error) {
 	var ids, tokens, firsts, lasts, totals, applied, unchanged, conflict []int64
 	for _, g := range gs {
 		ids, tokens = append(ids, g.In.ID), append(tokens, g.In.Token)
@@ -148,7 +150,7 @@ func (l *Ledger) AppliedGroup(ctx context.Context, tx pgx.Tx, gs []GroupFile) (i
 		u AS (
 		    UPDATE file_intake f
 		    SET state = 'applied', rows_total = x.total, rows_rejected = 0, rows_applied = x.applied,
-		        rows_unchanged = x.unchanged, rows_conflict = x.conflict, chunks_done = 1,
+		        rows_unchanged = x.unchanged, rows_conflict = x.conflict, chunks_done = 1, feed_sha256 = $11,
 		        lease_until = now() + $10::interval, updated_at = now()
 		    FROM x WHERE f.intake_id = x.id AND f.fencing_token = x.token AND f.state = 'spooled'
 		    RETURNING f.intake_id),
@@ -157,7 +159,7 @@ func (l *Ledger) AppliedGroup(ctx context.Context, tx pgx.Tx, gs []GroupFile) (i
 		                              rows_applied, rows_unchanged, rows_conflict, fencing_token)
 		    SELECT x.id, 0, $1, x.first, x.last, x.applied, x.unchanged, x.conflict, x.token FROM x JOIN u ON u.intake_id = x.id)
 		SELECT count(*) FROM u`,
-		gs[0].In.Partner, ids, tokens, firsts, lasts, totals, applied, unchanged, conflict, l.lease).Scan(&n)
+		gs[0].In.Partner, ids, tokens, firsts, lasts, totals, applied, unchanged, conflict, l.lease, feedSHA).Scan(&n)
 	if err != nil {
 		return 0, fmt.Errorf("applied (group): %w", err)
 	}

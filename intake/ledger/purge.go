@@ -12,8 +12,14 @@ import (
 const finishedStates = `('archived', 'duplicate', 'failed_terminal', 'discarded', 'put_back')`
 
 // PurgeRowIssues deletes the row issues of the partner's files finished
-// before cutoff.
+// before cutoff, and the snapshot keys of any finished file (a snapshot
+// that failed part way leaves its keys; a release starts it over without
+// them, so a finished file never needs them).
 func (l *Ledger) PurgeRowIssues(ctx context.Context, partner string, cutoff time.Time) (int64, error) {
+	if _, err := l.pool.Exec(ctx, `DELETE FROM intake_snapshot_key WHERE intake_id IN (
+		SELECT intake_id FROM file_intake WHERE partner_id = $1 AND state IN `+finishedStates+`)`, partner); err != nil {
+		return 0, err
+	}
 	tag, err := l.pool.Exec(ctx, `DELETE FROM intake_row_issue WHERE partner_id = $1 AND intake_id IN (
 		SELECT intake_id FROM file_intake WHERE partner_id = $1 AND finished_at < $2
 		  AND state IN `+finishedStates+`)`, partner, cutoff)

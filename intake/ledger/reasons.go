@@ -34,6 +34,12 @@ const (
 	// ReasonFeedGone: the file's feed left the configuration while the
 	// file was in flight.
 	ReasonFeedGone Reason = "feed_unconfigured"
+	// ReasonMappingChanged: the feed's configuration changed while the
+	// file was part way through its apply (a resume after a restart, a
+	// takeover or a retry found another configuration than the one that
+	// planned it): its remaining chunks are not applied under another
+	// mapping. Released, it starts over as a whole under the new one.
+	ReasonMappingChanged Reason = "mapping_changed"
 )
 
 // Reasons a compressed file is held, unparsed.

@@ -68,8 +68,13 @@ type Intake struct {
 	ClaimedAt    time.Time
 
 	RowsTotal, RowsApplied, RowsUnchanged, RowsRejected, RowsConflict int64
-	ChunksDone                                                        int
-	ArchivePath, ReceiptPath, RejectsPath                             string
+	// RowsDeleted: rows a snapshot deleted or marked (outside the totals).
+	RowsDeleted int64
+	// FeedSHA256: the hash of the feed configuration that planned the
+	// file ("" before its plan).
+	FeedSHA256                            string
+	ChunksDone                            int
+	ArchivePath, ReceiptPath, RejectsPath string
 	// Override is what an ops release overrides (see Release); "" normally.
 	Override string
 	// ReplayOf is the intake whose bytes a replay applies again; 0 normally.
@@ -90,7 +95,8 @@ const intakeColumns = `intake_id, fencing_token, partner_id, feed, remote_name, 
 	coalesce(rows_total, 0), rows_applied, rows_unchanged, rows_rejected, rows_conflict, chunks_done,
 	coalesce(archive_path, ''), coalesce(receipt_path, ''), coalesce(rejects_path, ''),
 	coalesce(release_override, ''), coalesce(replay_of, 0),
-	coalesce(data_sha256, content_sha256, ''), coalesce(data_size, size_bytes, 0), listed_mtime`
+	coalesce(data_sha256, content_sha256, ''), coalesce(data_size, size_bytes, 0), listed_mtime, rows_deleted,
+	coalesce(feed_sha256, '')`
 
 func scanIntake(r pgx.Row, extra ...any) (*Intake, error) {
 	in := &Intake{}
@@ -100,7 +106,7 @@ func scanIntake(r pgx.Row, extra ...any) (*Intake, error) {
 		&in.ManifestName, &in.ListedSize, &in.BatchID, &in.SHA256,
 		&in.Size, &in.ExpectedRows, &st, &reason, &in.Worker, &in.ClaimedAt,
 		&in.RowsTotal, &in.RowsApplied, &in.RowsUnchanged, &in.RowsRejected, &in.RowsConflict, &in.ChunksDone,
-		&in.ArchivePath, &in.ReceiptPath, &in.RejectsPath, &in.Override, &in.ReplayOf, &in.DataSHA256, &in.DataSize, &mtime}, extra...)...)
+		&in.ArchivePath, &in.ReceiptPath, &in.RejectsPath, &in.Override, &in.ReplayOf, &in.DataSHA256, &in.DataSize, &mtime, &in.RowsDeleted, &in.FeedSHA256}, extra...)...)
 	in.State, in.Reason = State(st), Reason(reason)
 	if mtime != nil {
 		in.ListedMTime = *mtime

@@ -59,3 +59,24 @@ func (e *FileError) Error() string {
 	}
 	return fmt.Sprintf("%s: %s", e.Reason, e.Detail)
 }
+
+// Row reason codes the merge into the target gives (intake/target): the
+// row is not written, the file goes on.
+const (
+	// ReasonOutsideEdit: the row was changed outside intake since intake
+	// last wrote it; the feed keeps such edits (on_outside_edit: keep).
+	// Outcome conflict.
+	ReasonOutsideEdit = "outside_edit"
+	// ReasonExists: an insert_only feed's row whose key the target holds
+	// already. Outcome conflict.
+	ReasonExists = "exists"
+	// ReasonNotFound: an update_only feed's row whose key the target does
+	// not hold. Outcome rejected.
+	ReasonNotFound = "not_found"
+)
+
+// OutcomeDeleted is the row outcome of a snapshot's sweep: a row of the
+// partner's earlier files whose key the snapshot lacks was deleted (or
+// marked in the feed's deleted_at column). Receipts count it apart from
+// the file's own rows.
+const OutcomeDeleted = "deleted"

@@ -92,12 +92,15 @@ func Compare(ctx context.Context, db *pgxpool.Pool, partner string, f *partners.
 	}
 	for _, n := range tt.order {
 		tc := tt.cols[n]
-		if n == "partner_id" || n == "last_intake_id" || f.Column(n) != nil {
+		if n == "partner_id" || n == "last_intake_id" || n == HashColumn || f.Column(n) != nil {
 			continue
 		}
 		if tc.notNull && !tc.hasDefault {
 			add(n, true, "is NOT NULL without a default and the feed does not write it: every new row would be refused")
 		}
+	}
+	if _, ok := tt.cols[HashColumn]; !ok && len(f.Key) < len(f.Columns) {
+		add("", false, "has no column %s bigint: edits made outside intake are not told and the next file for the key overwrites them (ALTER TABLE … ADD COLUMN %s bigint; see docs/target-tables.md)", HashColumn, HashColumn)
 	}
 	warns, err := constraintWarnings(ctx, db, tt, f)
 	if err != nil {

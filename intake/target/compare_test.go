@@ -78,7 +78,7 @@ func TestCompareTargetNamesWhatCouldBeRefused(t *testing.T) {
 			table := fmt.Sprintf("t%d", i)
 			ddl := strings.ReplaceAll(tt.ddl, "t_v_", table+"_v_")
 			mustExec(fmt.Sprintf(`CREATE TABLE %s (partner_id text NOT NULL, k text NOT NULL, %s, last_intake_id bigint NOT NULL,
-				UNIQUE (partner_id, k))`, table, ddl))
+				intake_row_hash bigint, UNIQUE (partner_id, k))`, table, ddl))
 			f := &partners.Feed{Name: "f", Pattern: `x`, Target: table, Key: []string{"k"},
 				Columns: []partners.Column{{Name: "k", Type: partners.TypeText, Required: true, MaxLength: 16}, tt.col}}
 			f.SetDefaults()
@@ -146,5 +146,36 @@ func TestCompareTargetChecksThePartnerIDColumn(t *testing.T) {
 		if failed := len(got) == 1 && got[0].Fail && got[0].Column == "partner_id"; failed != fail || (!fail && len(got) > 0) {
 			t.Fatalf("partner %s: got %+v", partner, got)
 		}
+	}
+}
+
+// Without intake_row_hash a target still loads (tables made before the
+// guard keep working) but Compare warns that outside edits are
+// overwritten; a hash column of another type is refused.
+func TestCompareWarnsOfAMissingRowHash(t *testing.T) {
+	_, pool := testenv.DB(t)
+	ctx := context.Background()
+	if _, err := pool.Exec(ctx, `CREATE TABLE nohash (partner_id text NOT NULL, k text NOT NULL, v text, last_intake_id bigint NOT NULL, UNIQUE (partner_id, k));
+		CREATE TABLE badhash (partner_id text NOT NULL, k text NOT NULL, v text, last_intake_id bigint NOT NULL, intake_row_hash bytea, UNIQUE (partner_id, k))`); err != nil {
+		t.Fatal(err)
+	}
+	feed := func(table string) *partners.Feed {
+		f := &partners.Feed{Name: "f", Pattern: `x`, Target: table, Key: []string{"k"},
+			Columns: []partners.Column{{Name: "k", Type: partners.TypeText, Required: true, MaxLength: 16}, {Name: "v", Type: partners.TypeText}}}
+		f.SetDefaults()
+		return f
+	}
+	got, err := target.Compare(ctx, pool, "acme", feed("nohash"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || got[0].Fail || !strings.Contains(got[0].String(), "has no column intake_row_hash bigint: edits made outside intake are not told") {
+		t.Fatalf("got %v, want one warning naming intake_row_hash", got)
+	}
+	if plan, err := target.Check(ctx, pool, feed("nohash")); err != nil || plan.Guard {
+		t.Fatalf("check without the column: %+v, %v; want it loaded, unguarded", plan, err)
+	}
+	if _, err := target.Check(ctx, pool, feed("badhash")); err == nil || !strings.Contains(err.Error(), "intake_row_hash is bytea: it must be bigint") {
+		t.Fatalf("check with a bytea hash column: %v", err)
 	}
 }

@@ -7,6 +7,9 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/partner-intake/partner-intake/intake/rows"
+	"github.com/partner-intake/partner-intake/partners"
 )
 
 // build writes the chunk statements. merge: $1 = the writer id rows are
@@ -60,11 +63,59 @@ func (t *Table) build() {
 	}
 	// A feed whose every column is a key has nothing to update: a matching
 	// row is unchanged by definition.
-	distinct, doUpdate := "false", "DO NOTHING"
-	if len(setCols) > 0 {
-		distinct = fmt.Sprintf("ROW(%s) IS DISTINCT FROM ROW(%s)", strings.Join(tgtVals, ", "), strings.Join(excVals, ", "))
-		doUpdate = fmt.Sprintf(`DO UPDATE SET %s, last_intake_id = EXCLUDED.last_intake_id
-		    WHERE %s AND t.last_intake_id <= EXCLUDED.last_intake_id`, strings.Join(setCols, ", "), distinct)
+	// hashOf: the hash of the feed's non-key columns of a row as the
+	// target holds them (alias.col, in the target's types), what a guarded
+	// target records beside last_intake_id at every write: 64 bits of
+	// hash_record_extended, which hashes the values themselves (no text:
+	// no session's DateStyle or TimeZone changes it, 1.5 and 1.50 are
+	// one); for a type without an extended hash function, 64 bits of the
+	// md5 of the row's text, dates and timestamps as epoch seconds.
+	hashOf := func(alias string) string {
+		var parts []string
+		for i, c := range t.cols {
+			if slices.Contains(t.key, c) {
+				continue
+			}
+			v := alias + "." + q(c)
+			if !t.hashFast && (strings.HasPrefix(t.types[i], "timestamp") || t.types[i] == "date") {
+				v = "extract(epoch FROM " + v + ")"
+			}
+			parts = append(parts, v)
+		}
+		if t.hashFast {
+			return fmt.Sprintf("hash_record_extended(ROW(%s), 0)", strings.Join(parts, ", "))
+		}
+		return fmt.Sprintf("('x' || left(md5(ROW(%s)::text), 16))::bit(64)::bigint", strings.Join(parts, ", "))
+	}
+	hashCol := q(HashColumn)
+	// edited: the row was changed outside intake since intake last wrote
+	// it (a NULL hash is not known: treated as not edited).
+	edited := "false"
+	if t.guard {
+		edited = fmt.Sprintf("(t.%[1]s IS NOT NULL AND t.%[1]s <> %[2]s)", hashCol, hashOf("t"))
+	}
+	doUpdate := "DO NOTHING"
+	if (len(setCols) > 0 || t.deletedAt != "") && t.mode != partners.ModeInsertOnly {
+		var distinct []string
+		if len(setCols) > 0 {
+			distinct = append(distinct, fmt.Sprintf("ROW(%s) IS DISTINCT FROM ROW(%s)", strings.Join(tgtVals, ", "), strings.Join(excVals, ", ")))
+		}
+		set := append(slices.Clone(setCols), "last_intake_id = EXCLUDED.last_intake_id")
+		if t.deletedAt != "" {
+			// a row a snapshot marked comes back
+			set = append(set, t.deletedAt+" = NULL")
+			distinct = append(distinct, "t."+t.deletedAt+" IS NOT NULL")
+		}
+		guard := ""
+		switch {
+		case t.guard:
+			set = append(set, fmt.Sprintf("%[1]s = EXCLUDED.%[1]s", hashCol))
+			guard = " AND NOT " + edited
+		case t.hasHash:
+			set = append(set, hashCol+" = NULL") // overwrite: the hash is not kept up, so not known
+		}
+		doUpdate = fmt.Sprintf(`DO UPDATE SET %s
+		    WHERE (%s) AND t.last_intake_id <= EXCLUDED.last_intake_id%s`, strings.Join(set, ", "), strings.Join(distinct, " OR "), guard)
 	}
 	// One statement per chunk: cast the staged text once, look every row
 	// up in the target by its key (a LATERAL probe of the unique index: a
@@ -91,6 +142,32 @@ func (t *Table) build() {
 	if len(setCols) > 0 {
 		differs = fmt.Sprintf("ROW(%s) IS DISTINCT FROM ROW(%s)", strings.Join(tgtVals, ", "), strings.Join(sNonKey, ", "))
 	}
+	if t.deletedAt != "" {
+		differs = fmt.Sprintf("(%s OR t.%s IS NOT NULL)", differs, t.deletedAt)
+	}
+	// Which rows the merge must look at: new ones and differing ones; an
+	// insert_only feed also every existing row another intake wrote (a
+	// conflict even when equal).
+	needs := "t.partner_id IS NULL OR " + differs
+	if t.mode == partners.ModeInsertOnly {
+		needs += " OR t.last_intake_id <> $1"
+	}
+	// Why a row is not written (NULL: it is): a key the target lacks in an
+	// update_only feed; a row a newer intake wrote; an existing key in an
+	// insert_only feed; a row edited outside intake (kept).
+	notFound, exists, outside := "NULL", "NULL", "NULL"
+	if t.mode == partners.ModeUpdateOnly {
+		notFound = "'" + rows.ReasonNotFound + "'"
+	}
+	if t.mode == partners.ModeInsertOnly {
+		exists = "'" + rows.ReasonExists + "'"
+	}
+	if t.guard && t.keep {
+		outside = fmt.Sprintf("CASE WHEN %s THEN '%s' END", edited, rows.ReasonOutsideEdit)
+	}
+	reason := fmt.Sprintf(`CASE WHEN t.partner_id IS NULL THEN %s
+		        WHEN %s AND t.last_intake_id > $1 THEN 'newer_write'
+		        ELSE coalesce(%s, %s) END`, notFound, differs, exists, outside)
 	// How each staged row meets its target row. By default a LATERAL
 	// probe of the unique index per row (a plain join may hash the whole,
 	// growing target). When the index leads with (partner_id, first key
@@ -101,11 +178,11 @@ func (t *Table) build() {
 	// j keeps only rows that need something (new, or differing: written or
 	// a conflict): unchanged rows, all of a replay, are never materialised.
 	probe := fmt.Sprintf(`j AS (
-		    SELECT s.*, t.last_intake_id AS intake_t_last, t.partner_id IS NULL AS intake_is_new, %[1]s AS intake_differs
+		    SELECT s.*, t.partner_id IS NULL AS intake_is_new, %[1]s AS intake_reason
 		    FROM s LEFT JOIN LATERAL (
 		        SELECT * FROM %[2]s t WHERE t.partner_id = $2 AND %[3]s LIMIT 1) t ON true
-		    WHERE t.partner_id IS NULL OR %[1]s)`,
-		differs, t.table, strings.Join(sKeyJoin, " AND "))
+		    WHERE %[4]s)`,
+		reason, t.table, strings.Join(sKeyJoin, " AND "), needs)
 	if t.rangeProbe {
 		probe = fmt.Sprintf(`r AS MATERIALIZED (
 		    SELECT t.* FROM %[1]s t
@@ -113,32 +190,52 @@ func (t *Table) build() {
 		    ORDER BY t.partner_id, t.%[2]s LIMIT $4),
 		dense AS (SELECT count(*) < $4 AS ok FROM r),
 		j AS (
-		    SELECT s.*, t.last_intake_id AS intake_t_last, t.partner_id IS NULL AS intake_is_new, %[3]s AS intake_differs
+		    SELECT s.*, t.partner_id IS NULL AS intake_is_new, %[3]s AS intake_reason
 		    FROM s LEFT JOIN r t ON %[4]s
-		    WHERE (SELECT ok FROM dense) AND (t.partner_id IS NULL OR %[3]s)
+		    WHERE (SELECT ok FROM dense) AND (%[5]s)
 		    UNION ALL
-		    SELECT s.*, t.last_intake_id, t.partner_id IS NULL, %[3]s
+		    SELECT s.*, t.partner_id IS NULL, %[3]s
 		    FROM s LEFT JOIN LATERAL (
 		        SELECT * FROM %[1]s t WHERE t.partner_id = $2 AND %[4]s LIMIT 1) t ON true
-		    WHERE NOT (SELECT ok FROM dense) AND (t.partner_id IS NULL OR %[3]s))`,
-			t.table, q(t.key[0]), differs, strings.Join(sKeyJoin, " AND "))
+		    WHERE NOT (SELECT ok FROM dense) AND (%[5]s))`,
+			t.table, q(t.key[0]), reason, strings.Join(sKeyJoin, " AND "), needs)
+	}
+	insHash, selHash := "", ""
+	if t.guard {
+		insHash, selHash = ", "+hashCol, ", "+hashOf("j")
 	}
 	t.merge = fmt.Sprintf(`WITH s AS (
 		    SELECT st.line, %s FROM %s st),
 		%s,
 		ins AS (
-		    INSERT INTO %s AS t (partner_id, %s, last_intake_id)
-		    SELECT $2, %s, $1 FROM j WHERE j.intake_is_new OR (j.intake_differs AND j.intake_t_last <= $1)
+		    INSERT INTO %s AS t (partner_id, %s, last_intake_id%s)
+		    SELECT $2, %s, $1%s FROM j WHERE j.intake_reason IS NULL
 		    ON CONFLICT (%s) %s
 		    RETURNING 1),
 		conf AS (
 		    INSERT INTO intake_row_issue (intake_id, partner_id, line, reason, outcome)
-		    SELECT $3, $2, j.line, 'newer_write', 'conflict' FROM j
-		    WHERE NOT j.intake_is_new AND j.intake_differs AND j.intake_t_last > $1
-		    RETURNING 1)
-		SELECT (SELECT count(*) FROM ins), (SELECT count(*) FROM conf), (SELECT count(*) FROM j WHERE j.intake_is_new)`,
+		    SELECT $3, $2, j.line, j.intake_reason, CASE j.intake_reason WHEN 'not_found' THEN 'rejected' ELSE 'conflict' END FROM j
+		    WHERE j.intake_reason IS NOT NULL
+		    RETURNING reason)
+		SELECT (SELECT count(*) FROM ins), (SELECT count(*) FROM conf WHERE reason <> 'not_found'),
+		    (SELECT count(*) FROM j WHERE j.intake_is_new),
+		    (SELECT count(*) FROM conf WHERE reason = 'outside_edit'), (SELECT count(*) FROM conf WHERE reason = 'exists'),
+		    (SELECT count(*) FROM conf WHERE reason = 'not_found')`,
 		strings.Join(sCols, ", "), t.stage, probe,
-		t.table, strings.Join(insCols, ", "), strings.Join(jCols, ", "), strings.Join(conflictCols, ", "), doUpdate)
+		t.table, strings.Join(insCols, ", "), insHash, strings.Join(jCols, ", "), selHash, strings.Join(conflictCols, ", "), doUpdate)
+	// A chunk of new rows when StagedDirect: staged, then inserted (with
+	// the hash of each when guarded; a key that exists fails it, as it
+	// fails the COPY).
+	var nCols []string
+	for _, c := range t.cols {
+		nCols = append(nCols, "j."+q(c))
+	}
+	t.stageInsert = fmt.Sprintf(`INSERT INTO %s (partner_id, %s, last_intake_id%s)
+		SELECT $2, %s, $1%s FROM (SELECT %s FROM %s st) j`,
+		t.table, strings.Join(insCols, ", "), insHash, strings.Join(nCols, ", "), selHash, strings.Join(sCols, ", "), t.stage)
+	if t.mode == partners.ModeSnapshot {
+		t.buildSnapshot(sCols, edited)
+	}
 	t.dedupe = fmt.Sprintf(`WITH d AS (
 		    DELETE FROM %s s USING (
 		        SELECT line, row_number() OVER (PARTITION BY %s ORDER BY line DESC) AS rn FROM %s s) x
@@ -146,4 +243,49 @@ func (t *Table) build() {
 		    RETURNING s.line)
 		INSERT INTO intake_row_issue (intake_id, partner_id, line, reason, outcome)
 		SELECT $1, $2, line, 'duplicate_key', 'rejected' FROM d`, t.stage, strings.Join(keyStage, ", "), t.stage)
+}
+
+// keyText is a row's key as text, what a snapshot records of the keys it
+// applied and compares the target's keys with: ROW(keys)::text, dates and
+// timestamps as epoch seconds (no session setting changes it).
+func (t *Table) keyText(alias string) string {
+	var parts []string
+	for _, k := range t.key {
+		i := slices.Index(t.cols, k)
+		v := alias + "." + pgx.Identifier{k}.Sanitize()
+		if strings.HasPrefix(t.types[i], "timestamp") || t.types[i] == "date" {
+			v = "extract(epoch FROM " + v + ")"
+		}
+		parts = append(parts, v)
+	}
+	return fmt.Sprintf("ROW(%s)::text", strings.Join(parts, ", "))
+}
+
+// buildSnapshot writes a snapshot feed's statements. recordKeys ($1 =
+// intake id) records the staged rows' keys; sweep ($1 = writer, $2 =
+// partner, $3 = intake id, $4 = feed) deletes, or marks, the rows intake
+// wrote for the partner and feed (their last_intake_id is an intake of
+// that feed) that no newer intake wrote, whose key the intake did not
+// record, and (kept edits) that were not edited outside intake.
+func (t *Table) buildSnapshot(sCols []string, edited string) {
+	t.recordKeys = fmt.Sprintf(`INSERT INTO intake_snapshot_key (intake_id, key)
+		SELECT $1, %s FROM (SELECT %s FROM %s st) s ON CONFLICT DO NOTHING`, t.keyText("s"), strings.Join(sCols, ", "), t.stage)
+	where := fmt.Sprintf(`t.partner_id = $2 AND t.last_intake_id <= $1
+		    AND EXISTS (SELECT 1 FROM file_intake f WHERE f.intake_id = t.last_intake_id AND f.partner_id = $2 AND f.feed = $4)
+		    AND NOT EXISTS (SELECT 1 FROM intake_snapshot_key k WHERE k.intake_id = $3 AND k.key = %s)`, t.keyText("t"))
+	if t.guard && t.keep {
+		where += " AND NOT " + edited
+	}
+	if t.deletedAt != "" {
+		t.sweep = fmt.Sprintf(`WITH gone AS (
+		    UPDATE %[1]s t SET %[2]s = now(), last_intake_id = $1
+		    WHERE t.%[2]s IS NULL AND %[3]s
+		    RETURNING 1)
+		SELECT count(*) FROM gone`, t.table, t.deletedAt, where)
+		return
+	}
+	t.sweep = fmt.Sprintf(`WITH gone AS (
+		    DELETE FROM %s t WHERE %s
+		    RETURNING 1)
+		SELECT count(*) FROM gone`, t.table, where)
 }

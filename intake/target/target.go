@@ -11,10 +11,14 @@ package target
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/partner-intake/partner-intake/partners"
@@ -44,7 +48,33 @@ type Table struct {
 	// types. Otherwise COPY text into text columns, cast by the merge.
 	binary bool
 	enc    []Encoder // per column; nil where the pair has no binary encoder
+	// guard: the target has the intake_row_hash column, the feed keeps
+	// edits made outside intake (keep) and has columns besides its key:
+	// every write records a hash of the feed's columns as written and the
+	// merge tells a row edited outside intake since (see build). hasHash
+	// without guard (on_outside_edit: overwrite): writes clear the hash
+	// ("not known"), so the feed pays nothing for it. hashFast: every
+	// non-key column's type has an extended hash function, so the hash is
+	// hash_record_extended over the values (else md5 of their text).
+	guard, keep, hasHash, hashFast bool
+	mode                           string // partners.ModeUpsert, ModeInsertOnly, ModeUpdateOnly or ModeSnapshot
+	// deletedAt: the quoted column a snapshot marks absent rows in ("":
+	// they are deleted).
+	deletedAt string
+	// recordKeys and sweep: a snapshot's statements (see build).
+	recordKeys, sweep string
+	// stageInsert: a chunk of new rows from the staging table into the
+	// target with their hashes (the guarded target's direct path: COPY
+	// cannot compute the hash).
+	stageInsert string
 }
+
+// HashColumn is the target column in which intake records a hash of the
+// feed's columns as it last wrote them (bigint, nullable: NULL is "not
+// known", as for rows written before the column was added, and is filled
+// by the next write). Without it edits made outside intake are not told
+// and are overwritten.
+const HashColumn = "intake_row_hash"
 
 // Error says what is wrong with a target table, and how to fix it.
 type Error struct {
@@ -70,7 +100,22 @@ func mappingKey(f *partners.Feed) string {
 	for _, k := range f.Key {
 		b.WriteString("\x00" + k)
 	}
+	b.WriteString("\x00\x03mode\x00" + modeOf(f) + "\x00" + outsideEditOf(f) + "\x00" + f.DeletedAt)
 	return b.String()
+}
+
+func modeOf(f *partners.Feed) string {
+	if f.Mode == "" {
+		return partners.ModeUpsert
+	}
+	return f.Mode
+}
+
+func outsideEditOf(f *partners.Feed) string {
+	if f.OnOutsideEdit == "" {
+		return partners.OutsideEditKeep
+	}
+	return f.OnOutsideEdit
 }
 
 // Cache holds the checked target of each feed mapping a daemon writes,
@@ -119,12 +164,30 @@ func Load(ctx context.Context, db *pgxpool.Pool, f *partners.Feed) (*Table, erro
 	for n, c := range tt.cols {
 		types[n], oids[n] = c.typ, c.oid
 	}
-	t := &Table{table: ident.Sanitize(), key: f.Key}
+	t := &Table{table: ident.Sanitize(), key: f.Key, mode: modeOf(f), keep: outsideEditOf(f) == partners.OutsideEditKeep}
 	if types["partner_id"] == "" {
 		return nil, &Error{Table: f.Target, Detail: "missing column partner_id (text)"}
 	}
 	if types["last_intake_id"] != "bigint" {
 		return nil, &Error{Table: f.Target, Detail: "missing column last_intake_id bigint (intake's bookkeeping)"}
+	}
+	switch types[HashColumn] {
+	case "":
+	case "bigint":
+		t.hasHash = true
+		t.guard = t.keep && len(f.Columns) > len(f.Key)
+	default:
+		return nil, &Error{Table: f.Target, Detail: fmt.Sprintf("column %s is %s: it must be bigint (intake's bookkeeping)", HashColumn, types[HashColumn])}
+	}
+	if f.DeletedAt != "" {
+		switch types[f.DeletedAt] {
+		case "timestamp with time zone", "timestamp without time zone":
+			t.deletedAt = pgx.Identifier{f.DeletedAt}.Sanitize()
+		case "":
+			return nil, &Error{Table: f.Target, Detail: fmt.Sprintf("missing column %s (deleted_at of feed %s: timestamptz)", f.DeletedAt, f.Name)}
+		default:
+			return nil, &Error{Table: f.Target, Detail: fmt.Sprintf("column %s is %s: deleted_at needs timestamptz", f.DeletedAt, types[f.DeletedAt])}
+		}
 	}
 	for _, c := range f.Columns {
 		typ, ok := types[c.Name]
@@ -160,6 +223,26 @@ func Load(ctx context.Context, db *pgxpool.Pool, f *partners.Feed) (*Table, erro
 		return nil, &Error{Table: f.Target, Detail: fmt.Sprintf("needs a unique index on exactly (partner_id, %s)", strings.Join(f.Key, ", "))}
 	}
 	t.rangeProbe = leading
+	if t.guard {
+		// hash_record_extended needs an extended hash function of every
+		// type; it looks them up even for NULLs, so a row of NULLs asks
+		var nulls []string
+		for i, c := range t.cols {
+			if !slices.Contains(t.key, c) {
+				nulls = append(nulls, "NULL::"+t.types[i])
+			}
+		}
+		var h int64
+		err := db.QueryRow(ctx, fmt.Sprintf("SELECT hash_record_extended(ROW(%s), 0)", strings.Join(nulls, ", "))).Scan(&h)
+		var pe *pgconn.PgError
+		switch {
+		case err == nil:
+			t.hashFast = true
+		case errors.As(err, &pe) && pe.Code == "42883": // undefined_function: a type without one
+		default:
+			return nil, fmt.Errorf("target %s: %w", f.Target, err)
+		}
+	}
 	t.build()
 	return t, nil
 }
@@ -172,6 +255,9 @@ type Plan struct {
 	TextColumns []string
 	// RangeProbe: the unique index leads with (partner_id, first key).
 	RangeProbe bool
+	// Guard: the target has intake_row_hash, so edits made outside intake
+	// are told (and kept or overwritten per on_outside_edit).
+	Guard bool
 }
 
 // Check verifies a feed's target table as the daemon would use it,
@@ -181,7 +267,7 @@ func Check(ctx context.Context, db *pgxpool.Pool, f *partners.Feed) (Plan, error
 	if err != nil {
 		return Plan{}, err
 	}
-	plan := Plan{Binary: t.binary, RangeProbe: t.rangeProbe}
+	plan := Plan{Binary: t.binary, RangeProbe: t.rangeProbe, Guard: t.guard}
 	if !t.binary {
 		for i, c := range f.Columns {
 			if t.enc[i] == nil {

@@ -5,6 +5,8 @@ import (
 	"context"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/partner-intake/partner-intake/partners"
 )
 
 // What the pipeline runs on a target, each on the transaction of its chunk
@@ -71,8 +73,14 @@ func (t *Table) Dedupe(ctx context.Context, tx pgx.Tx, intakeID int64, partner s
 // Merged is what one merge of staged rows did.
 type Merged struct {
 	Applied  int64 // rows inserted or updated
-	Conflict int64 // rows a newer intake holds: recorded as conflicts
+	Conflict int64 // rows not written and recorded as conflicts: newer_write, outside_edit, exists
 	Fresh    int64 // rows whose key was new to the target
+	// of Conflict: rows edited outside intake since it wrote them (kept),
+	// and existing keys of an insert_only feed
+	OutsideEdit, Exists int64
+	// NotFound: keys an update_only feed's target lacks, recorded as
+	// rejected row issues
+	NotFound int64
 }
 
 // rangeCapFactor bounds the merge's key-range read at this many target
@@ -88,6 +96,55 @@ func (t *Table) Merge(ctx context.Context, tx pgx.Tx, writer int64, partner stri
 	if t.rangeProbe {
 		args = append(args, int64(rangeCapFactor*rows))
 	}
-	err := tx.QueryRow(ctx, t.merge, args...).Scan(&m.Applied, &m.Conflict, &m.Fresh)
+	err := tx.QueryRow(ctx, t.merge, args...).Scan(&m.Applied, &m.Conflict, &m.Fresh, &m.OutsideEdit, &m.Exists, &m.NotFound)
 	return m, err
+}
+
+// Guarded: the target records a hash of each row intake writes
+// (HashColumn), so new rows cannot be COPYed straight into it (see
+// StagedDirect).
+func (t *Table) Guarded() bool { return t.guard }
+
+// Mode is the feed's import mode (partners.ModeUpsert, ...).
+func (t *Table) Mode() string { return t.mode }
+
+// Direct: a chunk whose keys are all new may skip the merge (CopyDirect,
+// or InsertStaged when Guarded). Not for an update_only feed, whose new
+// keys are rejected.
+func (t *Table) Direct() bool { return t.mode != partners.ModeUpdateOnly }
+
+// StagedDirect: a chunk of new rows goes into the staging table and from
+// there into the target (InsertStaged), not COPY straight in: the target
+// records a hash of each row (Guarded), or a snapshot records the keys
+// (RecordKeys) from the staging table.
+func (t *Table) StagedDirect() bool { return t.guard || t.mode == partners.ModeSnapshot }
+
+// Snapshot: the feed's files are the partner's complete set (RecordKeys
+// per chunk, Sweep in the last).
+func (t *Table) Snapshot() bool { return t.mode == partners.ModeSnapshot }
+
+// RecordKeys records the keys of the staged rows as applied by intakeID
+// (a snapshot), in the chunk's transaction.
+func (t *Table) RecordKeys(ctx context.Context, tx pgx.Tx, intakeID int64) error {
+	_, err := tx.Exec(ctx, t.recordKeys, intakeID)
+	return err
+}
+
+// Sweep deletes (or marks in deleted_at) the rows intake wrote for the
+// partner and feed, written by writer or older intakes, whose key
+// intakeID did not record, and returns how many. The snapshot's last
+// transaction runs it; rows edited outside intake stay when the feed keeps
+// such edits.
+func (t *Table) Sweep(ctx context.Context, tx pgx.Tx, writer int64, partner string, intakeID int64, feed string) (int64, error) {
+	var n int64
+	err := tx.QueryRow(ctx, t.sweep, writer, partner, intakeID, feed).Scan(&n)
+	return n, err
+}
+
+// InsertStaged inserts the staged rows into the target as new rows
+// written by writer, each with its hash, and returns how many; a key that
+// exists fails it with unique_violation, as CopyDirect would.
+func (t *Table) InsertStaged(ctx context.Context, tx pgx.Tx, writer int64, partner string) (int64, error) {
+	tag, err := tx.Exec(ctx, t.stageInsert, writer, partner)
+	return tag.RowsAffected(), err
 }

@@ -43,6 +43,10 @@ type Options struct {
 	Only map[string]bool
 	// ProfileDir, if set, receives a CPU profile of every intake process.
 	ProfileDir string
+	// RowHash adds intake_row_hash to the target table: the
+	// concurrent-edit guard on, to measure what it costs (off by default,
+	// so the figures compare with earlier runs).
+	RowHash bool
 }
 
 func (o Options) runs(w string) bool { return len(o.Only) == 0 || o.Only[w] }
@@ -254,7 +258,12 @@ func (e *env) database(ctx context.Context) (string, error) {
 		return "", err
 	}
 	defer c.Close(ctx)
-	_, err = c.Exec(ctx, targetDDL)
+	if _, err = c.Exec(ctx, targetDDL); err != nil {
+		return url, err
+	}
+	if e.o.RowHash {
+		_, err = c.Exec(ctx, `ALTER TABLE bench_orders ADD COLUMN intake_row_hash bigint`)
+	}
 	return url, err
 }
 

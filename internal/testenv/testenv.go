@@ -124,6 +124,7 @@ CREATE TABLE orders (
     placed_at      timestamptz   NOT NULL,
     qty            integer,
     last_intake_id bigint        NOT NULL,
+    intake_row_hash bigint,
     UNIQUE (partner_id, order_id)
 );`
 

@@ -20,6 +20,7 @@ CREATE TABLE demo_orders (
     status         text          NOT NULL,
     placed_at      timestamptz   NOT NULL,
     last_intake_id bigint        NOT NULL,
+    intake_row_hash bigint,
     PRIMARY KEY (partner_id, order_id)
 );
 CREATE TABLE demo_inventory (
@@ -30,6 +31,7 @@ CREATE TABLE demo_inventory (
     counted_on     date    NOT NULL,
     note           text,
     last_intake_id bigint  NOT NULL,
+    intake_row_hash bigint,
     PRIMARY KEY (partner_id, sku, warehouse)
 );`
 
