@@ -61,18 +61,24 @@ type Results struct {
 	// The physical floor (issue 17 item 3): psql \copy of the same file
 	// into an empty indexed table, and one set-based comparison of the
 	// staged file against the target with no writes.
-	FloorCopyS        float64 `json:"floor_copy_s"`
-	RatioFloor        float64 `json:"ratio_floor"`
-	FloorReplayS      float64 `json:"floor_replay_s"`
-	RatioFloorReplay  float64 `json:"ratio_floor_replay"`
-	RatioDuplicate    float64 `json:"ratio_duplicate"`
-	SmallFiles        int     `json:"small_files"`
-	SmallFilesPerS    float64 `json:"small_files_per_s"`
-	PeakRSSMiB1M      float64 `json:"peak_rss_mib_1m"`
-	PeakRSSMiB5M      float64 `json:"peak_rss_mib_5m"`
-	TwoReplicasFilesS float64 `json:"two_replicas_files_per_s"`
-	ScaleTwoOverOne   float64 `json:"scale_two_over_one"`
-	DoubleApplies     int64   `json:"double_applies"`
+	FloorCopyS       float64 `json:"floor_copy_s"`
+	RatioFloor       float64 `json:"ratio_floor"`
+	FloorReplayS     float64 `json:"floor_replay_s"`
+	RatioFloorReplay float64 `json:"ratio_floor_replay"`
+	RatioDuplicate   float64 `json:"ratio_duplicate"`
+	// An exact resend whose manifest states its sha256 (issue 17 item 4):
+	// the daemon's whole run (as duplicate_s), the file's own time from
+	// claim to duplicate in the ledger, and the run over the naive rerun.
+	ManifestDuplicateS     float64 `json:"manifest_duplicate_s"`
+	ManifestDuplicateFileS float64 `json:"manifest_duplicate_file_s"`
+	RatioManifestDuplicate float64 `json:"ratio_manifest_duplicate"`
+	SmallFiles             int     `json:"small_files"`
+	SmallFilesPerS         float64 `json:"small_files_per_s"`
+	PeakRSSMiB1M           float64 `json:"peak_rss_mib_1m"`
+	PeakRSSMiB5M           float64 `json:"peak_rss_mib_5m"`
+	TwoReplicasFilesS      float64 `json:"two_replicas_files_per_s"`
+	ScaleTwoOverOne        float64 `json:"scale_two_over_one"`
+	DoubleApplies          int64   `json:"double_applies"`
 	// The same from process start (files in ready/ when the daemons
 	// start; their start, schema check and SSH logins included).
 	SmallFilesPerSCold    float64 `json:"small_files_per_s_cold"`
@@ -190,6 +196,9 @@ func Run(ctx context.Context, o Options) (*Results, error) {
 			func(r *Results) *float64 { return &r.RatioReplay },
 			func(r *Results) *float64 { return &r.DuplicateS },
 			func(r *Results) *float64 { return &r.RatioDuplicate },
+			func(r *Results) *float64 { return &r.ManifestDuplicateS },
+			func(r *Results) *float64 { return &r.ManifestDuplicateFileS },
+			func(r *Results) *float64 { return &r.RatioManifestDuplicate },
 			func(r *Results) *float64 { return &r.FloorCopyS },
 			func(r *Results) *float64 { return &r.RatioFloor },
 			func(r *Results) *float64 { return &r.FloorReplayS },
