@@ -43,6 +43,9 @@ type Options struct {
 	Only map[string]bool
 	// ProfileDir, if set, receives a CPU profile of every intake process.
 	ProfileDir string
+	// WANDelay is the latency the wan workload's proxy adds each way
+	// (25 ms: a 50 ms round trip); 0 skips the workload.
+	WANDelay time.Duration
 }
 
 func (o Options) runs(w string) bool { return len(o.Only) == 0 || o.Only[w] }
@@ -101,6 +104,19 @@ type Results struct {
 	// partners between them).
 	TwoDaemonFiles map[string]int64 `json:"two_daemon_files,omitempty"`
 	RowsCheckedOK  bool             `json:"rows_checked_ok"`
+	// WAN (issue 17 item 1): SFTP through a proxy adding WANRTTms per
+	// round trip. The large file fresh (intake; the naive pipeline with
+	// its sftp get through the same proxy), intake over its loopback
+	// time, and the small files with one warm daemon, with the round
+	// trips paid one after another per file (proxy count, warm-up and
+	// settling included).
+	WANRTTms             float64 `json:"wan_rtt_ms,omitempty"`
+	WANLargeS            float64 `json:"wan_large_s,omitempty"`
+	WANNaiveLargeS       float64 `json:"wan_naive_large_s,omitempty"`
+	WANRatioNaive        float64 `json:"wan_ratio_naive,omitempty"`
+	WANRatioLoopback     float64 `json:"wan_large_over_loopback,omitempty"`
+	WANSmallFilesPerS    float64 `json:"wan_small_files_per_s,omitempty"`
+	WANSmallTurnsPerFile float64 `json:"wan_small_round_trips_per_file,omitempty"`
 	// With Repeat > 1: the figures above are medians of these runs.
 	LargeRuns []*Results `json:"large_runs,omitempty"`
 	SmallRuns []*Results `json:"small_runs,omitempty"`
@@ -142,6 +158,27 @@ type env struct {
 	sshd *sshdtest.Server
 	dir  string
 	seq  int
+	// wan, while set, is the latency proxy every SFTP connection of the
+	// daemons and the naive pipeline goes through, and wanKnownHosts pins
+	// sshd's host key under the proxy's address.
+	wan           *wanProxy
+	wanKnownHosts string
+}
+
+// sshAddr is where SFTP clients connect: sshd, or the latency proxy.
+func (e *env) sshAddr() string {
+	if e.wan != nil {
+		return e.wan.Addr()
+	}
+	return e.sshd.Addr
+}
+
+// knownHosts pins sshd's host key under sshAddr.
+func (e *env) knownHosts() string {
+	if e.wan != nil {
+		return e.wanKnownHosts
+	}
+	return e.sshd.KnownHostsFile
 }
 
 // Run measures everything and returns the figures.
@@ -234,6 +271,14 @@ func Run(ctx context.Context, o Options) (*Results, error) {
 		res.SmallCPUmsCold = medianMap(runs, func(r *Results) map[string]float64 { return r.SmallCPUmsCold })
 		if len(runs) > 1 {
 			res.SmallRuns = runs
+		}
+	}
+	if o.WANDelay > 0 && o.runs("wan") {
+		if err := e.wanWorkload(ctx, res); err != nil {
+			return res, fmt.Errorf("wan: %w", err)
+		}
+		if res.LargeFreshS > 0 {
+			res.WANRatioLoopback = res.WANLargeS / res.LargeFreshS
 		}
 	}
 	if o.HugeRows > 0 && o.runs("huge") {
@@ -349,7 +394,7 @@ func (e *env) config(worker string, roots map[string]string, order []string) (st
           - {name: qty, type: integer}
         key: [order_id]
         target: bench_orders
-`, id, e.sshd.Addr, e.sshd.User, e.sshd.ClientKeyFile, e.sshd.KnownHostsFile, roots[id])
+`, id, e.sshAddr(), e.sshd.User, e.sshd.ClientKeyFile, e.knownHosts(), roots[id])
 	}
 	p := filepath.Join(e.dir, fmt.Sprintf("intake-%s-%d.yaml", worker, e.seq))
 	return p, os.WriteFile(p, []byte(b.String()), 0o600)

@@ -278,9 +278,9 @@ func (e *env) naive(url, root, name, batch string) (float64, error) {
 	if err := os.WriteFile(batchFile, []byte(fmt.Sprintf("get %s %s\n", filepath.Join(root, "ready", name), local)), 0o600); err != nil {
 		return 0, err
 	}
-	host, port, _ := strings.Cut(e.sshd.Addr, ":")
+	host, port, _ := strings.Cut(e.sshAddr(), ":")
 	steps := [][]string{
-		{"sftp", "-q", "-b", batchFile, "-i", e.sshd.ClientKeyFile, "-o", "UserKnownHostsFile=" + e.sshd.KnownHostsFile,
+		{"sftp", "-q", "-b", batchFile, "-i", e.sshd.ClientKeyFile, "-o", "UserKnownHostsFile=" + e.knownHosts(),
 			"-o", "StrictHostKeyChecking=yes", "-P", port, e.sshd.User + "@" + host},
 		{"sha256sum", local},
 	}
@@ -710,6 +710,14 @@ func (r *Results) Table(w *os.File) {
 	row("small files, two daemons, cold", r.TwoReplicasFilesSCold, "files/s", "")
 	row("two over one, cold", r.ScaleTwoOverOneCold, "x", "")
 	row("double applies", float64(r.DoubleApplies), "", "0")
+	if r.WANRTTms > 0 {
+		row(fmt.Sprintf("WAN %.0f ms: large fresh (intake)", r.WANRTTms), r.WANLargeS, "s", "")
+		row(fmt.Sprintf("WAN %.0f ms: large fresh (naive)", r.WANRTTms), r.WANNaiveLargeS, "s", "")
+		row("WAN: intake over naive", r.WANRatioNaive, "x", "")
+		row("WAN: large over loopback fresh", r.WANRatioLoopback, "x", "<= 1.3")
+		row("WAN: small files, one daemon", r.WANSmallFilesPerS, "files/s", ">= 300")
+		row("WAN: sequential round trips per file", r.WANSmallTurnsPerFile, "", "")
+	}
 	row("peak RSS, large file", r.PeakRSSMiB1M, "MiB", "<= 64")
 	row("peak RSS, memory file", r.PeakRSSMiB5M, "MiB", "<= 64")
 	row("CPU, one daemon (small files)", r.CPUOneS, "s", "")
