@@ -117,6 +117,8 @@ type Results struct {
 	WANRatioLoopback     float64 `json:"wan_large_over_loopback,omitempty"`
 	WANSmallFilesPerS    float64 `json:"wan_small_files_per_s,omitempty"`
 	WANSmallTurnsPerFile float64 `json:"wan_small_round_trips_per_file,omitempty"`
+	WANLargeTurns        int64   `json:"wan_large_round_trips,omitempty"`
+	WANNaiveLargeTurns   int64   `json:"wan_naive_large_round_trips,omitempty"`
 	// With Repeat > 1: the figures above are medians of these runs.
 	LargeRuns []*Results `json:"large_runs,omitempty"`
 	SmallRuns []*Results `json:"small_runs,omitempty"`

@@ -52,9 +52,11 @@ func (e *env) wanWorkload(ctx context.Context, res *Results) error {
 	if err := e.settle(ctx, url); err != nil {
 		return err
 	}
+	t0 := p.Turns()
 	if res.WANNaiveLargeS, err = e.naive(url, root, "orders-naive.csv", "naive-1"); err != nil {
 		return err
 	}
+	res.WANNaiveLargeTurns = p.Turns() - t0
 	os.Remove(filepath.Join(root, "ready", "orders-naive.csv"))
 	if err := copyFile(src, filepath.Join(root, "ready", "orders-large.csv")); err != nil {
 		return err
@@ -62,9 +64,11 @@ func (e *env) wanWorkload(ctx context.Context, res *Results) error {
 	if err := e.settle(ctx, url); err != nil {
 		return err
 	}
+	t0 = p.Turns()
 	if res.WANLargeS, _, _, err = e.runOnce(url, cfg); err != nil {
 		return err
 	}
+	res.WANLargeTurns = p.Turns() - t0
 	rows, err := e.count(ctx, url, `SELECT count(*) FROM bench_orders`)
 	if err != nil {
 		return err
