@@ -19,10 +19,13 @@ type wanProxy struct {
 	mu     sync.Mutex
 	conns  []net.Conn
 	wg     sync.WaitGroup
-	// turns counts, over all connections, the client's sends that follow
-	// a reply from the server: round trips paid one after another (sends
-	// that go out together, or while earlier replies are still on the
-	// way, count once).
+	// turns counts, over all connections, the round trips paid one
+	// after another: a client send that follows a reply from the server
+	// and comes at least one round trip after the last one counted on its
+	// connection. Requests that go out together, or one after another as
+	// the replies of one burst come in, count once; a transfer that keeps
+	// requests in flight counts once per round trip it lasts. Summed over
+	// connections, so partners served at once add up.
 	turns atomic.Int64
 }
 
@@ -80,12 +83,14 @@ func (p *wanProxy) accept() {
 			}
 			p.track(s)
 			var replied atomic.Bool // the server wrote since the client last sent
+			var last time.Time      // the last counted turn (client reader only)
 			var both sync.WaitGroup
 			both.Add(2)
 			go func() {
 				defer both.Done()
 				p.pipe(s, c, func() {
-					if replied.Swap(false) {
+					if replied.Swap(false) && time.Since(last) >= 2*p.delay*9/10 {
+						last = time.Now()
 						p.turns.Add(1)
 					}
 				})
