@@ -75,6 +75,9 @@ func (r *fileRun) archiveRemote(ctx context.Context, outcome Outcome, dupOf int6
 	if outcome == OutcomeDuplicate {
 		rc.Reason = ReasonDuplicate
 		rc.Detail = fmt.Sprintf("batch %s was already received with the same bytes (intake %d); nothing was applied again", in.BatchID, dupOf)
+		if r.byManifest {
+			rc.Detail = fmt.Sprintf("batch %s was already received with the bytes your manifest states (sha256 and byte count, intake %d); the file was not read and nothing was applied again", in.BatchID, dupOf)
+		}
 	}
 	if err := r.writeReports(ctx, rc); err != nil {
 		return "", "", err

@@ -39,6 +39,11 @@ func (r *fileRun) download(ctx context.Context) error {
 	if partners.ValidBatchID(batch) {
 		in.BatchID = batch
 	}
+	if man != nil && in.Override == "" && partners.ValidBatchID(batch) {
+		if done, err := r.manifestDuplicate(ctx, man, batch); done || err != nil {
+			return err
+		}
+	}
 	// The rows are validated while a file downloads (for plan) unless it
 	// comes under a batch id another intake already holds: it can then only
 	// be a duplicate or a conflict, so a large one is not scanned for
@@ -138,6 +143,41 @@ func (r *fileRun) download(ctx context.Context) error {
 	}
 	r.bound = b
 	return fault.Check("spool:after")
+}
+
+// manifestDuplicate decides an exact resend from its manifest alone: when
+// the manifest states the sha256 and byte count of the file the batch is
+// already bound to, and the listing saw that many bytes, the file is
+// recorded as spooled with the bound file's hashes (the binding then says
+// duplicate) without being read. It reports whether it did. The manifest is
+// trusted here as far as it is for every file of the partner: the partner
+// signs off on what it states; the listed size must agree besides, so a
+// resend whose size changed is always read (see docs/failure-matrix.md,
+// "Duplicates decided from the manifest").
+func (r *fileRun) manifestDuplicate(ctx context.Context, man *partners.Manifest, batch string) (bool, error) {
+	in := r.in
+	if man.SHA256 == "" || man.Bytes != in.ListedSize {
+		return false, nil
+	}
+	b, err := r.d.ledger.BatchBoundFile(ctx, in, batch)
+	if err != nil || b == nil {
+		return false, err
+	}
+	if b.SHA256 != man.SHA256 || b.Size != man.Bytes {
+		return false, nil
+	}
+	// Should the binding go meanwhile (its owner failed), SetSpooled binds
+	// the batch to this intake with the stated hashes: the bytes applied
+	// are then the spool's under that sha256, or the file's own, read and
+	// compared by ensureSpooled (manifest_mismatch when they differ).
+	bound, err := r.d.ledger.SetSpooled(ctx, in, b.SHA256, b.Size, b.DataSHA256, b.DataSize, batch, man.Rows)
+	if err != nil {
+		return false, err
+	}
+	r.bound, r.byManifest = bound, true
+	r.d.metrics.hashOnly.WithLabelValues(in.Partner, "manifest").Inc()
+	r.log.Info("exact resend decided from its manifest, the file was not read", "batch_owner", b.Owner)
+	return true, fault.Check("spool:after")
 }
 
 // faultWriter reaches the download:mid fault once the first bytes are in

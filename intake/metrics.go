@@ -63,7 +63,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Rows the target's state kept from being written: outside_edit (edited outside intake, kept), exists (insert_only), not_found (update_only)."}, []string{"partner", "reason"}),
 		bytesDownloaded: f.NewCounterVec(prometheus.CounterOpts{Name: "intake_bytes_downloaded_total", Help: "Bytes streamed into the spool."}, []string{"partner"}),
 		hashOnly: f.NewCounterVec(prometheus.CounterOpts{Name: "intake_hash_only_reads_total",
-			Help: "Files under a batch id already held, read through the hash alone: same = the spooled bytes (nothing written), differ = downloaded again into the spool."}, []string{"partner", "result"}),
+			Help: "Files under a batch id already held, read through the hash alone: same = the spooled bytes (nothing written), differ = downloaded again into the spool; manifest = an exact resend decided from its manifest, not read at all."}, []string{"partner", "result"}),
 		grouped: f.NewCounterVec(prometheus.CounterOpts{Name: "intake_group_files_total",
 			Help: "Small files taken through a group (result=grouped), or that left their group for the per-file path (result=the reason code)."}, []string{"partner", "result"}),
 		fenced: f.NewCounterVec(prometheus.CounterOpts{Name: "intake_fenced_writes_total", Help: "Writes refused because the worker's fencing token was stale."}, []string{"partner"}),

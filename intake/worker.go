@@ -32,6 +32,9 @@ type fileRun struct {
 	direct bool
 	// gone: the file's feed is no longer configured.
 	gone bool
+	// byManifest: spooled as an exact resend from its manifest alone,
+	// without reading the file (manifestDuplicate).
+	byManifest bool
 }
 
 func (d *Daemon) newRun(p *partnerRT, sess *partners.Session, in *Intake) (*fileRun, error) {
@@ -108,7 +111,11 @@ func (r *fileRun) step(ctx context.Context) (err error) {
 			err = r.download(ctx)
 		}
 	case StateSpooled:
-		if err = r.ensureSpooled(ctx); err == nil && r.in.State == StateSpooled {
+		if r.bound != nil && r.bound.Verdict == VerdictDuplicate {
+			// a duplicate needs no bytes: it is archived as it lies on the
+			// site (and one decided from its manifest was never read)
+			err = r.decide(ctx)
+		} else if err = r.ensureSpooled(ctx); err == nil && r.in.State == StateSpooled {
 			err = r.decide(ctx)
 		}
 	case StateApplying:

@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/partner-intake/partner-intake/internal/bench"
 )
@@ -24,8 +25,9 @@ func run() int {
 	flag.IntVar(&o.SmallFiles, "small-files", 1000, "small files in all")
 	flag.IntVar(&o.SmallRows, "small-rows", 10, "rows per small file")
 	flag.IntVar(&o.Partners, "partners", 10, "partners the small files spread over")
+	flag.DurationVar(&o.WANDelay, "wan-delay", 25*time.Millisecond, "latency the wan workload's proxy adds each way between the daemon and sshd (0 skips it)")
 	out := flag.String("out", "bench-results.json", "where to write the figures")
-	only := flag.String("only", "", "comma-separated workloads to run (large, small, huge); all when empty")
+	only := flag.String("only", "", "comma-separated workloads to run (large, small, huge, wan); all when empty")
 	flag.StringVar(&o.ProfileDir, "profile-dir", "", "write a CPU profile of every intake process here")
 	flag.IntVar(&o.Repeat, "repeat", 1, "run the large and small workloads this many times and report medians")
 	flag.BoolVar(&o.RowHash, "row-hash", false, "give the target table intake_row_hash (the concurrent-edit guard on), to measure the guard's cost")

@@ -433,6 +433,37 @@ func (l *Ledger) BatchBound(ctx context.Context, in *Intake, batch string) (stri
 	return sha, err
 }
 
+// BoundFile is the file a (partner, batch) is bound to: the bytes as the
+// partner sent them (SHA256, Size) and as applied (DataSHA256, DataSize).
+type BoundFile struct {
+	Owner      int64
+	SHA256     string
+	Size       int64
+	DataSHA256 string
+	DataSize   int64
+}
+
+// BatchBoundFile reports the file another intake bound the batch to, or
+// nil when none did (or its row no longer records the bytes it was sent
+// with). One statement; the binding is never updated, so the answer stays
+// true for as long as the binding exists.
+func (l *Ledger) BatchBoundFile(ctx context.Context, in *Intake, batch string) (*BoundFile, error) {
+	var b BoundFile
+	err := l.pool.QueryRow(ctx, `SELECT b.intake_id, f.content_sha256, f.size_bytes, b.content_sha256, f.data_size
+		FROM intake_batch b JOIN file_intake f ON f.intake_id = b.intake_id
+		WHERE b.partner_id = $1 AND b.batch_id = $2 AND b.intake_id <> $3
+		  AND f.content_sha256 IS NOT NULL AND f.size_bytes IS NOT NULL
+		  AND f.data_sha256 = b.content_sha256 AND f.data_size IS NOT NULL`,
+		in.Partner, batch, in.ID).Scan(&b.Owner, &b.SHA256, &b.Size, &b.DataSHA256, &b.DataSize)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("batch bound file: %w", err)
+	}
+	return &b, nil
+}
+
 // MarkApplied: applying -> applied, only when every row has an outcome.
 func (l *Ledger) MarkApplied(ctx context.Context, in *Intake) error {
 	row := l.pool.QueryRow(ctx, `UPDATE file_intake SET state = 'applied', updated_at = now()

@@ -47,6 +47,9 @@ type Options struct {
 	// concurrent-edit guard on, to measure what it costs (off by default,
 	// so the figures compare with earlier runs).
 	RowHash bool
+	// WANDelay is the latency the wan workload's proxy adds each way
+	// (25 ms: a 50 ms round trip); 0 skips the workload.
+	WANDelay time.Duration
 }
 
 func (o Options) runs(w string) bool { return len(o.Only) == 0 || o.Only[w] }
@@ -65,18 +68,24 @@ type Results struct {
 	// The physical floor (issue 17 item 3): psql \copy of the same file
 	// into an empty indexed table, and one set-based comparison of the
 	// staged file against the target with no writes.
-	FloorCopyS        float64 `json:"floor_copy_s"`
-	RatioFloor        float64 `json:"ratio_floor"`
-	FloorReplayS      float64 `json:"floor_replay_s"`
-	RatioFloorReplay  float64 `json:"ratio_floor_replay"`
-	RatioDuplicate    float64 `json:"ratio_duplicate"`
-	SmallFiles        int     `json:"small_files"`
-	SmallFilesPerS    float64 `json:"small_files_per_s"`
-	PeakRSSMiB1M      float64 `json:"peak_rss_mib_1m"`
-	PeakRSSMiB5M      float64 `json:"peak_rss_mib_5m"`
-	TwoReplicasFilesS float64 `json:"two_replicas_files_per_s"`
-	ScaleTwoOverOne   float64 `json:"scale_two_over_one"`
-	DoubleApplies     int64   `json:"double_applies"`
+	FloorCopyS       float64 `json:"floor_copy_s"`
+	RatioFloor       float64 `json:"ratio_floor"`
+	FloorReplayS     float64 `json:"floor_replay_s"`
+	RatioFloorReplay float64 `json:"ratio_floor_replay"`
+	RatioDuplicate   float64 `json:"ratio_duplicate"`
+	// An exact resend whose manifest states its sha256 (issue 17 item 4):
+	// the daemon's whole run (as duplicate_s), the file's own time from
+	// claim to duplicate in the ledger, and the run over the naive rerun.
+	ManifestDuplicateS     float64 `json:"manifest_duplicate_s"`
+	ManifestDuplicateFileS float64 `json:"manifest_duplicate_file_s"`
+	RatioManifestDuplicate float64 `json:"ratio_manifest_duplicate"`
+	SmallFiles             int     `json:"small_files"`
+	SmallFilesPerS         float64 `json:"small_files_per_s"`
+	PeakRSSMiB1M           float64 `json:"peak_rss_mib_1m"`
+	PeakRSSMiB5M           float64 `json:"peak_rss_mib_5m"`
+	TwoReplicasFilesS      float64 `json:"two_replicas_files_per_s"`
+	ScaleTwoOverOne        float64 `json:"scale_two_over_one"`
+	DoubleApplies          int64   `json:"double_applies"`
 	// The same from process start (files in ready/ when the daemons
 	// start; their start, schema check and SSH logins included).
 	SmallFilesPerSCold    float64 `json:"small_files_per_s_cold"`
@@ -99,6 +108,21 @@ type Results struct {
 	// partners between them).
 	TwoDaemonFiles map[string]int64 `json:"two_daemon_files,omitempty"`
 	RowsCheckedOK  bool             `json:"rows_checked_ok"`
+	// WAN (issue 17 item 1): SFTP through a proxy adding WANRTTms per
+	// round trip. The large file fresh (intake; the naive pipeline with
+	// its sftp get through the same proxy), intake over its loopback
+	// time, and the small files with one warm daemon, with the round
+	// trips paid one after another per file (proxy count, warm-up and
+	// settling included).
+	WANRTTms             float64 `json:"wan_rtt_ms,omitempty"`
+	WANLargeS            float64 `json:"wan_large_s,omitempty"`
+	WANNaiveLargeS       float64 `json:"wan_naive_large_s,omitempty"`
+	WANRatioNaive        float64 `json:"wan_ratio_naive,omitempty"`
+	WANRatioLoopback     float64 `json:"wan_large_over_loopback,omitempty"`
+	WANSmallFilesPerS    float64 `json:"wan_small_files_per_s,omitempty"`
+	WANSmallTurnsPerFile float64 `json:"wan_small_round_trips_per_file,omitempty"`
+	WANLargeTurns        int64   `json:"wan_large_round_trips,omitempty"`
+	WANNaiveLargeTurns   int64   `json:"wan_naive_large_round_trips,omitempty"`
 	// With Repeat > 1: the figures above are medians of these runs.
 	LargeRuns []*Results `json:"large_runs,omitempty"`
 	SmallRuns []*Results `json:"small_runs,omitempty"`
@@ -140,6 +164,27 @@ type env struct {
 	sshd *sshdtest.Server
 	dir  string
 	seq  int
+	// wan, while set, is the latency proxy every SFTP connection of the
+	// daemons and the naive pipeline goes through, and wanKnownHosts pins
+	// sshd's host key under the proxy's address.
+	wan           *wanProxy
+	wanKnownHosts string
+}
+
+// sshAddr is where SFTP clients connect: sshd, or the latency proxy.
+func (e *env) sshAddr() string {
+	if e.wan != nil {
+		return e.wan.Addr()
+	}
+	return e.sshd.Addr
+}
+
+// knownHosts pins sshd's host key under sshAddr.
+func (e *env) knownHosts() string {
+	if e.wan != nil {
+		return e.wanKnownHosts
+	}
+	return e.sshd.KnownHostsFile
 }
 
 // Run measures everything and returns the figures.
@@ -194,6 +239,9 @@ func Run(ctx context.Context, o Options) (*Results, error) {
 			func(r *Results) *float64 { return &r.RatioReplay },
 			func(r *Results) *float64 { return &r.DuplicateS },
 			func(r *Results) *float64 { return &r.RatioDuplicate },
+			func(r *Results) *float64 { return &r.ManifestDuplicateS },
+			func(r *Results) *float64 { return &r.ManifestDuplicateFileS },
+			func(r *Results) *float64 { return &r.RatioManifestDuplicate },
 			func(r *Results) *float64 { return &r.FloorCopyS },
 			func(r *Results) *float64 { return &r.RatioFloor },
 			func(r *Results) *float64 { return &r.FloorReplayS },
@@ -229,6 +277,14 @@ func Run(ctx context.Context, o Options) (*Results, error) {
 		res.SmallCPUmsCold = medianMap(runs, func(r *Results) map[string]float64 { return r.SmallCPUmsCold })
 		if len(runs) > 1 {
 			res.SmallRuns = runs
+		}
+	}
+	if o.WANDelay > 0 && o.runs("wan") {
+		if err := e.wanWorkload(ctx, res); err != nil {
+			return res, fmt.Errorf("wan: %w", err)
+		}
+		if res.LargeFreshS > 0 {
+			res.WANRatioLoopback = res.WANLargeS / res.LargeFreshS
 		}
 	}
 	if o.HugeRows > 0 && o.runs("huge") {
@@ -349,7 +405,7 @@ func (e *env) config(worker string, roots map[string]string, order []string) (st
           - {name: qty, type: integer}
         key: [order_id]
         target: bench_orders
-`, id, e.sshd.Addr, e.sshd.User, e.sshd.ClientKeyFile, e.sshd.KnownHostsFile, roots[id])
+`, id, e.sshAddr(), e.sshd.User, e.sshd.ClientKeyFile, e.knownHosts(), roots[id])
 	}
 	p := filepath.Join(e.dir, fmt.Sprintf("intake-%s-%d.yaml", worker, e.seq))
 	return p, os.WriteFile(p, []byte(b.String()), 0o600)

@@ -1,0 +1,94 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"golang.org/x/crypto/ssh/knownhosts"
+)
+
+// wan measures intake and the naive pipeline with SFTP through a latency
+// proxy (Options.WANDelay each way; the database stays local): the large
+// file fresh, the naive pipeline's sftp get of it through the same proxy
+// plus the rest, and the small files with one warm daemon (issue 17
+// item 1). It also counts the round trips paid one after another on the
+// small-file path (wanProxy.turns).
+func (e *env) wanWorkload(ctx context.Context, res *Results) error {
+	p, err := newWANProxy(e.sshd.Addr, e.o.WANDelay)
+	if err != nil {
+		return err
+	}
+	defer p.Close()
+	kh := filepath.Join(e.dir, "known_hosts_wan")
+	if err := os.WriteFile(kh, []byte(knownhosts.Line([]string{p.Addr()}, e.sshd.HostKey)+"\n"), 0o600); err != nil {
+		return err
+	}
+	e.wan, e.wanKnownHosts = p, kh
+	defer func() { e.wan, e.wanKnownHosts = nil, "" }()
+	res.WANRTTms = float64(2*e.o.WANDelay) / 1e6
+	e.say("WAN: SFTP through a proxy adding %v each way", e.o.WANDelay)
+
+	url, err := e.database(ctx)
+	if err != nil {
+		return err
+	}
+	root, err := e.partnerSite("big")
+	if err != nil {
+		return err
+	}
+	cfg, err := e.config("bench-1", map[string]string{"big": root}, []string{"big"})
+	if err != nil {
+		return err
+	}
+	src := filepath.Join(e.dir, "large.csv")
+	if _, err := writeCSV(src, e.o.LargeRows, 0); err != nil {
+		return err
+	}
+	if err := copyFile(src, filepath.Join(root, "ready", "orders-naive.csv")); err != nil {
+		return err
+	}
+	if err := e.settle(ctx, url); err != nil {
+		return err
+	}
+	t0 := p.Turns()
+	if res.WANNaiveLargeS, err = e.naive(url, root, "orders-naive.csv", "naive-1"); err != nil {
+		return err
+	}
+	res.WANNaiveLargeTurns = p.Turns() - t0
+	os.Remove(filepath.Join(root, "ready", "orders-naive.csv"))
+	if err := copyFile(src, filepath.Join(root, "ready", "orders-large.csv")); err != nil {
+		return err
+	}
+	if err := e.settle(ctx, url); err != nil {
+		return err
+	}
+	t0 = p.Turns()
+	if res.WANLargeS, _, _, err = e.runOnce(url, cfg); err != nil {
+		return err
+	}
+	res.WANLargeTurns = p.Turns() - t0
+	rows, err := e.count(ctx, url, `SELECT count(*) FROM bench_orders`)
+	if err != nil {
+		return err
+	}
+	if rows != int64(e.o.LargeRows) {
+		return fmt.Errorf("WAN large file: %d rows in the target, want %d", rows, e.o.LargeRows)
+	}
+	res.WANRatioNaive = res.WANLargeS / res.WANNaiveLargeS
+
+	if e.o.SmallFiles > 0 {
+		before := p.Turns()
+		ph, err := e.smallRun(ctx, 1, true)
+		if err != nil {
+			return fmt.Errorf("WAN small files: %w", err)
+		}
+		res.WANSmallFilesPerS = ph.filesPerS
+		res.DoubleApplies += ph.doubles
+		// every turn of the phase, warm-up and settling included, over
+		// the measured files: an upper bound of the burst's own
+		res.WANSmallTurnsPerFile = float64(p.Turns()-before) / float64(e.o.SmallFiles)
+	}
+	return nil
+}
