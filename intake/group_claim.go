@@ -18,7 +18,7 @@ import (
 func groupable(p *partners.Config, c candidate) bool {
 	return p.Readiness != partners.ReadinessStable && c.Manifest == "" && c.Size > 0 && c.Size < smallFileBytes && c.Size <= p.Limits.MaxFileBytes &&
 		c.Size <= int64(c.Feed.ChunkRows)*int64(max(len(c.Feed.Columns), 1)) &&
-		compressionOf(c.Name) == "" && partners.ValidBatchID(c.Feed.BatchIDFromName(c.Name))
+		transformOf(c.Feed, c.Name) == "" && partners.ValidBatchID(c.Feed.BatchIDFromName(c.Name))
 }
 
 // maxGroupBytes bounds a group's listed bytes: a group holds its files in

@@ -77,6 +77,11 @@ const (
 	ReasonArchiveBadEntry       = ledger.ReasonArchiveBadEntry
 	ReasonArchiveSymlink        = ledger.ReasonArchiveSymlink
 	ReasonArchiveNested         = ledger.ReasonArchiveNested
+	ReasonPGPNoKey              = ledger.ReasonPGPNoKey
+	ReasonPGPNotEncrypted       = ledger.ReasonPGPNotEncrypted
+	ReasonPGPCorrupt            = ledger.ReasonPGPCorrupt
+	ReasonPGPUnsigned           = ledger.ReasonPGPUnsigned
+	ReasonPGPBadSignature       = ledger.ReasonPGPBadSignature
 	ReasonArchiveDirectory      = ledger.ReasonArchiveDirectory
 )
 

@@ -99,6 +99,10 @@ type Feed struct {
 	// Expect, when set, says when the feed's files are due; a delivery
 	// window that closes without an accepted file is late (expect.go).
 	Expect *Expect `yaml:"expect"`
+	// PGP, when set, says the feed's files are OpenPGP messages encrypted
+	// to intake's key (every file of the feed; a name ending in .pgp,
+	// .gpg or .asc loses that ending for the stem batch id).
+	PGP *PGP `yaml:"pgp"`
 
 	re *regexp.Regexp
 }
@@ -264,6 +268,11 @@ func (f *Feed) Validate(key, readiness string) error {
 			return err
 		}
 	}
+	if f.PGP != nil {
+		if err := f.PGP.Validate(key + ".pgp"); err != nil {
+			return err
+		}
+	}
 	for _, c := range f.Compression {
 		if c != CompressionGzip && c != CompressionZip {
 			return fmt.Errorf("%s.compression: %q is not gzip or zip", key, c)
@@ -386,6 +395,9 @@ func (f *Feed) BatchIDFromName(name string) string {
 	switch f.BatchID.From {
 	case BatchFromStem:
 		if ext := strings.ToLower(path.Ext(name)); (ext == ".gz" && f.Allows(CompressionGzip)) || (ext == ".zip" && f.Allows(CompressionZip)) {
+			name = strings.TrimSuffix(name, path.Ext(name))
+		}
+		if ext := strings.ToLower(path.Ext(name)); f.PGP != nil && (ext == ".pgp" || ext == ".gpg" || ext == ".asc") {
 			name = strings.TrimSuffix(name, path.Ext(name))
 		}
 		return strings.TrimSuffix(name, path.Ext(name))
