@@ -194,3 +194,51 @@ func (r *fileRun) dropPlain(e spool.Entry) {
 		r.log.Warn("held file's plaintext not removed from the spool; purge removes it at retention", "err", err)
 	}
 }
+
+// EncryptedSuffix ends the name of a report encrypted to the partner's
+// key (pgp.encrypt_reports_to).
+const EncryptedSuffix = ".asc"
+
+// sealReport encrypts a report to the partner's key when the feed says
+// encrypt_reports_to: an armored OpenPGP message signed by intake's key,
+// its name ending in EncryptedSuffix. Otherwise data and name unchanged.
+func (r *fileRun) sealReport(data []byte, name string) ([]byte, string, error) {
+	cfg := r.feed.PGP
+	if cfg == nil || cfg.EncryptReportsTo == "" {
+		return data, name, nil
+	}
+	to, err := loadKeys(cfg.EncryptReportsTo, "")
+	if err != nil {
+		return nil, "", err
+	}
+	secret, err := loadKeys(cfg.PrivateKeyFile, cfg.PassphraseEnv)
+	if err != nil {
+		return nil, "", err
+	}
+	var signer *openpgp.Entity
+	for _, e := range secret {
+		if _, ok := e.SigningKey(time.Now()); ok && e.PrivateKey != nil && !e.PrivateKey.Encrypted {
+			signer = e
+			break
+		}
+	}
+	var b bytes.Buffer
+	aw, err := armor.Encode(&b, "PGP MESSAGE", nil)
+	if err != nil {
+		return nil, "", err
+	}
+	w, err := openpgp.Encrypt(aw, to, signer, &openpgp.FileHints{FileName: name}, nil)
+	if err != nil {
+		return nil, "", fmt.Errorf("encrypt report to %s: %w", cfg.EncryptReportsTo, err)
+	}
+	if _, err := w.Write(data); err != nil {
+		return nil, "", err
+	}
+	if err := w.Close(); err != nil {
+		return nil, "", err
+	}
+	if err := aw.Close(); err != nil {
+		return nil, "", err
+	}
+	return b.Bytes(), name + EncryptedSuffix, nil
+}

@@ -3,9 +3,12 @@ package intake_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -13,6 +16,7 @@ import (
 	"github.com/ProtonMail/go-crypto/openpgp/armor"
 	"github.com/ProtonMail/go-crypto/openpgp/packet"
 
+	"github.com/partner-intake/partner-intake/intake"
 	"github.com/partner-intake/partner-intake/internal/testenv"
 	"github.com/partner-intake/partner-intake/partners"
 )
@@ -261,5 +265,84 @@ func TestPGPFiles(t *testing.T) {
 	}
 	if !rotated {
 		t.Fatal("the file encrypted to the rotated key was not taken")
+	}
+}
+
+// readSealed decrypts an armored report with the partner's key and checks
+// it is signed by intake's key.
+func readSealed(t *testing.T, data string, partner, us *openpgp.Entity) []byte {
+	t.Helper()
+	blk, err := armor.Decode(strings.NewReader(data))
+	if err != nil {
+		t.Fatalf("report not armored OpenPGP: %v", err)
+	}
+	md, err := openpgp.ReadMessage(blk.Body, openpgp.EntityList{partner, us}, nil, nil)
+	if err != nil {
+		t.Fatalf("report not decryptable with the partner's key: %v", err)
+	}
+	plain, err := io.ReadAll(md.UnverifiedBody)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !md.IsSigned || md.SignedBy == nil || md.SignedBy.Entity.PrimaryKey.KeyId != us.PrimaryKey.KeyId || md.SignatureError != nil {
+		t.Fatalf("report not signed by intake's key: signed %v, error %v", md.IsSigned, md.SignatureError)
+	}
+	return plain
+}
+
+// With encrypt_reports_to, the receipt and the rejects report are written
+// encrypted to the partner's key and signed by intake's, named .asc; the
+// partner decrypts them to the usual JSON and CSV. A held file's receipt
+// is sealed too.
+func TestPGPReportsAreEncryptedToThePartner(t *testing.T) {
+	_, pool := testenv.DB(t)
+	dir := t.TempDir()
+	us, partner := pgpEntity(t, "intake"), pgpEntity(t, "partner")
+	secretFile, partnerFile := filepath.Join(dir, "intake.asc"), filepath.Join(dir, "partner.pub")
+	writeSecret(t, secretFile, us, "")
+	writePublic(t, partnerFile, partner)
+	site := testenv.NewSite(t, "pgprep")
+	site.Config.Feeds[0].Pattern = `orders-.*\.csv\.pgp`
+	site.Config.Feeds[0].PGP = &partners.PGP{PrivateKeyFile: secretFile, VerifyKeysFile: partnerFile, RequireSignature: true, EncryptReportsTo: partnerFile}
+	content := testenv.OrdersCSV("E", 3) + "E-x,not-an-email,10.00,paid,2026-11-01T10:00:00Z,1\n"
+	site.Drop(t, "orders-rej.csv.pgp", string(pgpMessage(t, []byte(content), us, partner, false)))
+	site.Drop(t, "orders-unsigned.csv.pgp", string(pgpMessage(t, []byte(content), us, nil, false)))
+	r := newRig(t, pool, "w1", site)
+	r.poll("pgprep")
+
+	got := files(t, pool, "pgprep")
+	if len(got) != 2 {
+		t.Fatalf("%d files, want 2", len(got))
+	}
+	for _, f := range got {
+		if !strings.HasSuffix(f.Receipt, intake.ReceiptSuffix+intake.EncryptedSuffix) {
+			t.Fatalf("%s: receipt %q not sealed", f.Name, f.Receipt)
+		}
+		rel, _ := filepath.Rel(site.Root, f.Receipt)
+		var rc intake.Receipt
+		if err := json.Unmarshal(readSealed(t, site.Read(t, rel), partner, us), &rc); err != nil {
+			t.Fatal(err)
+		}
+		switch f.Name {
+		case "orders-rej.csv.pgp":
+			if f.State != "archived" || rc.Rows.Applied != 3 || rc.Rows.Rejected != 1 || rc.IntakeID != f.ID {
+				t.Fatalf("%+v: receipt %+v", f, rc)
+			}
+			if !strings.HasSuffix(f.Rejects, intake.RejectsSuffix+intake.EncryptedSuffix) || rc.Rejects != f.Rejects {
+				t.Fatalf("rejects report %q, receipt names %q", f.Rejects, rc.Rejects)
+			}
+			rel, _ := filepath.Rel(site.Root, f.Rejects)
+			rej := string(readSealed(t, site.Read(t, rel), partner, us))
+			if !strings.HasPrefix(rej, "line,column,reason") || !strings.Contains(rej, "\n5,email,") {
+				t.Fatalf("rejects report:\n%s", rej)
+			}
+		case "orders-unsigned.csv.pgp":
+			if string(rc.Reason) != "pgp_unsigned" {
+				t.Fatalf("held file's receipt %+v", rc)
+			}
+		}
+	}
+	if n := count(t, pool, `SELECT count(*) FROM orders WHERE partner_id = 'pgprep'`); n != 3 {
+		t.Fatalf("%d rows, want 3", n)
 	}
 }

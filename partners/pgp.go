@@ -22,6 +22,10 @@ type PGP struct {
 	// RequireSignature: a file not signed by a key of VerifyKeysFile is
 	// held (pgp_unsigned, pgp_bad_signature).
 	RequireSignature bool `yaml:"require_signature"`
+	// EncryptReportsTo, when set, holds the partner's public key: the
+	// file's receipt and rejects report are written encrypted to it
+	// (armored, signed by intake's key), their names ending in .asc.
+	EncryptReportsTo string `yaml:"encrypt_reports_to"`
 }
 
 // Validate checks the setting; key files are read when a file comes.
