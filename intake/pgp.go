@@ -199,11 +199,23 @@ func (r *fileRun) dropPlain(e spool.Entry) {
 // key (pgp.encrypt_reports_to).
 const EncryptedSuffix = ".asc"
 
+// pgpOf is the pgp setting of the feed named feed, or nil.
+func pgpOf(p *partners.Config, feed string) *partners.PGP {
+	if p == nil {
+		return nil
+	}
+	for i := range p.Feeds {
+		if p.Feeds[i].Name == feed {
+			return p.Feeds[i].PGP
+		}
+	}
+	return nil
+}
+
 // sealReport encrypts a report to the partner's key when the feed says
 // encrypt_reports_to: an armored OpenPGP message signed by intake's key,
 // its name ending in EncryptedSuffix. Otherwise data and name unchanged.
-func (r *fileRun) sealReport(data []byte, name string) ([]byte, string, error) {
-	cfg := r.feed.PGP
+func sealReport(cfg *partners.PGP, data []byte, name string) ([]byte, string, error) {
 	if cfg == nil || cfg.EncryptReportsTo == "" {
 		return data, name, nil
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/ProtonMail/go-crypto/openpgp/packet"
 
 	"github.com/partner-intake/partner-intake/intake"
+	"github.com/partner-intake/partner-intake/intake/ops"
 	"github.com/partner-intake/partner-intake/internal/testenv"
 	"github.com/partner-intake/partner-intake/partners"
 )
@@ -344,5 +345,42 @@ func TestPGPReportsAreEncryptedToThePartner(t *testing.T) {
 	}
 	if n := count(t, pool, `SELECT count(*) FROM orders WHERE partner_id = 'pgprep'`); n != 3 {
 		t.Fatalf("%d rows, want 3", n)
+	}
+
+	// ops discard the held file: its rewritten receipt is sealed too
+	var held int64
+	for _, f := range got {
+		if f.Name == "orders-unsigned.csv.pgp" {
+			held = f.ID
+		}
+	}
+	ctx := context.Background()
+	if err := ops.Discard(ctx, pool, ops.Decision{IntakeID: held, Actor: "carol", Reason: "unsigned", Partners: []string{"pgprep"},
+		Worker: intake.OpsWorker("w1")}); err != nil {
+		t.Fatal(err)
+	}
+	if err := ops.PublishDecision(ctx, pool, []partners.Config{site.Validated(t)}, held); err != nil {
+		t.Fatal(err)
+	}
+	discarded := false
+	for _, f := range files(t, pool, "pgprep") {
+		if f.ID != held {
+			continue
+		}
+		discarded = true
+		if f.State != "discarded" || !strings.HasSuffix(f.Receipt, intake.ReceiptSuffix+intake.EncryptedSuffix) {
+			t.Fatalf("discarded file: %+v", f)
+		}
+		rel, _ := filepath.Rel(site.Root, f.Receipt)
+		var rc intake.Receipt
+		if err := json.Unmarshal(readSealed(t, site.Read(t, rel), partner, us), &rc); err != nil {
+			t.Fatal(err)
+		}
+		if rc.Outcome != intake.OutcomeDiscarded {
+			t.Fatalf("discard receipt %+v", rc)
+		}
+	}
+	if !discarded {
+		t.Fatal("the held file is gone from the ledger")
 	}
 }
