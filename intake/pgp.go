@@ -132,7 +132,8 @@ func (r *fileRun) decrypt(f io.Reader, max int64) (spool.Entry, *heldFor, error)
 			return spool.Entry{}, nil, err
 		}
 	}
-	in := bufio.NewReader(f)
+	disk := &errReader{r: f} // the spool's own read errors are not the partner's
+	in := bufio.NewReader(disk)
 	var src io.Reader = in
 	if head, _ := in.Peek(64); bytes.Contains(head, []byte("-----BEGIN PGP")) {
 		blk, err := armor.Decode(in)
@@ -143,6 +144,8 @@ func (r *fileRun) decrypt(f io.Reader, max int64) (spool.Entry, *heldFor, error)
 	}
 	md, err := openpgp.ReadMessage(src, pgpRing{secret, verify}, nil, nil)
 	switch {
+	case disk.err != nil:
+		return spool.Entry{}, nil, fmt.Errorf("decrypt: read the spooled file: %w", disk.err)
 	case errors.Is(err, pgperrors.ErrKeyIncorrect):
 		return spool.Entry{}, &heldFor{ReasonPGPNoKey, "the file is not encrypted to intake's key"}, nil
 	case err != nil:
@@ -158,6 +161,8 @@ func (r *fileRun) decrypt(f io.Reader, max int64) (spool.Entry, *heldFor, error)
 	switch {
 	case errors.Is(err, spool.ErrTooLarge):
 		return e, &heldFor{ReasonArchiveTooLarge, fmt.Sprintf("it decrypts to more than %d bytes", max)}, nil
+	case disk.err != nil:
+		return e, nil, fmt.Errorf("decrypt: read the spooled file: %w", disk.err)
 	case body.err != nil:
 		return e, &heldFor{ReasonPGPCorrupt, "the OpenPGP message is cut short or fails its integrity check"}, nil
 	case err != nil:

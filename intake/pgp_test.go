@@ -154,7 +154,7 @@ func TestPGPFiles(t *testing.T) {
 		"orders-unsigned.csv.pgp":  {pgpMessage(t, []byte(testenv.OrdersCSV("U", 2)), us, nil, false), "pgp_unsigned"},
 		"orders-otherkey.csv.pgp":  {pgpMessage(t, []byte(testenv.OrdersCSV("O", 2)), other, partner, false), "pgp_no_key"},
 		"orders-truncated.csv.pgp": {goodMsg[:len(goodMsg)*2/3], "pgp_corrupt"},
-		"orders-notpgp.csv.pgp":    {good, "pgp_corrupt"},
+		"orders-notpgp.csv.pgp":    {[]byte(testenv.OrdersCSV("N", 2)), "pgp_corrupt"},
 		"orders-bomb.csv.pgp":      {pgpMessage(t, bomb, us, partner, false), "archive_too_large"},
 		"orders-signonly.csv.pgp":  {signedOnly.Bytes(), "pgp_not_encrypted"},
 	}
@@ -245,6 +245,24 @@ func TestPGPFiles(t *testing.T) {
 	}
 	if !slices.Contains(spooled, sha(string(goodMsg))) {
 		t.Fatalf("the spool does not hold the ciphertext: %v", spooled)
+	}
+
+	// a replay decrypts the archived ciphertext again (its plaintext left
+	// the spool when it finished) and finds every row unchanged
+	var armoredID int64
+	for _, f := range got {
+		if f.Name == "orders-armored.csv.asc" {
+			armoredID = f.ID
+		}
+	}
+	in, err := r.d.Replay(context.Background(), armoredID, "test", "re-apply", nil)
+	if err != nil {
+		t.Fatalf("replay of a PGP file: %v", err)
+	}
+	var state string
+	var unchanged int64
+	if err := pool.QueryRow(context.Background(), `SELECT state, rows_unchanged FROM file_intake WHERE intake_id = $1`, in.ID).Scan(&state, &unchanged); err != nil || state != "archived" || unchanged != 3 {
+		t.Fatalf("replay: %s, %d unchanged (%v)", state, unchanged, err)
 	}
 
 	// a rotated secret key is read again when its file changes
