@@ -88,6 +88,30 @@ func loadKeys(file, passEnv string) (openpgp.EntityList, error) {
 	return keys, nil
 }
 
+// checkPGPKeys reads every key file of p's feeds (and unlocks the secret
+// keys), so a daemon does not start, nor a reload apply, with a key that
+// cannot be used; the error names the file, never key material.
+func checkPGPKeys(p *partners.Config) error {
+	for i := range p.Feeds {
+		c := p.Feeds[i].PGP
+		if c == nil {
+			continue
+		}
+		if _, err := loadKeys(c.PrivateKeyFile, c.PassphraseEnv); err != nil {
+			return fmt.Errorf("partner %s feed %s: %w", p.ID, p.Feeds[i].Name, err)
+		}
+		for _, f := range []string{c.VerifyKeysFile, c.EncryptReportsTo} {
+			if f == "" {
+				continue
+			}
+			if _, err := loadKeys(f, ""); err != nil {
+				return fmt.Errorf("partner %s feed %s: %w", p.ID, p.Feeds[i].Name, err)
+			}
+		}
+	}
+	return nil
+}
+
 // pgpRing decrypts with intake's secret keys only and verifies
 // signatures with the partner's keys only: a file signed by intake's own
 // key is not "signed by the partner".

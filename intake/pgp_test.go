@@ -15,11 +15,13 @@ import (
 	"github.com/ProtonMail/go-crypto/openpgp"
 	"github.com/ProtonMail/go-crypto/openpgp/armor"
 	"github.com/ProtonMail/go-crypto/openpgp/packet"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/partner-intake/partner-intake/intake"
 	"github.com/partner-intake/partner-intake/intake/ops"
 	"github.com/partner-intake/partner-intake/internal/testenv"
 	"github.com/partner-intake/partner-intake/partners"
+	"github.com/partner-intake/partner-intake/spool"
 )
 
 var pgpTestConfig = &packet.Config{Algorithm: packet.PubKeyAlgoEdDSA}
@@ -400,5 +402,33 @@ func TestPGPReportsAreEncryptedToThePartner(t *testing.T) {
 	}
 	if !discarded {
 		t.Fatal("the held file is gone from the ledger")
+	}
+}
+
+// A daemon does not start with a PGP key it cannot use (a missing file, a
+// wrong passphrase), and the error names the file, not the key.
+func TestPGPKeysThatCannotBeUsedStopTheStart(t *testing.T) {
+	_, pool := testenv.DB(t)
+	dir := t.TempDir()
+	secretFile := filepath.Join(dir, "intake.asc")
+	writeSecret(t, secretFile, pgpEntity(t, "intake"), "right")
+	t.Setenv("INTAKE_TEST_PGP_WRONG", "wrong")
+	for _, c := range []struct {
+		file, env, want string
+	}{
+		{filepath.Join(dir, "missing.asc"), "", "missing.asc"},
+		{secretFile, "INTAKE_TEST_PGP_WRONG", "cannot be unlocked"},
+	} {
+		site := testenv.NewSite(t, "pgpkeys")
+		site.Config.Feeds[0].PGP = &partners.PGP{PrivateKeyFile: c.file, PassphraseEnv: c.env}
+		sp, err := spool.New(t.TempDir())
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = intake.New(intake.Config{WorkerID: "w1", Lease: 30 * time.Second, SpoolMinFree: 1}, []partners.Config{site.Validated(t)}, pool, sp,
+			prometheus.NewRegistry(), testenv.Logger(t))
+		if err == nil || !strings.Contains(err.Error(), c.want) || strings.Contains(err.Error(), "PRIVATE KEY") {
+			t.Fatalf("%s: New: %v, want an error naming %q", c.file, err, c.want)
+		}
 	}
 }
