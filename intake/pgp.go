@@ -228,6 +228,15 @@ func (r *fileRun) dropPlain(e spool.Entry) {
 // key (pgp.encrypt_reports_to).
 const EncryptedSuffix = ".asc"
 
+// feedPGP is the run's feed's pgp setting; nil for a file no feed
+// matches (a hostile entry).
+func (r *fileRun) feedPGP() *partners.PGP {
+	if r.feed == nil {
+		return nil
+	}
+	return r.feed.PGP
+}
+
 // pgpOf is the pgp setting of the feed named feed, or nil.
 func pgpOf(p *partners.Config, feed string) *partners.PGP {
 	if p == nil {

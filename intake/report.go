@@ -67,7 +67,7 @@ func (r *fileRun) writeReports(ctx context.Context, rc Receipt) error {
 			return err
 		}
 		name := reportStem(in) + RejectsSuffix
-		if data, name, err = sealReport(r.feed.PGP, data, name); err != nil {
+		if data, name, err = sealReport(r.feedPGP(), data, name); err != nil {
 			return err
 		}
 		if err := r.fence(ctx, "rejects"); err != nil {
@@ -85,7 +85,7 @@ func (r *fileRun) writeReports(ctx context.Context, rc Receipt) error {
 		return err
 	}
 	name := reportStem(in) + ReceiptSuffix
-	if data, name, err = sealReport(r.feed.PGP, data, name); err != nil {
+	if data, name, err = sealReport(r.feedPGP(), data, name); err != nil {
 		return err
 	}
 	if err := r.fence(ctx, "receipt"); err != nil {
