@@ -88,6 +88,9 @@ func loadKeys(file, passEnv string) (openpgp.EntityList, error) {
 	return keys, nil
 }
 
+// CheckPGPKeys is checkPGPKeys for `intake check`.
+func CheckPGPKeys(p *partners.Config) error { return checkPGPKeys(p) }
+
 // checkPGPKeys reads every key file of p's feeds (and unlocks the secret
 // keys), so a daemon does not start, nor a reload apply, with a key that
 // cannot be used; the error names the file, never key material.

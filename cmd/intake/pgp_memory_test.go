@@ -119,3 +119,43 @@ func TestAPGPFileIsDecryptedStreamingByTheRealDaemon(t *testing.T) {
 		t.Fatalf("intake run exited %v", ws)
 	}
 }
+
+// `intake check` reads a PGP feed's key files and unlocks the secret key:
+// a wrong passphrase fails the check naming the file, the right one passes.
+func TestCheckReadsAndUnlocksPGPKeys(t *testing.T) {
+	url, _ := testenv.DB(t)
+	t.Setenv("INTAKE_DATABASE_URL", url)
+	site := testenv.NewSite(t, "pgpcheck")
+	us, err := openpgp.NewEntity("intake", "", "intake@example.test", &packet.Config{Algorithm: packet.PubKeyAlgoEdDSA})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := us.EncryptPrivateKeys([]byte("right"), nil); err != nil {
+		t.Fatal(err)
+	}
+	var sec bytes.Buffer
+	if err := us.SerializePrivateWithoutSigning(&sec, nil); err != nil {
+		t.Fatal(err)
+	}
+	secFile := filepath.Join(t.TempDir(), "intake.key")
+	os.WriteFile(secFile, sec.Bytes(), 0o600)
+	cfg := writeConfig(t, site, site.Config.SFTP.KnownHostsFile)
+	raw, _ := os.ReadFile(cfg)
+	yaml := strings.Replace(string(raw), "        target: orders\n",
+		"        target: orders\n        pgp:\n          private_key_file: "+secFile+"\n          passphrase_env: INTAKE_TEST_PGP_PASS\n", 1)
+	if yaml == string(raw) {
+		t.Fatal("config template changed: no pgp block added")
+	}
+	os.WriteFile(cfg, []byte(yaml), 0o600)
+
+	t.Setenv("INTAKE_TEST_PGP_PASS", "wrong")
+	code, out := runCLI("check", "--config", cfg)
+	if code != 1 || !strings.Contains(out, "FAIL partner pgpcheck pgp keys:") || !strings.Contains(out, "intake.key") || !strings.Contains(out, "cannot be unlocked") {
+		t.Fatalf("check with a wrong passphrase exited %d:\n%s", code, out)
+	}
+	t.Setenv("INTAKE_TEST_PGP_PASS", "right")
+	code, out = runCLI("check", "--config", cfg)
+	if code != 0 || !strings.Contains(out, "ok   partner pgpcheck pgp keys") {
+		t.Fatalf("check with the right passphrase exited %d:\n%s", code, out)
+	}
+}
