@@ -209,6 +209,9 @@ func New(cfg Config, parts []partners.Config, db *pgxpool.Pool, sp *spool.Spool,
 		if _, dup := d.parts[p.ID]; dup {
 			return nil, fmt.Errorf("partner %s configured twice", p.ID)
 		}
+		if err := checkPGPKeys(p); err != nil {
+			return nil, err
+		}
 		d.parts[p.ID] = &partnerRT{cfg: p, trigger: make(chan struct{}, 1), quit: make(chan struct{})}
 		d.order = append(d.order, p.ID)
 	}

@@ -59,7 +59,7 @@ func (r *fileRun) download(ctx context.Context) error {
 			return err
 		}
 		scan = sha == ""
-		if sha != "" && compressionOf(in.RemoteName) == "" && r.d.spool.Has(in.Partner, sha, in.ListedSize) {
+		if sha != "" && transformOf(r.feed, in.RemoteName) == "" && r.d.spool.Has(in.Partner, sha, in.ListedSize) {
 			heldSHA = sha
 		}
 	}
@@ -210,7 +210,7 @@ func (r *fileRun) fetch(ctx context.Context, withScan bool) (spool.Entry, error)
 	defer f.Close()
 	var opts []spool.PutOption
 	var pre *preScan
-	if withScan && compressionOf(r.in.RemoteName) == "" {
+	if withScan && transformOf(r.feed, r.in.RemoteName) == "" {
 		// Validate the rows while they land in the spool, from the file
 		// itself: the plan step then need not read it again, and the
 		// download never waits for the validation.

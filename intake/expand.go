@@ -53,11 +53,11 @@ var (
 // size capped while streaming (headers are not trusted); the original is
 // kept. A file that is not compressed is its own data.
 func (r *fileRun) expand(orig spool.Entry) (spool.Entry, *heldFor, error) {
-	kind := compressionOf(r.in.RemoteName)
+	kind := transformOf(r.feed, r.in.RemoteName)
 	if kind == "" {
 		return orig, nil, nil
 	}
-	if !r.feed.Allows(kind) {
+	if kind != kindPGP && !r.feed.Allows(kind) {
 		return orig, &heldFor{ReasonCompressionNotAllowed, fmt.Sprintf("the feed does not accept %s files", kind)}, nil
 	}
 	f, err := r.d.spool.Open(r.in.Partner, orig.SHA256)
@@ -66,6 +66,9 @@ func (r *fileRun) expand(orig spool.Entry) (spool.Entry, *heldFor, error) {
 	}
 	defer f.Close()
 	max := r.p.cfg.Limits.MaxExpandedBytes
+	if kind == kindPGP {
+		return r.decrypt(f, max)
+	}
 	put := func(src io.Reader) (spool.Entry, *heldFor, error) {
 		nw := &nestWatch{}
 		e, err := r.d.spool.Put(r.in.Partner, -1, max, func(w io.Writer) (int64, error) {

@@ -20,7 +20,7 @@ func groupable(p *partners.Config, c candidate) bool {
 	// per-file rejects report; a snapshot sweeps per file
 	return p.Readiness != partners.ReadinessStable && c.Manifest == "" && c.Feed.Mode != partners.ModeUpdateOnly && c.Feed.Mode != partners.ModeSnapshot && c.Size > 0 && c.Size < smallFileBytes && c.Size <= p.Limits.MaxFileBytes &&
 		c.Size <= int64(c.Feed.ChunkRows)*int64(max(len(c.Feed.Columns), 1)) &&
-		compressionOf(c.Name) == "" && partners.ValidBatchID(c.Feed.BatchIDFromName(c.Name))
+		transformOf(c.Feed, c.Name) == "" && partners.ValidBatchID(c.Feed.BatchIDFromName(c.Name))
 }
 
 // maxGroupBytes bounds a group's listed bytes: a group holds its files in

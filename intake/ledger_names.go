@@ -78,6 +78,11 @@ const (
 	ReasonArchiveBadEntry       = ledger.ReasonArchiveBadEntry
 	ReasonArchiveSymlink        = ledger.ReasonArchiveSymlink
 	ReasonArchiveNested         = ledger.ReasonArchiveNested
+	ReasonPGPNoKey              = ledger.ReasonPGPNoKey
+	ReasonPGPNotEncrypted       = ledger.ReasonPGPNotEncrypted
+	ReasonPGPCorrupt            = ledger.ReasonPGPCorrupt
+	ReasonPGPUnsigned           = ledger.ReasonPGPUnsigned
+	ReasonPGPBadSignature       = ledger.ReasonPGPBadSignature
 	ReasonArchiveDirectory      = ledger.ReasonArchiveDirectory
 )
 

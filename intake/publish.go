@@ -26,7 +26,7 @@ var ErrDecision = errors.New("decision refused")
 // "discarded", then its path recorded. Each step is conditional on the
 // token the discard took, so a later decision's publication is never
 // overwritten by this one; run twice, it writes the same.
-func PublishDiscarded(ctx context.Context, l *ledger.Ledger, s *partners.Session, in *Intake) error {
+func PublishDiscarded(ctx context.Context, l *ledger.Ledger, s *partners.Session, p *partners.Config, in *Intake) error {
 	still := func() error { return l.StillDiscarded(ctx, in) }
 	if in.ArchivePath != "" {
 		if err := still(); err != nil {
@@ -42,12 +42,17 @@ func PublishDiscarded(ctx context.Context, l *ledger.Ledger, s *partners.Session
 	if err != nil {
 		return err
 	}
-	if err := still(); err != nil {
-		return err
-	}
-	p, err := putFile(s, s.Layout.ReportsDir(), reportStem(in)+ReceiptSuffix, data)
+	// sealed to the partner's key like the held file's receipt it replaces
+	data, name, err := sealReport(pgpOf(p, in.Feed), data, reportStem(in)+ReceiptSuffix)
 	if err != nil {
 		return err
 	}
-	return l.RecordDiscardReceipt(ctx, in, p)
+	if err := still(); err != nil {
+		return err
+	}
+	dst, err := putFile(s, s.Layout.ReportsDir(), name, data)
+	if err != nil {
+		return err
+	}
+	return l.RecordDiscardReceipt(ctx, in, dst)
 }

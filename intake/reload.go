@@ -100,6 +100,9 @@ func (d *Daemon) Reload(ctx context.Context, parts []partners.Config) (ReloadRes
 		if had && reflect.DeepEqual(*o.cfg, c) {
 			next[c.ID] = o
 		} else {
+			if err := checkPGPKeys(&c); err != nil {
+				return res, err
+			}
 			if err := d.checkFeeds(ctx, &c); err != nil {
 				return res, err
 			}

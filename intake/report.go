@@ -55,7 +55,7 @@ const (
 // with either suffix within maxRemoteName bytes.
 func reportStem(in *Intake) string {
 	if in.BatchID != "" {
-		return fitStem("", in.BatchID, fmt.Sprintf(".%d", in.ID), ReceiptSuffix)
+		return fitStem("", in.BatchID, fmt.Sprintf(".%d", in.ID), ReceiptSuffix+EncryptedSuffix)
 	}
 	return fmt.Sprintf("intake-%d", in.ID)
 }
@@ -70,10 +70,14 @@ func (r *fileRun) writeReports(ctx context.Context, rc Receipt) error {
 		if err != nil {
 			return err
 		}
+		name := reportStem(in) + RejectsSuffix
+		if data, name, err = sealReport(r.feedPGP(), data, name); err != nil {
+			return err
+		}
 		if err := r.fence(ctx, "rejects"); err != nil {
 			return err
 		}
-		p, err := putFile(r.sess, dir, reportStem(in)+RejectsSuffix, data)
+		p, err := putFile(r.sess, dir, name, data)
 		if err != nil {
 			return err
 		}
@@ -84,10 +88,14 @@ func (r *fileRun) writeReports(ctx context.Context, rc Receipt) error {
 	if err != nil {
 		return err
 	}
+	name := reportStem(in) + ReceiptSuffix
+	if data, name, err = sealReport(r.feedPGP(), data, name); err != nil {
+		return err
+	}
 	if err := r.fence(ctx, "receipt"); err != nil {
 		return err
 	}
-	p, err := putFile(r.sess, dir, reportStem(in)+ReceiptSuffix, data)
+	p, err := putFile(r.sess, dir, name, data)
 	if err != nil {
 		return err
 	}

@@ -119,6 +119,10 @@ type Feed struct {
 	// tell): keep (default: the row is a conflict, reason outside_edit,
 	// and is not overwritten) or overwrite.
 	OnOutsideEdit string `yaml:"on_outside_edit"`
+	// PGP, when set, says the feed's files are OpenPGP messages encrypted
+	// to intake's key (every file of the feed; a name ending in .pgp,
+	// .gpg or .asc loses that ending for the stem batch id).
+	PGP *PGP `yaml:"pgp"`
 
 	re *regexp.Regexp
 }
@@ -334,6 +338,11 @@ func (f *Feed) Validate(key, readiness string) error {
 			return err
 		}
 	}
+	if f.PGP != nil {
+		if err := f.PGP.Validate(key + ".pgp"); err != nil {
+			return err
+		}
+	}
 	for _, c := range f.Compression {
 		if c != CompressionGzip && c != CompressionZip {
 			return fmt.Errorf("%s.compression: %q is not gzip or zip", key, c)
@@ -456,6 +465,9 @@ func (f *Feed) BatchIDFromName(name string) string {
 	switch f.BatchID.From {
 	case BatchFromStem:
 		if ext := strings.ToLower(path.Ext(name)); (ext == ".gz" && f.Allows(CompressionGzip)) || (ext == ".zip" && f.Allows(CompressionZip)) {
+			name = strings.TrimSuffix(name, path.Ext(name))
+		}
+		if ext := strings.ToLower(path.Ext(name)); f.PGP != nil && (ext == ".pgp" || ext == ".gpg" || ext == ".asc") {
 			name = strings.TrimSuffix(name, path.Ext(name))
 		}
 		return strings.TrimSuffix(name, path.Ext(name))

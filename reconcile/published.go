@@ -57,7 +57,7 @@ func (r *Reconciler) rowUnpublishedDiscards(ctx context.Context, p *partners.Con
 		return err
 	}
 	for _, in := range rows {
-		err := intake.PublishDiscarded(ctx, r.ledger, s, in)
+		err := intake.PublishDiscarded(ctx, r.ledger, s, p, in)
 		var fe *intake.FencedError
 		if errors.As(err, &fe) {
 			continue // published meanwhile

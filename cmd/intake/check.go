@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/partner-intake/partner-intake/cmd/intake/internal/config"
+	"github.com/partner-intake/partner-intake/intake"
 	"github.com/partner-intake/partner-intake/intake/target"
 	"github.com/partner-intake/partner-intake/migrations"
 	"github.com/partner-intake/partner-intake/partners"
@@ -38,6 +39,13 @@ func cmdCheck(args []string, stdout, stderr io.Writer) int {
 	}
 	for i := range cfg.Partners {
 		p := &cfg.Partners[i]
+		if usesPGP(p) {
+			if err := intake.CheckPGPKeys(p); err != nil {
+				fail("partner "+p.ID+" pgp keys", err)
+			} else {
+				fmt.Fprintf(stdout, "ok   partner %s pgp keys: readable, secret keys unlocked\n", p.ID)
+			}
+		}
 		if p.Records() {
 			// claim: record: the site is read-only by design; it must let
 			// ready/ be listed and read, nothing more
@@ -152,4 +160,14 @@ func compareColumns(ctx context.Context, pool *pgxpool.Pool, partner string, f *
 		fmt.Fprintf(stdout, "ok   %s: every value the feed accepts fits its target column\n", what)
 	}
 	return fails
+}
+
+// usesPGP: a feed of p has pgp.
+func usesPGP(p *partners.Config) bool {
+	for i := range p.Feeds {
+		if p.Feeds[i].PGP != nil {
+			return true
+		}
+	}
+	return false
 }

@@ -213,10 +213,12 @@ func (l *Ledger) RecordAttempt(ctx context.Context, in *Intake, lastErr string, 
 }
 
 // DataInUse reports whether an unfinished intake of the partner other
-// than in also reads the data bytes sha (an expanded copy is then kept).
+// than in also reads the data bytes sha, as its data or as its original
+// (the spool holds one entry per hash: a decrypted or expanded copy can be
+// another file's bytes as sent); the copy is then kept.
 func (l *Ledger) DataInUse(ctx context.Context, in *Intake) (bool, error) {
 	var busy bool
-	err := l.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM file_intake WHERE partner_id = $1 AND data_sha256 = $2
+	err := l.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM file_intake WHERE partner_id = $1 AND (data_sha256 = $2 OR content_sha256 = $2)
 		AND intake_id <> $3 AND state NOT IN ('archived', 'duplicate', 'quarantined', 'failed_terminal', 'discarded', 'put_back'))`,
 		in.Partner, in.DataSHA256, in.ID).Scan(&busy)
 	return busy, err

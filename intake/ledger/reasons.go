@@ -53,3 +53,12 @@ const (
 	ReasonArchiveNested         Reason = "archive_nested"              // an archive inside the archive
 	ReasonArchiveDirectory      Reason = "archive_directory_too_large" // a zip's central directory over maxZipEntries or maxZipDirBytes
 )
+
+// Reasons a file of a feed with pgp is held, its plaintext never applied.
+const (
+	ReasonPGPNoKey        Reason = "pgp_no_key"        // not encrypted to intake's key
+	ReasonPGPNotEncrypted Reason = "pgp_not_encrypted" // an OpenPGP message, but not encrypted (signed or literal only)
+	ReasonPGPCorrupt      Reason = "pgp_corrupt"       // not OpenPGP, truncated, or its integrity check fails
+	ReasonPGPUnsigned     Reason = "pgp_unsigned"      // require_signature, and the message is not signed
+	ReasonPGPBadSignature Reason = "pgp_bad_signature" // signed, but by a key not in verify_keys_file, or the signature does not match
+)

@@ -180,7 +180,7 @@ func PublishDecision(ctx context.Context, db *pgxpool.Pool, parts []partners.Con
 			return err
 		}
 		defer s.Close()
-		return intake.PublishDiscarded(ctx, l, s, in)
+		return intake.PublishDiscarded(ctx, l, s, &parts[i], in)
 	}
 	return nil
 }

@@ -1,0 +1,297 @@
+package intake
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/ProtonMail/go-crypto/openpgp"
+	"github.com/ProtonMail/go-crypto/openpgp/armor"
+	pgperrors "github.com/ProtonMail/go-crypto/openpgp/errors"
+
+	"github.com/partner-intake/partner-intake/partners"
+	"github.com/partner-intake/partner-intake/spool"
+)
+
+// kindPGP: a file of a feed with pgp is an OpenPGP message, decrypted into
+// the spool the way a compressed file is expanded (expand.go).
+const kindPGP = "pgp"
+
+// transformOf names what turns a file's bytes into the bytes rows come
+// from: PGP for every file of a feed with pgp, else the compression its
+// name declares, else "" (the file is its own data).
+func transformOf(feed *partners.Feed, name string) string {
+	if feed != nil && feed.PGP != nil {
+		return kindPGP
+	}
+	return compressionOf(name)
+}
+
+// keyFile is one key file as last read: re-read when its mtime or size
+// changes (a rotated key is picked up without a restart).
+type keyFile struct {
+	mtime time.Time
+	size  int64
+	pass  string
+	keys  openpgp.EntityList
+}
+
+// pgpKeys caches key files by path, for every daemon of the process; a
+// key's bytes, passphrase or material are never logged.
+var pgpKeys = struct {
+	sync.Mutex
+	m map[string]*keyFile
+}{m: map[string]*keyFile{}}
+
+// loadKeys reads a key file (armored or binary), from the cache while its
+// mtime and size are those last read; secret keys are decrypted with the
+// passphrase held by the environment variable passEnv.
+func loadKeys(file, passEnv string) (openpgp.EntityList, error) {
+	st, err := os.Stat(file)
+	if err != nil {
+		return nil, fmt.Errorf("pgp key file: %w", err)
+	}
+	pass := ""
+	if passEnv != "" {
+		pass = os.Getenv(passEnv)
+	}
+	pgpKeys.Lock()
+	defer pgpKeys.Unlock()
+	if k := pgpKeys.m[file]; k != nil && k.mtime.Equal(st.ModTime()) && k.size == st.Size() && k.pass == pass {
+		return k.keys, nil
+	}
+	raw, err := os.ReadFile(file)
+	if err != nil {
+		return nil, fmt.Errorf("pgp key file: %w", err)
+	}
+	var keys openpgp.EntityList
+	if bytes.Contains(raw[:min(len(raw), 64)], []byte("-----BEGIN PGP")) {
+		keys, err = openpgp.ReadArmoredKeyRing(bytes.NewReader(raw))
+	} else {
+		keys, err = openpgp.ReadKeyRing(bytes.NewReader(raw))
+	}
+	if err != nil {
+		return nil, fmt.Errorf("pgp key file %s cannot be read as OpenPGP keys", file)
+	}
+	for _, e := range keys {
+		if err := e.DecryptPrivateKeys([]byte(pass)); err != nil {
+			return nil, fmt.Errorf("pgp key file %s: a secret key cannot be unlocked with the passphrase of %s", file, passEnv)
+		}
+	}
+	pgpKeys.m[file] = &keyFile{mtime: st.ModTime(), size: st.Size(), pass: pass, keys: keys}
+	return keys, nil
+}
+
+// CheckPGPKeys is checkPGPKeys for `intake check`.
+func CheckPGPKeys(p *partners.Config) error { return checkPGPKeys(p) }
+
+// checkPGPKeys reads every key file of p's feeds (and unlocks the secret
+// keys), so a daemon does not start, nor a reload apply, with a key that
+// cannot be used; the error names the file, never key material.
+func checkPGPKeys(p *partners.Config) error {
+	for i := range p.Feeds {
+		c := p.Feeds[i].PGP
+		if c == nil {
+			continue
+		}
+		if _, err := loadKeys(c.PrivateKeyFile, c.PassphraseEnv); err != nil {
+			return fmt.Errorf("partner %s feed %s: %w", p.ID, p.Feeds[i].Name, err)
+		}
+		for _, f := range []string{c.VerifyKeysFile, c.EncryptReportsTo} {
+			if f == "" {
+				continue
+			}
+			if _, err := loadKeys(f, ""); err != nil {
+				return fmt.Errorf("partner %s feed %s: %w", p.ID, p.Feeds[i].Name, err)
+			}
+		}
+	}
+	return nil
+}
+
+// pgpRing decrypts with intake's secret keys only and verifies
+// signatures with the partner's keys only: a file signed by intake's own
+// key is not "signed by the partner".
+type pgpRing struct{ secret, verify openpgp.EntityList }
+
+func (k pgpRing) KeysById(id uint64) []openpgp.Key { return k.secret.KeysById(id) }
+func (k pgpRing) KeysByIdUsage(id uint64, usage byte) []openpgp.Key {
+	return k.verify.KeysByIdUsage(id, usage)
+}
+func (k pgpRing) DecryptionKeys() []openpgp.Key { return k.secret.DecryptionKeys() }
+
+// errReader remembers the first error its reader returned other than EOF:
+// an error from decryption, not from the spool's writing.
+type errReader struct {
+	r   io.Reader
+	err error
+}
+
+func (e *errReader) Read(p []byte) (int, error) {
+	n, err := e.r.Read(p)
+	if err != nil && err != io.EOF && e.err == nil {
+		e.err = err
+	}
+	return n, err
+}
+
+// decrypt streams the spooled ciphertext orig through OpenPGP into the
+// spool, the plaintext under its own hash, capped at max bytes while
+// streaming (OpenPGP's own compression included: a bomb stops at the
+// cap). The signature is only known once the whole plaintext has been
+// read, so the plaintext is returned (for plan and apply) only after it
+// checks out; a held file's plaintext leaves the spool again.
+func (r *fileRun) decrypt(f io.Reader, max int64) (spool.Entry, *heldFor, error) {
+	cfg := r.feed.PGP
+	secret, err := loadKeys(cfg.PrivateKeyFile, cfg.PassphraseEnv)
+	if err != nil {
+		return spool.Entry{}, nil, err
+	}
+	var verify openpgp.EntityList
+	if cfg.VerifyKeysFile != "" {
+		if verify, err = loadKeys(cfg.VerifyKeysFile, ""); err != nil {
+			return spool.Entry{}, nil, err
+		}
+	}
+	disk := &errReader{r: f} // the spool's own read errors are not the partner's
+	in := bufio.NewReader(disk)
+	var src io.Reader = in
+	if head, _ := in.Peek(64); bytes.Contains(head, []byte("-----BEGIN PGP")) {
+		blk, err := armor.Decode(in)
+		if err != nil {
+			return spool.Entry{}, &heldFor{ReasonPGPCorrupt, "the armored data cannot be read"}, nil
+		}
+		src = blk.Body
+	}
+	md, err := openpgp.ReadMessage(src, pgpRing{secret, verify}, nil, nil)
+	switch {
+	case disk.err != nil:
+		return spool.Entry{}, nil, fmt.Errorf("decrypt: read the spooled file: %w", disk.err)
+	case errors.Is(err, pgperrors.ErrKeyIncorrect):
+		return spool.Entry{}, &heldFor{ReasonPGPNoKey, "the file is not encrypted to intake's key"}, nil
+	case err != nil:
+		return spool.Entry{}, &heldFor{ReasonPGPCorrupt, "the file is not a readable OpenPGP message"}, nil
+	case !md.IsEncrypted || md.IsSymmetricallyEncrypted:
+		return spool.Entry{}, &heldFor{ReasonPGPNotEncrypted, "the OpenPGP message is not encrypted to intake's key"}, nil
+	}
+	body := &errReader{r: md.UnverifiedBody}
+	nw := &nestWatch{}
+	e, err := r.d.spool.Put(r.in.Partner, -1, max, func(w io.Writer) (int64, error) {
+		return io.Copy(io.MultiWriter(w, nw), body)
+	})
+	switch {
+	case errors.Is(err, spool.ErrTooLarge):
+		return e, &heldFor{ReasonArchiveTooLarge, fmt.Sprintf("it decrypts to more than %d bytes", max)}, nil
+	case disk.err != nil:
+		return e, nil, fmt.Errorf("decrypt: read the spooled file: %w", disk.err)
+	case body.err != nil:
+		return e, &heldFor{ReasonPGPCorrupt, "the OpenPGP message is cut short or fails its integrity check"}, nil
+	case err != nil:
+		return e, nil, err
+	}
+	var held *heldFor
+	switch {
+	case md.IsSigned && len(verify) > 0 && (md.SignedBy == nil || md.Signature == nil || md.SignatureError != nil):
+		held = &heldFor{ReasonPGPBadSignature, "the signature is not from a key of verify_keys_file, or does not match the contents"}
+	case cfg.RequireSignature && !md.IsSigned:
+		held = &heldFor{ReasonPGPUnsigned, "the feed requires a signature and the file is not signed"}
+	case nw.nested():
+		held = &heldFor{ReasonArchiveNested, "the decrypted file is compressed"}
+	}
+	if held != nil {
+		r.dropPlain(e)
+		return e, held, nil
+	}
+	return e, nil, nil
+}
+
+// dropPlain removes a held file's plaintext from the spool unless another
+// unfinished intake of the partner reads the same bytes.
+func (r *fileRun) dropPlain(e spool.Entry) {
+	probe := *r.in
+	probe.DataSHA256 = e.SHA256
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	busy, err := r.d.ledger.DataInUse(ctx, &probe)
+	if err == nil && !busy {
+		err = r.d.spool.Remove(r.in.Partner, e.SHA256)
+	}
+	if err != nil {
+		r.log.Warn("held file's plaintext not removed from the spool; purge removes it at retention", "err", err)
+	}
+}
+
+// EncryptedSuffix ends the name of a report encrypted to the partner's
+// key (pgp.encrypt_reports_to).
+const EncryptedSuffix = ".asc"
+
+// feedPGP is the run's feed's pgp setting; nil for a file no feed
+// matches (a hostile entry).
+func (r *fileRun) feedPGP() *partners.PGP {
+	if r.feed == nil {
+		return nil
+	}
+	return r.feed.PGP
+}
+
+// pgpOf is the pgp setting of the feed named feed, or nil.
+func pgpOf(p *partners.Config, feed string) *partners.PGP {
+	if p == nil {
+		return nil
+	}
+	for i := range p.Feeds {
+		if p.Feeds[i].Name == feed {
+			return p.Feeds[i].PGP
+		}
+	}
+	return nil
+}
+
+// sealReport encrypts a report to the partner's key when the feed says
+// encrypt_reports_to: an armored OpenPGP message signed by intake's key,
+// its name ending in EncryptedSuffix. Otherwise data and name unchanged.
+func sealReport(cfg *partners.PGP, data []byte, name string) ([]byte, string, error) {
+	if cfg == nil || cfg.EncryptReportsTo == "" {
+		return data, name, nil
+	}
+	to, err := loadKeys(cfg.EncryptReportsTo, "")
+	if err != nil {
+		return nil, "", err
+	}
+	secret, err := loadKeys(cfg.PrivateKeyFile, cfg.PassphraseEnv)
+	if err != nil {
+		return nil, "", err
+	}
+	var signer *openpgp.Entity
+	for _, e := range secret {
+		if _, ok := e.SigningKey(time.Now()); ok && e.PrivateKey != nil && !e.PrivateKey.Encrypted {
+			signer = e
+			break
+		}
+	}
+	var b bytes.Buffer
+	aw, err := armor.Encode(&b, "PGP MESSAGE", nil)
+	if err != nil {
+		return nil, "", err
+	}
+	w, err := openpgp.Encrypt(aw, to, signer, &openpgp.FileHints{FileName: name}, nil)
+	if err != nil {
+		return nil, "", fmt.Errorf("encrypt report to %s: %w", cfg.EncryptReportsTo, err)
+	}
+	if _, err := w.Write(data); err != nil {
+		return nil, "", err
+	}
+	if err := w.Close(); err != nil {
+		return nil, "", err
+	}
+	if err := aw.Close(); err != nil {
+		return nil, "", err
+	}
+	return b.Bytes(), name + EncryptedSuffix, nil
+}

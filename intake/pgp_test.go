@@ -1,0 +1,434 @@
+package intake_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ProtonMail/go-crypto/openpgp"
+	"github.com/ProtonMail/go-crypto/openpgp/armor"
+	"github.com/ProtonMail/go-crypto/openpgp/packet"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/partner-intake/partner-intake/intake"
+	"github.com/partner-intake/partner-intake/intake/ops"
+	"github.com/partner-intake/partner-intake/internal/testenv"
+	"github.com/partner-intake/partner-intake/partners"
+	"github.com/partner-intake/partner-intake/spool"
+)
+
+var pgpTestConfig = &packet.Config{Algorithm: packet.PubKeyAlgoEdDSA}
+
+func pgpEntity(t *testing.T, name string) *openpgp.Entity {
+	t.Helper()
+	e, err := openpgp.NewEntity(name, "", name+"@example.test", pgpTestConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+// writeSecret writes e's secret keys, locked with pass, armored.
+func writeSecret(t *testing.T, file string, e *openpgp.Entity, pass string) {
+	t.Helper()
+	var b bytes.Buffer
+	w, err := armor.Encode(&b, openpgp.PrivateKeyType, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.SerializePrivate(w, nil); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	// lock a copy: e stays usable by the test
+	locked, err := openpgp.ReadArmoredKeyRing(bytes.NewReader(b.Bytes()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := locked[0].EncryptPrivateKeys([]byte(pass), nil); err != nil {
+		t.Fatal(err)
+	}
+	b.Reset()
+	w, _ = armor.Encode(&b, openpgp.PrivateKeyType, nil)
+	if err := locked[0].SerializePrivateWithoutSigning(w, nil); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	if err := os.WriteFile(file, b.Bytes(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// writePublic writes e's public key, binary.
+func writePublic(t *testing.T, file string, e *openpgp.Entity) {
+	t.Helper()
+	var b bytes.Buffer
+	if err := e.Serialize(&b); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(file, b.Bytes(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// pgpMessage encrypts data to `to`, signed by signer if not nil,
+// compressed with zlib.
+func pgpMessage(t *testing.T, data []byte, to, signer *openpgp.Entity, armored bool) []byte {
+	t.Helper()
+	var b bytes.Buffer
+	var out interface {
+		Write([]byte) (int, error)
+		Close() error
+	} = nopCloser{&b}
+	if armored {
+		w, err := armor.Encode(&b, "PGP MESSAGE", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = w
+	}
+	cfg := &packet.Config{DefaultCompressionAlgo: packet.CompressionZLIB, CompressionConfig: &packet.CompressionConfig{Level: 9}}
+	w, err := openpgp.Encrypt(out, []*openpgp.Entity{to}, signer, nil, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Write(data); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	out.Close()
+	return b.Bytes()
+}
+
+type nopCloser struct{ *bytes.Buffer }
+
+func (nopCloser) Close() error { return nil }
+
+// PGP files made here with go-crypto, through the daemon on real
+// PostgreSQL and OpenSSH: the good ones (binary and armored) are applied,
+// the archive keeps the ciphertext while the ledger records both hashes,
+// the same plaintext encrypted again is a duplicate of its batch (the
+// batch is the plaintext's); every hostile one is held with its reason,
+// nothing of it applied, its plaintext not left in the spool. A rotated
+// secret key is picked up without a restart.
+func TestPGPFiles(t *testing.T) {
+	_, pool := testenv.DB(t)
+	dir := t.TempDir()
+	t.Setenv("INTAKE_TEST_PGP_PASS", "correct horse")
+	us, partner, stranger, other := pgpEntity(t, "intake"), pgpEntity(t, "partner"), pgpEntity(t, "stranger"), pgpEntity(t, "other")
+	secretFile, verifyFile := filepath.Join(dir, "intake.asc"), filepath.Join(dir, "partner.pub")
+	writeSecret(t, secretFile, us, "correct horse")
+	writePublic(t, verifyFile, partner)
+
+	site := testenv.NewSite(t, "pgp")
+	site.Config.Feeds[0].Pattern = `orders-.*\.csv\.(pgp|gpg|asc)`
+	site.Config.Feeds[0].PGP = &partners.PGP{PrivateKeyFile: secretFile, PassphraseEnv: "INTAKE_TEST_PGP_PASS",
+		VerifyKeysFile: verifyFile, RequireSignature: true}
+	site.Config.Limits.MaxExpandedBytes = 1 << 20
+
+	good := []byte(testenv.OrdersCSV("P", 5))
+	goodMsg := pgpMessage(t, good, us, partner, false)
+	bomb := make([]byte, 50<<20) // zlib inside OpenPGP: about 50 KiB
+	var signedOnly bytes.Buffer
+	sw, err := openpgp.Sign(&signedOnly, partner, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sw.Write(good)
+	sw.Close()
+	cases := map[string]struct {
+		data   []byte
+		reason string
+	}{
+		"orders-good.csv.pgp":      {goodMsg, ""},
+		"orders-armored.csv.asc":   {pgpMessage(t, []byte(testenv.OrdersCSV("A", 3)), us, partner, true), ""},
+		"orders-good.csv.gpg":      {pgpMessage(t, good, us, partner, false), "duplicate"},
+		"orders-wrongsig.csv.pgp":  {pgpMessage(t, []byte(testenv.OrdersCSV("W", 2)), us, stranger, false), "pgp_bad_signature"},
+		"orders-unsigned.csv.pgp":  {pgpMessage(t, []byte(testenv.OrdersCSV("U", 2)), us, nil, false), "pgp_unsigned"},
+		"orders-otherkey.csv.pgp":  {pgpMessage(t, []byte(testenv.OrdersCSV("O", 2)), other, partner, false), "pgp_no_key"},
+		"orders-truncated.csv.pgp": {goodMsg[:len(goodMsg)*2/3], "pgp_corrupt"},
+		"orders-notpgp.csv.pgp":    {[]byte(testenv.OrdersCSV("N", 2)), "pgp_corrupt"},
+		"orders-bomb.csv.pgp":      {pgpMessage(t, bomb, us, partner, false), "archive_too_large"},
+		"orders-signonly.csv.pgp":  {signedOnly.Bytes(), "pgp_not_encrypted"},
+	}
+	for name, c := range cases {
+		site.Drop(t, name, string(c.data))
+	}
+
+	r := newRig(t, pool, "w1", site)
+	r.poll("pgp")
+
+	got := files(t, pool, "pgp")
+	if len(got) != len(cases) {
+		t.Fatalf("%d files processed, want %d", len(got), len(cases))
+	}
+	var dups, goods int
+	for _, f := range got {
+		c := cases[f.Name]
+		if f.Batch == "orders-good" { // two ciphertexts of one plaintext: one applied, one duplicate
+			switch f.State {
+			case "archived":
+				goods++
+			case "duplicate":
+				dups++
+			default:
+				t.Fatalf("%s: %+v", f.Name, f)
+			}
+			continue
+		}
+		if c.reason == "" {
+			if f.State != "archived" || f.Applied == 0 {
+				t.Fatalf("%s: %+v, want archived", f.Name, f)
+			}
+			continue
+		}
+		if f.State != "quarantined" || f.Reason != c.reason || f.Total != 0 {
+			t.Fatalf("%s: %+v, want quarantined %s, unparsed", f.Name, f, c.reason)
+		}
+		if rc := receipt(t, site, f.Receipt); string(rc.Reason) != c.reason {
+			t.Fatalf("%s: receipt %+v", f.Name, rc)
+		}
+	}
+	if goods != 1 || dups != 1 {
+		t.Fatalf("batch orders-good: %d archived, %d duplicate; want 1 and 1", goods, dups)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM orders WHERE partner_id = 'pgp'`); n != 8 {
+		t.Fatalf("%d rows, want the 5 + 3 rows of the good files", n)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM orders WHERE partner_id = 'pgp' AND order_id NOT LIKE 'P-%' AND order_id NOT LIKE 'A-%'`); n != 0 {
+		t.Fatalf("%d rows of held files applied", n)
+	}
+
+	// the ledger records the ciphertext's hash and the plaintext's; the
+	// archive keeps the ciphertext
+	var content, data string
+	if err := pool.QueryRow(context.Background(), `SELECT content_sha256, data_sha256 FROM file_intake WHERE partner_id = 'pgp' AND remote_name = 'orders-good.csv.pgp'`).Scan(&content, &data); err != nil {
+		t.Fatal(err)
+	}
+	if content != sha(string(goodMsg)) || data != sha(string(good)) {
+		t.Fatalf("hashes %s / %s, want the ciphertext's %s and the plaintext's %s", content, data, sha(string(goodMsg)), sha(string(good)))
+	}
+	for _, f := range got {
+		if f.Name == "orders-good.csv.pgp" && f.State == "archived" {
+			rel, _ := filepath.Rel(site.Root, f.Archive)
+			if site.Read(t, rel) != string(goodMsg) {
+				t.Fatal("the archive does not hold the ciphertext")
+			}
+		}
+	}
+	// no plaintext is left in the spool: a held file's is removed when it
+	// is held, an applied file's when it is finished (the P plaintext,
+	// read by two intakes finishing at once, may stay until purge: each may
+	// see the other unfinished, as for two compressed files of one content)
+	var spooled []string
+	filepath.WalkDir(filepath.Join(r.spoolDir, "pgp", "sha256"), func(p string, e os.DirEntry, err error) error {
+		if err == nil && e.Type().IsRegular() {
+			spooled = append(spooled, e.Name())
+		}
+		return nil
+	})
+	for _, prefix := range []string{"A", "W", "U"} {
+		n := map[string]int{"P": 5, "A": 3}[prefix]
+		if n == 0 {
+			n = 2
+		}
+		if plain := sha(testenv.OrdersCSV(prefix, n)); slices.Contains(spooled, plain) {
+			t.Fatalf("the spool holds the plaintext of the %s file: %v", prefix, spooled)
+		}
+	}
+	if !slices.Contains(spooled, sha(string(goodMsg))) {
+		t.Fatalf("the spool does not hold the ciphertext: %v", spooled)
+	}
+
+	// a replay decrypts the archived ciphertext again (its plaintext left
+	// the spool when it finished) and finds every row unchanged
+	var armoredID int64
+	for _, f := range got {
+		if f.Name == "orders-armored.csv.asc" {
+			armoredID = f.ID
+		}
+	}
+	in, err := r.d.Replay(context.Background(), armoredID, "test", "re-apply", nil)
+	if err != nil {
+		t.Fatalf("replay of a PGP file: %v", err)
+	}
+	var state string
+	var unchanged int64
+	if err := pool.QueryRow(context.Background(), `SELECT state, rows_unchanged FROM file_intake WHERE intake_id = $1`, in.ID).Scan(&state, &unchanged); err != nil || state != "archived" || unchanged != 3 {
+		t.Fatalf("replay: %s, %d unchanged (%v)", state, unchanged, err)
+	}
+
+	// a rotated secret key is read again when its file changes
+	next := pgpEntity(t, "intake-2025")
+	writeSecret(t, secretFile, next, "correct horse")
+	later := time.Now().Add(time.Minute)
+	if err := os.Chtimes(secretFile, later, later); err != nil {
+		t.Fatal(err)
+	}
+	site.Drop(t, "orders-rotated.csv.pgp", string(pgpMessage(t, []byte(testenv.OrdersCSV("R", 2)), next, partner, false)))
+	r.poll("pgp")
+	rotated := false
+	for _, f := range files(t, pool, "pgp") {
+		if f.Name == "orders-rotated.csv.pgp" {
+			if rotated = true; f.State != "archived" || f.Applied != 2 {
+				t.Fatalf("after the key rotation: %+v", f)
+			}
+		}
+	}
+	if !rotated {
+		t.Fatal("the file encrypted to the rotated key was not taken")
+	}
+}
+
+// readSealed decrypts an armored report with the partner's key and checks
+// it is signed by intake's key.
+func readSealed(t *testing.T, data string, partner, us *openpgp.Entity) []byte {
+	t.Helper()
+	blk, err := armor.Decode(strings.NewReader(data))
+	if err != nil {
+		t.Fatalf("report not armored OpenPGP: %v", err)
+	}
+	md, err := openpgp.ReadMessage(blk.Body, openpgp.EntityList{partner, us}, nil, nil)
+	if err != nil {
+		t.Fatalf("report not decryptable with the partner's key: %v", err)
+	}
+	plain, err := io.ReadAll(md.UnverifiedBody)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !md.IsSigned || md.SignedBy == nil || md.SignedBy.Entity.PrimaryKey.KeyId != us.PrimaryKey.KeyId || md.SignatureError != nil {
+		t.Fatalf("report not signed by intake's key: signed %v, error %v", md.IsSigned, md.SignatureError)
+	}
+	return plain
+}
+
+// With encrypt_reports_to, the receipt and the rejects report are written
+// encrypted to the partner's key and signed by intake's, named .asc; the
+// partner decrypts them to the usual JSON and CSV. A held file's receipt
+// is sealed too.
+func TestPGPReportsAreEncryptedToThePartner(t *testing.T) {
+	_, pool := testenv.DB(t)
+	dir := t.TempDir()
+	us, partner := pgpEntity(t, "intake"), pgpEntity(t, "partner")
+	secretFile, partnerFile := filepath.Join(dir, "intake.asc"), filepath.Join(dir, "partner.pub")
+	writeSecret(t, secretFile, us, "")
+	writePublic(t, partnerFile, partner)
+	site := testenv.NewSite(t, "pgprep")
+	site.Config.Feeds[0].Pattern = `orders-.*\.csv\.pgp`
+	site.Config.Feeds[0].PGP = &partners.PGP{PrivateKeyFile: secretFile, VerifyKeysFile: partnerFile, RequireSignature: true, EncryptReportsTo: partnerFile}
+	content := testenv.OrdersCSV("E", 3) + "E-x,not-an-email,10.00,paid,2026-11-01T10:00:00Z,1\n"
+	site.Drop(t, "orders-rej.csv.pgp", string(pgpMessage(t, []byte(content), us, partner, false)))
+	site.Drop(t, "orders-unsigned.csv.pgp", string(pgpMessage(t, []byte(content), us, nil, false)))
+	r := newRig(t, pool, "w1", site)
+	r.poll("pgprep")
+
+	got := files(t, pool, "pgprep")
+	if len(got) != 2 {
+		t.Fatalf("%d files, want 2", len(got))
+	}
+	for _, f := range got {
+		if !strings.HasSuffix(f.Receipt, intake.ReceiptSuffix+intake.EncryptedSuffix) {
+			t.Fatalf("%s: receipt %q not sealed", f.Name, f.Receipt)
+		}
+		rel, _ := filepath.Rel(site.Root, f.Receipt)
+		var rc intake.Receipt
+		if err := json.Unmarshal(readSealed(t, site.Read(t, rel), partner, us), &rc); err != nil {
+			t.Fatal(err)
+		}
+		switch f.Name {
+		case "orders-rej.csv.pgp":
+			if f.State != "archived" || rc.Rows.Applied != 3 || rc.Rows.Rejected != 1 || rc.IntakeID != f.ID {
+				t.Fatalf("%+v: receipt %+v", f, rc)
+			}
+			if !strings.HasSuffix(f.Rejects, intake.RejectsSuffix+intake.EncryptedSuffix) || rc.Rejects != f.Rejects {
+				t.Fatalf("rejects report %q, receipt names %q", f.Rejects, rc.Rejects)
+			}
+			rel, _ := filepath.Rel(site.Root, f.Rejects)
+			rej := string(readSealed(t, site.Read(t, rel), partner, us))
+			if !strings.HasPrefix(rej, "line,column,reason") || !strings.Contains(rej, "\n5,email,") {
+				t.Fatalf("rejects report:\n%s", rej)
+			}
+		case "orders-unsigned.csv.pgp":
+			if string(rc.Reason) != "pgp_unsigned" {
+				t.Fatalf("held file's receipt %+v", rc)
+			}
+		}
+	}
+	if n := count(t, pool, `SELECT count(*) FROM orders WHERE partner_id = 'pgprep'`); n != 3 {
+		t.Fatalf("%d rows, want 3", n)
+	}
+
+	// ops discard the held file: its rewritten receipt is sealed too
+	var held int64
+	for _, f := range got {
+		if f.Name == "orders-unsigned.csv.pgp" {
+			held = f.ID
+		}
+	}
+	ctx := context.Background()
+	if err := ops.Discard(ctx, pool, ops.Decision{IntakeID: held, Actor: "carol", Reason: "unsigned", Partners: []string{"pgprep"},
+		Worker: intake.OpsWorker("w1")}); err != nil {
+		t.Fatal(err)
+	}
+	if err := ops.PublishDecision(ctx, pool, []partners.Config{site.Validated(t)}, held); err != nil {
+		t.Fatal(err)
+	}
+	discarded := false
+	for _, f := range files(t, pool, "pgprep") {
+		if f.ID != held {
+			continue
+		}
+		discarded = true
+		if f.State != "discarded" || !strings.HasSuffix(f.Receipt, intake.ReceiptSuffix+intake.EncryptedSuffix) {
+			t.Fatalf("discarded file: %+v", f)
+		}
+		rel, _ := filepath.Rel(site.Root, f.Receipt)
+		var rc intake.Receipt
+		if err := json.Unmarshal(readSealed(t, site.Read(t, rel), partner, us), &rc); err != nil {
+			t.Fatal(err)
+		}
+		if rc.Outcome != intake.OutcomeDiscarded {
+			t.Fatalf("discard receipt %+v", rc)
+		}
+	}
+	if !discarded {
+		t.Fatal("the held file is gone from the ledger")
+	}
+}
+
+// A daemon does not start with a PGP key it cannot use (a missing file, a
+// wrong passphrase), and the error names the file, not the key.
+func TestPGPKeysThatCannotBeUsedStopTheStart(t *testing.T) {
+	_, pool := testenv.DB(t)
+	dir := t.TempDir()
+	secretFile := filepath.Join(dir, "intake.asc")
+	writeSecret(t, secretFile, pgpEntity(t, "intake"), "right")
+	t.Setenv("INTAKE_TEST_PGP_WRONG", "wrong")
+	for _, c := range []struct {
+		file, env, want string
+	}{
+		{filepath.Join(dir, "missing.asc"), "", "missing.asc"},
+		{secretFile, "INTAKE_TEST_PGP_WRONG", "cannot be unlocked"},
+	} {
+		site := testenv.NewSite(t, "pgpkeys")
+		site.Config.Feeds[0].PGP = &partners.PGP{PrivateKeyFile: c.file, PassphraseEnv: c.env}
+		sp, err := spool.New(t.TempDir())
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = intake.New(intake.Config{WorkerID: "w1", Lease: 30 * time.Second, SpoolMinFree: 1}, []partners.Config{site.Validated(t)}, pool, sp,
+			prometheus.NewRegistry(), testenv.Logger(t))
+		if err == nil || !strings.Contains(err.Error(), c.want) || strings.Contains(err.Error(), "PRIVATE KEY") {
+			t.Fatalf("%s: New: %v, want an error naming %q", c.file, err, c.want)
+		}
+	}
+}
