@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"time"
 
 	"github.com/partner-intake/partner-intake/internal/fault"
 )
@@ -22,6 +23,20 @@ func (g *fileGroup) archive(ctx context.Context) error {
 		}
 		done = append(done, f)
 	}
+	// one check for the group right before its files' steps on the site
+	// go out together (fence)
+	start := time.Now()
+	ids := make([]*Intake, len(done))
+	for i, f := range done {
+		ids[i] = f.r.in
+	}
+	if held, err := g.d.ledger.FenceGroup(ctx, ids); err == nil {
+		for _, f := range done {
+			if held[f.r.in.ID] {
+				f.r.groupFencedAt = start
+			}
+		}
+	}
 	errs := make([]error, len(done))
 	var wg sync.WaitGroup
 	for i, f := range done {
@@ -32,6 +47,9 @@ func (g *fileGroup) archive(ctx context.Context) error {
 		}()
 	}
 	wg.Wait()
+	for _, f := range done {
+		f.r.groupFencedAt = time.Time{} // the burst is over: the file's later steps check alone
+	}
 	var ins []*Intake
 	var ok []*groupFile
 	for i, f := range done {

@@ -35,6 +35,10 @@ type fileRun struct {
 	// byManifest: spooled as an exact resend from its manifest alone,
 	// without reading the file (manifestDuplicate).
 	byManifest bool
+	// groupFencedAt: when the file's group checked its token and renewed
+	// its lease right before the group's steps on the site (fence); zero
+	// on the per-file path.
+	groupFencedAt time.Time
 }
 
 func (d *Daemon) newRun(p *partnerRT, sess *partners.Session, in *Intake) (*fileRun, error) {

@@ -212,6 +212,33 @@ func (l *Ledger) HeartbeatGroup(ctx context.Context, ins []*Intake) error {
 	return nil
 }
 
+// FenceGroup renews the leases of a group's files under their fencing
+// tokens in one statement, as Heartbeat does for one file, and returns the
+// ids still held: the group's check before the steps a partner can see
+// (intake/remote.go fence).
+func (l *Ledger) FenceGroup(ctx context.Context, ins []*Intake) (map[int64]bool, error) {
+	var ids, tokens []int64
+	for _, in := range ins {
+		ids, tokens = append(ids, in.ID), append(tokens, in.Token)
+	}
+	rs, err := l.pool.Query(ctx, `UPDATE file_intake f SET lease_until = clock_timestamp() + $3::interval
+		FROM unnest($1::bigint[], $2::bigint[]) AS x(id, token)
+		WHERE f.intake_id = x.id AND f.fencing_token = x.token AND f.state = ANY($4)
+		RETURNING f.intake_id`, ids, tokens, l.lease, liveStates)
+	if err != nil {
+		return nil, fmt.Errorf("fence (group): %w", err)
+	}
+	held, err := pgx.CollectRows(rs, pgx.RowTo[int64])
+	if err != nil {
+		return nil, fmt.Errorf("fence (group): %w", err)
+	}
+	out := make(map[int64]bool, len(held))
+	for _, id := range held {
+		out[id] = true
+	}
+	return out, nil
+}
+
 // ClaimLock serializes one partner's claim renames across replicas: a
 // PostgreSQL transaction advisory lock on the partner, held from the
 // allocation of a claim's intake ids through its renames (and a racing
