@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/partner-intake/partner-intake/intake"
 	"github.com/partner-intake/partner-intake/internal/testenv"
 )
@@ -153,23 +155,7 @@ func TestHostileFilesKeepThePeakRSSBounded(t *testing.T) {
 		w.WriteString(testenv.OrdersCSV("G", 50))
 	})
 
-	p := startIntake(t, url, "", "run", "--config", cfg)
-	pid := p.cmd.Process.Pid
-	var peak int64
-	waitFor(t, 3*time.Minute, func() bool {
-		peak = max(peak, vmHWM(t, pid))
-		fs := testenv.Files(t, pool, "mem")
-		if len(fs) < 3 {
-			return false
-		}
-		for _, f := range fs {
-			if f.State != "failed_terminal" && f.State != "quarantined" && f.State != "archived" {
-				return false
-			}
-		}
-		return true
-	}, p)
-	peak = max(peak, vmHWM(t, pid))
+	p, peak := runUntilFinished(t, url, cfg, pool, "mem", 3)
 	want := map[string]string{
 		"orders-a-field.csv":   "failed_terminal/record_too_large",
 		"orders-b-bomb.csv.gz": "quarantined/archive_too_large",
@@ -263,4 +249,28 @@ func TestAHundredThousandEntriesInReadyAreBoundedWorkPerPoll(t *testing.T) {
 		}
 	}
 	testenv.AssertExactOrders(t, pool, "many", 3, "G0", "G1", "G2", "G3", "G4", "G5", "G6", "G7", "G8", "G9")
+}
+
+// runUntilFinished runs the real daemon on cfg until the partner's first n
+// files have ended (archived, quarantined or failed) and returns the
+// daemon, still running, and its peak RSS (VmHWM) sampled all along.
+func runUntilFinished(t *testing.T, url, cfg string, pool *pgxpool.Pool, partner string, n int) (*proc, int64) {
+	t.Helper()
+	p := startIntake(t, url, "", "run", "--config", cfg)
+	pid := p.cmd.Process.Pid
+	var peak int64
+	waitFor(t, 3*time.Minute, func() bool {
+		peak = max(peak, vmHWM(t, pid))
+		fs := testenv.Files(t, pool, partner)
+		if len(fs) < n {
+			return false
+		}
+		for _, f := range fs {
+			if f.State != "failed_terminal" && f.State != "quarantined" && f.State != "archived" {
+				return false
+			}
+		}
+		return true
+	}, p)
+	return p, max(peak, vmHWM(t, pid))
 }

@@ -79,23 +79,7 @@ func TestAPGPFileIsDecryptedStreamingByTheRealDaemon(t *testing.T) {
 		seal(w, func(ew interface{ Write([]byte) (int, error) }) { ew.Write([]byte(testenv.OrdersCSV("G", 50))) })
 	})
 
-	p := startIntake(t, url, "", "run", "--config", cfg)
-	pid := p.cmd.Process.Pid
-	var peak int64
-	waitFor(t, 3*time.Minute, func() bool {
-		peak = max(peak, vmHWM(t, pid))
-		fs := testenv.Files(t, pool, "pgpmem")
-		if len(fs) < 2 {
-			return false
-		}
-		for _, f := range fs {
-			if f.State != "failed_terminal" && f.State != "quarantined" && f.State != "archived" {
-				return false
-			}
-		}
-		return true
-	}, p)
-	peak = max(peak, vmHWM(t, pid))
+	p, peak := runUntilFinished(t, url, cfg, pool, "pgpmem", 2)
 	want := map[string]string{
 		"orders-a-big.csv.pgp":  "failed_terminal/binary_content",
 		"orders-b-good.csv.pgp": "archived/",
