@@ -197,19 +197,11 @@ func (l *Ledger) ArchiveGroup(ctx context.Context, ins []*Intake) (map[int64]boo
 }
 
 // HeartbeatGroup extends the leases of a group's files that are still
-// this worker's under their tokens.
+// this worker's under their tokens (FenceGroup's statement; which files
+// are still held does not matter to a heartbeat).
 func (l *Ledger) HeartbeatGroup(ctx context.Context, ins []*Intake) error {
-	var ids, tokens []int64
-	for _, in := range ins {
-		ids, tokens = append(ids, in.ID), append(tokens, in.Token)
-	}
-	_, err := l.pool.Exec(ctx, `UPDATE file_intake f SET lease_until = now() + $3::interval
-		FROM unnest($1::bigint[], $2::bigint[]) AS x(id, token)
-		WHERE f.intake_id = x.id AND f.fencing_token = x.token AND f.state = ANY($4)`, ids, tokens, l.lease, liveStates)
-	if err != nil {
-		return fmt.Errorf("Heartbeat (group): %w", err)
-	}
-	return nil
+	_, err := l.FenceGroup(ctx, ins)
+	return err
 }
 
 // FenceGroup renews the leases of a group's files under their fencing

@@ -30,20 +30,9 @@ func (e *env) wanWorkload(ctx context.Context, res *Results) error {
 	res.WANRTTms = float64(2*e.o.WANDelay) / 1e6
 	e.say("WAN: SFTP through a proxy adding %v each way", e.o.WANDelay)
 
-	url, err := e.database(ctx)
+	var size int64
+	url, root, cfg, src, err := e.largeSetup(ctx, &size)
 	if err != nil {
-		return err
-	}
-	root, err := e.partnerSite("big")
-	if err != nil {
-		return err
-	}
-	cfg, err := e.config("bench-1", map[string]string{"big": root}, []string{"big"})
-	if err != nil {
-		return err
-	}
-	src := filepath.Join(e.dir, "large.csv")
-	if _, err := writeCSV(src, e.o.LargeRows, 0); err != nil {
 		return err
 	}
 	if err := copyFile(src, filepath.Join(root, "ready", "orders-naive.csv")); err != nil {

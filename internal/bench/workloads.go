@@ -22,20 +22,8 @@ import (
 // large measures the big file: intake fresh, replay (same rows, new batch
 // id) and exact duplicate, against the naive pipeline's fresh and replay.
 func (e *env) large(ctx context.Context, res *Results) error {
-	url, err := e.database(ctx)
+	url, root, cfg, src, err := e.largeSetup(ctx, &res.LargeBytes)
 	if err != nil {
-		return err
-	}
-	root, err := e.partnerSite("big")
-	if err != nil {
-		return err
-	}
-	cfg, err := e.config("bench-1", map[string]string{"big": root}, []string{"big"})
-	if err != nil {
-		return err
-	}
-	src := filepath.Join(e.dir, "large.csv")
-	if res.LargeBytes, err = writeCSV(src, e.o.LargeRows, 0); err != nil {
 		return err
 	}
 	e.say("large file: %d rows, %.1f MB", e.o.LargeRows, float64(res.LargeBytes)/1e6)
@@ -198,6 +186,23 @@ func fileSHA256(path string) (string, int64, error) {
 	return hex.EncodeToString(h.Sum(nil)), n, nil
 }
 
+// largeSetup makes a fresh database, the partner "big" with its site and
+// config, and the large file (its size in *bytes).
+func (e *env) largeSetup(ctx context.Context, bytes *int64) (url, root, cfg, src string, err error) {
+	if url, err = e.database(ctx); err != nil {
+		return
+	}
+	if root, err = e.partnerSite("big"); err != nil {
+		return
+	}
+	if cfg, err = e.config("bench-1", map[string]string{"big": root}, []string{"big"}); err != nil {
+		return
+	}
+	src = filepath.Join(e.dir, "large.csv")
+	*bytes, err = writeCSV(src, e.o.LargeRows, 0)
+	return
+}
+
 // floorCopy is the physical floor of a fresh load: psql \copy of the file,
 // already on local disk, straight into an empty table with the target's
 // primary key, in one transaction. No download, no hash, no validation, no
@@ -228,7 +233,7 @@ COMMIT;
 
 // psqlTimed runs a psql script and returns its wall time.
 func (e *env) psqlTimed(url, script string) (float64, error) {
-	sf := filepath.Join(e.dir, "floor.sql")
+	sf := filepath.Join(e.dir, "script.sql")
 	if err := os.WriteFile(sf, []byte(script), 0o600); err != nil {
 		return 0, err
 	}
@@ -301,12 +306,8 @@ WHERE (t.email, t.amount, t.status, t.placed_at, t.note, t.qty) IS DISTINCT FROM
       (EXCLUDED.email, EXCLUDED.amount, EXCLUDED.status, EXCLUDED.placed_at, EXCLUDED.note, EXCLUDED.qty);
 COMMIT;
 `, local, batch)
-	sf := filepath.Join(e.dir, "naive.sql")
-	if err := os.WriteFile(sf, []byte(script), 0o600); err != nil {
+	if _, err := e.psqlTimed(url, script); err != nil {
 		return 0, err
-	}
-	if out, err := exec.Command("psql", url, "-q", "-f", sf).CombinedOutput(); err != nil {
-		return 0, fmt.Errorf("psql: %v\n%s", err, out)
 	}
 	os.Remove(local)
 	return time.Since(start).Seconds(), nil
