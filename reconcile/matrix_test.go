@@ -328,6 +328,13 @@ intake_stale_uploads{partner="odd"} 1
 	if _, err := os.Lstat(unknown); err != nil {
 		t.Fatal("the reconciler moved a file it only reports")
 	}
+	// a reload that removes the partner removes its gauges' series with
+	// the next run: a removed partner's last count never alerts for ever
+	w1.rec.SetPartners(nil)
+	w1.reconcile(t)
+	if n, err := testutil.GatherAndCount(w1.reg, "intake_stale_uploads", "intake_orphan_claims"); err != nil || n != 0 {
+		t.Fatalf("%d series of a removed partner after a run (%v), want 0", n, err)
+	}
 
 	other, _ := sshdtest.WriteKey(filepath.Join(t.TempDir(), "k"))
 	kh := filepath.Join(t.TempDir(), "kh")

@@ -126,6 +126,10 @@ type Reconciler struct {
 	takeovers   *prometheus.CounterVec
 	staleUps    *prometheus.GaugeVec
 	orphans     *prometheus.GaugeVec
+	// gauged: the partners the per-partner gauges have series for, so a
+	// run after a reload removes those of partners no longer configured
+	// (a removed partner's last count would otherwise alert for ever).
+	gauged map[string]bool
 
 	life lifecycle.Base
 	// partsMu guards parts, which a reload replaces (SetPartners).
@@ -242,10 +246,19 @@ func (r *Reconciler) RunOnce(ctx context.Context) ([]Finding, error) {
 
 func (r *Reconciler) record(parts []partners.Config, fs []Finding) {
 	r.lastFinds.Reset()
+	now := make(map[string]bool, len(parts))
 	for i := range parts {
+		now[parts[i].ID] = true
 		r.staleUps.WithLabelValues(parts[i].ID).Set(0)
 		r.orphans.WithLabelValues(parts[i].ID).Set(0)
 	}
+	for id := range r.gauged {
+		if !now[id] {
+			r.staleUps.DeleteLabelValues(id)
+			r.orphans.DeleteLabelValues(id)
+		}
+	}
+	r.gauged = now
 	for _, f := range fs {
 		if f.Kind == KindStaleUpload {
 			r.staleUps.WithLabelValues(f.Partner).Inc()
