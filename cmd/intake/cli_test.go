@@ -69,6 +69,9 @@ func TestEachMissingRequiredFlagIsNamed(t *testing.T) {
 		{[]string{"replay", "7", "--reason", "fixed"}, []string{"--config FILE is required"}},
 		{[]string{"quarantine", "release", "7", "--config", "x.yaml"}, []string{"--reason TEXT is required"}},
 		{[]string{"status"}, []string{"--config FILE is required"}},
+		{[]string{"notify", "redeliver", "--config", "x.yaml", "--all"}, []string{"--reason TEXT is required"}},
+		{[]string{"notify", "redeliver", "--config", "x.yaml", "--reason", "fixed"}, []string{"give --event ID or --all"}},
+		{[]string{"notify", "redeliver", "--config", "x.yaml", "--reason", "fixed", "--all", "--event", "3"}, []string{"give --event ID or --all"}},
 		{[]string{"check", "--partner", "x"}, nil}, // an unknown flag: the flag package names it
 	}
 	for _, c := range cases {

@@ -267,6 +267,44 @@ func TestADeliveryPastItsBudgetIsDeadNotDropped(t *testing.T) {
 	if testenv.Count(t, pool, `SELECT count(*) FROM intake_outbox WHERE event_id = $1`, id) != 1 {
 		t.Fatal("the dead event left the outbox")
 	}
+
+	// Once the endpoint is fixed, ops send the dead delivery again (intake
+	// notify redeliver): it gets a fresh budget, is delivered under the
+	// same event id and the decision is audited; the other endpoint's
+	// delivery, not chosen, stays dead, and a second redelivery finds
+	// nothing dead to revive.
+	l := ledger.New(pool, time.Minute)
+	ctx := context.Background()
+	dead, err := l.DeadDeliveries(ctx, []string{"acme"}, 10)
+	if err != nil || len(dead) != 2 || dead[0].EventID != id || dead[0].Attempts == 0 {
+		t.Fatalf("dead deliveries %+v %v", dead, err)
+	}
+	if n, err := l.DeadDeliveries(ctx, []string{"other"}, 10); err != nil || len(n) != 0 {
+		t.Fatalf("another partner's scope lists %d dead deliveries (%v)", len(n), err)
+	}
+	r.failing.Store(false)
+	pick := ledger.Redelivery{Partners: []string{"acme"}, EventID: id, URL: r.URL, Actor: "ops", Reason: "endpoint fixed"}
+	if n, err := l.Redeliver(ctx, pick); err != nil || n != 1 {
+		t.Fatalf("redelivered %d (%v), want 1", n, err)
+	}
+	waitFor(t, time.Minute, "redelivered", func() bool {
+		s.RunOnce(ctx)
+		return testenv.Count(t, pool, `SELECT count(*) FROM intake_outbox_delivery WHERE event_id = $1 AND url = $2 AND state = 'delivered'`, id, r.URL) == 1
+	})
+	if testenv.Count(t, pool, `SELECT count(*) FROM intake_outbox_delivery WHERE event_id = $1 AND url LIKE '%/unsigned' AND state = 'dead'`, id) != 1 {
+		t.Fatal("a delivery nobody chose was sent again")
+	}
+	last := r.got()[len(r.got())-1]
+	if !last.ok || last.id != strconv.FormatInt(id, 10) {
+		t.Fatalf("the redelivery reached the receiver as %+v, want event %d answered 2xx", last, id)
+	}
+	if testenv.Count(t, pool, `SELECT count(*) FROM intake_audit WHERE action = 'notify_redeliver' AND actor = 'ops' AND partner_id = 'acme' AND detail LIKE $1`,
+		"event "+strconv.FormatInt(id, 10)+" %") != 1 {
+		t.Fatal("the redelivery is not audited")
+	}
+	if n, err := l.Redeliver(ctx, pick); err != nil || n != 0 {
+		t.Fatalf("a delivered delivery was revived again: %d %v", n, err)
+	}
 }
 
 func gaugeValue(t *testing.T, reg *prometheus.Registry, name string) float64 {

@@ -1,0 +1,95 @@
+package ledger
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// What ops do with deliveries whose retry budget ran out: list them and,
+// once the endpoint is fixed, send them again with a fresh budget.
+
+// DeadDelivery is a webhook delivery marked dead (its budget spent).
+type DeadDelivery struct {
+	EventID        int64
+	Partner, Event string
+	URL            string // without its query, which may carry a token
+	Attempts       int
+	LastStatus     int // 0: no HTTP answer
+	LastError      string
+	CreatedAt      time.Time
+	DeadAt         time.Time
+}
+
+// DeadDeliveries lists the dead deliveries of the given partners, oldest
+// death first, at most limit.
+func (l *Ledger) DeadDeliveries(ctx context.Context, partners []string, limit int) ([]DeadDelivery, error) {
+	rs, err := l.pool.Query(ctx, `SELECT d.event_id, o.partner_id, o.event, split_part(d.url, '?', 1), d.attempts, coalesce(d.last_status, 0),
+		coalesce(d.last_error, ''), o.created_at, d.dead_at
+		FROM intake_outbox_delivery d JOIN intake_outbox o USING (event_id)
+		WHERE d.state = 'dead' AND o.partner_id = ANY($1)
+		ORDER BY d.dead_at, d.event_id, d.url LIMIT $2`, partners, limit)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rs, func(r pgx.CollectableRow) (DeadDelivery, error) {
+		var d DeadDelivery
+		err := r.Scan(&d.EventID, &d.Partner, &d.Event, &d.URL, &d.Attempts, &d.LastStatus, &d.LastError, &d.CreatedAt, &d.DeadAt)
+		return d, err
+	})
+}
+
+// Redelivery says which dead deliveries to send again: those of event
+// EventID (0: every event) to URL ("": every endpoint; with or without
+// its query, as DeadDeliveries shows it), of Partners.
+type Redelivery struct {
+	Partners      []string
+	EventID       int64
+	URL           string
+	Actor, Reason string
+}
+
+// Redeliver makes the dead deliveries r selects pending again, due now and
+// with a fresh retry budget, and audits each one, in one transaction. Only
+// a dead delivery changes (a delivery that is pending or delivered is left
+// alone, so two operators redelivering at once send it once more, not
+// twice); the attempt count goes on rising, so it still fences the
+// outcome of each attempt. It returns how many deliveries it revived.
+func (l *Ledger) Redeliver(ctx context.Context, r Redelivery) (int64, error) {
+	var n int64
+	err := pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
+		rs, err := tx.Query(ctx, `UPDATE intake_outbox_delivery d SET state = 'pending', dead_at = NULL, budget_from = now(),
+			next_attempt_at = now(), lease_until = NULL, leased_by = NULL
+			FROM intake_outbox o
+			WHERE o.event_id = d.event_id AND d.state = 'dead' AND o.partner_id = ANY($1)
+			  AND ($2 = 0 OR d.event_id = $2) AND ($3 = '' OR d.url = $3 OR split_part(d.url, '?', 1) = $3)
+			RETURNING o.partner_id, d.event_id, o.event`, r.Partners, r.EventID, r.URL)
+		if err != nil {
+			return err
+		}
+		type revived struct {
+			partner string
+			id      int64
+			event   string
+		}
+		got, err := pgx.CollectRows(rs, func(row pgx.CollectableRow) (revived, error) {
+			var v revived
+			return v, row.Scan(&v.partner, &v.id, &v.event)
+		})
+		if err != nil {
+			return err
+		}
+		for _, v := range got {
+			// the endpoint's URL is not audited: it may carry a token
+			if err := audit(ctx, tx, r.Actor, "notify_redeliver", v.partner, 0, r.Reason,
+				fmt.Sprintf("event %d (%s)", v.id, v.event)); err != nil {
+				return err
+			}
+		}
+		n = int64(len(got))
+		return nil
+	})
+	return n, err
+}
