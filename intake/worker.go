@@ -61,7 +61,8 @@ func (d *Daemon) newRun(p *partnerRT, sess *partners.Session, in *Intake) (*file
 // terminal reports whether the worker is done with a state.
 func terminal(s State) bool {
 	switch s {
-	case StateArchived, StateDuplicate, StateQuarantined, StateFailedTerminal, StateDiscarded, StatePutBack, StateOutcomeUnknown:
+	case StateArchived, StateDuplicate, StateQuarantined, StateFailedTerminal, StateDiscarded, StatePutBack, StateOutcomeUnknown,
+		StateAwaitingApproval: // waits for ops, held by no worker
 		return true
 	}
 	return false
@@ -180,6 +181,12 @@ func (r *fileRun) decide(ctx context.Context) error {
 	}
 	if verdict != VerdictNew {
 		r.dropPre()
+	}
+	if verdict == VerdictNew && r.in.PlanDecision == planRejected {
+		// ops rejected the file's plan (intake reject): held, nothing applied
+		r.dropPre()
+		return r.hold(ctx, StateQuarantined, ReasonPlanRejected, 0,
+			"the file's plan against the target was rejected by review before anything was applied; nothing of it was applied. Contact us before sending it again")
 	}
 	switch verdict {
 	case VerdictDuplicate:

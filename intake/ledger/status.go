@@ -56,7 +56,7 @@ func (l *Ledger) Gauges(ctx context.Context, partners []string) ([]Gauge, error)
 		coalesce(sum(size_bytes) FILTER (WHERE state = 'applying'), 0)::float8,
 		coalesce(sum(size_bytes * (rows_applied + rows_unchanged + rows_conflict) / nullif(rows_total - rows_rejected, 0))
 		    FILTER (WHERE state = 'applying'), 0)::float8
-		FROM file_intake WHERE state IN ('claimed', 'spooled', 'applying', 'applied', 'outcome_unknown', 'quarantined')
+		FROM file_intake WHERE state IN ('claimed', 'spooled', 'applying', 'applied', 'outcome_unknown', 'quarantined', 'awaiting_approval')
 		  AND partner_id = ANY($1)
 		GROUP BY partner_id, state`, partners)
 	if err != nil {
