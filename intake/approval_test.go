@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/partner-intake/partner-intake/intake"
@@ -17,6 +18,8 @@ import (
 	"github.com/partner-intake/partner-intake/intake/target"
 	"github.com/partner-intake/partner-intake/internal/testenv"
 	"github.com/partner-intake/partner-intake/partners"
+	"github.com/partner-intake/partner-intake/reconcile"
+	"github.com/partner-intake/partner-intake/spool"
 )
 
 func ratio(v float64) *float64 { return &v }
@@ -50,6 +53,25 @@ func audits(t *testing.T, pool *pgxpool.Pool, id int64) []string {
 		out = append(out, s)
 	}
 	return out
+}
+
+// reconcileAs runs a reconciler of worker once over the site's partner.
+func reconcileAs(t *testing.T, pool *pgxpool.Pool, worker string, site *testenv.Site) []reconcile.Finding {
+	t.Helper()
+	sp, err := spool.New(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, err := reconcile.New(reconcile.Config{}, worker, 30*time.Second, pool, sp,
+		[]partners.Config{site.Validated(t)}, prometheus.NewRegistry(), testenv.Logger(t), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fs, err := rec.RunOnce(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fs
 }
 
 func approve(ctx context.Context, pool *pgxpool.Pool, partner string, id int64, hash string) error {
@@ -118,6 +140,17 @@ func TestPlanOverThresholdWaitsAndApprovedPlanApplies(t *testing.T) {
 	}
 	if n := count(t, pool, `SELECT count(*) FROM intake_outbox WHERE event = 'awaiting_approval' AND (payload->>'intake_id')::bigint = $1`, f2.ID); n != 1 {
 		t.Fatalf("%d awaiting_approval events, want 1", n)
+	}
+	// another replica's reconciler, even once the old lease is long past,
+	// neither takes the waiting file over nor adopts it as an orphan
+	execArgs(t, pool, `UPDATE file_intake SET lease_until = now() - interval '1 hour' WHERE intake_id = $1`, f2.ID)
+	for _, fd := range reconcileAs(t, pool, "w2", site) {
+		if fd.IntakeID == f2.ID || fd.Kind == reconcile.KindOrphanClaim {
+			t.Fatalf("the reconciler acted on the waiting file: %+v", fd)
+		}
+	}
+	if got := site.Files(t, "processing"); len(got) != 1 || got[0] != "w1/orders-2.csv" {
+		t.Fatalf("processing/ holds %v after the reconciler ran", got)
 	}
 	// a poll while it waits leaves it waiting
 	r.poll("ap")
@@ -210,10 +243,16 @@ func TestStaleApprovalReplansAndOldHashIsRefused(t *testing.T) {
 	if err := approve(ctx, pool, "st", f1.ID, v2.Hash); err != nil {
 		t.Fatal(err)
 	}
-	r.poll("st")
+	// the owner is gone: another replica's reconciler takes the approved
+	// file over (its lease expired with the decision) and that replica
+	// applies it, from its own spool
+	r.d.Stop()
+	r2 := newRig(t, pool, "w2", site)
+	reconcileAs(t, pool, "w2", site)
+	r2.poll("st")
 	f1 = files(t, pool, "st")[0]
-	if f1.State != "archived" || f1.Applied != 3 {
-		t.Fatalf("file %+v after the second approval", f1)
+	if f1.State != "archived" || f1.Applied != 3 || f1.Worker != "w2" {
+		t.Fatalf("file %+v after the second approval, want archived by w2", f1)
 	}
 	want := "intake:await_approval:awaiting_approval,alice:approve:reviewed,intake:replan:plan_changed,alice:approve:reviewed"
 	if got := audits(t, pool, f1.ID); strings.Join(got, ",") != want {

@@ -184,3 +184,27 @@ func (l *Ledger) whyNotDecided(ctx context.Context, tx pgx.Tx, d PlanDecision) e
 	return fmt.Errorf("%w: plan hash %s is not the current plan of intake %d (its plan is %s: the plan changed or the hash is mistyped; review it with intake plan show %d)",
 		ErrPlanDecision, d.PlanHash, d.IntakeID, hash, d.IntakeID)
 }
+
+// Waiting is a file awaiting approval, for `intake status`.
+type Waiting struct {
+	Partner   string
+	IntakeID  int64
+	Feed      string
+	Reason    string
+	PlanHash  string
+	PlannedAt time.Time
+}
+
+// AwaitingApproval lists the partners' files awaiting approval, oldest
+// plan first.
+func (l *Ledger) AwaitingApproval(ctx context.Context, partners []string) ([]Waiting, error) {
+	rs, err := l.pool.Query(ctx, `SELECT partner_id, intake_id, feed, coalesce(reason, ''), coalesce(plan_hash, ''), coalesce(planned_at, updated_at)
+		FROM file_intake WHERE partner_id = ANY($1) AND state = 'awaiting_approval' ORDER BY planned_at, intake_id`, partners)
+	if err != nil {
+		return nil, fmt.Errorf("awaiting approval: %w", err)
+	}
+	return pgx.CollectRows(rs, func(r pgx.CollectableRow) (Waiting, error) {
+		var w Waiting
+		return w, r.Scan(&w.Partner, &w.IntakeID, &w.Feed, &w.Reason, &w.PlanHash, &w.PlannedAt)
+	})
+}
