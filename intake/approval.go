@@ -202,3 +202,71 @@ func (r *fileRun) targetPlan(ctx context.Context, tx pgx.Tx, total int64) (targe
 	counts.Invalid = invalid
 	return counts, sample, err
 }
+
+// recheckPlan: the file applies an approved plan and none of its chunks is
+// applied yet, so its first chunk plans it again in its own transaction
+// (recheck) before it writes anything. The state is read from the row
+// (approved_plan_hash = plan_hash), so a restart between the plan and the
+// first chunk checks it all the same.
+func (r *fileRun) recheckPlan(ch *chunk) bool {
+	in := r.in
+	return ch.no == 0 && in.ChunksDone == 0 && r.feed.Approval != nil && in.ApprovedPlanHash != "" && in.PlanHash == in.ApprovedPlanHash
+}
+
+// planChangedError: the first chunk's fresh plan is not the approved one;
+// the chunk's transaction rolled back and the file waits again (rewait).
+type planChangedError struct{ rec ledger.PlanRecord }
+
+func (e *planChangedError) Error() string {
+	return fmt.Sprintf("the approved plan %s no longer holds (now %s)", e.rec.ApprovedWas, e.rec.Hash)
+}
+
+// recheck plans the file again in the first chunk's transaction tx,
+// before its rows are written: the same plan as the approved one lets the
+// chunk go on (the staging table emptied for it), in the same transaction,
+// so the approved counts held against the target as this transaction saw
+// it; another plan is a planChangedError.
+func (r *fileRun) recheck(ctx context.Context, tx pgx.Tx, tgt *target.Table) error {
+	in := r.in
+	counts, sample, err := r.targetPlan(ctx, tx, in.RowsTotal)
+	if err != nil {
+		return err
+	}
+	hash := PlanHash(in.SHA256, in.FeedSHA256, in.RowsTotal, counts)
+	if hash == in.ApprovedPlanHash {
+		if err := tgt.ClearStage(ctx, tx); err != nil {
+			return fmt.Errorf("plan: clear stage: %w", err)
+		}
+		_, err := tx.Exec(ctx, `DROP TABLE intake_plan_rows`)
+		return err
+	}
+	rec := ledger.PlanRecord{Hash: hash, Wait: true, Replanned: true, ApprovedWas: in.ApprovedPlanHash}
+	if rec.Counts, err = json.Marshal(counts); err != nil {
+		return err
+	}
+	if rec.Sample, err = json.Marshal(sample); err != nil {
+		return err
+	}
+	return &planChangedError{rec: rec}
+}
+
+// rewait sends a file whose first chunk found the approved plan changed
+// back to awaiting_approval with the new plan (fenced, only while no chunk
+// is applied), audited, with its event.
+func (r *fileRun) rewait(ctx context.Context, pc *planChangedError) error {
+	in := r.in
+	err := pgx.BeginFunc(ctx, r.d.db, func(tx pgx.Tx) error {
+		if err := ledger.Rewait(ctx, tx, in); err != nil {
+			return err
+		}
+		return ledger.RecordPlan(ctx, tx, in, pc.rec)
+	})
+	if err != nil {
+		return err
+	}
+	in.State = StateAwaitingApproval
+	r.d.metrics.plans.WithLabelValues(in.Partner, "replanned").Inc()
+	r.log.Warn("approved plan no longer holds at the first chunk: the file awaits approval again", "plan_hash", pc.rec.Hash,
+		"approved_hash", pc.rec.ApprovedWas, "reason", ReasonPlanChanged)
+	return nil
+}

@@ -370,3 +370,51 @@ func TestSnapshotDeleteRatioWaits(t *testing.T) {
 		t.Fatalf("%d rows after the approved snapshot, want 2", n)
 	}
 }
+
+// The target changes after the approved file's plan step moved it to
+// applying but before its first chunk: the first chunk plans it again in
+// its own transaction, finds other counts, writes nothing and sends the
+// file back to awaiting_approval (plan_changed, audited).
+func TestTargetChangedBeforeTheFirstChunkReplans(t *testing.T) {
+	_, pool := testenv.DB(t)
+	ctx := context.Background()
+	site := testenv.NewSite(t, "fc")
+	site.Config.Feeds[0].Approval = &partners.Approval{Always: true}
+	r := newRig(t, pool, "w1", site)
+	site.Drop(t, "orders-1.csv", goodRows("F", 3))
+	r.poll("fc")
+	f := files(t, pool, "fc")[0]
+	v1, _ := planOf(t, pool, "fc", f.ID)
+	if err := approve(ctx, pool, "fc", f.ID, v1.Hash); err != nil {
+		t.Fatal(err)
+	}
+	resume := r.pollPaused("fc", "approval:before_first_chunk")
+	if st := files(t, pool, "fc")[0].State; st != "applying" {
+		t.Fatalf("state %s at the first chunk, want applying", st)
+	}
+	exec(t, pool, `INSERT INTO orders (partner_id, order_id, amount, status, placed_at, last_intake_id) VALUES ('fc', 'F-3', 1, 'new', now(), 0)`)
+	if err := resume(); err != nil {
+		t.Fatal(err)
+	}
+	f = files(t, pool, "fc")[0]
+	if f.State != "awaiting_approval" || f.Reason != "plan_changed" || f.Chunks != 0 {
+		t.Fatalf("file %+v, want back in awaiting_approval with no chunk applied", f)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM orders WHERE partner_id = 'fc' AND last_intake_id = $1`, f.ID); n != 0 {
+		t.Fatalf("%d rows written under a plan nobody approved", n)
+	}
+	v2, c2 := planOf(t, pool, "fc", f.ID)
+	if v2.Hash == v1.Hash || c2.Creates != 2 || c2.Updates != 1 {
+		t.Fatalf("new plan %+v", c2)
+	}
+	if got := audits(t, pool, f.ID); len(got) != 3 || got[2] != "intake:replan:plan_changed" {
+		t.Fatalf("audit %v", got)
+	}
+	if err := approve(ctx, pool, "fc", f.ID, v2.Hash); err != nil {
+		t.Fatal(err)
+	}
+	r.poll("fc")
+	if f := files(t, pool, "fc")[0]; f.State != "archived" || f.Applied != 3 {
+		t.Fatalf("file %+v after the second approval", f)
+	}
+}

@@ -208,3 +208,16 @@ func (l *Ledger) AwaitingApproval(ctx context.Context, partners []string) ([]Wai
 		return w, r.Scan(&w.Partner, &w.IntakeID, &w.Feed, &w.Reason, &w.PlanHash, &w.PlannedAt)
 	})
 }
+
+// Rewait moves a file whose first chunk found its approved plan changed
+// back to awaiting_approval (applying -> awaiting_approval, fenced, only
+// while no chunk is applied), in tx with RecordPlan.
+func Rewait(ctx context.Context, tx pgx.Tx, in *Intake) error {
+	tag, err := tx.Exec(ctx, `UPDATE file_intake SET state = 'awaiting_approval', updated_at = now()
+		WHERE intake_id = $1 AND fencing_token = $2 AND state = 'applying' AND chunks_done = 0`, in.ID, in.Token)
+	if err := fenced(tag, err, in, "back to awaiting_approval"); err != nil {
+		return err
+	}
+	in.State = StateAwaitingApproval
+	return nil
+}
