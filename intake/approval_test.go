@@ -138,7 +138,8 @@ func TestPlanOverThresholdWaitsAndApprovedPlanApplies(t *testing.T) {
 	if got := testutil.ToFloat64(r.d.Metrics().Awaiting.WithLabelValues("ap")); got != 1 {
 		t.Fatalf("intake_files_awaiting_approval = %v, want 1", got)
 	}
-	if n := count(t, pool, `SELECT count(*) FROM intake_outbox WHERE event = 'awaiting_approval' AND (payload->>'intake_id')::bigint = $1`, f2.ID); n != 1 {
+	if n := count(t, pool, `SELECT count(*) FROM intake_outbox WHERE event = 'awaiting_approval' AND (payload->>'intake_id')::bigint = $1
+		AND payload->>'plan_hash' = $2 AND payload->>'state' = 'awaiting_approval'`, f2.ID, v.Hash); n != 1 {
 		t.Fatalf("%d awaiting_approval events, want 1", n)
 	}
 	// another replica's reconciler, even once the old lease is long past,

@@ -66,7 +66,9 @@ func RecordPlan(ctx context.Context, tx pgx.Tx, in *Intake, p PlanRecord) error 
 	if !p.Wait {
 		return nil
 	}
-	if _, err := tx.Exec(ctx, fileEventSQL, in.ID, EventAwaitingApproval); err != nil {
+	if _, err := tx.Exec(ctx, `INSERT INTO intake_outbox (partner_id, event, payload)
+		SELECT f.partner_id, $2, `+filePayload+` || jsonb_build_object('plan_hash', f.plan_hash) FROM file_intake f WHERE f.intake_id = $1`,
+		in.ID, EventAwaitingApproval); err != nil {
 		return fmt.Errorf("outbox: %w", err)
 	}
 	if p.Replanned {

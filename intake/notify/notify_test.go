@@ -284,8 +284,8 @@ func gaugeValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	return 0
 }
 
-// The events the config accepts are the ones the ledger writes (and
-// awaiting_approval, which waits for issue 14).
+// The events the config accepts are the ones the ledger writes
+// (awaiting_approval by RecordPlan: intake/approval_test.go).
 func TestConfigEventsAreTheLedgersEvents(t *testing.T) {
 	want := []string{ledger.EventQuarantined, ledger.EventFailed, ledger.EventRejectedRows, ledger.EventLate,
 		ledger.EventHostKeyMismatch, ledger.EventAwaitingApproval}
