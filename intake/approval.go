@@ -210,7 +210,7 @@ func (r *fileRun) targetPlan(ctx context.Context, tx pgx.Tx, total int64) (targe
 // first chunk checks it all the same.
 func (r *fileRun) recheckPlan(ch *chunk) bool {
 	in := r.in
-	return ch.no == 0 && in.ChunksDone == 0 && r.feed.Approval != nil && in.ApprovedPlanHash != "" && in.PlanHash == in.ApprovedPlanHash
+	return ch.no == 0 && in.ChunksDone == 0 && in.ApprovedPlanHash != "" && in.PlanHash == in.ApprovedPlanHash
 }
 
 // planChangedError: the first chunk's fresh plan is not the approved one;

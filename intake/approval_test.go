@@ -419,3 +419,43 @@ func TestTargetChangedBeforeTheFirstChunkReplans(t *testing.T) {
 		t.Fatalf("file %+v after the second approval", f)
 	}
 }
+
+// An approved file is held to its approved plan even when the policy has
+// left the configuration since (a restart or reload without it): a
+// changed target still sends it back to awaiting_approval.
+func TestApprovedPlanHoldsAfterThePolicyIsRemoved(t *testing.T) {
+	_, pool := testenv.DB(t)
+	ctx := context.Background()
+	site := testenv.NewSite(t, "pr")
+	site.Config.Feeds[0].Approval = &partners.Approval{Always: true}
+	r := newRig(t, pool, "w1", site)
+	site.Drop(t, "orders-1.csv", goodRows("P", 2))
+	r.poll("pr")
+	f := files(t, pool, "pr")[0]
+	v, _ := planOf(t, pool, "pr", f.ID)
+	if err := approve(ctx, pool, "pr", f.ID, v.Hash); err != nil {
+		t.Fatal(err)
+	}
+	r.d.Stop()
+	site.Config.Feeds[0].Approval = nil
+	r2 := newRig(t, pool, "w1", site)
+	exec(t, pool, `INSERT INTO orders (partner_id, order_id, amount, status, placed_at, last_intake_id) VALUES ('pr', 'P-1', 1, 'new', now(), 0)`)
+	r2.poll("pr")
+	if f := files(t, pool, "pr")[0]; f.State != "awaiting_approval" || f.Reason != "plan_changed" {
+		t.Fatalf("file %+v, want back in awaiting_approval although the policy is gone", f)
+	}
+	v2, _ := planOf(t, pool, "pr", f.ID)
+	if err := approve(ctx, pool, "pr", f.ID, v2.Hash); err != nil {
+		t.Fatal(err)
+	}
+	r2.poll("pr")
+	if f := files(t, pool, "pr")[0]; f.State != "archived" || f.Applied != 2 {
+		t.Fatalf("file %+v", f)
+	}
+	// without the policy, the next file is not planned against the target
+	site.Drop(t, "orders-2.csv", goodRows("P", 2))
+	r2.poll("pr")
+	if v, err := ops.ShowPlan(ctx, pool, files(t, pool, "pr")[1].ID, []string{"pr"}); err != nil || v.Hash != "" {
+		t.Fatalf("a file without a policy was planned against the target: %+v %v", v, err)
+	}
+}
