@@ -101,7 +101,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		awaiting: f.NewGaugeVec(prometheus.GaugeOpts{Name: "intake_files_awaiting_approval",
 			Help: "Files whose plan waits for an ops decision (intake approve / reject), cluster-wide."}, []string{"partner"}),
 		awaitingOldest: f.NewGaugeVec(prometheus.GaugeOpts{Name: "intake_awaiting_approval_oldest_age_seconds",
-			Help: "How long ago the oldest file awaiting approval was claimed."}, []string{"partner"}),
+			Help: "How long the oldest file awaiting approval has waited (since its last plan)."}, []string{"partner"}),
 	}
 }
 

@@ -144,11 +144,11 @@ func cmdReject(args []string, stdout, stderr io.Writer) int {
 func decidePlan(cmd string, args []string, stdout, stderr io.Writer) int {
 	fs := newFlags(cmd, stderr)
 	path := fs.String("config", "", "config file (YAML)")
-	reason := fs.String("reason", "", "why (required, audited)")
+	reason := fs.String("reason", "", "why (audited)")
 	actor := fs.String("actor", defaultActor(), "who decides (audited)")
 	var hash *string
 	if cmd == "approve" {
-		hash = fs.String("plan-hash", "", "the plan hash approved, as intake plan show prints it (required)")
+		hash = fs.String("plan-hash", "", "the plan `HASH` approved, as intake plan show prints it")
 	}
 	id, rest, ok := idArg(cmd, args, stderr)
 	if !ok {

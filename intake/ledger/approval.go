@@ -128,7 +128,8 @@ type PlanDecision struct {
 // Approve approves a waiting file's plan, when hash is its current plan
 // hash: awaiting_approval -> spooled with plan_decision approved and the
 // hash recorded, a new fencing token and an expired lease; audited in the
-// same transaction. Of racing decisions exactly one succeeds.
+// same transaction. Of racing decisions exactly one succeeds. A decision
+// starts the file's retry budget afresh, as a release does.
 func (l *Ledger) Approve(ctx context.Context, d PlanDecision) error {
 	return l.decidePlan(ctx, d, "approved")
 }
@@ -152,7 +153,7 @@ func (l *Ledger) decidePlan(ctx context.Context, d PlanDecision, decision string
 		err := tx.QueryRow(ctx, `UPDATE file_intake SET state = 'spooled', reason = NULL, plan_decision = $3,
 		        approved_plan_hash = CASE WHEN $3 = 'approved' THEN plan_hash ELSE approved_plan_hash END,
 		        plan_sample = NULL, fencing_token = fencing_token + 1, lease_until = now() - interval '1 second',
-		        next_attempt_at = NULL, updated_at = now()
+		        attempts = 0, first_failed_at = NULL, next_attempt_at = NULL, last_error = NULL, updated_at = now()
 		    WHERE intake_id = $1 AND partner_id = ANY($2) AND state = 'awaiting_approval'
 		      AND ($3 = 'rejected' OR plan_hash = $4)
 		    RETURNING partner_id, plan_hash`, d.IntakeID, d.Partners, decision, d.PlanHash).Scan(&partner, &hash)
