@@ -148,6 +148,11 @@ func (r *fileRun) targetPlan(ctx context.Context, tx pgx.Tx, total int64) (targe
 		return counts, nil, err
 	}
 	defer f.Close()
+	// a plan reads every row of the file: its statements get the chunks'
+	// bound, not the pool's lease-long one
+	if _, err := tx.Exec(ctx, chunkStatementTimeout); err != nil {
+		return counts, nil, fmt.Errorf("plan: %w", err)
+	}
 	if err := tgt.Stage(ctx, tx); err != nil {
 		return counts, nil, fmt.Errorf("plan: stage: %w", err)
 	}

@@ -459,3 +459,51 @@ func TestApprovedPlanHoldsAfterThePolicyIsRemoved(t *testing.T) {
 		t.Fatalf("a file without a policy was planned against the target: %+v %v", v, err)
 	}
 }
+
+// A target whose rows travel as COPY text (a double precision column, no
+// intake_row_hash) is planned the same way: the staged text is cast by the
+// merge's own expressions. Also an update_only feed's missing keys and an
+// insert_only feed's existing keys are counted as the merge would judge
+// them.
+func TestPlanOnATextTargetAndPerMode(t *testing.T) {
+	_, pool := testenv.DB(t)
+	ctx := context.Background()
+	exec(t, pool, `CREATE TABLE orders_float (
+		partner_id text NOT NULL, order_id text NOT NULL, email text, amount double precision NOT NULL,
+		status text NOT NULL, placed_at timestamptz NOT NULL, qty integer, last_intake_id bigint NOT NULL,
+		PRIMARY KEY (partner_id, order_id))`)
+	for _, tc := range []struct {
+		partner, mode string
+		check         func(c target.PlanCounts) bool
+	}{
+		{"tx", partners.ModeUpsert, func(c target.PlanCounts) bool { return c.Updates == 1 && c.Unchanged == 1 && c.Creates == 1 }},
+		{"ux", partners.ModeUpdateOnly, func(c target.PlanCounts) bool { return c.Updates == 1 && c.Unchanged == 1 && c.NotFound == 1 }},
+		{"ix", partners.ModeInsertOnly, func(c target.PlanCounts) bool { return c.Exists == 2 && c.Creates == 1 }},
+	} {
+		site := testenv.NewSite(t, tc.partner)
+		site.Config.Feeds[0].Target = "orders_float"
+		r := newRig(t, pool, "w1", site)
+		site.Drop(t, "orders-1.csv", goodRows("X", 2))
+		r.poll(tc.partner)
+		r.d.Stop()
+		site.Config.Feeds[0].Mode = tc.mode
+		site.Config.Feeds[0].Approval = &partners.Approval{Always: true}
+		r = newRig(t, pool, "w1", site)
+		site.Drop(t, "orders-2.csv", header+ordersLine("X", 1, "7.25")+ordersLine("X", 2, "")+ordersLine("X", 3, ""))
+		r.poll(tc.partner)
+		f := files(t, pool, tc.partner)[1]
+		v, c := planOf(t, pool, tc.partner, f.ID)
+		if f.State != "awaiting_approval" || !tc.check(c) {
+			t.Fatalf("%s: file %+v plan %+v", tc.mode, f, c)
+		}
+		if err := approve(ctx, pool, tc.partner, f.ID, v.Hash); err != nil {
+			t.Fatal(err)
+		}
+		r.poll(tc.partner)
+		f = files(t, pool, tc.partner)[1]
+		if f.State != "archived" || f.Applied != c.Creates+c.Updates || f.Confl != c.Conflicts() || f.Rejected != c.Rejects() {
+			t.Fatalf("%s: applied %+v, plan said %+v", tc.mode, f, c)
+		}
+		r.d.Stop()
+	}
+}
