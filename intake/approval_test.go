@@ -293,6 +293,23 @@ func TestRejectQuarantinesAndDecisionsRaceToOneWinner(t *testing.T) {
 	if got := audits(t, pool, f1.ID); len(got) != 2 || got[1] != "bob:reject:too big" {
 		t.Fatalf("audit %v", got)
 	}
+	// released from quarantine, it is planned again and waits again
+	if err := ops.Release(ctx, pool, ops.Decision{IntakeID: f1.ID, Actor: "bob", Reason: "partner confirmed",
+		Partners: []string{"rj"}, Worker: intake.OpsWorker("ops")}); err != nil {
+		t.Fatal(err)
+	}
+	reconcileAs(t, pool, "w1", site)
+	r.poll("rj")
+	if f := files(t, pool, "rj")[0]; f.State != "awaiting_approval" || f.Reason != "awaiting_approval" {
+		t.Fatalf("released rejected file %+v, want awaiting approval again", f)
+	}
+	if err := ops.Reject(ctx, pool, ops.PlanDecision{IntakeID: f1.ID, Partners: []string{"rj"}, Actor: "bob", Reason: "still too big"}); err != nil {
+		t.Fatal(err)
+	}
+	r.poll("rj")
+	if f := files(t, pool, "rj")[0]; f.State != "quarantined" || f.Reason != "plan_rejected" {
+		t.Fatalf("rejected again: %+v", f)
+	}
 
 	// a file under the threshold applies at once
 	site.Drop(t, "orders-2.csv", goodRows("Q", 1))
