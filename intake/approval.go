@@ -9,11 +9,13 @@ import (
 	"fmt"
 	"hash/maphash"
 	"io"
+	"path"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/intake/target"
+	"github.com/partner-intake/partner-intake/partners"
 )
 
 // Plans and approval (issue 14 item 3). A feed with an `approval` policy
@@ -30,7 +32,8 @@ import (
 // stays claimed in processing/ and the partner's other files go on. Ops
 // approve a plan hash or reject the file (ledger.Approve, Reject); either
 // sends it back to spooled under a new token and an expired lease, so its
-// owner's next poll (or a reconciler's takeover) runs it again:
+// owner's next poll (or the partner's poller: resumeDecided; or a
+// reconciler's takeover) runs it again:
 //
 //   - rejected: quarantined, reason plan_rejected (decide);
 //   - approved: planned again, here, immediately before apply. Only a plan
@@ -273,5 +276,50 @@ func (r *fileRun) rewait(ctx context.Context, pc *planChangedError) error {
 	r.d.metrics.plans.WithLabelValues(in.Partner, "replanned").Inc()
 	r.log.Warn("approved plan no longer holds at the first chunk: the file awaits approval again", "plan_hash", pc.rec.Hash,
 		"approved_hash", pc.rec.ApprovedWas, "reason", ReasonPlanChanged)
+	return nil
+}
+
+// resumeDecided: the partner's poller takes over the files ops decided
+// whose owner has not resumed them (it is gone, or no longer polls the
+// partner), moves each into its own processing/ dir and runs it. Takeover
+// is the conditional statement of the reconciler (token, expired lease):
+// of the owner and pollers racing, one takes each file.
+func (d *Daemon) resumeDecided(ctx context.Context, p *partnerRT, sess *partners.Session) error {
+	rows, err := d.ledger.Decided(ctx, p.cfg.ID, d.cfg.WorkerID)
+	if err != nil {
+		return err
+	}
+	for _, old := range rows {
+		dst := sess.Layout.Processing(d.cfg.WorkerID, old.RemoteName)
+		if p.cfg.Records() {
+			dst = old.ClaimedPath // claim: record: the file stays where it is
+		}
+		in, err := d.ledger.TakeOver(ctx, old, d.cfg.WorkerID, dst)
+		var fe *FencedError
+		if errors.As(err, &fe) {
+			continue // resumed or taken meanwhile
+		}
+		if err != nil {
+			return err
+		}
+		if !p.cfg.Records() && old.ClaimedPath != dst {
+			if err := sess.Rename(old.ClaimedPath, dst); err != nil {
+				if _, serr := sess.Lstat(dst); serr != nil {
+					// the run goes on from the spool where it can (ensureSpooled)
+					d.log.Warn("a decided file is not where its owner left it", "partner", p.cfg.ID, "intake_id", in.ID, "path", old.ClaimedPath, "err", err)
+				}
+			}
+			if in.ManifestName != "" {
+				from, to := path.Join(path.Dir(old.ClaimedPath), in.ManifestName), path.Join(path.Dir(dst), in.ManifestName)
+				if err := sess.Rename(from, to); err != nil && !partners.IsNotExist(err) {
+					d.log.Warn("could not move a manifest with its decided file", "partner", p.cfg.ID, "intake_id", in.ID, "err", err)
+				}
+			}
+		}
+		d.log.Info("took over a file ops decided", "partner", p.cfg.ID, "intake_id", in.ID, "from_worker", old.Worker, "decision", old.PlanDecision)
+		if err := d.runFile(ctx, p, sess, in); err != nil {
+			return err
+		}
+	}
 	return nil
 }

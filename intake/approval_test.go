@@ -153,8 +153,10 @@ func TestPlanOverThresholdWaitsAndApprovedPlanApplies(t *testing.T) {
 	if got := site.Files(t, "processing"); len(got) != 1 || got[0] != "w1/orders-2.csv" {
 		t.Fatalf("processing/ holds %v after the reconciler ran", got)
 	}
-	// a poll while it waits leaves it waiting
+	// a poll while it waits leaves it waiting, and so does another
+	// replica's poll
 	r.poll("ap")
+	newRig(t, pool, "w3", site).poll("ap")
 	if f := files(t, pool, "ap")[1]; f.State != "awaiting_approval" {
 		t.Fatalf("after another poll %+v", f)
 	}
@@ -244,12 +246,11 @@ func TestStaleApprovalReplansAndOldHashIsRefused(t *testing.T) {
 	if err := approve(ctx, pool, "st", f1.ID, v2.Hash); err != nil {
 		t.Fatal(err)
 	}
-	// the owner is gone: another replica's reconciler takes the approved
-	// file over (its lease expired with the decision) and that replica
+	// the owner is gone: the replica that polls the partner takes the
+	// approved file over (its lease expired with the decision) and
 	// applies it, from its own spool
 	r.d.Stop()
 	r2 := newRig(t, pool, "w2", site)
-	reconcileAs(t, pool, "w2", site)
 	r2.poll("st")
 	f1 = files(t, pool, "st")[0]
 	if f1.State != "archived" || f1.Applied != 3 || f1.Worker != "w2" {

@@ -72,3 +72,13 @@ func (a *Approval) Needs(rows, updates, deletes int64) (bool, string) {
 	}
 	return false, ""
 }
+
+// HasApproval reports whether a feed of the partner has an approval policy.
+func (c *Config) HasApproval() bool {
+	for i := range c.Feeds {
+		if c.Feeds[i].Approval != nil {
+			return true
+		}
+	}
+	return false
+}

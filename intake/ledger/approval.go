@@ -19,8 +19,8 @@ import (
 // on (intake, state awaiting_approval[, plan hash]) with their audit row
 // in the same transaction: of two decisions racing, exactly one finds the
 // row still waiting. Each sends the file back to spooled with a new
-// fencing token and an expired lease, so its owner's next poll (or, when
-// the owner is gone, a reconciler's takeover) runs it: an approved file is
+// fencing token and an expired lease, so its owner's next poll (or the
+// partner's poller, Decided, or a reconciler's takeover) runs it: an approved file is
 // planned again and applied only when the fresh plan has the approved
 // hash; a rejected one is quarantined (plan_rejected).
 
@@ -223,4 +223,13 @@ func Rewait(ctx context.Context, tx pgx.Tx, in *Intake) error {
 	}
 	in.State = StateAwaitingApproval
 	return nil
+}
+
+// Decided lists the partner's files that ops decided (approve or reject)
+// and that no worker has resumed yet (their lease expired with the
+// decision), held by a worker other than worker: the partner's poller
+// takes them over (TakeOver) and runs them.
+func (l *Ledger) Decided(ctx context.Context, partner, worker string) ([]*Intake, error) {
+	return l.query(ctx, `partner_id = $1 AND state = 'spooled' AND plan_decision IS NOT NULL
+		AND lease_until < now() AND worker_id <> $2`, partner, worker)
 }

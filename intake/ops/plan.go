@@ -23,14 +23,14 @@ func ShowPlan(ctx context.Context, db *pgxpool.Pool, id int64, partners []string
 }
 
 // Approve approves the current plan of a file awaiting approval when
-// d.PlanHash is its hash; audited. The file's owner (or a reconciler)
+// d.PlanHash is its hash; audited. The daemon polling its partner
 // plans it again and applies it only if the plan still has that hash.
 func Approve(ctx context.Context, db *pgxpool.Pool, d PlanDecision) error {
 	return ledgerOn(db).Approve(ctx, d)
 }
 
 // Reject rejects the plan of a file awaiting approval; audited. The file's
-// owner (or a reconciler) quarantines it with reason plan_rejected and
+// daemon polling its partner quarantines it with reason plan_rejected and
 // tells the partner.
 func Reject(ctx context.Context, db *pgxpool.Pool, d PlanDecision) error {
 	return ledgerOn(db).Reject(ctx, d)
