@@ -29,7 +29,7 @@ func Approve(ctx context.Context, db *pgxpool.Pool, d PlanDecision) error {
 	return ledgerOn(db).Approve(ctx, d)
 }
 
-// Reject rejects the plan of a file awaiting approval; audited. The file's
+// Reject rejects the plan of a file awaiting approval; audited. The
 // daemon polling its partner quarantines it with reason plan_rejected and
 // tells the partner.
 func Reject(ctx context.Context, db *pgxpool.Pool, d PlanDecision) error {
