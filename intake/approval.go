@@ -35,7 +35,7 @@ import (
 // owner's next poll (or the partner's poller: resumeDecided; or a
 // reconciler's takeover) runs it again:
 //
-//   - rejected: quarantined, reason plan_rejected (decide);
+//   - rejected: quarantined, reason plan_rejected (step, worker.go);
 //   - approved: planned again, here, immediately before apply. Only a plan
 //     whose hash is the approved one moves the file to applying, in the
 //     same transaction as the fresh plan's reads of the target; any other

@@ -116,6 +116,13 @@ func (r *fileRun) step(ctx context.Context) (err error) {
 			err = r.download(ctx)
 		}
 	case StateSpooled:
+		if r.in.PlanDecision == planRejected {
+			// ops rejected the file's plan (intake reject): held, nothing
+			// applied; its bytes are not needed for that
+			r.dropPre()
+			return r.hold(ctx, StateQuarantined, ReasonPlanRejected, 0,
+				"the file's plan against the target was rejected by review before anything was applied; nothing of it was applied. Contact us before sending it again")
+		}
 		if r.bound != nil && r.bound.Verdict == VerdictDuplicate {
 			// a duplicate needs no bytes: it is archived as it lies on the
 			// site (and one decided from its manifest was never read)
@@ -181,12 +188,6 @@ func (r *fileRun) decide(ctx context.Context) error {
 	}
 	if verdict != VerdictNew {
 		r.dropPre()
-	}
-	if verdict == VerdictNew && r.in.PlanDecision == planRejected {
-		// ops rejected the file's plan (intake reject): held, nothing applied
-		r.dropPre()
-		return r.hold(ctx, StateQuarantined, ReasonPlanRejected, 0,
-			"the file's plan against the target was rejected by review before anything was applied; nothing of it was applied. Contact us before sending it again")
 	}
 	switch verdict {
 	case VerdictDuplicate:
