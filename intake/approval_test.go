@@ -525,3 +525,37 @@ func TestPlanOnATextTargetAndPerMode(t *testing.T) {
 		r.d.Stop()
 	}
 }
+
+// On a COPY text target a value the column's type refuses (40000 for a
+// smallint) fails no plan: the plan counts the row as target_refused, as
+// the apply then rejects it.
+func TestPlanCountsValuesTheTargetTypeRefuses(t *testing.T) {
+	_, pool := testenv.DB(t)
+	ctx := context.Background()
+	exec(t, pool, `CREATE TABLE orders_small (
+		partner_id text NOT NULL, order_id text NOT NULL, email text, amount double precision NOT NULL,
+		status text NOT NULL, placed_at timestamptz NOT NULL, qty smallint, last_intake_id bigint NOT NULL,
+		PRIMARY KEY (partner_id, order_id))`)
+	site := testenv.NewSite(t, "tr")
+	site.Config.Feeds[0].Target = "orders_small"
+	site.Config.Feeds[0].Approval = &partners.Approval{Always: true}
+	r := newRig(t, pool, "w1", site)
+	site.Drop(t, "orders-1.csv", goodRows("T", 3)+"T-9,c9@example.com,9.09,paid,2026-11-01T10:00:00Z,40000\n")
+	r.poll("tr")
+	f := files(t, pool, "tr")[0]
+	v, c := planOf(t, pool, "tr", f.ID)
+	if f.State != "awaiting_approval" || c.Creates != 3 || c.TargetRefused != 1 {
+		t.Fatalf("file %+v plan %+v, want 3 creates and 1 target_refused", f, c)
+	}
+	if err := approve(ctx, pool, "tr", f.ID, v.Hash); err != nil {
+		t.Fatal(err)
+	}
+	r.poll("tr")
+	f = files(t, pool, "tr")[0]
+	if f.State != "archived" || f.Applied != 3 || f.Rejected != 1 {
+		t.Fatalf("file %+v, want 3 applied and the refused row rejected", f)
+	}
+	if got := issues(t, pool, f.ID); len(got) != 1 || got[0] != "5:target_refused:rejected" {
+		t.Fatalf("row issues %v", got)
+	}
+}

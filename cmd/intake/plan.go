@@ -83,7 +83,7 @@ func cmdPlan(args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintf(tw, "rows\t%d\ncreates\t%d\nupdates\t%d\nunchanged\t%d\ndeletes\t%d\n", v.RowsTotal, c.Creates, c.Updates, c.Unchanged, c.Deletes)
 	fmt.Fprintf(tw, "conflicts\t%d (newer_write %d, outside_edit %d, exists %d)\n", c.Conflicts(), c.NewerWrite, c.OutsideEdit, c.Exists)
-	fmt.Fprintf(tw, "rejects\t%d (invalid %d, not_found %d, duplicate_key %d)\n", c.Rejects(), c.Invalid, c.NotFound, c.Duplicates)
+	fmt.Fprintf(tw, "rejects\t%d (invalid %d, target_refused %d, not_found %d, duplicate_key %d)\n", c.Rejects(), c.Invalid, c.TargetRefused, c.NotFound, c.Duplicates)
 	tw.Flush()
 	var sample []target.PlanChange
 	if len(v.Sample) > 0 {

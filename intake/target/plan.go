@@ -3,11 +3,13 @@ package target
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/partner-intake/partner-intake/partners"
 )
@@ -41,13 +43,16 @@ type PlanCounts struct {
 	NotFound   int64 `json:"rejected_not_found"`
 	Duplicates int64 `json:"rejected_duplicate_key"`
 	Invalid    int64 `json:"rejected_invalid"`
+	// TargetRefused: rows whose value the target column's type refuses
+	// (COPY text targets; the apply rejects them target_refused)
+	TargetRefused int64 `json:"rejected_target_refused"`
 }
 
 // Conflicts is the plan's conflicts of every reason.
 func (c PlanCounts) Conflicts() int64 { return c.NewerWrite + c.OutsideEdit + c.Exists }
 
 // Rejects is the plan's rejected rows of every reason.
-func (c PlanCounts) Rejects() int64 { return c.NotFound + c.Duplicates + c.Invalid }
+func (c PlanCounts) Rejects() int64 { return c.NotFound + c.Duplicates + c.Invalid + c.TargetRefused }
 
 // PlanChange is one row of a plan's sample: the row's key and, for an
 // update, the columns that change with their values as text (old, new).
@@ -132,7 +137,24 @@ func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''
 // but temporary tables of the transaction.
 func (t *Table) Plan(ctx context.Context, tx pgx.Tx, writer int64, partner, feed string, sweep bool, sample int) (PlanCounts, []PlanChange, error) {
 	var c PlanCounts
-	if _, err := tx.Exec(ctx, t.planRows, writer, partner); err != nil {
+	if _, err := tx.Exec(ctx, "SAVEPOINT intake_plan"); err != nil {
+		return c, nil, fmt.Errorf("plan: %w", err)
+	}
+	_, err := tx.Exec(ctx, t.planRows, writer, partner)
+	var pe *pgconn.PgError
+	if err != nil && !t.binary && errors.As(err, &pe) && strings.HasPrefix(pe.Code, "22") {
+		// a staged text value the target's type refuses (the apply
+		// rejects that row target_refused): drop such rows, count them,
+		// and judge the rest
+		if _, err := tx.Exec(ctx, "ROLLBACK TO SAVEPOINT intake_plan"); err != nil {
+			return c, nil, fmt.Errorf("plan: %w", err)
+		}
+		if c.TargetRefused, err = t.dropUncastable(ctx, tx); err != nil {
+			return c, nil, fmt.Errorf("plan: refused values: %w", err)
+		}
+		_, err = tx.Exec(ctx, t.planRows, writer, partner)
+	}
+	if err != nil {
 		return c, nil, fmt.Errorf("plan rows: %w", err)
 	}
 	rs, err := tx.Query(ctx, `SELECT action, coalesce(reason, ''), count(*) FROM intake_plan_rows GROUP BY 1, 2`)
@@ -218,4 +240,34 @@ func (t *Table) Plan(ctx context.Context, tx pgx.Tx, writer int64, partner, feed
 		}
 	}
 	return c, out, nil
+}
+
+// castableFunc tells whether a text value is valid input of a type: a
+// function of the session's temporary schema (no privilege beyond the
+// temporary tables intake uses already), used only when a plan's casts
+// failed.
+const castableFunc = `CREATE OR REPLACE FUNCTION pg_temp.intake_castable(v text, typ text) RETURNS boolean
+	LANGUAGE plpgsql AS $f$
+	BEGIN
+	    IF v IS NULL THEN RETURN true; END IF;
+	    EXECUTE format('SELECT %L::%s', v, typ);
+	    RETURN true;
+	EXCEPTION WHEN data_exception THEN
+	    RETURN false;
+	END $f$`
+
+// dropUncastable deletes the staged rows (text) with a value the target
+// column's type refuses and returns how many.
+func (t *Table) dropUncastable(ctx context.Context, tx pgx.Tx) (int64, error) {
+	if _, err := tx.Exec(ctx, castableFunc); err != nil {
+		return 0, err
+	}
+	var checks []string
+	for i, c := range t.cols {
+		checks = append(checks, fmt.Sprintf("pg_temp.intake_castable(st.%s, %s)", pgx.Identifier{c}.Sanitize(), quoteLiteral(t.types[i])))
+	}
+	var n int64
+	err := tx.QueryRow(ctx, fmt.Sprintf(`WITH d AS (DELETE FROM %s st WHERE NOT (%s) RETURNING 1) SELECT count(*) FROM d`,
+		t.stage, strings.Join(checks, " AND "))).Scan(&n)
+	return n, err
 }
