@@ -48,6 +48,11 @@ func (r *fileRun) apply(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if in.ChunksDone == 0 && in.ApprovedPlanHash != "" {
+		if err := fault.Check("approval:before_first_chunk"); err != nil {
+			return err
+		}
+	}
 	f, rd, err := r.spooledRows("apply")
 	if err != nil {
 		return err
@@ -66,11 +71,6 @@ func (r *fileRun) apply(ctx context.Context) error {
 	first := in.ChunksDone // the reader must not read in while the loop below writes it
 	go func() { readErr <- r.readChunks(pctx, rd, first, full, free) }()
 	r.direct = tgt.Direct() // optimistic: fresh rows go straight into the target
-	if in.ChunksDone == 0 && in.ApprovedPlanHash != "" {
-		if err := fault.Check("approval:before_first_chunk"); err != nil {
-			return err
-		}
-	}
 	for c := range full {
 		if err := r.commitChunk(ctx, tgt, c); err != nil {
 			cancel()

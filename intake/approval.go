@@ -82,7 +82,10 @@ func (r *fileRun) planApproval(ctx context.Context, sc *scan, res *planResult) e
 	feedSHA := r.feed.Hash()
 	var next State
 	var rec ledger.PlanRecord
-	approved := in.PlanDecision == planApproved
+	// approved: ops approved a plan of this file, now (the decision's
+	// run) or before (a re-plan after a mapping change found at a resume,
+	// ledger.Replan): only that plan may be applied
+	approved := in.PlanDecision == planApproved || in.ApprovedPlanHash != ""
 	err := pgx.BeginFunc(ctx, r.d.db, func(tx pgx.Tx) error {
 		counts, sample, err := r.targetPlan(ctx, tx, res.Total)
 		if err != nil {

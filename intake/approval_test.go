@@ -559,3 +559,37 @@ func TestPlanCountsValuesTheTargetTypeRefuses(t *testing.T) {
 		t.Fatalf("row issues %v", got)
 	}
 }
+
+// The feed's mapping changes after a plan was approved: the plan hash
+// covers the mapping, so the fresh plan (same counts) differs and the file
+// waits again rather than apply under a mapping nobody approved.
+func TestMappingChangedAfterApprovalReplans(t *testing.T) {
+	_, pool := testenv.DB(t)
+	ctx := context.Background()
+	site := testenv.NewSite(t, "mc")
+	site.Config.Feeds[0].Approval = &partners.Approval{Always: true}
+	r := newRig(t, pool, "w1", site)
+	site.Drop(t, "orders-1.csv", goodRows("M", 2))
+	r.poll("mc")
+	f := files(t, pool, "mc")[0]
+	v1, c1 := planOf(t, pool, "mc", f.ID)
+	if err := approve(ctx, pool, "mc", f.ID, v1.Hash); err != nil {
+		t.Fatal(err)
+	}
+	r.d.Stop()
+	site.Config.Feeds[0].ChunkRows = 7
+	r = newRig(t, pool, "w1", site)
+	r.poll("mc")
+	f = files(t, pool, "mc")[0]
+	v2, c2 := planOf(t, pool, "mc", f.ID)
+	if f.State != "awaiting_approval" || f.Reason != "plan_changed" || v2.Hash == v1.Hash || c2 != c1 || v2.FeedSHA == v1.FeedSHA {
+		t.Fatalf("file %+v: plan %s (%+v) after the mapping changed, approved %s (%+v)", f, v2.Hash, c2, v1.Hash, c1)
+	}
+	if err := approve(ctx, pool, "mc", f.ID, v2.Hash); err != nil {
+		t.Fatal(err)
+	}
+	r.poll("mc")
+	if f := files(t, pool, "mc")[0]; f.State != "archived" || f.Applied != 2 {
+		t.Fatalf("file %+v", f)
+	}
+}

@@ -124,7 +124,7 @@ func (r *fileRun) plan(ctx context.Context) (*planResult, error) {
 	case res.Total > 0 && float64(res.Rejected)/float64(res.Total) > r.feed.MaxRejectRatio && in.Override != OverrideRejectRate:
 		res.Hold, next = ReasonRejectRate, "spooled"
 	}
-	if res.Hold == "" && (r.feed.Approval != nil || in.PlanDecision == planApproved) {
+	if res.Hold == "" && (r.feed.Approval != nil || in.ApprovedPlanHash != "") {
 		// the feed's files are planned against the target and may wait
 		// for a decision (approval.go); without a policy none of this runs
 		// (an approved file is held to its plan even when a reload has
