@@ -48,6 +48,11 @@ func (r *fileRun) apply(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if in.ChunksDone == 0 && in.ApprovedPlanHash != "" {
+		if err := fault.Check("approval:before_first_chunk"); err != nil {
+			return err
+		}
+	}
 	f, rd, err := r.spooledRows("apply")
 	if err != nil {
 		return err
@@ -72,6 +77,10 @@ func (r *fileRun) apply(ctx context.Context) error {
 			for range full { // let the reader finish
 			}
 			<-readErr
+			var pc *planChangedError
+			if errors.As(err, &pc) {
+				return r.rewait(ctx, pc)
+			}
 			return err
 		}
 		free <- c
@@ -222,6 +231,10 @@ func (r *fileRun) commitChunk(ctx context.Context, tgt *target.Table, ch *chunk)
 		if errors.As(err, &cu) {
 			return r.markUnknown(ctx, cu)
 		}
+		var pc *planChangedError
+		if errors.As(err, &pc) {
+			return err // nothing written: the file waits again (apply)
+		}
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
@@ -248,6 +261,13 @@ func (r *fileRun) chunkTx(ctx context.Context, tgt *target.Table, ch *chunk) (ch
 		return c, fmt.Errorf("chunk %d begin: %w", chunk, err)
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx))
+	if r.recheckPlan(ch) {
+		// an approved plan: planned again in this, the first chunk's,
+		// transaction before any row is written (approval.go)
+		if err := r.recheck(ctx, tx, tgt); err != nil {
+			return c, err
+		}
+	}
 	if err := r.chunkStatements(ctx, tx, tgt, ch, &c); err != nil {
 		return c, err
 	}

@@ -24,6 +24,8 @@ func (d *Daemon) refreshGauges(ctx context.Context) error {
 		m.oldestProcessing.WithLabelValues(id).Set(0)
 		m.quarantineOpen.WithLabelValues(id).Set(0)
 		m.quarantineOldest.WithLabelValues(id).Set(0)
+		m.awaiting.WithLabelValues(id).Set(0)
+		m.awaitingOldest.WithLabelValues(id).Set(0)
 		m.inflightRows.WithLabelValues(id).Set(0)
 		m.inflightRowsDone.WithLabelValues(id).Set(0)
 		m.inflightBytes.WithLabelValues(id).Set(0)
@@ -36,6 +38,13 @@ func (d *Daemon) refreshGauges(ctx context.Context) error {
 	}
 	for _, g := range gs {
 		partner := g.Partner
+		switch g.State {
+		case StateAwaitingApproval:
+			// waits for ops, not for a worker: not "processing"
+			m.awaiting.WithLabelValues(partner).Set(float64(g.Files))
+			m.awaitingOldest.WithLabelValues(partner).Set(g.Age)
+			continue
+		}
 		m.files.WithLabelValues(partner, string(g.State)).Set(float64(g.Files))
 		switch g.State {
 		case StateQuarantined:

@@ -13,17 +13,18 @@ type State = ledger.State
 
 // The states of a file.
 const (
-	StateClaimed        = ledger.StateClaimed
-	StateSpooled        = ledger.StateSpooled
-	StateApplying       = ledger.StateApplying
-	StateApplied        = ledger.StateApplied
-	StateArchived       = ledger.StateArchived
-	StateDuplicate      = ledger.StateDuplicate
-	StateQuarantined    = ledger.StateQuarantined
-	StateFailedTerminal = ledger.StateFailedTerminal
-	StateOutcomeUnknown = ledger.StateOutcomeUnknown
-	StateDiscarded      = ledger.StateDiscarded
-	StatePutBack        = ledger.StatePutBack
+	StateClaimed          = ledger.StateClaimed
+	StateSpooled          = ledger.StateSpooled
+	StateApplying         = ledger.StateApplying
+	StateApplied          = ledger.StateApplied
+	StateArchived         = ledger.StateArchived
+	StateDuplicate        = ledger.StateDuplicate
+	StateQuarantined      = ledger.StateQuarantined
+	StateFailedTerminal   = ledger.StateFailedTerminal
+	StateOutcomeUnknown   = ledger.StateOutcomeUnknown
+	StateDiscarded        = ledger.StateDiscarded
+	StatePutBack          = ledger.StatePutBack
+	StateAwaitingApproval = ledger.StateAwaitingApproval
 )
 
 // FencedError: a conditional write found the row no longer this worker's.
@@ -67,6 +68,9 @@ const (
 	ReasonRetriesExhausted = ledger.ReasonRetriesExhausted
 	ReasonFeedGone         = ledger.ReasonFeedGone
 	ReasonMappingChanged   = ledger.ReasonMappingChanged
+	ReasonPlanRejected     = ledger.ReasonPlanRejected
+	ReasonAwaitingApproval = ledger.ReasonAwaitingApproval
+	ReasonPlanChanged      = ledger.ReasonPlanChanged
 )
 
 // Reasons a compressed file is held, unparsed (ledger/reasons.go).

@@ -31,6 +31,7 @@ type metrics struct {
 	backpressure    prometheus.Gauge
 	spoolFree       prometheus.Gauge
 	orphansAdopted  *prometheus.CounterVec // orphans.go
+	plans           *prometheus.CounterVec // approval.go
 
 	files             *prometheus.GaugeVec
 	oldestProcessing  *prometheus.GaugeVec
@@ -45,6 +46,8 @@ type metrics struct {
 	inflightBytesDone *prometheus.GaugeVec
 	spoolBytes        *prometheus.GaugeVec
 	quotaFull         *prometheus.GaugeVec
+	awaiting          *prometheus.GaugeVec
+	awaitingOldest    *prometheus.GaugeVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -77,6 +80,8 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		spoolFree:    f.NewGauge(prometheus.GaugeOpts{Name: "intake_spool_free_bytes", Help: "Free bytes on the spool's disk at the last check."}),
 		orphansAdopted: f.NewCounterVec(prometheus.CounterOpts{Name: "intake_orphan_claims_adopted_total",
 			Help: "Claims without a row taken from a stopped worker's processing/ dir by the partner's poller."}, []string{"partner"}),
+		plans: f.NewCounterVec(prometheus.CounterOpts{Name: "intake_plans_total",
+			Help: "Plans against the target of files of feeds with an approval policy, by result: applied_at_once, awaiting_approval, approved_applied, replanned (an approved plan no longer held)."}, []string{"partner", "result"}),
 
 		files:            f.NewGaugeVec(prometheus.GaugeOpts{Name: "intake_files", Help: "Files per non-terminal state (and quarantined), cluster-wide."}, []string{"partner", "state"}),
 		oldestProcessing: f.NewGaugeVec(prometheus.GaugeOpts{Name: "intake_oldest_processing_age_seconds", Help: "Age of the oldest claimed, unfinished file."}, []string{"partner"}),
@@ -93,6 +98,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		spoolBytes:        f.NewGaugeVec(prometheus.GaugeOpts{Name: "intake_spool_bytes", Help: "Bytes held in the spool."}, []string{"partner"}),
 		quotaFull: f.NewGaugeVec(prometheus.GaugeOpts{Name: "intake_spool_quota_backpressure",
 			Help: "1 while the partner's claims are paused because its spooled bytes reached limits.max_spool_bytes."}, []string{"partner"}),
+		awaiting: f.NewGaugeVec(prometheus.GaugeOpts{Name: "intake_files_awaiting_approval",
+			Help: "Files whose plan waits for an ops decision (intake approve / reject), cluster-wide."}, []string{"partner"}),
+		awaitingOldest: f.NewGaugeVec(prometheus.GaugeOpts{Name: "intake_awaiting_approval_oldest_age_seconds",
+			Help: "How long the oldest file awaiting approval has waited (since its last plan)."}, []string{"partner"}),
 	}
 }
 
@@ -144,6 +153,8 @@ type Metrics struct {
 	Polls         *prometheus.CounterVec
 	QuotaFull     *prometheus.GaugeVec
 	Skipped       *prometheus.CounterVec
+	Plans         *prometheus.CounterVec
+	Awaiting      *prometheus.GaugeVec
 }
 
 // Metrics returns the daemon's metric vectors.
@@ -152,5 +163,5 @@ func (d *Daemon) Metrics() Metrics {
 		Fenced: d.metrics.fenced, PollErrors: d.metrics.pollErrors, PartnerUp: d.metrics.partnerUp, Backpressure: d.metrics.backpressure,
 		ChunkRetries: d.metrics.chunkRetries, Files: d.metrics.files, Stage: d.metrics.stageSeconds, Bytes: d.metrics.bytesDownloaded,
 		HashOnly: d.metrics.hashOnly, Grouped: d.metrics.grouped, Polls: d.metrics.polls, QuotaFull: d.metrics.quotaFull,
-		Skipped: d.metrics.skipped, PutBack: d.metrics.putBack}
+		Skipped: d.metrics.skipped, PutBack: d.metrics.putBack, Plans: d.metrics.plans, Awaiting: d.metrics.awaiting}
 }

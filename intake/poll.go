@@ -109,6 +109,15 @@ func (d *Daemon) housekeep(ctx context.Context, p *partnerRT, sess *partners.Ses
 		return err
 	}
 	p.resumed = true
+	p.statMu.Lock()
+	polling := p.polling
+	p.statMu.Unlock()
+	if polling && p.cfg.HasApproval() {
+		// files ops approved or rejected whose owner has not resumed them
+		// (a partner without a policy pays nothing for this; a decided
+		// file is still taken over by the reconciler then)
+		return d.resumeDecided(ctx, p, sess)
+	}
 	return nil
 }
 

@@ -61,7 +61,8 @@ func (d *Daemon) newRun(p *partnerRT, sess *partners.Session, in *Intake) (*file
 // terminal reports whether the worker is done with a state.
 func terminal(s State) bool {
 	switch s {
-	case StateArchived, StateDuplicate, StateQuarantined, StateFailedTerminal, StateDiscarded, StatePutBack, StateOutcomeUnknown:
+	case StateArchived, StateDuplicate, StateQuarantined, StateFailedTerminal, StateDiscarded, StatePutBack, StateOutcomeUnknown,
+		StateAwaitingApproval: // waits for ops, held by no worker
 		return true
 	}
 	return false
@@ -115,6 +116,13 @@ func (r *fileRun) step(ctx context.Context) (err error) {
 			err = r.download(ctx)
 		}
 	case StateSpooled:
+		if r.in.PlanDecision == planRejected {
+			// ops rejected the file's plan (intake reject): held, nothing
+			// applied; its bytes are not needed for that
+			r.dropPre()
+			return r.hold(ctx, StateQuarantined, ReasonPlanRejected, 0,
+				"the file's plan against the target was rejected by review before anything was applied; nothing of it was applied. Contact us before sending it again")
+		}
 		if r.bound != nil && r.bound.Verdict == VerdictDuplicate {
 			// a duplicate needs no bytes: it is archived as it lies on the
 			// site (and one decided from its manifest was never read)

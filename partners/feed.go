@@ -123,6 +123,10 @@ type Feed struct {
 	// to intake's key (every file of the feed; a name ending in .pgp,
 	// .gpg or .asc loses that ending for the stem batch id).
 	PGP *PGP `yaml:"pgp"`
+	// Approval, when set, says when a file's plan must be approved by a
+	// human before it is applied (approval.go). It is no part of the
+	// mapping (not in Hash): changing it re-plans nothing.
+	Approval *Approval `yaml:"approval" json:"-"`
 
 	re *regexp.Regexp
 }
@@ -323,6 +327,9 @@ func (f *Feed) Validate(key, readiness string) error {
 	case OutsideEditKeep, OutsideEditOverwrite:
 	default:
 		return fmt.Errorf("%s.on_outside_edit: %q is not keep or overwrite", key, f.OnOutsideEdit)
+	}
+	if err := f.Approval.validate(key + ".approval"); err != nil {
+		return err
 	}
 	if f.MaxRejectRatio < 0 || f.MaxRejectRatio > 1 {
 		return fmt.Errorf("%s.max_reject_ratio: %v must be between 0 and 1", key, f.MaxRejectRatio)

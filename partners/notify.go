@@ -9,8 +9,8 @@ import (
 
 // NotifyEvents are the events a webhook may subscribe to (intake/ledger
 // outbox.go writes them; docs/design.md "Notifications" says what each
-// carries). awaiting_approval is accepted but nothing emits it until files
-// can wait for an approval (issue 14).
+// carries). awaiting_approval is written when a file's plan starts to wait
+// for an ops decision (a feed's approval policy), again after a re-plan.
 var NotifyEvents = []string{"quarantined", "failed", "rejected_rows", "late", "host_key_mismatch", "awaiting_approval"}
 
 // Notify is one webhook: events of the subscribed kinds are POSTed to URL,

@@ -26,6 +26,7 @@ type cfgOpts struct {
 	affinity                             string
 	chunkRows                            int
 	knownHosts                           string
+	feedExtra                            string // YAML lines appended to the feed, indented 8 spaces
 }
 
 func writeConfig(t *testing.T, site *testenv.Site, knownHosts string) string {
@@ -87,7 +88,7 @@ partners:
           - {name: qty, type: integer, precision: 9}
         key: [order_id]
         target: orders
-`, o.worker, o.lease, o.affinity, o.spool, o.schedule, c.ID, o.poll, c.SFTP.Address, c.SFTP.User, c.SFTP.PrivateKeyFile, o.knownHosts, c.SFTP.Root, o.chunkRows)
+%s`, o.worker, o.lease, o.affinity, o.spool, o.schedule, c.ID, o.poll, c.SFTP.Address, c.SFTP.User, c.SFTP.PrivateKeyFile, o.knownHosts, c.SFTP.Root, o.chunkRows, o.feedExtra)
 	p := filepath.Join(t.TempDir(), "intake.yaml")
 	if err := os.WriteFile(p, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)

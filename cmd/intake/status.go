@@ -91,7 +91,7 @@ func printStatus(w io.Writer, r ops.StatusRow, now time.Time) int {
 	}
 	fmt.Fprintf(w, "partner %s\n", r.Partner)
 	var states []string
-	for _, st := range []string{"claimed", "spooled", "applying", "applied", "outcome_unknown", "quarantined", "failed_terminal", "duplicate", "archived"} {
+	for _, st := range []string{"claimed", "spooled", "applying", "applied", "outcome_unknown", "awaiting_approval", "quarantined", "failed_terminal", "duplicate", "archived"} {
 		states = append(states, fmt.Sprintf("%s %d", st, r.ByState[st]))
 	}
 	fmt.Fprintf(w, "  %sfiles: %s\n", mark(r.ByState["outcome_unknown"] > 0), strings.Join(states, ", "))
@@ -106,6 +106,11 @@ func printStatus(w io.Writer, r ops.StatusRow, now time.Time) int {
 	fmt.Fprintf(w, "  %sprocessing: oldest unfinished file claimed %s ago\n", mark(r.OldestProcessing > statusProcessingStale), r.OldestProcessing.Round(time.Second))
 	fmt.Fprintf(w, "       ready: %d claimable at the last poll, oldest from %s\n", r.ReadyFiles, ago(r.OldestReady))
 	fmt.Fprintf(w, "  %squarantine: %d open, oldest waiting %s\n", mark(r.QuarantineOpen > 0), r.QuarantineOpen, r.QuarantineOldest.Round(time.Second))
+	fmt.Fprintf(w, "  %sawaiting approval: %d file(s)\n", mark(len(r.Awaiting) > 0), len(r.Awaiting))
+	for _, a := range r.Awaiting {
+		fmt.Fprintf(w, "       intake %d (feed %s, %s) planned %s ago, plan %s: intake plan show %d\n",
+			a.IntakeID, a.Feed, a.Reason, now.Sub(a.PlannedAt).Round(time.Second), a.PlanHash, a.IntakeID)
+	}
 	fmt.Fprintf(w, "  %sorphan claims: %d file(s) in processing/ with no row at the last reconciler run\n", mark(r.OrphanClaims > 0), r.OrphanClaims)
 	if len(r.Replicas) == 0 {
 		fmt.Fprintln(w, "       replicas: none running")

@@ -90,7 +90,7 @@ func (e *ExpectTx) Files(ctx context.Context, after time.Time, limit int) ([]Del
 	rs, err := e.tx.Query(ctx, `SELECT f.intake_id, f.claimed_at, f.state NOT IN ('applied', 'archived')
 		FROM file_intake f
 		WHERE f.partner_id = $1 AND f.feed = $2 AND f.claimed_at > $3
-		  AND f.state IN ('claimed', 'spooled', 'applying', 'applied', 'outcome_unknown', 'archived')
+		  AND f.state IN ('claimed', 'spooled', 'applying', 'applied', 'outcome_unknown', 'awaiting_approval', 'archived')
 		  AND NOT EXISTS (SELECT 1 FROM intake_feed_late l WHERE l.closed_intake_id = f.intake_id)
 		ORDER BY f.claimed_at, f.intake_id LIMIT $4`, e.partner, e.feed, after, limit)
 	if err != nil {

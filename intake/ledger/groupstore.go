@@ -47,7 +47,7 @@ func (l *Ledger) InsertClaims(ctx context.Context, ins []*Intake) ([]*Intake, er
 		SELECT x.id, $1, x.feed, x.name, x.path, x.size, 'claimed', $2, now() + $3::interval
 		FROM unnest($4::bigint[], $5::text[], $6::text[], $7::text[], $8::bigint[]) AS x(id, feed, name, path, size)
 		ON CONFLICT (partner_id, claimed_path)
-		    WHERE state IN ('claimed', 'spooled', 'applying', 'applied', 'outcome_unknown')
+		    WHERE state IN ('claimed', 'spooled', 'applying', 'applied', 'outcome_unknown', 'awaiting_approval')
 		    DO NOTHING
 		RETURNING `+intakeColumns,
 		ins[0].Partner, ins[0].Worker, l.lease, ids, feeds, names, paths, sizes)

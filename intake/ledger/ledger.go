@@ -83,7 +83,7 @@ func (l *Ledger) Get(ctx context.Context, partner string, id int64) (*Intake, er
 func (l *Ledger) Owned(ctx context.Context, partner, claimedPath string) (bool, error) {
 	var ok bool
 	err := l.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM file_intake
-		WHERE partner_id = $1 AND claimed_path = $2 AND state = ANY($3))`, partner, claimedPath, liveStates).Scan(&ok)
+		WHERE partner_id = $1 AND claimed_path = $2 AND state = ANY($3))`, partner, claimedPath, holdingStates).Scan(&ok)
 	return ok, err
 }
 

@@ -24,8 +24,9 @@ const (
 	EventRejectedRows    = "rejected_rows"
 	EventLate            = "late"
 	EventHostKeyMismatch = "host_key_mismatch"
-	// EventAwaitingApproval is accepted in the config; nothing emits it
-	// until files can wait for an approval (issue 14).
+	// EventAwaitingApproval: a file's plan waits for an ops decision
+	// (RecordPlan, in the plan's transaction; again after a re-plan). Its
+	// payload adds plan_hash.
 	EventAwaitingApproval = "awaiting_approval"
 )
 

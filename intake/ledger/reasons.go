@@ -62,3 +62,18 @@ const (
 	ReasonPGPUnsigned     Reason = "pgp_unsigned"      // require_signature, and the message is not signed
 	ReasonPGPBadSignature Reason = "pgp_bad_signature" // signed, but by a key not in verify_keys_file, or the signature does not match
 )
+
+// Reasons of plans and approval (approval.go).
+const (
+	// ReasonPlanRejected: ops rejected the file's plan (intake reject):
+	// the file is quarantined, nothing of it applied.
+	ReasonPlanRejected Reason = "plan_rejected"
+	// ReasonAwaitingApproval: the file's plan waits for an ops decision
+	// (file_intake.reason while awaiting_approval; the policy's threshold
+	// is in the audit and `intake plan show`).
+	ReasonAwaitingApproval Reason = "awaiting_approval"
+	// ReasonPlanChanged: an approved plan no longer held when the file was
+	// about to be applied (the target or the mapping changed since): the
+	// file waits again with its new plan (audit action replan).
+	ReasonPlanChanged Reason = "plan_changed"
+)

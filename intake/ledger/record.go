@@ -97,7 +97,7 @@ func (l *Ledger) ForgetRecordClaims(ctx context.Context, partner string) (int64,
 	tag, err := l.pool.Exec(ctx, `DELETE FROM intake_record_claim r
 		WHERE partner_id = $1 AND last_seen < now() - interval '7 days'
 		  AND NOT EXISTS (SELECT 1 FROM file_intake f WHERE f.intake_id = r.intake_id AND f.state = ANY($2))`,
-		partner, liveStates)
+		partner, holdingStates)
 	if err != nil {
 		return 0, fmt.Errorf("forget record claims: %w", err)
 	}

@@ -42,7 +42,8 @@ type Gauge struct {
 	Partner string
 	State   State
 	Files   int64
-	// Age is how long ago the oldest of them finished or was claimed (s).
+	// Age is how long ago the oldest of them finished or was claimed (s);
+	// for awaiting_approval, since its plan started to wait.
 	Age float64
 	// Rows, RowsDone, Bytes, BytesDone: the progress of files applying.
 	Rows, RowsDone, Bytes, BytesDone float64
@@ -50,13 +51,14 @@ type Gauge struct {
 
 // Gauges reads the partners' files per state that the gauges describe.
 func (l *Ledger) Gauges(ctx context.Context, partners []string) ([]Gauge, error) {
-	rs, err := l.pool.Query(ctx, `SELECT partner_id, state, count(*), extract(epoch FROM now() - min(coalesce(finished_at, claimed_at)))::float8,
+	rs, err := l.pool.Query(ctx, `SELECT partner_id, state, count(*),
+		extract(epoch FROM now() - min(coalesce(finished_at, CASE WHEN state = 'awaiting_approval' THEN planned_at END, claimed_at)))::float8,
 		coalesce(sum(rows_total - rows_rejected) FILTER (WHERE state = 'applying'), 0)::float8,
 		coalesce(sum(rows_applied + rows_unchanged + rows_conflict) FILTER (WHERE state = 'applying'), 0)::float8,
 		coalesce(sum(size_bytes) FILTER (WHERE state = 'applying'), 0)::float8,
 		coalesce(sum(size_bytes * (rows_applied + rows_unchanged + rows_conflict) / nullif(rows_total - rows_rejected, 0))
 		    FILTER (WHERE state = 'applying'), 0)::float8
-		FROM file_intake WHERE state IN ('claimed', 'spooled', 'applying', 'applied', 'outcome_unknown', 'quarantined')
+		FROM file_intake WHERE state IN ('claimed', 'spooled', 'applying', 'applied', 'outcome_unknown', 'quarantined', 'awaiting_approval')
 		  AND partner_id = ANY($1)
 		GROUP BY partner_id, state`, partners)
 	if err != nil {

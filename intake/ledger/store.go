@@ -30,10 +30,19 @@ const (
 	// (size or mtime differ when the download ends); it went back to
 	// ready/ unapplied and a later poll takes it again as a new intake.
 	StatePutBack State = "put_back"
+	// StateAwaitingApproval: the file's plan needs an ops decision
+	// (approval.go). It holds no lease and no worker works on it, but it
+	// still owns its claimed path in processing/ (holdingStates).
+	StateAwaitingApproval State = "awaiting_approval"
 )
 
 // liveStates are the states in which a worker owns the file.
 var liveStates = []string{string(StateClaimed), string(StateSpooled), string(StateApplying), string(StateApplied), string(StateOutcomeUnknown)}
+
+// holdingStates are the states in which a row owns its claimed path on
+// the site: the live states and awaiting_approval (a waiting file stays in
+// processing/ without a lease; no adoption or second row may take it).
+var holdingStates = append(append([]string(nil), liveStates...), string(StateAwaitingApproval))
 
 // FencedError means a conditional write found the row no longer in the
 // expected state under this worker's fencing token: another worker took the
@@ -87,6 +96,11 @@ type Intake struct {
 	// (zero when unknown): readiness stable checks it when the download
 	// ends.
 	ListedMTime time.Time
+	// PlanHash is the hash of the file's last plan against its target
+	// ("" when its feed has no approval policy); ApprovedPlanHash the
+	// hash ops approved; PlanDecision the ops decision its next run acts
+	// on ("approved", "rejected" or "").
+	PlanHash, ApprovedPlanHash, PlanDecision string
 }
 
 const intakeColumns = `intake_id, fencing_token, partner_id, feed, remote_name, claimed_path,
@@ -96,7 +110,7 @@ const intakeColumns = `intake_id, fencing_token, partner_id, feed, remote_name, 
 	coalesce(archive_path, ''), coalesce(receipt_path, ''), coalesce(rejects_path, ''),
 	coalesce(release_override, ''), coalesce(replay_of, 0),
 	coalesce(data_sha256, content_sha256, ''), coalesce(data_size, size_bytes, 0), listed_mtime, rows_deleted,
-	coalesce(feed_sha256, '')`
+	coalesce(feed_sha256, ''), coalesce(plan_hash, ''), coalesce(approved_plan_hash, ''), coalesce(plan_decision, '')`
 
 func scanIntake(r pgx.Row, extra ...any) (*Intake, error) {
 	in := &Intake{}
@@ -106,7 +120,8 @@ func scanIntake(r pgx.Row, extra ...any) (*Intake, error) {
 		&in.ManifestName, &in.ListedSize, &in.BatchID, &in.SHA256,
 		&in.Size, &in.ExpectedRows, &st, &reason, &in.Worker, &in.ClaimedAt,
 		&in.RowsTotal, &in.RowsApplied, &in.RowsUnchanged, &in.RowsRejected, &in.RowsConflict, &in.ChunksDone,
-		&in.ArchivePath, &in.ReceiptPath, &in.RejectsPath, &in.Override, &in.ReplayOf, &in.DataSHA256, &in.DataSize, &mtime, &in.RowsDeleted, &in.FeedSHA256}, extra...)...)
+		&in.ArchivePath, &in.ReceiptPath, &in.RejectsPath, &in.Override, &in.ReplayOf, &in.DataSHA256, &in.DataSize, &mtime, &in.RowsDeleted, &in.FeedSHA256,
+		&in.PlanHash, &in.ApprovedPlanHash, &in.PlanDecision}, extra...)...)
 	in.State, in.Reason = State(st), Reason(reason)
 	if mtime != nil {
 		in.ListedMTime = *mtime
@@ -143,7 +158,7 @@ func (l *Ledger) insertClaim(ctx context.Context, q querier, in *Intake, id int6
 		VALUES (coalesce(nullif($9::bigint, 0), nextval(pg_get_serial_sequence('file_intake', 'intake_id'))),
 		        $1, $2, $3, $4, $5, nullif($6, ''), 'claimed', $7, now() + $8::interval, $10)
 		ON CONFLICT (partner_id, claimed_path)
-		    WHERE state IN ('claimed', 'spooled', 'applying', 'applied', 'outcome_unknown')
+		    WHERE state IN ('claimed', 'spooled', 'applying', 'applied', 'outcome_unknown', 'awaiting_approval')
 		    DO NOTHING
 		RETURNING `+intakeColumns+`, nextval(pg_get_serial_sequence('file_intake', 'intake_id'))`,
 		in.Partner, in.Feed, in.RemoteName, in.ClaimedPath, in.ListedSize, in.ManifestName, in.Worker, l.lease, id, nullTime(in.ListedMTime))
@@ -218,7 +233,7 @@ func (l *Ledger) WorkerGone(ctx context.Context, worker string) (bool, error) {
 // LivePaths reports which of the paths a live row of the partner owns.
 func (l *Ledger) LivePaths(ctx context.Context, partner string, paths []string) (map[string]bool, error) {
 	rs, err := l.pool.Query(ctx, `SELECT claimed_path FROM file_intake
-		WHERE partner_id = $1 AND claimed_path = ANY($2) AND state = ANY($3)`, partner, paths, liveStates)
+		WHERE partner_id = $1 AND claimed_path = ANY($2) AND state = ANY($3)`, partner, paths, holdingStates)
 	if err != nil {
 		return nil, fmt.Errorf("live paths: %w", err)
 	}

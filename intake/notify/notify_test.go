@@ -131,12 +131,13 @@ func TestTwoReplicasDeliverEveryEventSignedThroughAnOutage(t *testing.T) {
 	g.failing.Store(true)
 	p.failing.Store(true)
 	global := []partners.Notify{{URL: g.URL + "/hook", SecretEnv: "HOOK_SECRET_G", Events: []string{"quarantined", "failed"}}}
-	parts := []partners.Config{{ID: "acme", Notify: []partners.Notify{{URL: p.URL + "/acme", SecretEnv: "HOOK_SECRET_P", Events: []string{"late"}}}}, {ID: "globex"}}
+	parts := []partners.Config{{ID: "acme", Notify: []partners.Notify{{URL: p.URL + "/acme", SecretEnv: "HOOK_SECRET_P", Events: []string{"late", "awaiting_approval"}}}}, {ID: "globex"}}
 	var wantG, wantP []int64
 	for i := 0; i < 12; i++ {
 		wantG = append(wantG, event(t, pool, []string{"acme", "globex"}[i%2], []string{"quarantined", "failed"}[i%2], map[string]any{"intake_id": i, "reason": "header_mismatch"}))
 	}
 	wantP = append(wantP, event(t, pool, "acme", "late", map[string]any{"feed": "orders"}))
+	wantP = append(wantP, event(t, pool, "acme", "awaiting_approval", map[string]any{"intake_id": 99, "state": "awaiting_approval", "plan_hash": "3f9a"}))
 	event(t, pool, "globex", "late", map[string]any{"feed": "orders"})          // nobody subscribes
 	event(t, pool, "acme", "rejected_rows", map[string]any{"rows_rejected": 1}) // nobody subscribes
 	var regs []*prometheus.Registry
@@ -322,8 +323,8 @@ func gaugeValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	return 0
 }
 
-// The events the config accepts are the ones the ledger writes (and
-// awaiting_approval, which waits for issue 14).
+// The events the config accepts are the ones the ledger writes
+// (awaiting_approval by RecordPlan: intake/approval_test.go).
 func TestConfigEventsAreTheLedgersEvents(t *testing.T) {
 	want := []string{ledger.EventQuarantined, ledger.EventFailed, ledger.EventRejectedRows, ledger.EventLate,
 		ledger.EventHostKeyMismatch, ledger.EventAwaitingApproval}

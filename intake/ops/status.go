@@ -39,7 +39,13 @@ type StatusRow struct {
 	// accepted file: open ones, and ones a late file closed within
 	// LateShownFor (intake/expect), newest first.
 	Late []LateWindow
+	// Awaiting are the partner's files whose plan waits for an ops
+	// decision (intake approve / reject), oldest plan first.
+	Awaiting []Waiting
 }
+
+// Waiting is a file awaiting approval.
+type Waiting = ledger.Waiting
 
 // LateWindow is a delivery window that closed without an accepted file.
 type LateWindow = ledger.LateWindow
@@ -133,6 +139,13 @@ func Status(ctx context.Context, db *pgxpool.Pool, partners []string) ([]StatusR
 	}
 	for _, w := range late {
 		idx[w.Partner].Late = append(idx[w.Partner].Late, w)
+	}
+	waiting, err := l.AwaitingApproval(ctx, partners)
+	if err != nil {
+		return nil, err
+	}
+	for _, w := range waiting {
+		idx[w.Partner].Awaiting = append(idx[w.Partner].Awaiting, w)
 	}
 	serving, err := l.LiveServing(ctx)
 	if err != nil {

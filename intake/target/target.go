@@ -67,6 +67,8 @@ type Table struct {
 	// target with their hashes (the guarded target's direct path: COPY
 	// cannot compute the hash).
 	stageInsert string
+	// planRows and planDeletes: a plan's statements (plan.go).
+	planRows, planDeleteCount, planDeleteSample string
 }
 
 // HashColumn is the target column in which intake records a hash of the

@@ -1,0 +1,99 @@
+package main
+
+import (
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/partner-intake/partner-intake/internal/testenv"
+)
+
+// The approval commands end to end with the real binary's code paths: a
+// file of a feed with `approval: {always: true}` waits (status says so and
+// exits 1), `plan show` prints its counts, hash and a sample with values
+// (the daemon's log carries none of them), `approve` with a wrong hash is
+// refused naming the current one, with the right hash the next run applies
+// it; `reject` quarantines the next file with plan_rejected, and the
+// partner's receipt says so; `audit` lists both decisions.
+func TestPlanApproveRejectCommands(t *testing.T) {
+	url, pool := testenv.DB(t)
+	t.Setenv("INTAKE_DATABASE_URL", url)
+	site := testenv.NewSite(t, "apr")
+	cfg := writeConfigOpts(t, site, cfgOpts{feedExtra: "        approval: {always: true}\n"})
+	site.Drop(t, "orders-1.csv", testenv.OrdersCSV("P", 3))
+	code, runOut := runCLI("run", "--config", cfg, "--once")
+	if code != 0 {
+		t.Fatalf("run: %d\n%s", code, runOut)
+	}
+	fs := testenv.Files(t, pool, "apr")
+	if len(fs) != 1 || fs[0].State != "awaiting_approval" {
+		t.Fatalf("files %+v", fs)
+	}
+	id := strconv.FormatInt(fs[0].ID, 10)
+	if !strings.Contains(runOut, "plan awaits approval") {
+		t.Fatalf("the daemon did not log the wait:\n%s", runOut)
+	}
+	for _, v := range []string{"P-1", "10.01", "c1@example.com"} {
+		if strings.Contains(runOut, v) {
+			t.Fatalf("the daemon's output carries the value %q:\n%s", v, runOut)
+		}
+	}
+	code, out := runCLI("status", "--config", cfg)
+	if code != 1 || !strings.Contains(out, "ATTN awaiting approval: 1 file(s)") || !strings.Contains(out, "intake plan show "+id) {
+		t.Fatalf("status %d:\n%s", code, out)
+	}
+	code, out = runCLI("plan", "show", id, "--config", cfg)
+	if code != 0 {
+		t.Fatalf("plan show %d:\n%s", code, out)
+	}
+	hash := regexp.MustCompile(`plan hash\s+([0-9a-f]{64})`).FindStringSubmatch(out)
+	if hash == nil || !regexp.MustCompile(`creates\s+3`).MatchString(out) || !strings.Contains(out, `(P-1)`) || !strings.Contains(out, "create") {
+		t.Fatalf("plan show:\n%s", out)
+	}
+	code, out = runCLI("approve", id, "--config", cfg, "--reason", "ok")
+	if code != 2 || !strings.Contains(out, "--plan-hash") {
+		t.Fatalf("approve without a hash: %d\n%s", code, out)
+	}
+	code, out = runCLI("approve", id, "--config", cfg, "--plan-hash", strings.Repeat("a", 64), "--reason", "ok", "--actor", "erin")
+	if code != 1 || !strings.Contains(out, "refused") || !strings.Contains(out, hash[1]) {
+		t.Fatalf("approve with a wrong hash: %d\n%s", code, out)
+	}
+	code, out = runCLI("approve", id, "--config", cfg, "--plan-hash", hash[1], "--reason", "reviewed", "--actor", "erin")
+	if code != 0 {
+		t.Fatalf("approve: %d\n%s", code, out)
+	}
+	if code, out := runCLI("run", "--config", cfg, "--once"); code != 0 {
+		t.Fatalf("run: %d\n%s", code, out)
+	}
+	if f := testenv.Files(t, pool, "apr")[0]; f.State != "archived" || f.Applied != 3 {
+		t.Fatalf("approved file %+v", f)
+	}
+
+	site.Drop(t, "orders-2.csv", testenv.OrdersCSV("Q", 2))
+	if code, out := runCLI("run", "--config", cfg, "--once"); code != 0 {
+		t.Fatalf("run: %d\n%s", code, out)
+	}
+	f2 := testenv.Files(t, pool, "apr")[1]
+	id2 := strconv.FormatInt(f2.ID, 10)
+	code, out = runCLI("reject", id2, "--config", cfg, "--reason", "wrong price list", "--actor", "erin")
+	if code != 0 {
+		t.Fatalf("reject: %d\n%s", code, out)
+	}
+	if code, out := runCLI("reject", id2, "--config", cfg, "--reason", "again"); code != 1 || !strings.Contains(out, "not awaiting approval") {
+		t.Fatalf("second reject: %d\n%s", code, out)
+	}
+	if code, out := runCLI("run", "--config", cfg, "--once"); code != 0 {
+		t.Fatalf("run: %d\n%s", code, out)
+	}
+	if f := testenv.Files(t, pool, "apr")[1]; f.State != "quarantined" || f.Reason != "plan_rejected" {
+		t.Fatalf("rejected file %+v", f)
+	}
+	if rc := receiptOf(t, site, f2.ID); rc["outcome"] != "quarantined" || rc["reason"] != "plan_rejected" {
+		t.Fatalf("receipt %v", rc)
+	}
+	code, out = runCLI("audit", "--config", cfg)
+	if code != 0 || !strings.Contains(out, "approve") || !strings.Contains(out, "reject") || !strings.Contains(out, "wrong price list") {
+		t.Fatalf("audit %d:\n%s", code, out)
+	}
+}

@@ -1,0 +1,192 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"sort"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/partner-intake/partner-intake/intake/ops"
+	"github.com/partner-intake/partner-intake/intake/target"
+)
+
+// idArg takes the intake id that leads args ("intake approve 42 --…").
+func idArg(cmd string, args []string, stderr io.Writer) (int64, []string, bool) {
+	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
+		fmt.Fprintf(stderr, "intake %s: give the intake id first (intake help %s)\n", cmd, strings.Fields(cmd)[0])
+		return 0, nil, false
+	}
+	id, err := strconv.ParseInt(args[0], 10, 64)
+	if err != nil || id <= 0 {
+		fmt.Fprintf(stderr, "intake %s: %q is not an intake id\n", cmd, args[0])
+		return 0, nil, false
+	}
+	return id, args[1:], true
+}
+
+// cmdPlan: `intake plan show ID` prints a file's plan: counts, hash and a
+// sample of the changes by key and column. Values reach this terminal
+// only; nothing of them is logged.
+func cmdPlan(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 || args[0] != "show" {
+		fmt.Fprintln(stderr, "usage: intake plan show ID --config FILE")
+		return 2
+	}
+	fs := newFlags("plan show", stderr)
+	path := fs.String("config", "", "config file (YAML)")
+	id, rest, ok := idArg("plan show", args[1:], stderr)
+	if !ok {
+		return 2
+	}
+	if err := parseFlags(fs, rest); err != nil {
+		return 2
+	}
+	ctx, e, done, code := openCmd(*path, stderr)
+	if e == nil {
+		return code
+	}
+	defer done()
+	scope, _ := partnerScope(e, "", stderr)
+	v, err := ops.ShowPlan(ctx, e.pool, id, scope)
+	if err != nil {
+		fmt.Fprintln(stderr, "intake plan show:", err)
+		return 1
+	}
+	if v == nil {
+		fmt.Fprintf(stderr, "intake plan show: no intake %d among the configured partners\n", id)
+		return 1
+	}
+	if v.Hash == "" {
+		fmt.Fprintf(stderr, "intake plan show: intake %d has no plan against its target (its feed has no approval policy, or it was not planned yet; state %s)\n", id, v.State)
+		return 1
+	}
+	var c target.PlanCounts
+	if err := json.Unmarshal(v.Counts, &c); err != nil {
+		fmt.Fprintln(stderr, "intake plan show: stored counts:", err)
+		return 1
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "intake\t%d\npartner\t%s\nfeed\t%s\nfile\t%s\nstate\t%s", v.IntakeID, v.Partner, v.Feed, v.File, v.State)
+	if v.Reason != "" {
+		fmt.Fprintf(tw, " (%s)", v.Reason)
+	}
+	fmt.Fprintf(tw, "\nfile sha256\t%s\nmapping sha256\t%s\nplan hash\t%s\n", v.ContentSHA256, v.FeedSHA, v.Hash)
+	if v.PlannedAt != nil {
+		fmt.Fprintf(tw, "planned at\t%s\n", v.PlannedAt.UTC().Format("2006-01-02 15:04:05Z"))
+	}
+	if v.ApprovedHash != "" {
+		fmt.Fprintf(tw, "approved hash\t%s\n", v.ApprovedHash)
+	}
+	fmt.Fprintf(tw, "rows\t%d\ncreates\t%d\nupdates\t%d\nunchanged\t%d\ndeletes\t%d\n", v.RowsTotal, c.Creates, c.Updates, c.Unchanged, c.Deletes)
+	fmt.Fprintf(tw, "conflicts\t%d (newer_write %d, outside_edit %d, exists %d)\n", c.Conflicts(), c.NewerWrite, c.OutsideEdit, c.Exists)
+	fmt.Fprintf(tw, "rejects\t%d (invalid %d, target_refused %d, not_found %d, duplicate_key %d)\n", c.Rejects(), c.Invalid, c.TargetRefused, c.NotFound, c.Duplicates)
+	tw.Flush()
+	var sample []target.PlanChange
+	if len(v.Sample) > 0 {
+		if err := json.Unmarshal(v.Sample, &sample); err != nil {
+			fmt.Fprintln(stderr, "intake plan show: stored sample:", err)
+			return 1
+		}
+	}
+	switch {
+	case len(sample) > 0:
+		fmt.Fprintln(stdout, "\nsample of changes (values shown to ops only):")
+		tw = tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "LINE\tACTION\tKEY\tCOLUMNS (old -> new)")
+		for _, ch := range sample {
+			line := "-"
+			if ch.Line > 0 {
+				line = strconv.FormatInt(ch.Line, 10)
+			}
+			action := ch.Action
+			if ch.Reason != "" {
+				action += " " + ch.Reason
+			}
+			var cols []string
+			for name, ov := range ch.Changed {
+				cols = append(cols, fmt.Sprintf("%s: %s -> %s", name, textOrNull(ov[0]), textOrNull(ov[1])))
+			}
+			sort.Strings(cols)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", line, action, ch.Key, strings.Join(cols, "; "))
+		}
+		tw.Flush()
+	case v.State != "awaiting_approval":
+		fmt.Fprintln(stdout, "\n(the sample of changes is kept only while the file awaits approval)")
+	}
+	if v.State == "awaiting_approval" {
+		fmt.Fprintf(stdout, "\napprove: intake approve %d --config %s --plan-hash %s --reason \"…\"\nreject:  intake reject %d --config %s --reason \"…\"\n",
+			v.IntakeID, *path, v.Hash, v.IntakeID, *path)
+	}
+	return 0
+}
+
+func textOrNull(s *string) string {
+	if s == nil {
+		return "NULL"
+	}
+	return strconv.Quote(*s)
+}
+
+// cmdApprove: `intake approve ID --plan-hash H --reason …`.
+func cmdApprove(args []string, stdout, stderr io.Writer) int {
+	return decidePlan("approve", args, stdout, stderr)
+}
+
+// cmdReject: `intake reject ID --reason …`.
+func cmdReject(args []string, stdout, stderr io.Writer) int {
+	return decidePlan("reject", args, stdout, stderr)
+}
+
+func decidePlan(cmd string, args []string, stdout, stderr io.Writer) int {
+	fs := newFlags(cmd, stderr)
+	path := fs.String("config", "", "config file (YAML)")
+	reason := fs.String("reason", "", "why (audited)")
+	actor := fs.String("actor", defaultActor(), "who decides (audited)")
+	var hash *string
+	if cmd == "approve" {
+		hash = fs.String("plan-hash", "", "the plan `HASH` approved, as intake plan show prints it")
+	}
+	id, rest, ok := idArg(cmd, args, stderr)
+	if !ok {
+		// -h still works without an id
+		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "-help") {
+			fs.Parse(args)
+		}
+		return 2
+	}
+	if err := parseFlags(fs, rest); err != nil {
+		return 2
+	}
+	ctx, e, done, code := openCmd(*path, stderr)
+	if e == nil {
+		return code
+	}
+	defer done()
+	scope, _ := partnerScope(e, "", stderr)
+	d := ops.PlanDecision{IntakeID: id, Partners: scope, Actor: *actor, Reason: *reason}
+	var err error
+	if cmd == "approve" {
+		d.PlanHash = *hash
+		err = ops.Approve(ctx, e.pool, d)
+	} else {
+		err = ops.Reject(ctx, e.pool, d)
+	}
+	if err != nil {
+		if errors.Is(err, ops.ErrPlanDecision) {
+			fmt.Fprintf(stderr, "intake %s: refused: %v\n", cmd, err)
+		} else {
+			fmt.Fprintf(stderr, "intake %s: %v\n", cmd, err)
+		}
+		return 1
+	}
+	if cmd == "approve" {
+		fmt.Fprintf(stdout, "intake %d: plan %s approved by %s; the daemon polling its partner plans it again and applies it if the plan still holds (else it awaits approval again)\n", id, *hash, *actor)
+	} else {
+		fmt.Fprintf(stdout, "intake %d: plan rejected by %s; the daemon polling its partner quarantines it (plan_rejected) and tells the partner\n", id, *actor)
+	}
+	return 0
+}

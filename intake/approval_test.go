@@ -1,0 +1,595 @@
+package intake_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/partner-intake/partner-intake/intake"
+	"github.com/partner-intake/partner-intake/intake/ops"
+	"github.com/partner-intake/partner-intake/intake/target"
+	"github.com/partner-intake/partner-intake/internal/testenv"
+	"github.com/partner-intake/partner-intake/partners"
+	"github.com/partner-intake/partner-intake/reconcile"
+	"github.com/partner-intake/partner-intake/spool"
+)
+
+func ratio(v float64) *float64 { return &v }
+
+// planOf reads a file's stored plan.
+func planOf(t *testing.T, pool *pgxpool.Pool, partner string, id int64) (*ops.PlanView, target.PlanCounts) {
+	t.Helper()
+	v, err := ops.ShowPlan(context.Background(), pool, id, []string{partner})
+	if err != nil || v == nil {
+		t.Fatalf("plan of %d: %v %v", id, v, err)
+	}
+	var c target.PlanCounts
+	if err := json.Unmarshal(v.Counts, &c); err != nil {
+		t.Fatal(err)
+	}
+	return v, c
+}
+
+func audits(t *testing.T, pool *pgxpool.Pool, id int64) []string {
+	t.Helper()
+	rs, err := pool.Query(context.Background(), `SELECT actor || ':' || action || ':' || reason FROM intake_audit WHERE intake_id = $1 ORDER BY audit_id`, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for rs.Next() {
+		var s string
+		if err := rs.Scan(&s); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+// reconcileAs runs a reconciler of worker once over the site's partner.
+func reconcileAs(t *testing.T, pool *pgxpool.Pool, worker string, site *testenv.Site) []reconcile.Finding {
+	t.Helper()
+	sp, err := spool.New(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, err := reconcile.New(reconcile.Config{}, worker, 30*time.Second, pool, sp,
+		[]partners.Config{site.Validated(t)}, prometheus.NewRegistry(), testenv.Logger(t), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fs, err := rec.RunOnce(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fs
+}
+
+func approve(ctx context.Context, pool *pgxpool.Pool, partner string, id int64, hash string) error {
+	return ops.Approve(ctx, pool, ops.PlanDecision{IntakeID: id, Partners: []string{partner}, Actor: "alice", Reason: "reviewed", PlanHash: hash})
+}
+
+// A plan over the feed's threshold waits in awaiting_approval without a
+// lease while the partner's other files go through; a wrong hash is
+// refused; the right one applies the file on the next poll, once; every
+// decision is audited; under the threshold a file applies at once.
+func TestPlanOverThresholdWaitsAndApprovedPlanApplies(t *testing.T) {
+	_, pool := testenv.DB(t)
+	ctx := context.Background()
+	site := testenv.NewSite(t, "ap")
+	site.Config.Feeds[0].Approval = &partners.Approval{MaxUpdateRatio: ratio(0.5)}
+	r := newRig(t, pool, "w1", site)
+
+	site.Drop(t, "orders-1.csv", goodRows("A", 4))
+	r.poll("ap")
+	f1 := files(t, pool, "ap")[0]
+	if f1.State != "archived" || f1.Applied != 4 {
+		t.Fatalf("first file %+v: 4 creates are under the threshold and apply at once", f1)
+	}
+	if _, c := planOf(t, pool, "ap", f1.ID); c.Creates != 4 || c.Updates != 0 {
+		t.Fatalf("first plan %+v, want 4 creates", c)
+	}
+
+	// 3 of 4 rows change: over max_update_ratio 0.5
+	site.Drop(t, "orders-2.csv", header+ordersLine("A", 1, "99.00")+ordersLine("A", 2, "98.00")+ordersLine("A", 3, "97.00")+ordersLine("A", 4, ""))
+	time.Sleep(10 * time.Millisecond) // distinct mtimes: claim order
+	site.Drop(t, "orders-3.csv", goodRows("B", 2))
+	r.poll("ap")
+	fs := files(t, pool, "ap")
+	f2, f3 := fs[1], fs[2]
+	if f2.State != "awaiting_approval" || f2.Reason != "awaiting_approval" {
+		t.Fatalf("second file %+v, want awaiting_approval", f2)
+	}
+	if f3.State != "archived" || f3.Applied != 2 {
+		t.Fatalf("third file %+v: a waiting file must not block the partner's next file", f3)
+	}
+	if a, _ := amountOf(t, pool, "orders", "ap", "A-1"); a != "10.01" {
+		t.Fatalf("A-1 = %s: a waiting plan wrote the target", a)
+	}
+	v, c := planOf(t, pool, "ap", f2.ID)
+	if c.Updates != 3 || c.Unchanged != 1 || c.Creates != 0 || v.Hash == "" || len(v.Sample) == 0 {
+		t.Fatalf("plan %+v %+v, want 3 updates, 1 unchanged, a hash and a sample", c, v)
+	}
+	var sample []target.PlanChange
+	json.Unmarshal(v.Sample, &sample)
+	if len(sample) != 3 || sample[0].Action != "update" || sample[0].Changed["amount"][1] == nil || *sample[0].Changed["amount"][1] != "99.00" {
+		t.Fatalf("sample %+v, want the 3 updates with amount's new value", sample)
+	}
+	// no lease: the reconciler's expired-lease list never holds it, and
+	// the file stays claimed in processing/
+	if n := count(t, pool, `SELECT count(*) FROM file_intake WHERE intake_id = $1 AND state = ANY('{claimed,spooled,applying,applied,outcome_unknown}')`, f2.ID); n != 0 {
+		t.Fatal("the waiting file is in a live state")
+	}
+	if got := site.Files(t, "processing"); len(got) != 1 || !strings.HasSuffix(got[0], "orders-2.csv") {
+		t.Fatalf("processing/ holds %v, want the waiting file", got)
+	}
+	if err := r.d.RefreshGauges(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := testutil.ToFloat64(r.d.Metrics().Awaiting.WithLabelValues("ap")); got != 1 {
+		t.Fatalf("intake_files_awaiting_approval = %v, want 1", got)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM intake_outbox WHERE event = 'awaiting_approval' AND (payload->>'intake_id')::bigint = $1
+		AND payload->>'plan_hash' = $2 AND payload->>'state' = 'awaiting_approval'`, f2.ID, v.Hash); n != 1 {
+		t.Fatalf("%d awaiting_approval events, want 1", n)
+	}
+	// another replica's reconciler, even once the old lease is long past,
+	// neither takes the waiting file over nor adopts it as an orphan
+	execArgs(t, pool, `UPDATE file_intake SET lease_until = now() - interval '1 hour' WHERE intake_id = $1`, f2.ID)
+	for _, fd := range reconcileAs(t, pool, "w2", site) {
+		if fd.IntakeID == f2.ID || fd.Kind == reconcile.KindOrphanClaim {
+			t.Fatalf("the reconciler acted on the waiting file: %+v", fd)
+		}
+	}
+	if got := site.Files(t, "processing"); len(got) != 1 || got[0] != "w1/orders-2.csv" {
+		t.Fatalf("processing/ holds %v after the reconciler ran", got)
+	}
+	// a poll while it waits leaves it waiting, and so does another
+	// replica's poll
+	r.poll("ap")
+	newRig(t, pool, "w3", site).poll("ap")
+	if f := files(t, pool, "ap")[1]; f.State != "awaiting_approval" {
+		t.Fatalf("after another poll %+v", f)
+	}
+
+	err := approve(ctx, pool, "ap", f2.ID, strings.Repeat("0", 64))
+	if !errors.Is(err, ops.ErrPlanDecision) || !strings.Contains(err.Error(), "is not the current plan") {
+		t.Fatalf("approve with a wrong hash: %v", err)
+	}
+	if err := approve(ctx, pool, "other", f2.ID, v.Hash); !errors.Is(err, ops.ErrPlanDecision) {
+		t.Fatalf("approve from another partner's scope: %v", err)
+	}
+	if err := approve(ctx, pool, "ap", f2.ID, v.Hash); err != nil {
+		t.Fatal(err)
+	}
+	if err := approve(ctx, pool, "ap", f2.ID, v.Hash); !errors.Is(err, ops.ErrPlanDecision) || !strings.Contains(err.Error(), "not awaiting approval") {
+		t.Fatalf("a second approve: %v", err)
+	}
+	r.poll("ap")
+	f2 = files(t, pool, "ap")[1]
+	if f2.State != "archived" || f2.Applied != 3 || f2.Unchanged != 1 {
+		t.Fatalf("approved file %+v, want archived with 3 applied, 1 unchanged", f2)
+	}
+	if a, last := amountOf(t, pool, "orders", "ap", "A-1"); a != "99.00" || last != f2.ID {
+		t.Fatalf("A-1 = %s by %d after approval", a, last)
+	}
+	if got := testutil.ToFloat64(r.d.Metrics().Plans.WithLabelValues("ap", "approved_applied")); got != 1 {
+		t.Fatalf("intake_plans_total{approved_applied} = %v", got)
+	}
+	if got := audits(t, pool, f2.ID); strings.Join(got, ",") != "intake:await_approval:awaiting_approval,alice:approve:reviewed" {
+		t.Fatalf("audit %v", got)
+	}
+	if v, _ := planOf(t, pool, "ap", f2.ID); len(v.Sample) != 0 && string(v.Sample) != "null" {
+		t.Fatalf("the sample's values outlived the decision: %s", v.Sample)
+	}
+	if err := r.d.RefreshGauges(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := testutil.ToFloat64(r.d.Metrics().Awaiting.WithLabelValues("ap")); got != 0 {
+		t.Fatalf("intake_files_awaiting_approval = %v after the decision", got)
+	}
+}
+
+// The target changes between the plan and its approval: the approved
+// file is planned again before apply, finds other counts, and waits again
+// with the new plan (audited replan, plan_changed); the old hash is then
+// refused and the new one applies. `always` makes every file wait.
+func TestStaleApprovalReplansAndOldHashIsRefused(t *testing.T) {
+	_, pool := testenv.DB(t)
+	ctx := context.Background()
+	site := testenv.NewSite(t, "st")
+	site.Config.Feeds[0].Approval = &partners.Approval{Always: true}
+	r := newRig(t, pool, "w1", site)
+	site.Drop(t, "orders-1.csv", goodRows("S", 3))
+	r.poll("st")
+	f1 := files(t, pool, "st")[0]
+	if f1.State != "awaiting_approval" {
+		t.Fatalf("first file %+v: policy always", f1)
+	}
+	v1, c1 := planOf(t, pool, "st", f1.ID)
+	if c1.Creates != 3 {
+		t.Fatalf("plan %+v", c1)
+	}
+	if err := approve(ctx, pool, "st", f1.ID, v1.Hash); err != nil {
+		t.Fatal(err)
+	}
+	// another session writes one of the file's keys before the daemon
+	// gets to the approved file
+	exec(t, pool, `INSERT INTO orders (partner_id, order_id, amount, status, placed_at, last_intake_id) VALUES ('st', 'S-2', 1, 'new', now(), 0)`)
+	r.poll("st")
+	f1 = files(t, pool, "st")[0]
+	if f1.State != "awaiting_approval" || f1.Reason != "plan_changed" {
+		t.Fatalf("file %+v, want back in awaiting_approval (plan_changed)", f1)
+	}
+	v2, c2 := planOf(t, pool, "st", f1.ID)
+	if c2.Creates != 2 || c2.Updates != 1 || v2.Hash == v1.Hash || v2.ApprovedHash != v1.Hash {
+		t.Fatalf("new plan %+v (hash %s, approved %s)", c2, v2.Hash, v2.ApprovedHash)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM orders WHERE partner_id = 'st' AND last_intake_id = $1`, f1.ID); n != 0 {
+		t.Fatalf("%d rows written under a plan nobody approved", n)
+	}
+	if err := approve(ctx, pool, "st", f1.ID, v1.Hash); !errors.Is(err, ops.ErrPlanDecision) {
+		t.Fatalf("the stale hash was not refused: %v", err)
+	}
+	if got := testutil.ToFloat64(r.d.Metrics().Plans.WithLabelValues("st", "replanned")); got != 1 {
+		t.Fatalf("intake_plans_total{replanned} = %v", got)
+	}
+	if err := approve(ctx, pool, "st", f1.ID, v2.Hash); err != nil {
+		t.Fatal(err)
+	}
+	// the owner is gone: the replica that polls the partner takes the
+	// approved file over (its lease expired with the decision) and
+	// applies it, from its own spool
+	r.d.Stop()
+	r2 := newRig(t, pool, "w2", site)
+	r2.poll("st")
+	f1 = files(t, pool, "st")[0]
+	if f1.State != "archived" || f1.Applied != 3 || f1.Worker != "w2" {
+		t.Fatalf("file %+v after the second approval, want archived by w2", f1)
+	}
+	want := "intake:await_approval:awaiting_approval,alice:approve:reviewed,intake:replan:plan_changed,alice:approve:reviewed"
+	if got := audits(t, pool, f1.ID); strings.Join(got, ",") != want {
+		t.Fatalf("audit %v", got)
+	}
+}
+
+// reject quarantines the file (plan_rejected) with a receipt saying so;
+// of an approve and a reject racing on one waiting file exactly one wins.
+func TestRejectQuarantinesAndDecisionsRaceToOneWinner(t *testing.T) {
+	_, pool := testenv.DB(t)
+	ctx := context.Background()
+	site := testenv.NewSite(t, "rj")
+	site.Config.Feeds[0].Approval = &partners.Approval{MaxRows: func() *int64 { n := int64(1); return &n }()}
+	r := newRig(t, pool, "w1", site)
+	site.Drop(t, "orders-1.csv", goodRows("R", 3))
+	r.poll("rj")
+	f1 := files(t, pool, "rj")[0]
+	if f1.State != "awaiting_approval" {
+		t.Fatalf("file %+v: 3 rows > max_rows 1", f1)
+	}
+	err := ops.Reject(ctx, pool, ops.PlanDecision{IntakeID: f1.ID, Partners: []string{"rj"}, Actor: "bob", Reason: "too big"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.poll("rj")
+	f1 = files(t, pool, "rj")[0]
+	if f1.State != "quarantined" || f1.Reason != "plan_rejected" {
+		t.Fatalf("rejected file %+v", f1)
+	}
+	if rc := receipt(t, site, f1.Receipt); rc.Outcome != intake.OutcomeQuarantined || rc.Reason != intake.ReasonPlanRejected {
+		t.Fatalf("receipt %+v", rc)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM orders WHERE partner_id = 'rj'`); n != 0 {
+		t.Fatalf("%d rows of a rejected plan landed", n)
+	}
+	if got := audits(t, pool, f1.ID); len(got) != 2 || got[1] != "bob:reject:too big" {
+		t.Fatalf("audit %v", got)
+	}
+	// released from quarantine, it is planned again and waits again
+	if err := ops.Release(ctx, pool, ops.Decision{IntakeID: f1.ID, Actor: "bob", Reason: "partner confirmed",
+		Partners: []string{"rj"}, Worker: intake.OpsWorker("ops")}); err != nil {
+		t.Fatal(err)
+	}
+	reconcileAs(t, pool, "w1", site)
+	r.poll("rj")
+	if f := files(t, pool, "rj")[0]; f.State != "awaiting_approval" || f.Reason != "awaiting_approval" {
+		t.Fatalf("released rejected file %+v, want awaiting approval again", f)
+	}
+	if err := ops.Reject(ctx, pool, ops.PlanDecision{IntakeID: f1.ID, Partners: []string{"rj"}, Actor: "bob", Reason: "still too big"}); err != nil {
+		t.Fatal(err)
+	}
+	r.poll("rj")
+	if f := files(t, pool, "rj")[0]; f.State != "quarantined" || f.Reason != "plan_rejected" {
+		t.Fatalf("rejected again: %+v", f)
+	}
+
+	// a file under the threshold applies at once
+	site.Drop(t, "orders-2.csv", goodRows("Q", 1))
+	r.poll("rj")
+	if f := files(t, pool, "rj")[1]; f.State != "archived" || f.Applied != 1 {
+		t.Fatalf("one-row file %+v", f)
+	}
+
+	site.Drop(t, "orders-3.csv", goodRows("T", 2))
+	r.poll("rj")
+	f3 := files(t, pool, "rj")[2]
+	v, _ := planOf(t, pool, "rj", f3.ID)
+	var wg sync.WaitGroup
+	errs := make([]error, 4)
+	for i := range errs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if i%2 == 0 {
+				errs[i] = approve(ctx, pool, "rj", f3.ID, v.Hash)
+			} else {
+				errs[i] = ops.Reject(ctx, pool, ops.PlanDecision{IntakeID: f3.ID, Partners: []string{"rj"}, Actor: "carol", Reason: "race"})
+			}
+		}()
+	}
+	wg.Wait()
+	won := 0
+	for _, err := range errs {
+		switch {
+		case err == nil:
+			won++
+		case !errors.Is(err, ops.ErrPlanDecision):
+			t.Fatal(err)
+		}
+	}
+	if won != 1 {
+		t.Fatalf("%d decisions won, want exactly 1: %v", won, errs)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM intake_audit WHERE intake_id = $1 AND action IN ('approve', 'reject')`, f3.ID); n != 1 {
+		t.Fatalf("%d decisions audited, want 1", n)
+	}
+}
+
+// A snapshot that would delete more than max_delete_ratio of its rows
+// waits; approved, it deletes exactly what its plan counted.
+func TestSnapshotDeleteRatioWaits(t *testing.T) {
+	_, pool := testenv.DB(t)
+	ctx := context.Background()
+	site := testenv.NewSite(t, "sd")
+	site.Config.Feeds[0].Mode = partners.ModeSnapshot
+	site.Config.Feeds[0].Approval = &partners.Approval{MaxDeleteRatio: ratio(0.5)}
+	r := newRig(t, pool, "w1", site)
+	site.Drop(t, "orders-1.csv", goodRows("D", 6))
+	r.poll("sd")
+	if f := files(t, pool, "sd")[0]; f.State != "archived" {
+		t.Fatalf("first snapshot %+v", f)
+	}
+	site.Drop(t, "orders-2.csv", header+ordersLine("D", 1, "")+ordersLine("D", 2, ""))
+	r.poll("sd")
+	f2 := files(t, pool, "sd")[1]
+	v, c := planOf(t, pool, "sd", f2.ID)
+	if f2.State != "awaiting_approval" || c.Deletes != 4 || c.Unchanged != 2 {
+		t.Fatalf("snapshot %+v plan %+v: 4 deletes of 2 rows is over 0.5", f2, c)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM orders WHERE partner_id = 'sd'`); n != 6 {
+		t.Fatalf("the plan deleted rows: %d left", n)
+	}
+	if err := approve(ctx, pool, "sd", f2.ID, v.Hash); err != nil {
+		t.Fatal(err)
+	}
+	r.poll("sd")
+	if f := files(t, pool, "sd")[1]; f.State != "archived" {
+		t.Fatalf("approved snapshot %+v", f)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM orders WHERE partner_id = 'sd'`); n != 2 {
+		t.Fatalf("%d rows after the approved snapshot, want 2", n)
+	}
+}
+
+// The target changes after the approved file's plan step moved it to
+// applying but before its first chunk: the first chunk plans it again in
+// its own transaction, finds other counts, writes nothing and sends the
+// file back to awaiting_approval (plan_changed, audited).
+func TestTargetChangedBeforeTheFirstChunkReplans(t *testing.T) {
+	_, pool := testenv.DB(t)
+	ctx := context.Background()
+	site := testenv.NewSite(t, "fc")
+	site.Config.Feeds[0].Approval = &partners.Approval{Always: true}
+	r := newRig(t, pool, "w1", site)
+	site.Drop(t, "orders-1.csv", goodRows("F", 3))
+	r.poll("fc")
+	f := files(t, pool, "fc")[0]
+	v1, _ := planOf(t, pool, "fc", f.ID)
+	if err := approve(ctx, pool, "fc", f.ID, v1.Hash); err != nil {
+		t.Fatal(err)
+	}
+	resume := r.pollPaused("fc", "approval:before_first_chunk")
+	if st := files(t, pool, "fc")[0].State; st != "applying" {
+		t.Fatalf("state %s at the first chunk, want applying", st)
+	}
+	exec(t, pool, `INSERT INTO orders (partner_id, order_id, amount, status, placed_at, last_intake_id) VALUES ('fc', 'F-3', 1, 'new', now(), 0)`)
+	if err := resume(); err != nil {
+		t.Fatal(err)
+	}
+	f = files(t, pool, "fc")[0]
+	if f.State != "awaiting_approval" || f.Reason != "plan_changed" || f.Chunks != 0 {
+		t.Fatalf("file %+v, want back in awaiting_approval with no chunk applied", f)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM orders WHERE partner_id = 'fc' AND last_intake_id = $1`, f.ID); n != 0 {
+		t.Fatalf("%d rows written under a plan nobody approved", n)
+	}
+	v2, c2 := planOf(t, pool, "fc", f.ID)
+	if v2.Hash == v1.Hash || c2.Creates != 2 || c2.Updates != 1 {
+		t.Fatalf("new plan %+v", c2)
+	}
+	if got := audits(t, pool, f.ID); len(got) != 3 || got[2] != "intake:replan:plan_changed" {
+		t.Fatalf("audit %v", got)
+	}
+	if err := approve(ctx, pool, "fc", f.ID, v2.Hash); err != nil {
+		t.Fatal(err)
+	}
+	r.poll("fc")
+	if f := files(t, pool, "fc")[0]; f.State != "archived" || f.Applied != 3 {
+		t.Fatalf("file %+v after the second approval", f)
+	}
+}
+
+// An approved file is held to its approved plan even when the policy has
+// left the configuration since (a restart or reload without it): a
+// changed target still sends it back to awaiting_approval.
+func TestApprovedPlanHoldsAfterThePolicyIsRemoved(t *testing.T) {
+	_, pool := testenv.DB(t)
+	ctx := context.Background()
+	site := testenv.NewSite(t, "pr")
+	site.Config.Feeds[0].Approval = &partners.Approval{Always: true}
+	r := newRig(t, pool, "w1", site)
+	site.Drop(t, "orders-1.csv", goodRows("P", 2))
+	r.poll("pr")
+	f := files(t, pool, "pr")[0]
+	v, _ := planOf(t, pool, "pr", f.ID)
+	if err := approve(ctx, pool, "pr", f.ID, v.Hash); err != nil {
+		t.Fatal(err)
+	}
+	r.d.Stop()
+	site.Config.Feeds[0].Approval = nil
+	r2 := newRig(t, pool, "w1", site)
+	exec(t, pool, `INSERT INTO orders (partner_id, order_id, amount, status, placed_at, last_intake_id) VALUES ('pr', 'P-1', 1, 'new', now(), 0)`)
+	r2.poll("pr")
+	if f := files(t, pool, "pr")[0]; f.State != "awaiting_approval" || f.Reason != "plan_changed" {
+		t.Fatalf("file %+v, want back in awaiting_approval although the policy is gone", f)
+	}
+	v2, _ := planOf(t, pool, "pr", f.ID)
+	if err := approve(ctx, pool, "pr", f.ID, v2.Hash); err != nil {
+		t.Fatal(err)
+	}
+	r2.poll("pr")
+	if f := files(t, pool, "pr")[0]; f.State != "archived" || f.Applied != 2 {
+		t.Fatalf("file %+v", f)
+	}
+	// without the policy, the next file is not planned against the target
+	site.Drop(t, "orders-2.csv", goodRows("P", 2))
+	r2.poll("pr")
+	if v, err := ops.ShowPlan(ctx, pool, files(t, pool, "pr")[1].ID, []string{"pr"}); err != nil || v.Hash != "" {
+		t.Fatalf("a file without a policy was planned against the target: %+v %v", v, err)
+	}
+}
+
+// A target whose rows travel as COPY text (a double precision column, no
+// intake_row_hash) is planned the same way: the staged text is cast by the
+// merge's own expressions. Also an update_only feed's missing keys and an
+// insert_only feed's existing keys are counted as the merge would judge
+// them.
+func TestPlanOnATextTargetAndPerMode(t *testing.T) {
+	_, pool := testenv.DB(t)
+	ctx := context.Background()
+	exec(t, pool, `CREATE TABLE orders_float (
+		partner_id text NOT NULL, order_id text NOT NULL, email text, amount double precision NOT NULL,
+		status text NOT NULL, placed_at timestamptz NOT NULL, qty integer, last_intake_id bigint NOT NULL,
+		PRIMARY KEY (partner_id, order_id))`)
+	for _, tc := range []struct {
+		partner, mode string
+		check         func(c target.PlanCounts) bool
+	}{
+		{"tx", partners.ModeUpsert, func(c target.PlanCounts) bool { return c.Updates == 1 && c.Unchanged == 1 && c.Creates == 1 }},
+		{"ux", partners.ModeUpdateOnly, func(c target.PlanCounts) bool { return c.Updates == 1 && c.Unchanged == 1 && c.NotFound == 1 }},
+		{"ix", partners.ModeInsertOnly, func(c target.PlanCounts) bool { return c.Exists == 2 && c.Creates == 1 }},
+	} {
+		site := testenv.NewSite(t, tc.partner)
+		site.Config.Feeds[0].Target = "orders_float"
+		r := newRig(t, pool, "w1", site)
+		site.Drop(t, "orders-1.csv", goodRows("X", 2))
+		r.poll(tc.partner)
+		r.d.Stop()
+		site.Config.Feeds[0].Mode = tc.mode
+		site.Config.Feeds[0].Approval = &partners.Approval{Always: true}
+		r = newRig(t, pool, "w1", site)
+		site.Drop(t, "orders-2.csv", header+ordersLine("X", 1, "7.25")+ordersLine("X", 2, "")+ordersLine("X", 3, ""))
+		r.poll(tc.partner)
+		f := files(t, pool, tc.partner)[1]
+		v, c := planOf(t, pool, tc.partner, f.ID)
+		if f.State != "awaiting_approval" || !tc.check(c) {
+			t.Fatalf("%s: file %+v plan %+v", tc.mode, f, c)
+		}
+		if err := approve(ctx, pool, tc.partner, f.ID, v.Hash); err != nil {
+			t.Fatal(err)
+		}
+		r.poll(tc.partner)
+		f = files(t, pool, tc.partner)[1]
+		if f.State != "archived" || f.Applied != c.Creates+c.Updates || f.Confl != c.Conflicts() || f.Rejected != c.Rejects() {
+			t.Fatalf("%s: applied %+v, plan said %+v", tc.mode, f, c)
+		}
+		r.d.Stop()
+	}
+}
+
+// On a COPY text target a value the column's type refuses (40000 for a
+// smallint) fails no plan: the plan counts the row as target_refused, as
+// the apply then rejects it.
+func TestPlanCountsValuesTheTargetTypeRefuses(t *testing.T) {
+	_, pool := testenv.DB(t)
+	ctx := context.Background()
+	exec(t, pool, `CREATE TABLE orders_small (
+		partner_id text NOT NULL, order_id text NOT NULL, email text, amount double precision NOT NULL,
+		status text NOT NULL, placed_at timestamptz NOT NULL, qty smallint, last_intake_id bigint NOT NULL,
+		PRIMARY KEY (partner_id, order_id))`)
+	site := testenv.NewSite(t, "tr")
+	site.Config.Feeds[0].Target = "orders_small"
+	site.Config.Feeds[0].Approval = &partners.Approval{Always: true}
+	r := newRig(t, pool, "w1", site)
+	site.Drop(t, "orders-1.csv", goodRows("T", 3)+"T-9,c9@example.com,9.09,paid,2026-11-01T10:00:00Z,40000\n")
+	r.poll("tr")
+	f := files(t, pool, "tr")[0]
+	v, c := planOf(t, pool, "tr", f.ID)
+	if f.State != "awaiting_approval" || c.Creates != 3 || c.TargetRefused != 1 {
+		t.Fatalf("file %+v plan %+v, want 3 creates and 1 target_refused", f, c)
+	}
+	if err := approve(ctx, pool, "tr", f.ID, v.Hash); err != nil {
+		t.Fatal(err)
+	}
+	r.poll("tr")
+	f = files(t, pool, "tr")[0]
+	if f.State != "archived" || f.Applied != 3 || f.Rejected != 1 {
+		t.Fatalf("file %+v, want 3 applied and the refused row rejected", f)
+	}
+	if got := issues(t, pool, f.ID); len(got) != 1 || got[0] != "5:target_refused:rejected" {
+		t.Fatalf("row issues %v", got)
+	}
+}
+
+// The feed's mapping changes after a plan was approved: the plan hash
+// covers the mapping, so the fresh plan (same counts) differs and the file
+// waits again rather than apply under a mapping nobody approved.
+func TestMappingChangedAfterApprovalReplans(t *testing.T) {
+	_, pool := testenv.DB(t)
+	ctx := context.Background()
+	site := testenv.NewSite(t, "mc")
+	site.Config.Feeds[0].Approval = &partners.Approval{Always: true}
+	r := newRig(t, pool, "w1", site)
+	site.Drop(t, "orders-1.csv", goodRows("M", 2))
+	r.poll("mc")
+	f := files(t, pool, "mc")[0]
+	v1, c1 := planOf(t, pool, "mc", f.ID)
+	if err := approve(ctx, pool, "mc", f.ID, v1.Hash); err != nil {
+		t.Fatal(err)
+	}
+	r.d.Stop()
+	site.Config.Feeds[0].ChunkRows = 7
+	r = newRig(t, pool, "w1", site)
+	r.poll("mc")
+	f = files(t, pool, "mc")[0]
+	v2, c2 := planOf(t, pool, "mc", f.ID)
+	if f.State != "awaiting_approval" || f.Reason != "plan_changed" || v2.Hash == v1.Hash || c2 != c1 || v2.FeedSHA == v1.FeedSHA {
+		t.Fatalf("file %+v: plan %s (%+v) after the mapping changed, approved %s (%+v)", f, v2.Hash, c2, v1.Hash, c1)
+	}
+	if err := approve(ctx, pool, "mc", f.ID, v2.Hash); err != nil {
+		t.Fatal(err)
+	}
+	r.poll("mc")
+	if f := files(t, pool, "mc")[0]; f.State != "archived" || f.Applied != 2 {
+		t.Fatalf("file %+v", f)
+	}
+}

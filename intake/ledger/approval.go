@@ -1,0 +1,235 @@
+package ledger
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// The statements of plans and approval (issue 14 item 3; migration 011).
+// A file of a feed with an approval policy is planned against its target;
+// its plan (counts, hash, a sample of changes) is stored with it by
+// RecordPlan in the plan's transaction. A file that needs a decision is
+// moved to awaiting_approval by the plan statement itself (Plan): no
+// lease, no worker. Approve and Reject are each one conditional statement
+// on (intake, state awaiting_approval[, plan hash]) with their audit row
+// in the same transaction: of two decisions racing, exactly one finds the
+// row still waiting. Each sends the file back to spooled with a new
+// fencing token and an expired lease, so its owner's next poll (or the
+// partner's poller, Decided, or a reconciler's takeover) runs it: an approved file is
+// planned again and applied only when the fresh plan has the approved
+// hash; a rejected one is quarantined (plan_rejected).
+
+// PlanRecord is a file's plan as stored.
+type PlanRecord struct {
+	Hash   string
+	Counts json.RawMessage // the counts (target.PlanCounts as JSON)
+	Sample json.RawMessage // the sample of changes; nil once decided
+	// Wait: the plan needs a decision (the file moves to
+	// awaiting_approval); Why says which threshold (no values).
+	Wait bool
+	Why  string
+	// Replanned: the file was approved under another hash and the fresh
+	// plan differs (audited as replan, reason plan_changed).
+	Replanned   bool
+	ApprovedWas string
+}
+
+// RecordPlan stores the plan of a file just planned in tx (after Plan
+// moved it on, under its token) and, when the file waits, writes its
+// awaiting_approval event and, for a re-plan of an approved file, the
+// audit row. The approved hash stays as it was: the file is applied only
+// if a later plan has it.
+func RecordPlan(ctx context.Context, tx pgx.Tx, in *Intake, p PlanRecord) error {
+	sample := p.Sample
+	if !p.Wait {
+		sample = nil // values are kept only while ops must look at them
+	}
+	reason := ""
+	if p.Wait {
+		reason = string(ReasonAwaitingApproval)
+		if p.Replanned {
+			reason = string(ReasonPlanChanged)
+		}
+	}
+	tag, err := tx.Exec(ctx, `UPDATE file_intake SET plan_hash = $3, plan_counts = $4, plan_sample = $5, planned_at = now(),
+		    plan_decision = NULL, reason = nullif($6, ''), updated_at = now()
+		WHERE intake_id = $1 AND fencing_token = $2`, in.ID, in.Token, p.Hash, p.Counts, sample, reason)
+	if err := fenced(tag, err, in, "record plan"); err != nil {
+		return err
+	}
+	in.PlanHash, in.PlanDecision = p.Hash, ""
+	if !p.Wait {
+		return nil
+	}
+	if _, err := tx.Exec(ctx, `INSERT INTO intake_outbox (partner_id, event, payload)
+		SELECT f.partner_id, $2, `+filePayload+` || jsonb_build_object('plan_hash', f.plan_hash) FROM file_intake f WHERE f.intake_id = $1`,
+		in.ID, EventAwaitingApproval); err != nil {
+		return fmt.Errorf("outbox: %w", err)
+	}
+	if p.Replanned {
+		return audit(ctx, tx, "intake", "replan", in.Partner, in.ID, string(ReasonPlanChanged),
+			fmt.Sprintf("approved plan %s no longer holds; new plan %s awaits approval", p.ApprovedWas, p.Hash))
+	}
+	return audit(ctx, tx, "intake", "await_approval", in.Partner, in.ID, string(ReasonAwaitingApproval),
+		fmt.Sprintf("plan %s: %s", p.Hash, p.Why))
+}
+
+// ErrPlanDecision: an approve or reject that cannot be made; the message
+// says why.
+var ErrPlanDecision = errors.New("plan decision refused")
+
+// PlanView is a file's plan as `intake plan show` shows it.
+type PlanView struct {
+	IntakeID                int64
+	Partner, Feed, File     string
+	State, Reason           string
+	ContentSHA256, FeedSHA  string
+	Hash, ApprovedHash      string
+	Decision                string
+	Counts, Sample          json.RawMessage
+	PlannedAt               *time.Time
+	RowsTotal, RowsRejected int64
+}
+
+// GetPlan reads the plan of a file of one of partners; nil when there is
+// no such file.
+func (l *Ledger) GetPlan(ctx context.Context, id int64, partners []string) (*PlanView, error) {
+	var v PlanView
+	err := l.pool.QueryRow(ctx, `SELECT intake_id, partner_id, feed, remote_name, state, coalesce(reason, ''),
+		    coalesce(content_sha256, ''), coalesce(feed_sha256, ''), coalesce(plan_hash, ''), coalesce(approved_plan_hash, ''),
+		    coalesce(plan_decision, ''), plan_counts, plan_sample, planned_at, coalesce(rows_total, 0), rows_rejected
+		FROM file_intake WHERE intake_id = $1 AND partner_id = ANY($2)`, id, partners).Scan(
+		&v.IntakeID, &v.Partner, &v.Feed, &v.File, &v.State, &v.Reason, &v.ContentSHA256, &v.FeedSHA, &v.Hash,
+		&v.ApprovedHash, &v.Decision, &v.Counts, &v.Sample, &v.PlannedAt, &v.RowsTotal, &v.RowsRejected)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("plan of intake %d: %w", id, err)
+	}
+	return &v, nil
+}
+
+// PlanDecision is an ops decision on a waiting plan.
+type PlanDecision struct {
+	IntakeID int64
+	// Partners the actor's configuration covers.
+	Partners      []string
+	Actor, Reason string
+	// PlanHash: the hash the actor approves (approve only).
+	PlanHash string
+}
+
+// Approve approves a waiting file's plan, when hash is its current plan
+// hash: awaiting_approval -> spooled with plan_decision approved and the
+// hash recorded, a new fencing token and an expired lease; audited in the
+// same transaction. Of racing decisions exactly one succeeds. A decision
+// starts the file's retry budget afresh, as a release does.
+func (l *Ledger) Approve(ctx context.Context, d PlanDecision) error {
+	return l.decidePlan(ctx, d, "approved")
+}
+
+// Reject rejects a waiting file's plan: awaiting_approval -> spooled with
+// plan_decision rejected (its next run quarantines it, plan_rejected);
+// audited in the same transaction.
+func (l *Ledger) Reject(ctx context.Context, d PlanDecision) error {
+	return l.decidePlan(ctx, d, "rejected")
+}
+
+func (l *Ledger) decidePlan(ctx context.Context, d PlanDecision, decision string) error {
+	if d.Actor == "" || d.Reason == "" {
+		return fmt.Errorf("%w: an actor and a reason are required", ErrPlanDecision)
+	}
+	if decision == "approved" && d.PlanHash == "" {
+		return fmt.Errorf("%w: --plan-hash is required (intake plan show %d prints it)", ErrPlanDecision, d.IntakeID)
+	}
+	return pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
+		var partner, hash string
+		err := tx.QueryRow(ctx, `UPDATE file_intake SET state = 'spooled', reason = NULL, plan_decision = $3,
+		        approved_plan_hash = CASE WHEN $3 = 'approved' THEN plan_hash ELSE approved_plan_hash END,
+		        plan_sample = NULL, fencing_token = fencing_token + 1, lease_until = now() - interval '1 second',
+		        attempts = 0, first_failed_at = NULL, next_attempt_at = NULL, last_error = NULL, updated_at = now()
+		    WHERE intake_id = $1 AND partner_id = ANY($2) AND state = 'awaiting_approval'
+		      AND ($3 = 'rejected' OR plan_hash = $4)
+		    RETURNING partner_id, plan_hash`, d.IntakeID, d.Partners, decision, d.PlanHash).Scan(&partner, &hash)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return l.whyNotDecided(ctx, tx, d)
+		}
+		if err != nil {
+			return fmt.Errorf("%s: %w", decision, err)
+		}
+		action := "approve"
+		if decision == "rejected" {
+			action = "reject"
+		}
+		return audit(ctx, tx, d.Actor, action, partner, d.IntakeID, d.Reason, "plan "+hash)
+	})
+}
+
+// whyNotDecided explains a decision that found no waiting row.
+func (l *Ledger) whyNotDecided(ctx context.Context, tx pgx.Tx, d PlanDecision) error {
+	var state, hash string
+	err := tx.QueryRow(ctx, `SELECT state, coalesce(plan_hash, '') FROM file_intake WHERE intake_id = $1 AND partner_id = ANY($2)`,
+		d.IntakeID, d.Partners).Scan(&state, &hash)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return fmt.Errorf("%w: no intake %d among the configured partners", ErrPlanDecision, d.IntakeID)
+	case err != nil:
+		return err
+	case state != string(StateAwaitingApproval):
+		return fmt.Errorf("%w: intake %d is not awaiting approval (state %s)", ErrPlanDecision, d.IntakeID, state)
+	}
+	return fmt.Errorf("%w: plan hash %s is not the current plan of intake %d (its plan is %s: the plan changed or the hash is mistyped; review it with intake plan show %d)",
+		ErrPlanDecision, d.PlanHash, d.IntakeID, hash, d.IntakeID)
+}
+
+// Waiting is a file awaiting approval, for `intake status`.
+type Waiting struct {
+	Partner   string
+	IntakeID  int64
+	Feed      string
+	Reason    string
+	PlanHash  string
+	PlannedAt time.Time
+}
+
+// AwaitingApproval lists the partners' files awaiting approval, oldest
+// plan first.
+func (l *Ledger) AwaitingApproval(ctx context.Context, partners []string) ([]Waiting, error) {
+	rs, err := l.pool.Query(ctx, `SELECT partner_id, intake_id, feed, coalesce(reason, ''), coalesce(plan_hash, ''), coalesce(planned_at, updated_at)
+		FROM file_intake WHERE partner_id = ANY($1) AND state = 'awaiting_approval' ORDER BY planned_at, intake_id`, partners)
+	if err != nil {
+		return nil, fmt.Errorf("awaiting approval: %w", err)
+	}
+	return pgx.CollectRows(rs, func(r pgx.CollectableRow) (Waiting, error) {
+		var w Waiting
+		return w, r.Scan(&w.Partner, &w.IntakeID, &w.Feed, &w.Reason, &w.PlanHash, &w.PlannedAt)
+	})
+}
+
+// Rewait moves a file whose first chunk found its approved plan changed
+// back to awaiting_approval (applying -> awaiting_approval, fenced, only
+// while no chunk is applied), in tx with RecordPlan.
+func Rewait(ctx context.Context, tx pgx.Tx, in *Intake) error {
+	tag, err := tx.Exec(ctx, `UPDATE file_intake SET state = 'awaiting_approval', updated_at = now()
+		WHERE intake_id = $1 AND fencing_token = $2 AND state = 'applying' AND chunks_done = 0`, in.ID, in.Token)
+	if err := fenced(tag, err, in, "back to awaiting_approval"); err != nil {
+		return err
+	}
+	in.State = StateAwaitingApproval
+	return nil
+}
+
+// Decided lists the partner's files that ops decided (approve or reject)
+// and that no worker has resumed yet (their lease expired with the
+// decision), held by a worker other than worker: the partner's poller
+// takes them over (TakeOver) and runs them.
+func (l *Ledger) Decided(ctx context.Context, partner, worker string) ([]*Intake, error) {
+	return l.query(ctx, `partner_id = $1 AND state = 'spooled' AND plan_decision IS NOT NULL
+		AND lease_until < now() AND worker_id <> $2`, partner, worker)
+}

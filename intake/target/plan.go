@@ -1,0 +1,273 @@
+package target
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/partner-intake/partner-intake/partners"
+)
+
+// A plan is what a file would do to the target, computed without writing
+// it: the file's valid rows are staged (the chunk's staging table, in the
+// plan's own transaction) and compared set-based with the target by the
+// same expressions the merge judges rows by (build: needs, reason,
+// differs), so a plan counts what the merge would do against the target
+// as it is at that moment. A snapshot's deletes are counted by the
+// sweep's condition against the staged keys.
+
+// PlanCounts are a plan's row outcomes. Creates + Updates + Unchanged +
+// conflicts + rejects of the staged rows, plus the rows the pipeline
+// rejected before staging, are the file's rows; Deletes are target rows
+// (a snapshot's), not rows of the file.
+type PlanCounts struct {
+	Creates   int64 `json:"creates"`
+	Updates   int64 `json:"updates"`
+	Unchanged int64 `json:"unchanged"`
+	Deletes   int64 `json:"deletes"`
+	// conflicts by reason: a row a newer intake wrote, a row edited
+	// outside intake since intake wrote it (kept), an existing key of an
+	// insert_only feed
+	NewerWrite  int64 `json:"conflict_newer_write"`
+	OutsideEdit int64 `json:"conflict_outside_edit"`
+	Exists      int64 `json:"conflict_exists"`
+	// rejects: a key an update_only feed's target lacks; a key repeated
+	// later in the file (the earlier line); rows the row check or a
+	// column's encoding refused (counted by the pipeline)
+	NotFound   int64 `json:"rejected_not_found"`
+	Duplicates int64 `json:"rejected_duplicate_key"`
+	Invalid    int64 `json:"rejected_invalid"`
+	// TargetRefused: rows whose value the target column's type refuses
+	// (COPY text targets; the apply rejects them target_refused)
+	TargetRefused int64 `json:"rejected_target_refused"`
+}
+
+// Conflicts is the plan's conflicts of every reason.
+func (c PlanCounts) Conflicts() int64 { return c.NewerWrite + c.OutsideEdit + c.Exists }
+
+// Rejects is the plan's rejected rows of every reason.
+func (c PlanCounts) Rejects() int64 { return c.NotFound + c.Duplicates + c.Invalid + c.TargetRefused }
+
+// PlanChange is one row of a plan's sample: the row's key and, for an
+// update, the columns that change with their values as text (old, new).
+// Values are for an ops terminal only: never logged.
+type PlanChange struct {
+	Line    int64                 `json:"line,omitempty"` // 0 for a delete (a target row)
+	Action  string                `json:"action"`         // create, update, delete, conflict, rejected
+	Reason  string                `json:"reason,omitempty"`
+	Key     string                `json:"key"`
+	Changed map[string][2]*string `json:"changed,omitempty"`
+}
+
+// buildPlan writes the plan's statements from the merge's expressions.
+// planRows ($1 = writer, $2 = partner) judges every staged row into the
+// temporary table intake_plan_rows (dropped at commit); planDeleteCount
+// and planDeleteSample ($1 = writer, $2 = partner, $3 = feed; the sample
+// $4 = limit) count and list a snapshot's deletes.
+func (t *Table) buildPlan(sCols, sKeyJoin []string, needs, reason, edited string) {
+	q := func(s string) string { return pgx.Identifier{s}.Sanitize() }
+	var keyCols []string
+	var changed []string
+	for _, c := range t.cols {
+		if slices.Contains(t.key, c) {
+			keyCols = append(keyCols, "s0."+q(c))
+			continue
+		}
+		changed = append(changed, fmt.Sprintf(`CASE WHEN t.%[1]s IS DISTINCT FROM s.%[1]s
+		        THEN jsonb_build_object(%[2]s, jsonb_build_array(t.%[1]s::text, s.%[1]s::text)) ELSE '{}'::jsonb END`, q(c), quoteLiteral(c)))
+	}
+	changedExpr := "NULL::jsonb"
+	if len(changed) > 0 {
+		changedExpr = strings.Join(changed, " || ")
+	}
+	t.planRows = fmt.Sprintf(`CREATE TEMP TABLE intake_plan_rows ON COMMIT DROP AS
+		WITH s0 AS (
+		    SELECT st.line, %[1]s FROM %[2]s st),
+		d AS (
+		    SELECT s0.*, row_number() OVER (PARTITION BY %[3]s ORDER BY s0.line DESC) AS intake_rn FROM s0),
+		j AS (
+		    SELECT s.line, s.intake_rn, %[4]s AS intake_key, t.partner_id IS NULL AS intake_is_new,
+		        (%[5]s) AS intake_needs, %[6]s AS intake_reason,
+		        CASE WHEN t.partner_id IS NOT NULL THEN %[7]s END AS intake_changed
+		    FROM d s LEFT JOIN LATERAL (
+		        SELECT * FROM %[8]s t WHERE t.partner_id = $2 AND %[9]s LIMIT 1) t ON true)
+		SELECT line, intake_key AS key,
+		    CASE WHEN intake_rn > 1 THEN 'rejected'
+		         WHEN NOT intake_needs THEN 'unchanged'
+		         WHEN intake_reason = 'not_found' THEN 'rejected'
+		         WHEN intake_reason IS NOT NULL THEN 'conflict'
+		         WHEN intake_is_new THEN 'create'
+		         ELSE 'update' END AS action,
+		    CASE WHEN intake_rn > 1 THEN 'duplicate_key' WHEN intake_needs THEN intake_reason END AS reason,
+		    CASE WHEN intake_rn = 1 AND intake_needs AND intake_reason IS NULL THEN intake_changed END AS changed
+		FROM j`,
+		strings.Join(sCols, ", "), t.stage, strings.Join(keyCols, ", "), t.keyText("s"),
+		needs, reason, changedExpr, t.table, strings.Join(sKeyJoin, " AND "))
+	if t.mode != partners.ModeSnapshot {
+		return
+	}
+	where := fmt.Sprintf(`t.partner_id = $2 AND t.last_intake_id <= $1
+		    AND EXISTS (SELECT 1 FROM file_intake f WHERE f.intake_id = t.last_intake_id AND f.partner_id = $2 AND f.feed = $3)
+		    AND NOT EXISTS (SELECT 1 FROM intake_plan_rows k WHERE k.key = %s)`, t.keyText("t"))
+	if t.guard && t.keep {
+		where += " AND NOT " + edited
+	}
+	if t.deletedAt != "" {
+		where += " AND t." + t.deletedAt + " IS NULL"
+	}
+	t.planDeleteCount = fmt.Sprintf(`SELECT count(*) FROM %s t WHERE %s`, t.table, where)
+	t.planDeleteSample = fmt.Sprintf(`SELECT %s FROM %s t WHERE %s ORDER BY 1 LIMIT $4`, t.keyText("t"), t.table, where)
+}
+
+func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
+
+// Plan judges the rows staged in tx (Stage, CopyStage: every valid row of
+// the file) against the target, written and judged as writer for the
+// partner and feed, and returns the counts (Invalid is the caller's) and
+// up to sample changed rows in line order, then deletes. sweep: a
+// snapshot's deletes are counted (the apply sweeps only when the file has
+// rows and none is rejected: the caller says whether the pipeline
+// rejected any, and a plan that rejects one deletes nothing). Nothing is written
+// but temporary tables of the transaction.
+func (t *Table) Plan(ctx context.Context, tx pgx.Tx, writer int64, partner, feed string, sweep bool, sample int) (PlanCounts, []PlanChange, error) {
+	var c PlanCounts
+	if _, err := tx.Exec(ctx, "SAVEPOINT intake_plan"); err != nil {
+		return c, nil, fmt.Errorf("plan: %w", err)
+	}
+	_, err := tx.Exec(ctx, t.planRows, writer, partner)
+	var pe *pgconn.PgError
+	if err != nil && !t.binary && errors.As(err, &pe) && strings.HasPrefix(pe.Code, "22") {
+		// a staged text value the target's type refuses (the apply
+		// rejects that row target_refused): drop such rows, count them,
+		// and judge the rest
+		if _, err := tx.Exec(ctx, "ROLLBACK TO SAVEPOINT intake_plan"); err != nil {
+			return c, nil, fmt.Errorf("plan: %w", err)
+		}
+		if c.TargetRefused, err = t.dropUncastable(ctx, tx); err != nil {
+			return c, nil, fmt.Errorf("plan: refused values: %w", err)
+		}
+		_, err = tx.Exec(ctx, t.planRows, writer, partner)
+	}
+	if err != nil {
+		return c, nil, fmt.Errorf("plan rows: %w", err)
+	}
+	rs, err := tx.Query(ctx, `SELECT action, coalesce(reason, ''), count(*) FROM intake_plan_rows GROUP BY 1, 2`)
+	if err != nil {
+		return c, nil, fmt.Errorf("plan counts: %w", err)
+	}
+	for rs.Next() {
+		var action, reason string
+		var n int64
+		if err := rs.Scan(&action, &reason, &n); err != nil {
+			rs.Close()
+			return c, nil, err
+		}
+		switch action + "/" + reason {
+		case "create/":
+			c.Creates += n
+		case "update/":
+			c.Updates += n
+		case "unchanged/":
+			c.Unchanged += n
+		case "conflict/newer_write":
+			c.NewerWrite += n
+		case "conflict/outside_edit":
+			c.OutsideEdit += n
+		case "conflict/exists":
+			c.Exists += n
+		case "rejected/not_found":
+			c.NotFound += n
+		case "rejected/duplicate_key":
+			c.Duplicates += n
+		default:
+			rs.Close()
+			return c, nil, fmt.Errorf("plan: unexpected outcome %s/%s", action, reason)
+		}
+	}
+	if err := rs.Err(); err != nil {
+		return c, nil, fmt.Errorf("plan counts: %w", err)
+	}
+	var out []PlanChange
+	rs, err = tx.Query(ctx, `SELECT line, action, coalesce(reason, ''), key, changed FROM intake_plan_rows
+		WHERE action <> 'unchanged' ORDER BY line LIMIT $1`, sample)
+	if err != nil {
+		return c, nil, fmt.Errorf("plan sample: %w", err)
+	}
+	for rs.Next() {
+		var ch PlanChange
+		var changed []byte
+		if err := rs.Scan(&ch.Line, &ch.Action, &ch.Reason, &ch.Key, &changed); err != nil {
+			rs.Close()
+			return c, nil, err
+		}
+		if len(changed) > 0 {
+			if err := json.Unmarshal(changed, &ch.Changed); err != nil {
+				rs.Close()
+				return c, nil, fmt.Errorf("plan sample: %w", err)
+			}
+		}
+		out = append(out, ch)
+	}
+	if err := rs.Err(); err != nil {
+		return c, nil, fmt.Errorf("plan sample: %w", err)
+	}
+	if t.planDeleteCount != "" && sweep && c.Rejects() == 0 {
+		if err := tx.QueryRow(ctx, t.planDeleteCount, writer, partner, feed).Scan(&c.Deletes); err != nil {
+			return c, nil, fmt.Errorf("plan deletes: %w", err)
+		}
+		if left := sample - len(out); left > 0 && c.Deletes > 0 {
+			rs, err := tx.Query(ctx, t.planDeleteSample, writer, partner, feed, left)
+			if err != nil {
+				return c, nil, fmt.Errorf("plan delete sample: %w", err)
+			}
+			for rs.Next() {
+				ch := PlanChange{Action: "delete"}
+				if err := rs.Scan(&ch.Key); err != nil {
+					rs.Close()
+					return c, nil, err
+				}
+				out = append(out, ch)
+			}
+			if err := rs.Err(); err != nil {
+				return c, nil, fmt.Errorf("plan delete sample: %w", err)
+			}
+		}
+	}
+	return c, out, nil
+}
+
+// castableFunc tells whether a text value is valid input of a type: a
+// function of the session's temporary schema (no privilege beyond the
+// temporary tables intake uses already), used only when a plan's casts
+// failed.
+const castableFunc = `CREATE OR REPLACE FUNCTION pg_temp.intake_castable(v text, typ text) RETURNS boolean
+	LANGUAGE plpgsql AS $f$
+	BEGIN
+	    IF v IS NULL THEN RETURN true; END IF;
+	    EXECUTE format('SELECT %L::%s', v, typ);
+	    RETURN true;
+	EXCEPTION WHEN data_exception THEN
+	    RETURN false;
+	END $f$`
+
+// dropUncastable deletes the staged rows (text) with a value the target
+// column's type refuses and returns how many.
+func (t *Table) dropUncastable(ctx context.Context, tx pgx.Tx) (int64, error) {
+	if _, err := tx.Exec(ctx, castableFunc); err != nil {
+		return 0, err
+	}
+	var checks []string
+	for i, c := range t.cols {
+		checks = append(checks, fmt.Sprintf("pg_temp.intake_castable(st.%s, %s)", pgx.Identifier{c}.Sanitize(), quoteLiteral(t.types[i])))
+	}
+	var n int64
+	err := tx.QueryRow(ctx, fmt.Sprintf(`WITH d AS (DELETE FROM %s st WHERE NOT (%s) RETURNING 1) SELECT count(*) FROM d`,
+		t.stage, strings.Join(checks, " AND "))).Scan(&n)
+	return n, err
+}
