@@ -2,6 +2,7 @@ package intake_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -9,11 +10,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/partner-intake/partner-intake/intake"
 	"github.com/partner-intake/partner-intake/intake/ops"
+	"github.com/partner-intake/partner-intake/internal/fault"
 	"github.com/partner-intake/partner-intake/internal/testenv"
+	"github.com/partner-intake/partner-intake/partners"
+	"github.com/partner-intake/partner-intake/reconcile"
+	"github.com/partner-intake/partner-intake/spool"
 )
 
 // Two started replicas split the partners: each partner's files are
@@ -268,4 +274,74 @@ func pollsAfter(t *testing.T, r *rig, ids []string) {
 			done++
 		}
 	}
+}
+
+// A file whose owner died is taken over by the reconciler of a replica
+// that does not poll its partner: that replica runs it at once (the
+// reconciler tells its daemon, TakenOver), instead of leaving it until
+// its lease expires and a reconciler takes it over again.
+func TestAFileTakenOverByAReplicaThatDoesNotPollThePartnerIsRun(t *testing.T) {
+	_, pool := testenv.DB(t)
+	var site *testenv.Site
+	for i := 0; site == nil; i++ { // a partner that affinity gives to r1
+		if id := fmt.Sprintf("tko%d", i); intake.Owner(id, []string{"r1", "r2"}) == "r1" {
+			site = testenv.NewSite(t, id)
+		}
+	}
+	site.Config.Poll = "@every 1h"
+	id := site.Config.ID
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+
+	// r0 applies a file's rows and dies before its archive
+	site.Drop(t, "orders-t.csv", testenv.OrdersCSV("T", 5))
+	r0 := newRig(t, pool, "r0", site)
+	if err := fault.Set("apply:after_commit=error"); err != nil {
+		t.Fatal(err)
+	}
+	err := r0.d.PollOnce(ctx, id)
+	fault.Set("")
+	if !errors.Is(err, fault.ErrInjected) {
+		t.Fatalf("got %v, want the injected stop after commit", err)
+	}
+	r0.d.Stop()
+	if _, err := pool.Exec(ctx, `UPDATE file_intake SET lease_until = now() - interval '1 second' WHERE worker_id = 'r0'`); err != nil {
+		t.Fatal(err)
+	}
+
+	var rigs []*rig
+	for _, w := range []string{"r1", "r2"} {
+		r := newRig(t, pool, w, site)
+		intake.Signals(r.d).Polled.Init(t)
+		if err := r.d.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		defer r.d.Stop()
+		waitPolls(t, r, []string{id}) // r2's first poll: nothing of its own, r1 polls the partner
+		rigs = append(rigs, r)
+	}
+	r2 := rigs[1]
+	sp, err := spool.New(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, err := reconcile.New(reconcile.Config{}, "r2", 30*time.Second, pool, sp, []partners.Config{site.Validated(t)},
+		prometheus.NewRegistry(), testenv.Logger(t), r2.d.TakenOver)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(rec.Stop)
+	fs, err := rec.RunOnce(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(fs) != 1 || fs[0].Kind != reconcile.KindLeaseExpired {
+		t.Fatalf("findings %+v, want one lease_expired", fs)
+	}
+	pollsAfter(t, r2, []string{id}) // the poll TakenOver asked for has run
+	f := testenv.Files(t, pool, id)[0]
+	if f.State != "archived" || f.Worker != "r2" || f.Applied != 5 {
+		t.Fatalf("got %+v, want archived by r2 with its 5 rows applied once", f)
+	}
+	testenv.AssertExactOrders(t, pool, id, 5, "T")
 }

@@ -357,6 +357,19 @@ func (d *Daemon) Poke(partner string) {
 	}
 }
 
+// TakenOver is what this replica's reconciler calls after it took a file
+// of the partner over into this worker's processing dir: the partner is
+// polled at once and that poll resumes the file, also when another
+// replica polls the partner (this one would otherwise leave it alone
+// until its lease expired and a reconciler took it over again, perhaps
+// this one, again).
+func (d *Daemon) TakenOver(partner string) {
+	if p, ok := d.partner(partner); ok {
+		p.takenOver.Store(true)
+		p.poke()
+	}
+}
+
 // spaceOK applies spool backpressure: below the free-space floor no new
 // file is claimed; claiming resumes by itself when space returns.
 func (d *Daemon) spaceOK() bool {
@@ -582,6 +595,10 @@ type partnerRT struct {
 	tempClean bool        // this worker's spool temp files of the partner were swept
 	redial    atomic.Bool // a file met an SFTP failure: the next poll dials afresh
 	resumed   bool        // this worker's own files of the partner were resumed once
+	// takenOver: this worker's reconciler took a file of the partner over
+	// (TakenOver): the next poll resumes this worker's own files again,
+	// even where another replica polls the partner.
+	takenOver atomic.Bool
 	// settled: nothing of this worker can be left without a row on the
 	// partner's site: its processing dir was looked through (resumeOwn)
 	// since the last failed poll, or the previous run left none there.

@@ -69,6 +69,9 @@ func (d *Daemon) gate(ctx context.Context, p *partnerRT) (own bool, err error) {
 	// others still resume their own files of it once after they start (a
 	// restart's leftovers), then leave it alone.
 	own = d.owns(ctx, p.cfg.ID)
+	if p.takenOver.Swap(false) {
+		p.resumed = false // our reconciler gave us a file of the partner to run
+	}
 	if !own && !p.resumed && d.prevDrained {
 		// nothing can be half claimed; resume only if rows say so
 		live, err := d.ledger.LiveOwnedBy(ctx, p.cfg.ID, d.cfg.WorkerID)

@@ -49,7 +49,7 @@ func newNode(t *testing.T, pool *pgxpool.Pool, worker, spoolDir string, sites ..
 		t.Fatal(err)
 	}
 	reg := prometheus.NewRegistry()
-	rec, err := reconcile.New(reconcile.Config{}, worker, 10*time.Second, pool, sp, cfgs, reg, log, d.Poke)
+	rec, err := reconcile.New(reconcile.Config{}, worker, 10*time.Second, pool, sp, cfgs, reg, log, d.TakenOver)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -163,7 +163,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 		}
 		return code
 	}
-	rec, err := reconcile.New(e.cfg.Reconcile, e.cfg.WorkerID, e.cfg.Lease, e.pool, e.spool, e.cfg.Partners, reg, e.log, d.Poke)
+	rec, err := reconcile.New(e.cfg.Reconcile, e.cfg.WorkerID, e.cfg.Lease, e.pool, e.spool, e.cfg.Partners, reg, e.log, d.TakenOver)
 	if err != nil {
 		fmt.Fprintln(stderr, "intake run:", err)
 		return 2
