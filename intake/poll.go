@@ -42,7 +42,7 @@ func (d *Daemon) pollOnce(ctx context.Context, p *partnerRT) error {
 		return err
 	}
 	d.metrics.polls.WithLabelValues(p.cfg.ID).Inc()
-	sess, err := p.session(ctx, d.cfg.WorkerID)
+	sess, err := d.session(ctx, p)
 	if err != nil {
 		return err
 	}
