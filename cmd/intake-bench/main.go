@@ -30,6 +30,7 @@ func run() int {
 	flag.IntVar(&o.FleetFiles, "fleet-files", 300, "files the fleet workload drops at random partners")
 	flag.DurationVar(&o.FleetPoll, "fleet-poll", 30*time.Second, "the fleet partners' poll interval (@every)")
 	flag.DurationVar(&o.FleetWindow, "fleet-window", time.Minute, "the time over which the fleet workload's files are dropped")
+	flag.StringVar(&o.FleetYAML, "fleet-daemon-yaml", "", "daemon-wide YAML added to the fleet daemon's config (to measure a session policy)")
 	out := flag.String("out", "bench-results.json", "where to write the figures")
 	only := flag.String("only", "", "comma-separated workloads to run (large, small, huge, wan, fleet); all when empty")
 	flag.StringVar(&o.ProfileDir, "profile-dir", "", "write a CPU profile of every intake process here")

@@ -57,6 +57,9 @@ type Options struct {
 	FleetFiles    int
 	FleetPoll     time.Duration
 	FleetWindow   time.Duration
+	// FleetYAML is added to the fleet daemon's config (top-level keys,
+	// e.g. "sessions: {max_parallel_dials: 1000}"), to measure a policy.
+	FleetYAML string
 }
 
 func (o Options) runs(w string) bool { return len(o.Only) == 0 || o.Only[w] }
@@ -413,17 +416,18 @@ func (e *env) partnerSite(id string) (string, error) {
 // config writes an intake config for the given partners (id -> root),
 // polled every second.
 func (e *env) config(worker string, roots map[string]string, order []string) (string, error) {
-	return e.configPoll(worker, roots, order, "@every 1s")
+	return e.configPoll(worker, roots, order, "@every 1s", "")
 }
 
 // configPoll writes an intake config for the given partners polled on poll.
-func (e *env) configPoll(worker string, roots map[string]string, order []string, poll string) (string, error) {
+// extra, if set, is added to the daemon-wide keys.
+func (e *env) configPoll(worker string, roots map[string]string, order []string, poll, extra string) (string, error) {
 	var b strings.Builder
 	// Two connections per daemon: on this bench's two cores, shared with
 	// PostgreSQL, more connections only add contention (docs/performance.md,
 	// item 34); every phase, one daemon or two, runs with the same config.
-	fmt.Fprintf(&b, "worker_id: %s\nlease: 2m\ndrain: 5s\ndatabase:\n  url_env: INTAKE_DATABASE_URL\n  max_conns: 2\nspool:\n  dir: %s\n  min_free_bytes: 1\nhttp:\n  listen: \"off\"\nreconcile:\n  schedule: \"@every 1h\"\npartners:\n",
-		worker, filepath.Join(e.dir, "spool"))
+	fmt.Fprintf(&b, "worker_id: %s\nlease: 2m\ndrain: 5s\ndatabase:\n  url_env: INTAKE_DATABASE_URL\n  max_conns: 2\nspool:\n  dir: %s\n  min_free_bytes: 1\nhttp:\n  listen: \"off\"\nreconcile:\n  schedule: \"@every 1h\"\n%s\npartners:\n",
+		worker, filepath.Join(e.dir, "spool"), extra)
 	for _, id := range order {
 		fmt.Fprintf(&b, `  - id: %s
     poll: %q

@@ -46,7 +46,7 @@ func (e *env) fleet(ctx context.Context, res *Results) error {
 		}
 		order = append(order, id)
 	}
-	cfg, err := e.configPoll("fleet-1", roots, order, fmt.Sprintf("@every %s", poll))
+	cfg, err := e.configPoll("fleet-1", roots, order, fmt.Sprintf("@every %s", poll), e.o.FleetYAML)
 	if err != nil {
 		return err
 	}
