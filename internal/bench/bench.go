@@ -145,6 +145,7 @@ type Results struct {
 	FleetRSSMiB            float64 `json:"fleet_rss_mib,omitempty"`
 	FleetRSSFirstMiB       float64 `json:"fleet_rss_after_first_cycle_mib,omitempty"`
 	FleetFirstCycleS       float64 `json:"fleet_first_cycle_s,omitempty"`
+	FleetStartS            float64 `json:"fleet_daemon_start_s,omitempty"`
 	FleetIdleCPUS          float64 `json:"fleet_idle_cpu_s_per_cycle,omitempty"`
 	FleetIdleSSHDCPUS      float64 `json:"fleet_idle_sshd_cpu_s_per_cycle,omitempty"`
 	FleetIdlePGCPUS        float64 `json:"fleet_idle_postgres_cpu_s_per_cycle,omitempty"`

@@ -23,7 +23,8 @@ import (
 //
 //   - first cycle: from the daemon's exec until every partner has a
 //     successful poll recorded in intake_partner_poll (SSH logins bounded
-//     by sessions.max_parallel_dials; sshd's CPU per login beside it);
+//     by sessions.max_parallel_dials; sshd's CPU per login beside it), and
+//     the part of it before the daemon registered (its own start);
 //   - idle cycle: the CPU the daemon, sshd and PostgreSQL use over one
 //     poll interval with every session open and nothing to take;
 //   - latency: FleetFiles files dropped into ready/ of random partners at
@@ -95,13 +96,20 @@ func (e *env) fleet(ctx context.Context, res *Results) error {
 		}
 		time.Sleep(250 * time.Millisecond)
 	}
+	// the daemon's own start (config, schema and target checks) up to its
+	// registration, which comes right before the first polls are scheduled
+	var started time.Time
+	if err := watch.QueryRow(ctx, `SELECT started_at FROM intake_worker WHERE worker_id = 'fleet-1'`).Scan(&started); err != nil {
+		return err
+	}
+	res.FleetStartS = started.Sub(p.start).Seconds()
 	_, sshd1, err := e.serverCPU()
 	if err != nil {
 		return err
 	}
 	res.FleetSSHDCPUmsPerLogin = (sshd1 - sshd0) / float64(n) * 1000
 	res.FleetRSSFirstMiB = vmKiB(p.cmd.Process.Pid, "VmRSS") / 1024
-	e.say("fleet: first cycle %.1f s, RSS %.0f MiB", res.FleetFirstCycleS, res.FleetRSSFirstMiB)
+	e.say("fleet: start %.1f s, first cycle %.1f s, RSS %.0f MiB", res.FleetStartS, res.FleetFirstCycleS, res.FleetRSSFirstMiB)
 
 	// idle cycle: one poll interval, nothing to take
 	quiet()

@@ -725,6 +725,7 @@ func (r *Results) Table(w *os.File) {
 		row(fmt.Sprintf("fleet: %d partners @every %.0fs, peak RSS", r.FleetPartners, r.FleetPollS), r.FleetRSSMiB, "MiB", "<= 256")
 		row("fleet: RSS after the first cycle", r.FleetRSSFirstMiB, "MiB", "")
 		row("fleet: exec until every partner polled", r.FleetFirstCycleS, "s", "<= 60")
+		row("fleet: exec until the daemon registered", r.FleetStartS, "s", "")
 		row("fleet: sshd CPU per login (first cycle)", r.FleetSSHDCPUmsPerLogin, "ms", "")
 		row("fleet: daemon CPU per idle cycle", r.FleetIdleCPUS, "s", "")
 		row("fleet: sshd CPU per idle cycle", r.FleetIdleSSHDCPUS, "s", "")
