@@ -39,9 +39,16 @@ func Signals(d *Daemon) *testSignals { return &d.signals }
 type PollDone = pollDone
 
 // DialStats are the daemon's dials started, the most ever in flight at
-// once, and the sessions open now (sessions.go).
+// once to one server, and the sessions open now (sessions.go).
 func DialStats(d *Daemon) (dialed, peak, open int64) {
-	return d.book.dialed.Load(), d.book.peak.Load(), d.book.open.Load()
+	dialed, peak, _ = d.book.stats()
+	return dialed, peak, d.book.open.Load()
+}
+
+// DialsInFlight are the dials in flight now.
+func DialsInFlight(d *Daemon) int64 {
+	_, _, n := d.book.stats()
+	return n
 }
 
 // PollOffset is a partner's first-poll offset and interval as Start

@@ -3,6 +3,8 @@ package intake
 import (
 	"context"
 	"fmt"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -15,11 +17,13 @@ import (
 
 // The session policy (issue 17 item 2: a fleet of partners on one daemon).
 //
-//   - Dials are bounded across the daemon (SessionPolicy.MaxParallelDials,
-//     default 8): a start, a reload or a burst of redials never opens more
-//     unauthenticated connections at once than OpenSSH's default
-//     MaxStartups (10:30:100) begins to refuse, whether the partners share
-//     one server or not. Prewarm waits on the same bound.
+//   - Dials are bounded per SSH server (SessionPolicy.MaxParallelDials,
+//     default 8, for each sftp.address): a start, a reload or a burst of
+//     redials never opens more unauthenticated connections at once to one
+//     server than OpenSSH's default MaxStartups (10:30:100) begins to
+//     refuse. The bound is per server because MaxStartups is: a site that
+//     does not answer holds its own partners' dials until their
+//     dial_timeout, not every partner's. Prewarm waits on the same bound.
 //   - An open session stays open while it is used: a poll on it is a
 //     listing, about one round trip, while a dial costs the partner's server
 //     a login (about 77 ms of sshd CPU each on the 2-core bench VM) and the
@@ -46,7 +50,7 @@ import (
 // SessionPolicy is the daemon's SFTP session policy (config key sessions).
 type SessionPolicy struct {
 	// MaxParallelDials bounds the SSH dials (TCP, handshake, login, SFTP
-	// start) in flight at once across the daemon.
+	// start) in flight at once to one server (sftp.address).
 	MaxParallelDials int `yaml:"max_parallel_dials"`
 	// MaxOpen bounds the open sessions (0: no cap); a dial beyond it
 	// closes the least recently used idle one.
@@ -81,42 +85,67 @@ func (s *SessionPolicy) validate() error {
 	return nil
 }
 
-// sessionBook is the daemon's account of its sessions: the dial bound and
-// how many are open.
+// sessionBook is the daemon's account of its sessions: the dial bound of
+// each server and how many sessions are open.
 type sessionBook struct {
-	dials    chan struct{} // a token per dial in flight
-	open     atomic.Int64
-	inFlight atomic.Int64
-	peak     atomic.Int64 // the most dials ever in flight at once (tests)
-	dialed   atomic.Int64 // dials started (tests)
-	gauge    prometheus.Gauge
+	max   int
+	open  atomic.Int64
+	gauge prometheus.Gauge
+
+	mu       sync.Mutex
+	slots    map[string]chan struct{} // server -> a token per dial in flight
+	inFlight map[string]int
+	peak     int   // the most dials ever in flight at once to one server (tests)
+	dialed   int64 // dials started (tests)
 }
 
 func newSessionBook(max int, m *metrics) *sessionBook {
-	return &sessionBook{dials: make(chan struct{}, max), gauge: m.sessionsOpen}
+	return &sessionBook{max: max, gauge: m.sessionsOpen, slots: map[string]chan struct{}{}, inFlight: map[string]int{}}
 }
 
-// acquire waits for a dial slot.
-func (b *sessionBook) acquire(ctx context.Context) error {
+// server is the key of a partner's dial bound: its address, the host
+// case-folded (as partners.CheckSites compares sites).
+func server(p *partners.Config) string { return strings.ToLower(p.SFTP.Address) }
+
+// acquire waits for a dial slot of the server.
+func (b *sessionBook) acquire(ctx context.Context, srv string) error {
+	b.mu.Lock()
+	slot, ok := b.slots[srv]
+	if !ok {
+		slot = make(chan struct{}, b.max)
+		b.slots[srv] = slot
+	}
+	b.mu.Unlock()
 	select {
-	case b.dials <- struct{}{}:
+	case slot <- struct{}{}:
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-	b.dialed.Add(1)
-	n := b.inFlight.Add(1)
-	for {
-		p := b.peak.Load()
-		if n <= p || b.peak.CompareAndSwap(p, n) {
-			break
-		}
-	}
+	b.mu.Lock()
+	b.dialed++
+	b.inFlight[srv]++
+	b.peak = max(b.peak, b.inFlight[srv])
+	b.mu.Unlock()
 	return nil
 }
 
-func (b *sessionBook) release() {
-	b.inFlight.Add(-1)
-	<-b.dials
+func (b *sessionBook) release(srv string) {
+	b.mu.Lock()
+	b.inFlight[srv]--
+	slot := b.slots[srv]
+	b.mu.Unlock()
+	<-slot
+}
+
+// stats are the dials started, the most ever in flight to one server and
+// the dials in flight now (tests).
+func (b *sessionBook) stats() (dialed, peak, inFlight int64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, n := range b.inFlight {
+		inFlight += int64(n)
+	}
+	return b.dialed, int64(b.peak), inFlight
 }
 
 func (b *sessionBook) opened() { b.gauge.Set(float64(b.open.Add(1))) }
@@ -127,8 +156,8 @@ func (d *Daemon) newPartnerRT(c *partners.Config) *partnerRT {
 	return &partnerRT{cfg: c, book: d.book, trigger: make(chan struct{}, 1), quit: make(chan struct{})}
 }
 
-// session returns the partner's open session or dials one, within the
-// daemon's dial bound (and its cap on open sessions).
+// session returns the partner's open session or dials one, within its
+// server's dial bound (and the daemon's cap on open sessions).
 func (d *Daemon) session(ctx context.Context, p *partnerRT) (*partners.Session, error) {
 	if p.hasSess.Load() {
 		p.sessMu.Lock()
@@ -146,11 +175,12 @@ func (d *Daemon) session(ctx context.Context, p *partnerRT) (*partners.Session, 
 		p.touch()
 		return p.sess, nil
 	}
-	if err := d.book.acquire(ctx); err != nil {
+	srv := server(p.cfg)
+	if err := d.book.acquire(ctx, srv); err != nil {
 		return nil, err
 	}
 	s, err := d.dial(ctx, p)
-	d.book.release()
+	d.book.release(srv)
 	if err != nil {
 		return nil, err
 	}

@@ -3,8 +3,13 @@ package intake_test
 import (
 	"context"
 	"fmt"
+	"net"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
+
+	"golang.org/x/crypto/ssh/knownhosts"
 
 	"github.com/partner-intake/partner-intake/intake"
 	"github.com/partner-intake/partner-intake/internal/testenv"
@@ -59,6 +64,57 @@ func TestDialsAreBoundedAcrossTheDaemon(t *testing.T) {
 	}
 	if d, _, _ := intake.DialStats(r.d); d != dialed {
 		t.Fatalf("a second poll of every partner dialled %d more times, want 0", d-dialed)
+	}
+}
+
+// The bound is per server (MaxStartups is): a site that takes the TCP
+// connection and then says nothing holds its own partner's dial until the
+// dial timeout, not the dials of partners on other servers, even with a
+// bound of one.
+func TestASilentSiteDoesNotHoldUpOtherServersDials(t *testing.T) {
+	_, pool := testenv.DB(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0") // never accepts: the kernel completes the handshake, no banner comes
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	silent, good := testenv.NewSite(t, "silent"), testenv.NewSite(t, "good")
+	silent.Config.SFTP.Address = ln.Addr().String()
+	// a host key pinned for the address, so the dial gets as far as the
+	// connection (it would be refused before it otherwise)
+	kh := filepath.Join(t.TempDir(), "known_hosts")
+	if err := os.WriteFile(kh, []byte(knownhosts.Line([]string{ln.Addr().String()}, testenv.SSHD().HostKey)+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	silent.Config.SFTP.KnownHostsFile = kh
+	silent.Config.SFTP.DialTimeout = 2 * time.Minute
+	r := newRigCfg(t, pool, intake.Config{WorkerID: "silent", Lease: 30 * time.Second, SpoolMinFree: 1,
+		Sessions: intake.SessionPolicy{MaxParallelDials: 1}}, silent, good)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- r.d.PollOnce(ctx, "silent") }()
+	for intake.DialsInFlight(r.d) == 0 { // the silent site's dial holds its server's one slot
+		select {
+		case err := <-done:
+			t.Fatalf("the silent site's poll ended before its dial was in flight: %v", err)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	good.Drop(t, "orders-g.csv", testenv.OrdersCSV("G", 2))
+	r.poll("good") // within a minute, while the silent dial waits for its two
+	if files := testenv.Files(t, pool, "good"); len(files) != 1 || files[0].State != "archived" {
+		t.Fatalf("good's file: %+v", files)
+	}
+	select {
+	case err := <-done:
+		t.Fatalf("the silent site's dial ended first (%v): the test proves nothing", err)
+	default:
+	}
+	cancel()
+	ln.Close() // the queued connection is reset: the silent dial fails now
+	if err := <-done; err == nil {
+		t.Fatal("the silent site's poll succeeded")
 	}
 }
 
