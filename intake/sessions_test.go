@@ -27,11 +27,11 @@ func sites(t *testing.T, prefix string, n int, poll string) []*testenv.Site {
 	return out
 }
 
-// A daemon starting with many partners never has more dials in flight
-// than sessions.max_parallel_dials (OpenSSH refuses bursts of
-// unauthenticated connections beyond MaxStartups), and every partner is
-// still polled and keeps its session.
-func TestDialsAreBoundedAcrossTheDaemon(t *testing.T) {
+// A daemon starting with many partners on one server never has more
+// dials in flight to it than sessions.max_parallel_dials (OpenSSH refuses
+// bursts of unauthenticated connections beyond MaxStartups), and every
+// partner is still polled and keeps its session.
+func TestDialsToOneServerAreBounded(t *testing.T) {
 	_, pool := testenv.DB(t)
 	ss := sites(t, "dial", 24, "@every 1h")
 	// a stagger of 1 ms: every first poll comes within 24 ms of the start,
