@@ -57,13 +57,13 @@ image-test: image
 chart-test:
 	@bash .ci/chart-test.sh
 
-## bench: intake beside the naive scripted pipeline (1M and 5M rows, 1000 small files); writes bench-results.json
+## bench: intake beside the naive scripted pipeline (1M and 5M rows, 1000 small files, a fleet of 1000 partners); writes bench-results.json
 bench: deps
 	$(GO) run ./cmd/intake-bench
 
 ## bench-smoke: the benchmark harness at a tiny size, for correctness only (no timing is judged)
 bench-smoke: deps
-	$(GO) run ./cmd/intake-bench -large-rows 20000 -huge-rows 30000 -small-files 40 -small-rows 10 -partners 4 -out /tmp/bench-smoke.json
+	$(GO) run ./cmd/intake-bench -large-rows 20000 -huge-rows 30000 -small-files 40 -small-rows 10 -partners 4 -fleet-partners 20 -fleet-files 10 -fleet-poll 2s -fleet-window 3s -out /tmp/bench-smoke.json
 
 ## fuzz-smoke: a short run of each fuzz target beyond its committed seed corpus (FUZZTIME=10s)
 FUZZTIME ?= 10s

@@ -52,6 +52,12 @@ type Config struct {
 	Affinity string
 	// Retry is the budget of a file whose runs fail transiently (attempt.go).
 	Retry RetryPolicy
+	// Sessions is the SFTP session policy (sessions.go).
+	Sessions SessionPolicy
+	// PollStagger spreads the polls of partners on one `@every` interval:
+	// each keeps a stable phase within min(interval, partners ×
+	// PollStagger) (sessions.go).
+	PollStagger time.Duration
 }
 
 // Replica affinity modes.
@@ -119,6 +125,15 @@ func (c *Config) Validate() error {
 	if c.SpoolMinFree < 0 {
 		return fmt.Errorf("spool.min_free_bytes: %d must be positive", c.SpoolMinFree)
 	}
+	if err := c.Sessions.validate(); err != nil {
+		return err
+	}
+	if c.PollStagger == 0 {
+		c.PollStagger = DefaultPollStagger
+	}
+	if c.PollStagger < 0 {
+		return fmt.Errorf("poll_stagger: %s must be positive", c.PollStagger)
+	}
 	switch c.Affinity {
 	case "":
 		c.Affinity = AffinityPartner
@@ -171,6 +186,7 @@ type Daemon struct {
 	retiring []*partnerRT // removed or replaced by a reload, still finishing a poll
 
 	targets *target.Cache // the checked target of each feed mapping
+	book    *sessionBook  // the dial bound and the open sessions (sessions.go)
 
 	noClaims atomic.Bool
 	// registered: Start recorded this replica in intake_worker, so partner
@@ -204,6 +220,7 @@ func New(cfg Config, parts []partners.Config, db *pgxpool.Pool, sp *spool.Spool,
 	d := &Daemon{cfg: cfg, db: db, spool: sp, ledger: ledger.New(db, cfg.Lease),
 		metrics: newMetrics(reg), log: slog.New(pgerr.Handler(log.Handler())).With("component", "intake", "worker", cfg.WorkerID),
 		parts: map[string]*partnerRT{}, targets: target.NewCache(db)}
+	d.book = newSessionBook(cfg.Sessions.MaxParallelDials, d.metrics)
 	for i := range parts {
 		p := &parts[i]
 		if _, dup := d.parts[p.ID]; dup {
@@ -212,7 +229,7 @@ func New(cfg Config, parts []partners.Config, db *pgxpool.Pool, sp *spool.Spool,
 		if err := checkPGPKeys(p); err != nil {
 			return nil, err
 		}
-		d.parts[p.ID] = &partnerRT{cfg: p, trigger: make(chan struct{}, 1), quit: make(chan struct{})}
+		d.parts[p.ID] = d.newPartnerRT(p)
 		d.order = append(d.order, p.ID)
 	}
 	return d, nil
@@ -251,6 +268,7 @@ func (d *Daemon) afterPoll(p *partnerRT, err error) {
 	}
 	ready, oldest := p.readyCount, p.oldestReady
 	p.statMu.Unlock()
+	p.touch() // the session (if any) was used until now: idle from here
 	if p.redial.Swap(false) && err == nil {
 		p.drop() // a file met an SFTP failure (attempt.go): dial afresh next time
 	}
@@ -272,9 +290,10 @@ func (d *Daemon) afterPoll(p *partnerRT, err error) {
 }
 
 // Start schedules every partner's poll (robfig/cron, UTC, recover, skip if
-// still running) and runs a first poll of each at once. Each partner has its
-// own goroutine, session and backoff: one partner's outage never slows
-// another.
+// still running): a partner on an `@every` schedule is first polled at its
+// stable offset and keeps that phase, others at once (sessions.go). Each
+// partner has its own goroutine, session and backoff: one partner's outage
+// never slows another; their dials share the daemon's bound.
 func (d *Daemon) Start(ctx context.Context) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -297,15 +316,17 @@ func (d *Daemon) Start(ctx context.Context) error {
 	}
 	d.registered.Store(true)
 	d.cron = schedule.New(d.log)
+	now := time.Now()
 	for _, id := range d.order {
 		p := d.parts[id]
-		if p.cronID, err = d.cron.AddFunc(p.cfg.Poll, p.poke); err != nil {
+		first, err := d.schedulePoll(p, now, len(d.order))
+		if err != nil {
 			return d.life.Abort(fmt.Errorf("partner %s: poll %q: %w", id, p.cfg.Poll, err))
 		}
-		p.poke()
-		d.life.Go(func() { d.loop(ctx, p) })
+		d.life.Go(func() { d.loop(ctx, p, first) })
 	}
 	d.life.Go(func() { d.workerHeartbeat(ctx) })
+	d.life.Go(func() { d.sessionJanitor(ctx) })
 	d.life.Go(func() { d.gaugeLoop(ctx) })
 	d.cron.Start()
 	d.log.Info("daemon started", "partners", len(d.order))
@@ -448,9 +469,14 @@ func (d *Daemon) quotaState(p *partnerRT, ok bool) {
 // SetSpoolMinFree changes the backpressure floor at run time.
 func (d *Daemon) SetSpoolMinFree(n int64) { d.cfg.SpoolMinFree = n }
 
-// loop polls a partner whenever poked; after a failed poll it waits out a
-// capped, jittered backoff for that partner alone.
-func (d *Daemon) loop(ctx context.Context, p *partnerRT) {
+// loop polls a partner first after the delay first, then whenever poked;
+// after a failed poll it waits out a capped, jittered backoff for that
+// partner alone.
+func (d *Daemon) loop(ctx context.Context, p *partnerRT, first time.Duration) {
+	if !p.awaitFirst(ctx, first) {
+		p.drop()
+		return
+	}
 	backoff := time.Second
 	for {
 		select {
@@ -588,13 +614,16 @@ type partnerRT struct {
 	trigger chan struct{}
 	quit    chan struct{} // closed when a reload removes or replaces it (reload.go)
 	cronID  cron.EntryID
+	book    *sessionBook // the daemon's (sessions.go)
 
 	mu        sync.Mutex // one poll at a time per partner
 	sessMu    sync.Mutex
 	sess      *partners.Session
-	tempClean bool        // this worker's spool temp files of the partner were swept
-	redial    atomic.Bool // a file met an SFTP failure: the next poll dials afresh
-	resumed   bool        // this worker's own files of the partner were resumed once
+	hasSess   atomic.Bool  // sess != nil, read without sessMu (sessions.go)
+	lastUsed  atomic.Int64 // unix ns a poll last used the session (idle close, LRU)
+	tempClean bool         // this worker's spool temp files of the partner were swept
+	redial    atomic.Bool  // a file met an SFTP failure: the next poll dials afresh
+	resumed   bool         // this worker's own files of the partner were resumed once
 	// takenOver: this worker's reconciler took a file of the partner over
 	// (TakenOver): the next poll resumes this worker's own files again,
 	// even where another replica polls the partner.
@@ -624,37 +653,14 @@ func (p *partnerRT) poke() {
 	}
 }
 
-// session returns the open session or dials a new one.
-func (p *partnerRT) session(ctx context.Context, worker string) (*partners.Session, error) {
-	p.sessMu.Lock()
-	defer p.sessMu.Unlock()
-	if p.sess != nil {
-		return p.sess, nil
-	}
-	s, err := partners.Dial(ctx, p.cfg)
-	if err != nil {
-		return nil, err
-	}
-	if !p.cfg.Records() { // claim: record writes nothing on the site
-		if err := s.Layout.EnsureDirs(s.Client, worker); err != nil {
-			s.Close()
-			return nil, fmt.Errorf("partner %s: %w", p.cfg.ID, err)
-		}
-	}
-	// A site that refuses a second channel is listed whole instead
-	// (partners.Session.ListDir): claims work either way.
-	_ = s.PrepareList()
-	p.sess = s
-	return s, nil
-}
-
 // Prewarm dials every partner's session in the background, so the SSH
-// handshakes overlap whatever the caller does next. A failure is left for
-// the partner's poll to meet, retry and report.
+// handshakes overlap whatever the caller does next, within the daemon's
+// dial bound (sessions.max_parallel_dials). A failure is left for the
+// partner's poll to meet, retry and report.
 func (d *Daemon) Prewarm(ctx context.Context) {
-	for _, p := range d.parts {
+	for _, p := range d.partnerList() {
 		go func() {
-			if _, err := p.session(ctx, d.cfg.WorkerID); err != nil {
+			if _, err := d.session(ctx, p); err != nil {
 				d.log.Debug("prewarm dial failed; the poll dials again", "partner", p.cfg.ID, "err", err)
 			}
 		}()
@@ -672,12 +678,19 @@ func (p *partnerRT) deadline(err error) error {
 	return p.sess.Deadline(err)
 }
 
-// drop closes the session; the next poll dials again.
-func (p *partnerRT) drop() {
+// drop closes the session; the next poll dials again. It reports whether
+// a session was open.
+func (p *partnerRT) drop() bool {
 	p.sessMu.Lock()
 	defer p.sessMu.Unlock()
-	if p.sess != nil {
-		p.sess.Close()
-		p.sess = nil
+	if p.sess == nil {
+		return false
 	}
+	p.sess.Close()
+	p.sess = nil
+	p.hasSess.Store(false)
+	if p.book != nil {
+		p.book.closed()
+	}
+	return true
 }

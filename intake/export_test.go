@@ -1,6 +1,11 @@
 package intake
 
-import "context"
+import (
+	"context"
+	"time"
+
+	"github.com/partner-intake/partner-intake/internal/schedule"
+)
 
 // SetMaxHeldIssues lowers how many rejected rows a scan holds in memory, so
 // tests reach the streaming path with a small file; it returns the undo.
@@ -32,3 +37,30 @@ func Signals(d *Daemon) *testSignals { return &d.signals }
 
 // PollDone is what the Polled signal carries.
 type PollDone = pollDone
+
+// DialStats are the daemon's dials started, the most ever in flight at
+// once to one server, and the sessions open now (sessions.go).
+func DialStats(d *Daemon) (dialed, peak, open int64) {
+	dialed, peak, _ = d.book.stats()
+	return dialed, peak, d.book.open.Load()
+}
+
+// DialsInFlight are the dials in flight now.
+func DialsInFlight(d *Daemon) int64 {
+	_, _, n := d.book.stats()
+	return n
+}
+
+// PollOffset is a partner's first-poll offset and interval as Start
+// computes them; ok is false for a cron-expression schedule.
+func PollOffset(d *Daemon, partner string) (off, every time.Duration, ok bool) {
+	p, found := d.partner(partner)
+	if !found {
+		return 0, 0, false
+	}
+	every, ok = schedule.Every(p.cfg.Poll)
+	if !ok {
+		return 0, 0, false
+	}
+	return pollOffset(partner, every, len(d.partnerIDs()), d.cfg.PollStagger), every, true
+}

@@ -28,6 +28,9 @@ type metrics struct {
 	putBack         *prometheus.CounterVec
 	chunkRetries    *prometheus.CounterVec
 	fileRetries     *prometheus.CounterVec
+	sessionsOpen    prometheus.Gauge
+	dials           *prometheus.CounterVec
+	sessionsClosed  *prometheus.CounterVec
 	backpressure    prometheus.Gauge
 	spoolFree       prometheus.Gauge
 	orphansAdopted  *prometheus.CounterVec // orphans.go
@@ -76,6 +79,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		remoteLost:   f.NewCounterVec(prometheus.CounterOpts{Name: "intake_remote_lost_total", Help: "Claimed files that vanished from processing/ (moved or deleted by hand)."}, []string{"partner"}),
 		chunkRetries: f.NewCounterVec(prometheus.CounterOpts{Name: "intake_chunk_retries_total", Help: "Chunk transactions retried after a transient database error."}, []string{"partner"}),
 		fileRetries:  f.NewCounterVec(prometheus.CounterOpts{Name: "intake_file_retries_total", Help: "Failed runs of a file set aside for a later attempt on its own backoff (the partner's other files go on)."}, []string{"partner"}),
+		sessionsOpen: f.NewGauge(prometheus.GaugeOpts{Name: "intake_sftp_sessions_open", Help: "SFTP sessions this daemon holds open (sessions.max_open, sessions.idle_close)."}),
+		dials:        f.NewCounterVec(prometheus.CounterOpts{Name: "intake_sftp_dials_total", Help: "SSH logins the daemon made to a partner's site (each costs the partner's server a login)."}, []string{"partner"}),
+		sessionsClosed: f.NewCounterVec(prometheus.CounterOpts{Name: "intake_sftp_sessions_closed_total",
+			Help: "Open SFTP sessions the session policy closed: idle (unused for sessions.idle_close), max_open (room for another under the cap)."}, []string{"reason"}),
 		backpressure: f.NewGauge(prometheus.GaugeOpts{Name: "intake_spool_backpressure", Help: "1 while claiming is paused because the spool disk is below its free-space floor."}),
 		spoolFree:    f.NewGauge(prometheus.GaugeOpts{Name: "intake_spool_free_bytes", Help: "Free bytes on the spool's disk at the last check."}),
 		orphansAdopted: f.NewCounterVec(prometheus.CounterOpts{Name: "intake_orphan_claims_adopted_total",

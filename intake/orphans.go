@@ -18,9 +18,11 @@ import (
 // but a look into that directory finds it. Three look:
 //
 //   - the worker itself, restarted: resumeOwn adopts every entry of its
-//     own directory (on every poll of a partner it polls, and once after
-//     start for the others unless its previous run ended drained, which it
-//     records only when it has looked at every partner: Daemon.Stop);
+//     own directory (on every poll of a partner it polls until the partner
+//     is settled again after a failed poll, a move of adoptOrphans or a
+//     start, and once after start for the others unless its previous run
+//     ended drained, which it records only when it has looked at every
+//     partner: Daemon.Stop);
 //   - whoever polls the partner, whatever the affinity: the directories of
 //     workers known to be gone (crashed past their lease, or retired) are
 //     moved into its own, where resumeOwn adopts them (adoptOrphans); a
@@ -124,6 +126,7 @@ func (d *Daemon) adoptFrom(ctx context.Context, p *partnerRT, sess *partners.Ses
 			}
 		}
 		dst := sess.Layout.Processing(d.cfg.WorkerID, name)
+		p.settled = false // an entry without a row may land in our dir now: resumeOwn must look
 		if err := sess.Rename(old, dst); err != nil {
 			if partners.IsNotExist(err) {
 				continue // another replica took it first

@@ -42,7 +42,7 @@ func (d *Daemon) pollOnce(ctx context.Context, p *partnerRT) error {
 		return err
 	}
 	d.metrics.polls.WithLabelValues(p.cfg.ID).Inc()
-	sess, err := p.session(ctx, d.cfg.WorkerID)
+	sess, err := d.session(ctx, p)
 	if err != nil {
 		return err
 	}
@@ -641,6 +641,15 @@ func (d *Daemon) resumeOwn(ctx context.Context, p *partnerRT, sess *partners.Ses
 		if err := d.adoptOrphans(ctx, p, sess); err != nil {
 			return err
 		}
+	}
+	if p.settled {
+		// Nothing of this worker can be in its processing dir without a
+		// row: the dir was looked through since the last failed poll (or
+		// the previous run ended drained), every claim since inserted its
+		// row or failed its poll, and adoptOrphans unsettles before a
+		// move. An idle poll of a fleet is one listing, not two
+		// (docs/performance.md, item 40).
+		return d.resumeRows(ctx, p, sess)
 	}
 	dir := sess.Layout.ProcessingDir(d.cfg.WorkerID)
 	ents, err := sess.ReadDir(dir)

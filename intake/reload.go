@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -106,7 +107,7 @@ func (d *Daemon) Reload(ctx context.Context, parts []partners.Config) (ReloadRes
 			if err := d.checkFeeds(ctx, &c); err != nil {
 				return res, err
 			}
-			p := &partnerRT{cfg: &c, trigger: make(chan struct{}, 1), quit: make(chan struct{})}
+			p := d.newPartnerRT(&c)
 			next[c.ID] = p
 			fresh = append(fresh, p)
 			if had {
@@ -135,20 +136,20 @@ func (d *Daemon) Reload(ctx context.Context, parts []partners.Config) (ReloadRes
 		d.cron.Remove(p.cronID)
 		close(p.quit) // its poller ends after the poll in progress
 	}
+	now := time.Now()
 	for _, p := range fresh {
-		id, err := d.cron.AddFunc(p.cfg.Poll, p.poke)
+		// the same phase as at a start (sessions.go)
+		first, err := d.schedulePoll(p, now, len(order))
 		if err != nil { // validated by the caller; a partner without a schedule is still polled once
 			d.log.Error("partner's poll schedule refused", "partner", p.cfg.ID, "poll", p.cfg.Poll, "err", err)
 		}
-		p.cronID = id
 		prev := old[p.cfg.ID] // nil for an added partner
 		ctx := d.runCtx
 		d.life.Go(func() {
 			if prev != nil {
 				p.takeOver(prev)
 			}
-			p.poke()
-			d.loop(ctx, p)
+			d.loop(ctx, p, first)
 		})
 	}
 	return res, nil

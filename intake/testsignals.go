@@ -19,6 +19,9 @@ type testSignals struct {
 	// ChunkRetry: a chunk's transaction failed transiently and is retried
 	// (apply.go, fileRun.commitChunk); the partner.
 	ChunkRetry testsignal.Signal[string]
+	// IdleClosed: the janitor closed a partner's idle session
+	// (sessions.go, Daemon.closeIdle); the partner.
+	IdleClosed testsignal.Signal[string]
 }
 
 // pollDone is a poll the loop finished.

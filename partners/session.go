@@ -256,7 +256,13 @@ func (s *Session) keepalive(every time.Duration) {
 		select {
 		case <-s.done:
 			return
-		case <-t.C:
+		case now := <-t.C:
+			if s.heardSince(now.Add(-every)) {
+				// a reply came within the interval (a poll's listing):
+				// the connection is alive and its NAT state fresh; a
+				// fleet polled every 30 s sends no keepalives at all
+				continue
+			}
 			errc := make(chan error, 1)
 			go func() {
 				_, _, err := s.ssh.SendRequest("keepalive@openssh.com", true, nil)
@@ -276,6 +282,13 @@ func (s *Session) keepalive(every time.Duration) {
 			}
 		}
 	}
+}
+
+// heardSince reports whether the site replied on either SFTP channel
+// after t.
+func (s *Session) heardSince(t time.Time) bool {
+	at := max(s.watch.heard.Load(), s.listWatch.heard.Load())
+	return at > t.UnixNano()
 }
 
 // Close ends the session. It is safe to call more than once.

@@ -49,8 +49,9 @@ type watchdog struct {
 	pending atomic.Int64 // requests sent and not yet answered
 	last    atomic.Int64 // unix ns of the last sign of life: a reply byte, or the first request after a quiet spell
 	expired atomic.Bool
-	out     framer // only the writer touches it (pkg/sftp serialises its writes)
-	in      framer // only the reader touches it (pkg/sftp's one receive loop)
+	heard   atomic.Int64 // unix ns of the last reply byte (the keepalive's proof of life)
+	out     framer       // only the writer touches it (pkg/sftp serialises its writes)
+	in      framer       // only the reader touches it (pkg/sftp's one receive loop)
 }
 
 func newWatchdog(timeout time.Duration) *watchdog {
@@ -123,7 +124,9 @@ type watchedReader struct {
 func (wr watchedReader) Read(p []byte) (int, error) {
 	n, err := wr.r.Read(p)
 	if n > 0 {
-		wr.w.last.Store(time.Now().UnixNano())
+		now := time.Now().UnixNano()
+		wr.w.last.Store(now)
+		wr.w.heard.Store(now)
 		// a reply counts as answered at its last byte: one that stops
 		// half way (a 255 KiB READ reply, say) is still waited for
 		if _, k := wr.w.in.packets(p[:n]); k > 0 {

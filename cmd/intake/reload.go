@@ -113,6 +113,8 @@ func restartOnly(cur, next *config.File) []string {
 		{"drain", cur.Drain, next.Drain},
 		{"affinity", cur.Affinity, next.Affinity},
 		{"retry", cur.Retry, next.Retry},
+		{"sessions", cur.Sessions, next.Sessions},
+		{"poll_stagger", cur.PollStagger, next.PollStagger},
 		{"database", cur.Database, next.Database},
 		{"spool", cur.Spool, next.Spool},
 		{"reconcile", cur.Reconcile, next.Reconcile},

@@ -50,6 +50,16 @@ type Options struct {
 	// WANDelay is the latency the wan workload's proxy adds each way
 	// (25 ms: a 50 ms round trip); 0 skips the workload.
 	WANDelay time.Duration
+	// The fleet workload (issue 17 item 2): FleetPartners partners (0
+	// skips it) polled every FleetPoll on one sshd, and FleetFiles files
+	// dropped at random partners over FleetWindow.
+	FleetPartners int
+	FleetFiles    int
+	FleetPoll     time.Duration
+	FleetWindow   time.Duration
+	// FleetYAML is added to the fleet daemon's config (top-level keys,
+	// e.g. "sessions: {max_parallel_dials: 1000}"), to measure a policy.
+	FleetYAML string
 }
 
 func (o Options) runs(w string) bool { return len(o.Only) == 0 || o.Only[w] }
@@ -123,6 +133,27 @@ type Results struct {
 	WANSmallTurnsPerFile float64 `json:"wan_small_round_trips_per_file,omitempty"`
 	WANLargeTurns        int64   `json:"wan_large_round_trips,omitempty"`
 	WANNaiveLargeTurns   int64   `json:"wan_naive_large_round_trips,omitempty"`
+	// A fleet of partners on one daemon (issue 17 item 2; fleet.go): the
+	// daemon's peak RSS (VmHWM) with every session open and its RSS after
+	// the first cycle; exec until every partner was polled once; CPU over
+	// one idle poll interval of all partners (daemon, sshd, PostgreSQL);
+	// sshd's CPU per login over the first cycle; a file's time from its
+	// rename into ready/ to its archive.
+	FleetPartners          int     `json:"fleet_partners,omitempty"`
+	FleetFiles             int     `json:"fleet_files,omitempty"`
+	FleetPollS             float64 `json:"fleet_poll_s,omitempty"`
+	FleetRSSMiB            float64 `json:"fleet_rss_mib,omitempty"`
+	FleetRSSFirstMiB       float64 `json:"fleet_rss_after_first_cycle_mib,omitempty"`
+	FleetFirstCycleS       float64 `json:"fleet_first_cycle_s,omitempty"`
+	FleetStartS            float64 `json:"fleet_daemon_start_s,omitempty"`
+	FleetIdleCPUS          float64 `json:"fleet_idle_cpu_s_per_cycle,omitempty"`
+	FleetIdleSSHDCPUS      float64 `json:"fleet_idle_sshd_cpu_s_per_cycle,omitempty"`
+	FleetIdlePGCPUS        float64 `json:"fleet_idle_postgres_cpu_s_per_cycle,omitempty"`
+	FleetSSHDCPUmsPerLogin float64 `json:"fleet_sshd_cpu_ms_per_login,omitempty"`
+	FleetLatencyP50S       float64 `json:"fleet_latency_p50_s,omitempty"`
+	FleetLatencyP99S       float64 `json:"fleet_latency_p99_s,omitempty"`
+	FleetLatencyMaxS       float64 `json:"fleet_latency_max_s,omitempty"`
+	FleetPollErrors        int     `json:"fleet_poll_errors"`
 	// With Repeat > 1: the figures above are medians of these runs.
 	LargeRuns []*Results `json:"large_runs,omitempty"`
 	SmallRuns []*Results `json:"small_runs,omitempty"`
@@ -287,6 +318,11 @@ func Run(ctx context.Context, o Options) (*Results, error) {
 			res.WANRatioLoopback = res.WANLargeS / res.LargeFreshS
 		}
 	}
+	if o.FleetPartners > 0 && o.runs("fleet") {
+		if err := e.fleet(ctx, res); err != nil {
+			return res, fmt.Errorf("fleet: %w", err)
+		}
+	}
 	if o.HugeRows > 0 && o.runs("huge") {
 		if err := e.huge(ctx, res); err != nil {
 			return res, fmt.Errorf("memory file: %w", err)
@@ -378,17 +414,24 @@ func (e *env) partnerSite(id string) (string, error) {
 	return root, nil
 }
 
-// config writes an intake config for the given partners (id -> root).
+// config writes an intake config for the given partners (id -> root),
+// polled every second.
 func (e *env) config(worker string, roots map[string]string, order []string) (string, error) {
+	return e.configPoll(worker, roots, order, "@every 1s", "")
+}
+
+// configPoll writes an intake config for the given partners polled on poll.
+// extra, if set, is added to the daemon-wide keys.
+func (e *env) configPoll(worker string, roots map[string]string, order []string, poll, extra string) (string, error) {
 	var b strings.Builder
 	// Two connections per daemon: on this bench's two cores, shared with
 	// PostgreSQL, more connections only add contention (docs/performance.md,
 	// item 34); every phase, one daemon or two, runs with the same config.
-	fmt.Fprintf(&b, "worker_id: %s\nlease: 2m\ndrain: 5s\ndatabase:\n  url_env: INTAKE_DATABASE_URL\n  max_conns: 2\nspool:\n  dir: %s\n  min_free_bytes: 1\nhttp:\n  listen: \"off\"\nreconcile:\n  schedule: \"@every 1h\"\npartners:\n",
-		worker, filepath.Join(e.dir, "spool"))
+	fmt.Fprintf(&b, "worker_id: %s\nlease: 2m\ndrain: 5s\ndatabase:\n  url_env: INTAKE_DATABASE_URL\n  max_conns: 2\nspool:\n  dir: %s\n  min_free_bytes: 1\nhttp:\n  listen: \"off\"\nreconcile:\n  schedule: \"@every 1h\"\n%s\npartners:\n",
+		worker, filepath.Join(e.dir, "spool"), extra)
 	for _, id := range order {
 		fmt.Fprintf(&b, `  - id: %s
-    poll: "@every 1s"
+    poll: %q
     sftp: {address: %q, user: %q, private_key_file: %q, known_hosts_file: %q, root: %q}
     limits: {max_files_per_poll: 100000, max_file_bytes: 4294967296, max_rows: 100000000}
     feeds:
@@ -405,7 +448,7 @@ func (e *env) config(worker string, roots map[string]string, order []string) (st
           - {name: qty, type: integer}
         key: [order_id]
         target: bench_orders
-`, id, e.sshAddr(), e.sshd.User, e.sshd.ClientKeyFile, e.knownHosts(), roots[id])
+`, id, poll, e.sshAddr(), e.sshd.User, e.sshd.ClientKeyFile, e.knownHosts(), roots[id])
 	}
 	p := filepath.Join(e.dir, fmt.Sprintf("intake-%s-%d.yaml", worker, e.seq))
 	return p, os.WriteFile(p, []byte(b.String()), 0o600)

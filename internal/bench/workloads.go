@@ -721,6 +721,20 @@ func (r *Results) Table(w *os.File) {
 		row("WAN: small files, one daemon", r.WANSmallFilesPerS, "files/s", ">= 300")
 		row("WAN: sequential round trips per file", r.WANSmallTurnsPerFile, "", "")
 	}
+	if r.FleetPartners > 0 {
+		row(fmt.Sprintf("fleet: %d partners @every %.0fs, peak RSS", r.FleetPartners, r.FleetPollS), r.FleetRSSMiB, "MiB", "<= 256")
+		row("fleet: RSS after the first cycle", r.FleetRSSFirstMiB, "MiB", "")
+		row("fleet: exec until every partner polled", r.FleetFirstCycleS, "s", "<= 60")
+		row("fleet: exec until the daemon registered", r.FleetStartS, "s", "")
+		row("fleet: sshd CPU per login (first cycle)", r.FleetSSHDCPUmsPerLogin, "ms", "")
+		row("fleet: daemon CPU per idle cycle", r.FleetIdleCPUS, "s", "")
+		row("fleet: sshd CPU per idle cycle", r.FleetIdleSSHDCPUS, "s", "")
+		row("fleet: PostgreSQL CPU per idle cycle", r.FleetIdlePGCPUS, "s", "")
+		row(fmt.Sprintf("fleet: ready/ to archive p50 (%d files)", r.FleetFiles), r.FleetLatencyP50S, "s", "")
+		row("fleet: ready/ to archive p99", r.FleetLatencyP99S, "s", fmt.Sprintf("<= %.0f", r.FleetPollS+3))
+		row("fleet: ready/ to archive max", r.FleetLatencyMaxS, "s", "")
+		row("fleet: polls failed (partners)", float64(r.FleetPollErrors), "", "0")
+	}
 	row("peak RSS, large file", r.PeakRSSMiB1M, "MiB", "<= 64")
 	row("peak RSS, memory file", r.PeakRSSMiB5M, "MiB", "<= 64")
 	row("CPU, one daemon (small files)", r.CPUOneS, "s", "")

@@ -39,6 +39,13 @@ type File struct {
 	Affinity string `yaml:"affinity"`
 	// Retry bounds the retries of a file whose runs fail transiently.
 	Retry intake.RetryPolicy `yaml:"retry"`
+	// Sessions is the SFTP session policy: dials in parallel, open
+	// sessions, idle close (intake/sessions.go).
+	Sessions intake.SessionPolicy `yaml:"sessions"`
+	// PollStagger spreads the polls of partners on one `@every` interval
+	// (default 50ms: a partner's phase lies within min(interval, partners
+	// × poll_stagger)).
+	PollStagger time.Duration `yaml:"poll_stagger"`
 	// Database says where PostgreSQL is.
 	Database Database `yaml:"database"`
 	// Spool is the local store of downloaded files.
@@ -136,6 +143,7 @@ func (f *File) Validate() error {
 		return err
 	}
 	f.WorkerID, f.Lease, f.Drain, f.Spool.MinFreeBytes, f.Affinity, f.Retry = ic.WorkerID, ic.Lease, ic.Drain, ic.SpoolMinFree, ic.Affinity, ic.Retry
+	f.Sessions, f.PollStagger = ic.Sessions, ic.PollStagger
 	if err := f.Reconcile.Validate(); err != nil {
 		return err
 	}
@@ -180,7 +188,8 @@ func (f *File) Validate() error {
 
 // Intake is the daemon part of the configuration.
 func (f *File) Intake() intake.Config {
-	return intake.Config{WorkerID: f.WorkerID, Lease: f.Lease, Drain: f.Drain, SpoolMinFree: f.Spool.MinFreeBytes, Affinity: f.Affinity, Retry: f.Retry}
+	return intake.Config{WorkerID: f.WorkerID, Lease: f.Lease, Drain: f.Drain, SpoolMinFree: f.Spool.MinFreeBytes, Affinity: f.Affinity, Retry: f.Retry,
+		Sessions: f.Sessions, PollStagger: f.PollStagger}
 }
 
 // DatabaseURL resolves the database URL.

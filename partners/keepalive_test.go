@@ -1,0 +1,42 @@
+package partners_test
+
+import (
+	"context"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/partner-intake/partner-intake/partners"
+)
+
+// A reply on either channel counts as the keepalive's proof of life (a
+// session polled more often than its keepalive interval sends none); a
+// request alone does not.
+func TestARepliedRequestStandsInForAKeepalive(t *testing.T) {
+	p := partner(t)
+	s, err := partners.Dial(context.Background(), p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	before := time.Now()
+	if partners.HeardSince(s, before) {
+		t.Fatal("heard from the site before anything was asked")
+	}
+	if _, err := s.Stat(s.Layout.ReadyDir()); err != nil {
+		t.Fatal(err)
+	}
+	if !partners.HeardSince(s, before) {
+		t.Fatal("a STAT's reply did not count")
+	}
+	if err := s.PrepareList(); err != nil {
+		t.Fatal(err)
+	}
+	mid := time.Now()
+	if err := s.ListDir(context.Background(), s.Layout.ReadyDir(), func(_ os.FileInfo) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if !partners.HeardSince(s, mid) {
+		t.Fatal("a listing's reply did not count")
+	}
+}
