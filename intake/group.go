@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/partner-intake/partner-intake/internal/fault"
@@ -49,6 +50,8 @@ type fileGroup struct {
 	files []*groupFile
 	// alone are the files that left the group, for the per-file path.
 	alone []*fileRun
+	// closing: the CLOSEs of the handles fetch read, in flight (read)
+	closing sync.WaitGroup
 }
 
 // groupFile is one file of a group.
@@ -106,6 +109,7 @@ func (d *Daemon) runGroup(ctx context.Context, p *partnerRT, sess *partners.Sess
 		g.heartbeat(hctx, ins)
 	}()
 	err := g.run(ctx)
+	g.closing.Wait() // a handle's CLOSE outlives no group: its reply is on the way
 	stopHB()
 	<-hbDone
 	if err != nil {

@@ -23,6 +23,9 @@ func (g *fileGroup) archive(ctx context.Context) error {
 		}
 		done = append(done, f)
 	}
+	// the handles fetch read are closed before their files move (the
+	// replies came in while the group committed)
+	g.closing.Wait()
 	// one check for the group right before its files' steps on the site
 	// go out together (fence)
 	start := time.Now()

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/partner-intake/partner-intake/intake"
+	"github.com/partner-intake/partner-intake/internal/fault"
 	"github.com/partner-intake/partner-intake/internal/testenv"
 )
 
@@ -282,6 +283,79 @@ func TestRacingGroupsKeepIdsInFileAge(t *testing.T) {
 				t.Fatalf("round %d: %s (worker %s) has intake id %d, the older %s (worker %s) %d",
 					round, fs[i-1].Name, fs[i-1].Worker, fs[i-1].ID, fs[i].Name, fs[i].Worker, fs[i].ID)
 			}
+		}
+	}
+}
+
+// A group does not wait for the CLOSE of a file it has read (one round
+// trip less): a CLOSE that fails is logged and changes nothing that was
+// decided of the file, which goes on with its group.
+func TestGroupCloseFailureAfterReadIsHarmless(t *testing.T) {
+	_, pool := testenv.DB(t)
+	site := testenv.NewSite(t, "gcf")
+	for _, p := range []string{"CA", "CB", "CC"} {
+		site.Drop(t, "orders-"+p+".csv", goodRows(p, 4))
+	}
+	r := newRig(t, pool, "w1", site)
+	if err := fault.Set("group:close=error@2"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { fault.Set("") })
+	r.poll("gcf")
+	if got := fault.Hits("group:close"); got != 3 {
+		t.Fatalf("the group's closes reached the fault %d times, want 3", got)
+	}
+	fault.Set("")
+	if got := grouped(r, "gcf", "grouped"); got != 3 {
+		t.Fatalf("%v files went through a group, want 3", got)
+	}
+	for _, reason := range []string{intake.LeftRead, intake.LeftArchive, intake.LeftGroupFailed} {
+		if got := grouped(r, "gcf", reason); got != 0 {
+			t.Fatalf("%v files left the group as %s", got, reason)
+		}
+	}
+	for _, f := range files(t, pool, "gcf") {
+		if f.State != "archived" || f.Applied != 4 || f.Total != 4 {
+			t.Fatalf("%+v, want archived with 4 rows applied", f)
+		}
+		if rc := receipt(t, site, f.Receipt); rc.Outcome != intake.OutcomeAccepted || rc.Rows.Applied != 4 || rc.Archive != f.Archive {
+			t.Fatalf("receipt %+v", rc)
+		}
+	}
+	if got := site.Files(t, "processing"); len(got) != 0 {
+		t.Fatalf("processing/ still holds %v", got)
+	}
+}
+
+// A group reads each file as the size it was listed with, in one round
+// trip (a READ of that size and one past it together): a file that grew
+// or shrank after the listing leaves the group unread and goes on alone,
+// which takes what the file now holds.
+func TestGroupFileOfAnotherSizeLeavesTheGroup(t *testing.T) {
+	_, pool := testenv.DB(t)
+	site := testenv.NewSite(t, "gsz")
+	site.Drop(t, "orders-1.csv", goodRows("S", 3))
+	site.Drop(t, "orders-2.csv", goodRows("T", 3))
+	site.Drop(t, "orders-3.csv", goodRows("U", 3))
+	r := newRig(t, pool, "w1", site)
+	resume := r.pollPaused("gsz", "claim:after_rename")
+	dir := filepath.Join(site.Root, "processing", "w1")
+	if err := os.WriteFile(filepath.Join(dir, "orders-1.csv"), []byte(goodRows("S", 4)), 0o644); err != nil { // grew
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "orders-3.csv"), []byte(goodRows("U", 2)), 0o644); err != nil { // shrank
+		t.Fatal(err)
+	}
+	if err := resume(); err != nil {
+		t.Fatal(err)
+	}
+	if got := grouped(r, "gsz", intake.LeftRead); got != 2 {
+		t.Fatalf("%v files left the group unread, want 2", got)
+	}
+	m := byName(files(t, pool, "gsz"))
+	for name, rows := range map[string]int64{"orders-1.csv": 4, "orders-2.csv": 3, "orders-3.csv": 2} {
+		if f := m[name]; f.State != "archived" || f.Total != rows || f.Applied != rows {
+			t.Fatalf("%s: %+v, want archived with %d rows", name, f, rows)
 		}
 	}
 }

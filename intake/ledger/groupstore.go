@@ -243,7 +243,10 @@ func (l *Ledger) FenceGroup(ctx context.Context, ins []*Intake) (map[int64]bool,
 // (TestRacingGroupsKeepIdsInFileAge caught both). Under the lock every
 // rename another replica makes is before or after the whole section.
 // The section holds one connection and needs no other, so partners in
-// their sections cannot exhaust the pool between them. A transaction, not
+// their sections cannot exhaust the pool between them; a daemon gives
+// the sections a pool of their own (Ledger.WithClaimPool), so partners
+// waiting on their sites' replies never hold the connections the files'
+// work needs. A transaction, not
 // a session lock: a replica stalled in its section (a GC pause, SIGSTOP, a
 // partition) is ended by idle_in_transaction_session_timeout (PoolConfig)
 // one lease later, which frees the partner's claims for the others.
@@ -253,7 +256,11 @@ type ClaimLock struct {
 
 // LockClaims enters the partner's claim section (see ClaimLock).
 func (l *Ledger) LockClaims(ctx context.Context, partner string) (*ClaimLock, error) {
-	tx, err := l.pool.Begin(ctx)
+	pool := l.pool
+	if l.claims != nil {
+		pool = l.claims
+	}
+	tx, err := pool.Begin(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("claim lock: %w", err)
 	}
