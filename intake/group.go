@@ -52,6 +52,11 @@ type fileGroup struct {
 	alone []*fileRun
 	// closing: the CLOSEs of the handles fetch read, in flight (read)
 	closing sync.WaitGroup
+	// committedAt: taken before the transaction that moved the group's
+	// files to applied, which checked every file's fencing token and
+	// renewed its lease (ledger.AppliedGroup): the group's fence
+	// (archive) while it is younger than a third of a lease.
+	committedAt time.Time
 }
 
 // groupFile is one file of a group.

@@ -26,17 +26,28 @@ func (g *fileGroup) archive(ctx context.Context) error {
 	// the handles fetch read are closed before their files move (the
 	// replies came in while the group committed)
 	g.closing.Wait()
-	// one check for the group right before its files' steps on the site
-	// go out together (fence)
-	start := time.Now()
-	ids := make([]*Intake, len(done))
-	for i, f := range done {
-		ids[i] = f.r.in
-	}
-	if held, err := g.d.ledger.FenceGroup(ctx, ids); err == nil {
+	// One check for the group right before its files' steps on the site
+	// go out together (fence). The transaction that just moved every one
+	// of them to applied was that check: it matched each file's fencing
+	// token and renewed its lease from its start (ledger.AppliedGroup),
+	// so no takeover can happen for a lease from committedAt, as from a
+	// FenceGroup. A group that got here later than a third of a lease
+	// after it (a stall) checks again.
+	if !g.committedAt.IsZero() && time.Since(g.committedAt) < g.d.ledger.Lease()/3 {
 		for _, f := range done {
-			if held[f.r.in.ID] {
-				f.r.groupFencedAt = start
+			f.r.groupFencedAt = g.committedAt
+		}
+	} else {
+		start := time.Now()
+		ids := make([]*Intake, len(done))
+		for i, f := range done {
+			ids[i] = f.r.in
+		}
+		if held, err := g.d.ledger.FenceGroup(ctx, ids); err == nil {
+			for _, f := range done {
+				if held[f.r.in.ID] {
+					f.r.groupFencedAt = start
+				}
 			}
 		}
 	}

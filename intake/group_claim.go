@@ -149,7 +149,6 @@ func (d *Daemon) claimGroup(ctx context.Context, p *partnerRT, sess *partners.Se
 	if raced && !sequential {
 		walked = 0
 	}
-	lock.Release() // every rename of the section is done; recording needs no lock
 	if err := fault.Check("claim:after_rename"); err != nil {
 		// as if the replies were lost: the files sit in our processing
 		// dir without rows, and the next poll adopts them
@@ -158,7 +157,9 @@ func (d *Daemon) claimGroup(ctx context.Context, p *partnerRT, sess *partners.Se
 	if len(renamed) == 0 {
 		return nil, walked, raced, failed
 	}
-	claimed, err := d.ledger.InsertClaims(ctx, renamed)
+	// recorded in the section's transaction, whose commit ends it: no
+	// connection of the work's pool is needed to claim
+	claimed, err := lock.Record(ctx, d.ledger, renamed)
 	if err != nil {
 		return nil, walked, raced, err
 	}

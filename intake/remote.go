@@ -193,10 +193,12 @@ func putFile(s *partners.Session, dir, name string, data []byte) (string, error)
 // happen for one lease from here, so a stalled owner that wakes after a
 // takeover publishes nothing.
 //
-// A file of a group is checked with its group, in one statement right
-// before the group's steps on the site go out together (group_archive.go
-// FenceGroup); that check stands for the file's own steps of that burst
-// while it is less than a third of a lease old. One commit per step cost
+// A file of a group is checked with its group, in one statement shortly
+// before the group's steps on the site go out together: the group's
+// transaction to applied, which matches every file's token and renews its
+// lease, or FenceGroup when that is older than a third of a lease
+// (group_archive.go); that check stands for the file's own steps of that
+// burst while it is less than a third of a lease old. One commit per step cost
 // a group of 32 small files 64 commits before its receipts (the warm
 // small-file rate fell from about 1300 to about 500 files/s,
 // docs/performance.md); the per-file path still checks before every step.
