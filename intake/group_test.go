@@ -2,6 +2,7 @@ package intake_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -357,5 +358,123 @@ func TestGroupFileOfAnotherSizeLeavesTheGroup(t *testing.T) {
 		if f := m[name]; f.State != "archived" || f.Total != rows || f.Applied != rows {
 			t.Fatalf("%s: %+v, want archived with %d rows", name, f, rows)
 		}
+	}
+}
+
+// A group writes its receipts' bytes beside its archive moves into
+// temporary files opened beside its reads, then renames them: a partner
+// watching reports/ only ever sees whole receipts (every name it can read
+// is a complete, valid receipt), and no temporary file stays behind.
+func TestGroupReceiptsAppearComplete(t *testing.T) {
+	_, pool := testenv.DB(t)
+	site := testenv.NewSite(t, "grc")
+	const n = 24
+	for i := 0; i < n; i++ {
+		site.Drop(t, fmt.Sprintf("orders-%02d.csv", i), goodRows(fmt.Sprintf("RC%02d", i), 5))
+	}
+	r := newRig(t, pool, "w1", site)
+	dir := filepath.Join(site.Root, "reports")
+	stop := make(chan struct{})
+	seen := map[string]bool{}
+	var bad []string
+	var watch sync.WaitGroup
+	watch.Add(1)
+	go func() { // the partner, reading every receipt as soon as it is listed
+		defer watch.Done()
+		for done := false; !done; {
+			select {
+			case <-stop:
+				done = true // one last look after the poll
+			default:
+			}
+			ents, _ := os.ReadDir(dir)
+			for _, e := range ents {
+				if intake.IsOurTemp(e.Name()) || seen[e.Name()] {
+					continue
+				}
+				b, err := os.ReadFile(filepath.Join(dir, e.Name()))
+				if err != nil {
+					continue // renamed over meanwhile
+				}
+				var rc intake.Receipt
+				if err := json.Unmarshal(b, &rc); err != nil || rc.Outcome != intake.OutcomeAccepted || rc.Rows.Applied != 5 || rc.Archive == "" {
+					bad = append(bad, fmt.Sprintf("%s: %q", e.Name(), b))
+					continue
+				}
+				seen[e.Name()] = true
+			}
+		}
+	}()
+	r.poll("grc")
+	close(stop)
+	watch.Wait()
+	if len(bad) > 0 {
+		t.Fatalf("a partner read incomplete receipts: %v", bad)
+	}
+	if len(seen) != n {
+		t.Fatalf("the partner read %d whole receipts, want %d", len(seen), n)
+	}
+	if got := grouped(r, "grc", "grouped"); got != n {
+		t.Fatalf("%v files went through a group, want %d", got, n)
+	}
+	for _, f := range files(t, pool, "grc") {
+		rc := receipt(t, site, f.Receipt)
+		if f.State != "archived" || rc.Archive != f.Archive || rc.IntakeID != f.ID {
+			t.Fatalf("%+v: receipt %+v", f, rc)
+		}
+		if _, err := os.Stat(f.Archive); err != nil {
+			t.Fatalf("the receipt names archive %s: %v", f.Archive, err)
+		}
+	}
+	if got := site.Files(t, "reports"); len(got) != n {
+		t.Fatalf("reports/ holds %v, want the %d receipts alone", got, n)
+	}
+}
+
+// The receipt a group writes ahead names the archive name its move
+// takes first; when that name is taken (only an earlier run of the very
+// same step could have taken it), the move takes the next free one and
+// the receipt is written anew naming it.
+func TestGroupReceiptNamesTheArchiveTheMoveTook(t *testing.T) {
+	_, pool := testenv.DB(t)
+	site := testenv.NewSite(t, "gat")
+	site.Drop(t, "orders-1.csv", goodRows("AT", 3))
+	site.Drop(t, "orders-2.csv", goodRows("AU", 3))
+	r := newRig(t, pool, "w1", site)
+	resume := r.pollPaused("gat", "apply:after_commit")
+	var id int64
+	var batch, sha string
+	var claimed time.Time
+	if err := pool.QueryRow(t.Context(), `SELECT intake_id, batch_id, content_sha256, claimed_at FROM file_intake
+		WHERE partner_id = 'gat' AND remote_name = 'orders-1.csv'`).Scan(&id, &batch, &sha, &claimed); err != nil {
+		t.Fatal(err)
+	}
+	month := filepath.Join(site.Root, "archive", claimed.UTC().Format("2006"), claimed.UTC().Format("01"))
+	if err := os.MkdirAll(month, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	first := filepath.Join(month, fmt.Sprintf("%s.%s.%d.csv", batch, sha[:12], id))
+	if err := os.WriteFile(first, []byte("not ours\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := resume(); err != nil {
+		t.Fatal(err)
+	}
+	m := byName(files(t, pool, "gat"))
+	f := m["orders-1.csv"]
+	if f.State != "archived" || f.Archive == first || !strings.HasPrefix(f.Archive, strings.TrimSuffix(first, ".csv")) {
+		t.Fatalf("%+v: want archived under a name beside the taken %s", f, first)
+	}
+	if rc := receipt(t, site, f.Receipt); rc.Archive != f.Archive {
+		t.Fatalf("the receipt names archive %s, the file is at %s", rc.Archive, f.Archive)
+	}
+	if got := site.Read(t, strings.TrimPrefix(first, site.Root+"/")); got != "not ours\n" {
+		t.Fatal("the taken archive name was overwritten")
+	}
+	if g := m["orders-2.csv"]; g.State != "archived" || receipt(t, site, g.Receipt).Archive != g.Archive {
+		t.Fatalf("the other file: %+v", g)
+	}
+	if got := site.Files(t, "reports"); len(got) != 2 {
+		t.Fatalf("reports/ holds %v, want 2 receipts", got)
 	}
 }

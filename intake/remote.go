@@ -13,6 +13,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/pkg/sftp"
+
 	"github.com/partner-intake/partner-intake/internal/fault"
 	"github.com/partner-intake/partner-intake/partners"
 )
@@ -153,21 +155,62 @@ func tempName(name string) string {
 // a kill is removed by the reconciler once it is older than
 // reconcile.stale_temp.
 func putFile(s *partners.Session, dir, name string, data []byte) (string, error) {
-	dst := path.Join(dir, name)
+	st, err := stageFile(s, dir, name)
+	if err != nil {
+		return "", err
+	}
+	if err := st.write(data); err != nil {
+		return "", err
+	}
+	return st.publish(path.Join(dir, name))
+}
+
+// staged is putFile's temporary file, open, before its bytes are written
+// (stageFile) and before it is renamed to its final name (publish). A
+// group opens its receipts' temporary files beside its reads and writes
+// them beside its archive moves (group_archive.go), so a receipt costs
+// the round trips of its close and rename alone; what the partner can see
+// is the same as putFile's: the final name appears by one rename of a
+// complete, closed file.
+type staged struct {
+	s   *partners.Session
+	tmp string
+	f   *sftp.File
+}
+
+// stageFile opens a new temporary file in dir for a file to be named name.
+func stageFile(s *partners.Session, dir, name string) (*staged, error) {
 	if err := s.EnsureDir(dir); err != nil {
-		return "", fmt.Errorf("create %s: %w", dir, err)
+		return nil, fmt.Errorf("create %s: %w", dir, err)
 	}
 	tmp := path.Join(dir, tempName(name))
 	f, err := s.Create(tmp)
 	if err != nil {
-		return "", fmt.Errorf("create %s: %w", tmp, err)
+		return nil, fmt.Errorf("create %s: %w", tmp, err)
 	}
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		s.Remove(tmp)
-		return "", fmt.Errorf("write %s: %w", tmp, err)
+	return &staged{s: s, tmp: tmp, f: f}, nil
+}
+
+// write writes the file's bytes; on an error the temporary file is gone.
+func (st *staged) write(data []byte) error {
+	if _, err := st.f.Write(data); err != nil {
+		st.discard()
+		return fmt.Errorf("write %s: %w", st.tmp, err)
 	}
-	if err := f.Close(); err != nil {
+	return nil
+}
+
+// discard closes and removes the temporary file (best effort: the
+// reconciler removes a temporary file left behind once it is stale).
+func (st *staged) discard() {
+	st.f.Close()
+	st.s.Remove(st.tmp)
+}
+
+// publish closes the temporary file and renames it over dst.
+func (st *staged) publish(dst string) (string, error) {
+	s, tmp := st.s, st.tmp
+	if err := st.f.Close(); err != nil {
 		s.Remove(tmp)
 		return "", fmt.Errorf("close %s: %w", tmp, err)
 	}
