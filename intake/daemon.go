@@ -622,15 +622,13 @@ func (p *partnerRT) session(ctx context.Context, worker string) (*partners.Sessi
 	if err != nil {
 		return nil, err
 	}
-	if !p.cfg.Records() { // claim: record writes nothing on the site
-		if err := s.Layout.EnsureDirs(s.Client, worker); err != nil {
-			s.Close()
-			return nil, fmt.Errorf("partner %s: %w", p.cfg.ID, err)
-		}
-	}
-	// A site that refuses a second channel is listed whole instead
+	// claim: record writes nothing on the site (no directories); a site
+	// that refuses a second channel is listed whole instead
 	// (partners.Session.ListDir): claims work either way.
-	_ = s.PrepareList()
+	if err := s.Prepare(worker, !p.cfg.Records()); err != nil {
+		s.Close()
+		return nil, fmt.Errorf("partner %s: %w", p.cfg.ID, err)
+	}
 	p.sess = s
 	return s, nil
 }

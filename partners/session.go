@@ -115,6 +115,34 @@ func (s *Session) EnsureDir(dir string) error {
 	return nil
 }
 
+// Prepare readies a session for claims: the directories intake writes to
+// made sure of (Layout.EnsureDirs, and remembered as EnsureDir's are), and
+// unless the partner's files are only recorded, beside them the channel
+// ListDir lists on (PrepareList). Each costs round trips to the site
+// (a STAT of each directory; a channel, the subsystem and its version
+// exchange): together they cost the longest of them. An error of
+// PrepareList is not one: ListDir falls back to whole listings.
+func (s *Session) Prepare(worker string, ensure bool) error {
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		_ = s.PrepareList()
+	}()
+	defer wg.Wait()
+	if !ensure {
+		return nil
+	}
+	dirs, err := s.Layout.EnsureDirs(s.Client, worker)
+	if err != nil {
+		return s.Deadline(err)
+	}
+	for _, d := range dirs {
+		s.dirs.Store(d, struct{}{})
+	}
+	return nil
+}
+
 // Dial connects to the partner's site with its pinned host key. The whole
 // dial (TCP and SSH handshake) is bounded by the partner's dial timeout:
 // ssh.ClientConfig.Timeout covers the TCP dial only, so a deadline is set on
