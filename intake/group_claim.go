@@ -56,7 +56,9 @@ func groupAt(p *partners.Config, cands []candidate, n int) []candidate {
 	return g
 }
 
-// claimGroup claims a group's files as claim does one file: by RENAME, in
+// claimGroup claims a group's files (or those of several consecutive
+// groups, claimed together: claimLoop.followingGroups) as claim does one
+// file: by RENAME, in
 // listing order, each under the id allocated for it before the renames
 // (both under the partner's claim lock, see ledger.ClaimLock); then one
 // statement records every file renamed.

@@ -478,3 +478,43 @@ func TestGroupReceiptNamesTheArchiveTheMoveTook(t *testing.T) {
 		t.Fatalf("reports/ holds %v, want 2 receipts", got)
 	}
 }
+
+// The groups that follow a group while the partner's pool has free slots
+// are claimed with it, in one claim section, and then run side by side,
+// each its own transaction: every file is applied once and archived, and
+// intake ids still follow the files' age across the groups.
+func TestGroupsOfOnePartnerInFlightKeepIdsInFileAge(t *testing.T) {
+	_, pool := testenv.DB(t)
+	site := testenv.NewSite(t, "gif")
+	site.Config.GroupFiles, site.Config.Concurrency = 4, 3
+	base := time.Now().Add(-time.Hour)
+	const n = 22 // three groups of four at once, then the rest as slots free
+	for i := 0; i < n; i++ {
+		name := fmt.Sprintf("orders-%03d.csv", i)
+		site.Drop(t, name, goodRows(fmt.Sprintf("IF%03d", i), 2))
+		at := base.Add(time.Duration(i) * time.Second)
+		if err := os.Chtimes(filepath.Join(site.Root, "ready", name), at, at); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := newRig(t, pool, "w1", site)
+	r.poll("gif")
+	if got := grouped(r, "gif", "grouped"); got != n {
+		t.Fatalf("%v files went through groups, want %d", got, n)
+	}
+	fs := files(t, pool, "gif")
+	if len(fs) != n {
+		t.Fatalf("%d intake rows, want %d", len(fs), n)
+	}
+	for i, f := range fs { // in id order
+		if want := fmt.Sprintf("orders-%03d.csv", i); f.Name != want {
+			t.Fatalf("intake id %d is %s, want %s: ids do not follow file age", f.ID, f.Name, want)
+		}
+		if f.State != "archived" || f.Applied != 2 || receipt(t, site, f.Receipt).Archive != f.Archive {
+			t.Fatalf("%+v, want archived with 2 rows and its receipt", f)
+		}
+	}
+	if got := count(t, pool, `SELECT count(*) FROM intake_chunk c JOIN file_intake f USING (intake_id) WHERE f.partner_id = 'gif'`); got != n {
+		t.Fatalf("ledger holds %d chunks, want %d", got, n)
+	}
+}
