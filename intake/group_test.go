@@ -518,3 +518,49 @@ func TestGroupsOfOnePartnerInFlightKeepIdsInFileAge(t *testing.T) {
 		t.Fatalf("ledger holds %d chunks, want %d", got, n)
 	}
 }
+
+// The group's transaction to applied is its publication fence (it matched
+// every file's token and renewed its lease) only while it is younger than
+// a third of a lease: a group stalled longer after it checks its tokens
+// again before its moves and receipts, and a group whose files were taken
+// over meanwhile publishes nothing.
+func TestGroupStalledAfterItsCommitPublishesNothing(t *testing.T) {
+	_, pool := testenv.DB(t)
+	site := testenv.NewSite(t, "gst")
+	site.Drop(t, "orders-1.csv", goodRows("ST", 3))
+	site.Drop(t, "orders-2.csv", goodRows("SU", 3))
+	r := newRigCfg(t, pool, intake.Config{WorkerID: "w1", Lease: 3 * time.Second, SpoolMinFree: 1}, site)
+	resume := r.pollPaused("gst", "apply:after_commit")
+	// wait (not a timing assertion) until the transaction that renewed
+	// the leases is more than a third of a lease old
+	for stale := false; !stale; {
+		if err := pool.QueryRow(t.Context(), `SELECT bool_and(clock_timestamp() - updated_at > interval '1200 ms')
+			FROM file_intake WHERE partner_id = 'gst' AND state = 'applied'`).Scan(&stale); err != nil {
+			t.Fatal(err)
+		}
+		if !stale {
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	// another replica takes the files over (as the reconciler does once a
+	// lease ran out)
+	if n := count(t, pool, `WITH u AS (UPDATE file_intake SET fencing_token = fencing_token + 1, worker_id = 'w2', updated_at = now()
+		WHERE partner_id = 'gst' AND state = 'applied' RETURNING 1) SELECT count(*) FROM u`); n != 2 {
+		t.Fatalf("took %d files over, want 2", n)
+	}
+	_ = resume() // the stalled group's poll; what it returns is not the point
+	if got := site.Files(t, "archive"); len(got) != 0 {
+		t.Fatalf("the fenced-out group moved files to archive/: %v", got)
+	}
+	if got := site.Files(t, "reports"); len(got) != 0 {
+		t.Fatalf("the fenced-out group published in reports/: %v", got)
+	}
+	if got := site.Files(t, "processing"); len(got) != 2 {
+		t.Fatalf("processing/ holds %v, want the two files left for their new owner", got)
+	}
+	for _, f := range files(t, pool, "gst") {
+		if f.State != "applied" || f.Worker != "w2" {
+			t.Fatalf("%+v, want applied and w2's", f)
+		}
+	}
+}
