@@ -18,6 +18,18 @@ func SetScanCheckBytes(n int64) func() {
 	return func() { scanCheckBytes = old }
 }
 
+// SetTwoChannelBytes lowers the size from which a download reads over
+// two channels, so tests reach that path with a small file; it returns
+// the undo.
+func SetTwoChannelBytes(n int64) func() {
+	old := twoChannelBytes
+	twoChannelBytes = n
+	return func() { twoChannelBytes = old }
+}
+
+// TwoChannelReads is how many downloads read over two channels so far.
+func TwoChannelReads() int64 { return twoChannelReads.Load() }
+
 // Owner is the replica that partner affinity picks for a partner.
 func Owner(partner string, workers []string) string { return owner(partner, workers) }
 

@@ -35,11 +35,17 @@ type Session struct {
 	lister    *rawSFTP  // the channel ListDir lists on (listdir.go)
 	listWatch *watchdog // the lister's own watchdog: its own packet stream, the same deadline
 	noLister  bool      // the server refused that channel: ListDir reads whole listings
+
+	opts       []sftp.ClientOption
+	rangeMu    sync.Mutex
+	ranges     *sftp.Client // the second channel large downloads read on (Ranges)
+	rangeWatch *watchdog
+	noRanges   bool // the server refused it
 }
 
 // TimedOut reports whether the watchdog closed the session.
 func (s *Session) TimedOut() bool {
-	return s.watch.expired.Load() || s.listWatch.expired.Load()
+	return s.watch.expired.Load() || s.listWatch.expired.Load() || s.rangeWatch.expired.Load()
 }
 
 // Deadline returns err as a *TimeoutError when the watchdog closed the
@@ -186,14 +192,15 @@ func Dial(ctx context.Context, p *Config) (*Session, error) {
 	}
 	client := ssh.NewClient(c, chans, reqs)
 	watch := newWatchdog(p.SFTP.OpTimeout)
-	sc, err := newSFTP(client, watch,
+	opts := []sftp.ClientOption{
 		sftp.UseConcurrentReads(true),
 		sftp.UseConcurrentWrites(true),
 		// Never above the server's read limit: pkg/sftp#658 truncates
 		// silently there (and the spool compares byte counts anyway).
 		sftp.MaxPacketUnchecked(PacketSize(p.SFTP.MaxPacket, string(c.ServerVersion()))),
 		sftp.MaxConcurrentRequestsPerFile(16), // 4 MiB in flight at 255 KiB
-	)
+	}
+	sc, err := newSFTP(client, watch, opts...)
 	if err != nil {
 		client.Close()
 		return nil, fmt.Errorf("partner %s: start sftp subsystem: %w", p.ID, dialDeadline(err, p.SFTP.DialTimeout))
@@ -202,10 +209,11 @@ func Dial(ctx context.Context, p *Config) (*Session, error) {
 	// exchange too (a site that takes the login and then says nothing).
 	_ = conn.SetDeadline(time.Time{})
 	s := &Session{Client: sc, ssh: client, watch: watch, partner: p.ID, done: make(chan struct{}), Layout: NewLayout(p),
-		listWatch: newWatchdog(p.SFTP.OpTimeout)}
+		listWatch: newWatchdog(p.SFTP.OpTimeout), opts: opts, rangeWatch: newWatchdog(p.SFTP.OpTimeout)}
 	go s.keepalive(p.SFTP.Keepalive)
 	go watch.run(s.done, func() { client.Close() })
 	go s.listWatch.run(s.done, func() { client.Close() })
+	go s.rangeWatch.run(s.done, func() { client.Close() })
 	return s, nil
 }
 
@@ -306,6 +314,28 @@ func (s *Session) keepalive(every time.Duration) {
 	}
 }
 
+// Ranges returns the session's second SFTP channel, opened on first use
+// and kept, or nil when the server refuses one. A large download reads
+// alternate ranges of the file on both channels (intake/download.go):
+// x/crypto/ssh gives every channel a fixed 2 MiB receive window, so one
+// channel carries at most 2 MiB per round trip (about 40 MB/s at 50 ms)
+// whatever pkg/sftp keeps in flight; two carry twice that. Opened only
+// when a large file comes, so a session of small files costs the site no
+// second sftp-server.
+func (s *Session) Ranges() *sftp.Client {
+	s.rangeMu.Lock()
+	defer s.rangeMu.Unlock()
+	if s.ranges == nil && !s.noRanges {
+		c, err := newSFTP(s.ssh, s.rangeWatch, s.opts...)
+		if err != nil {
+			s.noRanges = true
+			return nil
+		}
+		s.ranges = c
+	}
+	return s.ranges
+}
+
 // Close ends the session. It is safe to call more than once.
 func (s *Session) Close() error {
 	select {
@@ -314,6 +344,11 @@ func (s *Session) Close() error {
 	default:
 		close(s.done)
 	}
+	s.rangeMu.Lock()
+	if s.ranges != nil {
+		s.ranges.Close()
+	}
+	s.rangeMu.Unlock()
 	s.Client.Close()
 	return s.ssh.Close()
 }
