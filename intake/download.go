@@ -7,6 +7,7 @@ import (
 	"io"
 	"path"
 	"sync/atomic"
+	"time"
 
 	"github.com/pkg/sftp"
 
@@ -278,7 +279,7 @@ func (r *fileRun) openClaimed() (*sftp.File, int64, int64, spool.Source, error) 
 	if st.Mode().IsRegular() && st.Size() < smallFileBytes {
 		src = readSmall(f, st.Size())
 	}
-	if st.Mode().IsRegular() && st.Size() >= twoChannelBytes {
+	if st.Mode().IsRegular() && st.Size() >= twoChannelBytes && r.sess.RTT() >= twoChannelRTT {
 		if c2 := r.sess.Ranges(); c2 != nil {
 			if f2, err := c2.Open(r.in.ClaimedPath); err == nil {
 				src = twoChannels(r.sess.Deadline, f, f2, st.Size())
@@ -369,6 +370,14 @@ func (r *fileRun) fileFailure(ctx context.Context, fe *rows.FileError) error {
 // carry twice what one does. Below it the second channel's round trips
 // (its OPEN; once per session its start) cost more than they save.
 var twoChannelBytes int64 = 16 << 20
+
+// twoChannelRTT: only a site at least this far away (Session.RTT) is
+// read over two channels. Near, one channel's window is no limit (at 1
+// ms it carries 2 GB/s): a second channel only adds a second sftp-server
+// on the site and CPU on both ends; on this bench's loopback the 1M-row
+// file's fresh, replay and duplicate runs were slower with it (two runs,
+// docs/performance.md, item 40).
+var twoChannelRTT = 5 * time.Millisecond
 
 // twoChannelReads counts the downloads read over two channels (tests).
 var twoChannelReads atomic.Int64

@@ -1,6 +1,9 @@
 package intake
 
-import "context"
+import (
+	"context"
+	"time"
+)
 
 // SetMaxHeldIssues lowers how many rejected rows a scan holds in memory, so
 // tests reach the streaming path with a small file; it returns the undo.
@@ -18,13 +21,13 @@ func SetScanCheckBytes(n int64) func() {
 	return func() { scanCheckBytes = old }
 }
 
-// SetTwoChannelBytes lowers the size from which a download reads over
-// two channels, so tests reach that path with a small file; it returns
-// the undo.
-func SetTwoChannelBytes(n int64) func() {
-	old := twoChannelBytes
-	twoChannelBytes = n
-	return func() { twoChannelBytes = old }
+// SetTwoChannels sets the size and the round trip from which a download
+// reads over two channels, so tests reach that path with a small file on
+// a near site; it returns the undo.
+func SetTwoChannels(n int64, rtt time.Duration) func() {
+	old, oldRTT := twoChannelBytes, twoChannelRTT
+	twoChannelBytes, twoChannelRTT = n, rtt
+	return func() { twoChannelBytes, twoChannelRTT = old, oldRTT }
 }
 
 // TwoChannelReads is how many downloads read over two channels so far.

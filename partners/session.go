@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/pkg/sftp"
@@ -40,8 +41,14 @@ type Session struct {
 	rangeMu    sync.Mutex
 	ranges     *sftp.Client // the second channel large downloads read on (Ranges)
 	rangeWatch *watchdog
-	noRanges   bool // the server refused it
+	noRanges   bool         // the server refused it
+	rtt        atomic.Int64 // ns, measured by Prepare; 0: not measured
 }
+
+// RTT is the round trip to the site as Prepare measured it (a keepalive
+// request, which sshd answers itself), or 0 when it was not measured: an
+// estimate, for choices such as reading over two channels.
+func (s *Session) RTT() time.Duration { return time.Duration(s.rtt.Load()) }
 
 // TimedOut reports whether the watchdog closed the session.
 func (s *Session) TimedOut() bool {
@@ -127,13 +134,22 @@ func (s *Session) EnsureDir(dir string) error {
 // ListDir lists on (PrepareList). Each costs round trips to the site
 // (a STAT of each directory; a channel, the subsystem and its version
 // exchange): together they cost the longest of them. An error of
-// PrepareList is not one: ListDir falls back to whole listings.
+// PrepareList is not one: ListDir falls back to whole listings. A
+// keepalive request beside them measures the round trip to the site
+// (RTT).
 func (s *Session) Prepare(worker string, ensure bool) error {
 	var wg sync.WaitGroup
-	wg.Add(1)
+	wg.Add(2)
 	go func() {
 		defer wg.Done()
 		_ = s.PrepareList()
+	}()
+	go func() { // beside the rest: the round trip to the site (RTT)
+		defer wg.Done()
+		start := time.Now()
+		if _, _, err := s.ssh.SendRequest("keepalive@openssh.com", true, nil); err == nil {
+			s.rtt.Store(int64(time.Since(start)))
+		}
 	}()
 	defer wg.Wait()
 	if !ensure {
