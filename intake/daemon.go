@@ -58,6 +58,10 @@ type Config struct {
 	// each keeps a stable phase within min(interval, partners ×
 	// PollStagger) (sessions.go).
 	PollStagger time.Duration
+	// ClaimDB, when set, holds the partners' claim sections
+	// (ledger.ClaimLock) instead of the daemon's pool: a section keeps its
+	// connection while its renames cross the network (Ledger.WithClaimPool).
+	ClaimDB *pgxpool.Pool
 }
 
 // Replica affinity modes.
@@ -217,7 +221,7 @@ func New(cfg Config, parts []partners.Config, db *pgxpool.Pool, sp *spool.Spool,
 	if err != nil {
 		return nil, err
 	}
-	d := &Daemon{cfg: cfg, db: db, spool: sp, ledger: ledger.New(db, cfg.Lease),
+	d := &Daemon{cfg: cfg, db: db, spool: sp, ledger: ledger.New(db, cfg.Lease).WithClaimPool(cfg.ClaimDB),
 		metrics: newMetrics(reg), log: slog.New(pgerr.Handler(log.Handler())).With("component", "intake", "worker", cfg.WorkerID),
 		parts: map[string]*partnerRT{}, targets: target.NewCache(db)}
 	d.book = newSessionBook(cfg.Sessions.MaxParallelDials, d.metrics)

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"path"
+	"sync/atomic"
+	"time"
 
 	"github.com/pkg/sftp"
 
@@ -277,6 +279,15 @@ func (r *fileRun) openClaimed() (*sftp.File, int64, int64, spool.Source, error) 
 	if st.Mode().IsRegular() && st.Size() < smallFileBytes {
 		src = readSmall(f, st.Size())
 	}
+	if st.Mode().IsRegular() && st.Size() >= twoChannelBytes && r.sess.RTT() >= twoChannelRTT {
+		if c2 := r.sess.Ranges(); c2 != nil {
+			if f2, err := c2.Open(r.in.ClaimedPath); err == nil {
+				src = twoChannels(r.sess.Deadline, f, f2, st.Size())
+			} else {
+				r.log.Debug("the second channel could not open the file; it is read on one", "err", err)
+			}
+		}
+	}
 	if fault.Enabled() {
 		inner := src
 		src = func(w io.Writer) (int64, error) { return inner(&faultWriter{w: w}) }
@@ -351,4 +362,116 @@ func (r *fileRun) readManifest() (*partners.Manifest, error) {
 // fileFailure maps a terminal parse error to a hold.
 func (r *fileRun) fileFailure(ctx context.Context, fe *rows.FileError) error {
 	return r.hold(ctx, StateFailedTerminal, Reason(fe.Reason), fe.Line, fe.Detail)
+}
+
+// twoChannelBytes: a file of this size or more is read over two SFTP
+// channels of the session (partners.Session.Ranges), alternate ranges on
+// each: every channel has its own 2 MiB SSH window, so at 50 ms two
+// carry twice what one does. Below it the second channel's round trips
+// (its OPEN; once per session its start) cost more than they save.
+var twoChannelBytes int64 = 16 << 20
+
+// twoChannelRTT: only a site at least this far away (Session.RTT) is
+// read over two channels. Near, one channel's window is no limit (at 1
+// ms it carries 2 GB/s): a second channel only adds a second sftp-server
+// on the site and CPU on both ends; on this bench's loopback the 1M-row
+// file's fresh, replay and duplicate runs were slower with it (two runs,
+// docs/performance.md, item 40).
+var twoChannelRTT = 5 * time.Millisecond
+
+// twoChannelReads counts the downloads read over two channels (tests).
+var twoChannelReads atomic.Int64
+
+// rangeBytes is one range of a two-channel read. Four readers, two per
+// channel, each read one range at a time into a buffer of their own (4
+// MiB in all): with two ranges (2 MiB, the channel's window) asked per
+// channel, each channel keeps its window full while a reader waits for
+// its next range's first reply. Ranges of 2 MiB cost 16 MiB more peak
+// RSS than one channel at 1M rows (63.8 against 47.2 MiB).
+const (
+	rangeBytes   = 1 << 20
+	rangeReaders = 4
+)
+
+// twoChannels streams a file read as ranges over two handles of it, one
+// on each channel: range i by reader i%4 on channel i%2, the readers
+// reading ahead while the writer takes the ranges in order, so the bytes
+// reach w (the spool: hash, file and row scan in one pass) in file
+// order, never more than four ranges ahead of it. After the last range a
+// READ at size must find the end: a file that grew shows as longer (one
+// byte more), as readSmall's does. f2 is closed when it returns.
+func twoChannels(deadline func(error) error, f1, f2 *sftp.File, size int64) spool.Source {
+	return func(w io.Writer) (int64, error) {
+		defer f2.Close()
+		twoChannelReads.Add(1)
+		n := int((size + rangeBytes - 1) / rangeBytes)
+		type piece struct {
+			buf []byte
+			err error
+		}
+		out := make([]chan piece, n)
+		for i := range out {
+			out[i] = make(chan piece, 1)
+		}
+		stop := make(chan struct{})
+		defer close(stop)
+		// each reader's buffer, back from the writer once written
+		var free [rangeReaders]chan []byte
+		for g := range free {
+			free[g] = make(chan []byte, 1)
+			free[g] <- make([]byte, rangeBytes)
+		}
+		for g := 0; g < rangeReaders; g++ {
+			f := []*sftp.File{f1, f2}[g%2]
+			go func() {
+				for i := g; i < n; i += rangeReaders {
+					var buf []byte
+					select {
+					case buf = <-free[g]:
+					case <-stop:
+						return
+					}
+					off := int64(i) * rangeBytes
+					want := min(int64(rangeBytes), size-off)
+					m, err := f.ReadAt(buf[:want], off)
+					if err == io.EOF && int64(m) == want {
+						err = nil
+					}
+					if err == nil && int64(m) != want {
+						err = io.ErrUnexpectedEOF // shrank since the stat
+					}
+					out[i] <- piece{buf: buf[:m], err: err}
+					if err != nil {
+						return
+					}
+				}
+			}()
+		}
+		var total int64
+		for i := 0; i < n; i++ {
+			p := <-out[i]
+			if p.err != nil {
+				return total, fmt.Errorf("read range %d: %w", i, deadline(p.err))
+			}
+			m, err := w.Write(p.buf)
+			total += int64(m)
+			if err != nil {
+				return total, err
+			}
+			free[i%rangeReaders] <- p.buf[:cap(p.buf)]
+		}
+		var past [1]byte // the end, where the stat put it
+		m, err := f1.ReadAt(past[:], size)
+		if m > 0 {
+			k, werr := w.Write(past[:m])
+			total += int64(k)
+			if werr != nil {
+				return total, werr
+			}
+		}
+		if err != nil && !errors.Is(err, io.EOF) {
+			return total, deadline(err)
+		}
+		return total, nil
+	}
 }

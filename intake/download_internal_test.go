@@ -2,6 +2,7 @@ package intake
 
 import (
 	"bytes"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -110,6 +111,54 @@ func TestReadSmallReadsTheFileWithTwoReadsAndNoStat(t *testing.T) {
 		}
 		if d := pc.count(fxpRead) - reads; tc.name != "grew" && d != wantReads {
 			t.Fatalf("%s: %d READ requests, want %d", tc.name, d, wantReads)
+		}
+	}
+}
+
+// twoChannels hands the spool the file's bytes in order whatever order
+// its ranges arrive in, for sizes on and around range boundaries; a file
+// that grew since the stat shows one byte longer, one that shrank fails.
+func TestTwoChannelsStreamsTheRangesInOrder(t *testing.T) {
+	c, _ := pipeClient(t)
+	dir := t.TempDir()
+	for _, size := range []int64{1, rangeBytes - 1, rangeBytes, rangeBytes + 1, 5*rangeBytes + 3} {
+		data := make([]byte, size+7)
+		for i := range data {
+			data[i] = byte(i*7 + i/rangeBytes) // differs per range
+		}
+		for _, tc := range []struct {
+			name   string
+			onDisk []byte
+			want   int64 // bytes handed on; -1: an error
+		}{
+			{"as stated", data[:size], size},
+			{"grew", data, size + 1},
+			{"shrank", data[:size-1], -1},
+		} {
+			p := filepath.Join(dir, fmt.Sprintf("%s-%d", tc.name, size))
+			if err := os.WriteFile(p, tc.onDisk, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			f1, err := c.Open(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			f2, err := c.Open(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got bytes.Buffer
+			n, err := twoChannels(func(err error) error { return err }, f1, f2, size)(&got)
+			f1.Close()
+			if tc.want < 0 {
+				if err == nil {
+					t.Fatalf("%s, %d bytes: no error for a file that shrank since the stat", tc.name, size)
+				}
+				continue
+			}
+			if err != nil || n != tc.want || !bytes.Equal(got.Bytes(), tc.onDisk[:tc.want]) {
+				t.Fatalf("%s, %d bytes: handed on %d bytes (%v), want the first %d in order", tc.name, size, n, err, tc.want)
+			}
 		}
 	}
 }

@@ -23,6 +23,18 @@ func SetScanCheckBytes(n int64) func() {
 	return func() { scanCheckBytes = old }
 }
 
+// SetTwoChannels sets the size and the round trip from which a download
+// reads over two channels, so tests reach that path with a small file on
+// a near site; it returns the undo.
+func SetTwoChannels(n int64, rtt time.Duration) func() {
+	old, oldRTT := twoChannelBytes, twoChannelRTT
+	twoChannelBytes, twoChannelRTT = n, rtt
+	return func() { twoChannelBytes, twoChannelRTT = old, oldRTT }
+}
+
+// TwoChannelReads is how many downloads read over two channels so far.
+func TwoChannelReads() int64 { return twoChannelReads.Load() }
+
 // Owner is the replica that partner affinity picks for a partner.
 func Owner(partner string, workers []string) string { return owner(partner, workers) }
 

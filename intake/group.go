@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/partner-intake/partner-intake/internal/fault"
@@ -49,6 +50,13 @@ type fileGroup struct {
 	files []*groupFile
 	// alone are the files that left the group, for the per-file path.
 	alone []*fileRun
+	// closing: the CLOSEs of the handles fetch read, in flight (read)
+	closing sync.WaitGroup
+	// committedAt: taken before the transaction that moved the group's
+	// files to applied, which checked every file's fencing token and
+	// renewed its lease (ledger.AppliedGroup): the group's fence
+	// (archive) while it is younger than a third of a lease.
+	committedAt time.Time
 }
 
 // groupFile is one file of a group.
@@ -57,6 +65,11 @@ type groupFile struct {
 	data []byte
 	ch   *chunk
 	c    chunkCounts
+	// rcpt is the receipt's temporary file, opened beside the file's read
+	// (fetch) and written beside its archive move (archiveOne); nil once
+	// published or discarded, or when it could not be opened (the
+	// receipt is then written as putFile writes it).
+	rcpt *staged
 }
 
 // Why a file leaves its group (intake_group_files_total{result}).
@@ -105,7 +118,10 @@ func (d *Daemon) runGroup(ctx context.Context, p *partnerRT, sess *partners.Sess
 		defer close(hbDone)
 		g.heartbeat(hctx, ins)
 	}()
+	all := g.files
 	err := g.run(ctx)
+	g.closing.Wait() // a handle's CLOSE outlives no group: its reply is on the way
+	g.discardReceipts(all)
 	stopHB()
 	<-hbDone
 	if err != nil {
@@ -170,6 +186,23 @@ func (g *fileGroup) run(ctx context.Context) error {
 	}
 	g.observe(StateApplied, start)
 	return nil
+}
+
+// discardReceipts removes the receipt temporary files that files which
+// left the group (or a group that failed) opened and did not publish.
+func (g *fileGroup) discardReceipts(all []*groupFile) {
+	var wg sync.WaitGroup
+	for _, f := range all {
+		if st := f.rcpt; st != nil {
+			f.rcpt = nil
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				st.discard()
+			}()
+		}
+	}
+	wg.Wait()
 }
 
 // ids are the intake ids of the files still in the group, for logs.

@@ -57,7 +57,9 @@ func groupAt(p *partners.Config, cands []candidate, n int) []candidate {
 	return g
 }
 
-// claimGroup claims a group's files as claim does one file: by RENAME, in
+// claimGroup claims a group's files (or those of several consecutive
+// groups, claimed together: claimLoop.followingGroups) as claim does one
+// file: by RENAME, in
 // listing order, each under the id allocated for it before the renames
 // (both under the partner's claim lock, see ledger.ClaimLock); then one
 // statement records every file renamed.
@@ -150,7 +152,6 @@ func (d *Daemon) claimGroup(ctx context.Context, p *partnerRT, sess *partners.Se
 	if raced && !sequential {
 		walked = 0
 	}
-	lock.Release() // every rename of the section is done; recording needs no lock
 	if err := fault.Check("claim:after_rename"); err != nil {
 		// as if the replies were lost: the files sit in our processing
 		// dir without rows, and the next poll adopts them
@@ -159,7 +160,9 @@ func (d *Daemon) claimGroup(ctx context.Context, p *partnerRT, sess *partners.Se
 	if len(renamed) == 0 {
 		return nil, walked, raced, failed
 	}
-	claimed, err := d.ledger.InsertClaims(ctx, renamed)
+	// recorded in the section's transaction, whose commit ends it: no
+	// connection of the work's pool is needed to claim
+	claimed, err := lock.Record(ctx, d.ledger, renamed)
 	if err != nil {
 		return nil, walked, raced, err
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -20,6 +21,7 @@ import (
 // to applied. A file whose batch another intake holds commits as spooled
 // and leaves the group (duplicate or conflict, decided alone).
 func (g *fileGroup) commit(ctx context.Context, tgt *target.Table) error {
+	began := time.Now() // before the transaction's now(), which renews the owners' leases
 	tx, err := g.d.db.Begin(ctx)
 	if err != nil {
 		return fmt.Errorf("group begin: %w", err)
@@ -97,6 +99,7 @@ func (g *fileGroup) commit(ctx context.Context, tgt *target.Table) error {
 		g.d.metrics.rows(in.Partner, f.c)
 	}
 	g.files = owners
+	g.committedAt = began
 	return nil
 }
 

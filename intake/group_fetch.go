@@ -14,10 +14,11 @@ import (
 	"github.com/partner-intake/partner-intake/internal/fault"
 )
 
-// fetch reads every file of the group at once (open, one read of its
-// listed size plus one byte, close), spools them together, and reads
-// their rows into chunks. The rows are in memory only as long as the
-// group runs: a group holds at most GroupFiles × 64 KiB.
+// fetch reads every file of the group at once (open; one read of its
+// listed size and one past it, together; the close left in flight),
+// spools them together, and reads their rows into chunks. The rows are in
+// memory only as long as the group runs: a group holds at most
+// GroupFiles × 64 KiB.
 func (g *fileGroup) fetch(ctx context.Context, tgt *target.Table) error {
 	errs := make([]error, len(g.files))
 	var wg sync.WaitGroup
@@ -25,7 +26,7 @@ func (g *fileGroup) fetch(ctx context.Context, tgt *target.Table) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			f.data, errs[i] = g.read(f.r.in)
+			f.data, errs[i] = g.read(f)
 		}()
 	}
 	wg.Wait()
@@ -77,22 +78,83 @@ func (g *fileGroup) fetch(ctx context.Context, tgt *target.Table) error {
 // errSizeChanged: a group file's bytes are not its listed size.
 var errSizeChanged = errors.New("the file's size is not the size it was listed with")
 
-// read reads a claimed small file whole.
-func (g *fileGroup) read(in *Intake) ([]byte, error) {
+// read reads a claimed small file whole: after the OPEN, a READ of its
+// listed size and a READ of one byte past it go out together (one round
+// trip; the second must find the end of the file, else the file grew).
+// One READ of size+1 bytes would cost two: a server answers it with the
+// file's bytes and pkg/sftp asks again for the rest, which is the end.
+//
+// The handle's CLOSE is not waited for (a round trip the group's result
+// does not depend on: the bytes are read, and what is decided of the file
+// is decided from them); it goes out at once and g.closing waits for its
+// reply before the group moves its files (archive), so a server that
+// refuses to rename an open file is not asked to. A CLOSE that fails is
+// logged and changes nothing: the handle dies with the session at the
+// latest.
+//
+// The receipt's temporary file is opened beside the OPEN (stageReceipt).
+func (g *fileGroup) read(gf *groupFile) ([]byte, error) {
+	r := gf.r
+	in := r.in
+	var staging sync.WaitGroup
+	staging.Add(1)
+	go func() {
+		defer staging.Done()
+		gf.rcpt = g.stageReceipt(r)
+	}()
+	defer staging.Wait()
 	f, err := g.sess.Open(in.ClaimedPath)
 	if err != nil {
 		return nil, fmt.Errorf("open: %w", err)
 	}
-	defer f.Close()
-	buf := make([]byte, in.ListedSize+1)
-	n, err := f.ReadAt(buf, 0)
+	g.closing.Add(1)
+	defer func() {
+		go func() {
+			defer g.closing.Done()
+			err := fault.Check("group:close") // as if the CLOSE failed (the handle stays open)
+			if err == nil {
+				err = g.sess.Deadline(f.Close())
+			}
+			if err != nil {
+				r.log.Warn("closing the claimed file's handle after its read failed; nothing depends on it", "err", err)
+			}
+		}()
+	}()
+	buf := make([]byte, in.ListedSize)
+	var past [1]byte
+	var n, m int
+	var errPast error
+	var rd sync.WaitGroup
+	rd.Add(1)
+	go func() {
+		defer rd.Done()
+		m, errPast = f.ReadAt(past[:], in.ListedSize)
+	}()
+	n, err = f.ReadAt(buf, 0)
+	rd.Wait()
 	if err != nil && !errors.Is(err, io.EOF) {
-		return nil, fmt.Errorf("read: %w", err)
+		return nil, fmt.Errorf("read: %w", g.sess.Deadline(err))
 	}
-	if int64(n) != in.ListedSize {
+	if errPast != nil && !errors.Is(errPast, io.EOF) {
+		return nil, fmt.Errorf("read: %w", g.sess.Deadline(errPast))
+	}
+	if int64(n) != in.ListedSize || m != 0 {
 		return nil, errSizeChanged
 	}
-	return buf[:n], nil
+	return buf, nil
+}
+
+// stageReceipt opens the temporary file the file's receipt will be
+// written to (group_archive.go archiveOne), or returns nil: the receipt
+// is then written as putFile writes it.
+func (g *fileGroup) stageReceipt(r *fileRun) *staged {
+	name := reportStem(&Intake{ID: r.in.ID, BatchID: g.feed.BatchIDFromName(r.in.RemoteName)}) + ReceiptSuffix
+	st, err := stageFile(g.sess, g.sess.Layout.ReportsDir(), name)
+	if err != nil {
+		r.log.Debug("the receipt's temporary file could not be opened ahead; it is written when the file is archived", "err", err)
+		return nil
+	}
+	return st
 }
 
 // rows reads a group file's rows into its one chunk, or returns the

@@ -2,6 +2,7 @@ package intake_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -13,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/partner-intake/partner-intake/intake"
+	"github.com/partner-intake/partner-intake/internal/fault"
 	"github.com/partner-intake/partner-intake/internal/testenv"
 )
 
@@ -282,6 +284,283 @@ func TestRacingGroupsKeepIdsInFileAge(t *testing.T) {
 				t.Fatalf("round %d: %s (worker %s) has intake id %d, the older %s (worker %s) %d",
 					round, fs[i-1].Name, fs[i-1].Worker, fs[i-1].ID, fs[i].Name, fs[i].Worker, fs[i].ID)
 			}
+		}
+	}
+}
+
+// A group does not wait for the CLOSE of a file it has read (one round
+// trip less): a CLOSE that fails is logged and changes nothing that was
+// decided of the file, which goes on with its group.
+func TestGroupCloseFailureAfterReadIsHarmless(t *testing.T) {
+	_, pool := testenv.DB(t)
+	site := testenv.NewSite(t, "gcf")
+	for _, p := range []string{"CA", "CB", "CC"} {
+		site.Drop(t, "orders-"+p+".csv", goodRows(p, 4))
+	}
+	r := newRig(t, pool, "w1", site)
+	if err := fault.Set("group:close=error@2"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { fault.Set("") })
+	r.poll("gcf")
+	if got := fault.Hits("group:close"); got != 3 {
+		t.Fatalf("the group's closes reached the fault %d times, want 3", got)
+	}
+	fault.Set("")
+	if got := grouped(r, "gcf", "grouped"); got != 3 {
+		t.Fatalf("%v files went through a group, want 3", got)
+	}
+	for _, reason := range []string{intake.LeftRead, intake.LeftArchive, intake.LeftGroupFailed} {
+		if got := grouped(r, "gcf", reason); got != 0 {
+			t.Fatalf("%v files left the group as %s", got, reason)
+		}
+	}
+	for _, f := range files(t, pool, "gcf") {
+		if f.State != "archived" || f.Applied != 4 || f.Total != 4 {
+			t.Fatalf("%+v, want archived with 4 rows applied", f)
+		}
+		if rc := receipt(t, site, f.Receipt); rc.Outcome != intake.OutcomeAccepted || rc.Rows.Applied != 4 || rc.Archive != f.Archive {
+			t.Fatalf("receipt %+v", rc)
+		}
+	}
+	if got := site.Files(t, "processing"); len(got) != 0 {
+		t.Fatalf("processing/ still holds %v", got)
+	}
+}
+
+// A group reads each file as the size it was listed with, in one round
+// trip (a READ of that size and one past it together): a file that grew
+// or shrank after the listing leaves the group unread and goes on alone,
+// which takes what the file now holds.
+func TestGroupFileOfAnotherSizeLeavesTheGroup(t *testing.T) {
+	_, pool := testenv.DB(t)
+	site := testenv.NewSite(t, "gsz")
+	site.Drop(t, "orders-1.csv", goodRows("S", 3))
+	site.Drop(t, "orders-2.csv", goodRows("T", 3))
+	site.Drop(t, "orders-3.csv", goodRows("U", 3))
+	r := newRig(t, pool, "w1", site)
+	resume := r.pollPaused("gsz", "claim:after_rename")
+	dir := filepath.Join(site.Root, "processing", "w1")
+	if err := os.WriteFile(filepath.Join(dir, "orders-1.csv"), []byte(goodRows("S", 4)), 0o644); err != nil { // grew
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "orders-3.csv"), []byte(goodRows("U", 2)), 0o644); err != nil { // shrank
+		t.Fatal(err)
+	}
+	if err := resume(); err != nil {
+		t.Fatal(err)
+	}
+	if got := grouped(r, "gsz", intake.LeftRead); got != 2 {
+		t.Fatalf("%v files left the group unread, want 2", got)
+	}
+	m := byName(files(t, pool, "gsz"))
+	for name, rows := range map[string]int64{"orders-1.csv": 4, "orders-2.csv": 3, "orders-3.csv": 2} {
+		if f := m[name]; f.State != "archived" || f.Total != rows || f.Applied != rows {
+			t.Fatalf("%s: %+v, want archived with %d rows", name, f, rows)
+		}
+	}
+}
+
+// A group writes its receipts' bytes beside its archive moves into
+// temporary files opened beside its reads, then renames them: a partner
+// watching reports/ only ever sees whole receipts (every name it can read
+// is a complete, valid receipt), and no temporary file stays behind.
+func TestGroupReceiptsAppearComplete(t *testing.T) {
+	_, pool := testenv.DB(t)
+	site := testenv.NewSite(t, "grc")
+	const n = 24
+	for i := 0; i < n; i++ {
+		site.Drop(t, fmt.Sprintf("orders-%02d.csv", i), goodRows(fmt.Sprintf("RC%02d", i), 5))
+	}
+	r := newRig(t, pool, "w1", site)
+	dir := filepath.Join(site.Root, "reports")
+	stop := make(chan struct{})
+	seen := map[string]bool{}
+	var bad []string
+	var watch sync.WaitGroup
+	watch.Add(1)
+	go func() { // the partner, reading every receipt as soon as it is listed
+		defer watch.Done()
+		for done := false; !done; {
+			select {
+			case <-stop:
+				done = true // one last look after the poll
+			default:
+			}
+			ents, _ := os.ReadDir(dir)
+			for _, e := range ents {
+				if intake.IsOurTemp(e.Name()) || seen[e.Name()] {
+					continue
+				}
+				b, err := os.ReadFile(filepath.Join(dir, e.Name()))
+				if err != nil {
+					continue // renamed over meanwhile
+				}
+				var rc intake.Receipt
+				if err := json.Unmarshal(b, &rc); err != nil || rc.Outcome != intake.OutcomeAccepted || rc.Rows.Applied != 5 || rc.Archive == "" {
+					bad = append(bad, fmt.Sprintf("%s: %q", e.Name(), b))
+					continue
+				}
+				seen[e.Name()] = true
+			}
+		}
+	}()
+	r.poll("grc")
+	close(stop)
+	watch.Wait()
+	if len(bad) > 0 {
+		t.Fatalf("a partner read incomplete receipts: %v", bad)
+	}
+	if len(seen) != n {
+		t.Fatalf("the partner read %d whole receipts, want %d", len(seen), n)
+	}
+	if got := grouped(r, "grc", "grouped"); got != n {
+		t.Fatalf("%v files went through a group, want %d", got, n)
+	}
+	for _, f := range files(t, pool, "grc") {
+		rc := receipt(t, site, f.Receipt)
+		if f.State != "archived" || rc.Archive != f.Archive || rc.IntakeID != f.ID {
+			t.Fatalf("%+v: receipt %+v", f, rc)
+		}
+		if _, err := os.Stat(f.Archive); err != nil {
+			t.Fatalf("the receipt names archive %s: %v", f.Archive, err)
+		}
+	}
+	if got := site.Files(t, "reports"); len(got) != n {
+		t.Fatalf("reports/ holds %v, want the %d receipts alone", got, n)
+	}
+}
+
+// The receipt a group writes ahead names the archive name its move
+// takes first; when that name is taken (only an earlier run of the very
+// same step could have taken it), the move takes the next free one and
+// the receipt is written anew naming it.
+func TestGroupReceiptNamesTheArchiveTheMoveTook(t *testing.T) {
+	_, pool := testenv.DB(t)
+	site := testenv.NewSite(t, "gat")
+	site.Drop(t, "orders-1.csv", goodRows("AT", 3))
+	site.Drop(t, "orders-2.csv", goodRows("AU", 3))
+	r := newRig(t, pool, "w1", site)
+	resume := r.pollPaused("gat", "apply:after_commit")
+	var id int64
+	var batch, sha string
+	var claimed time.Time
+	if err := pool.QueryRow(t.Context(), `SELECT intake_id, batch_id, content_sha256, claimed_at FROM file_intake
+		WHERE partner_id = 'gat' AND remote_name = 'orders-1.csv'`).Scan(&id, &batch, &sha, &claimed); err != nil {
+		t.Fatal(err)
+	}
+	month := filepath.Join(site.Root, "archive", claimed.UTC().Format("2006"), claimed.UTC().Format("01"))
+	if err := os.MkdirAll(month, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	first := filepath.Join(month, fmt.Sprintf("%s.%s.%d.csv", batch, sha[:12], id))
+	if err := os.WriteFile(first, []byte("not ours\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := resume(); err != nil {
+		t.Fatal(err)
+	}
+	m := byName(files(t, pool, "gat"))
+	f := m["orders-1.csv"]
+	if f.State != "archived" || f.Archive == first || !strings.HasPrefix(f.Archive, strings.TrimSuffix(first, ".csv")) {
+		t.Fatalf("%+v: want archived under a name beside the taken %s", f, first)
+	}
+	if rc := receipt(t, site, f.Receipt); rc.Archive != f.Archive {
+		t.Fatalf("the receipt names archive %s, the file is at %s", rc.Archive, f.Archive)
+	}
+	if got := site.Read(t, strings.TrimPrefix(first, site.Root+"/")); got != "not ours\n" {
+		t.Fatal("the taken archive name was overwritten")
+	}
+	if g := m["orders-2.csv"]; g.State != "archived" || receipt(t, site, g.Receipt).Archive != g.Archive {
+		t.Fatalf("the other file: %+v", g)
+	}
+	if got := site.Files(t, "reports"); len(got) != 2 {
+		t.Fatalf("reports/ holds %v, want 2 receipts", got)
+	}
+}
+
+// The groups that follow a group while the partner's pool has free slots
+// are claimed with it, in one claim section, and then run side by side,
+// each its own transaction: every file is applied once and archived, and
+// intake ids still follow the files' age across the groups.
+func TestGroupsOfOnePartnerInFlightKeepIdsInFileAge(t *testing.T) {
+	_, pool := testenv.DB(t)
+	site := testenv.NewSite(t, "gif")
+	site.Config.GroupFiles, site.Config.Concurrency = 4, 3
+	base := time.Now().Add(-time.Hour)
+	const n = 22 // three groups of four at once, then the rest as slots free
+	for i := 0; i < n; i++ {
+		name := fmt.Sprintf("orders-%03d.csv", i)
+		site.Drop(t, name, goodRows(fmt.Sprintf("IF%03d", i), 2))
+		at := base.Add(time.Duration(i) * time.Second)
+		if err := os.Chtimes(filepath.Join(site.Root, "ready", name), at, at); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := newRig(t, pool, "w1", site)
+	r.poll("gif")
+	if got := grouped(r, "gif", "grouped"); got != n {
+		t.Fatalf("%v files went through groups, want %d", got, n)
+	}
+	fs := files(t, pool, "gif")
+	if len(fs) != n {
+		t.Fatalf("%d intake rows, want %d", len(fs), n)
+	}
+	for i, f := range fs { // in id order
+		if want := fmt.Sprintf("orders-%03d.csv", i); f.Name != want {
+			t.Fatalf("intake id %d is %s, want %s: ids do not follow file age", f.ID, f.Name, want)
+		}
+		if f.State != "archived" || f.Applied != 2 || receipt(t, site, f.Receipt).Archive != f.Archive {
+			t.Fatalf("%+v, want archived with 2 rows and its receipt", f)
+		}
+	}
+	if got := count(t, pool, `SELECT count(*) FROM intake_chunk c JOIN file_intake f USING (intake_id) WHERE f.partner_id = 'gif'`); got != n {
+		t.Fatalf("ledger holds %d chunks, want %d", got, n)
+	}
+}
+
+// The group's transaction to applied is its publication fence (it matched
+// every file's token and renewed its lease) only while it is younger than
+// a third of a lease: a group stalled longer after it checks its tokens
+// again before its moves and receipts, and a group whose files were taken
+// over meanwhile publishes nothing.
+func TestGroupStalledAfterItsCommitPublishesNothing(t *testing.T) {
+	_, pool := testenv.DB(t)
+	site := testenv.NewSite(t, "gst")
+	site.Drop(t, "orders-1.csv", goodRows("ST", 3))
+	site.Drop(t, "orders-2.csv", goodRows("SU", 3))
+	r := newRigCfg(t, pool, intake.Config{WorkerID: "w1", Lease: 3 * time.Second, SpoolMinFree: 1}, site)
+	resume := r.pollPaused("gst", "apply:after_commit")
+	// wait (not a timing assertion) until the transaction that renewed
+	// the leases is more than a third of a lease old
+	for stale := false; !stale; {
+		if err := pool.QueryRow(t.Context(), `SELECT bool_and(clock_timestamp() - updated_at > interval '1200 ms')
+			FROM file_intake WHERE partner_id = 'gst' AND state = 'applied'`).Scan(&stale); err != nil {
+			t.Fatal(err)
+		}
+		if !stale {
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	// another replica takes the files over (as the reconciler does once a
+	// lease ran out)
+	if n := count(t, pool, `WITH u AS (UPDATE file_intake SET fencing_token = fencing_token + 1, worker_id = 'w2', updated_at = now()
+		WHERE partner_id = 'gst' AND state = 'applied' RETURNING 1) SELECT count(*) FROM u`); n != 2 {
+		t.Fatalf("took %d files over, want 2", n)
+	}
+	_ = resume() // the stalled group's poll; what it returns is not the point
+	if got := site.Files(t, "archive"); len(got) != 0 {
+		t.Fatalf("the fenced-out group moved files to archive/: %v", got)
+	}
+	if got := site.Files(t, "reports"); len(got) != 0 {
+		t.Fatalf("the fenced-out group published in reports/: %v", got)
+	}
+	if got := site.Files(t, "processing"); len(got) != 2 {
+		t.Fatalf("processing/ holds %v, want the two files left for their new owner", got)
+	}
+	for _, f := range files(t, pool, "gst") {
+		if f.State != "applied" || f.Worker != "w2" {
+			t.Fatalf("%+v, want applied and w2's", f)
 		}
 	}
 }

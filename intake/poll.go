@@ -185,7 +185,7 @@ func (c *claimLoop) run(ctx context.Context, cands []candidate, beyond int) erro
 			slot(nil)
 			break
 		}
-		walked, work, err := c.claimAt(ctx, cands[i:])
+		walked, work, err := c.claimAt(ctx, cands[i:], slots)
 		if err != nil {
 			slot(func() error { return err }) // the poll's error, recorded at once
 			if work != nil {
@@ -213,20 +213,38 @@ func (c *claimLoop) room(ctx context.Context) bool {
 // (group.go) or one file. It returns how many candidates it went through,
 // the work to run in the slot (nil when nothing was claimed), and an
 // error that ends the poll.
-func (c *claimLoop) claimAt(ctx context.Context, cands []candidate) (walked int, work func() error, err error) {
+func (c *claimLoop) claimAt(ctx context.Context, cands []candidate, sl *slots) (walked int, work func() error, err error) {
 	d, p, sess := c.d, c.p, c.sess
 	if g := groupAt(p.cfg, cands, p.cfg.Limits.MaxFilesPerPoll-c.claimed); g != nil {
-		// small files go through together (group.go)
+		// small files go through together (group.go), and the groups
+		// that follow while slots are free for them are claimed with this
+		// one: one claim section, one round trip of renames, for all
+		groups, slotsFor := c.followingGroups(cands, g, sl)
+		all := g
+		if len(groups) > 1 {
+			all = nil
+			for _, g := range groups {
+				all = append(all, g...)
+			}
+		}
 		c.nextID = 0 // allocated before this group's renames: unused now
-		ins, walked, raced, cerr := d.claimGroup(ctx, p, sess, g, c.racing)
+		ins, walked, raced, cerr := d.claimGroup(ctx, p, sess, all, c.racing)
 		c.racing = c.racing || raced
-		// walked 0: the group was put back, walk it again one at a time
+		// walked 0: the groups were put back, walk them again one at a time
 		c.claimed += len(ins)
 		for _, in := range ins {
 			d.quotaClaimed(p, c.quota, in.ListedSize)
 		}
-		if len(ins) > 0 {
-			work = func() error { return d.runGroup(ctx, p, sess, ins) }
+		for k, ins := range splitClaims(groups, ins) {
+			var w func() error
+			if len(ins) > 0 {
+				w = func() error { return d.runGroup(ctx, p, sess, ins) }
+			}
+			if k == 0 {
+				work = w
+			} else {
+				slotsFor[k-1](w) // nil gives the slot back
+			}
 		}
 		return walked, work, cerr
 	}
@@ -243,6 +261,68 @@ func (c *claimLoop) claimAt(ctx context.Context, cands []candidate) (walked int,
 	c.claimed++
 	d.quotaClaimed(p, c.quota, in.ListedSize)
 	return 1, func() error { return d.runFile(ctx, p, sess, in) }, nil
+}
+
+// followingGroups returns g and the groups that follow it in cands, as
+// many as slots of the partner's pool are free right now (each taken
+// here, for its group: slotsFor[k-1] is group k's), within
+// max_files_per_poll and the partner's spool quota. A partner's groups
+// then overlap from their claims on: claimed one after another, each
+// would wait a round trip to the site for its renames, under the
+// partner's claim lock, before the next could start. While another
+// replica claims from the partner (racing) a group is claimed alone, one
+// rename at a time (claimGroup).
+func (c *claimLoop) followingGroups(cands, g []candidate, sl *slots) (groups [][]candidate, slotsFor []func(func() error)) {
+	groups = [][]candidate{g}
+	if c.racing {
+		return groups, nil
+	}
+	left := c.p.cfg.Limits.MaxFilesPerPoll - c.claimed - len(g)
+	bytes := c.quota.used
+	for _, x := range g {
+		bytes += x.Size
+	}
+	for rest := cands[len(g):]; len(rest) > 0; {
+		if c.quota.max > 0 && bytes >= c.quota.max {
+			break
+		}
+		next := groupAt(c.p.cfg, rest, left)
+		if next == nil {
+			break
+		}
+		slot := sl.tryTake()
+		if slot == nil {
+			break
+		}
+		groups, slotsFor = append(groups, next), append(slotsFor, slot)
+		for _, x := range next {
+			bytes += x.Size
+		}
+		left -= len(next)
+		rest = rest[len(next):]
+	}
+	return groups, slotsFor
+}
+
+// splitClaims returns the claimed rows of each group, in the groups'
+// order (a group's files are in no other group).
+func splitClaims(groups [][]candidate, ins []*Intake) [][]*Intake {
+	out := make([][]*Intake, len(groups))
+	if len(groups) == 1 {
+		out[0] = ins
+		return out
+	}
+	of := map[string]int{}
+	for k, g := range groups {
+		for _, c := range g {
+			of[c.Name] = k
+		}
+	}
+	for _, in := range ins {
+		k := of[in.RemoteName]
+		out[k] = append(out[k], in)
+	}
+	return out
 }
 
 // slots are a poll's pool: at most n claimed files or groups run at once
@@ -270,6 +350,20 @@ func (s *slots) take() func(work func() error) {
 		}
 		return nil
 	})
+	return func(work func() error) { start <- work }
+}
+
+// tryTake is take when a slot is free right now, else nil.
+func (s *slots) tryTake() func(work func() error) {
+	start := make(chan func() error, 1)
+	if !s.g.TryGo(func() error {
+		if work := <-start; work != nil {
+			return work()
+		}
+		return nil
+	}) {
+		return nil
+	}
 	return func(work func() error) { start <- work }
 }
 

@@ -13,6 +13,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/pkg/sftp"
+
 	"github.com/partner-intake/partner-intake/internal/fault"
 	"github.com/partner-intake/partner-intake/partners"
 )
@@ -153,21 +155,62 @@ func tempName(name string) string {
 // a kill is removed by the reconciler once it is older than
 // reconcile.stale_temp.
 func putFile(s *partners.Session, dir, name string, data []byte) (string, error) {
-	dst := path.Join(dir, name)
+	st, err := stageFile(s, dir, name)
+	if err != nil {
+		return "", err
+	}
+	if err := st.write(data); err != nil {
+		return "", err
+	}
+	return st.publish(path.Join(dir, name))
+}
+
+// staged is putFile's temporary file, open, before its bytes are written
+// (stageFile) and before it is renamed to its final name (publish). A
+// group opens its receipts' temporary files beside its reads and writes
+// them beside its archive moves (group_archive.go), so a receipt costs
+// the round trips of its close and rename alone; what the partner can see
+// is the same as putFile's: the final name appears by one rename of a
+// complete, closed file.
+type staged struct {
+	s   *partners.Session
+	tmp string
+	f   *sftp.File
+}
+
+// stageFile opens a new temporary file in dir for a file to be named name.
+func stageFile(s *partners.Session, dir, name string) (*staged, error) {
 	if err := s.EnsureDir(dir); err != nil {
-		return "", fmt.Errorf("create %s: %w", dir, err)
+		return nil, fmt.Errorf("create %s: %w", dir, err)
 	}
 	tmp := path.Join(dir, tempName(name))
 	f, err := s.Create(tmp)
 	if err != nil {
-		return "", fmt.Errorf("create %s: %w", tmp, err)
+		return nil, fmt.Errorf("create %s: %w", tmp, err)
 	}
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		s.Remove(tmp)
-		return "", fmt.Errorf("write %s: %w", tmp, err)
+	return &staged{s: s, tmp: tmp, f: f}, nil
+}
+
+// write writes the file's bytes; on an error the temporary file is gone.
+func (st *staged) write(data []byte) error {
+	if _, err := st.f.Write(data); err != nil {
+		st.discard()
+		return fmt.Errorf("write %s: %w", st.tmp, err)
 	}
-	if err := f.Close(); err != nil {
+	return nil
+}
+
+// discard closes and removes the temporary file (best effort: the
+// reconciler removes a temporary file left behind once it is stale).
+func (st *staged) discard() {
+	st.f.Close()
+	st.s.Remove(st.tmp)
+}
+
+// publish closes the temporary file and renames it over dst.
+func (st *staged) publish(dst string) (string, error) {
+	s, tmp := st.s, st.tmp
+	if err := st.f.Close(); err != nil {
 		s.Remove(tmp)
 		return "", fmt.Errorf("close %s: %w", tmp, err)
 	}
@@ -193,10 +236,12 @@ func putFile(s *partners.Session, dir, name string, data []byte) (string, error)
 // happen for one lease from here, so a stalled owner that wakes after a
 // takeover publishes nothing.
 //
-// A file of a group is checked with its group, in one statement right
-// before the group's steps on the site go out together (group_archive.go
-// FenceGroup); that check stands for the file's own steps of that burst
-// while it is less than a third of a lease old. One commit per step cost
+// A file of a group is checked with its group, in one statement shortly
+// before the group's steps on the site go out together: the group's
+// transaction to applied, which matches every file's token and renews its
+// lease, or FenceGroup when that is older than a third of a lease
+// (group_archive.go); that check stands for the file's own steps of that
+// burst while it is less than a third of a lease old. One commit per step cost
 // a group of 32 small files 64 commits before its receipts (the warm
 // small-file rate fell from about 1300 to about 500 files/s,
 // docs/performance.md); the per-file path still checks before every step.

@@ -199,15 +199,13 @@ func (d *Daemon) dial(ctx context.Context, p *partnerRT) (*partners.Session, err
 	if err != nil {
 		return nil, err
 	}
-	if !p.cfg.Records() { // claim: record writes nothing on the site
-		if err := s.Layout.EnsureDirs(s.Client, d.cfg.WorkerID); err != nil {
-			s.Close()
-			return nil, fmt.Errorf("partner %s: %w", p.cfg.ID, err)
-		}
-	}
-	// A site that refuses a second channel is listed whole instead
+	// claim: record writes nothing on the site (no directories); a site
+	// that refuses a second channel is listed whole instead
 	// (partners.Session.ListDir): claims work either way.
-	_ = s.PrepareList()
+	if err := s.Prepare(d.cfg.WorkerID, !p.cfg.Records()); err != nil {
+		s.Close()
+		return nil, fmt.Errorf("partner %s: %w", p.cfg.ID, err)
+	}
 	return s, nil
 }
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path"
+	"sync"
 	"time"
 
 	"github.com/pkg/sftp"
@@ -55,14 +56,27 @@ func (l Layout) ReportsDir() string { return l.join(l.Dirs.Reports) }
 // EnsureDirs creates the directories intake writes to when they are
 // missing. A lost claim race and a missing target directory both read as
 // "no such file", so the claim target must exist before a rename's error
-// can be read as a lost race.
-func (l Layout) EnsureDirs(c *sftp.Client, worker string) error {
-	for _, d := range []string{l.ReadyDir(), l.ProcessingDir(worker), l.QuarantineDir(), l.ReportsDir(), l.join(l.Dirs.Archive)} {
-		if err := c.MkdirAll(d); err != nil {
-			return fmt.Errorf("create remote %s: %w", d, err)
+// can be read as a lost race. The directories are asked about together
+// (pkg/sftp keeps the requests in flight side by side): one round trip
+// when they exist, not one per directory. It returns the directories.
+func (l Layout) EnsureDirs(c *sftp.Client, worker string) ([]string, error) {
+	dirs := []string{l.ReadyDir(), l.ProcessingDir(worker), l.QuarantineDir(), l.ReportsDir(), l.join(l.Dirs.Archive)}
+	errs := make([]error, len(dirs))
+	var wg sync.WaitGroup
+	for i, d := range dirs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = c.MkdirAll(d) // safe beside another MkdirAll of a shared parent: an existing directory is success
+		}()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			return nil, fmt.Errorf("create remote %s: %w", dirs[i], err)
 		}
 	}
-	return nil
+	return dirs, nil
 }
 
 // IsNotExist reports whether err means the remote path does not exist.

@@ -31,7 +31,7 @@ func Probe(ctx context.Context, p *Config, worker string) error {
 	if !st.IsDir() {
 		return fmt.Errorf("partner %s: dirs.ready %s is not a directory", p.ID, ready)
 	}
-	if err := s.Layout.EnsureDirs(s.Client, worker); err != nil {
+	if _, err := s.Layout.EnsureDirs(s.Client, worker); err != nil {
 		return fmt.Errorf("partner %s: %w", p.ID, err)
 	}
 	var b [6]byte

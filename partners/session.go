@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/pkg/sftp"
@@ -35,11 +36,23 @@ type Session struct {
 	lister    *rawSFTP  // the channel ListDir lists on (listdir.go)
 	listWatch *watchdog // the lister's own watchdog: its own packet stream, the same deadline
 	noLister  bool      // the server refused that channel: ListDir reads whole listings
+
+	opts       []sftp.ClientOption
+	rangeMu    sync.Mutex
+	ranges     *sftp.Client // the second channel large downloads read on (Ranges)
+	rangeWatch *watchdog
+	noRanges   bool         // the server refused it
+	rtt        atomic.Int64 // ns, measured by Prepare; 0: not measured
 }
+
+// RTT is the round trip to the site as Prepare measured it (a keepalive
+// request, which sshd answers itself), or 0 when it was not measured: an
+// estimate, for choices such as reading over two channels.
+func (s *Session) RTT() time.Duration { return time.Duration(s.rtt.Load()) }
 
 // TimedOut reports whether the watchdog closed the session.
 func (s *Session) TimedOut() bool {
-	return s.watch.expired.Load() || s.listWatch.expired.Load()
+	return s.watch.expired.Load() || s.listWatch.expired.Load() || s.rangeWatch.expired.Load()
 }
 
 // Deadline returns err as a *TimeoutError when the watchdog closed the
@@ -115,6 +128,43 @@ func (s *Session) EnsureDir(dir string) error {
 	return nil
 }
 
+// Prepare readies a session for claims: the directories intake writes to
+// made sure of (Layout.EnsureDirs, and remembered as EnsureDir's are), and
+// unless the partner's files are only recorded, beside them the channel
+// ListDir lists on (PrepareList). Each costs round trips to the site
+// (a STAT of each directory; a channel, the subsystem and its version
+// exchange): together they cost the longest of them. An error of
+// PrepareList is not one: ListDir falls back to whole listings. A
+// keepalive request beside them measures the round trip to the site
+// (RTT).
+func (s *Session) Prepare(worker string, ensure bool) error {
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		_ = s.PrepareList()
+	}()
+	go func() { // beside the rest: the round trip to the site (RTT)
+		defer wg.Done()
+		start := time.Now()
+		if _, _, err := s.ssh.SendRequest("keepalive@openssh.com", true, nil); err == nil {
+			s.rtt.Store(int64(time.Since(start)))
+		}
+	}()
+	defer wg.Wait()
+	if !ensure {
+		return nil
+	}
+	dirs, err := s.Layout.EnsureDirs(s.Client, worker)
+	if err != nil {
+		return s.Deadline(err)
+	}
+	for _, d := range dirs {
+		s.dirs.Store(d, struct{}{})
+	}
+	return nil
+}
+
 // Dial connects to the partner's site with its pinned host key. The whole
 // dial (TCP and SSH handshake) is bounded by the partner's dial timeout:
 // ssh.ClientConfig.Timeout covers the TCP dial only, so a deadline is set on
@@ -158,14 +208,15 @@ func Dial(ctx context.Context, p *Config) (*Session, error) {
 	}
 	client := ssh.NewClient(c, chans, reqs)
 	watch := newWatchdog(p.SFTP.OpTimeout)
-	sc, err := newSFTP(client, watch,
+	opts := []sftp.ClientOption{
 		sftp.UseConcurrentReads(true),
 		sftp.UseConcurrentWrites(true),
 		// Never above the server's read limit: pkg/sftp#658 truncates
 		// silently there (and the spool compares byte counts anyway).
 		sftp.MaxPacketUnchecked(PacketSize(p.SFTP.MaxPacket, string(c.ServerVersion()))),
 		sftp.MaxConcurrentRequestsPerFile(16), // 4 MiB in flight at 255 KiB
-	)
+	}
+	sc, err := newSFTP(client, watch, opts...)
 	if err != nil {
 		client.Close()
 		return nil, fmt.Errorf("partner %s: start sftp subsystem: %w", p.ID, dialDeadline(err, p.SFTP.DialTimeout))
@@ -174,10 +225,11 @@ func Dial(ctx context.Context, p *Config) (*Session, error) {
 	// exchange too (a site that takes the login and then says nothing).
 	_ = conn.SetDeadline(time.Time{})
 	s := &Session{Client: sc, ssh: client, watch: watch, partner: p.ID, done: make(chan struct{}), Layout: NewLayout(p),
-		listWatch: newWatchdog(p.SFTP.OpTimeout)}
+		listWatch: newWatchdog(p.SFTP.OpTimeout), opts: opts, rangeWatch: newWatchdog(p.SFTP.OpTimeout)}
 	go s.keepalive(p.SFTP.Keepalive)
 	go watch.run(s.done, func() { client.Close() })
 	go s.listWatch.run(s.done, func() { client.Close() })
+	go s.rangeWatch.run(s.done, func() { client.Close() })
 	return s, nil
 }
 
@@ -291,6 +343,28 @@ func (s *Session) heardSince(t time.Time) bool {
 	return at > t.UnixNano()
 }
 
+// Ranges returns the session's second SFTP channel, opened on first use
+// and kept, or nil when the server refuses one. A large download reads
+// alternate ranges of the file on both channels (intake/download.go):
+// x/crypto/ssh gives every channel a fixed 2 MiB receive window, so one
+// channel carries at most 2 MiB per round trip (about 40 MB/s at 50 ms)
+// whatever pkg/sftp keeps in flight; two carry twice that. Opened only
+// when a large file comes, so a session of small files costs the site no
+// second sftp-server.
+func (s *Session) Ranges() *sftp.Client {
+	s.rangeMu.Lock()
+	defer s.rangeMu.Unlock()
+	if s.ranges == nil && !s.noRanges {
+		c, err := newSFTP(s.ssh, s.rangeWatch, s.opts...)
+		if err != nil {
+			s.noRanges = true
+			return nil
+		}
+		s.ranges = c
+	}
+	return s.ranges
+}
+
 // Close ends the session. It is safe to call more than once.
 func (s *Session) Close() error {
 	select {
@@ -299,6 +373,11 @@ func (s *Session) Close() error {
 	default:
 		close(s.done)
 	}
+	s.rangeMu.Lock()
+	if s.ranges != nil {
+		s.ranges.Close()
+	}
+	s.rangeMu.Unlock()
 	s.Client.Close()
 	return s.ssh.Close()
 }

@@ -229,3 +229,34 @@ func TestLargeDownloadFromOpenSSHIsWhole(t *testing.T) {
 		t.Fatalf("downloaded %d of %d bytes (equal %v), err %v", n, len(data), got.String() == string(data), err)
 	}
 }
+
+// Prepare makes sure of every directory intake writes to, asking about
+// them together (nested ones beside their parents: processing/<worker>
+// beside a missing processing/), and opens the listing channel beside.
+func TestPrepareCreatesTheDirectoriesTogether(t *testing.T) {
+	p := partner(t)
+	if err := os.RemoveAll(filepath.Join(p.SFTP.Root, "ready")); err != nil {
+		t.Fatal(err)
+	}
+	s, err := partners.Dial(context.Background(), p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.Prepare("w1", true); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []string{p.Dirs.Ready, filepath.Join(p.Dirs.Processing, "w1"), p.Dirs.Quarantine, p.Dirs.Reports, p.Dirs.Archive} {
+		if fi, err := os.Stat(filepath.Join(p.SFTP.Root, d)); err != nil || !fi.IsDir() {
+			t.Fatalf("%s: %v", d, err)
+		}
+	}
+	n := 0
+	if err := s.ListDir(context.Background(), s.Layout.ProcessingDir("w1"), func(os.FileInfo) error { n++; return nil }); err != nil || n != 0 {
+		t.Fatalf("listing processing/w1: %d entries, %v", n, err)
+	}
+	// again, on a site where they exist: nothing to create, no error
+	if err := s.Prepare("w1", true); err != nil {
+		t.Fatal(err)
+	}
+}

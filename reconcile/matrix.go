@@ -57,7 +57,7 @@ func (r *Reconciler) partner(ctx context.Context, p *partners.Config) ([]Finding
 		)
 		return fs, errors.Join(errs...)
 	}
-	if err := sess.Layout.EnsureDirs(sess.Client, r.worker); err != nil {
+	if _, err := sess.Layout.EnsureDirs(sess.Client, r.worker); err != nil {
 		return fs, errors.Join(append(errs, err)...)
 	}
 	errs = append(errs,

@@ -47,6 +47,17 @@ func poolConfig(cfg *config.File, url string) (*pgxpool.Config, error) {
 	return pc, nil
 }
 
+// claimPool is the daemon's pool for the partners' claim sections
+// (database.claim_conns; ledger.Ledger.WithClaimPool). It connects lazily.
+func claimPool(ctx context.Context, e *env) (*pgxpool.Pool, error) {
+	pc, err := poolConfig(e.cfg, e.url)
+	if err != nil {
+		return nil, err
+	}
+	pc.MaxConns, pc.MinConns = int32(e.cfg.Database.ClaimConns), 0
+	return pgxpool.NewWithConfig(ctx, pc)
+}
+
 func open(ctx context.Context, path string, stderr io.Writer) (*env, int) {
 	cfg, err := config.Load(path)
 	if err != nil {
@@ -133,7 +144,15 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	d, err := intake.New(e.cfg.Intake(), e.cfg.Partners, e.pool, e.spool, reg, e.log)
+	claims, err := claimPool(ctx, e)
+	if err != nil {
+		fmt.Fprintln(stderr, "database:", err)
+		return 1
+	}
+	defer claims.Close()
+	ic := e.cfg.Intake()
+	ic.ClaimDB = claims
+	d, err := intake.New(ic, e.cfg.Partners, e.pool, e.spool, reg, e.log)
 	if err != nil {
 		fmt.Fprintln(stderr, "intake run:", err)
 		return 2

@@ -34,13 +34,38 @@ func (c *ClaimLock) IntakeIDs(ctx context.Context, n int) ([]int64, error) {
 // allocated for it before its rename. It returns the rows inserted; a
 // file whose processing path a live row already owns is left out.
 func (l *Ledger) InsertClaims(ctx context.Context, ins []*Intake) ([]*Intake, error) {
+	return l.insertClaims(ctx, l.pool, ins)
+}
+
+// Record is InsertClaims inside the claim section, on its connection,
+// and ends the section with the claims' commit: a group's claims need no
+// connection of the pool the files' work runs on (Ledger.WithClaimPool),
+// and another replica's section sees them recorded. On an error the
+// section is rolled back (the files sit in processing/ without rows and
+// the next poll adopts them, as after a lost reply).
+func (c *ClaimLock) Record(ctx context.Context, l *Ledger, ins []*Intake) ([]*Intake, error) {
+	defer c.Release()
+	out, err := l.insertClaims(ctx, c.tx, ins)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.tx.Commit(ctx); err != nil {
+		return nil, fmt.Errorf("insert claims: commit: %w", err)
+	}
+	c.tx = nil
+	return out, nil
+}
+
+func (l *Ledger) insertClaims(ctx context.Context, q interface {
+	Query(context.Context, string, ...any) (pgx.Rows, error)
+}, ins []*Intake) ([]*Intake, error) {
 	var ids, sizes []int64
 	var feeds, names, paths []string
 	for _, in := range ins {
 		ids, sizes = append(ids, in.ID), append(sizes, in.ListedSize)
 		feeds, names, paths = append(feeds, in.Feed), append(names, in.RemoteName), append(paths, in.ClaimedPath)
 	}
-	rs, err := l.pool.Query(ctx, `
+	rs, err := q.Query(ctx, `
 		INSERT INTO file_intake (intake_id, partner_id, feed, remote_name, claimed_path, listed_size,
 		                         state, worker_id, lease_until)
 		OVERRIDING SYSTEM VALUE
@@ -234,7 +259,8 @@ func (l *Ledger) FenceGroup(ctx context.Context, ins []*Intake) (map[int64]bool,
 // ClaimLock serializes one partner's claim renames across replicas: a
 // PostgreSQL transaction advisory lock on the partner, held from the
 // allocation of a claim's intake ids through its renames (and a racing
-// group's put-back), released before the claims are recorded. Group
+// group's put-back); a single claim releases it before its claim is
+// recorded, a group's claims are recorded in the section (Record). Group
 // renames go out all at once; two replicas' groups renaming at the same
 // moment would win files of one run in turns, under ids that cannot all
 // follow file age, and a group that puts its files back leaves them out of
@@ -243,7 +269,10 @@ func (l *Ledger) FenceGroup(ctx context.Context, ins []*Intake) (map[int64]bool,
 // (TestRacingGroupsKeepIdsInFileAge caught both). Under the lock every
 // rename another replica makes is before or after the whole section.
 // The section holds one connection and needs no other, so partners in
-// their sections cannot exhaust the pool between them. A transaction, not
+// their sections cannot exhaust the pool between them; a daemon gives
+// the sections a pool of their own (Ledger.WithClaimPool), so partners
+// waiting on their sites' replies never hold the connections the files'
+// work needs. A transaction, not
 // a session lock: a replica stalled in its section (a GC pause, SIGSTOP, a
 // partition) is ended by idle_in_transaction_session_timeout (PoolConfig)
 // one lease later, which frees the partner's claims for the others.
@@ -253,7 +282,11 @@ type ClaimLock struct {
 
 // LockClaims enters the partner's claim section (see ClaimLock).
 func (l *Ledger) LockClaims(ctx context.Context, partner string) (*ClaimLock, error) {
-	tx, err := l.pool.Begin(ctx)
+	pool := l.pool
+	if l.claims != nil {
+		pool = l.claims
+	}
+	tx, err := pool.Begin(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("claim lock: %w", err)
 	}

@@ -28,13 +28,28 @@ import (
 // must commit with the target rows (a chunk, a group), it takes the
 // caller's pgx.Tx or is queued onto the caller's *pgx.Batch.
 type Ledger struct {
-	pool  *pgxpool.Pool
-	lease time.Duration
+	pool   *pgxpool.Pool
+	claims *pgxpool.Pool // the claim sections' connections (ClaimLock); nil: pool
+	lease  time.Duration
 }
 
 // New returns the ledger on db; lease is the claim lease to grant.
 func New(db *pgxpool.Pool, lease time.Duration) *Ledger {
 	return &Ledger{pool: db, lease: lease}
+}
+
+// WithClaimPool has the partners' claim sections (ClaimLock) hold their
+// lock on connections of claims instead of the ledger's pool. A section
+// holds its connection while the claim renames cross the network (one
+// round trip to the partner's site, 50 ms at a distant site): on the
+// pool that does the files' work, ten partners claiming at once kept
+// every connection idle in their sections and the groups' commits and
+// fences waited for them (docs/performance.md, item 40). A connection
+// idle in a section costs PostgreSQL no CPU, so this pool is sized for
+// the latency, not the database's cores. It returns l.
+func (l *Ledger) WithClaimPool(claims *pgxpool.Pool) *Ledger {
+	l.claims = claims
+	return l
 }
 
 // Lease is the claim lease the ledger grants.

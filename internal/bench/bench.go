@@ -154,6 +154,13 @@ type Results struct {
 	FleetLatencyP99S       float64 `json:"fleet_latency_p99_s,omitempty"`
 	FleetLatencyMaxS       float64 `json:"fleet_latency_max_s,omitempty"`
 	FleetPollErrors        int     `json:"fleet_poll_errors"`
+	// The round trips paid in sequence during the small files' burst
+	// alone (from the files' appearance to the last archive, the polls'
+	// listings included), per file, and the CPU each file cost the
+	// daemon, PostgreSQL and sshd in that burst: figures the machine's
+	// load moves less than files per second.
+	WANSmallBurstTurnsPerFile float64            `json:"wan_small_burst_round_trips_per_file,omitempty"`
+	WANSmallCPUms             map[string]float64 `json:"wan_small_cpu_ms_per_file,omitempty"`
 	// With Repeat > 1: the figures above are medians of these runs.
 	LargeRuns []*Results `json:"large_runs,omitempty"`
 	SmallRuns []*Results `json:"small_runs,omitempty"`

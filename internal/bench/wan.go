@@ -78,6 +78,9 @@ func (e *env) wanWorkload(ctx context.Context, res *Results) error {
 		// every turn of the phase, warm-up and settling included, over
 		// the measured files: an upper bound of the burst's own
 		res.WANSmallTurnsPerFile = float64(p.Turns()-before) / float64(e.o.SmallFiles)
+		n := float64(e.o.SmallFiles)
+		res.WANSmallBurstTurnsPerFile = float64(ph.turns) / n
+		res.WANSmallCPUms = map[string]float64{"intake": ph.cpu[0] * 1000 / n, "postgres": ph.pgCPU * 1000 / n, "sshd": ph.sshdCPU * 1000 / n}
 	}
 	return nil
 }

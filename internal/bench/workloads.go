@@ -361,6 +361,7 @@ type smallPhase struct {
 	doubles        int64
 	byWorker       map[string]int64 // files processed per daemon
 	spread         float64          // warm: seconds between the partners' first claims
+	turns          int64            // warm, through the WAN proxy: round trips paid in sequence during the burst
 }
 
 // smallRun runs one small-file phase. Cold: the files are in ready/ when
@@ -472,6 +473,9 @@ func (e *env) smallRun(ctx context.Context, daemons int, warm bool) (ph smallPha
 			}
 			daemonCPU0 = append(daemonCPU0, c)
 		}
+		if e.wan != nil {
+			ph.turns = -e.wan.Turns()
+		}
 		for _, id := range order {
 			if err := unix.Renameat2(unix.AT_FDCWD, filepath.Join(roots[id], "incoming"), unix.AT_FDCWD, filepath.Join(roots[id], "ready"), unix.RENAME_EXCHANGE); err != nil {
 				return ph, fmt.Errorf("swap incoming/ and ready/: %w", err)
@@ -498,6 +502,9 @@ func (e *env) smallRun(ctx context.Context, daemons int, warm bool) (ph smallPha
 		}
 	}
 	elapsed := time.Since(start).Seconds()
+	if warm && e.wan != nil {
+		ph.turns += e.wan.Turns()
+	}
 	pg1, sshd1, cerr := e.serverCPU()
 	if cerr != nil && err == nil {
 		err = cerr
@@ -720,6 +727,12 @@ func (r *Results) Table(w *os.File) {
 		row("WAN: large over loopback fresh", r.WANRatioLoopback, "x", "<= 1.3")
 		row("WAN: small files, one daemon", r.WANSmallFilesPerS, "files/s", ">= 300")
 		row("WAN: sequential round trips per file", r.WANSmallTurnsPerFile, "", "")
+		row("WAN: the same, burst only", r.WANSmallBurstTurnsPerFile, "", "")
+		for _, k := range []string{"intake", "postgres", "sshd"} {
+			if v, ok := r.WANSmallCPUms[k]; ok {
+				row("WAN: CPU per small file, "+k, v, "ms", "")
+			}
+		}
 	}
 	if r.FleetPartners > 0 {
 		row(fmt.Sprintf("fleet: %d partners @every %.0fs, peak RSS", r.FleetPartners, r.FleetPollS), r.FleetRSSMiB, "MiB", "<= 256")

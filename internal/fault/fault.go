@@ -108,6 +108,17 @@ func Resume(name string) {
 	}
 }
 
+// Hits is how many times the armed fault name was reached (0 when name
+// is not armed): a test's proof that a step ran.
+func Hits(name string) int64 {
+	mu.Lock()
+	defer mu.Unlock()
+	if a := faults[name]; a != nil {
+		return a.hits.Load()
+	}
+	return 0
+}
+
 // Enabled reports whether any fault is armed (a cheap check for hot paths).
 func Enabled() bool { return enabled.Load() }
 

@@ -25,6 +25,9 @@ import (
 // DefaultDatabaseURLEnv is read when database.url_env is not set.
 const DefaultDatabaseURLEnv = "INTAKE_DATABASE_URL"
 
+// DefaultClaimConns is database.claim_conns when it is not set.
+const DefaultClaimConns = 8
+
 // File is the whole configuration file.
 type File struct {
 	// WorkerID names this replica (default: hostname); stable across restarts.
@@ -80,6 +83,12 @@ type Database struct {
 	// cores keep its CPU on work instead of contention: with several
 	// replicas on one database, keep their sum near its cores.
 	MaxConns int `yaml:"max_conns"`
+	// ClaimConns caps the connections the partners' claim sections hold
+	// while their renames cross the network (default 8; apart from
+	// MaxConns). Such a connection waits on the partner's site, idle in a
+	// transaction, and costs the database no CPU (docs/performance.md,
+	// item 40).
+	ClaimConns int `yaml:"claim_conns"`
 }
 
 // Spool configures the local spool.
@@ -134,6 +143,12 @@ func (f *File) Validate() error {
 	}
 	if f.Database.MaxConns != 0 && (f.Database.MaxConns < 2 || f.Database.MaxConns > 500) {
 		return fmt.Errorf("database.max_conns: %d must be 0 (the default) or between 2 and 500", f.Database.MaxConns)
+	}
+	if f.Database.ClaimConns == 0 {
+		f.Database.ClaimConns = DefaultClaimConns
+	}
+	if f.Database.ClaimConns < 1 || f.Database.ClaimConns > 500 {
+		return fmt.Errorf("database.claim_conns: %d must be 0 (the default, %d) or between 1 and 500", f.Database.ClaimConns, DefaultClaimConns)
 	}
 	if f.Spool.Dir == "" {
 		return errors.New("spool.dir: required (a local directory for downloaded files)")
