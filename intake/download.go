@@ -376,7 +376,7 @@ var twoChannelBytes int64 = 16 << 20
 // ms it carries 2 GB/s): a second channel only adds a second sftp-server
 // on the site and CPU on both ends; on this bench's loopback the 1M-row
 // file's fresh, replay and duplicate runs were slower with it (two runs,
-// docs/performance.md, item 40).
+// docs/performance.md, item 41).
 var twoChannelRTT = 5 * time.Millisecond
 
 // twoChannelReads counts the downloads read over two channels (tests).

@@ -87,7 +87,7 @@ type Database struct {
 	// while their renames cross the network (default 8; apart from
 	// MaxConns). Such a connection waits on the partner's site, idle in a
 	// transaction, and costs the database no CPU (docs/performance.md,
-	// item 40).
+	// item 41).
 	ClaimConns int `yaml:"claim_conns"`
 }
 
