@@ -26,20 +26,32 @@ type chunk struct {
 	cols        []byte           // the valid rows' columns, escaped, no line prefix or newline
 	dupKeys     bool             // a key repeats within the chunk (the SQL dedupe must run)
 	enc         []target.Encoder // binary COPY: one encoder per column (nil: COPY text)
-	keys        map[uint64]struct{}
-	refused     []refusal // rows whose value the column's encoding refused (not among the valid rows)
-	seed        maphash.Seed
-	out         []byte // payload scratch
+	// hasher: the target's row hash is intake's (binary only): each valid
+	// row's hash, computed from its encoded fields (at: their offsets in
+	// the row, scratch), goes COPY straight into the target with it.
+	hasher  *target.RowHasher
+	hashes  []int64
+	at      []int
+	keys    map[uint64]struct{}
+	refused []refusal // rows whose value the column's encoding refused (not among the valid rows)
+	seed    maphash.Seed
+	out     []byte // payload scratch
 }
 
-func newChunk(seed maphash.Seed, rows int, enc []target.Encoder) *chunk {
-	return &chunk{keys: make(map[uint64]struct{}, rows), seed: seed, enc: enc,
+func newChunk(seed maphash.Seed, rows int, tgt *target.Table) *chunk {
+	c := &chunk{keys: make(map[uint64]struct{}, rows), seed: seed, enc: tgt.Encoders(),
 		lines: make([]int64, 0, rows), ends: make([]int, 0, rows)}
+	if c.enc != nil {
+		if c.hasher = tgt.RowHasher(); c.hasher != nil {
+			c.hashes, c.at = make([]int64, 0, rows), make([]int, len(c.enc)+1)
+		}
+	}
+	return c
 }
 
 func (c *chunk) reset(no int) {
 	c.no, c.first, c.last, c.dupKeys, c.final = no, 0, 0, false, false
-	c.lines, c.ends, c.cols, c.refused = c.lines[:0], c.ends[:0], c.cols[:0], c.refused[:0]
+	c.lines, c.ends, c.cols, c.refused, c.hashes = c.lines[:0], c.ends[:0], c.cols[:0], c.refused[:0], c.hashes[:0]
 	clear(c.keys)
 }
 
@@ -105,6 +117,9 @@ func (c *chunk) add(line int64, vals []string, null []bool, keyIdx []int) error 
 		// binary: each field is its length (-1 for NULL) and its bytes
 		start := len(c.cols)
 		for i, v := range vals {
+			if c.hasher != nil {
+				c.at[i] = len(c.cols) - start
+			}
 			if null[i] {
 				c.cols = binary.BigEndian.AppendUint32(c.cols, 0xffffffff)
 				continue
@@ -118,6 +133,10 @@ func (c *chunk) add(line int64, vals []string, null []bool, keyIdx []int) error 
 			}
 			c.cols = out
 			binary.BigEndian.PutUint32(c.cols[at:], uint32(len(c.cols)-at-4))
+		}
+		if c.hasher != nil {
+			c.at[len(vals)] = len(c.cols) - start
+			c.hashes = append(c.hashes, c.hasher.Sum(c.cols[start:], c.at))
 		}
 	} else {
 		for i, v := range vals {
@@ -172,7 +191,7 @@ func (c *chunk) stagePayload() []byte {
 }
 
 // directPayload is COPY data for the target: partner_id, columns,
-// last_intake_id.
+// last_intake_id (and the row's hash when the chunk has a hasher).
 func (c *chunk) directPayload(partner string, writer int64) []byte {
 	out := c.out[:0]
 	if c.enc != nil {
@@ -192,13 +211,21 @@ func (c *chunk) directPayload(partner string, writer int64) []byte {
 func (c *chunk) appendDirect(out []byte, partner string, writer int64) []byte {
 	start := 0
 	if c.enc != nil {
-		for _, end := range c.ends {
-			out = binary.BigEndian.AppendUint16(out, uint16(len(c.enc)+2))
+		fields := uint16(len(c.enc) + 2)
+		if c.hasher != nil {
+			fields++
+		}
+		for i, end := range c.ends {
+			out = binary.BigEndian.AppendUint16(out, fields)
 			out = binary.BigEndian.AppendUint32(out, uint32(len(partner)))
 			out = append(out, partner...)
 			out = append(out, c.cols[start:end]...)
 			out = binary.BigEndian.AppendUint32(out, 8)
 			out = binary.BigEndian.AppendUint64(out, uint64(writer))
+			if c.hasher != nil {
+				out = binary.BigEndian.AppendUint32(out, 8)
+				out = binary.BigEndian.AppendUint64(out, uint64(c.hashes[i]))
+			}
 			start = end
 		}
 		return out

@@ -39,7 +39,11 @@ func (t *Table) build() {
 	}
 	t.stageDDL = fmt.Sprintf("CREATE TEMP TABLE IF NOT EXISTS %s (%s) ON COMMIT DELETE ROWS", t.stage, strings.Join(stageCols, ", "))
 	t.stageCopy = fmt.Sprintf("COPY %s (line, %s) FROM STDIN%s", t.stage, strings.Join(quoted, ", "), format)
-	t.directCopy = fmt.Sprintf("COPY %s (partner_id, %s, last_intake_id) FROM STDIN%s", t.table, strings.Join(quoted, ", "), format)
+	hashTail := ""
+	if t.rowHash {
+		hashTail = ", " + q(HashColumn) // each row carries its hash (RowHasher)
+	}
+	t.directCopy = fmt.Sprintf("COPY %s (partner_id, %s, last_intake_id%s) FROM STDIN%s", t.table, strings.Join(quoted, ", "), hashTail, format)
 	cast := func(alias string, i int) string {
 		return fmt.Sprintf("%s.%s::%s", alias, q(t.cols[i]), t.types[i])
 	}
@@ -65,27 +69,11 @@ func (t *Table) build() {
 	// row is unchanged by definition.
 	// hashOf: the hash of the feed's non-key columns of a row as the
 	// target holds them (alias.col, in the target's types), what a guarded
-	// target records beside last_intake_id at every write: 64 bits of
-	// hash_record_extended, which hashes the values themselves (no text:
-	// no session's DateStyle or TimeZone changes it, 1.5 and 1.50 are
-	// one); for a type without an extended hash function, 64 bits of the
-	// md5 of the row's text, dates and timestamps as epoch seconds.
-	hashOf := func(alias string) string {
-		var parts []string
-		for i, c := range t.cols {
-			if slices.Contains(t.key, c) {
-				continue
-			}
-			v := alias + "." + q(c)
-			if !t.hashFast && (strings.HasPrefix(t.types[i], "timestamp") || t.types[i] == "date") {
-				v = "extract(epoch FROM " + v + ")"
-			}
-			parts = append(parts, v)
-		}
-		if t.hashFast {
-			return fmt.Sprintf("hash_record_extended(ROW(%s), 0)", strings.Join(parts, ", "))
-		}
-		return fmt.Sprintf("('x' || left(md5(ROW(%s)::text), 16))::bit(64)::bigint", strings.Join(parts, ", "))
+	// target records beside last_intake_id at every write: rowHashSQL when
+	// intake computes the hash itself (rowHash), else legacyHash.
+	hashOf := t.legacyHash
+	if t.rowHash {
+		hashOf = t.rowHashSQL
 	}
 	hashCol := q(HashColumn)
 	// edited: the row was changed outside intake since intake last wrote
@@ -93,6 +81,13 @@ func (t *Table) build() {
 	edited := "false"
 	if t.guard {
 		edited = fmt.Sprintf("(t.%[1]s IS NOT NULL AND t.%[1]s <> %[2]s)", hashCol, hashOf("t"))
+		if t.rowHash {
+			// rows written before intake computed the hash itself hold
+			// the legacy one: either matches (AND stops at the first
+			// false, so only a row whose hash is not the new one pays for
+			// the second)
+			edited = fmt.Sprintf("(t.%[1]s IS NOT NULL AND t.%[1]s <> %[2]s AND t.%[1]s <> %[3]s)", hashCol, hashOf("t"), t.legacyHash("t"))
+		}
 	}
 	doUpdate := "DO NOTHING"
 	if (len(setCols) > 0 || t.deletedAt != "") && t.mode != partners.ModeInsertOnly {
@@ -243,6 +238,82 @@ func (t *Table) build() {
 		    RETURNING s.line)
 		INSERT INTO intake_row_issue (intake_id, partner_id, line, reason, outcome)
 		SELECT $1, $2, line, 'duplicate_key', 'rejected' FROM d`, t.stage, strings.Join(keyStage, ", "), t.stage)
+}
+
+// legacyHash is the row hash of a guarded target whose hash intake does
+// not compute (COPY text, or a column off sendExact), and what every
+// guarded target recorded before intake computed it: 64 bits of
+// hash_record_extended over the non-key columns of alias, which hashes
+// the values themselves (no text: no session's DateStyle or TimeZone
+// changes it, 1.5 and 1.50 are one); for a type without an extended hash
+// function, 64 bits of the md5 of the row's text, dates and timestamps as
+// epoch seconds.
+func (t *Table) legacyHash(alias string) string {
+	var parts []string
+	for i, c := range t.cols {
+		if slices.Contains(t.key, c) {
+			continue
+		}
+		v := alias + "." + pgx.Identifier{c}.Sanitize()
+		if !t.hashFast && (strings.HasPrefix(t.types[i], "timestamp") || t.types[i] == "date") {
+			v = "extract(epoch FROM " + v + ")"
+		}
+		parts = append(parts, v)
+	}
+	if t.hashFast {
+		return fmt.Sprintf("hash_record_extended(ROW(%s), 0)", strings.Join(parts, ", "))
+	}
+	return fmt.Sprintf("('x' || left(md5(ROW(%s)::text), 16))::bit(64)::bigint", strings.Join(parts, ", "))
+}
+
+// rowHashSQL is RowHasher's hash recomputed from the values of alias (in
+// the target's types): over the hashed columns in file order, each value's
+// COPY binary field (its send form's length as int4 and the send form,
+// or int4 -1 for NULL), concatenated; the first 8 bytes of its SHA-256 as
+// a big-endian bigint. Text is taken as UTF-8 (convert_to: no session's
+// client_encoding changes it; intake's sessions send UTF-8).
+func (t *Table) rowHashSQL(alias string) string {
+	var parts []string
+	for _, i := range t.hashCols {
+		v := alias + "." + pgx.Identifier{t.cols[i]}.Sanitize()
+		var send, length string
+		switch t.oids[i] {
+		case oidInt2:
+			send, length = "int2send("+v+")", `'\x00000002'::bytea`
+		case oidInt4:
+			send, length = "int4send("+v+")", `'\x00000004'::bytea`
+		case oidInt8:
+			send, length = "int8send("+v+")", `'\x00000008'::bytea`
+		case oidDate:
+			send, length = "date_send("+v+")", `'\x00000004'::bytea`
+		case oidTimestamp:
+			send, length = "timestamp_send("+v+")", `'\x00000008'::bytea`
+		case oidTimestamptz:
+			send, length = "timestamptz_send("+v+")", `'\x00000008'::bytea`
+		case oidNumeric:
+			send = "numeric_send(" + v + ")"
+		default: // text, varchar
+			send = "convert_to(" + v + ", 'UTF8')"
+		}
+		if length == "" {
+			length = "int4send(octet_length(" + send + "))"
+		}
+		parts = append(parts, fmt.Sprintf(`coalesce(%s || %s, '\xffffffff'::bytea)`, length, send))
+	}
+	return fmt.Sprintf("('x' || encode(substr(sha256(%s), 1, 8), 'hex'))::bit(64)::bigint", strings.Join(parts, " || "))
+}
+
+// RowHashSQL is the SQL expression of the hash a guarded target records
+// for a row of alias, as the merge computes it ("" when the target is not
+// guarded); for checks and tests.
+func (t *Table) RowHashSQL(alias string) string {
+	switch {
+	case !t.guard:
+		return ""
+	case t.rowHash:
+		return t.rowHashSQL(alias)
+	}
+	return t.legacyHash(alias)
 }
 
 // keyText is a row's key as text, what a snapshot records of the keys it

@@ -3,6 +3,9 @@ package target
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"hash"
 
 	"github.com/jackc/pgx/v5"
 
@@ -50,8 +53,9 @@ func (t *Table) ClearStage(ctx context.Context, tx pgx.Tx) error {
 	return err
 }
 
-// CopyDirect COPYs payload (partner_id, columns, last_intake_id) straight
-// into the target and returns the rows written.
+// CopyDirect COPYs payload (partner_id, columns, last_intake_id, and the
+// row's hash when RowHasher is not nil) straight into the target and
+// returns the rows written.
 func (t *Table) CopyDirect(ctx context.Context, tx pgx.Tx, payload []byte) (int64, error) {
 	tag, err := tx.Conn().PgConn().CopyFrom(ctx, bytes.NewReader(payload), t.directCopy)
 	return tag.RowsAffected(), err
@@ -101,9 +105,41 @@ func (t *Table) Merge(ctx context.Context, tx pgx.Tx, writer int64, partner stri
 }
 
 // Guarded: the target records a hash of each row intake writes
-// (HashColumn), so new rows cannot be COPYed straight into it (see
+// (HashColumn): new rows go COPY straight into it only with the hash
+// intake computed (RowHasher), else through the staging table (see
 // StagedDirect).
 func (t *Table) Guarded() bool { return t.guard }
+
+// RowHasher returns a hasher of the rows intake encodes for this target
+// (one per chunk: it is not safe for concurrent use), or nil when intake
+// does not compute the hash (the target is not guarded, or the server
+// computes it: COPY text, a column off sendExact).
+func (t *Table) RowHasher() *RowHasher {
+	if !t.rowHash {
+		return nil
+	}
+	return &RowHasher{cols: t.hashCols, h: sha256.New()}
+}
+
+// RowHasher computes a row's hash from its COPY binary fields, as
+// rowHashSQL does from the stored values: the SHA-256 of the hashed
+// columns' fields (int4 length, or -1 for NULL, and the bytes) in file
+// order, its first 8 bytes as a big-endian int64.
+type RowHasher struct {
+	cols []int
+	h    hash.Hash
+	sum  [sha256.Size]byte
+}
+
+// Sum hashes the row whose column i is the COPY binary field
+// row[at[i]:at[i+1]].
+func (r *RowHasher) Sum(row []byte, at []int) int64 {
+	r.h.Reset()
+	for _, i := range r.cols {
+		r.h.Write(row[at[i]:at[i+1]])
+	}
+	return int64(binary.BigEndian.Uint64(r.h.Sum(r.sum[:0])))
+}
 
 // Mode is the feed's import mode (partners.ModeUpsert, ...).
 func (t *Table) Mode() string { return t.mode }
@@ -115,9 +151,13 @@ func (t *Table) Direct() bool { return t.mode != partners.ModeUpdateOnly }
 
 // StagedDirect: a chunk of new rows goes into the staging table and from
 // there into the target (InsertStaged), not COPY straight in: the target
-// records a hash of each row (Guarded), or a snapshot records the keys
-// (RecordKeys) from the staging table.
-func (t *Table) StagedDirect() bool { return t.guard || t.mode == partners.ModeSnapshot }
+// records a hash of each row (Guarded) that the server computes (intake
+// computes it only on COPY binary, where RowHasher is not nil; then the
+// COPY carries it), or a snapshot records the keys (RecordKeys) from the
+// staging table.
+func (t *Table) StagedDirect() bool {
+	return t.guard && !t.rowHash || t.mode == partners.ModeSnapshot
+}
 
 // Snapshot: the feed's files are the partner's complete set (RecordKeys
 // per chunk, Sweep in the last).
