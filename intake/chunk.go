@@ -26,11 +26,11 @@ type chunk struct {
 	cols        []byte           // the valid rows' columns, escaped, no line prefix or newline
 	dupKeys     bool             // a key repeats within the chunk (the SQL dedupe must run)
 	enc         []target.Encoder // binary COPY: one encoder per column (nil: COPY text)
-	// hasher: the target's row hash is intake's (binary only): each valid
-	// row's hash, computed from its encoded fields (at: their offsets in
-	// the row, scratch), goes COPY straight into the target with it.
+	// hasher: the target's row hash is intake's (binary only): a row
+	// that goes COPY straight into the target carries the hash of its
+	// encoded fields (at: their offsets in the row, scratch), computed as
+	// the payload is built (rows that go through the merge never pay).
 	hasher  *target.RowHasher
-	hashes  []int64
 	at      []int
 	keys    map[uint64]struct{}
 	refused []refusal // rows whose value the column's encoding refused (not among the valid rows)
@@ -43,7 +43,7 @@ func newChunk(seed maphash.Seed, rows int, tgt *target.Table) *chunk {
 		lines: make([]int64, 0, rows), ends: make([]int, 0, rows)}
 	if c.enc != nil {
 		if c.hasher = tgt.RowHasher(); c.hasher != nil {
-			c.hashes, c.at = make([]int64, 0, rows), make([]int, len(c.enc)+1)
+			c.at = make([]int, len(c.enc)+1)
 		}
 	}
 	return c
@@ -51,7 +51,7 @@ func newChunk(seed maphash.Seed, rows int, tgt *target.Table) *chunk {
 
 func (c *chunk) reset(no int) {
 	c.no, c.first, c.last, c.dupKeys, c.final = no, 0, 0, false, false
-	c.lines, c.ends, c.cols, c.refused, c.hashes = c.lines[:0], c.ends[:0], c.cols[:0], c.refused[:0], c.hashes[:0]
+	c.lines, c.ends, c.cols, c.refused = c.lines[:0], c.ends[:0], c.cols[:0], c.refused[:0]
 	clear(c.keys)
 }
 
@@ -117,9 +117,6 @@ func (c *chunk) add(line int64, vals []string, null []bool, keyIdx []int) error 
 		// binary: each field is its length (-1 for NULL) and its bytes
 		start := len(c.cols)
 		for i, v := range vals {
-			if c.hasher != nil {
-				c.at[i] = len(c.cols) - start
-			}
 			if null[i] {
 				c.cols = binary.BigEndian.AppendUint32(c.cols, 0xffffffff)
 				continue
@@ -133,10 +130,6 @@ func (c *chunk) add(line int64, vals []string, null []bool, keyIdx []int) error 
 			}
 			c.cols = out
 			binary.BigEndian.PutUint32(c.cols[at:], uint32(len(c.cols)-at-4))
-		}
-		if c.hasher != nil {
-			c.at[len(vals)] = len(c.cols) - start
-			c.hashes = append(c.hashes, c.hasher.Sum(c.cols[start:], c.at))
 		}
 	} else {
 		for i, v := range vals {
@@ -215,7 +208,7 @@ func (c *chunk) appendDirect(out []byte, partner string, writer int64) []byte {
 		if c.hasher != nil {
 			fields++
 		}
-		for i, end := range c.ends {
+		for _, end := range c.ends {
 			out = binary.BigEndian.AppendUint16(out, fields)
 			out = binary.BigEndian.AppendUint32(out, uint32(len(partner)))
 			out = append(out, partner...)
@@ -224,7 +217,7 @@ func (c *chunk) appendDirect(out []byte, partner string, writer int64) []byte {
 			out = binary.BigEndian.AppendUint64(out, uint64(writer))
 			if c.hasher != nil {
 				out = binary.BigEndian.AppendUint32(out, 8)
-				out = binary.BigEndian.AppendUint64(out, uint64(c.hashes[i]))
+				out = binary.BigEndian.AppendUint64(out, uint64(c.rowHash(c.cols[start:end])))
 			}
 			start = end
 		}
@@ -241,6 +234,19 @@ func (c *chunk) appendDirect(out []byte, partner string, writer int64) []byte {
 		start = end
 	}
 	return out
+}
+
+// rowHash is the hash of a row of binary fields (each an int4 length, -1
+// for NULL, and that many bytes), as the target's RowHasher takes it.
+func (c *chunk) rowHash(row []byte) int64 {
+	at := 0
+	for i := range c.enc {
+		c.at[i] = at
+		n := int32(binary.BigEndian.Uint32(row[at:]))
+		at += 4 + max(int(n), 0)
+	}
+	c.at[len(c.enc)] = at
+	return c.hasher.Sum(row, c.at)
 }
 
 // appendCopyText escapes s for COPY's text format: backslash, tab, newline
