@@ -72,61 +72,72 @@ func TestGoRowHashEqualsSQLRowHash(t *testing.T) {
 	}
 	for i, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			table := fmt.Sprintf("rowhash_%d", i)
-			// the key sits between two hashed columns, one of them text
-			// with NULLs, so the hash is over fields that are not adjacent
-			mustExec(t, pool, fmt.Sprintf(`CREATE TABLE %s (partner_id text NOT NULL, v %s, k integer NOT NULL, w text,
-				last_intake_id bigint NOT NULL, intake_row_hash bigint, UNIQUE (partner_id, k))`, table, c.pgType))
-			c.col.Name = "v"
-			feed := &partners.Feed{Name: table, Target: table, Key: []string{"k"}, Columns: []partners.Column{
-				c.col, {Name: "k", Type: partners.TypeInteger}, {Name: "w", Type: partners.TypeText}}}
-			tgt, err := target.Load(ctx, pool, feed)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !tgt.Binary() || tgt.RowHasher() == nil || tgt.StagedDirect() {
-				t.Fatalf("binary %v, row hasher %v, staged %v: want intake's hash on the direct COPY",
-					tgt.Binary(), tgt.RowHasher() != nil, tgt.StagedDirect())
-			}
-			ch := newChunk(maphash.MakeSeed(), len(c.values), tgt)
-			for n, v := range c.values {
-				w := []string{"w", "", "wé"}[n%3]
-				if err := ch.add(int64(n+1), []string{v, strconv.Itoa(n), w}, []bool{v == null, false, n%3 == 1}, []int{1}); err != nil {
-					t.Fatalf("%q: %v", v, err)
+			// first the key between the two hashed columns (one of them text
+			// with NULLs: fields that are not adjacent), then the key first
+			// (one run of adjacent fields)
+			for _, keyFirst := range []bool{false, true} {
+				table := fmt.Sprintf("rowhash_%d_%v", i, keyFirst)
+				mustExec(t, pool, fmt.Sprintf(`CREATE TABLE %s (partner_id text NOT NULL, v %s, k integer NOT NULL, w text,
+					last_intake_id bigint NOT NULL, intake_row_hash bigint, UNIQUE (partner_id, k))`, table, c.pgType))
+				c.col.Name = "v"
+				cols := []partners.Column{c.col, {Name: "k", Type: partners.TypeInteger}, {Name: "w", Type: partners.TypeText}}
+				keyIdx := 1
+				if keyFirst {
+					cols[0], cols[1], keyIdx = cols[1], cols[0], 0
 				}
-			}
-			err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-				n, err := tgt.CopyDirect(ctx, tx, ch.directPayload("p", 1))
-				if err == nil && n != int64(len(c.values)) {
-					err = fmt.Errorf("%d rows copied, want %d", n, len(c.values))
-				}
-				return err
-			})
-			if err != nil {
-				t.Fatal(err)
-			}
-			rs, err := pool.Query(ctx, fmt.Sprintf(`SELECT k, v::text, intake_row_hash, %s FROM %s t
-				WHERE intake_row_hash IS NULL OR intake_row_hash <> %s ORDER BY k`, tgt.RowHashSQL("t"), table, tgt.RowHashSQL("t")))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer rs.Close()
-			for rs.Next() {
-				var k int
-				var v *string
-				var stored *int64
-				var sql int64
-				if err := rs.Scan(&k, &v, &stored, &sql); err != nil {
+				feed := &partners.Feed{Name: table, Target: table, Key: []string{"k"}, Columns: cols}
+				tgt, err := target.Load(ctx, pool, feed)
+				if err != nil {
 					t.Fatal(err)
 				}
-				t.Errorf("sent %q, stored %v: Go hash %v, SQL hash %d", c.values[k], deref(v), deref(stored), sql)
-			}
-			if err := rs.Err(); err != nil {
-				t.Fatal(err)
-			}
-			var n int
-			if err := pool.QueryRow(ctx, "SELECT count(*) FROM "+table).Scan(&n); err != nil || n != len(c.values) {
-				t.Fatalf("%d rows, want %d", n, len(c.values))
+				if !tgt.Binary() || tgt.RowHasher() == nil || tgt.StagedDirect() {
+					t.Fatalf("binary %v, row hasher %v, staged %v: want intake's hash on the direct COPY",
+						tgt.Binary(), tgt.RowHasher() != nil, tgt.StagedDirect())
+				}
+				ch := newChunk(maphash.MakeSeed(), len(c.values), tgt)
+				for n, v := range c.values {
+					w := []string{"w", "", "wé"}[n%3]
+					vals, nulls := []string{v, strconv.Itoa(n), w}, []bool{v == null, false, n%3 == 1}
+					if keyFirst {
+						vals[0], vals[1], nulls[0], nulls[1] = vals[1], vals[0], nulls[1], nulls[0]
+					}
+					if err := ch.add(int64(n+1), vals, nulls, []int{keyIdx}); err != nil {
+						t.Fatalf("%q: %v", v, err)
+					}
+				}
+				err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+					n, err := tgt.CopyDirect(ctx, tx, ch.directPayload("p", 1))
+					if err == nil && n != int64(len(c.values)) {
+						err = fmt.Errorf("%d rows copied, want %d", n, len(c.values))
+					}
+					return err
+				})
+				if err != nil {
+					t.Fatal(err)
+				}
+				rs, err := pool.Query(ctx, fmt.Sprintf(`SELECT k, v::text, intake_row_hash, %s FROM %s t
+					WHERE intake_row_hash IS NULL OR intake_row_hash <> %s ORDER BY k`, tgt.RowHashSQL("t"), table, tgt.RowHashSQL("t")))
+				if err != nil {
+					t.Fatal(err)
+				}
+				for rs.Next() {
+					var k int
+					var v *string
+					var stored *int64
+					var sql int64
+					if err := rs.Scan(&k, &v, &stored, &sql); err != nil {
+						t.Fatal(err)
+					}
+					t.Errorf("key first %v: sent %q, stored %v: Go hash %v, SQL hash %d", keyFirst, c.values[k], deref(v), deref(stored), sql)
+				}
+				rs.Close()
+				if err := rs.Err(); err != nil {
+					t.Fatal(err)
+				}
+				var n int
+				if err := pool.QueryRow(ctx, "SELECT count(*) FROM "+table).Scan(&n); err != nil || n != len(c.values) {
+					t.Fatalf("%d rows, want %d", n, len(c.values))
+				}
 			}
 		})
 	}

@@ -118,7 +118,15 @@ func (t *Table) RowHasher() *RowHasher {
 	if !t.rowHash {
 		return nil
 	}
-	return &RowHasher{cols: t.hashCols, h: sha256.New()}
+	r := &RowHasher{h: sha256.New()}
+	for _, i := range t.hashCols { // ascending: adjacent columns are adjacent bytes
+		if n := len(r.runs); n > 0 && r.runs[n-1][1] == i {
+			r.runs[n-1][1] = i + 1
+			continue
+		}
+		r.runs = append(r.runs, [2]int{i, i + 1})
+	}
+	return r
 }
 
 // RowHasher computes a row's hash from its COPY binary fields, as
@@ -126,7 +134,7 @@ func (t *Table) RowHasher() *RowHasher {
 // columns' fields (int4 length, or -1 for NULL, and the bytes) in file
 // order, its first 8 bytes as a big-endian int64.
 type RowHasher struct {
-	cols []int
+	runs [][2]int // the hashed columns as runs of adjacent ones [from, to)
 	h    hash.Hash
 	sum  [sha256.Size]byte
 }
@@ -135,8 +143,8 @@ type RowHasher struct {
 // row[at[i]:at[i+1]].
 func (r *RowHasher) Sum(row []byte, at []int) int64 {
 	r.h.Reset()
-	for _, i := range r.cols {
-		r.h.Write(row[at[i]:at[i+1]])
+	for _, run := range r.runs {
+		r.h.Write(row[at[run[0]]:at[run[1]]])
 	}
 	return int64(binary.BigEndian.Uint64(r.h.Sum(r.sum[:0])))
 }
