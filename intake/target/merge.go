@@ -266,43 +266,6 @@ func (t *Table) legacyHash(alias string) string {
 	return fmt.Sprintf("('x' || left(md5(ROW(%s)::text), 16))::bit(64)::bigint", strings.Join(parts, ", "))
 }
 
-// rowHashSQL is RowHasher's hash recomputed from the values of alias (in
-// the target's types): over the hashed columns in file order, each value's
-// COPY binary field (its send form's length as int4 and the send form,
-// or int4 -1 for NULL), concatenated; the first 8 bytes of its SHA-256 as
-// a big-endian bigint. Text is taken as UTF-8 (convert_to: no session's
-// client_encoding changes it; intake's sessions send UTF-8).
-func (t *Table) rowHashSQL(alias string) string {
-	var parts []string
-	for _, i := range t.hashCols {
-		v := alias + "." + pgx.Identifier{t.cols[i]}.Sanitize()
-		var send, length string
-		switch t.oids[i] {
-		case oidInt2:
-			send, length = "int2send("+v+")", `'\x00000002'::bytea`
-		case oidInt4:
-			send, length = "int4send("+v+")", `'\x00000004'::bytea`
-		case oidInt8:
-			send, length = "int8send("+v+")", `'\x00000008'::bytea`
-		case oidDate:
-			send, length = "date_send("+v+")", `'\x00000004'::bytea`
-		case oidTimestamp:
-			send, length = "timestamp_send("+v+")", `'\x00000008'::bytea`
-		case oidTimestamptz:
-			send, length = "timestamptz_send("+v+")", `'\x00000008'::bytea`
-		case oidNumeric:
-			send = "numeric_send(" + v + ")"
-		default: // text, varchar
-			send = "convert_to(" + v + ", 'UTF8')"
-		}
-		if length == "" {
-			length = "int4send(octet_length(" + send + "))"
-		}
-		parts = append(parts, fmt.Sprintf(`coalesce(%s || %s, '\xffffffff'::bytea)`, length, send))
-	}
-	return fmt.Sprintf("('x' || encode(substr(sha256(%s), 1, 8), 'hex'))::bit(64)::bigint", strings.Join(parts, " || "))
-}
-
 // RowHashSQL is the SQL expression of the hash a guarded target records
 // for a row of alias, as the merge computes it ("" when the target is not
 // guarded); for checks and tests.

@@ -58,10 +58,9 @@ type Table struct {
 	// non-key column's type has an extended hash function, so the hash is
 	// hash_record_extended over the values (else md5 of their text).
 	guard, keep, hasHash, hashFast bool
-	// rowHash: a guarded target whose hash intake computes as it encodes
-	// each row for COPY binary (RowHasher): the SHA-256 of the hashed
-	// columns' COPY binary fields, which rowHashSQL recomputes from the
-	// stored values. New keys then go COPY straight into the target with
+	// rowHash: a guarded target whose hash intake computes from each row
+	// it encodes for COPY binary (RowHasher: see rowhash.go), which
+	// rowHashSQL recomputes from the stored values. New keys then go COPY straight into the target with
 	// their hash. Else (COPY text, or a column whose encoding is not its
 	// stored send form: sendExact) the hash is hash_record_extended,
 	// computed by the server from the staging table (legacyHash).
@@ -228,6 +227,13 @@ func Load(ctx context.Context, db *pgxpool.Pool, f *partners.Feed) (*Table, erro
 				t.hashCols = append(t.hashCols, i)
 				t.rowHash = t.rowHash && sendExact(t.oids[i], typmods[c])
 			}
+		}
+		if t.rowHash {
+			ok, err := checkRowHash(ctx, db)
+			if err != nil {
+				return nil, fmt.Errorf("target %s: %w", f.Target, err)
+			}
+			t.rowHash = ok
 		}
 		if !t.rowHash {
 			t.hashCols = nil

@@ -3,9 +3,6 @@ package target
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/binary"
-	"hash"
 
 	"github.com/jackc/pgx/v5"
 
@@ -109,45 +106,6 @@ func (t *Table) Merge(ctx context.Context, tx pgx.Tx, writer int64, partner stri
 // intake computed (RowHasher), else through the staging table (see
 // StagedDirect).
 func (t *Table) Guarded() bool { return t.guard }
-
-// RowHasher returns a hasher of the rows intake encodes for this target
-// (one per chunk: it is not safe for concurrent use), or nil when intake
-// does not compute the hash (the target is not guarded, or the server
-// computes it: COPY text, a column off sendExact).
-func (t *Table) RowHasher() *RowHasher {
-	if !t.rowHash {
-		return nil
-	}
-	r := &RowHasher{h: sha256.New()}
-	for _, i := range t.hashCols { // ascending: adjacent columns are adjacent bytes
-		if n := len(r.runs); n > 0 && r.runs[n-1][1] == i {
-			r.runs[n-1][1] = i + 1
-			continue
-		}
-		r.runs = append(r.runs, [2]int{i, i + 1})
-	}
-	return r
-}
-
-// RowHasher computes a row's hash from its COPY binary fields, as
-// rowHashSQL does from the stored values: the SHA-256 of the hashed
-// columns' fields (int4 length, or -1 for NULL, and the bytes) in file
-// order, its first 8 bytes as a big-endian int64.
-type RowHasher struct {
-	runs [][2]int // the hashed columns as runs of adjacent ones [from, to)
-	h    hash.Hash
-	sum  [sha256.Size]byte
-}
-
-// Sum hashes the row whose column i is the COPY binary field
-// row[at[i]:at[i+1]].
-func (r *RowHasher) Sum(row []byte, at []int) int64 {
-	r.h.Reset()
-	for _, run := range r.runs {
-		r.h.Write(row[at[run[0]]:at[run[1]]])
-	}
-	return int64(binary.BigEndian.Uint64(r.h.Sum(r.sum[:0])))
-}
 
 // Mode is the feed's import mode (partners.ModeUpsert, ...).
 func (t *Table) Mode() string { return t.mode }
