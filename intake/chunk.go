@@ -26,10 +26,10 @@ type chunk struct {
 	cols        []byte           // the valid rows' columns, escaped, no line prefix or newline
 	dupKeys     bool             // a key repeats within the chunk (the SQL dedupe must run)
 	enc         []target.Encoder // binary COPY: one encoder per column (nil: COPY text)
-	// hasher: the target's row hash is intake's (binary only): a row
-	// that goes COPY straight into the target carries the hash of its
-	// encoded fields (at: their offsets in the row, scratch), computed as
-	// the payload is built (rows that go through the merge never pay).
+	// hasher: the target's row hash is intake's (binary only): every row
+	// COPYed, straight into the target or into the staging table, carries
+	// the hash of its encoded fields (at: their offsets in the row,
+	// scratch), computed as the payload is built.
 	hasher  *target.RowHasher
 	at      []int
 	keys    map[uint64]struct{}
@@ -156,17 +156,26 @@ func (c *chunk) add(line int64, vals []string, null []bool, keyIdx []int) error 
 // for the next payload, the old one left to the goroutine.
 func (c *chunk) dropPayload() { c.out = nil }
 
-// stagePayload is COPY data for the staging table: line, columns.
+// stagePayload is COPY data for the staging table: line, columns (and
+// the row's hash when the chunk has a hasher).
 func (c *chunk) stagePayload() []byte {
 	out := c.out[:0]
 	start := 0
 	if c.enc != nil {
 		out = target.AppendCopyHeader(out)
+		fields := uint16(len(c.enc) + 1)
+		if c.hasher != nil {
+			fields++
+		}
 		for i, end := range c.ends {
-			out = binary.BigEndian.AppendUint16(out, uint16(len(c.enc)+1))
+			out = binary.BigEndian.AppendUint16(out, fields)
 			out = binary.BigEndian.AppendUint32(out, 8)
 			out = binary.BigEndian.AppendUint64(out, uint64(c.lines[i]))
 			out = append(out, c.cols[start:end]...)
+			if c.hasher != nil {
+				out = binary.BigEndian.AppendUint32(out, 8)
+				out = binary.BigEndian.AppendUint64(out, uint64(c.rowHash(c.cols[start:end])))
+			}
 			start = end
 		}
 		c.out = target.AppendCopyTrailer(out)

@@ -20,8 +20,9 @@ import (
 // chunk's RowHasher) is bit for bit the hash the merge recomputes in SQL
 // from the values PostgreSQL stored (RowHashSQL), for every target type
 // the hash is computed for and their edge values: rows go COPY straight
-// into a guarded target with the Go hash (the real chunk path), then SQL
-// recomputes each row's hash from its stored values. A mismatch would make
+// into a guarded target with the Go hash (the real chunk path), and
+// through the staging table and the merge, which records the staged Go
+// hash; then SQL recomputes each row's hash from its stored values. A mismatch would make
 // the next file see every such row as edited outside intake.
 func TestGoRowHashEqualsSQLRowHash(t *testing.T) {
 	_, pool := testenv.DB(t)
@@ -105,38 +106,59 @@ func TestGoRowHashEqualsSQLRowHash(t *testing.T) {
 						t.Fatalf("%q: %v", v, err)
 					}
 				}
-				err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-					n, err := tgt.CopyDirect(ctx, tx, ch.directPayload("p", 1))
-					if err == nil && n != int64(len(c.values)) {
-						err = fmt.Errorf("%d rows copied, want %d", n, len(c.values))
-					}
-					return err
-				})
-				if err != nil {
-					t.Fatal(err)
-				}
-				rs, err := pool.Query(ctx, fmt.Sprintf(`SELECT k, v::text, intake_row_hash, %s FROM %s t
-					WHERE intake_row_hash IS NULL OR intake_row_hash <> %s ORDER BY k`, tgt.RowHashSQL("t"), table, tgt.RowHashSQL("t")))
-				if err != nil {
-					t.Fatal(err)
-				}
-				for rs.Next() {
-					var k int
-					var v *string
-					var stored *int64
-					var sql int64
-					if err := rs.Scan(&k, &v, &stored, &sql); err != nil {
+				// straight into the target (a fresh chunk), then through the
+				// staging table and the merge (each staged row carries its
+				// hash, which the merge records)
+				for _, merged := range []bool{false, true} {
+					err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+						if !merged {
+							n, err := tgt.CopyDirect(ctx, tx, ch.directPayload("p", 1))
+							if err == nil && n != int64(len(c.values)) {
+								err = fmt.Errorf("%d rows copied, want %d", n, len(c.values))
+							}
+							return err
+						}
+						if _, err := tx.Exec(ctx, "DELETE FROM "+table); err != nil {
+							return err
+						}
+						if err := tgt.Stage(ctx, tx); err != nil {
+							return err
+						}
+						if err := tgt.CopyStage(ctx, tx, ch.stagePayload()); err != nil {
+							return err
+						}
+						m, err := tgt.Merge(ctx, tx, 1, "p", 1, ch.rows())
+						if err == nil && (m.Applied != int64(len(c.values)) || m.Fresh != m.Applied) {
+							err = fmt.Errorf("merge %+v, want %d new rows applied", m, len(c.values))
+						}
+						return err
+					})
+					if err != nil {
 						t.Fatal(err)
 					}
-					t.Errorf("key first %v: sent %q, stored %v: Go hash %v, SQL hash %d", keyFirst, c.values[k], deref(v), deref(stored), sql)
-				}
-				rs.Close()
-				if err := rs.Err(); err != nil {
-					t.Fatal(err)
-				}
-				var n int
-				if err := pool.QueryRow(ctx, "SELECT count(*) FROM "+table).Scan(&n); err != nil || n != len(c.values) {
-					t.Fatalf("%d rows, want %d", n, len(c.values))
+					rs, err := pool.Query(ctx, fmt.Sprintf(`SELECT k, v::text, intake_row_hash, %s FROM %s t
+						WHERE intake_row_hash IS NULL OR intake_row_hash <> %s ORDER BY k`, tgt.RowHashSQL("t"), table, tgt.RowHashSQL("t")))
+					if err != nil {
+						t.Fatal(err)
+					}
+					for rs.Next() {
+						var k int
+						var v *string
+						var stored *int64
+						var sql int64
+						if err := rs.Scan(&k, &v, &stored, &sql); err != nil {
+							t.Fatal(err)
+						}
+						t.Errorf("key first %v, merged %v: sent %q, stored %v: Go hash %v, SQL hash %d", keyFirst, merged, c.values[k], deref(v), deref(stored), sql)
+					}
+					rs.Close()
+					if err := rs.Err(); err != nil {
+						t.Fatal(err)
+					}
+					var n int
+					if err := pool.QueryRow(ctx, "SELECT count(*) FROM "+table).Scan(&n); err != nil || n != len(c.values) {
+						t.Fatalf("%d rows, want %d", n, len(c.values))
+					}
 				}
 			}
 		})

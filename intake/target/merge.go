@@ -32,13 +32,21 @@ func (t *Table) build() {
 		stageCols = append(stageCols, q(c)+" "+typ)
 		quoted = append(quoted, q(c))
 	}
+	stageHash := ""
+	if t.rowHash {
+		// each staged row carries the hash intake computed of it, which
+		// the merge records for the rows it writes (no SQL hash of them)
+		fmt.Fprintf(sig, "%s\x00bigint\x00", HashColumn)
+		stageCols = append(stageCols, q(HashColumn)+" bigint")
+		stageHash = ", " + q(HashColumn)
+	}
 	t.stage = fmt.Sprintf("intake_stage_%016x", sig.Sum64())
 	format := ""
 	if t.binary {
 		format = " WITH (FORMAT binary)"
 	}
 	t.stageDDL = fmt.Sprintf("CREATE TEMP TABLE IF NOT EXISTS %s (%s) ON COMMIT DELETE ROWS", t.stage, strings.Join(stageCols, ", "))
-	t.stageCopy = fmt.Sprintf("COPY %s (line, %s) FROM STDIN%s", t.stage, strings.Join(quoted, ", "), format)
+	t.stageCopy = fmt.Sprintf("COPY %s (line, %s%s) FROM STDIN%s", t.stage, strings.Join(quoted, ", "), stageHash, format)
 	hashTail := ""
 	if t.rowHash {
 		hashTail = ", " + q(HashColumn) // each row carries its hash (RowHasher)
@@ -195,12 +203,16 @@ func (t *Table) build() {
 		    WHERE NOT (SELECT ok FROM dense) AND (%[5]s))`,
 			t.table, q(t.key[0]), reason, strings.Join(sKeyJoin, " AND "), needs)
 	}
-	insHash, selHash := "", ""
+	insHash, selHash, sHash := "", "", ""
 	if t.guard {
 		insHash, selHash = ", "+hashCol, ", "+hashOf("j")
 	}
+	if t.rowHash {
+		// the staged row's own hash (see stageHash)
+		selHash, sHash = ", j."+hashCol, ", st."+hashCol
+	}
 	t.merge = fmt.Sprintf(`WITH s AS (
-		    SELECT st.line, %s FROM %s st),
+		    SELECT st.line, %s%s FROM %s st),
 		%s,
 		ins AS (
 		    INSERT INTO %s AS t (partner_id, %s, last_intake_id%s)
@@ -216,7 +228,7 @@ func (t *Table) build() {
 		    (SELECT count(*) FROM j WHERE j.intake_is_new),
 		    (SELECT count(*) FROM conf WHERE reason = 'outside_edit'), (SELECT count(*) FROM conf WHERE reason = 'exists'),
 		    (SELECT count(*) FROM conf WHERE reason = 'not_found')`,
-		strings.Join(sCols, ", "), t.stage, probe,
+		strings.Join(sCols, ", "), sHash, t.stage, probe,
 		t.table, strings.Join(insCols, ", "), insHash, strings.Join(jCols, ", "), selHash, strings.Join(conflictCols, ", "), doUpdate)
 	// A chunk of new rows when StagedDirect: staged, then inserted (with
 	// the hash of each when guarded; a key that exists fails it, as it
@@ -226,8 +238,8 @@ func (t *Table) build() {
 		nCols = append(nCols, "j."+q(c))
 	}
 	t.stageInsert = fmt.Sprintf(`INSERT INTO %s (partner_id, %s, last_intake_id%s)
-		SELECT $2, %s, $1%s FROM (SELECT %s FROM %s st) j`,
-		t.table, strings.Join(insCols, ", "), insHash, strings.Join(nCols, ", "), selHash, strings.Join(sCols, ", "), t.stage)
+		SELECT $2, %s, $1%s FROM (SELECT %s%s FROM %s st) j`,
+		t.table, strings.Join(insCols, ", "), insHash, strings.Join(nCols, ", "), selHash, strings.Join(sCols, ", "), sHash, t.stage)
 	if t.mode == partners.ModeSnapshot {
 		t.buildSnapshot(sCols, edited)
 	}
