@@ -65,7 +65,7 @@ func (r *fileRun) apply(ctx context.Context) error {
 	rowsPerChunk := int(min(int64(r.feed.ChunkRows), max(in.RowsTotal, 1)))
 	seed := maphash.MakeSeed()
 	for range 2 {
-		free <- newChunk(seed, rowsPerChunk, tgt.Encoders())
+		free <- newChunk(seed, rowsPerChunk, tgt)
 	}
 	readErr := make(chan error, 1)
 	first := in.ChunksDone // the reader must not read in while the loop below writes it
@@ -516,9 +516,11 @@ func (r *fileRun) writeRows(ctx context.Context, tx pgx.Tx, tgt *target.Table, c
 }
 
 // writeDirect writes a chunk of rows that are new so far straight into
-// the target: one COPY, or when the target is StagedDirect (a hash of
-// each row, a snapshot's keys) COPY into the staging table and one INSERT. A key that exists
-// fails either with the target's unique violation.
+// the target: one COPY (carrying each row's hash when the target is
+// guarded and intake computes the hash), or when the target is
+// StagedDirect (a hash the server computes, a snapshot's keys) COPY into
+// the staging table and one INSERT. A key that exists fails either with
+// the target's unique violation.
 func (r *fileRun) writeDirect(ctx context.Context, tx pgx.Tx, tgt *target.Table, ch *chunk, writer int64) (int64, error) {
 	if !tgt.StagedDirect() {
 		return tgt.CopyDirect(ctx, tx, ch.directPayload(r.in.Partner, writer))

@@ -163,7 +163,7 @@ func (r *fileRun) targetPlan(ctx context.Context, tx pgx.Tx, total int64) (targe
 		return counts, nil, fmt.Errorf("plan: stage: %w", err)
 	}
 	rowsPer := max(1, min(r.feed.ChunkRows, 50_000))
-	c := newChunk(maphash.MakeSeed(), rowsPer, tgt.Encoders())
+	c := newChunk(maphash.MakeSeed(), rowsPer, tgt)
 	keyIdx := keyIndexes(r.feed)
 	var invalid int64
 	flush := func() error {

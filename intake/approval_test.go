@@ -593,3 +593,44 @@ func TestMappingChangedAfterApprovalReplans(t *testing.T) {
 		t.Fatalf("file %+v", f)
 	}
 }
+
+// On a guarded target (intake_row_hash) the plan tells a row edited
+// outside intake since intake wrote it, as the apply then does: the staged
+// rows carry intake's own hash, and plan and apply judge them alike.
+func TestPlanCountsAnOutsideEditAsTheApplyDoes(t *testing.T) {
+	_, pool := testenv.DB(t)
+	ctx := context.Background()
+	site := testenv.NewSite(t, "oe")
+	site.Config.Feeds[0].Approval = &partners.Approval{Always: true}
+	r := newRig(t, pool, "w1", site)
+	site.Drop(t, "orders-1.csv", goodRows("G", 3))
+	r.poll("oe")
+	f1 := files(t, pool, "oe")[0]
+	v1, _ := planOf(t, pool, "oe", f1.ID)
+	if err := approve(ctx, pool, "oe", f1.ID, v1.Hash); err != nil {
+		t.Fatal(err)
+	}
+	r.poll("oe")
+	if f := files(t, pool, "oe")[0]; f.State != "archived" || f.Applied != 3 {
+		t.Fatalf("first file %+v", f)
+	}
+	exec(t, pool, `UPDATE orders SET amount = 999 WHERE partner_id = 'oe' AND order_id = 'G-2'`) // edited outside intake
+	site.Drop(t, "orders-2.csv", goodRows("G", 4))
+	r.poll("oe")
+	f2 := files(t, pool, "oe")[1]
+	v2, c := planOf(t, pool, "oe", f2.ID)
+	if f2.State != "awaiting_approval" || c.Creates != 1 || c.Unchanged != 2 || c.OutsideEdit != 1 || c.Updates != 0 {
+		t.Fatalf("file %+v, plan %+v: want 1 create, 2 unchanged, 1 outside edit", f2, c)
+	}
+	if err := approve(ctx, pool, "oe", f2.ID, v2.Hash); err != nil {
+		t.Fatal(err)
+	}
+	r.poll("oe")
+	f2 = files(t, pool, "oe")[1]
+	if f2.State != "archived" || f2.Applied != 1 || f2.Unchanged != 2 || f2.Confl != 1 {
+		t.Fatalf("second file %+v, want 1 applied, 2 unchanged, 1 conflict as planned", f2)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM orders WHERE partner_id = 'oe' AND order_id = 'G-2' AND amount = 999`); n != 1 {
+		t.Fatal("the outside edit was overwritten")
+	}
+}

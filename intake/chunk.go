@@ -26,15 +26,27 @@ type chunk struct {
 	cols        []byte           // the valid rows' columns, escaped, no line prefix or newline
 	dupKeys     bool             // a key repeats within the chunk (the SQL dedupe must run)
 	enc         []target.Encoder // binary COPY: one encoder per column (nil: COPY text)
-	keys        map[uint64]struct{}
-	refused     []refusal // rows whose value the column's encoding refused (not among the valid rows)
-	seed        maphash.Seed
-	out         []byte // payload scratch
+	// hasher: the target's row hash is intake's (binary only): every row
+	// COPYed, straight into the target or into the staging table, carries
+	// the hash of its encoded fields (at: their offsets in the row,
+	// scratch), computed as the payload is built.
+	hasher  *target.RowHasher
+	at      []int
+	keys    map[uint64]struct{}
+	refused []refusal // rows whose value the column's encoding refused (not among the valid rows)
+	seed    maphash.Seed
+	out     []byte // payload scratch
 }
 
-func newChunk(seed maphash.Seed, rows int, enc []target.Encoder) *chunk {
-	return &chunk{keys: make(map[uint64]struct{}, rows), seed: seed, enc: enc,
+func newChunk(seed maphash.Seed, rows int, tgt *target.Table) *chunk {
+	c := &chunk{keys: make(map[uint64]struct{}, rows), seed: seed, enc: tgt.Encoders(),
 		lines: make([]int64, 0, rows), ends: make([]int, 0, rows)}
+	if c.enc != nil {
+		if c.hasher = tgt.RowHasher(); c.hasher != nil {
+			c.at = make([]int, len(c.enc)+1)
+		}
+	}
+	return c
 }
 
 func (c *chunk) reset(no int) {
@@ -144,17 +156,26 @@ func (c *chunk) add(line int64, vals []string, null []bool, keyIdx []int) error 
 // for the next payload, the old one left to the goroutine.
 func (c *chunk) dropPayload() { c.out = nil }
 
-// stagePayload is COPY data for the staging table: line, columns.
+// stagePayload is COPY data for the staging table: line, columns (and
+// the row's hash when the chunk has a hasher).
 func (c *chunk) stagePayload() []byte {
 	out := c.out[:0]
 	start := 0
 	if c.enc != nil {
 		out = target.AppendCopyHeader(out)
+		fields := uint16(len(c.enc) + 1)
+		if c.hasher != nil {
+			fields++
+		}
 		for i, end := range c.ends {
-			out = binary.BigEndian.AppendUint16(out, uint16(len(c.enc)+1))
+			out = binary.BigEndian.AppendUint16(out, fields)
 			out = binary.BigEndian.AppendUint32(out, 8)
 			out = binary.BigEndian.AppendUint64(out, uint64(c.lines[i]))
 			out = append(out, c.cols[start:end]...)
+			if c.hasher != nil {
+				out = binary.BigEndian.AppendUint32(out, 8)
+				out = binary.BigEndian.AppendUint64(out, uint64(c.rowHash(c.cols[start:end])))
+			}
 			start = end
 		}
 		c.out = target.AppendCopyTrailer(out)
@@ -172,7 +193,7 @@ func (c *chunk) stagePayload() []byte {
 }
 
 // directPayload is COPY data for the target: partner_id, columns,
-// last_intake_id.
+// last_intake_id (and the row's hash when the chunk has a hasher).
 func (c *chunk) directPayload(partner string, writer int64) []byte {
 	out := c.out[:0]
 	if c.enc != nil {
@@ -192,13 +213,21 @@ func (c *chunk) directPayload(partner string, writer int64) []byte {
 func (c *chunk) appendDirect(out []byte, partner string, writer int64) []byte {
 	start := 0
 	if c.enc != nil {
+		fields := uint16(len(c.enc) + 2)
+		if c.hasher != nil {
+			fields++
+		}
 		for _, end := range c.ends {
-			out = binary.BigEndian.AppendUint16(out, uint16(len(c.enc)+2))
+			out = binary.BigEndian.AppendUint16(out, fields)
 			out = binary.BigEndian.AppendUint32(out, uint32(len(partner)))
 			out = append(out, partner...)
 			out = append(out, c.cols[start:end]...)
 			out = binary.BigEndian.AppendUint32(out, 8)
 			out = binary.BigEndian.AppendUint64(out, uint64(writer))
+			if c.hasher != nil {
+				out = binary.BigEndian.AppendUint32(out, 8)
+				out = binary.BigEndian.AppendUint64(out, uint64(c.rowHash(c.cols[start:end])))
+			}
 			start = end
 		}
 		return out
@@ -214,6 +243,19 @@ func (c *chunk) appendDirect(out []byte, partner string, writer int64) []byte {
 		start = end
 	}
 	return out
+}
+
+// rowHash is the hash of a row of binary fields (each an int4 length, -1
+// for NULL, and that many bytes), as the target's RowHasher takes it.
+func (c *chunk) rowHash(row []byte) int64 {
+	at := 0
+	for i := range c.enc {
+		c.at[i] = at
+		n := int32(binary.BigEndian.Uint32(row[at:]))
+		at += 4 + max(int(n), 0)
+	}
+	c.at[len(c.enc)] = at
+	return c.hasher.Sum(row, c.at)
 }
 
 // appendCopyText escapes s for COPY's text format: backslash, tab, newline

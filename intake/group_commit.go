@@ -105,7 +105,7 @@ func (g *fileGroup) commit(ctx context.Context, tgt *target.Table) error {
 
 // writeRows writes the owners' rows: one COPY straight into the target
 // under a savepoint, each row with its own file's intake id, while no key
-// repeats across the files (and the target is not guarded); when the target refuses that (a key exists),
+// repeats across the files (and the target is not StagedDirect); when the target refuses that (a key exists),
 // or keys repeat, each file's chunk goes through the staging table and
 // the guarded merge, in intake id order, as the per-file path would.
 func (g *fileGroup) writeRows(ctx context.Context, tx pgx.Tx, tgt *target.Table, owners []*groupFile) error {
@@ -119,8 +119,9 @@ func (g *fileGroup) writeRows(ctx context.Context, tx pgx.Tx, tgt *target.Table,
 			seen[k] = true
 		}
 	}
-	// A guarded target records a hash of each row (no COPY straight in),
-	// and an update_only feed writes no new key: each file is merged.
+	// A guarded target whose hash the server computes (StagedDirect: no
+	// COPY straight in; with intake's hash each row carries its own), and
+	// an update_only feed writes no new key: each file is merged.
 	if !repeat && !tgt.StagedDirect() && tgt.Direct() {
 		if _, err := tx.Exec(ctx, "SAVEPOINT intake_direct"); err != nil {
 			return fmt.Errorf("group savepoint: %w", err)

@@ -164,7 +164,7 @@ func (g *fileGroup) rows(f *groupFile, tgt *target.Table, seed maphash.Seed, key
 	if err != nil {
 		return LeftNotCSV
 	}
-	ch := newChunk(seed, 16, tgt.Encoders())
+	ch := newChunk(seed, 16, tgt)
 	var total int64
 	for {
 		row, err := rd.Next()

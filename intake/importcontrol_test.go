@@ -127,6 +127,54 @@ func TestOutsideEditIsKeptAndReported(t *testing.T) {
 	}
 }
 
+// A fresh load into a guarded table goes COPY straight into it, each row
+// with the hash intake computed as it encoded the row (no staging table is
+// made). Rows written before intake computed the hash itself carry the
+// server's hash_record_extended hash: the guard takes it as intake's (no
+// outside_edit), the write records the new one, and a row edited since is
+// still told.
+func TestOutsideEditGuardAcceptsLegacyHashes(t *testing.T) {
+	_, pool := testenv.DB(t)
+	site := testenv.NewSite(t, "lh")
+	r := newRig(t, pool, "w1", site)
+	site.Drop(t, "orders-1.csv", goodRows("L", 3))
+	r.poll("lh")
+	if n := count(t, pool, `SELECT count(*) FROM pg_class WHERE relname LIKE 'intake_stage_%'`); n != 0 {
+		t.Fatalf("%d staging tables: the fresh load into the guarded table did not go COPY straight in", n)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM orders WHERE partner_id = 'lh' AND intake_row_hash IS NOT NULL`); n != 3 {
+		t.Fatalf("%d rows carry intake's hash after a fresh load, want 3", n)
+	}
+	// the hash as intake recorded it before: hash_record_extended over
+	// the feed's non-key columns; L-3 then edited outside intake
+	legacy := `hash_record_extended(ROW(email, amount, status, placed_at, qty), 0)`
+	exec(t, pool, `UPDATE orders SET intake_row_hash = `+legacy+` WHERE partner_id = 'lh'`)
+	exec(t, pool, `UPDATE orders SET amount = 3.33 WHERE partner_id = 'lh' AND order_id = 'L-3'`)
+
+	site.Drop(t, "orders-2.csv", header+ordersLine("L", 1, "5.00")+ordersLine("L", 2, "6.00")+ordersLine("L", 3, "7.00"))
+	r.poll("lh")
+	f2 := files(t, pool, "lh")[1]
+	if f2.State != "archived" || f2.Applied != 2 || f2.Confl != 1 {
+		t.Fatalf("second file %+v, want archived with 2 applied (legacy hashes taken as intake's), 1 conflict", f2)
+	}
+	if got := issues(t, pool, f2.ID); len(got) != 1 || got[0] != "4:outside_edit:conflict" {
+		t.Fatalf("row issues %v, want only L-3 (line 4) outside_edit", got)
+	}
+	if a, _ := amountOf(t, pool, "orders", "lh", "L-3"); a != "3.33" {
+		t.Fatalf("L-3 = %s: the outside edit was overwritten", a)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM orders WHERE partner_id = 'lh' AND order_id IN ('L-1', 'L-2')
+		AND intake_row_hash IS NOT NULL AND intake_row_hash <> `+legacy); n != 2 {
+		t.Fatalf("%d of the rewritten rows carry the new hash, want 2", n)
+	}
+	// the new hash is intake's own too: the next file writes them
+	site.Drop(t, "orders-3.csv", header+ordersLine("L", 1, "8.00")+ordersLine("L", 2, "9.00"))
+	r.poll("lh")
+	if f3 := files(t, pool, "lh")[2]; f3.Applied != 2 || f3.Confl != 0 {
+		t.Fatalf("third file %+v, want 2 applied", f3)
+	}
+}
+
 // on_outside_edit: overwrite writes over an outside edit, as before the
 // guard, and clears the hash.
 func TestOutsideEditOverwrite(t *testing.T) {

@@ -40,10 +40,11 @@ type refusal struct {
 }
 
 // subset is a chunk of the rows of c at idx (ascending), sharing c's
-// encoders: what a probe, or the final write after the search, sends.
+// encoders and row hasher (used one chunk at a time): what a probe, or the
+// final write after the search, sends.
 func (c *chunk) subset(idx []int) *chunk {
 	s := &chunk{no: c.no, first: c.first, last: c.last, final: c.final, enc: c.enc, dupKeys: c.dupKeys, seed: c.seed,
-		lines: make([]int64, 0, len(idx)), ends: make([]int, 0, len(idx))}
+		hasher: c.hasher, at: c.at, lines: make([]int64, 0, len(idx)), ends: make([]int, 0, len(idx))}
 	for _, i := range idx {
 		start := 0
 		if i > 0 {

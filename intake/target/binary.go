@@ -33,12 +33,19 @@ const (
 type Encoder func(dst []byte, v string) ([]byte, error)
 
 // binaryEncoder is the encoder for a feed column type landing in a target
-// type, or nil when that pair is left to COPY text.
-func binaryEncoder(feedType string, oid uint32) Encoder {
+// type (oid, with the column's typmod: -1 when it has none), or nil when
+// that pair is left to COPY text. Where the target's type modifier would
+// change a value on input (varchar(n) clips trailing spaces, numeric(p,s)
+// rounds to s, timestamp(p) to p digits) the encoder applies it first, so
+// what it writes is exactly the stored value's send form (see sendExact).
+func binaryEncoder(feedType string, oid uint32, typmod int32) Encoder {
 	switch feedType {
 	case partners.TypeText, partners.TypeEmail, partners.TypeEnum:
-		if oid == oidText || oid == oidVarchar {
+		if oid == oidText || oid == oidVarchar && typmod < 4 {
 			return encodeText
+		}
+		if oid == oidVarchar {
+			return encodeVarchar(int(typmod - 4))
 		}
 	case partners.TypeInteger:
 		switch oid {
@@ -49,15 +56,15 @@ func binaryEncoder(feedType string, oid uint32) Encoder {
 		case oidInt8:
 			return encodeInt(64)
 		case oidNumeric:
-			return encodeNumeric
+			return numericEncoder(typmod)
 		}
 	case partners.TypeDecimal:
 		if oid == oidNumeric {
-			return encodeNumeric
+			return numericEncoder(typmod)
 		}
 	case partners.TypeTimestamp:
 		if oid == oidTimestamptz || oid == oidTimestamp {
-			return encodeTimestamp
+			return timestampEncoder(typmod)
 		}
 	case partners.TypeDate:
 		if oid == oidDate {
@@ -67,7 +74,48 @@ func binaryEncoder(feedType string, oid uint32) Encoder {
 	return nil
 }
 
+// sendExact: what binaryEncoder writes for a value of this target type is
+// byte for byte what the type's send function returns for the value as
+// PostgreSQL stores it (send(recv(b)) == b), so intake can hash a row as
+// it encodes it and the merge can recompute that hash from the stored
+// values (rowHashSQL). Proven per type by TestGoRowHashEqualsSQLRowHash.
+// numeric(p,s) with a negative scale (PostgreSQL 15) rounds before the
+// point, which the encoder does not do: such a column keeps the staged
+// path.
+func sendExact(oid uint32, typmod int32) bool {
+	switch oid {
+	case oidInt2, oidInt4, oidInt8, oidText, oidVarchar, oidDate, oidTimestamp, oidTimestamptz:
+		return true
+	case oidNumeric:
+		_, ok := numericScale(typmod)
+		return ok || typmod < 4
+	}
+	return false
+}
+
 func encodeText(dst []byte, v string) ([]byte, error) { return append(dst, v...), nil }
+
+// encodeVarchar writes a value for varchar(n) as varchar_input stores it:
+// a value longer than n characters whose excess is all spaces is clipped
+// to n characters (any other excess is left for PostgreSQL to refuse).
+func encodeVarchar(n int) Encoder {
+	return func(dst []byte, v string) ([]byte, error) {
+		if len(v) > n { // bytes: at least as many as characters
+			cut, chars := len(v), 0
+			for i := range v {
+				if chars == n {
+					cut = i
+					break
+				}
+				chars++
+			}
+			if strings.Trim(v[cut:], " ") == "" {
+				v = v[:cut]
+			}
+		}
+		return append(dst, v...), nil
+	}
+}
 
 func encodeInt(bits int) Encoder {
 	return func(dst []byte, v string) ([]byte, error) {
@@ -85,15 +133,75 @@ func encodeInt(bits int) Encoder {
 	}
 }
 
+// numericScale is the scale s of a numeric(p,s) typmod, ok when the
+// column has one that is not negative.
+func numericScale(typmod int32) (int, bool) {
+	if typmod < 4 {
+		return 0, false
+	}
+	s := (int((typmod-4)&0x7ff) ^ 1024) - 1024 // PostgreSQL 15 allows -1000..1000
+	return s, s >= 0
+}
+
+// numericEncoder is encodeNumeric for a column of that typmod: numeric(p,s)
+// rounds to s digits after the point (half away from zero, as
+// apply_typmod's round_var does) and stores display scale s.
+func numericEncoder(typmod int32) Encoder {
+	s, ok := numericScale(typmod)
+	if !ok {
+		return encodeNumeric
+	}
+	return func(dst []byte, v string) ([]byte, error) {
+		neg, intPart, frac, err := splitDecimal(v)
+		if err != nil {
+			return nil, err
+		}
+		if len(frac) > s {
+			up := frac[s] >= '5'
+			frac = frac[:s]
+			if up {
+				d := []byte(intPart + frac)
+				i := len(d) - 1
+				for ; i >= 0 && d[i] == '9'; i-- {
+					d[i] = '0'
+				}
+				if i < 0 {
+					d = append([]byte{'1'}, d...)
+				} else {
+					d[i]++
+				}
+				intPart, frac = string(d[:len(d)-s]), string(d[len(d)-s:])
+			}
+		}
+		return appendNumeric(dst, neg, intPart, frac, s)
+	}
+}
+
 // encodeNumeric writes a canonical decimal ([-]digits[.digits], as the row
 // checks normalise it) as PostgreSQL's numeric: base-10000 digits aligned
 // on the decimal point, weight of the first, sign, display scale.
 func encodeNumeric(dst []byte, v string) ([]byte, error) {
-	neg := strings.HasPrefix(v, "-")
-	intPart, frac, _ := strings.Cut(strings.TrimPrefix(v, "-"), ".")
-	if intPart == "" || !allDigits(intPart) || !allDigits(frac) {
-		return nil, fmt.Errorf("not a decimal number")
+	neg, intPart, frac, err := splitDecimal(v)
+	if err != nil {
+		return nil, err
 	}
+	return appendNumeric(dst, neg, intPart, frac, len(frac))
+}
+
+func splitDecimal(v string) (neg bool, intPart, frac string, err error) {
+	neg = strings.HasPrefix(v, "-")
+	intPart, frac, _ = strings.Cut(strings.TrimPrefix(v, "-"), ".")
+	if intPart == "" || !allDigits(intPart) || !allDigits(frac) {
+		return false, "", "", fmt.Errorf("not a decimal number")
+	}
+	return neg, intPart, frac, nil
+}
+
+// appendNumeric writes the number as numeric_send writes the value
+// numeric_recv and make_result store: no leading or trailing zero digit
+// groups, zero without sign and of weight 0, display scale dscale (at
+// least len(frac)).
+func appendNumeric(dst []byte, neg bool, intPart, frac string, dscale int) ([]byte, error) {
 	// left-pad the integer part and right-pad the fraction to groups of 4
 	ip := strings.Repeat("0", (4-len(intPart)%4)%4) + intPart
 	fp := frac + strings.Repeat("0", (4-len(frac)%4)%4)
@@ -124,7 +232,7 @@ func encodeNumeric(dst []byte, v string) ([]byte, error) {
 	dst = binary.BigEndian.AppendUint16(dst, uint16(len(digits)))
 	dst = binary.BigEndian.AppendUint16(dst, uint16(int16(weight)))
 	dst = binary.BigEndian.AppendUint16(dst, sign)
-	dst = binary.BigEndian.AppendUint16(dst, uint16(len(frac)))
+	dst = binary.BigEndian.AppendUint16(dst, uint16(dscale))
 	for _, d := range digits {
 		dst = binary.BigEndian.AppendUint16(dst, d)
 	}
@@ -152,9 +260,39 @@ var pgEpoch = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
 // even like PostgreSQL's text input. For a timestamp without time zone
 // that is the UTC wall clock, as the text cast keeps it.
 func encodeTimestamp(dst []byte, v string) ([]byte, error) {
+	us, err := timestampMicros(v)
+	if err != nil {
+		return nil, err
+	}
+	return binary.BigEndian.AppendUint64(dst, uint64(us)), nil
+}
+
+// timestampEncoder is encodeTimestamp for a column of that typmod:
+// timestamp(p), p < 6, rounds to p digits after the second, half away
+// from zero, as AdjustTimestampForTypmod does on input.
+func timestampEncoder(typmod int32) Encoder {
+	if typmod < 0 || typmod >= 6 {
+		return encodeTimestamp
+	}
+	scale := int64(math.Pow10(6 - int(typmod)))
+	return func(dst []byte, v string) ([]byte, error) {
+		us, err := timestampMicros(v)
+		if err != nil {
+			return nil, err
+		}
+		if us >= 0 {
+			us = (us + scale/2) / scale * scale
+		} else {
+			us = -((-us + scale/2) / scale * scale)
+		}
+		return binary.BigEndian.AppendUint64(dst, uint64(us)), nil
+	}
+}
+
+func timestampMicros(v string) (int64, error) {
 	t, err := time.Parse(time.RFC3339Nano, v)
 	if err != nil {
-		return nil, fmt.Errorf("not an RFC 3339 timestamp")
+		return 0, fmt.Errorf("not an RFC 3339 timestamp")
 	}
 	secs := t.Unix() - pgEpoch.Unix()
 	ns := int64(t.Nanosecond())
@@ -163,9 +301,9 @@ func encodeTimestamp(dst []byte, v string) ([]byte, error) {
 		us++
 	}
 	if secs > math.MaxInt64/1_000_000-1 || secs < math.MinInt64/1_000_000+1 {
-		return nil, fmt.Errorf("timestamp out of range")
+		return 0, fmt.Errorf("timestamp out of range")
 	}
-	return binary.BigEndian.AppendUint64(dst, uint64(secs*1_000_000+us)), nil
+	return secs*1_000_000 + us, nil
 }
 
 // encodeDate writes a canonical date (2006-01-02) as days since 2000-01-01.

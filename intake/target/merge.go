@@ -32,14 +32,26 @@ func (t *Table) build() {
 		stageCols = append(stageCols, q(c)+" "+typ)
 		quoted = append(quoted, q(c))
 	}
+	stageHash := ""
+	if t.rowHash {
+		// each staged row carries the hash intake computed of it, which
+		// the merge records for the rows it writes (no SQL hash of them)
+		fmt.Fprintf(sig, "%s\x00bigint\x00", HashColumn)
+		stageCols = append(stageCols, q(HashColumn)+" bigint")
+		stageHash = ", " + q(HashColumn)
+	}
 	t.stage = fmt.Sprintf("intake_stage_%016x", sig.Sum64())
 	format := ""
 	if t.binary {
 		format = " WITH (FORMAT binary)"
 	}
 	t.stageDDL = fmt.Sprintf("CREATE TEMP TABLE IF NOT EXISTS %s (%s) ON COMMIT DELETE ROWS", t.stage, strings.Join(stageCols, ", "))
-	t.stageCopy = fmt.Sprintf("COPY %s (line, %s) FROM STDIN%s", t.stage, strings.Join(quoted, ", "), format)
-	t.directCopy = fmt.Sprintf("COPY %s (partner_id, %s, last_intake_id) FROM STDIN%s", t.table, strings.Join(quoted, ", "), format)
+	t.stageCopy = fmt.Sprintf("COPY %s (line, %s%s) FROM STDIN%s", t.stage, strings.Join(quoted, ", "), stageHash, format)
+	hashTail := ""
+	if t.rowHash {
+		hashTail = ", " + q(HashColumn) // each row carries its hash (RowHasher)
+	}
+	t.directCopy = fmt.Sprintf("COPY %s (partner_id, %s, last_intake_id%s) FROM STDIN%s", t.table, strings.Join(quoted, ", "), hashTail, format)
 	cast := func(alias string, i int) string {
 		return fmt.Sprintf("%s.%s::%s", alias, q(t.cols[i]), t.types[i])
 	}
@@ -65,27 +77,11 @@ func (t *Table) build() {
 	// row is unchanged by definition.
 	// hashOf: the hash of the feed's non-key columns of a row as the
 	// target holds them (alias.col, in the target's types), what a guarded
-	// target records beside last_intake_id at every write: 64 bits of
-	// hash_record_extended, which hashes the values themselves (no text:
-	// no session's DateStyle or TimeZone changes it, 1.5 and 1.50 are
-	// one); for a type without an extended hash function, 64 bits of the
-	// md5 of the row's text, dates and timestamps as epoch seconds.
-	hashOf := func(alias string) string {
-		var parts []string
-		for i, c := range t.cols {
-			if slices.Contains(t.key, c) {
-				continue
-			}
-			v := alias + "." + q(c)
-			if !t.hashFast && (strings.HasPrefix(t.types[i], "timestamp") || t.types[i] == "date") {
-				v = "extract(epoch FROM " + v + ")"
-			}
-			parts = append(parts, v)
-		}
-		if t.hashFast {
-			return fmt.Sprintf("hash_record_extended(ROW(%s), 0)", strings.Join(parts, ", "))
-		}
-		return fmt.Sprintf("('x' || left(md5(ROW(%s)::text), 16))::bit(64)::bigint", strings.Join(parts, ", "))
+	// target records beside last_intake_id at every write: rowHashSQL when
+	// intake computes the hash itself (rowHash), else legacyHash.
+	hashOf := t.legacyHash
+	if t.rowHash {
+		hashOf = t.rowHashSQL
 	}
 	hashCol := q(HashColumn)
 	// edited: the row was changed outside intake since intake last wrote
@@ -93,6 +89,13 @@ func (t *Table) build() {
 	edited := "false"
 	if t.guard {
 		edited = fmt.Sprintf("(t.%[1]s IS NOT NULL AND t.%[1]s <> %[2]s)", hashCol, hashOf("t"))
+		if t.rowHash {
+			// rows written before intake computed the hash itself hold
+			// the legacy one: either matches (AND stops at the first
+			// false, so only a row whose hash is not the new one pays for
+			// the second)
+			edited = fmt.Sprintf("(t.%[1]s IS NOT NULL AND t.%[1]s <> %[2]s AND t.%[1]s <> %[3]s)", hashCol, hashOf("t"), t.legacyHash("t"))
+		}
 	}
 	doUpdate := "DO NOTHING"
 	if (len(setCols) > 0 || t.deletedAt != "") && t.mode != partners.ModeInsertOnly {
@@ -200,12 +203,16 @@ func (t *Table) build() {
 		    WHERE NOT (SELECT ok FROM dense) AND (%[5]s))`,
 			t.table, q(t.key[0]), reason, strings.Join(sKeyJoin, " AND "), needs)
 	}
-	insHash, selHash := "", ""
+	insHash, selHash, sHash := "", "", ""
 	if t.guard {
 		insHash, selHash = ", "+hashCol, ", "+hashOf("j")
 	}
+	if t.rowHash {
+		// the staged row's own hash (see stageHash)
+		selHash, sHash = ", j."+hashCol, ", st."+hashCol
+	}
 	t.merge = fmt.Sprintf(`WITH s AS (
-		    SELECT st.line, %s FROM %s st),
+		    SELECT st.line, %s%s FROM %s st),
 		%s,
 		ins AS (
 		    INSERT INTO %s AS t (partner_id, %s, last_intake_id%s)
@@ -221,7 +228,7 @@ func (t *Table) build() {
 		    (SELECT count(*) FROM j WHERE j.intake_is_new),
 		    (SELECT count(*) FROM conf WHERE reason = 'outside_edit'), (SELECT count(*) FROM conf WHERE reason = 'exists'),
 		    (SELECT count(*) FROM conf WHERE reason = 'not_found')`,
-		strings.Join(sCols, ", "), t.stage, probe,
+		strings.Join(sCols, ", "), sHash, t.stage, probe,
 		t.table, strings.Join(insCols, ", "), insHash, strings.Join(jCols, ", "), selHash, strings.Join(conflictCols, ", "), doUpdate)
 	// A chunk of new rows when StagedDirect: staged, then inserted (with
 	// the hash of each when guarded; a key that exists fails it, as it
@@ -231,8 +238,8 @@ func (t *Table) build() {
 		nCols = append(nCols, "j."+q(c))
 	}
 	t.stageInsert = fmt.Sprintf(`INSERT INTO %s (partner_id, %s, last_intake_id%s)
-		SELECT $2, %s, $1%s FROM (SELECT %s FROM %s st) j`,
-		t.table, strings.Join(insCols, ", "), insHash, strings.Join(nCols, ", "), selHash, strings.Join(sCols, ", "), t.stage)
+		SELECT $2, %s, $1%s FROM (SELECT %s%s FROM %s st) j`,
+		t.table, strings.Join(insCols, ", "), insHash, strings.Join(nCols, ", "), selHash, strings.Join(sCols, ", "), sHash, t.stage)
 	if t.mode == partners.ModeSnapshot {
 		t.buildSnapshot(sCols, edited)
 	}
@@ -244,6 +251,45 @@ func (t *Table) build() {
 		    RETURNING s.line)
 		INSERT INTO intake_row_issue (intake_id, partner_id, line, reason, outcome)
 		SELECT $1, $2, line, 'duplicate_key', 'rejected' FROM d`, t.stage, strings.Join(keyStage, ", "), t.stage)
+}
+
+// legacyHash is the row hash of a guarded target whose hash intake does
+// not compute (COPY text, or a column off sendExact), and what every
+// guarded target recorded before intake computed it: 64 bits of
+// hash_record_extended over the non-key columns of alias, which hashes
+// the values themselves (no text: no session's DateStyle or TimeZone
+// changes it, 1.5 and 1.50 are one); for a type without an extended hash
+// function, 64 bits of the md5 of the row's text, dates and timestamps as
+// epoch seconds.
+func (t *Table) legacyHash(alias string) string {
+	var parts []string
+	for i, c := range t.cols {
+		if slices.Contains(t.key, c) {
+			continue
+		}
+		v := alias + "." + pgx.Identifier{c}.Sanitize()
+		if !t.hashFast && (strings.HasPrefix(t.types[i], "timestamp") || t.types[i] == "date") {
+			v = "extract(epoch FROM " + v + ")"
+		}
+		parts = append(parts, v)
+	}
+	if t.hashFast {
+		return fmt.Sprintf("hash_record_extended(ROW(%s), 0)", strings.Join(parts, ", "))
+	}
+	return fmt.Sprintf("('x' || left(md5(ROW(%s)::text), 16))::bit(64)::bigint", strings.Join(parts, ", "))
+}
+
+// RowHashSQL is the SQL expression of the hash a guarded target records
+// for a row of alias, as the merge computes it ("" when the target is not
+// guarded); for checks and tests.
+func (t *Table) RowHashSQL(alias string) string {
+	switch {
+	case !t.guard:
+		return ""
+	case t.rowHash:
+		return t.rowHashSQL(alias)
+	}
+	return t.legacyHash(alias)
 }
 
 // keyText is a row's key as text, what a snapshot records of the keys it

@@ -30,6 +30,7 @@ type Table struct {
 	table string   // quoted, possibly schema-qualified
 	cols  []string // feed columns in file order
 	types []string // their types in the target, for casts from staged text
+	oids  []uint32 // their type oids in the target
 	key   []string
 	merge string // merge from the staging table; returns (applied, conflict, new)
 	// rangeProbe: the unique index leads with (partner_id, first key
@@ -57,7 +58,17 @@ type Table struct {
 	// non-key column's type has an extended hash function, so the hash is
 	// hash_record_extended over the values (else md5 of their text).
 	guard, keep, hasHash, hashFast bool
-	mode                           string // partners.ModeUpsert, ModeInsertOnly, ModeUpdateOnly or ModeSnapshot
+	// rowHash: a guarded target whose hash intake computes from each row
+	// it encodes for COPY binary (RowHasher: see rowhash.go), which
+	// rowHashSQL recomputes from the stored values. New keys then go COPY straight into the target with
+	// their hash. Else (COPY text, or a column whose encoding is not its
+	// stored send form: sendExact) the hash is hash_record_extended,
+	// computed by the server from the staging table (legacyHash).
+	// hashCols: the hashed columns (the feed's non-key columns), indexes
+	// into cols, when rowHash.
+	rowHash  bool
+	hashCols []int
+	mode     string // partners.ModeUpsert, ModeInsertOnly, ModeUpdateOnly or ModeSnapshot
 	// deletedAt: the quoted column a snapshot marks absent rows in ("":
 	// they are deleted).
 	deletedAt string
@@ -163,8 +174,9 @@ func Load(ctx context.Context, db *pgxpool.Pool, f *partners.Feed) (*Table, erro
 	ident, oid := tt.ident, tt.oid
 	types := map[string]string{}
 	oids := map[string]uint32{}
+	typmods := map[string]int32{}
 	for n, c := range tt.cols {
-		types[n], oids[n] = c.typ, c.oid
+		types[n], oids[n], typmods[n] = c.typ, c.oid, c.typmod
 	}
 	t := &Table{table: ident.Sanitize(), key: f.Key, mode: modeOf(f), keep: outsideEditOf(f) == partners.OutsideEditKeep}
 	if types["partner_id"] == "" {
@@ -198,12 +210,36 @@ func Load(ctx context.Context, db *pgxpool.Pool, f *partners.Feed) (*Table, erro
 		}
 		t.cols = append(t.cols, c.Name)
 		t.types = append(t.types, typ)
-		t.enc = append(t.enc, binaryEncoder(c.Type, oids[c.Name]))
+		t.oids = append(t.oids, oids[c.Name])
+		t.enc = append(t.enc, binaryEncoder(c.Type, oids[c.Name], typmods[c.Name]))
 	}
 	// COPY binary when every column has an encoder and partner_id is text
 	t.binary = oids["partner_id"] == oidText || oids["partner_id"] == oidVarchar
 	for _, e := range t.enc {
 		t.binary = t.binary && e != nil
+	}
+	// The row hash is intake's own (computed as it encodes each row, so
+	// new keys go COPY straight into a guarded target) when the chunks
+	// travel in binary and what is encoded of every hashed column is its
+	// stored value's send form.
+	if t.guard && t.binary {
+		t.rowHash = true
+		for i, c := range t.cols {
+			if !slices.Contains(t.key, c) {
+				t.hashCols = append(t.hashCols, i)
+				t.rowHash = t.rowHash && sendExact(t.oids[i], typmods[c])
+			}
+		}
+		if t.rowHash {
+			ok, err := checkRowHash(ctx, db)
+			if err != nil {
+				return nil, fmt.Errorf("target %s: %w", f.Target, err)
+			}
+			t.rowHash = ok
+		}
+		if !t.rowHash {
+			t.hashCols = nil
+		}
 	}
 
 	// found: a unique index on exactly (partner_id, key...); leading: one

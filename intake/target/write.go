@@ -50,8 +50,9 @@ func (t *Table) ClearStage(ctx context.Context, tx pgx.Tx) error {
 	return err
 }
 
-// CopyDirect COPYs payload (partner_id, columns, last_intake_id) straight
-// into the target and returns the rows written.
+// CopyDirect COPYs payload (partner_id, columns, last_intake_id, and the
+// row's hash when RowHasher is not nil) straight into the target and
+// returns the rows written.
 func (t *Table) CopyDirect(ctx context.Context, tx pgx.Tx, payload []byte) (int64, error) {
 	tag, err := tx.Conn().PgConn().CopyFrom(ctx, bytes.NewReader(payload), t.directCopy)
 	return tag.RowsAffected(), err
@@ -101,7 +102,8 @@ func (t *Table) Merge(ctx context.Context, tx pgx.Tx, writer int64, partner stri
 }
 
 // Guarded: the target records a hash of each row intake writes
-// (HashColumn), so new rows cannot be COPYed straight into it (see
+// (HashColumn): new rows go COPY straight into it only with the hash
+// intake computed (RowHasher), else through the staging table (see
 // StagedDirect).
 func (t *Table) Guarded() bool { return t.guard }
 
@@ -115,9 +117,13 @@ func (t *Table) Direct() bool { return t.mode != partners.ModeUpdateOnly }
 
 // StagedDirect: a chunk of new rows goes into the staging table and from
 // there into the target (InsertStaged), not COPY straight in: the target
-// records a hash of each row (Guarded), or a snapshot records the keys
-// (RecordKeys) from the staging table.
-func (t *Table) StagedDirect() bool { return t.guard || t.mode == partners.ModeSnapshot }
+// records a hash of each row (Guarded) that the server computes (intake
+// computes it only on COPY binary, where RowHasher is not nil; then the
+// COPY carries it), or a snapshot records the keys (RecordKeys) from the
+// staging table.
+func (t *Table) StagedDirect() bool {
+	return t.guard && !t.rowHash || t.mode == partners.ModeSnapshot
+}
 
 // Snapshot: the feed's files are the partner's complete set (RecordKeys
 // per chunk, Sweep in the last).
