@@ -75,6 +75,15 @@ type Results struct {
 	NaiveReplayS float64 `json:"naive_replay_s"`
 	RatioReplay  float64 `json:"ratio_replay"`
 	DuplicateS   float64 `json:"duplicate_s"`
+	// The concurrent-edit guard's cost (issue 14 item 1): the same file
+	// fresh into the emptied target and then again (every row unchanged),
+	// with intake_row_hash on the target (on_outside_edit: keep), over the
+	// unguarded runs above. Without -row-hash only.
+	GuardFreshS      float64 `json:"large_fresh_guarded_s,omitempty"`
+	GuardReplayS     float64 `json:"large_replay_guarded_s,omitempty"`
+	RatioGuardFresh  float64 `json:"guard_fresh_over_unguarded,omitempty"`
+	RatioGuardReplay float64 `json:"guard_replay_over_unguarded,omitempty"`
+	RowHash          bool    `json:"row_hash_on_every_phase,omitempty"`
 	// The physical floor (issue 17 item 3): psql \copy of the same file
 	// into an empty indexed table, and one set-based comparison of the
 	// staged file against the target with no writes.
@@ -284,7 +293,12 @@ func Run(ctx context.Context, o Options) (*Results, error) {
 			func(r *Results) *float64 { return &r.RatioFloor },
 			func(r *Results) *float64 { return &r.FloorReplayS },
 			func(r *Results) *float64 { return &r.RatioFloorReplay },
-			func(r *Results) *float64 { return &r.PeakRSSMiB1M })
+			func(r *Results) *float64 { return &r.PeakRSSMiB1M },
+			func(r *Results) *float64 { return &r.GuardFreshS },
+			func(r *Results) *float64 { return &r.GuardReplayS },
+			func(r *Results) *float64 { return &r.RatioGuardFresh },
+			func(r *Results) *float64 { return &r.RatioGuardReplay })
+		res.RowHash = o.RowHash
 		if len(runs) > 1 {
 			res.LargeRuns = runs
 		}
