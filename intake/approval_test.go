@@ -40,19 +40,7 @@ func planOf(t *testing.T, pool *pgxpool.Pool, partner string, id int64) (*ops.Pl
 
 func audits(t *testing.T, pool *pgxpool.Pool, id int64) []string {
 	t.Helper()
-	rs, err := pool.Query(context.Background(), `SELECT actor || ':' || action || ':' || reason FROM intake_audit WHERE intake_id = $1 ORDER BY audit_id`, id)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []string
-	for rs.Next() {
-		var s string
-		if err := rs.Scan(&s); err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, s)
-	}
-	return out
+	return testenv.Strings(t, pool, `SELECT actor || ':' || action || ':' || reason FROM intake_audit WHERE intake_id = $1 ORDER BY audit_id`, id)
 }
 
 // reconcileAs runs a reconciler of worker once over the site's partner.

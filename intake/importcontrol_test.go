@@ -25,22 +25,7 @@ import (
 // issues returns the row issues of an intake as "line:reason:outcome".
 func issues(t *testing.T, pool *pgxpool.Pool, id int64) []string {
 	t.Helper()
-	rs, err := pool.Query(context.Background(), `SELECT line || ':' || reason || ':' || outcome FROM intake_row_issue WHERE intake_id = $1 ORDER BY line`, id)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []string
-	for rs.Next() {
-		var s string
-		if err := rs.Scan(&s); err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, s)
-	}
-	if err := rs.Err(); err != nil {
-		t.Fatal(err)
-	}
-	return out
+	return testenv.Strings(t, pool, `SELECT line || ':' || reason || ':' || outcome FROM intake_row_issue WHERE intake_id = $1 ORDER BY line`, id)
 }
 
 func amountOf(t *testing.T, pool *pgxpool.Pool, table, partner, key string) (string, int64) {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"os"
@@ -52,15 +53,11 @@ func cmdQuarantine(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "intake quarantine %s: give the intake id first\n", sub)
 		return 2
 	}
-	ctx, e, done, code := openCmd(*path, stderr)
+	ctx, e, scope, done, code := openScoped(*path, *partner, stderr)
 	if e == nil {
 		return code
 	}
 	defer done()
-	scope, ok := partnerScope(e, *partner, stderr)
-	if !ok {
-		return 2
-	}
 	switch sub {
 	case "list", "show":
 		items, err := ops.ListQuarantine(ctx, e.pool, scope, *openOnly)
@@ -141,6 +138,22 @@ func partnerScope(e *env, only string, stderr io.Writer) ([]string, bool) {
 	return ids, true
 }
 
+// openScoped is openCmd for an ops command that acts on partners: the
+// partners it may see and act on (partnerScope) come with it. e is nil
+// when the command ends at once with code.
+func openScoped(path, partner string, stderr io.Writer) (ctx context.Context, e *env, scope []string, done func(), code int) {
+	ctx, e, done, code = openCmd(path, stderr)
+	if e == nil {
+		return nil, nil, nil, nil, code
+	}
+	scope, ok := partnerScope(e, partner, stderr)
+	if !ok {
+		done()
+		return nil, nil, nil, nil, 2
+	}
+	return ctx, e, scope, done, 0
+}
+
 // cmdReplay re-applies an archived file's spooled bytes, audited.
 func cmdReplay(args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("replay", stderr)
@@ -208,15 +221,11 @@ func cmdAudit(args []string, stdout, stderr io.Writer) int {
 	if err := parseFlags(fs, args); err != nil {
 		return 2
 	}
-	ctx, e, done, code := openCmd(*path, stderr)
+	ctx, e, scope, done, code := openScoped(*path, *partner, stderr)
 	if e == nil {
 		return code
 	}
 	defer done()
-	scope, ok := partnerScope(e, *partner, stderr)
-	if !ok {
-		return 2
-	}
 	entries, err := ops.Audit(ctx, e.pool, scope, *limit)
 	if err != nil {
 		fmt.Fprintln(stderr, err)
@@ -254,15 +263,11 @@ func cmdNotify(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "intake notify redeliver: give --event ID or --all\ne.g. %s\n", lookup("notify").example)
 		return 2
 	}
-	ctx, e, done, code := openCmd(*path, stderr)
+	ctx, e, scope, done, code := openScoped(*path, *partner, stderr)
 	if e == nil {
 		return code
 	}
 	defer done()
-	scope, ok := partnerScope(e, *partner, stderr)
-	if !ok {
-		return 2
-	}
 	switch sub {
 	case "dead":
 		ds, err := ops.DeadDeliveries(ctx, e.pool, scope, *limit)

@@ -45,12 +45,11 @@ func cmdPlan(args []string, stdout, stderr io.Writer) int {
 	if err := parseFlags(fs, rest); err != nil {
 		return 2
 	}
-	ctx, e, done, code := openCmd(*path, stderr)
+	ctx, e, scope, done, code := openScoped(*path, "", stderr)
 	if e == nil {
 		return code
 	}
 	defer done()
-	scope, _ := partnerScope(e, "", stderr)
 	v, err := ops.ShowPlan(ctx, e.pool, id, scope)
 	if err != nil {
 		fmt.Fprintln(stderr, "intake plan show:", err)
@@ -161,12 +160,11 @@ func decidePlan(cmd string, args []string, stdout, stderr io.Writer) int {
 	if err := parseFlags(fs, rest); err != nil {
 		return 2
 	}
-	ctx, e, done, code := openCmd(*path, stderr)
+	ctx, e, scope, done, code := openScoped(*path, "", stderr)
 	if e == nil {
 		return code
 	}
 	defer done()
-	scope, _ := partnerScope(e, "", stderr)
 	d := ops.PlanDecision{IntakeID: id, Partners: scope, Actor: *actor, Reason: *reason}
 	var err error
 	if cmd == "approve" {

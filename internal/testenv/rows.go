@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/partner-intake/partner-intake/intake/ledger"
@@ -59,6 +60,20 @@ func Count(t testing.TB, pool *pgxpool.Pool, q string, args ...any) int64 {
 		t.Fatal(err)
 	}
 	return n
+}
+
+// Strings runs a query of one text column and returns its values.
+func Strings(t testing.TB, pool *pgxpool.Pool, q string, args ...any) []string {
+	t.Helper()
+	rs, err := pool.Query(context.Background(), q, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := pgx.CollectRows(rs, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
 }
 
 // AssertExactOrders checks that the partner's target rows are exactly the
