@@ -25,7 +25,11 @@ func transient(err error) bool {
 	if errors.As(err, &fe) || errors.Is(err, context.Canceled) {
 		return false
 	}
-	if pgconn.SafeToRetry(err) {
+	// A connection that died under an earlier statement (a server restart):
+	// pgconn says not "safe to retry" as a request may have been sent, but
+	// a chunk's transaction is rolled back with its connection, and a
+	// COMMIT without an answer never gets here (CommitUnknownError).
+	if pgconn.SafeToRetry(err) || errors.Is(err, pgconn.ErrConnClosed) {
 		return true
 	}
 	var pe *pgconn.PgError

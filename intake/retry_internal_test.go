@@ -1,0 +1,29 @@
+package intake
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// A chunk whose connection died under PostgreSQL's restart is retried on a
+// new connection (the pool's next one), not given up after one try: the
+// error a dead pgx connection returns on the next statement is transient;
+// a fence and a cancellation are not.
+func TestAClosedConnectionIsTransient(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		want bool
+	}{
+		{fmt.Errorf("chunk 9 begin: %w", pgconn.ErrConnClosed), true},
+		{fmt.Errorf("chunk 9 copy: %w", &pgconn.PgError{Code: "57P01"}), true},
+		{fmt.Errorf("chunk 9: %w", &FencedError{}), false},
+		{fmt.Errorf("chunk 9: %w", errors.New("mapping refused")), false},
+	} {
+		if got := transient(c.err); got != c.want {
+			t.Errorf("transient(%v) = %v, want %v", c.err, got, c.want)
+		}
+	}
+}
