@@ -115,18 +115,7 @@ func (s *Service) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("expect: %w", err)
 	}
-	s.life.Go(func() {
-		t := time.NewTicker(s.every)
-		defer t.Stop()
-		for {
-			s.RunOnce(ctx, time.Now())
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
-		}
-	})
+	s.life.Go(func() { lifecycle.RunEvery(ctx, s.every, func() { s.RunOnce(ctx, time.Now()) }) })
 	return nil
 }
 

@@ -193,18 +193,7 @@ func (s *Service) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("notify: %w", err)
 	}
-	s.life.Go(func() {
-		t := time.NewTicker(s.cfg.Poll)
-		defer t.Stop()
-		for {
-			s.RunOnce(ctx)
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
-		}
-	})
+	s.life.Go(func() { lifecycle.RunEvery(ctx, s.cfg.Poll, func() { s.RunOnce(ctx) }) })
 	return nil
 }
 

@@ -14,6 +14,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"time"
 )
 
 // Service is a long-running part: Start returns once it runs (its work
@@ -112,4 +113,22 @@ func (b *Base) Abort(err error) error {
 	b.Halt()
 	b.Cancel()
 	return err
+}
+
+// RunEvery calls fn at once and then every interval until ctx ends: the
+// loop of a service that works in passes (Go(func() { RunEvery(…) })).
+func RunEvery(ctx context.Context, interval time.Duration, fn func()) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		fn()
+		if ctx.Err() != nil { // ended during the pass: no pass after it
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/partner-intake/partner-intake/internal/lifecycle"
 )
@@ -120,5 +121,20 @@ func TestParentCancelEndsTheServiceToo(t *testing.T) {
 	s.Stop()
 	if !s.exited.Load() {
 		t.Fatal("goroutine still running")
+	}
+}
+
+// RunEvery calls fn at once, then on every tick, and returns when its
+// context ends.
+func TestRunEveryCallsAtOnceThenOnEachTickUntilCancelled(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	calls := 0
+	lifecycle.RunEvery(ctx, time.Millisecond, func() {
+		if calls++; calls == 3 {
+			cancel()
+		}
+	})
+	if calls != 3 {
+		t.Fatalf("%d calls, want 3 (the first at once, the third cancelling)", calls)
 	}
 }
