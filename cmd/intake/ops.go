@@ -6,7 +6,6 @@ import (
 	"io"
 	"os"
 	"os/user"
-	"strconv"
 	"strings"
 	"text/tabwriter"
 
@@ -38,13 +37,11 @@ func cmdQuarantine(args []string, stdout, stderr io.Writer) int {
 	actor := fs.String("actor", defaultActor(), "release/discard: who decides (audited)")
 	winner := fs.String("winner", "", "release of a batch conflict: new (the held bytes win) or old")
 	id, rest := int64(0), args
-	if sub != "list" && len(args) > 0 && !strings.HasPrefix(args[0], "-") {
-		n, err := strconv.ParseInt(args[0], 10, 64)
-		if err != nil {
-			fmt.Fprintf(stderr, "intake quarantine %s: %q is not an intake id\n", sub, args[0])
+	if sub != "list" && len(args) > 0 && !strings.HasPrefix(args[0], "-") { // "-h" alone still gets help
+		var ok bool
+		if id, rest, ok = idArg("quarantine "+sub, args, stderr); !ok {
 			return 2
 		}
-		id, rest = n, args[1:]
 	}
 	if err := parseFlags(fs, rest); err != nil {
 		return 2
@@ -160,16 +157,11 @@ func cmdReplay(args []string, stdout, stderr io.Writer) int {
 	path := fs.String("config", "", "config file (YAML)")
 	reason := fs.String("reason", "", "why (required, audited)")
 	actor := fs.String("actor", defaultActor(), "who (audited)")
-	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
-		fmt.Fprintln(stderr, "usage: intake replay INTAKE_ID --config FILE --reason \"…\"")
+	id, rest, ok := idArg("replay", args, stderr)
+	if !ok {
 		return 2
 	}
-	id, err := strconv.ParseInt(args[0], 10, 64)
-	if err != nil {
-		fmt.Fprintf(stderr, "intake replay: %q is not an intake id\n", args[0])
-		return 2
-	}
-	if err := parseFlags(fs, args[1:]); err != nil {
+	if err := parseFlags(fs, rest); err != nil {
 		return 2
 	}
 	ctx, e, done, code := openCmd(*path, stderr)

@@ -14,20 +14,6 @@ import (
 	"github.com/partner-intake/partner-intake/intake/target"
 )
 
-// idArg takes the intake id that leads args ("intake approve 42 --…").
-func idArg(cmd string, args []string, stderr io.Writer) (int64, []string, bool) {
-	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
-		fmt.Fprintf(stderr, "intake %s: give the intake id first (intake help %s)\n", cmd, strings.Fields(cmd)[0])
-		return 0, nil, false
-	}
-	id, err := strconv.ParseInt(args[0], 10, 64)
-	if err != nil || id <= 0 {
-		fmt.Fprintf(stderr, "intake %s: %q is not an intake id\n", cmd, args[0])
-		return 0, nil, false
-	}
-	return id, args[1:], true
-}
-
 // cmdPlan: `intake plan show ID` prints a file's plan: counts, hash and a
 // sample of the changes by key and column. Values reach this terminal
 // only; nothing of them is logged.
