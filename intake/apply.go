@@ -53,6 +53,14 @@ func (r *fileRun) apply(ctx context.Context) error {
 			return err
 		}
 	}
+	if r.ahead != nil {
+		// chunks applied while the file downloaded wait for this moment
+		// (ahead.go); when they cannot be used, the spool path below
+		// applies the file as if they never were
+		if done, err := r.applyAhead(ctx, tgt); done {
+			return err
+		}
+	}
 	f, rd, err := r.spooledRows("apply")
 	if err != nil {
 		return err
@@ -71,7 +79,23 @@ func (r *fileRun) apply(ctx context.Context) error {
 	first := in.ChunksDone // the reader must not read in while the loop below writes it
 	go func() { readErr <- r.readChunks(pctx, rd, first, full, free) }()
 	r.direct = tgt.Direct() // optimistic: fresh rows go straight into the target
-	for c := range full {
+	return r.applyChunks(ctx, tgt, nil, full, free, readErr, cancel)
+}
+
+// applyChunks commits the chunks the reader hands over (pending first,
+// when not nil) one transaction each, then moves the file to applied.
+// cancel stops the reader.
+func (r *fileRun) applyChunks(ctx context.Context, tgt *target.Table, pending *chunk, full <-chan *chunk, free chan<- *chunk, readErr <-chan error, cancel func()) error {
+	in := r.in
+	next := func() (*chunk, bool) {
+		if c := pending; c != nil {
+			pending = nil
+			return c, true
+		}
+		c, ok := <-full
+		return c, ok
+	}
+	for c, ok := next(); ok; c, ok = next() {
 		if err := r.commitChunk(ctx, tgt, c); err != nil {
 			cancel()
 			for range full { // let the reader finish

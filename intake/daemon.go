@@ -210,6 +210,7 @@ type Daemon struct {
 
 	spaceLow atomic.Bool
 	signals  testSignals
+	ahead    chan struct{} // slots of files applied ahead (ahead.go)
 }
 
 // New builds a daemon. Partners must have been validated.
@@ -225,6 +226,9 @@ func New(cfg Config, parts []partners.Config, db *pgxpool.Pool, sp *spool.Spool,
 		metrics: newMetrics(reg), log: slog.New(pgerr.Handler(log.Handler())).With("component", "intake", "worker", cfg.WorkerID),
 		parts: map[string]*partnerRT{}, targets: target.NewCache(db)}
 	d.book = newSessionBook(cfg.Sessions.MaxParallelDials, d.metrics)
+	// at most this many files are applied ahead of their plan at once,
+	// each holding a connection of the work pool through its download
+	d.ahead = make(chan struct{}, max(1, int(db.Config().MaxConns)/2-1))
 	for i := range parts {
 		p := &parts[i]
 		if _, dup := d.parts[p.ID]; dup {

@@ -212,6 +212,8 @@ func (r *fileRun) fetch(ctx context.Context, withScan bool) (spool.Entry, error)
 	defer f.Close()
 	var opts []spool.PutOption
 	var pre *preScan
+	r.dropAhead() // an earlier download's
+	var ah *ahead
 	if withScan && transformOf(r.feed, r.in.RemoteName) == "" {
 		// Validate the rows while they land in the spool, from the file
 		// itself: the plan step then need not read it again, and the
@@ -220,6 +222,10 @@ func (r *fileRun) fetch(ctx context.Context, withScan bool) (spool.Entry, error)
 			pre = &preScan{done: make(chan *scan, 1), stop: fl}
 			go func() { pre.done <- scanRows(fl, r.feed, r.p.cfg.Limits.MaxRows) }()
 		}))
+		if r.aheadWanted() {
+			// and apply them, ahead of the plan (ahead.go)
+			opts = append(opts, spool.Follow(func(fl *spool.Follower) { ah = r.startAhead(ctx, fl) }))
+		}
 	}
 	e, err := r.d.spool.Put(r.in.Partner, size, max, src, opts...)
 	if pre != nil {
@@ -229,6 +235,14 @@ func (r *fileRun) fetch(ctx context.Context, withScan bool) (spool.Entry, error)
 			pre.sha = e.SHA256
 			r.dropPre()
 			r.pre = pre
+		}
+	}
+	if ah != nil {
+		r.ahead = ah
+		if err != nil {
+			r.dropAhead()
+		} else {
+			ah.sha = e.SHA256
 		}
 	}
 	if err == nil {

@@ -15,6 +15,14 @@ func SetMaxHeldIssues(n int) func() {
 	return func() { maxHeldIssues = old }
 }
 
+// SetAheadBytes sets the listed size from which a file is applied ahead
+// of its plan, so small test files take that path; it returns the undo.
+func SetAheadBytes(n int64) func() {
+	old := aheadBytes
+	aheadBytes = n
+	return func() { aheadBytes = old }
+}
+
 // SetScanCheckBytes lowers the size from which download asks whether the
 // batch is held before scanning, so small test files take that path.
 func SetScanCheckBytes(n int64) func() {

@@ -35,6 +35,7 @@ type metrics struct {
 	spoolFree       prometheus.Gauge
 	orphansAdopted  *prometheus.CounterVec // orphans.go
 	plans           *prometheus.CounterVec // approval.go
+	ahead           *prometheus.CounterVec // ahead.go
 
 	files             *prometheus.GaugeVec
 	oldestProcessing  *prometheus.GaugeVec
@@ -87,6 +88,8 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		spoolFree:    f.NewGauge(prometheus.GaugeOpts{Name: "intake_spool_free_bytes", Help: "Free bytes on the spool's disk at the last check."}),
 		orphansAdopted: f.NewCounterVec(prometheus.CounterOpts{Name: "intake_orphan_claims_adopted_total",
 			Help: "Claims without a row taken from a stopped worker's processing/ dir by the partner's poller."}, []string{"partner"}),
+		ahead: f.NewCounterVec(prometheus.CounterOpts{Name: "intake_apply_ahead_total",
+			Help: "Large files applied while they downloaded, by result: committed (taken on by the apply once the plan said go), rolled_back (the plan held the file, it was a duplicate, or its run ended), abandoned (stopped by an error ahead: applied from the spool after the plan instead)."}, []string{"partner", "result"}),
 		plans: f.NewCounterVec(prometheus.CounterOpts{Name: "intake_plans_total",
 			Help: "Plans against the target of files of feeds with an approval policy, by result: applied_at_once, awaiting_approval, approved_applied, replanned (an approved plan no longer held)."}, []string{"partner", "result"}),
 
@@ -162,6 +165,7 @@ type Metrics struct {
 	Skipped       *prometheus.CounterVec
 	Plans         *prometheus.CounterVec
 	Awaiting      *prometheus.GaugeVec
+	Ahead         *prometheus.CounterVec
 }
 
 // Metrics returns the daemon's metric vectors.
@@ -170,5 +174,6 @@ func (d *Daemon) Metrics() Metrics {
 		Fenced: d.metrics.fenced, PollErrors: d.metrics.pollErrors, PartnerUp: d.metrics.partnerUp, Backpressure: d.metrics.backpressure,
 		ChunkRetries: d.metrics.chunkRetries, Files: d.metrics.files, Stage: d.metrics.stageSeconds, Bytes: d.metrics.bytesDownloaded,
 		HashOnly: d.metrics.hashOnly, Grouped: d.metrics.grouped, Polls: d.metrics.polls, QuotaFull: d.metrics.quotaFull,
-		Skipped: d.metrics.skipped, PutBack: d.metrics.putBack, Plans: d.metrics.plans, Awaiting: d.metrics.awaiting}
+		Skipped: d.metrics.skipped, PutBack: d.metrics.putBack, Plans: d.metrics.plans, Awaiting: d.metrics.awaiting,
+		Ahead: d.metrics.ahead}
 }

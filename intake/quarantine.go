@@ -30,6 +30,7 @@ type QuarantineReason struct {
 // in state to (quarantined: waits for ops; failed_terminal: no retry).
 // Each step is idempotent, so a crash part-way is finished on resume.
 func (r *fileRun) hold(ctx context.Context, to State, reason Reason, line int64, detail string) error {
+	r.dropAhead() // a held file applies nothing
 	in := r.in
 	qdir := r.sess.Layout.QuarantineDir()
 	base := heldName(in.ID, in.RemoteName)

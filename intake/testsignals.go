@@ -22,6 +22,10 @@ type testSignals struct {
 	// IdleClosed: the janitor closed a partner's idle session
 	// (sessions.go, Daemon.closeIdle); the partner.
 	IdleClosed testsignal.Signal[string]
+	// AheadChunk: a chunk was applied ahead of the file's plan, in the
+	// transaction held open for it (ahead.go, fileRun.runAhead); the
+	// chunk's number.
+	AheadChunk testsignal.Signal[int]
 }
 
 // pollDone is a poll the loop finished.

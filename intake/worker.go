@@ -27,6 +27,8 @@ type fileRun struct {
 	bound *ledger.Binding
 	// pre is the rows' scan made during the download, for plan.
 	pre *preScan
+	// ahead applies the file's chunks while it downloads, for apply.
+	ahead *ahead
 	// direct: the next chunk is tried straight into the target (see
 	// writeRows); only the apply loop touches it.
 	direct bool
@@ -81,6 +83,7 @@ func (r *fileRun) run(ctx context.Context) error {
 	}()
 	defer func() { cancel(nil); <-hbDone }()
 	defer r.dropPre()
+	defer r.dropAhead()
 
 	for !terminal(r.in.State) {
 		var err error
@@ -94,6 +97,7 @@ func (r *fileRun) run(ctx context.Context) error {
 			err = r.step(ctx)
 		}
 		r.d.metrics.stage(r.in.Partner, stage, time.Since(start))
+		r.log.Debug("step done", "from", stage, "to", r.in.State, "seconds", time.Since(start).Seconds())
 		if err != nil {
 			if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) {
 				return cause
@@ -120,6 +124,7 @@ func (r *fileRun) step(ctx context.Context) (err error) {
 			// ops rejected the file's plan (intake reject): held, nothing
 			// applied; its bytes are not needed for that
 			r.dropPre()
+			r.dropAhead()
 			return r.hold(ctx, StateQuarantined, ReasonPlanRejected, 0,
 				"the file's plan against the target was rejected by review before anything was applied; nothing of it was applied. Contact us before sending it again")
 		}
@@ -188,6 +193,7 @@ func (r *fileRun) decide(ctx context.Context) error {
 	}
 	if verdict != VerdictNew {
 		r.dropPre()
+		r.dropAhead()
 	}
 	switch verdict {
 	case VerdictDuplicate:
@@ -199,6 +205,9 @@ func (r *fileRun) decide(ctx context.Context) error {
 	res, err := r.plan(ctx)
 	if err != nil {
 		return err
+	}
+	if res.Fail != nil || res.Hold != "" || r.in.State != StateApplying {
+		r.dropAhead() // nothing of the file is applied now
 	}
 	switch {
 	case res.Fail != nil:

@@ -29,11 +29,14 @@ type Follower struct {
 // PutOption adjusts a Put.
 type PutOption func(*putOptions)
 
-type putOptions struct{ follow func(*Follower) }
+type putOptions struct{ follow []func(*Follower) }
 
 // Follow hands fn a Follower of the file being written, before any byte is
-// streamed. fn must not block (start a goroutine).
-func Follow(fn func(*Follower)) PutOption { return func(o *putOptions) { o.follow = fn } }
+// streamed. fn must not block (start a goroutine). Each Follow option has
+// a Follower of its own.
+func Follow(fn func(*Follower)) PutOption {
+	return func(o *putOptions) { o.follow = append(o.follow, fn) }
+}
 
 func newFollower(path string) (*Follower, error) {
 	f, err := os.Open(path)
@@ -104,14 +107,16 @@ func (fl *Follower) Close() error {
 	return fl.f.Close()
 }
 
-// notifyWriter tells a follower about every byte written to the file.
+// notifyWriter tells the followers about every byte written to the file.
 type notifyWriter struct {
-	w  io.Writer
-	fl *Follower
+	w   io.Writer
+	fls []*Follower
 }
 
 func (n *notifyWriter) Write(p []byte) (int, error) {
 	k, err := n.w.Write(p)
-	n.fl.advance(k)
+	for _, fl := range n.fls {
+		fl.advance(k)
+	}
 	return k, err
 }

@@ -117,14 +117,18 @@ func (s *Spool) Put(partner string, want, max int64, src Source, opts ...PutOpti
 		}
 	}()
 	var fileW io.Writer = f
-	if o.follow != nil {
-		fl, ferr := newFollower(tmpPath)
-		if ferr != nil {
-			return Entry{}, fmt.Errorf("spool: %w", ferr)
+	if len(o.follow) > 0 {
+		nw := &notifyWriter{w: f}
+		for _, fn := range o.follow {
+			fl, ferr := newFollower(tmpPath)
+			if ferr != nil {
+				return Entry{}, fmt.Errorf("spool: %w", ferr)
+			}
+			defer func() { fl.finish(err) }()
+			nw.fls = append(nw.fls, fl)
+			fn(fl)
 		}
-		defer func() { fl.finish(err) }()
-		fileW = &notifyWriter{w: f, fl: fl}
-		o.follow(fl)
+		fileW = nw
 	}
 	e, err = stream(partner, want, max, src, fileW)
 	if err != nil {

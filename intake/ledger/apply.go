@@ -156,17 +156,7 @@ type Chunk struct {
 // file to applied when its totals reconcile (fileApplied).
 func (l *Ledger) ChunkDone(ctx context.Context, tx pgx.Tx, in *Intake, c Chunk) (fileApplied bool, err error) {
 	b := &pgx.Batch{}
-	b.Queue(`INSERT INTO intake_chunk (intake_id, chunk_no, partner_id, first_line, last_line,
-		rows_applied, rows_unchanged, rows_conflict, fencing_token) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`,
-		in.ID, c.No, in.Partner, c.First, c.Last, c.Applied, c.Unchanged, c.Conflict, in.Token)
-	b.Queue(`UPDATE file_intake SET rows_applied = rows_applied + $4, rows_unchanged = rows_unchanged + $5,
-		rows_rejected = rows_rejected + $6, rows_conflict = rows_conflict + $7, chunks_done = $3 + 1,
-		rows_deleted = rows_deleted + $10, lease_until = clock_timestamp() + $9::interval,
-		state = CASE WHEN $8::boolean AND rows_applied + $4 + rows_unchanged + $5 + rows_rejected + $6 + rows_conflict + $7 = rows_total
-		             THEN 'applied' ELSE state END, updated_at = now()
-		WHERE intake_id = $1 AND fencing_token = $2 AND chunks_done = $3
-		RETURNING state`,
-		in.ID, in.Token, c.No, c.Applied, c.Unchanged, c.Rejected, c.Conflict, c.Final, l.lease, c.Deleted)
+	l.queueChunkDone(b, in, c)
 	br := tx.SendBatch(ctx, b)
 	if _, err := br.Exec(); err != nil {
 		br.Close()
@@ -184,6 +174,58 @@ func (l *Ledger) ChunkDone(ctx context.Context, tx pgx.Tx, in *Intake, c Chunk) 
 		return false, fmt.Errorf("chunk %d progress: %w", c.No, err)
 	}
 	return state == string(StateApplied), nil
+}
+
+// queueChunkDone queues a chunk's ledger row and the file's progress (the
+// second returns the file's state, or no row when fenced).
+func (l *Ledger) queueChunkDone(b *pgx.Batch, in *Intake, c Chunk) {
+	b.Queue(`INSERT INTO intake_chunk (intake_id, chunk_no, partner_id, first_line, last_line,
+		rows_applied, rows_unchanged, rows_conflict, fencing_token) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`,
+		in.ID, c.No, in.Partner, c.First, c.Last, c.Applied, c.Unchanged, c.Conflict, in.Token)
+	b.Queue(`UPDATE file_intake SET rows_applied = rows_applied + $4, rows_unchanged = rows_unchanged + $5,
+		rows_rejected = rows_rejected + $6, rows_conflict = rows_conflict + $7, chunks_done = $3 + 1,
+		rows_deleted = rows_deleted + $10, lease_until = clock_timestamp() + $9::interval,
+		state = CASE WHEN $8::boolean AND rows_applied + $4 + rows_unchanged + $5 + rows_rejected + $6 + rows_conflict + $7 = rows_total
+		             THEN 'applied' ELSE state END, updated_at = now()
+		WHERE intake_id = $1 AND fencing_token = $2 AND chunks_done = $3
+		RETURNING state`,
+		in.ID, in.Token, c.No, c.Applied, c.Unchanged, c.Rejected, c.Conflict, c.Final, l.lease, c.Deleted)
+}
+
+// ChunksDone writes the ledger rows of chunks applied ahead of the plan
+// (none of them the file's last) and the file's progress, behind the first
+// chunk's gate, all in one round trip on the transaction that holds their
+// rows: the gate passes only while the file is applying under in's token
+// with no chunk done, so a file the plan held, or another worker took
+// over, gets none of it (the caller rolls back).
+func (l *Ledger) ChunksDone(ctx context.Context, tx pgx.Tx, in *Intake, cs []Chunk) error {
+	b := &pgx.Batch{}
+	l.QueueChunkGate(b, in, 0)
+	for _, c := range cs {
+		l.queueChunkDone(b, in, c)
+	}
+	br := tx.SendBatch(ctx, b)
+	defer br.Close()
+	tag, err := br.Exec()
+	if err != nil {
+		return fmt.Errorf("chunks applied ahead: gate: %w", err)
+	}
+	if tag.RowsAffected() == 0 {
+		br.Close()
+		return ChunkGateClosed(ctx, tx, in, 0)
+	}
+	for _, c := range cs {
+		if _, err := br.Exec(); err != nil {
+			return fmt.Errorf("chunk %d ledger: %w", c.No, err)
+		}
+		var state string
+		if err := br.QueryRow().Scan(&state); errors.Is(err, pgx.ErrNoRows) {
+			return &FencedError{IntakeID: in.ID, Token: in.Token, Step: fmt.Sprintf("chunk %d progress", c.No)}
+		} else if err != nil {
+			return fmt.Errorf("chunk %d progress: %w", c.No, err)
+		}
+	}
+	return br.Close()
 }
 
 // RecordAttempt counts a failed run of the file and sets its next attempt,

@@ -495,7 +495,11 @@ func (p *proc) exited() bool {
 }
 
 func (e *env) start(url, cfg string, args ...string) (*proc, error) {
-	cmd := exec.Command(e.o.IntakeBinary, append(args, "--config", cfg)...)
+	args = append(args, "--config", cfg)
+	if lv := os.Getenv("BENCH_LOG_LEVEL"); lv != "" {
+		args = append(args, "--log-level", lv) // e.g. debug: every file's step timings in the daemon's log
+	}
+	cmd := exec.Command(e.o.IntakeBinary, args...)
 	cmd.Env = append(os.Environ(), "INTAKE_DATABASE_URL="+url)
 	if e.o.ProfileDir != "" {
 		e.seq++

@@ -1,0 +1,431 @@
+package intake
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"io"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/partner-intake/partner-intake/intake/ledger"
+	"github.com/partner-intake/partner-intake/intake/rows"
+	"github.com/partner-intake/partner-intake/intake/target"
+	"github.com/partner-intake/partner-intake/internal/fault"
+)
+
+// Applying ahead of the plan. A large file's chunks are applied while it
+// downloads, from the spool file as it is written (a spool.Follower, as
+// the plan's own scan reads it), into one transaction that stays open
+// until the plan decides: when the plan moves the file to applying, that
+// transaction writes the chunks' ledger rows behind the first chunk's
+// gate and commits (nothing of the file is visible before, and a worker
+// fenced off meanwhile gets nothing through the gate); the rest of the
+// file goes on one transaction a chunk, as apply does, from the same
+// reader. When the plan holds the file, finds it a duplicate or fails it,
+// or the run ends any other way, the transaction rolls back.
+//
+// Whatever goes wrong ahead (a key that exists after rows went straight
+// in, a row the target refuses, a lost connection, a deadlock, the pool
+// running short) only abandons it: the transaction rolls back and apply
+// reads the file from the spool as it always does. So the protocol's
+// states and the ledger mean what they meant; a crash loses at most the
+// work done ahead.
+//
+// What it buys: the apply, PostgreSQL's work on one core, starts with the
+// download instead of after the download and the plan (docs/performance.md,
+// item 43).
+
+// aheadBytes: files listed at this size or more are applied ahead.
+var aheadBytes int64 = 8 << 20
+
+// aheadPoolCheck: how often a transaction held open ahead looks whether
+// the work pool ran out of connections. Two looks in a row that find
+// every connection taken abandon it: the statements that would let it
+// commit (the spooled record, the plan) need a connection themselves, and
+// a transaction waiting on its rows' locks may hold the last one.
+var aheadPoolCheck = 250 * time.Millisecond
+
+// ahead is a file's apply running ahead of its plan.
+type ahead struct {
+	sha    string        // the spool entry it read, once the download is done
+	fl     io.Closer     // the spool follower it reads
+	cancel func()        // stops it (and its reader)
+	goOn   chan struct{} // closed by apply: the plan said go
+	hand   chan *aheadHand
+	done   chan struct{}
+}
+
+// aheadHand is what apply takes over: the open transaction with the
+// chunks applied in it, and the reader, which goes on from there.
+type aheadHand struct {
+	conn    *pgxpool.Conn
+	tx      pgx.Tx
+	tgt     *target.Table
+	chunks  []ledger.Chunk
+	sum     chunkCounts
+	direct  bool
+	pending *chunk // taken from the reader and not applied: the file's last chunk
+	full    chan *chunk
+	free    chan *chunk
+	readErr chan error
+	stop    func() // stops the reader and closes the follower
+}
+
+// aheadState is how the chunks applied ahead reach the target.
+type aheadState struct {
+	direct bool // straight into the target (all new so far)
+	probed bool // a direct chunk is in: the next refusal abandons
+	staged bool // the staging table holds an earlier chunk's rows
+}
+
+// errAheadNotNew: the first chunk's rows are not all new to the target
+// (rolled back to its savepoint); it goes through the merge.
+var errAheadNotNew = errors.New("ahead: rows not new")
+
+// aheadWanted: the file is applied ahead while it downloads.
+func (r *fileRun) aheadWanted() bool {
+	in := r.in
+	return in.ListedSize >= aheadBytes && in.ChunksDone == 0 && in.ReplayOf == 0 &&
+		r.feed.Approval == nil && in.ApprovedPlanHash == "" && r.d.ahead != nil
+}
+
+// startAhead starts applying ahead from fl, the follower of the spool file
+// being written. It does not block: it returns nil, and fl is closed, when
+// the daemon already runs as many as it allows.
+func (r *fileRun) startAhead(ctx context.Context, fl io.ReadCloser) *ahead {
+	select {
+	case r.d.ahead <- struct{}{}:
+	default:
+		fl.Close()
+		return nil
+	}
+	actx, cancel := context.WithCancel(ctx)
+	a := &ahead{fl: fl, cancel: cancel, goOn: make(chan struct{}), hand: make(chan *aheadHand, 1), done: make(chan struct{})}
+	go func() {
+		defer func() { <-r.d.ahead }()
+		defer close(a.done)
+		defer close(a.hand)
+		if outcome := r.runAhead(actx, a, fl); outcome != "handed" {
+			r.d.metrics.ahead.WithLabelValues(r.in.Partner, outcome).Inc()
+		}
+	}()
+	return a
+}
+
+// dropAhead stops an apply ahead that apply will not take (the file was
+// held, a duplicate, downloaded again, or the run ends): it rolls back.
+func (r *fileRun) dropAhead() {
+	if a := r.ahead; a != nil {
+		r.ahead = nil
+		a.cancel()
+		<-a.done
+	}
+}
+
+// runAhead applies chunks until apply takes them over (it returns
+// "handed") or it stops: "rolled_back" when the run dropped it,
+// "abandoned" when something went wrong ahead.
+func (r *fileRun) runAhead(ctx context.Context, a *ahead, fl io.ReadCloser) (outcome string) {
+	rctx, rcancel := context.WithCancel(ctx)
+	h := &aheadHand{full: make(chan *chunk, 1), free: make(chan *chunk, 2), readErr: make(chan error, 1)}
+	h.stop = func() {
+		rcancel()
+		fl.Close() // a read waiting for bytes returns
+	}
+	var conn *pgxpool.Conn
+	var tx pgx.Tx
+	readerStarted := false
+	abandon := func(why string, err error) string {
+		if tx != nil {
+			tx.Rollback(context.WithoutCancel(ctx))
+		}
+		if conn != nil {
+			conn.Release()
+		}
+		h.stop()
+		if readerStarted {
+			for range h.full {
+			}
+			<-h.readErr
+		}
+		if ctx.Err() != nil {
+			return "rolled_back"
+		}
+		r.log.Info("applying ahead of the plan stopped; the file is applied from the spool after its plan", "why", why, "err", err)
+		return "abandoned"
+	}
+	st := r.d.db.Stat()
+	if st.MaxConns()-st.AcquiredConns() < 2 {
+		return abandon("pool_busy", nil) // never the pool's last connection
+	}
+	acq, cancel := context.WithTimeout(ctx, aheadPoolCheck)
+	conn, err := r.d.db.Acquire(acq)
+	cancel()
+	if err != nil {
+		conn = nil
+		return abandon("pool_busy", err)
+	}
+	if h.tgt, err = r.d.targets.Get(ctx, r.feed); err != nil {
+		return abandon("target", err)
+	}
+	rd, err := rows.NewReader(fl, r.feed, r.p.cfg.Limits.MaxRows)
+	if err != nil {
+		return abandon("read", err) // the plan's scan meets the same
+	}
+	seed := maphash.MakeSeed()
+	for range 2 {
+		h.free <- newChunk(seed, r.feed.ChunkRows, h.tgt)
+	}
+	readerStarted = true
+	go func() { h.readErr <- r.readChunks(rctx, rd, 0, h.full, h.free) }()
+	if tx, err = conn.Begin(ctx); err != nil {
+		tx = nil
+		return abandon("begin", err)
+	}
+	// not the file's last chunk: see chunkStatements
+	if _, err := tx.Exec(ctx, chunkStatementTimeout+"; SET LOCAL synchronous_commit = off"); err != nil {
+		return abandon("begin", err)
+	}
+	as := aheadState{direct: h.tgt.Direct()}
+	tick := time.NewTicker(aheadPoolCheck)
+	defer tick.Stop()
+	full := (<-chan *chunk)(h.full)
+	busy := 0
+	for {
+		select {
+		case <-a.goOn:
+			h.conn, h.tx, h.direct = conn, tx, as.direct
+			a.hand <- h
+			return "handed"
+		case <-ctx.Done():
+			return abandon("", nil)
+		case <-tick.C:
+			if st := r.d.db.Stat(); st.AcquiredConns() >= st.MaxConns() {
+				if busy++; busy >= 2 {
+					return abandon("pool_busy", nil)
+				}
+			} else {
+				busy = 0
+			}
+		case c, ok := <-full:
+			switch {
+			case !ok: // the reader is done (and its error waits in readErr)
+				full = nil
+				continue
+			case c.final: // the last chunk moves the file to applied: never ahead
+				h.pending, full = c, nil
+				continue
+			}
+			cc, err := r.aheadChunk(ctx, tx, h.tgt, c, &as)
+			if err != nil {
+				return abandon("chunk", err)
+			}
+			h.chunks = append(h.chunks, ledger.Chunk{No: c.no, First: c.first, Last: c.last,
+				Applied: cc.applied, Unchanged: cc.unchanged, Rejected: cc.rejected, Conflict: cc.conflict})
+			h.sum.add(cc)
+			r.d.signals.AheadChunk.Signal(c.no)
+			h.free <- c
+		}
+	}
+}
+
+// aheadChunk writes one chunk's rows in the transaction held open ahead:
+// what chunkStatements does but for the gate and the ledger, which wait
+// for the plan. Only the first chunk that goes straight into the target
+// has a savepoint to fall back to the merge (so the transaction has one
+// subtransaction at most, not one a chunk); a later refusal abandons.
+func (r *fileRun) aheadChunk(ctx context.Context, tx pgx.Tx, tgt *target.Table, ch *chunk, as *aheadState) (chunkCounts, error) {
+	var c chunkCounts
+	if ch.rows() > 0 {
+		direct := false
+		if as.direct && !ch.dupKeys {
+			n, err := r.aheadDirect(ctx, tx, tgt, ch, as)
+			switch {
+			case err == nil:
+				c.applied, direct = n, true
+			case errors.Is(err, errAheadNotNew):
+				as.direct = false
+			default:
+				return c, err
+			}
+		}
+		if !direct {
+			if err := r.aheadStage(ctx, tx, tgt, as); err != nil {
+				return c, err
+			}
+			m, err := r.mergeChunk(ctx, tx, tgt, ch, r.in.ID)
+			if err != nil {
+				return c, err
+			}
+			c.applied, c.conflict = m.applied, m.conflict
+			c.outsideEdit, c.exists, c.notFound = m.outsideEdit, m.exists, m.notFound
+			c.rejected = m.deduped + m.notFound
+		}
+	}
+	c.unchanged = int64(ch.rows()) - c.rejected - c.applied - c.conflict
+	if len(ch.refused) > 0 {
+		if err := r.recordRefusals(ctx, tx, ch.refused); err != nil {
+			return c, err
+		}
+		c.rejected += int64(len(ch.refused))
+	}
+	if tgt.Snapshot() && ch.rows() > 0 {
+		if err := tgt.RecordKeys(ctx, tx, r.in.ID); err != nil {
+			return c, fmt.Errorf("chunk %d snapshot keys: %w", ch.no, err)
+		}
+	}
+	return c, nil
+}
+
+// aheadDirect writes a chunk straight into the target (writeDirect); the
+// first such chunk under a savepoint, so that rows which are not new send
+// the file to the merge instead of abandoning.
+func (r *fileRun) aheadDirect(ctx context.Context, tx pgx.Tx, tgt *target.Table, ch *chunk, as *aheadState) (int64, error) {
+	if !as.probed {
+		if _, err := tx.Exec(ctx, "SAVEPOINT intake_ahead"); err != nil {
+			return 0, err
+		}
+	}
+	if tgt.StagedDirect() {
+		if err := r.aheadStage(ctx, tx, tgt, as); err != nil {
+			return 0, err
+		}
+	}
+	n, err := r.writeDirect(ctx, tx, tgt, ch, r.in.ID)
+	if err == nil {
+		as.probed = true
+		return n, nil
+	}
+	ch.dropPayload()
+	var pe *pgconn.PgError
+	if as.probed || !errors.As(err, &pe) {
+		return 0, err
+	}
+	if _, err := tx.Exec(ctx, "ROLLBACK TO SAVEPOINT intake_ahead"); err != nil {
+		return 0, err
+	}
+	as.staged = false // rolled back with the savepoint, if it was staged
+	return 0, errAheadNotNew
+}
+
+// aheadStage makes the staging table ready for a chunk: it is emptied at
+// commit only, and this transaction holds many chunks.
+func (r *fileRun) aheadStage(ctx context.Context, tx pgx.Tx, tgt *target.Table, as *aheadState) error {
+	if err := tgt.Stage(ctx, tx); err != nil {
+		return err
+	}
+	if as.staged {
+		if err := tgt.ClearStage(ctx, tx); err != nil {
+			return err
+		}
+	}
+	as.staged = true
+	return nil
+}
+
+// applyAhead takes over the apply running ahead now that the plan said
+// go: the chunks applied ahead commit with their ledger rows behind the
+// first chunk's gate, and the rest of the file follows from the same
+// reader. done is false when there is nothing to take over (the apply
+// ahead stopped, or its commit failed and rolled back): apply then reads
+// the file from the spool.
+func (r *fileRun) applyAhead(ctx context.Context, tgt *target.Table) (done bool, err error) {
+	a := r.ahead
+	if a.sha == "" || a.sha != r.in.DataSHA256 || r.in.ChunksDone != 0 {
+		r.dropAhead() // not these bytes, or not from the file's start
+		return false, nil
+	}
+	r.ahead = nil
+	close(a.goOn)
+	h, ok := <-a.hand
+	<-a.done
+	if !ok {
+		return false, nil
+	}
+	defer h.stop()
+	release := func() {
+		if h.conn != nil {
+			h.tx.Rollback(context.WithoutCancel(ctx))
+			h.conn.Release()
+			h.conn = nil
+		}
+	}
+	defer release()
+	abandon := func(why string, err error) (bool, error) {
+		release()
+		h.stop()
+		for range h.full {
+		}
+		<-h.readErr
+		r.log.Info("chunks applied ahead of the plan not taken; the file is applied from the spool", "why", why, "err", err)
+		r.d.metrics.ahead.WithLabelValues(r.in.Partner, "abandoned").Inc()
+		return false, nil
+	}
+	if h.tgt != tgt {
+		return abandon("target_changed", nil)
+	}
+	in := r.in
+	r.direct = h.direct
+	if err := fault.Check("apply:ahead_commit"); err != nil {
+		return true, err
+	}
+	if len(h.chunks) > 0 {
+		err := r.d.ledger.ChunksDone(ctx, h.tx, in, h.chunks)
+		if err == nil {
+			err = fault.Check("apply:mid_chunk")
+		}
+		if err == nil {
+			if ferr := fault.Check("commit:lost"); ferr != nil {
+				return true, r.markUnknown(ctx, &CommitUnknownError{IntakeID: in.ID, Chunk: len(h.chunks) - 1, Err: ferr})
+			}
+			if err = h.tx.Commit(ctx); err != nil {
+				var pe *pgconn.PgError
+				if !errors.As(err, &pe) {
+					return true, r.markUnknown(ctx, &CommitUnknownError{IntakeID: in.ID, Chunk: len(h.chunks) - 1, Err: err})
+				}
+			}
+		}
+		if err != nil {
+			var fe *FencedError
+			if errors.As(err, &fe) || ctx.Err() != nil {
+				return true, err
+			}
+			return abandon("commit", err)
+		}
+		h.conn.Release()
+		h.conn = nil
+		if err := fault.Check("commit:reply_lost"); err != nil {
+			return true, r.markUnknown(ctx, &CommitUnknownError{IntakeID: in.ID, Chunk: len(h.chunks) - 1, Err: err})
+		}
+		c := h.sum
+		in.RowsApplied += c.applied
+		in.RowsUnchanged += c.unchanged
+		in.RowsRejected += c.rejected
+		in.RowsConflict += c.conflict
+		in.ChunksDone = len(h.chunks)
+		r.d.metrics.rows(in.Partner, c)
+		if r.progress != nil {
+			r.progress(in.RowsApplied+in.RowsUnchanged+in.RowsConflict+in.RowsRejected, in.RowsTotal)
+		}
+		r.log.Debug("chunks applied ahead of the plan committed", "chunks", len(h.chunks))
+	}
+	r.d.metrics.ahead.WithLabelValues(in.Partner, "committed").Inc()
+	release()
+	return true, r.applyChunks(ctx, tgt, h.pending, h.full, h.free, h.readErr, h.stop)
+}
+
+// add sums chunk counts.
+func (c *chunkCounts) add(o chunkCounts) {
+	c.applied += o.applied
+	c.unchanged += o.unchanged
+	c.rejected += o.rejected
+	c.conflict += o.conflict
+	c.outsideEdit += o.outsideEdit
+	c.exists += o.exists
+	c.notFound += o.notFound
+}

@@ -1,0 +1,215 @@
+package intake_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/partner-intake/partner-intake/intake"
+	"github.com/partner-intake/partner-intake/internal/testenv"
+)
+
+// Applying ahead of the plan (ahead.go): a file's chunks go into one
+// transaction while it downloads, which commits behind the gate once the
+// plan says go and rolls back otherwise. These files are small, so the
+// size from which a file is applied ahead is lowered and chunks hold 3
+// rows: 20 rows are chunks 0-6, chunk 6 the last (never applied ahead).
+
+const aheadRows = 20
+
+// aheadRig is a partner whose files are applied ahead, with the signal
+// of each chunk applied ahead initialised.
+func aheadRig(t *testing.T) (*rig, *testenv.Site, *pgxpool.Pool) {
+	t.Helper()
+	t.Cleanup(intake.SetAheadBytes(1))
+	_, pool := testenv.DB(t)
+	site := testenv.NewSite(t, "acme")
+	site.Config.Feeds[0].ChunkRows = 3
+	r := newRig(t, pool, "w1", site)
+	intake.Signals(r.d).AheadChunk.Init(t)
+	return r, site, pool
+}
+
+func aheadCount(r *rig, result string) float64 {
+	return testutil.ToFloat64(r.d.Metrics().Ahead.WithLabelValues("acme", result))
+}
+
+// openWriters counts the transactions of the test's database that wrote
+// and wait idle: the one held open ahead of the plan.
+func openWriters(t *testing.T, pool *pgxpool.Pool) int64 {
+	return count(t, pool, `SELECT count(*) FROM pg_stat_activity
+		WHERE datname = current_database() AND state = 'idle in transaction' AND backend_xid IS NOT NULL`)
+}
+
+func TestChunksAppliedAheadCommitWithThePlanAndNotBefore(t *testing.T) {
+	r, site, pool := aheadRig(t)
+	site.Drop(t, "orders-ahead.csv", goodRows("A", aheadRows))
+	resume := r.pollPaused("acme", "spool:after") // downloaded and recorded; not planned
+	intake.Signals(r.d).AheadChunk.WaitFor(func(no int) bool { return no == 5 })
+	if n := count(t, pool, `SELECT count(*) FROM orders WHERE partner_id = 'acme'`); n != 0 {
+		t.Fatalf("%d rows visible before the plan, want none", n)
+	}
+	if n := openWriters(t, pool); n != 1 {
+		t.Fatalf("%d open transactions that wrote, want the one applied ahead", n)
+	}
+	if err := resume(); err != nil {
+		t.Fatal(err)
+	}
+	f := files(t, pool, "acme")[0]
+	if f.State != "archived" || f.Total != aheadRows || f.Applied != aheadRows || f.Chunks != 7 {
+		t.Fatalf("got %+v, want archived with %d rows applied in 7 chunks", f, aheadRows)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM orders WHERE partner_id = 'acme' AND last_intake_id = $1`, f.ID); n != aheadRows {
+		t.Fatalf("got %d target rows, want %d", n, aheadRows)
+	}
+	// chunks 0-5 committed in the one transaction held open ahead, chunk 6
+	// in its own
+	if n := count(t, pool, `SELECT count(DISTINCT xmin::text) FROM intake_chunk WHERE intake_id = $1`, f.ID); n != 2 {
+		t.Fatalf("the 7 chunks committed in %d transactions, want 2 (six ahead, the last alone)", n)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM intake_chunk WHERE intake_id = $1 AND rows_applied = 3 AND last_line = first_line + 2`, f.ID); n != 6 {
+		t.Fatalf("%d chunk records of 3 applied rows over 3 lines, want 6", n)
+	}
+	if got := aheadCount(r, "committed"); got != 1 {
+		t.Fatalf("apply ahead committed %v times, want 1", got)
+	}
+	if n := openWriters(t, pool); n != 0 {
+		t.Fatalf("%d transactions left open", n)
+	}
+}
+
+func TestChunksAppliedAheadRollBackWhenThePlanHoldsTheFile(t *testing.T) {
+	r, site, pool := aheadRig(t)
+	site.Config.Feeds[0].MaxRejectRatio = 0.2
+	lines := strings.SplitAfter(goodRows("H", aheadRows), "\n")
+	for i := 10; i <= aheadRows; i++ { // rows 10-20 (11 of 20) are rejected
+		lines[i] = strings.Replace(lines[i], "@example.com", "", 1)
+	}
+	site.Drop(t, "orders-held.csv", strings.Join(lines, ""))
+	resume := r.pollPaused("acme", "spool:after")
+	intake.Signals(r.d).AheadChunk.WaitFor(func(no int) bool { return no == 5 })
+	if err := resume(); err != nil {
+		t.Fatal(err)
+	}
+	f := files(t, pool, "acme")[0]
+	if f.State != "quarantined" || f.Reason != string(intake.ReasonRejectRate) || f.Applied != 0 || f.Chunks != 0 {
+		t.Fatalf("got %+v, want quarantined for its reject rate, nothing applied", f)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM orders WHERE partner_id = 'acme'`); n != 0 {
+		t.Fatalf("%d rows of a held file in the target, want none", n)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM intake_chunk`); n != 0 {
+		t.Fatalf("%d chunk records of a held file, want none", n)
+	}
+	if got := aheadCount(r, "rolled_back"); got != 1 {
+		t.Fatalf("apply ahead rolled back %v times, want 1", got)
+	}
+	if n := openWriters(t, pool); n != 0 {
+		t.Fatalf("%d transactions left open", n)
+	}
+}
+
+func TestChunksAppliedAheadAreFencedAtTheirCommit(t *testing.T) {
+	r, site, pool := aheadRig(t)
+	site.Drop(t, "orders-fenced.csv", goodRows("F", aheadRows))
+	resume := r.pollPaused("acme", "apply:ahead_commit") // planned: applying
+	// another worker takes the file over before the chunks applied ahead
+	// commit
+	if _, err := pool.Exec(context.Background(), `UPDATE file_intake SET fencing_token = fencing_token + 1 WHERE partner_id = 'acme'`); err != nil {
+		t.Fatal(err)
+	}
+	if err := resume(); err != nil {
+		t.Fatal(err)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM orders WHERE partner_id = 'acme'`); n != 0 {
+		t.Fatalf("%d rows written by a fenced worker, want none", n)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM intake_chunk`); n != 0 {
+		t.Fatalf("%d chunk records written by a fenced worker, want none", n)
+	}
+	if f := files(t, pool, "acme")[0]; f.State != "applying" || f.Chunks != 0 {
+		t.Fatalf("got %+v, want applying with no chunk (the new owner's)", f)
+	}
+	if n := openWriters(t, pool); n != 0 {
+		t.Fatalf("%d transactions left open", n)
+	}
+}
+
+func TestChunksAppliedAheadGiveWayWhenLaterKeysExist(t *testing.T) {
+	r, site, pool := aheadRig(t)
+	lines := strings.SplitAfter(goodRows("K", aheadRows), "\n")
+	// keys K-10..K-12 (chunk 3) are in the target already: chunks 0-2 go
+	// straight in ahead, chunk 3 is refused, and the file is applied from
+	// the spool after its plan instead
+	site.Drop(t, "orders-first.csv", lines[0]+strings.Join(lines[10:13], ""))
+	r.poll("acme")
+	site.Drop(t, "orders-second.csv", strings.Join(lines, ""))
+	r.poll("acme")
+	fs := files(t, pool, "acme")
+	if len(fs) != 2 {
+		t.Fatalf("got %d files, want 2", len(fs))
+	}
+	f := fs[1]
+	if f.State != "archived" || f.Applied != aheadRows-3 || f.Unchanged != 3 || f.Chunks != 7 {
+		t.Fatalf("got %+v, want archived: %d applied, 3 unchanged, 7 chunks", f, aheadRows-3)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM orders WHERE partner_id = 'acme'`); n != aheadRows {
+		t.Fatalf("got %d target rows, want %d", n, aheadRows)
+	}
+	if got, c := aheadCount(r, "abandoned"), aheadCount(r, "committed"); got != 1 || c != 1 {
+		t.Fatalf("apply ahead abandoned %v and committed %v times, want 1 and 1 (the first file)", got, c)
+	}
+	if n := openWriters(t, pool); n != 0 {
+		t.Fatalf("%d transactions left open", n)
+	}
+}
+
+func TestChunksAppliedAheadMergeARepeatedFile(t *testing.T) {
+	r, site, pool := aheadRig(t)
+	rows := goodRows("M", aheadRows)
+	site.Drop(t, "orders-m1.csv", rows)
+	r.poll("acme")
+	// the same keys again under another batch, three rows changed: every
+	// chunk goes through the staging table and the merge, ahead
+	lines := strings.SplitAfter(rows, "\n")
+	for _, i := range []int{4, 11, 17} {
+		lines[i] = strings.Replace(lines[i], ",paid,", ",new,", 1)
+	}
+	site.Drop(t, "orders-m2.csv", strings.Join(lines, ""))
+	r.poll("acme")
+	fs := files(t, pool, "acme")
+	f := fs[len(fs)-1]
+	if f.State != "archived" || f.Applied != 3 || f.Unchanged != aheadRows-3 || f.Chunks != 7 {
+		t.Fatalf("got %+v, want archived: 3 applied, %d unchanged", f, aheadRows-3)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM orders WHERE partner_id = 'acme' AND status = 'new' AND last_intake_id = $1`, f.ID); n != 3 {
+		t.Fatalf("got %d changed rows written by the second file, want 3", n)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM intake_chunk WHERE intake_id = $1 AND rows_applied + rows_unchanged = 3`, f.ID); n != 6 {
+		t.Fatalf("%d chunk records of the second file account for their 3 rows, want 6", n)
+	}
+	if got := aheadCount(r, "committed"); got != 2 {
+		t.Fatalf("apply ahead committed %v times, want 2", got)
+	}
+}
+
+func TestAnExactResendAppliedAheadRollsBack(t *testing.T) {
+	r, site, pool := aheadRig(t)
+	site.Drop(t, "orders-dup.csv", goodRows("D", aheadRows))
+	r.poll("acme")
+	site.Drop(t, "orders-dup.csv", goodRows("D", aheadRows))
+	r.poll("acme")
+	fs := files(t, pool, "acme")
+	if len(fs) != 2 || fs[1].State != "duplicate" {
+		t.Fatalf("got %+v, want the resend a duplicate", fs)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM orders WHERE last_intake_id = $1`, fs[1].ID); n != 0 {
+		t.Fatalf("%d rows written by a duplicate, want none", n)
+	}
+	if got, rb := aheadCount(r, "committed"), aheadCount(r, "rolled_back"); got != 1 || rb != 1 {
+		t.Fatalf("apply ahead committed %v and rolled back %v times, want 1 and 1", got, rb)
+	}
+}
