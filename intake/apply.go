@@ -77,7 +77,7 @@ func (r *fileRun) apply(ctx context.Context) error {
 	}
 	readErr := make(chan error, 1)
 	first := in.ChunksDone // the reader must not read in while the loop below writes it
-	go func() { readErr <- r.readChunks(pctx, rd, first, full, free) }()
+	go func() { readErr <- r.readChunks(pctx, rd, first, full, free, nil) }()
 	r.direct = tgt.Direct() // optimistic: fresh rows go straight into the target
 	return r.applyChunks(ctx, tgt, nil, full, free, readErr, cancel)
 }
@@ -129,7 +129,10 @@ func (r *fileRun) applyChunks(ctx context.Context, tgt *target.Table, pending *c
 // n is the same rows on every run and the ledger's chunk numbers hold
 // across resumes. A chunk is handed over once the next chunk's first row
 // (or the end of the file) is read, so the last one knows it is last.
-func (r *fileRun) readChunks(ctx context.Context, rd *rows.Reader, first int, full chan<- *chunk, free <-chan *chunk) error {
+//
+// sc, when not nil, is the plan's scan, made in the same pass (ahead.go):
+// every row counted, the rejected ones kept as scanRows keeps them.
+func (r *fileRun) readChunks(ctx context.Context, rd *rows.Reader, first int, full chan<- *chunk, free <-chan *chunk, sc *scan) error {
 	defer close(full)
 	keyIdx := keyIndexes(r.feed)
 	var cut chunkCut
@@ -159,7 +162,13 @@ func (r *fileRun) readChunks(ctx context.Context, rd *rows.Reader, first int, fu
 			break
 		}
 		if err != nil {
+			if sc != nil && !errors.As(err, &sc.fail) {
+				sc.err = err
+			}
 			return fmt.Errorf("apply: spooled file no longer reads as planned: %w", err)
+		}
+		if sc != nil {
+			sc.count(row)
 		}
 		no, next := cut.place(r.feed, row)
 		if next && c != nil {

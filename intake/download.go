@@ -218,14 +218,19 @@ func (r *fileRun) fetch(ctx context.Context, withScan bool) (spool.Entry, error)
 		// Validate the rows while they land in the spool, from the file
 		// itself: the plan step then need not read it again, and the
 		// download never waits for the validation.
+		// A large file is applied in that same pass, ahead of its plan
+		// (ahead.go).
+		wantAhead := r.aheadWanted()
 		opts = append(opts, spool.Follow(func(fl *spool.Follower) {
 			pre = &preScan{done: make(chan *scan, 1), stop: fl}
+			if wantAhead {
+				if ah = r.startAhead(ctx, fl, pre.done); ah != nil {
+					pre.stop = ah // the follower is the apply ahead's
+					return
+				}
+			}
 			go func() { pre.done <- scanRows(fl, r.feed, r.p.cfg.Limits.MaxRows) }()
 		}))
-		if r.aheadWanted() {
-			// and apply them, ahead of the plan (ahead.go)
-			opts = append(opts, spool.Follow(func(fl *spool.Follower) { ah = r.startAhead(ctx, fl) }))
-		}
 	}
 	e, err := r.d.spool.Put(r.in.Partner, size, max, src, opts...)
 	if pre != nil {

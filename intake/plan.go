@@ -58,21 +58,28 @@ func scanRows(r io.Reader, feed *partners.Feed, maxRows int64) *scan {
 			}
 			return s
 		}
-		s.total++
-		if row.Issue != nil {
-			s.rejected++
-			if len(s.issues) < maxHeldIssues {
-				s.issues = append(s.issues, *row.Issue)
-			} else {
-				s.overflow = true
-			}
+		s.count(row)
+	}
+}
+
+// count takes one row into the scan.
+func (s *scan) count(row *rows.Row) {
+	s.total++
+	if row.Issue != nil {
+		s.rejected++
+		if len(s.issues) < maxHeldIssues {
+			s.issues = append(s.issues, *row.Issue)
+		} else {
+			s.overflow = true
 		}
 	}
 }
 
 // preScan validates the rows while the file is being downloaded, from the
 // spool file as it is written, so the plan step need not read the file
-// again. It is used only for the spool entry it was computed from.
+// again (for a file applied ahead, the apply's own reader makes it, in the
+// same pass: ahead.go). It is used only for the spool entry it was
+// computed from.
 type preScan struct {
 	sha  string
 	done chan *scan
