@@ -1,6 +1,7 @@
 package intake
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -81,6 +82,83 @@ type aheadState struct {
 	direct bool // straight into the target (all new so far)
 	probed bool // a direct chunk is in: the next refusal abandons
 	staged bool // the staging table holds an earlier chunk's rows
+	// stream is the COPY open into the target that the direct chunks after
+	// the first are written into (nil: none open)
+	stream *aheadStream
+}
+
+// aheadStream is one COPY straight into the target that chunk after
+// chunk is written into: PostgreSQL runs one COPY instead of one a chunk
+// (each of which sets up its own bulk insert; measured with psql: 1M rows
+// in 100 COPYs took 2.6-2.8 s, in one 2.1-2.3 s).
+type aheadStream struct {
+	pw     *io.PipeWriter
+	done   chan error
+	n      int64 // rows the COPY wrote, once done
+	sent   int64 // rows written into it
+	binary bool
+}
+
+// openStream starts the COPY; it runs on tx until closeStream, and no
+// other statement may use tx meanwhile.
+func openStream(ctx context.Context, tx pgx.Tx, tgt *target.Table) (*aheadStream, error) {
+	pr, pw := io.Pipe()
+	s := &aheadStream{pw: pw, done: make(chan error, 1), binary: tgt.Binary()}
+	go func() {
+		n, err := tgt.CopyDirectFrom(ctx, tx, pr)
+		pr.CloseWithError(cmp.Or(err, io.ErrClosedPipe)) // a write waiting on a COPY that ended returns
+		s.n = n
+		s.done <- err
+	}()
+	if s.binary {
+		if _, err := pw.Write(target.AppendCopyHeader(nil)); err != nil {
+			return s, s.close(false)
+		}
+	}
+	return s, nil
+}
+
+// write hands a chunk's rows (chunk.appendDirect) to the COPY; it returns
+// once the COPY has taken them, so the buffer may be used again.
+func (s *aheadStream) write(p []byte, rows int) error {
+	if _, err := s.pw.Write(p); err != nil {
+		return err
+	}
+	s.sent += int64(rows)
+	return nil
+}
+
+// close ends the COPY (ok: with its trailer, else by failing it) and
+// returns its error, or an error when it wrote other than the rows sent.
+func (s *aheadStream) close(ok bool) error {
+	if ok && s.binary {
+		if _, err := s.pw.Write(target.AppendCopyTrailer(nil)); err != nil {
+			ok = false
+		}
+	}
+	if ok {
+		s.pw.Close()
+	} else {
+		s.pw.CloseWithError(errors.New("apply ahead stopped"))
+	}
+	err := <-s.done
+	if err == nil && !ok {
+		err = errors.New("apply ahead stopped")
+	}
+	if err == nil && s.n != s.sent {
+		err = fmt.Errorf("the COPY wrote %d rows, %d were sent", s.n, s.sent)
+	}
+	return err
+}
+
+// endStream closes the open COPY, if any, before another statement.
+func (as *aheadState) endStream() error {
+	if as.stream == nil {
+		return nil
+	}
+	err := as.stream.close(true)
+	as.stream = nil
+	return err
 }
 
 // errAheadNotNew: the first chunk's rows are not all new to the target
@@ -145,7 +223,12 @@ func (r *fileRun) runAhead(ctx context.Context, a *ahead, fl io.ReadCloser, scan
 	var conn *pgxpool.Conn
 	var tx pgx.Tx
 	readerStarted := false
+	var as aheadState
 	abandon := func(why string, err error) string {
+		if as.stream != nil {
+			as.stream.close(false)
+			as.stream = nil
+		}
 		if tx != nil {
 			tx.Rollback(context.WithoutCancel(ctx))
 		}
@@ -221,7 +304,7 @@ func (r *fileRun) runAhead(ctx context.Context, a *ahead, fl io.ReadCloser, scan
 		scanOut <- sc
 		h.readErr <- err
 	}()
-	as := aheadState{direct: h.tgt.Direct()}
+	as.direct = h.tgt.Direct()
 	tick := time.NewTicker(aheadPoolCheck)
 	defer tick.Stop()
 	full := (<-chan *chunk)(h.full)
@@ -229,6 +312,9 @@ func (r *fileRun) runAhead(ctx context.Context, a *ahead, fl io.ReadCloser, scan
 	for {
 		select {
 		case <-a.goOn:
+			if err := as.endStream(); err != nil {
+				return abandon("chunk", err)
+			}
 			h.conn, h.tx, h.direct = conn, tx, as.direct
 			a.hand <- h
 			return "handed"
@@ -273,6 +359,25 @@ func (r *fileRun) runAhead(ctx context.Context, a *ahead, fl io.ReadCloser, scan
 // subtransaction at most, not one a chunk); a later refusal abandons.
 func (r *fileRun) aheadChunk(ctx context.Context, tx pgx.Tx, tgt *target.Table, ch *chunk, as *aheadState) (chunkCounts, error) {
 	var c chunkCounts
+	if as.probed && as.direct && !ch.dupKeys && !tgt.StagedDirect() && !tgt.Snapshot() && len(ch.refused) == 0 {
+		// into the one COPY (a key that exists fails it, and so abandons)
+		if as.stream == nil {
+			s, err := openStream(ctx, tx, tgt)
+			if err != nil {
+				return c, err
+			}
+			as.stream = s
+		}
+		ch.out = ch.appendDirect(ch.out[:0], r.in.Partner, r.in.ID)
+		if err := as.stream.write(ch.out, ch.rows()); err != nil {
+			return c, err
+		}
+		c.applied = int64(ch.rows())
+		return c, nil
+	}
+	if err := as.endStream(); err != nil {
+		return c, err
+	}
 	if ch.rows() > 0 {
 		direct := false
 		if as.direct && !ch.dupKeys {

@@ -3,6 +3,7 @@ package target
 import (
 	"bytes"
 	"context"
+	"io"
 
 	"github.com/jackc/pgx/v5"
 
@@ -63,6 +64,14 @@ func (t *Table) TruncateStage(ctx context.Context, tx pgx.Tx) error {
 // returns the rows written.
 func (t *Table) CopyDirect(ctx context.Context, tx pgx.Tx, payload []byte) (int64, error) {
 	tag, err := tx.Conn().PgConn().CopyFrom(ctx, bytes.NewReader(payload), t.directCopy)
+	return tag.RowsAffected(), err
+}
+
+// CopyDirectFrom COPYs the rows read from r (as CopyDirect's payload,
+// several of them one after the other, the binary format's header once at
+// the start and its trailer once at the end) straight into the target.
+func (t *Table) CopyDirectFrom(ctx context.Context, tx pgx.Tx, r io.Reader) (int64, error) {
+	tag, err := tx.Conn().PgConn().CopyFrom(ctx, r, t.directCopy)
 	return tag.RowsAffected(), err
 }
 
