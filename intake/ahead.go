@@ -118,13 +118,13 @@ func openStream(ctx context.Context, tx pgx.Tx, tgt *target.Table) (*aheadStream
 	return s, nil
 }
 
-// write hands a chunk's rows (chunk.appendDirect) to the COPY; it returns
-// once the COPY has taken them, so the buffer may be used again.
-func (s *aheadStream) write(p []byte, rows int) error {
-	if _, err := s.pw.Write(p); err != nil {
+// write hands a chunk's rows to the COPY (chunk.streamDirect); it
+// returns once the COPY has taken them, so the chunk may be used again.
+func (s *aheadStream) write(ch *chunk, partner string, writer int64) error {
+	if err := ch.streamDirect(s.pw, partner, writer); err != nil {
 		return err
 	}
-	s.sent += int64(rows)
+	s.sent += int64(ch.rows())
 	return nil
 }
 
@@ -368,8 +368,7 @@ func (r *fileRun) aheadChunk(ctx context.Context, tx pgx.Tx, tgt *target.Table, 
 			}
 			as.stream = s
 		}
-		ch.out = ch.appendDirect(ch.out[:0], r.in.Partner, r.in.ID)
-		if err := as.stream.write(ch.out, ch.rows()); err != nil {
+		if err := as.stream.write(ch, r.in.Partner, r.in.ID); err != nil {
 			return c, err
 		}
 		c.applied = int64(ch.rows())

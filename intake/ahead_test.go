@@ -214,3 +214,49 @@ func TestAnExactResendAppliedAheadRollsBack(t *testing.T) {
 		t.Fatalf("apply ahead committed %v and rolled back %v times, want 1 and 1", got, rb)
 	}
 }
+
+func TestChunksAppliedAheadStreamIntoCopyTextAndGuardedTargets(t *testing.T) {
+	for _, tc := range []struct{ name, ddl string }{
+		// double precision has no binary encoder: the chunks stream as
+		// COPY text, without the binary header and trailer
+		{"copy text", `CREATE TABLE orders_ahead (
+			partner_id text NOT NULL, order_id text NOT NULL, email text, amount double precision NOT NULL,
+			status text NOT NULL, placed_at timestamptz NOT NULL, qty integer, last_intake_id bigint NOT NULL,
+			PRIMARY KEY (partner_id, order_id))`},
+		// guarded: every streamed row carries intake's hash of it
+		{"guarded", `CREATE TABLE orders_ahead (
+			partner_id text NOT NULL, order_id text NOT NULL, email text, amount numeric(12,2) NOT NULL,
+			status text NOT NULL, placed_at timestamptz NOT NULL, qty integer, last_intake_id bigint NOT NULL,
+			intake_row_hash bigint, PRIMARY KEY (partner_id, order_id))`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Cleanup(intake.SetAheadBytes(1))
+			_, pool := testenv.DB(t)
+			if _, err := pool.Exec(context.Background(), tc.ddl); err != nil {
+				t.Fatal(err)
+			}
+			site := testenv.NewSite(t, "acme")
+			site.Config.Feeds[0].ChunkRows = 3
+			site.Config.Feeds[0].Target = "orders_ahead"
+			r := newRig(t, pool, "w1", site)
+			site.Drop(t, "orders-a1.csv", goodRows("T", aheadRows))
+			r.poll("acme")
+			// the same rows again, one changed: all merged, none an edit
+			// made outside intake
+			lines := strings.SplitAfter(goodRows("T", aheadRows), "\n")
+			lines[9] = strings.Replace(lines[9], ",paid,", ",new,", 1)
+			site.Drop(t, "orders-a2.csv", strings.Join(lines, ""))
+			r.poll("acme")
+			fs := files(t, pool, "acme")
+			if len(fs) != 2 || fs[0].Applied != aheadRows || fs[1].Applied != 1 || fs[1].Unchanged != aheadRows-1 || fs[1].Confl != 0 {
+				t.Fatalf("got %+v, want %d applied, then 1 applied and %d unchanged", fs, aheadRows, aheadRows-1)
+			}
+			if n := count(t, pool, `SELECT count(*) FROM orders_ahead WHERE partner_id = 'acme'`); n != aheadRows {
+				t.Fatalf("got %d target rows, want %d", n, aheadRows)
+			}
+			if got := aheadCount(r, "committed"); got != 2 {
+				t.Fatalf("apply ahead committed %v times, want 2", got)
+			}
+		})
+	}
+}

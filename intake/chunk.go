@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"hash/maphash"
+	"io"
 	"strconv"
 	"strings"
 
@@ -212,37 +213,67 @@ func (c *chunk) directPayload(partner string, writer int64) []byte {
 // one COPY: each row carries its own file's intake id).
 func (c *chunk) appendDirect(out []byte, partner string, writer int64) []byte {
 	start := 0
+	for _, end := range c.ends {
+		out = c.appendDirectRow(out, c.cols[start:end], partner, writer)
+		start = end
+	}
+	return out
+}
+
+// streamDirect writes the chunk's rows as appendDirect lays them out to
+// w, in pieces of about directPiece bytes (c.out is the scratch): what it
+// holds at once does not grow with the chunk.
+func (c *chunk) streamDirect(w io.Writer, partner string, writer int64) error {
+	out := c.out[:0]
+	start := 0
+	for _, end := range c.ends {
+		out = c.appendDirectRow(out, c.cols[start:end], partner, writer)
+		start = end
+		if len(out) >= directPiece {
+			if _, err := w.Write(out); err != nil {
+				return err
+			}
+			out = out[:0]
+		}
+	}
+	c.out = out
+	if len(out) > 0 {
+		_, err := w.Write(out)
+		return err
+	}
+	return nil
+}
+
+// directPiece: the size of the pieces streamDirect writes.
+const directPiece = 64 << 10
+
+// appendDirectRow appends one row (its encoded columns) as COPY data for
+// the target: partner_id, columns, last_intake_id (and the row's hash when
+// the chunk has a hasher).
+func (c *chunk) appendDirectRow(out, row []byte, partner string, writer int64) []byte {
 	if c.enc != nil {
 		fields := uint16(len(c.enc) + 2)
 		if c.hasher != nil {
 			fields++
 		}
-		for _, end := range c.ends {
-			out = binary.BigEndian.AppendUint16(out, fields)
-			out = binary.BigEndian.AppendUint32(out, uint32(len(partner)))
-			out = append(out, partner...)
-			out = append(out, c.cols[start:end]...)
+		out = binary.BigEndian.AppendUint16(out, fields)
+		out = binary.BigEndian.AppendUint32(out, uint32(len(partner)))
+		out = append(out, partner...)
+		out = append(out, row...)
+		out = binary.BigEndian.AppendUint32(out, 8)
+		out = binary.BigEndian.AppendUint64(out, uint64(writer))
+		if c.hasher != nil {
 			out = binary.BigEndian.AppendUint32(out, 8)
-			out = binary.BigEndian.AppendUint64(out, uint64(writer))
-			if c.hasher != nil {
-				out = binary.BigEndian.AppendUint32(out, 8)
-				out = binary.BigEndian.AppendUint64(out, uint64(c.rowHash(c.cols[start:end])))
-			}
-			start = end
+			out = binary.BigEndian.AppendUint64(out, uint64(c.rowHash(row)))
 		}
 		return out
 	}
-	pre := appendCopyText(nil, partner)
-	suf := strconv.AppendInt([]byte{'\t'}, writer, 10)
-	suf = append(suf, '\n')
-	for _, end := range c.ends {
-		out = append(out, pre...)
-		out = append(out, '\t')
-		out = append(out, c.cols[start:end]...)
-		out = append(out, suf...)
-		start = end
-	}
-	return out
+	out = appendCopyText(out, partner)
+	out = append(out, '\t')
+	out = append(out, row...)
+	out = append(out, '\t')
+	out = strconv.AppendInt(out, writer, 10)
+	return append(out, '\n')
 }
 
 // rowHash is the hash of a row of binary fields (each an int4 length, -1

@@ -200,6 +200,19 @@ func TestKillAtEachGroupStepThenRestart(t *testing.T) {
 	})
 }
 
+// TestKillAheadOfThePlanThenRestart is the same for a file large enough
+// to be applied while it downloads (intake/ahead.go, 8 MiB and more):
+// killed while its chunks wait in the transaction held open ahead, before
+// that transaction's commit, and right after it, then run again, it is
+// applied exactly once.
+func TestKillAheadOfThePlanThenRestart(t *testing.T) {
+	killAtEachStep(t, "acrash", 1, 160_000, 20_000, []string{
+		"spool:after",        // downloaded; chunks applied ahead, not committed
+		"apply:ahead_commit", // planned; the chunks applied ahead not committed
+		"commit:reply_lost",  // the chunks applied ahead committed, then killed
+	})
+}
+
 // killAtEachStep drops nfiles files of rows rows, kills `intake run` at
 // each step (name[=spec], spec "kill" by default), runs it again once and
 // checks that everything settled.
