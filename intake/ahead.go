@@ -251,8 +251,10 @@ func (r *fileRun) runAhead(ctx context.Context, a *ahead, fl io.ReadCloser, scan
 				h.free <- c
 			}
 			<-h.readErr
+			fl.Close()
 		default:
 			scanOut <- scanRows(fl, r.feed, r.p.cfg.Limits.MaxRows)
+			fl.Close()
 		}
 		r.log.Info("applying ahead of the plan stopped; the file is applied from the spool after its plan", "why", why, "err", err)
 		return "abandoned"
@@ -287,6 +289,7 @@ func (r *fileRun) runAhead(ctx context.Context, a *ahead, fl io.ReadCloser, scan
 		}
 		tx.Rollback(context.WithoutCancel(ctx))
 		conn.Release()
+		fl.Close()
 		scanOut <- sc // the file's own failure (its header), for the plan
 		return "abandoned"
 	}
@@ -422,6 +425,7 @@ func (r *fileRun) aheadChunk(ctx context.Context, tx pgx.Tx, tgt *target.Table, 
 // first such chunk under a savepoint, so that rows which are not new send
 // the file to the merge instead of abandoning.
 func (r *fileRun) aheadDirect(ctx context.Context, tx pgx.Tx, tgt *target.Table, ch *chunk, as *aheadState) (int64, error) {
+	staged := as.staged // what the staging table holds at the savepoint
 	if !as.probed {
 		if _, err := tx.Exec(ctx, "SAVEPOINT intake_ahead"); err != nil {
 			return 0, err
@@ -452,7 +456,7 @@ func (r *fileRun) aheadDirect(ctx context.Context, tx pgx.Tx, tgt *target.Table,
 	if _, err := tx.Exec(ctx, "ROLLBACK TO SAVEPOINT intake_ahead"); err != nil {
 		return 0, err
 	}
-	as.staged = false // rolled back with the savepoint, if it was staged
+	as.staged = staged // as it was at the savepoint
 	return 0, errAheadNotNew
 }
 
@@ -527,18 +531,20 @@ func (r *fileRun) applyAhead(ctx context.Context, tgt *target.Table) (done bool,
 		}
 		if err == nil {
 			if ferr := fault.Check("commit:lost"); ferr != nil {
+				release() // the gate's row lock: markUnknown writes that row
 				return true, r.markUnknown(ctx, &CommitUnknownError{IntakeID: in.ID, Chunk: len(h.chunks) - 1, Err: ferr})
 			}
 			if err = h.tx.Commit(ctx); err != nil {
 				var pe *pgconn.PgError
 				if !errors.As(err, &pe) {
+					release()
 					return true, r.markUnknown(ctx, &CommitUnknownError{IntakeID: in.ID, Chunk: len(h.chunks) - 1, Err: err})
 				}
 			}
 		}
 		if err != nil {
 			var fe *FencedError
-			if errors.As(err, &fe) || ctx.Err() != nil {
+			if errors.As(err, &fe) || errors.Is(err, fault.ErrInjected) || ctx.Err() != nil {
 				return true, err
 			}
 			return abandon("commit", err)

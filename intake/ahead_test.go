@@ -10,6 +10,7 @@ import (
 
 	"github.com/partner-intake/partner-intake/intake"
 	"github.com/partner-intake/partner-intake/internal/testenv"
+	"github.com/partner-intake/partner-intake/partners"
 )
 
 // Applying ahead of the plan (ahead.go): a file's chunks go into one
@@ -22,12 +23,15 @@ const aheadRows = 20
 
 // aheadRig is a partner whose files are applied ahead, with the signal
 // of each chunk applied ahead initialised.
-func aheadRig(t *testing.T) (*rig, *testenv.Site, *pgxpool.Pool) {
+func aheadRig(t *testing.T, feed ...func(*partners.Feed)) (*rig, *testenv.Site, *pgxpool.Pool) {
 	t.Helper()
 	t.Cleanup(intake.SetAheadBytes(1))
 	_, pool := testenv.DB(t)
 	site := testenv.NewSite(t, "acme")
 	site.Config.Feeds[0].ChunkRows = 3
+	for _, f := range feed {
+		f(&site.Config.Feeds[0])
+	}
 	r := newRig(t, pool, "w1", site)
 	intake.Signals(r.d).AheadChunk.Init(t)
 	return r, site, pool
@@ -83,8 +87,7 @@ func TestChunksAppliedAheadCommitWithThePlanAndNotBefore(t *testing.T) {
 }
 
 func TestChunksAppliedAheadRollBackWhenThePlanHoldsTheFile(t *testing.T) {
-	r, site, pool := aheadRig(t)
-	site.Config.Feeds[0].MaxRejectRatio = 0.2
+	r, site, pool := aheadRig(t, func(f *partners.Feed) { f.MaxRejectRatio = 0.2 })
 	lines := strings.SplitAfter(goodRows("H", aheadRows), "\n")
 	for i := 10; i <= aheadRows; i++ { // rows 10-20 (11 of 20) are rejected
 		lines[i] = strings.Replace(lines[i], "@example.com", "", 1)
@@ -258,5 +261,34 @@ func TestChunksAppliedAheadStreamIntoCopyTextAndGuardedTargets(t *testing.T) {
 				t.Fatalf("apply ahead committed %v times, want 2", got)
 			}
 		})
+	}
+}
+
+func TestChunksAppliedAheadCountEachChunksOwnRows(t *testing.T) {
+	// insert_only: an existing key is a conflict (exists)
+	r, site, pool := aheadRig(t, func(f *partners.Feed) { f.Mode = partners.ModeInsertOnly })
+	rows := strings.SplitAfter(goodRows("E", 9), "\n")
+	held := strings.ReplaceAll(rows[1]+strings.Join(rows[4:7], ""), ",paid,", ",new,") // other values: not unchanged
+	site.Drop(t, "orders-e1.csv", rows[0]+held)
+	r.poll("acme")
+	// chunk 0 (E-1 held, E-2 twice) is merged for its repeated key; chunk
+	// 1 (E-4..E-6, all held) is tried straight in under the savepoint,
+	// refused, and merged: only its own rows, not chunk 0's again; chunk 2
+	// (E-7..E-9) is new
+	site.Drop(t, "orders-e2.csv", rows[0]+rows[1]+rows[2]+rows[2]+strings.Join(rows[4:10], ""))
+	r.poll("acme")
+	fs := files(t, pool, "acme")
+	f := fs[len(fs)-1]
+	if f.State != "archived" || f.Total != 9 || f.Applied != 4 || f.Confl != 4 || f.Rejected != 1 || f.Unchanged != 0 {
+		t.Fatalf("got %+v, want 9 rows: 4 applied, 4 conflicts (exists), 1 rejected (duplicate_key)", f)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM intake_row_issue WHERE intake_id = $1 AND reason = 'exists'`, f.ID); n != 4 {
+		t.Fatalf("%d rows recorded as existing, want 4", n)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM intake_chunk WHERE intake_id = $1 AND chunk_no = 1 AND rows_conflict = 3 AND rows_unchanged = 0`, f.ID); n != 1 {
+		t.Fatal("chunk 1's record does not hold its own 3 conflicts")
+	}
+	if got := aheadCount(r, "committed"); got != 2 {
+		t.Fatalf("apply ahead committed %v times, want 2", got)
 	}
 }

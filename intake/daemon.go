@@ -228,7 +228,11 @@ func New(cfg Config, parts []partners.Config, db *pgxpool.Pool, sp *spool.Spool,
 	d.book = newSessionBook(cfg.Sessions.MaxParallelDials, d.metrics)
 	// at most this many files are applied ahead of their plan at once,
 	// each holding a connection of the work pool through its download
-	d.ahead = make(chan struct{}, max(1, int(db.Config().MaxConns)/2-1))
+	slots := 1
+	if db != nil {
+		slots = max(1, int(db.Config().MaxConns)/2-1)
+	}
+	d.ahead = make(chan struct{}, slots)
 	for i := range parts {
 		p := &parts[i]
 		if _, dup := d.parts[p.ID]; dup {

@@ -106,7 +106,11 @@ func (r *fileRun) plan(ctx context.Context) (*planResult, error) {
 	in := r.in
 	var sc *scan
 	if r.pre != nil && r.pre.sha == in.DataSHA256 {
-		sc = <-r.pre.done
+		select {
+		case sc = <-r.pre.done:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
 		r.dropPre()
 	}
 	if sc == nil || sc.err != nil {

@@ -154,6 +154,17 @@ func (l *Ledger) TakeOver(ctx context.Context, in *Intake, worker, newPath strin
 			}
 			continue
 		}
+		if err == nil && in.Worker != worker {
+			// A worker frozen part way through a file applied ahead of its
+			// plan holds rows of it in an open transaction without the
+			// file's row lock (intake/ahead.go), which the new owner's
+			// statements would wait for: a dead owner's sessions whose
+			// transactions outlived a lease are ended here too. Best
+			// effort: the file is taken over either way.
+			if alive, aerr := l.WorkerAlive(ctx, in.Worker); aerr == nil && !alive {
+				l.endStalled(ctx, in.Worker)
+			}
+		}
 		return out, err
 	}
 }
