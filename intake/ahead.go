@@ -54,7 +54,6 @@ var aheadPoolCheck = 250 * time.Millisecond
 // ahead is a file's apply running ahead of its plan.
 type ahead struct {
 	sha    string        // the spool entry it read, once the download is done
-	fl     io.Closer     // the spool follower it reads
 	cancel func()        // stops it (and its reader)
 	goOn   chan struct{} // closed by apply: the plan said go
 	hand   chan *aheadHand
@@ -183,7 +182,7 @@ func (r *fileRun) startAhead(ctx context.Context, fl io.ReadCloser, scanOut chan
 		return nil
 	}
 	actx, cancel := context.WithCancel(ctx)
-	a := &ahead{fl: fl, cancel: cancel, goOn: make(chan struct{}), hand: make(chan *aheadHand, 1), done: make(chan struct{})}
+	a := &ahead{cancel: cancel, goOn: make(chan struct{}), hand: make(chan *aheadHand, 1), done: make(chan struct{})}
 	go func() {
 		defer func() { <-r.d.ahead }()
 		defer close(a.done)

@@ -217,9 +217,8 @@ func (r *fileRun) fetch(ctx context.Context, withScan bool) (spool.Entry, error)
 	if withScan && transformOf(r.feed, r.in.RemoteName) == "" {
 		// Validate the rows while they land in the spool, from the file
 		// itself: the plan step then need not read it again, and the
-		// download never waits for the validation.
-		// A large file is applied in that same pass, ahead of its plan
-		// (ahead.go).
+		// download never waits for the validation. A large file is
+		// applied in that same pass, ahead of its plan (ahead.go).
 		wantAhead := r.aheadWanted()
 		opts = append(opts, spool.Follow(func(fl *spool.Follower) {
 			pre = &preScan{done: make(chan *scan, 1), stop: fl}
