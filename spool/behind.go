@@ -10,7 +10,7 @@ import (
 const (
 	behindMin   = 4 << 20
 	behindBuf   = 1 << 20
-	behindDepth = 4
+	behindDepth = 2
 )
 
 // buffers are reused across downloads.
