@@ -49,6 +49,30 @@ func openWriters(t *testing.T, pool *pgxpool.Pool) int64 {
 		WHERE datname = current_database() AND pid <> pg_backend_pid() AND backend_xid IS NOT NULL`)
 }
 
+// wantAheadOnce checks that the partner's one apply ahead ended with
+// result and left no transaction open.
+func wantAheadOnce(t *testing.T, r *rig, pool *pgxpool.Pool, result string) {
+	t.Helper()
+	if got := aheadCount(r, result); got != 1 {
+		t.Fatalf("apply ahead %s %v times, want 1", result, got)
+	}
+	if n := openWriters(t, pool); n != 0 {
+		t.Fatalf("%d transactions left open", n)
+	}
+}
+
+// wantNothingWritten checks that no row and no chunk record of the
+// partner's files is in.
+func wantNothingWritten(t *testing.T, pool *pgxpool.Pool, why string) {
+	t.Helper()
+	if n := count(t, pool, `SELECT count(*) FROM orders WHERE partner_id = 'acme'`); n != 0 {
+		t.Fatalf("%d rows in the target, want none: %s", n, why)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM intake_chunk`); n != 0 {
+		t.Fatalf("%d chunk records, want none: %s", n, why)
+	}
+}
+
 func TestChunksAppliedAheadCommitWithThePlanAndNotBefore(t *testing.T) {
 	r, site, pool := aheadRig(t)
 	site.Drop(t, "orders-ahead.csv", goodRows("A", aheadRows))
@@ -78,12 +102,7 @@ func TestChunksAppliedAheadCommitWithThePlanAndNotBefore(t *testing.T) {
 	if n := count(t, pool, `SELECT count(*) FROM intake_chunk WHERE intake_id = $1 AND rows_applied = 3 AND last_line = first_line + 2`, f.ID); n != 6 {
 		t.Fatalf("%d chunk records of 3 applied rows over 3 lines, want 6", n)
 	}
-	if got := aheadCount(r, "committed"); got != 1 {
-		t.Fatalf("apply ahead committed %v times, want 1", got)
-	}
-	if n := openWriters(t, pool); n != 0 {
-		t.Fatalf("%d transactions left open", n)
-	}
+	wantAheadOnce(t, r, pool, "committed")
 }
 
 func TestChunksAppliedAheadRollBackWhenThePlanHoldsTheFile(t *testing.T) {
@@ -102,18 +121,8 @@ func TestChunksAppliedAheadRollBackWhenThePlanHoldsTheFile(t *testing.T) {
 	if f.State != "quarantined" || f.Reason != string(intake.ReasonRejectRate) || f.Applied != 0 || f.Chunks != 0 {
 		t.Fatalf("got %+v, want quarantined for its reject rate, nothing applied", f)
 	}
-	if n := count(t, pool, `SELECT count(*) FROM orders WHERE partner_id = 'acme'`); n != 0 {
-		t.Fatalf("%d rows of a held file in the target, want none", n)
-	}
-	if n := count(t, pool, `SELECT count(*) FROM intake_chunk`); n != 0 {
-		t.Fatalf("%d chunk records of a held file, want none", n)
-	}
-	if got := aheadCount(r, "rolled_back"); got != 1 {
-		t.Fatalf("apply ahead rolled back %v times, want 1", got)
-	}
-	if n := openWriters(t, pool); n != 0 {
-		t.Fatalf("%d transactions left open", n)
-	}
+	wantNothingWritten(t, pool, "the file was held")
+	wantAheadOnce(t, r, pool, "rolled_back")
 }
 
 func TestChunksAppliedAheadAreFencedAtTheirCommit(t *testing.T) {
@@ -128,12 +137,7 @@ func TestChunksAppliedAheadAreFencedAtTheirCommit(t *testing.T) {
 	if err := resume(); err != nil {
 		t.Fatal(err)
 	}
-	if n := count(t, pool, `SELECT count(*) FROM orders WHERE partner_id = 'acme'`); n != 0 {
-		t.Fatalf("%d rows written by a fenced worker, want none", n)
-	}
-	if n := count(t, pool, `SELECT count(*) FROM intake_chunk`); n != 0 {
-		t.Fatalf("%d chunk records written by a fenced worker, want none", n)
-	}
+	wantNothingWritten(t, pool, "the worker was fenced off")
 	if f := files(t, pool, "acme")[0]; f.State != "applying" || f.Chunks != 0 {
 		t.Fatalf("got %+v, want applying with no chunk (the new owner's)", f)
 	}
@@ -290,5 +294,54 @@ func TestChunksAppliedAheadCountEachChunksOwnRows(t *testing.T) {
 	}
 	if got := aheadCount(r, "committed"); got != 2 {
 		t.Fatalf("apply ahead committed %v times, want 2", got)
+	}
+}
+
+func TestASnapshotAppliedAheadSweepsOnlyKeysItLacks(t *testing.T) {
+	r, site, pool := aheadRig(t, func(f *partners.Feed) { f.Mode = partners.ModeSnapshot })
+	site.Drop(t, "orders-s1.csv", goodRows("S", aheadRows))
+	r.poll("acme")
+	// the partner's set again without S-16..S-20: each chunk's keys are
+	// recorded ahead, from the staging table as that chunk left it, and
+	// the last chunk sweeps the five keys no chunk recorded
+	site.Drop(t, "orders-s2.csv", goodRows("S", aheadRows-5))
+	r.poll("acme")
+	fs := files(t, pool, "acme")
+	if len(fs) != 2 || fs[1].State != "archived" || fs[1].Unchanged != aheadRows-5 {
+		t.Fatalf("got %+v, want the second snapshot archived with %d rows unchanged", fs, aheadRows-5)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM orders WHERE partner_id = 'acme'`); n != aheadRows-5 {
+		t.Fatalf("got %d target rows, want %d (five swept)", n, aheadRows-5)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM orders WHERE partner_id = 'acme' AND order_id IN ('S-16', 'S-20')`); n != 0 {
+		t.Fatal("a key the snapshot lacks is still in the target")
+	}
+	if n := count(t, pool, `SELECT sum(rows_deleted) FROM file_intake WHERE intake_id = $1`, fs[1].ID); n != 5 {
+		t.Fatalf("the second snapshot deleted %d rows, want 5", n)
+	}
+	if got := aheadCount(r, "committed"); got != 2 {
+		t.Fatalf("apply ahead committed %v times, want 2", got)
+	}
+}
+
+func TestRowsRefusedAheadAreRejectedWithTheirLines(t *testing.T) {
+	r, site, pool := aheadRig(t)
+	lines := strings.SplitAfter(goodRows("V", aheadRows), "\n")
+	// line 3 (chunk 0) fails validation; line 9 (chunk 2) holds a qty the
+	// target's integer column cannot take (refused while encoding)
+	lines[2] = strings.Replace(lines[2], "@example.com", "", 1)
+	lines[8] = strings.TrimSuffix(lines[8], "8\n") + "99999999999\n"
+	site.Drop(t, "orders-v.csv", strings.Join(lines, ""))
+	r.poll("acme")
+	f := files(t, pool, "acme")[0]
+	if f.State != "archived" || f.Total != aheadRows || f.Applied != aheadRows-2 || f.Rejected != 2 {
+		t.Fatalf("got %+v, want archived: %d applied, 2 rejected", f, aheadRows-2)
+	}
+	got := testenv.Strings(t, pool, `SELECT line || ':' || reason FROM intake_row_issue WHERE intake_id = $1 ORDER BY line`, f.ID)
+	if strings.Join(got, ",") != "3:bad_email,9:"+string(intake.ReasonTargetRefused) {
+		t.Fatalf("row issues %v, want line 3 bad_email and line 9 %s", got, intake.ReasonTargetRefused)
+	}
+	if got := aheadCount(r, "committed"); got != 1 {
+		t.Fatalf("apply ahead committed %v times, want 1", got)
 	}
 }
