@@ -92,6 +92,7 @@ type aheadState struct {
 // in 100 COPYs took 2.6-2.8 s, in one 2.1-2.3 s).
 type aheadStream struct {
 	pw     *io.PipeWriter
+	cancel func() // ends the COPY's statement (close when it failed)
 	done   chan error
 	n      int64 // rows the COPY wrote, once done
 	sent   int64 // rows written into it
@@ -102,9 +103,10 @@ type aheadStream struct {
 // other statement may use tx meanwhile.
 func openStream(ctx context.Context, tx pgx.Tx, tgt *target.Table) (*aheadStream, error) {
 	pr, pw := io.Pipe()
-	s := &aheadStream{pw: pw, done: make(chan error, 1), binary: tgt.Binary()}
+	sctx, cancel := context.WithCancel(ctx)
+	s := &aheadStream{pw: pw, done: make(chan error, 1), binary: tgt.Binary(), cancel: cancel}
 	go func() {
-		n, err := tgt.CopyDirectFrom(ctx, tx, pr)
+		n, err := tgt.CopyDirectFrom(sctx, tx, pr)
 		pr.CloseWithError(cmp.Or(err, io.ErrClosedPipe)) // a write waiting on a COPY that ended returns
 		s.n = n
 		s.done <- err
@@ -139,8 +141,10 @@ func (s *aheadStream) close(ok bool) error {
 		s.pw.Close()
 	} else {
 		s.pw.CloseWithError(errors.New("apply ahead stopped"))
+		s.cancel() // not waiting for a COPY stuck on another's lock
 	}
 	err := <-s.done
+	s.cancel()
 	if err == nil && !ok {
 		err = errors.New("apply ahead stopped")
 	}
@@ -252,9 +256,13 @@ func (r *fileRun) runAhead(ctx context.Context, a *ahead, fl io.ReadCloser, scan
 			<-h.readErr
 			fl.Close()
 		default:
+			// the plan's scan, which a drop of the run stops at once
+			stop := context.AfterFunc(ctx, func() { fl.Close() })
 			scanOut <- scanRows(fl, r.feed, r.p.cfg.Limits.MaxRows)
+			stop()
 			fl.Close()
 		}
+		rcancel()
 		r.log.Info("applying ahead of the plan stopped; the file is applied from the spool after its plan", "why", why, "err", err)
 		return "abandoned"
 	}

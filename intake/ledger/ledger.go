@@ -158,10 +158,12 @@ func (l *Ledger) TakeOver(ctx context.Context, in *Intake, worker, newPath strin
 			// A worker frozen part way through a file applied ahead of its
 			// plan holds rows of it in an open transaction without the
 			// file's row lock (intake/ahead.go), which the new owner's
-			// statements would wait for: a dead owner's sessions whose
-			// transactions outlived a lease are ended here too. Best
-			// effort: the file is taken over either way.
-			if alive, aerr := l.WorkerAlive(ctx, in.Worker); aerr == nil && !alive {
+			// statements would wait for: the sessions of an owner known to
+			// be gone (past its lease, or retired; a `run --once`, which
+			// never registers, is not) whose transactions outlived a lease
+			// are ended here too. Best effort: the file is taken over
+			// either way.
+			if gone, gerr := l.WorkerGone(ctx, in.Worker); gerr == nil && gone {
 				l.endStalled(ctx, in.Worker)
 			}
 		}
