@@ -65,8 +65,13 @@ bench: deps
 bench-smoke: deps
 	$(GO) run ./cmd/intake-bench -large-rows 20000 -huge-rows 30000 -small-files 40 -small-rows 10 -partners 4 -fleet-partners 20 -fleet-files 10 -fleet-poll 2s -fleet-window 3s -out /tmp/bench-smoke.json
 
-## fuzz-smoke: a short run of each fuzz target beyond its committed seed corpus (FUZZTIME=10s)
-FUZZTIME ?= 10s
+## fuzz-smoke: a short run of each fuzz target beyond its committed seed corpus (FUZZTIME=100000x)
+# A count, not a duration: Go 1.26's fuzz coordinator can fail a
+# duration-bound run with a bare "context deadline exceeded" when a worker
+# is slow to stop on a loaded machine (go.dev/issue/75804, fixed in Go
+# 1.27); a count has no deadline to race. It failed CI from a fresh clone
+# once (FuzzParseManifest: 0 execs/s for 8 s, no crasher written).
+FUZZTIME ?= 100000x
 fuzz-smoke:
 	$(GO) test -run='^$$' -fuzz='^FuzzReader$$' -fuzztime=$(FUZZTIME) ./intake/rows
 	$(GO) test -run='^$$' -fuzz='^FuzzParseManifest$$' -fuzztime=$(FUZZTIME) ./partners
