@@ -408,9 +408,7 @@ func (r *fileRun) aheadChunk(ctx context.Context, tx pgx.Tx, tgt *target.Table, 
 			if err != nil {
 				return c, err
 			}
-			c.applied, c.conflict = m.applied, m.conflict
-			c.outsideEdit, c.exists, c.notFound = m.outsideEdit, m.exists, m.notFound
-			c.rejected = m.deduped + m.notFound
+			m.into(&c)
 		}
 	}
 	c.unchanged = int64(ch.rows()) - c.rejected - c.applied - c.conflict
@@ -561,16 +559,7 @@ func (r *fileRun) applyAhead(ctx context.Context, tgt *target.Table) (done bool,
 		if err := fault.Check("commit:reply_lost"); err != nil {
 			return true, r.markUnknown(ctx, &CommitUnknownError{IntakeID: in.ID, Chunk: len(h.chunks) - 1, Err: err})
 		}
-		c := h.sum
-		in.RowsApplied += c.applied
-		in.RowsUnchanged += c.unchanged
-		in.RowsRejected += c.rejected
-		in.RowsConflict += c.conflict
-		in.ChunksDone = len(h.chunks)
-		r.d.metrics.rows(in.Partner, c)
-		if r.progress != nil {
-			r.progress(in.RowsApplied+in.RowsUnchanged+in.RowsConflict+in.RowsRejected, in.RowsTotal)
-		}
+		r.account(len(h.chunks), h.sum)
 		r.log.Debug("chunks applied ahead of the plan committed", "chunks", len(h.chunks))
 	}
 	r.d.metrics.ahead.WithLabelValues(in.Partner, "committed").Inc()

@@ -241,19 +241,7 @@ func (r *fileRun) commitChunk(ctx context.Context, tgt *target.Table, ch *chunk)
 	for attempt := 1; ; attempt++ {
 		c, err := r.chunkTx(ctx, tgt, ch)
 		if err == nil {
-			r.in.RowsApplied += c.applied
-			r.in.RowsUnchanged += c.unchanged
-			r.in.RowsRejected += c.rejected
-			r.in.RowsConflict += c.conflict
-			r.in.RowsDeleted += c.deleted
-			r.in.ChunksDone = chunk + 1
-			if c.fileApplied {
-				r.in.State = StateApplied
-			}
-			r.d.metrics.rows(r.in.Partner, c)
-			if r.progress != nil {
-				r.progress(r.in.RowsApplied+r.in.RowsUnchanged+r.in.RowsConflict+r.in.RowsRejected, r.in.RowsTotal)
-			}
+			r.account(chunk+1, c)
 			return nil
 		}
 		if errors.Is(err, ledger.ErrChunkDone) {
@@ -283,6 +271,24 @@ func (r *fileRun) commitChunk(ctx context.Context, tgt *target.Table, ch *chunk)
 		case <-time.After(jitter(backoff)):
 		}
 		backoff = min(backoff*2, 5*time.Second)
+	}
+}
+
+// account takes what committed chunks did into the file's totals and
+// metrics: the ledger now holds chunksDone chunks.
+func (r *fileRun) account(chunksDone int, c chunkCounts) {
+	r.in.RowsApplied += c.applied
+	r.in.RowsUnchanged += c.unchanged
+	r.in.RowsRejected += c.rejected
+	r.in.RowsConflict += c.conflict
+	r.in.RowsDeleted += c.deleted
+	r.in.ChunksDone = chunksDone
+	if c.fileApplied {
+		r.in.State = StateApplied
+	}
+	r.d.metrics.rows(r.in.Partner, c)
+	if r.progress != nil {
+		r.progress(r.in.RowsApplied+r.in.RowsUnchanged+r.in.RowsConflict+r.in.RowsRejected, r.in.RowsTotal)
 	}
 }
 
@@ -541,9 +547,8 @@ func (r *fileRun) writeRows(ctx context.Context, tx pgx.Tx, tgt *target.Table, c
 	if err != nil {
 		return err
 	}
-	c.applied, c.conflict = m.applied, m.conflict
-	c.outsideEdit, c.exists, c.notFound = m.outsideEdit, m.exists, m.notFound
-	c.rejected = m.deduped + m.notFound + int64(len(refused))
+	m.into(c)
+	c.rejected += int64(len(refused))
 	r.direct = tgt.Direct() && m.fresh == int64(ch.rows())-c.rejected
 	return nil
 }

@@ -212,9 +212,9 @@ func (c *chunk) directPayload(partner string, writer int64) []byte {
 // without the binary format's header and trailer (a group's files share
 // one COPY: each row carries its own file's intake id).
 func (c *chunk) appendDirect(out []byte, partner string, writer int64) []byte {
-	start := 0
+	pre, start := c.directPrefix(partner), 0
 	for _, end := range c.ends {
-		out = c.appendDirectRow(out, c.cols[start:end], partner, writer)
+		out = c.appendDirectRow(out, c.cols[start:end], pre, writer)
 		start = end
 	}
 	return out
@@ -224,10 +224,10 @@ func (c *chunk) appendDirect(out []byte, partner string, writer int64) []byte {
 // w, in pieces of about directPiece bytes (c.out is the scratch): what it
 // holds at once does not grow with the chunk.
 func (c *chunk) streamDirect(w io.Writer, partner string, writer int64) error {
+	pre, start := c.directPrefix(partner), 0
 	out := c.out[:0]
-	start := 0
 	for _, end := range c.ends {
-		out = c.appendDirectRow(out, c.cols[start:end], partner, writer)
+		out = c.appendDirectRow(out, c.cols[start:end], pre, writer)
 		start = end
 		if len(out) >= directPiece {
 			if _, err := w.Write(out); err != nil {
@@ -247,33 +247,40 @@ func (c *chunk) streamDirect(w io.Writer, partner string, writer int64) error {
 // directPiece: the size of the pieces streamDirect writes.
 const directPiece = 64 << 10
 
-// appendDirectRow appends one row (its encoded columns) as COPY data for
-// the target: partner_id, columns, last_intake_id (and the row's hash when
-// the chunk has a hasher).
-func (c *chunk) appendDirectRow(out, row []byte, partner string, writer int64) []byte {
-	if c.enc != nil {
-		fields := uint16(len(c.enc) + 2)
-		if c.hasher != nil {
-			fields++
-		}
-		out = binary.BigEndian.AppendUint16(out, fields)
-		out = binary.BigEndian.AppendUint32(out, uint32(len(partner)))
-		out = append(out, partner...)
-		out = append(out, row...)
-		out = binary.BigEndian.AppendUint32(out, 8)
-		out = binary.BigEndian.AppendUint64(out, uint64(writer))
-		if c.hasher != nil {
-			out = binary.BigEndian.AppendUint32(out, 8)
-			out = binary.BigEndian.AppendUint64(out, uint64(c.rowHash(row)))
-		}
-		return out
+// directPrefix is what opens every row of the chunk as COPY data for the
+// target: the field count and partner_id (binary), or the escaped
+// partner_id and its tab (text).
+func (c *chunk) directPrefix(partner string) []byte {
+	if c.enc == nil {
+		return append(appendCopyText(nil, partner), '\t')
 	}
-	out = appendCopyText(out, partner)
-	out = append(out, '\t')
+	fields := uint16(len(c.enc) + 2)
+	if c.hasher != nil {
+		fields++
+	}
+	pre := binary.BigEndian.AppendUint16(nil, fields)
+	pre = binary.BigEndian.AppendUint32(pre, uint32(len(partner)))
+	return append(pre, partner...)
+}
+
+// appendDirectRow appends one row (its encoded columns) as COPY data for
+// the target: pre (directPrefix), the columns, last_intake_id (and the
+// row's hash when the chunk has a hasher).
+func (c *chunk) appendDirectRow(out, row, pre []byte, writer int64) []byte {
+	out = append(out, pre...)
 	out = append(out, row...)
-	out = append(out, '\t')
-	out = strconv.AppendInt(out, writer, 10)
-	return append(out, '\n')
+	if c.enc == nil {
+		out = append(out, '\t')
+		out = strconv.AppendInt(out, writer, 10)
+		return append(out, '\n')
+	}
+	out = binary.BigEndian.AppendUint32(out, 8)
+	out = binary.BigEndian.AppendUint64(out, uint64(writer))
+	if c.hasher != nil {
+		out = binary.BigEndian.AppendUint32(out, 8)
+		out = binary.BigEndian.AppendUint64(out, uint64(c.rowHash(row)))
+	}
+	return out
 }
 
 // rowHash is the hash of a row of binary fields (each an int4 length, -1

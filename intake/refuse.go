@@ -63,6 +63,14 @@ type mergeCounts struct {
 	outsideEdit, exists, notFound     int64 // of conflict (outsideEdit, exists) and rejected (notFound)
 }
 
+// into sets a chunk's counts from its merge (rejected: the dropped
+// repeats and the keys an update_only feed lacks).
+func (m mergeCounts) into(c *chunkCounts) {
+	c.applied, c.conflict = m.applied, m.conflict
+	c.outsideEdit, c.exists, c.notFound = m.outsideEdit, m.exists, m.notFound
+	c.rejected = m.deduped + m.notFound
+}
+
 // mergeChunk stages ch's rows and merges them: COPY into the staging
 // table, the dedupe when a key repeats, the guarded merge.
 func (r *fileRun) mergeChunk(ctx context.Context, tx pgx.Tx, tgt *target.Table, ch *chunk, writer int64) (mergeCounts, error) {
