@@ -60,10 +60,27 @@ func (l Layout) ReportsDir() string { return l.join(l.Dirs.Reports) }
 // (pkg/sftp keeps the requests in flight side by side): one round trip
 // when they exist, not one per directory. It returns the directories.
 func (l Layout) EnsureDirs(c *sftp.Client, worker string) ([]string, error) {
-	dirs := []string{l.ReadyDir(), l.ProcessingDir(worker), l.QuarantineDir(), l.ReportsDir(), l.join(l.Dirs.Archive)}
+	return l.ensureDirs(c, worker, nil)
+}
+
+// writeDirs are the directories intake writes to, relative to Root.
+func (l Layout) writeDirs(worker string) []string {
+	return []string{l.Dirs.Ready, path.Join(l.Dirs.Processing, worker), l.Dirs.Quarantine, l.Dirs.Reports, l.Dirs.Archive}
+}
+
+// ensureDirs is EnsureDirs for the directories not in have (made sure of
+// already).
+func (l Layout) ensureDirs(c *sftp.Client, worker string, have map[string]bool) ([]string, error) {
+	var dirs []string
+	for _, d := range l.writeDirs(worker) {
+		dirs = append(dirs, l.join(d))
+	}
 	errs := make([]error, len(dirs))
 	var wg sync.WaitGroup
 	for i, d := range dirs {
+		if have[d] {
+			continue
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

@@ -8,7 +8,10 @@ import (
 	"io"
 	"os"
 	"path"
+	"strings"
 	"time"
+
+	"golang.org/x/crypto/ssh"
 )
 
 // ListDir streams the entries of a remote directory to fn, one READDIR
@@ -90,7 +93,16 @@ func (s *Session) readDirWhole(ctx context.Context, dir string, fn func(os.FileI
 // openLister opens the session's listing channel: the SFTP subsystem on a
 // channel of its own, kept for the session's later listings.
 func (s *Session) openLister() (*rawSFTP, error) {
-	ch, err := s.ssh.NewSession()
+	// a fresh stream: the watchdog's framing starts again, and requests
+	// of a closed channel are no longer waited for
+	s.listWatch.reset()
+	return openRaw(s.ssh, s.listWatch)
+}
+
+// openRaw opens a channel, starts the SFTP subsystem on it and makes the
+// version exchange; watch is the channel's watchdog.
+func openRaw(client *ssh.Client, watch *watchdog) (*rawSFTP, error) {
+	ch, err := client.NewSession()
 	if err != nil {
 		return nil, fmt.Errorf("open channel: %w", err)
 	}
@@ -108,10 +120,7 @@ func (s *Session) openLister() (*rawSFTP, error) {
 		ch.Close()
 		return nil, fmt.Errorf("sftp subsystem: %w", err)
 	}
-	// a fresh stream: the watchdog's framing starts again, and requests
-	// of a closed channel are no longer waited for
-	s.listWatch.reset()
-	c := &rawSFTP{ch: ch, w: watchedWriter{w: s.listWatch, wc: w}, r: watchedReader{w: s.listWatch, r: r}}
+	c := &rawSFTP{ch: ch, w: watchedWriter{w: watch, wc: w}, r: watchedReader{w: watch, r: r}}
 	if err := c.send(fxpInit, u32(3)); err != nil {
 		ch.Close()
 		return nil, err
@@ -123,6 +132,91 @@ func (s *Session) openLister() (*rawSFTP, error) {
 	return c, nil
 }
 
+// EnsureDirsAtOnce makes sure of remote directories in one round trip
+// where the site allows: on the listing channel, an MKDIR of each
+// directory and of each of its parents below root (parents first), then a
+// STAT of each directory, all sent together. OpenSSH's sftp-server
+// answers requests one after another in the order they came, so each STAT
+// sees what the MKDIRs before it made; an MKDIR of a directory that
+// exists fails and changes nothing. It returns the directories the STATs
+// showed as directories: the caller makes sure of the rest one by one
+// (a site that answers out of order, or refuses a second channel, costs
+// those round trips and nothing else). pkg/sftp's MkdirAll asks for a
+// missing directory's parents one at a time: five round trips for
+// processing/<worker>/ on a new site (docs/performance.md, item 44).
+func (s *Session) EnsureDirsAtOnce(root string, rel []string) map[string]bool {
+	s.listMu.Lock()
+	defer s.listMu.Unlock()
+	if s.lister == nil {
+		return nil
+	}
+	c := s.lister
+	ok, err := c.ensureDirs(root, rel)
+	if err != nil && !c.clean {
+		c.ch.Close()
+		s.lister = nil // a fresh one for the next listing
+	}
+	return ok
+}
+
+func (c *rawSFTP) ensureDirs(root string, rel []string) (map[string]bool, error) {
+	c.clean = false
+	var mk, dirs []string
+	seen := map[string]bool{}
+	for _, r := range rel {
+		r = path.Clean(r)
+		if r == "." || path.IsAbs(r) || r == ".." || strings.HasPrefix(r, "../") {
+			continue // not below root: left to the caller
+		}
+		parts := strings.Split(r, "/")
+		for i := range parts {
+			p := path.Join(root, path.Join(parts[:i+1]...))
+			if !seen[p] {
+				seen[p] = true
+				mk = append(mk, p)
+			}
+		}
+		dirs = append(dirs, path.Join(root, r))
+	}
+	if len(dirs) == 0 {
+		c.clean = true
+		return nil, nil
+	}
+	var batch []byte
+	first := c.id + 1
+	for _, p := range mk {
+		c.id++
+		batch = appendPacket(batch, fxpMkdir, u32(c.id), str(p), u32(0))
+	}
+	statFrom := c.id + 1
+	for _, d := range dirs {
+		c.id++
+		batch = appendPacket(batch, fxpStat, u32(c.id), str(d))
+	}
+	if _, err := c.w.Write(batch); err != nil {
+		return nil, err
+	}
+	ok := map[string]bool{}
+	for id := first; id <= c.id; id++ {
+		typ, b, err := c.recv()
+		if err != nil {
+			return nil, err
+		}
+		d := decoder{b: b}
+		got := d.u32()
+		if d.err != nil || got < first || got > c.id {
+			return nil, fmt.Errorf("sftp reply for request %d, want %d to %d", got, first, c.id)
+		}
+		if got >= statFrom && typ == fxpAttrs {
+			if fi := d.attrs(""); d.err == nil && fi.mode.IsDir() {
+				ok[dirs[got-statFrom]] = true
+			}
+		}
+	}
+	c.clean = true
+	return ok, nil
+}
+
 // SFTP v3 packet types and attribute flags (draft-ietf-secsh-filexfer-02).
 const (
 	fxpInit     = 1
@@ -130,9 +224,12 @@ const (
 	fxpClose    = 4
 	fxpOpendir  = 11
 	fxpReaddir  = 12
+	fxpMkdir    = 14
+	fxpStat     = 17
 	fxpStatus   = 101
 	fxpHandle   = 102
 	fxpName     = 104
+	fxpAttrs    = 105
 	fxStatusEOF = 1
 
 	attrSize     = 0x1
@@ -158,17 +255,22 @@ type rawSFTP struct {
 }
 
 func (c *rawSFTP) send(typ byte, body ...[]byte) error {
+	_, err := c.w.Write(appendPacket(nil, typ, body...))
+	return err
+}
+
+// appendPacket appends an SFTP packet to p.
+func appendPacket(p []byte, typ byte, body ...[]byte) []byte {
 	n := 1
 	for _, b := range body {
 		n += len(b)
 	}
-	p := binary.BigEndian.AppendUint32(make([]byte, 0, 4+n), uint32(n))
+	p = binary.BigEndian.AppendUint32(p, uint32(n))
 	p = append(p, typ)
 	for _, b := range body {
 		p = append(p, b...)
 	}
-	_, err := c.w.Write(p)
-	return err
+	return p
 }
 
 func (c *rawSFTP) recv() (byte, []byte, error) {

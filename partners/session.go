@@ -129,21 +129,14 @@ func (s *Session) EnsureDir(dir string) error {
 }
 
 // Prepare readies a session for claims: the directories intake writes to
-// made sure of (Layout.EnsureDirs, and remembered as EnsureDir's are), and
-// unless the partner's files are only recorded, beside them the channel
-// ListDir lists on (PrepareList). Each costs round trips to the site
-// (a STAT of each directory; a channel, the subsystem and its version
-// exchange): together they cost the longest of them. An error of
-// PrepareList is not one: ListDir falls back to whole listings. A
-// keepalive request beside them measures the round trip to the site
-// (RTT).
+// made sure of (remembered as EnsureDir's are), in one round trip on the
+// listing channel where the site allows (EnsureDirsAtOnce), else side by
+// side through pkg/sftp (Layout.EnsureDirs). A keepalive request beside
+// them measures the round trip to the site (RTT). The listing channel
+// itself was opened by Dial.
 func (s *Session) Prepare(worker string, ensure bool) error {
 	var wg sync.WaitGroup
-	wg.Add(2)
-	go func() {
-		defer wg.Done()
-		_ = s.PrepareList()
-	}()
+	wg.Add(1)
 	go func() { // beside the rest: the round trip to the site (RTT)
 		defer wg.Done()
 		start := time.Now()
@@ -155,7 +148,8 @@ func (s *Session) Prepare(worker string, ensure bool) error {
 	if !ensure {
 		return nil
 	}
-	dirs, err := s.Layout.EnsureDirs(s.Client, worker)
+	have := s.EnsureDirsAtOnce(s.Layout.Root, s.Layout.writeDirs(worker))
+	dirs, err := s.Layout.ensureDirs(s.Client, worker, have)
 	if err != nil {
 		return s.Deadline(err)
 	}
@@ -216,8 +210,31 @@ func Dial(ctx context.Context, p *Config) (*Session, error) {
 		sftp.MaxPacketUnchecked(PacketSize(p.SFTP.MaxPacket, string(c.ServerVersion()))),
 		sftp.MaxConcurrentRequestsPerFile(16), // 4 MiB in flight at 255 KiB
 	}
-	sc, err := newSFTP(client, watch, opts...)
+	// The channel ListDir lists on (listdir.go) is opened beside the
+	// main one's subsystem start, once the main channel is open: a site
+	// that allows one channel refuses the lister, never the main one. At
+	// 50 ms that is four round trips for both, not six.
+	ch, err := client.NewSession()
 	if err != nil {
+		client.Close()
+		return nil, fmt.Errorf("partner %s: open sftp channel: %w", p.ID, dialDeadline(err, p.SFTP.DialTimeout))
+	}
+	listWatch := newWatchdog(p.SFTP.OpTimeout)
+	type opened struct {
+		c   *rawSFTP
+		err error
+	}
+	lister := make(chan opened, 1)
+	go func() {
+		c, err := openRaw(client, listWatch)
+		lister <- opened{c, err}
+	}()
+	sc, err := startSFTP(ch, watch, opts...)
+	l := <-lister
+	if err != nil {
+		if l.c != nil {
+			l.c.ch.Close()
+		}
 		client.Close()
 		return nil, fmt.Errorf("partner %s: start sftp subsystem: %w", p.ID, dialDeadline(err, p.SFTP.DialTimeout))
 	}
@@ -225,7 +242,7 @@ func Dial(ctx context.Context, p *Config) (*Session, error) {
 	// exchange too (a site that takes the login and then says nothing).
 	_ = conn.SetDeadline(time.Time{})
 	s := &Session{Client: sc, ssh: client, watch: watch, partner: p.ID, done: make(chan struct{}), Layout: NewLayout(p),
-		listWatch: newWatchdog(p.SFTP.OpTimeout), opts: opts, rangeWatch: newWatchdog(p.SFTP.OpTimeout)}
+		listWatch: listWatch, lister: l.c, noLister: l.err != nil, opts: opts, rangeWatch: newWatchdog(p.SFTP.OpTimeout)}
 	go s.keepalive(p.SFTP.Keepalive)
 	go watch.run(s.done, func() { client.Close() })
 	go s.listWatch.run(s.done, func() { client.Close() })
@@ -253,6 +270,11 @@ func newSFTP(client *ssh.Client, watch *watchdog, opts ...sftp.ClientOption) (*s
 	if err != nil {
 		return nil, err
 	}
+	return startSFTP(sess, watch, opts...)
+}
+
+// startSFTP starts the sftp subsystem on an open channel.
+func startSFTP(sess *ssh.Session, watch *watchdog, opts ...sftp.ClientOption) (*sftp.Client, error) {
 	pw, err := sess.StdinPipe()
 	if err != nil {
 		return nil, err

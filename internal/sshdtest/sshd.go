@@ -35,6 +35,7 @@ type Server struct {
 	exited         chan struct{}
 	logFile        string
 	sftpArgs       string // internal-sftp's flags, e.g. "-R" (read-only)
+	maxSessions    int    // channels per connection (sshd's MaxSessions); 0: 50
 }
 
 // Start runs sshd in a new temporary directory.
@@ -42,7 +43,13 @@ func Start() (*Server, error) { return StartSFTP("") }
 
 // StartSFTP runs sshd whose internal-sftp takes flags: "-R" (a read-only
 // account), "-P rename,posix-rename" (requests refused), see sftp-server(8).
-func StartSFTP(flags string) (*Server, error) {
+func StartSFTP(flags string) (*Server, error) { return start(flags, 0) }
+
+// StartOneChannel runs sshd that allows one channel per connection
+// (MaxSessions 1): a site where intake's second channels are refused.
+func StartOneChannel() (*Server, error) { return start("", 1) }
+
+func start(flags string, maxSessions int) (*Server, error) {
 	sshd, err := syspkg.Find([]string{"/usr/sbin/sshd"}, "openssh-server", "openssh-sftp-server")
 	if err != nil {
 		return nil, err
@@ -55,7 +62,10 @@ func StartSFTP(flags string) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{Dir: dir, User: u.Username, exited: make(chan struct{}), sftpArgs: flags}
+	s := &Server{Dir: dir, User: u.Username, exited: make(chan struct{}), sftpArgs: flags, maxSessions: maxSessions}
+	if s.maxSessions == 0 {
+		s.maxSessions = 50
+	}
 	hostPub, err := keygen.Write(filepath.Join(dir, "host_ed25519"))
 	if err != nil {
 		return nil, err
@@ -111,7 +121,7 @@ func (s *Server) start(sshd string) error {
 		strings.TrimSpace("Subsystem sftp internal-sftp " + s.sftpArgs),
 		strings.TrimSpace("ForceCommand internal-sftp " + s.sftpArgs),
 		"MaxStartups 100:30:200",
-		"MaxSessions 50",
+		fmt.Sprintf("MaxSessions %d", s.maxSessions),
 		"LogLevel ERROR",
 	}, "\n") + "\n"
 	conf := filepath.Join(s.Dir, "sshd_config")

@@ -1,0 +1,116 @@
+package partners_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/partner-intake/partner-intake/internal/sshdtest"
+	"github.com/partner-intake/partner-intake/partners"
+)
+
+// EnsureDirsAtOnce makes nested directories that do not exist yet, and
+// reports those and the ones that exist; a name taken by a regular file is
+// not reported as made sure of (Prepare then makes sure of it one by one
+// and fails).
+func TestEnsureDirsAtOnceMakesNestedDirectories(t *testing.T) {
+	p := partner(t)
+	s, err := partners.Dial(context.Background(), p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	root := p.SFTP.Root
+	if err := os.WriteFile(filepath.Join(root, "taken"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	have := s.EnsureDirsAtOnce(root, []string{"ready", "a/b/c", "a/d", "taken", "../outside"})
+	for _, d := range []string{"ready", "a/b/c", "a/d"} {
+		full := filepath.Join(root, d)
+		if !have[full] {
+			t.Errorf("%s not reported made sure of: %v", d, have)
+		}
+		if st, err := os.Stat(full); err != nil || !st.IsDir() {
+			t.Errorf("%s is not a directory on the site: %v", d, err)
+		}
+	}
+	if have[filepath.Join(root, "taken")] || len(have) != 3 {
+		t.Errorf("reported %v, want ready, a/b/c and a/d only", have)
+	}
+	if _, err := os.Stat(filepath.Join(filepath.Dir(root), "outside")); !os.IsNotExist(err) {
+		t.Errorf("a directory outside the root was made: %v", err)
+	}
+	// the listing channel is still usable after the batch
+	n := 0
+	if err := s.ListDir(context.Background(), filepath.Join(root, "a"), func(os.FileInfo) error { n++; return nil }); err != nil || n != 2 {
+		t.Fatalf("listing after the batch: %v, %d entries (want 2)", err, n)
+	}
+	// Prepare: the layout's directories, one of them taken by a file
+	p.Dirs.Quarantine = "taken"
+	s2, err := partners.Dial(context.Background(), p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s2.Close()
+	if err := s2.Prepare("w1", true); err == nil {
+		t.Fatal("Prepare made sure of a quarantine dir that is a regular file")
+	}
+	p.Dirs.Quarantine = "quarantine"
+	s3, err := partners.Dial(context.Background(), p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s3.Close()
+	if err := s3.Prepare("w1", true); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []string{"processing/w1", "quarantine", "reports", "archive"} {
+		if st, err := os.Stat(filepath.Join(root, d)); err != nil || !st.IsDir() {
+			t.Errorf("Prepare did not make %s: %v", d, err)
+		}
+	}
+}
+
+// A site that allows one channel per connection (sshd's MaxSessions 1)
+// refuses the listing channel Dial opens beside the main one, never the
+// main one: the session dials, prepares its directories through pkg/sftp,
+// lists whole listings and reads on one channel.
+func TestASiteWithOneChannelIsServedOnIt(t *testing.T) {
+	srv, err := sshdtest.StartOneChannel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	root, err := srv.PartnerRoot("one")
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.MkdirAll(filepath.Join(root, "ready"), 0o755)
+	os.WriteFile(filepath.Join(root, "ready", "a.csv"), []byte("id\n1\n"), 0o644)
+	p := partner(t)
+	p.SFTP.Address, p.SFTP.User, p.SFTP.PrivateKeyFile, p.SFTP.KnownHostsFile, p.SFTP.Root = srv.Addr, srv.User, srv.ClientKeyFile, srv.KnownHostsFile, root
+	for i := 0; i < 3; i++ { // whichever channel request comes first, every time
+		s, err := partners.Dial(context.Background(), p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Prepare("w1", true); err != nil {
+			t.Fatal(err)
+		}
+		var names []string
+		if err := s.ListDir(context.Background(), s.Layout.ReadyDir(), func(fi os.FileInfo) error { names = append(names, fi.Name()); return nil }); err != nil {
+			t.Fatal(err)
+		}
+		if len(names) != 1 || names[0] != "a.csv" {
+			t.Fatalf("listed %v, want a.csv", names)
+		}
+		if s.Ranges() != nil {
+			t.Fatal("a second channel opened on a site that allows one")
+		}
+		if st, err := s.Stat(s.Layout.ProcessingDir("w1")); err != nil || !st.IsDir() {
+			t.Fatalf("processing dir: %v", err)
+		}
+		s.Close()
+	}
+}
