@@ -36,6 +36,16 @@ func (r *fileRun) archiveRemote(ctx context.Context, outcome Outcome, dupOf int6
 	if r.p.cfg.Records() {
 		return r.archiveRecord(outcome)
 	}
+	if st := r.takeReceipt(); st != nil {
+		if !r.stagedFits() {
+			st.discard()
+		} else if ok, err := r.archiveStaged(ctx, st, r.receipt(outcome, dupOf, false)); ok {
+			if err != nil {
+				return "", "", err
+			}
+			return endState(outcome), reasonOf(outcome), nil
+		}
+	}
 	dir := r.sess.Layout.ArchiveDir(in.ClaimedAt)
 	var dst string
 	var err error
@@ -65,6 +75,37 @@ func (r *fileRun) archiveRemote(ctx context.Context, outcome Outcome, dupOf int6
 			return "", "", fmt.Errorf("archive manifest: %w", err)
 		}
 	}
+	rc := r.receipt(outcome, dupOf, lost)
+	if err := r.writeReports(ctx, rc); err != nil {
+		return "", "", err
+	}
+	if err := r.dropStaleReason(); err != nil {
+		return "", "", err
+	}
+	return endState(outcome), reasonOf(outcome), nil
+}
+
+// endState is the state a file archived with outcome ends in, reasonOf
+// its reason.
+func endState(outcome Outcome) State {
+	if outcome == OutcomeDuplicate {
+		return StateDuplicate
+	}
+	return StateArchived
+}
+
+func reasonOf(outcome Outcome) Reason {
+	if outcome == OutcomeDuplicate {
+		return ReasonDuplicate
+	}
+	return ""
+}
+
+// receipt is what the receipt of a file archived with outcome says
+// beyond what the row says (receiptJSON); lost: the file vanished from
+// processing/ before it could be moved.
+func (r *fileRun) receipt(outcome Outcome, dupOf int64, lost bool) Receipt {
+	in := r.in
 	rc := Receipt{Outcome: outcome, DuplicateOf: dupOf}
 	if lost {
 		rc.Detail = "the file disappeared from processing/ before it could be archived; its bytes are kept in intake's spool"
@@ -79,16 +120,7 @@ func (r *fileRun) archiveRemote(ctx context.Context, outcome Outcome, dupOf int6
 			rc.Detail = fmt.Sprintf("batch %s was already received with the bytes your manifest states (sha256 and byte count, intake %d); the file was not read and nothing was applied again", in.BatchID, dupOf)
 		}
 	}
-	if err := r.writeReports(ctx, rc); err != nil {
-		return "", "", err
-	}
-	if err := r.dropStaleReason(); err != nil {
-		return "", "", err
-	}
-	if outcome == OutcomeDuplicate {
-		return StateDuplicate, ReasonDuplicate, nil
-	}
-	return StateArchived, "", nil
+	return rc
 }
 
 // archived counts and logs a file that archive finished.

@@ -645,7 +645,9 @@ type partnerRT struct {
 	// since the last failed poll, or the previous run left none there.
 	// Stop records the run as drained only when every partner is settled.
 	settled     bool
-	orphanSweep time.Time // the last look through stopped workers' processing dirs (orphans.go)
+	orphanSweep time.Time    // the last look through stopped workers' processing dirs (orphans.go)
+	adoptMoves  int          // moves adoptOrphans tried into this worker's dir (a listing of it from before is stale)
+	fileRuns    atomic.Int64 // files this replica ran of the partner (a listing of ready/ from before one is stale)
 
 	statMu      sync.Mutex // what the last poll saw, for gauges and /readyz
 	polling     bool       // this replica polls the partner (affinity.go); else it exports no poll gauges for it

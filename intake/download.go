@@ -273,15 +273,22 @@ func (r *fileRun) fetchSame(ctx context.Context, sha string) (spool.Entry, bool,
 // openClaimed opens processing/<worker>/<name> for a download: the file,
 // its size, the partner's size limit and the source that streams it.
 func (r *fileRun) openClaimed() (*sftp.File, int64, int64, spool.Source, error) {
+	// A file listed large from a far site opens on the second channel
+	// (its start too, once per session) beside the main OPEN and FSTAT:
+	// their round trips overlap (docs/performance.md, item 44).
+	second := r.openSecond(r.in.ListedSize)
 	f, err := r.sess.Open(r.in.ClaimedPath)
 	if partners.IsNotExist(err) {
+		second.close()
 		return nil, 0, 0, nil, ErrRemoteLost
 	}
 	if err != nil {
+		second.close()
 		return nil, 0, 0, nil, fmt.Errorf("open %s: %w", r.in.ClaimedPath, err)
 	}
 	st, err := f.Stat()
 	if err != nil {
+		second.close()
 		f.Close()
 		return nil, 0, 0, nil, fmt.Errorf("stat %s: %w", r.in.ClaimedPath, err)
 	}
@@ -290,6 +297,7 @@ func (r *fileRun) openClaimed() (*sftp.File, int64, int64, spool.Source, error) 
 		max = 1 << 62 // released by ops despite the limit
 	}
 	if st.Size() > max {
+		second.close()
 		f.Close()
 		return nil, 0, 0, nil, spool.ErrTooLarge
 	}
@@ -298,19 +306,68 @@ func (r *fileRun) openClaimed() (*sftp.File, int64, int64, spool.Source, error) 
 		src = readSmall(f, st.Size())
 	}
 	if st.Mode().IsRegular() && st.Size() >= twoChannelBytes && r.sess.RTT() >= twoChannelRTT {
-		if c2 := r.sess.Ranges(); c2 != nil {
-			if f2, err := c2.Open(r.in.ClaimedPath); err == nil {
-				src = twoChannels(r.sess.Deadline, f, f2, st.Size())
-			} else {
-				r.log.Debug("the second channel could not open the file; it is read on one", "err", err)
-			}
+		if second == nil {
+			second = r.openSecond(st.Size())
+		}
+		if f2, err := second.wait(); err == nil {
+			src = twoChannels(r.sess.Deadline, f, f2, st.Size())
+			second = nil
+		} else {
+			r.log.Debug("the second channel could not open the file; it is read on one", "err", err)
 		}
 	}
+	second.close()
 	if fault.Enabled() {
 		inner := src
 		src = func(w io.Writer) (int64, error) { return inner(&faultWriter{w: w}) }
 	}
 	return f, st.Size(), max, src, nil
+}
+
+// secondOpen is the claimed file's OPEN on the session's second channel
+// (Session.Ranges), made in the background.
+type secondOpen struct {
+	done chan struct{}
+	f    *sftp.File
+	err  error
+}
+
+// openSecond opens the claimed file on the second channel when a file of
+// size is read over two channels (twoChannelBytes, twoChannelRTT); else it
+// returns nil.
+func (r *fileRun) openSecond(size int64) *secondOpen {
+	if size < twoChannelBytes || r.sess.RTT() < twoChannelRTT {
+		return nil
+	}
+	o := &secondOpen{done: make(chan struct{})}
+	go func() {
+		defer close(o.done)
+		c := r.sess.Ranges()
+		if c == nil {
+			o.err = errors.New("the site refused a second channel")
+			return
+		}
+		o.f, o.err = c.Open(r.in.ClaimedPath)
+	}()
+	return o
+}
+
+func (o *secondOpen) wait() (*sftp.File, error) {
+	if o == nil {
+		return nil, errors.New("not opened")
+	}
+	<-o.done
+	return o.f, o.err
+}
+
+// close closes the file the second channel opened, if it is not used.
+func (o *secondOpen) close() {
+	if o == nil {
+		return
+	}
+	if f, err := o.wait(); err == nil {
+		f.Close()
+	}
 }
 
 // smallFileBytes: a file below this size is read with one buffer of its

@@ -3,7 +3,6 @@ package intake
 import (
 	"context"
 	"errors"
-	"path"
 	"sync"
 	"time"
 
@@ -96,68 +95,18 @@ func (g *fileGroup) archive(ctx context.Context) error {
 }
 
 // archiveOne is archiveRemote for a file of the group: the file moved to
-// archive/ and its receipt published. When the receipt's temporary file
-// was opened ahead (fetch), the receipt's bytes are written into it
-// beside the move, naming the archive name the move takes unless this
-// very step ran before (the first candidate: it carries the intake id);
-// then the temporary file is closed and renamed to the receipt's name,
-// under the same fence as putFile's. The receipt appears by one rename of
-// a complete, closed file, as putFile's does. Anything else — the move
-// took another name, the file is gone, a write failed — discards the
-// temporary file and goes archiveRemote's way, which finds the move
-// already made (moveOnce is idempotent) and writes the receipt anew.
+// archive/ and its receipt published through the temporary file its read
+// opened (archiveStaged) when it has one and nothing else is due.
 func (g *fileGroup) archiveOne(ctx context.Context, f *groupFile) error {
 	r, st := f.r, f.rcpt
-	if st == nil || r.in.ReplayOf != 0 || r.in.ManifestName != "" || r.in.Override != "" {
-		_, _, err := r.archiveRemote(ctx, OutcomeAccepted, 0)
-		return err
-	}
 	f.rcpt = nil // published or discarded below
-	in := r.in
-	if err := r.fence(ctx, "archive"); err != nil {
-		st.discard()
-		return err
-	}
-	names := archiveNames(r.sess.Layout.ArchiveDir(in.ClaimedAt), in, 9)
-	data, err := receiptJSON(in, Receipt{Outcome: OutcomeAccepted, Archive: names[0]})
-	if err != nil {
-		st.discard()
-		return err
-	}
-	data, name, err := sealReport(r.feedPGP(), data, reportStem(in)+ReceiptSuffix)
-	if err != nil {
-		st.discard()
-		return err
-	}
-	var werr error
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		werr = st.write(data) // discards the temporary file when it fails
-	}()
-	dst, merr := moveOnce(r.sess, in.ClaimedPath, names)
-	wg.Wait()
-	if merr != nil || dst != names[0] || werr != nil {
-		if werr == nil {
+	if st != nil {
+		if !r.stagedFits() {
 			st.discard()
+		} else if ok, err := r.archiveStaged(ctx, st, Receipt{Outcome: OutcomeAccepted}); ok {
+			return err
 		}
-		_, _, err := r.archiveRemote(ctx, OutcomeAccepted, 0)
-		return err
 	}
-	in.ArchivePath = dst
-	if err := fault.Check("archive:mid"); err != nil {
-		st.discard()
-		return err
-	}
-	if err := r.fence(ctx, "receipt"); err != nil {
-		st.discard()
-		return err
-	}
-	p, err := st.publish(path.Join(r.sess.Layout.ReportsDir(), name))
-	if err != nil {
-		return err
-	}
-	in.ReceiptPath = p
-	return nil
+	_, _, err := r.archiveRemote(ctx, OutcomeAccepted, 0)
+	return err
 }

@@ -39,12 +39,16 @@ import (
 // workers' directories: one READDIR of processing/ and one per worker.
 func (d *Daemon) orphanSweepEvery() time.Duration { return max(d.cfg.Lease/3, time.Second) }
 
+func (d *Daemon) orphanSweepDue(p *partnerRT) bool {
+	return time.Since(p.orphanSweep) >= d.orphanSweepEvery()
+}
+
 // adoptOrphans moves the entries of every processing/<w>/ whose worker is
 // known to be gone, and that no live row owns, into this worker's processing dir;
 // resumeOwn then records them as claims. The RENAME is the claim here as
 // anywhere: of two replicas sweeping at once, one gets each file.
 func (d *Daemon) adoptOrphans(ctx context.Context, p *partnerRT, sess *partners.Session) error {
-	if time.Since(p.orphanSweep) < d.orphanSweepEvery() {
+	if !d.orphanSweepDue(p) {
 		return nil
 	}
 	base := path.Dir(sess.Layout.ProcessingDir(d.cfg.WorkerID))
@@ -127,6 +131,7 @@ func (d *Daemon) adoptFrom(ctx context.Context, p *partnerRT, sess *partners.Ses
 		}
 		dst := sess.Layout.Processing(d.cfg.WorkerID, name)
 		p.settled = false // an entry without a row may land in our dir now: resumeOwn must look
+		p.adoptMoves++
 		if err := sess.Rename(old, dst); err != nil {
 			if partners.IsNotExist(err) {
 				continue // another replica took it first

@@ -50,15 +50,55 @@ func (d *Daemon) pollOnce(ctx context.Context, p *partnerRT) error {
 	// shutdown interrupts a transfer in flight.
 	stop := context.AfterFunc(ctx, func() { p.drop() })
 	defer stop()
+	// ready/ is listed beside the housekeeping (their round trips
+	// overlap); a file the housekeeping runs makes that listing stale, and
+	// ready/ is listed again after it. Records are looked up against the
+	// rows the housekeeping resumes, so they are listed after it.
+	var ready *readyAhead
+	runs := p.fileRuns.Load()
+	if own && !p.cfg.Records() {
+		ready = d.listAhead(ctx, p, sess)
+		defer ready.wait()
+	}
+	start := time.Now()
 	if err := d.housekeep(ctx, p, sess); err != nil {
 		return err
 	}
+	d.log.Debug("housekeeping done", "partner", p.cfg.ID, "seconds", time.Since(start).Seconds())
 	if !own {
 		p.drop() // the session is the owner's to keep
 		d.notPolling(p)
 		return errNotOwner
 	}
-	return d.claimReady(ctx, p, sess)
+	if ready != nil && p.fileRuns.Load() != runs {
+		ready.wait()
+		ready = nil
+	}
+	return d.claimReady(ctx, p, sess, ready)
+}
+
+// readyAhead is a listing of ready/ (list) made in the background.
+type readyAhead struct {
+	done    chan struct{}
+	cands   []candidate
+	hostile []partners.Skipped
+	beyond  int
+	err     error
+}
+
+func (d *Daemon) listAhead(ctx context.Context, p *partnerRT, sess *partners.Session) *readyAhead {
+	a := &readyAhead{done: make(chan struct{})}
+	go func() {
+		defer close(a.done)
+		a.cands, a.hostile, a.beyond, a.err = d.list(ctx, p, sess)
+	}()
+	return a
+}
+
+// wait returns the listing once it is made; it may be called again.
+func (a *readyAhead) wait() ([]candidate, []partners.Skipped, int, error) {
+	<-a.done
+	return a.cands, a.hostile, a.beyond, a.err
 }
 
 // gate decides how this poll goes: whether this replica polls the partner
@@ -126,11 +166,21 @@ func (d *Daemon) housekeep(ctx context.Context, p *partnerRT, sess *partners.Ses
 
 // claimReady lists ready/, moves its hostile entries to quarantine and
 // claims the rest (claimLoop).
-func (d *Daemon) claimReady(ctx context.Context, p *partnerRT, sess *partners.Session) error {
-	cands, hostile, beyond, err := d.list(ctx, p, sess)
+func (d *Daemon) claimReady(ctx context.Context, p *partnerRT, sess *partners.Session, ready *readyAhead) error {
+	start := time.Now()
+	var cands []candidate
+	var hostile []partners.Skipped
+	var beyond int
+	var err error
+	if ready != nil {
+		cands, hostile, beyond, err = ready.wait()
+	} else {
+		cands, hostile, beyond, err = d.list(ctx, p, sess)
+	}
 	if err != nil {
 		return err
 	}
+	d.log.Debug("ready listed", "partner", p.cfg.ID, "candidates", len(cands), "hostile", len(hostile), "beyond", beyond, "waited_seconds", time.Since(start).Seconds())
 	// Hostile entries (at most hostileBudget, the oldest) go to quarantine
 	// first; each counts against max_files_per_poll like a claim.
 	handled := 0
@@ -729,6 +779,14 @@ func (d *Daemon) resumeOwn(ctx context.Context, p *partnerRT, sess *partners.Ses
 	p.statMu.Lock()
 	polling := p.polling
 	p.statMu.Unlock()
+	// This worker's dir is listed beside the look through the others'
+	// (a first poll does both): one listing's round trips, not two.
+	var ownDir *dirAhead
+	moves := p.adoptMoves
+	if !p.settled && polling && d.orphanSweepDue(p) {
+		ownDir = readDirAhead(sess, sess.Layout.ProcessingDir(d.cfg.WorkerID))
+		defer ownDir.wait()
+	}
 	if polling {
 		// whoever polls the partner adopts what stopped workers left
 		// without a row, whatever the affinity (orphans.go)
@@ -746,7 +804,16 @@ func (d *Daemon) resumeOwn(ctx context.Context, p *partnerRT, sess *partners.Ses
 		return d.resumeRows(ctx, p, sess)
 	}
 	dir := sess.Layout.ProcessingDir(d.cfg.WorkerID)
-	ents, err := sess.ReadDir(dir)
+	var ents []os.FileInfo
+	var err error
+	if ownDir != nil && p.adoptMoves == moves {
+		ents, err = ownDir.wait()
+	} else {
+		if ownDir != nil {
+			ownDir.wait() // adoptOrphans moved entries in since: list again
+		}
+		ents, err = sess.ReadDir(dir)
+	}
 	if err != nil {
 		return fmt.Errorf("list %s: %w", dir, err)
 	}
@@ -813,6 +880,28 @@ func (d *Daemon) resumeOwn(ctx context.Context, p *partnerRT, sess *partners.Ses
 	return d.resumeRows(ctx, p, sess)
 }
 
+// dirAhead is a remote directory's listing made in the background.
+type dirAhead struct {
+	done chan struct{}
+	ents []os.FileInfo
+	err  error
+}
+
+func readDirAhead(sess *partners.Session, dir string) *dirAhead {
+	a := &dirAhead{done: make(chan struct{})}
+	go func() {
+		defer close(a.done)
+		a.ents, a.err = sess.ReadDir(dir)
+	}()
+	return a
+}
+
+// wait returns the listing once it is made; it may be called again.
+func (a *dirAhead) wait() ([]os.FileInfo, error) {
+	<-a.done
+	return a.ents, a.err
+}
+
 // resumeRows resumes every live row of the partner this worker id holds
 // that is due (a restart, a file waiting for its next attempt), taking
 // each over with a new fencing token.
@@ -844,6 +933,7 @@ func (d *Daemon) resumeRows(ctx context.Context, p *partnerRT, sess *partners.Se
 // runFile runs one file; losing it to another owner is counted and is not
 // an error of the poll.
 func (d *Daemon) runFile(ctx context.Context, p *partnerRT, sess *partners.Session, in *Intake) error {
+	p.fileRuns.Add(1)
 	r, err := d.newRun(p, sess, in)
 	if err != nil {
 		return err

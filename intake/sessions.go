@@ -195,10 +195,15 @@ func (d *Daemon) session(ctx context.Context, p *partnerRT) (*partners.Session, 
 // dial opens a session and prepares the site: this worker's directories
 // (claim mode) and the listing channel.
 func (d *Daemon) dial(ctx context.Context, p *partnerRT) (*partners.Session, error) {
+	start := time.Now()
 	s, err := partners.Dial(ctx, p.cfg)
 	if err != nil {
 		return nil, err
 	}
+	login := time.Since(start)
+	defer func() {
+		d.log.Debug("session opened", "partner", p.cfg.ID, "login_seconds", login.Seconds(), "seconds", time.Since(start).Seconds(), "rtt_seconds", s.RTT().Seconds())
+	}()
 	// claim: record writes nothing on the site (no directories); a site
 	// that refuses a second channel is listed whole instead
 	// (partners.Session.ListDir): claims work either way.

@@ -41,6 +41,9 @@ type fileRun struct {
 	// its lease right before the group's steps on the site (fence); zero
 	// on the per-file path.
 	groupFencedAt time.Time
+	// site: the archive's steps on the site made ready during the
+	// download (archive_ahead.go); per-file path only.
+	site *siteAhead
 }
 
 func (d *Daemon) newRun(p *partnerRT, sess *partners.Session, in *Intake) (*fileRun, error) {
@@ -84,6 +87,7 @@ func (r *fileRun) run(ctx context.Context) error {
 	defer func() { cancel(nil); <-hbDone }()
 	defer r.dropPre()
 	defer r.dropAhead()
+	defer r.dropSite()
 
 	for !terminal(r.in.State) {
 		var err error
@@ -117,6 +121,7 @@ func (r *fileRun) step(ctx context.Context) (err error) {
 			reason := hostileReason(r.in.ClaimedPath)
 			err = r.hold(ctx, StateQuarantined, Reason(reason), 0, hostileDetail[reason])
 		} else {
+			r.prepareSite()
 			err = r.download(ctx)
 		}
 	case StateSpooled:

@@ -1,0 +1,151 @@
+package intake
+
+import (
+	"context"
+	"path"
+	"sync"
+
+	"github.com/partner-intake/partner-intake/internal/fault"
+)
+
+// The archive's site steps made ready while the file downloads. A file's
+// end on the site is its move to archive/YYYY/MM/ and its receipt: on
+// their own that is a STAT of the month's directory (and, for a month's
+// first file, the STATs and MKDIRs that make it), the RENAME, then the
+// receipt's OPEN, WRITE, CLOSE and RENAME — one round trip each, nine or
+// more at 50 ms from the site (docs/performance.md, item 44). Beside the
+// file's download, its run makes sure of the month's directory and opens
+// the receipt's temporary file (prepareSite); at its end the receipt's
+// bytes are written beside the move, then the temporary file is closed and
+// renamed to the receipt's name (archiveStaged): three round trips. A
+// group does the same for its files (group_fetch.go, group_archive.go).
+// What the partner can see is as putFile's: the receipt appears by one
+// rename of a complete, closed file, under the same fence.
+
+// siteAhead is a file's archive prepared ahead: done closes when the
+// month's directory and the receipt's temporary file (rcpt, nil when it
+// could not be opened) are ready.
+type siteAhead struct {
+	done chan struct{}
+	rcpt *staged
+}
+
+// prepareSite starts making the file's archive ready on the site, beside
+// its download. Records (claim: record) move nothing and write no
+// receipt of this kind; a replay has no remote file.
+func (r *fileRun) prepareSite() {
+	if r.site != nil || r.feed == nil || r.p.cfg.Records() || r.in.ReplayOf != 0 {
+		return
+	}
+	s := &siteAhead{done: make(chan struct{})}
+	r.site = s
+	sess, in := r.sess, r.in
+	name := reportStem(&Intake{ID: in.ID, BatchID: r.feed.BatchIDFromName(in.RemoteName)}) + ReceiptSuffix
+	month := sess.Layout.ArchiveDir(in.ClaimedAt)
+	go func() {
+		defer close(s.done)
+		var wg sync.WaitGroup
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			// remembered by the session (EnsureDir); a failure is the
+			// archive's to report when it moves the file
+			_ = sess.EnsureDir(month)
+		}()
+		st, err := stageFile(sess, sess.Layout.ReportsDir(), name)
+		if err != nil {
+			r.log.Debug("the receipt's temporary file could not be opened ahead; it is written when the file is archived", "err", err)
+		}
+		s.rcpt = st
+		wg.Wait()
+	}()
+}
+
+// takeReceipt waits for prepareSite and hands over the receipt's
+// temporary file it opened (nil when none): the caller publishes or
+// discards it.
+func (r *fileRun) takeReceipt() *staged {
+	if r.site == nil {
+		return nil
+	}
+	<-r.site.done
+	st := r.site.rcpt
+	r.site.rcpt = nil
+	return st
+}
+
+// dropSite discards a receipt's temporary file the run opened and did not
+// publish (the file was held, or the run ended before its archive).
+func (r *fileRun) dropSite() {
+	if st := r.takeReceipt(); st != nil {
+		st.discard()
+	}
+}
+
+// stagedFits reports whether the file's archive is the move and the
+// receipt alone: no rejects report to write before the receipt, no
+// manifest to move beside the file, no replay (no remote file) and no
+// release by ops (a reason file to remove).
+func (r *fileRun) stagedFits() bool {
+	in := r.in
+	return in.ReplayOf == 0 && in.ManifestName == "" && in.Override == "" && in.RowsRejected+in.RowsConflict == 0
+}
+
+// archiveStaged moves the file to archive/ and publishes its receipt rc
+// through st, the receipt's temporary file opened ahead: its bytes are
+// written beside the move, naming the archive name the move takes unless
+// this very step ran before (the first candidate: it carries the intake
+// id); then st is closed and renamed to the receipt's name, under the
+// same fence as putFile's. ok is false when it did not do the step: the
+// move took another name, the file is gone, a write failed. st is then
+// discarded and the caller goes archiveRemote's way, which finds the move
+// already made (moveOnce is idempotent) and writes the receipt anew.
+func (r *fileRun) archiveStaged(ctx context.Context, st *staged, rc Receipt) (ok bool, err error) {
+	in := r.in
+	if err := r.fence(ctx, "archive"); err != nil {
+		st.discard()
+		return true, err
+	}
+	names := archiveNames(r.sess.Layout.ArchiveDir(in.ClaimedAt), in, 9)
+	rc.Archive = names[0]
+	data, err := receiptJSON(in, rc)
+	if err != nil {
+		st.discard()
+		return true, err
+	}
+	data, name, err := sealReport(r.feedPGP(), data, reportStem(in)+ReceiptSuffix)
+	if err != nil {
+		st.discard()
+		return true, err
+	}
+	var werr error
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		werr = st.write(data) // discards the temporary file when it fails
+	}()
+	dst, merr := moveOnce(r.sess, in.ClaimedPath, names)
+	wg.Wait()
+	if merr != nil || dst != names[0] || werr != nil {
+		if werr == nil {
+			st.discard()
+		}
+		return false, nil
+	}
+	in.ArchivePath = dst
+	if err := fault.Check("archive:mid"); err != nil {
+		st.discard()
+		return true, err
+	}
+	if err := r.fence(ctx, "receipt"); err != nil {
+		st.discard()
+		return true, err
+	}
+	p, err := st.publish(path.Join(r.sess.Layout.ReportsDir(), name))
+	if err != nil {
+		return true, err
+	}
+	in.ReceiptPath = p
+	return true, nil
+}
