@@ -111,6 +111,14 @@ func openCmd(path string, stderr io.Writer) (context.Context, *env, func(), int)
 	return ctx, e, func() { e.pool.Close(); stop() }, 0
 }
 
+// stoppedWhileStarting: SIGTERM or SIGINT came during the schema and
+// target checks. Nothing was claimed yet; the stop is as clean as a later
+// one (exit 0), not a failed check.
+func stoppedWhileStarting(e *env) int {
+	e.log.Info("stopped before the start completed")
+	return 0
+}
+
 func cmdRun(args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("run", stderr)
 	path := fs.String("config", "", "config file (YAML), e.g. /etc/intake/intake.yaml")
@@ -164,10 +172,16 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 		d.Prewarm(ctx)
 	}
 	if err := e.migrate(ctx); err != nil {
+		if ctx.Err() != nil {
+			return stoppedWhileStarting(e)
+		}
 		fmt.Fprintln(stderr, err)
 		return 1
 	}
 	if err := d.CheckTargets(ctx); err != nil {
+		if ctx.Err() != nil {
+			return stoppedWhileStarting(e)
+		}
 		fmt.Fprintln(stderr, "intake run:", err)
 		return 1
 	}
