@@ -142,6 +142,10 @@ type Results struct {
 	WANSmallTurnsPerFile float64 `json:"wan_small_round_trips_per_file,omitempty"`
 	WANLargeTurns        int64   `json:"wan_large_round_trips,omitempty"`
 	WANNaiveLargeTurns   int64   `json:"wan_naive_large_round_trips,omitempty"`
+	// the bench process's CPU while intake's large WAN run ran: the
+	// latency proxy's, which a real link does not cost the host
+	WANLargeProxyCPUS float64   `json:"wan_large_proxy_cpu_s,omitempty"`
+	WANLargeRuns      []float64 `json:"wan_large_runs_s,omitempty"`
 	// A fleet of partners on one daemon (issue 17 item 2; fleet.go): the
 	// daemon's peak RSS (VmHWM) with every session open and its RSS after
 	// the first cycle; exec until every partner was polled once; CPU over

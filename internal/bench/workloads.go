@@ -778,6 +778,7 @@ func (r *Results) Table(w *os.File) {
 		row("WAN: intake over naive", r.WANRatioNaive, "x", "")
 		row("WAN: large, sequential round trips, intake", float64(r.WANLargeTurns), "", "")
 		row("WAN: large, sequential round trips, naive", float64(r.WANNaiveLargeTurns), "", "")
+		row("WAN: large, the latency proxy's CPU", r.WANLargeProxyCPUS, "s", "")
 		row("WAN: large over loopback fresh", r.WANRatioLoopback, "x", "<= 1.3")
 		row("WAN: small files, one daemon", r.WANSmallFilesPerS, "files/s", ">= 300")
 		row("WAN: sequential round trips per file", r.WANSmallTurnsPerFile, "", "")
