@@ -26,6 +26,7 @@ import (
 func (s *Session) ListDir(ctx context.Context, dir string, fn func(os.FileInfo) error) error {
 	s.listMu.Lock()
 	defer s.listMu.Unlock()
+	s.settleLister()
 	if s.lister == nil && !s.noLister {
 		c, err := s.openLister()
 		if err != nil {
@@ -52,6 +53,16 @@ func (s *Session) ListDir(ctx context.Context, dir string, fn func(os.FileInfo) 
 		return fmt.Errorf("list %s: %w", dir, err)
 	}
 	return nil
+}
+
+// settleLister waits for the replies the last listing left in flight
+// (rawSFTP.drain); a channel one of them broke is closed, and the next
+// listing opens a fresh one. listMu is held.
+func (s *Session) settleLister() {
+	if c := s.lister; c != nil && c.settle() != nil {
+		c.ch.Close()
+		s.lister = nil
+	}
 }
 
 // PrepareList opens the channel ListDir lists on ahead of the first
@@ -147,6 +158,7 @@ func openRaw(client *ssh.Client, watch *watchdog) (*rawSFTP, error) {
 func (s *Session) EnsureDirsAtOnce(root string, rel []string) map[string]bool {
 	s.listMu.Lock()
 	defer s.listMu.Unlock()
+	s.settleLister()
 	if s.lister == nil {
 		return nil
 	}
@@ -252,6 +264,52 @@ type rawSFTP struct {
 	// clean: the last listing ended with the channel between requests
 	// (its error came from fn or a status reply), so it can be used again
 	clean bool
+	// drain, while not nil, closes once the replies a listing left in
+	// flight (a READDIR sent ahead, its CLOSE) are read, in the
+	// background: the listing's caller does not wait a round trip for
+	// them. broken: one of them did not come as it should.
+	drain  chan struct{}
+	broken bool
+}
+
+var errBrokenChannel = errors.New("sftp: a reply left in flight did not come as it should")
+
+// settle waits for drain; an error means the channel cannot be used again.
+func (c *rawSFTP) settle() error {
+	if c.drain != nil {
+		<-c.drain
+		c.drain = nil
+	}
+	if c.broken {
+		return errBrokenChannel
+	}
+	return nil
+}
+
+// drainReplies reads the replies of the n requests sent last (ids up to
+// c.id) in the background; the last one must be a status OK (a CLOSE's).
+func (c *rawSFTP) drainReplies(n int) {
+	last := c.id
+	first := last - uint32(n) + 1
+	done := make(chan struct{})
+	c.drain = done
+	go func() {
+		defer close(done)
+		for id := first; ; id++ {
+			typ, b, err := c.recv()
+			d := decoder{b: b}
+			if err != nil || d.u32() != id || d.err != nil {
+				c.broken = true
+				return
+			}
+			if id == last {
+				if typ != fxpStatus || d.u32() != 0 {
+					c.broken = true
+				}
+				return
+			}
+		}
+	}()
 }
 
 func (c *rawSFTP) send(typ byte, body ...[]byte) error {
@@ -314,6 +372,10 @@ func (c *rawSFTP) request(typ byte, body ...[]byte) (byte, []byte, error) {
 	return rt, d.b, nil
 }
 
+// list lists dir: OPENDIR, then two READDIRs in flight at a time (the
+// next batch, or the end, is on its way while one is read), and a CLOSE
+// whose reply is not waited for (drainReplies). A directory that fits in
+// one READDIR reply costs two round trips, not four.
 func (c *rawSFTP) list(dir string, fn func(os.FileInfo) error) (err error) {
 	c.clean = false
 	typ, b, err := c.request(fxpOpendir, str(dir))
@@ -329,28 +391,52 @@ func (c *rawSFTP) list(dir string, fn func(os.FileInfo) error) (err error) {
 	if d.err != nil {
 		return d.err
 	}
+	inFlight := 0
+	readdir := func() error {
+		c.id++
+		inFlight++
+		return c.send(fxpReaddir, u32(c.id), str(handle))
+	}
 	defer func() {
-		typ, _, cerr := c.request(fxpClose, str(handle))
-		c.clean = cerr == nil && typ == fxpStatus
-		if err == nil && !c.clean {
-			err = fmt.Errorf("sftp close: %v (reply type %d)", cerr, typ)
+		c.id++
+		if serr := c.send(fxpClose, u32(c.id), str(handle)); serr != nil {
+			c.clean = false
+			if err == nil {
+				err = serr
+			}
+			return
+		}
+		if c.clean {
+			c.drainReplies(inFlight + 1)
 		}
 	}()
-	for {
-		typ, b, err := c.request(fxpReaddir, str(handle))
+	if err := readdir(); err != nil {
+		return err
+	}
+	if err := readdir(); err != nil {
+		return err
+	}
+	for want := c.id - 1; ; want++ {
+		typ, b, err := c.recv()
 		if err != nil {
 			return err
 		}
+		inFlight--
+		d := decoder{b: b}
+		if id := d.u32(); d.err != nil || id != want {
+			return fmt.Errorf("sftp reply for request %d, want %d", id, want)
+		}
+		c.clean = true // between replies: what is in flight is drained
 		if typ == fxpStatus {
-			if d := (decoder{b: b}); d.u32() == fxStatusEOF {
+			if st := (decoder{b: d.b}); st.u32() == fxStatusEOF {
 				return nil
 			}
-			return statusError(typ, b)
+			return statusError(typ, d.b)
 		}
+		c.clean = false
 		if typ != fxpName {
 			return fmt.Errorf("sftp readdir: reply type %d", typ)
 		}
-		d := decoder{b: b}
 		for n := d.u32(); n > 0 && d.err == nil; n-- {
 			name := d.str()
 			d.str() // longname
@@ -362,11 +448,15 @@ func (c *rawSFTP) list(dir string, fn func(os.FileInfo) error) (err error) {
 				continue
 			}
 			if err := fn(fi); err != nil {
+				c.clean = true
 				return err
 			}
 		}
 		if d.err != nil {
 			return d.err
+		}
+		if err := readdir(); err != nil {
+			return err
 		}
 	}
 }

@@ -73,6 +73,16 @@ func TestListDirStreamsWhatReadDirReturns(t *testing.T) {
 		if err := s.ListDir(context.Background(), dir+"/missing", func(os.FileInfo) error { return nil }); !os.IsNotExist(err) && !errorsIsNotExist(err) {
 			t.Fatalf("a missing directory: %v", err)
 		}
+		// an empty directory (both READDIRs in flight find the end), then
+		// the whole one again on the same channel
+		n = 0
+		if err := s.ListDir(context.Background(), dir+"/sub", func(os.FileInfo) error { n++; return nil }); err != nil || n != 0 {
+			t.Fatalf("an empty directory: %v, %d entries", err, n)
+		}
+		got = got[:0]
+		if err := s.ListDir(context.Background(), dir, func(fi os.FileInfo) error { got = append(got, fi); return nil }); err != nil || len(got) != len(w) {
+			t.Fatalf("listed again: %v, %d entries, want %d", err, len(got), len(w))
+		}
 	}
 	t.Run("openssh", func(t *testing.T) {
 		p := partner(t)
