@@ -12,8 +12,8 @@ import (
 // end on the site is its move to archive/YYYY/MM/ and its receipt: on
 // their own that is a STAT of the month's directory (and, for a month's
 // first file, the STATs and MKDIRs that make it), the RENAME, then the
-// receipt's OPEN, WRITE, CLOSE and RENAME — one round trip each, nine or
-// more at 50 ms from the site (docs/performance.md, item 44). Beside the
+// receipt's OPEN, WRITE, CLOSE and RENAME — one round trip each: six,
+// ten for a month's first file (docs/performance.md, item 44). Beside the
 // file's download, its run makes sure of the month's directory and opens
 // the receipt's temporary file (prepareSite); at its end the receipt's
 // bytes are written beside the move, then the temporary file is closed and
@@ -22,28 +22,19 @@ import (
 // What the partner can see is as putFile's: the receipt appears by one
 // rename of a complete, closed file, under the same fence.
 
-// siteAhead is a file's archive prepared ahead: done closes when the
-// month's directory and the receipt's temporary file (rcpt, nil when it
-// could not be opened) are ready.
-type siteAhead struct {
-	done chan struct{}
-	rcpt *staged
-}
-
 // prepareSite starts making the file's archive ready on the site, beside
-// its download. Records (claim: record) move nothing and write no
-// receipt of this kind; a replay has no remote file.
+// its download: the month's directory made sure of and the receipt's
+// temporary file opened (r.site). Records (claim: record) move nothing
+// and write no receipt of this kind; a replay has no remote file; a
+// manifest moves beside its file (archiveRemote's way).
 func (r *fileRun) prepareSite() {
-	if r.site != nil || r.feed == nil || r.p.cfg.Records() || r.in.ReplayOf != 0 {
+	if r.site != nil || r.feed == nil || r.p.cfg.Records() || r.in.ReplayOf != 0 || r.in.ManifestName != "" {
 		return
 	}
-	s := &siteAhead{done: make(chan struct{})}
-	r.site = s
-	sess, in := r.sess, r.in
+	sess, in, log := r.sess, r.in, r.log
 	name := reportStem(&Intake{ID: in.ID, BatchID: r.feed.BatchIDFromName(in.RemoteName)}) + ReceiptSuffix
 	month := sess.Layout.ArchiveDir(in.ClaimedAt)
-	go func() {
-		defer close(s.done)
+	r.site = inBackground(func() (*staged, error) {
 		var wg sync.WaitGroup
 		wg.Add(1)
 		go func() {
@@ -52,25 +43,24 @@ func (r *fileRun) prepareSite() {
 			// archive's to report when it moves the file
 			_ = sess.EnsureDir(month)
 		}()
+		defer wg.Wait()
 		st, err := stageFile(sess, sess.Layout.ReportsDir(), name)
 		if err != nil {
-			r.log.Debug("the receipt's temporary file could not be opened ahead; it is written when the file is archived", "err", err)
+			log.Debug("the receipt's temporary file could not be opened ahead; it is written when the file is archived", "err", err)
 		}
-		s.rcpt = st
-		wg.Wait()
-	}()
+		return st, err
+	})
 }
 
 // takeReceipt waits for prepareSite and hands over the receipt's
 // temporary file it opened (nil when none): the caller publishes or
 // discards it.
 func (r *fileRun) takeReceipt() *staged {
-	if r.site == nil {
+	st, err := r.site.wait()
+	r.site = nil
+	if err != nil {
 		return nil
 	}
-	<-r.site.done
-	st := r.site.rcpt
-	r.site.rcpt = nil
 	return st
 }
 

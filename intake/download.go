@@ -279,16 +279,16 @@ func (r *fileRun) openClaimed() (*sftp.File, int64, int64, spool.Source, error) 
 	second := r.openSecond(r.in.ListedSize)
 	f, err := r.sess.Open(r.in.ClaimedPath)
 	if partners.IsNotExist(err) {
-		second.close()
+		closeUnused(second)
 		return nil, 0, 0, nil, ErrRemoteLost
 	}
 	if err != nil {
-		second.close()
+		closeUnused(second)
 		return nil, 0, 0, nil, fmt.Errorf("open %s: %w", r.in.ClaimedPath, err)
 	}
 	st, err := f.Stat()
 	if err != nil {
-		second.close()
+		closeUnused(second)
 		f.Close()
 		return nil, 0, 0, nil, fmt.Errorf("stat %s: %w", r.in.ClaimedPath, err)
 	}
@@ -297,7 +297,7 @@ func (r *fileRun) openClaimed() (*sftp.File, int64, int64, spool.Source, error) 
 		max = 1 << 62 // released by ops despite the limit
 	}
 	if st.Size() > max {
-		second.close()
+		closeUnused(second)
 		f.Close()
 		return nil, 0, 0, nil, spool.ErrTooLarge
 	}
@@ -316,7 +316,7 @@ func (r *fileRun) openClaimed() (*sftp.File, int64, int64, spool.Source, error) 
 			r.log.Debug("the second channel could not open the file; it is read on one", "err", err)
 		}
 	}
-	second.close()
+	closeUnused(second)
 	if fault.Enabled() {
 		inner := src
 		src = func(w io.Writer) (int64, error) { return inner(&faultWriter{w: w}) }
@@ -324,44 +324,25 @@ func (r *fileRun) openClaimed() (*sftp.File, int64, int64, spool.Source, error) 
 	return f, st.Size(), max, src, nil
 }
 
-// secondOpen is the claimed file's OPEN on the session's second channel
-// (Session.Ranges), made in the background.
-type secondOpen struct {
-	done chan struct{}
-	f    *sftp.File
-	err  error
-}
-
-// openSecond opens the claimed file on the second channel when a file of
-// size is read over two channels (twoChannelBytes, twoChannelRTT); else it
-// returns nil.
-func (r *fileRun) openSecond(size int64) *secondOpen {
+// openSecond opens the claimed file on the session's second channel
+// (Session.Ranges) in the background when a file of size is read over two
+// channels (twoChannelBytes, twoChannelRTT); else it returns nil.
+func (r *fileRun) openSecond(size int64) *background[*sftp.File] {
 	if size < twoChannelBytes || r.sess.RTT() < twoChannelRTT {
 		return nil
 	}
-	o := &secondOpen{done: make(chan struct{})}
-	go func() {
-		defer close(o.done)
+	return inBackground(func() (*sftp.File, error) {
 		c := r.sess.Ranges()
 		if c == nil {
-			o.err = errors.New("the site refused a second channel")
-			return
+			return nil, errors.New("the site refused a second channel")
 		}
-		o.f, o.err = c.Open(r.in.ClaimedPath)
-	}()
-	return o
+		return c.Open(r.in.ClaimedPath)
+	})
 }
 
-func (o *secondOpen) wait() (*sftp.File, error) {
-	if o == nil {
-		return nil, errors.New("not opened")
-	}
-	<-o.done
-	return o.f, o.err
-}
-
-// close closes the file the second channel opened, if it is not used.
-func (o *secondOpen) close() {
+// closeUnused closes the file the second channel opened, if any: it was
+// not used.
+func closeUnused(o *background[*sftp.File]) {
 	if o == nil {
 		return
 	}

@@ -54,7 +54,7 @@ func (d *Daemon) pollOnce(ctx context.Context, p *partnerRT) error {
 	// overlap); a file the housekeeping runs makes that listing stale, and
 	// ready/ is listed again after it. Records are looked up against the
 	// rows the housekeeping resumes, so they are listed after it.
-	var ready *readyAhead
+	var ready *background[listing]
 	runs := p.fileRuns.Load()
 	if own && !p.cfg.Records() {
 		ready = d.listAhead(ctx, p, sess)
@@ -77,28 +77,21 @@ func (d *Daemon) pollOnce(ctx context.Context, p *partnerRT) error {
 	return d.claimReady(ctx, p, sess, ready)
 }
 
-// readyAhead is a listing of ready/ (list) made in the background.
-type readyAhead struct {
-	done    chan struct{}
+// listing is what list keeps of ready/.
+type listing struct {
 	cands   []candidate
 	hostile []partners.Skipped
 	beyond  int
-	err     error
 }
 
-func (d *Daemon) listAhead(ctx context.Context, p *partnerRT, sess *partners.Session) *readyAhead {
-	a := &readyAhead{done: make(chan struct{})}
-	go func() {
-		defer close(a.done)
-		a.cands, a.hostile, a.beyond, a.err = d.list(ctx, p, sess)
-	}()
-	return a
-}
-
-// wait returns the listing once it is made; it may be called again.
-func (a *readyAhead) wait() ([]candidate, []partners.Skipped, int, error) {
-	<-a.done
-	return a.cands, a.hostile, a.beyond, a.err
+// listAhead lists ready/ (list) in the background.
+func (d *Daemon) listAhead(ctx context.Context, p *partnerRT, sess *partners.Session) *background[listing] {
+	return inBackground(func() (listing, error) {
+		var l listing
+		var err error
+		l.cands, l.hostile, l.beyond, err = d.list(ctx, p, sess)
+		return l, err
+	})
 }
 
 // gate decides how this poll goes: whether this replica polls the partner
@@ -166,20 +159,19 @@ func (d *Daemon) housekeep(ctx context.Context, p *partnerRT, sess *partners.Ses
 
 // claimReady lists ready/, moves its hostile entries to quarantine and
 // claims the rest (claimLoop).
-func (d *Daemon) claimReady(ctx context.Context, p *partnerRT, sess *partners.Session, ready *readyAhead) error {
+func (d *Daemon) claimReady(ctx context.Context, p *partnerRT, sess *partners.Session, ready *background[listing]) error {
 	start := time.Now()
-	var cands []candidate
-	var hostile []partners.Skipped
-	var beyond int
+	var l listing
 	var err error
 	if ready != nil {
-		cands, hostile, beyond, err = ready.wait()
+		l, err = ready.wait()
 	} else {
-		cands, hostile, beyond, err = d.list(ctx, p, sess)
+		l.cands, l.hostile, l.beyond, err = d.list(ctx, p, sess)
 	}
 	if err != nil {
 		return err
 	}
+	cands, hostile, beyond := l.cands, l.hostile, l.beyond
 	d.log.Debug("ready listed", "partner", p.cfg.ID, "candidates", len(cands), "hostile", len(hostile), "beyond", beyond, "waited_seconds", time.Since(start).Seconds())
 	// Hostile entries (at most hostileBudget, the oldest) go to quarantine
 	// first; each counts against max_files_per_poll like a claim.
@@ -781,10 +773,11 @@ func (d *Daemon) resumeOwn(ctx context.Context, p *partnerRT, sess *partners.Ses
 	p.statMu.Unlock()
 	// This worker's dir is listed beside the look through the others'
 	// (a first poll does both): one listing's round trips, not two.
-	var ownDir *dirAhead
+	var ownDir *background[[]os.FileInfo]
 	moves := p.adoptMoves
 	if !p.settled && polling && d.orphanSweepDue(p) {
-		ownDir = readDirAhead(sess, sess.Layout.ProcessingDir(d.cfg.WorkerID))
+		dir := sess.Layout.ProcessingDir(d.cfg.WorkerID)
+		ownDir = inBackground(func() ([]os.FileInfo, error) { return sess.ReadDir(dir) })
 		defer ownDir.wait()
 	}
 	if polling {
@@ -878,28 +871,6 @@ func (d *Daemon) resumeOwn(ctx context.Context, p *partnerRT, sess *partners.Ses
 	// (afterPoll).
 	p.settled = true
 	return d.resumeRows(ctx, p, sess)
-}
-
-// dirAhead is a remote directory's listing made in the background.
-type dirAhead struct {
-	done chan struct{}
-	ents []os.FileInfo
-	err  error
-}
-
-func readDirAhead(sess *partners.Session, dir string) *dirAhead {
-	a := &dirAhead{done: make(chan struct{})}
-	go func() {
-		defer close(a.done)
-		a.ents, a.err = sess.ReadDir(dir)
-	}()
-	return a
-}
-
-// wait returns the listing once it is made; it may be called again.
-func (a *dirAhead) wait() ([]os.FileInfo, error) {
-	<-a.done
-	return a.ents, a.err
 }
 
 // resumeRows resumes every live row of the partner this worker id holds

@@ -43,7 +43,7 @@ type fileRun struct {
 	groupFencedAt time.Time
 	// site: the archive's steps on the site made ready during the
 	// download (archive_ahead.go); per-file path only.
-	site *siteAhead
+	site *background[*staged]
 }
 
 func (d *Daemon) newRun(p *partnerRT, sess *partners.Session, in *Intake) (*fileRun, error) {
