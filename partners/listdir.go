@@ -43,8 +43,7 @@ func (s *Session) ListDir(ctx context.Context, dir string, fn func(os.FileInfo) 
 	if (err != nil && !c.clean) || !stop() {
 		// the channel's state is unknown (a broken reply, ctx): a fresh
 		// one next time
-		c.ch.Close()
-		s.lister = nil
+		s.dropLister()
 	}
 	if ctx.Err() != nil {
 		return ctx.Err()
@@ -60,9 +59,27 @@ func (s *Session) ListDir(ctx context.Context, dir string, fn func(os.FileInfo) 
 // listing opens a fresh one. listMu is held.
 func (s *Session) settleLister() {
 	if c := s.lister; c != nil && c.settle() != nil {
-		c.ch.Close()
-		s.lister = nil
+		s.dropLister()
 	}
+}
+
+// dropLister closes the listing channel; the next listing opens a fresh
+// one. What the channel had in flight is no longer waited for: the
+// replies a listing left to drainReplies end with the channel (closed
+// here, they fail at once once the site closes its side, or when the
+// watchdog closes the connection), and only then is the watchdog's count
+// of unanswered requests cleared, so that neither a dead request expires
+// the session nor the drain's last reads upset the next channel's count.
+// listMu is held.
+func (s *Session) dropLister() {
+	c := s.lister
+	if c == nil {
+		return
+	}
+	c.ch.Close()
+	c.settle()
+	s.listWatch.reset()
+	s.lister = nil
 }
 
 // PrepareList opens the channel ListDir lists on ahead of the first
@@ -131,7 +148,7 @@ func openRaw(client *ssh.Client, watch *watchdog) (*rawSFTP, error) {
 		ch.Close()
 		return nil, fmt.Errorf("sftp subsystem: %w", err)
 	}
-	c := &rawSFTP{ch: ch, w: watchedWriter{w: watch, wc: w}, r: watchedReader{w: watch, r: r}}
+	c := &rawSFTP{ch: ch, w: watchedWriter{w: watch, wc: w}, r: watchedReader{w: watch, r: r}, watch: watch}
 	if err := c.send(fxpInit, u32(3)); err != nil {
 		ch.Close()
 		return nil, err
@@ -143,17 +160,19 @@ func openRaw(client *ssh.Client, watch *watchdog) (*rawSFTP, error) {
 	return c, nil
 }
 
-// EnsureDirsAtOnce makes sure of remote directories in one round trip
-// where the site allows: on the listing channel, an MKDIR of each
-// directory and of each of its parents below root (parents first), then a
-// STAT of each directory, all sent together. OpenSSH's sftp-server
-// answers requests one after another in the order they came, so each STAT
-// sees what the MKDIRs before it made; an MKDIR of a directory that
-// exists fails and changes nothing. It returns the directories the STATs
-// showed as directories: the caller makes sure of the rest one by one
-// (a site that answers out of order, or refuses a second channel, costs
-// those round trips and nothing else). pkg/sftp's MkdirAll asks for a
-// missing directory's parents one at a time: five round trips for
+// EnsureDirsAtOnce makes sure of remote directories in as few round
+// trips as the site allows: on the listing channel, a STAT of every
+// directory, sent together (one round trip where they exist, as on every
+// dial but a new site's first: no MKDIR is sent then); for those missing,
+// an MKDIR of each and of each of its parents below root (parents first),
+// then a STAT of each, sent together. OpenSSH's sftp-server answers
+// requests one after another in the order they came, so each STAT sees
+// what the MKDIRs before it made; an MKDIR of a directory that exists
+// fails and changes nothing. It returns the directories the STATs showed
+// as directories: the caller makes sure of the rest one by one (a site
+// that answers out of order, or refuses a second channel, costs those
+// round trips and nothing else). pkg/sftp's MkdirAll asks for a missing
+// directory's parents one at a time: five round trips for
 // processing/<worker>/ on a new site (docs/performance.md, item 44).
 func (s *Session) EnsureDirsAtOnce(root string, rel []string) map[string]bool {
 	s.listMu.Lock()
@@ -165,35 +184,65 @@ func (s *Session) EnsureDirsAtOnce(root string, rel []string) map[string]bool {
 	c := s.lister
 	ok, err := c.ensureDirs(root, rel)
 	if err != nil && !c.clean {
-		c.ch.Close()
-		s.lister = nil // a fresh one for the next listing
+		s.dropLister()
 	}
 	return ok
 }
 
 func (c *rawSFTP) ensureDirs(root string, rel []string) (map[string]bool, error) {
 	c.clean = false
-	var mk, dirs []string
-	seen := map[string]bool{}
+	var dirs []string
+	parents := map[string][]string{} // each dir's MKDIRs, parents first
 	for _, r := range rel {
 		r = path.Clean(r)
 		if r == "." || path.IsAbs(r) || r == ".." || strings.HasPrefix(r, "../") {
 			continue // not below root: left to the caller
 		}
+		d := path.Join(root, r)
 		parts := strings.Split(r, "/")
 		for i := range parts {
-			p := path.Join(root, path.Join(parts[:i+1]...))
+			parents[d] = append(parents[d], path.Join(root, path.Join(parts[:i+1]...)))
+		}
+		dirs = append(dirs, d)
+	}
+	ok := map[string]bool{}
+	if len(dirs) == 0 {
+		c.clean = true
+		return ok, nil
+	}
+	// the STATs alone first: where every directory exists (every dial
+	// but a new site's first), nothing is asked to be made
+	if err := c.statDirs(nil, dirs, ok); err != nil {
+		return nil, err
+	}
+	var mk, missing []string
+	seen := map[string]bool{}
+	for _, d := range dirs {
+		if ok[d] {
+			continue
+		}
+		missing = append(missing, d)
+		for _, p := range parents[d] {
 			if !seen[p] {
 				seen[p] = true
 				mk = append(mk, p)
 			}
 		}
-		dirs = append(dirs, path.Join(root, r))
 	}
-	if len(dirs) == 0 {
-		c.clean = true
-		return nil, nil
+	if len(missing) > 0 {
+		if err := c.statDirs(mk, missing, ok); err != nil {
+			return nil, err
+		}
 	}
+	c.clean = true
+	return ok, nil
+}
+
+// statDirs sends an MKDIR of each of mk, then a STAT of each of dirs, all
+// at once, reads every reply, and marks in ok the dirs a STAT showed as
+// directories.
+func (c *rawSFTP) statDirs(mk, dirs []string, ok map[string]bool) error {
+	c.clean = false
 	var batch []byte
 	first := c.id + 1
 	for _, p := range mk {
@@ -206,18 +255,17 @@ func (c *rawSFTP) ensureDirs(root string, rel []string) (map[string]bool, error)
 		batch = appendPacket(batch, fxpStat, u32(c.id), str(d))
 	}
 	if _, err := c.w.Write(batch); err != nil {
-		return nil, err
+		return err
 	}
-	ok := map[string]bool{}
 	for id := first; id <= c.id; id++ {
 		typ, b, err := c.recv()
 		if err != nil {
-			return nil, err
+			return err
 		}
 		d := decoder{b: b}
 		got := d.u32()
 		if d.err != nil || got < first || got > c.id {
-			return nil, fmt.Errorf("sftp reply for request %d, want %d to %d", got, first, c.id)
+			return fmt.Errorf("sftp reply for request %d, want %d to %d", got, first, c.id)
 		}
 		if got >= statFrom && typ == fxpAttrs {
 			if fi := d.attrs(""); d.err == nil && fi.mode.IsDir() {
@@ -226,7 +274,7 @@ func (c *rawSFTP) ensureDirs(root string, rel []string) (map[string]bool, error)
 		}
 	}
 	c.clean = true
-	return ok, nil
+	return nil
 }
 
 // SFTP v3 packet types and attribute flags (draft-ietf-secsh-filexfer-02).
@@ -256,11 +304,12 @@ const (
 )
 
 type rawSFTP struct {
-	ch  io.Closer
-	w   io.Writer
-	r   io.Reader
-	id  uint32
-	buf []byte
+	ch    io.Closer
+	w     io.Writer
+	r     io.Reader
+	watch *watchdog
+	id    uint32
+	buf   []byte
 	// clean: the last listing ended with the channel between requests
 	// (its error came from fn or a status reply), so it can be used again
 	clean bool
@@ -447,7 +496,12 @@ func (c *rawSFTP) list(dir string, fn func(os.FileInfo) error) (err error) {
 			if name == "." || name == ".." {
 				continue
 			}
-			if err := fn(fi); err != nil {
+			err := fn(fi)
+			// the time fn took is the caller's, not the site's: a
+			// READDIR sent ahead is pending meanwhile, and the
+			// watchdog must not count that time against the site
+			c.watch.alive()
+			if err != nil {
 				c.clean = true
 				return err
 			}

@@ -71,6 +71,15 @@ func (w *watchdog) reset() {
 	w.last.Store(time.Now().UnixNano())
 }
 
+// alive renews the deadline: the caller, not the site, took the time
+// since the last sign of life (a listing's callback with a READDIR sent
+// ahead). A nil watchdog does nothing.
+func (w *watchdog) alive() {
+	if w != nil {
+		w.last.Store(time.Now().UnixNano())
+	}
+}
+
 // run checks four times per timeout until done; on expiry it calls
 // closeConn once and returns.
 func (w *watchdog) run(done <-chan struct{}, closeConn func()) {
