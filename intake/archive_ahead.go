@@ -2,8 +2,10 @@ package intake
 
 import (
 	"context"
+	"errors"
 	"path"
 	"sync"
+	"sync/atomic"
 
 	"github.com/partner-intake/partner-intake/internal/fault"
 )
@@ -133,9 +135,22 @@ func (r *fileRun) archiveStaged(ctx context.Context, st *staged, rc Receipt) (ok
 		return true, err
 	}
 	p, err := st.publish(path.Join(r.sess.Layout.ReportsDir(), name))
-	if err != nil {
+	if errors.Is(err, fault.ErrInjected) {
 		return true, err
 	}
+	if err != nil {
+		// The temporary file is gone or could not be renamed: a file
+		// that ran longer than reconcile.stale_temp had its receipt's
+		// temporary file, opened when its download began, removed as
+		// stale. archiveRemote writes the receipt anew (the move is made).
+		r.log.Warn("the receipt opened ahead could not be published; it is written anew", "err", err)
+		return false, nil
+	}
+	stagedReceipts.Add(1)
 	in.ReceiptPath = p
 	return true, nil
 }
+
+// stagedReceipts counts the receipts published through a temporary file
+// opened ahead (tests).
+var stagedReceipts atomic.Int64

@@ -1,6 +1,7 @@
 package intake_test
 
 import (
+	"os"
 	"path/filepath"
 	"testing"
 
@@ -24,9 +25,16 @@ func TestReceiptsOpenedAheadTellEveryEndAndLeaveNoTemporaryFile(t *testing.T) {
 		{"orders-a.csv", goodRows("A", 3)},
 		{"orders-c.csv", "order_id,email,amount,status,placed_at,qty,extra\nE-1,a@b.io,1.00,paid,2026-11-01T00:00:00Z,1,x\n"},
 	}
+	staged := intake.StagedReceipts()
 	for _, d := range drops { // one a poll: each alone, on the per-file path
 		site.Drop(t, d.name, d.content)
 		r.poll("acme")
+	}
+	// the clean file and the resend published the receipt opened ahead;
+	// the file with a refused row (a rejects report first) and the held
+	// one did not
+	if n := intake.StagedReceipts() - staged; n != 2 {
+		t.Fatalf("%d receipts published through the temporary file opened ahead, want 2", n)
 	}
 	fs := files(t, pool, "acme")
 	if len(fs) != 4 {
@@ -67,5 +75,49 @@ func TestReceiptsOpenedAheadTellEveryEndAndLeaveNoTemporaryFile(t *testing.T) {
 	}
 	if len(reports) != 5 { // four receipts and one rejects report
 		t.Fatalf("reports/ holds %v, want four receipts and one rejects report", reports)
+	}
+}
+
+// A receipt's temporary file opened ahead can be removed before the
+// file's end: the reconciler removes one older than reconcile.stale_temp,
+// and a file that runs longer has one that old. The file is archived all
+// the same and its receipt written anew, naming the archive.
+func TestAReceiptOpenedAheadAndRemovedIsWrittenAnew(t *testing.T) {
+	_, pool := testenv.DB(t)
+	site := testenv.NewSite(t, "acme")
+	r := newRig(t, pool, "w1", site)
+	site.Drop(t, "orders-a.csv", goodRows("A", 3))
+	staged := intake.StagedReceipts()
+	resume := r.pollPaused("acme", "publish:archive")
+	removed := 0
+	for _, f := range site.Files(t, "reports") {
+		if intake.IsOurTemp(filepath.Base(f)) {
+			if err := os.Remove(filepath.Join(site.Root, "reports", f)); err != nil {
+				t.Fatal(err)
+			}
+			removed++
+		}
+	}
+	if removed != 1 {
+		t.Fatalf("removed %d temporary files from reports/, want the one opened ahead", removed)
+	}
+	if err := resume(); err != nil {
+		t.Fatal(err)
+	}
+	fs := files(t, pool, "acme")
+	if len(fs) != 1 || fs[0].State != "archived" || fs[0].Receipt == "" {
+		t.Fatalf("got %+v, want the file archived with a receipt", fs)
+	}
+	rc := receipt(t, site, fs[0].Receipt)
+	if rc.Outcome != intake.OutcomeAccepted || rc.Archive != fs[0].Archive || rc.IntakeID != fs[0].ID {
+		t.Fatalf("receipt %+v, want accepted naming archive %s", rc, fs[0].Archive)
+	}
+	if n := intake.StagedReceipts() - staged; n != 0 {
+		t.Fatalf("%d receipts published through the removed temporary file", n)
+	}
+	for _, f := range site.Files(t, "reports") {
+		if intake.IsOurTemp(filepath.Base(f)) {
+			t.Fatalf("a temporary file was left in reports/: %s", f)
+		}
 	}
 }

@@ -43,6 +43,10 @@ func SetTwoChannels(n int64, rtt time.Duration) func() {
 // TwoChannelReads is how many downloads read over two channels so far.
 func TwoChannelReads() int64 { return twoChannelReads.Load() }
 
+// StagedReceipts counts the receipts published through a temporary file
+// opened ahead (archive_ahead.go).
+func StagedReceipts() int64 { return stagedReceipts.Load() }
+
 // Owner is the replica that partner affinity picks for a partner.
 func Owner(partner string, workers []string) string { return owner(partner, workers) }
 

@@ -35,7 +35,10 @@ func TestReadyIsListedAgainAfterTheHousekeepingRanAFile(t *testing.T) {
 	}
 
 	// w1 again: its first poll resumes the file (housekeeping); a file
-	// dropped while that runs is claimed by the same poll
+	// dropped while that runs is claimed by the same poll. (The listing
+	// made beside the housekeeping, one local READDIR, is done long
+	// before the resumed file reaches its archive, where it pauses: that
+	// listing did not see the file.)
 	r1 := newRig(t, pool, "w1", site)
 	resume := r1.pollPaused("acme", "archive:mid")
 	site.Drop(t, "orders-b.csv", goodRows("B", 2))
