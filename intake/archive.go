@@ -37,9 +37,7 @@ func (r *fileRun) archiveRemote(ctx context.Context, outcome Outcome, dupOf int6
 		return r.archiveRecord(outcome)
 	}
 	if st := r.takeReceipt(); st != nil {
-		if !r.stagedFits() {
-			st.discard()
-		} else if ok, err := r.archiveStaged(ctx, st, r.receipt(outcome, dupOf, false)); ok {
+		if ok, err := r.archiveStaged(ctx, st, r.receipt(outcome, dupOf, false)); ok {
 			if err != nil {
 				return "", "", err
 			}

@@ -20,7 +20,7 @@ import (
 // the receipt's temporary file (prepareSite); at its end the receipt's
 // bytes are written beside the move, then the temporary file is closed and
 // renamed to the receipt's name (archiveStaged): three round trips. A
-// group does the same for its files (group_fetch.go, group_archive.go).
+// group's files do the same, prepared beside their reads (group_fetch.go).
 // What the partner can see is as putFile's: the receipt appears by one
 // rename of a complete, closed file, under the same fence.
 
@@ -88,11 +88,16 @@ func (r *fileRun) stagedFits() bool {
 // written beside the move, naming the archive name the move takes unless
 // this very step ran before (the first candidate: it carries the intake
 // id); then st is closed and renamed to the receipt's name, under the
-// same fence as putFile's. ok is false when it did not do the step: the
-// move took another name, the file is gone, a write failed. st is then
-// discarded and the caller goes archiveRemote's way, which finds the move
-// already made (moveOnce is idempotent) and writes the receipt anew.
+// same fence as putFile's. ok is false when it did not do the step: more
+// than the move and the receipt is due (stagedFits), the move took another
+// name, the file is gone, a write failed. st is then discarded and the
+// caller goes archiveRemote's way, which finds the move already made
+// (moveOnce is idempotent) and writes the receipt anew.
 func (r *fileRun) archiveStaged(ctx context.Context, st *staged, rc Receipt) (ok bool, err error) {
+	if !r.stagedFits() {
+		st.discard()
+		return false, nil
+	}
 	in := r.in
 	if err := r.fence(ctx, "archive"); err != nil {
 		st.discard()

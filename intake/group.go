@@ -65,11 +65,6 @@ type groupFile struct {
 	data []byte
 	ch   *chunk
 	c    chunkCounts
-	// rcpt is the receipt's temporary file, opened beside the file's read
-	// (fetch) and written beside its archive move (archiveOne); nil once
-	// published or discarded, or when it could not be opened (the
-	// receipt is then written as putFile writes it).
-	rcpt *staged
 }
 
 // Why a file leaves its group (intake_group_files_total{result}).
@@ -189,16 +184,16 @@ func (g *fileGroup) run(ctx context.Context) error {
 }
 
 // discardReceipts removes the receipt temporary files that files which
-// left the group (or a group that failed) opened and did not publish.
+// left the group (or a group that failed) opened beside their reads and
+// did not publish (fileRun.dropSite).
 func (g *fileGroup) discardReceipts(all []*groupFile) {
 	var wg sync.WaitGroup
 	for _, f := range all {
-		if st := f.rcpt; st != nil {
-			f.rcpt = nil
+		if f.r.site != nil {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				st.discard()
+				f.r.dropSite()
 			}()
 		}
 	}

@@ -57,7 +57,7 @@ func (g *fileGroup) archive(ctx context.Context) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[i] = g.archiveOne(ctx, f)
+			_, _, errs[i] = f.r.archiveRemote(ctx, OutcomeAccepted, 0) // the receipt opened beside the read (archiveStaged)
 		}()
 	}
 	wg.Wait()
@@ -92,21 +92,4 @@ func (g *fileGroup) archive(ctx context.Context) error {
 		f.r.archived(OutcomeAccepted, StateArchived)
 	}
 	return nil
-}
-
-// archiveOne is archiveRemote for a file of the group: the file moved to
-// archive/ and its receipt published through the temporary file its read
-// opened (archiveStaged) when it has one and nothing else is due.
-func (g *fileGroup) archiveOne(ctx context.Context, f *groupFile) error {
-	r, st := f.r, f.rcpt
-	f.rcpt = nil // published or discarded below
-	if st != nil {
-		if !r.stagedFits() {
-			st.discard()
-		} else if ok, err := r.archiveStaged(ctx, st, Receipt{Outcome: OutcomeAccepted}); ok {
-			return err
-		}
-	}
-	_, _, err := r.archiveRemote(ctx, OutcomeAccepted, 0)
-	return err
 }

@@ -92,17 +92,12 @@ var errSizeChanged = errors.New("the file's size is not the size it was listed w
 // logged and changes nothing: the handle dies with the session at the
 // latest.
 //
-// The receipt's temporary file is opened beside the OPEN (stageReceipt).
+// The receipt's temporary file is opened beside the OPEN
+// (fileRun.prepareSite).
 func (g *fileGroup) read(gf *groupFile) ([]byte, error) {
 	r := gf.r
 	in := r.in
-	var staging sync.WaitGroup
-	staging.Add(1)
-	go func() {
-		defer staging.Done()
-		gf.rcpt = g.stageReceipt(r)
-	}()
-	defer staging.Wait()
+	r.prepareSite()
 	f, err := g.sess.Open(in.ClaimedPath)
 	if err != nil {
 		return nil, fmt.Errorf("open: %w", err)
@@ -142,19 +137,6 @@ func (g *fileGroup) read(gf *groupFile) ([]byte, error) {
 		return nil, errSizeChanged
 	}
 	return buf, nil
-}
-
-// stageReceipt opens the temporary file the file's receipt will be
-// written to (group_archive.go archiveOne), or returns nil: the receipt
-// is then written as putFile writes it.
-func (g *fileGroup) stageReceipt(r *fileRun) *staged {
-	name := reportStem(&Intake{ID: r.in.ID, BatchID: g.feed.BatchIDFromName(r.in.RemoteName)}) + ReceiptSuffix
-	st, err := stageFile(g.sess, g.sess.Layout.ReportsDir(), name)
-	if err != nil {
-		r.log.Debug("the receipt's temporary file could not be opened ahead; it is written when the file is archived", "err", err)
-		return nil
-	}
-	return st
 }
 
 // rows reads a group file's rows into its one chunk, or returns the

@@ -192,8 +192,8 @@ func (d *Daemon) session(ctx context.Context, p *partnerRT) (*partners.Session, 
 	return s, nil
 }
 
-// dial opens a session and prepares the site: this worker's directories
-// (claim mode) and the listing channel.
+// dial opens a session (with its listing channel) and prepares the site:
+// this worker's directories (claim mode).
 func (d *Daemon) dial(ctx context.Context, p *partnerRT) (*partners.Session, error) {
 	start := time.Now()
 	s, err := partners.Dial(ctx, p.cfg)

@@ -42,7 +42,7 @@ type fileRun struct {
 	// on the per-file path.
 	groupFencedAt time.Time
 	// site: the archive's steps on the site made ready during the
-	// download (archive_ahead.go); per-file path only.
+	// download, or a group's read (archive_ahead.go).
 	site *background[*staged]
 }
 

@@ -29,9 +29,6 @@ func TestARepliedRequestStandsInForAKeepalive(t *testing.T) {
 	if !partners.HeardSince(s, before) {
 		t.Fatal("a STAT's reply did not count")
 	}
-	if err := s.PrepareList(); err != nil {
-		t.Fatal(err)
-	}
 	mid := time.Now()
 	if err := s.ListDir(context.Background(), s.Layout.ReadyDir(), func(_ os.FileInfo) error { return nil }); err != nil {
 		t.Fatal(err)

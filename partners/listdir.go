@@ -82,26 +82,6 @@ func (s *Session) dropLister() {
 	s.lister = nil
 }
 
-// PrepareList opens the channel ListDir lists on ahead of the first
-// listing (dialling a session does), so a poll's listing costs its
-// requests alone. An error means the server refuses a second channel:
-// ListDir then falls back to pkg/sftp's whole listing (bounded in what
-// is kept, not in what is read).
-func (s *Session) PrepareList() error {
-	s.listMu.Lock()
-	defer s.listMu.Unlock()
-	if s.lister != nil || s.noLister {
-		return nil
-	}
-	c, err := s.openLister()
-	if err != nil {
-		s.noLister = true
-		return err
-	}
-	s.lister = c
-	return nil
-}
-
 // readDirWhole is ListDir on a server that refuses a second channel: the
 // whole listing through pkg/sftp, unbounded (the session's error said so
 // when it was dialled).

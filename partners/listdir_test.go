@@ -144,9 +144,6 @@ func TestListDirOfAHungSiteEndsOnTheDeadline(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	if err := s.PrepareList(); err != nil {
-		t.Fatal(err)
-	}
 	proxy.Freeze()
 	defer proxy.Thaw()
 	done := make(chan error, 1)
