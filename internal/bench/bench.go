@@ -163,10 +163,16 @@ type Results struct {
 	FleetIdleSSHDCPUS      float64 `json:"fleet_idle_sshd_cpu_s_per_cycle,omitempty"`
 	FleetIdlePGCPUS        float64 `json:"fleet_idle_postgres_cpu_s_per_cycle,omitempty"`
 	FleetSSHDCPUmsPerLogin float64 `json:"fleet_sshd_cpu_ms_per_login,omitempty"`
-	FleetLatencyP50S       float64 `json:"fleet_latency_p50_s,omitempty"`
-	FleetLatencyP99S       float64 `json:"fleet_latency_p99_s,omitempty"`
-	FleetLatencyMaxS       float64 `json:"fleet_latency_max_s,omitempty"`
-	FleetPollErrors        int     `json:"fleet_poll_errors"`
+	// FleetFirstCycleCPUS: CPU seconds of intake, sshd and postgres from
+	// the daemon's exec to the end of its first cycle; FleetFirstCycleBusy:
+	// the share of the machine's CPU time (all cores, /proc/stat) that
+	// was busy meanwhile.
+	FleetFirstCycleCPUS map[string]float64 `json:"fleet_first_cycle_cpu_s,omitempty"`
+	FleetFirstCycleBusy float64            `json:"fleet_first_cycle_machine_busy,omitempty"`
+	FleetLatencyP50S    float64            `json:"fleet_latency_p50_s,omitempty"`
+	FleetLatencyP99S    float64            `json:"fleet_latency_p99_s,omitempty"`
+	FleetLatencyMaxS    float64            `json:"fleet_latency_max_s,omitempty"`
+	FleetPollErrors     int                `json:"fleet_poll_errors"`
 	// The round trips paid in sequence during the small files' burst
 	// alone (from the files' appearance to the last archive, the polls'
 	// listings included), per file, and the CPU each file cost the

@@ -87,3 +87,32 @@ func (e *env) serverCPU() (pg, sshd float64, err error) {
 	sshd, err = treeCPU(e.sshd.Pid())
 	return pg, sshd, err
 }
+
+// machineCPU returns the machine's busy and total CPU time so far, in
+// ticks over all cores (/proc/stat's cpu line: idle, iowait and steal are
+// not busy; guest time is counted in user already).
+func machineCPU() (busy, total float64, err error) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, 0, err
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line)
+	if len(f) < 6 || f[0] != "cpu" {
+		return 0, 0, fmt.Errorf("/proc/stat: unexpected first line %q", line)
+	}
+	for i, k := range f[1:] {
+		v, err := strconv.ParseFloat(k, 64)
+		if err != nil {
+			return 0, 0, fmt.Errorf("/proc/stat: %w", err)
+		}
+		if i >= 8 { // guest, guest_nice
+			break
+		}
+		total += v
+		if i != 3 && i != 4 && i != 7 { // idle, iowait, steal
+			busy += v
+		}
+	}
+	return busy, total, nil
+}

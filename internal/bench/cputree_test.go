@@ -42,3 +42,21 @@ func TestTreeCPUCountsReapedDescendants(t *testing.T) {
 		t.Fatal("a pid that does not exist gave no error")
 	}
 }
+
+// A busy loop in this process shows as busy machine time: at least the
+// loop's own CPU time is counted busy, and busy never exceeds the total.
+func TestMachineCPUCountsBusyTime(t *testing.T) {
+	b0, t0, err := machineCPU()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for end := time.Now().Add(300 * time.Millisecond); time.Now().Before(end); {
+	}
+	b1, t1, err := machineCPU()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if busy, all := b1-b0, t1-t0; busy < 15 || busy > all {
+		t.Fatalf("a 0.3 s busy loop: %.0f busy ticks of %.0f", busy, all)
+	}
+}

@@ -24,7 +24,9 @@ import (
 //   - first cycle: from the daemon's exec until every partner has a
 //     successful poll recorded in intake_partner_poll (SSH logins bounded
 //     by sessions.max_parallel_dials; sshd's CPU per login beside it), and
-//     the part of it before the daemon registered (its own start);
+//     the part of it before the daemon registered (its own start); the CPU
+//     the daemon, sshd and PostgreSQL used meanwhile, and the share of the
+//     machine's CPU time that was busy (1: the cycle waited for CPU);
 //   - idle cycle: the CPU the daemon, sshd and PostgreSQL use over one
 //     poll interval with every session open and nothing to take;
 //   - latency: FleetFiles files dropped into ready/ of random partners at
@@ -57,7 +59,11 @@ func (e *env) fleet(ctx context.Context, res *Results) error {
 	}
 	defer watch.Close(ctx)
 	quiet()
-	_, sshd0, err := e.serverCPU()
+	pgStart, sshdStart, err := e.serverCPU()
+	if err != nil {
+		return err
+	}
+	busyStart, allStart, err := machineCPU()
 	if err != nil {
 		return err
 	}
@@ -103,11 +109,25 @@ func (e *env) fleet(ctx context.Context, res *Results) error {
 		return err
 	}
 	res.FleetStartS = started.Sub(p.start).Seconds()
-	_, sshd1, err := e.serverCPU()
+	pgFirst, sshdFirst, err := e.serverCPU()
 	if err != nil {
 		return err
 	}
-	res.FleetSSHDCPUmsPerLogin = (sshd1 - sshd0) / float64(n) * 1000
+	daemonFirst, err := treeCPU(p.cmd.Process.Pid)
+	if err != nil {
+		return err
+	}
+	busyFirst, allFirst, err := machineCPU()
+	if err != nil {
+		return err
+	}
+	res.FleetSSHDCPUmsPerLogin = (sshdFirst - sshdStart) / float64(n) * 1000
+	// The first cycle's CPU by process tree, and how busy the machine's
+	// cores were meanwhile: here the partners' sshd shares the daemon's
+	// cores, and no schedule ends the cycle sooner than its logins' CPU
+	// allows (on a real fleet each site logs in on its own machine).
+	res.FleetFirstCycleCPUS = map[string]float64{"intake": daemonFirst, "sshd": sshdFirst - sshdStart, "postgres": pgFirst - pgStart}
+	res.FleetFirstCycleBusy = (busyFirst - busyStart) / (allFirst - allStart)
 	res.FleetRSSFirstMiB = vmKiB(p.cmd.Process.Pid, "VmRSS") / 1024
 	e.say("fleet: start %.1f s, first cycle %.1f s, RSS %.0f MiB", res.FleetStartS, res.FleetFirstCycleS, res.FleetRSSFirstMiB)
 

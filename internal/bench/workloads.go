@@ -795,6 +795,12 @@ func (r *Results) Table(w *os.File) {
 		row("fleet: exec until every partner polled", r.FleetFirstCycleS, "s", "<= 60")
 		row("fleet: exec until the daemon registered", r.FleetStartS, "s", "")
 		row("fleet: sshd CPU per login (first cycle)", r.FleetSSHDCPUmsPerLogin, "ms", "")
+		for _, k := range []string{"intake", "sshd", "postgres"} {
+			if v, ok := r.FleetFirstCycleCPUS[k]; ok {
+				row("fleet: CPU in the first cycle, "+k, v, "s", "")
+			}
+		}
+		row("fleet: machine CPU busy in the first cycle", r.FleetFirstCycleBusy*100, "%", "")
 		row("fleet: daemon CPU per idle cycle", r.FleetIdleCPUS, "s", "")
 		row("fleet: sshd CPU per idle cycle", r.FleetIdleSSHDCPUS, "s", "")
 		row("fleet: PostgreSQL CPU per idle cycle", r.FleetIdlePGCPUS, "s", "")
