@@ -1,6 +1,7 @@
 package partners
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -9,6 +10,7 @@ import (
 	"os"
 	"path"
 	"strings"
+	"sync"
 	"time"
 
 	"golang.org/x/crypto/ssh"
@@ -19,83 +21,118 @@ import (
 // offers ReadDir, which returns the whole directory as one slice, so a
 // directory of a million entries would be a million FileInfos in memory.
 // ListDir speaks the few SFTP v3 requests it needs (INIT, OPENDIR,
-// READDIR, CLOSE) on a channel of its own over the session's SSH
-// connection. "." and ".." are left out; attributes are as the server
-// sends them (lstat-like on OpenSSH: a symlink shows as a symlink). An
-// error from fn stops the listing and is returned. ctx ends the channel.
+// READDIR, CLOSE, and STAT and MKDIR for EnsureDirsAtOnce) on a channel of
+// its own over the session's SSH connection. Listings run side by side on
+// that channel: each request has its id, and one reader hands every reply
+// to its request, so two listings cost the round trips of one. "." and
+// ".." are left out; attributes are as the server sends them
+// (lstat-like on OpenSSH: a symlink shows as a symlink). An error from fn
+// stops the listing and is returned. ctx ends the listing (not the
+// channel, which other listings may share: what it left in flight is read
+// and dropped).
 func (s *Session) ListDir(ctx context.Context, dir string, fn func(os.FileInfo) error) error {
+	if err := s.listDir(ctx, dir, fn); err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return fmt.Errorf("list %s: %w", dir, err)
+	}
+	return nil
+}
+
+// ReadDir lists a directory whole, as sftp.Client.ReadDir does, but on
+// the listing channel (ListDir) where the site allows it: beside other
+// listings, and in two round trips rather than pkg/sftp's four. For the
+// directories intake keeps small (processing/, a worker's dir), under the
+// session's deadline.
+func (s *Session) ReadDir(dir string) ([]os.FileInfo, error) {
+	var ents []os.FileInfo
+	err := s.listDir(context.Background(), dir, func(e os.FileInfo) error {
+		ents = append(ents, e)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return ents, nil
+}
+
+func (s *Session) listDir(ctx context.Context, dir string, fn func(os.FileInfo) error) error {
+	c := s.listChannel()
+	if c == nil {
+		// a site that refuses a second channel: the whole listing
+		// through pkg/sftp, unbounded (the session's error said so when
+		// it was dialled)
+		ents, err := s.Client.ReadDirContext(ctx, dir)
+		if err = s.Deadline(err); err != nil {
+			return err
+		}
+		for _, e := range ents {
+			if err := fn(e); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	return s.Deadline(c.list(ctx, dir, fn))
+}
+
+// listChannel is the session's listing channel, opened if it is not (nil:
+// the site refuses a second channel). A channel that broke is dropped
+// first (dropLocked).
+func (s *Session) listChannel() *rawSFTP {
 	s.listMu.Lock()
 	defer s.listMu.Unlock()
-	s.settleLister()
+	if c := s.lister; c != nil && c.broken() != nil {
+		s.dropLocked(c)
+	}
 	if s.lister == nil && !s.noLister {
 		c, err := s.openLister()
 		if err != nil {
 			s.noLister = true // a server that allows one channel only
+		} else {
+			s.install(c)
 		}
-		s.lister = c
 	}
-	if s.noLister {
-		return s.readDirWhole(ctx, dir, fn)
-	}
-	c := s.lister
-	stop := context.AfterFunc(ctx, func() { c.ch.Close() })
-	err := s.Deadline(c.list(dir, fn))
-	if (err != nil && !c.clean) || !stop() {
-		// the channel's state is unknown (a broken reply, ctx): a fresh
-		// one next time
-		s.dropLister()
-	}
-	if ctx.Err() != nil {
-		return ctx.Err()
-	}
-	if err != nil {
-		return fmt.Errorf("list %s: %w", dir, err)
-	}
-	return nil
+	return s.lister
 }
 
-// settleLister waits for the replies the last listing left in flight
-// (rawSFTP.drain); a channel one of them broke is closed, and the next
-// listing opens a fresh one. listMu is held.
-func (s *Session) settleLister() {
-	if c := s.lister; c != nil && c.settle() != nil {
-		s.dropLister()
-	}
+// install makes c the session's listing channel, dropped as soon as its
+// reader stops (the channel ended, or a reply broke it), whether or not a
+// listing is under way: the watchdog's count then no longer holds what c
+// left unanswered.
+func (s *Session) install(c *rawSFTP) {
+	s.lister = c
+	go func() {
+		<-c.done
+		s.listMu.Lock()
+		defer s.listMu.Unlock()
+		if s.lister == c {
+			s.dropLocked(c)
+		}
+	}()
 }
 
-// dropLister closes the listing channel; the next listing opens a fresh
-// one. What the channel had in flight is no longer waited for: the
-// replies a listing left to drainReplies end with the channel (closed
-// here, they fail at once once the site closes its side, or when the
-// watchdog closes the connection), and only then is the watchdog's count
-// of unanswered requests cleared, so that neither a dead request expires
-// the session nor the drain's last reads upset the next channel's count.
-// listMu is held.
-func (s *Session) dropLister() {
-	c := s.lister
-	if c == nil {
-		return
+// dropLocked closes the listing channel c; the next listing opens a fresh
+// one. The watchdog's count of unanswered requests is cleared only once
+// c's reader and writers have stopped, so that neither a dead request
+// expires the session nor c's last reads upset the next channel's count; a
+// site that does not end the channel within the op timeout is hung, and
+// the session is closed as the watchdog would. listMu is held.
+func (s *Session) dropLocked(c *rawSFTP) {
+	c.fail(errChannelDropped)
+	select {
+	case <-c.done:
+	case <-time.After(s.listWatch.timeout):
+		// with no request in flight the watchdog would not notice
+		s.listWatch.expired.Store(true)
+		s.ssh.Close()
+		<-c.done
 	}
-	c.ch.Close()
-	c.settle()
+	c.wmu.Lock()
+	c.wmu.Unlock()
 	s.listWatch.reset()
 	s.lister = nil
-}
-
-// readDirWhole is ListDir on a server that refuses a second channel: the
-// whole listing through pkg/sftp, unbounded (the session's error said so
-// when it was dialled).
-func (s *Session) readDirWhole(ctx context.Context, dir string, fn func(os.FileInfo) error) error {
-	ents, err := s.Client.ReadDirContext(ctx, dir)
-	if err = s.Deadline(err); err != nil {
-		return fmt.Errorf("list %s: %w", dir, err)
-	}
-	for _, e := range ents {
-		if err := fn(e); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // openLister opens the session's listing channel: the SFTP subsystem on a
@@ -107,13 +144,19 @@ func (s *Session) openLister() (*rawSFTP, error) {
 	return openRaw(s.ssh, s.listWatch)
 }
 
-// openRaw opens a channel, starts the SFTP subsystem on it and makes the
-// version exchange; watch is the channel's watchdog.
+// openRaw opens a channel and starts SFTP on it (startRaw); watch is
+// the channel's watchdog.
 func openRaw(client *ssh.Client, watch *watchdog) (*rawSFTP, error) {
 	ch, err := client.NewSession()
 	if err != nil {
 		return nil, fmt.Errorf("open channel: %w", err)
 	}
+	return startRaw(ch, watch)
+}
+
+// startRaw starts the SFTP subsystem on an open channel and makes the
+// version exchange; the channel is closed if either fails.
+func startRaw(ch *ssh.Session, watch *watchdog) (*rawSFTP, error) {
 	w, err := ch.StdinPipe()
 	if err != nil {
 		ch.Close()
@@ -128,8 +171,9 @@ func openRaw(client *ssh.Client, watch *watchdog) (*rawSFTP, error) {
 		ch.Close()
 		return nil, fmt.Errorf("sftp subsystem: %w", err)
 	}
-	c := &rawSFTP{ch: ch, w: watchedWriter{w: watch, wc: w}, r: watchedReader{w: watch, r: r}, watch: watch}
-	if err := c.send(fxpInit, u32(3)); err != nil {
+	c := &rawSFTP{ch: ch, w: watchedWriter{w: watch, wc: w}, r: watchedReader{w: watch, r: r}, watch: watch,
+		pending: map[uint32]chan reply{}, done: make(chan struct{})}
+	if _, err := c.w.Write(appendPacket(nil, fxpInit, u32(3))); err != nil {
 		ch.Close()
 		return nil, err
 	}
@@ -137,6 +181,7 @@ func openRaw(client *ssh.Client, watch *watchdog) (*rawSFTP, error) {
 		ch.Close()
 		return nil, fmt.Errorf("sftp init: %v (reply type %d)", err, typ)
 	}
+	go c.read()
 	return c, nil
 }
 
@@ -155,22 +200,15 @@ func openRaw(client *ssh.Client, watch *watchdog) (*rawSFTP, error) {
 // directory's parents one at a time: five round trips for
 // processing/<worker>/ on a new site (docs/performance.md, item 44).
 func (s *Session) EnsureDirsAtOnce(root string, rel []string) map[string]bool {
-	s.listMu.Lock()
-	defer s.listMu.Unlock()
-	s.settleLister()
-	if s.lister == nil {
+	c := s.listChannel()
+	if c == nil {
 		return nil
 	}
-	c := s.lister
-	ok, err := c.ensureDirs(root, rel)
-	if err != nil && !c.clean {
-		s.dropLister()
-	}
+	ok, _ := c.ensureDirs(root, rel)
 	return ok
 }
 
 func (c *rawSFTP) ensureDirs(root string, rel []string) (map[string]bool, error) {
-	c.clean = false
 	var dirs []string
 	parents := map[string][]string{} // each dir's MKDIRs, parents first
 	for _, r := range rel {
@@ -187,7 +225,6 @@ func (c *rawSFTP) ensureDirs(root string, rel []string) (map[string]bool, error)
 	}
 	ok := map[string]bool{}
 	if len(dirs) == 0 {
-		c.clean = true
 		return ok, nil
 	}
 	// the STATs alone first: where every directory exists (every dial
@@ -214,7 +251,6 @@ func (c *rawSFTP) ensureDirs(root string, rel []string) (map[string]bool, error)
 			return nil, err
 		}
 	}
-	c.clean = true
 	return ok, nil
 }
 
@@ -222,38 +258,33 @@ func (c *rawSFTP) ensureDirs(root string, rel []string) (map[string]bool, error)
 // at once, reads every reply, and marks in ok the dirs a STAT showed as
 // directories.
 func (c *rawSFTP) statDirs(mk, dirs []string, ok map[string]bool) error {
-	c.clean = false
-	var batch []byte
-	first := c.id + 1
+	var replies []<-chan reply
 	for _, p := range mk {
-		c.id++
-		batch = appendPacket(batch, fxpMkdir, u32(c.id), str(p), u32(0))
-	}
-	statFrom := c.id + 1
-	for _, d := range dirs {
-		c.id++
-		batch = appendPacket(batch, fxpStat, u32(c.id), str(d))
-	}
-	if _, err := c.w.Write(batch); err != nil {
-		return err
-	}
-	for id := first; id <= c.id; id++ {
-		typ, b, err := c.recv()
+		r, err := c.start(fxpMkdir, str(p), u32(0))
 		if err != nil {
 			return err
 		}
-		d := decoder{b: b}
-		got := d.u32()
-		if d.err != nil || got < first || got > c.id {
-			return fmt.Errorf("sftp reply for request %d, want %d to %d", got, first, c.id)
+		replies = append(replies, r)
+	}
+	for _, d := range dirs {
+		r, err := c.start(fxpStat, str(d))
+		if err != nil {
+			return err
 		}
-		if got >= statFrom && typ == fxpAttrs {
+		replies = append(replies, r)
+	}
+	for i, r := range replies {
+		rep := <-r
+		if rep.err != nil {
+			return rep.err
+		}
+		if i >= len(mk) && rep.typ == fxpAttrs {
+			d := decoder{b: rep.body}
 			if fi := d.attrs(""); d.err == nil && fi.mode.IsDir() {
-				ok[dirs[got-statFrom]] = true
+				ok[dirs[i-len(mk)]] = true
 			}
 		}
 	}
-	c.clean = true
 	return nil
 }
 
@@ -283,66 +314,129 @@ const (
 	maxListPacket = 1 << 20
 )
 
+// rawSFTP is an SFTP v3 channel shared by the requests of several
+// callers at once: each request is written whole under wmu with the next
+// id, and one reader (read) hands each reply to the request of its id.
+// Requests the caller no longer waits for (a READDIR sent ahead, a CLOSE)
+// are still read, so the watchdog's count stays true. The first reply
+// that does not fit (an unknown id, a broken packet) or the channel's end
+// fails every request in flight and every later one (broken): the session
+// then opens a fresh channel.
 type rawSFTP struct {
 	ch    io.Closer
 	w     io.Writer
 	r     io.Reader
 	watch *watchdog
-	id    uint32
-	buf   []byte
-	// clean: the last listing ended with the channel between requests
-	// (its error came from fn or a status reply), so it can be used again
-	clean bool
-	// drain, while not nil, closes once the replies a listing left in
-	// flight (a READDIR sent ahead, its CLOSE) are read, in the
-	// background: the listing's caller does not wait a round trip for
-	// them. broken: one of them did not come as it should.
-	drain  chan struct{}
-	broken bool
+	buf   []byte // the reader's
+
+	wmu sync.Mutex // one request written at a time, ids in order
+	id  uint32
+
+	mu      sync.Mutex
+	pending map[uint32]chan reply // requests written, not yet answered
+	err     error                 // why the channel cannot be used again
+	done    chan struct{}         // closed once the reader has stopped
 }
 
-var errBrokenChannel = errors.New("sftp: a reply left in flight did not come as it should")
-
-// settle waits for drain; an error means the channel cannot be used again.
-func (c *rawSFTP) settle() error {
-	if c.drain != nil {
-		<-c.drain
-		c.drain = nil
-	}
-	if c.broken {
-		return errBrokenChannel
-	}
-	return nil
+// reply is a request's reply: its type and what follows the id, or why
+// none came.
+type reply struct {
+	typ  byte
+	body []byte
+	err  error
 }
 
-// drainReplies reads the replies of the n requests sent last (ids up to
-// c.id) in the background; the last one must be a status OK (a CLOSE's).
-func (c *rawSFTP) drainReplies(n int) {
-	last := c.id
-	first := last - uint32(n) + 1
-	done := make(chan struct{})
-	c.drain = done
-	go func() {
-		defer close(done)
-		for id := first; ; id++ {
-			typ, b, err := c.recv()
+var (
+	errBrokenChannel  = errors.New("sftp: a reply did not come as it should")
+	errChannelDropped = errors.New("sftp: the listing channel was closed")
+)
+
+// read hands each reply to its request until the channel ends or a reply
+// does not fit.
+func (c *rawSFTP) read() {
+	defer close(c.done)
+	for {
+		typ, b, err := c.recv()
+		if err == nil {
 			d := decoder{b: b}
-			if err != nil || d.u32() != id || d.err != nil {
-				c.broken = true
-				return
-			}
-			if id == last {
-				if typ != fxpStatus || d.u32() != 0 {
-					c.broken = true
+			id := d.u32()
+			if err = d.err; err == nil {
+				c.mu.Lock()
+				r, ok := c.pending[id]
+				delete(c.pending, id)
+				c.mu.Unlock()
+				if ok {
+					r <- reply{typ: typ, body: bytes.Clone(d.b)}
+					continue
 				}
-				return
+				err = fmt.Errorf("%w: a reply for request %d, which is not in flight", errBrokenChannel, id)
 			}
 		}
-	}()
+		c.fail(err)
+		return
+	}
 }
 
-func (c *rawSFTP) send(typ byte, body ...[]byte) error {
-	_, err := c.w.Write(appendPacket(nil, typ, body...))
+// fail makes the channel unusable for err: every request in flight gets
+// it, every later one too, and the channel is closed (the reader stops).
+func (c *rawSFTP) fail(err error) {
+	c.mu.Lock()
+	if c.err == nil {
+		c.err = err
+	}
+	for id, r := range c.pending {
+		r <- reply{err: c.err}
+		delete(c.pending, id)
+	}
+	c.mu.Unlock()
+	c.ch.Close()
+}
+
+// broken is why the channel cannot be used again, or nil.
+func (c *rawSFTP) broken() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.err
+}
+
+// start writes a request with a fresh id; its reply comes on the channel
+// returned.
+func (c *rawSFTP) start(typ byte, body ...[]byte) (<-chan reply, error) {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	c.mu.Lock()
+	if c.err != nil {
+		c.mu.Unlock()
+		return nil, c.err
+	}
+	c.id++
+	id := c.id
+	r := make(chan reply, 1)
+	c.pending[id] = r
+	c.mu.Unlock()
+	if _, err := c.w.Write(appendPacket(nil, typ, append([][]byte{u32(id)}, body...)...)); err != nil {
+		c.fail(err)
+		return nil, err
+	}
+	return r, nil
+}
+
+// wait is a request's reply, or ctx's error once ctx ends first (the
+// reply is then read and dropped when it comes).
+func wait(ctx context.Context, r <-chan reply) reply {
+	select {
+	case rep := <-r:
+		return rep
+	case <-ctx.Done():
+		return reply{err: ctx.Err()}
+	}
+}
+
+// unexpected fails the channel for a reply of a type its request does
+// not take.
+func (c *rawSFTP) unexpected(what string, typ byte) error {
+	err := fmt.Errorf("%w: %s: reply type %d", errBrokenChannel, what, typ)
+	c.fail(err)
 	return err
 }
 
@@ -383,90 +477,64 @@ func u32(v uint32) []byte { return binary.BigEndian.AppendUint32(nil, v) }
 
 func str(s string) []byte { return append(u32(uint32(len(s))), s...) }
 
-// request sends a request with a fresh id and returns the reply's type and
-// body after the id.
-func (c *rawSFTP) request(typ byte, body ...[]byte) (byte, []byte, error) {
-	c.id++
-	if err := c.send(typ, append([][]byte{u32(c.id)}, body...)...); err != nil {
-		return 0, nil, err
-	}
-	rt, b, err := c.recv()
-	if err != nil {
-		return 0, nil, err
-	}
-	d := decoder{b: b}
-	if id := d.u32(); d.err != nil || id != c.id {
-		return 0, nil, fmt.Errorf("sftp reply for request %d, want %d", id, c.id)
-	}
-	return rt, d.b, nil
-}
-
 // list lists dir: OPENDIR, then two READDIRs in flight at a time (the
 // next batch, or the end, is on its way while one is read), and a CLOSE
-// whose reply is not waited for (drainReplies). A directory that fits in
+// whose reply is not waited for (closeHandle). A directory that fits in
 // one READDIR reply costs two round trips, not four.
-func (c *rawSFTP) list(dir string, fn func(os.FileInfo) error) (err error) {
-	c.clean = false
-	typ, b, err := c.request(fxpOpendir, str(dir))
+func (c *rawSFTP) list(ctx context.Context, dir string, fn func(os.FileInfo) error) error {
+	r, err := c.start(fxpOpendir, str(dir))
 	if err != nil {
 		return err
 	}
-	if typ != fxpHandle {
-		c.clean = typ == fxpStatus
+	rep := wait(ctx, r)
+	typ, b := rep.typ, rep.body
+	if rep.err != nil {
+		return rep.err
+	}
+	switch typ {
+	case fxpHandle:
+	case fxpStatus:
 		return statusError(typ, b)
+	default:
+		return c.unexpected("opendir", typ)
 	}
 	d := decoder{b: b}
 	handle := d.str()
 	if d.err != nil {
+		c.fail(d.err)
 		return d.err
 	}
-	inFlight := 0
-	readdir := func() error {
-		c.id++
-		inFlight++
-		return c.send(fxpReaddir, u32(c.id), str(handle))
-	}
-	defer func() {
-		c.id++
-		if serr := c.send(fxpClose, u32(c.id), str(handle)); serr != nil {
-			c.clean = false
-			if err == nil {
-				err = serr
-			}
-			return
-		}
-		if c.clean {
-			c.drainReplies(inFlight + 1)
-		}
-	}()
-	if err := readdir(); err != nil {
+	defer c.closeHandle(handle)
+	cur, err := c.start(fxpReaddir, str(handle))
+	if err != nil {
 		return err
 	}
-	if err := readdir(); err != nil {
+	next, err := c.start(fxpReaddir, str(handle))
+	if err != nil {
 		return err
 	}
-	for want := c.id - 1; ; want++ {
-		typ, b, err := c.recv()
-		if err != nil {
-			return err
+	for {
+		rep := wait(ctx, cur)
+		if rep.err != nil {
+			return rep.err
 		}
-		inFlight--
-		d := decoder{b: b}
-		if id := d.u32(); d.err != nil || id != want {
-			return fmt.Errorf("sftp reply for request %d, want %d", id, want)
-		}
-		c.clean = true // between replies: what is in flight is drained
-		if typ == fxpStatus {
-			if st := (decoder{b: d.b}); st.u32() == fxStatusEOF {
+		if rep.typ == fxpStatus {
+			if st := (decoder{b: rep.body}); st.u32() == fxStatusEOF {
 				return nil
 			}
-			return statusError(typ, d.b)
+			return statusError(rep.typ, rep.body)
 		}
-		c.clean = false
-		if typ != fxpName {
-			return fmt.Errorf("sftp readdir: reply type %d", typ)
+		if rep.typ != fxpName {
+			return c.unexpected("readdir", rep.typ)
 		}
-		for n := d.u32(); n > 0 && d.err == nil; n-- {
+		d := decoder{b: rep.body}
+		n := d.u32()
+		if n == 0 && d.err == nil {
+			// OpenSSH ends a listing with an EOF status; a server that
+			// answers every READDIR with no names would loop forever
+			return c.unexpected("readdir: a reply with no names", rep.typ)
+		}
+		for ; n > 0 && d.err == nil; n-- {
 			name := d.str()
 			d.str() // longname
 			fi := d.attrs(name)
@@ -482,17 +550,34 @@ func (c *rawSFTP) list(dir string, fn func(os.FileInfo) error) (err error) {
 			// watchdog must not count that time against the site
 			c.watch.alive()
 			if err != nil {
-				c.clean = true
 				return err
 			}
 		}
 		if d.err != nil {
+			c.fail(d.err)
 			return d.err
 		}
-		if err := readdir(); err != nil {
+		cur = next
+		if next, err = c.start(fxpReaddir, str(handle)); err != nil {
 			return err
 		}
 	}
+}
+
+// closeHandle closes a handle without waiting for the reply. A reply of
+// another type than a status fails the channel (a fresh one next time); a
+// failed CLOSE of a directory handle leaves the stream as it was, and
+// the channel is kept.
+func (c *rawSFTP) closeHandle(handle string) {
+	r, err := c.start(fxpClose, str(handle))
+	if err != nil {
+		return
+	}
+	go func() {
+		if rep := <-r; rep.err == nil && rep.typ != fxpStatus {
+			c.unexpected("close", rep.typ)
+		}
+	}()
 }
 
 func statusError(typ byte, b []byte) error {

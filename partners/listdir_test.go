@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"sync"
 	"testing"
 	"time"
 
@@ -53,7 +54,7 @@ func describe(fis []os.FileInfo) []string {
 // its callback says so.
 func TestListDirStreamsWhatReadDirReturns(t *testing.T) {
 	check := func(t *testing.T, s *partners.Session, dir string) {
-		want, err := s.ReadDir(dir)
+		want, err := s.Client.ReadDir(dir) // pkg/sftp's
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -64,6 +65,10 @@ func TestListDirStreamsWhatReadDirReturns(t *testing.T) {
 		w, g := describe(want), describe(got)
 		if len(w) != 3002 || fmt.Sprint(w) != fmt.Sprint(g) {
 			t.Fatalf("ListDir gave %d entries, ReadDir %d; first differences: %v / %v", len(g), len(w), g[:3], w[:3])
+		}
+		whole, err := s.ReadDir(dir) // the session's, on the listing channel
+		if err != nil || fmt.Sprint(describe(whole)) != fmt.Sprint(w) {
+			t.Fatalf("Session.ReadDir: %v, %d entries, want %d", err, len(whole), len(w))
 		}
 		stop := fmt.Errorf("enough")
 		n := 0
@@ -122,6 +127,113 @@ func TestListDirStreamsWhatReadDirReturns(t *testing.T) {
 		defer s.Close()
 		check(t, s, s.Layout.ReadyDir())
 	})
+}
+
+// Listings side by side share the listing channel (each request has its
+// id, one reader hands out the replies): each gets its own directory
+// whole, one stopped early beside them changes nothing, a missing
+// directory fails only its own listing, and the channel serves listings
+// after them.
+func TestListingsSideBySideEachGetTheirOwn(t *testing.T) {
+	p := partner(t)
+	want := map[string][]string{}
+	for i := range 6 {
+		dir := filepath.Join(p.SFTP.Root, "ready", fmt.Sprintf("d%d", i))
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		var names []string
+		for j := range 400*i + 1 { // up to 2001 entries: several READDIR replies
+			name := fmt.Sprintf("f-%d-%04d.csv", i, j)
+			if err := os.WriteFile(filepath.Join(dir, name), make([]byte, j%5), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			names = append(names, name)
+		}
+		sort.Strings(names)
+		want[fmt.Sprintf("d%d", i)] = names
+	}
+	s, err := partners.Dial(context.Background(), p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	for round := range 3 {
+		errs := make(chan error, 16)
+		for d, names := range want {
+			go func() {
+				ents, err := s.ReadDir(s.Layout.ReadyDir() + "/" + d)
+				var got []string
+				for _, e := range ents {
+					got = append(got, e.Name())
+				}
+				sort.Strings(got)
+				if err == nil && fmt.Sprint(got) != fmt.Sprint(names) {
+					err = fmt.Errorf("%s: %d entries, want %d", d, len(got), len(names))
+				}
+				errs <- err
+			}()
+		}
+		go func() { // stopped after 3 entries
+			n := 0
+			stop := errors.New("enough")
+			err := s.ListDir(context.Background(), s.Layout.ReadyDir()+"/d5", func(os.FileInfo) error {
+				if n++; n == 3 {
+					return stop
+				}
+				return nil
+			})
+			if !errors.Is(err, stop) || n != 3 {
+				err = fmt.Errorf("a stopped listing: %v after %d entries", err, n)
+			} else {
+				err = nil
+			}
+			errs <- err
+		}()
+		go func() {
+			_, err := s.ReadDir(s.Layout.ReadyDir() + "/missing")
+			if !partners.IsNotExist(err) {
+				errs <- fmt.Errorf("a missing directory: %v", err)
+				return
+			}
+			errs <- nil
+		}()
+		for range len(want) + 2 {
+			if err := <-errs; err != nil {
+				t.Fatalf("round %d: %v", round, err)
+			}
+		}
+	}
+	// a listing whose ctx ends stops alone: one beside it on the same
+	// channel still gets its directory whole
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	beside := make(chan error, 1)
+	var once sync.Once
+	err = s.ListDir(ctx, s.Layout.ReadyDir()+"/d5", func(os.FileInfo) error {
+		once.Do(func() {
+			go func() {
+				ents, err := s.ReadDir(s.Layout.ReadyDir() + "/d4")
+				if err == nil && len(ents) != len(want["d4"]) {
+					err = fmt.Errorf("%d entries, want %d", len(ents), len(want["d4"]))
+				}
+				beside <- err
+			}()
+			time.Sleep(20 * time.Millisecond) // the listing beside is under way
+			cancel()
+		})
+		return nil
+	})
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("a listing whose ctx ended: %v", err)
+	}
+	if err := <-beside; err != nil {
+		t.Fatalf("a listing beside one whose ctx ended: %v", err)
+	}
+	ents, err := s.ReadDir(s.Layout.ReadyDir())
+	if err != nil || len(ents) != len(want) {
+		t.Fatalf("listed after: %v, %d entries, want %d", err, len(ents), len(want))
+	}
 }
 
 func errorsIsNotExist(err error) bool { return partners.IsNotExist(err) }

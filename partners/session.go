@@ -72,12 +72,6 @@ func (s *Session) CloseWhenDone(ctx context.Context) (stop func() bool) {
 	return context.AfterFunc(ctx, func() { s.Close() })
 }
 
-// ReadDir is sftp.Client.ReadDir under the session's deadline.
-func (s *Session) ReadDir(p string) ([]os.FileInfo, error) {
-	fi, err := s.Client.ReadDir(p)
-	return fi, s.Deadline(err)
-}
-
 // Stat is sftp.Client.Stat under the session's deadline.
 func (s *Session) Stat(p string) (os.FileInfo, error) {
 	fi, err := s.Client.Stat(p)
@@ -210,14 +204,30 @@ func Dial(ctx context.Context, p *Config) (*Session, error) {
 		sftp.MaxPacketUnchecked(PacketSize(p.SFTP.MaxPacket, string(c.ServerVersion()))),
 		sftp.MaxConcurrentRequestsPerFile(16), // 4 MiB in flight at 255 KiB
 	}
-	// The channel ListDir lists on (listdir.go) is opened beside the
-	// main one's subsystem start, once the main channel is open: a site
-	// that allows one channel refuses the lister, never the main one. At
-	// 50 ms that is four round trips for both, not six.
-	ch, err := client.NewSession()
-	if err != nil {
+	// Both channels are opened at once: the first the site confirms
+	// carries pkg/sftp, the other ListDir's listings (listdir.go). A site
+	// that allows one channel (MaxSessions 1) confirms whichever came
+	// first and refuses the other: the one confirmed is the main channel,
+	// and listings go through pkg/sftp. At 50 ms that is three round
+	// trips for both channels, not four (one after the other: six).
+	type channel struct {
+		ch  *ssh.Session
+		err error
+	}
+	opens := make(chan channel, 2)
+	for range 2 {
+		go func() {
+			ch, err := client.NewSession()
+			opens <- channel{ch, err}
+		}()
+	}
+	primary, other := <-opens, <-opens
+	if primary.err != nil {
+		primary, other = other, primary
+	}
+	if primary.err != nil {
 		client.Close()
-		return nil, fmt.Errorf("partner %s: open sftp channel: %w", p.ID, dialDeadline(err, p.SFTP.DialTimeout))
+		return nil, fmt.Errorf("partner %s: open sftp channel: %w", p.ID, dialDeadline(primary.err, p.SFTP.DialTimeout))
 	}
 	listWatch := newWatchdog(p.SFTP.OpTimeout)
 	type opened struct {
@@ -226,11 +236,27 @@ func Dial(ctx context.Context, p *Config) (*Session, error) {
 	}
 	lister := make(chan opened, 1)
 	go func() {
-		c, err := openRaw(client, listWatch)
+		if other.err != nil {
+			lister <- opened{nil, other.err}
+			return
+		}
+		c, err := startRaw(other.ch, listWatch)
 		lister <- opened{c, err}
 	}()
-	sc, err := startSFTP(ch, watch, opts...)
+	sc, err := startSFTP(primary.ch, watch, opts...)
 	l := <-lister
+	if err != nil && l.c != nil {
+		// The site started SFTP on the listing channel and refused it on
+		// the main one: a server that starts one subsystem a connection,
+		// and took the two requests, sent together, the other way round.
+		// The main channel then takes the one subsystem, and listings go
+		// through pkg/sftp.
+		primary.ch.Close()
+		l.c.fail(errChannelDropped)
+		l = opened{nil, errors.New("the site starts one sftp subsystem a connection")}
+		watch.reset()
+		sc, err = newSFTP(client, watch, opts...)
+	}
 	if err != nil {
 		if l.c != nil {
 			l.c.ch.Close()
@@ -242,7 +268,10 @@ func Dial(ctx context.Context, p *Config) (*Session, error) {
 	// exchange too (a site that takes the login and then says nothing).
 	_ = conn.SetDeadline(time.Time{})
 	s := &Session{Client: sc, ssh: client, watch: watch, partner: p.ID, done: make(chan struct{}), Layout: NewLayout(p),
-		listWatch: listWatch, lister: l.c, noLister: l.err != nil, opts: opts, rangeWatch: newWatchdog(p.SFTP.OpTimeout)}
+		listWatch: listWatch, noLister: l.err != nil, opts: opts, rangeWatch: newWatchdog(p.SFTP.OpTimeout)}
+	if l.c != nil {
+		s.install(l.c)
+	}
 	go s.keepalive(p.SFTP.Keepalive)
 	go watch.run(s.done, func() { client.Close() })
 	go s.listWatch.run(s.done, func() { client.Close() })
