@@ -42,9 +42,10 @@ func (s *Session) ListDir(ctx context.Context, dir string, fn func(os.FileInfo) 
 
 // ReadDir lists a directory whole, as sftp.Client.ReadDir does, but on
 // the listing channel (ListDir) where the site allows it: beside other
-// listings, and in two round trips rather than pkg/sftp's four. For the
-// directories intake keeps small (processing/, a worker's dir), under the
-// session's deadline.
+// listings, and in two round trips rather than pkg/sftp's four; under the
+// session's deadline. Whole, as pkg/sftp's was: for the directories its
+// callers list (processing/ and the workers' dirs, reports/); ready/ is
+// streamed (ListDir).
 func (s *Session) ReadDir(dir string) ([]os.FileInfo, error) {
 	var ents []os.FileInfo
 	err := s.listDir(context.Background(), dir, func(e os.FileInfo) error {
