@@ -100,26 +100,10 @@ func TestListDirStreamsWhatReadDirReturns(t *testing.T) {
 		check(t, s, s.Layout.ReadyDir())
 	})
 	t.Run("in-process", func(t *testing.T) {
-		_, hostPriv, _ := ed25519.GenerateKey(rand.Reader)
-		host, _ := ssh.NewSignerFromKey(hostPriv)
-		clientKey := filepath.Join(t.TempDir(), "client")
-		pub, err := sshdtest.WriteKey(clientKey)
-		if err != nil {
-			t.Fatal(err)
-		}
 		root := t.TempDir()
 		os.MkdirAll(filepath.Join(root, "ready"), 0o755)
 		fill(t, filepath.Join(root, "ready"))
-		srv, err := sftpd.Start("127.0.0.1:0", host, []sftpd.User{{Name: "p1", Key: pub, Root: root}}, slog.New(slog.NewTextHandler(io.Discard, nil)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer srv.Close()
-		kh := filepath.Join(t.TempDir(), "kh")
-		os.WriteFile(kh, []byte(knownhosts.Line([]string{srv.Addr()}, host.PublicKey())+"\n"), 0o600)
-		p := &partners.Config{ID: "p1", SFTP: partners.SFTP{Address: srv.Addr(), User: "p1", PrivateKeyFile: clientKey,
-			KnownHostsFile: kh, Root: "/", DialTimeout: 5 * time.Second, Keepalive: time.Minute}}
-		p.SetDefaults()
+		_, p := inProcessSite(t, root)
 		s, err := partners.Dial(context.Background(), p)
 		if err != nil {
 			t.Fatal(err)
@@ -234,6 +218,30 @@ func TestListingsSideBySideEachGetTheirOwn(t *testing.T) {
 	if err != nil || len(ents) != len(want) {
 		t.Fatalf("listed after: %v, %d entries, want %d", err, len(ents), len(want))
 	}
+}
+
+// inProcessSite serves root as / over pkg/sftp's request server
+// (internal/sftpd) for the partner it returns; the server stops with t.
+func inProcessSite(t *testing.T, root string) (*sftpd.Server, *partners.Config) {
+	t.Helper()
+	_, hostPriv, _ := ed25519.GenerateKey(rand.Reader)
+	host, _ := ssh.NewSignerFromKey(hostPriv)
+	clientKey := filepath.Join(t.TempDir(), "client")
+	pub, err := sshdtest.WriteKey(clientKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := sftpd.Start("127.0.0.1:0", host, []sftpd.User{{Name: "p1", Key: pub, Root: root}}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Close() })
+	kh := filepath.Join(t.TempDir(), "kh")
+	os.WriteFile(kh, []byte(knownhosts.Line([]string{srv.Addr()}, host.PublicKey())+"\n"), 0o600)
+	p := &partners.Config{ID: "p1", SFTP: partners.SFTP{Address: srv.Addr(), User: "p1", PrivateKeyFile: clientKey,
+		KnownHostsFile: kh, Root: "/", DialTimeout: 5 * time.Second, Keepalive: time.Minute}}
+	p.SetDefaults()
+	return srv, p
 }
 
 func errorsIsNotExist(err error) bool { return partners.IsNotExist(err) }

@@ -2,6 +2,7 @@ package partners_test
 
 import (
 	"context"
+	"io"
 	"os"
 	"path/filepath"
 	"testing"
@@ -112,5 +113,52 @@ func TestASiteWithOneChannelIsServedOnIt(t *testing.T) {
 			t.Fatalf("processing dir: %v", err)
 		}
 		s.Close()
+	}
+}
+
+// A site that starts one sftp subsystem a connection gives it to whichever
+// of the two channels' requests, sent together, it takes first: when that
+// is the listing channel's, the dial is made again with the main channel
+// alone, and so are the site's later dials (listings through pkg/sftp).
+// Every dial works: it prepares, lists and reads; and at most one was
+// made again.
+func TestASiteWithOneSubsystemIsServedWhicheverChannelGotIt(t *testing.T) {
+	root := t.TempDir()
+	os.MkdirAll(filepath.Join(root, "ready"), 0o755)
+	os.WriteFile(filepath.Join(root, "ready", "a.csv"), []byte("id\n1\n"), 0o644)
+	srv, p := inProcessSite(t, root)
+	srv.OneSubsystemPerConnection()
+	before := partners.OneSubsystemFallbacks()
+	const dials = 30
+	for range dials {
+		s, err := partners.Dial(context.Background(), p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Prepare("w1", true); err != nil {
+			t.Fatal(err)
+		}
+		var names []string
+		if err := s.ListDir(context.Background(), s.Layout.ReadyDir(), func(fi os.FileInfo) error { names = append(names, fi.Name()); return nil }); err != nil {
+			t.Fatal(err)
+		}
+		if len(names) != 1 || names[0] != "a.csv" {
+			t.Fatalf("listed %v, want a.csv", names)
+		}
+		f, err := s.Open(s.Layout.Ready("a.csv"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := io.ReadAll(f)
+		f.Close()
+		if err != nil || string(b) != "id\n1\n" {
+			t.Fatalf("read %q: %v", b, err)
+		}
+		s.Close()
+	}
+	if again := partners.OneSubsystemFallbacks() - before; again > 1 {
+		t.Fatalf("%d of %d dials made again: the site's later dials should open the main channel alone", again, dials)
+	} else {
+		t.Logf("%d of %d dials made again", again, dials)
 	}
 }

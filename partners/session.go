@@ -157,7 +157,35 @@ func (s *Session) Prepare(worker string, ensure bool) error {
 // dial (TCP and SSH handshake) is bounded by the partner's dial timeout:
 // ssh.ClientConfig.Timeout covers the TCP dial only, so a deadline is set on
 // the connection around the handshake and cleared afterwards.
+//
+// A site that starts one sftp subsystem a connection may give it to the
+// listing channel, whose request goes out with the main one's: the dial
+// is then made again with the main channel alone, and the site's later
+// dials (this process) open the main channel alone too; its listings go
+// through pkg/sftp.
 func Dial(ctx context.Context, p *Config) (*Session, error) {
+	s, err := dial(ctx, p)
+	if errors.Is(err, errOneSubsystem) {
+		oneSubsystemSites.Store(strings.ToLower(p.SFTP.Address), true)
+		oneSubsystemFallbacks.Add(1)
+		s, err = dial(ctx, p)
+	}
+	return s, err
+}
+
+// errOneSubsystem: the site started SFTP on the listing channel and
+// refused it on the main one.
+var errOneSubsystem = errors.New("the site starts one sftp subsystem a connection")
+
+// oneSubsystemSites are the addresses of the sites found to start one sftp
+// subsystem a connection; oneSubsystemFallbacks counts the dials made
+// again for it (tests).
+var (
+	oneSubsystemSites     sync.Map
+	oneSubsystemFallbacks atomic.Int64
+)
+
+func dial(ctx context.Context, p *Config) (*Session, error) {
 	auth, err := authMethod(p)
 	if err != nil {
 		return nil, err
@@ -214,16 +242,22 @@ func Dial(ctx context.Context, p *Config) (*Session, error) {
 		ch  *ssh.Session
 		err error
 	}
+	channels := 2
+	if _, one := oneSubsystemSites.Load(strings.ToLower(p.SFTP.Address)); one {
+		channels = 1
+	}
 	opens := make(chan channel, 2)
-	for range 2 {
+	for range channels {
 		go func() {
 			ch, err := client.NewSession()
 			opens <- channel{ch, err}
 		}()
 	}
-	primary, other := <-opens, <-opens
-	if primary.err != nil {
-		primary, other = other, primary
+	primary, other := <-opens, channel{err: errOneSubsystem}
+	if channels == 2 {
+		if other = <-opens; primary.err != nil {
+			primary, other = other, primary
+		}
 	}
 	if primary.err != nil {
 		client.Close()
@@ -248,14 +282,10 @@ func Dial(ctx context.Context, p *Config) (*Session, error) {
 	if err != nil && l.c != nil {
 		// The site started SFTP on the listing channel and refused it on
 		// the main one: a server that starts one subsystem a connection,
-		// and took the two requests, sent together, the other way round.
-		// The main channel then takes the one subsystem, and listings go
-		// through pkg/sftp.
-		primary.ch.Close()
-		l.c.fail(errChannelDropped)
-		l = opened{nil, errors.New("the site starts one sftp subsystem a connection")}
-		watch.reset()
-		sc, err = newSFTP(client, watch, opts...)
+		// and took the two requests, sent together, the other way round
+		// (Dial dials again with the main channel alone).
+		client.Close()
+		return nil, fmt.Errorf("partner %s: %w (%w)", p.ID, errOneSubsystem, err)
 	}
 	if err != nil {
 		if l.c != nil {

@@ -16,6 +16,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/pkg/sftp"
 	"golang.org/x/crypto/ssh"
@@ -33,7 +34,14 @@ type Server struct {
 	mu    sync.Mutex
 	conns map[net.Conn]bool
 	done  bool
+	// one: each connection starts one sftp subsystem, its first request's
+	// (OneSubsystemPerConnection)
+	one atomic.Bool
 }
+
+// OneSubsystemPerConnection makes the server start one sftp subsystem per
+// connection and refuse the next ones, as some SFTP servers do.
+func (s *Server) OneSubsystemPerConnection() { s.one.Store(true) }
 
 // User is one login: its authorized public key and the folder it sees as /.
 type User struct {
@@ -123,6 +131,7 @@ func (s *Server) serve(c net.Conn) {
 	defer sc.Close()
 	go ssh.DiscardRequests(reqs)
 	root := s.roots[sc.User()]
+	var started atomic.Int32 // sftp subsystems started on the connection
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	for nc := range chans {
@@ -140,6 +149,7 @@ func (s *Server) serve(c net.Conn) {
 			defer ch.Close()
 			for req := range creqs {
 				ok := req.Type == "subsystem" && len(req.Payload) >= 4 && string(req.Payload[4:]) == "sftp"
+				ok = ok && (started.Add(1) == 1 || !s.one.Load())
 				req.Reply(ok, nil)
 				if !ok {
 					continue
