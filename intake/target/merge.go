@@ -203,6 +203,14 @@ func (t *Table) build() {
 		    WHERE NOT (SELECT ok FROM dense) AND (%[5]s))`,
 			t.table, q(t.key[0]), reason, strings.Join(sKeyJoin, " AND "), needs)
 	}
+	// s is read by the range's min and max and by the join: staged in
+	// the target's types (binary), its casts are no-ops and reading the
+	// staging table again is cheaper than PostgreSQL's materialising s
+	// for its several readers; staged as text, its casts are made once.
+	sMat := ""
+	if t.binary && t.rangeProbe {
+		sMat = "NOT MATERIALIZED "
+	}
 	insHash, selHash, sHash := "", "", ""
 	if t.guard {
 		insHash, selHash = ", "+hashCol, ", "+hashOf("j")
@@ -211,7 +219,7 @@ func (t *Table) build() {
 		// the staged row's own hash (see stageHash)
 		selHash, sHash = ", j."+hashCol, ", st."+hashCol
 	}
-	t.merge = fmt.Sprintf(`WITH s AS (
+	t.merge = fmt.Sprintf(`WITH s AS %s(
 		    SELECT st.line, %s%s FROM %s st),
 		%s,
 		ins AS (
@@ -228,7 +236,7 @@ func (t *Table) build() {
 		    (SELECT count(*) FROM j WHERE j.intake_is_new),
 		    (SELECT count(*) FROM conf WHERE reason = 'outside_edit'), (SELECT count(*) FROM conf WHERE reason = 'exists'),
 		    (SELECT count(*) FROM conf WHERE reason = 'not_found')`,
-		strings.Join(sCols, ", "), sHash, t.stage, probe,
+		sMat, strings.Join(sCols, ", "), sHash, t.stage, probe,
 		t.table, strings.Join(insCols, ", "), insHash, strings.Join(jCols, ", "), selHash, strings.Join(conflictCols, ", "), doUpdate)
 	// A chunk of new rows when StagedDirect: staged, then inserted (with
 	// the hash of each when guarded; a key that exists fails it, as it
