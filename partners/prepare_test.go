@@ -92,20 +92,7 @@ func TestASiteWithOneChannelIsServedOnIt(t *testing.T) {
 	p := partner(t)
 	p.SFTP.Address, p.SFTP.User, p.SFTP.PrivateKeyFile, p.SFTP.KnownHostsFile, p.SFTP.Root = srv.Addr, srv.User, srv.ClientKeyFile, srv.KnownHostsFile, root
 	for i := 0; i < 3; i++ { // dial after dial: the main channel is never the one refused
-		s, err := partners.Dial(context.Background(), p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := s.Prepare("w1", true); err != nil {
-			t.Fatal(err)
-		}
-		var names []string
-		if err := s.ListDir(context.Background(), s.Layout.ReadyDir(), func(fi os.FileInfo) error { names = append(names, fi.Name()); return nil }); err != nil {
-			t.Fatal(err)
-		}
-		if len(names) != 1 || names[0] != "a.csv" {
-			t.Fatalf("listed %v, want a.csv", names)
-		}
+		s := dialPreparedListing(t, p, "a.csv")
 		if s.Ranges() != nil {
 			t.Fatal("a second channel opened on a site that allows one")
 		}
@@ -131,20 +118,7 @@ func TestASiteWithOneSubsystemIsServedWhicheverChannelGotIt(t *testing.T) {
 	before := partners.OneSubsystemFallbacks()
 	const dials = 30
 	for range dials {
-		s, err := partners.Dial(context.Background(), p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := s.Prepare("w1", true); err != nil {
-			t.Fatal(err)
-		}
-		var names []string
-		if err := s.ListDir(context.Background(), s.Layout.ReadyDir(), func(fi os.FileInfo) error { names = append(names, fi.Name()); return nil }); err != nil {
-			t.Fatal(err)
-		}
-		if len(names) != 1 || names[0] != "a.csv" {
-			t.Fatalf("listed %v, want a.csv", names)
-		}
+		s := dialPreparedListing(t, p, "a.csv")
 		f, err := s.Open(s.Layout.Ready("a.csv"))
 		if err != nil {
 			t.Fatal(err)
@@ -161,4 +135,28 @@ func TestASiteWithOneSubsystemIsServedWhicheverChannelGotIt(t *testing.T) {
 	} else {
 		t.Logf("%d of %d dials made again", again, dials)
 	}
+}
+
+// dialPreparedListing dials p, prepares the session's directories and
+// checks that ready/ lists as want alone.
+func dialPreparedListing(t *testing.T, p *partners.Config, want string) *partners.Session {
+	t.Helper()
+	s, err := partners.Dial(context.Background(), p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Prepare("w1", true); err != nil {
+		s.Close()
+		t.Fatal(err)
+	}
+	var names []string
+	if err := s.ListDir(context.Background(), s.Layout.ReadyDir(), func(fi os.FileInfo) error { names = append(names, fi.Name()); return nil }); err != nil {
+		s.Close()
+		t.Fatal(err)
+	}
+	if len(names) != 1 || names[0] != want {
+		s.Close()
+		t.Fatalf("listed %v, want %s", names, want)
+	}
+	return s
 }
