@@ -404,11 +404,17 @@ func (r *fileRun) aheadChunk(ctx context.Context, tx pgx.Tx, tgt *target.Table, 
 			if err := r.aheadStage(ctx, tx, tgt, as); err != nil {
 				return c, err
 			}
-			m, err := r.mergeChunk(ctx, tx, tgt, ch, r.in.ID)
+			sub, err := r.toMerge(ctx, tx, tgt, ch, r.in.ID)
 			if err != nil {
 				return c, err
 			}
-			m.into(&c)
+			if sub != nil {
+				m, err := r.mergeChunk(ctx, tx, tgt, sub, r.in.ID)
+				if err != nil {
+					return c, err
+				}
+				m.into(&c)
+			}
 		}
 	}
 	c.unchanged = int64(ch.rows()) - c.rejected - c.applied - c.conflict

@@ -528,14 +528,21 @@ func (r *fileRun) writeRows(ctx context.Context, tx pgx.Tx, tgt *target.Table, c
 			return fmt.Errorf("chunk %d savepoint: %w", chunk, err)
 		}
 	}
-	m, err := r.mergeChunk(ctx, tx, tgt, ch, writer)
+	sub, err := r.toMerge(ctx, tx, tgt, ch, writer)
+	if err != nil {
+		return err
+	}
+	var m mergeCounts
+	if sub != nil {
+		m, err = r.mergeChunk(ctx, tx, tgt, sub, writer)
+	}
 	var refused []refusal
 	if first := refusedRows(err); first != nil {
 		// some row's value is refused by the target: find exactly which
 		if _, err := tx.Exec(ctx, "ROLLBACK TO SAVEPOINT intake_merge"); err != nil {
 			return fmt.Errorf("chunk %d rollback to savepoint: %w", chunk, err)
 		}
-		m, refused, err = r.refuse(ctx, tx, tgt, ch, writer, first)
+		m, refused, err = r.refuse(ctx, tx, tgt, sub, writer, first)
 		if err == nil {
 			err = r.recordRefusals(ctx, tx, refused)
 		}

@@ -36,7 +36,8 @@ type chunk struct {
 	keys    map[uint64]struct{}
 	refused []refusal // rows whose value the column's encoding refused (not among the valid rows)
 	seed    maphash.Seed
-	out     []byte // payload scratch
+	out     []byte            // payload scratch
+	same    *target.Unchanged // the look-up of rows the target holds as they are (toMerge), once needed
 }
 
 func newChunk(seed maphash.Seed, rows int, tgt *target.Table) *chunk {

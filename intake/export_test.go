@@ -15,6 +15,18 @@ func SetMaxHeldIssues(n int) func() {
 	return func() { maxHeldIssues = old }
 }
 
+// SetUnchangedMinRows sets the chunk size from which a chunk on the merge
+// path is looked up for rows the target holds as they are, so small test
+// files take that path; it returns the undo.
+func SetUnchangedMinRows(n int) func() {
+	old := unchangedMinRows
+	unchangedMinRows = n
+	return func() { unchangedMinRows = old }
+}
+
+// UnchangedLooked is a look-up's outcome (Signals().Unchanged).
+type UnchangedLooked = unchangedLooked
+
 // SetAheadBytes sets the listed size from which a file is applied ahead
 // of its plan, so small test files take that path; it returns the undo.
 func SetAheadBytes(n int64) func() {

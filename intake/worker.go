@@ -32,6 +32,9 @@ type fileRun struct {
 	// direct: the next chunk is tried straight into the target (see
 	// writeRows); only the apply loop touches it.
 	direct bool
+	// unchangedPause: chunks to merge whole before the next look-up of
+	// rows the target holds as they are (toMerge).
+	unchangedPause int
 	// gone: the file's feed is no longer configured.
 	gone bool
 	// byManifest: spooled as an exact resend from its manifest alone,

@@ -252,6 +252,7 @@ func (t *Table) build() {
 		t.buildSnapshot(sCols, edited)
 	}
 	t.buildPlan(sCols, sKeyJoin, needs, reason, edited)
+	t.buildUnchanged()
 	t.dedupe = fmt.Sprintf(`WITH d AS (
 		    DELETE FROM %s s USING (
 		        SELECT line, row_number() OVER (PARTITION BY %s ORDER BY line DESC) AS rn FROM %s s) x

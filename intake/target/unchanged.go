@@ -1,0 +1,258 @@
+package target
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"fmt"
+	"hash/maphash"
+	"slices"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/partner-intake/partner-intake/partners"
+)
+
+// Rows the target already holds as they are. A chunk on the merge path is
+// staged (COPY) and merged, and the merge compares each row with the
+// target's (range scan, hash join, the comparison): for a replay, where
+// every row is unchanged, that is all PostgreSQL's work and all of it
+// serial on the chunk's connection (docs/performance.md, item 46). Reading
+// the chunk's key range back in the binary send form instead is one index
+// range scan, and intake compares the rows itself, byte for byte with the
+// COPY binary fields it encoded, on its own core: a row whose every field
+// is the stored value's send form is unchanged, and only the other rows
+// are staged and merged. The merge still decides every row it gets: this
+// only takes away rows it would have counted unchanged.
+//
+// Byte-equal means unchanged: a value is decoded from the same bytes
+// whichever side sent them, and equal values are not distinct. The
+// converse does not hold (numeric 1.5 and 1.50 are equal, their send
+// forms differ; a value encoded off sendExact), so a row that differs by
+// its bytes only goes to the merge, which counts it unchanged as before.
+//
+// It reads what the merge's own lookup reads, in the same transaction,
+// with the same conditions: the row exists, no newer write matters to an
+// unchanged row (it is never written), a snapshot's deleted_at mark makes
+// it changed, and an insert_only feed counts an existing row as unchanged
+// only when the writer itself wrote it. A snapshot records the keys of
+// its staged rows (RecordKeys), so its rows are all staged; a chunk whose
+// key repeats keeps its rows for the dedupe.
+
+// unchangedArray is the array type of each key type the look-up sends
+// its chunk's first key column as (binary encoders only: see binary.go).
+var unchangedArray = map[uint32]uint32{
+	oidInt8: 1016, oidInt2: 1005, oidInt4: 1007, oidText: 1009, oidVarchar: 1015,
+	oidDate: 1182, oidTimestamp: 1115, oidTimestamptz: 1185, oidNumeric: 1231,
+}
+
+// SkipsUnchanged: the chunks of this target can be looked up for rows it
+// already holds (Unchanged.Keep) before they are staged: COPY binary, a
+// unique index that leads with (partner_id, first key column) so a chunk's
+// key range is one index range scan, and not a snapshot.
+func (t *Table) SkipsUnchanged() bool {
+	if t.unchanged == "" || t.mode == partners.ModeSnapshot {
+		return false
+	}
+	_, ok := unchangedArray[t.keyOID()]
+	return ok
+}
+
+// keyOID is the type of the first key column.
+func (t *Table) keyOID() uint32 { return t.oids[t.key0] }
+
+// buildUnchanged writes the look-up ($1 partner, $2 the chunk's first key
+// column values, $3 the cap on rows read, $4 the writer for insert_only):
+// the target's rows in the chunk's key range, the feed's columns in file
+// order, in the binary send form.
+func (t *Table) buildUnchanged() {
+	if !t.binary || !t.rangeProbe || !slices.Contains(t.cols, t.key[0]) {
+		return
+	}
+	q := func(s string) string { return pgx.Identifier{s}.Sanitize() }
+	var cols []string
+	for _, c := range t.cols {
+		cols = append(cols, "t."+q(c))
+	}
+	k := q(t.key[0])
+	var cond []string
+	if t.deletedAt != "" {
+		cond = append(cond, "t."+t.deletedAt+" IS NULL")
+	}
+	if t.mode == partners.ModeInsertOnly {
+		cond = append(cond, "t.last_intake_id = $4")
+	}
+	where := ""
+	if len(cond) > 0 {
+		where = " AND " + strings.Join(cond, " AND ")
+	}
+	// As the merge reads them (see build): the chunk's key range in one
+	// index range scan when it is dense, capped at $3 rows; else each of
+	// its first key column's values looked up in the index (capped too:
+	// a first key column of few values, say a region, may hold many rows
+	// each; what is not read is left to the merge).
+	t.unchanged = fmt.Sprintf(`WITH r AS MATERIALIZED (
+		    SELECT %[1]s FROM %[2]s t
+		    WHERE t.partner_id = $1 AND t.%[3]s BETWEEN (SELECT min(x) FROM unnest($2) x) AND (SELECT max(x) FROM unnest($2) x)%[4]s
+		    ORDER BY t.partner_id, t.%[3]s LIMIT $3),
+		dense AS (SELECT count(*) < $3 AS ok FROM r)
+		SELECT * FROM r WHERE (SELECT ok FROM dense)
+		UNION ALL
+		(SELECT %[1]s FROM %[2]s t
+		 WHERE NOT (SELECT ok FROM dense) AND t.partner_id = $1 AND t.%[3]s = ANY($2)%[4]s LIMIT $3)`,
+		strings.Join(cols, ", "), t.table, k, where)
+	t.key0 = slices.Index(t.cols, t.key[0])
+	for i, c := range t.cols {
+		if slices.Contains(t.key, c) {
+			t.keyIdx = append(t.keyIdx, i)
+		}
+	}
+}
+
+// Unchanged looks up a chunk's rows in the target (one per chunk: it keeps
+// its buffers from chunk to chunk, and is not safe for concurrent use).
+type Unchanged struct {
+	t    *Table
+	seed maphash.Seed
+	at   map[uint64]int // key hash: the target row's index
+	rows []byte         // the target rows read, as COPY binary fields
+	ends []int
+	arr  []byte
+	keep []int
+	fld  []int // scratch: a row's field offsets
+}
+
+// NewUnchanged returns a look-up for this target's chunks (SkipsUnchanged).
+func (t *Table) NewUnchanged() *Unchanged {
+	return &Unchanged{t: t, seed: maphash.MakeSeed(), at: map[uint64]int{}, fld: make([]int, len(t.cols)+1)}
+}
+
+// Keep returns the indexes of the rows, in order, that the target does not
+// hold exactly as they are (writer: the chunk's writer, for insert_only).
+// Row i is cols[ends[i-1]:ends[i]] (ends[-1] = 0), the row's COPY binary
+// fields in the feed's column order. The result is valid until the next
+// call.
+func (u *Unchanged) Keep(ctx context.Context, tx pgx.Tx, partner string, writer int64, cols []byte, ends []int) ([]int, error) {
+	t := u.t
+	k0 := t.key0
+	// $2: the rows' first key column, a binary array (NULLs left out: such
+	// a row is kept)
+	n := 0
+	arr := binary.BigEndian.AppendUint32(u.arr[:0], 1) // dimensions
+	arr = binary.BigEndian.AppendUint32(arr, 0)        // no NULLs
+	arr = binary.BigEndian.AppendUint32(arr, t.keyOID())
+	dimAt := len(arr)
+	arr = binary.BigEndian.AppendUint32(arr, 0) // the count, below
+	arr = binary.BigEndian.AppendUint32(arr, 1) // lower bound
+	start := 0
+	for _, end := range ends {
+		if u.fields(cols[start:end]) {
+			f := cols[start:end][u.fld[k0]:u.fld[k0+1]]
+			if binary.BigEndian.Uint32(f) != 0xffffffff {
+				arr = append(arr, f...)
+				n++
+			}
+		}
+		start = end
+	}
+	binary.BigEndian.PutUint32(arr[dimAt:], uint32(n))
+	u.arr = arr
+	u.keep = u.keep[:0]
+	if n == 0 {
+		for i := range ends {
+			u.keep = append(u.keep, i)
+		}
+		return u.keep, nil
+	}
+	params := [][]byte{[]byte(partner), arr, binary.BigEndian.AppendUint64(nil, uint64(rangeCapFactor*len(ends)))}
+	oids := []uint32{oidText, unchangedArray[t.keyOID()], oidInt8}
+	formats := []int16{0, 1, 1}
+	if t.mode == partners.ModeInsertOnly {
+		params = append(params, binary.BigEndian.AppendUint64(nil, uint64(writer)))
+		oids = append(oids, oidInt8)
+		formats = append(formats, 1)
+	}
+	rr := tx.Conn().PgConn().ExecParams(ctx, t.unchanged, params, oids, formats, []int16{1})
+	clear(u.at)
+	u.rows, u.ends = u.rows[:0], u.ends[:0]
+	for rr.NextRow() {
+		vals := rr.Values()
+		if len(vals) != len(t.cols) {
+			rr.Close()
+			return nil, fmt.Errorf("unchanged rows: %d columns read, %d expected", len(vals), len(t.cols))
+		}
+		rowStart := len(u.rows)
+		for _, v := range vals {
+			if v == nil {
+				u.rows = binary.BigEndian.AppendUint32(u.rows, 0xffffffff)
+				continue
+			}
+			u.rows = binary.BigEndian.AppendUint32(u.rows, uint32(len(v)))
+			u.rows = append(u.rows, v...)
+		}
+		u.ends = append(u.ends, len(u.rows))
+		row := u.rows[rowStart:]
+		if u.fields(row) {
+			u.at[u.keyHash(row)] = len(u.ends) - 1
+		}
+	}
+	if _, err := rr.Close(); err != nil {
+		return nil, fmt.Errorf("unchanged rows: %w", err)
+	}
+	start = 0
+	for i, end := range ends {
+		row := cols[start:end]
+		start = end
+		if u.fields(row) {
+			if j, ok := u.at[u.keyHash(row)]; ok && bytes.Equal(row, u.row(j)) {
+				continue // held as it is: unchanged
+			}
+		}
+		u.keep = append(u.keep, i)
+	}
+	return u.keep, nil
+}
+
+// row is target row j as read.
+func (u *Unchanged) row(j int) []byte {
+	start := 0
+	if j > 0 {
+		start = u.ends[j-1]
+	}
+	return u.rows[start:u.ends[j]]
+}
+
+// fields sets u.fld to the offsets of row's fields (field i is
+// row[fld[i]:fld[i+1]], its length included); false when the row is not
+// exactly len(t.cols) fields.
+func (u *Unchanged) fields(row []byte) bool {
+	at := 0
+	for i := range u.t.cols {
+		u.fld[i] = at
+		if len(row)-at < 4 {
+			return false
+		}
+		l := binary.BigEndian.Uint32(row[at:])
+		at += 4
+		if l != 0xffffffff {
+			if uint64(len(row)-at) < uint64(l) {
+				return false
+			}
+			at += int(l)
+		}
+	}
+	u.fld[len(u.t.cols)] = at
+	return at == len(row)
+}
+
+// keyHash hashes the key fields of the row whose offsets fields set (a
+// collision only compares a row with another key's, which differs).
+func (u *Unchanged) keyHash(row []byte) uint64 {
+	var h maphash.Hash
+	h.SetSeed(u.seed)
+	for _, i := range u.t.keyIdx {
+		h.Write(row[u.fld[i]:u.fld[i+1]])
+	}
+	return h.Sum64()
+}
