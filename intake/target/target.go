@@ -78,12 +78,13 @@ type Table struct {
 	// target with their hashes (the guarded target's direct path: COPY
 	// cannot compute the hash).
 	stageInsert string
-	// unchanged: the look-up of a chunk's rows the target holds as they
-	// are ("" when it has none: see SkipsUnchanged); keyIdx: the key
-	// columns, indexes into cols; key0: the first key column's.
-	unchanged string
-	keyIdx    []int
-	key0      int
+	// unchangedRange, unchangedKeys: the look-up of a chunk's rows the
+	// target holds as they are ("" when it has none: see SkipsUnchanged);
+	// keyIdx: the key columns, indexes into cols; key0: the first key
+	// column's.
+	unchangedRange, unchangedKeys string
+	keyIdx                        []int
+	key0                          int
 	// planRows and planDeletes: a plan's statements (plan.go).
 	planRows, planDeleteCount, planDeleteSample string
 }
