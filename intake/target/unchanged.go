@@ -34,11 +34,11 @@ import (
 //
 // It reads what the merge's own lookup reads, in the same transaction,
 // with the same conditions: the row exists, no newer write matters to an
-// unchanged row (it is never written), a snapshot's deleted_at mark makes
-// it changed, and an insert_only feed counts an existing row as unchanged
-// only when the writer itself wrote it. A snapshot records the keys of
-// its staged rows (RecordKeys), so its rows are all staged; a chunk whose
-// key repeats keeps its rows for the dedupe.
+// unchanged row (it is never written), and an insert_only feed counts an
+// existing row as unchanged only when the writer itself wrote it. A
+// snapshot records the keys of its staged rows (RecordKeys), so its rows
+// are all staged (and only a snapshot has a deleted_at mark to clear); a
+// chunk whose key repeats keeps its rows for the dedupe.
 
 // unchangedArray is the array type of each key type the look-up sends
 // its chunk's first key column as (binary encoders only: see binary.go).
@@ -76,16 +76,9 @@ func (t *Table) buildUnchanged() {
 		cols = append(cols, "t."+q(c))
 	}
 	k := q(t.key[0])
-	var cond []string
-	if t.deletedAt != "" {
-		cond = append(cond, "t."+t.deletedAt+" IS NULL")
-	}
-	if t.mode == partners.ModeInsertOnly {
-		cond = append(cond, "t.last_intake_id = $4")
-	}
 	where := ""
-	if len(cond) > 0 {
-		where = " AND " + strings.Join(cond, " AND ")
+	if t.mode == partners.ModeInsertOnly {
+		where = " AND t.last_intake_id = $4"
 	}
 	// As the merge reads them (see build): the chunk's key range in one
 	// index range scan, capped at $3 rows; when the cap is reached (the
