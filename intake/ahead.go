@@ -401,14 +401,14 @@ func (r *fileRun) aheadChunk(ctx context.Context, tx pgx.Tx, tgt *target.Table, 
 			}
 		}
 		if !direct {
-			if err := r.aheadStage(ctx, tx, tgt, as); err != nil {
-				return c, err
-			}
 			sub, err := r.toMerge(ctx, tx, tgt, ch, r.in.ID)
 			if err != nil {
 				return c, err
 			}
 			if sub != nil {
+				if err := r.aheadStage(ctx, tx, tgt, as); err != nil {
+					return c, err
+				}
 				m, err := r.mergeChunk(ctx, tx, tgt, sub, r.in.ID)
 				if err != nil {
 					return c, err

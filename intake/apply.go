@@ -529,6 +529,14 @@ func (r *fileRun) writeRows(ctx context.Context, tx pgx.Tx, tgt *target.Table, c
 		}
 	}
 	sub, err := r.toMerge(ctx, tx, tgt, ch, writer)
+	if refusedRows(err) != nil {
+		// a key the server refuses to take (as the staging COPY would):
+		// merged whole, so that the search below finds its row
+		if _, err := tx.Exec(ctx, "ROLLBACK TO SAVEPOINT intake_merge"); err != nil {
+			return fmt.Errorf("chunk %d rollback to savepoint: %w", chunk, err)
+		}
+		sub, err = ch, nil
+	}
 	if err != nil {
 		return err
 	}

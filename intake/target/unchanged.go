@@ -63,9 +63,11 @@ func (t *Table) SkipsUnchanged() bool {
 func (t *Table) keyOID() uint32 { return t.oids[t.key0] }
 
 // buildUnchanged writes the look-up ($1 partner, $2 the chunk's first key
-// column values, $3 the cap on rows read, $4 the writer for insert_only):
-// the target's rows in the chunk's key range, the feed's columns in file
-// order, in the binary send form.
+// column values, $3 the cap on rows read): the target's rows in the
+// chunk's key range, the feed's columns in file order, in the binary send
+// form, and for an insert_only feed each row's last_intake_id (compared
+// with the writer by Keep, not filtered in SQL: a filter would let the
+// capped read scan past every other writer's row).
 func (t *Table) buildUnchanged() {
 	if !t.binary || !t.rangeProbe || !slices.Contains(t.cols, t.key[0]) {
 		return
@@ -75,11 +77,10 @@ func (t *Table) buildUnchanged() {
 	for _, c := range t.cols {
 		cols = append(cols, "t."+q(c))
 	}
-	k := q(t.key[0])
-	where := ""
 	if t.mode == partners.ModeInsertOnly {
-		where = " AND t.last_intake_id = $4"
+		cols = append(cols, "t.last_intake_id")
 	}
+	k := q(t.key[0])
 	// As the merge reads them (see build): the chunk's key range in one
 	// index range scan, capped at $3 rows; when the cap is reached (the
 	// range is sparse: other keys between the chunk's), each distinct
@@ -90,11 +91,11 @@ func (t *Table) buildUnchanged() {
 	// sequential scan for the second, whose workers start even when it is
 	// not run (75 ms a chunk, measured).
 	t.unchangedRange = fmt.Sprintf(`SELECT %s FROM %s t
-		WHERE t.partner_id = $1 AND t.%s BETWEEN (SELECT min(x) FROM unnest($2) x) AND (SELECT max(x) FROM unnest($2) x)%s
-		ORDER BY t.partner_id, t.%s LIMIT $3`, strings.Join(cols, ", "), t.table, k, where, k)
+		WHERE t.partner_id = $1 AND t.%s BETWEEN (SELECT min(x) FROM unnest($2) x) AND (SELECT max(x) FROM unnest($2) x)
+		ORDER BY t.partner_id, t.%s LIMIT $3`, strings.Join(cols, ", "), t.table, k, k)
 	t.unchangedKeys = fmt.Sprintf(`SELECT t.* FROM (SELECT DISTINCT x FROM unnest($2) x) k, LATERAL (
-		    SELECT %s FROM %s t WHERE t.partner_id = $1 AND t.%s = k.x%s LIMIT $3) t
-		LIMIT $3`, strings.Join(cols, ", "), t.table, k, where)
+		    SELECT %s FROM %s t WHERE t.partner_id = $1 AND t.%s = k.x LIMIT $3) t
+		LIMIT $3`, strings.Join(cols, ", "), t.table, k)
 	t.key0 = slices.Index(t.cols, t.key[0])
 	for i, c := range t.cols {
 		if slices.Contains(t.key, c) {
@@ -161,14 +162,12 @@ func (u *Unchanged) Keep(ctx context.Context, tx pgx.Tx, partner string, writer 
 	params := [][]byte{[]byte(partner), arr, binary.BigEndian.AppendUint64(nil, uint64(rangeCapFactor*len(ends)))}
 	oids := []uint32{oidText, unchangedArray[t.keyOID()], oidInt8}
 	formats := []int16{0, 1, 1}
-	if t.mode == partners.ModeInsertOnly {
-		params = append(params, binary.BigEndian.AppendUint64(nil, uint64(writer)))
-		oids = append(oids, oidInt8)
-		formats = append(formats, 1)
-	}
-	read, err := u.read(ctx, tx, t.unchangedRange, params, oids, formats)
+	// what is kept of the rows read is bounded by the chunk's own bytes
+	// (unchangedBytesFactor times), however wide the rows in its range
+	limit := unchangedBytesFactor*len(cols) + 64<<10
+	read, err := u.read(ctx, tx, t.unchangedRange, params, oids, formats, writer, limit)
 	if err == nil && read == rangeCapFactor*len(ends) {
-		read, err = u.read(ctx, tx, t.unchangedKeys, params, oids, formats)
+		read, err = u.read(ctx, tx, t.unchangedKeys, params, oids, formats, writer, limit)
 	}
 	if err != nil {
 		return nil, err
@@ -187,18 +186,40 @@ func (u *Unchanged) Keep(ctx context.Context, tx pgx.Tx, partner string, writer 
 	return u.keep, nil
 }
 
+// unchangedBytesFactor bounds the target rows a look-up keeps at this
+// many times the bytes of the chunk's own rows.
+const unchangedBytesFactor = 2
+
 // read runs a look-up and keeps the rows it returns (in u.rows, u.ends,
-// by key in u.at); it returns how many.
-func (u *Unchanged) read(ctx context.Context, tx pgx.Tx, sql string, params [][]byte, oids []uint32, formats []int16) (int, error) {
+// by key in u.at) up to limit bytes, an insert_only feed's only when
+// writer wrote them; it returns how many rows it read.
+func (u *Unchanged) read(ctx context.Context, tx pgx.Tx, sql string, params [][]byte, oids []uint32, formats []int16, writer int64, limit int) (int, error) {
 	t := u.t
+	want := len(t.cols)
+	insertOnly := t.mode == partners.ModeInsertOnly
+	if insertOnly {
+		want++ // last_intake_id
+	}
 	rr := tx.Conn().PgConn().ExecParams(ctx, sql, params, oids, formats, []int16{1})
 	clear(u.at)
 	u.rows, u.ends = u.rows[:0], u.ends[:0]
+	read := 0
 	for rr.NextRow() {
+		read++
 		vals := rr.Values()
-		if len(vals) != len(t.cols) {
+		if len(vals) != want {
 			rr.Close()
-			return 0, fmt.Errorf("unchanged rows: %d columns read, %d expected", len(vals), len(t.cols))
+			return 0, fmt.Errorf("unchanged rows: %d columns read, %d expected", len(vals), want)
+		}
+		if insertOnly {
+			last := vals[len(t.cols)]
+			if len(last) != 8 || int64(binary.BigEndian.Uint64(last)) != writer {
+				continue // another intake wrote it: the merge counts it as existing
+			}
+			vals = vals[:len(t.cols)]
+		}
+		if len(u.rows) >= limit {
+			continue // read on, keep no more: what is not kept is merged
 		}
 		rowStart := len(u.rows)
 		for _, v := range vals {
@@ -218,7 +239,7 @@ func (u *Unchanged) read(ctx context.Context, tx pgx.Tx, sql string, params [][]
 	if _, err := rr.Close(); err != nil {
 		return 0, fmt.Errorf("unchanged rows: %w", err)
 	}
-	return len(u.ends), nil
+	return read, nil
 }
 
 // row is target row j as read.

@@ -127,6 +127,40 @@ func TestUnchangedKeepsEveryRowTheTargetDoesNotHoldAsItIs(t *testing.T) {
 	if got, want := keep(upsert, "q", 100, far), []int{0, 1, 2}; !slices.Equal(got, want) {
 		t.Fatalf("partner q: kept rows %v, want %v", got, want)
 	}
+	// insert_only among many rows other intakes wrote in the range: the
+	// writer's own rows at both ends are found (the read is capped by
+	// rows read, not by rows of this writer)
+	if _, err := pool.Exec(ctx, `INSERT INTO same_t SELECT 'p', g, 'W', 2.00, '2026-01-02T03:04:05Z', '2026-01-02', 'x', 9 FROM generate_series(1000, 1100) g;
+		UPDATE same_t SET last_intake_id = 8 WHERE partner_id = 'p' AND id IN (1000, 1100)`); err != nil {
+		t.Fatal(err)
+	}
+	ends2 := [][]*string{row("1000", "W", "2.00", ts, s("x")), row("1100", "W", "2.00", ts, s("x")), row("1050", "W", "2.00", ts, s("x"))}
+	if got, want := keep(insertOnly, "p", 8, ends2), []int{2}; !slices.Equal(got, want) {
+		t.Fatalf("insert_only among other writers' rows: kept rows %v, want %v", got, want)
+	}
+	// every type a first key column can have here
+	for i, typ := range []struct{ pg, feed, a, b string }{
+		{"varchar(20)", partners.TypeText, "k-a", "k-b"}, {"integer", partners.TypeInteger, "7", "8"},
+		{"smallint", partners.TypeInteger, "-3", "4"}, {"numeric(10,2)", partners.TypeDecimal, "1.25", "2.50"},
+		{"date", partners.TypeDate, "2026-01-01", "2026-01-02"},
+		{"timestamptz", partners.TypeTimestamp, "2026-01-01T00:00:00Z", "2026-01-01T00:00:01Z"},
+		{"timestamp", partners.TypeTimestamp, "2026-01-01T00:00:00Z", "2026-01-02T00:00:00Z"},
+	} {
+		table := fmt.Sprintf("same_type_%d", i)
+		if _, err := pool.Exec(ctx, fmt.Sprintf(`CREATE TABLE %[1]s (partner_id text NOT NULL, k %[2]s NOT NULL, v text, last_intake_id bigint NOT NULL, UNIQUE (partner_id, k));
+			INSERT INTO %[1]s VALUES ('p', '%[3]s', 'a', 7), ('p', '%[4]s', 'b', 7)`, table, typ.pg, typ.a, typ.b)); err != nil {
+			t.Fatal(err)
+		}
+		key := partners.Column{Name: "k", Type: typ.feed, Required: true}
+		if typ.feed == partners.TypeDecimal {
+			key.Scale, key.Precision = 2, 10
+		}
+		tgt := load(&partners.Feed{Name: table, Target: table, Key: []string{"k"}, Columns: []partners.Column{key, {Name: "v", Type: partners.TypeText}}})
+		rows := [][]*string{{s(typ.a), s("a")}, {s(typ.b), s("changed")}}
+		if got, want := keep(tgt, "p", 100, rows), []int{1}; !slices.Equal(got, want) {
+			t.Errorf("a %s key: kept rows %v, want %v", typ.pg, got, want)
+		}
+	}
 	// a key of two columns: both must match, the range is on the first
 	if _, err := pool.Exec(ctx, `INSERT INTO same_k VALUES ('p', 'eu', 1, 'a', 7), ('p', 'eu', 2, NULL, 7), ('p', 'us', 1, 'a', 7)`); err != nil {
 		t.Fatal(err)
@@ -139,43 +173,53 @@ func TestUnchangedKeepsEveryRowTheTargetDoesNotHoldAsItIs(t *testing.T) {
 	}
 	// and what it compares is what the merge does: the kept rows are the
 	// ones the merge writes or judges, the others it counts unchanged
-	tx, err := pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
+	merge := func(tgt *Table, writer int64, rows [][]*string) (unchanged int64, written string) {
+		t.Helper()
+		tx, err := pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback(ctx)
+		// the conflicts' row issues name intakes this test has no file_intake rows for
+		if _, err := tx.Exec(ctx, "SET LOCAL session_replication_role = replica"); err != nil {
+			t.Fatal(err)
+		}
+		if err := tgt.Stage(ctx, tx); err != nil {
+			t.Fatal(err)
+		}
+		b, ends := encode(tgt, rows)
+		payload := AppendCopyHeader(nil)
+		start := 0
+		for i, end := range ends {
+			payload = binary.BigEndian.AppendUint16(payload, uint16(len(cols)+1))
+			payload = binary.BigEndian.AppendUint32(payload, 8)
+			payload = binary.BigEndian.AppendUint64(payload, uint64(i+1))
+			payload = append(payload, b[start:end]...)
+			start = end
+		}
+		if err := tgt.CopyStage(ctx, tx, AppendCopyTrailer(payload)); err != nil {
+			t.Fatal(err)
+		}
+		m, err := tgt.Merge(ctx, tx, writer, "p", writer, len(rows))
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := tx.Query(ctx, `SELECT id FROM same_t WHERE partner_id = 'p' AND last_intake_id = $1 AND id < 100 ORDER BY id`, writer)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids, err := pgx.CollectRows(r, pgx.RowTo[int64])
+		if err != nil {
+			t.Fatal(err)
+		}
+		return int64(len(rows)) - m.Applied - m.Conflict - m.NotFound, fmt.Sprint(ids)
 	}
-	defer tx.Rollback(ctx)
-	if err := upsert.Stage(ctx, tx); err != nil {
-		t.Fatal(err)
+	if unchanged, written := merge(upsert, 100, rows); unchanged != 3 || written != "[2 3 4 6 7 9]" {
+		t.Fatalf("upsert: the merge counts %d rows unchanged and writes ids %s; the look-up leaves out 3 and keeps [2 3 4 6 7 9]", unchanged, written)
 	}
-	b, ends := encode(upsert, rows)
-	payload := AppendCopyHeader(nil)
-	start := 0
-	for i, end := range ends {
-		payload = binary.BigEndian.AppendUint16(payload, uint16(len(cols)+1))
-		payload = binary.BigEndian.AppendUint32(payload, 8)
-		payload = binary.BigEndian.AppendUint64(payload, uint64(i+1))
-		payload = append(payload, b[start:end]...)
-		start = end
-	}
-	if err := upsert.CopyStage(ctx, tx, AppendCopyTrailer(payload)); err != nil {
-		t.Fatal(err)
-	}
-	m, err := upsert.Merge(ctx, tx, 100, "p", 100, len(rows))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if unchanged := int64(len(rows)) - m.Applied - m.Conflict; unchanged != 3 {
-		t.Fatalf("the merge counts %d rows unchanged (%+v), the look-up leaves out 3", unchanged, m)
-	}
-	var written []int64
-	r, err := tx.Query(ctx, `SELECT id FROM same_t WHERE partner_id = 'p' AND last_intake_id = 100 ORDER BY id`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if written, err = pgx.CollectRows(r, pgx.RowTo[int64]); err != nil {
-		t.Fatal(err)
-	}
-	if got, want := fmt.Sprint(written), "[2 3 4 6 7 9]"; got != want {
-		t.Fatalf("the merge wrote ids %s, want %s (the rows the look-up keeps)", got, want)
+	// insert_only as writer 8: only id 8 is unchanged (the others exist as
+	// other intakes wrote them, or are new: 7 for p, 9)
+	if unchanged, written := merge(insertOnly, 8, rows); unchanged != 1 || written != "[7 8 9]" {
+		t.Fatalf("insert_only: the merge counts %d rows unchanged and writes ids %s; want 1, and [7 8 9] (8 as it was)", unchanged, written)
 	}
 }
