@@ -387,13 +387,14 @@ func (r *fileRun) aheadChunk(ctx context.Context, tx pgx.Tx, tgt *target.Table, 
 	if err := as.endStream(); err != nil {
 		return c, err
 	}
+	staged := false // the staging table holds this chunk's rows (a snapshot records their keys from it)
 	if ch.rows() > 0 {
 		direct := false
 		if as.direct && !ch.dupKeys {
 			n, err := r.aheadDirect(ctx, tx, tgt, ch, as)
 			switch {
 			case err == nil:
-				c.applied, direct = n, true
+				c.applied, direct, staged = n, true, tgt.StagedDirect()
 			case errors.Is(err, errAheadNotNew):
 				as.direct = false
 			default:
@@ -414,6 +415,10 @@ func (r *fileRun) aheadChunk(ctx context.Context, tx pgx.Tx, tgt *target.Table, 
 					return c, err
 				}
 				m.into(&c)
+				staged = true
+			}
+			if err := r.recordLeftOut(ctx, tx, tgt, ch); err != nil {
+				return c, err
 			}
 		}
 	}
@@ -424,7 +429,7 @@ func (r *fileRun) aheadChunk(ctx context.Context, tx pgx.Tx, tgt *target.Table, 
 		}
 		c.rejected += int64(len(ch.refused))
 	}
-	if tgt.Snapshot() && ch.rows() > 0 {
+	if tgt.Snapshot() && staged {
 		if err := tgt.RecordKeys(ctx, tx, r.in.ID); err != nil {
 			return c, fmt.Errorf("chunk %d snapshot keys: %w", ch.no, err)
 		}

@@ -562,6 +562,9 @@ func (r *fileRun) writeRows(ctx context.Context, tx pgx.Tx, tgt *target.Table, c
 	if err != nil {
 		return err
 	}
+	if err := r.recordLeftOut(ctx, tx, tgt, ch); err != nil {
+		return err
+	}
 	m.into(c)
 	c.rejected += int64(len(refused))
 	r.direct = tgt.Direct() && m.fresh == int64(ch.rows())-c.rejected

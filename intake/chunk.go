@@ -38,6 +38,7 @@ type chunk struct {
 	seed    maphash.Seed
 	out     []byte            // payload scratch
 	same    *target.Unchanged // the look-up of rows the target holds as they are (toMerge), once needed
+	leftOut bool              // toMerge left rows of this chunk out of its merge
 }
 
 func newChunk(seed maphash.Seed, rows int, tgt *target.Table) *chunk {

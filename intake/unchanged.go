@@ -29,6 +29,7 @@ const unchangedPause = 8
 // subset the target does not hold as they are, or nil when it holds every
 // one (nothing to stage or merge; the chunk's rows count unchanged).
 func (r *fileRun) toMerge(ctx context.Context, tx pgx.Tx, tgt *target.Table, ch *chunk, writer int64) (*chunk, error) {
+	ch.leftOut = false
 	if ch.rows() < unchangedMinRows || ch.dupKeys || !tgt.SkipsUnchanged() {
 		return ch, nil
 	}
@@ -47,6 +48,7 @@ func (r *fileRun) toMerge(ctx context.Context, tx pgx.Tx, tgt *target.Table, ch 
 	if 2*len(keep) > ch.rows() {
 		r.unchangedPause = unchangedPause
 	}
+	ch.leftOut = len(keep) < ch.rows()
 	switch len(keep) {
 	case 0:
 		return nil, nil
@@ -54,6 +56,20 @@ func (r *fileRun) toMerge(ctx context.Context, tx pgx.Tx, tgt *target.Table, ch 
 		return ch, nil
 	}
 	return ch.subset(keep), nil
+}
+
+// recordLeftOut records a snapshot's keys of the rows toMerge left out
+// (the staged ones are recorded from the staging table): after the merge,
+// so that no rollback to the merge's savepoint (a refusal search) undoes
+// it.
+func (r *fileRun) recordLeftOut(ctx context.Context, tx pgx.Tx, tgt *target.Table, ch *chunk) error {
+	if !tgt.Snapshot() || !ch.leftOut {
+		return nil
+	}
+	if err := ch.same.RecordLeftOut(ctx, tx, r.in.ID, ch.cols, ch.ends); err != nil {
+		return fmt.Errorf("chunk %d: %w", ch.no, err)
+	}
+	return nil
 }
 
 // unchangedLooked is a look-up's outcome: of the chunk's rows, how many

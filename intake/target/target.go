@@ -83,6 +83,11 @@ type Table struct {
 	// keyIdx: the key columns, indexes into cols; key0: the first key
 	// column's.
 	unchangedRange, unchangedKeys string
+	// unchangedOK: the look-up reads one more column, whether a row may
+	// count unchanged at all; unchangedKeysRecord: a snapshot's record of
+	// the keys of the rows it leaves out.
+	unchangedOK         bool
+	unchangedKeysRecord string
 	keyIdx                        []int
 	key0                          int
 	// planRows and planDeletes: a plan's statements (plan.go).

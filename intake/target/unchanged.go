@@ -34,11 +34,13 @@ import (
 //
 // It reads what the merge's own lookup reads, in the same transaction,
 // with the same conditions: the row exists, no newer write matters to an
-// unchanged row (it is never written), and an insert_only feed counts an
-// existing row as unchanged only when the writer itself wrote it. A
-// snapshot records the keys of its staged rows (RecordKeys), so its rows
-// are all staged (and only a snapshot has a deleted_at mark to clear); a
-// chunk whose key repeats keeps its rows for the dedupe.
+// unchanged row (it is never written), an insert_only feed counts an
+// existing row as unchanged only when the writer itself wrote it, and a
+// row a snapshot marked absent (deleted_at) is changed: its merge clears
+// the mark. A snapshot records the key of every row of the file
+// (RecordKeys, from the staging table): the keys of the rows left out are
+// recorded from the look-up's own bytes (RecordLeftOut). A chunk whose
+// key repeats keeps its rows for the dedupe.
 
 // unchangedArray is the array type of each key type the look-up sends
 // its chunk's first key column as (binary encoders only: see binary.go).
@@ -48,37 +50,55 @@ var unchangedArray = map[uint32]uint32{
 }
 
 // SkipsUnchanged: the chunks of this target can be looked up for rows it
-// already holds (Unchanged.Keep) before they are staged: COPY binary, a
-// unique index that leads with (partner_id, first key column) so a chunk's
-// key range is one index range scan, and not a snapshot.
-func (t *Table) SkipsUnchanged() bool {
-	if t.unchangedRange == "" || t.mode == partners.ModeSnapshot {
-		return false
-	}
-	_, ok := unchangedArray[t.keyOID()]
-	return ok
-}
+// already holds (Unchanged.Keep) before they are staged: COPY binary and a
+// unique index that leads with (partner_id, first key column), so a
+// chunk's key range is one index range scan.
+func (t *Table) SkipsUnchanged() bool { return t.unchangedRange != "" }
 
 // keyOID is the type of the first key column.
 func (t *Table) keyOID() uint32 { return t.oids[t.key0] }
 
 // buildUnchanged writes the look-up ($1 partner, $2 the chunk's first key
-// column values, $3 the cap on rows read): the target's rows in the
-// chunk's key range, the feed's columns in file order, in the binary send
-// form, and for an insert_only feed each row's last_intake_id (compared
-// with the writer by Keep, not filtered in SQL: a filter would let the
-// capped read scan past every other writer's row).
+// column values, $3 the cap on rows read, $4 the writer for insert_only):
+// the target's rows in the chunk's key range, the feed's columns in file
+// order, in the binary send form, and where a row's bytes alone do not
+// tell (insert_only: who wrote it; a snapshot's deleted_at mark) whether
+// it may count unchanged, as one more column (read by Keep, not filtered
+// in SQL: a filter would let the capped read scan past every row it
+// refuses). A snapshot's RecordLeftOut: $1 intake id, then one array per
+// key column.
 func (t *Table) buildUnchanged() {
 	if !t.binary || !t.rangeProbe || !slices.Contains(t.cols, t.key[0]) {
 		return
 	}
 	q := func(s string) string { return pgx.Identifier{s}.Sanitize() }
-	var cols []string
+	var cols, keyCols []string
 	for _, c := range t.cols {
 		cols = append(cols, "t."+q(c))
 	}
-	if t.mode == partners.ModeInsertOnly {
-		cols = append(cols, "t.last_intake_id")
+	for _, k := range t.key {
+		i := slices.Index(t.cols, k)
+		if i < 0 {
+			return
+		}
+		if _, ok := unchangedArray[t.oids[i]]; !ok {
+			return
+		}
+		keyCols = append(keyCols, q(k))
+	}
+	switch {
+	case t.mode == partners.ModeInsertOnly:
+		cols, t.unchangedOK = append(cols, "t.last_intake_id = $4"), true
+	case t.deletedAt != "":
+		cols, t.unchangedOK = append(cols, "t."+t.deletedAt+" IS NULL"), true
+	}
+	if t.mode == partners.ModeSnapshot {
+		var arrays []string
+		for n := range t.key {
+			arrays = append(arrays, fmt.Sprintf("$%d", n+2))
+		}
+		t.unchangedKeysRecord = fmt.Sprintf(`INSERT INTO intake_snapshot_key (intake_id, key)
+		SELECT $1, %s FROM unnest(%s) AS u(%s) ON CONFLICT DO NOTHING`, t.keyText("u"), strings.Join(arrays, ", "), strings.Join(keyCols, ", "))
 	}
 	k := q(t.key[0])
 	// As the merge reads them (see build): the chunk's key range in one
@@ -162,12 +182,17 @@ func (u *Unchanged) Keep(ctx context.Context, tx pgx.Tx, partner string, writer 
 	params := [][]byte{[]byte(partner), arr, binary.BigEndian.AppendUint64(nil, uint64(rangeCapFactor*len(ends)))}
 	oids := []uint32{oidText, unchangedArray[t.keyOID()], oidInt8}
 	formats := []int16{0, 1, 1}
+	if t.mode == partners.ModeInsertOnly {
+		params = append(params, binary.BigEndian.AppendUint64(nil, uint64(writer)))
+		oids = append(oids, oidInt8)
+		formats = append(formats, 1)
+	}
 	// what is kept of the rows read is bounded by the chunk's own bytes
 	// (unchangedBytesFactor times), however wide the rows in its range
 	limit := unchangedBytesFactor*len(cols) + 64<<10
-	read, err := u.read(ctx, tx, t.unchangedRange, params, oids, formats, writer, limit)
+	read, err := u.read(ctx, tx, t.unchangedRange, params, oids, formats, limit)
 	if err == nil && read == rangeCapFactor*len(ends) {
-		read, err = u.read(ctx, tx, t.unchangedKeys, params, oids, formats, writer, limit)
+		read, err = u.read(ctx, tx, t.unchangedKeys, params, oids, formats, limit)
 	}
 	if err != nil {
 		return nil, err
@@ -191,14 +216,13 @@ func (u *Unchanged) Keep(ctx context.Context, tx pgx.Tx, partner string, writer 
 const unchangedBytesFactor = 2
 
 // read runs a look-up and keeps the rows it returns (in u.rows, u.ends,
-// by key in u.at) up to limit bytes, an insert_only feed's only when
-// writer wrote them; it returns how many rows it read.
-func (u *Unchanged) read(ctx context.Context, tx pgx.Tx, sql string, params [][]byte, oids []uint32, formats []int16, writer int64, limit int) (int, error) {
+// by key in u.at) up to limit bytes, those that may count unchanged; it
+// returns how many rows it read.
+func (u *Unchanged) read(ctx context.Context, tx pgx.Tx, sql string, params [][]byte, oids []uint32, formats []int16, limit int) (int, error) {
 	t := u.t
 	want := len(t.cols)
-	insertOnly := t.mode == partners.ModeInsertOnly
-	if insertOnly {
-		want++ // last_intake_id
+	if t.unchangedOK {
+		want++ // may the row count unchanged
 	}
 	rr := tx.Conn().PgConn().ExecParams(ctx, sql, params, oids, formats, []int16{1})
 	clear(u.at)
@@ -211,10 +235,9 @@ func (u *Unchanged) read(ctx context.Context, tx pgx.Tx, sql string, params [][]
 			rr.Close()
 			return 0, fmt.Errorf("unchanged rows: %d columns read, %d expected", len(vals), want)
 		}
-		if insertOnly {
-			last := vals[len(t.cols)]
-			if len(last) != 8 || int64(binary.BigEndian.Uint64(last)) != writer {
-				continue // another intake wrote it: the merge counts it as existing
+		if t.unchangedOK {
+			if ok := vals[len(t.cols)]; len(ok) != 1 || ok[0] != 1 {
+				continue // another intake wrote it (insert_only), a snapshot marked it
 			}
 			vals = vals[:len(t.cols)]
 		}
@@ -283,4 +306,60 @@ func (u *Unchanged) keyHash(row []byte) uint64 {
 		h.Write(row[u.fld[i]:u.fld[i+1]])
 	}
 	return h.Sum64()
+}
+
+// RecordLeftOut records, for a snapshot, the keys of the rows the last
+// Keep left out (RecordKeys records those of the rows staged) as applied
+// by intakeID, in the chunk's transaction: their key fields are the
+// stored ones byte for byte, so the key text is the one the sweep
+// computes from the target's rows. cols and ends are the rows Keep got.
+func (u *Unchanged) RecordLeftOut(ctx context.Context, tx pgx.Tx, intakeID int64, cols []byte, ends []int) error {
+	t := u.t
+	if t.unchangedKeysRecord == "" {
+		return fmt.Errorf("unchanged rows: %s is not a snapshot's target", t.table)
+	}
+	arrays := make([][]byte, len(t.key))
+	counts := make([]int, len(t.key))
+	order := make([]int, len(t.key)) // the key columns in key order, indexes into cols
+	for n, k := range t.key {
+		order[n] = slices.Index(t.cols, k)
+		a := binary.BigEndian.AppendUint32(nil, 1)
+		a = binary.BigEndian.AppendUint32(a, 1) // NULLs allowed (none expected: keys are required)
+		a = binary.BigEndian.AppendUint32(a, t.oids[order[n]])
+		a = binary.BigEndian.AppendUint32(a, 0) // the count, below
+		arrays[n] = binary.BigEndian.AppendUint32(a, 1)
+	}
+	kept, start, left := u.keep, 0, 0
+	for i, end := range ends {
+		row := cols[start:end]
+		start = end
+		if len(kept) > 0 && kept[0] == i {
+			kept = kept[1:]
+			continue
+		}
+		if !u.fields(row) {
+			return fmt.Errorf("unchanged rows: row %d is not %d fields", i, len(t.cols))
+		}
+		for n, c := range order {
+			arrays[n] = append(arrays[n], row[u.fld[c]:u.fld[c+1]]...)
+			counts[n]++
+		}
+		left++
+	}
+	if left == 0 {
+		return nil
+	}
+	params := [][]byte{binary.BigEndian.AppendUint64(nil, uint64(intakeID))}
+	oids := []uint32{oidInt8}
+	formats := []int16{1}
+	for n, a := range arrays {
+		binary.BigEndian.PutUint32(a[12:], uint32(counts[n]))
+		params = append(params, a)
+		oids = append(oids, unchangedArray[t.oids[order[n]]])
+		formats = append(formats, 1)
+	}
+	if _, err := tx.Conn().PgConn().ExecParams(ctx, t.unchangedKeysRecord, params, oids, formats, nil).Close(); err != nil {
+		return fmt.Errorf("snapshot keys of unchanged rows: %w", err)
+	}
+	return nil
 }

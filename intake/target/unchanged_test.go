@@ -223,3 +223,75 @@ func TestUnchangedKeepsEveryRowTheTargetDoesNotHoldAsItIs(t *testing.T) {
 		t.Fatalf("insert_only: the merge counts %d rows unchanged and writes ids %s; want 1, and [7 8 9] (8 as it was)", unchanged, written)
 	}
 }
+
+// A snapshot's rows left out of the merge have their keys recorded from
+// the look-up's bytes, as the text the sweep computes from the target's
+// rows: for keys of every kind that text depends on (a timestamp as epoch
+// seconds, a numeric's scale, a date, text), one or two columns.
+func TestUnchangedRecordsASnapshotsLeftOutKeysAsTheSweepReadsThem(t *testing.T) {
+	_, pool := testenv.DB(t)
+	ctx := context.Background()
+	if _, err := pool.Exec(ctx, `CREATE TABLE snap_k (partner_id text NOT NULL, at timestamptz NOT NULL, amount numeric(10,2) NOT NULL,
+		d date, code varchar(8), v text, last_intake_id bigint NOT NULL, PRIMARY KEY (partner_id, at, amount));
+		INSERT INTO snap_k VALUES ('p', '2026-01-02T03:04:05.5Z', 1.50, '2026-01-02', 'a', 'same', 7),
+		('p', '1960-07-08T09:10:11Z', -3.00, '1960-07-08', 'b', 'same', 7), ('p', '2026-01-03T00:00:00Z', 2.00, '2026-01-03', 'c', 'old', 7)`); err != nil {
+		t.Fatal(err)
+	}
+	tgt, err := Load(ctx, pool, &partners.Feed{Name: "s", Target: "snap_k", Key: []string{"at", "amount"}, Mode: partners.ModeSnapshot,
+		Columns: []partners.Column{{Name: "at", Type: partners.TypeTimestamp, Required: true}, {Name: "amount", Type: partners.TypeDecimal, Scale: 2, Precision: 10, Required: true},
+			{Name: "d", Type: partners.TypeDate}, {Name: "code", Type: partners.TypeText, MaxLength: 8}, {Name: "v", Type: partners.TypeText}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !tgt.SkipsUnchanged() {
+		t.Fatal("a snapshot's chunks are not looked up")
+	}
+	var b []byte
+	var ends []int
+	for _, row := range [][]string{{"2026-01-02T03:04:05.5Z", "1.5", "2026-01-02", "a", "same"}, {"1960-07-08T09:10:11Z", "-3", "1960-07-08", "b", "same"},
+		{"2026-01-03T00:00:00Z", "2", "2026-01-03", "c", "new"}} {
+		for i, v := range row {
+			at := len(b)
+			b = append(b, 0, 0, 0, 0)
+			if b, err = tgt.enc[i](b, v); err != nil {
+				t.Fatal(err)
+			}
+			binary.BigEndian.PutUint32(b[at:], uint32(len(b)-at-4))
+		}
+		ends = append(ends, len(b))
+	}
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, "SET LOCAL session_replication_role = replica"); err != nil { // no file_intake row for intake 42
+		t.Fatal(err)
+	}
+	u := tgt.NewUnchanged()
+	keep, err := u.Keep(ctx, tx, "p", 42, b, ends)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(keep, []int{2}) {
+		t.Fatalf("kept rows %v, want [2]", keep)
+	}
+	if err := u.RecordLeftOut(ctx, tx, 42, b, ends); err != nil {
+		t.Fatal(err)
+	}
+	r, err := tx.Query(ctx, fmt.Sprintf(`SELECT k.key, (SELECT count(*) FROM snap_k t WHERE %s = k.key) FROM intake_snapshot_key k WHERE k.intake_id = 42 ORDER BY 1`, tgt.keyText("t")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	type rec struct {
+		Key     string
+		Matches int64
+	}
+	got, err := pgx.CollectRows(r, pgx.RowToStructByPos[rec])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 || got[0].Matches != 1 || got[1].Matches != 1 {
+		t.Fatalf("recorded keys %+v: want the two left-out rows' keys, each the key text of one target row", got)
+	}
+}
