@@ -88,8 +88,8 @@ type Table struct {
 	// the keys of the rows it leaves out.
 	unchangedOK         bool
 	unchangedKeysRecord string
-	keyIdx                        []int
-	key0                          int
+	keyIdx              []int
+	key0                int
 	// planRows and planDeletes: a plan's statements (plan.go).
 	planRows, planDeleteCount, planDeleteSample string
 }
