@@ -386,6 +386,38 @@ func TestSnapshotMarksDeletedAt(t *testing.T) {
 	}
 }
 
+// A snapshot keyed by a numeric without a scale: the file's 1.50 is the
+// stored 1.5's key (the merge matches them), so the sweep leaves that row;
+// only the key the file lacks goes. The key text recorded for the sweep
+// keeps a numeric's scale, so it holds because the row checks write every
+// decimal in one form (no trailing zeros), whatever the file wrote, and
+// the look-up compares the rows in that form.
+func TestSnapshotNumericKeyOfAnotherScaleIsTheSameKey(t *testing.T) {
+	_, pool := testenv.DB(t)
+	exec(t, pool, `CREATE TABLE orders_num (partner_id text NOT NULL, order_id numeric NOT NULL, email text, amount numeric(12,2) NOT NULL,
+		status text NOT NULL, placed_at timestamptz NOT NULL, qty integer, last_intake_id bigint NOT NULL, PRIMARY KEY (partner_id, order_id))`)
+	site := testenv.NewSite(t, "nk")
+	site.Config.Feeds[0].Mode = partners.ModeSnapshot
+	site.Config.Feeds[0].Target = "orders_num"
+	site.Config.Feeds[0].Columns[0] = partners.Column{Name: "order_id", Type: partners.TypeDecimal, Scale: 3, Precision: 12, Required: true}
+	r := newRig(t, pool, "w1", site)
+	line := func(id string) string { return id + ",a@example.com,1.00,paid,2026-11-01T10:00:00Z,1\n" }
+	site.Drop(t, "orders-1.csv", header+line("1.5")+line("2")+line("3"))
+	r.poll("nk")
+	site.Drop(t, "orders-2.csv", header+line("1.50")+line("2.000"))
+	r.poll("nk")
+	f := files(t, pool, "nk")[1]
+	if f.State != "archived" || f.Unchanged != 2 {
+		t.Fatalf("second file %+v, want archived with 2 unchanged", f)
+	}
+	if d := receiptOf(t, site, f).Rows.Deleted; d != 1 {
+		t.Fatalf("deleted %d, want 1 (order 3)", d)
+	}
+	if got := count(t, pool, `SELECT count(*) FROM orders_num WHERE partner_id = 'nk' AND order_id IN (1.5, 2)`); got != 2 {
+		t.Fatalf("%d of orders 1.5 and 2 left, want both (the file holds them)", got)
+	}
+}
+
 // A snapshot whose last chunk fails after its sweep ran resumes from the
 // chunks it committed (their keys kept with them) and deletes exactly the
 // absent rows, once.
