@@ -23,11 +23,11 @@ import (
 	"github.com/partner-intake/partner-intake/spool"
 )
 
-// Every chunk on the merge path is looked up for rows the target holds as
-// they are (a production chunk only from unchangedMinRows rows), so the
-// tests' small files judge their rows through it; the whole-chunk merge
-// still runs for text targets, repeated keys, snapshots and after a look
-// that found most rows changed.
+// Every chunk on the merge path of a target that allows it is looked up
+// for rows the target holds as they are (a production chunk only from
+// unchangedMinRows rows), so the tests' small files judge their rows
+// through it; the whole-chunk merge still runs for text targets, repeated
+// keys and after a look that found most rows changed.
 func TestMain(m *testing.M) {
 	intake.SetUnchangedMinRows(1)
 	testenv.Main(m)

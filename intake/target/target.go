@@ -79,17 +79,18 @@ type Table struct {
 	// cannot compute the hash).
 	stageInsert string
 	// unchangedRange, unchangedKeys: the look-up of a chunk's rows the
-	// target holds as they are ("" when it has none: see SkipsUnchanged);
-	// keyIdx: the key columns, indexes into cols; key0: the first key
-	// column's.
+	// target holds as they are ("" when it has none: see SkipsUnchanged).
 	unchangedRange, unchangedKeys string
 	// unchangedOK: the look-up reads one more column, whether a row may
 	// count unchanged at all; unchangedKeysRecord: a snapshot's record of
 	// the keys of the rows it leaves out.
 	unchangedOK         bool
 	unchangedKeysRecord string
-	keyIdx              []int
-	key0                int
+	// keyIdx: the key columns, indexes into cols, in column order (what
+	// a row's key hash reads); keyOrder: the same in the key's order
+	// (what a snapshot's key text reads); key0: the first key column's.
+	keyIdx, keyOrder []int
+	key0             int
 	// planRows and planDeletes: a plan's statements (plan.go).
 	planRows, planDeleteCount, planDeleteSample string
 }

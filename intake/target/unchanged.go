@@ -50,9 +50,10 @@ var unchangedArray = map[uint32]uint32{
 }
 
 // SkipsUnchanged: the chunks of this target can be looked up for rows it
-// already holds (Unchanged.Keep) before they are staged: COPY binary and a
+// already holds (Unchanged.Keep) before they are staged: COPY binary, a
 // unique index that leads with (partner_id, first key column), so a
-// chunk's key range is one index range scan.
+// chunk's key range is one index range scan, and key columns of types the
+// look-up sends as arrays (unchangedArray).
 func (t *Table) SkipsUnchanged() bool { return t.unchangedRange != "" }
 
 // keyOID is the type of the first key column.
@@ -68,7 +69,7 @@ func (t *Table) keyOID() uint32 { return t.oids[t.key0] }
 // refuses). A snapshot's RecordLeftOut: $1 intake id, then one array per
 // key column.
 func (t *Table) buildUnchanged() {
-	if !t.binary || !t.rangeProbe || !slices.Contains(t.cols, t.key[0]) {
+	if !t.binary || !t.rangeProbe {
 		return
 	}
 	q := func(s string) string { return pgx.Identifier{s}.Sanitize() }
@@ -85,6 +86,7 @@ func (t *Table) buildUnchanged() {
 			return
 		}
 		keyCols = append(keyCols, q(k))
+		t.keyOrder = append(t.keyOrder, i)
 	}
 	switch {
 	case t.mode == partners.ModeInsertOnly:
@@ -192,7 +194,7 @@ func (u *Unchanged) Keep(ctx context.Context, tx pgx.Tx, partner string, writer 
 	limit := unchangedBytesFactor*len(cols) + 64<<10
 	read, err := u.read(ctx, tx, t.unchangedRange, params, oids, formats, limit)
 	if err == nil && read == rangeCapFactor*len(ends) {
-		read, err = u.read(ctx, tx, t.unchangedKeys, params, oids, formats, limit)
+		_, err = u.read(ctx, tx, t.unchangedKeys, params, oids, formats, limit)
 	}
 	if err != nil {
 		return nil, err
@@ -320,9 +322,8 @@ func (u *Unchanged) RecordLeftOut(ctx context.Context, tx pgx.Tx, intakeID int64
 	}
 	arrays := make([][]byte, len(t.key))
 	counts := make([]int, len(t.key))
-	order := make([]int, len(t.key)) // the key columns in key order, indexes into cols
-	for n, k := range t.key {
-		order[n] = slices.Index(t.cols, k)
+	order := t.keyOrder
+	for n := range t.key {
 		a := binary.BigEndian.AppendUint32(nil, 1)
 		a = binary.BigEndian.AppendUint32(a, 1) // NULLs allowed (none expected: keys are required)
 		a = binary.BigEndian.AppendUint32(a, t.oids[order[n]])

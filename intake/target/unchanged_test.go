@@ -226,8 +226,8 @@ func TestUnchangedKeepsEveryRowTheTargetDoesNotHoldAsItIs(t *testing.T) {
 
 // A snapshot's rows left out of the merge have their keys recorded from
 // the look-up's bytes, as the text the sweep computes from the target's
-// rows: for keys of every kind that text depends on (a timestamp as epoch
-// seconds, a numeric's scale, a date, text), one or two columns.
+// rows: a key of two columns whose text depends on how it is written (a
+// timestamp as epoch seconds, a numeric's scale).
 func TestUnchangedRecordsASnapshotsLeftOutKeysAsTheSweepReadsThem(t *testing.T) {
 	_, pool := testenv.DB(t)
 	ctx := context.Background()
