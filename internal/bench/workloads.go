@@ -77,7 +77,7 @@ func (e *env) large(ctx context.Context, res *Results) error {
 	if err := e.settle(ctx, url); err != nil {
 		return err
 	}
-	if res.LargeReplayS, _, _, err = e.runOnce(url, cfg); err != nil {
+	if res.LargeReplayS, res.PeakRSSMiB1MReplay, _, err = e.runOnce(url, cfg); err != nil {
 		return err
 	}
 	if err := drop("orders-large.csv"); err != nil {
@@ -810,6 +810,7 @@ func (r *Results) Table(w *os.File) {
 		row("fleet: polls failed (partners)", float64(r.FleetPollErrors), "", "0")
 	}
 	row("peak RSS, large file", r.PeakRSSMiB1M, "MiB", "<= 64")
+	row("peak RSS, large file's replay", r.PeakRSSMiB1MReplay, "MiB", "<= 64")
 	row("peak RSS, memory file", r.PeakRSSMiB5M, "MiB", "<= 64")
 	row("CPU, one daemon (small files)", r.CPUOneS, "s", "")
 	for i, c := range r.CPUTwoS {
