@@ -2,22 +2,17 @@ package partners_test
 
 import (
 	"context"
-	"crypto/ed25519"
 	"crypto/rand"
 	"errors"
 	"fmt"
-	"io"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"golang.org/x/crypto/ssh"
 	"golang.org/x/crypto/ssh/knownhosts"
 
-	"github.com/partner-intake/partner-intake/internal/sftpd"
 	"github.com/partner-intake/partner-intake/internal/sshdtest"
 	"github.com/partner-intake/partner-intake/partners"
 )
@@ -121,25 +116,9 @@ func TestProbeRefusesAMissingReadyDir(t *testing.T) {
 // The in-process server the demo uses must behave like OpenSSH where the
 // protocol relies on it.
 func TestInProcessServerRenamesLikeOpenSSH(t *testing.T) {
-	_, hostPriv, _ := ed25519.GenerateKey(rand.Reader)
-	host, _ := ssh.NewSignerFromKey(hostPriv)
-	clientKey := filepath.Join(t.TempDir(), "client")
-	pub, err := sshdtest.WriteKey(clientKey)
-	if err != nil {
-		t.Fatal(err)
-	}
 	root := t.TempDir()
 	os.MkdirAll(filepath.Join(root, "ready"), 0o755)
-	srv, err := sftpd.Start("127.0.0.1:0", host, []sftpd.User{{Name: "p1", Key: pub, Root: root}}, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Close()
-	kh := filepath.Join(t.TempDir(), "kh")
-	os.WriteFile(kh, []byte(knownhosts.Line([]string{srv.Addr()}, host.PublicKey())+"\n"), 0o600)
-	p := &partners.Config{ID: "p1", SFTP: partners.SFTP{Address: srv.Addr(), User: "p1", PrivateKeyFile: clientKey,
-		KnownHostsFile: kh, Root: "/", DialTimeout: 5 * time.Second, Keepalive: time.Minute}}
-	p.SetDefaults()
+	_, p := inProcessSite(t, root)
 	if err := partners.Probe(context.Background(), p, "w1"); err != nil {
 		t.Fatalf("probe: %v", err)
 	}
