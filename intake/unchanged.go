@@ -30,7 +30,7 @@ const unchangedPause = 8
 // one (nothing to stage or merge; the chunk's rows count unchanged).
 func (r *fileRun) toMerge(ctx context.Context, tx pgx.Tx, tgt *target.Table, ch *chunk, writer int64) (*chunk, error) {
 	ch.leftOut = false
-	if ch.rows() < unchangedMinRows || ch.dupKeys || !tgt.SkipsUnchanged() {
+	if ch.rows() < unchangedMinRows || ch.dupKeys || !tgt.LooksUpUnchanged() {
 		return ch, nil
 	}
 	if r.unchangedPause > 0 {

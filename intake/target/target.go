@@ -79,7 +79,7 @@ type Table struct {
 	// cannot compute the hash).
 	stageInsert string
 	// unchangedRange, unchangedKeys: the look-up of a chunk's rows the
-	// target holds as they are ("" when it has none: see SkipsUnchanged).
+	// target holds as they are ("" when it has none: see LooksUpUnchanged).
 	unchangedRange, unchangedKeys string
 	// unchangedOK: the look-up reads one more column, whether a row may
 	// count unchanged at all; unchangedKeysRecord: a snapshot's record of

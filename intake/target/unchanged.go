@@ -49,12 +49,12 @@ var unchangedArray = map[uint32]uint32{
 	oidDate: 1182, oidTimestamp: 1115, oidTimestamptz: 1185, oidNumeric: 1231,
 }
 
-// SkipsUnchanged: the chunks of this target can be looked up for rows it
+// LooksUpUnchanged: the chunks of this target can be looked up for rows it
 // already holds (Unchanged.Keep) before they are staged: COPY binary, a
 // unique index that leads with (partner_id, first key column), so a
 // chunk's key range is one index range scan, and key columns of types the
 // look-up sends as arrays (unchangedArray).
-func (t *Table) SkipsUnchanged() bool { return t.unchangedRange != "" }
+func (t *Table) LooksUpUnchanged() bool { return t.unchangedRange != "" }
 
 // keyOID is the type of the first key column.
 func (t *Table) keyOID() uint32 { return t.oids[t.key0] }
@@ -139,7 +139,7 @@ type Unchanged struct {
 	fld  []int // scratch: a row's field offsets
 }
 
-// NewUnchanged returns a look-up for this target's chunks (SkipsUnchanged).
+// NewUnchanged returns a look-up for this target's chunks (LooksUpUnchanged).
 func (t *Table) NewUnchanged() *Unchanged {
 	return &Unchanged{t: t, seed: maphash.MakeSeed(), at: map[uint64]int{}, fld: make([]int, len(t.cols)+1)}
 }

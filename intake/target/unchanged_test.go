@@ -36,7 +36,7 @@ func TestUnchangedKeepsEveryRowTheTargetDoesNotHoldAsItIs(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !tgt.SkipsUnchanged() {
+		if !tgt.LooksUpUnchanged() {
 			t.Fatalf("%s: the look-up is not used", f.Target)
 		}
 		return tgt
@@ -243,7 +243,7 @@ func TestUnchangedRecordsASnapshotsLeftOutKeysAsTheSweepReadsThem(t *testing.T) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !tgt.SkipsUnchanged() {
+	if !tgt.LooksUpUnchanged() {
 		t.Fatal("a snapshot's chunks are not looked up")
 	}
 	var b []byte
