@@ -155,12 +155,7 @@ func (u *Unchanged) Keep(ctx context.Context, tx pgx.Tx, partner string, writer 
 	// $2: the rows' first key column, a binary array (NULLs left out: such
 	// a row is kept)
 	n := 0
-	arr := binary.BigEndian.AppendUint32(u.arr[:0], 1) // dimensions
-	arr = binary.BigEndian.AppendUint32(arr, 0)        // no NULLs
-	arr = binary.BigEndian.AppendUint32(arr, t.keyOID())
-	dimAt := len(arr)
-	arr = binary.BigEndian.AppendUint32(arr, 0) // the count, below
-	arr = binary.BigEndian.AppendUint32(arr, 1) // lower bound
+	arr := appendArrayHeader(u.arr[:0], t.keyOID())
 	start := 0
 	for _, end := range ends {
 		if u.fields(cols[start:end]) {
@@ -172,7 +167,7 @@ func (u *Unchanged) Keep(ctx context.Context, tx pgx.Tx, partner string, writer 
 		}
 		start = end
 	}
-	binary.BigEndian.PutUint32(arr[dimAt:], uint32(n))
+	setArrayLen(arr, n)
 	u.arr = arr
 	u.keep = u.keep[:0]
 	if n == 0 {
@@ -320,15 +315,10 @@ func (u *Unchanged) RecordLeftOut(ctx context.Context, tx pgx.Tx, intakeID int64
 	if t.unchangedKeysRecord == "" {
 		return fmt.Errorf("unchanged rows: %s is not a snapshot's target", t.table)
 	}
-	arrays := make([][]byte, len(t.key))
-	counts := make([]int, len(t.key))
 	order := t.keyOrder
-	for n := range t.key {
-		a := binary.BigEndian.AppendUint32(nil, 1)
-		a = binary.BigEndian.AppendUint32(a, 1) // NULLs allowed (none expected: keys are required)
-		a = binary.BigEndian.AppendUint32(a, t.oids[order[n]])
-		a = binary.BigEndian.AppendUint32(a, 0) // the count, below
-		arrays[n] = binary.BigEndian.AppendUint32(a, 1)
+	arrays := make([][]byte, len(order))
+	for n, c := range order {
+		arrays[n] = appendArrayHeader(nil, t.oids[c])
 	}
 	kept, start, left := u.keep, 0, 0
 	for i, end := range ends {
@@ -343,7 +333,6 @@ func (u *Unchanged) RecordLeftOut(ctx context.Context, tx pgx.Tx, intakeID int64
 		}
 		for n, c := range order {
 			arrays[n] = append(arrays[n], row[u.fld[c]:u.fld[c+1]]...)
-			counts[n]++
 		}
 		left++
 	}
@@ -354,7 +343,7 @@ func (u *Unchanged) RecordLeftOut(ctx context.Context, tx pgx.Tx, intakeID int64
 	oids := []uint32{oidInt8}
 	formats := []int16{1}
 	for n, a := range arrays {
-		binary.BigEndian.PutUint32(a[12:], uint32(counts[n]))
+		setArrayLen(a, left)
 		params = append(params, a)
 		oids = append(oids, unchangedArray[t.oids[order[n]]])
 		formats = append(formats, 1)
@@ -364,3 +353,18 @@ func (u *Unchanged) RecordLeftOut(ctx context.Context, tx pgx.Tx, intakeID int64
 	}
 	return nil
 }
+
+// appendArrayHeader starts a one-dimensional array of elemOID in the
+// binary format (its length set by setArrayLen once the elements, each a
+// COPY binary field, are appended): dimensions, a flag that it may hold
+// NULLs, the element type, the length, the lower bound.
+func appendArrayHeader(dst []byte, elemOID uint32) []byte {
+	dst = binary.BigEndian.AppendUint32(dst, 1)
+	dst = binary.BigEndian.AppendUint32(dst, 1)
+	dst = binary.BigEndian.AppendUint32(dst, elemOID)
+	dst = binary.BigEndian.AppendUint32(dst, 0)
+	return binary.BigEndian.AppendUint32(dst, 1)
+}
+
+// setArrayLen sets the length of the array appendArrayHeader started.
+func setArrayLen(a []byte, n int) { binary.BigEndian.PutUint32(a[12:], uint32(n)) }
