@@ -208,6 +208,7 @@ func dial(ctx context.Context, p *Config) (*Session, error) {
 	if err != nil {
 		return nil, fmt.Errorf("partner %s: dial %s: %w", p.ID, p.SFTP.Address, err)
 	}
+	conn = quickAck(conn)
 	deadline := time.Now().Add(p.SFTP.DialTimeout)
 	if dl, ok := dctx.Deadline(); ok && dl.Before(deadline) {
 		deadline = dl
@@ -297,6 +298,7 @@ func dial(ctx context.Context, p *Config) (*Session, error) {
 	// The dial deadline covered the subsystem start and the version
 	// exchange too (a site that takes the login and then says nothing).
 	_ = conn.SetDeadline(time.Time{})
+	ready(conn)
 	s := &Session{Client: sc, ssh: client, watch: watch, partner: p.ID, done: make(chan struct{}), Layout: NewLayout(p),
 		listWatch: listWatch, noLister: l.err != nil, opts: opts, rangeWatch: newWatchdog(p.SFTP.OpTimeout)}
 	if l.c != nil {

@@ -97,6 +97,7 @@ type Results struct {
 	// claim to duplicate in the ledger, and the run over the naive rerun.
 	ManifestDuplicateS     float64 `json:"manifest_duplicate_s"`
 	ManifestDuplicateFileS float64 `json:"manifest_duplicate_file_s"`
+	DialMs                 float64 `json:"dial_ms"` // partners.Dial to sshd on loopback, median of 15
 	RatioManifestDuplicate float64 `json:"ratio_manifest_duplicate"`
 	SmallFiles             int     `json:"small_files"`
 	SmallFilesPerS         float64 `json:"small_files_per_s"`
@@ -148,6 +149,7 @@ type Results struct {
 	// the bench process's CPU while intake's large WAN run ran: the
 	// latency proxy's, which a real link does not cost the host
 	WANLargeProxyCPUS float64   `json:"wan_large_proxy_cpu_s,omitempty"`
+	WANDialMs         float64   `json:"wan_dial_ms,omitempty"` // partners.Dial through the proxy, median of 15
 	WANLargeRuns      []float64 `json:"wan_large_runs_s,omitempty"`
 	// A fleet of partners on one daemon (issue 17 item 2; fleet.go): the
 	// daemon's peak RSS (VmHWM) with every session open and its RSS after
@@ -301,6 +303,7 @@ func Run(ctx context.Context, o Options) (*Results, error) {
 			func(r *Results) *float64 { return &r.RatioDuplicate },
 			func(r *Results) *float64 { return &r.ManifestDuplicateS },
 			func(r *Results) *float64 { return &r.ManifestDuplicateFileS },
+			func(r *Results) *float64 { return &r.DialMs },
 			func(r *Results) *float64 { return &r.RatioManifestDuplicate },
 			func(r *Results) *float64 { return &r.FloorCopyS },
 			func(r *Results) *float64 { return &r.RatioFloor },

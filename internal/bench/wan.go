@@ -55,6 +55,9 @@ func (e *env) wanWorkload(ctx context.Context, res *Results) error {
 		}
 	}
 
+	if res.WANDialMs, err = e.dialMs(ctx); err != nil {
+		return err
+	}
 	if e.o.SmallFiles > 0 {
 		before := p.Turns()
 		ph, err := e.smallRun(ctx, 1, true)

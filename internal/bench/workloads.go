@@ -95,6 +95,9 @@ func (e *env) large(ctx context.Context, res *Results) error {
 	if err := e.manifestDuplicate(ctx, url, cfg, src, root, res); err != nil {
 		return fmt.Errorf("manifest duplicate: %w", err)
 	}
+	if res.DialMs, err = e.dialMs(ctx); err != nil {
+		return err
+	}
 	states, err := e.count(ctx, url, `SELECT count(*) FROM file_intake WHERE
 		(remote_name = 'orders-large.csv' AND state IN ('archived', 'duplicate')) OR (remote_name = 'orders-large-again.csv' AND state = 'archived'
 		 AND rows_unchanged = $1)`, e.o.LargeRows)
@@ -764,6 +767,7 @@ func (r *Results) Table(w *os.File) {
 	row("ratio duplicate (vs naive rerun)", r.RatioDuplicate, "x", "<= 0.1")
 	row("manifest duplicate (intake, process)", r.ManifestDuplicateS, "s", "")
 	row("manifest duplicate (the file, ledger)", r.ManifestDuplicateFileS, "s", "")
+	row("dial: login, channels, SFTP start", r.DialMs, "ms", "")
 	row("ratio manifest duplicate (vs naive)", r.RatioManifestDuplicate, "x", "<= 0.02")
 	row("small files, one daemon", r.SmallFilesPerS, "files/s", ">= 600")
 	row("small files, two daemons", r.TwoReplicasFilesS, "files/s", "")
@@ -776,6 +780,7 @@ func (r *Results) Table(w *os.File) {
 		row(fmt.Sprintf("WAN %.0f ms: large fresh (intake)", r.WANRTTms), r.WANLargeS, "s", "")
 		row(fmt.Sprintf("WAN %.0f ms: large fresh (naive)", r.WANRTTms), r.WANNaiveLargeS, "s", "")
 		row("WAN: intake over naive", r.WANRatioNaive, "x", "")
+		row("WAN: dial (login, channels, SFTP start)", r.WANDialMs, "ms", "")
 		row("WAN: large, sequential round trips, intake", float64(r.WANLargeTurns), "", "")
 		row("WAN: large, sequential round trips, naive", float64(r.WANNaiveLargeTurns), "", "")
 		row("WAN: large, the latency proxy's CPU", r.WANLargeProxyCPUS, "s", "")
