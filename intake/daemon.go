@@ -211,6 +211,7 @@ type Daemon struct {
 	spaceLow atomic.Bool
 	signals  testSignals
 	ahead    chan struct{} // slots of files applied ahead (ahead.go)
+	polls    pollRecorder  // poll outcomes not yet written (pollrecord.go)
 }
 
 // New builds a daemon. Partners must have been validated.
@@ -264,6 +265,7 @@ func (d *Daemon) PollOnce(ctx context.Context, partner string) error {
 		return nil
 	}
 	d.afterPoll(p, err)
+	d.writePolls() // a poll asked for is recorded when it returns
 	return err
 }
 
@@ -292,13 +294,8 @@ func (d *Daemon) afterPoll(p *partnerRT, err error) {
 		d.metrics.partnerUp.WithLabelValues(p.cfg.ID).Set(1)
 		d.metrics.readyFiles.WithLabelValues(p.cfg.ID).Set(float64(ready))
 	}
-	// Recorded for `intake status`; a fresh context: a poll cut short by
-	// shutdown is still worth recording.
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if rerr := d.ledger.RecordPoll(ctx, p.cfg.ID, d.cfg.WorkerID, err, ready, oldest); rerr != nil {
-		d.log.Warn("record poll outcome", "partner", p.cfg.ID, "err", rerr)
-	}
+	// recorded for `intake status` (pollrecord.go)
+	d.polls.add(p.cfg.ID, err, ready, oldest)
 }
 
 // Start schedules every partner's poll (robfig/cron, UTC, recover, skip if
@@ -340,6 +337,7 @@ func (d *Daemon) Start(ctx context.Context) error {
 	d.life.Go(func() { d.workerHeartbeat(ctx) })
 	d.life.Go(func() { d.sessionJanitor(ctx) })
 	d.life.Go(func() { d.gaugeLoop(ctx) })
+	d.life.Go(func() { d.pollRecords(ctx) })
 	d.cron.Start()
 	d.log.Info("daemon started", "partners", len(d.order))
 	return nil
@@ -581,6 +579,7 @@ func (d *Daemon) Stop() {
 			p.mu.Unlock()
 		}
 	}
+	d.writePolls() // the last polls' outcomes, before the worker retires
 	// the other replicas take this one's partners on their next poll
 	rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()

@@ -1,0 +1,102 @@
+package intake
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/partner-intake/partner-intake/intake/ledger"
+	"github.com/partner-intake/partner-intake/internal/testenv"
+)
+
+// TestPollOutcomesAreWrittenTogetherAsTheyHappened: outcomes noted
+// between writes reach intake_partner_poll in one write, each partner's
+// last success and last failure kept apart (neither clears the other's
+// columns), stamped when the poll ended rather than when written; a
+// write that fails keeps them for the next, merged with what came since.
+func TestPollOutcomesAreWrittenTogetherAsTheyHappened(t *testing.T) {
+	_, pool := testenv.DB(t)
+	ctx := context.Background()
+	l := ledger.New(pool, time.Minute)
+	var r pollRecorder
+	type row struct {
+		okAt, errAt         *time.Time
+		ready               int
+		oldest              *time.Time
+		errText             string
+		okBefore, errBefore bool // the times lie at least 200 ms before the write
+	}
+	read := func(partner string, wrote time.Time) row {
+		t.Helper()
+		var got row
+		var errText *string
+		if err := pool.QueryRow(ctx, `SELECT last_ok_at, last_error_at, ready_files, oldest_ready_at, last_error,
+			    coalesce(last_ok_at < $2::timestamptz - interval '200 milliseconds', false),
+			    coalesce(last_error_at < $2::timestamptz - interval '200 milliseconds', false)
+			FROM intake_partner_poll WHERE partner_id = $1 AND worker_id = 'w1'`, partner, wrote).
+			Scan(&got.okAt, &got.errAt, &got.ready, &got.oldest, &errText, &got.okBefore, &got.errBefore); err != nil {
+			t.Fatalf("%s: %v", partner, err)
+		}
+		if errText != nil {
+			got.errText = *errText
+		}
+		return got
+	}
+	write := func() time.Time {
+		t.Helper()
+		if err := r.write(ctx, l, "w1"); err != nil {
+			t.Fatal(err)
+		}
+		var now time.Time
+		pool.QueryRow(ctx, `SELECT now()`).Scan(&now)
+		return now
+	}
+
+	oldest := time.Date(2026, 11, 30, 8, 0, 0, 0, time.UTC)
+	r.add("a", nil, 3, oldest)
+	r.add("b", errors.New("dial: refused"), 0, time.Time{})
+	r.add("a", errors.New("list ready: timeout"), 0, time.Time{})
+	time.Sleep(250 * time.Millisecond)
+	wrote := write()
+	a, b := read("a", wrote), read("b", wrote)
+	if a.okAt == nil || a.ready != 3 || a.oldest == nil || !a.oldest.Equal(oldest) || a.errText != "list ready: timeout" || !a.okBefore || !a.errBefore {
+		t.Fatalf("a after its success and its failure: %+v", a)
+	}
+	if b.okAt != nil || b.errText != "dial: refused" || b.ready != 0 || !b.errBefore {
+		t.Fatalf("b after its failure: %+v", b)
+	}
+
+	// a later success of a leaves its last failure as it was; one of b
+	// leaves b's
+	r.add("a", nil, 5, time.Time{})
+	r.add("b", nil, 1, oldest)
+	wrote = write()
+	a2, b2 := read("a", wrote), read("b", wrote)
+	if a2.ready != 5 || a2.oldest != nil || !a2.okAt.After(*a.okAt) || a2.errText != a.errText || !a2.errAt.Equal(*a.errAt) {
+		t.Fatalf("a after a later success: %+v (before: %+v)", a2, a)
+	}
+	if b2.okAt == nil || b2.ready != 1 || b2.errText != "dial: refused" || !b2.errAt.Equal(*b.errAt) {
+		t.Fatalf("b after a success: %+v (before: %+v)", b2, b)
+	}
+
+	// a write that fails keeps its outcomes; a failure noted meanwhile is
+	// the later one, and both reach the table with the next write
+	r.add("c", nil, 7, time.Time{})
+	cancelled, cancel := context.WithCancel(ctx)
+	cancel()
+	if err := r.write(cancelled, l, "w1"); err == nil {
+		t.Fatal("a write on a cancelled context succeeded")
+	}
+	r.add("c", errors.New("claim: renamed away"), 0, time.Time{})
+	wrote = write()
+	if c := read("c", wrote); c.okAt == nil || c.ready != 7 || c.errText != "claim: renamed away" {
+		t.Fatalf("c after a failed write: %+v", c)
+	}
+	if n := testenv.Count(t, pool, `SELECT count(*) FROM intake_partner_poll`); n != 3 {
+		t.Fatalf("%d rows, want 3 (a, b, c)", n)
+	}
+	if err := r.write(ctx, l, "w1"); err != nil {
+		t.Fatalf("a write with nothing pending: %v", err)
+	}
+}
