@@ -544,6 +544,7 @@ func (d *Daemon) Stop() {
 			p.drop()
 			p.mu.Unlock()
 		}
+		d.writePolls() // what a PollOnce could not write
 		return
 	}
 	d.mu.Unlock()

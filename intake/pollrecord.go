@@ -2,8 +2,13 @@ package intake
 
 import (
 	"context"
+	"errors"
+	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/internal/pgerr"
@@ -23,6 +28,7 @@ const pollRecordEvery = time.Second
 // most pollRecordEvery late, and a crash loses at most that much of it
 // (the next poll records again).
 type pollRecorder struct {
+	writing sync.Mutex // one write at a time: a write's outcomes are re-queued before the next takes any
 	mu      sync.Mutex
 	pending map[string]*pollOutcome
 }
@@ -53,7 +59,7 @@ func (r *pollRecorder) add(partner string, pollErr error, ready int, oldest time
 	if pollErr == nil {
 		n.okAt, n.ready, n.oldest = time.Now(), ready, oldest
 	} else {
-		n.errAt, n.err = time.Now(), pgerr.Redact(pollErr)
+		n.errAt, n.err = time.Now(), errorText(pollErr)
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -67,10 +73,31 @@ func (r *pollRecorder) add(partner string, pollErr error, ready int, oldest time
 	r.pending[partner] = &n
 }
 
-// write writes every pending outcome in one statement. Outcomes it could
-// not write are kept for the next write (merged with those noted
-// meanwhile).
+// errorText is what is recorded of a poll's error: redacted of database
+// values, valid UTF-8 without NUL (a server's message can be anything, and
+// PostgreSQL refuses either in text), at most 500 bytes on a character
+// boundary.
+func errorText(err error) string {
+	s := strings.ReplaceAll(strings.ToValidUTF8(pgerr.Redact(err), "\uFFFD"), "\x00", "")
+	if len(s) <= maxErrorText {
+		return s
+	}
+	cut := maxErrorText
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut]
+}
+
+const maxErrorText = 500
+
+// write writes every pending outcome in one statement. Outcomes a write
+// could not store are kept for the next write (merged with those noted
+// meanwhile), unless PostgreSQL refused their data: those are dropped, so
+// that no outcome blocks the others' for good.
 func (r *pollRecorder) write(ctx context.Context, l *ledger.Ledger, worker string) error {
+	r.writing.Lock()
+	defer r.writing.Unlock()
 	r.mu.Lock()
 	taken := r.pending
 	r.pending = nil
@@ -80,30 +107,25 @@ func (r *pollRecorder) write(ctx context.Context, l *ledger.Ledger, worker strin
 	}
 	recs := make([]ledger.PollRecord, 0, len(taken))
 	for id, o := range taken {
-		rec := ledger.PollRecord{Partner: id}
-		if !o.okAt.IsZero() {
-			rec.OK, rec.OKAgo, rec.Ready, rec.Oldest = true, time.Since(o.okAt), o.ready, o.oldest
-		}
-		if !o.errAt.IsZero() {
-			rec.Failed, rec.ErrAgo, rec.Err = true, time.Since(o.errAt), o.err
-		}
-		recs = append(recs, rec)
+		recs = append(recs, ledger.PollRecord{Partner: id, OKAt: o.okAt, Ready: o.ready, Oldest: o.oldest, ErrAt: o.errAt, Err: o.err})
 	}
 	err := l.RecordPolls(ctx, worker, recs)
-	if err != nil {
-		r.mu.Lock()
-		if r.pending == nil {
-			r.pending = taken
-		} else {
-			for id, o := range taken {
-				if n, ok := r.pending[id]; ok {
-					o.merge(*n)
-				}
-				r.pending[id] = o
-			}
-		}
-		r.mu.Unlock()
+	var pe *pgconn.PgError
+	if err == nil || (errors.As(err, &pe) && (strings.HasPrefix(pe.Code, "22") || strings.HasPrefix(pe.Code, "23"))) {
+		return err
 	}
+	r.mu.Lock()
+	if r.pending == nil {
+		r.pending = taken
+	} else {
+		for id, o := range taken {
+			if n, ok := r.pending[id]; ok {
+				o.merge(*n)
+			}
+			r.pending[id] = o
+		}
+	}
+	r.mu.Unlock()
 	return err
 }
 

@@ -3,8 +3,10 @@ package intake
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/internal/testenv"
@@ -14,7 +16,9 @@ import (
 // between writes reach intake_partner_poll in one write, each partner's
 // last success and last failure kept apart (neither clears the other's
 // columns), stamped when the poll ended rather than when written; a
-// write that fails keeps them for the next, merged with what came since.
+// write that fails keeps them for the next, merged with what came since;
+// an older outcome written last never moves a row back; error texts are
+// stored as valid text whatever the server sent.
 func TestPollOutcomesAreWrittenTogetherAsTheyHappened(t *testing.T) {
 	_, pool := testenv.DB(t)
 	ctx := context.Background()
@@ -93,8 +97,37 @@ func TestPollOutcomesAreWrittenTogetherAsTheyHappened(t *testing.T) {
 	if c := read("c", wrote); c.okAt == nil || c.ready != 7 || c.errText != "claim: renamed away" {
 		t.Fatalf("c after a failed write: %+v", c)
 	}
-	if n := testenv.Count(t, pool, `SELECT count(*) FROM intake_partner_poll`); n != 3 {
-		t.Fatalf("%d rows, want 3 (a, b, c)", n)
+
+	// an outcome written after a later one of the same kind (another
+	// write in flight) does not move the row back
+	var older pollRecorder
+	older.add("d", nil, 1, time.Time{})
+	older.add("d", errors.New("list ready: old"), 0, time.Time{})
+	time.Sleep(10 * time.Millisecond)
+	r.add("d", nil, 2, time.Time{})
+	r.add("d", errors.New("list ready: new"), 0, time.Time{})
+	write()
+	if err := older.write(ctx, l, "w1"); err != nil {
+		t.Fatal(err)
+	}
+	if d := read("d", time.Now()); d.ready != 2 || d.errText != "list ready: new" {
+		t.Fatalf("d after an older outcome written last: %+v", d)
+	}
+
+	// a server's message is stored as valid text (PostgreSQL refuses
+	// invalid UTF-8 and NUL), cut on a character boundary
+	long := strings.Repeat("é", 300) // 600 bytes
+	r.add("e", errors.New("ssh: disconnect: \xff\x00bad"), 0, time.Time{})
+	r.add("f", errors.New(long), 0, time.Time{})
+	wrote = write()
+	if e := read("e", wrote); e.errText != "ssh: disconnect: \uFFFDbad" {
+		t.Fatalf("e's error text: %q", e.errText)
+	}
+	if f := read("f", wrote); f.errText != strings.Repeat("é", 250) {
+		t.Fatalf("f's error text: %d bytes, valid UTF-8 %v", len(f.errText), utf8.ValidString(f.errText))
+	}
+	if n := testenv.Count(t, pool, `SELECT count(*) FROM intake_partner_poll`); n != 6 {
+		t.Fatalf("%d rows, want 6 (a to f)", n)
 	}
 	if err := r.write(ctx, l, "w1"); err != nil {
 		t.Fatalf("a write with nothing pending: %v", err)

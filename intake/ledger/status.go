@@ -11,29 +11,34 @@ import (
 // the ledger says of each partner, and each replica's last poll of it.
 
 // PollRecord is what one partner's polls since the last write say: the
-// last successful poll (OK) and the last failed one (Failed), each with
-// how long before the write it ended, so that the row carries the
-// database's clock like every other timestamp of the ledger.
+// last successful poll (OKAt) and the last failed one (ErrAt); a zero
+// time is none of that kind.
 type PollRecord struct {
 	Partner string
-	OK      bool
-	OKAgo   time.Duration
+	OKAt    time.Time
 	Ready   int
 	Oldest  time.Time // the oldest ready file's modification time, zero if none
-	Failed  bool
-	ErrAgo  time.Duration
-	Err     string // ours (paths, codes), never file contents; redacted by the caller
+	ErrAt   time.Time
+	Err     string // ours (paths, codes), never file contents: valid UTF-8, no NUL, at most 500 bytes
 }
 
 // RecordPolls stores the outcomes of this worker's polls for `intake
 // status`, every partner's in one statement (a daemon of 1,000 partners
 // `@every 30s` writes one a second, not 33 committed writes). A
 // successful poll sets last_ok_at and the ready files; a failed one
-// last_error_at and its text; neither touches the other's columns.
+// last_error_at and its text; neither touches the other's columns, and
+// neither moves a column back to an older poll's. Each time is written
+// as the database's clock less how long ago the poll ended, measured
+// once the connection is in hand: the ledger's times stay on one clock.
 func (l *Ledger) RecordPolls(ctx context.Context, worker string, polls []PollRecord) error {
 	if len(polls) == 0 {
 		return nil
 	}
+	conn, err := l.pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Release()
 	ids := make([]string, len(polls))
 	okAgo := make([]*int64, len(polls))
 	ready := make([]int32, len(polls))
@@ -42,39 +47,41 @@ func (l *Ledger) RecordPolls(ctx context.Context, worker string, polls []PollRec
 	errText := make([]*string, len(polls))
 	for i, p := range polls {
 		ids[i] = p.Partner
-		if p.OK {
-			us := p.OKAgo.Microseconds()
+		if !p.OKAt.IsZero() {
+			us := time.Since(p.OKAt).Microseconds()
 			okAgo[i] = &us
 			ready[i] = int32(min(p.Ready, 1<<31-1))
 			if !p.Oldest.IsZero() {
 				oldest[i] = &polls[i].Oldest
 			}
 		}
-		if p.Failed {
-			us := p.ErrAgo.Microseconds()
+		if !p.ErrAt.IsZero() {
+			us := time.Since(p.ErrAt).Microseconds()
 			errAgo[i] = &us
-			msg := p.Err
-			if len(msg) > 500 {
-				msg = msg[:500]
-			}
-			errText[i] = &msg
+			errText[i] = &polls[i].Err
 		}
 	}
-	_, err := l.pool.Exec(ctx, `INSERT INTO intake_partner_poll AS t
+	_, err = conn.Exec(ctx, `INSERT INTO intake_partner_poll AS t
 		    (partner_id, worker_id, last_ok_at, ready_files, oldest_ready_at, last_error_at, last_error)
-		SELECT u.p, $2, now() - u.ok_ago * interval '1 microsecond', u.ready, u.oldest,
-		    now() - u.err_ago * interval '1 microsecond', u.err
+		SELECT u.p, $2, statement_timestamp() - u.ok_ago * interval '1 microsecond', u.ready, u.oldest,
+		    statement_timestamp() - u.err_ago * interval '1 microsecond', u.err
 		FROM unnest($1::text[], $3::bigint[], $4::int[], $5::timestamptz[], $6::bigint[], $7::text[])
 		    AS u(p, ok_ago, ready, oldest, err_ago, err)
 		ORDER BY u.p
 		ON CONFLICT (partner_id, worker_id) DO UPDATE SET
-		    last_ok_at = coalesce(excluded.last_ok_at, t.last_ok_at),
-		    ready_files = CASE WHEN excluded.last_ok_at IS NULL THEN t.ready_files ELSE excluded.ready_files END,
-		    oldest_ready_at = CASE WHEN excluded.last_ok_at IS NULL THEN t.oldest_ready_at ELSE excluded.oldest_ready_at END,
-		    last_error_at = coalesce(excluded.last_error_at, t.last_error_at),
-		    last_error = CASE WHEN excluded.last_error_at IS NULL THEN t.last_error ELSE excluded.last_error END`,
+		    last_ok_at = CASE WHEN `+newer("last_ok_at")+` THEN excluded.last_ok_at ELSE t.last_ok_at END,
+		    ready_files = CASE WHEN `+newer("last_ok_at")+` THEN excluded.ready_files ELSE t.ready_files END,
+		    oldest_ready_at = CASE WHEN `+newer("last_ok_at")+` THEN excluded.oldest_ready_at ELSE t.oldest_ready_at END,
+		    last_error_at = CASE WHEN `+newer("last_error_at")+` THEN excluded.last_error_at ELSE t.last_error_at END,
+		    last_error = CASE WHEN `+newer("last_error_at")+` THEN excluded.last_error ELSE t.last_error END`,
 		ids, worker, okAgo, ready, oldest, errAgo, errText)
 	return err
+}
+
+// newer: the incoming row has a time in column c later than the stored
+// one (or the stored one has none).
+func newer(c string) string {
+	return "excluded." + c + " IS NOT NULL AND (t." + c + " IS NULL OR excluded." + c + " > t." + c + ")"
 }
 
 // Gauge is one partner's files in one state, for the daemon's gauges.

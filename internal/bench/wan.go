@@ -56,7 +56,7 @@ func (e *env) wanWorkload(ctx context.Context, res *Results) error {
 	}
 
 	if res.WANDialMs, err = e.dialMs(ctx); err != nil {
-		return err
+		return fmt.Errorf("WAN dial time: %w", err)
 	}
 	if e.o.SmallFiles > 0 {
 		before := p.Turns()

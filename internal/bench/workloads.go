@@ -96,7 +96,7 @@ func (e *env) large(ctx context.Context, res *Results) error {
 		return fmt.Errorf("manifest duplicate: %w", err)
 	}
 	if res.DialMs, err = e.dialMs(ctx); err != nil {
-		return err
+		return fmt.Errorf("dial time: %w", err)
 	}
 	states, err := e.count(ctx, url, `SELECT count(*) FROM file_intake WHERE
 		(remote_name = 'orders-large.csv' AND state IN ('archived', 'duplicate')) OR (remote_name = 'orders-large-again.csv' AND state = 'archived'
