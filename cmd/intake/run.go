@@ -170,6 +170,14 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 		// dials when it first polls: with several replicas it polls only
 		// the partners affinity gives it.
 		d.Prewarm(ctx)
+		// So does the claim sections' first connection: a backend's
+		// start took 23 ms of the first claim on the bench's loopback
+		// (docs/performance.md item 49), the daemon's pool connects lazily.
+		go func() {
+			if c, err := claims.Acquire(ctx); err == nil {
+				c.Release()
+			}
+		}()
 	}
 	if err := e.migrate(ctx); err != nil {
 		if ctx.Err() != nil {
