@@ -395,7 +395,9 @@ func (s *Session) keepalive(every time.Duration) {
 			if s.heardSince(now.Add(-every)) {
 				// a reply came within the interval (a poll's listing):
 				// the connection is alive and its NAT state fresh; a
-				// fleet polled every 30 s sends no keepalives at all
+				// partner polled more often than every interval sends
+				// no keepalives at all (one polled every 30 s, with the
+				// default 15 s, about one a poll)
 				continue
 			}
 			errc := make(chan error, 1)
