@@ -132,16 +132,7 @@ func (r *pollRecorder) write(ctx context.Context, l *ledger.Ledger, worker strin
 // pollRecords writes the pending poll outcomes every pollRecordEvery
 // until ctx ends (Stop writes what is left).
 func (d *Daemon) pollRecords(ctx context.Context) {
-	t := time.NewTicker(pollRecordEvery)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		d.writePolls()
-	}
+	everyTick(ctx, pollRecordEvery, func() bool { d.writePolls(); return true })
 }
 
 // writePolls writes the pending poll outcomes now, on a context of its
