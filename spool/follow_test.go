@@ -79,18 +79,23 @@ func TestFollowerSeesAFailedPutAndStopsOnClose(t *testing.T) {
 
 	stopped := make(chan error, 1)
 	release := make(chan struct{})
-	go s.Put("acme", -1, 1<<20, func(w io.Writer) (int64, error) {
-		<-release
-		return 0, nil
-	}, Follow(func(fl *Follower) {
-		go func() {
-			_, err := fl.Read(make([]byte, 10))
-			stopped <- err
-		}()
-		go func() { time.Sleep(20 * time.Millisecond); fl.Close() }()
-	}))
+	put := make(chan struct{})
+	go func() {
+		defer close(put)
+		s.Put("acme", -1, 1<<20, func(w io.Writer) (int64, error) {
+			<-release
+			return 0, nil
+		}, Follow(func(fl *Follower) {
+			go func() {
+				_, err := fl.Read(make([]byte, 10))
+				stopped <- err
+			}()
+			go func() { time.Sleep(20 * time.Millisecond); fl.Close() }()
+		}))
+	}()
 	if err := <-stopped; !errors.Is(err, ErrStopped) {
 		t.Fatalf("read after Close: %v", err)
 	}
 	close(release)
+	<-put // the Put's own clean-up ends before the test's temporary directory goes
 }
