@@ -189,8 +189,9 @@ type Daemon struct {
 	order    []string
 	retiring []*partnerRT // removed or replaced by a reload, still finishing a poll
 
-	targets *target.Cache // the checked target of each feed mapping
-	book    *sessionBook  // the dial bound and the open sessions (sessions.go)
+	targets *target.Cache   // the checked target of each feed mapping
+	book    *sessionBook    // the dial bound and the open sessions (sessions.go)
+	conns   *partners.Conns // SSH connections, shared by partners on one account (sessions.go)
 
 	noClaims atomic.Bool
 	// registered: Start recorded this replica in intake_worker, so partner
@@ -227,6 +228,8 @@ func New(cfg Config, parts []partners.Config, db *pgxpool.Pool, sp *spool.Spool,
 		metrics: newMetrics(reg), log: slog.New(pgerr.Handler(log.Handler())).With("component", "intake", "worker", cfg.WorkerID),
 		parts: map[string]*partnerRT{}, targets: target.NewCache(db)}
 	d.book = newSessionBook(cfg.Sessions.MaxParallelDials, d.metrics)
+	d.conns = partners.NewConns(cfg.Sessions.PartnersPerConnection)
+	d.metrics.connections(reg, d.conns)
 	// at most this many files are applied ahead of their plan at once,
 	// each holding a connection of the work pool through its download
 	slots := 1
@@ -694,10 +697,14 @@ func (p *partnerRT) deadline(err error) error {
 
 // drop closes the session; the next poll dials again. It reports whether
 // a session was open.
-func (p *partnerRT) drop() bool {
+func (p *partnerRT) drop() bool { return p.dropIf(nil) }
+
+// dropIf closes the partner's session if it is s (any session: nil), and
+// reports whether it closed one.
+func (p *partnerRT) dropIf(s *partners.Session) bool {
 	p.sessMu.Lock()
 	defer p.sessMu.Unlock()
-	if p.sess == nil {
+	if p.sess == nil || (s != nil && p.sess != s) {
 		return false
 	}
 	p.sess.Close()

@@ -81,6 +81,9 @@ func DialStats(d *Daemon) (dialed, peak, open int64) {
 	return dialed, peak, d.book.open.Load()
 }
 
+// SSHLogins is how many SSH connections the daemon's sessions dialled.
+func SSHLogins(d *Daemon) int64 { return d.conns.Logins() }
+
 // DialsInFlight are the dials in flight now.
 func DialsInFlight(d *Daemon) int64 {
 	_, _, n := d.book.stats()

@@ -5,6 +5,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
+
+	"github.com/partner-intake/partner-intake/partners"
 )
 
 // metrics are the daemon's Prometheus series. Labels are bounded: partner
@@ -81,9 +83,9 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		chunkRetries: f.NewCounterVec(prometheus.CounterOpts{Name: "intake_chunk_retries_total", Help: "Chunk transactions retried after a transient database error."}, []string{"partner"}),
 		fileRetries:  f.NewCounterVec(prometheus.CounterOpts{Name: "intake_file_retries_total", Help: "Failed runs of a file set aside for a later attempt on its own backoff (the partner's other files go on)."}, []string{"partner"}),
 		sessionsOpen: f.NewGauge(prometheus.GaugeOpts{Name: "intake_sftp_sessions_open", Help: "SFTP sessions this daemon holds open (sessions.max_open, sessions.idle_close)."}),
-		dials:        f.NewCounterVec(prometheus.CounterOpts{Name: "intake_sftp_dials_total", Help: "SSH logins the daemon made to a partner's site (each costs the partner's server a login)."}, []string{"partner"}),
+		dials:        f.NewCounterVec(prometheus.CounterOpts{Name: "intake_sftp_dials_total", Help: "SSH logins the daemon made for a partner's session (each costs the partner's server a login; a session that joined another partner's connection made none)."}, []string{"partner"}),
 		sessionsClosed: f.NewCounterVec(prometheus.CounterOpts{Name: "intake_sftp_sessions_closed_total",
-			Help: "Open SFTP sessions the session policy closed: idle (unused for sessions.idle_close), max_open (room for another under the cap)."}, []string{"reason"}),
+			Help: "Open SFTP sessions the session policy closed: idle (unused for sessions.idle_close), max_open (room for another under the cap), stale (its shared connection ended or takes no new sessions)."}, []string{"reason"}),
 		backpressure: f.NewGauge(prometheus.GaugeOpts{Name: "intake_spool_backpressure", Help: "1 while claiming is paused because the spool disk is below its free-space floor."}),
 		spoolFree:    f.NewGauge(prometheus.GaugeOpts{Name: "intake_spool_free_bytes", Help: "Free bytes on the spool's disk at the last check."}),
 		orphansAdopted: f.NewCounterVec(prometheus.CounterOpts{Name: "intake_orphan_claims_adopted_total",
@@ -176,4 +178,12 @@ func (d *Daemon) Metrics() Metrics {
 		HashOnly: d.metrics.hashOnly, Grouped: d.metrics.grouped, Polls: d.metrics.polls, QuotaFull: d.metrics.quotaFull,
 		Skipped: d.metrics.skipped, PutBack: d.metrics.putBack, Plans: d.metrics.plans, Awaiting: d.metrics.awaiting,
 		Ahead: d.metrics.ahead}
+}
+
+// connections exports how many SSH connections the daemon's sessions
+// share.
+func (m *metrics) connections(reg prometheus.Registerer, c *partners.Conns) {
+	promauto.With(reg).NewGaugeFunc(prometheus.GaugeOpts{Name: "intake_ssh_connections_open",
+		Help: "SSH connections open to partners' sites (sessions.partners_per_connection share one where sites are one server under one account)."},
+		func() float64 { return float64(c.Open()) })
 }

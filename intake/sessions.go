@@ -44,6 +44,16 @@ import (
 //     way; a handful of partners are still polled within a moment of the
 //     start. Cron-expression schedules run as written (a wall-clock time
 //     was asked for) and are polled at once on start.
+//   - Partners whose sites are one server under one account with the same
+//     credentials share SSH connections, PartnersPerConnection (default 3)
+//     a connection, each on channels of its own (partners/conns.go): a
+//     thousand partners on a hub's own SFTP server cost it 334 logins, not
+//     1,000. Three, as a partner opens up to three channels and OpenSSH
+//     allows 10 a connection by default (MaxSessions); a site that refuses
+//     a channel gets no more sessions on that connection. A request that
+//     hangs ends its own partner's session only; the connection then takes
+//     no new sessions, and the other partners' sessions on it are given up
+//     at their next poll (stale) and dialled afresh.
 //   - With several replicas, a replica that does not poll a partner drops
 //     its session (affinity.go): sessions are the owner's.
 
@@ -57,13 +67,18 @@ type SessionPolicy struct {
 	MaxOpen int `yaml:"max_open"`
 	// IdleClose closes a session no poll has used for this long.
 	IdleClose time.Duration `yaml:"idle_close"`
+	// PartnersPerConnection is how many partners' sessions one SSH
+	// connection carries where their sites are one server under one
+	// account with the same credentials (1: a connection each).
+	PartnersPerConnection int `yaml:"partners_per_connection"`
 }
 
 // Defaults of the session policy.
 const (
-	DefaultMaxParallelDials = 8
-	DefaultIdleClose        = 15 * time.Minute
-	DefaultPollStagger      = 50 * time.Millisecond
+	DefaultMaxParallelDials      = 8
+	DefaultPartnersPerConnection = 3
+	DefaultIdleClose             = 15 * time.Minute
+	DefaultPollStagger           = 50 * time.Millisecond
 )
 
 func (s *SessionPolicy) validate() error {
@@ -81,6 +96,12 @@ func (s *SessionPolicy) validate() error {
 	}
 	if s.IdleClose < 0 {
 		return fmt.Errorf("sessions.idle_close: %s must be positive", s.IdleClose)
+	}
+	if s.PartnersPerConnection == 0 {
+		s.PartnersPerConnection = DefaultPartnersPerConnection
+	}
+	if s.PartnersPerConnection < 1 || s.PartnersPerConnection > 100 {
+		return fmt.Errorf("sessions.partners_per_connection: %d must be between 1 and 100", s.PartnersPerConnection)
 	}
 	return nil
 }
@@ -157,15 +178,20 @@ func (d *Daemon) newPartnerRT(c *partners.Config) *partnerRT {
 }
 
 // session returns the partner's open session or dials one, within its
-// server's dial bound (and the daemon's cap on open sessions).
+// server's dial bound (and the daemon's cap on open sessions). A stale
+// session (its connection ended, or takes no new sessions since another
+// partner's request on it hung) is given up and dialled afresh.
 func (d *Daemon) session(ctx context.Context, p *partnerRT) (*partners.Session, error) {
 	if p.hasSess.Load() {
 		p.sessMu.Lock()
 		s := p.sess
 		p.sessMu.Unlock()
-		if s != nil {
+		if s != nil && !s.Stale() {
 			p.touch()
 			return s, nil
+		}
+		if s != nil && p.dropIf(s) {
+			d.metrics.sessionsClosed.WithLabelValues("stale").Inc()
 		}
 	}
 	d.makeRoom(p)
@@ -184,7 +210,9 @@ func (d *Daemon) session(ctx context.Context, p *partnerRT) (*partners.Session, 
 	if err != nil {
 		return nil, err
 	}
-	d.metrics.dials.WithLabelValues(p.cfg.ID).Inc()
+	if !s.Joined() {
+		d.metrics.dials.WithLabelValues(p.cfg.ID).Inc()
+	}
 	p.sess = s
 	p.hasSess.Store(true)
 	d.book.opened()
@@ -196,7 +224,7 @@ func (d *Daemon) session(ctx context.Context, p *partnerRT) (*partners.Session, 
 // this worker's directories (claim mode).
 func (d *Daemon) dial(ctx context.Context, p *partnerRT) (*partners.Session, error) {
 	start := time.Now()
-	s, err := partners.Dial(ctx, p.cfg)
+	s, err := d.conns.Dial(ctx, p.cfg)
 	if err != nil {
 		return nil, err
 	}

@@ -30,7 +30,9 @@ func sites(t *testing.T, prefix string, n int, poll string) []*testenv.Site {
 // A daemon starting with many partners on one server never has more
 // dials in flight to it than sessions.max_parallel_dials (OpenSSH refuses
 // bursts of unauthenticated connections beyond MaxStartups), and every
-// partner is still polled and keeps its session.
+// partner is still polled and keeps its session. The partners' sites are
+// one account on one server: their sessions share SSH connections,
+// sessions.partners_per_connection (default 3) a connection.
 func TestDialsToOneServerAreBounded(t *testing.T) {
 	_, pool := testenv.DB(t)
 	ss := sites(t, "dial", 24, "@every 1h")
@@ -57,6 +59,9 @@ func TestDialsToOneServerAreBounded(t *testing.T) {
 	}
 	if dialed != int64(len(ss)) || open != int64(len(ss)) {
 		t.Fatalf("%d dials and %d sessions open, want %d of each (one per partner, kept open)", dialed, open, len(ss))
+	}
+	if n := intake.SSHLogins(r.d); n != int64(len(ss)/intake.DefaultPartnersPerConnection) {
+		t.Fatalf("%d SSH logins for %d partners on one account, want %d", n, len(ss), len(ss)/intake.DefaultPartnersPerConnection)
 	}
 	// a second cycle reuses every session: no dial
 	for _, s := range ss {

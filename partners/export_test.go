@@ -2,9 +2,10 @@ package partners
 
 import "time"
 
-// HeardSince is Session.heardSince: the keepalive skips its request when
-// this holds for the last interval.
-func HeardSince(s *Session, t time.Time) bool { return s.heardSince(t) }
+// HeardSince reports whether the session's connection heard a reply on
+// any channel after t: its keepalive skips its request when this holds
+// for the last interval.
+func HeardSince(s *Session, t time.Time) bool { return s.conn.heard.Load() > t.UnixNano() }
 
 // OneSubsystemFallbacks is how many dials were made again with the main
 // channel alone for a site that starts one sftp subsystem a connection.

@@ -115,25 +115,30 @@ func (s *Session) install(c *rawSFTP) {
 }
 
 // dropLocked closes the listing channel c; the next listing opens a fresh
-// one. The watchdog's count of unanswered requests is cleared only once
-// c's reader and writers have stopped, so that neither a dead request
-// expires the session nor c's last reads upset the next channel's count; a
-// site that does not end the channel within the op timeout is hung, and
-// the session is closed as the watchdog would. listMu is held.
+// one. The watchdog's count of unanswered requests is cleared once c's
+// reader and writers have stopped (its reader is broken at once:
+// chanreader.go), so that neither a dead request expires the session nor
+// c's last reads upset the next channel's count. A site that does not end
+// the channel within the op timeout is hung: the session's connection
+// then takes no new sessions, and what the channel holds ends with it.
+// listMu is held.
 func (s *Session) dropLocked(c *rawSFTP) {
 	c.fail(errChannelDropped)
-	select {
-	case <-c.done:
-	case <-time.After(s.listWatch.timeout):
-		// with no request in flight the watchdog would not notice
-		s.listWatch.expired.Store(true)
-		s.ssh.Close()
-		<-c.done
-	}
+	<-c.done
 	c.wmu.Lock()
 	c.wmu.Unlock()
 	s.listWatch.reset()
 	s.lister = nil
+	if sc, ok := c.ch.(*sessChan); ok {
+		s.untrack(sc)
+		go func() {
+			select {
+			case <-sc.r.done:
+			case <-time.After(s.listWatch.timeout):
+				s.conn.retire()
+			}
+		}()
+	}
 }
 
 // openLister opens the session's listing channel: the SFTP subsystem on a
@@ -142,22 +147,16 @@ func (s *Session) openLister() (*rawSFTP, error) {
 	// a fresh stream: the watchdog's framing starts again, and requests
 	// of a closed channel are no longer waited for
 	s.listWatch.reset()
-	return openRaw(s.ssh, s.listWatch)
-}
-
-// openRaw opens a channel and starts SFTP on it (startRaw); watch is
-// the channel's watchdog.
-func openRaw(client *ssh.Client, watch *watchdog) (*rawSFTP, error) {
-	ch, err := client.NewSession()
+	ch, err := s.ssh.NewSession()
 	if err != nil {
 		return nil, fmt.Errorf("open channel: %w", err)
 	}
-	return startRaw(ch, watch)
+	return s.startRaw(ch, s.listWatch)
 }
 
 // startRaw starts the SFTP subsystem on an open channel and makes the
 // version exchange; the channel is closed if either fails.
-func startRaw(ch *ssh.Session, watch *watchdog) (*rawSFTP, error) {
+func (s *Session) startRaw(ch *ssh.Session, watch *watchdog) (*rawSFTP, error) {
 	w, err := ch.StdinPipe()
 	if err != nil {
 		ch.Close()
@@ -168,19 +167,21 @@ func startRaw(ch *ssh.Session, watch *watchdog) (*rawSFTP, error) {
 		ch.Close()
 		return nil, err
 	}
-	if err := ch.RequestSubsystem("sftp"); err != nil {
-		ch.Close()
-		return nil, fmt.Errorf("sftp subsystem: %w", err)
-	}
-	c := &rawSFTP{ch: ch, w: watchedWriter{w: watch, wc: w}, r: watchedReader{w: watch, r: r}, watch: watch,
+	sc := s.track(ch, r)
+	c := &rawSFTP{ch: sc, w: watchedWriter{w: watch, wc: w}, r: watchedReader{w: watch, r: sc.r}, watch: watch,
 		pending: map[uint32]chan reply{}, done: make(chan struct{})}
-	if _, err := c.w.Write(appendPacket(nil, fxpInit, u32(3))); err != nil {
-		ch.Close()
-		return nil, err
+	err = ch.RequestSubsystem("sftp")
+	if err != nil {
+		err = fmt.Errorf("sftp subsystem: %w", err)
+	} else if _, err = c.w.Write(appendPacket(nil, fxpInit, u32(3))); err == nil {
+		if typ, _, rerr := c.recv(); rerr != nil || typ != fxpVersion {
+			err = fmt.Errorf("sftp init: %v (reply type %d)", rerr, typ)
+		}
 	}
-	if typ, _, err := c.recv(); err != nil || typ != fxpVersion {
-		ch.Close()
-		return nil, fmt.Errorf("sftp init: %v (reply type %d)", err, typ)
+	if err != nil {
+		sc.Close()
+		s.untrack(sc)
+		return nil, err
 	}
 	go c.read()
 	return c, nil

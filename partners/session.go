@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"strconv"
@@ -26,11 +27,17 @@ type Session struct {
 	*sftp.Client
 	Layout Layout
 
-	partner string
-	ssh     *ssh.Client
-	watch   *watchdog
-	done    chan struct{}
-	dirs    sync.Map // remote directories this session has made sure of
+	partner   string
+	ssh       *ssh.Client // the connection's, maybe shared with other partners' sessions (conns.go)
+	conn      *sshConn
+	joined    bool // the session joined a connection another session dialled
+	watch     *watchdog
+	done      chan struct{}
+	closeOnce sync.Once
+	chMu      sync.Mutex
+	chans     []*sessChan // the channels open, whose readers Close breaks
+	aborted   bool        // the channels were broken: a later one is at once
+	dirs      sync.Map    // remote directories this session has made sure of
 
 	listMu    sync.Mutex
 	lister    *rawSFTP  // the channel ListDir lists on (listdir.go)
@@ -130,14 +137,22 @@ func (s *Session) EnsureDir(dir string) error {
 // itself was opened by Dial.
 func (s *Session) Prepare(worker string, ensure bool) error {
 	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() { // beside the rest: the round trip to the site (RTT)
-		defer wg.Done()
-		start := time.Now()
-		if _, _, err := s.ssh.SendRequest("keepalive@openssh.com", true, nil); err == nil {
-			s.rtt.Store(int64(time.Since(start)))
-		}
-	}()
+	if rtt := s.conn.rtt.Load(); rtt > 0 {
+		// measured by the connection's first session, before any other
+		// session's transfers could queue in front of the reply
+		s.rtt.Store(rtt)
+	} else {
+		wg.Add(1)
+		go func() { // beside the rest: the round trip to the site (RTT)
+			defer wg.Done()
+			start := time.Now()
+			if _, _, err := s.ssh.SendRequest("keepalive@openssh.com", true, nil); err == nil {
+				rtt := int64(time.Since(start))
+				s.rtt.Store(rtt)
+				s.conn.rtt.CompareAndSwap(0, rtt)
+			}
+		}()
+	}
 	defer wg.Wait()
 	if !ensure {
 		return nil
@@ -153,25 +168,9 @@ func (s *Session) Prepare(worker string, ensure bool) error {
 	return nil
 }
 
-// Dial connects to the partner's site with its pinned host key. The whole
-// dial (TCP and SSH handshake) is bounded by the partner's dial timeout:
-// ssh.ClientConfig.Timeout covers the TCP dial only, so a deadline is set on
-// the connection around the handshake and cleared afterwards.
-//
-// A site that starts one sftp subsystem a connection may give it to the
-// listing channel, whose request goes out with the main one's: the dial
-// is then made again with the main channel alone, and the site's later
-// dials (this process) open the main channel alone too; its listings go
-// through pkg/sftp.
-func Dial(ctx context.Context, p *Config) (*Session, error) {
-	s, err := dial(ctx, p)
-	if errors.Is(err, errOneSubsystem) {
-		oneSubsystemSites.Store(strings.ToLower(p.SFTP.Address), true)
-		oneSubsystemFallbacks.Add(1)
-		s, err = dial(ctx, p)
-	}
-	return s, err
-}
+// Dial connects to the partner's site with its pinned host key, on a
+// connection of its own (Conns.Dial shares them).
+func Dial(ctx context.Context, p *Config) (*Session, error) { return unshared.Dial(ctx, p) }
 
 // errOneSubsystem: the site started SFTP on the listing channel and
 // refused it on the main one.
@@ -185,53 +184,49 @@ var (
 	oneSubsystemFallbacks atomic.Int64
 )
 
-func dial(ctx context.Context, p *Config) (*Session, error) {
-	auth, err := authMethod(p)
-	if err != nil {
-		return nil, err
-	}
-	hostKey, algos, err := pinnedHostKey(p.ID, p.SFTP.KnownHostsFile, p.SFTP.Address)
-	if err != nil {
-		return nil, fmt.Errorf("partner %s: %w", p.ID, err)
-	}
-	cfg := &ssh.ClientConfig{
-		User:              p.SFTP.User,
-		Auth:              []ssh.AuthMethod{auth},
-		HostKeyCallback:   hostKey,
-		HostKeyAlgorithms: algos,
-		Timeout:           p.SFTP.DialTimeout,
-	}
-	d := net.Dialer{Timeout: p.SFTP.DialTimeout}
-	dctx, cancel := context.WithTimeout(ctx, p.SFTP.DialTimeout)
-	defer cancel()
-	conn, err := d.DialContext(dctx, "tcp", p.SFTP.Address)
-	if err != nil {
-		return nil, fmt.Errorf("partner %s: dial %s: %w", p.ID, p.SFTP.Address, err)
-	}
-	conn = quickAck(conn)
-	deadline := time.Now().Add(p.SFTP.DialTimeout)
-	if dl, ok := dctx.Deadline(); ok && dl.Before(deadline) {
-		deadline = dl
-	}
-	_ = conn.SetDeadline(deadline)
-	c, chans, reqs, err := ssh.NewClientConn(conn, p.SFTP.Address, cfg)
-	if err != nil {
-		conn.Close()
-		var he *HostKeyError
-		if errors.As(err, &he) {
-			return nil, he
-		}
-		return nil, fmt.Errorf("partner %s: ssh handshake with %s: %w", p.ID, p.SFTP.Address, dialDeadline(err, p.SFTP.DialTimeout))
-	}
-	client := ssh.NewClient(c, chans, reqs)
+// session opens the partner's channels on c and returns its session.
+// Their start is bounded: the first session of a connection has what is
+// left of the dial's timeout, a session joining one has dial_timeout. On
+// expiry the session's channels are broken (a version exchange waiting
+// for an sftp-server that does not start ends at once), the connection
+// takes no new sessions, and it is closed if no other session is on it (a
+// channel open sshd itself does not confirm then ends too; on a shared
+// connection it ends when the connection's keepalive finds sshd hung).
+func (c *sshConn) session(ctx context.Context, p *Config, joined bool) (*Session, error) {
 	watch := newWatchdog(p.SFTP.OpTimeout)
 	opts := []sftp.ClientOption{
 		sftp.UseConcurrentReads(true),
 		sftp.UseConcurrentWrites(true),
 		// Never above the server's read limit: pkg/sftp#658 truncates
 		// silently there (and the spool compares byte counts anyway).
-		sftp.MaxPacketUnchecked(PacketSize(p.SFTP.MaxPacket, string(c.ServerVersion()))),
+		sftp.MaxPacketUnchecked(PacketSize(p.SFTP.MaxPacket, c.version)),
 		sftp.MaxConcurrentRequestsPerFile(16), // 4 MiB in flight at 255 KiB
+	}
+	s := &Session{ssh: c.client, conn: c, joined: joined, watch: watch, partner: p.ID, done: make(chan struct{}), Layout: NewLayout(p),
+		listWatch: newWatchdog(p.SFTP.OpTimeout), opts: opts, rangeWatch: newWatchdog(p.SFTP.OpTimeout)}
+	for _, w := range []*watchdog{s.watch, s.listWatch, s.rangeWatch} {
+		w.conn = &c.heard
+	}
+	budget := p.SFTP.DialTimeout
+	if !joined {
+		budget = time.Until(c.deadline)
+	}
+	var late atomic.Bool
+	timer := time.AfterFunc(budget, func() {
+		late.Store(true)
+		c.retire()
+		s.abortChannels()
+		if c.sole() {
+			c.client.Close()
+		}
+	})
+	defer timer.Stop()
+	// late marks an error of the expired start as a deadline's
+	expired := func(err error) error {
+		if late.Load() && !errors.Is(err, os.ErrDeadlineExceeded) {
+			return fmt.Errorf("no answer within %s (sftp.dial_timeout): %w: %w", p.SFTP.DialTimeout, os.ErrDeadlineExceeded, err)
+		}
+		return dialDeadline(err, p.SFTP.DialTimeout)
 	}
 	// Both channels are opened at once: the first the site confirms
 	// carries pkg/sftp, the other ListDir's listings (listdir.go). A site
@@ -250,7 +245,7 @@ func dial(ctx context.Context, p *Config) (*Session, error) {
 	opens := make(chan channel, 2)
 	for range channels {
 		go func() {
-			ch, err := client.NewSession()
+			ch, err := c.client.NewSession()
 			opens <- channel{ch, err}
 		}()
 	}
@@ -261,10 +256,8 @@ func dial(ctx context.Context, p *Config) (*Session, error) {
 		}
 	}
 	if primary.err != nil {
-		client.Close()
-		return nil, fmt.Errorf("partner %s: open sftp channel: %w", p.ID, dialDeadline(primary.err, p.SFTP.DialTimeout))
+		return nil, fmt.Errorf("partner %s: open sftp channel: %w", p.ID, expired(primary.err))
 	}
-	listWatch := newWatchdog(p.SFTP.OpTimeout)
 	type opened struct {
 		c   *rawSFTP
 		err error
@@ -275,39 +268,45 @@ func dial(ctx context.Context, p *Config) (*Session, error) {
 			lister <- opened{nil, other.err}
 			return
 		}
-		c, err := startRaw(other.ch, listWatch)
+		c, err := s.startRaw(other.ch, s.listWatch)
 		lister <- opened{c, err}
 	}()
-	sc, err := startSFTP(primary.ch, watch, opts...)
+	sc, err := s.startSFTP(primary.ch, watch)
 	l := <-lister
-	if err != nil && l.c != nil {
-		// The site started SFTP on the listing channel and refused it on
-		// the main one: a server that starts one subsystem a connection,
-		// and took the two requests, sent together, the other way round
-		// (Dial dials again with the main channel alone).
-		client.Close()
-		return nil, fmt.Errorf("partner %s: %w (%w)", p.ID, errOneSubsystem, err)
-	}
 	if err != nil {
+		s.abortChannels()
 		if l.c != nil {
-			l.c.ch.Close()
+			// The site started SFTP on the listing channel and refused
+			// it on the main one: a server that starts one subsystem a
+			// connection, and took the two requests, sent together, the
+			// other way round (Dial dials again with the main channel
+			// alone).
+			return nil, fmt.Errorf("partner %s: %w (%w)", p.ID, errOneSubsystem, err)
 		}
-		client.Close()
-		return nil, fmt.Errorf("partner %s: start sftp subsystem: %w", p.ID, dialDeadline(err, p.SFTP.DialTimeout))
+		return nil, fmt.Errorf("partner %s: start sftp subsystem: %w", p.ID, expired(err))
 	}
-	// The dial deadline covered the subsystem start and the version
-	// exchange too (a site that takes the login and then says nothing).
-	_ = conn.SetDeadline(time.Time{})
-	ready(conn)
-	s := &Session{Client: sc, ssh: client, watch: watch, partner: p.ID, done: make(chan struct{}), Layout: NewLayout(p),
-		listWatch: listWatch, noLister: l.err != nil, opts: opts, rangeWatch: newWatchdog(p.SFTP.OpTimeout)}
+	if !timer.Stop() {
+		s.abortChannels()
+		return nil, fmt.Errorf("partner %s: start sftp subsystem: %w", p.ID, expired(errors.New("the channels' start ended too late")))
+	}
+	c.upOnce.Do(func() { ready(c.raw) })
+	if channels == 2 && l.err != nil {
+		// the site refused this session's second channel: its channel
+		// limit is reached, and no session joins the connection again; a
+		// session that joined dials a connection of its own
+		c.setFull()
+		if joined {
+			s.abortChannels()
+			return nil, fmt.Errorf("partner %s: the site refused a listing channel on a shared connection: %w", p.ID, l.err)
+		}
+	}
+	s.Client, s.noLister = sc, l.err != nil
 	if l.c != nil {
 		s.install(l.c)
 	}
-	go s.keepalive(p.SFTP.Keepalive)
-	go watch.run(s.done, func() { client.Close() })
-	go s.listWatch.run(s.done, func() { client.Close() })
-	go s.rangeWatch.run(s.done, func() { client.Close() })
+	go watch.run(s.done, s.expire)
+	go s.listWatch.run(s.done, s.expire)
+	go s.rangeWatch.run(s.done, s.expire)
 	return s, nil
 }
 
@@ -324,35 +323,105 @@ func dialDeadline(err error, after time.Duration) error {
 	return err
 }
 
-// newSFTP starts the sftp subsystem as sftp.NewClient does, with the
-// watchdog between the client and the channel.
-func newSFTP(client *ssh.Client, watch *watchdog, opts ...sftp.ClientOption) (*sftp.Client, error) {
-	sess, err := client.NewSession()
-	if err != nil {
-		return nil, err
-	}
-	return startSFTP(sess, watch, opts...)
+// errSessionClosed is what the requests still in flight on a closed
+// session get.
+var errSessionClosed = errors.New("sftp: session closed")
+
+// sessChan is one of the session's channels: the channel and its reader.
+type sessChan struct {
+	ch *ssh.Session
+	r  *chanReader
 }
 
-// startSFTP starts the sftp subsystem on an open channel.
-func startSFTP(sess *ssh.Session, watch *watchdog, opts ...sftp.ClientOption) (*sftp.Client, error) {
-	pw, err := sess.StdinPipe()
-	if err != nil {
-		return nil, err
-	}
-	pr, err := sess.StdoutPipe()
-	if err != nil {
-		return nil, err
-	}
-	if err := sess.RequestSubsystem("sftp"); err != nil {
-		return nil, err
-	}
-	return sftp.NewClientPipe(watchedReader{w: watch, r: pr}, watchedWriter{w: watch, wc: pw}, opts...)
+// Close breaks the channel's reader at once and asks the site to close
+// the channel (io.Closer, for the listing channel).
+func (c *sessChan) Close() error {
+	c.r.abort(errSessionClosed)
+	c.ch.Close()
+	return nil
 }
 
-// keepalive sends keepalive@openssh.com so a dead peer is noticed and NATs
-// keep the connection; x/crypto/ssh sends none by itself. A failed
-// keepalive closes the connection, which fails every pending request.
+// track reads the channel through a chanReader the session can break. A
+// channel opened after the session's channels were broken (closed, or its
+// start too late) is broken at once.
+func (s *Session) track(ch *ssh.Session, r io.Reader) *sessChan {
+	c := &sessChan{ch: ch, r: newChanReader(r)}
+	s.chMu.Lock()
+	aborted := s.aborted
+	if !aborted {
+		s.chans = append(s.chans, c)
+	}
+	s.chMu.Unlock()
+	if aborted {
+		c.Close()
+	}
+	return c
+}
+
+// untrack forgets a channel the session closed.
+func (s *Session) untrack(c *sessChan) {
+	s.chMu.Lock()
+	defer s.chMu.Unlock()
+	for i, o := range s.chans {
+		if o == c {
+			s.chans = append(s.chans[:i], s.chans[i+1:]...)
+			return
+		}
+	}
+}
+
+// abortChannels breaks every channel of the session, and every channel
+// opened later at once; it returns those it broke.
+func (s *Session) abortChannels() []*sessChan {
+	s.chMu.Lock()
+	chans := s.chans
+	s.chans, s.aborted = nil, true
+	s.chMu.Unlock()
+	for _, c := range chans {
+		c.Close()
+	}
+	return chans
+}
+
+// newSFTP opens a channel and starts the sftp subsystem on it, as
+// sftp.NewClient does, with the watchdog between the client and the
+// channel.
+func (s *Session) newSFTP(watch *watchdog) (*sftp.Client, error) {
+	ch, err := s.ssh.NewSession()
+	if err != nil {
+		return nil, err
+	}
+	return s.startSFTP(ch, watch)
+}
+
+// startSFTP starts the sftp subsystem on an open channel; the channel is
+// closed if that fails.
+func (s *Session) startSFTP(ch *ssh.Session, watch *watchdog) (*sftp.Client, error) {
+	pw, err := ch.StdinPipe()
+	if err != nil {
+		ch.Close()
+		return nil, err
+	}
+	pr, err := ch.StdoutPipe()
+	if err != nil {
+		ch.Close()
+		return nil, err
+	}
+	c := s.track(ch, pr)
+	if err := ch.RequestSubsystem("sftp"); err != nil {
+		c.Close()
+		s.untrack(c)
+		return nil, err
+	}
+	sc, err := sftp.NewClientPipe(watchedReader{w: watch, r: c.r}, watchedWriter{w: watch, wc: pw}, s.opts...)
+	if err != nil {
+		c.Close()
+		s.untrack(c)
+		return nil, err
+	}
+	return sc, nil
+}
+
 // PacketSize is the SFTP request size for a server: the configured one, or
 // (auto) OpenSSH's 255 KiB read limit when the server's version string says
 // OpenSSH 8.6 or later (its sftp-server announces that limit), else the
@@ -384,50 +453,6 @@ func leadingDigits(s string) string {
 	return s
 }
 
-func (s *Session) keepalive(every time.Duration) {
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-s.done:
-			return
-		case now := <-t.C:
-			if s.heardSince(now.Add(-every)) {
-				// a reply came within the interval (a poll's listing):
-				// the connection is alive and its NAT state fresh; a
-				// partner polled more often than every interval sends
-				// no keepalives at all (one polled every 30 s, with the
-				// default 15 s, about one a poll)
-				continue
-			}
-			errc := make(chan error, 1)
-			go func() {
-				_, _, err := s.ssh.SendRequest("keepalive@openssh.com", true, nil)
-				errc <- err
-			}()
-			select {
-			case err := <-errc:
-				if err != nil {
-					s.ssh.Close()
-					return
-				}
-			case <-time.After(every):
-				s.ssh.Close()
-				return
-			case <-s.done:
-				return
-			}
-		}
-	}
-}
-
-// heardSince reports whether the site replied on either SFTP channel
-// after t.
-func (s *Session) heardSince(t time.Time) bool {
-	at := max(s.watch.heard.Load(), s.listWatch.heard.Load())
-	return at > t.UnixNano()
-}
-
 // Ranges returns the session's second SFTP channel, opened on first use
 // and kept, or nil when the server refuses one. A large download reads
 // alternate ranges of the file on both channels (intake/download.go):
@@ -440,8 +465,9 @@ func (s *Session) Ranges() *sftp.Client {
 	s.rangeMu.Lock()
 	defer s.rangeMu.Unlock()
 	if s.ranges == nil && !s.noRanges {
-		c, err := newSFTP(s.ssh, s.rangeWatch, s.opts...)
+		c, err := s.newSFTP(s.rangeWatch)
 		if err != nil {
+			s.conn.setFull() // the site's channel limit is reached
 			s.noRanges = true
 			return nil
 		}
@@ -450,26 +476,107 @@ func (s *Session) Ranges() *sftp.Client {
 	return s.ranges
 }
 
-// Close ends the session. It is safe to call more than once.
+// Close ends the session: its channels' readers are broken at once (what
+// is in flight fails), the site is asked to close them, and the session
+// leaves its connection, the last one closing it (every channel ends with
+// it at once). It is safe to call more than once, and never waits for the
+// site:
+//
+//   - pkg/sftp's Close waits for a write under way, and a write the site
+//     stopped taking (its channel window used up: a stuck sftp-server)
+//     ends only with the connection; so on a connection other sessions
+//     keep, the clients are closed on a goroutine of their own, and if a
+//     write is still blocked an op timeout later the connection is closed
+//     (the one case where one partner's failure reaches the others');
+//   - a channel whose reader has not ended an op timeout after the close
+//     (the site did not confirm it: its sftp-server is stuck) leaves the
+//     connection taking no new sessions, so that it ends, and the stuck
+//     channel with it, once its last session leaves.
 func (s *Session) Close() error {
+	s.closeOnce.Do(func() {
+		close(s.done)
+		chans := s.abortChannels()
+		last := s.conn.pool.leave(s.conn)
+		closed := make(chan struct{})
+		closeClients := func() {
+			defer close(closed)
+			s.rangeMu.Lock()
+			if s.ranges != nil {
+				s.ranges.Close()
+			}
+			s.rangeMu.Unlock()
+			if s.Client != nil {
+				s.Client.Close() // at once: its receive loop has ended
+			}
+		}
+		if last {
+			closeClients()
+			return
+		}
+		go closeClients()
+		go func() {
+			t := time.NewTimer(s.watch.timeout)
+			defer t.Stop()
+			late := false
+			for _, c := range chans {
+				select {
+				case <-c.r.done:
+					continue
+				case <-t.C:
+					late = true
+				}
+				break
+			}
+			if late {
+				s.conn.retire()
+			} else {
+				select {
+				case <-closed:
+					return
+				case <-t.C:
+				}
+			}
+			select {
+			case <-closed:
+			default:
+				if s.writing() {
+					s.conn.client.Close()
+				}
+			}
+		}()
+	})
+	return nil
+}
+
+// expire ends the session when a request's deadline passed (the
+// watchdog): the session is closed, and its connection takes no new
+// sessions (the hung channel's server side ends with the connection, once
+// the other sessions on it have left).
+func (s *Session) expire() {
+	s.conn.retire()
+	s.Close()
+}
+
+// writing reports whether a write to one of the session's channels is
+// under way.
+func (s *Session) writing() bool {
+	return s.watch.writing.Load() > 0 || s.listWatch.writing.Load() > 0 || s.rangeWatch.writing.Load() > 0
+}
+
+// Joined reports whether the session joined a connection another session
+// dialled (it cost the site no login).
+func (s *Session) Joined() bool { return s.joined }
+
+// Stale reports whether the session should be given up and dialled
+// afresh: its connection ended, or takes no new sessions (another
+// session's channel on it hung), or the session was closed.
+func (s *Session) Stale() bool {
 	select {
 	case <-s.done:
-		return nil
+		return true
 	default:
-		close(s.done)
 	}
-	// The SSH connection first: every channel ends with it at once.
-	// pkg/sftp's Close waits for its channel's end, which with the
-	// connection up is a round trip per channel (0.1 s of a `run --once`
-	// at 50 ms).
-	err := s.ssh.Close()
-	s.rangeMu.Lock()
-	if s.ranges != nil {
-		s.ranges.Close()
-	}
-	s.rangeMu.Unlock()
-	s.Client.Close()
-	return err
+	return s.conn.dead() || s.conn.retiring.Load()
 }
 
 func authMethod(p *Config) (ssh.AuthMethod, error) {

@@ -49,9 +49,11 @@ type watchdog struct {
 	pending atomic.Int64 // requests sent and not yet answered
 	last    atomic.Int64 // unix ns of the last sign of life: a reply byte, or the first request after a quiet spell
 	expired atomic.Bool
-	heard   atomic.Int64 // unix ns of the last reply byte (the keepalive's proof of life)
-	out     framer       // only the writer touches it (pkg/sftp serialises its writes)
-	in      framer       // only the reader touches it (pkg/sftp's one receive loop)
+	heard   atomic.Int64  // unix ns of the last reply byte
+	conn    *atomic.Int64 // the connection's last reply byte, on any channel (the keepalive's proof of life); nil in tests
+	writing atomic.Int64  // writes under way (one blocked on a full window outlives the channel: Session.expire)
+	out     framer        // only the writer touches it (pkg/sftp serialises its writes)
+	in      framer        // only the reader touches it (pkg/sftp's one receive loop)
 }
 
 func newWatchdog(timeout time.Duration) *watchdog {
@@ -120,6 +122,8 @@ func (ww watchedWriter) Write(p []byte) (int, error) {
 		}
 		ww.w.pending.Add(int64(n))
 	}
+	ww.w.writing.Add(1)
+	defer ww.w.writing.Add(-1)
 	return ww.wc.Write(p)
 }
 
@@ -136,6 +140,9 @@ func (wr watchedReader) Read(p []byte) (int, error) {
 		now := time.Now().UnixNano()
 		wr.w.last.Store(now)
 		wr.w.heard.Store(now)
+		if wr.w.conn != nil {
+			wr.w.conn.Store(now)
+		}
 		// a reply counts as answered at its last byte: one that stops
 		// half way (a 255 KiB READ reply, say) is still waited for
 		if _, k := wr.w.in.packets(p[:n]); k > 0 {

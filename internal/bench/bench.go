@@ -168,6 +168,11 @@ type Results struct {
 	FleetIdleSSHDCPUS      float64 `json:"fleet_idle_sshd_cpu_s_per_cycle,omitempty"`
 	FleetIdlePGCPUS        float64 `json:"fleet_idle_postgres_cpu_s_per_cycle,omitempty"`
 	FleetSSHDCPUmsPerLogin float64 `json:"fleet_sshd_cpu_ms_per_login,omitempty"`
+	// FleetLogins: the SSH connections sshd held after the first cycle
+	// (partners on one account share them: sessions.partners_per_connection);
+	// FleetSSHDCPUmsPerPartner: sshd's CPU over the first cycle per partner.
+	FleetLogins              int     `json:"fleet_ssh_logins,omitempty"`
+	FleetSSHDCPUmsPerPartner float64 `json:"fleet_sshd_cpu_ms_per_partner,omitempty"`
 	// FleetFirstCycleCPUS: CPU seconds of intake, sshd and postgres from
 	// the daemon's exec to the end of its first cycle; FleetFirstCycleBusy:
 	// the share of the machine's CPU time (all cores, /proc/stat) that

@@ -121,7 +121,11 @@ func (e *env) fleet(ctx context.Context, res *Results) error {
 	if err != nil {
 		return err
 	}
-	res.FleetSSHDCPUmsPerLogin = (sshdFirst - sshdStart) / float64(n) * 1000
+	if res.FleetLogins, err = e.sshd.Connections(); err != nil {
+		return err
+	}
+	res.FleetSSHDCPUmsPerPartner = (sshdFirst - sshdStart) / float64(n) * 1000
+	res.FleetSSHDCPUmsPerLogin = (sshdFirst - sshdStart) / float64(max(res.FleetLogins, 1)) * 1000
 	// The first cycle's CPU by process tree, and how busy the machine's
 	// cores were meanwhile: here the partners' sshd shares the daemon's
 	// cores, and no schedule ends the cycle sooner than its logins' CPU

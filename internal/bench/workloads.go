@@ -799,7 +799,9 @@ func (r *Results) Table(w *os.File) {
 		row("fleet: RSS after the first cycle", r.FleetRSSFirstMiB, "MiB", "")
 		row("fleet: exec until every partner polled", r.FleetFirstCycleS, "s", "<= 60")
 		row("fleet: exec until the daemon registered", r.FleetStartS, "s", "")
+		row("fleet: SSH connections (logins) after the first cycle", float64(r.FleetLogins), "", "")
 		row("fleet: sshd CPU per login (first cycle)", r.FleetSSHDCPUmsPerLogin, "ms", "")
+		row("fleet: sshd CPU per partner (first cycle)", r.FleetSSHDCPUmsPerPartner, "ms", "")
 		for _, k := range []string{"intake", "sshd", "postgres"} {
 			if v, ok := r.FleetFirstCycleCPUS[k]; ok {
 				row("fleet: CPU in the first cycle, "+k, v, "s", "")

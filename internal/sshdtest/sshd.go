@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"os/user"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -48,6 +49,10 @@ func StartSFTP(flags string) (*Server, error) { return start(flags, 0) }
 // StartOneChannel runs sshd that allows one channel per connection
 // (MaxSessions 1): a site where intake's second channels are refused.
 func StartOneChannel() (*Server, error) { return start("", 1) }
+
+// StartChannels runs sshd that allows n channels per connection
+// (MaxSessions n).
+func StartChannels(n int) (*Server, error) { return start("", n) }
 
 func start(flags string, maxSessions int) (*Server, error) {
 	sshd, err := syspkg.Find([]string{"/usr/sbin/sshd"}, "openssh-server", "openssh-sftp-server")
@@ -172,6 +177,38 @@ func (s *Server) start(sshd string) error {
 // Pid is the listening sshd's process id (its per-connection processes
 // are its descendants).
 func (s *Server) Pid() int { return s.cmd.Process.Pid }
+
+// Connections counts the TCP connections sshd holds open (its side of
+// each, as /proc/net/tcp lists them): the logins a client holds, as the
+// server sees them.
+func (s *Server) Connections() (int, error) {
+	_, port, err := net.SplitHostPort(s.Addr)
+	if err != nil {
+		return 0, err
+	}
+	want, err := strconv.ParseUint(port, 10, 16)
+	if err != nil {
+		return 0, err
+	}
+	f, err := os.Open("/proc/net/tcp")
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	n := 0
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fs := strings.Fields(sc.Text())
+		if len(fs) < 4 || fs[3] != "01" { // ESTABLISHED
+			continue
+		}
+		_, lport, ok := strings.Cut(fs[1], ":")
+		if p, err := strconv.ParseUint(lport, 16, 16); ok && err == nil && p == want {
+			n++
+		}
+	}
+	return n, sc.Err()
+}
 
 // PartnerRoot creates and returns the directory that serves as a
 // partner's remote root.

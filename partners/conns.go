@@ -1,0 +1,324 @@
+package partners
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/crypto/ssh"
+)
+
+// Sessions of partners whose sites are one SSH server under one account
+// with the same credentials (connKey: address, user, key or password
+// source, pinned host keys, dial and keepalive settings) may share an SSH
+// connection, each with channels of its own (issue 17 item 2: a login
+// costs the partner's server 60-90 ms of CPU on the bench machine, a
+// channel about 1 ms). Sharing gives nothing away: every session on a
+// connection already holds the same authority on the site.
+//
+// What stays the partner's own: its SFTP channels, their watchdogs and
+// their failures. A request the site leaves unanswered ends that session
+// alone (its channel readers are broken at once, chanreader.go); the
+// connection then takes no new sessions and is closed when its last
+// session leaves, the others' polls go on and dial afresh at their next
+// poll. What is shared: the transport. A connection that dies (a reset,
+// an unanswered keepalive) fails every session on it, as it would have
+// failed each of their own connections to the same server.
+//
+// Conns bounds the sessions a connection carries (PerConn): a session
+// opens up to three channels (main, listing, a large file's ranges), and
+// OpenSSH's MaxSessions allows 10 a connection by default. A site that
+// refuses a channel on a shared connection gets no more sessions on it;
+// the session that was refused dials a connection of its own.
+type Conns struct {
+	perConn int
+
+	mu    sync.Mutex
+	byKey map[string][]*sshConn
+	open  atomic.Int64
+	dials atomic.Int64
+}
+
+// NewConns returns a pool that puts up to perConn sessions on one SSH
+// connection (1: every session its own connection).
+func NewConns(perConn int) *Conns {
+	return &Conns{perConn: max(perConn, 1), byKey: map[string][]*sshConn{}}
+}
+
+// unshared is the pool of Dial: a connection per session.
+var unshared = NewConns(1)
+
+// Open is the number of SSH connections open.
+func (cs *Conns) Open() int { return int(cs.open.Load()) }
+
+// Logins is the number of SSH connections dialled (each a login on the
+// partner's server).
+func (cs *Conns) Logins() int64 { return cs.dials.Load() }
+
+// sshConn is one SSH connection and the sessions on it.
+type sshConn struct {
+	pool *Conns
+	key  string
+
+	ready    chan struct{} // closed once dialled; err says how
+	err      error
+	client   *ssh.Client
+	raw      net.Conn
+	version  string       // the server's version string
+	deadline time.Time    // the dial's: the first session's channels are up by then
+	upOnce   sync.Once    // the first session's channels are up
+	rtt      atomic.Int64 // ns, as the first session's Prepare measured it
+	heard    atomic.Int64 // unix ns of the last reply byte on any channel
+
+	users    int         // sessions on it or joining it (pool.mu)
+	full     bool        // the site refused a channel on it (pool.mu)
+	retiring atomic.Bool // a session's channel on it was aborted: no one joins
+	closed   chan struct{}
+}
+
+// connKey identifies the connections a partner's session may share: the
+// same server, account, credentials and pinned host keys, and the same
+// settings of the connection itself.
+func connKey(p *Config) string {
+	s := p.SFTP
+	return strings.Join([]string{strings.ToLower(s.Address), s.User, s.PrivateKeyFile, s.PasswordFile, s.PasswordEnv,
+		s.KnownHostsFile, s.DialTimeout.String(), s.Keepalive.String()}, "\x00")
+}
+
+// Dial opens a session for the partner: on a connection of the pool that
+// has room, or on a new one.
+//
+// A site that starts one sftp subsystem a connection may give it to the
+// listing channel, whose request goes out with the main one's: the dial
+// is then made again with the main channel alone, and the site's later
+// dials (this process) open the main channel alone too; its listings go
+// through pkg/sftp.
+func (cs *Conns) Dial(ctx context.Context, p *Config) (*Session, error) {
+	s, err := cs.dial(ctx, p)
+	if errors.Is(err, errOneSubsystem) {
+		oneSubsystemSites.Store(strings.ToLower(p.SFTP.Address), true)
+		oneSubsystemFallbacks.Add(1)
+		s, err = cs.dial(ctx, p)
+	}
+	return s, err
+}
+
+func (cs *Conns) dial(ctx context.Context, p *Config) (*Session, error) {
+	for attempt := 0; ; attempt++ {
+		c, joined, err := cs.acquire(ctx, p)
+		if err != nil {
+			return nil, err
+		}
+		s, err := c.session(ctx, p, joined)
+		if err == nil {
+			return s, nil
+		}
+		if joined && attempt == 0 && ctx.Err() == nil && !c.dead() {
+			// the site refused this session's channels on a shared
+			// connection (its MaxSessions): no one joins it again, and
+			// this session dials its own
+			c.setFull()
+			cs.leave(c)
+			continue
+		}
+		cs.leave(c)
+		return nil, err
+	}
+}
+
+// acquire returns a connection for the partner with a place taken on it:
+// one with room (joined; it may still be dialling), else a new one.
+func (cs *Conns) acquire(ctx context.Context, p *Config) (c *sshConn, joined bool, err error) {
+	key := connKey(p)
+	cs.mu.Lock()
+	if cs.perConn > 1 {
+		for _, c := range cs.byKey[key] {
+			if c.users < cs.perConn && !c.full && !c.retiring.Load() && !c.dead() {
+				c.users++
+				cs.mu.Unlock()
+				select {
+				case <-c.ready:
+				case <-ctx.Done():
+					cs.leave(c)
+					return nil, false, ctx.Err()
+				}
+				if c.err == nil {
+					return c, true, nil
+				}
+				// its dial failed: this partner dials for itself, and
+				// gets its own error
+				cs.leave(c)
+				cs.mu.Lock()
+				break
+			}
+		}
+	}
+	c = &sshConn{pool: cs, key: key, users: 1, ready: make(chan struct{}), closed: make(chan struct{})}
+	cs.byKey[key] = append(cs.byKey[key], c)
+	cs.mu.Unlock()
+	c.err = c.dial(ctx, p)
+	close(c.ready)
+	if c.err != nil {
+		cs.leave(c)
+		return nil, false, c.err
+	}
+	return c, false, nil
+}
+
+// leave gives up a place on c; the last one closes the connection and
+// reports true.
+func (cs *Conns) leave(c *sshConn) bool {
+	cs.mu.Lock()
+	c.users--
+	last := c.users == 0
+	if last {
+		list := cs.byKey[c.key]
+		for i, o := range list {
+			if o == c {
+				list = append(list[:i:i], list[i+1:]...)
+				break
+			}
+		}
+		if len(list) == 0 {
+			delete(cs.byKey, c.key)
+		} else {
+			cs.byKey[c.key] = list
+		}
+	}
+	cs.mu.Unlock()
+	if last && c.client != nil {
+		c.client.Close()
+	}
+	return last
+}
+
+// setFull takes no new sessions on c: the site refused a channel on it.
+func (c *sshConn) setFull() {
+	c.pool.mu.Lock()
+	c.full = true
+	c.pool.mu.Unlock()
+}
+
+// dead reports whether the connection has ended.
+func (c *sshConn) dead() bool {
+	select {
+	case <-c.closed:
+		return true
+	default:
+		return false
+	}
+}
+
+// sole reports whether one session at most is on c or joining it.
+func (c *sshConn) sole() bool {
+	c.pool.mu.Lock()
+	defer c.pool.mu.Unlock()
+	return c.users <= 1
+}
+
+// retire takes no new sessions on c: one of its channels was aborted, and
+// what that channel holds on both sides ends with the connection, once
+// its last session leaves.
+func (c *sshConn) retire() { c.retiring.Store(true) }
+
+// dial makes the TCP connection, the key exchange with the pinned host key
+// and the login. The whole dial is bounded by the partner's dial timeout:
+// ssh.ClientConfig.Timeout covers the TCP dial only, so a deadline is set
+// on the connection around the handshake, and the first session's
+// channels have what is left of it (session).
+func (c *sshConn) dial(ctx context.Context, p *Config) error {
+	auth, err := authMethod(p)
+	if err != nil {
+		return err
+	}
+	hostKey, algos, err := pinnedHostKey(p.ID, p.SFTP.KnownHostsFile, p.SFTP.Address)
+	if err != nil {
+		return fmt.Errorf("partner %s: %w", p.ID, err)
+	}
+	cfg := &ssh.ClientConfig{
+		User:              p.SFTP.User,
+		Auth:              []ssh.AuthMethod{auth},
+		HostKeyCallback:   hostKey,
+		HostKeyAlgorithms: algos,
+		Timeout:           p.SFTP.DialTimeout,
+	}
+	d := net.Dialer{Timeout: p.SFTP.DialTimeout}
+	dctx, cancel := context.WithTimeout(ctx, p.SFTP.DialTimeout)
+	defer cancel()
+	conn, err := d.DialContext(dctx, "tcp", p.SFTP.Address)
+	if err != nil {
+		return fmt.Errorf("partner %s: dial %s: %w", p.ID, p.SFTP.Address, err)
+	}
+	conn = quickAck(conn)
+	deadline := time.Now().Add(p.SFTP.DialTimeout)
+	if dl, ok := dctx.Deadline(); ok && dl.Before(deadline) {
+		deadline = dl
+	}
+	_ = conn.SetDeadline(deadline)
+	sc, chans, reqs, err := ssh.NewClientConn(conn, p.SFTP.Address, cfg)
+	if err != nil {
+		conn.Close()
+		var he *HostKeyError
+		if errors.As(err, &he) {
+			return he
+		}
+		return fmt.Errorf("partner %s: ssh handshake with %s: %w", p.ID, p.SFTP.Address, dialDeadline(err, p.SFTP.DialTimeout))
+	}
+	// the channels' start is bounded by a timer of the session's own
+	// (sshConn.session): a deadline on the connection would cut the other
+	// sessions' transfers on it
+	_ = conn.SetDeadline(time.Time{})
+	c.client, c.raw, c.version, c.deadline = ssh.NewClient(sc, chans, reqs), conn, string(sc.ServerVersion()), deadline
+	c.pool.dials.Add(1)
+	c.pool.open.Add(1)
+	go func() {
+		c.client.Wait()
+		close(c.closed)
+		c.pool.open.Add(-1)
+	}()
+	go c.keepalive(p.SFTP.Keepalive)
+	return nil
+}
+
+// keepalive sends keepalive@openssh.com so a dead peer is noticed and NATs
+// keep the connection; x/crypto/ssh sends none by itself. A reply on any
+// channel within the interval stands for one (a partner polled more often
+// than the interval sends none; one polled every 30 s, with the 15 s
+// default, about one a poll). An unanswered keepalive closes the
+// connection, which fails every request pending on it.
+func (c *sshConn) keepalive(every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-c.closed:
+			return
+		case now := <-t.C:
+			if c.heard.Load() > now.Add(-every).UnixNano() {
+				continue
+			}
+			errc := make(chan error, 1)
+			go func() {
+				_, _, err := c.client.SendRequest("keepalive@openssh.com", true, nil)
+				errc <- err
+			}()
+			select {
+			case err := <-errc:
+				if err != nil {
+					c.client.Close()
+					return
+				}
+			case <-time.After(every):
+				c.client.Close()
+				return
+			case <-c.closed:
+				return
+			}
+		}
+	}
+}

@@ -1,0 +1,364 @@
+package partners_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/partner-intake/partner-intake/internal/sshdtest"
+	"github.com/partner-intake/partner-intake/partners"
+)
+
+// partnerOn is a partner with its own root on srv, under srv's account.
+func partnerOn(t *testing.T, srv *sshdtest.Server, id string) *partners.Config {
+	t.Helper()
+	p := partner(t)
+	root, err := srv.PartnerRoot(strings.ReplaceAll(strings.ToLower(t.Name()), "/", "-") + "-" + id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(root, "ready"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	p.ID = id
+	p.SFTP.Address, p.SFTP.User, p.SFTP.PrivateKeyFile, p.SFTP.KnownHostsFile, p.SFTP.Root = srv.Addr, srv.User, srv.ClientKeyFile, srv.KnownHostsFile, root
+	return p
+}
+
+// waitLogins waits until sshd holds n connections: what the site sees,
+// not what the pool says.
+func waitLogins(t *testing.T, srv *sshdtest.Server, n int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		got, err := srv.Connections()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("sshd holds %d connections, want %d", got, n)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// readBack drops a file in the partner's ready/ and reads it through s.
+func readBack(t *testing.T, s *partners.Session, p *partners.Config) {
+	t.Helper()
+	body := "id\n" + p.ID + "\n"
+	if err := os.WriteFile(filepath.Join(p.SFTP.Root, "ready", p.ID+".csv"), []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	if err := s.ListDir(context.Background(), s.Layout.ReadyDir(), func(fi os.FileInfo) error {
+		names = append(names, fi.Name())
+		return nil
+	}); err != nil {
+		t.Fatalf("partner %s: list: %v", p.ID, err)
+	}
+	if len(names) != 1 || names[0] != p.ID+".csv" {
+		t.Fatalf("partner %s lists %v, want its own file alone", p.ID, names)
+	}
+	f, err := s.Open(s.Layout.ReadyDir() + "/" + p.ID + ".csv")
+	if err != nil {
+		t.Fatalf("partner %s: open: %v", p.ID, err)
+	}
+	defer f.Close()
+	b, err := io.ReadAll(f)
+	if err != nil || string(b) != body {
+		t.Fatalf("partner %s read %q, %v; want %q", p.ID, b, err, body)
+	}
+}
+
+// Partners whose sites are one server under one account share SSH
+// connections, up to the pool's number a connection; each still lists and
+// reads its own root on channels of its own; a session that closes leaves
+// the connection to the others, and the last one closes it.
+func TestPartnersOnOneAccountShareConnections(t *testing.T) {
+	srv, err := sshdtest.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	pool := partners.NewConns(3)
+	var ps []*partners.Config
+	var ss []*partners.Session
+	for i := range 4 {
+		p := partnerOn(t, srv, fmt.Sprintf("s%d", i))
+		s, err := pool.Dial(context.Background(), p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		ps, ss = append(ps, p), append(ss, s)
+	}
+	for i, s := range ss {
+		readBack(t, s, ps[i])
+	}
+	waitLogins(t, srv, 2)
+	if n := pool.Logins(); n != 2 {
+		t.Fatalf("%d logins for 4 partners at 3 a connection, want 2", n)
+	}
+	ss[0].Close()
+	readBack(t, ss[1], ps[1])
+	readBack(t, ss[2], ps[2])
+	waitLogins(t, srv, 2)
+	for _, s := range ss[1:] {
+		s.Close()
+	}
+	waitLogins(t, srv, 0)
+	for deadline := time.Now().Add(10 * time.Second); pool.Open() != 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the pool counts %d connections open after every session closed", pool.Open())
+		}
+	}
+}
+
+// One partner's request that its site's sftp-server never answers (an
+// OPEN of a FIFO blocks it in open(2)) ends that partner's session on its
+// deadline and nothing else: the other partner's session on the same
+// connection goes on working throughout, then reports itself stale, so
+// that its next poll dials afresh; no new session joins the connection,
+// which closes when its last session leaves.
+func TestAHungChannelEndsItsOwnSessionOnly(t *testing.T) {
+	srv, err := sshdtest.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	pool := partners.NewConns(3)
+	hung, good := partnerOn(t, srv, "hung"), partnerOn(t, srv, "good")
+	hung.SFTP.OpTimeout = time.Second
+	fifo := filepath.Join(hung.SFTP.Root, "ready", "stuck.csv")
+	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { // let sshd's stuck sftp-server go
+		if f, err := os.OpenFile(fifo, os.O_WRONLY|syscall.O_NONBLOCK, 0); err == nil {
+			f.Close()
+		}
+	}()
+	hs, err := pool.Dial(context.Background(), hung)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hs.Close()
+	gs, err := pool.Dial(context.Background(), good)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer gs.Close()
+	waitLogins(t, srv, 1)
+
+	done := make(chan error, 1)
+	go func() {
+		_, err := hs.Open(hs.Layout.ReadyDir() + "/stuck.csv")
+		done <- err
+	}()
+	var herr error
+	giveUp := time.After(time.Minute)
+	for waiting := true; waiting; {
+		select {
+		case herr = <-done:
+			waiting = false
+		case <-time.After(100 * time.Millisecond):
+			if _, err := gs.Stat(gs.Layout.ReadyDir()); err != nil {
+				t.Fatalf("the good partner's session failed while the other's request hung: %v", err)
+			}
+		case <-giveUp:
+			t.Fatal("the hung request did not end")
+		}
+	}
+	var te *partners.TimeoutError
+	if !errors.As(herr, &te) || !errors.Is(herr, os.ErrDeadlineExceeded) || !hs.TimedOut() {
+		t.Fatalf("the hung request ended with %v (timed out: %v), want a *partners.TimeoutError", herr, hs.TimedOut())
+	}
+	readBack(t, gs, good)
+	if !gs.Stale() {
+		t.Fatal("the good partner's session does not say its connection takes no new sessions")
+	}
+	again, err := pool.Dial(context.Background(), hung)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer again.Close()
+	waitLogins(t, srv, 2)
+	if again.Stale() {
+		t.Fatal("a fresh session reports itself stale")
+	}
+	gs.Close()
+	hs.Close()
+	waitLogins(t, srv, 1) // the hung channel's connection ended with its last session
+	if _, err := again.Stat(again.Layout.ReadyDir()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A site that allows fewer channels a connection than the pool's sessions
+// need (sshd MaxSessions 1: the first session's listing channel refused;
+// 3: a second session's) refuses a joining partner's channels: no one
+// joins that connection again, the refused partner gets a connection of
+// its own, and every partner works.
+func TestASiteThatRefusesAChannelGetsAConnectionOfItsOwn(t *testing.T) {
+	for _, max := range []int{1, 3} {
+		t.Run(fmt.Sprintf("MaxSessions %d", max), func(t *testing.T) {
+			srv, err := sshdtest.StartChannels(max)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer srv.Close()
+			pool := partners.NewConns(3)
+			for _, id := range []string{"a", "b", "c"} {
+				p := partnerOn(t, srv, id)
+				s, err := pool.Dial(context.Background(), p)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer s.Close()
+				readBack(t, s, p)
+			}
+			waitLogins(t, srv, 3)
+			if n := pool.Logins(); n != 3 {
+				t.Fatalf("%d logins, want 3", n)
+			}
+		})
+	}
+}
+
+// A session closed (not timed out) while its request hangs ends at once
+// and leaves the other partner's session working; its channel, which the
+// site does not end, makes the connection take no new sessions an op
+// timeout later.
+func TestASessionClosedDuringAHangRetiresItsConnection(t *testing.T) {
+	srv, err := sshdtest.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	pool := partners.NewConns(3)
+	hung, good := partnerOn(t, srv, "hung"), partnerOn(t, srv, "good")
+	hung.SFTP.OpTimeout = 2 * time.Second
+	fifo := filepath.Join(hung.SFTP.Root, "ready", "stuck.csv")
+	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if f, err := os.OpenFile(fifo, os.O_WRONLY|syscall.O_NONBLOCK, 0); err == nil {
+			f.Close()
+		}
+	}()
+	hs, err := pool.Dial(context.Background(), hung)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs, err := pool.Dial(context.Background(), good)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer gs.Close()
+	done := make(chan error, 1)
+	go func() {
+		_, err := hs.Open(hs.Layout.ReadyDir() + "/stuck.csv")
+		done <- err
+	}()
+	time.Sleep(300 * time.Millisecond)
+	hs.Close()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Fatal("the OPEN on a closed session succeeded")
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the hung request did not end with its session's close")
+	}
+	if gs.Stale() {
+		t.Fatal("the connection was retired before the stuck channel had an op timeout to end")
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for !gs.Stale() {
+		if time.Now().After(deadline) {
+			t.Fatal("the connection still takes new sessions with a stuck channel on it")
+		}
+		if _, err := gs.Stat(gs.Layout.ReadyDir()); err != nil {
+			t.Fatalf("the good partner's session failed: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	readBack(t, gs, good)
+}
+
+// A write the site stopped taking (its sftp-server blocked in open(2) of a
+// FIFO, so that it reads no more requests; the channel's window used up)
+// outlives its channel: the session's close returns at once, and an op
+// timeout later the connection is closed, which ends the write (the one
+// case where one partner's failure reaches the sessions sharing its
+// connection).
+func TestAStuckWriteEndsWithItsConnection(t *testing.T) {
+	srv, err := sshdtest.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	pool := partners.NewConns(3)
+	hung, good := partnerOn(t, srv, "hung"), partnerOn(t, srv, "good")
+	hung.SFTP.OpTimeout = time.Second
+	fifo := filepath.Join(hung.SFTP.Root, "ready", "stuck")
+	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if f, err := os.OpenFile(fifo, os.O_WRONLY|syscall.O_NONBLOCK, 0); err == nil {
+			f.Close()
+		}
+	}()
+	hs, err := pool.Dial(context.Background(), hung)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hs.Close()
+	gs, err := pool.Dial(context.Background(), good)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer gs.Close()
+	f, err := hs.Create(hs.Layout.ReadyDir() + "/big.part")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go hs.Open(hs.Layout.ReadyDir() + "/stuck") // the sftp-server stops here
+	time.Sleep(200 * time.Millisecond)
+	done := make(chan error, 1)
+	go func() {
+		_, err := f.Write(make([]byte, 16<<20))
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Fatal("16 MiB written to a stuck sftp-server")
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the stuck write did not end")
+	}
+	if !hs.TimedOut() {
+		t.Fatal("the session with the stuck write did not time out")
+	}
+	start := time.Now()
+	hs.Close()
+	if d := time.Since(start); d > time.Second {
+		t.Fatalf("closing a session with a stuck write took %s", d)
+	}
+	if !gs.Stale() {
+		t.Fatal("the good partner's session does not know its connection ended")
+	}
+}
