@@ -380,6 +380,9 @@ func (e *env) say(format string, args ...any) {
 
 // database creates a migrated database with both target tables.
 func (e *env) database(ctx context.Context) (string, error) {
+	if err := e.dropDatabases(ctx); err != nil {
+		return "", err
+	}
 	e.seq++
 	url, err := e.pg.CreateDB(ctx, fmt.Sprintf("bench%d", e.seq))
 	if err != nil {
@@ -400,6 +403,29 @@ func (e *env) database(ctx context.Context) (string, error) {
 		_, err = c.Exec(ctx, `ALTER TABLE bench_orders ADD COLUMN intake_row_hash bigint`)
 	}
 	return url, err
+}
+
+// dropDatabases drops the databases of the runs before: each run makes
+// its own and is done with it when the next begins. Left in place, a
+// full run's dozen databases of a million rows and more each (autovacuum
+// of their tables, their pages in the cache) were still on the machine
+// when the later phases were measured.
+func (e *env) dropDatabases(ctx context.Context) error {
+	if e.seq == 0 {
+		return nil
+	}
+	c, err := pgx.Connect(ctx, e.pg.URL("postgres"))
+	if err != nil {
+		return err
+	}
+	defer c.Close(ctx)
+	for i := 1; i <= e.seq; i++ {
+		name := pgx.Identifier{fmt.Sprintf("bench%d", i)}.Sanitize()
+		if _, err := c.Exec(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)"); err != nil {
+			return fmt.Errorf("drop database %s: %w", name, err)
+		}
+	}
+	return nil
 }
 
 const targetDDL = `
