@@ -407,9 +407,10 @@ func (e *env) database(ctx context.Context) (string, error) {
 
 // dropDatabases drops the databases of the runs before: each run makes
 // its own and is done with it when the next begins. Left in place, a
-// full run's dozen databases of a million rows and more each (autovacuum
-// of their tables, their pages in the cache) were still on the machine
-// when the later phases were measured.
+// full run's dozen databases of a million rows and more each (several
+// GB) stayed on the machine under the later phases. (Dropping them did
+// not take away the WAN phase's slowdown in full runs: docs/performance.md,
+// session 12's column.)
 func (e *env) dropDatabases(ctx context.Context) error {
 	if e.seq == 0 {
 		return nil
