@@ -23,7 +23,7 @@ import (
 // channel holds ends with it.
 type chanReader struct {
 	pr   *io.PipeReader
-	done chan struct{} // closed once the channel's own reads ended
+	done chan struct{} // closed once the channel's own reads ended (the site ended it, or the connection closed)
 }
 
 // idleRead is what the pump reads into while the channel is quiet: an
@@ -55,7 +55,11 @@ func (c *chanReader) pump(r io.Reader, pw *io.PipeWriter) {
 		n, err := r.Read(buf)
 		if n > 0 {
 			if _, werr := pw.Write(buf[:n]); werr != nil {
-				return // aborted: nothing reads on
+				// aborted: nothing reads on, but done tells when the
+				// channel itself ended (the site confirmed its close, or
+				// the connection closed)
+				io.Copy(io.Discard, r)
+				return
 			}
 		}
 		if err != nil {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -40,6 +41,7 @@ type Conns struct {
 
 	mu    sync.Mutex
 	byKey map[string][]*sshConn
+	caps  map[string]int // sessions a connection of the key takes, learned from a refusal
 	open  atomic.Int64
 	dials atomic.Int64
 }
@@ -47,7 +49,7 @@ type Conns struct {
 // NewConns returns a pool that puts up to perConn sessions on one SSH
 // connection (1: every session its own connection).
 func NewConns(perConn int) *Conns {
-	return &Conns{perConn: max(perConn, 1), byKey: map[string][]*sshConn{}}
+	return &Conns{perConn: max(perConn, 1), byKey: map[string][]*sshConn{}, caps: map[string]int{}}
 }
 
 // unshared is the pool of Dial: a connection per session.
@@ -66,6 +68,7 @@ type sshConn struct {
 	key  string
 
 	ready    chan struct{} // closed once dialled; err says how
+	started  chan struct{} // closed once the dialler's own session is up, or failed
 	err      error
 	client   *ssh.Client
 	raw      net.Conn
@@ -76,6 +79,7 @@ type sshConn struct {
 	heard    atomic.Int64 // unix ns of the last reply byte on any channel
 
 	users    int         // sessions on it or joining it (pool.mu)
+	up       int         // sessions on it with their channels started (pool.mu)
 	full     bool        // the site refused a channel on it (pool.mu)
 	retiring atomic.Bool // a session's channel on it was aborted: no one joins
 	closed   chan struct{}
@@ -109,61 +113,104 @@ func (cs *Conns) Dial(ctx context.Context, p *Config) (*Session, error) {
 }
 
 func (cs *Conns) dial(ctx context.Context, p *Config) (*Session, error) {
-	for attempt := 0; ; attempt++ {
-		c, joined, err := cs.acquire(ctx, p)
+	own := false
+	for {
+		c, joined, err := cs.acquire(ctx, p, own)
 		if err != nil {
 			return nil, err
 		}
 		s, err := c.session(ctx, p, joined)
+		if !joined {
+			close(c.started)
+		}
 		if err == nil {
 			return s, nil
 		}
-		if joined && attempt == 0 && ctx.Err() == nil && !c.dead() {
+		refused := joined && ctx.Err() == nil && !c.dead() && !errors.Is(err, os.ErrDeadlineExceeded)
+		if refused {
 			// the site refused this session's channels on a shared
-			// connection (its MaxSessions): no one joins it again, and
-			// this session dials its own
-			c.setFull()
-			cs.leave(c)
-			continue
+			// connection (its MaxSessions): no one joins it again, the
+			// server's key takes as many sessions a connection as
+			// fitted, and this session dials its own
+			cs.refused(c)
 		}
 		cs.leave(c)
-		return nil, err
+		if !refused || own {
+			return nil, err
+		}
+		own = true
 	}
 }
 
+// refused records that the site refused a channel on c: no one joins c
+// again, and the connections of its key take at most the sessions up on
+// c (at least one).
+func (cs *Conns) refused(c *sshConn) {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	c.full = true
+	fit := max(1, c.up)
+	if cur, ok := cs.caps[c.key]; !ok || fit < cur {
+		cs.caps[c.key] = fit
+	}
+}
+
+// sessionUp counts a session up on c (n 1), or one that closed (n -1).
+func (cs *Conns) sessionUp(c *sshConn, n int) {
+	cs.mu.Lock()
+	c.up += n
+	cs.mu.Unlock()
+}
+
 // acquire returns a connection for the partner with a place taken on it:
-// one with room (joined; it may still be dialling), else a new one.
-func (cs *Conns) acquire(ctx context.Context, p *Config) (c *sshConn, joined bool, err error) {
+// one with room (joined: once its first session is up), else a new one
+// (always when own).
+func (cs *Conns) acquire(ctx context.Context, p *Config, own bool) (c *sshConn, joined bool, err error) {
 	key := connKey(p)
 	cs.mu.Lock()
-	if cs.perConn > 1 {
+	limit := cs.perConn
+	if fit, ok := cs.caps[key]; ok {
+		limit = min(limit, fit)
+	}
+	if limit > 1 && !own {
 		for _, c := range cs.byKey[key] {
-			if c.users < cs.perConn && !c.full && !c.retiring.Load() && !c.dead() {
-				c.users++
-				cs.mu.Unlock()
+			if c.users >= limit || c.full || c.retiring.Load() || c.dead() {
+				continue
+			}
+			c.users++
+			cs.mu.Unlock()
+			// The dialler's own session first: channels opened beside
+			// its would take the site's channel slots before it has any
+			// (a site that allows fewer than both sessions need).
+			for _, ch := range []chan struct{}{c.ready, c.started} {
 				select {
-				case <-c.ready:
+				case <-ch:
 				case <-ctx.Done():
 					cs.leave(c)
 					return nil, false, ctx.Err()
 				}
-				if c.err == nil {
-					return c, true, nil
-				}
-				// its dial failed: this partner dials for itself, and
-				// gets its own error
-				cs.leave(c)
-				cs.mu.Lock()
-				break
 			}
+			cs.mu.Lock()
+			ok := c.err == nil && !c.full && !c.retiring.Load() && !c.dead()
+			cs.mu.Unlock()
+			if ok {
+				return c, true, nil
+			}
+			// its dial failed, or its first session found the site's
+			// channels too few to share: this partner dials for itself
+			// (and gets its own error)
+			cs.leave(c)
+			cs.mu.Lock()
+			break
 		}
 	}
-	c = &sshConn{pool: cs, key: key, users: 1, ready: make(chan struct{}), closed: make(chan struct{})}
+	c = &sshConn{pool: cs, key: key, users: 1, ready: make(chan struct{}), started: make(chan struct{}), closed: make(chan struct{})}
 	cs.byKey[key] = append(cs.byKey[key], c)
 	cs.mu.Unlock()
 	c.err = c.dial(ctx, p)
 	close(c.ready)
 	if c.err != nil {
+		close(c.started)
 		cs.leave(c)
 		return nil, false, c.err
 	}
@@ -197,12 +244,10 @@ func (cs *Conns) leave(c *sshConn) bool {
 	return last
 }
 
-// setFull takes no new sessions on c: the site refused a channel on it.
-func (c *sshConn) setFull() {
-	c.pool.mu.Lock()
-	c.full = true
-	c.pool.mu.Unlock()
-}
+// setFull takes no new sessions on c, and learns that connections of its
+// key take as many sessions as are up on c: the site refused a channel on
+// it.
+func (c *sshConn) setFull() { c.pool.refused(c) }
 
 // dead reports whether the connection has ended.
 func (c *sshConn) dead() bool {

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -208,30 +209,52 @@ func TestAHungChannelEndsItsOwnSessionOnly(t *testing.T) {
 // need (sshd MaxSessions 1: the first session's listing channel refused;
 // 3: a second session's) refuses a joining partner's channels: no one
 // joins that connection again, the refused partner gets a connection of
-// its own, and every partner works.
+// its own, and every partner works; where the site allows a session's two
+// channels, every session has both (a joiner's channels wait for the first
+// session's, so they never take its slots). Dialled one after another and
+// all at once.
 func TestASiteThatRefusesAChannelGetsAConnectionOfItsOwn(t *testing.T) {
 	for _, max := range []int{1, 3} {
-		t.Run(fmt.Sprintf("MaxSessions %d", max), func(t *testing.T) {
-			srv, err := sshdtest.StartChannels(max)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer srv.Close()
-			pool := partners.NewConns(3)
-			for _, id := range []string{"a", "b", "c"} {
-				p := partnerOn(t, srv, id)
-				s, err := pool.Dial(context.Background(), p)
+		for _, together := range []bool{false, true} {
+			t.Run(fmt.Sprintf("MaxSessions %d, together %v", max, together), func(t *testing.T) {
+				srv, err := sshdtest.StartChannels(max)
 				if err != nil {
 					t.Fatal(err)
 				}
-				defer s.Close()
-				readBack(t, s, p)
-			}
-			waitLogins(t, srv, 3)
-			if n := pool.Logins(); n != 3 {
-				t.Fatalf("%d logins, want 3", n)
-			}
-		})
+				defer srv.Close()
+				pool := partners.NewConns(3)
+				ids := []string{"a", "b", "c"}
+				ps := make([]*partners.Config, len(ids))
+				ss := make([]*partners.Session, len(ids))
+				errs := make([]error, len(ids))
+				var wg sync.WaitGroup
+				for i, id := range ids {
+					ps[i] = partnerOn(t, srv, id)
+					dial := func() { defer wg.Done(); ss[i], errs[i] = pool.Dial(context.Background(), ps[i]) }
+					wg.Add(1)
+					if together {
+						go dial()
+					} else {
+						dial()
+					}
+				}
+				wg.Wait()
+				for i := range ids {
+					if errs[i] != nil {
+						t.Fatalf("partner %s: %v", ids[i], errs[i])
+					}
+					defer ss[i].Close()
+					readBack(t, ss[i], ps[i])
+					if max >= 2 && !partners.ListsOnItsOwnChannel(ss[i]) {
+						t.Fatalf("partner %s lost its listing channel to another session", ids[i])
+					}
+				}
+				waitLogins(t, srv, 3)
+				if n := pool.Logins(); n != 3 {
+					t.Fatalf("%d logins, want 3", n)
+				}
+			})
+		}
 	}
 }
 

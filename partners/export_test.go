@@ -10,3 +10,11 @@ func HeardSince(s *Session, t time.Time) bool { return s.conn.heard.Load() > t.U
 // OneSubsystemFallbacks is how many dials were made again with the main
 // channel alone for a site that starts one sftp subsystem a connection.
 func OneSubsystemFallbacks() int64 { return oneSubsystemFallbacks.Load() }
+
+// ListsOnItsOwnChannel reports whether the session has (or may open) its
+// listing channel: false once the site refused it.
+func ListsOnItsOwnChannel(s *Session) bool {
+	s.listMu.Lock()
+	defer s.listMu.Unlock()
+	return !s.noLister
+}

@@ -212,7 +212,7 @@ func (c *sshConn) session(ctx context.Context, p *Config, joined bool) (*Session
 		budget = time.Until(c.deadline)
 	}
 	var late atomic.Bool
-	timer := time.AfterFunc(budget, func() {
+	timer := afterUnlessStopped(budget, func() {
 		late.Store(true)
 		c.retire()
 		s.abortChannels()
@@ -220,7 +220,9 @@ func (c *sshConn) session(ctx context.Context, p *Config, joined bool) (*Session
 			c.client.Close()
 		}
 	})
-	defer timer.Stop()
+	// a callback under way finishes before the caller leaves the
+	// connection (sole counts this session until then)
+	defer timer.stop()
 	// late marks an error of the expired start as a deadline's
 	expired := func(err error) error {
 		if late.Load() && !errors.Is(err, os.ErrDeadlineExceeded) {
@@ -285,11 +287,12 @@ func (c *sshConn) session(ctx context.Context, p *Config, joined bool) (*Session
 		}
 		return nil, fmt.Errorf("partner %s: start sftp subsystem: %w", p.ID, expired(err))
 	}
-	if !timer.Stop() {
+	if !timer.stop() {
 		s.abortChannels()
 		return nil, fmt.Errorf("partner %s: start sftp subsystem: %w", p.ID, expired(errors.New("the channels' start ended too late")))
 	}
 	c.upOnce.Do(func() { ready(c.raw) })
+	c.pool.sessionUp(c, 1)
 	if channels == 2 && l.err != nil {
 		// the site refused this session's second channel: its channel
 		// limit is reached, and no session joins the connection again; a
@@ -308,6 +311,51 @@ func (c *sshConn) session(ctx context.Context, p *Config, joined bool) (*Session
 	go s.listWatch.run(s.done, s.expire)
 	go s.rangeWatch.run(s.done, s.expire)
 	return s, nil
+}
+
+// stoppable is a timer whose stop tells whether it stopped the function
+// before it ran, and otherwise waits until the function has finished.
+type stoppable struct {
+	mu       sync.Mutex
+	t        *time.Timer
+	state    int // 0 pending, 1 stopped, 2 fired
+	finished chan struct{}
+}
+
+func afterUnlessStopped(d time.Duration, f func()) *stoppable {
+	st := &stoppable{finished: make(chan struct{})}
+	st.t = time.AfterFunc(d, func() {
+		st.mu.Lock()
+		if st.state != 0 {
+			st.mu.Unlock()
+			return
+		}
+		st.state = 2
+		st.mu.Unlock()
+		defer close(st.finished)
+		f()
+	})
+	return st
+}
+
+// stop reports true when the function will not run (it had not run yet,
+// or an earlier stop stopped it); false once it has run, after it
+// finished.
+func (st *stoppable) stop() bool {
+	st.mu.Lock()
+	switch st.state {
+	case 0:
+		st.state = 1
+		st.mu.Unlock()
+		st.t.Stop()
+		return true
+	case 1:
+		st.mu.Unlock()
+		return true
+	}
+	st.mu.Unlock()
+	<-st.finished
+	return false
 }
 
 // dialDeadline marks an error of the dial's deadline as one, whatever
@@ -467,7 +515,10 @@ func (s *Session) Ranges() *sftp.Client {
 	if s.ranges == nil && !s.noRanges {
 		c, err := s.newSFTP(s.rangeWatch)
 		if err != nil {
-			s.conn.setFull() // the site's channel limit is reached
+			var refused *ssh.OpenChannelError
+			if errors.As(err, &refused) && !s.Stale() {
+				s.conn.setFull() // the site's channel limit is reached
+			}
 			s.noRanges = true
 			return nil
 		}
@@ -496,6 +547,7 @@ func (s *Session) Close() error {
 	s.closeOnce.Do(func() {
 		close(s.done)
 		chans := s.abortChannels()
+		s.conn.pool.sessionUp(s.conn, -1)
 		last := s.conn.pool.leave(s.conn)
 		closed := make(chan struct{})
 		closeClients := func() {
@@ -532,16 +584,15 @@ func (s *Session) Close() error {
 			} else {
 				select {
 				case <-closed:
-					return
+					if !s.writing() {
+						return
+					}
+					<-t.C
 				case <-t.C:
 				}
 			}
-			select {
-			case <-closed:
-			default:
-				if s.writing() {
-					s.conn.client.Close()
-				}
+			if s.writing() { // pkg/sftp's, or the listing channel's
+				s.conn.client.Close()
 			}
 		}()
 	})
