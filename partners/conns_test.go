@@ -125,6 +125,51 @@ func TestPartnersOnOneAccountShareConnections(t *testing.T) {
 	}
 }
 
+// sharing is two partners' sessions on one shared connection to an sshd
+// of their own: hung, under an op timeout of its own, whose ready/ holds
+// a FIFO (stuck.csv) that blocks its sftp-server in open(2) when opened;
+// and good. Everything is closed, and the FIFO released, at the test's
+// end.
+type sharing struct {
+	srv        *sshdtest.Server
+	pool       *partners.Conns
+	hung, good *partners.Config
+	hs, gs     *partners.Session
+}
+
+func newSharing(t *testing.T, opTimeout time.Duration) *sharing {
+	t.Helper()
+	srv, err := sshdtest.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Close() })
+	x := &sharing{srv: srv, pool: partners.NewConns(3), hung: partnerOn(t, srv, "hung"), good: partnerOn(t, srv, "good")}
+	x.hung.SFTP.OpTimeout = opTimeout
+	fifo := filepath.Join(x.hung.SFTP.Root, "ready", "stuck.csv")
+	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { // let sshd's stuck sftp-server go
+		if f, err := os.OpenFile(fifo, os.O_WRONLY|syscall.O_NONBLOCK, 0); err == nil {
+			f.Close()
+		}
+	})
+	for _, d := range []struct {
+		p *partners.Config
+		s **partners.Session
+	}{{x.hung, &x.hs}, {x.good, &x.gs}} {
+		s, err := x.pool.Dial(context.Background(), d.p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		*d.s = s
+	}
+	waitLogins(t, srv, 1)
+	return x
+}
+
 // One partner's request that its site's sftp-server never answers (an
 // OPEN of a FIFO blocks it in open(2)) ends that partner's session on its
 // deadline and nothing else: the other partner's session on the same
@@ -132,35 +177,8 @@ func TestPartnersOnOneAccountShareConnections(t *testing.T) {
 // that its next poll dials afresh; no new session joins the connection,
 // which closes when its last session leaves.
 func TestAHungChannelEndsItsOwnSessionOnly(t *testing.T) {
-	srv, err := sshdtest.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Close()
-	pool := partners.NewConns(3)
-	hung, good := partnerOn(t, srv, "hung"), partnerOn(t, srv, "good")
-	hung.SFTP.OpTimeout = time.Second
-	fifo := filepath.Join(hung.SFTP.Root, "ready", "stuck.csv")
-	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { // let sshd's stuck sftp-server go
-		if f, err := os.OpenFile(fifo, os.O_WRONLY|syscall.O_NONBLOCK, 0); err == nil {
-			f.Close()
-		}
-	}()
-	hs, err := pool.Dial(context.Background(), hung)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer hs.Close()
-	gs, err := pool.Dial(context.Background(), good)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer gs.Close()
-	waitLogins(t, srv, 1)
-
+	x := newSharing(t, time.Second)
+	srv, pool, hung, good, hs, gs := x.srv, x.pool, x.hung, x.good, x.hs, x.gs
 	done := make(chan error, 1)
 	go func() {
 		_, err := hs.Open(hs.Layout.ReadyDir() + "/stuck.csv")
@@ -263,32 +281,8 @@ func TestASiteThatRefusesAChannelGetsAConnectionOfItsOwn(t *testing.T) {
 // site does not end, makes the connection take no new sessions an op
 // timeout later.
 func TestASessionClosedDuringAHangRetiresItsConnection(t *testing.T) {
-	srv, err := sshdtest.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Close()
-	pool := partners.NewConns(3)
-	hung, good := partnerOn(t, srv, "hung"), partnerOn(t, srv, "good")
-	hung.SFTP.OpTimeout = 2 * time.Second
-	fifo := filepath.Join(hung.SFTP.Root, "ready", "stuck.csv")
-	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		if f, err := os.OpenFile(fifo, os.O_WRONLY|syscall.O_NONBLOCK, 0); err == nil {
-			f.Close()
-		}
-	}()
-	hs, err := pool.Dial(context.Background(), hung)
-	if err != nil {
-		t.Fatal(err)
-	}
-	gs, err := pool.Dial(context.Background(), good)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer gs.Close()
+	x := newSharing(t, 2*time.Second)
+	good, hs, gs := x.good, x.hs, x.gs
 	done := make(chan error, 1)
 	go func() {
 		_, err := hs.Open(hs.Layout.ReadyDir() + "/stuck.csv")
@@ -327,38 +321,13 @@ func TestASessionClosedDuringAHangRetiresItsConnection(t *testing.T) {
 // case where one partner's failure reaches the sessions sharing its
 // connection).
 func TestAStuckWriteEndsWithItsConnection(t *testing.T) {
-	srv, err := sshdtest.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Close()
-	pool := partners.NewConns(3)
-	hung, good := partnerOn(t, srv, "hung"), partnerOn(t, srv, "good")
-	hung.SFTP.OpTimeout = time.Second
-	fifo := filepath.Join(hung.SFTP.Root, "ready", "stuck")
-	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		if f, err := os.OpenFile(fifo, os.O_WRONLY|syscall.O_NONBLOCK, 0); err == nil {
-			f.Close()
-		}
-	}()
-	hs, err := pool.Dial(context.Background(), hung)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer hs.Close()
-	gs, err := pool.Dial(context.Background(), good)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer gs.Close()
+	x := newSharing(t, time.Second)
+	hs, gs := x.hs, x.gs
 	f, err := hs.Create(hs.Layout.ReadyDir() + "/big.part")
 	if err != nil {
 		t.Fatal(err)
 	}
-	go hs.Open(hs.Layout.ReadyDir() + "/stuck") // the sftp-server stops here
+	go hs.Open(hs.Layout.ReadyDir() + "/stuck.csv") // the sftp-server stops here
 	time.Sleep(200 * time.Millisecond)
 	done := make(chan error, 1)
 	go func() {

@@ -13,9 +13,11 @@ import (
 // forever: pkg/sftp's calls take no context and wait for their reply for
 // good when the TCP connection stays open but nothing comes back (a frozen
 // NAT, a stuck sftp-server; keepalives do not help against the latter, as
-// sshd answers them itself). Closing the SSH connection is the one way to
-// end such a call: pkg/sftp's receive loop then fails every request in
-// flight (clientConn.broadcastErr) and refuses new ones (connection lost).
+// sshd answers them itself). Breaking the session's channel readers ends
+// such a call (chanreader.go: closing the SSH channel would not, and the
+// connection may be other partners' too): pkg/sftp's receive loop then
+// fails every request in flight (clientConn.broadcastErr) and refuses new
+// ones. On expiry the watchdog ends its own session (Session.expire).
 //
 // The watchdog sits between pkg/sftp and the SSH channel and reads the
 // SFTP packet framing both ways: every request gets exactly one reply, so
@@ -42,8 +44,8 @@ func (e *TimeoutError) Error() string {
 
 func (e *TimeoutError) Unwrap() []error { return []error{os.ErrDeadlineExceeded, e.Err} }
 
-// watchdog counts unanswered SFTP requests and closes the connection when
-// the site stays silent for timeout while one is pending.
+// watchdog counts unanswered SFTP requests and ends its session when the
+// site stays silent for timeout while one is pending.
 type watchdog struct {
 	timeout time.Duration
 	pending atomic.Int64 // requests sent and not yet answered
@@ -83,8 +85,8 @@ func (w *watchdog) alive() {
 }
 
 // run checks four times per timeout until done; on expiry it calls
-// closeConn once and returns.
-func (w *watchdog) run(done <-chan struct{}, closeConn func()) {
+// expire once and returns.
+func (w *watchdog) run(done <-chan struct{}, expire func()) {
 	t := time.NewTicker(max(w.timeout/4, 10*time.Millisecond))
 	defer t.Stop()
 	for {
@@ -94,7 +96,7 @@ func (w *watchdog) run(done <-chan struct{}, closeConn func()) {
 		case now := <-t.C:
 			if w.due(now) {
 				w.expired.Store(true)
-				closeConn()
+				expire()
 				return
 			}
 		}
