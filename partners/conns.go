@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -119,7 +120,7 @@ func (cs *Conns) dial(ctx context.Context, p *Config) (*Session, error) {
 		if err != nil {
 			return nil, err
 		}
-		s, err := c.session(ctx, p, joined)
+		s, err := c.session(p, joined)
 		if !joined {
 			close(c.started)
 		}
@@ -174,7 +175,7 @@ func (cs *Conns) acquire(ctx context.Context, p *Config, own bool) (c *sshConn, 
 	}
 	if limit > 1 && !own {
 		for _, c := range cs.byKey[key] {
-			if c.users >= limit || c.full || c.retiring.Load() || c.dead() {
+			if c.users >= limit || !c.joinable() {
 				continue
 			}
 			c.users++
@@ -191,7 +192,7 @@ func (cs *Conns) acquire(ctx context.Context, p *Config, own bool) (c *sshConn, 
 				}
 			}
 			cs.mu.Lock()
-			ok := c.err == nil && !c.full && !c.retiring.Load() && !c.dead()
+			ok := c.err == nil && c.joinable()
 			cs.mu.Unlock()
 			if ok {
 				return c, true, nil
@@ -224,17 +225,10 @@ func (cs *Conns) leave(c *sshConn) bool {
 	c.users--
 	last := c.users == 0
 	if last {
-		list := cs.byKey[c.key]
-		for i, o := range list {
-			if o == c {
-				list = append(list[:i:i], list[i+1:]...)
-				break
-			}
-		}
-		if len(list) == 0 {
-			delete(cs.byKey, c.key)
-		} else {
+		if list := slices.DeleteFunc(cs.byKey[c.key], func(o *sshConn) bool { return o == c }); len(list) > 0 {
 			cs.byKey[c.key] = list
+		} else {
+			delete(cs.byKey, c.key)
 		}
 	}
 	cs.mu.Unlock()
@@ -244,10 +238,8 @@ func (cs *Conns) leave(c *sshConn) bool {
 	return last
 }
 
-// setFull takes no new sessions on c, and learns that connections of its
-// key take as many sessions as are up on c: the site refused a channel on
-// it.
-func (c *sshConn) setFull() { c.pool.refused(c) }
+// joinable reports whether c takes new sessions (pool.mu).
+func (c *sshConn) joinable() bool { return !c.full && !c.retiring.Load() && !c.dead() }
 
 // dead reports whether the connection has ended.
 func (c *sshConn) dead() bool {

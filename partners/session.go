@@ -192,7 +192,7 @@ var (
 // takes no new sessions, and it is closed if no other session is on it (a
 // channel open sshd itself does not confirm then ends too; on a shared
 // connection it ends when the connection's keepalive finds sshd hung).
-func (c *sshConn) session(ctx context.Context, p *Config, joined bool) (*Session, error) {
+func (c *sshConn) session(p *Config, joined bool) (*Session, error) {
 	watch := newWatchdog(p.SFTP.OpTimeout)
 	opts := []sftp.ClientOption{
 		sftp.UseConcurrentReads(true),
@@ -211,21 +211,38 @@ func (c *sshConn) session(ctx context.Context, p *Config, joined bool) (*Session
 	if !joined {
 		budget = time.Until(c.deadline)
 	}
-	var late atomic.Bool
-	timer := afterUnlessStopped(budget, func() {
-		late.Store(true)
+	// The callback runs under mu, and the start ends under it too
+	// (finish): a callback under way finishes before the caller leaves the
+	// connection (sole counts this session until then).
+	var (
+		mu         sync.Mutex
+		late, over bool
+	)
+	timer := time.AfterFunc(budget, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if over {
+			return
+		}
+		late = true
 		c.retire()
 		s.abortChannels()
 		if c.sole() {
 			c.client.Close()
 		}
 	})
-	// a callback under way finishes before the caller leaves the
-	// connection (sole counts this session until then)
-	defer timer.stop()
-	// late marks an error of the expired start as a deadline's
+	// finish ends the start's timer and reports whether it fired.
+	finish := func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		over = true
+		timer.Stop()
+		return late
+	}
+	defer finish()
+	// expired marks an error of a start the timer ended as a deadline's
 	expired := func(err error) error {
-		if late.Load() && !errors.Is(err, os.ErrDeadlineExceeded) {
+		if finish() && !errors.Is(err, os.ErrDeadlineExceeded) {
 			return fmt.Errorf("no answer within %s (sftp.dial_timeout): %w: %w", p.SFTP.DialTimeout, os.ErrDeadlineExceeded, err)
 		}
 		return dialDeadline(err, p.SFTP.DialTimeout)
@@ -287,7 +304,7 @@ func (c *sshConn) session(ctx context.Context, p *Config, joined bool) (*Session
 		}
 		return nil, fmt.Errorf("partner %s: start sftp subsystem: %w", p.ID, expired(err))
 	}
-	if !timer.stop() {
+	if finish() {
 		s.abortChannels()
 		return nil, fmt.Errorf("partner %s: start sftp subsystem: %w", p.ID, expired(errors.New("the channels' start ended too late")))
 	}
@@ -297,7 +314,7 @@ func (c *sshConn) session(ctx context.Context, p *Config, joined bool) (*Session
 		// the site refused this session's second channel: its channel
 		// limit is reached, and no session joins the connection again; a
 		// session that joined dials a connection of its own
-		c.setFull()
+		c.pool.refused(c)
 		if joined {
 			s.abortChannels()
 			return nil, fmt.Errorf("partner %s: the site refused a listing channel on a shared connection: %w", p.ID, l.err)
@@ -311,51 +328,6 @@ func (c *sshConn) session(ctx context.Context, p *Config, joined bool) (*Session
 	go s.listWatch.run(s.done, s.expire)
 	go s.rangeWatch.run(s.done, s.expire)
 	return s, nil
-}
-
-// stoppable is a timer whose stop tells whether it stopped the function
-// before it ran, and otherwise waits until the function has finished.
-type stoppable struct {
-	mu       sync.Mutex
-	t        *time.Timer
-	state    int // 0 pending, 1 stopped, 2 fired
-	finished chan struct{}
-}
-
-func afterUnlessStopped(d time.Duration, f func()) *stoppable {
-	st := &stoppable{finished: make(chan struct{})}
-	st.t = time.AfterFunc(d, func() {
-		st.mu.Lock()
-		if st.state != 0 {
-			st.mu.Unlock()
-			return
-		}
-		st.state = 2
-		st.mu.Unlock()
-		defer close(st.finished)
-		f()
-	})
-	return st
-}
-
-// stop reports true when the function will not run (it had not run yet,
-// or an earlier stop stopped it); false once it has run, after it
-// finished.
-func (st *stoppable) stop() bool {
-	st.mu.Lock()
-	switch st.state {
-	case 0:
-		st.state = 1
-		st.mu.Unlock()
-		st.t.Stop()
-		return true
-	case 1:
-		st.mu.Unlock()
-		return true
-	}
-	st.mu.Unlock()
-	<-st.finished
-	return false
 }
 
 // dialDeadline marks an error of the dial's deadline as one, whatever
@@ -517,7 +489,7 @@ func (s *Session) Ranges() *sftp.Client {
 		if err != nil {
 			var refused *ssh.OpenChannelError
 			if errors.As(err, &refused) && !s.Stale() {
-				s.conn.setFull() // the site's channel limit is reached
+				s.conn.pool.refused(s.conn) // the site's channel limit is reached
 			}
 			s.noRanges = true
 			return nil
