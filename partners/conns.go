@@ -68,16 +68,15 @@ type sshConn struct {
 	pool *Conns
 	key  string
 
-	ready    chan struct{} // closed once dialled; err says how
-	started  chan struct{} // closed once the dialler's own session is up, or failed
-	err      error
-	client   *ssh.Client
-	raw      net.Conn
-	version  string       // the server's version string
-	deadline time.Time    // the dial's: the first session's channels are up by then
-	upOnce   sync.Once    // the first session's channels are up
-	rtt      atomic.Int64 // ns, as the first session's Prepare measured it
-	heard    atomic.Int64 // unix ns of the last reply byte on any channel
+	ready   chan struct{} // closed once dialled; err says how
+	started chan struct{} // closed once the dialler's own session is up, or failed
+	err     error
+	client  *ssh.Client
+	raw     net.Conn
+	version string       // the server's version string
+	upOnce  sync.Once    // the first session's channels are up
+	rtt     atomic.Int64 // ns, as the first session's Prepare measured it
+	heard   atomic.Int64 // unix ns of the last reply byte on any channel
 
 	users    int         // sessions on it or joining it (pool.mu)
 	up       int         // sessions on it with their channels started (pool.mu)
@@ -114,13 +113,19 @@ func (cs *Conns) Dial(ctx context.Context, p *Config) (*Session, error) {
 }
 
 func (cs *Conns) dial(ctx context.Context, p *Config) (*Session, error) {
+	// One deadline for the whole dial: a joiner's wait for the
+	// connection's first session, a dial of its own after a refusal and
+	// the channels' start all fit in sftp.dial_timeout.
+	deadline := time.Now().Add(p.SFTP.DialTimeout)
+	ctx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
 	own := false
 	for {
 		c, joined, err := cs.acquire(ctx, p, own)
 		if err != nil {
 			return nil, err
 		}
-		s, err := c.session(p, joined)
+		s, err := c.session(p, joined, deadline)
 		if !joined {
 			close(c.started)
 		}
@@ -188,7 +193,7 @@ func (cs *Conns) acquire(ctx context.Context, p *Config, own bool) (c *sshConn, 
 				case <-ch:
 				case <-ctx.Done():
 					cs.leave(c)
-					return nil, false, ctx.Err()
+					return nil, false, dialDeadline(ctx.Err(), p.SFTP.DialTimeout)
 				}
 			}
 			cs.mu.Lock()
@@ -310,7 +315,7 @@ func (c *sshConn) dial(ctx context.Context, p *Config) error {
 	// (sshConn.session): a deadline on the connection would cut the other
 	// sessions' transfers on it
 	_ = conn.SetDeadline(time.Time{})
-	c.client, c.raw, c.version, c.deadline = ssh.NewClient(sc, chans, reqs), conn, string(sc.ServerVersion()), deadline
+	c.client, c.raw, c.version = ssh.NewClient(sc, chans, reqs), conn, string(sc.ServerVersion())
 	c.pool.dials.Add(1)
 	c.pool.open.Add(1)
 	go func() {

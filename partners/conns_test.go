@@ -13,7 +13,10 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/crypto/ssh/knownhosts"
+
 	"github.com/partner-intake/partner-intake/internal/sshdtest"
+	"github.com/partner-intake/partner-intake/internal/testenv"
 	"github.com/partner-intake/partner-intake/partners"
 )
 
@@ -352,5 +355,54 @@ func TestAStuckWriteEndsWithItsConnection(t *testing.T) {
 	}
 	if !gs.Stale() {
 		t.Fatal("the good partner's session does not know its connection ended")
+	}
+}
+
+// A dial that joins a connection still being made ends within its own
+// sftp.dial_timeout, its wait for that connection included: against a
+// site that accepts the TCP connection and never answers, a partner that
+// joins another's dial half-way fails when its own dial timeout is up,
+// not when the first dial's has passed and a dial of its own after that
+// (one and a half timeouts).
+func TestAJoinerDialEndsWithinItsDialTimeout(t *testing.T) {
+	srv, err := sshdtest.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Close() })
+	proxy := testenv.NewProxy(t, srv.Addr)
+	proxy.Freeze()
+	kh := filepath.Join(t.TempDir(), "known_hosts")
+	if err := os.WriteFile(kh, []byte(knownhosts.Line([]string{proxy.Addr()}, srv.HostKey)+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	const timeout = 3 * time.Second
+	first, joiner := partnerOn(t, srv, "first"), partnerOn(t, srv, "joiner")
+	for _, p := range []*partners.Config{first, joiner} {
+		p.SFTP.Address, p.SFTP.KnownHostsFile, p.SFTP.DialTimeout = proxy.Addr(), kh, timeout
+	}
+	pool := partners.NewConns(3)
+	firstErr := make(chan error, 1)
+	go func() {
+		_, err := pool.Dial(context.Background(), first)
+		firstErr <- err
+	}()
+	time.Sleep(timeout / 2) // the first dial is under way: the joiner waits for it
+	start := time.Now()
+	_, err = pool.Dial(context.Background(), joiner)
+	took := time.Since(start)
+	if err == nil || !errors.Is(err, os.ErrDeadlineExceeded) || !strings.Contains(err.Error(), "sftp.dial_timeout") {
+		t.Fatalf("the joiner's dial to a site that never answers: %v, want a dial_timeout deadline error", err)
+	}
+	// within its own timeout, with room for a slow machine: without the
+	// bound it takes half a timeout more
+	if took > timeout+timeout/4 {
+		t.Fatalf("the joiner's dial took %s, over its dial_timeout %s", took.Round(time.Millisecond), timeout)
+	}
+	if err := <-firstErr; err == nil {
+		t.Fatal("the first dial to a site that never answers succeeded")
+	}
+	if n := pool.Logins(); n != 0 {
+		t.Fatalf("%d logins counted against a site that never answered", n)
 	}
 }

@@ -185,14 +185,15 @@ var (
 )
 
 // session opens the partner's channels on c and returns its session.
-// Their start is bounded: the first session of a connection has what is
-// left of the dial's timeout, a session joining one has dial_timeout. On
+// Their start is bounded by deadline, the dial's: what is left of
+// dial_timeout after the login, or for a session joining a connection,
+// after its wait for the connection's first session. On
 // expiry the session's channels are broken (a version exchange waiting
 // for an sftp-server that does not start ends at once), the connection
 // takes no new sessions, and it is closed if no other session is on it (a
 // channel open sshd itself does not confirm then ends too; on a shared
 // connection it ends when the connection's keepalive finds sshd hung).
-func (c *sshConn) session(p *Config, joined bool) (*Session, error) {
+func (c *sshConn) session(p *Config, joined bool, deadline time.Time) (*Session, error) {
 	watch := newWatchdog(p.SFTP.OpTimeout)
 	opts := []sftp.ClientOption{
 		sftp.UseConcurrentReads(true),
@@ -207,10 +208,7 @@ func (c *sshConn) session(p *Config, joined bool) (*Session, error) {
 	for _, w := range []*watchdog{s.watch, s.listWatch, s.rangeWatch} {
 		w.conn = &c.heard
 	}
-	budget := p.SFTP.DialTimeout
-	if !joined {
-		budget = time.Until(c.deadline)
-	}
+	budget := time.Until(deadline)
 	// The callback runs under mu, and the start ends under it too
 	// (finish): a callback under way finishes before the caller leaves the
 	// connection (sole counts this session until then).
