@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"path"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -271,13 +273,26 @@ func (r *fileRun) fetchSame(ctx context.Context, sha string) (spool.Entry, bool,
 }
 
 // openClaimed opens processing/<worker>/<name> for a download: the file,
-// its size, the partner's size limit and the source that streams it.
+// its size, the partner's size limit and the source that streams it. The
+// OPEN and a STAT of the path go out together (the file at that path is
+// the one this worker renamed there: its STAT is the handle's FSTAT one
+// round trip sooner). A file listed large from a far site also opens on
+// the session's second channel, started when the listing showed it
+// (startRanges), and is read on both, the main channel's readers from the
+// first byte on, the second's as soon as it has the file open
+// (twoChannels): the download never waits for the second channel's start
+// (docs/performance.md, item 51).
 func (r *fileRun) openClaimed() (*sftp.File, int64, int64, spool.Source, error) {
-	// A file listed large from a far site opens on the second channel
-	// (its start too, once per session) beside the main OPEN and FSTAT:
-	// their round trips overlap (docs/performance.md, item 44).
 	second := r.openSecond(r.in.ListedSize)
+	var st os.FileInfo
+	var serr error
+	stated := make(chan struct{})
+	go func() {
+		defer close(stated)
+		st, serr = r.sess.Stat(r.in.ClaimedPath)
+	}()
 	f, err := r.sess.Open(r.in.ClaimedPath)
+	<-stated
 	if partners.IsNotExist(err) {
 		closeUnused(second)
 		return nil, 0, 0, nil, ErrRemoteLost
@@ -286,11 +301,10 @@ func (r *fileRun) openClaimed() (*sftp.File, int64, int64, spool.Source, error) 
 		closeUnused(second)
 		return nil, 0, 0, nil, fmt.Errorf("open %s: %w", r.in.ClaimedPath, err)
 	}
-	st, err := f.Stat()
-	if err != nil {
+	if serr != nil {
 		closeUnused(second)
 		f.Close()
-		return nil, 0, 0, nil, fmt.Errorf("stat %s: %w", r.in.ClaimedPath, err)
+		return nil, 0, 0, nil, fmt.Errorf("stat %s: %w", r.in.ClaimedPath, serr)
 	}
 	max := r.p.cfg.Limits.MaxFileBytes
 	if r.in.Override == OverrideSize {
@@ -309,12 +323,16 @@ func (r *fileRun) openClaimed() (*sftp.File, int64, int64, spool.Source, error) 
 		if second == nil {
 			second = r.openSecond(st.Size())
 		}
-		if f2, err := second.wait(); err == nil {
-			src = twoChannels(r.sess.Deadline, f, f2, st.Size())
-			second = nil
-		} else {
-			r.log.Debug("the second channel could not open the file; it is read on one", "err", err)
-		}
+		log, sec := r.log, second
+		src = twoChannels(r.sess.Deadline, f, func() (rangeFile, error) {
+			f2, err := sec.wait()
+			if err != nil {
+				log.Debug("the second channel could not open the file; it is read on one", "err", err)
+				return nil, err
+			}
+			return f2, nil
+		}, st.Size())
+		second = nil
 	}
 	closeUnused(second)
 	if fault.Enabled() {
@@ -328,7 +346,7 @@ func (r *fileRun) openClaimed() (*sftp.File, int64, int64, spool.Source, error) 
 // (Session.Ranges) in the background when a file of size is read over two
 // channels (twoChannelBytes, twoChannelRTT); else it returns nil.
 func (r *fileRun) openSecond(size int64) *background[*sftp.File] {
-	if size < twoChannelBytes || r.sess.RTT() < twoChannelRTT {
+	if !readOnTwo(r.sess, size) {
 		return nil
 	}
 	return inBackground(func() (*sftp.File, error) {
@@ -338,6 +356,26 @@ func (r *fileRun) openSecond(size int64) *background[*sftp.File] {
 		}
 		return c.Open(r.in.ClaimedPath)
 	})
+}
+
+// readOnTwo reports whether a file of size from sess's site is read over
+// two channels.
+func readOnTwo(sess *partners.Session, size int64) bool {
+	return size >= twoChannelBytes && sess.RTT() >= twoChannelRTT
+}
+
+// startRanges starts the session's second channel (Session.Ranges) in the
+// background when the listing shows a file that is read over two: its
+// channel open, subsystem and version exchange (three round trips) then
+// overlap the claim rather than follow it. A channel started for a file
+// this poll does not claim serves the session's next large file.
+func startRanges(sess *partners.Session, cands []candidate) {
+	for _, c := range cands {
+		if readOnTwo(sess, c.Size) {
+			go sess.Ranges()
+			return
+		}
+	}
 }
 
 // closeUnused closes the file the second channel opened, if any: it was
@@ -435,11 +473,12 @@ var twoChannelBytes int64 = 16 << 20
 // docs/performance.md, item 41).
 var twoChannelRTT = 5 * time.Millisecond
 
-// twoChannelReads counts the downloads read over two channels (tests).
+// twoChannelReads counts the downloads whose second channel opened the
+// file and joined the read (tests).
 var twoChannelReads atomic.Int64
 
 // rangeBytes is one range of a two-channel read. Four readers, two per
-// channel, each read one range at a time into a buffer of their own (4
+// channel, each read one range at a time into one of four buffers (4
 // MiB in all): with two ranges (2 MiB, the channel's window) asked per
 // channel, each channel keeps its window full while a reader waits for
 // its next range's first reply. Ranges of 2 MiB cost 16 MiB more peak
@@ -449,18 +488,27 @@ const (
 	rangeReaders = 4
 )
 
-// twoChannels streams a file read as ranges over two handles of it, one
-// on each channel: range i by reader i%4 on channel i%2, the readers
-// reading ahead while the writer takes the ranges in order, so the bytes
-// reach w (the spool: hash, file and row scan in one pass) in file
-// order, never more than four ranges ahead of it. After the last range a
-// READ at size must find the end: a file that grew shows as longer (one
-// byte more), as readSmall's does. f2 is closed when it returns.
-func twoChannels(deadline func(error) error, f1, f2 *sftp.File, size int64) spool.Source {
+// rangeFile is what twoChannels reads: a file open on one channel.
+type rangeFile interface {
+	ReadAt(p []byte, off int64) (int, error)
+	Close() error
+}
+
+// twoChannels streams a file of size read as ranges, over f1, open on the
+// session's main channel, and the file second opens on its second
+// channel, into w in file order. Half the readers read on f1 from the
+// start; the other half join on the second channel's file once second
+// returns it (it blocks until then), and when it cannot open one, f1's
+// readers read every range. Each reader takes a free buffer, then the
+// next range no one has taken, so whichever channel is free reads it; the
+// writer takes the ranges in order and gives their buffers back, so the
+// readers are never more than rangeReaders ranges ahead of it. After the
+// last range a READ at size must find the end: a file that grew shows as
+// longer (one byte more), as readSmall's does. The second channel's file
+// is closed once its readers are done.
+func twoChannels(deadline func(error) error, f1 rangeFile, second func() (rangeFile, error), size int64) spool.Source {
 	return func(w io.Writer) (int64, error) {
-		defer f2.Close()
-		twoChannelReads.Add(1)
-		n := int((size + rangeBytes - 1) / rangeBytes)
+		n := int64((size + rangeBytes - 1) / rangeBytes)
 		type piece struct {
 			buf []byte
 			err error
@@ -471,40 +519,63 @@ func twoChannels(deadline func(error) error, f1, f2 *sftp.File, size int64) spoo
 		}
 		stop := make(chan struct{})
 		defer close(stop)
-		// each reader's buffer, back from the writer once written
-		var free [rangeReaders]chan []byte
-		for g := range free {
-			free[g] = make(chan []byte, 1)
-			free[g] <- make([]byte, rangeBytes)
+		free := make(chan []byte, rangeReaders)
+		for range rangeReaders {
+			free <- make([]byte, rangeBytes)
 		}
-		for g := 0; g < rangeReaders; g++ {
-			f := []*sftp.File{f1, f2}[g%2]
-			go func() {
-				for i := g; i < n; i += rangeReaders {
-					var buf []byte
-					select {
-					case buf = <-free[g]:
-					case <-stop:
-						return
-					}
-					off := int64(i) * rangeBytes
-					want := min(int64(rangeBytes), size-off)
-					m, err := f.ReadAt(buf[:want], off)
-					if err == io.EOF && int64(m) == want {
-						err = nil
-					}
-					if err == nil && int64(m) != want {
-						err = io.ErrUnexpectedEOF // shrank since the stat
-					}
-					out[i] <- piece{buf: buf[:m], err: err}
-					if err != nil {
-						return
-					}
+		var next atomic.Int64 // the next range to take
+		read := func(f rangeFile) {
+			for {
+				select {
+				case <-stop: // the download ended: no range is read for nothing
+					return
+				default:
 				}
-			}()
+				var buf []byte
+				select {
+				case buf = <-free:
+				case <-stop:
+					return
+				}
+				i := next.Add(1) - 1
+				if i >= n {
+					free <- buf
+					return
+				}
+				off := i * rangeBytes
+				want := min(int64(rangeBytes), size-off)
+				m, err := f.ReadAt(buf[:want], off)
+				if err == io.EOF && int64(m) == want {
+					err = nil
+				}
+				if err == nil && int64(m) != want {
+					err = io.ErrUnexpectedEOF // shrank since the stat
+				}
+				out[i] <- piece{buf: buf[:m], err: err}
+				if err != nil {
+					return
+				}
+			}
 		}
+		var readers sync.WaitGroup
+		for range rangeReaders / 2 {
+			readers.Go(func() { read(f1) })
+		}
+		go func() {
+			f2, err := second()
+			if err != nil {
+				return
+			}
+			twoChannelReads.Add(1)
+			defer f2.Close()
+			var more sync.WaitGroup
+			for range rangeReaders - rangeReaders/2 {
+				more.Go(func() { read(f2) })
+			}
+			more.Wait()
+		}()
 		var total int64
-		for i := 0; i < n; i++ {
+		for i := range n {
 			p := <-out[i]
 			if p.err != nil {
 				return total, fmt.Errorf("read range %d: %w", i, deadline(p.err))
@@ -514,8 +585,9 @@ func twoChannels(deadline func(error) error, f1, f2 *sftp.File, size int64) spoo
 			if err != nil {
 				return total, err
 			}
-			free[i%rangeReaders] <- p.buf[:cap(p.buf)]
+			free <- p.buf[:cap(p.buf)]
 		}
+		readers.Wait()   // f1 is read once more below, and closed by the caller
 		var past [1]byte // the end, where the stat put it
 		m, err := f1.ReadAt(past[:], size)
 		if m > 0 {

@@ -2,12 +2,15 @@ package intake
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/pkg/sftp"
 )
@@ -148,7 +151,7 @@ func TestTwoChannelsStreamsTheRangesInOrder(t *testing.T) {
 				t.Fatal(err)
 			}
 			var got bytes.Buffer
-			n, err := twoChannels(func(err error) error { return err }, f1, f2, size)(&got)
+			n, err := twoChannels(func(err error) error { return err }, f1, func() (rangeFile, error) { return f2, nil }, size)(&got)
 			f1.Close()
 			if tc.want < 0 {
 				if err == nil {
@@ -159,6 +162,113 @@ func TestTwoChannelsStreamsTheRangesInOrder(t *testing.T) {
 			if err != nil || n != tc.want || !bytes.Equal(got.Bytes(), tc.onDisk[:tc.want]) {
 				t.Fatalf("%s, %d bytes: handed on %d bytes (%v), want the first %d in order", tc.name, size, n, err, tc.want)
 			}
+		}
+	}
+}
+
+// memFile is a rangeFile over bytes that counts its reads, waits before
+// each (slow), and records its close.
+type memFile struct {
+	data   []byte
+	slow   time.Duration
+	reads  atomic.Int64
+	closed atomic.Bool
+}
+
+func (f *memFile) ReadAt(p []byte, off int64) (int, error) {
+	time.Sleep(f.slow)
+	f.reads.Add(1)
+	if off >= int64(len(f.data)) {
+		return 0, io.EOF
+	}
+	n := copy(p, f.data[off:])
+	if n < len(p) {
+		return n, io.EOF
+	}
+	return n, nil
+}
+
+func (f *memFile) Close() error { f.closed.Store(true); return nil }
+
+// A download read over two channels never waits for the second one: the
+// main channel's readers read from the first byte, the second channel's
+// join when it has the file open, and when it never opens it (a site
+// that does not answer on it, or refuses it) the main channel reads every
+// range. Whichever way, the bytes reach the writer whole and in order,
+// and the second channel's file is closed.
+func TestTwoChannelsNeverWaitForTheSecond(t *testing.T) {
+	const size = 12*rangeBytes + 5
+	data := make([]byte, size)
+	for i := range data {
+		data[i] = byte(i*7 + i/rangeBytes)
+	}
+	check := func(name string, n int64, err error, got *bytes.Buffer) {
+		t.Helper()
+		if err != nil || n != size || !bytes.Equal(got.Bytes(), data) {
+			t.Fatalf("%s: handed on %d bytes (%v), want %d in order", name, n, err, size)
+		}
+	}
+	same := func(err error) error { return err }
+
+	// the second channel never answers until the download is over
+	f1 := &memFile{data: data}
+	never := make(chan struct{})
+	late := &memFile{data: data}
+	var got bytes.Buffer
+	n, err := twoChannels(same, f1, func() (rangeFile, error) { <-never; return late, nil }, size)(&got)
+	check("second channel silent", n, err, &got)
+	close(never)
+	waitFor(t, "the late second channel's file closed", late.closed.Load)
+	if r := late.reads.Load(); r != 0 {
+		t.Fatalf("the second channel, open after the download ended, read %d ranges", r)
+	}
+
+	// the second channel refused
+	f1 = &memFile{data: data}
+	got.Reset()
+	n, err = twoChannels(same, f1, func() (rangeFile, error) { return nil, errors.New("refused") }, size)(&got)
+	check("second channel refused", n, err, &got)
+	if r := f1.reads.Load(); r != 14 { // 13 ranges, then the READ at the end
+		t.Fatalf("the main channel read %d times, want all 13 ranges and the end (14)", r)
+	}
+
+	// the second channel joins after the first two ranges were written:
+	// it reads ranges too (the main channel is the slower)
+	f1 = &memFile{data: data, slow: 20 * time.Millisecond}
+	f2 := &memFile{data: data}
+	open := make(chan struct{})
+	got.Reset()
+	w := &gateWriter{w: &got, after: 2 * rangeBytes, open: open}
+	n, err = twoChannels(same, f1, func() (rangeFile, error) { <-open; return f2, nil }, size)(w)
+	check("second channel joins", n, err, &got)
+	if f1.reads.Load() < 2 || f2.reads.Load() < 1 {
+		t.Fatalf("reads: main channel %d, second %d; want both to read ranges", f1.reads.Load(), f2.reads.Load())
+	}
+	waitFor(t, "the second channel's file closed", f2.closed.Load)
+}
+
+// gateWriter writes to w, and once after bytes were written opens open.
+type gateWriter struct {
+	w     io.Writer
+	after int
+	n     int
+	open  chan struct{}
+}
+
+func (g *gateWriter) Write(p []byte) (int, error) {
+	g.n += len(p)
+	if g.n >= g.after && g.open != nil {
+		close(g.open)
+		g.open = nil
+	}
+	return g.w.Write(p)
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); !cond(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within 5s", what)
 		}
 	}
 }

@@ -173,6 +173,9 @@ func (d *Daemon) claimReady(ctx context.Context, p *partnerRT, sess *partners.Se
 	}
 	cands, hostile, beyond := l.cands, l.hostile, l.beyond
 	d.log.Debug("ready listed", "partner", p.cfg.ID, "candidates", len(cands), "hostile", len(hostile), "beyond", beyond, "waited_seconds", time.Since(start).Seconds())
+	if !p.cfg.Records() {
+		startRanges(sess, cands)
+	}
 	// Hostile entries (at most hostileBudget, the oldest) go to quarantine
 	// first; each counts against max_files_per_poll like a claim.
 	handled := 0
