@@ -207,11 +207,11 @@ func (f *faultWriter) Write(p []byte) (int, error) {
 var scanCheckBytes int64 = 4 << 20
 
 func (r *fileRun) fetch(ctx context.Context, withScan bool) (spool.Entry, error) {
-	f, size, max, src, err := r.openClaimed()
+	release, size, max, src, err := r.openClaimed()
 	if err != nil {
 		return spool.Entry{}, err
 	}
-	defer f.Close()
+	defer release()
 	var opts []spool.PutOption
 	var pre *preScan
 	r.dropAhead() // an earlier download's
@@ -260,11 +260,11 @@ func (r *fileRun) fetch(ctx context.Context, withScan bool) (spool.Entry, error)
 // fetchSame reads the claimed file through the hash alone and reports
 // whether it is the spooled file sha (see download).
 func (r *fileRun) fetchSame(ctx context.Context, sha string) (spool.Entry, bool, error) {
-	f, size, max, src, err := r.openClaimed()
+	release, size, max, src, err := r.openClaimed()
 	if err != nil {
 		return spool.Entry{}, false, err
 	}
-	defer f.Close()
+	defer release()
 	e, same, err := r.d.spool.Same(r.in.Partner, sha, size, max, src)
 	if err == nil {
 		r.d.metrics.bytesDownloaded.WithLabelValues(r.in.Partner).Add(float64(e.Size))
@@ -272,17 +272,21 @@ func (r *fileRun) fetchSame(ctx context.Context, sha string) (spool.Entry, bool,
 	return e, same, err
 }
 
-// openClaimed opens processing/<worker>/<name> for a download: the file,
-// its size, the partner's size limit and the source that streams it. The
-// OPEN and a STAT of the path go out together (the file at that path is
-// the one this worker renamed there: its STAT is the handle's FSTAT one
-// round trip sooner). A file listed large from a far site also opens on
-// the session's second channel, started when the listing showed it
-// (startRanges), and is read on both, the main channel's readers from the
-// first byte on, the second's as soon as it has the file open
-// (twoChannels): the download never waits for the second channel's start
-// (docs/performance.md, item 51).
-func (r *fileRun) openClaimed() (*sftp.File, int64, int64, spool.Source, error) {
+// openClaimed opens the claimed file for a download: it returns the
+// size, the partner's size limit, the source that streams the file and
+// release, which the caller defers (it closes what was opened). The OPEN
+// and a STAT of the claimed path go out together, one round trip where
+// the OPEN and then the handle's FSTAT took two: both name the same path
+// at the same moment on the site (OpenSSH answers them in order), and a
+// file changed on the site meanwhile shows as bytes other than the
+// STAT's, which the download's checks refuse. A large file from a far
+// site is read over two channels: the session's second channel, started
+// beside the claim (startRanges), opens it too, and its readers join the
+// main channel's, which read from the first byte (twoChannels): the
+// download never waits for the second channel (docs/performance.md, item
+// 51). What is given up on the way (an error, a file read on one
+// channel) closes the second channel's file in the background.
+func (r *fileRun) openClaimed() (release func(), size, max int64, src spool.Source, err error) {
 	second := r.openSecond(r.in.ListedSize)
 	var st os.FileInfo
 	var serr error
@@ -293,38 +297,47 @@ func (r *fileRun) openClaimed() (*sftp.File, int64, int64, spool.Source, error) 
 	}()
 	f, err := r.sess.Open(r.in.ClaimedPath)
 	<-stated
-	if partners.IsNotExist(err) {
-		closeUnused(second)
-		return nil, 0, 0, nil, ErrRemoteLost
+	fail := func(err error) (func(), int64, int64, spool.Source, error) {
+		go closeUnused(second)
+		if f != nil {
+			f.Close()
+		}
+		return nil, 0, 0, nil, err
 	}
-	if err != nil {
-		closeUnused(second)
-		return nil, 0, 0, nil, fmt.Errorf("open %s: %w", r.in.ClaimedPath, err)
+	switch {
+	case partners.IsNotExist(err):
+		return fail(ErrRemoteLost)
+	case err != nil:
+		return fail(fmt.Errorf("open %s: %w", r.in.ClaimedPath, err))
+	case serr != nil:
+		return fail(fmt.Errorf("stat %s: %w", r.in.ClaimedPath, serr))
 	}
-	if serr != nil {
-		closeUnused(second)
-		f.Close()
-		return nil, 0, 0, nil, fmt.Errorf("stat %s: %w", r.in.ClaimedPath, serr)
-	}
-	max := r.p.cfg.Limits.MaxFileBytes
+	max = r.p.cfg.Limits.MaxFileBytes
 	if r.in.Override == OverrideSize {
 		max = 1 << 62 // released by ops despite the limit
 	}
 	if st.Size() > max {
-		closeUnused(second)
-		f.Close()
-		return nil, 0, 0, nil, spool.ErrTooLarge
+		return fail(spool.ErrTooLarge)
 	}
-	var src spool.Source = f.WriteTo
+	src = f.WriteTo
 	if st.Mode().IsRegular() && st.Size() < smallFileBytes {
 		src = readSmall(f, st.Size())
 	}
-	if st.Mode().IsRegular() && st.Size() >= twoChannelBytes && r.sess.RTT() >= twoChannelRTT {
+	if st.Mode().IsRegular() && readOnTwo(r.sess, st.Size()) {
 		if second == nil {
 			second = r.openSecond(st.Size())
 		}
+	} else if second != nil {
+		go closeUnused(second) // listed large, smaller now: one channel
+		second = nil
+	}
+	release = func() { f.Close() }
+	if second != nil {
+		// the source closes the second channel's file once its readers
+		// are done; a source never run leaves it to release
+		var ran atomic.Bool
 		log, sec := r.log, second
-		src = twoChannels(r.sess.Deadline, f, func() (rangeFile, error) {
+		two := twoChannels(r.sess.Deadline, f, func() (rangeFile, error) {
 			f2, err := sec.wait()
 			if err != nil {
 				log.Debug("the second channel could not open the file; it is read on one", "err", err)
@@ -332,19 +345,27 @@ func (r *fileRun) openClaimed() (*sftp.File, int64, int64, spool.Source, error) 
 			}
 			return f2, nil
 		}, st.Size())
-		second = nil
+		src = func(w io.Writer) (int64, error) {
+			ran.Store(true)
+			return two(w)
+		}
+		release = func() {
+			f.Close()
+			if !ran.Load() {
+				go closeUnused(sec)
+			}
+		}
 	}
-	closeUnused(second)
 	if fault.Enabled() {
 		inner := src
 		src = func(w io.Writer) (int64, error) { return inner(&faultWriter{w: w}) }
 	}
-	return f, st.Size(), max, src, nil
+	return release, st.Size(), max, src, nil
 }
 
 // openSecond opens the claimed file on the session's second channel
 // (Session.Ranges) in the background when a file of size is read over two
-// channels (twoChannelBytes, twoChannelRTT); else it returns nil.
+// channels (readOnTwo); else it returns nil.
 func (r *fileRun) openSecond(size int64) *background[*sftp.File] {
 	if !readOnTwo(r.sess, size) {
 		return nil
@@ -359,22 +380,22 @@ func (r *fileRun) openSecond(size int64) *background[*sftp.File] {
 }
 
 // readOnTwo reports whether a file of size from sess's site is read over
-// two channels.
+// two channels: large (twoChannelBytes), far (twoChannelRTT), and the
+// site has not refused the second channel (a site that did is read with
+// pkg/sftp's WriteTo on one, as a near one).
 func readOnTwo(sess *partners.Session, size int64) bool {
-	return size >= twoChannelBytes && sess.RTT() >= twoChannelRTT
+	return size >= twoChannelBytes && sess.RTT() >= twoChannelRTT && !sess.RangesRefused()
 }
 
 // startRanges starts the session's second channel (Session.Ranges) in the
-// background when the listing shows a file that is read over two: its
-// channel open, subsystem and version exchange (three round trips) then
-// overlap the claim rather than follow it. A channel started for a file
-// this poll does not claim serves the session's next large file.
-func startRanges(sess *partners.Session, cands []candidate) {
-	for _, c := range cands {
-		if readOnTwo(sess, c.Size) {
-			go sess.Ranges()
-			return
-		}
+// background when a file of size is about to be claimed and is read over
+// two (readOnTwo): the channel's open, subsystem and version exchange
+// (three round trips) then overlap the claim instead of following it.
+// When the claim is lost, the channel stays for the session's next large
+// file, as it does after a download.
+func startRanges(sess *partners.Session, size int64) {
+	if readOnTwo(sess, size) {
+		go sess.Ranges()
 	}
 }
 
@@ -459,10 +480,10 @@ func (r *fileRun) fileFailure(ctx context.Context, fe *rows.FileError) error {
 }
 
 // twoChannelBytes: a file of this size or more is read over two SFTP
-// channels of the session (partners.Session.Ranges), alternate ranges on
-// each: every channel has its own 2 MiB SSH window, so at 50 ms two
-// carry twice what one does. Below it the second channel's round trips
-// (its OPEN; once per session its start) cost more than they save.
+// channels of the session (partners.Session.Ranges), its ranges on
+// whichever is free: every channel has its own 2 MiB SSH window, so at 50
+// ms two carry twice what one does. Below it a second sftp-server on the
+// site and its OPEN are not worth what they save.
 var twoChannelBytes int64 = 16 << 20
 
 // twoChannelRTT: only a site at least this far away (Session.RTT) is
@@ -481,8 +502,10 @@ var twoChannelReads atomic.Int64
 // channel, each read one range at a time into one of four buffers (4
 // MiB in all): with two ranges (2 MiB, the channel's window) asked per
 // channel, each channel keeps its window full while a reader waits for
-// its next range's first reply. Ranges of 2 MiB cost 16 MiB more peak
-// RSS than one channel at 1M rows (63.8 against 47.2 MiB).
+// its next range's first reply. (Ranges of 2 MiB, item 41's first
+// version, cost 16 MiB more peak RSS than one channel at 1M rows.) Six
+// readers and eight buffers made the download at 50 ms faster and the
+// file not (item 51): PostgreSQL's COPY ends the span.
 const (
 	rangeBytes   = 1 << 20
 	rangeReaders = 4
@@ -587,7 +610,7 @@ func twoChannels(deadline func(error) error, f1 rangeFile, second func() (rangeF
 			}
 			free <- p.buf[:cap(p.buf)]
 		}
-		readers.Wait()   // f1 is read once more below, and closed by the caller
+		readers.Wait()   // every range handed on: f1's readers are done before its READ at the end
 		var past [1]byte // the end, where the stat put it
 		m, err := f1.ReadAt(past[:], size)
 		if m > 0 {

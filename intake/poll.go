@@ -173,9 +173,6 @@ func (d *Daemon) claimReady(ctx context.Context, p *partnerRT, sess *partners.Se
 	}
 	cands, hostile, beyond := l.cands, l.hostile, l.beyond
 	d.log.Debug("ready listed", "partner", p.cfg.ID, "candidates", len(cands), "hostile", len(hostile), "beyond", beyond, "waited_seconds", time.Since(start).Seconds())
-	if !p.cfg.Records() {
-		startRanges(sess, cands)
-	}
 	// Hostile entries (at most hostileBudget, the oldest) go to quarantine
 	// first; each counts against max_files_per_poll like a claim.
 	handled := 0
@@ -292,6 +289,9 @@ func (c *claimLoop) claimAt(ctx context.Context, cands []candidate, sl *slots) (
 			}
 		}
 		return walked, work, cerr
+	}
+	if !p.cfg.Records() && cands[0].Size <= p.cfg.Limits.MaxFileBytes {
+		startRanges(sess, cands[0].Size) // beside the claim (download.go)
 	}
 	if c.nextID == 0 {
 		if c.nextID, err = d.ledger.NextIntakeID(ctx); err != nil {

@@ -102,30 +102,57 @@ func connKey(p *Config) string {
 // is then made again with the main channel alone, and the site's later
 // dials (this process) open the main channel alone too; its listings go
 // through pkg/sftp.
+//
+// The whole dial has one deadline, sftp.dial_timeout from now (or the
+// caller's, if sooner): a joiner's wait for the connection's first
+// session, a dial of its own after a refusal or a failed first dial, the
+// fallback above and the channels' start all fit in it. A session's
+// channels are not started with less than a quarter of it left (a
+// joiner that waited that long fails with a deadline error instead): the
+// start's timer retires the connection it fires on, which must mean the
+// site did not start them, not that the wait took the time.
 func (cs *Conns) Dial(ctx context.Context, p *Config) (*Session, error) {
-	s, err := cs.dial(ctx, p)
+	dl := dialBudget{deadline: time.Now().Add(p.SFTP.DialTimeout), timeout: p.SFTP.DialTimeout}
+	if d, ok := ctx.Deadline(); ok && d.Before(dl.deadline) {
+		dl.deadline = d
+	}
+	dl.floor = time.Until(dl.deadline) / 4
+	ctx, cancel := context.WithDeadline(ctx, dl.deadline)
+	defer cancel()
+	s, err := cs.dial(ctx, p, dl)
 	if errors.Is(err, errOneSubsystem) {
 		oneSubsystemSites.Store(strings.ToLower(p.SFTP.Address), true)
 		oneSubsystemFallbacks.Add(1)
-		s, err = cs.dial(ctx, p)
+		s, err = cs.dial(ctx, p, dl)
 	}
 	return s, err
 }
 
-func (cs *Conns) dial(ctx context.Context, p *Config) (*Session, error) {
-	// One deadline for the whole dial: a joiner's wait for the
-	// connection's first session, a dial of its own after a refusal and
-	// the channels' start all fit in sftp.dial_timeout.
-	deadline := time.Now().Add(p.SFTP.DialTimeout)
-	ctx, cancel := context.WithDeadline(ctx, deadline)
-	defer cancel()
+// dialBudget is a dial's deadline and the least time a session's channels
+// are started with.
+type dialBudget struct {
+	deadline time.Time
+	floor    time.Duration
+	timeout  time.Duration // sftp.dial_timeout, for errors
+}
+
+// late reports whether too little of the dial's time is left to start a
+// session's channels, and the error that says so.
+func (dl dialBudget) late(p *Config) error {
+	if time.Until(dl.deadline) >= dl.floor {
+		return nil
+	}
+	return fmt.Errorf("partner %s: too little of sftp.dial_timeout (%s) left to start a session: %w", p.ID, dl.timeout, os.ErrDeadlineExceeded)
+}
+
+func (cs *Conns) dial(ctx context.Context, p *Config, dl dialBudget) (*Session, error) {
 	own := false
 	for {
-		c, joined, err := cs.acquire(ctx, p, own)
+		c, joined, err := cs.acquire(ctx, p, own, dl)
 		if err != nil {
 			return nil, err
 		}
-		s, err := c.session(p, joined, deadline)
+		s, err := c.session(p, joined, dl.deadline)
 		if !joined {
 			close(c.started)
 		}
@@ -171,7 +198,7 @@ func (cs *Conns) sessionUp(c *sshConn, n int) {
 // acquire returns a connection for the partner with a place taken on it:
 // one with room (joined: once its first session is up), else a new one
 // (always when own).
-func (cs *Conns) acquire(ctx context.Context, p *Config, own bool) (c *sshConn, joined bool, err error) {
+func (cs *Conns) acquire(ctx context.Context, p *Config, own bool, dl dialBudget) (c *sshConn, joined bool, err error) {
 	key := connKey(p)
 	cs.mu.Lock()
 	limit := cs.perConn
@@ -200,6 +227,10 @@ func (cs *Conns) acquire(ctx context.Context, p *Config, own bool) (c *sshConn, 
 			ok := c.err == nil && c.joinable()
 			cs.mu.Unlock()
 			if ok {
+				if err := dl.late(p); err != nil {
+					cs.leave(c)
+					return nil, false, err
+				}
 				return c, true, nil
 			}
 			// its dial failed, or its first session found the site's
@@ -209,6 +240,10 @@ func (cs *Conns) acquire(ctx context.Context, p *Config, own bool) (c *sshConn, 
 			cs.mu.Lock()
 			break
 		}
+	}
+	if err := dl.late(p); err != nil {
+		cs.mu.Unlock()
+		return nil, false, err // after a wait or a refusal: no login that could not start a session
 	}
 	c = &sshConn{pool: cs, key: key, users: 1, ready: make(chan struct{}), started: make(chan struct{}), closed: make(chan struct{})}
 	cs.byKey[key] = append(cs.byKey[key], c)
@@ -294,7 +329,7 @@ func (c *sshConn) dial(ctx context.Context, p *Config) error {
 	defer cancel()
 	conn, err := d.DialContext(dctx, "tcp", p.SFTP.Address)
 	if err != nil {
-		return fmt.Errorf("partner %s: dial %s: %w", p.ID, p.SFTP.Address, err)
+		return fmt.Errorf("partner %s: dial %s: %w", p.ID, p.SFTP.Address, dialDeadline(err, p.SFTP.DialTimeout))
 	}
 	conn = quickAck(conn)
 	deadline := time.Now().Add(p.SFTP.DialTimeout)

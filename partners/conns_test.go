@@ -406,3 +406,71 @@ func TestAJoinerDialEndsWithinItsDialTimeout(t *testing.T) {
 		t.Fatalf("%d logins counted against a site that never answered", n)
 	}
 }
+
+// A partner that joins a connection whose first session comes up with
+// less than a quarter of the joiner's dial timeout left does not start
+// its channels on it: it fails with a deadline error and leaves the
+// connection as it found it (the start's timer would otherwise retire a
+// healthy connection for the joiner's wait), and it makes no login of
+// its own that could not start a session either.
+func TestALateJoinerLeavesTheConnectionAlone(t *testing.T) {
+	srv, err := sshdtest.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Close() })
+	proxy := testenv.NewProxy(t, srv.Addr)
+	proxy.Freeze()
+	kh := filepath.Join(t.TempDir(), "known_hosts")
+	if err := os.WriteFile(kh, []byte(knownhosts.Line([]string{proxy.Addr()}, srv.HostKey)+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	const timeout = 8 * time.Second
+	first, joiner := partnerOn(t, srv, "first"), partnerOn(t, srv, "joiner")
+	for _, p := range []*partners.Config{first, joiner} {
+		p.SFTP.Address, p.SFTP.KnownHostsFile, p.SFTP.DialTimeout = proxy.Addr(), kh, timeout
+	}
+	pool := partners.NewConns(3)
+	type dialled struct {
+		s   *partners.Session
+		err error
+	}
+	firstDone := make(chan dialled, 1)
+	start := time.Now()
+	go func() {
+		s, err := pool.Dial(context.Background(), first)
+		firstDone <- dialled{s, err}
+	}()
+	time.Sleep(200 * time.Millisecond) // the first dial is under way
+	joined := make(chan dialled, 1)
+	go func() {
+		s, err := pool.Dial(context.Background(), joiner)
+		joined <- dialled{s, err}
+	}()
+	// the site answers once the joiner has less than a quarter of its
+	// timeout left, the first dial still a second or so
+	time.Sleep(time.Until(start.Add(timeout * 85 / 100)))
+	proxy.Thaw()
+	f := <-firstDone
+	if f.err != nil {
+		t.Fatalf("the first dial: %v", f.err)
+	}
+	defer f.s.Close()
+	j := <-joined
+	if j.err == nil {
+		j.s.Close()
+		t.Fatal("a joiner with less than a quarter of its dial timeout left started a session")
+	}
+	if !errors.Is(j.err, os.ErrDeadlineExceeded) {
+		t.Fatalf("the late joiner: %v, want a deadline error", j.err)
+	}
+	if f.s.Stale() {
+		t.Fatal("the late joiner retired the first session's connection")
+	}
+	if _, err := f.s.Stat(f.s.Layout.ReadyDir()); err != nil {
+		t.Fatalf("the first session after the late joiner: %v", err)
+	}
+	if n := pool.Logins(); n != 1 {
+		t.Fatalf("%d logins, want the first dial's alone", n)
+	}
+}

@@ -48,7 +48,7 @@ type Session struct {
 	rangeMu    sync.Mutex
 	ranges     *sftp.Client // the second channel large downloads read on (Ranges)
 	rangeWatch *watchdog
-	noRanges   bool         // the server refused it
+	noRanges   atomic.Bool  // the server refused it
 	rtt        atomic.Int64 // ns, measured by Prepare; 0: not measured
 }
 
@@ -482,20 +482,24 @@ func leadingDigits(s string) string {
 func (s *Session) Ranges() *sftp.Client {
 	s.rangeMu.Lock()
 	defer s.rangeMu.Unlock()
-	if s.ranges == nil && !s.noRanges {
+	if s.ranges == nil && !s.noRanges.Load() {
 		c, err := s.newSFTP(s.rangeWatch)
 		if err != nil {
 			var refused *ssh.OpenChannelError
 			if errors.As(err, &refused) && !s.Stale() {
 				s.conn.pool.refused(s.conn) // the site's channel limit is reached
 			}
-			s.noRanges = true
+			s.noRanges.Store(true)
 			return nil
 		}
 		s.ranges = c
 	}
 	return s.ranges
 }
+
+// RangesRefused reports whether the site refused the session's second
+// channel (Ranges returns nil).
+func (s *Session) RangesRefused() bool { return s.noRanges.Load() }
 
 // Close ends the session: its channels' readers are broken at once (what
 // is in flight fails), the site is asked to close them, and the session
