@@ -17,10 +17,12 @@ import (
 // receipt's OPEN, WRITE, CLOSE and RENAME — one round trip each: six,
 // ten for a month's first file (docs/performance.md, item 44). Beside the
 // file's download, its run makes sure of the month's directory and opens
-// the receipt's temporary file (prepareSite); at its end the receipt's
-// bytes are written beside the move, then the temporary file is closed and
-// renamed to the receipt's name (archiveStaged): three round trips. A
-// group's files do the same, prepared beside their reads (group_fetch.go).
+// the receipt's temporary file (prepareSite), on the listing channel; at
+// its end the receipt's bytes and the temporary file's CLOSE go out
+// beside the move, then it is renamed to the receipt's name
+// (archiveStaged): two round trips (three before item 52: pkg/sftp's
+// CLOSE waits for its WRITE). A group's files do the same, prepared
+// beside their reads (group_fetch.go).
 // What the partner can see is as putFile's: the receipt appears by one
 // rename of a complete, closed file, under the same fence.
 
@@ -46,7 +48,7 @@ func (r *fileRun) prepareSite() {
 			_ = sess.EnsureDir(month)
 		}()
 		defer wg.Wait()
-		st, err := stageFile(sess, sess.Layout.ReportsDir(), name)
+		st, err := stageFile(sess, sess.Layout.ReportsDir(), name, true) // a receipt: small
 		if err != nil {
 			log.Debug("the receipt's temporary file could not be opened ahead; it is written when the file is archived", "err", err)
 		}

@@ -155,7 +155,7 @@ func tempName(name string) string {
 // a kill is removed by the reconciler once it is older than
 // reconcile.stale_temp.
 func putFile(s *partners.Session, dir, name string, data []byte) (string, error) {
-	st, err := stageFile(s, dir, name)
+	st, err := stageFile(s, dir, name, len(data) <= wholeMax)
 	if err != nil {
 		return "", err
 	}
@@ -172,18 +172,41 @@ func putFile(s *partners.Session, dir, name string, data []byte) (string, error)
 // the round trips of its close and rename alone; what the partner can see
 // is the same as putFile's: the final name appears by one rename of a
 // complete, closed file.
+//
+// A small file is opened on the session's listing channel
+// (partners.WholeFile), where its bytes and its CLOSE go out together:
+// one round trip where pkg/sftp takes two (item 52). A large one (a
+// rejects report over wholeMax), or one on a site that refuses a second
+// channel, goes through pkg/sftp.
 type staged struct {
-	s   *partners.Session
-	tmp string
-	f   *sftp.File
+	s      *partners.Session
+	tmp    string
+	f      *sftp.File          // pkg/sftp's, or
+	w      *partners.WholeFile // the listing channel's
+	closed bool                // w was written and closed
 }
 
-// stageFile opens a new temporary file in dir for a file to be named name.
-func stageFile(s *partners.Session, dir, name string) (*staged, error) {
+// wholeMax: a file up to this size is written on the listing channel at
+// once (its WRITEs and CLOSE together); a larger one would hold up the
+// session's listings behind it and goes through pkg/sftp.
+const wholeMax = 256 << 10
+
+// stageFile opens a new temporary file in dir for a file to be named
+// name; small: its bytes will be at most wholeMax.
+func stageFile(s *partners.Session, dir, name string, small bool) (*staged, error) {
 	if err := s.EnsureDir(dir); err != nil {
 		return nil, fmt.Errorf("create %s: %w", dir, err)
 	}
 	tmp := path.Join(dir, tempName(name))
+	if small {
+		w, err := s.CreateWhole(tmp)
+		if err == nil {
+			return &staged{s: s, tmp: tmp, w: w}, nil
+		}
+		if !errors.Is(err, partners.ErrNoListingChannel) {
+			return nil, fmt.Errorf("create %s: %w", tmp, err)
+		}
+	}
 	f, err := s.Create(tmp)
 	if err != nil {
 		return nil, fmt.Errorf("create %s: %w", tmp, err)
@@ -191,9 +214,17 @@ func stageFile(s *partners.Session, dir, name string) (*staged, error) {
 	return &staged{s: s, tmp: tmp, f: f}, nil
 }
 
-// write writes the file's bytes; on an error the temporary file is gone.
+// write writes the file's bytes (on the listing channel, and closes it);
+// on an error the temporary file is gone.
 func (st *staged) write(data []byte) error {
-	if _, err := st.f.Write(data); err != nil {
+	var err error
+	if st.w != nil {
+		err = st.w.WriteClose(data)
+		st.closed = true // a CLOSE went out with the WRITEs
+	} else {
+		_, err = st.f.Write(data)
+	}
+	if err != nil {
 		st.discard()
 		return fmt.Errorf("write %s: %w", st.tmp, err)
 	}
@@ -203,14 +234,32 @@ func (st *staged) write(data []byte) error {
 // discard closes and removes the temporary file (best effort: the
 // reconciler removes a temporary file left behind once it is stale).
 func (st *staged) discard() {
-	st.f.Close()
+	switch {
+	case st.w == nil:
+		st.f.Close()
+	case !st.closed:
+		st.w.Close()
+	}
 	st.s.Remove(st.tmp)
 }
 
-// publish closes the temporary file and renames it over dst.
+// close closes the temporary file, unless write did.
+func (st *staged) close() error {
+	if st.w == nil {
+		return st.f.Close()
+	}
+	if st.closed {
+		return nil
+	}
+	st.closed = true
+	return st.w.Close()
+}
+
+// publish closes the temporary file (unless write did) and renames it
+// over dst.
 func (st *staged) publish(dst string) (string, error) {
 	s, tmp := st.s, st.tmp
-	if err := st.f.Close(); err != nil {
+	if err := st.close(); err != nil {
 		s.Remove(tmp)
 		return "", fmt.Errorf("close %s: %w", tmp, err)
 	}

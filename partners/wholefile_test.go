@@ -1,0 +1,64 @@
+package partners_test
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/partner-intake/partner-intake/partners"
+)
+
+// A small file is written whole on the listing channel: its bytes, over
+// several WRITEs, and its CLOSE sent together; the file then holds
+// exactly what was written (an earlier, longer content truncated), a
+// file given up is closed unwritten and left empty, and an OPEN the site
+// refuses (a missing directory) is a not-exist error.
+func TestWholeFileWritesItsBytesAndClosesAtOnce(t *testing.T) {
+	p := partner(t)
+	s, err := partners.Dial(context.Background(), p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	local := func(name string) string { return filepath.Join(p.SFTP.Root, "ready", name) }
+	remote := func(name string) string { return s.Layout.ReadyDir() + "/" + name }
+
+	data := bytes.Repeat([]byte("0123456789abcdef"), 10000) // 160 KB: five WRITEs
+	if err := os.WriteFile(local("whole"), bytes.Repeat([]byte("x"), len(data)+100), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, body := range [][]byte{data, []byte("{}\n"), nil} {
+		w, err := s.CreateWhole(remote("whole"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := w.WriteClose(body); err != nil {
+			t.Fatalf("%d bytes: %v", len(body), err)
+		}
+		got, err := os.ReadFile(local("whole"))
+		if err != nil || !bytes.Equal(got, body) {
+			t.Fatalf("the file holds %d bytes (%v), want the %d written", len(got), err, len(body))
+		}
+	}
+
+	w, err := s.CreateWhole(remote("given-up"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Stat(local("given-up")); err != nil || fi.Size() != 0 {
+		t.Fatalf("a file given up: %v, %v; want it empty", fi, err)
+	}
+
+	if _, err := s.CreateWhole(s.Layout.ReadyDir() + "/missing/x"); !partners.IsNotExist(err) {
+		t.Fatalf("an OPEN in a missing directory: %v, want not-exist", err)
+	}
+	// the channel goes on after a refused OPEN
+	if _, err := s.ReadDir(s.Layout.ReadyDir()); err != nil {
+		t.Fatalf("listing after a refused OPEN: %v", err)
+	}
+}
