@@ -156,10 +156,16 @@ func tempName(name string) string {
 // reconcile.stale_temp.
 func putFile(s *partners.Session, dir, name string, data []byte) (string, error) {
 	st, err := stageFile(s, dir, name, len(data) <= wholeMax)
-	if err != nil {
-		return "", err
+	if err == nil {
+		err = st.write(data)
 	}
-	if err := st.write(data); err != nil {
+	if partners.ListingChannelLost(err) {
+		// the listing channel broke under it: once more through pkg/sftp
+		if st, err = stageFile(s, dir, name, false); err == nil {
+			err = st.write(data)
+		}
+	}
+	if err != nil {
 		return "", err
 	}
 	return st.publish(path.Join(dir, name))
@@ -183,7 +189,7 @@ type staged struct {
 	tmp    string
 	f      *sftp.File          // pkg/sftp's, or
 	w      *partners.WholeFile // the listing channel's
-	closed bool                // w was written and closed
+	closed bool                // w's write was tried: its CLOSE sent with it, or the channel gone
 }
 
 // wholeMax: a file up to this size is written on the listing channel at
@@ -220,7 +226,7 @@ func (st *staged) write(data []byte) error {
 	var err error
 	if st.w != nil {
 		err = st.w.WriteClose(data)
-		st.closed = true // a CLOSE went out with the WRITEs
+		st.closed = true // its CLOSE went out with the WRITEs, or the channel is gone
 	} else {
 		_, err = st.f.Write(data)
 	}

@@ -18,3 +18,13 @@ func ListsOnItsOwnChannel(s *Session) bool {
 	defer s.listMu.Unlock()
 	return !s.noLister
 }
+
+// DropListingChannel closes the session's listing channel as a broken
+// reply would; the next listing opens a fresh one.
+func DropListingChannel(s *Session) {
+	s.listMu.Lock()
+	defer s.listMu.Unlock()
+	if s.lister != nil {
+		s.dropLocked(s.lister)
+	}
+}

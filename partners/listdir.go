@@ -21,8 +21,9 @@ import (
 // offers ReadDir, which returns the whole directory as one slice, so a
 // directory of a million entries would be a million FileInfos in memory.
 // ListDir speaks the few SFTP v3 requests it needs (INIT, OPENDIR,
-// READDIR, CLOSE, and STAT and MKDIR for EnsureDirsAtOnce) on a channel of
-// its own over the session's SSH connection. Listings run side by side on
+// READDIR, CLOSE, and STAT and MKDIR for EnsureDirsAtOnce, OPEN and WRITE
+// for WholeFile) on a channel of its own over the session's SSH
+// connection. Listings run side by side on
 // that channel: each request has its id, and one reader hands every reply
 // to its request, so two listings cost the round trips of one. "." and
 // ".." are left out; attributes are as the server sends them

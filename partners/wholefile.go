@@ -19,6 +19,14 @@ import (
 // writes through pkg/sftp.
 var ErrNoListingChannel = errors.New("sftp: the site refuses a listing channel")
 
+// ListingChannelLost reports whether err is the listing channel's own
+// failure (a reply that broke it, or the channel dropped), not the
+// site's answer to the request: the same step through pkg/sftp can
+// still succeed.
+func ListingChannelLost(err error) bool {
+	return errors.Is(err, errBrokenChannel) || errors.Is(err, errChannelDropped)
+}
+
 // WholeFile is a file opened for writing on the listing channel.
 type WholeFile struct {
 	s      *Session
@@ -88,14 +96,22 @@ func (f *WholeFile) WriteClose(data []byte) error {
 			replies = append(replies, r)
 		}
 	}
-	if err == nil {
+	closing := err == nil
+	if closing {
 		var r <-chan reply
 		if r, err = f.c.start(fxpClose, str(f.handle)); err == nil {
 			replies = append(replies, r)
 		}
 	}
-	for _, r := range replies {
-		if rerr := f.status("write", <-r); err == nil {
+	if err != nil {
+		err = f.s.Deadline(err)
+	}
+	for i, r := range replies {
+		what := "write"
+		if closing && i == len(replies)-1 {
+			what = "close"
+		}
+		if rerr := f.status(what, <-r); err == nil {
 			err = rerr
 		}
 	}
@@ -119,7 +135,13 @@ func (f *WholeFile) status(what string, rep reply) error {
 	if rep.typ != fxpStatus {
 		return f.c.unexpected(what, rep.typ)
 	}
-	if d := (decoder{b: rep.body}); d.u32() == fxOK && d.err == nil {
+	d := decoder{b: rep.body}
+	code := d.u32()
+	if d.err != nil {
+		f.c.fail(d.err) // a status without its code: a broken stream
+		return fmt.Errorf("%s %s: %w: %w", what, f.path, errBrokenChannel, d.err)
+	}
+	if code == fxOK {
 		return nil
 	}
 	return fmt.Errorf("%s %s: %w", what, f.path, statusError(rep.typ, rep.body))

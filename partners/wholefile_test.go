@@ -62,3 +62,36 @@ func TestWholeFileWritesItsBytesAndClosesAtOnce(t *testing.T) {
 		t.Fatalf("listing after a refused OPEN: %v", err)
 	}
 }
+
+// A WholeFile whose listing channel is dropped before its bytes go out
+// fails with the channel's own error (partners.ListingChannelLost: the
+// caller writes through pkg/sftp instead), and the next WholeFile opens
+// on a fresh channel and is written whole.
+func TestWholeFileOnADroppedChannelSaysSo(t *testing.T) {
+	p := partner(t)
+	s, err := partners.Dial(context.Background(), p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	name := s.Layout.ReadyDir() + "/dropped"
+	w, err := s.CreateWhole(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	partners.DropListingChannel(s)
+	err = w.WriteClose([]byte("lost"))
+	if err == nil || !partners.ListingChannelLost(err) {
+		t.Fatalf("a write on a dropped listing channel: %v, want the channel's own error", err)
+	}
+	w, err = s.CreateWhole(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.WriteClose([]byte("kept")); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := os.ReadFile(filepath.Join(p.SFTP.Root, "ready", "dropped")); err != nil || string(got) != "kept" {
+		t.Fatalf("the file holds %q (%v), want %q", got, err, "kept")
+	}
+}
