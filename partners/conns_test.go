@@ -365,22 +365,8 @@ func TestAStuckWriteEndsWithItsConnection(t *testing.T) {
 // not when the first dial's has passed and a dial of its own after that
 // (one and a half timeouts).
 func TestAJoinerDialEndsWithinItsDialTimeout(t *testing.T) {
-	srv, err := sshdtest.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { srv.Close() })
-	proxy := testenv.NewProxy(t, srv.Addr)
-	proxy.Freeze()
-	kh := filepath.Join(t.TempDir(), "known_hosts")
-	if err := os.WriteFile(kh, []byte(knownhosts.Line([]string{proxy.Addr()}, srv.HostKey)+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
 	const timeout = 3 * time.Second
-	first, joiner := partnerOn(t, srv, "first"), partnerOn(t, srv, "joiner")
-	for _, p := range []*partners.Config{first, joiner} {
-		p.SFTP.Address, p.SFTP.KnownHostsFile, p.SFTP.DialTimeout = proxy.Addr(), kh, timeout
-	}
+	_, first, joiner := frozenSite(t, timeout)
 	pool := partners.NewConns(3)
 	firstErr := make(chan error, 1)
 	go func() {
@@ -389,7 +375,7 @@ func TestAJoinerDialEndsWithinItsDialTimeout(t *testing.T) {
 	}()
 	time.Sleep(timeout / 2) // the first dial is under way: the joiner waits for it
 	start := time.Now()
-	_, err = pool.Dial(context.Background(), joiner)
+	_, err := pool.Dial(context.Background(), joiner)
 	took := time.Since(start)
 	if err == nil || !errors.Is(err, os.ErrDeadlineExceeded) || !strings.Contains(err.Error(), "sftp.dial_timeout") {
 		t.Fatalf("the joiner's dial to a site that never answers: %v, want a dial_timeout deadline error", err)
@@ -414,22 +400,8 @@ func TestAJoinerDialEndsWithinItsDialTimeout(t *testing.T) {
 // healthy connection for the joiner's wait), and it makes no login of
 // its own that could not start a session either.
 func TestALateJoinerLeavesTheConnectionAlone(t *testing.T) {
-	srv, err := sshdtest.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { srv.Close() })
-	proxy := testenv.NewProxy(t, srv.Addr)
-	proxy.Freeze()
-	kh := filepath.Join(t.TempDir(), "known_hosts")
-	if err := os.WriteFile(kh, []byte(knownhosts.Line([]string{proxy.Addr()}, srv.HostKey)+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
 	const timeout = 8 * time.Second
-	first, joiner := partnerOn(t, srv, "first"), partnerOn(t, srv, "joiner")
-	for _, p := range []*partners.Config{first, joiner} {
-		p.SFTP.Address, p.SFTP.KnownHostsFile, p.SFTP.DialTimeout = proxy.Addr(), kh, timeout
-	}
+	proxy, first, joiner := frozenSite(t, timeout)
 	pool := partners.NewConns(3)
 	type dialled struct {
 		s   *partners.Session
@@ -473,4 +445,27 @@ func TestALateJoinerLeavesTheConnectionAlone(t *testing.T) {
 	if n := pool.Logins(); n != 1 {
 		t.Fatalf("%d logins, want the first dial's alone", n)
 	}
+}
+
+// frozenSite is a real sshd behind a proxy that is frozen (it takes TCP
+// connections and forwards nothing until thawed), and two partners on it
+// under one account, "first" and "joiner", with the given dial timeout.
+func frozenSite(t *testing.T, dialTimeout time.Duration) (*testenv.Proxy, *partners.Config, *partners.Config) {
+	t.Helper()
+	srv, err := sshdtest.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Close() })
+	proxy := testenv.NewProxy(t, srv.Addr)
+	proxy.Freeze()
+	kh := filepath.Join(t.TempDir(), "known_hosts")
+	if err := os.WriteFile(kh, []byte(knownhosts.Line([]string{proxy.Addr()}, srv.HostKey)+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	first, joiner := partnerOn(t, srv, "first"), partnerOn(t, srv, "joiner")
+	for _, p := range []*partners.Config{first, joiner} {
+		p.SFTP.Address, p.SFTP.KnownHostsFile, p.SFTP.DialTimeout = proxy.Addr(), kh, dialTimeout
+	}
+	return proxy, first, joiner
 }
