@@ -288,15 +288,9 @@ func (r *fileRun) fetchSame(ctx context.Context, sha string) (spool.Entry, bool,
 // channel) closes the second channel's file in the background.
 func (r *fileRun) openClaimed() (release func(), size, max int64, src spool.Source, err error) {
 	second := r.openSecond(r.in.ListedSize)
-	var st os.FileInfo
-	var serr error
-	stated := make(chan struct{})
-	go func() {
-		defer close(stated)
-		st, serr = r.sess.Stat(r.in.ClaimedPath)
-	}()
+	stat := inBackground(func() (os.FileInfo, error) { return r.sess.Stat(r.in.ClaimedPath) })
 	f, err := r.sess.Open(r.in.ClaimedPath)
-	<-stated
+	st, serr := stat.wait()
 	fail := func(err error) (func(), int64, int64, spool.Source, error) {
 		go closeUnused(second)
 		if f != nil {

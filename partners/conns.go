@@ -324,19 +324,16 @@ func (c *sshConn) dial(ctx context.Context, p *Config) error {
 		HostKeyAlgorithms: algos,
 		Timeout:           p.SFTP.DialTimeout,
 	}
-	d := net.Dialer{Timeout: p.SFTP.DialTimeout}
-	dctx, cancel := context.WithTimeout(ctx, p.SFTP.DialTimeout)
-	defer cancel()
-	conn, err := d.DialContext(dctx, "tcp", p.SFTP.Address)
+	// ctx carries the whole dial's deadline (Conns.Dial)
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "tcp", p.SFTP.Address)
 	if err != nil {
 		return fmt.Errorf("partner %s: dial %s: %w", p.ID, p.SFTP.Address, dialDeadline(err, p.SFTP.DialTimeout))
 	}
 	conn = quickAck(conn)
-	deadline := time.Now().Add(p.SFTP.DialTimeout)
-	if dl, ok := dctx.Deadline(); ok && dl.Before(deadline) {
-		deadline = dl
+	if deadline, ok := ctx.Deadline(); ok {
+		_ = conn.SetDeadline(deadline)
 	}
-	_ = conn.SetDeadline(deadline)
 	sc, chans, reqs, err := ssh.NewClientConn(conn, p.SFTP.Address, cfg)
 	if err != nil {
 		conn.Close()
