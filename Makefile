@@ -76,6 +76,7 @@ fuzz-smoke:
 	$(GO) test -run='^$$' -fuzz='^FuzzReader$$' -fuzztime=$(FUZZTIME) ./intake/rows
 	$(GO) test -run='^$$' -fuzz='^FuzzParseManifest$$' -fuzztime=$(FUZZTIME) ./partners
 	$(GO) test -run='^$$' -fuzz='^FuzzSafeName$$' -fuzztime=$(FUZZTIME) ./partners
+	$(GO) test -run='^$$' -fuzz='^FuzzEveryCheckKeepsToItsRule$$' -fuzztime=$(FUZZTIME) ./internal/names
 
 ## alerts-test: promtool check and unit-test the Prometheus alert rules
 alerts-test:

@@ -9,10 +9,11 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"regexp"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/partner-intake/partner-intake/internal/names"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
@@ -33,8 +34,6 @@ const (
 	DefaultDrain        = 30 * time.Second
 	DefaultSpoolMinFree = 256 << 20
 )
-
-var workerPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$`)
 
 // Config is the daemon's own configuration.
 type Config struct {
@@ -111,8 +110,8 @@ func (c *Config) Validate() error {
 		}
 		c.WorkerID = h
 	}
-	if !workerPattern.MatchString(c.WorkerID) {
-		return fmt.Errorf("worker_id: %q must match %s", c.WorkerID, workerPattern)
+	if !names.WorkerID(c.WorkerID) {
+		return fmt.Errorf("worker_id: %q must match %s", c.WorkerID, names.WorkerIDRule)
 	}
 	if c.Lease == 0 {
 		c.Lease = DefaultLease

@@ -6,11 +6,12 @@ package partners
 import (
 	"fmt"
 	"path"
-	"regexp"
 	"slices"
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/partner-intake/partner-intake/internal/names"
 )
 
 // Readiness modes: how a partner tells us a file is complete.
@@ -61,10 +62,6 @@ const (
 	DefaultGroupFiles     = 32
 	MaxGroupFiles         = 256
 )
-
-// idPattern is what a partner id may look like: it becomes part of spool
-// paths, metric labels and keys, so it is kept to a safe alphabet.
-var idPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
 
 // Config is one partner.
 type Config struct {
@@ -267,8 +264,8 @@ func (c *Config) SetDefaults() {
 // Validate reports the first problem, naming the key to fix. key is the
 // path of this partner in the config file, e.g. "partners[0]".
 func (c *Config) Validate(key string) error {
-	if !idPattern.MatchString(c.ID) {
-		return fmt.Errorf("%s.id: %q must match %s", key, c.ID, idPattern)
+	if !names.PartnerID(c.ID) { // spool paths, metric labels, keys: a safe alphabet
+		return fmt.Errorf("%s.id: %q must match %s", key, c.ID, names.PartnerIDRule)
 	}
 	key = fmt.Sprintf("%s (id %s)", key, c.ID)
 	s := c.SFTP

@@ -9,6 +9,8 @@ import (
 	"regexp"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/partner-intake/partner-intake/internal/names"
 )
 
 // Batch-id sources.
@@ -211,9 +213,6 @@ type Column struct {
 	Values []string `yaml:"values"`
 }
 
-var identPattern = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
-var targetPattern = regexp.MustCompile(`^([a-z_][a-z0-9_]{0,62}\.)?[a-z_][a-z0-9_]{0,62}$`)
-
 // SetDefaults fills unset fields.
 func (f *Feed) SetDefaults() {
 	if f.BatchID.From == "" {
@@ -264,8 +263,8 @@ func (f *Feed) SetDefaults() {
 
 // Validate reports the first problem, naming the key.
 func (f *Feed) Validate(key, readiness string) error {
-	if !identPattern.MatchString(f.Name) {
-		return fmt.Errorf("%s.name: %q must match %s", key, f.Name, identPattern)
+	if !names.Ident(f.Name) {
+		return fmt.Errorf("%s.name: %q must match %s", key, f.Name, names.IdentRule)
 	}
 	key = fmt.Sprintf("%s (feed %s)", key, f.Name)
 	if f.Pattern == "" {
@@ -307,7 +306,7 @@ func (f *Feed) Validate(key, readiness string) error {
 	if r := f.CSV.MaxRecordBytes; r < 0 || (r > 0 && (r < f.CSV.MaxFieldBytes || r < f.CSV.MaxLineBytes)) {
 		return fmt.Errorf("%s.csv.max_record_bytes: must be at least max_field_bytes and max_line_bytes", key)
 	}
-	if !targetPattern.MatchString(f.Target) {
+	if !names.Target(f.Target) {
 		return fmt.Errorf("%s.target: %q must be a lower-case table name, optionally schema-qualified", key, f.Target)
 	}
 	switch f.Mode {
@@ -319,7 +318,7 @@ func (f *Feed) Validate(key, readiness string) error {
 		if f.Mode != ModeSnapshot {
 			return fmt.Errorf("%s.deleted_at: only a snapshot feed marks rows (mode: snapshot)", key)
 		}
-		if !identPattern.MatchString(f.DeletedAt) || f.Column(f.DeletedAt) != nil || f.DeletedAt == "partner_id" || f.DeletedAt == "last_intake_id" {
+		if !names.Ident(f.DeletedAt) || f.Column(f.DeletedAt) != nil || f.DeletedAt == "partner_id" || f.DeletedAt == "last_intake_id" {
 			return fmt.Errorf("%s.deleted_at: %q must name a target column the feed does not write", key, f.DeletedAt)
 		}
 	}
@@ -358,19 +357,19 @@ func (f *Feed) Validate(key, readiness string) error {
 	if len(f.Columns) == 0 {
 		return fmt.Errorf("%s.columns: at least one column is required", key)
 	}
-	names := map[string]bool{}
+	seen := map[string]bool{}
 	for i, c := range f.Columns {
 		ckey := fmt.Sprintf("%s.columns[%d]", key, i)
-		if !identPattern.MatchString(c.Name) {
-			return fmt.Errorf("%s.name: %q must match %s", ckey, c.Name, identPattern)
+		if !names.Ident(c.Name) {
+			return fmt.Errorf("%s.name: %q must match %s", ckey, c.Name, names.IdentRule)
 		}
 		if reservedColumns[c.Name] {
 			return fmt.Errorf("%s.name: %q is reserved for intake's bookkeeping", ckey, c.Name)
 		}
-		if names[c.Name] {
+		if seen[c.Name] {
 			return fmt.Errorf("%s.name: %q appears twice", ckey, c.Name)
 		}
-		names[c.Name] = true
+		seen[c.Name] = true
 		if err := c.validate(ckey); err != nil {
 			return err
 		}
@@ -379,7 +378,7 @@ func (f *Feed) Validate(key, readiness string) error {
 		return fmt.Errorf("%s.key: name the columns that identify a row", key)
 	}
 	for _, k := range f.Key {
-		if !names[k] {
+		if !seen[k] {
 			return fmt.Errorf("%s.key: %q is not a declared column", key, k)
 		}
 		if c := f.Column(k); !c.Required {

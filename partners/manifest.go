@@ -5,7 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"regexp"
+
+	"github.com/partner-intake/partner-intake/internal/names"
 )
 
 // ManifestSuffix names a data file's completion manifest: <name>.complete.
@@ -13,8 +14,6 @@ const ManifestSuffix = ".complete"
 
 // maxManifestBytes bounds a manifest; it is small JSON.
 const maxManifestBytes = 64 << 10
-
-var sha256Hex = regexp.MustCompile(`^[0-9a-f]{64}$`)
 
 // Manifest is what a partner states about a data file.
 type Manifest struct {
@@ -43,7 +42,7 @@ func ParseManifest(r io.Reader) (*Manifest, error) {
 	if dec.More() {
 		return nil, fmt.Errorf("manifest: trailing data after the JSON object")
 	}
-	if m.Bytes < 0 || !sha256Hex.MatchString(m.SHA256) {
+	if m.Bytes < 0 || !names.SHA256Hex(m.SHA256) {
 		return nil, fmt.Errorf("manifest: bytes must be >= 0 and sha256 64 lower-case hex digits")
 	}
 	if m.Rows != nil && *m.Rows < 0 {

@@ -3,8 +3,9 @@ package partners
 import (
 	"fmt"
 	"net/url"
-	"regexp"
 	"slices"
+
+	"github.com/partner-intake/partner-intake/internal/names"
 )
 
 // NotifyEvents are the events a webhook may subscribe to (intake/ledger
@@ -25,8 +26,6 @@ type Notify struct {
 	Events []string `yaml:"events"`
 }
 
-var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,127}$`)
-
 // ValidateNotify checks a list of webhooks, naming the key.
 func ValidateNotify(key string, ns []Notify) error {
 	seen := map[string]bool{}
@@ -40,7 +39,7 @@ func ValidateNotify(key string, ns []Notify) error {
 			return fmt.Errorf("%s.url: appears twice in %s", k, key)
 		}
 		seen[n.URL] = true
-		if !envName.MatchString(n.SecretEnv) {
+		if !names.EnvName(n.SecretEnv) {
 			return fmt.Errorf("%s.secret_env: required, the name of an environment variable holding the signing secret", k)
 		}
 		if len(n.Events) == 0 {

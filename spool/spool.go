@@ -17,12 +17,13 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/partner-intake/partner-intake/internal/names"
 )
 
 // TempSuffix marks files still being written.
@@ -38,11 +39,6 @@ func (e *ShortError) Error() string {
 	return fmt.Sprintf("received %d bytes, expected %d", e.Got, e.Want)
 }
 
-var (
-	partnerPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
-	hashPattern    = regexp.MustCompile(`^[0-9a-f]{64}$`)
-)
-
 // Spool is a directory of partner files. Several replicas may share one
 // spool directory: temporary files carry the writing worker's id, so a
 // restarted worker can remove exactly its own leftovers.
@@ -51,12 +47,10 @@ type Spool struct {
 	worker string
 }
 
-var workerPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$`)
-
 // ForWorker returns the spool as seen by one worker: its temporary files
 // are named after it.
 func (s *Spool) ForWorker(worker string) (*Spool, error) {
-	if !workerPattern.MatchString(worker) {
+	if !names.WorkerID(worker) {
 		return nil, fmt.Errorf("spool: bad worker id %q", worker)
 	}
 	return &Spool{dir: s.dir, worker: worker}, nil
@@ -97,7 +91,7 @@ func (s *Spool) Put(partner string, want, max int64, src Source, opts ...PutOpti
 	for _, opt := range opts {
 		opt(&o)
 	}
-	if !partnerPattern.MatchString(partner) {
+	if !names.PartnerID(partner) {
 		return Entry{}, fmt.Errorf("spool: bad partner id %q", partner)
 	}
 	tmpDir := filepath.Join(s.dir, partner, "tmp")
@@ -177,7 +171,7 @@ func (s *Spool) Put(partner string, want, max int64, src Source, opts ...PutOpti
 // content name that is not complete (temporary files are removed, or
 // cleared by ClearOwnTemp after a crash).
 func (s *Spool) PutAll(partner string, files [][]byte) ([]Entry, error) {
-	if !partnerPattern.MatchString(partner) {
+	if !names.PartnerID(partner) {
 		return nil, fmt.Errorf("spool: bad partner id %q", partner)
 	}
 	tmpDir := filepath.Join(s.dir, partner, "tmp")
@@ -298,7 +292,7 @@ func writeSynced(path string, data []byte) error {
 // writes and no flush. When they differ, the caller downloads again with
 // Put. want and max mean what they mean for Put.
 func (s *Spool) Same(partner, sha string, want, max int64, src Source) (e Entry, same bool, err error) {
-	if !partnerPattern.MatchString(partner) {
+	if !names.PartnerID(partner) {
 		return Entry{}, false, fmt.Errorf("spool: bad partner id %q", partner)
 	}
 	e, err = stream(partner, want, max, src, nil)
@@ -344,7 +338,7 @@ func stream(partner string, want, max int64, src Source, to io.Writer) (Entry, e
 // Path is where the file with this hash lives. It panics on a malformed
 // hash or partner id, which only a programming error can produce.
 func (s *Spool) Path(partner, sha string) string {
-	if !partnerPattern.MatchString(partner) || !hashPattern.MatchString(sha) {
+	if !names.PartnerID(partner) || !names.SHA256Hex(sha) {
 		panic(fmt.Sprintf("spool: bad key %q/%q", partner, sha))
 	}
 	return filepath.Join(s.dir, partner, "sha256", sha[:2], sha)
@@ -352,7 +346,7 @@ func (s *Spool) Path(partner, sha string) string {
 
 // Open opens a spooled file for reading.
 func (s *Spool) Open(partner, sha string) (*os.File, error) {
-	if !partnerPattern.MatchString(partner) || !hashPattern.MatchString(sha) {
+	if !names.PartnerID(partner) || !names.SHA256Hex(sha) {
 		return nil, fmt.Errorf("spool: bad key %q/%q", partner, sha)
 	}
 	return os.Open(s.Path(partner, sha))
@@ -360,7 +354,7 @@ func (s *Spool) Open(partner, sha string) (*os.File, error) {
 
 // Has reports whether the spool holds the file, with the expected size.
 func (s *Spool) Has(partner, sha string, size int64) bool {
-	if !partnerPattern.MatchString(partner) || !hashPattern.MatchString(sha) {
+	if !names.PartnerID(partner) || !names.SHA256Hex(sha) {
 		return false
 	}
 	st, err := os.Lstat(s.Path(partner, sha))
@@ -417,7 +411,7 @@ func (s *Spool) ClearOwnTemp(partner string) (int, error) {
 // needs, such as a compressed file's expanded bytes); a missing one is no
 // error.
 func (s *Spool) Remove(partner, sha string) error {
-	if !partnerPattern.MatchString(partner) {
+	if !names.PartnerID(partner) {
 		return fmt.Errorf("spool: bad partner id %q", partner)
 	}
 	if err := os.Remove(s.Path(partner, sha)); err != nil && !errors.Is(err, fs.ErrNotExist) {
@@ -430,7 +424,7 @@ func (s *Spool) Remove(partner, sha string) error {
 // temporary ones). It walks the partner's directory: a cost in the number
 // of files the partner's retention keeps.
 func (s *Spool) Usage(partner string) (int64, error) {
-	if !partnerPattern.MatchString(partner) {
+	if !names.PartnerID(partner) {
 		return 0, fmt.Errorf("spool: bad partner id %q", partner)
 	}
 	var total int64
