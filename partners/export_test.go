@@ -28,3 +28,16 @@ func DropListingChannel(s *Session) {
 		s.dropLocked(s.lister)
 	}
 }
+
+// EndListingChannel ends the session's listing channel under it, as a
+// site that closes the channel (or a connection that goes) does: its
+// reader meets the end of the channel.
+func EndListingChannel(s *Session) {
+	s.listMu.Lock()
+	c := s.lister
+	s.listMu.Unlock()
+	if c != nil {
+		c.ch.Close()
+		<-c.done
+	}
+}

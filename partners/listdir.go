@@ -349,9 +349,11 @@ type reply struct {
 	err  error
 }
 
+// A listing channel's own failures: every error of a request on it is
+// one of these (ListingChannelLost) or the site's answer.
 var (
 	errBrokenChannel  = errors.New("sftp: a reply did not come as it should")
-	errChannelDropped = errors.New("sftp: the listing channel was closed")
+	errChannelDropped = errors.New("sftp: the listing channel was closed") // by us, by the site, or with the connection
 )
 
 // read hands each reply to its request until the channel ends or a reply
@@ -418,8 +420,8 @@ func (c *rawSFTP) start(typ byte, body ...[]byte) (<-chan reply, error) {
 	c.pending[id] = r
 	c.mu.Unlock()
 	if _, err := c.w.Write(appendPacket(nil, typ, append([][]byte{u32(id)}, body...)...)); err != nil {
-		c.fail(err)
-		return nil, err
+		c.fail(fmt.Errorf("%w: %w", errChannelDropped, err))
+		return nil, c.broken()
 	}
 	return r, nil
 }
@@ -460,18 +462,18 @@ func appendPacket(p []byte, typ byte, body ...[]byte) []byte {
 func (c *rawSFTP) recv() (byte, []byte, error) {
 	var hdr [5]byte
 	if _, err := io.ReadFull(c.r, hdr[:]); err != nil {
-		return 0, nil, err
+		return 0, nil, fmt.Errorf("%w: %w", errChannelDropped, err)
 	}
 	n := binary.BigEndian.Uint32(hdr[:4])
 	if n < 1 || n > maxListPacket {
-		return 0, nil, fmt.Errorf("sftp reply of %d bytes", n)
+		return 0, nil, fmt.Errorf("%w: a reply of %d bytes", errBrokenChannel, n)
 	}
 	if cap(c.buf) < int(n-1) {
 		c.buf = make([]byte, n-1)
 	}
 	c.buf = c.buf[:n-1]
 	if _, err := io.ReadFull(c.r, c.buf); err != nil {
-		return 0, nil, err
+		return 0, nil, fmt.Errorf("%w: %w", errChannelDropped, err)
 	}
 	return hdr[4], c.buf, nil
 }

@@ -64,34 +64,46 @@ func TestWholeFileWritesItsBytesAndClosesAtOnce(t *testing.T) {
 }
 
 // A WholeFile whose listing channel is dropped before its bytes go out
-// fails with the channel's own error (partners.ListingChannelLost: the
-// caller writes through pkg/sftp instead), and the next WholeFile opens
-// on a fresh channel and is written whole.
-func TestWholeFileOnADroppedChannelSaysSo(t *testing.T) {
-	p := partner(t)
-	s, err := partners.Dial(context.Background(), p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	name := s.Layout.ReadyDir() + "/dropped"
-	w, err := s.CreateWhole(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	partners.DropListingChannel(s)
-	err = w.WriteClose([]byte("lost"))
-	if err == nil || !partners.ListingChannelLost(err) {
-		t.Fatalf("a write on a dropped listing channel: %v, want the channel's own error", err)
-	}
-	w, err = s.CreateWhole(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := w.WriteClose([]byte("kept")); err != nil {
-		t.Fatal(err)
-	}
-	if got, err := os.ReadFile(filepath.Join(p.SFTP.Root, "ready", "dropped")); err != nil || string(got) != "kept" {
-		t.Fatalf("the file holds %q (%v), want %q", got, err, "kept")
+// (by the session, after a reply that broke it) or ends under it (the
+// site closed it, or the connection went) fails with the channel's own
+// error (partners.ListingChannelLost: the caller writes through pkg/sftp
+// instead), and the next WholeFile opens on a fresh channel and is
+// written whole.
+func TestWholeFileOnALostChannelSaysSo(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		lose func(*partners.Session)
+	}{
+		{"dropped", partners.DropListingChannel},
+		{"ended", partners.EndListingChannel},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			p := partner(t)
+			s, err := partners.Dial(context.Background(), p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			name := s.Layout.ReadyDir() + "/lost"
+			w, err := s.CreateWhole(name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c.lose(s)
+			err = w.WriteClose([]byte("lost"))
+			if err == nil || !partners.ListingChannelLost(err) {
+				t.Fatalf("a write after the listing channel was %s: %v, want the channel's own error", c.name, err)
+			}
+			w, err = s.CreateWhole(name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := w.WriteClose([]byte("kept")); err != nil {
+				t.Fatal(err)
+			}
+			if got, err := os.ReadFile(filepath.Join(p.SFTP.Root, "ready", "lost")); err != nil || string(got) != "kept" {
+				t.Fatalf("the file holds %q (%v), want %q", got, err, "kept")
+			}
+		})
 	}
 }
