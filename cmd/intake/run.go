@@ -152,14 +152,23 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	claims, err := claimPool(ctx, e)
-	if err != nil {
-		fmt.Fprintln(stderr, "database:", err)
-		return 1
-	}
-	defer claims.Close()
 	ic := e.cfg.Intake()
-	ic.ClaimDB = claims
+	if !*once {
+		// A daemon's claim sections hold connections of their own while
+		// their renames cross the network (docs/performance.md item 41).
+		// A one-shot run polls its partners one after another, so one
+		// section at most is open at a time: it takes a connection of the
+		// daemon's pool, whose first one the schema check makes beside
+		// the login. A pool of its own would start a second PostgreSQL
+		// backend for it, about 20 ms of the database's CPU (item 53).
+		claims, err := claimPool(ctx, e)
+		if err != nil {
+			fmt.Fprintln(stderr, "database:", err)
+			return 1
+		}
+		defer claims.Close()
+		ic.ClaimDB = claims
+	}
 	d, err := intake.New(ic, e.cfg.Partners, e.pool, e.spool, reg, e.log)
 	if err != nil {
 		fmt.Fprintln(stderr, "intake run:", err)
@@ -170,14 +179,6 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 		// dials when it first polls: with several replicas it polls only
 		// the partners affinity gives it.
 		d.Prewarm(ctx)
-		// So does the claim sections' first connection: a backend's
-		// start took 23 ms of the first claim on the bench's loopback
-		// (docs/performance.md item 49), the daemon's pool connects lazily.
-		go func() {
-			if c, err := claims.Acquire(ctx); err == nil {
-				c.Release()
-			}
-		}()
 	}
 	if err := e.migrate(ctx); err != nil {
 		if ctx.Err() != nil {

@@ -87,7 +87,8 @@ type Database struct {
 	// while their renames cross the network (default 8; apart from
 	// MaxConns). Such a connection waits on the partner's site, idle in a
 	// transaction, and costs the database no CPU (docs/performance.md,
-	// item 41).
+	// item 41). `intake run --once` opens none: its partners are polled
+	// one after another, their sections on MaxConns' connections.
 	ClaimConns int `yaml:"claim_conns"`
 }
 
