@@ -593,18 +593,20 @@ func (d *Daemon) Stop() {
 }
 
 // CheckTargets verifies every feed's target table. It then compares each
-// feed column with its target column (target.Compare) and logs what the
-// target could refuse as errors, what cannot be decided as warnings; these
-// do not stop the daemon: a refused value is met per row at run time, and
-// `intake check` is the gate that fails on them.
+// feed column with its target column (target.Checker, each table read
+// once) and logs what the target could refuse as errors, what cannot be
+// decided as warnings; these do not stop the daemon: a refused value is
+// met per row at run time, and `intake check` is the gate that fails on
+// them.
 func (d *Daemon) CheckTargets(ctx context.Context) error {
+	chk := target.NewChecker(d.db) // each table's catalog read once, whatever the partners writing it
 	for _, id := range d.order {
 		for i := range d.parts[id].cfg.Feeds {
 			f := &d.parts[id].cfg.Feeds[i]
 			if _, err := d.targets.Get(ctx, f); err != nil {
 				return fmt.Errorf("partner %s feed %s: %w", id, f.Name, err)
 			}
-			findings, err := target.Compare(ctx, d.db, id, f)
+			findings, err := chk.Compare(ctx, id, f)
 			if err != nil {
 				return fmt.Errorf("partner %s feed %s: %w", id, f.Name, err)
 			}

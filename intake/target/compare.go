@@ -55,10 +55,60 @@ func Compare(ctx context.Context, db *pgxpool.Pool, partner string, f *partners.
 	if _, err := Load(ctx, db, f); err != nil {
 		return nil, err
 	}
-	tt, err := describe(ctx, db, f.Target)
-	if err != nil {
-		return nil, err
+	return NewChecker(db).Compare(ctx, partner, f)
+}
+
+// Checker compares feeds with their target tables as Compare does, reading
+// each table's catalog (columns, enum labels, constraints, indexes,
+// triggers) once: a daemon whose thousand partners write one table asks
+// the catalog once at its start, not a thousand times (docs/performance.md
+// item 54). It holds what it read: one Checker serves one check.
+type Checker struct {
+	db     *pgxpool.Pool
+	tables map[string]*tableFacts // by the feed's target, as written
+}
+
+// tableFacts is what the catalog says of a target table.
+type tableFacts struct {
+	tt          *catalogTable
+	labels      map[uint32][]string // enum labels by type
+	constraints []constraint
+}
+
+// NewChecker returns a Checker on db.
+func NewChecker(db *pgxpool.Pool) *Checker {
+	return &Checker{db: db, tables: map[string]*tableFacts{}}
+}
+
+// Compare is Compare for a feed whose target loads (Load or Cache.Get
+// said so first); a feed column the table lacks is an error here.
+func (c *Checker) Compare(ctx context.Context, partner string, f *partners.Feed) ([]Finding, error) {
+	tf, ok := c.tables[f.Target]
+	if !ok {
+		tt, err := describe(ctx, c.db, f.Target)
+		if err != nil {
+			return nil, err
+		}
+		tf = &tableFacts{tt: tt}
+		if tf.labels, err = enumLabels(ctx, c.db, tt); err != nil {
+			return nil, err
+		}
+		if tf.constraints, err = readConstraints(ctx, c.db, tt); err != nil {
+			return nil, err
+		}
+		c.tables[f.Target] = tf
 	}
+	for _, col := range f.Columns {
+		if tf.tt.cols[col.Name] == nil {
+			return nil, &Error{Table: f.Target, Detail: fmt.Sprintf("missing column %s declared by feed %s", col.Name, f.Name)}
+		}
+	}
+	return compareWith(tf, partner, f), nil
+}
+
+// compareWith is Compare over what the catalog said of the table.
+func compareWith(tf *tableFacts, partner string, f *partners.Feed) []Finding {
+	tt, labels := tf.tt, tf.labels
 	var out []Finding
 	add := func(col string, fail bool, format string, args ...any) {
 		out = append(out, Finding{Column: col, Fail: fail, Detail: fmt.Sprintf(format, args...)})
@@ -67,10 +117,6 @@ func Compare(ctx context.Context, db *pgxpool.Pool, partner string, f *partners.
 		add("partner_id", true, "is %s: the partner id is written as text", pc.typ)
 	} else if n := stringLimit(pc); n >= 0 && n < utf8.RuneCountInString(partner) {
 		add("partner_id", true, "is %s: partner id %q has %d characters", pc.typ, partner, utf8.RuneCountInString(partner))
-	}
-	labels, err := enumLabels(ctx, db, tt)
-	if err != nil {
-		return nil, err
 	}
 	for i := range f.Columns {
 		c := &f.Columns[i]
@@ -102,11 +148,7 @@ func Compare(ctx context.Context, db *pgxpool.Pool, partner string, f *partners.
 	if _, ok := tt.cols[HashColumn]; !ok && len(f.Key) < len(f.Columns) {
 		add("", false, "has no column %s bigint: edits made outside intake are not told and the next file for the key overwrites them (ALTER TABLE … ADD COLUMN %s bigint; see docs/target-tables.md)", HashColumn, HashColumn)
 	}
-	warns, err := constraintWarnings(ctx, db, tt, f)
-	if err != nil {
-		return nil, err
-	}
-	return append(out, warns...), nil
+	return append(out, constraintWarnings(tf.constraints, tt, f)...)
 }
 
 // typeFinding is one finding of compareType.
@@ -315,52 +357,75 @@ func enumLabels(ctx context.Context, db *pgxpool.Pool, tt *catalogTable) (map[ui
 	return out, rs.Err()
 }
 
-// constraintWarnings names what may refuse a row but cannot be decided
-// from the declarations: CHECK, foreign-key and exclusion constraints on
-// the feed's columns (and CHECKs of their domains), unique indexes other
-// than (partner_id, key...) that involve them, and row triggers.
-func constraintWarnings(ctx context.Context, db *pgxpool.Pool, tt *catalogTable, f *partners.Feed) ([]Finding, error) {
-	cols := []string{"partner_id"}
+// constraint is a constraint, unique index or row trigger of a target
+// table, or a CHECK of one of its columns' domains (readConstraints).
+type constraint struct {
+	kind    string   // c CHECK, f foreign key, x exclusion, u unique index, d domain CHECK, t trigger
+	name    string   // of the constraint, index or trigger
+	on      []string // its columns; for d, the domain's name
+	ref     string   // f: the table referenced
+	partial bool     // u: an expression or partial index
+	domain  uint32   // d: the domain's type
+}
+
+// readConstraints reads what of a target table may refuse a row but
+// cannot be decided from the declarations: CHECK, foreign-key and
+// exclusion constraints, unique indexes, the CHECKs of its columns'
+// domains, and row triggers.
+func readConstraints(ctx context.Context, db *pgxpool.Pool, tt *catalogTable) ([]constraint, error) {
 	var domains []uint32
-	for _, c := range f.Columns {
-		cols = append(cols, c.Name)
-		if tc := tt.cols[c.Name]; tc.domain != "" {
-			domains = append(domains, tc.oid)
+	for _, c := range tt.cols {
+		if c.domain != "" {
+			domains = append(domains, c.oid)
 		}
 	}
-	keyIndex := append([]string{"partner_id"}, f.Key...)
-	slices.Sort(keyIndex)
 	rs, err := db.Query(ctx, `
 		SELECT c.contype::text, c.conname::text,
 		       array(SELECT a.attname::text FROM pg_attribute a WHERE a.attrelid = c.conrelid AND a.attnum = ANY(c.conkey) ORDER BY a.attnum),
-		       coalesce(c.confrelid::regclass::text, ''), false
+		       coalesce(c.confrelid::regclass::text, ''), false, 0::oid
 		FROM pg_constraint c
 		WHERE c.conrelid = $1 AND c.contype IN ('c', 'f', 'x')
 		UNION ALL
 		SELECT 'u', i.indexrelid::regclass::text,
 		       array(SELECT a.attname::text FROM pg_attribute a WHERE a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey) ORDER BY a.attname),
-		       '', i.indexprs IS NOT NULL OR i.indpred IS NOT NULL
+		       '', i.indexprs IS NOT NULL OR i.indpred IS NOT NULL, 0::oid
 		FROM pg_index i WHERE i.indrelid = $1 AND i.indisunique
 		UNION ALL
-		SELECT 'd', c.conname::text, array[t.typname::text], '', false
+		SELECT 'd', c.conname::text, array[t.typname::text], '', false, c.contypid
 		FROM pg_constraint c JOIN pg_type t ON t.oid = c.contypid
 		WHERE c.contypid = ANY($2::oid[]) AND c.contype = 'c'
 		UNION ALL
-		SELECT 't', t.tgname::text, array[]::text[], '', false
+		SELECT 't', t.tgname::text, array[]::text[], '', false, 0::oid
 		FROM pg_trigger t WHERE t.tgrelid = $1 AND NOT t.tgisinternal AND t.tgenabled <> 'D'
 		ORDER BY 1, 2`, tt.oid, domains)
 	if err != nil {
 		return nil, fmt.Errorf("target %s: %w", tt.ident.Sanitize(), err)
 	}
 	defer rs.Close()
-	var out []Finding
+	var out []constraint
 	for rs.Next() {
-		var kind, name, ref string
-		var on []string
-		var partial bool
-		if err := rs.Scan(&kind, &name, &on, &ref, &partial); err != nil {
+		var c constraint
+		if err := rs.Scan(&c.kind, &c.name, &c.on, &c.ref, &c.partial, &c.domain); err != nil {
 			return nil, err
 		}
+		out = append(out, c)
+	}
+	return out, rs.Err()
+}
+
+// constraintWarnings names the constraints that bear on a feed: those on
+// its columns (and CHECKs of their domains), unique indexes other than
+// (partner_id, key...) that involve them, and row triggers.
+func constraintWarnings(cs []constraint, tt *catalogTable, f *partners.Feed) []Finding {
+	cols := []string{"partner_id"}
+	for _, c := range f.Columns {
+		cols = append(cols, c.Name)
+	}
+	keyIndex := append([]string{"partner_id"}, f.Key...)
+	slices.Sort(keyIndex)
+	var out []Finding
+	for _, k := range cs {
+		name, on := k.name, k.on
 		var mine []string
 		for _, c := range on {
 			if slices.Contains(cols, c) {
@@ -371,14 +436,14 @@ func constraintWarnings(ctx context.Context, db *pgxpool.Pool, tt *catalogTable,
 			out = append(out, Finding{Column: strings.Join(mine, ", "), Detail: fmt.Sprintf(format, args...)})
 		}
 		const undecided = "may refuse rows the feed accepts; not decidable from the declarations"
-		switch kind {
+		switch k.kind {
 		case "c":
 			if len(mine) > 0 || len(on) == 0 {
 				warn("CHECK constraint %s %s", name, undecided)
 			}
 		case "f":
 			if len(mine) > 0 {
-				warn("foreign key %s references %s: %s", name, ref, undecided)
+				warn("foreign key %s references %s: %s", name, k.ref, undecided)
 			}
 		case "x":
 			if len(mine) > 0 {
@@ -386,32 +451,25 @@ func constraintWarnings(ctx context.Context, db *pgxpool.Pool, tt *catalogTable,
 			}
 		case "u":
 			sorted := slices.Sorted(slices.Values(on))
-			if !partial && slices.Equal(sorted, keyIndex) {
+			if !k.partial && slices.Equal(sorted, keyIndex) {
 				continue // the key's own index: a repeat there is a row update
 			}
-			if len(mine) > 0 || partial {
+			if len(mine) > 0 || k.partial {
 				warn("unique index %s other than (partner_id, %s) %s", name, strings.Join(f.Key, ", "), undecided)
 			}
 		case "d":
 			mine = nil
 			for _, c := range f.Columns {
-				if tc := tt.cols[c.Name]; tc.domain != "" && domainName(tc.domain) == on[0] {
+				if tc := tt.cols[c.Name]; tc.domain != "" && tc.oid == k.domain {
 					mine = append(mine, c.Name)
 				}
 			}
-			warn("CHECK constraint %s of domain %s %s", name, on[0], undecided)
+			if len(mine) > 0 { // a domain of a column the feed does not write
+				warn("CHECK constraint %s of domain %s %s", name, on[0], undecided)
+			}
 		case "t":
 			warn("trigger %s may refuse or change rows; not decidable from the declarations", name)
 		}
 	}
-	return out, rs.Err()
-}
-
-// domainName is a format_type name without its schema and quotes, as
-// pg_type.typname has it.
-func domainName(formatted string) string {
-	if i := strings.LastIndex(formatted, "."); i >= 0 {
-		formatted = formatted[i+1:]
-	}
-	return strings.Trim(formatted, `"`)
+	return out
 }

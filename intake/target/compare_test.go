@@ -4,7 +4,11 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/partner-intake/partner-intake/intake/target"
 	"github.com/partner-intake/partner-intake/internal/testenv"
@@ -177,5 +181,89 @@ func TestCompareWarnsOfAMissingRowHash(t *testing.T) {
 	}
 	if _, err := target.Check(ctx, pool, feed("badhash")); err == nil || !strings.Contains(err.Error(), "intake_row_hash is bytea: it must be bigint") {
 		t.Fatalf("check with a bytea hash column: %v", err)
+	}
+}
+
+// queryCount counts the statements a pool sends.
+type queryCount struct{ n atomic.Int64 }
+
+func (q *queryCount) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	q.n.Add(1)
+	return ctx
+}
+
+func (q *queryCount) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+// A Checker finds for every partner's feed what Compare finds, and reads
+// each target table's catalog once however many feeds write it; a feed
+// column the table lacks is an error, not a panic.
+func TestACheckerReadsEachTableOnce(t *testing.T) {
+	url, pool := testenv.DB(t)
+	ctx := context.Background()
+	if _, err := pool.Exec(ctx, `
+		CREATE TYPE tone AS ENUM ('new', 'paid');
+		CREATE DOMAIN short AS varchar(40) CHECK (VALUE <> '');
+		CREATE DOMAIN unused AS text CHECK (VALUE <> 'x');
+		CREATE TABLE ref (code text PRIMARY KEY);
+		CREATE TABLE a (partner_id text NOT NULL, k text NOT NULL, s short, e tone, r text REFERENCES ref (code),
+			n int CHECK (n > 0), u text UNIQUE, z unused, last_intake_id bigint NOT NULL, UNIQUE (partner_id, k));
+		CREATE FUNCTION nop() RETURNS trigger LANGUAGE plpgsql AS $$BEGIN RETURN NEW; END$$;
+		CREATE TRIGGER a_nop BEFORE INSERT ON a FOR EACH ROW EXECUTE FUNCTION nop();
+		CREATE TABLE b (partner_id varchar(6) NOT NULL, k text NOT NULL, v varchar(8), last_intake_id bigint NOT NULL, UNIQUE (partner_id, k))`); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var count queryCount
+	cfg.ConnConfig.Tracer = &count
+	traced, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer traced.Close()
+	key := partners.Column{Name: "k", Type: partners.TypeText, Required: true, MaxLength: 16}
+	feedA := []partners.Column{{Name: "s", Type: partners.TypeText, MaxLength: 64}, {Name: "e", Type: partners.TypeEnum, Values: []string{"new", "gone"}},
+		{Name: "r", Type: partners.TypeText}, {Name: "n", Type: partners.TypeInteger}, {Name: "u", Type: partners.TypeText}}
+	feed := func(table string, cols []partners.Column) *partners.Feed {
+		f := &partners.Feed{Name: "f", Pattern: `x`, Target: table, Key: []string{"k"}, Columns: append([]partners.Column{key}, cols...)}
+		f.SetDefaults()
+		if err := f.Validate("f", partners.ReadinessRename); err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+	chk := target.NewChecker(traced)
+	var perTable int64
+	for i := range 30 {
+		partner := fmt.Sprintf("partner-%d", i)
+		f := feed("a", feedA[:i%len(feedA)+1]) // the feeds write different columns of a
+		if i%3 == 0 {
+			f = feed("b", []partners.Column{{Name: "v", Type: partners.TypeText, MaxLength: 4 + i%8}})
+		}
+		want, err := target.Compare(ctx, pool, partner, f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := chk.Compare(ctx, partner, f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Fatalf("partner %s on %s: the Checker found\n%v\nCompare found\n%v", partner, f.Target, got, want)
+		}
+		if len(want) == 0 && f.Target == "a" {
+			t.Fatalf("partner %s: no finding on a, whose every extra column bears one: the comparison proves little", partner)
+		}
+		if i == 1 {
+			perTable = count.n.Load() // a and b each read once by now
+		}
+	}
+	if n := count.n.Load(); n != perTable || n == 0 {
+		t.Fatalf("the Checker sent %d statements for 30 feeds, %d after its first two tables: want each table read once", n, perTable)
+	}
+	if _, err := chk.Compare(ctx, "late", feed("b", []partners.Column{{Name: "missing", Type: partners.TypeText}})); err == nil || !strings.Contains(err.Error(), "missing column missing") {
+		t.Fatalf("a feed column the table lacks: %v", err)
 	}
 }
