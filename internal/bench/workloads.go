@@ -324,18 +324,22 @@ func (e *env) settle(ctx context.Context, url string) error {
 	// CHECKPOINT have touched the shared buffers, tearing its page
 	// tables down took 25-36 ms of CPU here, inside the first 40 ms of the
 	// phase measured next (a perf timeline of the manifest duplicate).
-	return gone(backend, 2*time.Second)
+	if !gone(backend, 5*time.Second) {
+		e.say("settle: PostgreSQL backend %d still running 5 s after its connection closed; measuring anyway", backend)
+	}
+	return nil
 }
 
 // gone waits until the local process pid has exited (the bench's
-// PostgreSQL runs on this machine), at most wait.
-func gone(pid int, wait time.Duration) error {
+// PostgreSQL runs on this machine), at most wait, and reports whether it
+// did.
+func gone(pid int, wait time.Duration) bool {
 	for end := time.Now().Add(wait); time.Now().Before(end); time.Sleep(2 * time.Millisecond) {
 		if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
-			return nil
+			return true
 		}
 	}
-	return fmt.Errorf("settle: PostgreSQL backend %d still running %s after its connection closed", pid, wait)
+	return false
 }
 
 // quiet keeps the harness's own work out of the phase it measures: the
