@@ -159,7 +159,7 @@ func putFile(s *partners.Session, dir, name string, data []byte) (string, error)
 	if err == nil {
 		err = st.write(data)
 	}
-	if partners.ListingChannelLost(err) {
+	if s.ListingChannelLost(err) {
 		// the listing channel broke under it: once more through pkg/sftp
 		if st, err = stageFile(s, dir, name, false); err == nil {
 			err = st.write(data)

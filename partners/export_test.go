@@ -30,14 +30,14 @@ func DropListingChannel(s *Session) {
 }
 
 // EndListingChannel ends the session's listing channel under it, as a
-// site that closes the channel (or a connection that goes) does: its
-// reader meets the end of the channel.
+// site that closes the channel does: the SSH channel is closed without
+// breaking its reader, which meets the channel's end.
 func EndListingChannel(s *Session) {
 	s.listMu.Lock()
 	c := s.lister
 	s.listMu.Unlock()
 	if c != nil {
-		c.ch.Close()
+		c.ch.(*sessChan).ch.Close()
 		<-c.done
 	}
 }

@@ -350,7 +350,8 @@ type reply struct {
 }
 
 // A listing channel's own failures: every error of a request on it is
-// one of these (ListingChannelLost) or the site's answer.
+// one of these (channelFailure), the site's answer, or the session's
+// closing (errSessionClosed).
 var (
 	errBrokenChannel  = errors.New("sftp: a reply did not come as it should")
 	errChannelDropped = errors.New("sftp: the listing channel was closed") // by us, by the site, or with the connection
@@ -384,7 +385,12 @@ func (c *rawSFTP) read() {
 
 // fail makes the channel unusable for err: every request in flight gets
 // it, every later one too, and the channel is closed (the reader stops).
+// What it keeps is the channel's own failure (channelFailure: a reply
+// that did not fit is errBrokenChannel) or the session's closing.
 func (c *rawSFTP) fail(err error) {
+	if !channelFailure(err) && !errors.Is(err, errSessionClosed) {
+		err = fmt.Errorf("%w: %w", errBrokenChannel, err)
+	}
 	c.mu.Lock()
 	if c.err == nil {
 		c.err = err
@@ -420,7 +426,7 @@ func (c *rawSFTP) start(typ byte, body ...[]byte) (<-chan reply, error) {
 	c.pending[id] = r
 	c.mu.Unlock()
 	if _, err := c.w.Write(appendPacket(nil, typ, append([][]byte{u32(id)}, body...)...)); err != nil {
-		c.fail(fmt.Errorf("%w: %w", errChannelDropped, err))
+		c.fail(ended(err))
 		return nil, c.broken()
 	}
 	return r, nil
@@ -462,7 +468,7 @@ func appendPacket(p []byte, typ byte, body ...[]byte) []byte {
 func (c *rawSFTP) recv() (byte, []byte, error) {
 	var hdr [5]byte
 	if _, err := io.ReadFull(c.r, hdr[:]); err != nil {
-		return 0, nil, fmt.Errorf("%w: %w", errChannelDropped, err)
+		return 0, nil, ended(err)
 	}
 	n := binary.BigEndian.Uint32(hdr[:4])
 	if n < 1 || n > maxListPacket {
@@ -473,9 +479,18 @@ func (c *rawSFTP) recv() (byte, []byte, error) {
 	}
 	c.buf = c.buf[:n-1]
 	if _, err := io.ReadFull(c.r, c.buf); err != nil {
-		return 0, nil, fmt.Errorf("%w: %w", errChannelDropped, err)
+		return 0, nil, ended(err)
 	}
 	return hdr[4], c.buf, nil
+}
+
+// ended is a read or write error of the channel: the channel's own end
+// (errChannelDropped), or the session's closing as it is.
+func ended(err error) error {
+	if errors.Is(err, errSessionClosed) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", errChannelDropped, err)
 }
 
 func u32(v uint32) []byte { return binary.BigEndian.AppendUint32(nil, v) }
@@ -507,7 +522,7 @@ func (c *rawSFTP) list(ctx context.Context, dir string, fn func(os.FileInfo) err
 	handle := d.str()
 	if d.err != nil {
 		c.fail(d.err)
-		return d.err
+		return c.broken()
 	}
 	defer c.closeHandle(handle)
 	cur, err := c.start(fxpReaddir, str(handle))
@@ -560,7 +575,7 @@ func (c *rawSFTP) list(ctx context.Context, dir string, fn func(os.FileInfo) err
 		}
 		if d.err != nil {
 			c.fail(d.err)
-			return d.err
+			return c.broken()
 		}
 		cur = next
 		if next, err = c.start(fxpReaddir, str(handle)); err != nil {

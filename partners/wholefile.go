@@ -20,10 +20,24 @@ import (
 var ErrNoListingChannel = errors.New("sftp: the site refuses a listing channel")
 
 // ListingChannelLost reports whether err is the listing channel's own
-// failure (a reply that broke it, or the channel dropped), not the
-// site's answer to the request: the same step through pkg/sftp can
-// still succeed.
-func ListingChannelLost(err error) bool {
+// failure (a reply that broke it, the channel dropped or ended), not the
+// site's answer to the request, on a session that goes on: the same step
+// through pkg/sftp can still succeed. On a session closed (by its
+// watchdog, a shutdown) or whose connection ended it cannot.
+func (s *Session) ListingChannelLost(err error) bool {
+	if !channelFailure(err) {
+		return false
+	}
+	select {
+	case <-s.done:
+		return false
+	default:
+	}
+	return !s.conn.dead()
+}
+
+// channelFailure: err is the listing channel's own failure.
+func channelFailure(err error) bool {
 	return errors.Is(err, errBrokenChannel) || errors.Is(err, errChannelDropped)
 }
 
@@ -76,7 +90,7 @@ func (s *Session) CreateWhole(p string) (*WholeFile, error) {
 	h := d.str()
 	if d.err != nil {
 		c.fail(d.err)
-		return nil, d.err
+		return nil, c.broken()
 	}
 	return &WholeFile{s: s, c: c, handle: h, path: p}, nil
 }

@@ -65,17 +65,20 @@ func TestWholeFileWritesItsBytesAndClosesAtOnce(t *testing.T) {
 
 // A WholeFile whose listing channel is dropped before its bytes go out
 // (by the session, after a reply that broke it) or ends under it (the
-// site closed it, or the connection went) fails with the channel's own
-// error (partners.ListingChannelLost: the caller writes through pkg/sftp
+// site closed it) fails with the channel's own error
+// (Session.ListingChannelLost: the caller writes through pkg/sftp
 // instead), and the next WholeFile opens on a fresh channel and is
-// written whole.
+// written whole. One whose session was closed fails with the session's
+// error, not the channel's: pkg/sftp could not do better.
 func TestWholeFileOnALostChannelSaysSo(t *testing.T) {
 	for _, c := range []struct {
-		name string
-		lose func(*partners.Session)
+		name    string
+		lose    func(*partners.Session)
+		channel bool // the channel's own failure, and the session goes on
 	}{
-		{"dropped", partners.DropListingChannel},
-		{"ended", partners.EndListingChannel},
+		{"dropped", partners.DropListingChannel, true},
+		{"ended", partners.EndListingChannel, true},
+		{"closed with the session", func(s *partners.Session) { s.Close() }, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			p := partner(t)
@@ -91,8 +94,11 @@ func TestWholeFileOnALostChannelSaysSo(t *testing.T) {
 			}
 			c.lose(s)
 			err = w.WriteClose([]byte("lost"))
-			if err == nil || !partners.ListingChannelLost(err) {
-				t.Fatalf("a write after the listing channel was %s: %v, want the channel's own error", c.name, err)
+			if err == nil || s.ListingChannelLost(err) != c.channel {
+				t.Fatalf("a write after the listing channel was %s: %v, want the channel's own error: %v", c.name, err, c.channel)
+			}
+			if !c.channel {
+				return
 			}
 			w, err = s.CreateWhole(name)
 			if err != nil {

@@ -60,9 +60,11 @@ func Compare(ctx context.Context, db *pgxpool.Pool, partner string, f *partners.
 
 // Checker compares feeds with their target tables as Compare does, reading
 // each table's catalog (columns, enum labels, constraints, indexes,
-// triggers) once: a daemon whose thousand partners write one table asks
-// the catalog once at its start, not a thousand times (docs/performance.md
-// item 54). It holds what it read: one Checker serves one check.
+// triggers) once: a daemon whose thousand partners write one table reads
+// it once for their comparisons at its start, not a thousand times
+// (docs/performance.md item 54; the mapping's own load, Cache.Get, is
+// once per distinct mapping). It holds what it read: one Checker serves
+// one check.
 type Checker struct {
 	db     *pgxpool.Pool
 	tables map[string]*tableFacts // by the feed's target, as written
@@ -97,6 +99,9 @@ func (c *Checker) Compare(ctx context.Context, partner string, f *partners.Feed)
 			return nil, err
 		}
 		c.tables[f.Target] = tf
+	}
+	if tf.tt.cols["partner_id"] == nil {
+		return nil, &Error{Table: f.Target, Detail: "missing column partner_id (text)"}
 	}
 	for _, col := range f.Columns {
 		if tf.tt.cols[col.Name] == nil {

@@ -194,9 +194,12 @@ func (q *queryCount) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.Tra
 
 func (q *queryCount) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
 
-// A Checker finds for every partner's feed what Compare finds, and reads
-// each target table's catalog once however many feeds write it; a feed
-// column the table lacks is an error, not a panic.
+// A Checker finds for every partner's feed what a fresh Compare finds
+// (what it read of a table for one feed serves every other feed of the
+// table), names every kind of constraint on the columns a feed writes and
+// none on those it does not (a domain's CHECK included), and reads each
+// target table's catalog once however many feeds write it; a feed column
+// or partner_id the table lacks is an error, not a panic.
 func TestACheckerReadsEachTableOnce(t *testing.T) {
 	url, pool := testenv.DB(t)
 	ctx := context.Background()
@@ -260,10 +263,35 @@ func TestACheckerReadsEachTableOnce(t *testing.T) {
 			perTable = count.n.Load() // a and b each read once by now
 		}
 	}
+	// the feed writing every column of a: each constraint named once
+	all, err := chk.Compare(ctx, "acme", feed("a", feedA))
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := fmt.Sprint(all)
+	for _, want := range []string{"column e: is tone, an enum type", "CHECK constraint short_check of domain short", "foreign key a_r_fkey references ref",
+		"CHECK constraint a_n_check", "unique index a_u_key", "trigger a_nop"} {
+		if strings.Count(text, want) != 1 {
+			t.Errorf("findings for every column of a: %q appears %d times in\n%v", want, strings.Count(text, want), all)
+		}
+	}
+	one, err := chk.Compare(ctx, "acme", feed("a", nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if text := fmt.Sprint(one); strings.Contains(text, "short") || strings.Contains(text, "unused") || strings.Contains(text, "a_r_fkey") || !strings.Contains(text, "trigger a_nop") {
+		t.Errorf("the feed writing the key alone: %v; want the trigger only of the constraints", one)
+	}
 	if n := count.n.Load(); n != perTable || n == 0 {
 		t.Fatalf("the Checker sent %d statements for 30 feeds, %d after its first two tables: want each table read once", n, perTable)
 	}
 	if _, err := chk.Compare(ctx, "late", feed("b", []partners.Column{{Name: "missing", Type: partners.TypeText}})); err == nil || !strings.Contains(err.Error(), "missing column missing") {
 		t.Fatalf("a feed column the table lacks: %v", err)
+	}
+	if _, err := pool.Exec(ctx, `CREATE TABLE nopartner (k text NOT NULL, last_intake_id bigint NOT NULL)`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := chk.Compare(ctx, "late", feed("nopartner", nil)); err == nil || !strings.Contains(err.Error(), "missing column partner_id") {
+		t.Fatalf("a table without partner_id: %v", err)
 	}
 }
