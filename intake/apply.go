@@ -477,6 +477,10 @@ const (
 	pathNone   = iota // no valid rows
 	pathDirect        // COPY straight into the target (all new, so far)
 	pathMerge         // staging table and guarded merge
+	// pathGroupMerge is pathMerge inside a group's transaction: a value
+	// the target refuses is returned, not searched for under savepoints
+	// (the group sends the file on alone, group.go).
+	pathGroupMerge
 )
 
 func (r *fileRun) rowPath(ch *chunk) int {
@@ -529,6 +533,9 @@ func (r *fileRun) writeRows(ctx context.Context, tx pgx.Tx, tgt *target.Table, c
 		}
 	}
 	sub, err := r.toMerge(ctx, tx, tgt, ch, writer)
+	if refusedRows(err) != nil && path == pathGroupMerge {
+		return err
+	}
 	if refusedRows(err) != nil {
 		// a key the server refuses to take (as the staging COPY would):
 		// merged whole, so that the search below finds its row
@@ -545,6 +552,9 @@ func (r *fileRun) writeRows(ctx context.Context, tx pgx.Tx, tgt *target.Table, c
 		m, err = r.mergeChunk(ctx, tx, tgt, sub, writer)
 	}
 	var refused []refusal
+	if first := refusedRows(err); first != nil && path == pathGroupMerge {
+		return err
+	}
 	if first := refusedRows(err); first != nil {
 		// some row's value is refused by the target: find exactly which
 		if _, err := tx.Exec(ctx, "ROLLBACK TO SAVEPOINT intake_merge"); err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -74,7 +75,7 @@ const (
 	LeftRows        = "over_one_chunk"  // more rows than one chunk (groupable's size bound rules it out; checked anyway)
 	LeftNoRows      = "no_rows"         // a header and no row
 	LeftRejected    = "rejected_row"    // a row is rejected (the plan records it)
-	LeftBadValue    = "value_refused"   // a value the target's column type refuses
+	LeftBadValue    = "value_refused"   // a value the target refuses: its column's type (fetch), or a constraint at the write (commit)
 	LeftRepeatedKey = "repeated_key"    // a key repeats within the file (the dedupe decides)
 	LeftBatchBound  = "batch_bound"     // another intake holds the batch: duplicate or conflict
 	LeftConflicts   = "newer_writes"    // rows a newer intake holds: the rejects report is written alone
@@ -151,6 +152,19 @@ func (g *fileGroup) run(ctx context.Context) error {
 	}
 	start = time.Now()
 	err = g.commit(ctx, tgt)
+	var rf *refusedFileError
+	for errors.As(err, &rf) {
+		// One file's value the target refuses: that file goes on alone
+		// (still claimed: the transaction was rolled back), where its
+		// refused rows are rejected, and the rest commit again without
+		// it; each such file costs one transaction more.
+		g.leave(rf.file, LeftBadValue, rf)
+		g.files = slices.DeleteFunc(g.files, func(f *groupFile) bool { return f == rf.file })
+		if len(g.files) == 0 {
+			return nil
+		}
+		err = g.commit(ctx, tgt)
+	}
 	var cu *CommitUnknownError
 	if errors.As(err, &cu) {
 		// Each file is claimed or applied, all of it or none; the rows

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/partner-intake/partner-intake/internal/pgerr"
+
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
@@ -30,6 +32,7 @@ func (g *fileGroup) commit(ctx context.Context, tgt *target.Table) error {
 	ins := make([]*Intake, len(g.files))
 	for i, f := range g.files {
 		ins[i] = f.r.in
+		f.c = chunkCounts{} // a commit tried again after a refused file counts afresh
 	}
 	bound, err := g.d.ledger.SpoolGroup(ctx, tx, ins)
 	if err != nil {
@@ -163,9 +166,30 @@ func (g *fileGroup) writeRows(ctx context.Context, tx pgx.Tx, tgt *target.Table,
 				return fmt.Errorf("group stage: %w", err)
 			}
 		}
-		if err := f.r.writeRows(ctx, tx, tgt, f.ch, pathMerge, f.r.in.ID, &f.c); err != nil {
+		err := f.r.writeRows(ctx, tx, tgt, f.ch, pathGroupMerge, f.r.in.ID, &f.c)
+		if refusedRows(err) != nil {
+			return &refusedFileError{file: f, err: err}
+		}
+		if err != nil {
 			return err
 		}
 	}
 	return nil
 }
+
+// refusedFileError: the target refused a value of one file of the group
+// (a CHECK, a foreign key, a length: SQLSTATE class 22 or 23). The group's
+// transaction is rolled back; the file goes on alone, where the refused
+// rows are found and rejected, and the others commit again without it.
+type refusedFileError struct {
+	file *groupFile
+	err  error
+}
+
+// Error names the refusal by its codes: PostgreSQL's own text may quote
+// the value.
+func (e *refusedFileError) Error() string {
+	return fmt.Sprintf("intake %d: the target refused a value: %s", e.file.r.in.ID, pgerr.Redact(e.err))
+}
+
+func (e *refusedFileError) Unwrap() error { return e.err }

@@ -161,6 +161,50 @@ func TestValuesTheTargetRefusesRejectExactlyTheirRows(t *testing.T) {
 	}
 }
 
+// A small file whose value the target refuses (a CHECK) leaves its group
+// alone, where the refused row is rejected as on the per-file path, and
+// the group's other files commit together without it, a fresh group and
+// a group over keys the target holds alike: the group's transaction does
+// not fail for one file's value.
+func TestARefusedValueSendsItsFileOutOfTheGroup(t *testing.T) {
+	_, pool := testenv.DB(t)
+	exec(t, pool, `ALTER TABLE orders ADD CONSTRAINT qty_small CHECK (qty < 1000)`)
+	site := testenv.NewSite(t, "grr")
+	row := func(id, qty string) string {
+		return fmt.Sprintf("%s,%s@example.com,1.00,paid,2026-11-01T10:00:00Z,%s\n", id, strings.ToLower(id), qty)
+	}
+	r := newRig(t, pool, "w1", site)
+	for round, rows := range []string{"fresh", "held"} {
+		site.Drop(t, "orders-"+rows+"-1.csv", testenv.OrdersHeader+row("A-1", "1")+row("A-2", "2"))
+		site.Drop(t, "orders-"+rows+"-2.csv", testenv.OrdersHeader+row("B-1", "1")+row("B-2", "5000")+row("B-3", "3")) // B-2 refused
+		site.Drop(t, "orders-"+rows+"-3.csv", testenv.OrdersHeader+row("C-1", fmt.Sprint(round+1)))
+		r.poll("grr")
+		if got := grouped(r, "grr", intake.LeftBadValue); got != float64(round+1) {
+			t.Fatalf("%s: %v files left their group for a refused value, want %d", rows, got, round+1)
+		}
+		if got := grouped(r, "grr", intake.LeftGroupFailed); got != 0 {
+			t.Fatalf("%s: %v files left a failed group transaction, want none", rows, got)
+		}
+		m := byName(files(t, pool, "grr"))
+		f1, f2, f3 := m["orders-"+rows+"-1.csv"], m["orders-"+rows+"-2.csv"], m["orders-"+rows+"-3.csv"]
+		if f1.State != "archived" || f1.Applied+f1.Unchanged != 2 || f1.Rejected != 0 || f3.State != "archived" || f3.Applied != 1 {
+			t.Fatalf("%s: the group's other files: %+v, %+v", rows, f1, f3)
+		}
+		if f2.State != "archived" || f2.Rejected != 1 || f2.Applied+f2.Unchanged != 2 || receipt(t, site, f2.Receipt).Outcome != intake.OutcomeAcceptedWithRejects {
+			t.Fatalf("%s: the file with the refused value: %+v", rows, f2)
+		}
+		if g := rowIssues(t, pool, f2.ID)[3]; g.reason != intake.ReasonTargetRefused || !strings.Contains(g.codes, "23514") {
+			t.Fatalf("%s: line 3's issue %+v, want target_refused 23514", rows, g)
+		}
+	}
+	if n := count(t, pool, `SELECT count(*) FROM orders WHERE partner_id = 'grr'`); n != 5 {
+		t.Fatalf("the target holds %d rows of the partner, want 5 (B-2 never)", n)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM orders WHERE partner_id = 'grr' AND order_id = 'C-1' AND qty = 2`); n != 1 {
+		t.Fatal("the held round's C-1 did not land its new qty")
+	}
+}
+
 // A chunk that the target refuses row after row (a mapping that does not
 // fit its table) fails the file for good with target_refused once the
 // bounded search gives up, and the partner's next file lands.
