@@ -1,6 +1,7 @@
 package intake
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"log/slog"
@@ -70,18 +71,20 @@ type groupFile struct {
 
 // Why a file leaves its group (intake_group_files_total{result}).
 const (
-	LeftRead        = "read_failed"     // open or read failed, or the size is not the listed one
-	LeftNotCSV      = "not_feed_csv"    // the header or a line does not read as the feed's CSV
-	LeftRows        = "over_one_chunk"  // more rows than one chunk (groupable's size bound rules it out; checked anyway)
-	LeftNoRows      = "no_rows"         // a header and no row
-	LeftRejected    = "rejected_row"    // a row is rejected (the plan records it)
-	LeftBadValue    = "value_refused"   // a value the target refuses: its column's type (fetch), or a constraint at the write (commit)
-	LeftRepeatedKey = "repeated_key"    // a key repeats within the file (the dedupe decides)
-	LeftBatchBound  = "batch_bound"     // another intake holds the batch: duplicate or conflict
-	LeftConflicts   = "newer_writes"    // rows a newer intake holds: the rejects report is written alone
-	LeftArchive     = "archive_failed"  // the move to archive/ or the receipt failed
-	LeftGroupFailed = "group_tx_failed" // the group's transaction failed and was rolled back
-	resultGrouped   = "grouped"
+	LeftRead         = "read_failed"     // open or read failed, or the size is not the listed one
+	LeftNotCSV       = "not_feed_csv"    // the header or a line does not read as the feed's CSV
+	LeftRows         = "over_one_chunk"  // more rows than one chunk (groupable's size bound rules it out; checked anyway)
+	LeftNoRows       = "no_rows"         // a header and no row
+	LeftRejected     = "rejected_row"    // a row is rejected (the plan records it)
+	LeftBadValue     = "value_refused"   // a value the target's column type refuses (fetch)
+	LeftRefused      = "target_refused"  // a value the target refused at the group's write: a CHECK, a foreign key, a length (commit)
+	LeftAfterRefused = "after_refused"   // a later file of a group whose file the target refused: on alone after it, in id order
+	LeftRepeatedKey  = "repeated_key"    // a key repeats within the file (the dedupe decides)
+	LeftBatchBound   = "batch_bound"     // another intake holds the batch: duplicate or conflict
+	LeftConflicts    = "newer_writes"    // rows a newer intake holds: the rejects report is written alone
+	LeftArchive      = "archive_failed"  // the move to archive/ or the receipt failed
+	LeftGroupFailed  = "group_tx_failed" // the group's transaction failed and was rolled back
+	resultGrouped    = "grouped"
 )
 
 func (g *fileGroup) leave(f *groupFile, reason string, err error) {
@@ -123,6 +126,8 @@ func (d *Daemon) runGroup(ctx context.Context, p *partnerRT, sess *partners.Sess
 	if err != nil {
 		return err
 	}
+	// in intake id order, as they would have run without the group
+	slices.SortFunc(g.alone, func(a, b *fileRun) int { return cmp.Compare(a.in.ID, b.in.ID) })
 	for _, r := range g.alone {
 		if ctx.Err() != nil {
 			return ctx.Err()
@@ -153,13 +158,16 @@ func (g *fileGroup) run(ctx context.Context) error {
 	start = time.Now()
 	err = g.commit(ctx, tgt)
 	var rf *refusedFileError
-	for errors.As(err, &rf) {
-		// One file's value the target refuses: that file goes on alone
+	for tries := 0; tries < maxRefusedRetries && errors.As(err, &rf); tries++ {
+		// A file's value the target refuses: that file goes on alone
 		// (still claimed: the transaction was rolled back), where its
-		// refused rows are rejected, and the rest commit again without
-		// it; each such file costs one transaction more.
-		g.leave(rf.file, LeftBadValue, rf)
-		g.files = slices.DeleteFunc(g.files, func(f *groupFile) bool { return f == rf.file })
+		// refused rows are rejected, and so does every file of the group
+		// after it, so that the files still write in intake id order
+		// (of two writing one key, insert_only keeps the first); the
+		// files before it commit again. The merge goes in id order, so
+		// the file found is the first that refuses, and a second
+		// refusal is not expected: past the bound the group fails.
+		g.sendOnFrom(rf.file, rf)
 		if len(g.files) == 0 {
 			return nil
 		}
@@ -195,6 +203,34 @@ func (g *fileGroup) run(ctx context.Context) error {
 	}
 	g.observe(StateApplied, start)
 	return nil
+}
+
+// maxRefusedRetries bounds the commits a group tries again after a file's
+// refused value (group.run).
+const maxRefusedRetries = 2
+
+// sendOnFrom sends refused (its value refused by the target: err) and
+// every later file of the group on alone, in intake id order; the
+// earlier ones stay.
+func (g *fileGroup) sendOnFrom(refused *groupFile, err error) {
+	id := refused.r.in.ID
+	var stay, leave []*groupFile
+	for _, f := range g.files {
+		if f == refused || f.r.in.ID > id {
+			leave = append(leave, f)
+		} else {
+			stay = append(stay, f)
+		}
+	}
+	slices.SortFunc(leave, func(a, b *groupFile) int { return cmp.Compare(a.r.in.ID, b.r.in.ID) })
+	for _, f := range leave {
+		if f == refused {
+			g.leave(f, LeftRefused, err)
+		} else {
+			g.leave(f, LeftAfterRefused, nil)
+		}
+	}
+	g.files = stay
 }
 
 // discardReceipts removes the receipt temporary files that files which

@@ -161,40 +161,43 @@ func TestValuesTheTargetRefusesRejectExactlyTheirRows(t *testing.T) {
 	}
 }
 
-// A small file whose value the target refuses (a CHECK) leaves its group
-// alone, where the refused row is rejected as on the per-file path, and
-// the group's other files commit together without it, a fresh group and
-// a group over keys the target holds alike: the group's transaction does
-// not fail for one file's value.
+// A small file whose value the target refuses (a CHECK) leaves its group,
+// with the group's files after it so that the files still write in
+// intake id order, and goes on alone, where the refused row is rejected
+// as on the per-file path; the files before it commit together, a fresh
+// group and a group over keys the target holds alike: the group's
+// transaction does not fail for one file's value.
 func TestARefusedValueSendsItsFileOutOfTheGroup(t *testing.T) {
 	_, pool := testenv.DB(t)
 	exec(t, pool, `ALTER TABLE orders ADD CONSTRAINT qty_small CHECK (qty < 1000)`)
 	site := testenv.NewSite(t, "grr")
-	row := func(id, qty string) string {
-		return fmt.Sprintf("%s,%s@example.com,1.00,paid,2026-11-01T10:00:00Z,%s\n", id, strings.ToLower(id), qty)
+	row := func(id string, qty int) string {
+		return fmt.Sprintf("%s,%s@example.com,1.00,paid,2026-11-01T10:00:00Z,%d\n", id, strings.ToLower(id), qty)
 	}
 	r := newRig(t, pool, "w1", site)
 	for round, rows := range []string{"fresh", "held"} {
-		site.Drop(t, "orders-"+rows+"-1.csv", testenv.OrdersHeader+row("A-1", "1")+row("A-2", "2"))
-		site.Drop(t, "orders-"+rows+"-2.csv", testenv.OrdersHeader+row("B-1", "1")+row("B-2", "5000")+row("B-3", "3")) // B-2 refused
-		site.Drop(t, "orders-"+rows+"-3.csv", testenv.OrdersHeader+row("C-1", fmt.Sprint(round+1)))
+		site.Drop(t, "orders-"+rows+"-1.csv", testenv.OrdersHeader+row("A-1", 1)+row("A-2", 2))
+		site.Drop(t, "orders-"+rows+"-2.csv", testenv.OrdersHeader+row("B-1", 1)+row("B-2", 5000)+row("B-3", 3)) // B-2 refused
+		site.Drop(t, "orders-"+rows+"-3.csv", testenv.OrdersHeader+row("C-1", round+1)+row("B-1", 7+round))      // B-1 after file 2
 		r.poll("grr")
-		if got := grouped(r, "grr", intake.LeftBadValue); got != float64(round+1) {
-			t.Fatalf("%s: %v files left their group for a refused value, want %d", rows, got, round+1)
-		}
-		if got := grouped(r, "grr", intake.LeftGroupFailed); got != 0 {
-			t.Fatalf("%s: %v files left a failed group transaction, want none", rows, got)
+		for reason, want := range map[string]int{intake.LeftRefused: round + 1, intake.LeftAfterRefused: round + 1, intake.LeftGroupFailed: 0} {
+			if got := grouped(r, "grr", reason); got != float64(want) {
+				t.Fatalf("%s: %v files left their group as %s, want %d", rows, got, reason, want)
+			}
 		}
 		m := byName(files(t, pool, "grr"))
 		f1, f2, f3 := m["orders-"+rows+"-1.csv"], m["orders-"+rows+"-2.csv"], m["orders-"+rows+"-3.csv"]
-		if f1.State != "archived" || f1.Applied+f1.Unchanged != 2 || f1.Rejected != 0 || f3.State != "archived" || f3.Applied != 1 {
+		if f1.State != "archived" || f1.Applied+f1.Unchanged != 2 || f1.Rejected != 0 || f3.State != "archived" || f3.Applied != 2 || f3.Confl != 0 {
 			t.Fatalf("%s: the group's other files: %+v, %+v", rows, f1, f3)
 		}
-		if f2.State != "archived" || f2.Rejected != 1 || f2.Applied+f2.Unchanged != 2 || receipt(t, site, f2.Receipt).Outcome != intake.OutcomeAcceptedWithRejects {
+		if f2.State != "archived" || f2.Rejected != 1 || f2.Confl != 0 || f2.Applied+f2.Unchanged != 2 || receipt(t, site, f2.Receipt).Outcome != intake.OutcomeAcceptedWithRejects {
 			t.Fatalf("%s: the file with the refused value: %+v", rows, f2)
 		}
 		if g := rowIssues(t, pool, f2.ID)[3]; g.reason != intake.ReasonTargetRefused || !strings.Contains(g.codes, "23514") {
 			t.Fatalf("%s: line 3's issue %+v, want target_refused 23514", rows, g)
+		}
+		if n := count(t, pool, `SELECT count(*) FROM orders WHERE partner_id = 'grr' AND order_id = 'B-1' AND qty = $1`, 7+round); n != 1 {
+			t.Fatalf("%s: B-1 does not hold file 3's value", rows) // and file 2 met no newer write (Confl 0): id order
 		}
 	}
 	if n := count(t, pool, `SELECT count(*) FROM orders WHERE partner_id = 'grr'`); n != 5 {
