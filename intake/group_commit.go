@@ -6,14 +6,13 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/partner-intake/partner-intake/internal/pgerr"
-
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/intake/target"
 	"github.com/partner-intake/partner-intake/internal/fault"
+	"github.com/partner-intake/partner-intake/internal/pgerr"
 )
 
 // commit is the group's transaction: every file claimed -> spooled with
