@@ -533,10 +533,10 @@ func (r *fileRun) writeRows(ctx context.Context, tx pgx.Tx, tgt *target.Table, c
 		}
 	}
 	sub, err := r.toMerge(ctx, tx, tgt, ch, writer)
-	if refusedRows(err) != nil && path == pathGroupMerge {
-		return err
-	}
 	if refusedRows(err) != nil {
+		if path == pathGroupMerge {
+			return err
+		}
 		// a key the server refuses to take (as the staging COPY would):
 		// merged whole, so that the search below finds its row
 		if _, err := tx.Exec(ctx, "ROLLBACK TO SAVEPOINT intake_merge"); err != nil {
@@ -552,10 +552,10 @@ func (r *fileRun) writeRows(ctx context.Context, tx pgx.Tx, tgt *target.Table, c
 		m, err = r.mergeChunk(ctx, tx, tgt, sub, writer)
 	}
 	var refused []refusal
-	if first := refusedRows(err); first != nil && path == pathGroupMerge {
-		return err
-	}
 	if first := refusedRows(err); first != nil {
+		if path == pathGroupMerge {
+			return err
+		}
 		// some row's value is refused by the target: find exactly which
 		if _, err := tx.Exec(ctx, "ROLLBACK TO SAVEPOINT intake_merge"); err != nil {
 			return fmt.Errorf("chunk %d rollback to savepoint: %w", chunk, err)
