@@ -141,11 +141,12 @@ func (r *fileRun) download(ctx context.Context) error {
 	if held != nil {
 		return r.hold(ctx, StateQuarantined, held.reason, 0, held.detail)
 	}
+	at := time.Now()
 	b, err := r.d.ledger.SetSpooled(ctx, in, e.SHA256, e.Size, data.SHA256, data.Size, batch, rowsWant)
 	if err != nil {
 		return err
 	}
-	r.bound = b
+	r.bound, r.fencedAt = b, at
 	return fault.Check("spool:after")
 }
 
@@ -174,11 +175,12 @@ func (r *fileRun) manifestDuplicate(ctx context.Context, man *partners.Manifest,
 	// the batch to this intake with the stated hashes: the bytes applied
 	// are then the spool's under that sha256, or the file's own, read and
 	// compared by ensureSpooled (manifest_mismatch when they differ).
+	at := time.Now()
 	bound, err := r.d.ledger.SetSpooled(ctx, in, b.SHA256, b.Size, b.DataSHA256, b.DataSize, batch, man.Rows)
 	if err != nil {
 		return false, err
 	}
-	r.bound, r.byManifest = bound, true
+	r.bound, r.byManifest, r.fencedAt = bound, true, at
 	r.d.metrics.hashOnly.WithLabelValues(in.Partner, "manifest").Inc()
 	r.log.Info("exact resend decided from its manifest, the file was not read", "batch_owner", b.Owner)
 	return true, fault.Check("spool:after")
@@ -459,13 +461,7 @@ func (r *fileRun) ensureSpooled(ctx context.Context) error {
 }
 
 func (r *fileRun) readManifest() (*partners.Manifest, error) {
-	p := path.Join(path.Dir(r.in.ClaimedPath), r.in.ManifestName)
-	f, err := r.sess.Open(p)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	return partners.ParseManifest(f)
+	return r.sess.ReadManifest(path.Join(path.Dir(r.in.ClaimedPath), r.in.ManifestName))
 }
 
 // fileFailure maps a terminal parse error to a hold.

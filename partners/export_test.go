@@ -41,3 +41,6 @@ func EndListingChannel(s *Session) {
 		<-c.done
 	}
 }
+
+// ErrPartRead: ReadWhole met a short read (the caller reads the usual way).
+var ErrPartRead = errPartRead

@@ -3,6 +3,7 @@ package partners
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 
@@ -21,6 +22,25 @@ type Manifest struct {
 	SHA256  string `json:"sha256"`
 	BatchID string `json:"batch_id,omitempty"`
 	Rows    *int64 `json:"rows,omitempty"`
+}
+
+// ReadManifest reads the manifest at p and parses it (ParseManifest): on
+// the listing channel in two round trips (ReadWhole), else through
+// pkg/sftp.
+func (s *Session) ReadManifest(p string) (*Manifest, error) {
+	b, err := s.ReadWhole(p, maxManifestBytes+1)
+	if err == nil {
+		return ParseManifest(bytes.NewReader(b))
+	}
+	if !errors.Is(err, ErrNoListingChannel) && !errors.Is(err, errPartRead) && !s.ListingChannelLost(err) {
+		return nil, err
+	}
+	f, err := s.Open(p)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return ParseManifest(f)
 }
 
 // ParseManifest reads a manifest strictly: unknown fields, trailing data

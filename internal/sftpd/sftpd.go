@@ -37,11 +37,17 @@ type Server struct {
 	// one: each connection starts one sftp subsystem, its first request's
 	// (OneSubsystemPerConnection)
 	one atomic.Bool
+	// short: the most bytes a READ answers with (ShortReads); 0: all asked
+	short atomic.Int64
 }
 
 // OneSubsystemPerConnection makes the server start one sftp subsystem per
 // connection and refuse the next ones, as some SFTP servers do.
 func (s *Server) OneSubsystemPerConnection() { s.one.Store(true) }
+
+// ShortReads makes the server answer every READ with at most n bytes, as
+// SFTP allows (a short read); 0 answers with all the bytes asked for.
+func (s *Server) ShortReads(n int) { s.short.Store(int64(n)) }
 
 // User is one login: its authorized public key and the folder it sees as /.
 type User struct {
@@ -154,7 +160,7 @@ func (s *Server) serve(c net.Conn) {
 				if !ok {
 					continue
 				}
-				h := &handler{root: root}
+				h := &handler{root: root, short: &s.short}
 				srv := sftp.NewRequestServer(ch, sftp.Handlers{FileGet: h, FilePut: h, FileCmd: h, FileList: h})
 				if err := srv.Serve(); err != nil && !errors.Is(err, io.EOF) {
 					s.log.Debug("sftp session ended", "err", err)
@@ -167,7 +173,10 @@ func (s *Server) serve(c net.Conn) {
 }
 
 // handler maps SFTP paths into root, lexically confined to it.
-type handler struct{ root string }
+type handler struct {
+	root  string
+	short *atomic.Int64 // Server.ShortReads
+}
 
 func (h *handler) local(p string) (string, error) {
 	clean := path.Clean("/" + p)
@@ -183,7 +192,25 @@ func (h *handler) Fileread(r *sftp.Request) (io.ReaderAt, error) {
 	if err != nil {
 		return nil, err
 	}
-	return os.Open(p)
+	f, err := os.Open(p)
+	if err != nil {
+		return nil, err
+	}
+	if n := h.short.Load(); n > 0 {
+		return shortReader{f, int(n)}, nil
+	}
+	return f, nil
+}
+
+// shortReader reads at most n bytes a call (Server.ShortReads); pkg/sftp
+// closes the file through Close.
+type shortReader struct {
+	*os.File
+	n int
+}
+
+func (s shortReader) ReadAt(p []byte, off int64) (int, error) {
+	return s.File.ReadAt(p[:min(len(p), s.n)], off)
 }
 
 func (h *handler) Filewrite(r *sftp.Request) (io.WriterAt, error) {

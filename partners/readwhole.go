@@ -1,0 +1,144 @@
+package partners
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+)
+
+// A small file read whole on the session's listing channel: once its OPEN
+// is answered, an FSTAT, the READs that cover the bytes wanted and the
+// CLOSE go out together, two round trips in all. Through pkg/sftp a
+// manifest took four: OPEN, READ, the READ that finds its end, and CLOSE
+// (docs/performance.md item 55).
+
+// SFTP v3 requests a whole read sends.
+const (
+	fxpRead  = 5
+	fxpFstat = 8
+	fxpData  = 103
+
+	fxfRead = 0x01
+)
+
+// errPartRead: the site answered a READ with fewer bytes than the file
+// holds (SFTP allows a short read): the caller reads it the usual way.
+var errPartRead = errors.New("sftp: a short read of a small file")
+
+// ReadWhole reads the file at p on the listing channel, at most limit
+// bytes from its start: the whole file when it holds no more. It fails
+// with ErrNoListingChannel on a site that refuses a second channel and
+// with errPartRead when the site's replies do not add up to the file's
+// bytes; ListingChannelLost tells the channel's own failure from the
+// site's answer.
+func (s *Session) ReadWhole(p string, limit int) ([]byte, error) {
+	c := s.listChannel()
+	if c == nil {
+		return nil, ErrNoListingChannel
+	}
+	r, err := c.start(fxpOpen, str(p), u32(fxfRead), u32(0))
+	if err != nil {
+		return nil, s.Deadline(err)
+	}
+	rep := <-r
+	if rep.err != nil {
+		return nil, s.Deadline(rep.err)
+	}
+	switch rep.typ {
+	case fxpHandle:
+	case fxpStatus:
+		return nil, fmt.Errorf("open %s: %w", p, statusError(rep.typ, rep.body))
+	default:
+		return nil, c.unexpected("open", rep.typ)
+	}
+	d := decoder{b: rep.body}
+	h := d.str()
+	if d.err != nil {
+		c.fail(d.err)
+		return nil, c.broken()
+	}
+	// FSTAT, the READs and the CLOSE together; the CLOSE's reply is not
+	// waited for (closeHandle)
+	stat, err := c.start(fxpFstat, str(h))
+	if err != nil {
+		return nil, s.Deadline(err)
+	}
+	var reads []<-chan reply
+	for off := 0; off < limit && err == nil; off += wholeChunk {
+		var rd <-chan reply
+		n := min(wholeChunk, limit-off)
+		rd, err = c.start(fxpRead, str(h), binary.BigEndian.AppendUint64(nil, uint64(off)), u32(uint32(n)))
+		if err == nil {
+			reads = append(reads, rd)
+		}
+	}
+	if err != nil {
+		return nil, s.Deadline(err)
+	}
+	c.closeHandle(h)
+	size, err := s.fstatSize(c, <-stat)
+	var data []byte
+	end := false // a READ found the file's end (or a short one came)
+	for i, rd := range reads {
+		rep := <-rd
+		if err != nil {
+			continue // every reply is read, so none is left behind
+		}
+		switch {
+		case rep.err != nil:
+			err = s.Deadline(rep.err)
+		case rep.typ == fxpStatus:
+			if st := (decoder{b: rep.body}); st.u32() != fxStatusEOF {
+				err = fmt.Errorf("read %s: %w", p, statusError(rep.typ, rep.body))
+			}
+			end = true
+		case rep.typ == fxpData:
+			d := decoder{b: rep.body}
+			b := d.str()
+			switch {
+			case d.err != nil:
+				c.fail(d.err)
+				err = c.broken()
+			case end || len(data) != i*wholeChunk:
+				err = errPartRead // bytes after a short READ or the end
+			default:
+				data = append(data, b...)
+				end = len(b) < wholeChunk
+			}
+		default:
+			err = c.unexpected("read", rep.typ)
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(data)) != min(size, int64(limit)) {
+		return nil, errPartRead
+	}
+	return data, nil
+}
+
+// fstatSize is the size an FSTAT's reply states; errPartRead when it
+// states none.
+func (s *Session) fstatSize(c *rawSFTP, rep reply) (int64, error) {
+	if rep.err != nil {
+		return 0, s.Deadline(rep.err)
+	}
+	switch rep.typ {
+	case fxpAttrs:
+	case fxpStatus:
+		return 0, errPartRead // a site without FSTAT: read the usual way
+	default:
+		return 0, c.unexpected("fstat", rep.typ)
+	}
+	d := decoder{b: rep.body}
+	if flags := d.u32(); d.err == nil && flags&attrSize == 0 {
+		return 0, errPartRead
+	}
+	size := d.u64()
+	if d.err != nil {
+		c.fail(d.err)
+		return 0, c.broken()
+	}
+	return int64(size), nil
+}
