@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 
 	"github.com/partner-intake/partner-intake/internal/fault"
+	"github.com/partner-intake/partner-intake/partners"
 )
 
 // The archive's site steps made ready while the file downloads. A file's
@@ -29,10 +30,9 @@ import (
 // prepareSite starts making the file's archive ready on the site, beside
 // its download: the month's directory made sure of and the receipt's
 // temporary file opened (r.site). Records (claim: record) move nothing
-// and write no receipt of this kind; a replay has no remote file; a
-// manifest moves beside its file (archiveRemote's way).
+// and write no receipt of this kind; a replay has no remote file.
 func (r *fileRun) prepareSite() {
-	if r.site != nil || r.feed == nil || r.p.cfg.Records() || r.in.ReplayOf != 0 || r.in.ManifestName != "" {
+	if r.site != nil || r.feed == nil || r.p.cfg.Records() || r.in.ReplayOf != 0 {
 		return
 	}
 	sess, in, log := r.sess, r.in, r.log
@@ -76,13 +76,13 @@ func (r *fileRun) dropSite() {
 	}
 }
 
-// stagedFits reports whether the file's archive is the move and the
-// receipt alone: no rejects report to write before the receipt, no
-// manifest to move beside the file, no replay (no remote file) and no
-// release by ops (a reason file to remove).
+// stagedFits reports whether the file's archive is the move (its
+// manifest's beside it) and the receipt alone: no rejects report to write
+// before the receipt, no replay (no remote file) and no release by ops (a
+// reason file to remove).
 func (r *fileRun) stagedFits() bool {
 	in := r.in
-	return in.ReplayOf == 0 && in.ManifestName == "" && in.Override == "" && in.RowsRejected+in.RowsConflict == 0
+	return in.ReplayOf == 0 && in.Override == "" && in.RowsRejected+in.RowsConflict == 0
 }
 
 // archiveStaged moves the file to archive/ and publishes its receipt rc
@@ -117,16 +117,34 @@ func (r *fileRun) archiveStaged(ctx context.Context, st *staged, rc Receipt) (ok
 		st.discard()
 		return true, err
 	}
-	var werr error
+	var werr, manErr error
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
 		werr = st.write(data) // discards the temporary file when it fails
 	}()
+	manifest := ""
+	if in.ManifestName != "" {
+		// the manifest moves beside its file, under the name the move
+		// takes first (archiveRemote's way is one after the other)
+		manifest = path.Join(path.Dir(in.ClaimedPath), in.ManifestName)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, manErr = moveOnce(r.sess, manifest, []string{names[0] + partners.ManifestSuffix})
+		}()
+	}
 	dst, merr := moveOnce(r.sess, in.ClaimedPath, names)
 	wg.Wait()
-	if merr != nil || dst != names[0] || werr != nil {
+	if manifest != "" && manErr == nil && merr == nil && dst != names[0] {
+		// the file took another name (an earlier run of this step): its
+		// manifest follows it
+		if err := r.sess.Rename(names[0]+partners.ManifestSuffix, dst+partners.ManifestSuffix); err != nil {
+			r.log.Warn("the manifest moved beside its file could not follow it to its archive name", "err", err)
+		}
+	}
+	if merr != nil || dst != names[0] || werr != nil || (manErr != nil && !errors.Is(manErr, ErrRemoteLost)) {
 		if werr == nil {
 			st.discard()
 		}

@@ -42,6 +42,7 @@ func TestManifestExactResendIsDecidedWithoutReadingTheFile(t *testing.T) {
 	garbage := strings.Repeat("\x00", len(good))
 	site.Drop(t, "orders-md.csv", garbage)
 	site.Drop(t, "orders-md.csv.complete", manifest(len(good), sha(good)))
+	staged := intake.StagedReceipts()
 	r.poll("mdup")
 
 	fs := files(t, pool, "mdup")
@@ -70,6 +71,14 @@ func TestManifestExactResendIsDecidedWithoutReadingTheFile(t *testing.T) {
 	}
 	if got := site.Read(t, strings.TrimPrefix(fs[1].Archive, site.Root+"/")); got != garbage {
 		t.Fatal("the archived resend is not the bytes on the site")
+	}
+	// its manifest moved beside it, under its archive name, and its
+	// receipt went out through the temporary file opened at its claim
+	if got := site.Read(t, strings.TrimPrefix(fs[1].Archive+partners.ManifestSuffix, site.Root+"/")); got != manifest(len(good), sha(good)) {
+		t.Fatalf("the resend's manifest beside its archive holds %q", got)
+	}
+	if n := intake.StagedReceipts() - staged; n != 1 {
+		t.Fatalf("%d receipts published through a temporary file opened ahead, want the resend's", n)
 	}
 
 	// A listed size other than the bound file's is read: the manifest
