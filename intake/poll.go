@@ -42,6 +42,12 @@ func (d *Daemon) pollOnce(ctx context.Context, p *partnerRT) error {
 		return err
 	}
 	d.metrics.polls.WithLabelValues(p.cfg.ID).Inc()
+	// The rows this worker holds of the partner are looked up beside the
+	// session's dial (or its reuse) and the housekeeping's listings; the
+	// housekeeping uses the answer unless it recorded a claim since
+	// (resumeRows; docs/performance.md item 55).
+	due := inBackground(func() ([]*Intake, error) { return d.ledger.DueOwnedBy(ctx, p.cfg.ID, d.cfg.WorkerID) })
+	defer due.wait()
 	sess, err := d.session(ctx, p)
 	if err != nil {
 		return err
@@ -61,7 +67,7 @@ func (d *Daemon) pollOnce(ctx context.Context, p *partnerRT) error {
 		defer ready.wait()
 	}
 	start := time.Now()
-	if err := d.housekeep(ctx, p, sess); err != nil {
+	if err := d.housekeep(ctx, p, sess, due); err != nil {
 		return err
 	}
 	d.log.Debug("housekeeping done", "partner", p.cfg.ID, "seconds", time.Since(start).Seconds())
@@ -127,8 +133,9 @@ func (d *Daemon) gate(ctx context.Context, p *partnerRT) (own bool, err error) {
 }
 
 // housekeep clears what a crash left of this worker for the partner (spool
-// temp files, once) and resumes this worker's own files of it (resumeOwn).
-func (d *Daemon) housekeep(ctx context.Context, p *partnerRT, sess *partners.Session) error {
+// temp files, once) and resumes this worker's own files of it (resumeOwn;
+// due: the look-up of its rows started with the poll).
+func (d *Daemon) housekeep(ctx context.Context, p *partnerRT, sess *partners.Session, due *background[[]*Intake]) error {
 	if !p.tempClean {
 		// No download of this worker is in flight for the partner yet: any
 		// temp file of ours is a crash's leftover (matrix row 4).
@@ -141,7 +148,7 @@ func (d *Daemon) housekeep(ctx context.Context, p *partnerRT, sess *partners.Ses
 		}
 		p.tempClean = true
 	}
-	if err := d.resumeOwn(ctx, p, sess); err != nil {
+	if err := d.resumeOwn(ctx, p, sess, due); err != nil {
 		return err
 	}
 	p.resumed = true
@@ -763,13 +770,15 @@ func hostileReason(claimedPath string) string {
 // resumeOwn adopts files in processing/<worker>/ that have no row (a crash
 // between claim rename and insert, or moved there from a stopped worker's
 // dir by adoptOrphans) and resumes every live row this worker id holds (a
-// restart), taking each over with a new fencing token.
-func (d *Daemon) resumeOwn(ctx context.Context, p *partnerRT, sess *partners.Session) error {
+// restart), taking each over with a new fencing token. due is the look-up
+// of this worker's due rows started with the poll: it stands unless a claim
+// is recorded here first.
+func (d *Daemon) resumeOwn(ctx context.Context, p *partnerRT, sess *partners.Session, due *background[[]*Intake]) error {
 	if p.cfg.Records() {
 		// claim: record: nothing is ever moved, so there is no
 		// processing/ to look through; the rows say what to resume
 		p.settled = true
-		return d.resumeRows(ctx, p, sess)
+		return d.resumeRows(ctx, p, sess, due)
 	}
 	p.statMu.Lock()
 	polling := p.polling
@@ -797,7 +806,7 @@ func (d *Daemon) resumeOwn(ctx context.Context, p *partnerRT, sess *partners.Ses
 		// row or failed its poll, and adoptOrphans unsettles before a
 		// move. An idle poll of a fleet is one listing, not two
 		// (docs/performance.md, item 40).
-		return d.resumeRows(ctx, p, sess)
+		return d.resumeRows(ctx, p, sess, due)
 	}
 	dir := sess.Layout.ProcessingDir(d.cfg.WorkerID)
 	var ents []os.FileInfo
@@ -823,8 +832,12 @@ func (d *Daemon) resumeOwn(ctx context.Context, p *partnerRT, sess *partners.Ses
 			// a hostile entry claimed just before a crash: hold it now
 			in := &Intake{Partner: p.cfg.ID, Feed: NoFeed, RemoteName: name, ClaimedPath: path.Join(dir, name),
 				ListedSize: e.Size(), Worker: d.cfg.WorkerID}
-			if err := d.ledger.InsertClaim(ctx, in); err != nil && !errors.Is(err, ledger.ErrTracked) {
+			err := d.ledger.InsertClaim(ctx, in)
+			if err != nil && !errors.Is(err, ledger.ErrTracked) {
 				return err
+			}
+			if err == nil {
+				due = nil // a row the look-up began before
 			}
 			continue
 		}
@@ -867,21 +880,32 @@ func (d *Daemon) resumeOwn(ctx context.Context, p *partnerRT, sess *partners.Ses
 		}
 		if err == nil {
 			d.log.Info("adopted a claimed file without a row", "partner", p.cfg.ID, "intake_id", in.ID)
+			due = nil // a row the look-up began before
 		}
 	}
 	// Every entry of this worker's dir has a row now: whatever happens
 	// next in this poll, a failure of it unsettles the partner again
 	// (afterPoll).
 	p.settled = true
-	return d.resumeRows(ctx, p, sess)
+	return d.resumeRows(ctx, p, sess, due)
 }
 
 // resumeRows resumes every live row of the partner this worker id holds
 // that is due (a restart, a file waiting for its next attempt), taking
-// each over with a new fencing token.
-func (d *Daemon) resumeRows(ctx context.Context, p *partnerRT, sess *partners.Session) error {
+// each over with a new fencing token. due, when not nil, is that look-up
+// begun with the poll (only this process changes which of the partner's
+// rows this worker id holds, and a poll runs one at a time): its answer
+// saves the poll a statement after its dial. A row that fell due since is
+// the next poll's.
+func (d *Daemon) resumeRows(ctx context.Context, p *partnerRT, sess *partners.Session, due *background[[]*Intake]) error {
 	// files that failed wait for their own next attempt (attempt.go)
-	live, err := d.ledger.DueOwnedBy(ctx, p.cfg.ID, d.cfg.WorkerID)
+	var live []*Intake
+	var err error
+	if due != nil {
+		live, err = due.wait()
+	} else {
+		live, err = d.ledger.DueOwnedBy(ctx, p.cfg.ID, d.cfg.WorkerID)
+	}
 	if err != nil {
 		return err
 	}
