@@ -13,6 +13,7 @@ import (
 
 	"github.com/pkg/sftp"
 
+	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/intake/rows"
 	"github.com/partner-intake/partner-intake/internal/fault"
 	"github.com/partner-intake/partner-intake/partners"
@@ -30,6 +31,13 @@ func (r *fileRun) download(ctx context.Context) error {
 	// during download carry it too.
 	batch := r.feed.BatchIDFromName(in.RemoteName)
 	var man *partners.Manifest
+	var bound *background[*ledger.BoundFile]
+	if in.ManifestName != "" && in.Override == "" && r.feed.BatchID.From != partners.BatchFromManifest && partners.ValidBatchID(batch) {
+		// the file the batch is bound to is looked up beside the
+		// manifest's read (manifestDuplicate)
+		bound = inBackground(func() (*ledger.BoundFile, error) { return r.d.ledger.BatchBoundFile(ctx, in, batch) })
+		defer bound.wait()
+	}
 	if in.ManifestName != "" {
 		m, err := r.readManifest()
 		if err != nil {
@@ -44,7 +52,7 @@ func (r *fileRun) download(ctx context.Context) error {
 		in.BatchID = batch
 	}
 	if man != nil && in.Override == "" && partners.ValidBatchID(batch) {
-		if done, err := r.manifestDuplicate(ctx, man, batch); done || err != nil {
+		if done, err := r.manifestDuplicate(ctx, man, batch, bound); done || err != nil {
 			return err
 		}
 	}
@@ -158,13 +166,21 @@ func (r *fileRun) download(ctx context.Context) error {
 // trusted here as far as it is for every file of the partner: the partner
 // signs off on what it states; the listed size must agree besides, so a
 // resend whose size changed is always read (see docs/failure-matrix.md,
-// "Duplicates decided from the manifest").
-func (r *fileRun) manifestDuplicate(ctx context.Context, man *partners.Manifest, batch string) (bool, error) {
+// "Duplicates decided from the manifest"). bound, when not nil, is the
+// look-up of the batch's file begun beside the manifest's read, for the
+// batch named by the file (a batch the manifest names is looked up here).
+func (r *fileRun) manifestDuplicate(ctx context.Context, man *partners.Manifest, batch string, bound *background[*ledger.BoundFile]) (bool, error) {
 	in := r.in
 	if man.SHA256 == "" || man.Bytes != in.ListedSize {
 		return false, nil
 	}
-	b, err := r.d.ledger.BatchBoundFile(ctx, in, batch)
+	var b *ledger.BoundFile
+	var err error
+	if bound != nil {
+		b, err = bound.wait()
+	} else {
+		b, err = r.d.ledger.BatchBoundFile(ctx, in, batch)
+	}
 	if err != nil || b == nil {
 		return false, err
 	}
@@ -176,11 +192,11 @@ func (r *fileRun) manifestDuplicate(ctx context.Context, man *partners.Manifest,
 	// are then the spool's under that sha256, or the file's own, read and
 	// compared by ensureSpooled (manifest_mismatch when they differ).
 	at := time.Now()
-	bound, err := r.d.ledger.SetSpooled(ctx, in, b.SHA256, b.Size, b.DataSHA256, b.DataSize, batch, man.Rows)
+	binding, err := r.d.ledger.SetSpooled(ctx, in, b.SHA256, b.Size, b.DataSHA256, b.DataSize, batch, man.Rows)
 	if err != nil {
 		return false, err
 	}
-	r.bound, r.byManifest, r.fencedAt = bound, true, at
+	r.bound, r.byManifest, r.fencedAt = binding, true, at
 	r.d.metrics.hashOnly.WithLabelValues(in.Partner, "manifest").Inc()
 	r.log.Info("exact resend decided from its manifest, the file was not read", "batch_owner", b.Owner)
 	return true, fault.Check("spool:after")
