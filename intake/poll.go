@@ -300,11 +300,6 @@ func (c *claimLoop) claimAt(ctx context.Context, cands []candidate, sl *slots) (
 	if !p.cfg.Records() && cands[0].Size <= p.cfg.Limits.MaxFileBytes {
 		startRanges(sess, cands[0].Size) // beside the claim (download.go)
 	}
-	if c.nextID == 0 {
-		if c.nextID, err = d.ledger.NextIntakeID(ctx); err != nil {
-			return 0, nil, err
-		}
-	}
 	in, next, err := d.claim(ctx, p, sess, cands[0], c.nextID)
 	c.nextID = next
 	if err != nil || in == nil {
@@ -642,9 +637,11 @@ func (o *oldest[T]) sorted() []T {
 // another worker won. The row is inserted after the rename; a crash in
 // between leaves a file in processing/<worker>/ that resumeOwn adopts.
 //
-// The row takes id, an intake id allocated before the rename, and the
-// statement allocates the next claim's id; it returns that (0 after any
-// claim that did not succeed: the next one allocates afresh). Intake ids
+// The row takes id, an intake id allocated before the rename (0: the
+// poll's first claim, whose id is allocated with the claim lock,
+// LockClaimsNext), and the statement allocates the next claim's id; it
+// returns that (0 after any claim that did not succeed: the next one
+// allocates afresh). Intake ids
 // decide which of two files writing one key wins, and a partner's files
 // are claimed oldest first; an id allocated before the rename means that
 // whoever renames a file first holds the smaller id, even when two
@@ -659,7 +656,14 @@ func (d *Daemon) claim(ctx context.Context, p *partnerRT, sess *partners.Session
 	}
 	src := sess.Layout.Ready(c.Name)
 	dst := sess.Layout.Processing(d.cfg.WorkerID, c.Name)
-	lock, err := d.ledger.LockClaims(ctx, p.cfg.ID) // see ledger.ClaimLock
+	var lock *ledger.ClaimLock // see ledger.ClaimLock
+	var err error
+	if id == 0 {
+		// the poll's first claim: its id is allocated with the lock
+		lock, id, err = d.ledger.LockClaimsNext(ctx, p.cfg.ID)
+	} else {
+		lock, err = d.ledger.LockClaims(ctx, p.cfg.ID)
+	}
 	if err != nil {
 		return nil, 0, err
 	}

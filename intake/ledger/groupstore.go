@@ -282,20 +282,39 @@ type ClaimLock struct {
 
 // LockClaims enters the partner's claim section (see ClaimLock).
 func (l *Ledger) LockClaims(ctx context.Context, partner string) (*ClaimLock, error) {
+	c, _, err := l.lockClaims(ctx, partner, false)
+	return c, err
+}
+
+// LockClaimsNext enters the partner's claim section and allocates, in the
+// same statement, the intake id of the claim about to be made there
+// (NextIntakeID's, one statement less).
+func (l *Ledger) LockClaimsNext(ctx context.Context, partner string) (*ClaimLock, int64, error) {
+	return l.lockClaims(ctx, partner, true)
+}
+
+func (l *Ledger) lockClaims(ctx context.Context, partner string, next bool) (*ClaimLock, int64, error) {
 	pool := l.pool
 	if l.claims != nil {
 		pool = l.claims
 	}
 	tx, err := pool.Begin(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("claim lock: %w", err)
+		return nil, 0, fmt.Errorf("claim lock: %w", err)
 	}
 	c := &ClaimLock{tx: tx}
-	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended('partner-intake/claim/' || $1, 0))`, partner); err != nil {
-		c.Release()
-		return nil, fmt.Errorf("claim lock: %w", err)
+	var id int64
+	if next {
+		err = tx.QueryRow(ctx, `SELECT nextval(pg_get_serial_sequence('file_intake', 'intake_id'))
+			FROM (SELECT pg_advisory_xact_lock(hashtextextended('partner-intake/claim/' || $1, 0))) AS locked`, partner).Scan(&id)
+	} else {
+		_, err = tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended('partner-intake/claim/' || $1, 0))`, partner)
 	}
-	return c, nil
+	if err != nil {
+		c.Release()
+		return nil, 0, fmt.Errorf("claim lock: %w", err)
+	}
+	return c, id, nil
 }
 
 // Release ends the section's transaction, which unlocks (pgx closes a
