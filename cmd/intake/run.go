@@ -126,12 +126,14 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	if err := parseFlags(fs, args); err != nil {
 		return 2
 	}
+	end := &ending{}
+	defer end.run()
 	// SIGHUP is caught from the start: its default would end the process.
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
+	end.add(func() { signal.Stop(hup) })
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
+	end.add(stop)
 	if prof := os.Getenv("INTAKE_CPUPROFILE"); prof != "" {
 		stopProfile, err := startCPUProfile(prof)
 		if err != nil {
@@ -144,8 +146,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	if e == nil {
 		return code
 	}
-	closePool := e.pool.Close
-	defer func() { closePool() }()
+	end.add(e.pool.Close)
 	e.log.Info("starting", "version", currentVersion().String())
 	if missing := notify.MissingSecrets(e.cfg.Notify, e.cfg.Partners); len(missing) > 0 {
 		fmt.Fprintf(stderr, "intake run: notify: secret_env %v not set (webhooks are always signed)\n", missing)
@@ -196,12 +197,12 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	if *once {
-		// The run's end is the process's: its database connections are
-		// closed without waiting for the pool's goroutines, which took up
-		// to 8 ms of a run's end beside PostgreSQL's backend exit
-		// (docs/performance.md item 55); what the run wrote is committed.
-		closePool = func() { go e.pool.Close() }
-		defer d.Stop()
+		end.add(d.Stop)
+		// A one-shot run's end is its process's: what it wrote is
+		// committed and its polls are recorded (PollOnce) when it returns,
+		// and its sessions, database connections and signal handlers are
+		// let go without waiting (ending).
+		end.quick = true
 		code := 0
 		for _, p := range e.cfg.Partners {
 			if err := d.PollOnce(ctx, p.ID); err != nil {
@@ -232,6 +233,32 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	services = append(services, service{"daemon", d}, service{"reconciler", rec}, service{"expect", ex}, service{"notify", nt}, service{"purger", pg})
 	rl := newReloader(*path, e.cfg, d, rec, ex, nt, pg, reg, e.log)
 	return runServices(ctx, stop, hup, rl.reload, e.log, stderr, services)
+}
+
+// ending is what `intake run` lets go of at its end, last taken first
+// let go. A daemon waits for each. A one-shot run (quick) does not: its
+// process ends with it, and the kernel closes what is left; waiting for
+// the SSH sessions' close, the pool's goroutines beside PostgreSQL's
+// backend exit and the signal handlers' quiet took 1-15 ms of its end
+// (docs/performance.md item 55).
+type ending struct {
+	fs    []func()
+	quick bool
+}
+
+func (e *ending) add(f func()) { e.fs = append(e.fs, f) }
+
+func (e *ending) run() {
+	all := func() {
+		for i := len(e.fs) - 1; i >= 0; i-- {
+			e.fs[i]()
+		}
+	}
+	if e.quick {
+		go all()
+		return
+	}
+	all()
 }
 
 // service is a long-running part of `intake run`, named for errors.
