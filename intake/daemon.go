@@ -684,6 +684,16 @@ func (d *Daemon) Prewarm(ctx context.Context) {
 	}
 }
 
+// PreparePoll prepares the statements of a poll's claim and a file's end
+// on a connection of the pool (ledger.PreparePoll). A one-shot run does
+// it after its checks, while its SSH logins are still under way; a
+// failure only leaves the statements to be prepared when they run.
+func (d *Daemon) PreparePoll(ctx context.Context) {
+	if err := d.ledger.PreparePoll(ctx); err != nil {
+		d.log.Debug("statements not prepared ahead", "err", err)
+	}
+}
+
 // deadline reports a poll's error as the session's *partners.TimeoutError
 // when the site's silence is why the poll failed (partners/watchdog.go).
 func (p *partnerRT) deadline(err error) error {

@@ -197,6 +197,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	if *once {
+		d.PreparePoll(ctx) // beside the logins still under way
 		end.add(d.Stop)
 		// A one-shot run's end is its process's: what it wrote is
 		// committed and its polls are recorded (PollOnce) when it returns,

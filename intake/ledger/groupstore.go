@@ -293,6 +293,9 @@ func (l *Ledger) LockClaimsNext(ctx context.Context, partner string) (*ClaimLock
 	return l.lockClaims(ctx, partner, true)
 }
 
+const lockClaimsNextSQL = `SELECT nextval(pg_get_serial_sequence('file_intake', 'intake_id'))
+	FROM (SELECT pg_advisory_xact_lock(hashtextextended('partner-intake/claim/' || $1, 0))) AS locked`
+
 func (l *Ledger) lockClaims(ctx context.Context, partner string, next bool) (*ClaimLock, int64, error) {
 	pool := l.pool
 	if l.claims != nil {
@@ -305,8 +308,7 @@ func (l *Ledger) lockClaims(ctx context.Context, partner string, next bool) (*Cl
 	c := &ClaimLock{tx: tx}
 	var id int64
 	if next {
-		err = tx.QueryRow(ctx, `SELECT nextval(pg_get_serial_sequence('file_intake', 'intake_id'))
-			FROM (SELECT pg_advisory_xact_lock(hashtextextended('partner-intake/claim/' || $1, 0))) AS locked`, partner).Scan(&id)
+		err = tx.QueryRow(ctx, lockClaimsNextSQL, partner).Scan(&id)
 	} else {
 		_, err = tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended('partner-intake/claim/' || $1, 0))`, partner)
 	}
@@ -328,4 +330,30 @@ func (c *ClaimLock) Release() {
 	defer cancel()
 	_ = c.tx.Rollback(ctx)
 	c.tx = nil
+}
+
+// pollStatements are what a poll and its files send first: the worker's
+// due rows, the claim lock with the claim's id, the claim's row, the
+// batch's file, the file spooled, its end, the poll's record
+// (PreparePoll).
+var pollStatements = []string{dueOwnedBySQL, lockClaimsNextSQL, insertClaimSQL, batchBoundFileSQL, setSpooledSQL, finishArchivedSQL, recordPollsSQL}
+
+// PreparePoll prepares a poll's statements on one connection of the pool
+// (pgx then sends each one's values alone when it runs there: one round
+// trip, and the statement's parse, less apiece). A one-shot run does this
+// beside its SSH login, while its database connection would wait
+// (docs/performance.md item 55); a daemon's pool caches statements as
+// they run.
+func (l *Ledger) PreparePoll(ctx context.Context) error {
+	c, err := l.pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Release()
+	for _, sql := range pollStatements {
+		if _, err := c.Conn().Prepare(ctx, sql, sql); err != nil {
+			return fmt.Errorf("prepare: %w", err)
+		}
+	}
+	return nil
 }

@@ -22,6 +22,21 @@ type PollRecord struct {
 	Err     string // ours (paths, codes), never file contents: valid UTF-8, no NUL, at most 500 bytes
 }
 
+// recordPollsSQL is RecordPolls's statement.
+var recordPollsSQL = `INSERT INTO intake_partner_poll AS t
+	    (partner_id, worker_id, last_ok_at, ready_files, oldest_ready_at, last_error_at, last_error)
+	SELECT u.p, $2, statement_timestamp() - u.ok_ago * interval '1 microsecond', u.ready, u.oldest,
+	    statement_timestamp() - u.err_ago * interval '1 microsecond', u.err
+	FROM unnest($1::text[], $3::bigint[], $4::int[], $5::timestamptz[], $6::bigint[], $7::text[])
+	    AS u(p, ok_ago, ready, oldest, err_ago, err)
+	ORDER BY u.p
+	ON CONFLICT (partner_id, worker_id) DO UPDATE SET
+	    last_ok_at = CASE WHEN ` + newer("last_ok_at") + ` THEN excluded.last_ok_at ELSE t.last_ok_at END,
+	    ready_files = CASE WHEN ` + newer("last_ok_at") + ` THEN excluded.ready_files ELSE t.ready_files END,
+	    oldest_ready_at = CASE WHEN ` + newer("last_ok_at") + ` THEN excluded.oldest_ready_at ELSE t.oldest_ready_at END,
+	    last_error_at = CASE WHEN ` + newer("last_error_at") + ` THEN excluded.last_error_at ELSE t.last_error_at END,
+	    last_error = CASE WHEN ` + newer("last_error_at") + ` THEN excluded.last_error ELSE t.last_error END`
+
 // RecordPolls stores the outcomes of this worker's polls for `intake
 // status`, every partner's in one statement (a daemon of 1,000 partners
 // `@every 30s` writes one a second, not 33 committed writes). A
@@ -61,19 +76,7 @@ func (l *Ledger) RecordPolls(ctx context.Context, worker string, polls []PollRec
 			errText[i] = &polls[i].Err
 		}
 	}
-	_, err = conn.Exec(ctx, `INSERT INTO intake_partner_poll AS t
-		    (partner_id, worker_id, last_ok_at, ready_files, oldest_ready_at, last_error_at, last_error)
-		SELECT u.p, $2, statement_timestamp() - u.ok_ago * interval '1 microsecond', u.ready, u.oldest,
-		    statement_timestamp() - u.err_ago * interval '1 microsecond', u.err
-		FROM unnest($1::text[], $3::bigint[], $4::int[], $5::timestamptz[], $6::bigint[], $7::text[])
-		    AS u(p, ok_ago, ready, oldest, err_ago, err)
-		ORDER BY u.p
-		ON CONFLICT (partner_id, worker_id) DO UPDATE SET
-		    last_ok_at = CASE WHEN `+newer("last_ok_at")+` THEN excluded.last_ok_at ELSE t.last_ok_at END,
-		    ready_files = CASE WHEN `+newer("last_ok_at")+` THEN excluded.ready_files ELSE t.ready_files END,
-		    oldest_ready_at = CASE WHEN `+newer("last_ok_at")+` THEN excluded.oldest_ready_at ELSE t.oldest_ready_at END,
-		    last_error_at = CASE WHEN `+newer("last_error_at")+` THEN excluded.last_error_at ELSE t.last_error_at END,
-		    last_error = CASE WHEN `+newer("last_error_at")+` THEN excluded.last_error ELSE t.last_error END`,
+	_, err = conn.Exec(ctx, recordPollsSQL,
 		ids, worker, okAgo, ready, oldest, errAgo, errText)
 	return err
 }

@@ -150,17 +150,20 @@ type querier interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
+// insertClaimSQL records a claim (insertClaim).
+var insertClaimSQL = `
+	INSERT INTO file_intake (intake_id, partner_id, feed, remote_name, claimed_path, listed_size, manifest_name,
+	                         state, worker_id, lease_until, listed_mtime)
+	OVERRIDING SYSTEM VALUE
+	VALUES (coalesce(nullif($9::bigint, 0), nextval(pg_get_serial_sequence('file_intake', 'intake_id'))),
+	        $1, $2, $3, $4, $5, nullif($6, ''), 'claimed', $7, now() + $8::interval, $10)
+	ON CONFLICT (partner_id, claimed_path)
+	    WHERE state IN ('claimed', 'spooled', 'applying', 'applied', 'outcome_unknown', 'awaiting_approval')
+	    DO NOTHING
+	RETURNING ` + intakeColumns + `, nextval(pg_get_serial_sequence('file_intake', 'intake_id'))`
+
 func (l *Ledger) insertClaim(ctx context.Context, q querier, in *Intake, id int64) (next int64, err error) {
-	row := q.QueryRow(ctx, `
-		INSERT INTO file_intake (intake_id, partner_id, feed, remote_name, claimed_path, listed_size, manifest_name,
-		                         state, worker_id, lease_until, listed_mtime)
-		OVERRIDING SYSTEM VALUE
-		VALUES (coalesce(nullif($9::bigint, 0), nextval(pg_get_serial_sequence('file_intake', 'intake_id'))),
-		        $1, $2, $3, $4, $5, nullif($6, ''), 'claimed', $7, now() + $8::interval, $10)
-		ON CONFLICT (partner_id, claimed_path)
-		    WHERE state IN ('claimed', 'spooled', 'applying', 'applied', 'outcome_unknown', 'awaiting_approval')
-		    DO NOTHING
-		RETURNING `+intakeColumns+`, nextval(pg_get_serial_sequence('file_intake', 'intake_id'))`,
+	row := q.QueryRow(ctx, insertClaimSQL,
 		in.Partner, in.Feed, in.RemoteName, in.ClaimedPath, in.ListedSize, in.ManifestName, in.Worker, l.lease, id, nullTime(in.ListedMTime))
 	got, err := scanIntake(row, &next)
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -282,13 +285,15 @@ func (l *Ledger) LiveOwnedBy(ctx context.Context, partner, worker string) ([]*In
 	return pgx.CollectRows(rs, func(r pgx.CollectableRow) (*Intake, error) { return scanIntake(r) })
 }
 
+// dueOwnedBySQL is DueOwnedBy's statement.
+const dueOwnedBySQL = `SELECT ` + intakeColumns + ` FROM file_intake
+	WHERE partner_id = $1 AND worker_id = $2 AND state = ANY($3)
+	  AND (next_attempt_at IS NULL OR next_attempt_at <= now()) ORDER BY intake_id`
+
 // DueOwnedBy lists the live rows of partner held by worker that are due:
 // not waiting for the next attempt after a failed run (attempt.go).
 func (l *Ledger) DueOwnedBy(ctx context.Context, partner, worker string) ([]*Intake, error) {
-	rs, err := l.pool.Query(ctx, `SELECT `+intakeColumns+` FROM file_intake
-		WHERE partner_id = $1 AND worker_id = $2 AND state = ANY($3)
-		  AND (next_attempt_at IS NULL OR next_attempt_at <= now()) ORDER BY intake_id`,
-		partner, worker, liveStates)
+	rs, err := l.pool.Query(ctx, dueOwnedBySQL, partner, worker, liveStates)
 	if err != nil {
 		return nil, fmt.Errorf("list due intakes: %w", err)
 	}
@@ -329,6 +334,26 @@ func (l *Ledger) Heartbeat(ctx context.Context, in *Intake) error {
 	return nil
 }
 
+// setSpooledSQL is SetSpooled's statement.
+const setSpooledSQL = `WITH u AS (
+	    UPDATE file_intake
+	    SET state = 'spooled', content_sha256 = $3, size_bytes = $4, data_sha256 = $5, data_size = $6,
+	        batch_id = $7, expected_rows = $8, updated_at = now(),
+	        lease_until = clock_timestamp() + $10::interval
+	    WHERE intake_id = $1 AND fencing_token = $2 AND state = 'claimed'
+	    RETURNING intake_id),
+	ins AS (
+	    INSERT INTO intake_batch (partner_id, batch_id, content_sha256, intake_id)
+	    SELECT $9, $7, $5, intake_id FROM u
+	    ON CONFLICT (partner_id, batch_id) DO NOTHING
+	    RETURNING intake_id, content_sha256),
+	b AS (
+	    SELECT intake_id, content_sha256 FROM ins
+	    UNION ALL
+	    SELECT intake_id, content_sha256 FROM intake_batch WHERE partner_id = $9 AND batch_id = $7
+	    LIMIT 1)
+	SELECT (SELECT count(*) FROM u), (SELECT intake_id FROM b), (SELECT content_sha256 FROM b)`
+
 // SetSpooled records the verified bytes (and, for a compressed file, the
 // expanded ones): claimed -> spooled. Matching the fencing token, it renews
 // the lease as Heartbeat does: the check stands as the fence of the
@@ -339,24 +364,7 @@ func (l *Ledger) SetSpooled(ctx context.Context, in *Intake, sha string, size in
 	var moved int64
 	var owner *int64
 	var ownerSHA *string
-	err := l.pool.QueryRow(ctx, `WITH u AS (
-		    UPDATE file_intake
-		    SET state = 'spooled', content_sha256 = $3, size_bytes = $4, data_sha256 = $5, data_size = $6,
-		        batch_id = $7, expected_rows = $8, updated_at = now(),
-		        lease_until = clock_timestamp() + $10::interval
-		    WHERE intake_id = $1 AND fencing_token = $2 AND state = 'claimed'
-		    RETURNING intake_id),
-		ins AS (
-		    INSERT INTO intake_batch (partner_id, batch_id, content_sha256, intake_id)
-		    SELECT $9, $7, $5, intake_id FROM u
-		    ON CONFLICT (partner_id, batch_id) DO NOTHING
-		    RETURNING intake_id, content_sha256),
-		b AS (
-		    SELECT intake_id, content_sha256 FROM ins
-		    UNION ALL
-		    SELECT intake_id, content_sha256 FROM intake_batch WHERE partner_id = $9 AND batch_id = $7
-		    LIMIT 1)
-		SELECT (SELECT count(*) FROM u), (SELECT intake_id FROM b), (SELECT content_sha256 FROM b)`,
+	err := l.pool.QueryRow(ctx, setSpooledSQL,
 		in.ID, in.Token, sha, size, dataSHA, dataSize, batch, expectedRows, in.Partner, l.lease).Scan(&moved, &owner, &ownerSHA)
 	if err != nil {
 		return nil, fmt.Errorf("spooled: %w", err)
@@ -461,17 +469,20 @@ type BoundFile struct {
 	DataSize   int64
 }
 
+// batchBoundFileSQL is BatchBoundFile's statement.
+const batchBoundFileSQL = `SELECT b.intake_id, f.content_sha256, f.size_bytes, b.content_sha256, f.data_size
+	FROM intake_batch b JOIN file_intake f ON f.intake_id = b.intake_id
+	WHERE b.partner_id = $1 AND b.batch_id = $2 AND b.intake_id <> $3
+	  AND f.content_sha256 IS NOT NULL AND f.size_bytes IS NOT NULL
+	  AND f.data_sha256 = b.content_sha256 AND f.data_size IS NOT NULL`
+
 // BatchBoundFile reports the file another intake bound the batch to, or
 // nil when none did (or its row no longer records the bytes it was sent
 // with). One statement; the binding is never updated, so the answer stays
 // true for as long as the binding exists.
 func (l *Ledger) BatchBoundFile(ctx context.Context, in *Intake, batch string) (*BoundFile, error) {
 	var b BoundFile
-	err := l.pool.QueryRow(ctx, `SELECT b.intake_id, f.content_sha256, f.size_bytes, b.content_sha256, f.data_size
-		FROM intake_batch b JOIN file_intake f ON f.intake_id = b.intake_id
-		WHERE b.partner_id = $1 AND b.batch_id = $2 AND b.intake_id <> $3
-		  AND f.content_sha256 IS NOT NULL AND f.size_bytes IS NOT NULL
-		  AND f.data_sha256 = b.content_sha256 AND f.data_size IS NOT NULL`,
+	err := l.pool.QueryRow(ctx, batchBoundFileSQL,
 		in.Partner, batch, in.ID).Scan(&b.Owner, &b.SHA256, &b.Size, &b.DataSHA256, &b.DataSize)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, nil
