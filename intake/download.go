@@ -149,12 +149,11 @@ func (r *fileRun) download(ctx context.Context) error {
 	if held != nil {
 		return r.hold(ctx, StateQuarantined, held.reason, 0, held.detail)
 	}
-	at := time.Now()
 	b, err := r.d.ledger.SetSpooled(ctx, in, e.SHA256, e.Size, data.SHA256, data.Size, batch, rowsWant)
 	if err != nil {
 		return err
 	}
-	r.bound, r.fencedAt = b, at
+	r.bound = b
 	return fault.Check("spool:after")
 }
 
@@ -191,12 +190,11 @@ func (r *fileRun) manifestDuplicate(ctx context.Context, man *partners.Manifest,
 	// the batch to this intake with the stated hashes: the bytes applied
 	// are then the spool's under that sha256, or the file's own, read and
 	// compared by ensureSpooled (manifest_mismatch when they differ).
-	at := time.Now()
 	binding, err := r.d.ledger.SetSpooled(ctx, in, b.SHA256, b.Size, b.DataSHA256, b.DataSize, batch, man.Rows)
 	if err != nil {
 		return false, err
 	}
-	r.bound, r.byManifest, r.fencedAt = binding, true, at
+	r.bound, r.byManifest = binding, true
 	r.d.metrics.hashOnly.WithLabelValues(in.Partner, "manifest").Inc()
 	r.log.Info("exact resend decided from its manifest, the file was not read", "batch_owner", b.Owner)
 	return true, fault.Check("spool:after")

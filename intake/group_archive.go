@@ -35,7 +35,7 @@ func (g *fileGroup) archive(ctx context.Context) error {
 	// after it (a stall) checks again.
 	if !g.committedAt.IsZero() && time.Since(g.committedAt) < g.d.ledger.Lease()/3 {
 		for _, f := range done {
-			f.r.fencedAt = g.committedAt
+			f.r.groupFencedAt = g.committedAt
 		}
 	} else {
 		start := time.Now()
@@ -46,7 +46,7 @@ func (g *fileGroup) archive(ctx context.Context) error {
 		if held, err := g.d.ledger.FenceGroup(ctx, ids); err == nil {
 			for _, f := range done {
 				if held[f.r.in.ID] {
-					f.r.fencedAt = start
+					f.r.groupFencedAt = start
 				}
 			}
 		}
@@ -62,7 +62,7 @@ func (g *fileGroup) archive(ctx context.Context) error {
 	}
 	wg.Wait()
 	for _, f := range done {
-		f.r.fencedAt = time.Time{} // the burst is over: the file's later steps check alone
+		f.r.groupFencedAt = time.Time{} // the burst is over: the file's later steps check alone
 	}
 	var ins []*Intake
 	var ok []*groupFile

@@ -291,30 +291,21 @@ func (st *staged) publish(dst string) (string, error) {
 // happen for one lease from here, so a stalled owner that wakes after a
 // takeover publishes nothing.
 //
-// Such a check stands for the file's next steps while it is less than a
-// third of a lease old (r.fencedAt): a takeover needs the lease run out
-// (ledger takeOver), two thirds of a lease later at the earliest. A file
-// of a group is checked with its group, in one statement shortly before
-// the group's steps on the site go out together: the group's transaction
-// to applied, which matches every file's token and renews its lease, or
-// FenceGroup when that is older than a third of a lease
-// (group_archive.go). One commit per step cost a group of 32 small files
-// 64 commits before its receipts (the warm small-file rate fell from about
-// 1300 to about 500 files/s, docs/performance.md); a file alone checks
-// once for its move and its receipt, or not at all when the statement
-// that recorded it spooled was just before (SetSpooled renews the lease
-// too; docs/performance.md item 55).
+// A file of a group is checked with its group, in one statement shortly
+// before the group's steps on the site go out together: the group's
+// transaction to applied, which matches every file's token and renews its
+// lease, or FenceGroup when that is older than a third of a lease
+// (group_archive.go); that check stands for the file's own steps of that
+// burst while it is less than a third of a lease old. One commit per step cost
+// a group of 32 small files 64 commits before its receipts (the warm
+// small-file rate fell from about 1300 to about 500 files/s,
+// docs/performance.md); the per-file path still checks before every step.
 func (r *fileRun) fence(ctx context.Context, step string) error {
 	if err := fault.Check("publish:" + step); err != nil {
 		return err
 	}
-	if !r.fencedAt.IsZero() && time.Since(r.fencedAt) < r.d.ledger.Lease()/3 {
+	if !r.groupFencedAt.IsZero() && time.Since(r.groupFencedAt) < r.d.ledger.Lease()/3 {
 		return nil
 	}
-	at := time.Now()
-	if err := r.d.ledger.Heartbeat(ctx, r.in); err != nil {
-		return err
-	}
-	r.fencedAt = at
-	return nil
+	return r.d.ledger.Heartbeat(ctx, r.in)
 }

@@ -40,13 +40,10 @@ type fileRun struct {
 	// byManifest: spooled as an exact resend from its manifest alone,
 	// without reading the file (manifestDuplicate).
 	byManifest bool
-	// fencedAt: when a statement of this run last matched the file's
-	// fencing token and renewed its lease: its own fence, the statement
-	// that recorded it spooled, or its group's transaction or FenceGroup
-	// right before the group's steps on the site. That check stands for
-	// the file's next steps on the site while it is younger than a third
-	// of a lease (fence).
-	fencedAt time.Time
+	// groupFencedAt: when the file's group checked its token and renewed
+	// its lease right before the group's steps on the site (fence); zero
+	// on the per-file path.
+	groupFencedAt time.Time
 	// site: the archive's steps on the site made ready during the
 	// download, or a group's read (archive_ahead.go).
 	site *background[*staged]

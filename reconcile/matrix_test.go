@@ -35,12 +35,6 @@ type node struct {
 // newNode is one replica: a daemon and its reconciler, sharing a spool dir.
 func newNode(t *testing.T, pool *pgxpool.Pool, worker, spoolDir string, sites ...*testenv.Site) *node {
 	t.Helper()
-	return newNodeLease(t, pool, worker, spoolDir, 10*time.Second, sites...)
-}
-
-// newNodeLease is newNode with a claim lease of its own.
-func newNodeLease(t *testing.T, pool *pgxpool.Pool, worker, spoolDir string, lease time.Duration, sites ...*testenv.Site) *node {
-	t.Helper()
 	sp, err := spool.New(spoolDir)
 	if err != nil {
 		t.Fatal(err)
@@ -50,12 +44,12 @@ func newNodeLease(t *testing.T, pool *pgxpool.Pool, worker, spoolDir string, lea
 		cfgs = append(cfgs, s.Validated(t))
 	}
 	log := testenv.Logger(t)
-	d, err := intake.New(intake.Config{WorkerID: worker, Lease: lease, SpoolMinFree: 1}, cfgs, pool, sp, prometheus.NewRegistry(), log)
+	d, err := intake.New(intake.Config{WorkerID: worker, Lease: 10 * time.Second, SpoolMinFree: 1}, cfgs, pool, sp, prometheus.NewRegistry(), log)
 	if err != nil {
 		t.Fatal(err)
 	}
 	reg := prometheus.NewRegistry()
-	rec, err := reconcile.New(reconcile.Config{}, worker, lease, pool, sp, cfgs, reg, log, d.TakenOver)
+	rec, err := reconcile.New(reconcile.Config{}, worker, 10*time.Second, pool, sp, cfgs, reg, log, d.TakenOver)
 	if err != nil {
 		t.Fatal(err)
 	}

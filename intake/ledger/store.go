@@ -338,8 +338,7 @@ func (l *Ledger) Heartbeat(ctx context.Context, in *Intake) error {
 const setSpooledSQL = `WITH u AS (
 	    UPDATE file_intake
 	    SET state = 'spooled', content_sha256 = $3, size_bytes = $4, data_sha256 = $5, data_size = $6,
-	        batch_id = $7, expected_rows = $8, updated_at = now(),
-	        lease_until = clock_timestamp() + $10::interval
+	        batch_id = $7, expected_rows = $8, updated_at = now()
 	    WHERE intake_id = $1 AND fencing_token = $2 AND state = 'claimed'
 	    RETURNING intake_id),
 	ins AS (
@@ -355,9 +354,7 @@ const setSpooledSQL = `WITH u AS (
 	SELECT (SELECT count(*) FROM u), (SELECT intake_id FROM b), (SELECT content_sha256 FROM b)`
 
 // SetSpooled records the verified bytes (and, for a compressed file, the
-// expanded ones): claimed -> spooled. Matching the fencing token, it renews
-// the lease as Heartbeat does: the check stands as the fence of the
-// file's next steps on the site (intake/remote.go fence).
+// expanded ones): claimed -> spooled.
 func (l *Ledger) SetSpooled(ctx context.Context, in *Intake, sha string, size int64, dataSHA string, dataSize int64, batch string, expectedRows *int64) (*Binding, error) {
 	// The same statement binds (partner, batch) to the hash, as BindBatch
 	// would next: one round trip and one commit less per file.
@@ -365,7 +362,7 @@ func (l *Ledger) SetSpooled(ctx context.Context, in *Intake, sha string, size in
 	var owner *int64
 	var ownerSHA *string
 	err := l.pool.QueryRow(ctx, setSpooledSQL,
-		in.ID, in.Token, sha, size, dataSHA, dataSize, batch, expectedRows, in.Partner, l.lease).Scan(&moved, &owner, &ownerSHA)
+		in.ID, in.Token, sha, size, dataSHA, dataSize, batch, expectedRows, in.Partner).Scan(&moved, &owner, &ownerSHA)
 	if err != nil {
 		return nil, fmt.Errorf("spooled: %w", err)
 	}
