@@ -3,6 +3,7 @@ package intake
 import (
 	"context"
 	"errors"
+	"fmt"
 	"path"
 	"sync"
 	"sync/atomic"
@@ -89,8 +90,9 @@ func (r *fileRun) stagedFits() bool {
 // through st, the receipt's temporary file opened ahead: its bytes are
 // written beside the move, naming the archive name the move takes unless
 // this very step ran before (the first candidate: it carries the intake
-// id); then st is closed and renamed to the receipt's name, under the
-// same fence as putFile's. ok is false when it did not do the step: more
+// id); then st is closed and renamed to the receipt's name, and a
+// manifest moved beside that rename, after its file, under the same fence
+// as putFile's. ok is false when it did not do the step: more
 // than the move and the receipt is due (stagedFits), the move took another
 // name, the file is gone, a write failed. st is then discarded and the
 // caller goes archiveRemote's way, which finds the move already made
@@ -117,34 +119,16 @@ func (r *fileRun) archiveStaged(ctx context.Context, st *staged, rc Receipt) (ok
 		st.discard()
 		return true, err
 	}
-	var werr, manErr error
+	var werr error
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
 		werr = st.write(data) // discards the temporary file when it fails
 	}()
-	manifest := ""
-	if in.ManifestName != "" {
-		// the manifest moves beside its file, under the name the move
-		// takes first (archiveRemote's way is one after the other)
-		manifest = path.Join(path.Dir(in.ClaimedPath), in.ManifestName)
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			_, manErr = moveOnce(r.sess, manifest, []string{names[0] + partners.ManifestSuffix})
-		}()
-	}
 	dst, merr := moveOnce(r.sess, in.ClaimedPath, names)
 	wg.Wait()
-	if manifest != "" && manErr == nil && merr == nil && dst != names[0] {
-		// the file took another name (an earlier run of this step): its
-		// manifest follows it
-		if err := r.sess.Rename(names[0]+partners.ManifestSuffix, dst+partners.ManifestSuffix); err != nil {
-			r.log.Warn("the manifest moved beside its file could not follow it to its archive name", "err", err)
-		}
-	}
-	if merr != nil || dst != names[0] || werr != nil || (manErr != nil && !errors.Is(manErr, ErrRemoteLost)) {
+	if merr != nil || dst != names[0] || werr != nil {
 		if werr == nil {
 			st.discard()
 		}
@@ -159,7 +143,23 @@ func (r *fileRun) archiveStaged(ctx context.Context, st *staged, rc Receipt) (ok
 		st.discard()
 		return true, err
 	}
+	// A manifest moves beside the receipt's rename, once its file is in
+	// archive/ under its name (archiveRemote's way is one after the
+	// other): never ahead of its file.
+	var manErr error
+	if in.ManifestName != "" {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, manErr = moveOnce(r.sess, path.Join(path.Dir(in.ClaimedPath), in.ManifestName), []string{dst + partners.ManifestSuffix})
+		}()
+	}
 	p, err := st.publish(path.Join(r.sess.Layout.ReportsDir(), name))
+	wg.Wait()
+	if manErr != nil && !errors.Is(manErr, ErrRemoteLost) {
+		// the step runs again (archiveRemote's way, the moves made stay)
+		return true, fmt.Errorf("archive manifest: %w", manErr)
+	}
 	if errors.Is(err, fault.ErrInjected) {
 		return true, err
 	}
