@@ -40,6 +40,11 @@ func (r *fileRun) download(ctx context.Context) error {
 	}
 	if in.ManifestName != "" {
 		m, err := r.readManifest()
+		if err != nil && !errors.Is(err, partners.ErrManifestInvalid) && !partners.IsNotExist(err) && !partners.IsPermission(err) {
+			// the site or the network failed the read, not the manifest:
+			// the file's next attempt reads it again (settle)
+			return fmt.Errorf("read manifest: %w", err)
+		}
 		if err != nil {
 			return r.hold(ctx, StateFailedTerminal, ReasonManifestInvalid, 0, "the manifest could not be read as JSON with bytes and sha256")
 		}

@@ -96,6 +96,19 @@ func (l Layout) ensureDirs(c *sftp.Client, worker string, have map[string]bool) 
 	return dirs, nil
 }
 
+// IsPermission reports whether err means the site refused access to the
+// remote path.
+func IsPermission(err error) bool {
+	if err == nil {
+		return false
+	}
+	if errors.Is(err, os.ErrPermission) {
+		return true
+	}
+	var se *sftp.StatusError
+	return errors.As(err, &se) && se.FxCode() == sftp.ErrSSHFxPermissionDenied
+}
+
 // IsNotExist reports whether err means the remote path does not exist.
 func IsNotExist(err error) bool {
 	if err == nil {

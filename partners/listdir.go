@@ -607,8 +607,11 @@ func statusError(typ byte, b []byte) error {
 	d := decoder{b: b}
 	code := d.u32()
 	msg := d.str()
-	if code == 2 { // SSH_FX_NO_SUCH_FILE
+	switch code {
+	case 2: // SSH_FX_NO_SUCH_FILE
 		return fmt.Errorf("sftp: %s: %w", msg, os.ErrNotExist)
+	case 3: // SSH_FX_PERMISSION_DENIED
+		return fmt.Errorf("sftp: %s: %w", msg, os.ErrPermission)
 	}
 	return fmt.Errorf("sftp status %d: %s", code, msg)
 }

@@ -24,13 +24,18 @@ type Manifest struct {
 	Rows    *int64 `json:"rows,omitempty"`
 }
 
+// ErrManifestInvalid: a manifest's bytes are not one (ParseManifest): a
+// fault of the partner's, where an error reading them is the site's or
+// the network's.
+var ErrManifestInvalid = errors.New("manifest invalid")
+
 // ReadManifest reads the manifest at p and parses it (ParseManifest): on
 // the listing channel in two round trips (ReadWhole), else through
-// pkg/sftp.
+// pkg/sftp. A manifest that does not parse is ErrManifestInvalid.
 func (s *Session) ReadManifest(p string) (*Manifest, error) {
 	b, err := s.ReadWhole(p, maxManifestBytes+1)
 	if err == nil {
-		return ParseManifest(bytes.NewReader(b))
+		return parsed(ParseManifest(bytes.NewReader(b)))
 	}
 	if !errors.Is(err, ErrNoListingChannel) && !errors.Is(err, errPartRead) && !s.ListingChannelLost(err) {
 		return nil, err
@@ -40,7 +45,19 @@ func (s *Session) ReadManifest(p string) (*Manifest, error) {
 		return nil, err
 	}
 	defer f.Close()
-	return ParseManifest(f)
+	b, err = io.ReadAll(io.LimitReader(f, maxManifestBytes+1))
+	if err != nil {
+		return nil, s.Deadline(err)
+	}
+	return parsed(ParseManifest(bytes.NewReader(b)))
+}
+
+// parsed marks ParseManifest's error as ErrManifestInvalid.
+func parsed(m *Manifest, err error) (*Manifest, error) {
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrManifestInvalid, err)
+	}
+	return m, nil
 }
 
 // ParseManifest reads a manifest strictly: unknown fields, trailing data

@@ -90,3 +90,30 @@ func TestAShortReadingSiteStillGivesTheWholeManifest(t *testing.T) {
 		}
 	}
 }
+
+// ReadManifest tells the partner's fault from the site's: a manifest that
+// does not parse is ErrManifestInvalid (the file is held for it), a
+// missing one is not-exist, and a read the session could not make (here a
+// closed session) is neither, so the file's next attempt reads it again.
+func TestReadManifestTellsABadManifestFromAFailedRead(t *testing.T) {
+	root := t.TempDir()
+	_, p := inProcessSite(t, root)
+	s, err := partners.Dial(context.Background(), p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "bad.complete"), []byte(`{"bytes": 1}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.ReadManifest("/bad.complete"); !errors.Is(err, partners.ErrManifestInvalid) {
+		t.Fatalf("a manifest without sha256: %v, want ErrManifestInvalid", err)
+	}
+	if _, err := s.ReadManifest("/missing.complete"); !partners.IsNotExist(err) || errors.Is(err, partners.ErrManifestInvalid) {
+		t.Fatalf("a missing manifest: %v, want not-exist", err)
+	}
+	s.Close()
+	_, err = s.ReadManifest("/bad.complete")
+	if err == nil || errors.Is(err, partners.ErrManifestInvalid) || partners.IsNotExist(err) || partners.IsPermission(err) {
+		t.Fatalf("a read on a closed session: %v, want an error of the read itself", err)
+	}
+}
