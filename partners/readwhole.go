@@ -32,30 +32,9 @@ var errPartRead = errors.New("sftp: a short read of a small file")
 // bytes; ListingChannelLost tells the channel's own failure from the
 // site's answer.
 func (s *Session) ReadWhole(p string, limit int) ([]byte, error) {
-	c := s.listChannel()
-	if c == nil {
-		return nil, ErrNoListingChannel
-	}
-	r, err := c.start(fxpOpen, str(p), u32(fxfRead), u32(0))
+	c, h, err := s.openListed(p, fxfRead)
 	if err != nil {
-		return nil, s.Deadline(err)
-	}
-	rep := <-r
-	if rep.err != nil {
-		return nil, s.Deadline(rep.err)
-	}
-	switch rep.typ {
-	case fxpHandle:
-	case fxpStatus:
-		return nil, fmt.Errorf("open %s: %w", p, statusError(rep.typ, rep.body))
-	default:
-		return nil, c.unexpected("open", rep.typ)
-	}
-	d := decoder{b: rep.body}
-	h := d.str()
-	if d.err != nil {
-		c.fail(d.err)
-		return nil, c.broken()
+		return nil, err
 	}
 	// FSTAT, the READs and the CLOSE together; the CLOSE's reply is not
 	// waited for (closeHandle)

@@ -67,32 +67,43 @@ const (
 // CreateWhole creates (or truncates) p for writing on the listing
 // channel, under the session's deadline.
 func (s *Session) CreateWhole(p string) (*WholeFile, error) {
+	c, h, err := s.openListed(p, fxfWrite|fxfCreat|fxfTrunc)
+	if err != nil {
+		return nil, err
+	}
+	return &WholeFile{s: s, c: c, handle: h, path: p}, nil
+}
+
+// openListed opens p on the listing channel with the SFTP OPEN flags
+// given, under the session's deadline, and returns the channel and the
+// file's handle.
+func (s *Session) openListed(p string, flags uint32) (*rawSFTP, string, error) {
 	c := s.listChannel()
 	if c == nil {
-		return nil, ErrNoListingChannel
+		return nil, "", ErrNoListingChannel
 	}
-	r, err := c.start(fxpOpen, str(p), u32(fxfWrite|fxfCreat|fxfTrunc), u32(0))
+	r, err := c.start(fxpOpen, str(p), u32(flags), u32(0))
 	if err != nil {
-		return nil, s.Deadline(err)
+		return nil, "", s.Deadline(err)
 	}
 	rep := <-r
 	if rep.err != nil {
-		return nil, s.Deadline(rep.err)
+		return nil, "", s.Deadline(rep.err)
 	}
 	switch rep.typ {
 	case fxpHandle:
 	case fxpStatus:
-		return nil, fmt.Errorf("open %s: %w", p, statusError(rep.typ, rep.body))
+		return nil, "", fmt.Errorf("open %s: %w", p, statusError(rep.typ, rep.body))
 	default:
-		return nil, c.unexpected("open", rep.typ)
+		return nil, "", c.unexpected("open", rep.typ)
 	}
 	d := decoder{b: rep.body}
 	h := d.str()
 	if d.err != nil {
 		c.fail(d.err)
-		return nil, c.broken()
+		return nil, "", c.broken()
 	}
-	return &WholeFile{s: s, c: c, handle: h, path: p}, nil
+	return c, h, nil
 }
 
 // WriteClose writes data from the file's start and closes it: every
