@@ -39,6 +39,9 @@ func (r *fileRun) download(ctx context.Context) error {
 		defer bound.wait()
 	}
 	if in.ManifestName != "" {
+		if err := fault.Check("download:manifest"); err != nil {
+			return err
+		}
 		m, err := r.readManifest()
 		if err != nil && !errors.Is(err, partners.ErrManifestInvalid) && !partners.IsNotExist(err) && !partners.IsPermission(err) {
 			// the site or the network failed the read, not the manifest:

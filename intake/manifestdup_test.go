@@ -1,7 +1,10 @@
 package intake_test
 
 import (
+	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -104,4 +107,47 @@ func TestManifestExactResendIsDecidedWithoutReadingTheFile(t *testing.T) {
 	if got := testutil.ToFloat64(r.d.Metrics().HashOnly.WithLabelValues("mdup", "manifest")); got != 1 {
 		t.Fatalf("resends decided from the manifest: %v, want still 1", got)
 	}
+}
+
+// A manifest the site fails to read (here a directory stands in its place
+// when the file's run reads it: OpenSSH opens it and fails the READ) is
+// the file's transient error: the file is not held as manifest_invalid,
+// and its next attempt, once the manifest is back, reads it and ends the
+// file.
+func TestAManifestTheSiteFailsToReadIsReadAgain(t *testing.T) {
+	_, pool := testenv.DB(t)
+	site := testenv.NewSite(t, "mfr")
+	site.Config.Readiness = partners.ReadinessManifest
+	r := newRig(t, pool, "w1", site)
+	good := goodRows("MR", 3)
+	site.Drop(t, "orders-mr.csv", good)
+	site.Drop(t, "orders-mr.csv.complete", fmt.Sprintf(`{"bytes": %d, "sha256": %q}`, len(good), sha(good)))
+	resume := r.pollPaused("mfr", "download:manifest")
+	man := filepath.Join(site.Root, "processing", "w1", "orders-mr.csv.complete")
+	if err := os.Rename(man, man+".away"); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(man, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	_ = resume() // what the poll returns is not the point
+	fs := files(t, pool, "mfr")
+	if len(fs) != 1 || fs[0].State != "claimed" {
+		t.Fatalf("after the failed read: %+v, want the file still claimed (not held as manifest_invalid)", fs)
+	}
+	if err := os.Remove(man); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(man+".away", man); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(context.Background(), `UPDATE file_intake SET next_attempt_at = now() WHERE partner_id = 'mfr'`); err != nil {
+		t.Fatal(err)
+	}
+	r.poll("mfr")
+	fs = files(t, pool, "mfr")
+	if len(fs) != 1 || fs[0].State != "archived" {
+		t.Fatalf("after its next attempt: %+v, want archived", fs)
+	}
+	testenv.AssertExactOrders(t, pool, "mfr", 3, "MR")
 }
