@@ -43,13 +43,14 @@ func (r *fileRun) download(ctx context.Context) error {
 			return err
 		}
 		m, err := r.readManifest()
-		if err != nil && !errors.Is(err, partners.ErrManifestInvalid) && !partners.IsNotExist(err) && !partners.IsPermission(err) {
+		switch {
+		case err == nil:
+		case errors.Is(err, partners.ErrManifestInvalid), partners.IsNotExist(err), partners.IsPermission(err):
+			return r.hold(ctx, StateFailedTerminal, ReasonManifestInvalid, 0, "the manifest could not be read as JSON with bytes and sha256")
+		default:
 			// the site or the network failed the read, not the manifest:
 			// the file's next attempt reads it again (settle)
 			return fmt.Errorf("read manifest: %w", err)
-		}
-		if err != nil {
-			return r.hold(ctx, StateFailedTerminal, ReasonManifestInvalid, 0, "the manifest could not be read as JSON with bytes and sha256")
 		}
 		man = m
 		if r.feed.BatchID.From == partners.BatchFromManifest {

@@ -35,7 +35,7 @@ var ErrManifestInvalid = errors.New("manifest invalid")
 func (s *Session) ReadManifest(p string) (*Manifest, error) {
 	b, err := s.ReadWhole(p, maxManifestBytes+1)
 	if err == nil {
-		return parsed(ParseManifest(bytes.NewReader(b)))
+		return parsed(parseManifest(b))
 	}
 	if !errors.Is(err, ErrNoListingChannel) && !errors.Is(err, errPartRead) && !s.ListingChannelLost(err) {
 		return nil, err
@@ -49,10 +49,10 @@ func (s *Session) ReadManifest(p string) (*Manifest, error) {
 	if err != nil {
 		return nil, s.Deadline(err)
 	}
-	return parsed(ParseManifest(bytes.NewReader(b)))
+	return parsed(parseManifest(b))
 }
 
-// parsed marks ParseManifest's error as ErrManifestInvalid.
+// parsed marks parseManifest's error as ErrManifestInvalid.
 func parsed(m *Manifest, err error) (*Manifest, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrManifestInvalid, err)
@@ -67,6 +67,12 @@ func ParseManifest(r io.Reader) (*Manifest, error) {
 	if err != nil {
 		return nil, err
 	}
+	return parseManifest(b)
+}
+
+// parseManifest is ParseManifest over the bytes read (at most one more
+// than maxManifestBytes).
+func parseManifest(b []byte) (*Manifest, error) {
 	if len(b) > maxManifestBytes {
 		return nil, fmt.Errorf("manifest is larger than %d bytes", maxManifestBytes)
 	}

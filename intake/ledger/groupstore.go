@@ -293,8 +293,12 @@ func (l *Ledger) LockClaimsNext(ctx context.Context, partner string) (*ClaimLock
 	return l.lockClaims(ctx, partner, true)
 }
 
-const lockClaimsNextSQL = `SELECT nextval(pg_get_serial_sequence('file_intake', 'intake_id'))
-	FROM (SELECT pg_advisory_xact_lock(hashtextextended('partner-intake/claim/' || $1, 0))) AS locked`
+// lockClaimsSQL takes the partner's claim lock; lockClaimsNextSQL takes it,
+// then allocates an intake id.
+const (
+	lockClaimsSQL     = `SELECT pg_advisory_xact_lock(hashtextextended('partner-intake/claim/' || $1, 0))`
+	lockClaimsNextSQL = `SELECT nextval(pg_get_serial_sequence('file_intake', 'intake_id')) FROM (` + lockClaimsSQL + `) AS locked`
+)
 
 func (l *Ledger) lockClaims(ctx context.Context, partner string, next bool) (*ClaimLock, int64, error) {
 	pool := l.pool
@@ -310,7 +314,7 @@ func (l *Ledger) lockClaims(ctx context.Context, partner string, next bool) (*Cl
 	if next {
 		err = tx.QueryRow(ctx, lockClaimsNextSQL, partner).Scan(&id)
 	} else {
-		_, err = tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended('partner-intake/claim/' || $1, 0))`, partner)
+		_, err = tx.Exec(ctx, lockClaimsSQL, partner)
 	}
 	if err != nil {
 		c.Release()

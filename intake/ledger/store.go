@@ -151,7 +151,7 @@ type querier interface {
 }
 
 // insertClaimSQL records a claim (insertClaim).
-var insertClaimSQL = `
+const insertClaimSQL = `
 	INSERT INTO file_intake (intake_id, partner_id, feed, remote_name, claimed_path, listed_size, manifest_name,
 	                         state, worker_id, lease_until, listed_mtime)
 	OVERRIDING SYSTEM VALUE
