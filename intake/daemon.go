@@ -90,16 +90,19 @@ const (
 
 // Validate fills defaults and checks the values.
 func (c *Config) Validate() error {
-	if c.Retry.Attempts <= 0 {
+	if c.Retry.Attempts < 0 || c.Retry.Within < 0 || c.Retry.Base < 0 || c.Retry.Max < 0 {
+		return fmt.Errorf("retry: max_attempts, within, base and max must be positive (0: the default)")
+	}
+	if c.Retry.Attempts == 0 {
 		c.Retry.Attempts = DefaultRetryAttempts
 	}
-	if c.Retry.Within <= 0 {
+	if c.Retry.Within == 0 {
 		c.Retry.Within = DefaultRetryWithin
 	}
-	if c.Retry.Base <= 0 {
+	if c.Retry.Base == 0 {
 		c.Retry.Base = DefaultRetryBase
 	}
-	if c.Retry.Max <= 0 {
+	if c.Retry.Max == 0 {
 		c.Retry.Max = DefaultRetryMax
 	}
 	if c.WorkerID == "" {
@@ -120,6 +123,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Drain == 0 {
 		c.Drain = DefaultDrain
+	}
+	if c.Drain < 0 {
+		return fmt.Errorf("drain: %s must be positive", c.Drain)
 	}
 	if c.SpoolMinFree == 0 {
 		c.SpoolMinFree = DefaultSpoolMinFree

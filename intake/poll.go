@@ -517,6 +517,10 @@ func (d *Daemon) list(ctx context.Context, p *partnerRT, sess *partners.Session)
 		keep.push(c)
 		return nil
 	})
+	if n := sess.TakeImpossibleNames(); n > 0 {
+		d.metrics.skipped.WithLabelValues(cfg.ID, string(partners.SkipImpossible)).Add(float64(n))
+		d.log.Warn("the site listed names no directory holds; left alone", "partner", cfg.ID, "reason", string(partners.SkipImpossible), "count", n)
+	}
 	if err == nil {
 		err = flush()
 	}

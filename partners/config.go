@@ -287,8 +287,15 @@ func (c *Config) Validate(key string) error {
 	if s.KnownHostsFile == "" {
 		return fmt.Errorf("%s.sftp.known_hosts_file: required; host keys are always pinned (ssh-keyscan the server and verify the fingerprint out of band)", key)
 	}
-	if s.OpTimeout < 0 {
-		return fmt.Errorf("%s.sftp.op_timeout: %s must be positive", key, s.OpTimeout)
+	// A negative interval would be a timer that never waits (a dial
+	// that always times out) or a ticker that panics (keepalive).
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"dial_timeout", s.DialTimeout}, {"keepalive", s.Keepalive}, {"op_timeout", s.OpTimeout}} {
+		if d.v < 0 {
+			return fmt.Errorf("%s.sftp.%s: %s must be positive", key, d.name, d.v)
+		}
 	}
 	if s.MaxPacket != 0 && (s.MaxPacket < MinSFTPPacket || s.MaxPacket > MaxSFTPPacket) {
 		return fmt.Errorf("%s.sftp.max_packet: %d must be 0 (auto) or between %d and %d", key, s.MaxPacket, MinSFTPPacket, MaxSFTPPacket)
@@ -337,7 +344,7 @@ func (c *Config) Validate(key string) error {
 	if c.GroupFiles < 1 || c.GroupFiles > MaxGroupFiles {
 		return fmt.Errorf("%s.group_files: %d must be between 1 and %d", key, c.GroupFiles, MaxGroupFiles)
 	}
-	if c.Limits.MaxFileBytes < 0 || c.Limits.MaxRows < 0 || c.Limits.MaxFilesPerPoll < 0 || c.Limits.MaxExpandedBytes < 0 || c.Limits.MaxSpoolBytes < 0 {
+	if c.Limits.MaxFileBytes < 0 || c.Limits.MaxRows < 0 || c.Limits.MaxFilesPerPoll < 0 || c.Limits.MaxExpandedBytes < 0 || c.Limits.MaxSpoolBytes < 0 || c.Limits.StaleUpload < 0 {
 		return fmt.Errorf("%s.limits: values must be positive", key)
 	}
 	if len(c.Feeds) == 0 {

@@ -44,3 +44,11 @@ func EndListingChannel(s *Session) {
 
 // ErrPartRead: ReadWhole met a short read (the caller reads the usual way).
 var ErrPartRead = errPartRead
+
+// SetListLimits sets MaxListNames and MaxReadDirEntries for a test; the
+// returned func puts them back.
+func SetListLimits(names, readDir int) func() {
+	on, or := maxListNames, maxReadDirEntries
+	maxListNames, maxReadDirEntries = names, readDir
+	return func() { maxListNames, maxReadDirEntries = on, or }
+}

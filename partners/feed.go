@@ -270,6 +270,13 @@ func (f *Feed) Validate(key, readiness string) error {
 	if f.Pattern == "" {
 		return fmt.Errorf("%s.pattern: required", key)
 	}
+	// The pattern must be a regexp by itself before it is anchored: a
+	// pattern such as `a)|(?:b` is not one, but anchored by concatenation
+	// it would compile as `^(?:a)|(?:b)$`, matching any name that starts
+	// with a or ends with b rather than the whole name.
+	if _, err := regexp.Compile(f.Pattern); err != nil {
+		return fmt.Errorf("%s.pattern: %v", key, err)
+	}
 	re, err := regexp.Compile("^(?:" + f.Pattern + ")$")
 	if err != nil {
 		return fmt.Errorf("%s.pattern: %v", key, err)

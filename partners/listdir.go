@@ -7,11 +7,16 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"golang.org/x/crypto/ssh"
 )
@@ -44,12 +49,15 @@ func (s *Session) ListDir(ctx context.Context, dir string, fn func(os.FileInfo) 
 // ReadDir lists a directory whole, as sftp.Client.ReadDir does, but on
 // the listing channel (ListDir) where the site allows it: beside other
 // listings, and in two round trips rather than pkg/sftp's four; under the
-// session's deadline. Whole, as pkg/sftp's was: for the directories its
-// callers list (processing/ and the workers' dirs, reports/); ready/ is
-// streamed (ListDir).
+// session's deadline. Whole, as pkg/sftp's was, up to MaxReadDirEntries:
+// for the directories its callers list (processing/ and the workers'
+// dirs); the rest is streamed (ListDir).
 func (s *Session) ReadDir(dir string) ([]os.FileInfo, error) {
 	var ents []os.FileInfo
 	err := s.listDir(context.Background(), dir, func(e os.FileInfo) error {
+		if len(ents) == maxReadDirEntries {
+			return fmt.Errorf("list %s: more than %d entries, more than a directory read whole may hold: %w", dir, maxReadDirEntries, ErrEndlessListing)
+		}
 		ents = append(ents, e)
 		return nil
 	})
@@ -70,14 +78,37 @@ func (s *Session) listDir(ctx context.Context, dir string, fn func(os.FileInfo) 
 			return err
 		}
 		for _, e := range ents {
+			// pkg/sftp leaves out the names "." and "..", and passes
+			// path.Base of the rest: "/" stays "/", "" becomes "."
+			// ("a/../b" becomes "b", which no check here can tell)
+			if name := e.Name(); !OneName(name) || name == "." || name == ".." {
+				s.impossible.Add(1)
+				continue
+			}
+			if e.Size() < 0 { // a size no file has (2^63 bytes or more)
+				e = irregular{e}
+			}
 			if err := fn(e); err != nil {
 				return err
 			}
 		}
 		return nil
 	}
-	return s.Deadline(c.list(ctx, dir, fn))
+	return s.Deadline(c.list(ctx, dir, fn, &s.impossible))
 }
+
+// irregular is an entry whose size no file has: never taken for a
+// regular file, nor read.
+type irregular struct{ os.FileInfo }
+
+func (irregular) Mode() os.FileMode { return os.ModeIrregular }
+func (irregular) Size() int64       { return 0 }
+func (irregular) IsDir() bool       { return false }
+
+// TakeImpossibleNames returns how many names the site listed that no
+// directory holds (OneName), left out of the session's listings since
+// the last call.
+func (s *Session) TakeImpossibleNames() int64 { return s.impossible.Swap(0) }
 
 // listChannel is the session's listing channel, opened if it is not (nil:
 // the site refuses a second channel). A channel that broke is dropped
@@ -89,7 +120,7 @@ func (s *Session) listChannel() *rawSFTP {
 		s.dropLocked(c)
 	}
 	if s.lister == nil && !s.noLister {
-		c, err := s.openLister()
+		c, err := inTime(s, s.openLister, func(c *rawSFTP) { c.fail(errSessionClosed) })
 		if err != nil {
 			s.noLister = true // a server that allows one channel only
 		} else {
@@ -501,7 +532,7 @@ func str(s string) []byte { return append(u32(uint32(len(s))), s...) }
 // next batch, or the end, is on its way while one is read), and a CLOSE
 // whose reply is not waited for (closeHandle). A directory that fits in
 // one READDIR reply costs two round trips, not four.
-func (c *rawSFTP) list(ctx context.Context, dir string, fn func(os.FileInfo) error) error {
+func (c *rawSFTP) list(ctx context.Context, dir string, fn func(os.FileInfo) error, impossible *atomic.Int64) error {
 	r, err := c.start(fxpOpendir, str(dir))
 	if err != nil {
 		return err
@@ -529,6 +560,7 @@ func (c *rawSFTP) list(ctx context.Context, dir string, fn func(os.FileInfo) err
 	if err != nil {
 		return err
 	}
+	var names, dots int // every name the site sent; "." and ".."
 	next, err := c.start(fxpReaddir, str(handle))
 	if err != nil {
 		return err
@@ -561,7 +593,20 @@ func (c *rawSFTP) list(ctx context.Context, dir string, fn func(os.FileInfo) err
 			if d.err != nil {
 				break
 			}
+			if names++; names > maxListNames {
+				return fmt.Errorf("sftp: more than %d names: %w", maxListNames, ErrEndlessListing)
+			}
 			if name == "." || name == ".." {
+				// once each at most: a site that lists them again and
+				// again never ends its listing (each reply renews the
+				// watchdog, which only measures silence)
+				if dots++; dots > 2 {
+					return fmt.Errorf("sftp: %q listed again: %w", name, ErrEndlessListing)
+				}
+				continue
+			}
+			if !OneName(name) {
+				impossible.Add(1)
 				continue
 			}
 			err := fn(fi)
@@ -606,7 +651,7 @@ func statusError(typ byte, b []byte) error {
 	}
 	d := decoder{b: b}
 	code := d.u32()
-	msg := d.str()
+	msg := siteText(d.str())
 	switch code {
 	case 2: // SSH_FX_NO_SUCH_FILE
 		return fmt.Errorf("sftp: %s: %w", msg, os.ErrNotExist)
@@ -614,6 +659,22 @@ func statusError(typ byte, b []byte) error {
 		return fmt.Errorf("sftp: %s: %w", msg, os.ErrPermission)
 	}
 	return fmt.Errorf("sftp status %d: %s", code, msg)
+}
+
+// siteText is a message of the site's (an SFTP status's) as it may go
+// into an error and a log line: at most 200 bytes, quoted with escapes
+// when it holds anything but printable text (control characters, invalid
+// UTF-8: a hostile server's message is not written out raw).
+func siteText(msg string) string {
+	if len(msg) > 200 {
+		msg = msg[:200] + "…"
+	}
+	for _, r := range msg {
+		if r == utf8.RuneError || !unicode.IsPrint(r) {
+			return strconv.QuoteToASCII(msg)
+		}
+	}
+	return msg
 }
 
 type decoder struct {
@@ -650,10 +711,17 @@ func (d *decoder) str() string {
 }
 
 func (d *decoder) attrs(name string) *entryInfo {
-	fi := &entryInfo{name: path.Base(name), mode: os.ModeIrregular}
+	fi := &entryInfo{name: name, mode: os.ModeIrregular}
 	flags := d.u32()
+	badSize := false
 	if flags&attrSize != 0 {
-		fi.size = int64(d.u64())
+		// a size of 2^63 bytes or more is none a file has: the entry is
+		// irregular (never read), and no negative size goes on
+		if sz := d.u64(); sz > math.MaxInt64 {
+			badSize = true
+		} else {
+			fi.size = int64(sz)
+		}
 	}
 	if flags&attrUIDGID != 0 {
 		d.u32()
@@ -672,8 +740,38 @@ func (d *decoder) attrs(name string) *entryInfo {
 			d.str()
 		}
 	}
+	if badSize {
+		fi.mode = os.ModeIrregular
+	}
 	return fi
 }
+
+// MaxListNames bounds the names one listing passes ("." and "..", and
+// names no directory holds, included): a site that sends names for ever,
+// never the EOF status, fails the listing (ErrEndlessListing) instead of
+// holding the partner's poll; each reply renews the watchdog, which only
+// measures silence. No directory a site lists comes near it.
+const MaxListNames = 10_000_000
+
+// the limits in force (tests lower them)
+var maxListNames, maxReadDirEntries = MaxListNames, MaxReadDirEntries
+
+// MaxReadDirEntries bounds a listing read whole (ReadDir: processing/
+// and its workers' directories, which hold the files in flight): a site
+// listing more fails the call rather than the daemon's memory. What may
+// be large (ready/, incoming/, reports/, quarantine/, archive/) is
+// streamed (ListDir).
+const MaxReadDirEntries = 100_000
+
+// ErrEndlessListing: the site's listing would not end (it passed
+// MaxListNames, or listed "." or ".." again).
+var ErrEndlessListing = errors.New("a listing that does not end")
+
+// OneName reports whether a listed name can be one entry of a directory:
+// not empty, no '/' and no NUL. A site that lists another ("/", "a/../b")
+// is broken or hostile: the entry is left out of the listing and counted
+// (Session.TakeImpossibleNames), and no path of ours is built from it.
+func OneName(name string) bool { return name != "" && !strings.ContainsAny(name, "/\x00") }
 
 // fileMode converts POSIX mode bits; without them an entry is irregular
 // (never taken for a regular file).

@@ -28,6 +28,10 @@ const (
 	SkipManifest   Skip = "manifest_file"
 	SkipIgnored    Skip = "ignored_name" // readiness stable: the name matches stable.ignore (an upload tool's temporary name)
 	SkipUnstable   Skip = "not_stable"   // readiness stable: size or mtime changed within stable_for, or younger than min_age
+	// SkipImpossible counts names a site listed that no directory holds
+	// ("/", "a/../b", empty: OneName): left out of the listing, never
+	// moved or named in a path.
+	SkipImpossible Skip = "impossible_name"
 )
 
 const (

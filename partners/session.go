@@ -50,6 +50,8 @@ type Session struct {
 	rangeWatch *watchdog
 	noRanges   atomic.Bool  // the server refused it
 	rtt        atomic.Int64 // ns, measured by Prepare; 0: not measured
+	impossible atomic.Int64 // listed names no directory holds, left out (OneName)
+	startLate  atomic.Bool  // a channel's start went unanswered past the op timeout (inTime)
 }
 
 // RTT is the round trip to the site as Prepare measured it (a keepalive
@@ -57,9 +59,10 @@ type Session struct {
 // estimate, for choices such as reading over two channels.
 func (s *Session) RTT() time.Duration { return time.Duration(s.rtt.Load()) }
 
-// TimedOut reports whether the watchdog closed the session.
+// TimedOut reports whether the watchdog closed the session, or a
+// channel's start went unanswered (inTime).
 func (s *Session) TimedOut() bool {
-	return s.watch.expired.Load() || s.listWatch.expired.Load() || s.rangeWatch.expired.Load()
+	return s.watch.expired.Load() || s.listWatch.expired.Load() || s.rangeWatch.expired.Load() || s.startLate.Load()
 }
 
 // Deadline returns err as a *TimeoutError when the watchdog closed the
@@ -82,13 +85,26 @@ func (s *Session) CloseWhenDone(ctx context.Context) (stop func() bool) {
 // Stat is sftp.Client.Stat under the session's deadline.
 func (s *Session) Stat(p string) (os.FileInfo, error) {
 	fi, err := s.Client.Stat(p)
-	return fi, s.Deadline(err)
+	return sized(p, fi, s.Deadline(err))
 }
 
 // Lstat is sftp.Client.Lstat under the session's deadline.
 func (s *Session) Lstat(p string) (os.FileInfo, error) {
 	fi, err := s.Client.Lstat(p)
-	return fi, s.Deadline(err)
+	return sized(p, fi, s.Deadline(err))
+}
+
+// ErrImpossibleSize: the site stated a size no file has (2^63 bytes or
+// more, which pkg/sftp passes on as a negative size).
+var ErrImpossibleSize = errors.New("the site stated a size no file has")
+
+// sized refuses a stat whose size no file has: no negative size goes on
+// to a limit's comparison or a buffer's length.
+func sized(p string, fi os.FileInfo, err error) (os.FileInfo, error) {
+	if err == nil && fi.Size() < 0 {
+		return nil, fmt.Errorf("stat %s: %w", p, ErrImpossibleSize)
+	}
+	return fi, err
 }
 
 // Rename is sftp.Client.Rename under the session's deadline.
@@ -215,6 +231,7 @@ func (c *sshConn) session(p *Config, joined bool, deadline time.Time) (*Session,
 	var (
 		mu         sync.Mutex
 		late, over bool
+		lateC      = make(chan struct{}) // closed when late is set
 	)
 	timer := time.AfterFunc(budget, func() {
 		mu.Lock()
@@ -228,6 +245,7 @@ func (c *sshConn) session(p *Config, joined bool, deadline time.Time) (*Session,
 		if c.sole() {
 			c.client.Close()
 		}
+		close(lateC)
 	})
 	// finish ends the start's timer and reports whether it fired.
 	finish := func() bool {
@@ -245,6 +263,33 @@ func (c *sshConn) session(p *Config, joined bool, deadline time.Time) (*Session,
 		}
 		return dialDeadline(err, p.SFTP.DialTimeout)
 	}
+	// The start runs on a goroutine of its own and is waited for until
+	// the timer fires. A channel's open and its subsystem request are
+	// SSH requests the site's sshd answers: closing the channel only asks
+	// it to close, so on a connection other sessions keep (not closed
+	// then) a site that answers neither, keepalives all the while, would
+	// hold the start for good. Such a start is left to end with the
+	// connection (it takes no new sessions); it can only fail (finish).
+	type started struct {
+		s   *Session
+		err error
+	}
+	res := make(chan started, 1)
+	go func() {
+		s, err := c.startSession(s, p, joined, watch, finish, expired)
+		res <- started{s, err}
+	}()
+	select {
+	case r := <-res:
+		return r.s, r.err
+	case <-lateC:
+		return nil, fmt.Errorf("partner %s: start sftp channels: %w", p.ID, expired(errors.New("the site did not answer the channels' open or subsystem requests")))
+	}
+}
+
+// startSession opens the session's channels and starts SFTP on them
+// (session, whose timer finish stops and expired reports).
+func (c *sshConn) startSession(s *Session, p *Config, joined bool, watch *watchdog, finish func() bool, expired func(error) error) (*Session, error) {
 	// Both channels are opened at once: the first the site confirms
 	// carries pkg/sftp, the other ListDir's listings (listdir.go). A site
 	// that allows one channel (MaxSessions 1) confirms whichever came
@@ -326,6 +371,48 @@ func (c *sshConn) session(p *Config, joined bool, deadline time.Time) (*Session,
 	go s.listWatch.run(s.done, s.expire)
 	go s.rangeWatch.run(s.done, s.expire)
 	return s, nil
+}
+
+// inTime runs start, the start of a channel on an open session, and
+// waits for it an op timeout at most. A channel's open and its subsystem
+// request are SSH requests the site's sshd answers, which no watchdog
+// counts (no SFTP request is pending yet): a site answering neither,
+// keepalives all the while, would hold the caller (and the lock it
+// holds) for good. Past the timeout the session ends as on a watchdog's
+// expiry (its connection takes no new session, its calls fail) and the
+// caller gets a *TimeoutError; what start returns later is let go (drop).
+func inTime[T any](s *Session, start func() (T, error), drop func(T)) (T, error) {
+	type started struct {
+		v   T
+		err error
+	}
+	var zero T
+	select {
+	case <-s.done:
+		return zero, s.Deadline(errSessionClosed)
+	default:
+	}
+	res := make(chan started, 1)
+	go func() {
+		v, err := start()
+		res <- started{v, err}
+	}()
+	t := time.NewTimer(s.watch.timeout)
+	defer t.Stop()
+	select {
+	case r := <-res:
+		return r.v, r.err
+	case <-t.C:
+	}
+	go func() {
+		if r := <-res; r.err == nil {
+			drop(r.v)
+		}
+	}()
+	s.startLate.Store(true)
+	s.conn.retire()
+	go s.Close() // not under the caller's lock: Close takes the session's locks
+	return zero, &TimeoutError{Partner: s.partner, After: s.watch.timeout, Err: errors.New("a channel's start went unanswered")}
 }
 
 // dialDeadline marks an error of the dial's deadline as one, whatever
@@ -483,7 +570,7 @@ func (s *Session) Ranges() *sftp.Client {
 	s.rangeMu.Lock()
 	defer s.rangeMu.Unlock()
 	if s.ranges == nil && !s.noRanges.Load() {
-		c, err := s.newSFTP(s.rangeWatch)
+		c, err := inTime(s, func() (*sftp.Client, error) { return s.newSFTP(s.rangeWatch) }, func(c *sftp.Client) { c.Close() })
 		if err != nil {
 			var refused *ssh.OpenChannelError
 			if errors.As(err, &refused) && !s.Stale() {

@@ -52,7 +52,7 @@ func (r *Reconciler) partner(ctx context.Context, p *partners.Config) ([]Finding
 		// taken over without a move
 		errs = append(errs,
 			r.rowExpiredLeases(ctx, p, sess, add),
-			r.rowStaleUploads(p, sess, add),
+			r.rowStaleUploads(ctx, p, sess, add),
 			r.rowUnclaimableReady(ctx, p, sess, add),
 		)
 		return fs, errors.Join(errs...)
@@ -65,9 +65,9 @@ func (r *Reconciler) partner(ctx context.Context, p *partners.Config) ([]Finding
 		r.rowExpiredLeases(ctx, p, sess, add),
 		r.rowArchiveWithoutRecord(ctx, p, sess, add),
 		r.rowQuarantineWithoutRecord(ctx, p, sess, add),
-		r.rowStaleUploads(p, sess, add),
+		r.rowStaleUploads(ctx, p, sess, add),
 		r.rowUnclaimableReady(ctx, p, sess, add),
-		r.rowStaleRemoteTemps(p, sess, add),
+		r.rowStaleRemoteTemps(ctx, p, sess, add),
 		r.rowUnpublishedDiscards(ctx, p, sess, add),
 	)
 	return fs, errors.Join(errs...)
@@ -327,23 +327,17 @@ func (r *Reconciler) rowArchiveWithoutRecord(ctx context.Context, p *partners.Co
 	now := time.Now().UTC()
 	for m := 0; m < r.cfg.ArchiveMonths; m++ {
 		dir := s.Layout.ArchiveDir(now.AddDate(0, -m, 0))
-		files, err := s.ReadDir(dir)
-		if partners.IsNotExist(err) {
-			continue
-		}
-		if err != nil {
-			return fmt.Errorf("list %s: %w", dir, err)
-		}
-		for _, f := range files {
+		// streamed: a month of a busy partner's archive is not held
+		err := s.ListDir(ctx, dir, func(f os.FileInfo) error {
 			if strings.HasPrefix(f.Name(), ".") {
-				continue
+				return nil
 			}
 			full := path.Join(dir, f.Name())
 			match := archiveName.FindStringSubmatch(f.Name())
 			if match == nil {
 				add(Finding{Kind: KindArchiveNoRecord, Path: full, NeedsHuman: true, Action: "none",
 					Detail: "the name is not one intake writes"})
-				continue
+				return nil
 			}
 			id, _ := strconv.ParseInt(match[1], 10, 64)
 			in, err := r.ledger.Get(ctx, p.ID, id)
@@ -365,6 +359,13 @@ func (r *Reconciler) rowArchiveWithoutRecord(ctx context.Context, p *partners.Co
 				add(Finding{Kind: KindArchiveNoRecord, IntakeID: id, Path: full, NeedsHuman: true, Action: "none",
 					Detail: fmt.Sprintf("intake %d is in state %s, not archived", id, in.State)})
 			}
+			return nil
+		})
+		if partners.IsNotExist(err) {
+			continue
+		}
+		if err != nil {
+			return err
 		}
 	}
 	return nil
@@ -376,22 +377,16 @@ var quarantineName = regexp.MustCompile(`^([0-9]+)\.`)
 // Row 13, for quarantine/: a held file that no held row accounts for.
 func (r *Reconciler) rowQuarantineWithoutRecord(ctx context.Context, p *partners.Config, s *partners.Session, add addFunc) error {
 	dir := s.Layout.QuarantineDir()
-	files, err := s.ReadDir(dir)
-	if partners.IsNotExist(err) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("list %s: %w", dir, err)
-	}
-	for _, f := range files {
+	err := s.ListDir(ctx, dir, func(f os.FileInfo) error { // streamed
 		if strings.HasPrefix(f.Name(), ".") {
-			continue
+			return nil
 		}
 		full := path.Join(dir, f.Name())
 		m := quarantineName.FindStringSubmatch(f.Name())
 		var in *intake.Intake
 		if m != nil {
 			id, _ := strconv.ParseInt(m[1], 10, 64)
+			var err error
 			if in, err = r.ledger.Get(ctx, p.ID, id); err != nil {
 				return err
 			}
@@ -407,27 +402,29 @@ func (r *Reconciler) rowQuarantineWithoutRecord(ctx context.Context, p *partners
 			add(Finding{Kind: KindQuarantineNoRecord, IntakeID: in.ID, Path: full, NeedsHuman: true, Action: "none",
 				Detail: fmt.Sprintf("intake %d is in state %s, not held", in.ID, in.State)})
 		}
+		return nil
+	})
+	if partners.IsNotExist(err) {
+		return nil
 	}
-	return nil
+	return err
 }
 
 // Row 14: an upload abandoned in incoming/: the partner's contract owner
 // should know.
-func (r *Reconciler) rowStaleUploads(p *partners.Config, s *partners.Session, add addFunc) error {
-	ents, err := s.ReadDir(s.Layout.IncomingDir())
-	if partners.IsNotExist(err) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("list incoming: %w", err)
-	}
-	for _, e := range ents {
+func (r *Reconciler) rowStaleUploads(ctx context.Context, p *partners.Config, s *partners.Session, add addFunc) error {
+	// streamed: incoming/ is the partner's to fill
+	err := s.ListDir(ctx, s.Layout.IncomingDir(), func(e os.FileInfo) error {
 		if strings.HasSuffix(e.Name(), ".part") && time.Since(e.ModTime()) > p.Limits.StaleUpload {
 			add(Finding{Kind: KindStaleUpload, Path: path.Join(s.Layout.IncomingDir(), e.Name()), NeedsHuman: true,
 				Action: "none", Detail: fmt.Sprintf("upload untouched for %s (limit %s)", time.Since(e.ModTime()).Round(time.Minute), p.Limits.StaleUpload)})
 		}
+		return nil
+	})
+	if partners.IsNotExist(err) {
+		return nil
 	}
-	return nil
+	return err
 }
 
 // Row 15, what is left over: pollers move symlinks and other non-regular

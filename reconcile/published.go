@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"path"
 	"time"
 
@@ -22,22 +23,28 @@ const (
 // quarantine/ older than reconcile.stale_temp: a receipt or reason file
 // write killed between create and rename leaves one, and nothing else
 // would ever remove it. A live write renames its file within seconds.
-func (r *Reconciler) rowStaleRemoteTemps(p *partners.Config, s *partners.Session, add addFunc) error {
+func (r *Reconciler) rowStaleRemoteTemps(ctx context.Context, p *partners.Config, s *partners.Session, add addFunc) error {
 	var errs []error
 	for _, dir := range []string{s.Layout.ReportsDir(), s.Layout.QuarantineDir()} {
-		ents, err := s.ReadDir(dir)
+		// streamed (reports/ holds a receipt for every file until the
+		// retention purges it); the temps are removed after the
+		// listing, not while it runs
+		var stale []string
+		err := s.ListDir(ctx, dir, func(e os.FileInfo) error {
+			if e.Mode().IsRegular() && intake.IsOurTemp(e.Name()) && time.Since(e.ModTime()) >= r.cfg.StaleTemp {
+				stale = append(stale, e.Name())
+			}
+			return nil
+		})
 		if partners.IsNotExist(err) {
 			continue
 		}
 		if err != nil {
-			errs = append(errs, fmt.Errorf("list %s: %w", dir, err))
+			errs = append(errs, err)
 			continue
 		}
-		for _, e := range ents {
-			if !e.Mode().IsRegular() || !intake.IsOurTemp(e.Name()) || time.Since(e.ModTime()) < r.cfg.StaleTemp {
-				continue
-			}
-			full := path.Join(dir, e.Name())
+		for _, name := range stale {
+			full := path.Join(dir, name)
 			if err := s.Remove(full); err != nil && !partners.IsNotExist(err) {
 				errs = append(errs, fmt.Errorf("remove %s: %w", full, err))
 				continue

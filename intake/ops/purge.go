@@ -63,6 +63,22 @@ func (r *Retention) SetDefaults() {
 	}
 }
 
+// Validate reports a retention that is not positive: a negative age would
+// put the cutoff in the future and purge every finished file's spool
+// bytes, row issues, audit entries and every receipt on the partners'
+// sites at once.
+func (r *Retention) Validate() error {
+	for _, f := range []struct {
+		name string
+		v    time.Duration
+	}{{"spool", r.Spool}, {"row_issues", r.RowIssues}, {"reports", r.Reports}, {"audit", r.Audit}, {"partner_timeout", r.PartnerTimeout}} {
+		if f.v < 0 {
+			return fmt.Errorf("retention.%s: %s must be positive", f.name, f.v)
+		}
+	}
+	return nil
+}
+
 // Purged counts what a purge removed.
 type Purged struct {
 	Partner      string
@@ -202,18 +218,24 @@ func purgeReports(ctx context.Context, p *partners.Config, cutoff time.Time, res
 	stop := s.CloseWhenDone(ctx) // the partner's deadline
 	defer stop()
 	dir := s.Layout.ReportsDir()
-	ents, err := s.ReadDir(dir)
+	// reports/ is streamed (a receipt for every file of the retention
+	// period); only the names to delete are kept, and deleted after the
+	// listing rather than while it runs
+	var old []string
+	err = s.ListDir(ctx, dir, func(e os.FileInfo) error {
+		if e.Mode().IsRegular() && reportName.MatchString(e.Name()) && e.ModTime().Before(cutoff) {
+			old = append(old, e.Name())
+		}
+		return nil
+	})
 	if partners.IsNotExist(err) {
 		return nil
 	}
 	if err != nil {
 		return siteErr(ctx, err)
 	}
-	for _, e := range ents {
-		if !e.Mode().IsRegular() || !reportName.MatchString(e.Name()) || !e.ModTime().Before(cutoff) {
-			continue
-		}
-		if err := s.Remove(path.Join(dir, e.Name())); err != nil && !partners.IsNotExist(err) {
+	for _, name := range old {
+		if err := s.Remove(path.Join(dir, name)); err != nil && !partners.IsNotExist(err) {
 			return siteErr(ctx, err)
 		}
 		res.Reports++

@@ -39,6 +39,41 @@ type Server struct {
 	one atomic.Bool
 	// short: the most bytes a READ answers with (ShortReads); 0: all asked
 	short atomic.Int64
+	// lie rewrites the answers of listings and stats (Lie)
+	lie atomic.Pointer[LieFunc]
+	// hang: what of a channel's start goes unanswered (HangChannels)
+	hang atomic.Int32
+}
+
+// What of a channel's start a hanging server leaves unanswered
+// (HangChannels).
+const (
+	HangNothing   = 0
+	HangOpen      = 1 // the channel's open: neither confirmed nor refused
+	HangSubsystem = 2 // the subsystem request on a confirmed channel
+)
+
+// HangChannels makes the server leave part of every channel's start
+// unanswered from now on (HangOpen, HangSubsystem; HangNothing ends it),
+// while it goes on answering the connection's other requests (keepalives)
+// and the channels already started: a site whose sshd no longer starts
+// sessions.
+func (s *Server) HangChannels(what int) { s.hang.Store(int32(what)) }
+
+// LieFunc rewrites what the server answers a listing ("List"), a "Stat"
+// or an "Lstat" of p with, given the true entries: tests of what a broken
+// or hostile server sends (names with '/', sizes of 2^63 bytes or more,
+// a listing that never ends). nil answers the truth.
+type LieFunc func(method, p string, truth []os.FileInfo) sftp.ListerAt
+
+// Lie makes the server answer listings and stats through f (nil: the
+// truth again).
+func (s *Server) Lie(f LieFunc) {
+	if f == nil {
+		s.lie.Store(nil)
+		return
+	}
+	s.lie.Store(&f)
 }
 
 // OneSubsystemPerConnection makes the server start one sftp subsystem per
@@ -145,6 +180,10 @@ func (s *Server) serve(c net.Conn) {
 			nc.Reject(ssh.UnknownChannelType, "only session channels")
 			continue
 		}
+		hang := s.hang.Load()
+		if hang == HangOpen {
+			continue // never confirmed nor refused
+		}
 		ch, creqs, err := nc.Accept()
 		if err != nil {
 			continue
@@ -154,13 +193,16 @@ func (s *Server) serve(c net.Conn) {
 			defer wg.Done()
 			defer ch.Close()
 			for req := range creqs {
+				if hang == HangSubsystem {
+					continue // never answered
+				}
 				ok := req.Type == "subsystem" && len(req.Payload) >= 4 && string(req.Payload[4:]) == "sftp"
 				ok = ok && (started.Add(1) == 1 || !s.one.Load())
 				req.Reply(ok, nil)
 				if !ok {
 					continue
 				}
-				h := &handler{root: root, short: &s.short}
+				h := &handler{root: root, short: &s.short, lie: &s.lie}
 				srv := sftp.NewRequestServer(ch, sftp.Handlers{FileGet: h, FilePut: h, FileCmd: h, FileList: h})
 				if err := srv.Serve(); err != nil && !errors.Is(err, io.EOF) {
 					s.log.Debug("sftp session ended", "err", err)
@@ -176,6 +218,15 @@ func (s *Server) serve(c net.Conn) {
 type handler struct {
 	root  string
 	short *atomic.Int64 // Server.ShortReads
+	lie   *atomic.Pointer[LieFunc]
+}
+
+// answer is the truth, or what Lie makes of it.
+func (h *handler) answer(method, p string, truth listerAt) sftp.ListerAt {
+	if f := h.lie.Load(); f != nil {
+		return (*f)(method, p, truth)
+	}
+	return truth
 }
 
 func (h *handler) local(p string) (string, error) {
@@ -287,13 +338,13 @@ func (h *handler) Filelist(r *sftp.Request) (sftp.ListerAt, error) {
 				out = append(out, info)
 			}
 		}
-		return out, nil
+		return h.answer("List", r.Filepath, out), nil
 	case "Stat":
 		st, err := os.Stat(p)
 		if err != nil {
 			return nil, err
 		}
-		return listerAt{st}, nil
+		return h.answer("Stat", r.Filepath, listerAt{st}), nil
 	}
 	return nil, sftp.ErrSSHFxOpUnsupported
 }
@@ -308,7 +359,7 @@ func (h *handler) Lstat(r *sftp.Request) (sftp.ListerAt, error) {
 	if err != nil {
 		return nil, err
 	}
-	return listerAt{st}, nil
+	return h.answer("Lstat", r.Filepath, listerAt{st}), nil
 }
 
 type listerAt []os.FileInfo

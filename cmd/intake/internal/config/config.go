@@ -179,6 +179,9 @@ func (f *File) Validate() error {
 		f.HTTP.Listen = opshttp.DefaultListen
 	}
 	f.Retention.SetDefaults()
+	if err := f.Retention.Validate(); err != nil {
+		return err
+	}
 	if _, err := cron.ParseStandard(f.Retention.Schedule); err != nil {
 		return fmt.Errorf("retention.schedule: %q: %w", f.Retention.Schedule, err)
 	}

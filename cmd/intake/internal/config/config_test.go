@@ -91,6 +91,9 @@ func TestConfigErrorsNameTheKey(t *testing.T) {
 		{"a pool of one connection", func(s string) string {
 			return strings.Replace(s, "max_conns: 0", "max_conns: 1", 1)
 		}, []string{"database.max_conns", "between 2 and 500"}},
+		{"a pattern that is not a regexp by itself, though it would compile once anchored", func(s string) string {
+			return replacePattern(t, s, `a)|(?:b`)
+		}, []string{"feeds[0]", "pattern", "unexpected )"}},
 		{"both url and url_env", func(s string) string {
 			return strings.Replace(s, "  url_env: INTAKE_DATABASE_URL", "  url_env: X\n  url: postgres://x", 1)
 		}, []string{"url or url_env"}},
@@ -116,4 +119,66 @@ func TestConfigErrorsNameTheKey(t *testing.T) {
 			}
 		})
 	}
+}
+
+// Every interval and retention of the config is refused when negative,
+// by its key: a negative setting is a ticker that panics (keepalive), a
+// dial that always times out, or a cutoff in the future that purges every
+// receipt on the partners' sites (retention.reports).
+func TestEveryNegativeIntervalIsRefusedByItsKey(t *testing.T) {
+	for _, c := range []struct{ line, key string }{
+		{"lease: 2m", "lease"},
+		{"drain: 30s", "drain"},
+		{"  within: 6h", "retry"},
+		{"  base: 5s", "retry"},
+		{"  max: 10m", "retry"},
+		{"  idle_close: 15m", "sessions.idle_close"},
+		{"poll_stagger: 50ms", "poll_stagger"},
+		{"expect_check: 15s", "expect_check"},
+		{"  spool: 720h", "retention.spool"},
+		{"  row_issues: 2160h", "retention.row_issues"},
+		{"  reports: 2160h", "retention.reports"},
+		{"  audit: 9600h", "retention.audit"},
+		{"  partner_timeout: 10m", "retention.partner_timeout"},
+		{"  stale_temp: 10m", "stale_temp"},
+		{"  partner_timeout: 5m", "reconcile.partner_timeout"},
+		{"  timeout: 10s", "notify_delivery"},
+		{"  min_backoff: 5s", "notify_delivery"},
+		{"  max_backoff: 15m", "notify_delivery"},
+		{"  budget: 72h", "notify_delivery"},
+		{"  poll: 2s", "notify_delivery"},
+		{"  keep: 720h", "notify_delivery"},
+		{"      dial_timeout: 15s", "sftp.dial_timeout"},
+		{"      keepalive: 15s", "sftp.keepalive"},
+		{"      op_timeout: 60s", "sftp.op_timeout"},
+		{"      stale_upload: 6h", "limits"},
+	} {
+		t.Run(c.line, func(t *testing.T) {
+			src := example(t)
+			i := strings.Index(src, "\n"+c.line)
+			if i < 0 {
+				t.Fatalf("the example has no line %q", c.line)
+			}
+			k := strings.Index(c.line, ": ")
+			neg := c.line[:k+2] + "-1s"
+			src = src[:i+1] + neg + src[i+1+len(c.line):]
+			_, err := Parse([]byte(src))
+			if err == nil {
+				t.Fatalf("%s loaded", neg)
+			}
+			if !strings.Contains(err.Error(), c.key) {
+				t.Fatalf("error %q does not name %s", err, c.key)
+			}
+		})
+	}
+}
+
+// replacePattern sets the example's first feed pattern.
+func replacePattern(t *testing.T, s, pattern string) string {
+	i := strings.Index(s, "pattern: ")
+	if i < 0 {
+		t.Fatal("the example has no feed pattern")
+	}
+	j := strings.Index(s[i:], "\n")
+	return s[:i] + "pattern: '" + pattern + "'" + s[i+j:]
 }
