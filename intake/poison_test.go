@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -476,5 +477,143 @@ func TestAReleasedFileThatFailedPartWayIsAppliedWhole(t *testing.T) {
 	}
 	if rc := receipt(t, site, f.Receipt); rc.Outcome != intake.OutcomeAcceptedWithRejects || rc.Rows.Total != 6 || rc.Rows.Rejected != 1 {
 		t.Fatalf("receipt %+v", rc)
+	}
+}
+
+// What a released or discarded file leaves on the partner's site is the
+// latest decision alone. A file fails part way (retries exhausted after
+// two chunks, one row refused by a CHECK): its receipt says failed and a
+// rejects report lists the refused row.
+//   - Released once both causes are fixed, it applies whole with no row
+//     refused: the receipt says accepted, and the earlier rejects report
+//     is gone (it would list a row as rejected beside rows.rejected 0).
+//   - Discarded instead, its receipt says discarded and that the rows its
+//     committed chunks applied stay applied (not "nothing of it was
+//     applied"), and it replaces the failed receipt rather than standing
+//     beside it.
+func TestAReleasedOrDiscardedFileLeavesNoStaleReport(t *testing.T) {
+	for _, decision := range []string{"release", "discard"} {
+		t.Run(decision, func(t *testing.T) {
+			_, pool := testenv.DB(t)
+			exec(t, pool, `CREATE TABLE poison_on (on_ bool);
+				INSERT INTO poison_on VALUES (true);
+				CREATE FUNCTION poison() RETURNS trigger LANGUAGE plpgsql AS $$
+				BEGIN
+				    IF NEW.order_id = 'P-5' AND EXISTS (SELECT 1 FROM poison_on) THEN
+				        RAISE EXCEPTION 'busy' USING ERRCODE = '40001';
+				    END IF;
+				    RETURN NEW;
+				END $$;
+				CREATE TRIGGER poison BEFORE INSERT OR UPDATE ON orders FOR EACH ROW EXECUTE FUNCTION poison();
+				ALTER TABLE orders ADD CONSTRAINT not_p1 CHECK (order_id <> 'P-1')`)
+			site := testenv.NewSite(t, "acme")
+			site.Config.Feeds[0].ChunkRows = 2 // P-1,P-2 | P-3,P-4 | P-5,P-6
+			site.Drop(t, "orders-p.csv", testenv.OrdersCSV("P", 6))
+			r := newRigCfg(t, pool, intake.Config{WorkerID: "w1", Lease: 30 * time.Second, SpoolMinFree: 1,
+				Retry: intake.RetryPolicy{Attempts: 2, Base: time.Millisecond, Max: time.Millisecond}}, site)
+			r.poll("acme")
+			time.Sleep(5 * time.Millisecond) // past the next attempt (1 ms)
+			r.poll("acme")
+			f := files(t, pool, "acme")[0]
+			if f.State != "failed_terminal" || f.Chunks != 2 || f.Rejects == "" {
+				t.Fatalf("%+v: want failed_terminal after 2 chunks with a rejects report", f)
+			}
+			rejects, _ := filepath.Rel(site.Root, f.Rejects)
+			site.Read(t, rejects) // published
+			reports := func() []string {
+				var out []string
+				for _, n := range site.Files(t, "reports") {
+					if strings.Contains(n, fmt.Sprintf(".%d.", f.ID)) || strings.Contains(n, fmt.Sprintf("-%d.", f.ID)) {
+						out = append(out, n)
+					}
+				}
+				return out
+			}
+			ctx := context.Background()
+			d := ops.Decision{IntakeID: f.ID, Actor: "alice", Reason: "reviewed", Partners: []string{"acme"}, Worker: intake.OpsWorker("ops")}
+			if decision == "discard" {
+				if err := ops.Discard(ctx, pool, d); err != nil {
+					t.Fatal(err)
+				}
+				if err := ops.PublishDecision(ctx, pool, []partners.Config{site.Validated(t)}, f.ID); err != nil {
+					t.Fatal(err)
+				}
+				f = files(t, pool, "acme")[0]
+				rc := receipt(t, site, f.Receipt)
+				if f.State != "discarded" || rc.Outcome != intake.OutcomeDiscarded || rc.Rows.Applied != 3 ||
+					!strings.Contains(rc.Detail, "3 of its rows were applied") || strings.Contains(rc.Detail, "nothing of it") {
+					t.Fatalf("%+v, receipt %+v: want discarded, saying its 3 applied rows stay", f, rc)
+				}
+				if got := reports(); len(got) != 2 || !slices.Contains(got, filepath.Base(f.Receipt)) || !slices.Contains(got, filepath.Base(rejects)) {
+					t.Fatalf("reports of the file: %q, want the discard's receipt (in the failed one's place) and the rejects report", got)
+				}
+				return
+			}
+			exec(t, pool, `DELETE FROM poison_on; ALTER TABLE orders DROP CONSTRAINT not_p1`) // both fixed
+			if err := ops.Release(ctx, pool, d); err != nil {
+				t.Fatal(err)
+			}
+			sp, err := spool.New(r.spoolDir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rec, err := reconcile.New(reconcile.Config{}, "w1", 30*time.Second, pool, sp,
+				[]partners.Config{site.Validated(t)}, prometheus.NewRegistry(), testenv.Logger(t), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := rec.RunOnce(ctx); err != nil {
+				t.Fatal(err)
+			}
+			r.poll("acme")
+			f = files(t, pool, "acme")[0]
+			if f.State != "archived" || f.Rejected != 0 || f.Rejects != "" {
+				t.Fatalf("%+v: want archived with no row rejected and no rejects report", f)
+			}
+			if rc := receipt(t, site, f.Receipt); rc.Outcome != intake.OutcomeAccepted || rc.Rows.Rejected != 0 || rc.Rejects != "" {
+				t.Fatalf("receipt %+v", rc)
+			}
+			if got := reports(); len(got) != 1 || got[0] != filepath.Base(f.Receipt) {
+				t.Fatalf("reports of the file: %q, want its receipt alone (the earlier rejects report removed)", got)
+			}
+		})
+	}
+}
+
+// A file held before its spooled statement (here: larger than its limit,
+// found while downloading) has its receipt under its batch's name; when
+// ops discard it, the discard's receipt takes that name (the row keeps
+// the batch id the receipt was named after), so the partner reads one
+// receipt for the file, the latest decision's, not the held one beside
+// an intake-<id> one.
+func TestADiscardReplacesTheReceiptOfAFileHeldBeforeItSpooled(t *testing.T) {
+	_, pool := testenv.DB(t)
+	site := testenv.NewSite(t, "acme")
+	site.Config.Limits.MaxFileBytes = 64
+	site.Drop(t, "orders-big.csv", testenv.OrdersCSV("B", 20))
+	r := newRig(t, pool, "w1", site)
+	r.poll("acme")
+	f := files(t, pool, "acme")[0]
+	if f.State != "quarantined" || f.Reason != string(intake.ReasonFileTooLarge) || !strings.HasPrefix(filepath.Base(f.Receipt), "orders-big.") {
+		t.Fatalf("%+v: want quarantined file_too_large, its receipt named after its batch", f)
+	}
+	held := f.Receipt
+	ctx := context.Background()
+	if err := ops.Discard(ctx, pool, ops.Decision{IntakeID: f.ID, Actor: "alice", Reason: "too large", Partners: []string{"acme"},
+		Worker: intake.OpsWorker("ops")}); err != nil {
+		t.Fatal(err)
+	}
+	if err := ops.PublishDecision(ctx, pool, []partners.Config{site.Validated(t)}, f.ID); err != nil {
+		t.Fatal(err)
+	}
+	f = files(t, pool, "acme")[0]
+	if f.State != "discarded" || f.Receipt != held {
+		t.Fatalf("%+v: want discarded, its receipt in the held one's place %s", f, held)
+	}
+	if rc := receipt(t, site, f.Receipt); rc.Outcome != intake.OutcomeDiscarded {
+		t.Fatalf("receipt %+v", rc)
+	}
+	if got := site.Files(t, "reports"); len(got) != 1 {
+		t.Fatalf("reports/ holds %q, want the one receipt", got)
 	}
 }

@@ -37,8 +37,7 @@ func PublishDiscarded(ctx context.Context, l *ledger.Ledger, s *partners.Session
 			return fmt.Errorf("remove reason file: %w", err)
 		}
 	}
-	data, err := receiptJSON(in, Receipt{Outcome: OutcomeDiscarded, Reason: in.Reason, Quarantine: in.ArchivePath,
-		Detail: "after review the held file was closed for good; nothing of it was applied. Send a corrected file if one is due"})
+	data, err := receiptJSON(in, Receipt{Outcome: OutcomeDiscarded, Reason: in.Reason, Quarantine: in.ArchivePath, Detail: discardDetail(in)})
 	if err != nil {
 		return err
 	}
@@ -55,4 +54,15 @@ func PublishDiscarded(ctx context.Context, l *ledger.Ledger, s *partners.Session
 		return err
 	}
 	return l.RecordDiscardReceipt(ctx, in, dst)
+}
+
+// discardDetail says what a discard leaves: nothing of the file, or, for
+// a file that failed part way (some chunks committed before its retries
+// ran out), the rows those chunks applied, which stay in place.
+func discardDetail(in *Intake) string {
+	if in.RowsApplied+in.RowsDeleted == 0 {
+		return "after review the held file was closed for good; nothing of it was applied. Send a corrected file if one is due"
+	}
+	return fmt.Sprintf("after review the held file was closed for good; %d of its rows were applied before it was held, and stay applied (rows.applied, rows.deleted); the rest was not. Send a corrected file if one is due",
+		in.RowsApplied+in.RowsDeleted)
 }

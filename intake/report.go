@@ -6,9 +6,12 @@ import (
 	"encoding/csv"
 	"encoding/json"
 	"fmt"
+	"path"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/partner-intake/partner-intake/partners"
 )
 
 // Receipt is reports/<batch>.<intake_id>.receipt.json.
@@ -82,6 +85,10 @@ func (r *fileRun) writeReports(ctx context.Context, rc Receipt) error {
 			return err
 		}
 		in.RejectsPath, rc.Rejects = p, p
+	} else if in.Override != "" {
+		if err := r.dropStaleRejects(ctx); err != nil {
+			return err
+		}
 	}
 	rc.Archive = in.ArchivePath
 	data, err := receiptJSON(in, rc)
@@ -100,6 +107,25 @@ func (r *fileRun) writeReports(ctx context.Context, rc Receipt) error {
 		return err
 	}
 	in.ReceiptPath = p
+	return nil
+}
+
+// dropStaleRejects removes the rejects report a released file's earlier
+// decision published, when its new decision rejects no row: the report
+// would otherwise stand beside a receipt that says rows.rejected 0 (the
+// feed was fixed, the missing parent rows added). Its name is the one the
+// receipt keeps (reportStem), sealed or not.
+func (r *fileRun) dropStaleRejects(ctx context.Context) error {
+	if err := r.fence(ctx, "stale rejects"); err != nil {
+		return err
+	}
+	name := path.Join(r.sess.Layout.ReportsDir(), reportStem(r.in)+RejectsSuffix)
+	for _, p := range []string{name, name + EncryptedSuffix} {
+		if err := r.sess.Remove(p); err != nil && !partners.IsNotExist(err) {
+			return fmt.Errorf("remove stale rejects report: %w", err)
+		}
+	}
+	r.in.RejectsPath = ""
 	return nil
 }
 

@@ -528,7 +528,7 @@ func (l *Ledger) Finish(ctx context.Context, in *Intake, from, to State, reason 
 		// writes the rejected_rows event of a file archived with rejected
 		// rows too: outbox.go)
 		var n int64
-		if err := l.pool.QueryRow(ctx, finishArchivedSQL, in.ID, in.Token, string(from), string(to), string(reason), in.ArchivePath, in.ReceiptPath, in.RejectsPath).Scan(&n); err != nil {
+		if err := l.pool.QueryRow(ctx, finishArchivedSQL, in.ID, in.Token, string(from), string(to), string(reason), in.ArchivePath, in.ReceiptPath, in.RejectsPath, in.BatchID).Scan(&n); err != nil {
 			return fmt.Errorf("finish as %s: %w", to, err)
 		}
 		if n == 0 {
@@ -538,7 +538,7 @@ func (l *Ledger) Finish(ctx context.Context, in *Intake, from, to State, reason 
 		return nil
 	}
 	return pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
-		tag, err := tx.Exec(ctx, finishSQL, in.ID, in.Token, string(from), string(to), string(reason), in.ArchivePath, in.ReceiptPath, in.RejectsPath)
+		tag, err := tx.Exec(ctx, finishSQL, in.ID, in.Token, string(from), string(to), string(reason), in.ArchivePath, in.ReceiptPath, in.RejectsPath, in.BatchID)
 		if err := fenced(tag, err, in, "finish as "+string(to)); err != nil {
 			return err
 		}
@@ -572,9 +572,13 @@ func (l *Ledger) Finish(ctx context.Context, in *Intake, from, to State, reason 
 	})
 }
 
+// finishSQL keeps the batch id the file's reports were named after ($9):
+// a file held or decided before its spooled statement recorded it has
+// its receipt under that name, and a later decision's receipt (a discard,
+// PublishDiscarded) must replace that one, not land beside it.
 const finishSQL = `UPDATE file_intake
 	SET state = $4, reason = nullif($5, ''), archive_path = nullif($6, ''), receipt_path = nullif($7, ''),
-	    rejects_path = nullif($8, ''), updated_at = now(), finished_at = now()
+	    rejects_path = nullif($8, ''), batch_id = coalesce(batch_id, nullif($9, '')), updated_at = now(), finished_at = now()
 	WHERE intake_id = $1 AND fencing_token = $2 AND state = $3`
 
 // IssueRow is one recorded row issue, for the rejects report.
