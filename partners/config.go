@@ -150,10 +150,12 @@ type SFTP struct {
 	DialTimeout time.Duration `yaml:"dial_timeout"`
 	// Keepalive is the interval of keepalive@openssh.com requests.
 	Keepalive time.Duration `yaml:"keepalive"`
-	// OpTimeout is how long an SFTP request may go without any reply
-	// from the site (an inactivity deadline: a transfer whose bytes keep
-	// coming never expires). On expiry the session is closed, every call
-	// on it fails, and the partner's poll backs off alone.
+	// OpTimeout is how long an SFTP request may go without a reply from
+	// the site (an inactivity deadline, renewed by every reply that ends
+	// and every 4 KiB of one: a transfer that moves never expires, a site
+	// trickling a byte now and then does). On expiry the session is
+	// closed, every call on it fails, and the partner's poll backs off
+	// alone.
 	OpTimeout time.Duration `yaml:"op_timeout"`
 	// MaxPacket is the SFTP read/write request size in bytes. 0 (auto):
 	// 255 KiB when the server says it is OpenSSH 8.6 or later (whose

@@ -20,7 +20,8 @@ import (
 // Session is an SFTP connection to one partner's site.
 //
 // Every SFTP request on it has a deadline (the partner's sftp.op_timeout,
-// renewed by every byte the site sends back: watchdog.go); on expiry the
+// renewed by every reply the site sends back, and every 4 KiB of one:
+// watchdog.go; a channel's start is bounded alike, inTime); on expiry the
 // session is closed and its calls fail. The methods below shadow
 // sftp.Client's to report such a failure as a *TimeoutError.
 type Session struct {

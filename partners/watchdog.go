@@ -52,6 +52,7 @@ type watchdog struct {
 	last    atomic.Int64 // unix ns of the last sign of life: a reply byte, or the first request after a quiet spell
 	expired atomic.Bool
 	heard   atomic.Int64  // unix ns of the last reply byte
+	trickle atomic.Int64  // reply bytes since the last sign of life, short of minProgress
 	conn    *atomic.Int64 // the connection's last reply byte, on any channel (the keepalive's proof of life); nil in tests
 	writing atomic.Int64  // writes under way (one blocked on a full window outlives the channel: Session.expire)
 	out     framer        // only the writer touches it (pkg/sftp serialises its writes)
@@ -71,6 +72,7 @@ func newWatchdog(timeout time.Duration) *watchdog {
 // watched by the same watchdog; the old one is closed and nothing uses it).
 func (w *watchdog) reset() {
 	w.pending.Store(0)
+	w.trickle.Store(0)
 	w.out, w.in = framer{}, framer{}
 	w.last.Store(time.Now().UnixNano())
 }
@@ -140,19 +142,32 @@ func (wr watchedReader) Read(p []byte) (int, error) {
 	n, err := wr.r.Read(p)
 	if n > 0 {
 		now := time.Now().UnixNano()
-		wr.w.last.Store(now)
 		wr.w.heard.Store(now)
 		if wr.w.conn != nil {
 			wr.w.conn.Store(now)
 		}
 		// a reply counts as answered at its last byte: one that stops
 		// half way (a 255 KiB READ reply, say) is still waited for
-		if _, k := wr.w.in.packets(p[:n]); k > 0 {
+		_, k := wr.w.in.packets(p[:n])
+		if k > 0 {
 			wr.w.pending.Add(-int64(k))
+		}
+		// a sign of life is a reply that ended, or minProgress bytes of
+		// one: a site that trickles a byte now and then (each within the
+		// op timeout) would otherwise hold a request for as many op
+		// timeouts as the reply has bytes
+		if k > 0 || wr.w.trickle.Add(int64(n)) >= minProgress {
+			wr.w.trickle.Store(0)
+			wr.w.last.Store(now)
 		}
 	}
 	return n, err
 }
+
+// minProgress is the least of a reply that renews its deadline when no
+// reply ends: 4 KiB an op timeout (68 bytes a second at the 60 s default)
+// is far below any transfer that is moving.
+const minProgress = 4 << 10
 
 // framer follows SFTP packet framing (uint32 length, then that many
 // bytes) across arbitrary splits of the byte stream.

@@ -44,40 +44,63 @@ type nopCloser struct{ io.Writer }
 func (nopCloser) Close() error { return nil }
 
 // A reply that keeps arriving renews the deadline however long it takes
-// in total; once it stops, the connection is closed.
+// in total; once it stops, the connection is closed. A reply that only
+// trickles (less than minProgress bytes an op timeout, no reply ending)
+// keeps nothing alive: each byte within the timeout would otherwise hold
+// the request for as many timeouts as the reply has bytes.
 func TestWatchdogIsAnInactivityDeadline(t *testing.T) {
 	const timeout = 500 * time.Millisecond
-	w := newWatchdog(timeout)
-	closed := make(chan struct{})
-	done := make(chan struct{})
-	defer close(done)
-	go w.run(done, func() { close(closed) })
-	pr, pw := io.Pipe()
-	r := watchedReader{w: w, r: pr}
-	go io.Copy(io.Discard, r)
-	if _, err := (watchedWriter{w: w, wc: nopCloser{io.Discard}}).Write(packet(10)); err != nil {
-		t.Fatal(err)
+	for _, c := range []struct {
+		name    string
+		chunk   int  // bytes sent every timeout/10
+		expires bool // before six timeouts have passed
+	}{
+		{"moving", minProgress / 4, false},
+		{"trickling", 1, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			w := newWatchdog(timeout)
+			closed := make(chan struct{})
+			done := make(chan struct{})
+			defer close(done)
+			go w.run(done, func() { close(closed) })
+			pr, pw := io.Pipe()
+			defer pw.Close()
+			r := watchedReader{w: w, r: pr}
+			go io.Copy(io.Discard, r)
+			if _, err := (watchedWriter{w: w, wc: nopCloser{io.Discard}}).Write(packet(10)); err != nil {
+				t.Fatal(err)
+			}
+			// the reply comes over six deadlines' worth of time, and
+			// stops before its end
+			reply := packet(1 << 20)
+			start := time.Now()
+			for off := 0; time.Since(start) < 6*timeout; off += c.chunk {
+				if _, err := pw.Write(reply[off : off+c.chunk]); err != nil {
+					t.Fatal(err)
+				}
+				select {
+				case <-closed:
+					if !c.expires {
+						t.Fatalf("closed after %s while a reply kept moving", time.Since(start))
+					}
+					if took := time.Since(start); took < timeout/2 {
+						t.Fatalf("closed after %s, well within the op timeout", took)
+					}
+					return
+				case <-time.After(timeout / 10):
+				}
+			}
+			if c.expires {
+				t.Fatal("a trickling reply kept its request alive for six op timeouts")
+			}
+			// silence with the request still unanswered: closed
+			<-closed
+			if !w.expired.Load() {
+				t.Fatal("closed without expiring")
+			}
+		})
 	}
-	// the reply trickles in over six deadlines' worth of time, and stops
-	// half way
-	reply := packet(3000)
-	start := time.Now()
-	for i := 0; time.Since(start) < 6*timeout; i++ {
-		if _, err := pw.Write(reply[i%len(reply) : i%len(reply)+1]); err != nil {
-			t.Fatal(err)
-		}
-		select {
-		case <-closed:
-			t.Fatalf("closed after %s while bytes still arrived", time.Since(start))
-		case <-time.After(timeout / 10):
-		}
-	}
-	// silence with the request still unanswered: closed
-	<-closed
-	if !w.expired.Load() {
-		t.Fatal("closed without expiring")
-	}
-	pw.Close()
 }
 
 // Nothing pending, nothing to wait for: a quiet session stays open
