@@ -52,6 +52,13 @@ func (r *fileRun) archiveRemote(ctx context.Context, outcome Outcome, dupOf int6
 			return "", "", err
 		}
 		dst, err = moveOnce(r.sess, in.ClaimedPath, archiveNames(dir, in, 9))
+		if errors.Is(err, ErrRemoteLost) {
+			if held, ok, herr := r.reclaimHeld(dir); herr != nil {
+				return "", "", herr
+			} else if ok {
+				dst, err = held, nil
+			}
+		}
 	}
 	lost := errors.Is(err, ErrRemoteLost)
 	if err != nil && !lost {
@@ -81,6 +88,37 @@ func (r *fileRun) archiveRemote(ctx context.Context, outcome Outcome, dupOf int6
 		return "", "", err
 	}
 	return endState(outcome), reasonOf(outcome), nil
+}
+
+// reclaimHeld takes the file back from quarantine/ into the archive when
+// an earlier attempt held it there but its end was never recorded (the
+// hold's Finish failed after it had moved the file and published its
+// reason file and receipt; the row stayed live, and this attempt decided
+// otherwise): the file and its manifest are moved to the archive and the
+// reason file, which no longer holds, is removed, so the partner does not
+// read a held file beside this decision's receipt. ok is false when
+// quarantine/ does not hold the file either.
+func (r *fileRun) reclaimHeld(dir string) (dst string, ok bool, err error) {
+	if r.feed == nil {
+		return "", false, nil // a hostile entry is never applied
+	}
+	qdir := r.sess.Layout.QuarantineDir()
+	held := path.Join(qdir, heldName(r.in.ID, r.in.RemoteName))
+	dst, err = moveOnce(r.sess, held, archiveNames(dir, r.in, 9))
+	if errors.Is(err, ErrRemoteLost) {
+		return "", false, nil
+	}
+	if err != nil {
+		return "", false, fmt.Errorf("archive from quarantine: %w", err)
+	}
+	if _, err := moveOnce(r.sess, held+partners.ManifestSuffix, []string{dst + partners.ManifestSuffix}); err != nil && !errors.Is(err, ErrRemoteLost) {
+		return "", false, fmt.Errorf("archive manifest from quarantine: %w", err)
+	}
+	if err := r.sess.Remove(path.Join(qdir, reasonName(path.Base(held)))); err != nil && !partners.IsNotExist(err) {
+		return "", false, fmt.Errorf("remove the reason file of a hold never recorded: %w", err)
+	}
+	r.log.Warn("the file was in quarantine/ from a hold whose end was never recorded; archived from there", "quarantine_path", held)
+	return dst, true, nil
 }
 
 // endState is the state a file archived with outcome ends in, reasonOf

@@ -15,6 +15,7 @@ import (
 	"github.com/partner-intake/partner-intake/intake"
 	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/intake/ops"
+	"github.com/partner-intake/partner-intake/internal/fault"
 	"github.com/partner-intake/partner-intake/internal/testenv"
 	"github.com/partner-intake/partner-intake/partners"
 	"github.com/partner-intake/partner-intake/reconcile"
@@ -615,5 +616,59 @@ func TestADiscardReplacesTheReceiptOfAFileHeldBeforeItSpooled(t *testing.T) {
 	}
 	if got := site.Files(t, "reports"); len(got) != 1 {
 		t.Fatalf("reports/ holds %q, want the one receipt", got)
+	}
+}
+
+// A hold whose end was never recorded: the file failed past its retry
+// budget, the hold moved it to quarantine/ and published its reason file
+// and receipt, and then its Finish failed (a fault stands in for the
+// database going away), so the row stayed live. Its next attempt, the
+// cause fixed, applies it: the file is taken back from quarantine/ into
+// the archive and the reason file goes, so the partner reads one
+// decision (accepted), not a held file beside an accepted receipt.
+func TestAHoldNeverRecordedIsUndoneByTheNextDecision(t *testing.T) {
+	_, pool := testenv.DB(t)
+	exec(t, pool, `CREATE TABLE poison_on (on_ bool);
+		INSERT INTO poison_on VALUES (true);
+		CREATE FUNCTION poison() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN
+		    IF NEW.order_id = 'H-2' AND EXISTS (SELECT 1 FROM poison_on) THEN
+		        RAISE EXCEPTION 'busy' USING ERRCODE = '40001';
+		    END IF;
+		    RETURN NEW;
+		END $$;
+		CREATE TRIGGER poison BEFORE INSERT OR UPDATE ON orders FOR EACH ROW EXECUTE FUNCTION poison();`)
+	site := testenv.NewSite(t, "acme")
+	site.Drop(t, "orders-h.csv", testenv.OrdersCSV("H", 3))
+	r := newRigCfg(t, pool, intake.Config{WorkerID: "w1", Lease: 30 * time.Second, SpoolMinFree: 1,
+		Retry: intake.RetryPolicy{Attempts: 2, Base: time.Millisecond, Max: time.Millisecond}}, site)
+	if err := fault.Set("hold:before_finish=error"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { fault.Set("") })
+	r.poll("acme")
+	time.Sleep(5 * time.Millisecond) // past the next attempt (1 ms)
+	r.poll("acme")                   // retries exhausted: held, its end not recorded
+	f := files(t, pool, "acme")[0]
+	if f.State == "failed_terminal" || len(site.Files(t, "quarantine")) != 2 {
+		t.Fatalf("%+v, quarantine/ %q: want a live row, the file and its reason file in quarantine/", f, site.Files(t, "quarantine"))
+	}
+	fault.Set("")
+	exec(t, pool, `DELETE FROM poison_on`) // the cause fixed
+	time.Sleep(5 * time.Millisecond)
+	r.poll("acme")
+	f = files(t, pool, "acme")[0]
+	if f.State != "archived" || f.Applied != 3 || f.Archive == "" {
+		t.Fatalf("%+v: want archived with 3 rows", f)
+	}
+	if got := site.Files(t, "quarantine"); len(got) != 0 {
+		t.Fatalf("quarantine/ still holds %q", got)
+	}
+	rel, _ := filepath.Rel(site.Root, f.Archive)
+	if site.Read(t, rel) != testenv.OrdersCSV("H", 3) {
+		t.Fatal("the archive does not hold the file")
+	}
+	if rc := receipt(t, site, f.Receipt); rc.Outcome != intake.OutcomeAccepted || rc.Detail != "" {
+		t.Fatalf("receipt %+v: want accepted, nothing lost", rc)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"path"
 	"time"
 
+	"github.com/partner-intake/partner-intake/internal/fault"
 	"github.com/partner-intake/partner-intake/partners"
 )
 
@@ -75,6 +76,9 @@ func (r *fileRun) hold(ctx context.Context, to State, reason Reason, line int64,
 		return err
 	}
 	in.ArchivePath = dst
+	if err := fault.Check("hold:before_finish"); err != nil {
+		return err
+	}
 	if err := r.d.ledger.Finish(ctx, in, in.State, to, reason); err != nil {
 		return err
 	}
