@@ -141,6 +141,126 @@ func (e *errReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
+// pgpHeadBytes bounds the armor's header lines, and the session-key
+// packets before the encrypted data (pgpHead); pgpHeadPackets bounds how
+// many such packets there are. go-crypto grows an armor header line by
+// copying it, keeps every session-key packet it reads until the
+// encrypted data, and tries a private-key operation for each one naming
+// intake's key (its id is public): a file of them alone would otherwise
+// hold memory and CPU in step with its size. A message to a score of
+// recipients needs a few KiB.
+const (
+	pgpHeadBytes   = 64 << 10
+	pgpHeadPackets = 64
+)
+
+// pgpHead reads the packets that open an OpenPGP message before its
+// encrypted data (public-key and symmetric-key encrypted session keys,
+// markers), within pgpHeadPackets and pgpHeadBytes, and returns a reader
+// of the whole message again. It stops at the first other packet, unread
+// past its first byte; what it cannot frame it leaves to ReadMessage to
+// refuse.
+func pgpHead(src io.Reader) (io.Reader, error) {
+	var seen bytes.Buffer
+	t := io.TeeReader(src, &seen)
+	again := func() io.Reader { return io.MultiReader(&seen, src) }
+	for n := 0; ; n++ {
+		var b [1]byte
+		if _, err := io.ReadFull(t, b[:]); err != nil || b[0]&0x80 == 0 {
+			return again(), nil
+		}
+		var tag byte
+		var size int64
+		if b[0]&0x40 != 0 { // new format
+			tag = b[0] & 0x3f
+			if tag == 1 || tag == 3 || tag == 10 {
+				var err error
+				if size, err = newLength(t); err != nil {
+					return again(), nil
+				}
+			}
+		} else { // old format
+			tag = (b[0] >> 2) & 0x0f
+			if tag == 1 || tag == 3 || tag == 10 {
+				k := [4]int{1, 2, 4, 0}[b[0]&3]
+				if k == 0 {
+					return again(), nil // indeterminate: not for these packets
+				}
+				var l [4]byte
+				if _, err := io.ReadFull(t, l[:k]); err != nil {
+					return again(), nil
+				}
+				for _, c := range l[:k] {
+					size = size<<8 | int64(c)
+				}
+			}
+		}
+		if tag != 1 && tag != 3 && tag != 10 {
+			return again(), nil // the encrypted data (or what ReadMessage refuses)
+		}
+		if n >= pgpHeadPackets {
+			return nil, fmt.Errorf("more than %d session-key packets before the encrypted data", pgpHeadPackets)
+		}
+		if int64(seen.Len())+size > pgpHeadBytes {
+			return nil, fmt.Errorf("more than %d bytes of session-key packets before the encrypted data", pgpHeadBytes)
+		}
+		if _, err := io.CopyN(io.Discard, t, size); err != nil {
+			return again(), nil
+		}
+	}
+}
+
+// newLength reads a new-format packet's length; a partial length (only
+// data packets may have one) is an error here.
+func newLength(r io.Reader) (int64, error) {
+	var b [4]byte
+	if _, err := io.ReadFull(r, b[:1]); err != nil {
+		return 0, err
+	}
+	switch o := int64(b[0]); {
+	case o < 192:
+		return o, nil
+	case o < 224:
+		if _, err := io.ReadFull(r, b[1:2]); err != nil {
+			return 0, err
+		}
+		return (o-192)<<8 + int64(b[1]) + 192, nil
+	case o == 255:
+		if _, err := io.ReadFull(r, b[:4]); err != nil {
+			return 0, err
+		}
+		return int64(b[0])<<24 | int64(b[1])<<16 | int64(b[2])<<8 | int64(b[3]), nil
+	}
+	return 0, errors.New("pgp: a partial length on a session-key packet")
+}
+
+// headBudget reads at most left bytes until it is lifted (once the
+// armor's header lines are read), then all; over says the budget ran
+// out.
+type headBudget struct {
+	r    io.Reader
+	left int64
+	on   bool // lifted
+	over bool
+}
+
+func (h *headBudget) Read(p []byte) (int, error) {
+	if !h.on {
+		if h.left <= 0 {
+			h.over = true
+			return 0, errPGPHead
+		}
+		p = p[:min(int64(len(p)), h.left)]
+	}
+	n, err := h.r.Read(p)
+	h.left -= int64(n)
+	return n, err
+}
+
+func (h *headBudget) lift() { h.on = true }
+
+var errPGPHead = errors.New("pgp: too much before the encrypted data")
+
 // decrypt streams the spooled ciphertext orig through OpenPGP into the
 // spool, the plaintext under its own hash, capped at max bytes while
 // streaming (OpenPGP's own compression included: a bomb stops at the
@@ -160,14 +280,26 @@ func (r *fileRun) decrypt(f io.Reader, max int64) (spool.Entry, *heldFor, error)
 		}
 	}
 	disk := &errReader{r: f} // the spool's own read errors are not the partner's
-	in := bufio.NewReader(disk)
+	head := &headBudget{r: disk, left: pgpHeadBytes}
+	in := bufio.NewReader(head)
 	var src io.Reader = in
-	if head, _ := in.Peek(64); bytes.Contains(head, []byte("-----BEGIN PGP")) {
-		blk, err := armor.Decode(in)
-		if err != nil {
+	if peek, _ := in.Peek(64); bytes.Contains(peek, []byte("-----BEGIN PGP")) {
+		blk, err := armor.Decode(in) // reads the header lines; the body as it is read
+		switch {
+		case head.over:
+			return spool.Entry{}, &heldFor{ReasonPGPCorrupt, fmt.Sprintf("the armor's header lines take more than %d bytes", pgpHeadBytes)}, nil
+		case err != nil:
 			return spool.Entry{}, &heldFor{ReasonPGPCorrupt, "the armored data cannot be read"}, nil
 		}
 		src = blk.Body
+	}
+	head.lift()
+	src, err = pgpHead(src)
+	if err != nil {
+		if disk.err != nil {
+			return spool.Entry{}, nil, fmt.Errorf("decrypt: read the spooled file: %w", disk.err)
+		}
+		return spool.Entry{}, &heldFor{ReasonPGPCorrupt, err.Error()}, nil
 	}
 	md, err := openpgp.ReadMessage(src, pgpRing{secret, verify}, nil, nil)
 	switch {

@@ -145,20 +145,30 @@ func TestPGPFiles(t *testing.T) {
 	}
 	sw.Write(good)
 	sw.Close()
+	// session-key packets (symmetric, 6 bytes each) ahead of a good
+	// message, past what a message to a score of recipients needs
+	flood := bytes.Repeat([]byte{0xc3, 0x04, 0x04, 0x09, 0x00, 0x08}, 100)
+	flood = append(flood, pgpMessage(t, []byte(testenv.OrdersCSV("F", 2)), us, partner, false)...)
+	// an armor header line of 70 KiB
+	armored := pgpMessage(t, []byte(testenv.OrdersCSV("K", 2)), us, partner, true)
+	i := bytes.IndexByte(armored, '\n') + 1
+	longHeader := append(append(append([]byte(nil), armored[:i]...), "Comment: "+strings.Repeat("A", 70<<10)+"\n"...), armored[i:]...)
 	cases := map[string]struct {
 		data   []byte
 		reason string
 	}{
-		"orders-good.csv.pgp":      {goodMsg, ""},
-		"orders-armored.csv.asc":   {pgpMessage(t, []byte(testenv.OrdersCSV("A", 3)), us, partner, true), ""},
-		"orders-good.csv.gpg":      {pgpMessage(t, good, us, partner, false), "duplicate"},
-		"orders-wrongsig.csv.pgp":  {pgpMessage(t, []byte(testenv.OrdersCSV("W", 2)), us, stranger, false), "pgp_bad_signature"},
-		"orders-unsigned.csv.pgp":  {pgpMessage(t, []byte(testenv.OrdersCSV("U", 2)), us, nil, false), "pgp_unsigned"},
-		"orders-otherkey.csv.pgp":  {pgpMessage(t, []byte(testenv.OrdersCSV("O", 2)), other, partner, false), "pgp_no_key"},
-		"orders-truncated.csv.pgp": {goodMsg[:len(goodMsg)*2/3], "pgp_corrupt"},
-		"orders-notpgp.csv.pgp":    {[]byte(testenv.OrdersCSV("N", 2)), "pgp_corrupt"},
-		"orders-bomb.csv.pgp":      {pgpMessage(t, bomb, us, partner, false), "archive_too_large"},
-		"orders-signonly.csv.pgp":  {signedOnly.Bytes(), "pgp_not_encrypted"},
+		"orders-keyflood.csv.pgp":   {flood, "pgp_corrupt"},
+		"orders-longheader.csv.asc": {longHeader, "pgp_corrupt"},
+		"orders-good.csv.pgp":       {goodMsg, ""},
+		"orders-armored.csv.asc":    {pgpMessage(t, []byte(testenv.OrdersCSV("A", 3)), us, partner, true), ""},
+		"orders-good.csv.gpg":       {pgpMessage(t, good, us, partner, false), "duplicate"},
+		"orders-wrongsig.csv.pgp":   {pgpMessage(t, []byte(testenv.OrdersCSV("W", 2)), us, stranger, false), "pgp_bad_signature"},
+		"orders-unsigned.csv.pgp":   {pgpMessage(t, []byte(testenv.OrdersCSV("U", 2)), us, nil, false), "pgp_unsigned"},
+		"orders-otherkey.csv.pgp":   {pgpMessage(t, []byte(testenv.OrdersCSV("O", 2)), other, partner, false), "pgp_no_key"},
+		"orders-truncated.csv.pgp":  {goodMsg[:len(goodMsg)*2/3], "pgp_corrupt"},
+		"orders-notpgp.csv.pgp":     {[]byte(testenv.OrdersCSV("N", 2)), "pgp_corrupt"},
+		"orders-bomb.csv.pgp":       {pgpMessage(t, bomb, us, partner, false), "archive_too_large"},
+		"orders-signonly.csv.pgp":   {signedOnly.Bytes(), "pgp_not_encrypted"},
 	}
 	for name, c := range cases {
 		site.Drop(t, name, string(c.data))
