@@ -53,7 +53,7 @@ func (r *fileRun) archiveRemote(ctx context.Context, outcome Outcome, dupOf int6
 		}
 		dst, err = moveOnce(r.sess, in.ClaimedPath, archiveNames(dir, in, 9))
 		if errors.Is(err, ErrRemoteLost) {
-			if held, ok, herr := r.reclaimHeld(dir); herr != nil {
+			if held, ok, herr := r.reclaimHeld(ctx, dir); herr != nil {
 				return "", "", herr
 			} else if ok {
 				dst, err = held, nil
@@ -98,9 +98,14 @@ func (r *fileRun) archiveRemote(ctx context.Context, outcome Outcome, dupOf int6
 // reason file, which no longer holds, is removed, so the partner does not
 // read a held file beside this decision's receipt. ok is false when
 // quarantine/ does not hold the file either.
-func (r *fileRun) reclaimHeld(dir string) (dst string, ok bool, err error) {
+func (r *fileRun) reclaimHeld(ctx context.Context, dir string) (dst string, ok bool, err error) {
 	if r.feed == nil {
 		return "", false, nil // a hostile entry is never applied
+	}
+	// the archive's fence may be a stall old: a worker that took the file
+	// over since may have held it there, recorded
+	if err := r.fence(ctx, "reclaim"); err != nil {
+		return "", false, err
 	}
 	qdir := r.sess.Layout.QuarantineDir()
 	held := path.Join(qdir, heldName(r.in.ID, r.in.RemoteName))

@@ -542,7 +542,7 @@ func TestAReleasedOrDiscardedFileLeavesNoStaleReport(t *testing.T) {
 				f = files(t, pool, "acme")[0]
 				rc := receipt(t, site, f.Receipt)
 				if f.State != "discarded" || rc.Outcome != intake.OutcomeDiscarded || rc.Rows.Applied != 3 ||
-					!strings.Contains(rc.Detail, "3 of its rows were applied") || strings.Contains(rc.Detail, "nothing of it") {
+					!strings.Contains(rc.Detail, "3 of its rows were in the target") || strings.Contains(rc.Detail, "nothing of it") {
 					t.Fatalf("%+v, receipt %+v: want discarded, saying its 3 applied rows stay", f, rc)
 				}
 				if got := reports(); len(got) != 2 || !slices.Contains(got, filepath.Base(f.Receipt)) || !slices.Contains(got, filepath.Base(rejects)) {

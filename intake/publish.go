@@ -58,11 +58,12 @@ func PublishDiscarded(ctx context.Context, l *ledger.Ledger, s *partners.Session
 
 // discardDetail says what a discard leaves: nothing of the file, or, for
 // a file that failed part way (some chunks committed before its retries
-// ran out), the rows those chunks applied, which stay in place.
+// ran out), the rows those chunks put in place, which stay.
 func discardDetail(in *Intake) string {
-	if in.RowsApplied+in.RowsDeleted == 0 {
-		return "after review the held file was closed for good; nothing of it was applied. Send a corrected file if one is due"
+	if n := in.RowsApplied + in.RowsDeleted + in.RowsUnchanged; n > 0 {
+		// unchanged rows count: a released file's run counts the rows
+		// its first run applied as unchanged
+		return fmt.Sprintf("after review the held file was closed for good; %d of its rows were in the target before it was held (applied by it, or already there) and stay (rows.applied, rows.unchanged, rows.deleted); the rest was not applied. Send a corrected file if one is due", n)
 	}
-	return fmt.Sprintf("after review the held file was closed for good; %d of its rows were applied before it was held, and stay applied (rows.applied, rows.deleted); the rest was not. Send a corrected file if one is due",
-		in.RowsApplied+in.RowsDeleted)
+	return "after review the held file was closed for good; nothing of it was applied. Send a corrected file if one is due"
 }

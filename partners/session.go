@@ -284,9 +284,22 @@ func (c *sshConn) session(p *Config, joined bool, deadline time.Time) (*Session,
 	case r := <-res:
 		return r.s, r.err
 	case <-lateC:
+		// the timer closed the client when the session was its only
+		// one: the start then ends at once, with what the site did
+		// (errOneSubsystem, learned by Dial); on a shared connection it
+		// may never end
+		select {
+		case r := <-res:
+			return nil, r.err // a late start always fails (finish)
+		case <-time.After(lateGrace):
+		}
 		return nil, fmt.Errorf("partner %s: start sftp channels: %w", p.ID, expired(errors.New("the site did not answer the channels' open or subsystem requests")))
 	}
 }
+
+// lateGrace is how long a late session start is waited for once its
+// timer fired, for what it ended with.
+const lateGrace = time.Second
 
 // startSession opens the session's channels and starts SFTP on them
 // (session, whose timer finish stops and expired reports).
@@ -353,17 +366,19 @@ func (c *sshConn) startSession(s *Session, p *Config, joined bool, watch *watchd
 		return nil, fmt.Errorf("partner %s: start sftp subsystem: %w", p.ID, expired(errors.New("the channels' start ended too late")))
 	}
 	c.upOnce.Do(func() { ready(c.raw) })
-	c.pool.sessionUp(c, 1)
 	if channels == 2 && l.err != nil {
 		// the site refused this session's second channel: its channel
-		// limit is reached, and no session joins the connection again; a
-		// session that joined dials a connection of its own
+		// limit is reached, and no session joins the connection again
+		// (its cap: the sessions up on it before this one); a session
+		// that joined dials a connection of its own, and is not counted
+		// up on this one
 		c.pool.refused(c)
 		if joined {
 			s.abortChannels()
 			return nil, fmt.Errorf("partner %s: the site refused a listing channel on a shared connection: %w", p.ID, l.err)
 		}
 	}
+	c.pool.sessionUp(c, 1)
 	s.Client, s.noLister = sc, l.err != nil
 	if l.c != nil {
 		s.install(l.c)
