@@ -50,7 +50,9 @@ func newCheck(c partners.Column) check {
 		layout := c.Layout
 		typed = func(s string) (string, string) {
 			t, err := time.Parse(layout, strings.TrimSpace(s))
-			if err != nil {
+			if err != nil || t.Year() < 1 {
+				// year 0 parses, and PostgreSQL has none: the text COPY
+				// refused it, the binary one stored 1 BC
 				return "", ReasonBadDate
 			}
 			return t.Format("2006-01-02"), ""
@@ -60,8 +62,14 @@ func newCheck(c partners.Column) check {
 		typed = func(s string) (string, string) {
 			s = strings.TrimSpace(s)
 			t, err := time.Parse(layout, s)
-			if err != nil {
+			if err != nil || t.Year() < 1 {
 				return "", ReasonBadTimestamp
+			}
+			if t.Nanosecond()%1000 != 0 {
+				// PostgreSQL keeps microseconds and would round the rest:
+				// two keys one nanosecond apart would be one row there
+				// and two here (the dedupe compares these strings)
+				return "", ReasonPrecisionExceeded
 			}
 			if layout == time.RFC3339 && len(s) == len("2006-01-02T15:04:05Z") && s[len(s)-1] == 'Z' {
 				return s, "" // already the canonical UTC form Format would write

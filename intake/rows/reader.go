@@ -1,6 +1,7 @@
 package rows
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/csv"
 	"errors"
@@ -73,7 +74,6 @@ type Reader struct {
 	row     Row
 	next    int64
 	maxRows int64
-	first   bool
 	decoded bool // a single-byte encoding was decoded to UTF-8
 }
 
@@ -85,6 +85,12 @@ func NewReader(r io.Reader, feed *partners.Feed, maxRows int64) (*Reader, error)
 	}
 	g := &guard{r: r, max: maxLine, line: 1}
 	var src io.Reader = g
+	if feed.CSV.Encoding == partners.EncodingUTF8 {
+		// a leading byte order mark goes before the CSV reader sees the
+		// first field: after it, a quoted first field would be a bare
+		// quote (PowerShell's Export-Csv writes both)
+		src = skipBOM(g)
+	}
 	switch feed.CSV.Encoding {
 	case partners.EncodingISO88591:
 		src = charmap.ISO8859_1.NewDecoder().Reader(g)
@@ -92,13 +98,13 @@ func NewReader(r io.Reader, feed *partners.Feed, maxRows int64) (*Reader, error)
 		// undefined bytes decode to U+FFFD, refused below as invalid
 		src = charmap.Windows1252.NewDecoder().Reader(g)
 	}
-	rl := &recordLimit{r: src, max: int64(RecordBytes(feed)), next: 1}
+	rl := &recordLimit{r: src, max: int64(RecordBytes(feed)), next: 1, at: 1, from: 1, comma: []byte(feed.CSV.Delimiter), maxFields: MaxFields(feed), columns: len(feed.Columns)}
 	c := csv.NewReader(rl)
 	c.Comma, _ = utf8.DecodeRuneInString(feed.CSV.Delimiter)
 	c.FieldsPerRecord = -1
 	c.ReuseRecord = true
 	rl.csv = c
-	rd := &Reader{feed: feed, csv: c, guard: g, rec: rl, maxRows: maxRows, first: true,
+	rd := &Reader{feed: feed, csv: c, guard: g, rec: rl, maxRows: maxRows,
 		decoded: feed.CSV.Encoding != partners.EncodingUTF8}
 	for _, col := range feed.Columns {
 		rd.checks = append(rd.checks, newCheck(col))
@@ -148,7 +154,7 @@ func (r *Reader) checkHeader(rec []string) error {
 	return nil
 }
 
-// read returns the next record, with a leading BOM stripped.
+// read returns the next record.
 func (r *Reader) read() ([]string, error) {
 	rec, err := r.csv.Read()
 	if err == nil {
@@ -156,17 +162,25 @@ func (r *Reader) read() ([]string, error) {
 	} else {
 		r.rec.done()
 	}
-	if err != nil {
-		return rec, err
-	}
-	if r.first {
-		r.first = false
-		if len(rec) > 0 && !r.decoded {
-			rec[0] = strings.TrimPrefix(rec[0], "\uFEFF")
-		}
-	}
-	return rec, nil
+	return rec, err
 }
+
+// skipBOM reads r without a leading UTF-8 byte order mark.
+func skipBOM(r io.Reader) io.Reader {
+	b := bufio.NewReader(r)
+	if head, err := b.Peek(3); err == nil && string(head) == "\uFEFF" {
+		b.Discard(3)
+	}
+	return b
+}
+
+// MaxFields bounds the fields of one record: the CSV reader keeps about
+// 40 bytes for each field of a record, so a line of empty fields (4 M
+// commas within the 4 MiB line bound) would hold some 160 MiB before the
+// record could be refused for its field count. Twice the declared columns
+// and 64 more leaves rows with stray trailing delimiters to be rejected
+// one by one (field_count) and fails only a file no feed describes.
+func MaxFields(feed *partners.Feed) int { return 2*len(feed.Columns) + 64 }
 
 // Next returns the next data row, io.EOF after the last, or a *FileError.
 func (r *Reader) Next() (*Row, error) {
@@ -287,15 +301,25 @@ func (g *guard) Read(p []byte) (int, error) {
 // of short lines is refused once it passes max, with the line the record
 // started on; it is never buffered whole.
 type recordLimit struct {
-	r     io.Reader
-	csv   *csv.Reader
-	max   int64
-	read  int64 // bytes handed to the CSV reader
-	end   int64 // input offset of the end of the last record returned
-	lines int64 // newlines handed to the CSV reader
-	tail  []byte
-	next  int64 // the line the record being read starts on
-	err   *FileError
+	r   io.Reader
+	csv *csv.Reader
+	max int64
+	// the delimiters outside quotes since the last line end outside
+	// quotes, against maxFields: counted on the bytes handed over, before
+	// the CSV reader splits them into fields
+	comma     []byte // the delimiter's UTF-8 bytes
+	matched   int    // of them, at the end of the bytes so far
+	maxFields int
+	columns   int
+	fields    int
+	quoted    bool
+	at, from  int64 // the line at the count's position, and where its record starts
+	read      int64 // bytes handed to the CSV reader
+	end       int64 // input offset of the end of the last record returned
+	lines     int64 // newlines handed to the CSV reader
+	tail      []byte
+	next      int64 // the line the record being read starts on
+	err       *FileError
 }
 
 func (l *recordLimit) Read(p []byte) (int, error) {
@@ -312,6 +336,9 @@ func (l *recordLimit) Read(p []byte) (int, error) {
 	n, err := l.r.Read(p)
 	l.read += int64(n)
 	l.lines += int64(bytes.Count(p[:n], []byte{'\n'}))
+	if l.countFields(p[:n]) {
+		return n, l.tooManyFields()
+	}
 	// The last bytes handed over: what the CSV reader has read ahead of
 	// the record it returns is among them (see done).
 	l.tail = append(l.tail, p[:n]...)
@@ -341,6 +368,50 @@ func (l *recordLimit) done() error {
 		l.next = l.lines - int64(bytes.Count(l.tail[int64(len(l.tail))-ahead:], []byte{'\n'})) + 1
 	}
 	return nil
+}
+
+// countFields follows the quoting over b (a quote opens or closes a
+// quoted field; a doubled one inside closes and opens again) and counts
+// the delimiters outside quotes; it reports whether a record passed
+// maxFields. A malformed quote the CSV reader refuses (a bare quote) ends
+// that record there; what this count then makes of the rest errs only
+// towards more fields.
+func (l *recordLimit) countFields(b []byte) bool {
+	for _, c := range b {
+		switch {
+		case c == '\n' && l.quoted:
+			l.at++ // a quoted field's line: the record goes on
+		case c == '"':
+			l.quoted, l.matched = !l.quoted, 0
+		case l.quoted:
+		case c == l.comma[l.matched]:
+			// UTF-8 synchronises itself: a delimiter's bytes never
+			// start inside another character
+			if l.matched++; l.matched == len(l.comma) {
+				l.matched = 0
+				if l.fields++; l.fields >= l.maxFields {
+					return true
+				}
+			}
+		case c == '\n':
+			l.at++
+			l.fields, l.matched, l.from = 0, 0, l.at
+		default:
+			l.matched = 0
+			if c == l.comma[0] {
+				l.matched = 1
+			}
+		}
+	}
+	return false
+}
+
+func (l *recordLimit) tooManyFields() error {
+	if l.err == nil {
+		l.err = &FileError{Reason: ReasonRecordTooLarge, Line: l.from,
+			Detail: fmt.Sprintf("a record has more than %d fields; the feed declares %d columns", l.maxFields, l.columns)}
+	}
+	return l.err
 }
 
 func (l *recordLimit) tooLarge() error {

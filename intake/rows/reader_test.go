@@ -390,3 +390,62 @@ func TestTheDefaultRecordBoundFollowsTheFeed(t *testing.T) {
 		t.Fatalf("got %d, want the configured 5000", got)
 	}
 }
+
+// A leading byte order mark goes before the CSV reader sees the first
+// field, so a quoted first header name (PowerShell's Export-Csv -Encoding
+// UTF8 writes both) reads as itself, and so does a quoted first value of
+// a feed without a header; a mark anywhere else is the cell's.
+func TestABOMBeforeAQuotedFirstFieldIsNotABareQuote(t *testing.T) {
+	quoted := `"id","n","amt","d","kind","mail"` + "\n"
+	rows, err := readAll(t, feed(t), "\uFEFF"+quoted+`"k1","1","2.50","01.02.2026","a",""`+"\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != 1 || rows[0].issue != "" || rows[0].values[0] != "k1" {
+		t.Fatalf("got %+v", rows)
+	}
+	f := feed(t)
+	no := false
+	f.CSV.Header = &no
+	rows, err = readAll(t, f, "\uFEFF"+`"k2",1,1,,,`+"\n"+"\uFEFFk3,1,1,,,\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != 2 || rows[0].issue != "" || rows[0].values[0] != "k2" || rows[1].values[0] != "\uFEFFk3" {
+		t.Fatalf("got %+v: want k2 read, and the mark that begins the second row kept", rows)
+	}
+}
+
+// A record of more fields than MaxFields fails the file before the CSV
+// reader splits it (it keeps about 40 bytes a field: a line of empty
+// fields within the line bound would hold some 160 MiB); commas inside
+// quotes are no fields, and a few stray fields are one row's problem.
+func TestARecordOfTooManyFieldsFailsBeforeItIsSplit(t *testing.T) {
+	f := feed(t)
+	max := MaxFields(f)
+	quotedCommas := `"` + strings.Repeat(",", 10*max) + `"`
+	rows, err := readAll(t, f, hdr+quotedCommas+",1,1,,,\nk2,1,1,,,"+strings.Repeat(",", max-10)+"\nk3,1,1,,,\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != 3 || rows[0].issue != ReasonTooLong || rows[1].issue != ReasonFieldCount || rows[2].issue != "" {
+		t.Fatalf("got %+v: want a long quoted id, a row of stray fields, a good row", rows)
+	}
+	for _, sep := range []string{",", "§"} {
+		g := feed(t)
+		g.CSV.Delimiter = sep
+		h := strings.ReplaceAll(hdr, ",", sep)
+		var before runtime.MemStats
+		runtime.ReadMemStats(&before)
+		_, err := readAll(t, g, h+"k1"+strings.Repeat(sep, MaxLineBytes/len(sep)-10)+"\n")
+		var after runtime.MemStats
+		runtime.ReadMemStats(&after)
+		var fe *FileError
+		if !errors.As(err, &fe) || fe.Reason != ReasonRecordTooLarge || fe.Line != 2 || !strings.Contains(fe.Detail, "fields") {
+			t.Fatalf("delimiter %q: got %v, want record_too_large at line 2 for its fields", sep, err)
+		}
+		if grew := after.TotalAlloc - before.TotalAlloc; grew > 32<<20 {
+			t.Fatalf("delimiter %q: %d MiB allocated for a record refused for its fields", sep, grew>>20)
+		}
+	}
+}
