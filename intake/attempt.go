@@ -51,7 +51,7 @@ func (r *fileRun) settle(ctx context.Context, err error) error {
 		return fmt.Errorf("intake %d: %w (recording the attempt failed: %v)", r.in.ID, err, rerr)
 	case exhausted:
 		r.log.Error("file failed past its retry budget", "attempts", n, "err", err)
-		detail := fmt.Sprintf("the file could not be processed in %d attempts (last: %s); ops have been alerted and can replay it", n, pgerr.Redact(err))
+		detail := fmt.Sprintf("the file could not be processed in %d attempts%s; ops have been alerted and can replay it", n, lastCodes(err))
 		if herr := r.hold(ctx, StateFailedTerminal, ReasonRetriesExhausted, 0, detail); herr != nil && !sessionLost(err) {
 			r.log.Warn("holding the file failed; tried again on its next attempt", "err", herr)
 		}
@@ -83,6 +83,18 @@ func finalReason(err error) (Reason, string) {
 		return ReasonTargetError, "the database refused the file's statements (" + pgerr.Codes(pe) + "); ops have been alerted and can replay the file after the fix"
 	}
 	return ReasonTargetError, "the file could not be processed; ops have been alerted"
+}
+
+// lastCodes is what a partner's receipt says of a file's last error: the
+// database's codes (SQLSTATE, constraint) when it refused, else nothing.
+// The error's own text (a key file's path, a spool path, a database
+// address) is ops' alone: the log and the ledger's last_error keep it.
+func lastCodes(err error) string {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		return " (last: the database refused it, " + pgerr.Codes(pe) + ")"
+	}
+	return ""
 }
 
 // recordAttempt counts a failed run of the file and sets its next attempt,

@@ -103,3 +103,6 @@ func PollOffset(d *Daemon, partner string) (off, every time.Duration, ok bool) {
 	}
 	return pollOffset(partner, every, len(d.partnerIDs()), d.cfg.PollStagger), every, true
 }
+
+// LastCodes is what a retries_exhausted receipt says of the last error.
+func LastCodes(err error) string { return lastCodes(err) }

@@ -2,6 +2,7 @@ package intake_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"slices"
@@ -291,8 +292,14 @@ func TestAFailingFileNeverHoldsUpThePartner(t *testing.T) {
 		t.Fatalf("after its budget: %+v, want failed_terminal retries_exhausted", f)
 	}
 	rc := receipt(t, site, f.Receipt)
-	if rc.Outcome != intake.OutcomeFailed || rc.Reason != intake.ReasonRetriesExhausted {
-		t.Fatalf("receipt %+v", rc)
+	if rc.Outcome != intake.OutcomeFailed || rc.Reason != intake.ReasonRetriesExhausted ||
+		!strings.Contains(rc.Detail, "SQLSTATE 40001") || strings.Contains(rc.Detail, "busy") {
+		t.Fatalf("receipt %+v: want failed retries_exhausted, the SQLSTATE and nothing of the error's text", rc)
+	}
+	// an error of intake's own (a key file, a spool path, a database
+	// address) says nothing of itself to the partner: ops have the log
+	if got := intake.LastCodes(errors.New("pgp key file /etc/intake/pgp/acme.asc: cannot be unlocked")); got != "" {
+		t.Fatalf("a receipt would say %q of an internal error", got)
 	}
 	broken := receipt(t, site, byName()["orders-b-broken.csv"].Receipt)
 	if !strings.Contains(broken.Detail, "SQLSTATE P0001") || strings.Contains(broken.Detail, "example.com") {

@@ -6,7 +6,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5/pgconn"
 
@@ -77,17 +76,7 @@ func (r *pollRecorder) add(partner string, pollErr error, ready int, oldest time
 // values, valid UTF-8 without NUL (a server's message can be anything, and
 // PostgreSQL refuses either in text), at most 500 bytes on a character
 // boundary.
-func errorText(err error) string {
-	s := strings.ReplaceAll(strings.ToValidUTF8(pgerr.Redact(err), "\uFFFD"), "\x00", "")
-	if len(s) <= maxErrorText {
-		return s
-	}
-	cut := maxErrorText
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut]
-}
+func errorText(err error) string { return ledger.Text(pgerr.Redact(err), maxErrorText) }
 
 const maxErrorText = 500
 

@@ -17,7 +17,8 @@ var NotifyEvents = []string{"quarantined", "failed", "rejected_rows", "late", "h
 // Notify is one webhook: events of the subscribed kinds are POSTed to URL,
 // signed with the secret held by the environment variable SecretEnv.
 type Notify struct {
-	// URL is an http or https URL (https unless the receiver is local).
+	// URL is an http or https URL without credentials; use https unless
+	// the receiver is local (http is accepted, not checked for that).
 	URL string `yaml:"url"`
 	// SecretEnv names the environment variable holding the HMAC secret;
 	// the secret never appears in the config.

@@ -3,6 +3,8 @@ package partners
 import (
 	"fmt"
 	"os"
+
+	"github.com/partner-intake/partner-intake/internal/names"
 )
 
 // PGP is a feed's OpenPGP setting (issue 15 item 2): the feed's files are
@@ -37,6 +39,10 @@ func (p *PGP) Validate(key string) error {
 		return fmt.Errorf("%s.verify_keys_file: required with require_signature", key)
 	}
 	if p.PassphraseEnv != "" {
+		if !names.EnvName(p.PassphraseEnv) {
+			// never echoed: it may be the passphrase itself
+			return fmt.Errorf("%s.passphrase_env: must be the name of an environment variable (letters, digits, '_'), not the passphrase", key)
+		}
 		if _, ok := os.LookupEnv(p.PassphraseEnv); !ok {
 			return fmt.Errorf("%s.passphrase_env: the environment variable %s is not set", key, p.PassphraseEnv)
 		}

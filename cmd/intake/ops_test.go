@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/partner-intake/partner-intake/intake"
 	"github.com/partner-intake/partner-intake/internal/testenv"
 )
 
@@ -170,8 +171,14 @@ func TestPurgeRemovesOnlyWhatIsPastRetention(t *testing.T) {
 			os.Chtimes(filepath.Join(site.Root, "reports", r), old, old)
 		}
 	}
+	// a sealed receipt of a PGP feed's file, as old (it was kept for good)
+	sealed := filepath.Join(site.Root, "reports", "orders-pgp.77.receipt.json"+intake.EncryptedSuffix)
+	if err := os.WriteFile(sealed, []byte("-----BEGIN PGP MESSAGE-----\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	os.Chtimes(sealed, old, old)
 	out := must(runCLI("purge", "--config", cfg))
-	if !strings.Contains(out, "purge: 1 spool files") || !strings.Contains(out, "1 row issues, 2 reports, 1 audit entries removed") {
+	if !strings.Contains(out, "purge: 1 spool files") || !strings.Contains(out, "1 row issues, 3 reports, 1 audit entries removed") {
 		t.Fatalf("purge said:\n%s", out)
 	}
 	sp := filepath.Join(spoolDir, "purge", "sha256")

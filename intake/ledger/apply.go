@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -244,7 +246,7 @@ func (l *Ledger) RecordAttempt(ctx context.Context, in *Intake, lastErr string, 
 		    last_error = left($5, 1000), updated_at = now()
 		WHERE intake_id = $1 AND fencing_token = $2 AND state = ANY($6)
 		RETURNING attempts, now() - first_failed_at`,
-		in.ID, in.Token, base, max, lastErr, liveStates).Scan(&n, &age)
+		in.ID, in.Token, base, max, Text(lastErr, 1000), liveStates).Scan(&n, &age)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return 0, 0, &FencedError{IntakeID: in.ID, Token: in.Token, Step: "record attempt"}
 	}
@@ -274,4 +276,22 @@ func ForgetSnapshotKeys(ctx context.Context, tx pgx.Tx, intakeID int64) error {
 		return fmt.Errorf("snapshot keys: %w", err)
 	}
 	return nil
+}
+
+// Text is s as a text value PostgreSQL takes: valid UTF-8 (an invalid
+// byte becomes U+FFFD), no NUL, at most max bytes cut at a character's
+// start. An error's text may carry bytes a server sent (an HTTP status
+// line, an SFTP status message): cut inside a character or left invalid,
+// PostgreSQL refuses the statement (22021), and the failure it records
+// (a delivery's backoff, a file's next attempt) is not recorded at all.
+func Text(s string, max int) string {
+	s = strings.ReplaceAll(strings.ToValidUTF8(s, "\uFFFD"), "\x00", "")
+	if len(s) <= max {
+		return s
+	}
+	cut := max
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut]
 }

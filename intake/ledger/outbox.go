@@ -175,9 +175,7 @@ func (l *Ledger) AckDelivery(ctx context.Context, d Delivery, worker string, sta
 // backoff, or dead once its budget (from budget_from) is spent. It
 // reports whether the delivery is now dead.
 func (l *Ledger) FailDelivery(ctx context.Context, d Delivery, worker string, status int, reason string, backoff, budget time.Duration) (bool, error) {
-	if len(reason) > 300 {
-		reason = reason[:300]
-	}
+	reason = Text(reason, 300)
 	var state string
 	err := l.pool.QueryRow(ctx, `UPDATE intake_outbox_delivery SET lease_until = NULL, last_status = nullif($5, 0), last_error = $6,
 		state = CASE WHEN budget_from + $8::interval <= now() + $7::interval THEN 'dead' ELSE 'pending' END,

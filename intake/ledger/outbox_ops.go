@@ -26,7 +26,7 @@ type DeadDelivery struct {
 // DeadDeliveries lists the dead deliveries of the given partners, oldest
 // death first, at most limit.
 func (l *Ledger) DeadDeliveries(ctx context.Context, partners []string, limit int) ([]DeadDelivery, error) {
-	rs, err := l.pool.Query(ctx, `SELECT d.event_id, o.partner_id, o.event, split_part(d.url, '?', 1), d.attempts, coalesce(d.last_status, 0),
+	rs, err := l.pool.Query(ctx, `SELECT d.event_id, o.partner_id, o.event, regexp_replace(d.url, '^([a-z]+://[^/?#]*)[/?#].+$', '\1/…'), d.attempts, coalesce(d.last_status, 0),
 		coalesce(d.last_error, ''), o.created_at, d.dead_at
 		FROM intake_outbox_delivery d JOIN intake_outbox o USING (event_id)
 		WHERE d.state = 'dead' AND o.partner_id = ANY($1)

@@ -89,8 +89,11 @@ func (c *Config) Validate() error {
 }
 
 // Lease is how long a claimed delivery is held before another replica may
-// send it again.
-func (c Config) Lease() time.Duration { return 2*c.Timeout + 5*time.Second }
+// send it again: a claim's deliveries go out senders at a time, so the
+// last of them may start claimBatch/senders timeouts after the claim.
+func (c Config) Lease() time.Duration {
+	return time.Duration(claimBatch/senders+1)*c.Timeout + 5*time.Second
+}
 
 // Limits of one pass.
 const (
@@ -378,5 +381,9 @@ func redactURL(raw string) string {
 	if err != nil {
 		return "?"
 	}
-	return req.URL.Scheme + "://" + req.URL.Host + req.URL.Path
+	u := req.URL.Scheme + "://" + req.URL.Host
+	if req.URL.Path != "" && req.URL.Path != "/" {
+		u += "/…" // a path may be the receiver's token (Slack's, Teams')
+	}
+	return u
 }

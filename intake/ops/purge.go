@@ -93,7 +93,9 @@ type Purged struct {
 // ErrPurgeRunning: another replica's purge holds the lock.
 var ErrPurgeRunning = errors.New("another purge is running")
 
-var reportName = regexp.MustCompile(`\.(receipt\.json|rejects\.csv)$`)
+// reportName: a receipt or a rejects report, sealed (intake.EncryptedSuffix)
+// or not.
+var reportName = regexp.MustCompile(`\.(receipt\.json|rejects\.csv)(\.asc)?$`)
 
 // Purge removes what is past its retention, per partner, and says what it
 // removed. Nothing a file in flight or held for ops still needs is touched.

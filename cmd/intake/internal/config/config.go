@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"time"
 
@@ -17,6 +18,7 @@ import (
 	"github.com/partner-intake/partner-intake/intake/expect"
 	"github.com/partner-intake/partner-intake/intake/notify"
 	"github.com/partner-intake/partner-intake/intake/ops"
+	"github.com/partner-intake/partner-intake/internal/names"
 	"github.com/partner-intake/partner-intake/internal/opshttp"
 	"github.com/partner-intake/partner-intake/partners"
 	"github.com/partner-intake/partner-intake/reconcile"
@@ -142,6 +144,11 @@ func (f *File) Validate() error {
 	if f.Database.URL == "" && f.Database.URLEnv == "" {
 		f.Database.URLEnv = DefaultDatabaseURLEnv
 	}
+	if f.Database.URLEnv != "" && !names.EnvName(f.Database.URLEnv) {
+		// never echoed: a URL typed here in place of a variable's name
+		// holds the password
+		return errors.New("database.url_env: must be the name of an environment variable (letters, digits, '_'), not the URL itself")
+	}
 	if f.Database.MaxConns != 0 && (f.Database.MaxConns < 2 || f.Database.MaxConns > 500) {
 		return fmt.Errorf("database.max_conns: %d must be 0 (the default) or between 2 and 500", f.Database.MaxConns)
 	}
@@ -177,6 +184,11 @@ func (f *File) Validate() error {
 	}
 	if f.HTTP.Listen == "" {
 		f.HTTP.Listen = opshttp.DefaultListen
+	}
+	if f.HTTP.Listen != "off" {
+		if _, port, err := net.SplitHostPort(f.HTTP.Listen); err != nil || port == "" {
+			return fmt.Errorf("http.listen: %q must be host:port (e.g. 127.0.0.1:9464) or off", f.HTTP.Listen)
+		}
 	}
 	f.Retention.SetDefaults()
 	if err := f.Retention.Validate(); err != nil {

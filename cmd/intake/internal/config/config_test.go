@@ -182,3 +182,34 @@ func replacePattern(t *testing.T, s, pattern string) string {
 	j := strings.Index(s[i:], "\n")
 	return s[:i] + "pattern: '" + pattern + "'" + s[i+j:]
 }
+
+// A secret typed where the name of its environment variable goes is
+// refused at load without being printed back: the database URL, an SFTP
+// password, a PGP passphrase. An ops listen address without a port is
+// refused by its key.
+func TestASecretInPlaceOfItsVariablesNameIsNotPrintedBack(t *testing.T) {
+	for _, c := range []struct{ name, old, new, key, secret string }{
+		{"database url", "  url_env: INTAKE_DATABASE_URL", "  url_env: postgres://intake:s3cret@db/intake", "database.url_env", "s3cret"},
+		{"sftp password", "      private_key_file: /etc/intake/keys/acme        # or password_file / password_env",
+			"      password_env: hunter2 is my password", "sftp.password_env", "hunter2"},
+		{"listen address", "  listen: 127.0.0.1:9464", "  listen: 0.0.0.0", "http.listen", ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			src := example(t)
+			if !strings.Contains(src, c.old) {
+				t.Fatalf("the example has no line %q", c.old)
+			}
+			_, err := Parse([]byte(strings.Replace(src, c.old, c.new, 1)))
+			if err == nil {
+				t.Fatal("loaded")
+			}
+			if !strings.Contains(err.Error(), c.key) || (c.secret != "" && strings.Contains(err.Error(), c.secret)) {
+				t.Fatalf("error %q: want it to name %s and not print the secret", err, c.key)
+			}
+		})
+	}
+	pgp := partners.PGP{PrivateKeyFile: "/k", PassphraseEnv: "correct horse battery"}
+	if err := pgp.Validate("partners[0].feeds[0].pgp"); err == nil || strings.Contains(err.Error(), "horse") || !strings.Contains(err.Error(), "passphrase_env") {
+		t.Fatalf("pgp passphrase_env: %v", err)
+	}
+}
