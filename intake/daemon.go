@@ -171,6 +171,14 @@ func PoolConfig(url, worker string, lease time.Duration) (*pgxpool.Config, error
 	pc.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"] = ms
 	pc.ConnConfig.RuntimeParams["statement_timeout"] = ms
 	pc.ConnConfig.RuntimeParams["application_name"] = ledger.AppName(worker)
+	// The server notices a client gone with its host (power, a partition)
+	// within about a minute, not the kernel's two hours: such a client's
+	// session holds what it held meanwhile (a COPY waiting for data keeps
+	// its file's row lock, which the restarted worker's Resume waits for;
+	// the reconciler's leader lock), and no timeout above ends it.
+	pc.ConnConfig.RuntimeParams["tcp_keepalives_idle"] = "30"
+	pc.ConnConfig.RuntimeParams["tcp_keepalives_interval"] = "10"
+	pc.ConnConfig.RuntimeParams["tcp_keepalives_count"] = "3"
 	// JIT compiling a chunk's merge costs more than running it (measured:
 	// 836 ms of JIT for a 40 ms statement once its estimate crossed
 	// jit_above_cost).

@@ -109,7 +109,9 @@ func (d *Daemon) gate(ctx context.Context, p *partnerRT) (own bool, err error) {
 	// restart's leftovers), then leave it alone.
 	own = d.owns(ctx, p.cfg.ID)
 	if p.takenOver.Swap(false) {
-		p.resumed = false // our reconciler gave us a file of the partner to run
+		// our reconciler gave us a file of the partner to run, or left
+		// one in our processing/ without a row: resume, and look there
+		p.resumed, p.settled = false, false
 	}
 	if !own && !p.resumed && d.prevDrained {
 		// nothing can be half claimed; resume only if rows say so

@@ -187,6 +187,10 @@ func (r *Reconciler) adopt(ctx context.Context, p *partners.Config, s *partners.
 	if err := s.Rename(old, dst); err != nil {
 		add(Finding{Kind: KindTakeoverBlocked, Path: old, NeedsHuman: !partners.IsNotExist(err),
 			Action: "none", Detail: fmt.Sprintf("could not move it into processing/%s/: %v", r.worker, err)})
+		// the rename may have happened (its reply lost): this worker's
+		// poller looks through its own processing/ again and adopts what
+		// it finds there without a row
+		r.takenOver(p.ID)
 		return nil
 	}
 	in := &intake.Intake{Partner: p.ID, Feed: feedName, RemoteName: name, ClaimedPath: dst,
@@ -197,6 +201,7 @@ func (r *Reconciler) adopt(ctx context.Context, p *partners.Config, s *partners.
 		}
 	}
 	if err := r.ledger.Adopt(ctx, in); err != nil {
+		r.takenOver(p.ID) // the file is in this worker's processing/ without a row: its poller adopts it
 		return err
 	}
 	add(Finding{Kind: KindOrphanClaim, IntakeID: in.ID, Path: old,
@@ -246,7 +251,23 @@ func (r *Reconciler) rowExpiredLeases(ctx context.Context, p *partners.Config, s
 			r.takenOver(p.ID)
 			continue
 		}
-		if err := moveClaim(s, old.ClaimedPath, dst); err != nil {
+		err = moveClaim(s, old.ClaimedPath, dst)
+		switch {
+		case errors.Is(err, errNotMoved):
+			// The row says dst, the file is still at the old path: the
+			// row is pointed back at it (under the new token), so the new
+			// owner runs the file where it is, and no orphan of it is
+			// left for a sweep to adopt as a second intake.
+			if rerr := r.ledger.RestorePath(ctx, in, old.ClaimedPath); rerr != nil {
+				add(Finding{Kind: KindTakeoverBlocked, IntakeID: in.ID, Path: old.ClaimedPath, NeedsHuman: true,
+					Action: "none", Detail: "taken over, not moved, and the row could not be pointed back at the file: " + pgerr.Redact(rerr)})
+				continue
+			}
+			f.Action += "; the file stays at its path (" + pgerr.Redact(err) + ")"
+			add(f)
+			r.takenOver(p.ID)
+			continue
+		case err != nil:
 			f.Detail = "the file is not in processing/ any more: " + pgerr.Redact(err)
 			add(Finding{Kind: KindRemoteMissing, IntakeID: in.ID, Path: old.ClaimedPath,
 				Action: "the worker continues from the spool where it can", Detail: pgerr.Redact(err)})
@@ -267,11 +288,19 @@ func moveClaim(s *partners.Session, from, to string) error {
 	if err == nil {
 		return nil
 	}
+	if _, ferr := s.Lstat(from); ferr == nil {
+		// still where it was: not moved (another file holds the name at
+		// to, or the site refused), whatever is at to
+		return fmt.Errorf("%w: %w", errNotMoved, err)
+	}
 	if _, serr := s.Lstat(to); serr == nil {
-		return nil
+		return nil // moved; the rename's reply was lost
 	}
 	return err
 }
+
+// errNotMoved: a takeover's move left the file where it was.
+var errNotMoved = errors.New("the file is still where it was")
 
 // Row 9: a commit whose outcome was unknown. The chunk ledger, written in
 // the same transaction as the rows, says which chunks are in; the file goes

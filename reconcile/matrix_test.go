@@ -493,3 +493,53 @@ func TestGroupStoppedAtEachStepAppliesEveryFileOnce(t *testing.T) {
 		})
 	}
 }
+
+// A takeover whose move into the new owner's processing/ fails while the
+// file is still where it was (here another entry holds the name there)
+// points the row back at the file: the new owner archives that file from
+// where it is. The move once counted whatever held the name as the file,
+// and the row pointed at it; the file itself was left for a sweep to
+// adopt as a second intake.
+func TestATakeoverThatCannotMoveTheFileRunsItWhereItIs(t *testing.T) {
+	_, pool := testenv.DB(t)
+	site := bigSite(t, "nomove", 100)
+	site.Drop(t, "orders-m.csv", testenv.OrdersCSV("M", 250))
+	spoolDir := t.TempDir()
+	w1 := newNode(t, pool, "w1", spoolDir, site)
+	w2 := newNode(t, pool, "w2", spoolDir, site)
+	withFault(t, "apply:after_commit=error")
+	if err := w1.poll(t, "nomove"); !errors.Is(err, fault.ErrInjected) {
+		t.Fatalf("got %v, want the injected stop after commit", err)
+	}
+	expireLeases(t, pool)
+	// the name is taken in w2's processing/ (a directory: no sweep takes it)
+	if err := os.MkdirAll(filepath.Join(site.Root, "processing", "w2", "orders-m.csv"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	fs := w2.reconcile(t)
+	if k := kinds(fs); k[reconcile.KindLeaseExpired] != 1 || k[reconcile.KindRemoteMissing] != 0 {
+		t.Fatalf("findings %+v, want one lease_expired and the file not called missing", fs)
+	}
+	var claimed string
+	if err := pool.QueryRow(context.Background(), `SELECT claimed_path FROM file_intake`).Scan(&claimed); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasSuffix(claimed, "/processing/w1/orders-m.csv") {
+		t.Fatalf("the row points at %s, want the file where it still is", claimed)
+	}
+	if err := w2.poll(t, "nomove"); err != nil {
+		t.Fatal(err)
+	}
+	f := testenv.Files(t, pool, "nomove")
+	if len(f) != 1 || f[0].State != "archived" || f[0].Worker != "w2" || f[0].Applied != 250 {
+		t.Fatalf("got %+v, want one intake archived by w2 with its 250 rows", f)
+	}
+	rel, _ := filepath.Rel(site.Root, f[0].Archive)
+	if site.Read(t, rel) != testenv.OrdersCSV("M", 250) {
+		t.Fatal("the archive does not hold the file")
+	}
+	if got := site.Files(t, "processing"); len(got) != 0 {
+		t.Fatalf("processing/ still holds %v", got)
+	}
+	testenv.AssertExactOrders(t, pool, "nomove", 250, "M")
+}

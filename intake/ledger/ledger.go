@@ -194,6 +194,20 @@ func (l *Ledger) takeOver(ctx context.Context, in *Intake, worker, newPath strin
 	return out, nil
 }
 
+// RestorePath points a row just taken over back at where its file still
+// is (the takeover's move into the new owner's processing/ failed, the
+// file untouched), under the takeover's token: the new owner runs the
+// file from there.
+func (l *Ledger) RestorePath(ctx context.Context, in *Intake, path string) error {
+	tag, err := l.pool.Exec(ctx, `UPDATE file_intake SET claimed_path = $3, updated_at = now()
+		WHERE intake_id = $1 AND fencing_token = $2 AND state = ANY($4)`, in.ID, in.Token, path, liveStates)
+	if err := fenced(tag, err, in, "restore path"); err != nil {
+		return err
+	}
+	in.ClaimedPath = path
+	return nil
+}
+
 // endStalled terminates the old worker's transactions that have run longer
 // than a lease, waiting up to 5 s for each to end.
 func (l *Ledger) endStalled(ctx context.Context, oldWorker string) error {
