@@ -147,11 +147,11 @@ func (e *errReader) Read(p []byte) (int, error) {
 // copying it, keeps every session-key packet it reads until the
 // encrypted data, and tries a private-key operation for each one naming
 // intake's key (its id is public): a file of them alone would otherwise
-// hold memory and CPU in step with its size. A message to a score of
-// recipients needs a few KiB.
+// hold memory and CPU in step with its size. A message to a hundred
+// recipients with RSA-8192 keys needs about 100 KiB.
 const (
-	pgpHeadBytes   = 64 << 10
-	pgpHeadPackets = 64
+	pgpHeadBytes   = 1 << 20
+	pgpHeadPackets = 512
 )
 
 // pgpHead reads the packets that open an OpenPGP message before its

@@ -108,12 +108,13 @@ func (d *Daemon) gate(ctx context.Context, p *partnerRT) (own bool, err error) {
 	// others still resume their own files of it once after they start (a
 	// restart's leftovers), then leave it alone.
 	own = d.owns(ctx, p.cfg.ID)
-	if p.takenOver.Swap(false) {
+	hinted := p.takenOver.Swap(false)
+	if hinted {
 		// our reconciler gave us a file of the partner to run, or left
 		// one in our processing/ without a row: resume, and look there
 		p.resumed, p.settled = false, false
 	}
-	if !own && !p.resumed && d.prevDrained {
+	if !own && !p.resumed && d.prevDrained && !hinted {
 		// nothing can be half claimed; resume only if rows say so
 		live, err := d.ledger.LiveOwnedBy(ctx, p.cfg.ID, d.cfg.WorkerID)
 		if err != nil {

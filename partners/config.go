@@ -288,7 +288,7 @@ func (c *Config) Validate(key string) error {
 	}
 	if s.PasswordEnv != "" && !names.EnvName(s.PasswordEnv) {
 		// never echoed: it may be the password itself
-		return fmt.Errorf("%s.sftp.password_env: must be the name of an environment variable (letters, digits, '_'), not the password", key)
+		return fmt.Errorf("%s.sftp.password_env: must be the name of an environment variable (letters, digits, '_', '.', '-'), not the password", key)
 	}
 	if s.KnownHostsFile == "" {
 		return fmt.Errorf("%s.sftp.known_hosts_file: required; host keys are always pinned (ssh-keyscan the server and verify the fingerprint out of band)", key)

@@ -41,7 +41,7 @@ func (p *PGP) Validate(key string) error {
 	if p.PassphraseEnv != "" {
 		if !names.EnvName(p.PassphraseEnv) {
 			// never echoed: it may be the passphrase itself
-			return fmt.Errorf("%s.passphrase_env: must be the name of an environment variable (letters, digits, '_'), not the passphrase", key)
+			return fmt.Errorf("%s.passphrase_env: must be the name of an environment variable (letters, digits, '_', '.', '-'), not the passphrase", key)
 		}
 		if _, ok := os.LookupEnv(p.PassphraseEnv); !ok {
 			return fmt.Errorf("%s.passphrase_env: the environment variable %s is not set", key, p.PassphraseEnv)

@@ -15,7 +15,7 @@ import (
 type DeadDelivery struct {
 	EventID        int64
 	Partner, Event string
-	URL            string // without its query, which may carry a token
+	URL            string // shownURL: scheme and host, and a hash of the rest
 	Attempts       int
 	LastStatus     int // 0: no HTTP answer
 	LastError      string
@@ -23,10 +23,16 @@ type DeadDelivery struct {
 	DeadAt         time.Time
 }
 
+// shownURL is how an endpoint is listed: its scheme and host, "/…" for
+// the rest (a path or a query may be the receiver's token: Slack's,
+// Teams'), and 8 hex digits of the whole URL's md5 that tell two
+// endpoints of one host apart. Redeliver takes it back as it is shown.
+const shownURL = `regexp_replace(d.url, '^([a-z][a-z0-9+.-]*://[^/?#]*)[/?#].+$', '\1/…', 'i') || ' #' || left(md5(d.url), 8)`
+
 // DeadDeliveries lists the dead deliveries of the given partners, oldest
 // death first, at most limit.
 func (l *Ledger) DeadDeliveries(ctx context.Context, partners []string, limit int) ([]DeadDelivery, error) {
-	rs, err := l.pool.Query(ctx, `SELECT d.event_id, o.partner_id, o.event, regexp_replace(d.url, '^([a-z]+://[^/?#]*)[/?#].+$', '\1/…'), d.attempts, coalesce(d.last_status, 0),
+	rs, err := l.pool.Query(ctx, `SELECT d.event_id, o.partner_id, o.event, `+shownURL+`, d.attempts, coalesce(d.last_status, 0),
 		coalesce(d.last_error, ''), o.created_at, d.dead_at
 		FROM intake_outbox_delivery d JOIN intake_outbox o USING (event_id)
 		WHERE d.state = 'dead' AND o.partner_id = ANY($1)
@@ -42,8 +48,8 @@ func (l *Ledger) DeadDeliveries(ctx context.Context, partners []string, limit in
 }
 
 // Redelivery says which dead deliveries to send again: those of event
-// EventID (0: every event) to URL ("": every endpoint; with or without
-// its query, as DeadDeliveries shows it), of Partners.
+// EventID (0: every event) to URL ("": every endpoint; the whole URL, the
+// URL without its query, or as DeadDeliveries shows it), of Partners.
 type Redelivery struct {
 	Partners      []string
 	EventID       int64
@@ -64,7 +70,7 @@ func (l *Ledger) Redeliver(ctx context.Context, r Redelivery) (int64, error) {
 			next_attempt_at = now(), lease_until = NULL, leased_by = NULL
 			FROM intake_outbox o
 			WHERE o.event_id = d.event_id AND d.state = 'dead' AND o.partner_id = ANY($1)
-			  AND ($2 = 0 OR d.event_id = $2) AND ($3 = '' OR d.url = $3 OR split_part(d.url, '?', 1) = $3)
+			  AND ($2 = 0 OR d.event_id = $2) AND ($3 = '' OR d.url = $3 OR split_part(d.url, '?', 1) = $3 OR `+shownURL+` = $3)
 			RETURNING o.partner_id, d.event_id, o.event`, r.Partners, r.EventID, r.URL)
 		if err != nil {
 			return err

@@ -62,14 +62,19 @@ func newCheck(c partners.Column) check {
 		typed = func(s string) (string, string) {
 			s = strings.TrimSpace(s)
 			t, err := time.Parse(layout, s)
-			if err != nil || t.Year() < 1 {
+			if err != nil || t.UTC().Year() < 1 {
+				// year 0 parses (or a zone moves 0001-01-01 into it), and
+				// PostgreSQL has none: the text COPY refused it, the
+				// binary one stored 1 BC
 				return "", ReasonBadTimestamp
 			}
 			if t.Nanosecond()%1000 != 0 {
-				// PostgreSQL keeps microseconds and would round the rest:
-				// two keys one nanosecond apart would be one row there
-				// and two here (the dedupe compares these strings)
-				return "", ReasonPrecisionExceeded
+				// PostgreSQL keeps microseconds and rounds the rest (half
+				// to even): rounded here alike, so two values one
+				// PostgreSQL holds as one are one in the chunk's dedupe
+				// too (.NET's round-trip format writes 100 ns)
+				t = microseconds(t)
+				return t.UTC().Format(time.RFC3339Nano), ""
 			}
 			if layout == time.RFC3339 && len(s) == len("2006-01-02T15:04:05Z") && s[len(s)-1] == 'Z' {
 				return s, "" // already the canonical UTC form Format would write
@@ -194,4 +199,15 @@ func validEmail(s string) bool {
 		}
 	}
 	return true
+}
+
+// microseconds rounds t to a microsecond as PostgreSQL reads a timestamp
+// (rint: half to even).
+func microseconds(t time.Time) time.Time {
+	base := t.Truncate(time.Microsecond)
+	r := t.Nanosecond() % 1000
+	if r > 500 || (r == 500 && (base.Nanosecond()/1000)%2 == 1) {
+		base = base.Add(time.Microsecond)
+	}
+	return base
 }

@@ -71,22 +71,36 @@ func TestTimestampsAreCanonicalUTC(t *testing.T) {
 	}
 }
 
-// A value PostgreSQL would not keep as it reads is refused, not changed on
-// the way: year 0 (parsed here, none in PostgreSQL: the text COPY refused
-// it, the binary one stored 1 BC), and a timestamp finer than PostgreSQL's
-// microseconds (rounded there: two keys a nanosecond apart were one row
-// there and two here, and the set-based merge failed the whole file).
-func TestValuesPostgreSQLWouldChangeAreRefused(t *testing.T) {
+// Year 0 (parsed here, none in PostgreSQL: the text COPY refused it, the
+// binary one stored 1 BC) is refused, in UTC; a timestamp finer than
+// PostgreSQL's microseconds is rounded as PostgreSQL rounds it, so two
+// keys PostgreSQL holds as one are one in the chunk's dedupe too (they
+// were two, and the set-based merge failed the whole file).
+func TestValuesAreReadAsPostgreSQLReadsThem(t *testing.T) {
 	ts := newCheck(partners.Column{Name: "ts", Type: partners.TypeTimestamp, Layout: time.RFC3339})
 	for in, want := range map[string]string{
-		"0000-03-01T00:00:00Z":           ReasonBadTimestamp,
-		"2026-01-01T00:00:00.0000001Z":   ReasonPrecisionExceeded,
-		"2026-01-01T00:00:00.123456789Z": ReasonPrecisionExceeded,
-		"2026-01-01T00:00:00.123456Z":    "",
-		"0001-01-01T00:00:00Z":           "",
+		"0000-03-01T00:00:00Z":      ReasonBadTimestamp,
+		"0001-01-01T00:30:00+01:00": ReasonBadTimestamp, // year 0 in UTC
+		"0000-12-31T23:30:00-01:00": "0001-01-01T00:30:00Z",
+		"0001-01-01T00:00:00Z":      "0001-01-01T00:00:00Z",
+		// finer than a microsecond: rounded as PostgreSQL rounds (half to
+		// even), so the dedupe sees what the table will hold
+		"2026-01-01T00:00:00.0000001Z":   "2026-01-01T00:00:00Z",
+		"2026-01-01T00:00:00.123456789Z": "2026-01-01T00:00:00.123457Z",
+		"2026-01-01T00:00:00.0000005Z":   "2026-01-01T00:00:00Z",
+		"2026-01-01T00:00:00.0000015Z":   "2026-01-01T00:00:00.000002Z",
+		"2026-01-01T00:00:00.9999996Z":   "2026-01-01T00:00:01Z",
+		"2026-01-01T00:00:00.123456Z":    "2026-01-01T00:00:00.123456Z",
 	} {
-		if _, _, reason := ts(in); reason != want {
-			t.Errorf("timestamp %q: reason %q, want %q", in, reason, want)
+		got, _, reason := ts(in)
+		if want == ReasonBadTimestamp {
+			if reason != want {
+				t.Errorf("timestamp %q: reason %q, want %q", in, reason, want)
+			}
+			continue
+		}
+		if reason != "" || got != want {
+			t.Errorf("timestamp %q: %q (reason %q), want %q", in, got, reason, want)
 		}
 	}
 	d := newCheck(partners.Column{Name: "d", Type: partners.TypeDate, Layout: "2006-01-02"})

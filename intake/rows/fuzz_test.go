@@ -31,7 +31,8 @@ func FuzzReader(f *testing.F) {
 	known := map[string]bool{}
 	for _, r := range []string{ReasonRequiredMissing, ReasonTooLong, ReasonNotInteger, ReasonNotDecimal, ReasonScaleExceeded,
 		ReasonBadDate, ReasonBadTimestamp, ReasonNotInEnum, ReasonBadEmail, ReasonFieldCount, ReasonCSVSyntax, ReasonFieldTooLong,
-		ReasonHeaderMismatch, ReasonInvalidEncoding, ReasonBinaryContent, ReasonLineTooLong, ReasonEmptyFile, ReasonTooManyRows, ReasonUnreadable} {
+		ReasonHeaderMismatch, ReasonInvalidEncoding, ReasonBinaryContent, ReasonLineTooLong, ReasonRecordTooLarge, ReasonEmptyFile, ReasonTooManyRows,
+		ReasonUnreadable, ReasonPrecisionExceeded} {
 		known[r] = true
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {

@@ -312,7 +312,7 @@ type recordLimit struct {
 	maxFields int
 	columns   int
 	fields    int
-	quoted    bool
+	state     int   // of the quoting, where the bytes so far end
 	at, from  int64 // the line at the count's position, and where its record starts
 	read      int64 // bytes handed to the CSV reader
 	end       int64 // input offset of the end of the last record returned
@@ -370,41 +370,83 @@ func (l *recordLimit) done() error {
 	return nil
 }
 
-// countFields follows the quoting over b (a quote opens or closes a
-// quoted field; a doubled one inside closes and opens again) and counts
-// the delimiters outside quotes; it reports whether a record passed
-// maxFields. A malformed quote the CSV reader refuses (a bare quote) ends
-// that record there; what this count then makes of the rest errs only
-// towards more fields.
+// countFields follows encoding/csv's quoting over b and counts the
+// delimiters outside quotes; it reports whether a record passed
+// maxFields. A quote opens a quoted field only at a field's start; in
+// one, a doubled quote is a quote and a single one closes it; a quote
+// anywhere else (a bare quote, or text after a closing one) is a syntax
+// error that ends the record at its line, as the CSV reader does.
 func (l *recordLimit) countFields(b []byte) bool {
 	for _, c := range b {
-		switch {
-		case c == '\n' && l.quoted:
-			l.at++ // a quoted field's line: the record goes on
-		case c == '"':
-			l.quoted, l.matched = !l.quoted, 0
-		case l.quoted:
-		case c == l.comma[l.matched]:
-			// UTF-8 synchronises itself: a delimiter's bytes never
-			// start inside another character
+		if c == '\n' {
+			l.at++
+			if l.state == inQuotes {
+				continue // a quoted field's line: the record goes on
+			}
+			l.fields, l.matched, l.from, l.state = 0, 0, l.at, fieldStart
+			continue
+		}
+		switch l.state {
+		case skipLine:
+			continue
+		case inQuotes:
+			if c == '"' {
+				l.state = quoteEnd
+			}
+			continue
+		case quoteEnd:
+			switch {
+			case c == '"':
+				l.state = inQuotes // a doubled quote
+				continue
+			case c == '\r':
+				continue // CRLF after the closing quote
+			case c != l.comma[l.matched]:
+				l.state, l.matched = skipLine, 0 // text after a closing quote
+				continue
+			}
+		case fieldStart:
+			if c == '"' {
+				l.state = inQuotes
+				continue
+			}
+			l.state = unquoted
+		case unquoted:
+			if c == '"' {
+				l.state, l.matched = skipLine, 0 // a bare quote
+				continue
+			}
+		}
+		// unquoted text: a delimiter's bytes (UTF-8 synchronises itself:
+		// they never start inside another character)
+		if c == l.comma[l.matched] {
 			if l.matched++; l.matched == len(l.comma) {
-				l.matched = 0
+				l.matched, l.state = 0, fieldStart
 				if l.fields++; l.fields >= l.maxFields {
 					return true
 				}
 			}
-		case c == '\n':
-			l.at++
-			l.fields, l.matched, l.from = 0, 0, l.at
-		default:
-			l.matched = 0
-			if c == l.comma[0] {
-				l.matched = 1
-			}
+			continue
+		}
+		l.matched = 0
+		if c == l.comma[0] {
+			l.matched = 1
+		}
+		if l.state == quoteEnd {
+			l.state = skipLine
 		}
 	}
 	return false
 }
+
+// the quoting countFields follows
+const (
+	fieldStart = iota
+	unquoted
+	inQuotes
+	quoteEnd // a quote in a quoted field: its end, or the first of two
+	skipLine // a syntax error: the CSV reader resumes at the next line
+)
 
 func (l *recordLimit) tooManyFields() error {
 	if l.err == nil {

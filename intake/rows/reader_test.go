@@ -2,6 +2,7 @@ package rows
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"runtime"
 	"strings"
@@ -430,6 +431,24 @@ func TestARecordOfTooManyFieldsFailsBeforeItIsSplit(t *testing.T) {
 	}
 	if len(rows) != 3 || rows[0].issue != ReasonTooLong || rows[1].issue != ReasonFieldCount || rows[2].issue != "" {
 		t.Fatalf("got %+v: want a long quoted id, a row of stray fields, a good row", rows)
+	}
+	// a bare quote spoils its own row only: the quoting is followed as
+	// the CSV reader follows it, so quoted commas after it are no fields,
+	// and a line of empty fields after it is still counted
+	var quotedRows strings.Builder
+	for i := range max {
+		fmt.Fprintf(&quotedRows, "q%d,1,1,,\"a, b, c\",\n", i)
+	}
+	rows, err = readAll(t, f, hdr+"k1,24\" monitor,5,,,\n"+quotedRows.String())
+	if err != nil {
+		t.Fatalf("quoted commas after a bare quote: %v", err)
+	}
+	if len(rows) != max+1 || rows[0].issue != ReasonCSVSyntax {
+		t.Fatalf("%d rows, the first %+v: want the bare quote's row refused and the %d after it read", len(rows), rows[0], max)
+	}
+	_, err = readAll(t, f, hdr+"k1,24\" monitor,5,,,\nk2"+strings.Repeat(",", 10*max)+"\n")
+	if fe := (*FileError)(nil); !errors.As(err, &fe) || fe.Reason != ReasonRecordTooLarge || fe.Line != 3 {
+		t.Fatalf("a line of empty fields after a bare quote: %v, want record_too_large at line 3", err)
 	}
 	for _, sep := range []string{",", "§"} {
 		g := feed(t)

@@ -15,7 +15,7 @@ const (
 	WorkerIDRule  = `^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$`
 	IdentRule     = `^[a-z_][a-z0-9_]{0,62}$`
 	TargetRule    = `^([a-z_][a-z0-9_]{0,62}\.)?[a-z_][a-z0-9_]{0,62}$`
-	EnvNameRule   = `^[A-Za-z_][A-Za-z0-9_]{0,127}$`
+	EnvNameRule   = `^[A-Za-z_][A-Za-z0-9_.-]{0,127}$`
 	SHA256HexRule = `^[0-9a-f]{64}$`
 )
 
@@ -49,10 +49,13 @@ func Target(s string) bool {
 	return Ident(s)
 }
 
-// EnvName reports whether s is an environment variable name (EnvNameRule).
+// EnvName reports whether s is an environment variable name (EnvNameRule):
+// POSIX's letters, digits and '_', and the '.' and '-' Kubernetes allows.
+// A URL, a passphrase with spaces or punctuation is none: settings that
+// name a variable holding a secret refuse it without printing it back.
 func EnvName(s string) bool {
 	return shaped(s, 128, func(c byte) bool { return letter(c) || c == '_' },
-		func(c byte) bool { return alnum(c) || c == '_' })
+		func(c byte) bool { return alnum(c) || c == '_' || c == '.' || c == '-' })
 }
 
 // SHA256Hex reports whether s is a sha256 digest in lower-case hex

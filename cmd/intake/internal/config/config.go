@@ -147,7 +147,7 @@ func (f *File) Validate() error {
 	if f.Database.URLEnv != "" && !names.EnvName(f.Database.URLEnv) {
 		// never echoed: a URL typed here in place of a variable's name
 		// holds the password
-		return errors.New("database.url_env: must be the name of an environment variable (letters, digits, '_'), not the URL itself")
+		return errors.New("database.url_env: must be the name of an environment variable (letters, digits, '_', '.', '-'), not the URL itself")
 	}
 	if f.Database.MaxConns != 0 && (f.Database.MaxConns < 2 || f.Database.MaxConns > 500) {
 		return fmt.Errorf("database.max_conns: %d must be 0 (the default) or between 2 and 500", f.Database.MaxConns)
