@@ -20,6 +20,7 @@ import (
 	"github.com/partner-intake/partner-intake/internal/fault"
 	"github.com/partner-intake/partner-intake/internal/testenv"
 	"github.com/partner-intake/partner-intake/partners"
+	"github.com/partner-intake/partner-intake/reconcile"
 	"github.com/partner-intake/partner-intake/spool"
 )
 
@@ -43,6 +44,27 @@ type rig struct {
 	reg      *prometheus.Registry
 	d        *intake.Daemon
 	spoolDir string
+}
+
+// reconcileOnce runs a reconciler of worker w1 on the rig's spool once
+// (a released file is taken over by it, then polled).
+func (r *rig) reconcileOnce(sites ...*testenv.Site) {
+	r.t.Helper()
+	sp, err := spool.New(r.spoolDir)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	var cfgs []partners.Config
+	for _, s := range sites {
+		cfgs = append(cfgs, s.Validated(r.t))
+	}
+	rec, err := reconcile.New(reconcile.Config{}, "w1", 30*time.Second, r.pool, sp, cfgs, prometheus.NewRegistry(), testenv.Logger(r.t), nil)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	if _, err := rec.RunOnce(context.Background()); err != nil {
+		r.t.Fatal(err)
+	}
 }
 
 func newRig(t *testing.T, pool *pgxpool.Pool, worker string, sites ...*testenv.Site) *rig {

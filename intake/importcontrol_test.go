@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/partner-intake/partner-intake/intake"
@@ -18,8 +17,6 @@ import (
 	"github.com/partner-intake/partner-intake/internal/fault"
 	"github.com/partner-intake/partner-intake/internal/testenv"
 	"github.com/partner-intake/partner-intake/partners"
-	"github.com/partner-intake/partner-intake/reconcile"
-	"github.com/partner-intake/partner-intake/spool"
 )
 
 // issues returns the row issues of an intake as "line:reason:outcome".
@@ -525,18 +522,7 @@ func TestMappingIsFrozenWithTheFile(t *testing.T) {
 			Partners: []string{tc.partner}, Worker: intake.OpsWorker("ops")}); err != nil {
 			t.Fatal(err)
 		}
-		sp, err := spool.New(r2.spoolDir)
-		if err != nil {
-			t.Fatal(err)
-		}
-		rec, err := reconcile.New(reconcile.Config{}, "w1", 30*time.Second, pool, sp,
-			[]partners.Config{site.Validated(t)}, prometheus.NewRegistry(), testenv.Logger(t), nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := rec.RunOnce(ctx); err != nil {
-			t.Fatal(err)
-		}
+		r2.reconcileOnce(site)
 		r2.poll(tc.partner)
 		f = files(t, pool, tc.partner)[0]
 		if f.State != "archived" || f.Total != 5 || f.Applied != 3 || f.Unchanged != 2 || f.Chunks != 1 {

@@ -141,9 +141,9 @@ func (e *errReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// pgpHeadBytes bounds the armor's header lines, and the session-key
-// packets before the encrypted data (pgpHead); pgpHeadPackets bounds how
-// many such packets there are. go-crypto grows an armor header line by
+// pgpHeadBytes bounds the session-key packets before the encrypted data
+// (pgpHead), pgpHeadPackets how many there are, armorHeadBytes the
+// armor's header lines. go-crypto grows an armor header line by
 // copying it, keeps every session-key packet it reads until the
 // encrypted data, and tries a private-key operation for each one naming
 // intake's key (its id is public): a file of them alone would otherwise
@@ -152,6 +152,7 @@ func (e *errReader) Read(p []byte) (int, error) {
 const (
 	pgpHeadBytes   = 1 << 20
 	pgpHeadPackets = 512
+	armorHeadBytes = 64 << 10 // the armor's header lines: a Version and a Comment or two
 )
 
 // pgpHead reads the packets that open an OpenPGP message before its
@@ -280,14 +281,14 @@ func (r *fileRun) decrypt(f io.Reader, max int64) (spool.Entry, *heldFor, error)
 		}
 	}
 	disk := &errReader{r: f} // the spool's own read errors are not the partner's
-	head := &headBudget{r: disk, left: pgpHeadBytes}
+	head := &headBudget{r: disk, left: armorHeadBytes}
 	in := bufio.NewReader(head)
 	var src io.Reader = in
 	if peek, _ := in.Peek(64); bytes.Contains(peek, []byte("-----BEGIN PGP")) {
 		blk, err := armor.Decode(in) // reads the header lines; the body as it is read
 		switch {
 		case head.over:
-			return spool.Entry{}, &heldFor{ReasonPGPCorrupt, fmt.Sprintf("the armor's header lines take more than %d bytes", pgpHeadBytes)}, nil
+			return spool.Entry{}, &heldFor{ReasonPGPCorrupt, fmt.Sprintf("the armor's header lines take more than %d bytes", armorHeadBytes)}, nil
 		case err != nil:
 			return spool.Entry{}, &heldFor{ReasonPGPCorrupt, "the armored data cannot be read"}, nil
 		}

@@ -146,8 +146,8 @@ func TestPGPFiles(t *testing.T) {
 	sw.Write(good)
 	sw.Close()
 	// session-key packets (symmetric, 6 bytes each) ahead of a good
-	// message, past what a message to a score of recipients needs
-	flood := bytes.Repeat([]byte{0xc3, 0x04, 0x04, 0x09, 0x00, 0x08}, 100)
+	// message: 600, past the 512 a message to many recipients may need
+	flood := bytes.Repeat([]byte{0xc3, 0x04, 0x04, 0x09, 0x00, 0x08}, 600)
 	flood = append(flood, pgpMessage(t, []byte(testenv.OrdersCSV("F", 2)), us, partner, false)...)
 	// an armor header line of 70 KiB
 	armored := pgpMessage(t, []byte(testenv.OrdersCSV("K", 2)), us, partner, true)

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/partner-intake/partner-intake/intake"
 	"github.com/partner-intake/partner-intake/intake/ledger"
@@ -19,8 +18,6 @@ import (
 	"github.com/partner-intake/partner-intake/internal/fault"
 	"github.com/partner-intake/partner-intake/internal/testenv"
 	"github.com/partner-intake/partner-intake/partners"
-	"github.com/partner-intake/partner-intake/reconcile"
-	"github.com/partner-intake/partner-intake/spool"
 )
 
 // The poison matrix (docs/failure-matrix.md, "Poison"): values the feed
@@ -423,17 +420,7 @@ func TestARefusedValueInASmallFileLeavesItsGroup(t *testing.T) {
 // rejected again), its totals reconcile and its receipt says so.
 func TestAReleasedFileThatFailedPartWayIsAppliedWhole(t *testing.T) {
 	_, pool := testenv.DB(t)
-	exec(t, pool, `CREATE TABLE poison_on (on_ bool);
-		INSERT INTO poison_on VALUES (true);
-		CREATE FUNCTION poison() RETURNS trigger LANGUAGE plpgsql AS $$
-		BEGIN
-		    IF NEW.order_id = 'P-5' AND EXISTS (SELECT 1 FROM poison_on) THEN
-		        RAISE EXCEPTION 'busy' USING ERRCODE = '40001';
-		    END IF;
-		    RETURN NEW;
-		END $$;
-		CREATE TRIGGER poison BEFORE INSERT OR UPDATE ON orders FOR EACH ROW EXECUTE FUNCTION poison();
-		ALTER TABLE orders ADD CONSTRAINT not_p1 CHECK (order_id <> 'P-1')`)
+	poison(t, pool, "P-5", "P-1")
 	site := testenv.NewSite(t, "acme")
 	site.Config.Feeds[0].ChunkRows = 2 // P-1,P-2 | P-3,P-4 | P-5,P-6
 	site.Drop(t, "orders-p.csv", testenv.OrdersCSV("P", 6))
@@ -460,18 +447,7 @@ func TestAReleasedFileThatFailedPartWayIsAppliedWhole(t *testing.T) {
 	if attempts != 0 {
 		t.Fatalf("a released file keeps %d attempts, want a fresh budget", attempts)
 	}
-	sp, err := spool.New(r.spoolDir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rec, err := reconcile.New(reconcile.Config{}, "w1", 30*time.Second, pool, sp,
-		[]partners.Config{site.Validated(t)}, prometheus.NewRegistry(), testenv.Logger(t), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := rec.RunOnce(ctx); err != nil {
-		t.Fatal(err)
-	}
+	r.reconcileOnce(site)
 	r.poll("acme")
 	f = files(t, pool, "acme")[0]
 	if f.State != "archived" || f.Total != 6 || f.Applied != 2 || f.Unchanged != 3 || f.Rejected != 1 || f.Confl != 0 || f.Chunks != 3 {
@@ -503,17 +479,7 @@ func TestAReleasedOrDiscardedFileLeavesNoStaleReport(t *testing.T) {
 	for _, decision := range []string{"release", "discard"} {
 		t.Run(decision, func(t *testing.T) {
 			_, pool := testenv.DB(t)
-			exec(t, pool, `CREATE TABLE poison_on (on_ bool);
-				INSERT INTO poison_on VALUES (true);
-				CREATE FUNCTION poison() RETURNS trigger LANGUAGE plpgsql AS $$
-				BEGIN
-				    IF NEW.order_id = 'P-5' AND EXISTS (SELECT 1 FROM poison_on) THEN
-				        RAISE EXCEPTION 'busy' USING ERRCODE = '40001';
-				    END IF;
-				    RETURN NEW;
-				END $$;
-				CREATE TRIGGER poison BEFORE INSERT OR UPDATE ON orders FOR EACH ROW EXECUTE FUNCTION poison();
-				ALTER TABLE orders ADD CONSTRAINT not_p1 CHECK (order_id <> 'P-1')`)
+			poison(t, pool, "P-5", "P-1")
 			site := testenv.NewSite(t, "acme")
 			site.Config.Feeds[0].ChunkRows = 2 // P-1,P-2 | P-3,P-4 | P-5,P-6
 			site.Drop(t, "orders-p.csv", testenv.OrdersCSV("P", 6))
@@ -561,18 +527,7 @@ func TestAReleasedOrDiscardedFileLeavesNoStaleReport(t *testing.T) {
 			if err := ops.Release(ctx, pool, d); err != nil {
 				t.Fatal(err)
 			}
-			sp, err := spool.New(r.spoolDir)
-			if err != nil {
-				t.Fatal(err)
-			}
-			rec, err := reconcile.New(reconcile.Config{}, "w1", 30*time.Second, pool, sp,
-				[]partners.Config{site.Validated(t)}, prometheus.NewRegistry(), testenv.Logger(t), nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if _, err := rec.RunOnce(ctx); err != nil {
-				t.Fatal(err)
-			}
+			r.reconcileOnce(site)
 			r.poll("acme")
 			f = files(t, pool, "acme")[0]
 			if f.State != "archived" || f.Rejected != 0 || f.Rejects != "" {
@@ -635,16 +590,7 @@ func TestADiscardReplacesTheReceiptOfAFileHeldBeforeItSpooled(t *testing.T) {
 // decision (accepted), not a held file beside an accepted receipt.
 func TestAHoldNeverRecordedIsUndoneByTheNextDecision(t *testing.T) {
 	_, pool := testenv.DB(t)
-	exec(t, pool, `CREATE TABLE poison_on (on_ bool);
-		INSERT INTO poison_on VALUES (true);
-		CREATE FUNCTION poison() RETURNS trigger LANGUAGE plpgsql AS $$
-		BEGIN
-		    IF NEW.order_id = 'H-2' AND EXISTS (SELECT 1 FROM poison_on) THEN
-		        RAISE EXCEPTION 'busy' USING ERRCODE = '40001';
-		    END IF;
-		    RETURN NEW;
-		END $$;
-		CREATE TRIGGER poison BEFORE INSERT OR UPDATE ON orders FOR EACH ROW EXECUTE FUNCTION poison();`)
+	poison(t, pool, "H-2", "")
 	site := testenv.NewSite(t, "acme")
 	site.Drop(t, "orders-h.csv", testenv.OrdersCSV("H", 3))
 	r := newRigCfg(t, pool, intake.Config{WorkerID: "w1", Lease: 30 * time.Second, SpoolMinFree: 1,
@@ -677,5 +623,26 @@ func TestAHoldNeverRecordedIsUndoneByTheNextDecision(t *testing.T) {
 	}
 	if rc := receipt(t, site, f.Receipt); rc.Outcome != intake.OutcomeAccepted || rc.Detail != "" {
 		t.Fatalf("receipt %+v: want accepted, nothing lost", rc)
+	}
+}
+
+// poison makes the target fail the row whose order_id is busy with
+// SQLSTATE 40001 (a retryable error) while poison_on holds a row (the fix:
+// DELETE FROM poison_on), and refuse the row refused by a CHECK (not_p1)
+// unless refused is "".
+func poison(t *testing.T, pool *pgxpool.Pool, busy, refused string) {
+	t.Helper()
+	exec(t, pool, `CREATE TABLE poison_on (on_ bool);
+		INSERT INTO poison_on VALUES (true);
+		CREATE FUNCTION poison() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN
+		    IF NEW.order_id = '`+busy+`' AND EXISTS (SELECT 1 FROM poison_on) THEN
+		        RAISE EXCEPTION 'busy' USING ERRCODE = '40001';
+		    END IF;
+		    RETURN NEW;
+		END $$;
+		CREATE TRIGGER poison BEFORE INSERT OR UPDATE ON orders FOR EACH ROW EXECUTE FUNCTION poison()`)
+	if refused != "" {
+		exec(t, pool, `ALTER TABLE orders ADD CONSTRAINT not_p1 CHECK (order_id <> '`+refused+`')`)
 	}
 }
