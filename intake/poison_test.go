@@ -419,17 +419,7 @@ func TestARefusedValueInASmallFileLeavesItsGroup(t *testing.T) {
 // (rows it wrote before count as unchanged, the row the target refuses is
 // rejected again), its totals reconcile and its receipt says so.
 func TestAReleasedFileThatFailedPartWayIsAppliedWhole(t *testing.T) {
-	_, pool := testenv.DB(t)
-	poison(t, pool, "P-5", "P-1")
-	site := testenv.NewSite(t, "acme")
-	site.Config.Feeds[0].ChunkRows = 2 // P-1,P-2 | P-3,P-4 | P-5,P-6
-	site.Drop(t, "orders-p.csv", testenv.OrdersCSV("P", 6))
-	r := newRigCfg(t, pool, intake.Config{WorkerID: "w1", Lease: 30 * time.Second, SpoolMinFree: 1,
-		Retry: intake.RetryPolicy{Attempts: 2, Base: time.Millisecond, Max: time.Millisecond}}, site)
-	r.poll("acme")
-	time.Sleep(5 * time.Millisecond) // past the next attempt (1 ms)
-	r.poll("acme")
-	f := files(t, pool, "acme")[0]
+	pool, site, r, f := failedPartWay(t)
 	if f.State != "failed_terminal" || f.Reason != string(intake.ReasonRetriesExhausted) || f.Chunks != 2 {
 		t.Fatalf("%+v: want failed_terminal retries_exhausted after 2 chunks", f)
 	}
@@ -478,17 +468,7 @@ func TestAReleasedFileThatFailedPartWayIsAppliedWhole(t *testing.T) {
 func TestAReleasedOrDiscardedFileLeavesNoStaleReport(t *testing.T) {
 	for _, decision := range []string{"release", "discard"} {
 		t.Run(decision, func(t *testing.T) {
-			_, pool := testenv.DB(t)
-			poison(t, pool, "P-5", "P-1")
-			site := testenv.NewSite(t, "acme")
-			site.Config.Feeds[0].ChunkRows = 2 // P-1,P-2 | P-3,P-4 | P-5,P-6
-			site.Drop(t, "orders-p.csv", testenv.OrdersCSV("P", 6))
-			r := newRigCfg(t, pool, intake.Config{WorkerID: "w1", Lease: 30 * time.Second, SpoolMinFree: 1,
-				Retry: intake.RetryPolicy{Attempts: 2, Base: time.Millisecond, Max: time.Millisecond}}, site)
-			r.poll("acme")
-			time.Sleep(5 * time.Millisecond) // past the next attempt (1 ms)
-			r.poll("acme")
-			f := files(t, pool, "acme")[0]
+			pool, site, r, f := failedPartWay(t)
 			if f.State != "failed_terminal" || f.Chunks != 2 || f.Rejects == "" {
 				t.Fatalf("%+v: want failed_terminal after 2 chunks with a rejects report", f)
 			}
@@ -645,4 +625,23 @@ func poison(t *testing.T, pool *pgxpool.Pool, busy, refused string) {
 	if refused != "" {
 		exec(t, pool, `ALTER TABLE orders ADD CONSTRAINT not_p1 CHECK (order_id <> '`+refused+`')`)
 	}
+}
+
+// failedPartWay is a file that failed for good part way: a retryable
+// error (SQLSTATE 40001) on P-5 past its retry budget of two attempts,
+// after two of its three chunks committed, P-1 refused by a CHECK.
+func failedPartWay(t *testing.T) (*pgxpool.Pool, *testenv.Site, *rig, fileRow) {
+	t.Helper()
+	_, pool := testenv.DB(t)
+	poison(t, pool, "P-5", "P-1")
+	site := testenv.NewSite(t, "acme")
+	site.Config.Feeds[0].ChunkRows = 2 // P-1,P-2 | P-3,P-4 | P-5,P-6
+	site.Drop(t, "orders-p.csv", testenv.OrdersCSV("P", 6))
+	r := newRigCfg(t, pool, intake.Config{WorkerID: "w1", Lease: 30 * time.Second, SpoolMinFree: 1,
+		Retry: intake.RetryPolicy{Attempts: 2, Base: time.Millisecond, Max: time.Millisecond}}, site)
+	r.poll("acme")
+	time.Sleep(5 * time.Millisecond) // past the next attempt (1 ms)
+	r.poll("acme")
+	f := files(t, pool, "acme")[0]
+	return pool, site, r, f
 }

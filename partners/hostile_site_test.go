@@ -88,11 +88,7 @@ func TestAListingsImpossibleNamesAndSizesAreLeftOut(t *testing.T) {
 			if one {
 				srv.OneSubsystemPerConnection()
 			}
-			s, err := partners.Dial(context.Background(), p)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer s.Close()
+			s := dialed(t, p)
 			if partners.ListsOnItsOwnChannel(s) == one {
 				t.Fatalf("listing channel %v, want %v", partners.ListsOnItsOwnChannel(s), !one)
 			}
@@ -152,11 +148,7 @@ func TestAListingThatNeverEndsFails(t *testing.T) {
 		os.WriteFile(filepath.Join(root, "ready", fmt.Sprintf("f%03d.csv", i)), nil, 0o644)
 	}
 	srv, p := inProcessSite(t, root)
-	s, err := partners.Dial(context.Background(), p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := dialed(t, p)
 	count := func() (int, error) {
 		n := 0
 		err := s.ListDir(context.Background(), s.Layout.ReadyDir(), func(os.FileInfo) error { n++; return nil })
@@ -220,11 +212,7 @@ func TestAStatOfAnImpossibleSizeIsRefused(t *testing.T) {
 	os.MkdirAll(filepath.Join(root, "ready"), 0o755)
 	os.WriteFile(filepath.Join(root, "ready", "a.csv"), []byte("x"), 0o644)
 	srv, p := inProcessSite(t, root)
-	s, err := partners.Dial(context.Background(), p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := dialed(t, p)
 	f := s.Layout.Ready("a.csv")
 	if fi, err := s.Stat(f); err != nil || fi.Size() != 1 {
 		t.Fatalf("a true stat: %v %v", fi, err)

@@ -20,11 +20,7 @@ import (
 // is a not-exist error, after which the channel goes on.
 func TestReadWholeReturnsTheFileUpToItsLimit(t *testing.T) {
 	p := partner(t)
-	s, err := partners.Dial(context.Background(), p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := dialed(t, p)
 	const limit = 70000 // three READs of at most 32 KiB
 	for _, n := range []int{0, 300, 32 << 10, 65536, limit, limit + 5000} {
 		body := bytes.Repeat([]byte("0123456789abcdef"), n/16+1)[:n]
@@ -56,11 +52,7 @@ func TestAShortReadingSiteStillGivesTheWholeManifest(t *testing.T) {
 	root := t.TempDir()
 	srv, p := inProcessSite(t, root)
 	srv.ShortReads(100)
-	s, err := partners.Dial(context.Background(), p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := dialed(t, p)
 	man := fmt.Sprintf(`{"bytes": 12, "sha256": %q, "batch_id": %q}`, strings.Repeat("ab", 32), strings.Repeat("b", 200))
 	if err := os.WriteFile(filepath.Join(root, "m.complete"), []byte(man), 0o644); err != nil {
 		t.Fatal(err)

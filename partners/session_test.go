@@ -49,6 +49,17 @@ func partner(t *testing.T) *partners.Config {
 	return p
 }
 
+// dialed is a session to p's site, closed when the test ends.
+func dialed(t *testing.T, p *partners.Config) *partners.Session {
+	t.Helper()
+	s, err := partners.Dial(context.Background(), p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
 func TestPinnedHostKeyConnectsToOpenSSH(t *testing.T) {
 	p := partner(t)
 	s, err := partners.Dial(context.Background(), p)
