@@ -75,9 +75,8 @@ func (r *fileRun) archiveRemote(ctx context.Context, outcome Outcome, dupOf int6
 		return "", "", err
 	}
 	if in.ManifestName != "" && !lost && in.ReplayOf == 0 {
-		src := path.Join(path.Dir(in.ClaimedPath), in.ManifestName)
-		if _, err := moveOnce(r.sess, src, []string{dst + partners.ManifestSuffix}); err != nil && !errors.Is(err, ErrRemoteLost) {
-			return "", "", fmt.Errorf("archive manifest: %w", err)
+		if err := r.archiveManifest(dst); err != nil {
+			return "", "", err
 		}
 	}
 	rc := r.receipt(outcome, dupOf, lost)
@@ -88,6 +87,16 @@ func (r *fileRun) archiveRemote(ctx context.Context, outcome Outcome, dupOf int6
 		return "", "", err
 	}
 	return endState(outcome), reasonOf(outcome), nil
+}
+
+// archiveManifest moves the file's manifest from beside its claim to
+// beside its archived copy dst; one already gone is no error.
+func (r *fileRun) archiveManifest(dst string) error {
+	src := path.Join(path.Dir(r.in.ClaimedPath), r.in.ManifestName)
+	if _, err := moveOnce(r.sess, src, []string{dst + partners.ManifestSuffix}); err != nil && !errors.Is(err, ErrRemoteLost) {
+		return fmt.Errorf("archive manifest: %w", err)
+	}
+	return nil
 }
 
 // reclaimHeld takes the file back from quarantine/ into the archive when
@@ -119,8 +128,8 @@ func (r *fileRun) reclaimHeld(ctx context.Context, dir string) (dst string, ok b
 	if _, err := moveOnce(r.sess, held+partners.ManifestSuffix, []string{dst + partners.ManifestSuffix}); err != nil && !errors.Is(err, ErrRemoteLost) {
 		return "", false, fmt.Errorf("archive manifest from quarantine: %w", err)
 	}
-	if err := r.sess.Remove(path.Join(qdir, reasonName(path.Base(held)))); err != nil && !partners.IsNotExist(err) {
-		return "", false, fmt.Errorf("remove the reason file of a hold never recorded: %w", err)
+	if err := r.removeReason(); err != nil {
+		return "", false, err
 	}
 	r.log.Warn("the file was in quarantine/ from a hold whose end was never recorded; archived from there", "quarantine_path", held)
 	return dst, true, nil

@@ -3,13 +3,11 @@ package intake
 import (
 	"context"
 	"errors"
-	"fmt"
 	"path"
 	"sync"
 	"sync/atomic"
 
 	"github.com/partner-intake/partner-intake/internal/fault"
-	"github.com/partner-intake/partner-intake/partners"
 )
 
 // The archive's site steps made ready while the file downloads. A file's
@@ -151,14 +149,14 @@ func (r *fileRun) archiveStaged(ctx context.Context, st *staged, rc Receipt) (ok
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, manErr = moveOnce(r.sess, path.Join(path.Dir(in.ClaimedPath), in.ManifestName), []string{dst + partners.ManifestSuffix})
+			manErr = r.archiveManifest(dst)
 		}()
 	}
 	p, err := st.publish(path.Join(r.sess.Layout.ReportsDir(), name))
 	wg.Wait()
-	if manErr != nil && !errors.Is(manErr, ErrRemoteLost) {
+	if manErr != nil {
 		// the step runs again (archiveRemote's way, the moves made stay)
-		return true, fmt.Errorf("archive manifest: %w", manErr)
+		return true, manErr
 	}
 	if errors.Is(err, fault.ErrInjected) {
 		return true, err

@@ -58,7 +58,7 @@ func (r *pollRecorder) add(partner string, pollErr error, ready int, oldest time
 	if pollErr == nil {
 		n.okAt, n.ready, n.oldest = time.Now(), ready, oldest
 	} else {
-		n.errAt, n.err = time.Now(), errorText(pollErr)
+		n.errAt, n.err = time.Now(), pgerr.Redact(pollErr) // made a storable text by ledger.RecordPolls
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -71,14 +71,6 @@ func (r *pollRecorder) add(partner string, pollErr error, ready int, oldest time
 	}
 	r.pending[partner] = &n
 }
-
-// errorText is what is recorded of a poll's error: redacted of database
-// values, valid UTF-8 without NUL (a server's message can be anything, and
-// PostgreSQL refuses either in text), at most 500 bytes on a character
-// boundary.
-func errorText(err error) string { return ledger.Text(pgerr.Redact(err), maxErrorText) }
-
-const maxErrorText = 500
 
 // write writes every pending outcome in one statement. Outcomes a write
 // could not store are kept for the next write (merged with those noted

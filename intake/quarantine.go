@@ -106,6 +106,12 @@ func (r *fileRun) dropStaleReason() error {
 	if r.in.Override == "" || r.feed == nil {
 		return nil // never released
 	}
+	return r.removeReason()
+}
+
+// removeReason removes the file's reason file from quarantine/ (gone
+// already is fine).
+func (r *fileRun) removeReason() error {
 	p := path.Join(r.sess.Layout.QuarantineDir(), reasonName(heldName(r.in.ID, r.in.RemoteName)))
 	if err := r.sess.Remove(p); err != nil && !partners.IsNotExist(err) {
 		return fmt.Errorf("remove stale reason file: %w", err)

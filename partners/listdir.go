@@ -7,13 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"os"
 	"path"
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -78,23 +76,33 @@ func (s *Session) listDir(ctx context.Context, dir string, fn func(os.FileInfo) 
 			return err
 		}
 		for _, e := range ents {
-			// pkg/sftp leaves out the names "." and "..", and passes
-			// path.Base of the rest: "/" stays "/", "" becomes "."
-			// ("a/../b" becomes "b", which no check here can tell)
-			if name := e.Name(); !OneName(name) || name == "." || name == ".." {
-				s.impossible.Add(1)
-				continue
-			}
-			if e.Size() < 0 { // a size no file has (2^63 bytes or more)
-				e = irregular{e}
-			}
-			if err := fn(e); err != nil {
+			if err := s.possible(fn)(e); err != nil {
 				return err
 			}
 		}
 		return nil
 	}
-	return s.Deadline(c.list(ctx, dir, fn, &s.impossible))
+	return s.Deadline(c.list(ctx, dir, s.possible(fn)))
+}
+
+// possible hands fn what a listing may hold, both channels alike: a name
+// no directory holds ("/", "a/../b", "", NUL: OneName) is left out and
+// counted (TakeImpossibleNames), and an entry whose size no file has
+// (2^63 bytes or more, negative once it is an int64) is irregular. pkg/sftp
+// leaves out the names "." and "..", and passes path.Base of the rest: "/"
+// stays "/", "" becomes "." ("a/../b" becomes "b", which no check can
+// tell); the listing channel leaves "." and ".." out itself.
+func (s *Session) possible(fn func(os.FileInfo) error) func(os.FileInfo) error {
+	return func(e os.FileInfo) error {
+		if name := e.Name(); !OneName(name) || name == "." || name == ".." {
+			s.impossible.Add(1)
+			return nil
+		}
+		if e.Size() < 0 {
+			e = irregular{e}
+		}
+		return fn(e)
+	}
 }
 
 // irregular is an entry whose size no file has: never taken for a
@@ -532,7 +540,7 @@ func str(s string) []byte { return append(u32(uint32(len(s))), s...) }
 // next batch, or the end, is on its way while one is read), and a CLOSE
 // whose reply is not waited for (closeHandle). A directory that fits in
 // one READDIR reply costs two round trips, not four.
-func (c *rawSFTP) list(ctx context.Context, dir string, fn func(os.FileInfo) error, impossible *atomic.Int64) error {
+func (c *rawSFTP) list(ctx context.Context, dir string, fn func(os.FileInfo) error) error {
 	r, err := c.start(fxpOpendir, str(dir))
 	if err != nil {
 		return err
@@ -603,10 +611,6 @@ func (c *rawSFTP) list(ctx context.Context, dir string, fn func(os.FileInfo) err
 				if dots++; dots > 2 {
 					return fmt.Errorf("sftp: %q listed again: %w", name, ErrEndlessListing)
 				}
-				continue
-			}
-			if !OneName(name) {
-				impossible.Add(1)
 				continue
 			}
 			err := fn(fi)
@@ -713,15 +717,8 @@ func (d *decoder) str() string {
 func (d *decoder) attrs(name string) *entryInfo {
 	fi := &entryInfo{name: name, mode: os.ModeIrregular}
 	flags := d.u32()
-	badSize := false
 	if flags&attrSize != 0 {
-		// a size of 2^63 bytes or more is none a file has: the entry is
-		// irregular (never read), and no negative size goes on
-		if sz := d.u64(); sz > math.MaxInt64 {
-			badSize = true
-		} else {
-			fi.size = int64(sz)
-		}
+		fi.size = int64(d.u64()) // 2^63 or more is negative: Session.possible
 	}
 	if flags&attrUIDGID != 0 {
 		d.u32()
@@ -739,9 +736,6 @@ func (d *decoder) attrs(name string) *entryInfo {
 			d.str()
 			d.str()
 		}
-	}
-	if badSize {
-		fi.mode = os.ModeIrregular
 	}
 	return fi
 }

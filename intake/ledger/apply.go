@@ -243,7 +243,7 @@ func (l *Ledger) RecordAttempt(ctx context.Context, in *Intake, lastErr string, 
 		    first_failed_at = coalesce(first_failed_at, now()),
 		    next_attempt_at = now() + CASE WHEN attempts = 0 THEN interval '0'
 		        ELSE least($3::interval * power(2, attempts - 1), $4::interval) * (0.75 + random() / 2) END,
-		    last_error = left($5, 1000), updated_at = now()
+		    last_error = $5, updated_at = now()
 		WHERE intake_id = $1 AND fencing_token = $2 AND state = ANY($6)
 		RETURNING attempts, now() - first_failed_at`,
 		in.ID, in.Token, base, max, Text(lastErr, 1000), liveStates).Scan(&n, &age)

@@ -73,7 +73,8 @@ func (l *Ledger) RecordPolls(ctx context.Context, worker string, polls []PollRec
 		if !p.ErrAt.IsZero() {
 			us := time.Since(p.ErrAt).Microseconds()
 			errAgo[i] = &us
-			errText[i] = &polls[i].Err
+			t := Text(polls[i].Err, maxPollError)
+			errText[i] = &t
 		}
 	}
 	_, err = conn.Exec(ctx, recordPollsSQL,
@@ -234,3 +235,8 @@ func (l *Ledger) Progress(ctx context.Context) (finished int, rowsDone, rows int
 func (l *Ledger) Files(ctx context.Context, partner string) ([]*Intake, error) {
 	return l.query(ctx, `partner_id = $1`, partner)
 }
+
+// maxPollError bounds a poll's recorded error text: Text makes it valid
+// UTF-8 without NUL (a server's message can be anything, and PostgreSQL
+// refuses either in text), cut on a character's start.
+const maxPollError = 500

@@ -20,6 +20,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/hmac"
+	"crypto/md5"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -30,6 +31,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"os"
+	"regexp"
 	"strconv"
 	"sync"
 	"time"
@@ -375,15 +377,13 @@ func transportError(err error) string {
 	return "request failed"
 }
 
-// redactURL is the URL's scheme, host and path, for logs.
+// redactURL is the URL as logs show it, and as `notify dead` lists it
+// (ledger shownURL), which redeliver takes: its scheme and host, "/…" for
+// a path or query (the receiver's token, Slack's or Teams'), and a hash.
 func redactURL(raw string) string {
-	req, err := http.NewRequest(http.MethodPost, raw, nil)
-	if err != nil {
-		return "?"
-	}
-	u := req.URL.Scheme + "://" + req.URL.Host
-	if req.URL.Path != "" && req.URL.Path != "/" {
-		u += "/…" // a path may be the receiver's token (Slack's, Teams')
-	}
-	return u
+	sum := md5.Sum([]byte(raw))
+	return urlRest.ReplaceAllString(raw, "$1/…") + " #" + hex.EncodeToString(sum[:4])
 }
+
+// urlRest is ledger shownURL's pattern.
+var urlRest = regexp.MustCompile(`^(?i)([a-z][a-z0-9+.-]*://[^/?#]*)[/?#].+$`)

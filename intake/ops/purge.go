@@ -4,11 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/partner-intake/partner-intake/intake"
 	"io/fs"
 	"os"
 	"path"
 	"path/filepath"
-	"regexp"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -93,9 +94,11 @@ type Purged struct {
 // ErrPurgeRunning: another replica's purge holds the lock.
 var ErrPurgeRunning = errors.New("another purge is running")
 
-// reportName: a receipt or a rejects report, sealed (intake.EncryptedSuffix)
-// or not.
-var reportName = regexp.MustCompile(`\.(receipt\.json|rejects\.csv)(\.asc)?$`)
+// isReport: a receipt or a rejects report, sealed or not.
+func isReport(name string) bool {
+	name = strings.TrimSuffix(name, intake.EncryptedSuffix)
+	return strings.HasSuffix(name, intake.ReceiptSuffix) || strings.HasSuffix(name, intake.RejectsSuffix)
+}
 
 // Purge removes what is past its retention, per partner, and says what it
 // removed. Nothing a file in flight or held for ops still needs is touched.
@@ -225,7 +228,7 @@ func purgeReports(ctx context.Context, p *partners.Config, cutoff time.Time, res
 	// listing rather than while it runs
 	var old []string
 	err = s.ListDir(ctx, dir, func(e os.FileInfo) error {
-		if e.Mode().IsRegular() && reportName.MatchString(e.Name()) && e.ModTime().Before(cutoff) {
+		if e.Mode().IsRegular() && isReport(e.Name()) && e.ModTime().Before(cutoff) {
 			old = append(old, e.Name())
 		}
 		return nil

@@ -73,7 +73,7 @@ func newCheck(c partners.Column) check {
 				// to even): rounded here alike, so two values one
 				// PostgreSQL holds as one are one in the chunk's dedupe
 				// too (.NET's round-trip format writes 100 ns)
-				t = microseconds(t)
+				t = Microseconds(t)
 				return t.UTC().Format(time.RFC3339Nano), ""
 			}
 			if layout == time.RFC3339 && len(s) == len("2006-01-02T15:04:05Z") && s[len(s)-1] == 'Z' {
@@ -201,9 +201,9 @@ func validEmail(s string) bool {
 	return true
 }
 
-// microseconds rounds t to a microsecond as PostgreSQL reads a timestamp
+// Microseconds rounds t to a microsecond as PostgreSQL reads a timestamp
 // (rint: half to even).
-func microseconds(t time.Time) time.Time {
+func Microseconds(t time.Time) time.Time {
 	base := t.Truncate(time.Microsecond)
 	r := t.Nanosecond() % 1000
 	if r > 500 || (r == 500 && (base.Nanosecond()/1000)%2 == 1) {

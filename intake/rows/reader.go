@@ -98,7 +98,7 @@ func NewReader(r io.Reader, feed *partners.Feed, maxRows int64) (*Reader, error)
 		// undefined bytes decode to U+FFFD, refused below as invalid
 		src = charmap.Windows1252.NewDecoder().Reader(g)
 	}
-	rl := &recordLimit{r: src, max: int64(RecordBytes(feed)), next: 1, at: 1, from: 1, comma: []byte(feed.CSV.Delimiter), maxFields: MaxFields(feed), columns: len(feed.Columns)}
+	rl := &recordLimit{r: src, max: int64(RecordBytes(feed)), next: 1, from: 1, comma: []byte(feed.CSV.Delimiter), maxFields: MaxFields(feed), columns: len(feed.Columns)}
 	c := csv.NewReader(rl)
 	c.Comma, _ = utf8.DecodeRuneInString(feed.CSV.Delimiter)
 	c.FieldsPerRecord = -1
@@ -313,7 +313,7 @@ type recordLimit struct {
 	columns   int
 	fields    int
 	state     int   // of the quoting, where the bytes so far end
-	at, from  int64 // the line at the count's position, and where its record starts
+	from      int64 // the line the counted record starts on
 	read      int64 // bytes handed to the CSV reader
 	end       int64 // input offset of the end of the last record returned
 	lines     int64 // newlines handed to the CSV reader
@@ -335,8 +335,7 @@ func (l *recordLimit) Read(p []byte) (int, error) {
 	}
 	n, err := l.r.Read(p)
 	l.read += int64(n)
-	l.lines += int64(bytes.Count(p[:n], []byte{'\n'}))
-	if l.countFields(p[:n]) {
+	if l.countFields(p[:n]) { // counts the lines too
 		return n, l.tooManyFields()
 	}
 	// The last bytes handed over: what the CSV reader has read ahead of
@@ -379,11 +378,11 @@ func (l *recordLimit) done() error {
 func (l *recordLimit) countFields(b []byte) bool {
 	for _, c := range b {
 		if c == '\n' {
-			l.at++
+			l.lines++
 			if l.state == inQuotes {
 				continue // a quoted field's line: the record goes on
 			}
-			l.fields, l.matched, l.from, l.state = 0, 0, l.at, fieldStart
+			l.fields, l.matched, l.from, l.state = 0, 0, l.lines+1, fieldStart
 			continue
 		}
 		switch l.state {

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/partner-intake/partner-intake/intake/rows"
 	"github.com/partner-intake/partner-intake/partners"
 )
 
@@ -294,12 +295,9 @@ func timestampMicros(v string) (int64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("not an RFC 3339 timestamp")
 	}
+	t = rows.Microseconds(t)
 	secs := t.Unix() - pgEpoch.Unix()
-	ns := int64(t.Nanosecond())
-	us := ns / 1000
-	if rem := ns % 1000; rem > 500 || (rem == 500 && us%2 == 1) {
-		us++
-	}
+	us := int64(t.Nanosecond() / 1000)
 	if secs > math.MaxInt64/1_000_000-1 || secs < math.MinInt64/1_000_000+1 {
 		return 0, fmt.Errorf("timestamp out of range")
 	}
