@@ -313,9 +313,13 @@ func (r *fileRun) fetchSame(ctx context.Context, sha string) (spool.Entry, bool,
 // channel) closes the second channel's file in the background.
 func (r *fileRun) openClaimed() (release func(), size, max int64, src spool.Source, err error) {
 	second := r.openSecond(r.in.ListedSize)
-	stat := inBackground(func() (os.FileInfo, error) { return r.sess.Stat(r.in.ClaimedPath) })
-	f, err := r.sess.Open(r.in.ClaimedPath)
-	st, serr := stat.wait()
+	f, st, err := r.takeOpening()
+	var serr error
+	if f == nil {
+		stat := inBackground(func() (os.FileInfo, error) { return r.sess.Stat(r.in.ClaimedPath) })
+		f, err = r.sess.Open(r.in.ClaimedPath)
+		st, serr = stat.wait()
+	}
 	fail := func(err error) (func(), int64, int64, spool.Source, error) {
 		go closeUnused(second)
 		if f != nil {
@@ -380,6 +384,25 @@ func (r *fileRun) openClaimed() (release func(), size, max int64, src spool.Sour
 		src = func(w io.Writer) (int64, error) { return inner(&faultWriter{w: w}) }
 	}
 	return release, st.Size(), max, src, nil
+}
+
+// takeOpening returns the file its claim opened (RenameAndOpen) and its
+// STAT, if the claim did and both came back; else nothing, and the file
+// is opened now. An early OPEN that failed is not taken for the file's
+// fate: a site that answers out of order may have taken it before the
+// RENAME.
+func (r *fileRun) takeOpening() (*sftp.File, os.FileInfo, error) {
+	o := r.opening
+	if o == nil {
+		return nil, nil, nil
+	}
+	r.opening = nil
+	f, st, err := o.Wait()
+	if err != nil {
+		r.log.Debug("the file opened behind its claim could not be read; opened again", "err", err)
+		return nil, nil, nil
+	}
+	return f, st, nil
 }
 
 // openSecond opens the claimed file on the session's second channel

@@ -303,14 +303,14 @@ func (c *claimLoop) claimAt(ctx context.Context, cands []candidate, sl *slots) (
 	if !p.cfg.Records() && cands[0].Size <= p.cfg.Limits.MaxFileBytes {
 		startRanges(sess, cands[0].Size) // beside the claim (download.go)
 	}
-	in, next, err := d.claim(ctx, p, sess, cands[0], c.nextID)
+	in, opening, next, err := d.claim(ctx, p, sess, cands[0], c.nextID)
 	c.nextID = next
 	if err != nil || in == nil {
 		return 1, nil, err
 	}
 	c.claimed++
 	d.quotaClaimed(p, c.quota, in.ListedSize)
-	return 1, func() error { return d.runFile(ctx, p, sess, in) }, nil
+	return 1, func() error { return d.runClaimed(ctx, p, sess, in, opening) }, nil
 }
 
 // followingGroups returns g and the groups that follow it in cands, as
@@ -657,9 +657,10 @@ func (o *oldest[T]) sorted() []T {
 // crash gets a later id than its rename order. The rename is made under the
 // partner's claim lock, so it never falls inside another replica's group
 // (ledger.ClaimLock).
-func (d *Daemon) claim(ctx context.Context, p *partnerRT, sess *partners.Session, c candidate, id int64) (*Intake, int64, error) {
+func (d *Daemon) claim(ctx context.Context, p *partnerRT, sess *partners.Session, c candidate, id int64) (*Intake, *partners.Opening, int64, error) {
 	if p.cfg.Records() {
-		return d.claimRecord(ctx, p, sess, c, id)
+		in, next, err := d.claimRecord(ctx, p, sess, c, id)
+		return in, nil, next, err
 	}
 	src := sess.Layout.Ready(c.Name)
 	dst := sess.Layout.Processing(d.cfg.WorkerID, c.Name)
@@ -672,52 +673,67 @@ func (d *Daemon) claim(ctx context.Context, p *partnerRT, sess *partners.Session
 		lock, err = d.ledger.LockClaims(ctx, p.cfg.ID)
 	}
 	if err != nil {
-		return nil, 0, err
+		return nil, nil, 0, err
 	}
-	err = sess.Rename(src, dst)
+	// A data file is opened right behind its claim's RENAME (one round
+	// trip for both; the download takes the file: fileRun.opening); a
+	// manifest pair's data file may never be read (manifestDuplicate).
+	var opening *partners.Opening
+	if c.Manifest == "" {
+		opening, err = sess.RenameAndOpen(src, dst)
+	} else {
+		err = sess.Rename(src, dst)
+	}
 	lock.Release()
 	if err != nil {
 		if partners.IsNotExist(err) {
 			d.metrics.claimsLost.WithLabelValues(p.cfg.ID).Inc()
 			d.peers.lost() // another replica claims here: look again who polls the partner
-			return nil, 0, nil
+			return nil, nil, 0, nil
 		}
 		if _, serr := sess.Lstat(dst); serr == nil {
 			// The same name is still in our processing dir from an earlier
 			// claim; it is resumed first, and this one waits for a later poll.
 			d.metrics.skipped.WithLabelValues(p.cfg.ID, claimTargetBusy).Inc()
-			return nil, 0, nil
+			return nil, nil, 0, nil
 		}
-		return nil, 0, fmt.Errorf("claim %s: %w", c.Name, err)
+		return nil, nil, 0, fmt.Errorf("claim %s: %w", c.Name, err)
 	}
+	keep := false
+	defer func() {
+		if opening != nil && !keep {
+			opening.Discard()
+		}
+	}()
 	if err := fault.Check("claim:after_rename"); err != nil {
 		// as if the rename's reply was lost: the file sits in our
 		// processing dir without a row, and the next poll adopts it
-		return nil, 0, fmt.Errorf("claim %s: %w", c.Name, err)
+		return nil, nil, 0, fmt.Errorf("claim %s: %w", c.Name, err)
 	}
 	in := &Intake{Partner: p.cfg.ID, Feed: c.Feed.Name, RemoteName: c.Name, ClaimedPath: dst,
 		ListedSize: c.Size, ListedMTime: c.MTime, Worker: d.cfg.WorkerID}
 	if c.Manifest != "" {
 		if err := sess.Rename(sess.Layout.Ready(c.Manifest), sess.Layout.Processing(d.cfg.WorkerID, c.Manifest)); err != nil && !partners.IsNotExist(err) {
-			return nil, 0, fmt.Errorf("claim manifest of %s: %w", c.Name, err)
+			return nil, nil, 0, fmt.Errorf("claim manifest of %s: %w", c.Name, err)
 		}
 		in.ManifestName = c.Manifest
 	}
 	next, err := d.ledger.InsertClaimAt(ctx, in, id)
 	if err != nil {
 		if errors.Is(err, ledger.ErrTracked) {
-			return nil, 0, nil
+			return nil, nil, 0, nil
 		}
-		return nil, 0, err
+		return nil, nil, 0, err
 	}
 	if p.cfg.Readiness == partners.ReadinessStable {
 		// the name left ready/: a file written there again under it
 		// starts a clock of its own
 		if err := d.ledger.ForgetReady(ctx, p.cfg.ID, c.Name); err != nil {
-			return nil, 0, err
+			return nil, nil, 0, err
 		}
 	}
-	return in, next, nil
+	keep = true
+	return in, opening, next, nil
 }
 
 // quarantineHostile takes an entry of ready/ that can never be processed
@@ -942,11 +958,27 @@ func (d *Daemon) resumeRows(ctx context.Context, p *partnerRT, sess *partners.Se
 // runFile runs one file; losing it to another owner is counted and is not
 // an error of the poll.
 func (d *Daemon) runFile(ctx context.Context, p *partnerRT, sess *partners.Session, in *Intake) error {
+	return d.runClaimed(ctx, p, sess, in, nil)
+}
+
+// runClaimed is runFile for a file just claimed, with the file opened
+// behind its claim's RENAME (nil: none), which its download takes
+// (openClaimed) and which is closed if the run never gets there.
+func (d *Daemon) runClaimed(ctx context.Context, p *partnerRT, sess *partners.Session, in *Intake, opening *partners.Opening) error {
 	p.fileRuns.Add(1)
 	r, err := d.newRun(p, sess, in)
 	if err != nil {
+		if opening != nil {
+			opening.Discard()
+		}
 		return err
 	}
+	r.opening = opening
+	defer func() {
+		if r.opening != nil {
+			r.opening.Discard()
+		}
+	}()
 	return r.runAlone(ctx)
 }
 

@@ -47,6 +47,9 @@ type fileRun struct {
 	// site: the archive's steps on the site made ready during the
 	// download, or a group's read (archive_ahead.go).
 	site *background[*staged]
+	// opening: the file opened behind its claim's RENAME, until the
+	// download takes it (openClaimed).
+	opening *partners.Opening
 }
 
 func (d *Daemon) newRun(p *partnerRT, sess *partners.Session, in *Intake) (*fileRun, error) {

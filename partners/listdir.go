@@ -2,6 +2,7 @@ package partners
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -66,6 +67,18 @@ func (s *Session) ReadDir(dir string) ([]os.FileInfo, error) {
 }
 
 func (s *Session) listDir(ctx context.Context, dir string, fn func(os.FileInfo) error) error {
+	err := s.listDirOn(ctx, dir, fn)
+	if err != nil && ctx.Err() == nil {
+		// a listing sent right behind Prepare's directories fails where
+		// they could not be made: that is the reason to report
+		if perr := s.Prepared(); perr != nil {
+			return perr
+		}
+	}
+	return err
+}
+
+func (s *Session) listDirOn(ctx context.Context, dir string, fn func(os.FileInfo) error) error {
 	c := s.listChannel()
 	if c == nil {
 		// a site that refuses a second channel: the whole listing
@@ -227,107 +240,107 @@ func (s *Session) startRaw(ch *ssh.Session, watch *watchdog) (*rawSFTP, error) {
 	return c, nil
 }
 
-// EnsureDirsAtOnce makes sure of remote directories in as few round
-// trips as the site allows: on the listing channel, a STAT of every
-// directory, sent together (one round trip where they exist, as on every
-// dial but a new site's first: no MKDIR is sent then); for those missing,
-// an MKDIR of each and of each of its parents below root (parents first),
-// then a STAT of each, sent together. OpenSSH's sftp-server answers
-// requests one after another in the order they came, so each STAT sees
-// what the MKDIRs before it made; an MKDIR of a directory that exists
-// fails and changes nothing. It returns the directories the STATs showed
-// as directories: the caller makes sure of the rest one by one (a site
-// that answers out of order, or refuses a second channel, costs those
-// round trips and nothing else). pkg/sftp's MkdirAll asks for a missing
-// directory's parents one at a time: five round trips for
-// processing/<worker>/ on a new site (docs/performance.md, item 44).
+// EnsureDirsAtOnce makes sure of remote directories in one round trip
+// where the site allows (sendEnsureDirs), and returns the directories the
+// site showed as directories: the caller makes sure of the rest one by
+// one. nil: no listing channel.
 func (s *Session) EnsureDirsAtOnce(root string, rel []string) map[string]bool {
+	if made := s.sendEnsureDirs(root, rel); made != nil {
+		return made()
+	}
+	return nil
+}
+
+// sendEnsureDirs sends, on the listing channel and all at once, an MKDIR
+// of every directory of rel below root and of each of its parents below
+// root (parents first), then a STAT of each, and returns without waiting
+// for the answers; made waits for them and returns the directories the
+// STATs showed as directories (a site that answers out of order, or a
+// name taken by a file, leaves some out: the caller makes sure of those
+// one by one). OpenSSH's sftp-server answers a channel's requests one
+// after another in the order they came, so each STAT, and each request
+// sent after them (the poll's listings), sees what the MKDIRs before it
+// made; an MKDIR of a directory that exists fails and changes nothing.
+// So a site is made ready in one round trip whether it is new or not:
+// pkg/sftp's MkdirAll asks for a missing directory's parents one at a
+// time, five round trips for processing/<worker>/ on a new site
+// (docs/performance.md, items 44 and 57). nil: no listing channel, or
+// the requests could not be sent.
+func (s *Session) sendEnsureDirs(root string, rel []string) (made func() map[string]bool) {
 	c := s.listChannel()
 	if c == nil {
 		return nil
 	}
-	ok, _ := c.ensureDirs(root, rel)
-	return ok
+	wait, err := c.ensureDirs(root, rel)
+	if err != nil {
+		return nil
+	}
+	return func() map[string]bool {
+		ok, _ := wait()
+		return ok
+	}
 }
 
-func (c *rawSFTP) ensureDirs(root string, rel []string) (map[string]bool, error) {
-	var dirs []string
-	parents := map[string][]string{} // each dir's MKDIRs, parents first
+func (c *rawSFTP) ensureDirs(root string, rel []string) (func() (map[string]bool, error), error) {
+	var dirs, mk []string
+	seen := map[string]bool{}
 	for _, r := range rel {
 		r = path.Clean(r)
 		if r == "." || path.IsAbs(r) || r == ".." || strings.HasPrefix(r, "../") {
 			continue // not below root: left to the caller
 		}
-		d := path.Join(root, r)
 		parts := strings.Split(r, "/")
 		for i := range parts {
-			parents[d] = append(parents[d], path.Join(root, path.Join(parts[:i+1]...)))
-		}
-		dirs = append(dirs, d)
-	}
-	ok := map[string]bool{}
-	if len(dirs) == 0 {
-		return ok, nil
-	}
-	// the STATs alone first: where every directory exists (every dial
-	// but a new site's first), nothing is asked to be made
-	if err := c.statDirs(nil, dirs, ok); err != nil {
-		return nil, err
-	}
-	var mk, missing []string
-	seen := map[string]bool{}
-	for _, d := range dirs {
-		if ok[d] {
-			continue
-		}
-		missing = append(missing, d)
-		for _, p := range parents[d] {
-			if !seen[p] {
+			if p := path.Join(root, path.Join(parts[:i+1]...)); !seen[p] {
 				seen[p] = true
 				mk = append(mk, p)
 			}
 		}
+		dirs = append(dirs, path.Join(root, r))
 	}
-	if len(missing) > 0 {
-		if err := c.statDirs(mk, missing, ok); err != nil {
-			return nil, err
-		}
+	if len(dirs) == 0 {
+		return func() (map[string]bool, error) { return map[string]bool{}, nil }, nil
 	}
-	return ok, nil
+	return c.statDirs(mk, dirs)
 }
 
 // statDirs sends an MKDIR of each of mk, then a STAT of each of dirs, all
-// at once, reads every reply, and marks in ok the dirs a STAT showed as
+// at once; wait reads every reply and returns the dirs a STAT showed as
 // directories.
-func (c *rawSFTP) statDirs(mk, dirs []string, ok map[string]bool) error {
+func (c *rawSFTP) statDirs(mk, dirs []string) (wait func() (map[string]bool, error), err error) {
 	var replies []<-chan reply
 	for _, p := range mk {
 		r, err := c.start(fxpMkdir, str(p), u32(0))
 		if err != nil {
-			return err
+			return nil, err
 		}
 		replies = append(replies, r)
 	}
 	for _, d := range dirs {
 		r, err := c.start(fxpStat, str(d))
 		if err != nil {
-			return err
+			return nil, err
 		}
 		replies = append(replies, r)
 	}
-	for i, r := range replies {
-		rep := <-r
-		if rep.err != nil {
-			return rep.err
-		}
-		if i >= len(mk) && rep.typ == fxpAttrs {
-			d := decoder{b: rep.body}
-			if fi := d.attrs(""); d.err == nil && fi.mode.IsDir() {
-				ok[dirs[i-len(mk)]] = true
+	return func() (map[string]bool, error) {
+		ok := map[string]bool{}
+		var first error
+		for i, r := range replies {
+			rep := <-r // every reply is read, whatever came before
+			if rep.err != nil {
+				first = cmp.Or(first, rep.err)
+				continue
+			}
+			if i >= len(mk) && rep.typ == fxpAttrs {
+				d := decoder{b: rep.body}
+				if fi := d.attrs(""); d.err == nil && fi.mode.IsDir() {
+					ok[dirs[i-len(mk)]] = true
+				}
 			}
 		}
-	}
-	return nil
+		return ok, first
+	}, nil
 }
 
 // SFTP v3 packet types and attribute flags (draft-ietf-secsh-filexfer-02).
@@ -339,6 +352,7 @@ const (
 	fxpReaddir  = 12
 	fxpMkdir    = 14
 	fxpStat     = 17
+	fxpRename   = 18
 	fxpStatus   = 101
 	fxpHandle   = 102
 	fxpName     = 104

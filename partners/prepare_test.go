@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"os"
+	"path"
 	"path/filepath"
 	"testing"
 
@@ -54,8 +55,23 @@ func TestEnsureDirsAtOnceMakesNestedDirectories(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s2.Close()
-	if err := s2.Prepare("w1", true); err == nil {
+	if err := s2.Prepare("w1", true); err != nil {
+		t.Fatalf("Prepare waited for the site's answers: %v", err)
+	}
+	perr := s2.Prepared()
+	if perr == nil {
 		t.Fatal("Prepare made sure of a quarantine dir that is a regular file")
+	}
+	// every write waits for the preparation and fails with its reason,
+	// and the session is given up at the next poll
+	if err := s2.Rename(s2.Layout.Ready("x"), s2.Layout.Processing("w1", "x")); err == nil || err.Error() != perr.Error() {
+		t.Errorf("a rename on a session whose preparation failed: %v, want %v", err, perr)
+	}
+	if _, err := s2.CreateWhole(path.Join(s2.Layout.ReportsDir(), "x")); err == nil || err.Error() != perr.Error() {
+		t.Errorf("a receipt on a session whose preparation failed: %v, want %v", err, perr)
+	}
+	if !s2.Stale() {
+		t.Error("a session whose preparation failed is not stale")
 	}
 	p.Dirs.Quarantine = "quarantine"
 	s3, err := partners.Dial(context.Background(), p)
@@ -65,6 +81,12 @@ func TestEnsureDirsAtOnceMakesNestedDirectories(t *testing.T) {
 	defer s3.Close()
 	if err := s3.Prepare("w1", true); err != nil {
 		t.Fatal(err)
+	}
+	if err := s3.Prepared(); err != nil {
+		t.Fatal(err)
+	}
+	if s3.Stale() {
+		t.Error("a prepared session is stale")
 	}
 	for _, d := range []string{"processing/w1", "quarantine", "reports", "archive"} {
 		if st, err := os.Stat(filepath.Join(root, d)); err != nil || !st.IsDir() {

@@ -53,6 +53,10 @@ type Session struct {
 	rtt        atomic.Int64 // ns, measured by Prepare; 0: not measured
 	impossible atomic.Int64 // listed names no directory holds, left out (OneName)
 	startLate  atomic.Bool  // a channel's start went unanswered past the op timeout (inTime)
+
+	prep       chan struct{} // closed when Prepare's directories are made sure of; nil: nothing pending
+	prepErr    error         // why they could not be; set before prep is closed
+	prepFailed atomic.Bool
 }
 
 // RTT is the round trip to the site as Prepare measured it (a keepalive
@@ -108,14 +112,41 @@ func sized(p string, fi os.FileInfo, err error) (os.FileInfo, error) {
 	return fi, err
 }
 
-// Rename is sftp.Client.Rename under the session's deadline.
-func (s *Session) Rename(from, to string) error { return s.Deadline(s.Client.Rename(from, to)) }
+// Rename is sftp.Client.Rename under the session's deadline, once the
+// session is prepared (Prepared).
+func (s *Session) Rename(from, to string) error {
+	if err := s.Prepared(); err != nil {
+		return err
+	}
+	return s.Deadline(s.Client.Rename(from, to))
+}
 
-// Remove is sftp.Client.Remove under the session's deadline.
-func (s *Session) Remove(p string) error { return s.Deadline(s.Client.Remove(p)) }
+// PosixRename is sftp.Client.PosixRename under the session's deadline,
+// once the session is prepared.
+func (s *Session) PosixRename(from, to string) error {
+	if err := s.Prepared(); err != nil {
+		return err
+	}
+	return s.Deadline(s.Client.PosixRename(from, to))
+}
 
-// MkdirAll is sftp.Client.MkdirAll under the session's deadline.
-func (s *Session) MkdirAll(p string) error { return s.Deadline(s.Client.MkdirAll(p)) }
+// Remove is sftp.Client.Remove under the session's deadline, once the
+// session is prepared.
+func (s *Session) Remove(p string) error {
+	if err := s.Prepared(); err != nil {
+		return err
+	}
+	return s.Deadline(s.Client.Remove(p))
+}
+
+// MkdirAll is sftp.Client.MkdirAll under the session's deadline, once the
+// session is prepared.
+func (s *Session) MkdirAll(p string) error {
+	if err := s.Prepared(); err != nil {
+		return err
+	}
+	return s.Deadline(s.Client.MkdirAll(p))
+}
 
 // Open is sftp.Client.Open under the session's deadline (the file's own
 // reads are watched too; their errors are the caller's to pass through
@@ -125,8 +156,12 @@ func (s *Session) Open(p string) (*sftp.File, error) {
 	return f, s.Deadline(err)
 }
 
-// Create is sftp.Client.Create under the session's deadline.
+// Create is sftp.Client.Create under the session's deadline, once the
+// session is prepared.
 func (s *Session) Create(p string) (*sftp.File, error) {
+	if err := s.Prepared(); err != nil {
+		return nil, err
+	}
 	f, err := s.Client.Create(p)
 	return f, s.Deadline(err)
 }
@@ -136,6 +171,9 @@ func (s *Session) Create(p string) (*sftp.File, error) {
 // makes the next move fail, the poll fail, and the session be dialled
 // anew).
 func (s *Session) EnsureDir(dir string) error {
+	if err := s.Prepared(); err != nil {
+		return err
+	}
 	if _, ok := s.dirs.Load(dir); ok {
 		return nil
 	}
@@ -147,42 +185,87 @@ func (s *Session) EnsureDir(dir string) error {
 }
 
 // Prepare readies a session for claims: the directories intake writes to
-// made sure of (remembered as EnsureDir's are), in one round trip on the
-// listing channel where the site allows (EnsureDirsAtOnce), else side by
-// side through pkg/sftp (Layout.EnsureDirs). A keepalive request beside
-// them measures the round trip to the site (RTT). The listing channel
-// itself was opened by Dial.
+// made sure of (remembered as EnsureDir's are), and the round trip to the
+// site measured (RTT: a keepalive request, which sshd answers itself).
+//
+// Where the site allows a listing channel, Prepare sends the directories'
+// MKDIRs and STATs on it (EnsureDirsAtOnce) and returns without waiting
+// for the answers: the poll's listings go out right behind them, in the
+// same round trip, and see the directories made (the site answers a
+// channel's requests in order). Every call that writes to the site
+// (Rename, PosixRename, Remove, MkdirAll, EnsureDir, Create, CreateWhole)
+// waits for the preparation's end first and fails with its error
+// (Prepared); so does a listing that failed, and the session is then
+// Stale. Any directory the STATs did not show is made sure of through
+// pkg/sftp before the preparation ends; on a site without a listing
+// channel (one channel a connection) all of them are, before Prepare
+// returns.
 func (s *Session) Prepare(worker string, ensure bool) error {
-	var wg sync.WaitGroup
-	if rtt := s.conn.rtt.Load(); rtt > 0 {
+	// called before the session is shared (a second call, after the
+	// first's end, on a session nothing else uses meanwhile)
+	if err := s.Prepared(); err != nil {
+		return err
+	}
+	rtt := make(chan struct{})
+	if r := s.conn.rtt.Load(); r > 0 {
 		// measured by the connection's first session, before any other
 		// session's transfers could queue in front of the reply
-		s.rtt.Store(rtt)
+		s.rtt.Store(r)
+		close(rtt)
 	} else {
-		wg.Add(1)
-		go func() { // beside the rest: the round trip to the site (RTT)
-			defer wg.Done()
+		go func() {
+			defer close(rtt)
 			start := time.Now()
 			if _, _, err := s.ssh.SendRequest("keepalive@openssh.com", true, nil); err == nil {
-				rtt := int64(time.Since(start))
-				s.rtt.Store(rtt)
-				s.conn.rtt.CompareAndSwap(0, rtt)
+				r := int64(time.Since(start))
+				s.rtt.Store(r)
+				s.conn.rtt.CompareAndSwap(0, r)
 			}
 		}()
 	}
-	defer wg.Wait()
 	if !ensure {
+		<-rtt
 		return nil
 	}
-	have := s.EnsureDirsAtOnce(s.Layout.Root, s.Layout.writeDirs(worker))
-	dirs, err := s.Layout.ensureDirs(s.Client, worker, have)
-	if err != nil {
-		return s.Deadline(err)
+	made := s.sendEnsureDirs(s.Layout.Root, s.Layout.writeDirs(worker))
+	finish := func() error {
+		var have map[string]bool
+		if made != nil {
+			have = made()
+		}
+		dirs, err := s.Layout.ensureDirs(s.Client, worker, have)
+		<-rtt
+		if err != nil {
+			return s.Deadline(err)
+		}
+		for _, d := range dirs {
+			s.dirs.Store(d, struct{}{})
+		}
+		return nil
 	}
-	for _, d := range dirs {
-		s.dirs.Store(d, struct{}{})
+	if made == nil {
+		return finish()
 	}
+	prep := make(chan struct{})
+	s.prep = prep
+	go func() {
+		defer close(prep)
+		if err := finish(); err != nil {
+			s.prepErr = err
+			s.prepFailed.Store(true)
+		}
+	}()
 	return nil
+}
+
+// Prepared waits for the preparation Prepare started, if any, and returns
+// its error: the directories intake writes to could not be made sure of.
+func (s *Session) Prepared() error {
+	if s.prep == nil {
+		return nil
+	}
+	<-s.prep
+	return s.prepErr
 }
 
 // Dial connects to the partner's site with its pinned host key, on a
@@ -697,14 +780,15 @@ func (s *Session) Joined() bool { return s.joined }
 
 // Stale reports whether the session should be given up and dialled
 // afresh: its connection ended, or takes no new sessions (another
-// session's channel on it hung), or the session was closed.
+// session's channel on it hung), or the session was closed, or its
+// preparation failed (Prepared).
 func (s *Session) Stale() bool {
 	select {
 	case <-s.done:
 		return true
 	default:
 	}
-	return s.conn.dead() || s.conn.retiring.Load()
+	return s.conn.dead() || s.conn.retiring.Load() || s.prepFailed.Load()
 }
 
 func authMethod(p *Config) (ssh.AuthMethod, error) {

@@ -9,7 +9,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/pkg/sftp"
 	"golang.org/x/crypto/ssh"
 	"golang.org/x/crypto/ssh/knownhosts"
 
@@ -222,7 +224,8 @@ func TestLargeDownloadFromOpenSSHIsWhole(t *testing.T) {
 
 // Prepare makes sure of every directory intake writes to, asking about
 // them together (nested ones beside their parents: processing/<worker>
-// beside a missing processing/), and opens the listing channel beside.
+// beside a missing processing/), and a listing sent right behind it,
+// before its answers came, sees them made (OpenSSH answers in order).
 func TestPrepareCreatesTheDirectoriesTogether(t *testing.T) {
 	p := partner(t)
 	if err := os.RemoveAll(filepath.Join(p.SFTP.Root, "ready")); err != nil {
@@ -236,17 +239,76 @@ func TestPrepareCreatesTheDirectoriesTogether(t *testing.T) {
 	if err := s.Prepare("w1", true); err != nil {
 		t.Fatal(err)
 	}
+	n := 0
+	if err := s.ListDir(context.Background(), s.Layout.ProcessingDir("w1"), func(os.FileInfo) error { n++; return nil }); err != nil || n != 0 {
+		t.Fatalf("listing processing/w1 right behind Prepare: %d entries, %v", n, err)
+	}
+	if err := s.Prepared(); err != nil {
+		t.Fatal(err)
+	}
 	for _, d := range []string{p.Dirs.Ready, filepath.Join(p.Dirs.Processing, "w1"), p.Dirs.Quarantine, p.Dirs.Reports, p.Dirs.Archive} {
 		if fi, err := os.Stat(filepath.Join(p.SFTP.Root, d)); err != nil || !fi.IsDir() {
 			t.Fatalf("%s: %v", d, err)
 		}
 	}
-	n := 0
-	if err := s.ListDir(context.Background(), s.Layout.ProcessingDir("w1"), func(os.FileInfo) error { n++; return nil }); err != nil || n != 0 {
-		t.Fatalf("listing processing/w1: %d entries, %v", n, err)
-	}
-	// again, on a site where they exist: nothing to create, no error
+	// again, on a site where they exist: the MKDIRs fail and change
+	// nothing, no error
 	if err := s.Prepare("w1", true); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Prepared(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Prepare does not wait for the site's answers, and a write does: with
+// the site holding its answers to STATs, Prepare returns, a rename waits,
+// and goes through once the answers come.
+func TestPrepareReturnsBeforeTheSiteAnswersAndWritesWait(t *testing.T) {
+	root := t.TempDir()
+	os.MkdirAll(filepath.Join(root, "ready"), 0o755)
+	os.WriteFile(filepath.Join(root, "ready", "a.csv"), []byte("id\n1\n"), 0o644)
+	srv, p := inProcessSite(t, root)
+	s, err := partners.Dial(context.Background(), p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	release := make(chan struct{})
+	srv.Lie(func(method, _ string, truth []os.FileInfo) sftp.ListerAt {
+		if method == "Stat" {
+			<-release
+		}
+		return entries(truth)
+	})
+	prepared := make(chan error, 1)
+	go func() { prepared <- s.Prepare("w1", true) }()
+	select {
+	case err := <-prepared:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(time.Minute):
+		close(release)
+		t.Fatal("Prepare waited for the site's answers")
+	}
+	renamed := make(chan error, 1)
+	go func() { renamed <- s.Rename(s.Layout.Ready("a.csv"), s.Layout.Processing("w1", "a.csv")) }()
+	select {
+	case err := <-renamed:
+		close(release)
+		t.Fatalf("a rename went out before the preparation ended: %v", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	close(release)
+	srv.Lie(nil)
+	if err := <-renamed; err != nil {
+		t.Fatalf("rename after the preparation: %v", err)
+	}
+	if err := s.Prepared(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(root, "processing", "w1", "a.csv")); err != nil {
 		t.Fatal(err)
 	}
 }

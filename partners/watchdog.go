@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -57,6 +58,61 @@ type watchdog struct {
 	writing atomic.Int64  // writes under way (one blocked on a full window outlives the channel: Session.expire)
 	out     framer        // only the writer touches it (pkg/sftp serialises its writes)
 	in      framer        // only the reader touches it (pkg/sftp's one receive loop)
+
+	sentMu  sync.Mutex
+	waiters []*sentWaiter // awaitSent's
+	nwait   atomic.Int32  // len(waiters), read without the lock by every write
+}
+
+// sentWaiter is a caller waiting for a request of its own to be passed on
+// to the channel (awaitSent).
+type sentWaiter struct {
+	match func([]byte) bool
+	c     chan struct{}
+}
+
+// awaitSent returns a channel closed once a write passed on to the
+// channel is a packet match accepts (whole, as pkg/sftp writes every
+// request but a WRITE's data: one Write each), and cancel, which
+// forgets the wait. Whatever is written after that write goes out after
+// it on the channel.
+func (w *watchdog) awaitSent(match func([]byte) bool) (sent <-chan struct{}, cancel func()) {
+	sw := &sentWaiter{match: match, c: make(chan struct{})}
+	w.sentMu.Lock()
+	w.waiters = append(w.waiters, sw)
+	w.nwait.Add(1)
+	w.sentMu.Unlock()
+	return sw.c, func() { w.forget(sw) }
+}
+
+func (w *watchdog) forget(sw *sentWaiter) bool {
+	w.sentMu.Lock()
+	defer w.sentMu.Unlock()
+	for i, o := range w.waiters {
+		if o == sw {
+			w.waiters = append(w.waiters[:i], w.waiters[i+1:]...)
+			w.nwait.Add(-1)
+			return true
+		}
+	}
+	return false
+}
+
+// sent tells the waiters whose packet p is that it went out.
+func (w *watchdog) sent(p []byte) {
+	w.sentMu.Lock()
+	var hit []*sentWaiter
+	for _, sw := range w.waiters {
+		if sw.match(p) {
+			hit = append(hit, sw)
+		}
+	}
+	w.sentMu.Unlock()
+	for _, sw := range hit {
+		if w.forget(sw) {
+			close(sw.c)
+		}
+	}
 }
 
 func newWatchdog(timeout time.Duration) *watchdog {
@@ -128,7 +184,11 @@ func (ww watchedWriter) Write(p []byte) (int, error) {
 	}
 	ww.w.writing.Add(1)
 	defer ww.w.writing.Add(-1)
-	return ww.wc.Write(p)
+	n, err := ww.wc.Write(p)
+	if err == nil && ww.w.nwait.Load() > 0 {
+		ww.w.sent(p)
+	}
+	return n, err
 }
 
 func (ww watchedWriter) Close() error { return ww.wc.Close() }

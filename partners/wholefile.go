@@ -65,8 +65,11 @@ const (
 )
 
 // CreateWhole creates (or truncates) p for writing on the listing
-// channel, under the session's deadline.
+// channel, under the session's deadline, once the session is prepared.
 func (s *Session) CreateWhole(p string) (*WholeFile, error) {
+	if err := s.Prepared(); err != nil {
+		return nil, err
+	}
 	c, h, err := s.openListed(p, fxfWrite|fxfCreat|fxfTrunc)
 	if err != nil {
 		return nil, err
