@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"os"
+	"strings"
 
 	"github.com/pkg/sftp"
 )
@@ -45,11 +46,21 @@ func (o *Opening) Discard() {
 // every request whole and one at a time, and the OPEN and STAT are
 // started only once the channel's writer has passed this very RENAME on
 // (watchdog.awaitSent). When the rename fails, whatever the OPEN opened
-// is closed and the error is the rename's (a v3 RENAME never replaces a
-// file, so the OPEN could only have found what was at to before it).
+// is closed and the error is the rename's.
+//
+// Unlike the round trips saved elsewhere, this one rests on the order for
+// correctness (an OPEN answered before the RENAME, on a server whose
+// RENAME replaces a file, would open what was at to before), so it is
+// taken only where the server says it is OpenSSH, whose sftp-server
+// answers a channel's requests one at a time in order by design
+// (inOrder). Elsewhere the file is renamed, and nil is returned: the
+// caller opens it after.
 func (s *Session) RenameAndOpen(from, to string) (*Opening, error) {
 	if err := s.Prepared(); err != nil {
 		return nil, err
+	}
+	if !s.inOrder() {
+		return nil, s.Deadline(s.Client.Rename(from, to))
 	}
 	sent, cancel := s.watch.awaitSent(renamePacket(from, to))
 	renamed := make(chan error, 1)
@@ -99,6 +110,10 @@ func (s *Session) RenameAndOpen(from, to string) (*Opening, error) {
 	}
 	return o, nil
 }
+
+// inOrder reports whether the site's server says it is OpenSSH, whose
+// sftp-server answers a channel's requests one at a time, in order.
+func (s *Session) inOrder() bool { return strings.Contains(s.conn.version, "OpenSSH_") }
 
 // renamePacket matches pkg/sftp's SSH_FXP_RENAME of from to to as the
 // channel's writer passes it on: the packet whole, whatever its id.

@@ -56,3 +56,24 @@ func TestRenameAndOpenOpensWhatTheRenameMoved(t *testing.T) {
 		t.Fatalf("a rename of a name gone: %v, %v", o, err)
 	}
 }
+
+// A server that does not say it is OpenSSH may answer out of order: the
+// file is renamed, and none is opened behind the RENAME (the caller opens
+// it after).
+func TestRenameAndOpenOpensNothingAheadOnOtherServers(t *testing.T) {
+	root := t.TempDir()
+	os.MkdirAll(filepath.Join(root, "ready"), 0o755)
+	os.WriteFile(filepath.Join(root, "ready", "a.csv"), []byte("id\n1\n"), 0o644)
+	_, p := inProcessSite(t, root)
+	s := dialed(t, p)
+	if err := s.Prepare("w1", true); err != nil {
+		t.Fatal(err)
+	}
+	o, err := s.RenameAndOpen(s.Layout.Ready("a.csv"), s.Layout.Processing("w1", "a.csv"))
+	if err != nil || o != nil {
+		t.Fatalf("RenameAndOpen on a server of unknown order: %v, %v (want the rename alone)", o, err)
+	}
+	if _, err := os.Stat(filepath.Join(root, "processing", "w1", "a.csv")); err != nil {
+		t.Fatal(err)
+	}
+}
