@@ -181,6 +181,11 @@ func (d *Daemon) claimReady(ctx context.Context, p *partnerRT, sess *partners.Se
 	if err != nil {
 		return err
 	}
+	// the listings went out behind the site's preparation; nothing is
+	// claimed on a site it failed on (partners.ErrNotPrepared)
+	if err := sess.Prepared(); err != nil {
+		return err
+	}
 	cands, hostile, beyond := l.cands, l.hostile, l.beyond
 	d.log.Debug("ready listed", "partner", p.cfg.ID, "candidates", len(cands), "hostile", len(hostile), "beyond", beyond, "waited_seconds", time.Since(start).Seconds())
 	// Hostile entries (at most hostileBudget, the oldest) go to quarantine
@@ -936,6 +941,11 @@ func (d *Daemon) resumeRows(ctx context.Context, p *partnerRT, sess *partners.Se
 	if err != nil {
 		return err
 	}
+	// no file runs on a site whose preparation failed: that is the
+	// poll's failure, not theirs (partners.ErrNotPrepared)
+	if err := sess.Prepared(); err != nil {
+		return err
+	}
 	for _, old := range live {
 		if old.State == StateOutcomeUnknown {
 			continue // the reconciler resolves these from the ledger
@@ -989,6 +999,11 @@ func (r *fileRun) runAlone(ctx context.Context) error {
 	if errors.As(err, &fe) {
 		r.fencedOut(fe.Step)
 		return nil
+	}
+	if errors.Is(err, partners.ErrNotPrepared) {
+		// the site's failure, not the file's: no attempt of it is
+		// counted, and the poll ends with it
+		return fmt.Errorf("intake %d: %w", r.in.ID, err)
 	}
 	if err != nil {
 		// one file's failure never stops the partner's poll (attempt.go)

@@ -2,79 +2,73 @@ package intake_test
 
 import (
 	"context"
+	"errors"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
-	"github.com/partner-intake/partner-intake/intake/ledger"
+	"github.com/partner-intake/partner-intake/intake"
+	"github.com/partner-intake/partner-intake/internal/fault"
 	"github.com/partner-intake/partner-intake/internal/testenv"
+	"github.com/partner-intake/partner-intake/partners"
 )
 
-// PreparePoll prepares the statements a poll and its files send first by
-// their very text: run afterwards (the due rows, the claim lock with an
-// id, the claim's row, the batch's file, the file spooled, its end, the
-// poll's record), each runs as the statement prepared ahead, and the
-// connection holds no other prepared statement.
-func TestPreparePollPreparesWhatAPollRuns(t *testing.T) {
-	url, _ := testenv.DB(t)
-	ctx := context.Background()
-	pc, err := pgxpool.ParseConfig(url)
-	if err != nil {
+// A site whose directories cannot be made ready (archive/ taken by a
+// regular file) fails the poll, and the poll only: a file of the partner
+// due to be resumed does not run, so no attempt of it is counted for the
+// site's failure (the preparation is not waited for by the dial, the
+// listings go out behind it: partners.Session.Prepare).
+func TestASiteThatCannotBePreparedCountsNoFilesAttempt(t *testing.T) {
+	_, pool := testenv.DB(t)
+	site := testenv.NewSite(t, "acme")
+	site.Drop(t, "orders-1.csv", testenv.OrdersCSV("A", 4))
+	cfg := intake.Config{WorkerID: "w1", Lease: 30 * time.Second, SpoolMinFree: 1,
+		Retry: intake.RetryPolicy{Attempts: 5, Base: time.Millisecond, Max: time.Millisecond}}
+	r := newRigCfg(t, pool, cfg, site)
+	// the file stops part way, owned by w1 and due again
+	if err := fault.Set("apply:mid_chunk=error"); err != nil {
 		t.Fatal(err)
 	}
-	pc.MaxConns = 1 // one session: what was prepared on it is what runs on it
-	pool, err := pgxpool.NewWithConfig(ctx, pc)
-	if err != nil {
-		t.Fatal(err)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	err := r.d.PollOnce(ctx, "acme")
+	fault.Set("")
+	if !errors.Is(err, fault.ErrInjected) {
+		t.Fatalf("first poll: %v, want the injected stop", err)
 	}
-	defer pool.Close()
-	l := ledger.New(pool, time.Minute)
-	if err := l.PreparePoll(ctx); err != nil {
-		t.Fatal(err)
+	before := files(t, pool, "acme")
+	if len(before) != 1 {
+		t.Fatalf("rows: %+v", before)
 	}
-	prepared := func() int64 {
-		var n int64
-		if err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_prepared_statements WHERE statement NOT LIKE '%pg_prepared_statements%'`).Scan(&n); err != nil {
+	attempts := func() int {
+		var n int
+		if err := pool.QueryRow(ctx, `SELECT attempts FROM file_intake WHERE intake_id = $1`, before[0].ID).Scan(&n); err != nil {
 			t.Fatal(err)
 		}
 		return n
 	}
-	ahead := prepared()
-	if ahead != 7 {
-		t.Fatalf("%d statements prepared ahead, want 7", ahead)
-	}
-
-	if _, err := l.DueOwnedBy(ctx, "pp", "w1"); err != nil {
+	was := attempts()
+	// archive/ taken by a file: no preparation can make it a directory
+	archive := filepath.Join(site.Root, "archive")
+	if err := os.RemoveAll(archive); err != nil {
 		t.Fatal(err)
 	}
-	lock, id, err := l.LockClaimsNext(ctx, "pp")
-	if err != nil {
+	if err := os.WriteFile(archive, []byte("not a directory\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	lock.Release()
-	in := &ledger.Intake{Partner: "pp", Feed: "orders", RemoteName: "orders-1.csv", ClaimedPath: "/processing/w1/orders-1.csv", ListedSize: 10, Worker: "w1"}
-	if _, err := l.InsertClaimAt(ctx, in, id); err != nil {
-		t.Fatal(err)
+	r2 := newRigCfg(t, pool, cfg, site) // a fresh dial, prepared anew
+	for i := 0; i < 3; i++ {
+		err := r2.d.PollOnce(ctx, "acme")
+		if !errors.Is(err, partners.ErrNotPrepared) {
+			t.Fatalf("poll %d on a site that cannot be prepared: %v, want partners.ErrNotPrepared", i, err)
+		}
+		time.Sleep(5 * time.Millisecond) // past the file's next attempt
 	}
-	if in.ID != id {
-		t.Fatalf("the claim's row has id %d, want %d, allocated with the lock", in.ID, id)
+	if n := attempts(); n != was {
+		t.Fatalf("the file's attempts went %d -> %d for the site's failure", was, n)
 	}
-	if _, err := l.BatchBoundFile(ctx, in, "1"); err != nil {
-		t.Fatal(err)
-	}
-	sum := "3b5d3c7d207e37dceeedd301e35e2e58408ccea1c8f1d0bb9ee0e5b0cdb4d5ea"
-	if _, err := l.SetSpooled(ctx, in, sum, 10, sum, 10, "1", nil); err != nil {
-		t.Fatal(err)
-	}
-	in.ArchivePath, in.ReceiptPath = "/archive/orders-1.csv", "/reports/orders-1.1.receipt.json"
-	if err := l.Finish(ctx, in, ledger.StateSpooled, ledger.StateArchived, ""); err != nil {
-		t.Fatal(err)
-	}
-	if err := l.RecordPolls(ctx, "w1", []ledger.PollRecord{{Partner: "pp", OKAt: time.Now()}}); err != nil {
-		t.Fatal(err)
-	}
-	if n := prepared(); n != ahead {
-		t.Fatalf("%d statements prepared after the poll's, want the %d prepared ahead: one ran under another text", n, ahead)
+	if after := files(t, pool, "acme"); after[0].State != before[0].State {
+		t.Fatalf("the file went %s -> %s on a site that cannot be prepared", before[0].State, after[0].State)
 	}
 }

@@ -67,13 +67,23 @@ func (s *Session) ReadDir(dir string) ([]os.FileInfo, error) {
 }
 
 func (s *Session) listDir(ctx context.Context, dir string, fn func(os.FileInfo) error) error {
-	err := s.listDirOn(ctx, dir, fn)
-	if err != nil && ctx.Err() == nil {
-		// a listing sent right behind Prepare's directories fails where
-		// they could not be made: that is the reason to report
-		if perr := s.Prepared(); perr != nil {
-			return perr
-		}
+	pending := s.preparing()
+	n := 0
+	count := func(e os.FileInfo) error { n++; return fn(e) }
+	err := s.listDirOn(ctx, dir, count)
+	if err == nil || ctx.Err() != nil || !pending {
+		return err
+	}
+	// A listing sent right behind Prepare's directories fails where they
+	// could not be made: that is the reason to report. One that found
+	// nothing where the preparation made the directory was answered
+	// before it (a server that answers out of order, or the MKDIRs made
+	// through pkg/sftp on another channel): listed again, once.
+	if perr := s.Prepared(); perr != nil {
+		return perr
+	}
+	if n == 0 && IsNotExist(err) {
+		return s.listDirOn(ctx, dir, fn)
 	}
 	return err
 }

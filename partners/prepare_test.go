@@ -2,6 +2,7 @@ package partners_test
 
 import (
 	"context"
+	"errors"
 	"io"
 	"os"
 	"path"
@@ -72,6 +73,11 @@ func TestEnsureDirsAtOnceMakesNestedDirectories(t *testing.T) {
 	}
 	if !s2.Stale() {
 		t.Error("a session whose preparation failed is not stale")
+	}
+	// the site's failure, told apart from a file's: no caller asking
+	// IsNotExist of a rename takes it for a lost claim
+	if !errors.Is(perr, partners.ErrNotPrepared) || partners.IsNotExist(perr) || partners.IsPermission(perr) {
+		t.Errorf("the preparation's error %v: want ErrNotPrepared, neither not-exist nor permission", perr)
 	}
 	p.Dirs.Quarantine = "quarantine"
 	s3, err := partners.Dial(context.Background(), p)

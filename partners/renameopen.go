@@ -43,9 +43,9 @@ func (o *Opening) Discard() {
 // channel's requests in the order they came (OpenSSH's sftp-server, as
 // ListDir and Prepare rely on too), so both name what the RENAME put at
 // to. The order on the wire is made sure of, not assumed: pkg/sftp writes
-// every request whole and one at a time, and the OPEN and STAT are
-// started only once the channel's writer has passed this very RENAME on
-// (watchdog.awaitSent). When the rename fails, whatever the OPEN opened
+// its requests one at a time, a RENAME in one Write, and the OPEN and
+// STAT are started only once the channel's writer has passed this very
+// RENAME on (watchdog.awaitSent). When the rename fails, whatever the OPEN opened
 // is closed and the error is the rename's.
 //
 // Unlike the round trips saved elsewhere, this one rests on the order for
@@ -70,9 +70,9 @@ func (s *Session) RenameAndOpen(from, to string) (*Opening, error) {
 	select {
 	case <-sent:
 	case err = <-renamed:
-		// ended before its request was seen written: it failed before
-		// that (a closed session), or a reply came first, which no site
-		// sends; either way the file is opened after it
+		// ended before its write was seen: it failed before that (a
+		// closed session), or its answer came back before the writer's
+		// report (a near site); either way the file is opened after it
 		cancel()
 		ended = true
 		if err != nil {

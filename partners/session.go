@@ -251,15 +251,37 @@ func (s *Session) Prepare(worker string, ensure bool) error {
 	go func() {
 		defer close(prep)
 		if err := finish(); err != nil {
-			s.prepErr = err
+			// the reason's text, not its kinds: a directory that could
+			// not be made is no lost claim or missing file to a caller
+			// asking IsNotExist of a rename
+			s.prepErr = fmt.Errorf("%w: %v", ErrNotPrepared, err)
 			s.prepFailed.Store(true)
 		}
 	}()
 	return nil
 }
 
+// ErrNotPrepared: the directories intake writes to on the site could not
+// be made sure of (Prepared). The site's failure, not a file's: no file's
+// attempt is counted for it.
+var ErrNotPrepared = errors.New("the site's directories could not be made ready")
+
+// preparing reports whether a preparation is under way.
+func (s *Session) preparing() bool {
+	if s.prep == nil {
+		return false
+	}
+	select {
+	case <-s.prep:
+		return false
+	default:
+		return true
+	}
+}
+
 // Prepared waits for the preparation Prepare started, if any, and returns
-// its error: the directories intake writes to could not be made sure of.
+// its error (ErrNotPrepared): the directories intake writes to could not
+// be made sure of.
 func (s *Session) Prepared() error {
 	if s.prep == nil {
 		return nil

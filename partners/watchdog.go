@@ -72,10 +72,13 @@ type sentWaiter struct {
 }
 
 // awaitSent returns a channel closed once a write passed on to the
-// channel is a packet match accepts (whole, as pkg/sftp writes every
-// request but a WRITE's data: one Write each), and cancel, which
-// forgets the wait. Whatever is written after that write goes out after
-// it on the channel.
+// channel is a packet match accepts, and cancel, which forgets the wait.
+// Whatever is written after that write goes out after it on the channel.
+// match sees one Write: pkg/sftp (v1.13) writes a request as its header,
+// then its payload if it has one (WRITE, SETSTAT, an OPEN with
+// attributes); a RENAME has none, so it is one Write
+// (TestARenameIsPassedOnInOneWrite). A request written in two never
+// matches: its caller then waits for its answer instead (RenameAndOpen).
 func (w *watchdog) awaitSent(match func([]byte) bool) (sent <-chan struct{}, cancel func()) {
 	sw := &sentWaiter{match: match, c: make(chan struct{})}
 	w.sentMu.Lock()
