@@ -317,3 +317,68 @@ func TestAChannelTheSiteNeverStartsEndsTheSession(t *testing.T) {
 		})
 	}
 }
+
+// On a site that allows one SFTP channel a listing goes through pkg/sftp,
+// which reads it whole into memory: a site that lists for ever would grow
+// it until the daemon died. The names its replies announce are counted
+// as they come and the listing ends past a directory read whole's bound,
+// with ErrEndlessListing and nothing passed on; the session goes on.
+func TestAWholeListingOnAOneChannelSiteIsBounded(t *testing.T) {
+	defer partners.SetListLimits(5000, 300)()
+	root := t.TempDir()
+	os.MkdirAll(filepath.Join(root, "ready"), 0o755)
+	for i := range 200 {
+		os.WriteFile(filepath.Join(root, "ready", fmt.Sprintf("f%03d.csv", i)), nil, 0o644)
+	}
+	srv, p := inProcessSite(t, root)
+	srv.OneSubsystemPerConnection()
+	var s *partners.Session
+	for range 2 { // the first dial may learn the site's one subsystem
+		s = dialed(t, p)
+	}
+	if partners.ListsOnItsOwnChannel(s) {
+		t.Fatal("the session lists on a channel of its own; the test wants a one-channel site")
+	}
+	count := func() (int, error) {
+		n := 0
+		err := s.ListDir(context.Background(), s.Layout.ReadyDir(), func(os.FileInfo) error { n++; return nil })
+		return n, err
+	}
+	if n, err := count(); err != nil || n != 200 {
+		t.Fatalf("a true listing: %d entries, %v", n, err)
+	}
+	srv.Lie(func(method, dir string, truth []os.FileInfo) sftp.ListerAt {
+		if method == "List" {
+			return endless(func(i int64) string { return fmt.Sprintf("n%d.csv", i) })
+		}
+		return entries(truth)
+	})
+	for _, whole := range []bool{false, true} {
+		done := make(chan error, 1)
+		var n int
+		go func() {
+			var err error
+			if whole {
+				_, err = s.ReadDir(s.Layout.ReadyDir())
+			} else {
+				n, err = count()
+			}
+			done <- err
+		}()
+		select {
+		case err := <-done:
+			if !errors.Is(err, partners.ErrEndlessListing) || !strings.Contains(err.Error(), "more than 300 names") {
+				t.Fatalf("an endless listing through pkg/sftp (whole %v): %v", whole, err)
+			}
+			if n != 0 {
+				t.Fatalf("%d entries passed on from a listing that did not end", n)
+			}
+		case <-time.After(time.Minute):
+			t.Fatal("the listing did not end")
+		}
+	}
+	srv.Lie(nil)
+	if n, err := count(); err != nil || n != 200 {
+		t.Fatalf("a true listing after the endless ones: %d entries, %v", n, err)
+	}
+}

@@ -92,9 +92,17 @@ func (s *Session) listDirOn(ctx context.Context, dir string, fn func(os.FileInfo
 	c := s.listChannel()
 	if c == nil {
 		// a site that refuses a second channel: the whole listing
-		// through pkg/sftp, unbounded (the session's error said so when
-		// it was dialled)
-		ents, err := s.Client.ReadDirContext(ctx, dir)
+		// through pkg/sftp, which holds it in memory, so it is bounded
+		// as a directory read whole is (MaxReadDirEntries, and "." and
+		// ".."): the names the site's replies announce are counted as
+		// they come, and the listing is ended past the bound
+		lctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		end := s.watch.capNames(int64(maxReadDirEntries)+2, cancel)
+		ents, err := s.Client.ReadDirContext(lctx, dir)
+		if end() {
+			return fmt.Errorf("sftp: more than %d names, more than a listing read whole may hold (the site allows one channel): %w", maxReadDirEntries, ErrEndlessListing)
+		}
 		if err = s.Deadline(err); err != nil {
 			return err
 		}

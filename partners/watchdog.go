@@ -62,6 +62,57 @@ type watchdog struct {
 	sentMu  sync.Mutex
 	waiters []*sentWaiter // awaitSent's
 	nwait   atomic.Int32  // len(waiters), read without the lock by every write
+
+	names  atomic.Int64 // names the site's NAME replies announced so far (in.names)
+	capMu  sync.Mutex
+	capped []*nameCap   // capNames'
+	ncap   atomic.Int32 // len(capped)
+}
+
+// nameCap bounds the names a whole listing through pkg/sftp may bring
+// (capNames).
+type nameCap struct {
+	base, limit int64
+	cancel      func()
+	over        atomic.Bool
+}
+
+// capNames bounds the names the channel's NAME replies may announce from
+// now on: past limit, cancel is called (it ends the listing's context).
+// pkg/sftp reads a listing whole into memory, so a site that lists for
+// ever would otherwise grow it until the daemon dies; the count covers
+// every NAME reply on the channel meanwhile (two listings side by side
+// share the bound). end forgets the bound and reports whether it was
+// passed.
+func (w *watchdog) capNames(limit int64, cancel func()) (end func() (over bool)) {
+	c := &nameCap{base: w.names.Load(), limit: limit, cancel: cancel}
+	w.capMu.Lock()
+	w.capped = append(w.capped, c)
+	w.ncap.Add(1)
+	w.capMu.Unlock()
+	return func() bool {
+		w.capMu.Lock()
+		for i, o := range w.capped {
+			if o == c {
+				w.capped = append(w.capped[:i], w.capped[i+1:]...)
+				w.ncap.Add(-1)
+				break
+			}
+		}
+		w.capMu.Unlock()
+		return c.over.Load()
+	}
+}
+
+// checkNames ends the listings whose bound the names read so far passed.
+func (w *watchdog) checkNames(names int64) {
+	w.capMu.Lock()
+	defer w.capMu.Unlock()
+	for _, c := range w.capped {
+		if names-c.base > c.limit && !c.over.Swap(true) {
+			c.cancel()
+		}
+	}
 }
 
 // sentWaiter is a caller waiting for a request of its own to be passed on
@@ -215,6 +266,12 @@ func (wr watchedReader) Read(p []byte) (int, error) {
 		if k > 0 {
 			wr.w.pending.Add(-int64(k))
 		}
+		if names := wr.w.in.names; names != wr.w.names.Load() {
+			wr.w.names.Store(names)
+			if wr.w.ncap.Load() > 0 {
+				wr.w.checkNames(names)
+			}
+		}
 		// a sign of life is a reply that ended, or minProgress bytes of
 		// one: a site that trickles a byte now and then (each within the
 		// op timeout) would otherwise hold a request for as many op
@@ -238,6 +295,11 @@ type framer struct {
 	hdr  [4]byte
 	nhdr int
 	left uint32
+	// the first bytes of the packet under way: its type, its id and, for
+	// a NAME reply, how many names it holds
+	head  [9]byte
+	nhead int
+	names int64 // names the NAME packets so far announced
 }
 
 // packets reports how many packets start in b, and how many end in it.
@@ -245,6 +307,12 @@ func (f *framer) packets(b []byte) (starts, ends int) {
 	for len(b) > 0 {
 		if f.left > 0 {
 			k := min(uint32(len(b)), f.left)
+			if f.nhead < len(f.head) {
+				f.nhead += copy(f.head[f.nhead:], b[:k])
+				if f.nhead == len(f.head) && f.head[0] == fxpName {
+					f.names += int64(binary.BigEndian.Uint32(f.head[5:]))
+				}
+			}
 			f.left -= k
 			b = b[k:]
 			if f.left == 0 {
@@ -257,7 +325,7 @@ func (f *framer) packets(b []byte) (starts, ends int) {
 		b = b[c:]
 		if f.nhdr == len(f.hdr) {
 			f.left = binary.BigEndian.Uint32(f.hdr[:])
-			f.nhdr = 0
+			f.nhdr, f.nhead = 0, 0
 			starts++
 			if f.left == 0 {
 				ends++

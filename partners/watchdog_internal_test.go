@@ -14,11 +14,35 @@ func packet(n int) []byte {
 	return b
 }
 
+// nameReply is a NAME packet announcing count names (its body beyond the
+// count is filler: the framer reads the count alone).
+func nameReply(count uint32, body int) []byte {
+	b := packet(9 + body)
+	b[4] = fxpName
+	binary.BigEndian.PutUint32(b[9:], count)
+	return b
+}
+
 func TestFramerCountsPacketsAcrossAnySplit(t *testing.T) {
 	var stream []byte
 	sizes := []int{0, 1, 5, 3, 32 << 10, 9, 255 << 10}
 	for _, n := range sizes {
 		stream = append(stream, packet(n)...)
+	}
+	// NAME replies among them: their counts add up, whatever the split;
+	// a packet too short to hold a count, and another type, add nothing
+	names := []uint32{7, 0, 300, 1 << 20}
+	for _, c := range names {
+		stream = append(stream, nameReply(c, 100)...)
+		sizes = append(sizes, 0)
+	}
+	short := packet(3)
+	short[4] = fxpName
+	stream = append(stream, short...)
+	sizes = append(sizes, 0)
+	want := int64(0)
+	for _, c := range names {
+		want += int64(c)
 	}
 	rng := rand.New(rand.NewPCG(1, 2))
 	for round := 0; round < 200; round++ {
@@ -35,6 +59,9 @@ func TestFramerCountsPacketsAcrossAnySplit(t *testing.T) {
 		}
 		if starts != len(sizes) || ends != len(sizes) {
 			t.Fatalf("round %d: got %d starts and %d ends, want %d", round, starts, ends, len(sizes))
+		}
+		if f.names != want {
+			t.Fatalf("round %d: %d names counted, want %d", round, f.names, want)
 		}
 	}
 }
