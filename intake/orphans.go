@@ -97,6 +97,11 @@ func (d *Daemon) adoptFrom(ctx context.Context, p *partnerRT, sess *partners.Ses
 	if err != nil {
 		return err
 	}
+	// the moves below are writes: none on a site whose preparation
+	// failed (partners.ErrNotPrepared fails the poll)
+	if err := sess.Prepared(); err != nil {
+		return err
+	}
 	manifests := p.cfg.Readiness == partners.ReadinessManifest
 	for _, e := range ents {
 		name := e.Name()

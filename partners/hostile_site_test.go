@@ -321,8 +321,10 @@ func TestAChannelTheSiteNeverStartsEndsTheSession(t *testing.T) {
 // On a site that allows one SFTP channel a listing goes through pkg/sftp,
 // which reads it whole into memory: a site that lists for ever would grow
 // it until the daemon died. The names its replies announce are counted
-// as they come and the listing ends past a directory read whole's bound,
-// with ErrEndlessListing and nothing passed on; the session goes on.
+// as they come and the listing ends past its bound (a streamed listing's,
+// MaxListNames; a directory read whole's, MaxReadDirEntries), with
+// ErrEndlessListing and nothing passed on; the session goes on. Two
+// listings side by side do not count each other's names.
 func TestAWholeListingOnAOneChannelSiteIsBounded(t *testing.T) {
 	defer partners.SetListLimits(5000, 300)()
 	root := t.TempDir()
@@ -365,10 +367,14 @@ func TestAWholeListingOnAOneChannelSiteIsBounded(t *testing.T) {
 			}
 			done <- err
 		}()
+		want := "more than 5000 names"
+		if whole {
+			want = "more than 300 names"
+		}
 		select {
 		case err := <-done:
-			if !errors.Is(err, partners.ErrEndlessListing) || !strings.Contains(err.Error(), "more than 300 names") {
-				t.Fatalf("an endless listing through pkg/sftp (whole %v): %v", whole, err)
+			if !errors.Is(err, partners.ErrEndlessListing) || !strings.Contains(err.Error(), want) {
+				t.Fatalf("an endless listing through pkg/sftp (whole %v): %v, want %s", whole, err, want)
 			}
 			if n != 0 {
 				t.Fatalf("%d entries passed on from a listing that did not end", n)
@@ -380,5 +386,19 @@ func TestAWholeListingOnAOneChannelSiteIsBounded(t *testing.T) {
 	srv.Lie(nil)
 	if n, err := count(); err != nil || n != 200 {
 		t.Fatalf("a true listing after the endless ones: %d entries, %v", n, err)
+	}
+	// two directories of 200 read whole side by side: 400 names on the
+	// channel, each listing within its 300
+	errs := make(chan error, 4)
+	for range 4 {
+		go func() {
+			_, err := s.ReadDir(s.Layout.ReadyDir())
+			errs <- err
+		}()
+	}
+	for range 4 {
+		if err := <-errs; err != nil {
+			t.Fatalf("listings side by side: %v", err)
+		}
 	}
 }

@@ -36,7 +36,7 @@ import (
 // channel, which other listings may share: what it left in flight is read
 // and dropped).
 func (s *Session) ListDir(ctx context.Context, dir string, fn func(os.FileInfo) error) error {
-	if err := s.listDir(ctx, dir, fn); err != nil {
+	if err := s.listDir(ctx, dir, fn, maxListNames); err != nil {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
@@ -59,18 +59,20 @@ func (s *Session) ReadDir(dir string) ([]os.FileInfo, error) {
 		}
 		ents = append(ents, e)
 		return nil
-	})
+	}, maxReadDirEntries)
 	if err != nil {
 		return nil, err
 	}
 	return ents, nil
 }
 
-func (s *Session) listDir(ctx context.Context, dir string, fn func(os.FileInfo) error) error {
+// listDir is ListDir and ReadDir: limit bounds a listing read whole
+// through pkg/sftp (listDirOn).
+func (s *Session) listDir(ctx context.Context, dir string, fn func(os.FileInfo) error, limit int) error {
 	pending := s.preparing()
 	n := 0
 	count := func(e os.FileInfo) error { n++; return fn(e) }
-	err := s.listDirOn(ctx, dir, count)
+	err := s.listDirOn(ctx, dir, count, limit)
 	if err == nil || ctx.Err() != nil || !pending {
 		return err
 	}
@@ -83,25 +85,32 @@ func (s *Session) listDir(ctx context.Context, dir string, fn func(os.FileInfo) 
 		return perr
 	}
 	if n == 0 && IsNotExist(err) {
-		return s.listDirOn(ctx, dir, fn)
+		return s.listDirOn(ctx, dir, fn, limit)
 	}
 	return err
 }
 
-func (s *Session) listDirOn(ctx context.Context, dir string, fn func(os.FileInfo) error) error {
+// listDirOn lists dir on the listing channel, or where the site allows one
+// channel through pkg/sftp, whole and at most limit names.
+func (s *Session) listDirOn(ctx context.Context, dir string, fn func(os.FileInfo) error, limit int) error {
 	c := s.listChannel()
 	if c == nil {
-		// a site that refuses a second channel: the whole listing
-		// through pkg/sftp, which holds it in memory, so it is bounded
-		// as a directory read whole is (MaxReadDirEntries, and "." and
-		// ".."): the names the site's replies announce are counted as
-		// they come, and the listing is ended past the bound
+		// A site that refuses a second channel: the whole listing
+		// through pkg/sftp, which holds it in memory. The names the
+		// site's NAME replies announce are counted as they come and the
+		// listing ends past limit ("." and ".." aside): a streamed
+		// listing's bound (MaxListNames), a directory read whole's
+		// (MaxReadDirEntries). One such listing at a time on the
+		// session: the count is the channel's, and nothing else on it
+		// brings NAME replies.
+		s.wholeMu.Lock()
+		defer s.wholeMu.Unlock()
 		lctx, cancel := context.WithCancel(ctx)
 		defer cancel()
-		end := s.watch.capNames(int64(maxReadDirEntries)+2, cancel)
+		end := s.watch.capNames(int64(limit)+2, cancel)
 		ents, err := s.Client.ReadDirContext(lctx, dir)
 		if end() {
-			return fmt.Errorf("sftp: more than %d names, more than a listing read whole may hold (the site allows one channel): %w", maxReadDirEntries, ErrEndlessListing)
+			return fmt.Errorf("sftp: more than %d names, listed whole (the site allows one channel): %w", limit, ErrEndlessListing)
 		}
 		if err = s.Deadline(err); err != nil {
 			return err

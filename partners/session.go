@@ -54,6 +54,7 @@ type Session struct {
 	impossible atomic.Int64 // listed names no directory holds, left out (OneName)
 	startLate  atomic.Bool  // a channel's start went unanswered past the op timeout (inTime)
 
+	wholeMu    sync.Mutex    // one listing read whole through pkg/sftp at a time (listDirOn)
 	prep       chan struct{} // closed when Prepare's directories are made sure of; nil: nothing pending
 	prepErr    error         // why they could not be; set before prep is closed
 	prepFailed atomic.Bool
@@ -244,7 +245,10 @@ func (s *Session) Prepare(worker string, ensure bool) error {
 		return nil
 	}
 	if made == nil {
-		return finish()
+		if err := finish(); err != nil {
+			return fmt.Errorf("%w: %v", ErrNotPrepared, err)
+		}
+		return nil
 	}
 	prep := make(chan struct{})
 	s.prep = prep
