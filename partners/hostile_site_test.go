@@ -142,12 +142,7 @@ func TestAListingsImpossibleNamesAndSizesAreLeftOut(t *testing.T) {
 // MaxListNames; a listing read whole fails past MaxReadDirEntries.
 func TestAListingThatNeverEndsFails(t *testing.T) {
 	defer partners.SetListLimits(5000, 300)()
-	root := t.TempDir()
-	os.MkdirAll(filepath.Join(root, "ready"), 0o755)
-	for i := range 400 {
-		os.WriteFile(filepath.Join(root, "ready", fmt.Sprintf("f%03d.csv", i)), nil, 0o644)
-	}
-	srv, p := inProcessSite(t, root)
+	srv, p := inProcessSite(t, readyOf(t, 400))
 	s := dialed(t, p)
 	count := func() (int, error) {
 		n := 0
@@ -318,6 +313,17 @@ func TestAChannelTheSiteNeverStartsEndsTheSession(t *testing.T) {
 	}
 }
 
+// readyOf is a site's root whose ready/ holds n empty files.
+func readyOf(t *testing.T, n int) string {
+	t.Helper()
+	root := t.TempDir()
+	os.MkdirAll(filepath.Join(root, "ready"), 0o755)
+	for i := range n {
+		os.WriteFile(filepath.Join(root, "ready", fmt.Sprintf("f%03d.csv", i)), nil, 0o644)
+	}
+	return root
+}
+
 // On a site that allows one SFTP channel a listing goes through pkg/sftp,
 // which reads it whole into memory: a site that lists for ever would grow
 // it until the daemon died. The names its replies announce are counted
@@ -327,12 +333,7 @@ func TestAChannelTheSiteNeverStartsEndsTheSession(t *testing.T) {
 // listings side by side do not count each other's names.
 func TestAWholeListingOnAOneChannelSiteIsBounded(t *testing.T) {
 	defer partners.SetListLimits(5000, 300)()
-	root := t.TempDir()
-	os.MkdirAll(filepath.Join(root, "ready"), 0o755)
-	for i := range 200 {
-		os.WriteFile(filepath.Join(root, "ready", fmt.Sprintf("f%03d.csv", i)), nil, 0o644)
-	}
-	srv, p := inProcessSite(t, root)
+	srv, p := inProcessSite(t, readyOf(t, 200))
 	srv.OneSubsystemPerConnection()
 	var s *partners.Session
 	for range 2 { // the first dial may learn the site's one subsystem
