@@ -63,10 +63,8 @@ type watchdog struct {
 	waiters []*sentWaiter // awaitSent's
 	nwait   atomic.Int32  // len(waiters), read without the lock by every write
 
-	names  atomic.Int64 // names the site's NAME replies announced so far (in.names)
-	capMu  sync.Mutex
-	capped []*nameCap   // capNames'
-	ncap   atomic.Int32 // len(capped)
+	names  atomic.Int64            // names the site's NAME replies announced so far (in.names)
+	capped atomic.Pointer[nameCap] // capNames'
 }
 
 // nameCap bounds the names a whole listing through pkg/sftp may bring
@@ -80,38 +78,16 @@ type nameCap struct {
 // capNames bounds the names the channel's NAME replies may announce from
 // now on: past limit, cancel is called (it ends the listing's context).
 // pkg/sftp reads a listing whole into memory, so a site that lists for
-// ever would otherwise grow it until the daemon dies; the count covers
-// every NAME reply on the channel meanwhile (two listings side by side
-// share the bound). end forgets the bound and reports whether it was
-// passed.
+// ever would otherwise grow it until the daemon dies. The count covers
+// every NAME reply on the channel meanwhile, so one bound at a time: its
+// caller lists one whole listing at a time (Session.wholeMu). end forgets
+// the bound and reports whether it was passed.
 func (w *watchdog) capNames(limit int64, cancel func()) (end func() (over bool)) {
 	c := &nameCap{base: w.names.Load(), limit: limit, cancel: cancel}
-	w.capMu.Lock()
-	w.capped = append(w.capped, c)
-	w.ncap.Add(1)
-	w.capMu.Unlock()
+	w.capped.Store(c)
 	return func() bool {
-		w.capMu.Lock()
-		for i, o := range w.capped {
-			if o == c {
-				w.capped = append(w.capped[:i], w.capped[i+1:]...)
-				w.ncap.Add(-1)
-				break
-			}
-		}
-		w.capMu.Unlock()
+		w.capped.CompareAndSwap(c, nil)
 		return c.over.Load()
-	}
-}
-
-// checkNames ends the listings whose bound the names read so far passed.
-func (w *watchdog) checkNames(names int64) {
-	w.capMu.Lock()
-	defer w.capMu.Unlock()
-	for _, c := range w.capped {
-		if names-c.base > c.limit && !c.over.Swap(true) {
-			c.cancel()
-		}
 	}
 }
 
@@ -268,8 +244,8 @@ func (wr watchedReader) Read(p []byte) (int, error) {
 		}
 		if names := wr.w.in.names; names != wr.w.names.Load() {
 			wr.w.names.Store(names)
-			if wr.w.ncap.Load() > 0 {
-				wr.w.checkNames(names)
+			if c := wr.w.capped.Load(); c != nil && names-c.base > c.limit && !c.over.Swap(true) {
+				c.cancel()
 			}
 		}
 		// a sign of life is a reply that ended, or minProgress bytes of
