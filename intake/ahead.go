@@ -430,7 +430,7 @@ func (r *fileRun) aheadChunk(ctx context.Context, tx pgx.Tx, tgt *target.Table, 
 		c.rejected += int64(len(ch.refused))
 	}
 	if tgt.Snapshot() && staged {
-		if err := tgt.RecordKeys(ctx, tx, r.in.ID); err != nil {
+		if err := tgt.RecordKeys(ctx, tx, r.in.ID, r.in.Partner); err != nil {
 			return c, fmt.Errorf("chunk %d snapshot keys: %w", ch.no, err)
 		}
 	}

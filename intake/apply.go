@@ -427,7 +427,7 @@ func (r *fileRun) chunkStatements(ctx context.Context, tx pgx.Tx, tgt *target.Ta
 // sweeps nothing: that row's key may be one the partner still holds.
 func (r *fileRun) snapshotStatements(ctx context.Context, tx pgx.Tx, tgt *target.Table, ch *chunk, path int, writer int64, c *chunkCounts) error {
 	if path != pathNone {
-		if err := tgt.RecordKeys(ctx, tx, r.in.ID); err != nil {
+		if err := tgt.RecordKeys(ctx, tx, r.in.ID, r.in.Partner); err != nil {
 			return fmt.Errorf("chunk %d snapshot keys: %w", ch.no, err)
 		}
 	}
@@ -550,6 +550,9 @@ func (r *fileRun) writeRows(ctx context.Context, tx pgx.Tx, tgt *target.Table, c
 	var m mergeCounts
 	if sub != nil {
 		m, err = r.mergeChunk(ctx, tx, tgt, sub, writer)
+	}
+	if err == nil && path == pathGroupMerge && m.deduped > 0 {
+		return errKeyRepeated // found by the dedupe alone (target/keys.go): the file reports its rejects alone
 	}
 	var refused []refusal
 	if first := refusedRows(err); first != nil {

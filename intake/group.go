@@ -209,10 +209,10 @@ func (g *fileGroup) run(ctx context.Context) error {
 // refused value (group.run).
 const maxRefusedRetries = 2
 
-// sendOnFrom sends refused (its value refused by the target: err) and
-// every later file of the group on alone, in intake id order; the
-// earlier ones stay.
-func (g *fileGroup) sendOnFrom(refused *groupFile, err error) {
+// sendOnFrom sends refused (its value refused by the target, or a key it
+// repeats as the target compares keys: err) and every later file of the
+// group on alone, in intake id order; the earlier ones stay.
+func (g *fileGroup) sendOnFrom(refused *groupFile, err *refusedFileError) {
 	id := refused.r.in.ID
 	var stay, leave []*groupFile
 	for _, f := range g.files {
@@ -225,7 +225,7 @@ func (g *fileGroup) sendOnFrom(refused *groupFile, err error) {
 	slices.SortFunc(leave, func(a, b *groupFile) int { return cmp.Compare(a.r.in.ID, b.r.in.ID) })
 	for _, f := range leave {
 		if f == refused {
-			g.leave(f, LeftRefused, err)
+			g.leave(f, err.reason(), err)
 		} else {
 			g.leave(f, LeftAfterRefused, nil)
 		}

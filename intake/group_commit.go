@@ -166,7 +166,7 @@ func (g *fileGroup) writeRows(ctx context.Context, tx pgx.Tx, tgt *target.Table,
 			}
 		}
 		err := f.r.writeRows(ctx, tx, tgt, f.ch, pathGroupMerge, f.r.in.ID, &f.c)
-		if refusedRows(err) != nil {
+		if refusedRows(err) != nil || errors.Is(err, errKeyRepeated) {
 			return &refusedFileError{file: f, err: err}
 		}
 		if err != nil {
@@ -177,18 +177,37 @@ func (g *fileGroup) writeRows(ctx context.Context, tx pgx.Tx, tgt *target.Table,
 }
 
 // refusedFileError: the target refused a value of one file of the group
-// (a CHECK, a foreign key, a length: SQLSTATE class 22 or 23). The group's
-// transaction is rolled back; the file goes on alone, where the refused
-// rows are found and rejected, and the others commit again without it.
+// (a CHECK, a foreign key, a length: SQLSTATE class 22 or 23), or the
+// file repeats a key the target compares its own way (errKeyRepeated).
+// The group's transaction is rolled back; the file goes on alone, where
+// the refused rows are found and rejected (the repeated key's earlier
+// lines), and the others commit again without it.
 type refusedFileError struct {
 	file *groupFile
 	err  error
 }
 
+// errKeyRepeated: the dedupe of a group file's rows dropped lines whose
+// key a later line repeats in other bytes (a target that compares keys
+// its own way, target/keys.go): those lines are the file's rejects, which
+// the file reports alone.
+var errKeyRepeated = errors.New("a key repeats within the file as the target compares keys")
+
 // Error names the refusal by its codes: PostgreSQL's own text may quote
 // the value.
 func (e *refusedFileError) Error() string {
+	if errors.Is(e.err, errKeyRepeated) {
+		return fmt.Sprintf("intake %d: %v", e.file.r.in.ID, errKeyRepeated)
+	}
 	return fmt.Sprintf("intake %d: the target refused a value: %s", e.file.r.in.ID, pgerr.Redact(e.err))
+}
+
+// reason is the group's leave reason for the file.
+func (e *refusedFileError) reason() string {
+	if errors.Is(e.err, errKeyRepeated) {
+		return LeftRepeatedKey
+	}
+	return LeftRefused
 }
 
 func (e *refusedFileError) Unwrap() error { return e.err }

@@ -82,7 +82,9 @@ func (r *fileRun) mergeChunk(ctx context.Context, tx pgx.Tx, tgt *target.Table, 
 		}
 		return m, fmt.Errorf("chunk %d copy: %w", ch.no, err)
 	}
-	if ch.dupKeys {
+	if ch.dupKeys || !tgt.ExactKeys() {
+		// (a target that compares keys its own way: only SQL can tell
+		// a key repeated, target/keys.go)
 		n, err := tgt.Dedupe(ctx, tx, r.in.ID, r.in.Partner)
 		if err != nil {
 			return m, fmt.Errorf("chunk %d dedupe: %w", ch.no, err)

@@ -129,6 +129,9 @@ func cmdCheck(args []string, stdout, stderr io.Writer) int {
 			} else {
 				fmt.Fprintln(stdout, "; keys are matched one by one (the unique index does not start with partner_id and the first key)")
 			}
+			if len(plan.KeysCompared) > 0 {
+				fmt.Fprintf(stdout, "     the target compares key %s its own way: every chunk is deduplicated in SQL, replays get no look-up of unchanged rows\n", strings.Join(plan.KeysCompared, ", "))
+			}
 		}
 	}
 	if failed > 0 {

@@ -28,6 +28,13 @@ type catalogColumn struct {
 	hasDefault bool
 	generated  bool // GENERATED ALWAYS AS (...) STORED: never written
 	identity   bool // GENERATED ALWAYS AS IDENTITY: written only with OVERRIDING
+	// collation: the column's own collation, schema-qualified and quoted,
+	// when it is not the database's default ("" else); deterministic:
+	// values that compare equal under it are the same bytes (a
+	// nondeterministic one, an ICU level-2 say, makes 'X-1' and 'x-1' one
+	// key).
+	collation     string
+	deterministic bool
 }
 
 // catalogTable is a target table as the catalog describes it.
@@ -54,9 +61,13 @@ func describe(ctx context.Context, db *pgxpool.Pool, table string) (*catalogTabl
 		    CASE WHEN t.typtype = 'd' THEN format_type(a.atttypid, NULL) ELSE '' END,
 		    a.attnotnull OR (t.typtype = 'd' AND t.typnotnull),
 		    a.atthasdef OR a.attidentity <> '' OR a.attgenerated <> '' OR (t.typtype = 'd' AND t.typdefault IS NOT NULL),
-		    a.attgenerated <> '', a.attidentity = 'a'
+		    a.attgenerated <> '', a.attidentity = 'a',
+		    CASE WHEN a.attcollation NOT IN (0, 100) THEN quote_ident(n.nspname) || '.' || quote_ident(c.collname) ELSE '' END,
+		    coalesce(c.collisdeterministic, true)
 		FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid
 		JOIN pg_type b ON b.oid = CASE WHEN t.typtype = 'd' THEN t.typbasetype ELSE a.atttypid END
+		LEFT JOIN pg_collation c ON c.oid = a.attcollation
+		LEFT JOIN pg_namespace n ON n.oid = c.collnamespace
 		WHERE a.attrelid = $1 AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum`, oid)
 	if err != nil {
 		return nil, fmt.Errorf("target %s: %w", table, err)
@@ -65,7 +76,7 @@ func describe(ctx context.Context, db *pgxpool.Pool, table string) (*catalogTabl
 	for rs.Next() {
 		c := &catalogColumn{}
 		if err := rs.Scan(&c.name, &c.typ, &c.oid, &c.base, &c.baseName, &c.typmod, &c.category, &c.enum,
-			&c.domain, &c.notNull, &c.hasDefault, &c.generated, &c.identity); err != nil {
+			&c.domain, &c.notNull, &c.hasDefault, &c.generated, &c.identity, &c.collation, &c.deterministic); err != nil {
 			return nil, fmt.Errorf("target %s: %w", table, err)
 		}
 		tt.cols[c.name] = c

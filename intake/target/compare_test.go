@@ -2,6 +2,7 @@ package target_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync/atomic"
@@ -293,5 +294,32 @@ func TestACheckerReadsEachTableOnce(t *testing.T) {
 	}
 	if _, err := chk.Compare(ctx, "late", feed("nopartner", nil)); err == nil || !strings.Contains(err.Error(), "missing column partner_id") {
 		t.Fatalf("a table without partner_id: %v", err)
+	}
+}
+
+// A partner_id of a nondeterministic collation could hold two partners'
+// ids equal, and they would write each other's rows: such a target is
+// refused; a deterministic collation of its own is fine.
+func TestATargetWhosePartnerIDComparesLooselyIsRefused(t *testing.T) {
+	_, pool := testenv.DB(t)
+	ctx := context.Background()
+	if _, err := pool.Exec(ctx, `CREATE COLLATION IF NOT EXISTS loose (provider = icu, locale = 'und-u-ka-shifted-ks-level1', deterministic = false);
+		CREATE TABLE loose_p (partner_id text COLLATE loose NOT NULL, k text NOT NULL, last_intake_id bigint NOT NULL, UNIQUE (partner_id, k));
+		CREATE TABLE c_p (partner_id text COLLATE "C" NOT NULL, k text NOT NULL, last_intake_id bigint NOT NULL, UNIQUE (partner_id, k))`); err != nil {
+		t.Fatal(err)
+	}
+	var same bool
+	if err := pool.QueryRow(ctx, `SELECT 'acme-1' = 'acme_1' COLLATE loose`).Scan(&same); err != nil || !same {
+		t.Fatalf("the collation does not hold the two ids equal (%v, %v): the test proves nothing", same, err)
+	}
+	for table, refused := range map[string]bool{"loose_p": true, "c_p": false} {
+		f := &partners.Feed{Name: "f", Pattern: `x`, Target: table, Key: []string{"k"},
+			Columns: []partners.Column{{Name: "k", Type: partners.TypeText, Required: true, MaxLength: 16}}}
+		f.SetDefaults()
+		_, err := target.Load(ctx, pool, f)
+		var te *target.Error
+		if got := errors.As(err, &te) && strings.Contains(te.Detail, "nondeterministic collation"); got != refused || (!refused && err != nil) {
+			t.Fatalf("%s: Load = %v, want refused %v", table, err, refused)
+		}
 	}
 }

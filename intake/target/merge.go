@@ -53,6 +53,11 @@ func (t *Table) build() {
 	}
 	t.directCopy = fmt.Sprintf("COPY %s (partner_id, %s, last_intake_id%s) FROM STDIN%s", t.table, strings.Join(quoted, ", "), hashTail, format)
 	cast := func(alias string, i int) string {
+		if t.collate[i] != "" {
+			// a key column's collation: what the dedupe and the plan
+			// compare staged keys under, as the target's index does
+			return fmt.Sprintf("(%s.%s::%s%s)", alias, q(t.cols[i]), t.types[i], t.collate[i])
+		}
 		return fmt.Sprintf("%s.%s::%s", alias, q(t.cols[i]), t.types[i])
 	}
 	var insCols, selCols, setCols, tgtVals, excVals, stageVals, keyStage, keyJoin []string
@@ -249,7 +254,7 @@ func (t *Table) build() {
 		SELECT $2, %s, $1%s FROM (SELECT %s%s FROM %s st) j`,
 		t.table, strings.Join(insCols, ", "), insHash, strings.Join(nCols, ", "), selHash, strings.Join(sCols, ", "), sHash, t.stage)
 	if t.mode == partners.ModeSnapshot {
-		t.buildSnapshot(sCols, edited)
+		t.buildSnapshot(sCols, sKeyJoin, edited)
 	}
 	t.buildPlan(sCols, sKeyJoin, needs, reason, edited)
 	t.buildUnchanged()
@@ -318,14 +323,24 @@ func (t *Table) keyText(alias string) string {
 }
 
 // buildSnapshot writes a snapshot feed's statements. recordKeys ($1 =
-// intake id) records the staged rows' keys; sweep ($1 = writer, $2 =
+// intake id; $2 = partner where the keys are not exact) records the
+// staged rows' keys, after the chunk's merge; sweep ($1 = writer, $2 =
 // partner, $3 = intake id, $4 = feed) deletes, or marks, the rows intake
 // wrote for the partner and feed (their last_intake_id is an intake of
 // that feed) that no newer intake wrote, whose key the intake did not
 // record, and (kept edits) that were not edited outside intake.
-func (t *Table) buildSnapshot(sCols []string, edited string) {
+func (t *Table) buildSnapshot(sCols, sKeyJoin []string, edited string) {
 	t.recordKeys = fmt.Sprintf(`INSERT INTO intake_snapshot_key (intake_id, key)
 		SELECT $1, %s FROM (SELECT %s FROM %s st) s ON CONFLICT DO NOTHING`, t.keyText("s"), strings.Join(sCols, ", "), t.stage)
+	if !t.exactKeys {
+		// each key as the target stores it, which the sweep compares
+		// with: 'x-1' written over a stored 'X-1' of a citext key is the
+		// key 'X-1' (keys.go); the merge wrote or kept a row for every
+		// staged key (a refused row stops the sweep)
+		t.recordKeys = fmt.Sprintf(`INSERT INTO intake_snapshot_key (intake_id, key)
+		SELECT $1, %s FROM (SELECT %s FROM %s st) s JOIN %s t ON t.partner_id = $2 AND %s
+		ON CONFLICT DO NOTHING`, t.keyText("t"), strings.Join(sCols, ", "), t.stage, t.table, strings.Join(sKeyJoin, " AND "))
+	}
 	where := fmt.Sprintf(`t.partner_id = $2 AND t.last_intake_id <= $1
 		    AND EXISTS (SELECT 1 FROM file_intake f WHERE f.intake_id = t.last_intake_id AND f.partner_id = $2 AND f.feed = $4)
 		    AND NOT EXISTS (SELECT 1 FROM intake_snapshot_key k WHERE k.intake_id = $3 AND k.key = %s)`, t.keyText("t"))

@@ -93,6 +93,12 @@ type Table struct {
 	key0             int
 	// planRows and planDeletes: a plan's statements (plan.go).
 	planRows, planDeleteCount, planDeleteSample string
+	// exactKeys: the target compares keys as intake's normalised text of
+	// them (keys.go); else every chunk is deduplicated in SQL. collate:
+	// per column, the key column's own collation (" COLLATE x") that the
+	// staged values are compared under ("" for the rest).
+	exactKeys bool
+	collate   []string
 }
 
 // HashColumn is the target column in which intake records a hash of the
@@ -195,6 +201,11 @@ func Load(ctx context.Context, db *pgxpool.Pool, f *partners.Feed) (*Table, erro
 	if types["partner_id"] == "" {
 		return nil, &Error{Table: f.Target, Detail: "missing column partner_id (text)"}
 	}
+	if pc := tt.cols["partner_id"]; !pc.deterministic {
+		// two partners whose ids it holds equal ('acme-1' and 'acme_1'
+		// where punctuation is ignored) would share rows
+		return nil, &Error{Table: f.Target, Detail: fmt.Sprintf("column partner_id has the nondeterministic collation %s: partners whose ids it holds equal would write each other's rows (give it a deterministic one)", pc.collation)}
+	}
 	if types["last_intake_id"] != "bigint" {
 		return nil, &Error{Table: f.Target, Detail: "missing column last_intake_id bigint (intake's bookkeeping)"}
 	}
@@ -216,11 +227,21 @@ func Load(ctx context.Context, db *pgxpool.Pool, f *partners.Feed) (*Table, erro
 			return nil, &Error{Table: f.Target, Detail: fmt.Sprintf("column %s is %s: deleted_at needs timestamptz", f.DeletedAt, types[f.DeletedAt])}
 		}
 	}
+	t.exactKeys = true
 	for _, c := range f.Columns {
 		typ, ok := types[c.Name]
 		if !ok {
 			return nil, &Error{Table: f.Target, Detail: fmt.Sprintf("missing column %s declared by feed %s", c.Name, f.Name)}
 		}
+		collate := ""
+		if slices.Contains(t.key, c.Name) {
+			tc := tt.cols[c.Name]
+			t.exactKeys = t.exactKeys && keyExact(c, tc)
+			if tc.collation != "" {
+				collate = " COLLATE " + tc.collation
+			}
+		}
+		t.collate = append(t.collate, collate)
 		t.cols = append(t.cols, c.Name)
 		t.types = append(t.types, typ)
 		t.oids = append(t.oids, oids[c.Name])
@@ -309,6 +330,11 @@ type Plan struct {
 	// Guard: the target has intake_row_hash, so edits made outside intake
 	// are told (and kept or overwritten per on_outside_edit).
 	Guard bool
+	// KeysCompared names the key columns the target compares its own way
+	// (citext, a collation of their own, a type that reads one value
+	// several ways: keys.go); empty when it compares keys as intake's
+	// normalised text.
+	KeysCompared []string
 }
 
 // Check verifies a feed's target table as the daemon would use it,
@@ -319,6 +345,17 @@ func Check(ctx context.Context, db *pgxpool.Pool, f *partners.Feed) (Plan, error
 		return Plan{}, err
 	}
 	plan := Plan{Binary: t.binary, RangeProbe: t.rangeProbe, Guard: t.guard}
+	if !t.exactKeys {
+		tt, err := describe(ctx, db, f.Target)
+		if err != nil {
+			return Plan{}, err
+		}
+		for _, c := range f.Columns {
+			if slices.Contains(t.key, c.Name) && !keyExact(c, tt.cols[c.Name]) {
+				plan.KeysCompared = append(plan.KeysCompared, fmt.Sprintf("%s (%s)", c.Name, tt.cols[c.Name].typ+t.collate[slices.Index(t.cols, c.Name)]))
+			}
+		}
+	}
 	if !t.binary {
 		for i, c := range f.Columns {
 			if t.enc[i] == nil {

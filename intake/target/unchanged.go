@@ -69,7 +69,10 @@ func (t *Table) keyOID() uint32 { return t.oids[t.key0] }
 // refuses). A snapshot's RecordLeftOut: $1 intake id, then one array per
 // key column.
 func (t *Table) buildUnchanged() {
-	if !t.binary || !t.rangeProbe {
+	if !t.binary || !t.rangeProbe || !t.exactKeys {
+		// (keys the target compares its own way: its rows and the
+		// chunk's are matched by their bytes, and a key the chunk repeats
+		// in other bytes must reach the dedupe: keys.go)
 		return
 	}
 	q := func(s string) string { return pgx.Identifier{s}.Sanitize() }

@@ -147,11 +147,20 @@ func (t *Table) StagedDirect() bool {
 func (t *Table) Snapshot() bool { return t.mode == partners.ModeSnapshot }
 
 // RecordKeys records the keys of the staged rows as applied by intakeID
-// (a snapshot), in the chunk's transaction.
-func (t *Table) RecordKeys(ctx context.Context, tx pgx.Tx, intakeID int64) error {
-	_, err := tx.Exec(ctx, t.recordKeys, intakeID)
+// for partner (a snapshot), in the chunk's transaction, after its merge.
+func (t *Table) RecordKeys(ctx context.Context, tx pgx.Tx, intakeID int64, partner string) error {
+	args := []any{intakeID}
+	if !t.exactKeys {
+		args = append(args, partner) // the keys as the target stores them
+	}
+	_, err := tx.Exec(ctx, t.recordKeys, args...)
 	return err
 }
+
+// ExactKeys reports whether the target compares keys as intake's
+// normalised text of them (keys.go). When it does not, every chunk must be
+// deduplicated in SQL (Dedupe): intake cannot tell a key repeated.
+func (t *Table) ExactKeys() bool { return t.exactKeys }
 
 // Sweep deletes (or marks in deleted_at) the rows intake wrote for the
 // partner and feed, written by writer or older intakes, whose key

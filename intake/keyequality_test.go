@@ -1,0 +1,173 @@
+package intake_test
+
+import (
+	"context"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/partner-intake/partner-intake/intake"
+	"github.com/partner-intake/partner-intake/internal/testenv"
+	"github.com/partner-intake/partner-intake/partners"
+)
+
+// Targets whose key equality is not byte equality (intake/target/keys.go):
+// a column of a nondeterministic ICU collation and a citext column, where
+// 'X-1' and 'x-1' are one key.
+var caseBlindKeys = []struct{ name, ddl string }{
+	{"nondeterministic collation", `CREATE COLLATION IF NOT EXISTS intake_test_ci (provider = icu, locale = 'und-u-ks-level2', deterministic = false);
+		ALTER TABLE orders ALTER COLUMN order_id TYPE text COLLATE intake_test_ci`},
+	{"citext", `CREATE EXTENSION IF NOT EXISTS citext; ALTER TABLE orders ALTER COLUMN order_id TYPE citext`},
+}
+
+func caseBlindDB(t *testing.T, ddl string) *pgxpool.Pool {
+	t.Helper()
+	_, pool := testenv.DB(t)
+	exec(t, pool, ddl)
+	return pool
+}
+
+// A file that holds one key twice as the target compares keys ('X-1' and
+// 'x-1' of a case-blind key) is a file with a repeated key: the later line
+// wins, the earlier is rejected as duplicate_key, as for a key repeated
+// byte for byte. Before, intake saw two keys: the merge failed (ON
+// CONFLICT cannot affect a row twice) and the file was held for good, or
+// its receipt counted a line unchanged that the next line overwrote.
+func TestAKeyRepeatedAsTheTargetComparesKeysIsADuplicateKey(t *testing.T) {
+	for _, tc := range caseBlindKeys {
+		t.Run(tc.name, func(t *testing.T) {
+			pool := caseBlindDB(t, tc.ddl)
+			site := testenv.NewSite(t, "ck")
+			r := newRig(t, pool, "w1", site)
+			site.Drop(t, "orders-new.csv", header+
+				"X-1,a@b.io,1.00,new,2026-11-01T00:00:00Z,1\n"+
+				"D-2,a@b.io,2.00,new,2026-11-01T00:00:00Z,1\n"+
+				"x-1,a@b.io,3.00,paid,2026-11-01T00:00:00Z,1\n")
+			r.poll("ck")
+			f := files(t, pool, "ck")[0]
+			if f.State != "archived" || f.Total != 3 || f.Applied != 2 || f.Rejected != 1 || f.Unchanged != 0 {
+				t.Fatalf("got %+v, want archived: 2 applied, 1 rejected", f)
+			}
+			if n := count(t, pool, `SELECT count(*) FROM orders WHERE order_id = 'X-1' AND amount = 3.00 AND status = 'paid'`); n != 1 {
+				t.Fatal("the last line of the repeated key did not win")
+			}
+			rel, _ := filepath.Rel(site.Root, f.Rejects)
+			if got := site.Read(t, rel); !strings.Contains(got, "2,,duplicate_key,rejected") {
+				t.Fatalf("rejects.csv:\n%s", got)
+			}
+			rc := receipt(t, site, f.Receipt)
+			if rc.Outcome != intake.OutcomeAcceptedWithRejects || rc.Rows.Applied != 2 || rc.Rows.Rejected != 1 {
+				t.Fatalf("receipt %+v, want accepted_with_rejects: 2 applied, 1 rejected", rc)
+			}
+
+			// the key exists, a changed line comes first and the stored
+			// values again last: the last line wins (the row stays as it
+			// is), the first is the duplicate
+			site.Drop(t, "orders-again.csv", header+
+				"d-2,a@b.io,9.00,paid,2026-11-01T00:00:00Z,1\n"+
+				"D-2,a@b.io,2.00,new,2026-11-01T00:00:00Z,1\n")
+			r.poll("ck")
+			f = files(t, pool, "ck")[1]
+			if f.State != "archived" || f.Total != 2 || f.Rejected != 1 || f.Unchanged != 1 || f.Applied != 0 {
+				t.Fatalf("got %+v, want archived: 1 unchanged, 1 rejected", f)
+			}
+			if n := count(t, pool, `SELECT count(*) FROM orders WHERE order_id = 'D-2' AND amount = 2.00 AND status = 'new'`); n != 1 {
+				t.Fatal("the row was changed by a line a later one repeats")
+			}
+			if n := count(t, pool, `SELECT count(*) FROM orders`); n != 2 {
+				t.Fatalf("%d target rows, want 2", n)
+			}
+		})
+	}
+}
+
+// A snapshot that writes a key as the target compares it ('s-1' over a
+// stored 'S-1') holds that row: the keys it records are the target's own,
+// and its sweep deletes only rows whose key the file lacks. Before, the
+// key was recorded as written and the row just written was deleted.
+func TestASnapshotKeepsARowItsFileNamesAsTheTargetComparesKeys(t *testing.T) {
+	for _, tc := range caseBlindKeys {
+		t.Run(tc.name, func(t *testing.T) {
+			pool := caseBlindDB(t, tc.ddl)
+			site := testenv.NewSite(t, "sk")
+			site.Config.Feeds[0].Mode = partners.ModeSnapshot
+			r := newRig(t, pool, "w1", site)
+			site.Drop(t, "orders-1.csv", goodRows("S", 4))
+			r.poll("sk")
+			site.Drop(t, "orders-2.csv", header+ordersLine("s", 1, "")+ordersLine("S", 2, "")+ordersLine("S", 3, ""))
+			r.poll("sk")
+			f := files(t, pool, "sk")[1]
+			if f.State != "archived" || f.Total != 3 || f.Unchanged != 3 {
+				t.Fatalf("second file %+v, want archived: 3 unchanged", f)
+			}
+			var keys []string
+			rs, err := pool.Query(context.Background(), `SELECT order_id::text FROM orders ORDER BY 1`)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for rs.Next() {
+				var k string
+				if err := rs.Scan(&k); err != nil {
+					t.Fatal(err)
+				}
+				keys = append(keys, k)
+			}
+			if err := rs.Err(); err != nil {
+				t.Fatal(err)
+			}
+			if strings.Join(keys, ",") != "S-1,S-2,S-3" {
+				t.Fatalf("target holds %v, want S-4 alone deleted", keys)
+			}
+			if rc := receipt(t, site, f.Receipt); rc.Rows.Deleted != 1 {
+				t.Fatalf("receipt rows %+v, want 1 deleted", rc.Rows)
+			}
+		})
+	}
+}
+
+// In a group of small files, a file that repeats a key as the target
+// compares keys leaves the group (repeated_key: only the dedupe could tell)
+// and ends as it would alone; the group's other files go through it.
+func TestAGroupSendsOnAFileRepeatingAKeyAsTheTargetComparesKeys(t *testing.T) {
+	for _, tc := range caseBlindKeys {
+		t.Run(tc.name, func(t *testing.T) {
+			pool := caseBlindDB(t, tc.ddl)
+			site := testenv.NewSite(t, "gk")
+			r := newRig(t, pool, "w1", site)
+			site.Drop(t, "orders-g1.csv", goodRows("G1", 5))
+			site.Drop(t, "orders-dk.csv", header+
+				"K-1,a@b.io,1.00,new,2026-11-01T00:00:00Z,1\n"+
+				"k-1,a@b.io,3.00,paid,2026-11-01T00:00:00Z,1\n")
+			site.Drop(t, "orders-g2.csv", goodRows("G2", 5))
+			r.poll("gk")
+			if got := grouped(r, "gk", "grouped"); got != 3 {
+				t.Fatalf("%v files went through a group, want 3", got)
+			}
+			if got := grouped(r, "gk", intake.LeftRepeatedKey); got != 1 {
+				t.Fatalf("%v files left the group as %s, want 1", got, intake.LeftRepeatedKey)
+			}
+			m := byName(files(t, pool, "gk"))
+			dk := m["orders-dk.csv"]
+			if dk.State != "archived" || dk.Applied != 1 || dk.Rejected != 1 {
+				t.Fatalf("orders-dk.csv: %+v, want archived: 1 applied, 1 rejected", dk)
+			}
+			rel, _ := filepath.Rel(site.Root, dk.Rejects)
+			if got := site.Read(t, rel); !strings.Contains(got, "2,,duplicate_key,rejected") {
+				t.Fatalf("orders-dk.csv's rejects.csv:\n%s", got)
+			}
+			for _, name := range []string{"orders-g1.csv", "orders-g2.csv"} {
+				if f := m[name]; f.State != "archived" || f.Applied != 5 {
+					t.Fatalf("%s: %+v, want archived with 5 applied", name, f)
+				}
+			}
+			if n := count(t, pool, `SELECT count(*) FROM orders WHERE order_id = 'K-1' AND amount = 3.00`); n != 1 {
+				t.Fatal("the last line of the repeated key did not win")
+			}
+			if n := count(t, pool, `SELECT count(*) FROM orders`); n != 11 {
+				t.Fatalf("%d target rows, want 11", n)
+			}
+		})
+	}
+}
