@@ -78,7 +78,7 @@ const (
 	LeftRejected     = "rejected_row"    // a row is rejected (the plan records it)
 	LeftBadValue     = "value_refused"   // a value the target's column type refuses (fetch)
 	LeftRefused      = "target_refused"  // a value the target refused at the group's write: a CHECK, a foreign key, a length (commit)
-	LeftAfterRefused = "after_refused"   // a later file of a group whose file the target refused: on alone after it, in id order
+	LeftAfterRefused = "after_refused"   // a later file of a group whose file the target refused (or that repeats a key as the target compares keys): on alone after it, in id order
 	LeftRepeatedKey  = "repeated_key"    // a key repeats within the file (the dedupe decides)
 	LeftBatchBound   = "batch_bound"     // another intake holds the batch: duplicate or conflict
 	LeftConflicts    = "newer_writes"    // rows a newer intake holds: the rejects report is written alone

@@ -14,12 +14,17 @@ import (
 )
 
 // Targets whose key equality is not byte equality (intake/target/keys.go):
-// a column of a nondeterministic ICU collation and a citext column, where
-// 'X-1' and 'x-1' are one key.
+// a column of a nondeterministic ICU collation, a citext column and a
+// unique index of such a collation, where 'X-1' and 'x-1' are one key.
 var caseBlindKeys = []struct{ name, ddl string }{
 	{"nondeterministic collation", `CREATE COLLATION IF NOT EXISTS intake_test_ci (provider = icu, locale = 'und-u-ks-level2', deterministic = false);
 		ALTER TABLE orders ALTER COLUMN order_id TYPE text COLLATE intake_test_ci`},
 	{"citext", `CREATE EXTENSION IF NOT EXISTS citext; ALTER TABLE orders ALTER COLUMN order_id TYPE citext`},
+	// a plain text column whose unique index (the ON CONFLICT arbiter)
+	// compares it under such a collation
+	{"unique index of a nondeterministic collation", `CREATE COLLATION IF NOT EXISTS intake_test_ci (provider = icu, locale = 'und-u-ks-level2', deterministic = false);
+		ALTER TABLE orders DROP CONSTRAINT orders_partner_id_order_id_key;
+		CREATE UNIQUE INDEX orders_ci ON orders (partner_id, order_id COLLATE intake_test_ci)`},
 }
 
 func caseBlindDB(t *testing.T, ddl string) *pgxpool.Pool {
@@ -50,7 +55,7 @@ func TestAKeyRepeatedAsTheTargetComparesKeysIsADuplicateKey(t *testing.T) {
 			if f.State != "archived" || f.Total != 3 || f.Applied != 2 || f.Rejected != 1 || f.Unchanged != 0 {
 				t.Fatalf("got %+v, want archived: 2 applied, 1 rejected", f)
 			}
-			if n := count(t, pool, `SELECT count(*) FROM orders WHERE order_id = 'X-1' AND amount = 3.00 AND status = 'paid'`); n != 1 {
+			if n := count(t, pool, `SELECT count(*) FROM orders WHERE lower(order_id::text) = 'x-1' AND amount = 3.00 AND status = 'paid'`); n != 1 {
 				t.Fatal("the last line of the repeated key did not win")
 			}
 			rel, _ := filepath.Rel(site.Root, f.Rejects)
@@ -73,7 +78,7 @@ func TestAKeyRepeatedAsTheTargetComparesKeysIsADuplicateKey(t *testing.T) {
 			if f.State != "archived" || f.Total != 2 || f.Rejected != 1 || f.Unchanged != 1 || f.Applied != 0 {
 				t.Fatalf("got %+v, want archived: 1 unchanged, 1 rejected", f)
 			}
-			if n := count(t, pool, `SELECT count(*) FROM orders WHERE order_id = 'D-2' AND amount = 2.00 AND status = 'new'`); n != 1 {
+			if n := count(t, pool, `SELECT count(*) FROM orders WHERE lower(order_id::text) = 'd-2' AND amount = 2.00 AND status = 'new'`); n != 1 {
 				t.Fatal("the row was changed by a line a later one repeats")
 			}
 			if n := count(t, pool, `SELECT count(*) FROM orders`); n != 2 {
@@ -162,11 +167,67 @@ func TestAGroupSendsOnAFileRepeatingAKeyAsTheTargetComparesKeys(t *testing.T) {
 					t.Fatalf("%s: %+v, want archived with 5 applied", name, f)
 				}
 			}
-			if n := count(t, pool, `SELECT count(*) FROM orders WHERE order_id = 'K-1' AND amount = 3.00`); n != 1 {
+			if n := count(t, pool, `SELECT count(*) FROM orders WHERE lower(order_id::text) = 'k-1' AND amount = 3.00`); n != 1 {
 				t.Fatal("the last line of the repeated key did not win")
 			}
 			if n := count(t, pool, `SELECT count(*) FROM orders`); n != 11 {
 				t.Fatalf("%d target rows, want 11", n)
+			}
+		})
+	}
+}
+
+// The other way round: a column of a nondeterministic collation whose
+// unique index (the ON CONFLICT arbiter) compares it byte for byte holds
+// 'Y-1' and 'y-1' as two rows, and a file holding both applies both: the
+// keys are compared as the index compares them, not as the column does.
+func TestKeysTheUniqueIndexComparesByBytesAreTwo(t *testing.T) {
+	pool := caseBlindDB(t, `CREATE COLLATION IF NOT EXISTS intake_test_ci (provider = icu, locale = 'und-u-ks-level2', deterministic = false);
+		ALTER TABLE orders DROP CONSTRAINT orders_partner_id_order_id_key;
+		ALTER TABLE orders ALTER COLUMN order_id TYPE text COLLATE intake_test_ci;
+		CREATE UNIQUE INDEX orders_bytes ON orders (partner_id, order_id COLLATE "C")`)
+	site := testenv.NewSite(t, "bk")
+	r := newRig(t, pool, "w1", site)
+	site.Drop(t, "orders-d.csv", header+"D-1,a@b.io,1.00,new,2026-11-01T00:00:00Z,1\n")
+	r.poll("bk")
+	// D-1 exists: the file is merged (not COPYed straight in), where the
+	// dedupe and the look-up compare its keys
+	site.Drop(t, "orders-y.csv", header+
+		"D-1,a@b.io,1.00,new,2026-11-01T00:00:00Z,1\n"+
+		"Y-1,a@b.io,1.00,new,2026-11-01T00:00:00Z,1\n"+
+		"y-1,a@b.io,3.00,paid,2026-11-01T00:00:00Z,1\n")
+	r.poll("bk")
+	f := files(t, pool, "bk")[1]
+	if f.State != "archived" || f.Total != 3 || f.Applied != 2 || f.Unchanged != 1 || f.Rejected != 0 {
+		t.Fatalf("got %+v, want archived: 2 applied, 1 unchanged", f)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM orders WHERE order_id COLLATE "C" IN ('Y-1', 'y-1')`); n != 2 {
+		t.Fatalf("%d rows for Y-1 and y-1, want 2", n)
+	}
+}
+
+// A snapshot's plan counts its deletes as its apply makes them: a row the
+// file names in other bytes ('s-1' over a stored 'S-1') is no delete, so
+// max_delete_ratio does not hold a file that deletes nothing.
+func TestASnapshotsPlanCountsDeletesAsTheTargetComparesKeys(t *testing.T) {
+	for _, tc := range caseBlindKeys {
+		t.Run(tc.name, func(t *testing.T) {
+			pool := caseBlindDB(t, tc.ddl)
+			site := testenv.NewSite(t, "pk")
+			site.Config.Feeds[0].Mode = partners.ModeSnapshot
+			site.Config.Feeds[0].Approval = &partners.Approval{MaxDeleteRatio: ratio(0.5)}
+			r := newRig(t, pool, "w1", site)
+			site.Drop(t, "orders-1.csv", goodRows("P", 3))
+			r.poll("pk")
+			site.Drop(t, "orders-2.csv", header+ordersLine("p", 1, "")+ordersLine("p", 2, "")+ordersLine("P", 3, ""))
+			r.poll("pk")
+			f := files(t, pool, "pk")[1]
+			_, c := planOf(t, pool, "pk", f.ID)
+			if f.State != "archived" || c.Deletes != 0 || c.Unchanged != 3 {
+				t.Fatalf("snapshot %+v plan %+v, want archived with no delete planned", f, c)
+			}
+			if n := count(t, pool, `SELECT count(*) FROM orders`); n != 3 {
+				t.Fatalf("%d rows, want 3", n)
 			}
 		})
 	}

@@ -297,7 +297,8 @@ func TestACheckerReadsEachTableOnce(t *testing.T) {
 	}
 }
 
-// A partner_id of a nondeterministic collation could hold two partners'
+// A partner_id of a nondeterministic collation (its column's, or its
+// unique index's, which arbitrates ON CONFLICT) could hold two partners'
 // ids equal, and they would write each other's rows: such a target is
 // refused; a deterministic collation of its own is fine.
 func TestATargetWhosePartnerIDComparesLooselyIsRefused(t *testing.T) {
@@ -305,14 +306,16 @@ func TestATargetWhosePartnerIDComparesLooselyIsRefused(t *testing.T) {
 	ctx := context.Background()
 	if _, err := pool.Exec(ctx, `CREATE COLLATION IF NOT EXISTS loose (provider = icu, locale = 'und-u-ka-shifted-ks-level1', deterministic = false);
 		CREATE TABLE loose_p (partner_id text COLLATE loose NOT NULL, k text NOT NULL, last_intake_id bigint NOT NULL, UNIQUE (partner_id, k));
-		CREATE TABLE c_p (partner_id text COLLATE "C" NOT NULL, k text NOT NULL, last_intake_id bigint NOT NULL, UNIQUE (partner_id, k))`); err != nil {
+		CREATE TABLE c_p (partner_id text COLLATE "C" NOT NULL, k text NOT NULL, last_intake_id bigint NOT NULL, UNIQUE (partner_id, k));
+		CREATE TABLE idx_p (partner_id text NOT NULL, k text NOT NULL, last_intake_id bigint NOT NULL);
+		CREATE UNIQUE INDEX ON idx_p (partner_id COLLATE loose, k)`); err != nil {
 		t.Fatal(err)
 	}
 	var same bool
 	if err := pool.QueryRow(ctx, `SELECT 'acme-1' = 'acme_1' COLLATE loose`).Scan(&same); err != nil || !same {
 		t.Fatalf("the collation does not hold the two ids equal (%v, %v): the test proves nothing", same, err)
 	}
-	for table, refused := range map[string]bool{"loose_p": true, "c_p": false} {
+	for table, refused := range map[string]bool{"loose_p": true, "c_p": false, "idx_p": true} {
 		f := &partners.Feed{Name: "f", Pattern: `x`, Target: table, Key: []string{"k"},
 			Columns: []partners.Column{{Name: "k", Type: partners.TypeText, Required: true, MaxLength: 16}}}
 		f.SetDefaults()

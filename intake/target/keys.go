@@ -24,7 +24,8 @@ import "github.com/partner-intake/partner-intake/partners"
 
 // keyExact reports whether target column tc compares two values of feed
 // column c equal exactly when intake's normalised texts of them are the
-// same.
+// same. tc.deterministic is the collation the key is compared under: the
+// unique index's, where it has one of its own (Table.indexCollations).
 func keyExact(c partners.Column, tc *catalogColumn) bool {
 	if tc.domain != "" {
 		return false // a domain may carry its own collation or operators
@@ -35,8 +36,9 @@ func keyExact(c partners.Column, tc *catalogColumn) bool {
 	switch tc.baseName {
 	case "text", "varchar":
 		// what was staged is what is compared, byte for byte, unless the
-		// collation makes other bytes equal
-		return tc.deterministic
+		// collation makes other bytes equal, or varchar(n) clips trailing
+		// blanks past n ('abc' and 'abc  ' into varchar(3))
+		return tc.deterministic && (tc.baseName == "text" || tc.typmod < 4 || feedWidth(&c) <= int(tc.typmod-4))
 	case "int2", "int4", "int8":
 		return c.Type == partners.TypeInteger || (c.Type == partners.TypeDecimal && c.Scale == 0)
 	case "numeric":
@@ -55,7 +57,9 @@ func keyExact(c partners.Column, tc *catalogColumn) bool {
 	case "date":
 		return c.Type == partners.TypeDate
 	case "timestamp", "timestamptz":
-		return c.Type == partners.TypeTimestamp || c.Type == partners.TypeDate
+		// the row check keeps microseconds: timestamp(p) for p < 6 rounds
+		// two of its values into one (a date is midnight either way)
+		return c.Type == partners.TypeDate || (c.Type == partners.TypeTimestamp && (tc.typmod < 0 || tc.typmod >= 6))
 	}
 	return false
 }

@@ -139,9 +139,11 @@ func (t *Table) build() {
 		jCols = append(jCols, "j."+q(c))
 	}
 	var sKeyJoin, sNonKey []string
-	for _, c := range t.cols {
+	for i, c := range t.cols {
 		if slices.Contains(t.key, c) {
-			sKeyJoin = append(sKeyJoin, fmt.Sprintf("t.%s = s.%s", q(c), q(c)))
+			// under the key's collation, explicitly: the column's own may
+			// be another (keys.go)
+			sKeyJoin = append(sKeyJoin, fmt.Sprintf("t.%s = s.%s%s", q(c), q(c), t.collate[i]))
 		} else {
 			sNonKey = append(sNonKey, "s."+q(c))
 		}
@@ -194,8 +196,8 @@ func (t *Table) build() {
 	if t.rangeProbe {
 		probe = fmt.Sprintf(`r AS MATERIALIZED (
 		    SELECT t.* FROM %[1]s t
-		    WHERE t.partner_id = $2 AND t.%[2]s BETWEEN (SELECT min(%[2]s) FROM s) AND (SELECT max(%[2]s) FROM s)
-		    ORDER BY t.partner_id, t.%[2]s LIMIT $4),
+		    WHERE t.partner_id = $2 AND t.%[2]s%[6]s BETWEEN (SELECT min(%[2]s) FROM s) AND (SELECT max(%[2]s) FROM s)
+		    ORDER BY t.partner_id, t.%[2]s%[6]s LIMIT $4),
 		dense AS (SELECT count(*) < $4 AS ok FROM r),
 		j AS (
 		    SELECT s.*, t.partner_id IS NULL AS intake_is_new, %[3]s AS intake_reason
@@ -206,7 +208,7 @@ func (t *Table) build() {
 		    FROM s LEFT JOIN LATERAL (
 		        SELECT * FROM %[1]s t WHERE t.partner_id = $2 AND %[4]s LIMIT 1) t ON true
 		    WHERE NOT (SELECT ok FROM dense) AND (%[5]s))`,
-			t.table, q(t.key[0]), reason, strings.Join(sKeyJoin, " AND "), needs)
+			t.table, q(t.key[0]), reason, strings.Join(sKeyJoin, " AND "), needs, t.collate[slices.Index(t.cols, t.key[0])])
 	}
 	// s is read by the range's min and max and by the join: staged in
 	// the target's types (binary), its casts are no-ops and reading the
@@ -336,9 +338,12 @@ func (t *Table) buildSnapshot(sCols, sKeyJoin []string, edited string) {
 		// each key as the target stores it, which the sweep compares
 		// with: 'x-1' written over a stored 'X-1' of a citext key is the
 		// key 'X-1' (keys.go); the merge wrote or kept a row for every
-		// staged key (a refused row stops the sweep)
+		// staged key (a refused row stops the sweep). A probe of the
+		// unique index per row, as the merge's: a plain join may scan
+		// the partner's every row per chunk.
 		t.recordKeys = fmt.Sprintf(`INSERT INTO intake_snapshot_key (intake_id, key)
-		SELECT $1, %s FROM (SELECT %s FROM %s st) s JOIN %s t ON t.partner_id = $2 AND %s
+		SELECT $1, %s FROM (SELECT %s FROM %s st) s CROSS JOIN LATERAL (
+		    SELECT * FROM %s t WHERE t.partner_id = $2 AND %s LIMIT 1) t
 		ON CONFLICT DO NOTHING`, t.keyText("t"), strings.Join(sCols, ", "), t.stage, t.table, strings.Join(sKeyJoin, " AND "))
 	}
 	where := fmt.Sprintf(`t.partner_id = $2 AND t.last_intake_id <= $1

@@ -65,6 +65,17 @@ type PlanChange struct {
 	Changed map[string][2]*string `json:"changed,omitempty"`
 }
 
+// planKey is the key a plan's row carries, which a snapshot's deletes are
+// counted against: as the file writes it, or, where the target compares
+// keys its own way (keys.go), as the target stores it when it holds the
+// row ('s-1' of a file over a stored 'S-1' of a citext key is 'S-1').
+func (t *Table) planKey() string {
+	if t.exactKeys {
+		return t.keyText("s")
+	}
+	return fmt.Sprintf("CASE WHEN t.partner_id IS NULL THEN %s ELSE %s END", t.keyText("s"), t.keyText("t"))
+}
+
 // buildPlan writes the plan's statements from the merge's expressions.
 // planRows ($1 = writer, $2 = partner) judges every staged row into the
 // temporary table intake_plan_rows (dropped at commit); planDeleteCount
@@ -107,7 +118,7 @@ func (t *Table) buildPlan(sCols, sKeyJoin []string, needs, reason, edited string
 		    CASE WHEN intake_rn > 1 THEN 'duplicate_key' WHEN intake_needs THEN intake_reason END AS reason,
 		    CASE WHEN intake_rn = 1 AND intake_needs AND intake_reason IS NULL THEN intake_changed END AS changed
 		FROM j`,
-		strings.Join(sCols, ", "), t.stage, strings.Join(keyCols, ", "), t.keyText("s"),
+		strings.Join(sCols, ", "), t.stage, strings.Join(keyCols, ", "), t.planKey(),
 		needs, reason, changedExpr, t.table, strings.Join(sKeyJoin, " AND "))
 	if t.mode != partners.ModeSnapshot {
 		return

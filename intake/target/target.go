@@ -201,11 +201,6 @@ func Load(ctx context.Context, db *pgxpool.Pool, f *partners.Feed) (*Table, erro
 	if types["partner_id"] == "" {
 		return nil, &Error{Table: f.Target, Detail: "missing column partner_id (text)"}
 	}
-	if pc := tt.cols["partner_id"]; !pc.deterministic {
-		// two partners whose ids it holds equal ('acme-1' and 'acme_1'
-		// where punctuation is ignored) would share rows
-		return nil, &Error{Table: f.Target, Detail: fmt.Sprintf("column partner_id has the nondeterministic collation %s: partners whose ids it holds equal would write each other's rows (give it a deterministic one)", pc.collation)}
-	}
 	if types["last_intake_id"] != "bigint" {
 		return nil, &Error{Table: f.Target, Detail: "missing column last_intake_id bigint (intake's bookkeeping)"}
 	}
@@ -227,21 +222,11 @@ func Load(ctx context.Context, db *pgxpool.Pool, f *partners.Feed) (*Table, erro
 			return nil, &Error{Table: f.Target, Detail: fmt.Sprintf("column %s is %s: deleted_at needs timestamptz", f.DeletedAt, types[f.DeletedAt])}
 		}
 	}
-	t.exactKeys = true
 	for _, c := range f.Columns {
 		typ, ok := types[c.Name]
 		if !ok {
 			return nil, &Error{Table: f.Target, Detail: fmt.Sprintf("missing column %s declared by feed %s", c.Name, f.Name)}
 		}
-		collate := ""
-		if slices.Contains(t.key, c.Name) {
-			tc := tt.cols[c.Name]
-			t.exactKeys = t.exactKeys && keyExact(c, tc)
-			if tc.collation != "" {
-				collate = " COLLATE " + tc.collation
-			}
-		}
-		t.collate = append(t.collate, collate)
 		t.cols = append(t.cols, c.Name)
 		t.types = append(t.types, typ)
 		t.oids = append(t.oids, oids[c.Name])
@@ -295,6 +280,12 @@ func Load(ctx context.Context, db *pgxpool.Pool, f *partners.Feed) (*Table, erro
 		return nil, &Error{Table: f.Target, Detail: fmt.Sprintf("needs a unique index on exactly (partner_id, %s)", strings.Join(f.Key, ", "))}
 	}
 	t.rangeProbe = leading
+	if err := t.keyEquality(ctx, db, tt, f); err != nil {
+		if te := (*Error)(nil); errors.As(err, &te) {
+			return nil, err
+		}
+		return nil, fmt.Errorf("target %s: %w", f.Target, err)
+	}
 	if t.guard {
 		// hash_record_extended needs an extended hash function of every
 		// type; it looks them up even for NULLs, so a row of NULLs asks
@@ -317,6 +308,92 @@ func Load(ctx context.Context, db *pgxpool.Pool, f *partners.Feed) (*Table, erro
 	}
 	t.build()
 	return t, nil
+}
+
+// keyEquality decides how the target compares the feed's keys (keys.go):
+// under which collation each key column is compared (collate) and whether
+// that is intake's byte comparison (exactKeys). The collation is the one
+// the unique indexes on exactly (partner_id, key...) give the column:
+// each of them arbitrates ON CONFLICT, so one that compares a key under a
+// nondeterministic collation (an index (partner_id, k COLLATE ci) on a
+// plain text column) makes byte-different keys one, and one of a
+// deterministic collation on a column of a nondeterministic one makes
+// them two. A partner_id compared under a nondeterministic collation is
+// refused.
+func (t *Table) keyEquality(ctx context.Context, db *pgxpool.Pool, tt *catalogTable, f *partners.Feed) error {
+	type coll struct {
+		name          string // schema-qualified and quoted; "" for the database's default
+		deterministic bool
+	}
+	byIndex := map[string][]coll{}
+	rs, err := db.Query(ctx, `SELECT DISTINCT a.attname::text,
+		    CASE WHEN k.coll = 100 THEN '' ELSE quote_ident(n.nspname) || '.' || quote_ident(c.collname) END,
+		    c.collisdeterministic
+		FROM pg_index i
+		CROSS JOIN LATERAL unnest(i.indkey::int2[], i.indcollation::oid[]) AS k(attnum, coll)
+		JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
+		JOIN pg_collation c ON c.oid = k.coll
+		JOIN pg_namespace n ON n.oid = c.collnamespace
+		WHERE i.indrelid = $1 AND i.indisunique AND i.indpred IS NULL AND i.indexprs IS NULL
+		  AND (SELECT array_agg(a2.attname::text ORDER BY a2.attname) FROM pg_attribute a2
+		       WHERE a2.attrelid = $1 AND a2.attnum = ANY(i.indkey)) = (SELECT array_agg(x ORDER BY x) FROM unnest($2::text[]) x)
+		  AND cardinality(i.indkey::int2[]) = cardinality($2::text[])`,
+		tt.oid, append([]string{"partner_id"}, f.Key...))
+	if err != nil {
+		return err
+	}
+	for rs.Next() {
+		var col string
+		var c coll
+		if err := rs.Scan(&col, &c.name, &c.deterministic); err != nil {
+			rs.Close()
+			return err
+		}
+		byIndex[col] = append(byIndex[col], c)
+	}
+	rs.Close()
+	if err := rs.Err(); err != nil {
+		return err
+	}
+	// the collation a column is compared under: a nondeterministic one
+	// of an index, else an index's own, else the column's
+	compared := func(name string) coll {
+		col := tt.cols[name]
+		own := coll{col.collation, col.deterministic}
+		for _, c := range byIndex[name] {
+			if !c.deterministic {
+				return c
+			}
+		}
+		for _, c := range byIndex[name] {
+			if c.name != own.name {
+				return c
+			}
+		}
+		return own
+	}
+	// partner_id: its column's collation (every statement's filter on
+	// it) and its indexes' must all be deterministic
+	for _, c := range append(byIndex["partner_id"], coll{tt.cols["partner_id"].collation, tt.cols["partner_id"].deterministic}) {
+		if !c.deterministic {
+			return &Error{Table: f.Target, Detail: fmt.Sprintf("partner_id is compared under the nondeterministic collation %s (its column's or its unique index's): partners whose ids it holds equal would write each other's rows (give it a deterministic one)", c.name)}
+		}
+	}
+	t.exactKeys = true
+	t.collate = make([]string, len(t.cols))
+	for i, fc := range f.Columns {
+		if !slices.Contains(t.key, fc.Name) {
+			continue
+		}
+		c := compared(fc.Name)
+		tc := *tt.cols[fc.Name]
+		tc.collation, tc.deterministic = c.name, c.deterministic
+		t.exactKeys = t.exactKeys && keyExact(fc, &tc)
+		if c.name != "" {
+			t.collate[i] = " COLLATE " + c.name
+		}
+	}
+	return nil
 }
 
 // Plan says how chunks will reach a verified target (for check).
@@ -350,9 +427,14 @@ func Check(ctx context.Context, db *pgxpool.Pool, f *partners.Feed) (Plan, error
 		if err != nil {
 			return Plan{}, err
 		}
-		for _, c := range f.Columns {
-			if slices.Contains(t.key, c.Name) && !keyExact(c, tt.cols[c.Name]) {
-				plan.KeysCompared = append(plan.KeysCompared, fmt.Sprintf("%s (%s)", c.Name, tt.cols[c.Name].typ+t.collate[slices.Index(t.cols, c.Name)]))
+		for i, c := range f.Columns {
+			col := tt.cols[c.Name]
+			own := "" // the column's own collation, as a cast carries it
+			if col.collation != "" {
+				own = " COLLATE " + col.collation
+			}
+			if slices.Contains(t.key, c.Name) && (!keyExact(c, col) || t.collate[i] != own) {
+				plan.KeysCompared = append(plan.KeysCompared, fmt.Sprintf("%s (%s)", c.Name, col.typ+t.collate[i]))
 			}
 		}
 	}
