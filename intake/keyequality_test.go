@@ -178,31 +178,37 @@ func TestAGroupSendsOnAFileRepeatingAKeyAsTheTargetComparesKeys(t *testing.T) {
 }
 
 // The other way round: a column of a nondeterministic collation whose
-// unique index (the ON CONFLICT arbiter) compares it byte for byte holds
-// 'Y-1' and 'y-1' as two rows, and a file holding both applies both: the
-// keys are compared as the index compares them, not as the column does.
+// unique index (the ON CONFLICT arbiter) compares it byte for byte (under
+// "C", or under the database's default named in the index) holds 'Y-1'
+// and 'y-1' as two rows, and a file holding both applies both: the keys
+// are compared as the index compares them, not as the column does.
 func TestKeysTheUniqueIndexComparesByBytesAreTwo(t *testing.T) {
-	pool := caseBlindDB(t, `CREATE COLLATION IF NOT EXISTS intake_test_ci (provider = icu, locale = 'und-u-ks-level2', deterministic = false);
+	for _, coll := range []string{`"C"`, `"default"`} {
+		t.Run(coll, func(t *testing.T) {
+			pool := caseBlindDB(t, `CREATE COLLATION IF NOT EXISTS intake_test_ci (provider = icu, locale = 'und-u-ks-level2', deterministic = false);
 		ALTER TABLE orders DROP CONSTRAINT orders_partner_id_order_id_key;
 		ALTER TABLE orders ALTER COLUMN order_id TYPE text COLLATE intake_test_ci;
-		CREATE UNIQUE INDEX orders_bytes ON orders (partner_id, order_id COLLATE "C")`)
-	site := testenv.NewSite(t, "bk")
-	r := newRig(t, pool, "w1", site)
-	site.Drop(t, "orders-d.csv", header+"D-1,a@b.io,1.00,new,2026-11-01T00:00:00Z,1\n")
-	r.poll("bk")
-	// D-1 exists: the file is merged (not COPYed straight in), where the
-	// dedupe and the look-up compare its keys
-	site.Drop(t, "orders-y.csv", header+
-		"D-1,a@b.io,1.00,new,2026-11-01T00:00:00Z,1\n"+
-		"Y-1,a@b.io,1.00,new,2026-11-01T00:00:00Z,1\n"+
-		"y-1,a@b.io,3.00,paid,2026-11-01T00:00:00Z,1\n")
-	r.poll("bk")
-	f := files(t, pool, "bk")[1]
-	if f.State != "archived" || f.Total != 3 || f.Applied != 2 || f.Unchanged != 1 || f.Rejected != 0 {
-		t.Fatalf("got %+v, want archived: 2 applied, 1 unchanged", f)
-	}
-	if n := count(t, pool, `SELECT count(*) FROM orders WHERE order_id COLLATE "C" IN ('Y-1', 'y-1')`); n != 2 {
-		t.Fatalf("%d rows for Y-1 and y-1, want 2", n)
+		CREATE UNIQUE INDEX orders_bytes ON orders (partner_id, order_id COLLATE `+coll+`)`)
+			site := testenv.NewSite(t, "bk")
+			r := newRig(t, pool, "w1", site)
+			site.Drop(t, "orders-d.csv", header+"D-1,a@b.io,1.00,new,2026-11-01T00:00:00Z,1\n")
+			r.poll("bk")
+			// D-1 exists: the file is merged (not COPYed straight in), where
+			// the dedupe and the probe compare its keys
+			site.Drop(t, "orders-y.csv", header+
+				"D-1,a@b.io,1.00,new,2026-11-01T00:00:00Z,1\n"+
+				"Y-1,a@b.io,1.00,new,2026-11-01T00:00:00Z,1\n"+
+				"y-1,a@b.io,3.00,paid,2026-11-01T00:00:00Z,1\n"+
+				"d-1,a@b.io,4.00,paid,2026-11-01T00:00:00Z,1\n")
+			r.poll("bk")
+			f := files(t, pool, "bk")[1]
+			if f.State != "archived" || f.Total != 4 || f.Applied != 3 || f.Unchanged != 1 || f.Rejected != 0 {
+				t.Fatalf("got %+v, want archived: 3 applied, 1 unchanged", f)
+			}
+			if n := count(t, pool, `SELECT count(*) FROM orders WHERE order_id COLLATE "C" IN ('Y-1', 'y-1', 'D-1', 'd-1')`); n != 4 {
+				t.Fatalf("%d rows for Y-1, y-1, D-1 and d-1, want 4", n)
+			}
+		})
 	}
 }
 

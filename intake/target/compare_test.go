@@ -326,3 +326,50 @@ func TestATargetWhosePartnerIDComparesLooselyIsRefused(t *testing.T) {
 		}
 	}
 }
+
+// Keys compared under the unique indexes that arbitrate ON CONFLICT: two
+// of different nondeterministic collations on one key are refused (which
+// is coarser is not known, and either may refuse what the other's dedupe
+// let by); an index left invalid (a CREATE UNIQUE INDEX CONCURRENTLY that
+// failed, on the very duplicates it would forbid) arbitrates nothing and
+// is not read.
+func TestKeyCollationsComeFromTheIndexesThatArbitrate(t *testing.T) {
+	_, pool := testenv.DB(t)
+	ctx := context.Background()
+	for _, sql := range []string{
+		`CREATE COLLATION IF NOT EXISTS ci2 (provider = icu, locale = 'und-u-ks-level2', deterministic = false)`,
+		`CREATE COLLATION IF NOT EXISTS ci1 (provider = icu, locale = 'und-u-ks-level1', deterministic = false)`,
+		`CREATE TABLE two_ci (partner_id text NOT NULL, k text NOT NULL, last_intake_id bigint NOT NULL)`,
+		`CREATE UNIQUE INDEX ON two_ci (partner_id, k COLLATE ci1)`,
+		`CREATE UNIQUE INDEX ON two_ci (partner_id, k COLLATE ci2)`,
+		`CREATE TABLE half_ci (partner_id text NOT NULL, k text NOT NULL, last_intake_id bigint NOT NULL, UNIQUE (partner_id, k))`,
+		`INSERT INTO half_ci VALUES ('acme', 'a', 1), ('acme', 'A', 1)`,
+	} {
+		if _, err := pool.Exec(ctx, sql); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// fails on 'a' and 'A', leaving the index invalid
+	if _, err := pool.Exec(ctx, `CREATE UNIQUE INDEX CONCURRENTLY half_ci_ci ON half_ci (partner_id, k COLLATE ci2)`); err == nil {
+		t.Fatal("the concurrent index was built: the test proves nothing")
+	}
+	var valid bool
+	if err := pool.QueryRow(ctx, `SELECT indisvalid FROM pg_index WHERE indexrelid = 'half_ci_ci'::regclass`).Scan(&valid); err != nil || valid {
+		t.Fatalf("the failed index is not left invalid (%v, %v): the test proves nothing", valid, err)
+	}
+	feed := func(table string) *partners.Feed {
+		f := &partners.Feed{Name: "f", Pattern: `x`, Target: table, Key: []string{"k"},
+			Columns: []partners.Column{{Name: "k", Type: partners.TypeText, Required: true, MaxLength: 16}}}
+		f.SetDefaults()
+		return f
+	}
+	_, err := target.Load(ctx, pool, feed("two_ci"))
+	var te *target.Error
+	if !errors.As(err, &te) || !strings.Contains(te.Detail, "two nondeterministic collations") {
+		t.Fatalf("two_ci: Load = %v, want refused", err)
+	}
+	plan, err := target.Check(ctx, pool, feed("half_ci"))
+	if err != nil || len(plan.KeysCompared) != 0 {
+		t.Fatalf("half_ci: Check = %+v, %v, want its keys exact (the invalid index not read)", plan, err)
+	}
+}

@@ -25,7 +25,7 @@ import "github.com/partner-intake/partner-intake/partners"
 // keyExact reports whether target column tc compares two values of feed
 // column c equal exactly when intake's normalised texts of them are the
 // same. tc.deterministic is the collation the key is compared under: the
-// unique index's, where it has one of its own (Table.indexCollations).
+// unique index's, where it has one of its own (Table.keyEquality).
 func keyExact(c partners.Column, tc *catalogColumn) bool {
 	if tc.domain != "" {
 		return false // a domain may carry its own collation or operators

@@ -10,6 +10,7 @@
 package target
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -99,6 +100,13 @@ type Table struct {
 	// staged values are compared under ("" for the rest).
 	exactKeys bool
 	collate   []string
+	// collOverride: per column, the key is compared under its unique
+	// index's collation, not its column's (an index would not serve a
+	// comparison under the column's: see buildUnchanged).
+	collOverride []bool
+	// keysCompared: the key columns that make the keys not exact, as
+	// intake check names them.
+	keysCompared []string
 }
 
 // HashColumn is the target column in which intake records a hash of the
@@ -268,7 +276,7 @@ func Load(ctx context.Context, db *pgxpool.Pool, f *partners.Feed) (*Table, erro
 	err = db.QueryRow(ctx, `SELECT count(*) > 0, coalesce(bool_or(
 		    (SELECT attname::text FROM pg_attribute WHERE attrelid = $1 AND attnum = i.indkey[0]) = 'partner_id'
 		    AND (SELECT attname::text FROM pg_attribute WHERE attrelid = $1 AND attnum = i.indkey[1]) = $3), false)
-		FROM pg_index i WHERE i.indrelid = $1 AND i.indisunique AND i.indpred IS NULL AND i.indexprs IS NULL
+		FROM pg_index i WHERE i.indrelid = $1 AND i.indisunique AND i.indisvalid AND i.indimmediate AND i.indpred IS NULL AND i.indexprs IS NULL
 		  AND (SELECT array_agg(a.attname::text ORDER BY a.attname) FROM pg_attribute a
 		       WHERE a.attrelid = $1 AND a.attnum = ANY(i.indkey)) = (SELECT array_agg(x ORDER BY x) FROM unnest($2::text[]) x)
 		  AND cardinality(i.indkey::int2[]) = cardinality($2::text[])`,
@@ -277,7 +285,7 @@ func Load(ctx context.Context, db *pgxpool.Pool, f *partners.Feed) (*Table, erro
 		return nil, fmt.Errorf("target %s: %w", f.Target, err)
 	}
 	if !found {
-		return nil, &Error{Table: f.Target, Detail: fmt.Sprintf("needs a unique index on exactly (partner_id, %s)", strings.Join(f.Key, ", "))}
+		return nil, &Error{Table: f.Target, Detail: fmt.Sprintf("needs a unique index on exactly (partner_id, %s): valid, not partial, not deferrable, without expressions", strings.Join(f.Key, ", "))}
 	}
 	t.rangeProbe = leading
 	if err := t.keyEquality(ctx, db, tt, f); err != nil {
@@ -327,14 +335,14 @@ func (t *Table) keyEquality(ctx context.Context, db *pgxpool.Pool, tt *catalogTa
 	}
 	byIndex := map[string][]coll{}
 	rs, err := db.Query(ctx, `SELECT DISTINCT a.attname::text,
-		    CASE WHEN k.coll = 100 THEN '' ELSE quote_ident(n.nspname) || '.' || quote_ident(c.collname) END,
+		    quote_ident(n.nspname) || '.' || quote_ident(c.collname),
 		    c.collisdeterministic
 		FROM pg_index i
 		CROSS JOIN LATERAL unnest(i.indkey::int2[], i.indcollation::oid[]) AS k(attnum, coll)
 		JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
 		JOIN pg_collation c ON c.oid = k.coll
 		JOIN pg_namespace n ON n.oid = c.collnamespace
-		WHERE i.indrelid = $1 AND i.indisunique AND i.indpred IS NULL AND i.indexprs IS NULL
+		WHERE i.indrelid = $1 AND i.indisunique AND i.indisvalid AND i.indimmediate AND i.indpred IS NULL AND i.indexprs IS NULL
 		  AND (SELECT array_agg(a2.attname::text ORDER BY a2.attname) FROM pg_attribute a2
 		       WHERE a2.attrelid = $1 AND a2.attnum = ANY(i.indkey)) = (SELECT array_agg(x ORDER BY x) FROM unnest($2::text[]) x)
 		  AND cardinality(i.indkey::int2[]) = cardinality($2::text[])`,
@@ -356,40 +364,65 @@ func (t *Table) keyEquality(ctx context.Context, db *pgxpool.Pool, tt *catalogTa
 		return err
 	}
 	// the collation a column is compared under: a nondeterministic one
-	// of an index, else an index's own, else the column's
-	compared := func(name string) coll {
+	// of an index, else an index's own, else the column's (the
+	// database's default named as such: pg_catalog."default")
+	const dflt = `pg_catalog."default"`
+	compared := func(name string) (coll, error) {
 		col := tt.cols[name]
-		own := coll{col.collation, col.deterministic}
+		own := coll{cmp.Or(col.collation, dflt), col.deterministic}
+		var loose *coll
 		for _, c := range byIndex[name] {
-			if !c.deterministic {
-				return c
+			if c.deterministic {
+				continue
 			}
+			if loose != nil && loose.name != c.name {
+				// which of two is coarser is not known: either
+				// arbiter may refuse what the other's dedupe let by
+				return coll{}, &Error{Table: f.Target, Detail: fmt.Sprintf("the unique indexes on the key compare %s under two nondeterministic collations (%s and %s): keep one", name, loose.name, c.name)}
+			}
+			loose = &c
+		}
+		if loose != nil {
+			return *loose, nil
 		}
 		for _, c := range byIndex[name] {
 			if c.name != own.name {
-				return c
+				return c, nil
 			}
 		}
-		return own
+		return own, nil
 	}
 	// partner_id: its column's collation (every statement's filter on
 	// it) and its indexes' must all be deterministic
-	for _, c := range append(byIndex["partner_id"], coll{tt.cols["partner_id"].collation, tt.cols["partner_id"].deterministic}) {
+	for _, c := range append(byIndex["partner_id"], coll{cmp.Or(tt.cols["partner_id"].collation, dflt), tt.cols["partner_id"].deterministic}) {
 		if !c.deterministic {
 			return &Error{Table: f.Target, Detail: fmt.Sprintf("partner_id is compared under the nondeterministic collation %s (its column's or its unique index's): partners whose ids it holds equal would write each other's rows (give it a deterministic one)", c.name)}
 		}
 	}
 	t.exactKeys = true
 	t.collate = make([]string, len(t.cols))
+	t.collOverride = make([]bool, len(t.cols))
 	for i, fc := range f.Columns {
 		if !slices.Contains(t.key, fc.Name) {
 			continue
 		}
-		c := compared(fc.Name)
-		tc := *tt.cols[fc.Name]
-		tc.collation, tc.deterministic = c.name, c.deterministic
-		t.exactKeys = t.exactKeys && keyExact(fc, &tc)
-		if c.name != "" {
+		c, err := compared(fc.Name)
+		if err != nil {
+			return err
+		}
+		col := tt.cols[fc.Name]
+		tc := *col
+		tc.deterministic = c.deterministic
+		if !keyExact(fc, &tc) {
+			t.exactKeys = false
+			t.keysCompared = append(t.keysCompared, fmt.Sprintf("%s (%s, compared under %s)", fc.Name, col.typ, c.name))
+		}
+		// no COLLATE where the key is compared under the database's
+		// default as its column is (an ordinary target's statements
+		// are as they were); else the collation, explicitly, even the
+		// default where an index compares a column of another one so
+		t.collOverride[i] = c.name != cmp.Or(col.collation, dflt)
+		if c.name != dflt || t.collOverride[i] {
 			t.collate[i] = " COLLATE " + c.name
 		}
 	}
@@ -422,22 +455,7 @@ func Check(ctx context.Context, db *pgxpool.Pool, f *partners.Feed) (Plan, error
 		return Plan{}, err
 	}
 	plan := Plan{Binary: t.binary, RangeProbe: t.rangeProbe, Guard: t.guard}
-	if !t.exactKeys {
-		tt, err := describe(ctx, db, f.Target)
-		if err != nil {
-			return Plan{}, err
-		}
-		for i, c := range f.Columns {
-			col := tt.cols[c.Name]
-			own := "" // the column's own collation, as a cast carries it
-			if col.collation != "" {
-				own = " COLLATE " + col.collation
-			}
-			if slices.Contains(t.key, c.Name) && (!keyExact(c, col) || t.collate[i] != own) {
-				plan.KeysCompared = append(plan.KeysCompared, fmt.Sprintf("%s (%s)", c.Name, col.typ+t.collate[i]))
-			}
-		}
-	}
+	plan.KeysCompared = t.keysCompared
 	if !t.binary {
 		for i, c := range f.Columns {
 			if t.enc[i] == nil {

@@ -69,10 +69,12 @@ func (t *Table) keyOID() uint32 { return t.oids[t.key0] }
 // refuses). A snapshot's RecordLeftOut: $1 intake id, then one array per
 // key column.
 func (t *Table) buildUnchanged() {
-	if !t.binary || !t.rangeProbe || !t.exactKeys {
+	if !t.binary || !t.rangeProbe || !t.exactKeys || t.collOverride[slices.Index(t.cols, t.key[0])] {
 		// (keys the target compares its own way: its rows and the
 		// chunk's are matched by their bytes, and a key the chunk repeats
-		// in other bytes must reach the dedupe: keys.go)
+		// in other bytes must reach the dedupe: keys.go; a first key its
+		// index compares under another collation than its column's: the
+		// look-up's range would not be the index's)
 		return
 	}
 	q := func(s string) string { return pgx.Identifier{s}.Sanitize() }
