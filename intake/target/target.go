@@ -96,8 +96,10 @@ type Table struct {
 	planRows, planDeleteCount, planDeleteSample string
 	// exactKeys: the target compares keys as intake's normalised text of
 	// them (keys.go); else every chunk is deduplicated in SQL. collate:
-	// per column, the key column's own collation (" COLLATE x") that the
-	// staged values are compared under ("" for the rest).
+	// per column, the collation a key column is compared under, its
+	// unique index's or its own (" COLLATE x"; "" for the other columns
+	// and for a key compared under the database's default as its column
+	// is: keyEquality).
 	exactKeys bool
 	collate   []string
 	// collOverride: per column, the key is compared under its unique
@@ -330,7 +332,7 @@ func Load(ctx context.Context, db *pgxpool.Pool, f *partners.Feed) (*Table, erro
 // refused.
 func (t *Table) keyEquality(ctx context.Context, db *pgxpool.Pool, tt *catalogTable, f *partners.Feed) error {
 	type coll struct {
-		name          string // schema-qualified and quoted; "" for the database's default
+		name          string // schema-qualified and quoted (the database's default: pg_catalog."default")
 		deterministic bool
 	}
 	byIndex := map[string][]coll{}
