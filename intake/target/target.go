@@ -278,10 +278,7 @@ func Load(ctx context.Context, db *pgxpool.Pool, f *partners.Feed) (*Table, erro
 	err = db.QueryRow(ctx, `SELECT count(*) > 0, coalesce(bool_or(
 		    (SELECT attname::text FROM pg_attribute WHERE attrelid = $1 AND attnum = i.indkey[0]) = 'partner_id'
 		    AND (SELECT attname::text FROM pg_attribute WHERE attrelid = $1 AND attnum = i.indkey[1]) = $3), false)
-		FROM pg_index i WHERE i.indrelid = $1 AND i.indisunique AND i.indisvalid AND i.indimmediate AND i.indpred IS NULL AND i.indexprs IS NULL
-		  AND (SELECT array_agg(a.attname::text ORDER BY a.attname) FROM pg_attribute a
-		       WHERE a.attrelid = $1 AND a.attnum = ANY(i.indkey)) = (SELECT array_agg(x ORDER BY x) FROM unnest($2::text[]) x)
-		  AND cardinality(i.indkey::int2[]) = cardinality($2::text[])`,
+		FROM pg_index i WHERE `+arbiterIndexes,
 		oid, append([]string{"partner_id"}, f.Key...), f.Key[0]).Scan(&found, &leading)
 	if err != nil {
 		return nil, fmt.Errorf("target %s: %w", f.Target, err)
@@ -320,6 +317,16 @@ func Load(ctx context.Context, db *pgxpool.Pool, f *partners.Feed) (*Table, erro
 	return t, nil
 }
 
+// arbiterIndexes selects, of pg_index i, the unique indexes of table $1
+// on exactly the columns $2 (partner_id and the key) that ON CONFLICT
+// (partner_id, key...) arbitrates with: valid, immediate, not partial and
+// without expressions. Load's check that one exists and keyEquality's
+// reading of their collations share it.
+const arbiterIndexes = `i.indrelid = $1 AND i.indisunique AND i.indisvalid AND i.indimmediate AND i.indpred IS NULL AND i.indexprs IS NULL
+		  AND (SELECT array_agg(a2.attname::text ORDER BY a2.attname) FROM pg_attribute a2
+		       WHERE a2.attrelid = $1 AND a2.attnum = ANY(i.indkey)) = (SELECT array_agg(x ORDER BY x) FROM unnest($2::text[]) x)
+		  AND cardinality(i.indkey::int2[]) = cardinality($2::text[])`
+
 // keyEquality decides how the target compares the feed's keys (keys.go):
 // under which collation each key column is compared (collate) and whether
 // that is intake's byte comparison (exactKeys). The collation is the one
@@ -344,10 +351,7 @@ func (t *Table) keyEquality(ctx context.Context, db *pgxpool.Pool, tt *catalogTa
 		JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
 		JOIN pg_collation c ON c.oid = k.coll
 		JOIN pg_namespace n ON n.oid = c.collnamespace
-		WHERE i.indrelid = $1 AND i.indisunique AND i.indisvalid AND i.indimmediate AND i.indpred IS NULL AND i.indexprs IS NULL
-		  AND (SELECT array_agg(a2.attname::text ORDER BY a2.attname) FROM pg_attribute a2
-		       WHERE a2.attrelid = $1 AND a2.attnum = ANY(i.indkey)) = (SELECT array_agg(x ORDER BY x) FROM unnest($2::text[]) x)
-		  AND cardinality(i.indkey::int2[]) = cardinality($2::text[])`,
+		WHERE `+arbiterIndexes,
 		tt.oid, append([]string{"partner_id"}, f.Key...))
 	if err != nil {
 		return err
