@@ -206,6 +206,12 @@ type Daemon struct {
 	conns   *partners.Conns // SSH connections, shared by partners on one account (sessions.go)
 
 	noClaims atomic.Bool
+	// id is this process's hold on its worker id (workerid.go); idMu
+	// orders its taking and letting go. awaitingID: Start found the id
+	// held by another live process and waits for it.
+	idMu       sync.Mutex
+	id         atomic.Pointer[ledger.WorkerLock]
+	awaitingID atomic.Bool
 	// registered: Start recorded this replica in intake_worker, so partner
 	// affinity applies (affinity.go).
 	registered atomic.Bool
@@ -273,11 +279,17 @@ func (d *Daemon) PollOnce(ctx context.Context, partner string) error {
 	if !ok {
 		return fmt.Errorf("unknown partner %q", partner)
 	}
+	if err := d.awaitHeld(ctx); err != nil {
+		return err
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	err := p.deadline(d.pollOnce(ctx, p))
 	if errors.Is(err, errNotOwner) {
 		return nil
+	}
+	if errors.Is(err, errWorkerIDNotHeld) {
+		return err
 	}
 	d.afterPoll(p, err)
 	d.writePolls() // a poll asked for is recorded when it returns
@@ -326,30 +338,42 @@ func (d *Daemon) Start(ctx context.Context) error {
 		return fmt.Errorf("intake: daemon %w", err)
 	}
 	d.runCtx = ctx
-	// Registered before the first poll, so that replicas starting together
-	// split the partners from their first claims on.
-	drained, err := d.ledger.RegisterWorker(ctx, d.cfg.WorkerID, d.order)
-	if err != nil {
-		return d.life.Abort(err)
+	abort := func(err error) error {
+		err = d.life.Abort(err)
+		d.releaseWorkerID()
+		return err
 	}
-	d.prevDrained = drained
-	for _, p := range d.parts {
-		p.mu.Lock()
-		p.settled = drained
-		p.mu.Unlock()
+	// The worker id is this process's alone while it runs (workerid.go);
+	// when another live process holds it, the partners' polls are
+	// scheduled but do nothing until it is free.
+	var inUse *ledger.WorkerIDInUseError
+	switch err := d.HoldWorkerID(ctx); {
+	case err == nil:
+		// Registered before the first poll, so that replicas starting
+		// together split the partners from their first claims on.
+		if err := d.register(ctx); err != nil {
+			return abort(err)
+		}
+	case errors.As(err, &inUse):
+		d.awaitingID.Store(true)
+		d.life.Go(func() {
+			if d.awaitWorkerID(ctx, err) {
+				d.registerWhenHeld(ctx)
+			}
+		})
+	default:
+		return abort(err)
 	}
-	d.registered.Store(true)
 	d.cron = schedule.New(d.log)
 	now := time.Now()
 	for _, id := range d.order {
 		p := d.parts[id]
 		first, err := d.schedulePoll(p, now, len(d.order))
 		if err != nil {
-			return d.life.Abort(fmt.Errorf("partner %s: poll %q: %w", id, p.cfg.Poll, err))
+			return abort(fmt.Errorf("partner %s: poll %q: %w", id, p.cfg.Poll, err))
 		}
 		d.life.Go(func() { d.loop(ctx, p, first) })
 	}
-	d.life.Go(func() { d.workerHeartbeat(ctx) })
 	d.life.Go(func() { d.sessionJanitor(ctx) })
 	d.life.Go(func() { d.gaugeLoop(ctx) })
 	d.life.Go(func() { d.pollRecords(ctx) })
@@ -358,10 +382,57 @@ func (d *Daemon) Start(ctx context.Context) error {
 	return nil
 }
 
+// register records this replica in intake_worker (RegisterWorker) and
+// starts its heartbeat; the worker id is held.
+func (d *Daemon) register(ctx context.Context) error {
+	drained, err := d.ledger.RegisterWorker(ctx, d.cfg.WorkerID, d.order)
+	if err != nil {
+		return err
+	}
+	d.prevDrained = drained
+	for _, p := range d.parts {
+		p.mu.Lock()
+		p.settled = drained
+		p.mu.Unlock()
+	}
+	d.registered.Store(true)
+	d.awaitingID.Store(false)
+	d.life.Go(func() { d.workerHeartbeat(ctx) })
+	return nil
+}
+
+// registerWhenHeld registers a replica that took its worker id after
+// Start (awaitWorkerID), retrying until the database takes it.
+func (d *Daemon) registerWhenHeld(ctx context.Context) {
+	for {
+		d.mu.Lock() // not beside a Start still under way, nor after Stop's Halt
+		if !d.life.Running() {
+			d.mu.Unlock()
+			return
+		}
+		err := d.register(ctx)
+		d.mu.Unlock()
+		if err == nil || ctx.Err() != nil {
+			return
+		}
+		d.log.Warn("register worker", "err", err)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(time.Second):
+		}
+	}
+}
+
 // workerHeartbeat keeps this replica's intake_worker row fresh, so the
-// reconcilers of other replicas do not adopt its claims.
+// reconcilers of other replicas do not adopt its claims; while the worker
+// id is not held (lost, and maybe another process's now) it is left to
+// its holder.
 func (d *Daemon) workerHeartbeat(ctx context.Context) {
 	everyTick(ctx, d.cfg.Lease/3, func() bool {
+		if !d.holdsWorkerID() {
+			return true
+		}
 		if _, err := d.ledger.RegisterWorker(ctx, d.cfg.WorkerID, d.partnerIDs()); err != nil && ctx.Err() == nil {
 			d.log.Warn("worker heartbeat failed", "err", err)
 		}
@@ -518,8 +589,11 @@ func (d *Daemon) loop(ctx context.Context, p *partnerRT, first time.Duration) {
 			return
 		}
 		err := p.deadline(d.pollOnce(ctx, p))
-		if errors.Is(err, errNotOwner) {
-			err = nil // another replica polls it: nothing to record
+		if errors.Is(err, errNotOwner) || errors.Is(err, errWorkerIDNotHeld) {
+			// another replica polls it, or this process does not hold
+			// its worker id now (said once, workerid.go): nothing to
+			// record
+			err = nil
 		} else {
 			d.afterPoll(p, err)
 		}
@@ -560,6 +634,7 @@ func (d *Daemon) Stop() {
 			p.mu.Unlock()
 		}
 		d.writePolls() // what a PollOnce could not write
+		d.releaseWorkerID()
 		return
 	}
 	d.mu.Unlock()
@@ -599,9 +674,12 @@ func (d *Daemon) Stop() {
 	// the other replicas take this one's partners on their next poll
 	rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if err := d.ledger.RetireWorker(rctx, d.cfg.WorkerID, drained); err != nil {
-		d.log.Warn("retire worker", "err", err)
+	if d.holdsWorkerID() { // else the id's row is its holder's, or ages out
+		if err := d.ledger.RetireWorker(rctx, d.cfg.WorkerID, drained); err != nil {
+			d.log.Warn("retire worker", "err", err)
+		}
 	}
+	d.releaseWorkerID()
 	d.log.Info("daemon stopped")
 }
 

@@ -109,6 +109,9 @@ func (r *rig) pollPaused(partner, step string) (resume func() error) {
 		r.t.Fatal(err)
 	}
 	r.t.Cleanup(func() { fault.Set("") })
+	// run first: a test that fails while the poll waits does not hang in
+	// its rig's Stop, which waits for the poll
+	r.t.Cleanup(func() { fault.Resume(step) })
 	done := make(chan error, 1)
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

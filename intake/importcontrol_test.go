@@ -221,6 +221,7 @@ func TestOutsideEditOnCopyTextAndInGroups(t *testing.T) {
 		if got := issues(t, pool, m["orders-4.csv"].ID); len(got) != 1 || got[0] != "3:outside_edit:conflict" {
 			t.Fatalf("%s: row issues %v", tc.table, got)
 		}
+		r.d.Stop() // before the next case's: one process of w1 at a time
 	}
 }
 
@@ -508,6 +509,7 @@ func TestMappingIsFrozenWithTheFile(t *testing.T) {
 			if err := pool.QueryRow(context.Background(), `SELECT feed_sha256 FROM file_intake WHERE partner_id = $1`, tc.partner).Scan(&recorded); err != nil || recorded != site.Validated(t).Feeds[0].Hash() {
 				t.Fatalf("%s: feed_sha256 %q after the new plan, want the new configuration's", tc.partner, recorded)
 			}
+			r2.d.Stop() // the next case's first replica is w1 again
 			continue
 		}
 		if f.State != "failed_terminal" || f.Reason != "mapping_changed" || f.Chunks != 1 {

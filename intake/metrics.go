@@ -34,6 +34,7 @@ type metrics struct {
 	dials           *prometheus.CounterVec
 	sessionsClosed  *prometheus.CounterVec
 	backpressure    prometheus.Gauge
+	workerIDHeld    prometheus.Gauge
 	spoolFree       prometheus.Gauge
 	orphansAdopted  *prometheus.CounterVec // orphans.go
 	plans           *prometheus.CounterVec // approval.go
@@ -86,6 +87,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		dials:        f.NewCounterVec(prometheus.CounterOpts{Name: "intake_sftp_dials_total", Help: "SSH logins the daemon made for a partner's session (each costs the partner's server a login; a session that joined another partner's connection made none)."}, []string{"partner"}),
 		sessionsClosed: f.NewCounterVec(prometheus.CounterOpts{Name: "intake_sftp_sessions_closed_total",
 			Help: "Open SFTP sessions the session policy closed: idle (unused for sessions.idle_close), max_open (room for another under the cap), stale (its shared connection ended or takes no new sessions)."}, []string{"reason"}),
+		workerIDHeld: f.NewGauge(prometheus.GaugeOpts{Name: "intake_worker_id_held", Help: "1 while this process holds its worker id (one live process per worker id); 0 while another live process holds it, or this one lost it (reason worker_id_in_use in the log)."}),
 		backpressure: f.NewGauge(prometheus.GaugeOpts{Name: "intake_spool_backpressure", Help: "1 while claiming is paused because the spool disk is below its free-space floor."}),
 		spoolFree:    f.NewGauge(prometheus.GaugeOpts{Name: "intake_spool_free_bytes", Help: "Free bytes on the spool's disk at the last check."}),
 		orphansAdopted: f.NewCounterVec(prometheus.CounterOpts{Name: "intake_orphan_claims_adopted_total",
@@ -156,6 +158,7 @@ type Metrics struct {
 	PollErrors    *prometheus.CounterVec
 	PartnerUp     *prometheus.GaugeVec
 	Backpressure  prometheus.Gauge
+	WorkerIDHeld  prometheus.Gauge
 	ChunkRetries  *prometheus.CounterVec
 	Files         *prometheus.GaugeVec
 	Stage         *prometheus.HistogramVec
@@ -174,6 +177,7 @@ type Metrics struct {
 func (d *Daemon) Metrics() Metrics {
 	return Metrics{FilesFinished: d.metrics.filesFinished, ClaimsLost: d.metrics.claimsLost, Rows: d.metrics.rowsTotal, RowsHeld: d.metrics.rowsHeld,
 		Fenced: d.metrics.fenced, PollErrors: d.metrics.pollErrors, PartnerUp: d.metrics.partnerUp, Backpressure: d.metrics.backpressure,
+		WorkerIDHeld: d.metrics.workerIDHeld,
 		ChunkRetries: d.metrics.chunkRetries, Files: d.metrics.files, Stage: d.metrics.stageSeconds, Bytes: d.metrics.bytesDownloaded,
 		HashOnly: d.metrics.hashOnly, Grouped: d.metrics.grouped, Polls: d.metrics.polls, QuotaFull: d.metrics.quotaFull,
 		Skipped: d.metrics.skipped, PutBack: d.metrics.putBack, Plans: d.metrics.plans, Awaiting: d.metrics.awaiting,

@@ -37,6 +37,9 @@ func (d *Daemon) pollOnce(ctx context.Context, p *partnerRT) error {
 	if !d.claiming() {
 		return nil
 	}
+	if d.awaitingID.Load() || !d.holdsWorkerID() {
+		return errWorkerIDNotHeld // workerid.go
+	}
 	own, err := d.gate(ctx, p)
 	if err != nil {
 		return err

@@ -57,6 +57,7 @@ func TestASiteThatCannotBePreparedCountsNoFilesAttempt(t *testing.T) {
 	if err := os.WriteFile(archive, []byte("not a directory\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	r.d.Stop()                          // the first process of w1 is gone
 	r2 := newRigCfg(t, pool, cfg, site) // a fresh dial, prepared anew
 	for i := 0; i < 3; i++ {
 		err := r2.d.PollOnce(ctx, "acme")

@@ -304,8 +304,16 @@ func (r *fileRun) fence(ctx context.Context, step string) error {
 	if err := fault.Check("publish:" + step); err != nil {
 		return err
 	}
-	if !r.groupFencedAt.IsZero() && time.Since(r.groupFencedAt) < r.d.ledger.Lease()/3 {
-		return nil
+	if r.groupFencedAt.IsZero() || time.Since(r.groupFencedAt) >= r.d.ledger.Lease()/3 {
+		if err := r.d.ledger.Heartbeat(ctx, r.in); err != nil {
+			return err
+		}
 	}
-	return r.d.ledger.Heartbeat(ctx, r.in)
+	// A process that lost its worker id (workerid.go) publishes nothing:
+	// another process of the id may have taken the file over at once. (An
+	// ops command's rows are its own identity's, OpsWorker.)
+	if r.in.Worker == r.d.cfg.WorkerID && !r.d.holdsWorkerID() {
+		return &FencedError{IntakeID: r.in.ID, Token: r.in.Token, Step: step + ": " + errWorkerIDNotHeld.Error()}
+	}
+	return nil
 }

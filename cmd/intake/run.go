@@ -176,11 +176,16 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "intake run:", err)
 		return 2
 	}
+	held := make(chan error, 1)
 	if *once {
 		// SSH handshakes overlap the schema and target checks. A daemon
 		// dials when it first polls: with several replicas it polls only
 		// the partners affinity gives it.
 		d.Prewarm(ctx)
+		// The worker id is taken beside them too: a run whose id another
+		// live process holds (the daemon of this host, an earlier run
+		// still going) polls nothing (intake/workerid.go).
+		go func() { held <- d.HoldWorkerID(ctx) }()
 	}
 	if err := e.migrate(ctx); err != nil {
 		if ctx.Err() != nil {
@@ -199,6 +204,10 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	if *once {
 		d.PreparePoll(ctx) // beside the logins still under way
 		defer d.Stop()
+		if err := <-held; err != nil {
+			fmt.Fprintln(stderr, "intake run:", err)
+			return 1
+		}
 		// A one-shot run's end is its process's: once its polls are
 		// recorded and its sessions closed (Stop), its database
 		// connections and signal handlers are let go without waiting

@@ -11,6 +11,8 @@ package ledger
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"time"
@@ -55,8 +57,21 @@ func (l *Ledger) WithClaimPool(claims *pgxpool.Pool) *Ledger {
 // Lease is the claim lease the ledger grants.
 func (l *Ledger) Lease() time.Duration { return l.lease }
 
-// AppName is the PostgreSQL application_name of a worker's connections.
-func AppName(worker string) string { return "partner-intake/" + worker }
+// AppName is the PostgreSQL application_name of a worker's connections,
+// which a takeover ends a stalled owner's sessions by (endStalled).
+// PostgreSQL cuts an application_name at 63 bytes, and a worker id may
+// have 63 characters: a name that would be cut ends in a hash of the
+// whole id instead, so it is stored as given and two ids alike in their
+// first characters keep two names.
+func AppName(worker string) string {
+	const prefix, max = "partner-intake/", 63
+	if len(prefix)+len(worker) <= max {
+		return prefix + worker
+	}
+	sum := sha256.Sum256([]byte(worker))
+	tail := "~" + hex.EncodeToString(sum[:4])
+	return prefix + worker[:max-len(prefix)-len(tail)] + tail
+}
 
 // The reconciler's reads and takeovers (matrix rows 1, 5, 9 and the
 // quarantine report).
