@@ -384,6 +384,22 @@ func (s *Spool) TempFiles(partner string, age time.Duration) ([]string, error) {
 	return out, nil
 }
 
+// ownTemp reports whether name is a temporary file of this worker:
+// <worker>.<32 hex>.tmp exactly. A prefix alone would take worker
+// "web1"'s for "web1.example.com"'s (two ids, one spool on one host).
+func (s *Spool) ownTemp(name string) bool {
+	rest, ok := strings.CutPrefix(name, s.worker+".")
+	if !ok {
+		return false
+	}
+	rnd, ok := strings.CutSuffix(rest, TempSuffix)
+	if !ok || len(rnd) != 32 {
+		return false
+	}
+	_, err := hex.DecodeString(rnd)
+	return err == nil
+}
+
 // ClearOwnTemp removes this worker's temporary files of partner: at start
 // a worker has no download in flight, so any it finds were left by a crash.
 func (s *Spool) ClearOwnTemp(partner string) (int, error) {
@@ -397,7 +413,7 @@ func (s *Spool) ClearOwnTemp(partner string) (int, error) {
 	}
 	n := 0
 	for _, e := range ents {
-		if strings.HasPrefix(e.Name(), s.worker+".") && strings.HasSuffix(e.Name(), TempSuffix) {
+		if s.ownTemp(e.Name()) {
 			if err := os.Remove(filepath.Join(dir, e.Name())); err != nil && !errors.Is(err, os.ErrNotExist) {
 				return n, fmt.Errorf("spool: %w", err)
 			}

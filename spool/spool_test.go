@@ -153,15 +153,18 @@ func TestClearOwnTempRemovesOnlyThisWorkersFiles(t *testing.T) {
 	w1, _ := base.ForWorker("w1")
 	dir := filepath.Join(base.Dir(), "acme", "tmp")
 	os.MkdirAll(dir, 0o750)
-	os.WriteFile(filepath.Join(dir, "w1.abc"+TempSuffix), nil, 0o600)
-	os.WriteFile(filepath.Join(dir, "w10.abc"+TempSuffix), nil, 0o600)
-	os.WriteFile(filepath.Join(dir, "w2.abc"+TempSuffix), nil, 0o600)
+	rnd := randomName()
+	// w1's, then workers whose ids start like it: "w10", and "w1.example"
+	// (a worker id may hold dots), whose names begin "w1." too
+	for _, w := range []string{"w1", "w10", "w2", "w1.example"} {
+		os.WriteFile(filepath.Join(dir, w+"."+rnd+TempSuffix), nil, 0o600)
+	}
 	n, err := w1.ClearOwnTemp("acme")
 	if err != nil || n != 1 {
 		t.Fatalf("removed %d (%v), want 1", n, err)
 	}
 	left, _ := os.ReadDir(dir)
-	if len(left) != 2 {
+	if len(left) != 3 {
 		t.Fatalf("left %v, want the other workers' files", left)
 	}
 	if free, err := w1.FreeBytes(); err != nil || free == 0 {
