@@ -36,6 +36,8 @@ func run() int {
 	flag.StringVar(&o.ProfileDir, "profile-dir", "", "write a CPU profile of every intake process here")
 	flag.IntVar(&o.Repeat, "repeat", 1, "run the large and small workloads this many times and report medians")
 	flag.BoolVar(&o.RowHash, "row-hash", false, "give the target table intake_row_hash (the concurrent-edit guard on), to measure the guard's cost")
+	flag.StringVar(&o.CompareBinary, "compare-binary", "", "another intake binary whose manifest duplicate runs alternate with this tree's (-compare-runs pairs; medians printed)")
+	flag.IntVar(&o.CompareRuns, "compare-runs", 12, "pairs of runs for -compare-binary")
 	flag.Parse()
 	if *only != "" {
 		o.Only = map[string]bool{}

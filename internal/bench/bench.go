@@ -36,6 +36,12 @@ type Options struct {
 	Partners     int // partners the small files spread over
 	Out          io.Writer
 	IntakeBinary string // a built intake binary
+	// CompareBinary, if set, is another intake binary: after the manifest
+	// duplicate, CompareRuns pairs of the same resend run alternately with
+	// IntakeBinary and with it, and the medians are printed (a change's
+	// cost on a one-shot run, measured in one session of the machine).
+	CompareBinary string
+	CompareRuns   int
 	// Repeat runs the large and small workloads this many times and
 	// reports medians (1 when zero).
 	Repeat int

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -113,9 +114,13 @@ func (e *env) large(ctx context.Context, res *Results) error {
 	if err != nil {
 		return err
 	}
-	res.RowsCheckedOK = states == 4 && rows == int64(e.o.LargeRows) && naive == int64(e.o.LargeRows)
+	wantStates := int64(4)
+	if e.o.CompareBinary != "" {
+		wantStates += 2 * int64(e.o.CompareRuns) // each compared run is one more duplicate
+	}
+	res.RowsCheckedOK = states == wantStates && rows == int64(e.o.LargeRows) && naive == int64(e.o.LargeRows)
 	if !res.RowsCheckedOK {
-		return fmt.Errorf("check failed: %d file outcomes as expected (want 4), %d intake rows, %d naive rows (want %d)", states, rows, naive, e.o.LargeRows)
+		return fmt.Errorf("check failed: %d file outcomes as expected (want %d), %d intake rows, %d naive rows (want %d)", states, wantStates, rows, naive, e.o.LargeRows)
 	}
 	res.RatioFresh = res.LargeFreshS / res.NaiveFreshS
 	res.RatioReplay = res.LargeReplayS / res.NaiveReplayS
@@ -220,6 +225,42 @@ func (e *env) manifestDuplicate(ctx context.Context, url, cfg, src, root string,
 		return fmt.Errorf("the manifest resend is not a duplicate: %w", err)
 	}
 	res.ManifestDuplicateFileS = fileS
+	if e.o.CompareBinary != "" {
+		return e.compareManifestDuplicate(ctx, url, mcfg, src, root, man)
+	}
+	return nil
+}
+
+// compareManifestDuplicate runs the manifest duplicate's process
+// CompareRuns times with each binary, alternately, and prints the medians.
+func (e *env) compareManifestDuplicate(ctx context.Context, url, mcfg, src, root, man string) error {
+	main := e.o.IntakeBinary
+	defer func() { e.o.IntakeBinary = main }()
+	walls := map[string][]float64{}
+	for i := 0; i < e.o.CompareRuns; i++ {
+		for _, bin := range []string{main, e.o.CompareBinary} {
+			if err := copyFile(src, filepath.Join(root, "ready", "orders-large.csv")); err != nil {
+				return err
+			}
+			if err := os.WriteFile(filepath.Join(root, "ready", "orders-large.csv.complete"), []byte(man), 0o644); err != nil {
+				return err
+			}
+			if err := e.settle(ctx, url); err != nil {
+				return err
+			}
+			e.o.IntakeBinary = bin
+			wall, _, _, err := e.runOnce(url, mcfg)
+			if err != nil {
+				return fmt.Errorf("compare %s: %w", bin, err)
+			}
+			walls[bin] = append(walls[bin], wall)
+		}
+	}
+	for _, bin := range []string{main, e.o.CompareBinary} {
+		w := slices.Clone(walls[bin])
+		slices.Sort(w)
+		e.say("manifest duplicate, %d runs of %s: median %.1f ms (min %.1f, max %.1f)", len(w), bin, 1000*w[len(w)/2], 1000*w[0], 1000*w[len(w)-1])
+	}
 	return nil
 }
 
