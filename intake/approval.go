@@ -297,6 +297,9 @@ func (d *Daemon) resumeDecided(ctx context.Context, p *partnerRT, sess *partners
 		if p.cfg.Records() {
 			dst = old.ClaimedPath // claim: record: the file stays where it is
 		}
+		if err := d.stillHeld(ctx); err != nil {
+			return err
+		}
 		in, err := d.ledger.TakeOver(ctx, old, d.cfg.WorkerID, dst)
 		var fe *FencedError
 		if errors.As(err, &fe) {

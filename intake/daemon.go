@@ -340,7 +340,7 @@ func (d *Daemon) Start(ctx context.Context) error {
 	d.runCtx = ctx
 	abort := func(err error) error {
 		err = d.life.Abort(err)
-		d.releaseWorkerID()
+		d.ReleaseWorkerID()
 		return err
 	}
 	// The worker id is this process's alone while it runs (workerid.go);
@@ -354,10 +354,10 @@ func (d *Daemon) Start(ctx context.Context) error {
 		if err := d.register(ctx); err != nil {
 			return abort(err)
 		}
-	case errors.As(err, &inUse):
+	case errors.As(err, &inUse), errors.Is(err, errWorkerIDNotHeld):
 		d.awaitingID.Store(true)
 		d.life.Go(func() {
-			if d.awaitWorkerID(ctx, err) {
+			if d.awaitWorkerID(ctx) {
 				d.registerWhenHeld(ctx)
 			}
 		})
@@ -634,7 +634,7 @@ func (d *Daemon) Stop() {
 			p.mu.Unlock()
 		}
 		d.writePolls() // what a PollOnce could not write
-		d.releaseWorkerID()
+		d.ReleaseWorkerID()
 		return
 	}
 	d.mu.Unlock()
@@ -679,7 +679,7 @@ func (d *Daemon) Stop() {
 			d.log.Warn("retire worker", "err", err)
 		}
 	}
-	d.releaseWorkerID()
+	d.ReleaseWorkerID()
 	d.log.Info("daemon stopped")
 }
 

@@ -89,6 +89,9 @@ func (d *Daemon) claimGroup(ctx context.Context, p *partnerRT, sess *partners.Se
 		return nil, 0, false, err
 	}
 	defer lock.Release()
+	if err := d.stillHeld(ctx); err != nil {
+		return nil, 0, false, err
+	}
 	ids, err := lock.IntakeIDs(ctx, len(g))
 	if err != nil {
 		return nil, 0, false, err

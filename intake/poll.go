@@ -37,9 +37,13 @@ func (d *Daemon) pollOnce(ctx context.Context, p *partnerRT) error {
 	if !d.claiming() {
 		return nil
 	}
-	if d.awaitingID.Load() || !d.holdsWorkerID() {
-		return errWorkerIDNotHeld // workerid.go
+	// The poll runs under the worker id's hold now: it takes no file as
+	// this worker's once that hold ended (workerid.go, stillHeld).
+	h := d.hold()
+	if h == nil || d.awaitingID.Load() {
+		return errWorkerIDNotHeld
 	}
+	ctx = withHold(ctx, h)
 	own, err := d.gate(ctx, p)
 	if err != nil {
 		return err
@@ -683,6 +687,10 @@ func (d *Daemon) claim(ctx context.Context, p *partnerRT, sess *partners.Session
 	if err != nil {
 		return nil, nil, 0, err
 	}
+	if err := d.stillHeld(ctx); err != nil {
+		lock.Release()
+		return nil, nil, 0, err
+	}
 	// A data file is opened right behind its claim's RENAME (one round
 	// trip for both; the download takes the file: fileRun.opening); a
 	// manifest pair's data file may never be read (manifestDuplicate).
@@ -862,6 +870,9 @@ func (d *Daemon) resumeOwn(ctx context.Context, p *partnerRT, sess *partners.Ses
 		have[e.Name()] = e.Mode().IsRegular()
 	}
 	for _, e := range ents {
+		if err := d.stillHeld(ctx); err != nil {
+			return err
+		}
 		name := e.Name()
 		if strings.HasPrefix(name, partners.HostilePrefix) {
 			// a hostile entry claimed just before a crash: hold it now
@@ -952,6 +963,9 @@ func (d *Daemon) resumeRows(ctx context.Context, p *partnerRT, sess *partners.Se
 	for _, old := range live {
 		if old.State == StateOutcomeUnknown {
 			continue // the reconciler resolves these from the ledger
+		}
+		if err := d.stillHeld(ctx); err != nil {
+			return err
 		}
 		in, err := d.ledger.Resume(ctx, old.ID, d.cfg.WorkerID)
 		var fe *FencedError

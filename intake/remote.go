@@ -304,15 +304,21 @@ func (r *fileRun) fence(ctx context.Context, step string) error {
 	if err := fault.Check("publish:" + step); err != nil {
 		return err
 	}
+	// A run of this process's worker id publishes only under the hold of
+	// the id it began in (workerid.go): a process that lost the id, even
+	// if it took it again, may have had its files taken over at once by
+	// another process of the id meanwhile. (An ops command's rows are its
+	// own identity's, OpsWorker.)
+	own := r.in.Worker == r.d.cfg.WorkerID
+	if own && !r.d.id.Load().HeldIn(r.idHold) {
+		return &FencedError{IntakeID: r.in.ID, Token: r.in.Token, Step: step + ": " + errWorkerIDNotHeld.Error()}
+	}
 	if r.groupFencedAt.IsZero() || time.Since(r.groupFencedAt) >= r.d.ledger.Lease()/3 {
 		if err := r.d.ledger.Heartbeat(ctx, r.in); err != nil {
 			return err
 		}
 	}
-	// A process that lost its worker id (workerid.go) publishes nothing:
-	// another process of the id may have taken the file over at once. (An
-	// ops command's rows are its own identity's, OpsWorker.)
-	if r.in.Worker == r.d.cfg.WorkerID && !r.d.holdsWorkerID() {
+	if own && !r.d.id.Load().HeldIn(r.idHold) {
 		return &FencedError{IntakeID: r.in.ID, Token: r.in.Token, Step: step + ": " + errWorkerIDNotHeld.Error()}
 	}
 	return nil

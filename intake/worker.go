@@ -19,8 +19,11 @@ type fileRun struct {
 	p    *partnerRT
 	sess *partners.Session
 	in   *Intake
-	feed *partners.Feed
-	log  *slog.Logger
+	// idHold: the worker id's hold the run began under; its fences pass
+	// only under it (remote.go fence, workerid.go)
+	idHold *ledger.Hold
+	feed   *partners.Feed
+	log    *slog.Logger
 	// progress, if set, hears of every committed chunk (replay's bar).
 	progress func(done, total int64)
 	// bound is the batch binding made with the spooled transition.
@@ -53,7 +56,7 @@ type fileRun struct {
 }
 
 func (d *Daemon) newRun(p *partnerRT, sess *partners.Session, in *Intake) (*fileRun, error) {
-	r := &fileRun{d: d, p: p, sess: sess, in: in,
+	r := &fileRun{d: d, p: p, sess: sess, in: in, idHold: d.hold(),
 		log: d.log.With("partner", in.Partner, "intake_id", in.ID, "feed", in.Feed)}
 	for i := range p.cfg.Feeds {
 		if p.cfg.Feeds[i].Name == in.Feed {

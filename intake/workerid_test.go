@@ -3,12 +3,14 @@ package intake_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
@@ -66,23 +68,19 @@ func TestASecondProcessOfAWorkerIDTakesNothingOver(t *testing.T) {
 }
 
 // A process whose worker id lock's session ended (a PostgreSQL restart, a
-// cut connection) publishes nothing until it holds the id again: another
-// process of the id may have taken its files over at once. Before, a
-// step whose fence had passed went on; a group's fence stood for a third
-// of a lease.
+// cut connection) publishes nothing while another process holds the id:
+// that one may have taken its files over at once. Before, a step whose
+// fence had passed went on, and a group's fence stood for a third of a
+// lease. When the id is free again the process takes it and its file ends.
 func TestAProcessThatLostItsWorkerIDPublishesNothing(t *testing.T) {
 	_, pool := testenv.DB(t)
 	site := testenv.NewSite(t, "wlost")
 	r := newRig(t, pool, "w1", site)
 	site.Drop(t, "orders-1.csv", goodRows("L", 4))
 	resume := r.pollPaused("wlost", "publish:archive")
-	endWorkerLockSession(t, pool, "w1")
-	waitFor(t, "the process to see its worker id lost", func() bool { return testutil.ToFloat64(r.d.Metrics().WorkerIDHeld) == 0 })
-	err := resume()
-	var fe *intake.FencedError
-	if !errors.As(err, &fe) && err != nil {
-		t.Fatalf("poll after the loss: %v", err)
-	}
+	other := takeWorkerIDOver(t, pool, "w1")
+	waitFor(t, "the process to see its worker id taken", func() bool { return testutil.ToFloat64(r.d.Metrics().WorkerIDHeld) == 0 })
+	resume() // the poll fails or ends; what it published is what counts
 	f := files(t, pool, "wlost")[0]
 	if f.State != "applied" || f.Archive != "" {
 		t.Fatalf("%+v, want applied and not archived: a process without its worker id publishes nothing", f)
@@ -90,12 +88,104 @@ func TestAProcessThatLostItsWorkerIDPublishesNothing(t *testing.T) {
 	if ents, _ := os.ReadDir(filepath.Join(site.Root, "processing", "w1")); len(ents) != 1 {
 		t.Fatalf("processing/w1 holds %d files, want the claimed file still there", len(ents))
 	}
-	// no other process took the id: the lock is taken again, and the
-	// file ends on the next poll
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if err := r.d.PollOnce(ctx, "wlost"); err == nil {
+		t.Fatal("a poll ran while another process held the worker id")
+	}
+	// the other process ends: the lock is taken again, and the file ends
+	// on the next poll
+	other.Close(context.Background())
 	waitFor(t, "the worker id held again", func() bool { return testutil.ToFloat64(r.d.Metrics().WorkerIDHeld) == 1 })
 	r.poll("wlost")
 	if f := files(t, pool, "wlost")[0]; f.State != "archived" || f.Applied != 4 {
 		t.Fatalf("%+v, want archived once the id is held again", f)
+	}
+}
+
+// A group's fence stands for its burst of moves and receipts for up to a
+// third of a lease; it stands only under the hold of the worker id it was
+// taken in, and the burst's poll ends with that hold. A process that lost
+// its id and took it again (nobody else held it that moment, as far as it
+// knows) publishes nothing of that burst: another process of the id may
+// have taken its files over in between. Its next poll ends them.
+func TestAGroupsFenceDoesNotOutliveTheHoldItWasTakenIn(t *testing.T) {
+	_, pool := testenv.DB(t)
+	site := testenv.NewSite(t, "wgrp")
+	r := newRig(t, pool, "w1", site)
+	for i := 1; i <= 3; i++ {
+		site.Drop(t, fmt.Sprintf("orders-%d.csv", i), goodRows(fmt.Sprintf("G%d", i), 2))
+	}
+	resume := r.pollPaused("wgrp", "publish:archive")
+	before := lockBackend(t, pool, "w1")
+	endWorkerLockSession(t, pool, "w1")
+	waitFor(t, "the worker id taken again", func() bool {
+		b := lockBackend(t, pool, "w1")
+		return b != 0 && b != before && testutil.ToFloat64(r.d.Metrics().WorkerIDHeld) == 1
+	})
+	resume()
+	if got := grouped(r, "wgrp", "grouped"); got != 3 {
+		t.Fatalf("%v files went through a group, want 3", got)
+	}
+	archived := 0
+	for _, f := range files(t, pool, "wgrp") {
+		if f.State == "archived" {
+			archived++
+		}
+	}
+	// the paused file's step came after the loss (the others' steps may
+	// have been under way then, and ended with the poll)
+	if archived == 3 {
+		t.Fatal("every file archived: the paused file published under a group fence taken in a hold since lost")
+	}
+	r.poll("wgrp")
+	for _, f := range files(t, pool, "wgrp") {
+		if f.State != "archived" {
+			t.Fatalf("%+v after the next poll, want archived", f)
+		}
+	}
+}
+
+// A process that loses its worker id in the middle of a poll takes no
+// further file as the id's: it resumed the id's files at once (a restarted
+// replica's leftovers), and another process of the id may be running them
+// now. The file under way goes on to its fence and publishes nothing.
+func TestAProcessThatLostItsWorkerIDTakesNoFurtherFile(t *testing.T) {
+	_, pool := testenv.DB(t)
+	site := testenv.NewSite(t, "wmid")
+	r := newRig(t, pool, "w1", site)
+	// two files claimed by w1 before a crash, without rows: the poll
+	// adopts both and resumes them one after the other
+	dir := filepath.Join(site.Root, "processing", "w1")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for i, prefix := range []string{"M", "N"} {
+		if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("orders-%d.csv", i+1)), []byte(goodRows(prefix, 3)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	resume := r.pollPaused("wmid", "spool:after")
+	other := takeWorkerIDOver(t, pool, "w1")
+	waitFor(t, "the process to see its worker id taken", func() bool { return testutil.ToFloat64(r.d.Metrics().WorkerIDHeld) == 0 })
+	resume()
+	fs := files(t, pool, "wmid")
+	if len(fs) != 2 {
+		t.Fatalf("%d rows, want the two adopted files", len(fs))
+	}
+	if fs[0].State == "archived" {
+		t.Fatalf("%+v: the file under way published after the loss", fs[0])
+	}
+	if fs[1].State != "claimed" || fencingToken(t, pool, fs[1].ID) != 1 {
+		t.Fatalf("%+v (token %d): the second file was resumed after the process lost its worker id", fs[1], fencingToken(t, pool, fs[1].ID))
+	}
+	other.Close(context.Background())
+	waitFor(t, "the worker id held again", func() bool { return testutil.ToFloat64(r.d.Metrics().WorkerIDHeld) == 1 })
+	r.poll("wmid")
+	for _, f := range files(t, pool, "wmid") {
+		if f.State != "archived" || f.Applied != 3 {
+			t.Fatalf("%+v, want archived once the id is held again", f)
+		}
 	}
 }
 
@@ -130,6 +220,28 @@ func TestADaemonWaitsForItsWorkerIDToBeFree(t *testing.T) {
 	})
 	if n := count(t, pool, `SELECT count(*) FROM intake_worker WHERE worker_id = 'w1'`); n != 1 {
 		t.Fatal("the daemon holding its worker id did not register")
+	}
+}
+
+// A daemon that lost its worker id and takes it again registers again
+// before it polls: the process that held the id meanwhile may have retired
+// the id's row on its way out, and the other replicas would then take this
+// one's partners and adopt its claims not yet recorded.
+func TestADaemonThatTakesItsWorkerIDAgainRegistersFirst(t *testing.T) {
+	_, pool := testenv.DB(t)
+	site := testenv.NewSite(t, "wreg")
+	r := newRig(t, pool, "w1", site)
+	if err := r.d.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	other := takeWorkerIDOver(t, pool, "w1")
+	waitFor(t, "the daemon to see its worker id taken", func() bool { return testutil.ToFloat64(r.d.Metrics().WorkerIDHeld) == 0 })
+	// the other process of w1 stops, retiring the id's row (RetireWorker)
+	execArgs(t, pool, `UPDATE intake_worker SET last_seen = now() - lease - interval '1 second', drained_at = now() WHERE worker_id = $1`, "w1")
+	other.Close(context.Background())
+	waitFor(t, "the worker id held again", func() bool { return testutil.ToFloat64(r.d.Metrics().WorkerIDHeld) == 1 })
+	if n := count(t, pool, `SELECT count(*) FROM intake_worker WHERE worker_id = 'w1' AND drained_at IS NULL AND last_seen > now() - interval '10 seconds'`); n != 1 {
+		t.Fatal("the daemon holds its worker id again, but the id's row still says it is gone")
 	}
 }
 
@@ -182,13 +294,45 @@ func endWorkerLockSession(t *testing.T, pool *pgxpool.Pool, worker string) {
 	t.Helper()
 	var ended int
 	if err := pool.QueryRow(context.Background(), `SELECT count(pg_terminate_backend(l.pid, 5000)) FROM pg_locks l
-		WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
+		WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1 AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
 		  AND ((l.classid::int8 << 32) | l.objid::int8) = hashtextextended('partner-intake/worker/' || $1, 0)`, worker).Scan(&ended); err != nil {
 		t.Fatal(err)
 	}
 	if ended != 1 {
 		t.Fatalf("ended %d sessions holding worker %s's lock, want 1", ended, worker)
 	}
+}
+
+// takeWorkerIDOver ends the session holding the worker id's lock (as a
+// PostgreSQL restart or a cut connection would) and takes the lock on a
+// session of its own at once, as another process of the id would; closing
+// the returned connection lets it go.
+func takeWorkerIDOver(t *testing.T, pool *pgxpool.Pool, worker string) *pgx.Conn {
+	t.Helper()
+	conn, err := pgx.Connect(context.Background(), pool.Config().ConnConfig.ConnString())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	// the holder takes the lock again 100 ms after its loss at the soonest
+	endWorkerLockSession(t, pool, worker)
+	var got bool
+	if err := conn.QueryRow(context.Background(), `SELECT pg_try_advisory_lock(hashtextextended('partner-intake/worker/' || $1, 0))`, worker).Scan(&got); err != nil || !got {
+		t.Fatalf("take the worker id over: %v %v", got, err)
+	}
+	return conn
+}
+
+// lockBackend is the backend pid holding the worker id's lock, 0 if none.
+func lockBackend(t *testing.T, pool *pgxpool.Pool, worker string) int64 {
+	t.Helper()
+	var pid int64
+	if err := pool.QueryRow(context.Background(), `SELECT coalesce(max(l.pid), 0) FROM pg_locks l
+		WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1 AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+		  AND ((l.classid::int8 << 32) | l.objid::int8) = hashtextextended('partner-intake/worker/' || $1, 0)`, worker).Scan(&pid); err != nil {
+		t.Fatal(err)
+	}
+	return pid
 }
 
 func waitFor(t *testing.T, what string, ok func() bool) {

@@ -185,7 +185,16 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 		// The worker id is taken beside them too: a run whose id another
 		// live process holds (the daemon of this host, an earlier run
 		// still going) polls nothing (intake/workerid.go).
-		go func() { held <- d.HoldWorkerID(ctx) }()
+		taken := make(chan struct{})
+		go func() {
+			defer close(taken)
+			held <- d.HoldWorkerID(ctx)
+		}()
+		// let go on every way out, also before the polls (a failed check)
+		end.add(func() {
+			<-taken
+			d.ReleaseWorkerID()
+		})
 	}
 	if err := e.migrate(ctx); err != nil {
 		if ctx.Err() != nil {

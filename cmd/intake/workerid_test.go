@@ -26,12 +26,12 @@ func TestRunOnceBesideAProcessOfItsWorkerIDPollsNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	holder, err := ledger.TryWorkerLock(context.Background(), cc, "cli-1", time.Minute, nil)
+	holder, err := ledger.TryWorkerLock(context.Background(), cc, "cli-1", time.Minute, ledger.WorkerLockHooks{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	code, out := runCLI("run", "--config", cfg, "--once")
-	if code != 1 || !strings.Contains(out, "worker id cli-1 is in use by another live process") || !strings.Contains(out, "worker_id_in_use") {
+	if code != 1 || !strings.Contains(out, "worker id cli-1 is in use by another live process (PostgreSQL backend ") || !strings.Contains(out, "worker_id_in_use") {
 		t.Fatalf("run --once beside the holder: exit %d\n%s", code, out)
 	}
 	if n := testenv.Count(t, pool, `SELECT count(*) FROM file_intake`); n != 0 {

@@ -14,29 +14,52 @@ package ledger
 // published a group's receipts after the other had taken its rows over.
 //
 // So a process runs as its worker id only while it holds the id's
-// session-level advisory lock, on a connection of its own (WorkerLock).
-// The lock ends with that session: a process that exits or is killed
-// releases it at once (its socket closes); one whose host is gone or
-// frozen releases it when PostgreSQL's keepalives give up on it, set on
-// this connection to take at least a lease, so its files' leases have run
-// out by then as for any takeover. A holder whose session ends under it (a
-// PostgreSQL restart, the connection cut) stops running as the id at once
-// (Held is false: its fences fail, its polls do nothing) and takes the
-// lock again as soon as it can.
+// session-level advisory lock, on a connection of its own (WorkerLock),
+// and each time it takes the lock is a Hold of its own:
+//
+//   - The lock ends with its session. A process that exits or is killed
+//     releases it at once (its socket closes). A host that is gone, frozen
+//     or cut off releases it only when PostgreSQL's keepalives give up on
+//     it, set on this connection to take at least a lease and a half
+//     (idle 30 s, then 3 probes lease/3 apart; tcp_user_timeout the same,
+//     so a server's shorter setting does not cut it; idle_session_timeout
+//     off), so that the files of a process that stopped answering have
+//     run out their leases before another process of the id resumes them
+//     at once.
+//   - The holder knows its hold only as far as it checked it: a session
+//     the server ends (a PostgreSQL restart, a terminate) is seen at once,
+//     and otherwise a round trip checks the session every lease/6. A hold
+//     counts (Held, HeldIn) only while its last check, timed from before
+//     it was sent, is younger than lease/2, so a holder cut off stops
+//     counting itself the holder well before the server lets the lock go.
+//   - A hold that ends closes its Lost channel (a poll under it is
+//     cancelled) and the lock is taken again; a hold taken again is a new
+//     Hold, so what was checked under the old one (a group's fence) does
+//     not carry over.
+//
+// A transaction-mode connection pooler between intake and PostgreSQL would
+// hand the lock's backend to other clients: intake needs session pooling
+// or none.
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // workerLockKey is the advisory lock key of a worker id.
 const workerLockKey = `hashtextextended('partner-intake/worker/' || $1, 0)`
+
+// workerLockHeld finds the session holding the worker id's lock in this
+// database (advisory locks are a database's own).
+const workerLockHeld = `l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
+	  AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+	  AND ((l.classid::int8 << 32) | l.objid::int8) = ` + workerLockKey
 
 // WorkerIDInUseError: another live session holds the worker id's lock.
 type WorkerIDInUseError struct {
@@ -48,89 +71,169 @@ func (e *WorkerIDInUseError) Error() string {
 	return fmt.Sprintf("worker id %s is in use by another live process (%s): two processes must not run as one worker id; give each its own worker_id (reason worker_id_in_use)", e.Worker, e.Holder)
 }
 
-// WorkerLock is a process's hold on its worker id.
-type WorkerLock struct {
-	worker  string
-	cc      *pgx.ConnConfig
-	changed func(held bool, err error)
-
-	held   atomic.Bool
-	cancel context.CancelFunc
-	done   chan struct{}
+// Hold is one taking of the worker id's lock; Lost is closed when it ends.
+type Hold struct {
+	Lost <-chan struct{}
+	lost chan struct{}
 }
 
-// workerLockConnConfig is the lock connection's config: the pool's, with
-// keepalives that give up on a silent client after at least a lease.
-func workerLockConnConfig(cc *pgx.ConnConfig, worker string, lease time.Duration) *pgx.ConnConfig {
-	c := cc.Copy()
-	c.RuntimeParams["application_name"] = AppName(worker)
-	interval := max(1, int((lease+3*time.Second-1)/(3*time.Second)))
-	c.RuntimeParams["tcp_keepalives_idle"] = "30"
-	c.RuntimeParams["tcp_keepalives_interval"] = strconv.Itoa(interval)
-	c.RuntimeParams["tcp_keepalives_count"] = "3"
-	delete(c.RuntimeParams, "idle_in_transaction_session_timeout")
-	return c
+// WorkerLock is a process's hold on its worker id.
+type WorkerLock struct {
+	worker string
+	cfg    *pgx.ConnConfig
+	check  time.Duration // how often the session is checked
+	valid  time.Duration // how long a check vouches for the hold
+	hooks  WorkerLockHooks
+
+	base     time.Time    // the monotonic clock's origin for verified
+	verified atomic.Int64 // ns since base when the last good check was sent
+	cur      atomic.Pointer[Hold]
+	cancel   context.CancelFunc
+	done     chan struct{}
+}
+
+// WorkerLockHooks are what the holder is told. Changed: the hold ended
+// (err says why), another process took the id meanwhile (a
+// *WorkerIDInUseError, once a loss), the lock could not be taken again for
+// another reason (once a loss), or it is held again (held true). Regained
+// runs when the lock was taken again, before the new hold counts.
+type WorkerLockHooks struct {
+	Changed  func(held bool, err error)
+	Regained func(ctx context.Context)
+}
+
+// session is a lock session's backend, to know it again.
+type session struct {
+	pid   uint32
+	start time.Time
 }
 
 // TryWorkerLock takes the worker id's lock for this process on a
-// connection of its own (cc: the pool's config) or returns a
-// *WorkerIDInUseError naming the holder. While it is held a goroutine
-// watches the connection; if the session ends, Held turns false, changed
-// is called with false and the error, and the lock is taken again every
-// few seconds until it is, changed then called with true. Release lets
-// it go.
-func TryWorkerLock(ctx context.Context, cc *pgx.ConnConfig, worker string, lease time.Duration, changed func(held bool, err error)) (*WorkerLock, error) {
-	cfg := workerLockConnConfig(cc, worker, lease)
-	conn, err := takeWorkerLock(ctx, cfg, worker)
+// connection of its own (cc: the pool's config), or returns a
+// *WorkerIDInUseError naming the holder at once.
+func TryWorkerLock(ctx context.Context, cc *pgx.ConnConfig, worker string, lease time.Duration, hooks WorkerLockHooks) (*WorkerLock, error) {
+	return newWorkerLock(ctx, cc, worker, lease, hooks, nil)
+}
+
+// WaitWorkerLock is TryWorkerLock that, when another process holds the
+// id, calls inUse once with who it is and waits until the lock is free
+// (one waiting statement, not a poll), or ctx ends.
+func WaitWorkerLock(ctx context.Context, cc *pgx.ConnConfig, worker string, lease time.Duration, hooks WorkerLockHooks, inUse func(*WorkerIDInUseError)) (*WorkerLock, error) {
+	return newWorkerLock(ctx, cc, worker, lease, hooks, inUse)
+}
+
+func newWorkerLock(ctx context.Context, cc *pgx.ConnConfig, worker string, lease time.Duration, hooks WorkerLockHooks, inUse func(*WorkerIDInUseError)) (*WorkerLock, error) {
+	if hooks.Changed == nil {
+		hooks.Changed = func(bool, error) {}
+	}
+	if hooks.Regained == nil {
+		hooks.Regained = func(context.Context) {}
+	}
+	w := &WorkerLock{worker: worker, cfg: WorkerLockConnConfig(cc, worker, lease), hooks: hooks,
+		check: max(500*time.Millisecond, lease/6), valid: max(time.Second, lease/2), base: time.Now(), done: make(chan struct{})}
+	sent := time.Since(w.base)
+	conn, me, err := w.take(ctx, session{}, inUse)
 	if err != nil {
 		return nil, err
 	}
-	if changed == nil {
-		changed = func(bool, error) {}
-	}
+	w.verified.Store(int64(sent))
+	h := newHold()
+	w.cur.Store(h)
 	wctx, cancel := context.WithCancel(context.Background())
-	w := &WorkerLock{worker: worker, cc: cfg, changed: changed, cancel: cancel, done: make(chan struct{})}
-	w.held.Store(true)
-	go w.keep(wctx, conn, min(5*time.Second, max(time.Second, lease/3)))
+	w.cancel = cancel
+	go w.keep(wctx, conn, me, h)
 	return w, nil
 }
 
-// takeWorkerLock connects and takes the lock, or says who holds it.
-func takeWorkerLock(ctx context.Context, cfg *pgx.ConnConfig, worker string) (*pgx.Conn, error) {
-	conn, err := pgx.ConnectConfig(ctx, cfg)
-	if err != nil {
-		return nil, fmt.Errorf("worker id lock: %w", err)
-	}
-	var got bool
-	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock(`+workerLockKey+`)`, worker).Scan(&got); err != nil {
-		conn.Close(context.Background())
-		return nil, fmt.Errorf("worker id lock: %w", err)
-	}
-	if got {
-		return conn, nil
-	}
-	holder := workerLockHolder(ctx, conn, worker)
-	conn.Close(context.Background())
-	return nil, &WorkerIDInUseError{Worker: worker, Holder: holder}
+func newHold() *Hold {
+	c := make(chan struct{})
+	return &Hold{Lost: c, lost: c}
 }
 
-// workerLockHolder describes the session holding the worker id's lock
-// and the id's last registered daemon, best effort.
-func workerLockHolder(ctx context.Context, conn *pgx.Conn, worker string) string {
+// WorkerLockConnConfig is the lock connection's config: the pool's, with
+// keepalives that give up on a silent client after at least a lease and a
+// half, and no timeout that ends the session or its waiting statement.
+func WorkerLockConnConfig(cc *pgx.ConnConfig, worker string, lease time.Duration) *pgx.ConnConfig {
+	c := cc.Copy()
+	const idle, count = 30, 3
+	interval := max(1, int((lease+3*time.Second-1)/(3*time.Second)))
+	c.RuntimeParams["application_name"] = AppName(worker)
+	c.RuntimeParams["tcp_keepalives_idle"] = strconv.Itoa(idle)
+	c.RuntimeParams["tcp_keepalives_interval"] = strconv.Itoa(interval)
+	c.RuntimeParams["tcp_keepalives_count"] = strconv.Itoa(count)
+	c.RuntimeParams["tcp_user_timeout"] = strconv.Itoa((idle + count*interval) * 1000)
+	c.RuntimeParams["idle_session_timeout"] = "0"
+	c.RuntimeParams["statement_timeout"] = "0"
+	c.RuntimeParams["idle_in_transaction_session_timeout"] = "0"
+	return c
+}
+
+// take connects and takes the lock. A lock still held by prev, this
+// process's own earlier session that the server has not seen gone yet (the
+// process already stopped counting itself the holder), is ended and taken.
+// When another session holds it: a *WorkerIDInUseError, or with inUse,
+// that error passed to inUse and a wait for the lock.
+func (w *WorkerLock) take(ctx context.Context, prev session, inUse func(*WorkerIDInUseError)) (*pgx.Conn, session, error) {
+	conn, err := pgx.ConnectConfig(ctx, w.cfg)
+	if err != nil {
+		return nil, session{}, fmt.Errorf("worker id lock: %w", err)
+	}
+	fail := func(err error) (*pgx.Conn, session, error) {
+		conn.Close(context.Background())
+		return nil, session{}, err
+	}
+	var me session
+	try := func() (bool, error) {
+		var got bool
+		err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock(`+workerLockKey+`), pg_backend_pid(),
+			(SELECT backend_start FROM pg_stat_activity WHERE pid = pg_backend_pid())`, w.worker).Scan(&got, &me.pid, &me.start)
+		return got, err
+	}
+	got, err := try()
+	if err != nil {
+		return fail(fmt.Errorf("worker id lock: %w", err))
+	}
+	if got {
+		return conn, me, nil
+	}
+	h, desc := workerLockHolder(ctx, conn, w.worker)
+	if prev.pid != 0 && h.pid == prev.pid && h.start.Equal(prev.start) {
+		if _, err := conn.Exec(ctx, `SELECT pg_terminate_backend($1, 5000)`, int64(h.pid)); err == nil {
+			if got, err = try(); err != nil {
+				return fail(fmt.Errorf("worker id lock: %w", err))
+			}
+			if got {
+				return conn, me, nil
+			}
+		}
+		h, desc = workerLockHolder(ctx, conn, w.worker)
+	}
+	e := &WorkerIDInUseError{Worker: w.worker, Holder: desc}
+	if inUse == nil {
+		return fail(e)
+	}
+	inUse(e)
+	if _, err := conn.Exec(ctx, `SELECT pg_advisory_lock(`+workerLockKey+`)`, w.worker); err != nil {
+		return fail(fmt.Errorf("worker id lock: wait: %w", err))
+	}
+	return conn, me, nil
+}
+
+// workerLockHolder names the session holding the worker id's lock, and
+// describes it and the id's last registered daemon, best effort.
+func workerLockHolder(ctx context.Context, conn *pgx.Conn, worker string) (session, string) {
 	var (
-		pid           int32
+		s             session
 		client, since string
 	)
-	err := conn.QueryRow(ctx, `SELECT a.pid, coalesce(host(a.client_addr), 'a local socket'),
+	err := conn.QueryRow(ctx, `SELECT a.pid, a.backend_start, coalesce(host(a.client_addr), 'a local socket'),
 		       to_char(a.backend_start AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"')
 		FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
-		WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
-		  AND ((l.classid::int8 << 32) | l.objid::int8) = `+workerLockKey+`
-		LIMIT 1`, worker).Scan(&pid, &client, &since)
+		WHERE `+workerLockHeld+` LIMIT 1`, worker).Scan(&s.pid, &s.start, &client, &since)
 	if err != nil {
-		return "its session is not visible to this database role"
+		return session{}, "its session is not visible to this database role"
 	}
-	s := fmt.Sprintf("PostgreSQL backend %d, client %s, connected %s", pid, client, since)
+	desc := fmt.Sprintf("PostgreSQL backend %d, client %s, connected %s", s.pid, client, since)
 	var (
 		host           string
 		wpid           int32
@@ -141,55 +244,116 @@ func workerLockHolder(ctx context.Context, conn *pgx.Conn, worker string) string
 		       to_char(started_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"'),
 		       to_char(last_seen AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"')
 		FROM intake_worker WHERE worker_id = $1`, worker).Scan(&host, &wpid, &started, &lastS) == nil {
-		s += fmt.Sprintf("; the id's last registered daemon: pid %d on %s, started %s, last seen %s", wpid, host, started, lastS)
+		desc += fmt.Sprintf("; the id's last registered daemon: pid %d on %s, started %s, last seen %s", wpid, host, started, lastS)
 	}
-	return s
+	return s, desc
 }
 
-// keep watches the lock's session and takes the lock again when it ends.
-func (w *WorkerLock) keep(ctx context.Context, conn *pgx.Conn, retry time.Duration) {
+// keep checks the hold's session, ends the hold when the session ends,
+// and takes the lock again as a new hold.
+func (w *WorkerLock) keep(ctx context.Context, conn *pgx.Conn, me session, h *Hold) {
 	defer close(w.done)
 	for {
-		// no notification ever comes: this returns when the session
-		// ends (or on Release)
-		err := conn.PgConn().WaitForNotification(ctx)
+		err := w.watch(ctx, conn)
+		w.cur.Store(nil)
+		close(h.lost)
 		conn.Close(context.Background())
 		if ctx.Err() != nil {
 			return
 		}
-		w.held.Store(false)
-		w.changed(false, err)
-		told := false
-		// soon at first (a PostgreSQL restart is over in seconds), then
-		// every retry
-		wait := 100 * time.Millisecond
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(wait):
-			}
-			wait = min(2*wait, retry)
-			tctx, cancel := context.WithTimeout(ctx, retry)
-			c, err := takeWorkerLock(tctx, w.cc, w.worker)
-			cancel()
-			if err == nil {
-				conn = c
-				break
-			}
-			var inUse *WorkerIDInUseError
-			if errors.As(err, &inUse) && !told {
-				told = true // another process took the id meanwhile: said once
-				w.changed(false, err)
-			}
+		w.hooks.Changed(false, err)
+		if conn, me = w.retake(ctx, me); conn == nil {
+			return
 		}
-		w.held.Store(true)
-		w.changed(true, nil)
+		h = newHold()
+		w.hooks.Regained(ctx)
+		if ctx.Err() != nil {
+			conn.Close(context.Background())
+			return
+		}
+		w.verified.Store(int64(time.Since(w.base)))
+		w.cur.Store(h)
+		w.hooks.Changed(true, nil)
 	}
 }
 
+// watch returns when the session is found gone: at once when the server
+// ends it, else at a check that fails.
+func (w *WorkerLock) watch(ctx context.Context, conn *pgx.Conn) error {
+	for {
+		// no notification ever comes: this returns when the session ends,
+		// or at the check's time
+		wctx, cancel := context.WithTimeout(ctx, w.check)
+		err := conn.PgConn().WaitForNotification(wctx)
+		cancel()
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if err != nil && !pgconn.Timeout(err) {
+			return err
+		}
+		sent := time.Since(w.base)
+		pctx, cancel := context.WithTimeout(ctx, w.check)
+		err = conn.Ping(pctx)
+		cancel()
+		if err != nil {
+			return err
+		}
+		w.verified.Store(int64(sent))
+	}
+}
+
+// retake takes the lock again after a hold ended, waiting while another
+// process holds it; nil when ctx ended first.
+func (w *WorkerLock) retake(ctx context.Context, prev session) (*pgx.Conn, session) {
+	told, toldErr := false, false
+	inUse := func(e *WorkerIDInUseError) {
+		if !told {
+			told = true
+			w.hooks.Changed(false, e)
+		}
+	}
+	wait := 100 * time.Millisecond // soon at first: a PostgreSQL restart is over in seconds
+	for {
+		select {
+		case <-ctx.Done():
+			return nil, session{}
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 5*time.Second)
+		conn, me, err := w.take(ctx, prev, inUse)
+		if err == nil {
+			return conn, me
+		}
+		if ctx.Err() != nil {
+			return nil, session{}
+		}
+		if !toldErr {
+			toldErr = true
+			w.hooks.Changed(false, err)
+		}
+	}
+}
+
+// Current is the hold now, or nil when the lock is not held or its last
+// check is too old to count.
+func (w *WorkerLock) Current() *Hold {
+	if w == nil {
+		return nil
+	}
+	h := w.cur.Load()
+	if h == nil || time.Since(w.base)-time.Duration(w.verified.Load()) >= w.valid {
+		return nil
+	}
+	return h
+}
+
 // Held reports whether this process holds its worker id now.
-func (w *WorkerLock) Held() bool { return w != nil && w.held.Load() }
+func (w *WorkerLock) Held() bool { return w.Current() != nil }
+
+// HeldIn reports whether h is the hold now: the lock was not lost (and
+// maybe taken again) since h began.
+func (w *WorkerLock) HeldIn(h *Hold) bool { return h != nil && w.Current() == h }
 
 // Release lets the worker id go (the lock's session ends) and waits for
 // the watcher to end. Safe more than once.
@@ -197,7 +361,6 @@ func (w *WorkerLock) Release() {
 	if w == nil {
 		return
 	}
-	w.held.Store(false)
 	w.cancel()
 	<-w.done
 }
