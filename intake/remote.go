@@ -310,15 +310,23 @@ func (r *fileRun) fence(ctx context.Context, step string) error {
 	// another process of the id meanwhile. (An ops command's rows are its
 	// own identity's, OpsWorker.)
 	own := r.in.Worker == r.d.cfg.WorkerID
-	if own && !r.d.id.Load().HeldIn(r.idHold) {
+	id := r.d.id.Load()
+	if own && !id.HeldIn(r.idHold) {
 		return &FencedError{IntakeID: r.in.ID, Token: r.in.Token, Step: step + ": " + errWorkerIDNotHeld.Error()}
 	}
-	if r.groupFencedAt.IsZero() || time.Since(r.groupFencedAt) >= r.d.ledger.Lease()/3 {
+	switch {
+	case own && id.PooledPID() != 0:
+		// a one-shot run's hold is not watched: each fence asks whether
+		// its connection still holds the lock (no group window)
+		if err := r.d.ledger.HeartbeatHeld(ctx, r.in, r.d.cfg.WorkerID, id.PooledPID()); err != nil {
+			return err
+		}
+	case r.groupFencedAt.IsZero() || time.Since(r.groupFencedAt) >= r.d.ledger.Lease()/3:
 		if err := r.d.ledger.Heartbeat(ctx, r.in); err != nil {
 			return err
 		}
 	}
-	if own && !r.d.id.Load().HeldIn(r.idHold) {
+	if own && !id.HeldIn(r.idHold) {
 		return &FencedError{IntakeID: r.in.ID, Token: r.in.Token, Step: step + ": " + errWorkerIDNotHeld.Error()}
 	}
 	return nil

@@ -52,6 +52,25 @@ func (d *Daemon) holdWorkerID(ctx context.Context, inUse func(*ledger.WorkerIDIn
 	return nil
 }
 
+// HoldWorkerIDOnPool takes this process's worker id on a connection of
+// the daemon's pool (`intake run --once`: no second backend beside its
+// logins; ledger.TakeWorkerLockOnPool says what the pool must be), or
+// returns a *ledger.WorkerIDInUseError naming the process that holds it.
+func (d *Daemon) HoldWorkerIDOnPool(ctx context.Context, watch *ledger.PoolLockWatch) error {
+	d.idMu.Lock()
+	defer d.idMu.Unlock()
+	if d.id.Load() != nil {
+		return errors.New("the worker id is held already")
+	}
+	w, err := ledger.TakeWorkerLockOnPool(ctx, d.db, watch, d.cfg.WorkerID, d.cfg.Lease, ledger.WorkerLockHooks{Changed: d.workerIDChanged})
+	if err != nil {
+		return err
+	}
+	d.id.Store(w)
+	d.metrics.workerIDHeld.Set(1)
+	return nil
+}
+
 // hold is the worker id's hold now, or nil.
 func (d *Daemon) hold() *ledger.Hold { return d.id.Load().Current() }
 

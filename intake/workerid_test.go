@@ -223,6 +223,58 @@ func TestADaemonWaitsForItsWorkerIDToBeFree(t *testing.T) {
 	}
 }
 
+// A one-shot run holds its worker id on a connection of its pool (no
+// second backend beside its logins). The hold refuses a second process of
+// the id like any other, and since no watcher checks it, every fence asks
+// the database whether that connection still holds the lock: a run whose
+// lock's session ended publishes nothing.
+func TestAOneShotRunsHoldOnItsPoolIsCheckedByEveryFence(t *testing.T) {
+	_, shared := testenv.DB(t)
+	watch := &ledger.PoolLockWatch{}
+	pc := shared.Config().Copy()
+	pc.BeforeClose = watch.BeforeClose
+	pc.MaxConnIdleTime, pc.MaxConnLifetime = time.Hour, 0
+	pool, err := pgxpool.NewWithConfig(context.Background(), pc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	site := testenv.NewSite(t, "wpool")
+	r := newRig(t, pool, "w1", site)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := r.d.HoldWorkerIDOnPool(ctx, watch); err != nil {
+		t.Fatal(err)
+	}
+	second := newRig(t, shared, "w1", site)
+	var inUse *ledger.WorkerIDInUseError
+	if err := second.d.PollOnce(ctx, "wpool"); !errors.As(err, &inUse) {
+		t.Fatalf("a second process beside the pooled hold: %v, want worker_id_in_use", err)
+	}
+	site.Drop(t, "orders-1.csv", goodRows("P", 3))
+	resume := r.pollPaused("wpool", "publish:archive")
+	// the pool's connection stops holding the lock without ending (as a
+	// session reset would), and another process of w1 takes it: no
+	// connection closes, nothing but the database can tell
+	for _, c := range pool.AcquireAllIdle(ctx) {
+		c.Exec(ctx, `SELECT pg_advisory_unlock(hashtextextended('partner-intake/worker/' || $1, 0))`, "w1")
+		c.Release()
+	}
+	other, err := pgx.Connect(ctx, shared.Config().ConnConfig.ConnString())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close(context.Background())
+	var got bool
+	if err := other.QueryRow(ctx, `SELECT pg_try_advisory_lock(hashtextextended('partner-intake/worker/' || $1, 0))`, "w1").Scan(&got); err != nil || !got {
+		t.Fatalf("take the worker id over: %v %v", got, err)
+	}
+	resume()
+	if f := files(t, shared, "wpool")[0]; f.State == "archived" {
+		t.Fatalf("%+v: published while another session held the worker id", f)
+	}
+}
+
 // A daemon that lost its worker id and takes it again registers again
 // before it polls: the process that held the id meanwhile may have retired
 // the id's row on its way out, and the other replicas would then take this

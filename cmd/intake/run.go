@@ -17,6 +17,7 @@ import (
 	"github.com/partner-intake/partner-intake/cmd/intake/internal/config"
 	"github.com/partner-intake/partner-intake/intake"
 	"github.com/partner-intake/partner-intake/intake/expect"
+	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/intake/notify"
 	"github.com/partner-intake/partner-intake/intake/ops"
 	"github.com/partner-intake/partner-intake/internal/lifecycle"
@@ -59,6 +60,11 @@ func claimPool(ctx context.Context, e *env) (*pgxpool.Pool, error) {
 }
 
 func open(ctx context.Context, path string, stderr io.Writer) (*env, int) {
+	return openTuned(ctx, path, stderr, nil)
+}
+
+// openTuned is open with the pool's config changed by tune, if set.
+func openTuned(ctx context.Context, path string, stderr io.Writer, tune func(*pgxpool.Config)) (*env, int) {
 	cfg, err := config.Load(path)
 	if err != nil {
 		fmt.Fprintln(stderr, err)
@@ -73,6 +79,9 @@ func open(ctx context.Context, path string, stderr io.Writer) (*env, int) {
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return nil, 2
+	}
+	if tune != nil {
+		tune(pc)
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
@@ -142,7 +151,18 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 		}
 		defer stopProfile()
 	}
-	e, code := open(ctx, *path, stderr) // the pool connects lazily
+	// A one-shot run holds its worker id on its pool's connection, which
+	// the pool keeps for the run and whose close ends the hold
+	// (ledger.TakeWorkerLockOnPool).
+	idWatch := &ledger.PoolLockWatch{}
+	var tune func(*pgxpool.Config)
+	if *once {
+		tune = func(pc *pgxpool.Config) {
+			pc.BeforeClose = idWatch.BeforeClose
+			pc.MaxConnIdleTime, pc.MaxConnLifetime = 100*365*24*time.Hour, 0
+		}
+	}
+	e, code := openTuned(ctx, *path, stderr, tune) // the pool connects lazily
 	if e == nil {
 		return code
 	}
@@ -176,25 +196,14 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "intake run:", err)
 		return 2
 	}
-	held := make(chan error, 1)
 	if *once {
 		// SSH handshakes overlap the schema and target checks. A daemon
 		// dials when it first polls: with several replicas it polls only
 		// the partners affinity gives it.
 		d.Prewarm(ctx)
-		// The worker id is taken beside them too: a run whose id another
-		// live process holds (the daemon of this host, an earlier run
-		// still going) polls nothing (intake/workerid.go).
-		taken := make(chan struct{})
-		go func() {
-			defer close(taken)
-			held <- d.HoldWorkerID(ctx)
-		}()
-		// let go on every way out, also before the polls (a failed check)
-		end.add(func() {
-			<-taken
-			d.ReleaseWorkerID()
-		})
+		// its sessions closed, its polls written and its worker id let
+		// go on every way out (Stop)
+		defer d.Stop()
 	}
 	if err := e.migrate(ctx); err != nil {
 		if ctx.Err() != nil {
@@ -202,6 +211,17 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 		}
 		fmt.Fprintln(stderr, err)
 		return 1
+	}
+	if *once {
+		// The worker id, taken on the pool's connection right after the
+		// schema check, beside the logins: a run whose id another live
+		// process holds (the daemon of this host, an earlier run still
+		// going) polls nothing (intake/workerid.go). A daemon takes it in
+		// Start, on a connection of its own.
+		if err := d.HoldWorkerIDOnPool(ctx, idWatch); err != nil {
+			fmt.Fprintln(stderr, "intake run:", err)
+			return 1
+		}
 	}
 	if err := d.CheckTargets(ctx); err != nil {
 		if ctx.Err() != nil {
@@ -212,11 +232,6 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	}
 	if *once {
 		d.PreparePoll(ctx) // beside the logins still under way
-		defer d.Stop()
-		if err := <-held; err != nil {
-			fmt.Fprintln(stderr, "intake run:", err)
-			return 1
-		}
 		// A one-shot run's end is its process's: once its polls are
 		// recorded and its sessions closed (Stop), its database
 		// connections and signal handlers are let go without waiting

@@ -334,6 +334,22 @@ func (l *Ledger) Heartbeat(ctx context.Context, in *Intake) error {
 	return nil
 }
 
+// HeartbeatHeld is Heartbeat that passes only while the backend lockPID
+// holds the worker id's lock (a pooled hold: WorkerLock.PooledPID).
+func (l *Ledger) HeartbeatHeld(ctx context.Context, in *Intake, worker string, lockPID uint32) error {
+	tag, err := l.pool.Exec(ctx, `UPDATE file_intake SET lease_until = clock_timestamp() + $3::interval
+		WHERE intake_id = $1 AND fencing_token = $2 AND state = ANY($4)
+		  AND EXISTS (SELECT 1 FROM pg_locks l WHERE `+workerLockHeldBy("$5")+` AND l.pid = $6)`,
+		in.ID, in.Token, l.lease, liveStates, worker, int64(lockPID))
+	if err != nil {
+		return fmt.Errorf("Heartbeat: %w", err)
+	}
+	if tag.RowsAffected() == 0 {
+		return &FencedError{IntakeID: in.ID, Token: in.Token, Step: "Heartbeat (or the worker id's lock is no longer this process's)"}
+	}
+	return nil
+}
+
 // setSpooledSQL is SetSpooled's statement.
 const setSpooledSQL = `WITH u AS (
 	    UPDATE file_intake

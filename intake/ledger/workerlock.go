@@ -43,23 +43,32 @@ package ledger
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // workerLockKey is the advisory lock key of a worker id.
 const workerLockKey = `hashtextextended('partner-intake/worker/' || $1, 0)`
 
-// workerLockHeld finds the session holding the worker id's lock in this
-// database (advisory locks are a database's own).
-const workerLockHeld = `l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
+// workerLockHeldBy finds the session holding the lock of the worker id
+// in parameter worker in this database (advisory locks are a database's
+// own).
+func workerLockHeldBy(worker string) string {
+	return `l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
 	  AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
-	  AND ((l.classid::int8 << 32) | l.objid::int8) = ` + workerLockKey
+	  AND ((l.classid::int8 << 32) | l.objid::int8) = hashtextextended('partner-intake/worker/' || ` + worker + `, 0)`
+}
+
+// workerLockHeld is workerLockHeldBy the first parameter.
+var workerLockHeld = workerLockHeldBy("$1")
 
 // WorkerIDInUseError: another live session holds the worker id's lock.
 type WorkerIDInUseError struct {
@@ -84,6 +93,11 @@ type WorkerLock struct {
 	check  time.Duration // how often the session is checked
 	valid  time.Duration // how long a check vouches for the hold
 	hooks  WorkerLockHooks
+
+	// pooled: the lock is held by a connection of the process's pool
+	// (TakeWorkerLockOnPool), pid that connection's backend; no watcher
+	pooled bool
+	pid    uint32
 
 	base     time.Time    // the monotonic clock's origin for verified
 	verified atomic.Int64 // ns since base when the last good check was sent
@@ -182,11 +196,13 @@ func (w *WorkerLock) take(ctx context.Context, prev session, inUse func(*WorkerI
 		conn.Close(context.Background())
 		return nil, session{}, err
 	}
-	var me session
+	// the session's start is read by its first check, off a one-shot
+	// run's path (a fresh backend's first look at pg_stat_activity reads
+	// the catalog)
+	me := session{pid: conn.PgConn().PID()}
 	try := func() (bool, error) {
 		var got bool
-		err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock(`+workerLockKey+`), pg_backend_pid(),
-			(SELECT backend_start FROM pg_stat_activity WHERE pid = pg_backend_pid())`, w.worker).Scan(&got, &me.pid, &me.start)
+		err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock(`+workerLockKey+`)`, w.worker).Scan(&got)
 		return got, err
 	}
 	got, err := try()
@@ -254,7 +270,7 @@ func workerLockHolder(ctx context.Context, conn *pgx.Conn, worker string) (sessi
 func (w *WorkerLock) keep(ctx context.Context, conn *pgx.Conn, me session, h *Hold) {
 	defer close(w.done)
 	for {
-		err := w.watch(ctx, conn)
+		err := w.watch(ctx, conn, &me)
 		w.cur.Store(nil)
 		close(h.lost)
 		conn.Close(context.Background())
@@ -279,7 +295,7 @@ func (w *WorkerLock) keep(ctx context.Context, conn *pgx.Conn, me session, h *Ho
 
 // watch returns when the session is found gone: at once when the server
 // ends it, else at a check that fails.
-func (w *WorkerLock) watch(ctx context.Context, conn *pgx.Conn) error {
+func (w *WorkerLock) watch(ctx context.Context, conn *pgx.Conn, me *session) error {
 	for {
 		// no notification ever comes: this returns when the session ends,
 		// or at the check's time
@@ -294,7 +310,11 @@ func (w *WorkerLock) watch(ctx context.Context, conn *pgx.Conn) error {
 		}
 		sent := time.Since(w.base)
 		pctx, cancel := context.WithTimeout(ctx, w.check)
-		err = conn.Ping(pctx)
+		if me.start.IsZero() {
+			err = conn.QueryRow(pctx, `SELECT backend_start FROM pg_stat_activity WHERE pid = pg_backend_pid()`).Scan(&me.start)
+		} else {
+			err = conn.Ping(pctx)
+		}
 		cancel()
 		if err != nil {
 			return err
@@ -342,10 +362,85 @@ func (w *WorkerLock) Current() *Hold {
 		return nil
 	}
 	h := w.cur.Load()
-	if h == nil || time.Since(w.base)-time.Duration(w.verified.Load()) >= w.valid {
+	if h == nil || (!w.pooled && time.Since(w.base)-time.Duration(w.verified.Load()) >= w.valid) {
 		return nil
 	}
 	return h
+}
+
+// PooledPID is the backend of the pool's connection that holds a pooled
+// lock (TakeWorkerLockOnPool), 0 for a lock on a connection of its own.
+// Every fence of a pooled hold asks the database whether that backend
+// still holds the lock (Ledger.HeartbeatHeld).
+func (w *WorkerLock) PooledPID() uint32 {
+	if w == nil || !w.pooled {
+		return 0
+	}
+	return w.pid
+}
+
+// PoolLockWatch ends a pooled hold (TakeWorkerLockOnPool) when its pool
+// closes the connection that holds the lock: its BeforeClose goes into the
+// pool's config before the pool is made.
+type PoolLockWatch struct {
+	mu  sync.Mutex
+	w   *WorkerLock
+	pid uint32
+}
+
+// BeforeClose is the pool's pgxpool.Config.BeforeClose.
+func (p *PoolLockWatch) BeforeClose(c *pgx.Conn) {
+	p.mu.Lock()
+	w, pid := p.w, p.pid
+	p.mu.Unlock()
+	if w != nil && c.PgConn().PID() == pid {
+		if h := w.cur.Swap(nil); h != nil {
+			close(h.lost)
+			w.hooks.Changed(false, errors.New("the pool closed the connection that held the worker id's lock"))
+		}
+	}
+}
+
+// TakeWorkerLockOnPool takes the worker id's lock on a connection of pool
+// rather than one of its own: a one-shot run starts no second backend
+// beside its logins for it (docs/performance.md item 59). The connection
+// goes back to the pool holding the lock; the pool must keep it for the
+// run (no idle or lifetime limit) and have watch's BeforeClose, which ends
+// the hold when the pool closes it. The session gets the lock session's
+// keepalives. A pooled hold is not checked by a watcher: each fence asks
+// the database instead (PooledPID). When another session holds the id: a
+// *WorkerIDInUseError naming it.
+func TakeWorkerLockOnPool(ctx context.Context, pool *pgxpool.Pool, watch *PoolLockWatch, worker string, lease time.Duration, hooks WorkerLockHooks) (*WorkerLock, error) {
+	if hooks.Changed == nil {
+		hooks.Changed = func(bool, error) {}
+	}
+	c, err := pool.Acquire(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("worker id lock: %w", err)
+	}
+	defer c.Release()
+	p := WorkerLockConnConfig(pool.Config().ConnConfig, worker, lease).RuntimeParams
+	var got bool
+	if err := c.QueryRow(ctx, `SELECT pg_try_advisory_lock(`+workerLockKey+`),
+		       set_config('tcp_keepalives_idle', $2, false), set_config('tcp_keepalives_interval', $3, false),
+		       set_config('tcp_keepalives_count', $4, false), set_config('tcp_user_timeout', $5, false),
+		       set_config('idle_session_timeout', '0', false)`,
+		worker, p["tcp_keepalives_idle"], p["tcp_keepalives_interval"], p["tcp_keepalives_count"], p["tcp_user_timeout"]).Scan(&got, nil, nil, nil, nil, nil); err != nil {
+		return nil, fmt.Errorf("worker id lock: %w", err)
+	}
+	if !got {
+		_, desc := workerLockHolder(ctx, c.Conn(), worker)
+		return nil, &WorkerIDInUseError{Worker: worker, Holder: desc}
+	}
+	done := make(chan struct{})
+	close(done)
+	w := &WorkerLock{worker: worker, hooks: hooks, pooled: true, pid: c.Conn().PgConn().PID(),
+		base: time.Now(), cancel: func() {}, done: done}
+	w.cur.Store(newHold())
+	watch.mu.Lock()
+	watch.w, watch.pid = w, w.pid
+	watch.mu.Unlock()
+	return w, nil
 }
 
 // Held reports whether this process holds its worker id now.
@@ -356,11 +451,17 @@ func (w *WorkerLock) Held() bool { return w.Current() != nil }
 func (w *WorkerLock) HeldIn(h *Hold) bool { return h != nil && w.Current() == h }
 
 // Release lets the worker id go (the lock's session ends) and waits for
-// the watcher to end. Safe more than once.
+// the watcher to end; a pooled hold ends (its lock goes with the pool).
+// Safe more than once.
 func (w *WorkerLock) Release() {
 	if w == nil {
 		return
 	}
 	w.cancel()
 	<-w.done
+	if w.pooled {
+		if h := w.cur.Swap(nil); h != nil {
+			close(h.lost)
+		}
+	}
 }
