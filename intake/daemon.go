@@ -405,7 +405,15 @@ func (d *Daemon) register(ctx context.Context) error {
 // Start (awaitWorkerID), retrying until the database takes it.
 func (d *Daemon) registerWhenHeld(ctx context.Context) {
 	for {
-		d.mu.Lock() // not beside a Start still under way, nor after Stop's Halt
+		// not beside a Start still under way (which may be waiting for
+		// this goroutine to end: TryLock), nor after Stop's Halt
+		for !d.mu.TryLock() {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(10 * time.Millisecond):
+			}
+		}
 		if !d.life.Running() {
 			d.mu.Unlock()
 			return
@@ -674,6 +682,8 @@ func (d *Daemon) Stop() {
 	// the other replicas take this one's partners on their next poll
 	rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
+	// not registered again by a hold taken again meanwhile (Regained)
+	d.registered.Store(false)
 	if d.holdsWorkerID() { // else the id's row is its holder's, or ages out
 		if err := d.ledger.RetireWorker(rctx, d.cfg.WorkerID, drained); err != nil {
 			d.log.Warn("retire worker", "err", err)

@@ -84,14 +84,14 @@ func groupAt(p *partners.Config, cands []candidate, n int) []candidate {
 // time), whether a race showed, and an error for a rename that failed
 // otherwise than by losing a race.
 func (d *Daemon) claimGroup(ctx context.Context, p *partnerRT, sess *partners.Session, g []candidate, sequential bool) ([]*Intake, int, bool, error) {
+	if err := d.stillHeld(ctx); err != nil {
+		return nil, 0, false, err
+	}
 	lock, err := d.ledger.LockClaims(ctx, p.cfg.ID)
 	if err != nil {
 		return nil, 0, false, err
 	}
 	defer lock.Release()
-	if err := d.stillHeld(ctx); err != nil {
-		return nil, 0, false, err
-	}
 	ids, err := lock.IntakeIDs(ctx, len(g))
 	if err != nil {
 		return nil, 0, false, err

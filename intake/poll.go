@@ -670,6 +670,11 @@ func (o *oldest[T]) sorted() []T {
 // partner's claim lock, so it never falls inside another replica's group
 // (ledger.ClaimLock).
 func (d *Daemon) claim(ctx context.Context, p *partnerRT, sess *partners.Session, c candidate, id int64) (*Intake, *partners.Opening, int64, error) {
+	// checked before the claim section's connection is taken: a one-shot
+	// run's check uses the pool's idle one (workerid.go)
+	if err := d.stillHeld(ctx); err != nil {
+		return nil, nil, 0, err
+	}
 	if p.cfg.Records() {
 		in, next, err := d.claimRecord(ctx, p, sess, c, id)
 		return in, nil, next, err
@@ -685,10 +690,6 @@ func (d *Daemon) claim(ctx context.Context, p *partnerRT, sess *partners.Session
 		lock, err = d.ledger.LockClaims(ctx, p.cfg.ID)
 	}
 	if err != nil {
-		return nil, nil, 0, err
-	}
-	if err := d.stillHeld(ctx); err != nil {
-		lock.Release()
 		return nil, nil, 0, err
 	}
 	// A data file is opened right behind its claim's RENAME (one round
@@ -758,6 +759,9 @@ func (d *Daemon) claim(ctx context.Context, p *partnerRT, sess *partners.Session
 // generated name (the original name never enters a path of ours), recorded,
 // and held in quarantine/ with a reason file and a receipt for the partner.
 func (d *Daemon) quarantineHostile(ctx context.Context, p *partnerRT, sess *partners.Session, h partners.Skipped) error {
+	if err := d.stillHeld(ctx); err != nil {
+		return err
+	}
 	if p.cfg.Records() {
 		return d.holdHostileRecord(ctx, p, sess, h)
 	}

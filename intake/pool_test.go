@@ -44,8 +44,8 @@ func TestTheDaemonsSessionsNoticeAGoneClientWithinAMinute(t *testing.T) {
 
 // The worker id lock's session (ledger/workerlock.go) is let go by the
 // server only when a silent client stayed silent for at least a lease and
-// a half: keepalives 30 s, then 3 probes lease/3 apart, a user timeout
-// that does not cut them short, and no idle or statement timeout.
+// 30 s: keepalives 30 s, then 3 probes lease/3 apart, a user timeout that
+// does not cut them short, and no idle or statement timeout.
 func TestTheWorkerIDLocksSessionOutlastsALease(t *testing.T) {
 	url, _ := testenv.DB(t)
 	pc, err := intake.PoolConfig(url, "w1", 2*time.Minute)

@@ -315,10 +315,10 @@ func (r *fileRun) fence(ctx context.Context, step string) error {
 		return &FencedError{IntakeID: r.in.ID, Token: r.in.Token, Step: step + ": " + errWorkerIDNotHeld.Error()}
 	}
 	switch {
-	case own && id.PooledPID() != 0:
+	case own && id.Pooled().PID != 0:
 		// a one-shot run's hold is not watched: each fence asks whether
 		// its connection still holds the lock (no group window)
-		if err := r.d.ledger.HeartbeatHeld(ctx, r.in, r.d.cfg.WorkerID, id.PooledPID()); err != nil {
+		if err := r.d.ledger.HeartbeatHeld(ctx, r.in, r.d.cfg.WorkerID, id.Pooled()); err != nil {
 			return err
 		}
 	case r.groupFencedAt.IsZero() || time.Since(r.groupFencedAt) >= r.d.ledger.Lease()/3:

@@ -3,6 +3,7 @@ package intake
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/partner-intake/partner-intake/intake/ledger"
@@ -54,15 +55,15 @@ func (d *Daemon) holdWorkerID(ctx context.Context, inUse func(*ledger.WorkerIDIn
 
 // HoldWorkerIDOnPool takes this process's worker id on a connection of
 // the daemon's pool (`intake run --once`: no second backend beside its
-// logins; ledger.TakeWorkerLockOnPool says what the pool must be), or
-// returns a *ledger.WorkerIDInUseError naming the process that holds it.
-func (d *Daemon) HoldWorkerIDOnPool(ctx context.Context, watch *ledger.PoolLockWatch) error {
+// logins; ledger.TakeWorkerLockOnPool), or returns a
+// *ledger.WorkerIDInUseError naming the process that holds it.
+func (d *Daemon) HoldWorkerIDOnPool(ctx context.Context) error {
 	d.idMu.Lock()
 	defer d.idMu.Unlock()
 	if d.id.Load() != nil {
 		return errors.New("the worker id is held already")
 	}
-	w, err := ledger.TakeWorkerLockOnPool(ctx, d.db, watch, d.cfg.WorkerID, d.cfg.Lease, ledger.WorkerLockHooks{Changed: d.workerIDChanged})
+	w, err := ledger.TakeWorkerLockOnPool(ctx, d.db, d.cfg.WorkerID, d.cfg.Lease, ledger.WorkerLockHooks{Changed: d.workerIDChanged})
 	if err != nil {
 		return err
 	}
@@ -95,8 +96,18 @@ func withHold(ctx context.Context, h *ledger.Hold) context.Context {
 // starts nothing another process of the id may be doing. What is under way
 // goes on: its rows are fenced by their tokens, its publishing by fence.
 func (d *Daemon) stillHeld(ctx context.Context) error {
-	if h, ok := ctx.Value(holdKey{}).(*ledger.Hold); ok && !d.id.Load().HeldIn(h) {
+	h, ok := ctx.Value(holdKey{}).(*ledger.Hold)
+	if !ok {
+		return nil
+	}
+	w := d.id.Load()
+	if !w.HeldIn(h) {
 		return errWorkerIDNotHeld
+	}
+	// a pooled hold (a one-shot run's) is asked of the database, and
+	// taken again if its connection's session ended
+	if err := w.CheckPooled(ctx); err != nil {
+		return fmt.Errorf("%w: %w", errWorkerIDNotHeld, err)
 	}
 	return nil
 }
@@ -179,6 +190,9 @@ func (d *Daemon) awaitHeld(ctx context.Context) error {
 	w := d.id.Load()
 	if w == nil {
 		return d.HoldWorkerID(ctx)
+	}
+	if w.Pooled().PID != 0 {
+		return nil // never lost between steps: each step checks it (CheckPooled)
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for !w.Held() && time.Now().Before(deadline) {

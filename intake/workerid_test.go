@@ -225,16 +225,14 @@ func TestADaemonWaitsForItsWorkerIDToBeFree(t *testing.T) {
 
 // A one-shot run holds its worker id on a connection of its pool (no
 // second backend beside its logins). The hold refuses a second process of
-// the id like any other, and since no watcher checks it, every fence asks
-// the database whether that connection still holds the lock: a run whose
-// lock's session ended publishes nothing.
-func TestAOneShotRunsHoldOnItsPoolIsCheckedByEveryFence(t *testing.T) {
+// the id like any other. No watcher checks it: each step that takes a file
+// as the id's asks the database first, and takes the lock again when that
+// connection's session ended (the pool closes a connection whose statement
+// was cancelled); each fence asks whether that connection still holds it,
+// so a run whose lock another process holds now publishes nothing.
+func TestAOneShotRunsHoldOnItsPoolIsCheckedByEveryStep(t *testing.T) {
 	_, shared := testenv.DB(t)
-	watch := &ledger.PoolLockWatch{}
-	pc := shared.Config().Copy()
-	pc.BeforeClose = watch.BeforeClose
-	pc.MaxConnIdleTime, pc.MaxConnLifetime = time.Hour, 0
-	pool, err := pgxpool.NewWithConfig(context.Background(), pc)
+	pool, err := pgxpool.NewWithConfig(context.Background(), shared.Config().Copy())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -243,7 +241,7 @@ func TestAOneShotRunsHoldOnItsPoolIsCheckedByEveryFence(t *testing.T) {
 	r := newRig(t, pool, "w1", site)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if err := r.d.HoldWorkerIDOnPool(ctx, watch); err != nil {
+	if err := r.d.HoldWorkerIDOnPool(ctx); err != nil {
 		t.Fatal(err)
 	}
 	second := newRig(t, shared, "w1", site)
@@ -251,11 +249,24 @@ func TestAOneShotRunsHoldOnItsPoolIsCheckedByEveryFence(t *testing.T) {
 	if err := second.d.PollOnce(ctx, "wpool"); !errors.As(err, &inUse) {
 		t.Fatalf("a second process beside the pooled hold: %v, want worker_id_in_use", err)
 	}
+	// the lock's connection ends; nobody else takes the id: the next
+	// claim takes the lock again and the run goes on
+	before := lockBackend(t, shared, "w1")
+	endWorkerLockSession(t, shared, "w1")
 	site.Drop(t, "orders-1.csv", goodRows("P", 3))
-	resume := r.pollPaused("wpool", "publish:archive")
+	r.d.PollOnce(ctx, "wpool") // may meet the ended connection first, as any statement would
+	r.poll("wpool")
+	if f := files(t, shared, "wpool")[0]; f.State != "archived" {
+		t.Fatalf("%+v after the lock's connection ended, want archived (the lock taken again)", f)
+	}
+	if after := lockBackend(t, shared, "w1"); after == 0 || after == before {
+		t.Fatalf("lock held by backend %d (before %d), want it taken again on another", after, before)
+	}
 	// the pool's connection stops holding the lock without ending (as a
-	// session reset would), and another process of w1 takes it: no
-	// connection closes, nothing but the database can tell
+	// session reset would) and another process of w1 takes it: no
+	// connection closes, only the database can tell
+	site.Drop(t, "orders-2.csv", goodRows("Q", 3))
+	resume := r.pollPaused("wpool", "publish:archive")
 	for _, c := range pool.AcquireAllIdle(ctx) {
 		c.Exec(ctx, `SELECT pg_advisory_unlock(hashtextextended('partner-intake/worker/' || $1, 0))`, "w1")
 		c.Release()
@@ -270,8 +281,15 @@ func TestAOneShotRunsHoldOnItsPoolIsCheckedByEveryFence(t *testing.T) {
 		t.Fatalf("take the worker id over: %v %v", got, err)
 	}
 	resume()
-	if f := files(t, shared, "wpool")[0]; f.State == "archived" {
+	if f := files(t, shared, "wpool")[1]; f.State == "archived" {
 		t.Fatalf("%+v: published while another session held the worker id", f)
+	}
+	site.Drop(t, "orders-3.csv", goodRows("R", 3))
+	if err := r.d.PollOnce(ctx, "wpool"); err == nil || !strings.Contains(err.Error(), "worker_id_in_use") {
+		t.Fatalf("a poll while another session holds the id: %v, want worker_id_in_use", err)
+	}
+	if fs := files(t, shared, "wpool"); len(fs) != 2 {
+		t.Fatalf("%d files, want orders-3.csv left unclaimed while another session holds the id", len(fs))
 	}
 }
 
@@ -366,11 +384,21 @@ func takeWorkerIDOver(t *testing.T, pool *pgxpool.Pool, worker string) *pgx.Conn
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close(context.Background()) })
-	// the holder takes the lock again 100 ms after its loss at the soonest
+	// queued for the lock before its holder's session ends, this session
+	// is granted it first (the holder's retake waits behind it)
+	took := make(chan error, 1)
+	go func() {
+		_, err := conn.Exec(context.Background(), `SELECT pg_advisory_lock(hashtextextended('partner-intake/worker/' || $1, 0))`, worker)
+		took <- err
+	}()
+	waitFor(t, "the test's session waiting for the lock", func() bool {
+		return count(t, pool, `SELECT count(*) FROM pg_locks l WHERE l.locktype = 'advisory' AND NOT l.granted AND l.objsubid = 1
+			AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+			AND ((l.classid::int8 << 32) | l.objid::int8) = hashtextextended('partner-intake/worker/' || $1, 0)`, worker) == 1
+	})
 	endWorkerLockSession(t, pool, worker)
-	var got bool
-	if err := conn.QueryRow(context.Background(), `SELECT pg_try_advisory_lock(hashtextextended('partner-intake/worker/' || $1, 0))`, worker).Scan(&got); err != nil || !got {
-		t.Fatalf("take the worker id over: %v %v", got, err)
+	if err := <-took; err != nil {
+		t.Fatalf("take the worker id over: %v", err)
 	}
 	return conn
 }

@@ -17,7 +17,6 @@ import (
 	"github.com/partner-intake/partner-intake/cmd/intake/internal/config"
 	"github.com/partner-intake/partner-intake/intake"
 	"github.com/partner-intake/partner-intake/intake/expect"
-	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/intake/notify"
 	"github.com/partner-intake/partner-intake/intake/ops"
 	"github.com/partner-intake/partner-intake/internal/lifecycle"
@@ -60,11 +59,6 @@ func claimPool(ctx context.Context, e *env) (*pgxpool.Pool, error) {
 }
 
 func open(ctx context.Context, path string, stderr io.Writer) (*env, int) {
-	return openTuned(ctx, path, stderr, nil)
-}
-
-// openTuned is open with the pool's config changed by tune, if set.
-func openTuned(ctx context.Context, path string, stderr io.Writer, tune func(*pgxpool.Config)) (*env, int) {
 	cfg, err := config.Load(path)
 	if err != nil {
 		fmt.Fprintln(stderr, err)
@@ -79,9 +73,6 @@ func openTuned(ctx context.Context, path string, stderr io.Writer, tune func(*pg
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return nil, 2
-	}
-	if tune != nil {
-		tune(pc)
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
@@ -151,18 +142,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 		}
 		defer stopProfile()
 	}
-	// A one-shot run holds its worker id on its pool's connection, which
-	// the pool keeps for the run and whose close ends the hold
-	// (ledger.TakeWorkerLockOnPool).
-	idWatch := &ledger.PoolLockWatch{}
-	var tune func(*pgxpool.Config)
-	if *once {
-		tune = func(pc *pgxpool.Config) {
-			pc.BeforeClose = idWatch.BeforeClose
-			pc.MaxConnIdleTime, pc.MaxConnLifetime = 100*365*24*time.Hour, 0
-		}
-	}
-	e, code := openTuned(ctx, *path, stderr, tune) // the pool connects lazily
+	e, code := open(ctx, *path, stderr) // the pool connects lazily
 	if e == nil {
 		return code
 	}
@@ -218,7 +198,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 		// process holds (the daemon of this host, an earlier run still
 		// going) polls nothing (intake/workerid.go). A daemon takes it in
 		// Start, on a connection of its own.
-		if err := d.HoldWorkerIDOnPool(ctx, idWatch); err != nil {
+		if err := d.HoldWorkerIDOnPool(ctx); err != nil {
 			fmt.Fprintln(stderr, "intake run:", err)
 			return 1
 		}

@@ -334,13 +334,14 @@ func (l *Ledger) Heartbeat(ctx context.Context, in *Intake) error {
 	return nil
 }
 
-// HeartbeatHeld is Heartbeat that passes only while the backend lockPID
-// holds the worker id's lock (a pooled hold: WorkerLock.PooledPID).
-func (l *Ledger) HeartbeatHeld(ctx context.Context, in *Intake, worker string, lockPID uint32) error {
+// HeartbeatHeld is Heartbeat that passes only while the pooled lock's
+// backend at holds the worker id's lock (WorkerLock.Pooled).
+func (l *Ledger) HeartbeatHeld(ctx context.Context, in *Intake, worker string, at Pooled) error {
 	tag, err := l.pool.Exec(ctx, `UPDATE file_intake SET lease_until = clock_timestamp() + $3::interval
 		WHERE intake_id = $1 AND fencing_token = $2 AND state = ANY($4)
-		  AND EXISTS (SELECT 1 FROM pg_locks l WHERE `+workerLockHeldBy("$5")+` AND l.pid = $6)`,
-		in.ID, in.Token, l.lease, liveStates, worker, int64(lockPID))
+		  AND EXISTS (SELECT 1 FROM pg_locks l WHERE `+workerLockHeldBy("$5")+` AND l.pid = $6)
+		  AND pg_postmaster_start_time() = $7`,
+		in.ID, in.Token, l.lease, liveStates, worker, int64(at.PID), at.Since)
 	if err != nil {
 		return fmt.Errorf("Heartbeat: %w", err)
 	}

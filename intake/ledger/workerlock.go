@@ -20,7 +20,7 @@ package ledger
 //   - The lock ends with its session. A process that exits or is killed
 //     releases it at once (its socket closes). A host that is gone, frozen
 //     or cut off releases it only when PostgreSQL's keepalives give up on
-//     it, set on this connection to take at least a lease and a half
+//     it, set on this connection to take at least a lease and 30 s
 //     (idle 30 s, then 3 probes lease/3 apart; tcp_user_timeout the same,
 //     so a server's shorter setting does not cut it; idle_session_timeout
 //     off), so that the files of a process that stopped answering have
@@ -95,9 +95,12 @@ type WorkerLock struct {
 	hooks  WorkerLockHooks
 
 	// pooled: the lock is held by a connection of the process's pool
-	// (TakeWorkerLockOnPool), pid that connection's backend; no watcher
+	// (TakeWorkerLockOnPool), at that connection's backend; no watcher
 	pooled bool
-	pid    uint32
+	pool   *pgxpool.Pool
+	lease  time.Duration
+	poolMu sync.Mutex
+	at     Pooled
 
 	base     time.Time    // the monotonic clock's origin for verified
 	verified atomic.Int64 // ns since base when the last good check was sent
@@ -145,12 +148,13 @@ func newWorkerLock(ctx context.Context, cc *pgx.ConnConfig, worker string, lease
 	}
 	w := &WorkerLock{worker: worker, cfg: WorkerLockConnConfig(cc, worker, lease), hooks: hooks,
 		check: max(500*time.Millisecond, lease/6), valid: max(time.Second, lease/2), base: time.Now(), done: make(chan struct{})}
-	sent := time.Since(w.base)
 	conn, me, err := w.take(ctx, session{}, inUse)
 	if err != nil {
 		return nil, err
 	}
-	w.verified.Store(int64(sent))
+	// the lock was just granted on this session (a wait for it may have
+	// lasted hours): checked now
+	w.verified.Store(int64(time.Since(w.base)))
 	h := newHold()
 	w.cur.Store(h)
 	wctx, cancel := context.WithCancel(context.Background())
@@ -165,8 +169,8 @@ func newHold() *Hold {
 }
 
 // WorkerLockConnConfig is the lock connection's config: the pool's, with
-// keepalives that give up on a silent client after at least a lease and a
-// half, and no timeout that ends the session or its waiting statement.
+// keepalives that give up on a silent client after at least a lease and
+// 30 s, and no timeout that ends the session or its waiting statement.
 func WorkerLockConnConfig(cc *pgx.ConnConfig, worker string, lease time.Duration) *pgx.ConnConfig {
 	c := cc.Copy()
 	const idle, count = 30, 3
@@ -368,79 +372,110 @@ func (w *WorkerLock) Current() *Hold {
 	return h
 }
 
-// PooledPID is the backend of the pool's connection that holds a pooled
-// lock (TakeWorkerLockOnPool), 0 for a lock on a connection of its own.
-// Every fence of a pooled hold asks the database whether that backend
-// still holds the lock (Ledger.HeartbeatHeld).
-func (w *WorkerLock) PooledPID() uint32 {
+// Pooled is where a pooled lock (TakeWorkerLockOnPool) is held now: the
+// backend of the pool's connection and the server's start; the zero
+// Pooled for a lock on a connection of its own. Every fence of a pooled
+// hold asks the database whether that backend still holds the lock
+// (Ledger.HeartbeatHeld), and every step that takes a file as the id's
+// first checks it (CheckPooled).
+type Pooled struct {
+	PID   uint32
+	Since time.Time // pg_postmaster_start_time(): a pid is a server's own
+}
+
+// Pooled returns the pooled lock's holder now (zero when not pooled).
+func (w *WorkerLock) Pooled() Pooled {
 	if w == nil || !w.pooled {
-		return 0
+		return Pooled{}
 	}
-	return w.pid
-}
-
-// PoolLockWatch ends a pooled hold (TakeWorkerLockOnPool) when its pool
-// closes the connection that holds the lock: its BeforeClose goes into the
-// pool's config before the pool is made.
-type PoolLockWatch struct {
-	mu  sync.Mutex
-	w   *WorkerLock
-	pid uint32
-}
-
-// BeforeClose is the pool's pgxpool.Config.BeforeClose.
-func (p *PoolLockWatch) BeforeClose(c *pgx.Conn) {
-	p.mu.Lock()
-	w, pid := p.w, p.pid
-	p.mu.Unlock()
-	if w != nil && c.PgConn().PID() == pid {
-		if h := w.cur.Swap(nil); h != nil {
-			close(h.lost)
-			w.hooks.Changed(false, errors.New("the pool closed the connection that held the worker id's lock"))
-		}
-	}
+	w.poolMu.Lock()
+	defer w.poolMu.Unlock()
+	return w.at
 }
 
 // TakeWorkerLockOnPool takes the worker id's lock on a connection of pool
 // rather than one of its own: a one-shot run starts no second backend
 // beside its logins for it (docs/performance.md item 59). The connection
-// goes back to the pool holding the lock; the pool must keep it for the
-// run (no idle or lifetime limit) and have watch's BeforeClose, which ends
-// the hold when the pool closes it. The session gets the lock session's
-// keepalives. A pooled hold is not checked by a watcher: each fence asks
-// the database instead (PooledPID). When another session holds the id: a
-// *WorkerIDInUseError naming it.
-func TakeWorkerLockOnPool(ctx context.Context, pool *pgxpool.Pool, watch *PoolLockWatch, worker string, lease time.Duration, hooks WorkerLockHooks) (*WorkerLock, error) {
+// goes back to the pool holding the lock. No watcher checks such a hold:
+// each fence asks the database whether its backend still holds the lock,
+// and CheckPooled, before each step that takes a file as the id's, takes
+// it again on a connection of the pool when that backend's session ended
+// (the pool closes a connection whose statement was cancelled). The
+// session gets the lock session's keepalives. When another session holds
+// the id: a *WorkerIDInUseError naming it.
+func TakeWorkerLockOnPool(ctx context.Context, pool *pgxpool.Pool, worker string, lease time.Duration, hooks WorkerLockHooks) (*WorkerLock, error) {
 	if hooks.Changed == nil {
 		hooks.Changed = func(bool, error) {}
 	}
-	c, err := pool.Acquire(ctx)
+	at, err := takeOnPool(ctx, pool, worker, lease)
 	if err != nil {
-		return nil, fmt.Errorf("worker id lock: %w", err)
-	}
-	defer c.Release()
-	p := WorkerLockConnConfig(pool.Config().ConnConfig, worker, lease).RuntimeParams
-	var got bool
-	if err := c.QueryRow(ctx, `SELECT pg_try_advisory_lock(`+workerLockKey+`),
-		       set_config('tcp_keepalives_idle', $2, false), set_config('tcp_keepalives_interval', $3, false),
-		       set_config('tcp_keepalives_count', $4, false), set_config('tcp_user_timeout', $5, false),
-		       set_config('idle_session_timeout', '0', false)`,
-		worker, p["tcp_keepalives_idle"], p["tcp_keepalives_interval"], p["tcp_keepalives_count"], p["tcp_user_timeout"]).Scan(&got, nil, nil, nil, nil, nil); err != nil {
-		return nil, fmt.Errorf("worker id lock: %w", err)
-	}
-	if !got {
-		_, desc := workerLockHolder(ctx, c.Conn(), worker)
-		return nil, &WorkerIDInUseError{Worker: worker, Holder: desc}
+		return nil, err
 	}
 	done := make(chan struct{})
 	close(done)
-	w := &WorkerLock{worker: worker, hooks: hooks, pooled: true, pid: c.Conn().PgConn().PID(),
+	w := &WorkerLock{worker: worker, hooks: hooks, pooled: true, pool: pool, lease: lease, at: at,
 		base: time.Now(), cancel: func() {}, done: done}
 	w.cur.Store(newHold())
-	watch.mu.Lock()
-	watch.w, watch.pid = w, w.pid
-	watch.mu.Unlock()
 	return w, nil
+}
+
+// takeOnPool takes the lock on a connection of pool.
+func takeOnPool(ctx context.Context, pool *pgxpool.Pool, worker string, lease time.Duration) (Pooled, error) {
+	c, err := pool.Acquire(ctx)
+	if err != nil {
+		return Pooled{}, fmt.Errorf("worker id lock: %w", err)
+	}
+	defer c.Release()
+	p := WorkerLockConnConfig(pool.Config().ConnConfig, worker, lease).RuntimeParams
+	var (
+		got bool
+		at  = Pooled{PID: c.Conn().PgConn().PID()}
+	)
+	if err := c.QueryRow(ctx, `SELECT pg_try_advisory_lock(`+workerLockKey+`), pg_postmaster_start_time(),
+		       set_config('tcp_keepalives_idle', $2, false), set_config('tcp_keepalives_interval', $3, false),
+		       set_config('tcp_keepalives_count', $4, false), set_config('tcp_user_timeout', $5, false),
+		       set_config('idle_session_timeout', '0', false)`,
+		worker, p["tcp_keepalives_idle"], p["tcp_keepalives_interval"], p["tcp_keepalives_count"], p["tcp_user_timeout"]).Scan(&got, &at.Since, nil, nil, nil, nil, nil); err != nil {
+		return Pooled{}, fmt.Errorf("worker id lock: %w", err)
+	}
+	if !got {
+		_, desc := workerLockHolder(ctx, c.Conn(), worker)
+		return Pooled{}, &WorkerIDInUseError{Worker: worker, Holder: desc}
+	}
+	return at, nil
+}
+
+// CheckPooled makes sure a pooled lock is held: the database is asked
+// whether its backend still holds it, and when not (that connection's
+// session ended), the lock is taken again on a connection of the pool, or
+// a *WorkerIDInUseError says who holds it now. Work begun before such a
+// change is fenced by its rows' tokens and, when it publishes, by
+// HeartbeatHeld. A lock on a connection of its own: nil (its watcher
+// checks it).
+func (w *WorkerLock) CheckPooled(ctx context.Context) error {
+	if w == nil || !w.pooled {
+		return nil
+	}
+	w.poolMu.Lock()
+	defer w.poolMu.Unlock()
+	if w.cur.Load() == nil {
+		return errors.New("the worker id was let go")
+	}
+	var held bool
+	if err := w.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_locks l WHERE `+workerLockHeld+` AND l.pid = $2)
+		AND pg_postmaster_start_time() = $3`, w.worker, int64(w.at.PID), w.at.Since).Scan(&held); err != nil {
+		return fmt.Errorf("worker id lock: %w", err)
+	}
+	if held {
+		return nil
+	}
+	at, err := takeOnPool(ctx, w.pool, w.worker, w.lease)
+	if err != nil {
+		w.hooks.Changed(false, err)
+		return err
+	}
+	w.at = at
+	return nil
 }
 
 // Held reports whether this process holds its worker id now.
