@@ -311,8 +311,12 @@ func (r *fileRun) fence(ctx context.Context, step string) error {
 	// own identity's, OpsWorker.)
 	own := r.in.Worker == r.d.cfg.WorkerID
 	id := r.d.id.Load()
-	if own && !id.HeldIn(r.idHold) {
+	lost := func() bool { return own && !id.HeldIn(r.idHold) }
+	notHeld := func() error {
 		return &FencedError{IntakeID: r.in.ID, Token: r.in.Token, Step: step + ": " + errWorkerIDNotHeld.Error()}
+	}
+	if lost() {
+		return notHeld()
 	}
 	switch {
 	case own && id.Pooled().PID != 0:
@@ -326,8 +330,8 @@ func (r *fileRun) fence(ctx context.Context, step string) error {
 			return err
 		}
 	}
-	if own && !id.HeldIn(r.idHold) {
-		return &FencedError{IntakeID: r.in.ID, Token: r.in.Token, Step: step + ": " + errWorkerIDNotHeld.Error()}
+	if lost() {
+		return notHeld()
 	}
 	return nil
 }

@@ -11,15 +11,16 @@ import (
 
 // This file holds the daemon's hold on its worker id: one live process per
 // worker id (ledger/workerlock.go says why and how). A poll runs under one
-// hold and is cancelled when it ends; a fence passes only under the hold
-// its run began in; the id's registration is refreshed only while it is
-// held, and made again, before any poll, when it is taken again.
+// hold and takes no file as the id's once it ended (stillHeld); a fence
+// passes only under the hold its run began in; the id's registration is
+// refreshed only while it is held, and made again, before any poll, when
+// it is taken again.
 
 // HoldWorkerID takes this process's worker id, or returns a
 // *ledger.WorkerIDInUseError naming the process that holds it (or
-// errWorkerIDNotHeld: taken once, lost, not yet taken again). PollOnce
-// takes it when it was not taken; `intake run --once` takes it beside its
-// logins, so that its error is the run's.
+// errWorkerIDNotHeld: taken once, lost, not yet taken again), on a
+// connection of its own. Start and PollOnce take it when it was not taken;
+// `intake run --once` takes it on its pool instead (HoldWorkerIDOnPool).
 func (d *Daemon) HoldWorkerID(ctx context.Context) error {
 	return d.holdWorkerID(ctx, nil)
 }
@@ -205,8 +206,7 @@ func (d *Daemon) awaitHeld(ctx context.Context) error {
 	return nil // not held still: the poll says so (errWorkerIDNotHeld)
 }
 
-// ReleaseWorkerID lets the worker id go (Stop; a one-shot run that ends
-// before its polls).
+// ReleaseWorkerID lets the worker id go (Stop).
 func (d *Daemon) ReleaseWorkerID() {
 	d.idMu.Lock()
 	defer d.idMu.Unlock()

@@ -14,8 +14,10 @@ package ledger
 // published a group's receipts after the other had taken its rows over.
 //
 // So a process runs as its worker id only while it holds the id's
-// session-level advisory lock, on a connection of its own (WorkerLock),
-// and each time it takes the lock is a Hold of its own:
+// session-level advisory lock (WorkerLock): a daemon on a connection of its
+// own, which the points below are about; a one-shot run on a connection of
+// its pool (TakeWorkerLockOnPool). Each time it takes the lock is a Hold of
+// its own:
 //
 //   - The lock ends with its session. A process that exits or is killed
 //     releases it at once (its socket closes). A host that is gone, frozen
@@ -32,10 +34,9 @@ package ledger
 //     counts (Held, HeldIn) only while its last check, timed from before
 //     it was sent, is younger than lease/2, so a holder cut off stops
 //     counting itself the holder well before the server lets the lock go.
-//   - A hold that ends closes its Lost channel (a poll under it is
-//     cancelled) and the lock is taken again; a hold taken again is a new
-//     Hold, so what was checked under the old one (a group's fence) does
-//     not carry over.
+//   - When a hold ends the lock is taken again; a hold taken again is a
+//     new Hold, so what was checked under the old one (a group's fence, a
+//     poll's right to take files) does not carry over.
 //
 // A transaction-mode connection pooler between intake and PostgreSQL would
 // hand the lock's backend to other clients: intake needs session pooling
@@ -55,8 +56,13 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// workerLockKey is the advisory lock key of a worker id.
-const workerLockKey = `hashtextextended('partner-intake/worker/' || $1, 0)`
+// workerLockKeyOf is the advisory lock key of the worker id in parameter
+// worker; workerLockKey that of the first parameter.
+func workerLockKeyOf(worker string) string {
+	return `hashtextextended('partner-intake/worker/' || ` + worker + `, 0)`
+}
+
+var workerLockKey = workerLockKeyOf("$1")
 
 // workerLockHeldBy finds the session holding the lock of the worker id
 // in parameter worker in this database (advisory locks are a database's
@@ -64,7 +70,7 @@ const workerLockKey = `hashtextextended('partner-intake/worker/' || $1, 0)`
 func workerLockHeldBy(worker string) string {
 	return `l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
 	  AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
-	  AND ((l.classid::int8 << 32) | l.objid::int8) = hashtextextended('partner-intake/worker/' || ` + worker + `, 0)`
+	  AND ((l.classid::int8 << 32) | l.objid::int8) = ` + workerLockKeyOf(worker)
 }
 
 // workerLockHeld is workerLockHeldBy the first parameter.
@@ -80,10 +86,10 @@ func (e *WorkerIDInUseError) Error() string {
 	return fmt.Sprintf("worker id %s is in use by another live process (%s): two processes must not run as one worker id; give each its own worker_id (reason worker_id_in_use)", e.Worker, e.Holder)
 }
 
-// Hold is one taking of the worker id's lock; Lost is closed when it ends.
+// Hold is one taking of the worker id's lock: what was checked under it
+// stands while it is the current one (HeldIn).
 type Hold struct {
-	Lost <-chan struct{}
-	lost chan struct{}
+	_ byte // not zero-sized: two holds are never one pointer
 }
 
 // WorkerLock is a process's hold on its worker id.
@@ -155,18 +161,14 @@ func newWorkerLock(ctx context.Context, cc *pgx.ConnConfig, worker string, lease
 	// the lock was just granted on this session (a wait for it may have
 	// lasted hours): checked now
 	w.verified.Store(int64(time.Since(w.base)))
-	h := newHold()
-	w.cur.Store(h)
+	w.cur.Store(newHold())
 	wctx, cancel := context.WithCancel(context.Background())
 	w.cancel = cancel
-	go w.keep(wctx, conn, me, h)
+	go w.keep(wctx, conn, me)
 	return w, nil
 }
 
-func newHold() *Hold {
-	c := make(chan struct{})
-	return &Hold{Lost: c, lost: c}
-}
+func newHold() *Hold { return new(Hold) }
 
 // WorkerLockConnConfig is the lock connection's config: the pool's, with
 // keepalives that give up on a silent client after at least a lease and
@@ -200,9 +202,9 @@ func (w *WorkerLock) take(ctx context.Context, prev session, inUse func(*WorkerI
 		conn.Close(context.Background())
 		return nil, session{}, err
 	}
-	// the session's start is read by its first check, off a one-shot
-	// run's path (a fresh backend's first look at pg_stat_activity reads
-	// the catalog)
+	// the session's start is read by its first check, off the taking's
+	// path (a fresh backend's first look at pg_stat_activity reads the
+	// catalog)
 	me := session{pid: conn.PgConn().PID()}
 	try := func() (bool, error) {
 		var got bool
@@ -271,12 +273,11 @@ func workerLockHolder(ctx context.Context, conn *pgx.Conn, worker string) (sessi
 
 // keep checks the hold's session, ends the hold when the session ends,
 // and takes the lock again as a new hold.
-func (w *WorkerLock) keep(ctx context.Context, conn *pgx.Conn, me session, h *Hold) {
+func (w *WorkerLock) keep(ctx context.Context, conn *pgx.Conn, me session) {
 	defer close(w.done)
 	for {
 		err := w.watch(ctx, conn, &me)
 		w.cur.Store(nil)
-		close(h.lost)
 		conn.Close(context.Background())
 		if ctx.Err() != nil {
 			return
@@ -285,7 +286,7 @@ func (w *WorkerLock) keep(ctx context.Context, conn *pgx.Conn, me session, h *Ho
 		if conn, me = w.retake(ctx, me); conn == nil {
 			return
 		}
-		h = newHold()
+		h := newHold()
 		w.hooks.Regained(ctx)
 		if ctx.Err() != nil {
 			conn.Close(context.Background())
@@ -494,9 +495,5 @@ func (w *WorkerLock) Release() {
 	}
 	w.cancel()
 	<-w.done
-	if w.pooled {
-		if h := w.cur.Swap(nil); h != nil {
-			close(h.lost)
-		}
-	}
+	w.cur.Store(nil) // a pooled hold's, which no watcher ends
 }
