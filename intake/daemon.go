@@ -693,19 +693,26 @@ func (d *Daemon) Stop() {
 	d.log.Info("daemon stopped")
 }
 
-// CheckTargets verifies every feed's target table. It then compares each
-// feed column with its target column (target.Checker, each table read
-// once) and logs what the target could refuse as errors, what cannot be
-// decided as warnings; these do not stop the daemon: a refused value is
-// met per row at run time, and `intake check` is the gate that fails on
-// them.
+// CheckTargets loads every feed's target table; a feed whose table cannot
+// be written is held (targethold.go: logged, intake_feed_target_held 1,
+// its files left in ready/) and the rest go on. It then compares each
+// loaded feed's columns with its target's (target.Checker, each table
+// read once) and logs what the target could refuse as errors, what cannot
+// be decided as warnings; these do not stop the daemon: a refused value
+// is met per row at run time, and `intake check` is the gate that fails
+// on them. Its error is a failure to ask the database.
 func (d *Daemon) CheckTargets(ctx context.Context) error {
 	chk := target.NewChecker(d.db) // each table's catalog read once, whatever the partners writing it
-	for _, id := range d.order {
-		for i := range d.parts[id].cfg.Feeds {
-			f := &d.parts[id].cfg.Feeds[i]
-			if _, err := d.targets.Get(ctx, f); err != nil {
+	for _, p := range d.partnerList() {
+		id := p.cfg.ID
+		for i := range p.cfg.Feeds {
+			f := &p.cfg.Feeds[i]
+			ok, err := d.feedUsable(ctx, p, f)
+			if err != nil {
 				return fmt.Errorf("partner %s feed %s: %w", id, f.Name, err)
+			}
+			if !ok {
+				continue
 			}
 			findings, err := chk.Compare(ctx, id, f)
 			if err != nil {
@@ -763,6 +770,9 @@ type partnerRT struct {
 	oldestReady time.Time
 	readyCount  int
 	quotaFull   atomic.Bool // the partner's spool is at its quota (limits.max_spool_bytes)
+
+	holdMu sync.Mutex
+	holds  map[string]*feedHold // by feed name: feeds whose target cannot be written (targethold.go)
 }
 
 func (p *partnerRT) poke() {

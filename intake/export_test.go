@@ -106,3 +106,23 @@ func PollOffset(d *Daemon, partner string) (off, every time.Duration, ok bool) {
 
 // LastCodes is what a retries_exhausted receipt says of the last error.
 func LastCodes(err error) string { return lastCodes(err) }
+
+// SetTargetRetry sets how long a held feed waits before its target table
+// is read again (targethold.go).
+func SetTargetRetry(d time.Duration) func() {
+	old := targetRetry
+	targetRetry = d
+	return func() { targetRetry = old }
+}
+
+// HeldFeedsDue makes every held feed's table due to be read again at the
+// partner's next poll.
+func HeldFeedsDue(d *Daemon) {
+	for _, p := range d.partnerList() {
+		p.holdMu.Lock()
+		for _, h := range p.holds {
+			h.next = time.Time{}
+		}
+		p.holdMu.Unlock()
+	}
+}

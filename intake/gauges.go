@@ -105,6 +105,9 @@ type PartnerState struct {
 	// affinity); this one's last poll of it would be stale, so the other
 	// fields are left empty and that replica's /readyz speaks for it.
 	PolledElsewhere bool `json:"polled_elsewhere,omitempty"`
+	// HeldFeeds: the partner's feeds whose target table cannot be
+	// written, and why; their files wait in ready/ (targethold.go).
+	HeldFeeds map[string]string `json:"held_feeds,omitempty"`
 }
 
 // PartnerStates reports each partner's SFTP state as of the last poll.
@@ -112,11 +115,12 @@ func (d *Daemon) PartnerStates() map[string]PartnerState {
 	out := map[string]PartnerState{}
 	for _, p := range d.partnerList() {
 		id := p.cfg.ID
+		held := p.heldFeeds()
 		p.statMu.Lock()
 		if p.elsewhere {
-			out[id] = PartnerState{PolledElsewhere: true}
+			out[id] = PartnerState{PolledElsewhere: true, HeldFeeds: held}
 		} else {
-			out[id] = PartnerState{Up: p.up, LastOK: p.lastOK, LastError: p.lastErr}
+			out[id] = PartnerState{Up: p.up, LastOK: p.lastOK, LastError: p.lastErr, HeldFeeds: held}
 		}
 		p.statMu.Unlock()
 	}

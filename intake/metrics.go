@@ -55,6 +55,7 @@ type metrics struct {
 	quotaFull         *prometheus.GaugeVec
 	awaiting          *prometheus.GaugeVec
 	awaitingOldest    *prometheus.GaugeVec
+	targetHeld        *prometheus.GaugeVec // targethold.go
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -116,6 +117,8 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Files whose plan waits for an ops decision (intake approve / reject), cluster-wide."}, []string{"partner"}),
 		awaitingOldest: f.NewGaugeVec(prometheus.GaugeOpts{Name: "intake_awaiting_approval_oldest_age_seconds",
 			Help: "How long the oldest file awaiting approval has waited (since its last plan)."}, []string{"partner"}),
+		targetHeld: f.NewGaugeVec(prometheus.GaugeOpts{Name: "intake_feed_target_held",
+			Help: "1 while the feed is held because its target table cannot be written (its files wait in ready/), else 0."}, []string{"partner", "feed"}),
 	}
 }
 
@@ -171,6 +174,7 @@ type Metrics struct {
 	Plans         *prometheus.CounterVec
 	Awaiting      *prometheus.GaugeVec
 	Ahead         *prometheus.CounterVec
+	TargetHeld    *prometheus.GaugeVec
 }
 
 // Metrics returns the daemon's metric vectors.
@@ -181,7 +185,7 @@ func (d *Daemon) Metrics() Metrics {
 		ChunkRetries: d.metrics.chunkRetries, Files: d.metrics.files, Stage: d.metrics.stageSeconds, Bytes: d.metrics.bytesDownloaded,
 		HashOnly: d.metrics.hashOnly, Grouped: d.metrics.grouped, Polls: d.metrics.polls, QuotaFull: d.metrics.quotaFull,
 		Skipped: d.metrics.skipped, PutBack: d.metrics.putBack, Plans: d.metrics.plans, Awaiting: d.metrics.awaiting,
-		Ahead: d.metrics.ahead}
+		Ahead: d.metrics.ahead, TargetHeld: d.metrics.targetHeld}
 }
 
 // connections exports how many SSH connections the daemon's sessions

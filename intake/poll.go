@@ -505,8 +505,19 @@ func (d *Daemon) list(ctx context.Context, p *partnerRT, sess *partners.Session)
 		pendC, pendH = pendC[:0], pendH[:0]
 		return nil
 	}
+	gate := d.newFeedGate(p)
 	err = sess.ListDir(ctx, sess.Layout.ReadyDir(), func(e os.FileInfo) error {
 		c, reason := partners.ClassifyEntry(cfg, e)
+		if reason == "" {
+			// a held feed's files wait in ready/ and take no room of
+			// the poll's bounded sets from the partner's other feeds
+			switch ok, err := gate.usable(ctx, c.Feed); {
+			case err != nil:
+				return err
+			case !ok:
+				reason = partners.SkipTargetUnusable
+			}
+		}
 		if reason == partners.SkipManifest && e.Mode().IsRegular() {
 			manifests.Add(e.Name())
 		}

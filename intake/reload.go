@@ -9,6 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/partner-intake/partner-intake/intake/target"
 	"github.com/partner-intake/partner-intake/partners"
 )
 
@@ -77,8 +78,10 @@ func (d *Daemon) partner(id string) (*partnerRT, bool) {
 }
 
 // Reload makes parts (validated, as config.Load does) the daemon's
-// partners. Every target table of an added or changed feed is checked
-// first: on any error nothing changes.
+// partners. Every target table of an added or changed partner's feeds is
+// checked first (checkFeeds): a feed whose table cannot be written is
+// held once the reload is in force, unless the config in force writes
+// that feed; then, as on any other error, nothing changes.
 func (d *Daemon) Reload(ctx context.Context, parts []partners.Config) (ReloadResult, error) {
 	d.mu.Lock() // no Start or Stop meanwhile; Stop halts under d.mu
 	defer d.mu.Unlock()
@@ -92,6 +95,7 @@ func (d *Daemon) Reload(ctx context.Context, parts []partners.Config) (ReloadRes
 	next := map[string]*partnerRT{}
 	var order []string
 	var fresh []*partnerRT // added or changed: to be started
+	var held []heldFeed    // their feeds to hold once the reload is in force
 	for i := range parts {
 		c := parts[i] // a copy of its own: the old runtime keeps pointing at the old config
 		if _, dup := next[c.ID]; dup {
@@ -104,10 +108,12 @@ func (d *Daemon) Reload(ctx context.Context, parts []partners.Config) (ReloadRes
 			if err := checkPGPKeys(&c); err != nil {
 				return res, err
 			}
-			if err := d.checkFeeds(ctx, &c); err != nil {
+			p := d.newPartnerRT(&c)
+			h, err := d.checkFeeds(ctx, p, o)
+			if err != nil {
 				return res, err
 			}
-			p := d.newPartnerRT(&c)
+			held = append(held, h...)
 			next[c.ID] = p
 			fresh = append(fresh, p)
 			if had {
@@ -136,6 +142,15 @@ func (d *Daemon) Reload(ctx context.Context, parts []partners.Config) (ReloadRes
 		d.cron.Remove(p.cronID)
 		close(p.quit) // its poller ends after the poll in progress
 	}
+	for _, p := range fresh { // a changed partner's feeds may differ from its predecessor's
+		d.metrics.targetHeld.DeletePartialMatch(prometheus.Labels{"partner": p.cfg.ID})
+		for i := range p.cfg.Feeds {
+			d.setFeedHeld(p, &p.cfg.Feeds[i], nil)
+		}
+	}
+	for _, h := range held {
+		d.setFeedHeld(h.p, h.f, h.err)
+	}
 	now := time.Now()
 	for _, p := range fresh {
 		// the same phase as at a start (sessions.go)
@@ -155,15 +170,49 @@ func (d *Daemon) Reload(ctx context.Context, parts []partners.Config) (ReloadRes
 	return res, nil
 }
 
-// checkFeeds checks the target table of each of a partner's feeds.
-func (d *Daemon) checkFeeds(ctx context.Context, p *partners.Config) error {
-	for i := range p.Feeds {
-		f := &p.Feeds[i]
-		if _, err := d.targets.Get(ctx, f); err != nil {
-			return fmt.Errorf("partner %s feed %s: %w", p.ID, f.Name, err)
+// heldFeed is a feed a reload holds once it is in force.
+type heldFeed struct {
+	p   *partnerRT
+	f   *partners.Feed
+	err *target.Error
+}
+
+// checkFeeds loads the target table of each of an added or changed
+// partner's feeds (p, replacing prev, nil for an added partner). A feed
+// whose table cannot be written is returned, to be held; but where the
+// config in force writes that feed (prev has it and does not hold it),
+// the reload is refused and the working mapping kept.
+func (d *Daemon) checkFeeds(ctx context.Context, p, prev *partnerRT) ([]heldFeed, error) {
+	var held []heldFeed
+	for i := range p.cfg.Feeds {
+		f := &p.cfg.Feeds[i]
+		_, err := d.targets.Get(ctx, f)
+		var te *target.Error
+		switch {
+		case err == nil:
+			continue
+		case !errors.As(err, &te):
+			return nil, fmt.Errorf("partner %s feed %s: %w", p.cfg.ID, f.Name, err)
+		case prev != nil && prev.writes(f.Name):
+			return nil, fmt.Errorf("partner %s feed %s: %w (the feed in force is kept)", p.cfg.ID, f.Name, err)
+		}
+		held = append(held, heldFeed{p: p, f: f, err: te})
+	}
+	return held, nil
+}
+
+// writes reports whether the runtime has a feed of that name that is not
+// held.
+func (p *partnerRT) writes(feed string) bool {
+	p.holdMu.Lock()
+	_, held := p.holds[feed]
+	p.holdMu.Unlock()
+	for _, f := range p.cfg.Feeds {
+		if f.Name == feed {
+			return !held
 		}
 	}
-	return nil
+	return false
 }
 
 // takeOver waits for the poll in progress of the runtime p replaces, then
@@ -214,7 +263,7 @@ func (d *Daemon) retire(p *partnerRT) {
 	m := d.metrics
 	for _, g := range []*prometheus.GaugeVec{m.partnerUp, m.readyFiles, m.oldestReady, m.partnerOwned, m.files, m.oldestProcessing,
 		m.quarantineOpen, m.quarantineOldest, m.inflightRows, m.inflightRowsDone, m.inflightBytes, m.inflightBytesDone, m.spoolBytes, m.quotaFull,
-		m.awaiting, m.awaitingOldest} {
+		m.awaiting, m.awaitingOldest, m.targetHeld} {
 		g.DeletePartialMatch(prometheus.Labels{"partner": p.cfg.ID})
 	}
 	d.log.Info("partner removed by a reload: its poller ended", "partner", p.cfg.ID)

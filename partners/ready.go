@@ -28,6 +28,9 @@ const (
 	SkipManifest   Skip = "manifest_file"
 	SkipIgnored    Skip = "ignored_name" // readiness stable: the name matches stable.ignore (an upload tool's temporary name)
 	SkipUnstable   Skip = "not_stable"   // readiness stable: size or mtime changed within stable_for, or younger than min_age
+	// SkipTargetUnusable: the file's feed is held, its target table
+	// cannot be written (intake/targethold.go); the file waits in ready/.
+	SkipTargetUnusable Skip = "target_unusable"
 	// SkipImpossible counts names a site listed that no directory holds
 	// ("/", "a/../b", empty: OneName): left out of the listing, never
 	// moved or named in a path.

@@ -22,6 +22,7 @@ import (
 	"github.com/partner-intake/partner-intake/internal/lifecycle"
 	"github.com/partner-intake/partner-intake/internal/opshttp"
 	"github.com/partner-intake/partner-intake/migrations"
+	"github.com/partner-intake/partner-intake/partners"
 	"github.com/partner-intake/partner-intake/reconcile"
 	"github.com/partner-intake/partner-intake/spool"
 )
@@ -223,6 +224,13 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 				e.log.Error("poll failed", "partner", p.ID, "err", err)
 				code = 1
 			}
+		}
+		// a feed whose target table cannot be written left its files in
+		// ready/ while the others went on (intake/targethold.go)
+		if held := d.HeldFeeds(); len(held) > 0 {
+			e.log.Error("feeds held: their target tables cannot be written; their files wait in ready/",
+				"reason", string(partners.SkipTargetUnusable), "feeds", held)
+			code = 1
 		}
 		return code
 	}

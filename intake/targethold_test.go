@@ -1,0 +1,168 @@
+package intake_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/partner-intake/partner-intake/intake"
+	"github.com/partner-intake/partner-intake/internal/testenv"
+	"github.com/partner-intake/partner-intake/partners"
+)
+
+// returnsFeed is a second feed of a partner, writing the table named.
+func returnsFeed(table string) partners.Feed {
+	f := testenv.OrdersFeed()
+	f.Name, f.Pattern, f.Target = "returns", `returns-.*\.csv`, table
+	return f
+}
+
+// A feed whose target table cannot be written (here: it does not exist)
+// holds only its own files: the daemon's start check passes, the other
+// partner and the partner's other feed are applied, the held feed's files
+// wait in ready/ untouched (no row, no receipt) without taking the poll's
+// room from the others, and once ops create the table the files are
+// taken when the hold's retry is due, with no restart. Before, the start
+// check returned the first such error: the daemon did not start and
+// `run --once` polled nobody.
+func TestAFeedWhoseTargetCannotBeWrittenHoldsOnlyItsFiles(t *testing.T) {
+	defer intake.SetTargetRetry(time.Hour)()
+	_, pool := testenv.DB(t)
+	ctx := context.Background()
+	alpha := testenv.NewSite(t, "th-alpha")
+	beta := testenv.NewSite(t, "th-beta")
+	beta.Config.Feeds = append(beta.Config.Feeds, returnsFeed("th_returns"))
+	beta.Config.Limits.MaxFilesPerPoll = 1 // the held feed's older files must not take the one place
+
+	old := time.Now().Add(-time.Hour)
+	for _, name := range []string{"returns-1.csv", "returns-2.csv"} {
+		beta.Drop(t, name, testenv.OrdersCSV("R"+name[8:9], 3))
+		if err := os.Chtimes(filepath.Join(beta.Root, "ready", name), old, old); err != nil {
+			t.Fatal(err)
+		}
+	}
+	beta.Drop(t, "orders-b.csv", testenv.OrdersCSV("B", 3))
+	alpha.Drop(t, "orders-a.csv", testenv.OrdersCSV("A", 3))
+
+	r := newRig(t, pool, "th", alpha, beta)
+	if err := r.d.CheckTargets(ctx); err != nil {
+		t.Fatalf("the start check failed for one feed's table: %v", err)
+	}
+	if got, want := r.d.HeldFeeds(), []string{"th-beta/returns"}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("held feeds %v, want %v", got, want)
+	}
+	r.poll("th-alpha")
+	r.poll("th-beta")
+
+	archived := func(partner, name string) bool {
+		return testenv.Count(t, pool, `SELECT count(*) FROM file_intake WHERE partner_id = $1 AND remote_name = $2 AND state = 'archived'`,
+			partner, name) == 1
+	}
+	if !archived("th-alpha", "orders-a.csv") || !archived("th-beta", "orders-b.csv") {
+		t.Fatalf("the files of the feeds that can be written were not applied: alpha %+v beta %+v",
+			files(t, pool, "th-alpha"), files(t, pool, "th-beta"))
+	}
+	held := func() {
+		t.Helper()
+		if n := testenv.Count(t, pool, `SELECT count(*) FROM file_intake WHERE partner_id = 'th-beta' AND remote_name LIKE 'returns-%'`); n != 0 {
+			t.Fatalf("%d rows for the held feed's files, want none", n)
+		}
+		if got := beta.Files(t, "ready"); !reflect.DeepEqual(got, []string{"returns-1.csv", "returns-2.csv"}) {
+			t.Fatalf("ready/ holds %v, want the held feed's two files untouched", got)
+		}
+		for _, rep := range beta.Files(t, "reports") {
+			if strings.HasPrefix(rep, "returns-") {
+				t.Fatalf("a report for a held file: %s", rep)
+			}
+		}
+		if v := testutil.ToFloat64(r.d.Metrics().TargetHeld.WithLabelValues("th-beta", "returns")); v != 1 {
+			t.Fatalf("intake_feed_target_held{th-beta,returns} = %v, want 1", v)
+		}
+		if st := r.d.PartnerStates()["th-beta"]; !strings.Contains(st.HeldFeeds["returns"], "does not exist") {
+			t.Fatalf("/readyz's partner state names no held feed: %+v", st)
+		}
+	}
+	held()
+	if v := testutil.ToFloat64(r.d.Metrics().TargetHeld.WithLabelValues("th-beta", "orders")); v != 0 {
+		t.Fatalf("intake_feed_target_held{th-beta,orders} = %v, want 0", v)
+	}
+	if v := testutil.ToFloat64(r.d.Metrics().Skipped.WithLabelValues("th-beta", string(partners.SkipTargetUnusable))); v != 2 {
+		t.Fatalf("skipped{target_unusable} = %v, want the 2 files of one listing", v)
+	}
+
+	// ops create the table: the hold stands until its retry is due
+	if _, err := pool.Exec(ctx, strings.Replace(testenv.TargetDDL, "TABLE orders", "TABLE th_returns", 1)); err != nil {
+		t.Fatal(err)
+	}
+	beta.Drop(t, "orders-b2.csv", testenv.OrdersCSV("C", 2))
+	r.poll("th-beta")
+	if !archived("th-beta", "orders-b2.csv") {
+		t.Fatalf("the partner's other feed stopped: %+v", files(t, pool, "th-beta"))
+	}
+	held()
+
+	intake.HeldFeedsDue(r.d)
+	r.poll("th-beta") // the place of max_files_per_poll 1: one file a poll
+	r.poll("th-beta")
+	for _, name := range []string{"returns-1.csv", "returns-2.csv"} {
+		if !archived("th-beta", name) {
+			t.Fatalf("%s not applied once its table exists: %+v", name, files(t, pool, "th-beta"))
+		}
+	}
+	if n := testenv.Count(t, pool, `SELECT count(*) FROM th_returns WHERE partner_id = 'th-beta'`); n != 6 {
+		t.Fatalf("%d rows in the held feed's table, want 6", n)
+	}
+	if got := r.d.HeldFeeds(); len(got) != 0 {
+		t.Fatalf("still held: %v", got)
+	}
+	if v := testutil.ToFloat64(r.d.Metrics().TargetHeld.WithLabelValues("th-beta", "returns")); v != 0 {
+		t.Fatalf("intake_feed_target_held{th-beta,returns} = %v after the table was made, want 0", v)
+	}
+}
+
+// A reload that adds a partner whose table does not exist yet is taken,
+// and holds that feed; a reload that would hold a feed the config in
+// force writes is refused, and the feed goes on with the mapping in force.
+func TestAReloadHoldsANewFeedButKeepsAWorkingOne(t *testing.T) {
+	_, pool := testenv.DB(t)
+	ctx := context.Background()
+	a := testenv.NewSite(t, "thr-a")
+	a.Config.Poll = "@every 1s"
+	r := newRig(t, pool, "thr", a)
+	if err := r.d.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	n := testenv.NewSite(t, "thr-new")
+	n.Config.Poll = "@every 1s"
+	n.Config.Feeds[0].Target = "thr_missing"
+	res, err := r.d.Reload(ctx, []partners.Config{a.Validated(t), n.Validated(t)})
+	if err != nil {
+		t.Fatalf("a reload adding a partner whose table is not made yet: %v", err)
+	}
+	if !reflect.DeepEqual(res.Added, []string{"thr-new"}) {
+		t.Fatalf("reload: %+v", res)
+	}
+	if got, want := r.d.HeldFeeds(), []string{"thr-new/orders"}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("held feeds %v, want %v", got, want)
+	}
+
+	broken := a.Validated(t)
+	broken.Feeds[0].Target = "thr_missing"
+	if _, err := r.d.Reload(ctx, []partners.Config{broken, n.Validated(t)}); err == nil || !strings.Contains(err.Error(), "does not exist") {
+		t.Fatalf("a reload holding a feed the config in force writes: %v, want refused", err)
+	}
+	a.Drop(t, "orders-kept.csv", testenv.OrdersCSV("K", 2))
+	waitUntil(t, func() bool {
+		return testenv.Count(t, pool, `SELECT count(*) FROM file_intake WHERE partner_id = 'thr-a' AND remote_name = 'orders-kept.csv' AND state = 'archived'`) == 1
+	})
+	if got, want := r.d.HeldFeeds(), []string{"thr-new/orders"}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("after the refused reload: held feeds %v, want %v", got, want)
+	}
+}
