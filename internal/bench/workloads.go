@@ -225,10 +225,46 @@ func (e *env) manifestDuplicate(ctx context.Context, url, cfg, src, root string,
 		return fmt.Errorf("the manifest resend is not a duplicate: %w", err)
 	}
 	res.ManifestDuplicateFileS = fileS
+	if res.FloorSFTPManifestS, err = e.sftpManifestFloor(root, man); err != nil {
+		return err
+	}
+	res.RatioManifestDuplicateFloor = res.ManifestDuplicateS / res.FloorSFTPManifestS
 	if e.o.CompareBinary != "" {
 		return e.compareManifestDuplicate(ctx, url, mcfg, src, root, man)
 	}
 	return nil
+}
+
+// sftpManifestFloor is the median of 3 runs of OpenSSH's sftp client
+// logging in to the partner's site, reading a manifest (man, put back in
+// ready/ under a name of its own: intake's run archived the resend's; the
+// one small read a manifest decision needs) and leaving: the floor of any
+// one-shot process that decides the resend, intake's included.
+func (e *env) sftpManifestFloor(root, man string) (float64, error) {
+	remote := filepath.Join(root, "ready", ".floor-manifest.complete") // a dotfile: no poll takes it
+	if err := os.WriteFile(remote, []byte(man), 0o644); err != nil {
+		return 0, err
+	}
+	defer os.Remove(remote)
+	batch := filepath.Join(e.dir, "sftp-manifest-batch")
+	local := filepath.Join(e.dir, "floor-manifest")
+	if err := os.WriteFile(batch, []byte(fmt.Sprintf("get %s %s\n", remote, local)), 0o600); err != nil {
+		return 0, err
+	}
+	host, port, _ := strings.Cut(e.sshAddr(), ":")
+	var walls []float64
+	for range 3 {
+		start := time.Now()
+		out, err := exec.Command("sftp", "-q", "-b", batch, "-i", e.sshd.ClientKeyFile, "-o", "UserKnownHostsFile="+e.knownHosts(),
+			"-o", "StrictHostKeyChecking=yes", "-P", port, e.sshd.User+"@"+host).CombinedOutput()
+		if err != nil {
+			return 0, fmt.Errorf("sftp floor: %v\n%s", err, out)
+		}
+		walls = append(walls, time.Since(start).Seconds())
+	}
+	os.Remove(local)
+	slices.Sort(walls)
+	return walls[1], nil
 }
 
 // compareManifestDuplicate runs the manifest duplicate's process
@@ -837,6 +873,8 @@ func (r *Results) Table(w *os.File) {
 	row("manifest duplicate (the file, ledger)", r.ManifestDuplicateFileS, "s", "")
 	row("dial: login, channels, SFTP start", r.DialMs, "ms", "")
 	row("ratio manifest duplicate (vs naive)", r.RatioManifestDuplicate, "x", "<= 0.02")
+	row("floor: OpenSSH sftp, manifest read", r.FloorSFTPManifestS, "s", "")
+	row("manifest duplicate over that floor", r.RatioManifestDuplicateFloor, "x", "")
 	row("small files, one daemon", r.SmallFilesPerS, "files/s", ">= 600")
 	row("small files, two daemons", r.TwoReplicasFilesS, "files/s", "")
 	row("two over one", r.ScaleTwoOverOne, "x", ">= 0.9, zero double applies")
