@@ -293,6 +293,9 @@ func (d *Daemon) resumeDecided(ctx context.Context, p *partnerRT, sess *partners
 		return err
 	}
 	for _, old := range rows {
+		if p.feedHeld(old.Feed) {
+			continue // its table cannot be written: it waits (targethold.go)
+		}
 		dst := sess.Layout.Processing(d.cfg.WorkerID, old.RemoteName)
 		if p.cfg.Records() {
 			dst = old.ClaimedPath // claim: record: the file stays where it is

@@ -448,7 +448,8 @@ func (d *Daemon) workerHeartbeat(ctx context.Context) {
 	})
 }
 
-// gaugeLoop refreshes the database-derived gauges every 15 s and the
+// gaugeLoop refreshes the database-derived gauges every 15 s, reads the
+// tables of held feeds whose retry is due (targethold.go), and the
 // spool's size every minute.
 func (d *Daemon) gaugeLoop(ctx context.Context) {
 	t := time.NewTicker(15 * time.Second)
@@ -457,6 +458,7 @@ func (d *Daemon) gaugeLoop(ctx context.Context) {
 		if err := d.refreshGauges(ctx); err != nil && ctx.Err() == nil {
 			d.log.Warn("refresh gauges", "err", err)
 		}
+		d.recheckHeld(ctx)
 		if i%4 == 0 {
 			d.refreshSpoolBytes()
 		}
@@ -468,9 +470,11 @@ func (d *Daemon) gaugeLoop(ctx context.Context) {
 	}
 }
 
-// RefreshGauges updates the database-derived gauges now (tests, status).
+// RefreshGauges updates the database-derived gauges now, and reads the
+// tables of held feeds whose retry is due (tests, status).
 func (d *Daemon) RefreshGauges(ctx context.Context) error {
 	d.refreshSpoolBytes()
+	d.recheckHeld(ctx)
 	return d.refreshGauges(ctx)
 }
 
@@ -696,40 +700,45 @@ func (d *Daemon) Stop() {
 // CheckTargets loads every feed's target table; a feed whose table cannot
 // be written is held (targethold.go: logged, intake_feed_target_held 1,
 // its files left in ready/) and the rest go on. It then compares each
-// loaded feed's columns with its target's (target.Checker, each table
-// read once) and logs what the target could refuse as errors, what cannot
-// be decided as warnings; these do not stop the daemon: a refused value
-// is met per row at run time, and `intake check` is the gate that fails
-// on them. Its error is a failure to ask the database.
+// loaded feed's columns with its target's and logs the findings
+// (logFindings); these do not stop the daemon. Its error is a failure to
+// ask the database.
 func (d *Daemon) CheckTargets(ctx context.Context) error {
 	chk := target.NewChecker(d.db) // each table's catalog read once, whatever the partners writing it
 	for _, p := range d.partnerList() {
-		id := p.cfg.ID
 		for i := range p.cfg.Feeds {
 			f := &p.cfg.Feeds[i]
 			ok, err := d.feedUsable(ctx, p, f)
 			if err != nil {
-				return fmt.Errorf("partner %s feed %s: %w", id, f.Name, err)
+				return fmt.Errorf("partner %s feed %s: %w", p.cfg.ID, f.Name, err)
 			}
-			if !ok {
-				continue
-			}
-			findings, err := chk.Compare(ctx, id, f)
-			if err != nil {
-				return fmt.Errorf("partner %s feed %s: %w", id, f.Name, err)
-			}
-			for _, g := range findings {
-				if g.Fail {
-					d.log.Error("target may refuse values the feed accepts (intake check fails)", "partner", id, "feed", f.Name,
-						"target", f.Target, "column", g.Column, "problem", g.Detail)
-				} else {
-					d.log.Warn("target constraint not decidable from the declarations", "partner", id, "feed", f.Name,
-						"target", f.Target, "column", g.Column, "problem", g.Detail)
-				}
+			if ok {
+				d.logFindings(ctx, chk, p.cfg.ID, f)
 			}
 		}
 	}
 	return nil
+}
+
+// logFindings compares a loaded feed's columns with its target's
+// (target.Checker) and logs what the target could refuse as errors, what
+// cannot be decided as warnings: a refused value is met per row at run
+// time, and `intake check` is the gate that fails on them.
+func (d *Daemon) logFindings(ctx context.Context, chk *target.Checker, partner string, f *partners.Feed) {
+	findings, err := chk.Compare(ctx, partner, f)
+	if err != nil {
+		d.log.Warn("target not compared with the feed", "partner", partner, "feed", f.Name, "target", f.Target, "err", err)
+		return
+	}
+	for _, g := range findings {
+		if g.Fail {
+			d.log.Error("target may refuse values the feed accepts (intake check fails)", "partner", partner, "feed", f.Name,
+				"target", f.Target, "column", g.Column, "problem", g.Detail)
+		} else {
+			d.log.Warn("target constraint not decidable from the declarations", "partner", partner, "feed", f.Name,
+				"target", f.Target, "column", g.Column, "problem", g.Detail)
+		}
+	}
 }
 
 // partnerRT is a partner at run time: its config, session and trigger.

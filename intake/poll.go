@@ -475,6 +475,7 @@ func (d *Daemon) list(ctx context.Context, p *partnerRT, sess *partners.Session)
 	// and files claimed already never reach the bounded sets
 	var pendC []candidate
 	var pendH []partners.Skipped
+	gate := d.newFeedGate(p) // a held feed's files are left out (targethold.go)
 	flush := func() error {
 		if len(pendC)+len(pendH) == 0 {
 			return nil
@@ -491,10 +492,18 @@ func (d *Daemon) list(ctx context.Context, p *partnerRT, sess *partners.Session)
 			return err
 		}
 		for _, c := range pendC {
-			if !taken[c.Name] {
-				total++
-				keep.push(c)
+			if taken[c.Name] {
+				continue
 			}
+			switch ok, err := gate.usable(ctx, c.Feed); {
+			case err != nil:
+				return err
+			case !ok:
+				d.metrics.skipped.WithLabelValues(cfg.ID, string(partners.SkipTargetUnusable)).Inc()
+				continue
+			}
+			total++
+			keep.push(c)
 		}
 		for _, h := range pendH {
 			if !taken[recordName(h.Info.Name())] {
@@ -505,12 +514,13 @@ func (d *Daemon) list(ctx context.Context, p *partnerRT, sess *partners.Session)
 		pendC, pendH = pendC[:0], pendH[:0]
 		return nil
 	}
-	gate := d.newFeedGate(p)
 	err = sess.ListDir(ctx, sess.Layout.ReadyDir(), func(e os.FileInfo) error {
 		c, reason := partners.ClassifyEntry(cfg, e)
-		if reason == "" {
+		if reason == "" && !cfg.Records() {
 			// a held feed's files wait in ready/ and take no room of
 			// the poll's bounded sets from the partner's other feeds
+			// (claim: record: after the look-up, which renews the
+			// records of the files taken already)
 			switch ok, err := gate.usable(ctx, c.Feed); {
 			case err != nil:
 				return err
@@ -978,6 +988,9 @@ func (d *Daemon) resumeRows(ctx context.Context, p *partnerRT, sess *partners.Se
 	for _, old := range live {
 		if old.State == StateOutcomeUnknown {
 			continue // the reconciler resolves these from the ledger
+		}
+		if p.feedHeld(old.Feed) {
+			continue // its table cannot be written: no attempt is spent on it (targethold.go)
 		}
 		if err := d.stillHeld(ctx); err != nil {
 			return err

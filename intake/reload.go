@@ -9,7 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/partner-intake/partner-intake/intake/target"
+	"github.com/partner-intake/partner-intake/internal/pgerr"
 	"github.com/partner-intake/partner-intake/partners"
 )
 
@@ -145,11 +145,11 @@ func (d *Daemon) Reload(ctx context.Context, parts []partners.Config) (ReloadRes
 	for _, p := range fresh { // a changed partner's feeds may differ from its predecessor's
 		d.metrics.targetHeld.DeletePartialMatch(prometheus.Labels{"partner": p.cfg.ID})
 		for i := range p.cfg.Feeds {
-			d.setFeedHeld(p, &p.cfg.Feeds[i], nil)
+			d.setFeedHeld(p, &p.cfg.Feeds[i], "")
 		}
 	}
 	for _, h := range held {
-		d.setFeedHeld(h.p, h.f, h.err)
+		d.setFeedHeld(h.p, h.f, h.problem)
 	}
 	now := time.Now()
 	for _, p := range fresh {
@@ -170,11 +170,11 @@ func (d *Daemon) Reload(ctx context.Context, parts []partners.Config) (ReloadRes
 	return res, nil
 }
 
-// heldFeed is a feed a reload holds once it is in force.
+// heldFeed is a feed a reload holds once it is in force, and why.
 type heldFeed struct {
-	p   *partnerRT
-	f   *partners.Feed
-	err *target.Error
+	p       *partnerRT
+	f       *partners.Feed
+	problem string
 }
 
 // checkFeeds loads the target table of each of an added or changed
@@ -187,16 +187,15 @@ func (d *Daemon) checkFeeds(ctx context.Context, p, prev *partnerRT) ([]heldFeed
 	for i := range p.cfg.Feeds {
 		f := &p.cfg.Feeds[i]
 		_, err := d.targets.Get(ctx, f)
-		var te *target.Error
 		switch {
 		case err == nil:
 			continue
-		case !errors.As(err, &te):
+		case !unusableTarget(err):
 			return nil, fmt.Errorf("partner %s feed %s: %w", p.cfg.ID, f.Name, err)
 		case prev != nil && prev.writes(f.Name):
 			return nil, fmt.Errorf("partner %s feed %s: %w (the feed in force is kept)", p.cfg.ID, f.Name, err)
 		}
-		held = append(held, heldFeed{p: p, f: f, err: te})
+		held = append(held, heldFeed{p: p, f: f, problem: pgerr.Redact(err)})
 	}
 	return held, nil
 }

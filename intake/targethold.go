@@ -6,18 +6,24 @@ import (
 	"sort"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
+
 	"github.com/partner-intake/partner-intake/intake/target"
+	"github.com/partner-intake/partner-intake/internal/pgerr"
 	"github.com/partner-intake/partner-intake/partners"
 )
 
 // A feed whose target table intake cannot write is held. The table does
 // not exist, lacks partner_id or last_intake_id, has no unique index on
 // (partner_id, key...), compares partner ids loosely, does not take a feed
-// column (target.Load's *target.Error: the database's answer, not a
-// failure to ask it). While the feed is held its files stay in ready/
-// untouched, and the partner's other feeds and every other partner go on.
-// The table is read again at most every targetRetry while files of the
-// feed are listed, so the feed resumes by itself once ops fix the table.
+// column (target.Load's *target.Error), or PostgreSQL refuses to describe
+// it (a schema the role may not use: an error the server answered, not a
+// transient one). While the feed is held its files stay in ready/
+// untouched, its files already claimed are not resumed (their attempts
+// are not spent on it), and the partner's other feeds and every other
+// partner go on. Every replica reads a held feed's table again every
+// targetRetry (gaugeLoop, and a poll that lists a file of it), whether
+// files wait or not, so the hold ends by itself once ops fix the table.
 //
 // Before, one such feed stopped them all: a daemon whose config named it
 // did not start, and `intake run --once` polled no partner (CheckTargets
@@ -35,70 +41,128 @@ var targetRetry = 30 * time.Second
 
 // feedHold is why a feed is held and when its table is read again.
 type feedHold struct {
-	problem string // the *target.Error: the table and what it lacks; never a value
+	problem string // the table and what it lacks, or the SQLSTATE; never a value
 	since   time.Time
 	next    time.Time
 }
 
 // feedUsable reports whether the feed's target can be written, loading it
 // when it is not yet (a cache hit otherwise). A held feed's table is read
-// again only once its retry is due. err is a failure to ask the database,
-// for the poll to retry: it holds nothing.
+// again only once its retry is due, and a failure to ask the database
+// then keeps it held until the next retry. err is a failure to ask the
+// database about a feed not held, for the poll to retry.
 func (d *Daemon) feedUsable(ctx context.Context, p *partnerRT, f *partners.Feed) (bool, error) {
 	p.holdMu.Lock()
 	h := p.holds[f.Name]
+	due := h == nil || !time.Now().Before(h.next)
 	p.holdMu.Unlock()
-	if h != nil && time.Now().Before(h.next) {
+	if !due {
 		return false, nil
 	}
 	_, err := d.targets.Get(ctx, f)
-	var te *target.Error
 	switch {
 	case err == nil:
-		d.setFeedHeld(p, f, nil)
+		if d.setFeedHeld(p, f, "") {
+			d.logFindings(ctx, target.NewChecker(d.db), p.cfg.ID, f) // as at a start
+		}
 		return true, nil
-	case errors.As(err, &te):
-		d.setFeedHeld(p, f, te)
+	case unusableTarget(err):
+		d.setFeedHeld(p, f, pgerr.Redact(err))
+		return false, nil
+	case h != nil && ctx.Err() == nil:
+		// held, and the database did not answer this time: held still
+		d.log.Warn("held feed's target table not read again; tried at the next retry", "partner", p.cfg.ID, "feed", f.Name,
+			"target", f.Target, "err", err)
+		p.holdMu.Lock()
+		if h := p.holds[f.Name]; h != nil {
+			h.next = time.Now().Add(targetRetry)
+		}
+		p.holdMu.Unlock()
 		return false, nil
 	default:
 		return false, err
 	}
 }
 
-// setFeedHeld holds the feed for te, or lets it go (te nil), logging the
-// change and setting intake_feed_target_held.
-func (d *Daemon) setFeedHeld(p *partnerRT, f *partners.Feed, te *target.Error) {
+// unusableTarget reports whether err is the database's answer that the
+// target cannot be written, rather than a failure to ask it.
+func unusableTarget(err error) bool {
+	var te *target.Error
+	if errors.As(err, &te) {
+		return true
+	}
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && !transient(err)
+}
+
+// recheckHeld reads the table of every held feed whose retry is due
+// (gaugeLoop), files waiting or not, and sets every feed's gauge from
+// what its partner's current runtime holds.
+func (d *Daemon) recheckHeld(ctx context.Context) {
+	for _, p := range d.partnerList() {
+		for i := range p.cfg.Feeds {
+			f := &p.cfg.Feeds[i]
+			if p.feedHeld(f.Name) {
+				if _, err := d.feedUsable(ctx, p, f); err != nil && ctx.Err() == nil {
+					d.log.Warn("held feed's target table not read again", "partner", p.cfg.ID, "feed", f.Name, "err", err)
+				}
+			}
+			if !p.retired() {
+				held := 0.0
+				if p.feedHeld(f.Name) {
+					held = 1
+				}
+				d.metrics.targetHeld.WithLabelValues(p.cfg.ID, f.Name).Set(held)
+			}
+		}
+	}
+}
+
+// feedHeld reports whether the runtime holds the feed now.
+func (p *partnerRT) feedHeld(feed string) bool {
+	p.holdMu.Lock()
+	defer p.holdMu.Unlock()
+	_, held := p.holds[feed]
+	return held
+}
+
+// setFeedHeld holds the feed for problem (a redacted error), or lets it
+// go (problem ""), logging the change and setting
+// intake_feed_target_held. It reports whether it let a hold go.
+func (d *Daemon) setFeedHeld(p *partnerRT, f *partners.Feed, problem string) (released bool) {
 	now := time.Now()
 	p.holdMu.Lock()
 	h := p.holds[f.Name]
 	switch {
-	case te == nil && h == nil:
-	case te == nil:
+	case problem == "" && h == nil:
+	case problem == "":
 		delete(p.holds, f.Name)
 	case h == nil:
 		if p.holds == nil {
 			p.holds = map[string]*feedHold{}
 		}
-		p.holds[f.Name] = &feedHold{problem: te.Error(), since: now, next: now.Add(targetRetry)}
+		p.holds[f.Name] = &feedHold{problem: problem, since: now, next: now.Add(targetRetry)}
 	default:
-		h.problem, h.next = te.Error(), now.Add(targetRetry)
+		h.problem, h.next = problem, now.Add(targetRetry)
 	}
 	p.holdMu.Unlock()
 	if !p.retired() { // a replaced runtime's successor speaks for the partner
 		held := 0.0
-		if te != nil {
+		if problem != "" {
 			held = 1
 		}
 		d.metrics.targetHeld.WithLabelValues(p.cfg.ID, f.Name).Set(held)
 	}
 	switch {
-	case te != nil && h == nil:
+	case problem != "" && h == nil:
 		d.log.Error("feed held: its target table cannot be written; its files stay in ready/ until it can",
-			"partner", p.cfg.ID, "feed", f.Name, "target", f.Target, "reason", string(partners.SkipTargetUnusable), "problem", te.Detail)
-	case te == nil && h != nil:
+			"partner", p.cfg.ID, "feed", f.Name, "target", f.Target, "reason", string(partners.SkipTargetUnusable), "problem", problem)
+	case problem == "" && h != nil:
 		d.log.Info("feed's target table can be written again: its files are taken", "partner", p.cfg.ID, "feed", f.Name,
 			"target", f.Target, "held_for", now.Sub(h.since).Round(time.Second).String())
+		return true
 	}
+	return false
 }
 
 // heldFeeds is the partner's held feeds and why (PartnerStates).

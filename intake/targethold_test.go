@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/partner-intake/partner-intake/intake"
+	"github.com/partner-intake/partner-intake/internal/fault"
 	"github.com/partner-intake/partner-intake/internal/testenv"
 	"github.com/partner-intake/partner-intake/partners"
 )
@@ -107,7 +108,18 @@ func TestAFeedWhoseTargetCannotBeWrittenHoldsOnlyItsFiles(t *testing.T) {
 	}
 	held()
 
+	// the retry due: read again without a listing (as every replica's
+	// gauge loop does, whether files wait or not)
 	intake.HeldFeedsDue(r.d)
+	if err := r.d.RefreshGauges(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := r.d.HeldFeeds(); len(got) != 0 {
+		t.Fatalf("still held once its table exists and its retry is due: %v", got)
+	}
+	if v := testutil.ToFloat64(r.d.Metrics().TargetHeld.WithLabelValues("th-beta", "returns")); v != 0 {
+		t.Fatalf("intake_feed_target_held{th-beta,returns} = %v after the table was made, want 0", v)
+	}
 	r.poll("th-beta") // the place of max_files_per_poll 1: one file a poll
 	r.poll("th-beta")
 	for _, name := range []string{"returns-1.csv", "returns-2.csv"} {
@@ -118,11 +130,64 @@ func TestAFeedWhoseTargetCannotBeWrittenHoldsOnlyItsFiles(t *testing.T) {
 	if n := testenv.Count(t, pool, `SELECT count(*) FROM th_returns WHERE partner_id = 'th-beta'`); n != 6 {
 		t.Fatalf("%d rows in the held feed's table, want 6", n)
 	}
-	if got := r.d.HeldFeeds(); len(got) != 0 {
-		t.Fatalf("still held: %v", got)
+}
+
+// A file of a feed that is held when its owner comes back (it waited for
+// its next attempt; its table was renamed meanwhile) is not resumed: its
+// attempts are not spent on the table and the partner hears nothing; once
+// the table is back and the hold ends, it is applied.
+func TestAHeldFeedsFileInFlightWaitsWithoutSpendingAttempts(t *testing.T) {
+	defer intake.SetTargetRetry(time.Hour)()
+	_, pool := testenv.DB(t)
+	ctx := context.Background()
+	site := testenv.NewSite(t, "th-res")
+	id := site.Config.ID
+	site.Drop(t, "orders-r.csv", testenv.OrdersCSV("R", 4))
+	r0 := newRig(t, pool, "thres", site)
+	if err := fault.Set("apply:mid_chunk=error"); err != nil {
+		t.Fatal(err)
 	}
-	if v := testutil.ToFloat64(r.d.Metrics().TargetHeld.WithLabelValues("th-beta", "returns")); v != 0 {
-		t.Fatalf("intake_feed_target_held{th-beta,returns} = %v after the table was made, want 0", v)
+	r0.d.PollOnce(ctx, id) // the file fails its first attempt and waits for its next
+	fault.Set("")
+	r0.d.Stop()
+	row := func() string {
+		return strings.Join(testenv.Strings(t, pool, `SELECT state || '/' || attempts FROM file_intake WHERE partner_id = $1`, id), ",")
+	}
+	before := row()
+	if before == "" || strings.HasPrefix(before, "archived") {
+		t.Fatalf("the file did not wait for a next attempt: %q", before)
+	}
+	if _, err := pool.Exec(ctx, `ALTER TABLE orders RENAME TO orders_away;
+		UPDATE file_intake SET next_attempt_at = now() - interval '1 second' WHERE partner_id = 'th-res'`); err != nil {
+		t.Fatal(err)
+	}
+
+	r := newRig(t, pool, "thres", site) // its owner back
+	if err := r.d.CheckTargets(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := r.d.HeldFeeds(); !reflect.DeepEqual(got, []string{"th-res/orders"}) {
+		t.Fatalf("held feeds %v", got)
+	}
+	r.poll(id)
+	r.poll(id)
+	if got := row(); got != before {
+		t.Fatalf("the held feed's file went %q -> %q: resumed while its table cannot be written", before, got)
+	}
+	if reps := site.Files(t, "reports"); len(reps) != 0 {
+		t.Fatalf("the partner was told something about a held file: %v", reps)
+	}
+
+	if _, err := pool.Exec(ctx, `ALTER TABLE orders_away RENAME TO orders`); err != nil {
+		t.Fatal(err)
+	}
+	intake.HeldFeedsDue(r.d)
+	if err := r.d.RefreshGauges(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r.poll(id)
+	if fs := files(t, pool, id); len(fs) != 1 || fs[0].State != "archived" || fs[0].Applied != 4 {
+		t.Fatalf("after the table came back: %+v", fs)
 	}
 }
 
@@ -164,5 +229,50 @@ func TestAReloadHoldsANewFeedButKeepsAWorkingOne(t *testing.T) {
 	})
 	if got, want := r.d.HeldFeeds(), []string{"thr-new/orders"}; !reflect.DeepEqual(got, want) {
 		t.Fatalf("after the refused reload: held feeds %v, want %v", got, want)
+	}
+}
+
+// claim: record: the files a held feed took already stay in ready/ and
+// keep their records renewed by each listing while the feed is held, so
+// a hold longer than the records' 7 days does not make them new again.
+func TestAHeldFeedKeepsItsRecordClaims(t *testing.T) {
+	defer intake.SetTargetRetry(time.Hour)()
+	_, pool := testenv.DB(t)
+	ctx := context.Background()
+	site := readOnlySite(t)
+	if err := os.WriteFile(filepath.Join(site.Root, "ready", "orders-rec.csv"), []byte(goodRows("REC", 3)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg := intake.Config{WorkerID: "threc", Lease: 30 * time.Second, SpoolMinFree: 1, Affinity: intake.AffinityNone}
+	a := newRigCfg(t, pool, cfg, site)
+	a.poll("ro")
+	waitStable(t, pool, "ro", "orders-rec.csv", time.Second)
+	a.poll("ro")
+	if fs := files(t, pool, "ro"); len(fs) != 1 || fs[0].State != "archived" {
+		t.Fatalf("files %+v, want the file taken", fs)
+	}
+	a.d.Stop()
+	if _, err := pool.Exec(ctx, `ALTER TABLE orders RENAME TO orders_away;
+		UPDATE intake_record_claim SET last_seen = now() - interval '8 days' WHERE partner_id = 'ro'`); err != nil {
+		t.Fatal(err)
+	}
+	b := newRigCfg(t, pool, cfg, site)
+	if err := b.d.CheckTargets(ctx); err != nil {
+		t.Fatal(err)
+	}
+	b.poll("ro")
+	if n := testenv.Count(t, pool, `SELECT count(*) FROM intake_record_claim WHERE partner_id = 'ro' AND last_seen > now() - interval '1 hour'`); n != 1 {
+		t.Fatalf("%d renewed records, want the taken file's: a held feed's listing forgot it", n)
+	}
+	if _, err := pool.Exec(ctx, `ALTER TABLE orders_away RENAME TO orders`); err != nil {
+		t.Fatal(err)
+	}
+	intake.HeldFeedsDue(b.d)
+	if err := b.d.RefreshGauges(ctx); err != nil {
+		t.Fatal(err)
+	}
+	b.poll("ro")
+	if fs := files(t, pool, "ro"); len(fs) != 1 {
+		t.Fatalf("files %+v: the file was taken again after the hold", fs)
 	}
 }

@@ -175,17 +175,28 @@ func NewCache(db *pgxpool.Pool) *Cache {
 	return &Cache{db: db, m: map[string]*Table{}}
 }
 
-// Get returns the checked target of a feed, loading it on first use.
+// Get returns the checked target of a feed, loading it on first use. The
+// load runs without the cache's lock: callers that hold a pool connection
+// while they ask (a plan's transaction, an apply ahead) must not wait
+// behind a load that waits for a connection, such as a held feed's retry
+// (intake/targethold.go). Two loads of one mapping at once keep the first
+// stored; Load only reads the catalog.
 func (c *Cache) Get(ctx context.Context, f *partners.Feed) (*Table, error) {
 	key := mappingKey(f)
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	if t, ok := c.m[key]; ok {
+	t, ok := c.m[key]
+	c.mu.Unlock()
+	if ok {
 		return t, nil
 	}
 	t, err := Load(ctx, c.db, f)
 	if err != nil {
 		return nil, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if first, ok := c.m[key]; ok {
+		return first, nil
 	}
 	c.m[key] = t
 	return t, nil

@@ -113,9 +113,9 @@ type Results struct {
 	// the file.
 	FloorSFTPManifestS          float64 `json:"floor_sftp_manifest_s"`
 	RatioManifestDuplicateFloor float64 `json:"ratio_manifest_duplicate_floor"`
-	SmallFiles             int     `json:"small_files"`
-	SmallFilesPerS         float64 `json:"small_files_per_s"`
-	PeakRSSMiB1M           float64 `json:"peak_rss_mib_1m"`
+	SmallFiles                  int     `json:"small_files"`
+	SmallFilesPerS              float64 `json:"small_files_per_s"`
+	PeakRSSMiB1M                float64 `json:"peak_rss_mib_1m"`
 	// the replay's: its chunks' look-ups of the rows the target holds
 	// keep a bounded share of the range they read (item 46)
 	PeakRSSMiB1MReplay float64 `json:"peak_rss_mib_1m_replay"`
