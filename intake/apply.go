@@ -44,7 +44,7 @@ func (r *fileRun) apply(ctx context.Context) error {
 	if done, err := r.frozenMapping(ctx); done || err != nil {
 		return err
 	}
-	tgt, err := r.d.targets.Get(ctx, r.feed)
+	tgt, err := r.targetTable(ctx)
 	if err != nil {
 		return err
 	}

@@ -145,7 +145,7 @@ func (r *fileRun) planApproval(ctx context.Context, sc *scan, res *planResult) e
 // column's encoding refuses count as invalid rejects.
 func (r *fileRun) targetPlan(ctx context.Context, tx pgx.Tx, total int64) (target.PlanCounts, []target.PlanChange, error) {
 	var counts target.PlanCounts
-	tgt, err := r.d.targets.Get(ctx, r.feed)
+	tgt, err := r.targetTable(ctx)
 	if err != nil {
 		return counts, nil, err
 	}
@@ -293,9 +293,6 @@ func (d *Daemon) resumeDecided(ctx context.Context, p *partnerRT, sess *partners
 		return err
 	}
 	for _, old := range rows {
-		if p.feedHeld(old.Feed) {
-			continue // its table cannot be written: it waits (targethold.go)
-		}
 		dst := sess.Layout.Processing(d.cfg.WorkerID, old.RemoteName)
 		if p.cfg.Records() {
 			dst = old.ClaimedPath // claim: record: the file stays where it is

@@ -10,6 +10,7 @@ import (
 	"github.com/partner-intake/partner-intake/internal/fault"
 
 	"github.com/partner-intake/partner-intake/internal/pgerr"
+	"github.com/partner-intake/partner-intake/partners"
 )
 
 // settle decides what a failed run means for its file, so that one file
@@ -25,6 +26,20 @@ func (r *fileRun) settle(ctx context.Context, err error) error {
 	}
 	if errors.Is(err, fault.ErrInjected) {
 		return err // the crash tests' stand-in for a process that stops here
+	}
+	if errors.Is(err, errFeedHeld) {
+		// the feed's table, not the file: it waits, no attempt counted,
+		// and its owner's next resume renews its lease (targethold.go)
+		if derr := r.d.ledger.Defer(ctx, r.in, targetRetry); derr != nil {
+			var fe *FencedError
+			if errors.As(derr, &fe) {
+				r.fencedOut(fe.Step)
+				return nil
+			}
+			return fmt.Errorf("intake %d: %w (deferring it failed: %v)", r.in.ID, err, derr)
+		}
+		r.log.Info("file waits for its feed's target table; no attempt counted", "reason", string(partners.SkipTargetUnusable))
+		return nil
 	}
 	switch classify(err) {
 	case kindFinal, kindRefused:

@@ -989,9 +989,6 @@ func (d *Daemon) resumeRows(ctx context.Context, p *partnerRT, sess *partners.Se
 		if old.State == StateOutcomeUnknown {
 			continue // the reconciler resolves these from the ledger
 		}
-		if p.feedHeld(old.Feed) {
-			continue // its table cannot be written: no attempt is spent on it (targethold.go)
-		}
 		if err := d.stillHeld(ctx); err != nil {
 			return err
 		}

@@ -3,7 +3,9 @@ package intake
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -17,11 +19,12 @@ import (
 // not exist, lacks partner_id or last_intake_id, has no unique index on
 // (partner_id, key...), compares partner ids loosely, does not take a feed
 // column (target.Load's *target.Error), or PostgreSQL refuses to describe
-// it (a schema the role may not use: an error the server answered, not a
-// transient one). While the feed is held its files stay in ready/
-// untouched, its files already claimed are not resumed (their attempts
-// are not spent on it), and the partner's other feeds and every other
-// partner go on. Every replica reads a held feed's table again every
+// it (class 42: a schema the role may not use). While the feed is held its
+// files stay in ready/ untouched; its files already claimed go on up to
+// the table (download, duplicate decision, an archive after their rows
+// committed) and then wait, deferred without an attempt counted
+// (targetTable, settle), their owner renewing their lease at each resume;
+// and the partner's other feeds and every other partner go on. Every replica reads a held feed's table again every
 // targetRetry (gaugeLoop, and a poll that lists a file of it), whether
 // files wait or not, so the hold ends by itself once ops fix the table.
 //
@@ -85,25 +88,32 @@ func (d *Daemon) feedUsable(ctx context.Context, p *partnerRT, f *partners.Feed)
 }
 
 // unusableTarget reports whether err is the database's answer that the
-// target cannot be written, rather than a failure to ask it.
+// target cannot be written (target.Load's finding, or class 42 about the
+// table: a schema the role may not use), rather than a failure to ask it
+// (a connection refused, the server full, a password rotated: not a
+// property of the table).
 func unusableTarget(err error) bool {
 	var te *target.Error
 	if errors.As(err, &te) {
 		return true
 	}
 	var pe *pgconn.PgError
-	return errors.As(err, &pe) && !transient(err)
+	var ce *pgconn.ConnectError
+	return errors.As(err, &pe) && strings.HasPrefix(pe.Code, "42") && !errors.As(err, &ce)
 }
 
 // recheckHeld reads the table of every held feed whose retry is due
-// (gaugeLoop), files waiting or not, and sets every feed's gauge from
-// what its partner's current runtime holds.
+// (gaugeLoop), files waiting or not, each within 10 s, and sets every
+// feed's gauge from what its partner's current runtime holds.
 func (d *Daemon) recheckHeld(ctx context.Context) {
 	for _, p := range d.partnerList() {
 		for i := range p.cfg.Feeds {
 			f := &p.cfg.Feeds[i]
 			if p.feedHeld(f.Name) {
-				if _, err := d.feedUsable(ctx, p, f); err != nil && ctx.Err() == nil {
+				fctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+				_, err := d.feedUsable(fctx, p, f)
+				cancel()
+				if err != nil && ctx.Err() == nil {
 					d.log.Warn("held feed's target table not read again", "partner", p.cfg.ID, "feed", f.Name, "err", err)
 				}
 			}
@@ -190,6 +200,28 @@ func (d *Daemon) HeldFeeds() []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// errFeedHeld: the file's feed is held; the file waits for its table
+// without an attempt counted (settle defers it).
+var errFeedHeld = errors.New("the feed's target table cannot be written")
+
+// targetTable is the file's target table. A feed held (or found unusable
+// now, and held from now on) makes the file wait: errFeedHeld, which
+// settle turns into a deferred next attempt, not a counted one. The steps
+// before the table (download, hash, the duplicate decision, an archive
+// after the rows committed, a rejection's quarantine) run while it is
+// held; only planning and applying wait.
+func (r *fileRun) targetTable(ctx context.Context) (*target.Table, error) {
+	if r.p != nil && r.p.feedHeld(r.feed.Name) {
+		return nil, errFeedHeld
+	}
+	tgt, err := r.d.targets.Get(ctx, r.feed)
+	if err != nil && r.p != nil && unusableTarget(err) {
+		r.d.setFeedHeld(r.p, r.feed, pgerr.Redact(err))
+		return nil, fmt.Errorf("%w: %w", errFeedHeld, err)
+	}
+	return tgt, err
 }
 
 // feedGate answers, for one poll's listing, whether a feed's files may be

@@ -133,9 +133,10 @@ func TestAFeedWhoseTargetCannotBeWrittenHoldsOnlyItsFiles(t *testing.T) {
 }
 
 // A file of a feed that is held when its owner comes back (it waited for
-// its next attempt; its table was renamed meanwhile) is not resumed: its
-// attempts are not spent on the table and the partner hears nothing; once
-// the table is back and the hold ends, it is applied.
+// its next attempt; its table was renamed meanwhile) waits: its run stops
+// before the table and defers it without counting an attempt, its owner
+// keeps its lease (no reconciler takes it over), and the partner hears
+// nothing; once the table is back and the hold ends, it is applied.
 func TestAHeldFeedsFileInFlightWaitsWithoutSpendingAttempts(t *testing.T) {
 	defer intake.SetTargetRetry(time.Hour)()
 	_, pool := testenv.DB(t)
@@ -177,12 +178,19 @@ func TestAHeldFeedsFileInFlightWaitsWithoutSpendingAttempts(t *testing.T) {
 	if reps := site.Files(t, "reports"); len(reps) != 0 {
 		t.Fatalf("the partner was told something about a held file: %v", reps)
 	}
+	if n := testenv.Count(t, pool, `SELECT count(*) FROM file_intake WHERE partner_id = $1 AND lease_until > now() AND next_attempt_at > now()`, id); n != 1 {
+		t.Fatal("the held file is not deferred under a live lease: a reconciler would take it over")
+	}
 
 	if _, err := pool.Exec(ctx, `ALTER TABLE orders_away RENAME TO orders`); err != nil {
 		t.Fatal(err)
 	}
 	intake.HeldFeedsDue(r.d)
 	if err := r.d.RefreshGauges(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// its deferred attempt due (a retry later: 30 s outside this test)
+	if _, err := pool.Exec(ctx, `UPDATE file_intake SET next_attempt_at = now() - interval '1 second' WHERE partner_id = 'th-res'`); err != nil {
 		t.Fatal(err)
 	}
 	r.poll(id)

@@ -256,6 +256,23 @@ func (l *Ledger) RecordAttempt(ctx context.Context, in *Intake, lastErr string, 
 	return n, age, nil
 }
 
+// Defer sets the file's next attempt after wait without counting one, under
+// its fencing token: the file waits for something that is not its own
+// failure (its feed's target table, intake/targethold.go).
+func (l *Ledger) Defer(ctx context.Context, in *Intake, wait time.Duration) error {
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	tag, err := l.pool.Exec(wctx, `UPDATE file_intake SET next_attempt_at = now() + $3::interval, updated_at = now()
+		WHERE intake_id = $1 AND fencing_token = $2 AND state = ANY($4)`, in.ID, in.Token, wait, liveStates)
+	if err != nil {
+		return fmt.Errorf("defer: %w", err)
+	}
+	if tag.RowsAffected() == 0 {
+		return &FencedError{IntakeID: in.ID, Token: in.Token, Step: "defer"}
+	}
+	return nil
+}
+
 // DataInUse reports whether an unfinished intake of the partner other
 // than in also reads the data bytes sha, as its data or as its original
 // (the spool holds one entry per hash: a decrypted or expanded copy can be
