@@ -142,11 +142,8 @@ func (d *Daemon) Reload(ctx context.Context, parts []partners.Config) (ReloadRes
 		d.cron.Remove(p.cronID)
 		close(p.quit) // its poller ends after the poll in progress
 	}
-	for _, p := range fresh { // a changed partner's feeds may differ from its predecessor's
+	for _, p := range fresh { // a changed partner's feeds may differ from its predecessor's (recheckHeld sets them again)
 		d.metrics.targetHeld.DeletePartialMatch(prometheus.Labels{"partner": p.cfg.ID})
-		for i := range p.cfg.Feeds {
-			d.setFeedHeld(p, &p.cfg.Feeds[i], "")
-		}
 	}
 	for _, h := range held {
 		d.setFeedHeld(h.p, h.f, h.problem)

@@ -138,13 +138,17 @@ func (p *partnerRT) feedHeld(feed string) bool {
 
 // setFeedHeld holds the feed for problem (a redacted error), or lets it
 // go (problem ""), logging the change and setting
-// intake_feed_target_held. It reports whether it let a hold go.
+// intake_feed_target_held (a feed neither held nor let go is left to
+// recheckHeld's every 15 s: a poll sets no gauge). It reports whether it
+// let a hold go.
 func (d *Daemon) setFeedHeld(p *partnerRT, f *partners.Feed, problem string) (released bool) {
 	now := time.Now()
 	p.holdMu.Lock()
 	h := p.holds[f.Name]
 	switch {
 	case problem == "" && h == nil:
+		p.holdMu.Unlock()
+		return false
 	case problem == "":
 		delete(p.holds, f.Name)
 	case h == nil:
