@@ -782,6 +782,7 @@ type partnerRT struct {
 
 	holdMu sync.Mutex
 	holds  map[string]*feedHold // by feed name: feeds whose target cannot be written (targethold.go)
+	nHeld  atomic.Int32         // len(holds), read by a poll's gate without holdMu
 }
 
 func (p *partnerRT) poke() {

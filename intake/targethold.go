@@ -151,11 +151,13 @@ func (d *Daemon) setFeedHeld(p *partnerRT, f *partners.Feed, problem string) (re
 		return false
 	case problem == "":
 		delete(p.holds, f.Name)
+		p.nHeld.Add(-1)
 	case h == nil:
 		if p.holds == nil {
 			p.holds = map[string]*feedHold{}
 		}
 		p.holds[f.Name] = &feedHold{problem: problem, since: now, next: now.Add(targetRetry)}
+		p.nHeld.Add(1)
 	default:
 		h.problem, h.next = problem, now.Add(targetRetry)
 	}
@@ -241,6 +243,13 @@ func (d *Daemon) newFeedGate(p *partnerRT) *feedGate {
 }
 
 func (g *feedGate) usable(ctx context.Context, f *partners.Feed) (bool, error) {
+	if g.p.nHeld.Load() == 0 {
+		// every feed of a runtime was loaded or held when it was made
+		// (CheckTargets, a reload's checkFeeds): none held, all usable;
+		// a table found unusable later is held by the file's run
+		// (targetTable)
+		return true, nil
+	}
 	if ok, seen := g.known[f]; seen {
 		return ok, nil
 	}
