@@ -29,6 +29,16 @@ type cfgOpts struct {
 	feedExtra                            string // YAML lines appended to the feed, indented 8 spaces
 }
 
+// ordersColumnsYAML is the orders feed's column list (testenv.OrdersFeed,
+// with precisions the target's columns take), indented for a feed.
+const ordersColumnsYAML = `          - {name: order_id, type: text, required: true, max_length: 32}
+          - {name: email, type: email}
+          - {name: amount, type: decimal, scale: 2, precision: 12, required: true}
+          - {name: status, type: enum, values: [new, paid, shipped], required: true}
+          - {name: placed_at, type: timestamp, required: true}
+          - {name: qty, type: integer, precision: 9}
+`
+
 func writeConfig(t *testing.T, site *testenv.Site, knownHosts string) string {
 	return writeConfigOpts(t, site, cfgOpts{knownHosts: knownHosts})
 }
@@ -80,15 +90,9 @@ partners:
         pattern: 'orders-.*\.csv'
         chunk_rows: %d
         columns:
-          - {name: order_id, type: text, required: true, max_length: 32}
-          - {name: email, type: email}
-          - {name: amount, type: decimal, scale: 2, precision: 12, required: true}
-          - {name: status, type: enum, values: [new, paid, shipped], required: true}
-          - {name: placed_at, type: timestamp, required: true}
-          - {name: qty, type: integer, precision: 9}
-        key: [order_id]
+%s        key: [order_id]
         target: orders
-%s`, o.worker, o.lease, o.affinity, o.spool, o.schedule, c.ID, o.poll, c.SFTP.Address, c.SFTP.User, c.SFTP.PrivateKeyFile, o.knownHosts, c.SFTP.Root, o.chunkRows, o.feedExtra)
+%s`, o.worker, o.lease, o.affinity, o.spool, o.schedule, c.ID, o.poll, c.SFTP.Address, c.SFTP.User, c.SFTP.PrivateKeyFile, o.knownHosts, c.SFTP.Root, o.chunkRows, ordersColumnsYAML, o.feedExtra)
 	p := filepath.Join(t.TempDir(), "intake.yaml")
 	if err := os.WriteFile(p, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)

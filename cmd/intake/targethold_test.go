@@ -20,13 +20,7 @@ func TestRunOnceWithAFeedItCannotWriteAppliesTheRest(t *testing.T) {
 	returns := `      - name: returns
         pattern: 'returns-.*\.csv'
         columns:
-          - {name: order_id, type: text, required: true, max_length: 32}
-          - {name: email, type: email}
-          - {name: amount, type: decimal, scale: 2, precision: 12, required: true}
-          - {name: status, type: enum, values: [new, paid, shipped], required: true}
-          - {name: placed_at, type: timestamp, required: true}
-          - {name: qty, type: integer, precision: 9}
-        key: [order_id]
+` + ordersColumnsYAML + `        key: [order_id]
         target: thcli_returns
 `
 	cfg := writeConfigOpts(t, site, cfgOpts{feedExtra: returns})
