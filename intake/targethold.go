@@ -24,9 +24,10 @@ import (
 // the table (download, duplicate decision, an archive after their rows
 // committed) and then wait, deferred without an attempt counted
 // (targetTable, settle), their owner renewing their lease at each resume;
-// and the partner's other feeds and every other partner go on. Every replica reads a held feed's table again every
-// targetRetry (gaugeLoop, and a poll that lists a file of it), whether
-// files wait or not, so the hold ends by itself once ops fix the table.
+// and the partner's other feeds and every other partner go on. Every
+// replica reads a held feed's table again every targetRetry (gaugeLoop,
+// and a poll that lists a file of it), whether files wait or not, so the
+// hold ends by itself once ops fix the table.
 //
 // Before, one such feed stopped them all: a daemon whose config named it
 // did not start, and `intake run --once` polled no partner (CheckTargets
@@ -117,15 +118,22 @@ func (d *Daemon) recheckHeld(ctx context.Context) {
 					d.log.Warn("held feed's target table not read again", "partner", p.cfg.ID, "feed", f.Name, "err", err)
 				}
 			}
-			if !p.retired() {
-				held := 0.0
-				if p.feedHeld(f.Name) {
-					held = 1
-				}
-				d.metrics.targetHeld.WithLabelValues(p.cfg.ID, f.Name).Set(held)
-			}
+			d.setHeldGauge(p, f.Name, p.feedHeld(f.Name))
 		}
 	}
+}
+
+// setHeldGauge sets intake_feed_target_held for the feed, unless the
+// runtime was replaced or removed: its successor speaks for the partner.
+func (d *Daemon) setHeldGauge(p *partnerRT, feed string, held bool) {
+	if p.retired() {
+		return
+	}
+	v := 0.0
+	if held {
+		v = 1
+	}
+	d.metrics.targetHeld.WithLabelValues(p.cfg.ID, feed).Set(v)
 }
 
 // feedHeld reports whether the runtime holds the feed now.
@@ -162,13 +170,7 @@ func (d *Daemon) setFeedHeld(p *partnerRT, f *partners.Feed, problem string) (re
 		h.problem, h.next = problem, now.Add(targetRetry)
 	}
 	p.holdMu.Unlock()
-	if !p.retired() { // a replaced runtime's successor speaks for the partner
-		held := 0.0
-		if problem != "" {
-			held = 1
-		}
-		d.metrics.targetHeld.WithLabelValues(p.cfg.ID, f.Name).Set(held)
-	}
+	d.setHeldGauge(p, f.Name, problem != "")
 	switch {
 	case problem != "" && h == nil:
 		d.log.Error("feed held: its target table cannot be written; its files stay in ready/ until it can",

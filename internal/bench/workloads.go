@@ -251,12 +251,11 @@ func (e *env) sftpManifestFloor(root, man string) (float64, error) {
 	if err := os.WriteFile(batch, []byte(fmt.Sprintf("get %s %s\n", remote, local)), 0o600); err != nil {
 		return 0, err
 	}
-	host, port, _ := strings.Cut(e.sshAddr(), ":")
+	args := e.sftpArgs(batch)
 	var walls []float64
 	for range 3 {
 		start := time.Now()
-		out, err := exec.Command("sftp", "-q", "-b", batch, "-i", e.sshd.ClientKeyFile, "-o", "UserKnownHostsFile="+e.knownHosts(),
-			"-o", "StrictHostKeyChecking=yes", "-P", port, e.sshd.User+"@"+host).CombinedOutput()
+		out, err := exec.Command(args[0], args[1:]...).CombinedOutput()
 		if err != nil {
 			return 0, fmt.Errorf("sftp floor: %v\n%s", err, out)
 		}
@@ -429,6 +428,14 @@ func quiet() {
 	syscall.Sync()
 }
 
+// sftpArgs is OpenSSH's sftp running batch against the bench's sshd, as
+// the naive pipeline runs it (the host key pinned).
+func (e *env) sftpArgs(batch string) []string {
+	host, port, _ := strings.Cut(e.sshAddr(), ":")
+	return []string{"sftp", "-q", "-b", batch, "-i", e.sshd.ClientKeyFile, "-o", "UserKnownHostsFile=" + e.knownHosts(),
+		"-o", "StrictHostKeyChecking=yes", "-P", port, e.sshd.User + "@" + host}
+}
+
 // naive runs the pipeline a user would script: sftp get, sha256sum, psql
 // \copy into a temp table and one guarded upsert.
 func (e *env) naive(url, root, name, batch string) (float64, error) {
@@ -438,10 +445,8 @@ func (e *env) naive(url, root, name, batch string) (float64, error) {
 	if err := os.WriteFile(batchFile, []byte(fmt.Sprintf("get %s %s\n", filepath.Join(root, "ready", name), local)), 0o600); err != nil {
 		return 0, err
 	}
-	host, port, _ := strings.Cut(e.sshAddr(), ":")
 	steps := [][]string{
-		{"sftp", "-q", "-b", batchFile, "-i", e.sshd.ClientKeyFile, "-o", "UserKnownHostsFile=" + e.knownHosts(),
-			"-o", "StrictHostKeyChecking=yes", "-P", port, e.sshd.User + "@" + host},
+		e.sftpArgs(batchFile),
 		{"sha256sum", local},
 	}
 	for _, s := range steps {
