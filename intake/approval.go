@@ -300,7 +300,14 @@ func (d *Daemon) resumeDecided(ctx context.Context, p *partnerRT, sess *partners
 		if err := d.stillHeld(ctx); err != nil {
 			return err
 		}
-		in, err := d.ledger.TakeOver(ctx, old, d.cfg.WorkerID, dst)
+		// the takeover and its move are one step in the partner's claim
+		// section (ledger.InClaimSection)
+		var in *Intake
+		err := d.ledger.InClaimSection(ctx, p.cfg.ID, func(*ledger.ClaimLock) error {
+			var err error
+			in, err = d.takeOverDecided(ctx, p, sess, old, dst)
+			return err
+		})
 		var fe *FencedError
 		if errors.As(err, &fe) {
 			continue // resumed or taken meanwhile
@@ -308,24 +315,34 @@ func (d *Daemon) resumeDecided(ctx context.Context, p *partnerRT, sess *partners
 		if err != nil {
 			return err
 		}
-		if !p.cfg.Records() && old.ClaimedPath != dst {
-			if err := sess.Rename(old.ClaimedPath, dst); err != nil {
-				if _, serr := sess.Lstat(dst); serr != nil {
-					// the run goes on from the spool where it can (ensureSpooled)
-					d.log.Warn("a decided file is not where its owner left it", "partner", p.cfg.ID, "intake_id", in.ID, "path", old.ClaimedPath, "err", err)
-				}
-			}
-			if in.ManifestName != "" {
-				from, to := path.Join(path.Dir(old.ClaimedPath), in.ManifestName), path.Join(path.Dir(dst), in.ManifestName)
-				if err := sess.Rename(from, to); err != nil && !partners.IsNotExist(err) {
-					d.log.Warn("could not move a manifest with its decided file", "partner", p.cfg.ID, "intake_id", in.ID, "err", err)
-				}
-			}
-		}
 		d.log.Info("took over a file ops decided", "partner", p.cfg.ID, "intake_id", in.ID, "from_worker", old.Worker, "decision", old.PlanDecision)
 		if err := d.runFile(ctx, p, sess, in); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// takeOverDecided takes a decided file over and moves it into this
+// worker's processing dir, in the partner's claim section.
+func (d *Daemon) takeOverDecided(ctx context.Context, p *partnerRT, sess *partners.Session, old *Intake, dst string) (*Intake, error) {
+	in, err := d.ledger.TakeOver(ctx, old, d.cfg.WorkerID, dst)
+	if err != nil {
+		return nil, err
+	}
+	if !p.cfg.Records() && old.ClaimedPath != dst {
+		if err := sess.Rename(old.ClaimedPath, dst); err != nil {
+			if _, serr := sess.Lstat(dst); serr != nil {
+				// the run goes on from the spool where it can (ensureSpooled)
+				d.log.Warn("a decided file is not where its owner left it", "partner", p.cfg.ID, "intake_id", in.ID, "path", old.ClaimedPath, "err", err)
+			}
+		}
+		if in.ManifestName != "" {
+			from, to := path.Join(path.Dir(old.ClaimedPath), in.ManifestName), path.Join(path.Dir(dst), in.ManifestName)
+			if err := sess.Rename(from, to); err != nil && !partners.IsNotExist(err) {
+				d.log.Warn("could not move a manifest with its decided file", "partner", p.cfg.ID, "intake_id", in.ID, "err", err)
+			}
+		}
+	}
+	return in, nil
 }

@@ -37,6 +37,7 @@ type metrics struct {
 	workerIDHeld    prometheus.Gauge
 	spoolFree       prometheus.Gauge
 	orphansAdopted  *prometheus.CounterVec // orphans.go
+	orphansVanished *prometheus.CounterVec // orphans.go
 	plans           *prometheus.CounterVec // approval.go
 	ahead           *prometheus.CounterVec // ahead.go
 
@@ -93,6 +94,8 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		spoolFree:    f.NewGauge(prometheus.GaugeOpts{Name: "intake_spool_free_bytes", Help: "Free bytes on the spool's disk at the last check."}),
 		orphansAdopted: f.NewCounterVec(prometheus.CounterOpts{Name: "intake_orphan_claims_adopted_total",
 			Help: "Claims without a row taken from a stopped worker's processing/ dir by the partner's poller."}, []string{"partner"}),
+		orphansVanished: f.NewCounterVec(prometheus.CounterOpts{Name: "intake_orphan_claims_vanished_total",
+			Help: "Entries of a processing/ dir listed without a row that were gone when looked at again in the partner's claim section (another replica took them over meanwhile): no row, no outcome for the partner."}, []string{"partner"}),
 		ahead: f.NewCounterVec(prometheus.CounterOpts{Name: "intake_apply_ahead_total",
 			Help: "Large files applied while they downloaded, by result: committed (taken on by the apply once the plan said go), rolled_back (the plan held the file, it was a duplicate, or its run ended), abandoned (stopped by an error ahead: applied from the spool after the plan instead)."}, []string{"partner", "result"}),
 		plans: f.NewCounterVec(prometheus.CounterOpts{Name: "intake_plans_total",
@@ -175,6 +178,9 @@ type Metrics struct {
 	Awaiting      *prometheus.GaugeVec
 	Ahead         *prometheus.CounterVec
 	TargetHeld    *prometheus.GaugeVec
+	// OrphansVanished: entries listed without a row that were gone when
+	// looked at again in the claim section (orphans.go).
+	OrphansVanished *prometheus.CounterVec
 }
 
 // Metrics returns the daemon's metric vectors.
@@ -185,7 +191,7 @@ func (d *Daemon) Metrics() Metrics {
 		ChunkRetries: d.metrics.chunkRetries, Files: d.metrics.files, Stage: d.metrics.stageSeconds, Bytes: d.metrics.bytesDownloaded,
 		HashOnly: d.metrics.hashOnly, Grouped: d.metrics.grouped, Polls: d.metrics.polls, QuotaFull: d.metrics.quotaFull,
 		Skipped: d.metrics.skipped, PutBack: d.metrics.putBack, Plans: d.metrics.plans, Awaiting: d.metrics.awaiting,
-		Ahead: d.metrics.ahead, TargetHeld: d.metrics.targetHeld}
+		Ahead: d.metrics.ahead, TargetHeld: d.metrics.targetHeld, OrphansVanished: d.metrics.orphansVanished}
 }
 
 // connections exports how many SSH connections the daemon's sessions

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/partner-intake/partner-intake/intake/ledger"
+	"github.com/partner-intake/partner-intake/internal/fault"
 	"github.com/partner-intake/partner-intake/partners"
 )
 
@@ -87,6 +89,25 @@ func (d *Daemon) adoptFrom(ctx context.Context, p *partnerRT, sess *partners.Ses
 	if len(ents) == 0 {
 		return nil
 	}
+	if err := fault.Check("adopt:listed"); err != nil {
+		return err
+	}
+	// the moves below are writes: none on a site whose preparation
+	// failed (partners.ErrNotPrepared fails the poll)
+	if err := sess.Prepared(); err != nil {
+		return err
+	}
+	// The rows are read, and the entries moved, in the partner's claim
+	// section: no takeover moves a file of w's between that look and
+	// these moves, however long this replica paused since its listing.
+	return d.ledger.InClaimSection(ctx, p.cfg.ID, func(*ledger.ClaimLock) error {
+		return d.moveOrphans(ctx, p, sess, w, ents)
+	})
+}
+
+// moveOrphans is adoptFrom's moves, in the partner's claim section.
+func (d *Daemon) moveOrphans(ctx context.Context, p *partnerRT, sess *partners.Session, w string, ents []os.FileInfo) error {
+	dir := sess.Layout.ProcessingDir(w)
 	have := map[string]bool{}
 	paths := make([]string, 0, len(ents))
 	for _, e := range ents {
@@ -95,11 +116,6 @@ func (d *Daemon) adoptFrom(ctx context.Context, p *partnerRT, sess *partners.Ses
 	}
 	owned, err := d.ledger.LivePaths(ctx, p.cfg.ID, paths)
 	if err != nil {
-		return err
-	}
-	// the moves below are writes: none on a site whose preparation
-	// failed (partners.ErrNotPrepared fails the poll)
-	if err := sess.Prepared(); err != nil {
 		return err
 	}
 	manifests := p.cfg.Readiness == partners.ReadinessManifest
@@ -156,4 +172,86 @@ func (d *Daemon) adoptFrom(ctx context.Context, p *partnerRT, sess *partners.Ses
 		d.metrics.orphansAdopted.WithLabelValues(p.cfg.ID).Inc()
 	}
 	return nil
+}
+
+// adoptOwn records a claim for each entry of this worker's processing dir
+// listed without a live row (cands), and returns how many it recorded. The
+// listing may be from before a pause in which another replica took the
+// files over and moved them, or finished them: each entry is looked at
+// again (LSTAT) inside the partner's claim section, where no takeover
+// moves a file, and recorded there only if it is still in place and no
+// live row owns its path (ledger.InClaimSection). An entry gone by then
+// was never this worker's to adopt: it gets no row, so no receipt, no
+// reason file and no count as failed; it is logged and counted
+// (intake_orphan_claims_vanished_total).
+func (d *Daemon) adoptOwn(ctx context.Context, p *partnerRT, sess *partners.Session, cands []*Intake) (int, error) {
+	if len(cands) == 0 {
+		return 0, nil
+	}
+	paths := make([]string, len(cands))
+	for i, in := range cands {
+		paths[i] = in.ClaimedPath
+	}
+	// entries with a live row are the rows' to resume (a restart): no
+	// section is entered for them
+	owned, err := d.ledger.LivePaths(ctx, p.cfg.ID, paths)
+	if err != nil {
+		return 0, err
+	}
+	var orphans []*Intake
+	for _, in := range cands {
+		if !owned[in.ClaimedPath] {
+			orphans = append(orphans, in)
+		}
+	}
+	if len(orphans) == 0 {
+		return 0, nil
+	}
+	if err := fault.Check("resume:orphan"); err != nil {
+		return 0, err
+	}
+	var recorded []*Intake
+	var vanished int
+	err = d.ledger.InClaimSection(ctx, p.cfg.ID, func(c *ledger.ClaimLock) error {
+		recorded, vanished = recorded[:0], 0
+		for _, in := range orphans {
+			fi, err := sess.Lstat(in.ClaimedPath)
+			if partners.IsNotExist(err) {
+				vanished++
+				continue
+			}
+			if err != nil {
+				return fmt.Errorf("look at %s again: %w", in.ClaimedPath, err)
+			}
+			if in.Feed != NoFeed {
+				if !fi.Mode().IsRegular() {
+					continue // swapped since the listing: the claim path holds no file of ours
+				}
+				in.ListedSize, in.ListedMTime = fi.Size(), fi.ModTime()
+			}
+			if err := fault.Check("resume:before_insert"); err != nil {
+				return err
+			}
+			err = c.Adopt(ctx, d.ledger, in)
+			if errors.Is(err, ledger.ErrTracked) {
+				continue // a live row owns the path: it is that row's to resume
+			}
+			if err != nil {
+				return err
+			}
+			recorded = append(recorded, in)
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	if vanished > 0 {
+		d.log.Info("entries listed in this worker's processing dir without a row were gone when looked at again; another replica took them over", "partner", p.cfg.ID, "count", vanished)
+		d.metrics.orphansVanished.WithLabelValues(p.cfg.ID).Add(float64(vanished))
+	}
+	for _, in := range recorded {
+		d.log.Info("adopted a claimed file without a row", "partner", p.cfg.ID, "intake_id", in.ID)
+	}
+	return len(recorded), nil
 }

@@ -890,10 +890,16 @@ func (d *Daemon) resumeOwn(ctx context.Context, p *partnerRT, sess *partners.Ses
 	if err != nil {
 		return fmt.Errorf("list %s: %w", dir, err)
 	}
+	if err := fault.Check("resume:listed"); err != nil {
+		return err
+	}
 	have := map[string]bool{}
 	for _, e := range ents {
 		have[e.Name()] = e.Mode().IsRegular()
 	}
+	// the entries that may have no row: recorded only after a look again
+	// in the partner's claim section (adoptOwn)
+	var cands []*Intake
 	for _, e := range ents {
 		if err := d.stillHeld(ctx); err != nil {
 			return err
@@ -901,15 +907,8 @@ func (d *Daemon) resumeOwn(ctx context.Context, p *partnerRT, sess *partners.Ses
 		name := e.Name()
 		if strings.HasPrefix(name, partners.HostilePrefix) {
 			// a hostile entry claimed just before a crash: hold it now
-			in := &Intake{Partner: p.cfg.ID, Feed: NoFeed, RemoteName: name, ClaimedPath: path.Join(dir, name),
-				ListedSize: e.Size(), Worker: d.cfg.WorkerID}
-			err := d.ledger.InsertClaim(ctx, in)
-			if err != nil && !errors.Is(err, ledger.ErrTracked) {
-				return err
-			}
-			if err == nil {
-				due = nil // a row the look-up began before
-			}
+			cands = append(cands, &Intake{Partner: p.cfg.ID, Feed: NoFeed, RemoteName: name, ClaimedPath: path.Join(dir, name),
+				ListedSize: e.Size(), Worker: d.cfg.WorkerID})
 			continue
 		}
 		if !e.Mode().IsRegular() || strings.HasPrefix(name, ".") || !partners.SafeName(name) {
@@ -943,16 +942,15 @@ func (d *Daemon) resumeOwn(ctx context.Context, p *partnerRT, sess *partners.Ses
 				continue
 			}
 		}
-		in := &Intake{Partner: p.cfg.ID, Feed: feed.Name, RemoteName: name, ClaimedPath: path.Join(dir, name),
-			ListedSize: e.Size(), ListedMTime: e.ModTime(), Worker: d.cfg.WorkerID, ManifestName: manifest}
-		err := d.ledger.InsertClaim(ctx, in)
-		if err != nil && !errors.Is(err, ledger.ErrTracked) {
-			return err
-		}
-		if err == nil {
-			d.log.Info("adopted a claimed file without a row", "partner", p.cfg.ID, "intake_id", in.ID)
-			due = nil // a row the look-up began before
-		}
+		cands = append(cands, &Intake{Partner: p.cfg.ID, Feed: feed.Name, RemoteName: name, ClaimedPath: path.Join(dir, name),
+			ListedSize: e.Size(), ListedMTime: e.ModTime(), Worker: d.cfg.WorkerID, ManifestName: manifest})
+	}
+	adopted, err := d.adoptOwn(ctx, p, sess, cands)
+	if err != nil {
+		return err
+	}
+	if adopted > 0 {
+		due = nil // rows the look-up began before
 	}
 	// Every entry of this worker's dir has a row now: whatever happens
 	// next in this poll, a failure of it unsettles the partner again

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/partner-intake/partner-intake/intake"
+	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/internal/pgerr"
 	"github.com/partner-intake/partner-intake/partners"
 )
@@ -182,8 +183,20 @@ func (r *Reconciler) rowOrphanClaims(ctx context.Context, p *partners.Config, s 
 }
 
 // adopt moves one orphaned claim into this worker's processing dir and
-// records it (matrix row 1).
+// records it (matrix row 1), in the partner's claim section: the row that
+// the listing found missing is looked for again there, where no takeover
+// moves a file, and the row is committed with the section.
 func (r *Reconciler) adopt(ctx context.Context, p *partners.Config, s *partners.Session, old, dst, name, feedName string, size int64, w string, add addFunc) error {
+	return r.ledger.InClaimSection(ctx, p.ID, func(c *ledger.ClaimLock) error {
+		owned, err := r.ledger.Owned(ctx, p.ID, old)
+		if err != nil || owned {
+			return err // owned: a live row, the expired-lease row handles it
+		}
+		return r.adoptLocked(ctx, c, p, s, old, dst, name, feedName, size, w, add)
+	})
+}
+
+func (r *Reconciler) adoptLocked(ctx context.Context, c *ledger.ClaimLock, p *partners.Config, s *partners.Session, old, dst, name, feedName string, size int64, w string, add addFunc) error {
 	if err := s.Rename(old, dst); err != nil {
 		add(Finding{Kind: KindTakeoverBlocked, Path: old, NeedsHuman: !partners.IsNotExist(err),
 			Action: "none", Detail: fmt.Sprintf("could not move it into processing/%s/: %v", r.worker, err)})
@@ -200,8 +213,11 @@ func (r *Reconciler) adopt(ctx context.Context, p *partners.Config, s *partners.
 			in.ManifestName = name + partners.ManifestSuffix
 		}
 	}
-	if err := r.ledger.Adopt(ctx, in); err != nil {
+	if err := c.Adopt(ctx, r.ledger, in); err != nil {
 		r.takenOver(p.ID) // the file is in this worker's processing/ without a row: its poller adopts it
+		if errors.Is(err, ledger.ErrTracked) {
+			return &intake.FencedError{Step: "adopt: a live row already owns " + in.ClaimedPath}
+		}
 		return err
 	}
 	add(Finding{Kind: KindOrphanClaim, IntakeID: in.ID, Path: old,
@@ -234,50 +250,65 @@ func (r *Reconciler) rowExpiredLeases(ctx context.Context, p *partners.Config, s
 		if p.Records() {
 			dst = old.ClaimedPath // claim: record: the file stays where it is
 		}
-		in, err := r.ledger.TakeOver(ctx, old, r.worker, dst)
-		var fe *intake.FencedError
-		if errors.As(err, &fe) {
-			continue // renewed or taken meanwhile
-		}
+		// The takeover's statement and its move are one step in the
+		// partner's claim section: an adopter never sees the file at its
+		// old path with no live row there (ledger.InClaimSection).
+		err := r.ledger.InClaimSection(ctx, p.ID, func(*ledger.ClaimLock) error {
+			return r.takeOverExpired(ctx, p, s, old, dst, add)
+		})
 		if err != nil {
-			add(Finding{Kind: KindTakeoverBlocked, IntakeID: old.ID, Path: old.ClaimedPath, NeedsHuman: true,
-				Action: "none", Detail: pgerr.Redact(err)})
-			continue
+			return err
 		}
-		f := Finding{Kind: KindLeaseExpired, IntakeID: in.ID, Path: old.ClaimedPath,
-			Action: fmt.Sprintf("taken over from %s in state %s with fencing token %d", old.Worker, old.State, in.Token)}
-		if p.Records() {
-			add(f)
-			r.takenOver(p.ID)
-			continue
-		}
-		err = moveClaim(s, old.ClaimedPath, dst)
-		switch {
-		case errors.Is(err, errNotMoved):
-			// The row says dst, the file is still at the old path: the
-			// row is pointed back at it (under the new token), so the new
-			// owner runs the file where it is, and no orphan of it is
-			// left for a sweep to adopt as a second intake.
-			if rerr := r.ledger.RestorePath(ctx, in, old.ClaimedPath); rerr != nil {
-				add(Finding{Kind: KindTakeoverBlocked, IntakeID: in.ID, Path: old.ClaimedPath, NeedsHuman: true,
-					Action: "none", Detail: "taken over, not moved, and the row could not be pointed back at the file: " + pgerr.Redact(rerr)})
-				continue
-			}
-			f.Action += "; the file stays at its path (" + pgerr.Redact(err) + ")"
-			add(f)
-			r.takenOver(p.ID)
-			continue
-		case err != nil:
-			f.Detail = "the file is not in processing/ any more: " + pgerr.Redact(err)
-			add(Finding{Kind: KindRemoteMissing, IntakeID: in.ID, Path: old.ClaimedPath,
-				Action: "the worker continues from the spool where it can", Detail: pgerr.Redact(err)})
-		}
-		if in.ManifestName != "" {
-			_ = moveClaim(s, path.Join(path.Dir(old.ClaimedPath), in.ManifestName), path.Join(path.Dir(dst), in.ManifestName))
-		}
+	}
+	return nil
+}
+
+// takeOverExpired takes one expired row over and moves its file into
+// this worker's processing dir, in the partner's claim section.
+func (r *Reconciler) takeOverExpired(ctx context.Context, p *partners.Config, s *partners.Session, old *intake.Intake, dst string, add addFunc) error {
+	in, err := r.ledger.TakeOver(ctx, old, r.worker, dst)
+	var fe *intake.FencedError
+	if errors.As(err, &fe) {
+		return nil // renewed or taken meanwhile
+	}
+	if err != nil {
+		add(Finding{Kind: KindTakeoverBlocked, IntakeID: old.ID, Path: old.ClaimedPath, NeedsHuman: true,
+			Action: "none", Detail: pgerr.Redact(err)})
+		return nil
+	}
+	f := Finding{Kind: KindLeaseExpired, IntakeID: in.ID, Path: old.ClaimedPath,
+		Action: fmt.Sprintf("taken over from %s in state %s with fencing token %d", old.Worker, old.State, in.Token)}
+	if p.Records() {
 		add(f)
 		r.takenOver(p.ID)
+		return nil
 	}
+	err = moveClaim(s, old.ClaimedPath, dst)
+	switch {
+	case errors.Is(err, errNotMoved):
+		// The row says dst, the file is still at the old path: the
+		// row is pointed back at it (under the new token), so the new
+		// owner runs the file where it is, and no orphan of it is
+		// left for a sweep to adopt as a second intake.
+		if rerr := r.ledger.RestorePath(ctx, in, old.ClaimedPath); rerr != nil {
+			add(Finding{Kind: KindTakeoverBlocked, IntakeID: in.ID, Path: old.ClaimedPath, NeedsHuman: true,
+				Action: "none", Detail: "taken over, not moved, and the row could not be pointed back at the file: " + pgerr.Redact(rerr)})
+			return nil
+		}
+		f.Action += "; the file stays at its path (" + pgerr.Redact(err) + ")"
+		add(f)
+		r.takenOver(p.ID)
+		return nil
+	case err != nil:
+		f.Detail = "the file is not in processing/ any more: " + pgerr.Redact(err)
+		add(Finding{Kind: KindRemoteMissing, IntakeID: in.ID, Path: old.ClaimedPath,
+			Action: "the worker continues from the spool where it can", Detail: pgerr.Redact(err)})
+	}
+	if in.ManifestName != "" {
+		_ = moveClaim(s, path.Join(path.Dir(old.ClaimedPath), in.ManifestName), path.Join(path.Dir(dst), in.ManifestName))
+	}
+	add(f)
+	r.takenOver(p.ID)
 	return nil
 }
 

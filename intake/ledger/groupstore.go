@@ -323,6 +323,41 @@ func (l *Ledger) lockClaims(ctx context.Context, partner string, next bool) (*Cl
 	return c, id, nil
 }
 
+// InClaimSection runs fn inside the partner's claim section and commits
+// what fn recorded there (Adopt) when fn returns nil. Every move of a
+// claimed file between processing/ directories, and every row recorded for
+// a file found there without one, is made in the section, after a look
+// made in it: what that look saw of the site and of the rows stays true
+// until the section ends. A takeover's statement and its move are one step
+// to an adopter, and an adopter's look and its row one step to a takeover,
+// so a replica that paused between its listing and its act (a GC pause,
+// SIGSTOP) acts only on what it sees again after it wakes. A holder
+// stalled inside the section is ended by idle_in_transaction_session_timeout
+// and what it recorded is never committed.
+func (l *Ledger) InClaimSection(ctx context.Context, partner string, fn func(*ClaimLock) error) error {
+	c, err := l.LockClaims(ctx, partner)
+	if err != nil {
+		return err
+	}
+	defer c.Release()
+	if err := fn(c); err != nil {
+		return err
+	}
+	if err := c.tx.Commit(ctx); err != nil {
+		return fmt.Errorf("claim section: commit: %w", err)
+	}
+	c.tx = nil
+	return nil
+}
+
+// Adopt records, in the section, a claim found in processing/ without a
+// row, under a fresh id; ErrTracked when a live row owns the path. The row
+// exists only once the section commits (InClaimSection).
+func (c *ClaimLock) Adopt(ctx context.Context, l *Ledger, in *Intake) error {
+	_, err := l.insertClaim(ctx, c.tx, in, 0)
+	return err
+}
+
 // Release ends the section's transaction, which unlocks (pgx closes a
 // connection whose rollback failed rather than pool it). Safe more than
 // once.

@@ -125,17 +125,6 @@ func (l *Ledger) WorkerAlive(ctx context.Context, worker string) (bool, error) {
 	return ok, err
 }
 
-// Adopt records a claim found without a row (matrix row 1), for worker.
-func (l *Ledger) Adopt(ctx context.Context, in *Intake) error {
-	if err := l.InsertClaim(ctx, in); err != nil {
-		if errors.Is(err, ErrTracked) {
-			return &FencedError{Step: "adopt: a live row already owns " + in.ClaimedPath}
-		}
-		return err
-	}
-	return nil
-}
-
 // TakeOver hands an expired claim to worker at newPath with a new fencing
 // token, in one conditional statement: it succeeds only if the lease is
 // still expired and the token is the one observed. The old owner's later

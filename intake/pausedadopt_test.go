@@ -1,0 +1,164 @@
+package intake_test
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/partner-intake/partner-intake/intake"
+	"github.com/partner-intake/partner-intake/internal/fault"
+	"github.com/partner-intake/partner-intake/internal/testenv"
+)
+
+// A replica restarted with a file in its own processing/<w2>/ lists that
+// directory and pauses (SIGSTOP, a GC pause) at each point of its
+// resume-and-adopt path. Meanwhile another replica takes the file over and
+// finishes it: the reconciler of w3 takes over w2's live row once its
+// lease expires (the file was left for a retry), or adopts the file that
+// had no row at all (w2 died between its claim's RENAME and INSERT), and
+// w3 applies and archives it (and archives the partner's resend of it as
+// a duplicate). Then the paused replica goes on. It must act on what it
+// sees again, not on its listing: no extra intake row, no receipt or
+// reason file for anything the partner did not drop, nothing left in
+// processing/.
+func TestAPausedReplicaNeverAdoptsWhatAnotherTookOver(t *testing.T) {
+	t.Run("live_row/resume_listed", func(t *testing.T) { pausedReplicaAdopts(t, true, "resume:listed") })
+	for _, step := range []string{
+		"resume:listed",        // after listing its own processing dir
+		"resume:orphan",        // after deciding an entry has no live row
+		"resume:before_insert", // in the claim section, file seen, row not yet inserted
+	} {
+		t.Run("no_row/"+strings.ReplaceAll(step, ":", "_"), func(t *testing.T) { pausedReplicaAdopts(t, false, step) })
+	}
+}
+
+func pausedReplicaAdopts(t *testing.T, rowLeft bool, step string) {
+	url, pool := testenv.DB(t)
+	site := testenv.NewSite(t, "acme")
+	const name = "orders-20261101.csv"
+	if rowLeft {
+		// w2 claims the file; its download fails, so its row stays
+		// live, owned by w2, the file in processing/w2/
+		site.Drop(t, name, goodRows("A", 5))
+		if err := fault.Set("download:mid=error"); err != nil {
+			t.Fatal(err)
+		}
+		first := newRig(t, pool, "w2", site)
+		first.d.PollOnce(context.Background(), "acme") // fails at the fault
+		fault.Set("")
+		first.d.Stop()
+		fs := files(t, pool, "acme")
+		if len(fs) != 1 || fs[0].Worker != "w2" || strings.Contains("archived duplicate quarantined failed_terminal", fs[0].State) {
+			t.Fatalf("after the failed download: %+v, want one live row of w2", fs)
+		}
+	} else {
+		// w2 died between its claim's RENAME and the row's INSERT
+		dir := filepath.Join(site.Root, "processing", "w2")
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(goodRows("A", 5)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := site.Files(t, filepath.Join("processing", "w2")); len(got) != 1 || got[0] != name {
+		t.Fatalf("processing/w2 holds %v, want %s", got, name)
+	}
+
+	// w2 again (a restart: it looks through its own dir), on a pool whose
+	// sessions a stall inside a transaction ends, as the daemon's does
+	w2pool := pausedPool(t, url)
+	w2 := newRig(t, w2pool, "w2", site)
+	resume := w2.pollPaused("acme", step)
+
+	// meanwhile: w2's lease runs out, w3 takes the row over and finishes
+	// the file, then the partner's resend of it
+	if _, err := pool.Exec(context.Background(), `UPDATE file_intake SET lease_until = now() - interval '1 second'
+		WHERE partner_id = 'acme'`); err != nil {
+		t.Fatal(err)
+	}
+	w3 := newRig(t, pool, "w3", site)
+	reconcileAs(t, pool, "w3", site)
+	w3.poll("acme")
+	site.Drop(t, name, goodRows("A", 5))
+	w3.poll("acme")
+	fs := files(t, pool, "acme")
+	if len(fs) != 2 || fs[0].State != "archived" || fs[0].Worker != "w3" || fs[1].State != "duplicate" {
+		t.Fatalf("w3 left %+v, want the file archived and its resend a duplicate", fs)
+	}
+
+	// w2 wakes up; a stall inside the claim section has cost it its
+	// transaction, which is its error to report and never a row
+	err := resume()
+	if step != "resume:before_insert" && err != nil {
+		t.Fatalf("w2's poll after the pause: %v", err)
+	}
+	w2.poll("acme") // and its next poll finds nothing to do either
+
+	fs = files(t, pool, "acme")
+	if len(fs) != 2 {
+		t.Fatalf("intake rows %+v, want the file and its resend only", fs)
+	}
+	ids := map[int64]bool{fs[0].ID: true, fs[1].ID: true}
+	for _, f := range fs {
+		if f.State == "failed_terminal" || f.State == "quarantined" {
+			t.Fatalf("row %+v: a partner-facing failure for a file that was accepted", f)
+		}
+	}
+	var receipts int
+	for _, rel := range site.Files(t, "reports") {
+		if !strings.HasSuffix(rel, ".receipt.json") {
+			continue
+		}
+		receipts++
+		var rc intake.Receipt
+		if err := json.Unmarshal([]byte(site.Read(t, filepath.Join("reports", rel))), &rc); err != nil {
+			t.Fatalf("receipt %s: %v", rel, err)
+		}
+		if !ids[rc.IntakeID] || rc.Outcome == intake.OutcomeFailed {
+			t.Fatalf("receipt %s says intake %d %s: not an answer to a file the partner dropped", rel, rc.IntakeID, rc.Outcome)
+		}
+	}
+	if receipts != 2 {
+		t.Fatalf("%d receipts in reports/, want 2 (the file and its resend)", receipts)
+	}
+	if got := site.Files(t, "quarantine"); len(got) != 0 {
+		t.Fatalf("quarantine/ holds %v", got)
+	}
+	if got := site.Files(t, "processing"); len(got) != 0 {
+		t.Fatalf("processing/ still holds %v", got)
+	}
+	for _, f := range reconcileAs(t, pool, "w3", site) {
+		if f.NeedsHuman {
+			t.Fatalf("the reconciler finds %+v", f)
+		}
+	}
+	if step != "resume:before_insert" {
+		if got := testutil.ToFloat64(w2.d.Metrics().OrphansVanished.WithLabelValues("acme")); got != 1 {
+			t.Fatalf("intake_orphan_claims_vanished_total = %v, want 1 (the entry w2 listed, gone when it looked again)", got)
+		}
+	}
+}
+
+// pausedPool is a pool whose sessions idle in a transaction are ended
+// after two seconds (the daemon sets a lease's worth).
+func pausedPool(t *testing.T, url string) *pgxpool.Pool {
+	t.Helper()
+	pc, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pc.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"] = "2000"
+	p, err := pgxpool.NewWithConfig(context.Background(), pc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	return p
+}
