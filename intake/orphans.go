@@ -89,9 +89,6 @@ func (d *Daemon) adoptFrom(ctx context.Context, p *partnerRT, sess *partners.Ses
 	if len(ents) == 0 {
 		return nil
 	}
-	if err := fault.Check("adopt:listed"); err != nil {
-		return err
-	}
 	// the moves below are writes: none on a site whose preparation
 	// failed (partners.ErrNotPrepared fails the poll)
 	if err := sess.Prepared(); err != nil {
