@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/internal/schedule"
 )
 
@@ -126,3 +127,7 @@ func HeldFeedsDue(d *Daemon) {
 		p.holdMu.Unlock()
 	}
 }
+
+// BeatLedger is the daemon's ledger, whose heartbeats and lease renewals
+// run on the daemon's heartbeat pool.
+func BeatLedger(d *Daemon) *ledger.Ledger { return d.ledger }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // The set-based statements of a group of small files (group.go). Each is
@@ -225,7 +226,7 @@ func (l *Ledger) ArchiveGroup(ctx context.Context, ins []*Intake) (map[int64]boo
 // this worker's under their tokens (FenceGroup's statement; which files
 // are still held does not matter to a heartbeat).
 func (l *Ledger) HeartbeatGroup(ctx context.Context, ins []*Intake) error {
-	_, err := l.FenceGroup(ctx, ins)
+	_, err := l.fenceGroup(ctx, l.beat(), ins)
 	return err
 }
 
@@ -234,11 +235,15 @@ func (l *Ledger) HeartbeatGroup(ctx context.Context, ins []*Intake) error {
 // ids still held: the group's check before the steps a partner can see
 // (intake/remote.go fence).
 func (l *Ledger) FenceGroup(ctx context.Context, ins []*Intake) (map[int64]bool, error) {
+	return l.fenceGroup(ctx, l.pool, ins)
+}
+
+func (l *Ledger) fenceGroup(ctx context.Context, q *pgxpool.Pool, ins []*Intake) (map[int64]bool, error) {
 	var ids, tokens []int64
 	for _, in := range ins {
 		ids, tokens = append(ids, in.ID), append(tokens, in.Token)
 	}
-	rs, err := l.pool.Query(ctx, `UPDATE file_intake f SET lease_until = clock_timestamp() + $3::interval
+	rs, err := q.Query(ctx, `UPDATE file_intake f SET lease_until = clock_timestamp() + $3::interval
 		FROM unnest($1::bigint[], $2::bigint[]) AS x(id, token)
 		WHERE f.intake_id = x.id AND f.fencing_token = x.token AND f.state = ANY($4)
 		RETURNING f.intake_id`, ids, tokens, l.lease, liveStates)

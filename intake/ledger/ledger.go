@@ -32,6 +32,7 @@ import (
 type Ledger struct {
 	pool   *pgxpool.Pool
 	claims *pgxpool.Pool // the claim sections' connections (ClaimLock); nil: pool
+	beats  *pgxpool.Pool // the heartbeats' and lease renewals' connections; nil: pool
 	lease  time.Duration
 }
 
@@ -52,6 +53,25 @@ func New(db *pgxpool.Pool, lease time.Duration) *Ledger {
 func (l *Ledger) WithClaimPool(claims *pgxpool.Pool) *Ledger {
 	l.claims = claims
 	return l
+}
+
+// WithBeatPool has the replica's heartbeat and every lease renewal run
+// on connections of beats instead of the ledger's pool. Long chunks may
+// hold every connection of the pool the files' work runs on for longer
+// than a lease; a heartbeat queued behind them would let the replica's
+// row and its files' leases go stale while it works, and another replica
+// would take its live work over. It returns l.
+func (l *Ledger) WithBeatPool(beats *pgxpool.Pool) *Ledger {
+	l.beats = beats
+	return l
+}
+
+// beat is the pool heartbeats run on.
+func (l *Ledger) beat() *pgxpool.Pool {
+	if l.beats != nil {
+		return l.beats
+	}
+	return l.pool
 }
 
 // Lease is the claim lease the ledger grants.

@@ -189,7 +189,7 @@ func (l *Ledger) NextIntakeID(ctx context.Context) (int64, error) {
 // be left in processing/ without a row.
 func (l *Ledger) RegisterWorker(ctx context.Context, worker string, partners []string) (drained bool, err error) {
 	host, _ := os.Hostname()
-	err = l.pool.QueryRow(ctx, `WITH prev AS (SELECT drained_at FROM intake_worker WHERE worker_id = $1)
+	err = l.beat().QueryRow(ctx, `WITH prev AS (SELECT drained_at FROM intake_worker WHERE worker_id = $1)
 		INSERT INTO intake_worker (worker_id, hostname, pid, lease, partners)
 		VALUES ($1, $2, $3, $4::interval, $5)
 		ON CONFLICT (worker_id) DO UPDATE SET hostname = EXCLUDED.hostname, pid = EXCLUDED.pid,
@@ -323,7 +323,7 @@ func (l *Ledger) Resume(ctx context.Context, id int64, worker string) (*Intake, 
 func (l *Ledger) Heartbeat(ctx context.Context, in *Intake) error {
 	// clock_timestamp: the statement may have waited for the row lock of
 	// the file's own long chunk, and the lease counts from now
-	tag, err := l.pool.Exec(ctx, `UPDATE file_intake SET lease_until = clock_timestamp() + $3::interval
+	tag, err := l.beat().Exec(ctx, `UPDATE file_intake SET lease_until = clock_timestamp() + $3::interval
 		WHERE intake_id = $1 AND fencing_token = $2 AND state = ANY($4)`, in.ID, in.Token, l.lease, liveStates)
 	if err != nil {
 		return fmt.Errorf("Heartbeat: %w", err)
@@ -337,7 +337,7 @@ func (l *Ledger) Heartbeat(ctx context.Context, in *Intake) error {
 // HeartbeatHeld is Heartbeat that passes only while the pooled lock's
 // backend at holds the worker id's lock (WorkerLock.Pooled).
 func (l *Ledger) HeartbeatHeld(ctx context.Context, in *Intake, worker string, at Pooled) error {
-	tag, err := l.pool.Exec(ctx, `UPDATE file_intake SET lease_until = clock_timestamp() + $3::interval
+	tag, err := l.beat().Exec(ctx, `UPDATE file_intake SET lease_until = clock_timestamp() + $3::interval
 		WHERE intake_id = $1 AND fencing_token = $2 AND state = ANY($4)
 		  AND EXISTS (SELECT 1 FROM pg_locks l WHERE `+workerLockHeldBy("$5")+` AND l.pid = $6)
 		  AND pg_postmaster_start_time() = $7`,
