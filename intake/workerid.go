@@ -136,6 +136,13 @@ func (d *Daemon) workerIDChanged(held bool, err error) {
 // retired the id's row meanwhile, and the other replicas would take this
 // one's partners and its claims not yet recorded.
 func (d *Daemon) workerIDRegained(ctx context.Context) {
+	// Another process of the id may have claimed in this worker's dirs
+	// while it was not held, and died between a RENAME and its INSERT:
+	// every partner's next poll looks through this worker's processing
+	// dir again (as after a hint of the reconciler's).
+	for _, p := range d.partnerList() {
+		p.takenOver.Store(true)
+	}
 	if !d.registered.Load() {
 		return
 	}

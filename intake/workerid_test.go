@@ -16,6 +16,7 @@ import (
 
 	"github.com/partner-intake/partner-intake/intake"
 	"github.com/partner-intake/partner-intake/intake/ledger"
+	"github.com/partner-intake/partner-intake/internal/fault"
 	"github.com/partner-intake/partner-intake/internal/testenv"
 )
 
@@ -423,5 +424,107 @@ func waitFor(t *testing.T, what string, ok func() bool) {
 			t.Fatalf("timed out waiting for %s", what)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// A daemon of w1 stops drained; then a one-shot run of w1 (`run --once`,
+// which never registers) is killed between its claim's RENAME and its
+// INSERT; then w1's daemon starts again, twice. A drained stop recorded
+// before the one-shot run must not make the daemon trust that nothing of
+// w1 waits in its processing dir: the file is adopted and applied on the
+// first start's poll. Likewise for an id no daemon ever registered.
+func TestAOneShotRunsClaimWithoutARowIsAdoptedByTheNextStart(t *testing.T) {
+	for _, registered := range []bool{true, false} {
+		t.Run(fmt.Sprintf("daemon_ran_before=%v", registered), func(t *testing.T) {
+			_, pool := testenv.DB(t)
+			site := testenv.NewSite(t, "once")
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			if registered {
+				d := newRig(t, pool, "w1", site)
+				if err := d.d.Start(ctx); err != nil {
+					t.Fatal(err)
+				}
+				d.poll("once")
+				d.d.Stop()
+				var drained bool
+				if err := pool.QueryRow(ctx, `SELECT drained_at IS NOT NULL FROM intake_worker WHERE worker_id = 'w1'`).Scan(&drained); err != nil || !drained {
+					t.Fatalf("the daemon's clean stop: drained %v, %v", drained, err)
+				}
+			}
+
+			site.Drop(t, "orders-1.csv", goodRows("O", 3))
+			// its own pool, closed below as its process's end would
+			oncePool, err := pgxpool.New(ctx, pool.Config().ConnString())
+			if err != nil {
+				t.Fatal(err)
+			}
+			once := newRig(t, oncePool, "w1", site)
+			if err := once.d.HoldWorkerIDOnPool(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if err := fault.Set("claim:after_rename=error"); err != nil {
+				t.Fatal(err)
+			}
+			if err := once.d.PollOnce(ctx, "once"); err == nil {
+				t.Fatal("the one-shot poll went past its claim's RENAME")
+			}
+			fault.Set("")
+			once.d.Stop()
+			oncePool.Close() // as a kill: no row, nothing recorded of the run, its sessions gone
+			if got := site.Files(t, filepath.Join("processing", "w1")); len(got) != 1 {
+				t.Fatalf("processing/w1 holds %v, want the claimed file", got)
+			}
+			if fs := files(t, pool, "once"); len(fs) != 0 {
+				t.Fatalf("rows %+v, want none (the claim's INSERT never ran)", fs)
+			}
+
+			for start := 1; start <= 2; start++ {
+				d := newRig(t, pool, "w1", site)
+				if err := d.d.Start(ctx); err != nil {
+					t.Fatal(err)
+				}
+				d.poll("once")
+				d.d.Stop()
+			}
+			fs := files(t, pool, "once")
+			if len(fs) != 1 || fs[0].State != "archived" || fs[0].Applied != 3 {
+				t.Fatalf("rows %+v, want the file adopted and archived", fs)
+			}
+			if got := site.Files(t, "processing"); len(got) != 0 {
+				t.Fatalf("processing/ still holds %v", got)
+			}
+		})
+	}
+}
+
+// A daemon that lost its worker id while another process of the id ran
+// (and died between a claim's RENAME and its INSERT) looks through its
+// processing dir again once it holds the id again, though it had looked
+// before: the claim without a row is adopted on its next poll.
+func TestADaemonThatTakesItsWorkerIDAgainLooksForClaimsWithoutARow(t *testing.T) {
+	_, pool := testenv.DB(t)
+	site := testenv.NewSite(t, "wback")
+	r := newRig(t, pool, "w1", site)
+	if err := r.d.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	r.poll("wback") // looked through: settled
+	other := takeWorkerIDOver(t, pool, "w1")
+	waitFor(t, "the daemon to see its worker id taken", func() bool { return testutil.ToFloat64(r.d.Metrics().WorkerIDHeld) == 0 })
+	// the other process of w1 claims a file and dies before its row
+	dir := filepath.Join(site.Root, "processing", "w1")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "orders-1.csv"), []byte(goodRows("B", 2)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	other.Close(context.Background())
+	waitFor(t, "the worker id held again", func() bool { return testutil.ToFloat64(r.d.Metrics().WorkerIDHeld) == 1 })
+	r.poll("wback")
+	fs := files(t, pool, "wback")
+	if len(fs) != 1 || fs[0].State != "archived" {
+		t.Fatalf("rows %+v, want the claim without a row adopted and archived", fs)
 	}
 }

@@ -185,8 +185,9 @@ func (l *Ledger) NextIntakeID(ctx context.Context) (int64, error) {
 
 // RegisterWorker records that this replica is alive and which partners it
 // serves (for partner affinity). It reports whether the worker id's
-// previous run ended drained (or there was none): then no claim of it can
-// be left in processing/ without a row.
+// previous run ended drained: then no claim of it can be left in
+// processing/ without a row. An id with no row is not drained: a one-shot
+// run (which never registers) may have claimed under it.
 func (l *Ledger) RegisterWorker(ctx context.Context, worker string, partners []string) (drained bool, err error) {
 	host, _ := os.Hostname()
 	err = l.beat().QueryRow(ctx, `WITH prev AS (SELECT drained_at FROM intake_worker WHERE worker_id = $1)
@@ -194,7 +195,7 @@ func (l *Ledger) RegisterWorker(ctx context.Context, worker string, partners []s
 		VALUES ($1, $2, $3, $4::interval, $5)
 		ON CONFLICT (worker_id) DO UPDATE SET hostname = EXCLUDED.hostname, pid = EXCLUDED.pid,
 		    lease = EXCLUDED.lease, partners = EXCLUDED.partners, last_seen = now(), drained_at = NULL
-		RETURNING (SELECT count(*) = 0 OR bool_and(drained_at IS NOT NULL) FROM prev)`,
+		RETURNING (SELECT count(*) > 0 AND bool_and(drained_at IS NOT NULL) FROM prev)`,
 		worker, host, os.Getpid(), l.lease, partners).Scan(&drained)
 	if err != nil {
 		return false, fmt.Errorf("register worker: %w", err)

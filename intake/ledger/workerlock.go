@@ -443,8 +443,17 @@ func takeOnPool(ctx context.Context, pool *pgxpool.Pool, worker string, lease ti
 		_, desc := workerLockHolder(ctx, c.Conn(), worker)
 		return Pooled{}, &WorkerIDInUseError{Worker: worker, Holder: desc}
 	}
+	// A one-shot run may leave a claim without a row in the id's dirs (a
+	// kill between its RENAME and INSERT): the id's next daemon start must
+	// look there, whatever its last run recorded.
+	if _, err := c.Exec(ctx, undrainSQL, worker); err != nil {
+		return Pooled{}, fmt.Errorf("worker id lock: %w", err)
+	}
 	return at, nil
 }
+
+// undrainSQL forgets that the worker id's last daemon run stopped drained.
+const undrainSQL = `UPDATE intake_worker SET drained_at = NULL WHERE worker_id = $1 AND drained_at IS NOT NULL`
 
 // CheckPooled makes sure a pooled lock is held: the database is asked
 // whether its backend still holds it, and when not (that connection's
