@@ -92,11 +92,12 @@ deps:
 build:
 	$(GO) build -o bin/intake ./cmd/intake
 
-# vet both builds: the release build and the one with the fault hook the
-# tests use (faults: INTAKE_FAULTS)
+# vet both builds: the release build and the one with the switches the
+# tests and the benchmark's profiling use (faults: INTAKE_FAULTS;
+# cpuprofile: INTAKE_CPUPROFILE)
 vet:
 	$(GO) vet ./...
-	$(GO) vet -tags faults ./...
+	$(GO) vet -tags faults,cpuprofile ./...
 
 fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
