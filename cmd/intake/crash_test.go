@@ -276,7 +276,7 @@ func envInt(name string, def int) int {
 // TestRandomKillSoak kills the daemon with SIGKILL at random moments while
 // it works through many files. CI runs a small setting; by hand:
 //
-//	INTAKE_SOAK_KILLS=200 INTAKE_SOAK_FILES=100 go test ./cmd/intake -run Soak -v -timeout 60m
+//	INTAKE_SOAK_KILLS=200 INTAKE_SOAK_FILES=100 go test -tags faults ./cmd/intake -run Soak -v -timeout 60m
 //
 // It runs over files of several chunks (the per-file path) and over small
 // one-chunk files (groups, intake/group.go).
