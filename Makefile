@@ -21,9 +21,11 @@ export VERSION COMMIT ARCH NFPM HELM IMAGE
 demo: deps
 	$(GO) run -tags demo ./cmd/intake demo
 
-## test: gofmt, go vet, the alert rules (promtool) and every test with the race detector, on real PostgreSQL and OpenSSH
+## test: gofmt, go vet, the alert rules (promtool) and every test with the race detector, on real PostgreSQL and OpenSSH;
+## the tests build with the faults tag (the fault hook the crash tests arm: internal/fault), which no release build has
 test: deps fmt-check vet alerts-test
-	$(GO) test -race -count=1 -timeout 15m ./...
+	$(GO) test -race -count=1 -timeout 15m -tags faults ./...
+	$(GO) test -count=1 ./internal/fault
 	$(GO) vet -tags demo ./cmd/intake
 	@bash .ci/nodemo.sh
 	$(MAKE) fuzz-smoke
@@ -90,8 +92,12 @@ deps:
 build:
 	$(GO) build -o bin/intake ./cmd/intake
 
+# vet both builds: the release build and the one with the switches the
+# tests and the benchmark's profiling use (faults: INTAKE_FAULTS;
+# cpuprofile: INTAKE_CPUPROFILE)
 vet:
 	$(GO) vet ./...
+	$(GO) vet -tags faults,cpuprofile ./...
 
 fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \

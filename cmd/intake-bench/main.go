@@ -33,7 +33,7 @@ func run() int {
 	flag.StringVar(&o.FleetYAML, "fleet-daemon-yaml", "", "daemon-wide YAML added to the fleet daemon's config (to measure a session policy)")
 	out := flag.String("out", "bench-results.json", "where to write the figures")
 	only := flag.String("only", "", "comma-separated workloads to run (large, small, huge, wan, fleet); all when empty")
-	flag.StringVar(&o.ProfileDir, "profile-dir", "", "write a CPU profile of every intake process here")
+	flag.StringVar(&o.ProfileDir, "profile-dir", "", "write a CPU profile of every intake process here (intake is then built with -tags cpuprofile)")
 	flag.IntVar(&o.Repeat, "repeat", 1, "run the large and small workloads this many times and report medians")
 	flag.BoolVar(&o.RowHash, "row-hash", false, "give the target table intake_row_hash (the concurrent-edit guard on), to measure the guard's cost")
 	flag.StringVar(&o.CompareBinary, "compare-binary", "", "another intake binary whose manifest duplicate runs alternate with this tree's (-compare-runs pairs; medians printed)")
@@ -60,8 +60,14 @@ func run() int {
 	o.IntakeBinary = filepath.Join(dir, "intake")
 	// built as `make static` builds what packages and images ship: a
 	// static binary (no dynamic loader at each start, 5-7 ms of an
-	// `intake run --once` here; docs/performance.md item 53)
-	build := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", o.IntakeBinary, "./cmd/intake")
+	// `intake run --once` here; docs/performance.md item 53); with
+	// -profile-dir, with the cpuprofile tag, the one build of intake that
+	// writes the CPU profile INTAKE_CPUPROFILE names
+	args := []string{"build", "-trimpath", "-ldflags", "-s -w", "-o", o.IntakeBinary}
+	if o.ProfileDir != "" {
+		args = append(args, "-tags", "cpuprofile")
+	}
+	build := exec.Command("go", append(args, "./cmd/intake")...)
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if b, err := build.CombinedOutput(); err != nil {
 		fmt.Fprintf(os.Stderr, "build intake: %v\n%s", err, b)

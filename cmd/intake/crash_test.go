@@ -30,30 +30,46 @@ import (
 // the reconciler finds nothing for a human.
 
 var (
-	binOnce sync.Once
-	binPath string
-	binErr  error
+	binMu  sync.Mutex
+	binDir string
+	bins   = map[string]string{} // build tags -> binary
 )
 
-func intakeBinary(t *testing.T) string {
+// buildIntake builds the intake binary with the build tags given ("" is
+// the release build), once per tag list and test run.
+func buildIntake(t *testing.T, tags string) string {
 	t.Helper()
-	binOnce.Do(func() {
+	binMu.Lock()
+	defer binMu.Unlock()
+	if bin, ok := bins[tags]; ok {
+		return bin
+	}
+	if binDir == "" {
 		dir, err := os.MkdirTemp("", "intake-bin-")
 		if err != nil {
-			binErr = err
-			return
+			t.Fatal(err)
 		}
-		binPath = filepath.Join(dir, "intake")
-		out, err := exec.Command("go", "build", "-o", binPath, ".").CombinedOutput()
-		if err != nil {
-			binErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
-	if binErr != nil {
-		t.Fatal(binErr)
+		binDir = dir
 	}
-	return binPath
+	bin := filepath.Join(binDir, fmt.Sprintf("intake-%d", len(bins)))
+	out, err := exec.Command("go", "build", "-tags", tags, "-o", bin, ".").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go build -tags %q: %v\n%s", tags, err, out)
+	}
+	bins[tags] = bin
+	return bin
 }
+
+// removeBinaries removes what buildIntake built (after the package's tests).
+func removeBinaries() {
+	if binDir != "" {
+		os.RemoveAll(binDir)
+	}
+}
+
+// intakeBinary is the binary the crash tests kill: built with the faults
+// tag, so INTAKE_FAULTS arms the fault hook (internal/fault).
+func intakeBinary(t *testing.T) string { return buildIntake(t, "faults") }
 
 // proc is a running intake process.
 type proc struct {
@@ -78,9 +94,15 @@ func (p *proc) output() string {
 
 func startIntake(t *testing.T, url string, faults string, args ...string) *proc {
 	t.Helper()
+	return startBinary(t, intakeBinary(t), []string{"INTAKE_DATABASE_URL=" + url, fault.Env + "=" + faults}, args...)
+}
+
+// startBinary starts bin with args and env added to this process's.
+func startBinary(t *testing.T, bin string, env []string, args ...string) *proc {
+	t.Helper()
 	p := &proc{done: make(chan struct{})}
-	p.cmd = exec.Command(intakeBinary(t), args...)
-	p.cmd.Env = append(os.Environ(), "INTAKE_DATABASE_URL="+url, fault.Env+"="+faults)
+	p.cmd = exec.Command(bin, args...)
+	p.cmd.Env = append(os.Environ(), env...)
 	p.cmd.Stdout, p.cmd.Stderr = p, p
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -254,7 +276,7 @@ func envInt(name string, def int) int {
 // TestRandomKillSoak kills the daemon with SIGKILL at random moments while
 // it works through many files. CI runs a small setting; by hand:
 //
-//	INTAKE_SOAK_KILLS=200 INTAKE_SOAK_FILES=100 go test ./cmd/intake -run Soak -v -timeout 60m
+//	INTAKE_SOAK_KILLS=200 INTAKE_SOAK_FILES=100 go test -tags faults ./cmd/intake -run Soak -v -timeout 60m
 //
 // It runs over files of several chunks (the per-file path) and over small
 // one-chunk files (groups, intake/group.go).

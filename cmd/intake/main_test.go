@@ -18,7 +18,7 @@ import (
 	"github.com/partner-intake/partner-intake/internal/testenv"
 )
 
-func TestMain(m *testing.M) { testenv.Main(m) }
+func TestMain(m *testing.M) { testenv.Main(m, removeBinaries) }
 
 // cfgOpts are the knobs the CLI and crash tests turn.
 type cfgOpts struct {

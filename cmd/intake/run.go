@@ -135,14 +135,12 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	end.add(func() { signal.Stop(hup) })
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	end.add(stop)
-	if prof := os.Getenv("INTAKE_CPUPROFILE"); prof != "" {
-		stopProfile, err := startCPUProfile(prof)
-		if err != nil {
-			fmt.Fprintln(stderr, "intake run:", err)
-			return 1
-		}
-		defer stopProfile()
+	stopProfile, err := startCPUProfile()
+	if err != nil {
+		fmt.Fprintln(stderr, "intake run:", err)
+		return 1
 	}
+	defer stopProfile()
 	e, code := open(ctx, *path, stderr) // the pool connects lazily
 	if e == nil {
 		return code

@@ -47,7 +47,9 @@ type Options struct {
 	Repeat int
 	// Only, if set, names the workloads to run: large, small, huge.
 	Only map[string]bool
-	// ProfileDir, if set, receives a CPU profile of every intake process.
+	// ProfileDir, if set, receives a CPU profile of every intake process
+	// (INTAKE_CPUPROFILE, honoured only by an IntakeBinary built with the
+	// cpuprofile tag).
 	ProfileDir string
 	// RowHash adds intake_row_hash to the target table: the
 	// concurrent-edit guard on, to measure what it costs (off by default,

@@ -34,9 +34,15 @@ var (
 	dbSeq    atomic.Int64
 )
 
-// Main starts the servers, runs the package's tests and stops them.
-func Main(m *testing.M) {
-	os.Exit(run(m))
+// Main starts the servers, runs the package's tests and stops them; then
+// it runs each of after (a package's own cleanup, such as binaries its
+// tests built).
+func Main(m *testing.M, after ...func()) {
+	code := run(m)
+	for _, f := range after {
+		f()
+	}
+	os.Exit(code)
 }
 
 func run(m *testing.M) int {

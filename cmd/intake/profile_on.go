@@ -1,0 +1,35 @@
+//go:build cpuprofile
+
+// CPU profiling of `intake run` for the benchmark work in
+// docs/performance.md: built only with the cpuprofile tag (`go run
+// ./cmd/intake-bench -profile-dir DIR` builds intake with it). The release
+// binary has no such switch (profile_off.go).
+
+package main
+
+import (
+	"fmt"
+	"os"
+	"runtime/pprof"
+)
+
+// cpuProfileEnv names the file a profiling build writes its CPU profile to.
+const cpuProfileEnv = "INTAKE_CPUPROFILE"
+
+// startCPUProfile writes a pprof CPU profile of `intake run` to the file
+// INTAKE_CPUPROFILE names, if set, until the returned function is called.
+func startCPUProfile() (func(), error) {
+	path := os.Getenv(cpuProfileEnv)
+	if path == "" {
+		return func() {}, nil
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("cpu profile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("cpu profile: %w", err)
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }, nil
+}
