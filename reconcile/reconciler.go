@@ -105,7 +105,7 @@ type Finding struct {
 	Kind       string
 	Partner    string
 	IntakeID   int64
-	Path       string // a remote or spool path; never file contents
+	Path       string // a remote or spool path, with a partner's names as listed; never file contents
 	Action     string // what the reconciler did
 	NeedsHuman bool
 	Detail     string
