@@ -80,3 +80,54 @@ func TestFindingsOfHostileNamesAreStoredPrintableBesideOtherPartners(t *testing.
 		t.Fatalf("%d host_key_mismatch events, want 1", n)
 	}
 }
+
+// A partner whose findings cannot be stored keeps its last run's, with
+// that run's time, and the other partners' findings of the run are
+// stored all the same.
+func TestAPartnersFindingsThatCannotBeStoredCostNoOtherPartnerTheirs(t *testing.T) {
+	_, pool := testenv.DB(t)
+	a, b := testenv.NewSite(t, "st-a"), testenv.NewSite(t, "st-b")
+	old := time.Now().Add(-7 * time.Hour)
+	upload := func(s *testenv.Site, name string) {
+		t.Helper()
+		p := filepath.Join(s.Root, "incoming", name)
+		if err := os.WriteFile(p, []byte("x"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chtimes(p, old, old); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stored := func(partner string) int64 {
+		return testenv.Count(t, pool, `SELECT count(*) FROM intake_finding WHERE partner_id = $1 AND kind = 'stale_upload'`, partner)
+	}
+	runAt := func(partner string) time.Time {
+		var at time.Time
+		if err := pool.QueryRow(context.Background(), `SELECT run_at FROM intake_reconcile_run WHERE partner_id = $1`, partner).Scan(&at); err != nil {
+			t.Fatal(err)
+		}
+		return at
+	}
+	upload(a, "a-1.csv.part")
+	upload(b, "b-1.csv.part")
+	w := newNode(t, pool, "w1", t.TempDir(), a, b)
+	w.reconcile(t)
+	if stored("st-a") != 1 || stored("st-b") != 1 {
+		t.Fatalf("stored stale uploads a %d, b %d after the first run, want 1 and 1", stored("st-a"), stored("st-b"))
+	}
+	first := runAt("st-a")
+
+	upload(a, "a-2.csv.part")
+	upload(b, "b-2.csv.part")
+	withFault(t, "reconcile:store=error") // the first partner's store, st-a's
+	_, err := w.rec.RunOnce(context.Background())
+	if err == nil || !strings.Contains(err.Error(), "store findings of partner st-a") {
+		t.Fatalf("run: %v, want st-a's findings not stored", err)
+	}
+	if stored("st-a") != 1 || !runAt("st-a").Equal(first) {
+		t.Fatalf("st-a holds %d stale uploads of the run at %s, want its first run's 1 at %s", stored("st-a"), runAt("st-a"), first)
+	}
+	if stored("st-b") != 2 || !runAt("st-b").After(first) {
+		t.Fatalf("st-b holds %d stale uploads of the run at %s, want this run's 2", stored("st-b"), runAt("st-b"))
+	}
+}

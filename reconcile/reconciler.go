@@ -23,6 +23,7 @@ import (
 	"github.com/robfig/cron/v3"
 
 	"github.com/partner-intake/partner-intake/intake/ledger"
+	"github.com/partner-intake/partner-intake/internal/fault"
 	"github.com/partner-intake/partner-intake/internal/inert"
 	"github.com/partner-intake/partner-intake/internal/lifecycle"
 	"github.com/partner-intake/partner-intake/internal/schedule"
@@ -322,6 +323,9 @@ func persistPartner(ctx context.Context, db *pgxpool.Pool, id string, fs []Findi
 			return fmt.Errorf("outbox: %w", err)
 		}
 		if _, err := tx.Exec(ctx, `DELETE FROM intake_finding WHERE partner_id = $1`, id); err != nil {
+			return err
+		}
+		if err := fault.Check("reconcile:store"); err != nil {
 			return err
 		}
 		_, err := tx.CopyFrom(ctx, pgx.Identifier{"intake_finding"},
