@@ -29,6 +29,8 @@ func TestHostileEntriesAreQuarantinedWithAReason(t *testing.T) {
 	must(os.Symlink(secret, filepath.Join(ready, "orders-link.csv")))
 	must(os.WriteFile(filepath.Join(ready, "orders-\x01ctl.csv"), []byte("x"), 0o644))
 	must(os.WriteFile(filepath.Join(ready, "orders-\xff\xfe.csv"), []byte("x"), 0o644))
+	must(os.WriteFile(filepath.Join(ready, "orders-\u202evsc.exe"), []byte("x"), 0o644)) // shows as orders-exe.csv
+	must(os.WriteFile(filepath.Join(ready, "orders-\u200b1.csv"), []byte("x"), 0o644))   // shows as orders-1.csv
 	must(os.WriteFile(filepath.Join(ready, "invoice.pdf"), []byte("%PDF"), 0o644))
 	must(os.Mkdir(filepath.Join(ready, "orders-dir.csv"), 0o755))
 	must(os.WriteFile(filepath.Join(ready, ".hidden.csv"), []byte("x"), 0o644))
@@ -54,11 +56,11 @@ func TestHostileEntriesAreQuarantinedWithAReason(t *testing.T) {
 		if rc.Outcome != "quarantined" || string(rc.Reason) != f.Reason || rc.Detail == "" {
 			t.Fatalf("receipt %+v", rc)
 		}
-		if strings.ContainsAny(rc.File, "\x01\xff") {
-			t.Fatalf("a control character or invalid byte travelled into the receipt: %q", rc.File)
+		if strings.ContainsAny(rc.File, "\x01\xff\u202e\u200b") {
+			t.Fatalf("a control or format character or invalid byte travelled into the receipt: %q", rc.File)
 		}
 	}
-	want := map[string]int{"not_regular_file": 2, "bad_name": 2, "no_feed": 1}
+	want := map[string]int{"not_regular_file": 2, "bad_name": 2, "deceptive_name": 2, "no_feed": 1}
 	for k, v := range want {
 		if reasons[k] != v {
 			t.Fatalf("reasons %v, want %v", reasons, want)
@@ -73,7 +75,7 @@ func TestHostileEntriesAreQuarantinedWithAReason(t *testing.T) {
 		t.Fatal("the symlink's target was touched")
 	}
 	for _, q := range site.Files(t, "quarantine") {
-		if strings.ContainsAny(q, "\x01\xff") {
+		if strings.ContainsAny(q, "\x01\xff\u202e\u200b") {
 			t.Fatalf("a hostile name entered our paths: %q", q)
 		}
 	}

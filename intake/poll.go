@@ -827,7 +827,7 @@ func printableName(name string) string {
 // hostileReason recovers the reason from a generated hostile name.
 func hostileReason(claimedPath string) string {
 	name := strings.TrimPrefix(path.Base(claimedPath), partners.HostilePrefix)
-	for _, r := range []partners.Skip{partners.SkipNotRegular, partners.SkipBadName, partners.SkipNoFeed} {
+	for _, r := range []partners.Skip{partners.SkipNotRegular, partners.SkipBadName, partners.SkipDeceptiveName, partners.SkipNoFeed} {
 		if strings.HasPrefix(name, string(r)+"-") {
 			return string(r)
 		}

@@ -163,9 +163,10 @@ func (r *fileRun) step(ctx context.Context) (err error) {
 
 // hostileDetail explains each hostile-entry reason to the partner.
 var hostileDetail = map[string]string{
-	string(partners.SkipNotRegular): "the entry in ready/ is not a regular file (a symbolic link, directory or device); it was not followed or read",
-	string(partners.SkipBadName):    "the file name has control characters, path separators or invalid UTF-8, or is too long; the file was not read",
-	string(partners.SkipNoFeed):     "no feed agreed with you matches this file name; the file was not read",
+	string(partners.SkipNotRegular):    "the entry in ready/ is not a regular file (a symbolic link, directory or device); it was not followed or read",
+	string(partners.SkipBadName):       "the file name has control characters, path separators or invalid UTF-8, or is too long; the file was not read",
+	string(partners.SkipDeceptiveName): "the file name has Unicode format characters (bidirectional overrides, zero-width characters) or line separators, which make it show other than it is; the file was not read",
+	string(partners.SkipNoFeed):        "no feed agreed with you matches this file name; the file was not read",
 }
 
 func (r *fileRun) acceptedOutcome() Outcome {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"strings"
 	"testing"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/partner-intake/partner-intake/partners"
@@ -32,11 +33,12 @@ func FuzzParseManifest(f *testing.F) {
 	})
 }
 
-// FuzzSafeName: a name judged safe can be used as one remote path element:
-// valid UTF-8, no separators or control characters, not . or .., at most
-// 255 bytes; and classifying it never panics.
+// FuzzSafeName: a name judged safe can be used as one remote path element
+// and shows as it is: valid UTF-8, no separators, control or format
+// characters, not . or .., at most 255 bytes; and classifying it never
+// panics.
 func FuzzSafeName(f *testing.F) {
-	for _, seed := range []string{"orders-1.csv", "..", ".", "a/b", "a\\b", "x\x00", "\xff", "é.csv", strings.Repeat("a", 256), "\u0085x"} {
+	for _, seed := range []string{"orders-1.csv", "..", ".", "a/b", "a\\b", "x\x00", "\xff", "é.csv", strings.Repeat("a", 256), "\u0085x", "a\u202eb", "\u2028", "x\ufeff"} {
 		f.Add(seed)
 	}
 	f.Fuzz(func(t *testing.T, name string) {
@@ -47,8 +49,8 @@ func FuzzSafeName(f *testing.F) {
 			t.Fatalf("%q judged safe", name)
 		}
 		for _, r := range name {
-			if r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0) {
-				t.Fatalf("%q judged safe with control character %U", name, r)
+			if r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0) || unicode.In(r, unicode.Cf, unicode.Zl, unicode.Zp) {
+				t.Fatalf("%q judged safe with control or format character %U", name, r)
 			}
 		}
 	})

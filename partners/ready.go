@@ -6,6 +6,7 @@ import (
 	"sort"
 	"strings"
 	"time"
+	"unicode"
 	"unicode/utf8"
 )
 
@@ -28,6 +29,10 @@ const (
 	SkipManifest   Skip = "manifest_file"
 	SkipIgnored    Skip = "ignored_name" // readiness stable: the name matches stable.ignore (an upload tool's temporary name)
 	SkipUnstable   Skip = "not_stable"   // readiness stable: size or mtime changed within stable_for, or younger than min_age
+	// SkipDeceptiveName: a name that shows other than it is: Unicode
+	// format characters (bidirectional overrides and isolates such as
+	// U+202E, zero-width characters) or a line or paragraph separator.
+	SkipDeceptiveName Skip = "deceptive_name"
 	// SkipTargetUnusable: the file's feed is held, its target table
 	// cannot be written (intake/targethold.go); the file waits in ready/.
 	SkipTargetUnusable Skip = "target_unusable"
@@ -58,7 +63,7 @@ type Candidate struct {
 // receipt saying why) rather than left for later: it will never become a
 // valid file by waiting.
 func Hostile(reason Skip) bool {
-	return reason == SkipNotRegular || reason == SkipBadName || reason == SkipNoFeed
+	return reason == SkipNotRegular || reason == SkipBadName || reason == SkipDeceptiveName || reason == SkipNoFeed
 }
 
 // HostilePrefix names hostile entries claimed into processing/: the
@@ -127,7 +132,7 @@ func ClassifyEntry(p *Config, e os.FileInfo) (Candidate, Skip) {
 	case !e.Mode().IsRegular():
 		reason = SkipNotRegular
 	case !SafeName(name):
-		reason = SkipBadName
+		reason = nameSkip(name)
 	case p.Readiness == ReadinessStable && p.Ignored(name):
 		reason = SkipIgnored // after the name checks: a hostile name is held whatever it ends in
 	case p.Readiness == ReadinessManifest && strings.HasSuffix(name, ManifestSuffix):
@@ -178,19 +183,31 @@ func ClassifyStable(p *Config, c Candidate, u Unchanged) Skip {
 }
 
 // SafeName reports whether a remote file name may be handled: valid UTF-8,
-// no control characters, no path separators, not "." or "..", at most 255
-// bytes. Spool paths never derive from names; this guards remote paths and
-// reports.
+// no control characters, no Unicode format characters (category Cf: the
+// bidirectional overrides, zero-width characters), no line or paragraph
+// separators, no path separators, not "." or "..", at most 255 bytes.
+// Spool paths never derive from names; this guards remote paths and
+// reports, and what an ops terminal shows.
 func SafeName(name string) bool {
+	return nameSkip(name) == ""
+}
+
+// nameSkip is why a name is not safe (SkipBadName, SkipDeceptiveName),
+// or "".
+func nameSkip(name string) Skip {
 	if name == "" || name == "." || name == ".." || len(name) > MaxNameBytes || !utf8.ValidString(name) {
-		return false
+		return SkipBadName
 	}
+	var skip Skip
 	for _, r := range name {
-		if r < 0x20 || r == 0x7f || r == '/' || r == '\\' || (r >= 0x80 && r < 0xa0) {
-			return false
+		switch {
+		case r < 0x20 || r == 0x7f || r == '/' || r == '\\' || (r >= 0x80 && r < 0xa0):
+			return SkipBadName
+		case r >= 0x80 && unicode.In(r, unicode.Cf, unicode.Zl, unicode.Zp):
+			skip = SkipDeceptiveName
 		}
 	}
-	return true
+	return skip
 }
 
 // MaxManifestNames bounds the manifest names a listing remembers (manifest

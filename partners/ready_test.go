@@ -42,13 +42,17 @@ func TestClassifyReadyGivesEachEntryItsReason(t *testing.T) {
 			entry{"orders-3.csv.part", 0, at(0)},
 			entry{"orders-4.csv", fs.ModeSymlink, at(0)},
 			entry{"orders-\x01.csv", 0, at(0)},
+			entry{"orders-\u202evsc.csv", 0, at(0)},
+			entry{"orders-\u200b1.csv", 0, at(0)},
 			entry{"invoice.pdf", 0, at(0)},
 		}, []string{"orders-1.csv", "orders-2.csv"}, map[string]partners.Skip{
-			".hidden.csv":       partners.SkipDotfile,
-			"orders-3.csv.part": partners.SkipPartial,
-			"orders-4.csv":      partners.SkipNotRegular,
-			"orders-\x01.csv":   partners.SkipBadName,
-			"invoice.pdf":       partners.SkipNoFeed,
+			".hidden.csv":          partners.SkipDotfile,
+			"orders-3.csv.part":    partners.SkipPartial,
+			"orders-4.csv":         partners.SkipNotRegular,
+			"orders-\x01.csv":      partners.SkipBadName,
+			"orders-\u202evsc.csv": partners.SkipDeceptiveName,
+			"orders-\u200b1.csv":   partners.SkipDeceptiveName,
+			"invoice.pdf":          partners.SkipNoFeed,
 		}},
 		{partners.ReadinessManifest, []os.FileInfo{
 			entry{"orders-1.csv", 0, at(1)},
@@ -104,7 +108,7 @@ func TestClassifyReadyGivesEachEntryItsReason(t *testing.T) {
 			if want := tc.skip[s.Info.Name()]; s.Reason != want {
 				t.Fatalf("%s: %q skipped as %q, want %q", tc.readiness, s.Info.Name(), s.Reason, want)
 			}
-			if partners.Hostile(s.Reason) != (s.Reason == partners.SkipNotRegular || s.Reason == partners.SkipBadName || s.Reason == partners.SkipNoFeed) {
+			if partners.Hostile(s.Reason) != (s.Reason == partners.SkipNotRegular || s.Reason == partners.SkipBadName || s.Reason == partners.SkipDeceptiveName || s.Reason == partners.SkipNoFeed) {
 				t.Fatalf("%s: Hostile(%q) is wrong", tc.readiness, s.Reason)
 			}
 		}

@@ -547,11 +547,10 @@ func (r *Reconciler) rowUnclaimableReady(ctx context.Context, p *partners.Config
 		return a.Name() < b.Name()
 	})
 	for _, sk := range found {
-		name := sk.Info.Name()
-		if !partners.SafeName(name) {
-			name = strconv.QuoteToASCII(name)
-		}
-		add(Finding{Kind: KindUnclaimableReady, Path: path.Join(s.Layout.ReadyDir(), name), NeedsHuman: true,
+		// the name as listed, unsafe ones too (never "." or "..", never
+		// with a "/": the listing leaves such names out); the commands
+		// print it escaped (internal/inert)
+		add(Finding{Kind: KindUnclaimableReady, Path: s.Layout.ReadyDir() + "/" + sk.Info.Name(), NeedsHuman: true,
 			Action: "none", Detail: "not claimed: " + string(sk.Reason)})
 	}
 	return nil

@@ -12,6 +12,7 @@ import (
 	"github.com/partner-intake/partner-intake/cmd/intake/internal/config"
 	"github.com/partner-intake/partner-intake/intake"
 	"github.com/partner-intake/partner-intake/intake/target"
+	"github.com/partner-intake/partner-intake/internal/inert"
 	"github.com/partner-intake/partner-intake/migrations"
 	"github.com/partner-intake/partner-intake/partners"
 )
@@ -35,7 +36,7 @@ func cmdCheck(args []string, stdout, stderr io.Writer) int {
 	failed := 0
 	fail := func(what string, err error) {
 		failed++
-		fmt.Fprintf(stdout, "FAIL %s: %v\n", what, err)
+		fmt.Fprintf(stdout, "FAIL %s: %s\n", what, inert.Lines(err.Error())) // a site's text may be in it
 	}
 	for i := range cfg.Partners {
 		p := &cfg.Partners[i]

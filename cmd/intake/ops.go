@@ -13,6 +13,7 @@ import (
 
 	"github.com/partner-intake/partner-intake/intake"
 	"github.com/partner-intake/partner-intake/intake/ops"
+	"github.com/partner-intake/partner-intake/internal/inert"
 )
 
 func defaultActor() string {
@@ -73,14 +74,14 @@ func cmdQuarantine(args []string, stdout, stderr io.Writer) int {
 			}
 			shown++
 			if sub == "list" {
-				fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", q.IntakeID, q.Partner, q.State, q.Reason, q.BatchID,
-					q.HeldAt.UTC().Format("2006-01-02 15:04"), q.FileName, q.Path)
+				fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", q.IntakeID, q.Partner, q.State, q.Reason, inert.Text(q.BatchID),
+					q.HeldAt.UTC().Format("2006-01-02 15:04"), inert.Text(q.FileName), inert.Text(q.Path))
 				continue
 			}
 			fmt.Fprintf(tw, "intake\t%d\npartner\t%s\nfile\t%s\nbatch\t%s\nsha256\t%s\nreason\t%s\nheld at\t%s\nheld in\t%s\nstate\t%s (file %s)\n",
-				q.IntakeID, q.Partner, q.FileName, q.BatchID, q.SHA256, q.Reason, q.HeldAt.UTC(), q.Path, q.State, q.IntakeStat)
+				q.IntakeID, q.Partner, inert.Text(q.FileName), inert.Text(q.BatchID), q.SHA256, q.Reason, q.HeldAt.UTC(), inert.Text(q.Path), q.State, q.IntakeStat)
 			if q.DecidedAt != nil {
-				fmt.Fprintf(tw, "decided\t%s by %s: %s\n", q.DecidedAt.UTC(), q.DecidedBy, q.Decision)
+				fmt.Fprintf(tw, "decided\t%s by %s: %s\n", q.DecidedAt.UTC(), inert.Text(q.DecidedBy), inert.Text(q.Decision))
 			}
 		}
 		tw.Flush()
@@ -177,7 +178,7 @@ func cmdReplay(args []string, stdout, stderr io.Writer) int {
 	defer d.Stop()
 	in, err := d.Replay(ctx, id, *actor, *reason, progressBar(stdout))
 	if err != nil {
-		fmt.Fprintln(stderr, "\nintake replay:", err)
+		fmt.Fprintln(stderr, "\nintake replay:", inert.Lines(err.Error()))
 		return 1
 	}
 	fmt.Fprintf(stdout, "\nreplay of intake %d is intake %d: %s, rows %d applied, %d unchanged, %d rejected, %d conflict\n",
@@ -226,7 +227,8 @@ func cmdAudit(args []string, stdout, stderr io.Writer) int {
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "AT\tACTOR\tACTION\tPARTNER\tINTAKE\tREASON\tDETAIL")
 	for _, a := range entries {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", a.At.UTC().Format("2006-01-02 15:04:05"), a.Actor, a.Action, a.Partner, a.IntakeID, a.Reason, a.Detail)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", a.At.UTC().Format("2006-01-02 15:04:05"), inert.Text(a.Actor), a.Action, a.Partner, a.IntakeID,
+			inert.Text(a.Reason), inert.Text(a.Detail))
 	}
 	tw.Flush()
 	return 0
@@ -271,7 +273,7 @@ func cmdNotify(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(tw, "EVENT\tPARTNER\tKIND\tDEAD\tATTEMPTS\tSTATUS\tURL\tLAST ERROR")
 		for _, d := range ds {
 			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%d\t%s\t%s\n", d.EventID, d.Partner, d.Event,
-				d.DeadAt.UTC().Format("2006-01-02 15:04"), d.Attempts, d.LastStatus, d.URL, d.LastError)
+				d.DeadAt.UTC().Format("2006-01-02 15:04"), d.Attempts, d.LastStatus, inert.Text(d.URL), inert.Text(d.LastError))
 		}
 		tw.Flush()
 		return 0

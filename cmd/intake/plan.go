@@ -12,11 +12,14 @@ import (
 
 	"github.com/partner-intake/partner-intake/intake/ops"
 	"github.com/partner-intake/partner-intake/intake/target"
+	"github.com/partner-intake/partner-intake/internal/inert"
 )
 
 // cmdPlan: `intake plan show ID` prints a file's plan: counts, hash and a
 // sample of the changes by key and column. Values reach this terminal
-// only; nothing of them is logged.
+// only; nothing of them is logged. The partner's text (the file name,
+// keys, values) is printed in its printable form (internal/inert): an
+// escape sequence in a key cannot rewrite the counts an approver reads.
 func cmdPlan(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 || args[0] != "show" {
 		fmt.Fprintln(stderr, "usage: intake plan show ID --config FILE")
@@ -55,7 +58,7 @@ func cmdPlan(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintf(tw, "intake\t%d\npartner\t%s\nfeed\t%s\nfile\t%s\nstate\t%s", v.IntakeID, v.Partner, v.Feed, v.File, v.State)
+	fmt.Fprintf(tw, "intake\t%d\npartner\t%s\nfeed\t%s\nfile\t%s\nstate\t%s", v.IntakeID, v.Partner, v.Feed, inert.Text(v.File), v.State)
 	if v.Reason != "" {
 		fmt.Fprintf(tw, " (%s)", v.Reason)
 	}
@@ -89,14 +92,14 @@ func cmdPlan(args []string, stdout, stderr io.Writer) int {
 			}
 			action := ch.Action
 			if ch.Reason != "" {
-				action += " " + ch.Reason
+				action += " " + inert.Text(ch.Reason)
 			}
 			var cols []string
 			for name, ov := range ch.Changed {
-				cols = append(cols, fmt.Sprintf("%s: %s -> %s", name, textOrNull(ov[0]), textOrNull(ov[1])))
+				cols = append(cols, fmt.Sprintf("%s: %s -> %s", inert.Text(name), textOrNull(ov[0]), textOrNull(ov[1])))
 			}
 			sort.Strings(cols)
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", line, action, ch.Key, strings.Join(cols, "; "))
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", line, action, inert.Text(ch.Key), strings.Join(cols, "; "))
 		}
 		tw.Flush()
 	case v.State != "awaiting_approval":
@@ -109,11 +112,13 @@ func cmdPlan(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
+// textOrNull is a cell's value as plan show prints it: NULL, or the text
+// in quotes, printable (internal/inert).
 func textOrNull(s *string) string {
 	if s == nil {
 		return "NULL"
 	}
-	return strconv.Quote(*s)
+	return inert.Quote(*s)
 }
 
 // cmdApprove: `intake approve ID --plan-hash H --reason …`.

@@ -19,6 +19,7 @@ import (
 	"github.com/partner-intake/partner-intake/intake/expect"
 	"github.com/partner-intake/partner-intake/intake/notify"
 	"github.com/partner-intake/partner-intake/intake/ops"
+	"github.com/partner-intake/partner-intake/internal/inert"
 	"github.com/partner-intake/partner-intake/internal/lifecycle"
 	"github.com/partner-intake/partner-intake/internal/opshttp"
 	"github.com/partner-intake/partner-intake/migrations"
@@ -378,14 +379,14 @@ func cmdReconcile(args []string, stdout, stderr io.Writer) int {
 		if f.NeedsHuman {
 			mark = "ATTN"
 		}
-		fmt.Fprintf(stdout, "%s %-10s %-20s intake=%-6d %s: %s", mark, f.Partner, f.Kind, f.IntakeID, f.Path, f.Action)
+		fmt.Fprintf(stdout, "%s %-10s %-20s intake=%-6d %s: %s", mark, f.Partner, f.Kind, f.IntakeID, inert.Text(f.Path), inert.Text(f.Action))
 		if f.Detail != "" {
-			fmt.Fprintf(stdout, " (%s)", f.Detail)
+			fmt.Fprintf(stdout, " (%s)", inert.Text(f.Detail))
 		}
 		fmt.Fprintln(stdout)
 	}
 	if err != nil {
-		fmt.Fprintln(stderr, "intake reconcile:", err)
+		fmt.Fprintln(stderr, "intake reconcile:", inert.Lines(err.Error()))
 		return 1
 	}
 	fmt.Fprintf(stdout, "%d finding(s)\n", len(found))

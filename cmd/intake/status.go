@@ -11,6 +11,7 @@ import (
 
 	"github.com/partner-intake/partner-intake/cmd/intake/internal/config"
 	"github.com/partner-intake/partner-intake/intake/ops"
+	"github.com/partner-intake/partner-intake/internal/inert"
 )
 
 // Thresholds past which `intake status` says a partner needs attention.
@@ -21,7 +22,9 @@ const (
 
 // cmdStatus prints, per partner, files by state, the oldest ready and
 // processing ages, open quarantine, the last successful poll and the last
-// reconciler findings. It exits 1 when something needs attention.
+// reconciler findings. It exits 1 when something needs attention. Text a
+// partner or its site chose (the names in findings, a poll's error) is
+// printed in its printable form (internal/inert).
 func cmdStatus(args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("status", stderr)
 	path := fs.String("config", "", "config file (YAML)")
@@ -129,14 +132,14 @@ func printStatus(w io.Writer, r ops.StatusRow, now time.Time) int {
 	stale := r.LastOK == nil || now.Sub(*r.LastOK) > statusPollStale
 	fmt.Fprintf(w, "  %slast successful poll: %s\n", mark(stale), ago(r.LastOK))
 	if r.LastError != nil && (r.LastOK == nil || r.LastError.After(*r.LastOK)) {
-		fmt.Fprintf(w, "       last poll error (%s): %s\n", ago(r.LastError), r.LastErrorText)
+		fmt.Fprintf(w, "       last poll error (%s): %s\n", ago(r.LastError), inert.Text(r.LastErrorText))
 	}
 	if r.FindingsAt == nil {
 		fmt.Fprintln(w, "       reconciler: has not run yet")
 	} else {
 		fmt.Fprintf(w, "       reconciler (%s): %d finding(s)\n", ago(r.FindingsAt), len(r.Findings))
 		for _, f := range r.Findings {
-			fmt.Fprintf(w, "  %s  %s intake=%d %s: %s %s\n", mark(f.NeedsHuman), f.Kind, f.IntakeID, f.Path, f.Action, f.Detail)
+			fmt.Fprintf(w, "  %s  %s intake=%d %s: %s %s\n", mark(f.NeedsHuman), f.Kind, f.IntakeID, inert.Text(f.Path), inert.Text(f.Action), inert.Text(f.Detail))
 		}
 	}
 	return attention

@@ -1,0 +1,133 @@
+package reconcile_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/crypto/ssh/knownhosts"
+
+	"github.com/partner-intake/partner-intake/internal/sshdtest"
+	"github.com/partner-intake/partner-intake/internal/testenv"
+	"github.com/partner-intake/partner-intake/reconcile"
+)
+
+// A partner's file names are text the partner chooses: an abandoned
+// upload in incoming/ whose name is not UTF-8 (PostgreSQL's text cannot
+// hold it) is stored in its printable form, one whose name holds a
+// terminal's escape sequence as it is (`intake status` escapes it), and
+// the run stores every partner's findings, another partner's
+// host_key_mismatch among them (and its notification).
+func TestFindingsOfHostileNamesAreStoredPrintableBesideOtherPartners(t *testing.T) {
+	_, pool := testenv.DB(t)
+	bad := testenv.NewSite(t, "hn-bad")
+	old := time.Now().Add(-7 * time.Hour)
+	for _, name := range []string{"bad\xff.part", "esc\x1b[2K.part"} {
+		p := filepath.Join(bad.Root, "incoming", name)
+		if err := os.WriteFile(p, []byte("x"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chtimes(p, old, old); err != nil {
+			t.Fatal(err)
+		}
+	}
+	hk := testenv.NewSite(t, "hn-hk")
+	other, err := sshdtest.WriteKey(filepath.Join(t.TempDir(), "k"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	kh := filepath.Join(t.TempDir(), "kh")
+	if err := os.WriteFile(kh, []byte(knownhosts.Line([]string{hk.Config.SFTP.Address}, other)+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	hk.Config.SFTP.KnownHostsFile = kh
+
+	w := newNode(t, pool, "w1", t.TempDir(), bad, hk)
+	fs := w.reconcile(t) // fails the test if the findings are not stored
+	if k := kinds(fs); k[reconcile.KindStaleUpload] != 2 || k[reconcile.KindHostKeyMismatch] != 1 {
+		t.Fatalf("findings %+v, want two stale uploads and a host key mismatch", fs)
+	}
+	stored, err := reconcile.StoredFindings(context.Background(), pool, []string{"hn-bad", "hn-hk"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var paths []string
+	mismatch := 0
+	for _, f := range stored {
+		switch {
+		case f.Partner == "hn-bad" && f.Kind == reconcile.KindStaleUpload:
+			paths = append(paths, f.Path)
+		case f.Partner == "hn-hk" && f.Kind == reconcile.KindHostKeyMismatch:
+			mismatch++
+		}
+	}
+	if mismatch != 1 {
+		t.Fatalf("stored findings %+v: no host_key_mismatch of hn-hk", stored)
+	}
+	want := []string{bad.Root + `/incoming/bad\xff.part`, bad.Root + "/incoming/esc\x1b[2K.part"}
+	sort.Strings(paths)
+	if strings.Join(paths, "|") != strings.Join(want, "|") {
+		t.Fatalf("stored stale uploads %q, want %q", paths, want)
+	}
+	if n := testenv.Count(t, pool, `SELECT count(*) FROM intake_reconcile_run WHERE partner_id IN ('hn-bad', 'hn-hk')`); n != 2 {
+		t.Fatalf("%d partners' runs recorded, want 2", n)
+	}
+	if n := testenv.Count(t, pool, `SELECT count(*) FROM intake_outbox WHERE partner_id = 'hn-hk' AND event = 'host_key_mismatch'`); n != 1 {
+		t.Fatalf("%d host_key_mismatch events, want 1", n)
+	}
+}
+
+// A partner whose findings cannot be stored keeps its last run's, with
+// that run's time, and the other partners' findings of the run are
+// stored all the same.
+func TestAPartnersFindingsThatCannotBeStoredCostNoOtherPartnerTheirs(t *testing.T) {
+	_, pool := testenv.DB(t)
+	a, b := testenv.NewSite(t, "st-a"), testenv.NewSite(t, "st-b")
+	old := time.Now().Add(-7 * time.Hour)
+	upload := func(s *testenv.Site, name string) {
+		t.Helper()
+		p := filepath.Join(s.Root, "incoming", name)
+		if err := os.WriteFile(p, []byte("x"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chtimes(p, old, old); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stored := func(partner string) int64 {
+		return testenv.Count(t, pool, `SELECT count(*) FROM intake_finding WHERE partner_id = $1 AND kind = 'stale_upload'`, partner)
+	}
+	runAt := func(partner string) time.Time {
+		var at time.Time
+		if err := pool.QueryRow(context.Background(), `SELECT run_at FROM intake_reconcile_run WHERE partner_id = $1`, partner).Scan(&at); err != nil {
+			t.Fatal(err)
+		}
+		return at
+	}
+	upload(a, "a-1.csv.part")
+	upload(b, "b-1.csv.part")
+	w := newNode(t, pool, "w1", t.TempDir(), a, b)
+	w.reconcile(t)
+	if stored("st-a") != 1 || stored("st-b") != 1 {
+		t.Fatalf("stored stale uploads a %d, b %d after the first run, want 1 and 1", stored("st-a"), stored("st-b"))
+	}
+	first := runAt("st-a")
+
+	upload(a, "a-2.csv.part")
+	upload(b, "b-2.csv.part")
+	withFault(t, "reconcile:store=error") // the first partner's store, st-a's
+	_, err := w.rec.RunOnce(context.Background())
+	if err == nil || !strings.Contains(err.Error(), "store findings of partner st-a") {
+		t.Fatalf("run: %v, want st-a's findings not stored", err)
+	}
+	if stored("st-a") != 1 || !runAt("st-a").Equal(first) {
+		t.Fatalf("st-a holds %d stale uploads of the run at %s, want its first run's 1 at %s", stored("st-a"), runAt("st-a"), first)
+	}
+	if stored("st-b") != 2 || !runAt("st-b").After(first) {
+		t.Fatalf("st-b holds %d stale uploads of the run at %s, want this run's 2", stored("st-b"), runAt("st-b"))
+	}
+}
