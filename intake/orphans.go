@@ -140,9 +140,7 @@ func (d *Daemon) moveOrphans(ctx context.Context, p *partnerRT, sess *partners.S
 					return err
 				}
 				if back {
-					if err := putBackFile(sess, old, name); err != nil {
-						return err
-					}
+					d.finishPutBack(p, sess, old, name)
 					continue
 				}
 			}

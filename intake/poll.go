@@ -935,10 +935,9 @@ func (d *Daemon) resumeOwn(ctx context.Context, p *partnerRT, sess *partners.Ses
 				return err
 			}
 			if back {
-				if err := putBackFile(sess, path.Join(dir, name), name); err != nil {
-					return err
+				if d.finishPutBack(p, sess, path.Join(dir, name), name) {
+					d.log.Info("put back a file whose earlier intake changed after its claim", "partner", p.cfg.ID)
 				}
-				d.log.Info("put back a file whose earlier intake changed after its claim", "partner", p.cfg.ID)
 				continue
 			}
 		}

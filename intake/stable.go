@@ -66,8 +66,8 @@ func (r *fileRun) putBack(ctx context.Context) error {
 	if err := fault.Check("putback:after_mark"); err != nil {
 		return err // as a crash here: resumeOwn finishes the put back
 	}
-	if err := putBackFile(r.sess, in.ClaimedPath, in.RemoteName); err != nil {
-		return err
+	if !r.d.finishPutBack(r.p, r.sess, in.ClaimedPath, in.RemoteName) {
+		return nil
 	}
 	if err := r.d.ledger.ForgetReady(ctx, in.Partner, in.RemoteName); err != nil {
 		r.log.Warn("could not forget the file's stability record; the next listing does", "err", err)
@@ -78,13 +78,18 @@ func (r *fileRun) putBack(ctx context.Context) error {
 // putBackFile renames a claimed file back into ready/ under its name
 // (RENAME never overwrites). If ready/ holds that name again, the claimed
 // copy goes to quarantine/ under a generated name and the reconciler
-// raises quarantine_no_record for a human.
+// raises quarantine_no_record for a human. A rename that fails leaves the
+// put back undone unless the file is gone from its claimed path: a
+// "no such file" may mean ready/ itself is missing, not the file.
 func putBackFile(sess *partners.Session, claimedPath, name string) error {
 	err := sess.Rename(claimedPath, sess.Layout.Ready(name))
-	if err == nil || partners.IsNotExist(err) {
+	if err == nil {
 		return nil
 	}
 	if _, serr := sess.Lstat(sess.Layout.Ready(name)); serr != nil {
+		if _, cerr := sess.Lstat(claimedPath); partners.IsNotExist(cerr) {
+			return nil // moved meanwhile, or the rename's reply was lost
+		}
 		return fmt.Errorf("put back %s: %w", path.Base(claimedPath), err)
 	}
 	dst := path.Join(sess.Layout.QuarantineDir(), fitStem(fmt.Sprintf("put-back.%d.", time.Now().UnixNano()), name, "", heldReserve))
@@ -92,4 +97,20 @@ func putBackFile(sess *partners.Session, claimedPath, name string) error {
 		return fmt.Errorf("put back %s: %w", path.Base(claimedPath), err)
 	}
 	return nil
+}
+
+// finishPutBack is putBackFile for a file whose intake ended put_back: a
+// failure is the site's (ready/ missing or refused), never the file's or
+// the poll's. It is logged, and the partner's next poll looks through this
+// worker's processing dir and tries again (WasPutBack), so the file is
+// never left there without an owner, and the partner's other files go on.
+// It reports whether the file was put back.
+func (d *Daemon) finishPutBack(p *partnerRT, sess *partners.Session, claimedPath, name string) bool {
+	if err := putBackFile(sess, claimedPath, name); err != nil {
+		d.log.Warn("could not put a file back into ready/; the next poll tries again", "partner", p.cfg.ID,
+			"reason", string(ReasonChangedAfterClaim), "err", err)
+		p.takenOver.Store(true)
+		return false
+	}
+	return true
 }

@@ -128,14 +128,18 @@ func TestStableReadinessNeverTakesAFileStillBeingWritten(t *testing.T) {
 //
 // Interrupted after the row ends put_back and before the rename back (as
 // a crash there), the next poll finishes the put back instead of adopting
-// the file as a claim.
+// the file as a claim. A rename back that fails (here ready/ is not a
+// directory for a moment) ends neither the file nor the poll: the next
+// poll looks through processing/ again and puts the file back.
 func TestStableFileChangedAfterTheClaimIsPutBack(t *testing.T) {
-	t.Run("put back", func(t *testing.T) { testPutBack(t, false) })
-	t.Run("interrupted before the rename back", func(t *testing.T) { testPutBack(t, true) })
+	t.Run("put back", func(t *testing.T) { testPutBack(t, "") })
+	t.Run("interrupted before the rename back", func(t *testing.T) { testPutBack(t, "interrupted") })
+	t.Run("the rename back fails", func(t *testing.T) { testPutBack(t, "refused") })
 	t.Run("a new file of that name already in ready", testReplacedBeforePutBack)
 }
 
-func testPutBack(t *testing.T, interrupted bool) {
+func testPutBack(t *testing.T, mode string) {
+	interrupted := mode == "interrupted"
 	_, pool := testenv.DB(t)
 	site := stableSite(t, time.Second)
 	r := newRig(t, pool, "w1", site)
@@ -178,9 +182,30 @@ func testPutBack(t *testing.T, interrupted bool) {
 	if _, err := f.WriteString(strings.Join(rows[5:], "")); err != nil {
 		t.Fatal(err)
 	}
+	readyDir := filepath.Join(site.Root, "ready")
+	if mode == "refused" {
+		if err := os.Rename(readyDir, readyDir+".away"); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(readyDir, nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
 	fault.Resume("download:mid")
 	if err := <-done; interrupted != (err != nil) {
 		t.Fatalf("poll: %v", err)
+	}
+	if mode == "refused" {
+		if _, err := os.Stat(filepath.Join(site.Root, "processing", "w1", name)); err != nil {
+			t.Fatalf("a refused put back should leave the file claimed: %v", err)
+		}
+		if err := os.Remove(readyDir); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(readyDir+".away", readyDir); err != nil {
+			t.Fatal(err)
+		}
+		r.poll("acme") // looks through processing/ again: puts it back
 	}
 	if interrupted {
 		if _, err := os.Stat(filepath.Join(site.Root, "processing", "w1", name)); err != nil {
