@@ -345,3 +345,66 @@ func TestAFileTakenOverByAReplicaThatDoesNotPollThePartnerIsRun(t *testing.T) {
 	}
 	testenv.AssertExactOrders(t, pool, id, 5, "T")
 }
+
+// A replica that polled a partner, and whose poll failed right after a
+// claim's RENAME (the row never written), no longer polls the partner once
+// another replica starts and affinity gives the partner to it. The file
+// in its processing dir is still its own to adopt: no replica adopts from
+// a live one's dir. It looks there again on its next turn at the partner,
+// though it no longer polls it, and the file is applied.
+func TestAReplicaThatLostAPartnerAfterAFailedClaimStillAdoptsItsFile(t *testing.T) {
+	_, pool := testenv.DB(t)
+	var site *testenv.Site
+	for i := 0; site == nil; i++ { // a partner that affinity gives to r2 once it runs
+		if id := fmt.Sprintf("moved%d", i); intake.Owner(id, []string{"r1", "r2"}) == "r2" {
+			site = testenv.NewSite(t, id)
+		}
+	}
+	site.Config.Poll = "@every 1h" // polled by hand below
+	id := site.Config.ID
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	cfg := func(w string) intake.Config {
+		return intake.Config{WorkerID: w, Lease: 3 * time.Second, SpoolMinFree: 1}
+	}
+	r1 := newRigCfg(t, pool, cfg("r1"), site)
+	intake.Signals(r1.d).Polled.Init(t)
+	if err := r1.d.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer r1.d.Stop()
+	// the loop's first poll, before any file is there
+	intake.Signals(r1.d).Polled.WaitFor(func(p intake.PollDone) bool { return p.Partner == id })
+
+	site.Drop(t, "orders-moved.csv", testenv.OrdersCSV("MV", 2))
+	if err := fault.Set("claim:after_rename=error"); err != nil {
+		t.Fatal(err)
+	}
+	if err := r1.d.PollOnce(ctx, id); err == nil {
+		t.Fatal("the poll went past its claim's RENAME")
+	}
+	fault.Set("")
+	if got := site.Files(t, filepath.Join("processing", "r1")); len(got) != 1 {
+		t.Fatalf("processing/r1 holds %v, want the claimed file", got)
+	}
+
+	r2 := newRigCfg(t, pool, cfg("r2"), site)
+	if err := r2.d.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer r2.d.Stop()
+	// r1 reads the live replicas again at its next turn a third of a
+	// lease on, and sees r2: the partner is r2's now
+	intake.Signals(r1.d).Peers.Init(t)
+	time.Sleep(cfg("r1").Lease/3 + 100*time.Millisecond)
+	r1.poll(id)
+	intake.Signals(r1.d).Peers.WaitFor(func(serving map[string][]string) bool {
+		return slices.Contains(serving[id], "r2")
+	})
+	if n := testenv.Count(t, pool, `SELECT count(*) FROM file_intake WHERE remote_name = 'orders-moved.csv' AND worker_id = 'r1' AND state = 'archived'`); n != 1 {
+		t.Fatalf("%d archived rows of the file by r1, want 1: its claim without a row was left in processing/r1", n)
+	}
+	if got := site.Files(t, "processing"); len(got) != 0 {
+		t.Fatalf("processing/ still holds %v", got)
+	}
+}

@@ -108,8 +108,8 @@ func (d *Daemon) listAhead(ctx context.Context, p *partnerRT, sess *partners.Ses
 }
 
 // gate decides how this poll goes: whether this replica polls the partner
-// (own), or only resumes its own files of it once, or leaves it alone
-// (errNotOwner).
+// (own), or only resumes its own files of it (once after a start, and
+// again while the partner is unsettled), or leaves it alone (errNotOwner).
 func (d *Daemon) gate(ctx context.Context, p *partnerRT) (own bool, err error) {
 	// With several replicas, one polls the partner (affinity.go). The
 	// others still resume their own files of it once after they start (a
@@ -129,7 +129,12 @@ func (d *Daemon) gate(ctx context.Context, p *partnerRT) (own bool, err error) {
 		}
 		p.resumed = len(live) == 0
 	}
-	if !own && p.resumed {
+	if !own && p.resumed && p.settled {
+		// Left alone only once nothing of this worker can wait in its
+		// processing dir without a row: a poll of ours that failed (it may
+		// have claimed, then lost the INSERT) leaves the partner unsettled,
+		// and no other replica adopts from a live worker's dir, so this
+		// one looks there again whoever polls the partner now.
 		p.drop() // a session of an earlier poll is the owner's business now
 		d.notPolling(p)
 		return false, errNotOwner
