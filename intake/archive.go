@@ -51,7 +51,15 @@ func (r *fileRun) archiveRemote(ctx context.Context, outcome Outcome, dupOf int6
 		if err := r.fence(ctx, "archive"); err != nil {
 			return "", "", err
 		}
-		dst, err = moveOnce(r.sess, in.ClaimedPath, archiveNames(dir, in, 9))
+		var ours bool
+		if ours, err = r.claimedIsOurs(); err != nil {
+			return "", "", err
+		}
+		if ours {
+			dst, err = moveOnce(r.sess, in.ClaimedPath, archiveNames(dir, in, 9))
+		} else {
+			err = fmt.Errorf("archive: %w", ErrRemoteLost)
+		}
 		if errors.Is(err, ErrRemoteLost) {
 			if held, ok, herr := r.reclaimHeld(ctx, dir); herr != nil {
 				return "", "", herr

@@ -134,6 +134,7 @@ func (r *fileRun) download(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
+		r.placed = r.placed || !r.byManifest // read at its claimed path by this run
 		if man != nil && in.Override != OverrideManifest && (man.Bytes != e.Size || man.SHA256 != e.SHA256) {
 			if attempt < 2 {
 				r.log.Warn("bytes disagree with the manifest, fetching again")

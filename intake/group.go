@@ -106,6 +106,7 @@ func (d *Daemon) runGroup(ctx context.Context, p *partnerRT, sess *partners.Sess
 		if err != nil {
 			return err
 		}
+		r.placed = true // claimed by this poll
 		g.files = append(g.files, &groupFile{r: r})
 	}
 	g.feed = g.files[0].r.feed

@@ -169,6 +169,18 @@ func (d *Daemon) claimGroup(ctx context.Context, p *partnerRT, sess *partners.Se
 	if err != nil {
 		return nil, walked, raced, err
 	}
+	if len(claimed) < len(renamed) {
+		// a path a live row still owns: the file waits in ready/
+		rec := make(map[string]bool, len(claimed))
+		for _, in := range claimed {
+			rec[in.ClaimedPath] = true
+		}
+		for _, in := range renamed {
+			if !rec[in.ClaimedPath] {
+				d.busyClaimPath(p, sess, in)
+			}
+		}
+	}
 	return claimed, walked, raced, failed
 }
 

@@ -327,7 +327,7 @@ func (c *claimLoop) claimAt(ctx context.Context, cands []candidate, sl *slots) (
 	}
 	c.claimed++
 	d.quotaClaimed(p, c.quota, in.ListedSize)
-	return 1, func() error { return d.runClaimed(ctx, p, sess, in, opening) }, nil
+	return 1, func() error { return d.runClaimed(ctx, p, sess, in, opening, true) }, nil
 }
 
 // followingGroups returns g and the groups that follow it in cands, as
@@ -764,6 +764,7 @@ func (d *Daemon) claim(ctx context.Context, p *partnerRT, sess *partners.Session
 	next, err := d.ledger.InsertClaimAt(ctx, in, id)
 	if err != nil {
 		if errors.Is(err, ledger.ErrTracked) {
+			d.busyClaimPath(p, sess, in)
 			return nil, nil, 0, nil
 		}
 		return nil, nil, 0, err
@@ -777,6 +778,37 @@ func (d *Daemon) claim(ctx context.Context, p *partnerRT, sess *partners.Session
 	}
 	keep = true
 	return in, opening, next, nil
+}
+
+// busyClaimPath undoes a claim whose RENAME went through to a path a live
+// row still owns (an earlier intake of the name, waiting for a retry with
+// its bytes in the spool after its file left processing/): the new file
+// goes back into ready/ (with its manifest) to wait until that intake
+// ends, counted as skipped claim_target_busy and logged. It is never left
+// at the path, where the earlier intake's archive would move it as its
+// own. A failed move back leaves it there for resumeOwn to adopt once the
+// path is free (the partner is looked through again).
+func (d *Daemon) busyClaimPath(p *partnerRT, sess *partners.Session, in *Intake) {
+	d.metrics.skipped.WithLabelValues(p.cfg.ID, claimTargetBusy).Inc()
+	back := func(name string) error {
+		err := sess.Rename(sess.Layout.Processing(d.cfg.WorkerID, name), sess.Layout.Ready(name))
+		if err != nil && !partners.IsNotExist(err) {
+			return err
+		}
+		return nil
+	}
+	err := back(in.RemoteName)
+	if err == nil && in.ManifestName != "" {
+		err = back(in.ManifestName)
+	}
+	if err != nil {
+		p.takenOver.Store(true)
+		d.log.Warn("a new file was claimed to a path an unfinished intake still owns and could not be put back; it is adopted once that intake ends",
+			"partner", p.cfg.ID, "reason", claimTargetBusy, "err", err)
+		return
+	}
+	d.log.Warn("a new file waits in ready/: an unfinished intake of the same name still owns its claim path",
+		"partner", p.cfg.ID, "reason", claimTargetBusy)
 }
 
 // quarantineHostile takes an entry of ready/ that can never be processed
@@ -1012,13 +1044,14 @@ func (d *Daemon) resumeRows(ctx context.Context, p *partnerRT, sess *partners.Se
 // runFile runs one file; losing it to another owner is counted and is not
 // an error of the poll.
 func (d *Daemon) runFile(ctx context.Context, p *partnerRT, sess *partners.Session, in *Intake) error {
-	return d.runClaimed(ctx, p, sess, in, nil)
+	return d.runClaimed(ctx, p, sess, in, nil, false)
 }
 
-// runClaimed is runFile for a file just claimed, with the file opened
-// behind its claim's RENAME (nil: none), which its download takes
-// (openClaimed) and which is closed if the run never gets there.
-func (d *Daemon) runClaimed(ctx context.Context, p *partnerRT, sess *partners.Session, in *Intake, opening *partners.Opening) error {
+// runClaimed is runFile for a file just claimed by this poll (claimed),
+// with the file opened behind its claim's RENAME (nil: none), which its
+// download takes (openClaimed) and which is closed if the run never gets
+// there.
+func (d *Daemon) runClaimed(ctx context.Context, p *partnerRT, sess *partners.Session, in *Intake, opening *partners.Opening, claimed bool) error {
 	p.fileRuns.Add(1)
 	r, err := d.newRun(p, sess, in)
 	if err != nil {
@@ -1027,7 +1060,7 @@ func (d *Daemon) runClaimed(ctx context.Context, p *partnerRT, sess *partners.Se
 		}
 		return err
 	}
-	r.opening = opening
+	r.opening, r.placed = opening, claimed
 	defer func() {
 		if r.opening != nil {
 			r.opening.Discard()

@@ -44,7 +44,16 @@ func (r *fileRun) hold(ctx context.Context, to State, reason Reason, line int64,
 	if r.p.cfg.Records() {
 		return r.holdRecord(ctx, to, reason, line, detail)
 	}
-	dst, err := r.moveHeld(in.ClaimedPath, path.Join(qdir, base))
+	ours, err := r.claimedIsOurs()
+	if err != nil {
+		return err
+	}
+	var dst string
+	if ours {
+		dst, err = r.moveHeld(in.ClaimedPath, path.Join(qdir, base))
+	} else {
+		err = fmt.Errorf("quarantine: %w", ErrRemoteLost)
+	}
 	lost := errors.Is(err, ErrRemoteLost)
 	if err != nil && !lost {
 		return fmt.Errorf("quarantine: %w", err)

@@ -59,6 +59,41 @@ func moveOnce(s *partners.Session, src string, candidates []string) (string, err
 	return "", fmt.Errorf("move %s: no free target name: %w", src, last)
 }
 
+// claimedIsOurs reports whether the entry at the file's claimed path is
+// this intake's file, before archive or a hold moves it: a run that did
+// not put the file there or read it there itself (a resume from the
+// spool, a takeover) may find another file under the name, claimed to the
+// path after this intake's own file left it. Its size (the bytes spooled,
+// else those listed at the claim) and its mtime (when the claim recorded
+// one), which a RENAME keeps, must be this intake's; the hash is not read
+// again. A path holding something else is left alone: the run goes on as
+// when its file is gone (the spool keeps its bytes), and the partner's
+// next poll adopts the entry as a claim of its own once this intake ends.
+func (r *fileRun) claimedIsOurs() (bool, error) {
+	if r.placed || r.in.ReplayOf != 0 || r.p.cfg.Records() {
+		return true, nil
+	}
+	st, err := r.sess.Lstat(r.in.ClaimedPath)
+	if partners.IsNotExist(err) {
+		return true, nil // the move finds it gone
+	}
+	if err != nil {
+		return false, fmt.Errorf("stat %s: %w", r.in.ClaimedPath, err)
+	}
+	size := r.in.Size
+	if size == 0 {
+		size = r.in.ListedSize
+	}
+	if st.Mode().IsRegular() && st.Size() == size && (r.in.ListedMTime.IsZero() || st.ModTime().Equal(r.in.ListedMTime)) {
+		r.placed = true
+		return true, nil
+	}
+	r.log.Warn("the file at this intake's claimed path is not its file (size or mtime differ); left there for a claim of its own",
+		"reason", ReasonRemoteLost)
+	r.p.takenOver.Store(true)
+	return false, nil
+}
+
 // maxRemoteName bounds a generated remote name as partners.SafeName
 // bounds a partner's.
 const maxRemoteName = partners.MaxNameBytes

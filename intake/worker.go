@@ -53,6 +53,9 @@ type fileRun struct {
 	// opening: the file opened behind its claim's RENAME, until the
 	// download takes it (openClaimed).
 	opening *partners.Opening
+	// placed: this run put the file at its claimed path (its claim) or
+	// read it there: what is at the path is its bytes (claimedIsOurs).
+	placed bool
 }
 
 func (d *Daemon) newRun(p *partnerRT, sess *partners.Session, in *Intake) (*fileRun, error) {
