@@ -37,6 +37,9 @@ CREATE FUNCTION public.jsonb_build_object(text, text) RETURNS jsonb LANGUAGE plp
   $$BEGIN INSERT INTO public.side VALUES ('jsonb_build_object(text, text)'); RETURN '{}'; END$$;
 CREATE FUNCTION public.jsonb_build_object(VARIADIC text[]) RETURNS jsonb LANGUAGE plpgsql AS
   $$BEGIN INSERT INTO public.side VALUES ('jsonb_build_object(VARIADIC text[])'); RETURN '{}'; END$$;
+CREATE FUNCTION public.jsonb_build_object(text, bigint, text, text, text, text, text, text, text, text, text, bigint,
+    text, bigint, text, bigint, text, bigint, text, bigint, text, integer) RETURNS jsonb LANGUAGE plpgsql AS
+  $$BEGIN INSERT INTO public.side VALUES ('jsonb_build_object(a file event''s payload)'); RETURN '{}'; END$$;
 CREATE FUNCTION public.jsonb_build_array(text, text) RETURNS jsonb LANGUAGE plpgsql AS
   $$BEGIN INSERT INTO public.side VALUES ('jsonb_build_array'); RETURN '[]'; END$$;
 CREATE FUNCTION public.unnest(text[]) RETURNS SETOF text LANGUAGE plpgsql AS
@@ -113,10 +116,19 @@ func TestLookAlikeBuiltinsInASchemaOnThePathNeverRun(t *testing.T) {
 		"S-3,changed@example.com,30.03,paid,2026-11-04T10:00:00Z,3\n"+
 		"S-4,c4@example.com,40.04,paid,2026-11-05T10:00:00Z,4\n")
 	poll(r, "second file")
-	noneRan("two files")
+	// the third has a rejected row: its rejected_rows event's payload
+	site.Drop(t, "orders-3.csv", header+
+		"S-6,c6@example.com,60.06,paid,2026-11-07T10:00:00Z,6\n"+
+		"S-7,c7@example.com,70.07,lost,2026-11-08T10:00:00Z,7\n")
+	poll(r, "third file")
+	noneRan("three files")
 	fs := files(t, admin, "sp")
-	if len(fs) != 2 || fs[0].State != "archived" || fs[1].State != "archived" || fs[0].Applied != 5 || fs[1].Applied != 3 || fs[1].Unchanged != 1 {
-		t.Errorf("files %+v, want both archived, 5 then 3 applied and 1 unchanged", fs)
+	if len(fs) != 3 || fs[0].State != "archived" || fs[1].State != "archived" || fs[2].State != "archived" ||
+		fs[0].Applied != 5 || fs[1].Applied != 3 || fs[1].Unchanged != 1 || fs[2].Applied != 1 || fs[2].Rejected != 1 {
+		t.Errorf("files %+v, want all archived: 5 applied; 3 applied and 1 unchanged; 1 applied and 1 rejected", fs)
+	}
+	if got := testenv.Strings(t, admin, `SELECT event || ' ' || coalesce(payload->>'rows_rejected', 'none') FROM intake_outbox WHERE partner_id = 'sp'`); len(got) != 1 || got[0] != "rejected_rows 1" {
+		t.Errorf("events %v, want the third file's rejected_rows with its payload", got)
 	}
 	// intake's row hash: pg_catalog's hash of the send form of the
 	// feed's columns other than the key
@@ -126,8 +138,8 @@ func TestLookAlikeBuiltinsInASchemaOnThePathNeverRun(t *testing.T) {
 		ORDER BY order_id`); len(bad) != 0 {
 		t.Errorf("rows %v carry a row hash other than PostgreSQL's", bad)
 	}
-	if n := count(t, admin, `SELECT count(*) FROM orders WHERE partner_id = 'sp'`); n != 5 {
-		t.Errorf("%d rows landed, want 5", n)
+	if n := count(t, admin, `SELECT count(*) FROM orders WHERE partner_id = 'sp'`); n != 6 {
+		t.Errorf("%d rows landed, want 6", n)
 	}
 	if a, _ := amountOf(t, admin, "orders", "sp", "S-1"); a != "99.00" {
 		t.Errorf("S-1 amount %s, want the second file's 99.00", a)
