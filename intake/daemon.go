@@ -23,6 +23,7 @@ import (
 	"github.com/partner-intake/partner-intake/internal/names"
 	"github.com/partner-intake/partner-intake/internal/pgerr"
 	"github.com/partner-intake/partner-intake/internal/schedule"
+	"github.com/partner-intake/partner-intake/migrations"
 	"github.com/partner-intake/partner-intake/partners"
 	"github.com/partner-intake/partner-intake/spool"
 )
@@ -183,6 +184,9 @@ func PoolConfig(url, worker string, lease time.Duration) (*pgxpool.Config, error
 	// 836 ms of JIT for a 40 ms statement once its estimate crossed
 	// jit_above_cost).
 	pc.ConnConfig.RuntimeParams["jit"] = "off"
+	// pg_catalog, then the ledger's schema: no schema a role or database
+	// default adds, where a look-alike of a built-in could wait.
+	migrations.SetSearchPath(pc.ConnConfig)
 	return pc, nil
 }
 

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -49,15 +50,23 @@ func testPostgresRestartDuringApply(t *testing.T, mode string) {
 	if _, err := migrations.Up(url); err != nil {
 		t.Fatal(err)
 	}
+	// the operator's table, created on a session of the default path (on
+	// the daemon's, pg_catalog first, an unqualified CREATE is refused)
+	c, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.Exec(ctx, testenv.TargetDDL)
+	c.Close(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
 	pc, _ := intake.PoolConfig(url, "w1", 30*time.Second)
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer pool.Close()
-	if _, err := pool.Exec(ctx, testenv.TargetDDL); err != nil {
-		t.Fatal(err)
-	}
 	site := testenv.NewSite(t, "pgdown")
 	site.Config.Feeds[0].ChunkRows = 100
 	const rows = 40000

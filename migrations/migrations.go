@@ -5,23 +5,48 @@ package migrations
 
 import (
 	"context"
-	"database/sql"
 	"embed"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/golang-migrate/migrate/v4"
 	migratepgx "github.com/golang-migrate/migrate/v4/database/pgx/v5"
 	"github.com/golang-migrate/migrate/v4/source/iofs"
 	"github.com/jackc/pgx/v5"
-	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx"
+	"github.com/jackc/pgx/v5/stdlib"
 )
+
+// Schema is the schema the migrations put intake's ledger tables in.
+const Schema = "public"
+
+// SearchPath is the search_path of every connection intake opens:
+// pg_catalog first, then the ledger's schema, and nothing a role's or
+// database's default path adds (a "$user" schema). A name the SQL leaves
+// unqualified (a ledger table, an unqualified target table) resolves in
+// Schema; every built-in function intake calls is written
+// pg_catalog-qualified with exactly typed arguments, so a look-alike
+// function in Schema is never chosen over it. `intake check` fails when a
+// role other than a schema's owner may create in a schema on this path.
+const SearchPath = "pg_catalog, " + Schema
+
+// SetSearchPath makes cc's connections use SearchPath, whatever the URL,
+// the role or the database set.
+func SetSearchPath(cc *pgx.ConnConfig) {
+	cc.RuntimeParams["search_path"] = SearchPath
+}
 
 //go:embed *.sql
 var files embed.FS
 
-// Up applies every migration not yet applied. It is idempotent.
+// Up applies every migration not yet applied. It is idempotent. It
+// refuses a database whose intake tables are in a schema other than
+// Schema (created under a path that put another schema first): it would
+// otherwise start an empty ledger in Schema beside them.
 func Up(dsn string) (version uint, err error) {
+	if err := elsewhere(dsn); err != nil {
+		return 0, err
+	}
 	m, err := open(dsn)
 	if err != nil {
 		return 0, err
@@ -60,16 +85,49 @@ func Latest() (uint, error) {
 	}
 }
 
+// elsewhere returns an error naming the schemas other than Schema that
+// hold intake's migrations table.
+func elsewhere(dsn string) error {
+	ctx := context.Background()
+	cc, err := pgx.ParseConfig(dsn)
+	if err != nil {
+		return fmt.Errorf("migrations: %w", err)
+	}
+	SetSearchPath(cc)
+	c, err := pgx.ConnectConfig(ctx, cc)
+	if err != nil {
+		return fmt.Errorf("migrations: %w", err)
+	}
+	defer c.Close(ctx)
+	var other []string
+	err = c.QueryRow(ctx, `SELECT coalesce(pg_catalog.array_agg(n.nspname::text ORDER BY n.nspname), '{}')
+		FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+		WHERE c.relname = 'intake_schema_migrations' AND n.nspname <> $1::text`, Schema).Scan(&other)
+	if err != nil {
+		return fmt.Errorf("migrations: %w", err)
+	}
+	if len(other) > 0 {
+		return fmt.Errorf("migrations: intake's tables are in schema %s, and intake keeps them in %s: move them there (ALTER TABLE … SET SCHEMA %s, each of them) before migrating",
+			strings.Join(other, ", "), Schema, Schema)
+	}
+	return nil
+}
+
 func open(dsn string) (*migrate.Migrate, error) {
 	src, err := iofs.New(files, ".")
 	if err != nil {
 		return nil, fmt.Errorf("migrations: %w", err)
 	}
-	db, err := sql.Open("pgx", dsn)
+	cc, err := pgx.ParseConfig(dsn)
 	if err != nil {
 		return nil, fmt.Errorf("migrations: %w", err)
 	}
-	drv, err := migratepgx.WithInstance(db, &migratepgx.Config{MigrationsTable: "intake_schema_migrations"})
+	// The migrations create their tables unqualified, in the first schema
+	// of the path: Schema alone (pg_catalog, not named, is searched
+	// before it, as in SearchPath).
+	cc.RuntimeParams["search_path"] = Schema
+	db := stdlib.OpenDB(*cc)
+	drv, err := migratepgx.WithInstance(db, &migratepgx.Config{MigrationsTable: "intake_schema_migrations", SchemaName: Schema})
 	if err != nil {
 		db.Close()
 		return nil, fmt.Errorf("migrations: %w", err)

@@ -195,7 +195,7 @@ func (r *Reconciler) RunOnce(ctx context.Context) ([]Finding, error) {
 	}
 	defer conn.Release()
 	var got bool
-	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock(hashtextextended($1, 0))`, lockKey).Scan(&got); err != nil {
+	if err := conn.QueryRow(ctx, `SELECT pg_catalog.pg_try_advisory_lock(pg_catalog.hashtextextended($1::text, 0::int8))`, lockKey).Scan(&got); err != nil {
 		r.runs.WithLabelValues("error").Inc()
 		return nil, fmt.Errorf("reconcile: lock: %w", err)
 	}
@@ -208,7 +208,7 @@ func (r *Reconciler) RunOnce(ctx context.Context) ([]Finding, error) {
 		// lock would live as long as the pooled connection.
 		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
-		if _, err := conn.Exec(uctx, `SELECT pg_advisory_unlock(hashtextextended($1, 0))`, lockKey); err != nil {
+		if _, err := conn.Exec(uctx, `SELECT pg_catalog.pg_advisory_unlock(pg_catalog.hashtextextended($1::text, 0::int8))`, lockKey); err != nil {
 			conn.Conn().Close(uctx) // closing the session drops the lock
 		}
 	}()

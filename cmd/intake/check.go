@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/partner-intake/partner-intake/cmd/intake/internal/config"
@@ -93,6 +94,7 @@ func cmdCheck(args []string, stdout, stderr io.Writer) int {
 		fail("database url", err)
 		return 2 // a URL that does not parse: a config error
 	}
+	migrations.SetSearchPath(pc.ConnConfig) // the daemon's path: what check reads resolves as the daemon's statements do
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
 		fail("database", err)
@@ -107,6 +109,19 @@ func cmdCheck(args []string, stdout, stderr io.Writer) int {
 		fail("database schema", err)
 	} else {
 		fmt.Fprintln(stdout, "ok   database reachable, schema current")
+	}
+	writers, err := pathWriters(ctx, pool)
+	switch {
+	case err != nil:
+		fail("database search_path", err)
+	case len(writers) > 0:
+		for _, w := range writers {
+			fmt.Fprintf(stdout, "FAIL database: %s may create in schema %s, on intake's search_path (%s): a function or operator it creates there can run as intake's role; REVOKE CREATE ON SCHEMA %s FROM %s\n",
+				w.role, w.schema, migrations.SearchPath, w.schemaIdent, w.roleIdent)
+			failed++
+		}
+	default:
+		fmt.Fprintf(stdout, "ok   database: no role but its owner may create in a schema on intake's search_path (%s)\n", migrations.SearchPath)
 	}
 	chk := target.NewChecker(pool) // each table's catalog read once
 	for i := range cfg.Partners {
@@ -140,6 +155,37 @@ func cmdCheck(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// pathWriter is a role other than a schema's owner that may create in
+// the schema.
+type pathWriter struct {
+	schema, schemaIdent string
+	role, roleIdent     string // PUBLIC for every role
+}
+
+// pathWriters lists, for every schema on the session's search_path but
+// pg_catalog (the pool's is the daemon's: migrations.SearchPath), the
+// roles other than its owner that hold CREATE on it, PUBLIC included.
+// Such a role can plant a function or operator there that a statement of
+// intake's resolves to and runs as intake's role.
+func pathWriters(ctx context.Context, pool *pgxpool.Pool) ([]pathWriter, error) {
+	rs, err := pool.Query(ctx, `SELECT n.nspname::text, pg_catalog.quote_ident(n.nspname::text),
+		    coalesce(r.rolname::text, 'PUBLIC'), CASE WHEN a.grantee = 0 THEN 'PUBLIC' ELSE pg_catalog.quote_ident(r.rolname::text) END
+		FROM pg_catalog.pg_namespace n
+		CROSS JOIN LATERAL pg_catalog.aclexplode(coalesce(n.nspacl, pg_catalog.acldefault('n'::"char", n.nspowner))) a
+		LEFT JOIN pg_catalog.pg_roles r ON r.oid = a.grantee
+		WHERE n.nspname = ANY (pg_catalog.current_schemas(false)) AND n.nspname <> 'pg_catalog'
+		  AND a.privilege_type = 'CREATE' AND a.grantee <> n.nspowner
+		ORDER BY 1, 3`)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rs, func(row pgx.CollectableRow) (pathWriter, error) {
+		var w pathWriter
+		err := row.Scan(&w.schema, &w.schemaIdent, &w.role, &w.roleIdent)
+		return w, err
+	})
 }
 
 // compareColumns prints what the target could refuse of the values the

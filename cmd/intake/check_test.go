@@ -70,6 +70,57 @@ func TestCheckComparesFeedColumnsWithTheTarget(t *testing.T) {
 	}
 }
 
+// `intake check` fails while a role other than a schema's owner (PUBLIC
+// included) may create in a schema on the daemon's search_path: a
+// function it plants there could run as intake's role. It names the role
+// and the REVOKE that fixes it, and passes once revoked.
+func TestCheckFailsWhenARoleMayCreateOnTheSearchPath(t *testing.T) {
+	url, pool := testenv.DB(t)
+	t.Setenv("INTAKE_DATABASE_URL", url)
+	site := testenv.NewSite(t, "pathcheck")
+	cfg := writeConfig(t, site, site.Config.SFTP.KnownHostsFile)
+	exec := func(sql string) {
+		t.Helper()
+		if _, err := pool.Exec(context.Background(), sql); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const ok = "ok   database: no role but its owner may create in a schema on intake's search_path (pg_catalog, public)"
+	code, out := runCLI("check", "--config", cfg)
+	if code != 0 || !strings.Contains(out, ok) {
+		t.Fatalf("check of a public schema only its owner may create in exited %d:\n%s", code, out)
+	}
+
+	exec(`GRANT CREATE ON SCHEMA public TO PUBLIC`)
+	code, out = runCLI("check", "--config", cfg)
+	for _, w := range []string{
+		"FAIL database: PUBLIC may create in schema public, on intake's search_path (pg_catalog, public): a function or operator it creates there can run as intake's role; REVOKE CREATE ON SCHEMA public FROM PUBLIC",
+		"1 problem(s) found",
+	} {
+		if code != 1 || !strings.Contains(out, w) {
+			t.Fatalf("check with CREATE granted to PUBLIC exited %d, want 1 and %q:\n%s", code, w, out)
+		}
+	}
+	exec(`REVOKE CREATE ON SCHEMA public FROM PUBLIC`)
+
+	var role string
+	if err := pool.QueryRow(context.Background(), `SELECT 'Planter_' || current_database()`).Scan(&role); err != nil {
+		t.Fatal(err)
+	}
+	exec(`CREATE ROLE "` + role + `" NOLOGIN; GRANT CREATE ON SCHEMA public TO "` + role + `"`)
+	t.Cleanup(func() { pool.Exec(context.Background(), `DROP OWNED BY "`+role+`"; DROP ROLE "`+role+`"`) })
+	code, out = runCLI("check", "--config", cfg)
+	if w := "FAIL database: " + role + " may create in schema public, on intake's search_path (pg_catalog, public): a function or operator it creates there can run as intake's role; REVOKE CREATE ON SCHEMA public FROM \"" + role + "\""; code != 1 || !strings.Contains(out, w) {
+		t.Fatalf("check with CREATE granted to a role exited %d, want 1 and %q:\n%s", code, w, out)
+	}
+
+	exec(`REVOKE CREATE ON SCHEMA public FROM "` + role + `"`)
+	code, out = runCLI("check", "--config", cfg)
+	if code != 0 || !strings.Contains(out, ok) {
+		t.Fatalf("check after the REVOKE exited %d, want 0:\n%s", code, out)
+	}
+}
+
 // `intake check` on a read-only account (internal-sftp -R): under the
 // default claim by rename it fails and says the account fits only claim:
 // record; configured with readiness stable and claim: record it passes.

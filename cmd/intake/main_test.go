@@ -106,6 +106,25 @@ func runCLI(args ...string) (int, string) {
 	return code, out.String()
 }
 
+// intake keeps its tables in public. A database whose intake tables are
+// in another schema (made under a path with a "$user" schema first) is
+// refused by `intake migrate`, naming the schema, rather than given a
+// second, empty ledger in public.
+func TestMigrateRefusesIntakeTablesInAnotherSchema(t *testing.T) {
+	url, pool := testenv.DB(t)
+	t.Setenv("INTAKE_DATABASE_URL", url)
+	if _, err := pool.Exec(context.Background(), `CREATE SCHEMA intake_owner; ALTER TABLE intake_schema_migrations SET SCHEMA intake_owner`); err != nil {
+		t.Fatal(err)
+	}
+	code, out := runCLI("migrate")
+	if w := "intake's tables are in schema intake_owner, and intake keeps them in public"; code != 1 || !strings.Contains(out, w) {
+		t.Fatalf("migrate exited %d, want 1 and %q:\n%s", code, w, out)
+	}
+	if n := testenv.Count(t, pool, `SELECT count(*) FROM pg_tables WHERE schemaname = 'public' AND tablename = 'intake_schema_migrations'`); n != 0 {
+		t.Fatal("migrate made a second migrations table in public")
+	}
+}
+
 func TestCheckMigrateAndRunOnce(t *testing.T) {
 	url, pool := testenv.DB(t)
 	t.Setenv("INTAKE_DATABASE_URL", url)

@@ -12,6 +12,7 @@ import (
 	"github.com/partner-intake/partner-intake/cmd/intake/internal/config"
 	"github.com/partner-intake/partner-intake/intake/ops"
 	"github.com/partner-intake/partner-intake/internal/inert"
+	"github.com/partner-intake/partner-intake/migrations"
 )
 
 // Thresholds past which `intake status` says a partner needs attention.
@@ -54,7 +55,13 @@ func cmdStatus(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	pool, err := pgxpool.New(ctx, url)
+	pc, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		fmt.Fprintln(stderr, "intake status: database url:", err)
+		return 2
+	}
+	migrations.SetSearchPath(pc.ConnConfig)
+	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
 		fmt.Fprintln(stderr, "intake status: database:", err)
 		return 1

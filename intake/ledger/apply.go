@@ -28,10 +28,10 @@ type Querier interface {
 func Plan(ctx context.Context, q Querier, in *Intake, next State, total, rejected int64, feedSHA string) error {
 	var moved int64
 	err := q.QueryRow(ctx, `WITH g AS (
-		    UPDATE file_intake SET state = $3, rows_total = $4, rows_rejected = $5, feed_sha256 = $6, updated_at = now()
+		    UPDATE file_intake SET state = $3, rows_total = $4, rows_rejected = $5, feed_sha256 = $6, updated_at = pg_catalog.now()
 		    WHERE intake_id = $1 AND fencing_token = $2 AND state = 'spooled' RETURNING 1),
 		d AS (DELETE FROM intake_row_issue WHERE intake_id = $1 AND EXISTS (SELECT 1 FROM g))
-		SELECT count(*) FROM g`,
+		SELECT pg_catalog.count(*) FROM g`,
 		in.ID, in.Token, string(next), total, rejected, feedSHA).Scan(&moved)
 	if err != nil {
 		return fmt.Errorf("plan: %w", err)
@@ -50,9 +50,9 @@ func Plan(ctx context.Context, q Querier, in *Intake, next State, total, rejecte
 func Replan(ctx context.Context, q Querier, in *Intake) error {
 	var moved int64
 	err := q.QueryRow(ctx, `WITH g AS (
-		    UPDATE file_intake SET state = 'spooled', feed_sha256 = NULL, updated_at = now()
+		    UPDATE file_intake SET state = 'spooled', feed_sha256 = NULL, updated_at = pg_catalog.now()
 		    WHERE intake_id = $1 AND fencing_token = $2 AND state = 'applying' AND chunks_done = 0 RETURNING 1)
-		SELECT count(*) FROM g`, in.ID, in.Token).Scan(&moved)
+		SELECT pg_catalog.count(*) FROM g`, in.ID, in.Token).Scan(&moved)
 	if err != nil {
 		return fmt.Errorf("replan: %w", err)
 	}
@@ -97,7 +97,7 @@ func RecordRefusals(ctx context.Context, tx pgx.Tx, in *Intake, reason string, l
 // the transaction ends, and the token check fences a stale owner. No row
 // affected means the gate is closed (ChunkGateClosed says why).
 func (l *Ledger) QueueChunkGate(b *pgx.Batch, in *Intake, chunk int) {
-	b.Queue(`UPDATE file_intake SET lease_until = now() + $4::interval, updated_at = now()
+	b.Queue(`UPDATE file_intake SET lease_until = pg_catalog.now() + $4::interval, updated_at = pg_catalog.now()
 		WHERE intake_id = $1 AND fencing_token = $2 AND state = 'applying' AND chunks_done = $3`,
 		in.ID, in.Token, chunk, l.lease)
 }
@@ -186,9 +186,9 @@ func (l *Ledger) queueChunkDone(b *pgx.Batch, in *Intake, c Chunk) {
 		in.ID, c.No, in.Partner, c.First, c.Last, c.Applied, c.Unchanged, c.Conflict, in.Token)
 	b.Queue(`UPDATE file_intake SET rows_applied = rows_applied + $4, rows_unchanged = rows_unchanged + $5,
 		rows_rejected = rows_rejected + $6, rows_conflict = rows_conflict + $7, chunks_done = $3 + 1,
-		rows_deleted = rows_deleted + $10, lease_until = clock_timestamp() + $9::interval,
+		rows_deleted = rows_deleted + $10, lease_until = pg_catalog.clock_timestamp() + $9::interval,
 		state = CASE WHEN $8::boolean AND rows_applied + $4 + rows_unchanged + $5 + rows_rejected + $6 + rows_conflict + $7 = rows_total
-		             THEN 'applied' ELSE state END, updated_at = now()
+		             THEN 'applied' ELSE state END, updated_at = pg_catalog.now()
 		WHERE intake_id = $1 AND fencing_token = $2 AND chunks_done = $3
 		RETURNING state`,
 		in.ID, in.Token, c.No, c.Applied, c.Unchanged, c.Rejected, c.Conflict, c.Final, l.lease, c.Deleted)
@@ -240,12 +240,12 @@ func (l *Ledger) RecordAttempt(ctx context.Context, in *Intake, lastErr string, 
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
 	err = l.pool.QueryRow(wctx, `UPDATE file_intake SET attempts = attempts + 1,
-		    first_failed_at = coalesce(first_failed_at, now()),
-		    next_attempt_at = now() + CASE WHEN attempts = 0 THEN interval '0'
-		        ELSE least($3::interval * power(2, attempts - 1), $4::interval) * (0.75 + random() / 2) END,
-		    last_error = $5, updated_at = now()
+		    first_failed_at = coalesce(first_failed_at, pg_catalog.now()),
+		    next_attempt_at = pg_catalog.now() + CASE WHEN attempts = 0 THEN interval '0'
+		        ELSE least($3::interval * pg_catalog.power(2::float8, (attempts - 1)::float8), $4::interval) * (0.75 + pg_catalog.random() / 2) END,
+		    last_error = $5, updated_at = pg_catalog.now()
 		WHERE intake_id = $1 AND fencing_token = $2 AND state = ANY($6)
-		RETURNING attempts, now() - first_failed_at`,
+		RETURNING attempts, pg_catalog.now() - first_failed_at`,
 		in.ID, in.Token, base, max, Text(lastErr, 1000), liveStates).Scan(&n, &age)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return 0, 0, &FencedError{IntakeID: in.ID, Token: in.Token, Step: "record attempt"}
@@ -262,7 +262,7 @@ func (l *Ledger) RecordAttempt(ctx context.Context, in *Intake, lastErr string, 
 func (l *Ledger) Defer(ctx context.Context, in *Intake, wait time.Duration) error {
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	tag, err := l.pool.Exec(wctx, `UPDATE file_intake SET next_attempt_at = now() + $3::interval, updated_at = now()
+	tag, err := l.pool.Exec(wctx, `UPDATE file_intake SET next_attempt_at = pg_catalog.now() + $3::interval, updated_at = pg_catalog.now()
 		WHERE intake_id = $1 AND fencing_token = $2 AND state = ANY($4)`, in.ID, in.Token, wait, liveStates)
 	if err != nil {
 		return fmt.Errorf("defer: %w", err)

@@ -56,8 +56,8 @@ func RecordPlan(ctx context.Context, tx pgx.Tx, in *Intake, p PlanRecord) error 
 			reason = string(ReasonPlanChanged)
 		}
 	}
-	tag, err := tx.Exec(ctx, `UPDATE file_intake SET plan_hash = $3, plan_counts = $4, plan_sample = $5, planned_at = now(),
-		    plan_decision = NULL, reason = nullif($6, ''), updated_at = now()
+	tag, err := tx.Exec(ctx, `UPDATE file_intake SET plan_hash = $3, plan_counts = $4, plan_sample = $5, planned_at = pg_catalog.now(),
+		    plan_decision = NULL, reason = nullif($6, ''), updated_at = pg_catalog.now()
 		WHERE intake_id = $1 AND fencing_token = $2`, in.ID, in.Token, p.Hash, p.Counts, sample, reason)
 	if err := fenced(tag, err, in, "record plan"); err != nil {
 		return err
@@ -67,7 +67,7 @@ func RecordPlan(ctx context.Context, tx pgx.Tx, in *Intake, p PlanRecord) error 
 		return nil
 	}
 	if _, err := tx.Exec(ctx, `INSERT INTO intake_outbox (partner_id, event, payload)
-		SELECT f.partner_id, $2, `+filePayload+` || jsonb_build_object('plan_hash', f.plan_hash) FROM file_intake f WHERE f.intake_id = $1`,
+		SELECT f.partner_id, $2, `+filePayload+` || pg_catalog.jsonb_build_object('plan_hash', f.plan_hash) FROM file_intake f WHERE f.intake_id = $1`,
 		in.ID, EventAwaitingApproval); err != nil {
 		return fmt.Errorf("outbox: %w", err)
 	}
@@ -152,8 +152,8 @@ func (l *Ledger) decidePlan(ctx context.Context, d PlanDecision, decision string
 		var partner, hash string
 		err := tx.QueryRow(ctx, `UPDATE file_intake SET state = 'spooled', reason = NULL, plan_decision = $3,
 		        approved_plan_hash = CASE WHEN $3 = 'approved' THEN plan_hash ELSE approved_plan_hash END,
-		        plan_sample = NULL, fencing_token = fencing_token + 1, lease_until = now() - interval '1 second',
-		        attempts = 0, first_failed_at = NULL, next_attempt_at = NULL, last_error = NULL, updated_at = now()
+		        plan_sample = NULL, fencing_token = fencing_token + 1, lease_until = pg_catalog.now() - interval '1 second',
+		        attempts = 0, first_failed_at = NULL, next_attempt_at = NULL, last_error = NULL, updated_at = pg_catalog.now()
 		    WHERE intake_id = $1 AND partner_id = ANY($2) AND state = 'awaiting_approval'
 		      AND ($3 = 'rejected' OR plan_hash = $4)
 		    RETURNING partner_id, plan_hash`, d.IntakeID, d.Partners, decision, d.PlanHash).Scan(&partner, &hash)
@@ -216,7 +216,7 @@ func (l *Ledger) AwaitingApproval(ctx context.Context, partners []string) ([]Wai
 // back to awaiting_approval (applying -> awaiting_approval, fenced, only
 // while no chunk is applied), in tx with RecordPlan.
 func Rewait(ctx context.Context, tx pgx.Tx, in *Intake) error {
-	tag, err := tx.Exec(ctx, `UPDATE file_intake SET state = 'awaiting_approval', updated_at = now()
+	tag, err := tx.Exec(ctx, `UPDATE file_intake SET state = 'awaiting_approval', updated_at = pg_catalog.now()
 		WHERE intake_id = $1 AND fencing_token = $2 AND state = 'applying' AND chunks_done = 0`, in.ID, in.Token)
 	if err := fenced(tag, err, in, "back to awaiting_approval"); err != nil {
 		return err
@@ -231,5 +231,5 @@ func Rewait(ctx context.Context, tx pgx.Tx, in *Intake) error {
 // takes them over (TakeOver) and runs them.
 func (l *Ledger) Decided(ctx context.Context, partner, worker string) ([]*Intake, error) {
 	return l.query(ctx, `partner_id = $1 AND state = 'spooled' AND plan_decision IS NOT NULL
-		AND lease_until < now() AND worker_id <> $2`, partner, worker)
+		AND lease_until < pg_catalog.now() AND worker_id <> $2`, partner, worker)
 }

@@ -110,8 +110,8 @@ func (e *ExpectTx) RaiseLate(ctx context.Context, scheduled, deadline time.Time,
 	err := e.tx.QueryRow(ctx, `WITH l AS (INSERT INTO intake_feed_late (partner_id, feed, scheduled_at, deadline, raised_by)
 		    VALUES ($1, $2, $3, $4, $5) ON CONFLICT (partner_id, feed, scheduled_at) DO NOTHING RETURNING *),
 		ev AS (INSERT INTO intake_outbox (partner_id, event, payload)
-		    SELECT l.partner_id, 'late', jsonb_build_object('feed', l.feed, 'scheduled_at', l.scheduled_at, 'deadline', l.deadline) FROM l)
-		SELECT count(*) FROM l`,
+		    SELECT l.partner_id, 'late', pg_catalog.jsonb_build_object('feed', l.feed, 'scheduled_at', l.scheduled_at, 'deadline', l.deadline) FROM l)
+		SELECT pg_catalog.count(*) FROM l`,
 		e.partner, e.feed, scheduled, deadline, worker).Scan(&n)
 	if err != nil {
 		return false, err
@@ -125,7 +125,7 @@ var ErrLateNotOpen = errors.New("late window already closed")
 // CloseLate closes the open late window of scheduled with the intake that
 // arrived late (conditional on the window being open).
 func (e *ExpectTx) CloseLate(ctx context.Context, scheduled time.Time, intakeID int64, arrived time.Time) error {
-	tag, err := e.tx.Exec(ctx, `UPDATE intake_feed_late SET closed_intake_id = $4, arrived_at = $5, closed_at = now()
+	tag, err := e.tx.Exec(ctx, `UPDATE intake_feed_late SET closed_intake_id = $4, arrived_at = $5, closed_at = pg_catalog.now()
 		WHERE partner_id = $1 AND feed = $2 AND scheduled_at = $3 AND closed_intake_id IS NULL`,
 		e.partner, e.feed, scheduled, intakeID, arrived)
 	if err != nil {
@@ -139,7 +139,7 @@ func (e *ExpectTx) CloseLate(ctx context.Context, scheduled time.Time, intakeID 
 
 // Advance records how far the feed's windows are decided.
 func (e *ExpectTx) Advance(ctx context.Context, lastScheduled, lastDeadline time.Time) error {
-	_, err := e.tx.Exec(ctx, `UPDATE intake_feed_expect SET last_scheduled = $3, last_deadline = $4, evaluated_at = now()
+	_, err := e.tx.Exec(ctx, `UPDATE intake_feed_expect SET last_scheduled = $3, last_deadline = $4, evaluated_at = pg_catalog.now()
 		WHERE partner_id = $1 AND feed = $2`, e.partner, e.feed, lastScheduled, lastDeadline)
 	return err
 }
@@ -152,7 +152,7 @@ type LateCount struct {
 
 // OpenLateCounts counts the open late windows per feed of the partners.
 func (l *Ledger) OpenLateCounts(ctx context.Context, partners []string) ([]LateCount, error) {
-	rs, err := l.pool.Query(ctx, `SELECT partner_id, feed, count(*) FROM intake_feed_late
+	rs, err := l.pool.Query(ctx, `SELECT partner_id, feed, pg_catalog.count(*) FROM intake_feed_late
 		WHERE partner_id = ANY($1) AND closed_intake_id IS NULL GROUP BY partner_id, feed`, partners)
 	if err != nil {
 		return nil, err
@@ -169,7 +169,7 @@ func (l *Ledger) LateWindows(ctx context.Context, partners []string, closedWithi
 	rs, err := l.pool.Query(ctx, `SELECT partner_id, feed, scheduled_at, deadline, raised_at, raised_by,
 		coalesce(closed_intake_id, 0), arrived_at
 		FROM intake_feed_late
-		WHERE partner_id = ANY($1) AND (closed_intake_id IS NULL OR closed_at > now() - $2::interval)
+		WHERE partner_id = ANY($1) AND (closed_intake_id IS NULL OR closed_at > pg_catalog.now() - $2::interval)
 		ORDER BY scheduled_at DESC LIMIT $3`, partners, closedWithin, limit)
 	if err != nil {
 		return nil, err

@@ -19,7 +19,7 @@ import (
 // to be made (see Daemon.claim on why ids come before the rename), under
 // the claim lock and on its connection (see ClaimLock).
 func (c *ClaimLock) IntakeIDs(ctx context.Context, n int) ([]int64, error) {
-	rs, err := c.tx.Query(ctx, `SELECT nextval(pg_get_serial_sequence('file_intake', 'intake_id')) FROM generate_series(1, $1)`, n)
+	rs, err := c.tx.Query(ctx, `SELECT pg_catalog.nextval(pg_catalog.pg_get_serial_sequence('file_intake', 'intake_id')) FROM pg_catalog.generate_series(1::int4, $1::int4)`, n)
 	if err != nil {
 		return nil, fmt.Errorf("allocate intake ids: %w", err)
 	}
@@ -70,7 +70,7 @@ func (l *Ledger) insertClaims(ctx context.Context, q interface {
 		INSERT INTO file_intake (intake_id, partner_id, feed, remote_name, claimed_path, listed_size,
 		                         state, worker_id, lease_until)
 		OVERRIDING SYSTEM VALUE
-		SELECT x.id, $1, x.feed, x.name, x.path, x.size, 'claimed', $2, now() + $3::interval
+		SELECT x.id, $1, x.feed, x.name, x.path, x.size, 'claimed', $2, pg_catalog.now() + $3::interval
 		FROM unnest($4::bigint[], $5::text[], $6::text[], $7::text[], $8::bigint[]) AS x(id, feed, name, path, size)
 		ON CONFLICT (partner_id, claimed_path)
 		    WHERE state IN ('claimed', 'spooled', 'applying', 'applied', 'outcome_unknown', 'awaiting_approval')
@@ -106,7 +106,7 @@ func (l *Ledger) SpoolGroup(ctx context.Context, tx pgx.Tx, ins []*Intake) (map[
 		u AS (
 		    UPDATE file_intake f
 		    SET state = 'spooled', content_sha256 = x.sha, size_bytes = x.size, data_sha256 = x.sha, data_size = x.size,
-		        batch_id = x.batch, updated_at = now()
+		        batch_id = x.batch, updated_at = pg_catalog.now()
 		    FROM x WHERE f.intake_id = x.id AND f.fencing_token = x.token AND f.state = 'claimed'
 		    RETURNING f.intake_id, x.sha, x.batch),
 		ins AS (
@@ -177,14 +177,14 @@ func (l *Ledger) AppliedGroup(ctx context.Context, tx pgx.Tx, gs []GroupFile, fe
 		    UPDATE file_intake f
 		    SET state = 'applied', rows_total = x.total, rows_rejected = 0, rows_applied = x.applied,
 		        rows_unchanged = x.unchanged, rows_conflict = x.conflict, chunks_done = 1, feed_sha256 = $11,
-		        lease_until = now() + $10::interval, updated_at = now()
+		        lease_until = pg_catalog.now() + $10::interval, updated_at = pg_catalog.now()
 		    FROM x WHERE f.intake_id = x.id AND f.fencing_token = x.token AND f.state = 'spooled'
 		    RETURNING f.intake_id),
 		l AS (
 		    INSERT INTO intake_chunk (intake_id, chunk_no, partner_id, first_line, last_line,
 		                              rows_applied, rows_unchanged, rows_conflict, fencing_token)
 		    SELECT x.id, 0, $1, x.first, x.last, x.applied, x.unchanged, x.conflict, x.token FROM x JOIN u ON u.intake_id = x.id)
-		SELECT count(*) FROM u`,
+		SELECT pg_catalog.count(*) FROM u`,
 		gs[0].In.Partner, ids, tokens, firsts, lasts, totals, applied, unchanged, conflict, l.lease, feedSHA).Scan(&n)
 	if err != nil {
 		return 0, fmt.Errorf("applied (group): %w", err)
@@ -204,7 +204,7 @@ func (l *Ledger) ArchiveGroup(ctx context.Context, ins []*Intake) (map[int64]boo
 	}
 	rs, err := l.pool.Query(ctx, `UPDATE file_intake f
 		SET state = 'archived', reason = NULL, archive_path = nullif(x.archive, ''), receipt_path = nullif(x.receipt, ''),
-		    rejects_path = NULL, updated_at = now(), finished_at = now()
+		    rejects_path = NULL, updated_at = pg_catalog.now(), finished_at = pg_catalog.now()
 		FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::text[]) AS x(id, token, archive, receipt)
 		WHERE f.intake_id = x.id AND f.fencing_token = x.token AND f.state = 'applied'
 		RETURNING f.intake_id`, ids, tokens, archives, receipts)
@@ -243,7 +243,7 @@ func (l *Ledger) fenceGroup(ctx context.Context, q *pgxpool.Pool, ins []*Intake)
 	for _, in := range ins {
 		ids, tokens = append(ids, in.ID), append(tokens, in.Token)
 	}
-	rs, err := q.Query(ctx, `UPDATE file_intake f SET lease_until = clock_timestamp() + $3::interval
+	rs, err := q.Query(ctx, `UPDATE file_intake f SET lease_until = pg_catalog.clock_timestamp() + $3::interval
 		FROM unnest($1::bigint[], $2::bigint[]) AS x(id, token)
 		WHERE f.intake_id = x.id AND f.fencing_token = x.token AND f.state = ANY($4)
 		RETURNING f.intake_id`, ids, tokens, l.lease, liveStates)
@@ -301,8 +301,8 @@ func (l *Ledger) LockClaimsNext(ctx context.Context, partner string) (*ClaimLock
 // lockClaimsSQL takes the partner's claim lock; lockClaimsNextSQL takes it,
 // then allocates an intake id.
 const (
-	lockClaimsSQL     = `SELECT pg_advisory_xact_lock(hashtextextended('partner-intake/claim/' || $1, 0))`
-	lockClaimsNextSQL = `SELECT nextval(pg_get_serial_sequence('file_intake', 'intake_id')) FROM (` + lockClaimsSQL + `) AS locked`
+	lockClaimsSQL     = `SELECT pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtextextended('partner-intake/claim/'::text || $1::text, 0::int8))`
+	lockClaimsNextSQL = `SELECT pg_catalog.nextval(pg_catalog.pg_get_serial_sequence('file_intake', 'intake_id')) FROM (` + lockClaimsSQL + `) AS locked`
 )
 
 func (l *Ledger) lockClaims(ctx context.Context, partner string, next bool) (*ClaimLock, int64, error) {

@@ -107,7 +107,7 @@ func (l *Ledger) query(ctx context.Context, where string, args ...any) ([]*Intak
 // Expired lists the partner's live rows whose lease ran out (other than
 // outcome_unknown, which is resolved from the ledger first).
 func (l *Ledger) Expired(ctx context.Context, partner string) ([]*Intake, error) {
-	return l.query(ctx, `partner_id = $1 AND state = ANY($2) AND state <> 'outcome_unknown' AND lease_until < now()`, partner, liveStates)
+	return l.query(ctx, `partner_id = $1 AND state = ANY($2) AND state <> 'outcome_unknown' AND lease_until < pg_catalog.now()`, partner, liveStates)
 }
 
 // Unknown lists the partner's rows in outcome_unknown.
@@ -141,7 +141,7 @@ func (l *Ledger) Owned(ctx context.Context, partner, claimedPath string) (bool, 
 func (l *Ledger) WorkerAlive(ctx context.Context, worker string) (bool, error) {
 	var ok bool
 	err := l.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM intake_worker
-		WHERE worker_id = $1 AND last_seen > now() - lease)`, worker).Scan(&ok)
+		WHERE worker_id = $1 AND last_seen > pg_catalog.now() - lease)`, worker).Scan(&ok)
 	return ok, err
 }
 
@@ -202,8 +202,8 @@ func (l *Ledger) takeOver(ctx context.Context, in *Intake, worker, newPath strin
 			return err
 		}
 		row := tx.QueryRow(ctx, `UPDATE file_intake SET fencing_token = fencing_token + 1, worker_id = $3,
-			claimed_path = $4, lease_until = now() + $5::interval, updated_at = now()
-			WHERE intake_id = $1 AND fencing_token = $2 AND state = ANY($6) AND lease_until < now()
+			claimed_path = $4, lease_until = pg_catalog.now() + $5::interval, updated_at = pg_catalog.now()
+			WHERE intake_id = $1 AND fencing_token = $2 AND state = ANY($6) AND lease_until < pg_catalog.now()
 			RETURNING `+intakeColumns, in.ID, in.Token, worker, newPath, l.lease, liveStates)
 		var err error
 		out, err = scanIntake(row)
@@ -223,7 +223,7 @@ func (l *Ledger) takeOver(ctx context.Context, in *Intake, worker, newPath strin
 // file untouched), under the takeover's token: the new owner runs the
 // file from there.
 func (l *Ledger) RestorePath(ctx context.Context, in *Intake, path string) error {
-	tag, err := l.pool.Exec(ctx, `UPDATE file_intake SET claimed_path = $3, updated_at = now()
+	tag, err := l.pool.Exec(ctx, `UPDATE file_intake SET claimed_path = $3, updated_at = pg_catalog.now()
 		WHERE intake_id = $1 AND fencing_token = $2 AND state = ANY($4)`, in.ID, in.Token, path, liveStates)
 	if err := fenced(tag, err, in, "restore path"); err != nil {
 		return err
@@ -235,9 +235,9 @@ func (l *Ledger) RestorePath(ctx context.Context, in *Intake, path string) error
 // endStalled terminates the old worker's transactions that have run longer
 // than a lease, waiting up to 5 s for each to end.
 func (l *Ledger) endStalled(ctx context.Context, oldWorker string) error {
-	_, err := l.pool.Exec(ctx, `SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity
-		WHERE application_name = $1 AND pid <> pg_backend_pid()
-		  AND xact_start < now() - $2::interval`, AppName(oldWorker), l.lease)
+	_, err := l.pool.Exec(ctx, `SELECT pg_catalog.pg_terminate_backend(pid, 5000::int8) FROM pg_stat_activity
+		WHERE application_name = $1 AND pid <> pg_catalog.pg_backend_pid()
+		  AND xact_start < pg_catalog.now() - $2::interval`, AppName(oldWorker), l.lease)
 	return err
 }
 
@@ -250,11 +250,11 @@ func (l *Ledger) endStalled(ctx context.Context, oldWorker string) error {
 func (l *Ledger) ResolveUnknown(ctx context.Context, in *Intake) (chunks int, err error) {
 	var done int
 	err = pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
-		if err := tx.QueryRow(ctx, `SELECT count(*) FROM intake_chunk WHERE intake_id = $1`, in.ID).Scan(&chunks); err != nil {
+		if err := tx.QueryRow(ctx, `SELECT pg_catalog.count(*) FROM intake_chunk WHERE intake_id = $1`, in.ID).Scan(&chunks); err != nil {
 			return err
 		}
 		err := tx.QueryRow(ctx, `UPDATE file_intake SET state = 'applying', reason = NULL,
-			fencing_token = fencing_token + 1, lease_until = now(), updated_at = now()
+			fencing_token = fencing_token + 1, lease_until = pg_catalog.now(), updated_at = pg_catalog.now()
 			WHERE intake_id = $1 AND fencing_token = $2 AND state = 'outcome_unknown' AND chunks_done = $3
 			RETURNING chunks_done`, in.ID, in.Token, chunks).Scan(&done)
 		if errors.Is(err, pgx.ErrNoRows) {

@@ -91,7 +91,7 @@ func LockQuarantine(ctx context.Context, tx pgx.Tx, id int64, partners []string)
 // RebindBatch binds the partner's batch to the held file's bytes (a batch
 // conflict released with the new bytes winning).
 func RebindBatch(ctx context.Context, tx pgx.Tx, partner, batch string, id int64, sha string) error {
-	_, err := tx.Exec(ctx, `UPDATE intake_batch SET intake_id = $3, content_sha256 = $4, bound_at = now()
+	_, err := tx.Exec(ctx, `UPDATE intake_batch SET intake_id = $3, content_sha256 = $4, bound_at = pg_catalog.now()
 		WHERE partner_id = $1 AND batch_id = $2`, partner, batch, id, sha)
 	return err
 }
@@ -103,9 +103,9 @@ func RebindBatch(ctx context.Context, tx pgx.Tx, partner, batch string, id int64
 // is no longer held.
 func Reopen(ctx context.Context, tx pgx.Tx, id int64, next State, override, path, manifest string) (bool, error) {
 	tag, err := tx.Exec(ctx, `UPDATE file_intake SET state = $2, reason = NULL, release_override = nullif($3, ''),
-		fencing_token = fencing_token + 1, worker_id = 'released', lease_until = now() - interval '1 second',
+		fencing_token = fencing_token + 1, worker_id = 'released', lease_until = pg_catalog.now() - interval '1 second',
 		claimed_path = $4, manifest_name = nullif($5, ''), archive_path = NULL, receipt_path = NULL, rejects_path = NULL,
-		finished_at = NULL, updated_at = now(),
+		finished_at = NULL, updated_at = pg_catalog.now(),
 		rows_applied = 0, rows_unchanged = 0, rows_rejected = 0, rows_conflict = 0, rows_deleted = 0, chunks_done = 0, feed_sha256 = NULL,
 		plan_hash = NULL, plan_counts = NULL, plan_sample = NULL, planned_at = NULL, plan_decision = NULL, approved_plan_hash = NULL,
 		attempts = 0, first_failed_at = NULL, next_attempt_at = NULL, last_error = NULL
@@ -136,7 +136,7 @@ func Reopen(ctx context.Context, tx pgx.Tx, id int64, next State, override, path
 // is no longer held.
 func CloseHeld(ctx context.Context, tx pgx.Tx, id int64, worker string) (bool, error) {
 	tag, err := tx.Exec(ctx, `UPDATE file_intake SET state = 'discarded', fencing_token = fencing_token + 1, worker_id = $2,
-		receipt_path = NULL, updated_at = now()
+		receipt_path = NULL, updated_at = pg_catalog.now()
 		WHERE intake_id = $1 AND state IN ('quarantined', 'failed_terminal')`, id, worker)
 	if err != nil {
 		return false, err
@@ -147,7 +147,7 @@ func CloseHeld(ctx context.Context, tx pgx.Tx, id int64, worker string) (bool, e
 // Decide records a decision on a quarantine record (qstate: released or
 // discarded) with its audit row, in the decision's transaction.
 func Decide(ctx context.Context, tx pgx.Tx, id int64, partner, qstate, actor, decision, action, detail string) error {
-	if _, err := tx.Exec(ctx, `UPDATE intake_quarantine SET state = $2, decided_at = now(), decided_by = $3, decision = $4
+	if _, err := tx.Exec(ctx, `UPDATE intake_quarantine SET state = $2, decided_at = pg_catalog.now(), decided_by = $3, decision = $4
 		WHERE intake_id = $1`, id, qstate, actor, decision); err != nil {
 		return err
 	}
@@ -191,7 +191,7 @@ func (l *Ledger) InsertReplay(ctx context.Context, orig *Intake, path, worker st
 	err := pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
 		row := tx.QueryRow(ctx, `INSERT INTO file_intake (partner_id, feed, remote_name, claimed_path, listed_size, batch_id,
 			content_sha256, size_bytes, data_sha256, data_size, state, worker_id, lease_until, replay_of)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, 'spooled', $11, now() + $12::interval, $13)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, 'spooled', $11, pg_catalog.now() + $12::interval, $13)
 			RETURNING `+intakeColumns, orig.Partner, orig.Feed, orig.RemoteName,
 			path, orig.Size, orig.BatchID, orig.SHA256, orig.Size,
 			orig.DataSHA256, orig.DataSize, worker, l.lease, root)
@@ -215,7 +215,7 @@ func (l *Ledger) Undecided(ctx context.Context, partner string) ([]*Intake, erro
 // StillDiscarded confirms that a discard's token is still current, before
 // a step of its publication.
 func (l *Ledger) StillDiscarded(ctx context.Context, in *Intake) error {
-	tag, err := l.pool.Exec(ctx, `UPDATE file_intake SET updated_at = now()
+	tag, err := l.pool.Exec(ctx, `UPDATE file_intake SET updated_at = pg_catalog.now()
 		WHERE intake_id = $1 AND fencing_token = $2 AND state = 'discarded'`, in.ID, in.Token)
 	return fenced(tag, err, in, "publish discard")
 }
@@ -223,7 +223,7 @@ func (l *Ledger) StillDiscarded(ctx context.Context, in *Intake) error {
 // RecordDiscardReceipt records where a discard's receipt was published,
 // under the discard's token.
 func (l *Ledger) RecordDiscardReceipt(ctx context.Context, in *Intake, path string) error {
-	tag, err := l.pool.Exec(ctx, `UPDATE file_intake SET receipt_path = $3, updated_at = now()
+	tag, err := l.pool.Exec(ctx, `UPDATE file_intake SET receipt_path = $3, updated_at = pg_catalog.now()
 		WHERE intake_id = $1 AND fencing_token = $2 AND state = 'discarded'`, in.ID, in.Token, path)
 	if err := fenced(tag, err, in, "record discard receipt"); err != nil {
 		return err

@@ -31,7 +31,7 @@ const (
 )
 
 // filePayload is the payload of a file's event, from its file_intake row f.
-const filePayload = `jsonb_build_object('intake_id', f.intake_id, 'feed', f.feed, 'state', f.state, 'reason', f.reason,
+const filePayload = `pg_catalog.jsonb_build_object('intake_id', f.intake_id, 'feed', f.feed, 'state', f.state, 'reason', f.reason,
 	'batch_id', f.batch_id, 'rows_total', f.rows_total, 'rows_applied', f.rows_applied, 'rows_unchanged', f.rows_unchanged,
 	'rows_rejected', f.rows_rejected, 'rows_conflict', f.rows_conflict, 'attempts', f.attempts)`
 
@@ -46,7 +46,7 @@ const fileEventSQL = `INSERT INTO intake_outbox (partner_id, event, payload)
 const finishArchivedSQL = `WITH f AS (` + finishSQL + ` RETURNING *),
 	ev AS (INSERT INTO intake_outbox (partner_id, event, payload)
 	    SELECT f.partner_id, 'rejected_rows', ` + filePayload + ` FROM f WHERE f.state = 'archived' AND f.rows_rejected > 0)
-	SELECT count(*) FROM f`
+	SELECT pg_catalog.count(*) FROM f`
 
 // HostKeyMismatchEvents writes a host_key_mismatch event for each of
 // partners that the stored findings (intake_finding, of the previous
@@ -58,7 +58,7 @@ func HostKeyMismatchEvents(ctx context.Context, tx pgx.Tx, partners []string) er
 		return nil
 	}
 	_, err := tx.Exec(ctx, `INSERT INTO intake_outbox (partner_id, event, payload)
-		SELECT p, 'host_key_mismatch', jsonb_build_object('reason', 'host_key_mismatch') FROM unnest($1::text[]) p
+		SELECT p, 'host_key_mismatch', pg_catalog.jsonb_build_object('reason', 'host_key_mismatch') FROM pg_catalog.unnest($1::text[]) p
 		WHERE NOT EXISTS (SELECT 1 FROM intake_finding i WHERE i.partner_id = p AND i.kind = 'host_key_mismatch')`, partners)
 	return err
 }
@@ -133,9 +133,9 @@ type Delivery struct {
 func (l *Ledger) ClaimDeliveries(ctx context.Context, worker string, lease time.Duration, limit int) ([]Delivery, error) {
 	rs, err := l.pool.Query(ctx, `WITH c AS (
 			SELECT event_id, url FROM intake_outbox_delivery
-			WHERE state = 'pending' AND next_attempt_at <= now() AND (lease_until IS NULL OR lease_until <= now())
+			WHERE state = 'pending' AND next_attempt_at <= pg_catalog.now() AND (lease_until IS NULL OR lease_until <= pg_catalog.now())
 			ORDER BY next_attempt_at, event_id LIMIT $3 FOR UPDATE SKIP LOCKED),
-		d AS (UPDATE intake_outbox_delivery d SET lease_until = now() + $2::interval, leased_by = $1, attempts = d.attempts + 1
+		d AS (UPDATE intake_outbox_delivery d SET lease_until = pg_catalog.now() + $2::interval, leased_by = $1, attempts = d.attempts + 1
 			FROM c WHERE d.event_id = c.event_id AND d.url = c.url
 			RETURNING d.event_id, d.url, d.secret_env, d.attempts)
 		SELECT d.event_id, d.url, d.secret_env, d.attempts, o.partner_id, o.event, o.payload::text, o.created_at
@@ -158,7 +158,7 @@ var ErrDeliveryLost = errors.New("delivery claimed again by another replica")
 
 // AckDelivery records the delivery as delivered (fenced by the attempt).
 func (l *Ledger) AckDelivery(ctx context.Context, d Delivery, worker string, status int) error {
-	tag, err := l.pool.Exec(ctx, `UPDATE intake_outbox_delivery SET state = 'delivered', delivered_at = now(), lease_until = NULL,
+	tag, err := l.pool.Exec(ctx, `UPDATE intake_outbox_delivery SET state = 'delivered', delivered_at = pg_catalog.now(), lease_until = NULL,
 		last_status = $5, last_error = NULL
 		WHERE event_id = $1 AND url = $2 AND leased_by = $3 AND attempts = $4 AND state = 'pending'`,
 		d.EventID, d.URL, worker, d.Attempt, status)
@@ -178,9 +178,9 @@ func (l *Ledger) FailDelivery(ctx context.Context, d Delivery, worker string, st
 	reason = Text(reason, 300)
 	var state string
 	err := l.pool.QueryRow(ctx, `UPDATE intake_outbox_delivery SET lease_until = NULL, last_status = nullif($5, 0), last_error = $6,
-		state = CASE WHEN budget_from + $8::interval <= now() + $7::interval THEN 'dead' ELSE 'pending' END,
-		dead_at = CASE WHEN budget_from + $8::interval <= now() + $7::interval THEN now() END,
-		next_attempt_at = now() + $7::interval
+		state = CASE WHEN budget_from + $8::interval <= pg_catalog.now() + $7::interval THEN 'dead' ELSE 'pending' END,
+		dead_at = CASE WHEN budget_from + $8::interval <= pg_catalog.now() + $7::interval THEN pg_catalog.now() END,
+		next_attempt_at = pg_catalog.now() + $7::interval
 		WHERE event_id = $1 AND url = $2 AND leased_by = $3 AND attempts = $4 AND state = 'pending'
 		RETURNING state`, d.EventID, d.URL, worker, d.Attempt, status, reason, backoff, budget).Scan(&state)
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -207,11 +207,11 @@ func (l *Ledger) OutboxState(ctx context.Context, deadWithin time.Duration) (Out
 	var g OutboxGauges
 	var age float64
 	err := l.pool.QueryRow(ctx, `SELECT
-		(SELECT count(*) FROM intake_outbox_delivery WHERE state = 'pending'),
-		(SELECT coalesce(extract(epoch FROM now() - min(o.created_at)), 0)::float8 FROM intake_outbox_delivery d
+		(SELECT pg_catalog.count(*) FROM intake_outbox_delivery WHERE state = 'pending'),
+		(SELECT coalesce(extract(epoch FROM pg_catalog.now() - pg_catalog.min(o.created_at)), 0)::float8 FROM intake_outbox_delivery d
 		    JOIN intake_outbox o USING (event_id) WHERE d.state = 'pending'),
-		(SELECT count(*) FROM intake_outbox_delivery WHERE state = 'dead' AND dead_at > now() - $1::interval),
-		(SELECT count(*) FROM intake_outbox WHERE NOT fanned_out)`, deadWithin).Scan(&g.Pending, &age, &g.DeadRecent, &g.Unfanned)
+		(SELECT pg_catalog.count(*) FROM intake_outbox_delivery WHERE state = 'dead' AND dead_at > pg_catalog.now() - $1::interval),
+		(SELECT pg_catalog.count(*) FROM intake_outbox WHERE NOT fanned_out)`, deadWithin).Scan(&g.Pending, &age, &g.DeadRecent, &g.Unfanned)
 	g.OldestPendingAge = time.Duration(age * float64(time.Second))
 	return g, err
 }
@@ -220,7 +220,7 @@ func (l *Ledger) OutboxState(ctx context.Context, deadWithin time.Duration) (Out
 // delivery (delivered, dead past keep, or sent to nobody), at most limit.
 func (l *Ledger) PurgeOutbox(ctx context.Context, keep time.Duration, limit int) (int64, error) {
 	tag, err := l.pool.Exec(ctx, `DELETE FROM intake_outbox WHERE event_id IN (
-		SELECT o.event_id FROM intake_outbox o WHERE o.fanned_out AND o.created_at < now() - $1::interval
+		SELECT o.event_id FROM intake_outbox o WHERE o.fanned_out AND o.created_at < pg_catalog.now() - $1::interval
 		  AND NOT EXISTS (SELECT 1 FROM intake_outbox_delivery d WHERE d.event_id = o.event_id AND d.state = 'pending')
 		ORDER BY o.event_id LIMIT $2)`, keep, limit)
 	if err != nil {

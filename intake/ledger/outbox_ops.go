@@ -27,7 +27,7 @@ type DeadDelivery struct {
 // the rest (a path or a query may be the receiver's token: Slack's,
 // Teams'), and 8 hex digits of the whole URL's md5 that tell two
 // endpoints of one host apart. Redeliver takes it back as it is shown.
-const shownURL = `regexp_replace(d.url, '^([a-z][a-z0-9+.-]*://[^/?#]*)[/?#].+$', '\1/…', 'i') || ' #' || left(md5(d.url), 8)`
+const shownURL = `pg_catalog.regexp_replace(d.url, '^([a-z][a-z0-9+.-]*://[^/?#]*)[/?#].+$', '\1/…', 'i') || ' #' || pg_catalog.left(pg_catalog.md5(d.url), 8)`
 
 // DeadDeliveries lists the dead deliveries of the given partners, oldest
 // death first, at most limit.
@@ -66,11 +66,11 @@ type Redelivery struct {
 func (l *Ledger) Redeliver(ctx context.Context, r Redelivery) (int64, error) {
 	var n int64
 	err := pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
-		rs, err := tx.Query(ctx, `UPDATE intake_outbox_delivery d SET state = 'pending', dead_at = NULL, budget_from = now(),
-			next_attempt_at = now(), lease_until = NULL, leased_by = NULL
+		rs, err := tx.Query(ctx, `UPDATE intake_outbox_delivery d SET state = 'pending', dead_at = NULL, budget_from = pg_catalog.now(),
+			next_attempt_at = pg_catalog.now(), lease_until = NULL, leased_by = NULL
 			FROM intake_outbox o
 			WHERE o.event_id = d.event_id AND d.state = 'dead' AND o.partner_id = ANY($1)
-			  AND ($2 = 0 OR d.event_id = $2) AND ($3 = '' OR d.url = $3 OR split_part(d.url, '?', 1) = $3 OR `+shownURL+` = $3)
+			  AND ($2 = 0 OR d.event_id = $2) AND ($3 = '' OR d.url = $3 OR pg_catalog.split_part(d.url, '?', 1) = $3 OR `+shownURL+` = $3)
 			RETURNING o.partner_id, d.event_id, o.event`, r.Partners, r.EventID, r.URL)
 		if err != nil {
 			return err

@@ -36,7 +36,7 @@ func (l *Ledger) PurgeAudit(ctx context.Context, partner string, cutoff time.Tim
 // needs: one in flight or held, or one finished at or after cutoff. One
 // query decides for all candidates.
 func (l *Ledger) SpoolInUse(ctx context.Context, partner string, hashes []string, cutoff time.Time) (map[string]bool, error) {
-	rs, err := l.pool.Query(ctx, `SELECT h FROM unnest($2::text[]) h WHERE EXISTS (
+	rs, err := l.pool.Query(ctx, `SELECT h FROM pg_catalog.unnest($2::text[]) h WHERE EXISTS (
 		SELECT 1 FROM file_intake f WHERE f.partner_id = $1 AND (f.content_sha256 = h OR f.data_sha256 = h)
 		  AND (f.state NOT IN `+finishedStates+` OR f.finished_at >= $3))`,
 		partner, hashes, cutoff)

@@ -34,9 +34,9 @@ func (l *Ledger) RecordedAmong(ctx context.Context, partner string, files []List
 		    FROM unnest($2::text[], $3::bigint[], $4::timestamptz[]) AS u(name, size, mtime)
 		    JOIN intake_record_claim r ON r.partner_id = $1 AND r.name = u.name AND r.size_bytes = u.size AND r.mtime = u.mtime),
 		touch AS (
-		    UPDATE intake_record_claim r SET last_seen = now() FROM hit h
+		    UPDATE intake_record_claim r SET last_seen = pg_catalog.now() FROM hit h
 		    WHERE r.partner_id = $1 AND r.name = h.name AND r.size_bytes = h.size_bytes AND r.mtime = h.mtime
-		      AND h.last_seen < now() - interval '1 day')
+		      AND h.last_seen < pg_catalog.now() - interval '1 day')
 		SELECT name FROM hit`,
 		partner, names, sizes, mtimes)
 	if err != nil {
@@ -95,7 +95,7 @@ func (l *Ledger) InsertRecordClaim(ctx context.Context, in *Intake, recordName s
 // every file ever taken. Called after a complete listing.
 func (l *Ledger) ForgetRecordClaims(ctx context.Context, partner string) (int64, error) {
 	tag, err := l.pool.Exec(ctx, `DELETE FROM intake_record_claim r
-		WHERE partner_id = $1 AND last_seen < now() - interval '7 days'
+		WHERE partner_id = $1 AND last_seen < pg_catalog.now() - interval '7 days'
 		  AND NOT EXISTS (SELECT 1 FROM file_intake f WHERE f.intake_id = r.intake_id AND f.state = ANY($2))`,
 		partner, holdingStates)
 	if err != nil {

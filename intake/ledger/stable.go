@@ -54,16 +54,16 @@ func (l *Ledger) ObserveReady(ctx context.Context, partner string, files []Liste
 		WITH gone AS (
 		    DELETE FROM intake_ready_seen
 		    WHERE (partner_id = $1 AND NOT (name = ANY($2::text[])))
-		       OR last_seen < now() - $5::interval
+		       OR last_seen < pg_catalog.now() - $5::interval
 		)
 		INSERT INTO intake_ready_seen AS s (partner_id, name, size_bytes, mtime, first_seen_unchanged, last_seen)
-		SELECT $1, u.name, u.size, u.mtime, now(), now()
+		SELECT $1, u.name, u.size, u.mtime, pg_catalog.now(), pg_catalog.now()
 		FROM unnest($2::text[], $3::bigint[], $4::timestamptz[]) AS u(name, size, mtime)
 		ON CONFLICT (partner_id, name) DO UPDATE SET
 		    first_seen_unchanged = CASE WHEN s.size_bytes = excluded.size_bytes AND s.mtime = excluded.mtime
 		                                THEN s.first_seen_unchanged ELSE excluded.first_seen_unchanged END,
 		    size_bytes = excluded.size_bytes, mtime = excluded.mtime, last_seen = excluded.last_seen
-		RETURNING name, first_seen_unchanged, now()`, partner, names, sizes, mtimes, forgetSeenAfter)
+		RETURNING name, first_seen_unchanged, pg_catalog.now()`, partner, names, sizes, mtimes, forgetSeenAfter)
 	if err != nil {
 		return nil, fmt.Errorf("observe ready: %w", err)
 	}
@@ -90,7 +90,7 @@ func (l *Ledger) ForgetReady(ctx context.Context, partner, name string) error {
 // ReadySeenCount is how many files of the partner listings remember.
 func (l *Ledger) ReadySeenCount(ctx context.Context, partner string) (int, error) {
 	var n int
-	err := l.pool.QueryRow(ctx, `SELECT count(*) FROM intake_ready_seen WHERE partner_id = $1`, partner).Scan(&n)
+	err := l.pool.QueryRow(ctx, `SELECT pg_catalog.count(*) FROM intake_ready_seen WHERE partner_id = $1`, partner).Scan(&n)
 	return n, err
 }
 
@@ -103,10 +103,10 @@ func (l *Ledger) MarkPutBack(ctx context.Context, in *Intake) error {
 	// listing claims the file afresh
 	var n int
 	err := l.pool.QueryRow(ctx, `WITH u AS (
-		    UPDATE file_intake SET state = 'put_back', reason = $3, updated_at = now(), finished_at = now()
+		    UPDATE file_intake SET state = 'put_back', reason = $3, updated_at = pg_catalog.now(), finished_at = pg_catalog.now()
 		    WHERE intake_id = $1 AND fencing_token = $2 AND state = 'claimed' RETURNING intake_id),
 		d AS (DELETE FROM intake_record_claim WHERE intake_id IN (SELECT intake_id FROM u))
-		SELECT count(*) FROM u`, in.ID, in.Token, string(ReasonChangedAfterClaim)).Scan(&n)
+		SELECT pg_catalog.count(*) FROM u`, in.ID, in.Token, string(ReasonChangedAfterClaim)).Scan(&n)
 	if err != nil {
 		return fmt.Errorf("mark put_back: %w", err)
 	}

@@ -25,8 +25,8 @@ type PollRecord struct {
 // recordPollsSQL is RecordPolls's statement.
 var recordPollsSQL = `INSERT INTO intake_partner_poll AS t
 	    (partner_id, worker_id, last_ok_at, ready_files, oldest_ready_at, last_error_at, last_error)
-	SELECT u.p, $2, statement_timestamp() - u.ok_ago * interval '1 microsecond', u.ready, u.oldest,
-	    statement_timestamp() - u.err_ago * interval '1 microsecond', u.err
+	SELECT u.p, $2, pg_catalog.statement_timestamp() - u.ok_ago * interval '1 microsecond', u.ready, u.oldest,
+	    pg_catalog.statement_timestamp() - u.err_ago * interval '1 microsecond', u.err
 	FROM unnest($1::text[], $3::bigint[], $4::int[], $5::timestamptz[], $6::bigint[], $7::text[])
 	    AS u(p, ok_ago, ready, oldest, err_ago, err)
 	ORDER BY u.p
@@ -102,12 +102,12 @@ type Gauge struct {
 
 // Gauges reads the partners' files per state that the gauges describe.
 func (l *Ledger) Gauges(ctx context.Context, partners []string) ([]Gauge, error) {
-	rs, err := l.pool.Query(ctx, `SELECT partner_id, state, count(*),
-		extract(epoch FROM now() - min(coalesce(finished_at, CASE WHEN state = 'awaiting_approval' THEN planned_at END, claimed_at)))::float8,
-		coalesce(sum(rows_total - rows_rejected) FILTER (WHERE state = 'applying'), 0)::float8,
-		coalesce(sum(rows_applied + rows_unchanged + rows_conflict) FILTER (WHERE state = 'applying'), 0)::float8,
-		coalesce(sum(size_bytes) FILTER (WHERE state = 'applying'), 0)::float8,
-		coalesce(sum(size_bytes * (rows_applied + rows_unchanged + rows_conflict) / nullif(rows_total - rows_rejected, 0))
+	rs, err := l.pool.Query(ctx, `SELECT partner_id, state, pg_catalog.count(*),
+		extract(epoch FROM pg_catalog.now() - pg_catalog.min(coalesce(finished_at, CASE WHEN state = 'awaiting_approval' THEN planned_at END, claimed_at)))::float8,
+		coalesce(pg_catalog.sum(rows_total - rows_rejected) FILTER (WHERE state = 'applying'), 0)::float8,
+		coalesce(pg_catalog.sum(rows_applied + rows_unchanged + rows_conflict) FILTER (WHERE state = 'applying'), 0)::float8,
+		coalesce(pg_catalog.sum(size_bytes) FILTER (WHERE state = 'applying'), 0)::float8,
+		coalesce(pg_catalog.sum(size_bytes * (rows_applied + rows_unchanged + rows_conflict) / nullif(rows_total - rows_rejected, 0))
 		    FILTER (WHERE state = 'applying'), 0)::float8
 		FROM file_intake WHERE state IN ('claimed', 'spooled', 'applying', 'applied', 'outcome_unknown', 'quarantined', 'awaiting_approval')
 		  AND partner_id = ANY($1)
@@ -135,10 +135,10 @@ type StateCount struct {
 
 // StateCounts reads the partners' files per state.
 func (l *Ledger) StateCounts(ctx context.Context, partners []string) ([]StateCount, error) {
-	rs, err := l.pool.Query(ctx, `SELECT partner_id, state, count(*),
-		coalesce(extract(epoch FROM now() - min(claimed_at)), 0)::float8,
-		coalesce(sum(rows_total - rows_rejected) FILTER (WHERE state = 'applying'), 0)::bigint,
-		coalesce(sum(rows_applied + rows_unchanged + rows_conflict) FILTER (WHERE state = 'applying'), 0)::bigint
+	rs, err := l.pool.Query(ctx, `SELECT partner_id, state, pg_catalog.count(*),
+		coalesce(extract(epoch FROM pg_catalog.now() - pg_catalog.min(claimed_at)), 0)::float8,
+		coalesce(pg_catalog.sum(rows_total - rows_rejected) FILTER (WHERE state = 'applying'), 0)::bigint,
+		coalesce(pg_catalog.sum(rows_applied + rows_unchanged + rows_conflict) FILTER (WHERE state = 'applying'), 0)::bigint
 		FROM file_intake WHERE partner_id = ANY($1) GROUP BY partner_id, state`, partners)
 	if err != nil {
 		return nil, err
@@ -163,10 +163,10 @@ type Poll struct {
 
 // Polls reads the partners' last polls.
 func (l *Ledger) Polls(ctx context.Context, partners []string) ([]Poll, error) {
-	rs, err := l.pool.Query(ctx, `SELECT partner_id, max(last_ok_at), max(last_error_at),
-		(array_agg(last_error ORDER BY last_error_at DESC NULLS LAST))[1],
-		(array_agg(ready_files ORDER BY last_ok_at DESC NULLS LAST))[1],
-		(array_agg(oldest_ready_at ORDER BY last_ok_at DESC NULLS LAST))[1]
+	rs, err := l.pool.Query(ctx, `SELECT partner_id, pg_catalog.max(last_ok_at), pg_catalog.max(last_error_at),
+		(pg_catalog.array_agg(last_error ORDER BY last_error_at DESC NULLS LAST))[1],
+		(pg_catalog.array_agg(ready_files ORDER BY last_ok_at DESC NULLS LAST))[1],
+		(pg_catalog.array_agg(oldest_ready_at ORDER BY last_ok_at DESC NULLS LAST))[1]
 		FROM intake_partner_poll WHERE partner_id = ANY($1) GROUP BY partner_id`, partners)
 	if err != nil {
 		return nil, err
@@ -224,9 +224,9 @@ func (l *Ledger) Finished(ctx context.Context, after int64) ([]*Intake, error) {
 // Progress counts the files of every partner that ended, and the rows done
 // and to do of the files being applied (the demo's progress bar).
 func (l *Ledger) Progress(ctx context.Context) (finished int, rowsDone, rows int64, err error) {
-	err = l.pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE state = ANY($1)),
-		coalesce(sum(rows_applied + rows_unchanged + rows_conflict) FILTER (WHERE state = 'applying'), 0),
-		coalesce(sum(rows_total - rows_rejected) FILTER (WHERE state = 'applying'), 0)
+	err = l.pool.QueryRow(ctx, `SELECT pg_catalog.count(*) FILTER (WHERE state = ANY($1)),
+		coalesce(pg_catalog.sum(rows_applied + rows_unchanged + rows_conflict) FILTER (WHERE state = 'applying'), 0),
+		coalesce(pg_catalog.sum(rows_total - rows_rejected) FILTER (WHERE state = 'applying'), 0)
 		FROM file_intake`, endedStates).Scan(&finished, &rowsDone, &rows)
 	return finished, rowsDone, rows, err
 }

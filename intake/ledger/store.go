@@ -155,12 +155,12 @@ const insertClaimSQL = `
 	INSERT INTO file_intake (intake_id, partner_id, feed, remote_name, claimed_path, listed_size, manifest_name,
 	                         state, worker_id, lease_until, listed_mtime)
 	OVERRIDING SYSTEM VALUE
-	VALUES (coalesce(nullif($9::bigint, 0), nextval(pg_get_serial_sequence('file_intake', 'intake_id'))),
-	        $1, $2, $3, $4, $5, nullif($6, ''), 'claimed', $7, now() + $8::interval, $10)
+	VALUES (coalesce(nullif($9::bigint, 0), pg_catalog.nextval(pg_catalog.pg_get_serial_sequence('file_intake', 'intake_id'))),
+	        $1, $2, $3, $4, $5, nullif($6, ''), 'claimed', $7, pg_catalog.now() + $8::interval, $10)
 	ON CONFLICT (partner_id, claimed_path)
 	    WHERE state IN ('claimed', 'spooled', 'applying', 'applied', 'outcome_unknown', 'awaiting_approval')
 	    DO NOTHING
-	RETURNING ` + intakeColumns + `, nextval(pg_get_serial_sequence('file_intake', 'intake_id'))`
+	RETURNING ` + intakeColumns + `, pg_catalog.nextval(pg_catalog.pg_get_serial_sequence('file_intake', 'intake_id'))`
 
 func (l *Ledger) insertClaim(ctx context.Context, q querier, in *Intake, id int64) (next int64, err error) {
 	row := q.QueryRow(ctx, insertClaimSQL,
@@ -179,7 +179,7 @@ func (l *Ledger) insertClaim(ctx context.Context, q querier, in *Intake, id int6
 // NextIntakeID allocates an intake id for a claim about to be made.
 func (l *Ledger) NextIntakeID(ctx context.Context) (int64, error) {
 	var id int64
-	err := l.pool.QueryRow(ctx, `SELECT nextval(pg_get_serial_sequence('file_intake', 'intake_id'))`).Scan(&id)
+	err := l.pool.QueryRow(ctx, `SELECT pg_catalog.nextval(pg_catalog.pg_get_serial_sequence('file_intake', 'intake_id'))`).Scan(&id)
 	return id, err
 }
 
@@ -194,8 +194,8 @@ func (l *Ledger) RegisterWorker(ctx context.Context, worker string, partners []s
 		INSERT INTO intake_worker (worker_id, hostname, pid, lease, partners)
 		VALUES ($1, $2, $3, $4::interval, $5)
 		ON CONFLICT (worker_id) DO UPDATE SET hostname = EXCLUDED.hostname, pid = EXCLUDED.pid,
-		    lease = EXCLUDED.lease, partners = EXCLUDED.partners, last_seen = now(), drained_at = NULL
-		RETURNING (SELECT count(*) > 0 AND bool_and(drained_at IS NOT NULL) FROM prev)`,
+		    lease = EXCLUDED.lease, partners = EXCLUDED.partners, last_seen = pg_catalog.now(), drained_at = NULL
+		RETURNING (SELECT pg_catalog.count(*) > 0 AND pg_catalog.bool_and(drained_at IS NOT NULL) FROM prev)`,
 		worker, host, os.Getpid(), l.lease, partners).Scan(&drained)
 	if err != nil {
 		return false, fmt.Errorf("register worker: %w", err)
@@ -213,8 +213,8 @@ func (l *Ledger) RegisterWorker(ctx context.Context, worker string, partners []s
 // would trust it and never look there (issue 12 item 11). A row since
 // refreshed by a restarted process of the same id is left alone.
 func (l *Ledger) RetireWorker(ctx context.Context, worker string, drained bool) error {
-	_, err := l.pool.Exec(ctx, `UPDATE intake_worker SET last_seen = now() - lease - interval '1 second',
-		    drained_at = CASE WHEN $3 THEN now() END
+	_, err := l.pool.Exec(ctx, `UPDATE intake_worker SET last_seen = pg_catalog.now() - lease - interval '1 second',
+		    drained_at = CASE WHEN $3 THEN pg_catalog.now() END
 		WHERE worker_id = $1 AND pid = $2`, worker, os.Getpid(), drained)
 	return err
 }
@@ -227,7 +227,7 @@ func (l *Ledger) RetireWorker(ctx context.Context, worker string, drained bool) 
 func (l *Ledger) WorkerGone(ctx context.Context, worker string) (bool, error) {
 	var ok bool
 	err := l.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM intake_worker
-		WHERE worker_id = $1 AND (last_seen <= now() - lease OR drained_at IS NOT NULL))`, worker).Scan(&ok)
+		WHERE worker_id = $1 AND (last_seen <= pg_catalog.now() - lease OR drained_at IS NOT NULL))`, worker).Scan(&ok)
 	if err != nil {
 		return false, fmt.Errorf("worker %s gone: %w", worker, err)
 	}
@@ -255,9 +255,9 @@ func (l *Ledger) LivePaths(ctx context.Context, partner string, paths []string) 
 
 // LiveServing maps each partner to the live replicas that serve it.
 func (l *Ledger) LiveServing(ctx context.Context) (map[string][]string, error) {
-	rs, err := l.pool.Query(ctx, `SELECT p, array_agg(worker_id ORDER BY worker_id)
-		FROM intake_worker, unnest(partners) AS p
-		WHERE last_seen > now() - lease GROUP BY p`)
+	rs, err := l.pool.Query(ctx, `SELECT p, pg_catalog.array_agg(worker_id ORDER BY worker_id)
+		FROM intake_worker, pg_catalog.unnest(partners) AS p
+		WHERE last_seen > pg_catalog.now() - lease GROUP BY p`)
 	if err != nil {
 		return nil, fmt.Errorf("live replicas: %w", err)
 	}
@@ -289,7 +289,7 @@ func (l *Ledger) LiveOwnedBy(ctx context.Context, partner, worker string) ([]*In
 // dueOwnedBySQL is DueOwnedBy's statement.
 const dueOwnedBySQL = `SELECT ` + intakeColumns + ` FROM file_intake
 	WHERE partner_id = $1 AND worker_id = $2 AND state = ANY($3)
-	  AND (next_attempt_at IS NULL OR next_attempt_at <= now()) ORDER BY intake_id`
+	  AND (next_attempt_at IS NULL OR next_attempt_at <= pg_catalog.now()) ORDER BY intake_id`
 
 // DueOwnedBy lists the live rows of partner held by worker that are due:
 // not waiting for the next attempt after a failed run (attempt.go).
@@ -307,8 +307,8 @@ func (l *Ledger) DueOwnedBy(ctx context.Context, partner, worker string) ([]*Int
 func (l *Ledger) Resume(ctx context.Context, id int64, worker string) (*Intake, error) {
 	row := l.pool.QueryRow(ctx, `
 		UPDATE file_intake SET fencing_token = fencing_token + 1, worker_id = $2,
-		       lease_until = now() + $3::interval, updated_at = now()
-		WHERE intake_id = $1 AND state = ANY($4) AND (worker_id = $2 OR lease_until < now())
+		       lease_until = pg_catalog.now() + $3::interval, updated_at = pg_catalog.now()
+		WHERE intake_id = $1 AND state = ANY($4) AND (worker_id = $2 OR lease_until < pg_catalog.now())
 		RETURNING `+intakeColumns, id, worker, l.lease, liveStates)
 	in, err := scanIntake(row)
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -324,7 +324,7 @@ func (l *Ledger) Resume(ctx context.Context, id int64, worker string) (*Intake, 
 func (l *Ledger) Heartbeat(ctx context.Context, in *Intake) error {
 	// clock_timestamp: the statement may have waited for the row lock of
 	// the file's own long chunk, and the lease counts from now
-	tag, err := l.beat().Exec(ctx, `UPDATE file_intake SET lease_until = clock_timestamp() + $3::interval
+	tag, err := l.beat().Exec(ctx, `UPDATE file_intake SET lease_until = pg_catalog.clock_timestamp() + $3::interval
 		WHERE intake_id = $1 AND fencing_token = $2 AND state = ANY($4)`, in.ID, in.Token, l.lease, liveStates)
 	if err != nil {
 		return fmt.Errorf("Heartbeat: %w", err)
@@ -338,10 +338,10 @@ func (l *Ledger) Heartbeat(ctx context.Context, in *Intake) error {
 // HeartbeatHeld is Heartbeat that passes only while the pooled lock's
 // backend at holds the worker id's lock (WorkerLock.Pooled).
 func (l *Ledger) HeartbeatHeld(ctx context.Context, in *Intake, worker string, at Pooled) error {
-	tag, err := l.beat().Exec(ctx, `UPDATE file_intake SET lease_until = clock_timestamp() + $3::interval
+	tag, err := l.beat().Exec(ctx, `UPDATE file_intake SET lease_until = pg_catalog.clock_timestamp() + $3::interval
 		WHERE intake_id = $1 AND fencing_token = $2 AND state = ANY($4)
 		  AND EXISTS (SELECT 1 FROM pg_locks l WHERE `+workerLockHeldBy("$5")+` AND l.pid = $6)
-		  AND pg_postmaster_start_time() = $7`,
+		  AND pg_catalog.pg_postmaster_start_time() = $7`,
 		in.ID, in.Token, l.lease, liveStates, worker, int64(at.PID), at.Since)
 	if err != nil {
 		return fmt.Errorf("Heartbeat: %w", err)
@@ -356,7 +356,7 @@ func (l *Ledger) HeartbeatHeld(ctx context.Context, in *Intake, worker string, a
 const setSpooledSQL = `WITH u AS (
 	    UPDATE file_intake
 	    SET state = 'spooled', content_sha256 = $3, size_bytes = $4, data_sha256 = $5, data_size = $6,
-	        batch_id = $7, expected_rows = $8, updated_at = now()
+	        batch_id = $7, expected_rows = $8, updated_at = pg_catalog.now()
 	    WHERE intake_id = $1 AND fencing_token = $2 AND state = 'claimed'
 	    RETURNING intake_id),
 	ins AS (
@@ -369,7 +369,7 @@ const setSpooledSQL = `WITH u AS (
 	    UNION ALL
 	    SELECT intake_id, content_sha256 FROM intake_batch WHERE partner_id = $9 AND batch_id = $7
 	    LIMIT 1)
-	SELECT (SELECT count(*) FROM u), (SELECT intake_id FROM b), (SELECT content_sha256 FROM b)`
+	SELECT (SELECT pg_catalog.count(*) FROM u), (SELECT intake_id FROM b), (SELECT content_sha256 FROM b)`
 
 // SetSpooled records the verified bytes (and, for a compressed file, the
 // expanded ones): claimed -> spooled.
@@ -510,7 +510,7 @@ func (l *Ledger) BatchBoundFile(ctx context.Context, in *Intake, batch string) (
 
 // MarkApplied: applying -> applied, only when every row has an outcome.
 func (l *Ledger) MarkApplied(ctx context.Context, in *Intake) error {
-	row := l.pool.QueryRow(ctx, `UPDATE file_intake SET state = 'applied', updated_at = now()
+	row := l.pool.QueryRow(ctx, `UPDATE file_intake SET state = 'applied', updated_at = pg_catalog.now()
 		WHERE intake_id = $1 AND fencing_token = $2 AND state = 'applying'
 		  AND rows_applied + rows_unchanged + rows_rejected + rows_conflict = rows_total
 		RETURNING rows_applied, rows_unchanged, rows_rejected, rows_conflict`, in.ID, in.Token)
@@ -527,7 +527,7 @@ func (l *Ledger) MarkApplied(ctx context.Context, in *Intake) error {
 
 // MarkUnknown: applying -> outcome_unknown, after a commit without answer.
 func (l *Ledger) MarkUnknown(ctx context.Context, in *Intake) error {
-	tag, err := l.pool.Exec(ctx, `UPDATE file_intake SET state = 'outcome_unknown', reason = 'commit_unknown', updated_at = now()
+	tag, err := l.pool.Exec(ctx, `UPDATE file_intake SET state = 'outcome_unknown', reason = 'commit_unknown', updated_at = pg_catalog.now()
 		WHERE intake_id = $1 AND fencing_token = $2 AND state = 'applying'`, in.ID, in.Token)
 	if err := fenced(tag, err, in, "mark outcome_unknown"); err != nil {
 		return err
@@ -571,7 +571,7 @@ func (l *Ledger) Finish(ctx context.Context, in *Intake, from, to State, reason 
 			// file is held again)
 			if _, err := tx.Exec(ctx, `INSERT INTO intake_quarantine (intake_id, partner_id, reason, batch_id, content_sha256, path)
 				VALUES ($1, $2, $3, nullif($4, ''), nullif($5, ''), nullif($6, ''))
-				ON CONFLICT (intake_id) DO UPDATE SET reason = EXCLUDED.reason, path = EXCLUDED.path, held_at = now(),
+				ON CONFLICT (intake_id) DO UPDATE SET reason = EXCLUDED.reason, path = EXCLUDED.path, held_at = pg_catalog.now(),
 				    state = 'open', decided_at = NULL, decided_by = NULL, decision = NULL`,
 				in.ID, in.Partner, string(reason), in.BatchID, in.SHA256, in.ArchivePath); err != nil {
 				return fmt.Errorf("quarantine record: %w", err)
@@ -596,7 +596,7 @@ func (l *Ledger) Finish(ctx context.Context, in *Intake, from, to State, reason 
 // PublishDiscarded) must replace that one, not land beside it.
 const finishSQL = `UPDATE file_intake
 	SET state = $4, reason = nullif($5, ''), archive_path = nullif($6, ''), receipt_path = nullif($7, ''),
-	    rejects_path = nullif($8, ''), batch_id = coalesce(batch_id, nullif($9, '')), updated_at = now(), finished_at = now()
+	    rejects_path = nullif($8, ''), batch_id = coalesce(batch_id, nullif($9, '')), updated_at = pg_catalog.now(), finished_at = pg_catalog.now()
 	WHERE intake_id = $1 AND fencing_token = $2 AND state = $3`
 
 // IssueRow is one recorded row issue, for the rejects report.

@@ -59,7 +59,7 @@ import (
 // workerLockKeyOf is the advisory lock key of the worker id in parameter
 // worker; workerLockKey that of the first parameter.
 func workerLockKeyOf(worker string) string {
-	return `hashtextextended('partner-intake/worker/' || ` + worker + `, 0)`
+	return `pg_catalog.hashtextextended('partner-intake/worker/'::text || (` + worker + `)::text, 0::int8)`
 }
 
 var workerLockKey = workerLockKeyOf("$1")
@@ -69,7 +69,7 @@ var workerLockKey = workerLockKeyOf("$1")
 // own).
 func workerLockHeldBy(worker string) string {
 	return `l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
-	  AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+	  AND l.database = (SELECT oid FROM pg_database WHERE datname = pg_catalog.current_database())
 	  AND ((l.classid::int8 << 32) | l.objid::int8) = ` + workerLockKeyOf(worker)
 }
 
@@ -208,7 +208,7 @@ func (w *WorkerLock) take(ctx context.Context, prev session, inUse func(*WorkerI
 	me := session{pid: conn.PgConn().PID()}
 	try := func() (bool, error) {
 		var got bool
-		err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock(`+workerLockKey+`)`, w.worker).Scan(&got)
+		err := conn.QueryRow(ctx, `SELECT pg_catalog.pg_try_advisory_lock(`+workerLockKey+`)`, w.worker).Scan(&got)
 		return got, err
 	}
 	got, err := try()
@@ -220,7 +220,7 @@ func (w *WorkerLock) take(ctx context.Context, prev session, inUse func(*WorkerI
 	}
 	h, desc := workerLockHolder(ctx, conn, w.worker)
 	if prev.pid != 0 && h.pid == prev.pid && h.start.Equal(prev.start) {
-		if _, err := conn.Exec(ctx, `SELECT pg_terminate_backend($1, 5000)`, int64(h.pid)); err == nil {
+		if _, err := conn.Exec(ctx, `SELECT pg_catalog.pg_terminate_backend($1::int4, 5000::int8)`, int64(h.pid)); err == nil {
 			if got, err = try(); err != nil {
 				return fail(fmt.Errorf("worker id lock: %w", err))
 			}
@@ -235,7 +235,7 @@ func (w *WorkerLock) take(ctx context.Context, prev session, inUse func(*WorkerI
 		return fail(e)
 	}
 	inUse(e)
-	if _, err := conn.Exec(ctx, `SELECT pg_advisory_lock(`+workerLockKey+`)`, w.worker); err != nil {
+	if _, err := conn.Exec(ctx, `SELECT pg_catalog.pg_advisory_lock(`+workerLockKey+`)`, w.worker); err != nil {
 		return fail(fmt.Errorf("worker id lock: wait: %w", err))
 	}
 	return conn, me, nil
@@ -249,7 +249,7 @@ func workerLockHolder(ctx context.Context, conn *pgx.Conn, worker string) (sessi
 		client, since string
 	)
 	err := conn.QueryRow(ctx, `SELECT a.pid, a.backend_start, coalesce(host(a.client_addr), 'a local socket'),
-		       to_char(a.backend_start AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"')
+		       pg_catalog.to_char(a.backend_start AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"')
 		FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
 		WHERE `+workerLockHeld+` LIMIT 1`, worker).Scan(&s.pid, &s.start, &client, &since)
 	if err != nil {
@@ -263,8 +263,8 @@ func workerLockHolder(ctx context.Context, conn *pgx.Conn, worker string) (sessi
 	)
 	// absent before the schema's first migration, and for a one-shot run
 	if conn.QueryRow(ctx, `SELECT hostname, pid,
-		       to_char(started_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"'),
-		       to_char(last_seen AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"')
+		       pg_catalog.to_char(started_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"'),
+		       pg_catalog.to_char(last_seen AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"')
 		FROM intake_worker WHERE worker_id = $1`, worker).Scan(&host, &wpid, &started, &lastS) == nil {
 		desc += fmt.Sprintf("; the id's last registered daemon: pid %d on %s, started %s, last seen %s", wpid, host, started, lastS)
 	}
@@ -316,7 +316,7 @@ func (w *WorkerLock) watch(ctx context.Context, conn *pgx.Conn, me *session) err
 		sent := time.Since(w.base)
 		pctx, cancel := context.WithTimeout(ctx, w.check)
 		if me.start.IsZero() {
-			err = conn.QueryRow(pctx, `SELECT backend_start FROM pg_stat_activity WHERE pid = pg_backend_pid()`).Scan(&me.start)
+			err = conn.QueryRow(pctx, `SELECT backend_start FROM pg_stat_activity WHERE pid = pg_catalog.pg_backend_pid()`).Scan(&me.start)
 		} else {
 			err = conn.Ping(pctx)
 		}
@@ -432,10 +432,10 @@ func takeOnPool(ctx context.Context, pool *pgxpool.Pool, worker string, lease ti
 		got bool
 		at  = Pooled{PID: c.Conn().PgConn().PID()}
 	)
-	if err := c.QueryRow(ctx, `SELECT pg_try_advisory_lock(`+workerLockKey+`), pg_postmaster_start_time(),
-		       set_config('tcp_keepalives_idle', $2, false), set_config('tcp_keepalives_interval', $3, false),
-		       set_config('tcp_keepalives_count', $4, false), set_config('tcp_user_timeout', $5, false),
-		       set_config('idle_session_timeout', '0', false)`,
+	if err := c.QueryRow(ctx, `SELECT pg_catalog.pg_try_advisory_lock(`+workerLockKey+`), pg_catalog.pg_postmaster_start_time(),
+		       pg_catalog.set_config('tcp_keepalives_idle', $2, false), pg_catalog.set_config('tcp_keepalives_interval', $3, false),
+		       pg_catalog.set_config('tcp_keepalives_count', $4, false), pg_catalog.set_config('tcp_user_timeout', $5, false),
+		       pg_catalog.set_config('idle_session_timeout', '0', false)`,
 		worker, p["tcp_keepalives_idle"], p["tcp_keepalives_interval"], p["tcp_keepalives_count"], p["tcp_user_timeout"]).Scan(&got, &at.Since, nil, nil, nil, nil, nil); err != nil {
 		return Pooled{}, fmt.Errorf("worker id lock: %w", err)
 	}
@@ -473,7 +473,7 @@ func (w *WorkerLock) CheckPooled(ctx context.Context) error {
 	}
 	var held bool
 	if err := w.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_locks l WHERE `+workerLockHeld+` AND l.pid = $2)
-		AND pg_postmaster_start_time() = $3`, w.worker, int64(w.at.PID), w.at.Since).Scan(&held); err != nil {
+		AND pg_catalog.pg_postmaster_start_time() = $3`, w.worker, int64(w.at.PID), w.at.Since).Scan(&held); err != nil {
 		return fmt.Errorf("worker id lock: %w", err)
 	}
 	if held {

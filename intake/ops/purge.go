@@ -110,7 +110,7 @@ func Purge(ctx context.Context, db *pgxpool.Pool, sp *spool.Spool, parts []partn
 	}
 	defer conn.Release()
 	var got bool
-	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock(hashtextextended('partner-intake/purge', 0))`).Scan(&got); err != nil {
+	if err := conn.QueryRow(ctx, `SELECT pg_catalog.pg_try_advisory_lock(pg_catalog.hashtextextended('partner-intake/purge'::text, 0::int8))`).Scan(&got); err != nil {
 		return nil, err
 	}
 	if !got {
@@ -119,7 +119,7 @@ func Purge(ctx context.Context, db *pgxpool.Pool, sp *spool.Spool, parts []partn
 	defer func() {
 		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
-		if _, err := conn.Exec(uctx, `SELECT pg_advisory_unlock(hashtextextended('partner-intake/purge', 0))`); err != nil {
+		if _, err := conn.Exec(uctx, `SELECT pg_catalog.pg_advisory_unlock(pg_catalog.hashtextextended('partner-intake/purge'::text, 0::int8))`); err != nil {
 			conn.Conn().Close(uctx)
 		}
 	}()

@@ -2,6 +2,7 @@ package target
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 
@@ -45,24 +46,29 @@ type catalogTable struct {
 	order []string // column names in table order
 }
 
-// describe reads a target table's columns from the catalog.
+// describe reads a target table's columns from the catalog. The table's
+// name is resolved once, on db's search_path (an unqualified name: the
+// ledger's schema, migrations.SearchPath), and the statements name the
+// table by its schema and name, quoted.
 func describe(ctx context.Context, db *pgxpool.Pool, table string) (*catalogTable, error) {
-	ident := pgx.Identifier(strings.Split(table, "."))
 	var oid uint32
-	err := db.QueryRow(ctx, `SELECT coalesce(to_regclass($1)::oid, 0)`, ident.Sanitize()).Scan(&oid)
+	var schema, name string
+	err := db.QueryRow(ctx, `SELECT c.oid, n.nspname, c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+		WHERE c.oid = pg_catalog.to_regclass($1)`, pgx.Identifier(strings.Split(table, ".")).Sanitize()).Scan(&oid, &schema, &name)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, &Error{Table: table, Detail: "does not exist (create it; see docs/target-tables.md)"}
+	}
 	if err != nil {
 		return nil, fmt.Errorf("target %s: %w", table, err)
 	}
-	if oid == 0 {
-		return nil, &Error{Table: table, Detail: "does not exist (create it; see docs/target-tables.md)"}
-	}
-	rs, err := db.Query(ctx, `SELECT a.attname, format_type(a.atttypid, a.atttypmod), a.atttypid, b.oid, b.typname,
+	ident := pgx.Identifier{schema, name}
+	rs, err := db.Query(ctx, `SELECT a.attname, pg_catalog.format_type(a.atttypid, a.atttypmod), a.atttypid, b.oid, b.typname,
 		    CASE WHEN t.typtype = 'd' THEN t.typtypmod ELSE a.atttypmod END, b.typcategory::text, b.typtype = 'e',
-		    CASE WHEN t.typtype = 'd' THEN format_type(a.atttypid, NULL) ELSE '' END,
+		    CASE WHEN t.typtype = 'd' THEN pg_catalog.format_type(a.atttypid, NULL) ELSE '' END,
 		    a.attnotnull OR (t.typtype = 'd' AND t.typnotnull),
 		    a.atthasdef OR a.attidentity <> '' OR a.attgenerated <> '' OR (t.typtype = 'd' AND t.typdefault IS NOT NULL),
 		    a.attgenerated <> '', a.attidentity = 'a',
-		    CASE WHEN a.attcollation NOT IN (0, 100) THEN quote_ident(n.nspname) || '.' || quote_ident(c.collname) ELSE '' END,
+		    CASE WHEN a.attcollation NOT IN (0, 100) THEN pg_catalog.quote_ident(n.nspname) || '.' || pg_catalog.quote_ident(c.collname) ELSE '' END,
 		    coalesce(c.collisdeterministic, true)
 		FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid
 		JOIN pg_type b ON b.oid = CASE WHEN t.typtype = 'd' THEN t.typbasetype ELSE a.atttypid END

@@ -196,9 +196,9 @@ func (t *Table) build() {
 	if t.rangeProbe {
 		probe = fmt.Sprintf(`r AS MATERIALIZED (
 		    SELECT t.* FROM %[1]s t
-		    WHERE t.partner_id = $2 AND t.%[2]s%[6]s BETWEEN (SELECT min(%[2]s) FROM s) AND (SELECT max(%[2]s) FROM s)
+		    WHERE t.partner_id = $2 AND t.%[2]s%[6]s BETWEEN (SELECT pg_catalog.min(%[2]s) FROM s) AND (SELECT pg_catalog.max(%[2]s) FROM s)
 		    ORDER BY t.partner_id, t.%[2]s%[6]s LIMIT $4),
-		dense AS (SELECT count(*) < $4 AS ok FROM r),
+		dense AS (SELECT pg_catalog.count(*) < $4 AS ok FROM r),
 		j AS (
 		    SELECT s.*, t.partner_id IS NULL AS intake_is_new, %[3]s AS intake_reason
 		    FROM s LEFT JOIN r t ON %[4]s
@@ -239,10 +239,10 @@ func (t *Table) build() {
 		    SELECT $3, $2, j.line, j.intake_reason, CASE j.intake_reason WHEN 'not_found' THEN 'rejected' ELSE 'conflict' END FROM j
 		    WHERE j.intake_reason IS NOT NULL
 		    RETURNING reason)
-		SELECT (SELECT count(*) FROM ins), (SELECT count(*) FROM conf WHERE reason <> 'not_found'),
-		    (SELECT count(*) FROM j WHERE j.intake_is_new),
-		    (SELECT count(*) FROM conf WHERE reason = 'outside_edit'), (SELECT count(*) FROM conf WHERE reason = 'exists'),
-		    (SELECT count(*) FROM conf WHERE reason = 'not_found')`,
+		SELECT (SELECT pg_catalog.count(*) FROM ins), (SELECT pg_catalog.count(*) FROM conf WHERE reason <> 'not_found'),
+		    (SELECT pg_catalog.count(*) FROM j WHERE j.intake_is_new),
+		    (SELECT pg_catalog.count(*) FROM conf WHERE reason = 'outside_edit'), (SELECT pg_catalog.count(*) FROM conf WHERE reason = 'exists'),
+		    (SELECT pg_catalog.count(*) FROM conf WHERE reason = 'not_found')`,
 		sMat, strings.Join(sCols, ", "), sHash, t.stage, probe,
 		t.table, strings.Join(insCols, ", "), insHash, strings.Join(jCols, ", "), selHash, strings.Join(conflictCols, ", "), doUpdate)
 	// A chunk of new rows when StagedDirect: staged, then inserted (with
@@ -262,7 +262,7 @@ func (t *Table) build() {
 	t.buildUnchanged()
 	t.dedupe = fmt.Sprintf(`WITH d AS (
 		    DELETE FROM %s s USING (
-		        SELECT line, row_number() OVER (PARTITION BY %s ORDER BY line DESC) AS rn FROM %s s) x
+		        SELECT line, pg_catalog.row_number() OVER (PARTITION BY %s ORDER BY line DESC) AS rn FROM %s s) x
 		    WHERE x.rn > 1 AND s.line = x.line
 		    RETURNING s.line)
 		INSERT INTO intake_row_issue (intake_id, partner_id, line, reason, outcome)
@@ -290,9 +290,9 @@ func (t *Table) legacyHash(alias string) string {
 		parts = append(parts, v)
 	}
 	if t.hashFast {
-		return fmt.Sprintf("hash_record_extended(ROW(%s), 0)", strings.Join(parts, ", "))
+		return fmt.Sprintf("pg_catalog.hash_record_extended(ROW(%s), 0::int8)", strings.Join(parts, ", "))
 	}
-	return fmt.Sprintf("('x' || left(md5(ROW(%s)::text), 16))::bit(64)::bigint", strings.Join(parts, ", "))
+	return fmt.Sprintf("('x' || pg_catalog.left(pg_catalog.md5(ROW(%s)::text), 16::int4))::bit(64)::bigint", strings.Join(parts, ", "))
 }
 
 // RowHashSQL is the SQL expression of the hash a guarded target records
@@ -354,14 +354,14 @@ func (t *Table) buildSnapshot(sCols, sKeyJoin []string, edited string) {
 	}
 	if t.deletedAt != "" {
 		t.sweep = fmt.Sprintf(`WITH gone AS (
-		    UPDATE %[1]s t SET %[2]s = now(), last_intake_id = $1
+		    UPDATE %[1]s t SET %[2]s = pg_catalog.now(), last_intake_id = $1
 		    WHERE t.%[2]s IS NULL AND %[3]s
 		    RETURNING 1)
-		SELECT count(*) FROM gone`, t.table, t.deletedAt, where)
+		SELECT pg_catalog.count(*) FROM gone`, t.table, t.deletedAt, where)
 		return
 	}
 	t.sweep = fmt.Sprintf(`WITH gone AS (
 		    DELETE FROM %s t WHERE %s
 		    RETURNING 1)
-		SELECT count(*) FROM gone`, t.table, where)
+		SELECT pg_catalog.count(*) FROM gone`, t.table, where)
 }

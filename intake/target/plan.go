@@ -91,7 +91,7 @@ func (t *Table) buildPlan(sCols, sKeyJoin []string, needs, reason, edited string
 			continue
 		}
 		changed = append(changed, fmt.Sprintf(`CASE WHEN t.%[1]s IS DISTINCT FROM s.%[1]s
-		        THEN jsonb_build_object(%[2]s, jsonb_build_array(t.%[1]s::text, s.%[1]s::text)) ELSE '{}'::jsonb END`, q(c), quoteLiteral(c)))
+		        THEN pg_catalog.jsonb_build_object(%[2]s, pg_catalog.jsonb_build_array(t.%[1]s::text, s.%[1]s::text)) ELSE '{}'::jsonb END`, q(c), quoteLiteral(c)))
 	}
 	changedExpr := "NULL::jsonb"
 	if len(changed) > 0 {
@@ -101,7 +101,7 @@ func (t *Table) buildPlan(sCols, sKeyJoin []string, needs, reason, edited string
 		WITH s0 AS (
 		    SELECT st.line, %[1]s FROM %[2]s st),
 		d AS (
-		    SELECT s0.*, row_number() OVER (PARTITION BY %[3]s ORDER BY s0.line DESC) AS intake_rn FROM s0),
+		    SELECT s0.*, pg_catalog.row_number() OVER (PARTITION BY %[3]s ORDER BY s0.line DESC) AS intake_rn FROM s0),
 		j AS (
 		    SELECT s.line, s.intake_rn, %[4]s AS intake_key, t.partner_id IS NULL AS intake_is_new,
 		        (%[5]s) AS intake_needs, %[6]s AS intake_reason,
@@ -132,7 +132,7 @@ func (t *Table) buildPlan(sCols, sKeyJoin []string, needs, reason, edited string
 	if t.deletedAt != "" {
 		where += " AND t." + t.deletedAt + " IS NULL"
 	}
-	t.planDeleteCount = fmt.Sprintf(`SELECT count(*) FROM %s t WHERE %s`, t.table, where)
+	t.planDeleteCount = fmt.Sprintf(`SELECT pg_catalog.count(*) FROM %s t WHERE %s`, t.table, where)
 	t.planDeleteSample = fmt.Sprintf(`SELECT %s FROM %s t WHERE %s ORDER BY 1 LIMIT $4`, t.keyText("t"), t.table, where)
 }
 
@@ -168,7 +168,7 @@ func (t *Table) Plan(ctx context.Context, tx pgx.Tx, writer int64, partner, feed
 	if err != nil {
 		return c, nil, fmt.Errorf("plan rows: %w", err)
 	}
-	rs, err := tx.Query(ctx, `SELECT action, coalesce(reason, ''), count(*) FROM intake_plan_rows GROUP BY 1, 2`)
+	rs, err := tx.Query(ctx, `SELECT action, coalesce(reason, ''), pg_catalog.count(*) FROM intake_plan_rows GROUP BY 1, 2`)
 	if err != nil {
 		return c, nil, fmt.Errorf("plan counts: %w", err)
 	}
@@ -261,7 +261,7 @@ const castableFunc = `CREATE OR REPLACE FUNCTION pg_temp.intake_castable(v text,
 	LANGUAGE plpgsql AS $f$
 	BEGIN
 	    IF v IS NULL THEN RETURN true; END IF;
-	    EXECUTE format('SELECT %L::%s', v, typ);
+	    EXECUTE pg_catalog.format('SELECT %L::%s', v, typ);
 	    RETURN true;
 	EXCEPTION WHEN data_exception THEN
 	    RETURN false;
@@ -278,7 +278,7 @@ func (t *Table) dropUncastable(ctx context.Context, tx pgx.Tx) (int64, error) {
 		checks = append(checks, fmt.Sprintf("pg_temp.intake_castable(st.%s, %s)", pgx.Identifier{c}.Sanitize(), quoteLiteral(t.types[i])))
 	}
 	var n int64
-	err := tx.QueryRow(ctx, fmt.Sprintf(`WITH d AS (DELETE FROM %s st WHERE NOT (%s) RETURNING 1) SELECT count(*) FROM d`,
+	err := tx.QueryRow(ctx, fmt.Sprintf(`WITH d AS (DELETE FROM %s st WHERE NOT (%s) RETURNING 1) SELECT pg_catalog.count(*) FROM d`,
 		t.stage, strings.Join(checks, " AND "))).Scan(&n)
 	return n, err
 }

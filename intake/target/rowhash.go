@@ -68,7 +68,7 @@ func (t *Table) rowHashSQL(alias string) string {
 	for _, i := range t.hashCols {
 		cols = append(cols, alias+"."+pgx.Identifier{t.cols[i]}.Sanitize())
 	}
-	return fmt.Sprintf("hash_record_extended(ROW(record_send(ROW(%s))), 0)", strings.Join(cols, ", "))
+	return fmt.Sprintf("pg_catalog.hash_record_extended(ROW(pg_catalog.record_send(ROW(%s))), 0::int8)", strings.Join(cols, ", "))
 }
 
 // rowHashProbe: bytes whose hash checkRowHash compares (every tail length
@@ -81,9 +81,9 @@ var rowHashProbe = []byte("\x00\x00\x00\x05\x00\x00\x00\x19\xff\xff\xff\xffintak
 func checkRowHash(ctx context.Context, db *pgxpool.Pool) (bool, error) {
 	var enc string
 	var got []int64
-	err := db.QueryRow(ctx, `SELECT current_setting('client_encoding'),
-		    array_agg(hash_record_extended(ROW(substr($1::bytea, 1, n)), 0) ORDER BY n)
-		FROM generate_series(0, length($1::bytea)) n`, rowHashProbe).Scan(&enc, &got)
+	err := db.QueryRow(ctx, `SELECT pg_catalog.current_setting('client_encoding'),
+		    pg_catalog.array_agg(pg_catalog.hash_record_extended(ROW(pg_catalog.substr($1::bytea, 1::int4, n)), 0::int8) ORDER BY n)
+		FROM pg_catalog.generate_series(0::int4, pg_catalog.length($1::bytea)) n`, rowHashProbe).Scan(&enc, &got)
 	if err != nil {
 		return false, err
 	}

@@ -286,7 +286,7 @@ func Load(ctx context.Context, db *pgxpool.Pool, f *partners.Feed) (*Table, erro
 	// of them starts with (partner_id, first key column), so a chunk's
 	// key range is one index range scan.
 	var found, leading bool
-	err = db.QueryRow(ctx, `SELECT count(*) > 0, coalesce(bool_or(
+	err = db.QueryRow(ctx, `SELECT pg_catalog.count(*) > 0, coalesce(pg_catalog.bool_or(
 		    (SELECT attname::text FROM pg_attribute WHERE attrelid = $1 AND attnum = i.indkey[0]) = 'partner_id'
 		    AND (SELECT attname::text FROM pg_attribute WHERE attrelid = $1 AND attnum = i.indkey[1]) = $3), false)
 		FROM pg_index i WHERE `+arbiterIndexes,
@@ -314,7 +314,7 @@ func Load(ctx context.Context, db *pgxpool.Pool, f *partners.Feed) (*Table, erro
 			}
 		}
 		var h int64
-		err := db.QueryRow(ctx, fmt.Sprintf("SELECT hash_record_extended(ROW(%s), 0)", strings.Join(nulls, ", "))).Scan(&h)
+		err := db.QueryRow(ctx, fmt.Sprintf("SELECT pg_catalog.hash_record_extended(ROW(%s), 0::int8)", strings.Join(nulls, ", "))).Scan(&h)
 		var pe *pgconn.PgError
 		switch {
 		case err == nil:
@@ -334,9 +334,9 @@ func Load(ctx context.Context, db *pgxpool.Pool, f *partners.Feed) (*Table, erro
 // without expressions. Load's check that one exists and keyEquality's
 // reading of their collations share it.
 const arbiterIndexes = `i.indrelid = $1 AND i.indisunique AND i.indisvalid AND i.indimmediate AND i.indpred IS NULL AND i.indexprs IS NULL
-		  AND (SELECT array_agg(a2.attname::text ORDER BY a2.attname) FROM pg_attribute a2
-		       WHERE a2.attrelid = $1 AND a2.attnum = ANY(i.indkey)) = (SELECT array_agg(x ORDER BY x) FROM unnest($2::text[]) x)
-		  AND cardinality(i.indkey::int2[]) = cardinality($2::text[])`
+		  AND (SELECT pg_catalog.array_agg(a2.attname::text ORDER BY a2.attname) FROM pg_attribute a2
+		       WHERE a2.attrelid = $1 AND a2.attnum = ANY(i.indkey)) = (SELECT pg_catalog.array_agg(x ORDER BY x) FROM pg_catalog.unnest($2::text[]) x)
+		  AND pg_catalog.cardinality(i.indkey::int2[]) = pg_catalog.cardinality($2::text[])`
 
 // keyEquality decides how the target compares the feed's keys (keys.go):
 // under which collation each key column is compared (collate) and whether
@@ -355,7 +355,7 @@ func (t *Table) keyEquality(ctx context.Context, db *pgxpool.Pool, tt *catalogTa
 	}
 	byIndex := map[string][]coll{}
 	rs, err := db.Query(ctx, `SELECT DISTINCT a.attname::text,
-		    quote_ident(n.nspname) || '.' || quote_ident(c.collname),
+		    pg_catalog.quote_ident(n.nspname) || '.' || pg_catalog.quote_ident(c.collname),
 		    c.collisdeterministic
 		FROM pg_index i
 		CROSS JOIN LATERAL unnest(i.indkey::int2[], i.indcollation::oid[]) AS k(attnum, coll)

@@ -102,10 +102,10 @@ func (t *Table) buildUnchanged() {
 	if t.mode == partners.ModeSnapshot {
 		var arrays []string
 		for n := range t.key {
-			arrays = append(arrays, fmt.Sprintf("$%d", n+2))
+			arrays = append(arrays, fmt.Sprintf("pg_catalog.unnest($%d)", n+2))
 		}
 		t.unchangedKeysRecord = fmt.Sprintf(`INSERT INTO intake_snapshot_key (intake_id, key)
-		SELECT $1, %s FROM unnest(%s) AS u(%s) ON CONFLICT DO NOTHING`, t.keyText("u"), strings.Join(arrays, ", "), strings.Join(keyCols, ", "))
+		SELECT $1, %s FROM ROWS FROM (%s) AS u(%s) ON CONFLICT DO NOTHING`, t.keyText("u"), strings.Join(arrays, ", "), strings.Join(keyCols, ", "))
 	}
 	k := q(t.key[0])
 	// As the merge reads them (see build): the chunk's key range in one
@@ -118,9 +118,9 @@ func (t *Table) buildUnchanged() {
 	// sequential scan for the second, whose workers start even when it is
 	// not run (75 ms a chunk, measured).
 	t.unchangedRange = fmt.Sprintf(`SELECT %s FROM %s t
-		WHERE t.partner_id = $1 AND t.%s BETWEEN (SELECT min(x) FROM unnest($2) x) AND (SELECT max(x) FROM unnest($2) x)
+		WHERE t.partner_id = $1 AND t.%s BETWEEN (SELECT pg_catalog.min(x) FROM pg_catalog.unnest($2) x) AND (SELECT pg_catalog.max(x) FROM pg_catalog.unnest($2) x)
 		ORDER BY t.partner_id, t.%s LIMIT $3`, strings.Join(cols, ", "), t.table, k, k)
-	t.unchangedKeys = fmt.Sprintf(`SELECT t.* FROM (SELECT DISTINCT x FROM unnest($2) x) k, LATERAL (
+	t.unchangedKeys = fmt.Sprintf(`SELECT t.* FROM (SELECT DISTINCT x FROM pg_catalog.unnest($2) x) k, LATERAL (
 		    SELECT %s FROM %s t WHERE t.partner_id = $1 AND t.%s = k.x LIMIT $3) t
 		LIMIT $3`, strings.Join(cols, ", "), t.table, k)
 	t.key0 = slices.Index(t.cols, t.key[0])

@@ -64,7 +64,11 @@ func Run(ctx context.Context, o Options) error {
 	if _, err := migrations.Up(url); err != nil {
 		return err
 	}
-	pool, err := pgxpool.New(ctx, url)
+	pc, err := intake.PoolConfig(url, "demo-1", 30*time.Second)
+	if err != nil {
+		return err
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
 		return err
 	}

@@ -10,9 +10,10 @@ import (
 )
 
 // demoDDL creates the demo's target tables: the operator's tables, with
-// partner_id, the feed's key under a unique index, and last_intake_id.
+// partner_id, the feed's key under a unique index, and last_intake_id, in
+// public (where an unqualified target resolves; docs/target-tables.md).
 const demoDDL = `
-CREATE TABLE demo_orders (
+CREATE TABLE public.demo_orders (
     partner_id     text          NOT NULL,
     order_id       text          NOT NULL,
     email          text,
@@ -23,7 +24,7 @@ CREATE TABLE demo_orders (
     intake_row_hash bigint,
     PRIMARY KEY (partner_id, order_id)
 );
-CREATE TABLE demo_inventory (
+CREATE TABLE public.demo_inventory (
     partner_id     text    NOT NULL,
     sku            text    NOT NULL,
     warehouse      text    NOT NULL,
