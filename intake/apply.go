@@ -447,16 +447,16 @@ func (r *fileRun) snapshotStatements(ctx context.Context, tx pgx.Tx, tgt *target
 	return ledger.ForgetSnapshotKeys(ctx, tx, r.in.ID)
 }
 
-// frozenMapping keeps a file on the feed configuration that planned it:
-// a resume (after a restart, a takeover, a retry) that finds another
-// configuration in force plans the file again under it when no chunk is
+// frozenMapping keeps a file on the feed mapping that planned it
+// (partners.Feed.Hash): a resume (after a restart, a takeover, a retry)
+// that finds another mapping in force plans the file again under it when no chunk is
 // applied yet, and otherwise fails it (mapping_changed) rather than apply
 // its remaining chunks under another mapping. done: the file's state
 // moved and apply must not go on.
 func (r *fileRun) frozenMapping(ctx context.Context) (done bool, err error) {
 	in := r.in
-	if in.FeedSHA256 == "" || in.FeedSHA256 == r.feed.Hash() {
-		return false, nil // planned by this configuration (or before hashes were recorded)
+	if in.FeedSHA256 == "" || r.feed.SameMapping(in.FeedSHA256) {
+		return false, nil // planned by this mapping (or before hashes were recorded)
 	}
 	if in.ChunksDone == 0 {
 		r.log.Warn("feed configuration changed since the plan: planning again", "feed", in.Feed)

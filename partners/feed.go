@@ -133,10 +133,28 @@ type Feed struct {
 	re *regexp.Regexp
 }
 
-// Hash identifies the feed's configuration: the sha256 of its settings
-// (every key, defaults filled) as JSON. A file records the hash of the
-// configuration that planned it, and is applied under that one only.
+// Hash identifies the feed's mapping: the sha256, as JSON, of every
+// setting that decides which rows a file's bytes become and how they are
+// written (its dialect, columns, key, target, mode, chunking, batch id
+// rule, compression, reject ratio), defaults filled. A file records the
+// hash of the mapping that planned it, and is applied under that one
+// only. When files are due (expect), how they are decrypted and to whom
+// reports are sealed (pgp) and whether a plan waits for approval are no
+// part of it: changing them re-plans or fails no file.
 func (f *Feed) Hash() string {
+	c := *f
+	c.Expect, c.PGP = nil, nil
+	return hashJSON(&c)
+}
+
+// SameMapping reports whether sha, a hash a file recorded, is this feed's
+// mapping: Hash, or the hash of every setting this feed has (what files
+// planned before Hash left out expect and pgp recorded).
+func (f *Feed) SameMapping(sha string) bool {
+	return sha == f.Hash() || sha == hashJSON(f)
+}
+
+func hashJSON(f *Feed) string {
 	b, err := json.Marshal(f)
 	if err != nil { // a Feed is plain data: cannot happen
 		panic(fmt.Sprintf("feed %s: %v", f.Name, err))
