@@ -194,7 +194,6 @@ func PoolConfig(url, worker string, lease time.Duration) (*pgxpool.Config, error
 type Daemon struct {
 	cfg     Config
 	db      *pgxpool.Pool
-	beats   *pgxpool.Pool // heartbeats and lease renewals (beatPool); closed by Stop
 	spool   *spool.Spool
 	ledger  *ledger.Ledger
 	metrics *metrics
@@ -247,11 +246,7 @@ func New(cfg Config, parts []partners.Config, db *pgxpool.Pool, sp *spool.Spool,
 	if err != nil {
 		return nil, err
 	}
-	beats, err := beatPool(db)
-	if err != nil {
-		return nil, err
-	}
-	d := &Daemon{cfg: cfg, db: db, beats: beats, spool: sp, ledger: ledger.New(db, cfg.Lease).WithClaimPool(cfg.ClaimDB).WithBeatPool(beats),
+	d := &Daemon{cfg: cfg, db: db, spool: sp, ledger: ledger.New(db, cfg.Lease).WithClaimPool(cfg.ClaimDB).WithBeatPool(beatPool(db)),
 		metrics: newMetrics(reg), log: slog.New(pgerr.Handler(log.Handler())).With("component", "intake", "worker", cfg.WorkerID),
 		parts: map[string]*partnerRT{}, targets: target.NewCache(db)}
 	d.book = newSessionBook(cfg.Sessions.MaxParallelDials, d.metrics)
@@ -278,25 +273,22 @@ func New(cfg Config, parts []partners.Config, db *pgxpool.Pool, sp *spool.Spool,
 	return d, nil
 }
 
-// beatPool is the pool the replica's heartbeat and its files' lease
-// renewals run on (ledger.Ledger.WithBeatPool): the work pool's settings,
-// connected lazily, with one connection more than the work pool. A file's
-// renewal may wait for the row lock of its own chunk's transaction, which
-// holds a connection of the work pool; so at most that many renewals wait
-// at once, and one connection is always left for the replica's heartbeat
-// and the renewals of files between chunks. A one-shot run, which never
-// registers and rarely lives a third of a lease, seldom opens one.
-func beatPool(db *pgxpool.Pool) (*pgxpool.Pool, error) {
+// beatPool is the configuration of the pool the replica's heartbeat and
+// its files' lease renewals run on (ledger.Ledger.WithBeatPool): the work
+// pool's settings, connected lazily, with one connection more than the
+// work pool. A file's renewal may wait for the row lock of its own
+// chunk's transaction, which holds a connection of the work pool; so at
+// most that many renewals wait at once, and one connection is always left
+// for the replica's heartbeat and the renewals of files between chunks.
+// A one-shot run, which never registers and rarely lives a third of a
+// lease, seldom opens one.
+func beatPool(db *pgxpool.Pool) *pgxpool.Config {
 	if db == nil {
-		return nil, nil
+		return nil
 	}
 	pc := db.Config().Copy()
 	pc.MaxConns, pc.MinConns = pc.MaxConns+1, 0
-	p, err := pgxpool.NewWithConfig(context.Background(), pc)
-	if err != nil {
-		return nil, fmt.Errorf("heartbeat pool: %w", err)
-	}
-	return p, nil
+	return pc
 }
 
 // WorkerID is this replica's id.
@@ -730,11 +722,7 @@ func (d *Daemon) Stop() {
 }
 
 // closeBeats closes the heartbeat pool once nothing of the run uses it.
-func (d *Daemon) closeBeats() {
-	if d.beats != nil {
-		d.beats.Close()
-	}
-}
+func (d *Daemon) closeBeats() { d.ledger.CloseBeats() }
 
 // CheckTargets loads every feed's target table; a feed whose table cannot
 // be written is held (targethold.go: logged, intake_feed_target_held 1,

@@ -15,6 +15,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -32,8 +33,13 @@ import (
 type Ledger struct {
 	pool   *pgxpool.Pool
 	claims *pgxpool.Pool // the claim sections' connections (ClaimLock); nil: pool
-	beats  *pgxpool.Pool // the heartbeats' and lease renewals' connections; nil: pool
 	lease  time.Duration
+	// the heartbeats' and lease renewals' pool (WithBeatPool): made from
+	// beatCfg when first needed, closed by CloseBeats; none: pool
+	beatMu     sync.Mutex
+	beatCfg    *pgxpool.Config
+	beats      *pgxpool.Pool
+	beatClosed bool
 }
 
 // New returns the ledger on db; lease is the claim lease to grant.
@@ -56,22 +62,44 @@ func (l *Ledger) WithClaimPool(claims *pgxpool.Pool) *Ledger {
 }
 
 // WithBeatPool has the replica's heartbeat and every lease renewal run
-// on connections of beats instead of the ledger's pool. Long chunks may
-// hold every connection of the pool the files' work runs on for longer
-// than a lease; a heartbeat queued behind them would let the replica's
-// row and its files' leases go stale while it works, and another replica
-// would take its live work over. It returns l.
-func (l *Ledger) WithBeatPool(beats *pgxpool.Pool) *Ledger {
-	l.beats = beats
+// on a pool of their own, made from pc when first needed (CloseBeats
+// closes it). Long chunks may hold every connection of the pool the
+// files' work runs on for longer than a lease; a heartbeat queued behind
+// them would let the replica's row and its files' leases go stale while
+// it works, and another replica would take its live work over. It
+// returns l.
+func (l *Ledger) WithBeatPool(pc *pgxpool.Config) *Ledger {
+	l.beatCfg = pc
 	return l
 }
 
 // beat is the pool heartbeats run on.
 func (l *Ledger) beat() *pgxpool.Pool {
+	l.beatMu.Lock()
+	defer l.beatMu.Unlock()
+	if l.beats == nil && l.beatCfg != nil && !l.beatClosed {
+		// connects lazily: no error but a bad configuration, which the
+		// work pool's copy cannot be
+		if p, err := pgxpool.NewWithConfig(context.Background(), l.beatCfg); err == nil {
+			l.beats = p
+		}
+	}
 	if l.beats != nil {
 		return l.beats
 	}
 	return l.pool
+}
+
+// CloseBeats closes the heartbeat pool, once nothing renews a lease on
+// it; a later heartbeat runs on the ledger's pool.
+func (l *Ledger) CloseBeats() {
+	l.beatMu.Lock()
+	defer l.beatMu.Unlock()
+	l.beatClosed = true
+	if l.beats != nil {
+		l.beats.Close()
+		l.beats = nil
+	}
 }
 
 // Lease is the claim lease the ledger grants.
