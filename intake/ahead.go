@@ -172,7 +172,7 @@ var errAheadNotNew = errors.New("ahead: rows not new")
 func (r *fileRun) aheadWanted() bool {
 	in := r.in
 	return in.ListedSize >= aheadBytes && in.ChunksDone == 0 && in.ReplayOf == 0 &&
-		r.feed.Approval == nil && in.ApprovedPlanHash == "" && r.d.ahead != nil
+		!r.feed.Guarded() && in.ApprovedPlanHash == "" && r.d.ahead != nil
 }
 
 // startAhead starts applying ahead from fl, the follower of the spool file

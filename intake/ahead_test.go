@@ -326,7 +326,10 @@ func TestChunksAppliedAheadCountEachChunksOwnRows(t *testing.T) {
 }
 
 func TestASnapshotAppliedAheadSweepsOnlyKeysItLacks(t *testing.T) {
-	r, site, pool := aheadRig(t, func(f *partners.Feed) { f.Mode = partners.ModeSnapshot })
+	r, site, pool := aheadRig(t, func(f *partners.Feed) {
+		f.Mode = partners.ModeSnapshot
+		f.DeleteGuard = &partners.DeleteGuard{Off: true} // a guarded snapshot is planned before it applies
+	})
 	site.Drop(t, "orders-s1.csv", goodRows("S", aheadRows))
 	r.poll("acme")
 	// the partner's set again without S-16..S-20: each chunk's keys are

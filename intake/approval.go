@@ -105,7 +105,8 @@ func (r *fileRun) planApproval(ctx context.Context, sc *scan, res *planResult) e
 		case approved:
 			rec.Wait, rec.Replanned, rec.ApprovedWas = true, true, in.ApprovedPlanHash
 		default:
-			rec.Wait, rec.Why = r.feed.Approval.Needs(res.Total, counts.Updates, counts.Deletes)
+			held := counts.Updates + counts.Unchanged + counts.Deletes + counts.NewerWrite + counts.OutsideEdit
+			rec.Wait, rec.Why = r.feed.PlanWaits(res.Total, counts.Updates, counts.Deletes, held)
 		}
 		if rec.Wait {
 			next = StateAwaitingApproval

@@ -19,7 +19,7 @@ func groupable(p *partners.Config, c candidate) bool {
 	// an update_only feed's missing keys are rejected rows, which need the
 	// per-file rejects report; a snapshot sweeps per file; a feed with an
 	// approval policy is planned against its target per file
-	return p.Readiness != partners.ReadinessStable && c.Manifest == "" && c.Feed.Mode != partners.ModeUpdateOnly && c.Feed.Mode != partners.ModeSnapshot && c.Feed.Approval == nil && c.Size > 0 && c.Size < smallFileBytes && c.Size <= p.Limits.MaxFileBytes &&
+	return p.Readiness != partners.ReadinessStable && c.Manifest == "" && c.Feed.Mode != partners.ModeUpdateOnly && c.Feed.Mode != partners.ModeSnapshot && !c.Feed.Guarded() && c.Size > 0 && c.Size < smallFileBytes && c.Size <= p.Limits.MaxFileBytes &&
 		c.Size <= int64(c.Feed.ChunkRows)*int64(max(len(c.Feed.Columns), 1)) &&
 		transformOf(c.Feed, c.Name) == "" && partners.ValidBatchID(c.Feed.BatchIDFromName(c.Name))
 }

@@ -305,6 +305,7 @@ func TestSnapshotDeletesRowsAbsentFromTheFile(t *testing.T) {
 	_, pool := testenv.DB(t)
 	site := testenv.NewSite(t, "sn")
 	site.Config.Feeds[0].Mode = partners.ModeSnapshot
+	site.Config.Feeds[0].DeleteGuard = &partners.DeleteGuard{Off: true} // the sweep itself, not its guard
 	r := newRig(t, pool, "w1", site)
 	site.Drop(t, "orders-1.csv", goodRows("S", 5))
 	r.poll("sn")
@@ -360,6 +361,7 @@ func TestSnapshotMarksDeletedAt(t *testing.T) {
 	exec(t, pool, `ALTER TABLE orders ADD COLUMN gone_at timestamptz`)
 	site := testenv.NewSite(t, "sm")
 	site.Config.Feeds[0].Mode = partners.ModeSnapshot
+	site.Config.Feeds[0].DeleteGuard = &partners.DeleteGuard{Off: true} // the sweep itself, not its guard
 	site.Config.Feeds[0].DeletedAt = "gone_at"
 	site.Config.Feeds[0].OnOutsideEdit = partners.OutsideEditOverwrite // unguarded: new keys staged for their keys alone
 	r := newRig(t, pool, "w1", site)
@@ -396,6 +398,7 @@ func TestSnapshotNumericKeyOfAnotherScaleIsTheSameKey(t *testing.T) {
 		status text NOT NULL, placed_at timestamptz NOT NULL, qty integer, last_intake_id bigint NOT NULL, PRIMARY KEY (partner_id, order_id))`)
 	site := testenv.NewSite(t, "nk")
 	site.Config.Feeds[0].Mode = partners.ModeSnapshot
+	site.Config.Feeds[0].DeleteGuard = &partners.DeleteGuard{Off: true} // the sweep itself, not its guard
 	site.Config.Feeds[0].Target = "orders_num"
 	site.Config.Feeds[0].Columns[0] = partners.Column{Name: "order_id", Type: partners.TypeDecimal, Scale: 3, Precision: 12, Required: true}
 	r := newRig(t, pool, "w1", site)
@@ -423,6 +426,7 @@ func TestSnapshotStoppedMidApplyDeletesOnce(t *testing.T) {
 	_, pool := testenv.DB(t)
 	site := testenv.NewSite(t, "sk")
 	site.Config.Feeds[0].Mode = partners.ModeSnapshot
+	site.Config.Feeds[0].DeleteGuard = &partners.DeleteGuard{Off: true} // the sweep itself, not its guard
 	site.Config.Feeds[0].ChunkRows = 2
 	r := newRig(t, pool, "w1", site)
 	site.Drop(t, "orders-1.csv", goodRows("K", 8))

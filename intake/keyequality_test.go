@@ -98,6 +98,7 @@ func TestASnapshotKeepsARowItsFileNamesAsTheTargetComparesKeys(t *testing.T) {
 			pool := caseBlindDB(t, tc.ddl)
 			site := testenv.NewSite(t, "sk")
 			site.Config.Feeds[0].Mode = partners.ModeSnapshot
+			site.Config.Feeds[0].DeleteGuard = &partners.DeleteGuard{Off: true} // the sweep itself, not its guard
 			r := newRig(t, pool, "w1", site)
 			site.Drop(t, "orders-1.csv", goodRows("S", 4))
 			r.poll("sk")
@@ -221,6 +222,7 @@ func TestASnapshotsPlanCountsDeletesAsTheTargetComparesKeys(t *testing.T) {
 			pool := caseBlindDB(t, tc.ddl)
 			site := testenv.NewSite(t, "pk")
 			site.Config.Feeds[0].Mode = partners.ModeSnapshot
+			site.Config.Feeds[0].DeleteGuard = &partners.DeleteGuard{Off: true} // the sweep itself, not its guard
 			site.Config.Feeds[0].Approval = &partners.Approval{MaxDeleteRatio: ratio(0.5)}
 			r := newRig(t, pool, "w1", site)
 			site.Drop(t, "orders-1.csv", goodRows("P", 3))

@@ -135,11 +135,11 @@ func (r *fileRun) plan(ctx context.Context) (*planResult, error) {
 	case res.Total > 0 && float64(res.Rejected)/float64(res.Total) > r.feed.MaxRejectRatio && in.Override != OverrideRejectRate:
 		res.Hold, next = ReasonRejectRate, "spooled"
 	}
-	if res.Hold == "" && (r.feed.Approval != nil || in.ApprovedPlanHash != "") {
+	if res.Hold == "" && (r.feed.Guarded() || in.ApprovedPlanHash != "") {
 		// the feed's files are planned against the target and may wait
-		// for a decision (approval.go); without a policy none of this runs
-		// (an approved file is held to its plan even when a reload has
-		// removed the policy since)
+		// for a decision (approval.go); without a policy or a delete guard
+		// none of this runs (an approved file is held to its plan even
+		// when a reload has removed the policy since)
 		return res, r.planApproval(ctx, sc, res)
 	}
 	// One statement moves the file on (fenced) and clears an earlier

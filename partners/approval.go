@@ -73,10 +73,85 @@ func (a *Approval) Needs(rows, updates, deletes int64) (bool, string) {
 	return false, ""
 }
 
+// DefaultDeleteShare is the delete guard of a snapshot feed that sets
+// none: a snapshot that would delete more than this share of the rows the
+// feed holds for the partner waits for approval.
+const DefaultDeleteShare = 0.1
+
+// DeleteGuard keeps a snapshot that is truncated, partial or wrong from
+// deleting most of a partner's rows: such a plan waits in
+// awaiting_approval, as a plan over an approval policy does (intake plan
+// show, intake approve). Every snapshot feed has one (SetDefaults); only
+// off: true turns it off.
+type DeleteGuard struct {
+	// Off: the feed deletes whatever its snapshot lacks, however much
+	// (intake check warns).
+	Off bool `yaml:"off"`
+	// MaxShare: a plan deleting more than this share of the rows the feed
+	// holds for the partner waits (default DefaultDeleteShare).
+	MaxShare *float64 `yaml:"max_share"`
+	// MinRows: a snapshot of fewer rows waits (0: no minimum).
+	MinRows int64 `yaml:"min_rows"`
+}
+
+func (g *DeleteGuard) validate(key string) error {
+	if g == nil {
+		return nil
+	}
+	if g.MaxShare != nil && (*g.MaxShare < 0 || *g.MaxShare > 1) {
+		return fmt.Errorf("%s.max_share: %v must be between 0 and 1 (a share of the rows the feed holds)", key, *g.MaxShare)
+	}
+	if g.MinRows < 0 {
+		return fmt.Errorf("%s.min_rows: %d must not be negative", key, g.MinRows)
+	}
+	if g.Off && (g.MaxShare != nil || g.MinRows != 0) {
+		return fmt.Errorf("%s: off: true sets no limit; leave max_share and min_rows out", key)
+	}
+	return nil
+}
+
+// Guarded reports whether the feed's plans are measured before they are
+// applied: it has an approval policy, or it is a snapshot with its delete
+// guard on.
+func (f *Feed) Guarded() bool {
+	return f.Approval != nil || f.deleteGuarded()
+}
+
+func (f *Feed) deleteGuarded() bool {
+	return f.Mode == ModeSnapshot && f.DeleteGuard != nil && !f.DeleteGuard.Off
+}
+
+// PlanWaits reports whether a plan of a file of rows rows needs a human
+// before it is applied, and why (a short text for ops; no values): the
+// approval policy's limits, then the delete guard's. updates and deletes
+// are the plan's; held is how many of the partner's rows the feed holds
+// in the target now (the rows the plan matched, updated or not, and those
+// it deletes).
+func (f *Feed) PlanWaits(rows, updates, deletes, held int64) (bool, string) {
+	if wait, why := f.Approval.Needs(rows, updates, deletes); wait {
+		return true, why
+	}
+	if !f.deleteGuarded() {
+		return false, ""
+	}
+	g := f.DeleteGuard
+	if g.MinRows > 0 && rows < g.MinRows {
+		return true, fmt.Sprintf("a snapshot of %d rows, fewer than delete_guard.min_rows %d", rows, g.MinRows)
+	}
+	share := DefaultDeleteShare
+	if g.MaxShare != nil {
+		share = *g.MaxShare
+	}
+	if deletes > 0 && held > 0 && float64(deletes)/float64(held) > share {
+		return true, fmt.Sprintf("%d deletes of the %d rows the feed holds, more than delete_guard.max_share %v", deletes, held, share)
+	}
+	return false, ""
+}
+
 // HasApproval reports whether a feed of the partner has an approval policy.
 func (c *Config) HasApproval() bool {
 	for i := range c.Feeds {
-		if c.Feeds[i].Approval != nil {
+		if c.Feeds[i].Guarded() {
 			return true
 		}
 	}

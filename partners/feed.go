@@ -129,6 +129,10 @@ type Feed struct {
 	// human before it is applied (approval.go). It is no part of the
 	// mapping (not in Hash): changing it re-plans nothing.
 	Approval *Approval `yaml:"approval" json:"-"`
+	// DeleteGuard bounds what a snapshot may delete before a human looks
+	// (approval.go); every snapshot feed has one unless it says off. No
+	// part of the mapping either.
+	DeleteGuard *DeleteGuard `yaml:"delete_guard" json:"-"`
 
 	re *regexp.Regexp
 }
@@ -254,6 +258,9 @@ func (f *Feed) SetDefaults() {
 	if f.Mode == "" {
 		f.Mode = ModeUpsert
 	}
+	if f.Mode == ModeSnapshot && f.DeleteGuard == nil {
+		f.DeleteGuard = &DeleteGuard{}
+	}
 	if f.OnOutsideEdit == "" {
 		f.OnOutsideEdit = OutsideEditKeep
 	}
@@ -353,6 +360,12 @@ func (f *Feed) Validate(key, readiness string) error {
 		return fmt.Errorf("%s.on_outside_edit: %q is not keep or overwrite", key, f.OnOutsideEdit)
 	}
 	if err := f.Approval.validate(key + ".approval"); err != nil {
+		return err
+	}
+	if f.DeleteGuard != nil && f.Mode != ModeSnapshot {
+		return fmt.Errorf("%s.delete_guard: only a snapshot feed deletes (mode: snapshot)", key)
+	}
+	if err := f.DeleteGuard.validate(key + ".delete_guard"); err != nil {
 		return err
 	}
 	if f.MaxRejectRatio < 0 || f.MaxRejectRatio > 1 {

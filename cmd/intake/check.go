@@ -199,6 +199,9 @@ func compareColumns(ctx context.Context, chk *target.Checker, partner string, f 
 		return 1
 	}
 	fails := 0
+	if f.Mode == partners.ModeSnapshot && f.DeleteGuard != nil && f.DeleteGuard.Off {
+		fmt.Fprintf(stdout, "warn %s: a snapshot without a delete guard (delete_guard.off): a truncated or partial file deletes every row it lacks, with no one asked\n", what)
+	}
 	for _, g := range findings {
 		if g.Fail {
 			fails++

@@ -167,3 +167,26 @@ func TestCheckSaysAReadOnlySiteFitsClaimRecord(t *testing.T) {
 		t.Fatalf("ready/ holds %d entries after check, want the partner's file alone", len(ents))
 	}
 }
+
+// A snapshot feed whose delete guard is off deletes whatever a truncated
+// file lacks with no one asked: `intake check` says so (a warning: the
+// config may mean it).
+func TestCheckWarnsOfASnapshotWithoutADeleteGuard(t *testing.T) {
+	url, _ := testenv.DB(t)
+	t.Setenv("INTAKE_DATABASE_URL", url)
+	site := testenv.NewSite(t, "guard")
+	const warning = "warn partner guard feed orders: a snapshot without a delete guard (delete_guard.off)"
+	for _, c := range []struct {
+		extra string
+		warns bool
+	}{
+		{"        mode: snapshot\n", false},
+		{"        mode: snapshot\n        delete_guard: {off: true}\n", true},
+	} {
+		cfg := writeConfigOpts(t, site, cfgOpts{knownHosts: site.Config.SFTP.KnownHostsFile, feedExtra: c.extra})
+		code, out := runCLI("check", "--config", cfg)
+		if code != 0 || strings.Contains(out, warning) != c.warns {
+			t.Fatalf("check of a feed with %q exited %d, want 0 and the warning %v:\n%s", c.extra, code, c.warns, out)
+		}
+	}
+}
