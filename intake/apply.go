@@ -105,6 +105,10 @@ func (r *fileRun) applyChunks(ctx context.Context, tgt *target.Table, pending *c
 			if errors.As(err, &pc) {
 				return r.rewait(ctx, pc)
 			}
+			var se *supersededError
+			if errors.As(err, &se) {
+				return r.supersede(ctx, StateApplying, se.newer)
+			}
 			return err
 		}
 		free <- c
@@ -253,8 +257,9 @@ func (r *fileRun) commitChunk(ctx context.Context, tgt *target.Table, ch *chunk)
 			return r.markUnknown(ctx, cu)
 		}
 		var pc *planChangedError
-		if errors.As(err, &pc) {
-			return err // nothing written: the file waits again (apply)
+		var se *supersededError
+		if errors.As(err, &pc) || errors.As(err, &se) {
+			return err // nothing written: the file waits again, or ends (applyChunks)
 		}
 		if ctx.Err() != nil {
 			return ctx.Err()
@@ -392,9 +397,18 @@ func (r *fileRun) chunkStatements(ctx context.Context, tx pgx.Tx, tgt *target.Ta
 	if tag.RowsAffected() == 0 {
 		return ledger.ChunkGateClosed(ctx, tx, in, chunk)
 	}
-	writer := in.ID
-	if in.ReplayOf != 0 {
-		writer = in.ReplayOf
+	writer := r.writer()
+	if tgt.Snapshot() && in.Override != OverrideOlder {
+		// one feed's snapshots apply in claim order, one at a time:
+		// under the feed's lock, a newer one begun or applied ends this
+		// one before it writes a row (snapshot.go)
+		newer, err := ledger.SupersededBy(ctx, tx, in.Partner, in.Feed, writer, true)
+		if err != nil {
+			return err
+		}
+		if newer != 0 {
+			return &supersededError{newer: newer}
+		}
 	}
 	if err := r.writeRows(ctx, tx, tgt, ch, path, writer, c); err != nil {
 		return err

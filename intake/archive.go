@@ -153,8 +153,11 @@ func endState(outcome Outcome) State {
 }
 
 func reasonOf(outcome Outcome) Reason {
-	if outcome == OutcomeDuplicate {
+	switch outcome {
+	case OutcomeDuplicate:
 		return ReasonDuplicate
+	case OutcomeSuperseded:
+		return ReasonSuperseded
 	}
 	return ""
 }
@@ -170,6 +173,11 @@ func (r *fileRun) receipt(outcome Outcome, dupOf int64, lost bool) Receipt {
 	}
 	if in.ReplayOf != 0 {
 		rc.Detail = fmt.Sprintf("replay of intake %d: its bytes applied again on request of ops", in.ReplayOf)
+	}
+	if outcome == OutcomeSuperseded {
+		rc.DuplicateOf, rc.SupersededBy = 0, dupOf
+		rc.Reason = ReasonSuperseded
+		rc.Detail = fmt.Sprintf("a newer snapshot of this feed (intake %d) was applied before this one; this file's rows are not applied, so the table keeps the newer set", dupOf)
 	}
 	if outcome == OutcomeDuplicate {
 		rc.Reason = ReasonDuplicate

@@ -57,6 +57,7 @@ const (
 	ReasonRejectRate       = ledger.ReasonRejectRate
 	ReasonBadBatchID       = ledger.ReasonBadBatchID
 	ReasonRemoteLost       = ledger.ReasonRemoteLost
+	ReasonSuperseded       = ledger.ReasonSuperseded
 	// ReasonChangedAfterClaim: readiness stable, the file changed after
 	// its claim (stable.go).
 	ReasonChangedAfterClaim = ledger.ReasonChangedAfterClaim
@@ -98,6 +99,7 @@ const (
 	OutcomeQuarantined         = ledger.OutcomeQuarantined
 	OutcomeFailed              = ledger.OutcomeFailed
 	OutcomeDiscarded           = ledger.OutcomeDiscarded
+	OutcomeSuperseded          = ledger.OutcomeSuperseded
 )
 
 // Overrides an ops release may grant a held file (ledger/outcome.go).

@@ -16,22 +16,24 @@ import (
 
 // Receipt is reports/<batch>.<intake_id>.receipt.json.
 type Receipt struct {
-	PartnerID   string      `json:"partner_id"`
-	IntakeID    int64       `json:"intake_id"`
-	File        string      `json:"file"`
-	BatchID     string      `json:"batch_id,omitempty"`
-	SHA256      string      `json:"sha256,omitempty"`
-	Bytes       int64       `json:"bytes"`
-	Outcome     Outcome     `json:"outcome"`
-	Reason      Reason      `json:"reason,omitempty"`
-	Line        int64       `json:"line,omitempty"`
-	Detail      string      `json:"detail,omitempty"`
-	DuplicateOf int64       `json:"duplicate_of,omitempty"`
-	Rows        ReceiptRows `json:"rows"`
-	Archive     string      `json:"archive_path,omitempty"`
-	Quarantine  string      `json:"quarantine_path,omitempty"`
-	Rejects     string      `json:"rejects_report,omitempty"`
-	ProcessedAt time.Time   `json:"processed_at"`
+	PartnerID   string  `json:"partner_id"`
+	IntakeID    int64   `json:"intake_id"`
+	File        string  `json:"file"`
+	BatchID     string  `json:"batch_id,omitempty"`
+	SHA256      string  `json:"sha256,omitempty"`
+	Bytes       int64   `json:"bytes"`
+	Outcome     Outcome `json:"outcome"`
+	Reason      Reason  `json:"reason,omitempty"`
+	Line        int64   `json:"line,omitempty"`
+	Detail      string  `json:"detail,omitempty"`
+	DuplicateOf int64   `json:"duplicate_of,omitempty"`
+	// SupersededBy: outcome superseded, the newer snapshot's intake.
+	SupersededBy int64       `json:"superseded_by,omitempty"`
+	Rows         ReceiptRows `json:"rows"`
+	Archive      string      `json:"archive_path,omitempty"`
+	Quarantine   string      `json:"quarantine_path,omitempty"`
+	Rejects      string      `json:"rejects_report,omitempty"`
+	ProcessedAt  time.Time   `json:"processed_at"`
 }
 
 // ReceiptRows are the row totals; they add up to Total.

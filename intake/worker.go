@@ -220,6 +220,9 @@ func (r *fileRun) decide(ctx context.Context) error {
 		return r.hold(ctx, StateQuarantined, ReasonBatchConflict, 0,
 			fmt.Sprintf("batch %s was already received with other bytes (intake %d); a resend under the same batch id must carry the same bytes", r.in.BatchID, owner))
 	}
+	if done, err := r.supersededAtPlan(ctx); done || err != nil {
+		return err
+	}
 	res, err := r.plan(ctx)
 	if err != nil {
 		return err

@@ -13,6 +13,7 @@ import (
 	"github.com/partner-intake/partner-intake/intake/ops"
 	"github.com/partner-intake/partner-intake/intake/target"
 	"github.com/partner-intake/partner-intake/internal/inert"
+	"github.com/partner-intake/partner-intake/partners"
 )
 
 // cmdPlan: `intake plan show ID` prints a file's plan: counts, hash and a
@@ -156,7 +157,7 @@ func decidePlan(cmd string, args []string, stdout, stderr io.Writer) int {
 		return code
 	}
 	defer done()
-	d := ops.PlanDecision{IntakeID: id, Partners: scope, Actor: *actor, Reason: *reason}
+	d := ops.PlanDecision{IntakeID: id, Partners: scope, Actor: *actor, Reason: *reason, SnapshotFeeds: snapshotFeeds(e.cfg.Partners)}
 	var err error
 	if cmd == "approve" {
 		d.PlanHash = *hash
@@ -178,4 +179,18 @@ func decidePlan(cmd string, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "intake %d: plan rejected by %s; the daemon polling its partner quarantines it (plan_rejected) and tells the partner\n", id, *actor)
 	}
 	return 0
+}
+
+// snapshotFeeds are the "partner/feed" of the configured snapshot feeds
+// (an older snapshot's approval is refused: ledger.PlanDecision).
+func snapshotFeeds(ps []partners.Config) []string {
+	var out []string
+	for _, p := range ps {
+		for _, f := range p.Feeds {
+			if f.Mode == partners.ModeSnapshot {
+				out = append(out, p.ID+"/"+f.Name)
+			}
+		}
+	}
+	return out
 }

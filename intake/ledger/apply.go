@@ -102,6 +102,34 @@ func (l *Ledger) QueueChunkGate(b *pgx.Batch, in *Intake, chunk int) {
 		in.ID, in.Token, chunk, l.lease)
 }
 
+// SupersededBy returns the newest intake of the partner's feed that
+// applies a newer snapshot than the bytes of intake writer (a snapshot's
+// place is its claim order: the intake whose bytes it applies, for a
+// replay the file replayed) and has committed rows or is applied; 0 when
+// there is none. Called in a chunk's transaction, it first takes the
+// feed's snapshot lock, held to the commit: no newer snapshot commits a
+// chunk between this look and the caller's, so of two snapshots of a feed
+// the older never commits a row after the newer has begun.
+func SupersededBy(ctx context.Context, q interface {
+	QueryRow(context.Context, string, ...any) pgx.Row
+}, partner, feed string, writer int64, lock bool) (int64, error) {
+	if lock {
+		if err := q.QueryRow(ctx, `SELECT 1 FROM (SELECT pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtextextended(
+			'partner-intake/snapshot/'::text || $1::text || '/'::text || $2::text, 0::int8))) AS locked`, partner, feed).Scan(new(int)); err != nil {
+			return 0, fmt.Errorf("snapshot lock: %w", err)
+		}
+	}
+	var newer int64
+	err := q.QueryRow(ctx, `SELECT coalesce(pg_catalog.max(f.intake_id), 0) FROM file_intake f
+		WHERE f.partner_id = $1 AND f.feed = $2 AND coalesce(f.replay_of, f.intake_id) > $3
+		  AND (f.chunks_done > 0 OR f.state IN ('applied', 'archived'))
+		  AND f.reason IS DISTINCT FROM 'superseded'`, partner, feed, writer).Scan(&newer)
+	if err != nil {
+		return 0, fmt.Errorf("newer snapshot: %w", err)
+	}
+	return newer, nil
+}
+
 // ErrChunkDone: the ledger already holds this chunk under our token.
 var ErrChunkDone = errors.New("chunk already committed")
 

@@ -123,6 +123,10 @@ type PlanDecision struct {
 	Actor, Reason string
 	// PlanHash: the hash the actor approves (approve only).
 	PlanHash string
+	// SnapshotFeeds: the "partner/feed" of every snapshot feed the
+	// actor's configuration covers; an approval of a file of one of them
+	// that a newer applied snapshot supersedes is refused.
+	SnapshotFeeds []string
 }
 
 // Approve approves a waiting file's plan, when hash is its current plan
@@ -155,8 +159,8 @@ func (l *Ledger) decidePlan(ctx context.Context, d PlanDecision, decision string
 		        plan_sample = NULL, fencing_token = fencing_token + 1, lease_until = pg_catalog.now() - interval '1 second',
 		        attempts = 0, first_failed_at = NULL, next_attempt_at = NULL, last_error = NULL, updated_at = pg_catalog.now()
 		    WHERE intake_id = $1 AND partner_id = ANY($2) AND state = 'awaiting_approval'
-		      AND ($3 = 'rejected' OR plan_hash = $4)
-		    RETURNING partner_id, plan_hash`, d.IntakeID, d.Partners, decision, d.PlanHash).Scan(&partner, &hash)
+		      AND ($3 = 'rejected' OR (plan_hash = $4 AND NOT (coalesce(partner_id || '/' || feed = ANY($5::text[]), false) AND `+newerSnapshot+`)))
+		    RETURNING partner_id, plan_hash`, d.IntakeID, d.Partners, decision, d.PlanHash, d.SnapshotFeeds).Scan(&partner, &hash)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return l.whyNotDecided(ctx, tx, d)
 		}
@@ -174,8 +178,10 @@ func (l *Ledger) decidePlan(ctx context.Context, d PlanDecision, decision string
 // whyNotDecided explains a decision that found no waiting row.
 func (l *Ledger) whyNotDecided(ctx context.Context, tx pgx.Tx, d PlanDecision) error {
 	var state, hash string
-	err := tx.QueryRow(ctx, `SELECT state, coalesce(plan_hash, '') FROM file_intake WHERE intake_id = $1 AND partner_id = ANY($2)`,
-		d.IntakeID, d.Partners).Scan(&state, &hash)
+	var superseded bool
+	err := tx.QueryRow(ctx, `SELECT state, coalesce(plan_hash, ''), coalesce(partner_id || '/' || feed = ANY($3::text[]), false) AND `+newerSnapshot+`
+		FROM file_intake WHERE intake_id = $1 AND partner_id = ANY($2)`,
+		d.IntakeID, d.Partners, d.SnapshotFeeds).Scan(&state, &hash, &superseded)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return fmt.Errorf("%w: no intake %d among the configured partners", ErrPlanDecision, d.IntakeID)
@@ -183,10 +189,19 @@ func (l *Ledger) whyNotDecided(ctx context.Context, tx pgx.Tx, d PlanDecision) e
 		return err
 	case state != string(StateAwaitingApproval):
 		return fmt.Errorf("%w: intake %d is not awaiting approval (state %s)", ErrPlanDecision, d.IntakeID, state)
+	case superseded && hash == d.PlanHash:
+		return fmt.Errorf("%w: intake %d is a snapshot older than one its feed has applied since: applied now it would undo the newer one (its next run archives it as superseded)", ErrPlanDecision, d.IntakeID)
 	}
 	return fmt.Errorf("%w: plan hash %s is not the current plan of intake %d (its plan is %s: the plan changed or the hash is mistyped; review it with intake plan show %d)",
 		ErrPlanDecision, d.PlanHash, d.IntakeID, hash, d.IntakeID)
 }
+
+// newerSnapshot is true in a statement on file_intake when a newer file
+// of the row's feed has committed rows or is applied (SupersededBy's
+// condition, for the row's own place).
+const newerSnapshot = `EXISTS (SELECT 1 FROM file_intake n WHERE n.partner_id = file_intake.partner_id AND n.feed = file_intake.feed
+		    AND coalesce(n.replay_of, n.intake_id) > coalesce(file_intake.replay_of, file_intake.intake_id)
+		    AND (n.chunks_done > 0 OR n.state IN ('applied', 'archived')) AND n.reason IS DISTINCT FROM 'superseded')`
 
 // Waiting is a file awaiting approval, for `intake status`.
 type Waiting struct {

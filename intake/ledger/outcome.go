@@ -11,6 +11,10 @@ const (
 	OutcomeQuarantined         Outcome = "quarantined"
 	OutcomeFailed              Outcome = "failed"
 	OutcomeDiscarded           Outcome = "discarded" // held, then closed for good by ops
+	// OutcomeSuperseded: a snapshot older than one the feed already
+	// applied; archived, never applied (any more), the receipt naming the
+	// newer intake.
+	OutcomeSuperseded Outcome = "superseded"
 )
 
 // Overrides an ops release may grant a held file.

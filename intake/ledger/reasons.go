@@ -16,6 +16,7 @@ const (
 	ReasonRejectRate       Reason = "reject_rate_exceeded" // more rejected rows than the feed allows
 	ReasonBadBatchID       Reason = "bad_batch_id"         // no usable batch id
 	ReasonRemoteLost       Reason = "remote_lost"          // the claimed file vanished before its bytes were safe
+	ReasonSuperseded       Reason = "superseded"           // a snapshot older than one its feed already applied
 	// ReasonChangedAfterClaim: readiness stable, the file's size or mtime
 	// changed between its listing and the end of its download (the
 	// partner was still writing): put back into ready/, not applied.

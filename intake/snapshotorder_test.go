@@ -1,0 +1,65 @@
+package intake_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/partner-intake/partner-intake/intake"
+	"github.com/partner-intake/partner-intake/intake/ops"
+	"github.com/partner-intake/partner-intake/internal/testenv"
+	"github.com/partner-intake/partner-intake/partners"
+)
+
+// Snapshots apply in claim order: S1 {1..6} is applied; S2 {1,2} waits
+// for approval (its plan would delete most of the table); S3 {1..6} is
+// applied at once. Approving S2 afterwards with the hash shown before S3
+// must not move the table back to S2's two rows: S2 is older than the
+// newest applied snapshot, so it ends superseded, its receipt naming S3.
+func TestAnOlderSnapshotNeverUndoesANewerOne(t *testing.T) {
+	ctx := context.Background()
+	_, pool := testenv.DB(t)
+	site := testenv.NewSite(t, "so")
+	site.Config.Feeds[0].Mode = partners.ModeSnapshot
+	r := newRig(t, pool, "w1", site)
+	site.Drop(t, "orders-1.csv", goodRows("S", 6))
+	r.poll("so")
+	site.Drop(t, "orders-2.csv", goodRows("S", 2))
+	r.poll("so")
+	fs := files(t, pool, "so")
+	if len(fs) != 2 || fs[0].State != "archived" || fs[1].State != "awaiting_approval" {
+		t.Fatalf("rows %+v, want S1 archived and S2 waiting", fs)
+	}
+	s2 := fs[1]
+	v2, _ := planOf(t, pool, "so", s2.ID)
+	site.Drop(t, "orders-3.csv", goodRows("S", 6))
+	r.poll("so")
+	if f := files(t, pool, "so")[2]; f.State != "archived" {
+		t.Fatalf("S3 %+v, want it applied at once", f)
+	}
+	s3 := files(t, pool, "so")[2]
+	// the approval of the hash shown is refused (the CLI names the
+	// configured snapshot feeds); approved without that, S2 still never
+	// applies
+	err := ops.Approve(ctx, pool, ops.PlanDecision{IntakeID: s2.ID, Partners: []string{"so"}, Actor: "alice", Reason: "reviewed",
+		PlanHash: v2.Hash, SnapshotFeeds: []string{"so/orders"}})
+	if !errors.Is(err, ops.ErrPlanDecision) || !strings.Contains(err.Error(), "older than one its feed has applied") {
+		t.Fatalf("approving the older snapshot: %v, want it refused", err)
+	}
+	if err := approve(ctx, pool, "so", s2.ID, v2.Hash); err != nil {
+		t.Fatal(err)
+	}
+	r.poll("so")
+	if n := count(t, pool, `SELECT count(*) FROM orders WHERE partner_id = 'so'`); n != 6 {
+		t.Fatalf("target holds %d rows after S2 was approved, want S3's 6", n)
+	}
+	f := files(t, pool, "so")[1]
+	if f.State != "archived" || f.Reason != "superseded" || f.Applied != 0 {
+		t.Fatalf("S2 ends %+v, want archived as superseded, nothing applied", f)
+	}
+	rc := receiptOf(t, site, f)
+	if rc.Outcome != intake.OutcomeSuperseded || rc.SupersededBy != s3.ID {
+		t.Fatalf("S2's receipt %+v, want outcome superseded naming intake %d", rc, s3.ID)
+	}
+}
