@@ -408,7 +408,24 @@ func TakeWorkerLockOnPool(ctx context.Context, pool *pgxpool.Pool, worker string
 	if hooks.Changed == nil {
 		hooks.Changed = func(bool, error) {}
 	}
-	at, err := takeOnPool(ctx, pool, worker, lease)
+	// A process of the id that just ended (a one-shot run before this
+	// one, a daemon killed) holds it until PostgreSQL has handled its
+	// disconnect: the id is asked again for a few seconds before it
+	// counts as in use.
+	var at Pooled
+	var err error
+	for deadline := time.Now().Add(inUseGrace); ; {
+		at, err = takeOnPool(ctx, pool, worker, lease)
+		var inUse *WorkerIDInUseError
+		if !errors.As(err, &inUse) || time.Now().After(deadline) {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -419,6 +436,10 @@ func TakeWorkerLockOnPool(ctx context.Context, pool *pgxpool.Pool, worker string
 	w.cur.Store(newHold())
 	return w, nil
 }
+
+// inUseGrace is how long a one-shot run asks again for a worker id that
+// another session holds before it gives up.
+const inUseGrace = 5 * time.Second
 
 // takeOnPool takes the lock on a connection of pool.
 func takeOnPool(ctx context.Context, pool *pgxpool.Pool, worker string, lease time.Duration) (Pooled, error) {
@@ -496,13 +517,35 @@ func (w *WorkerLock) Held() bool { return w.Current() != nil }
 func (w *WorkerLock) HeldIn(h *Hold) bool { return h != nil && w.Current() == h }
 
 // Release lets the worker id go (the lock's session ends) and waits for
-// the watcher to end; a pooled hold ends (its lock goes with the pool).
-// Safe more than once.
+// the watcher to end. A pooled hold unlocks on its connection when that
+// connection is idle in the pool: closing the pool alone ends the backend
+// only once PostgreSQL has handled the disconnect, and a process of the
+// id started right after (a cron's next one-shot run) would find the id
+// still held. Otherwise its lock goes with the pool. Safe more than once.
 func (w *WorkerLock) Release() {
 	if w == nil {
 		return
 	}
 	w.cancel()
 	<-w.done
+	if w.pooled && w.cur.Load() != nil {
+		w.unlockPooled()
+	}
 	w.cur.Store(nil) // a pooled hold's, which no watcher ends
+}
+
+// unlockPooled unlocks a pooled hold on the pool's connection that holds
+// it, if it is idle (best effort, bounded).
+func (w *WorkerLock) unlockPooled() {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	w.poolMu.Lock()
+	pid := w.at.PID
+	w.poolMu.Unlock()
+	for _, c := range w.pool.AcquireAllIdle(ctx) {
+		if c.Conn().PgConn().PID() == pid {
+			_, _ = c.Exec(ctx, `SELECT pg_catalog.pg_advisory_unlock(`+workerLockKey+`)`, w.worker)
+		}
+		c.Release()
+	}
 }
