@@ -65,12 +65,14 @@ const (
 const planSampleRows = 20
 
 // PlanHash is the plan hash of a file: the sha256 of a versioned text of
-// the file's content sha256, its feed mapping's sha256 and the plan's
-// counts with the file's rows.
+// the file's content sha256, its feed mapping's sha256, the plan's counts
+// with the file's rows, and what the plan does row by row (the counts'
+// Content: its keys, actions and changed values, and the keys it deletes),
+// so two plans of the same counts over other rows never share a hash.
 func PlanHash(contentSHA, feedSHA string, total int64, c target.PlanCounts) string {
 	counts, _ := json.Marshal(c) // plain struct: fields in declaration order
 	h := sha256.New()
-	fmt.Fprintf(h, "intake-plan-v1\nfile %s\nmapping %s\nrows %d\ncounts %s\n", contentSHA, feedSHA, total, counts)
+	fmt.Fprintf(h, "intake-plan-v2\nfile %s\nmapping %s\nrows %d\ncounts %s\nchanges %s\n", contentSHA, feedSHA, total, counts, c.Content)
 	return hex.EncodeToString(h.Sum(nil))
 }
 

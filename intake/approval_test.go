@@ -622,3 +622,22 @@ func TestPlanCountsAnOutsideEditAsTheApplyDoes(t *testing.T) {
 		t.Fatal("the outside edit was overwritten")
 	}
 }
+
+// The plan hash identifies what the plan does, not only how much: two
+// plans of one file with the same counts over other rows (another key
+// updated, another key deleted) have two hashes, so an approval of one
+// never applies the other.
+func TestPlanHashCoversThePlansContent(t *testing.T) {
+	c := target.PlanCounts{Updates: 1, Unchanged: 1, Deletes: 1, Content: "1234 deletes 99"}
+	h := intake.PlanHash("sha", "map", 2, c)
+	if intake.PlanHash("sha", "map", 2, c) != h {
+		t.Fatal("the plan hash is not a function of the plan")
+	}
+	for _, other := range []string{"1235 deletes 99", "1234 deletes 98"} {
+		d := c
+		d.Content = other
+		if intake.PlanHash("sha", "map", 2, d) == h {
+			t.Fatalf("plans with the same counts over other rows (%q, %q) share a hash", c.Content, other)
+		}
+	}
+}

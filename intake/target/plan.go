@@ -27,10 +27,14 @@ import (
 // rejected before staging, are the file's rows; Deletes are target rows
 // (a snapshot's), not rows of the file.
 type PlanCounts struct {
-	Creates   int64 `json:"creates"`
-	Updates   int64 `json:"updates"`
-	Unchanged int64 `json:"unchanged"`
-	Deletes   int64 `json:"deletes"`
+	// Content identifies what the plan does row by row (Plan): two plans
+	// of the same counts over other keys or values differ in it. Part of
+	// the plan hash, not of the counts shown.
+	Content   string `json:"-"`
+	Creates   int64  `json:"creates"`
+	Updates   int64  `json:"updates"`
+	Unchanged int64  `json:"unchanged"`
+	Deletes   int64  `json:"deletes"`
 	// conflicts by reason: a row a newer intake wrote, a row edited
 	// outside intake since intake wrote it (kept), an existing key of an
 	// insert_only feed
@@ -132,7 +136,8 @@ func (t *Table) buildPlan(sCols, sKeyJoin []string, needs, reason, edited string
 	if t.deletedAt != "" {
 		where += " AND t." + t.deletedAt + " IS NULL"
 	}
-	t.planDeleteCount = fmt.Sprintf(`SELECT pg_catalog.count(*) FROM %s t WHERE %s`, t.table, where)
+	t.planDeleteCount = fmt.Sprintf(`SELECT pg_catalog.count(*),
+		    coalesce(pg_catalog.sum(pg_catalog.hashtextextended(%s, 0::int8)::numeric), 0)::text FROM %s t WHERE %s`, t.keyText("t"), t.table, where)
 	t.planDeleteSample = fmt.Sprintf(`SELECT %s FROM %s t WHERE %s ORDER BY 1 LIMIT $4`, t.keyText("t"), t.table, where)
 }
 
@@ -228,10 +233,20 @@ func (t *Table) Plan(ctx context.Context, tx pgx.Tx, writer int64, partner, feed
 	if err := rs.Err(); err != nil {
 		return c, nil, fmt.Errorf("plan sample: %w", err)
 	}
+	// what the plan does row by row, beside its counts: the sum of a hash
+	// of each row's key, action, reason and changed values (order-free,
+	// exact, constant memory), then the same of the deleted keys
+	if err := tx.QueryRow(ctx, `SELECT coalesce(pg_catalog.sum(pg_catalog.hashtextextended(
+		    action || '/'::text || coalesce(reason, '') || '/'::text || key || '/'::text || coalesce(changed::text, ''), 0::int8)::numeric), 0)::text
+		FROM intake_plan_rows`).Scan(&c.Content); err != nil {
+		return c, nil, fmt.Errorf("plan content: %w", err)
+	}
 	if t.planDeleteCount != "" && sweep && c.Rejects() == 0 {
-		if err := tx.QueryRow(ctx, t.planDeleteCount, writer, partner, feed).Scan(&c.Deletes); err != nil {
+		var deleted string
+		if err := tx.QueryRow(ctx, t.planDeleteCount, writer, partner, feed).Scan(&c.Deletes, &deleted); err != nil {
 			return c, nil, fmt.Errorf("plan deletes: %w", err)
 		}
+		c.Content += " deletes " + deleted
 		if left := sample - len(out); left > 0 && c.Deletes > 0 {
 			rs, err := tx.Query(ctx, t.planDeleteSample, writer, partner, feed, left)
 			if err != nil {
