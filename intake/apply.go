@@ -109,6 +109,10 @@ func (r *fileRun) applyChunks(ctx context.Context, tgt *target.Table, pending *c
 			if errors.As(err, &se) {
 				return r.supersede(ctx, StateApplying, se.newer)
 			}
+			if errors.Is(err, errChangedBeforeCommit) {
+				return r.hold(ctx, StateQuarantined, ReasonChangedAfterClaim, 0, fmt.Sprintf(
+					"the file changed after it was claimed (the partner was still writing it), found right before its last commit; %d of its chunks were applied before. Publish the complete file again under a new name", in.ChunksDone))
+			}
 			return err
 		}
 		free <- c
@@ -241,6 +245,11 @@ func (r *fileRun) markUnknown(ctx context.Context, cu *CommitUnknownError) error
 // whose commit did land is never applied again.
 func (r *fileRun) commitChunk(ctx context.Context, tgt *target.Table, ch *chunk) error {
 	chunk := ch.no
+	if ch.final {
+		if err := r.stillAsClaimed(ctx); err != nil {
+			return err
+		}
+	}
 	backoff := 200 * time.Millisecond
 	for attempt := 1; ; attempt++ {
 		c, err := r.chunkTx(ctx, tgt, ch)

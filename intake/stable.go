@@ -2,6 +2,7 @@ package intake
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"path"
 	"time"
@@ -33,6 +34,34 @@ func (r *fileRun) changedAfterClaim(got int64) (bool, error) {
 	changed := st.Size() != r.in.ListedSize || (got >= 0 && got != st.Size()) ||
 		(!r.in.ListedMTime.IsZero() && !st.ModTime().Equal(r.in.ListedMTime))
 	return changed, nil
+}
+
+// errChangedBeforeCommit: a stable-readiness file changed since its
+// listing, found right before its last commit (stillAsClaimed).
+var errChangedBeforeCommit = errors.New("the file changed after its claim")
+
+// stillAsClaimed looks at the claimed file once more right before the
+// file's last commit, for readiness stable: an uploader still holding it
+// open may have written on after the download ended. A file that grew
+// or was touched since its listing is not committed as complete: the
+// chunk is not sent (errChangedBeforeCommit) and the file is held
+// changed_after_claim, the partner told (applyChunks).
+func (r *fileRun) stillAsClaimed(ctx context.Context) error {
+	if r.p.cfg.Readiness != partners.ReadinessStable || r.in.Override != "" || r.in.ReplayOf != 0 {
+		return nil
+	}
+	if err := fault.Check("apply:before_last_commit"); err != nil {
+		return err
+	}
+	changed, err := r.changedAfterClaim(r.in.Size)
+	if err != nil {
+		return err
+	}
+	if changed {
+		r.log.Warn("file changed after its claim, found before its last commit: held, not committed", "reason", string(ReasonChangedAfterClaim))
+		return errChangedBeforeCommit
+	}
+	return nil
 }
 
 // putBack ends the intake put_back (reason changed_after_claim) and

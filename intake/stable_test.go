@@ -388,3 +388,41 @@ func TestStableRecordsAreBounded(t *testing.T) {
 		t.Fatalf("took %+v before stable_for", fs)
 	}
 }
+
+// The uploader writes on into the claimed file after the download ended
+// (its handle follows the RENAME): right before the file's last commit
+// the claimed file is looked at again, and a file that grew is not
+// committed as complete: held changed_after_claim, nothing of it applied
+// (one chunk), its receipt telling the partner.
+func TestStableFileThatGrowsBeforeItsLastCommitIsHeld(t *testing.T) {
+	_, pool := testenv.DB(t)
+	site := stableSite(t, time.Second)
+	r := newRig(t, pool, "w1", site)
+	name := "orders-20261115.csv"
+	site.Drop(t, name, goodRows("G", 4))
+	r.poll("acme") // first seen
+	waitStable(t, pool, "acme", name, time.Second)
+	resume := r.pollPaused("acme", "apply:before_last_commit")
+	claimed := filepath.Join(site.Root, "processing", "w1", name)
+	f, err := os.OpenFile(claimed, os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		t.Fatalf("the file is not claimed: %v", err)
+	}
+	if _, err := f.WriteString(ordersLine("G", 5, "")); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	if err := resume(); err != nil {
+		t.Fatalf("poll: %v", err)
+	}
+	fs := files(t, pool, "acme")
+	if len(fs) != 1 || fs[0].State != "quarantined" || fs[0].Reason != "changed_after_claim" || fs[0].Applied != 0 {
+		t.Fatalf("got %+v, want the file held changed_after_claim with nothing applied", fs)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM orders WHERE partner_id = 'acme'`); n != 0 {
+		t.Fatalf("%d rows applied from a file that grew before its commit", n)
+	}
+	if rc := receipt(t, site, fs[0].Receipt); rc.Outcome != "quarantined" || rc.Reason != "changed_after_claim" {
+		t.Fatalf("receipt %+v, want quarantined changed_after_claim", rc)
+	}
+}
