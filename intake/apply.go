@@ -16,6 +16,7 @@ import (
 	"github.com/partner-intake/partner-intake/intake/rows"
 	"github.com/partner-intake/partner-intake/intake/target"
 	"github.com/partner-intake/partner-intake/internal/fault"
+	"github.com/partner-intake/partner-intake/internal/pgerr"
 	"github.com/partner-intake/partner-intake/partners"
 )
 
@@ -218,18 +219,45 @@ func keyIndexes(f *partners.Feed) []int {
 // markUnknown records that a commit's outcome is unknown. The reconciler
 // resolves it from the ledger; nothing is retried blindly. If even this
 // write fails, the row stays in applying and whoever resumes it reads the
-// ledger through the chunk gate, which is the same resolution.
+// ledger through the chunk gate, which is the same resolution. The episode
+// counts as an attempt of the file: past the retry budget, the run that
+// resumes it after the resolution ends it (budgetSpent), so a COMMIT whose
+// reply is lost every time cannot cycle for ever.
 func (r *fileRun) markUnknown(ctx context.Context, cu *CommitUnknownError) error {
 	r.log.Warn("commit outcome unknown; the reconciler will read the ledger", "chunk", cu.Chunk, "err", cu.Err)
 	// The run's context may be what cut the commit short; this write must
 	// still be attempted, so it gets its own bounded context.
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	if err := r.d.ledger.MarkUnknown(wctx, r.in); err != nil {
+	retry := r.d.cfg.Retry
+	n, err := r.d.ledger.MarkUnknown(wctx, r.in, pgerr.Redact(cu), retry.Base, retry.Max)
+	if err != nil {
 		return fmt.Errorf("%w (and recording outcome_unknown failed: %v)", cu, err)
+	}
+	if r.budgetSpent() {
+		r.log.Error("file past its retry budget with a commit outcome unknown; it fails once the reconciler has read the ledger", "attempts", n)
 	}
 	r.d.metrics.finished(r.in.Partner, string(StateOutcomeUnknown))
 	return nil
+}
+
+// budgetSpent reports whether the file's attempts (failed runs and commits
+// without answer) reached the retry budget.
+func (r *fileRun) budgetSpent() bool { return r.in.Attempts >= r.d.cfg.Retry.Attempts }
+
+// endSpent fails a file that is taken up with its retry budget spent: the
+// last of its attempts ended without knowing whether its commit landed
+// (the reconciler has since read the ledger and put it back to applying),
+// or its hold past the budget failed. Its committed chunks stay applied
+// and its row and receipt count them.
+func (r *fileRun) endSpent(ctx context.Context) error {
+	r.log.Error("file failed past its retry budget", "attempts", r.in.Attempts)
+	detail := fmt.Sprintf("the file could not be processed in %d attempts; ops have been alerted and can replay it", r.in.Attempts)
+	if r.in.RowsApplied+r.in.RowsUnchanged+r.in.RowsRejected+r.in.RowsConflict > 0 {
+		detail = fmt.Sprintf("the file could not be processed in %d attempts; %d of its rows were applied before it stopped and stay applied; ops have been alerted and can replay it",
+			r.in.Attempts, r.in.RowsApplied)
+	}
+	return r.hold(ctx, StateFailedTerminal, ReasonRetriesExhausted, 0, detail)
 }
 
 // commitChunk applies one chunk, retrying transient database errors with
