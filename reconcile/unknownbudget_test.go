@@ -1,6 +1,8 @@
 package reconcile_test
 
 import (
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -64,6 +66,11 @@ func TestCommitReplyLostOnEveryTryEndsPastTheRetryBudget(t *testing.T) {
 		if kinds(fs)[reconcile.KindOutcomeUnknown] != 1 || reconcile.NeedHuman(fs) {
 			t.Fatalf("round %d: findings %+v", rounds, fs)
 		}
+		for _, x := range fs {
+			if x.Kind == reconcile.KindOutcomeUnknown && strings.Contains(x.Action, "retry budget") != (unknown == budget) {
+				t.Fatalf("round %d (episode %d of a budget of %d): %q", rounds, unknown, budget, x.Action)
+			}
+		}
 	}
 	if f.State != "failed_terminal" || f.Reason != string(intake.ReasonRetriesExhausted) {
 		t.Fatalf("after %d rounds (%d outcome_unknown) the file is %s %s, want failed_terminal retries_exhausted", rounds, unknown, f.State, f.Reason)
@@ -88,7 +95,8 @@ func TestCommitReplyLostOnEveryTryEndsPastTheRetryBudget(t *testing.T) {
 		t.Fatalf("attempts %d, want %d", got, budget)
 	}
 	rc := readReceipt(t, site, f.Receipt)
-	if rc.Outcome != intake.OutcomeFailed || rc.Reason != intake.ReasonRetriesExhausted || rc.Rows.Applied != want {
+	if rc.Outcome != intake.OutcomeFailed || rc.Reason != intake.ReasonRetriesExhausted || rc.Rows.Applied != want ||
+		!strings.Contains(rc.Detail, fmt.Sprintf("%d of its rows were applied", want)) {
 		t.Fatalf("receipt %+v, want failed retries_exhausted with %d rows applied", rc, want)
 	}
 	// it stays ended: the next poll and reconciler run leave it so

@@ -531,23 +531,28 @@ func (l *Ledger) MarkApplied(ctx context.Context, in *Intake) error {
 
 // MarkUnknown: applying -> outcome_unknown, after a commit without answer.
 // The episode counts as an attempt of the file in the same statement
-// (attemptSet, lastErr, base and max as RecordAttempt's): a file whose
-// commits go unanswered time after time spends its retry budget, and its
-// run after the ledger resolved it ends the file (Exhausted). It returns
-// the attempts so far.
-func (l *Ledger) MarkUnknown(ctx context.Context, in *Intake, lastErr string, base, max time.Duration) (int, error) {
-	var n int
-	err := l.pool.QueryRow(ctx, `UPDATE file_intake SET state = 'outcome_unknown', reason = 'commit_unknown', `+attemptSet+`
+// (attemptSet; lastErr, base and max as RecordAttempt's), so a file whose
+// commits go unanswered time after time spends its retry budget: the
+// episode that reaches budget attempts, or comes within or more after the
+// first failure, is recorded with reason retries_exhausted instead of
+// commit_unknown. ResolveUnknown carries that reason back to applying, and
+// the run that takes the file up then fails it for good. It returns the
+// attempts so far and whether the budget is spent.
+func (l *Ledger) MarkUnknown(ctx context.Context, in *Intake, lastErr string, base, max time.Duration, budget int, within time.Duration) (n int, spent bool, err error) {
+	var reason string
+	err = l.pool.QueryRow(ctx, `UPDATE file_intake SET state = 'outcome_unknown',
+		    reason = CASE WHEN attempts + 1 >= $6 OR pg_catalog.now() - coalesce(first_failed_at, pg_catalog.now()) >= $7::interval
+		        THEN 'retries_exhausted' ELSE 'commit_unknown' END, `+attemptSet+`
 		WHERE intake_id = $1 AND fencing_token = $2 AND state = 'applying'
-		RETURNING attempts`, in.ID, in.Token, base, max, Text(lastErr, 1000)).Scan(&n)
+		RETURNING attempts, reason`, in.ID, in.Token, base, max, Text(lastErr, 1000), budget, within).Scan(&n, &reason)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return 0, &FencedError{IntakeID: in.ID, Token: in.Token, Step: "mark outcome_unknown"}
+		return 0, false, &FencedError{IntakeID: in.ID, Token: in.Token, Step: "mark outcome_unknown"}
 	}
 	if err != nil {
-		return 0, fmt.Errorf("mark outcome_unknown: %w", err)
+		return 0, false, fmt.Errorf("mark outcome_unknown: %w", err)
 	}
-	in.State, in.Attempts = StateOutcomeUnknown, n
-	return n, nil
+	in.State, in.Reason, in.Attempts = StateOutcomeUnknown, Reason(reason), n
+	return n, in.Reason == ReasonRetriesExhausted, nil
 }
 
 // finish moves the file to a terminal or held state after its remote
