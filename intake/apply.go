@@ -16,6 +16,7 @@ import (
 	"github.com/partner-intake/partner-intake/intake/rows"
 	"github.com/partner-intake/partner-intake/intake/target"
 	"github.com/partner-intake/partner-intake/internal/fault"
+	"github.com/partner-intake/partner-intake/internal/pgerr"
 	"github.com/partner-intake/partner-intake/partners"
 )
 
@@ -226,18 +227,41 @@ func keyIndexes(f *partners.Feed) []int {
 // markUnknown records that a commit's outcome is unknown. The reconciler
 // resolves it from the ledger; nothing is retried blindly. If even this
 // write fails, the row stays in applying and whoever resumes it reads the
-// ledger through the chunk gate, which is the same resolution.
+// ledger through the chunk gate, which is the same resolution. The episode
+// counts as an attempt of the file (MarkUnknown): past the retry budget,
+// the run that takes the file up after the resolution ends it (endSpent),
+// so a COMMIT whose reply is lost every time cannot cycle for ever.
 func (r *fileRun) markUnknown(ctx context.Context, cu *CommitUnknownError) error {
 	r.log.Warn("commit outcome unknown; the reconciler will read the ledger", "chunk", cu.Chunk, "err", cu.Err)
 	// The run's context may be what cut the commit short; this write must
 	// still be attempted, so it gets its own bounded context.
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	if err := r.d.ledger.MarkUnknown(wctx, r.in); err != nil {
+	retry := r.d.cfg.Retry
+	n, spent, err := r.d.ledger.MarkUnknown(wctx, r.in, pgerr.Redact(cu), retry.Base, retry.Max, retry.Attempts, retry.Within)
+	if err != nil {
 		return fmt.Errorf("%w (and recording outcome_unknown failed: %v)", cu, err)
+	}
+	if spent {
+		r.log.Error("file past its retry budget with a commit outcome unknown; it fails for good once the reconciler has read the ledger", "attempts", n)
 	}
 	r.d.metrics.finished(r.in.Partner, string(StateOutcomeUnknown))
 	return nil
+}
+
+// endSpent fails a file taken up in applying with reason retries_exhausted:
+// its last attempt, past the retry budget, ended without knowing whether
+// its commit landed, and the reconciler has since read the ledger and put
+// it back (ResolveUnknown). Its committed chunks stay applied; its row and
+// receipt count them.
+func (r *fileRun) endSpent(ctx context.Context) error {
+	r.log.Error("file failed past its retry budget", "attempts", r.in.Attempts)
+	detail := fmt.Sprintf("the file could not be processed in %d attempts; ops have been alerted and can replay it", r.in.Attempts)
+	if r.in.ChunksDone > 0 {
+		detail = fmt.Sprintf("the file could not be processed in %d attempts; %d of its rows were applied before it stopped and stay applied; ops have been alerted and can replay it",
+			r.in.Attempts, r.in.RowsApplied)
+	}
+	return r.hold(ctx, StateFailedTerminal, ReasonRetriesExhausted, 0, detail)
 }
 
 // commitChunk applies one chunk, retrying transient database errors with

@@ -12,10 +12,13 @@ import (
 // Replay applies the spooled bytes of a finished file again (after a
 // mapping or target fix, say) as a new intake of the same batch, audited.
 // It is idempotent by construction: rows whose values do not change are
-// counted unchanged, and the replay writes as the intake it replays, so rows
-// a newer intake wrote since are held back as conflicts, never overwritten. The replay's receipt goes to the partner's reports/;
-// its bytes stay archived under the original. progress, if set, is called
-// after each committed chunk.
+// counted unchanged, and the replay writes as the intake that brought the
+// bytes it applies (the file replayed; for a duplicate, the earlier intake
+// of its batch and bytes; for a replay, what that replay wrote as), so rows
+// a later intake wrote are held back as conflicts, never overwritten. The
+// replay's receipt goes to the partner's reports/; its bytes stay archived
+// under the original. progress, if set, is called after each committed
+// chunk.
 func (d *Daemon) Replay(ctx context.Context, id int64, actor, reason string, progress func(done, total int64)) (*Intake, error) {
 	if actor == "" || reason == "" {
 		return nil, fmt.Errorf("%w: an actor and a reason are required", ErrDecision)
@@ -42,9 +45,22 @@ func (d *Daemon) Replay(ctx context.Context, id int64, actor, reason string, pro
 		return nil, fmt.Errorf("%w: the spool no longer holds the bytes of intake %d", ErrDecision, id)
 	}
 	p := d.parts[orig.Partner]
-	root := orig.ID // a replay of a replay is judged as the first
-	if orig.ReplayOf != 0 {
+	// root is the intake the replay writes as, the one that brought the
+	// bytes it applies: rows any later intake wrote are then conflicts of
+	// the replay (merge's newer-than guard), never set back
+	root := orig.ID
+	switch {
+	case orig.ReplayOf != 0: // a replay of a replay is judged as the first
 		root = orig.ReplayOf
+	case orig.State == StateDuplicate: // its bytes came with an earlier intake
+		brought, err := d.ledger.BroughtBy(ctx, orig)
+		if err != nil {
+			return nil, fmt.Errorf("replay: %w", err)
+		}
+		if brought == 0 {
+			return nil, fmt.Errorf("%w: no intake before duplicate %d brought its bytes of batch %s", ErrDecision, id, orig.BatchID)
+		}
+		root = brought
 	}
 	in, err := d.ledger.InsertReplay(ctx, orig, fmt.Sprintf("replay:%d:%d", id, time.Now().UnixNano()),
 		OpsWorker(d.cfg.WorkerID), root, actor, reason)

@@ -153,6 +153,9 @@ func (r *fileRun) step(ctx context.Context) (err error) {
 			err = r.decide(ctx)
 		}
 	case StateApplying:
+		if r.in.Reason == ReasonRetriesExhausted { // its last commit went unanswered past the budget
+			return r.endSpent(ctx)
+		}
 		if err = r.ensureSpooled(ctx); err == nil && r.in.State == StateApplying {
 			err = r.apply(ctx)
 		}

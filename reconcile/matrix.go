@@ -352,8 +352,11 @@ func (r *Reconciler) rowOutcomeUnknown(ctx context.Context, p *partners.Config, 
 		if err != nil {
 			return err
 		}
-		add(Finding{Kind: KindOutcomeUnknown, IntakeID: in.ID,
-			Action: fmt.Sprintf("ledger holds %d committed chunks; back to applying, resumes at chunk %d", chunks, chunks)})
+		action := fmt.Sprintf("ledger holds %d committed chunks; back to applying, resumes at chunk %d", chunks, chunks)
+		if in.Reason == intake.ReasonRetriesExhausted {
+			action = fmt.Sprintf("ledger holds %d committed chunks; back to applying past its retry budget: its next run fails it for good (retries_exhausted)", chunks)
+		}
+		add(Finding{Kind: KindOutcomeUnknown, IntakeID: in.ID, Action: action})
 		r.takenOver(p.ID)
 	}
 	return nil

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/partner-intake/partner-intake/intake"
+	"github.com/partner-intake/partner-intake/internal/fault"
 	"github.com/partner-intake/partner-intake/partners"
 )
 
@@ -22,7 +23,10 @@ const (
 // rowStaleRemoteTemps removes our hidden temporary files in reports/ and
 // quarantine/ older than reconcile.stale_temp: a receipt or reason file
 // write killed between create and rename leaves one, and nothing else
-// would ever remove it. A live write renames its file within seconds.
+// would ever remove it. A live write renames its file within seconds. Only
+// names putFile's temporary files have (intake.IsOurTemp) are removed, each
+// by the name listed once a fresh stat confirms it is still a regular file
+// that old: never a receipt, a reason file or a fresh temporary file.
 func (r *Reconciler) rowStaleRemoteTemps(ctx context.Context, p *partners.Config, s *partners.Session, add addFunc) error {
 	var errs []error
 	for _, dir := range []string{s.Layout.ReportsDir(), s.Layout.QuarantineDir()} {
@@ -43,8 +47,27 @@ func (r *Reconciler) rowStaleRemoteTemps(ctx context.Context, p *partners.Config
 			errs = append(errs, err)
 			continue
 		}
+		if err := fault.Check("reconcile:remote_temps_listed"); err != nil {
+			errs = append(errs, err)
+			continue
+		}
 		for _, name := range stale {
 			full := path.Join(dir, name)
+			// the listing's verdict is checked again right before the
+			// removal, by the name listed: a writer that stalled and
+			// wrote on since (a fresh mtime), or anything but a regular
+			// file now under that name, is left alone
+			fi, err := s.Lstat(full)
+			if partners.IsNotExist(err) {
+				continue // renamed into its receipt, or removed, since
+			}
+			if err != nil {
+				errs = append(errs, fmt.Errorf("stat %s: %w", full, err))
+				continue
+			}
+			if !fi.Mode().IsRegular() || time.Since(fi.ModTime()) < r.cfg.StaleTemp {
+				continue
+			}
 			if err := s.Remove(full); err != nil && !partners.IsNotExist(err) {
 				errs = append(errs, fmt.Errorf("remove %s: %w", full, err))
 				continue

@@ -258,6 +258,15 @@ func (l *Ledger) ChunksDone(ctx context.Context, tx pgx.Tx, in *Intake, cs []Chu
 	return br.Close()
 }
 
+// attemptSet counts an attempt of the file ($3 = base, $4 = max backoff,
+// $5 = the last error): RecordAttempt's failed run and MarkUnknown's
+// commit without answer alike, so the retry budget bounds both.
+const attemptSet = `attempts = attempts + 1,
+		    first_failed_at = coalesce(first_failed_at, pg_catalog.now()),
+		    next_attempt_at = pg_catalog.now() + CASE WHEN attempts = 0 THEN interval '0'
+		        ELSE least($3::interval * pg_catalog.power(2::float8, (attempts - 1)::float8), $4::interval) * (0.75 + pg_catalog.random() / 2) END,
+		    last_error = $5, updated_at = pg_catalog.now()`
+
 // RecordAttempt counts a failed run of the file and sets its next attempt,
 // under the file's fencing token: the first failure is tried again on the
 // next poll (a one-off, as most are), later ones after base doubling per
@@ -267,11 +276,7 @@ func (l *Ledger) RecordAttempt(ctx context.Context, in *Intake, lastErr string, 
 	// this write must land even when the run's context is what ended it
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	err = l.pool.QueryRow(wctx, `UPDATE file_intake SET attempts = attempts + 1,
-		    first_failed_at = coalesce(first_failed_at, pg_catalog.now()),
-		    next_attempt_at = pg_catalog.now() + CASE WHEN attempts = 0 THEN interval '0'
-		        ELSE least($3::interval * pg_catalog.power(2::float8, (attempts - 1)::float8), $4::interval) * (0.75 + pg_catalog.random() / 2) END,
-		    last_error = $5, updated_at = pg_catalog.now()
+	err = l.pool.QueryRow(wctx, `UPDATE file_intake SET `+attemptSet+`
 		WHERE intake_id = $1 AND fencing_token = $2 AND state = ANY($6)
 		RETURNING attempts, pg_catalog.now() - first_failed_at`,
 		in.ID, in.Token, base, max, Text(lastErr, 1000), liveStates).Scan(&n, &age)

@@ -274,14 +274,16 @@ func (l *Ledger) endStalled(ctx context.Context, oldWorker string) error {
 // owner (or, after a takeover, another worker) resumes after the last chunk
 // the ledger holds. The ledger and the progress counter are written in the
 // same transaction as the chunk's rows, so they always agree; a
-// disagreement is reported, not guessed at.
+// disagreement is reported, not guessed at. A file whose episode spent its
+// retry budget (MarkUnknown) keeps reason retries_exhausted: its next run
+// fails it for good, with the chunks the ledger holds counted.
 func (l *Ledger) ResolveUnknown(ctx context.Context, in *Intake) (chunks int, err error) {
 	var done int
 	err = pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
 		if err := tx.QueryRow(ctx, `SELECT pg_catalog.count(*) FROM intake_chunk WHERE intake_id = $1`, in.ID).Scan(&chunks); err != nil {
 			return err
 		}
-		err := tx.QueryRow(ctx, `UPDATE file_intake SET state = 'applying', reason = NULL,
+		err := tx.QueryRow(ctx, `UPDATE file_intake SET state = 'applying', reason = CASE WHEN reason = 'retries_exhausted' THEN reason END,
 			fencing_token = fencing_token + 1, lease_until = pg_catalog.now(), updated_at = pg_catalog.now()
 			WHERE intake_id = $1 AND fencing_token = $2 AND state = 'outcome_unknown' AND chunks_done = $3
 			RETURNING chunks_done`, in.ID, in.Token, chunks).Scan(&done)

@@ -183,9 +183,28 @@ func (l *Ledger) Audit(ctx context.Context, partners []string, limit int) ([]Aud
 	})
 }
 
+// BroughtBy returns the intake that brought a duplicate's bytes: the
+// latest file of the partner before it, under the same batch with the same
+// bytes, that was neither a duplicate nor a replay (the batch's owner when
+// the duplicate was judged; a released binding can have let a later file
+// of the same bytes own it again). 0 when there is none.
+func (l *Ledger) BroughtBy(ctx context.Context, dup *Intake) (int64, error) {
+	var id int64
+	err := l.pool.QueryRow(ctx, `SELECT intake_id FROM file_intake
+		WHERE partner_id = $1 AND batch_id = $2 AND intake_id < $3
+		  AND state <> 'duplicate' AND replay_of IS NULL
+		  AND (coalesce(data_sha256, content_sha256) = $4 OR content_sha256 = $5)
+		ORDER BY intake_id DESC LIMIT 1`, dup.Partner, dup.BatchID, dup.ID, dup.DataSHA256, dup.SHA256).Scan(&id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, nil
+	}
+	return id, err
+}
+
 // InsertReplay records a replay of orig as a new spooled intake of the
 // same batch under worker, claimed at path, with its audit row, in one
-// transaction. root is the intake the replay writes as.
+// transaction. root is the intake the replay writes as: the intake that
+// first brought the bytes (Daemon.Replay picks it).
 func (l *Ledger) InsertReplay(ctx context.Context, orig *Intake, path, worker string, root int64, actor, reason string) (*Intake, error) {
 	var in *Intake
 	err := pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {

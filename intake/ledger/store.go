@@ -101,6 +101,10 @@ type Intake struct {
 	// hash ops approved; PlanDecision the ops decision its next run acts
 	// on ("approved", "rejected" or "").
 	PlanHash, ApprovedPlanHash, PlanDecision string
+	// Attempts: the file's runs that failed or ended without knowing
+	// whether their commit landed (outcome_unknown), since it was last
+	// started over; its retry budget bounds them.
+	Attempts int
 }
 
 const intakeColumns = `intake_id, fencing_token, partner_id, feed, remote_name, claimed_path,
@@ -110,7 +114,7 @@ const intakeColumns = `intake_id, fencing_token, partner_id, feed, remote_name, 
 	coalesce(archive_path, ''), coalesce(receipt_path, ''), coalesce(rejects_path, ''),
 	coalesce(release_override, ''), coalesce(replay_of, 0),
 	coalesce(data_sha256, content_sha256, ''), coalesce(data_size, size_bytes, 0), listed_mtime, rows_deleted,
-	coalesce(feed_sha256, ''), coalesce(plan_hash, ''), coalesce(approved_plan_hash, ''), coalesce(plan_decision, '')`
+	coalesce(feed_sha256, ''), coalesce(plan_hash, ''), coalesce(approved_plan_hash, ''), coalesce(plan_decision, ''), attempts`
 
 func scanIntake(r pgx.Row, extra ...any) (*Intake, error) {
 	in := &Intake{}
@@ -121,7 +125,7 @@ func scanIntake(r pgx.Row, extra ...any) (*Intake, error) {
 		&in.Size, &in.ExpectedRows, &st, &reason, &in.Worker, &in.ClaimedAt,
 		&in.RowsTotal, &in.RowsApplied, &in.RowsUnchanged, &in.RowsRejected, &in.RowsConflict, &in.ChunksDone,
 		&in.ArchivePath, &in.ReceiptPath, &in.RejectsPath, &in.Override, &in.ReplayOf, &in.DataSHA256, &in.DataSize, &mtime, &in.RowsDeleted, &in.FeedSHA256,
-		&in.PlanHash, &in.ApprovedPlanHash, &in.PlanDecision}, extra...)...)
+		&in.PlanHash, &in.ApprovedPlanHash, &in.PlanDecision, &in.Attempts}, extra...)...)
 	in.State, in.Reason = State(st), Reason(reason)
 	if mtime != nil {
 		in.ListedMTime = *mtime
@@ -526,14 +530,29 @@ func (l *Ledger) MarkApplied(ctx context.Context, in *Intake) error {
 }
 
 // MarkUnknown: applying -> outcome_unknown, after a commit without answer.
-func (l *Ledger) MarkUnknown(ctx context.Context, in *Intake) error {
-	tag, err := l.pool.Exec(ctx, `UPDATE file_intake SET state = 'outcome_unknown', reason = 'commit_unknown', updated_at = pg_catalog.now()
-		WHERE intake_id = $1 AND fencing_token = $2 AND state = 'applying'`, in.ID, in.Token)
-	if err := fenced(tag, err, in, "mark outcome_unknown"); err != nil {
-		return err
+// The episode counts as an attempt of the file in the same statement
+// (attemptSet; lastErr, base and max as RecordAttempt's), so a file whose
+// commits go unanswered time after time spends its retry budget: the
+// episode that reaches budget attempts, or comes within or more after the
+// first failure, is recorded with reason retries_exhausted instead of
+// commit_unknown. ResolveUnknown carries that reason back to applying, and
+// the run that takes the file up then fails it for good. It returns the
+// attempts so far and whether the budget is spent.
+func (l *Ledger) MarkUnknown(ctx context.Context, in *Intake, lastErr string, base, max time.Duration, budget int, within time.Duration) (n int, spent bool, err error) {
+	var reason string
+	err = l.pool.QueryRow(ctx, `UPDATE file_intake SET state = 'outcome_unknown',
+		    reason = CASE WHEN attempts + 1 >= $6 OR pg_catalog.now() - coalesce(first_failed_at, pg_catalog.now()) >= $7::interval
+		        THEN 'retries_exhausted' ELSE 'commit_unknown' END, `+attemptSet+`
+		WHERE intake_id = $1 AND fencing_token = $2 AND state = 'applying'
+		RETURNING attempts, reason`, in.ID, in.Token, base, max, Text(lastErr, 1000), budget, within).Scan(&n, &reason)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, false, &FencedError{IntakeID: in.ID, Token: in.Token, Step: "mark outcome_unknown"}
 	}
-	in.State = StateOutcomeUnknown
-	return nil
+	if err != nil {
+		return 0, false, fmt.Errorf("mark outcome_unknown: %w", err)
+	}
+	in.State, in.Reason, in.Attempts = StateOutcomeUnknown, Reason(reason), n
+	return n, in.Reason == ReasonRetriesExhausted, nil
 }
 
 // finish moves the file to a terminal or held state after its remote

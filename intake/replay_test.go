@@ -1,0 +1,124 @@
+package intake_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/partner-intake/partner-intake/intake"
+	"github.com/partner-intake/partner-intake/internal/testenv"
+)
+
+// ordersFile is a valid orders file of one row per key, each key's amount
+// given.
+func ordersFile(rows ...[2]string) string {
+	s := header
+	for i, r := range rows {
+		s += r[0] + ",c@example.com," + r[1] + ",paid,2026-11-02T10:00:00Z," + string(rune('1'+i)) + "\n"
+	}
+	return s
+}
+
+func replayedRow(t *testing.T, r *rig, key string) (string, int64) {
+	t.Helper()
+	var amount string
+	var writer int64
+	if err := r.pool.QueryRow(context.Background(), `SELECT amount::text, last_intake_id FROM orders WHERE partner_id = 'acme' AND order_id = $1`, key).Scan(&amount, &writer); err != nil {
+		t.Fatalf("row %s: %v", key, err)
+	}
+	return amount, writer
+}
+
+// A replay of a duplicate applies the bytes the original intake brought,
+// as that intake: a row a later intake wrote since is a conflict of the
+// replay, never set back to the duplicate's older values.
+func TestReplayOfADuplicateNeverOverwritesALaterIntakesRow(t *testing.T) {
+	defer intake.SetScanCheckBytes(0)()
+	_, pool := testenv.DB(t)
+	site := testenv.NewSite(t, "acme")
+	r := newRig(t, pool, "w1", site)
+	first := ordersFile([2]string{"RP-1", "1.00"})
+	site.Drop(t, "orders-1.csv", first)
+	r.poll("acme")
+	site.Drop(t, "orders-2.csv", ordersFile([2]string{"RP-1", "2.00"}))
+	r.poll("acme")
+	site.Drop(t, "orders-1.csv", first)
+	r.poll("acme")
+	fs := files(t, pool, "acme")
+	if len(fs) != 3 || fs[0].State != "archived" || fs[1].State != "archived" || fs[1].Applied != 1 || fs[2].State != "duplicate" {
+		t.Fatalf("got %+v, want orders-1 and orders-2 archived, then orders-1's resend a duplicate", fs)
+	}
+	if amount, w := replayedRow(t, r, "RP-1"); amount != "2.00" || w != fs[1].ID {
+		t.Fatalf("before the replay RP-1 is %s by intake %d, want 2.00 by %d", amount, w, fs[1].ID)
+	}
+
+	in, err := r.d.Replay(context.Background(), fs[2].ID, "test", "mapping fixed", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if amount, w := replayedRow(t, r, "RP-1"); amount != "2.00" || w != fs[1].ID {
+		t.Fatalf("after the replay RP-1 is %s by intake %d: the replay overwrote orders-2's row (want 2.00 by %d)", amount, w, fs[1].ID)
+	}
+	fs = files(t, pool, "acme")
+	got := fs[len(fs)-1]
+	if got.ID != in.ID || got.State != "archived" || got.Confl != 1 || got.Applied != 0 || got.Unchanged != 0 {
+		t.Fatalf("replay %+v, want archived with 1 conflict and nothing applied", got)
+	}
+	rc := receipt(t, site, got.Receipt)
+	if rc.IntakeID != in.ID || rc.Rows.Conflict != 1 || rc.Rows.Applied != 0 {
+		t.Fatalf("replay receipt %+v, want the conflict reported", rc)
+	}
+	if in.ReplayOf != fs[0].ID {
+		t.Fatalf("the replay of duplicate %d writes as intake %d, want the original %d", fs[2].ID, in.ReplayOf, fs[0].ID)
+	}
+	if got.Rejects == "" {
+		t.Fatal("the replay's conflict has no rejects report")
+	}
+	if n := count(t, pool, `SELECT count(*) FROM intake_row_issue WHERE intake_id = $1 AND outcome = 'conflict' AND reason = 'newer_write'`, in.ID); n != 1 {
+		t.Fatalf("the replay recorded %d newer_write conflicts, want 1", n)
+	}
+}
+
+// A replay of a file no later intake touched applies it again: no false
+// conflicts, whether the archived original or a duplicate of it is
+// replayed, and its rows are written as the original.
+func TestReplayOfAnUntouchedFileApplies(t *testing.T) {
+	defer intake.SetScanCheckBytes(0)()
+	_, pool := testenv.DB(t)
+	site := testenv.NewSite(t, "acme")
+	r := newRig(t, pool, "w1", site)
+	data := ordersFile([2]string{"RU-1", "1.00"}, [2]string{"RU-2", "3.00"})
+	site.Drop(t, "orders-u.csv", data)
+	r.poll("acme")
+	site.Drop(t, "orders-other.csv", ordersFile([2]string{"RO-1", "5.00"}))
+	r.poll("acme")
+	site.Drop(t, "orders-u.csv", data)
+	r.poll("acme")
+	fs := files(t, pool, "acme")
+	if len(fs) != 3 || fs[0].State != "archived" || fs[2].State != "duplicate" {
+		t.Fatalf("got %+v, want the file archived, another, then its resend a duplicate", fs)
+	}
+	orig, dup := fs[0].ID, fs[2].ID
+	for _, id := range []int64{orig, dup} {
+		// the row was lost from the target: the replay writes it again
+		if _, err := pool.Exec(context.Background(), `DELETE FROM orders WHERE partner_id = 'acme' AND order_id = 'RU-2'`); err != nil {
+			t.Fatal(err)
+		}
+		in, err := r.d.Replay(context.Background(), id, "test", "rows lost", nil)
+		if err != nil {
+			t.Fatalf("replay of %d: %v", id, err)
+		}
+		fs = files(t, pool, "acme")
+		got := fs[len(fs)-1]
+		if got.ID != in.ID || got.State != "archived" || got.Confl != 0 || got.Applied != 1 || got.Unchanged != 1 {
+			t.Fatalf("replay of %d: %+v, want archived with 1 applied, 1 unchanged, no conflict", id, got)
+		}
+		if rc := receipt(t, site, got.Receipt); rc.Rows.Conflict != 0 || rc.Rows.Applied != 1 {
+			t.Fatalf("replay of %d: receipt %+v", id, rc)
+		}
+		for _, k := range []string{"RU-1", "RU-2"} {
+			if _, w := replayedRow(t, r, k); w != orig {
+				t.Fatalf("replay of %d: %s written by intake %d, want the original %d", id, k, w, orig)
+			}
+		}
+	}
+}
