@@ -153,7 +153,7 @@ func TestTheExpandedCopyLeavesTheSpoolOnceTheFileIsFinished(t *testing.T) {
 	if len(got) != 2 || slices.Contains(got, data) || !slices.Contains(got, orig) {
 		t.Fatalf("spool holds %v; want the two originals, not the expanded copy %s", got, data)
 	}
-	in, err := r.d.Replay(context.Background(), id, "test", "re-apply", nil)
+	in, err := r.d.Replay(context.Background(), id, "test", "re-apply", false, nil)
 	if err != nil {
 		t.Fatalf("replay after the expanded copy was removed: %v", err)
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/partners"
 )
 
@@ -18,8 +19,10 @@ import (
 // a later intake wrote are held back as conflicts, never overwritten. The
 // replay's receipt goes to the partner's reports/; its bytes stay archived
 // under the original. progress, if set, is called after each committed
-// chunk.
-func (d *Daemon) Replay(ctx context.Context, id int64, actor, reason string, progress func(done, total int64)) (*Intake, error) {
+// chunk. A snapshot older than one its feed has applied since is refused
+// (snapshot.go): replayed, it would take the table back to an older set;
+// forceOlder replays it all the same, audited as such.
+func (d *Daemon) Replay(ctx context.Context, id int64, actor, reason string, forceOlder bool, progress func(done, total int64)) (*Intake, error) {
 	if actor == "" || reason == "" {
 		return nil, fmt.Errorf("%w: an actor and a reason are required", ErrDecision)
 	}
@@ -62,8 +65,21 @@ func (d *Daemon) Replay(ctx context.Context, id int64, actor, reason string, pro
 		}
 		root = brought
 	}
+	override := ""
+	if feed := p.cfg.Feed(orig.Feed); feed != nil && feed.Mode == partners.ModeSnapshot {
+		newer, err := ledger.SupersededBy(ctx, d.db, orig.Partner, orig.Feed, root, false)
+		if err != nil {
+			return nil, fmt.Errorf("replay: %w", err)
+		}
+		switch {
+		case newer != 0 && !forceOlder:
+			return nil, fmt.Errorf("%w: intake %d is a snapshot older than intake %d, which its feed has applied since: replayed, it would undo the newer one (--force-older replays it all the same, audited)", ErrDecision, id, newer)
+		case newer != 0:
+			override = OverrideOlder
+		}
+	}
 	in, err := d.ledger.InsertReplay(ctx, orig, fmt.Sprintf("replay:%d:%d", id, time.Now().UnixNano()),
-		OpsWorker(d.cfg.WorkerID), root, actor, reason)
+		OpsWorker(d.cfg.WorkerID), root, override, actor, reason)
 	if err != nil {
 		return nil, fmt.Errorf("replay: %w", err)
 	}

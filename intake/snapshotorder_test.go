@@ -63,3 +63,42 @@ func TestAnOlderSnapshotNeverUndoesANewerOne(t *testing.T) {
 		t.Fatalf("S2's receipt %+v, want outcome superseded naming intake %d", rc, s3.ID)
 	}
 }
+
+// Replaying a snapshot older than one its feed applied since would bring
+// back the keys the newer one deleted: it is refused, unless forced with
+// --force-older, which is audited and applies it.
+func TestReplayOfAnOlderSnapshotIsRefusedUnlessForced(t *testing.T) {
+	_, pool := testenv.DB(t)
+	site := testenv.NewSite(t, "sr")
+	site.Config.Feeds[0].Mode = partners.ModeSnapshot
+	site.Config.Feeds[0].DeleteGuard = &partners.DeleteGuard{Off: true}
+	r := newRig(t, pool, "w1", site)
+	site.Drop(t, "orders-1.csv", goodRows("R", 6))
+	r.poll("sr")
+	site.Drop(t, "orders-2.csv", goodRows("R", 5))
+	r.poll("sr")
+	fs := files(t, pool, "sr")
+	if len(fs) != 2 || fs[1].State != "archived" {
+		t.Fatalf("rows %+v, want both snapshots applied", fs)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM orders WHERE partner_id = 'sr'`); n != 5 {
+		t.Fatalf("target holds %d rows, want the second snapshot's 5", n)
+	}
+	_, err := r.d.Replay(context.Background(), fs[0].ID, "test", "re-apply", false, nil)
+	if !errors.Is(err, intake.ErrDecision) || !strings.Contains(err.Error(), "--force-older") {
+		t.Fatalf("replay of the older snapshot: %v, want it refused", err)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM orders WHERE partner_id = 'sr'`); n != 5 {
+		t.Fatalf("a refused replay changed the target: %d rows", n)
+	}
+	in, err := r.d.Replay(context.Background(), fs[0].ID, "test", "the newer file was wrong", true, nil)
+	if err != nil || in.State != "archived" {
+		t.Fatalf("forced replay: %+v, %v", in, err)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM orders WHERE partner_id = 'sr'`); n != 6 {
+		t.Fatalf("target holds %d rows after the forced replay, want the older snapshot's 6", n)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM intake_audit WHERE intake_id = $1 AND action = 'replay' AND detail LIKE '%force_older%'`, in.ID); n != 1 {
+		t.Fatal("the forced replay is not audited as such")
+	}
+}

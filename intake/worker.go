@@ -61,11 +61,7 @@ type fileRun struct {
 func (d *Daemon) newRun(p *partnerRT, sess *partners.Session, in *Intake) (*fileRun, error) {
 	r := &fileRun{d: d, p: p, sess: sess, in: in, idHold: d.hold(),
 		log: d.log.With("partner", in.Partner, "intake_id", in.ID, "feed", in.Feed)}
-	for i := range p.cfg.Feeds {
-		if p.cfg.Feeds[i].Name == in.Feed {
-			r.feed = &p.cfg.Feeds[i]
-		}
-	}
+	r.feed = p.cfg.Feed(in.Feed)
 	if r.feed == nil && in.Feed != NoFeed {
 		// the configuration lost the file's feed while the file was in
 		// flight: the file fails with its reason (replayable once the feed

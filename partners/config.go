@@ -378,6 +378,16 @@ func (c *Config) Validate(key string) error {
 // record): nothing on its site is moved or written.
 func (c *Config) Records() bool { return c.Claim == ClaimRecord }
 
+// Feed is the partner's feed of that name, or nil.
+func (c *Config) Feed(name string) *Feed {
+	for i := range c.Feeds {
+		if c.Feeds[i].Name == name {
+			return &c.Feeds[i]
+		}
+	}
+	return nil
+}
+
 // FeedFor returns the feed whose pattern matches name, or nil.
 func (c *Config) FeedFor(name string) *Feed {
 	for i := range c.Feeds {

@@ -158,6 +158,7 @@ func cmdReplay(args []string, stdout, stderr io.Writer) int {
 	path := fs.String("config", "", "config file (YAML)")
 	reason := fs.String("reason", "", "why (required, audited)")
 	actor := fs.String("actor", defaultActor(), "who (audited)")
+	forceOlder := fs.Bool("force-older", false, "replay a snapshot older than one its feed has applied since, undoing the newer one (audited)")
 	id, rest, ok := idArg("replay", args, stderr)
 	if !ok {
 		return 2
@@ -176,7 +177,7 @@ func cmdReplay(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	defer d.Stop()
-	in, err := d.Replay(ctx, id, *actor, *reason, progressBar(stdout))
+	in, err := d.Replay(ctx, id, *actor, *reason, *forceOlder, progressBar(stdout))
 	if err != nil {
 		fmt.Fprintln(stderr, "\nintake replay:", inert.Lines(err.Error()))
 		return 1

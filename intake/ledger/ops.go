@@ -205,21 +205,25 @@ func (l *Ledger) BroughtBy(ctx context.Context, dup *Intake) (int64, error) {
 // same batch under worker, claimed at path, with its audit row, in one
 // transaction. root is the intake the replay writes as: the intake that
 // first brought the bytes (Daemon.Replay picks it).
-func (l *Ledger) InsertReplay(ctx context.Context, orig *Intake, path, worker string, root int64, actor, reason string) (*Intake, error) {
+func (l *Ledger) InsertReplay(ctx context.Context, orig *Intake, path, worker string, root int64, override, actor, reason string) (*Intake, error) {
 	var in *Intake
 	err := pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
 		row := tx.QueryRow(ctx, `INSERT INTO file_intake (partner_id, feed, remote_name, claimed_path, listed_size, batch_id,
-			content_sha256, size_bytes, data_sha256, data_size, state, worker_id, lease_until, replay_of)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, 'spooled', $11, pg_catalog.now() + $12::interval, $13)
+			content_sha256, size_bytes, data_sha256, data_size, state, worker_id, lease_until, replay_of, release_override)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, 'spooled', $11, pg_catalog.now() + $12::interval, $13, nullif($14, ''))
 			RETURNING `+intakeColumns, orig.Partner, orig.Feed, orig.RemoteName,
 			path, orig.Size, orig.BatchID, orig.SHA256, orig.Size,
-			orig.DataSHA256, orig.DataSize, worker, l.lease, root)
+			orig.DataSHA256, orig.DataSize, worker, l.lease, root, override)
 		var err error
 		if in, err = scanIntake(row); err != nil {
 			return err
 		}
+		detail := fmt.Sprintf("replay of intake %d", orig.ID)
+		if override != "" {
+			detail += " (override " + override + ")"
+		}
 		_, err = tx.Exec(ctx, `INSERT INTO intake_audit (actor, action, partner_id, intake_id, reason, detail)
-			VALUES ($1, 'replay', $2, $3, $4, $5)`, actor, orig.Partner, in.ID, reason, fmt.Sprintf("replay of intake %d", orig.ID))
+			VALUES ($1, 'replay', $2, $3, $4, $5)`, actor, orig.Partner, in.ID, reason, detail)
 		return err
 	})
 	return in, err
