@@ -199,7 +199,7 @@ func TestOutsideEditOnCopyTextAndInGroups(t *testing.T) {
 	for _, tc := range []struct{ partner, table string }{{"gt", "orders_text"}, {"gb", "orders"}, {"gm", "orders_money"}} {
 		site := testenv.NewSite(t, tc.partner)
 		site.Config.Feeds[0].Target = tc.table
-		r := newRig(t, pool, "w1", site)
+		r := newRig(t, pool, "w-"+tc.partner, site) // one live process per worker id: the rigs live on side by side
 		// first a group of two files, then a group of two that meets an edit
 		site.Drop(t, "orders-1.csv", goodRows("A", 2))
 		site.Drop(t, "orders-2.csv", goodRows("B", 2))
