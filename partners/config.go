@@ -410,6 +410,31 @@ func (c *Config) site() string {
 	return strings.ToLower(c.SFTP.Address) + "\x00" + c.SFTP.User
 }
 
+// SharedAccounts returns the partners that log in to one SFTP account
+// (the same address, host case-folded, and user) with another partner,
+// as groups of indexes into ps in config order; a partner alone on its
+// account is in none. Partners on one account can each read, replace and
+// link to the others' files whatever their roots: separate directories
+// (CheckSites) keep their claims apart, not the partners.
+func SharedAccounts(ps []Config) [][]int {
+	var order []string
+	bySite := map[string][]int{}
+	for i := range ps {
+		s := ps[i].site()
+		if _, ok := bySite[s]; !ok {
+			order = append(order, s)
+		}
+		bySite[s] = append(bySite[s], i)
+	}
+	var out [][]int
+	for _, s := range order {
+		if len(bySite[s]) > 1 {
+			out = append(out, bySite[s])
+		}
+	}
+	return out
+}
+
 // CheckSites refuses partners whose drops collide on one site (address and
 // user): the same sftp.root unless both declare shared_site: true, and in
 // any case a directory of one equal to or inside a directory of the other
