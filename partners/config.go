@@ -162,6 +162,13 @@ type SFTP struct {
 	// sftp-server announces that read limit), else 32 KiB, the size every
 	// SFTP server must accept. Set it to force a size (32768..261120).
 	MaxPacket int `yaml:"max_packet"`
+	// LegacyAlgorithms offers the SHA-1 SSH algorithms too, after the
+	// others, for an old server that has nothing better: the
+	// diffie-hellman-group14-sha1 key exchange, the hmac-sha1 and
+	// hmac-sha1-96 MACs, ssh-rsa signatures of the host key and of
+	// intake's own RSA key (partners/algorithms.go). intake check warns
+	// for it, and intake_partner_legacy_ssh_algorithms is 1.
+	LegacyAlgorithms bool `yaml:"legacy_algorithms"`
 }
 
 // Dirs names the remote directories, relative to SFTP.Root.

@@ -50,6 +50,9 @@ func cmdCheck(args []string, stdout, stderr io.Writer) int {
 	}
 	for i := range cfg.Partners {
 		p := &cfg.Partners[i]
+		if p.SFTP.LegacyAlgorithms {
+			fmt.Fprintf(stdout, "warn partner %s sftp.legacy_algorithms: SHA-1 SSH algorithms (diffie-hellman-group14-sha1, hmac-sha1, ssh-rsa signatures) are offered to its site; remove it once the site's server offers SHA-2\n", p.ID)
+		}
 		if usesPGP(p) {
 			if err := intake.CheckPGPKeys(p); err != nil {
 				fail("partner "+p.ID+" pgp keys", err)

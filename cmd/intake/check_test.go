@@ -210,3 +210,29 @@ func TestCheckWarnsWhenPartnersShareAnSFTPAccount(t *testing.T) {
 		t.Fatalf("check of two partners on one account exited %d, want 0 and %q:\n%s", code, w, out)
 	}
 }
+
+// `intake check` warns for a partner configured with
+// sftp.legacy_algorithms (SHA-1 SSH algorithms offered to its site) and
+// still passes; without it, no such line.
+func TestCheckWarnsForLegacySSHAlgorithms(t *testing.T) {
+	url, _ := testenv.DB(t)
+	t.Setenv("INTAKE_DATABASE_URL", url)
+	site := testenv.NewSite(t, "oldssh")
+	cfg := writeConfig(t, site, site.Config.SFTP.KnownHostsFile)
+	code, out := runCLI("check", "--config", cfg)
+	if code != 0 || strings.Contains(out, "legacy_algorithms") {
+		t.Fatalf("check without legacy_algorithms exited %d, want 0 and no warning:\n%s", code, out)
+	}
+	b, err := os.ReadFile(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	legacy := strings.Replace(string(b), "    feeds:\n", "      legacy_algorithms: true\n    feeds:\n", 1)
+	if err := os.WriteFile(cfg, []byte(legacy), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, out = runCLI("check", "--config", cfg)
+	if w := "warn partner oldssh sftp.legacy_algorithms: SHA-1 SSH algorithms"; code != 0 || !strings.Contains(out, w) {
+		t.Fatalf("check with legacy_algorithms exited %d, want 0 and %q:\n%s", code, w, out)
+	}
+}
