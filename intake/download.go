@@ -102,6 +102,11 @@ func (r *fileRun) download(ctx context.Context) error {
 		} else {
 			e, err = r.fetch(ctx, scan)
 		}
+		if errors.Is(err, errNotRegular) {
+			// before the stable check: what is at the claimed path is not
+			// the partner's file to put back
+			return r.hold(ctx, StateQuarantined, ReasonNotRegular, 0, notRegularDetail)
+		}
 		if r.p.cfg.Readiness == partners.ReadinessStable && in.Override == "" && !errors.Is(err, ErrRemoteLost) {
 			// the partner may still be writing into the claimed file
 			// (stable.go): a change since the listing puts it back
@@ -301,11 +306,15 @@ func (r *fileRun) fetchSame(ctx context.Context, sha string) (spool.Entry, bool,
 // openClaimed opens the claimed file for a download: it returns the
 // size, the partner's size limit, the source that streams the file and
 // release, which the caller defers (it closes what was opened). The OPEN
-// and a STAT of the claimed path go out together, one round trip where
+// and an LSTAT of the claimed path go out together, one round trip where
 // the OPEN and then the handle's FSTAT took two: both name the same path
 // at the same moment on the site (OpenSSH answers them in order), and a
 // file changed on the site meanwhile shows as bytes other than the
-// STAT's, which the download's checks refuse. A large file from a far
+// LSTAT's, which the download's checks refuse. A path that is not a
+// regular file (a symbolic link swapped into ready/ between the listing
+// and the claim, whose RENAME moves the link itself: the OPEN follows it
+// to whatever it names, another partner's file on a shared account) is
+// refused with errNotRegular before a byte is read. A large file from a far
 // site is read over two channels: the session's second channel, started
 // beside the claim (startRanges), opens it too, and its readers join the
 // main channel's, which read from the first byte (twoChannels): the
@@ -317,7 +326,7 @@ func (r *fileRun) openClaimed() (release func(), size, max int64, src spool.Sour
 	f, st, err := r.takeOpening()
 	var serr error
 	if f == nil {
-		stat := inBackground(func() (os.FileInfo, error) { return r.sess.Stat(r.in.ClaimedPath) })
+		stat := inBackground(func() (os.FileInfo, error) { return r.sess.Lstat(r.in.ClaimedPath) })
 		f, err = r.sess.Open(r.in.ClaimedPath)
 		st, serr = stat.wait()
 	}
@@ -334,7 +343,9 @@ func (r *fileRun) openClaimed() (release func(), size, max int64, src spool.Sour
 	case err != nil:
 		return fail(fmt.Errorf("open %s: %w", r.in.ClaimedPath, err))
 	case serr != nil:
-		return fail(fmt.Errorf("stat %s: %w", r.in.ClaimedPath, serr))
+		return fail(fmt.Errorf("lstat %s: %w", r.in.ClaimedPath, serr))
+	case !st.Mode().IsRegular():
+		return fail(errNotRegular)
 	}
 	max = r.p.cfg.Limits.MaxFileBytes
 	if r.in.Override == OverrideSize {
@@ -344,10 +355,10 @@ func (r *fileRun) openClaimed() (release func(), size, max int64, src spool.Sour
 		return fail(spool.ErrTooLarge)
 	}
 	src = f.WriteTo
-	if st.Mode().IsRegular() && st.Size() < smallFileBytes {
+	if st.Size() < smallFileBytes {
 		src = readSmall(f, st.Size())
 	}
-	if st.Mode().IsRegular() && readOnTwo(r.sess, st.Size()) {
+	if readOnTwo(r.sess, st.Size()) {
 		if second == nil {
 			second = r.openSecond(st.Size())
 		}
@@ -387,8 +398,12 @@ func (r *fileRun) openClaimed() (release func(), size, max int64, src spool.Sour
 	return release, st.Size(), max, src, nil
 }
 
+// errNotRegular: the claimed path is not a regular file (see
+// openClaimed); the file is held as not_regular_file, unread.
+var errNotRegular = errors.New("the claimed path is not a regular file")
+
 // takeOpening returns the file its claim opened (RenameAndOpen) and its
-// STAT, if the claim did and both came back; else nothing, and the file
+// LSTAT, if the claim did and both came back; else nothing, and the file
 // is opened now. An early OPEN that failed is not taken for the file's
 // fate: a site that answers out of order may have taken it before the
 // RENAME.

@@ -87,6 +87,9 @@ func (d *Daemon) claimGroup(ctx context.Context, p *partnerRT, sess *partners.Se
 	if err := d.stillHeld(ctx); err != nil {
 		return nil, 0, false, err
 	}
+	if err := fault.Check("claim:before_rename"); err != nil {
+		return nil, 0, false, fmt.Errorf("claim: %w", err)
+	}
 	lock, err := d.ledger.LockClaims(ctx, p.cfg.ID)
 	if err != nil {
 		return nil, 0, false, err

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"hash/maphash"
 	"io"
+	"os"
 	"sync"
 
 	"github.com/partner-intake/partner-intake/intake/rows"
@@ -78,7 +79,9 @@ func (g *fileGroup) fetch(ctx context.Context, tgt *target.Table) error {
 // errSizeChanged: a group file's bytes are not its listed size.
 var errSizeChanged = errors.New("the file's size is not the size it was listed with")
 
-// read reads a claimed small file whole: after the OPEN, a READ of its
+// read reads a claimed small file whole: an LSTAT of its path goes out
+// beside the OPEN (answered in the OPEN's round trip) and a path that is
+// not a regular file is not read (see openClaimed); after the OPEN, a READ of its
 // listed size and a READ of one byte past it go out together (one round
 // trip; the second must find the end of the file, else the file grew).
 // One READ of size+1 bytes would cost two: a server answers it with the
@@ -98,7 +101,9 @@ func (g *fileGroup) read(gf *groupFile) ([]byte, error) {
 	r := gf.r
 	in := r.in
 	r.prepareSite()
+	lstat := inBackground(func() (os.FileInfo, error) { return g.sess.Lstat(in.ClaimedPath) })
 	f, err := g.sess.Open(in.ClaimedPath)
+	st, serr := lstat.wait()
 	if err != nil {
 		return nil, fmt.Errorf("open: %w", err)
 	}
@@ -115,6 +120,14 @@ func (g *fileGroup) read(gf *groupFile) ([]byte, error) {
 			}
 		}()
 	}()
+	if serr != nil {
+		return nil, fmt.Errorf("lstat: %w", serr)
+	}
+	if !st.Mode().IsRegular() {
+		// not read: the file leaves the group, and the per-file path
+		// holds it (openClaimed)
+		return nil, errNotRegular
+	}
 	buf := make([]byte, in.ListedSize)
 	var past [1]byte
 	var n, m int

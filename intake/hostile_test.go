@@ -1,12 +1,16 @@
 package intake_test
 
 import (
+	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"sort"
 	"strings"
 	"testing"
 
+	"github.com/partner-intake/partner-intake/intake"
+	"github.com/partner-intake/partner-intake/intake/ops"
 	"github.com/partner-intake/partner-intake/internal/testenv"
 )
 
@@ -134,5 +138,105 @@ func TestHostileContentsThroughThePipeline(t *testing.T) {
 	}
 	if fs := files(t, pool, "kind"); len(fs) != 1 || fs[0].State != "archived" {
 		t.Fatalf("the other partner: %+v", fs)
+	}
+}
+
+// A regular file listed in ready/ and swapped for a symbolic link before
+// its claim (one SFTP account serving two partners: partner "alpha" points
+// its link at partner "beta"'s file) is claimed as the link itself and
+// refused on the claimed path's own attributes: held as not_regular_file
+// with a receipt, nothing of it applied under alpha's id, and beta's file
+// untouched in beta's ready/, where beta's own poll lands it. The swap is
+// made while the poll waits between its listing and its claim; a lone
+// file goes through the per-file claim (RENAME with the OPEN behind it), a
+// pair of small files through a group's claim and read.
+func TestASymlinkSwappedInAfterTheListingIsHeldUnread(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		alpha []string // dropped into alpha's ready/; the last is swapped
+	}{
+		{"alone", []string{"orders-a1.csv"}},
+		{"in a group", []string{"orders-a0.csv", "orders-a1.csv"}}, // a0 holds keys C-*
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, pool := testenv.DB(t)
+			alpha := testenv.NewSite(t, "alpha")
+			beta := testenv.NewSite(t, "beta")
+			if alpha.Config.SFTP.Address != beta.Config.SFTP.Address || alpha.Config.SFTP.User != beta.Config.SFTP.User {
+				t.Fatal("the two partners must share one SFTP account")
+			}
+			// the same size as alpha's file, so no size check tells them apart
+			betaBody := testenv.OrdersCSV("B", 3)
+			beta.Drop(t, "orders-b1.csv", betaBody)
+			for i, name := range tc.alpha {
+				prefix := "C"
+				if i == len(tc.alpha)-1 {
+					prefix = "A"
+				}
+				alpha.Drop(t, name, testenv.OrdersCSV(prefix, 3))
+			}
+			swapped := tc.alpha[len(tc.alpha)-1]
+			betaFile := filepath.Join(beta.Root, "ready", "orders-b1.csv")
+
+			r := newRig(t, pool, "w1", alpha, beta)
+			resume := r.pollPaused("alpha", "claim:before_rename")
+			link := filepath.Join(alpha.Root, "ready", swapped)
+			if err := os.Remove(link); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Symlink(betaFile, link); err != nil {
+				t.Fatal(err)
+			}
+			if err := resume(); err != nil {
+				t.Fatalf("alpha's poll: %v", err)
+			}
+
+			held := 0
+			for _, f := range files(t, pool, "alpha") {
+				if f.Name != swapped {
+					if f.State != "archived" {
+						t.Fatalf("alpha's own file: %+v", f)
+					}
+					continue
+				}
+				held++
+				if f.State != "quarantined" || f.Reason != "not_regular_file" {
+					t.Fatalf("the swapped-in link: %s/%s, want quarantined/not_regular_file (%+v)", f.State, f.Reason, f)
+				}
+				if rc := receipt(t, alpha, f.Receipt); rc.Outcome != "quarantined" || rc.Reason != "not_regular_file" || rc.Detail == "" {
+					t.Fatalf("receipt %+v", rc)
+				}
+				// like a hostile entry, it can only be discarded
+				err := ops.Release(context.Background(), pool, ops.Decision{IntakeID: f.ID, Actor: "alice", Reason: "looks fine",
+					Partners: []string{"alpha"}, Worker: intake.OpsWorker("ops")})
+				if !errors.Is(err, intake.ErrDecision) {
+					t.Fatalf("releasing the held link: %v, want a refusal", err)
+				}
+			}
+			if held != 1 {
+				t.Fatalf("%d rows of alpha for %s, want 1", held, swapped)
+			}
+			if n := count(t, pool, `SELECT count(*) FROM orders WHERE partner_id = 'alpha' AND order_id LIKE 'B-%'`); n != 0 {
+				t.Fatalf("%d of beta's rows landed under alpha's id", n)
+			}
+			if len(tc.alpha) > 1 {
+				testenv.AssertExactOrders(t, pool, "alpha", 3, "C")
+			} else {
+				testenv.AssertExactOrders(t, pool, "alpha", 0)
+			}
+			if fi, err := os.Lstat(betaFile); err != nil || !fi.Mode().IsRegular() {
+				t.Fatalf("beta's file left its ready/: %v, %v", fi, err)
+			}
+			if b, _ := os.ReadFile(betaFile); string(b) != betaBody {
+				t.Fatalf("beta's file changed: %q", b)
+			}
+
+			r.poll("beta")
+			got := files(t, pool, "beta")
+			if len(got) != 1 || got[0].State != "archived" {
+				t.Fatalf("beta's own poll: %+v", got)
+			}
+			testenv.AssertExactOrders(t, pool, "beta", 3, "B")
+		})
 	}
 }

@@ -61,6 +61,8 @@ const (
 	// ReasonChangedAfterClaim: readiness stable, the file changed after
 	// its claim (stable.go).
 	ReasonChangedAfterClaim = ledger.ReasonChangedAfterClaim
+	// ReasonNotRegular: the claimed path was not a regular file.
+	ReasonNotRegular = ledger.ReasonNotRegular
 )
 
 // File-level reasons of the poison matrix (ledger/reasons.go).

@@ -15,6 +15,7 @@ type metrics struct {
 	polls           *prometheus.CounterVec
 	pollErrors      *prometheus.CounterVec
 	partnerUp       *prometheus.GaugeVec
+	legacySSH       *prometheus.GaugeVec
 	claimsLost      *prometheus.CounterVec
 	skipped         *prometheus.CounterVec
 	filesFinished   *prometheus.CounterVec
@@ -65,6 +66,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		polls:         f.NewCounterVec(prometheus.CounterOpts{Name: "intake_polls_total", Help: "Poll cycles started, per partner."}, []string{"partner"}),
 		pollErrors:    f.NewCounterVec(prometheus.CounterOpts{Name: "intake_poll_errors_total", Help: "Poll cycles that failed, per partner."}, []string{"partner"}),
 		partnerUp:     f.NewGaugeVec(prometheus.GaugeOpts{Name: "intake_partner_up", Help: "1 when the last poll of the partner's SFTP site succeeded."}, []string{"partner"}),
+		legacySSH:     f.NewGaugeVec(prometheus.GaugeOpts{Name: "intake_partner_legacy_ssh_algorithms", Help: "1 when the partner is configured with sftp.legacy_algorithms: SHA-1 SSH key exchange, MACs and ssh-rsa signatures are offered to its site."}, []string{"partner"}),
 		claimsLost:    f.NewCounterVec(prometheus.CounterOpts{Name: "intake_claim_races_lost_total", Help: "Claims lost to another worker (normal with several replicas)."}, []string{"partner"}),
 		skipped:       f.NewCounterVec(prometheus.CounterOpts{Name: "intake_ready_entries_skipped_total", Help: "Entries in ready/ not claimed, by reason."}, []string{"partner", "reason"}),
 		filesFinished: f.NewCounterVec(prometheus.CounterOpts{Name: "intake_files_finished_total", Help: "Files that left the pipeline, by final state."}, []string{"partner", "state"}),
@@ -178,6 +180,7 @@ type Metrics struct {
 	Awaiting      *prometheus.GaugeVec
 	Ahead         *prometheus.CounterVec
 	TargetHeld    *prometheus.GaugeVec
+	LegacySSH     *prometheus.GaugeVec
 	// OrphansVanished: entries listed without a row that were gone when
 	// looked at again in the claim section (orphans.go).
 	OrphansVanished *prometheus.CounterVec
@@ -191,7 +194,7 @@ func (d *Daemon) Metrics() Metrics {
 		ChunkRetries: d.metrics.chunkRetries, Files: d.metrics.files, Stage: d.metrics.stageSeconds, Bytes: d.metrics.bytesDownloaded,
 		HashOnly: d.metrics.hashOnly, Grouped: d.metrics.grouped, Polls: d.metrics.polls, QuotaFull: d.metrics.quotaFull,
 		Skipped: d.metrics.skipped, PutBack: d.metrics.putBack, Plans: d.metrics.plans, Awaiting: d.metrics.awaiting,
-		Ahead: d.metrics.ahead, TargetHeld: d.metrics.targetHeld, OrphansVanished: d.metrics.orphansVanished}
+		Ahead: d.metrics.ahead, TargetHeld: d.metrics.targetHeld, LegacySSH: d.metrics.legacySSH, OrphansVanished: d.metrics.orphansVanished}
 }
 
 // connections exports how many SSH connections the daemon's sessions

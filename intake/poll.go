@@ -705,6 +705,11 @@ func (d *Daemon) claim(ctx context.Context, p *partnerRT, sess *partners.Session
 		in, next, err := d.claimRecord(ctx, p, sess, c, id)
 		return in, nil, next, err
 	}
+	if err := fault.Check("claim:before_rename"); err != nil {
+		// between the listing and the claim (a test pauses here to change
+		// ready/ under the listing)
+		return nil, nil, 0, fmt.Errorf("claim %s: %w", c.Name, err)
+	}
 	src := sess.Layout.Ready(c.Name)
 	dst := sess.Layout.Processing(d.cfg.WorkerID, c.Name)
 	var lock *ledger.ClaimLock // see ledger.ClaimLock

@@ -259,7 +259,7 @@ func (d *Daemon) retire(p *partnerRT) {
 	m := d.metrics
 	for _, g := range []*prometheus.GaugeVec{m.partnerUp, m.readyFiles, m.oldestReady, m.partnerOwned, m.files, m.oldestProcessing,
 		m.quarantineOpen, m.quarantineOldest, m.inflightRows, m.inflightRowsDone, m.inflightBytes, m.inflightBytesDone, m.spoolBytes, m.quotaFull,
-		m.awaiting, m.awaitingOldest, m.targetHeld} {
+		m.awaiting, m.awaitingOldest, m.targetHeld, m.legacySSH} {
 		g.DeletePartialMatch(prometheus.Labels{"partner": p.cfg.ID})
 	}
 	d.log.Info("partner removed by a reload: its poller ended", "partner", p.cfg.ID)

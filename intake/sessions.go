@@ -174,6 +174,11 @@ func (b *sessionBook) closed() { b.gauge.Set(float64(b.open.Add(-1))) }
 
 // newPartnerRT is a partner's runtime before its first poll.
 func (d *Daemon) newPartnerRT(c *partners.Config) *partnerRT {
+	legacy := 0.0
+	if c.SFTP.LegacyAlgorithms {
+		legacy = 1
+	}
+	d.metrics.legacySSH.WithLabelValues(c.ID).Set(legacy)
 	return &partnerRT{cfg: c, book: d.book, trigger: make(chan struct{}, 1), quit: make(chan struct{})}
 }
 

@@ -163,6 +163,9 @@ func (r *fileRun) step(ctx context.Context) (err error) {
 	return err
 }
 
+// notRegularDetail explains ReasonNotRegular to the partner.
+const notRegularDetail = "the file claimed from ready/ was not a regular file by then (a symbolic link, directory or device put in its place after it was listed); it was not followed or read"
+
 // hostileDetail explains each hostile-entry reason to the partner.
 var hostileDetail = map[string]string{
 	string(partners.SkipNotRegular):    "the entry in ready/ is not a regular file (a symbolic link, directory or device); it was not followed or read",

@@ -162,6 +162,13 @@ type SFTP struct {
 	// sftp-server announces that read limit), else 32 KiB, the size every
 	// SFTP server must accept. Set it to force a size (32768..261120).
 	MaxPacket int `yaml:"max_packet"`
+	// LegacyAlgorithms offers the SHA-1 SSH algorithms too, after the
+	// others, for an old server that has nothing better: the
+	// diffie-hellman-group14-sha1 key exchange, the hmac-sha1 and
+	// hmac-sha1-96 MACs, ssh-rsa signatures of the host key and of
+	// intake's own RSA key (partners/algorithms.go). intake check warns
+	// for it, and intake_partner_legacy_ssh_algorithms is 1.
+	LegacyAlgorithms bool `yaml:"legacy_algorithms"`
 }
 
 // Dirs names the remote directories, relative to SFTP.Root.
@@ -418,6 +425,31 @@ func nested(a, b string) bool {
 // not recognised as one site.
 func (c *Config) site() string {
 	return strings.ToLower(c.SFTP.Address) + "\x00" + c.SFTP.User
+}
+
+// SharedAccounts returns the partners that log in to one SFTP account
+// (the same address, host case-folded, and user) with another partner,
+// as groups of indexes into ps in config order; a partner alone on its
+// account is in none. Partners on one account can each read, replace and
+// link to the others' files whatever their roots: separate directories
+// (CheckSites) keep their claims apart, not the partners.
+func SharedAccounts(ps []Config) [][]int {
+	var order []string
+	bySite := map[string][]int{}
+	for i := range ps {
+		s := ps[i].site()
+		if _, ok := bySite[s]; !ok {
+			order = append(order, s)
+		}
+		bySite[s] = append(bySite[s], i)
+	}
+	var out [][]int
+	for _, s := range order {
+		if len(bySite[s]) > 1 {
+			out = append(out, bySite[s])
+		}
+	}
+	return out
 }
 
 // CheckSites refuses partners whose drops collide on one site (address and

@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -87,11 +88,12 @@ type sshConn struct {
 
 // connKey identifies the connections a partner's session may share: the
 // same server, account, credentials and pinned host keys, and the same
-// settings of the connection itself.
+// settings of the connection itself (a partner without legacy_algorithms
+// never joins a connection that may have agreed on SHA-1).
 func connKey(p *Config) string {
 	s := p.SFTP
 	return strings.Join([]string{strings.ToLower(s.Address), s.User, s.PrivateKeyFile, s.PasswordFile, s.PasswordEnv,
-		s.KnownHostsFile, s.DialTimeout.String(), s.Keepalive.String()}, "\x00")
+		s.KnownHostsFile, s.DialTimeout.String(), s.Keepalive.String(), strconv.FormatBool(s.LegacyAlgorithms)}, "\x00")
 }
 
 // Dial opens a session for the partner: on a connection of the pool that
@@ -313,11 +315,12 @@ func (c *sshConn) dial(ctx context.Context, p *Config) error {
 	if err != nil {
 		return err
 	}
-	hostKey, algos, err := pinnedHostKey(p.ID, p.SFTP.KnownHostsFile, p.SFTP.Address)
+	hostKey, algos, err := pinnedHostKey(p.ID, p.SFTP.KnownHostsFile, p.SFTP.Address, p.SFTP.LegacyAlgorithms)
 	if err != nil {
 		return fmt.Errorf("partner %s: %w", p.ID, err)
 	}
 	cfg := &ssh.ClientConfig{
+		Config:            sshAlgorithms(p.SFTP.LegacyAlgorithms), // no SHA-1 unless legacy_algorithms
 		User:              p.SFTP.User,
 		Auth:              []ssh.AuthMethod{auth},
 		HostKeyCallback:   hostKey,

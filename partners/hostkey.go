@@ -32,12 +32,14 @@ func (e *HostKeyError) Unwrap() error { return e.Err }
 // accepts only the pinned keys, plus the key algorithms to offer: offering
 // only the pinned types stops a server that also holds another key type
 // from presenting that one (which knownhosts reports as a mismatch).
-func pinnedHostKey(partner, file, address string) (ssh.HostKeyCallback, []string, error) {
+// An RSA key is proven by SHA-2 signatures only, unless legacy
+// (hostKeyAlgorithmsFor).
+func pinnedHostKey(partner, file, address string, legacy bool) (ssh.HostKeyCallback, []string, error) {
 	cb, err := knownhosts.New(file)
 	if err != nil {
 		return nil, nil, fmt.Errorf("known_hosts %s: %w", file, err)
 	}
-	algos, err := pinnedAlgorithms(file, address)
+	algos, err := pinnedAlgorithms(file, address, legacy)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -54,7 +56,7 @@ func pinnedHostKey(partner, file, address string) (ssh.HostKeyCallback, []string
 }
 
 // pinnedAlgorithms lists the host-key algorithms pinned for address.
-func pinnedAlgorithms(file, address string) ([]string, error) {
+func pinnedAlgorithms(file, address string, legacy bool) ([]string, error) {
 	f, err := os.Open(file)
 	if err != nil {
 		return nil, fmt.Errorf("known_hosts: %w", err)
@@ -78,7 +80,7 @@ func pinnedAlgorithms(file, address string) ([]string, error) {
 			if knownhosts.Normalize(h) != want {
 				continue
 			}
-			for _, a := range algorithmsFor(key.Type()) {
+			for _, a := range hostKeyAlgorithmsFor(key.Type(), legacy) {
 				if !seen[a] {
 					seen[a] = true
 					algos = append(algos, a)
@@ -90,14 +92,6 @@ func pinnedAlgorithms(file, address string) ([]string, error) {
 		return nil, fmt.Errorf("known_hosts %s: %w", file, err)
 	}
 	return algos, nil
-}
-
-// algorithmsFor maps a key type to the signature algorithms that prove it.
-func algorithmsFor(keyType string) []string {
-	if keyType == ssh.KeyAlgoRSA {
-		return []string{ssh.KeyAlgoRSASHA512, ssh.KeyAlgoRSASHA256, ssh.KeyAlgoRSA}
-	}
-	return []string{keyType}
 }
 
 // IsHostKeyMismatch reports whether err is a refused host key.

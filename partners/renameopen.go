@@ -10,7 +10,7 @@ import (
 )
 
 // Opening is a file opened right behind the RENAME that put it in place
-// (RenameAndOpen): its OPEN and a STAT of its path, answered after the
+// (RenameAndOpen): its OPEN and an LSTAT of its path, answered after the
 // RENAME's.
 type Opening struct {
 	done chan struct{}
@@ -19,8 +19,10 @@ type Opening struct {
 	err  error
 }
 
-// Wait returns the file opened and its STAT, or why either failed (under
-// the session's deadline). The file is the caller's to close.
+// Wait returns the file opened and the LSTAT of its path, or why either
+// failed (under the session's deadline). The file is the caller's to
+// close. The LSTAT is of the path itself: a symbolic link the RENAME put
+// there shows as one (the OPEN followed it), which the caller refuses.
 func (o *Opening) Wait() (*sftp.File, os.FileInfo, error) {
 	<-o.done
 	return o.f, o.fi, o.err
@@ -36,7 +38,7 @@ func (o *Opening) Discard() {
 	}()
 }
 
-// RenameAndOpen is Rename, with an OPEN and a STAT of to sent right
+// RenameAndOpen is Rename, with an OPEN and an LSTAT of to sent right
 // behind the RENAME on the same channel, before its answer: one round
 // trip for the three where a rename and then an open took two (a claim,
 // then its download: docs/performance.md item 57). The site answers a
@@ -44,7 +46,7 @@ func (o *Opening) Discard() {
 // ListDir and Prepare rely on too), so both name what the RENAME put at
 // to. The order on the wire is made sure of, not assumed: pkg/sftp writes
 // its requests one at a time, a RENAME in one Write, and the OPEN and
-// STAT are started only once the channel's writer has passed this very
+// LSTAT are started only once the channel's writer has passed this very
 // RENAME on (watchdog.awaitSent). When the rename fails, whatever the OPEN opened
 // is closed and the error is the rename's.
 //
@@ -85,7 +87,7 @@ func (s *Session) RenameAndOpen(from, to string) (*Opening, error) {
 		stat := make(chan error, 1)
 		go func() {
 			var err error
-			o.fi, err = s.Client.Stat(to)
+			o.fi, err = s.Client.Lstat(to)
 			_, err = sized(to, o.fi, err)
 			stat <- err
 		}()

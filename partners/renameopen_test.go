@@ -8,7 +8,7 @@ import (
 	"testing"
 )
 
-// RenameAndOpen's OPEN and STAT go out behind its RENAME, never before:
+// RenameAndOpen's OPEN and LSTAT go out behind its RENAME, never before:
 // on OpenSSH, which answers in order, every one of many claims opens
 // and stats the file it just moved (an OPEN sent ahead of its RENAME would
 // find nothing there). A rename that fails gives no file, even where a
@@ -54,6 +54,37 @@ func TestRenameAndOpenOpensWhatTheRenameMoved(t *testing.T) {
 	o, err := s.RenameAndOpen(s.Layout.Ready("gone.csv"), s.Layout.Processing("w1", "gone.csv"))
 	if o != nil || !errorsIsNotExist(err) {
 		t.Fatalf("a rename of a name gone: %v, %v", o, err)
+	}
+}
+
+// The attributes RenameAndOpen hands over are the claimed path's own: a
+// symbolic link the RENAME moved into place (swapped into ready/ after the
+// listing) shows as a link, not as the file it points at, which the OPEN
+// followed; the caller refuses it on that (intake's not_regular_file).
+func TestRenameAndOpenShowsASymlinkAsALink(t *testing.T) {
+	p := partner(t)
+	s := dialed(t, p)
+	if err := s.Prepare("w1", true); err != nil {
+		t.Fatal(err)
+	}
+	other := filepath.Join(t.TempDir(), "other.csv")
+	if err := os.WriteFile(other, []byte("id\n1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(other, filepath.Join(p.SFTP.Root, "ready", "link.csv")); err != nil {
+		t.Fatal(err)
+	}
+	o, err := s.RenameAndOpen(s.Layout.Ready("link.csv"), s.Layout.Processing("w1", "link.csv"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, st, err := o.Wait()
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	if st.Mode()&os.ModeSymlink == 0 || st.Mode().IsRegular() {
+		t.Fatalf("the claimed symlink shows as mode %v: the attributes are its target's", st.Mode())
 	}
 }
 

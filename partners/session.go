@@ -826,6 +826,9 @@ func authMethod(p *Config) (ssh.AuthMethod, error) {
 			return nil, fmt.Errorf("partner %s: sftp.private_key_file: %w", p.ID, err)
 		}
 		signer, err := ssh.ParsePrivateKey(b)
+		if err == nil {
+			signer, err = clientSigner(signer, s.LegacyAlgorithms)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("partner %s: sftp.private_key_file %s: %w", p.ID, s.PrivateKeyFile, err)
 		}

@@ -4,7 +4,9 @@
 // after the byte count is checked and the data is fsynced is it renamed to
 // <dir>/<partner>/sha256/<ab>/<hash>. A half-written file is therefore never
 // visible under a content name, and names are generated, never derived from
-// what a partner sent.
+// what a partner sent. Every directory the spool makes is 0700 and every
+// file it writes 0600, whatever the umask: partners' bytes are readable by
+// the daemon's user alone.
 package spool
 
 import (
@@ -58,7 +60,7 @@ func (s *Spool) ForWorker(worker string) (*Spool, error) {
 
 // New opens (and creates) the spool at dir.
 func New(dir string) (*Spool, error) {
-	if err := os.MkdirAll(dir, 0o750); err != nil {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("spool: %w", err)
 	}
 	abs, err := filepath.Abs(dir)
@@ -95,11 +97,11 @@ func (s *Spool) Put(partner string, want, max int64, src Source, opts ...PutOpti
 		return Entry{}, fmt.Errorf("spool: bad partner id %q", partner)
 	}
 	tmpDir := filepath.Join(s.dir, partner, "tmp")
-	if err := os.MkdirAll(tmpDir, 0o750); err != nil {
+	if err := os.MkdirAll(tmpDir, 0o700); err != nil {
 		return Entry{}, fmt.Errorf("spool: %w", err)
 	}
 	tmpPath := filepath.Join(tmpDir, s.worker+"."+randomName()+TempSuffix)
-	f, err := os.OpenFile(tmpPath, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o640)
+	f, err := os.OpenFile(tmpPath, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
 	if err != nil {
 		return Entry{}, fmt.Errorf("spool: %w", err)
 	}
@@ -143,7 +145,7 @@ func (s *Spool) Put(partner string, want, max int64, src Source, opts ...PutOpti
 		return Entry{}, fmt.Errorf("spool: close: %w", err)
 	}
 	_, statErr := os.Stat(filepath.Dir(final))
-	if err := os.MkdirAll(filepath.Dir(final), 0o750); err != nil {
+	if err := os.MkdirAll(filepath.Dir(final), 0o700); err != nil {
 		return Entry{}, fmt.Errorf("spool: %w", err)
 	}
 	if err := os.Rename(tmpPath, final); err != nil {
@@ -175,7 +177,7 @@ func (s *Spool) PutAll(partner string, files [][]byte) ([]Entry, error) {
 		return nil, fmt.Errorf("spool: bad partner id %q", partner)
 	}
 	tmpDir := filepath.Join(s.dir, partner, "tmp")
-	if err := os.MkdirAll(tmpDir, 0o750); err != nil {
+	if err := os.MkdirAll(tmpDir, 0o700); err != nil {
 		return nil, fmt.Errorf("spool: %w", err)
 	}
 	out := make([]Entry, len(files))
@@ -207,7 +209,7 @@ func (s *Spool) PutAll(partner string, files [][]byte) ([]Entry, error) {
 	for i, tmp := range temps {
 		err := os.Rename(tmp, finals[i])
 		if errors.Is(err, os.ErrNotExist) { // the first file under this prefix
-			if err = os.MkdirAll(filepath.Dir(finals[i]), 0o750); err == nil {
+			if err = os.MkdirAll(filepath.Dir(finals[i]), 0o700); err == nil {
 				err = os.Rename(tmp, finals[i])
 			}
 			for _, d := range newDirParents(finals[i]) {
@@ -264,7 +266,7 @@ func parallel(n int, fn func(int) error) error {
 
 // writeSynced creates path (which must not exist) with data, flushed.
 func writeSynced(path string, data []byte) error {
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o640)
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
 	if err != nil {
 		return fmt.Errorf("spool: %w", err)
 	}

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -258,5 +259,50 @@ func TestPutAllStoresEachFileUnderItsHashOnce(t *testing.T) {
 	noTemps(t, s, "acme")
 	if _, err := s.PutAll("Bad/Partner", files); err == nil {
 		t.Fatal("a bad partner id was accepted")
+	}
+}
+
+// Every directory the spool makes is 0700 and every file it writes 0600,
+// whatever the process's umask lets through: partners' bytes are the
+// daemon's user's alone.
+func TestSpoolDirectoriesAndFilesAreTheOwnersAlone(t *testing.T) {
+	old := syscall.Umask(0)
+	defer syscall.Umask(old)
+	root := filepath.Join(t.TempDir(), "spool")
+	s, err := New(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, _ = s.ForWorker("w1")
+	if _, err := s.Put("acme", 4, 1<<20, src("a,b\n")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.PutAll("globex", [][]byte{[]byte("c\n1\n"), []byte("d\n2\n")}); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	err = filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		fi, err := d.Info()
+		if err != nil {
+			return err
+		}
+		want := os.FileMode(0o600)
+		if d.IsDir() {
+			want = 0o700
+		}
+		if fi.Mode().Perm() != want {
+			t.Errorf("%s: mode %04o, want %04o", p, fi.Mode().Perm(), want)
+		}
+		n++
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n < 8 { // root, two partners with their tmp/, sha256/ and file
+		t.Fatalf("walked %d entries", n)
 	}
 }

@@ -32,6 +32,15 @@ func cmdCheck(args []string, stdout, stderr io.Writer) int {
 		return 2 // a config error, as for every command
 	}
 	fmt.Fprintf(stdout, "ok   config %s (%d partners, worker %s)\n", *path, len(cfg.Partners), cfg.WorkerID)
+	for _, g := range partners.SharedAccounts(cfg.Partners) {
+		ids := make([]string, len(g))
+		for k, i := range g {
+			ids[k] = cfg.Partners[i].ID
+		}
+		s := cfg.Partners[g[0]].SFTP
+		fmt.Fprintf(stdout, "warn partners %s share one SFTP account (%s@%s): each can read, replace and link to the others' files; give each partner an account of its own (docs/install.md)\n",
+			strings.Join(ids, ", "), inert.Text(s.User), inert.Text(s.Address))
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	failed := 0
@@ -41,6 +50,9 @@ func cmdCheck(args []string, stdout, stderr io.Writer) int {
 	}
 	for i := range cfg.Partners {
 		p := &cfg.Partners[i]
+		if p.SFTP.LegacyAlgorithms {
+			fmt.Fprintf(stdout, "warn partner %s sftp.legacy_algorithms: SHA-1 SSH algorithms (diffie-hellman-group14-sha1, hmac-sha1, ssh-rsa signatures) are offered to its site; remove it once the site's server offers SHA-2\n", p.ID)
+		}
 		if usesPGP(p) {
 			if err := intake.CheckPGPKeys(p); err != nil {
 				fail("partner "+p.ID+" pgp keys", err)

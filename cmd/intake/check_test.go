@@ -190,3 +190,72 @@ func TestCheckWarnsOfASnapshotWithoutADeleteGuard(t *testing.T) {
 		}
 	}
 }
+
+// `intake check` warns when two partners log in to one SFTP account (the
+// same address and user, each with its own root): each could read,
+// replace or link to the other's files. The warning names both partners
+// and the account; check still passes. Partners on accounts of their own
+// get no such line.
+func TestCheckWarnsWhenPartnersShareAnSFTPAccount(t *testing.T) {
+	url, _ := testenv.DB(t)
+	t.Setenv("INTAKE_DATABASE_URL", url)
+	alpha := testenv.NewSite(t, "alpha")
+	beta := testenv.NewSite(t, "beta")
+	if alpha.Config.SFTP.Address != beta.Config.SFTP.Address || alpha.Config.SFTP.User != beta.Config.SFTP.User {
+		t.Fatal("the two sites must be one account")
+	}
+	alone := writeConfig(t, alpha, alpha.Config.SFTP.KnownHostsFile)
+	code, out := runCLI("check", "--config", alone)
+	if code != 0 || strings.Contains(out, "share one SFTP account") {
+		t.Fatalf("check of one partner exited %d, want 0 and no warning:\n%s", code, out)
+	}
+
+	// beta's partner entry appended to alpha's config (partners: is last)
+	a, err := os.ReadFile(alone)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(writeConfig(t, beta, beta.Config.SFTP.KnownHostsFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, betaEntry, ok := strings.Cut(string(b), "partners:\n")
+	if !ok {
+		t.Fatalf("no partners: in\n%s", b)
+	}
+	both := filepath.Join(t.TempDir(), "intake.yaml")
+	if err := os.WriteFile(both, append(a, betaEntry...), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, out = runCLI("check", "--config", both)
+	w := "warn partners alpha, beta share one SFTP account (" + alpha.Config.SFTP.User + "@" + alpha.Config.SFTP.Address + ")"
+	if code != 0 || !strings.Contains(out, w) {
+		t.Fatalf("check of two partners on one account exited %d, want 0 and %q:\n%s", code, w, out)
+	}
+}
+
+// `intake check` warns for a partner configured with
+// sftp.legacy_algorithms (SHA-1 SSH algorithms offered to its site) and
+// still passes; without it, no such line.
+func TestCheckWarnsForLegacySSHAlgorithms(t *testing.T) {
+	url, _ := testenv.DB(t)
+	t.Setenv("INTAKE_DATABASE_URL", url)
+	site := testenv.NewSite(t, "oldssh")
+	cfg := writeConfig(t, site, site.Config.SFTP.KnownHostsFile)
+	code, out := runCLI("check", "--config", cfg)
+	if code != 0 || strings.Contains(out, "legacy_algorithms") {
+		t.Fatalf("check without legacy_algorithms exited %d, want 0 and no warning:\n%s", code, out)
+	}
+	b, err := os.ReadFile(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	legacy := strings.Replace(string(b), "    feeds:\n", "      legacy_algorithms: true\n    feeds:\n", 1)
+	if err := os.WriteFile(cfg, []byte(legacy), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, out = runCLI("check", "--config", cfg)
+	if w := "warn partner oldssh sftp.legacy_algorithms: SHA-1 SSH algorithms"; code != 0 || !strings.Contains(out, w) {
+		t.Fatalf("check with legacy_algorithms exited %d, want 0 and %q:\n%s", code, w, out)
+	}
+}

@@ -21,6 +21,12 @@ const (
 	// changed between its listing and the end of its download (the
 	// partner was still writing): put back into ready/, not applied.
 	ReasonChangedAfterClaim Reason = "changed_after_claim"
+	// ReasonNotRegular: the claimed path was not a regular file (a
+	// symbolic link, directory or device put into ready/ after the
+	// listing, moved by the claim's RENAME): held unread, never followed;
+	// like a hostile entry of the same name (partners.SkipNotRegular) it
+	// can only be discarded.
+	ReasonNotRegular Reason = "not_regular_file"
 )
 
 // File-level reasons of the poison matrix (failure.go).

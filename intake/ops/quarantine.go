@@ -75,6 +75,8 @@ func Release(ctx context.Context, db *pgxpool.Pool, d Decision) error {
 		switch {
 		case h.Feed == intake.NoFeed:
 			return fmt.Errorf("%w: intake %d is a hostile entry (%s): it can only be discarded", intake.ErrDecision, d.IntakeID, h.Reason)
+		case h.Reason == intake.ReasonNotRegular:
+			return fmt.Errorf("%w: intake %d was not a regular file when claimed (%s): it can only be discarded", intake.ErrDecision, d.IntakeID, h.Reason)
 		case h.Reason == intake.ReasonBadBatchID:
 			return fmt.Errorf("%w: intake %d has no usable batch id: it can only be discarded", intake.ErrDecision, d.IntakeID)
 		case h.Reason == intake.ReasonBatchConflict:

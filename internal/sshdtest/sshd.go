@@ -37,6 +37,7 @@ type Server struct {
 	logFile        string
 	sftpArgs       string // internal-sftp's flags, e.g. "-R" (read-only)
 	maxSessions    int    // channels per connection (sshd's MaxSessions); 0: 50
+	extra          []string
 }
 
 // Start runs sshd in a new temporary directory.
@@ -44,17 +45,23 @@ func Start() (*Server, error) { return StartSFTP("") }
 
 // StartSFTP runs sshd whose internal-sftp takes flags: "-R" (a read-only
 // account), "-P rename,posix-rename" (requests refused), see sftp-server(8).
-func StartSFTP(flags string) (*Server, error) { return start(flags, 0) }
+func StartSFTP(flags string) (*Server, error) { return start(flags, 0, nil) }
 
 // StartOneChannel runs sshd that allows one channel per connection
 // (MaxSessions 1): a site where intake's second channels are refused.
-func StartOneChannel() (*Server, error) { return start("", 1) }
+func StartOneChannel() (*Server, error) { return start("", 1, nil) }
 
 // StartChannels runs sshd that allows n channels per connection
 // (MaxSessions n).
-func StartChannels(n int) (*Server, error) { return start("", n) }
+func StartChannels(n int) (*Server, error) { return start("", n, nil) }
 
-func start(flags string, maxSessions int) (*Server, error) {
+// StartConfig runs sshd with extra sshd_config lines, e.g. "KexAlgorithms
+// diffie-hellman-group14-sha1" (a site that offers only that key
+// exchange). They come first in the file: for most keywords sshd takes
+// the first value it reads.
+func StartConfig(lines ...string) (*Server, error) { return start("", 0, lines) }
+
+func start(flags string, maxSessions int, extra []string) (*Server, error) {
 	sshd, err := syspkg.Find([]string{"/usr/sbin/sshd"}, "openssh-server", "openssh-sftp-server")
 	if err != nil {
 		return nil, err
@@ -67,7 +74,7 @@ func start(flags string, maxSessions int) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{Dir: dir, User: u.Username, exited: make(chan struct{}), sftpArgs: flags, maxSessions: maxSessions}
+	s := &Server{Dir: dir, User: u.Username, exited: make(chan struct{}), sftpArgs: flags, maxSessions: maxSessions, extra: extra}
 	if s.maxSessions == 0 {
 		s.maxSessions = 50
 	}
@@ -109,12 +116,12 @@ func (s *Server) start(sshd string) error {
 	port := l.Addr().(*net.TCPAddr).Port
 	l.Close()
 	s.Addr = fmt.Sprintf("127.0.0.1:%d", port)
-	cfg := strings.Join([]string{
+	cfg := strings.Join(append(append([]string(nil), s.extra...),
 		fmt.Sprintf("Port %d", port),
 		"ListenAddress 127.0.0.1",
-		"HostKey " + filepath.Join(s.Dir, "host_ed25519"),
-		"PidFile " + filepath.Join(s.Dir, "sshd.pid"),
-		"AuthorizedKeysFile " + filepath.Join(s.Dir, "authorized_keys"),
+		"HostKey "+filepath.Join(s.Dir, "host_ed25519"),
+		"PidFile "+filepath.Join(s.Dir, "sshd.pid"),
+		"AuthorizedKeysFile "+filepath.Join(s.Dir, "authorized_keys"),
 		"PubkeyAuthentication yes",
 		"PasswordAuthentication no",
 		"KbdInteractiveAuthentication no",
@@ -123,12 +130,12 @@ func (s *Server) start(sshd string) error {
 		"PermitRootLogin prohibit-password",
 		"AllowTcpForwarding no",
 		"X11Forwarding no",
-		strings.TrimSpace("Subsystem sftp internal-sftp " + s.sftpArgs),
-		strings.TrimSpace("ForceCommand internal-sftp " + s.sftpArgs),
+		strings.TrimSpace("Subsystem sftp internal-sftp "+s.sftpArgs),
+		strings.TrimSpace("ForceCommand internal-sftp "+s.sftpArgs),
 		"MaxStartups 100:30:200",
 		fmt.Sprintf("MaxSessions %d", s.maxSessions),
 		"LogLevel ERROR",
-	}, "\n") + "\n"
+	), "\n") + "\n"
 	conf := filepath.Join(s.Dir, "sshd_config")
 	if err := os.WriteFile(conf, []byte(cfg), 0o600); err != nil {
 		return err

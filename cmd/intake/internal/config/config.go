@@ -102,13 +102,17 @@ type Spool struct {
 	MinFreeBytes int64 `yaml:"min_free_bytes"`
 }
 
-// Load reads and validates a config file.
+// Load reads and validates a config file, and refuses a partner's SSH
+// key or password file that others may read (checkSecretFiles).
 func Load(path string) (*File, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("config: %w", err)
 	}
 	f, err := Parse(b)
+	if err == nil {
+		err = checkSecretFiles(f.Partners)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("config %s: %w", path, err)
 	}

@@ -1,7 +1,9 @@
 package config
 
 import (
+	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -211,5 +213,84 @@ func TestASecretInPlaceOfItsVariablesNameIsNotPrintedBack(t *testing.T) {
 	pgp := partners.PGP{PrivateKeyFile: "/k", PassphraseEnv: "correct horse battery"}
 	if err := pgp.Validate("partners[0].feeds[0].pgp"); err == nil || strings.Contains(err.Error(), "horse") || !strings.Contains(err.Error(), "passphrase_env") {
 		t.Fatalf("pgp passphrase_env: %v", err)
+	}
+}
+
+// A partner's SSH key or password file that others than intake's user
+// may read is refused at load, naming the partner's key, the file and its
+// mode; the same file at 0600 loads.
+func TestASecretFileOthersMayReadIsRefusedAtLoad(t *testing.T) {
+	dir := t.TempDir()
+	key := filepath.Join(dir, "acme.key")
+	if err := os.WriteFile(key, []byte("not parsed at load\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg := filepath.Join(dir, "intake.yaml")
+	write := func(s string) {
+		t.Helper()
+		if err := os.WriteFile(cfg, []byte(s), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const exampleKey = "private_key_file: /etc/intake/keys/acme"
+	withKey := strings.Replace(example(t), exampleKey, "private_key_file: "+key, 1)
+	withPassword := strings.Replace(example(t), exampleKey, "password_file: "+key, 1)
+	if withKey == example(t) || withPassword == example(t) {
+		t.Fatal("the example's private_key_file line moved")
+	}
+	for _, tc := range []struct {
+		name, config, setting string
+	}{
+		{"private key", withKey, "private_key_file"},
+		{"password", withPassword, "password_file"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			write(tc.config)
+			for _, mode := range []os.FileMode{0o644, 0o640, 0o604, 0o660, 0o602} {
+				if err := os.Chmod(key, mode); err != nil {
+					t.Fatal(err)
+				}
+				_, err := Load(cfg)
+				want := "partners[0] (id acme).sftp." + tc.setting + ": " + key + " is mode " + fmt.Sprintf("%04o", mode)
+				if err == nil || !strings.Contains(err.Error(), want) {
+					t.Fatalf("mode %04o: %v, want an error with %q", mode, err, want)
+				}
+			}
+			for _, mode := range []os.FileMode{0o600, 0o400} {
+				if err := os.Chmod(key, mode); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := Load(cfg); err != nil {
+					t.Fatalf("mode %04o: %v", mode, err)
+				}
+			}
+		})
+	}
+}
+
+// Which modes of a secret file pass: none with a bit for others; group
+// bits only on a file someone else owns (root) whose group is intake's
+// (root:intake 0640, a Kubernetes secret 0440 root:fsGroup).
+func TestSecretModeOK(t *testing.T) {
+	const uid, gid, root, other = 1000, 1000, 0, 2000
+	for _, tc := range []struct {
+		perm         os.FileMode
+		owner, group int
+		ok           bool
+	}{
+		{0o600, uid, gid, true},
+		{0o400, uid, gid, true},
+		{0o640, uid, gid, false},    // its own: group bits of no use
+		{0o640, root, gid, true},    // root:intake 0640
+		{0o440, root, gid, true},    // a Kubernetes secret with fsGroup
+		{0o640, root, other, false}, // readable by another group
+		{0o644, root, gid, false},
+		{0o604, uid, gid, false},
+		{0o602, uid, gid, false},
+		{0o640, -1, -1, false}, // owner unknown
+	} {
+		if got := secretModeOK(tc.perm, tc.owner, tc.group, uid, gid); got != tc.ok {
+			t.Errorf("mode %04o owner %d group %d: ok %v, want %v", tc.perm, tc.owner, tc.group, got, tc.ok)
+		}
 	}
 }
