@@ -18,7 +18,7 @@ import (
 	"github.com/partner-intake/partner-intake/partners"
 )
 
-// Plans and approval (issue 14 item 3). A feed with an `approval` policy
+// Plans and approval. A feed with an `approval` policy
 // has every file planned against its target before apply: its valid rows
 // are staged and judged by the merge's own expressions without writing
 // the target (target.Table.Plan), giving the counts of creates, updates,

@@ -14,7 +14,7 @@ import (
 	"github.com/partner-intake/partner-intake/partners"
 )
 
-// Claims without a row (matrix row 1, issue 12 item 11). A worker killed
+// Claims without a row (matrix row 1). A worker killed
 // between its claim RENAME and the row's INSERT leaves the file in
 // processing/<worker>/ with no row: no lease expires for it, so nothing
 // but a look into that directory finds it. Three look:

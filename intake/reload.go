@@ -13,7 +13,7 @@ import (
 	"github.com/partner-intake/partner-intake/partners"
 )
 
-// Reloading the partners of a running daemon (SIGHUP, issue 16 item 2).
+// Reloading the partners of a running daemon (SIGHUP).
 //
 // The partner set (Daemon.parts, order) is copied on write: a reload
 // builds a new set and swaps it in under partsMu; readers that run beside

@@ -15,7 +15,7 @@ import (
 	"github.com/partner-intake/partner-intake/partners"
 )
 
-// The session policy (issue 17 item 2: a fleet of partners on one daemon).
+// The session policy (a fleet of partners on one daemon).
 //
 //   - Dials are bounded per SSH server (SessionPolicy.MaxParallelDials,
 //     default 8, for each sftp.address): a start, a reload or a burst of

@@ -19,7 +19,7 @@ import (
 // Sessions of partners whose sites are one SSH server under one account
 // with the same credentials (connKey: address, user, key or password
 // source, pinned host keys, dial and keepalive settings) may share an SSH
-// connection, each with channels of its own (issue 17 item 2: a login
+// connection, each with channels of its own (a login
 // costs the partner's server 60-90 ms of CPU on the bench machine, a
 // channel about 1 ms). Sharing gives nothing away: every session on a
 // connection already holds the same authority on the site.

@@ -12,7 +12,7 @@ import (
 	"github.com/robfig/cron/v3"
 )
 
-// Expect says when a feed's files are due (issue 15 item 3). Each time the
+// Expect says when a feed's files are due. Each time the
 // schedule fires (in Timezone) a delivery is due; a day listed in the
 // Calendar file expects none. docs/design.md "Expected deliveries" defines
 // the window and how files are counted.

@@ -7,7 +7,7 @@ import (
 	"github.com/partner-intake/partner-intake/internal/names"
 )
 
-// PGP is a feed's OpenPGP setting (issue 15 item 2): the feed's files are
+// PGP is a feed's OpenPGP setting: the feed's files are
 // encrypted to PrivateKeyFile's key and, when VerifyKeysFile is set,
 // signed by one of its keys. Key files are read when they change (their
 // mtime or size), never logged; the passphrase comes from the environment

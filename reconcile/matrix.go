@@ -80,7 +80,7 @@ func (r *Reconciler) partner(ctx context.Context, p *partners.Config) ([]Finding
 // claimed row is inserted. When w is this worker or still alive, w adopts
 // it itself when it next looks at the partner; until then the file is
 // reported (it has no outcome yet, and a worker that never looks would
-// leave it so for good: issue 12 item 11). A live worker may be between a
+// leave it so for good). A live worker may be between a
 // claim's RENAME and its INSERT right now, so such an entry is looked up
 // again after every directory was listed, and reported only if still there
 // without a row.

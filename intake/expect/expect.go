@@ -1,5 +1,4 @@
-// Package expect raises expected deliveries that do not come (issue 15
-// item 3): per feed with an `expect:` block, every window that closes
+// Package expect raises expected deliveries that do not come: per feed with an `expect:` block, every window that closes
 // without an accepted file is recorded once in PostgreSQL
 // (intake_feed_late), counted in intake_feed_late{partner,feed} and
 // logged; the first accepted file claimed after a late window's deadline

@@ -10,7 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// The statements of plans and approval (issue 14 item 3; migration 011).
+// The statements of plans and approval (migration 011).
 // A file of a feed with an approval policy is planned against its target;
 // its plan (counts, hash, a sample of changes) is stored with it by
 // RecordPlan in the plan's transaction. A file that needs a decision is

@@ -9,7 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// The outbox of notifications (issue 15 item 4; migration 009). Every
+// The outbox of notifications (migration 009). Every
 // event is inserted by the statement or transaction of the state change
 // that causes it, so an event exists exactly when its change committed;
 // the delivery service (intake/notify) fans it out to the subscribed

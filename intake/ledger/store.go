@@ -214,7 +214,7 @@ func (l *Ledger) RegisterWorker(ctx context.Context, worker string, partners []s
 // processing/<worker>/ was looked through (resumeOwn) since the last poll
 // that failed, or was known clean from the previous run (Daemon.Stop).
 // A run that never reached a partner must not say so: its next start
-// would trust it and never look there (issue 12 item 11). A row since
+// would trust it and never look there. A row since
 // refreshed by a restarted process of the same id is left alone.
 func (l *Ledger) RetireWorker(ctx context.Context, worker string, drained bool) error {
 	_, err := l.pool.Exec(ctx, `UPDATE intake_worker SET last_seen = pg_catalog.now() - lease - interval '1 second',

@@ -1,5 +1,4 @@
-// Package notify delivers the outbox's events to webhooks (issue 15 item
-// 4). Events are written by intake/ledger in the transaction of the state
+// Package notify delivers the outbox's events to webhooks. Events are written by intake/ledger in the transaction of the state
 // change that causes them; this service, run by every replica (leader-free),
 // fans each event out to the endpoints subscribed to it, claims due
 // deliveries with FOR UPDATE SKIP LOCKED and a lease, POSTs them signed,

@@ -58,7 +58,7 @@ type Options struct {
 	// WANDelay is the latency the wan workload's proxy adds each way
 	// (25 ms: a 50 ms round trip); 0 skips the workload.
 	WANDelay time.Duration
-	// The fleet workload (issue 17 item 2): FleetPartners partners (0
+	// The fleet workload: FleetPartners partners (0
 	// skips it) polled every FleetPoll on one sshd, and FleetFiles files
 	// dropped at random partners over FleetWindow.
 	FleetPartners int
@@ -83,7 +83,7 @@ type Results struct {
 	NaiveReplayS float64 `json:"naive_replay_s"`
 	RatioReplay  float64 `json:"ratio_replay"`
 	DuplicateS   float64 `json:"duplicate_s"`
-	// The concurrent-edit guard's cost (issue 14 item 1): the same file
+	// The concurrent-edit guard's cost: the same file
 	// fresh into the emptied target and then again (every row unchanged),
 	// with intake_row_hash on the target (on_outside_edit: keep), over the
 	// unguarded runs above. Without -row-hash only.
@@ -92,7 +92,7 @@ type Results struct {
 	RatioGuardFresh  float64 `json:"guard_fresh_over_unguarded,omitempty"`
 	RatioGuardReplay float64 `json:"guard_replay_over_unguarded,omitempty"`
 	RowHash          bool    `json:"row_hash_on_every_phase,omitempty"`
-	// The physical floor (issue 17 item 3): psql \copy of the same file
+	// The physical floor: psql \copy of the same file
 	// into an empty indexed table, and one set-based comparison of the
 	// staged file against the target with no writes.
 	FloorCopyS       float64 `json:"floor_copy_s"`
@@ -100,7 +100,7 @@ type Results struct {
 	FloorReplayS     float64 `json:"floor_replay_s"`
 	RatioFloorReplay float64 `json:"ratio_floor_replay"`
 	RatioDuplicate   float64 `json:"ratio_duplicate"`
-	// An exact resend whose manifest states its sha256 (issue 17 item 4):
+	// An exact resend whose manifest states its sha256:
 	// the daemon's whole run (as duplicate_s), the file's own time from
 	// claim to duplicate in the ledger, and the run over the naive rerun.
 	ManifestDuplicateS     float64 `json:"manifest_duplicate_s"`
@@ -147,7 +147,7 @@ type Results struct {
 	// partners between them).
 	TwoDaemonFiles map[string]int64 `json:"two_daemon_files,omitempty"`
 	RowsCheckedOK  bool             `json:"rows_checked_ok"`
-	// WAN (issue 17 item 1): SFTP through a proxy adding WANRTTms per
+	// WAN: SFTP through a proxy adding WANRTTms per
 	// round trip. The large file fresh (intake; the naive pipeline with
 	// its sftp get through the same proxy), intake over its loopback
 	// time, and the small files with one warm daemon, with the round
@@ -167,7 +167,7 @@ type Results struct {
 	WANLargeProxyCPUS float64   `json:"wan_large_proxy_cpu_s,omitempty"`
 	WANDialMs         float64   `json:"wan_dial_ms,omitempty"` // partners.Dial through the proxy, median of 15
 	WANLargeRuns      []float64 `json:"wan_large_runs_s,omitempty"`
-	// A fleet of partners on one daemon (issue 17 item 2; fleet.go): the
+	// A fleet of partners on one daemon (fleet.go): the
 	// daemon's peak RSS (VmHWM) with every session open and its RSS after
 	// the first cycle; exec until every partner was polled once; CPU over
 	// one idle poll interval of all partners (daemon, sshd, PostgreSQL);

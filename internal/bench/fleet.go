@@ -16,8 +16,8 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// fleet measures one daemon serving many partners on one OpenSSH (issue 17
-// item 2): each partner its own root under the bench account, all polled
+// fleet measures one daemon serving many partners on one OpenSSH: each
+// partner its own root under the bench account, all polled
 // on FleetPoll (`@every 30s`), phased over the interval by the daemon's
 // session policy (intake/sessions.go). In one daemon run:
 //

@@ -14,8 +14,7 @@ import (
 // wan measures intake and the naive pipeline with SFTP through a latency
 // proxy (Options.WANDelay each way; the database stays local): the large
 // file fresh, the naive pipeline's sftp get of it through the same proxy
-// plus the rest, and the small files with one warm daemon (issue 17
-// item 1). It also counts the round trips paid one after another on the
+// plus the rest, and the small files with one warm daemon. It also counts the round trips paid one after another on the
 // small-file path (wanProxy.turns).
 func (e *env) wanWorkload(ctx context.Context, res *Results) error {
 	p, err := newWANProxy(e.sshd.Addr, e.o.WANDelay)

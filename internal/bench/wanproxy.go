@@ -11,7 +11,7 @@ import (
 // in each direction (25 ms each way: a 50 ms round trip), without limiting
 // throughput: each read is stamped and written out once its delay has
 // passed, so many requests in flight overlap as on a long link. The
-// database stays local; only SFTP goes through it (issue 17 item 1).
+// database stays local; only SFTP goes through it.
 type wanProxy struct {
 	ln     net.Listener
 	target string

@@ -91,8 +91,8 @@ func (e *env) large(ctx context.Context, res *Results) error {
 	if res.DuplicateS, _, _, err = e.runOnce(url, cfg); err != nil {
 		return err
 	}
-	// The same exact resend with a manifest stating its sha256 (issue 17
-	// item 4): the partner switched to manifest mode, same id and batch.
+	// The same exact resend with a manifest stating its sha256: the
+	// partner switched to manifest mode, same id and batch.
 	// Decided from the manifest: one small read, not the file.
 	if err := e.manifestDuplicate(ctx, url, cfg, src, root, res); err != nil {
 		return fmt.Errorf("manifest duplicate: %w", err)
