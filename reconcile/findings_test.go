@@ -2,6 +2,7 @@ package reconcile_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"sort"
@@ -129,5 +130,40 @@ func TestAPartnersFindingsThatCannotBeStoredCostNoOtherPartnerTheirs(t *testing.
 	}
 	if stored("st-b") != 2 || !runAt("st-b").After(first) {
 		t.Fatalf("st-b holds %d stale uploads of the run at %s, want this run's 2", stored("st-b"), runAt("st-b"))
+	}
+}
+
+// A site with thousands of abandoned uploads gets the first findings of
+// that kind one by one and one more that counts the rest: a run stores
+// and logs a bounded number, and still says how many there are.
+func TestFindingsOfOneKindAreBoundedPerRun(t *testing.T) {
+	_, pool := testenv.DB(t)
+	site := testenv.NewSite(t, "many")
+	old := time.Now().Add(-7 * time.Hour)
+	const n = 250
+	for i := range n {
+		p := filepath.Join(site.Root, "incoming", fmt.Sprintf("f%04d.part", i))
+		if err := os.WriteFile(p, []byte("x"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chtimes(p, old, old); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w := newNode(t, pool, "w1", t.TempDir(), site)
+	fs := w.reconcile(t)
+	var listed, summary int
+	for _, f := range fs {
+		if f.Kind != reconcile.KindStaleUpload {
+			continue
+		}
+		if f.Path != "" {
+			listed++
+		} else if strings.Contains(f.Detail, fmt.Sprintf("%d more findings", n-100)) && f.NeedsHuman {
+			summary++
+		}
+	}
+	if listed != 100 || summary != 1 {
+		t.Fatalf("%d stale uploads listed and %d summaries, want 100 and one counting the other %d", listed, summary, n-100)
 	}
 }

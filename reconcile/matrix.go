@@ -28,8 +28,50 @@ type addFunc func(Finding)
 // reconciler says that moving it to quarantine failed.
 const unclaimableAfter = 10 * time.Minute
 
+// maxFindingsPerKind bounds what one run stores and logs of one kind of
+// finding for one partner (a site with 100 000 stale uploads or hostile
+// entries in ready/): the first ones, then one finding that counts the
+// rest.
+const maxFindingsPerKind = 100
+
 // partner runs every row for one partner.
 func (r *Reconciler) partner(ctx context.Context, p *partners.Config) ([]Finding, error) {
+	fs, err := r.partnerRows(ctx, p)
+	return boundFindings(fs, maxFindingsPerKind), err
+}
+
+// boundFindings keeps the first max findings of each kind and, for a kind
+// that had more, one finding more that counts them (it needs a human when
+// one of them did).
+func boundFindings(fs []Finding, max int) []Finding {
+	seen := map[string]int{}
+	over := map[string]*Finding{}
+	var out []Finding
+	for _, f := range fs {
+		seen[f.Kind]++
+		if seen[f.Kind] <= max {
+			out = append(out, f)
+			continue
+		}
+		o := over[f.Kind]
+		if o == nil {
+			o = &Finding{Kind: f.Kind, Partner: f.Partner, Action: "none"}
+			over[f.Kind] = o
+		}
+		o.NeedsHuman = o.NeedsHuman || f.NeedsHuman
+	}
+	for _, f := range fs {
+		if o := over[f.Kind]; o != nil {
+			o.Detail = fmt.Sprintf("%d more findings of this kind this run, not listed one by one", seen[f.Kind]-max)
+			out = append(out, *o)
+			delete(over, f.Kind)
+		}
+	}
+	return out
+}
+
+// partnerRows runs every row for one partner.
+func (r *Reconciler) partnerRows(ctx context.Context, p *partners.Config) ([]Finding, error) {
 	var fs []Finding
 	add := func(f Finding) {
 		f.Partner = p.ID
