@@ -206,6 +206,7 @@ type Daemon struct {
 	retiring []*partnerRT // removed or replaced by a reload, still finishing a poll
 
 	targets *target.Cache   // the checked target of each feed mapping
+	sites   sync.Map        // partner id -> partners.Site, as each first dialled (site.go)
 	book    *sessionBook    // the dial bound and the open sessions (sessions.go)
 	conns   *partners.Conns // SSH connections, shared by partners on one account (sessions.go)
 
@@ -779,11 +780,12 @@ type partnerRT struct {
 	mu        sync.Mutex // one poll at a time per partner
 	sessMu    sync.Mutex
 	sess      *partners.Session
-	hasSess   atomic.Bool  // sess != nil, read without sessMu (sessions.go)
-	lastUsed  atomic.Int64 // unix ns a poll last used the session (idle close, LRU)
-	tempClean bool         // this worker's spool temp files of the partner were swept
-	redial    atomic.Bool  // a file met an SFTP failure: the next poll dials afresh
-	resumed   bool         // this worker's own files of the partner were resumed once
+	hasSess   atomic.Bool                   // sess != nil, read without sessMu (sessions.go)
+	site      atomic.Pointer[partners.Site] // its tree as the server resolves it, once dialled (site.go)
+	lastUsed  atomic.Int64                  // unix ns a poll last used the session (idle close, LRU)
+	tempClean bool                          // this worker's spool temp files of the partner were swept
+	redial    atomic.Bool                   // a file met an SFTP failure: the next poll dials afresh
+	resumed   bool                          // this worker's own files of the partner were resumed once
 	// takenOver: this worker's reconciler took a file of the partner over
 	// (TakenOver): the next poll resumes this worker's own files again,
 	// even where another replica polls the partner.

@@ -187,6 +187,9 @@ func (d *Daemon) newPartnerRT(c *partners.Config) *partnerRT {
 // session (its connection ended, or takes no new sessions since another
 // partner's request on it hung) is given up and dialled afresh.
 func (d *Daemon) session(ctx context.Context, p *partnerRT) (*partners.Session, error) {
+	if err := d.siteShared(p); err != nil {
+		return nil, err
+	}
 	if p.hasSess.Load() {
 		p.sessMu.Lock()
 		s := p.sess
@@ -243,6 +246,10 @@ func (d *Daemon) dial(ctx context.Context, p *partnerRT) (*partners.Session, err
 	if err := s.Prepare(d.cfg.WorkerID, !p.cfg.Records()); err != nil {
 		s.Close()
 		return nil, fmt.Errorf("partner %s: %w", p.cfg.ID, err)
+	}
+	if err := d.resolveSite(p, s); err != nil {
+		s.Close()
+		return nil, err
 	}
 	return s, nil
 }

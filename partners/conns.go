@@ -75,6 +75,8 @@ type sshConn struct {
 	client  *ssh.Client
 	raw     net.Conn
 	version string       // the server's version string
+	hostFP  string       // the SHA256 fingerprint of the host key the server proved
+	user    string       // the account logged in to
 	upOnce  sync.Once    // the first session's channels are up
 	rtt     atomic.Int64 // ns, as the first session's Prepare measured it
 	heard   atomic.Int64 // unix ns of the last reply byte on any channel
@@ -319,11 +321,18 @@ func (c *sshConn) dial(ctx context.Context, p *Config) error {
 	if err != nil {
 		return fmt.Errorf("partner %s: %w", p.ID, err)
 	}
+	var hostFP string
 	cfg := &ssh.ClientConfig{
-		Config:            sshAlgorithms(p.SFTP.LegacyAlgorithms), // no SHA-1 unless legacy_algorithms
-		User:              p.SFTP.User,
-		Auth:              []ssh.AuthMethod{auth},
-		HostKeyCallback:   hostKey,
+		Config: sshAlgorithms(p.SFTP.LegacyAlgorithms), // no SHA-1 unless legacy_algorithms
+		User:   p.SFTP.User,
+		Auth:   []ssh.AuthMethod{auth},
+		HostKeyCallback: func(host string, remote net.Addr, key ssh.PublicKey) error {
+			err := hostKey(host, remote, key)
+			if err == nil {
+				hostFP = ssh.FingerprintSHA256(key)
+			}
+			return err
+		},
 		HostKeyAlgorithms: algos,
 		Timeout:           p.SFTP.DialTimeout,
 	}
@@ -350,7 +359,7 @@ func (c *sshConn) dial(ctx context.Context, p *Config) error {
 	// (sshConn.session): a deadline on the connection would cut the other
 	// sessions' transfers on it
 	_ = conn.SetDeadline(time.Time{})
-	c.client, c.raw, c.version = ssh.NewClient(sc, chans, reqs), conn, string(sc.ServerVersion())
+	c.client, c.raw, c.version, c.hostFP, c.user = ssh.NewClient(sc, chans, reqs), conn, string(sc.ServerVersion()), hostFP, p.SFTP.User
 	c.pool.dials.Add(1)
 	c.pool.open.Add(1)
 	go func() {

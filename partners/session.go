@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"path"
 	"strconv"
 	"strings"
 	"sync"
@@ -292,6 +293,45 @@ func (s *Session) Prepared() error {
 	}
 	<-s.prep
 	return s.prepErr
+}
+
+// Site is where a partner's tree is, as the server itself resolves it:
+// the server (by the host key it proved), the account, and the root after
+// SFTP REALPATH (".", a symbolic link, "..", a home directory spelled out
+// and a host name or its address all come to one). Two partners whose
+// sites are one tree, or one inside the other, would take each other's
+// files (SiteOverlaps).
+type Site struct {
+	HostKey, User, Root string
+}
+
+// Site resolves the session's site (one REALPATH round trip).
+func (s *Session) Site() (Site, error) {
+	root, err := s.RealPath(s.Layout.Root)
+	if err = s.Deadline(err); err != nil {
+		return Site{}, fmt.Errorf("realpath %s: %w", s.Layout.Root, err)
+	}
+	return Site{HostKey: s.conn.hostFP, User: s.conn.user, Root: path.Clean(root)}, nil
+}
+
+// ResolveSite dials the partner's site and resolves it (intake check).
+func ResolveSite(ctx context.Context, p *Config) (Site, error) {
+	s, err := Dial(ctx, p)
+	if err != nil {
+		return Site{}, err
+	}
+	defer s.Close()
+	return s.Site()
+}
+
+// SiteOverlaps reports whether two sites are one tree or one lies inside
+// the other: the same server and account, and roots equal or nested.
+func SiteOverlaps(a, b Site) bool {
+	if a.HostKey == "" || a.HostKey != b.HostKey || a.User != b.User {
+		return false
+	}
+	in := func(x, y string) bool { return x == y || y == "/" || strings.HasPrefix(x, y+"/") }
+	return in(a.Root, b.Root) || in(b.Root, a.Root)
 }
 
 // Dial connects to the partner's site with its pinned host key, on a

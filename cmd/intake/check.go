@@ -48,6 +48,24 @@ func cmdCheck(args []string, stdout, stderr io.Writer) int {
 		failed++
 		fmt.Fprintf(stdout, "FAIL %s: %s\n", what, inert.Lines(err.Error())) // a site's text may be in it
 	}
+	type resolved struct {
+		id   string
+		site partners.Site
+	}
+	var sites []resolved // each partner's tree as its server resolves it
+	overlaps := func() {
+		// two partners on one tree under different spellings ("." and the
+		// home directory, a link, a host name and its address)
+		for i := range sites {
+			for j := i + 1; j < len(sites); j++ {
+				if partners.SiteOverlaps(sites[i].site, sites[j].site) {
+					fail("partners "+sites[i].id+" and "+sites[j].id, fmt.Errorf(
+						"one tree on their server, or one inside the other, as the server resolves them (%s and %s): each would take the other's files; the daemon refuses both (reason site_shared)",
+						sites[i].site.Root, sites[j].site.Root))
+				}
+			}
+		}
+	}
 	for i := range cfg.Partners {
 		p := &cfg.Partners[i]
 		if p.SFTP.LegacyAlgorithms {
@@ -79,6 +97,9 @@ func cmdCheck(args []string, stdout, stderr io.Writer) int {
 			fail("partner "+p.ID, perr)
 		} else {
 			fmt.Fprintf(stdout, "ok   partner %s: host key pinned, login, directories writable, rename never overwrites\n", p.ID)
+			if site, err := partners.ResolveSite(ctx, p); err == nil {
+				sites = append(sites, resolved{p.ID, site})
+			}
 		}
 		if partners.IsHostKeyMismatch(perr) {
 			continue // nothing more is asked of a site that is not the pinned one
@@ -96,6 +117,7 @@ func cmdCheck(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stdout, "     partner %s: could not delete the probe file %s; delete it by hand\n", p.ID, a.Left)
 		}
 	}
+	overlaps()
 	url, err := cfg.DatabaseURL()
 	if err != nil {
 		fail("database", err)

@@ -229,8 +229,28 @@ func TestCheckWarnsWhenPartnersShareAnSFTPAccount(t *testing.T) {
 	}
 	code, out = runCLI("check", "--config", both)
 	w := "warn partners alpha, beta share one SFTP account (" + alpha.Config.SFTP.User + "@" + alpha.Config.SFTP.Address + ")"
-	if code != 0 || !strings.Contains(out, w) {
+	if code != 0 || !strings.Contains(out, w) || strings.Contains(out, "one tree") {
 		t.Fatalf("check of two partners on one account exited %d, want 0 and %q:\n%s", code, w, out)
+	}
+
+	// beta's root spelled as a link to alpha's: one tree, as the server
+	// resolves it, which check fails
+	alias := filepath.Join(filepath.Dir(alpha.Root), "alias-of-"+filepath.Base(alpha.Root))
+	if err := os.Symlink(alpha.Root, alias); err != nil {
+		t.Fatal(err)
+	}
+	beta.Config.SFTP.Root = alias
+	b, err = os.ReadFile(writeConfig(t, beta, beta.Config.SFTP.KnownHostsFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, betaEntry, _ = strings.Cut(string(b), "partners:\n")
+	if err := os.WriteFile(both, append(a, betaEntry...), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, out = runCLI("check", "--config", both)
+	if w := "FAIL partners alpha and beta: one tree on their server"; code != 1 || !strings.Contains(out, w) {
+		t.Fatalf("check of two partners on one tree exited %d, want 1 and %q:\n%s", code, w, out)
 	}
 }
 
