@@ -204,6 +204,9 @@ type Daemon struct {
 	parts    map[string]*partnerRT
 	order    []string
 	retiring []*partnerRT // removed or replaced by a reload, still finishing a poll
+	// unsettledRemoved: a reload removed a partner that was not settled
+	// (reload.go retire): the run is not drained
+	unsettledRemoved atomic.Bool
 
 	targets *target.Cache   // the checked target of each feed mapping
 	sites   sync.Map        // partner id -> partners.Site, as each first dialled (site.go)
@@ -695,6 +698,22 @@ func (d *Daemon) Stop() {
 		d.log.Warn("drain time over; abandoning files in flight (they resume on the next start)")
 	}
 	d.life.Cancel()
+	if d.unsettledRemoved.Load() {
+		// a reload removed a partner not looked at since a failure: its
+		// next start with the partner configured again must look
+		drained = false
+	}
+	d.partsMu.RLock()
+	gone := append([]*partnerRT(nil), d.retiring...)
+	d.partsMu.RUnlock()
+	for _, p := range gone { // removed, its poller ended by the stop before it retired
+		if _, current := d.partner(p.cfg.ID); !current && p.mu.TryLock() {
+			if !p.settled {
+				drained = false
+			}
+			p.mu.Unlock()
+		}
+	}
 	if drained {
 		for _, p := range d.partnerList() {
 			p.mu.Lock()

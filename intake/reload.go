@@ -254,8 +254,13 @@ func (d *Daemon) retire(p *partnerRT) {
 	_, current := d.parts[p.cfg.ID]
 	d.partsMu.Unlock()
 	if current {
-		return // replaced: its successor reports
+		return // replaced: its successor reports, and took its state over
 	}
+	p.mu.Lock()
+	if !p.settled {
+		d.unsettledRemoved.Store(true)
+	}
+	p.mu.Unlock()
 	m := d.metrics
 	for _, g := range []*prometheus.GaugeVec{m.partnerUp, m.readyFiles, m.oldestReady, m.partnerOwned, m.files, m.oldestProcessing,
 		m.quarantineOpen, m.quarantineOldest, m.inflightRows, m.inflightRowsDone, m.inflightBytes, m.inflightBytesDone, m.spoolBytes, m.quotaFull,

@@ -84,3 +84,48 @@ func TestReloadKeepsAFileInFlightOnItsMapping(t *testing.T) {
 		t.Fatalf("reload after Stop: %v", err)
 	}
 }
+
+// A reload removes a partner whose last poll failed right after a claim's
+// RENAME (a file in processing/<worker>/ without a row). The daemon's
+// stop then records no drained run: the next start, with the partner
+// configured again, looks through its processing dir and adopts the file.
+func TestAReloadThatRemovesAnUnsettledPartnerLeavesTheRunUndrained(t *testing.T) {
+	_, pool := testenv.DB(t)
+	a, b := testenv.NewSite(t, "un-a"), testenv.NewSite(t, "un-b")
+	for _, s := range []*testenv.Site{a, b} {
+		s.Config.Poll = "@every 1h" // polled by hand
+	}
+	ctx := context.Background()
+	r := newRig(t, pool, "un", a, b)
+	intake.Signals(r.d).Polled.Init(t)
+	if err := r.d.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for seen := map[string]bool{}; len(seen) < 2; { // the first polls, nothing there yet
+		seen[intake.Signals(r.d).Polled.WaitOrTimeout().Partner] = true
+	}
+	a.Drop(t, "orders-1.csv", goodRows("U", 2))
+	if err := fault.Set("claim:after_rename=error"); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.d.PollOnce(ctx, "un-a"); err == nil {
+		t.Fatal("the poll went past its claim's RENAME")
+	}
+	fault.Set("")
+	if _, err := r.d.Reload(ctx, []partners.Config{b.Validated(t)}); err != nil {
+		t.Fatal(err)
+	}
+	r.d.Stop()
+	var drained bool
+	if err := pool.QueryRow(ctx, `SELECT drained_at IS NOT NULL FROM intake_worker WHERE worker_id = 'un'`).Scan(&drained); err != nil || drained {
+		t.Fatalf("the stop recorded a drained run (%v, %v) with a removed partner's claim left without a row", drained, err)
+	}
+	again := newRig(t, pool, "un", a, b)
+	if err := again.d.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	again.poll("un-a")
+	if fs := files(t, pool, "un-a"); len(fs) != 1 || fs[0].State != "archived" {
+		t.Fatalf("rows %+v, want the claim without a row adopted and archived", fs)
+	}
+}
