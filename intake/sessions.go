@@ -247,7 +247,7 @@ func (d *Daemon) dial(ctx context.Context, p *partnerRT) (*partners.Session, err
 		s.Close()
 		return nil, fmt.Errorf("partner %s: %w", p.cfg.ID, err)
 	}
-	if err := d.resolveSite(p, s); err != nil {
+	if err := d.resolveSite(ctx, p, s); err != nil {
 		s.Close()
 		return nil, err
 	}

@@ -1,8 +1,11 @@
 package intake
 
 import (
+	"context"
 	"fmt"
+	"time"
 
+	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/partners"
 )
 
@@ -21,18 +24,66 @@ import (
 const reasonSiteShared = "site_shared"
 
 // resolveSite resolves p's site once per configuration of it (a reload
-// makes a new partnerRT) and refuses it when it overlaps another's.
-func (d *Daemon) resolveSite(p *partnerRT, s *partners.Session) error {
+// makes a new partnerRT) and refuses it when it overlaps another's, or
+// when its server's RENAME overwrites (siteProfile).
+func (d *Daemon) resolveSite(ctx context.Context, p *partnerRT, s *partners.Session) error {
 	if p.site.Load() == nil {
 		site, err := s.Site()
 		if err != nil {
 			return fmt.Errorf("partner %s: %w", p.cfg.ID, err)
+		}
+		if err := d.siteProfile(ctx, p, s, site); err != nil {
+			return err
 		}
 		p.site.Store(&site)
 		d.sites.Store(p.cfg.ID, site)
 	}
 	return d.siteShared(p)
 }
+
+// profileFor is how long a measured site profile is trusted.
+const profileFor = 24 * time.Hour
+
+// siteProfile makes sure the partner's server keeps to what the claim and
+// archive protocol relies on: a RENAME that refuses an existing target
+// (the claim's RENAME is the claim; an archive never overwrites). It is
+// measured when the partner is first dialled (partners.Session.
+// RenameOverwrites) and kept in PostgreSQL for a day, so a one-shot run
+// or a replica reads it instead of measuring again (a server found
+// overwriting is measured again at each poll). A server whose
+// RENAME overwrites is refused, as intake check refuses it: every poll
+// fails with reason rename_overwrites and no file is taken. A claim:
+// record partner never renames and is not measured.
+func (d *Daemon) siteProfile(ctx context.Context, p *partnerRT, s *partners.Session, site partners.Site) error {
+	if p.cfg.Records() {
+		return nil
+	}
+	key := site.HostKey + " " + site.User + "@" + site.Root
+	prof, err := d.ledger.SiteProfile(ctx, p.cfg.ID)
+	if err != nil {
+		return err
+	}
+	// measured again when unknown, of another site, a day old, or found
+	// overwriting (a server fixed since is served at the next poll)
+	if prof == nil || prof.Site != key || time.Since(prof.MeasuredAt) > profileFor || prof.RenameOverwrites {
+		overwrites, err := s.RenameOverwrites(d.cfg.WorkerID)
+		if err != nil {
+			return fmt.Errorf("partner %s: measure the server's RENAME: %w", p.cfg.ID, err)
+		}
+		if err := d.ledger.RecordSiteProfile(ctx, p.cfg.ID, key, overwrites); err != nil {
+			return err
+		}
+		prof = &ledger.SiteProfile{Site: key, RenameOverwrites: overwrites}
+	}
+	if prof.RenameOverwrites {
+		d.log.Error("the partner's server overwrites on RENAME: not polled", "partner", p.cfg.ID, "reason", reasonRenameOverwrites)
+		return fmt.Errorf("partner %s: %w (reason %s)", p.cfg.ID, partners.ErrRenameOverwrites, reasonRenameOverwrites)
+	}
+	return nil
+}
+
+// reasonRenameOverwrites is the poll error's reason code.
+const reasonRenameOverwrites = "rename_overwrites"
 
 // siteShared is the error of a partner whose resolved site is another
 // configured partner's tree or overlaps it (nil when not, or not yet

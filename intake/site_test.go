@@ -2,12 +2,14 @@ package intake_test
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/partner-intake/partner-intake/internal/testenv"
+	"github.com/partner-intake/partner-intake/partners"
 )
 
 // Two partners configured on one tree under different spellings (here a
@@ -44,5 +46,53 @@ func TestTwoPartnersOnOneTreeAreRefused(t *testing.T) {
 	}
 	if got := a.Files(t, "ready"); len(got) != 1 {
 		t.Fatalf("ready/ holds %v, want the file untouched", got)
+	}
+}
+
+// A partner's server whose RENAME overwrites an existing target (object
+// store gateways, some SFTP servers) breaks the claim (the RENAME is the
+// claim) and the never-overwrite archive: the daemon measures it when it
+// first dials the partner and refuses the partner, as intake check does
+// (rename_overwrites): no file is taken. The same site served as OpenSSH
+// serves it is polled, and the measurement is kept in PostgreSQL.
+func TestAServerWhoseRenameOverwritesIsRefusedAsCheckRefusesIt(t *testing.T) {
+	for _, overwrites := range []bool{true, false} {
+		t.Run(map[bool]string{true: "overwrites", false: "refuses"}[overwrites], func(t *testing.T) {
+			_, pool := testenv.DB(t)
+			srv, site := testenv.NewInProcessSite(t, "ow")
+			if overwrites {
+				srv.RenameOverwrites()
+			}
+			site.Drop(t, "orders-1.csv", goodRows("O", 2))
+			cfg := site.Validated(t)
+			checkErr := partners.Probe(context.Background(), &cfg, "w1")
+			r := newRig(t, pool, "w1", site)
+			err := r.d.PollOnce(context.Background(), "ow")
+			var measured bool
+			if qerr := pool.QueryRow(context.Background(), `SELECT rename_overwrites FROM intake_site_profile WHERE partner_id = 'ow'`).Scan(&measured); qerr != nil || measured != overwrites {
+				t.Fatalf("profile recorded %v (%v), want rename_overwrites %v", measured, qerr, overwrites)
+			}
+			if !overwrites {
+				if err != nil || checkErr != nil {
+					t.Fatalf("poll %v, check %v: want both to pass", err, checkErr)
+				}
+				if fs := files(t, pool, "ow"); len(fs) != 1 || fs[0].State != "archived" {
+					t.Fatalf("rows %+v, want the file archived", fs)
+				}
+				return
+			}
+			if !errors.Is(checkErr, partners.ErrRenameOverwrites) {
+				t.Fatalf("check: %v, want it refused", checkErr)
+			}
+			if err == nil || !errors.Is(err, partners.ErrRenameOverwrites) || !strings.Contains(err.Error(), "rename_overwrites") {
+				t.Fatalf("poll: %v, want it refused as check refuses it", err)
+			}
+			if fs := files(t, pool, "ow"); len(fs) != 0 {
+				t.Fatalf("rows %+v: a file was taken from a server whose RENAME overwrites", fs)
+			}
+			if got := site.Files(t, "ready"); len(got) != 1 {
+				t.Fatalf("ready/ holds %v, want the file untouched", got)
+			}
+		})
 	}
 }

@@ -2,12 +2,8 @@ package partners_test
 
 import (
 	"context"
-	"crypto/ed25519"
-	"crypto/rand"
 	"errors"
 	"fmt"
-	"io"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"sort"
@@ -15,11 +11,9 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/crypto/ssh"
 	"golang.org/x/crypto/ssh/knownhosts"
 
 	"github.com/partner-intake/partner-intake/internal/sftpd"
-	"github.com/partner-intake/partner-intake/internal/sshdtest"
 	"github.com/partner-intake/partner-intake/internal/testenv"
 	"github.com/partner-intake/partner-intake/partners"
 )
@@ -224,22 +218,8 @@ func TestListingsSideBySideEachGetTheirOwn(t *testing.T) {
 // (internal/sftpd) for the partner it returns; the server stops with t.
 func inProcessSite(t *testing.T, root string) (*sftpd.Server, *partners.Config) {
 	t.Helper()
-	_, hostPriv, _ := ed25519.GenerateKey(rand.Reader)
-	host, _ := ssh.NewSignerFromKey(hostPriv)
-	clientKey := filepath.Join(t.TempDir(), "client")
-	pub, err := sshdtest.WriteKey(clientKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv, err := sftpd.Start("127.0.0.1:0", host, []sftpd.User{{Name: "p1", Key: pub, Root: root}}, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { srv.Close() })
-	kh := filepath.Join(t.TempDir(), "kh")
-	os.WriteFile(kh, []byte(knownhosts.Line([]string{srv.Addr()}, host.PublicKey())+"\n"), 0o600)
-	p := &partners.Config{ID: "p1", SFTP: partners.SFTP{Address: srv.Addr(), User: "p1", PrivateKeyFile: clientKey,
-		KnownHostsFile: kh, Root: "/", DialTimeout: 5 * time.Second, Keepalive: time.Minute}}
+	srv, sftp := testenv.InProcessServer(t, root, "p1")
+	p := &partners.Config{ID: "p1", SFTP: sftp}
 	p.SetDefaults()
 	return srv, p
 }

@@ -34,6 +34,22 @@ func Probe(ctx context.Context, p *Config, worker string) error {
 	if _, err := s.Layout.EnsureDirs(s.Client, worker); err != nil {
 		return fmt.Errorf("partner %s: %w", p.ID, err)
 	}
+	overwrites, err := s.RenameOverwrites(worker)
+	if err != nil {
+		return fmt.Errorf("partner %s: %w", p.ID, err)
+	}
+	if overwrites {
+		return fmt.Errorf("partner %s: %w", p.ID, ErrRenameOverwrites)
+	}
+	return nil
+}
+
+// RenameOverwrites measures whether the server's plain RENAME replaces an
+// existing target: two dotfiles of intake's own in processing/<worker>/,
+// one renamed onto the other, both removed after. The daemon measures it
+// when it first dials a partner (and a day later), intake check every
+// time: both refuse such a server (ErrRenameOverwrites).
+func (s *Session) RenameOverwrites(worker string) (bool, error) {
 	var b [6]byte
 	_, _ = rand.Read(b[:])
 	dir := s.Layout.ProcessingDir(worker)
@@ -44,16 +60,13 @@ func Probe(ctx context.Context, p *Config, worker string) error {
 	for _, name := range []string{a, bb} {
 		f, err := s.Create(name)
 		if err != nil {
-			return fmt.Errorf("partner %s: %s is not writable: %w", p.ID, dir, err)
+			return false, fmt.Errorf("%s is not writable: %w", dir, s.Deadline(err))
 		}
 		_, err = f.Write([]byte(name))
 		f.Close()
 		if err != nil {
-			return fmt.Errorf("partner %s: write in %s: %w", p.ID, dir, err)
+			return false, fmt.Errorf("write in %s: %w", dir, s.Deadline(err))
 		}
 	}
-	if err := s.Rename(a, bb); err == nil {
-		return fmt.Errorf("partner %s: %w", p.ID, ErrRenameOverwrites)
-	}
-	return nil
+	return s.Rename(a, bb) == nil, nil
 }

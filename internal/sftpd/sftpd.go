@@ -43,7 +43,13 @@ type Server struct {
 	lie atomic.Pointer[LieFunc]
 	// hang: what of a channel's start goes unanswered (HangChannels)
 	hang atomic.Int32
+	// overwrite: RENAME replaces an existing target (RenameOverwrites)
+	overwrite atomic.Bool
 }
+
+// RenameOverwrites makes the server's RENAME replace an existing target,
+// as object-store gateways and some SFTP servers do (OpenSSH's refuses).
+func (s *Server) RenameOverwrites() { s.overwrite.Store(true) }
 
 // What of a channel's start a hanging server leaves unanswered
 // (HangChannels).
@@ -202,7 +208,7 @@ func (s *Server) serve(c net.Conn) {
 				if !ok {
 					continue
 				}
-				h := &handler{root: root, short: &s.short, lie: &s.lie}
+				h := &handler{root: root, short: &s.short, lie: &s.lie, overwrite: &s.overwrite}
 				srv := sftp.NewRequestServer(ch, sftp.Handlers{FileGet: h, FilePut: h, FileCmd: h, FileList: h})
 				if err := srv.Serve(); err != nil && !errors.Is(err, io.EOF) {
 					s.log.Debug("sftp session ended", "err", err)
@@ -216,9 +222,10 @@ func (s *Server) serve(c net.Conn) {
 
 // handler maps SFTP paths into root, lexically confined to it.
 type handler struct {
-	root  string
-	short *atomic.Int64 // Server.ShortReads
-	lie   *atomic.Pointer[LieFunc]
+	root      string
+	short     *atomic.Int64 // Server.ShortReads
+	lie       *atomic.Pointer[LieFunc]
+	overwrite *atomic.Bool // Server.RenameOverwrites
 }
 
 // answer is the truth, or what Lie makes of it.
@@ -296,6 +303,9 @@ func (h *handler) Filecmd(r *sftp.Request) error {
 		t, err := h.local(r.Target)
 		if err != nil {
 			return err
+		}
+		if h.overwrite.Load() {
+			return os.Rename(p, t)
 		}
 		// Like OpenSSH's SSH_FXP_RENAME: fail when the target exists.
 		return unix.Renameat2(unix.AT_FDCWD, p, unix.AT_FDCWD, t, unix.RENAME_NOREPLACE)
