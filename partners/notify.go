@@ -69,6 +69,27 @@ func (n Notify) Secrets() []string {
 	return append([]string{n.SecretEnv}, n.SecretEnvs...)
 }
 
+// LookupNotify is the webhook a delivery naming id goes to, among lists
+// in order: the first whose id is id, else the first whose URL id would
+// derive (a delivery recorded before its webhook was given an id).
+func LookupNotify(id string, lists ...[]Notify) (Notify, bool) {
+	for _, list := range lists {
+		for _, n := range list {
+			if n.EndpointID() == id {
+				return n, true
+			}
+		}
+	}
+	for _, list := range lists {
+		for _, n := range list {
+			if DerivedNotifyID(n.URL) == id {
+				return n, true
+			}
+		}
+	}
+	return Notify{}, false
+}
+
 // LoopbackHost reports whether host (a URL's hostname) is localhost or a
 // loopback address (127.0.0.0/8, ::1): the only hosts a webhook may reach
 // over plain http.
