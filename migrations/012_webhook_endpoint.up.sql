@@ -1,12 +1,12 @@
--- Webhook deliveries name their endpoint by id. A delivery row used to
--- carry the URL it was posted to and the name of the environment variable
--- whose secret signed it, so anyone able to insert a row could have every
--- replica post to any URL, signed with any secret in its environment. The
--- delivery service now takes the URL and the secrets of endpoint_id from
--- the config in force when it sends; a delivery whose endpoint_id the
--- config does not know is not sent (marked dead with that reason).
+-- Webhook deliveries name their endpoint by id, and by nothing else: a
+-- row holding a URL and the name of the environment variable whose secret
+-- signs would let anyone able to insert a row have every replica post to
+-- any URL, signed with any secret in its environment. The delivery service
+-- takes the URL and the secrets of endpoint_id from the config in force
+-- when it sends; a delivery whose endpoint_id the config does not know is
+-- not sent (marked dead with that reason).
 --
--- Rows recorded before are matched to their endpoint by URL: an endpoint
+-- Rows recorded with a URL are matched to their endpoint by URL: an endpoint
 -- configured without an id has the id "url-" and the first 16 hex digits
 -- of its URL's sha256 (partners.DerivedNotifyID), which is what the
 -- backfill writes. url and secret_env are dropped: nothing may read them

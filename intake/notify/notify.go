@@ -169,8 +169,8 @@ func (s *Service) SetConfig(global []partners.Notify, parts []partners.Config) {
 	s.global, s.per = global, per
 }
 
-// MissingSecrets names the secret_env variables of the webhooks that are
-// not set (intake run refuses to start with any).
+// MissingSecrets names the secret_env and secret_envs variables of the
+// webhooks that are not set (intake run refuses to start with any).
 func MissingSecrets(global []partners.Notify, parts []partners.Config) []string {
 	var out []string
 	seen := map[string]bool{}
