@@ -71,7 +71,7 @@ func init() {
 		{name: "replay", usage: "INTAKE_ID --config FILE --reason TEXT", summary: "apply a finished file's spooled bytes again (idempotent, audited)",
 			required: []string{"config", "reason"}, helpArgs: []string{"1"},
 			example: `intake replay 42 --config /etc/intake/intake.yaml --reason "mapping fixed"`, run: cmdReplay},
-		{name: "notify", usage: "dead|redeliver --config FILE [--partner P] [--event ID|--all] [--url URL] [--reason TEXT] [--actor NAME]",
+		{name: "notify", usage: "dead|redeliver --config FILE [--partner P] [--event ID|--all] [--url URL] [--endpoint ID] [--reason TEXT] [--actor NAME]",
 			summary: "list webhook deliveries whose retry budget ran out, send them again (audited)", subs: []string{"dead", "redeliver"},
 			required: []string{"config"}, subRequired: map[string][]string{"redeliver": {"reason"}}, helpArgs: []string{"dead"},
 			example: `intake notify redeliver --config /etc/intake/intake.yaml --all --reason "endpoint fixed"`, run: cmdNotify},

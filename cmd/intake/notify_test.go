@@ -22,6 +22,7 @@ import (
 	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/intake/notify"
 	"github.com/partner-intake/partner-intake/internal/testenv"
+	"github.com/partner-intake/partner-intake/partners"
 )
 
 type hookHit struct {
@@ -176,6 +177,7 @@ notify_delivery:
 			t.Fatal(err)
 		}
 		d.Payload = []byte(payload)
+		d.EndpointID = partners.DerivedNotifyID(srv.URL + "/intake") // the hook has no id: its URL's
 		events = append(events, d)
 	}
 	rs.Close()

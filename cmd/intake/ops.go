@@ -2,18 +2,22 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/user"
+	"slices"
 	"strings"
 	"text/tabwriter"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/partner-intake/partner-intake/intake"
+	"github.com/partner-intake/partner-intake/intake/notify"
 	"github.com/partner-intake/partner-intake/intake/ops"
 	"github.com/partner-intake/partner-intake/internal/inert"
+	"github.com/partner-intake/partner-intake/partners"
 )
 
 func defaultActor() string {
@@ -247,7 +251,8 @@ func cmdNotify(args []string, stdout, stderr io.Writer) int {
 	partner := fs.String("partner", "", "only this partner")
 	limit := fs.Int("limit", 100, "dead: at most this many entries")
 	event := fs.Int64("event", 0, "redeliver: only this event id")
-	url := fs.String("url", "", "redeliver: only deliveries to this endpoint")
+	url := fs.String("url", "", "redeliver: only deliveries to the configured endpoints with this URL (whole, without its query, or as dead lists it)")
+	endpoint := fs.String("endpoint", "", "redeliver: only deliveries to the endpoint with this id")
 	all := fs.Bool("all", false, "redeliver: every dead delivery in scope (instead of --event)")
 	reason := fs.String("reason", "", "redeliver: why (required, audited)")
 	actor := fs.String("actor", defaultActor(), "redeliver: who (audited)")
@@ -271,15 +276,24 @@ func cmdNotify(args []string, stdout, stderr io.Writer) int {
 			return 1
 		}
 		tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "EVENT\tPARTNER\tKIND\tDEAD\tATTEMPTS\tSTATUS\tURL\tLAST ERROR")
+		fmt.Fprintln(tw, "EVENT\tPARTNER\tKIND\tDEAD\tATTEMPTS\tSTATUS\tENDPOINT\tURL\tLAST ERROR")
 		for _, d := range ds {
-			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%d\t%s\t%s\n", d.EventID, d.Partner, d.Event,
-				d.DeadAt.UTC().Format("2006-01-02 15:04"), d.Attempts, d.LastStatus, inert.Text(d.URL), inert.Text(d.LastError))
+			shown := "(not in the config)"
+			if n, ok := configuredEndpoint(e.cfg.Notify, e.cfg.Partners, d.Partner, d.EndpointID); ok {
+				shown = notify.ShownURL(n.URL)
+			}
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\n", d.EventID, d.Partner, d.Event,
+				d.DeadAt.UTC().Format("2006-01-02 15:04"), d.Attempts, d.LastStatus, inert.Text(d.EndpointID), inert.Text(shown), inert.Text(d.LastError))
 		}
 		tw.Flush()
 		return 0
 	case "redeliver":
-		n, err := ops.Redeliver(ctx, e.pool, ops.Redelivery{Partners: scope, EventID: *event, URL: *url, Actor: *actor, Reason: *reason})
+		eps, err := endpointsFor(e.cfg.Notify, e.cfg.Partners, *url, *endpoint)
+		if err != nil {
+			fmt.Fprintln(stderr, "intake notify redeliver:", err)
+			return 1
+		}
+		n, err := ops.Redeliver(ctx, e.pool, ops.Redelivery{Partners: scope, EventID: *event, Endpoints: eps, Actor: *actor, Reason: *reason})
 		if err != nil {
 			fmt.Fprintln(stderr, "intake notify redeliver:", err)
 			return 1
@@ -293,4 +307,48 @@ func cmdNotify(args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stderr, "intake notify: unknown subcommand %q\n", sub)
 	return 2
+}
+
+// configuredEndpoint is the webhook a delivery of partner's event names by
+// id in the config: a global one, else one of the partner's (as the
+// delivery service resolves it).
+func configuredEndpoint(global []partners.Notify, parts []partners.Config, partner, id string) (partners.Notify, bool) {
+	lists := [][]partners.Notify{global}
+	for _, p := range parts {
+		if p.ID == partner {
+			lists = append(lists, p.Notify)
+		}
+	}
+	return partners.LookupNotify(id, lists...)
+}
+
+// endpointsFor is the ids of the configured webhooks that redeliver's
+// --url (the whole URL, the URL without its query, or as notify dead
+// shows it) and --endpoint (an id) select: nil when neither is given,
+// an error when one is given and matches no webhook of the config.
+func endpointsFor(global []partners.Notify, parts []partners.Config, rawURL, id string) ([]string, error) {
+	if rawURL == "" && id == "" {
+		return nil, nil
+	}
+	lists := [][]partners.Notify{global}
+	for _, p := range parts {
+		lists = append(lists, p.Notify)
+	}
+	var out []string
+	for _, list := range lists {
+		for _, n := range list {
+			urlOK := rawURL == "" || n.URL == rawURL || strings.SplitN(n.URL, "?", 2)[0] == rawURL || notify.ShownURL(n.URL) == rawURL
+			if urlOK && (id == "" || n.EndpointID() == id) && !slices.Contains(out, n.EndpointID()) {
+				// and the id its URL derives: deliveries recorded before it had one
+				out = append(out, n.EndpointID())
+				if d := partners.DerivedNotifyID(n.URL); d != n.EndpointID() {
+					out = append(out, d)
+				}
+			}
+		}
+	}
+	if len(out) == 0 {
+		return nil, errors.New("no webhook in the config matches --url/--endpoint (a delivery whose endpoint left the config can be sent again by --event or --all once the config has it back)")
+	}
+	return out, nil
 }

@@ -26,9 +26,10 @@ import (
 // the partners (added ones are polled, removed ones stop after the poll in
 // progress and their files in flight finish, changed ones take effect at
 // their next poll: see intake/reload.go), the reconciler's partners, the
-// feeds' expect: blocks (calendars are read again), the webhooks (notify,
-// for events fanned out from then on; one whose secret_env is unset
-// refuses the reload) and
+// feeds' expect: blocks (calendars are read again), the webhooks (notify:
+// the subscriptions of events fanned out from then on, and the URL and
+// secrets of every delivery sent from then on, by its endpoint id; one
+// whose secret_env or secret_envs is unset refuses the reload) and
 // the retention periods. Daemon-wide settings (worker_id, lease, drain,
 // affinity, retry, database, spool, http, reconcile, retention.schedule)
 // wait for a restart: a reload that changes them says so in a warning.

@@ -69,9 +69,10 @@ type OutboxEvent struct {
 	Partner, Event string
 }
 
-// Endpoint is one webhook an event is delivered to.
+// Endpoint is one webhook an event is delivered to, by its id in the
+// config (partners.Notify.EndpointID): the row records no URL or secret.
 type Endpoint struct {
-	URL, SecretEnv string
+	ID string
 }
 
 // FanOut takes up to limit events not yet fanned out (skipping those
@@ -94,16 +95,16 @@ func (l *Ledger) FanOut(ctx context.Context, limit int, route func(OutboxEvent) 
 			return err
 		}
 		var ids, evIDs []int64
-		var urls, envs []string
+		var eps []string
 		for _, e := range evs {
 			ids = append(ids, e.ID)
 			for _, ep := range route(e) {
-				evIDs, urls, envs = append(evIDs, e.ID), append(urls, ep.URL), append(envs, ep.SecretEnv)
+				evIDs, eps = append(evIDs, e.ID), append(eps, ep.ID)
 			}
 		}
 		if len(evIDs) > 0 {
-			if _, err := tx.Exec(ctx, `INSERT INTO intake_outbox_delivery (event_id, url, secret_env)
-				SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[]) ON CONFLICT (event_id, url) DO NOTHING`, evIDs, urls, envs); err != nil {
+			if _, err := tx.Exec(ctx, `INSERT INTO intake_outbox_delivery (event_id, endpoint_id)
+				SELECT * FROM unnest($1::bigint[], $2::text[]) ON CONFLICT (event_id, endpoint_id) DO NOTHING`, evIDs, eps); err != nil {
 				return err
 			}
 		}
@@ -116,10 +117,12 @@ func (l *Ledger) FanOut(ctx context.Context, limit int, route func(OutboxEvent) 
 	return n, err
 }
 
-// Delivery is one claimed (event, endpoint) to send.
+// Delivery is one claimed (event, endpoint) to send. EndpointID is all
+// the row says of where: the sender takes the URL and the secrets from
+// its config.
 type Delivery struct {
 	EventID        int64
-	URL, SecretEnv string
+	EndpointID     string
 	Attempt        int
 	Partner, Event string
 	Payload        []byte // the event's payload (JSON)
@@ -132,13 +135,13 @@ type Delivery struct {
 // attempt number fences the outcome (AckDelivery, FailDelivery).
 func (l *Ledger) ClaimDeliveries(ctx context.Context, worker string, lease time.Duration, limit int) ([]Delivery, error) {
 	rs, err := l.pool.Query(ctx, `WITH c AS (
-			SELECT event_id, url FROM intake_outbox_delivery
+			SELECT event_id, endpoint_id FROM intake_outbox_delivery
 			WHERE state = 'pending' AND next_attempt_at <= pg_catalog.now() AND (lease_until IS NULL OR lease_until <= pg_catalog.now())
 			ORDER BY next_attempt_at, event_id LIMIT $3 FOR UPDATE SKIP LOCKED),
 		d AS (UPDATE intake_outbox_delivery d SET lease_until = pg_catalog.now() + $2::interval, leased_by = $1, attempts = d.attempts + 1
-			FROM c WHERE d.event_id = c.event_id AND d.url = c.url
-			RETURNING d.event_id, d.url, d.secret_env, d.attempts)
-		SELECT d.event_id, d.url, d.secret_env, d.attempts, o.partner_id, o.event, o.payload::text, o.created_at
+			FROM c WHERE d.event_id = c.event_id AND d.endpoint_id = c.endpoint_id
+			RETURNING d.event_id, d.endpoint_id, d.attempts)
+		SELECT d.event_id, d.endpoint_id, d.attempts, o.partner_id, o.event, o.payload::text, o.created_at
 		FROM d JOIN intake_outbox o USING (event_id) ORDER BY d.event_id`, worker, lease, limit)
 	if err != nil {
 		return nil, err
@@ -146,7 +149,7 @@ func (l *Ledger) ClaimDeliveries(ctx context.Context, worker string, lease time.
 	return pgx.CollectRows(rs, func(r pgx.CollectableRow) (Delivery, error) {
 		var d Delivery
 		var payload string
-		err := r.Scan(&d.EventID, &d.URL, &d.SecretEnv, &d.Attempt, &d.Partner, &d.Event, &payload, &d.CreatedAt)
+		err := r.Scan(&d.EventID, &d.EndpointID, &d.Attempt, &d.Partner, &d.Event, &payload, &d.CreatedAt)
 		d.Payload = []byte(payload)
 		return d, err
 	})
@@ -160,8 +163,8 @@ var ErrDeliveryLost = errors.New("delivery claimed again by another replica")
 func (l *Ledger) AckDelivery(ctx context.Context, d Delivery, worker string, status int) error {
 	tag, err := l.pool.Exec(ctx, `UPDATE intake_outbox_delivery SET state = 'delivered', delivered_at = pg_catalog.now(), lease_until = NULL,
 		last_status = $5, last_error = NULL
-		WHERE event_id = $1 AND url = $2 AND leased_by = $3 AND attempts = $4 AND state = 'pending'`,
-		d.EventID, d.URL, worker, d.Attempt, status)
+		WHERE event_id = $1 AND endpoint_id = $2 AND leased_by = $3 AND attempts = $4 AND state = 'pending'`,
+		d.EventID, d.EndpointID, worker, d.Attempt, status)
 	if err != nil {
 		return err
 	}
@@ -181,8 +184,8 @@ func (l *Ledger) FailDelivery(ctx context.Context, d Delivery, worker string, st
 		state = CASE WHEN budget_from + $8::interval <= pg_catalog.now() + $7::interval THEN 'dead' ELSE 'pending' END,
 		dead_at = CASE WHEN budget_from + $8::interval <= pg_catalog.now() + $7::interval THEN pg_catalog.now() END,
 		next_attempt_at = pg_catalog.now() + $7::interval
-		WHERE event_id = $1 AND url = $2 AND leased_by = $3 AND attempts = $4 AND state = 'pending'
-		RETURNING state`, d.EventID, d.URL, worker, d.Attempt, status, reason, backoff, budget).Scan(&state)
+		WHERE event_id = $1 AND endpoint_id = $2 AND leased_by = $3 AND attempts = $4 AND state = 'pending'
+		RETURNING state`, d.EventID, d.EndpointID, worker, d.Attempt, status, reason, backoff, budget).Scan(&state)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return false, ErrDeliveryLost
 	}
@@ -190,6 +193,23 @@ func (l *Ledger) FailDelivery(ctx context.Context, d Delivery, worker string, st
 		return false, err
 	}
 	return state == "dead", nil
+}
+
+// RefuseDelivery marks a claimed delivery dead at once, unsent, with
+// reason (its endpoint is not in the config: retrying cannot help until
+// ops change the config and send it again).
+func (l *Ledger) RefuseDelivery(ctx context.Context, d Delivery, worker, reason string) error {
+	tag, err := l.pool.Exec(ctx, `UPDATE intake_outbox_delivery SET lease_until = NULL, last_status = NULL, last_error = $5,
+		state = 'dead', dead_at = pg_catalog.now()
+		WHERE event_id = $1 AND endpoint_id = $2 AND leased_by = $3 AND attempts = $4 AND state = 'pending'`,
+		d.EventID, d.EndpointID, worker, d.Attempt, Text(reason, 300))
+	if err != nil {
+		return err
+	}
+	if tag.RowsAffected() == 0 {
+		return ErrDeliveryLost
+	}
+	return nil
 }
 
 // OutboxGauges is what the delivery gauges describe, cluster-wide.

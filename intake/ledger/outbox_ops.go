@@ -15,7 +15,7 @@ import (
 type DeadDelivery struct {
 	EventID        int64
 	Partner, Event string
-	URL            string // shownURL: scheme and host, and a hash of the rest
+	EndpointID     string // the id of its endpoint in the config
 	Attempts       int
 	LastStatus     int // 0: no HTTP answer
 	LastError      string
@@ -23,37 +23,31 @@ type DeadDelivery struct {
 	DeadAt         time.Time
 }
 
-// shownURL is how an endpoint is listed: its scheme and host, "/…" for
-// the rest (a path or a query may be the receiver's token: Slack's,
-// Teams'), and 8 hex digits of the whole URL's md5 that tell two
-// endpoints of one host apart. Redeliver takes it back as it is shown.
-const shownURL = `pg_catalog.regexp_replace(d.url, '^([a-z][a-z0-9+.-]*://[^/?#]*)[/?#].+$', '\1/…', 'i') || ' #' || pg_catalog.left(pg_catalog.md5(d.url), 8)`
-
 // DeadDeliveries lists the dead deliveries of the given partners, oldest
 // death first, at most limit.
 func (l *Ledger) DeadDeliveries(ctx context.Context, partners []string, limit int) ([]DeadDelivery, error) {
-	rs, err := l.pool.Query(ctx, `SELECT d.event_id, o.partner_id, o.event, `+shownURL+`, d.attempts, coalesce(d.last_status, 0),
+	rs, err := l.pool.Query(ctx, `SELECT d.event_id, o.partner_id, o.event, d.endpoint_id, d.attempts, coalesce(d.last_status, 0),
 		coalesce(d.last_error, ''), o.created_at, d.dead_at
 		FROM intake_outbox_delivery d JOIN intake_outbox o USING (event_id)
 		WHERE d.state = 'dead' AND o.partner_id = ANY($1)
-		ORDER BY d.dead_at, d.event_id, d.url LIMIT $2`, partners, limit)
+		ORDER BY d.dead_at, d.event_id, d.endpoint_id LIMIT $2`, partners, limit)
 	if err != nil {
 		return nil, err
 	}
 	return pgx.CollectRows(rs, func(r pgx.CollectableRow) (DeadDelivery, error) {
 		var d DeadDelivery
-		err := r.Scan(&d.EventID, &d.Partner, &d.Event, &d.URL, &d.Attempts, &d.LastStatus, &d.LastError, &d.CreatedAt, &d.DeadAt)
+		err := r.Scan(&d.EventID, &d.Partner, &d.Event, &d.EndpointID, &d.Attempts, &d.LastStatus, &d.LastError, &d.CreatedAt, &d.DeadAt)
 		return d, err
 	})
 }
 
 // Redelivery says which dead deliveries to send again: those of event
-// EventID (0: every event) to URL ("": every endpoint; the whole URL, the
-// URL without its query, or as DeadDeliveries shows it), of Partners.
+// EventID (0: every event) to the endpoints Endpoints names by id (nil:
+// every endpoint), of Partners.
 type Redelivery struct {
 	Partners      []string
 	EventID       int64
-	URL           string
+	Endpoints     []string
 	Actor, Reason string
 }
 
@@ -70,8 +64,8 @@ func (l *Ledger) Redeliver(ctx context.Context, r Redelivery) (int64, error) {
 			next_attempt_at = pg_catalog.now(), lease_until = NULL, leased_by = NULL
 			FROM intake_outbox o
 			WHERE o.event_id = d.event_id AND d.state = 'dead' AND o.partner_id = ANY($1)
-			  AND ($2 = 0 OR d.event_id = $2) AND ($3 = '' OR d.url = $3 OR pg_catalog.split_part(d.url, '?', 1) = $3 OR `+shownURL+` = $3)
-			RETURNING o.partner_id, d.event_id, o.event`, r.Partners, r.EventID, r.URL)
+			  AND ($2 = 0 OR d.event_id = $2) AND ($4 OR d.endpoint_id = ANY($3::text[]))
+			RETURNING o.partner_id, d.event_id, o.event`, r.Partners, r.EventID, r.Endpoints, r.Endpoints == nil)
 		if err != nil {
 			return err
 		}
@@ -88,7 +82,6 @@ func (l *Ledger) Redeliver(ctx context.Context, r Redelivery) (int64, error) {
 			return err
 		}
 		for _, v := range got {
-			// the endpoint's URL is not audited: it may carry a token
 			if err := audit(ctx, tx, r.Actor, "notify_redeliver", v.partner, 0, r.Reason,
 				fmt.Sprintf("event %d (%s)", v.id, v.event)); err != nil {
 				return err

@@ -11,8 +11,18 @@
 // again, with the same body and event id. Receivers deduplicate on the
 // event id (Intake-Event-Id).
 //
+// Where a delivery goes is the config's business, never the database's: a
+// delivery row names its endpoint by id only, and the URL and the secrets
+// are those of that id in the config in force when it is sent. A row
+// naming an id the config does not know (among the global webhooks and
+// its partner's) is not sent: it is marked dead with the reason, logged
+// and counted (result="refused").
+//
 // Signature (docs/design.md "Notifications"): header
-// `Intake-Signature: t=<unix seconds>,v1=<hex HMAC-SHA256(secret, "<t>.<body>")>`.
+// `Intake-Signature: t=<unix seconds>,v1=<hex HMAC-SHA256(secret, "<t>.<body>")>`,
+// with one v1= per secret the endpoint names (a rotation); the body
+// carries the endpoint's id, so a request cannot be replayed to another
+// endpoint unnoticed.
 package notify
 
 import (
@@ -132,7 +142,7 @@ func New(db *pgxpool.Pool, worker string, cfg Config, global []partners.Notify, 
 		client: &http.Client{Timeout: cfg.Timeout, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}}
 	s.SetConfig(global, parts)
 	s.deliveries = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "intake_notify_deliveries_total",
-		Help: "Webhook delivery attempts by event and result: delivered, failed (retried later), dead (budget spent)."}, []string{"event", "result"})
+		Help: "Webhook delivery attempts by event and result: delivered, failed (retried later), dead (budget spent), refused (endpoint id not in the config: not sent, marked dead)."}, []string{"event", "result"})
 	s.pending = prometheus.NewGauge(prometheus.GaugeOpts{Name: "intake_notify_pending",
 		Help: "Webhook deliveries not yet delivered (cluster-wide, from the database)."})
 	s.oldest = prometheus.NewGauge(prometheus.GaugeOpts{Name: "intake_notify_oldest_pending_age_seconds",
@@ -146,7 +156,9 @@ func New(db *pgxpool.Pool, worker string, cfg Config, global []partners.Notify, 
 }
 
 // SetConfig makes global and the partners' webhooks those of events fanned
-// out from now on (a reload); deliveries already fanned out keep their URL.
+// out from now on (a reload), and those every delivery is sent to from now
+// on: a delivery keeps its endpoint's id, and is sent to the URL, signed
+// with the secrets, that id has in the config in force.
 func (s *Service) SetConfig(global []partners.Notify, parts []partners.Config) {
 	per := map[string][]partners.Notify{}
 	for _, p := range parts {
@@ -157,16 +169,18 @@ func (s *Service) SetConfig(global []partners.Notify, parts []partners.Config) {
 	s.global, s.per = global, per
 }
 
-// MissingSecrets names the secret_env variables of the webhooks that are
-// not set (intake run refuses to start with any).
+// MissingSecrets names the secret_env and secret_envs variables of the
+// webhooks that are not set (intake run refuses to start with any).
 func MissingSecrets(global []partners.Notify, parts []partners.Config) []string {
 	var out []string
 	seen := map[string]bool{}
 	check := func(ns []partners.Notify) {
 		for _, n := range ns {
-			if os.Getenv(n.SecretEnv) == "" && !seen[n.SecretEnv] {
-				seen[n.SecretEnv] = true
-				out = append(out, n.SecretEnv)
+			for _, env := range n.Secrets() {
+				if os.Getenv(env) == "" && !seen[env] {
+					seen[env] = true
+					out = append(out, env)
+				}
 			}
 		}
 	}
@@ -184,11 +198,21 @@ func (s *Service) route(ev ledger.OutboxEvent) []ledger.Endpoint {
 	for _, list := range [][]partners.Notify{s.global, s.per[ev.Partner]} {
 		for _, n := range list {
 			if n.Wants(ev.Event) {
-				out = append(out, ledger.Endpoint{URL: n.URL, SecretEnv: n.SecretEnv})
+				out = append(out, ledger.Endpoint{ID: n.EndpointID()})
 			}
 		}
 	}
 	return out
+}
+
+// endpoint is the webhook a delivery of partner's event names by id in
+// the config in force: a global one, else one of the partner's
+// (partners.LookupNotify: an id derived from a configured URL still finds
+// that webhook once it has an id of its own).
+func (s *Service) endpoint(partner, id string) (partners.Notify, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return partners.LookupNotify(id, s.global, s.per[partner])
 }
 
 // Start runs the passes every poll until Stop.
@@ -268,11 +292,25 @@ func (s *Service) sendAll(ctx context.Context, ds []ledger.Delivery) {
 
 // deliver POSTs one delivery and records the outcome.
 func (s *Service) deliver(ctx context.Context, d ledger.Delivery) {
-	status, err := s.post(ctx, d, time.Now())
+	n, known := s.endpoint(d.Partner, d.EndpointID)
+	if !known {
+		reason := fmt.Sprintf("endpoint %q is not in the config (of partner %s or global): not sent", d.EndpointID, d.Partner)
+		if err := s.ledger.RefuseDelivery(ctx, d, s.worker, reason); err != nil {
+			if !errors.Is(err, ledger.ErrDeliveryLost) {
+				s.fail(ctx, "refuse", err)
+			}
+			return
+		}
+		s.deliveries.WithLabelValues(d.Event, "refused").Inc()
+		s.log.Error("notification refused: its endpoint is not in the config", "partner", d.Partner, "event", d.Event,
+			"event_id", d.EventID, "endpoint_id", d.EndpointID)
+		return
+	}
+	status, err := s.post(ctx, d, n, time.Now())
 	if ctx.Err() != nil {
 		return // stopping: the lease runs out and the delivery is sent again
 	}
-	log := s.log.With("partner", d.Partner, "event", d.Event, "event_id", d.EventID, "endpoint", redactURL(d.URL), "attempt", d.Attempt)
+	log := s.log.With("partner", d.Partner, "event", d.Event, "event_id", d.EventID, "endpoint_id", d.EndpointID, "endpoint", ShownURL(n.URL), "attempt", d.Attempt)
 	if err == nil {
 		if aerr := s.ledger.AckDelivery(ctx, d, s.worker, status); aerr != nil && !errors.Is(aerr, ledger.ErrDeliveryLost) {
 			s.fail(ctx, "ack", aerr)
@@ -309,27 +347,34 @@ func (s *Service) backoff(attempt int) time.Duration {
 	return time.Duration(float64(b) * (0.8 + 0.4*rand.Float64()))
 }
 
-// Body is the JSON document POSTed for an event; the same bytes on every
-// attempt.
+// Body is the JSON document POSTed for a delivery; the same bytes on
+// every attempt. It names the endpoint it is meant for (endpoint: its id),
+// under the signature: a receiver refuses a body naming another.
 func Body(d ledger.Delivery) []byte {
 	b, _ := json.Marshal(struct {
 		ID         int64           `json:"id"`
 		Event      string          `json:"event"`
 		Partner    string          `json:"partner"`
+		Endpoint   string          `json:"endpoint"`
 		OccurredAt string          `json:"occurred_at"`
 		Data       json.RawMessage `json:"data"`
-	}{d.EventID, d.Event, d.Partner, d.CreatedAt.UTC().Format(time.RFC3339Nano), d.Payload})
+	}{d.EventID, d.Event, d.Partner, d.EndpointID, d.CreatedAt.UTC().Format(time.RFC3339Nano), d.Payload})
 	return b
 }
 
-// Sign is the Intake-Signature header value for body at t.
-func Sign(secret []byte, t time.Time, body []byte) string {
+// Sign is the Intake-Signature header value for body at t: t= and one
+// v1= per secret, in order.
+func Sign(secrets [][]byte, t time.Time, body []byte) string {
 	ts := strconv.FormatInt(t.Unix(), 10)
-	m := hmac.New(sha256.New, secret)
-	m.Write([]byte(ts))
-	m.Write([]byte{'.'})
-	m.Write(body)
-	return "t=" + ts + ",v1=" + hex.EncodeToString(m.Sum(nil))
+	out := "t=" + ts
+	for _, secret := range secrets {
+		m := hmac.New(sha256.New, secret)
+		m.Write([]byte(ts))
+		m.Write([]byte{'.'})
+		m.Write(body)
+		out += ",v1=" + hex.EncodeToString(m.Sum(nil))
+	}
+	return out
 }
 
 // errStatus is a receiver's answer other than 2xx.
@@ -337,13 +382,18 @@ type errStatus int
 
 func (e errStatus) Error() string { return fmt.Sprintf("receiver answered %d", int(e)) }
 
-func (s *Service) post(ctx context.Context, d ledger.Delivery, now time.Time) (int, error) {
-	secret := os.Getenv(d.SecretEnv)
-	if secret == "" {
-		return 0, fmt.Errorf("secret_env %s is not set: nothing is sent unsigned", d.SecretEnv)
+// post sends d to n, the endpoint its id names in the config.
+func (s *Service) post(ctx context.Context, d ledger.Delivery, n partners.Notify, now time.Time) (int, error) {
+	var secrets [][]byte
+	for _, env := range n.Secrets() {
+		secret := os.Getenv(env)
+		if secret == "" {
+			return 0, fmt.Errorf("secret_env %s is not set: nothing is sent unsigned", env)
+		}
+		secrets = append(secrets, []byte(secret))
 	}
 	body := Body(d)
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, d.URL, bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, n.URL, bytes.NewReader(body))
 	if err != nil {
 		return 0, fmt.Errorf("request: %w", err)
 	}
@@ -351,8 +401,9 @@ func (s *Service) post(ctx context.Context, d ledger.Delivery, now time.Time) (i
 	req.Header.Set("User-Agent", "partner-intake")
 	req.Header.Set("Intake-Event", d.Event)
 	req.Header.Set("Intake-Event-Id", strconv.FormatInt(d.EventID, 10))
+	req.Header.Set("Intake-Endpoint", d.EndpointID)
 	req.Header.Set("Intake-Delivery-Attempt", strconv.Itoa(d.Attempt))
-	req.Header.Set("Intake-Signature", Sign([]byte(secret), now, body))
+	req.Header.Set("Intake-Signature", Sign(secrets, now, body))
 	resp, err := s.client.Do(req)
 	if err != nil {
 		return 0, errors.New(transportError(err))
@@ -376,13 +427,14 @@ func transportError(err error) string {
 	return "request failed"
 }
 
-// redactURL is the URL as logs show it, and as `notify dead` lists it
-// (ledger shownURL), which redeliver takes: its scheme and host, "/…" for
-// a path or query (the receiver's token, Slack's or Teams'), and a hash.
-func redactURL(raw string) string {
+// ShownURL is the URL as logs show it, and as `notify dead` lists it,
+// which redeliver takes back: its scheme and host, "/…" for a path or
+// query (the receiver's token, Slack's or Teams'), and 8 hex digits of the
+// whole URL's md5 that tell two endpoints of one host apart.
+func ShownURL(raw string) string {
 	sum := md5.Sum([]byte(raw))
 	return urlRest.ReplaceAllString(raw, "$1/…") + " #" + hex.EncodeToString(sum[:4])
 }
 
-// urlRest is ledger shownURL's pattern.
+// urlRest matches a URL with a path or query after its host.
 var urlRest = regexp.MustCompile(`^(?i)([a-z][a-z0-9+.-]*://[^/?#]*)[/?#].+$`)

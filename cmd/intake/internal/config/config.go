@@ -218,6 +218,9 @@ func (f *File) Validate() error {
 		seen[p.ID] = i
 		keys[i] = fmt.Sprintf("partners[%d] (id %s)", i, p.ID)
 	}
+	if err := partners.ValidateNotifyIDs(f.Notify, f.Partners); err != nil {
+		return err
+	}
 	return partners.CheckSites(f.Partners, keys)
 }
 

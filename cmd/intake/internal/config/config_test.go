@@ -294,3 +294,34 @@ func TestSecretModeOK(t *testing.T) {
 		}
 	}
 }
+
+// A webhook's URL must be https unless its host is loopback: plain http
+// to any other host is refused at load, naming the key; http to
+// localhost, 127.0.0.0/8 and ::1 loads.
+func TestPlainHTTPWebhookToAnOutsideHostIsRefusedAtLoad(t *testing.T) {
+	const global = "  - url: https://hooks.example.com/intake  # https; plain http only to localhost, 127.0.0.0/8 or ::1\n"
+	for _, u := range []string{"http://hooks.example.com/intake", "http://10.0.0.5:8080/hook", "http://[2001:db8::1]/hook", "http://localhost.example.com/"} {
+		src := strings.Replace(example(t), global, "  - url: "+u+"\n", 1)
+		if src == example(t) {
+			t.Fatal("edit changed nothing")
+		}
+		_, err := Parse([]byte(src))
+		if err == nil || !strings.Contains(err.Error(), "notify[0].url") || !strings.Contains(err.Error(), "https") {
+			t.Fatalf("%s: error %v, want notify[0].url refused for plain http", u, err)
+		}
+	}
+	for _, u := range []string{"http://127.0.0.1:9000/hook", "http://127.8.0.1/hook", "http://[::1]:8080/hook", "http://localhost:8080/hook", "https://hooks.example.com/other"} {
+		if _, err := Parse([]byte(strings.Replace(example(t), global, "  - url: "+u+"\n", 1))); err != nil {
+			t.Fatalf("%s: %v", u, err)
+		}
+	}
+	// a partner's webhook may not take a global webhook's id (ops-hook in
+	// the example) with another URL
+	src := strings.Replace(example(t), "      - url: https://ops.acme-team.example/hooks/intake\n", "      - url: https://ops.acme-team.example/hooks/intake\n        id: ops-hook\n", 1)
+	if src == example(t) {
+		t.Fatal("edit changed nothing")
+	}
+	if _, err := Parse([]byte(src)); err == nil || !strings.Contains(err.Error(), `"ops-hook" is the id of a global webhook`) {
+		t.Fatalf("a partner webhook sharing a global webhook's id: %v", err)
+	}
+}
