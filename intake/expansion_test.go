@@ -3,6 +3,7 @@ package intake_test
 import (
 	"bytes"
 	"math"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -82,5 +83,40 @@ func TestASpoolDiskFillingDuringExpansionDefersTheFile(t *testing.T) {
 	}
 	if n := count(t, pool, `SELECT count(*) FROM orders WHERE partner_id = 'spoolfull'`); n != 30 {
 		t.Fatalf("%d rows, want 30", n)
+	}
+}
+
+// Decryption into the spool looks at its free space as expansion does:
+// below spool.min_free_bytes mid-decryption the file is retried later,
+// and lands once there is room.
+func TestASpoolDiskFillingDuringDecryptionDefersTheFile(t *testing.T) {
+	_, pool := testenv.DB(t)
+	dir := t.TempDir()
+	t.Setenv("INTAKE_TEST_PGP_PASS", "correct horse")
+	us, partner := pgpEntity(t, "intake"), pgpEntity(t, "partner")
+	secretFile := filepath.Join(dir, "intake.asc")
+	writeSecret(t, secretFile, us, "correct horse")
+	site := testenv.NewSite(t, "pgpfull")
+	site.Config.Feeds[0].Pattern = `orders-.*\.csv\.pgp`
+	site.Config.Feeds[0].PGP = &partners.PGP{PrivateKeyFile: secretFile, PassphraseEnv: "INTAKE_TEST_PGP_PASS"}
+	site.Drop(t, "orders-a.csv.pgp", string(pgpMessage(t, []byte(testenv.OrdersCSV("E", 12)), us, partner, false)))
+	r := newRig(t, pool, "w1", site)
+
+	resume := r.pollPaused("pgpfull", "download:mid")
+	r.d.SetSpoolMinFree(math.MaxInt64)
+	if err := resume(); err != nil {
+		t.Logf("poll: %v", err)
+	}
+	var state, lastErr string
+	if err := pool.QueryRow(t.Context(), `SELECT state::text, coalesce(last_error, '') FROM file_intake WHERE partner_id = 'pgpfull'`).Scan(&state, &lastErr); err != nil {
+		t.Fatal(err)
+	}
+	if state == "archived" || state == "quarantined" || state == "failed_terminal" || !strings.Contains(lastErr, "free-space floor") {
+		t.Fatalf("after the spool filled mid-decryption: state %s, last_error %q; want the file waiting for a retry, the floor named", state, lastErr)
+	}
+	r.d.SetSpoolMinFree(1)
+	r.poll("pgpfull")
+	if fs := files(t, pool, "pgpfull"); len(fs) != 1 || fs[0].State != "archived" || fs[0].Applied != 12 {
+		t.Fatalf("with room again: %+v, want the file archived with its 12 rows", fs)
 	}
 }
