@@ -358,6 +358,14 @@ func TestCheckFailsForATargetCallingAnUntrustedFunction(t *testing.T) {
 	failsWith("a domain CHECK", "CHECK constraint state_check of domain tfn.state calls tfn.fine(text)")
 	exec(`ALTER TABLE orders ALTER COLUMN status TYPE text`)
 
+	// an operator stands for its function: a CHECK of the table using one
+	exec(`CREATE FUNCTION tfn.near(text, text) RETURNS boolean LANGUAGE sql IMMUTABLE AS $$SELECT true$$;
+		ALTER FUNCTION tfn.near(text, text) OWNER TO "` + role + `";
+		CREATE OPERATOR tfn.~~~ (LEFTARG = text, RIGHTARG = text, FUNCTION = tfn.near);
+		ALTER TABLE orders ADD CONSTRAINT near_check CHECK (order_id OPERATOR(tfn.~~~) 'x')`)
+	failsWith("an operator in a CHECK", "CHECK constraint near_check calls tfn.near(text,text)")
+	exec(`ALTER TABLE orders DROP CONSTRAINT near_check`)
+
 	if code, out := runCLI("check", "--config", cfg); code != 0 || !strings.Contains(out, ok) {
 		t.Fatalf("check after the calls were removed exited %d, want 0:\n%s", code, out)
 	}
