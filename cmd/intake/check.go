@@ -255,42 +255,49 @@ type untrustedCall struct {
 // operator its expression uses (an operator stands for its function):
 // a trigger's function and WHEN clause, a default or generated column,
 // a CHECK constraint of the table or of a domain (over domains) of its
-// columns, an index's expressions and predicate.
+// columns, an index's expressions and predicate; of the table and, for a
+// partitioned table, of every partition, where rows land.
 func untrustedCalls(ctx context.Context, pool *pgxpool.Pool, table string, trusted []string) ([]untrustedCall, error) {
 	if trusted == nil {
 		trusted = []string{}
 	}
 	rs, err := pool.Query(ctx, `WITH RECURSIVE
 		t AS (SELECT pg_catalog.to_regclass($1::text)::oid AS rel),
+		rels AS (SELECT rel FROM t UNION SELECT p.relid::pg_catalog.oid FROM t, pg_catalog.pg_partition_tree(t.rel::pg_catalog.regclass) p),
 		doms AS (
 			SELECT ty.oid FROM pg_catalog.pg_attribute a JOIN pg_catalog.pg_type ty ON ty.oid = a.atttypid
-			WHERE a.attrelid = (SELECT rel FROM t) AND a.attnum > 0 AND NOT a.attisdropped AND ty.typtype = 'd'
+			WHERE a.attrelid IN (SELECT rel FROM rels) AND a.attnum > 0 AND NOT a.attisdropped AND ty.typtype = 'd'
 			UNION
 			SELECT b.oid FROM doms JOIN pg_catalog.pg_type ty ON ty.oid = doms.oid JOIN pg_catalog.pg_type b ON b.oid = ty.typbasetype
 			WHERE b.typtype = 'd'),
 		uses AS (
-			SELECT 'trigger ' || pg_catalog.quote_ident(tg.tgname::text) AS by, d.refclassid, d.refobjid
+			SELECT 'trigger ' || pg_catalog.quote_ident(tg.tgname::text)
+			       || CASE WHEN tg.tgrelid <> (SELECT rel FROM t) THEN ' on partition ' || tg.tgrelid::pg_catalog.regclass::text ELSE '' END AS by,
+			       d.refclassid, d.refobjid
 			FROM pg_catalog.pg_trigger tg
 			JOIN pg_catalog.pg_depend d ON d.classid = 'pg_catalog.pg_trigger'::pg_catalog.regclass AND d.objid = tg.oid
-			WHERE tg.tgrelid = (SELECT rel FROM t) AND NOT tg.tgisinternal
+			WHERE tg.tgrelid IN (SELECT rel FROM rels) AND NOT tg.tgisinternal AND tg.tgparentid = 0
 			UNION ALL
-			SELECT 'default of column ' || pg_catalog.quote_ident(a.attname::text), d.refclassid, d.refobjid
+			SELECT 'default of column ' || pg_catalog.quote_ident(a.attname::text)
+			       || CASE WHEN ad.adrelid <> (SELECT rel FROM t) THEN ' of partition ' || ad.adrelid::pg_catalog.regclass::text ELSE '' END,
+			       d.refclassid, d.refobjid
 			FROM pg_catalog.pg_attrdef ad
 			JOIN pg_catalog.pg_attribute a ON a.attrelid = ad.adrelid AND a.attnum = ad.adnum
 			JOIN pg_catalog.pg_depend d ON d.classid = 'pg_catalog.pg_attrdef'::pg_catalog.regclass AND d.objid = ad.oid
-			WHERE ad.adrelid = (SELECT rel FROM t)
+			WHERE ad.adrelid IN (SELECT rel FROM rels)
 			UNION ALL
 			SELECT CASE WHEN c.contypid = 0 THEN 'CHECK constraint ' || pg_catalog.quote_ident(c.conname::text)
+			                 || CASE WHEN c.conrelid <> (SELECT rel FROM t) THEN ' of partition ' || c.conrelid::pg_catalog.regclass::text ELSE '' END
 			            ELSE 'CHECK constraint ' || pg_catalog.quote_ident(c.conname::text) || ' of domain ' || c.contypid::pg_catalog.regtype::text END,
 			       d.refclassid, d.refobjid
 			FROM pg_catalog.pg_constraint c
 			JOIN pg_catalog.pg_depend d ON d.classid = 'pg_catalog.pg_constraint'::pg_catalog.regclass AND d.objid = c.oid
-			WHERE c.contype = 'c' AND (c.conrelid = (SELECT rel FROM t) OR c.contypid IN (SELECT oid FROM doms))
+			WHERE c.contype = 'c' AND (c.conrelid IN (SELECT rel FROM rels) OR c.contypid IN (SELECT oid FROM doms))
 			UNION ALL
 			SELECT 'index ' || i.indexrelid::pg_catalog.regclass::text, d.refclassid, d.refobjid
 			FROM pg_catalog.pg_index i
 			JOIN pg_catalog.pg_depend d ON d.classid = 'pg_catalog.pg_class'::pg_catalog.regclass AND d.objid = i.indexrelid
-			WHERE i.indrelid = (SELECT rel FROM t)),
+			WHERE i.indrelid IN (SELECT rel FROM rels)),
 		called AS (
 			SELECT u.by, u.refobjid AS fn FROM uses u WHERE u.refclassid = 'pg_catalog.pg_proc'::pg_catalog.regclass
 			UNION

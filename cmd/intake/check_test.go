@@ -369,4 +369,12 @@ func TestCheckFailsForATargetCallingAnUntrustedFunction(t *testing.T) {
 	if code, out := runCLI("check", "--config", cfg); code != 0 || !strings.Contains(out, ok) {
 		t.Fatalf("check after the calls were removed exited %d, want 0:\n%s", code, out)
 	}
+
+	// a partitioned target: rows land in its partitions, whose triggers
+	// run too
+	exec(`ALTER TABLE orders RENAME TO orders_flat;
+		CREATE TABLE orders (LIKE orders_flat INCLUDING ALL) PARTITION BY LIST (partner_id);
+		CREATE TABLE orders_fncheck PARTITION OF orders FOR VALUES IN ('fncheck');
+		CREATE TRIGGER stamp BEFORE INSERT ON orders_fncheck FOR EACH ROW EXECUTE FUNCTION tfn.stamp()`)
+	failsWith("a partition's trigger", "trigger stamp on partition orders_fncheck calls tfn.stamp()")
 }
