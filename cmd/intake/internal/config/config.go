@@ -166,6 +166,11 @@ func (f *File) Validate() error {
 	if f.Database.ClaimConns == 0 {
 		f.Database.ClaimConns = DefaultClaimConns
 	}
+	for i, r := range f.Database.TrustedFunctionOwners {
+		if r == "" || len(r) > 63 {
+			return fmt.Errorf("database.trusted_function_owners[%d]: %q is not a role name (1 to 63 bytes)", i, r)
+		}
+	}
 	if f.Database.ClaimConns < 1 || f.Database.ClaimConns > 500 {
 		return fmt.Errorf("database.claim_conns: %d must be 0 (the default, %d) or between 1 and 500", f.Database.ClaimConns, DefaultClaimConns)
 	}
