@@ -327,6 +327,11 @@ func TestCheckFailsForATargetCallingAnUntrustedFunction(t *testing.T) {
 
 	exec(`CREATE TRIGGER stamp BEFORE INSERT OR UPDATE ON orders FOR EACH ROW EXECUTE FUNCTION tfn.stamp()`)
 	failsWith("a trigger", "trigger stamp calls tfn.stamp()")
+	// `intake run` logs it at start and runs on
+	if code, out := runCLI("run", "--config", cfg, "--once"); code != 0 || !strings.Contains(out, "target calls a function of an untrusted owner") ||
+		!strings.Contains(out, `"function":"tfn.stamp()"`) || !strings.Contains(out, `"owner":"`+role+`"`) {
+		t.Fatalf("run --once exited %d, want 0 with the call logged:\n%s", code, out)
+	}
 
 	// the owner allowlisted: the same target passes
 	raw, err := os.ReadFile(cfg)
