@@ -303,7 +303,7 @@ func TestCheckFailsForATargetCallingAnUntrustedFunction(t *testing.T) {
 	}
 
 	var role string
-	if err := pool.QueryRow(context.Background(), `SELECT 'owner_' || current_database()`).Scan(&role); err != nil {
+	if err := pool.QueryRow(context.Background(), `SELECT 'owner_' || pg_catalog.current_database()`).Scan(&role); err != nil {
 		t.Fatal(err)
 	}
 	exec(`CREATE ROLE "` + role + `" NOLOGIN; CREATE SCHEMA tfn AUTHORIZATION "` + role + `"`)
