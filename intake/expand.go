@@ -9,9 +9,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path"
 	"strings"
+	"syscall"
 
 	"github.com/partner-intake/partner-intake/partners"
 	"github.com/partner-intake/partner-intake/spool"
@@ -69,14 +71,20 @@ func (r *fileRun) expand(orig spool.Entry) (spool.Entry, *heldFor, error) {
 	if kind == kindPGP {
 		return r.decrypt(f, max)
 	}
+	ratio := r.p.cfg.Limits.MaxExpansionRatio
 	put := func(src io.Reader) (spool.Entry, *heldFor, error) {
 		nw := &nestWatch{}
+		ew := &expandWatch{limit: ratioLimit(orig.Size, ratio), free: r.d.spool.FreeBytes, minFree: r.d.cfg.SpoolMinFree}
 		e, err := r.d.spool.Put(r.in.Partner, -1, max, func(w io.Writer) (int64, error) {
-			return io.Copy(io.MultiWriter(w, nw), src)
+			return io.Copy(io.MultiWriter(ew, w, nw), src)
 		})
 		switch {
 		case errors.Is(err, spool.ErrTooLarge):
 			return e, &heldFor{ReasonArchiveTooLarge, fmt.Sprintf("it expands to more than %d bytes", max)}, nil
+		case errors.Is(err, errExpansionRatio):
+			return e, &heldFor{ReasonArchiveTooLarge, fmt.Sprintf("it expands to more than %d times its %d compressed bytes (limits.max_expansion_ratio)", ratio, orig.Size)}, nil
+		case errors.Is(err, errSpoolLow):
+			return e, nil, err // the disk's, not the file's: retried later
 		case err != nil && (errors.Is(err, gzip.ErrChecksum) || errors.Is(err, gzip.ErrHeader) || errors.Is(err, zip.ErrChecksum) ||
 			errors.Is(err, zip.ErrFormat) || errors.Is(err, io.ErrUnexpectedEOF) || strings.Contains(err.Error(), "flate")):
 			return e, &heldFor{ReasonArchiveInvalid, "the compressed data is corrupt"}, nil
@@ -149,6 +157,58 @@ func safeEntry(name string) bool {
 		}
 	}
 	return true
+}
+
+// errExpansionRatio: the expanded bytes passed limits.max_expansion_ratio
+// times the compressed bytes.
+var errExpansionRatio = errors.New("expansion ratio exceeded")
+
+// errSpoolLow: the spool's disk fell below spool.min_free_bytes while a
+// file expanded into it. It wraps ENOSPC, so the run counts it transient:
+// the file is retried later, not held.
+var errSpoolLow = fmt.Errorf("spool disk below its free-space floor while expanding: %w", syscall.ENOSPC)
+
+// expandFreeEvery is how many expanded bytes are written between two
+// looks at the spool's free space (one statfs each).
+const expandFreeEvery = 4 << 20
+
+// ratioLimit is the most bytes a file of compressed bytes may expand to
+// at ratio (0: no limit).
+func ratioLimit(compressed, ratio int64) int64 {
+	if ratio <= 0 || compressed <= 0 || compressed > math.MaxInt64/ratio {
+		return 0
+	}
+	return compressed * ratio
+}
+
+// expandWatch sits before the spool in an expansion's writers: past limit
+// bytes (0: none) it stops the stream with errExpansionRatio; at the first
+// write and every expandFreeEvery bytes after it asks free for the spool
+// disk's free space and stops with errSpoolLow below minFree.
+type expandWatch struct {
+	limit   int64
+	free    func() (uint64, error)
+	minFree int64
+
+	written, nextLook int64
+}
+
+func (w *expandWatch) Write(p []byte) (int, error) {
+	w.written += int64(len(p))
+	if w.limit > 0 && w.written > w.limit {
+		return 0, errExpansionRatio
+	}
+	if w.free != nil && w.written > w.nextLook {
+		w.nextLook = w.written + expandFreeEvery
+		free, err := w.free()
+		if err != nil {
+			return 0, fmt.Errorf("spool free space: %w", err)
+		}
+		if free < uint64(w.minFree) {
+			return 0, fmt.Errorf("%w (%d bytes free, spool.min_free_bytes %d)", errSpoolLow, free, w.minFree)
+		}
+	}
+	return len(p), nil
 }
 
 // nestWatch keeps the first bytes written, to spot an archive inside.

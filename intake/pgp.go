@@ -315,12 +315,15 @@ func (r *fileRun) decrypt(f io.Reader, max int64) (spool.Entry, *heldFor, error)
 	}
 	body := &errReader{r: md.UnverifiedBody}
 	nw := &nestWatch{}
+	fw := &expandWatch{free: r.d.spool.FreeBytes, minFree: r.d.cfg.SpoolMinFree} // the spool's free space, no ratio
 	e, err := r.d.spool.Put(r.in.Partner, -1, max, func(w io.Writer) (int64, error) {
-		return io.Copy(io.MultiWriter(w, nw), body)
+		return io.Copy(io.MultiWriter(fw, w, nw), body)
 	})
 	switch {
 	case errors.Is(err, spool.ErrTooLarge):
 		return e, &heldFor{ReasonArchiveTooLarge, fmt.Sprintf("it decrypts to more than %d bytes", max)}, nil
+	case errors.Is(err, errSpoolLow):
+		return e, nil, err // the disk's, not the file's: retried later
 	case disk.err != nil:
 		return e, nil, fmt.Errorf("decrypt: read the spooled file: %w", disk.err)
 	case body.err != nil:

@@ -58,9 +58,11 @@ const (
 	DefaultMaxRejectRatio = 0.10
 	DefaultStaleUpload    = 6 * time.Hour
 	DefaultMaxExpanded    = 4 << 30 // 4 GiB
-	DefaultConcurrency    = 4
-	DefaultGroupFiles     = 32
-	MaxGroupFiles         = 256
+	// DefaultMaxExpansionRatio: expanded bytes over compressed bytes.
+	DefaultMaxExpansionRatio = 100
+	DefaultConcurrency       = 4
+	DefaultGroupFiles        = 32
+	MaxGroupFiles            = 256
 )
 
 // Config is one partner.
@@ -194,6 +196,11 @@ type Limits struct {
 	// MaxExpandedBytes caps what a compressed file may expand to, enforced
 	// while streaming (archive headers are not trusted).
 	MaxExpandedBytes int64 `yaml:"max_expanded_bytes"`
+	// MaxExpansionRatio caps what a compressed file may expand to relative
+	// to its compressed size (expanded bytes over compressed bytes,
+	// default 100), enforced while streaming: a small bomb is stopped long
+	// before MaxExpandedBytes.
+	MaxExpansionRatio int64 `yaml:"max_expansion_ratio"`
 	// MaxSpoolBytes is the partner's spool quota (0: none): while its
 	// spooled bytes are at or over it, none of its files is claimed
 	// (backpressure for this partner alone; retention frees the spool).
@@ -264,6 +271,9 @@ func (c *Config) SetDefaults() {
 	}
 	if c.Limits.MaxExpandedBytes == 0 {
 		c.Limits.MaxExpandedBytes = DefaultMaxExpanded
+	}
+	if c.Limits.MaxExpansionRatio == 0 {
+		c.Limits.MaxExpansionRatio = DefaultMaxExpansionRatio
 	}
 	for i := range c.Feeds {
 		c.Feeds[i].SetDefaults()
@@ -357,7 +367,7 @@ func (c *Config) Validate(key string) error {
 	if c.GroupFiles < 1 || c.GroupFiles > MaxGroupFiles {
 		return fmt.Errorf("%s.group_files: %d must be between 1 and %d", key, c.GroupFiles, MaxGroupFiles)
 	}
-	if c.Limits.MaxFileBytes < 0 || c.Limits.MaxRows < 0 || c.Limits.MaxFilesPerPoll < 0 || c.Limits.MaxExpandedBytes < 0 || c.Limits.MaxSpoolBytes < 0 || c.Limits.StaleUpload < 0 {
+	if c.Limits.MaxFileBytes < 0 || c.Limits.MaxRows < 0 || c.Limits.MaxFilesPerPoll < 0 || c.Limits.MaxExpandedBytes < 0 || c.Limits.MaxExpansionRatio < 0 || c.Limits.MaxSpoolBytes < 0 || c.Limits.StaleUpload < 0 {
 		return fmt.Errorf("%s.limits: values must be positive", key)
 	}
 	if len(c.Feeds) == 0 {

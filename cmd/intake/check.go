@@ -157,7 +157,8 @@ func cmdCheck(args []string, stdout, stderr io.Writer) int {
 	default:
 		fmt.Fprintf(stdout, "ok   database: no role but its owner may create in a schema on intake's search_path (%s)\n", migrations.SearchPath)
 	}
-	chk := target.NewChecker(pool) // each table's catalog read once
+	chk := target.NewChecker(pool)        // each table's catalog read once
+	calls := map[string][]untrustedCall{} // by the feed's target, as written
 	for i := range cfg.Partners {
 		p := &cfg.Partners[i]
 		for j := range p.Feeds {
@@ -169,6 +170,22 @@ func cmdCheck(args []string, stdout, stderr io.Writer) int {
 			}
 			fmt.Fprintf(stdout, "ok   partner %s feed %s: target %s has the columns and unique index intake needs\n", p.ID, f.Name, f.Target)
 			failed += compareColumns(ctx, chk, p.ID, f, stdout)
+			cs, seen := calls[f.Target]
+			if !seen {
+				if cs, err = untrustedCalls(ctx, pool, f.Target, cfg.Database.TrustedFunctionOwners); err != nil {
+					fail(fmt.Sprintf("partner %s feed %s: functions its target calls", p.ID, f.Name), err)
+					continue
+				}
+				calls[f.Target] = cs
+			}
+			for _, c := range cs {
+				fmt.Fprintf(stdout, "FAIL partner %s feed %s: target %s: %s calls %s, owned by %s, not in database.trusted_function_owners: it runs as intake's role, with its rights on the ledger, the audit and every partner's tables\n",
+					p.ID, f.Name, f.Target, c.by, c.function, c.owner)
+				failed++
+			}
+			if len(cs) == 0 {
+				fmt.Fprintf(stdout, "ok   partner %s feed %s: target %s calls no function but pg_catalog's, information_schema's and trusted owners' from triggers, defaults, CHECKs or indexes\n", p.ID, f.Name, f.Target)
+			}
 			if plan.Binary {
 				fmt.Fprintf(stdout, "     rows travel as COPY binary")
 			} else {
@@ -219,6 +236,87 @@ func pathWriters(ctx context.Context, pool *pgxpool.Pool) ([]pathWriter, error) 
 		var w pathWriter
 		err := row.Scan(&w.schema, &w.schemaIdent, &w.role, &w.roleIdent)
 		return w, err
+	})
+}
+
+// untrustedCall is a function a target table calls, from a trigger, a
+// column default, a CHECK (the table's or a column's domain's) or an
+// index expression or predicate, whose owner intake does not trust.
+type untrustedCall struct {
+	by       string // what calls it: "trigger t", "default of column c", …
+	function string // as regprocedure prints it: schema-qualified unless on the path, with its argument types
+	owner    string
+}
+
+// untrustedCalls lists the functions a target table calls as intake's
+// role when a row is written, that are neither in pg_catalog or
+// information_schema nor owned by a role in trusted. What an object calls
+// is read from pg_depend, where PostgreSQL records each function and
+// operator its expression uses (an operator stands for its function):
+// a trigger's function and WHEN clause, a default or generated column,
+// a CHECK constraint of the table or of a domain (over domains) of its
+// columns, an index's expressions and predicate; of the table and, for a
+// partitioned table, of every partition, where rows land.
+func untrustedCalls(ctx context.Context, pool *pgxpool.Pool, table string, trusted []string) ([]untrustedCall, error) {
+	if trusted == nil {
+		trusted = []string{}
+	}
+	rs, err := pool.Query(ctx, `WITH RECURSIVE
+		t AS (SELECT pg_catalog.to_regclass($1::text)::oid AS rel),
+		rels AS (SELECT rel FROM t UNION SELECT p.relid::pg_catalog.oid FROM t, pg_catalog.pg_partition_tree(t.rel::pg_catalog.regclass) p),
+		doms AS (
+			SELECT ty.oid FROM pg_catalog.pg_attribute a JOIN pg_catalog.pg_type ty ON ty.oid = a.atttypid
+			WHERE a.attrelid IN (SELECT rel FROM rels) AND a.attnum > 0 AND NOT a.attisdropped AND ty.typtype = 'd'
+			UNION
+			SELECT b.oid FROM doms JOIN pg_catalog.pg_type ty ON ty.oid = doms.oid JOIN pg_catalog.pg_type b ON b.oid = ty.typbasetype
+			WHERE b.typtype = 'd'),
+		uses AS (
+			SELECT 'trigger ' || pg_catalog.quote_ident(tg.tgname::text)
+			       || CASE WHEN tg.tgrelid <> (SELECT rel FROM t) THEN ' on partition ' || tg.tgrelid::pg_catalog.regclass::text ELSE '' END AS by,
+			       d.refclassid, d.refobjid
+			FROM pg_catalog.pg_trigger tg
+			JOIN pg_catalog.pg_depend d ON d.classid = 'pg_catalog.pg_trigger'::pg_catalog.regclass AND d.objid = tg.oid
+			WHERE tg.tgrelid IN (SELECT rel FROM rels) AND NOT tg.tgisinternal AND tg.tgparentid = 0
+			UNION ALL
+			SELECT 'default of column ' || pg_catalog.quote_ident(a.attname::text)
+			       || CASE WHEN ad.adrelid <> (SELECT rel FROM t) THEN ' of partition ' || ad.adrelid::pg_catalog.regclass::text ELSE '' END,
+			       d.refclassid, d.refobjid
+			FROM pg_catalog.pg_attrdef ad
+			JOIN pg_catalog.pg_attribute a ON a.attrelid = ad.adrelid AND a.attnum = ad.adnum
+			JOIN pg_catalog.pg_depend d ON d.classid = 'pg_catalog.pg_attrdef'::pg_catalog.regclass AND d.objid = ad.oid
+			WHERE ad.adrelid IN (SELECT rel FROM rels)
+			UNION ALL
+			SELECT CASE WHEN c.contypid = 0 THEN 'CHECK constraint ' || pg_catalog.quote_ident(c.conname::text)
+			                 || CASE WHEN c.conrelid <> (SELECT rel FROM t) THEN ' of partition ' || c.conrelid::pg_catalog.regclass::text ELSE '' END
+			            ELSE 'CHECK constraint ' || pg_catalog.quote_ident(c.conname::text) || ' of domain ' || c.contypid::pg_catalog.regtype::text END,
+			       d.refclassid, d.refobjid
+			FROM pg_catalog.pg_constraint c
+			JOIN pg_catalog.pg_depend d ON d.classid = 'pg_catalog.pg_constraint'::pg_catalog.regclass AND d.objid = c.oid
+			WHERE c.contype = 'c' AND (c.conrelid IN (SELECT rel FROM rels) OR c.contypid IN (SELECT oid FROM doms))
+			UNION ALL
+			SELECT 'index ' || i.indexrelid::pg_catalog.regclass::text, d.refclassid, d.refobjid
+			FROM pg_catalog.pg_index i
+			JOIN pg_catalog.pg_depend d ON d.classid = 'pg_catalog.pg_class'::pg_catalog.regclass AND d.objid = i.indexrelid
+			WHERE i.indrelid IN (SELECT rel FROM rels)),
+		called AS (
+			SELECT u.by, u.refobjid AS fn FROM uses u WHERE u.refclassid = 'pg_catalog.pg_proc'::pg_catalog.regclass
+			UNION
+			SELECT u.by, o.oprcode::pg_catalog.oid FROM uses u JOIN pg_catalog.pg_operator o ON o.oid = u.refobjid
+			WHERE u.refclassid = 'pg_catalog.pg_operator'::pg_catalog.regclass)
+		SELECT c.by, p.oid::pg_catalog.regprocedure::text, r.rolname::text
+		FROM called c
+		JOIN pg_catalog.pg_proc p ON p.oid = c.fn
+		JOIN pg_catalog.pg_roles r ON r.oid = p.proowner
+		WHERE p.pronamespace NOT IN ('pg_catalog'::pg_catalog.regnamespace, 'information_schema'::pg_catalog.regnamespace)
+		  AND r.rolname::text <> ALL ($2::text[])
+		ORDER BY 1, 2`, table, trusted)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rs, func(row pgx.CollectableRow) (untrustedCall, error) {
+		var c untrustedCall
+		err := row.Scan(&c.by, &c.function, &c.owner)
+		return c, err
 	})
 }
 

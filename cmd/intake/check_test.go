@@ -279,3 +279,107 @@ func TestCheckWarnsForLegacySSHAlgorithms(t *testing.T) {
 		t.Fatalf("check with legacy_algorithms exited %d, want 0 and %q:\n%s", code, w, out)
 	}
 }
+
+// `intake check` fails for a function a target table calls as intake's
+// role, from a trigger, a column default, a CHECK of a column's domain or
+// an index expression, unless it is pg_catalog's or its owner is in
+// database.trusted_function_owners; it names what calls it, the function
+// and its owner.
+func TestCheckFailsForATargetCallingAnUntrustedFunction(t *testing.T) {
+	url, pool := testenv.DB(t)
+	t.Setenv("INTAKE_DATABASE_URL", url)
+	site := testenv.NewSite(t, "fncheck")
+	cfg := writeConfig(t, site, site.Config.SFTP.KnownHostsFile)
+	exec := func(sql string) {
+		t.Helper()
+		if _, err := pool.Exec(context.Background(), sql); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const ok = "ok   partner fncheck feed orders: target orders calls no function but pg_catalog's"
+	code, out := runCLI("check", "--config", cfg)
+	if code != 0 || !strings.Contains(out, ok) {
+		t.Fatalf("check of a target calling no function exited %d:\n%s", code, out)
+	}
+
+	var role string
+	if err := pool.QueryRow(context.Background(), `SELECT 'owner_' || pg_catalog.current_database()`).Scan(&role); err != nil {
+		t.Fatal(err)
+	}
+	exec(`CREATE ROLE "` + role + `" NOLOGIN; CREATE SCHEMA tfn AUTHORIZATION "` + role + `"`)
+	t.Cleanup(func() { pool.Exec(context.Background(), `DROP OWNED BY "`+role+`" CASCADE; DROP ROLE "`+role+`"`) })
+	exec(`CREATE FUNCTION tfn.stamp() RETURNS trigger LANGUAGE plpgsql AS $$BEGIN RETURN NEW; END$$;
+		CREATE FUNCTION tfn.dflt() RETURNS text LANGUAGE sql AS $$SELECT 'x'$$;
+		CREATE FUNCTION tfn.norm(text) RETURNS text LANGUAGE sql IMMUTABLE AS $$SELECT pg_catalog.lower($1)$$;
+		CREATE FUNCTION tfn.fine(text) RETURNS boolean LANGUAGE sql IMMUTABLE AS $$SELECT true$$;
+		ALTER FUNCTION tfn.stamp() OWNER TO "` + role + `";
+		ALTER FUNCTION tfn.dflt() OWNER TO "` + role + `";
+		ALTER FUNCTION tfn.norm(text) OWNER TO "` + role + `";
+		ALTER FUNCTION tfn.fine(text) OWNER TO "` + role + `"`)
+	failsWith := func(what, want string) {
+		t.Helper()
+		code, out := runCLI("check", "--config", cfg)
+		w := "FAIL partner fncheck feed orders: target orders: " + want + ", owned by " + role + ", not in database.trusted_function_owners: it runs as intake's role"
+		if code != 1 || !strings.Contains(out, w) || strings.Contains(out, ok) {
+			t.Fatalf("check of a target with %s exited %d, want 1 and %q:\n%s", what, code, w, out)
+		}
+	}
+
+	exec(`CREATE TRIGGER stamp BEFORE INSERT OR UPDATE ON orders FOR EACH ROW EXECUTE FUNCTION tfn.stamp()`)
+	failsWith("a trigger", "trigger stamp calls tfn.stamp()")
+	// `intake run` logs it at start and runs on
+	if code, out := runCLI("run", "--config", cfg, "--once"); code != 0 || !strings.Contains(out, "target calls a function of an untrusted owner") ||
+		!strings.Contains(out, `"function":"tfn.stamp()"`) || !strings.Contains(out, `"owner":"`+role+`"`) {
+		t.Fatalf("run --once exited %d, want 0 with the call logged:\n%s", code, out)
+	}
+
+	// the owner allowlisted: the same target passes
+	raw, err := os.ReadFile(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	trusting := filepath.Join(t.TempDir(), "trusting.yaml")
+	text := strings.Replace(string(raw), "  url_env: INTAKE_DATABASE_URL\n", "  url_env: INTAKE_DATABASE_URL\n  trusted_function_owners: [\""+role+"\"]\n", 1)
+	if text == string(raw) {
+		t.Fatal("the test config has no url_env line to extend")
+	}
+	if err := os.WriteFile(trusting, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code, out := runCLI("check", "--config", trusting); code != 0 || !strings.Contains(out, ok) {
+		t.Fatalf("check with the function's owner trusted exited %d, want 0:\n%s", code, out)
+	}
+	exec(`DROP TRIGGER stamp ON orders`)
+
+	exec(`ALTER TABLE orders ALTER COLUMN email SET DEFAULT tfn.dflt()`)
+	failsWith("a column default", "default of column email calls tfn.dflt()")
+	exec(`ALTER TABLE orders ALTER COLUMN email DROP DEFAULT`)
+
+	exec(`CREATE INDEX orders_norm ON orders (tfn.norm(order_id))`)
+	failsWith("an index expression", "index orders_norm calls tfn.norm(text)")
+	exec(`DROP INDEX orders_norm`)
+
+	exec(`CREATE DOMAIN tfn.state AS text CHECK (tfn.fine(VALUE)); ALTER TABLE orders ALTER COLUMN status TYPE tfn.state`)
+	failsWith("a domain CHECK", "CHECK constraint state_check of domain tfn.state calls tfn.fine(text)")
+	exec(`ALTER TABLE orders ALTER COLUMN status TYPE text`)
+
+	// an operator stands for its function: a CHECK of the table using one
+	exec(`CREATE FUNCTION tfn.near(text, text) RETURNS boolean LANGUAGE sql IMMUTABLE AS $$SELECT true$$;
+		ALTER FUNCTION tfn.near(text, text) OWNER TO "` + role + `";
+		CREATE OPERATOR tfn.~~~ (LEFTARG = text, RIGHTARG = text, FUNCTION = tfn.near);
+		ALTER TABLE orders ADD CONSTRAINT near_check CHECK (order_id OPERATOR(tfn.~~~) 'x')`)
+	failsWith("an operator in a CHECK", "CHECK constraint near_check calls tfn.near(text,text)")
+	exec(`ALTER TABLE orders DROP CONSTRAINT near_check`)
+
+	if code, out := runCLI("check", "--config", cfg); code != 0 || !strings.Contains(out, ok) {
+		t.Fatalf("check after the calls were removed exited %d, want 0:\n%s", code, out)
+	}
+
+	// a partitioned target: rows land in its partitions, whose triggers
+	// run too
+	exec(`ALTER TABLE orders RENAME TO orders_flat;
+		CREATE TABLE orders (LIKE orders_flat INCLUDING ALL) PARTITION BY LIST (partner_id);
+		CREATE TABLE orders_fncheck PARTITION OF orders FOR VALUES IN ('fncheck');
+		CREATE TRIGGER stamp BEFORE INSERT ON orders_fncheck FOR EACH ROW EXECUTE FUNCTION tfn.stamp()`)
+	failsWith("a partition's trigger", "trigger stamp on partition orders_fncheck calls tfn.stamp()")
+}

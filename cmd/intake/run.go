@@ -210,6 +210,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "intake run:", err)
 		return 1
 	}
+	logUntrustedCalls(ctx, e)
 	if *once {
 		d.PreparePoll(ctx) // beside the logins still under way
 		// A one-shot run's end is its process's: once its polls are
@@ -427,4 +428,30 @@ func cmdMigrate(args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stdout, "schema at version %d\n", v)
 	return 0
+}
+
+// logUntrustedCalls logs, at start, each function a target calls as
+// intake's role that `intake check` fails for (untrustedCalls), once per
+// target; the daemon runs on. A target that cannot be read is left to
+// CheckTargets, which has held its feeds.
+func logUntrustedCalls(ctx context.Context, e *env) {
+	seen := map[string]bool{}
+	for i := range e.cfg.Partners {
+		for j := range e.cfg.Partners[i].Feeds {
+			tbl := e.cfg.Partners[i].Feeds[j].Target
+			if seen[tbl] {
+				continue
+			}
+			seen[tbl] = true
+			calls, err := untrustedCalls(ctx, e.pool, tbl, e.cfg.Database.TrustedFunctionOwners)
+			if err != nil {
+				e.log.Warn("functions the target calls not read", "target", tbl, "err", err)
+				continue
+			}
+			for _, c := range calls {
+				e.log.Error("target calls a function of an untrusted owner, which runs as intake's role (intake check fails)",
+					"target", tbl, "caller", c.by, "function", c.function, "owner", c.owner)
+			}
+		}
+	}
 }

@@ -261,10 +261,16 @@ func (l *Ledger) RestorePath(ctx context.Context, in *Intake, path string) error
 }
 
 // endStalled terminates the old worker's transactions that have run longer
-// than a lease, waiting up to 5 s for each to end.
+// than a lease, waiting up to 5 s for each to end. A session is the old
+// worker's only if it carries its application_name and is logged in as
+// intake's own user to this database: any client may set an
+// application_name, and a session of another user or database that took
+// a worker's name is never ended.
 func (l *Ledger) endStalled(ctx context.Context, oldWorker string) error {
-	_, err := l.pool.Exec(ctx, `SELECT pg_catalog.pg_terminate_backend(pid, 5000::int8) FROM pg_stat_activity
+	_, err := l.pool.Exec(ctx, `SELECT pg_catalog.pg_terminate_backend(pid, 5000::int8) FROM pg_catalog.pg_stat_activity
 		WHERE application_name = $1 AND pid <> pg_catalog.pg_backend_pid()
+		  AND usesysid = (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = SESSION_USER)
+		  AND datid = (SELECT d.oid FROM pg_catalog.pg_database d WHERE d.datname = pg_catalog.current_database())
 		  AND xact_start < pg_catalog.now() - $2::interval`, AppName(oldWorker), l.lease)
 	return err
 }

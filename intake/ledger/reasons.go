@@ -53,7 +53,7 @@ const (
 const (
 	ReasonCompressionNotAllowed Reason = "compression_not_allowed"     // the feed does not accept this compression
 	ReasonArchiveInvalid        Reason = "archive_invalid"             // not a readable gzip/zip file
-	ReasonArchiveTooLarge       Reason = "archive_too_large"           // expands beyond limits.max_expanded_bytes
+	ReasonArchiveTooLarge       Reason = "archive_too_large"           // expands beyond limits.max_expanded_bytes, or a .gz/.zip beyond limits.max_expansion_ratio times its size
 	ReasonArchiveEntries        Reason = "archive_entries"             // a zip must hold exactly one file
 	ReasonArchiveBadEntry       Reason = "archive_bad_entry"           // an entry name with traversal, an absolute path or unsafe characters
 	ReasonArchiveSymlink        Reason = "archive_symlink"             // an entry that is a symbolic link

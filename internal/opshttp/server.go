@@ -3,6 +3,12 @@
 // and /readyz (the database is reachable, the schema is current, the spool
 // is writable; each partner's SFTP state is reported but does not fail
 // readiness, since one partner's outage must not take the daemon out).
+//
+// /readyz answers a client that is not on loopback with its status alone
+// (200 "ready" or 503 "unready"): the detailed body names partners, SFTP
+// addresses in their errors, held tables and the database's user and name.
+// Its checks run at most once per Checks.MaxAge, however many probes
+// arrive.
 package opshttp
 
 import (
@@ -13,6 +19,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"sync"
 	"time"
 
@@ -38,7 +45,15 @@ type Checks struct {
 	Spool    func() error
 	// Partners reports each partner's SFTP state (informational).
 	Partners func() any
+	// MaxAge is how long a readiness result answers probes before the
+	// checks run again (0: DefaultReadyMaxAge). Probes that arrive while
+	// the checks run wait for that run's result.
+	MaxAge time.Duration
 }
+
+// DefaultReadyMaxAge is how long a readiness result is reused: a flood of
+// probes costs one spool write and one database round trip per interval.
+const DefaultReadyMaxAge = 2 * time.Second
 
 // Server is the HTTP listener, a lifecycle.Service.
 type Server struct {
@@ -59,18 +74,73 @@ func New(addr string, reg prometheus.Gatherer, checks Checks, log *slog.Logger) 
 		w.Header().Set("Content-Type", "text/plain")
 		fmt.Fprintln(w, "ok")
 	})
+	ready := &readyCache{checks: checks, maxAge: checks.MaxAge}
+	if ready.maxAge <= 0 {
+		ready.maxAge = DefaultReadyMaxAge
+	}
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
-		ctx, cancel := context.WithTimeout(r.Context(), 3*time.Second)
-		defer cancel()
-		res := Readiness(ctx, checks)
-		w.Header().Set("Content-Type", "application/json")
+		res := ready.get()
+		code := http.StatusOK
 		if !res.Ready {
-			w.WriteHeader(http.StatusServiceUnavailable)
+			code = http.StatusServiceUnavailable
 		}
+		if !fromLoopback(r) {
+			w.Header().Set("Content-Type", "text/plain")
+			w.WriteHeader(code)
+			if res.Ready {
+				fmt.Fprintln(w, "ready")
+			} else {
+				fmt.Fprintln(w, "unready")
+			}
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(code)
 		json.NewEncoder(w).Encode(res)
 	})
 	return &Server{addr: addr, srv: &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}, log: log}
 }
+
+// readyCache runs the readiness checks at most once per maxAge; callers
+// that arrive while they run wait for that run.
+type readyCache struct {
+	checks Checks
+	maxAge time.Duration
+
+	mu  sync.Mutex
+	at  time.Time
+	res Result
+}
+
+func (c *readyCache) get() Result {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.at.IsZero() && time.Since(c.at) < c.maxAge {
+		return c.res
+	}
+	// not the request's context: the result serves every probe until it
+	// expires, whichever client asked first and went away
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	c.res = Readiness(ctx, c.checks)
+	c.at = time.Now()
+	return c.res
+}
+
+// fromLoopback: the request's peer is a loopback address (a reverse proxy
+// on the same host counts as loopback; the listener is loopback only by
+// default).
+func fromLoopback(r *http.Request) bool {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		return false
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.Unmap().IsLoopback()
+}
+
+// Handler is the server's handler (/metrics, /healthz, /readyz).
+func (s *Server) Handler() http.Handler { return s.srv.Handler }
 
 // Result is the body of /readyz.
 type Result struct {

@@ -3,11 +3,16 @@ package opshttp_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
@@ -54,6 +59,7 @@ func TestReadyzFailsWhilePostgresIsDown(t *testing.T) {
 		Schema:   func(ctx context.Context) error { return migrations.Current(ctx, pool) },
 		Spool:    sp.Probe,
 		Partners: func() any { return map[string]string{"acme": "down"} },
+		MaxAge:   time.Nanosecond, // each probe below asks anew
 	}, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err := srv.Start(ctx); err != nil {
 		t.Fatal(err)
@@ -96,5 +102,78 @@ func TestReadyzFailsWhilePostgresIsDown(t *testing.T) {
 	}
 	if code, body := get(t, base+"/readyz"); code != 200 {
 		t.Fatalf("readyz after restart: %d %s", code, body)
+	}
+}
+
+// /readyz tells a client that is not on loopback its status alone: no
+// partner, SFTP address, database user or name; loopback gets the detail.
+func TestReadyzTellsOnlyLoopbackItsDetail(t *testing.T) {
+	var fail atomic.Bool
+	srv := opshttp.New("127.0.0.1:0", prometheus.NewRegistry(), opshttp.Checks{
+		Database: func(context.Context) error {
+			if fail.Load() {
+				return errors.New(`failed to connect to user=intake database=intake_prod`)
+			}
+			return nil
+		},
+		Partners: func() any { return map[string]string{"acme": "dial tcp sftp.acme.example:22: connection refused"} },
+		MaxAge:   time.Nanosecond,
+	}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	probe := func(remote string) (int, string) {
+		req := httptest.NewRequest("GET", "/readyz", nil)
+		req.RemoteAddr = remote
+		rec := httptest.NewRecorder()
+		srv.Handler().ServeHTTP(rec, req)
+		return rec.Code, rec.Body.String()
+	}
+	for _, remote := range []string{"203.0.113.7:40000", "[2001:db8::7]:40000", "10.0.0.1:1"} {
+		if code, body := probe(remote); code != 200 || body != "ready\n" {
+			t.Fatalf("readyz from %s: %d %q, want 200 \"ready\" alone", remote, code, body)
+		}
+	}
+	for _, remote := range []string{"127.0.0.1:40000", "[::1]:40000"} {
+		if code, body := probe(remote); code != 200 || !strings.Contains(body, "sftp.acme.example") {
+			t.Fatalf("readyz from %s: %d %q, want the detail", remote, code, body)
+		}
+	}
+	fail.Store(true)
+	if code, body := probe("203.0.113.7:40000"); code != 503 || body != "unready\n" {
+		t.Fatalf("readyz from afar with the database down: %d %q, want 503 \"unready\" alone", code, body)
+	}
+	if code, body := probe("127.0.0.1:40000"); code != 503 || !strings.Contains(body, "intake_prod") {
+		t.Fatalf("readyz from loopback with the database down: %d %q, want the detail", code, body)
+	}
+}
+
+// A flood of /readyz probes runs the checks once per MaxAge: probes
+// that arrive while they run wait for that run's result.
+func TestReadyzRunsItsChecksOncePerInterval(t *testing.T) {
+	var spools, pings atomic.Int64
+	srv := opshttp.New("127.0.0.1:0", prometheus.NewRegistry(), opshttp.Checks{
+		Database: func(context.Context) error { pings.Add(1); time.Sleep(50 * time.Millisecond); return nil },
+		Spool:    func() error { spools.Add(1); return nil },
+		MaxAge:   time.Hour,
+	}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	var wg sync.WaitGroup
+	var bad atomic.Int64
+	for range 200 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			req := httptest.NewRequest("GET", "/readyz", nil)
+			req.RemoteAddr = "127.0.0.1:1"
+			rec := httptest.NewRecorder()
+			srv.Handler().ServeHTTP(rec, req)
+			if rec.Code != 200 || !strings.Contains(rec.Body.String(), `"ready":true`) {
+				bad.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	if bad.Load() != 0 {
+		t.Fatalf("%d of 200 probes were not answered ready", bad.Load())
+	}
+	if pings.Load() != 1 || spools.Load() != 1 {
+		t.Fatalf("200 probes ran the database check %d times and the spool check %d times, want once each", pings.Load(), spools.Load())
 	}
 }

@@ -92,6 +92,13 @@ type Database struct {
 	// item 41). `intake run --once` opens none: its partners are polled
 	// one after another, their sections on MaxConns' connections.
 	ClaimConns int `yaml:"claim_conns"`
+	// TrustedFunctionOwners names the roles whose functions a target
+	// table may call from a trigger, a column default, a CHECK of a
+	// column's domain or an index expression: such a function runs as
+	// intake's role. Functions in pg_catalog and information_schema are
+	// always trusted; `intake check` fails for any other function whose
+	// owner is not listed (empty by default).
+	TrustedFunctionOwners []string `yaml:"trusted_function_owners"`
 }
 
 // Spool configures the local spool.
@@ -158,6 +165,11 @@ func (f *File) Validate() error {
 	}
 	if f.Database.ClaimConns == 0 {
 		f.Database.ClaimConns = DefaultClaimConns
+	}
+	for i, r := range f.Database.TrustedFunctionOwners {
+		if r == "" || len(r) > 63 {
+			return fmt.Errorf("database.trusted_function_owners[%d]: %q is not a role name (1 to 63 bytes)", i, r)
+		}
 	}
 	if f.Database.ClaimConns < 1 || f.Database.ClaimConns > 500 {
 		return fmt.Errorf("database.claim_conns: %d must be 0 (the default, %d) or between 1 and 500", f.Database.ClaimConns, DefaultClaimConns)

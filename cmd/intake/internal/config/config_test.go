@@ -99,6 +99,9 @@ func TestConfigErrorsNameTheKey(t *testing.T) {
 		{"both url and url_env", func(s string) string {
 			return strings.Replace(s, "  url_env: INTAKE_DATABASE_URL", "  url_env: X\n  url: postgres://x", 1)
 		}, []string{"url or url_env"}},
+		{"an empty trusted function owner", func(s string) string {
+			return strings.Replace(s, "  trusted_function_owners: []", "  trusted_function_owners: [app_owner, \"\"]", 1)
+		}, []string{"database.trusted_function_owners[1]", "not a role name"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
