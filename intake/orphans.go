@@ -104,6 +104,9 @@ func (d *Daemon) adoptFrom(ctx context.Context, p *partnerRT, sess *partners.Ses
 
 // moveOrphans is adoptFrom's moves, in the partner's claim section.
 func (d *Daemon) moveOrphans(ctx context.Context, p *partnerRT, sess *partners.Session, w string, ents []os.FileInfo) error {
+	if err := fault.Check("adopt:before_move"); err != nil {
+		return err
+	}
 	dir := sess.Layout.ProcessingDir(w)
 	have := map[string]bool{}
 	paths := make([]string, 0, len(ents))

@@ -162,3 +162,52 @@ func pausedPool(t *testing.T, url string) *pgxpool.Pool {
 	t.Cleanup(p.Close)
 	return p
 }
+
+// The same for the other adopter: replica w1, polling the partner, is
+// about to move a gone worker's entry without a row into its own dir
+// (adoptFrom) and pauses inside the claim section; the reconciler of w3
+// waits for the section (the stalled holder is ended a moment later),
+// adopts the entry and w3 archives it. w1 goes on from where it was and
+// adopts nothing: one row, one receipt, nothing left in processing/.
+func TestAPausedReplicaNeverMovesWhatAnotherAdopted(t *testing.T) {
+	url, pool := testenv.DB(t)
+	site := testenv.NewSite(t, "acme")
+	const name = "orders-20261101.csv"
+	// w2 died between its claim's RENAME and INSERT, and is gone
+	dir := filepath.Join(site.Root, "processing", "w2")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, name), []byte(goodRows("M", 3)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	execArgs(t, pool, `INSERT INTO intake_worker (worker_id, hostname, pid, lease, partners, last_seen)
+		VALUES ('w2', 'gone', 1, '30 s', ARRAY['acme'], pg_catalog.now() - interval '1 hour')`)
+
+	w1 := newRig(t, pausedPool(t, url), "w1", site)
+	resume := w1.pollPaused("acme", "adopt:before_move")
+	w3 := newRig(t, pool, "w3", site)
+	reconcileAs(t, pool, "w3", site) // waits for w1's section until its session is ended
+	w3.poll("acme")
+	fs := files(t, pool, "acme")
+	if len(fs) != 1 || fs[0].State != "archived" || fs[0].Worker != "w3" {
+		t.Fatalf("w3 left %+v, want the entry adopted and archived by w3", fs)
+	}
+	_ = resume() // its section's transaction was ended: an error of its poll, never a row
+	w1.poll("acme")
+	if fs := files(t, pool, "acme"); len(fs) != 1 {
+		t.Fatalf("rows %+v, want the one file only", fs)
+	}
+	var receipts int
+	for _, rel := range site.Files(t, "reports") {
+		if strings.HasSuffix(rel, ".receipt.json") {
+			receipts++
+		}
+	}
+	if receipts != 1 {
+		t.Fatalf("%d receipts, want 1", receipts)
+	}
+	if got := site.Files(t, "processing"); len(got) != 0 {
+		t.Fatalf("processing/ still holds %v", got)
+	}
+}
