@@ -17,9 +17,11 @@
 // the schedule in the feed's timezone, a calendar day's skipped; the
 // window of S is (D_prev, D] with D = S + grace and D_prev the deadline of
 // the previous window (or when intake first evaluated the feed). An
-// accepted file claimed in it delivers it, unless an earlier window is
-// still open late: then the file closes the oldest such window (it arrived
-// late) and counts for nothing else. A window whose deadline passes
+// accepted file belongs to the latest delivery window scheduled at or
+// before its claim time: when that window is open late, the file closes it
+// (it arrived late) and counts for nothing else; otherwise it delivers the
+// window open when it was claimed. A missed window therefore never makes a
+// later on-time file late: it stays late until its own file comes. A window whose deadline passes
 // without a delivery is late. A file still in flight when a deadline
 // passes defers the decision until it is accepted or refused.
 package expect
@@ -206,9 +208,19 @@ func (s *Service) evaluate(ctx context.Context, partner, feed string, exp *partn
 		met := false // a file delivered the window now open: (lastD, next deadline]
 		next := 0
 		take := func(f ledger.DeliveryFile) error {
-			if len(open) > 0 && f.ClaimedAt.After(open[0].Deadline) {
-				w := open[0]
-				open = open[1:]
+			// The file's window is the latest delivery window scheduled
+			// at or before its claim; when that window is open late, the
+			// file closes it. Otherwise it delivers the window now open.
+			i := -1
+			for j := len(open) - 1; j >= 0; j-- {
+				if !open[j].Scheduled.After(f.ClaimedAt) {
+					i = j
+					break
+				}
+			}
+			if i >= 0 && f.ClaimedAt.After(open[i].Deadline) && nextDelivery(exp, open[i].Scheduled).After(f.ClaimedAt) {
+				w := open[i]
+				open = append(open[:i:i], open[i+1:]...)
 				if err := tx.CloseLate(ctx, w.Scheduled, f.IntakeID, f.ClaimedAt); err != nil {
 					return err
 				}
@@ -265,6 +277,18 @@ func (s *Service) evaluate(ctx context.Context, partner, feed string, exp *partn
 		}
 		return tx.Advance(ctx, lastS, lastD)
 	})
+}
+
+// nextDelivery is the first scheduled time after s that is not a calendar
+// day (zero: none within maxWindows).
+func nextDelivery(exp *partners.Expect, s time.Time) time.Time {
+	for n := 0; n < maxWindows; n++ {
+		s = exp.Next(s)
+		if s.IsZero() || !exp.NoDelivery(s) {
+			return s
+		}
+	}
+	return time.Time{}
 }
 
 func minTime(a, b time.Time) time.Time {
