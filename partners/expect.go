@@ -114,8 +114,67 @@ func readCalendar(path string) (map[string]bool, error) {
 // Location is the time zone of the schedule and calendar.
 func (e *Expect) Location() *time.Location { return e.loc }
 
-// Next is the first scheduled time after t (zero if the schedule never fires).
-func (e *Expect) Next(t time.Time) time.Time { return e.sched.Next(t.In(e.loc)) }
+// Next is the first scheduled time after t (zero if the schedule never
+// fires). A cron spec is matched against wall-clock times in Timezone, so
+// across a daylight-saving change each wall time is expected at most once:
+// a time that does not exist on the spring-forward day (02:30 in
+// Europe/Berlin) is expected at the first instant after the gap (03:00
+// local), and one that occurs twice on the fall-back day is expected at its
+// first occurrence only. (cron's own Next steps through absolute hours, so
+// it skips the first and fires twice for the second.)
+func (e *Expect) Next(t time.Time) time.Time {
+	spec, ok := e.sched.(*cron.SpecSchedule)
+	if !ok {
+		return e.sched.Next(t.In(e.loc))
+	}
+	wallSpec := *spec
+	wallSpec.Location = time.UTC
+	w := wall(t.In(e.loc))
+	for n := 0; n < 4; n++ {
+		next := wallSpec.Next(w)
+		if next.IsZero() {
+			return next
+		}
+		r := time.Date(next.Year(), next.Month(), next.Day(), next.Hour(), next.Minute(), next.Second(), 0, e.loc)
+		switch start, end := r.ZoneBounds(); {
+		case wall(r).Before(next):
+			// next's wall time is in a spring-forward gap and r before
+			// it: the gap ends where r's zone does.
+			r = end
+		case wall(r).After(next):
+			// in a gap, r after it: the gap ends where r's zone begins.
+			r = start
+		case !start.IsZero():
+			// a repeated wall time: its first occurrence is in the zone
+			// before r's, when it has the same wall time there.
+			_, off := r.Zone()
+			_, prevOff := start.Add(-time.Second).Zone()
+			if first := r.Add(time.Duration(off-prevOff) * time.Second); first.Before(start) && wall(first.In(e.loc)).Equal(next) {
+				r = first
+			}
+		}
+		if r.After(t) {
+			return r
+		}
+		// r is the first occurrence of a repeated wall time and is past:
+		// so are all wall times repeated after it, up to the end of the
+		// repeat.
+		w = next
+		if _, end := r.ZoneBounds(); !end.IsZero() {
+			_, before := r.Zone()
+			_, after := end.Zone()
+			if skip := wall(end.In(e.loc)).Add(time.Duration(before-after)*time.Second - time.Second); skip.After(w) {
+				w = skip
+			}
+		}
+	}
+	return time.Time{}
+}
+
+// wall is t's wall-clock time in its location, as a UTC time.
+func wall(t time.Time) time.Time {
+	return time.Date(t.Year(), t.Month(), t.Day(), t.Hour(), t.Minute(), t.Second(), 0, time.UTC)
+}
 
 // NoDelivery reports whether the scheduled time s falls on a calendar day.
 func (e *Expect) NoDelivery(s time.Time) bool {
