@@ -18,6 +18,7 @@ func cmdExpect(args []string, stdout, stderr io.Writer) int {
 	path := fs.String("config", "", "config file (YAML)")
 	only := fs.String("partner", "", "show only this partner")
 	count := fs.Int("count", 5, "scheduled times to list per feed (1-100)")
+	from := fs.String("from", "", "list the scheduled times after this RFC 3339 time (default: now)")
 	if err := parseFlags(fs, args); err != nil {
 		return 2
 	}
@@ -31,6 +32,12 @@ func cmdExpect(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	now, found, feeds := time.Now(), false, 0
+	if *from != "" {
+		if now, err = time.Parse(time.RFC3339, *from); err != nil {
+			fmt.Fprintf(stderr, "intake expect: --from: %v\n", err)
+			return 2
+		}
+	}
 	for _, p := range cfg.Partners {
 		if *only != "" && p.ID != *only {
 			continue

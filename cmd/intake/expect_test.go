@@ -204,3 +204,28 @@ func TestAMissedDeliveryWindowIsRaisedOnceAndClosedByTheLateFile(t *testing.T) {
 	a.wait(t, time.Minute)
 	b.wait(t, time.Minute)
 }
+
+// intake expect lists a daily 02:30 Berlin delivery once per day across
+// both daylight-saving changes: at 03:00 on the spring-forward day, at the
+// first 02:30 on the fall-back day.
+func TestExpectListsDeliveriesAcrossDaylightSavingChanges(t *testing.T) {
+	site := testenv.NewSite(t, "dst")
+	p := writeConfigOpts(t, site, cfgOpts{worker: "a", poll: "@every 1s", schedule: "@every 1h", spool: t.TempDir()})
+	raw, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := strings.Replace(string(raw), "        target: orders\n", "        target: orders\n        expect: {schedule: \"30 2 * * *\", timezone: Europe/Berlin, grace: 1h}\n", 1)
+	if err := os.WriteFile(p, []byte(s), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ from, want string }{
+		{"2027-03-27T12:00:00Z", "Sun 2027-03-28 03:00:00 CEST  late unless a file is claimed by Sun 2027-03-28 04:00:00 CEST"},
+		{"2027-10-30T12:00:00Z", "Sun 2027-10-31 02:30:00 CEST  late unless a file is claimed by Sun 2027-10-31 02:30:00 CET"},
+	} {
+		code, out := runCLI("expect", "--config", p, "--count", "2", "--from", tc.from)
+		if code != 0 || !strings.Contains(out, tc.want) || strings.Count(out, "late unless a file is claimed by") != 2 {
+			t.Fatalf("intake expect --from %s (exit %d), want %q:\n%s", tc.from, code, tc.want, out)
+		}
+	}
+}
