@@ -1,6 +1,7 @@
 package intake
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"path"
@@ -122,7 +123,7 @@ func (r *fileRun) archiveStaged(ctx context.Context, st *staged, rc Receipt) (ok
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		werr = st.write(data) // discards the temporary file when it fails
+		werr = st.write(bytes.NewReader(data), int64(len(data))) // discards the temporary file when it fails
 	}()
 	dst, merr := moveOnce(r.sess, in.ClaimedPath, names)
 	wg.Wait()

@@ -396,6 +396,27 @@ func sealReport(cfg *partners.PGP, data []byte, name string) ([]byte, string, er
 	if cfg == nil || cfg.EncryptReportsTo == "" {
 		return data, name, nil
 	}
+	var b bytes.Buffer
+	w, sealed, err := sealTo(&b, cfg, name)
+	if err != nil {
+		return nil, "", err
+	}
+	if _, err := w.Write(data); err != nil {
+		return nil, "", err
+	}
+	if err := w.Close(); err != nil {
+		return nil, "", err
+	}
+	return b.Bytes(), sealed, nil
+}
+
+// sealTo returns a writer that seals what is written to it into dst as
+// sealReport does, as a stream, and the sealed name; closing it ends the
+// message. Without encrypt_reports_to it writes to dst unchanged.
+func sealTo(dst io.Writer, cfg *partners.PGP, name string) (io.WriteCloser, string, error) {
+	if cfg == nil || cfg.EncryptReportsTo == "" {
+		return nopCloser{dst}, name, nil
+	}
 	to, err := loadKeys(cfg.EncryptReportsTo, "")
 	if err != nil {
 		return nil, "", err
@@ -411,8 +432,7 @@ func sealReport(cfg *partners.PGP, data []byte, name string) ([]byte, string, er
 			break
 		}
 	}
-	var b bytes.Buffer
-	aw, err := armor.Encode(&b, "PGP MESSAGE", nil)
+	aw, err := armor.Encode(dst, "PGP MESSAGE", nil)
 	if err != nil {
 		return nil, "", err
 	}
@@ -420,14 +440,21 @@ func sealReport(cfg *partners.PGP, data []byte, name string) ([]byte, string, er
 	if err != nil {
 		return nil, "", fmt.Errorf("encrypt report to %s: %w", cfg.EncryptReportsTo, err)
 	}
-	if _, err := w.Write(data); err != nil {
-		return nil, "", err
-	}
-	if err := w.Close(); err != nil {
-		return nil, "", err
-	}
-	if err := aw.Close(); err != nil {
-		return nil, "", err
-	}
-	return b.Bytes(), name + EncryptedSuffix, nil
+	return sealWriter{w, aw}, name + EncryptedSuffix, nil
 }
+
+// sealWriter closes the OpenPGP message, then its armor.
+type sealWriter struct{ msg, armor io.WriteCloser }
+
+func (s sealWriter) Write(p []byte) (int, error) { return s.msg.Write(p) }
+
+func (s sealWriter) Close() error {
+	if err := s.msg.Close(); err != nil {
+		return err
+	}
+	return s.armor.Close()
+}
+
+type nopCloser struct{ io.Writer }
+
+func (nopCloser) Close() error { return nil }

@@ -1,12 +1,14 @@
 package intake
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"path"
 	"regexp"
 	"strings"
@@ -190,14 +192,23 @@ func tempName(name string) string {
 // a kill is removed by the reconciler once it is older than
 // reconcile.stale_temp.
 func putFile(s *partners.Session, dir, name string, data []byte) (string, error) {
-	st, err := stageFile(s, dir, name, len(data) <= wholeMax)
+	return putFileFrom(s, dir, name, bytes.NewReader(data), int64(len(data)))
+}
+
+// putFileFrom is putFile for size bytes read from src (a file in the
+// spool's temp area, for a report too large to hold in memory): only a
+// file up to wholeMax is read into memory at once, a larger one is copied
+// through pkg/sftp. src is read from its start again when the first try
+// has to be repeated.
+func putFileFrom(s *partners.Session, dir, name string, src io.ReaderAt, size int64) (string, error) {
+	st, err := stageFile(s, dir, name, size <= wholeMax)
 	if err == nil {
-		err = st.write(data)
+		err = st.write(src, size)
 	}
 	if s.ListingChannelLost(err) {
 		// the listing channel broke under it: once more through pkg/sftp
 		if st, err = stageFile(s, dir, name, false); err == nil {
-			err = st.write(data)
+			err = st.write(src, size)
 		}
 	}
 	if err != nil {
@@ -257,13 +268,23 @@ func stageFile(s *partners.Session, dir, name string, small bool) (*staged, erro
 
 // write writes the file's bytes (on the listing channel, and closes it);
 // on an error the temporary file is gone.
-func (st *staged) write(data []byte) error {
+func (st *staged) write(src io.ReaderAt, size int64) error {
 	var err error
 	if st.w != nil {
-		err = st.w.WriteClose(data)
-		st.closed = true // its CLOSE went out with the WRITEs, or the channel is gone
+		data := make([]byte, size) // at most wholeMax (stageFile's small)
+		if _, err = src.ReadAt(data, 0); err == io.EOF && size == 0 {
+			err = nil
+		}
+		if err == nil {
+			err = st.w.WriteClose(data)
+			st.closed = true // its CLOSE went out with the WRITEs, or the channel is gone
+		}
 	} else {
-		_, err = st.f.Write(data)
+		var n int64
+		n, err = io.Copy(st.f, io.NewSectionReader(src, 0, size))
+		if err == nil && n != size {
+			err = io.ErrUnexpectedEOF
+		}
 	}
 	if err != nil {
 		st.discard()

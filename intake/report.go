@@ -1,11 +1,13 @@
 package intake
 
 import (
-	"bytes"
+	"bufio"
 	"context"
 	"encoding/csv"
 	"encoding/json"
 	"fmt"
+	"io"
+	"os"
 	"path"
 	"strconv"
 	"strings"
@@ -71,18 +73,7 @@ func (r *fileRun) writeReports(ctx context.Context, rc Receipt) error {
 	in := r.in
 	dir := r.sess.Layout.ReportsDir()
 	if in.RowsRejected+in.RowsConflict > 0 {
-		data, err := r.rejectsCSV(ctx)
-		if err != nil {
-			return err
-		}
-		name := reportStem(in) + RejectsSuffix
-		if data, name, err = sealReport(r.feedPGP(), data, name); err != nil {
-			return err
-		}
-		if err := r.fence(ctx, "rejects"); err != nil {
-			return err
-		}
-		p, err := putFile(r.sess, dir, name, data)
+		p, err := r.putRejects(ctx, dir)
 		if err != nil {
 			return err
 		}
@@ -142,22 +133,59 @@ func receiptJSON(in *Intake, rc Receipt) ([]byte, error) {
 	return append(data, '\n'), err
 }
 
+// putRejects publishes the rejects report in dir. It is written, sealed
+// when the feed encrypts reports, into a temporary file in the spool's
+// temp area and copied to the site from there: its size does not add to
+// the process's memory. The temporary file is removed when done; one a
+// crash leaves behind is removed with the worker's other temporary files.
+func (r *fileRun) putRejects(ctx context.Context, dir string) (string, error) {
+	f, err := r.d.spool.CreateTemp(r.in.Partner)
+	if err != nil {
+		return "", fmt.Errorf("rejects report: %w", err)
+	}
+	defer func() {
+		f.Close()
+		os.Remove(f.Name())
+	}()
+	bw := bufio.NewWriterSize(f, 64<<10)
+	w, name, err := sealTo(bw, r.feedPGP(), reportStem(r.in)+RejectsSuffix)
+	if err != nil {
+		return "", err
+	}
+	if err := r.rejectsCSV(ctx, w); err != nil {
+		return "", err
+	}
+	if err := w.Close(); err != nil {
+		return "", err
+	}
+	if err := bw.Flush(); err != nil {
+		return "", fmt.Errorf("rejects report: %w", err)
+	}
+	st, err := f.Stat()
+	if err != nil {
+		return "", fmt.Errorf("rejects report: %w", err)
+	}
+	if err := r.fence(ctx, "rejects"); err != nil {
+		return "", err
+	}
+	return putFileFrom(r.sess, dir, name, f, st.Size())
+}
+
 // rejectsCSV renders line, column, reason, outcome and detail (codes: the
 // SQLSTATE of a row the target refused) of every row that did not apply. It
 // echoes no cell value; every cell is still neutralised
 // against spreadsheet formula injection.
-func (r *fileRun) rejectsCSV(ctx context.Context) ([]byte, error) {
-	var buf bytes.Buffer
-	w := csv.NewWriter(&buf)
+func (r *fileRun) rejectsCSV(ctx context.Context, out io.Writer) error {
+	w := csv.NewWriter(out)
 	_ = w.Write([]string{"line", "column", "reason", "outcome", "detail"})
 	err := r.d.ledger.Issues(ctx, r.in, func(is IssueRow) error {
 		return w.Write([]string{strconv.FormatInt(is.Line, 10), Neutralize(is.Column), Neutralize(is.Reason), Neutralize(is.Outcome), Neutralize(is.Detail)})
 	})
 	if err != nil {
-		return nil, err
+		return err
 	}
 	w.Flush()
-	return buf.Bytes(), w.Error()
+	return w.Error()
 }
 
 // Neutralize makes a cell safe to open in a spreadsheet: a cell starting

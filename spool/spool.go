@@ -527,3 +527,16 @@ func (s *Spool) Probe() error {
 	f.Close()
 	return os.Remove(name)
 }
+
+// CreateTemp opens a new temporary file of partner's, for bytes that are
+// not a spooled file (a rejects report on its way to the site): named
+// like every other temporary file of the worker, so one a crash leaves
+// behind is removed with them (ClearOwnTemp, TempFiles). The caller
+// closes and removes it.
+func (s *Spool) CreateTemp(partner string) (*os.File, error) {
+	tmpDir := filepath.Join(s.dir, partner, "tmp")
+	if err := os.MkdirAll(tmpDir, 0o700); err != nil {
+		return nil, err
+	}
+	return os.OpenFile(filepath.Join(tmpDir, s.worker+"."+randomName()+TempSuffix), os.O_CREATE|os.O_EXCL|os.O_RDWR, 0o600)
+}

@@ -306,3 +306,21 @@ func TestSpoolDirectoriesAndFilesAreTheOwnersAlone(t *testing.T) {
 		t.Fatalf("walked %d entries", n)
 	}
 }
+
+func TestCreateTempLeftByACrashIsClearedWithTheWorkersTemp(t *testing.T) {
+	base, _ := New(t.TempDir())
+	w1, _ := base.ForWorker("w1")
+	f, err := w1.CreateTemp("acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.WriteString("line,column,reason,outcome,detail\n")
+	f.Close() // never removed: a crash
+	n, err := w1.ClearOwnTemp("acme")
+	if err != nil || n != 1 {
+		t.Fatalf("removed %d (%v), want the report's temporary file", n, err)
+	}
+	if _, err := os.Stat(f.Name()); !os.IsNotExist(err) {
+		t.Fatalf("%s still there: %v", f.Name(), err)
+	}
+}
