@@ -393,10 +393,10 @@ func TestAReplicaThatLostAPartnerAfterAFailedClaimStillAdoptsItsFile(t *testing.
 		t.Fatal(err)
 	}
 	defer r2.d.Stop()
-	// r1 reads the live replicas again at its next turn a third of a
-	// lease on, and sees r2: the partner is r2's now
+	// r1 reads the live replicas again (as a third of a lease on) and
+	// sees r2: the partner is r2's now
 	intake.Signals(r1.d).Peers.Init(t)
-	time.Sleep(cfg("r1").Lease/3 + 100*time.Millisecond)
+	intake.ExpirePeers(r1.d)
 	r1.poll(id)
 	intake.Signals(r1.d).Peers.WaitFor(func(serving map[string][]string) bool {
 		return slices.Contains(serving[id], "r2")

@@ -467,8 +467,12 @@ func (d *Daemon) workerHeartbeat(ctx context.Context) {
 		if !d.holdsWorkerID() {
 			return true
 		}
-		if _, err := d.ledger.RegisterWorker(ctx, d.cfg.WorkerID, d.partnerIDs()); err != nil && ctx.Err() == nil {
+		_, err := d.ledger.RegisterWorker(ctx, d.cfg.WorkerID, d.partnerIDs())
+		if err != nil && ctx.Err() == nil {
 			d.log.Warn("worker heartbeat failed", "err", err)
+		}
+		if err == nil {
+			d.signals.WorkerBeat.Signal(struct{}{})
 		}
 		return true
 	})

@@ -131,3 +131,11 @@ func HeldFeedsDue(d *Daemon) {
 // BeatLedger is the daemon's ledger, whose heartbeats and lease renewals
 // run on the daemon's heartbeat pool.
 func BeatLedger(d *Daemon) *ledger.Ledger { return d.ledger }
+
+// ExpirePeers makes the daemon read the live replicas again at its next
+// look (affinity.go), as a third of a lease later would.
+func ExpirePeers(d *Daemon) {
+	d.peers.mu.Lock()
+	d.peers.at = time.Time{}
+	d.peers.mu.Unlock()
+}

@@ -32,6 +32,7 @@ func TestHeartbeatsDoNotWaitBehindAFullWorkPool(t *testing.T) {
 	defer work.Close()
 	site := testenv.NewSite(t, "acme")
 	r := newRigCfg(t, work, intake.Config{WorkerID: "w1", Lease: lease, SpoolMinFree: 1}, site)
+	intake.Signals(r.d).WorkerBeat.Init(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	if err := r.d.Start(ctx); err != nil {
@@ -79,16 +80,18 @@ func TestHeartbeatsDoNotWaitBehindAFullWorkPool(t *testing.T) {
 		}
 	}
 
-	// and for three leases the replica stays alive to the others
-	deadline := time.Now().Add(3 * lease)
-	for time.Now().Before(deadline) {
-		var fresh bool
-		if err := pool.QueryRow(ctx, `SELECT last_seen > now() - lease FROM intake_worker WHERE worker_id = 'w1'`).Scan(&fresh); err != nil {
-			t.Fatal(err)
-		}
-		if !fresh {
-			t.Fatal("the replica's heartbeat went stale while long chunks held the work pool")
-		}
-		time.Sleep(lease / 4)
+	// and the replica's heartbeat goes on recording it alive: three beats
+	// (a lease's worth) while the work pool stays full
+	beats := &intake.Signals(r.d).WorkerBeat
+	beats.Clear()
+	for range 3 {
+		beats.WaitOrTimeout()
+	}
+	var fresh bool
+	if err := pool.QueryRow(ctx, `SELECT last_seen > now() - lease FROM intake_worker WHERE worker_id = 'w1'`).Scan(&fresh); err != nil {
+		t.Fatal(err)
+	}
+	if !fresh {
+		t.Fatal("the replica's heartbeat went stale while long chunks held the work pool")
 	}
 }

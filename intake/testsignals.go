@@ -26,6 +26,9 @@ type testSignals struct {
 	// transaction held open for it (ahead.go, fileRun.runAhead); the
 	// chunk's number.
 	AheadChunk testsignal.Signal[int]
+	// WorkerBeat: the replica's heartbeat recorded it alive
+	// (daemon.go, Daemon.workerHeartbeat).
+	WorkerBeat testsignal.Signal[struct{}]
 	// Unchanged: a chunk was looked up for rows the target holds as they
 	// are (unchanged.go, fileRun.toMerge).
 	Unchanged testsignal.Signal[unchangedLooked]

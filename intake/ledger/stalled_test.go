@@ -56,8 +56,8 @@ func TestEndStalledEndsOnlyIntakesOwnSessions(t *testing.T) {
 	otherUser := open(url, role)
 	otherDB := open(otherURL, "")
 
-	time.Sleep(100 * time.Millisecond) // each transaction older than the lease below
-	if err := ledger.New(pool, 10*time.Millisecond).EndStalled(ctx, worker); err != nil {
+	// a lease of a microsecond: each transaction above began before it
+	if err := ledger.New(pool, time.Microsecond).EndStalled(ctx, worker); err != nil {
 		t.Fatal(err)
 	}
 
