@@ -38,8 +38,8 @@ import (
 // work done ahead.
 //
 // What it buys: the apply, PostgreSQL's work on one core, starts with the
-// download instead of after the download and the plan (docs/performance.md,
-// item 43).
+// download instead of after the download and the plan
+// (docs/performance.md).
 
 // aheadBytes: files listed at this size or more are applied ahead.
 var aheadBytes int64 = 8 << 20

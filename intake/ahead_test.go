@@ -53,7 +53,7 @@ func openWriters(t *testing.T, pool *pgxpool.Pool) int64 {
 // openLeft counts the transactions of the test's database a run could
 // have left open: those that wrote, and those idle in a transaction
 // whatever they did (an apply ahead whose chunks were all unchanged only
-// read, item 46: it holds no transaction id).
+// read: it holds no transaction id).
 func openLeft(t *testing.T, pool *pgxpool.Pool) int64 {
 	return count(t, pool, `SELECT count(*) FROM pg_stat_activity
 		WHERE datname = current_database() AND pid <> pg_backend_pid()

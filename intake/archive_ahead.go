@@ -16,13 +16,13 @@ import (
 // their own that is a STAT of the month's directory (and, for a month's
 // first file, the STATs and MKDIRs that make it), the RENAME, then the
 // receipt's OPEN, WRITE, CLOSE and RENAME — one round trip each: six,
-// ten for a month's first file (docs/performance.md, item 44). Beside the
+// ten for a month's first file (docs/performance.md). Beside the
 // file's download, its run makes sure of the month's directory and opens
 // the receipt's temporary file (prepareSite), on the listing channel; at
 // its end the receipt's bytes and the temporary file's CLOSE go out
 // beside the move, then it is renamed to the receipt's name
-// (archiveStaged): two round trips (three before item 52: pkg/sftp's
-// CLOSE waits for its WRITE). A group's files do the same, prepared
+// (archiveStaged): two round trips (pkg/sftp's own CLOSE would wait for
+// its WRITE, a third). A group's files do the same, prepared
 // beside their reads (group_fetch.go).
 // What the partner can see is as putFile's: the receipt appears by one
 // rename of a complete, closed file, under the same fence.

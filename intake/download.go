@@ -543,7 +543,7 @@ var twoChannelBytes int64 = 16 << 20
 // ms it carries 2 GB/s): a second channel only adds a second sftp-server
 // on the site and CPU on both ends; on this bench's loopback the 1M-row
 // file's fresh, replay and duplicate runs were slower with it (two runs,
-// docs/performance.md, item 41).
+// docs/performance.md).
 var twoChannelRTT = 5 * time.Millisecond
 
 // twoChannelReads counts the downloads whose second channel opened the
@@ -554,10 +554,10 @@ var twoChannelReads atomic.Int64
 // channel, each read one range at a time into one of four buffers (4
 // MiB in all): with two ranges (2 MiB, the channel's window) asked per
 // channel, each channel keeps its window full while a reader waits for
-// its next range's first reply. (Ranges of 2 MiB, item 41's first
-// version, cost 16 MiB more peak RSS than one channel at 1M rows.) Six
-// readers and eight buffers made the download at 50 ms faster and the
-// file not (item 51): PostgreSQL's COPY ends the span.
+// its next range's first reply. (Ranges of 2 MiB cost 16 MiB more peak
+// RSS than one channel at 1M rows.) Six readers and eight buffers made
+// the download at 50 ms faster and the file not: PostgreSQL's COPY ends
+// the span (docs/performance.md).
 const (
 	rangeBytes   = 1 << 20
 	rangeReaders = 4

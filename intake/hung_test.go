@@ -34,7 +34,7 @@ func behindProxy(t *testing.T, site *testenv.Site) *testenv.Proxy {
 	return proxy
 }
 
-// Issue 12 item 7: a partner's site hangs (the TCP connection stays open,
+// A partner's site hangs (the TCP connection stays open,
 // nothing comes back). The partner's poll fails with a deadline error
 // instead of waiting for good, the other partner's files land meanwhile
 // through the same daemon, the reconciler and the purge finish every other

@@ -52,7 +52,7 @@ func (d *Daemon) pollOnce(ctx context.Context, p *partnerRT) error {
 	// The rows this worker holds of the partner are looked up beside the
 	// session's dial (or its reuse) and the housekeeping's listings; the
 	// housekeeping uses the answer unless it recorded a claim since
-	// (resumeRows; docs/performance.md item 55).
+	// (resumeRows; docs/performance.md).
 	due := inBackground(func() ([]*Intake, error) { return d.ledger.DueOwnedBy(ctx, p.cfg.ID, d.cfg.WorkerID) })
 	defer due.wait()
 	sess, err := d.session(ctx, p)
@@ -915,7 +915,7 @@ func (d *Daemon) resumeOwn(ctx context.Context, p *partnerRT, sess *partners.Ses
 		// the previous run ended drained), every claim since inserted its
 		// row or failed its poll, and adoptOrphans unsettles before a
 		// move. An idle poll of a fleet is one listing, not two
-		// (docs/performance.md, item 40).
+		// (docs/performance.md).
 		return d.resumeRows(ctx, p, sess, due)
 	}
 	dir := sess.Layout.ProcessingDir(d.cfg.WorkerID)

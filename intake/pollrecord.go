@@ -20,7 +20,7 @@ const pollRecordEvery = time.Second
 // pollRecorder keeps each partner's poll outcomes until the daemon writes
 // them, all partners' in one statement (ledger.RecordPolls): a fleet of
 // 1,000 partners `@every 30s` made 33 committed writes a second of them
-// before (docs/performance.md item 48). The outcomes are the partners'
+// before (docs/performance.md). The outcomes are the partners'
 // latest: a partner polled twice between writes is written once, its
 // last successful and its last failed poll each kept. What the daemon
 // acts on never waits for this: it is what `intake status` reports, at

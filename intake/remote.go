@@ -227,7 +227,7 @@ func putFileFrom(s *partners.Session, dir, name string, src io.ReaderAt, size in
 //
 // A small file is opened on the session's listing channel
 // (partners.WholeFile), where its bytes and its CLOSE go out together:
-// one round trip where pkg/sftp takes two (item 52). A large one (a
+// one round trip where pkg/sftp takes two. A large one (a
 // rejects report over wholeMax), or one on a site that refuses a second
 // channel, goes through pkg/sftp.
 type staged struct {

@@ -34,7 +34,7 @@ import (
 //   - MaxOpen (default 0: no cap) bounds the sessions open at once: a dial
 //     beyond it first closes the least recently used session of a partner
 //     that is not polling (the cap is soft: a session in use is never
-//     closed under its poll). Measured (docs/performance.md, item 40): an
+//     closed under its poll). Measured (docs/performance.md): an
 //     open session costs the daemon about 0.1 MiB, so a thousand fit in the
 //     memory target with room; the cap is for daemons with many thousands.
 //   - Polls on an `@every` schedule keep a stable phase per partner

@@ -13,7 +13,7 @@ import (
 // they are are left out of the staging and the merge (target.Unchanged:
 // intake compares them itself, on its own core, while PostgreSQL only reads
 // the chunk's key range). A replay's chunks then cost one index range scan
-// each instead of a COPY and a merge (docs/performance.md, item 46).
+// each instead of a COPY and a merge (docs/performance.md).
 
 // unchangedMinRows: a smaller chunk is merged whole (its merge is cheap,
 // and a look-up would only add a round trip: a group's small files).

@@ -10,7 +10,7 @@ import (
 // is answered, an FSTAT, the READs that cover the bytes wanted and the
 // CLOSE go out together, two round trips in all. Through pkg/sftp a
 // manifest took four: OPEN, READ, the READ that finds its end, and CLOSE
-// (docs/performance.md item 55).
+// (docs/performance.md).
 
 // SFTP v3 requests a whole read sends.
 const (

@@ -41,7 +41,7 @@ func (o *Opening) Discard() {
 // RenameAndOpen is Rename, with an OPEN and an LSTAT of to sent right
 // behind the RENAME on the same channel, before its answer: one round
 // trip for the three where a rename and then an open took two (a claim,
-// then its download: docs/performance.md item 57). The site answers a
+// then its download: docs/performance.md). The site answers a
 // channel's requests in the order they came (OpenSSH's sftp-server, as
 // ListDir and Prepare rely on too), so both name what the RENAME put at
 // to. The order on the wire is made sure of, not assumed: pkg/sftp writes

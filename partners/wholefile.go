@@ -13,7 +13,7 @@ import (
 // lock). intake writes its receipts and reason files this way, into a
 // temporary name it then renames: the rename is sent only once the WRITE
 // and the CLOSE were both answered, so what a partner can see is as
-// complete and closed as before (docs/performance.md, item 52).
+// complete and closed as before (docs/performance.md).
 
 // ErrNoListingChannel: the site refuses a second channel; the caller
 // writes through pkg/sftp.

@@ -345,7 +345,7 @@ intake_stale_uploads{partner="odd"} 1
 		t.Fatalf("findings %+v, want host_key_mismatch", fs)
 	}
 	// the mismatch is notified once per episode: a second run that finds
-	// it again writes no second event (issue 15 item 4)
+	// it again writes no second event
 	w2.reconcile(t)
 	if n := testenv.Count(t, pool, `SELECT count(*) FROM intake_outbox WHERE partner_id = 'odd' AND event = 'host_key_mismatch'`); n != 1 {
 		t.Fatalf("%d host_key_mismatch events after two runs finding it, want 1", n)

@@ -60,7 +60,7 @@ func run() int {
 	o.IntakeBinary = filepath.Join(dir, "intake")
 	// built as `make static` builds what packages and images ship: a
 	// static binary (no dynamic loader at each start, 5-7 ms of an
-	// `intake run --once` here; docs/performance.md item 53); with
+	// `intake run --once` here; docs/performance.md); with
 	// -profile-dir, with the cpuprofile tag, the one build of intake that
 	// writes the CPU profile INTAKE_CPUPROFILE names
 	args := []string{"build", "-trimpath", "-ldflags", "-s -w", "-o", o.IntakeBinary}

@@ -100,7 +100,7 @@ func lateState(t *testing.T, pool *pgxpool.Pool, partner string) lateRow {
 	return r
 }
 
-// Issue 15 item 3 on the real binary: two replicas watch a feed due once
+// On the real binary: two replicas watch a feed due once
 // a day a few seconds from now. The window closes without a file: it is
 // recorded once, counted once across the replicas, and intake_feed_late is
 // 1 on both, while a second feed whose calendar lists the day is decided

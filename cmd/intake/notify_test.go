@@ -54,7 +54,7 @@ func verifyHook(secret, header string, body []byte) bool {
 	return err == nil && hmac.Equal(m.Sum(nil), want)
 }
 
-// Issue 15 item 4 on the real binary: a webhook receiver that answers 503
+// On the real binary: a webhook receiver that answers 503
 // for a while. Three files end failed (header mismatch), quarantined (too
 // many rejected rows) and archived with a rejected row. When the receiver
 // recovers, the daemon is SIGKILLed with a delivery in flight (taken in by

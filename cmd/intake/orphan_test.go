@@ -13,7 +13,7 @@ import (
 	"github.com/partner-intake/partner-intake/internal/testenv"
 )
 
-// Issue 12 item 11, the episode found from outside: replica A is SIGKILLed
+// The episode found from outside: replica A is SIGKILLed
 // right after its claim RENAMEs (before the rows exist), restarted while
 // the partner's site is down, and stopped with SIGTERM before any poll of
 // the partner got through. Its files in processing/A/ have no row. Until

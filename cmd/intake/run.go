@@ -157,12 +157,12 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	ic := e.cfg.Intake()
 	if !*once {
 		// A daemon's claim sections hold connections of their own while
-		// their renames cross the network (docs/performance.md item 41).
+		// their renames cross the network (docs/performance.md).
 		// A one-shot run polls its partners one after another, so one
 		// section at most is open at a time: it takes a connection of the
 		// daemon's pool, whose first one the schema check makes beside
 		// the login. A pool of its own would start a second PostgreSQL
-		// backend for it, about 20 ms of the database's CPU (item 53).
+		// backend for it, about 20 ms of the database's CPU (measured).
 		claims, err := claimPool(ctx, e)
 		if err != nil {
 			fmt.Fprintln(stderr, "database:", err)
@@ -261,8 +261,8 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 // let go. A daemon waits for each. A one-shot run (quick) does not: its
 // process ends with it, and the kernel closes what is left; waiting for
 // the pool's goroutines beside PostgreSQL's backend exit and for the
-// signal handlers' quiet took 0.2-10 ms of its end (docs/performance.md
-// item 55).
+// signal handlers' quiet took 0.2-10 ms of its end (measured:
+// docs/performance.md).
 type ending struct {
 	fs    []func()
 	quick bool

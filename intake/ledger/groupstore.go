@@ -386,7 +386,7 @@ var pollStatements = []string{dueOwnedBySQL, lockClaimsNextSQL, insertClaimSQL, 
 // (pgx then sends each one's values alone when it runs there: one round
 // trip, and the statement's parse, less apiece). A one-shot run does this
 // beside its SSH login, while its database connection would wait
-// (docs/performance.md item 55); a daemon's pool caches statements as
+// (docs/performance.md); a daemon's pool caches statements as
 // they run.
 func (l *Ledger) PreparePoll(ctx context.Context) error {
 	c, err := l.pool.Acquire(ctx)

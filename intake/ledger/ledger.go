@@ -53,7 +53,7 @@ func New(db *pgxpool.Pool, lease time.Duration) *Ledger {
 // round trip to the partner's site, 50 ms at a distant site): on the
 // pool that does the files' work, ten partners claiming at once kept
 // every connection idle in their sections and the groups' commits and
-// fences waited for them (docs/performance.md, item 41). A connection
+// fences waited for them (docs/performance.md). A connection
 // idle in a section costs PostgreSQL no CPU, so this pool is sized for
 // the latency, not the database's cores. It returns l.
 func (l *Ledger) WithClaimPool(claims *pgxpool.Pool) *Ledger {

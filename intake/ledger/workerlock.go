@@ -396,7 +396,7 @@ func (w *WorkerLock) Pooled() Pooled {
 
 // TakeWorkerLockOnPool takes the worker id's lock on a connection of pool
 // rather than one of its own: a one-shot run starts no second backend
-// beside its logins for it (docs/performance.md item 59). The connection
+// beside its logins for it (docs/performance.md). The connection
 // goes back to the pool holding the lock. No watcher checks such a hold:
 // each fence asks the database whether its backend still holds the lock,
 // and CheckPooled, before each step that takes a file as the id's, takes

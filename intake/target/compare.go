@@ -62,7 +62,7 @@ func Compare(ctx context.Context, db *pgxpool.Pool, partner string, f *partners.
 // each table's catalog (columns, enum labels, constraints, indexes,
 // triggers) once: a daemon whose thousand partners write one table reads
 // it once for their comparisons at its start, not a thousand times
-// (docs/performance.md item 54; the mapping's own load, Cache.Get, is
+// (docs/performance.md; the mapping's own load, Cache.Get, is
 // once per distinct mapping). It holds what it read: one Checker serves
 // one check.
 type Checker struct {

@@ -18,7 +18,7 @@ import (
 // staged (COPY) and merged, and the merge compares each row with the
 // target's (range scan, hash join, the comparison): for a replay, where
 // every row is unchanged, that is all PostgreSQL's work and all of it
-// serial on the chunk's connection (docs/performance.md, item 46). Reading
+// serial on the chunk's connection (docs/performance.md). Reading
 // the chunk's key range back in the binary send form instead is one index
 // range scan, and intake compares the rows itself, byte for byte with the
 // COPY binary fields it encoded, on its own core: a row whose every field

@@ -119,7 +119,7 @@ type Results struct {
 	SmallFilesPerS              float64 `json:"small_files_per_s"`
 	PeakRSSMiB1M                float64 `json:"peak_rss_mib_1m"`
 	// the replay's: its chunks' look-ups of the rows the target holds
-	// keep a bounded share of the range they read (item 46)
+	// keep a bounded share of the range they read
 	PeakRSSMiB1MReplay float64 `json:"peak_rss_mib_1m_replay"`
 	PeakRSSMiB5M       float64 `json:"peak_rss_mib_5m"`
 	TwoReplicasFilesS  float64 `json:"two_replicas_files_per_s"`
@@ -427,8 +427,7 @@ func (e *env) database(ctx context.Context) (string, error) {
 // its own and is done with it when the next begins. Left in place, a
 // full run's dozen databases of a million rows and more each (several
 // GB) stayed on the machine under the later phases. (Dropping them did
-// not take away the WAN phase's slowdown in full runs: docs/performance.md,
-// session 12's column.)
+// not take away the WAN phase's slowdown in full runs: docs/performance.md.)
 func (e *env) dropDatabases(ctx context.Context) error {
 	if e.seq == 0 {
 		return nil
@@ -513,8 +512,8 @@ func (e *env) config(worker string, roots map[string]string, order []string) (st
 func (e *env) configPoll(worker string, roots map[string]string, order []string, poll, extra string) (string, error) {
 	var b strings.Builder
 	// Two connections per daemon: on this bench's two cores, shared with
-	// PostgreSQL, more connections only add contention (docs/performance.md,
-	// item 34); every phase, one daemon or two, runs with the same config.
+	// PostgreSQL, more connections only add contention (docs/performance.md);
+	// every phase, one daemon or two, runs with the same config.
 	fmt.Fprintf(&b, "worker_id: %s\nlease: 2m\ndrain: 5s\ndatabase:\n  url_env: INTAKE_DATABASE_URL\n  max_conns: 2\nspool:\n  dir: %s\n  min_free_bytes: 1\nhttp:\n  listen: \"off\"\nreconcile:\n  schedule: \"@every 1h\"\n%s\npartners:\n",
 		worker, filepath.Join(e.dir, "spool"), extra)
 	for _, id := range order {

@@ -15,7 +15,7 @@ const dialRuns = 15
 // dialMs is the median time of partners.Dial to sshd (through the latency
 // proxy while it is set), session closed after each: TCP, key exchange,
 // login, both channels and their SFTP start, every dial costs a partner
-// this before its first request (docs/performance.md item 47).
+// this before its first request (docs/performance.md).
 func (e *env) dialMs(ctx context.Context) (float64, error) {
 	root, err := e.partnerSite("dial")
 	if err != nil {

@@ -4,7 +4,7 @@
 // kept here once (partners, spool and intake used to hold their own
 // copies) and written out by hand: as regular expressions with counted
 // repetition ({0,62}) they were compiled at every process start, about 6
-// ms of package init and 450 KB of heap (docs/performance.md item 53).
+// ms of package init and 450 KB of heap (docs/performance.md).
 // The *Rule constants are the same rules as regular expressions, for
 // messages; a test holds each check to its rule.
 package names

@@ -88,8 +88,8 @@ type Database struct {
 	// ClaimConns caps the connections the partners' claim sections hold
 	// while their renames cross the network (default 8; apart from
 	// MaxConns). Such a connection waits on the partner's site, idle in a
-	// transaction, and costs the database no CPU (docs/performance.md,
-	// item 41). `intake run --once` opens none: its partners are polled
+	// transaction, and costs the database no CPU (docs/performance.md).
+	// `intake run --once` opens none: its partners are polled
 	// one after another, their sections on MaxConns' connections.
 	ClaimConns int `yaml:"claim_conns"`
 	// TrustedFunctionOwners names the roles whose functions a target
