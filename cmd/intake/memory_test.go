@@ -21,7 +21,7 @@ import (
 )
 
 // memLimitKiB is the peak RSS the daemon must stay under whatever one
-// hostile file within its configured limits holds .
+// hostile file within its configured limits holds.
 const memLimitKiB = 128 << 10
 
 // memConfig is a daemon config for one partner with the limits the memory
