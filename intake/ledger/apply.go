@@ -120,14 +120,21 @@ func SupersededBy(ctx context.Context, q interface {
 		}
 	}
 	var newer int64
-	err := q.QueryRow(ctx, `SELECT coalesce(pg_catalog.max(f.intake_id), 0) FROM file_intake f
-		WHERE f.partner_id = $1 AND f.feed = $2 AND coalesce(f.replay_of, f.intake_id) > $3
-		  AND (f.chunks_done > 0 OR f.state IN ('applied', 'archived'))
-		  AND f.reason IS DISTINCT FROM 'superseded'`, partner, feed, writer).Scan(&newer)
+	err := q.QueryRow(ctx, `SELECT coalesce(pg_catalog.max(n.intake_id), 0) FROM file_intake n
+		WHERE `+newerSnapshotOf("$1", "$2", "$3"), partner, feed, writer).Scan(&newer)
 	if err != nil {
 		return 0, fmt.Errorf("newer snapshot: %w", err)
 	}
 	return newer, nil
+}
+
+// newerSnapshotOf is the condition on a file_intake row n of being a newer
+// snapshot of the partner's feed than place (the intake whose bytes a
+// snapshot applies) that holds rows: committed chunks, or applied; SQL
+// expressions for the three.
+func newerSnapshotOf(partner, feed, place string) string {
+	return `n.partner_id = ` + partner + ` AND n.feed = ` + feed + ` AND coalesce(n.replay_of, n.intake_id) > ` + place + `
+		  AND (n.chunks_done > 0 OR n.state IN ('applied', 'archived')) AND n.reason IS DISTINCT FROM 'superseded'`
 }
 
 // ErrChunkDone: the ledger already holds this chunk under our token.

@@ -197,11 +197,10 @@ func (l *Ledger) whyNotDecided(ctx context.Context, tx pgx.Tx, d PlanDecision) e
 }
 
 // newerSnapshot is true in a statement on file_intake when a newer file
-// of the row's feed has committed rows or is applied (SupersededBy's
-// condition, for the row's own place).
-const newerSnapshot = `EXISTS (SELECT 1 FROM file_intake n WHERE n.partner_id = file_intake.partner_id AND n.feed = file_intake.feed
-		    AND coalesce(n.replay_of, n.intake_id) > coalesce(file_intake.replay_of, file_intake.intake_id)
-		    AND (n.chunks_done > 0 OR n.state IN ('applied', 'archived')) AND n.reason IS DISTINCT FROM 'superseded')`
+// of the row's feed holds rows (SupersededBy's condition, for the row's
+// own place).
+var newerSnapshot = `EXISTS (SELECT 1 FROM file_intake n WHERE ` +
+	newerSnapshotOf("file_intake.partner_id", "file_intake.feed", "coalesce(file_intake.replay_of, file_intake.intake_id)") + `)`
 
 // Waiting is a file awaiting approval, for `intake status`.
 type Waiting struct {
