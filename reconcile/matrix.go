@@ -427,9 +427,11 @@ func (r *Reconciler) rowStaleSpoolTemp(p *partners.Config, add addFunc) error {
 var archiveName = regexp.MustCompile(`\.[0-9a-f]{12}\.([0-9]+)(\.[0-9]+)?(\.[^.]*)?(\.complete)?$`)
 
 // Row 13: a file in archive/ that no finished row accounts for: someone
-// moved files by hand. Raised for a human; nothing is changed.
+// moved files by hand. Raised for a human (entries.go says for which
+// states of the row it names); nothing is changed.
 func (r *Reconciler) rowArchiveWithoutRecord(ctx context.Context, p *partners.Config, s *partners.Session, add addFunc) error {
 	now := time.Now().UTC()
+	var stale []staleEntry
 	for m := 0; m < r.cfg.ArchiveMonths; m++ {
 		dir := s.Layout.ArchiveDir(now.AddDate(0, -m, 0))
 		// streamed: a month of a busy partner's archive is not held
@@ -449,20 +451,13 @@ func (r *Reconciler) rowArchiveWithoutRecord(ctx context.Context, p *partners.Co
 			if err != nil {
 				return err
 			}
-			switch {
-			case in == nil:
+			if in == nil {
 				add(Finding{Kind: KindArchiveNoRecord, Path: full, NeedsHuman: true, Action: "none",
 					Detail: fmt.Sprintf("no intake %d of this partner", id)})
-			case in.State == intake.StateArchived || in.State == intake.StateDuplicate:
-				if full != in.ArchivePath && full != in.ArchivePath+partners.ManifestSuffix {
-					add(Finding{Kind: KindArchiveNoRecord, IntakeID: id, Path: full, NeedsHuman: true, Action: "none",
-						Detail: "intake " + strconv.FormatInt(id, 10) + " was archived under another name"})
-				}
-			case in.State == intake.StateApplied:
-				// row 10: committed, archived, not yet recorded: the owner finishes it
-			default:
-				add(Finding{Kind: KindArchiveNoRecord, IntakeID: id, Path: full, NeedsHuman: true, Action: "none",
-					Detail: fmt.Sprintf("intake %d is in state %s, not archived", id, in.State)})
+				return nil
+			}
+			if !archiveEntries.expected(in, full) {
+				stale = append(stale, staleEntry{path: full, in: in})
 			}
 			return nil
 		})
@@ -473,15 +468,17 @@ func (r *Reconciler) rowArchiveWithoutRecord(ctx context.Context, p *partners.Co
 			return err
 		}
 	}
-	return nil
+	return r.raiseStale(ctx, p, s, KindArchiveNoRecord, archiveEntries, stale, add)
 }
 
 // quarantineName is <intake_id>.<name>[.complete][.reason.json].
 var quarantineName = regexp.MustCompile(`^([0-9]+)\.`)
 
-// Row 13, for quarantine/: a held file that no held row accounts for.
+// Row 13, for quarantine/: a held file or reason file that no row
+// accounts for (entries.go says for which states of the row it names).
 func (r *Reconciler) rowQuarantineWithoutRecord(ctx context.Context, p *partners.Config, s *partners.Session, add addFunc) error {
 	dir := s.Layout.QuarantineDir()
+	var stale []staleEntry
 	err := s.ListDir(ctx, dir, func(f os.FileInfo) error { // streamed
 		if strings.HasPrefix(f.Name(), ".") {
 			return nil
@@ -500,19 +497,18 @@ func (r *Reconciler) rowQuarantineWithoutRecord(ctx context.Context, p *partners
 		case in == nil:
 			add(Finding{Kind: KindQuarantineNoRecord, Path: full, NeedsHuman: true, Action: "none",
 				Detail: "no intake of this partner accounts for it"})
-		case in.State == intake.StateQuarantined || in.State == intake.StateFailedTerminal || in.State == intake.StateDiscarded:
-		case in.State == intake.StateClaimed || in.State == intake.StateSpooled:
-			// being held right now: the owner records it
-		default:
-			add(Finding{Kind: KindQuarantineNoRecord, IntakeID: in.ID, Path: full, NeedsHuman: true, Action: "none",
-				Detail: fmt.Sprintf("intake %d is in state %s, not held", in.ID, in.State)})
+		case !quarantineEntries.expected(in, full):
+			stale = append(stale, staleEntry{path: full, in: in})
 		}
 		return nil
 	})
 	if partners.IsNotExist(err) {
 		return nil
 	}
-	return err
+	if err != nil {
+		return err
+	}
+	return r.raiseStale(ctx, p, s, KindQuarantineNoRecord, quarantineEntries, stale, add)
 }
 
 // Row 14: an upload abandoned in incoming/: the partner's contract owner

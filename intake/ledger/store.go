@@ -36,13 +36,12 @@ const (
 	StateAwaitingApproval State = "awaiting_approval"
 )
 
-// liveStates are the states in which a worker owns the file.
-var liveStates = []string{string(StateClaimed), string(StateSpooled), string(StateApplying), string(StateApplied), string(StateOutcomeUnknown)}
+// liveStates are the states in which a worker owns the file (states.go).
+var liveStates = statesWhere(func(i StateInfo) bool { return i.Live })
 
 // holdingStates are the states in which a row owns its claimed path on
-// the site: the live states and awaiting_approval (a waiting file stays in
-// processing/ without a lease; no adoption or second row may take it).
-var holdingStates = append(append([]string(nil), liveStates...), string(StateAwaitingApproval))
+// the site (states.go).
+var holdingStates = statesWhere(func(i StateInfo) bool { return i.Holding })
 
 // FencedError means a conditional write found the row no longer in the
 // expected state under this worker's fencing token: another worker took the
