@@ -13,6 +13,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/partner-intake/partner-intake/intake"
 	"github.com/partner-intake/partner-intake/internal/fault"
 	"github.com/partner-intake/partner-intake/internal/testenv"
 	"github.com/partner-intake/partner-intake/partners"
@@ -153,7 +154,7 @@ func TestTheExpandedCopyLeavesTheSpoolOnceTheFileIsFinished(t *testing.T) {
 	if len(got) != 2 || slices.Contains(got, data) || !slices.Contains(got, orig) {
 		t.Fatalf("spool holds %v; want the two originals, not the expanded copy %s", got, data)
 	}
-	in, err := r.d.Replay(context.Background(), id, "test", "re-apply", false, nil)
+	in, err := r.d.Replay(context.Background(), intake.ReplayRequest{ID: id, Actor: "test", Reason: "re-apply"})
 	if err != nil {
 		t.Fatalf("replay after the expanded copy was removed: %v", err)
 	}

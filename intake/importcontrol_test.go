@@ -88,7 +88,7 @@ func TestOutsideEditIsKeptAndReported(t *testing.T) {
 	}
 
 	// a replay of the first file writes as that file: E-1 still kept
-	in, err := r.d.Replay(context.Background(), f1.ID, "test", "re-apply", false, nil)
+	in, err := r.d.Replay(context.Background(), intake.ReplayRequest{ID: f1.ID, Actor: "test", Reason: "re-apply"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -246,7 +246,7 @@ func TestInsertOnlyMode(t *testing.T) {
 	if a, _ := amountOf(t, pool, "orders", "io", "I-1"); a != "10.01" {
 		t.Fatalf("I-1 = %s: insert_only updated a row", a)
 	}
-	in, err := r.d.Replay(context.Background(), fs[0].ID, "test", "re-apply", false, nil)
+	in, err := r.d.Replay(context.Background(), intake.ReplayRequest{ID: fs[0].ID, Actor: "test", Reason: "re-apply"})
 	if err != nil {
 		t.Fatal(err)
 	}

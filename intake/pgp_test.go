@@ -267,7 +267,7 @@ func TestPGPFiles(t *testing.T) {
 			armoredID = f.ID
 		}
 	}
-	in, err := r.d.Replay(context.Background(), armoredID, "test", "re-apply", false, nil)
+	in, err := r.d.Replay(context.Background(), intake.ReplayRequest{ID: armoredID, Actor: "test", Reason: "re-apply"})
 	if err != nil {
 		t.Fatalf("replay of a PGP file: %v", err)
 	}

@@ -7,8 +7,27 @@ import (
 	"time"
 
 	"github.com/partner-intake/partner-intake/intake/ledger"
+	"github.com/partner-intake/partner-intake/internal/fault"
 	"github.com/partner-intake/partner-intake/partners"
 )
+
+// ReplayRequest is one ops request to replay a finished file.
+type ReplayRequest struct {
+	// ID is the intake replayed.
+	ID            int64
+	Actor, Reason string
+	// Request is the command's request id, recorded on the replay's audit
+	// row (ledger.Requested finds the replay by it after a lost reply).
+	Request string
+	// ForceOlder replays a snapshot older than one its feed has applied
+	// since, audited as such.
+	ForceOlder bool
+	// Inserted, if set, is called with the replay's row as soon as it is
+	// committed, before anything of it can fail.
+	Inserted func(*Intake)
+	// Progress, if set, is called after each committed chunk.
+	Progress func(done, total int64)
+}
 
 // Replay applies the spooled bytes of a finished file again (after a
 // mapping or target fix, say) as a new intake of the same batch, audited.
@@ -18,12 +37,18 @@ import (
 // of its batch and bytes; for a replay, what that replay wrote as), so rows
 // a later intake wrote are held back as conflicts, never overwritten. The
 // replay's receipt goes to the partner's reports/; its bytes stay archived
-// under the original. progress, if set, is called after each committed
-// chunk. A snapshot older than one its feed has applied since is refused
-// (snapshot.go): replayed, it would take the table back to an older set;
-// forceOlder replays it all the same, audited as such.
-func (d *Daemon) Replay(ctx context.Context, id int64, actor, reason string, forceOlder bool, progress func(done, total int64)) (*Intake, error) {
-	if actor == "" || reason == "" {
+// under the original. A snapshot older than one its feed has applied since
+// is refused (snapshot.go): replayed, it would take the table back to an
+// older set; ForceOlder replays it all the same, audited as such. A second
+// replay of the same bytes while one is live is refused, naming it.
+//
+// Once the replay's row is committed (Inserted), a failure leaves it to
+// a reconciler: the row is handed over (its lease ended under the
+// command's token) when the database still answers, and the error returned
+// is a *ReplayLeftError saying where the row stands.
+func (d *Daemon) Replay(ctx context.Context, q ReplayRequest) (*Intake, error) {
+	id := q.ID
+	if q.Actor == "" || q.Reason == "" {
 		return nil, fmt.Errorf("%w: an actor and a reason are required", ErrDecision)
 	}
 	var orig *Intake
@@ -72,33 +97,132 @@ func (d *Daemon) Replay(ctx context.Context, id int64, actor, reason string, for
 			return nil, fmt.Errorf("replay: %w", err)
 		}
 		switch {
-		case newer != 0 && !forceOlder:
+		case newer != 0 && !q.ForceOlder:
 			return nil, fmt.Errorf("%w: intake %d is a snapshot older than intake %d, which its feed has applied since: replayed, it would undo the newer one (--force-older replays it all the same, audited)", ErrDecision, id, newer)
 		case newer != 0:
 			override = OverrideOlder
 		}
 	}
 	in, err := d.ledger.InsertReplay(ctx, orig, fmt.Sprintf("replay:%d:%d", id, time.Now().UnixNano()),
-		OpsWorker(d.cfg.WorkerID), root, override, actor, reason)
-	if err != nil {
-		return nil, fmt.Errorf("replay: %w", err)
+		OpsWorker(d.cfg.WorkerID), root, override, q.Request, q.Actor, q.Reason)
+	var live *ledger.LiveReplayError
+	if errors.As(err, &live) {
+		return nil, fmt.Errorf("%w: %w", ErrDecision, err)
 	}
+	if err == nil {
+		err = fault.Check("replay:inserted") // the commit's reply lost
+	}
+	if err != nil {
+		return d.settleReplay(ctx, q, orig.Partner, err)
+	}
+	if q.Inserted != nil {
+		q.Inserted(in)
+	}
+	if err := d.runReplay(ctx, p, in, q.Progress); err != nil {
+		return in, d.leaveReplay(ctx, in, err)
+	}
+	return in, nil
+}
+
+// runReplay runs the replay's row to its end.
+func (d *Daemon) runReplay(ctx context.Context, p *partnerRT, in *Intake, progress func(done, total int64)) error {
 	sess, err := partners.Dial(ctx, p.cfg)
 	if err != nil {
-		return in, err
+		return err
 	}
 	defer sess.Close()
 	r, err := d.newRun(p, sess, in)
 	if err != nil {
-		return in, err
+		return err
 	}
 	r.progress = progress
-	if err := r.run(ctx); err != nil {
-		var fe *FencedError
-		if errors.As(err, &fe) {
-			return in, fmt.Errorf("replay intake %d was taken over: %w", in.ID, err)
-		}
-		return in, err
-	}
-	return in, nil
+	return r.run(ctx)
 }
+
+// settleReplay finds out what became of a replay whose insert failed:
+// recorded (its reply lost: the row is then left as a failed run's is),
+// rolled back, or unknown.
+func (d *Daemon) settleReplay(ctx context.Context, q ReplayRequest, partner string, insertErr error) (*Intake, error) {
+	if q.Request == "" {
+		return nil, fmt.Errorf("replay: %w", insertErr)
+	}
+	settled, id, err := d.ledger.Settle(ctx, q.Request, replaySettleWait)
+	switch settled {
+	case ledger.SettledRolledBack:
+		return nil, &ReplayNotRecordedError{Err: insertErr}
+	case ledger.SettledUnknown:
+		return nil, &ReplayUnknownError{Request: q.Request, Err: errors.Join(insertErr, err)}
+	}
+	in, err := ledger.AwaitAnswer(ctx, func(ctx context.Context) (*Intake, error) { return d.ledger.Get(ctx, partner, id) })
+	if err != nil || in == nil {
+		return nil, &ReplayUnknownError{Request: q.Request, Err: errors.Join(insertErr, err)}
+	}
+	if q.Inserted != nil {
+		q.Inserted(in)
+	}
+	return in, d.leaveReplay(ctx, in, fmt.Errorf("the reply to its commit was lost: %w", insertErr))
+}
+
+// ReplayNotRecordedError: a replay's insert failed and its transaction was
+// rolled back: nothing of it exists, and replaying again is safe.
+type ReplayNotRecordedError struct{ Err error }
+
+func (e *ReplayNotRecordedError) Error() string {
+	return fmt.Sprintf("no replay was recorded (rolled back): %v", e.Err)
+}
+func (e *ReplayNotRecordedError) Unwrap() error { return e.Err }
+
+// ReplayUnknownError: a replay's insert failed and the database did not
+// say, within the wait, whether it was recorded; Request finds it later.
+type ReplayUnknownError struct {
+	Request string
+	Err     error
+}
+
+func (e *ReplayUnknownError) Error() string {
+	return fmt.Sprintf("whether replay request %s was recorded is unknown: %v", e.Request, e.Err)
+}
+func (e *ReplayUnknownError) Unwrap() error { return e.Err }
+
+// ReplayLeftError: a replay's row was committed and its run failed; the
+// row is left to a reconciler (or ops, as its state says).
+type ReplayLeftError struct {
+	// Row is the replay's row as last read (State "" when the database
+	// did not answer).
+	Row *Intake
+	// HandedOver: the command ended its lease, so the next reconcile run
+	// takes it over.
+	HandedOver bool
+	Err        error
+}
+
+func (e *ReplayLeftError) Error() string { return fmt.Sprintf("replay intake %d: %v", e.Row.ID, e.Err) }
+func (e *ReplayLeftError) Unwrap() error { return e.Err }
+
+// leaveReplay reads a failed replay's row again and, while the command
+// still holds it live, hands it over to the next reconcile run.
+func (d *Daemon) leaveReplay(ctx context.Context, in *Intake, runErr error) error {
+	left := &ReplayLeftError{Row: &Intake{ID: in.ID, Partner: in.Partner}, Err: runErr}
+	var fe *FencedError
+	if errors.As(runErr, &fe) {
+		left.Err = fmt.Errorf("taken over meanwhile: %w", runErr)
+	}
+	// The database may be coming back from a crash: a fresh context
+	// bounded on its own, so a cancelled command still says where its
+	// row stands when it can.
+	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), replaySettleWait)
+	defer cancel()
+	now, err := ledger.AwaitAnswer(actx, func(ctx context.Context) (*Intake, error) { return d.ledger.Get(ctx, in.Partner, in.ID) })
+	if err != nil || now == nil {
+		return left
+	}
+	left.Row = now
+	if now.State.Info().Live && now.Worker == in.Worker && now.Token == in.Token {
+		left.HandedOver, _ = d.ledger.Handover(actx, now)
+	}
+	return left
+}
+
+// replaySettleWait bounds how long a failed replay waits for the database
+// to answer before it says it cannot tell where its row stands.
+const replaySettleWait = time.Minute

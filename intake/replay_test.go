@@ -51,7 +51,7 @@ func TestReplayOfADuplicateNeverOverwritesALaterIntakesRow(t *testing.T) {
 		t.Fatalf("before the replay RP-1 is %s by intake %d, want 2.00 by %d", amount, w, fs[1].ID)
 	}
 
-	in, err := r.d.Replay(context.Background(), fs[2].ID, "test", "mapping fixed", false, nil)
+	in, err := r.d.Replay(context.Background(), intake.ReplayRequest{ID: fs[2].ID, Actor: "test", Reason: "mapping fixed"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,7 +103,7 @@ func TestReplayOfAnUntouchedFileApplies(t *testing.T) {
 		if _, err := pool.Exec(context.Background(), `DELETE FROM orders WHERE partner_id = 'acme' AND order_id = 'RU-2'`); err != nil {
 			t.Fatal(err)
 		}
-		in, err := r.d.Replay(context.Background(), id, "test", "rows lost", false, nil)
+		in, err := r.d.Replay(context.Background(), intake.ReplayRequest{ID: id, Actor: "test", Reason: "rows lost"})
 		if err != nil {
 			t.Fatalf("replay of %d: %v", id, err)
 		}

@@ -84,14 +84,14 @@ func TestReplayOfAnOlderSnapshotIsRefusedUnlessForced(t *testing.T) {
 	if n := count(t, pool, `SELECT count(*) FROM orders WHERE partner_id = 'sr'`); n != 5 {
 		t.Fatalf("target holds %d rows, want the second snapshot's 5", n)
 	}
-	_, err := r.d.Replay(context.Background(), fs[0].ID, "test", "re-apply", false, nil)
+	_, err := r.d.Replay(context.Background(), intake.ReplayRequest{ID: fs[0].ID, Actor: "test", Reason: "re-apply"})
 	if !errors.Is(err, intake.ErrDecision) || !strings.Contains(err.Error(), "--force-older") {
 		t.Fatalf("replay of the older snapshot: %v, want it refused", err)
 	}
 	if n := count(t, pool, `SELECT count(*) FROM orders WHERE partner_id = 'sr'`); n != 5 {
 		t.Fatalf("a refused replay changed the target: %d rows", n)
 	}
-	in, err := r.d.Replay(context.Background(), fs[0].ID, "test", "the newer file was wrong", true, nil)
+	in, err := r.d.Replay(context.Background(), intake.ReplayRequest{ID: fs[0].ID, Actor: "test", Reason: "the newer file was wrong", ForceOlder: true})
 	if err != nil || in.State != "archived" {
 		t.Fatalf("forced replay: %+v, %v", in, err)
 	}

@@ -95,16 +95,18 @@ func cmdQuarantine(args []string, stdout, stderr io.Writer) int {
 		}
 		return 0
 	case "release", "discard":
+		request := newRequestID()
 		d := ops.Decision{IntakeID: id, Actor: *actor, Reason: *reason, Winner: *winner, Partners: scope,
-			Worker: intake.OpsWorker(e.cfg.WorkerID)}
+			Worker: intake.OpsWorker(e.cfg.WorkerID), Request: request}
+		fmt.Fprintf(stdout, "intake %d: %s by %s, request %s\n", id, sub, inert.Text(*actor), request)
 		var err error
 		if sub == "release" {
 			err = ops.Release(ctx, e.pool, d)
 		} else {
 			err = ops.Discard(ctx, e.pool, d)
 		}
-		if err != nil {
-			fmt.Fprintf(stderr, "intake quarantine %s: %v\n", sub, err)
+		if err != nil && !decisionFailed(ctx, e.pool, stderr, "quarantine "+sub, id, request,
+			fmt.Sprintf("running the command again is refused then, for intake %d is no longer held", id), err) {
 			return 1
 		}
 		// The decision is recorded; telling the partner is the next step,
@@ -114,9 +116,9 @@ func cmdQuarantine(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "intake quarantine %s: the decision is recorded; the partner's receipt is rewritten by the next reconcile run (now: %v)\n", sub, err)
 		}
 		if sub == "release" {
-			fmt.Fprintf(stdout, "intake %d released by %s; a running daemon's reconciler picks it up within %s\n", id, *actor, e.cfg.Reconcile.Schedule)
+			fmt.Fprintf(stdout, "intake %d released by %s; a running daemon's reconciler picks it up within %s\n", id, inert.Text(*actor), e.cfg.Reconcile.Schedule)
 		} else {
-			fmt.Fprintf(stdout, "intake %d discarded by %s\n", id, *actor)
+			fmt.Fprintf(stdout, "intake %d discarded by %s\n", id, inert.Text(*actor))
 		}
 		return 0
 	}
@@ -181,9 +183,14 @@ func cmdReplay(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	defer d.Stop()
-	in, err := d.Replay(ctx, id, *actor, *reason, *forceOlder, progressBar(stdout))
+	request := newRequestID()
+	fmt.Fprintf(stdout, "replay of intake %d by %s, request %s\n", id, inert.Text(*actor), request)
+	in, err := d.Replay(ctx, intake.ReplayRequest{ID: id, Actor: *actor, Reason: *reason, Request: request, ForceOlder: *forceOlder,
+		Progress: progressBar(stdout),
+		Inserted: func(in *intake.Intake) { fmt.Fprintf(stdout, "replay of intake %d is intake %d\n", id, in.ID) }})
 	if err != nil {
-		fmt.Fprintln(stderr, "\nintake replay:", inert.Lines(err.Error()))
+		fmt.Fprintln(stdout)
+		replayFailed(stderr, id, request, e.cfg.Reconcile.Schedule, err)
 		return 1
 	}
 	fmt.Fprintf(stdout, "\nreplay of intake %d is intake %d: %s, rows %d applied, %d unchanged, %d rejected, %d conflict\n",
@@ -216,6 +223,7 @@ func cmdAudit(args []string, stdout, stderr io.Writer) int {
 	path := fs.String("config", "", "config file (YAML)")
 	partner := fs.String("partner", "", "only this partner")
 	limit := fs.Int("limit", 100, "at most this many entries")
+	request := fs.String("request", "", "only the action of this request id (an ops command prints its own before it acts)")
 	if err := parseFlags(fs, args); err != nil {
 		return 2
 	}
@@ -224,16 +232,20 @@ func cmdAudit(args []string, stdout, stderr io.Writer) int {
 		return code
 	}
 	defer done()
-	entries, err := ops.Audit(ctx, e.pool, scope, *limit)
+	entries, err := ops.Audit(ctx, e.pool, scope, *request, *limit)
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return 1
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "AT\tACTOR\tACTION\tPARTNER\tINTAKE\tREASON\tDETAIL")
+	fmt.Fprintln(tw, "AT\tACTOR\tACTION\tPARTNER\tINTAKE\tREQUEST\tREASON\tDETAIL")
 	for _, a := range entries {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", a.At.UTC().Format("2006-01-02 15:04:05"), inert.Text(a.Actor), a.Action, a.Partner, a.IntakeID,
-			inert.Text(a.Reason), inert.Text(a.Detail))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", a.At.UTC().Format("2006-01-02 15:04:05"), inert.Text(a.Actor), a.Action, a.Partner, a.IntakeID,
+			inert.Text(a.Request), inert.Text(a.Reason), inert.Text(a.Detail))
+	}
+	if *request != "" && len(entries) == 0 {
+		fmt.Fprintf(stderr, "no action of request %s is recorded\n", inert.Text(*request))
+		return 1
 	}
 	tw.Flush()
 	return 0

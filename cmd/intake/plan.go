@@ -2,7 +2,6 @@ package main
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"sort"
@@ -157,7 +156,9 @@ func decidePlan(cmd string, args []string, stdout, stderr io.Writer) int {
 		return code
 	}
 	defer done()
-	d := ops.PlanDecision{IntakeID: id, Partners: scope, Actor: *actor, Reason: *reason, SnapshotFeeds: snapshotFeeds(e.cfg.Partners)}
+	request := newRequestID()
+	d := ops.PlanDecision{IntakeID: id, Partners: scope, Actor: *actor, Reason: *reason, SnapshotFeeds: snapshotFeeds(e.cfg.Partners), Request: request}
+	fmt.Fprintf(stdout, "intake %d: %s by %s, request %s\n", id, cmd, inert.Text(*actor), request)
 	var err error
 	if cmd == "approve" {
 		d.PlanHash = *hash
@@ -165,12 +166,8 @@ func decidePlan(cmd string, args []string, stdout, stderr io.Writer) int {
 	} else {
 		err = ops.Reject(ctx, e.pool, d)
 	}
-	if err != nil {
-		if errors.Is(err, ops.ErrPlanDecision) {
-			fmt.Fprintf(stderr, "intake %s: refused: %v\n", cmd, err)
-		} else {
-			fmt.Fprintf(stderr, "intake %s: %v\n", cmd, err)
-		}
+	if err != nil && !decisionFailed(ctx, e.pool, stderr, cmd, id, request,
+		fmt.Sprintf("running the command again is refused then, for intake %d no longer awaits approval", id), err) {
 		return 1
 	}
 	if cmd == "approve" {

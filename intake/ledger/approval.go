@@ -127,6 +127,8 @@ type PlanDecision struct {
 	// actor's configuration covers; an approval of a file of one of them
 	// that a newer applied snapshot supersedes is refused.
 	SnapshotFeeds []string
+	// Request is the command's request id, recorded on the audit row.
+	Request string
 }
 
 // Approve approves a waiting file's plan, when hash is its current plan
@@ -171,7 +173,7 @@ func (l *Ledger) decidePlan(ctx context.Context, d PlanDecision, decision string
 		if decision == "rejected" {
 			action = "reject"
 		}
-		return audit(ctx, tx, d.Actor, action, partner, d.IntakeID, d.Reason, "plan "+hash)
+		return auditRequest(ctx, tx, d.Request, d.Actor, action, partner, d.IntakeID, d.Reason, "plan "+hash)
 	})
 }
 

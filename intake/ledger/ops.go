@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/partner-intake/partner-intake/internal/fault"
 )
 
 // The statements of ops decisions (release, discard, replay), the
@@ -145,20 +147,39 @@ func CloseHeld(ctx context.Context, tx pgx.Tx, id int64, worker string) (bool, e
 }
 
 // Decide records a decision on a quarantine record (qstate: released or
-// discarded) with its audit row, in the decision's transaction.
-func Decide(ctx context.Context, tx pgx.Tx, id int64, partner, qstate, actor, decision, action, detail string) error {
+// discarded) with its audit row, carrying the command's request id, in the
+// decision's transaction.
+func Decide(ctx context.Context, tx pgx.Tx, id int64, partner, qstate, request, actor, decision, action, detail string) error {
 	if _, err := tx.Exec(ctx, `UPDATE intake_quarantine SET state = $2, decided_at = pg_catalog.now(), decided_by = $3, decision = $4
 		WHERE intake_id = $1`, id, qstate, actor, decision); err != nil {
 		return err
 	}
-	return audit(ctx, tx, actor, action, partner, id, decision, detail)
+	return auditRequest(ctx, tx, request, actor, action, partner, id, decision, detail)
 }
 
+// audit appends an audit row of an action no ops command asked for by
+// request id (the daemon's own, or a command's part that needs none).
 func audit(ctx context.Context, tx pgx.Tx, actor, action, partner string, id int64, reason, detail string) error {
-	q := tx
-	_, err := q.Exec(ctx, `INSERT INTO intake_audit (actor, action, partner_id, intake_id, reason, detail)
-		VALUES ($1, $2, $3, nullif($4, 0), $5, nullif($6, ''))`, actor, action, partner, id, reason, detail)
+	return auditRequest(ctx, tx, "", actor, action, partner, id, reason, detail)
+}
+
+// auditRequest appends an audit row; request, when set, is the ops
+// command's request id (Requested finds the row by it).
+func auditRequest(ctx context.Context, tx pgx.Tx, request, actor, action, partner string, id int64, reason, detail string) error {
+	_, err := tx.Exec(ctx, `INSERT INTO intake_audit (actor, action, partner_id, intake_id, reason, detail, request_id)
+		VALUES ($1, $2, $3, nullif($4, 0), $5, nullif($6, ''), nullif($7, ''))`, actor, action, partner, id, reason, detail, request)
 	return err
+}
+
+// Requested finds the audit row of an ops command's request: what it did
+// and to which intake. found is false when no such action was recorded:
+// its transaction was rolled back, or never reached the database.
+func (l *Ledger) Requested(ctx context.Context, request string) (action string, intakeID int64, found bool, err error) {
+	err = l.pool.QueryRow(ctx, `SELECT action, coalesce(intake_id, 0) FROM intake_audit WHERE request_id = $1`, request).Scan(&action, &intakeID)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", 0, false, nil
+	}
+	return action, intakeID, err == nil, err
 }
 
 // AuditEntry is one audited ops action.
@@ -167,18 +188,21 @@ type AuditEntry struct {
 	Actor, Action, Partner string
 	IntakeID               int64
 	Reason, Detail         string
+	// Request is the ops command's request id ("" for the daemon's own).
+	Request string
 }
 
-// Audit lists the given partners' ops actions, newest first.
-func (l *Ledger) Audit(ctx context.Context, partners []string, limit int) ([]AuditEntry, error) {
-	rs, err := l.pool.Query(ctx, `SELECT at, actor, action, partner_id, coalesce(intake_id, 0), reason, coalesce(detail, '')
-		FROM intake_audit WHERE partner_id = ANY($1) ORDER BY audit_id DESC LIMIT $2`, partners, limit)
+// Audit lists the given partners' ops actions, newest first; with
+// request set, only the action of that request.
+func (l *Ledger) Audit(ctx context.Context, partners []string, request string, limit int) ([]AuditEntry, error) {
+	rs, err := l.pool.Query(ctx, `SELECT at, actor, action, partner_id, coalesce(intake_id, 0), reason, coalesce(detail, ''), coalesce(request_id, '')
+		FROM intake_audit WHERE partner_id = ANY($1) AND ($3 = '' OR request_id = $3) ORDER BY audit_id DESC LIMIT $2`, partners, limit, request)
 	if err != nil {
 		return nil, err
 	}
 	return pgx.CollectRows(rs, func(r pgx.CollectableRow) (AuditEntry, error) {
 		var a AuditEntry
-		err := r.Scan(&a.At, &a.Actor, &a.Action, &a.Partner, &a.IntakeID, &a.Reason, &a.Detail)
+		err := r.Scan(&a.At, &a.Actor, &a.Action, &a.Partner, &a.IntakeID, &a.Reason, &a.Detail, &a.Request)
 		return a, err
 	})
 }
@@ -202,31 +226,75 @@ func (l *Ledger) BroughtBy(ctx context.Context, dup *Intake) (int64, error) {
 }
 
 // InsertReplay records a replay of orig as a new spooled intake of the
-// same batch under worker, claimed at path, with its audit row, in one
-// transaction. root is the intake the replay writes as: the intake that
-// first brought the bytes (Daemon.Replay picks it).
-func (l *Ledger) InsertReplay(ctx context.Context, orig *Intake, path, worker string, root int64, override, actor, reason string) (*Intake, error) {
+// same batch under worker, claimed at path, with its audit row carrying
+// the command's request id, in one transaction. root is the intake the
+// replay writes as: the intake that first brought the bytes
+// (Daemon.Replay picks it). A live replay writing as root already is
+// refused with a *LiveReplayError naming it (one live replay of the same
+// bytes: the unique index file_intake_one_live_replay).
+func (l *Ledger) InsertReplay(ctx context.Context, orig *Intake, path, worker string, root int64, override, request, actor, reason string) (*Intake, error) {
 	var in *Intake
 	err := pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
 		row := tx.QueryRow(ctx, `INSERT INTO file_intake (partner_id, feed, remote_name, claimed_path, listed_size, batch_id,
 			content_sha256, size_bytes, data_sha256, data_size, state, worker_id, lease_until, replay_of, release_override)
 			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, 'spooled', $11, pg_catalog.now() + $12::interval, $13, nullif($14, ''))
+			ON CONFLICT (partner_id, replay_of) WHERE replay_of IS NOT NULL
+			  AND state IN ('claimed', 'spooled', 'applying', 'applied', 'outcome_unknown', 'awaiting_approval') DO NOTHING
 			RETURNING `+intakeColumns, orig.Partner, orig.Feed, orig.RemoteName,
 			path, orig.Size, orig.BatchID, orig.SHA256, orig.Size,
 			orig.DataSHA256, orig.DataSize, worker, l.lease, root, override)
 		var err error
-		if in, err = scanIntake(row); err != nil {
+		if in, err = scanIntake(row); errors.Is(err, pgx.ErrNoRows) {
+			return l.liveReplay(ctx, tx, orig.Partner, root)
+		} else if err != nil {
+			return err
+		}
+		if err := fault.Check("replay:insert"); err != nil { // inside the transaction, before its commit
 			return err
 		}
 		detail := fmt.Sprintf("replay of intake %d", orig.ID)
 		if override != "" {
 			detail += " (override " + override + ")"
 		}
-		_, err = tx.Exec(ctx, `INSERT INTO intake_audit (actor, action, partner_id, intake_id, reason, detail)
-			VALUES ($1, 'replay', $2, $3, $4, $5)`, actor, orig.Partner, in.ID, reason, detail)
-		return err
+		return auditRequest(ctx, tx, request, actor, "replay", orig.Partner, in.ID, reason, detail)
 	})
 	return in, err
+}
+
+// LiveReplayError: a replay was refused because another replay of the
+// same bytes is live.
+type LiveReplayError struct {
+	ID     int64
+	State  State
+	Worker string
+}
+
+func (e *LiveReplayError) Error() string {
+	return fmt.Sprintf("a replay of the same bytes is live: intake %d (state %s, worker %s); %s", e.ID, e.State, e.Worker, e.State.Info().Fate)
+}
+
+// liveReplay is the error naming the live replay writing as root.
+func (l *Ledger) liveReplay(ctx context.Context, tx pgx.Tx, partner string, root int64) error {
+	e := &LiveReplayError{}
+	err := tx.QueryRow(ctx, `SELECT intake_id, state, worker_id FROM file_intake
+		WHERE partner_id = $1 AND replay_of = $2 AND state = ANY($3)`, partner, root, holdingStates).Scan(&e.ID, &e.State, &e.Worker)
+	if err != nil {
+		return fmt.Errorf("replay refused as live, and the live one not found: %w", err)
+	}
+	return e
+}
+
+// Handover ends the lease of a live row an ops command holds and gives up
+// (its database went away mid-run, say), under the command's fencing
+// token: the next reconcile run takes it over rather than waiting for the
+// lease to run out. false when the row moved on meanwhile.
+func (l *Ledger) Handover(ctx context.Context, in *Intake) (bool, error) {
+	tag, err := l.pool.Exec(ctx, `UPDATE file_intake SET lease_until = pg_catalog.now() - interval '1 second', updated_at = pg_catalog.now()
+		WHERE intake_id = $1 AND fencing_token = $2 AND worker_id = $3 AND state = ANY($4)`, in.ID, in.Token, in.Worker, liveStates)
+	if err != nil {
+		return false, err
+	}
+	return tag.RowsAffected() == 1, nil
 }
 
 // Undecided lists the partner's discarded files whose decision is not yet

@@ -5,6 +5,9 @@
 package ops
 
 import (
+	"context"
+	"time"
+
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/partner-intake/partner-intake/intake"
@@ -14,3 +17,10 @@ import (
 // ledgerOn is the ledger on db for an ops view. The views grant no lease
 // (a replay's is the daemon's), so the default one stands in.
 func ledgerOn(db *pgxpool.Pool) *ledger.Ledger { return ledger.New(db, intake.DefaultLease) }
+
+// Settle finds out what became of an ops request whose call failed
+// (ledger.Settle): recorded, rolled back, or unknown after wait.
+func Settle(ctx context.Context, db *pgxpool.Pool, request string, wait time.Duration) (ledger.Settled, error) {
+	s, _, err := ledgerOn(db).Settle(ctx, request, wait)
+	return s, err
+}

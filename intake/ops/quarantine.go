@@ -39,6 +39,10 @@ type Decision struct {
 	Partners []string
 	// Worker is the ops identity (OpsWorker) recorded as the row's worker.
 	Worker string
+	// Request is the command's request id, recorded on the audit row: a
+	// command that lost its database mid-decision learns from it whether
+	// the decision was recorded (ledger.Requested).
+	Request string
 }
 
 func (d Decision) check() error {
@@ -188,13 +192,14 @@ func PublishDecision(ctx context.Context, db *pgxpool.Pool, parts []partners.Con
 }
 
 func decide(ctx context.Context, tx pgx.Tx, d Decision, partner, qstate, action, detail string) error {
-	return ledger.Decide(ctx, tx, d.IntakeID, partner, qstate, d.Actor, d.Reason, action, detail)
+	return ledger.Decide(ctx, tx, d.IntakeID, partner, qstate, d.Request, d.Actor, d.Reason, action, detail)
 }
 
 // AuditEntry is one audited ops action.
 type AuditEntry = ledger.AuditEntry
 
-// Audit lists the given partners' ops actions, newest first.
-func Audit(ctx context.Context, db *pgxpool.Pool, partners []string, limit int) ([]AuditEntry, error) {
-	return ledgerOn(db).Audit(ctx, partners, limit)
+// Audit lists the given partners' ops actions, newest first; with
+// request set, only the action of that request.
+func Audit(ctx context.Context, db *pgxpool.Pool, partners []string, request string, limit int) ([]AuditEntry, error) {
+	return ledgerOn(db).Audit(ctx, partners, request, limit)
 }

@@ -14,7 +14,11 @@
 // arms "kill" at the second time apply:mid_chunk is reached, and "error" at
 // the first time commit:reply_lost is reached. Each fault fires once. An
 // in-process test may also arm "pause": the step then waits until Resume
-// (a slow step, to order two workers' steps deterministically).
+// (a slow step, to order two workers' steps deterministically). "stop"
+// does that to a whole process from outside: it stops itself with
+// SIGSTOP (every thread, its leases and connections as they are) after
+// writing "fault: stopping the process at <name>" to stderr, and goes on
+// from the step when the test sends SIGCONT.
 package fault
 
 import "errors"

@@ -58,8 +58,8 @@ func Set(spec string) error {
 			}
 			a.at = n
 		}
-		if action != "kill" && action != "error" && action != "pause" {
-			return fmt.Errorf("%s: action %q is not kill, error or pause", Env, action)
+		if action != "kill" && action != "error" && action != "pause" && action != "stop" {
+			return fmt.Errorf("%s: action %q is not kill, error, pause or stop", Env, action)
 		}
 		m[name] = a
 	}
@@ -124,6 +124,11 @@ func Check(name string) error {
 		close(a.paused)
 		<-a.resume
 		return nil
+	}
+	if a.action == "stop" {
+		fmt.Fprintf(os.Stderr, "fault: stopping the process at %s\n", name)
+		syscall.Kill(os.Getpid(), syscall.SIGSTOP)
+		return nil // SIGCONT goes on from here
 	}
 	if a.action == "kill" {
 		fmt.Fprintf(os.Stderr, "fault: killing the process at %s\n", name)

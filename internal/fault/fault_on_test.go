@@ -40,7 +40,7 @@ func TestSetRefusesABadSpec(t *testing.T) {
 	for spec, want := range map[string]string{
 		"garbage":        `"garbage" is not name=action`,
 		"a=kill@0":       "bad count",
-		"a=explode":      `action "explode" is not kill, error or pause`,
+		"a=explode":      `action "explode" is not kill, error, pause or stop`,
 		"a=error,b=halt": `action "halt"`,
 	} {
 		if err := Set(spec); err == nil || !strings.Contains(err.Error(), want) {

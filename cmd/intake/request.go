@@ -1,0 +1,104 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/partner-intake/partner-intake/intake"
+	"github.com/partner-intake/partner-intake/intake/ledger"
+	"github.com/partner-intake/partner-intake/intake/ops"
+	"github.com/partner-intake/partner-intake/internal/inert"
+	"github.com/partner-intake/partner-intake/internal/pgerr"
+)
+
+// An ops command that changes a row (release, discard, approve, reject,
+// replay) says which row before it can fail, under a request id recorded
+// on the action's audit row; when it fails, it says what became of the
+// row, so that running it again is never a second action:
+//
+//   - refused: the decision was refused; nothing changed;
+//   - rolled back: the action's transaction did not commit; nothing
+//     changed, and running it again is safe;
+//   - recorded: the commit's reply was lost but the action is recorded
+//     (its audit row carries the request id): it stands, as if the
+//     command had succeeded;
+//   - unknown: the database did not answer within settleWait; the request
+//     id finds the action later (intake audit --request).
+
+// settleWait bounds how long a failed command waits for the database to
+// answer before it says the outcome is unknown.
+const settleWait = time.Minute
+
+// newRequestID is a fresh request id: "req-" and 16 hex digits.
+func newRequestID() string {
+	var b [8]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic(err) // crypto/rand does not fail on Linux
+	}
+	return "req-" + hex.EncodeToString(b[:])
+}
+
+// decisionFailed reports a decision (release, discard, approve, reject)
+// on intake id that failed with err, and returns whether it was recorded
+// all the same (its reply lost): the command then goes on as if it had
+// succeeded. again says why running it again cannot act twice when the
+// outcome is unknown.
+func decisionFailed(ctx context.Context, pool *pgxpool.Pool, stderr io.Writer, cmd string, id int64, request, again string, err error) bool {
+	if errors.Is(err, intake.ErrDecision) || errors.Is(err, ops.ErrPlanDecision) {
+		fmt.Fprintf(stderr, "intake %s: intake %d: refused, nothing changed: %s\n", cmd, id, inert.Lines(err.Error()))
+		return false
+	}
+	settled, serr := ops.Settle(ctx, pool, request, settleWait)
+	switch settled {
+	case ledger.SettledRecorded:
+		fmt.Fprintf(stderr, "intake %s: intake %d: the reply was lost (%s), but the decision is recorded (request %s)\n", cmd, id, inert.Lines(pgerr.Redact(err)), request)
+		return true
+	case ledger.SettledRolledBack:
+		fmt.Fprintf(stderr, "intake %s: intake %d: failed, rolled back: nothing changed; running the command again is safe (%s)\n", cmd, id, inert.Lines(pgerr.Redact(err)))
+	default:
+		fmt.Fprintf(stderr, "intake %s: intake %d: whether the decision was recorded is unknown: PostgreSQL did not answer within %s (%s).\n"+
+			"Once it does, intake audit --request %s shows the decision if it was recorded; %s\n",
+			cmd, id, settleWait, inert.Lines(pgerr.Redact(errors.Join(err, serr))), request, again)
+	}
+	return false
+}
+
+// replayFailed reports a failed replay of intake id and what became of
+// its row.
+func replayFailed(stderr io.Writer, id int64, request, schedule string, err error) {
+	var left *intake.ReplayLeftError
+	var rolled *intake.ReplayNotRecordedError
+	var unknown *intake.ReplayUnknownError
+	switch {
+	case errors.As(err, &left):
+		row := left.Row
+		fmt.Fprintf(stderr, "intake replay: intake %d (the replay of intake %d) failed in this command: %s\n", row.ID, id, inert.Lines(pgerr.Redact(left.Err)))
+		switch {
+		case row.State == "":
+			fmt.Fprintf(stderr, "where intake %d stands is unknown: PostgreSQL did not answer; a reconciler takes it over when its lease ends and finishes it.\n", row.ID)
+		case left.HandedOver:
+			fmt.Fprintf(stderr, "intake %d is %s: handed over: the next reconcile run (%s) takes it over and finishes it.\n", row.ID, row.State, schedule)
+		default:
+			fmt.Fprintf(stderr, "intake %d is %s: %s.\n", row.ID, row.State, row.State.Info().Fate)
+		}
+		fmt.Fprintf(stderr, "Do not replay intake %d again: intake %d is that replay (intake status shows it).\n", id, row.ID)
+	case errors.As(err, &rolled):
+		fmt.Fprintf(stderr, "intake replay: intake %d: failed, rolled back: no replay was recorded, nothing changed; running the replay again is safe (%s)\n", id, inert.Lines(pgerr.Redact(rolled.Err)))
+	case errors.As(err, &unknown):
+		fmt.Fprintf(stderr, "intake replay: intake %d: whether replay request %s was recorded is unknown: PostgreSQL did not answer within a minute (%s).\n"+
+			"Once it does, intake audit --request %s names the replay if it was recorded; a second replay is refused while that one is live.\n",
+			id, request, inert.Lines(pgerr.Redact(unknown.Err)), request)
+	case errors.Is(err, intake.ErrDecision):
+		fmt.Fprintf(stderr, "intake replay: intake %d: refused, nothing changed: %s\n", id, inert.Lines(err.Error()))
+	default:
+		// failed before its row was inserted (the checks): nothing changed
+		fmt.Fprintf(stderr, "intake replay: intake %d: failed before a replay was recorded: nothing changed; running the replay again is safe (%s)\n", id, inert.Lines(pgerr.Redact(err)))
+	}
+}

@@ -1,0 +1,3 @@
+DROP INDEX file_intake_one_live_replay;
+DROP INDEX intake_audit_request;
+ALTER TABLE intake_audit DROP COLUMN request_id;
