@@ -203,10 +203,6 @@ func (e *ReplayLeftError) Unwrap() error { return e.Err }
 // still holds it live, hands it over to the next reconcile run.
 func (d *Daemon) leaveReplay(ctx context.Context, in *Intake, runErr error) error {
 	left := &ReplayLeftError{Row: &Intake{ID: in.ID, Partner: in.Partner}, Err: runErr}
-	var fe *FencedError
-	if errors.As(runErr, &fe) {
-		left.Err = fmt.Errorf("taken over meanwhile: %w", runErr)
-	}
 	// The database may be coming back from a crash: a fresh context
 	// bounded on its own, so a cancelled command still says where its
 	// row stands when it can.

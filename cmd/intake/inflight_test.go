@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"strconv"
@@ -9,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/partner-intake/partner-intake/internal/fault"
 	"github.com/partner-intake/partner-intake/internal/testenv"
 )
 
@@ -113,5 +115,266 @@ func TestAReleaseWhileTheFileAppliesLeavesReconcileAndStatusClean(t *testing.T) 
 	daemon.signal(syscall.SIGTERM)
 	if ws := daemon.wait(t, time.Minute); ws.ExitStatus() != 0 {
 		t.Fatalf("the daemon exited %v:\n%s", ws, tail(daemon.output()))
+	}
+}
+
+// intake replay with PostgreSQL crashed (stopped immediately and
+// started again) while the command stands at each of its steps, and once
+// with the reply to its insert's commit lost. Whatever the command met, it
+// named the intake it replayed before anything could fail, and, when it
+// failed, either said no replay was recorded (and running it again is
+// safe: the test does) or named the replay's row and said not to replay
+// again (a second replay is then refused while the row is live, naming
+// it). An operator who does what it said ends with exactly one replay of
+// the file applied, and nothing for a human.
+func TestAReplayWithPostgreSQLCrashingAtEachStepIsAppliedExactlyOnce(t *testing.T) {
+	url, pool := testenv.DB(t)
+	t.Setenv("INTAKE_DATABASE_URL", url)
+	site := testenv.NewSite(t, "replaypg")
+	cfg := writeConfigOpts(t, site, cfgOpts{worker: "rp-1", schedule: "@every 1h", chunkRows: 100})
+	const rows = 1000
+	site.Drop(t, "orders-rp.csv", testenv.OrdersCSV("RP", rows))
+	if code, out := runCLI("run", "--config", cfg, "--once"); code != 0 {
+		t.Fatalf("run --once: exit %d\n%s", code, out)
+	}
+	fs := testenv.Files(t, pool, "replaypg")
+	if len(fs) != 1 || fs[0].State != "archived" {
+		t.Fatalf("files %+v", fs)
+	}
+	orig := strconv.FormatInt(fs[0].ID, 10)
+	pg := testenv.PG()
+	replay := func() (int, string) {
+		return runCLI("replay", orig, "--config", cfg, "--reason", "target fixed", "--actor", "ops")
+	}
+	for _, step := range []struct{ name, fault string }{
+		{"ops:before_commit", "pause"}, // inside the insert's transaction
+		{"replay:inserted", "error"},   // the insert committed, its reply lost
+		{"apply:mid_chunk", "pause@3"}, // inside a chunk's transaction
+		{"apply:after_commit", "pause"},
+		{"archive:mid", "pause"},
+		{"publish:receipt", "pause"},
+	} {
+		t.Run(step.name, func(t *testing.T) {
+			before := testenv.Count(t, pool, `SELECT coalesce(max(intake_id), 0) FROM file_intake`)
+			if err := fault.Set(step.name + "=" + step.fault); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { fault.Set("") })
+			type result struct {
+				code int
+				out  string
+			}
+			done := make(chan result, 1)
+			go func() { c, o := replay(); done <- result{c, o} }()
+			var res result
+			if step.fault != "error" {
+				select {
+				case <-fault.Paused(step.name):
+				case r := <-done:
+					t.Fatalf("the replay ended before %s: exit %d\n%s", step.name, r.code, r.out)
+				case <-time.After(2 * time.Minute):
+					t.Fatalf("the replay never reached %s", step.name)
+				}
+				if err := pg.StopServer("immediate"); err != nil {
+					t.Fatal(err)
+				}
+				if err := pg.StartServer(); err != nil {
+					t.Fatal(err)
+				}
+				pool.Reset() // this test's own connections died with the server
+				fault.Resume(step.name)
+			}
+			select {
+			case res = <-done:
+			case <-time.After(3 * time.Minute):
+				t.Fatal("the replay did not end")
+			}
+			fault.Set("")
+			t.Logf("replay at %s: exit %d\n%s", step.name, res.code, res.out)
+			t.Logf("rows: %v", testenv.Strings(t, pool, `SELECT intake_id || ' ' || state || ' ' || worker_id || ' ' || coalesce(replay_of::text, '-') FROM file_intake ORDER BY 1`))
+			if !strings.HasPrefix(res.out, "replay of intake "+orig+" by ops, request req-") {
+				t.Fatalf("the first line does not name the intake replayed:\n%s", res.out)
+			}
+			var row int64
+			if i := strings.Index(res.out, "replay of intake "+orig+" is intake "); i >= 0 {
+				fmt.Sscanf(res.out[i+len("replay of intake "+orig+" is intake "):], "%d", &row)
+			}
+			switch {
+			case res.code == 0:
+				if row == 0 {
+					t.Fatalf("a replay that succeeded does not name its row:\n%s", res.out)
+				}
+			case strings.Contains(res.out, "running the replay again is safe"):
+				if row != 0 || testenv.Count(t, pool, `SELECT count(*) FROM file_intake WHERE replay_of IS NOT NULL AND intake_id > $1`, before) != 0 {
+					t.Fatalf("said nothing was recorded, yet a replay row exists:\n%s", res.out)
+				}
+				if code, out := replay(); code != 0 {
+					t.Fatalf("the replay run again: exit %d\n%s", code, out)
+				}
+			default:
+				if row == 0 || !strings.Contains(res.out, "Do not replay intake "+orig+" again: intake "+strconv.FormatInt(row, 10)+" is that replay") {
+					t.Fatalf("a failed replay does not name its row and what becomes of it:\n%s", res.out)
+				}
+				if f := liveRow(t, pool, row); f.state != "archived" {
+					code, out := replay()
+					if code == 0 || !strings.Contains(out, fmt.Sprintf("is live: intake %d", row)) {
+						t.Fatalf("a second replay while intake %d is %s: exit %d\n%s", row, f.state, code, out)
+					}
+				}
+				// what the message says: a reconciler takes it over and
+				// finishes it (the daemon of its worker id applies it)
+				waitFor(t, 2*time.Minute, func() bool {
+					runCLI("reconcile", "--config", cfg)
+					runCLI("run", "--config", cfg, "--once")
+					return liveRow(t, pool, row).state == "archived"
+				})
+			}
+			replays := testenv.Strings(t, pool, `SELECT state FROM file_intake WHERE replay_of IS NOT NULL AND intake_id > $1`, before)
+			if len(replays) != 1 || replays[0] != "archived" {
+				t.Fatalf("replays of this step: %v, want exactly one, archived", replays)
+			}
+			if n := testenv.Count(t, pool, `SELECT count(*) FROM orders WHERE partner_id = 'replaypg'`); n != rows {
+				t.Fatalf("%d rows in the target, want %d", n, rows)
+			}
+			clean(t, cfg, "after the replay at "+step.name)
+		})
+	}
+}
+
+// The decisions (quarantine release and discard, approve, reject), each
+// with PostgreSQL crashing just before its transaction commits, and each
+// with the reply to its commit lost. The crashed one says it was rolled
+// back and that running it again is safe, and nothing of it is recorded;
+// run again, it takes effect. The one whose reply was lost learns from
+// the audit (its request id) that it was recorded and says so, exit 0;
+// run once more, it is refused, for the file is decided. Every decision
+// is recorded exactly once.
+func TestADecisionThatLostItsDatabaseSaysWhatBecameOfIt(t *testing.T) {
+	url, pool := testenv.DB(t)
+	t.Setenv("INTAKE_DATABASE_URL", url)
+	held := testenv.NewSite(t, "decheld")
+	waiting := testenv.NewSite(t, "decwait")
+	heldCfg := writeConfigOpts(t, held, cfgOpts{worker: "dec-1"})
+	waitCfg := writeConfigOpts(t, waiting, cfgOpts{worker: "dec-2", feedExtra: "        approval: {always: true}\n"})
+	for i := 1; i <= 4; i++ {
+		held.Drop(t, fmt.Sprintf("orders-%d.csv", i), testenv.OrdersHeader+fmt.Sprintf("H%d-1,bad,1.00,paid,2026-11-01T00:00:00Z,1\n", i))
+		waiting.Drop(t, fmt.Sprintf("orders-%d.csv", i), testenv.OrdersCSV(fmt.Sprintf("W%d", i), 2))
+	}
+	for _, cfg := range []string{heldCfg, waitCfg} {
+		if code, out := runCLI("run", "--config", cfg, "--once"); code != 0 {
+			t.Fatalf("run --once: exit %d\n%s", code, out)
+		}
+	}
+	var heldIDs, waitIDs []int64
+	for _, f := range testenv.Files(t, pool, "decheld") {
+		if f.State == "quarantined" {
+			heldIDs = append(heldIDs, f.ID)
+		}
+	}
+	for _, f := range testenv.Files(t, pool, "decwait") {
+		if f.State == "awaiting_approval" {
+			waitIDs = append(waitIDs, f.ID)
+		}
+	}
+	if len(heldIDs) != 4 || len(waitIDs) != 4 {
+		t.Fatalf("held %v, waiting %v", heldIDs, waitIDs)
+	}
+	planHash := func(id int64) string {
+		var h string
+		if err := pool.QueryRow(context.Background(), `SELECT plan_hash FROM file_intake WHERE intake_id = $1`, id).Scan(&h); err != nil {
+			t.Fatal(err)
+		}
+		return h
+	}
+	type decision struct {
+		action string
+		id     int64
+		args   []string
+		after  string // the state the decision leaves
+	}
+	mk := func(cmd []string, id int64, cfg string, extra ...string) []string {
+		return append(append(cmd, strconv.FormatInt(id, 10), "--config", cfg, "--reason", "checked", "--actor", "ops"), extra...)
+	}
+	var ds []decision
+	for i := range 2 { // the first four crash, the last four lose their reply
+		ds = append(ds,
+			decision{"release", heldIDs[2*i], mk([]string{"quarantine", "release"}, heldIDs[2*i], heldCfg), "spooled"},
+			decision{"discard", heldIDs[2*i+1], mk([]string{"quarantine", "discard"}, heldIDs[2*i+1], heldCfg), "discarded"},
+			decision{"approve", waitIDs[2*i], mk([]string{"approve"}, waitIDs[2*i], waitCfg, "--plan-hash", planHash(waitIDs[2*i])), "spooled"},
+			decision{"reject", waitIDs[2*i+1], mk([]string{"reject"}, waitIDs[2*i+1], waitCfg), "spooled"},
+		)
+	}
+	audited := func(d decision) int64 {
+		return testenv.Count(t, pool, `SELECT count(*) FROM intake_audit WHERE intake_id = $1 AND action = $2`, d.id, d.action)
+	}
+	pg := testenv.PG()
+	for i, d := range ds {
+		lost := i >= 4
+		name := d.action + "/crashed"
+		if lost {
+			name = d.action + "/reply_lost"
+		}
+		t.Run(name, func(t *testing.T) {
+			before := liveRow(t, pool, d.id).state
+			if lost {
+				if err := fault.Set("ops:reply_lost=error"); err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { fault.Set("") })
+				code, out := runCLI(d.args...)
+				fault.Set("")
+				if code != 0 || !strings.Contains(out, "the reply was lost") || !strings.Contains(out, "the decision is recorded (request req-") {
+					t.Fatalf("exit %d\n%s", code, out)
+				}
+				if f := liveRow(t, pool, d.id); f.state != d.after || audited(d) != 1 {
+					t.Fatalf("intake %d is %s with %d audit rows of %s, want %s and one", d.id, f.state, audited(d), d.action, d.after)
+				}
+				code, out = runCLI(d.args...)
+				if code != 1 || !strings.Contains(out, "refused, nothing changed") || audited(d) != 1 {
+					t.Fatalf("the decision again: exit %d\n%s", code, out)
+				}
+				return
+			}
+			if err := fault.Set("ops:before_commit=pause"); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { fault.Set("") })
+			type result struct {
+				code int
+				out  string
+			}
+			done := make(chan result, 1)
+			go func() { c, o := runCLI(d.args...); done <- result{c, o} }()
+			select {
+			case <-fault.Paused("ops:before_commit"):
+			case r := <-done:
+				t.Fatalf("the %s ended before its commit: exit %d\n%s", d.action, r.code, r.out)
+			case <-time.After(time.Minute):
+				t.Fatalf("the %s never reached its commit", d.action)
+			}
+			if err := pg.StopServer("immediate"); err != nil {
+				t.Fatal(err)
+			}
+			if err := pg.StartServer(); err != nil {
+				t.Fatal(err)
+			}
+			pool.Reset()
+			fault.Resume("ops:before_commit")
+			r := <-done
+			fault.Set("")
+			first := fmt.Sprintf("intake %d: %s by ops, request req-", d.id, d.action)
+			if r.code != 1 || !strings.HasPrefix(r.out, first) || !strings.Contains(r.out, "rolled back: nothing changed; running the command again is safe") {
+				t.Fatalf("exit %d\n%s", r.code, r.out)
+			}
+			if f := liveRow(t, pool, d.id); f.state != before || audited(d) != 0 {
+				t.Fatalf("rolled back, yet intake %d is %s with %d audit rows", d.id, f.state, audited(d))
+			}
+			if code, out := runCLI(d.args...); code != 0 {
+				t.Fatalf("run again: exit %d\n%s", code, out)
+			}
+			if f := liveRow(t, pool, d.id); f.state != d.after || audited(d) != 1 {
+				t.Fatalf("intake %d is %s with %d audit rows of %s, want %s and one", d.id, f.state, audited(d), d.action, d.after)
+			}
+		})
 	}
 }

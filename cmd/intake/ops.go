@@ -16,6 +16,7 @@ import (
 	"github.com/partner-intake/partner-intake/intake"
 	"github.com/partner-intake/partner-intake/intake/notify"
 	"github.com/partner-intake/partner-intake/intake/ops"
+	"github.com/partner-intake/partner-intake/internal/fault"
 	"github.com/partner-intake/partner-intake/internal/inert"
 	"github.com/partner-intake/partner-intake/partners"
 )
@@ -104,6 +105,9 @@ func cmdQuarantine(args []string, stdout, stderr io.Writer) int {
 			err = ops.Release(ctx, e.pool, d)
 		} else {
 			err = ops.Discard(ctx, e.pool, d)
+		}
+		if err == nil {
+			err = fault.Check("ops:reply_lost") // the reply to the commit lost
 		}
 		if err != nil && !decisionFailed(ctx, e.pool, stderr, "quarantine "+sub, id, request,
 			fmt.Sprintf("running the command again is refused then, for intake %d is no longer held", id), err) {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/partner-intake/partner-intake/intake/ops"
 	"github.com/partner-intake/partner-intake/intake/target"
+	"github.com/partner-intake/partner-intake/internal/fault"
 	"github.com/partner-intake/partner-intake/internal/inert"
 	"github.com/partner-intake/partner-intake/partners"
 )
@@ -165,6 +166,9 @@ func decidePlan(cmd string, args []string, stdout, stderr io.Writer) int {
 		err = ops.Approve(ctx, e.pool, d)
 	} else {
 		err = ops.Reject(ctx, e.pool, d)
+	}
+	if err == nil {
+		err = fault.Check("ops:reply_lost") // the reply to the commit lost
 	}
 	if err != nil && !decisionFailed(ctx, e.pool, stderr, cmd, id, request,
 		fmt.Sprintf("running the command again is refused then, for intake %d no longer awaits approval", id), err) {

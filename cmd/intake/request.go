@@ -86,7 +86,7 @@ func replayFailed(stderr io.Writer, id int64, request, schedule string, err erro
 		case left.HandedOver:
 			fmt.Fprintf(stderr, "intake %d is %s: handed over: the next reconcile run (%s) takes it over and finishes it.\n", row.ID, row.State, schedule)
 		default:
-			fmt.Fprintf(stderr, "intake %d is %s: %s.\n", row.ID, row.State, row.State.Info().Fate)
+			fmt.Fprintf(stderr, "intake %d is %s (worker %s): %s.\n", row.ID, row.State, row.Worker, row.State.Info().Fate)
 		}
 		fmt.Fprintf(stderr, "Do not replay intake %d again: intake %d is that replay (intake status shows it).\n", id, row.ID)
 	case errors.As(err, &rolled):

@@ -168,6 +168,11 @@ func audit(ctx context.Context, tx pgx.Tx, actor, action, partner string, id int
 func auditRequest(ctx context.Context, tx pgx.Tx, request, actor, action, partner string, id int64, reason, detail string) error {
 	_, err := tx.Exec(ctx, `INSERT INTO intake_audit (actor, action, partner_id, intake_id, reason, detail, request_id)
 		VALUES ($1, $2, $3, nullif($4, 0), $5, nullif($6, ''), nullif($7, ''))`, actor, action, partner, id, reason, detail, request)
+	if err == nil && request != "" {
+		// an ops action's audit row is the last statement of its
+		// transaction: this step stands just before the commit
+		err = fault.Check("ops:before_commit")
+	}
 	return err
 }
 
@@ -247,9 +252,6 @@ func (l *Ledger) InsertReplay(ctx context.Context, orig *Intake, path, worker st
 		if in, err = scanIntake(row); errors.Is(err, pgx.ErrNoRows) {
 			return l.liveReplay(ctx, tx, orig.Partner, root)
 		} else if err != nil {
-			return err
-		}
-		if err := fault.Check("replay:insert"); err != nil { // inside the transaction, before its commit
 			return err
 		}
 		detail := fmt.Sprintf("replay of intake %d", orig.ID)
