@@ -212,3 +212,73 @@ func TestAStaleEntryGoneOnTheSecondLookIsNotRaised(t *testing.T) {
 		t.Fatalf("an entry gone on the second look was raised: %+v", fs)
 	}
 }
+
+// Every state of the ledger walked through the rows that look at
+// processing/: a row in each state claimed a file in the processing dir
+// of a worker that is gone, its lease long over, and the file is still
+// there. A live row is taken over (outcome_unknown waits for its own row,
+// resolved from the chunk ledger); awaiting_approval still owns its path
+// and is left alone; a row in any other state owns nothing there any
+// more, so the file is a claim without a row and is adopted. None of it
+// needs a human.
+func TestEveryStateWalkedThroughTheProcessingRows(t *testing.T) {
+	ctx := context.Background()
+	_, pool := testenv.DB(t)
+	_, site := testenv.NewInProcessSite(t, "walkp")
+	cfg := site.Validated(t)
+	r, err := New(Config{}, "w-walkp", time.Minute, pool, nil, []partners.Config{cfg}, prometheus.NewRegistry(),
+		slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	byPath := map[string]ledger.State{}
+	for _, s := range ledger.States() {
+		name := fmt.Sprintf("orders-%s.csv", s)
+		rel := "processing/w-gone/" + name
+		p := filepath.Join(site.Root, filepath.FromSlash(rel))
+		os.MkdirAll(filepath.Dir(p), 0o755)
+		if err := os.WriteFile(p, []byte(s), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := pool.Exec(ctx, `INSERT INTO file_intake (partner_id, feed, remote_name, claimed_path, listed_size, state, worker_id, lease_until)
+			VALUES ('walkp', 'orders', $1, $2, 2, $3, 'w-gone', pg_catalog.now() - interval '1 hour')`, name, "/"+rel, string(s)); err != nil {
+			t.Fatal(err)
+		}
+		byPath["/"+rel] = s
+	}
+	sess, err := partners.Dial(ctx, &cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sess.Close()
+	if _, err := sess.Layout.EnsureDirs(sess.Client, r.worker); err != nil { // as a run does first
+		t.Fatal(err)
+	}
+	var fs []Finding
+	add := func(f Finding) { fs = append(fs, f) }
+	if err := r.rowExpiredLeases(ctx, &cfg, sess, add); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.rowOrphanClaims(ctx, &cfg, sess, add); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, f := range fs {
+		if f.NeedsHuman {
+			t.Errorf("a finding for a human: %+v", f)
+		}
+		got[f.Path] = f.Kind
+	}
+	for p, s := range byPath {
+		want := KindOrphanClaim
+		switch s {
+		case intake.StateClaimed, intake.StateSpooled, intake.StateApplying, intake.StateApplied:
+			want = KindLeaseExpired
+		case intake.StateOutcomeUnknown, intake.StateAwaitingApproval:
+			want = ""
+		}
+		if got[p] != want {
+			t.Errorf("a %s row's file at %s: finding %q, want %q", s, p, got[p], want)
+		}
+	}
+}
