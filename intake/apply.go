@@ -27,6 +27,7 @@ type chunkCounts struct {
 	// insert_only feed; of rejected: keys an update_only feed lacks
 	outsideEdit, exists, notFound int64
 	deleted                       int64 // a snapshot's rows deleted (or marked): not rows of the file
+	deleteKept                    int64 // a snapshot's rows not deleted, edited outside intake: not rows of the file
 	fileApplied                   bool  // the last chunk moved the file to applied
 }
 
@@ -320,6 +321,7 @@ func (r *fileRun) account(chunksDone int, c chunkCounts) {
 	r.in.RowsRejected += c.rejected
 	r.in.RowsConflict += c.conflict
 	r.in.RowsDeleted += c.deleted
+	r.in.RowsDeleteKept += c.deleteKept
 	r.in.ChunksDone = chunksDone
 	if c.fileApplied {
 		r.in.State = StateApplied
@@ -461,7 +463,7 @@ func (r *fileRun) chunkStatements(ctx context.Context, tx pgx.Tx, tgt *target.Ta
 	// The ledger row and the file's progress, in one round trip; the last
 	// chunk also moves the file to applied when its totals reconcile.
 	c.fileApplied, err = r.d.ledger.ChunkDone(ctx, tx, in, ledger.Chunk{No: chunk, First: ch.first, Last: ch.last,
-		Applied: c.applied, Unchanged: c.unchanged, Rejected: c.rejected, Conflict: c.conflict, Deleted: c.deleted, Final: ch.final})
+		Applied: c.applied, Unchanged: c.unchanged, Rejected: c.rejected, Conflict: c.conflict, Deleted: c.deleted, DeleteKept: c.deleteKept, Final: ch.final})
 	return err
 }
 
@@ -485,11 +487,14 @@ func (r *fileRun) snapshotStatements(ctx context.Context, tx pgx.Tx, tgt *target
 		r.log.Warn("snapshot has rejected rows: no row deleted", "rows_rejected", rejected)
 		r.d.metrics.snapshotSkipped.WithLabelValues(r.in.Partner).Inc()
 	} else {
-		n, err := tgt.Sweep(ctx, tx, writer, r.in.Partner, r.in.ID, r.in.Feed)
+		n, kept, err := tgt.Sweep(ctx, tx, writer, r.in.Partner, r.in.ID, r.in.Feed)
 		if err != nil {
 			return fmt.Errorf("chunk %d snapshot sweep: %w", ch.no, err)
 		}
-		c.deleted = n
+		c.deleted, c.deleteKept = n, kept
+		if kept > 0 {
+			r.log.Warn("snapshot kept rows it would delete: edited outside intake", "rows_delete_kept", kept, "reason", rows.ReasonOutsideEdit)
+		}
 	}
 	return ledger.ForgetSnapshotKeys(ctx, tx, r.in.ID)
 }

@@ -300,7 +300,8 @@ func receiptOf(t *testing.T, site *testenv.Site, f fileRow) intake.Receipt {
 // snapshot: the file is the partner's complete set. Rows of the feed's
 // earlier files whose key it lacks are deleted in its last transaction
 // and counted apart from its rows (receipt: deleted); a row intake never
-// wrote and a row edited outside intake stay.
+// wrote stays, and a row edited outside intake stays and is told
+// (receipt: delete_kept_outside_edit; the ledger; intake_rows_held_total).
 func TestSnapshotDeletesRowsAbsentFromTheFile(t *testing.T) {
 	_, pool := testenv.DB(t)
 	site := testenv.NewSite(t, "sn")
@@ -331,8 +332,14 @@ func TestSnapshotDeletesRowsAbsentFromTheFile(t *testing.T) {
 		t.Fatalf("target holds %v, want S-4 and S-5 deleted, the hand row and the edited S-3 kept", keys)
 	}
 	rc := receiptOf(t, site, f2)
-	if rc.Rows.Deleted != 2 || rc.Rows.Total != 3 || rc.Rows.Applied+rc.Rows.Unchanged+rc.Rows.Rejected+rc.Rows.Conflict != rc.Rows.Total {
-		t.Fatalf("receipt rows %+v, want 2 deleted and totals that reconcile", rc.Rows)
+	if rc.Rows.Deleted != 2 || rc.Rows.DeleteKept != 1 || rc.Rows.Total != 3 || rc.Rows.Applied+rc.Rows.Unchanged+rc.Rows.Rejected+rc.Rows.Conflict != rc.Rows.Total {
+		t.Fatalf("receipt rows %+v, want 2 deleted, the edited S-3 told as kept, and totals that reconcile", rc.Rows)
+	}
+	if n := count(t, pool, `SELECT rows_delete_kept FROM file_intake WHERE intake_id = $1`, f2.ID); n != 1 {
+		t.Fatalf("the ledger counts %d rows kept from the sweep, want 1", n)
+	}
+	if got := testutil.ToFloat64(r.d.Metrics().RowsHeld.WithLabelValues("sn", "outside_edit")); got != 1 {
+		t.Fatalf("intake_rows_held_total{outside_edit} = %v, want 1 (the kept S-3)", got)
 	}
 	if n := count(t, pool, `SELECT count(*) FROM intake_snapshot_key`); n != 0 {
 		t.Fatalf("%d snapshot keys left behind", n)

@@ -74,7 +74,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		snapshotSkipped: f.NewCounterVec(prometheus.CounterOpts{Name: "intake_snapshot_sweeps_skipped_total",
 			Help: "Snapshot files that deleted nothing because some of their rows were rejected."}, []string{"partner"}),
 		rowsHeld: f.NewCounterVec(prometheus.CounterOpts{Name: "intake_rows_held_total",
-			Help: "Rows the target's state kept from being written: outside_edit (edited outside intake, kept), exists (insert_only), not_found (update_only)."}, []string{"partner", "reason"}),
+			Help: "Rows the target's state kept from being written or deleted: outside_edit (edited outside intake, kept; also rows a snapshot would delete), exists (insert_only), not_found (update_only)."}, []string{"partner", "reason"}),
 		bytesDownloaded: f.NewCounterVec(prometheus.CounterOpts{Name: "intake_bytes_downloaded_total", Help: "Bytes streamed into the spool."}, []string{"partner"}),
 		hashOnly: f.NewCounterVec(prometheus.CounterOpts{Name: "intake_hash_only_reads_total",
 			Help: "Files under a batch id already held, read through the hash alone: same = the spooled bytes (nothing written), differ = downloaded again into the spool; manifest = an exact resend decided from its manifest, not read at all."}, []string{"partner", "result"}),
@@ -148,7 +148,7 @@ func (m *metrics) rows(partner string, c chunkCounts) {
 	if c.deleted > 0 {
 		m.rowsTotal.WithLabelValues(partner, "deleted").Add(float64(c.deleted))
 	}
-	for reason, n := range map[string]int64{"outside_edit": c.outsideEdit, "exists": c.exists, "not_found": c.notFound} {
+	for reason, n := range map[string]int64{"outside_edit": c.outsideEdit + c.deleteKept, "exists": c.exists, "not_found": c.notFound} {
 		if n > 0 {
 			m.rowsHeld.WithLabelValues(partner, reason).Add(float64(n))
 		}

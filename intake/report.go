@@ -49,6 +49,10 @@ type ReceiptRows struct {
 	// marked deleted) because their key is not in this file; not rows of
 	// this file, so not part of Total.
 	Deleted int64 `json:"deleted,omitempty"`
+	// DeleteKept: rows of the partner's earlier files a snapshot would
+	// have deleted but kept, because they were edited outside intake since
+	// intake wrote them (reason outside_edit); not part of Total.
+	DeleteKept int64 `json:"delete_kept_outside_edit,omitempty"`
 }
 
 // Suffixes of a file's reports.
@@ -127,7 +131,7 @@ func (r *fileRun) dropStaleRejects(ctx context.Context) error {
 func receiptJSON(in *Intake, rc Receipt) ([]byte, error) {
 	rc.PartnerID, rc.IntakeID, rc.File, rc.BatchID = in.Partner, in.ID, in.RemoteName, in.BatchID
 	rc.SHA256, rc.Bytes = in.SHA256, in.Size
-	rc.Rows = ReceiptRows{Total: in.RowsTotal, Applied: in.RowsApplied, Unchanged: in.RowsUnchanged, Rejected: in.RowsRejected, Conflict: in.RowsConflict, Deleted: in.RowsDeleted}
+	rc.Rows = ReceiptRows{Total: in.RowsTotal, Applied: in.RowsApplied, Unchanged: in.RowsUnchanged, Rejected: in.RowsRejected, Conflict: in.RowsConflict, Deleted: in.RowsDeleted, DeleteKept: in.RowsDeleteKept}
 	rc.ProcessedAt = time.Now().UTC().Truncate(time.Second)
 	data, err := json.MarshalIndent(rc, "", "  ")
 	return append(data, '\n'), err

@@ -13,3 +13,9 @@ CREATE UNIQUE INDEX intake_audit_request ON intake_audit (request_id) WHERE requ
 CREATE UNIQUE INDEX file_intake_one_live_replay ON file_intake (partner_id, replay_of)
     WHERE replay_of IS NOT NULL
       AND state IN ('claimed', 'spooled', 'applying', 'applied', 'outcome_unknown', 'awaiting_approval');
+
+-- Rows a snapshot would delete (their key is not in the file) but kept
+-- because they were edited outside intake since intake wrote them (a feed
+-- that keeps such edits): counted and told in the receipt, outside the
+-- file's row totals, as rows_deleted is.
+ALTER TABLE file_intake ADD COLUMN rows_delete_kept bigint NOT NULL DEFAULT 0;

@@ -70,7 +70,11 @@ func cmdPlan(args []string, stdout, stderr io.Writer) int {
 	if v.ApprovedHash != "" {
 		fmt.Fprintf(tw, "approved hash\t%s\n", v.ApprovedHash)
 	}
-	fmt.Fprintf(tw, "rows\t%d\ncreates\t%d\nupdates\t%d\nunchanged\t%d\ndeletes\t%d\n", v.RowsTotal, c.Creates, c.Updates, c.Unchanged, c.Deletes)
+	fmt.Fprintf(tw, "rows\t%d\ncreates\t%d\nupdates\t%d\nunchanged\t%d\ndeletes\t%d", v.RowsTotal, c.Creates, c.Updates, c.Unchanged, c.Deletes)
+	if c.DeletesKept > 0 {
+		fmt.Fprintf(tw, " (and %d kept: edited outside intake)", c.DeletesKept)
+	}
+	fmt.Fprintln(tw)
 	fmt.Fprintf(tw, "conflicts\t%d (newer_write %d, outside_edit %d, exists %d)\n", c.Conflicts(), c.NewerWrite, c.OutsideEdit, c.Exists)
 	fmt.Fprintf(tw, "rejects\t%d (invalid %d, target_refused %d, not_found %d, duplicate_key %d)\n", c.Rejects(), c.Invalid, c.TargetRefused, c.NotFound, c.Duplicates)
 	tw.Flush()

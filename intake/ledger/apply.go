@@ -184,6 +184,9 @@ type Chunk struct {
 	// Deleted: rows a snapshot's last chunk deleted or marked (not rows
 	// of the file: outside the totals).
 	Deleted int64
+	// DeleteKept: rows the last chunk's sweep kept, edited outside intake
+	// (outside the totals).
+	DeleteKept int64
 	// Final: the file's last chunk.
 	Final bool
 }
@@ -221,12 +224,12 @@ func (l *Ledger) queueChunkDone(b *pgx.Batch, in *Intake, c Chunk) {
 		in.ID, c.No, in.Partner, c.First, c.Last, c.Applied, c.Unchanged, c.Conflict, in.Token)
 	b.Queue(`UPDATE file_intake SET rows_applied = rows_applied + $4, rows_unchanged = rows_unchanged + $5,
 		rows_rejected = rows_rejected + $6, rows_conflict = rows_conflict + $7, chunks_done = $3 + 1,
-		rows_deleted = rows_deleted + $10, lease_until = pg_catalog.clock_timestamp() + $9::interval,
+		rows_deleted = rows_deleted + $10, rows_delete_kept = rows_delete_kept + $11, lease_until = pg_catalog.clock_timestamp() + $9::interval,
 		state = CASE WHEN $8::boolean AND rows_applied + $4 + rows_unchanged + $5 + rows_rejected + $6 + rows_conflict + $7 = rows_total
 		             THEN 'applied' ELSE state END, updated_at = pg_catalog.now()
 		WHERE intake_id = $1 AND fencing_token = $2 AND chunks_done = $3
 		RETURNING state`,
-		in.ID, in.Token, c.No, c.Applied, c.Unchanged, c.Rejected, c.Conflict, c.Final, l.lease, c.Deleted)
+		in.ID, in.Token, c.No, c.Applied, c.Unchanged, c.Rejected, c.Conflict, c.Final, l.lease, c.Deleted, c.DeleteKept)
 }
 
 // ChunksDone writes the ledger rows of chunks applied ahead of the plan

@@ -78,6 +78,9 @@ type Intake struct {
 	RowsTotal, RowsApplied, RowsUnchanged, RowsRejected, RowsConflict int64
 	// RowsDeleted: rows a snapshot deleted or marked (outside the totals).
 	RowsDeleted int64
+	// RowsDeleteKept: rows a snapshot would have deleted but kept, edited
+	// outside intake (outside the totals).
+	RowsDeleteKept int64
 	// FeedSHA256: the hash of the feed configuration that planned the
 	// file ("" before its plan).
 	FeedSHA256                            string
@@ -112,7 +115,7 @@ const intakeColumns = `intake_id, fencing_token, partner_id, feed, remote_name, 
 	coalesce(rows_total, 0), rows_applied, rows_unchanged, rows_rejected, rows_conflict, chunks_done,
 	coalesce(archive_path, ''), coalesce(receipt_path, ''), coalesce(rejects_path, ''),
 	coalesce(release_override, ''), coalesce(replay_of, 0),
-	coalesce(data_sha256, content_sha256, ''), coalesce(data_size, size_bytes, 0), listed_mtime, rows_deleted,
+	coalesce(data_sha256, content_sha256, ''), coalesce(data_size, size_bytes, 0), listed_mtime, rows_deleted, rows_delete_kept,
 	coalesce(feed_sha256, ''), coalesce(plan_hash, ''), coalesce(approved_plan_hash, ''), coalesce(plan_decision, ''), attempts`
 
 func scanIntake(r pgx.Row, extra ...any) (*Intake, error) {
@@ -123,7 +126,7 @@ func scanIntake(r pgx.Row, extra ...any) (*Intake, error) {
 		&in.ManifestName, &in.ListedSize, &in.BatchID, &in.SHA256,
 		&in.Size, &in.ExpectedRows, &st, &reason, &in.Worker, &in.ClaimedAt,
 		&in.RowsTotal, &in.RowsApplied, &in.RowsUnchanged, &in.RowsRejected, &in.RowsConflict, &in.ChunksDone,
-		&in.ArchivePath, &in.ReceiptPath, &in.RejectsPath, &in.Override, &in.ReplayOf, &in.DataSHA256, &in.DataSize, &mtime, &in.RowsDeleted, &in.FeedSHA256,
+		&in.ArchivePath, &in.ReceiptPath, &in.RejectsPath, &in.Override, &in.ReplayOf, &in.DataSHA256, &in.DataSize, &mtime, &in.RowsDeleted, &in.RowsDeleteKept, &in.FeedSHA256,
 		&in.PlanHash, &in.ApprovedPlanHash, &in.PlanDecision, &in.Attempts}, extra...)...)
 	in.State, in.Reason = State(st), Reason(reason)
 	if mtime != nil {

@@ -346,22 +346,28 @@ func (t *Table) buildSnapshot(sCols, sKeyJoin []string, edited string) {
 		    SELECT * FROM %s t WHERE t.partner_id = $2 AND %s LIMIT 1) t
 		ON CONFLICT DO NOTHING`, t.keyText("t"), strings.Join(sCols, ", "), t.stage, t.table, strings.Join(sKeyJoin, " AND "))
 	}
-	where := fmt.Sprintf(`t.partner_id = $2 AND t.last_intake_id <= $1
+	absent := fmt.Sprintf(`t.partner_id = $2 AND t.last_intake_id <= $1
 		    AND EXISTS (SELECT 1 FROM file_intake f WHERE f.intake_id = t.last_intake_id AND f.partner_id = $2 AND f.feed = $4)
 		    AND NOT EXISTS (SELECT 1 FROM intake_snapshot_key k WHERE k.intake_id = $3 AND k.key = %s)`, t.keyText("t"))
+	if t.deletedAt != "" {
+		absent = fmt.Sprintf("t.%s IS NULL AND %s", t.deletedAt, absent)
+	}
+	// the rows the sweep keeps, edited outside intake: counted, told
+	where, kept := absent, "0::int8"
 	if t.guard && t.keep {
 		where += " AND NOT " + edited
+		kept = fmt.Sprintf("(SELECT pg_catalog.count(*) FROM %s t WHERE %s AND %s)", t.table, absent, edited)
 	}
 	if t.deletedAt != "" {
 		t.sweep = fmt.Sprintf(`WITH gone AS (
 		    UPDATE %[1]s t SET %[2]s = pg_catalog.now(), last_intake_id = $1
-		    WHERE t.%[2]s IS NULL AND %[3]s
+		    WHERE %[3]s
 		    RETURNING 1)
-		SELECT pg_catalog.count(*) FROM gone`, t.table, t.deletedAt, where)
+		SELECT pg_catalog.count(*), %[4]s FROM gone`, t.table, t.deletedAt, where, kept)
 		return
 	}
 	t.sweep = fmt.Sprintf(`WITH gone AS (
 		    DELETE FROM %s t WHERE %s
 		    RETURNING 1)
-		SELECT pg_catalog.count(*) FROM gone`, t.table, where)
+		SELECT pg_catalog.count(*), %s FROM gone`, t.table, where, kept)
 }

@@ -35,6 +35,9 @@ type PlanCounts struct {
 	Updates   int64  `json:"updates"`
 	Unchanged int64  `json:"unchanged"`
 	Deletes   int64  `json:"deletes"`
+	// DeletesKept: rows a snapshot would delete but keeps, edited outside
+	// intake since intake wrote them (a feed that keeps such edits)
+	DeletesKept int64 `json:"deletes_kept_outside_edit,omitempty"`
 	// conflicts by reason: a row a newer intake wrote, a row edited
 	// outside intake since intake wrote it (kept), an existing key of an
 	// insert_only feed
@@ -127,17 +130,21 @@ func (t *Table) buildPlan(sCols, sKeyJoin []string, needs, reason, edited string
 	if t.mode != partners.ModeSnapshot {
 		return
 	}
-	where := fmt.Sprintf(`t.partner_id = $2 AND t.last_intake_id <= $1
+	absent := fmt.Sprintf(`t.partner_id = $2 AND t.last_intake_id <= $1
 		    AND EXISTS (SELECT 1 FROM file_intake f WHERE f.intake_id = t.last_intake_id AND f.partner_id = $2 AND f.feed = $3)
 		    AND NOT EXISTS (SELECT 1 FROM intake_plan_rows k WHERE k.key = %s)`, t.keyText("t"))
+	if t.deletedAt != "" {
+		absent += " AND t." + t.deletedAt + " IS NULL"
+	}
+	// the rows the sweep would keep, edited outside intake (the sweep's
+	// own count, merge.go buildSnapshot)
+	where, kept := absent, "0::int8"
 	if t.guard && t.keep {
 		where += " AND NOT " + edited
-	}
-	if t.deletedAt != "" {
-		where += " AND t." + t.deletedAt + " IS NULL"
+		kept = fmt.Sprintf("(SELECT pg_catalog.count(*) FROM %s t WHERE %s AND %s)", t.table, absent, edited)
 	}
 	t.planDeleteCount = fmt.Sprintf(`SELECT pg_catalog.count(*),
-		    coalesce(pg_catalog.sum(pg_catalog.hashtextextended(%s, 0::int8)::numeric), 0)::text FROM %s t WHERE %s`, t.keyText("t"), t.table, where)
+		    coalesce(pg_catalog.sum(pg_catalog.hashtextextended(%s, 0::int8)::numeric), 0)::text, %s FROM %s t WHERE %s`, t.keyText("t"), kept, t.table, where)
 	t.planDeleteSample = fmt.Sprintf(`SELECT %s FROM %s t WHERE %s ORDER BY 1 LIMIT $4`, t.keyText("t"), t.table, where)
 }
 
@@ -243,10 +250,13 @@ func (t *Table) Plan(ctx context.Context, tx pgx.Tx, writer int64, partner, feed
 	}
 	if t.planDeleteCount != "" && sweep && c.Rejects() == 0 {
 		var deleted string
-		if err := tx.QueryRow(ctx, t.planDeleteCount, writer, partner, feed).Scan(&c.Deletes, &deleted); err != nil {
+		if err := tx.QueryRow(ctx, t.planDeleteCount, writer, partner, feed).Scan(&c.Deletes, &deleted, &c.DeletesKept); err != nil {
 			return c, nil, fmt.Errorf("plan deletes: %w", err)
 		}
 		c.Content += " deletes " + deleted
+		if c.DeletesKept > 0 {
+			c.Content += fmt.Sprintf(" kept %d", c.DeletesKept)
+		}
 		if left := sample - len(out); left > 0 && c.Deletes > 0 {
 			rs, err := tx.Query(ctx, t.planDeleteSample, writer, partner, feed, left)
 			if err != nil {

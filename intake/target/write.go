@@ -166,11 +166,10 @@ func (t *Table) ExactKeys() bool { return t.exactKeys }
 // partner and feed, written by writer or older intakes, whose key
 // intakeID did not record, and returns how many. The snapshot's last
 // transaction runs it; rows edited outside intake stay when the feed keeps
-// such edits.
-func (t *Table) Sweep(ctx context.Context, tx pgx.Tx, writer int64, partner string, intakeID int64, feed string) (int64, error) {
-	var n int64
-	err := tx.QueryRow(ctx, t.sweep, writer, partner, intakeID, feed).Scan(&n)
-	return n, err
+// such edits, and kept says how many stayed so.
+func (t *Table) Sweep(ctx context.Context, tx pgx.Tx, writer int64, partner string, intakeID int64, feed string) (deleted, kept int64, err error) {
+	err = tx.QueryRow(ctx, t.sweep, writer, partner, intakeID, feed).Scan(&deleted, &kept)
+	return deleted, kept, err
 }
 
 // InsertStaged inserts the staged rows into the target as new rows
