@@ -3,8 +3,12 @@ package intake_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/partner-intake/partner-intake/intake"
 	"github.com/partner-intake/partner-intake/intake/ops"
@@ -100,5 +104,55 @@ func TestReplayOfAnOlderSnapshotIsRefusedUnlessForced(t *testing.T) {
 	}
 	if n := count(t, pool, `SELECT count(*) FROM intake_audit WHERE intake_id = $1 AND action = 'replay' AND detail LIKE '%force_older%'`, in.ID); n != 1 {
 		t.Fatal("the forced replay is not audited as such")
+	}
+}
+
+// Four snapshots of one feed delivered together to a daemon that works on
+// four of the partner's files at once: they never apply side by side, and
+// an older one never commits after a newer one began. Each snapshot has a
+// key set of its own and values of its own, so every row the newest
+// writes carries its id: in the end the table is exactly the newest
+// snapshot, every row written by it, and each older snapshot was either
+// applied before it or archived as superseded.
+func TestSnapshotsDeliveredTogetherApplyInOrderUnderConcurrency(t *testing.T) {
+	_, pool := testenv.DB(t)
+	site := testenv.NewSite(t, "sc")
+	site.Config.Concurrency = 4
+	site.Config.Feeds[0].Mode = partners.ModeSnapshot
+	site.Config.Feeds[0].DeleteGuard = &partners.DeleteGuard{Off: true}
+	site.Config.Feeds[0].ChunkRows = 200
+	r := newRig(t, pool, "w1", site)
+	const n = 1500
+	for s := 1; s <= 4; s++ {
+		var b strings.Builder
+		b.WriteString(testenv.OrdersHeader)
+		for i := s * 100; i < s*100+n; i++ { // each snapshot shifts the key set
+			b.WriteString(ordersLine("K", i, fmt.Sprintf("%d.%02d", s, i%100)))
+		}
+		site.Drop(t, fmt.Sprintf("orders-%d.csv", s), b.String())
+		if err := os.Chtimes(filepath.Join(site.Root, "ready", fmt.Sprintf("orders-%d.csv", s)), time.Time{}, time.Now().Add(time.Duration(s-10)*time.Second)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r.poll("sc")
+	fs := files(t, pool, "sc")
+	if len(fs) != 4 {
+		t.Fatalf("files %+v", fs)
+	}
+	newest := fs[len(fs)-1]
+	if newest.Name != "orders-4.csv" || newest.State != "archived" || newest.Reason != "" {
+		t.Fatalf("the newest snapshot %+v, want orders-4.csv applied", newest)
+	}
+	for _, f := range fs[:3] {
+		if f.State != "archived" {
+			t.Fatalf("older snapshot %+v, want archived (applied before the newest, or superseded)", f)
+		}
+	}
+	if got := count(t, pool, `SELECT count(*) FROM orders WHERE partner_id = 'sc'`); got != n {
+		t.Fatalf("target holds %d rows, want the newest snapshot's %d", got, n)
+	}
+	if got := count(t, pool, `SELECT count(*) FROM orders WHERE partner_id = 'sc' AND last_intake_id = $1
+		AND order_id IN (SELECT 'K-' || i FROM generate_series(400, 400 + $2 - 1) i)`, newest.ID, n); got != n {
+		t.Fatalf("%d rows are the newest snapshot's keys written by it, want %d", got, n)
 	}
 }
