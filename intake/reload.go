@@ -329,6 +329,12 @@ func (p *partnerRT) takeOver(prev *partnerRT) {
 	defer prev.mu.Unlock()
 	p.mu.Lock()
 	p.tempClean, p.resumed, p.settled, p.orphanSweep = prev.tempClean, prev.resumed, prev.settled, prev.orphanSweep
+	if processingMoves(prev.cfg, p.cfg) {
+		// the new processing dir was never looked through by this
+		// runtime: its first poll lists its own dir and sweeps the
+		// other workers' there
+		p.settled, p.orphanSweep = false, time.Time{}
+	}
 	p.mu.Unlock()
 	prev.statMu.Lock()
 	up, lastOK, lastErr, polling, elsewhere := prev.up, prev.lastOK, prev.lastErr, prev.polling, prev.elsewhere

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -194,6 +196,15 @@ func TestAReloadThatMovesTheProcessingDirWaitsForItsClaims(t *testing.T) {
 		t.Fatalf("rows %+v, want the second file archived", fs)
 	}
 
+	// a claim without a row already in the new dir (left by an earlier
+	// run under that layout): the new runtime looks through its dir first
+	left := filepath.Join(a.Root, "processing2", "mv")
+	if err := os.MkdirAll(left, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(left, "orders-4.csv"), []byte(goodRows("P", 2)), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	res, err := r.d.Reload(ctx, []partners.Config{moved})
 	if err != nil || !reflect.DeepEqual(res.Changed, []string{"mv-a"}) {
 		t.Fatalf("reload once the old processing dir is empty: %+v, %v", res, err)
@@ -201,6 +212,14 @@ func TestAReloadThatMovesTheProcessingDirWaitsForItsClaims(t *testing.T) {
 	a.Drop(t, "orders-3.csv", goodRows("O", 2))
 	intake.Signals(r.d).Polled.WaitOrTimeout() // the new runtime's first poll
 	r.poll("mv-a")
+	for _, f := range files(t, pool, "mv-a") {
+		if f.State != "archived" {
+			t.Fatalf("%+v, want every file archived, the one left in the new dir included", f)
+		}
+	}
+	if fs := files(t, pool, "mv-a"); len(fs) != 4 {
+		t.Fatalf("rows %+v, want 4 files", fs)
+	}
 	var claimed string
 	if err := pool.QueryRow(ctx, `SELECT claimed_path FROM file_intake WHERE partner_id = 'mv-a' AND remote_name = 'orders-3.csv'`).Scan(&claimed); err != nil ||
 		!strings.Contains(claimed, "/processing2/mv/") {
