@@ -4,12 +4,14 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"slices"
 	"sync"
 	"time"
 
 	"github.com/partner-intake/partner-intake/internal/fault"
+	"github.com/partner-intake/partner-intake/internal/pgerr"
 	"github.com/partner-intake/partner-intake/partners"
 )
 
@@ -35,7 +37,8 @@ import (
 // either claimed (nothing of it applied) or applied (all of it applied,
 // ledger row included): the row itself says which, and the next poll
 // resumes it from there (resumeOwn). There is no outcome to guess, so a
-// group never marks outcome_unknown.
+// group never marks outcome_unknown; the lost COMMIT still counts as an
+// attempt of each file (countUnknown), as it does on the per-file path.
 //
 // This file holds the group and its run; the steps are one file each:
 // group_claim.go (which files form a group, their claim), group_fetch.go
@@ -179,7 +182,7 @@ func (g *fileGroup) run(ctx context.Context) error {
 		// Each file is claimed or applied, all of it or none; the rows
 		// say which, and the next poll reads them (no guess is made).
 		g.log.Warn("group commit outcome unknown; its files resume from their rows on the next poll", "intake_ids", g.ids(), "err", cu.Err)
-		return nil
+		return g.countUnknown(ctx, cu)
 	}
 	if err != nil {
 		if ctx.Err() != nil {
@@ -203,6 +206,28 @@ func (g *fileGroup) run(ctx context.Context) error {
 		return err
 	}
 	g.observe(StateApplied, start)
+	return nil
+}
+
+// countUnknown counts the group's COMMIT without an answer as an attempt
+// of each of its files, as a file's own commit without an answer counts
+// (markUnknown), so that a COMMIT lost every time spends the files'
+// retry budget whichever path they take: a file still claimed past its
+// budget is failed for good by the run that takes it up (step).
+func (g *fileGroup) countUnknown(ctx context.Context, cu *CommitUnknownError) error {
+	ins := make([]*Intake, len(g.files))
+	for i, f := range g.files {
+		ins[i] = f.r.in
+	}
+	retry := g.d.cfg.Retry
+	spent, err := g.d.ledger.GroupUnknown(ctx, ins, pgerr.Redact(cu), retry.Base, retry.Max, retry.Attempts, retry.Within)
+	if err != nil {
+		return fmt.Errorf("%w (and counting the attempt failed: %v)", cu, err)
+	}
+	if len(spent) > 0 {
+		g.log.Error("files past their retry budget with a group commit outcome unknown; nothing of them was applied, and their next run fails them for good",
+			"intake_ids", spent)
+	}
 	return nil
 }
 

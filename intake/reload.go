@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path"
 	"reflect"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -105,6 +108,15 @@ func (d *Daemon) Reload(ctx context.Context, parts []partners.Config) (ReloadRes
 		if had && reflect.DeepEqual(*o.cfg, c) {
 			next[c.ID] = o
 		} else {
+			if had && processingMoves(o.cfg, &c) {
+				unlock, err := d.holdEmptyProcessing(ctx, o)
+				if err != nil {
+					return res, fmt.Errorf("partner %s: %w", c.ID, err)
+				}
+				// held until the reload is in force (or refused): no poll
+				// of the old runtime claims into the old dir meanwhile
+				defer unlock()
+			}
 			if err := checkPGPKeys(&c); err != nil {
 				return res, err
 			}
@@ -167,6 +179,105 @@ func (d *Daemon) Reload(ctx context.Context, parts []partners.Config) (ReloadRes
 	return res, nil
 }
 
+// ErrProcessingInUse: a reload would move a partner's processing dir while
+// claims are left in the old one.
+var ErrProcessingInUse = errors.New("the reload moves the partner's processing dir, which still holds claims")
+
+// maxNamedClaims bounds how many claims a refused reload names.
+const maxNamedClaims = 10
+
+// processingMoves reports whether next puts the partner's processing dir
+// somewhere else than old does: another site or login, root or
+// dirs.processing, or claim: record (which has none). Nothing looks at a
+// processing dir the config no longer names: not this daemon's polls, not
+// another replica's adoption, not the reconciler.
+func processingMoves(old, next *partners.Config) bool {
+	if old.Records() {
+		return false
+	}
+	return next.Records() || !strings.EqualFold(old.SFTP.Address, next.SFTP.Address) || old.SFTP.User != next.SFTP.User ||
+		path.Clean(old.SFTP.Root) != path.Clean(next.SFTP.Root) || path.Clean(old.Dirs.Processing) != path.Clean(next.Dirs.Processing)
+}
+
+// holdEmptyProcessing makes sure the processing dir of o (a runtime a
+// reload replaces by one with another processing dir) holds no claim: no
+// row of the partner owns a path below it, no poll of o is in progress,
+// and a listing of the site finds no entry in any worker's dir there.
+// It returns with o's poll lock held (unlock releases it) so that no poll
+// of o claims into the old dir before the reload is in force. Anything
+// left is named in an ErrProcessingInUse refusal: the operator lets those
+// files finish, or be adopted, and reloads again.
+func (d *Daemon) holdEmptyProcessing(ctx context.Context, o *partnerRT) (unlock func(), err error) {
+	base := partners.NewLayout(o.cfg).ProcessingBase()
+	ids, err := d.ledger.HoldingUnder(ctx, o.cfg.ID, base, maxNamedClaims+1)
+	if err != nil {
+		return nil, err
+	}
+	var left []string
+	for _, id := range ids {
+		left = append(left, fmt.Sprintf("intake %d", id))
+	}
+	if !o.mu.TryLock() {
+		return nil, claimsLeft(base, append(left, "a poll in progress"))
+	}
+	if len(left) == 0 {
+		left, err = d.processingEntries(ctx, o, base)
+	}
+	if err != nil || len(left) > 0 {
+		o.mu.Unlock()
+		if err != nil {
+			return nil, fmt.Errorf("%w: cannot list %s to see that it is empty: %w", ErrProcessingInUse, base, err)
+		}
+		return nil, claimsLeft(base, left)
+	}
+	return o.mu.Unlock, nil
+}
+
+// processingEntries names the entries of every worker's dir below base on
+// o's site (none when base does not exist), at most maxNamedClaims+1.
+func (d *Daemon) processingEntries(ctx context.Context, o *partnerRT, base string) ([]string, error) {
+	sess, err := d.session(ctx, o)
+	if err != nil {
+		return nil, err
+	}
+	dirs, err := sess.ReadDir(base)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var left []string
+	for _, dir := range dirs {
+		if !dir.IsDir() || strings.HasPrefix(dir.Name(), ".") {
+			continue
+		}
+		ents, err := sess.ReadDir(path.Join(base, dir.Name()))
+		if err != nil {
+			return nil, err
+		}
+		for _, e := range ents {
+			if strings.HasPrefix(e.Name(), ".") {
+				continue
+			}
+			left = append(left, path.Join(base, dir.Name(), e.Name())+" (no row)")
+			if len(left) > maxNamedClaims {
+				return left, nil
+			}
+		}
+	}
+	return left, nil
+}
+
+func claimsLeft(base string, left []string) error {
+	more := ""
+	if len(left) > maxNamedClaims {
+		left, more = left[:maxNamedClaims], " and more"
+	}
+	return fmt.Errorf("%w: %s holds %s%s; the config in force is kept: let those files finish, or the next polls adopt them (intake status), then reload again",
+		ErrProcessingInUse, base, strings.Join(left, ", "), more)
+}
+
 // heldFeed is a feed a reload holds once it is in force, and why.
 type heldFeed struct {
 	p       *partnerRT
@@ -218,6 +329,12 @@ func (p *partnerRT) takeOver(prev *partnerRT) {
 	defer prev.mu.Unlock()
 	p.mu.Lock()
 	p.tempClean, p.resumed, p.settled, p.orphanSweep = prev.tempClean, prev.resumed, prev.settled, prev.orphanSweep
+	if processingMoves(prev.cfg, p.cfg) {
+		// the new processing dir was never looked through by this
+		// runtime: its first poll lists its own dir and sweeps the
+		// other workers' there
+		p.settled, p.orphanSweep = false, time.Time{}
+	}
 	p.mu.Unlock()
 	prev.statMu.Lock()
 	up, lastOK, lastErr, polling, elsewhere := prev.up, prev.lastOK, prev.lastErr, prev.polling, prev.elsewhere

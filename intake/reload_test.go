@@ -3,7 +3,11 @@ package intake_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -127,5 +131,98 @@ func TestAReloadThatRemovesAnUnsettledPartnerLeavesTheRunUndrained(t *testing.T)
 	again.poll("un-a")
 	if fs := files(t, pool, "un-a"); len(fs) != 1 || fs[0].State != "archived" {
 		t.Fatalf("rows %+v, want the claim without a row adopted and archived", fs)
+	}
+}
+
+// A reload that moves a partner's processing dir (dirs.processing, or the
+// root or site it lies under) while claims sit in the old one is refused,
+// naming them, and the config in force is kept: a claim without a row (a
+// poll failed right after its RENAME) is then adopted from the old dir by
+// the next poll, and a file in flight (a live row) finishes there. Once
+// nothing is left in the old dir the same reload is taken, and the next
+// file is claimed into the new one. Accepting the first reload would leave
+// the claim in a directory nobody looks at any more.
+func TestAReloadThatMovesTheProcessingDirWaitsForItsClaims(t *testing.T) {
+	_, pool := testenv.DB(t)
+	a := testenv.NewSite(t, "mv-a")
+	a.Config.Poll = "@every 1h" // polled by hand
+	ctx := context.Background()
+	r := newRig(t, pool, "mv", a)
+	intake.Signals(r.d).Polled.Init(t)
+	if err := r.d.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	intake.Signals(r.d).Polled.WaitOrTimeout() // the first poll, nothing there yet
+	moved := a.Validated(t)
+	moved.Dirs.Processing = "processing2"
+
+	// a claim without a row in processing/mv/
+	a.Drop(t, "orders-1.csv", goodRows("M", 2))
+	if err := fault.Set("claim:after_rename=error"); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.d.PollOnce(ctx, "mv-a"); err == nil {
+		t.Fatal("the poll went past its claim's RENAME")
+	}
+	fault.Set("")
+	if got := a.Files(t, "processing"); len(got) != 1 {
+		t.Fatalf("processing/ holds %v, want the claim without a row", got)
+	}
+	_, err := r.d.Reload(ctx, []partners.Config{moved})
+	if err == nil || !strings.Contains(err.Error(), "processing/mv/orders-1.csv") || !strings.Contains(err.Error(), "no row") {
+		t.Fatalf("reload moving the processing dir over a claim without a row: %v, want it refused naming the claim", err)
+	}
+	r.poll("mv-a") // under the config in force: adopts and archives it
+	if fs := files(t, pool, "mv-a"); len(fs) != 1 || fs[0].State != "archived" {
+		t.Fatalf("rows %+v, want the claim adopted and archived", fs)
+	}
+
+	// a file in flight: its live row is named
+	a.Drop(t, "orders-2.csv", goodRows("N", 2))
+	resume := r.pollPaused("mv-a", "apply:mid_chunk")
+	fs := files(t, pool, "mv-a")
+	if len(fs) != 2 {
+		t.Fatalf("rows %+v, want the second file in flight", fs)
+	}
+	_, err = r.d.Reload(ctx, []partners.Config{moved})
+	if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("intake %d", fs[1].ID)) {
+		t.Fatalf("reload moving the processing dir under a file in flight: %v, want it refused naming intake %d", err, fs[1].ID)
+	}
+	if err := resume(); err != nil {
+		t.Fatal(err)
+	}
+	fault.Set("")
+	if fs := files(t, pool, "mv-a"); len(fs) != 2 || fs[1].State != "archived" {
+		t.Fatalf("rows %+v, want the second file archived", fs)
+	}
+
+	// a claim without a row already in the new dir (left by an earlier
+	// run under that layout): the new runtime looks through its dir first
+	left := filepath.Join(a.Root, "processing2", "mv")
+	if err := os.MkdirAll(left, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(left, "orders-4.csv"), []byte(goodRows("P", 2)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	res, err := r.d.Reload(ctx, []partners.Config{moved})
+	if err != nil || !reflect.DeepEqual(res.Changed, []string{"mv-a"}) {
+		t.Fatalf("reload once the old processing dir is empty: %+v, %v", res, err)
+	}
+	a.Drop(t, "orders-3.csv", goodRows("O", 2))
+	intake.Signals(r.d).Polled.WaitOrTimeout() // the new runtime's first poll
+	r.poll("mv-a")
+	for _, f := range files(t, pool, "mv-a") {
+		if f.State != "archived" {
+			t.Fatalf("%+v, want every file archived, the one left in the new dir included", f)
+		}
+	}
+	if fs := files(t, pool, "mv-a"); len(fs) != 4 {
+		t.Fatalf("rows %+v, want 4 files", fs)
+	}
+	var claimed string
+	if err := pool.QueryRow(ctx, `SELECT claimed_path FROM file_intake WHERE partner_id = 'mv-a' AND remote_name = 'orders-3.csv'`).Scan(&claimed); err != nil ||
+		!strings.Contains(claimed, "/processing2/mv/") {
+		t.Fatalf("the next file was claimed at %q (%v), want processing2/mv/", claimed, err)
 	}
 }

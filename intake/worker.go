@@ -125,6 +125,9 @@ func (r *fileRun) run(ctx context.Context) error {
 func (r *fileRun) step(ctx context.Context) (err error) {
 	switch r.in.State {
 	case StateClaimed:
+		if r.in.Reason == ReasonRetriesExhausted { // its group's COMMIT went unanswered past the budget; nothing of it landed
+			return r.endSpent(ctx)
+		}
 		if r.feed == nil {
 			reason := hostileReason(r.in.ClaimedPath)
 			err = r.hold(ctx, StateQuarantined, Reason(reason), 0, hostileDetail[reason])

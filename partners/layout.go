@@ -36,6 +36,9 @@ func (l Layout) IncomingDir() string { return l.join(l.Dirs.Incoming) }
 // ProcessingDir is processing/<worker>/.
 func (l Layout) ProcessingDir(worker string) string { return l.join(l.Dirs.Processing, worker) }
 
+// ProcessingBase is processing/, the parent of every worker's dir.
+func (l Layout) ProcessingBase() string { return l.join(l.Dirs.Processing) }
+
 // Processing is processing/<worker>/<name>.
 func (l Layout) Processing(worker, name string) string {
 	return l.join(l.Dirs.Processing, worker, name)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"flag"
 	"fmt"
 	"io"
 	"strings"
@@ -8,17 +9,29 @@ import (
 
 	"github.com/partner-intake/partner-intake/cmd/intake/internal/config"
 	"github.com/partner-intake/partner-intake/intake/expect"
+	"github.com/partner-intake/partner-intake/intake/ops"
+	"github.com/partner-intake/partner-intake/internal/inert"
+	"github.com/partner-intake/partner-intake/partners"
 )
 
 // cmdExpect lists the next delivery windows of every feed with an expect:
 // block, calendar days marked, so ops can check a schedule and a calendar
 // before they are in force. It reads the config only (no database).
 func cmdExpect(args []string, stdout, stderr io.Writer) int {
-	fs := newFlags("expect", stderr)
+	name := "expect"
+	if len(args) > 0 && args[0] == "ack" {
+		name, args = "expect ack", args[1:]
+	}
+	fs := newFlags(name, stderr)
 	path := fs.String("config", "", "config file (YAML)")
 	only := fs.String("partner", "", "show only this partner")
 	count := fs.Int("count", 5, "scheduled times to list per feed (1-100)")
 	from := fs.String("from", "", "list the scheduled times after this RFC 3339 time (default: now)")
+	reason := fs.String("reason", "", "ack: why no file is due for the window (required by ack, audited)")
+	actor := fs.String("actor", defaultActor(), "ack: who acknowledges (audited)")
+	if name == "expect ack" {
+		return cmdExpectAck(fs, args, path, reason, actor, stdout, stderr)
+	}
 	if err := parseFlags(fs, args); err != nil {
 		return 2
 	}
@@ -76,4 +89,65 @@ func cmdExpect(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stdout, "no feed has an expect: block")
 	}
 	return 0
+}
+
+// cmdExpectAck acknowledges a late delivery window: `intake expect ack
+// PARTNER/FEED WINDOW --reason …`, WINDOW the window's scheduled time in
+// RFC 3339 as `intake status` shows it. The window stops counting as late
+// (gauge, status, alert); the acknowledgement is audited.
+func cmdExpectAck(fs *flag.FlagSet, args []string, path, reason, actor *string, stdout, stderr io.Writer) int {
+	if len(args) < 2 || strings.HasPrefix(args[0], "-") || strings.HasPrefix(args[1], "-") {
+		fmt.Fprintf(stderr, "intake expect ack: give the feed and the window first: intake expect ack PARTNER/FEED WINDOW --reason …\ne.g. %s\n", expectAckExample)
+		return 2
+	}
+	partner, feed, ok := strings.Cut(args[0], "/")
+	if !ok || partner == "" || feed == "" {
+		fmt.Fprintf(stderr, "intake expect ack: %q is not PARTNER/FEED\n", inert.Text(args[0]))
+		return 2
+	}
+	window, err := time.Parse(time.RFC3339, args[1])
+	if err != nil {
+		fmt.Fprintf(stderr, "intake expect ack: window %q is not an RFC 3339 time (the scheduled time intake status shows, e.g. 2026-12-01T06:00:00Z)\n", inert.Text(args[1]))
+		return 2
+	}
+	if err := parseFlags(fs, args[2:]); err != nil {
+		return 2
+	}
+	if strings.TrimSpace(*reason) == "" || strings.TrimSpace(*actor) == "" {
+		fmt.Fprintln(stderr, "intake expect ack: --reason and --actor must not be empty")
+		return 2
+	}
+	ctx, e, _, done, code := openScoped(*path, partner, stderr)
+	if e == nil {
+		return code
+	}
+	defer done()
+	if !hasFeed(e.cfg.Partners, partner, feed) {
+		fmt.Fprintf(stderr, "intake expect ack: partner %s has no feed %q in %s\n", partner, inert.Text(feed), *path)
+		return 2
+	}
+	w, err := ops.AckLate(ctx, e.pool, partner, feed, window, *actor, *reason)
+	if err != nil {
+		fmt.Fprintf(stderr, "intake expect ack %s/%s %s: %s\n", partner, feed, window.UTC().Format(time.RFC3339), inert.Text(err.Error()))
+		return 1
+	}
+	fmt.Fprintf(stdout, "late window of %s/%s scheduled %s (deadline %s) acknowledged by %s; it no longer counts as late\n",
+		partner, feed, w.Scheduled.UTC().Format(time.RFC3339), w.Deadline.UTC().Format(time.RFC3339), inert.Text(*actor))
+	return 0
+}
+
+const expectAckExample = `intake expect ack acme/orders 2026-12-01T06:00:00Z --config /etc/intake/intake.yaml --reason "partner confirmed no orders that day"`
+
+func hasFeed(parts []partners.Config, partner, feed string) bool {
+	for _, p := range parts {
+		if p.ID != partner {
+			continue
+		}
+		for _, f := range p.Feeds {
+			if f.Name == feed {
+				return true
+			}
+		}
+	}
+	return false
 }

@@ -128,9 +128,15 @@ func printStatus(w io.Writer, r ops.StatusRow, now time.Time) int {
 		fmt.Fprintf(w, "       replicas: %s (with affinity: partner, %s polls it)\n", strings.Join(r.Replicas, ", "), r.Poller)
 	}
 	for _, l := range r.Late {
+		if l.ClosedBy == 0 && l.AckedAt != nil {
+			fmt.Fprintf(w, "       late delivery acknowledged: feed %s, window scheduled %s, by %s %s ago: %s\n",
+				l.Feed, l.Scheduled.UTC().Format(time.RFC3339), inert.Text(l.AckedBy), now.Sub(*l.AckedAt).Round(time.Second), inert.Text(l.AckReason))
+			continue
+		}
 		if l.ClosedBy == 0 {
 			fmt.Fprintf(w, "  %slate delivery: feed %s, window scheduled %s closed at %s (%s ago) without an accepted file\n",
 				mark(true), l.Feed, l.Scheduled.UTC().Format(time.RFC3339), l.Deadline.UTC().Format(time.RFC3339), now.Sub(l.Deadline).Round(time.Second))
+			fmt.Fprintf(w, "       no file will come for it: intake expect ack %s/%s %s --reason …\n", r.Partner, l.Feed, l.Scheduled.UTC().Format(time.RFC3339))
 			continue
 		}
 		fmt.Fprintf(w, "       late delivery arrived: feed %s, window scheduled %s, intake %d claimed %s after the deadline\n",

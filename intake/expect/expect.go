@@ -2,7 +2,8 @@
 // without an accepted file is recorded once in PostgreSQL
 // (intake_feed_late), counted in intake_feed_late{partner,feed} and
 // logged; the first accepted file claimed after a late window's deadline
-// closes it and says so.
+// closes it and says so. A window ops acknowledged (`intake expect ack`)
+// is no longer counted, and a late file still closes it.
 //
 // The evaluator is a lifecycle.Service of its own beside the reconciler,
 // leader-free: every replica evaluates every feed each check_every, one
@@ -83,7 +84,7 @@ func New(db *pgxpool.Pool, worker string, every time.Duration, parts []partners.
 	}
 	s := &Service{db: db, ledger: ledger.New(db, 0), worker: worker, every: every, log: log, parts: parts, gaugeSet: map[[2]string]bool{}}
 	s.late = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "intake_feed_late",
-		Help: "Delivery windows of the feed that closed without an accepted file and that no late file has closed yet (cluster-wide, from the database)."},
+		Help: "Delivery windows of the feed that closed without an accepted file and that no late file has closed nor ops acknowledged (intake expect ack) yet (cluster-wide, from the database)."},
 		[]string{"partner", "feed"})
 	s.raised = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "intake_feed_late_windows_total",
 		Help: "Delivery windows this replica recorded as late (each window is recorded by one replica)."}, []string{"partner", "feed"})

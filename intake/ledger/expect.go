@@ -3,6 +3,7 @@ package ledger
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -27,6 +28,12 @@ type LateWindow struct {
 	// still open); ArrivedAt is when that file was claimed.
 	ClosedBy  int64
 	ArrivedAt *time.Time
+	// AckedAt, AckedBy and AckReason: ops acknowledged the window (AckLate);
+	// an acknowledged window is no longer counted as open late. AckedAt
+	// nil: not acknowledged.
+	AckedAt   *time.Time
+	AckedBy   string
+	AckReason string
 }
 
 // DeliveryFile is a file of the feed that may count as a delivery: accepted
@@ -69,7 +76,9 @@ func (l *Ledger) EvaluateExpect(ctx context.Context, partner, feed string, now t
 	return tx.Commit(ctx)
 }
 
-// OpenLate lists the feed's late windows no file has closed yet, oldest first.
+// OpenLate lists the feed's late windows no file has closed yet, oldest
+// first, acknowledged ones included: a file that arrives late for an
+// acknowledged window still closes it and counts for no other window.
 func (e *ExpectTx) OpenLate(ctx context.Context) ([]LateWindow, error) {
 	rs, err := e.tx.Query(ctx, `SELECT scheduled_at, deadline, raised_at, raised_by FROM intake_feed_late
 		WHERE partner_id = $1 AND feed = $2 AND closed_intake_id IS NULL ORDER BY scheduled_at`, e.partner, e.feed)
@@ -150,10 +159,11 @@ type LateCount struct {
 	Open          int64
 }
 
-// OpenLateCounts counts the open late windows per feed of the partners.
+// OpenLateCounts counts the open late windows per feed of the partners
+// that ops have not acknowledged.
 func (l *Ledger) OpenLateCounts(ctx context.Context, partners []string) ([]LateCount, error) {
 	rs, err := l.pool.Query(ctx, `SELECT partner_id, feed, pg_catalog.count(*) FROM intake_feed_late
-		WHERE partner_id = ANY($1) AND closed_intake_id IS NULL GROUP BY partner_id, feed`, partners)
+		WHERE partner_id = ANY($1) AND closed_intake_id IS NULL AND acked_at IS NULL GROUP BY partner_id, feed`, partners)
 	if err != nil {
 		return nil, err
 	}
@@ -163,19 +173,94 @@ func (l *Ledger) OpenLateCounts(ctx context.Context, partners []string) ([]LateC
 	})
 }
 
-// LateWindows lists the partners' late windows that are open, or were
-// closed within the last `closedWithin`, newest first, at most limit.
-func (l *Ledger) LateWindows(ctx context.Context, partners []string, closedWithin time.Duration, limit int) ([]LateWindow, error) {
+// LateWindows lists the partners' late windows that are open and not
+// acknowledged, or were closed or acknowledged within the last
+// `shownFor`, newest first, at most limit.
+func (l *Ledger) LateWindows(ctx context.Context, partners []string, shownFor time.Duration, limit int) ([]LateWindow, error) {
 	rs, err := l.pool.Query(ctx, `SELECT partner_id, feed, scheduled_at, deadline, raised_at, raised_by,
-		coalesce(closed_intake_id, 0), arrived_at
+		coalesce(closed_intake_id, 0), arrived_at, acked_at, coalesce(acked_by, ''), coalesce(ack_reason, '')
 		FROM intake_feed_late
-		WHERE partner_id = ANY($1) AND (closed_intake_id IS NULL OR closed_at > pg_catalog.now() - $2::interval)
-		ORDER BY scheduled_at DESC LIMIT $3`, partners, closedWithin, limit)
+		WHERE partner_id = ANY($1)
+		  AND ((closed_intake_id IS NULL AND acked_at IS NULL)
+		    OR closed_at > pg_catalog.now() - $2::interval OR acked_at > pg_catalog.now() - $2::interval)
+		ORDER BY scheduled_at DESC LIMIT $3`, partners, shownFor, limit)
 	if err != nil {
 		return nil, err
 	}
 	return pgx.CollectRows(rs, func(r pgx.CollectableRow) (LateWindow, error) {
 		var w LateWindow
-		return w, r.Scan(&w.Partner, &w.Feed, &w.Scheduled, &w.Deadline, &w.RaisedAt, &w.RaisedBy, &w.ClosedBy, &w.ArrivedAt)
+		return w, r.Scan(&w.Partner, &w.Feed, &w.Scheduled, &w.Deadline, &w.RaisedAt, &w.RaisedBy, &w.ClosedBy, &w.ArrivedAt,
+			&w.AckedAt, &w.AckedBy, &w.AckReason)
 	})
+}
+
+// Why AckLate refused: the window is not a late window of the feed, ops
+// acknowledged it already, or a file that arrived late closed it.
+var (
+	ErrLateUnknown = errors.New("no late window of the feed is scheduled at that time")
+	ErrLateAcked   = errors.New("late window already acknowledged")
+)
+
+// LateAckRefused says why an acknowledgement changed nothing: Err is
+// ErrLateUnknown, ErrLateAcked or ErrLateNotOpen, and Window the window as
+// it is (zero for ErrLateUnknown).
+type LateAckRefused struct {
+	Err    error
+	Window LateWindow
+}
+
+func (e *LateAckRefused) Error() string {
+	switch {
+	case errors.Is(e.Err, ErrLateAcked):
+		return fmt.Sprintf("%v: by %s at %s (%s)", e.Err, e.Window.AckedBy, e.Window.AckedAt.UTC().Format(time.RFC3339), e.Window.AckReason)
+	case errors.Is(e.Err, ErrLateNotOpen):
+		return fmt.Sprintf("%v: intake %d arrived for it", e.Err, e.Window.ClosedBy)
+	}
+	return e.Err.Error()
+}
+
+func (e *LateAckRefused) Unwrap() error { return e.Err }
+
+// AckLate records that actor acknowledged the open late window of
+// (partner, feed) scheduled at scheduled, with reason, and audits it, in
+// one transaction. The acknowledgement is one conditional statement: it
+// changes only a late window that is neither acknowledged nor closed, so
+// two operators acknowledging at once record one acknowledgement, and a
+// window a late file closed meanwhile is left as the file closed it.
+// Anything else is refused with a *LateAckRefused.
+func (l *Ledger) AckLate(ctx context.Context, partner, feed string, scheduled time.Time, actor, reason string) (LateWindow, error) {
+	var w LateWindow
+	err := pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
+		err := tx.QueryRow(ctx, `UPDATE intake_feed_late SET acked_at = pg_catalog.now(), acked_by = $4, ack_reason = $5
+			WHERE partner_id = $1 AND feed = $2 AND scheduled_at = $3 AND closed_intake_id IS NULL AND acked_at IS NULL
+			RETURNING partner_id, feed, scheduled_at, deadline, raised_at, raised_by, acked_at, acked_by, ack_reason`,
+			partner, feed, scheduled, actor, reason).Scan(&w.Partner, &w.Feed, &w.Scheduled, &w.Deadline, &w.RaisedAt, &w.RaisedBy,
+			&w.AckedAt, &w.AckedBy, &w.AckReason)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return ackRefused(ctx, tx, partner, feed, scheduled)
+		}
+		if err != nil {
+			return err
+		}
+		return audit(ctx, tx, actor, "expect_ack", partner, 0, reason,
+			fmt.Sprintf("feed %s, window scheduled %s, deadline %s", feed, w.Scheduled.UTC().Format(time.RFC3339), w.Deadline.UTC().Format(time.RFC3339)))
+	})
+	return w, err
+}
+
+// ackRefused reads why AckLate's statement changed nothing.
+func ackRefused(ctx context.Context, tx pgx.Tx, partner, feed string, scheduled time.Time) error {
+	w := LateWindow{Partner: partner, Feed: feed}
+	err := tx.QueryRow(ctx, `SELECT scheduled_at, deadline, coalesce(closed_intake_id, 0), arrived_at, acked_at, coalesce(acked_by, ''), coalesce(ack_reason, '')
+		FROM intake_feed_late WHERE partner_id = $1 AND feed = $2 AND scheduled_at = $3`, partner, feed, scheduled).
+		Scan(&w.Scheduled, &w.Deadline, &w.ClosedBy, &w.ArrivedAt, &w.AckedAt, &w.AckedBy, &w.AckReason)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return &LateAckRefused{Err: ErrLateUnknown}
+	case err != nil:
+		return err
+	case w.AckedAt != nil:
+		return &LateAckRefused{Err: ErrLateAcked, Window: w}
+	}
+	return &LateAckRefused{Err: ErrLateNotOpen, Window: w}
 }

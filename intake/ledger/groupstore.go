@@ -401,3 +401,60 @@ func (l *Ledger) PreparePoll(ctx context.Context) error {
 	}
 	return nil
 }
+
+// GroupUnknown counts a group's COMMIT without an answer as an attempt of
+// each of its files still under the group's fencing tokens (attemptSet;
+// lastErr, base and max as RecordAttempt's), as MarkUnknown does for a
+// file's own chunk: the group's transaction moved its files from claimed
+// to applied with their rows (or to spooled, a file whose batch another
+// intake holds), so each row says whether the commit landed, and nothing
+// is left to guess. A file still claimed (nothing of it landed) whose
+// attempt reaches budget, or comes within or more after its first
+// failure, is marked with reason retries_exhausted: the run that takes it
+// up fails it for good. A file the commit moved on (all of it landed) is
+// counted and goes on from its state. It returns the ids of the files
+// whose budget is spent; a file fenced out or moved on drops out.
+func (l *Ledger) GroupUnknown(ctx context.Context, ins []*Intake, lastErr string, base, max time.Duration, budget int, within time.Duration) (spent []int64, err error) {
+	ids, tokens := make([]int64, len(ins)), make([]int64, len(ins))
+	for i, in := range ins {
+		ids[i], tokens[i] = in.ID, in.Token
+	}
+	// this write must land even when the run's context is what ended it
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	rs, err := l.pool.Query(wctx, `UPDATE file_intake f SET
+		    reason = CASE WHEN f.state = 'claimed' AND (f.attempts + 1 >= $6
+		        OR pg_catalog.now() - coalesce(f.first_failed_at, pg_catalog.now()) >= $7::interval)
+		        THEN 'retries_exhausted' ELSE f.reason END, `+attemptSet+`
+		FROM unnest($1::bigint[], $2::bigint[]) AS g(id, token)
+		WHERE f.intake_id = g.id AND f.fencing_token = g.token AND f.state IN ('claimed', 'spooled', 'applied')
+		RETURNING f.intake_id, f.attempts, coalesce(f.reason, '')`,
+		ids, tokens, base, max, Text(lastErr, 1000), budget, within)
+	if err != nil {
+		return nil, fmt.Errorf("count a group's commit without answer: %w", err)
+	}
+	type counted struct {
+		id       int64
+		attempts int
+		reason   string
+	}
+	got, err := pgx.CollectRows(rs, func(r pgx.CollectableRow) (counted, error) {
+		var c counted
+		return c, r.Scan(&c.id, &c.attempts, &c.reason)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("count a group's commit without answer: %w", err)
+	}
+	byID := map[int64]*Intake{}
+	for _, in := range ins {
+		byID[in.ID] = in
+	}
+	for _, c := range got {
+		in := byID[c.id]
+		in.Attempts, in.Reason = c.attempts, Reason(c.reason)
+		if in.Reason == ReasonRetriesExhausted {
+			spent = append(spent, c.id)
+		}
+	}
+	return spent, nil
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -238,6 +239,22 @@ func (l *Ledger) WorkerGone(ctx context.Context, worker string) (bool, error) {
 		return false, fmt.Errorf("worker %s gone: %w", worker, err)
 	}
 	return ok, nil
+}
+
+// HoldingUnder lists the ids of the partner's rows that own a claimed path
+// below dir (one of the holding states), oldest first, at most limit.
+func (l *Ledger) HoldingUnder(ctx context.Context, partner, dir string, limit int) ([]int64, error) {
+	rs, err := l.pool.Query(ctx, `SELECT intake_id FROM file_intake
+		WHERE partner_id = $1 AND pg_catalog.starts_with(claimed_path, $2::text) AND state = ANY($3)
+		ORDER BY intake_id LIMIT $4`, partner, strings.TrimSuffix(dir, "/")+"/", holdingStates, limit)
+	if err != nil {
+		return nil, fmt.Errorf("rows under %s: %w", dir, err)
+	}
+	ids, err := pgx.CollectRows(rs, pgx.RowTo[int64])
+	if err != nil {
+		return nil, fmt.Errorf("rows under %s: %w", dir, err)
+	}
+	return ids, nil
 }
 
 // LivePaths reports which of the paths a live row of the partner owns.
