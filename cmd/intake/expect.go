@@ -10,6 +10,7 @@ import (
 	"github.com/partner-intake/partner-intake/cmd/intake/internal/config"
 	"github.com/partner-intake/partner-intake/intake/expect"
 	"github.com/partner-intake/partner-intake/intake/ops"
+	"github.com/partner-intake/partner-intake/internal/fault"
 	"github.com/partner-intake/partner-intake/internal/inert"
 	"github.com/partner-intake/partner-intake/partners"
 )
@@ -126,10 +127,20 @@ func cmdExpectAck(fs *flag.FlagSet, args []string, path, reason, actor *string, 
 		fmt.Fprintf(stderr, "intake expect ack: partner %s has no feed %q in %s\n", partner, inert.Text(feed), *path)
 		return 2
 	}
-	w, err := ops.AckLate(ctx, e.pool, partner, feed, window, *actor, *reason)
+	request := newRequestID()
+	subject := fmt.Sprintf("window %s/%s %s", partner, feed, window.UTC().Format(time.RFC3339))
+	fmt.Fprintf(stdout, "%s: ack by %s, request %s\n", subject, inert.Text(*actor), request)
+	w, err := ops.AckLate(ctx, e.pool, partner, feed, window, *actor, *reason, request)
+	if err == nil {
+		err = fault.Check("ops:reply_lost") // the reply to the commit lost
+	}
 	if err != nil {
-		fmt.Fprintf(stderr, "intake expect ack %s/%s %s: %s\n", partner, feed, window.UTC().Format(time.RFC3339), inert.Text(err.Error()))
-		return 1
+		if !actionFailed(ctx, e.pool, stderr, "expect ack", subject, request, "acknowledging it again is refused then, for it is acknowledged", err) {
+			return 1
+		}
+		fmt.Fprintf(stdout, "late window of %s/%s scheduled %s acknowledged by %s; it no longer counts as late\n",
+			partner, feed, window.UTC().Format(time.RFC3339), inert.Text(*actor))
+		return 0
 	}
 	fmt.Fprintf(stdout, "late window of %s/%s scheduled %s (deadline %s) acknowledged by %s; it no longer counts as late\n",
 		partner, feed, w.Scheduled.UTC().Format(time.RFC3339), w.Deadline.UTC().Format(time.RFC3339), inert.Text(*actor))

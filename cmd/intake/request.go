@@ -51,21 +51,28 @@ func newRequestID() string {
 // succeeded. again says why running it again cannot act twice when the
 // outcome is unknown.
 func decisionFailed(ctx context.Context, pool *pgxpool.Pool, stderr io.Writer, cmd string, id int64, request, again string, err error) bool {
-	if errors.Is(err, intake.ErrDecision) || errors.Is(err, ops.ErrPlanDecision) {
-		fmt.Fprintf(stderr, "intake %s: intake %d: refused, nothing changed: %s\n", cmd, id, inert.Lines(err.Error()))
+	return actionFailed(ctx, pool, stderr, cmd, fmt.Sprintf("intake %d", id), request, again, err)
+}
+
+// actionFailed is decisionFailed for an action on subject ("intake 29",
+// "window acme/orders 2026-12-01T06:00:00Z").
+func actionFailed(ctx context.Context, pool *pgxpool.Pool, stderr io.Writer, cmd, subject, request, again string, err error) bool {
+	var ack *ledger.LateAckRefused
+	if errors.Is(err, intake.ErrDecision) || errors.Is(err, ops.ErrPlanDecision) || errors.As(err, &ack) {
+		fmt.Fprintf(stderr, "intake %s: %s: refused, nothing changed: %s\n", cmd, subject, inert.Lines(err.Error()))
 		return false
 	}
 	settled, serr := ops.Settle(ctx, pool, request, settleWait)
 	switch settled {
 	case ledger.SettledRecorded:
-		fmt.Fprintf(stderr, "intake %s: intake %d: the reply was lost (%s), but the decision is recorded (request %s)\n", cmd, id, inert.Lines(pgerr.Redact(err)), request)
+		fmt.Fprintf(stderr, "intake %s: %s: the reply was lost (%s), but the decision is recorded (request %s)\n", cmd, subject, inert.Lines(pgerr.Redact(err)), request)
 		return true
 	case ledger.SettledRolledBack:
-		fmt.Fprintf(stderr, "intake %s: intake %d: failed, rolled back: nothing changed; running the command again is safe (%s)\n", cmd, id, inert.Lines(pgerr.Redact(err)))
+		fmt.Fprintf(stderr, "intake %s: %s: failed, rolled back: nothing changed; running the command again is safe (%s)\n", cmd, subject, inert.Lines(pgerr.Redact(err)))
 	default:
-		fmt.Fprintf(stderr, "intake %s: intake %d: whether the decision was recorded is unknown: PostgreSQL did not answer within %s (%s).\n"+
+		fmt.Fprintf(stderr, "intake %s: %s: whether the decision was recorded is unknown: PostgreSQL did not answer within %s (%s).\n"+
 			"Once it does, intake audit --request %s shows the decision if it was recorded; %s\n",
-			cmd, id, settleWait, inert.Lines(pgerr.Redact(errors.Join(err, serr))), request, again)
+			cmd, subject, settleWait, inert.Lines(pgerr.Redact(errors.Join(err, serr))), request, again)
 	}
 	return false
 }

@@ -36,7 +36,7 @@ func TestAnAcknowledgedLateWindowStopsCounting(t *testing.T) {
 		t.Fatalf("intake_feed_late %v, want 2", g)
 	}
 
-	w, err := ops.AckLate(ctx, pool, "acme", "orders", at(0, 6, 0), "oncall", "partner closed that day")
+	w, err := ops.AckLate(ctx, pool, "acme", "orders", at(0, 6, 0), "oncall", "partner closed that day", "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,14 +66,14 @@ func TestAnAcknowledgedLateWindowStopsCounting(t *testing.T) {
 		t.Fatalf("status: %d open, %d acknowledged; want 1 and 1: %+v", open, acked, st[0].Late)
 	}
 
-	if _, err := ops.AckLate(ctx, pool, "acme", "orders", at(0, 6, 0), "someone-else", "again"); !errors.Is(err, ops.ErrLateAcked) ||
+	if _, err := ops.AckLate(ctx, pool, "acme", "orders", at(0, 6, 0), "someone-else", "again", ""); !errors.Is(err, ops.ErrLateAcked) ||
 		!strings.Contains(err.Error(), "oncall") {
 		t.Fatalf("a second ack: %v, want it refused naming the first", err)
 	}
-	if _, err := ops.AckLate(ctx, pool, "acme", "orders", at(0, 7, 0), "oncall", "typo"); !errors.Is(err, ops.ErrLateUnknown) {
+	if _, err := ops.AckLate(ctx, pool, "acme", "orders", at(0, 7, 0), "oncall", "typo", ""); !errors.Is(err, ops.ErrLateUnknown) {
 		t.Fatalf("ack of a time that is no late window: %v, want ErrLateUnknown", err)
 	}
-	if _, err := ops.AckLate(ctx, pool, "acme", "stock", at(0, 6, 0), "oncall", "other feed"); !errors.Is(err, ops.ErrLateUnknown) {
+	if _, err := ops.AckLate(ctx, pool, "acme", "stock", at(0, 6, 0), "oncall", "other feed", ""); !errors.Is(err, ops.ErrLateUnknown) {
 		t.Fatalf("ack of another feed's window: %v, want ErrLateUnknown", err)
 	}
 	var audits int
@@ -103,7 +103,7 @@ func TestAnAcknowledgedLateWindowStopsCounting(t *testing.T) {
 	if g := r.metric(t, "intake_feed_late"); g != 0 {
 		t.Fatalf("intake_feed_late %v, want 0", g)
 	}
-	if _, err := ops.AckLate(ctx, pool, "acme", "orders", at(1, 6, 0), "oncall", "too late"); !errors.Is(err, ops.ErrLateClosed) {
+	if _, err := ops.AckLate(ctx, pool, "acme", "orders", at(1, 6, 0), "oncall", "too late", ""); !errors.Is(err, ops.ErrLateClosed) {
 		t.Fatalf("ack of a window a late file closed: %v, want ErrLateClosed", err)
 	}
 }

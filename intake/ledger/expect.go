@@ -228,7 +228,7 @@ func (e *LateAckRefused) Unwrap() error { return e.Err }
 // two operators acknowledging at once record one acknowledgement, and a
 // window a late file closed meanwhile is left as the file closed it.
 // Anything else is refused with a *LateAckRefused.
-func (l *Ledger) AckLate(ctx context.Context, partner, feed string, scheduled time.Time, actor, reason string) (LateWindow, error) {
+func (l *Ledger) AckLate(ctx context.Context, partner, feed string, scheduled time.Time, actor, reason, request string) (LateWindow, error) {
 	var w LateWindow
 	err := pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
 		err := tx.QueryRow(ctx, `UPDATE intake_feed_late SET acked_at = pg_catalog.now(), acked_by = $4, ack_reason = $5
@@ -242,7 +242,7 @@ func (l *Ledger) AckLate(ctx context.Context, partner, feed string, scheduled ti
 		if err != nil {
 			return err
 		}
-		return audit(ctx, tx, actor, "expect_ack", partner, 0, reason,
+		return auditRequest(ctx, tx, request, actor, "expect_ack", partner, 0, reason,
 			fmt.Sprintf("feed %s, window scheduled %s, deadline %s", feed, w.Scheduled.UTC().Format(time.RFC3339), w.Deadline.UTC().Format(time.RFC3339)))
 	})
 	return w, err

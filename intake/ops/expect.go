@@ -21,6 +21,6 @@ var (
 // `intake status` and the IntakeFeedLate alert; audited with actor and
 // reason. A window that is unknown, acknowledged already or closed by a
 // late file is refused.
-func AckLate(ctx context.Context, db *pgxpool.Pool, partner, feed string, scheduled time.Time, actor, reason string) (LateWindow, error) {
-	return ledgerOn(db).AckLate(ctx, partner, feed, scheduled, actor, reason)
+func AckLate(ctx context.Context, db *pgxpool.Pool, partner, feed string, scheduled time.Time, actor, reason, request string) (LateWindow, error) {
+	return ledgerOn(db).AckLate(ctx, partner, feed, scheduled, actor, reason, request)
 }
