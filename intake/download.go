@@ -318,8 +318,8 @@ func (r *fileRun) fetchSame(ctx context.Context, sha string) (spool.Entry, bool,
 // site is read over two channels: the session's second channel, started
 // beside the claim (startRanges), opens it too, and its readers join the
 // main channel's, which read from the first byte (twoChannels): the
-// download never waits for the second channel (docs/performance.md, item
-// 51). What is given up on the way (an error, a file read on one
+// download never waits for the second channel (docs/performance.md,
+// "SFTP requests written by hand"). What is given up on the way (an error, a file read on one
 // channel) closes the second channel's file in the background.
 func (r *fileRun) openClaimed() (release func(), size, max int64, src spool.Source, err error) {
 	second := r.openSecond(r.in.ListedSize)

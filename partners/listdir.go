@@ -291,8 +291,8 @@ func (s *Session) EnsureDirsAtOnce(root string, rel []string) map[string]bool {
 // So a site is made ready in one round trip whether it is new or not:
 // pkg/sftp's MkdirAll asks for a missing directory's parents one at a
 // time, five round trips for processing/<worker>/ on a new site
-// (docs/performance.md, items 44 and 57). nil: no listing channel, or
-// the requests could not be sent.
+// (docs/performance.md, "SFTP requests written by hand"). nil: no
+// listing channel, or the requests could not be sent.
 func (s *Session) sendEnsureDirs(root string, rel []string) (made func() map[string]bool) {
 	c := s.listChannel()
 	if c == nil {
