@@ -19,11 +19,13 @@ import (
 // row is rejected not_found, and the rejects report (one line per row) is
 // streamed from the ledger through a spool file to the site. The live heap
 // (after a GC, sampled without pause while the report is written) never
-// grows by more than 4 MiB over what it was right before: a report built
-// in memory would hold its 300,000 lines (about 10 MiB of CSV).
+// grows by more than 8 MiB over what it was right before: a report built
+// in memory holds its 300,000 lines and grew it by 12 MiB; streamed, it
+// grows by 0.4-4.5 MiB (the SFTP writes in flight, the ledger's rows
+// being read, more of both on a loaded machine).
 func TestARejectsReportOf300kNotFoundRowsKeepsTheHeapFlat(t *testing.T) {
 	const rows = 300_000
-	const maxGrowth = 4 << 20
+	const maxGrowth = 8 << 20
 	_, pool := testenv.DB(t)
 	site := testenv.NewSite(t, "rjmem")
 	site.Config.Feeds[0].Mode = partners.ModeUpdateOnly

@@ -21,6 +21,8 @@ const (
 	MoverOps Mover = "ops"
 	// MoverNobody: the state is final.
 	MoverNobody Mover = "nobody"
+	// MoverPoller: a poll records a claim (or adopts one without a row).
+	MoverPoller Mover = "poller"
 )
 
 // StateInfo is one state's row of the table.
@@ -103,3 +105,62 @@ func statesWhere(match func(StateInfo) bool) []string {
 	}
 	return out
 }
+
+// Transition is one change of a row's state that a statement may make,
+// and who may make it. From "" is a row's first state (its INSERT).
+type Transition struct {
+	From, To State
+	By       []Mover
+}
+
+// transitions are every change of state the ledger's statements make. A
+// test database refuses, in a trigger, any other change made by intake's
+// own connections (internal/testenv), so every state-changing statement
+// the test suite runs is checked against this table.
+var transitions = []Transition{
+	// a row's first state
+	{"", StateClaimed, []Mover{MoverPoller, MoverReconciler}}, // a claim, or an adopted claim without a row
+	{"", StateSpooled, []Mover{MoverOps}},                     // a replay
+	// download: the bytes spooled, or the file decided from its name,
+	// manifest or hash alone
+	{StateClaimed, StateSpooled, []Mover{MoverOwner}},
+	{StateClaimed, StateDuplicate, []Mover{MoverOwner}},
+	{StateClaimed, StateQuarantined, []Mover{MoverOwner}},
+	{StateClaimed, StateFailedTerminal, []Mover{MoverOwner}},
+	{StateClaimed, StatePutBack, []Mover{MoverOwner}},
+	// plan: apply, wait for approval, or decide the file without a row
+	{StateSpooled, StateApplying, []Mover{MoverOwner}},
+	{StateSpooled, StateAwaitingApproval, []Mover{MoverOwner}},
+	{StateSpooled, StateApplied, []Mover{MoverOwner}}, // a group's files, applied in one transaction
+	{StateSpooled, StateDuplicate, []Mover{MoverOwner}},
+	{StateSpooled, StateArchived, []Mover{MoverOwner}}, // a superseded snapshot
+	{StateSpooled, StateQuarantined, []Mover{MoverOwner}},
+	{StateSpooled, StateFailedTerminal, []Mover{MoverOwner}},
+	{StateSpooled, StatePutBack, []Mover{MoverOwner}},
+	// apply
+	{StateApplying, StateSpooled, []Mover{MoverOwner}}, // planned again: the mapping changed before a chunk applied
+	{StateApplying, StateApplied, []Mover{MoverOwner}},
+	{StateApplying, StateOutcomeUnknown, []Mover{MoverOwner}},
+	{StateApplying, StateArchived, []Mover{MoverOwner}}, // superseded part way
+	{StateApplying, StateQuarantined, []Mover{MoverOwner}},
+	{StateApplying, StateFailedTerminal, []Mover{MoverOwner}},
+	{StateApplying, StatePutBack, []Mover{MoverOwner}},
+	{StateOutcomeUnknown, StateApplying, []Mover{MoverReconciler}},
+	// finish
+	{StateApplied, StateArchived, []Mover{MoverOwner}},
+	{StateApplied, StateDuplicate, []Mover{MoverOwner}},
+	{StateApplied, StateQuarantined, []Mover{MoverOwner}},
+	{StateApplied, StateFailedTerminal, []Mover{MoverOwner}},
+	{StateApplied, StatePutBack, []Mover{MoverOwner}},
+	// decisions
+	{StateAwaitingApproval, StateSpooled, []Mover{MoverOps, MoverOwner}}, // approved, rejected, or planned again
+	{StateQuarantined, StateClaimed, []Mover{MoverOps}},                  // released before its bytes were spooled
+	{StateQuarantined, StateSpooled, []Mover{MoverOps}},                  // released
+	{StateQuarantined, StateDiscarded, []Mover{MoverOps}},
+	{StateFailedTerminal, StateClaimed, []Mover{MoverOps}},
+	{StateFailedTerminal, StateSpooled, []Mover{MoverOps}},
+	{StateFailedTerminal, StateDiscarded, []Mover{MoverOps}},
+}
+
+// Transitions lists every change of state the ledger's statements make.
+func Transitions() []Transition { return append([]Transition(nil), transitions...) }

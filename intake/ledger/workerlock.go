@@ -535,17 +535,41 @@ func (w *WorkerLock) Release() {
 }
 
 // unlockPooled unlocks a pooled hold on the pool's connection that holds
-// it, if it is idle (best effort, bounded).
+// it (bounded: 2 s). That connection may be busy with another statement
+// of the pool right now: the idle connections are looked through again
+// until it is among them, so a process that ends its hold does not leave
+// the id locked on a connection its pool keeps (the next process of the
+// id on that pool would find it in use). A connection the pool closed
+// meanwhile took the lock with it.
 func (w *WorkerLock) unlockPooled() {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	w.poolMu.Lock()
 	pid := w.at.PID
 	w.poolMu.Unlock()
-	for _, c := range w.pool.AcquireAllIdle(ctx) {
-		if c.Conn().PgConn().PID() == pid {
-			_, _ = c.Exec(ctx, `SELECT pg_catalog.pg_advisory_unlock(`+workerLockKey+`)`, w.worker)
+	for {
+		found, alive := false, false
+		for _, c := range w.pool.AcquireAllIdle(ctx) {
+			if c.Conn().PgConn().PID() == pid {
+				found = true
+				_, _ = c.Exec(ctx, `SELECT pg_catalog.pg_advisory_unlock(`+workerLockKey+`)`, w.worker)
+			}
+			c.Release()
 		}
-		c.Release()
+		if !found {
+			// is the connection still open (busy), or gone with its lock?
+			var n int
+			if err := w.pool.QueryRow(ctx, `SELECT pg_catalog.count(*) FROM pg_catalog.pg_stat_activity WHERE pid = $1`, pid).Scan(&n); err == nil {
+				alive = n > 0
+			}
+		}
+		if found || !alive {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(10 * time.Millisecond):
+		}
 	}
 }

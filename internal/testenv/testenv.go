@@ -95,7 +95,9 @@ func DB(t testing.TB) (string, *pgxpool.Pool) {
 		if c, tmplErr = pgx.Connect(ctx, url); tmplErr != nil {
 			return
 		}
-		_, tmplErr = c.Exec(ctx, TargetDDL)
+		if _, tmplErr = c.Exec(ctx, TargetDDL); tmplErr == nil {
+			_, tmplErr = c.Exec(ctx, transitionGuard())
+		}
 		c.Close(ctx)
 	})
 	if tmplErr != nil {
