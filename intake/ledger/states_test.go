@@ -85,3 +85,43 @@ func equal(a, b []string) bool {
 	}
 	return true
 }
+
+// The transition table speaks only of known states; every state is
+// reached by some transition; a final state (moved on by nobody) has no
+// way out, and every other state has one its mover may take.
+func TestTheTransitionTableAgreesWithTheStateTable(t *testing.T) {
+	known := map[ledger.State]bool{"": true}
+	for _, s := range ledger.States() {
+		known[s] = true
+	}
+	reached := map[ledger.State]bool{}
+	out := map[ledger.State][]ledger.Transition{}
+	for _, tr := range ledger.Transitions() {
+		if !known[tr.From] || !known[tr.To] || tr.To == "" || len(tr.By) == 0 {
+			t.Errorf("transition %+v: an unknown state, no target or nobody to take it", tr)
+		}
+		reached[tr.To] = true
+		out[tr.From] = append(out[tr.From], tr)
+	}
+	for _, s := range ledger.States() {
+		if !reached[s] {
+			t.Errorf("no transition reaches state %s", s)
+		}
+		next := s.Info().Next
+		if next == ledger.MoverNobody {
+			if len(out[s]) > 0 {
+				t.Errorf("final state %s has transitions out: %+v", s, out[s])
+			}
+			continue
+		}
+		took := false
+		for _, tr := range out[s] {
+			for _, by := range tr.By {
+				took = took || by == next
+			}
+		}
+		if !took {
+			t.Errorf("state %s is moved on by %s, but no transition out of it is theirs", s, next)
+		}
+	}
+}
