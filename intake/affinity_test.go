@@ -127,14 +127,13 @@ func TestReplicasSplitPartnersAndTakeOverOnStop(t *testing.T) {
 	for i, s := range sites {
 		s.Drop(t, fmt.Sprintf("orders-%d-late.csv", i), testenv.OrdersCSV(fmt.Sprintf("L%d", i), 2))
 	}
-	deadline := time.Now().Add(20 * time.Second) // the lease is 30 s
-	for testenv.Count(t, pool, `SELECT count(*) FROM file_intake WHERE state = 'archived'`) != 24 {
-		if time.Now().After(deadline) {
-			t.Fatalf("r1 did not take over the stopped replica's partners: %d of 24 archived",
-				testenv.Count(t, pool, `SELECT count(*) FROM file_intake WHERE state = 'archived'`))
-		}
-		time.Sleep(100 * time.Millisecond)
+	archived := func() int64 {
+		return testenv.Count(t, pool, `SELECT count(*) FROM file_intake WHERE state = 'archived'`)
 	}
+	testenv.WaitFor(t, 20*time.Second, func() bool { return archived() == 24 }, // the lease is 30 s
+		func() string {
+			return fmt.Sprintf("r1 did not take over the stopped replica's partners: %d of 24 archived", archived())
+		})
 	if n := testenv.Count(t, pool, `SELECT count(*) FROM file_intake WHERE remote_name LIKE '%late%' AND worker_id <> 'r1'`); n != 0 {
 		t.Fatalf("%d late files processed by another replica than r1", n)
 	}

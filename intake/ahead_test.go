@@ -66,14 +66,21 @@ func openLeft(t *testing.T, pool *pgxpool.Pool) int64 {
 // cancelled): on a loaded machine that takes a moment after the run
 // returned, while one left open stays open.
 func writersLeft(t *testing.T, pool *pgxpool.Pool) int64 {
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		n := openLeft(t, pool)
-		if n == 0 || time.Now().After(deadline) {
+	n := openLeft(t, pool)
+	gone := make(chan struct{})
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	deadline := time.AfterFunc(10*time.Second, func() { close(gone) })
+	defer deadline.Stop()
+	for n != 0 {
+		select {
+		case <-gone:
 			return n
+		case <-tick.C:
+			n = openLeft(t, pool)
 		}
-		time.Sleep(20 * time.Millisecond)
 	}
+	return 0
 }
 
 // wantAheadOnce checks that the partner's one apply ahead ended with

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/pkg/sftp"
+
+	"github.com/partner-intake/partner-intake/internal/testenv"
 )
 
 // packetCounter counts the SFTP requests a client sends, by type (pkg/sftp
@@ -266,9 +268,5 @@ func (g *gateWriter) Write(p []byte) (int, error) {
 
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	for deadline := time.Now().Add(5 * time.Second); !cond(); time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within 5s", what)
-		}
-	}
+	testenv.WaitFor(t, 5*time.Second, cond, testenv.Says(what))
 }

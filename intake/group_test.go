@@ -533,15 +533,14 @@ func TestGroupStalledAfterItsCommitPublishesNothing(t *testing.T) {
 	resume := r.pollPaused("gst", "apply:after_commit")
 	// wait (not a timing assertion) until the transaction that renewed
 	// the leases is more than a third of a lease old
-	for stale := false; !stale; {
+	testenv.WaitFor(t, time.Minute, func() bool {
+		var stale bool
 		if err := pool.QueryRow(t.Context(), `SELECT bool_and(clock_timestamp() - updated_at > interval '1200 ms')
 			FROM file_intake WHERE partner_id = 'gst' AND state = 'applied'`).Scan(&stale); err != nil {
 			t.Fatal(err)
 		}
-		if !stale {
-			time.Sleep(50 * time.Millisecond)
-		}
-	}
+		return stale
+	})
 	// another replica takes the files over (as the reconciler does once a
 	// lease ran out)
 	if n := count(t, pool, `WITH u AS (UPDATE file_intake SET fencing_token = fencing_token + 1, worker_id = 'w2', updated_at = now()

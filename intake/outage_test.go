@@ -264,11 +264,5 @@ func TestArchiveNeverOverwrites(t *testing.T) {
 
 func waitUntil(t *testing.T, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(2 * time.Minute)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met within 2 minutes")
-		}
-		time.Sleep(25 * time.Millisecond)
-	}
+	testenv.WaitFor(t, 2*time.Minute, cond)
 }

@@ -349,6 +349,8 @@ func TestAChunkLongerThanTheLeaseIsNotTakenOver(t *testing.T) {
 	go func() {
 		n := 0
 		defer func() { tried <- n }()
+		tick := time.NewTicker(50 * time.Millisecond)
+		defer tick.Stop()
 		for ctx.Err() == nil {
 			exp, err := l.Expired(ctx, "acme")
 			if err != nil {
@@ -361,7 +363,10 @@ func TestAChunkLongerThanTheLeaseIsNotTakenOver(t *testing.T) {
 					return
 				}
 			}
-			time.Sleep(50 * time.Millisecond)
+			select {
+			case <-ctx.Done():
+			case <-tick.C:
+			}
 		}
 	}()
 	r.poll("acme")

@@ -34,22 +34,15 @@ func stableSite(t *testing.T, stableFor time.Duration) *testenv.Site {
 // how fast this machine is).
 func waitStable(t *testing.T, pool *pgxpool.Pool, partner, name string, d time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	testenv.WaitFor(t, 30*time.Second, func() bool {
 		var ok bool
 		err := pool.QueryRow(context.Background(), `SELECT now() - first_seen_unchanged >= $3::interval
 			FROM intake_ready_seen WHERE partner_id = $1 AND name = $2`, partner, name, d.String()).Scan(&ok)
 		if err != nil {
 			t.Fatalf("stability record of %s: %v", name, err)
 		}
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s never became stable", name)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return ok
+	}, testenv.Says(name+" never became stable"))
 }
 
 func appendTo(t *testing.T, path, s string) {

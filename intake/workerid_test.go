@@ -418,13 +418,7 @@ func lockBackend(t *testing.T, pool *pgxpool.Pool, worker string) int64 {
 
 func waitFor(t *testing.T, what string, ok func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !ok() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	testenv.WaitFor(t, 30*time.Second, ok, testenv.Says(what))
 }
 
 // A daemon of w1 stops drained; then a one-shot run of w1 (`run --once`,

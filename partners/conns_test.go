@@ -40,20 +40,14 @@ func partnerOn(t *testing.T, srv *sshdtest.Server, id string) *partners.Config {
 // not what the pool says.
 func waitLogins(t *testing.T, srv *sshdtest.Server, n int) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		got, err := srv.Connections()
-		if err != nil {
+	got := -1
+	testenv.WaitFor(t, 10*time.Second, func() bool {
+		var err error
+		if got, err = srv.Connections(); err != nil {
 			t.Fatal(err)
 		}
-		if got == n {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("sshd holds %d connections, want %d", got, n)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return got == n
+	}, func() string { return fmt.Sprintf("sshd holds %d connections, want %d", got, n) })
 }
 
 // readBack drops a file in the partner's ready/ and reads it through s.
@@ -121,11 +115,10 @@ func TestPartnersOnOneAccountShareConnections(t *testing.T) {
 		s.Close()
 	}
 	waitLogins(t, srv, 0)
-	for deadline := time.Now().Add(10 * time.Second); pool.Open() != 0; time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the pool counts %d connections open after every session closed", pool.Open())
-		}
-	}
+	testenv.WaitFor(t, 10*time.Second, func() bool { return pool.Open() == 0 },
+		func() string {
+			return fmt.Sprintf("the pool counts %d connections open after every session closed", pool.Open())
+		})
 }
 
 // sharing is two partners' sessions on one shared connection to an sshd
@@ -304,16 +297,15 @@ func TestASessionClosedDuringAHangRetiresItsConnection(t *testing.T) {
 	if gs.Stale() {
 		t.Fatal("the connection was retired before the stuck channel had an op timeout to end")
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for !gs.Stale() {
-		if time.Now().After(deadline) {
-			t.Fatal("the connection still takes new sessions with a stuck channel on it")
+	testenv.WaitFor(t, 20*time.Second, func() bool {
+		if gs.Stale() {
+			return true
 		}
 		if _, err := gs.Stat(gs.Layout.ReadyDir()); err != nil {
 			t.Fatalf("the good partner's session failed: %v", err)
 		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return false
+	}, testenv.Says("the connection still takes new sessions with a stuck channel on it"))
 	readBack(t, gs, good)
 }
 

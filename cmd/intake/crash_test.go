@@ -2,8 +2,6 @@ package main
 
 import (
 	"bytes"
-	"context"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -395,20 +393,15 @@ func TestPausedWorkerIsFencedOut(t *testing.T) {
 	assertSettled(t, url, pool, site, cfgB, spoolDir, rows, prefixes, chunkRows)
 }
 
+// waitFor is testenv.WaitFor that shows the output of the processes given
+// when the wait fails.
 func waitFor(t *testing.T, limit time.Duration, cond func() bool, show ...*proc) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), limit)
-	defer cancel()
-	tick := time.NewTicker(100 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		select {
-		case <-ctx.Done():
-			for _, p := range show {
-				t.Log(tail(p.output()))
-			}
-			t.Fatal(errors.New("condition not met within " + limit.String()))
-		case <-tick.C:
+	testenv.WaitFor(t, limit, cond, func() string {
+		var out string
+		for _, p := range show {
+			out += "\n" + tail(p.output())
 		}
-	}
+		return out
+	})
 }

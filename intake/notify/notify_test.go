@@ -109,13 +109,7 @@ func event(t *testing.T, pool *pgxpool.Pool, partner, ev string, payload map[str
 
 func waitFor(t *testing.T, limit time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(limit)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s", what, limit)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	testenv.WaitFor(t, limit, cond, testenv.Says(what))
 }
 
 func fast() notify.Config {
