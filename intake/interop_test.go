@@ -1,0 +1,231 @@
+package intake_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"path"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/partner-intake/partner-intake/intake"
+	"github.com/partner-intake/partner-intake/intake/ops"
+	"github.com/partner-intake/partner-intake/internal/testenv"
+	"github.com/partner-intake/partner-intake/partners"
+)
+
+// interopServers says, for each partner server the tests start, whether
+// intake serves it: when it does, the end-to-end protocol runs on it; when
+// it does not, intake check and the daemon both refuse it with the same
+// reason and nothing is taken.
+var interopServers = map[string]struct {
+	served bool
+	reason error // the refusal, when not served
+}{
+	testenv.ServerOpenSSH:      {served: true},
+	testenv.ServerProFTPD:      {served: true},
+	testenv.ServerRcloneLocal:  {served: false, reason: partners.ErrRenameOverwrites},
+	testenv.ServerRcloneMemory: {served: false, reason: partners.ErrRenameOverwrites},
+}
+
+// Partners run servers nobody here wrote. On each server the tests start
+// from its Debian package (OpenSSH, ProFTPD mod_sftp, rclone serve sftp
+// over a local directory and over its in-memory object store), intake
+// check (partners.Probe) and the daemon's first poll agree: both accept
+// the site or both refuse it with the same reason, a refused site keeps
+// its file untouched in ready/. On a site both accept, a file published by
+// RENAME lands and is archived with its receipt in reports/, an identical
+// resend is a duplicate with its own receipt, bad rows are listed in a
+// rejects report, a conflicting resend is quarantined and, released by
+// ops, applied.
+func TestEveryPartnerServerIsServedOrRefusedAlikeByCheckAndRun(t *testing.T) {
+	defer intake.SetScanCheckBytes(0)() // a resend is not scanned: its batch is held
+	for _, srv := range testenv.Servers() {
+		want, ok := interopServers[srv.Name]
+		if !ok {
+			t.Fatalf("server %s has no expectation here", srv.Name)
+		}
+		t.Run(srv.Name, func(t *testing.T) {
+			_, pool := testenv.DB(t)
+			site := srv.NewSite(t, "iop")
+			site.Drop(t, "orders-1.csv", goodRows("A", 3))
+			cfg := site.Validated(t)
+			checkErr := partners.Probe(context.Background(), &cfg, "w1")
+			r := newRig(t, pool, "w1", site)
+			runErr := r.d.PollOnce(context.Background(), "iop")
+			if !want.served {
+				if !errors.Is(checkErr, want.reason) || !errors.Is(runErr, want.reason) {
+					t.Fatalf("check: %v; run: %v; want both refused: %v", checkErr, runErr, want.reason)
+				}
+				if fs := files(t, pool, "iop"); len(fs) != 0 {
+					t.Fatalf("rows %+v: a refused site's file was taken", fs)
+				}
+				if got := site.Files(t, "ready"); len(got) != 1 || site.Read(t, "ready/orders-1.csv") != goodRows("A", 3) {
+					t.Fatalf("ready/ holds %v, want the file untouched", got)
+				}
+				return
+			}
+			if checkErr != nil || runErr != nil {
+				t.Fatalf("check: %v; run: %v; want both to accept the site", checkErr, runErr)
+			}
+			interopRenameReadiness(t, r, site)
+		})
+		if !want.served {
+			continue // its refusal is asserted above
+		}
+		t.Run(srv.Name+"/manifest", func(t *testing.T) {
+			_, pool := testenv.DB(t)
+			site := srv.NewSite(t, "iopm")
+			site.Config.Readiness = partners.ReadinessManifest
+			r := newRig(t, pool, "w1", site)
+			interopManifest(t, r, site)
+		})
+	}
+}
+
+// interopReceipt reads the receipt at the remote path p and checks it is
+// in reports/.
+func interopReceipt(t *testing.T, s *testenv.Site, p string) intake.Receipt {
+	t.Helper()
+	rel := s.Rel(t, p)
+	if !slices.Contains(s.Files(t, "reports"), strings.TrimPrefix(rel, "reports/")) {
+		t.Fatalf("receipt %s is not in reports/ (%v)", rel, s.Files(t, "reports"))
+	}
+	var rc intake.Receipt
+	if err := json.Unmarshal([]byte(s.Read(t, rel)), &rc); err != nil {
+		t.Fatalf("receipt %s: %v", rel, err)
+	}
+	return rc
+}
+
+func interopRenameReadiness(t *testing.T, r *rig, site *testenv.Site) {
+	pool := r.pool
+	// the file dropped before the first poll: landed and archived
+	fs := files(t, pool, "iop")
+	if len(fs) != 1 || fs[0].State != "archived" || fs[0].Applied != 3 {
+		t.Fatalf("got %+v, want the file archived with 3 rows", fs)
+	}
+	if rc := interopReceipt(t, site, fs[0].Receipt); rc.Outcome != intake.OutcomeAccepted || rc.Rows.Applied != 3 || rc.IntakeID != fs[0].ID {
+		t.Fatalf("receipt %+v", rc)
+	}
+	if got := site.Files(t, "ready"); len(got) != 0 {
+		t.Fatalf("ready/ still holds %v", got)
+	}
+	if got := site.Files(t, "processing"); len(got) != 0 {
+		t.Fatalf("processing/ still holds %v", got)
+	}
+	arch := site.Files(t, "archive")
+	if len(arch) != 1 || site.Read(t, path.Join("archive", arch[0])) != goodRows("A", 3) {
+		t.Fatalf("archive holds %v, want the file's bytes once", arch)
+	}
+
+	// the same bytes again: a duplicate, nothing applied, its own receipt
+	site.Drop(t, "orders-1.csv", goodRows("A", 3))
+	r.poll("iop")
+	fs = files(t, pool, "iop")
+	if len(fs) != 2 || fs[1].State != "duplicate" {
+		t.Fatalf("got %+v, want the resend a duplicate", fs)
+	}
+	if rc := interopReceipt(t, site, fs[1].Receipt); rc.Outcome != intake.OutcomeDuplicate || rc.DuplicateOf != fs[0].ID {
+		t.Fatalf("duplicate receipt %+v", rc)
+	}
+	if fs[1].Receipt == fs[0].Receipt {
+		t.Fatal("the duplicate's receipt replaced the original's")
+	}
+	if n := count(t, pool, `SELECT count(*) FROM orders WHERE partner_id = 'iop' AND last_intake_id = $1`, fs[0].ID); n != 3 {
+		t.Fatalf("%d rows still carry the original intake, want 3", n)
+	}
+	if got := site.Files(t, "archive"); len(got) != 2 {
+		t.Fatalf("archive holds %v, want both files (never overwritten)", got)
+	}
+
+	// bad rows: the rest lands, a rejects report lists them
+	site.Drop(t, "orders-rej.csv", header+
+		"R-1,a@example.com,10.00,paid,2026-11-01T10:00:00Z,1\n"+
+		"R-2,not-an-email,10.00,paid,2026-11-01T10:00:00Z,1\n"+
+		"R-3,b@example.com,10.00,lost,2026-11-01T10:00:00Z,1\n"+
+		"R-4,c@example.com,10.00,new,2026-11-01T10:00:00Z,1\n"+
+		"R-5,d@example.com,10.00,new,2026-11-01T10:00:00Z,1\n")
+	r.poll("iop")
+	fs = files(t, pool, "iop")
+	if len(fs) != 3 || fs[2].State != "archived" || fs[2].Applied != 3 || fs[2].Rejected != 2 || fs[2].Rejects == "" {
+		t.Fatalf("got %+v, want archived with 3 applied and 2 rejected", fs)
+	}
+	if got, want := site.Read(t, site.Rel(t, fs[2].Rejects)), "line,column,reason,outcome,detail\n3,email,bad_email,rejected,\n4,status,not_in_enum,rejected,\n"; got != want {
+		t.Fatalf("rejects report:\n%s\nwant:\n%s", got, want)
+	}
+	if rc := interopReceipt(t, site, fs[2].Receipt); rc.Outcome != intake.OutcomeAcceptedWithRejects || rc.Rows.Rejected != 2 {
+		t.Fatalf("receipt %+v", rc)
+	}
+
+	// other bytes under a batch already applied: quarantined, never
+	// applied, until ops release them
+	changed := strings.Replace(goodRows("A", 3), "30.03", "99.99", 1)
+	site.Drop(t, "orders-1.csv", changed)
+	r.poll("iop")
+	fs = files(t, pool, "iop")
+	if len(fs) != 4 || fs[3].State != "quarantined" || fs[3].Reason != "batch_conflict" {
+		t.Fatalf("got %+v, want the resend quarantined as batch_conflict", fs)
+	}
+	held := site.Files(t, "quarantine")
+	if len(held) != 2 {
+		t.Fatalf("quarantine holds %v, want the file and its reason", held)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM orders WHERE partner_id = 'iop' AND amount = 99.99`); n != 0 {
+		t.Fatal("the held bytes were applied")
+	}
+	if err := ops.Release(context.Background(), pool, ops.Decision{IntakeID: fs[3].ID, Actor: "alice", Reason: "the new file is right",
+		Winner: ops.WinnerNew, Partners: []string{"iop"}, Worker: intake.OpsWorker("ops")}); err != nil {
+		t.Fatal(err)
+	}
+	r.reconcileOnce(site)
+	r.poll("iop")
+	fs = files(t, pool, "iop")
+	if fs[3].State != "archived" || fs[3].Applied != 1 {
+		t.Fatalf("got %+v, want the released file archived with its one changed row", fs[3])
+	}
+	if n := count(t, pool, `SELECT count(*) FROM orders WHERE partner_id = 'iop' AND amount = 99.99 AND last_intake_id = $1`, fs[3].ID); n != 1 {
+		t.Fatal("the released bytes were not applied")
+	}
+	if got := site.Files(t, "quarantine"); slices.ContainsFunc(got, func(n string) bool { return !strings.HasSuffix(n, ".json") }) {
+		t.Fatalf("quarantine still holds the released file: %v", got)
+	}
+	if got := site.Files(t, "ready"); len(got) != 0 {
+		t.Fatalf("ready/ still holds %v", got)
+	}
+}
+
+func interopManifest(t *testing.T, r *rig, site *testenv.Site) {
+	pool := r.pool
+	good, bad := goodRows("M", 3), goodRows("X", 3)
+	site.Drop(t, "orders-m1.csv", good)
+	r.poll("iopm")
+	if fs := files(t, pool, "iopm"); len(fs) != 0 {
+		t.Fatalf("a data file without its manifest was claimed: %+v", fs)
+	}
+	site.Drop(t, "orders-m1.csv.complete", fmt.Sprintf(`{"bytes": %d, "sha256": %q, "rows": 3}`, len(good), sha(good)))
+	site.Drop(t, "orders-m2.csv", bad)
+	site.Drop(t, "orders-m2.csv.complete", fmt.Sprintf(`{"bytes": %d, "sha256": %q}`, len(bad), sha("something else")))
+	r.poll("iopm")
+	byName := map[string]fileRow{}
+	for _, f := range files(t, pool, "iopm") {
+		byName[f.Name] = f
+	}
+	if f := byName["orders-m1.csv"]; f.State != "archived" || f.Applied != 3 {
+		t.Fatalf("agreeing pair: %+v, want archived with 3 applied", f)
+	}
+	if f := byName["orders-m2.csv"]; f.State != "quarantined" || f.Reason != "manifest_mismatch" {
+		t.Fatalf("disagreeing pair: %+v, want quarantined manifest_mismatch", f)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM orders WHERE partner_id = 'iopm' AND order_id LIKE 'X-%'`); n != 0 {
+		t.Fatal("rows of the mismatching file were applied")
+	}
+	if arch := site.Files(t, "archive"); len(arch) != 2 {
+		t.Fatalf("archive holds %v, want the data file and its manifest", arch)
+	}
+	if got := site.Files(t, "ready"); len(got) != 0 {
+		t.Fatalf("ready/ still holds %v", got)
+	}
+}
