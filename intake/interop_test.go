@@ -9,32 +9,43 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/partner-intake/partner-intake/intake"
+	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/intake/ops"
 	"github.com/partner-intake/partner-intake/internal/testenv"
 	"github.com/partner-intake/partner-intake/partners"
 )
 
-// interopServers says, for each partner server the tests start, whether
-// intake serves it: when it does, the end-to-end protocol runs on it; when
-// it does not, intake check and the daemon both refuse it with the same
-// reason and nothing is taken.
+// interopServers says, for each partner server the tests start, what
+// its profile is measured to be and whether intake serves it: when it
+// does, the end-to-end protocol runs on it; when it does not, intake
+// check and the daemon both refuse it with the same reason and nothing is
+// taken. rclone's SFTP server is pkg/sftp's, which offers posix-rename,
+// hardlink and statvfs whatever its backend; over :memory: its VFS keeps
+// directories and set mtimes while the process lives.
 var interopServers = map[string]struct {
-	served bool
-	reason error // the refusal, when not served
+	served  bool
+	reason  error // the refusal, when not served
+	profile partners.Profile
 }{
-	testenv.ServerOpenSSH:      {served: true},
-	testenv.ServerProFTPD:      {served: true},
-	testenv.ServerRcloneLocal:  {served: false, reason: partners.ErrRenameOverwrites},
-	testenv.ServerRcloneMemory: {served: false, reason: partners.ErrRenameOverwrites},
+	testenv.ServerOpenSSH: {served: true, profile: partners.Profile{
+		PosixRename: true, Hardlink: true, Fsync: true, StatVFS: true, EmptyDirPersists: true, MtimeStep: time.Second, RealPath: true}},
+	testenv.ServerProFTPD: {served: true, profile: partners.Profile{
+		PosixRename: true, Hardlink: true, Fsync: true, StatVFS: true, EmptyDirPersists: true, MtimeStep: time.Second, RealPath: true}},
+	testenv.ServerRcloneLocal: {served: false, reason: partners.ErrRenameOverwrites, profile: partners.Profile{RenameOverwrites: true,
+		PosixRename: true, Hardlink: true, StatVFS: true, EmptyDirPersists: true, MtimeStep: time.Second, RealPath: true}},
+	testenv.ServerRcloneMemory: {served: false, reason: partners.ErrRenameOverwrites, profile: partners.Profile{RenameOverwrites: true,
+		PosixRename: true, Hardlink: true, StatVFS: true, EmptyDirPersists: true, MtimeStep: time.Second, RealPath: true}},
 }
 
 // Partners run servers nobody here wrote. On each server the tests start
 // from its Debian package (OpenSSH, ProFTPD mod_sftp, rclone serve sftp
 // over a local directory and over its in-memory object store), intake
-// check (partners.Probe) and the daemon's first poll agree: both accept
-// the site or both refuse it with the same reason, a refused site keeps
+// check (partners.Probe) and the daemon's first poll measure the same
+// profile (the daemon's kept in PostgreSQL) and agree: both accept the
+// site or both refuse it with the same reason, a refused site keeps
 // its file untouched in ready/. On a site both accept, a file published by
 // RENAME lands and is archived with its receipt in reports/, an identical
 // resend is a duplicate with its own receipt, bad rows are listed in a
@@ -52,9 +63,16 @@ func TestEveryPartnerServerIsServedOrRefusedAlikeByCheckAndRun(t *testing.T) {
 			site := srv.NewSite(t, "iop")
 			site.Drop(t, "orders-1.csv", goodRows("A", 3))
 			cfg := site.Validated(t)
-			checkErr := partners.Probe(context.Background(), &cfg, "w1")
+			checked, checkErr := partners.Probe(context.Background(), &cfg, "w1")
 			r := newRig(t, pool, "w1", site)
 			runErr := r.d.PollOnce(context.Background(), "iop")
+			stored, err := ledger.New(pool, 0).SiteProfile(context.Background(), "iop")
+			if err != nil || stored == nil {
+				t.Fatalf("the daemon kept no profile: %v", err)
+			}
+			if stored.Profile != checked || checked != want.profile {
+				t.Fatalf("check measured %s\nthe daemon %s\nwant %s", checked, stored.Profile, want.profile)
+			}
 			if !want.served {
 				if !errors.Is(checkErr, want.reason) || !errors.Is(runErr, want.reason) {
 					t.Fatalf("check: %v; run: %v; want both refused: %v", checkErr, runErr, want.reason)

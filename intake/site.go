@@ -44,16 +44,18 @@ func (d *Daemon) resolveSite(ctx context.Context, p *partnerRT, s *partners.Sess
 // profileFor is how long a measured site profile is trusted.
 const profileFor = 24 * time.Hour
 
-// siteProfile makes sure the partner's server keeps to what the claim and
-// archive protocol relies on: a RENAME that refuses an existing target
-// (the claim's RENAME is the claim; an archive never overwrites). It is
-// measured when the partner is first dialled (partners.Session.
-// RenameOverwrites) and kept in PostgreSQL for a day, so a one-shot run
-// or a replica reads it instead of measuring again (a server found
-// overwriting is measured again at each poll). A server whose
-// RENAME overwrites is refused, as intake check refuses it: every poll
-// fails with reason rename_overwrites and no file is taken. A claim:
-// record partner never renames and is not measured.
+// siteProfile measures the partner's server (partners.Session.
+// MeasureProfile: RENAME over an existing name, the extensions offered,
+// empty directories, mtimes, case, REALPATH) when the partner is first
+// dialled and keeps the profile in PostgreSQL for a day, so a one-shot
+// run or a replica reads it instead of measuring again, and `intake
+// status` shows it. The claim and archive protocol relies on a RENAME
+// that refuses an existing target (the claim's RENAME is the claim; an
+// archive never overwrites): a server whose RENAME overwrites is refused,
+// as intake check refuses it: every poll fails with reason
+// rename_overwrites and no file is taken (such a server is measured again
+// at each poll, so one fixed since is served at the next). A claim: record
+// partner never renames and is not measured.
 func (d *Daemon) siteProfile(ctx context.Context, p *partnerRT, s *partners.Session, site partners.Site) error {
 	if p.cfg.Records() {
 		return nil
@@ -63,19 +65,20 @@ func (d *Daemon) siteProfile(ctx context.Context, p *partnerRT, s *partners.Sess
 	if err != nil {
 		return err
 	}
-	// measured again when unknown, of another site, a day old, or found
-	// overwriting (a server fixed since is served at the next poll)
-	if prof == nil || prof.Site != key || time.Since(prof.MeasuredAt) > profileFor || prof.RenameOverwrites {
-		overwrites, err := s.RenameOverwrites(d.cfg.WorkerID)
+	// measured again when unknown, of another site, a day old, measured
+	// in part, or found overwriting
+	if prof == nil || prof.Site != key || time.Since(prof.MeasuredAt) > profileFor || !prof.Complete || prof.Profile.RenameOverwrites {
+		measured, err := s.MeasureProfile(d.cfg.WorkerID)
 		if err != nil {
-			return fmt.Errorf("partner %s: measure the server's RENAME: %w", p.cfg.ID, err)
+			return fmt.Errorf("partner %s: measure the server: %w", p.cfg.ID, err)
 		}
-		if err := d.ledger.RecordSiteProfile(ctx, p.cfg.ID, key, overwrites); err != nil {
+		if err := d.ledger.RecordSiteProfile(ctx, p.cfg.ID, key, measured); err != nil {
 			return err
 		}
-		prof = &ledger.SiteProfile{Site: key, RenameOverwrites: overwrites}
+		d.log.Info("partner's server measured", "partner", p.cfg.ID, "profile", measured.String())
+		prof = &ledger.SiteProfile{Site: key, Profile: measured, Complete: true}
 	}
-	if prof.RenameOverwrites {
+	if prof.Profile.RenameOverwrites {
 		d.log.Error("the partner's server overwrites on RENAME: not polled", "partner", p.cfg.ID, "reason", reasonRenameOverwrites)
 		return fmt.Errorf("partner %s: %w (reason %s)", p.cfg.ID, partners.ErrRenameOverwrites, reasonRenameOverwrites)
 	}

@@ -65,7 +65,7 @@ func TestAServerWhoseRenameOverwritesIsRefusedAsCheckRefusesIt(t *testing.T) {
 			}
 			site.Drop(t, "orders-1.csv", goodRows("O", 2))
 			cfg := site.Validated(t)
-			checkErr := partners.Probe(context.Background(), &cfg, "w1")
+			_, checkErr := partners.Probe(context.Background(), &cfg, "w1")
 			r := newRig(t, pool, "w1", site)
 			err := r.d.PollOnce(context.Background(), "ow")
 			var measured bool

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -92,7 +93,7 @@ func cmdCheck(args []string, stdout, stderr io.Writer) int {
 			}
 			continue
 		}
-		perr := partners.Probe(ctx, p, cfg.WorkerID)
+		prof, perr := partners.Probe(ctx, p, cfg.WorkerID)
 		if perr != nil {
 			fail("partner "+p.ID, perr)
 		} else {
@@ -100,6 +101,10 @@ func cmdCheck(args []string, stdout, stderr io.Writer) int {
 			if site, err := partners.ResolveSite(ctx, p); err == nil {
 				sites = append(sites, resolved{p.ID, site})
 			}
+		}
+		if perr == nil || errors.Is(perr, partners.ErrRenameOverwrites) {
+			// measured: what the server does, refused or not
+			fmt.Fprintf(stdout, "     partner %s server profile: %s\n", p.ID, prof)
 		}
 		if partners.IsHostKeyMismatch(perr) {
 			continue // nothing more is asked of a site that is not the pinned one
