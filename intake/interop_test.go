@@ -3,7 +3,6 @@ package intake_test
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"path"
 	"slices"
@@ -18,43 +17,36 @@ import (
 	"github.com/partner-intake/partner-intake/partners"
 )
 
-// interopServers says, for each partner server the tests start, what
-// its profile is measured to be and whether intake serves it: when it
-// does, the end-to-end protocol runs on it; when it does not, intake
-// check and the daemon both refuse it with the same reason and nothing is
-// taken. rclone's SFTP server is pkg/sftp's, which offers posix-rename,
-// hardlink and statvfs whatever its backend; over :memory: its VFS keeps
-// directories and set mtimes while the process lives.
-var interopServers = map[string]struct {
-	served  bool
-	reason  error // the refusal, when not served
-	profile partners.Profile
-}{
-	testenv.ServerOpenSSH: {served: true, profile: partners.Profile{
-		PosixRename: true, Hardlink: true, Fsync: true, StatVFS: true, EmptyDirPersists: true, MtimeStep: time.Second, RealPath: true}},
-	testenv.ServerProFTPD: {served: true, profile: partners.Profile{
-		PosixRename: true, Hardlink: true, Fsync: true, StatVFS: true, EmptyDirPersists: true, MtimeStep: time.Second, RealPath: true}},
-	testenv.ServerRcloneLocal: {served: false, reason: partners.ErrRenameOverwrites, profile: partners.Profile{RenameOverwrites: true,
-		PosixRename: true, Hardlink: true, StatVFS: true, EmptyDirPersists: true, MtimeStep: time.Second, RealPath: true}},
-	testenv.ServerRcloneMemory: {served: false, reason: partners.ErrRenameOverwrites, profile: partners.Profile{RenameOverwrites: true,
-		PosixRename: true, Hardlink: true, StatVFS: true, EmptyDirPersists: true, MtimeStep: time.Second, RealPath: true}},
+// interopProfiles is what each partner server the tests start is
+// measured to be. rclone's SFTP server is pkg/sftp's, which offers
+// posix-rename, hardlink and statvfs whatever its backend; over :memory:
+// its VFS keeps directories and set mtimes while the process lives.
+var interopProfiles = map[string]partners.Profile{
+	testenv.ServerOpenSSH: {
+		PosixRename: true, Hardlink: true, Fsync: true, StatVFS: true, EmptyDirPersists: true, MtimeStep: time.Second, RealPath: true},
+	testenv.ServerProFTPD: {
+		PosixRename: true, Hardlink: true, Fsync: true, StatVFS: true, EmptyDirPersists: true, MtimeStep: time.Second, RealPath: true},
+	testenv.ServerRcloneLocal: {RenameOverwrites: true,
+		PosixRename: true, Hardlink: true, StatVFS: true, EmptyDirPersists: true, MtimeStep: time.Second, RealPath: true},
+	testenv.ServerRcloneMemory: {RenameOverwrites: true,
+		PosixRename: true, Hardlink: true, StatVFS: true, EmptyDirPersists: true, MtimeStep: time.Second, RealPath: true},
 }
 
 // Partners run servers nobody here wrote. On each server the tests start
 // from its Debian package (OpenSSH, ProFTPD mod_sftp, rclone serve sftp
 // over a local directory and over its in-memory object store), intake
 // check (partners.Probe) and the daemon's first poll measure the same
-// profile (the daemon's kept in PostgreSQL) and agree: both accept the
-// site or both refuse it with the same reason, a refused site keeps
-// its file untouched in ready/. On a site both accept, a file published by
-// RENAME lands and is archived with its receipt in reports/, an identical
-// resend is a duplicate with its own receipt, bad rows are listed in a
-// rejects report, a conflicting resend is quarantined and, released by
-// ops, applied.
-func TestEveryPartnerServerIsServedOrRefusedAlikeByCheckAndRun(t *testing.T) {
+// profile (the daemon's kept in PostgreSQL) and both accept the site
+// (rclone's RENAME overwrites: its sessions make sure of each target
+// themselves). Then a file published by RENAME lands and is archived with
+// its receipt in reports/, an identical resend is a duplicate with its own
+// receipt, bad rows are listed in a rejects report, a conflicting resend
+// is quarantined and, released by ops, applied; and on a site of its own,
+// an agreeing manifest pair lands and a disagreeing one is held.
+func TestEveryPartnerServerRunsTheEndToEndProtocol(t *testing.T) {
 	defer intake.SetScanCheckBytes(0)() // a resend is not scanned: its batch is held
 	for _, srv := range testenv.Servers() {
-		want, ok := interopServers[srv.Name]
+		want, ok := interopProfiles[srv.Name]
 		if !ok {
 			t.Fatalf("server %s has no expectation here", srv.Name)
 		}
@@ -66,33 +58,18 @@ func TestEveryPartnerServerIsServedOrRefusedAlikeByCheckAndRun(t *testing.T) {
 			checked, checkErr := partners.Probe(context.Background(), &cfg, "w1")
 			r := newRig(t, pool, "w1", site)
 			runErr := r.d.PollOnce(context.Background(), "iop")
+			if checkErr != nil || runErr != nil {
+				t.Fatalf("check: %v; run: %v; want both to accept the site", checkErr, runErr)
+			}
 			stored, err := ledger.New(pool, 0).SiteProfile(context.Background(), "iop")
 			if err != nil || stored == nil {
 				t.Fatalf("the daemon kept no profile: %v", err)
 			}
-			if stored.Profile != checked || checked != want.profile {
-				t.Fatalf("check measured %s\nthe daemon %s\nwant %s", checked, stored.Profile, want.profile)
-			}
-			if !want.served {
-				if !errors.Is(checkErr, want.reason) || !errors.Is(runErr, want.reason) {
-					t.Fatalf("check: %v; run: %v; want both refused: %v", checkErr, runErr, want.reason)
-				}
-				if fs := files(t, pool, "iop"); len(fs) != 0 {
-					t.Fatalf("rows %+v: a refused site's file was taken", fs)
-				}
-				if got := site.Files(t, "ready"); len(got) != 1 || site.Read(t, "ready/orders-1.csv") != goodRows("A", 3) {
-					t.Fatalf("ready/ holds %v, want the file untouched", got)
-				}
-				return
-			}
-			if checkErr != nil || runErr != nil {
-				t.Fatalf("check: %v; run: %v; want both to accept the site", checkErr, runErr)
+			if stored.Profile != checked || checked != want {
+				t.Fatalf("check measured %s\nthe daemon %s\nwant %s", checked, stored.Profile, want)
 			}
 			interopRenameReadiness(t, r, site)
 		})
-		if !want.served {
-			continue // its refusal is asserted above
-		}
 		t.Run(srv.Name+"/manifest", func(t *testing.T) {
 			_, pool := testenv.DB(t)
 			site := srv.NewSite(t, "iopm")

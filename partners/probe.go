@@ -8,8 +8,9 @@ import (
 // Probe connects to the partner with its pinned host key, checks that
 // ready/ exists and that intake can create and write its directories, and
 // measures the server's profile there (MeasureProfile), which it returns.
-// It fails on a server whose RENAME overwrites (ErrRenameOverwrites), as
-// the daemon refuses it. It leaves nothing behind.
+// It fails where the profile cannot serve the partner safely
+// (Profile.Serves), as the daemon refuses it then. It leaves nothing
+// behind.
 func Probe(ctx context.Context, p *Config, worker string) (Profile, error) {
 	s, err := Dial(ctx, p)
 	if err != nil {
@@ -31,8 +32,8 @@ func Probe(ctx context.Context, p *Config, worker string) (Profile, error) {
 	if err != nil {
 		return prof, fmt.Errorf("partner %s: %w", p.ID, err)
 	}
-	if prof.RenameOverwrites {
-		return prof, fmt.Errorf("partner %s: %w", p.ID, ErrRenameOverwrites)
+	if err := prof.Serves(p); err != nil {
+		return prof, fmt.Errorf("partner %s: %w", p.ID, err)
 	}
 	return prof, nil
 }

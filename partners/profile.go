@@ -39,10 +39,23 @@ type Profile struct {
 	RealPath bool
 }
 
-// ErrRenameOverwrites means the server's plain RENAME replaces an existing
-// target. Claims and never-overwrite archiving rely on RENAME failing there
-// (as OpenSSH's does), so such a server is refused.
-var ErrRenameOverwrites = errors.New("the server's SFTP RENAME overwrites an existing target; claims and archiving would be unsafe")
+// ErrRenameOverwrites refuses a partner with readiness: stable on a server
+// whose plain RENAME replaces an existing target. Such a server is served
+// otherwise (Session.SetRenameOverwrites: intake makes sure of each
+// rename's target itself), but readiness stable puts a file that changed
+// after its claim back into ready/, and on such a server that move could
+// replace a file the partner has published there meanwhile.
+var ErrRenameOverwrites = errors.New("the server's SFTP RENAME overwrites an existing target, and readiness stable would move claimed files back into ready/ over what the partner publishes there; use readiness rename or manifest on this server")
+
+// Serves reports whether partner c can be served safely on a server of
+// this profile: every server can, but a partner with readiness stable
+// only where RENAME refuses an existing target (ErrRenameOverwrites).
+func (p Profile) Serves(c *Config) error {
+	if p.RenameOverwrites && c.Readiness == ReadinessStable {
+		return ErrRenameOverwrites
+	}
+	return nil
+}
 
 // String is the profile as `intake check` prints it and `intake status`
 // shows it: one line, each measurement named.

@@ -97,7 +97,11 @@ func cmdCheck(args []string, stdout, stderr io.Writer) int {
 		if perr != nil {
 			fail("partner "+p.ID, perr)
 		} else {
-			fmt.Fprintf(stdout, "ok   partner %s: host key pinned, login, directories writable, rename never overwrites\n", p.ID)
+			renames := "rename never overwrites"
+			if prof.RenameOverwrites {
+				renames = "rename overwrites: intake makes sure of each rename's target first and moves nothing into ready/"
+			}
+			fmt.Fprintf(stdout, "ok   partner %s: host key pinned, login, directories writable, %s\n", p.ID, renames)
 			if site, err := partners.ResolveSite(ctx, p); err == nil {
 				sites = append(sites, resolved{p.ID, site})
 			}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"os"
 	"strings"
 	"testing"
 
@@ -8,54 +9,75 @@ import (
 )
 
 // On every partner server the tests start, `intake check` and `intake
-// run --once` agree: both pass, or both fail naming the same reason. check
-// prints the server's measured profile, and `intake status` shows the
+// run --once` agree: both pass, or both fail naming the same reason (a
+// partner with readiness stable on a server whose RENAME overwrites, as
+// rclone's does). check prints the server's measured profile and how a
+// server whose RENAME overwrites is served; `intake status` shows the
 // profile the run kept.
 func TestCheckAndRunAgreeOnEveryPartnerServerAndShowItsProfile(t *testing.T) {
-	wants := map[string]struct {
-		ok      bool
-		profile string
-	}{
-		testenv.ServerOpenSSH:      {true, "rename refuses an existing target; extensions posix-rename,hardlink,fsync,statvfs; empty dirs persist; mtime 1s; names case-sensitive; realpath ok"},
-		testenv.ServerProFTPD:      {true, "rename refuses an existing target; extensions posix-rename,hardlink,fsync,statvfs; empty dirs persist; mtime 1s; names case-sensitive; realpath ok"},
-		testenv.ServerRcloneLocal:  {false, "rename overwrites; extensions posix-rename,hardlink,statvfs; empty dirs persist; mtime 1s; names case-sensitive; realpath ok"},
-		testenv.ServerRcloneMemory: {false, "rename overwrites; extensions posix-rename,hardlink,statvfs; empty dirs persist; mtime 1s; names case-sensitive; realpath ok"},
+	const (
+		refuses    = "rename refuses an existing target; extensions posix-rename,hardlink,fsync,statvfs; empty dirs persist; mtime 1s; names case-sensitive; realpath ok"
+		overwrites = "rename overwrites; extensions posix-rename,hardlink,statvfs; empty dirs persist; mtime 1s; names case-sensitive; realpath ok"
+	)
+	profiles := map[string]string{
+		testenv.ServerOpenSSH:      refuses,
+		testenv.ServerProFTPD:      refuses,
+		testenv.ServerRcloneLocal:  overwrites,
+		testenv.ServerRcloneMemory: overwrites,
 	}
 	for _, srv := range testenv.Servers() {
-		want, ok := wants[srv.Name]
+		profile, ok := profiles[srv.Name]
 		if !ok {
 			t.Fatalf("server %s has no expectation here", srv.Name)
 		}
-		t.Run(srv.Name, func(t *testing.T) {
-			url, pool := testenv.DB(t)
-			t.Setenv("INTAKE_DATABASE_URL", url)
-			site := srv.NewSite(t, "srv")
-			cfg := writeConfig(t, site, site.Config.SFTP.KnownHostsFile)
-			site.Drop(t, "orders-srv.csv", testenv.OrdersCSV("S", 2))
-
-			checkCode, checkOut := runCLI("check", "--config", cfg)
-			if !strings.Contains(checkOut, "partner srv server profile: "+want.profile+"\n") {
-				t.Fatalf("check does not print the profile %q:\n%s", want.profile, checkOut)
-			}
-			runCode, runOut := runCLI("run", "--config", cfg, "--once")
-			_, statusOut := runCLI("status", "--config", cfg)
-			if !strings.Contains(statusOut, "): "+want.profile+"\n") || !strings.Contains(statusOut, "server profile (measured ") {
-				t.Fatalf("status does not show the profile %q:\n%s", want.profile, statusOut)
-			}
-			archived := testenv.Count(t, pool, `SELECT count(*) FROM file_intake WHERE partner_id = 'srv' AND state = 'archived'`)
-			if want.ok {
-				if checkCode != 0 || runCode != 0 || archived != 1 {
-					t.Fatalf("check %d, run %d, %d archived: want both to pass and the file archived\ncheck:\n%s\nrun:\n%s", checkCode, runCode, archived, checkOut, runOut)
+		for _, readiness := range []string{"rename", "stable"} {
+			t.Run(srv.Name+"/readiness "+readiness, func(t *testing.T) {
+				url, pool := testenv.DB(t)
+				t.Setenv("INTAKE_DATABASE_URL", url)
+				site := srv.NewSite(t, "srv")
+				cfg := writeConfig(t, site, site.Config.SFTP.KnownHostsFile)
+				if readiness != "rename" {
+					b, err := os.ReadFile(cfg)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if err := os.WriteFile(cfg, []byte(strings.Replace(string(b), "    poll:", "    readiness: "+readiness+"\n    poll:", 1)), 0o600); err != nil {
+						t.Fatal(err)
+					}
 				}
-				return
-			}
-			const reason = "the server's SFTP RENAME overwrites an existing target"
-			if checkCode == 0 || runCode == 0 || !strings.Contains(checkOut, reason) || !strings.Contains(runOut+statusOut, reason) {
-				t.Fatalf("check %d, run %d: want both to refuse with %q\ncheck:\n%s\nrun:\n%s\nstatus:\n%s", checkCode, runCode, reason, checkOut, runOut, statusOut)
-			}
-			if n := testenv.Count(t, pool, `SELECT count(*) FROM file_intake WHERE partner_id = 'srv'`); n != 0 {
-				t.Fatalf("%d files taken from a refused server", n)
-			}
-		})
+				site.Drop(t, "orders-srv.csv", testenv.OrdersCSV("S", 2))
+
+				checkCode, checkOut := runCLI("check", "--config", cfg)
+				if !strings.Contains(checkOut, "partner srv server profile: "+profile+"\n") {
+					t.Fatalf("check does not print the profile %q:\n%s", profile, checkOut)
+				}
+				runCode, runOut := runCLI("run", "--config", cfg, "--once")
+				_, statusOut := runCLI("status", "--config", cfg)
+				if !strings.Contains(statusOut, "): "+profile+"\n") || !strings.Contains(statusOut, "server profile (measured ") {
+					t.Fatalf("status does not show the profile %q:\n%s", profile, statusOut)
+				}
+				taken := testenv.Count(t, pool, `SELECT count(*) FROM file_intake WHERE partner_id = 'srv'`)
+				if profile == overwrites && readiness == "stable" {
+					const reason = "readiness stable would move claimed files back into ready/"
+					if checkCode == 0 || runCode == 0 || !strings.Contains(checkOut, reason) || !strings.Contains(runOut+statusOut, reason) {
+						t.Fatalf("check %d, run %d: want both to refuse with %q\ncheck:\n%s\nrun:\n%s\nstatus:\n%s", checkCode, runCode, reason, checkOut, runOut, statusOut)
+					}
+					if taken != 0 {
+						t.Fatalf("%d files taken from a refused partner", taken)
+					}
+					return
+				}
+				if checkCode != 0 || runCode != 0 {
+					t.Fatalf("check %d, run %d: want both to pass\ncheck:\n%s\nrun:\n%s", checkCode, runCode, checkOut, runOut)
+				}
+				if profile == overwrites && !strings.Contains(checkOut, "rename overwrites: intake makes sure of each rename's target first") {
+					t.Fatalf("check does not say how it serves a server whose RENAME overwrites:\n%s", checkOut)
+				}
+				// readiness stable claims a file at its second sighting
+				if want := map[string]int64{"rename": 1, "stable": 0}[readiness]; taken != want {
+					t.Fatalf("%d files taken by one run, want %d", taken, want)
+				}
+			})
+		}
 	}
 }

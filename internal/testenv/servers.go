@@ -165,9 +165,9 @@ const (
 
 // NewRcloneSite makes a partner whose site is served by rclone serve sftp
 // (Debian's rclone) on a random loopback port, with a host key of its own
-// (--key) and the client key authorized (--authorized-keys). Over
-// RcloneMemory the site has no directory here (Root is ""): Drop, Files
-// and Read reach it through SFTP.
+// (--key) and the client key authorized (--authorized-keys). Drop, Files
+// and Read reach the site through SFTP, as the partner does (over
+// RcloneMemory the site has no directory here: Root is "").
 func NewRcloneSite(t testing.TB, id string, backend RcloneBackend) *Site {
 	t.Helper()
 	bin, err := syspkg.Find([]string{"/usr/bin/rclone"}, "rclone")
@@ -214,12 +214,13 @@ func NewRcloneSite(t testing.TB, id string, backend RcloneBackend) *Site {
 			Root: "/", DialTimeout: 10 * time.Second},
 		Feeds: []partners.Feed{OrdersFeed()},
 	}}
-	if backend == RcloneMemory {
-		s.remote = dialSFTP(t, s.Config.SFTP)
-		for _, d := range []string{"incoming", "ready"} {
-			if err := s.remote.MkdirAll("/" + d); err != nil {
-				t.Fatal(err)
-			}
+	// rclone's VFS caches directory listings (--dir-cache-time): a file
+	// written into the served directory behind its back is not listed
+	// for minutes. The partner uploads through SFTP, as it would.
+	s.remote = dialSFTP(t, s.Config.SFTP)
+	for _, d := range []string{"incoming", "ready"} {
+		if err := s.remote.MkdirAll("/" + d); err != nil {
+			t.Fatal(err)
 		}
 	}
 	return s

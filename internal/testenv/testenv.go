@@ -160,8 +160,9 @@ type Site struct {
 	Root   string // the site's directory on this machine; "" when the server keeps it elsewhere
 	Server string // the server's name (ServerOpenSSH, ...)
 	Config partners.Config
-	// remote, when set, is how Drop, Files and Read reach a site with no
-	// directory here: through SFTP, as the partner would
+	// remote, when set, is how Drop, Files and Read reach the site:
+	// through SFTP, as the partner does (a server with no directory here,
+	// or one that caches what it lists)
 	remote *sftp.Client
 }
 
