@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/partner-intake/partner-intake/intake"
 	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/intake/ops"
@@ -40,7 +42,7 @@ var interopProfiles = map[string]partners.Profile{
 // (rclone's RENAME overwrites: its sessions make sure of each target
 // themselves). Then a file published by RENAME lands and is archived with
 // its receipt in reports/, an identical resend is a duplicate with its own
-// receipt, bad rows are listed in a rejects report, a conflicting resend
+// receipt, small files dropped together land as a group, bad rows are listed in a rejects report, a conflicting resend
 // is quarantined and, released by ops, applied; and on a site of its own,
 // an agreeing manifest pair lands and a disagreeing one is held.
 func TestEveryPartnerServerRunsTheEndToEndProtocol(t *testing.T) {
@@ -136,6 +138,31 @@ func interopRenameReadiness(t *testing.T, r *rig, site *testenv.Site) {
 		t.Fatalf("archive holds %v, want both files (never overwritten)", got)
 	}
 
+	// small files dropped together: claimed, applied and archived as a
+	// group, each with its own receipt
+	for i := 1; i <= 3; i++ {
+		site.Drop(t, fmt.Sprintf("orders-g%d.csv", i), goodRows(fmt.Sprintf("G%d", i), 2))
+	}
+	r.poll("iop")
+	fs = files(t, pool, "iop")
+	if len(fs) != 5 {
+		t.Fatalf("got %+v, want the three small files beside the first two", fs)
+	}
+	for _, f := range fs[2:] {
+		if f.State != "archived" || f.Applied != 2 {
+			t.Fatalf("small file %+v, want archived with 2 rows", f)
+		}
+		if rc := interopReceipt(t, site, f.Receipt); rc.Outcome != intake.OutcomeAccepted || rc.IntakeID != f.ID {
+			t.Fatalf("receipt %+v of %+v", rc, f)
+		}
+	}
+	if got := site.Files(t, "archive"); len(got) != 5 {
+		t.Fatalf("archive holds %v, want 5 files", got)
+	}
+	if got := testutil.ToFloat64(r.d.Metrics().Grouped.WithLabelValues("iop", "grouped")); got != 3 {
+		t.Fatalf("%v files taken through a group, want 3", got)
+	}
+
 	// bad rows: the rest lands, a rejects report lists them
 	site.Drop(t, "orders-rej.csv", header+
 		"R-1,a@example.com,10.00,paid,2026-11-01T10:00:00Z,1\n"+
@@ -145,13 +172,13 @@ func interopRenameReadiness(t *testing.T, r *rig, site *testenv.Site) {
 		"R-5,d@example.com,10.00,new,2026-11-01T10:00:00Z,1\n")
 	r.poll("iop")
 	fs = files(t, pool, "iop")
-	if len(fs) != 3 || fs[2].State != "archived" || fs[2].Applied != 3 || fs[2].Rejected != 2 || fs[2].Rejects == "" {
+	if len(fs) != 6 || fs[5].State != "archived" || fs[5].Applied != 3 || fs[5].Rejected != 2 || fs[5].Rejects == "" {
 		t.Fatalf("got %+v, want archived with 3 applied and 2 rejected", fs)
 	}
-	if got, want := site.Read(t, site.Rel(t, fs[2].Rejects)), "line,column,reason,outcome,detail\n3,email,bad_email,rejected,\n4,status,not_in_enum,rejected,\n"; got != want {
+	if got, want := site.Read(t, site.Rel(t, fs[5].Rejects)), "line,column,reason,outcome,detail\n3,email,bad_email,rejected,\n4,status,not_in_enum,rejected,\n"; got != want {
 		t.Fatalf("rejects report:\n%s\nwant:\n%s", got, want)
 	}
-	if rc := interopReceipt(t, site, fs[2].Receipt); rc.Outcome != intake.OutcomeAcceptedWithRejects || rc.Rows.Rejected != 2 {
+	if rc := interopReceipt(t, site, fs[5].Receipt); rc.Outcome != intake.OutcomeAcceptedWithRejects || rc.Rows.Rejected != 2 {
 		t.Fatalf("receipt %+v", rc)
 	}
 
@@ -161,7 +188,7 @@ func interopRenameReadiness(t *testing.T, r *rig, site *testenv.Site) {
 	site.Drop(t, "orders-1.csv", changed)
 	r.poll("iop")
 	fs = files(t, pool, "iop")
-	if len(fs) != 4 || fs[3].State != "quarantined" || fs[3].Reason != "batch_conflict" {
+	if len(fs) != 7 || fs[6].State != "quarantined" || fs[6].Reason != "batch_conflict" {
 		t.Fatalf("got %+v, want the resend quarantined as batch_conflict", fs)
 	}
 	held := site.Files(t, "quarantine")
@@ -171,17 +198,17 @@ func interopRenameReadiness(t *testing.T, r *rig, site *testenv.Site) {
 	if n := count(t, pool, `SELECT count(*) FROM orders WHERE partner_id = 'iop' AND amount = 99.99`); n != 0 {
 		t.Fatal("the held bytes were applied")
 	}
-	if err := ops.Release(context.Background(), pool, ops.Decision{IntakeID: fs[3].ID, Actor: "alice", Reason: "the new file is right",
+	if err := ops.Release(context.Background(), pool, ops.Decision{IntakeID: fs[6].ID, Actor: "alice", Reason: "the new file is right",
 		Winner: ops.WinnerNew, Partners: []string{"iop"}, Worker: intake.OpsWorker("ops")}); err != nil {
 		t.Fatal(err)
 	}
 	r.reconcileOnce(site)
 	r.poll("iop")
 	fs = files(t, pool, "iop")
-	if fs[3].State != "archived" || fs[3].Applied != 1 {
-		t.Fatalf("got %+v, want the released file archived with its one changed row", fs[3])
+	if fs[6].State != "archived" || fs[6].Applied != 1 {
+		t.Fatalf("got %+v, want the released file archived with its one changed row", fs[6])
 	}
-	if n := count(t, pool, `SELECT count(*) FROM orders WHERE partner_id = 'iop' AND amount = 99.99 AND last_intake_id = $1`, fs[3].ID); n != 1 {
+	if n := count(t, pool, `SELECT count(*) FROM orders WHERE partner_id = 'iop' AND amount = 99.99 AND last_intake_id = $1`, fs[6].ID); n != 1 {
 		t.Fatal("the released bytes were not applied")
 	}
 	if got := site.Files(t, "quarantine"); slices.ContainsFunc(got, func(n string) bool { return !strings.HasSuffix(n, ".json") }) {
