@@ -3,6 +3,7 @@ package intake_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"path"
 	"slices"
@@ -10,11 +11,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/partner-intake/partner-intake/intake"
 	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/intake/ops"
+	"github.com/partner-intake/partner-intake/internal/fault"
 	"github.com/partner-intake/partner-intake/internal/testenv"
 	"github.com/partner-intake/partner-intake/partners"
 )
@@ -43,8 +46,10 @@ var interopProfiles = map[string]partners.Profile{
 // themselves). Then a file published by RENAME lands and is archived with
 // its receipt in reports/, an identical resend is a duplicate with its own
 // receipt, small files dropped together land as a group, bad rows are listed in a rejects report, a conflicting resend
-// is quarantined and, released by ops, applied; and on a site of its own,
-// an agreeing manifest pair lands and a disagreeing one is held.
+// is quarantined and, released by ops, applied; on a site of its own, a
+// claim whose row was lost (the rename's reply lost, the daemon stopped)
+// is recorded and landed by the restarted daemon; and on another, an
+// agreeing manifest pair lands and a disagreeing one is held.
 func TestEveryPartnerServerRunsTheEndToEndProtocol(t *testing.T) {
 	defer intake.SetScanCheckBytes(0)() // a resend is not scanned: its batch is held
 	for _, srv := range testenv.Servers() {
@@ -71,6 +76,11 @@ func TestEveryPartnerServerRunsTheEndToEndProtocol(t *testing.T) {
 				t.Fatalf("check measured %s\nthe daemon %s\nwant %s", checked, stored.Profile, want)
 			}
 			interopRenameReadiness(t, r, site)
+		})
+		t.Run(srv.Name+"/crash mid-claim", func(t *testing.T) {
+			_, pool := testenv.DB(t)
+			site := srv.NewSite(t, "iopc")
+			interopCrashMidClaim(t, pool, site)
 		})
 		t.Run(srv.Name+"/manifest", func(t *testing.T) {
 			_, pool := testenv.DB(t)
@@ -249,5 +259,35 @@ func interopManifest(t *testing.T, r *rig, site *testenv.Site) {
 	}
 	if got := site.Files(t, "ready"); len(got) != 0 {
 		t.Fatalf("ready/ still holds %v", got)
+	}
+}
+
+func interopCrashMidClaim(t *testing.T, pool *pgxpool.Pool, site *testenv.Site) {
+	site.Drop(t, "orders-c.csv", goodRows("C", 3))
+	first := newRig(t, pool, "w1", site)
+	if err := fault.Set("claim:after_rename=error"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { fault.Set("") })
+	if err := first.d.PollOnce(context.Background(), "iopc"); !errors.Is(err, fault.ErrInjected) {
+		t.Fatalf("got %v, want the injected loss after the claim's rename", err)
+	}
+	fault.Set("")
+	first.d.Stop()
+	if got := site.Files(t, "processing"); len(got) != 1 || len(files(t, pool, "iopc")) != 0 {
+		t.Fatalf("processing/ holds %v with %d rows, want the claimed file without a row", got, len(files(t, pool, "iopc")))
+	}
+	second := newRig(t, pool, "w1", site) // the same worker id, started again
+	second.poll("iopc")
+	fs := files(t, pool, "iopc")
+	if len(fs) != 1 || fs[0].State != "archived" {
+		t.Fatalf("after the restart's first poll: %+v, want the claim recorded and archived", fs)
+	}
+	testenv.AssertExactOrders(t, pool, "iopc", 3, "C")
+	if got := site.Files(t, "processing"); len(got) != 0 {
+		t.Fatalf("processing/ still holds %v", got)
+	}
+	if rc := interopReceipt(t, site, fs[0].Receipt); rc.Outcome != intake.OutcomeAccepted || rc.IntakeID != fs[0].ID {
+		t.Fatalf("receipt %+v", rc)
 	}
 }
