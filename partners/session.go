@@ -149,10 +149,12 @@ var ErrRenameIntoPartnerDir = errors.New("a rename into the partner's directory,
 // right before it; and a rename into ready/ or incoming/ is refused
 // (ErrRenameIntoPartnerDir). The LSTAT and the RENAME are two requests: a
 // target is safe from another writer between them only in intake's own
-// directories, where every rename into processing/ is made under the
-// partner's claim lock (which serializes claims and takeovers across
-// replicas) and every other name intake moves a file to carries the
-// file's intake id (one owner at a time, under its fencing token).
+// directories, where a data file's claim, a takeover and an adoption
+// into processing/ are made under the partner's claim lock (which
+// serializes them across replicas; a manifest follows its data file's
+// claim to the name beside it) and every other name intake moves a file
+// to carries the file's intake id (one owner at a time, under its
+// fencing token).
 // PosixRename is left as it is: it replaces on purpose (a receipt
 // published onto its own name).
 func (s *Session) SetRenameOverwrites(on bool) { s.noClobber.Store(on) }
