@@ -42,16 +42,15 @@ const (
 	ServerRcloneMemory = "rclone-memory"
 )
 
-// Servers lists the partner servers an interop test runs against, each
-// with the constructor of a site on it.
-func Servers() []struct {
-	Name    string
-	NewSite func(t testing.TB, id string) *Site
-} {
-	return []struct {
-		Name    string
-		NewSite func(t testing.TB, id string) *Site
-	}{
+// Server is a kind of partner server an interop test runs against.
+type Server struct {
+	Name    string                              // ServerOpenSSH, ...
+	NewSite func(t testing.TB, id string) *Site // a fresh site on a server of this kind
+}
+
+// Servers lists the partner servers an interop test runs against.
+func Servers() []Server {
+	return []Server{
 		{ServerOpenSSH, NewSite},
 		{ServerProFTPD, NewProFTPDSite},
 		{ServerRcloneLocal, func(t testing.TB, id string) *Site { return NewRcloneSite(t, id, RcloneLocal) }},
