@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/partner-intake/partner-intake/intake/ops"
 	"github.com/partner-intake/partner-intake/internal/testenv"
@@ -167,5 +168,30 @@ func TestAClaimNeverReplacesAClaimedFileOnAServerWhoseRenameOverwrites(t *testin
 	}
 	if got := site.Read(t, site.Rel(t, fs[1].Archive)); got != second {
 		t.Fatalf("the held intake's file holds %q, want the new file's bytes", got)
+	}
+}
+
+// A profile kept before the profile measured more than RENAME (its other
+// columns NULL) is measured again at the daemon's first dial, though a
+// day has not passed: status then shows the server whole.
+func TestAProfileMeasuredInPartIsMeasuredAgain(t *testing.T) {
+	_, pool := testenv.DB(t)
+	site := testenv.NewSite(t, "part")
+	r := newRig(t, pool, "w1", site)
+	r.poll("part")
+	execArgs(t, pool, `UPDATE intake_site_profile SET posix_rename = NULL, hardlink = NULL, fsync = NULL, statvfs = NULL,
+		empty_dir_persists = NULL, mtime_step_ms = NULL, case_insensitive = NULL, realpath = NULL,
+		measured_at = now() - interval '1 hour' WHERE partner_id = 'part'`)
+	r.d.Stop()
+	newRig(t, pool, "w1", site).poll("part") // a restart: the site is resolved afresh
+	var realpath, fsync *bool
+	var step *int32
+	var age time.Duration
+	if err := pool.QueryRow(context.Background(), `SELECT realpath, fsync, mtime_step_ms, now() - measured_at FROM intake_site_profile WHERE partner_id = 'part'`).
+		Scan(&realpath, &fsync, &step, &age); err != nil {
+		t.Fatal(err)
+	}
+	if realpath == nil || !*realpath || fsync == nil || !*fsync || step == nil || *step != 1000 || age > time.Minute {
+		t.Fatalf("realpath %v, fsync %v, mtime step %v ms, measured %v ago: want OpenSSH's profile measured again now", realpath, fsync, step, age)
 	}
 }
