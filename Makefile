@@ -85,7 +85,7 @@ alerts-test:
 	@promtool=$$(bash .ci/promtool.sh) && cd configs/prometheus && \
 	$$promtool check rules alerts.yml && $$promtool test rules alerts_test.yml
 
-## deps: install postgresql and openssh-server when missing (apt-get, as root)
+## deps: install postgresql, openssh-server and the interop servers (proftpd-core, proftpd-mod-crypto, rclone) when missing (apt-get, as root)
 deps:
 	@bash .ci/deps.sh
 

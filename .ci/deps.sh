@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Installs what the demo and the tests start: PostgreSQL's server binaries
-# and OpenSSH's sshd (with its sftp server), and zsh (completion test). As root it uses apt-get; as
+# Installs what the demo and the tests start: PostgreSQL's server binaries,
+# OpenSSH's sshd (with its sftp server), the other partner servers the
+# interop tests run (ProFTPD's mod_sftp, rclone serve sftp), and zsh
+# (completion test). As root it uses apt-get; as
 # another user it prints the exact command and fails. Nothing is skipped.
 set -euo pipefail
 
@@ -9,6 +11,9 @@ compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null || missing+=(postgresql
 [ -x /usr/sbin/sshd ] || missing+=(openssh-server)
 [ -x /usr/lib/openssh/sftp-server ] || missing+=(openssh-sftp-server)
 command -v sftp >/dev/null || missing+=(openssh-client)
+[ -x /usr/sbin/proftpd ] || missing+=(proftpd-core)
+[ -e /usr/lib/proftpd/mod_sftp.so ] || missing+=(proftpd-mod-crypto)
+command -v rclone >/dev/null || missing+=(rclone)
 command -v zsh >/dev/null || missing+=(zsh) # `intake completion zsh` is loaded by a real zsh in the tests
 
 if [ ${#missing[@]} -eq 0 ]; then
@@ -25,5 +30,6 @@ apt-get install -y --no-install-recommends "${missing[@]}" >/dev/null 2>&1 || {
   apt-get update >/dev/null
   apt-get install -y --no-install-recommends "${missing[@]}" >/dev/null
 }
-# The Debian package starts a cluster and sshd on port 22 where systemd
-# runs; the tests start their own, so nothing else is needed here.
+# The Debian packages start a cluster, sshd on port 22 and proftpd on port
+# 21 where systemd runs; the tests start their own, so nothing else is
+# needed here.

@@ -2,11 +2,13 @@ package intake_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
 
 	"github.com/partner-intake/partner-intake/internal/fault"
+	"github.com/partner-intake/partner-intake/internal/sftpd"
 	"github.com/partner-intake/partner-intake/internal/testenv"
 )
 
@@ -19,16 +21,28 @@ import (
 // without an archive copy (its bytes are in the spool), and the new file
 // is claimed or adopted under an intake of its own (here a batch conflict:
 // the same name with other bytes, held for ops with its receipt).
+//
+// On a server whose RENAME overwrites, the new file claimed to the busy
+// path is not put back into ready/ (where the partner may publish the
+// same name meanwhile): it waits in processing/ and is adopted once the
+// path is free, with the same outcome.
 func TestANewFileUnderABusyClaimPathGetsAnIntakeOfItsOwn(t *testing.T) {
-	for _, how := range []string{"new_claim", "placed_there"} {
-		t.Run(how, func(t *testing.T) { busyClaimPath(t, how) })
+	for _, overwrites := range []bool{false, true} {
+		for _, how := range []string{"new_claim", "placed_there"} {
+			t.Run(fmt.Sprintf("%s, rename overwrites %v", how, overwrites), func(t *testing.T) { busyClaimPath(t, how, overwrites) })
+		}
 	}
 }
 
-func busyClaimPath(t *testing.T, how string) {
+func busyClaimPath(t *testing.T, how string, overwrites bool) {
 	ctx := context.Background()
 	_, pool := testenv.DB(t)
 	site := testenv.NewSite(t, "busy")
+	if overwrites {
+		var srv *sftpd.Server
+		srv, site = testenv.NewInProcessSite(t, "busy")
+		srv.RenameOverwrites()
+	}
 	r := newRig(t, pool, "w1", site)
 	const name = "orders-20261101.csv"
 	site.Drop(t, name, goodRows("A", 3))
@@ -56,6 +70,17 @@ func busyClaimPath(t *testing.T, how string) {
 	case "new_claim":
 		site.Drop(t, name, second)
 		r.poll("busy")
+		if overwrites {
+			// never moved into ready/: it waits at the path, not adopted
+			// while the first intake owns it
+			if got := site.Files(t, "ready"); len(got) != 0 {
+				t.Fatalf("ready/ holds %v, want the new file kept in processing/", got)
+			}
+			if got := site.Read(t, filepath.Join("processing", "w1", name)); got != second {
+				t.Fatalf("the busy path holds %q, want the new file", got)
+			}
+			break
+		}
 		if got := site.Files(t, filepath.Join("processing", "w1")); len(got) != 0 {
 			t.Fatalf("processing/w1 holds %v: the new file sits at the busy path", got)
 		}
@@ -79,7 +104,7 @@ func busyClaimPath(t *testing.T, how string) {
 		fs[1].State != "quarantined" || fs[1].Reason != "batch_conflict" || fs[1].Archive == "" {
 		t.Fatalf("rows %+v, want the first archived without an archive copy, the new file held under an intake of its own", fs)
 	}
-	if got := site.Read(t, mustRel(t, site.Root, fs[1].Archive)); got != second {
+	if got := site.Read(t, site.Rel(t, fs[1].Archive)); got != second {
 		t.Fatal("the new file's intake holds other bytes than the new file's")
 	}
 	if n := count(t, pool, `SELECT count(*) FROM orders WHERE partner_id = 'busy' AND last_intake_id = $1`, first); n != 3 {
@@ -88,13 +113,4 @@ func busyClaimPath(t *testing.T, how string) {
 	if got := site.Files(t, "processing"); len(got) != 0 {
 		t.Fatalf("processing/ still holds %v", got)
 	}
-}
-
-func mustRel(t *testing.T, root, p string) string {
-	t.Helper()
-	rel, err := filepath.Rel(root, p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return rel
 }

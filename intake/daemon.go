@@ -800,15 +800,16 @@ type partnerRT struct {
 	cronID  cron.EntryID
 	book    *sessionBook // the daemon's (sessions.go)
 
-	mu        sync.Mutex // one poll at a time per partner
-	sessMu    sync.Mutex
-	sess      *partners.Session
-	hasSess   atomic.Bool                   // sess != nil, read without sessMu (sessions.go)
-	site      atomic.Pointer[partners.Site] // its tree as the server resolves it, once dialled (site.go)
-	lastUsed  atomic.Int64                  // unix ns a poll last used the session (idle close, LRU)
-	tempClean bool                          // this worker's spool temp files of the partner were swept
-	redial    atomic.Bool                   // a file met an SFTP failure: the next poll dials afresh
-	resumed   bool                          // this worker's own files of the partner were resumed once
+	mu         sync.Mutex // one poll at a time per partner
+	sessMu     sync.Mutex
+	sess       *partners.Session
+	hasSess    atomic.Bool                   // sess != nil, read without sessMu (sessions.go)
+	site       atomic.Pointer[partners.Site] // its tree as the server resolves it, once dialled (site.go)
+	overwrites atomic.Bool                   // its server's RENAME overwrites: each session is told (site.go)
+	lastUsed   atomic.Int64                  // unix ns a poll last used the session (idle close, LRU)
+	tempClean  bool                          // this worker's spool temp files of the partner were swept
+	redial     atomic.Bool                   // a file met an SFTP failure: the next poll dials afresh
+	resumed    bool                          // this worker's own files of the partner were resumed once
 	// takenOver: this worker's reconciler took a file of the partner over
 	// (TakenOver): the next poll resumes this worker's own files again,
 	// even where another replica polls the partner.

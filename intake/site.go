@@ -25,7 +25,9 @@ const reasonSiteShared = "site_shared"
 
 // resolveSite resolves p's site once per configuration of it (a reload
 // makes a new partnerRT) and refuses it when it overlaps another's, or
-// when its server's RENAME overwrites (siteProfile).
+// when its server's profile cannot serve it (siteProfile). Every session
+// of a partner whose server's RENAME overwrites is told so before it
+// renames anything (partners.Session.SetRenameOverwrites).
 func (d *Daemon) resolveSite(ctx context.Context, p *partnerRT, s *partners.Session) error {
 	if p.site.Load() == nil {
 		site, err := s.Site()
@@ -38,22 +40,26 @@ func (d *Daemon) resolveSite(ctx context.Context, p *partnerRT, s *partners.Sess
 		p.site.Store(&site)
 		d.sites.Store(p.cfg.ID, site)
 	}
+	s.SetRenameOverwrites(p.overwrites.Load())
 	return d.siteShared(p)
 }
 
 // profileFor is how long a measured site profile is trusted.
 const profileFor = 24 * time.Hour
 
-// siteProfile makes sure the partner's server keeps to what the claim and
-// archive protocol relies on: a RENAME that refuses an existing target
-// (the claim's RENAME is the claim; an archive never overwrites). It is
-// measured when the partner is first dialled (partners.Session.
-// RenameOverwrites) and kept in PostgreSQL for a day, so a one-shot run
-// or a replica reads it instead of measuring again (a server found
-// overwriting is measured again at each poll). A server whose
-// RENAME overwrites is refused, as intake check refuses it: every poll
-// fails with reason rename_overwrites and no file is taken. A claim:
-// record partner never renames and is not measured.
+// siteProfile measures the partner's server (partners.Session.
+// MeasureProfile: RENAME over an existing name, the extensions offered,
+// empty directories, mtimes, case, REALPATH) when the partner is first
+// dialled and keeps the profile in PostgreSQL for a day, so a one-shot
+// run or a replica reads it instead of measuring again, and `intake
+// status` shows it. A server whose RENAME overwrites is served with
+// sessions that make sure of each rename's target themselves
+// (resolveSite); a partner its profile cannot serve (partners.Profile.
+// Serves: readiness stable on such a server) is refused, as intake check
+// refuses it: every poll fails with reason rename_overwrites and no file
+// is taken (the server is measured again at each poll, so one fixed since
+// is served at the next). A claim: record partner never renames and is
+// not measured.
 func (d *Daemon) siteProfile(ctx context.Context, p *partnerRT, s *partners.Session, site partners.Site) error {
 	if p.cfg.Records() {
 		return nil
@@ -63,22 +69,24 @@ func (d *Daemon) siteProfile(ctx context.Context, p *partnerRT, s *partners.Sess
 	if err != nil {
 		return err
 	}
-	// measured again when unknown, of another site, a day old, or found
-	// overwriting (a server fixed since is served at the next poll)
-	if prof == nil || prof.Site != key || time.Since(prof.MeasuredAt) > profileFor || prof.RenameOverwrites {
-		overwrites, err := s.RenameOverwrites(d.cfg.WorkerID)
+	// measured again when unknown, of another site, a day old, measured
+	// in part, or found unable to serve the partner
+	if prof == nil || prof.Site != key || time.Since(prof.MeasuredAt) > profileFor || !prof.Complete || prof.Profile.Serves(p.cfg) != nil {
+		measured, err := s.MeasureProfile(d.cfg.WorkerID)
 		if err != nil {
-			return fmt.Errorf("partner %s: measure the server's RENAME: %w", p.cfg.ID, err)
+			return fmt.Errorf("partner %s: measure the server: %w", p.cfg.ID, err)
 		}
-		if err := d.ledger.RecordSiteProfile(ctx, p.cfg.ID, key, overwrites); err != nil {
+		if err := d.ledger.RecordSiteProfile(ctx, p.cfg.ID, key, measured); err != nil {
 			return err
 		}
-		prof = &ledger.SiteProfile{Site: key, RenameOverwrites: overwrites}
+		d.log.Info("partner's server measured", "partner", p.cfg.ID, "profile", measured.String())
+		prof = &ledger.SiteProfile{Site: key, Profile: measured, Complete: true}
 	}
-	if prof.RenameOverwrites {
-		d.log.Error("the partner's server overwrites on RENAME: not polled", "partner", p.cfg.ID, "reason", reasonRenameOverwrites)
-		return fmt.Errorf("partner %s: %w (reason %s)", p.cfg.ID, partners.ErrRenameOverwrites, reasonRenameOverwrites)
+	if err := prof.Profile.Serves(p.cfg); err != nil {
+		d.log.Error("the partner's server cannot serve it safely: not polled", "partner", p.cfg.ID, "reason", reasonRenameOverwrites, "profile", prof.Profile.String())
+		return fmt.Errorf("partner %s: %w (reason %s)", p.cfg.ID, err, reasonRenameOverwrites)
 	}
+	p.overwrites.Store(prof.Profile.RenameOverwrites)
 	return nil
 }
 

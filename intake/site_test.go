@@ -7,7 +7,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/partner-intake/partner-intake/intake/ops"
 	"github.com/partner-intake/partner-intake/internal/testenv"
 	"github.com/partner-intake/partner-intake/partners"
 )
@@ -50,35 +52,50 @@ func TestTwoPartnersOnOneTreeAreRefused(t *testing.T) {
 }
 
 // A partner's server whose RENAME overwrites an existing target (object
-// store gateways, some SFTP servers) breaks the claim (the RENAME is the
-// claim) and the never-overwrite archive: the daemon measures it when it
-// first dials the partner and refuses the partner, as intake check does
-// (rename_overwrites): no file is taken. The same site served as OpenSSH
-// serves it is polled, and the measurement is kept in PostgreSQL.
-func TestAServerWhoseRenameOverwritesIsRefusedAsCheckRefusesIt(t *testing.T) {
-	for _, overwrites := range []bool{true, false} {
-		t.Run(map[bool]string{true: "overwrites", false: "refuses"}[overwrites], func(t *testing.T) {
+// store gateways, rclone serve sftp) is measured when the daemon first
+// dials the partner (kept in PostgreSQL) and served, as intake check
+// passes it: its sessions make sure of each rename's target themselves.
+// With readiness stable, which puts changed files back into ready/ where
+// the partner publishes, it is refused by both alike (rename_overwrites)
+// and nothing is taken; on a server whose RENAME refuses, both serve it.
+func TestAServerWhoseRenameOverwritesIsServedUnlessReadinessStable(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		overwrites bool
+		readiness  string
+		served     bool
+	}{
+		{"overwrites, readiness rename", true, partners.ReadinessRename, true},
+		{"overwrites, readiness stable", true, partners.ReadinessStable, false},
+		{"refuses, readiness stable", false, partners.ReadinessStable, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
 			_, pool := testenv.DB(t)
 			srv, site := testenv.NewInProcessSite(t, "ow")
-			if overwrites {
+			if tc.overwrites {
 				srv.RenameOverwrites()
 			}
+			site.Config.Readiness = tc.readiness
 			site.Drop(t, "orders-1.csv", goodRows("O", 2))
 			cfg := site.Validated(t)
-			checkErr := partners.Probe(context.Background(), &cfg, "w1")
+			_, checkErr := partners.Probe(context.Background(), &cfg, "w1")
 			r := newRig(t, pool, "w1", site)
 			err := r.d.PollOnce(context.Background(), "ow")
 			var measured bool
-			if qerr := pool.QueryRow(context.Background(), `SELECT rename_overwrites FROM intake_site_profile WHERE partner_id = 'ow'`).Scan(&measured); qerr != nil || measured != overwrites {
-				t.Fatalf("profile recorded %v (%v), want rename_overwrites %v", measured, qerr, overwrites)
+			if qerr := pool.QueryRow(context.Background(), `SELECT rename_overwrites FROM intake_site_profile WHERE partner_id = 'ow'`).Scan(&measured); qerr != nil || measured != tc.overwrites {
+				t.Fatalf("profile recorded %v (%v), want rename_overwrites %v", measured, qerr, tc.overwrites)
 			}
-			if !overwrites {
+			if tc.served {
 				if err != nil || checkErr != nil {
 					t.Fatalf("poll %v, check %v: want both to pass", err, checkErr)
+				}
+				if tc.readiness == partners.ReadinessStable {
+					return // a first sighting: stable readiness claims on a later poll
 				}
 				if fs := files(t, pool, "ow"); len(fs) != 1 || fs[0].State != "archived" {
 					t.Fatalf("rows %+v, want the file archived", fs)
 				}
+				testenv.AssertExactOrders(t, pool, "ow", 2, "O")
 				return
 			}
 			if !errors.Is(checkErr, partners.ErrRenameOverwrites) {
@@ -88,11 +105,93 @@ func TestAServerWhoseRenameOverwritesIsRefusedAsCheckRefusesIt(t *testing.T) {
 				t.Fatalf("poll: %v, want it refused as check refuses it", err)
 			}
 			if fs := files(t, pool, "ow"); len(fs) != 0 {
-				t.Fatalf("rows %+v: a file was taken from a server whose RENAME overwrites", fs)
+				t.Fatalf("rows %+v: a file was taken from a partner its server cannot serve", fs)
 			}
 			if got := site.Files(t, "ready"); len(got) != 1 {
 				t.Fatalf("ready/ holds %v, want the file untouched", got)
 			}
 		})
+	}
+}
+
+// On a server whose RENAME overwrites, a claim never replaces a file
+// intake claimed before. A file whose plan awaits approval keeps its path
+// in processing/; the partner sends the same name again with other bytes.
+// On OpenSSH the new file's RENAME onto that path fails and the new file
+// waits in ready/; on a server whose RENAME would replace the waiting
+// file, the session's own check does the same: the waiting file keeps its
+// bytes, and once it is approved and lands, the new file is claimed under
+// an intake of its own (the same batch with other bytes: held as a batch
+// conflict, its bytes in quarantine/).
+func TestAClaimNeverReplacesAClaimedFileOnAServerWhoseRenameOverwrites(t *testing.T) {
+	_, pool := testenv.DB(t)
+	srv, site := testenv.NewInProcessSite(t, "ow")
+	srv.RenameOverwrites()
+	site.Config.Feeds[0].Approval = &partners.Approval{Always: true}
+	const name = "orders-x.csv"
+	first, second := goodRows("A", 3), goodRows("B", 2)
+	site.Drop(t, name, first)
+	r := newRig(t, pool, "w1", site)
+	r.poll("ow")
+	fs := files(t, pool, "ow")
+	if len(fs) != 1 || fs[0].State != "awaiting_approval" {
+		t.Fatalf("rows %+v, want the file awaiting approval", fs)
+	}
+	site.Drop(t, name, second)
+	r.poll("ow")
+	if got := site.Read(t, "processing/w1/"+name); got != first {
+		t.Fatalf("the waiting file's claimed path holds %q, want its own bytes", got)
+	}
+	if got := site.Read(t, "ready/"+name); got != second {
+		t.Fatalf("ready/ holds %q, want the new file waiting", got)
+	}
+	if fs := files(t, pool, "ow"); len(fs) != 1 {
+		t.Fatalf("rows %+v: the new file was claimed onto the waiting one's path", fs)
+	}
+
+	v, err := ops.ShowPlan(context.Background(), pool, fs[0].ID, []string{"ow"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := approve(context.Background(), pool, "ow", fs[0].ID, v.Hash); err != nil {
+		t.Fatal(err)
+	}
+	r.poll("ow")
+	r.poll("ow")
+	fs = files(t, pool, "ow")
+	if len(fs) != 2 || fs[0].State != "archived" || fs[1].State != "quarantined" || fs[1].Reason != "batch_conflict" {
+		t.Fatalf("rows %+v, want the first archived and the new file held as a batch conflict", fs)
+	}
+	testenv.AssertExactOrders(t, pool, "ow", 3, "A")
+	if got := site.Read(t, site.Rel(t, fs[0].Archive)); got != first {
+		t.Fatalf("the first intake's archive holds %q, want its own bytes", got)
+	}
+	if got := site.Read(t, site.Rel(t, fs[1].Archive)); got != second {
+		t.Fatalf("the held intake's file holds %q, want the new file's bytes", got)
+	}
+}
+
+// A profile kept before the profile measured more than RENAME (its other
+// columns NULL) is measured again at the daemon's first dial, though a
+// day has not passed: status then shows the server whole.
+func TestAProfileMeasuredInPartIsMeasuredAgain(t *testing.T) {
+	_, pool := testenv.DB(t)
+	site := testenv.NewSite(t, "part")
+	r := newRig(t, pool, "w1", site)
+	r.poll("part")
+	execArgs(t, pool, `UPDATE intake_site_profile SET posix_rename = NULL, hardlink = NULL, fsync = NULL, statvfs = NULL,
+		empty_dir_persists = NULL, mtime_step_ms = NULL, case_insensitive = NULL, realpath = NULL,
+		measured_at = now() - interval '1 hour' WHERE partner_id = 'part'`)
+	r.d.Stop()
+	newRig(t, pool, "w1", site).poll("part") // a restart: the site is resolved afresh
+	var realpath, fsync *bool
+	var step *int32
+	var age time.Duration
+	if err := pool.QueryRow(context.Background(), `SELECT realpath, fsync, mtime_step_ms, now() - measured_at FROM intake_site_profile WHERE partner_id = 'part'`).
+		Scan(&realpath, &fsync, &step, &age); err != nil {
+		t.Fatal(err)
+	}
+	if realpath == nil || !*realpath || fsync == nil || !*fsync || step == nil || *step != 1000 || age > time.Minute {
+		t.Fatalf("realpath %v, fsync %v, mtime step %v ms, measured %v ago: want OpenSSH's profile measured again now", realpath, fsync, step, age)
 	}
 }

@@ -61,6 +61,9 @@ func (s *Session) RenameAndOpen(from, to string) (*Opening, error) {
 	if err := s.Prepared(); err != nil {
 		return nil, err
 	}
+	if err := s.clobberCheck(to); err != nil {
+		return nil, err
+	}
 	if !s.inOrder() {
 		return nil, s.Deadline(s.Client.Rename(from, to))
 	}

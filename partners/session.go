@@ -59,6 +59,8 @@ type Session struct {
 	prep       chan struct{} // closed when Prepare's directories are made sure of; nil: nothing pending
 	prepErr    error         // why they could not be; set before prep is closed
 	prepFailed atomic.Bool
+
+	noClobber atomic.Bool // the server's RENAME overwrites (SetRenameOverwrites)
 }
 
 // RTT is the round trip to the site as Prepare measured it (a keepalive
@@ -115,12 +117,66 @@ func sized(p string, fi os.FileInfo, err error) (os.FileInfo, error) {
 }
 
 // Rename is sftp.Client.Rename under the session's deadline, once the
-// session is prepared (Prepared).
+// session is prepared (Prepared). On a server whose RENAME overwrites
+// (SetRenameOverwrites) it first makes sure the rename cannot overwrite
+// (noClobber).
 func (s *Session) Rename(from, to string) error {
 	if err := s.Prepared(); err != nil {
 		return err
 	}
+	if err := s.clobberCheck(to); err != nil {
+		return err
+	}
 	return s.Deadline(s.Client.Rename(from, to))
+}
+
+// ErrRenameTargetExists is a rename refused by the session, as OpenSSH's
+// RENAME refuses it, because its target exists on a server whose RENAME
+// would have replaced it.
+var ErrRenameTargetExists = errors.New("the rename's target exists (the server's RENAME would overwrite it)")
+
+// ErrRenameIntoPartnerDir is a rename into a directory the partner writes
+// (ready/, incoming/) refused on a server whose RENAME overwrites: the
+// partner may publish the same name there at any moment, and no check
+// made before the RENAME can rule that out.
+var ErrRenameIntoPartnerDir = errors.New("a rename into the partner's directory, on a server whose RENAME overwrites, could replace a file the partner publishes there")
+
+// SetRenameOverwrites tells the session that its server's plain RENAME
+// replaces an existing target (the site's measured profile). From then on
+// Rename and RenameAndOpen keep by themselves to what the claim and
+// archive protocol relies on, RENAME never overwriting: a target that
+// exists fails the rename (ErrRenameTargetExists), found by an LSTAT
+// right before it; and a rename into ready/ or incoming/ is refused
+// (ErrRenameIntoPartnerDir). The LSTAT and the RENAME are two requests: a
+// target is safe from another writer between them only in intake's own
+// directories, where a data file's claim, a takeover and an adoption
+// into processing/ are made under the partner's claim lock (which
+// serializes them across replicas; a manifest follows its data file's
+// claim to the name beside it) and every other name intake moves a file
+// to carries the file's intake id (one owner at a time, under its
+// fencing token).
+// PosixRename is left as it is: it replaces on purpose (a receipt
+// published onto its own name).
+func (s *Session) SetRenameOverwrites(on bool) { s.noClobber.Store(on) }
+
+// clobberCheck is SetRenameOverwrites's check before a rename to to; nil
+// on a server whose RENAME refuses an existing target.
+func (s *Session) clobberCheck(to string) error {
+	if !s.noClobber.Load() {
+		return nil
+	}
+	if dir := path.Dir(to); dir == s.Layout.ReadyDir() || dir == s.Layout.IncomingDir() {
+		return fmt.Errorf("rename to %s: %w", to, ErrRenameIntoPartnerDir)
+	}
+	_, err := s.Client.Lstat(to)
+	switch {
+	case err == nil:
+		return fmt.Errorf("rename to %s: %w", to, ErrRenameTargetExists)
+	case IsNotExist(err):
+		return nil
+	default:
+		return s.Deadline(err)
+	}
 }
 
 // PosixRename is sftp.Client.PosixRename under the session's deadline,

@@ -108,7 +108,7 @@ func TestHostWithoutAPinnedKeyIsRefused(t *testing.T) {
 
 func TestProbeAcceptsOpenSSHAndLeavesNothing(t *testing.T) {
 	p := partner(t)
-	if err := partners.Probe(context.Background(), p, "w1"); err != nil {
+	if _, err := partners.Probe(context.Background(), p, "w1"); err != nil {
 		t.Fatal(err)
 	}
 	ents, err := os.ReadDir(filepath.Join(p.SFTP.Root, "processing", "w1"))
@@ -120,7 +120,7 @@ func TestProbeAcceptsOpenSSHAndLeavesNothing(t *testing.T) {
 func TestProbeRefusesAMissingReadyDir(t *testing.T) {
 	p := partner(t)
 	os.Remove(filepath.Join(p.SFTP.Root, "ready"))
-	err := partners.Probe(context.Background(), p, "w1")
+	_, err := partners.Probe(context.Background(), p, "w1")
 	if err == nil || !strings.Contains(err.Error(), "dirs.ready") {
 		t.Fatalf("got %v, want an error naming dirs.ready", err)
 	}
@@ -132,7 +132,7 @@ func TestInProcessServerRenamesLikeOpenSSH(t *testing.T) {
 	root := t.TempDir()
 	os.MkdirAll(filepath.Join(root, "ready"), 0o755)
 	_, p := inProcessSite(t, root)
-	if err := partners.Probe(context.Background(), p, "w1"); err != nil {
+	if _, err := partners.Probe(context.Background(), p, "w1"); err != nil {
 		t.Fatalf("probe: %v", err)
 	}
 	s, err := partners.Dial(context.Background(), p)

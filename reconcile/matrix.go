@@ -88,6 +88,15 @@ func (r *Reconciler) partnerRows(ctx context.Context, p *partners.Config) ([]Fin
 	defer sess.Close()
 	stop := sess.CloseWhenDone(ctx) // the partner's deadline (reconciler.go)
 	defer stop()
+	// The takeovers' renames never overwrite: on a server whose RENAME
+	// would, as its profile says, or not measured yet, the session makes
+	// sure of each target itself (partners.Session.SetRenameOverwrites:
+	// the takeovers move files into processing/ in the claim section)
+	prof, err := r.ledger.SiteProfile(ctx, p.ID)
+	if err != nil {
+		return fs, errors.Join(append(errs, err)...)
+	}
+	sess.SetRenameOverwrites(prof == nil || prof.Profile.RenameOverwrites)
 	if p.Records() {
 		// claim: record (a read-only site): nothing was moved or written
 		// there, so the rows about processing/, archive/, quarantine/ and

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -92,14 +93,22 @@ func cmdCheck(args []string, stdout, stderr io.Writer) int {
 			}
 			continue
 		}
-		perr := partners.Probe(ctx, p, cfg.WorkerID)
+		prof, perr := partners.Probe(ctx, p, cfg.WorkerID)
 		if perr != nil {
 			fail("partner "+p.ID, perr)
 		} else {
-			fmt.Fprintf(stdout, "ok   partner %s: host key pinned, login, directories writable, rename never overwrites\n", p.ID)
+			renames := "rename never overwrites"
+			if prof.RenameOverwrites {
+				renames = "rename overwrites: intake makes sure of each rename's target first and moves nothing into ready/"
+			}
+			fmt.Fprintf(stdout, "ok   partner %s: host key pinned, login, directories writable, %s\n", p.ID, renames)
 			if site, err := partners.ResolveSite(ctx, p); err == nil {
 				sites = append(sites, resolved{p.ID, site})
 			}
+		}
+		if perr == nil || errors.Is(perr, partners.ErrRenameOverwrites) {
+			// measured: what the server does, refused or not
+			fmt.Fprintf(stdout, "     partner %s server profile: %s\n", p.ID, prof)
 		}
 		if partners.IsHostKeyMismatch(perr) {
 			continue // nothing more is asked of a site that is not the pinned one

@@ -142,6 +142,11 @@ func printStatus(w io.Writer, r ops.StatusRow, now time.Time) int {
 		fmt.Fprintf(w, "       late delivery arrived: feed %s, window scheduled %s, intake %d claimed %s after the deadline\n",
 			l.Feed, l.Scheduled.UTC().Format(time.RFC3339), l.ClosedBy, l.ArrivedAt.Sub(l.Deadline).Round(time.Second))
 	}
+	if r.Site == nil {
+		fmt.Fprintln(w, "       server profile: not measured yet (the daemon measures it at its first poll; intake check prints it)")
+	} else {
+		fmt.Fprintf(w, "       server profile (measured %s): %s\n", ago(&r.Site.MeasuredAt), r.Site.Profile)
+	}
 	stale := r.LastOK == nil || now.Sub(*r.LastOK) > statusPollStale
 	fmt.Fprintf(w, "  %slast successful poll: %s\n", mark(stale), ago(r.LastOK))
 	if r.LastError != nil && (r.LastOK == nil || r.LastError.After(*r.LastOK)) {

@@ -42,7 +42,13 @@ type StatusRow struct {
 	// Awaiting are the partner's files whose plan waits for an ops
 	// decision (intake approve / reject), oldest plan first.
 	Awaiting []Waiting
+	// Site is the partner's server as last measured (the daemon at its
+	// first dial, a day later again); nil: never measured.
+	Site *SiteProfile
 }
+
+// SiteProfile is a partner's measured server profile.
+type SiteProfile = ledger.SiteProfile
 
 // Waiting is a file awaiting approval.
 type Waiting = ledger.Waiting
@@ -146,6 +152,15 @@ func Status(ctx context.Context, db *pgxpool.Pool, partners []string) ([]StatusR
 	}
 	for _, w := range waiting {
 		idx[w.Partner].Awaiting = append(idx[w.Partner].Awaiting, w)
+	}
+	profiles, err := l.SiteProfiles(ctx, partners)
+	if err != nil {
+		return nil, err
+	}
+	for p, prof := range profiles {
+		if r := idx[p]; r != nil {
+			r.Site = &prof
+		}
 	}
 	serving, err := l.LiveServing(ctx)
 	if err != nil {

@@ -45,7 +45,15 @@ type Server struct {
 	hang atomic.Int32
 	// overwrite: RENAME replaces an existing target (RenameOverwrites)
 	overwrite atomic.Bool
+	// nocase: a stat finds a name by another case (CaseInsensitiveStat)
+	nocase atomic.Bool
 }
+
+// CaseInsensitiveStat makes the server's STAT and LSTAT of a name that
+// does not exist answer for an entry of its directory whose name differs
+// only by case, as a case-insensitive server (Windows, some gateways)
+// does. Other requests keep the names as they are.
+func (s *Server) CaseInsensitiveStat() { s.nocase.Store(true) }
 
 // RenameOverwrites makes the server's RENAME replace an existing target,
 // as object-store gateways and some SFTP servers do (OpenSSH's refuses).
@@ -208,7 +216,7 @@ func (s *Server) serve(c net.Conn) {
 				if !ok {
 					continue
 				}
-				h := &handler{root: root, short: &s.short, lie: &s.lie, overwrite: &s.overwrite}
+				h := &handler{root: root, short: &s.short, lie: &s.lie, overwrite: &s.overwrite, nocase: &s.nocase}
 				srv := sftp.NewRequestServer(ch, sftp.Handlers{FileGet: h, FilePut: h, FileCmd: h, FileList: h})
 				if err := srv.Serve(); err != nil && !errors.Is(err, io.EOF) {
 					s.log.Debug("sftp session ended", "err", err)
@@ -226,6 +234,27 @@ type handler struct {
 	short     *atomic.Int64 // Server.ShortReads
 	lie       *atomic.Pointer[LieFunc]
 	overwrite *atomic.Bool // Server.RenameOverwrites
+	nocase    *atomic.Bool // Server.CaseInsensitiveStat
+}
+
+// stat is os.Stat or os.Lstat of p; under CaseInsensitiveStat a name
+// that does not exist is looked up by case-folded equality in its
+// directory.
+func (h *handler) stat(p string, fn func(string) (os.FileInfo, error)) (os.FileInfo, error) {
+	st, err := fn(p)
+	if err == nil || !h.nocase.Load() || !errors.Is(err, os.ErrNotExist) {
+		return st, err
+	}
+	ents, rerr := os.ReadDir(filepath.Dir(p))
+	if rerr != nil {
+		return nil, err
+	}
+	for _, e := range ents {
+		if strings.EqualFold(e.Name(), filepath.Base(p)) {
+			return fn(filepath.Join(filepath.Dir(p), e.Name()))
+		}
+	}
+	return nil, err
 }
 
 // answer is the truth, or what Lie makes of it.
@@ -350,7 +379,7 @@ func (h *handler) Filelist(r *sftp.Request) (sftp.ListerAt, error) {
 		}
 		return h.answer("List", r.Filepath, out), nil
 	case "Stat":
-		st, err := os.Stat(p)
+		st, err := h.stat(p, os.Stat)
 		if err != nil {
 			return nil, err
 		}
@@ -365,7 +394,7 @@ func (h *handler) Lstat(r *sftp.Request) (sftp.ListerAt, error) {
 	if err != nil {
 		return nil, err
 	}
-	st, err := os.Lstat(p)
+	st, err := h.stat(p, os.Lstat)
 	if err != nil {
 		return nil, err
 	}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/pkg/sftp"
 	"go.uber.org/goleak"
 
 	"github.com/partner-intake/partner-intake/internal/pgerr"
@@ -155,10 +156,16 @@ func OrdersFeed() partners.Feed {
 	}
 }
 
-// Site is a partner's drop site on the package's sshd.
+// Site is a partner's drop site: on the package's sshd (NewSite), or on a
+// server of its own (NewInProcessSite, NewProFTPDSite, NewRcloneSite).
 type Site struct {
-	Root   string
+	Root   string // the site's directory on this machine; "" when the server keeps it elsewhere
+	Server string // the server's name (ServerOpenSSH, ...)
 	Config partners.Config
+	// remote, when set, is how Drop, Files and Read reach the site:
+	// through SFTP, as the partner does (a server with no directory here,
+	// or one that caches what it lists)
+	remote *sftp.Client
 }
 
 // NewSite makes a partner whose remote root is a fresh directory on sshd.
@@ -179,7 +186,7 @@ func NewSite(t testing.TB, id string) *Site {
 			KnownHostsFile: sshd.KnownHostsFile, Root: root, DialTimeout: 10 * time.Second},
 		Feeds: []partners.Feed{OrdersFeed()},
 	}
-	return &Site{Root: root, Config: c}
+	return &Site{Root: root, Server: ServerOpenSSH, Config: c}
 }
 
 // Validated returns the site's config with defaults, validated.
@@ -198,6 +205,10 @@ func (s *Site) Validated(t testing.TB) partners.Config {
 // incoming/ as .part, then rename.
 func (s *Site) Drop(t testing.TB, name, content string) {
 	t.Helper()
+	if s.remote != nil {
+		s.dropRemote(t, name, content)
+		return
+	}
 	part := filepath.Join(s.Root, "incoming", name+".part")
 	if err := os.WriteFile(part, []byte(content), 0o644); err != nil {
 		t.Fatal(err)
@@ -210,6 +221,9 @@ func (s *Site) Drop(t testing.TB, name, content string) {
 // Files lists the regular files below dir of the site, relative to it.
 func (s *Site) Files(t testing.TB, dir string) []string {
 	t.Helper()
+	if s.remote != nil {
+		return s.filesRemote(t, dir)
+	}
 	var out []string
 	base := filepath.Join(s.Root, dir)
 	filepath.WalkDir(base, func(p string, d os.DirEntry, err error) error {
@@ -225,6 +239,9 @@ func (s *Site) Files(t testing.TB, dir string) []string {
 // Read returns a file of the site.
 func (s *Site) Read(t testing.TB, rel string) string {
 	t.Helper()
+	if s.remote != nil {
+		return s.readRemote(t, rel)
+	}
 	b, err := os.ReadFile(filepath.Join(s.Root, rel))
 	if err != nil {
 		t.Fatal(err)

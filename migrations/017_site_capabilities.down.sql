@@ -1,0 +1,9 @@
+ALTER TABLE intake_site_profile
+    DROP COLUMN posix_rename,
+    DROP COLUMN hardlink,
+    DROP COLUMN fsync,
+    DROP COLUMN statvfs,
+    DROP COLUMN empty_dir_persists,
+    DROP COLUMN mtime_step_ms,
+    DROP COLUMN case_insensitive,
+    DROP COLUMN realpath;

@@ -1,0 +1,177 @@
+package partners
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path"
+	"strings"
+	"time"
+)
+
+// Profile is what a partner's server was measured to do, in a scratch
+// directory intake owns on the site (processing/<worker>/): what the claim
+// and archive protocol relies on, and what an operator onboarding the
+// partner wants to know of a server nobody here wrote.
+type Profile struct {
+	// RenameOverwrites: a plain SFTP RENAME replaced an existing target
+	// (object-store gateways, rclone serve sftp) instead of failing (as
+	// OpenSSH's and ProFTPD's do).
+	RenameOverwrites bool
+	// The extensions the server offers (its SSH_FXP_VERSION reply).
+	PosixRename bool // posix-rename@openssh.com
+	Hardlink    bool // hardlink@openssh.com
+	Fsync       bool // fsync@openssh.com
+	StatVFS     bool // statvfs@openssh.com
+	// EmptyDirPersists: a directory made and left empty is still listed
+	// (an object store may keep a directory only while it holds a file).
+	EmptyDirPersists bool
+	// MtimeStep is the step of the modification times the server keeps
+	// when a client sets them: 1s (SFTP v3 carries whole seconds), 2s
+	// (FAT-like), or 0 when a time set is not kept (the server stamps its
+	// own, as object stores do at upload end).
+	MtimeStep time.Duration
+	// CaseInsensitive: a name differing only by case found the file.
+	CaseInsensitive bool
+	// RealPath: REALPATH of the scratch directory answered an absolute path.
+	RealPath bool
+}
+
+// ErrRenameOverwrites refuses a partner with readiness: stable on a server
+// whose plain RENAME replaces an existing target. Such a server is served
+// otherwise (Session.SetRenameOverwrites: intake makes sure of each
+// rename's target itself), but readiness stable puts a file that changed
+// after its claim back into ready/, and on such a server that move could
+// replace a file the partner has published there meanwhile.
+var ErrRenameOverwrites = errors.New("the server's SFTP RENAME overwrites an existing target, and readiness stable would move claimed files back into ready/ over what the partner publishes there; use readiness rename or manifest on this server")
+
+// Serves reports whether partner c can be served safely on a server of
+// this profile: every server can, but a partner with readiness stable
+// only where RENAME refuses an existing target (ErrRenameOverwrites).
+func (p Profile) Serves(c *Config) error {
+	if p.RenameOverwrites && c.Readiness == ReadinessStable {
+		return ErrRenameOverwrites
+	}
+	return nil
+}
+
+// String is the profile as `intake check` prints it and `intake status`
+// shows it: one line, each measurement named.
+func (p Profile) String() string {
+	var ext []string
+	for _, e := range []struct {
+		on   bool
+		name string
+	}{{p.PosixRename, "posix-rename"}, {p.Hardlink, "hardlink"}, {p.Fsync, "fsync"}, {p.StatVFS, "statvfs"}} {
+		if e.on {
+			ext = append(ext, e.name)
+		}
+	}
+	if len(ext) == 0 {
+		ext = []string{"none"}
+	}
+	pick := func(on bool, yes, no string) string {
+		if on {
+			return yes
+		}
+		return no
+	}
+	mtime := "not kept as set"
+	if p.MtimeStep > 0 {
+		mtime = p.MtimeStep.String()
+	}
+	return fmt.Sprintf("rename %s; extensions %s; empty dirs %s; mtime %s; names %s; realpath %s",
+		pick(p.RenameOverwrites, "overwrites", "refuses an existing target"),
+		strings.Join(ext, ","),
+		pick(p.EmptyDirPersists, "persist", "vanish"),
+		mtime,
+		pick(p.CaseInsensitive, "case-insensitive", "case-sensitive"),
+		pick(p.RealPath, "ok", "fails"))
+}
+
+// mtimeProbe is the time set on a probe file: an odd second, so a server
+// that keeps two-second steps (FAT) shows itself, long past, so a server
+// that stamps its own time cannot return it by chance.
+var mtimeProbe = time.Unix(978307201, 0) // 2001-01-01T00:00:01Z
+
+// MeasureProfile measures the server in processing/<worker>/ (made sure
+// of by Prepare or EnsureDirs) with dot-names of intake's own, each
+// removed after: two files, one renamed onto the other; a directory left
+// empty; the time set on a file; the file's name in upper case; REALPATH
+// of the directory. The extensions are the server's own list. Nothing is
+// written outside the scratch directory and nothing of the partner's is
+// touched.
+func (s *Session) MeasureProfile(worker string) (Profile, error) {
+	var p Profile
+	for _, e := range []struct {
+		on   *bool
+		name string
+	}{{&p.PosixRename, "posix-rename@openssh.com"}, {&p.Hardlink, "hardlink@openssh.com"},
+		{&p.Fsync, "fsync@openssh.com"}, {&p.StatVFS, "statvfs@openssh.com"}} {
+		_, *e.on = s.Client.HasExtension(e.name)
+	}
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	tag := hex.EncodeToString(b[:])
+	dir := s.Layout.ProcessingDir(worker)
+	a := path.Join(dir, ".intake-probe-a-"+tag)
+	bb := path.Join(dir, ".intake-probe-b-"+tag)
+	d := path.Join(dir, ".intake-probe-d-"+tag)
+	defer s.Remove(a)
+	defer s.Remove(bb)
+	defer s.RemoveDirectory(d)
+	for _, name := range []string{a, bb} {
+		f, err := s.Create(name)
+		if err != nil {
+			return p, fmt.Errorf("%s is not writable: %w", dir, s.Deadline(err))
+		}
+		_, err = f.Write([]byte(name))
+		f.Close()
+		if err != nil {
+			return p, fmt.Errorf("write in %s: %w", dir, s.Deadline(err))
+		}
+	}
+	// names: the second file under its name in upper case (the tag's hex
+	// letters and the prefix change; a case-sensitive server has no such
+	// file)
+	if _, err := s.Lstat(path.Join(dir, strings.ToUpper(path.Base(bb)))); err == nil {
+		p.CaseInsensitive = true
+	} else if s.TimedOut() {
+		return p, s.Deadline(err)
+	}
+	// mtime: set on the second file, read back
+	if err := s.Client.Chtimes(bb, mtimeProbe, mtimeProbe); err == nil {
+		if fi, err := s.Lstat(bb); err == nil {
+			switch diff := fi.ModTime().Sub(mtimeProbe).Abs(); {
+			case diff == 0:
+				p.MtimeStep = time.Second
+			case diff <= 2*time.Second:
+				p.MtimeStep = 2 * time.Second
+			}
+		}
+	}
+	if s.TimedOut() {
+		return p, s.Deadline(os.ErrDeadlineExceeded)
+	}
+	// an empty directory: still there when its parent is listed
+	if err := s.Client.Mkdir(d); err == nil {
+		if fis, err := s.ReadDir(dir); err == nil {
+			for _, fi := range fis {
+				if fi.Name() == path.Base(d) && fi.IsDir() {
+					p.EmptyDirPersists = true
+				}
+			}
+		}
+	}
+	if rp, err := s.Client.RealPath(dir); err == nil && strings.HasPrefix(rp, "/") {
+		p.RealPath = true
+	}
+	// last, as it leaves one file of the two: the RENAME onto an existing name
+	p.RenameOverwrites = s.Rename(a, bb) == nil
+	if s.TimedOut() {
+		return p, s.Deadline(os.ErrDeadlineExceeded)
+	}
+	return p, nil
+}
