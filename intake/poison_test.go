@@ -281,7 +281,7 @@ func TestAFailingFileNeverHoldsUpThePartner(t *testing.T) {
 		t.Fatalf("attempts %d, last_error %q: want 1 and the SQLSTATE without PostgreSQL's text", attempts, lastErr)
 	}
 	for range 2 {
-		time.Sleep(5 * time.Millisecond) // past the file's next attempt (1 ms)
+		waitDue(t, pool, "acme")
 		r.poll("acme")
 	}
 	f := byName()["orders-a-busy.csv"]
@@ -585,15 +585,15 @@ func TestAHoldNeverRecordedIsUndoneByTheNextDecision(t *testing.T) {
 	}
 	t.Cleanup(func() { fault.Set("") })
 	r.poll("acme")
-	time.Sleep(5 * time.Millisecond) // past the next attempt (1 ms)
-	r.poll("acme")                   // retries exhausted: held, its end not recorded
+	waitDue(t, pool, "acme")
+	r.poll("acme") // retries exhausted: held, its end not recorded
 	f := files(t, pool, "acme")[0]
 	if f.State == "failed_terminal" || len(site.Files(t, "quarantine")) != 2 {
 		t.Fatalf("%+v, quarantine/ %q: want a live row, the file and its reason file in quarantine/", f, site.Files(t, "quarantine"))
 	}
 	fault.Set("")
 	exec(t, pool, `DELETE FROM poison_on`) // the cause fixed
-	time.Sleep(5 * time.Millisecond)
+	waitDue(t, pool, "acme")
 	r.poll("acme")
 	f = files(t, pool, "acme")[0]
 	if f.State != "archived" || f.Applied != 3 || f.Archive == "" {
@@ -645,8 +645,18 @@ func failedPartWay(t *testing.T) (*pgxpool.Pool, *testenv.Site, *rig, fileRow) {
 	r := newRigCfg(t, pool, intake.Config{WorkerID: "w1", Lease: 30 * time.Second, SpoolMinFree: 1,
 		Retry: intake.RetryPolicy{Attempts: 2, Base: time.Millisecond, Max: time.Millisecond}}, site)
 	r.poll("acme")
-	time.Sleep(5 * time.Millisecond) // past the next attempt (1 ms)
+	waitDue(t, pool, "acme")
 	r.poll("acme")
 	f := files(t, pool, "acme")[0]
 	return pool, site, r, f
+}
+
+// waitDue waits until every file of the partner that waits for a retry
+// is due by the database's clock (the poll compares its next attempt
+// with the database's now()).
+func waitDue(t *testing.T, pool *pgxpool.Pool, partner string) {
+	t.Helper()
+	testenv.WaitFor(t, 10*time.Second, func() bool {
+		return count(t, pool, `SELECT count(*) FROM file_intake WHERE partner_id = $1 AND next_attempt_at > pg_catalog.clock_timestamp()`, partner) == 0
+	}, testenv.Says("files of "+partner+" due for their retry"))
 }

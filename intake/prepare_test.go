@@ -64,7 +64,7 @@ func TestASiteThatCannotBePreparedCountsNoFilesAttempt(t *testing.T) {
 		if !errors.Is(err, partners.ErrNotPrepared) {
 			t.Fatalf("poll %d on a site that cannot be prepared: %v, want partners.ErrNotPrepared", i, err)
 		}
-		time.Sleep(5 * time.Millisecond) // past the file's next attempt
+		waitDue(t, pool, "acme")
 	}
 	if n := attempts(); n != was {
 		t.Fatalf("the file's attempts went %d -> %d for the site's failure", was, n)

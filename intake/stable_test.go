@@ -29,20 +29,10 @@ func stableSite(t *testing.T, stableFor time.Duration) *testenv.Site {
 	return site
 }
 
-// waitStable waits until the database's clock says the file has been seen
-// unchanged for at least d (so the next poll's verdict does not depend on
-// how fast this machine is).
+// waitStable is testenv.WaitStable.
 func waitStable(t *testing.T, pool *pgxpool.Pool, partner, name string, d time.Duration) {
 	t.Helper()
-	testenv.WaitFor(t, 30*time.Second, func() bool {
-		var ok bool
-		err := pool.QueryRow(context.Background(), `SELECT now() - first_seen_unchanged >= $3::interval
-			FROM intake_ready_seen WHERE partner_id = $1 AND name = $2`, partner, name, d.String()).Scan(&ok)
-		if err != nil {
-			t.Fatalf("stability record of %s: %v", name, err)
-		}
-		return ok
-	}, testenv.Says(name+" never became stable"))
+	testenv.WaitStable(t, pool, partner, name, d)
 }
 
 func appendTo(t *testing.T, path, s string) {

@@ -53,7 +53,7 @@ func TestRecordClaimLeaseIsTakenOverWithoutAMove(t *testing.T) {
 	if err := w1.poll(t, "ro"); err != nil { // first sight
 		t.Fatal(err)
 	}
-	time.Sleep(20 * time.Millisecond) // past stable_for (10 ms) by the database's clock too
+	testenv.WaitStable(t, pool, "ro", name, 10*time.Millisecond)
 	withFault(t, "spool:after=error")
 	if err := w1.poll(t, "ro"); err == nil {
 		t.Fatal("the fault did not fire")
@@ -88,11 +88,12 @@ func TestRecordClaimLeaseIsTakenOverWithoutAMove(t *testing.T) {
 	if err := os.Chtimes(p, old.Add(time.Minute), old.Add(time.Minute)); err != nil {
 		t.Fatal(err)
 	}
-	for i := 0; i < 2; i++ { // first sight, then stable
-		if err := w2.poll(t, "ro"); err != nil {
-			t.Fatal(err)
-		}
-		time.Sleep(20 * time.Millisecond)
+	if err := w2.poll(t, "ro"); err != nil { // first sight
+		t.Fatal(err)
+	}
+	testenv.WaitStable(t, pool, "ro", name, 10*time.Millisecond)
+	if err := w2.poll(t, "ro"); err != nil { // stable
+		t.Fatal(err)
 	}
 	fs = testenv.Files(t, pool, "ro")
 	if len(fs) != 2 || fs[1].State != "quarantined" || fs[1].Reason != "batch_conflict" {

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 
 	"golang.org/x/crypto/ssh/knownhosts"
@@ -100,10 +101,31 @@ partners:
 	return p
 }
 
+// runCLI runs the command in this process, its stdout, stderr and log
+// into one buffer. The buffer takes one write at a time, as a terminal
+// does: the daemon's goroutines (a dial under way when the command
+// returns, say) log beside the command's own output.
 func runCLI(args ...string) (int, string) {
-	var out bytes.Buffer
+	var out syncBuffer
 	code := run(args, &out, &out)
 	return code, out.String()
+}
+
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
 
 // intake keeps its tables in public. A database whose intake tables are

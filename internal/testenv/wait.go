@@ -1,9 +1,12 @@
 package testenv
 
 import (
+	"context"
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // WaitFor checks cond every 10 ms until it holds, and fails t once limit
@@ -32,3 +35,20 @@ func WaitFor(t testing.TB, limit time.Duration, cond func() bool, why ...func() 
 
 // Says is a WaitFor why that says what.
 func Says(what string) func() string { return func() string { return what } }
+
+// WaitStable waits until the database's clock says the partner's file
+// name in ready/ has been seen unchanged for at least d (readiness
+// stable), so a poll's verdict does not depend on how fast this machine
+// is.
+func WaitStable(t testing.TB, pool *pgxpool.Pool, partner, name string, d time.Duration) {
+	t.Helper()
+	WaitFor(t, 30*time.Second, func() bool {
+		var ok bool
+		err := pool.QueryRow(context.Background(), `SELECT pg_catalog.clock_timestamp() - first_seen_unchanged >= $3::interval
+			FROM intake_ready_seen WHERE partner_id = $1 AND name = $2`, partner, name, d.String()).Scan(&ok)
+		if err != nil {
+			t.Fatalf("stability record of %s: %v", name, err)
+		}
+		return ok
+	}, Says(name+" never became stable"))
+}
