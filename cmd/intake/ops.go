@@ -242,9 +242,9 @@ func cmdAudit(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "AT\tACTOR\tACTION\tPARTNER\tINTAKE\tREQUEST\tREASON\tDETAIL")
+	fmt.Fprintln(tw, "AT\tACTOR\tDB USER\tACTION\tPARTNER\tINTAKE\tREQUEST\tREASON\tDETAIL")
 	for _, a := range entries {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", a.At.UTC().Format("2006-01-02 15:04:05"), inert.Text(a.Actor), a.Action, a.Partner, a.IntakeID,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", a.At.UTC().Format("2006-01-02 15:04:05"), inert.Text(a.Actor), dbUser(a.DBUser), a.Action, a.Partner, a.IntakeID,
 			inert.Text(a.Request), inert.Text(a.Reason), inert.Text(a.Detail))
 	}
 	if *request != "" && len(entries) == 0 {
