@@ -96,6 +96,9 @@ func cmdQuarantine(args []string, stdout, stderr io.Writer) int {
 		}
 		return 0
 	case "release", "discard":
+		if !actingAs(ctx, e, *actor, stdout, stderr) {
+			return 1
+		}
 		request := newRequestID()
 		d := ops.Decision{IntakeID: id, Actor: *actor, Reason: *reason, Winner: *winner, Partners: scope,
 			Worker: intake.OpsWorker(e.cfg.WorkerID), Request: request}
@@ -187,6 +190,9 @@ func cmdReplay(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	defer d.Stop()
+	if !actingAs(ctx, e, *actor, stdout, stderr) {
+		return 1
+	}
 	request := newRequestID()
 	fmt.Fprintf(stdout, "replay of intake %d by %s, request %s\n", id, inert.Text(*actor), request)
 	in, err := d.Replay(ctx, intake.ReplayRequest{ID: id, Actor: *actor, Reason: *reason, Request: request, ForceOlder: *forceOlder,
