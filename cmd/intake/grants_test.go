@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/partner-intake/partner-intake/internal/testenv"
 )
@@ -26,19 +27,11 @@ import (
 func TestGrantsGiveEachRoleItsJobOnly(t *testing.T) {
 	url, admin := testenv.DB(t)
 	ctx := context.Background()
-	var db string
-	if err := admin.QueryRow(ctx, `SELECT pg_catalog.current_database()`).Scan(&db); err != nil {
-		t.Fatal(err)
-	}
-	// roles are the cluster's: named after this test's database
-	daemon, opsGroup, person, purge := "gd_"+db, "go_"+db, "alice_"+db, "gp_"+db
-	mustExec(t, admin, fmt.Sprintf(`CREATE ROLE %s LOGIN; CREATE ROLE %s NOLOGIN; CREATE ROLE %s LOGIN IN ROLE %s; CREATE ROLE %s LOGIN`,
-		daemon, opsGroup, person, opsGroup, purge))
-	t.Cleanup(func() {
-		admin.Exec(context.Background(), fmt.Sprintf(`DROP OWNED BY %[1]s, %[2]s, %[3]s, %[4]s; DROP ROLE %[3]s, %[1]s, %[2]s, %[4]s`,
-			daemon, opsGroup, person, purge))
-	})
-	as := func(role string) string { return strings.Replace(url, "//postgres@", "//"+role+"@", 1) }
+	site := testenv.NewSite(t, "gr")
+	cfg := writeConfigOpts(t, site, cfgOpts{})
+	r := grantRoles(t, url, admin, cfg, "alice")
+	daemon, person, purge, as := r.daemon, r.people[0], r.purge, r.as
+	must := exitZero(t)
 	connect := func(role string) *pgx.Conn {
 		c, err := pgx.Connect(ctx, as(role))
 		if err != nil {
@@ -46,13 +39,6 @@ func TestGrantsGiveEachRoleItsJobOnly(t *testing.T) {
 		}
 		t.Cleanup(func() { c.Close(context.Background()) })
 		return c
-	}
-	must := func(code int, out string) string {
-		t.Helper()
-		if code != 0 {
-			t.Fatalf("exit %d:\n%s", code, out)
-		}
-		return out
 	}
 	// refused: each statement fails with insufficient_privilege (42501),
 	// from the grants or the audit's guard
@@ -66,15 +52,6 @@ func TestGrantsGiveEachRoleItsJobOnly(t *testing.T) {
 			}
 		}
 	}
-
-	site := testenv.NewSite(t, "gr")
-	cfg := writeConfigOpts(t, site, cfgOpts{})
-	t.Setenv("INTAKE_DATABASE_URL", url)
-	sql := must(runCLI("grants", "--config", cfg, "--daemon-role", daemon, "--ops-role", opsGroup, "--purge-role", purge))
-	if !strings.Contains(sql, `GRANT SELECT, INSERT, UPDATE ON "public"."orders" TO "`+daemon+`";`) {
-		t.Fatalf("grants lack the feed's target table:\n%s", sql)
-	}
-	mustExec(t, admin, sql)
 
 	// the daemon's role: a file lands, the same batch with other bytes is held
 	t.Setenv("INTAKE_DATABASE_URL", as(daemon))
@@ -152,6 +129,116 @@ func TestGrantsGiveEachRoleItsJobOnly(t *testing.T) {
 		`DELETE FROM file_intake`,
 		`SELECT count(*) FROM intake_quarantine`,
 		`SELECT count(*) FROM orders`)
+}
+
+// With ops.four_eyes, the person who released a file cannot approve its
+// plan: another person of the same ops group can. Both act through the
+// roles `intake grants` set up, so the approval runs as the ops role too.
+func TestFourEyesRefusesTheApprovalOfWhoReleased(t *testing.T) {
+	url, admin := testenv.DB(t)
+	site := testenv.NewSite(t, "fe")
+	cfg := writeConfigOpts(t, site, cfgOpts{feedExtra: "        approval: {always: true}\nops:\n  four_eyes: true\n"})
+	r := grantRoles(t, url, admin, cfg, "alice", "bob")
+	alice, bob := r.people[0], r.people[1]
+	must := exitZero(t)
+	planHash := func() (string, string) {
+		t.Helper()
+		fs := testenv.Files(t, admin, "fe")
+		if len(fs) != 1 || fs[0].State != "awaiting_approval" {
+			t.Fatalf("files %+v, want one awaiting approval", fs)
+		}
+		id := strconv.FormatInt(fs[0].ID, 10)
+		return id, testenv.Strings(t, admin, `SELECT plan_hash FROM file_intake WHERE intake_id = $1`, fs[0].ID)[0]
+	}
+
+	t.Setenv("INTAKE_DATABASE_URL", r.as(r.daemon))
+	site.Drop(t, "orders-1.csv", testenv.OrdersCSV("F", 3))
+	must(runCLI("run", "--config", cfg, "--once"))
+	id, _ := planHash()
+	// alice rejects the plan; its next run quarantines the file; she releases it
+	t.Setenv("INTAKE_DATABASE_URL", r.as(alice))
+	must(runCLI("reject", id, "--config", cfg, "--reason", "looks odd", "--actor", "alice"))
+	t.Setenv("INTAKE_DATABASE_URL", r.as(r.daemon))
+	must(runCLI("run", "--config", cfg, "--once"))
+	t.Setenv("INTAKE_DATABASE_URL", r.as(alice))
+	must(runCLI("quarantine", "release", id, "--config", cfg, "--reason", "partner explained", "--actor", "alice"))
+	t.Setenv("INTAKE_DATABASE_URL", r.as(r.daemon))
+	runCLI("reconcile", "--config", cfg) // takes the released file over
+	must(runCLI("run", "--config", cfg, "--once"))
+	_, hash := planHash()
+
+	t.Setenv("INTAKE_DATABASE_URL", r.as(alice))
+	code, out := runCLI("approve", id, "--config", cfg, "--plan-hash", hash, "--reason", "fine now", "--actor", "someone else")
+	if w := "four eyes (ops.four_eyes): database user " + alice + " released it from quarantine"; code != 1 || !strings.Contains(out, w) {
+		t.Fatalf("approve by who released: exit %d, want 1 and %q:\n%s", code, w, out)
+	}
+	t.Setenv("INTAKE_DATABASE_URL", r.as(bob))
+	must(runCLI("approve", id, "--config", cfg, "--plan-hash", hash, "--reason", "fine now", "--actor", "bob"))
+	if got := testenv.Strings(t, admin, `SELECT action || ' ' || db_user FROM intake_audit WHERE intake_id = $1 AND action IN ('reject', 'release', 'approve') ORDER BY audit_id`, id); strings.Join(got, ",") != "reject "+alice+",release "+alice+",approve "+bob {
+		t.Errorf("audit %v, want alice's reject and release, bob's approval", got)
+	}
+	t.Setenv("INTAKE_DATABASE_URL", r.as(r.daemon))
+	must(runCLI("run", "--config", cfg, "--once"))
+	if fs := testenv.Files(t, admin, "fe"); fs[0].State != "archived" || fs[0].Applied != 3 {
+		t.Errorf("approved file %+v, want archived with 3 rows", fs[0])
+	}
+}
+
+// exitZero is a test's check that a command exited 0, returning its
+// output.
+func exitZero(t *testing.T) func(int, string) string {
+	return func(code int, out string) string {
+		t.Helper()
+		if code != 0 {
+			t.Fatalf("exit %d:\n%s", code, out)
+		}
+		return out
+	}
+}
+
+// roles are what grantRoles set up: the daemon's, the ops group with
+// people in it, the purge role (login roles but the group), and the URL
+// of the test's database as one of them.
+type roles struct {
+	daemon, ops, purge string
+	people             []string
+	as                 func(role string) string
+}
+
+// grantRoles creates the roles of a test (named after its database:
+// roles are the cluster's) and applies what `intake grants --config cfg`
+// prints for them, as the tables' owner.
+func grantRoles(t *testing.T, url string, admin *pgxpool.Pool, cfg string, people ...string) roles {
+	t.Helper()
+	ctx := context.Background()
+	var db string
+	if err := admin.QueryRow(ctx, `SELECT pg_catalog.current_database()`).Scan(&db); err != nil {
+		t.Fatal(err)
+	}
+	r := roles{daemon: "gd_" + db, ops: "go_" + db, purge: "gp_" + db,
+		as: func(role string) string { return strings.Replace(url, "//postgres@", "//"+role+"@", 1) }}
+	create := fmt.Sprintf(`CREATE ROLE %s LOGIN; CREATE ROLE %s NOLOGIN; CREATE ROLE %s LOGIN;`, r.daemon, r.ops, r.purge)
+	all := []string{r.daemon, r.ops, r.purge}
+	for _, p := range people {
+		r.people = append(r.people, p+"_"+db)
+		create += fmt.Sprintf(` CREATE ROLE %s LOGIN IN ROLE %s;`, p+"_"+db, r.ops)
+		all = append([]string{p + "_" + db}, all...)
+	}
+	mustExec(t, admin, create)
+	t.Cleanup(func() {
+		list := strings.Join(all, ", ")
+		admin.Exec(context.Background(), "DROP OWNED BY "+list+"; DROP ROLE "+list)
+	})
+	t.Setenv("INTAKE_DATABASE_URL", url)
+	code, sql := runCLI("grants", "--config", cfg, "--daemon-role", r.daemon, "--ops-role", r.ops, "--purge-role", r.purge)
+	if code != 0 {
+		t.Fatalf("grants: exit %d\n%s", code, sql)
+	}
+	if !strings.Contains(sql, `GRANT SELECT, INSERT, UPDATE ON "public"."orders" TO "`+r.daemon+`";`) {
+		t.Fatalf("grants lack the feed's target table:\n%s", sql)
+	}
+	mustExec(t, admin, sql)
+	return r
 }
 
 func mustExec(t *testing.T, db interface {
