@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -107,5 +108,42 @@ func TestAuditIsAppendOnlyAndRecordsTheLoginRole(t *testing.T) {
 	defer wp.Close()
 	if _, err := ledger.New(wp, time.Minute).PurgeAudit(ctx, "p2", time.Now()); !errors.Is(err, ledger.ErrNotPurgeRole) {
 		t.Errorf("PurgeAudit by a role without EXECUTE: %v, want ErrNotPurgeRole", err)
+	}
+}
+
+// Migration 016 over recorded audit rows: they keep what they said and
+// get no db_user (the role that migrates did not write them); rows
+// written after it get the writer's. Its down migration gives the table
+// back as it was, guard and purge function gone.
+func TestAuditMigrationLeavesRecordedRowsWithoutADBUser(t *testing.T) {
+	_, admin := testenv.DB(t)
+	ctx := context.Background()
+	sql := func(name string) string {
+		b, err := os.ReadFile("../../migrations/" + name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	exec := func(q string) {
+		t.Helper()
+		if _, err := admin.Exec(ctx, q); err != nil {
+			t.Fatalf("%v\n%s", err, q)
+		}
+	}
+	exec(sql("016_audit_append_only.down.sql"))
+	if n := testenv.Count(t, admin, `SELECT count(*) FROM pg_catalog.pg_proc WHERE proname IN ('intake_audit_guard', 'intake_purge_audit')`); n != 0 {
+		t.Fatalf("%d functions of 016 left after its down migration", n)
+	}
+	exec(`INSERT INTO intake_audit (actor, action, partner_id, reason) VALUES ('bob', 'release', 'p1', 'before')`)
+	exec(`UPDATE intake_audit SET detail = 'changed while it could be'`)
+	exec(sql("016_audit_append_only.up.sql"))
+	exec(`INSERT INTO intake_audit (actor, action, partner_id, reason) VALUES ('bob', 'release', 'p1', 'after')`)
+	got := testenv.Strings(t, admin, `SELECT reason || ' ' || coalesce(db_user, 'NULL') || ' ' || coalesce(detail, '') FROM intake_audit ORDER BY audit_id`)
+	if want := "before NULL changed while it could be,after postgres "; strings.Join(got, ",") != want {
+		t.Errorf("audit rows %q, want %q", strings.Join(got, ","), want)
+	}
+	if _, err := admin.Exec(ctx, `UPDATE intake_audit SET detail = 'again'`); err == nil {
+		t.Error("an UPDATE of the audit after 016 went through, even for the owner")
 	}
 }
