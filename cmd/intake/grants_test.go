@@ -64,6 +64,19 @@ func TestGrantsGiveEachRoleItsJobOnly(t *testing.T) {
 		t.Fatalf("files %+v, want the first archived with 3 rows, the second quarantined", fs)
 	}
 	held := strconv.FormatInt(fs[1].ID, 10)
+	// check tells the daemon's role is what it should be, and when it is not
+	if out := must(runCLI("check", "--config", cfg)); !strings.Contains(out, fmt.Sprintf("ok   database: %q is neither a superuser nor the tables' owner, and may only append to the audit", daemon)) {
+		t.Errorf("check as the daemon's role:\n%s", out)
+	}
+	mustExec(t, admin, `GRANT DELETE ON intake_audit TO `+daemon)
+	if out := must(runCLI("check", "--config", cfg)); !strings.Contains(out, fmt.Sprintf("warn database: %q holds UPDATE, DELETE or TRUNCATE on intake_audit", daemon)) {
+		t.Errorf("check as a daemon's role that may delete audit rows:\n%s", out)
+	}
+	mustExec(t, admin, `REVOKE DELETE ON intake_audit FROM `+daemon)
+	t.Setenv("INTAKE_DATABASE_URL", url)
+	if out := must(runCLI("check", "--config", cfg)); !strings.Contains(out, `warn database: intake connects as "postgres", a superuser`) {
+		t.Errorf("check as a superuser:\n%s", out)
+	}
 
 	// a person of the ops group: status, a release, the audit
 	t.Setenv("INTAKE_DATABASE_URL", as(person))
