@@ -59,11 +59,13 @@ func TestGrantsGiveEachRoleItsJobOnly(t *testing.T) {
 	must(runCLI("run", "--config", cfg, "--once"))
 	site.Drop(t, "orders-1.csv", testenv.OrdersCSV("H", 2))
 	must(runCLI("run", "--config", cfg, "--once"))
+	site.Drop(t, "orders-1.csv", testenv.OrdersCSV("I", 2))
+	must(runCLI("run", "--config", cfg, "--once"))
 	fs := testenv.Files(t, admin, "gr")
-	if len(fs) != 2 || fs[0].State != "archived" || fs[0].Applied != 3 || fs[1].State != "quarantined" {
-		t.Fatalf("files %+v, want the first archived with 3 rows, the second quarantined", fs)
+	if len(fs) != 3 || fs[0].State != "archived" || fs[0].Applied != 3 || fs[1].State != "quarantined" || fs[2].State != "quarantined" {
+		t.Fatalf("files %+v, want the first archived with 3 rows, the others quarantined", fs)
 	}
-	held := strconv.FormatInt(fs[1].ID, 10)
+	held, other := strconv.FormatInt(fs[1].ID, 10), strconv.FormatInt(fs[2].ID, 10)
 	// check tells the daemon's role is what it should be, and when it is not
 	if out := must(runCLI("check", "--config", cfg)); !strings.Contains(out, fmt.Sprintf("ok   database: %q is neither a superuser nor the tables' owner, and may only append to the audit", daemon)) {
 		t.Errorf("check as the daemon's role:\n%s", out)
@@ -84,11 +86,17 @@ func TestGrantsGiveEachRoleItsJobOnly(t *testing.T) {
 		t.Fatalf("status as the ops role exited %d:\n%s", code, out)
 	}
 	out := must(runCLI("quarantine", "release", held, "--config", cfg, "--reason", "partner confirmed", "--actor", "bob", "--winner", "new"))
-	if w := fmt.Sprintf("acting as database user %q, actor \"bob\"\n", person); !strings.HasPrefix(out, w) {
-		t.Errorf("release said:\n%s\nwant it to start with %q", out, w)
+	if w := fmt.Sprintf("acting as database user %q, actor \"bob\"\n", person); !strings.Contains(out, w) {
+		t.Errorf("release said:\n%s\nwant it to say %q", out, w)
 	}
 	if got := testenv.Strings(t, admin, `SELECT actor || ' ' || db_user FROM intake_audit WHERE action = 'release' AND intake_id = $1`, fs[1].ID); len(got) != 1 || got[0] != "bob "+person {
 		t.Errorf("release audited as %v, want actor bob, db user %s", got, person)
+	}
+	// and discards the other conflict: the file closed, its receipt published
+	must(runCLI("quarantine", "discard", other, "--config", cfg, "--reason", "a stray resend", "--actor", "bob"))
+	if got := testenv.Strings(t, admin, `SELECT f.state || ' ' || (f.receipt_path IS NOT NULL)::text || ' ' || a.db_user FROM file_intake f
+		JOIN intake_audit a ON a.intake_id = f.intake_id AND a.action = 'discard' WHERE f.intake_id = $1`, fs[2].ID); len(got) != 1 || got[0] != "discarded true "+person {
+		t.Errorf("discarded file %v, want discarded with its receipt, audited as %s", got, person)
 	}
 	if out := must(runCLI("audit", "--config", cfg)); !strings.Contains(out, "DB USER") || !strings.Contains(out, person) {
 		t.Errorf("intake audit does not show the db user:\n%s", out)
