@@ -96,13 +96,11 @@ func cmdQuarantine(args []string, stdout, stderr io.Writer) int {
 		}
 		return 0
 	case "release", "discard":
-		if !actingAs(ctx, e, *actor, stdout, stderr) {
-			return 1
-		}
 		request := newRequestID()
 		d := ops.Decision{IntakeID: id, Actor: *actor, Reason: *reason, Winner: *winner, Partners: scope,
 			Worker: intake.OpsWorker(e.cfg.WorkerID), Request: request}
 		fmt.Fprintf(stdout, "intake %d: %s by %s, request %s\n", id, sub, inert.Text(*actor), request)
+		actingAs(ctx, e, *actor, stdout)
 		var err error
 		if sub == "release" {
 			err = ops.Release(ctx, e.pool, d)
@@ -190,11 +188,9 @@ func cmdReplay(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	defer d.Stop()
-	if !actingAs(ctx, e, *actor, stdout, stderr) {
-		return 1
-	}
 	request := newRequestID()
 	fmt.Fprintf(stdout, "replay of intake %d by %s, request %s\n", id, inert.Text(*actor), request)
+	actingAs(ctx, e, *actor, stdout)
 	in, err := d.Replay(ctx, intake.ReplayRequest{ID: id, Actor: *actor, Reason: *reason, Request: request, ForceOlder: *forceOlder,
 		Progress: progressBar(stdout),
 		Inserted: func(in *intake.Intake) { fmt.Fprintf(stdout, "replay of intake %d is intake %d\n", id, in.ID) }})

@@ -161,12 +161,10 @@ func decidePlan(cmd string, args []string, stdout, stderr io.Writer) int {
 		return code
 	}
 	defer done()
-	if !actingAs(ctx, e, *actor, stdout, stderr) {
-		return 1
-	}
 	request := newRequestID()
 	d := ops.PlanDecision{IntakeID: id, Partners: scope, Actor: *actor, Reason: *reason, SnapshotFeeds: snapshotFeeds(e.cfg.Partners), Request: request, FourEyes: e.cfg.Ops.FourEyes}
 	fmt.Fprintf(stdout, "intake %d: %s by %s, request %s\n", id, cmd, inert.Text(*actor), request)
+	actingAs(ctx, e, *actor, stdout)
 	var err error
 	if cmd == "approve" {
 		d.PlanHash = *hash
