@@ -92,6 +92,16 @@ func TestGrantsGiveEachRoleItsJobOnly(t *testing.T) {
 	if got := testenv.Strings(t, admin, `SELECT actor || ' ' || db_user FROM intake_audit WHERE action = 'release' AND intake_id = $1`, fs[1].ID); len(got) != 1 || got[0] != "bob "+person {
 		t.Errorf("release audited as %v, want actor bob, db user %s", got, person)
 	}
+	// acknowledges a late delivery window
+	mustExec(t, admin, `INSERT INTO intake_feed_late (partner_id, feed, scheduled_at, deadline, raised_by)
+		VALUES ('gr', 'orders', '2026-12-01T06:00:00Z', '2026-12-01T08:00:00Z', 'w')`)
+	out = must(runCLI("expect", "ack", "gr/orders", "2026-12-01T06:00:00Z", "--config", cfg, "--reason", "a holiday", "--actor", "bob"))
+	if w := fmt.Sprintf("acting as database user %q, actor \"bob\"\n", person); !strings.Contains(out, w) {
+		t.Errorf("expect ack said:\n%s\nwant it to say %q", out, w)
+	}
+	if got := testenv.Strings(t, admin, `SELECT a.db_user || ' ' || l.acked_by FROM intake_audit a, intake_feed_late l WHERE a.action = 'expect_ack' AND l.partner_id = 'gr'`); len(got) != 1 || got[0] != person+" bob" {
+		t.Errorf("expect ack audited as %v, want db user %s, acked by bob", got, person)
+	}
 	// and discards the other conflict: the file closed, its receipt published
 	must(runCLI("quarantine", "discard", other, "--config", cfg, "--reason", "a stray resend", "--actor", "bob"))
 	if got := testenv.Strings(t, admin, `SELECT f.state || ' ' || (f.receipt_path IS NOT NULL)::text || ' ' || a.db_user FROM file_intake f

@@ -5,7 +5,7 @@
 --                webhooks, its scheduled purge of spool and row issues),
 --                and `intake replay`, which runs the pipeline;
 --   ops_role     `intake status`, `audit`, `quarantine`, `plan show`,
---                `approve`, `reject`, `notify`: reads the ledger and
+--                `approve`, `reject`, `expect ack`, `notify`: reads the ledger and
 --                makes decisions; best a NOLOGIN group granted to each
 --                person (GRANT intake_ops TO alice), so the audit's
 --                db_user names the person;
@@ -87,6 +87,8 @@ GRANT UPDATE (state, decided_at, decided_by, decision) ON :"schema".intake_quara
 GRANT UPDATE (intake_id, content_sha256, bound_at) ON :"schema".intake_batch TO :"ops_role";
 -- a released file starts over: its row issues, chunks and snapshot keys go
 GRANT DELETE ON :"schema".intake_row_issue, :"schema".intake_chunk, :"schema".intake_snapshot_key TO :"ops_role";
+-- a late delivery window acknowledged
+GRANT UPDATE (acked_at, acked_by, ack_reason) ON :"schema".intake_feed_late TO :"ops_role";
 -- a dead webhook delivery sent again
 GRANT UPDATE (state, dead_at, budget_from, next_attempt_at, lease_until, leased_by)
     ON :"schema".intake_outbox_delivery TO :"ops_role";
