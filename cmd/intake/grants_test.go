@@ -17,13 +17,16 @@ import (
 
 // The SQL `intake grants` prints, applied by the tables' owner, gives each
 // role what its job runs and no more, on real PostgreSQL: the daemon's
-// role polls (a file lands, a conflict is held) and cannot change or
-// delete an audit row, nor purge the audit; a person in the ops group
-// reads status and the audit, releases the held file (the audit records
-// the person's login role beside --actor, and the CLI said who it acts
-// as), and cannot rewrite what a file is, add or delete files, or touch
-// an audit row; the purge role purges the audit's old rows and can do
-// nothing else asked of it here.
+// role polls (a file lands, conflicts are held), passes intake check
+// (which warns for a role that may delete audit rows, and for a
+// superuser) and cannot change or delete an audit row, nor purge the
+// audit; a person in the ops group reads status and the audit, releases
+// a held file, acknowledges a late window, sends a dead webhook delivery
+// again and discards a held file (each audited with the person's login
+// role beside --actor, and the CLI said who it acts as), and cannot
+// rewrite what a file is, add or delete files, write a target table or
+// touch an audit row; the purge role purges the audit's old rows and can
+// do nothing else asked of it here.
 func TestGrantsGiveEachRoleItsJobOnly(t *testing.T) {
 	url, admin := testenv.DB(t)
 	ctx := context.Background()
@@ -101,6 +104,17 @@ func TestGrantsGiveEachRoleItsJobOnly(t *testing.T) {
 	}
 	if got := testenv.Strings(t, admin, `SELECT a.db_user || ' ' || l.acked_by FROM intake_audit a, intake_feed_late l WHERE a.action = 'expect_ack' AND l.partner_id = 'gr'`); len(got) != 1 || got[0] != person+" bob" {
 		t.Errorf("expect ack audited as %v, want db user %s, acked by bob", got, person)
+	}
+	// sends a dead webhook delivery again
+	var ev int64
+	if err := admin.QueryRow(ctx, `WITH e AS (INSERT INTO intake_outbox (partner_id, event, payload, fanned_out) VALUES ('gr', 'quarantined', '{}', true) RETURNING event_id)
+		INSERT INTO intake_outbox_delivery (event_id, endpoint_id, state, dead_at) SELECT event_id, 'ops-hook', 'dead', pg_catalog.now() FROM e RETURNING event_id`).Scan(&ev); err != nil {
+		t.Fatal(err)
+	}
+	must(runCLI("notify", "redeliver", "--config", cfg, "--event", strconv.FormatInt(ev, 10), "--reason", "endpoint fixed", "--actor", "bob"))
+	if got := testenv.Strings(t, admin, `SELECT d.state || ' ' || a.db_user FROM intake_outbox_delivery d, intake_audit a
+		WHERE d.event_id = $1 AND a.action = 'notify_redeliver'`, ev); len(got) != 1 || got[0] != "pending "+person {
+		t.Errorf("redelivery %v, want the delivery pending again, audited as %s", got, person)
 	}
 	// and discards the other conflict: the file closed, its receipt published
 	must(runCLI("quarantine", "discard", other, "--config", cfg, "--reason", "a stray resend", "--actor", "bob"))
