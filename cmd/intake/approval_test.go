@@ -63,6 +63,12 @@ func TestPlanApproveRejectCommands(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("approve: %d\n%s", code, out)
 	}
+	if w := "acting as database user \"postgres\", actor \"erin\"\n"; !strings.Contains(out, w) {
+		t.Errorf("approve said:\n%s\nwant it to say %q", out, w)
+	}
+	if got := testenv.Strings(t, pool, `SELECT actor || ' ' || db_user FROM intake_audit WHERE action = 'approve'`); len(got) != 1 || got[0] != "erin postgres" {
+		t.Errorf("approve audited as %v, want actor erin, db user postgres", got)
+	}
 	if code, out := runCLI("run", "--config", cfg, "--once"); code != 0 {
 		t.Fatalf("run: %d\n%s", code, out)
 	}

@@ -166,6 +166,9 @@ func cmdCheck(args []string, stdout, stderr io.Writer) int {
 	default:
 		fmt.Fprintf(stdout, "ok   database: no role but its owner may create in a schema on intake's search_path (%s)\n", migrations.SearchPath)
 	}
+	if err := roleWarnings(ctx, pool, stdout); err != nil {
+		fail("database role", err)
+	}
 	chk := target.NewChecker(pool)        // each table's catalog read once
 	calls := map[string][]untrustedCall{} // by the feed's target, as written
 	for i := range cfg.Partners {

@@ -77,6 +77,9 @@ func init() {
 			summary: "list webhook deliveries whose retry budget ran out, send them again (audited)", subs: []string{"dead", "redeliver"},
 			required: []string{"config"}, subRequired: map[string][]string{"redeliver": {"reason"}}, helpArgs: []string{"dead"},
 			example: `intake notify redeliver --config /etc/intake/intake.yaml --all --reason "endpoint fixed"`, run: cmdNotify},
+		{name: "grants", usage: "--database NAME [--config FILE] [--daemon-role R] [--ops-role R] [--purge-role R]",
+			summary: "print the SQL that gives the daemon's, the ops and the purge role only the rights their jobs need",
+			example: "intake grants --database intake --ops-role intake_ops | psql -d intake -U intake_owner", run: cmdGrants},
 		{name: "purge", usage: "--config FILE", summary: "delete spool files, row issues, reports and audit rows past their retention",
 			required: []string{"config"}, example: "intake purge --config /etc/intake/intake.yaml", run: cmdPurge},
 		{name: "audit", usage: "--config FILE [--partner P]", summary: "list audited ops actions",
@@ -190,7 +193,8 @@ func flagsOf(c *command) *flag.FlagSet {
 }
 
 // argNames are the placeholders of flags whose value is not self-evident.
-var argNames = map[string]string{"config": "FILE", "partner": "ID", "reason": "TEXT", "actor": "NAME", "winner": "new|old", "limit": "N"}
+var argNames = map[string]string{"config": "FILE", "partner": "ID", "reason": "TEXT", "actor": "NAME", "winner": "new|old", "limit": "N",
+	"database": "NAME", "daemon-role": "ROLE", "ops-role": "ROLE", "purge-role": "ROLE"}
 
 func argName(f *flag.Flag) string {
 	if isBool(f) {

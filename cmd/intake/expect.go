@@ -130,6 +130,7 @@ func cmdExpectAck(fs *flag.FlagSet, args []string, path, reason, actor *string, 
 	request := newRequestID()
 	subject := fmt.Sprintf("window %s/%s %s", partner, feed, window.UTC().Format(time.RFC3339))
 	fmt.Fprintf(stdout, "%s: ack by %s, request %s\n", subject, inert.Text(*actor), request)
+	actingAs(ctx, e, *actor, stdout)
 	w, err := ops.AckLate(ctx, e.pool, partner, feed, window, *actor, *reason, request)
 	if err == nil {
 		err = fault.Check("ops:reply_lost") // the reply to the commit lost

@@ -100,6 +100,7 @@ func cmdQuarantine(args []string, stdout, stderr io.Writer) int {
 		d := ops.Decision{IntakeID: id, Actor: *actor, Reason: *reason, Winner: *winner, Partners: scope,
 			Worker: intake.OpsWorker(e.cfg.WorkerID), Request: request}
 		fmt.Fprintf(stdout, "intake %d: %s by %s, request %s\n", id, sub, inert.Text(*actor), request)
+		actingAs(ctx, e, *actor, stdout)
 		var err error
 		if sub == "release" {
 			err = ops.Release(ctx, e.pool, d)
@@ -189,6 +190,7 @@ func cmdReplay(args []string, stdout, stderr io.Writer) int {
 	defer d.Stop()
 	request := newRequestID()
 	fmt.Fprintf(stdout, "replay of intake %d by %s, request %s\n", id, inert.Text(*actor), request)
+	actingAs(ctx, e, *actor, stdout)
 	in, err := d.Replay(ctx, intake.ReplayRequest{ID: id, Actor: *actor, Reason: *reason, Request: request, ForceOlder: *forceOlder,
 		Progress: progressBar(stdout),
 		Inserted: func(in *intake.Intake) { fmt.Fprintf(stdout, "replay of intake %d is intake %d\n", id, in.ID) }})
@@ -242,9 +244,9 @@ func cmdAudit(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "AT\tACTOR\tACTION\tPARTNER\tINTAKE\tREQUEST\tREASON\tDETAIL")
+	fmt.Fprintln(tw, "AT\tACTOR\tDB USER\tACTION\tPARTNER\tINTAKE\tREQUEST\tREASON\tDETAIL")
 	for _, a := range entries {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", a.At.UTC().Format("2006-01-02 15:04:05"), inert.Text(a.Actor), a.Action, a.Partner, a.IntakeID,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", a.At.UTC().Format("2006-01-02 15:04:05"), inert.Text(a.Actor), dbUser(a.DBUser), a.Action, a.Partner, a.IntakeID,
 			inert.Text(a.Request), inert.Text(a.Reason), inert.Text(a.Detail))
 	}
 	if *request != "" && len(entries) == 0 {

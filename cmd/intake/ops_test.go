@@ -109,6 +109,9 @@ func TestOpsReviewReleasesDiscardsReplaysAndAudits(t *testing.T) {
 	if !strings.Contains(out, "archived, rows 0 applied, 0 unchanged, 0 rejected, 3 conflict") {
 		t.Fatalf("a replay of superseded bytes must not overwrite the newer rows:\n%s", out)
 	}
+	if w := "acting as database user \"postgres\", actor \"dave\"\n"; !strings.Contains(out, w) {
+		t.Errorf("replay said:\n%s\nwant it to say %q", out, w)
+	}
 	var replayed, rid int64
 	pool.QueryRow(context.Background(), `SELECT count(*), max(intake_id) FROM file_intake WHERE replay_of = $1 AND state = 'archived'`, orig).Scan(&replayed, &rid)
 	if replayed != 1 {

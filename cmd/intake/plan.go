@@ -162,8 +162,9 @@ func decidePlan(cmd string, args []string, stdout, stderr io.Writer) int {
 	}
 	defer done()
 	request := newRequestID()
-	d := ops.PlanDecision{IntakeID: id, Partners: scope, Actor: *actor, Reason: *reason, SnapshotFeeds: snapshotFeeds(e.cfg.Partners), Request: request}
+	d := ops.PlanDecision{IntakeID: id, Partners: scope, Actor: *actor, Reason: *reason, SnapshotFeeds: snapshotFeeds(e.cfg.Partners), Request: request, FourEyes: e.cfg.Ops.FourEyes}
 	fmt.Fprintf(stdout, "intake %d: %s by %s, request %s\n", id, cmd, inert.Text(*actor), request)
+	actingAs(ctx, e, *actor, stdout)
 	var err error
 	if cmd == "approve" {
 		d.PlanHash = *hash

@@ -339,8 +339,12 @@ func cmdPurge(args []string, stdout, stderr io.Writer) int {
 	defer done()
 	res, err := ops.Purge(ctx, e.pool, e.spool, e.cfg.Partners, e.cfg.Retention, time.Now())
 	for _, r := range res {
-		fmt.Fprintf(stdout, "%s: %d spool files (%d bytes), %d row issues, %d reports, %d audit entries removed\n",
-			r.Partner, r.SpoolFiles, r.SpoolBytes, r.RowIssues, r.Reports, r.AuditEntries)
+		audit := fmt.Sprintf("%d audit entries", r.AuditEntries)
+		if r.AuditSkipped {
+			audit = "no audit entries (this database role may not purge the audit: the purge role of intake grants may)"
+		}
+		fmt.Fprintf(stdout, "%s: %d spool files (%d bytes), %d row issues, %d reports, %s removed\n",
+			r.Partner, r.SpoolFiles, r.SpoolBytes, r.RowIssues, r.Reports, audit)
 	}
 	if err != nil {
 		fmt.Fprintln(stderr, "intake purge:", err)

@@ -129,6 +129,9 @@ type PlanDecision struct {
 	SnapshotFeeds []string
 	// Request is the command's request id, recorded on the audit row.
 	Request string
+
+	// FourEyes refuses an approval by whoever released or requested the file (sameHands).
+	FourEyes bool
 }
 
 // Approve approves a waiting file's plan, when hash is its current plan
@@ -155,6 +158,9 @@ func (l *Ledger) decidePlan(ctx context.Context, d PlanDecision, decision string
 		return fmt.Errorf("%w: --plan-hash is required (intake plan show %d prints it)", ErrPlanDecision, d.IntakeID)
 	}
 	return pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
+		if err := sameHands(ctx, tx, d, decision); err != nil {
+			return err
+		}
 		var partner, hash string
 		err := tx.QueryRow(ctx, `UPDATE file_intake SET state = 'spooled', reason = NULL, plan_decision = $3,
 		        approved_plan_hash = CASE WHEN $3 = 'approved' THEN plan_hash ELSE approved_plan_hash END,

@@ -195,19 +195,20 @@ type AuditEntry struct {
 	Reason, Detail         string
 	// Request is the ops command's request id ("" for the daemon's own).
 	Request string
+	DBUser  string // the login role that wrote it ("" before it was recorded)
 }
 
 // Audit lists the given partners' ops actions, newest first; with
 // request set, only the action of that request.
 func (l *Ledger) Audit(ctx context.Context, partners []string, request string, limit int) ([]AuditEntry, error) {
-	rs, err := l.pool.Query(ctx, `SELECT at, actor, action, partner_id, coalesce(intake_id, 0), reason, coalesce(detail, ''), coalesce(request_id, '')
+	rs, err := l.pool.Query(ctx, `SELECT at, actor, action, partner_id, coalesce(intake_id, 0), reason, coalesce(detail, ''), coalesce(request_id, ''), coalesce(db_user, '')
 		FROM intake_audit WHERE partner_id = ANY($1) AND ($3 = '' OR request_id = $3) ORDER BY audit_id DESC LIMIT $2`, partners, limit, request)
 	if err != nil {
 		return nil, err
 	}
 	return pgx.CollectRows(rs, func(r pgx.CollectableRow) (AuditEntry, error) {
 		var a AuditEntry
-		err := r.Scan(&a.At, &a.Actor, &a.Action, &a.Partner, &a.IntakeID, &a.Reason, &a.Detail, &a.Request)
+		err := r.Scan(&a.At, &a.Actor, &a.Action, &a.Partner, &a.IntakeID, &a.Reason, &a.Detail, &a.Request, &a.DBUser)
 		return a, err
 	})
 }

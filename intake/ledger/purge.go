@@ -2,6 +2,7 @@ package ledger
 
 import (
 	"context"
+	"errors"
 	"time"
 )
 
@@ -26,10 +27,27 @@ func (l *Ledger) PurgeRowIssues(ctx context.Context, partner string, cutoff time
 	return tag.RowsAffected(), err
 }
 
-// PurgeAudit deletes the partner's audit rows older than cutoff.
+// ErrNotPurgeRole: the session's role may not purge the audit (only the
+// purge role `intake grants` sets up, and the tables' owner, may).
+var ErrNotPurgeRole = errors.New("this database role may not purge the audit (run intake purge as the purge role)")
+
+// PurgeAudit deletes the partner's audit rows older than cutoff through
+// intake_purge_audit (migration 016): the audit refuses every other
+// DELETE. ErrNotPurgeRole when the session's role may not run it (the
+// daemon's: its scheduled purge leaves the audit to the purge role).
 func (l *Ledger) PurgeAudit(ctx context.Context, partner string, cutoff time.Time) (int64, error) {
-	tag, err := l.pool.Exec(ctx, `DELETE FROM intake_audit WHERE partner_id = $1 AND at < $2`, partner, cutoff)
-	return tag.RowsAffected(), err
+	// PostgreSQL checks EXECUTE when it prepares the call, even in a
+	// branch that does not run: two statements.
+	var may bool
+	if err := l.pool.QueryRow(ctx, `SELECT pg_catalog.has_function_privilege('intake_purge_audit(text, timestamptz)', 'EXECUTE')`).Scan(&may); err != nil {
+		return 0, err
+	}
+	if !may {
+		return 0, ErrNotPurgeRole
+	}
+	var n int64
+	err := l.pool.QueryRow(ctx, `SELECT intake_purge_audit($1::text, $2::timestamptz)`, partner, cutoff).Scan(&n)
+	return n, err
 }
 
 // SpoolInUse reports which of the partner's spooled hashes a file still

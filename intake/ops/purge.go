@@ -14,6 +14,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/partners"
 	"github.com/partner-intake/partner-intake/spool"
 )
@@ -88,6 +89,9 @@ type Purged struct {
 	RowIssues    int64
 	Reports      int
 	AuditEntries int64
+	// AuditSkipped: the role may not purge the audit (the daemon's); the
+	// purge role's `intake purge` does (ledger.ErrNotPurgeRole).
+	AuditSkipped bool
 	Err          error // why the partner's purge stopped short; the others went on
 }
 
@@ -156,7 +160,11 @@ func purgePartner(ctx context.Context, db *pgxpool.Pool, sp *spool.Spool, p *par
 	}
 	// The audit rows first: they need no site, so a hung one does not
 	// keep them past their retention.
-	if res.AuditEntries, err = l.PurgeAudit(ctx, p.ID, now.Add(-ret.Audit)); err != nil {
+	res.AuditEntries, err = l.PurgeAudit(ctx, p.ID, now.Add(-ret.Audit))
+	switch {
+	case errors.Is(err, ledger.ErrNotPurgeRole):
+		res.AuditSkipped = true
+	case err != nil:
 		return res, fmt.Errorf("audit: %w", err)
 	}
 	if err := purgeReports(ctx, p, now.Add(-ret.Reports), &res); err != nil {

@@ -68,8 +68,19 @@ type File struct {
 	NotifyDelivery notify.Config     `yaml:"notify_delivery"`
 	// Retention of every copy of partner data, and when the purge runs.
 	Retention ops.Retention `yaml:"retention"`
+	// Ops are rules of the ops commands.
+	Ops Ops `yaml:"ops"`
 	// Partners are the drop sites to poll.
 	Partners []partners.Config `yaml:"partners"`
+}
+
+// Ops are rules of the ops commands.
+type Ops struct {
+	// FourEyes refuses `intake approve` by the database user who released
+	// the file from quarantine or requested it as a replay, as the audit
+	// recorded them (default false). The rule is the CLI's: it binds those
+	// who run it with this config.
+	FourEyes bool `yaml:"four_eyes"`
 }
 
 // Database locates PostgreSQL. Prefer url_env: a URL with a password does

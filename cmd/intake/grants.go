@@ -1,0 +1,128 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/partner-intake/partner-intake/cmd/intake/internal/config"
+	"github.com/partner-intake/partner-intake/intake/ledger"
+	"github.com/partner-intake/partner-intake/migrations"
+	"github.com/partner-intake/partner-intake/partners"
+)
+
+// Default role names of `intake grants`.
+const (
+	defaultDaemonRole = "intake"
+	defaultOpsRole    = "intake_ops"
+	defaultPurgeRole  = "intake_purge"
+)
+
+// cmdGrants prints the SQL that gives the daemon's, the ops and the purge
+// role their rights (intake/ledger/grants.sql), and with --config the
+// daemon's rights on the config's target tables. It connects to nothing.
+func cmdGrants(args []string, stdout, stderr io.Writer) int {
+	fs := newFlags("grants", stderr)
+	path := fs.String("config", "", "config file (YAML): adds the daemon's grants on its feeds' target tables, and the database name of its URL")
+	database := fs.String("database", "", "the database intake's tables are in; with --config, its URL's database unless given")
+	daemon := fs.String("daemon-role", defaultDaemonRole, "the role intake run connects as")
+	opsRole := fs.String("ops-role", defaultOpsRole, "the role of the ops commands (a NOLOGIN group granted to each person, best)")
+	purge := fs.String("purge-role", defaultPurgeRole, "the role intake purge connects as")
+	if err := parseFlags(fs, args); err != nil {
+		return 2
+	}
+	var cfg *config.File
+	if *path != "" {
+		var err error
+		if cfg, err = config.Load(*path); err != nil {
+			fmt.Fprintln(stderr, "intake grants:", err)
+			return 2
+		}
+		if *database == "" {
+			if url, err := cfg.DatabaseURL(); err == nil {
+				if cc, err := pgx.ParseConfig(url); err == nil {
+					*database = cc.Database
+				}
+			}
+		}
+	}
+	if *database == "" {
+		fmt.Fprintf(stderr, "intake grants: give --database NAME (or --config with a database URL that names one)\ne.g. %s\n", lookup("grants").example)
+		return 2
+	}
+	roles := ledger.GrantRoles{Database: *database, Schema: migrations.Schema, Daemon: *daemon, Ops: *opsRole, Purge: *purge}
+	sql, err := ledger.Grants(roles)
+	if err != nil {
+		fmt.Fprintln(stderr, "intake grants:", err)
+		return 2
+	}
+	fmt.Fprint(stdout, sql)
+	if cfg != nil {
+		t, err := targetGrants(cfg.Partners, *daemon)
+		if err != nil {
+			fmt.Fprintln(stderr, "intake grants:", err)
+			return 2
+		}
+		fmt.Fprint(stdout, t)
+	}
+	return 0
+}
+
+// targetGrants is the daemon's rights on the target tables of parts'
+// feeds (docs/target-tables.md): rows are read (plans, the merge's
+// guard), inserted and updated (ON CONFLICT … DO UPDATE); deleted only by
+// a snapshot feed without deleted_at. An unqualified table is in the
+// ledger's schema, where the daemon's search path finds it.
+func targetGrants(parts []partners.Config, daemon string) (string, error) {
+	role, err := ledger.QuoteIdent(daemon)
+	if err != nil {
+		return "", fmt.Errorf("daemon-role: %w", err)
+	}
+	type table struct{ schema, name string }
+	deletes := map[table]bool{}
+	for _, p := range parts {
+		for _, f := range p.Feeds {
+			schema, name, ok := strings.Cut(f.Target, ".")
+			if !ok {
+				schema, name = migrations.Schema, f.Target
+			}
+			t := table{schema, name}
+			deletes[t] = deletes[t] || (f.Mode == partners.ModeSnapshot && f.DeletedAt == "")
+		}
+	}
+	tables := make([]table, 0, len(deletes))
+	for t := range deletes {
+		tables = append(tables, t)
+	}
+	sort.Slice(tables, func(i, j int) bool {
+		return tables[i].schema < tables[j].schema || tables[i].schema == tables[j].schema && tables[i].name < tables[j].name
+	})
+	var b strings.Builder
+	b.WriteString("\n-- The target tables of the config's feeds: rows read (plans, the merge's\n" +
+		"-- guard), inserted and updated (ON CONFLICT … DO UPDATE); deleted by a\n" +
+		"-- snapshot feed without deleted_at only.\n")
+	schemas := map[string]bool{}
+	for _, t := range tables {
+		s, err := ledger.QuoteIdent(t.schema)
+		if err != nil {
+			return "", fmt.Errorf("target %s.%s: %w", t.schema, t.name, err)
+		}
+		n, err := ledger.QuoteIdent(t.name)
+		if err != nil {
+			return "", fmt.Errorf("target %s.%s: %w", t.schema, t.name, err)
+		}
+		if !schemas[t.schema] && t.schema != migrations.Schema {
+			schemas[t.schema] = true
+			fmt.Fprintf(&b, "GRANT USAGE ON SCHEMA %s TO %s;\n", s, role)
+		}
+		privs := "SELECT, INSERT, UPDATE"
+		if deletes[t] {
+			privs += ", DELETE"
+		}
+		fmt.Fprintf(&b, "GRANT %s ON %s.%s TO %s;\n", privs, s, n, role)
+	}
+	return b.String(), nil
+}

@@ -1,0 +1,102 @@
+-- The rights of intake's three kinds of database role, each only what its
+-- job runs (the statements in intake/ledger and intake/target):
+--
+--   daemon_role  `intake run` (poll, apply, reconcile, expected deliveries,
+--                webhooks, its scheduled purge of spool and row issues),
+--                and `intake replay`, which runs the pipeline;
+--   ops_role     `intake status`, `audit`, `quarantine`, `plan show`,
+--                `approve`, `reject`, `expect ack`, `notify`: reads the ledger and
+--                makes decisions; best a NOLOGIN group granted to each
+--                person (GRANT intake_ops TO alice), so the audit's
+--                db_user names the person;
+--   purge_role   `intake purge`: retention, the audit's included (no
+--                other role may delete audit rows: migration 016).
+--
+-- The roles must exist (CREATE ROLE … LOGIN PASSWORD …, see
+-- docs/install.md); apply this as the owner of intake's tables after
+-- `intake migrate`. `intake grants` prints it with the names filled in
+-- (and the target tables of a config); with psql:
+--   psql -v database=intake -v schema=public -v daemon_role=intake \
+--        -v ops_role=intake_ops -v purge_role=intake_purge -f grants.sql
+-- Applying it again is harmless. It grants, and revokes nothing: a role
+-- set up by an earlier guide keeps what it had until it is revoked
+-- (REVOKE ALL ON ALL TABLES IN SCHEMA … FROM …, then apply this).
+--
+-- Not yet a boundary: an ops decision is a set of UPDATEs the ops role
+-- runs itself, so it holds UPDATE on the columns of file_intake the
+-- decisions write (state, lease, fencing token, plan decision, …) and
+-- could write them outside the CLI. What it cannot do is rewrite what a
+-- file is (partner, feed, name, batch, hashes, sizes, row total, replay
+-- origin), insert or delete files, or change or delete an audit row.
+
+GRANT CONNECT, TEMPORARY ON DATABASE :"database" TO :"daemon_role";
+GRANT CONNECT ON DATABASE :"database" TO :"ops_role", :"purge_role";
+GRANT USAGE ON SCHEMA :"schema" TO :"daemon_role", :"ops_role", :"purge_role";
+
+-- The schema check every start, /readyz and the ops commands run.
+GRANT SELECT ON :"schema".intake_schema_migrations TO :"daemon_role", :"ops_role", :"purge_role";
+
+-- daemon_role. Upserts (INSERT … ON CONFLICT DO UPDATE) need UPDATE;
+-- deliveries go with their event through the foreign key's cascade,
+-- which runs as the owner. The identity columns need no sequence grant
+-- for an INSERT, but a claim takes its intake id ahead of its row
+-- (nextval, under the partner's claim lock).
+GRANT USAGE ON SEQUENCE :"schema".file_intake_intake_id_seq TO :"daemon_role";
+GRANT SELECT, INSERT, UPDATE ON
+    :"schema".file_intake, :"schema".intake_worker, :"schema".intake_partner_poll,
+    :"schema".intake_reconcile_run, :"schema".intake_quarantine, :"schema".intake_site_profile,
+    :"schema".intake_feed_expect, :"schema".intake_feed_late, :"schema".intake_outbox_delivery
+    TO :"daemon_role";
+-- the chunk ledger: written with each chunk, never changed
+GRANT SELECT, INSERT ON :"schema".intake_chunk TO :"daemon_role";
+-- rows issues of a chunk's retry, the reconciler's findings replaced each
+-- run, a snapshot's keys once applied, a batch binding given back,
+-- readiness and claim records forgotten, delivered events
+GRANT SELECT, INSERT, DELETE ON
+    :"schema".intake_row_issue, :"schema".intake_finding, :"schema".intake_snapshot_key,
+    :"schema".intake_batch
+    TO :"daemon_role";
+GRANT SELECT, INSERT, UPDATE, DELETE ON
+    :"schema".intake_outbox, :"schema".intake_ready_seen, :"schema".intake_record_claim
+    TO :"daemon_role";
+-- the audit: appended to (a plan awaiting approval, a replay), never read
+-- back, never changed
+GRANT INSERT ON :"schema".intake_audit TO :"daemon_role";
+
+-- ops_role: reads everything `intake status`, `audit`, `quarantine list`,
+-- `plan show` and `notify dead` show.
+GRANT SELECT ON
+    :"schema".file_intake, :"schema".intake_batch, :"schema".intake_chunk, :"schema".intake_row_issue,
+    :"schema".intake_worker, :"schema".intake_partner_poll, :"schema".intake_finding,
+    :"schema".intake_reconcile_run, :"schema".intake_quarantine, :"schema".intake_audit,
+    :"schema".intake_snapshot_key, :"schema".intake_site_profile, :"schema".intake_feed_expect,
+    :"schema".intake_feed_late, :"schema".intake_outbox, :"schema".intake_outbox_delivery,
+    :"schema".intake_ready_seen, :"schema".intake_record_claim
+    TO :"ops_role";
+-- decisions: a release sends a held file back with a new fencing token
+-- and expired lease, its counts and plan cleared; a discard closes it and
+-- records its receipt; approve and reject record the plan decision
+GRANT UPDATE (state, reason, release_override, fencing_token, worker_id, lease_until, claimed_path,
+        manifest_name, archive_path, receipt_path, rejects_path, finished_at, updated_at,
+        rows_applied, rows_unchanged, rows_rejected, rows_conflict, rows_deleted, rows_delete_kept, chunks_done, feed_sha256,
+        plan_hash, plan_counts, plan_sample, planned_at, plan_decision, approved_plan_hash,
+        attempts, first_failed_at, next_attempt_at, last_error)
+    ON :"schema".file_intake TO :"ops_role";
+GRANT UPDATE (state, decided_at, decided_by, decision) ON :"schema".intake_quarantine TO :"ops_role";
+-- a batch conflict released with the new bytes winning
+GRANT UPDATE (intake_id, content_sha256, bound_at) ON :"schema".intake_batch TO :"ops_role";
+-- a released file starts over: its row issues, chunks and snapshot keys go
+GRANT DELETE ON :"schema".intake_row_issue, :"schema".intake_chunk, :"schema".intake_snapshot_key TO :"ops_role";
+-- a late delivery window acknowledged
+GRANT UPDATE (acked_at, acked_by, ack_reason) ON :"schema".intake_feed_late TO :"ops_role";
+-- a dead webhook delivery sent again
+GRANT UPDATE (state, dead_at, budget_from, next_attempt_at, lease_until, leased_by)
+    ON :"schema".intake_outbox_delivery TO :"ops_role";
+GRANT INSERT ON :"schema".intake_audit TO :"ops_role";
+
+-- purge_role: which spooled bytes a file still needs, the row issues and
+-- snapshot keys of finished files, and the audit through
+-- intake_purge_audit (the one way audit rows go).
+GRANT SELECT ON :"schema".file_intake TO :"purge_role";
+GRANT SELECT, DELETE ON :"schema".intake_row_issue, :"schema".intake_snapshot_key TO :"purge_role";
+GRANT EXECUTE ON FUNCTION :"schema".intake_purge_audit(text, timestamptz) TO :"purge_role";
