@@ -138,6 +138,44 @@ func TestGrantsGiveEachRoleItsJobOnly(t *testing.T) {
 		`SELECT intake_purge_audit('gr', pg_catalog.now())`,
 		`INSERT INTO orders (partner_id, order_id, amount, status, placed_at, last_intake_id) VALUES ('gr', 'X', 1, 'new', pg_catalog.now(), 1)`)
 
+	// Every write of the ops role is audited first (row-level security):
+	// a plain UPDATE of a file's state changes nothing, nor does one in a
+	// transaction that audited another file; one that audited this file
+	// as the same login first changes it.
+	changed := func(c *pgx.Conn, sql string, args ...any) int64 {
+		t.Helper()
+		tag, err := c.Exec(ctx, sql, args...)
+		if err != nil {
+			t.Fatalf("%q: %v", sql, err)
+		}
+		return tag.RowsAffected()
+	}
+	if n := changed(ops, `UPDATE file_intake SET state = 'archived', updated_at = pg_catalog.now() WHERE partner_id = 'gr' AND state <> 'discarded'`); n != 0 {
+		t.Fatalf("a plain UPDATE of the ops role changed %d files", n)
+	}
+	// a discarded file's receipt is the command's to record after its
+	// decision, but the file stays discarded
+	refused(ops, "the ops role", `UPDATE file_intake SET state = 'archived' WHERE state = 'discarded'`)
+	tx, err := ops.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := changed(ops, `INSERT INTO intake_audit (actor, action, partner_id, intake_id, reason) VALUES ('alice', 'test', 'gr', $1, 'why')`, fs[0].ID); n != 1 {
+		t.Fatal("the audit row was not appended")
+	}
+	if n := changed(ops, `UPDATE file_intake SET updated_at = pg_catalog.now() WHERE intake_id = $1`, fs[1].ID); n != 0 {
+		t.Fatalf("an UPDATE of a file the transaction did not audit changed %d rows", n)
+	}
+	if n := changed(ops, `UPDATE file_intake SET updated_at = pg_catalog.now() WHERE intake_id = $1`, fs[0].ID); n != 1 {
+		t.Fatalf("an UPDATE of the file the transaction audited changed %d rows, want 1", n)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := testenv.Strings(t, admin, `SELECT state FROM file_intake WHERE intake_id = $1`, fs[0].ID); got[0] != "archived" {
+		t.Fatalf("file %d is %s", fs[0].ID, got[0])
+	}
+
 	// the daemon's role cannot change or delete the audit row, nor purge it
 	dc := connect(daemon)
 	refused(dc, "the daemon's role",

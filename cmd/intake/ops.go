@@ -311,7 +311,9 @@ func cmdNotify(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintln(stderr, "intake notify redeliver:", err)
 			return 1
 		}
-		n, err := ops.Redeliver(ctx, e.pool, ops.Redelivery{Partners: scope, EventID: *event, Endpoints: eps, Actor: *actor, Reason: *reason})
+		request := newRequestID()
+		fmt.Fprintf(stdout, "redeliver by %s, request %s\n", inert.Text(*actor), request)
+		n, err := ops.Redeliver(ctx, e.pool, ops.Redelivery{Partners: scope, EventID: *event, Endpoints: eps, Actor: *actor, Reason: *reason, Request: request})
 		if err != nil {
 			fmt.Fprintln(stderr, "intake notify redeliver:", err)
 			return 1

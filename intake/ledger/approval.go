@@ -161,25 +161,43 @@ func (l *Ledger) decidePlan(ctx context.Context, d PlanDecision, decision string
 		if err := sameHands(ctx, tx, d, decision); err != nil {
 			return err
 		}
-		var partner, hash string
-		err := tx.QueryRow(ctx, `UPDATE file_intake SET state = 'spooled', reason = NULL, plan_decision = $3,
-		        approved_plan_hash = CASE WHEN $3 = 'approved' THEN plan_hash ELSE approved_plan_hash END,
-		        plan_sample = NULL, fencing_token = fencing_token + 1, lease_until = pg_catalog.now() - interval '1 second',
-		        attempts = 0, first_failed_at = NULL, next_attempt_at = NULL, last_error = NULL, updated_at = pg_catalog.now()
-		    WHERE intake_id = $1 AND partner_id = ANY($2) AND state = 'awaiting_approval'
-		      AND ($3 = 'rejected' OR (plan_hash = $4 AND NOT (coalesce(partner_id || '/' || feed = ANY($5::text[]), false) AND `+newerSnapshot+`)))
-		    RETURNING partner_id, plan_hash`, d.IntakeID, d.Partners, decision, d.PlanHash, d.SnapshotFeeds).Scan(&partner, &hash)
+		// the audit row first: the grants' row-level security lets an ops
+		// role change the file only once its decision is audited
+		// (grants.sql); the plan audited is the one the statement decides
+		action := "approve"
+		if decision == "rejected" {
+			action = "reject"
+		}
+		var partner, audited string
+		err := tx.QueryRow(ctx, `SELECT partner_id, coalesce(plan_hash, '') FROM file_intake WHERE intake_id = $1 AND partner_id = ANY($2)`,
+			d.IntakeID, d.Partners).Scan(&partner, &audited)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return l.whyNotDecided(ctx, tx, d)
 		}
 		if err != nil {
 			return fmt.Errorf("%s: %w", decision, err)
 		}
-		action := "approve"
-		if decision == "rejected" {
-			action = "reject"
+		if err := auditRequest(ctx, tx, d.Request, d.Actor, action, partner, d.IntakeID, d.Reason, "plan "+audited); err != nil {
+			return err
 		}
-		return auditRequest(ctx, tx, d.Request, d.Actor, action, partner, d.IntakeID, d.Reason, "plan "+hash)
+		var hash string
+		err = tx.QueryRow(ctx, `UPDATE file_intake SET state = 'spooled', reason = NULL, plan_decision = $3,
+		        approved_plan_hash = CASE WHEN $3 = 'approved' THEN plan_hash ELSE approved_plan_hash END,
+		        plan_sample = NULL, fencing_token = fencing_token + 1, lease_until = pg_catalog.now() - interval '1 second',
+		        attempts = 0, first_failed_at = NULL, next_attempt_at = NULL, last_error = NULL, updated_at = pg_catalog.now()
+		    WHERE intake_id = $1 AND partner_id = ANY($2) AND state = 'awaiting_approval'
+		      AND ($3 = 'rejected' OR (plan_hash = $4 AND NOT (coalesce(partner_id || '/' || feed = ANY($5::text[]), false) AND `+newerSnapshot+`)))
+		    RETURNING coalesce(plan_hash, '')`, d.IntakeID, d.Partners, decision, d.PlanHash, d.SnapshotFeeds).Scan(&hash)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return l.whyNotDecided(ctx, tx, d)
+		}
+		if err != nil {
+			return fmt.Errorf("%s: %w", decision, err)
+		}
+		if hash != audited {
+			return fmt.Errorf("%w: the plan of intake %d changed while it was being decided; review it again with intake plan show %d", ErrPlanDecision, d.IntakeID, d.IntakeID)
+		}
+		return nil
 	})
 }
 

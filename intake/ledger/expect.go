@@ -231,6 +231,13 @@ func (e *LateAckRefused) Unwrap() error { return e.Err }
 func (l *Ledger) AckLate(ctx context.Context, partner, feed string, scheduled time.Time, actor, reason, request string) (LateWindow, error) {
 	var w LateWindow
 	err := pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
+		// the audit row first: the grants' row-level security lets an
+		// ops role change the window only once the change is audited
+		// (grants.sql); a refusal rolls both back
+		if err := auditRequest(ctx, tx, request, actor, "expect_ack", partner, 0, reason,
+			fmt.Sprintf("feed %s, window scheduled %s", feed, scheduled.UTC().Format(time.RFC3339))); err != nil {
+			return err
+		}
 		err := tx.QueryRow(ctx, `UPDATE intake_feed_late SET acked_at = pg_catalog.now(), acked_by = $4, ack_reason = $5
 			WHERE partner_id = $1 AND feed = $2 AND scheduled_at = $3 AND closed_intake_id IS NULL AND acked_at IS NULL
 			RETURNING partner_id, feed, scheduled_at, deadline, raised_at, raised_by, acked_at, acked_by, ack_reason`,
@@ -239,11 +246,7 @@ func (l *Ledger) AckLate(ctx context.Context, partner, feed string, scheduled ti
 		if errors.Is(err, pgx.ErrNoRows) {
 			return ackRefused(ctx, tx, partner, feed, scheduled)
 		}
-		if err != nil {
-			return err
-		}
-		return auditRequest(ctx, tx, request, actor, "expect_ack", partner, 0, reason,
-			fmt.Sprintf("feed %s, window scheduled %s, deadline %s", feed, w.Scheduled.UTC().Format(time.RFC3339), w.Deadline.UTC().Format(time.RFC3339)))
+		return err
 	})
 	return w, err
 }

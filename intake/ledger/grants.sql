@@ -22,12 +22,16 @@
 -- set up by an earlier guide keeps what it had until it is revoked
 -- (REVOKE ALL ON ALL TABLES IN SCHEMA … FROM …, then apply this).
 --
--- Not yet a boundary: an ops decision is a set of UPDATEs the ops role
--- runs itself, so it holds UPDATE on the columns of file_intake the
--- decisions write (state, lease, fencing token, plan decision, …) and
--- could write them outside the CLI. What it cannot do is rewrite what a
--- file is (partner, feed, name, batch, hashes, sizes, row total, replay
--- origin), insert or delete files, or change or delete an audit row.
+-- An ops decision is a set of UPDATEs the ops role runs itself, so it
+-- holds UPDATE on the columns of file_intake the decisions write (state,
+-- lease, fencing token, plan decision, …). It cannot rewrite what a file
+-- is (partner, feed, name, batch, hashes, sizes, row total, replay
+-- origin), insert or delete files, or change or delete an audit row; and
+-- every write it makes is audited first: row-level security (the end of
+-- this file) lets it change a row only in a transaction that has already
+-- appended an audit row as the same login naming that row's file (or, for
+-- a delivery window or a webhook delivery, the partner or the request). A
+-- plain UPDATE file_intake outside the commands changes nothing.
 
 GRANT CONNECT, TEMPORARY ON DATABASE :"database" TO :"daemon_role";
 GRANT CONNECT ON DATABASE :"database" TO :"ops_role", :"purge_role";
@@ -100,3 +104,108 @@ GRANT INSERT ON :"schema".intake_audit TO :"ops_role";
 GRANT SELECT ON :"schema".file_intake TO :"purge_role";
 GRANT SELECT, DELETE ON :"schema".intake_row_issue, :"schema".intake_snapshot_key TO :"purge_role";
 GRANT EXECUTE ON FUNCTION :"schema".intake_purge_audit(text, timestamptz) TO :"purge_role";
+
+-- Row-level security: every write of the ops role audited first. The
+-- audit's trigger (migration 016) writes session_user and the
+-- transaction's now() into each row the ops role appends, so "an audit
+-- row at now() by session_user" exists only in a transaction that has
+-- appended one. The daemon's and the purge role's policies let them do
+-- what their grants say; the tables' owner (who migrates) is not subject
+-- to row-level security. Dropped and created again, so applying this
+-- again is harmless.
+ALTER TABLE :"schema".file_intake ENABLE ROW LEVEL SECURITY;
+ALTER TABLE :"schema".intake_quarantine ENABLE ROW LEVEL SECURITY;
+ALTER TABLE :"schema".intake_batch ENABLE ROW LEVEL SECURITY;
+ALTER TABLE :"schema".intake_row_issue ENABLE ROW LEVEL SECURITY;
+ALTER TABLE :"schema".intake_chunk ENABLE ROW LEVEL SECURITY;
+ALTER TABLE :"schema".intake_snapshot_key ENABLE ROW LEVEL SECURITY;
+ALTER TABLE :"schema".intake_feed_late ENABLE ROW LEVEL SECURITY;
+ALTER TABLE :"schema".intake_outbox_delivery ENABLE ROW LEVEL SECURITY;
+
+DROP POLICY IF EXISTS intake_daemon ON :"schema".file_intake;
+CREATE POLICY intake_daemon ON :"schema".file_intake TO :"daemon_role" USING (true) WITH CHECK (true);
+DROP POLICY IF EXISTS intake_read ON :"schema".file_intake;
+CREATE POLICY intake_read ON :"schema".file_intake FOR SELECT TO :"ops_role", :"purge_role" USING (true);
+DROP POLICY IF EXISTS intake_ops_audited ON :"schema".file_intake;
+CREATE POLICY intake_ops_audited ON :"schema".file_intake FOR UPDATE TO :"ops_role"
+    USING (EXISTS (SELECT 1 FROM :"schema".intake_audit a WHERE a.partner_id = file_intake.partner_id
+        AND a.intake_id = file_intake.intake_id AND a.at = pg_catalog.now() AND a.db_user = session_user))
+    WITH CHECK (EXISTS (SELECT 1 FROM :"schema".intake_audit a WHERE a.partner_id = file_intake.partner_id
+        AND a.intake_id = file_intake.intake_id AND a.at = pg_catalog.now() AND a.db_user = session_user));
+-- the receipt of a discard, published by the command right after its
+-- decision: a discarded file stays discarded
+DROP POLICY IF EXISTS intake_ops_discarded ON :"schema".file_intake;
+CREATE POLICY intake_ops_discarded ON :"schema".file_intake FOR UPDATE TO :"ops_role"
+    USING (state = 'discarded') WITH CHECK (state = 'discarded');
+
+DROP POLICY IF EXISTS intake_daemon ON :"schema".intake_quarantine;
+CREATE POLICY intake_daemon ON :"schema".intake_quarantine TO :"daemon_role" USING (true) WITH CHECK (true);
+DROP POLICY IF EXISTS intake_read ON :"schema".intake_quarantine;
+CREATE POLICY intake_read ON :"schema".intake_quarantine FOR SELECT TO :"ops_role" USING (true);
+DROP POLICY IF EXISTS intake_ops_audited ON :"schema".intake_quarantine;
+CREATE POLICY intake_ops_audited ON :"schema".intake_quarantine FOR UPDATE TO :"ops_role"
+    USING (EXISTS (SELECT 1 FROM :"schema".intake_audit a WHERE a.partner_id = intake_quarantine.partner_id
+        AND a.intake_id = intake_quarantine.intake_id AND a.at = pg_catalog.now() AND a.db_user = session_user))
+    WITH CHECK (true);
+
+DROP POLICY IF EXISTS intake_daemon ON :"schema".intake_batch;
+CREATE POLICY intake_daemon ON :"schema".intake_batch TO :"daemon_role" USING (true) WITH CHECK (true);
+DROP POLICY IF EXISTS intake_read ON :"schema".intake_batch;
+CREATE POLICY intake_read ON :"schema".intake_batch FOR SELECT TO :"ops_role" USING (true);
+DROP POLICY IF EXISTS intake_ops_audited ON :"schema".intake_batch;
+CREATE POLICY intake_ops_audited ON :"schema".intake_batch FOR UPDATE TO :"ops_role"
+    USING (EXISTS (SELECT 1 FROM :"schema".intake_audit a WHERE a.partner_id = intake_batch.partner_id
+        AND a.at = pg_catalog.now() AND a.db_user = session_user))
+    WITH CHECK (EXISTS (SELECT 1 FROM :"schema".intake_audit a WHERE a.partner_id = intake_batch.partner_id
+        AND a.intake_id = intake_batch.intake_id AND a.at = pg_catalog.now() AND a.db_user = session_user));
+
+DROP POLICY IF EXISTS intake_daemon ON :"schema".intake_row_issue;
+CREATE POLICY intake_daemon ON :"schema".intake_row_issue TO :"daemon_role" USING (true) WITH CHECK (true);
+DROP POLICY IF EXISTS intake_read ON :"schema".intake_row_issue;
+CREATE POLICY intake_read ON :"schema".intake_row_issue FOR SELECT TO :"ops_role", :"purge_role" USING (true);
+DROP POLICY IF EXISTS intake_purge ON :"schema".intake_row_issue;
+CREATE POLICY intake_purge ON :"schema".intake_row_issue FOR DELETE TO :"purge_role" USING (true);
+DROP POLICY IF EXISTS intake_ops_audited ON :"schema".intake_row_issue;
+CREATE POLICY intake_ops_audited ON :"schema".intake_row_issue FOR DELETE TO :"ops_role"
+    USING (EXISTS (SELECT 1 FROM :"schema".intake_audit a WHERE a.partner_id = intake_row_issue.partner_id
+        AND a.intake_id = intake_row_issue.intake_id AND a.at = pg_catalog.now() AND a.db_user = session_user));
+
+DROP POLICY IF EXISTS intake_daemon ON :"schema".intake_chunk;
+CREATE POLICY intake_daemon ON :"schema".intake_chunk TO :"daemon_role" USING (true) WITH CHECK (true);
+DROP POLICY IF EXISTS intake_read ON :"schema".intake_chunk;
+CREATE POLICY intake_read ON :"schema".intake_chunk FOR SELECT TO :"ops_role" USING (true);
+DROP POLICY IF EXISTS intake_ops_audited ON :"schema".intake_chunk;
+CREATE POLICY intake_ops_audited ON :"schema".intake_chunk FOR DELETE TO :"ops_role"
+    USING (EXISTS (SELECT 1 FROM :"schema".intake_audit a WHERE a.partner_id = intake_chunk.partner_id
+        AND a.intake_id = intake_chunk.intake_id AND a.at = pg_catalog.now() AND a.db_user = session_user));
+
+DROP POLICY IF EXISTS intake_daemon ON :"schema".intake_snapshot_key;
+CREATE POLICY intake_daemon ON :"schema".intake_snapshot_key TO :"daemon_role" USING (true) WITH CHECK (true);
+DROP POLICY IF EXISTS intake_read ON :"schema".intake_snapshot_key;
+CREATE POLICY intake_read ON :"schema".intake_snapshot_key FOR SELECT TO :"ops_role", :"purge_role" USING (true);
+DROP POLICY IF EXISTS intake_purge ON :"schema".intake_snapshot_key;
+CREATE POLICY intake_purge ON :"schema".intake_snapshot_key FOR DELETE TO :"purge_role" USING (true);
+DROP POLICY IF EXISTS intake_ops_audited ON :"schema".intake_snapshot_key;
+CREATE POLICY intake_ops_audited ON :"schema".intake_snapshot_key FOR DELETE TO :"ops_role"
+    USING (EXISTS (SELECT 1 FROM :"schema".intake_audit a WHERE a.intake_id = intake_snapshot_key.intake_id
+        AND a.at = pg_catalog.now() AND a.db_user = session_user));
+
+DROP POLICY IF EXISTS intake_daemon ON :"schema".intake_feed_late;
+CREATE POLICY intake_daemon ON :"schema".intake_feed_late TO :"daemon_role" USING (true) WITH CHECK (true);
+DROP POLICY IF EXISTS intake_read ON :"schema".intake_feed_late;
+CREATE POLICY intake_read ON :"schema".intake_feed_late FOR SELECT TO :"ops_role" USING (true);
+DROP POLICY IF EXISTS intake_ops_audited ON :"schema".intake_feed_late;
+CREATE POLICY intake_ops_audited ON :"schema".intake_feed_late FOR UPDATE TO :"ops_role"
+    USING (EXISTS (SELECT 1 FROM :"schema".intake_audit a WHERE a.partner_id = intake_feed_late.partner_id
+        AND a.action = 'expect_ack' AND a.at = pg_catalog.now() AND a.db_user = session_user))
+    WITH CHECK (true);
+
+DROP POLICY IF EXISTS intake_daemon ON :"schema".intake_outbox_delivery;
+CREATE POLICY intake_daemon ON :"schema".intake_outbox_delivery TO :"daemon_role" USING (true) WITH CHECK (true);
+DROP POLICY IF EXISTS intake_read ON :"schema".intake_outbox_delivery;
+CREATE POLICY intake_read ON :"schema".intake_outbox_delivery FOR SELECT TO :"ops_role" USING (true);
+DROP POLICY IF EXISTS intake_ops_audited ON :"schema".intake_outbox_delivery;
+CREATE POLICY intake_ops_audited ON :"schema".intake_outbox_delivery FOR UPDATE TO :"ops_role"
+    USING (EXISTS (SELECT 1 FROM :"schema".intake_audit a WHERE a.action = 'notify_redeliver_request'
+        AND a.at = pg_catalog.now() AND a.db_user = session_user))
+    WITH CHECK (true);

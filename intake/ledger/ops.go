@@ -64,11 +64,22 @@ type Held struct {
 // LockHeld locks a held file of one of partners and its quarantine record
 // for a decision in tx; nil when there is none.
 func LockHeld(ctx context.Context, tx pgx.Tx, id int64, partners []string) (*Held, error) {
+	return held(ctx, tx, id, partners, " FOR UPDATE")
+}
+
+// PeekHeld reads a held file of one of partners and its quarantine record
+// without a lock (what a decision is planned and audited from, before
+// the lock the audit lets it take); nil when there is none.
+func PeekHeld(ctx context.Context, tx pgx.Tx, id int64, partners []string) (*Held, error) {
+	return held(ctx, tx, id, partners, "")
+}
+
+func held(ctx context.Context, tx pgx.Tx, id int64, partners []string, lock string) (*Held, error) {
 	var h Held
 	err := tx.QueryRow(ctx, `SELECT q.partner_id, q.reason, q.state, f.state, f.feed, coalesce(f.batch_id, ''),
 		coalesce(f.content_sha256, ''), coalesce(f.archive_path, ''), coalesce(f.manifest_name, '')
 		FROM intake_quarantine q JOIN file_intake f USING (intake_id)
-		WHERE q.intake_id = $1 AND q.partner_id = ANY($2) FOR UPDATE`, id, partners).
+		WHERE q.intake_id = $1 AND q.partner_id = ANY($2)`+lock, id, partners).
 		Scan(&h.Partner, &h.Reason, &h.QState, &h.FState, &h.Feed, &h.BatchID, &h.SHA256, &h.Path, &h.Manifest)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, nil
@@ -146,15 +157,20 @@ func CloseHeld(ctx context.Context, tx pgx.Tx, id int64, worker string) (bool, e
 	return tag.RowsAffected() > 0, nil
 }
 
-// Decide records a decision on a quarantine record (qstate: released or
-// discarded) with its audit row, carrying the command's request id, in the
-// decision's transaction.
-func Decide(ctx context.Context, tx pgx.Tx, id int64, partner, qstate, request, actor, decision, action, detail string) error {
-	if _, err := tx.Exec(ctx, `UPDATE intake_quarantine SET state = $2, decided_at = pg_catalog.now(), decided_by = $3, decision = $4
-		WHERE intake_id = $1`, id, qstate, actor, decision); err != nil {
-		return err
-	}
-	return auditRequest(ctx, tx, request, actor, action, partner, id, decision, detail)
+// AuditDecision appends the audit row of an ops decision on intake id
+// (carrying the command's request id) as its transaction's first write:
+// the grants' row-level security lets an ops role change the file's rows
+// only after (grants.sql).
+func AuditDecision(ctx context.Context, tx pgx.Tx, id int64, partner, request, actor, reason, action, detail string) error {
+	return auditRequest(ctx, tx, request, actor, action, partner, id, reason, detail)
+}
+
+// MarkDecided records a decision on a quarantine record (qstate: released
+// or discarded), audited already in the decision's transaction.
+func MarkDecided(ctx context.Context, tx pgx.Tx, id int64, qstate, actor, decision string) error {
+	_, err := tx.Exec(ctx, `UPDATE intake_quarantine SET state = $2, decided_at = pg_catalog.now(), decided_by = $3, decision = $4
+		WHERE intake_id = $1`, id, qstate, actor, decision)
+	return err
 }
 
 // audit appends an audit row of an action no ops command asked for by
@@ -187,6 +203,11 @@ func (l *Ledger) Requested(ctx context.Context, request string) (action string, 
 	return action, intakeID, err == nil, err
 }
 
+// AllPartners is the partner id of an audit row of an action on the
+// partners of a configuration together (never a partner's id: names
+// rules refuse it).
+const AllPartners = "*"
+
 // AuditEntry is one audited ops action.
 type AuditEntry struct {
 	At                     time.Time
@@ -202,7 +223,7 @@ type AuditEntry struct {
 // request set, only the action of that request.
 func (l *Ledger) Audit(ctx context.Context, partners []string, request string, limit int) ([]AuditEntry, error) {
 	rs, err := l.pool.Query(ctx, `SELECT at, actor, action, partner_id, coalesce(intake_id, 0), reason, coalesce(detail, ''), coalesce(request_id, ''), coalesce(db_user, '')
-		FROM intake_audit WHERE partner_id = ANY($1) AND ($3 = '' OR request_id = $3) ORDER BY audit_id DESC LIMIT $2`, partners, limit, request)
+		FROM intake_audit WHERE (partner_id = ANY($1) OR partner_id = '`+AllPartners+`') AND ($3 = '' OR request_id = $3) ORDER BY audit_id DESC LIMIT $2`, partners, limit, request)
 	if err != nil {
 		return nil, err
 	}

@@ -2,7 +2,9 @@ package ledger
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -49,6 +51,8 @@ type Redelivery struct {
 	EventID       int64
 	Endpoints     []string
 	Actor, Reason string
+	// Request is the command's request id, on the request's audit row.
+	Request string
 }
 
 // Redeliver makes the dead deliveries r selects pending again, due now and
@@ -60,6 +64,23 @@ type Redelivery struct {
 func (l *Ledger) Redeliver(ctx context.Context, r Redelivery) (int64, error) {
 	var n int64
 	err := pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
+		// the request audited first: the grants' row-level security lets
+		// an ops role change deliveries only once the change is audited
+		// (grants.sql); each delivery revived is audited after
+		what := "every dead delivery"
+		if r.EventID != 0 {
+			what = fmt.Sprintf("the dead deliveries of event %d", r.EventID)
+		}
+		if r.Endpoints != nil {
+			what += " to endpoints " + strings.Join(r.Endpoints, ", ")
+		}
+		scope := AllPartners
+		if len(r.Partners) == 1 {
+			scope = r.Partners[0]
+		}
+		if err := auditRequest(ctx, tx, r.Request, r.Actor, "notify_redeliver_request", scope, 0, r.Reason, what); err != nil {
+			return err
+		}
 		rs, err := tx.Query(ctx, `UPDATE intake_outbox_delivery d SET state = 'pending', dead_at = NULL, budget_from = pg_catalog.now(),
 			next_attempt_at = pg_catalog.now(), lease_until = NULL, leased_by = NULL
 			FROM intake_outbox o
@@ -88,7 +109,15 @@ func (l *Ledger) Redeliver(ctx context.Context, r Redelivery) (int64, error) {
 			}
 		}
 		n = int64(len(got))
+		if n == 0 {
+			return errNothingRevived // nothing done: the request's audit row goes too
+		}
 		return nil
 	})
+	if errors.Is(err, errNothingRevived) {
+		return 0, nil
+	}
 	return n, err
 }
+
+var errNothingRevived = errors.New("no dead delivery matches")

@@ -59,97 +59,148 @@ func (d Decision) check() error {
 // finishes it (within one reconcile interval). Releasing a batch conflict
 // needs a winner: "new" rebinds the batch to the held bytes, which are then
 // applied over the earlier ones; "old" discards the held file.
+//
+// A decision's audit row is its transaction's first write: under the
+// grants' row-level security (intake/ledger/grants.sql) an ops role may
+// change a file's rows only in a transaction that has audited that file
+// as the same login. So the decision is planned from a first look at the
+// held file, audited, and then made under the file's lock, refused if the
+// file changed in between.
 func Release(ctx context.Context, db *pgxpool.Pool, d Decision) error {
 	if err := d.check(); err != nil {
 		return err
 	}
 	return pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+		seen, err := ledger.PeekHeld(ctx, tx, d.IntakeID, d.Partners)
+		if err != nil {
+			return err
+		}
+		r, err := planRelease(d, seen)
+		if err != nil {
+			return err
+		}
+		if err := ledger.AuditDecision(ctx, tx, d.IntakeID, seen.Partner, d.Request, d.Actor, d.Reason, r.action, r.detail); err != nil {
+			return err
+		}
 		h, err := ledger.LockHeld(ctx, tx, d.IntakeID, d.Partners)
 		if err != nil {
 			return err
 		}
-		if h == nil {
-			return fmt.Errorf("%w: intake %d is not held", intake.ErrDecision, d.IntakeID)
+		if h == nil || *h != *seen {
+			return fmt.Errorf("%w: intake %d changed while it was being decided; look again", intake.ErrDecision, d.IntakeID)
 		}
-		manifest := h.Manifest
-		if h.QState != "open" {
-			return fmt.Errorf("%w: intake %d was already %s", intake.ErrDecision, d.IntakeID, h.QState)
+		if r.discard {
+			return discard(ctx, tx, d)
 		}
-		override := ""
-		switch {
-		case h.Feed == intake.NoFeed:
-			return fmt.Errorf("%w: intake %d is a hostile entry (%s): it can only be discarded", intake.ErrDecision, d.IntakeID, h.Reason)
-		case h.Reason == intake.ReasonNotRegular:
-			return fmt.Errorf("%w: intake %d was not a regular file when claimed (%s): it can only be discarded", intake.ErrDecision, d.IntakeID, h.Reason)
-		case h.Reason == intake.ReasonBadBatchID:
-			return fmt.Errorf("%w: intake %d has no usable batch id: it can only be discarded", intake.ErrDecision, d.IntakeID)
-		case h.Reason == intake.ReasonBatchConflict:
-			switch d.Winner {
-			case WinnerOld:
-				return discard(ctx, tx, d, h.Partner, "release_conflict_old_wins")
-			case WinnerNew:
-				override = intake.OverrideConflictNewWin
-				if err := ledger.RebindBatch(ctx, tx, h.Partner, h.BatchID, d.IntakeID, h.SHA256); err != nil {
-					return err
-				}
-			default:
-				return fmt.Errorf("%w: releasing a batch conflict needs --winner new or --winner old", intake.ErrDecision)
+		if r.rebind {
+			if err := ledger.RebindBatch(ctx, tx, h.Partner, h.BatchID, d.IntakeID, h.SHA256); err != nil {
+				return err
 			}
-		case h.Reason == intake.ReasonRejectRate:
-			override = intake.OverrideRejectRate
-		case h.Reason == intake.ReasonManifestMismatch:
-			override = intake.OverrideManifest
-		case h.Reason == intake.ReasonFileTooLarge:
-			override = intake.OverrideSize
 		}
-		if override == "" {
-			override = intake.OverrideNothing
-		}
-		next := intake.StateSpooled
-		if h.SHA256 == "" {
-			next = intake.StateClaimed
-		}
-		if manifest != "" && h.Path != "" {
-			manifest = path.Base(h.Path) + partners.ManifestSuffix // held beside the data file
-		}
-		reopened, err := ledger.Reopen(ctx, tx, d.IntakeID, next, override, h.Path, manifest)
+		reopened, err := ledger.Reopen(ctx, tx, d.IntakeID, r.next, r.override, h.Path, r.manifest)
 		if err != nil {
 			return err
 		}
 		if !reopened {
 			return fmt.Errorf("%w: intake %d is in state %s", intake.ErrDecision, d.IntakeID, h.FState)
 		}
-		return decide(ctx, tx, d, h.Partner, "released", "release", fmt.Sprintf("reason %s, override %q, resumes as %s", h.Reason, override, next))
+		return ledger.MarkDecided(ctx, tx, d.IntakeID, "released", d.Actor, d.Reason)
 	})
 }
 
+// release is what a release of a held file does (planRelease).
+type release struct {
+	action, detail  string
+	discard, rebind bool
+	override        string
+	next            intake.State
+	manifest        string
+}
+
+// planRelease decides what releasing the held file h does, or refuses.
+func planRelease(d Decision, h *ledger.Held) (release, error) {
+	if h == nil {
+		return release{}, fmt.Errorf("%w: intake %d is not held", intake.ErrDecision, d.IntakeID)
+	}
+	if h.QState != "open" {
+		return release{}, fmt.Errorf("%w: intake %d was already %s", intake.ErrDecision, d.IntakeID, h.QState)
+	}
+	r := release{action: "release"}
+	switch {
+	case h.Feed == intake.NoFeed:
+		return r, fmt.Errorf("%w: intake %d is a hostile entry (%s): it can only be discarded", intake.ErrDecision, d.IntakeID, h.Reason)
+	case h.Reason == intake.ReasonNotRegular:
+		return r, fmt.Errorf("%w: intake %d was not a regular file when claimed (%s): it can only be discarded", intake.ErrDecision, d.IntakeID, h.Reason)
+	case h.Reason == intake.ReasonBadBatchID:
+		return r, fmt.Errorf("%w: intake %d has no usable batch id: it can only be discarded", intake.ErrDecision, d.IntakeID)
+	case h.Reason == intake.ReasonBatchConflict:
+		switch d.Winner {
+		case WinnerOld:
+			return release{action: "release_conflict_old_wins", discard: true}, nil
+		case WinnerNew:
+			r.override, r.rebind = intake.OverrideConflictNewWin, true
+		default:
+			return r, fmt.Errorf("%w: releasing a batch conflict needs --winner new or --winner old", intake.ErrDecision)
+		}
+	case h.Reason == intake.ReasonRejectRate:
+		r.override = intake.OverrideRejectRate
+	case h.Reason == intake.ReasonManifestMismatch:
+		r.override = intake.OverrideManifest
+	case h.Reason == intake.ReasonFileTooLarge:
+		r.override = intake.OverrideSize
+	}
+	if r.override == "" {
+		r.override = intake.OverrideNothing
+	}
+	r.next = intake.StateSpooled
+	if h.SHA256 == "" {
+		r.next = intake.StateClaimed
+	}
+	r.manifest = h.Manifest
+	if r.manifest != "" && h.Path != "" {
+		r.manifest = path.Base(h.Path) + partners.ManifestSuffix // held beside the data file
+	}
+	r.detail = fmt.Sprintf("reason %s, override %q, resumes as %s", h.Reason, r.override, r.next)
+	return r, nil
+}
+
 // Discard closes a held file for good; it stays in quarantine/ as evidence
-// until retention removes it.
+// until retention removes it. Audited first, as Release.
 func Discard(ctx context.Context, db *pgxpool.Pool, d Decision) error {
 	if err := d.check(); err != nil {
 		return err
 	}
 	return pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+		seen, err := ledger.PeekHeld(ctx, tx, d.IntakeID, d.Partners)
+		if err != nil {
+			return err
+		}
+		if seen == nil {
+			return fmt.Errorf("%w: intake %d is not held", intake.ErrDecision, d.IntakeID)
+		}
+		if seen.QState != "open" {
+			return fmt.Errorf("%w: intake %d was already %s", intake.ErrDecision, d.IntakeID, seen.QState)
+		}
+		if err := ledger.AuditDecision(ctx, tx, d.IntakeID, seen.Partner, d.Request, d.Actor, d.Reason, "discard", ""); err != nil {
+			return err
+		}
 		partner, qstate, ok, err := ledger.LockQuarantine(ctx, tx, d.IntakeID, d.Partners)
 		if err != nil {
 			return err
 		}
-		if !ok {
-			return fmt.Errorf("%w: intake %d is not held", intake.ErrDecision, d.IntakeID)
+		if !ok || partner != seen.Partner || qstate != "open" {
+			return fmt.Errorf("%w: intake %d changed while it was being decided; look again", intake.ErrDecision, d.IntakeID)
 		}
-		if qstate != "open" {
-			return fmt.Errorf("%w: intake %d was already %s", intake.ErrDecision, d.IntakeID, qstate)
-		}
-		return discard(ctx, tx, d, partner, "discard")
+		return discard(ctx, tx, d)
 	})
 }
 
-// discard closes a held file. The partner's receipt and the reason file
-// still say "held": the same statement takes a new fencing token and
-// clears receipt_path, and PublishDiscarded (run by the command right after,
-// or by the reconciler when that failed) publishes the decision under that
-// token.
-func discard(ctx context.Context, tx pgx.Tx, d Decision, partner, action string) error {
+// discard closes a held file, audited already. The partner's receipt and
+// the reason file still say "held": the same statement takes a new fencing
+// token and clears receipt_path, and PublishDiscarded (run by the command
+// right after, or by the reconciler when that failed) publishes the
+// decision under that token.
+func discard(ctx context.Context, tx pgx.Tx, d Decision) error {
 	worker := d.Worker
 	if worker == "" {
 		worker = "discarded"
@@ -161,7 +212,7 @@ func discard(ctx context.Context, tx pgx.Tx, d Decision, partner, action string)
 	if !closed {
 		return fmt.Errorf("%w: intake %d is not held", intake.ErrDecision, d.IntakeID)
 	}
-	return decide(ctx, tx, d, partner, "discarded", action, "")
+	return ledger.MarkDecided(ctx, tx, d.IntakeID, "discarded", d.Actor, d.Reason)
 }
 
 // PublishDecision publishes what a decision on intake id means to its
@@ -189,10 +240,6 @@ func PublishDecision(ctx context.Context, db *pgxpool.Pool, parts []partners.Con
 		return intake.PublishDiscarded(ctx, l, s, &parts[i], in)
 	}
 	return nil
-}
-
-func decide(ctx context.Context, tx pgx.Tx, d Decision, partner, qstate, action, detail string) error {
-	return ledger.Decide(ctx, tx, d.IntakeID, partner, qstate, d.Request, d.Actor, d.Reason, action, detail)
 }
 
 // AuditEntry is one audited ops action.
