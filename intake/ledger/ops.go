@@ -185,8 +185,8 @@ func auditRequest(ctx context.Context, tx pgx.Tx, request, actor, action, partne
 	_, err := tx.Exec(ctx, `INSERT INTO intake_audit (actor, action, partner_id, intake_id, reason, detail, request_id)
 		VALUES ($1, $2, $3, nullif($4, 0), $5, nullif($6, ''), nullif($7, ''))`, actor, action, partner, id, reason, detail, request)
 	if err == nil && request != "" {
-		// an ops action's audit row is the last statement of its
-		// transaction: this step stands just before the commit
+		// an ops action's audit row, inside its transaction: a step
+		// where the transaction is open and its commit not yet sent
 		err = fault.Check("ops:before_commit")
 	}
 	return err
