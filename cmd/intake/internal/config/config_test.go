@@ -241,11 +241,17 @@ func TestASecretFileOthersMayReadIsRefusedAtLoad(t *testing.T) {
 	if withKey == example(t) || withPassword == example(t) {
 		t.Fatal("the example's private_key_file line moved")
 	}
+	const examplePGP = "        # pgp:\n        #   private_key_file: /etc/intake/pgp/intake-secret.asc"
+	withPGP := strings.Replace(example(t), examplePGP, "        pgp:\n          private_key_file: "+key, 1)
+	if withPGP == example(t) {
+		t.Fatal("the example's pgp lines moved")
+	}
 	for _, tc := range []struct {
 		name, config, setting string
 	}{
-		{"private key", withKey, "private_key_file"},
-		{"password", withPassword, "password_file"},
+		{"private key", withKey, "sftp.private_key_file"},
+		{"password", withPassword, "sftp.password_file"},
+		{"pgp secret key", withPGP, "feeds[0] (name orders).pgp.private_key_file"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			write(tc.config)
@@ -254,7 +260,7 @@ func TestASecretFileOthersMayReadIsRefusedAtLoad(t *testing.T) {
 					t.Fatal(err)
 				}
 				_, err := Load(cfg)
-				want := "partners[0] (id acme).sftp." + tc.setting + ": " + key + " is mode " + fmt.Sprintf("%04o", mode)
+				want := "partners[0] (id acme)." + tc.setting + ": " + key + " is mode " + fmt.Sprintf("%04o", mode)
 				if err == nil || !strings.Contains(err.Error(), want) {
 					t.Fatalf("mode %04o: %v, want an error with %q", mode, err, want)
 				}

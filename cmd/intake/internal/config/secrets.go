@@ -10,15 +10,22 @@ import (
 	"github.com/partner-intake/partner-intake/partners"
 )
 
-// checkSecretFiles refuses a partner's SSH private key or password file
-// that users other than intake's may read or write, naming the partner's
-// key and the file's mode (secretModeOK says which modes pass). A file
-// that does not exist is told at the dial, as before.
+// checkSecretFiles refuses a partner's SSH private key or password file,
+// or a feed's PGP secret key file, that users other than intake's may read
+// or write, naming the setting and the file's mode (secretModeOK says
+// which modes pass). A file that does not exist is told where it is used
+// (the dial, the first encrypted file), as before.
 func checkSecretFiles(ps []partners.Config) error {
 	uid, gid := os.Getuid(), os.Getgid()
 	for i := range ps {
 		s := ps[i].SFTP
-		for _, f := range []struct{ key, path string }{{"private_key_file", s.PrivateKeyFile}, {"password_file", s.PasswordFile}} {
+		files := []struct{ key, path string }{{"sftp.private_key_file", s.PrivateKeyFile}, {"sftp.password_file", s.PasswordFile}}
+		for j, f := range ps[i].Feeds {
+			if f.PGP != nil {
+				files = append(files, struct{ key, path string }{fmt.Sprintf("feeds[%d] (name %s).pgp.private_key_file", j, f.Name), f.PGP.PrivateKeyFile})
+			}
+		}
+		for _, f := range files {
 			if f.path == "" {
 				continue
 			}
@@ -27,14 +34,14 @@ func checkSecretFiles(ps []partners.Config) error {
 				continue
 			}
 			if err != nil {
-				return fmt.Errorf("partners[%d] (id %s).sftp.%s: %w", i, ps[i].ID, f.key, err)
+				return fmt.Errorf("partners[%d] (id %s).%s: %w", i, ps[i].ID, f.key, err)
 			}
 			owner, group := -1, -1
 			if st, ok := fi.Sys().(*syscall.Stat_t); ok {
 				owner, group = int(st.Uid), int(st.Gid)
 			}
 			if !secretModeOK(fi.Mode().Perm(), owner, group, uid, gid) {
-				return fmt.Errorf("partners[%d] (id %s).sftp.%s: %s is mode %04o (owner %d, group %d): others than intake's user may read it; make it 0600 owned by intake's user, or 0640 owned by root with intake's group",
+				return fmt.Errorf("partners[%d] (id %s).%s: %s is mode %04o (owner %d, group %d): others than intake's user may read it; make it 0600 owned by intake's user, or 0640 owned by root with intake's group",
 					i, ps[i].ID, f.key, f.path, fi.Mode().Perm(), owner, group)
 			}
 		}
