@@ -540,3 +540,40 @@ func (s *Spool) CreateTemp(partner string) (*os.File, error) {
 	}
 	return os.OpenFile(filepath.Join(tmpDir, s.worker+"."+randomName()+TempSuffix), os.O_CREATE|os.O_EXCL|os.O_RDWR, 0o600)
 }
+
+// Tighten takes away group and other bits from what the spool holds: a
+// spool written by a version that left its files group-readable (or
+// copied in by hand) is made the daemon's user's alone, directories 0700,
+// files 0600, as the spool writes them now. It returns how many entries it
+// changed; the daemon runs it once at start.
+func (s *Spool) Tighten() (int, error) {
+	n := 0
+	err := filepath.WalkDir(s.dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.Type()&fs.ModeSymlink != 0 {
+			return nil // the spool makes none; one is not followed
+		}
+		fi, err := d.Info()
+		if err != nil {
+			return err
+		}
+		want := fs.FileMode(0o600)
+		if d.IsDir() {
+			want = 0o700
+		}
+		if fi.Mode().Perm()&0o077 == 0 {
+			return nil
+		}
+		if err := os.Chmod(p, fi.Mode().Perm()&want); err != nil {
+			return err
+		}
+		n++
+		return nil
+	})
+	if err != nil {
+		return n, fmt.Errorf("spool: tighten modes: %w", err)
+	}
+	return n, nil
+}

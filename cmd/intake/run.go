@@ -148,6 +148,11 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	}
 	end.add(e.pool.Close)
 	e.log.Info("starting", "version", currentVersion().String())
+	if n, err := e.spool.Tighten(); err != nil {
+		e.log.Warn("spool modes not tightened", "err", err)
+	} else if n > 0 {
+		e.log.Info("spool made readable by intake's user alone", "entries", n)
+	}
 	if missing := notify.MissingSecrets(e.cfg.Notify, e.cfg.Partners); len(missing) > 0 {
 		fmt.Fprintf(stderr, "intake run: notify: secret_env %v not set (webhooks are always signed)\n", missing)
 		return 2
