@@ -45,6 +45,8 @@ func (r *fileRun) download(ctx context.Context) error {
 		m, err := r.readManifest()
 		switch {
 		case err == nil:
+		case errors.Is(err, partners.ErrNotRegular):
+			return r.hold(ctx, StateFailedTerminal, ReasonManifestInvalid, 0, "the manifest is not a regular file (a symlink, or another file swapped in after the listing): it was not read")
 		case errors.Is(err, partners.ErrManifestInvalid), partners.IsNotExist(err), partners.IsPermission(err):
 			return r.hold(ctx, StateFailedTerminal, ReasonManifestInvalid, 0, "the manifest could not be read as JSON with bytes and sha256")
 		default:

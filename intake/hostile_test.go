@@ -3,6 +3,7 @@ package intake_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"sort"
@@ -12,6 +13,7 @@ import (
 	"github.com/partner-intake/partner-intake/intake"
 	"github.com/partner-intake/partner-intake/intake/ops"
 	"github.com/partner-intake/partner-intake/internal/testenv"
+	"github.com/partner-intake/partner-intake/partners"
 )
 
 // Entries of ready/ that can never be processed are moved to quarantine/
@@ -238,5 +240,48 @@ func TestASymlinkSwappedInAfterTheListingIsHeldUnread(t *testing.T) {
 			}
 			testenv.AssertExactOrders(t, pool, "beta", 3, "B")
 		})
+	}
+}
+
+// Readiness manifest: a manifest swapped for a symlink between the
+// listing and the claim (to a manifest that would pass, elsewhere on the
+// site) is not read: the LSTAT sent with its read finds the link, and the
+// file fails for good, manifest_invalid, saying why; nothing is applied.
+func TestAManifestSwappedForASymlinkIsNotRead(t *testing.T) {
+	_, pool := testenv.DB(t)
+	site := testenv.NewSite(t, "mlink")
+	site.Config.Readiness = partners.ReadinessManifest
+	body := testenv.OrdersCSV("ML", 3)
+	manifest := fmt.Sprintf(`{"bytes": %d, "sha256": %q, "rows": 3}`, len(body), sha(body))
+	site.Drop(t, "orders-m.csv", body)
+	site.Drop(t, "orders-m.csv.complete", manifest)
+	elsewhere := filepath.Join(site.Root, "incoming", "looks-right.complete")
+	if err := os.WriteFile(elsewhere, []byte(manifest), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := newRig(t, pool, "w1", site)
+	resume := r.pollPaused("mlink", "claim:before_rename")
+	link := filepath.Join(site.Root, "ready", "orders-m.csv.complete")
+	if err := os.Remove(link); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(elsewhere, link); err != nil {
+		t.Fatal(err)
+	}
+	if err := resume(); err != nil {
+		t.Fatalf("poll: %v", err)
+	}
+	fs := files(t, pool, "mlink")
+	if len(fs) != 1 || fs[0].State != "failed_terminal" || fs[0].Reason != "manifest_invalid" || fs[0].Applied != 0 {
+		t.Fatalf("files %+v, want the file failed for good as manifest_invalid, nothing applied", fs)
+	}
+	if rc := receipt(t, site, fs[0].Receipt); !strings.Contains(rc.Detail, "not a regular file") {
+		t.Fatalf("receipt %+v, want it to say the manifest is not a regular file", rc)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM orders WHERE partner_id = 'mlink'`); n != 0 {
+		t.Fatalf("%d rows applied", n)
+	}
+	if got, err := os.ReadFile(elsewhere); err != nil || string(got) != manifest {
+		t.Fatalf("the link's target changed: %q, %v", got, err)
 	}
 }

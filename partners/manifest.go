@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 
 	"github.com/partner-intake/partner-intake/internal/names"
 )
@@ -37,8 +38,17 @@ func (s *Session) ReadManifest(p string) (*Manifest, error) {
 	if err == nil {
 		return parsed(parseManifest(b))
 	}
+	if errors.Is(err, ErrNotRegular) {
+		return nil, fmt.Errorf("%w: %w", ErrManifestInvalid, err)
+	}
 	if !errors.Is(err, ErrNoListingChannel) && !errors.Is(err, errPartRead) && !s.ListingChannelLost(err) {
 		return nil, err
+	}
+	// through pkg/sftp: an LSTAT first, as on the listing channel
+	if fi, err := s.Lstat(p); err != nil {
+		return nil, err
+	} else if fi.Mode()&os.ModeSymlink != 0 {
+		return nil, fmt.Errorf("%w: %s: %w (a symlink)", ErrManifestInvalid, p, ErrNotRegular)
 	}
 	f, err := s.Open(p)
 	if err != nil {

@@ -4,6 +4,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"os"
+	"path"
 )
 
 // A small file read whole on the session's listing channel: once its OPEN
@@ -15,6 +17,7 @@ import (
 // SFTP v3 requests a whole read sends.
 const (
 	fxpRead  = 5
+	fxpLstat = 7
 	fxpFstat = 8
 	fxpData  = 103
 
@@ -24,6 +27,10 @@ const (
 // errPartRead: the site answered a READ with fewer bytes than the file
 // holds (SFTP allows a short read): the caller reads it the usual way.
 var errPartRead = errors.New("sftp: a short read of a small file")
+
+// ErrNotRegular: the path is not a regular file (a symlink swapped in, a
+// directory, a FIFO): it is not read.
+var ErrNotRegular = errors.New("not a regular file")
 
 // ReadWhole reads the file at p on the listing channel, at most limit
 // bytes from its start: the whole file when it holds no more. It fails
@@ -36,9 +43,15 @@ func (s *Session) ReadWhole(p string, limit int) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	// FSTAT, the READs and the CLOSE together; the CLOSE's reply is not
-	// waited for (closeHandle)
+	// FSTAT, an LSTAT of the path, the READs and the CLOSE together; the
+	// CLOSE's reply is not waited for (closeHandle). The OPEN follows a
+	// symlink; the LSTAT does not: a path that is not a regular file, or
+	// not the file opened, is refused, its bytes unused.
 	stat, err := c.start(fxpFstat, str(h))
+	if err != nil {
+		return nil, s.Deadline(err)
+	}
+	lstat, err := c.start(fxpLstat, str(p))
 	if err != nil {
 		return nil, s.Deadline(err)
 	}
@@ -56,6 +69,9 @@ func (s *Session) ReadWhole(p string, limit int) ([]byte, error) {
 	}
 	c.closeHandle(h)
 	size, err := s.fstatSize(c, <-stat)
+	if lerr := s.lstatRegular(c, <-lstat, p, size); err == nil {
+		err = lerr
+	}
 	var data []byte
 	end := false // a READ found the file's end (or a short one came)
 	for i, rd := range reads {
@@ -120,4 +136,35 @@ func (s *Session) fstatSize(c *rawSFTP, rep reply) (int64, error) {
 		return 0, c.broken()
 	}
 	return int64(size), nil
+}
+
+// lstatRegular checks an LSTAT's reply: the path is no symlink, and a
+// regular file there has the size the opened file has (ErrNotRegular
+// otherwise: the OPEN followed a link to bytes that are not the path's).
+func (s *Session) lstatRegular(c *rawSFTP, rep reply, p string, size int64) error {
+	if rep.err != nil {
+		return s.Deadline(rep.err)
+	}
+	switch rep.typ {
+	case fxpAttrs:
+	case fxpStatus:
+		return fmt.Errorf("lstat %s: %w", p, statusError(rep.typ, rep.body))
+	default:
+		return c.unexpected("lstat", rep.typ)
+	}
+	d := decoder{b: rep.body}
+	fi := d.attrs(path.Base(p))
+	if d.err != nil {
+		c.fail(d.err)
+		return c.broken()
+	}
+	switch {
+	case fi.Mode()&os.ModeSymlink != 0:
+		return fmt.Errorf("%s: %w (a symlink)", p, ErrNotRegular)
+	case fi.Mode().IsRegular() && fi.Size() != size:
+		return fmt.Errorf("%s: %w (not the file opened: another was swapped in)", p, ErrNotRegular)
+	}
+	// a directory or another entry the OPEN reached itself: its READ
+	// fails, as the site's error
+	return nil
 }
