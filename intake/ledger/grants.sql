@@ -113,10 +113,10 @@ GRANT EXECUTE ON FUNCTION :"schema".intake_purge_audit(text, timestamptz) TO :"p
 -- what their grants say; the tables' owner (who migrates) is not subject
 -- to row-level security. Dropped and created again, so applying this
 -- again is harmless.
+-- Tables the daemon writes with COPY cannot have it (intake_row_issue).
 ALTER TABLE :"schema".file_intake ENABLE ROW LEVEL SECURITY;
 ALTER TABLE :"schema".intake_quarantine ENABLE ROW LEVEL SECURITY;
 ALTER TABLE :"schema".intake_batch ENABLE ROW LEVEL SECURITY;
-ALTER TABLE :"schema".intake_row_issue ENABLE ROW LEVEL SECURITY;
 ALTER TABLE :"schema".intake_chunk ENABLE ROW LEVEL SECURITY;
 ALTER TABLE :"schema".intake_snapshot_key ENABLE ROW LEVEL SECURITY;
 ALTER TABLE :"schema".intake_feed_late ENABLE ROW LEVEL SECURITY;
@@ -159,16 +159,10 @@ CREATE POLICY intake_ops_audited ON :"schema".intake_batch FOR UPDATE TO :"ops_r
     WITH CHECK (EXISTS (SELECT 1 FROM :"schema".intake_audit a WHERE a.partner_id = intake_batch.partner_id
         AND a.intake_id = intake_batch.intake_id AND a.at = pg_catalog.now() AND a.db_user = session_user));
 
-DROP POLICY IF EXISTS intake_daemon ON :"schema".intake_row_issue;
-CREATE POLICY intake_daemon ON :"schema".intake_row_issue TO :"daemon_role" USING (true) WITH CHECK (true);
-DROP POLICY IF EXISTS intake_read ON :"schema".intake_row_issue;
-CREATE POLICY intake_read ON :"schema".intake_row_issue FOR SELECT TO :"ops_role", :"purge_role" USING (true);
-DROP POLICY IF EXISTS intake_purge ON :"schema".intake_row_issue;
-CREATE POLICY intake_purge ON :"schema".intake_row_issue FOR DELETE TO :"purge_role" USING (true);
-DROP POLICY IF EXISTS intake_ops_audited ON :"schema".intake_row_issue;
-CREATE POLICY intake_ops_audited ON :"schema".intake_row_issue FOR DELETE TO :"ops_role"
-    USING (EXISTS (SELECT 1 FROM :"schema".intake_audit a WHERE a.partner_id = intake_row_issue.partner_id
-        AND a.intake_id = intake_row_issue.intake_id AND a.at = pg_catalog.now() AND a.db_user = session_user));
+-- intake_row_issue has no row-level security: the daemon writes it with
+-- COPY, which PostgreSQL refuses on a table with row-level security. The
+-- ops role may delete a file's row issues (a release does: its next plan
+-- makes them again), and nothing else there.
 
 DROP POLICY IF EXISTS intake_daemon ON :"schema".intake_chunk;
 CREATE POLICY intake_daemon ON :"schema".intake_chunk TO :"daemon_role" USING (true) WITH CHECK (true);
