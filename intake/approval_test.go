@@ -479,8 +479,9 @@ func TestPlanOnATextTargetAndPerMode(t *testing.T) {
 		status text NOT NULL, placed_at timestamptz NOT NULL, qty integer, last_intake_id bigint NOT NULL,
 		PRIMARY KEY (partner_id, order_id))`)
 	for _, tc := range []struct {
-		partner, mode string
-		check         func(c target.PlanCounts) bool
+		partner string
+		mode    partners.Mode
+		check   func(c target.PlanCounts) bool
 	}{
 		{"tx", partners.ModeUpsert, func(c target.PlanCounts) bool { return c.Updates == 1 && c.Unchanged == 1 && c.Creates == 1 }},
 		{"ux", partners.ModeUpdateOnly, func(c target.PlanCounts) bool { return c.Updates == 1 && c.Unchanged == 1 && c.NotFound == 1 }},

@@ -111,7 +111,7 @@ type Feed struct {
 	// file is the partner's complete set: rows intake wrote for the
 	// partner and feed whose key the file lacks are deleted, or marked in
 	// DeletedAt, in the file's last transaction).
-	Mode string `yaml:"mode"`
+	Mode Mode `yaml:"mode"`
 	// DeletedAt names a timestamptz (or timestamp) column of the target
 	// that a snapshot sets on rows absent from the file instead of
 	// deleting them; a row that comes back has it cleared.
@@ -120,7 +120,7 @@ type Feed struct {
 	// intake last wrote it (the target needs the intake_row_hash column to
 	// tell): keep (default: the row is a conflict, reason outside_edit,
 	// and is not overwritten) or overwrite.
-	OnOutsideEdit string `yaml:"on_outside_edit"`
+	OnOutsideEdit OutsideEdit `yaml:"on_outside_edit"`
 	// PGP, when set, says the feed's files are OpenPGP messages encrypted
 	// to intake's key (every file of the feed; a name ending in .pgp,
 	// .gpg or .asc loses that ending for the stem batch id).
@@ -167,18 +167,25 @@ func hashJSON(f *Feed) string {
 	return hex.EncodeToString(sum[:])
 }
 
-// Import modes (Feed.Mode).
+// Mode is a feed's import mode (Feed.Mode).
+type Mode string
+
+// Import modes.
 const (
-	ModeUpsert     = "upsert"
-	ModeInsertOnly = "insert_only"
-	ModeUpdateOnly = "update_only"
-	ModeSnapshot   = "snapshot"
+	ModeUpsert     Mode = "upsert"
+	ModeInsertOnly Mode = "insert_only"
+	ModeUpdateOnly Mode = "update_only"
+	ModeSnapshot   Mode = "snapshot"
 )
 
-// What a feed does with a row edited outside intake (Feed.OnOutsideEdit).
+// OutsideEdit is what a feed does with a row edited outside intake
+// (Feed.OnOutsideEdit).
+type OutsideEdit string
+
+// What a feed does with a row edited outside intake.
 const (
-	OutsideEditKeep      = "keep"
-	OutsideEditOverwrite = "overwrite"
+	OutsideEditKeep      OutsideEdit = "keep"
+	OutsideEditOverwrite OutsideEdit = "overwrite"
 )
 
 // BatchIDRule says where a file's batch id comes from.

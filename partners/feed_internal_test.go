@@ -54,7 +54,7 @@ func TestFeedHashIsTheMappingOnly(t *testing.T) {
 // a guard is refused on a feed that deletes nothing and where its limits
 // cannot be shares, and off with limits beside it is refused as unclear.
 func TestDeleteGuardDefaultsAndValidation(t *testing.T) {
-	feed := func(mode string, g *DeleteGuard) Feed {
+	feed := func(mode Mode, g *DeleteGuard) Feed {
 		f := Feed{Name: "orders", Pattern: `orders-.*\.csv`, Target: "orders", Key: []string{"id"}, Mode: mode,
 			Columns: []Column{{Name: "id", Type: TypeText}}, DeleteGuard: g}
 		f.SetDefaults()

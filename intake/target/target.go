@@ -69,7 +69,7 @@ type Table struct {
 	// into cols, when rowHash.
 	rowHash  bool
 	hashCols []int
-	mode     string // partners.ModeUpsert, ModeInsertOnly, ModeUpdateOnly or ModeSnapshot
+	mode     partners.Mode
 	// deletedAt: the quoted column a snapshot marks absent rows in ("":
 	// they are deleted).
 	deletedAt string
@@ -142,18 +142,18 @@ func mappingKey(f *partners.Feed) string {
 	for _, k := range f.Key {
 		b.WriteString("\x00" + k)
 	}
-	b.WriteString("\x00\x03mode\x00" + modeOf(f) + "\x00" + outsideEditOf(f) + "\x00" + f.DeletedAt)
+	b.WriteString("\x00\x03mode\x00" + string(modeOf(f)) + "\x00" + string(outsideEditOf(f)) + "\x00" + f.DeletedAt)
 	return b.String()
 }
 
-func modeOf(f *partners.Feed) string {
+func modeOf(f *partners.Feed) partners.Mode {
 	if f.Mode == "" {
 		return partners.ModeUpsert
 	}
 	return f.Mode
 }
 
-func outsideEditOf(f *partners.Feed) string {
+func outsideEditOf(f *partners.Feed) partners.OutsideEdit {
 	if f.OnOutsideEdit == "" {
 		return partners.OutsideEditKeep
 	}

@@ -125,7 +125,7 @@ func (t *Table) Merge(ctx context.Context, tx pgx.Tx, writer int64, partner stri
 func (t *Table) Guarded() bool { return t.guard }
 
 // Mode is the feed's import mode (partners.ModeUpsert, ...).
-func (t *Table) Mode() string { return t.mode }
+func (t *Table) Mode() partners.Mode { return t.mode }
 
 // Direct: a chunk whose keys are all new may skip the merge (CopyDirect,
 // or InsertStaged when Guarded). Not for an update_only feed, whose new
