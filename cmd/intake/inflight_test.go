@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/partner-intake/partner-intake/internal/fault"
 	"github.com/partner-intake/partner-intake/internal/testenv"
 )
@@ -142,7 +144,6 @@ func TestAReplayWithPostgreSQLCrashingAtEachStepIsAppliedExactlyOnce(t *testing.
 		t.Fatalf("files %+v", fs)
 	}
 	orig := strconv.FormatInt(fs[0].ID, 10)
-	pg := testenv.PG()
 	replay := func() (int, string) {
 		return runCLI("replay", orig, "--config", cfg, "--reason", "target fixed", "--actor", "ops")
 	}
@@ -156,40 +157,17 @@ func TestAReplayWithPostgreSQLCrashingAtEachStepIsAppliedExactlyOnce(t *testing.
 	} {
 		t.Run(step.name, func(t *testing.T) {
 			before := testenv.Count(t, pool, `SELECT coalesce(max(intake_id), 0) FROM file_intake`)
-			if err := fault.Set(step.name + "=" + step.fault); err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { fault.Set("") })
-			type result struct {
-				code int
-				out  string
-			}
-			done := make(chan result, 1)
-			go func() { c, o := replay(); done <- result{c, o} }()
-			var res result
-			if step.fault != "error" {
-				select {
-				case <-fault.Paused(step.name):
-				case r := <-done:
-					t.Fatalf("the replay ended before %s: exit %d\n%s", step.name, r.code, r.out)
-				case <-time.After(2 * time.Minute):
-					t.Fatalf("the replay never reached %s", step.name)
-				}
-				if err := pg.StopServer("immediate"); err != nil {
+			var res cliResult
+			if step.fault == "error" {
+				if err := fault.Set(step.name + "=error"); err != nil {
 					t.Fatal(err)
 				}
-				if err := pg.StartServer(); err != nil {
-					t.Fatal(err)
-				}
-				pool.Reset() // this test's own connections died with the server
-				fault.Resume(step.name)
+				t.Cleanup(func() { fault.Set("") })
+				res.code, res.out = replay()
+				fault.Set("")
+			} else {
+				res = crashedAt(t, pool, step.name+"="+step.fault, replay)
 			}
-			select {
-			case res = <-done:
-			case <-time.After(3 * time.Minute):
-				t.Fatal("the replay did not end")
-			}
-			fault.Set("")
 			t.Logf("replay at %s: exit %d\n%s", step.name, res.code, res.out)
 			t.Logf("rows: %v", testenv.Strings(t, pool, `SELECT intake_id || ' ' || state || ' ' || worker_id || ' ' || coalesce(replay_of::text, '-') FROM file_intake ORDER BY 1`))
 			if !strings.HasPrefix(res.out, "replay of intake "+orig+" by ops, request req-") {
@@ -307,7 +285,6 @@ func TestADecisionThatLostItsDatabaseSaysWhatBecameOfIt(t *testing.T) {
 	audited := func(d decision) int64 {
 		return testenv.Count(t, pool, `SELECT count(*) FROM intake_audit WHERE intake_id = $1 AND action = $2`, d.id, d.action)
 	}
-	pg := testenv.PG()
 	for i, d := range ds {
 		lost := i >= 4
 		name := d.action + "/crashed"
@@ -335,33 +312,7 @@ func TestADecisionThatLostItsDatabaseSaysWhatBecameOfIt(t *testing.T) {
 				}
 				return
 			}
-			if err := fault.Set("ops:before_commit=pause"); err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { fault.Set("") })
-			type result struct {
-				code int
-				out  string
-			}
-			done := make(chan result, 1)
-			go func() { c, o := runCLI(d.args...); done <- result{c, o} }()
-			select {
-			case <-fault.Paused("ops:before_commit"):
-			case r := <-done:
-				t.Fatalf("the %s ended before its commit: exit %d\n%s", d.action, r.code, r.out)
-			case <-time.After(time.Minute):
-				t.Fatalf("the %s never reached its commit", d.action)
-			}
-			if err := pg.StopServer("immediate"); err != nil {
-				t.Fatal(err)
-			}
-			if err := pg.StartServer(); err != nil {
-				t.Fatal(err)
-			}
-			pool.Reset()
-			fault.Resume("ops:before_commit")
-			r := <-done
-			fault.Set("")
+			r := crashedAt(t, pool, "ops:before_commit=pause", func() (int, string) { return runCLI(d.args...) })
 			first := fmt.Sprintf("intake %d: %s by ops, request req-", d.id, d.action)
 			if r.code != 1 || !strings.HasPrefix(r.out, first) || !strings.Contains(r.out, "rolled back: nothing changed; running the command again is safe") {
 				t.Fatalf("exit %d\n%s", r.code, r.out)
@@ -377,4 +328,49 @@ func TestADecisionThatLostItsDatabaseSaysWhatBecameOfIt(t *testing.T) {
 			}
 		})
 	}
+}
+
+// cliResult is what a command run in this process said.
+type cliResult struct {
+	code int
+	out  string
+}
+
+// crashedAt runs the command cmd with the "pause" fault spec armed (name
+// =pause[@n]) and, once it stands there, crashes the test's PostgreSQL
+// (an immediate stop, then a start: crash recovery) and lets it go on;
+// it returns what the command said in the end.
+func crashedAt(t *testing.T, pool *pgxpool.Pool, spec string, cmd func() (int, string)) cliResult {
+	t.Helper()
+	step, _, _ := strings.Cut(spec, "=")
+	if err := fault.Set(spec); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { fault.Set("") })
+	done := make(chan cliResult, 1)
+	go func() { c, o := cmd(); done <- cliResult{c, o} }()
+	select {
+	case <-fault.Paused(step):
+	case r := <-done:
+		t.Fatalf("the command ended before %s: exit %d\n%s", step, r.code, r.out)
+	case <-time.After(2 * time.Minute):
+		t.Fatalf("the command never reached %s", step)
+	}
+	pg := testenv.PG()
+	if err := pg.StopServer("immediate"); err != nil {
+		t.Fatal(err)
+	}
+	if err := pg.StartServer(); err != nil {
+		t.Fatal(err)
+	}
+	pool.Reset() // the test's own connections died with the server
+	fault.Resume(step)
+	var r cliResult
+	select {
+	case r = <-done:
+	case <-time.After(3 * time.Minute):
+		t.Fatalf("the command did not end after the crash at %s", step)
+	}
+	fault.Set("")
+	return r
 }
