@@ -806,6 +806,7 @@ type partnerRT struct {
 	hasSess    atomic.Bool                   // sess != nil, read without sessMu (sessions.go)
 	site       atomic.Pointer[partners.Site] // its tree as the server resolves it, once dialled (site.go)
 	overwrites atomic.Bool                   // its server's RENAME overwrites: each session is told (site.go)
+	vanish     atomic.Bool                   // its server keeps no empty directory: each session is told (site.go)
 	lastUsed   atomic.Int64                  // unix ns a poll last used the session (idle close, LRU)
 	tempClean  bool                          // this worker's spool temp files of the partner were swept
 	redial     atomic.Bool                   // a file met an SFTP failure: the next poll dials afresh

@@ -41,6 +41,7 @@ func (d *Daemon) resolveSite(ctx context.Context, p *partnerRT, s *partners.Sess
 		d.sites.Store(p.cfg.ID, site)
 	}
 	s.SetRenameOverwrites(p.overwrites.Load())
+	s.SetEmptyDirsVanish(p.vanish.Load())
 	return d.siteShared(p)
 }
 
@@ -87,6 +88,7 @@ func (d *Daemon) siteProfile(ctx context.Context, p *partnerRT, s *partners.Sess
 		return fmt.Errorf("partner %s: %w (reason %s)", p.cfg.ID, err, reasonRenameOverwrites)
 	}
 	p.overwrites.Store(prof.Profile.RenameOverwrites)
+	p.vanish.Store(!prof.Profile.EmptyDirPersists)
 	return nil
 }
 

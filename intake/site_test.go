@@ -9,9 +9,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/partner-intake/partner-intake/intake"
 	"github.com/partner-intake/partner-intake/intake/ops"
 	"github.com/partner-intake/partner-intake/internal/testenv"
 	"github.com/partner-intake/partner-intake/partners"
+	"github.com/partner-intake/partner-intake/reconcile"
 )
 
 // Two partners configured on one tree under different spellings (here a
@@ -193,5 +195,88 @@ func TestAProfileMeasuredInPartIsMeasuredAgain(t *testing.T) {
 	}
 	if realpath == nil || !*realpath || fsync == nil || !*fsync || step == nil || *step != 1000 || age > time.Minute {
 		t.Fatalf("realpath %v, fsync %v, mtime step %v ms, measured %v ago: want OpenSSH's profile measured again now", realpath, fsync, step, age)
+	}
+}
+
+// On a server whose directories exist only while they hold something (an
+// object store's gateway: a directory is a prefix), ready/, processing/,
+// archive/, quarantine/ and reports/ come and go as files do. The
+// profile says so, and intake check's probes serve the site as the
+// daemon does; a poll that finds ready/ gone finds nothing to claim
+// (not a fault of the partner's); files land, a resend is a duplicate, a
+// held file is held with its reason file and receipt, over several polls
+// that each leave the directories empty; and the reconciler finds nothing
+// for a human but the held file.
+func TestAServerWhoseEmptyDirectoriesVanishIsServed(t *testing.T) {
+	_, pool := testenv.DB(t)
+	srv, site := testenv.NewInProcessSite(t, "vanish")
+	srv.EmptyDirsVanish()
+	drop := func(name, body string) {
+		t.Helper()
+		dir := filepath.Join(site.Root, "ready")
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, d := range []string{"incoming", "ready"} {
+		os.Remove(filepath.Join(site.Root, d)) // empty: gone, as the server has them
+	}
+	// intake check's probes agree with the daemon: the site is served
+	cfg := site.Validated(t)
+	if prof, err := partners.Probe(context.Background(), &cfg, "w-check"); err != nil || prof.EmptyDirPersists {
+		t.Fatalf("probe: %v, %+v; want the site served, its empty directories vanishing", err, prof)
+	}
+	if a, err := partners.ProbeAccess(context.Background(), &cfg, true); err != nil || a.List != partners.CanYes {
+		t.Fatalf("access probe: %v, %+v", err, a)
+	}
+	r := newRig(t, pool, "w1", site)
+	r.poll("vanish") // nothing there yet: no ready/ at all
+	var prof bool
+	if err := pool.QueryRow(context.Background(), `SELECT empty_dir_persists FROM intake_site_profile LIMIT 1`).Scan(&prof); err != nil {
+		t.Fatalf("site profile: %v", err)
+	}
+	if prof {
+		t.Fatal("the profile says empty directories persist")
+	}
+	drop("orders-1.csv", goodRows("V", 3))
+	r.poll("vanish")
+	drop("orders-1.csv", goodRows("V", 3)) // the same bytes again
+	r.poll("vanish")
+	drop("orders-2.csv", testenv.OrdersHeader+strings.Repeat("bad,line\n", 5))
+	r.poll("vanish")
+	drop("orders-3.csv", goodRows("W", 2))
+	r.poll("vanish")
+	got := map[string]string{}
+	for _, f := range files(t, pool, "vanish") {
+		got[f.Name] += f.State + " "
+	}
+	want := map[string]string{"orders-1.csv": "archived duplicate ", "orders-2.csv": "quarantined ", "orders-3.csv": "archived "}
+	for name, st := range want {
+		if got[name] != st {
+			t.Fatalf("files %v, want %v", got, want)
+		}
+	}
+	if n := count(t, pool, `SELECT count(*) FROM orders WHERE partner_id = 'vanish'`); n != 5 {
+		t.Fatalf("%d rows landed, want 5 (3 of V, 2 of W)", n)
+	}
+	if q := site.Files(t, "quarantine"); len(q) != 2 {
+		t.Fatalf("quarantine/ holds %v, want the held file and its reason file", q)
+	}
+	receipts := 0
+	for _, n := range site.Files(t, "reports") {
+		if strings.HasSuffix(n, intake.ReceiptSuffix) {
+			receipts++
+		}
+	}
+	if receipts != 4 {
+		t.Fatalf("reports/ holds %d receipts, want 4", receipts)
+	}
+	for _, f := range reconcileAs(t, pool, "w1", site) {
+		if f.NeedsHuman && f.Kind != reconcile.KindQuarantined { // the held file waits for ops, as it should
+			t.Fatalf("the reconciler needs a human: %+v", f)
+		}
 	}
 }

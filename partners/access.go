@@ -43,13 +43,14 @@ var errStopListing = errors.New("stop listing")
 // the first regular file listed), renames it to another dotfile and
 // deletes it. A partner's own files are only ever read. An error is one
 // that leaves nothing to say (no connection, no ready/).
-func ProbeAccess(ctx context.Context, p *Config) (Access, error) {
+func ProbeAccess(ctx context.Context, p *Config, emptyDirsVanish bool) (Access, error) {
 	a := Access{List: CanNo, Read: CanUntried, Create: CanNo, Rename: CanUntried, Delete: CanUntried}
 	s, err := Dial(ctx, p)
 	if err != nil {
 		return a, err
 	}
 	defer s.Close()
+	s.SetEmptyDirsVanish(emptyDirsVanish) // the server's profile, when measured
 	ready := s.Layout.ReadyDir()
 	first := ""
 	err = s.ListDir(ctx, ready, func(e os.FileInfo) error {

@@ -54,7 +54,7 @@ func TestProbeAccessTellsWhichModesFit(t *testing.T) {
 				Feeds: []partners.Feed{{Name: "f", Pattern: `.*\.csv`, Target: "t", Key: []string{"id"},
 					Columns: []partners.Column{{Name: "id", Type: "text", Required: true}}}}}
 			p.SetDefaults()
-			a, err := partners.ProbeAccess(context.Background(), p)
+			a, err := partners.ProbeAccess(context.Background(), p, false)
 			if err != nil {
 				t.Fatal(err)
 			}

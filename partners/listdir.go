@@ -73,6 +73,9 @@ func (s *Session) listDir(ctx context.Context, dir string, fn func(os.FileInfo) 
 	n := 0
 	count := func(e os.FileInfo) error { n++; return fn(e) }
 	err := s.listDirOn(ctx, dir, count, limit)
+	if n == 0 && s.vanish.Load() && IsNotExist(err) {
+		return nil // a directory of a server that keeps none empty: empty (SetEmptyDirsVanish)
+	}
 	if err == nil || ctx.Err() != nil || !pending {
 		return err
 	}

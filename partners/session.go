@@ -61,6 +61,7 @@ type Session struct {
 	prepFailed atomic.Bool
 
 	noClobber atomic.Bool // the server's RENAME overwrites (SetRenameOverwrites)
+	vanish    atomic.Bool // the server keeps no empty directory (SetEmptyDirsVanish)
 }
 
 // RTT is the round trip to the site as Prepare measured it (a keepalive
@@ -158,6 +159,13 @@ var ErrRenameIntoPartnerDir = errors.New("a rename into the partner's directory,
 // PosixRename is left as it is: it replaces on purpose (a receipt
 // published onto its own name).
 func (s *Session) SetRenameOverwrites(on bool) { s.noClobber.Store(on) }
+
+// SetEmptyDirsVanish tells the session that its server keeps no empty
+// directory (the site's measured profile: an object store's gateway,
+// where a directory is the prefix of the names it holds): a listing of a
+// directory that is not there is an empty listing, not an error. The
+// server makes a directory when a file is written or renamed into it.
+func (s *Session) SetEmptyDirsVanish(on bool) { s.vanish.Store(on) }
 
 // clobberCheck is SetRenameOverwrites's check before a rename to to; nil
 // on a server whose RENAME refuses an existing target.

@@ -97,6 +97,7 @@ func (r *Reconciler) partnerRows(ctx context.Context, p *partners.Config) ([]Fin
 		return fs, errors.Join(append(errs, err)...)
 	}
 	sess.SetRenameOverwrites(prof == nil || prof.Profile.RenameOverwrites)
+	sess.SetEmptyDirsVanish(prof != nil && !prof.Profile.EmptyDirPersists)
 	if p.Records() {
 		// claim: record (a read-only site): nothing was moved or written
 		// there, so the rows about processing/, archive/, quarantine/ and

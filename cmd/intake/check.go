@@ -82,7 +82,7 @@ func cmdCheck(args []string, stdout, stderr io.Writer) int {
 		if p.Records() {
 			// claim: record: the site is read-only by design; it must let
 			// ready/ be listed and read, nothing more
-			a, err := partners.ProbeAccess(ctx, p)
+			a, err := partners.ProbeAccess(ctx, p, false)
 			switch {
 			case err != nil:
 				fail("partner "+p.ID, err)
@@ -114,7 +114,7 @@ func cmdCheck(args []string, stdout, stderr io.Writer) int {
 			continue // nothing more is asked of a site that is not the pinned one
 		}
 		// what the account may do in ready/, and which modes that fits
-		a, err := partners.ProbeAccess(ctx, p)
+		a, err := partners.ProbeAccess(ctx, p, perr == nil && !prof.EmptyDirPersists)
 		if err != nil {
 			if perr == nil {
 				fail("partner "+p.ID+" access", err)

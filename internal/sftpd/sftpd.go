@@ -47,6 +47,9 @@ type Server struct {
 	overwrite atomic.Bool
 	// nocase: a stat finds a name by another case (CaseInsensitiveStat)
 	nocase atomic.Bool
+	// vanish: directories exist only while they hold something
+	// (EmptyDirsVanish)
+	vanish atomic.Bool
 }
 
 // CaseInsensitiveStat makes the server's STAT and LSTAT of a name that
@@ -54,6 +57,13 @@ type Server struct {
 // only by case, as a case-insensitive server (Windows, some gateways)
 // does. Other requests keep the names as they are.
 func (s *Server) CaseInsensitiveStat() { s.nocase.Store(true) }
+
+// EmptyDirsVanish makes directories exist only while they hold an entry,
+// as on an object store's gateway (a directory is the prefix of the names
+// it holds): an empty one is gone as soon as an operation leaves it empty,
+// a MKDIR succeeds and makes nothing, and writing or renaming a file into
+// a directory that is not there makes it.
+func (s *Server) EmptyDirsVanish() { s.vanish.Store(true) }
 
 // RenameOverwrites makes the server's RENAME replace an existing target,
 // as object-store gateways and some SFTP servers do (OpenSSH's refuses).
@@ -216,7 +226,7 @@ func (s *Server) serve(c net.Conn) {
 				if !ok {
 					continue
 				}
-				h := &handler{root: root, short: &s.short, lie: &s.lie, overwrite: &s.overwrite, nocase: &s.nocase}
+				h := &handler{root: root, short: &s.short, lie: &s.lie, overwrite: &s.overwrite, nocase: &s.nocase, vanish: &s.vanish}
 				srv := sftp.NewRequestServer(ch, sftp.Handlers{FileGet: h, FilePut: h, FileCmd: h, FileList: h})
 				if err := srv.Serve(); err != nil && !errors.Is(err, io.EOF) {
 					s.log.Debug("sftp session ended", "err", err)
@@ -235,6 +245,30 @@ type handler struct {
 	lie       *atomic.Pointer[LieFunc]
 	overwrite *atomic.Bool // Server.RenameOverwrites
 	nocase    *atomic.Bool // Server.CaseInsensitiveStat
+	vanish    *atomic.Bool // Server.EmptyDirsVanish
+}
+
+// prune removes p and its parents below the root while they are empty
+// (EmptyDirsVanish).
+func (h *handler) prune(p string) {
+	if !h.vanish.Load() {
+		return
+	}
+	for p != h.root && strings.HasPrefix(p, h.root+string(filepath.Separator)) {
+		if unix.Rmdir(p) != nil {
+			return
+		}
+		p = filepath.Dir(p)
+	}
+}
+
+// parentsFor makes the directories a file written or renamed to p needs
+// (EmptyDirsVanish: a prefix needs no directory made first).
+func (h *handler) parentsFor(p string) error {
+	if !h.vanish.Load() {
+		return nil
+	}
+	return os.MkdirAll(filepath.Dir(p), 0o755)
 }
 
 // stat is os.Stat or os.Lstat of p; under CaseInsensitiveStat a name
@@ -319,6 +353,11 @@ func (h *handler) Filewrite(r *sftp.Request) (io.WriterAt, error) {
 	if fl.Append {
 		flags |= os.O_APPEND
 	}
+	if fl.Creat {
+		if err := h.parentsFor(p); err != nil {
+			return nil, err
+		}
+	}
 	return os.OpenFile(p, flags, 0o644)
 }
 
@@ -333,6 +372,10 @@ func (h *handler) Filecmd(r *sftp.Request) error {
 		if err != nil {
 			return err
 		}
+		if err := h.parentsFor(t); err != nil {
+			return err
+		}
+		defer h.prune(filepath.Dir(p))
 		if h.overwrite.Load() {
 			return os.Rename(p, t)
 		}
@@ -346,10 +389,19 @@ func (h *handler) Filecmd(r *sftp.Request) error {
 		if st.IsDir() {
 			return errors.New("is a directory")
 		}
+		defer h.prune(filepath.Dir(p))
 		return os.Remove(p)
 	case "Rmdir":
+		defer h.prune(filepath.Dir(p))
 		return unix.Rmdir(p)
 	case "Mkdir":
+		if h.vanish.Load() {
+			// a prefix: nothing to make, and no parent needed
+			if st, err := os.Lstat(p); err == nil && !st.IsDir() {
+				return os.ErrExist
+			}
+			return nil
+		}
 		return os.Mkdir(p, 0o755)
 	case "Setstat":
 		if r.AttrFlags().Size {
