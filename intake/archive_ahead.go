@@ -36,7 +36,7 @@ func (r *fileRun) prepareSite() {
 		return
 	}
 	sess, in, log := r.sess, r.in, r.log
-	name := reportStem(&Intake{ID: in.ID, BatchID: r.feed.BatchIDFromName(in.RemoteName)}) + ReceiptSuffix
+	name := reportStem(&Intake{ID: in.ID, BatchID: batchIDOf(r.feed, in.RemoteName, r.p.nocase.Load())}) + ReceiptSuffix
 	month := sess.Layout.ArchiveDir(in.ClaimedAt)
 	r.site = inBackground(func() (*staged, error) {
 		var wg sync.WaitGroup

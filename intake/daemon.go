@@ -807,6 +807,7 @@ type partnerRT struct {
 	site       atomic.Pointer[partners.Site] // its tree as the server resolves it, once dialled (site.go)
 	overwrites atomic.Bool                   // its server's RENAME overwrites: each session is told (site.go)
 	vanish     atomic.Bool                   // its server keeps no empty directory: each session is told (site.go)
+	nocase     atomic.Bool                   // its server compares names without case: batch ids from names are folded (site.go)
 	lastUsed   atomic.Int64                  // unix ns a poll last used the session (idle close, LRU)
 	tempClean  bool                          // this worker's spool temp files of the partner were swept
 	redial     atomic.Bool                   // a file met an SFTP failure: the next poll dials afresh

@@ -29,7 +29,7 @@ func (r *fileRun) download(ctx context.Context) error {
 	in := r.in
 	// The batch id is known before the bytes are: receipts of files held
 	// during download carry it too.
-	batch := r.feed.BatchIDFromName(in.RemoteName)
+	batch := batchIDOf(r.feed, in.RemoteName, r.p.nocase.Load())
 	var man *partners.Manifest
 	var bound *background[*ledger.BoundFile]
 	if in.ManifestName != "" && in.Override == "" && r.feed.BatchID.From != partners.BatchFromManifest && partners.ValidBatchID(batch) {

@@ -15,13 +15,13 @@ import (
 // to hold more rows than one chunk (a row takes at least one byte per
 // column: its delimiters and its line end). Not under readiness stable: a
 // file there is checked for changes when its own download ends.
-func groupable(p *partners.Config, c candidate) bool {
+func groupable(p *partners.Config, c candidate, fold bool) bool {
 	// an update_only feed's missing keys are rejected rows, which need the
 	// per-file rejects report; a snapshot sweeps per file; a feed with an
 	// approval policy is planned against its target per file
 	return p.Readiness != partners.ReadinessStable && c.Manifest == "" && c.Feed.Mode != partners.ModeUpdateOnly && c.Feed.Mode != partners.ModeSnapshot && !c.Feed.Guarded() && c.Size > 0 && c.Size < smallFileBytes && c.Size <= p.Limits.MaxFileBytes &&
 		c.Size <= int64(c.Feed.ChunkRows)*int64(max(len(c.Feed.Columns), 1)) &&
-		transformOf(c.Feed, c.Name) == "" && partners.ValidBatchID(c.Feed.BatchIDFromName(c.Name))
+		transformOf(c.Feed, c.Name) == "" && partners.ValidBatchID(batchIDOf(c.Feed, c.Name, fold))
 }
 
 // maxGroupBytes bounds a group's listed bytes: a group holds its files in
@@ -30,21 +30,22 @@ const maxGroupBytes = 1 << 20
 
 // groupAt returns the group that starts at cands[0]: up to n groupable
 // files of one feed with distinct batch ids and maxGroupBytes in all, in
-// listing order (oldest first). Fewer than two is no group.
-func groupAt(p *partners.Config, cands []candidate, n int) []candidate {
+// listing order (oldest first). Fewer than two is no group. fold: the
+// partner's server compares names without case (batchIDOf).
+func groupAt(p *partners.Config, cands []candidate, n int, fold bool) []candidate {
 	n = min(n, p.GroupFiles)
-	if n < 2 || !groupable(p, cands[0]) {
+	if n < 2 || !groupable(p, cands[0], fold) {
 		return nil
 	}
 	seen := map[string]bool{}
 	var g []candidate
 	var bytes int64
 	for _, c := range cands {
-		if len(g) == n || c.Feed != cands[0].Feed || !groupable(p, c) || bytes+c.Size > maxGroupBytes {
+		if len(g) == n || c.Feed != cands[0].Feed || !groupable(p, c, fold) || bytes+c.Size > maxGroupBytes {
 			break
 		}
 		bytes += c.Size
-		b := c.Feed.BatchIDFromName(c.Name)
+		b := batchIDOf(c.Feed, c.Name, fold)
 		if seen[b] {
 			break
 		}

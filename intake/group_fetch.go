@@ -54,7 +54,7 @@ func (g *fileGroup) fetch(ctx context.Context, tgt *target.Table) error {
 	for i, f := range kept {
 		in := f.r.in
 		in.SHA256, in.Size, in.DataSHA256, in.DataSize = es[i].SHA256, es[i].Size, es[i].SHA256, es[i].Size
-		in.BatchID = g.feed.BatchIDFromName(in.RemoteName)
+		in.BatchID = batchIDOf(g.feed, in.RemoteName, g.p.nocase.Load())
 		g.d.metrics.bytesDownloaded.WithLabelValues(in.Partner).Add(float64(es[i].Size))
 	}
 	if err := fault.Check("spool:after"); err != nil {

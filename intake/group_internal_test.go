@@ -49,7 +49,7 @@ func TestGroupAtTakesARunOfSmallPlainFilesOfOneFeed(t *testing.T) {
 		{[]candidate{c("orders-a b.csv", 100), c("orders-2.csv", 100)}, 100, ""},                                             // no valid batch id
 		{[]candidate{c("stock-1.csv", 100), c("stock-2.csv", 100), c("orders-3.csv", 100)}, 100, "stock-1.csv stock-2.csv "}, // stops at the feed change
 	} {
-		if got := names(groupAt(p, tt.cands, tt.n)); got != tt.want {
+		if got := names(groupAt(p, tt.cands, tt.n, false)); got != tt.want {
 			t.Errorf("groupAt(%s, %d) = %q, want %q", names(tt.cands), tt.n, got, tt.want)
 		}
 	}
@@ -59,22 +59,22 @@ func TestGroupAtTakesARunOfSmallPlainFilesOfOneFeed(t *testing.T) {
 		big = append(big, c(fmt.Sprintf("orders-%d.csv", i), 60<<10))
 	}
 	p.GroupFiles = 64
-	if g := groupAt(p, big, 100); len(g) != maxGroupBytes/(60<<10) {
+	if g := groupAt(p, big, 100, false); len(g) != maxGroupBytes/(60<<10) {
 		t.Fatalf("a group of %d files of 60 KiB, want %d", len(g), maxGroupBytes/(60<<10))
 	}
 	// nor a file that could hold more rows than one chunk
 	p.Feeds[0].ChunkRows = 10
 	p.Feeds[0].Columns = make([]partners.Column, 3)
-	if g := groupAt(p, []candidate{c("orders-1.csv", 30), c("orders-2.csv", 31)}, 100); g != nil {
+	if g := groupAt(p, []candidate{c("orders-1.csv", 30), c("orders-2.csv", 31)}, 100, false); g != nil {
 		t.Fatal("a file of 31 bytes, 3 columns and 10 rows a chunk was grouped")
 	}
-	if g := groupAt(p, []candidate{c("orders-1.csv", 30), c("orders-2.csv", 30)}, 100); len(g) != 2 {
+	if g := groupAt(p, []candidate{c("orders-1.csv", 30), c("orders-2.csv", 30)}, 100, false); len(g) != 2 {
 		t.Fatal("files that fit one chunk were not grouped")
 	}
 	// a manifest pair never goes through a group
 	m := c("orders-1.csv", 100)
 	m.Manifest = "orders-1.csv.complete"
-	if g := groupAt(p, []candidate{m, c("orders-2.csv", 100)}, 100); g != nil {
+	if g := groupAt(p, []candidate{m, c("orders-2.csv", 100)}, 100, false); g != nil {
 		t.Fatal("a file with a manifest was grouped")
 	}
 }

@@ -284,7 +284,7 @@ func (c *claimLoop) room(ctx context.Context) bool {
 // error that ends the poll.
 func (c *claimLoop) claimAt(ctx context.Context, cands []candidate, sl *slots) (walked int, work func() error, err error) {
 	d, p, sess := c.d, c.p, c.sess
-	if g := groupAt(p.cfg, cands, p.cfg.Limits.MaxFilesPerPoll-c.claimed); g != nil {
+	if g := groupAt(p.cfg, cands, p.cfg.Limits.MaxFilesPerPoll-c.claimed, p.nocase.Load()); g != nil {
 		// small files go through together (group.go), and the groups
 		// that follow while slots are free for them are claimed with this
 		// one: one claim section, one round trip of renames, for all
@@ -353,7 +353,7 @@ func (c *claimLoop) followingGroups(cands, g []candidate, sl *slots) (groups [][
 		if c.quota.max > 0 && bytes >= c.quota.max {
 			break
 		}
-		next := groupAt(c.p.cfg, rest, left)
+		next := groupAt(c.p.cfg, rest, left, c.p.nocase.Load())
 		if next == nil {
 			break
 		}

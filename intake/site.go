@@ -3,6 +3,7 @@ package intake
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/partner-intake/partner-intake/intake/ledger"
@@ -89,6 +90,7 @@ func (d *Daemon) siteProfile(ctx context.Context, p *partnerRT, s *partners.Sess
 	}
 	p.overwrites.Store(prof.Profile.RenameOverwrites)
 	p.vanish.Store(!prof.Profile.EmptyDirPersists)
+	p.nocase.Store(prof.Profile.CaseInsensitive)
 	return nil
 }
 
@@ -125,4 +127,17 @@ func (d *Daemon) siteShared(p *partnerRT) error {
 		"partner", p.cfg.ID, "other_partner", other, "reason", reasonSiteShared)
 	return fmt.Errorf("partner %s: its site is partner %s's tree, or one lies inside the other, as the server resolves them (%s); neither is polled until the configuration changes (reason %s)",
 		p.cfg.ID, other, mine.Root, reasonSiteShared)
+}
+
+// batchIDOf is the batch id a file's name gives under its feed's rule
+// (partners.Feed.BatchIDFromName), in lower case when the partner's server
+// compares names without case (its measured profile): two names that
+// differ only by case are one name to such a server, so the same batch,
+// never two files of two batches.
+func batchIDOf(f *partners.Feed, name string, fold bool) string {
+	b := f.BatchIDFromName(name)
+	if fold {
+		b = strings.ToLower(b)
+	}
+	return b
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -278,5 +279,56 @@ func TestAServerWhoseEmptyDirectoriesVanishIsServed(t *testing.T) {
 		if f.NeedsHuman && f.Kind != reconcile.KindQuarantined { // the held file waits for ops, as it should
 			t.Fatalf("the reconciler needs a human: %+v", f)
 		}
+	}
+}
+
+// On a server that compares names without case (its profile says so),
+// two names that differ only by case are one name: their batch ids are
+// folded, so the same bytes under the other case are a duplicate, also
+// when both come in one poll (never grouped as two batches), and other
+// bytes under it are the batch's conflict. On a server that tells case
+// apart, the same two names are two batches.
+func TestNamesThatDifferOnlyByCaseAreOneOnACaseInsensitiveServer(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		insensitive bool
+		want        map[string]string
+	}{
+		// the pair of one poll: whichever binds the batch first is
+		// archived, the other a duplicate
+		{"case-insensitive", true, map[string]string{"pair": "archived duplicate", "orders-b2.csv": "archived", "orders-B2.csv": "quarantined"}},
+		{"case-sensitive", false, map[string]string{"pair": "archived archived", "orders-b2.csv": "archived", "orders-B2.csv": "archived"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, pool := testenv.DB(t)
+			srv, site := testenv.NewInProcessSite(t, "nc")
+			if tc.insensitive {
+				srv.CaseInsensitiveStat()
+			}
+			r := newRig(t, pool, "w1", site)
+			body := goodRows("NC", 3)
+			site.Drop(t, "orders-A1.csv", body)
+			site.Drop(t, "orders-a1.csv", body) // the same bytes, in the same poll
+			r.poll("nc")
+			site.Drop(t, "orders-b2.csv", goodRows("NB", 2))
+			r.poll("nc")
+			site.Drop(t, "orders-B2.csv", goodRows("NX", 2)) // other bytes under the other case
+			r.poll("nc")
+			got := map[string]string{}
+			var pair []string
+			for _, f := range files(t, pool, "nc") {
+				got[f.Name] = f.State
+				if strings.EqualFold(f.Name, "orders-a1.csv") {
+					pair = append(pair, f.State)
+				}
+			}
+			sort.Strings(pair)
+			got["pair"] = strings.Join(pair, " ")
+			for name, st := range tc.want {
+				if got[name] != st {
+					t.Fatalf("files %v, want %v", got, tc.want)
+				}
+			}
+		})
 	}
 }
