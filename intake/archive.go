@@ -56,7 +56,9 @@ func (r *fileRun) archiveRemote(ctx context.Context, outcome Outcome, dupOf int6
 			return "", "", err
 		}
 		if ours {
+			copied := r.sess.AllowCopy(in.Size) // a RENAME that copies answers late
 			dst, err = moveOnce(r.sess, in.ClaimedPath, archiveNames(dir, in, 9))
+			copied()
 		} else {
 			err = fmt.Errorf("archive: %w", ErrRemoteLost)
 		}
@@ -126,7 +128,9 @@ func (r *fileRun) reclaimHeld(ctx context.Context, dir string) (dst string, ok b
 	}
 	qdir := r.sess.Layout.QuarantineDir()
 	held := path.Join(qdir, heldName(r.in.ID, r.in.RemoteName))
+	copied := r.sess.AllowCopy(r.in.Size)
 	dst, err = moveOnce(r.sess, held, archiveNames(dir, r.in, 9))
+	copied()
 	if errors.Is(err, ErrRemoteLost) {
 		return "", false, nil
 	}

@@ -727,11 +727,13 @@ func (d *Daemon) claim(ctx context.Context, p *partnerRT, sess *partners.Session
 	// trip for both; the download takes the file: fileRun.opening); a
 	// manifest pair's data file may never be read (manifestDuplicate).
 	var opening *partners.Opening
+	copied := sess.AllowCopy(c.Size) // a RENAME that copies answers late
 	if c.Manifest == "" {
 		opening, err = sess.RenameAndOpen(src, dst)
 	} else {
 		err = sess.Rename(src, dst)
 	}
+	copied()
 	lock.Release()
 	if err != nil {
 		if partners.IsNotExist(err) {

@@ -104,6 +104,7 @@ func (r *fileRun) moveHeld(src, dst string) (string, error) {
 			return dst, nil
 		}
 	}
+	defer r.sess.AllowCopy(max(r.in.Size, r.in.ListedSize))() // a RENAME that copies answers late
 	return moveOnce(r.sess, src, []string{dst})
 }
 

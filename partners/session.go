@@ -131,6 +131,25 @@ func (s *Session) Rename(from, to string) error {
 	return s.Deadline(s.Client.Rename(from, to))
 }
 
+// renameCopyRate is the slowest a server that makes a RENAME as a copy
+// (an object store's gateway: copy, then delete) is allowed to copy
+// before its silence counts as a hung site.
+const renameCopyRate = 8 << 20 // bytes a second
+
+// AllowCopy lets the site stay silent for size/renameCopyRate beyond
+// sftp.op_timeout, until done is called, before its silence counts as a
+// hang: around the RENAME of a file of size bytes, which a server that
+// copies on RENAME answers only once the bytes are copied (1 GiB: about
+// two minutes more). A RENAME that is a rename answers at once, whatever
+// the size; a site that hangs is found a little later while a large
+// file's RENAME is pending.
+func (s *Session) AllowCopy(size int64) (done func()) {
+	if size <= 0 || s.watch == nil {
+		return func() {}
+	}
+	return s.watch.allowSlow(time.Duration(float64(size) / renameCopyRate * float64(time.Second)))
+}
+
 // ErrRenameTargetExists is a rename refused by the session, as OpenSSH's
 // RENAME refuses it, because its target exists on a server whose RENAME
 // would have replaced it.

@@ -56,6 +56,9 @@ type watchdog struct {
 	trickle atomic.Int64  // reply bytes since the last sign of life, short of minProgress
 	conn    *atomic.Int64 // the connection's last reply byte, on any channel (the keepalive's proof of life); nil in tests
 	writing atomic.Int64  // writes under way (one blocked on a full window outlives the channel: Session.expire)
+	// slack: silence allowed beyond timeout while a request that may take
+	// long without a byte is pending (a RENAME that copies: allowSlow)
+	slack atomic.Int64
 	out     framer        // only the writer touches it (pkg/sftp serialises its writes)
 	in      framer        // only the reader touches it (pkg/sftp's one receive loop)
 
@@ -193,7 +196,23 @@ func (w *watchdog) run(done <-chan struct{}, expire func()) {
 
 // due reports whether a request has waited past the deadline at now.
 func (w *watchdog) due(now time.Time) bool {
-	return w.pending.Load() > 0 && now.UnixNano()-w.last.Load() > int64(w.timeout)
+	return w.pending.Load() > 0 && now.UnixNano()-w.last.Load() > int64(w.timeout)+w.slack.Load()
+}
+
+// allowSlow lets the site stay silent for d beyond the timeout until the
+// returned func is called (a RENAME the server makes as a copy: it answers
+// once the bytes are copied). Calls nest: the largest allowance in force
+// counts.
+func (w *watchdog) allowSlow(d time.Duration) (done func()) {
+	for {
+		old := w.slack.Load()
+		if int64(d) <= old || w.slack.CompareAndSwap(old, int64(d)) {
+			break
+		}
+	}
+	return func() {
+		w.slack.CompareAndSwap(int64(d), 0)
+	}
 }
 
 type watchedWriter struct {

@@ -167,3 +167,35 @@ func (s *sliceReader) Read(p []byte) (int, error) {
 	s.b = s.b[n:]
 	return n, nil
 }
+
+// A request that may take long without a byte (a RENAME a server makes as
+// a copy) has the allowance on top of the timeout while it is pending;
+// once the allowance is given back the plain deadline holds again, and
+// nested allowances keep the largest.
+func TestWatchdogAllowsASlowRenameItsCopyTime(t *testing.T) {
+	w := newWatchdog(time.Second)
+	w.pending.Store(1)
+	now := time.Now()
+	w.last.Store(now.Add(-3 * time.Second).UnixNano())
+	if !w.due(now) {
+		t.Fatal("3 s of silence past a 1 s timeout is not due")
+	}
+	done := w.allowSlow(5 * time.Second)
+	if w.due(now) {
+		t.Fatal("due within the allowance")
+	}
+	inner := w.allowSlow(time.Second) // smaller: the larger stays
+	if w.due(now) {
+		t.Fatal("a smaller allowance took the larger's place")
+	}
+	inner()
+	if w.due(now) {
+		t.Fatal("giving back the smaller allowance ended the larger")
+	}
+	done()
+	if !w.due(now) {
+		t.Fatal("not due once the allowance was given back")
+	}
+	var s Session // a session without a watchdog: nothing to allow
+	s.AllowCopy(1 << 30)()
+}

@@ -335,7 +335,9 @@ func (r *Reconciler) takeOverExpired(ctx context.Context, p *partners.Config, s 
 		r.takenOver(p.ID)
 		return nil
 	}
+	copied := s.AllowCopy(max(old.Size, old.ListedSize)) // a RENAME that copies answers late
 	err = moveClaim(s, old.ClaimedPath, dst)
+	copied()
 	switch {
 	case errors.Is(err, errNotMoved):
 		// The row says dst, the file is still at the old path: the
