@@ -59,8 +59,8 @@ type watchdog struct {
 	// slack: silence allowed beyond timeout while a request that may take
 	// long without a byte is pending (a RENAME that copies: allowSlow)
 	slack atomic.Int64
-	out     framer        // only the writer touches it (pkg/sftp serialises its writes)
-	in      framer        // only the reader touches it (pkg/sftp's one receive loop)
+	out   framer // only the writer touches it (pkg/sftp serialises its writes)
+	in    framer // only the reader touches it (pkg/sftp's one receive loop)
 
 	sentMu  sync.Mutex
 	waiters []*sentWaiter // awaitSent's
