@@ -1,0 +1,70 @@
+package ops
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/partner-intake/partner-intake/intake"
+	"github.com/partner-intake/partner-intake/intake/ledger"
+)
+
+// What releasing a held file does, by why it was held: the override it
+// carries, the state it resumes in, the audit's action, or the refusal.
+// A spec table: planRelease is the one place a release is decided, for
+// the CLI and the console alike.
+func TestWhatAReleaseDoesByWhyTheFileWasHeld(t *testing.T) {
+	held := func(reason ledger.Reason, sha string) *ledger.Held {
+		return &ledger.Held{Partner: "acme", Reason: reason, QState: "open", FState: "quarantined", Feed: "orders",
+			BatchID: "b1", SHA256: sha, Path: "/quarantine/7.orders-1.csv"}
+	}
+	const sha = "ab"
+	for _, tc := range []struct {
+		name     string
+		h        *ledger.Held
+		winner   string
+		refused  bool
+		action   string
+		override string
+		next     intake.State
+		discard  bool
+		rebind   bool
+	}{
+		{name: "not held", h: nil, refused: true},
+		{name: "decided already", h: func() *ledger.Held { h := held(intake.ReasonRejectRate, sha); h.QState = "released"; return h }(), refused: true},
+		{name: "a hostile entry", h: func() *ledger.Held { h := held(intake.ReasonRejectRate, ""); h.Feed = intake.NoFeed; return h }(), refused: true},
+		{name: "not a regular file", h: held(intake.ReasonNotRegular, ""), refused: true},
+		{name: "no usable batch id", h: held(intake.ReasonBadBatchID, sha), refused: true},
+		{name: "a batch conflict without a winner", h: held(intake.ReasonBatchConflict, sha), refused: true},
+		{name: "a batch conflict, the old bytes win", h: held(intake.ReasonBatchConflict, sha), winner: WinnerOld,
+			action: "release_conflict_old_wins", discard: true},
+		{name: "a batch conflict, the new bytes win", h: held(intake.ReasonBatchConflict, sha), winner: WinnerNew,
+			action: "release", override: intake.OverrideConflictNewWin, next: intake.StateSpooled, rebind: true},
+		{name: "too many rejected rows", h: held(intake.ReasonRejectRate, sha),
+			action: "release", override: intake.OverrideRejectRate, next: intake.StateSpooled},
+		{name: "the manifest disagrees", h: held(intake.ReasonManifestMismatch, sha),
+			action: "release", override: intake.OverrideManifest, next: intake.StateSpooled},
+		{name: "too large, never spooled", h: held(intake.ReasonFileTooLarge, ""),
+			action: "release", override: intake.OverrideSize, next: intake.StateClaimed},
+		{name: "another reason: nothing to override", h: held(intake.ReasonRetriesExhausted, sha),
+			action: "release", override: intake.OverrideNothing, next: intake.StateSpooled},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r, err := planRelease(Decision{IntakeID: 7, Winner: tc.winner}, tc.h)
+			if tc.refused {
+				if !errors.Is(err, intake.ErrDecision) {
+					t.Fatalf("got %+v, %v; want it refused as a decision", r, err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.action != tc.action || r.override != tc.override || r.next != tc.next || r.discard != tc.discard || r.rebind != tc.rebind {
+				t.Fatalf("got %+v, want action %s override %q next %s discard %t rebind %t", r, tc.action, tc.override, tc.next, tc.discard, tc.rebind)
+			}
+			if !tc.discard && r.detail == "" {
+				t.Fatal("no detail for the audit")
+			}
+		})
+	}
+}
