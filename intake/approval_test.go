@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -89,8 +91,11 @@ func TestPlanOverThresholdWaitsAndApprovedPlanApplies(t *testing.T) {
 
 	// 3 of 4 rows change: over max_update_ratio 0.5
 	site.Drop(t, "orders-2.csv", header+ordersLine("A", 1, "99.00")+ordersLine("A", 2, "98.00")+ordersLine("A", 3, "97.00")+ordersLine("A", 4, ""))
-	time.Sleep(10 * time.Millisecond) // distinct mtimes: claim order
 	site.Drop(t, "orders-3.csv", goodRows("B", 2))
+	older := time.Now().Add(-time.Minute) // claim order: orders-2 first
+	if err := os.Chtimes(filepath.Join(site.Root, "ready", "orders-2.csv"), older, older); err != nil {
+		t.Fatal(err)
+	}
 	r.poll("ap")
 	fs := files(t, pool, "ap")
 	f2, f3 := fs[1], fs[2]
