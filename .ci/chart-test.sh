@@ -6,6 +6,9 @@
 #     every object decoded strictly by deploy/helm/chartcheck (its own Go
 #     module: k8s.io/api stays out of the daemon's go.mod);
 #   - the decoder can fail: a misspelt field in a copy of the render fails it;
+#   - rendered with testdata/extras.yaml (extraEnv, envFrom, extraVolumes,
+#     extraVolumeMounts, startupProbe), the container gets each, and every
+#     variable and file the config names; without the extraEnv it fails;
 #   - the chart refuses configs that cannot work in a StatefulSet.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -24,6 +27,9 @@ ok "helm lint --strict"
 helm template intake "$chart" >/dev/null || fail "helm template with the defaults"
 helm template intake "$chart" --set serviceMonitor.enabled=true --set prometheusRule.enabled=true >"$tmp/all.yaml"
 ok "helm template (defaults; with ServiceMonitor and PrometheusRule)"
+extras=deploy/helm/chartcheck/testdata/extras.yaml
+helm template intake "$chart" --set serviceMonitor.enabled=true --set prometheusRule.enabled=true -f "$extras" >"$tmp/extras.yaml"
+export CHART_RENDERED_EXTRAS="$tmp/extras.yaml"
 
 go build -o "$tmp/intake" ./cmd/intake
 export INTAKE_BIN="$tmp/intake"
@@ -35,6 +41,13 @@ if (cd deploy/helm/chartcheck && CHART_RENDERED="$tmp/typo.yaml" go test -count=
 fi
 grep -q 'unknown field "terminationGracePeriodSecond"' "$tmp/typo.out" || { cat "$tmp/typo.out"; fail "the typo was not named"; }
 ok "a misspelt field fails the strict decode"
+helm template intake "$chart" --set serviceMonitor.enabled=true --set prometheusRule.enabled=true -f "$extras" \
+  --set-json 'extraEnv=[]' >"$tmp/noenv.yaml"
+if (cd deploy/helm/chartcheck && CHART_RENDERED_EXTRAS="$tmp/noenv.yaml" go test -count=1 -run '^TestExtras$' . >"$tmp/noenv.out" 2>&1); then
+  fail "a config naming variables no container sets passed"
+fi
+grep -q 'names INTAKE_PGP_PASSPHRASE, which the container does not set' "$tmp/noenv.out" || { cat "$tmp/noenv.out"; fail "the missing variable was not named"; }
+ok "a config naming a variable the container lacks (extraEnv left out) fails"
 
 refuse() {
   local want=$1

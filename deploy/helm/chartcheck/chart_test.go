@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -83,9 +84,15 @@ func strict(t *testing.T, doc []byte, into any) {
 }
 
 func load(t *testing.T) rendered {
-	path := os.Getenv("CHART_RENDERED")
+	return loadFrom(t, "CHART_RENDERED")
+}
+
+// loadFrom decodes the render named by the environment variable env.
+func loadFrom(t *testing.T, env string) rendered {
+	t.Helper()
+	path := os.Getenv(env)
 	if path == "" {
-		t.Fatal("CHART_RENDERED is not set: run .ci/chart-test.sh (make chart-test)")
+		t.Fatalf("%s is not set: run .ci/chart-test.sh (make chart-test)", env)
 	}
 	raw, err := os.ReadFile(path)
 	if err != nil {
@@ -184,6 +191,18 @@ func TestRenderedChart(t *testing.T) {
 	if c.ReadinessProbe == nil || c.ReadinessProbe.HTTPGet == nil || c.ReadinessProbe.HTTPGet.Path != "/readyz" {
 		t.Errorf("readiness probe: %+v", c.ReadinessProbe)
 	}
+	// Migrations and target checks run before /healthz answers: the
+	// startup probe must allow minutes, liveness only starts after it.
+	sp := c.StartupProbe
+	if sp == nil || sp.HTTPGet == nil || sp.HTTPGet.Path != "/healthz" || sp.HTTPGet.Port.String() != "http" {
+		t.Errorf("startup probe not on /healthz: %+v", sp)
+	} else if budget := time.Duration(sp.PeriodSeconds*sp.FailureThreshold) * time.Second; budget < 5*time.Minute {
+		t.Errorf("startup probe allows %s before a restart: want at least 5m", budget)
+	}
+	if p := r.pdb.Spec.UnhealthyPodEvictionPolicy; p == nil || *p != policyv1.AlwaysAllow {
+		t.Errorf("PDB unhealthyPodEvictionPolicy %v: want AlwaysAllow (a database outage makes every pod NotReady; drains must go on)", p)
+	}
+	checkConfigInputs(t, r)
 	var dbFromSecret bool
 	for _, e := range c.Env {
 		if e.Name == cfg.Database.URLEnv && e.Value == "" && e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil {
@@ -261,4 +280,117 @@ func TestDaemonAcceptsTheChartsConfig(t *testing.T) {
 	if err == nil || !strings.Contains(string(out), want) {
 		t.Fatalf("intake migrate on the chart's config: %v\n%s\nwant only: %s", err, out, want)
 	}
+}
+
+// checkConfigInputs: every environment variable the rendered config names
+// (keys ending in _env, secret_envs) is set on the container, and every
+// file it names (keys ending in _file, calendar, encrypt_reports_to) lies
+// under a mount of a Secret or ConfigMap volume.
+func checkConfigInputs(t *testing.T, r rendered) {
+	t.Helper()
+	var cfg any
+	if err := yaml.Unmarshal([]byte(r.cm.Data["intake.yaml"]), &cfg); err != nil {
+		t.Fatalf("config: %v", err)
+	}
+	envs, files := map[string]string{}, map[string]string{}
+	var walk func(path string, v any)
+	walk = func(path string, v any) {
+		switch v := v.(type) {
+		case map[string]any:
+			for k, x := range v {
+				p := path + "." + k
+				switch s, isString := x.(string); {
+				case isString && strings.HasSuffix(k, "_env"):
+					envs[s] = p
+				case isString && (strings.HasSuffix(k, "_file") || k == "calendar" || k == "encrypt_reports_to"):
+					files[s] = p
+				case k == "secret_envs":
+					for _, e := range x.([]any) {
+						envs[e.(string)] = p
+					}
+				default:
+					walk(p, x)
+				}
+			}
+		case []any:
+			for i, x := range v {
+				walk(path+"["+strconv.Itoa(i)+"]", x)
+			}
+		}
+	}
+	walk("", cfg)
+	ps := r.sts.Spec.Template.Spec
+	c := ps.Containers[0]
+	set := map[string]bool{}
+	for _, e := range c.Env {
+		set[e.Name] = e.Value != "" || e.ValueFrom != nil
+	}
+	for name, key := range envs {
+		if !set[name] {
+			t.Errorf("config%s names %s, which the container does not set: %+v", key, name, c.Env)
+		}
+	}
+	fromObject := map[string]bool{}
+	for _, v := range ps.Volumes {
+		fromObject[v.Name] = v.Secret != nil || v.ConfigMap != nil || v.Projected != nil
+	}
+	for file, key := range files {
+		var under bool
+		for _, m := range c.VolumeMounts {
+			if fromObject[m.Name] && m.SubPath == "" && strings.HasPrefix(file, strings.TrimSuffix(m.MountPath, "/")+"/") {
+				under = true
+			}
+		}
+		if !under {
+			t.Errorf("config%s names %s, under no Secret or ConfigMap mount: %+v", key, file, c.VolumeMounts)
+		}
+	}
+	t.Logf("config names %d variables and %d files; the container has each", len(envs), len(files))
+}
+
+// The chart rendered with extraEnv, envFrom, extraVolumes,
+// extraVolumeMounts and startupProbe set (testdata/extras.yaml): the
+// container gets each, as given, beside what the chart sets itself.
+func TestExtras(t *testing.T) {
+	r := loadFrom(t, "CHART_RENDERED_EXTRAS")
+	var v struct {
+		StartupProbe      corev1.Probe           `json:"startupProbe"`
+		ExtraEnv          []corev1.EnvVar        `json:"extraEnv"`
+		EnvFrom           []corev1.EnvFromSource `json:"envFrom"`
+		ExtraVolumes      []corev1.Volume        `json:"extraVolumes"`
+		ExtraVolumeMounts []corev1.VolumeMount   `json:"extraVolumeMounts"`
+		Config            map[string]any         `json:"config"`
+	}
+	raw, err := os.ReadFile(filepath.Join("testdata", "extras.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := yaml.UnmarshalStrict(raw, &v); err != nil {
+		t.Fatalf("testdata/extras.yaml: %v", err)
+	}
+	if len(v.ExtraEnv) == 0 || len(v.EnvFrom) == 0 || len(v.ExtraVolumes) == 0 || len(v.ExtraVolumeMounts) == 0 {
+		t.Fatal("testdata/extras.yaml sets not every extra")
+	}
+	ps := r.sts.Spec.Template.Spec
+	c := ps.Containers[0]
+	// The chart's own first, then the extras in their order.
+	if len(c.Env) != 1+len(v.ExtraEnv) || !reflect.DeepEqual(c.Env[1:], v.ExtraEnv) {
+		t.Errorf("env: got %+v, want the database URL then %+v", c.Env, v.ExtraEnv)
+	}
+	if !reflect.DeepEqual(c.EnvFrom, v.EnvFrom) {
+		t.Errorf("envFrom: got %+v, want %+v", c.EnvFrom, v.EnvFrom)
+	}
+	if n := len(ps.Volumes); n < len(v.ExtraVolumes) || !reflect.DeepEqual(ps.Volumes[n-len(v.ExtraVolumes):], v.ExtraVolumes) {
+		t.Errorf("volumes: got %+v, want them to end with %+v", ps.Volumes, v.ExtraVolumes)
+	}
+	if n := len(c.VolumeMounts); n < len(v.ExtraVolumeMounts) || !reflect.DeepEqual(c.VolumeMounts[n-len(v.ExtraVolumeMounts):], v.ExtraVolumeMounts) {
+		t.Errorf("volumeMounts: got %+v, want them to end with %+v", c.VolumeMounts, v.ExtraVolumeMounts)
+	}
+	sp := c.StartupProbe
+	if sp == nil || sp.PeriodSeconds != v.StartupProbe.PeriodSeconds || sp.FailureThreshold != v.StartupProbe.FailureThreshold || sp.HTTPGet == nil || sp.HTTPGet.Path != "/healthz" {
+		t.Errorf("startup probe %+v: want /healthz with %+v", sp, v.StartupProbe)
+	}
+	// The config of this render names a webhook secret, a PGP passphrase,
+	// an SFTP password, PGP key files and a calendar: all reach the pod.
+	checkConfigInputs(t, r)
 }
