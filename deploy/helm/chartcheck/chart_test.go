@@ -257,6 +257,45 @@ func TestPrometheusRuleIsTheAlertsFile(t *testing.T) {
 	if !reflect.DeepEqual(r.rule.Spec, want) {
 		t.Errorf("PrometheusRule differs from configs/prometheus/alerts.yml:\n got %+v\nwant %+v", r.rule.Spec, want)
 	}
+	if e := downExpr(t, want); e != `up{job="intake"} == 0` {
+		t.Errorf("alerts.yml IntakeDown: %q", e)
+	}
+
+	// With prometheusRule.job set (testdata/extras.yaml), IntakeDown
+	// matches that job; every other rule is the file's.
+	x := loadFrom(t, "CHART_RENDERED_EXTRAS")
+	if e := downExpr(t, x.rule.Spec); e != `up{job="intake-prod"} == 0` {
+		t.Errorf("with prometheusRule.job intake-prod, IntakeDown: %q", e)
+	}
+	if len(x.rule.Spec.Groups) != len(want.Groups) {
+		t.Fatalf("with prometheusRule.job set: %d groups, alerts.yml %d", len(x.rule.Spec.Groups), len(want.Groups))
+	}
+	for gi, g := range x.rule.Spec.Groups {
+		if len(g.Rules) != len(want.Groups[gi].Rules) {
+			t.Fatalf("with prometheusRule.job set: group %s has %d rules, alerts.yml %d", g.Name, len(g.Rules), len(want.Groups[gi].Rules))
+		}
+		for ri, rule := range g.Rules {
+			if rule.Alert == "IntakeDown" {
+				rule.Expr = want.Groups[gi].Rules[ri].Expr
+			}
+			if !reflect.DeepEqual(rule, want.Groups[gi].Rules[ri]) {
+				t.Errorf("with prometheusRule.job set, %s differs from alerts.yml", rule.Alert)
+			}
+		}
+	}
+}
+
+func downExpr(t *testing.T, rg ruleGroups) string {
+	t.Helper()
+	for _, g := range rg.Groups {
+		for _, rule := range g.Rules {
+			if rule.Alert == "IntakeDown" {
+				return rule.Expr
+			}
+		}
+	}
+	t.Fatal("no IntakeDown rule")
+	return ""
 }
 
 // The daemon itself loads and validates the chart's config: `intake
@@ -360,6 +399,7 @@ func TestExtras(t *testing.T) {
 		ExtraVolumes      []corev1.Volume        `json:"extraVolumes"`
 		ExtraVolumeMounts []corev1.VolumeMount   `json:"extraVolumeMounts"`
 		Config            map[string]any         `json:"config"`
+		PrometheusRule    map[string]any         `json:"prometheusRule"`
 	}
 	raw, err := os.ReadFile(filepath.Join("testdata", "extras.yaml"))
 	if err != nil {
