@@ -9,6 +9,7 @@
 #   - rendered with testdata/extras.yaml (extraEnv, envFrom, extraVolumes,
 #     extraVolumeMounts, startupProbe), the container gets each, and every
 #     variable and file the config names; without the extraEnv it fails;
+#   - the chart's default image is one `make image` tags (make -n image);
 #   - the chart refuses configs that cannot work in a StatefulSet.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -31,6 +32,9 @@ extras=deploy/helm/chartcheck/testdata/extras.yaml
 helm template intake "$chart" --set serviceMonitor.enabled=true --set prometheusRule.enabled=true -f "$extras" >"$tmp/extras.yaml"
 export CHART_RENDERED_EXTRAS="$tmp/extras.yaml"
 
+# What `make image` runs (printed, not run): the chart's default image must be among its tags.
+make --no-print-directory -n image >"$tmp/make-image.txt"
+export MAKE_IMAGE_N="$tmp/make-image.txt"
 go build -o "$tmp/intake" ./cmd/intake
 export INTAKE_BIN="$tmp/intake"
 (cd deploy/helm/chartcheck && CHART_RENDERED="$tmp/all.yaml" go test -count=1 .) || fail "strict decode of the rendered chart"
@@ -48,6 +52,13 @@ if (cd deploy/helm/chartcheck && CHART_RENDERED_EXTRAS="$tmp/noenv.yaml" go test
 fi
 grep -q 'names INTAKE_PGP_PASSPHRASE, which the container does not set' "$tmp/noenv.out" || { cat "$tmp/noenv.out"; fail "the missing variable was not named"; }
 ok "a config naming a variable the container lacks (extraEnv left out) fails"
+
+make --no-print-directory -n image CHART_IMAGE=localhost/intake:elsewhere >"$tmp/make-other.txt"
+if (cd deploy/helm/chartcheck && CHART_RENDERED="$tmp/all.yaml" MAKE_IMAGE_N="$tmp/make-other.txt" go test -count=1 -run '^TestDefaultImageIsOneMakeImageBuilds$' . >"$tmp/other.out" 2>&1); then
+  fail "a chart default image make image does not tag passed"
+fi
+grep -q 'make image does not build and tag' "$tmp/other.out" || { cat "$tmp/other.out"; fail "the untagged image was not named"; }
+ok "the chart's default image is one make image tags; another tag fails"
 
 refuse() {
   local want=$1

@@ -434,3 +434,44 @@ func TestExtras(t *testing.T) {
 	// an SFTP password, PGP key files and a calendar: all reach the pod.
 	checkConfigInputs(t, r)
 }
+
+// The chart's default image is one `make image` builds: MAKE_IMAGE_N is
+// what `make -n image` prints (the commands it would run). After
+// .ci/image-build.sh builds $(IMAGE) (podman build -t "$IMAGE"), make tags
+// it with the image the chart renders by default.
+func TestDefaultImageIsOneMakeImageBuilds(t *testing.T) {
+	r := load(t)
+	path := os.Getenv("MAKE_IMAGE_N")
+	if path == "" {
+		t.Fatal("MAKE_IMAGE_N is not set: run .ci/chart-test.sh (make chart-test)")
+	}
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	script, err := os.ReadFile(filepath.Join("..", "..", "..", ".ci", "image-build.sh"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(script), `-t "$IMAGE"`) {
+		t.Fatal(`.ci/image-build.sh no longer builds -t "$IMAGE"`)
+	}
+	c := r.sts.Spec.Template.Spec.Containers[0]
+	var built, tagged bool
+	for _, line := range strings.Split(string(raw), "\n") {
+		f := strings.Fields(line)
+		switch {
+		case len(f) == 2 && f[0] == "bash" && f[1] == ".ci/image-build.sh":
+			built = true
+		case built && len(f) == 4 && f[0] == "podman" && f[1] == "tag" && f[3] == c.Image:
+			tagged = true
+		}
+	}
+	if !built || !tagged {
+		t.Errorf("make image does not build and tag %s, the chart's default image: it runs\n%s", c.Image, raw)
+	}
+	if c.ImagePullPolicy == corev1.PullAlways {
+		t.Errorf("imagePullPolicy Always: a locally built image cannot be pulled")
+	}
+	t.Logf("the chart's default image %s is tagged by make image", c.Image)
+}
