@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Tests the Helm chart deploy/helm/intake (issue 16, item 5) with the
 # pinned helm run through `go run` (built once, then cached):
-#   - helm lint (strict);
-#   - helm template with the ServiceMonitor and PrometheusRule enabled,
+#   - helm lint (strict; values checked against values.schema.json);
+#   - helm template with the ServiceMonitor, PrometheusRule and dashboard enabled,
 #     every object decoded strictly by deploy/helm/chartcheck (its own Go
 #     module: k8s.io/api stays out of the daemon's go.mod);
 #   - the decoder can fail: a misspelt field in a copy of the render fails it;
@@ -10,7 +10,9 @@
 #     extraVolumeMounts, startupProbe), the container gets each, and every
 #     variable and file the config names; without the extraEnv it fails;
 #   - the chart's default image is one `make image` tags (make -n image);
-#   - the chart refuses configs that cannot work in a StatefulSet.
+#   - the chart refuses configs that cannot work in a StatefulSet, and
+#     values its schema does not allow (a misspelt key among them);
+#   - NOTES.txt names the pods, how to reach /metrics and /readyz, and the runbook.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 : "${HELM:=helm.sh/helm/v3/cmd/helm@v3.22.0}"
@@ -22,12 +24,13 @@ trap 'rm -rf "$tmp"' EXIT
 pass=0
 ok() { echo "ok   $*"; pass=$((pass + 1)); }
 
-helm lint --strict "$chart" --set serviceMonitor.enabled=true --set prometheusRule.enabled=true >"$tmp/lint" ||
+all=(--set serviceMonitor.enabled=true --set prometheusRule.enabled=true --set grafanaDashboard.enabled=true)
+helm lint --strict "$chart" "${all[@]}" >"$tmp/lint" ||
   { cat "$tmp/lint"; fail "helm lint"; }
 ok "helm lint --strict"
 helm template intake "$chart" >/dev/null || fail "helm template with the defaults"
-helm template intake "$chart" --set serviceMonitor.enabled=true --set prometheusRule.enabled=true >"$tmp/all.yaml"
-ok "helm template (defaults; with ServiceMonitor and PrometheusRule)"
+helm template intake "$chart" "${all[@]}" >"$tmp/all.yaml"
+ok "helm template (defaults; with ServiceMonitor, PrometheusRule and dashboard)"
 extras=deploy/helm/chartcheck/testdata/extras.yaml
 helm template intake "$chart" --set serviceMonitor.enabled=true --set prometheusRule.enabled=true -f "$extras" >"$tmp/extras.yaml"
 export CHART_RENDERED_EXTRAS="$tmp/extras.yaml"
@@ -73,4 +76,25 @@ refuse 'spool.dir must be' --set config.spool.dir=/tmp/spool
 refuse 'use one whole number' --set config.drain=1h30m
 helm template intake "$chart" --set config.drain=2m --set terminationGracePeriodSeconds=150 >/dev/null || fail "drain 2m with 150s grace refused"
 ok "refuses worker_id, a loopback listener, a grace period not above drain, a drain it cannot compare, a spool elsewhere"
+refuse "additional properties 'extraEnvs' not allowed" --set-json 'extraEnvs=[]'
+refuse 'pullPolicy' --set image.pullPolicy=Sometimes
+refuse 'unhealthyPodEvictionPolicy' --set podDisruptionBudget.unhealthyPodEvictionPolicy=Never
+refuse 'extraEnv' --set-json 'extraEnv=[{"value":"no name"}]'
+refuse 'failureThreshold' --set startupProbe.failureThreshold=0
+helm lint --strict "$chart" --set-json 'extraEnvs=[]' >"$tmp/lint-typo" 2>&1 && fail "helm lint passed a misspelt value key"
+ok "values.schema.json refuses a misspelt key (in helm lint too), a bad pullPolicy, eviction policy, an env var without a name, a zero threshold"
+
+# NOTES.txt as helm install prints it: helm template renders no NOTES.txt,
+# so a copy of the chart renders it under another name (--debug prints a
+# render that is not YAML before it fails).
+cp -rL "$chart" "$tmp/notes-chart"
+mv "$tmp/notes-chart/templates/NOTES.txt" "$tmp/notes-chart/templates/notes.txt"
+helm template rel "$tmp/notes-chart" "${all[@]}" --show-only templates/notes.txt --debug >"$tmp/notes.raw" 2>&1 || true
+sed -n '/^# Source: intake\/templates\/notes.txt/,/^Error:/p' "$tmp/notes.raw" >"$tmp/notes"
+for want in 'kubectl -n default port-forward pod/rel-intake-0 9464' 'curl -s localhost:9464/metrics' 'curl -s localhost:9464/readyz' \
+  'https://github.com/partner-intake/partner-intake/blob/main/docs/runbook.md' 'intake-database, key url' 'IntakeDown on job rel-intake' \
+  'ConfigMap rel-intake-dashboard'; do
+  grep -qF -- "$want" "$tmp/notes" || { cat "$tmp/notes.raw"; fail "NOTES.txt lacks: $want"; }
+done
+ok "NOTES.txt names the pods, /metrics, /readyz through a port-forward, the Secrets and the runbook"
 echo "chart-test: $pass passed, 0 failed"

@@ -8,6 +8,7 @@ package chartcheck
 
 import (
 	"bytes"
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -67,13 +68,15 @@ type prometheusRule struct {
 }
 
 type rendered struct {
-	sts   *appsv1.StatefulSet
-	cm    *corev1.ConfigMap
-	svc   *corev1.Service
-	pdb   *policyv1.PodDisruptionBudget
-	sm    *serviceMonitor
-	rule  *prometheusRule
-	count int
+	sts *appsv1.StatefulSet
+	cm  *corev1.ConfigMap
+	// dashboard: the Grafana dashboard (grafanaDashboard.enabled).
+	dashboard *corev1.ConfigMap
+	svc       *corev1.Service
+	pdb       *policyv1.PodDisruptionBudget
+	sm        *serviceMonitor
+	rule      *prometheusRule
+	count     int
 }
 
 func strict(t *testing.T, doc []byte, into any) {
@@ -116,8 +119,16 @@ func loadFrom(t *testing.T, env string) rendered {
 			r.sts = new(appsv1.StatefulSet)
 			strict(t, doc, r.sts)
 		case "v1 ConfigMap":
-			r.cm = new(corev1.ConfigMap)
-			strict(t, doc, r.cm)
+			cm := new(corev1.ConfigMap)
+			strict(t, doc, cm)
+			switch {
+			case cm.Data["intake.yaml"] != "":
+				r.cm = cm
+			case cm.Data["partner-intake.json"] != "":
+				r.dashboard = cm
+			default:
+				t.Fatalf("a ConfigMap of neither the config nor the dashboard: %s", cm.Name)
+			}
 		case "v1 Service":
 			r.svc = new(corev1.Service)
 			strict(t, doc, r.svc)
@@ -474,4 +485,48 @@ func TestDefaultImageIsOneMakeImageBuilds(t *testing.T) {
 		t.Errorf("imagePullPolicy Always: a locally built image cannot be pulled")
 	}
 	t.Logf("the chart's default image %s is tagged by make image", c.Image)
+}
+
+// The dashboard ConfigMap (rendered with grafanaDashboard.enabled) is
+// configs/grafana/partner-intake.json byte for byte, labelled for
+// Grafana's sidecar; values.yaml leaves it off.
+func TestDashboardConfigMap(t *testing.T) {
+	r := load(t)
+	if r.dashboard == nil {
+		t.Fatal("no dashboard ConfigMap (render with grafanaDashboard.enabled=true)")
+	}
+	want, err := os.ReadFile(filepath.Join("..", "..", "..", "configs", "grafana", "partner-intake.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := r.dashboard.Data["partner-intake.json"]
+	if got != string(want) {
+		t.Errorf("the dashboard ConfigMap differs from configs/grafana/partner-intake.json (%d bytes, want %d)", len(got), len(want))
+	}
+	var d struct {
+		UID    string `json:"uid"`
+		Panels []any  `json:"panels"`
+	}
+	if err := json.Unmarshal([]byte(got), &d); err != nil || d.UID == "" || len(d.Panels) == 0 {
+		t.Errorf("the dashboard is not a Grafana dashboard: uid %q, %d panels, %v", d.UID, len(d.Panels), err)
+	}
+	if r.dashboard.Labels["grafana_dashboard"] != "1" {
+		t.Errorf("the dashboard lacks the sidecar label grafana_dashboard=1: %v", r.dashboard.Labels)
+	}
+	raw, err := os.ReadFile(filepath.Join("..", "intake", "values.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v struct {
+		GrafanaDashboard struct {
+			Enabled *bool             `json:"enabled"`
+			Labels  map[string]string `json:"labels"`
+		} `json:"grafanaDashboard"`
+	}
+	if err := yaml.Unmarshal(raw, &v); err != nil {
+		t.Fatal(err)
+	}
+	if v.GrafanaDashboard.Enabled == nil || *v.GrafanaDashboard.Enabled || v.GrafanaDashboard.Labels["grafana_dashboard"] != "1" {
+		t.Errorf("values.yaml: grafanaDashboard should be off, labelled grafana_dashboard: \"1\": %+v", v.GrafanaDashboard)
+	}
 }
