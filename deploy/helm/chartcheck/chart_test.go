@@ -530,3 +530,47 @@ func TestDashboardConfigMap(t *testing.T) {
 		t.Errorf("values.yaml: grafanaDashboard should be off, labelled grafana_dashboard: \"1\": %+v", v.GrafanaDashboard)
 	}
 }
+
+// The chart's README has a row in its values table for every top-level
+// key of values.yaml, and every key of values.yaml is in the schema.
+func TestEveryValueIsDocumentedAndInTheSchema(t *testing.T) {
+	raw, err := os.ReadFile(filepath.Join("..", "intake", "values.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var values map[string]any
+	if err := yaml.Unmarshal(raw, &values); err != nil {
+		t.Fatal(err)
+	}
+	readme, err := os.ReadFile(filepath.Join("..", "intake", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var schema struct {
+		Properties map[string]json.RawMessage `json:"properties"`
+	}
+	rawSchema, err := os.ReadFile(filepath.Join("..", "intake", "values.schema.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(rawSchema, &schema); err != nil {
+		t.Fatal(err)
+	}
+	rows := map[string]bool{}
+	for _, line := range strings.Split(string(readme), "\n") {
+		if strings.HasPrefix(line, "| `") {
+			cell := strings.SplitN(line, "|", 3)[1]
+			for _, k := range strings.Split(cell, "`") {
+				rows[strings.SplitN(strings.TrimSpace(k), ".", 2)[0]] = true
+			}
+		}
+	}
+	for k := range values {
+		if !rows[k] {
+			t.Errorf("values.yaml's %s has no row in the README's values table", k)
+		}
+		if _, ok := schema.Properties[k]; !ok {
+			t.Errorf("values.yaml's %s is not in values.schema.json", k)
+		}
+	}
+}
