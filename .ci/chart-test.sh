@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Tests the Helm chart deploy/helm/intake (issue 16, item 5) with the
+# Tests the Helm chart deploy/helm/intake with the
 # pinned helm run through `go run` (built once, then cached):
 #   - helm lint (strict; values checked against values.schema.json);
 #   - helm template with the ServiceMonitor, PrometheusRule and dashboard enabled,
