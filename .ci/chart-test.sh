@@ -2,6 +2,7 @@
 # Tests the Helm chart deploy/helm/intake with the
 # pinned helm run through `go run` (built once, then cached):
 #   - helm lint (strict; values checked against values.schema.json);
+#   - helm package: the package (symlinks resolved) renders what the tree does;
 #   - helm template with the ServiceMonitor, PrometheusRule and dashboard enabled,
 #     every object decoded strictly by deploy/helm/chartcheck (its own Go
 #     module: k8s.io/api stays out of the daemon's go.mod);
@@ -31,9 +32,15 @@ ok "helm lint --strict"
 helm template intake "$chart" >/dev/null || fail "helm template with the defaults"
 helm template intake "$chart" "${all[@]}" >"$tmp/all.yaml"
 ok "helm template (defaults; with ServiceMonitor, PrometheusRule and dashboard)"
+helm package "$chart" -d "$tmp/pkg" >/dev/null || fail "helm package"
+helm template intake "$tmp"/pkg/intake-*.tgz "${all[@]}" >"$tmp/packaged.yaml"
+cmp -s "$tmp/all.yaml" "$tmp/packaged.yaml" || { diff "$tmp/all.yaml" "$tmp/packaged.yaml" | head -20; fail "the packaged chart renders otherwise"; }
+ok "helm package carries the alerts and dashboard (symlinks resolved): the package renders the same"
 extras=deploy/helm/chartcheck/testdata/extras.yaml
 helm template intake "$chart" --set serviceMonitor.enabled=true --set prometheusRule.enabled=true -f "$extras" >"$tmp/extras.yaml"
 export CHART_RENDERED_EXTRAS="$tmp/extras.yaml"
+helm lint --strict "$chart" "${all[@]}" -f "$extras" >"$tmp/lint-extras" || { cat "$tmp/lint-extras"; fail "helm lint with $extras"; }
+ok "helm lint --strict and helm template with the extras (testdata/extras.yaml)"
 
 # What `make image` runs (printed, not run): the chart's default image must be among its tags.
 make --no-print-directory -n image >"$tmp/make-image.txt"
@@ -81,6 +88,7 @@ refuse 'pullPolicy' --set image.pullPolicy=Sometimes
 refuse 'unhealthyPodEvictionPolicy' --set podDisruptionBudget.unhealthyPodEvictionPolicy=Never
 refuse 'extraEnv' --set-json 'extraEnv=[{"value":"no name"}]'
 refuse 'failureThreshold' --set startupProbe.failureThreshold=0
+refuse "missing property 'failureThreshold'" --set startupProbe.failureThreshold=null
 helm lint --strict "$chart" --set-json 'extraEnvs=[]' >"$tmp/lint-typo" 2>&1 && fail "helm lint passed a misspelt value key"
 ok "values.schema.json refuses a misspelt key (in helm lint too), a bad pullPolicy, eviction policy, an env var without a name, a zero threshold"
 
