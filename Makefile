@@ -15,6 +15,10 @@ NFPM ?= github.com/goreleaser/nfpm/v2/cmd/nfpm@v2.45.2
 HELM ?= helm.sh/helm/v3/cmd/helm@v3.22.0
 IMAGE ?= localhost/intake:$(subst ~,-,$(subst +,-,$(VERSION)))
 export VERSION COMMIT ARCH NFPM HELM IMAGE
+# The Helm chart's default image (deploy/helm/intake: image.repository,
+# tag = the chart's appVersion): `make image` tags what it builds so too,
+# so the chart installed with its defaults runs the image last built here.
+CHART_IMAGE ?= localhost/intake:$(shell sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\} *$$/\1/p' deploy/helm/intake/Chart.yaml)
 
 ## demo: run `intake demo` (throwaway PostgreSQL, in-process SFTP site, example partners and files);
 ## the demo is linked only under the demo build tag, never into the daemon a host runs
@@ -43,9 +47,10 @@ package: static
 	@mkdir -p dist
 	$(GO) run $(NFPM) package --config packaging/nfpm.yaml --packager deb --target dist/
 
-## image: the container image $(IMAGE) (podman, FROM scratch, non-root, spool volume)
+## image: the container image $(IMAGE) (podman, FROM scratch, non-root, spool volume), also tagged $(CHART_IMAGE), the chart's default
 image: static
 	@bash .ci/image-build.sh
+	podman tag $(IMAGE) $(CHART_IMAGE)
 
 ## package-test: systemd-analyze verify on the unit, dpkg -i, intake version, dpkg -r and -P (as root)
 package-test: package

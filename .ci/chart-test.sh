@@ -1,12 +1,19 @@
 #!/usr/bin/env bash
-# Tests the Helm chart deploy/helm/intake (issue 16, item 5) with the
+# Tests the Helm chart deploy/helm/intake with the
 # pinned helm run through `go run` (built once, then cached):
-#   - helm lint (strict);
-#   - helm template with the ServiceMonitor and PrometheusRule enabled,
+#   - helm lint (strict; values checked against values.schema.json);
+#   - helm package: the package (symlinks resolved) renders what the tree does;
+#   - helm template with the ServiceMonitor, PrometheusRule and dashboard enabled,
 #     every object decoded strictly by deploy/helm/chartcheck (its own Go
 #     module: k8s.io/api stays out of the daemon's go.mod);
 #   - the decoder can fail: a misspelt field in a copy of the render fails it;
-#   - the chart refuses configs that cannot work in a StatefulSet.
+#   - rendered with testdata/extras.yaml (extraEnv, envFrom, extraVolumes,
+#     extraVolumeMounts, startupProbe), the container gets each, and every
+#     variable and file the config names; without the extraEnv it fails;
+#   - the chart's default image is one `make image` tags (make -n image);
+#   - the chart refuses configs that cannot work in a StatefulSet, and
+#     values its schema does not allow (a misspelt key among them);
+#   - NOTES.txt names the pods, how to reach /metrics and /readyz, and the runbook.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 : "${HELM:=helm.sh/helm/v3/cmd/helm@v3.22.0}"
@@ -18,13 +25,26 @@ trap 'rm -rf "$tmp"' EXIT
 pass=0
 ok() { echo "ok   $*"; pass=$((pass + 1)); }
 
-helm lint --strict "$chart" --set serviceMonitor.enabled=true --set prometheusRule.enabled=true >"$tmp/lint" ||
+all=(--set serviceMonitor.enabled=true --set prometheusRule.enabled=true --set grafanaDashboard.enabled=true)
+helm lint --strict "$chart" "${all[@]}" >"$tmp/lint" ||
   { cat "$tmp/lint"; fail "helm lint"; }
 ok "helm lint --strict"
 helm template intake "$chart" >/dev/null || fail "helm template with the defaults"
-helm template intake "$chart" --set serviceMonitor.enabled=true --set prometheusRule.enabled=true >"$tmp/all.yaml"
-ok "helm template (defaults; with ServiceMonitor and PrometheusRule)"
+helm template intake "$chart" "${all[@]}" >"$tmp/all.yaml"
+ok "helm template (defaults; with ServiceMonitor, PrometheusRule and dashboard)"
+helm package "$chart" -d "$tmp/pkg" >/dev/null || fail "helm package"
+helm template intake "$tmp"/pkg/intake-*.tgz "${all[@]}" >"$tmp/packaged.yaml"
+cmp -s "$tmp/all.yaml" "$tmp/packaged.yaml" || { diff "$tmp/all.yaml" "$tmp/packaged.yaml" | head -20; fail "the packaged chart renders otherwise"; }
+ok "helm package carries the alerts and dashboard (symlinks resolved): the package renders the same"
+extras=deploy/helm/chartcheck/testdata/extras.yaml
+helm template intake "$chart" --set serviceMonitor.enabled=true --set prometheusRule.enabled=true -f "$extras" >"$tmp/extras.yaml"
+export CHART_RENDERED_EXTRAS="$tmp/extras.yaml"
+helm lint --strict "$chart" "${all[@]}" -f "$extras" >"$tmp/lint-extras" || { cat "$tmp/lint-extras"; fail "helm lint with $extras"; }
+ok "helm lint --strict and helm template with the extras (testdata/extras.yaml)"
 
+# What `make image` runs (printed, not run): the chart's default image must be among its tags.
+make --no-print-directory -n image >"$tmp/make-image.txt"
+export MAKE_IMAGE_N="$tmp/make-image.txt"
 go build -o "$tmp/intake" ./cmd/intake
 export INTAKE_BIN="$tmp/intake"
 (cd deploy/helm/chartcheck && CHART_RENDERED="$tmp/all.yaml" go test -count=1 .) || fail "strict decode of the rendered chart"
@@ -35,6 +55,20 @@ if (cd deploy/helm/chartcheck && CHART_RENDERED="$tmp/typo.yaml" go test -count=
 fi
 grep -q 'unknown field "terminationGracePeriodSecond"' "$tmp/typo.out" || { cat "$tmp/typo.out"; fail "the typo was not named"; }
 ok "a misspelt field fails the strict decode"
+helm template intake "$chart" --set serviceMonitor.enabled=true --set prometheusRule.enabled=true -f "$extras" \
+  --set-json 'extraEnv=[]' >"$tmp/noenv.yaml"
+if (cd deploy/helm/chartcheck && CHART_RENDERED_EXTRAS="$tmp/noenv.yaml" go test -count=1 -run '^TestExtras$' . >"$tmp/noenv.out" 2>&1); then
+  fail "a config naming variables no container sets passed"
+fi
+grep -q 'names INTAKE_PGP_PASSPHRASE, which the container does not set' "$tmp/noenv.out" || { cat "$tmp/noenv.out"; fail "the missing variable was not named"; }
+ok "a config naming a variable the container lacks (extraEnv left out) fails"
+
+make --no-print-directory -n image CHART_IMAGE=localhost/intake:elsewhere >"$tmp/make-other.txt"
+if (cd deploy/helm/chartcheck && CHART_RENDERED="$tmp/all.yaml" MAKE_IMAGE_N="$tmp/make-other.txt" go test -count=1 -run '^TestDefaultImageIsOneMakeImageBuilds$' . >"$tmp/other.out" 2>&1); then
+  fail "a chart default image make image does not tag passed"
+fi
+grep -q 'make image does not build and tag' "$tmp/other.out" || { cat "$tmp/other.out"; fail "the untagged image was not named"; }
+ok "the chart's default image is one make image tags; another tag fails"
 
 refuse() {
   local want=$1
@@ -49,4 +83,27 @@ refuse 'spool.dir must be' --set config.spool.dir=/tmp/spool
 refuse 'use one whole number' --set config.drain=1h30m
 helm template intake "$chart" --set config.drain=2m --set terminationGracePeriodSeconds=150 >/dev/null || fail "drain 2m with 150s grace refused"
 ok "refuses worker_id, a loopback listener, a grace period not above drain, a drain it cannot compare, a spool elsewhere"
+refuse "additional properties 'extraEnvs' not allowed" --set-json 'extraEnvs=[]'
+refuse 'pullPolicy' --set image.pullPolicy=Sometimes
+refuse 'unhealthyPodEvictionPolicy' --set podDisruptionBudget.unhealthyPodEvictionPolicy=Never
+refuse 'extraEnv' --set-json 'extraEnv=[{"value":"no name"}]'
+refuse 'failureThreshold' --set startupProbe.failureThreshold=0
+refuse "missing property 'failureThreshold'" --set startupProbe.failureThreshold=null
+refuse "additional properties 'terminationGracePeriodSeconds' not allowed" --set readinessProbe.terminationGracePeriodSeconds=5
+helm lint --strict "$chart" --set-json 'extraEnvs=[]' >"$tmp/lint-typo" 2>&1 && fail "helm lint passed a misspelt value key"
+ok "values.schema.json refuses a misspelt key (in helm lint too), a bad pullPolicy, eviction policy, an env var without a name, a zero threshold"
+
+# NOTES.txt as helm install prints it: helm template renders no NOTES.txt,
+# so a copy of the chart renders it under another name (--debug prints a
+# render that is not YAML before it fails).
+cp -rL "$chart" "$tmp/notes-chart"
+mv "$tmp/notes-chart/templates/NOTES.txt" "$tmp/notes-chart/templates/notes.txt"
+helm template rel "$tmp/notes-chart" "${all[@]}" --show-only templates/notes.txt --debug >"$tmp/notes.raw" 2>&1 || true
+sed -n '/^# Source: intake\/templates\/notes.txt/,/^Error:/p' "$tmp/notes.raw" >"$tmp/notes"
+for want in 'kubectl -n default port-forward pod/rel-intake-0 9464' 'curl -s localhost:9464/metrics' 'curl -s localhost:9464/readyz' \
+  'https://github.com/partner-intake/partner-intake/blob/main/docs/runbook.md' 'intake-database, key url' 'IntakeDown on job rel-intake' \
+  'ConfigMap rel-intake-dashboard'; do
+  grep -qF -- "$want" "$tmp/notes" || { cat "$tmp/notes.raw"; fail "NOTES.txt lacks: $want"; }
+done
+ok "NOTES.txt names the pods, /metrics, /readyz through a port-forward, the Secrets and the runbook"
 echo "chart-test: $pass passed, 0 failed"
