@@ -120,8 +120,12 @@ func (a *authn) open(s string, v any) bool {
 }
 
 func (a *authn) setCookie(w http.ResponseWriter, name, value string, ttl time.Duration) {
+	a.setCookieSite(w, name, value, ttl, http.SameSiteStrictMode)
+}
+
+func (a *authn) setCookieSite(w http.ResponseWriter, name, value string, ttl time.Duration, site http.SameSite) {
 	http.SetCookie(w, &http.Cookie{Name: name, Value: value, Path: "/", MaxAge: int(ttl.Seconds()),
-		HttpOnly: true, Secure: a.secure, SameSite: http.SameSiteStrictMode})
+		HttpOnly: true, Secure: a.secure, SameSite: site})
 }
 
 func (a *authn) clearCookie(w http.ResponseWriter, name string) {
@@ -218,7 +222,7 @@ func (a *authn) login(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	next := r.URL.Query().Get("next")
-	if !strings.HasPrefix(next, "/") || strings.HasPrefix(next, "//") {
+	if !strings.HasPrefix(next, "/") || strings.HasPrefix(next, "//") || strings.Contains(next, "\\") {
 		next = "/"
 	}
 	st := loginState{State: randomToken(), Nonce: randomToken(), Verifier: oauth2.GenerateVerifier(), Next: next, Exp: time.Now().Add(loginTTL)}
@@ -227,7 +231,10 @@ func (a *authn) login(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "sign-in failed", http.StatusInternalServerError)
 		return
 	}
-	a.setCookie(w, loginCookie, v, loginTTL)
+	// Lax, not Strict: the provider's redirect back is a cross-site
+	// navigation, on which a browser sends no Strict cookie. It holds
+	// no session, only this sign-in's state, nonce and verifier.
+	a.setCookieSite(w, loginCookie, v, loginTTL, http.SameSiteLaxMode)
 	http.Redirect(w, r, a.oauth.AuthCodeURL(st.State, oidc.Nonce(st.Nonce), oauth2.S256ChallengeOption(st.Verifier)), http.StatusFound)
 }
 

@@ -98,7 +98,7 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Server, error) {
 			return inert.Text(*p)
 		},
 	}
-	for _, p := range []string{"held", "file", "plans", "plan", "audit", "message"} {
+	for _, p := range []string{"held", "file", "plans", "plan", "audit", "message", "signedin"} {
 		s.pages[p] = template.Must(template.New("layout.html").Funcs(funcs).ParseFS(templateFS, "templates/layout.html", "templates/"+p+".html"))
 	}
 	static, _ := fs.Sub(staticFS, "static")
@@ -211,7 +211,11 @@ func (s *Server) callback(w http.ResponseWriter, r *http.Request) {
 		s.message(w, http.StatusForbidden, nil, "Sign-in refused", err.Error())
 		return
 	}
-	http.Redirect(w, r, next, http.StatusSeeOther)
+	// a page of the console's own, not a redirect: the callback is
+	// reached from the provider's site, and a browser sends the
+	// SameSite=Strict session cookie only on a navigation that starts on
+	// the console's (the page's refresh and link do)
+	s.render(w, http.StatusOK, "signedin", page{Title: "Signed in", Data: next})
 }
 
 func (s *Server) logout(w http.ResponseWriter, r *http.Request) {
