@@ -15,6 +15,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -182,6 +184,23 @@ func TestBrowserSignInReleaseAndApprove(t *testing.T) {
 		}
 		return s
 	}
+	// shot captures the page; INTAKE_CONSOLE_SCREENSHOTS=dir keeps it
+	// there (docs/console/ holds the ones docs/console.md shows)
+	shot := func(name string) {
+		t.Helper()
+		png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+		if err != nil {
+			t.Fatalf("screenshot %s: %v", name, err)
+		}
+		if len(png) < 8 || (string(png[1:4]) != "PNG" && string(png[:3]) != "\xff\xd8\xff") {
+			t.Fatalf("screenshot %s is no image", name)
+		}
+		if dir := os.Getenv("INTAKE_CONSOLE_SCREENSHOTS"); dir != "" {
+			if err := os.WriteFile(filepath.Join(dir, name), png, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
 	steps := func(what string, a ...chromedp.Action[chromedp.Void]) {
 		t.Helper()
 		if err := chromedp.Do(ctx, a...); err != nil {
@@ -192,21 +211,28 @@ func TestBrowserSignInReleaseAndApprove(t *testing.T) {
 		chromedp.Navigate(base+"/held"),
 		chromedp.WaitVisible(chromedp.CSS("#held")))
 	me := text("#me")
+	shot("held.png")
 	steps("release the held file",
 		chromedp.Click(chromedp.CSS(`a[href="/files/`+itoa(held)+`"]`)),
-		chromedp.WaitVisible(chromedp.CSS("#release")),
+		chromedp.WaitVisible(chromedp.CSS("#release")))
+	shot("file.png")
+	steps("release it",
 		chromedp.SendKeys(chromedp.CSS(`#release input[name="reason"]`), "checked in the browser"),
 		chromedp.Submit(chromedp.CSS(`#release`)),
 		chromedp.WaitVisible(chromedp.CSS("#done")))
 	doneRelease := text("#done")
 	steps("approve the waiting plan",
 		chromedp.Navigate(base+"/plans/"+itoa(waiting)),
-		chromedp.WaitVisible(chromedp.CSS("#approve")),
+		chromedp.WaitVisible(chromedp.CSS("#approve")))
+	shot("plan.png")
+	steps("approve it",
 		chromedp.SendKeys(chromedp.CSS(`#approve input[name="reason"]`), "plan reviewed"),
 		chromedp.Submit(chromedp.CSS(`#approve`)),
 		chromedp.WaitVisible(chromedp.CSS("#done")))
 	doneApprove := text("#done")
 	state := text("#state")
+	steps("open the audit log", chromedp.Navigate(base+"/audit"), chromedp.WaitVisible(chromedp.CSS("#audit")))
+	shot("audit.png")
 	if me != email {
 		t.Errorf("signed in as %q, want %q", me, email)
 	}
