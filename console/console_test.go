@@ -284,3 +284,43 @@ func TestStalePlanHashIsRefused(t *testing.T) {
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+// The console runs as a lifecycle.Service on a listener of its own: it
+// answers over TCP once started (unsigned: 401 with its CSP), and Stop,
+// twice, closes the listener.
+func TestConsoleServesOnItsOwnListenerUntilStopped(t *testing.T) {
+	_, pool := testenv.DB(t)
+	s, err := console.New(context.Background(), console.Config{
+		Listen: "127.0.0.1:0", BaseURL: "http://localhost:8080",
+		Auth: console.Auth{Proxy: &console.Proxy{Header: "X-Forwarded-User", From: []string{"127.0.0.1"}}, Reviewers: []string{reviewer}},
+	}, console.Deps{Pool: pool, Partners: []string{"acme"}, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	addr := s.Addr()
+	resp, err := http.Get("http://" + addr + "/held")
+	if err != nil {
+		s.Stop()
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized || resp.Header.Get("Content-Security-Policy") == "" {
+		t.Errorf("unsigned request: got %d, CSP %q", resp.StatusCode, resp.Header.Get("Content-Security-Policy"))
+	}
+	req, _ := http.NewRequest("GET", "http://"+addr+"/held", nil)
+	req.Header.Set("X-Forwarded-User", reviewer)
+	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != http.StatusOK {
+		t.Errorf("reviewer over TCP from the proxy's address: %v %v", resp, err)
+	} else {
+		resp.Body.Close()
+	}
+	s.Stop()
+	s.Stop()
+	http.DefaultClient.CloseIdleConnections()
+	if _, err := http.Get("http://" + addr + "/held"); err == nil {
+		t.Error("the console still answers after Stop")
+	}
+}

@@ -364,7 +364,9 @@ func (s *Server) plan(w http.ResponseWriter, r *http.Request) {
 		s.message(w, http.StatusNotFound, me, "Not found", "No such plan.")
 		return
 	}
-	v, err := ops.ShowPlan(r.Context(), s.deps.Pool, id, s.deps.Partners)
+	// the counts without the sample: a reviewer reads it a page at a
+	// time below, a viewer not at all
+	v, err := ops.ShowPlanCounts(r.Context(), s.deps.Pool, id, s.deps.Partners)
 	if err != nil {
 		s.failed(w, r, "plan", err)
 		return

@@ -23,6 +23,11 @@ func ShowPlan(ctx context.Context, db *pgxpool.Pool, id int64, partners []string
 	return ledgerOn(db).GetPlan(ctx, id, partners)
 }
 
+// ShowPlanCounts is ShowPlan without the sample (Sample nil).
+func ShowPlanCounts(ctx context.Context, db *pgxpool.Pool, id int64, partners []string) (*PlanView, error) {
+	return ledgerOn(db).GetPlanCounts(ctx, id, partners)
+}
+
 // Approve approves the current plan of a file awaiting approval when
 // d.PlanHash is its hash; audited. The daemon polling its partner
 // plans it again and applies it only if the plan still has that hash.
