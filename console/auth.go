@@ -109,8 +109,9 @@ func (a *authn) open(s string, v any) bool {
 	if !ok {
 		return false
 	}
-	b, err1 := base64.RawURLEncoding.DecodeString(body)
-	got, err2 := base64.RawURLEncoding.DecodeString(mac)
+	// strict: one encoding per value, no ignored padding bits
+	b, err1 := base64.RawURLEncoding.Strict().DecodeString(body)
+	got, err2 := base64.RawURLEncoding.Strict().DecodeString(mac)
 	if err1 != nil || err2 != nil {
 		return false
 	}
