@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what the demo and the tests start: PostgreSQL's server binaries
-# and OpenSSH's sshd (with its sftp server), and zsh (completion test). As root it uses apt-get; as
+# and OpenSSH's sshd (with its sftp server), zsh (completion test) and
+# Chromium (the review console's browser test). As root it uses apt-get; as
 # another user it prints the exact command and fails. Nothing is skipped.
 set -euo pipefail
 
@@ -10,6 +11,7 @@ compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null || missing+=(postgresql
 [ -x /usr/lib/openssh/sftp-server ] || missing+=(openssh-sftp-server)
 command -v sftp >/dev/null || missing+=(openssh-client)
 command -v zsh >/dev/null || missing+=(zsh) # `intake completion zsh` is loaded by a real zsh in the tests
+[ -x /usr/bin/chromium ] || missing+=(chromium) # the review console's browser test (console/browser_test.go)
 
 if [ ${#missing[@]} -eq 0 ]; then
   exit 0
