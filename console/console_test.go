@@ -324,3 +324,34 @@ func TestConsoleServesOnItsOwnListenerUntilStopped(t *testing.T) {
 		t.Error("the console still answers after Stop")
 	}
 }
+
+// Discard and reject go through the same forms and functions: the held
+// file is closed for good and the plan rejected, each audited under the
+// reviewer and its request id.
+func TestReviewerDiscardsAndRejects(t *testing.T) {
+	_, pool := testenv.DB(t)
+	h := newConsole(t, pool)
+	held := seedHeld(t, pool, "orders-9.csv")
+	waiting := seedWaiting(t, pool)
+	_, _, body := do(t, h, reviewer, "GET", "/files/"+itoa(held), nil)
+	token := csrfOf(t, body)
+	for _, c := range []struct{ target, audit string }{
+		{"/files/" + itoa(held) + "/discard", "discard"},
+		{"/plans/" + itoa(waiting) + "/reject", "reject"},
+	} {
+		code, hdr, _ := do(t, h, reviewer, "POST", c.target, url.Values{"reason": {"not this one"}, "csrf": {token}})
+		if code != http.StatusSeeOther {
+			t.Fatalf("%s: got %d, want 303", c.target, code)
+		}
+		loc, _ := url.Parse(hdr.Get("Location"))
+		if got := one(t, pool, `SELECT actor || ' ' || action FROM intake_audit WHERE request_id = $1`, loc.Query().Get("request")); got != reviewer+" "+c.audit {
+			t.Errorf("%s audit: got %q", c.target, got)
+		}
+	}
+	if got := one(t, pool, `SELECT q.state || ' ' || f.state FROM intake_quarantine q JOIN file_intake f USING (intake_id) WHERE intake_id = $1`, held); got != "discarded discarded" {
+		t.Errorf("after discard: got %q", got)
+	}
+	if got := one(t, pool, `SELECT state || ' ' || plan_decision FROM file_intake WHERE intake_id = $1`, waiting); got != "spooled rejected" {
+		t.Errorf("after reject: got %q", got)
+	}
+}
