@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs what the demo and the tests start: PostgreSQL's server binaries,
 # OpenSSH's sshd (with its sftp server), the other partner servers the
-# interop tests run (ProFTPD's mod_sftp, rclone serve sftp), and zsh
-# (completion test). As root it uses apt-get; as
+# interop tests run (ProFTPD's mod_sftp, rclone serve sftp), zsh
+# (completion test) and Chromium (the review console's browser test). As
+# root it uses apt-get; as
 # another user it prints the exact command and fails. Nothing is skipped.
 set -euo pipefail
 
@@ -15,6 +16,7 @@ command -v sftp >/dev/null || missing+=(openssh-client)
 [ -e /usr/lib/proftpd/mod_sftp.so ] || missing+=(proftpd-mod-crypto)
 command -v rclone >/dev/null || missing+=(rclone)
 command -v zsh >/dev/null || missing+=(zsh) # `intake completion zsh` is loaded by a real zsh in the tests
+[ -x /usr/bin/chromium ] || missing+=(chromium) # the review console's browser test (console/browser_test.go)
 
 if [ ${#missing[@]} -eq 0 ]; then
   exit 0

@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/partner-intake/partner-intake/cmd/intake/internal/config"
+	"github.com/partner-intake/partner-intake/console"
 	"github.com/partner-intake/partner-intake/intake"
 	"github.com/partner-intake/partner-intake/intake/expect"
 	"github.com/partner-intake/partner-intake/intake/notify"
@@ -253,6 +254,23 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 			Partners: func() any { return d.PartnerStates() },
 		}, e.log)
 		services = append(services, service{"http", srv})
+	}
+	if e.cfg.Console.Enabled() {
+		parts := e.cfg.Partners
+		scope := make([]string, len(parts))
+		for i := range parts {
+			scope[i] = parts[i].ID
+		}
+		con, err := console.New(ctx, e.cfg.Console, console.Deps{
+			Pool: e.pool, Partners: scope, SnapshotFeeds: snapshotFeeds(parts), Worker: intake.OpsWorker(e.cfg.WorkerID),
+			Publish: func(ctx context.Context, id int64) error { return ops.PublishDecision(ctx, e.pool, parts, id) },
+			Log:     e.log.With("component", "console"),
+		})
+		if err != nil {
+			fmt.Fprintln(stderr, "intake run:", err)
+			return 1
+		}
+		services = append(services, service{"console", con})
 	}
 	pg := &purger{e: e}
 	ex := expect.New(e.pool, e.cfg.WorkerID, e.cfg.ExpectCheck, e.cfg.Partners, reg, e.log)

@@ -99,11 +99,22 @@ type PlanView struct {
 // GetPlan reads the plan of a file of one of partners; nil when there is
 // no such file.
 func (l *Ledger) GetPlan(ctx context.Context, id int64, partners []string) (*PlanView, error) {
+	return l.getPlan(ctx, id, partners, true)
+}
+
+// GetPlanCounts is GetPlan without the sample (Sample nil): the plan's
+// hash and counts, for a reader who may not see values or who reads the
+// sample a page at a time (PlanSamplePage).
+func (l *Ledger) GetPlanCounts(ctx context.Context, id int64, partners []string) (*PlanView, error) {
+	return l.getPlan(ctx, id, partners, false)
+}
+
+func (l *Ledger) getPlan(ctx context.Context, id int64, partners []string, sample bool) (*PlanView, error) {
 	var v PlanView
 	err := l.pool.QueryRow(ctx, `SELECT intake_id, partner_id, feed, remote_name, state, coalesce(reason, ''),
 		    coalesce(content_sha256, ''), coalesce(feed_sha256, ''), coalesce(plan_hash, ''), coalesce(approved_plan_hash, ''),
-		    coalesce(plan_decision, ''), plan_counts, plan_sample, planned_at, coalesce(rows_total, 0), rows_rejected
-		FROM file_intake WHERE intake_id = $1 AND partner_id = ANY($2)`, id, partners).Scan(
+		    coalesce(plan_decision, ''), plan_counts, CASE WHEN $3 THEN plan_sample END, planned_at, coalesce(rows_total, 0), rows_rejected
+		FROM file_intake WHERE intake_id = $1 AND partner_id = ANY($2)`, id, partners, sample).Scan(
 		&v.IntakeID, &v.Partner, &v.Feed, &v.File, &v.State, &v.Reason, &v.ContentSHA256, &v.FeedSHA, &v.Hash,
 		&v.ApprovedHash, &v.Decision, &v.Counts, &v.Sample, &v.PlannedAt, &v.RowsTotal, &v.RowsRejected)
 	if errors.Is(err, pgx.ErrNoRows) {

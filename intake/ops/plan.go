@@ -2,6 +2,7 @@ package ops
 
 import (
 	"context"
+	"encoding/json"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -22,6 +23,11 @@ func ShowPlan(ctx context.Context, db *pgxpool.Pool, id int64, partners []string
 	return ledgerOn(db).GetPlan(ctx, id, partners)
 }
 
+// ShowPlanCounts is ShowPlan without the sample (Sample nil).
+func ShowPlanCounts(ctx context.Context, db *pgxpool.Pool, id int64, partners []string) (*PlanView, error) {
+	return ledgerOn(db).GetPlanCounts(ctx, id, partners)
+}
+
 // Approve approves the current plan of a file awaiting approval when
 // d.PlanHash is its hash; audited. The daemon polling its partner
 // plans it again and applies it only if the plan still has that hash.
@@ -34,4 +40,38 @@ func Approve(ctx context.Context, db *pgxpool.Pool, d PlanDecision) error {
 // tells the partner.
 func Reject(ctx context.Context, db *pgxpool.Pool, d PlanDecision) error {
 	return ledgerOn(db).Reject(ctx, d)
+}
+
+// WaitingPlan is a file awaiting approval as the review console lists it.
+type WaitingPlan = ledger.WaitingPlan
+
+// FileStory is one file's record as the review console shows it.
+type FileStory = ledger.FileStory
+
+// HeldPage is a page of the open held files of partners, newest first,
+// and how many there are.
+func HeldPage(ctx context.Context, db *pgxpool.Pool, partners []string, offset, limit int) ([]QuarantineItem, int64, error) {
+	return ledgerOn(db).HeldPage(ctx, partners, offset, limit)
+}
+
+// WaitingPlans is a page of the files of partners awaiting approval and
+// how many there are.
+func WaitingPlans(ctx context.Context, db *pgxpool.Pool, partners []string, offset, limit int) ([]WaitingPlan, int64, error) {
+	return ledgerOn(db).WaitingPlans(ctx, partners, offset, limit)
+}
+
+// PlanSamplePage is a page of a file's stored plan sample (each a
+// target.PlanChange as JSON) and the number of changes matching action.
+func PlanSamplePage(ctx context.Context, db *pgxpool.Pool, id int64, partners []string, action string, offset, limit int) ([]json.RawMessage, int64, error) {
+	return ledgerOn(db).PlanSamplePage(ctx, id, partners, action, offset, limit)
+}
+
+// Story reads one file's record of one of partners (nil: none).
+func Story(ctx context.Context, db *pgxpool.Pool, id int64, partners []string) (*FileStory, error) {
+	return ledgerOn(db).Story(ctx, id, partners)
+}
+
+// AuditPage is a page of the audit rows of partners, newest first.
+func AuditPage(ctx context.Context, db *pgxpool.Pool, partners []string, intakeID int64, request string, offset, limit int) ([]AuditEntry, error) {
+	return ledgerOn(db).AuditPage(ctx, partners, intakeID, request, offset, limit)
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/robfig/cron/v3"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/partner-intake/partner-intake/console"
 	"github.com/partner-intake/partner-intake/intake"
 	"github.com/partner-intake/partner-intake/intake/expect"
 	"github.com/partner-intake/partner-intake/intake/notify"
@@ -59,6 +60,9 @@ type File struct {
 	Reconcile reconcile.Config `yaml:"reconcile"`
 	// HTTP serves /metrics, /healthz and /readyz.
 	HTTP opshttp.Config `yaml:"http"`
+	// Console is the review console (docs/console.md): off unless its
+	// listen is set.
+	Console console.Config `yaml:"console"`
 	// ExpectCheck is how often each replica judges the delivery windows of
 	// the feeds with an expect: block (default 15s; intake/expect).
 	ExpectCheck time.Duration `yaml:"expect_check"`
@@ -216,6 +220,12 @@ func (f *File) Validate() error {
 		if _, port, err := net.SplitHostPort(f.HTTP.Listen); err != nil || port == "" {
 			return fmt.Errorf("http.listen: %q must be host:port (e.g. 127.0.0.1:9464) or off", f.HTTP.Listen)
 		}
+	}
+	if err := f.Console.Validate(); err != nil {
+		return err
+	}
+	if f.Console.Enabled() && f.HTTP.Listen == f.Console.Listen {
+		return fmt.Errorf("console.listen: %q is http.listen's: the console has a listener of its own", f.Console.Listen)
 	}
 	f.Retention.SetDefaults()
 	if err := f.Retention.Validate(); err != nil {

@@ -334,3 +334,31 @@ func TestPlainHTTPWebhookToAnOutsideHostIsRefusedAtLoad(t *testing.T) {
 		t.Fatalf("a partner webhook sharing a global webhook's id: %v", err)
 	}
 }
+
+// The console: block loads into the console's config and its mistakes
+// are refused by their key: no sign-in, both kinds, plain http to a host
+// other than localhost, a proxy address that is not one, the console on
+// the ops listener's address.
+func TestConsoleBlockLoadsAndItsMistakesNameTheKey(t *testing.T) {
+	const ok = "console:\n  listen: 127.0.0.1:9470\n  base_url: https://intake.example.com\n  auth:\n    proxy: {header: X-Forwarded-User, from: [10.0.0.5, 10.1.0.0/16]}\n    reviewers: [alice@example.com]\n"
+	f, err := Parse([]byte(example(t) + ok))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !f.Console.Enabled() || f.Console.Auth.Proxy.Header != "X-Forwarded-User" || f.Console.Auth.Reviewers[0] != "alice@example.com" {
+		t.Errorf("console block: got %+v", f.Console)
+	}
+	for _, c := range []struct{ block, want string }{
+		{"console:\n  listen: 127.0.0.1:9470\n  base_url: https://intake.example.com\n", "console.auth: exactly one of oidc or proxy"},
+		{"console:\n  listen: 127.0.0.1:9470\n  base_url: http://intake.example.com\n  auth: {proxy: {header: X-U, from: [10.0.0.5]}}\n", "console.base_url"},
+		{"console:\n  listen: 127.0.0.1:9470\n  base_url: https://i.example.com\n  auth: {proxy: {header: X-U, from: [nowhere]}}\n", "console.auth.proxy.from"},
+		{"console:\n  listen: 127.0.0.1:9470\n  base_url: https://i.example.com\n  auth: {proxy: {header: X-U, from: [10.0.0.5]}, oidc: {issuer: https://id.example.com, client_id: c}}\n", "exactly one of oidc or proxy"},
+		{"console:\n  listen: 127.0.0.1:9464\n  base_url: https://i.example.com\n  auth: {proxy: {header: X-U, from: [10.0.0.5]}}\n", "console.listen"},
+		{"console:\n  listen: 127.0.0.1:9470\n  bse_url: https://i.example.com\n", "bse_url"},
+	} {
+		_, err := Parse([]byte(example(t) + c.block))
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%q: got %v, want an error naming %s", c.block, err, c.want)
+		}
+	}
+}

@@ -1,0 +1,311 @@
+package console
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/netip"
+	"net/url"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/coreos/go-oidc/v3/oidc"
+	"golang.org/x/oauth2"
+)
+
+// Cookie names and lifetimes.
+const (
+	sessionCookie = "intake_console"
+	loginCookie   = "intake_console_login"
+	sessionTTL    = 8 * time.Hour
+	loginTTL      = 10 * time.Minute
+)
+
+// Identity is a signed-in user: who and with which role. CSRF is the
+// token every form of theirs carries.
+type Identity struct {
+	Name string    `json:"n"`
+	Role string    `json:"r"`
+	Exp  time.Time `json:"e"`
+	CSRF string    `json:"c"`
+}
+
+// Reviewer: the identity sees values and decides.
+func (i *Identity) Reviewer() bool { return i.Role == RoleReviewer }
+
+// authn signs browsers in and reads who they are.
+type authn struct {
+	cfg     Auth
+	key     []byte
+	secure  bool
+	base    *url.URL
+	proxies []netip.Prefix
+
+	provider *oidc.Provider
+	verifier *oidc.IDTokenVerifier
+	oauth    *oauth2.Config
+}
+
+func newAuthn(ctx context.Context, c Config) (*authn, error) {
+	base, err := url.Parse(c.BaseURL)
+	if err != nil {
+		return nil, fmt.Errorf("console.base_url: %w", err)
+	}
+	a := &authn{cfg: c.Auth, base: base, secure: !localURL(base)}
+	if c.Auth.SessionKeyEnv != "" {
+		a.key = []byte(os.Getenv(c.Auth.SessionKeyEnv))
+	} else {
+		a.key = make([]byte, 32)
+		if _, err := rand.Read(a.key); err != nil {
+			return nil, err
+		}
+	}
+	if p := c.Auth.Proxy; p != nil {
+		if a.proxies, err = prefixes(p.From); err != nil {
+			return nil, fmt.Errorf("console.auth.proxy.from: %w", err)
+		}
+	}
+	if o := c.Auth.OIDC; o != nil {
+		a.provider, err = oidc.NewProvider(ctx, o.Issuer)
+		if err != nil {
+			return nil, fmt.Errorf("console.auth.oidc.issuer %s: %w", o.Issuer, err)
+		}
+		a.verifier = a.provider.Verifier(&oidc.Config{ClientID: o.ClientID})
+		secret := ""
+		if o.ClientSecretEnv != "" {
+			secret = os.Getenv(o.ClientSecretEnv)
+		}
+		a.oauth = &oauth2.Config{
+			ClientID: o.ClientID, ClientSecret: secret, Endpoint: a.provider.Endpoint(),
+			RedirectURL: strings.TrimSuffix(c.BaseURL, "/") + "/auth/callback",
+			Scopes:      []string{oidc.ScopeOpenID, "email", "profile"},
+		}
+	}
+	return a, nil
+}
+
+// sign and open: a cookie value is base64(JSON) "." base64(HMAC-SHA256).
+func (a *authn) sign(v any) (string, error) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return "", err
+	}
+	m := hmac.New(sha256.New, a.key)
+	m.Write(b)
+	return base64.RawURLEncoding.EncodeToString(b) + "." + base64.RawURLEncoding.EncodeToString(m.Sum(nil)), nil
+}
+
+func (a *authn) open(s string, v any) bool {
+	body, mac, ok := strings.Cut(s, ".")
+	if !ok {
+		return false
+	}
+	// strict: one encoding per value, no ignored padding bits
+	b, err1 := base64.RawURLEncoding.Strict().DecodeString(body)
+	got, err2 := base64.RawURLEncoding.Strict().DecodeString(mac)
+	if err1 != nil || err2 != nil {
+		return false
+	}
+	m := hmac.New(sha256.New, a.key)
+	m.Write(b)
+	return hmac.Equal(got, m.Sum(nil)) && json.Unmarshal(b, v) == nil
+}
+
+func (a *authn) setCookie(w http.ResponseWriter, name, value string, ttl time.Duration) {
+	a.setCookieSite(w, name, value, ttl, http.SameSiteStrictMode)
+}
+
+func (a *authn) setCookieSite(w http.ResponseWriter, name, value string, ttl time.Duration, site http.SameSite) {
+	http.SetCookie(w, &http.Cookie{Name: name, Value: value, Path: "/", MaxAge: int(ttl.Seconds()),
+		HttpOnly: true, Secure: a.secure, SameSite: site})
+}
+
+func (a *authn) clearCookie(w http.ResponseWriter, name string) {
+	http.SetCookie(w, &http.Cookie{Name: name, Value: "", Path: "/", MaxAge: -1,
+		HttpOnly: true, Secure: a.secure, SameSite: http.SameSiteStrictMode})
+}
+
+func randomToken() string {
+	b := make([]byte, 24)
+	if _, err := rand.Read(b); err != nil {
+		panic(err) // crypto/rand does not fail on Linux
+	}
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+// role is the role of name: the provider's claim first, then the
+// config's lists; "" when it has none (refused).
+func (a *authn) role(name string, claimed []string) string {
+	switch {
+	case slices.Contains(claimed, RoleReviewer):
+		return RoleReviewer
+	case slices.Contains(claimed, RoleViewer):
+		return RoleViewer
+	case slices.Contains(a.cfg.Reviewers, name):
+		return RoleReviewer
+	case slices.Contains(a.cfg.Viewers, name):
+		return RoleViewer
+	}
+	return ""
+}
+
+// fromProxy: the request came from a configured proxy address.
+func (a *authn) fromProxy(r *http.Request) bool {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		return false
+	}
+	ip, err := netip.ParseAddr(host)
+	if err != nil {
+		return false
+	}
+	ip = ip.Unmap()
+	for _, p := range a.proxies {
+		if p.Contains(ip) {
+			return true
+		}
+	}
+	return false
+}
+
+// errNoRole: the identity is signed in but has no role here.
+var errNoRole = errors.New("no console role")
+
+// identify returns the request's identity: the trusted proxy's header,
+// or a valid session cookie; nil when there is none.
+func (a *authn) identify(r *http.Request) (*Identity, error) {
+	if p := a.cfg.Proxy; p != nil {
+		name := r.Header.Get(p.Header)
+		if name == "" || !a.fromProxy(r) {
+			return nil, nil // a header from anyone else is not believed
+		}
+		role := a.role(name, nil)
+		if role == "" {
+			return nil, errNoRole
+		}
+		// the proxy signs every request in: the CSRF token is bound to
+		// the user by the session key
+		m := hmac.New(sha256.New, a.key)
+		m.Write([]byte("csrf\x00" + name))
+		return &Identity{Name: name, Role: role, CSRF: base64.RawURLEncoding.EncodeToString(m.Sum(nil))}, nil
+	}
+	c, err := r.Cookie(sessionCookie)
+	if err != nil {
+		return nil, nil
+	}
+	var id Identity
+	if !a.open(c.Value, &id) || time.Now().After(id.Exp) || id.Role == "" {
+		return nil, nil
+	}
+	return &id, nil
+}
+
+// loginState is what the browser carries between /auth/login and the
+// provider's redirect back: the state, nonce and PKCE verifier, signed.
+type loginState struct {
+	State, Nonce, Verifier, Next string
+	Exp                          time.Time
+}
+
+// login starts the authorization code flow with PKCE.
+func (a *authn) login(w http.ResponseWriter, r *http.Request) {
+	if a.oauth == nil {
+		http.Error(w, "sign-in is by the authenticating proxy", http.StatusUnauthorized)
+		return
+	}
+	next := r.URL.Query().Get("next")
+	if !strings.HasPrefix(next, "/") || strings.HasPrefix(next, "//") || strings.Contains(next, "\\") {
+		next = "/"
+	}
+	st := loginState{State: randomToken(), Nonce: randomToken(), Verifier: oauth2.GenerateVerifier(), Next: next, Exp: time.Now().Add(loginTTL)}
+	v, err := a.sign(st)
+	if err != nil {
+		http.Error(w, "sign-in failed", http.StatusInternalServerError)
+		return
+	}
+	// Lax, not Strict: the provider's redirect back is a cross-site
+	// navigation, on which a browser sends no Strict cookie. It holds
+	// no session, only this sign-in's state, nonce and verifier.
+	a.setCookieSite(w, loginCookie, v, loginTTL, http.SameSiteLaxMode)
+	http.Redirect(w, r, a.oauth.AuthCodeURL(st.State, oidc.Nonce(st.Nonce), oauth2.S256ChallengeOption(st.Verifier)), http.StatusFound)
+}
+
+// callback ends the flow: the code exchanged with the verifier, the ID
+// token verified (signature, issuer, audience, expiry, nonce), a session
+// cookie set.
+func (a *authn) callback(w http.ResponseWriter, r *http.Request) (string, error) {
+	if a.oauth == nil {
+		return "", errors.New("no OpenID provider configured")
+	}
+	c, err := r.Cookie(loginCookie)
+	if err != nil {
+		return "", errors.New("no sign-in under way")
+	}
+	a.clearCookie(w, loginCookie)
+	var st loginState
+	if !a.open(c.Value, &st) || time.Now().After(st.Exp) {
+		return "", errors.New("sign-in expired")
+	}
+	q := r.URL.Query()
+	if e := q.Get("error"); e != "" {
+		return "", fmt.Errorf("the provider refused: %s", e)
+	}
+	if !hmac.Equal([]byte(q.Get("state")), []byte(st.State)) {
+		return "", errors.New("state mismatch")
+	}
+	tok, err := a.oauth.Exchange(r.Context(), q.Get("code"), oauth2.VerifierOption(st.Verifier))
+	if err != nil {
+		return "", fmt.Errorf("code exchange: %w", err)
+	}
+	raw, ok := tok.Extra("id_token").(string)
+	if !ok {
+		return "", errors.New("no id_token in the token response")
+	}
+	idt, err := a.verifier.Verify(r.Context(), raw)
+	if err != nil {
+		return "", fmt.Errorf("id token: %w", err)
+	}
+	if !hmac.Equal([]byte(idt.Nonce), []byte(st.Nonce)) {
+		return "", errors.New("nonce mismatch")
+	}
+	var claims map[string]any
+	if err := idt.Claims(&claims); err != nil {
+		return "", fmt.Errorf("id token claims: %w", err)
+	}
+	name, _ := claims["email"].(string)
+	if name == "" {
+		name = idt.Subject
+	}
+	var claimed []string
+	if rc := a.cfg.OIDC.RolesClaim; rc != "" {
+		switch v := claims[rc].(type) {
+		case string:
+			claimed = []string{v}
+		case []any:
+			for _, e := range v {
+				if s, ok := e.(string); ok {
+					claimed = append(claimed, s)
+				}
+			}
+		}
+	}
+	role := a.role(name, claimed)
+	if role == "" {
+		return "", errNoRole
+	}
+	sess, err := a.sign(Identity{Name: name, Role: role, Exp: time.Now().Add(sessionTTL), CSRF: randomToken()})
+	if err != nil {
+		return "", err
+	}
+	a.setCookie(w, sessionCookie, sess, sessionTTL)
+	return st.Next, nil
+}

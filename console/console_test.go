@@ -1,0 +1,357 @@
+package console_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/partner-intake/partner-intake/console"
+	"github.com/partner-intake/partner-intake/intake"
+	"github.com/partner-intake/partner-intake/internal/testenv"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+const (
+	proxyAddr = "127.0.0.1:40000"
+	reviewer  = "alice@example.com"
+	viewer    = "victor@example.com"
+	// secret is a cell value of the seeded plan: no viewer may see it
+	secret = "SECRET-VALUE-42"
+)
+
+// newConsole is a console behind a trusted proxy on 127.0.0.1.
+func newConsole(t *testing.T, pool *pgxpool.Pool) http.Handler {
+	t.Helper()
+	s, err := console.New(context.Background(), console.Config{
+		Listen: "127.0.0.1:0", BaseURL: "http://localhost:8080",
+		Auth: console.Auth{
+			Proxy:     &console.Proxy{Header: "X-Forwarded-User", From: []string{"127.0.0.1"}},
+			Reviewers: []string{reviewer}, Viewers: []string{viewer},
+		},
+	}, console.Deps{Pool: pool, Partners: []string{"acme"}, Worker: intake.OpsWorker("ops"),
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s.Handler()
+}
+
+// do sends a request as user (no header when ""), from the proxy's address.
+func do(t *testing.T, h http.Handler, user, method, target string, form url.Values) (int, http.Header, string) {
+	t.Helper()
+	var body io.Reader
+	if form != nil {
+		body = strings.NewReader(form.Encode())
+	}
+	r := httptest.NewRequest(method, target, body)
+	r.RemoteAddr = proxyAddr
+	if form != nil {
+		r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	}
+	if user != "" {
+		r.Header.Set("X-Forwarded-User", user)
+	}
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	return w.Code, w.Header(), w.Body.String()
+}
+
+var csrfRe = regexp.MustCompile(`name="csrf" value="([^"]+)"`)
+
+func csrfOf(t *testing.T, page string) string {
+	t.Helper()
+	m := csrfRe.FindStringSubmatch(page)
+	if m == nil {
+		t.Fatalf("no CSRF token on the page:\n%s", page)
+	}
+	return m[1]
+}
+
+// seedHeld records a file held for reject_rate, as the pipeline leaves one.
+func seedHeld(t *testing.T, pool *pgxpool.Pool, name string) int64 {
+	t.Helper()
+	ctx := context.Background()
+	var id int64
+	if err := pool.QueryRow(ctx, `INSERT INTO file_intake (partner_id, feed, remote_name, claimed_path, listed_size, state, reason,
+		    worker_id, lease_until, content_sha256) VALUES ('acme', 'orders', $1, 'quarantine/'||$1, 10, 'quarantined', 'reject_rate',
+		    'w1', pg_catalog.now(), 'ab12') RETURNING intake_id`, name).Scan(&id); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `INSERT INTO intake_quarantine (intake_id, partner_id, reason, content_sha256, path)
+		VALUES ($1, 'acme', 'reject_rate', 'ab12', 'quarantine/'||$2)`, id, name); err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
+// seedWaiting records a file awaiting approval of plan hash "h1" with a
+// sample of one update carrying secret.
+func seedWaiting(t *testing.T, pool *pgxpool.Pool) int64 {
+	t.Helper()
+	var id int64
+	if err := pool.QueryRow(context.Background(), `INSERT INTO file_intake (partner_id, feed, remote_name, claimed_path, listed_size,
+		    state, reason, worker_id, lease_until, content_sha256, rows_total, plan_hash, plan_counts, plan_sample, planned_at)
+		VALUES ('acme', 'orders', 'orders-2.csv', 'processing/w1/orders-2.csv', 10, 'awaiting_approval', 'awaiting_approval', 'w1',
+		    pg_catalog.now(), 'cd34', 3, 'h1', '{"creates": 1, "updates": 2}',
+		    '[{"line": 2, "action": "update", "key": "K-7", "changed": {"amount": ["1.00", "`+secret+`"]}}]', pg_catalog.now())
+		RETURNING intake_id`).Scan(&id); err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
+func one(t *testing.T, pool *pgxpool.Pool, q string, args ...any) string {
+	t.Helper()
+	s := testenv.Strings(t, pool, q, args...)
+	if len(s) != 1 {
+		t.Fatalf("%s: got %q, want one row", q, s)
+	}
+	return s[0]
+}
+
+// No page is served without a signed-in identity: no header, a header
+// from an address that is not the proxy's, and an identity without a
+// role are all refused; every answer carries the strict CSP.
+func TestNoPageWithoutSignIn(t *testing.T) {
+	_, pool := testenv.DB(t)
+	h := newConsole(t, pool)
+	code, hdr, _ := do(t, h, "", "GET", "/held", nil)
+	if code != http.StatusUnauthorized {
+		t.Errorf("no identity: got %d, want 401", code)
+	}
+	if got := hdr.Get("Content-Security-Policy"); !strings.Contains(got, "default-src 'none'") || strings.Contains(got, "unsafe-inline") {
+		t.Errorf("CSP: got %q", got)
+	}
+	r := httptest.NewRequest("GET", "/held", nil)
+	r.RemoteAddr = "192.0.2.7:5555"
+	r.Header.Set("X-Forwarded-User", reviewer)
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	if w.Code != http.StatusUnauthorized {
+		t.Errorf("header from a stranger: got %d, want 401", w.Code)
+	}
+	if code, _, _ := do(t, h, "mallory@example.com", "GET", "/held", nil); code != http.StatusForbidden {
+		t.Errorf("identity without a role: got %d, want 403", code)
+	}
+	if code, _, _ := do(t, h, reviewer, "GET", "/held", nil); code != http.StatusOK {
+		t.Errorf("reviewer: got %d, want 200", code)
+	}
+}
+
+// A reviewer sees a held file in the queue and on its page; a release
+// without the form's CSRF token is refused and changes nothing; with it
+// the file is released under a fresh request id whose audit row names
+// the reviewer. Partner text (a file name with markup) is escaped.
+func TestReviewerReleasesHeldFile(t *testing.T) {
+	_, pool := testenv.DB(t)
+	h := newConsole(t, pool)
+	name := `<script>x</script>orders-1.csv`
+	id := seedHeld(t, pool, name)
+
+	code, _, body := do(t, h, reviewer, "GET", "/held", nil)
+	if code != http.StatusOK || !strings.Contains(body, `href="/files/`) || !strings.Contains(body, "reject_rate") {
+		t.Fatalf("held queue: %d\n%s", code, body)
+	}
+	if strings.Contains(body, "<script>x") || !strings.Contains(body, "&lt;script&gt;x") {
+		t.Errorf("the file name is not escaped:\n%s", body)
+	}
+	target := "/files/" + itoa(id)
+	code, _, body = do(t, h, reviewer, "GET", target, nil)
+	if code != http.StatusOK || !strings.Contains(body, `id="release"`) {
+		t.Fatalf("file page: %d\n%s", code, body)
+	}
+	token := csrfOf(t, body)
+
+	code, _, _ = do(t, h, reviewer, "POST", target+"/release", url.Values{"reason": {"checked the rejects"}})
+	if code != http.StatusForbidden {
+		t.Errorf("release without CSRF: got %d, want 403", code)
+	}
+	code, _, _ = do(t, h, reviewer, "POST", target+"/release", url.Values{"reason": {"checked"}, "csrf": {"forged"}})
+	if code != http.StatusForbidden {
+		t.Errorf("release with a wrong CSRF token: got %d, want 403", code)
+	}
+	if got := one(t, pool, `SELECT state FROM intake_quarantine WHERE intake_id = $1`, id); got != "open" {
+		t.Fatalf("after refused releases the file is %s, want open", got)
+	}
+
+	code, hdr, _ := do(t, h, reviewer, "POST", target+"/release", url.Values{"reason": {"checked the rejects"}, "csrf": {token}})
+	if code != http.StatusSeeOther {
+		t.Fatalf("release: got %d, want 303", code)
+	}
+	loc, _ := url.Parse(hdr.Get("Location"))
+	request := loc.Query().Get("request")
+	if !strings.HasPrefix(request, "req-") {
+		t.Fatalf("redirect %q carries no request id", hdr.Get("Location"))
+	}
+	if got := one(t, pool, `SELECT q.state || ' ' || f.state FROM intake_quarantine q JOIN file_intake f USING (intake_id) WHERE intake_id = $1`, id); got != "released spooled" {
+		t.Errorf("after release: got %q, want released spooled", got)
+	}
+	if got := one(t, pool, `SELECT actor || ' ' || action || ' ' || reason FROM intake_audit WHERE request_id = $1`, request); got != reviewer+" release checked the rejects" {
+		t.Errorf("audit: got %q", got)
+	}
+	code, _, body = do(t, h, reviewer, "GET", loc.RequestURI(), nil)
+	if code != http.StatusOK || !strings.Contains(body, request) || !strings.Contains(body, reviewer) {
+		t.Errorf("the file's page does not show the decision's request and actor: %d\n%s", code, body)
+	}
+	// a second release of the same file is refused as on the CLI
+	code, _, _ = do(t, h, reviewer, "POST", target+"/release", url.Values{"reason": {"again"}, "csrf": {token}})
+	if code != http.StatusConflict {
+		t.Errorf("second release: got %d, want 409", code)
+	}
+}
+
+// A viewer sees a waiting plan's counts but none of its keys or values,
+// gets no decision form, and a decision it posts (with its own valid
+// CSRF token) is refused; a reviewer sees the values.
+func TestViewerSeesNoValuesAndCannotDecide(t *testing.T) {
+	_, pool := testenv.DB(t)
+	h := newConsole(t, pool)
+	id := seedWaiting(t, pool)
+	target := "/plans/" + itoa(id)
+
+	code, _, body := do(t, h, viewer, "GET", target, nil)
+	if code != http.StatusOK || !strings.Contains(body, "<dt>updates</dt><dd>2</dd>") {
+		t.Fatalf("viewer's plan page: %d\n%s", code, body)
+	}
+	if strings.Contains(body, secret) || strings.Contains(body, "K-7") || strings.Contains(body, `id="approve"`) {
+		t.Errorf("a viewer sees a value, a key or a decision form:\n%s", body)
+	}
+	token := csrfOf(t, body) // the sign-out form's
+	code, _, _ = do(t, h, viewer, "POST", target+"/approve", url.Values{"reason": {"ok"}, "plan_hash": {"h1"}, "csrf": {token}})
+	if code != http.StatusForbidden {
+		t.Errorf("viewer's approve: got %d, want 403", code)
+	}
+	if got := one(t, pool, `SELECT state FROM file_intake WHERE intake_id = $1`, id); got != "awaiting_approval" {
+		t.Errorf("after a viewer's approve the file is %s", got)
+	}
+	code, _, body = do(t, h, reviewer, "GET", target, nil)
+	if code != http.StatusOK || !strings.Contains(body, secret) || !strings.Contains(body, "K-7") || !strings.Contains(body, `id="approve"`) {
+		t.Errorf("reviewer's plan page lacks the values or the form: %d\n%s", code, body)
+	}
+	// the changes table filters in SQL: no deletes in this sample
+	_, _, body = do(t, h, reviewer, "GET", target+"?action=delete", nil)
+	if strings.Contains(body, "K-7") || !strings.Contains(body, "0 changes in the stored sample") {
+		t.Errorf("filter by delete still shows the update:\n%s", body)
+	}
+}
+
+// An approval bound to a hash that is not the plan's current one is
+// refused and leaves the file waiting; the page's own hash approves it,
+// audited under the reviewer's name and the request id.
+func TestStalePlanHashIsRefused(t *testing.T) {
+	_, pool := testenv.DB(t)
+	h := newConsole(t, pool)
+	id := seedWaiting(t, pool)
+	target := "/plans/" + itoa(id)
+	_, _, body := do(t, h, reviewer, "GET", target, nil)
+	token := csrfOf(t, body)
+	if !strings.Contains(body, `name="plan_hash" value="h1"`) {
+		t.Fatalf("the approve form does not carry the page's hash:\n%s", body)
+	}
+	code, _, body := do(t, h, reviewer, "POST", target+"/approve", url.Values{"reason": {"ok"}, "plan_hash": {"h0"}, "csrf": {token}})
+	if code != http.StatusConflict || !strings.Contains(body, "not the current plan") {
+		t.Errorf("stale hash: got %d, want 409 naming the plan change\n%s", code, body)
+	}
+	if got := one(t, pool, `SELECT state FROM file_intake WHERE intake_id = $1`, id); got != "awaiting_approval" {
+		t.Fatalf("after a stale approve the file is %s", got)
+	}
+	code, hdr, _ := do(t, h, reviewer, "POST", target+"/approve", url.Values{"reason": {"reviewed"}, "plan_hash": {"h1"}, "csrf": {token}})
+	if code != http.StatusSeeOther {
+		t.Fatalf("approve: got %d, want 303", code)
+	}
+	loc, _ := url.Parse(hdr.Get("Location"))
+	request := loc.Query().Get("request")
+	if got := one(t, pool, `SELECT state || ' ' || plan_decision || ' ' || approved_plan_hash FROM file_intake WHERE intake_id = $1`, id); got != "spooled approved h1" {
+		t.Errorf("after approve: got %q", got)
+	}
+	if got := one(t, pool, `SELECT actor || ' ' || action || ' ' || detail FROM intake_audit WHERE request_id = $1`, request); got != reviewer+" approve plan h1" {
+		t.Errorf("audit: got %q", got)
+	}
+	_, _, body = do(t, h, reviewer, "GET", "/audit?request="+request, nil)
+	if !strings.Contains(body, reviewer) || !strings.Contains(body, "approve") {
+		t.Errorf("audit page does not find the request:\n%s", body)
+	}
+}
+
+func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+// The console runs as a lifecycle.Service on a listener of its own: it
+// answers over TCP once started (unsigned: 401 with its CSP), and Stop,
+// twice, closes the listener.
+func TestConsoleServesOnItsOwnListenerUntilStopped(t *testing.T) {
+	_, pool := testenv.DB(t)
+	s, err := console.New(context.Background(), console.Config{
+		Listen: "127.0.0.1:0", BaseURL: "http://localhost:8080",
+		Auth: console.Auth{Proxy: &console.Proxy{Header: "X-Forwarded-User", From: []string{"127.0.0.1"}}, Reviewers: []string{reviewer}},
+	}, console.Deps{Pool: pool, Partners: []string{"acme"}, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	addr := s.Addr()
+	resp, err := http.Get("http://" + addr + "/held")
+	if err != nil {
+		s.Stop()
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized || resp.Header.Get("Content-Security-Policy") == "" {
+		t.Errorf("unsigned request: got %d, CSP %q", resp.StatusCode, resp.Header.Get("Content-Security-Policy"))
+	}
+	req, _ := http.NewRequest("GET", "http://"+addr+"/held", nil)
+	req.Header.Set("X-Forwarded-User", reviewer)
+	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != http.StatusOK {
+		t.Errorf("reviewer over TCP from the proxy's address: %v %v", resp, err)
+	} else {
+		resp.Body.Close()
+	}
+	s.Stop()
+	s.Stop()
+	http.DefaultClient.CloseIdleConnections()
+	if _, err := http.Get("http://" + addr + "/held"); err == nil {
+		t.Error("the console still answers after Stop")
+	}
+}
+
+// Discard and reject go through the same forms and functions: the held
+// file is closed for good and the plan rejected, each audited under the
+// reviewer and its request id.
+func TestReviewerDiscardsAndRejects(t *testing.T) {
+	_, pool := testenv.DB(t)
+	h := newConsole(t, pool)
+	held := seedHeld(t, pool, "orders-9.csv")
+	waiting := seedWaiting(t, pool)
+	_, _, body := do(t, h, reviewer, "GET", "/files/"+itoa(held), nil)
+	token := csrfOf(t, body)
+	for _, c := range []struct{ target, audit string }{
+		{"/files/" + itoa(held) + "/discard", "discard"},
+		{"/plans/" + itoa(waiting) + "/reject", "reject"},
+	} {
+		code, hdr, _ := do(t, h, reviewer, "POST", c.target, url.Values{"reason": {"not this one"}, "csrf": {token}})
+		if code != http.StatusSeeOther {
+			t.Fatalf("%s: got %d, want 303", c.target, code)
+		}
+		loc, _ := url.Parse(hdr.Get("Location"))
+		if got := one(t, pool, `SELECT actor || ' ' || action FROM intake_audit WHERE request_id = $1`, loc.Query().Get("request")); got != reviewer+" "+c.audit {
+			t.Errorf("%s audit: got %q", c.target, got)
+		}
+	}
+	if got := one(t, pool, `SELECT q.state || ' ' || f.state FROM intake_quarantine q JOIN file_intake f USING (intake_id) WHERE intake_id = $1`, held); got != "discarded discarded" {
+		t.Errorf("after discard: got %q", got)
+	}
+	if got := one(t, pool, `SELECT state || ' ' || plan_decision FROM file_intake WHERE intake_id = $1`, waiting); got != "spooled rejected" {
+		t.Errorf("after reject: got %q", got)
+	}
+}

@@ -1,0 +1,521 @@
+package console
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/rand"
+	"embed"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"html/template"
+	"io/fs"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/partner-intake/partner-intake/intake"
+	"github.com/partner-intake/partner-intake/intake/ops"
+	"github.com/partner-intake/partner-intake/intake/target"
+	"github.com/partner-intake/partner-intake/internal/inert"
+	"github.com/partner-intake/partner-intake/internal/lifecycle"
+)
+
+//go:embed templates/*.html
+var templateFS embed.FS
+
+//go:embed static
+var staticFS embed.FS
+
+// PageSize is how many rows a page shows.
+const PageSize = 50
+
+// csp allows nothing inline: styles come from /static only, and no page
+// runs script.
+const csp = "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+
+// Deps is what the console acts with.
+type Deps struct {
+	Pool *pgxpool.Pool
+	// Partners the console covers (the config's).
+	Partners []string
+	// SnapshotFeeds: "partner/feed" of every snapshot feed (an approval
+	// of a superseded snapshot is refused, as on the CLI).
+	SnapshotFeeds []string
+	// Worker is the ops identity recorded as a decided row's worker.
+	Worker string
+	// Publish tells the partner about a discard right after it (nil:
+	// the reconciler does, on its next round).
+	Publish func(ctx context.Context, id int64) error
+	Log     *slog.Logger
+}
+
+// Server is the console: a lifecycle.Service on its own listener.
+type Server struct {
+	life  lifecycle.Base
+	cfg   Config
+	deps  Deps
+	auth  *authn
+	pages map[string]*template.Template
+	mux   *http.ServeMux
+
+	mu  sync.Mutex
+	ln  net.Listener
+	srv *http.Server
+}
+
+// New builds the console; with OIDC it reads the provider's discovery
+// document (under ctx).
+func New(ctx context.Context, cfg Config, deps Deps) (*Server, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	a, err := newAuthn(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{cfg: cfg, deps: deps, auth: a, pages: map[string]*template.Template{}}
+	funcs := template.FuncMap{
+		"text": inert.Text,
+		"when": func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05Z") },
+		"whenp": func(t *time.Time) string {
+			if t == nil {
+				return ""
+			}
+			return t.UTC().Format("2006-01-02 15:04:05Z")
+		},
+		"deref": func(p *string) string {
+			if p == nil {
+				return "∅"
+			}
+			return inert.Text(*p)
+		},
+	}
+	for _, p := range []string{"held", "file", "plans", "plan", "audit", "message", "signedin"} {
+		s.pages[p] = template.Must(template.New("layout.html").Funcs(funcs).ParseFS(templateFS, "templates/layout.html", "templates/"+p+".html"))
+	}
+	static, _ := fs.Sub(staticFS, "static")
+	m := http.NewServeMux()
+	m.Handle("GET /static/", http.StripPrefix("/static/", http.FileServerFS(static)))
+	m.HandleFunc("GET /auth/login", a.login)
+	m.HandleFunc("GET /auth/callback", s.callback)
+	m.HandleFunc("POST /auth/logout", s.signedIn(s.logout))
+	m.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) { http.Redirect(w, r, "/held", http.StatusSeeOther) })
+	m.HandleFunc("GET /held", s.signedIn(s.held))
+	m.HandleFunc("GET /files/{id}", s.signedIn(s.file))
+	m.HandleFunc("GET /plans", s.signedIn(s.plans))
+	m.HandleFunc("GET /plans/{id}", s.signedIn(s.plan))
+	m.HandleFunc("GET /audit", s.signedIn(s.audit))
+	m.HandleFunc("POST /files/{id}/release", s.signedIn(s.decide("release")))
+	m.HandleFunc("POST /files/{id}/discard", s.signedIn(s.decide("discard")))
+	m.HandleFunc("POST /plans/{id}/approve", s.signedIn(s.decide("approve")))
+	m.HandleFunc("POST /plans/{id}/reject", s.signedIn(s.decide("reject")))
+	s.mux = m
+	return s, nil
+}
+
+// Handler is the console's handler, every response with its security
+// headers.
+func (s *Server) Handler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := w.Header()
+		h.Set("Content-Security-Policy", csp)
+		h.Set("X-Content-Type-Options", "nosniff")
+		h.Set("Referrer-Policy", "no-referrer")
+		h.Set("X-Frame-Options", "DENY")
+		h.Set("Cache-Control", "no-store")
+		s.mux.ServeHTTP(w, r)
+	})
+}
+
+// Start listens and serves until Stop.
+func (s *Server) Start(ctx context.Context) error {
+	ctx, err := s.life.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("console: %w", err)
+	}
+	ln, err := net.Listen("tcp", s.cfg.Listen)
+	if err != nil {
+		return s.life.Abort(fmt.Errorf("console listen %s: %w", s.cfg.Listen, err))
+	}
+	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 5 * time.Second}
+	s.mu.Lock()
+	s.ln, s.srv = ln, srv
+	s.mu.Unlock()
+	s.deps.Log.Info("serving the review console", "addr", ln.Addr().String(), "base_url", s.cfg.BaseURL)
+	s.life.Go(func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			s.deps.Log.Error("console server", "err", err)
+		}
+	})
+	s.life.Go(func() {
+		<-ctx.Done()
+		// requests in flight get up to 5 s
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		srv.Shutdown(sctx)
+	})
+	return nil
+}
+
+// Stop shuts the listener down and waits for the server's goroutines.
+func (s *Server) Stop() { s.life.Stop() }
+
+// Addr is the listener's address once started ("" before).
+func (s *Server) Addr() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ln == nil {
+		return ""
+	}
+	return s.ln.Addr().String()
+}
+
+type ctxKey struct{}
+
+func identityOf(r *http.Request) *Identity { return r.Context().Value(ctxKey{}).(*Identity) }
+
+// signedIn serves h only to a signed-in identity with a role: a browser
+// without one is sent to sign in (OIDC) or refused (proxy).
+func (s *Server) signedIn(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		id, err := s.auth.identify(r)
+		if errors.Is(err, errNoRole) {
+			s.message(w, http.StatusForbidden, nil, "Not allowed", "This identity has no console role (viewer or reviewer).")
+			return
+		}
+		if id == nil {
+			if s.auth.oauth != nil && r.Method == http.MethodGet {
+				http.Redirect(w, r, "/auth/login?next="+url.QueryEscape(r.URL.RequestURI()), http.StatusFound)
+				return
+			}
+			s.message(w, http.StatusUnauthorized, nil, "Sign-in required", "Sign in to use the console.")
+			return
+		}
+		h(w, r.WithContext(context.WithValue(r.Context(), ctxKey{}, id)))
+	}
+}
+
+func (s *Server) callback(w http.ResponseWriter, r *http.Request) {
+	next, err := s.auth.callback(w, r)
+	if err != nil {
+		// the reason is ours (no token or claim text)
+		s.deps.Log.Warn("console sign-in refused", "err", err)
+		s.message(w, http.StatusForbidden, nil, "Sign-in refused", err.Error())
+		return
+	}
+	// a page of the console's own, not a redirect: the callback is
+	// reached from the provider's site, and a browser sends the
+	// SameSite=Strict session cookie only on a navigation that starts on
+	// the console's (the page's refresh and link do)
+	s.render(w, http.StatusOK, "signedin", page{Title: "Signed in", Data: next})
+}
+
+func (s *Server) logout(w http.ResponseWriter, r *http.Request) {
+	if !s.csrfOK(r) {
+		s.message(w, http.StatusForbidden, identityOf(r), "Refused", "The form's CSRF token is missing or wrong.")
+		return
+	}
+	s.auth.clearCookie(w, sessionCookie)
+	s.message(w, http.StatusOK, nil, "Signed out", "You are signed out.")
+}
+
+// page is what every template gets.
+type page struct {
+	Me    *Identity
+	Title string
+	Data  any
+}
+
+func (s *Server) render(w http.ResponseWriter, status int, name string, p page) {
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.WriteHeader(status)
+	if err := s.pages[name].Execute(w, p); err != nil {
+		s.deps.Log.Error("console render", "page", name, "err", err)
+	}
+}
+
+type messageData struct{ Text string }
+
+func (s *Server) message(w http.ResponseWriter, status int, me *Identity, title, text string) {
+	s.render(w, status, "message", page{Me: me, Title: title, Data: messageData{text}})
+}
+
+func (s *Server) failed(w http.ResponseWriter, r *http.Request, what string, err error) {
+	s.deps.Log.Error("console read", "what", what, "err", err)
+	s.message(w, http.StatusInternalServerError, identityOf(r), "Error", "The database could not be read; try again.")
+}
+
+func pageArg(r *http.Request) int {
+	n, err := strconv.Atoi(r.URL.Query().Get("page"))
+	if err != nil || n < 1 {
+		return 1
+	}
+	return n
+}
+
+// pager is a page's position among total rows.
+type pager struct {
+	Page, Pages int
+	Total       int64
+	Prev, Next  string // links ("" when none)
+}
+
+func newPager(u *url.URL, pageNo int, total int64) pager {
+	pages := int((total + PageSize - 1) / PageSize)
+	p := pager{Page: pageNo, Pages: max(pages, 1), Total: total}
+	link := func(n int) string {
+		q := u.Query()
+		q.Set("page", strconv.Itoa(n))
+		return u.Path + "?" + q.Encode()
+	}
+	if pageNo > 1 {
+		p.Prev = link(pageNo - 1)
+	}
+	if pageNo < pages {
+		p.Next = link(pageNo + 1)
+	}
+	return p
+}
+
+func (s *Server) held(w http.ResponseWriter, r *http.Request) {
+	n := pageArg(r)
+	items, total, err := ops.HeldPage(r.Context(), s.deps.Pool, s.deps.Partners, (n-1)*PageSize, PageSize)
+	if err != nil {
+		s.failed(w, r, "held", err)
+		return
+	}
+	s.render(w, http.StatusOK, "held", page{Me: identityOf(r), Title: "Held files", Data: struct {
+		Items []ops.QuarantineItem
+		Pager pager
+	}{items, newPager(r.URL, n, total)}})
+}
+
+func pathID(r *http.Request) (int64, bool) {
+	id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
+	return id, err == nil && id > 0
+}
+
+func (s *Server) file(w http.ResponseWriter, r *http.Request) {
+	id, ok := pathID(r)
+	if !ok {
+		s.message(w, http.StatusNotFound, identityOf(r), "Not found", "No such file.")
+		return
+	}
+	st, err := ops.Story(r.Context(), s.deps.Pool, id, s.deps.Partners)
+	if err != nil {
+		s.failed(w, r, "file", err)
+		return
+	}
+	if st == nil {
+		s.message(w, http.StatusNotFound, identityOf(r), "Not found", fmt.Sprintf("No intake %d among the configured partners.", id))
+		return
+	}
+	audit, err := ops.AuditPage(r.Context(), s.deps.Pool, s.deps.Partners, id, "", 0, PageSize)
+	if err != nil {
+		s.failed(w, r, "file audit", err)
+		return
+	}
+	s.render(w, http.StatusOK, "file", page{Me: identityOf(r), Title: fmt.Sprintf("Intake %d", id), Data: struct {
+		S       *ops.FileStory
+		Audit   []ops.AuditEntry
+		Held    bool
+		Waiting bool
+		Done    string
+	}{st, audit, st.QState == "open", st.State == string(intake.StateAwaitingApproval), r.URL.Query().Get("request")}})
+}
+
+func (s *Server) plans(w http.ResponseWriter, r *http.Request) {
+	n := pageArg(r)
+	ps, total, err := ops.WaitingPlans(r.Context(), s.deps.Pool, s.deps.Partners, (n-1)*PageSize, PageSize)
+	if err != nil {
+		s.failed(w, r, "plans", err)
+		return
+	}
+	type row struct {
+		ops.WaitingPlan
+		C target.PlanCounts
+	}
+	rows := make([]row, len(ps))
+	for i, p := range ps {
+		rows[i].WaitingPlan = p
+		json.Unmarshal(p.Counts, &rows[i].C) // counts intake wrote; a bad one shows zeros
+	}
+	s.render(w, http.StatusOK, "plans", page{Me: identityOf(r), Title: "Plans waiting for approval", Data: struct {
+		Rows  []row
+		Pager pager
+	}{rows, newPager(r.URL, n, total)}})
+}
+
+// actions a plan's sample can be filtered by.
+var sampleActions = []string{"", "create", "update", "delete", "conflict", "rejected"}
+
+func (s *Server) plan(w http.ResponseWriter, r *http.Request) {
+	me := identityOf(r)
+	id, ok := pathID(r)
+	if !ok {
+		s.message(w, http.StatusNotFound, me, "Not found", "No such plan.")
+		return
+	}
+	// the counts without the sample: a reviewer reads it a page at a
+	// time below, a viewer not at all
+	v, err := ops.ShowPlanCounts(r.Context(), s.deps.Pool, id, s.deps.Partners)
+	if err != nil {
+		s.failed(w, r, "plan", err)
+		return
+	}
+	if v == nil || v.Hash == "" {
+		s.message(w, http.StatusNotFound, me, "Not found", fmt.Sprintf("Intake %d has no plan among the configured partners.", id))
+		return
+	}
+	var c target.PlanCounts
+	json.Unmarshal(v.Counts, &c) // counts intake wrote; a bad one shows zeros
+	action := r.URL.Query().Get("action")
+	found := false
+	for _, a := range sampleActions {
+		found = found || a == action
+	}
+	if !found {
+		action = ""
+	}
+	var changes []target.PlanChange
+	var pg pager
+	// a viewer sees counts only: the sample's keys and values are cell
+	// values, not read from the database for them at all
+	if me.Reviewer() {
+		n := pageArg(r)
+		raw, total, err := ops.PlanSamplePage(r.Context(), s.deps.Pool, id, s.deps.Partners, action, (n-1)*PageSize, PageSize)
+		if err != nil {
+			s.failed(w, r, "plan sample", err)
+			return
+		}
+		for _, b := range raw {
+			var ch target.PlanChange
+			if json.Unmarshal(b, &ch) == nil {
+				changes = append(changes, ch)
+			}
+		}
+		pg = newPager(r.URL, n, total)
+	}
+	s.render(w, http.StatusOK, "plan", page{Me: me, Title: fmt.Sprintf("Plan of intake %d", id), Data: struct {
+		V       *ops.PlanView
+		C       target.PlanCounts
+		Changes []target.PlanChange
+		Pager   pager
+		Action  string
+		Actions []string
+		Waiting bool
+	}{v, c, changes, pg, action, sampleActions[1:], v.State == string(intake.StateAwaitingApproval)}})
+}
+
+func (s *Server) audit(w http.ResponseWriter, r *http.Request) {
+	n := pageArg(r)
+	q := r.URL.Query()
+	fileID, _ := strconv.ParseInt(q.Get("intake"), 10, 64)
+	request := q.Get("request")
+	es, err := ops.AuditPage(r.Context(), s.deps.Pool, s.deps.Partners, max(fileID, 0), request, (n-1)*PageSize, PageSize+1)
+	if err != nil {
+		s.failed(w, r, "audit", err)
+		return
+	}
+	pg := pager{Page: n}
+	u := *r.URL
+	if len(es) > PageSize {
+		es = es[:PageSize]
+		q.Set("page", strconv.Itoa(n+1))
+		u.RawQuery = q.Encode()
+		pg.Next = u.RequestURI()
+	}
+	if n > 1 {
+		q.Set("page", strconv.Itoa(n-1))
+		u.RawQuery = q.Encode()
+		pg.Prev = u.RequestURI()
+	}
+	s.render(w, http.StatusOK, "audit", page{Me: identityOf(r), Title: "Audit log", Data: struct {
+		Entries []ops.AuditEntry
+		Pager   pager
+		Intake  int64
+		Request string
+	}{es, pg, fileID, request}})
+}
+
+// csrfOK: the form carries the identity's CSRF token.
+func (s *Server) csrfOK(r *http.Request) bool {
+	got := r.PostFormValue("csrf")
+	return got != "" && hmac.Equal([]byte(got), []byte(identityOf(r).CSRF))
+}
+
+func newRequestID() string {
+	var b [8]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic(err) // crypto/rand does not fail on Linux
+	}
+	return "req-" + hex.EncodeToString(b[:])
+}
+
+// decide serves a decision form: a reviewer's, with its CSRF token,
+// through the intake/ops function the CLI calls, under a fresh request id
+// recorded on the audit row, with the signed-in identity as the actor.
+func (s *Server) decide(action string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		me := identityOf(r)
+		r.Body = http.MaxBytesReader(w, r.Body, 64<<10)
+		if !s.csrfOK(r) {
+			s.message(w, http.StatusForbidden, me, "Refused", "The form's CSRF token is missing or wrong: reload the page and decide again.")
+			return
+		}
+		if !me.Reviewer() {
+			s.message(w, http.StatusForbidden, me, "Refused", "Only a reviewer decides.")
+			return
+		}
+		id, ok := pathID(r)
+		if !ok {
+			s.message(w, http.StatusNotFound, me, "Not found", "No such file.")
+			return
+		}
+		reason := r.PostFormValue("reason")
+		request := newRequestID()
+		ctx := r.Context()
+		var err error
+		switch action {
+		case "release", "discard":
+			d := ops.Decision{IntakeID: id, Actor: me.Name, Reason: reason, Winner: r.PostFormValue("winner"),
+				Partners: s.deps.Partners, Worker: s.deps.Worker, Request: request}
+			if action == "release" {
+				err = ops.Release(ctx, s.deps.Pool, d)
+			} else if err = ops.Discard(ctx, s.deps.Pool, d); err == nil && s.deps.Publish != nil {
+				if perr := s.deps.Publish(ctx, id); perr != nil {
+					// the decision stands; the reconciler publishes it
+					s.deps.Log.Warn("console discard: publishing left to the reconciler", "intake_id", id, "request", request, "err", perr)
+				}
+			}
+		case "approve", "reject":
+			d := ops.PlanDecision{IntakeID: id, Partners: s.deps.Partners, Actor: me.Name, Reason: reason,
+				PlanHash: r.PostFormValue("plan_hash"), SnapshotFeeds: s.deps.SnapshotFeeds, Request: request}
+			if action == "approve" {
+				err = ops.Approve(ctx, s.deps.Pool, d)
+			} else {
+				err = ops.Reject(ctx, s.deps.Pool, d)
+			}
+		}
+		if errors.Is(err, intake.ErrDecision) || errors.Is(err, ops.ErrPlanDecision) {
+			s.message(w, http.StatusConflict, me, "Refused", fmt.Sprintf("%s of intake %d refused (request %s): %v", action, id, request, err))
+			return
+		}
+		if err != nil {
+			s.deps.Log.Error("console decision", "action", action, "intake_id", id, "request", request, "err", err)
+			s.message(w, http.StatusInternalServerError, me, "Error",
+				fmt.Sprintf("%s of intake %d failed (request %s): the audit log under that request says whether it was recorded.", action, id, request))
+			return
+		}
+		s.deps.Log.Info("console decision", "action", action, "intake_id", id, "request", request, "actor", me.Name)
+		http.Redirect(w, r, fmt.Sprintf("/files/%d?request=%s", id, request), http.StatusSeeOther)
+	}
+}

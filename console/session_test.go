@@ -1,0 +1,102 @@
+package console_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"testing"
+
+	"github.com/partner-intake/partner-intake/console"
+	"github.com/partner-intake/partner-intake/internal/testenv"
+)
+
+// Through the OpenID flow (no browser): an unsigned page sends the
+// browser to sign in; the sign-in's cookie is Lax, the session cookie
+// HttpOnly, Secure and SameSite=Strict on an https console; the session
+// opens pages; a session cookie changed by one character, or a callback
+// whose state is not the sign-in's, is refused.
+func TestSessionCookieIsStrictSecureAndSigned(t *testing.T) {
+	_, pool := testenv.DB(t)
+	const email = "sam@example.com"
+	idp := newProvider(t, "intake-console", email)
+	s, err := console.New(context.Background(), console.Config{
+		Listen: "127.0.0.1:0", BaseURL: "https://intake.test",
+		Auth: console.Auth{OIDC: &console.OIDC{Issuer: idp.srv.URL, ClientID: "intake-console"}, Viewers: []string{email}},
+	}, console.Deps{Pool: pool, Partners: []string{"acme"}, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := s.Handler()
+	get := func(target string, cookies ...*http.Cookie) *httptest.ResponseRecorder {
+		r := httptest.NewRequest("GET", target, nil)
+		for _, c := range cookies {
+			r.AddCookie(c)
+		}
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		return w
+	}
+	cookie := func(w *httptest.ResponseRecorder, name string) *http.Cookie {
+		for _, c := range w.Result().Cookies() {
+			if c.Name == name {
+				return c
+			}
+		}
+		t.Fatalf("no cookie %s in %v", name, w.Header()["Set-Cookie"])
+		return nil
+	}
+
+	w := get("/held")
+	if w.Code != http.StatusFound || !strings.HasPrefix(w.Header().Get("Location"), "/auth/login") {
+		t.Fatalf("unsigned page: got %d to %q, want a redirect to sign in", w.Code, w.Header().Get("Location"))
+	}
+	w = get(w.Header().Get("Location"))
+	login := cookie(w, "intake_console_login")
+	if login.SameSite != http.SameSiteLaxMode || !login.HttpOnly || !login.Secure {
+		t.Errorf("sign-in cookie: %+v", login)
+	}
+	authorize := w.Header().Get("Location")
+	if !strings.HasPrefix(authorize, idp.srv.URL+"/authorize") || !strings.Contains(authorize, "code_challenge_method=S256") {
+		t.Fatalf("sign-in goes to %q", authorize)
+	}
+	noFollow := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	resp, err := noFollow.Get(authorize)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	back, _ := url.Parse(resp.Header.Get("Location"))
+	if back.Host != "intake.test" || back.Path != "/auth/callback" {
+		t.Fatalf("the provider sends the browser to %q", back)
+	}
+
+	forged := *back
+	q := forged.Query()
+	q.Set("state", "not-the-state")
+	forged.RawQuery = q.Encode()
+	if w := get(forged.RequestURI(), login); w.Code != http.StatusForbidden {
+		t.Errorf("callback with another state: got %d, want 403", w.Code)
+	}
+
+	w = get(back.RequestURI(), login)
+	if w.Code != http.StatusOK || !strings.Contains(w.Body.String(), `http-equiv="refresh"`) {
+		t.Fatalf("callback: got %d\n%s", w.Code, w.Body.String())
+	}
+	sess := cookie(w, "intake_console")
+	if sess.SameSite != http.SameSiteStrictMode || !sess.HttpOnly || !sess.Secure || sess.Path != "/" {
+		t.Errorf("session cookie: %+v", sess)
+	}
+	if w := get("/held", sess); w.Code != http.StatusOK || !strings.Contains(w.Body.String(), email) {
+		t.Errorf("page with the session: got %d", w.Code)
+	}
+	bad := *sess
+	// the signed body's first character: '{' encodes to "e"
+	bad.Value = "f" + bad.Value[1:]
+	if w := get("/held", &bad); w.Code != http.StatusFound {
+		t.Errorf("page with a changed session cookie: got %d, want a redirect to sign in", w.Code)
+	}
+}

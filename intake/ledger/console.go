@@ -1,0 +1,179 @@
+package ledger
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// The review console's reads: each a page of rows chosen and cut in SQL
+// (LIMIT/OFFSET on an indexed order), so a queue of many held files or a
+// plan sample of many changes is never loaded whole.
+
+// HeldPage is the open held files of partners, newest first: at most
+// limit of them after offset, and how many there are in all.
+func (l *Ledger) HeldPage(ctx context.Context, partners []string, offset, limit int) ([]QuarantineItem, int64, error) {
+	var total int64
+	if err := l.pool.QueryRow(ctx, `SELECT pg_catalog.count(*) FROM intake_quarantine WHERE partner_id = ANY($1) AND state = 'open'`,
+		partners).Scan(&total); err != nil {
+		return nil, 0, fmt.Errorf("held count: %w", err)
+	}
+	rs, err := l.pool.Query(ctx, `SELECT q.intake_id, q.partner_id, q.reason, coalesce(q.batch_id, ''), coalesce(q.content_sha256, ''),
+		coalesce(q.path, ''), q.held_at, q.state, q.decided_at, coalesce(q.decided_by, ''), coalesce(q.decision, ''),
+		f.remote_name, f.state
+		FROM intake_quarantine q JOIN file_intake f USING (intake_id)
+		WHERE q.partner_id = ANY($1) AND q.state = 'open'
+		ORDER BY q.held_at DESC, q.intake_id DESC LIMIT $2 OFFSET $3`, partners, limit, offset)
+	if err != nil {
+		return nil, 0, fmt.Errorf("held page: %w", err)
+	}
+	items, err := pgx.CollectRows(rs, func(r pgx.CollectableRow) (QuarantineItem, error) {
+		var q QuarantineItem
+		err := r.Scan(&q.IntakeID, &q.Partner, &q.Reason, &q.BatchID, &q.SHA256, &q.Path, &q.HeldAt, &q.State,
+			&q.DecidedAt, &q.DecidedBy, &q.Decision, &q.FileName, &q.IntakeStat)
+		return q, err
+	})
+	return items, total, err
+}
+
+// WaitingPlan is a file awaiting approval as the console lists it.
+type WaitingPlan struct {
+	IntakeID             int64
+	Partner, Feed, File  string
+	Hash                 string
+	Counts               json.RawMessage
+	PlannedAt            *time.Time
+	RowsTotal, Reviewing int64 // Reviewing: changes in the stored sample
+}
+
+// WaitingPlans is the files of partners awaiting approval, oldest plan
+// first, a page at a time, and how many there are in all.
+func (l *Ledger) WaitingPlans(ctx context.Context, partners []string, offset, limit int) ([]WaitingPlan, int64, error) {
+	var total int64
+	if err := l.pool.QueryRow(ctx, `SELECT pg_catalog.count(*) FROM file_intake WHERE partner_id = ANY($1) AND state = 'awaiting_approval'`,
+		partners).Scan(&total); err != nil {
+		return nil, 0, fmt.Errorf("waiting count: %w", err)
+	}
+	rs, err := l.pool.Query(ctx, `SELECT intake_id, partner_id, feed, remote_name, coalesce(plan_hash, ''), plan_counts, planned_at,
+		    coalesce(rows_total, 0), coalesce(pg_catalog.jsonb_array_length(CASE WHEN pg_catalog.jsonb_typeof(plan_sample) = 'array' THEN plan_sample END), 0)
+		FROM file_intake WHERE partner_id = ANY($1) AND state = 'awaiting_approval'
+		ORDER BY planned_at, intake_id LIMIT $2 OFFSET $3`, partners, limit, offset)
+	if err != nil {
+		return nil, 0, fmt.Errorf("waiting page: %w", err)
+	}
+	ps, err := pgx.CollectRows(rs, func(r pgx.CollectableRow) (WaitingPlan, error) {
+		var p WaitingPlan
+		err := r.Scan(&p.IntakeID, &p.Partner, &p.Feed, &p.File, &p.Hash, &p.Counts, &p.PlannedAt, &p.RowsTotal, &p.Reviewing)
+		return p, err
+	})
+	return ps, total, err
+}
+
+// PlanSamplePage is a page of a file's stored plan sample (each element a
+// target.PlanChange as JSON), cut in SQL, with the sample's length; action
+// "" takes every action, else only that one.
+func (l *Ledger) PlanSamplePage(ctx context.Context, id int64, partners []string, action string, offset, limit int) ([]json.RawMessage, int64, error) {
+	var total int64
+	if err := l.pool.QueryRow(ctx, `SELECT pg_catalog.count(*) FROM file_intake f,
+		    pg_catalog.jsonb_array_elements(CASE WHEN pg_catalog.jsonb_typeof(f.plan_sample) = 'array' THEN f.plan_sample ELSE '[]' END) e
+		WHERE f.intake_id = $1 AND f.partner_id = ANY($2) AND ($3 = '' OR e->>'action' = $3)`, id, partners, action).Scan(&total); err != nil {
+		return nil, 0, fmt.Errorf("plan sample count: %w", err)
+	}
+	rs, err := l.pool.Query(ctx, `SELECT e FROM file_intake f,
+		    pg_catalog.jsonb_array_elements(CASE WHEN pg_catalog.jsonb_typeof(f.plan_sample) = 'array' THEN f.plan_sample ELSE '[]' END) WITH ORDINALITY AS s(e, n)
+		WHERE f.intake_id = $1 AND f.partner_id = ANY($2) AND ($3 = '' OR e->>'action' = $3)
+		ORDER BY n LIMIT $4 OFFSET $5`, id, partners, action, limit, offset)
+	if err != nil {
+		return nil, 0, fmt.Errorf("plan sample page: %w", err)
+	}
+	out, err := pgx.CollectRows(rs, pgx.RowTo[json.RawMessage])
+	return out, total, err
+}
+
+// FileStory is one file's record as the console shows it: its state and
+// times, attempts, chunks, row issues and the names of its archive and
+// receipt.
+type FileStory struct {
+	IntakeID                    int64
+	Partner, Feed, File         string
+	State, Reason, Worker       string
+	BatchID, ContentSHA256      string
+	Attempts                    int
+	LastError                   string
+	ClaimedAt, UpdatedAt        time.Time
+	FinishedAt                  *time.Time
+	RowsTotal                   int64
+	Applied, Unchanged          int64
+	Rejected, Conflict, Deleted int64
+	ChunksDone                  int
+	ArchivePath, ReceiptPath    string
+	RejectsPath, Override       string
+	PlanHash, PlanDecision      string
+	QState, QReason             string
+	HeldAt                      *time.Time
+	Chunks                      []ChunkRow
+	RowIssues                   int64
+}
+
+// ChunkRow is one committed chunk of a file.
+type ChunkRow struct {
+	No                           int
+	FirstLine, LastLine          int64
+	Applied, Unchanged, Conflict int64
+	CommittedAt                  time.Time
+}
+
+// Story reads a file of one of partners; nil when there is none.
+func (l *Ledger) Story(ctx context.Context, id int64, partners []string) (*FileStory, error) {
+	var s FileStory
+	err := l.pool.QueryRow(ctx, `SELECT f.intake_id, f.partner_id, f.feed, f.remote_name, f.state, coalesce(f.reason, ''), f.worker_id,
+		    coalesce(f.batch_id, ''), coalesce(f.content_sha256, ''), f.attempts, coalesce(f.last_error, ''), f.claimed_at, f.updated_at, f.finished_at,
+		    coalesce(f.rows_total, 0), f.rows_applied, f.rows_unchanged, f.rows_rejected, f.rows_conflict, f.rows_deleted, f.chunks_done,
+		    coalesce(f.archive_path, ''), coalesce(f.receipt_path, ''), coalesce(f.rejects_path, ''), coalesce(f.release_override, ''),
+		    coalesce(f.plan_hash, ''), coalesce(f.plan_decision, ''), coalesce(q.state, ''), coalesce(q.reason, ''), q.held_at,
+		    (SELECT pg_catalog.count(*) FROM intake_row_issue i WHERE i.intake_id = f.intake_id)
+		FROM file_intake f LEFT JOIN intake_quarantine q USING (intake_id)
+		WHERE f.intake_id = $1 AND f.partner_id = ANY($2)`, id, partners).Scan(
+		&s.IntakeID, &s.Partner, &s.Feed, &s.File, &s.State, &s.Reason, &s.Worker, &s.BatchID, &s.ContentSHA256, &s.Attempts,
+		&s.LastError, &s.ClaimedAt, &s.UpdatedAt, &s.FinishedAt, &s.RowsTotal, &s.Applied, &s.Unchanged, &s.Rejected, &s.Conflict,
+		&s.Deleted, &s.ChunksDone, &s.ArchivePath, &s.ReceiptPath, &s.RejectsPath, &s.Override, &s.PlanHash, &s.PlanDecision,
+		&s.QState, &s.QReason, &s.HeldAt, &s.RowIssues)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("story %d: %w", id, err)
+	}
+	rs, err := l.pool.Query(ctx, `SELECT chunk_no, first_line, last_line, rows_applied, rows_unchanged, rows_conflict, committed_at
+		FROM intake_chunk WHERE intake_id = $1 ORDER BY chunk_no LIMIT 1000`, id)
+	if err != nil {
+		return nil, fmt.Errorf("story %d chunks: %w", id, err)
+	}
+	s.Chunks, err = pgx.CollectRows(rs, func(r pgx.CollectableRow) (ChunkRow, error) {
+		var c ChunkRow
+		err := r.Scan(&c.No, &c.FirstLine, &c.LastLine, &c.Applied, &c.Unchanged, &c.Conflict, &c.CommittedAt)
+		return c, err
+	})
+	return &s, err
+}
+
+// AuditPage is the audit rows of partners, newest first, a page at a
+// time; intakeID > 0 takes only that file's, request != "" only that
+// request's.
+func (l *Ledger) AuditPage(ctx context.Context, partners []string, intakeID int64, request string, offset, limit int) ([]AuditEntry, error) {
+	rs, err := l.pool.Query(ctx, `SELECT at, actor, action, partner_id, coalesce(intake_id, 0), reason, coalesce(detail, ''), coalesce(request_id, '')
+		FROM intake_audit WHERE partner_id = ANY($1) AND ($2 = 0 OR intake_id = $2) AND ($3 = '' OR request_id = $3)
+		ORDER BY audit_id DESC LIMIT $4 OFFSET $5`, partners, intakeID, request, limit, offset)
+	if err != nil {
+		return nil, fmt.Errorf("audit page: %w", err)
+	}
+	return pgx.CollectRows(rs, func(r pgx.CollectableRow) (AuditEntry, error) {
+		var a AuditEntry
+		err := r.Scan(&a.At, &a.Actor, &a.Action, &a.Partner, &a.IntakeID, &a.Reason, &a.Detail, &a.Request)
+		return a, err
+	})
+}
