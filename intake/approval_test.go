@@ -494,13 +494,15 @@ func TestPlanOnATextTargetAndPerMode(t *testing.T) {
 	} {
 		site := testenv.NewSite(t, tc.partner)
 		site.Config.Feeds[0].Target = "orders_float"
-		r := newRig(t, pool, "w1", site)
+		// a worker id of its own for each rig: the test is about plans,
+		// not about one id's hold passing from a stopped rig to the next
+		r := newRig(t, pool, "w1-"+tc.partner, site)
 		site.Drop(t, "orders-1.csv", goodRows("X", 2))
 		r.poll(tc.partner)
 		r.d.Stop()
 		site.Config.Feeds[0].Mode = tc.mode
 		site.Config.Feeds[0].Approval = &partners.Approval{Always: true}
-		r = newRig(t, pool, "w1", site)
+		r = newRig(t, pool, "w2-"+tc.partner, site)
 		site.Drop(t, "orders-2.csv", header+ordersLine("X", 1, "7.25")+ordersLine("X", 2, "")+ordersLine("X", 3, ""))
 		r.poll(tc.partner)
 		f := files(t, pool, tc.partner)[1]

@@ -552,7 +552,15 @@ func (w *WorkerLock) unlockPooled() {
 		for _, c := range w.pool.AcquireAllIdle(ctx) {
 			if c.Conn().PgConn().PID() == pid {
 				found = true
-				_, _ = c.Exec(ctx, `SELECT pg_catalog.pg_advisory_unlock(`+workerLockKey+`)`, w.worker)
+				// every taking on this session: a lock taken again on a
+				// connection that still held it (advisory locks stack)
+				// would otherwise outlive the release
+				for i := 0; i < 16; i++ {
+					var more bool
+					if err := c.QueryRow(ctx, `SELECT pg_catalog.pg_advisory_unlock(`+workerLockKey+`)`, w.worker).Scan(&more); err != nil || !more {
+						break
+					}
+				}
 			}
 			c.Release()
 		}
