@@ -51,7 +51,7 @@ image: static
 package-test: package
 	@bash .ci/package-test.sh
 
-## image-test: builds the image, checks its config with podman image inspect and the version of the binary inside
+## image-test: builds the image, checks its config and labels (podman image inspect), then runs its default command, HEALTHCHECK and version in a chroot of its own filesystem as its uid, empty environment (as root)
 image-test: image
 	@bash .ci/image-test.sh
 

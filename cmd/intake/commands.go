@@ -81,6 +81,8 @@ func init() {
 			required: []string{"config"}, example: "intake purge --config /etc/intake/intake.yaml", run: cmdPurge},
 		{name: "audit", usage: "--config FILE [--partner P]", summary: "list audited ops actions",
 			required: []string{"config"}, example: "intake audit --config /etc/intake/intake.yaml --partner acme --limit 20", run: cmdAudit},
+		{name: "healthcheck", usage: "[--url URL] [--ready] [--timeout D]", summary: "ask a running daemon's /healthz (or /readyz): exit 0 when it answers 2xx, else 1; for a container HEALTHCHECK or an exec probe",
+			example: "intake healthcheck --url http://127.0.0.1:9464/healthz", run: cmdHealthcheck},
 		{name: "completion", usage: "bash|zsh", summary: "print the shell completion script",
 			subs: []string{"bash", "zsh"}, example: "source <(intake completion bash)", run: cmdCompletion},
 		{name: "help", usage: "[COMMAND]", summary: "this text, or a command's flags with their defaults and an example",
