@@ -5,6 +5,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -119,6 +121,20 @@ var (
 	declared   = map[string]*flag.FlagSet{}
 )
 
+// configEnv names the config file when --config is not given; without it,
+// defaultConfig (the package's and the image's path) is read.
+const (
+	configEnv     = "INTAKE_CONFIG"
+	defaultConfig = "/etc/intake/intake.yaml"
+)
+
+func defaultConfigPath() string {
+	if v := os.Getenv(configEnv); v != "" {
+		return v
+	}
+	return defaultConfig
+}
+
 // errMissing: a required flag was not given (the error named each one).
 var errMissing = errors.New("missing required flags")
 
@@ -139,6 +155,14 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if !set["config"] && fs.Lookup("config") != nil && slices.Contains(req, "config") {
+		// A command that needs a config reads $INTAKE_CONFIG, else the
+		// packaged path, when --config is not given.
+		if err := fs.Set("config", defaultConfigPath()); err != nil {
+			return err
+		}
+		set["config"] = true
+	}
 	missing := 0
 	for _, r := range req {
 		if set[r] {
@@ -218,6 +242,9 @@ func printHelp(w io.Writer, c *command, fs *flag.FlagSet) {
 		required := map[string]string{}
 		for _, r := range c.required {
 			required[r] = "required"
+		}
+		if _, ok := required["config"]; ok {
+			required["config"] = "default: $" + configEnv + ", else " + defaultConfig
 		}
 		bySub := map[string][]string{}
 		for _, sub := range c.subs {

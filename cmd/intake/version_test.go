@@ -99,9 +99,13 @@ func TestLoggerHonoursFlagsAndRedacts(t *testing.T) {
 	}
 }
 
-func TestRunWithoutConfigIsAUsageError(t *testing.T) {
+// run without --config reads $INTAKE_CONFIG: a file that is not there is
+// a config error (exit 2) naming it.
+func TestRunWithoutConfigReadsINTAKE_CONFIG(t *testing.T) {
+	missing := t.TempDir() + "/absent.yaml"
+	t.Setenv("INTAKE_CONFIG", missing)
 	var out, errb bytes.Buffer
-	if code := run([]string{"run"}, &out, &errb); code != 2 || !strings.Contains(errb.String(), "--config FILE is required") {
-		t.Fatalf("exit %d, stderr %q; want 2 and a clear message", code, errb.String())
+	if code := run([]string{"run"}, &out, &errb); code != 2 || !strings.Contains(errb.String(), missing) {
+		t.Fatalf("exit %d, stderr %q; want 2 naming %s", code, errb.String(), missing)
 	}
 }
