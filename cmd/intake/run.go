@@ -61,33 +61,45 @@ func claimPool(ctx context.Context, e *env) (*pgxpool.Pool, error) {
 }
 
 func open(ctx context.Context, path string, stderr io.Writer) (*env, int) {
+	return openReporting(ctx, path, stderr, func(err error, code int) int { fmt.Fprintln(stderr, err); return code })
+}
+
+// openReporting is open with its errors given to fail (intake run logs
+// them in the selected log format).
+func openReporting(ctx context.Context, path string, stderr io.Writer, fail func(error, int) int) (*env, int) {
 	cfg, err := config.Load(path)
 	if err != nil {
-		fmt.Fprintln(stderr, err)
-		return nil, 2
+		return nil, fail(err, 2)
 	}
 	url, err := cfg.DatabaseURL()
 	if err != nil {
-		fmt.Fprintln(stderr, err)
-		return nil, 2
+		return nil, fail(err, 2)
 	}
 	pc, err := poolConfig(cfg, url)
 	if err != nil {
-		fmt.Fprintln(stderr, err)
-		return nil, 2
+		return nil, fail(err, 2)
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
-		fmt.Fprintln(stderr, "database:", err)
-		return nil, 1
+		return nil, fail(fmt.Errorf("database: %w", err), 1)
 	}
 	sp, err := spool.New(cfg.Spool.Dir)
 	if err != nil {
 		pool.Close()
-		fmt.Fprintln(stderr, err)
-		return nil, 1
+		return nil, fail(err, 1)
 	}
 	return &env{cfg: cfg, url: url, pool: pool, spool: sp, log: newLogger(stderr)}, 0
+}
+
+// fatalLogger reports the error that ends `intake run` before its services
+// run as one record of the selected log format (one JSON line under
+// --log-format json), with the exit code it ends with.
+func fatalLogger(stderr io.Writer) func(err error, code int) int {
+	log := newLogger(stderr)
+	return func(err error, code int) int {
+		log.Error("intake run: cannot start", "err", err, "exit_code", code)
+		return code
+	}
 }
 
 // migrate brings the schema up to date. golang-migrate (advisory-locked)
@@ -128,6 +140,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	if err := parseFlags(fs, args); err != nil {
 		return 2
 	}
+	fatal := fatalLogger(stderr)
 	end := &ending{}
 	defer end.run()
 	// SIGHUP is caught from the start: its default would end the process.
@@ -138,19 +151,18 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	end.add(stop)
 	stopProfile, err := startCPUProfile()
 	if err != nil {
-		fmt.Fprintln(stderr, "intake run:", err)
-		return 1
+		return fatal(err, 1)
 	}
 	defer stopProfile()
-	e, code := open(ctx, *path, stderr) // the pool connects lazily
+	// the pool connects lazily
+	e, code := openReporting(ctx, *path, stderr, fatal)
 	if e == nil {
 		return code
 	}
 	end.add(e.pool.Close)
 	e.log.Info("starting", "version", currentVersion().String())
 	if missing := notify.MissingSecrets(e.cfg.Notify, e.cfg.Partners); len(missing) > 0 {
-		fmt.Fprintf(stderr, "intake run: notify: secret_env %v not set (webhooks are always signed)\n", missing)
-		return 2
+		return fatal(fmt.Errorf("notify: secret_env %v not set (webhooks are always signed)", missing), 2)
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -165,16 +177,14 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 		// backend for it, about 20 ms of the database's CPU (measured).
 		claims, err := claimPool(ctx, e)
 		if err != nil {
-			fmt.Fprintln(stderr, "database:", err)
-			return 1
+			return fatal(fmt.Errorf("database: %w", err), 1)
 		}
 		defer claims.Close()
 		ic.ClaimDB = claims
 	}
 	d, err := intake.New(ic, e.cfg.Partners, e.pool, e.spool, reg, e.log)
 	if err != nil {
-		fmt.Fprintln(stderr, "intake run:", err)
-		return 2
+		return fatal(err, 2)
 	}
 	if *once {
 		// SSH handshakes overlap the schema and target checks. A daemon
@@ -189,8 +199,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 		if ctx.Err() != nil {
 			return stoppedWhileStarting(e)
 		}
-		fmt.Fprintln(stderr, err)
-		return 1
+		return fatal(err, 1)
 	}
 	if *once {
 		// The worker id, taken on the pool's connection right after the
@@ -199,16 +208,14 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 		// going) polls nothing (intake/workerid.go). A daemon takes it in
 		// Start, on a connection of its own.
 		if err := d.HoldWorkerIDOnPool(ctx); err != nil {
-			fmt.Fprintln(stderr, "intake run:", err)
-			return 1
+			return fatal(err, 1)
 		}
 	}
 	if err := d.CheckTargets(ctx); err != nil {
 		if ctx.Err() != nil {
 			return stoppedWhileStarting(e)
 		}
-		fmt.Fprintln(stderr, "intake run:", err)
-		return 1
+		return fatal(err, 1)
 	}
 	logUntrustedCalls(ctx, e)
 	if *once {
@@ -236,8 +243,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	}
 	rec, err := reconcile.New(e.cfg.Reconcile, e.cfg.WorkerID, e.cfg.Lease, e.pool, e.spool, e.cfg.Partners, reg, e.log, d.TakenOver)
 	if err != nil {
-		fmt.Fprintln(stderr, "intake run:", err)
-		return 2
+		return fatal(err, 2)
 	}
 	var services []service
 	if e.cfg.HTTP.Listen != "off" {
