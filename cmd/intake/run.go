@@ -2,11 +2,14 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"os"
 	"os/signal"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -195,6 +198,31 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 		// go on every way out (Stop)
 		defer d.Stop()
 	}
+	// A daemon serves /healthz (200) and /readyz (503, saying what it
+	// waits for) from here on, and waits for the database instead of
+	// exiting: under an orchestrator an exit while the database is down
+	// is a crash loop. A one-shot run fails at once.
+	var waiting atomic.Pointer[error]
+	setWaiting := func(err error) { waiting.Store(&err) }
+	setWaiting(errors.New("starting: schema and target checks"))
+	if !*once && e.cfg.HTTP.Listen != "off" {
+		srv := opshttp.New(e.cfg.HTTP.Listen, reg, opshttp.Checks{
+			Starting: func() error { return *waiting.Load() },
+			Database: func(ctx context.Context) error { return e.pool.Ping(ctx) },
+			Schema:   func(ctx context.Context) error { return migrations.Current(ctx, e.pool) },
+			Spool:    e.spool.Probe,
+			Partners: func() any { return d.PartnerStates() },
+		}, e.log)
+		if err := srv.Start(context.WithoutCancel(ctx)); err != nil {
+			return fatal(err, 1)
+		}
+		end.add(srv.Stop)
+	}
+	if !*once {
+		if err := waitForDatabase(ctx, e.pool, e.log, setWaiting); err != nil {
+			return stoppedWhileStarting(e)
+		}
+	}
 	if err := e.migrate(ctx); err != nil {
 		if ctx.Err() != nil {
 			return stoppedWhileStarting(e)
@@ -245,16 +273,8 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return fatal(err, 2)
 	}
+	setWaiting(nil)
 	var services []service
-	if e.cfg.HTTP.Listen != "off" {
-		srv := opshttp.New(e.cfg.HTTP.Listen, reg, opshttp.Checks{
-			Database: func(ctx context.Context) error { return e.pool.Ping(ctx) },
-			Schema:   func(ctx context.Context) error { return migrations.Current(ctx, e.pool) },
-			Spool:    e.spool.Probe,
-			Partners: func() any { return d.PartnerStates() },
-		}, e.log)
-		services = append(services, service{"http", srv})
-	}
 	pg := &purger{e: e}
 	ex := expect.New(e.pool, e.cfg.WorkerID, e.cfg.ExpectCheck, e.cfg.Partners, reg, e.log)
 	nt := notify.New(e.pool, e.cfg.WorkerID, e.cfg.NotifyDelivery, e.cfg.Notify, e.cfg.Partners, reg, e.log)
@@ -459,5 +479,47 @@ func logUntrustedCalls(ctx context.Context, e *env) {
 					"target", tbl, "caller", c.by, "function", c.function, "owner", c.owner)
 			}
 		}
+	}
+}
+
+// Backoff of the wait for the database at start: doubling from
+// dbWaitFirst up to dbWaitMax, each step jittered by up to a quarter so
+// replicas restarted together do not knock in step.
+const (
+	dbWaitFirst = 500 * time.Millisecond
+	dbWaitMax   = 30 * time.Second
+)
+
+// waitForDatabase pings the pool until the database answers, logging each
+// failed attempt once with the wait before the next, and telling readiness
+// (setWaiting) why the daemon is not ready. It returns ctx's error when a
+// signal ends the wait.
+func waitForDatabase(ctx context.Context, pool *pgxpool.Pool, log *slog.Logger, setWaiting func(error)) error {
+	wait := dbWaitFirst
+	for attempt := 1; ; attempt++ {
+		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		err := pool.Ping(pctx)
+		cancel()
+		if err == nil {
+			if attempt > 1 {
+				log.Info("database reachable", "attempt", attempt)
+			}
+			setWaiting(errors.New("starting: schema and target checks"))
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		next := wait + time.Duration(rand.Int64N(int64(wait/4)+1))
+		setWaiting(fmt.Errorf("waiting for the database (attempt %d, next in %s): %w", attempt, next.Round(time.Millisecond), err))
+		log.Warn("database unreachable at start; waiting", "attempt", attempt, "retry_in", next.Round(time.Millisecond).String(), "err", err)
+		t := time.NewTimer(next)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+		wait = min(2*wait, dbWaitMax)
 	}
 }
