@@ -5,9 +5,11 @@ export GOTOOLCHAIN ?= local
 .PHONY: demo test deps build vet fmt-check alerts-test fuzz-smoke bench bench-smoke static package image chart package-test image-test chart-test
 
 # What a package, image or chart carries: the version (a v-tag, else
-# 0.1.0~git<commit>), the commit, and the pinned tools run with `go run`
-# (built once, then kept in the Go build cache).
-VERSION ?= $(shell v=$$(git describe --tags --match 'v[0-9]*' 2>/dev/null); if [ -n "$$v" ]; then echo "$${v\#v}"; else echo "0.1.0~git$$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)"; fi)
+# 0.1.0~git<YYYYMMDDHHMMSS>.<commit>, the commit's time in UTC first so
+# that dpkg orders snapshots by time, each below 0.1.0 itself), the commit,
+# and the pinned tools run with `go run` (built once, then kept in the Go
+# build cache).
+VERSION ?= $(shell v=$$(git describe --tags --match 'v[0-9]*' 2>/dev/null); if [ -n "$$v" ]; then echo "$${v\#v}"; else echo "0.1.0~git$$(TZ=UTC git log -1 --format=%cd --date=format-local:%Y%m%d%H%M%S 2>/dev/null || echo 0).$$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)"; fi)
 COMMIT ?= $(shell git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
 ARCH ?= $(shell $(GO) env GOARCH)
 LDFLAGS := -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT)
@@ -38,9 +40,12 @@ test: deps fmt-check vet alerts-test
 static:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/intake ./cmd/intake
 
-## package: dist/intake_<version>_<arch>.deb (nfpm): the binary, /etc/intake/, a hardened systemd unit, its own system user
+## package: dist/intake_<version>_<arch>.deb (nfpm): the binary, /etc/intake/, a hardened systemd unit, its own system user,
+## bash and zsh completion, the copyright file
 package: static
-	@mkdir -p dist
+	@mkdir -p dist/completion
+	bin/intake completion bash >dist/completion/intake.bash
+	bin/intake completion zsh >dist/completion/_intake
 	$(GO) run $(NFPM) package --config packaging/nfpm.yaml --packager deb --target dist/
 
 ## image: the container image $(IMAGE) (podman, FROM scratch, non-root, spool volume)
