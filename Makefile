@@ -20,7 +20,8 @@ export VERSION COMMIT ARCH NFPM HELM IMAGE
 
 ## demo: run `intake demo` (throwaway PostgreSQL, in-process SFTP site, example partners and files);
 ## the demo is linked only under the demo build tag, never into the daemon a host runs
-demo: deps
+demo:
+	@bash .ci/deps.sh demo
 	$(GO) run -tags demo ./cmd/intake demo
 
 ## test: gofmt, go vet, the alert rules (promtool) and every test with the race detector, on real PostgreSQL and OpenSSH;
@@ -90,7 +91,8 @@ alerts-test:
 	@promtool=$$(bash .ci/promtool.sh) && cd configs/prometheus && \
 	$$promtool check rules alerts.yml && $$promtool test rules alerts_test.yml
 
-## deps: install postgresql and openssh-server when missing (apt-get, as root)
+## deps: install what the tests start when missing: postgresql, openssh-server, openssh-sftp-server, openssh-client, zsh (apt-get, as root);
+## `make demo` installs only postgresql (.ci/deps.sh demo)
 deps:
 	@bash .ci/deps.sh
 

@@ -1,15 +1,20 @@
 #!/usr/bin/env bash
-# Installs what the demo and the tests start: PostgreSQL's server binaries
-# and OpenSSH's sshd (with its sftp server), and zsh (completion test). As root it uses apt-get; as
-# another user it prints the exact command and fails. Nothing is skipped.
+# Installs what the tests start: PostgreSQL's server binaries, OpenSSH's
+# sshd (with its sftp server) and client, and zsh (completion test). With
+# the argument "demo", only what `intake demo` starts: PostgreSQL's server
+# binaries (its SFTP site is in-process), so a workstation gets no sshd.
+# As root it uses apt-get; as another user it prints the exact command and
+# fails. Nothing is skipped.
 set -euo pipefail
 
 missing=()
 compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null || missing+=(postgresql)
-[ -x /usr/sbin/sshd ] || missing+=(openssh-server)
-[ -x /usr/lib/openssh/sftp-server ] || missing+=(openssh-sftp-server)
-command -v sftp >/dev/null || missing+=(openssh-client)
-command -v zsh >/dev/null || missing+=(zsh) # `intake completion zsh` is loaded by a real zsh in the tests
+if [ "${1:-test}" != demo ]; then
+  [ -x /usr/sbin/sshd ] || missing+=(openssh-server)
+  [ -x /usr/lib/openssh/sftp-server ] || missing+=(openssh-sftp-server)
+  command -v sftp >/dev/null || missing+=(openssh-client)
+  command -v zsh >/dev/null || missing+=(zsh) # `intake completion zsh` is loaded by a real zsh in the tests
+fi
 
 if [ ${#missing[@]} -eq 0 ]; then
   exit 0
