@@ -5,9 +5,11 @@ export GOTOOLCHAIN ?= local
 .PHONY: demo test deps build vet fmt-check alerts-test fuzz-smoke bench bench-smoke static package image chart package-test image-test chart-test
 
 # What a package, image or chart carries: the version (a v-tag, else
-# 0.1.0~git<commit>), the commit, and the pinned tools run with `go run`
-# (built once, then kept in the Go build cache).
-VERSION ?= $(shell v=$$(git describe --tags --match 'v[0-9]*' 2>/dev/null); if [ -n "$$v" ]; then echo "$${v\#v}"; else echo "0.1.0~git$$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)"; fi)
+# 0.1.0~git<YYYYMMDDHHMMSS>.<commit>, the commit's time in UTC first so
+# that dpkg orders snapshots by time, each below 0.1.0 itself), the commit,
+# and the pinned tools run with `go run` (built once, then kept in the Go
+# build cache).
+VERSION ?= $(shell v=$$(git describe --tags --match 'v[0-9]*' 2>/dev/null); if [ -n "$$v" ]; then echo "$${v\#v}"; else echo "0.1.0~git$$(TZ=UTC git log -1 --format=%cd --date=format-local:%Y%m%d%H%M%S 2>/dev/null || echo 0).$$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)"; fi)
 COMMIT ?= $(shell git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
 ARCH ?= $(shell $(GO) env GOARCH)
 LDFLAGS := -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT)
@@ -22,7 +24,8 @@ CHART_IMAGE ?= localhost/intake:$(shell sed -n 's/^appVersion: *"\{0,1\}\([^"]*\
 
 ## demo: run `intake demo` (throwaway PostgreSQL, in-process SFTP site, example partners and files);
 ## the demo is linked only under the demo build tag, never into the daemon a host runs
-demo: deps
+demo:
+	@bash .ci/deps.sh demo
 	$(GO) run -tags demo ./cmd/intake demo
 
 ## test: gofmt, go vet, the alert rules (promtool) and every test with the race detector, on real PostgreSQL and OpenSSH;
@@ -42,9 +45,12 @@ test: deps fmt-check vet alerts-test
 static:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/intake ./cmd/intake
 
-## package: dist/intake_<version>_<arch>.deb (nfpm): the binary, /etc/intake/, a hardened systemd unit, its own system user
+## package: dist/intake_<version>_<arch>.deb (nfpm): the binary, /etc/intake/, a hardened systemd unit, its own system user,
+## bash and zsh completion, the copyright file
 package: static
-	@mkdir -p dist
+	@mkdir -p dist/completion
+	bin/intake completion bash >dist/completion/intake.bash
+	bin/intake completion zsh >dist/completion/_intake
 	$(GO) run $(NFPM) package --config packaging/nfpm.yaml --packager deb --target dist/
 
 ## image: the container image $(IMAGE) (podman, FROM scratch, non-root, spool volume), also tagged $(CHART_IMAGE), the chart's default
@@ -56,7 +62,7 @@ image: static
 package-test: package
 	@bash .ci/package-test.sh
 
-## image-test: builds the image, checks its config with podman image inspect and the version of the binary inside
+## image-test: builds the image, checks its config and labels (podman image inspect), then runs its default command, HEALTHCHECK and version in a chroot of its own filesystem as its uid, empty environment (as root)
 image-test: image
 	@bash .ci/image-test.sh
 
@@ -90,7 +96,8 @@ alerts-test:
 	@promtool=$$(bash .ci/promtool.sh) && cd configs/prometheus && \
 	$$promtool check rules alerts.yml && $$promtool test rules alerts_test.yml
 
-## deps: install postgresql, openssh-server and the interop servers (proftpd-core, proftpd-mod-crypto, rclone) when missing (apt-get, as root)
+## deps: install what the tests start when missing: postgresql, openssh-server, openssh-sftp-server, openssh-client, the interop servers
+## (proftpd-core, proftpd-mod-crypto, rclone), zsh, chromium (apt-get, as root); `make demo` installs only postgresql (.ci/deps.sh demo)
 deps:
 	@bash .ci/deps.sh
 

@@ -1,22 +1,26 @@
 #!/usr/bin/env bash
-# Installs what the demo and the tests start: PostgreSQL's server binaries,
-# OpenSSH's sshd (with its sftp server), the other partner servers the
+# Installs what the tests start: PostgreSQL's server binaries, OpenSSH's
+# sshd (with its sftp server) and client, the other partner servers the
 # interop tests run (ProFTPD's mod_sftp, rclone serve sftp), zsh
-# (completion test) and Chromium (the review console's browser test). As
-# root it uses apt-get; as
-# another user it prints the exact command and fails. Nothing is skipped.
+# (completion test) and Chromium (the review console's browser test). With
+# the argument "demo", only what `intake demo` starts: PostgreSQL's server
+# binaries (its SFTP site is in-process), so a workstation gets no sshd.
+# As root it uses apt-get; as another user it prints the exact command and
+# fails. Nothing is skipped.
 set -euo pipefail
 
 missing=()
 compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null || missing+=(postgresql)
-[ -x /usr/sbin/sshd ] || missing+=(openssh-server)
-[ -x /usr/lib/openssh/sftp-server ] || missing+=(openssh-sftp-server)
-command -v sftp >/dev/null || missing+=(openssh-client)
-[ -x /usr/sbin/proftpd ] || missing+=(proftpd-core)
-[ -e /usr/lib/proftpd/mod_sftp.so ] || missing+=(proftpd-mod-crypto)
-command -v rclone >/dev/null || missing+=(rclone)
-command -v zsh >/dev/null || missing+=(zsh) # `intake completion zsh` is loaded by a real zsh in the tests
-[ -x /usr/bin/chromium ] || missing+=(chromium) # the review console's browser test (console/browser_test.go)
+if [ "${1:-test}" != demo ]; then
+  [ -x /usr/sbin/sshd ] || missing+=(openssh-server)
+  [ -x /usr/lib/openssh/sftp-server ] || missing+=(openssh-sftp-server)
+  command -v sftp >/dev/null || missing+=(openssh-client)
+  [ -x /usr/sbin/proftpd ] || missing+=(proftpd-core)
+  [ -e /usr/lib/proftpd/mod_sftp.so ] || missing+=(proftpd-mod-crypto)
+  command -v rclone >/dev/null || missing+=(rclone)
+  command -v zsh >/dev/null || missing+=(zsh) # `intake completion zsh` is loaded by a real zsh in the tests
+  [ -x /usr/bin/chromium ] || missing+=(chromium) # the review console's browser test (console/browser_test.go)
+fi
 
 if [ ${#missing[@]} -eq 0 ]; then
   exit 0

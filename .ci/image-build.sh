@@ -21,6 +21,10 @@ if [ -f /etc/ssl/certs/ca-certificates.crt ]; then
 fi
 sed -e 's|^\(  listen: \)127\.0\.0\.1:9464|\10.0.0.0:9464|' configs/intake.example.yaml >"$ctx/rootfs/etc/intake/intake.yaml"
 grep -q '^  listen: 0.0.0.0:9464' "$ctx/rootfs/etc/intake/intake.yaml" || { echo "image-build: could not set http.listen" >&2; exit 1; }
-podman build --quiet -f packaging/Containerfile --build-arg "VERSION=${VERSION:-dev}" --build-arg "COMMIT=${COMMIT:-unknown}" \
-  -t "$IMAGE" "$ctx" >/dev/null
+# --format docker: the OCI image format has no HEALTHCHECK (podman drops
+# it with a warning). created is the commit's time, so a rebuild of one
+# commit labels the same instant (UTC, RFC 3339).
+created=$(TZ=UTC git log -1 --format=%cd --date=format-local:%Y-%m-%dT%H:%M:%SZ 2>/dev/null || date -u +%Y-%m-%dT%H:%M:%SZ)
+podman build --quiet --format docker -f packaging/Containerfile --build-arg "VERSION=${VERSION:-dev}" --build-arg "COMMIT=${COMMIT:-unknown}" \
+  --build-arg "CREATED=$created" -t "$IMAGE" "$ctx" >/dev/null
 echo "built image $IMAGE"

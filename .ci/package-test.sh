@@ -25,8 +25,35 @@ fi
 pass=0
 ok() { echo "ok   $*"; pass=$((pass + 1)); }
 
+# What the package carries, from its own listing: the completions and the
+# copyright file beside the binary and the unit.
+listing=$(dpkg-deb -c "$deb")
+for f in ./usr/bin/intake ./usr/lib/systemd/system/intake.service ./usr/share/doc/intake/copyright \
+  ./usr/share/bash-completion/completions/intake ./usr/share/zsh/vendor-completions/_intake; do
+  awk '{print $NF}' <<<"$listing" | grep -qxF "$f" || fail "dpkg-deb -c lists no $f"
+done
+ok "dpkg-deb -c: binary, unit, copyright, bash and zsh completion"
+
+# A snapshot version sorts by its commit's time under dpkg: an older
+# snapshot (of a commit with a higher hash) is lower, and every snapshot
+# is below the release it leads to.
+if [[ "$VERSION" == *~git* ]]; then
+  [[ "$VERSION" =~ ^[0-9.]+~git[0-9]{14}\.[0-9a-f]+$ ]] || fail "snapshot version $VERSION is not <x.y.z>~git<YYYYMMDDHHMMSS>.<commit>"
+  base=${VERSION%%~*}
+  dpkg --compare-versions "${base}~git20000101000000.ffffffffffff" lt "$VERSION" || fail "an older snapshot does not sort below $VERSION"
+  dpkg --compare-versions "$VERSION" lt "$base" || fail "$VERSION does not sort below $base"
+  ok "snapshot $VERSION sorts after older snapshots and below $base"
+fi
+
 dpkg -i "$deb" >/dev/null
 ok "dpkg -i $deb"
+bash -n /usr/share/bash-completion/completions/intake || fail "the bash completion does not parse"
+grep -q '^#compdef intake' /usr/share/zsh/vendor-completions/_intake || fail "the zsh completion has no #compdef intake"
+grep -q '^License: ' /usr/share/doc/intake/copyright || fail "the copyright file names no licence"
+ok "installed: bash completion parses, zsh completion is #compdef intake, copyright names its licence"
+# No worker_id is set in the packaged config: each host takes its name.
+! grep -q '^worker_id:' /etc/intake/intake.yaml || fail "the packaged config sets worker_id: every host would share it"
+ok "the packaged config leaves worker_id to the host name"
 
 # The binary: the package's version, static, built with -trimpath.
 out=$(/usr/bin/intake version)
@@ -80,7 +107,7 @@ ok "systemd-analyze verify $unit (clean; a broken copy is caught)"
 # syntax; this checks they are there).
 for d in 'User=intake' 'NoNewPrivileges=yes' 'ProtectSystem=strict' 'StateDirectory=intake' 'ProtectHome=yes' \
   'PrivateTmp=yes' 'CapabilityBoundingSet=$' 'SystemCallFilter=@system-service' 'RestrictAddressFamilies=' \
-  'Restart=on-failure' 'ExecReload=/bin/kill -HUP \$MAINPID'; do
+  'Restart=on-failure' 'RestartPreventExitStatus=2$' 'ExecReload=/bin/kill -HUP \$MAINPID'; do
   grep -q "^$d" "$unit" || fail "unit lacks $d"
 done
 stop=$(sed -n 's/^TimeoutStopSec=\([0-9]*\)s$/\1/p' "$unit")

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 	"time"
 
@@ -33,6 +34,15 @@ func cmdCheck(args []string, stdout, stderr io.Writer) int {
 		return 2 // a config error, as for every command
 	}
 	fmt.Fprintf(stdout, "ok   config %s (%d partners, worker %s)\n", *path, len(cfg.Partners), cfg.WorkerID)
+	if unset := unsetEnvs(cfg); len(unset) > 0 {
+		// The daemon would stop at each of these, some only when a
+		// partner is first polled or a webhook first sent: name them all
+		// now, before any site is dialled.
+		for _, u := range unset {
+			fmt.Fprintf(stdout, "FAIL %s: environment variable %s is not set\n", u.key, u.env)
+		}
+		return 2 // a config error, as at the daemon's start
+	}
 	for _, g := range partners.SharedAccounts(cfg.Partners) {
 		ids := make([]string, len(g))
 		for k, i := range g {
@@ -368,4 +378,42 @@ func usesPGP(p *partners.Config) bool {
 		}
 	}
 	return false
+}
+
+// unsetEnv is a *_env key of the config whose variable is unset or empty.
+type unsetEnv struct{ key, env string }
+
+// unsetEnvs lists every environment variable the config names (the
+// database URL, SFTP passwords, PGP passphrases, webhook secrets) that is
+// not set, by its key in the config.
+func unsetEnvs(cfg *config.File) []unsetEnv {
+	var out []unsetEnv
+	need := func(key, env string) {
+		if env != "" && os.Getenv(env) == "" {
+			out = append(out, unsetEnv{key, env})
+		}
+	}
+	if cfg.Database.URL == "" {
+		need("database.url_env", cfg.Database.URLEnv)
+	}
+	webhooks := func(prefix string, ns []partners.Notify) {
+		for j, n := range ns {
+			need(fmt.Sprintf("%snotify[%d].secret_env", prefix, j), n.SecretEnv)
+			for k, e := range n.SecretEnvs {
+				need(fmt.Sprintf("%snotify[%d].secret_envs[%d]", prefix, j, k), e)
+			}
+		}
+	}
+	webhooks("", cfg.Notify)
+	for i, p := range cfg.Partners {
+		prefix := fmt.Sprintf("partners[%d] (id %s).", i, p.ID)
+		need(prefix+"sftp.password_env", p.SFTP.PasswordEnv)
+		for k, f := range p.Feeds {
+			if f.PGP != nil {
+				need(fmt.Sprintf("%sfeeds[%d] (feed %s).pgp.passphrase_env", prefix, k, f.Name), f.PGP.PassphraseEnv)
+			}
+		}
+		webhooks(prefix, p.Notify)
+	}
+	return out
 }

@@ -383,3 +383,43 @@ func TestCheckFailsForATargetCallingAnUntrustedFunction(t *testing.T) {
 		CREATE TRIGGER stamp BEFORE INSERT ON orders_fncheck FOR EACH ROW EXECUTE FUNCTION tfn.stamp()`)
 	failsWith("a partition's trigger", "trigger stamp on partition orders_fncheck calls tfn.stamp()")
 }
+
+// `intake check` names every environment variable the config refers to
+// that is not set, by its key, and stops there (exit 2) before it dials a
+// site: a config that passes check does not stop the daemon on a missing
+// secret later. Set, the same config goes on to the sites.
+func TestCheckNamesEveryUnsetEnvironmentVariable(t *testing.T) {
+	site := testenv.NewSite(t, "unsetenv")
+	t.Setenv("INTAKE_DATABASE_URL", "")
+	t.Setenv("INTAKE_TEST_HOOK_A", "")
+	t.Setenv("INTAKE_TEST_HOOK_B", "")
+	cfg := writeConfigOpts(t, site, cfgOpts{})
+	raw, err := os.ReadFile(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hook := "notify:\n  - {url: \"https://hooks.example/intake\", secret_env: INTAKE_TEST_HOOK_A, secret_envs: [INTAKE_TEST_HOOK_B], events: [failed]}\n"
+	if err := os.WriteFile(cfg, []byte(hook+string(raw)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, out := runCLI("check", "--config", cfg)
+	for _, want := range []string{
+		"FAIL database.url_env: environment variable INTAKE_DATABASE_URL is not set",
+		"FAIL notify[0].secret_env: environment variable INTAKE_TEST_HOOK_A is not set",
+		"FAIL notify[0].secret_envs[0]: environment variable INTAKE_TEST_HOOK_B is not set",
+	} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("check lacks %q (exit %d):\n%s", want, code, out)
+		}
+	}
+	if code != 2 || strings.Contains(out, "partner unsetenv") {
+		t.Fatalf("check exited %d, want 2 before probing the partner:\n%s", code, out)
+	}
+
+	t.Setenv("INTAKE_DATABASE_URL", "postgres://nobody@127.0.0.1:1/none")
+	t.Setenv("INTAKE_TEST_HOOK_A", "a")
+	t.Setenv("INTAKE_TEST_HOOK_B", "b")
+	if _, out := runCLI("check", "--config", cfg); strings.Contains(out, "is not set") || !strings.Contains(out, "partner unsetenv") {
+		t.Fatalf("with every variable set, check still names one or did not reach the partner:\n%s", out)
+	}
+}

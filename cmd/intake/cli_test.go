@@ -39,7 +39,7 @@ func TestHelpListsEveryFlagWithItsDefaultAndAnExample(t *testing.T) {
 		}
 	}
 	if code, out, _ := runSplit("help", "run"); !strings.Contains(out, "--once         poll every partner once, then exit (default: false)") ||
-		!strings.Contains(out, "--config FILE  config file (YAML), e.g. /etc/intake/intake.yaml (required)") || code != 0 {
+		!strings.Contains(out, "--config FILE  config file (YAML), e.g. /etc/intake/intake.yaml (default: $INTAKE_CONFIG, else /etc/intake/intake.yaml)") || code != 0 {
 		t.Fatalf("help run:\n%s", out)
 	}
 	if code, out, _ := runSplit("quarantine", "-h"); code != 0 || !strings.Contains(out, "(required by release and discard)") {
@@ -64,11 +64,8 @@ func TestEachMissingRequiredFlagIsNamed(t *testing.T) {
 		args    []string
 		missing []string
 	}{
-		{[]string{"run"}, []string{"--config FILE is required"}},
-		{[]string{"replay", "7"}, []string{"--config FILE is required", "--reason TEXT is required"}},
-		{[]string{"replay", "7", "--reason", "fixed"}, []string{"--config FILE is required"}},
+		{[]string{"replay", "7"}, []string{"--reason TEXT is required"}},
 		{[]string{"quarantine", "release", "7", "--config", "x.yaml"}, []string{"--reason TEXT is required"}},
-		{[]string{"status"}, []string{"--config FILE is required"}},
 		{[]string{"notify", "redeliver", "--config", "x.yaml", "--all"}, []string{"--reason TEXT is required"}},
 		{[]string{"notify", "redeliver", "--config", "x.yaml", "--reason", "fixed"}, []string{"give --event ID or --all"}},
 		{[]string{"notify", "redeliver", "--config", "x.yaml", "--reason", "fixed", "--all", "--event", "3"}, []string{"give --event ID or --all"}},
@@ -192,5 +189,29 @@ func TestCompletionScripts(t *testing.T) {
 	out, err := exec.Command(zsh, "-f", "-c", `autoload -U compinit && compinit -u -D && source "$1" && print -r -- $_comps[intake]`, "zsh", zpath).CombinedOutput()
 	if err != nil || strings.TrimSpace(string(out)) != "_intake" {
 		t.Fatalf("zsh did not register _intake for intake: %v %q", err, out)
+	}
+}
+
+// Without --config a command reads $INTAKE_CONFIG, else
+// /etc/intake/intake.yaml; --config wins over both.
+func TestConfigPathDefaultsToEnvThenPackagedPath(t *testing.T) {
+	dir := t.TempDir()
+	fromEnv := filepath.Join(dir, "from-env.yaml")
+	fromFlag := filepath.Join(dir, "from-flag.yaml")
+	for _, p := range []string{fromEnv, fromFlag} {
+		if err := os.WriteFile(p, []byte("worker_id: x\nnot_a_key: 1\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Setenv("INTAKE_CONFIG", fromEnv)
+	if code, _, errs := runSplit("status"); code != 2 || !strings.Contains(errs, fromEnv) {
+		t.Fatalf("status with INTAKE_CONFIG: exit %d, want 2 naming %s:\n%s", code, fromEnv, errs)
+	}
+	if code, _, errs := runSplit("status", "--config", fromFlag); code != 2 || !strings.Contains(errs, fromFlag) || strings.Contains(errs, fromEnv) {
+		t.Fatalf("status --config with INTAKE_CONFIG: exit %d, want 2 naming %s only:\n%s", code, fromFlag, errs)
+	}
+	t.Setenv("INTAKE_CONFIG", "")
+	if _, _, errs := runSplit("status"); !strings.Contains(errs, "/etc/intake/intake.yaml") {
+		t.Fatalf("status without --config or INTAKE_CONFIG does not read /etc/intake/intake.yaml:\n%s", errs)
 	}
 }

@@ -5,6 +5,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -84,6 +86,8 @@ func init() {
 			required: []string{"config"}, example: "intake purge --config /etc/intake/intake.yaml", run: cmdPurge},
 		{name: "audit", usage: "--config FILE [--partner P]", summary: "list audited ops actions",
 			required: []string{"config"}, example: "intake audit --config /etc/intake/intake.yaml --partner acme --limit 20", run: cmdAudit},
+		{name: "healthcheck", usage: "[--url URL] [--ready] [--timeout D]", summary: "ask a running daemon's /healthz (or /readyz): exit 0 when it answers 2xx, else 1; for a container HEALTHCHECK or an exec probe",
+			example: "intake healthcheck --url http://127.0.0.1:9464/healthz", run: cmdHealthcheck},
 		{name: "completion", usage: "bash|zsh", summary: "print the shell completion script",
 			subs: []string{"bash", "zsh"}, example: "source <(intake completion bash)", run: cmdCompletion},
 		{name: "help", usage: "[COMMAND]", summary: "this text, or a command's flags with their defaults and an example",
@@ -120,6 +124,20 @@ var (
 	declared   = map[string]*flag.FlagSet{}
 )
 
+// configEnv names the config file when --config is not given; without it,
+// defaultConfig (the package's and the image's path) is read.
+const (
+	configEnv     = "INTAKE_CONFIG"
+	defaultConfig = "/etc/intake/intake.yaml"
+)
+
+func defaultConfigPath() string {
+	if v := os.Getenv(configEnv); v != "" {
+		return v
+	}
+	return defaultConfig
+}
+
 // errMissing: a required flag was not given (the error named each one).
 var errMissing = errors.New("missing required flags")
 
@@ -140,6 +158,14 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if !set["config"] && fs.Lookup("config") != nil && slices.Contains(req, "config") {
+		// A command that needs a config reads $INTAKE_CONFIG, else the
+		// packaged path, when --config is not given.
+		if err := fs.Set("config", defaultConfigPath()); err != nil {
+			return err
+		}
+		set["config"] = true
+	}
 	missing := 0
 	for _, r := range req {
 		if set[r] {
@@ -220,6 +246,9 @@ func printHelp(w io.Writer, c *command, fs *flag.FlagSet) {
 		required := map[string]string{}
 		for _, r := range c.required {
 			required[r] = "required"
+		}
+		if _, ok := required["config"]; ok {
+			required["config"] = "default: $" + configEnv + ", else " + defaultConfig
 		}
 		bySub := map[string][]string{}
 		for _, sub := range c.subs {

@@ -9,6 +9,10 @@ import (
 	"os"
 	"strings"
 	"sync/atomic"
+	// The zone database inside the binary: the image is FROM scratch and a
+	// host may lack /usr/share/zoneinfo, while configs name zones
+	// (Europe/Berlin). The system's database is still used when present.
+	_ "time/tzdata"
 
 	"github.com/partner-intake/partner-intake/internal/pgerr"
 )

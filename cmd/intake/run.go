@@ -2,11 +2,14 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"os"
 	"os/signal"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -62,33 +65,45 @@ func claimPool(ctx context.Context, e *env) (*pgxpool.Pool, error) {
 }
 
 func open(ctx context.Context, path string, stderr io.Writer) (*env, int) {
+	return openReporting(ctx, path, stderr, func(err error, code int) int { fmt.Fprintln(stderr, err); return code })
+}
+
+// openReporting is open with its errors given to fail (intake run logs
+// them in the selected log format).
+func openReporting(ctx context.Context, path string, stderr io.Writer, fail func(error, int) int) (*env, int) {
 	cfg, err := config.Load(path)
 	if err != nil {
-		fmt.Fprintln(stderr, err)
-		return nil, 2
+		return nil, fail(err, 2)
 	}
 	url, err := cfg.DatabaseURL()
 	if err != nil {
-		fmt.Fprintln(stderr, err)
-		return nil, 2
+		return nil, fail(err, 2)
 	}
 	pc, err := poolConfig(cfg, url)
 	if err != nil {
-		fmt.Fprintln(stderr, err)
-		return nil, 2
+		return nil, fail(err, 2)
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
-		fmt.Fprintln(stderr, "database:", err)
-		return nil, 1
+		return nil, fail(fmt.Errorf("database: %w", err), 1)
 	}
 	sp, err := spool.New(cfg.Spool.Dir)
 	if err != nil {
 		pool.Close()
-		fmt.Fprintln(stderr, err)
-		return nil, 1
+		return nil, fail(err, 1)
 	}
 	return &env{cfg: cfg, url: url, pool: pool, spool: sp, log: newLogger(stderr)}, 0
+}
+
+// fatalLogger reports the error that ends `intake run` before its services
+// run as one record of the selected log format (one JSON line under
+// --log-format json), with the exit code it ends with.
+func fatalLogger(stderr io.Writer) func(err error, code int) int {
+	log := newLogger(stderr)
+	return func(err error, code int) int {
+		log.Error("intake run: cannot start", "err", err, "exit_code", code)
+		return code
+	}
 }
 
 // migrate brings the schema up to date. golang-migrate (advisory-locked)
@@ -129,6 +144,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	if err := parseFlags(fs, args); err != nil {
 		return 2
 	}
+	fatal := fatalLogger(stderr)
 	end := &ending{}
 	defer end.run()
 	// SIGHUP is caught from the start: its default would end the process.
@@ -139,11 +155,11 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	end.add(stop)
 	stopProfile, err := startCPUProfile()
 	if err != nil {
-		fmt.Fprintln(stderr, "intake run:", err)
-		return 1
+		return fatal(err, 1)
 	}
 	defer stopProfile()
-	e, code := open(ctx, *path, stderr) // the pool connects lazily
+	// the pool connects lazily
+	e, code := openReporting(ctx, *path, stderr, fatal)
 	if e == nil {
 		return code
 	}
@@ -155,8 +171,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 		e.log.Info("spool made readable by intake's user alone", "entries", n)
 	}
 	if missing := notify.MissingSecrets(e.cfg.Notify, e.cfg.Partners); len(missing) > 0 {
-		fmt.Fprintf(stderr, "intake run: notify: secret_env %v not set (webhooks are always signed)\n", missing)
-		return 2
+		return fatal(fmt.Errorf("notify: secret_env %v not set (webhooks are always signed)", missing), 2)
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -171,16 +186,14 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 		// backend for it, about 20 ms of the database's CPU (measured).
 		claims, err := claimPool(ctx, e)
 		if err != nil {
-			fmt.Fprintln(stderr, "database:", err)
-			return 1
+			return fatal(fmt.Errorf("database: %w", err), 1)
 		}
 		defer claims.Close()
 		ic.ClaimDB = claims
 	}
 	d, err := intake.New(ic, e.cfg.Partners, e.pool, e.spool, reg, e.log)
 	if err != nil {
-		fmt.Fprintln(stderr, "intake run:", err)
-		return 2
+		return fatal(err, 2)
 	}
 	if *once {
 		// SSH handshakes overlap the schema and target checks. A daemon
@@ -191,12 +204,36 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 		// go on every way out (Stop)
 		defer d.Stop()
 	}
+	// A daemon serves /healthz (200) and /readyz (503, saying what it
+	// waits for) from here on, and waits for the database instead of
+	// exiting: under an orchestrator an exit while the database is down
+	// is a crash loop. A one-shot run fails at once.
+	var waiting atomic.Pointer[error]
+	setWaiting := func(err error) { waiting.Store(&err) }
+	setWaiting(errors.New("starting: schema and target checks"))
+	if !*once && e.cfg.HTTP.Listen != "off" {
+		srv := opshttp.New(e.cfg.HTTP.Listen, reg, opshttp.Checks{
+			Starting: func() error { return *waiting.Load() },
+			Database: func(ctx context.Context) error { return e.pool.Ping(ctx) },
+			Schema:   func(ctx context.Context) error { return migrations.Current(ctx, e.pool) },
+			Spool:    e.spool.Probe,
+			Partners: func() any { return d.PartnerStates() },
+		}, e.log)
+		if err := srv.Start(context.WithoutCancel(ctx)); err != nil {
+			return fatal(err, 1)
+		}
+		end.add(srv.Stop)
+	}
+	if !*once {
+		if err := waitForDatabase(ctx, e.pool, e.log, setWaiting); err != nil {
+			return stoppedWhileStarting(e)
+		}
+	}
 	if err := e.migrate(ctx); err != nil {
 		if ctx.Err() != nil {
 			return stoppedWhileStarting(e)
 		}
-		fmt.Fprintln(stderr, err)
-		return 1
+		return fatal(err, 1)
 	}
 	if *once {
 		// The worker id, taken on the pool's connection right after the
@@ -205,16 +242,14 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 		// going) polls nothing (intake/workerid.go). A daemon takes it in
 		// Start, on a connection of its own.
 		if err := d.HoldWorkerIDOnPool(ctx); err != nil {
-			fmt.Fprintln(stderr, "intake run:", err)
-			return 1
+			return fatal(err, 1)
 		}
 	}
 	if err := d.CheckTargets(ctx); err != nil {
 		if ctx.Err() != nil {
 			return stoppedWhileStarting(e)
 		}
-		fmt.Fprintln(stderr, "intake run:", err)
-		return 1
+		return fatal(err, 1)
 	}
 	logUntrustedCalls(ctx, e)
 	if *once {
@@ -242,19 +277,10 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	}
 	rec, err := reconcile.New(e.cfg.Reconcile, e.cfg.WorkerID, e.cfg.Lease, e.pool, e.spool, e.cfg.Partners, reg, e.log, d.TakenOver)
 	if err != nil {
-		fmt.Fprintln(stderr, "intake run:", err)
-		return 2
+		return fatal(err, 2)
 	}
+	setWaiting(nil)
 	var services []service
-	if e.cfg.HTTP.Listen != "off" {
-		srv := opshttp.New(e.cfg.HTTP.Listen, reg, opshttp.Checks{
-			Database: func(ctx context.Context) error { return e.pool.Ping(ctx) },
-			Schema:   func(ctx context.Context) error { return migrations.Current(ctx, e.pool) },
-			Spool:    e.spool.Probe,
-			Partners: func() any { return d.PartnerStates() },
-		}, e.log)
-		services = append(services, service{"http", srv})
-	}
 	if e.cfg.Console.Enabled() {
 		parts := e.cfg.Partners
 		scope := make([]string, len(parts))
@@ -267,8 +293,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 			Log:     e.log.With("component", "console"),
 		})
 		if err != nil {
-			fmt.Fprintln(stderr, "intake run:", err)
-			return 1
+			return fatal(err, 1)
 		}
 		services = append(services, service{"console", con})
 	}
@@ -480,5 +505,47 @@ func logUntrustedCalls(ctx context.Context, e *env) {
 					"target", tbl, "caller", c.by, "function", c.function, "owner", c.owner)
 			}
 		}
+	}
+}
+
+// Backoff of the wait for the database at start: doubling from
+// dbWaitFirst up to dbWaitMax, each step jittered by up to a quarter so
+// replicas restarted together do not knock in step.
+const (
+	dbWaitFirst = 500 * time.Millisecond
+	dbWaitMax   = 30 * time.Second
+)
+
+// waitForDatabase pings the pool until the database answers, logging each
+// failed attempt once with the wait before the next, and telling readiness
+// (setWaiting) why the daemon is not ready. It returns ctx's error when a
+// signal ends the wait.
+func waitForDatabase(ctx context.Context, pool *pgxpool.Pool, log *slog.Logger, setWaiting func(error)) error {
+	wait := dbWaitFirst
+	for attempt := 1; ; attempt++ {
+		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		err := pool.Ping(pctx)
+		cancel()
+		if err == nil {
+			if attempt > 1 {
+				log.Info("database reachable", "attempt", attempt)
+			}
+			setWaiting(errors.New("starting: schema and target checks"))
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		next := wait + time.Duration(rand.Int64N(int64(wait/4)+1))
+		setWaiting(fmt.Errorf("waiting for the database (attempt %d, next in %s): %w", attempt, next.Round(time.Millisecond), err))
+		log.Warn("database unreachable at start; waiting", "attempt", attempt, "retry_in", next.Round(time.Millisecond).String(), "err", err)
+		t := time.NewTimer(next)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+		wait = min(2*wait, dbWaitMax)
 	}
 }

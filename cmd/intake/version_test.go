@@ -2,7 +2,10 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"testing"
@@ -99,9 +102,52 @@ func TestLoggerHonoursFlagsAndRedacts(t *testing.T) {
 	}
 }
 
-func TestRunWithoutConfigIsAUsageError(t *testing.T) {
+// run without --config reads $INTAKE_CONFIG: a file that is not there is
+// a config error (exit 2) naming it.
+func TestRunWithoutConfigReadsINTAKE_CONFIG(t *testing.T) {
+	missing := t.TempDir() + "/absent.yaml"
+	t.Setenv("INTAKE_CONFIG", missing)
 	var out, errb bytes.Buffer
-	if code := run([]string{"run"}, &out, &errb); code != 2 || !strings.Contains(errb.String(), "--config FILE is required") {
-		t.Fatalf("exit %d, stderr %q; want 2 and a clear message", code, errb.String())
+	if code := run([]string{"run"}, &out, &errb); code != 2 || !strings.Contains(errb.String(), missing) {
+		t.Fatalf("exit %d, stderr %q; want 2 naming %s", code, errb.String(), missing)
+	}
+}
+
+// A fatal start-up error of `intake run` is one record of the selected log
+// format: under --log-format json one JSON line carrying the error and the
+// exit code, even when the error itself spans lines.
+func TestRunFatalStartErrorIsOneRecordOfTheLogFormat(t *testing.T) {
+	cfg := filepath.Join(t.TempDir(), "bad.yaml")
+	// two unknown keys: the config error names both, on lines of its own
+	if err := os.WriteFile(cfg, []byte("worker_id: x\nnot_a_key: 1\nnor_this: 2\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var out, errb bytes.Buffer
+	code := run([]string{"--log-format", "json", "run", "--config", cfg}, &out, &errb)
+	if code != 2 {
+		t.Fatalf("exit %d, want 2: %s", code, errb.String())
+	}
+	lines := strings.Split(strings.TrimRight(errb.String(), "\n"), "\n")
+	if len(lines) != 1 {
+		t.Fatalf("stderr is %d lines, want one JSON line:\n%s", len(lines), errb.String())
+	}
+	var rec struct {
+		Level    string `json:"level"`
+		Msg      string `json:"msg"`
+		Err      string `json:"err"`
+		ExitCode int    `json:"exit_code"`
+	}
+	if err := json.Unmarshal([]byte(lines[0]), &rec); err != nil {
+		t.Fatalf("stderr is not JSON: %v: %s", err, lines[0])
+	}
+	if rec.Level != "ERROR" || rec.ExitCode != 2 || !strings.Contains(rec.Err, "not_a_key") || !strings.Contains(rec.Err, cfg) {
+		t.Fatalf("record %+v: want level ERROR, exit_code 2 and the config error naming the key and file", rec)
+	}
+
+	errb.Reset()
+	if code := run([]string{"--log-format", "text", "run", "--config", cfg}, &out, &errb); code != 2 ||
+		strings.Count(strings.TrimRight(errb.String(), "\n"), "\n") != 0 || !strings.HasPrefix(errb.String(), "time=") ||
+		!strings.Contains(errb.String(), "exit_code=2") {
+		t.Fatalf("--log-format text: exit %d, want 2 and one text record:\n%s", code, errb.String())
 	}
 }

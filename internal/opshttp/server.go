@@ -40,6 +40,9 @@ type Config struct {
 
 // Checks are what readiness asks.
 type Checks struct {
+	// Starting reports what the process still waits for before it serves
+	// (the database at start), nil once it runs: readiness fails with it.
+	Starting func() error
 	Database func(context.Context) error
 	Schema   func(context.Context) error
 	Spool    func() error
@@ -159,6 +162,9 @@ func Readiness(ctx context.Context, c Checks) Result {
 			return
 		}
 		res.Checks[name] = "ok"
+	}
+	if c.Starting != nil {
+		set("start", c.Starting())
 	}
 	if c.Database != nil {
 		set("database", c.Database(ctx))

@@ -17,7 +17,9 @@ func TestExampleConfigIsValid(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if f.WorkerID != "intake-1" || len(f.Partners) != 1 || f.Partners[0].Feeds[0].Key[0] != "order_id" {
+	// the example sets no worker_id: it is the host name
+	host, _ := os.Hostname()
+	if f.WorkerID != host || host == "" || len(f.Partners) != 1 || f.Partners[0].Feeds[0].Key[0] != "order_id" {
 		t.Fatalf("got %+v", f)
 	}
 	if f.Database.URLEnv != "INTAKE_DATABASE_URL" {

@@ -1,0 +1,66 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+)
+
+// defaultHealthURL is the liveness endpoint of a daemon on this host with
+// the packaged and image config (http.listen :9464).
+const defaultHealthURL = "http://127.0.0.1:9464/healthz"
+
+// cmdHealthcheck asks a running daemon's /healthz (or /readyz with
+// --ready) and exits 0 on a 2xx answer, 1 on anything else or no answer.
+// The image has no shell or curl, so its HEALTHCHECK and a Kubernetes exec
+// probe run this; it needs no config and no database.
+func cmdHealthcheck(args []string, stdout, stderr io.Writer) int {
+	fs := newFlags("healthcheck", stderr)
+	u := fs.String("url", defaultHealthURL, "the endpoint to ask")
+	ready := fs.Bool("ready", false, "ask /readyz instead of /healthz (same host and port as --url)")
+	timeout := fs.Duration("timeout", 3*time.Second, "give up after this long")
+	if err := parseFlags(fs, args); err != nil {
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "intake healthcheck: takes no arguments (got %q)\n", fs.Arg(0))
+		return 2
+	}
+	target, err := url.Parse(*u)
+	if err != nil || (target.Scheme != "http" && target.Scheme != "https") || target.Host == "" {
+		fmt.Fprintf(stderr, "intake healthcheck: --url %q: want http://HOST:PORT/PATH\n", *u)
+		return 2
+	}
+	if *ready {
+		target.Path = "/readyz"
+	}
+	if *timeout <= 0 {
+		fmt.Fprintf(stderr, "intake healthcheck: --timeout %v: want a positive duration\n", *timeout)
+		return 2
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, target.String(), nil)
+	if err != nil {
+		fmt.Fprintf(stderr, "intake healthcheck: %v\n", err)
+		return 2
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		fmt.Fprintf(stderr, "intake healthcheck: %s: %v\n", target, err)
+		return 1
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	line := strings.TrimSpace(string(body))
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		fmt.Fprintf(stderr, "intake healthcheck: %s: %s %s\n", target, resp.Status, line)
+		return 1
+	}
+	fmt.Fprintf(stdout, "%s: %s\n", target, resp.Status)
+	return 0
+}
