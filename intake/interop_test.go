@@ -28,13 +28,17 @@ import (
 // its VFS keeps directories and set mtimes while the process lives.
 var interopProfiles = map[string]partners.Profile{
 	testenv.ServerOpenSSH: {
-		PosixRename: true, Hardlink: true, Fsync: true, StatVFS: true, EmptyDirPersists: true, MtimeStep: time.Second, RealPath: true},
+		PosixRename: true, Hardlink: true, Fsync: true, StatVFS: true, EmptyDirPersists: true, MtimeStep: time.Second, RealPath: true,
+		MaxRead: 255 << 10, Handles: 64},
 	testenv.ServerProFTPD: {
-		PosixRename: true, Hardlink: true, Fsync: true, StatVFS: true, EmptyDirPersists: true, MtimeStep: time.Second, RealPath: true},
+		PosixRename: true, Hardlink: true, Fsync: true, StatVFS: true, EmptyDirPersists: true, MtimeStep: time.Second, RealPath: true,
+		MaxRead: 256 << 10, Handles: 64},
 	testenv.ServerRcloneLocal: {RenameOverwrites: true,
-		PosixRename: true, Hardlink: true, StatVFS: true, EmptyDirPersists: true, MtimeStep: time.Second, RealPath: true},
+		PosixRename: true, Hardlink: true, StatVFS: true, EmptyDirPersists: true, MtimeStep: time.Second, RealPath: true,
+		MaxRead: 32 << 10, Handles: 64},
 	testenv.ServerRcloneMemory: {RenameOverwrites: true,
-		PosixRename: true, Hardlink: true, StatVFS: true, EmptyDirPersists: true, MtimeStep: time.Second, RealPath: true},
+		PosixRename: true, Hardlink: true, StatVFS: true, EmptyDirPersists: true, MtimeStep: time.Second, RealPath: true,
+		MaxRead: 32 << 10, Handles: 64},
 }
 
 // Partners run servers nobody here wrote. On each server the tests start

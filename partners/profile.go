@@ -2,13 +2,17 @@ package partners
 
 import (
 	"crypto/rand"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
 	"path"
 	"strings"
+	"sync"
 	"time"
+
+	"github.com/pkg/sftp"
 )
 
 // Profile is what a partner's server was measured to do, in a scratch
@@ -37,7 +41,21 @@ type Profile struct {
 	CaseInsensitive bool
 	// RealPath: REALPATH of the scratch directory answered an absolute path.
 	RealPath bool
+	// MaxRead is the most bytes the server answered one READ of
+	// maxReadProbe bytes with (0: not measured, the site allows no second
+	// channel). intake's reads ask for less (pkg/sftp's 32 KiB packets).
+	MaxRead int
+	// Handles is how many handles of one file the server let one session
+	// hold open at once, up to maxHandlesProbe (which means that many or
+	// more). intake holds a few per session.
+	Handles int
 }
+
+// What the limits are measured up to.
+const (
+	maxReadProbe    = 256 << 10
+	maxHandlesProbe = 64
+)
 
 // ErrRenameOverwrites refuses a partner with readiness: stable on a server
 // whose plain RENAME replaces an existing target. Such a server is served
@@ -82,13 +100,25 @@ func (p Profile) String() string {
 	if p.MtimeStep > 0 {
 		mtime = p.MtimeStep.String()
 	}
-	return fmt.Sprintf("rename %s; extensions %s; empty dirs %s; mtime %s; names %s; realpath %s",
+	read := "not measured"
+	if p.MaxRead > 0 {
+		read = fmt.Sprintf("%d KiB", p.MaxRead>>10)
+		if p.MaxRead&1023 != 0 {
+			read = fmt.Sprintf("%d bytes", p.MaxRead)
+		}
+	}
+	handles := fmt.Sprint(p.Handles)
+	if p.Handles >= maxHandlesProbe {
+		handles = fmt.Sprintf("%d or more", maxHandlesProbe)
+	}
+	return fmt.Sprintf("rename %s; extensions %s; empty dirs %s; mtime %s; names %s; realpath %s; largest read %s; open handles %s",
 		pick(p.RenameOverwrites, "overwrites", "refuses an existing target"),
 		strings.Join(ext, ","),
 		pick(p.EmptyDirPersists, "persist", "vanish"),
 		mtime,
 		pick(p.CaseInsensitive, "case-insensitive", "case-sensitive"),
-		pick(p.RealPath, "ok", "fails"))
+		pick(p.RealPath, "ok", "fails"),
+		read, handles)
 }
 
 // mtimeProbe is the time set on a probe file: an odd second, so a server
@@ -168,10 +198,78 @@ func (s *Session) MeasureProfile(worker string) (Profile, error) {
 	if rp, err := s.Client.RealPath(dir); err == nil && strings.HasPrefix(rp, "/") {
 		p.RealPath = true
 	}
+	p.Handles = s.measureHandles(a)
+	r := path.Join(dir, ".intake-probe-r-"+tag)
+	defer s.Remove(r)
+	p.MaxRead = s.measureRead(r)
+	if s.TimedOut() {
+		return p, s.Deadline(os.ErrDeadlineExceeded)
+	}
 	// last, as it leaves one file of the two: the RENAME onto an existing name
 	p.RenameOverwrites = s.Rename(a, bb) == nil
 	if s.TimedOut() {
 		return p, s.Deadline(os.ErrDeadlineExceeded)
 	}
 	return p, nil
+}
+
+// measureHandles opens the file p up to maxHandlesProbe times at once
+// (pkg/sftp keeps the OPENs in flight together) and counts the handles the
+// server gave, closing each.
+func (s *Session) measureHandles(p string) int {
+	files := make([]*sftp.File, maxHandlesProbe)
+	var wg sync.WaitGroup
+	for i := range files {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if f, err := s.Client.Open(p); err == nil {
+				files[i] = f
+			}
+		}()
+	}
+	wg.Wait()
+	n := 0
+	for _, f := range files {
+		if f != nil {
+			n++
+			f.Close()
+		}
+	}
+	return n
+}
+
+// measureRead writes maxReadProbe bytes to p and reads them back with one
+// READ on the listing channel: the bytes the server answers with are the
+// most it serves at once. 0 when the site allows no second channel or the
+// read fails.
+func (s *Session) measureRead(p string) int {
+	f, err := s.Create(p)
+	if err != nil {
+		return 0
+	}
+	_, err = f.Write(make([]byte, maxReadProbe))
+	f.Close()
+	if err != nil {
+		return 0
+	}
+	c, h, err := s.openListed(p, fxfRead)
+	if err != nil {
+		return 0
+	}
+	defer c.closeHandle(h)
+	rd, err := c.start(fxpRead, str(h), binary.BigEndian.AppendUint64(nil, 0), u32(maxReadProbe))
+	if err != nil {
+		return 0
+	}
+	rep := <-rd
+	if rep.err != nil || rep.typ != fxpData {
+		return 0
+	}
+	d := decoder{b: rep.body}
+	b := d.str()
+	if d.err != nil {
+		return 0
+	}
+	return len(b)
 }

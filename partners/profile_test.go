@@ -32,7 +32,8 @@ func (s stampedInfo) ModTime() time.Time { return s.mtime }
 // scratch directory. Every server passes the probe with readiness rename;
 // with readiness stable, a server whose RENAME overwrites is refused.
 func TestTheProfileMeasuresWhatTheServerDoes(t *testing.T) {
-	inProcess := partners.Profile{PosixRename: true, Hardlink: true, StatVFS: true, EmptyDirPersists: true, RealPath: true}
+	inProcess := partners.Profile{PosixRename: true, Hardlink: true, StatVFS: true, EmptyDirPersists: true, RealPath: true,
+		MaxRead: 32 << 10, Handles: 64}
 	for _, tc := range []struct {
 		name  string
 		setup func(*sftpd.Server)
@@ -41,6 +42,8 @@ func TestTheProfileMeasuresWhatTheServerDoes(t *testing.T) {
 		{"as it is", func(*sftpd.Server) {}, func(p partners.Profile) partners.Profile { return p }},
 		{"a RENAME that overwrites", (*sftpd.Server).RenameOverwrites,
 			func(p partners.Profile) partners.Profile { p.RenameOverwrites = true; return p }},
+		{"reads answered with 4 KiB at most", func(srv *sftpd.Server) { srv.ShortReads(4096) },
+			func(p partners.Profile) partners.Profile { p.MaxRead = 4096; return p }},
 		{"names found by another case", (*sftpd.Server).CaseInsensitiveStat,
 			func(p partners.Profile) partners.Profile { p.CaseInsensitive = true; return p }},
 		{"an empty directory not listed", func(srv *sftpd.Server) {

@@ -18,12 +18,13 @@ func TestCheckAndRunAgreeOnEveryPartnerServerAndShowItsProfile(t *testing.T) {
 	const (
 		refuses    = "rename refuses an existing target; extensions posix-rename,hardlink,fsync,statvfs; empty dirs persist; mtime 1s; names case-sensitive; realpath ok"
 		overwrites = "rename overwrites; extensions posix-rename,hardlink,statvfs; empty dirs persist; mtime 1s; names case-sensitive; realpath ok"
+		limits     = "; open handles 64 or more"
 	)
 	profiles := map[string]string{
-		testenv.ServerOpenSSH:      refuses,
-		testenv.ServerProFTPD:      refuses,
-		testenv.ServerRcloneLocal:  overwrites,
-		testenv.ServerRcloneMemory: overwrites,
+		testenv.ServerOpenSSH:      refuses + "; largest read 255 KiB" + limits,
+		testenv.ServerProFTPD:      refuses + "; largest read 256 KiB" + limits,
+		testenv.ServerRcloneLocal:  overwrites + "; largest read 32 KiB" + limits,
+		testenv.ServerRcloneMemory: overwrites + "; largest read 32 KiB" + limits,
 	}
 	for _, srv := range testenv.Servers() {
 		profile, ok := profiles[srv.Name]
@@ -57,7 +58,7 @@ func TestCheckAndRunAgreeOnEveryPartnerServerAndShowItsProfile(t *testing.T) {
 					t.Fatalf("status does not show the profile %q:\n%s", profile, statusOut)
 				}
 				taken := testenv.Count(t, pool, `SELECT count(*) FROM file_intake WHERE partner_id = 'srv'`)
-				if profile == overwrites && readiness == "stable" {
+				if strings.HasPrefix(profile, overwrites) && readiness == "stable" {
 					const reason = "readiness stable would move claimed files back into ready/"
 					if checkCode == 0 || runCode == 0 || !strings.Contains(checkOut, reason) || !strings.Contains(runOut+statusOut, reason) {
 						t.Fatalf("check %d, run %d: want both to refuse with %q\ncheck:\n%s\nrun:\n%s\nstatus:\n%s", checkCode, runCode, reason, checkOut, runOut, statusOut)
@@ -70,7 +71,7 @@ func TestCheckAndRunAgreeOnEveryPartnerServerAndShowItsProfile(t *testing.T) {
 				if checkCode != 0 || runCode != 0 {
 					t.Fatalf("check %d, run %d: want both to pass\ncheck:\n%s\nrun:\n%s", checkCode, runCode, checkOut, runOut)
 				}
-				if profile == overwrites && !strings.Contains(checkOut, "rename overwrites: intake makes sure of each rename's target first") {
+				if strings.HasPrefix(profile, overwrites) && !strings.Contains(checkOut, "rename overwrites: intake makes sure of each rename's target first") {
 					t.Fatalf("check does not say how it serves a server whose RENAME overwrites:\n%s", checkOut)
 				}
 				// readiness stable claims a file at its second sighting
