@@ -35,6 +35,7 @@ func Probe(ctx context.Context, p *Config, worker string) (Profile, error) {
 	if err != nil {
 		return prof, fmt.Errorf("partner %s: %w", p.ID, err)
 	}
+	prof.MaxRead, prof.Handles = s.MeasureLimits(worker)
 	if rerr != nil && prof.EmptyDirPersists {
 		return prof, fmt.Errorf("partner %s: dirs.ready %s: %w", p.ID, ready, rerr)
 	}

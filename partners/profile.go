@@ -41,14 +41,15 @@ type Profile struct {
 	CaseInsensitive bool
 	// RealPath: REALPATH of the scratch directory answered an absolute path.
 	RealPath bool
-	// MaxRead is the most bytes the server answered one READ of
-	// maxReadProbe bytes with (0: not measured, the site allows no second
-	// channel). intake's reads ask for less (pkg/sftp's 32 KiB packets).
-	MaxRead int
-	// Handles is how many handles of one file the server let one session
-	// hold open at once, up to maxHandlesProbe (which means that many or
-	// more). intake holds a few per session.
-	Handles int
+	// The server's limits, measured by `intake check` only (Probe:
+	// MeasureLimits; the daemon's daily measurement leaves them 0, not
+	// measured, to cost no transfer). MaxRead is the most bytes the
+	// server answered one READ of maxReadProbe bytes with (0 also on a
+	// site that allows no second channel); intake's reads ask for less
+	// (pkg/sftp's 32 KiB packets). Handles is how many handles of one file
+	// the server let one session hold open at once, up to maxHandlesProbe
+	// (which means that many or more); intake holds a few per session.
+	MaxRead, Handles int
 }
 
 // What the limits are measured up to.
@@ -100,6 +101,16 @@ func (p Profile) String() string {
 	if p.MtimeStep > 0 {
 		mtime = p.MtimeStep.String()
 	}
+	out := fmt.Sprintf("rename %s; extensions %s; empty dirs %s; mtime %s; names %s; realpath %s",
+		pick(p.RenameOverwrites, "overwrites", "refuses an existing target"),
+		strings.Join(ext, ","),
+		pick(p.EmptyDirPersists, "persist", "vanish"),
+		mtime,
+		pick(p.CaseInsensitive, "case-insensitive", "case-sensitive"),
+		pick(p.RealPath, "ok", "fails"))
+	if p.Handles == 0 {
+		return out // limits not measured (the daemon's measurement)
+	}
 	read := "not measured"
 	if p.MaxRead > 0 {
 		read = fmt.Sprintf("%d KiB", p.MaxRead>>10)
@@ -111,14 +122,7 @@ func (p Profile) String() string {
 	if p.Handles >= maxHandlesProbe {
 		handles = fmt.Sprintf("%d or more", maxHandlesProbe)
 	}
-	return fmt.Sprintf("rename %s; extensions %s; empty dirs %s; mtime %s; names %s; realpath %s; largest read %s; open handles %s",
-		pick(p.RenameOverwrites, "overwrites", "refuses an existing target"),
-		strings.Join(ext, ","),
-		pick(p.EmptyDirPersists, "persist", "vanish"),
-		mtime,
-		pick(p.CaseInsensitive, "case-insensitive", "case-sensitive"),
-		pick(p.RealPath, "ok", "fails"),
-		read, handles)
+	return out + fmt.Sprintf("; largest read %s; open handles %s", read, handles)
 }
 
 // mtimeProbe is the time set on a probe file: an odd second, so a server
@@ -198,19 +202,26 @@ func (s *Session) MeasureProfile(worker string) (Profile, error) {
 	if rp, err := s.Client.RealPath(dir); err == nil && strings.HasPrefix(rp, "/") {
 		p.RealPath = true
 	}
-	p.Handles = s.measureHandles(a)
-	r := path.Join(dir, ".intake-probe-r-"+tag)
-	defer s.Remove(r)
-	p.MaxRead = s.measureRead(r)
-	if s.TimedOut() {
-		return p, s.Deadline(os.ErrDeadlineExceeded)
-	}
+
 	// last, as it leaves one file of the two: the RENAME onto an existing name
 	p.RenameOverwrites = s.Rename(a, bb) == nil
 	if s.TimedOut() {
 		return p, s.Deadline(os.ErrDeadlineExceeded)
 	}
 	return p, nil
+}
+
+// MeasureLimits measures the server's limits in processing/<worker>/
+// (Profile.MaxRead, Profile.Handles) with a probe file of maxReadProbe
+// bytes of its own, removed after: `intake check` runs it when a partner
+// is onboarded; the daemon does not (256 KiB each way per partner).
+func (s *Session) MeasureLimits(worker string) (maxRead, handles int) {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	r := path.Join(s.Layout.ProcessingDir(worker), ".intake-probe-r-"+hex.EncodeToString(b[:]))
+	defer s.Remove(r)
+	maxRead = s.measureRead(r)
+	return maxRead, s.measureHandles(r)
 }
 
 // measureHandles opens the file p up to maxHandlesProbe times at once

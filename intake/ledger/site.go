@@ -23,22 +23,16 @@ type SiteProfile struct {
 }
 
 const siteProfileCols = `site, rename_overwrites, posix_rename, hardlink, fsync, statvfs, empty_dir_persists,
-	mtime_step_ms, case_insensitive, realpath, max_read_bytes, max_handles, measured_at`
+	mtime_step_ms, case_insensitive, realpath, measured_at`
 
 func scanSiteProfile(row pgx.Row, p *SiteProfile) error {
 	var posix, hard, fsync, statvfs, emptyDir, caseIns, realpath *bool
-	var step, maxRead, handles *int32
+	var step *int32
 	if err := row.Scan(&p.Site, &p.Profile.RenameOverwrites, &posix, &hard, &fsync, &statvfs, &emptyDir,
-		&step, &caseIns, &realpath, &maxRead, &handles, &p.MeasuredAt); err != nil {
+		&step, &caseIns, &realpath, &p.MeasuredAt); err != nil {
 		return err
 	}
-	p.Complete = realpath != nil && handles != nil
-	if maxRead != nil {
-		p.Profile.MaxRead = int(*maxRead)
-	}
-	if handles != nil {
-		p.Profile.Handles = int(*handles)
-	}
+	p.Complete = realpath != nil
 	deref := func(b *bool) bool { return b != nil && *b }
 	p.Profile.PosixRename, p.Profile.Hardlink, p.Profile.Fsync, p.Profile.StatVFS = deref(posix), deref(hard), deref(fsync), deref(statvfs)
 	p.Profile.EmptyDirPersists, p.Profile.CaseInsensitive, p.Profile.RealPath = deref(emptyDir), deref(caseIns), deref(realpath)
@@ -96,16 +90,15 @@ func (p prefixed) Scan(dest ...any) error { return p.rows.Scan(append([]any{p.id
 // RecordSiteProfile records a fresh measurement of the partner's server.
 func (l *Ledger) RecordSiteProfile(ctx context.Context, partner, site string, p partners.Profile) error {
 	_, err := l.pool.Exec(ctx, `INSERT INTO intake_site_profile (partner_id, site, rename_overwrites, posix_rename, hardlink,
-		    fsync, statvfs, empty_dir_persists, mtime_step_ms, case_insensitive, realpath, max_read_bytes, max_handles, measured_at)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, pg_catalog.now())
+		    fsync, statvfs, empty_dir_persists, mtime_step_ms, case_insensitive, realpath, measured_at)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, pg_catalog.now())
 		ON CONFLICT (partner_id) DO UPDATE SET site = EXCLUDED.site, rename_overwrites = EXCLUDED.rename_overwrites,
 		    posix_rename = EXCLUDED.posix_rename, hardlink = EXCLUDED.hardlink, fsync = EXCLUDED.fsync,
 		    statvfs = EXCLUDED.statvfs, empty_dir_persists = EXCLUDED.empty_dir_persists,
 		    mtime_step_ms = EXCLUDED.mtime_step_ms, case_insensitive = EXCLUDED.case_insensitive,
-		    realpath = EXCLUDED.realpath, max_read_bytes = EXCLUDED.max_read_bytes, max_handles = EXCLUDED.max_handles,
-		    measured_at = EXCLUDED.measured_at`,
+		    realpath = EXCLUDED.realpath, measured_at = EXCLUDED.measured_at`,
 		partner, site, p.RenameOverwrites, p.PosixRename, p.Hardlink, p.Fsync, p.StatVFS, p.EmptyDirPersists,
-		int32(p.MtimeStep/time.Millisecond), p.CaseInsensitive, p.RealPath, int32(p.MaxRead), int32(p.Handles))
+		int32(p.MtimeStep/time.Millisecond), p.CaseInsensitive, p.RealPath)
 	if err != nil {
 		return fmt.Errorf("record site profile: %w", err)
 	}

@@ -1,1 +1,0 @@
-ALTER TABLE intake_site_profile DROP COLUMN max_read_bytes, DROP COLUMN max_handles;
