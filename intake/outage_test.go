@@ -93,7 +93,7 @@ func testPostgresRestartDuringApply(t *testing.T, mode string) {
 				}
 				// the file failed on its own (its retry backoff, the
 				// partner's poll fine): the daemon's schedule polls again
-				time.Sleep(250 * time.Millisecond)
+				time.Sleep(250 * time.Millisecond) // the daemon's poll interval, which this loop stands in for
 				continue
 			}
 			errs = append(errs, err)

@@ -61,7 +61,7 @@ func TestPollOutcomesAreWrittenTogetherAsTheyHappened(t *testing.T) {
 	r.add("a", nil, 3, oldest)
 	r.add("b", errors.New("dial: refused"), 0, time.Time{})
 	r.add("a", errors.New("list ready: timeout"), 0, time.Time{})
-	time.Sleep(250 * time.Millisecond)
+	time.Sleep(250 * time.Millisecond) // outcomes are stamped when noted: the write comes later, and the rows must carry the noted times
 	wrote := write()
 	a, b := read("a", wrote), read("b", wrote)
 	if a.okAt == nil || a.ready != 3 || a.oldest == nil || !a.oldest.Equal(oldest) || a.errText != "list ready: timeout" || !a.okBefore || !a.errBefore {
@@ -103,7 +103,7 @@ func TestPollOutcomesAreWrittenTogetherAsTheyHappened(t *testing.T) {
 	var older pollRecorder
 	older.add("d", nil, 1, time.Time{})
 	older.add("d", errors.New("list ready: old"), 0, time.Time{})
-	time.Sleep(10 * time.Millisecond)
+	time.Sleep(10 * time.Millisecond) // r's outcomes noted on a later clock reading than older's
 	r.add("d", nil, 2, time.Time{})
 	r.add("d", errors.New("list ready: new"), 0, time.Time{})
 	write()

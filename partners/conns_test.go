@@ -284,6 +284,8 @@ func TestASessionClosedDuringAHangRetiresItsConnection(t *testing.T) {
 		_, err := hs.Open(hs.Layout.ReadyDir() + "/stuck.csv")
 		done <- err
 	}()
+	// the OPEN blocks inside the sftp-server's open(2) of a FIFO, where no
+	// state of ours shows it has arrived: time for it to get there
 	time.Sleep(300 * time.Millisecond)
 	hs.Close()
 	select {
@@ -323,7 +325,7 @@ func TestAStuckWriteEndsWithItsConnection(t *testing.T) {
 		t.Fatal(err)
 	}
 	go hs.Open(hs.Layout.ReadyDir() + "/stuck.csv") // the sftp-server stops here
-	time.Sleep(200 * time.Millisecond)
+	time.Sleep(200 * time.Millisecond) // as above: nothing shows the OPEN arrived but time
 	done := make(chan error, 1)
 	go func() {
 		_, err := f.Write(make([]byte, 16<<20))
@@ -358,14 +360,16 @@ func TestAStuckWriteEndsWithItsConnection(t *testing.T) {
 // (one and a half timeouts).
 func TestAJoinerDialEndsWithinItsDialTimeout(t *testing.T) {
 	const timeout = 3 * time.Second
-	_, first, joiner := frozenSite(t, timeout)
+	proxy, first, joiner := frozenSite(t, timeout)
 	pool := partners.NewConns(3)
 	firstErr := make(chan error, 1)
 	go func() {
 		_, err := pool.Dial(context.Background(), first)
 		firstErr <- err
 	}()
-	time.Sleep(timeout / 2) // the first dial is under way: the joiner waits for it
+	// the first dial is under way (its connection held by the frozen
+	// site): the joiner waits for it
+	testenv.WaitFor(t, timeout, func() bool { return proxy.Accepted() > 0 })
 	start := time.Now()
 	_, err := pool.Dial(context.Background(), joiner)
 	took := time.Since(start)
@@ -405,7 +409,7 @@ func TestALateJoinerLeavesTheConnectionAlone(t *testing.T) {
 		s, err := pool.Dial(context.Background(), first)
 		firstDone <- dialled{s, err}
 	}()
-	time.Sleep(200 * time.Millisecond) // the first dial is under way
+	testenv.WaitFor(t, timeout, func() bool { return proxy.Accepted() > 0 }) // the first dial is under way
 	joined := make(chan dialled, 1)
 	go func() {
 		s, err := pool.Dial(context.Background(), joiner)
@@ -413,7 +417,7 @@ func TestALateJoinerLeavesTheConnectionAlone(t *testing.T) {
 	}()
 	// the site answers once the joiner has less than a quarter of its
 	// timeout left, the first dial still a second or so
-	time.Sleep(time.Until(start.Add(timeout * 85 / 100)))
+	time.Sleep(time.Until(start.Add(timeout * 85 / 100))) // the test is about a deadline: the wait is the subject
 	proxy.Thaw()
 	f := <-firstDone
 	if f.err != nil {

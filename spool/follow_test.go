@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -18,8 +19,11 @@ func TestFollowerReadsWhatPutWrites(t *testing.T) {
 		}
 		data := bytes.Repeat([]byte("0123456789abcdef"), size/16+1)[:size]
 		got := make(chan []byte, 1)
+		var read atomic.Int64              // bytes the follower has read
+		progress := make(chan struct{}, 1) // a read returned
 		e, err := s.Put("acme", int64(size), 1<<30, func(w io.Writer) (int64, error) {
-			// stream slowly, in pieces, so the follower has to wait for bytes
+			// stream in pieces, each once the follower has read all
+			// before it, so the follower has to wait for bytes
 			var n int64
 			for p := data; len(p) > 0; {
 				k := min(len(p), 1<<20)
@@ -29,12 +33,31 @@ func TestFollowerReadsWhatPutWrites(t *testing.T) {
 					return n, err
 				}
 				p = p[k:]
-				time.Sleep(time.Millisecond)
+				for read.Load() < n && len(p) > 0 {
+					select {
+					case <-progress:
+					case <-time.After(10 * time.Second):
+						return n, errors.New("the follower did not catch up")
+					}
+				}
 			}
 			return n, nil
 		}, Follow(func(fl *Follower) {
 			go func() {
-				b, _ := io.ReadAll(fl)
+				var b []byte
+				buf := make([]byte, 64<<10)
+				for {
+					k, err := fl.Read(buf)
+					b = append(b, buf[:k]...)
+					read.Add(int64(k))
+					select {
+					case progress <- struct{}{}:
+					default:
+					}
+					if err != nil {
+						break
+					}
+				}
 				fl.Close()
 				got <- b
 			}()
@@ -90,7 +113,7 @@ func TestFollowerSeesAFailedPutAndStopsOnClose(t *testing.T) {
 				_, err := fl.Read(make([]byte, 10))
 				stopped <- err
 			}()
-			go func() { time.Sleep(20 * time.Millisecond); fl.Close() }()
+			go fl.Close() // the read waits for bytes, or finds the follower closed: either way it stops
 		}))
 	}()
 	if err := <-stopped; !errors.Is(err, ErrStopped) {

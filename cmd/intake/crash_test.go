@@ -300,7 +300,7 @@ func randomKillSoak(t *testing.T, rows, chunkRows int) {
 	cfg := writeConfigOpts(t, site, cfgOpts{poll: "@every 1s", chunkRows: chunkRows, spool: spoolDir, lease: "5s"})
 	for i := 0; i < kills; i++ {
 		p := startIntake(t, url, "", "run", "--config", cfg)
-		time.Sleep(time.Duration(100+rng.IntN(900)) * time.Millisecond)
+		time.Sleep(time.Duration(100+rng.IntN(900)) * time.Millisecond) // a random moment to kill at: the soak's subject
 		p.signal(syscall.SIGKILL)
 		p.wait(t, 30*time.Second)
 	}

@@ -148,9 +148,17 @@ func TestReadyzTellsOnlyLoopbackItsDetail(t *testing.T) {
 // A flood of /readyz probes runs the checks once per MaxAge: probes
 // that arrive while they run wait for that run's result.
 func TestReadyzRunsItsChecksOncePerInterval(t *testing.T) {
-	var spools, pings atomic.Int64
+	var spools, pings, started atomic.Int64
+	// the database check runs until every probe has arrived: they all
+	// meet a run in flight
 	srv := opshttp.New("127.0.0.1:0", prometheus.NewRegistry(), opshttp.Checks{
-		Database: func(context.Context) error { pings.Add(1); time.Sleep(50 * time.Millisecond); return nil },
+		Database: func(context.Context) error {
+			pings.Add(1)
+			deadline := time.Now().Add(10 * time.Second)
+			for tick := time.NewTicker(time.Millisecond); started.Load() < 200 && time.Now().Before(deadline); <-tick.C {
+			}
+			return nil
+		},
 		Spool:    func() error { spools.Add(1); return nil },
 		MaxAge:   time.Hour,
 	}, slog.New(slog.NewTextHandler(io.Discard, nil)))
@@ -160,6 +168,7 @@ func TestReadyzRunsItsChecksOncePerInterval(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			started.Add(1)
 			req := httptest.NewRequest("GET", "/readyz", nil)
 			req.RemoteAddr = "127.0.0.1:1"
 			rec := httptest.NewRecorder()

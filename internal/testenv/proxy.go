@@ -13,16 +13,17 @@ import (
 // open, accept new ones, and forward nothing either way (a hung site: a
 // stuck NAT or server that never answers and never hangs up).
 type Proxy struct {
-	ln     net.Listener
-	target string
-	cutAt  atomic.Int64 // 0: never
-	down   atomic.Int64 // bytes server -> client
-	cuts   atomic.Int64
-	mu     sync.Mutex
-	conns  []net.Conn
-	wg     sync.WaitGroup
-	closed chan struct{}
-	once   sync.Once
+	ln       net.Listener
+	target   string
+	cutAt    atomic.Int64 // 0: never
+	down     atomic.Int64 // bytes server -> client
+	cuts     atomic.Int64
+	accepted atomic.Int64 // client connections accepted (Accepted)
+	mu       sync.Mutex
+	conns    []net.Conn
+	wg       sync.WaitGroup
+	closed   chan struct{}
+	once     sync.Once
 
 	frozeMu sync.Mutex
 	frozen  chan struct{} // non-nil while frozen; closed by Thaw
@@ -85,6 +86,11 @@ func (p *Proxy) hold(done <-chan struct{}) {
 // Cuts is how many times connections were cut.
 func (p *Proxy) Cuts() int64 { return p.cuts.Load() }
 
+// Accepted is how many client connections the proxy accepted (a frozen
+// proxy accepts them and holds them): a test waits on it to know a dial
+// is under way.
+func (p *Proxy) Accepted() int64 { return p.accepted.Load() }
+
 // Close stops the proxy and its connections.
 func (p *Proxy) Close() {
 	p.once.Do(func() { close(p.closed) })
@@ -112,6 +118,7 @@ func (p *Proxy) accept() {
 		p.mu.Lock()
 		p.conns = append(p.conns, c)
 		p.mu.Unlock()
+		p.accepted.Add(1)
 		p.wg.Add(1)
 		go func() {
 			defer p.wg.Done()
