@@ -325,7 +325,7 @@ func TestAStuckWriteEndsWithItsConnection(t *testing.T) {
 		t.Fatal(err)
 	}
 	go hs.Open(hs.Layout.ReadyDir() + "/stuck.csv") // the sftp-server stops here
-	time.Sleep(200 * time.Millisecond) // as above: nothing shows the OPEN arrived but time
+	time.Sleep(200 * time.Millisecond)              // as above: nothing shows the OPEN arrived but time
 	done := make(chan error, 1)
 	go func() {
 		_, err := f.Write(make([]byte, 16<<20))

@@ -159,8 +159,8 @@ func TestReadyzRunsItsChecksOncePerInterval(t *testing.T) {
 			}
 			return nil
 		},
-		Spool:    func() error { spools.Add(1); return nil },
-		MaxAge:   time.Hour,
+		Spool:  func() error { spools.Add(1); return nil },
+		MaxAge: time.Hour,
 	}, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	var wg sync.WaitGroup
 	var bad atomic.Int64
