@@ -545,8 +545,13 @@ func (s *Spool) CreateTemp(partner string) (*os.File, error) {
 // spool written by a version that left its files group-readable (or
 // copied in by hand) is made the daemon's user's alone, directories 0700,
 // files 0600, as the spool writes them now. It returns how many entries it
-// changed; the daemon runs it once at start.
+// changed; the daemon runs it once at start. A spool whose root is the
+// user's alone was made (or tightened) so already: it is not walked, so a
+// start does not stat every file of a large spool each time.
 func (s *Spool) Tighten() (int, error) {
+	if fi, err := os.Stat(s.dir); err == nil && fi.Mode().Perm()&0o077 == 0 {
+		return 0, nil
+	}
 	n := 0
 	err := filepath.WalkDir(s.dir, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
