@@ -955,6 +955,11 @@ func (d *Daemon) resumeOwn(ctx context.Context, p *partnerRT, sess *partners.Ses
 				ListedSize: e.Size(), Worker: d.cfg.WorkerID})
 			continue
 		}
+		if strings.HasPrefix(name, partners.ProbePrefix) {
+			// a profile measurement killed part way: its probe entry
+			removeProbe(sess, path.Join(dir, name), e.IsDir())
+			continue
+		}
 		if !e.Mode().IsRegular() || strings.HasPrefix(name, ".") || !partners.SafeName(name) {
 			continue
 		}
@@ -1102,4 +1107,14 @@ func (r *fileRun) runAlone(ctx context.Context) error {
 func (r *fileRun) fencedOut(step string) {
 	r.d.metrics.fenced.WithLabelValues(r.in.Partner).Inc()
 	r.log.Warn("file lost to another owner; stopped work on it", "step", step)
+}
+
+// removeProbe removes a leftover probe entry of a killed profile
+// measurement from the worker's processing dir (gone already is fine).
+func removeProbe(sess *partners.Session, p string, dir bool) {
+	if dir {
+		_ = sess.RemoveDirectory(p)
+		return
+	}
+	_ = sess.Remove(p)
 }

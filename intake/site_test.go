@@ -332,3 +332,29 @@ func TestNamesThatDifferOnlyByCaseAreOneOnACaseInsensitiveServer(t *testing.T) {
 		})
 	}
 }
+
+// A profile measurement killed part way leaves its probe entries in the
+// worker's processing dir; the worker's next look through its dir (after
+// a start) removes them, and nothing else of the dir.
+func TestAKilledMeasurementsProbeFilesAreRemoved(t *testing.T) {
+	_, pool := testenv.DB(t)
+	site := testenv.NewSite(t, "probe")
+	own := filepath.Join(site.Root, "processing", "w1")
+	if err := os.MkdirAll(filepath.Join(own, partners.ProbePrefix+"d-0a0b"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{partners.ProbePrefix + "a-0a0b", partners.ProbePrefix + "b-0a0b", ".someone-elses"} {
+		if err := os.WriteFile(filepath.Join(own, name), []byte("x"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	site.Drop(t, "orders-1.csv", goodRows("P", 2))
+	r := newRig(t, pool, "w1", site)
+	r.poll("probe")
+	if got := site.Files(t, filepath.Join("processing", "w1")); len(got) != 1 || got[0] != ".someone-elses" {
+		t.Fatalf("processing/w1 holds %v, want only the dotfile that is not a probe's", got)
+	}
+	if fs := files(t, pool, "probe"); len(fs) != 1 || fs[0].State != "archived" {
+		t.Fatalf("files %+v", fs)
+	}
+}

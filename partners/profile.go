@@ -52,6 +52,11 @@ type Profile struct {
 	MaxRead, Handles int
 }
 
+// ProbePrefix begins the names of a measurement's probe files and
+// directory in processing/<worker>/; a measurement killed part way leaves
+// them, and the worker removes them when it next looks through its dir.
+const ProbePrefix = ".intake-probe-"
+
 // What the limits are measured up to.
 const (
 	maxReadProbe    = 256 << 10
@@ -150,9 +155,9 @@ func (s *Session) MeasureProfile(worker string) (Profile, error) {
 	_, _ = rand.Read(b[:])
 	tag := hex.EncodeToString(b[:])
 	dir := s.Layout.ProcessingDir(worker)
-	a := path.Join(dir, ".intake-probe-a-"+tag)
-	bb := path.Join(dir, ".intake-probe-b-"+tag)
-	d := path.Join(dir, ".intake-probe-d-"+tag)
+	a := path.Join(dir, ProbePrefix+"a-"+tag)
+	bb := path.Join(dir, ProbePrefix+"b-"+tag)
+	d := path.Join(dir, ProbePrefix+"d-"+tag)
 	defer s.Remove(a)
 	defer s.Remove(bb)
 	defer s.RemoveDirectory(d)
@@ -218,7 +223,7 @@ func (s *Session) MeasureProfile(worker string) (Profile, error) {
 func (s *Session) MeasureLimits(worker string) (maxRead, handles int) {
 	var b [6]byte
 	_, _ = rand.Read(b[:])
-	r := path.Join(s.Layout.ProcessingDir(worker), ".intake-probe-r-"+hex.EncodeToString(b[:]))
+	r := path.Join(s.Layout.ProcessingDir(worker), ProbePrefix+"r-"+hex.EncodeToString(b[:]))
 	defer s.Remove(r)
 	maxRead = s.measureRead(r)
 	return maxRead, s.measureHandles(r)
