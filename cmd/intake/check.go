@@ -16,6 +16,7 @@ import (
 	"github.com/partner-intake/partner-intake/intake"
 	"github.com/partner-intake/partner-intake/intake/target"
 	"github.com/partner-intake/partner-intake/internal/inert"
+	"github.com/partner-intake/partner-intake/internal/names"
 	"github.com/partner-intake/partner-intake/migrations"
 	"github.com/partner-intake/partner-intake/partners"
 )
@@ -283,6 +284,7 @@ func untrustedCalls(ctx context.Context, pool *pgxpool.Pool, table string, trust
 	if trusted == nil {
 		trusted = []string{}
 	}
+	schema, name := names.SplitTarget(table)
 	rs, err := pool.Query(ctx, `WITH RECURSIVE
 		t AS (SELECT pg_catalog.to_regclass($1::text)::oid AS rel),
 		rels AS (SELECT rel FROM t UNION SELECT p.relid::pg_catalog.oid FROM t, pg_catalog.pg_partition_tree(t.rel::pg_catalog.regclass) p),
@@ -331,7 +333,7 @@ func untrustedCalls(ctx context.Context, pool *pgxpool.Pool, table string, trust
 		JOIN pg_catalog.pg_roles r ON r.oid = p.proowner
 		WHERE p.pronamespace NOT IN ('pg_catalog'::pg_catalog.regnamespace, 'information_schema'::pg_catalog.regnamespace)
 		  AND r.rolname::text <> ALL ($2::text[])
-		ORDER BY 1, 2`, table, trusted)
+		ORDER BY 1, 2`, pgx.Identifier{schema, name}.Sanitize(), trusted)
 	if err != nil {
 		return nil, err
 	}

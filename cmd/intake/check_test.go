@@ -85,7 +85,7 @@ func TestCheckFailsWhenARoleMayCreateOnTheSearchPath(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	const ok = "ok   database: no role but its owner may create in a schema on intake's search_path (pg_catalog, public)"
+	const ok = "ok   database: no role but its owner may create in a schema on intake's search_path (pg_catalog, intake, public)"
 	code, out := runCLI("check", "--config", cfg)
 	if code != 0 || !strings.Contains(out, ok) {
 		t.Fatalf("check of a public schema only its owner may create in exited %d:\n%s", code, out)
@@ -94,7 +94,7 @@ func TestCheckFailsWhenARoleMayCreateOnTheSearchPath(t *testing.T) {
 	exec(`GRANT CREATE ON SCHEMA public TO PUBLIC`)
 	code, out = runCLI("check", "--config", cfg)
 	for _, w := range []string{
-		"FAIL database: PUBLIC may create in schema public, on intake's search_path (pg_catalog, public): a function or operator it creates there can run as intake's role; REVOKE CREATE ON SCHEMA public FROM PUBLIC",
+		"FAIL database: PUBLIC may create in schema public, on intake's search_path (pg_catalog, intake, public): a function or operator it creates there can run as intake's role; REVOKE CREATE ON SCHEMA public FROM PUBLIC",
 		"1 problem(s) found",
 	} {
 		if code != 1 || !strings.Contains(out, w) {
@@ -110,11 +110,18 @@ func TestCheckFailsWhenARoleMayCreateOnTheSearchPath(t *testing.T) {
 	exec(`CREATE ROLE "` + role + `" NOLOGIN; GRANT CREATE ON SCHEMA public TO "` + role + `"`)
 	t.Cleanup(func() { pool.Exec(context.Background(), `DROP OWNED BY "`+role+`"; DROP ROLE "`+role+`"`) })
 	code, out = runCLI("check", "--config", cfg)
-	if w := "FAIL database: " + role + " may create in schema public, on intake's search_path (pg_catalog, public): a function or operator it creates there can run as intake's role; REVOKE CREATE ON SCHEMA public FROM \"" + role + "\""; code != 1 || !strings.Contains(out, w) {
+	if w := "FAIL database: " + role + " may create in schema public, on intake's search_path (pg_catalog, intake, public): a function or operator it creates there can run as intake's role; REVOKE CREATE ON SCHEMA public FROM \"" + role + "\""; code != 1 || !strings.Contains(out, w) {
 		t.Fatalf("check with CREATE granted to a role exited %d, want 1 and %q:\n%s", code, w, out)
 	}
 
 	exec(`REVOKE CREATE ON SCHEMA public FROM "` + role + `"`)
+	// the ledger's own schema is on the path too
+	exec(`GRANT CREATE ON SCHEMA intake TO "` + role + `"`)
+	code, out = runCLI("check", "--config", cfg)
+	if w := "FAIL database: " + role + " may create in schema intake, on intake's search_path"; code != 1 || !strings.Contains(out, w) {
+		t.Fatalf("check with CREATE on the ledger's schema granted to a role exited %d, want 1 and %q:\n%s", code, w, out)
+	}
+	exec(`REVOKE CREATE ON SCHEMA intake FROM "` + role + `"`)
 	code, out = runCLI("check", "--config", cfg)
 	if code != 0 || !strings.Contains(out, ok) {
 		t.Fatalf("check after the REVOKE exited %d, want 0:\n%s", code, out)

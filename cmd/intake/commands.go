@@ -79,7 +79,7 @@ func init() {
 			summary: "list webhook deliveries whose retry budget ran out, send them again (audited)", subs: []string{"dead", "redeliver"},
 			required: []string{"config"}, subRequired: map[string][]string{"redeliver": {"reason"}}, helpArgs: []string{"dead"},
 			example: `intake notify redeliver --config /etc/intake/intake.yaml --all --reason "endpoint fixed"`, run: cmdNotify},
-		{name: "grants", usage: "--database NAME [--config FILE] [--daemon-role R] [--ops-role R] [--purge-role R]",
+		{name: "grants", usage: "--database NAME [--config FILE] [--daemon-role R] [--ops-role R] [--purge-role R] [--four-eyes]",
 			summary: "print the SQL that gives the daemon's, the ops and the purge role only the rights their jobs need",
 			example: "intake grants --database intake --ops-role intake_ops | psql -d intake -U intake_owner", run: cmdGrants},
 		{name: "purge", usage: "--config FILE", summary: "delete spool files, row issues, reports and audit rows past their retention",

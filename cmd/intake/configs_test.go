@@ -20,15 +20,15 @@ import (
 	"github.com/partner-intake/partner-intake/spool"
 )
 
-// names records the metric names collectors describe when registered.
-type names struct {
+// metricNames records the metric names collectors describe when registered.
+type metricNames struct {
 	prometheus.Registerer
 	seen map[string]bool
 }
 
 var fqName = regexp.MustCompile(`fqName: "([^"]+)"`)
 
-func (n *names) Register(c prometheus.Collector) error {
+func (n *metricNames) Register(c prometheus.Collector) error {
 	ch := make(chan *prometheus.Desc, 16)
 	go func() { c.Describe(ch); close(ch) }()
 	for d := range ch {
@@ -39,7 +39,7 @@ func (n *names) Register(c prometheus.Collector) error {
 	return n.Registerer.Register(c)
 }
 
-func (n *names) MustRegister(cs ...prometheus.Collector) {
+func (n *metricNames) MustRegister(cs ...prometheus.Collector) {
 	for _, c := range cs {
 		if err := n.Register(c); err != nil {
 			panic(err)
@@ -54,7 +54,7 @@ func TestAlertsAndDashboardUseExportedMetrics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	reg := &names{Registerer: prometheus.NewRegistry(), seen: map[string]bool{}}
+	reg := &metricNames{Registerer: prometheus.NewRegistry(), seen: map[string]bool{}}
 	sp, _ := spool.New(t.TempDir())
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	if _, err := intake.New(cfg.Intake(), cfg.Partners, nil, sp, reg, log); err != nil {

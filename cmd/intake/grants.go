@@ -10,6 +10,7 @@ import (
 
 	"github.com/partner-intake/partner-intake/cmd/intake/internal/config"
 	"github.com/partner-intake/partner-intake/intake/ledger"
+	"github.com/partner-intake/partner-intake/internal/names"
 	"github.com/partner-intake/partner-intake/migrations"
 	"github.com/partner-intake/partner-intake/partners"
 )
@@ -31,6 +32,7 @@ func cmdGrants(args []string, stdout, stderr io.Writer) int {
 	daemon := fs.String("daemon-role", defaultDaemonRole, "the role intake run connects as")
 	opsRole := fs.String("ops-role", defaultOpsRole, "the role of the ops commands (a NOLOGIN group granted to each person, best)")
 	purge := fs.String("purge-role", defaultPurgeRole, "the role intake purge connects as")
+	fourEyes := fs.Bool("four-eyes", false, "the database refuses an approval by whoever released or requested the file (default: the config's ops.four_eyes)")
 	if err := parseFlags(fs, args); err != nil {
 		return 2
 	}
@@ -41,6 +43,7 @@ func cmdGrants(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintln(stderr, "intake grants:", err)
 			return 2
 		}
+		*fourEyes = *fourEyes || cfg.Ops.FourEyes
 		if *database == "" {
 			if url, err := cfg.DatabaseURL(); err == nil {
 				if cc, err := pgx.ParseConfig(url); err == nil {
@@ -53,7 +56,7 @@ func cmdGrants(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "intake grants: give --database NAME (or --config with a database URL that names one)\ne.g. %s\n", lookup("grants").example)
 		return 2
 	}
-	roles := ledger.GrantRoles{Database: *database, Schema: migrations.Schema, Daemon: *daemon, Ops: *opsRole, Purge: *purge}
+	roles := ledger.GrantRoles{Database: *database, Schema: migrations.Schema, Daemon: *daemon, Ops: *opsRole, Purge: *purge, FourEyes: *fourEyes}
 	sql, err := ledger.Grants(roles)
 	if err != nil {
 		fmt.Fprintln(stderr, "intake grants:", err)
@@ -74,8 +77,8 @@ func cmdGrants(args []string, stdout, stderr io.Writer) int {
 // targetGrants is the daemon's rights on the target tables of parts'
 // feeds (docs/target-tables.md): rows are read (plans, the merge's
 // guard), inserted and updated (ON CONFLICT … DO UPDATE); deleted only by
-// a snapshot feed without deleted_at. An unqualified table is in the
-// ledger's schema, where the daemon's search path finds it.
+// a snapshot feed without deleted_at. An unqualified table is public's
+// (names.SplitTarget).
 func targetGrants(parts []partners.Config, daemon string) (string, error) {
 	role, err := ledger.QuoteIdent(daemon)
 	if err != nil {
@@ -85,10 +88,7 @@ func targetGrants(parts []partners.Config, daemon string) (string, error) {
 	deletes := map[table]bool{}
 	for _, p := range parts {
 		for _, f := range p.Feeds {
-			schema, name, ok := strings.Cut(f.Target, ".")
-			if !ok {
-				schema, name = migrations.Schema, f.Target
-			}
+			schema, name := names.SplitTarget(f.Target)
 			t := table{schema, name}
 			deletes[t] = deletes[t] || (f.Mode == partners.ModeSnapshot && f.DeletedAt == "")
 		}

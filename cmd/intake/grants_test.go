@@ -35,14 +35,7 @@ func TestGrantsGiveEachRoleItsJobOnly(t *testing.T) {
 	r := grantRoles(t, url, admin, cfg, "alice")
 	daemon, person, purge, as := r.daemon, r.people[0], r.purge, r.as
 	must := exitZero(t)
-	connect := func(role string) *pgx.Conn {
-		c, err := pgx.Connect(ctx, as(role))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c.Close(context.Background()) })
-		return c
-	}
+	connect := func(role string) *pgx.Conn { return testenv.Conn(t, as(role)) }
 	// refused: each statement fails with insufficient_privilege (42501),
 	// from the grants or the audit's guard
 	refused := func(c *pgx.Conn, who string, stmts ...string) {
@@ -136,7 +129,7 @@ func TestGrantsGiveEachRoleItsJobOnly(t *testing.T) {
 		`UPDATE intake_audit SET actor = 'someone else'`,
 		`DELETE FROM intake_audit`,
 		`SELECT intake_purge_audit('gr', pg_catalog.now())`,
-		`INSERT INTO orders (partner_id, order_id, amount, status, placed_at, last_intake_id) VALUES ('gr', 'X', 1, 'new', pg_catalog.now(), 1)`)
+		`INSERT INTO public.orders (partner_id, order_id, amount, status, placed_at, last_intake_id) VALUES ('gr', 'X', 1, 'new', pg_catalog.now(), 1)`)
 
 	// Every write of the ops role is audited first (row-level security):
 	// a plain UPDATE of a file's state changes nothing, nor does one in a
@@ -211,7 +204,7 @@ func TestGrantsGiveEachRoleItsJobOnly(t *testing.T) {
 		`UPDATE file_intake SET state = 'discarded'`,
 		`DELETE FROM file_intake`,
 		`SELECT count(*) FROM intake_quarantine`,
-		`SELECT count(*) FROM orders`)
+		`SELECT count(*) FROM public.orders`)
 }
 
 // With ops.four_eyes, the person who released a file cannot approve its
@@ -256,11 +249,33 @@ func TestFourEyesRefusesTheApprovalOfWhoReleased(t *testing.T) {
 
 	t.Setenv("INTAKE_DATABASE_URL", r.as(alice))
 	code, out := runCLI("approve", id, "--config", cfg, "--plan-hash", hash, "--reason", "fine now", "--actor", "someone else")
-	if w := "four eyes (ops.four_eyes): database user " + alice + " released it from quarantine"; code != 1 || !strings.Contains(out, w) {
+	if w := "four eyes (ops.four_eyes, or intake grants --four-eyes): database user " + alice + " released it from quarantine"; code != 1 || !strings.Contains(out, w) {
 		t.Fatalf("approve by who released: exit %d, want 1 and %q:\n%s", code, w, out)
 	}
+	// the rule is the database's too (intake grants set it from the
+	// config): a config without it, or SQL by hand, is refused the same
+	lax := writeConfigOpts(t, site, cfgOpts{feedExtra: "        approval: {always: true}\n"})
+	code, out = runCLI("approve", id, "--config", lax, "--plan-hash", hash, "--reason", "fine now", "--actor", "alice")
+	if w := "four eyes (ops.four_eyes, or intake grants --four-eyes): database user " + alice + " released it from quarantine"; code != 1 || !strings.Contains(out, w) {
+		t.Fatalf("approve by who released, with a config without four_eyes: exit %d, want 1 and %q:\n%s", code, w, out)
+	}
+	byHand := testenv.Conn(t, r.as(alice))
+	err := pgx.BeginFunc(context.Background(), byHand, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(context.Background(), `INSERT INTO intake_audit (actor, action, partner_id, intake_id, reason)
+			VALUES ('alice', 'approve', 'fe', $1::bigint, 'by hand')`, id); err != nil {
+			return err
+		}
+		_, err := tx.Exec(context.Background(), `UPDATE file_intake SET plan_decision = 'approved', approved_plan_hash = plan_hash
+			WHERE intake_id = $1::bigint`, id)
+		return err
+	})
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) || pe.Code != "42501" {
+		t.Fatalf("an approval by hand by who released: %v, want it refused by row-level security (42501)", err)
+	}
+
 	t.Setenv("INTAKE_DATABASE_URL", r.as(bob))
-	must(runCLI("approve", id, "--config", cfg, "--plan-hash", hash, "--reason", "fine now", "--actor", "bob"))
+	must(runCLI("approve", id, "--config", lax, "--plan-hash", hash, "--reason", "fine now", "--actor", "bob"))
 	if got := testenv.Strings(t, admin, `SELECT action || ' ' || db_user FROM intake_audit WHERE intake_id = $1 AND action IN ('reject', 'release', 'approve') ORDER BY audit_id`, id); strings.Join(got, ",") != "reject "+alice+",release "+alice+",approve "+bob {
 		t.Errorf("audit %v, want alice's reject and release, bob's approval", got)
 	}

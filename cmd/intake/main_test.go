@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -128,22 +130,99 @@ func (b *syncBuffer) String() string {
 	return b.buf.String()
 }
 
-// intake keeps its tables in public. A database whose intake tables are
-// in another schema (made under a path with a "$user" schema first) is
-// refused by `intake migrate`, naming the schema, rather than given a
-// second, empty ledger in public.
+// intake keeps its tables in a schema of its own. A database whose
+// intake tables are in another schema (made under a path with a "$user"
+// schema first) is refused by `intake migrate`, naming the schema, rather
+// than given a second, empty ledger.
 func TestMigrateRefusesIntakeTablesInAnotherSchema(t *testing.T) {
 	url, pool := testenv.DB(t)
 	t.Setenv("INTAKE_DATABASE_URL", url)
-	if _, err := pool.Exec(context.Background(), `CREATE SCHEMA intake_owner; ALTER TABLE intake_schema_migrations SET SCHEMA intake_owner`); err != nil {
+	if _, err := pool.Exec(context.Background(), `CREATE SCHEMA intake_owner; ALTER TABLE intake.intake_schema_migrations SET SCHEMA intake_owner`); err != nil {
 		t.Fatal(err)
 	}
 	code, out := runCLI("migrate")
-	if w := "intake's tables are in schema intake_owner, and intake keeps them in public"; code != 1 || !strings.Contains(out, w) {
+	if w := "intake's tables are in schema intake_owner, and intake keeps them in intake"; code != 1 || !strings.Contains(out, w) {
 		t.Fatalf("migrate exited %d, want 1 and %q:\n%s", code, w, out)
 	}
-	if n := testenv.Count(t, pool, `SELECT count(*) FROM pg_tables WHERE schemaname = 'public' AND tablename = 'intake_schema_migrations'`); n != 0 {
-		t.Fatal("migrate made a second migrations table in public")
+	if n := testenv.Count(t, pool, `SELECT count(*) FROM pg_tables WHERE schemaname = 'intake' AND tablename = 'intake_schema_migrations'`); n != 0 {
+		t.Fatal("migrate made a second migrations table")
+	}
+}
+
+// A ledger an earlier release kept in public is moved into intake's own
+// schema by `intake migrate`, with its rows, its grants (a role granted a
+// right on its tables gets USAGE on the new schema) and the purge
+// function's fixed search_path; the commands then find it there.
+func TestMigrateMovesALedgerKeptInPublic(t *testing.T) {
+	url, pool := testenv.DB(t)
+	ctx := context.Background()
+	t.Setenv("INTAKE_DATABASE_URL", url)
+	// the layout of an earlier release: the schema at version 17 (what
+	// later migrations made is dropped, by their down files), every ledger
+	// table and function in public, intake's schema absent
+	downs, err := filepath.Glob("../../migrations/*.down.sql")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sort.Sort(sort.Reverse(sort.StringSlice(downs)))
+	for _, f := range downs {
+		if filepath.Base(f) <= "017" {
+			break
+		}
+		sql, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mustExec(t, pool, string(sql))
+	}
+	mustExec(t, pool, `UPDATE intake_schema_migrations SET version = 17`)
+	tables := testenv.Strings(t, pool, `SELECT tablename::text FROM pg_tables WHERE schemaname = 'intake' ORDER BY 1`)
+	var move []string
+	for _, tb := range tables {
+		move = append(move, `ALTER TABLE intake.`+tb+` SET SCHEMA public`)
+	}
+	move = append(move,
+		`ALTER FUNCTION intake.intake_audit_guard() SET SCHEMA public`,
+		`ALTER FUNCTION intake.intake_purge_audit(text, timestamptz) SET SCHEMA public`,
+		`ALTER FUNCTION public.intake_purge_audit(text, timestamptz) SET search_path = public`,
+		`DROP SCHEMA intake`,
+		`CREATE ROLE legacy_reader`,
+		`GRANT SELECT ON public.file_intake TO legacy_reader`,
+		`INSERT INTO public.file_intake (partner_id, feed, remote_name, claimed_path, listed_size, state, worker_id, lease_until)
+			VALUES ('p1', 'orders', 'a.csv', 'processing/w/a.csv', 1, 'discarded', 'w', now())`)
+	for _, q := range move {
+		if _, err := pool.Exec(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	t.Cleanup(func() { _, _ = pool.Exec(ctx, `DROP OWNED BY legacy_reader; DROP ROLE legacy_reader`) })
+
+	if code, out := runCLI("migrate"); code != 0 || !strings.Contains(out, "schema at version") {
+		t.Fatalf("migrate exited %d:\n%s", code, out)
+	}
+	if left := testenv.Strings(t, pool, `SELECT tablename::text FROM pg_tables WHERE schemaname = 'public' AND tablename LIKE '%intake%' ORDER BY 1`); len(left) != 0 {
+		t.Fatalf("left in public: %v", left)
+	}
+	// each moved back, and the later migrations' tables made beside them
+	got := testenv.Strings(t, pool, `SELECT tablename::text FROM pg_tables WHERE schemaname = 'intake' ORDER BY 1`)
+	for _, tb := range tables {
+		if !slices.Contains(got, tb) {
+			t.Fatalf("tables in intake after the move: %v, want %v among them", got, tables)
+		}
+	}
+	if n := testenv.Count(t, pool, `SELECT count(*) FROM intake.file_intake WHERE partner_id = 'p1' AND remote_name = 'a.csv'`); n != 1 {
+		t.Fatalf("the ledger's row did not move with its table: %d", n)
+	}
+	if n := testenv.Count(t, pool, `SELECT count(*) FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+		WHERE n.nspname = 'intake' AND p.proname = 'intake_purge_audit' AND p.proconfig = '{search_path=intake}'`); n != 1 {
+		t.Fatal("intake_purge_audit did not move with its search_path set to intake")
+	}
+	if n := testenv.Count(t, pool, `SELECT count(*) FROM pg_namespace WHERE nspname = 'intake' AND has_schema_privilege('legacy_reader', oid, 'USAGE')`); n != 1 {
+		t.Fatal("a role granted on the ledger's tables was not granted USAGE on intake's schema")
+	}
+	// a second run finds the ledger in place
+	if code, out := runCLI("migrate"); code != 0 {
+		t.Fatalf("migrate again exited %d:\n%s", code, out)
 	}
 }
 

@@ -11,10 +11,10 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/internal/testenv"
+	"github.com/partner-intake/partner-intake/migrations"
 )
 
 // The audit's guard (migration 016) holds whatever a role was granted: a
@@ -40,14 +40,19 @@ func TestAuditIsAppendOnlyAndRecordsTheLoginRole(t *testing.T) {
 		}
 	}
 	exec(fmt.Sprintf(`CREATE ROLE %[1]s LOGIN; CREATE ROLE %[2]s NOLOGIN; GRANT %[2]s TO %[1]s; CREATE ROLE %[3]s LOGIN;
-		GRANT ALL ON intake_audit TO %[1]s, %[2]s;
+		GRANT USAGE ON SCHEMA intake TO %[1]s, %[2]s, %[3]s; GRANT ALL ON intake_audit TO %[1]s, %[2]s;
 		GRANT EXECUTE ON FUNCTION intake_purge_audit(text, timestamptz) TO %[3]s`, writer, other, purger))
 	t.Cleanup(func() {
 		admin.Exec(context.Background(), fmt.Sprintf(`DROP OWNED BY %[1]s, %[2]s, %[3]s; DROP ROLE %[1]s, %[2]s, %[3]s`, writer, other, purger))
 	})
 	as := func(role string) string { return strings.Replace(url, "//postgres@", "//"+role+"@", 1) }
 	connect := func(role string) *pgx.Conn {
-		c, err := pgx.Connect(ctx, as(role))
+		cc, err := pgx.ParseConfig(as(role))
+		if err != nil {
+			t.Fatal(err)
+		}
+		migrations.SetSearchPath(cc)
+		c, err := pgx.ConnectConfig(ctx, cc)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -89,11 +94,7 @@ func TestAuditIsAppendOnlyAndRecordsTheLoginRole(t *testing.T) {
 	exec(`INSERT INTO intake_audit (actor, action, partner_id, reason, at) VALUES
 		('x', 'old', 'p1', 'old', pg_catalog.now() - interval '500 days'),
 		('x', 'old', 'p2', 'old', pg_catalog.now() - interval '500 days')`)
-	pc, err := pgxpool.New(ctx, as(purger))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pc.Close()
+	pc := testenv.Pool(t, as(purger))
 	n, err := ledger.New(pc, time.Minute).PurgeAudit(ctx, "p1", time.Now().Add(-400*24*time.Hour))
 	if err != nil || n != 1 {
 		t.Fatalf("purge role's PurgeAudit: %d rows, %v; want 1", n, err)
@@ -101,11 +102,7 @@ func TestAuditIsAppendOnlyAndRecordsTheLoginRole(t *testing.T) {
 	if got := testenv.Strings(t, admin, `SELECT partner_id || ' ' || reason FROM intake_audit ORDER BY audit_id`); strings.Join(got, ",") != "p1 forged,p1 as a group,p2 old" {
 		t.Errorf("audit after the purge: %v, want p1's recent rows and p2's old one", got)
 	}
-	wp, err := pgxpool.New(ctx, as(writer))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer wp.Close()
+	wp := testenv.Pool(t, as(writer))
 	if _, err := ledger.New(wp, time.Minute).PurgeAudit(ctx, "p2", time.Now()); !errors.Is(err, ledger.ErrNotPurgeRole) {
 		t.Errorf("PurgeAudit by a role without EXECUTE: %v, want ErrNotPurgeRole", err)
 	}

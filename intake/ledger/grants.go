@@ -22,6 +22,9 @@ type GrantRoles struct {
 	Daemon   string // `intake run`'s role
 	Ops      string // the ops commands' role (a group of people, best)
 	Purge    string // `intake purge`'s role
+	// FourEyes: the database refuses an approval by whoever released or
+	// requested the file (intake_ops_policy).
+	FourEyes bool
 }
 
 // Grants is grants.sql with r's names in place of its variables, each
@@ -48,8 +51,11 @@ func Grants(r GrantRoles) (string, error) {
 		pairs = append(pairs, `:"`+k+`"`, q)
 		blanks = append(blanks, `:"`+k+`"`, "")
 	}
-	if rest := strings.NewReplacer(blanks...).Replace(GrantsTemplate); strings.Contains(rest, `:"`) {
-		i := strings.Index(rest, `:"`)
+	fourEyes := fmt.Sprintf("'%t'", r.FourEyes) // psql's :'var', a literal
+	pairs = append(pairs, `:'four_eyes'`, fourEyes)
+	blanks = append(blanks, `:'four_eyes'`, "")
+	if rest := strings.NewReplacer(blanks...).Replace(GrantsTemplate); strings.Contains(rest, `:"`) || strings.Contains(rest, ` :'`) {
+		i := max(strings.Index(rest, `:"`), strings.Index(rest, ` :'`))
 		return "", fmt.Errorf("grants.sql: a variable without a value at %q", rest[i:min(len(rest), i+30)])
 	}
 	out := strings.NewReplacer(pairs...).Replace(GrantsTemplate)

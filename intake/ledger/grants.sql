@@ -16,8 +16,9 @@
 -- docs/install.md); apply this as the owner of intake's tables after
 -- `intake migrate`. `intake grants` prints it with the names filled in
 -- (and the target tables of a config); with psql:
---   psql -v database=intake -v schema=public -v daemon_role=intake \
---        -v ops_role=intake_ops -v purge_role=intake_purge -f grants.sql
+--   psql -v database=intake -v schema=intake -v daemon_role=intake \
+--        -v ops_role=intake_ops -v purge_role=intake_purge \
+--        -v four_eyes=false -f grants.sql
 -- Applying it again is harmless. It grants, and revokes nothing: a role
 -- set up by an earlier guide keeps what it had until it is revoked
 -- (REVOKE ALL ON ALL TABLES IN SCHEMA … FROM …, then apply this).
@@ -203,3 +204,21 @@ CREATE POLICY intake_ops_audited ON :"schema".intake_outbox_delivery FOR UPDATE 
     USING (EXISTS (SELECT 1 FROM :"schema".intake_audit a WHERE a.action = 'notify_redeliver_request'
         AND a.at = pg_catalog.now() AND a.db_user = session_user))
     WITH CHECK (true);
+
+-- Four eyes (the config's ops.four_eyes, `intake grants --four-eyes`):
+-- an approval by the login role that released the file from quarantine
+-- or requested it as a replay is refused by the database, whatever the
+-- config of the CLI that runs it. The rule is intake_ops_policy's one row,
+-- which only the owner changes (here); the restrictive policy below
+-- refuses an ops role's UPDATE of a file in a transaction that audited
+-- its approval when the same login audited its release or replay.
+UPDATE :"schema".intake_ops_policy SET four_eyes = :'four_eyes'::boolean;
+GRANT SELECT ON :"schema".intake_ops_policy TO :"daemon_role", :"ops_role";
+DROP POLICY IF EXISTS intake_ops_four_eyes ON :"schema".file_intake;
+CREATE POLICY intake_ops_four_eyes ON :"schema".file_intake AS RESTRICTIVE FOR UPDATE TO :"ops_role"
+    USING (true)
+    WITH CHECK (NOT (SELECT p.four_eyes FROM :"schema".intake_ops_policy p)
+        OR NOT EXISTS (SELECT 1 FROM :"schema".intake_audit a WHERE a.intake_id = file_intake.intake_id
+            AND a.action = 'approve' AND a.at = pg_catalog.now() AND a.db_user = session_user)
+        OR NOT EXISTS (SELECT 1 FROM :"schema".intake_audit a WHERE a.intake_id = file_intake.intake_id
+            AND a.action IN ('release', 'replay') AND a.db_user = session_user));

@@ -4,10 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/partner-intake/partner-intake/internal/names"
 )
 
 // catalogColumn is one column of a target table as the catalog describes
@@ -38,6 +39,12 @@ type catalogColumn struct {
 	deterministic bool
 }
 
+// targetIdent is a configured target's schema and name.
+func targetIdent(table string) pgx.Identifier {
+	schema, name := names.SplitTarget(table)
+	return pgx.Identifier{schema, name}
+}
+
 // catalogTable is a target table as the catalog describes it.
 type catalogTable struct {
 	oid   uint32
@@ -46,15 +53,14 @@ type catalogTable struct {
 	order []string // column names in table order
 }
 
-// describe reads a target table's columns from the catalog. The table's
-// name is resolved once, on db's search_path (an unqualified name: the
-// ledger's schema, migrations.SearchPath), and the statements name the
-// table by its schema and name, quoted.
+// describe reads a target table's columns from the catalog. The table is
+// looked up by its schema and name (an unqualified name is public's:
+// names.SplitTarget), and the statements name it so, quoted.
 func describe(ctx context.Context, db *pgxpool.Pool, table string) (*catalogTable, error) {
 	var oid uint32
 	var schema, name string
 	err := db.QueryRow(ctx, `SELECT c.oid, n.nspname, c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-		WHERE c.oid = pg_catalog.to_regclass($1)`, pgx.Identifier(strings.Split(table, ".")).Sanitize()).Scan(&oid, &schema, &name)
+		WHERE c.oid = pg_catalog.to_regclass($1)`, targetIdent(table).Sanitize()).Scan(&oid, &schema, &name)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, &Error{Table: table, Detail: "does not exist (create it; see docs/target-tables.md)"}
 	}

@@ -49,6 +49,30 @@ func Target(s string) bool {
 	return Ident(s)
 }
 
+// TargetSchema is the schema of a target named without one: intake's
+// connections search only pg_catalog and the ledger's schema
+// (migrations.SearchPath), so an unqualified target is never looked up on
+// a path; it is the table in public.
+const TargetSchema = "public"
+
+// SplitTarget is a target's schema and table (TargetSchema when s names
+// none).
+func SplitTarget(s string) (schema, table string) {
+	if schema, table, ok := cut(s); ok {
+		return schema, table
+	}
+	return TargetSchema, s
+}
+
+func cut(s string) (before, after string, ok bool) {
+	for i := 0; i < len(s); i++ {
+		if s[i] == '.' {
+			return s[:i], s[i+1:], true
+		}
+	}
+	return s, "", false
+}
+
 // EnvName reports whether s is an environment variable name (EnvNameRule):
 // POSIX's letters, digits and '_', and the '.' and '-' Kubernetes allows.
 // A URL, a passphrase with spaces or punctuation is none: settings that

@@ -97,7 +97,7 @@ func Start(opts Options) (*Server, error) {
 			return nil, err
 		}
 		if err = s.StartServer(); err == nil {
-			return s, nil
+			return s, s.superuserPath()
 		}
 		if attempt == 3 {
 			return nil, err
@@ -141,6 +141,22 @@ func (s *Server) StopServer(mode string) error {
 func (s *Server) Close() error {
 	err := s.StopServer("immediate")
 	os.RemoveAll(s.Dir)
+	return err
+}
+
+// superuserPath gives the server's superuser a default search_path
+// with intake's ledger schema after public: SQL a test or the demo runs
+// by hand finds the ledger's tables unqualified and creates its own in
+// public. intake's connections set their own path (migrations.SearchPath),
+// and the other roles a test makes keep the server's default.
+func (s *Server) superuserPath() error {
+	ctx := context.Background()
+	c, err := pgx.Connect(ctx, s.URL("postgres"))
+	if err != nil {
+		return err
+	}
+	defer c.Close(ctx)
+	_, err = c.Exec(ctx, `ALTER ROLE postgres SET search_path = "$user", public, intake`)
 	return err
 }
 

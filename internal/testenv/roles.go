@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/partner-intake/partner-intake/intake/ledger"
@@ -26,7 +27,31 @@ func (r Roles) URL(role string) string {
 // the daemon's search path; closed at the end of the test.
 func (r Roles) DaemonPool(t testing.TB) *pgxpool.Pool {
 	t.Helper()
-	pc, err := pgxpool.ParseConfig(r.URL(r.Daemon))
+	return Pool(t, r.URL(r.Daemon))
+}
+
+// Conn is a connection to url with intake's search path
+// (migrations.SearchPath); closed at the end of the test.
+func Conn(t testing.TB, url string) *pgx.Conn {
+	t.Helper()
+	cc, err := pgx.ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	migrations.SetSearchPath(cc)
+	c, err := pgx.ConnectConfig(context.Background(), cc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close(context.Background()) })
+	return c
+}
+
+// Pool is a pool on url with intake's search path (migrations.SearchPath),
+// as intake's own pools are; closed at the end of the test.
+func Pool(t testing.TB, url string) *pgxpool.Pool {
+	t.Helper()
+	pc, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -82,8 +82,9 @@ type File struct {
 type Ops struct {
 	// FourEyes refuses `intake approve` by the database user who released
 	// the file from quarantine or requested it as a replay, as the audit
-	// recorded them (default false). The rule is the CLI's: it binds those
-	// who run it with this config.
+	// recorded them (default false). `intake grants` with this config makes
+	// it the database's rule too (intake_ops_policy), binding the ops role
+	// whatever config its CLI runs with.
 	FourEyes bool `yaml:"four_eyes"`
 }
 

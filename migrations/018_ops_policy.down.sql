@@ -1,0 +1,1 @@
+DROP TABLE intake_ops_policy;
