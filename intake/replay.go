@@ -22,6 +22,12 @@ type ReplayRequest struct {
 	// ForceOlder replays a snapshot older than one its feed has applied
 	// since, audited as such.
 	ForceOlder bool
+	// Handover records the replay and leaves it to a daemon: its row is
+	// committed with its lease ended, the next reconcile run takes it
+	// over and the taker's daemon applies it from its spool. What the ops
+	// role runs: it may record a replay (grants.sql), not apply one, and
+	// the spool is the daemon's.
+	Handover bool
 	// Inserted, if set, is called with the replay's row as soon as it is
 	// committed, before anything of it can fail.
 	Inserted func(*Intake)
@@ -69,7 +75,7 @@ func (d *Daemon) Replay(ctx context.Context, q ReplayRequest) (*Intake, error) {
 	}
 	// a compressed file's expanded copy is made again from the original
 	// (dropExpanded removed it when the file finished)
-	if !d.spool.Has(orig.Partner, orig.DataSHA256, orig.DataSize) && !d.spool.Has(orig.Partner, orig.SHA256, orig.Size) {
+	if !q.Handover && !d.spool.Has(orig.Partner, orig.DataSHA256, orig.DataSize) && !d.spool.Has(orig.Partner, orig.SHA256, orig.Size) {
 		return nil, fmt.Errorf("%w: the spool no longer holds the bytes of intake %d", ErrDecision, id)
 	}
 	p := d.parts[orig.Partner]
@@ -104,7 +110,7 @@ func (d *Daemon) Replay(ctx context.Context, q ReplayRequest) (*Intake, error) {
 		}
 	}
 	in, err := d.ledger.InsertReplay(ctx, orig, fmt.Sprintf("replay:%d:%d", id, time.Now().UnixNano()),
-		OpsWorker(d.cfg.WorkerID), root, override, q.Request, q.Actor, q.Reason)
+		OpsWorker(d.cfg.WorkerID), root, override, q.Request, q.Actor, q.Reason, q.Handover)
 	var live *ledger.LiveReplayError
 	if errors.As(err, &live) {
 		return nil, fmt.Errorf("%w: %w", ErrDecision, err)
@@ -117,6 +123,9 @@ func (d *Daemon) Replay(ctx context.Context, q ReplayRequest) (*Intake, error) {
 	}
 	if q.Inserted != nil {
 		q.Inserted(in)
+	}
+	if q.Handover {
+		return in, nil
 	}
 	if err := d.runReplay(ctx, p, in, q.Progress); err != nil {
 		return in, d.leaveReplay(ctx, in, err)
@@ -159,6 +168,9 @@ func (d *Daemon) settleReplay(ctx context.Context, q ReplayRequest, partner stri
 	}
 	if q.Inserted != nil {
 		q.Inserted(in)
+	}
+	if q.Handover {
+		return in, nil // recorded, handed over at birth: what was asked
 	}
 	return in, d.leaveReplay(ctx, in, fmt.Errorf("the reply to its commit was lost: %w", insertErr))
 }

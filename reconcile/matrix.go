@@ -299,8 +299,10 @@ func (r *Reconciler) rowExpiredLeases(ctx context.Context, p *partners.Config, s
 			name = path.Base(old.ClaimedPath) // a hostile entry's name never enters our paths: keep its generated one
 		}
 		dst := s.Layout.Processing(r.worker, name)
-		if p.Records() {
-			dst = old.ClaimedPath // claim: record: the file stays where it is
+		if p.Records() || old.ReplayOf != 0 {
+			// claim: record: the file stays where it is; a replay has no
+			// remote file (its bytes are the spool's)
+			dst = old.ClaimedPath
 		}
 		// The takeover's statement and its move are one step in the
 		// partner's claim section: an adopter never sees the file at its
@@ -330,7 +332,7 @@ func (r *Reconciler) takeOverExpired(ctx context.Context, p *partners.Config, s 
 	}
 	f := Finding{Kind: KindLeaseExpired, IntakeID: in.ID, Path: old.ClaimedPath,
 		Action: fmt.Sprintf("taken over from %s in state %s with fencing token %d", old.Worker, old.State, in.Token)}
-	if p.Records() {
+	if p.Records() || old.ReplayOf != 0 {
 		add(f)
 		r.takenOver(p.ID)
 		return nil

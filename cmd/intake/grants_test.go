@@ -115,6 +115,27 @@ func TestGrantsGiveEachRoleItsJobOnly(t *testing.T) {
 		JOIN intake_audit a ON a.intake_id = f.intake_id AND a.action = 'discard' WHERE f.intake_id = $1`, fs[2].ID); len(got) != 1 || got[0] != "discarded true "+person {
 		t.Errorf("discarded file %v, want discarded with its receipt, audited as %s", got, person)
 	}
+	// and replays the landed file: recorded as the person, handed to a
+	// daemon, which applies it (every row unchanged) once its reconcile
+	// run took it over
+	out = must(runCLI("replay", strconv.FormatInt(fs[0].ID, 10), "--config", cfg, "--reason", "target fixed", "--actor", "bob"))
+	var replayID int64
+	if i := strings.Index(out, "is intake "); i < 0 || !strings.Contains(out, "recorded and handed to a daemon") {
+		t.Fatalf("replay as the ops role said:\n%s", out)
+	} else {
+		fmt.Sscanf(out[i+len("is intake "):], "%d", &replayID)
+	}
+	if got := testenv.Strings(t, admin, `SELECT f.state || ' ' || a.db_user FROM file_intake f
+		JOIN intake_audit a ON a.intake_id = f.intake_id AND a.action = 'replay' WHERE f.replay_of = $1`, fs[0].ID); len(got) != 1 || got[0] != "spooled "+person {
+		t.Fatalf("the requested replay %v, want one spooled row audited as %s", got, person)
+	}
+	t.Setenv("INTAKE_DATABASE_URL", as(daemon))
+	runCLI("reconcile", "--config", cfg)
+	must(runCLI("run", "--config", cfg, "--once"))
+	if got := testenv.Strings(t, admin, `SELECT state || ' ' || rows_unchanged FROM file_intake WHERE intake_id = $1`, replayID); len(got) != 1 || got[0] != "archived 3" {
+		t.Fatalf("the replay after the daemon's reconcile and run: %v, want archived with 3 rows unchanged", got)
+	}
+	t.Setenv("INTAKE_DATABASE_URL", as(person))
 	if out := must(runCLI("audit", "--config", cfg)); !strings.Contains(out, "DB USER") || !strings.Contains(out, person) {
 		t.Errorf("intake audit does not show the db user:\n%s", out)
 	}
@@ -126,6 +147,9 @@ func TestGrantsGiveEachRoleItsJobOnly(t *testing.T) {
 		`DELETE FROM file_intake`,
 		`INSERT INTO file_intake (partner_id, feed, remote_name, claimed_path, listed_size, state, worker_id, lease_until)
 		    VALUES ('gr', 'orders', 'x', 'x', 1, 'archived', 'w', pg_catalog.now())`,
+		// a replay row not audited first
+		`INSERT INTO file_intake (partner_id, feed, remote_name, claimed_path, listed_size, state, worker_id, lease_until, replay_of)
+		    VALUES ('gr', 'orders', 'x', 'replay:x', 1, 'spooled', 'w', pg_catalog.now() - interval '1 minute', 1)`,
 		`UPDATE intake_audit SET actor = 'someone else'`,
 		`DELETE FROM intake_audit`,
 		`SELECT intake_purge_audit('gr', pg_catalog.now())`,

@@ -31,3 +31,15 @@ func dbUser(u string) string {
 	}
 	return inert.Text(u)
 }
+
+// runsPipeline reports whether the command's database role may run the
+// pipeline (write a chunk's ledger row, as the daemon's role and the
+// tables' owner may): `intake replay` then applies the replay itself;
+// the ops role records it and hands it to a daemon. false when the
+// database cannot tell: the replay is then only recorded, which any role
+// that may record it can do.
+func runsPipeline(ctx context.Context, e *env) bool {
+	var may bool
+	err := e.pool.QueryRow(ctx, `SELECT pg_catalog.has_table_privilege('intake_chunk'::text, 'INSERT'::text)`).Scan(&may)
+	return err == nil && may
+}

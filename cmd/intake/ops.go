@@ -191,13 +191,19 @@ func cmdReplay(args []string, stdout, stderr io.Writer) int {
 	request := newRequestID()
 	fmt.Fprintf(stdout, "replay of intake %d by %s, request %s\n", id, inert.Text(*actor), request)
 	actingAs(ctx, e, *actor, stdout)
+	handover := !runsPipeline(ctx, e)
 	in, err := d.Replay(ctx, intake.ReplayRequest{ID: id, Actor: *actor, Reason: *reason, Request: request, ForceOlder: *forceOlder,
-		Progress: progressBar(stdout),
+		Handover: handover, Progress: progressBar(stdout),
 		Inserted: func(in *intake.Intake) { fmt.Fprintf(stdout, "replay of intake %d is intake %d\n", id, in.ID) }})
 	if err != nil {
 		fmt.Fprintln(stdout)
 		replayFailed(stderr, id, request, e.cfg.Reconcile.Schedule, err)
 		return 1
+	}
+	if handover {
+		fmt.Fprintf(stdout, "replay of intake %d is intake %d: recorded and handed to a daemon (this role does not run the pipeline): the next reconcile run (%s) takes it over and its daemon applies it from the spool; `intake status` shows it\n",
+			id, in.ID, e.cfg.Reconcile.Schedule)
+		return 0
 	}
 	fmt.Fprintf(stdout, "\nreplay of intake %d is intake %d: %s, rows %d applied, %d unchanged, %d rejected, %d conflict\n",
 		id, in.ID, in.State, in.RowsApplied, in.RowsUnchanged, in.RowsRejected, in.RowsConflict)

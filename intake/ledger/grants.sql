@@ -3,9 +3,10 @@
 --
 --   daemon_role  `intake run` (poll, apply, reconcile, expected deliveries,
 --                webhooks, its scheduled purge of spool and row issues),
---                and `intake replay`, which runs the pipeline;
+--                and `intake replay` applied by the command itself;
 --   ops_role     `intake status`, `audit`, `quarantine`, `plan show`,
---                `approve`, `reject`, `expect ack`, `notify`: reads the ledger and
+--                `approve`, `reject`, `replay` (recorded, handed to a
+--                daemon), `expect ack`, `notify`: reads the ledger and
 --                makes decisions; best a NOLOGIN group granted to each
 --                person (GRANT intake_ops TO alice), so the audit's
 --                db_user names the person;
@@ -27,7 +28,8 @@
 -- holds UPDATE on the columns of file_intake the decisions write (state,
 -- lease, fencing token, plan decision, …). It cannot rewrite what a file
 -- is (partner, feed, name, batch, hashes, sizes, row total, replay
--- origin), insert or delete files, or change or delete an audit row; and
+-- origin), insert a file other than a replay handed to a daemon, delete
+-- files, or change or delete an audit row; and
 -- every write it makes is audited first: row-level security (the end of
 -- this file) lets it change a row only in a transaction that has already
 -- appended an audit row as the same login naming that row's file (or, for
@@ -98,6 +100,14 @@ GRANT UPDATE (acked_at, acked_by, ack_reason) ON :"schema".intake_feed_late TO :
 GRANT UPDATE (state, dead_at, budget_from, next_attempt_at, lease_until, leased_by)
     ON :"schema".intake_outbox_delivery TO :"ops_role";
 GRANT INSERT ON :"schema".intake_audit TO :"ops_role";
+-- a replay requested (`intake replay` as the ops role): recorded as a new
+-- spooled row whose lease has already ended, for the next reconcile run
+-- to take over and a daemon to apply; its id is taken ahead, for the
+-- audit row that must come first
+GRANT USAGE ON SEQUENCE :"schema".file_intake_intake_id_seq TO :"ops_role";
+GRANT INSERT (intake_id, partner_id, feed, remote_name, claimed_path, listed_size, batch_id, content_sha256,
+        size_bytes, data_sha256, data_size, state, worker_id, lease_until, replay_of, release_override)
+    ON :"schema".file_intake TO :"ops_role";
 
 -- purge_role: which spooled bytes a file still needs, the row issues and
 -- snapshot keys of finished files, and the audit through
@@ -133,6 +143,13 @@ CREATE POLICY intake_ops_audited ON :"schema".file_intake FOR UPDATE TO :"ops_ro
         AND a.intake_id = file_intake.intake_id AND a.at = pg_catalog.now() AND a.db_user = session_user))
     WITH CHECK (EXISTS (SELECT 1 FROM :"schema".intake_audit a WHERE a.partner_id = file_intake.partner_id
         AND a.intake_id = file_intake.intake_id AND a.at = pg_catalog.now() AND a.db_user = session_user));
+-- a replay the ops role requests: a spooled row handed over at birth,
+-- after its audit row
+DROP POLICY IF EXISTS intake_ops_replay ON :"schema".file_intake;
+CREATE POLICY intake_ops_replay ON :"schema".file_intake FOR INSERT TO :"ops_role"
+    WITH CHECK (replay_of IS NOT NULL AND state = 'spooled' AND lease_until < pg_catalog.now()
+        AND EXISTS (SELECT 1 FROM :"schema".intake_audit a WHERE a.partner_id = file_intake.partner_id
+        AND a.intake_id = file_intake.intake_id AND a.action = 'replay' AND a.at = pg_catalog.now() AND a.db_user = session_user));
 -- the receipt of a discard, published by the command right after its
 -- decision: a discarded file stays discarded
 DROP POLICY IF EXISTS intake_ops_discarded ON :"schema".file_intake;

@@ -254,33 +254,50 @@ func (l *Ledger) BroughtBy(ctx context.Context, dup *Intake) (int64, error) {
 
 // InsertReplay records a replay of orig as a new spooled intake of the
 // same batch under worker, claimed at path, with its audit row carrying
-// the command's request id, in one transaction. root is the intake the
-// replay writes as: the intake that first brought the bytes
-// (Daemon.Replay picks it). A live replay writing as root already is
-// refused with a *LiveReplayError naming it (one live replay of the same
-// bytes: the unique index file_intake_one_live_replay).
-func (l *Ledger) InsertReplay(ctx context.Context, orig *Intake, path, worker string, root int64, override, request, actor, reason string) (*Intake, error) {
+// the command's request id, in one transaction: the audit row first, with
+// the id the row then takes (the ops role may insert a replay only so:
+// grants.sql). root is the intake the replay writes as: the intake that
+// first brought the bytes (Daemon.Replay picks it). A live replay writing
+// as root already is refused with a *LiveReplayError naming it (one live
+// replay of the same bytes: the unique index file_intake_one_live_replay).
+// handover records the row with its lease already ended: the next
+// reconcile run takes it over and a daemon runs it (a replay requested by
+// the ops role, which does not run the pipeline).
+func (l *Ledger) InsertReplay(ctx context.Context, orig *Intake, path, worker string, root int64, override, request, actor, reason string, handover bool) (*Intake, error) {
+	lease := l.lease
+	if handover {
+		lease = -time.Second
+	}
 	var in *Intake
 	err := pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
-		row := tx.QueryRow(ctx, `INSERT INTO file_intake (partner_id, feed, remote_name, claimed_path, listed_size, batch_id,
-			content_sha256, size_bytes, data_sha256, data_size, state, worker_id, lease_until, replay_of, release_override)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, 'spooled', $11, pg_catalog.now() + $12::interval, $13, nullif($14, ''))
-			ON CONFLICT (partner_id, replay_of) WHERE replay_of IS NOT NULL
-			  AND state IN ('claimed', 'spooled', 'applying', 'applied', 'outcome_unknown', 'awaiting_approval') DO NOTHING
-			RETURNING `+intakeColumns, orig.Partner, orig.Feed, orig.RemoteName,
-			path, orig.Size, orig.BatchID, orig.SHA256, orig.Size,
-			orig.DataSHA256, orig.DataSize, worker, l.lease, root, override)
-		var err error
-		if in, err = scanIntake(row); errors.Is(err, pgx.ErrNoRows) {
-			return l.liveReplay(ctx, tx, orig.Partner, root)
-		} else if err != nil {
+		var id int64
+		if err := tx.QueryRow(ctx, `SELECT pg_catalog.nextval(pg_catalog.pg_get_serial_sequence('file_intake', 'intake_id'))`).Scan(&id); err != nil {
 			return err
 		}
 		detail := fmt.Sprintf("replay of intake %d", orig.ID)
 		if override != "" {
 			detail += " (override " + override + ")"
 		}
-		return auditRequest(ctx, tx, request, actor, "replay", orig.Partner, in.ID, reason, detail)
+		if handover {
+			detail += ", handed to a daemon"
+		}
+		if err := auditRequest(ctx, tx, request, actor, "replay", orig.Partner, id, reason, detail); err != nil {
+			return err
+		}
+		row := tx.QueryRow(ctx, `INSERT INTO file_intake (intake_id, partner_id, feed, remote_name, claimed_path, listed_size, batch_id,
+			content_sha256, size_bytes, data_sha256, data_size, state, worker_id, lease_until, replay_of, release_override)
+			OVERRIDING SYSTEM VALUE
+			VALUES ($15, $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, 'spooled', $11, pg_catalog.now() + $12::interval, $13, nullif($14, ''))
+			ON CONFLICT (partner_id, replay_of) WHERE replay_of IS NOT NULL
+			  AND state IN ('claimed', 'spooled', 'applying', 'applied', 'outcome_unknown', 'awaiting_approval') DO NOTHING
+			RETURNING `+intakeColumns, orig.Partner, orig.Feed, orig.RemoteName,
+			path, orig.Size, orig.BatchID, orig.SHA256, orig.Size,
+			orig.DataSHA256, orig.DataSize, worker, lease, root, override, id)
+		var err error
+		if in, err = scanIntake(row); errors.Is(err, pgx.ErrNoRows) {
+			return l.liveReplay(ctx, tx, orig.Partner, root)
+		}
+		return err
 	})
 	return in, err
 }
