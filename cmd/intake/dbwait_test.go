@@ -102,3 +102,36 @@ func TestRunWaitsForTheDatabaseAtStart(t *testing.T) {
 }
 
 func itoa(i int) string { return strconv.Itoa(i) }
+
+// A database that answers and refuses the login (an unknown role, a
+// database that does not exist) is not waited for: `intake run` exits 1
+// after a few refusals in a row, saying so in its log format. Only an
+// unreachable database is waited on.
+func TestRunExitsWhenTheDatabaseRefusesItsLogin(t *testing.T) {
+	url, _ := testenv.DB(t)
+	site := testenv.NewSite(t, "dbrefused")
+	cfg := writeConfigOpts(t, site, cfgOpts{})
+	for _, c := range []struct{ name, url, code string }{
+		{"unknown role", strings.Replace(url, "//postgres@", "//no_such_role@", 1), "28000"},
+		{"unknown database", url[:strings.LastIndex(url, "/")] + "/no_such_db?sslmode=disable", "3D000"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Setenv("INTAKE_DATABASE_URL", c.url)
+			logs := &proc{}
+			done := make(chan int, 1)
+			go func() { done <- run([]string{"--log-format", "json", "run", "--config", cfg}, logs, logs) }()
+			select {
+			case code := <-done:
+				out := logs.output()
+				if code != 1 || !strings.Contains(out, `"msg":"intake run: cannot start"`) || !strings.Contains(out, "the database refuses intake's login") ||
+					!strings.Contains(out, c.code) {
+					t.Fatalf("run exited %d, want 1 with the refusal (%s) logged as JSON:\n%s", code, c.code, out)
+				}
+			case <-time.After(time.Minute):
+				syscall.Kill(syscall.Getpid(), syscall.SIGTERM)
+				<-done
+				t.Fatalf("run still waits on a database that refuses its login:\n%s", logs.output())
+			}
+		})
+	}
+}

@@ -9,10 +9,12 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/signal"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -226,6 +228,10 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	}
 	if !*once {
 		if err := waitForDatabase(ctx, e.pool, e.log, setWaiting); err != nil {
+			var refused *loginRefusedError
+			if errors.As(err, &refused) {
+				return fatal(err, 1)
+			}
 			return stoppedWhileStarting(e)
 		}
 	}
@@ -516,12 +522,38 @@ const (
 	dbWaitMax   = 30 * time.Second
 )
 
+// dbRefusalsFinal is how many answers in a row that refuse intake's login
+// (a wrong password, an unknown role or database, no pg_hba.conf entry)
+// end the wait: a server that answers so is up and says no, and waiting
+// on will not change it; a few allow for a pg_hba.conf being reloaded.
+const dbRefusalsFinal = 3
+
+// loginRefusedError: the database answered and refused intake's login
+// dbRefusalsFinal times in a row.
+type loginRefusedError struct{ err error }
+
+func (e *loginRefusedError) Error() string {
+	return fmt.Sprintf("the database refuses intake's login (%d times in a row; check database.url_env's user, password and database, and pg_hba.conf): %v", dbRefusalsFinal, e.err)
+}
+func (e *loginRefusedError) Unwrap() error { return e.err }
+
+// refusesLogin reports whether err is the server's refusal of a login:
+// SQLSTATE class 28 (invalid authorization: a wrong password, an unknown
+// role, no pg_hba.conf entry) or 3D000 (no such database).
+func refusesLogin(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && (strings.HasPrefix(pe.Code, "28") || pe.Code == "3D000")
+}
+
 // waitForDatabase pings the pool until the database answers, logging each
 // failed attempt once with the wait before the next, and telling readiness
 // (setWaiting) why the daemon is not ready. It returns ctx's error when a
-// signal ends the wait.
+// signal ends the wait, and a *loginRefusedError when the database
+// refused the login dbRefusalsFinal times in a row: an unreachable
+// database is waited for, one that says no is not.
 func waitForDatabase(ctx context.Context, pool *pgxpool.Pool, log *slog.Logger, setWaiting func(error)) error {
 	wait := dbWaitFirst
+	refusals := 0
 	for attempt := 1; ; attempt++ {
 		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		err := pool.Ping(pctx)
@@ -535,6 +567,13 @@ func waitForDatabase(ctx context.Context, pool *pgxpool.Pool, log *slog.Logger, 
 		}
 		if ctx.Err() != nil {
 			return ctx.Err()
+		}
+		refusals++ // in a row: any other failure starts the count again
+		if !refusesLogin(err) {
+			refusals = 0
+		}
+		if refusals >= dbRefusalsFinal {
+			return &loginRefusedError{err: err}
 		}
 		next := wait + time.Duration(rand.Int64N(int64(wait/4)+1))
 		setWaiting(fmt.Errorf("waiting for the database (attempt %d, next in %s): %w", attempt, next.Round(time.Millisecond), err))
