@@ -240,6 +240,12 @@ func (r *fileRun) markUnknown(ctx context.Context, cu *CommitUnknownError) error
 	defer cancel()
 	retry := r.d.cfg.Retry
 	n, spent, err := r.d.ledger.MarkUnknown(wctx, r.in, pgerr.Redact(cu), retry.Base, retry.Max, retry.Attempts, retry.Within)
+	if errors.Is(err, ledger.ErrCommitLanded) {
+		// the last chunk's commit moved the file to applied: the ledger
+		// says it landed, and the run goes on from there
+		r.log.Info("the commit's reply was lost, and the ledger says it landed: the file is applied", "chunk", cu.Chunk)
+		return nil
+	}
 	if err != nil {
 		return fmt.Errorf("%w (and recording outcome_unknown failed: %v)", cu, err)
 	}
@@ -288,7 +294,11 @@ func (r *fileRun) commitChunk(ctx context.Context, tgt *target.Table, ch *chunk)
 		}
 		var cu *CommitUnknownError
 		if errors.As(err, &cu) {
-			return r.markUnknown(ctx, cu)
+			if err := r.markUnknown(ctx, cu); err != nil || r.in.State != StateApplied {
+				return err
+			}
+			r.d.metrics.rows(r.in.Partner, c) // landed: the ledger's counts are in r.in
+			return nil
 		}
 		var pc *planChangedError
 		var se *supersededError

@@ -142,6 +142,37 @@ func TestCommitWithUnknownOutcomeIsResolvedFromTheLedger(t *testing.T) {
 	}
 }
 
+// The last chunk's commit landed and its reply was lost: that commit also
+// moved the file to applied, so the ledger already tells the outcome. The
+// run reads it there (its own row, under its token, applied) and goes on
+// to archive the file in the same poll: nothing is marked
+// outcome_unknown, nothing waits for the reconciler, and the file's
+// counts are the ledger's.
+func TestTheLastChunksLostReplyIsReadFromTheLedger(t *testing.T) {
+	_, pool := testenv.DB(t)
+	site := bigSite(t, "unkl", 100)
+	site.Drop(t, "orders-u.csv", testenv.OrdersCSV("U", 450))
+	n := newNode(t, pool, "w1", t.TempDir(), site)
+	withFault(t, "commit:reply_lost=error@5")
+	if err := n.poll(t, "unkl"); err != nil {
+		t.Fatal(err)
+	}
+	f := testenv.Files(t, pool, "unkl")[0]
+	if f.State != "archived" || f.Applied != 450 || f.Chunks != 5 || f.Receipt == "" {
+		t.Fatalf("got %+v, want archived in the same poll, 450 applied once in 5 chunks", f)
+	}
+	if n := testenv.Count(t, pool, `SELECT attempts FROM file_intake WHERE intake_id = $1`, f.ID); n != 0 {
+		t.Fatalf("%d attempts spent, want none: the commit landed", n)
+	}
+	if fault.Hits("commit:reply_lost") != 5 {
+		t.Fatalf("%d commits, want 5", fault.Hits("commit:reply_lost"))
+	}
+	if fs := n.reconcile(t); len(fs) != 0 {
+		t.Fatalf("findings %+v, want none", fs)
+	}
+	testenv.AssertExactOrders(t, pool, "unkl", 450, "U")
+}
+
 // Rows 5 and 10: the owner committed and then stopped before archiving
 // (its lease ran out). Another replica takes over with a new token, moves
 // the file into its own processing dir and finishes the archive without

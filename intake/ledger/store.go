@@ -136,6 +136,10 @@ func scanIntake(r pgx.Row, extra ...any) (*Intake, error) {
 	return in, err
 }
 
+// ErrCommitLanded: a commit whose reply was lost had landed, and moved
+// the file to applied (MarkUnknown read it so).
+var ErrCommitLanded = errors.New("the commit landed: the file is applied")
+
 // ErrTracked: a live row already owns that processing path.
 var ErrTracked = errors.New("a live intake row already owns this path")
 
@@ -557,6 +561,11 @@ func (l *Ledger) MarkApplied(ctx context.Context, in *Intake) error {
 // commit_unknown. ResolveUnknown carries that reason back to applying, and
 // the run that takes the file up then fails it for good. It returns the
 // attempts so far and whether the budget is spent.
+//
+// A file the lost commit already moved to applied (its last chunk's
+// transaction does) is not unknown: the ledger says the commit landed.
+// MarkUnknown then reads the row into in (its counts are the ledger's)
+// and returns ErrCommitLanded; the run goes on from applied.
 func (l *Ledger) MarkUnknown(ctx context.Context, in *Intake, lastErr string, base, max time.Duration, budget int, within time.Duration) (n int, spent bool, err error) {
 	var reason string
 	err = l.pool.QueryRow(ctx, `UPDATE file_intake SET state = 'outcome_unknown',
@@ -565,6 +574,12 @@ func (l *Ledger) MarkUnknown(ctx context.Context, in *Intake, lastErr string, ba
 		WHERE intake_id = $1 AND fencing_token = $2 AND state = 'applying'
 		RETURNING attempts, reason`, in.ID, in.Token, base, max, Text(lastErr, 1000), budget, within).Scan(&n, &reason)
 	if errors.Is(err, pgx.ErrNoRows) {
+		landed, lerr := scanIntake(l.pool.QueryRow(ctx, `SELECT `+intakeColumns+` FROM file_intake
+			WHERE intake_id = $1 AND fencing_token = $2 AND state = 'applied'`, in.ID, in.Token))
+		if lerr == nil {
+			*in = *landed
+			return 0, false, ErrCommitLanded
+		}
 		return 0, false, &FencedError{IntakeID: in.ID, Token: in.Token, Step: "mark outcome_unknown"}
 	}
 	if err != nil {
