@@ -29,10 +29,11 @@ ok() { echo "ok   $*"; pass=$((pass + 1)); }
 # copyright file beside the binary and the unit.
 listing=$(dpkg-deb -c "$deb")
 for f in ./usr/bin/intake ./usr/lib/systemd/system/intake.service ./usr/share/doc/intake/copyright \
-  ./usr/share/bash-completion/completions/intake ./usr/share/zsh/vendor-completions/_intake; do
+  ./usr/share/bash-completion/completions/intake ./usr/share/zsh/vendor-completions/_intake \
+  ./usr/share/fish/vendor_completions.d/intake.fish ./usr/share/man/man1/intake.1.gz; do
   awk '{print $NF}' <<<"$listing" | grep -qxF "$f" || fail "dpkg-deb -c lists no $f"
 done
-ok "dpkg-deb -c: binary, unit, copyright, bash and zsh completion"
+ok "dpkg-deb -c: binary, unit, copyright, bash, zsh and fish completion, man page"
 
 # A snapshot version sorts by its commit's time under dpkg: an older
 # snapshot (of a commit with a higher hash) is lower, and every snapshot
@@ -51,6 +52,29 @@ bash -n /usr/share/bash-completion/completions/intake || fail "the bash completi
 grep -q '^#compdef intake' /usr/share/zsh/vendor-completions/_intake || fail "the zsh completion has no #compdef intake"
 grep -q '^License: ' /usr/share/doc/intake/copyright || fail "the copyright file names no licence"
 ok "installed: bash completion parses, zsh completion is #compdef intake, copyright names its licence"
+# The fish completion and the man page, as fish (from its default vendor
+# directory) and man find them. A dpkg path-exclude for /usr/share/man
+# (slim images) leaves the page out: then it is read from the package.
+command -v fish >/dev/null || fail "fish is not installed (make deps)"
+fish --no-config -n /usr/share/fish/vendor_completions.d/intake.fish || fail "the fish completion does not parse"
+got=$(fish -c 'complete -C "intake quarantine re"' | cut -f1)
+[ "$got" = release ] || fail "fish completes 'intake quarantine re' as '$got' from the installed script"
+page=/usr/share/man/man1/intake.1.gz
+if [ ! -e "$page" ]; then
+  page=$(mktemp -d)/intake.1.gz
+  dpkg-deb --fsys-tarfile "$deb" | tar -xO ./usr/share/man/man1/intake.1.gz >"$page"
+  echo "package-test: /usr/share/man is excluded from dpkg here; the page is checked from the package"
+elif command -v man >/dev/null; then
+  [ "$(man -w intake)" = "$page" ] || fail "man -w intake: $(man -w intake), want $page"
+fi
+warn=$(zcat "$page" | groff -man -Tutf8 -ww 2>&1 >/dev/null)
+[ -z "$warn" ] || fail "the man page renders with warnings: $warn"
+cmds=$(fish -c 'complete -C "intake "' | cut -f1)
+[ "$(wc -l <<<"$cmds")" -gt 10 ] || fail "fish completes 'intake ' as: $cmds"
+for c in $cmds; do
+  zcat "$page" | grep -q "^\.SS \"intake $c" || fail "the installed man page has no section for intake $c"
+done
+ok "installed: fish completes from its vendor directory, man -w finds intake(1), which renders clean and has every command"
 # No worker_id is set in the packaged config: each host takes its name.
 ! grep -q '^worker_id:' /etc/intake/intake.yaml || fail "the packaged config sets worker_id: every host would share it"
 ok "the packaged config leaves worker_id to the host name"
