@@ -90,8 +90,9 @@ refuse 'extraEnv' --set-json 'extraEnv=[{"value":"no name"}]'
 refuse 'failureThreshold' --set startupProbe.failureThreshold=0
 refuse "missing property 'failureThreshold'" --set startupProbe.failureThreshold=null
 refuse "additional properties 'terminationGracePeriodSeconds' not allowed" --set readinessProbe.terminationGracePeriodSeconds=5
+refuse 'runbookBaseURL' --set prometheusRule.runbookBaseURL=docs/runbook.md
 helm lint --strict "$chart" --set-json 'extraEnvs=[]' >"$tmp/lint-typo" 2>&1 && fail "helm lint passed a misspelt value key"
-ok "values.schema.json refuses a misspelt key (in helm lint too), a bad pullPolicy, eviction policy, an env var without a name, a zero threshold"
+ok "values.schema.json refuses a misspelt key (in helm lint too), a bad pullPolicy, eviction policy, an env var without a name, a zero threshold, a relative runbook base"
 
 # NOTES.txt as helm install prints it: helm template renders no NOTES.txt,
 # so a copy of the chart renders it under another name (--debug prints a

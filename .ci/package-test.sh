@@ -75,6 +75,14 @@ for c in $cmds; do
   zcat "$page" | grep -q "^\.SS \"intake $c" || fail "the installed man page has no section for intake $c"
 done
 ok "installed: fish completes from its vendor directory, man -w finds intake(1), which renders clean and has every command"
+# The alert rules the package ships link to the runbook on one absolute
+# base, RUNBOOK_BASE_URL (make alerts).
+: "${RUNBOOK_BASE_URL:?run through make package-test}"
+rules=/usr/share/doc/intake/prometheus/alerts.yml
+n=$(grep -c '^ *runbook_url: ' "$rules")
+[ "$n" -gt 0 ] && [ "$(grep -c "^ *runbook_url: \"$RUNBOOK_BASE_URL#[a-z0-9-]*\"$" "$rules")" = "$n" ] ||
+  fail "$rules: runbook_url not all on $RUNBOOK_BASE_URL: $(grep '^ *runbook_url: ' "$rules" | grep -v "$RUNBOOK_BASE_URL#" | head -3)"
+ok "the shipped alert rules: $n runbook links on $RUNBOOK_BASE_URL"
 # No worker_id is set in the packaged config: each host takes its name.
 ! grep -q '^worker_id:' /etc/intake/intake.yaml || fail "the packaged config sets worker_id: every host would share it"
 ok "the packaged config leaves worker_id to the host name"
