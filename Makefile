@@ -53,6 +53,7 @@ package: static alerts
 	bin/intake completion zsh >dist/completion/_intake
 	bin/intake completion fish >dist/completion/intake.fish
 	bin/intake man | gzip -9n >dist/man/intake.1.gz
+	@rm -f dist/intake_*.deb # one package in dist/: install.md's dpkg -i dist/intake_*.deb installs it alone
 	$(GO) run $(NFPM) package --config packaging/nfpm.yaml --packager deb --target dist/
 
 ## image: the container image $(IMAGE) (podman, FROM scratch, non-root, spool volume), also tagged $(CHART_IMAGE), the chart's default

@@ -24,6 +24,8 @@ if dpkg-query -W -f '${Status}' intake 2>/dev/null | grep -q 'install\|config-fi
 fi
 pass=0
 ok() { echo "ok   $*"; pass=$((pass + 1)); }
+tmpout=$(mktemp)
+trap 'rm -f "$tmpout"' EXIT
 
 # What the package carries, from its own listing: the completions and the
 # copyright file beside the binary and the unit.
@@ -46,8 +48,38 @@ if [[ "$VERSION" == *~git* ]]; then
   ok "snapshot $VERSION sorts after older snapshots and below $base"
 fi
 
-dpkg -i "$deb" >/dev/null
-ok "dpkg -i $deb"
+# docs/install.md's install, run as written (.ci/docblock.sh reads the
+# blocks marked <!-- run: … --> there). Where sudo is not installed (CI
+# runs as root), `sudo CMD` runs CMD and `sudo -u USER CMD` runs it as
+# USER through setpriv.
+if ! command -v sudo >/dev/null; then
+  sudo() {
+    if [ "$1" = -u ]; then
+      local u=$2
+      shift 2
+      setpriv --reuid="$u" --regid="$u" --init-groups -- "$@"
+    else "$@"; fi
+  }
+  export -f sudo
+fi
+install_block=$(bash .ci/docblock.sh docs/install.md package-install)
+bash -euo pipefail -c "$install_block" >"$tmpout" 2>&1 || { cat "$tmpout"; fail "docs/install.md's install block failed:
+$install_block"; }
+[ "$(ls dist/intake_*.deb | wc -l)" = 1 ] || fail "dist/ holds more than one package: the doc's dpkg -i dist/intake_*.deb would install them all"
+deb=$(ls dist/intake_*.deb)
+[ "$(dpkg-query -W -f '${Version}' intake)" = "$VERSION" ] || fail "after the doc's install block: intake $(dpkg-query -W -f '${Version}' intake), want $VERSION"
+ok "docs/install.md's install block, as written: make package, dpkg -i dist/intake_*.deb ($VERSION)"
+# The doc's check as the service user, before the environment is filled
+# in: exit 2, naming each unset variable by its key.
+check_block=$(bash .ci/docblock.sh docs/install.md package-check)
+set +e
+cout=$(bash -euo pipefail -c "$check_block" 2>&1)
+code=$?
+set -e
+[ "$code" = 2 ] && grep -q 'FAIL database.url_env: environment variable INTAKE_DATABASE_URL is not set' <<<"$cout" ||
+  fail "docs/install.md's check block: exit $code, want 2 naming INTAKE_DATABASE_URL:
+$cout"
+ok "docs/install.md's check block, as written, as the service user: exit 2 naming the unset INTAKE_DATABASE_URL"
 bash -n /usr/share/bash-completion/completions/intake || fail "the bash completion does not parse"
 grep -q '^#compdef intake' /usr/share/zsh/vendor-completions/_intake || fail "the zsh completion has no #compdef intake"
 grep -q '^License: ' /usr/share/doc/intake/copyright || fail "the copyright file names no licence"
