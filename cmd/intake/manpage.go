@@ -80,6 +80,9 @@ held files, and maintain the database.
 					use += " (default: $" + configEnv + ", else " + defaultConfig + ")"
 				case required[f.Name]:
 					use += " (required)"
+				case f.Name == "actor":
+					// the login name of whoever runs it, not of the build
+					use += " (default: the login name)"
 				case f.DefValue != "" && !isBool(f):
 					use += " (default: " + f.DefValue + ")"
 				}
