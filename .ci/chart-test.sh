@@ -90,8 +90,64 @@ refuse 'extraEnv' --set-json 'extraEnv=[{"value":"no name"}]'
 refuse 'failureThreshold' --set startupProbe.failureThreshold=0
 refuse "missing property 'failureThreshold'" --set startupProbe.failureThreshold=null
 refuse "additional properties 'terminationGracePeriodSeconds' not allowed" --set readinessProbe.terminationGracePeriodSeconds=5
+refuse 'runbookBaseURL' --set prometheusRule.runbookBaseURL=docs/runbook.md
 helm lint --strict "$chart" --set-json 'extraEnvs=[]' >"$tmp/lint-typo" 2>&1 && fail "helm lint passed a misspelt value key"
-ok "values.schema.json refuses a misspelt key (in helm lint too), a bad pullPolicy, eviction policy, an env var without a name, a zero threshold"
+ok "values.schema.json refuses a misspelt key (in helm lint too), a bad pullPolicy, eviction policy, an env var without a name, a zero threshold, a relative runbook base"
+
+# docs/install.md's Kubernetes steps, run as written with stand-ins for
+# what needs a cluster or a container runtime: make only records that it
+# was asked for the image, kubectl records the Secrets it would create,
+# helm install renders (helm template, same arguments) with an empty
+# my-values.yaml. What the doc creates must be what the chart's defaults
+# mount: the database URL's Secret and key, and each key and known_hosts
+# file where the default config names it.
+mkdir -p "$tmp/doc"
+ln -s "$PWD/deploy" "$tmp/doc/deploy"
+echo '{}' >"$tmp/doc/my-values.yaml"
+block=$(bash .ci/docblock.sh docs/install.md chart-install)
+(
+  cd "$tmp/doc"
+  make() { echo "make $*" >>made; }
+  kubectl() {
+    [ "$1 $2 $3" = "create secret generic" ] || { echo "kubectl $*: not a create secret generic" >&2; return 1; }
+    local name=$4 a
+    shift 4
+    for a in "$@"; do
+      case $a in
+      --from-literal=*) a=${a#--from-literal=}; echo "$name ${a%%=*}" >>secrets ;;
+      --from-file=*) a=${a#--from-file=}; echo "$name ${a%%=*}" >>secrets ;;
+      esac
+    done
+  }
+  helm_() { go run "$HELM" "$@" 2> >(grep -v 'found symbolic link in path' >&2); }
+  helm() {
+    [ "$1" = install ] || { echo "helm $1: the doc should install" >&2; return 1; }
+    shift
+    helm_ template "$@" >rendered.yaml
+  }
+  export -f make kubectl helm helm_
+  export HELM
+  bash -euo pipefail -c "$block"
+) || fail "docs/install.md's chart block failed:
+$block"
+grep -qx 'make image' "$tmp/doc/made" || fail "the doc's chart block does not build the image (make image)"
+dbsecret= dbkey=
+read -r dbsecret dbkey < <(grep -m1 ' url$' "$tmp/doc/secrets") || true
+[ -n "$dbsecret" ] || fail "the doc creates no Secret with a key url: $(cat "$tmp/doc/secrets")"
+grep -A1 'name: INTAKE_DATABASE_URL' "$tmp/doc/rendered.yaml" >/dev/null || fail "rendered: no INTAKE_DATABASE_URL"
+grep -A4 'name: INTAKE_DATABASE_URL' "$tmp/doc/rendered.yaml" | grep -q "name: $dbsecret\$" &&
+  grep -A4 'name: INTAKE_DATABASE_URL' "$tmp/doc/rendered.yaml" | grep -q "key: $dbkey\$" ||
+  fail "the doc's Secret $dbsecret/$dbkey is not what the chart's INTAKE_DATABASE_URL reads: $(grep -A4 'name: INTAKE_DATABASE_URL' "$tmp/doc/rendered.yaml")"
+while read -r secret key; do
+  [ "$key" = url ] && continue
+  grep -q "secretName: $secret\$" "$tmp/doc/rendered.yaml" || fail "the doc creates Secret $secret, which the chart does not mount"
+  case $secret in
+  *known-hosts*) want=/etc/intake/known_hosts/$key ;;
+  *) want=/etc/intake/keys/$key ;;
+  esac
+  grep -q "$want" "$tmp/doc/rendered.yaml" || fail "the doc's Secret $secret key $key: the rendered config names no $want"
+done <"$tmp/doc/secrets"
+ok "docs/install.md's chart block, as written (make, kubectl stand-ins; helm install rendered): the Secrets it creates are the ones the chart mounts, at the config's paths"
 
 # NOTES.txt as helm install prints it: helm template renders no NOTES.txt,
 # so a copy of the chart renders it under another name (--debug prints a

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Installs what the tests start: PostgreSQL's server binaries, OpenSSH's
 # sshd (with its sftp server) and client, the other partner servers the
-# interop tests run (ProFTPD's mod_sftp, rclone serve sftp), zsh
-# (completion test) and Chromium (the review console's browser test). With
+# interop tests run (ProFTPD's mod_sftp, rclone serve sftp), zsh and fish
+# (completion tests), groff (the man page's test) and Chromium (the review console's browser test). With
 # the argument "demo", only what `intake demo` starts: PostgreSQL's server
 # binaries (its SFTP site is in-process), so a workstation gets no sshd.
 # As root it uses apt-get; as another user it prints the exact command and
@@ -19,6 +19,8 @@ if [ "${1:-test}" != demo ]; then
   [ -e /usr/lib/proftpd/mod_sftp.so ] || missing+=(proftpd-mod-crypto)
   command -v rclone >/dev/null || missing+=(rclone)
   command -v zsh >/dev/null || missing+=(zsh) # `intake completion zsh` is loaded by a real zsh in the tests
+  command -v fish >/dev/null || missing+=(fish) # and `intake completion fish` by a real fish
+  command -v groff >/dev/null || missing+=(groff-base) # `intake man` is rendered with every warning on
   [ -x /usr/bin/chromium ] || missing+=(chromium) # the review console's browser test (console/browser_test.go)
 fi
 

@@ -24,15 +24,18 @@ if dpkg-query -W -f '${Status}' intake 2>/dev/null | grep -q 'install\|config-fi
 fi
 pass=0
 ok() { echo "ok   $*"; pass=$((pass + 1)); }
+tmpout=$(mktemp)
+trap 'rm -f "$tmpout"' EXIT
 
 # What the package carries, from its own listing: the completions and the
 # copyright file beside the binary and the unit.
 listing=$(dpkg-deb -c "$deb")
 for f in ./usr/bin/intake ./usr/lib/systemd/system/intake.service ./usr/share/doc/intake/copyright \
-  ./usr/share/bash-completion/completions/intake ./usr/share/zsh/vendor-completions/_intake; do
+  ./usr/share/bash-completion/completions/intake ./usr/share/zsh/vendor-completions/_intake \
+  ./usr/share/fish/vendor_completions.d/intake.fish ./usr/share/man/man1/intake.1.gz; do
   awk '{print $NF}' <<<"$listing" | grep -qxF "$f" || fail "dpkg-deb -c lists no $f"
 done
-ok "dpkg-deb -c: binary, unit, copyright, bash and zsh completion"
+ok "dpkg-deb -c: binary, unit, copyright, bash, zsh and fish completion, man page"
 
 # A snapshot version sorts by its commit's time under dpkg: an older
 # snapshot (of a commit with a higher hash) is lower, and every snapshot
@@ -45,12 +48,73 @@ if [[ "$VERSION" == *~git* ]]; then
   ok "snapshot $VERSION sorts after older snapshots and below $base"
 fi
 
-dpkg -i "$deb" >/dev/null
-ok "dpkg -i $deb"
+# docs/install.md's install, run as written (.ci/docblock.sh reads the
+# blocks marked <!-- run: … --> there). Where sudo is not installed (CI
+# runs as root), `sudo CMD` runs CMD and `sudo -u USER CMD` runs it as
+# USER through setpriv.
+if ! command -v sudo >/dev/null; then
+  sudo() {
+    if [ "$1" = -u ]; then
+      local u=$2
+      shift 2
+      setpriv --reuid="$u" --regid="$u" --init-groups -- "$@"
+    else "$@"; fi
+  }
+  export -f sudo
+fi
+install_block=$(bash .ci/docblock.sh docs/install.md package-install)
+bash -euo pipefail -c "$install_block" >"$tmpout" 2>&1 || { cat "$tmpout"; fail "docs/install.md's install block failed:
+$install_block"; }
+[ "$(ls dist/intake_*.deb | wc -l)" = 1 ] || fail "dist/ holds more than one package: the doc's dpkg -i dist/intake_*.deb would install them all"
+deb=$(ls dist/intake_*.deb)
+[ "$(dpkg-query -W -f '${Version}' intake)" = "$VERSION" ] || fail "after the doc's install block: intake $(dpkg-query -W -f '${Version}' intake), want $VERSION"
+ok "docs/install.md's install block, as written: make package, dpkg -i dist/intake_*.deb ($VERSION)"
+# The doc's check as the service user, before the environment is filled
+# in: exit 2, naming each unset variable by its key.
+check_block=$(bash .ci/docblock.sh docs/install.md package-check)
+set +e
+cout=$(bash -euo pipefail -c "$check_block" 2>&1)
+code=$?
+set -e
+[ "$code" = 2 ] && grep -q 'FAIL database.url_env: environment variable INTAKE_DATABASE_URL is not set' <<<"$cout" ||
+  fail "docs/install.md's check block: exit $code, want 2 naming INTAKE_DATABASE_URL:
+$cout"
+ok "docs/install.md's check block, as written, as the service user: exit 2 naming the unset INTAKE_DATABASE_URL"
 bash -n /usr/share/bash-completion/completions/intake || fail "the bash completion does not parse"
 grep -q '^#compdef intake' /usr/share/zsh/vendor-completions/_intake || fail "the zsh completion has no #compdef intake"
 grep -q '^License: ' /usr/share/doc/intake/copyright || fail "the copyright file names no licence"
 ok "installed: bash completion parses, zsh completion is #compdef intake, copyright names its licence"
+# The fish completion and the man page, as fish (from its default vendor
+# directory) and man find them. A dpkg path-exclude for /usr/share/man
+# (slim images) leaves the page out: then it is read from the package.
+command -v fish >/dev/null || fail "fish is not installed (make deps)"
+fish --no-config -n /usr/share/fish/vendor_completions.d/intake.fish || fail "the fish completion does not parse"
+got=$(fish -c 'complete -C "intake quarantine re"' | cut -f1)
+[ "$got" = release ] || fail "fish completes 'intake quarantine re' as '$got' from the installed script"
+page=/usr/share/man/man1/intake.1.gz
+if [ ! -e "$page" ]; then
+  page=$(mktemp -d)/intake.1.gz
+  dpkg-deb --fsys-tarfile "$deb" | tar -xO ./usr/share/man/man1/intake.1.gz >"$page"
+  echo "package-test: /usr/share/man is excluded from dpkg here; the page is checked from the package"
+elif command -v man >/dev/null; then
+  [ "$(man -w intake)" = "$page" ] || fail "man -w intake: $(man -w intake), want $page"
+fi
+warn=$(zcat "$page" | groff -man -Tutf8 -ww 2>&1 >/dev/null)
+[ -z "$warn" ] || fail "the man page renders with warnings: $warn"
+cmds=$(fish -c 'complete -C "intake "' | cut -f1)
+[ "$(wc -l <<<"$cmds")" -gt 10 ] || fail "fish completes 'intake ' as: $cmds"
+for c in $cmds; do
+  zcat "$page" | grep -q "^\.SS \"intake $c" || fail "the installed man page has no section for intake $c"
+done
+ok "installed: fish completes from its vendor directory, man -w finds intake(1), which renders clean and has every command"
+# The alert rules the package ships link to the runbook on one absolute
+# base, RUNBOOK_BASE_URL (make alerts).
+: "${RUNBOOK_BASE_URL:?run through make package-test}"
+rules=/usr/share/doc/intake/prometheus/alerts.yml
+n=$(grep -c '^ *runbook_url: ' "$rules")
+[ "$n" -gt 0 ] && [ "$(grep -c "^ *runbook_url: \"$RUNBOOK_BASE_URL#[a-z0-9-]*\"$" "$rules")" = "$n" ] ||
+  fail "$rules: runbook_url not all on $RUNBOOK_BASE_URL: $(grep '^ *runbook_url: ' "$rules" | grep -v "$RUNBOOK_BASE_URL#" | head -3)"
+ok "the shipped alert rules: $n runbook links on $RUNBOOK_BASE_URL"
 # No worker_id is set in the packaged config: each host takes its name.
 ! grep -q '^worker_id:' /etc/intake/intake.yaml || fail "the packaged config sets worker_id: every host would share it"
 ok "the packaged config leaves worker_id to the host name"

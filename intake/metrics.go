@@ -60,7 +60,24 @@ type metrics struct {
 	targetHeld        *prometheus.GaugeVec // targethold.go
 }
 
+// The help of the families renamed to Prometheus's conventions (the unit
+// last, before _total); their old names stay registered one more release
+// (deprecated.go, docs/operations.md "Renamed metrics").
+const (
+	helpDownloaded = "Bytes streamed into the spool."
+	helpRowsDone   = "Rows of the files being applied that are committed so far."
+	helpBytesDone  = "Bytes of the files being applied that are committed so far (by committed rows)."
+)
+
 func newMetrics(reg prometheus.Registerer) *metrics {
+	m := newMetricsCurrent(reg)
+	registerDeprecated(reg, m.bytesDownloaded, "intake_downloaded_bytes_total", "intake_bytes_downloaded_total", helpDownloaded, prometheus.CounterValue, "partner")
+	registerDeprecated(reg, m.inflightRowsDone, "intake_inflight_committed_rows", "intake_inflight_rows_done", helpRowsDone, prometheus.GaugeValue, "partner")
+	registerDeprecated(reg, m.inflightBytesDone, "intake_inflight_committed_bytes", "intake_inflight_bytes_done", helpBytesDone, prometheus.GaugeValue, "partner")
+	return m
+}
+
+func newMetricsCurrent(reg prometheus.Registerer) *metrics {
 	f := promauto.With(reg)
 	return &metrics{
 		polls:         f.NewCounterVec(prometheus.CounterOpts{Name: "intake_polls_total", Help: "Poll cycles started, per partner."}, []string{"partner"}),
@@ -75,7 +92,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Snapshot files that deleted nothing because some of their rows were rejected."}, []string{"partner"}),
 		rowsHeld: f.NewCounterVec(prometheus.CounterOpts{Name: "intake_rows_held_total",
 			Help: "Rows the target's state kept from being written or deleted: outside_edit (edited outside intake, kept; also rows a snapshot would delete), exists (insert_only), not_found (update_only)."}, []string{"partner", "reason"}),
-		bytesDownloaded: f.NewCounterVec(prometheus.CounterOpts{Name: "intake_bytes_downloaded_total", Help: "Bytes streamed into the spool."}, []string{"partner"}),
+		bytesDownloaded: f.NewCounterVec(prometheus.CounterOpts{Name: "intake_downloaded_bytes_total", Help: helpDownloaded}, []string{"partner"}),
 		hashOnly: f.NewCounterVec(prometheus.CounterOpts{Name: "intake_hash_only_reads_total",
 			Help: "Files under a batch id already held, read through the hash alone: same = the spooled bytes (nothing written), differ = downloaded again into the spool; manifest = an exact resend decided from its manifest, not read at all."}, []string{"partner", "result"}),
 		grouped: f.NewCounterVec(prometheus.CounterOpts{Name: "intake_group_files_total",
@@ -112,9 +129,9 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		quarantineOpen:    f.NewGaugeVec(prometheus.GaugeOpts{Name: "intake_quarantine_open", Help: "Files held for an ops decision."}, []string{"partner"}),
 		quarantineOldest:  f.NewGaugeVec(prometheus.GaugeOpts{Name: "intake_quarantine_oldest_age_seconds", Help: "How long the oldest open quarantine item has waited."}, []string{"partner"}),
 		inflightRows:      f.NewGaugeVec(prometheus.GaugeOpts{Name: "intake_inflight_rows", Help: "Valid rows of the files being applied."}, []string{"partner"}),
-		inflightRowsDone:  f.NewGaugeVec(prometheus.GaugeOpts{Name: "intake_inflight_rows_done", Help: "Rows of the files being applied that are committed so far."}, []string{"partner"}),
+		inflightRowsDone:  f.NewGaugeVec(prometheus.GaugeOpts{Name: "intake_inflight_committed_rows", Help: helpRowsDone}, []string{"partner"}),
 		inflightBytes:     f.NewGaugeVec(prometheus.GaugeOpts{Name: "intake_inflight_bytes", Help: "Bytes of the files being applied."}, []string{"partner"}),
-		inflightBytesDone: f.NewGaugeVec(prometheus.GaugeOpts{Name: "intake_inflight_bytes_done", Help: "Bytes of the files being applied that are committed so far (by committed rows)."}, []string{"partner"}),
+		inflightBytesDone: f.NewGaugeVec(prometheus.GaugeOpts{Name: "intake_inflight_committed_bytes", Help: helpBytesDone}, []string{"partner"}),
 		spoolBytes:        f.NewGaugeVec(prometheus.GaugeOpts{Name: "intake_spool_bytes", Help: "Bytes held in the spool."}, []string{"partner"}),
 		quotaFull: f.NewGaugeVec(prometheus.GaugeOpts{Name: "intake_spool_quota_backpressure",
 			Help: "1 while the partner's claims are paused because its spooled bytes reached limits.max_spool_bytes."}, []string{"partner"}),

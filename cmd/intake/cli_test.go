@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -111,7 +112,8 @@ func TestExitCodesAreTheSameForEveryCommand(t *testing.T) {
 		{[]string{}, 2},
 		{[]string{"frobnicate"}, 2},
 		{[]string{"help", "frobnicate"}, 2},
-		{[]string{"completion", "fish"}, 2},
+		{[]string{"completion", "tcsh"}, 2},
+		{[]string{"man", "extra"}, 2},
 		{[]string{"run", "--nope"}, 2},
 	}
 	for _, cmd := range []string{"check", "run", "reconcile", "status", "purge", "audit"} {
@@ -159,7 +161,7 @@ func TestCompletionScripts(t *testing.T) {
 		{[]string{"intake", "run", "--o"}, "--once"},
 		{[]string{"intake", "--log-level", "w"}, "warn"},
 		{[]string{"intake", "quarantine", "release", "1", "--winner", ""}, "new old"},
-		{[]string{"intake", "completion", ""}, "bash zsh"},
+		{[]string{"intake", "completion", ""}, "bash zsh fish"},
 		{[]string{"intake", "help", "rep"}, "replay"},
 	} {
 		if got := complete(c.words...); got != c.want {
@@ -171,7 +173,7 @@ func TestCompletionScripts(t *testing.T) {
 	if code != 0 || !strings.HasPrefix(script, "#compdef intake\n") {
 		t.Fatalf("completion zsh: %d %s", code, errs)
 	}
-	for _, c := range commands {
+	for _, c := range visibleCommands() {
 		if !strings.Contains(script, "\t\t"+c.name+") _arguments") {
 			t.Fatalf("zsh script lacks %s", c.name)
 		}
@@ -213,5 +215,112 @@ func TestConfigPathDefaultsToEnvThenPackagedPath(t *testing.T) {
 	t.Setenv("INTAKE_CONFIG", "")
 	if _, _, errs := runSplit("status"); !strings.Contains(errs, "/etc/intake/intake.yaml") {
 		t.Fatalf("status without --config or INTAKE_CONFIG does not read /etc/intake/intake.yaml:\n%s", errs)
+	}
+}
+
+// intake(1), rendered by groff with every warning on, has a section for
+// each command of the registry with each of its flags; the fish script,
+// loaded by a real fish, completes every command and their sub-commands,
+// flags and flag values. The hidden man command is in neither, nor in the
+// usage text.
+func TestManPageAndFishCompletionCoverEveryCommand(t *testing.T) {
+	code, page, errs := runSplit("man")
+	if code != 0 || !strings.HasPrefix(page, `.\" intake(1)`) {
+		t.Fatalf("intake man: %d %s\n%.200s", code, errs, page)
+	}
+	groff, err := exec.LookPath("groff")
+	if err != nil {
+		t.Fatal("groff not installed (make deps installs groff-base): the man page cannot be rendered")
+	}
+	cmd := exec.Command(groff, "-man", "-Tutf8", "-ww", "-rLL=200n", "-P-cbou")
+	cmd.Stdin = strings.NewReader(page)
+	var rendered, warnings bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &rendered, &warnings
+	if err := cmd.Run(); err != nil || warnings.Len() > 0 {
+		t.Fatalf("groff -man -ww: %v\n%s", err, warnings.String())
+	}
+	// groff's utf8 device renders a hyphen as U+2010 and a minus as U+2212;
+	// \- in the page is a minus, which copies as "-" in a terminal.
+	text := strings.NewReplacer("\u2212", "-", "\u2010", "-").Replace(rendered.String())
+	for _, c := range visibleCommands() {
+		head := lineWith(text, "   intake "+c.name)
+		if head == "" || !strings.HasPrefix(strings.TrimSpace(head), strings.TrimSpace("intake "+c.name+" "+c.usage)) {
+			t.Errorf("man page: no section for intake %s (%q)", c.name, head)
+		}
+		for _, f := range flagList(c) {
+			if !strings.Contains(text, "--"+f.Name) {
+				t.Errorf("man page: intake %s: no --%s", c.name, f.Name)
+			}
+		}
+		if !strings.Contains(text, c.example) {
+			t.Errorf("man page: intake %s: no example %q", c.name, c.example)
+		}
+	}
+	// The page is built once and installed everywhere: no default may be
+	// the builder's (--actor defaults to the login name of who runs it).
+	if u := defaultActor(); u != "" && strings.Contains(text, "(default: "+u+")") {
+		t.Errorf("the man page carries the builder's login name %q as a default", u)
+	}
+	for _, want := range []string{"EXIT STATUS", "INTAKE_CONFIG", "INTAKE_DATABASE_URL", "/etc/intake/intake.yaml", "(default: the login name)"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("man page lacks %q", want)
+		}
+	}
+	if strings.Contains(text, "intake man") {
+		t.Error("the man page lists the hidden man command")
+	}
+	if _, out, _ := runSplit("help"); strings.Contains(out, "\n  man ") {
+		t.Errorf("the usage text lists the hidden man command:\n%s", out)
+	}
+
+	code, script, errs := runSplit("completion", "fish")
+	if code != 0 {
+		t.Fatalf("completion fish: %d %s", code, errs)
+	}
+	fish, err := exec.LookPath("fish")
+	if err != nil {
+		t.Fatal("fish not installed (make deps installs it): the fish script cannot be loaded")
+	}
+	path := filepath.Join(t.TempDir(), "intake.fish")
+	os.WriteFile(path, []byte(script), 0o600)
+	if out, err := exec.Command(fish, "--no-config", "-n", path).CombinedOutput(); err != nil {
+		t.Fatalf("fish -n: %v\n%s", err, out)
+	}
+	complete := func(line string) string {
+		t.Helper()
+		out, err := exec.Command(fish, "--no-config", "-c", `source $argv[1]; complete -C $argv[2]`, path, line).CombinedOutput()
+		if err != nil {
+			t.Fatalf("fish: %v\n%s", err, out)
+		}
+		var words []string
+		for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+			words = append(words, strings.SplitN(l, "\t", 2)[0])
+		}
+		return strings.Join(words, " ")
+	}
+	if got, want := complete("intake "), strings.Join(commandNames(), " "); got != want {
+		t.Errorf("fish completes %q as %q, want every command: %q", "intake ", got, want)
+	}
+	for _, c := range []struct{ line, want string }{
+		{"intake ru", "run"},
+		{"intake --log-level debug qu", "quarantine"},
+		{"intake quarantine re", "release"},
+		{"intake quarantine release --re", "--reason"},
+		{"intake run --o", "--once"},
+		{"intake --log-level w", "warn"},
+		{"intake quarantine release 1 --winner ", "new old"},
+		{"intake completion ", "bash fish zsh"},
+		{"intake help rep", "replay"},
+	} {
+		if got := complete(c.line); got != c.want {
+			t.Errorf("fish completes %q as %q, want %q", c.line, got, c.want)
+		}
+	}
+	for _, c := range visibleCommands() {
+		for _, f := range flagList(c) {
+			if got := complete("intake " + strings.Join(append([]string{c.name}, c.helpArgs...), " ") + " --" + f.Name); !slices.Contains(strings.Fields(got), "--"+f.Name) {
+				t.Errorf("fish does not complete intake %s --%s: %q", c.name, f.Name, got)
+			}
+		}
 	}
 }

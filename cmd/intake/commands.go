@@ -31,7 +31,10 @@ type command struct {
 	subRequired map[string][]string
 	// helpArgs reach the command's flag set before -h (replay wants an id first).
 	helpArgs []string
-	run      func(args []string, stdout, stderr io.Writer) int
+	// hidden: left out of the usage text, the man page and the shell
+	// completion (a command the build runs, not an operator).
+	hidden bool
+	run    func(args []string, stdout, stderr io.Writer) int
 }
 
 // commands is the registry, in the order of the usage text. Set in init:
@@ -88,8 +91,10 @@ func init() {
 			required: []string{"config"}, example: "intake audit --config /etc/intake/intake.yaml --partner acme --limit 20", run: cmdAudit},
 		{name: "healthcheck", usage: "[--url URL] [--ready] [--timeout D]", summary: "ask a running daemon's /healthz (or /readyz): exit 0 when it answers 2xx, else 1; for a container HEALTHCHECK or an exec probe",
 			example: "intake healthcheck --url http://127.0.0.1:9464/healthz", run: cmdHealthcheck},
-		{name: "completion", usage: "bash|zsh", summary: "print the shell completion script",
-			subs: []string{"bash", "zsh"}, example: "source <(intake completion bash)", run: cmdCompletion},
+		{name: "completion", usage: "bash|zsh|fish", summary: "print the shell completion script",
+			subs: []string{"bash", "zsh", "fish"}, example: "source <(intake completion bash)", run: cmdCompletion},
+		{name: "man", summary: "print the manual page intake(1) in roff (the package installs it)", hidden: true,
+			example: "intake man | gzip -9n >intake.1.gz", run: cmdMan},
 		{name: "help", usage: "[COMMAND]", summary: "this text, or a command's flags with their defaults and an example",
 			example: "intake help run", run: cmdHelp},
 	}
@@ -203,7 +208,7 @@ func idArg(cmd string, args []string, stderr io.Writer) (int64, []string, bool) 
 // (output discarded): the flag package answers -h before the command does
 // anything. nil for a command without flags.
 func flagsOf(c *command) *flag.FlagSet {
-	if c.name == "help" || c.name == "completion" {
+	if c.name == "help" || c.name == "completion" || c.name == "man" {
 		return nil
 	}
 	declaredMu.Lock()
@@ -307,7 +312,7 @@ func usageText() string {
 	b.WriteString("intake: partner files from SFTP into PostgreSQL, exactly once in effect.\n\n")
 	b.WriteString("Usage:\n  intake [--log-level L] [--log-format F] COMMAND [flags]\n\nCommands:\n")
 	var rows [][2]string
-	for _, c := range commands {
+	for _, c := range visibleCommands() {
 		rows = append(rows, [2]string{c.name, c.summary})
 	}
 	printRows(&b, rows)
@@ -358,10 +363,22 @@ func wantsHelp(args []string) bool {
 	return false
 }
 
-// commandNames, sorted (completion).
+// visibleCommands are the registry's commands an operator runs, in its
+// order: the usage text, the man page and the completions list these.
+func visibleCommands() []*command {
+	var cs []*command
+	for _, c := range commands {
+		if !c.hidden {
+			cs = append(cs, c)
+		}
+	}
+	return cs
+}
+
+// commandNames, sorted (completion): the visible commands.
 func commandNames() []string {
 	var ns []string
-	for _, c := range commands {
+	for _, c := range visibleCommands() {
 		ns = append(ns, c.name)
 	}
 	sort.Strings(ns)

@@ -8,12 +8,12 @@ import (
 	"strings"
 )
 
-// cmdCompletion prints a completion script for bash or zsh, generated
+// cmdCompletion prints a completion script for bash, zsh or fish, generated
 // from the command registry and each command's own flag set, so it never
 // lags behind the flags.
 func cmdCompletion(args []string, stdout, stderr io.Writer) int {
 	if len(args) != 1 {
-		fmt.Fprintln(stderr, "intake completion: give the shell: bash or zsh (e.g. source <(intake completion bash))")
+		fmt.Fprintln(stderr, "intake completion: give the shell: bash, zsh or fish (e.g. source <(intake completion bash))")
 		return 2
 	}
 	switch args[0] {
@@ -21,8 +21,10 @@ func cmdCompletion(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprint(stdout, bashCompletion())
 	case "zsh":
 		fmt.Fprint(stdout, zshCompletion())
+	case "fish":
+		fmt.Fprint(stdout, fishCompletion())
 	default:
-		fmt.Fprintf(stderr, "intake completion: %q: only bash and zsh\n", args[0])
+		fmt.Fprintf(stderr, "intake completion: %q: only bash, zsh and fish\n", args[0])
 		return 2
 	}
 	return 0
@@ -44,7 +46,7 @@ func bashCompletion() string {
 	var b strings.Builder
 	valueFlags := map[string]bool{"--log-level": true, "--log-format": true}
 	var cases strings.Builder
-	for _, c := range commands {
+	for _, c := range visibleCommands() {
 		var words []string
 		for _, f := range flagList(c) {
 			words = append(words, "--"+f.Name)
@@ -102,7 +104,7 @@ _intake() {
 	local -a commands global
 	commands=(
 `)
-	for _, c := range commands {
+	for _, c := range visibleCommands() {
 		fmt.Fprintf(&b, "\t\t%s\n", zshQuote(c.name+":"+c.summary))
 	}
 	b.WriteString(`	)
@@ -118,7 +120,7 @@ _intake() {
 	argument)
 		case $line[1] in
 `)
-	for _, c := range commands {
+	for _, c := range visibleCommands() {
 		specs := []string{"$global"}
 		switch {
 		case c.name == "help":
@@ -172,4 +174,88 @@ func sortedKeys[V any](m map[string]V) []string {
 	}
 	sort.Strings(ks)
 	return ks
+}
+
+// fishCompletion is the fish script: fish reads completions as `complete`
+// commands, one per word, each with the condition under which it applies.
+// __intake_words is the command line's words before the cursor that are
+// neither flags nor flag values (the command, then its sub-command).
+func fishCompletion() string {
+	var b strings.Builder
+	valueFlags := map[string]bool{"--log-level": true, "--log-format": true}
+	for _, c := range visibleCommands() {
+		for _, f := range flagList(c) {
+			if !isBool(f) {
+				valueFlags["--"+f.Name] = true
+			}
+		}
+	}
+	fmt.Fprintf(&b, `# fish completion for intake. Load it with: intake completion fish | source
+# or save it as ~/.config/fish/completions/intake.fish.
+function __intake_words
+	set -l words (commandline -opc)
+	set -e words[1]
+	set -l skip 0
+	for w in $words
+		if test $skip = 1
+			set skip 0
+			continue
+		end
+		switch $w
+			case %s
+				set skip 1
+			case '-*'
+			case '*'
+				echo $w
+		end
+	end
+end
+function __intake_needs_command
+	test (count (__intake_words)) -eq 0
+end
+function __intake_using
+	set -l w (__intake_words)
+	test (count $w) -ge 1; and test "$w[1]" = $argv[1]
+end
+function __intake_needs_sub
+	set -l w (__intake_words)
+	test (count $w) -eq 1; and test "$w[1]" = $argv[1]
+end
+complete -c intake -f
+complete -c intake -l log-level -x -a %s -d 'log level'
+complete -c intake -l log-format -x -a %s -d 'log format'
+complete -c intake -n __intake_needs_command -l version -d 'print version, commit and Go version'
+`, strings.Join(sortedKeys(valueFlags), " "), fishQuote(flagValues["log-level"]), fishQuote(flagValues["log-format"]))
+	for _, c := range visibleCommands() {
+		fmt.Fprintf(&b, "complete -c intake -n __intake_needs_command -a %s -d %s\n", c.name, fishQuote(c.summary))
+	}
+	for _, c := range visibleCommands() {
+		cond := fishQuote("__intake_using " + c.name)
+		switch {
+		case c.name == "help":
+			fmt.Fprintf(&b, "complete -c intake -n %s -a %s\n", fishQuote("__intake_needs_sub help"), fishQuote(strings.Join(commandNames(), " ")))
+		case len(c.subs) > 0:
+			fmt.Fprintf(&b, "complete -c intake -n %s -a %s\n", fishQuote("__intake_needs_sub "+c.name), fishQuote(strings.Join(c.subs, " ")))
+		}
+		for _, f := range flagList(c) {
+			_, use := flag.UnquoteUsage(f)
+			line := fmt.Sprintf("complete -c intake -n %s -l %s", cond, f.Name)
+			switch {
+			case isBool(f):
+			case f.Name == "config":
+				line += " -r -F"
+			case flagValues[f.Name] != "":
+				line += " -x -a " + fishQuote(flagValues[f.Name])
+			default:
+				line += " -x"
+			}
+			fmt.Fprintf(&b, "%s -d %s\n", line, fishQuote(use))
+		}
+	}
+	return b.String()
+}
+
+// fishQuote single-quotes s for fish (backslash and quote escaped).
+func fishQuote(s string) string {
+	return "'" + strings.NewReplacer(`\`, `\\`, "'", `\'`).Replace(s) + "'"
 }

@@ -4,13 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/partner-intake/partner-intake/intake"
 	"io/fs"
 	"os"
 	"path"
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/partner-intake/partner-intake/intake"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 

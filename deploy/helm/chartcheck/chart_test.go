@@ -9,6 +9,7 @@ package chartcheck
 import (
 	"bytes"
 	"encoding/json"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -272,8 +273,9 @@ func TestPrometheusRuleIsTheAlertsFile(t *testing.T) {
 		t.Errorf("alerts.yml IntakeDown: %q", e)
 	}
 
-	// With prometheusRule.job set (testdata/extras.yaml), IntakeDown
-	// matches that job; every other rule is the file's.
+	// With prometheusRule.job and runbookBaseURL set
+	// (testdata/extras.yaml), IntakeDown matches that job and every
+	// runbook_url is on that base; all else is the file's.
 	x := loadFrom(t, "CHART_RENDERED_EXTRAS")
 	if e := downExpr(t, x.rule.Spec); e != `up{job="intake-prod"} == 0` {
 		t.Errorf("with prometheusRule.job intake-prod, IntakeDown: %q", e)
@@ -288,6 +290,13 @@ func TestPrometheusRuleIsTheAlertsFile(t *testing.T) {
 		for ri, rule := range g.Rules {
 			if rule.Alert == "IntakeDown" {
 				rule.Expr = want.Groups[gi].Rules[ri].Expr
+			}
+			const fileBase, base = "https://github.com/partner-intake/partner-intake/blob/main/docs/runbook.md#", "https://wiki.example.com/ops/intake/runbook.md#"
+			if u := rule.Annotations["runbook_url"]; !strings.HasPrefix(u, base) || want.Groups[gi].Rules[ri].Annotations["runbook_url"] != fileBase+strings.TrimPrefix(u, base) {
+				t.Errorf("with prometheusRule.runbookBaseURL %s, %s's runbook_url is %q (the file's: %q)", base, rule.Alert, u, want.Groups[gi].Rules[ri].Annotations["runbook_url"])
+			} else {
+				rule.Annotations = maps.Clone(rule.Annotations)
+				rule.Annotations["runbook_url"] = want.Groups[gi].Rules[ri].Annotations["runbook_url"]
 			}
 			if !reflect.DeepEqual(rule, want.Groups[gi].Rules[ri]) {
 				t.Errorf("with prometheusRule.job set, %s differs from alerts.yml", rule.Alert)

@@ -51,3 +51,13 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- define "intake.port" -}}
 {{- .Values.config.http.listen | splitList ":" | last -}}
 {{- end -}}
+
+{{- /* Where the alerts' runbook links and NOTES.txt point: docs/runbook.md
+in the repository (the base configs/prometheus/alerts.yml carries), or
+prometheusRule.runbookBaseURL. */}}
+{{- define "intake.defaultRunbookBaseURL" -}}
+{{ .Chart.Home }}/blob/main/docs/runbook.md
+{{- end }}
+{{- define "intake.runbookBaseURL" -}}
+{{ .Values.prometheusRule.runbookBaseURL | default (include "intake.defaultRunbookBaseURL" .) | trimSuffix "/" }}
+{{- end }}
