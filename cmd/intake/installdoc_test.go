@@ -145,11 +145,11 @@ func TestInstallDocRolesAndGrantsRunAsWritten(t *testing.T) {
 		want bool
 	}{
 		{`SELECT has_table_privilege('intake', 'sales.orders', 'INSERT, UPDATE')`, true},
-		{`SELECT has_table_privilege('intake', 'intake_audit', 'INSERT')`, true},
-		{`SELECT has_table_privilege('intake', 'intake_audit', 'UPDATE') OR has_table_privilege('intake', 'intake_audit', 'DELETE')`, false},
-		{`SELECT has_table_privilege('alice', 'intake_feed_late', 'SELECT') AND has_table_privilege('alice', 'intake_outbox_delivery', 'SELECT')`, true},
+		{`SELECT has_table_privilege('intake', 'intake.intake_audit', 'INSERT')`, true},
+		{`SELECT has_table_privilege('intake', 'intake.intake_audit', 'UPDATE') OR has_table_privilege('intake', 'intake.intake_audit', 'DELETE')`, false},
+		{`SELECT has_table_privilege('alice', 'intake.intake_feed_late', 'SELECT') AND has_table_privilege('alice', 'intake.intake_outbox_delivery', 'SELECT')`, true},
 		{`SELECT has_table_privilege('alice', 'sales.orders', 'INSERT')`, false},
-		{`SELECT has_function_privilege('intake_purge', 'intake_purge_audit(text, timestamptz)', 'EXECUTE')`, true},
+		{`SELECT has_function_privilege('intake_purge', 'intake.intake_purge_audit(text, timestamptz)', 'EXECUTE')`, true},
 	} {
 		var got bool
 		if err := c.QueryRow(ctx, q.sql).Scan(&got); err != nil || got != q.want {
