@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/partner-intake/partner-intake/intake"
+	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/intake/ops"
 	"github.com/partner-intake/partner-intake/internal/testenv"
 	"github.com/partner-intake/partner-intake/partners"
@@ -356,5 +357,47 @@ func TestAKilledMeasurementsProbeFilesAreRemoved(t *testing.T) {
 	}
 	if fs := files(t, pool, "probe"); len(fs) != 1 || fs[0].State != "archived" {
 		t.Fatalf("files %+v", fs)
+	}
+}
+
+// The limits only intake check measures (the largest read, the handles,
+// the channels one connection starts) are kept with the profile it
+// records; the daemon's own measurement of the same site, a day later or
+// of a row measured before whether each extension works was, keeps them
+// (and measures the rest again); of another site it forgets them.
+func TestTheLimitsCheckKeptOutliveTheDaemonsMeasurementOfTheSameSiteOnly(t *testing.T) {
+	_, pool := testenv.DB(t)
+	site := testenv.NewSite(t, "lim")
+	cfg := site.Validated(t)
+	prof, psite, err := partners.ProbeSite(context.Background(), &cfg, "w1")
+	if err != nil || prof.Channels != 8 || prof.Handles == 0 {
+		t.Fatalf("check's probe: %v, %s", err, prof)
+	}
+	l := ledger.New(pool, 0)
+	if err := l.RecordCheckedProfile(context.Background(), "lim", psite.Key(), prof); err != nil {
+		t.Fatal(err)
+	}
+	execArgs(t, pool, `UPDATE intake_site_profile SET statvfs_fails = NULL, measured_at = now() - interval '2 days',
+		limits_measured_at = now() - interval '2 days' WHERE partner_id = 'lim'`)
+	r := newRig(t, pool, "w1", site)
+	r.poll("lim")
+	kept, err := l.SiteProfile(context.Background(), "lim")
+	if err != nil || kept == nil {
+		t.Fatal(err)
+	}
+	if !kept.Complete || time.Since(kept.MeasuredAt) > time.Hour || kept.Profile != prof || time.Since(kept.LimitsMeasuredAt) < 47*time.Hour {
+		t.Fatalf("after the daemon's measurement of the same site: complete %v, measured %s ago, limits %s ago, %s; want %s measured again now, check's limits kept",
+			kept.Complete, time.Since(kept.MeasuredAt), time.Since(kept.LimitsMeasuredAt), kept.Profile, prof)
+	}
+	r.d.Stop()
+	execArgs(t, pool, `UPDATE intake_site_profile SET site = 'another server', measured_at = now() - interval '2 days' WHERE partner_id = 'lim'`)
+	newRig(t, pool, "w1", site).poll("lim") // a restart: the site is resolved afresh
+	if kept, err = l.SiteProfile(context.Background(), "lim"); err != nil || kept == nil {
+		t.Fatal(err)
+	}
+	unlimited := prof
+	unlimited.MaxRead, unlimited.Handles, unlimited.Channels = 0, 0, 0
+	if kept.Profile != unlimited || !kept.LimitsMeasuredAt.IsZero() || kept.Site != psite.Key() {
+		t.Fatalf("after the daemon's measurement of another site: %s, limits measured at %v, site %q; want no limits", kept.Profile, kept.LimitsMeasuredAt, kept.Site)
 	}
 }
