@@ -13,6 +13,7 @@ import (
 	"github.com/partner-intake/partner-intake/intake"
 	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/intake/ops"
+	"github.com/partner-intake/partner-intake/internal/sshdtest"
 	"github.com/partner-intake/partner-intake/internal/testenv"
 	"github.com/partner-intake/partner-intake/partners"
 	"github.com/partner-intake/partner-intake/reconcile"
@@ -399,5 +400,59 @@ func TestTheLimitsCheckKeptOutliveTheDaemonsMeasurementOfTheSameSiteOnly(t *test
 	unlimited.MaxRead, unlimited.Handles, unlimited.Channels = 0, 0, 0
 	if kept.Profile != unlimited || !kept.LimitsMeasuredAt.IsZero() || kept.Site != psite.Key() {
 		t.Fatalf("after the daemon's measurement of another site: %s, limits measured at %v, site %q; want no limits", kept.Profile, kept.LimitsMeasuredAt, kept.Site)
+	}
+}
+
+// The channels one connection starts, measured by intake check and kept
+// with the profile, bound the sessions the daemon puts on a connection
+// (partners.Conns.SetChannels) from the partner's profile on: on a site
+// of 4 channels a connection (sshd MaxSessions 4), three partners on one
+// account get a connection each, no channel refused; without the bound,
+// the second partner's session joins the first's connection and the
+// third's is refused there and dials again (two logins).
+func TestTheDaemonPutsNoMoreSessionsOnAConnectionThanItsMeasuredChannelsAllow(t *testing.T) {
+	_, pool := testenv.DB(t)
+	srv, err := sshdtest.StartChannels(4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	l := ledger.New(pool, 0)
+	var ss []*testenv.Site
+	for _, id := range []string{"cha", "chb", "chc"} {
+		root, err := srv.PartnerRoot(id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range []string{"incoming", "ready"} {
+			if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+		site := &testenv.Site{Root: root, Config: partners.Config{ID: id, Feeds: []partners.Feed{testenv.OrdersFeed()},
+			SFTP: partners.SFTP{Address: srv.Addr, User: srv.User, PrivateKeyFile: srv.ClientKeyFile,
+				KnownHostsFile: srv.KnownHostsFile, Root: root, DialTimeout: 10 * time.Second}}}
+		cfg := site.Validated(t)
+		prof, psite, err := partners.ProbeSite(context.Background(), &cfg, "w1") // intake check
+		if err != nil || prof.Channels != 4 {
+			t.Fatalf("check's probe of %s: %v, %d channels a connection, want 4", id, err, prof.Channels)
+		}
+		if err := l.RecordCheckedProfile(context.Background(), id, psite.Key(), prof); err != nil {
+			t.Fatal(err)
+		}
+		ss = append(ss, site)
+	}
+	r := newRig(t, pool, "w1", ss...)
+	for _, s := range ss {
+		s.Drop(t, "orders-"+s.Config.ID+".csv", goodRows(s.Config.ID, 2))
+		r.poll(s.Config.ID) // its session is kept open
+	}
+	if n := intake.SSHLogins(r.d); n != 3 {
+		t.Fatalf("%d SSH logins for three partners on a site of 4 channels a connection, want 3 (one session a connection)", n)
+	}
+	for _, s := range ss {
+		if fs := files(t, pool, s.Config.ID); len(fs) != 1 || fs[0].State != "archived" {
+			t.Fatalf("partner %s: %+v, want its file archived", s.Config.ID, fs)
+		}
 	}
 }
