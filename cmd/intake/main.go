@@ -9,6 +9,7 @@ import (
 	"os"
 	"strings"
 	"sync/atomic"
+
 	// The zone database inside the binary: the image is FROM scratch and a
 	// host may lack /usr/share/zoneinfo, while configs name zones
 	// (Europe/Berlin). The system's database is still used when present.
