@@ -12,7 +12,7 @@ import (
 )
 
 // SiteProfile is what a partner's server was measured to do (migrations
-// 012, 017 and 018): its profile, of which site (the partner's tree as
+// 012, 017 and 019): its profile, of which site (the partner's tree as
 // the server resolves it), and when. Complete is false for a row measured
 // before the profile had all it has now. The limits (Profile.MaxRead,
 // Handles, Channels) are `intake check`'s, measured at LimitsMeasuredAt;
