@@ -24,21 +24,24 @@ import (
 
 // interopProfiles is what each partner server the tests start is
 // measured to be. rclone's SFTP server is pkg/sftp's, which offers
-// posix-rename, hardlink and statvfs whatever its backend; over :memory:
-// its VFS keeps directories and set mtimes while the process lives.
+// posix-rename, hardlink and statvfs whatever its backend (statvfs answers
+// unsupported: rclone gives no handler for it); over :memory: its VFS
+// keeps directories and set mtimes while the process lives. Every server
+// started 8 channels on one connection, the probe's cap (sshd's
+// MaxSessions here is 50).
 var interopProfiles = map[string]partners.Profile{
 	testenv.ServerOpenSSH: {
 		PosixRename: true, Hardlink: true, Fsync: true, StatVFS: true, EmptyDirPersists: true, MtimeStep: time.Second, RealPath: true,
-		MaxRead: 255 << 10, Handles: 64},
+		MaxRead: 255 << 10, Handles: 64, Channels: 8},
 	testenv.ServerProFTPD: {
 		PosixRename: true, Hardlink: true, Fsync: true, StatVFS: true, EmptyDirPersists: true, MtimeStep: time.Second, RealPath: true,
-		MaxRead: 256 << 10, Handles: 64},
+		MaxRead: 256 << 10, Handles: 64, Channels: 8},
 	testenv.ServerRcloneLocal: {RenameOverwrites: true,
-		PosixRename: true, Hardlink: true, StatVFS: true, EmptyDirPersists: true, MtimeStep: time.Second, RealPath: true,
-		MaxRead: 32 << 10, Handles: 64},
+		PosixRename: true, Hardlink: true, StatVFS: true, StatVFSFails: true, EmptyDirPersists: true, MtimeStep: time.Second, RealPath: true,
+		MaxRead: 32 << 10, Handles: 64, Channels: 8},
 	testenv.ServerRcloneMemory: {RenameOverwrites: true,
-		PosixRename: true, Hardlink: true, StatVFS: true, EmptyDirPersists: true, MtimeStep: time.Second, RealPath: true,
-		MaxRead: 32 << 10, Handles: 64},
+		PosixRename: true, Hardlink: true, StatVFS: true, StatVFSFails: true, EmptyDirPersists: true, MtimeStep: time.Second, RealPath: true,
+		MaxRead: 32 << 10, Handles: 64, Channels: 8},
 }
 
 // Partners run servers nobody here wrote. On each server the tests start
@@ -79,7 +82,7 @@ func TestEveryPartnerServerRunsTheEndToEndProtocol(t *testing.T) {
 			// the daemon measures all but the limits, which check alone
 			// measures (they cost a transfer each way)
 			unlimited := want
-			unlimited.MaxRead, unlimited.Handles = 0, 0
+			unlimited.MaxRead, unlimited.Handles, unlimited.Channels = 0, 0, 0
 			if checked != want || stored.Profile != unlimited {
 				t.Fatalf("check measured %s\nthe daemon %s\nwant %s", checked, stored.Profile, want)
 			}

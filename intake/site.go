@@ -61,12 +61,14 @@ const profileFor = 24 * time.Hour
 // refuses it: every poll fails with reason rename_overwrites and no file
 // is taken (the server is measured again at each poll, so one fixed since
 // is served at the next). A claim: record partner never renames and is
-// not measured.
+// not measured. The limits only `intake check` measures are read from the
+// row it kept: the channels one connection starts bound the sessions the
+// partner's connections carry (partners.Conns.SetChannels).
 func (d *Daemon) siteProfile(ctx context.Context, p *partnerRT, s *partners.Session, site partners.Site) error {
 	if p.cfg.Records() {
 		return nil
 	}
-	key := site.HostKey + " " + site.User + "@" + site.Root
+	key := site.Key()
 	prof, err := d.ledger.SiteProfile(ctx, p.cfg.ID)
 	if err != nil {
 		return err
@@ -82,6 +84,11 @@ func (d *Daemon) siteProfile(ctx context.Context, p *partnerRT, s *partners.Sess
 			return err
 		}
 		d.log.Info("partner's server measured", "partner", p.cfg.ID, "profile", measured.String())
+		if prof != nil && prof.Site == key {
+			// the limits intake check measured on this site, which the
+			// row keeps
+			measured.MaxRead, measured.Handles, measured.Channels = prof.Profile.MaxRead, prof.Profile.Handles, prof.Profile.Channels
+		}
 		prof = &ledger.SiteProfile{Site: key, Profile: measured, Complete: true}
 	}
 	if err := prof.Profile.Serves(p.cfg); err != nil {
@@ -91,6 +98,10 @@ func (d *Daemon) siteProfile(ctx context.Context, p *partnerRT, s *partners.Sess
 	p.overwrites.Store(prof.Profile.RenameOverwrites)
 	p.vanish.Store(!prof.Profile.EmptyDirPersists)
 	p.nocase.Store(prof.Profile.CaseInsensitive)
+	// the channels a connection intake check measured: the partner's
+	// later sessions are put on connections with as many sessions as
+	// have their channels (this first one was dialled before it was known)
+	d.conns.SetChannels(p.cfg, prof.Profile.Channels)
 	return nil
 }
 

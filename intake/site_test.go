@@ -11,7 +11,9 @@ import (
 	"time"
 
 	"github.com/partner-intake/partner-intake/intake"
+	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/intake/ops"
+	"github.com/partner-intake/partner-intake/internal/sshdtest"
 	"github.com/partner-intake/partner-intake/internal/testenv"
 	"github.com/partner-intake/partner-intake/partners"
 	"github.com/partner-intake/partner-intake/reconcile"
@@ -356,5 +358,101 @@ func TestAKilledMeasurementsProbeFilesAreRemoved(t *testing.T) {
 	}
 	if fs := files(t, pool, "probe"); len(fs) != 1 || fs[0].State != "archived" {
 		t.Fatalf("files %+v", fs)
+	}
+}
+
+// The limits only intake check measures (the largest read, the handles,
+// the channels one connection starts) are kept with the profile it
+// records; the daemon's own measurement of the same site, a day later or
+// of a row measured before whether each extension works was, keeps them
+// (and measures the rest again); of another site it forgets them.
+func TestTheLimitsCheckKeptOutliveTheDaemonsMeasurementOfTheSameSiteOnly(t *testing.T) {
+	_, pool := testenv.DB(t)
+	site := testenv.NewSite(t, "lim")
+	cfg := site.Validated(t)
+	prof, psite, err := partners.ProbeSite(context.Background(), &cfg, "w1")
+	if err != nil || prof.Channels != 8 || prof.Handles == 0 {
+		t.Fatalf("check's probe: %v, %s", err, prof)
+	}
+	l := ledger.New(pool, 0)
+	if err := l.RecordCheckedProfile(context.Background(), "lim", psite.Key(), prof); err != nil {
+		t.Fatal(err)
+	}
+	execArgs(t, pool, `UPDATE intake_site_profile SET statvfs_fails = NULL, measured_at = now() - interval '2 days',
+		limits_measured_at = now() - interval '2 days' WHERE partner_id = 'lim'`)
+	r := newRig(t, pool, "w1", site)
+	r.poll("lim")
+	kept, err := l.SiteProfile(context.Background(), "lim")
+	if err != nil || kept == nil {
+		t.Fatal(err)
+	}
+	if !kept.Complete || time.Since(kept.MeasuredAt) > time.Hour || kept.Profile != prof || time.Since(kept.LimitsMeasuredAt) < 47*time.Hour {
+		t.Fatalf("after the daemon's measurement of the same site: complete %v, measured %s ago, limits %s ago, %s; want %s measured again now, check's limits kept",
+			kept.Complete, time.Since(kept.MeasuredAt), time.Since(kept.LimitsMeasuredAt), kept.Profile, prof)
+	}
+	r.d.Stop()
+	execArgs(t, pool, `UPDATE intake_site_profile SET site = 'another server', measured_at = now() - interval '2 days' WHERE partner_id = 'lim'`)
+	newRig(t, pool, "w1", site).poll("lim") // a restart: the site is resolved afresh
+	if kept, err = l.SiteProfile(context.Background(), "lim"); err != nil || kept == nil {
+		t.Fatal(err)
+	}
+	unlimited := prof
+	unlimited.MaxRead, unlimited.Handles, unlimited.Channels = 0, 0, 0
+	if kept.Profile != unlimited || !kept.LimitsMeasuredAt.IsZero() || kept.Site != psite.Key() {
+		t.Fatalf("after the daemon's measurement of another site: %s, limits measured at %v, site %q; want no limits", kept.Profile, kept.LimitsMeasuredAt, kept.Site)
+	}
+}
+
+// The channels one connection starts, measured by intake check and kept
+// with the profile, bound the sessions the daemon puts on a connection
+// (partners.Conns.SetChannels) from the partner's profile on: on a site
+// of 4 channels a connection (sshd MaxSessions 4), three partners on one
+// account get a connection each, no channel refused; without the bound,
+// the second partner's session joins the first's connection and the
+// third's is refused there and dials again (two logins).
+func TestTheDaemonPutsNoMoreSessionsOnAConnectionThanItsMeasuredChannelsAllow(t *testing.T) {
+	_, pool := testenv.DB(t)
+	srv, err := sshdtest.StartChannels(4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	l := ledger.New(pool, 0)
+	var ss []*testenv.Site
+	for _, id := range []string{"cha", "chb", "chc"} {
+		root, err := srv.PartnerRoot(id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range []string{"incoming", "ready"} {
+			if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+		site := &testenv.Site{Root: root, Config: partners.Config{ID: id, Feeds: []partners.Feed{testenv.OrdersFeed()},
+			SFTP: partners.SFTP{Address: srv.Addr, User: srv.User, PrivateKeyFile: srv.ClientKeyFile,
+				KnownHostsFile: srv.KnownHostsFile, Root: root, DialTimeout: 10 * time.Second}}}
+		cfg := site.Validated(t)
+		prof, psite, err := partners.ProbeSite(context.Background(), &cfg, "w1") // intake check
+		if err != nil || prof.Channels != 4 {
+			t.Fatalf("check's probe of %s: %v, %d channels a connection, want 4", id, err, prof.Channels)
+		}
+		if err := l.RecordCheckedProfile(context.Background(), id, psite.Key(), prof); err != nil {
+			t.Fatal(err)
+		}
+		ss = append(ss, site)
+	}
+	r := newRig(t, pool, "w1", ss...)
+	for _, s := range ss {
+		s.Drop(t, "orders-"+s.Config.ID+".csv", goodRows(s.Config.ID, 2))
+		r.poll(s.Config.ID) // its session is kept open
+	}
+	if n := intake.SSHLogins(r.d); n != 3 {
+		t.Fatalf("%d SSH logins for three partners on a site of 4 channels a connection, want 3 (one session a connection)", n)
+	}
+	for _, s := range ss {
+		if fs := files(t, pool, s.Config.ID); len(fs) != 1 || fs[0].State != "archived" {
+			t.Fatalf("partner %s: %+v, want its file archived", s.Config.ID, fs)
+		}
 	}
 }

@@ -409,3 +409,69 @@ func TestStableFileThatGrowsBeforeItsLastCommitIsHeld(t *testing.T) {
 		t.Fatalf("receipt %+v, want quarantined changed_after_claim", rc)
 	}
 }
+
+// Servers that keep modification times of their own: an object store's
+// gateway stamps an upload's start (every listing while the file grows
+// shows that time, older than intake's first sighting of the file) and
+// stamps it again when the upload is committed (a jump with the size
+// unchanged); others keep whole hours, minutes or seconds. Readiness
+// stable measures the quiet period on intake's clock from the listing
+// that first saw the size and mtime as they are, never from the mtime: a
+// file that grows between listings a quiet period apart is never
+// claimed, whatever its mtime says; a stamp that jumps starts the clock
+// again; once size and mtime stay the same for stable_for, the file is
+// taken whole.
+func TestStableReadinessOnAServerThatStampsItsOwnMTimes(t *testing.T) {
+	start := time.Now().Add(-time.Hour).Truncate(time.Minute)
+	for _, tc := range []struct {
+		name  string
+		stamp func(time.Time) time.Time
+	}{
+		{"stamped at the upload's start", func(time.Time) time.Time { return start }},
+		{"whole hours", func(t time.Time) time.Time { return t.Truncate(time.Hour) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, pool := testenv.DB(t)
+			srv, site := testenv.NewInProcessSite(t, "acme")
+			site.Config.Readiness = partners.ReadinessStable
+			site.Config.Stable = partners.Stable{StableFor: time.Second, MinAge: time.Millisecond}
+			srv.StampMTimes(tc.stamp)
+			r := newRig(t, pool, "w1", site)
+
+			head, rows := rowsOf(goodRows("S", 4))
+			name := "orders-20261204.csv"
+			ready := filepath.Join(site.Root, "ready", name)
+			appendTo(t, ready, head)
+			r.poll("acme") // the first sighting
+			if fs := files(t, pool, "acme"); len(fs) != 0 {
+				t.Fatalf("the first listing that saw the file took %+v; its mtime, an hour old, says nothing of how long it has been quiet", fs)
+			}
+			for i, row := range rows {
+				// a quiet period on intake's clock since the listing
+				// that saw the file as it was, then the upload goes on
+				waitStable(t, pool, "acme", name, time.Second)
+				appendTo(t, ready, row)
+				r.poll("acme")
+				if fs := files(t, pool, "acme"); len(fs) != 0 {
+					t.Fatalf("after write %d the poll took %+v; a file that grew since the last listing is never ready", i+1, fs)
+				}
+			}
+			// the upload is committed: the gateway stamps its end, the size
+			// as it was
+			waitStable(t, pool, "acme", name, time.Second)
+			end := time.Now().Truncate(time.Second)
+			srv.StampMTimes(func(time.Time) time.Time { return end })
+			r.poll("acme")
+			if fs := files(t, pool, "acme"); len(fs) != 0 {
+				t.Fatalf("the poll after the mtime jumped took %+v; a changed mtime starts the clock again", fs)
+			}
+			waitStable(t, pool, "acme", name, time.Second)
+			r.poll("acme")
+			fs := files(t, pool, "acme")
+			if len(fs) != 1 || fs[0].Name != name || fs[0].State != "archived" || fs[0].Applied != int64(len(rows)) {
+				t.Fatalf("got %+v, want %s archived with %d rows", fs, name, len(rows))
+			}
+			testenv.AssertExactOrders(t, pool, "acme", len(rows), "S")
+		})
+	}
+}

@@ -37,13 +37,17 @@ import (
 // opens up to three channels (main, listing, a large file's ranges), and
 // OpenSSH's MaxSessions allows 10 a connection by default. A site that
 // refuses a channel on a shared connection gets no more sessions on it;
-// the session that was refused dials a connection of its own.
+// the session that was refused dials a connection of its own. A site
+// whose channels a connection were measured (SetChannels, from the
+// profile `intake check` keeps) gets no more sessions a connection than
+// have their three channels each, and no refusal is needed to learn it.
 type Conns struct {
 	perConn int
 
 	mu    sync.Mutex
 	byKey map[string][]*sshConn
 	caps  map[string]int // sessions a connection of the key takes, learned from a refusal
+	fits  map[string]int // sessions a connection of the key takes, from its measured channels (SetChannels)
 	open  atomic.Int64
 	dials atomic.Int64
 }
@@ -51,7 +55,35 @@ type Conns struct {
 // NewConns returns a pool that puts up to perConn sessions on one SSH
 // connection (1: every session its own connection).
 func NewConns(perConn int) *Conns {
-	return &Conns{perConn: max(perConn, 1), byKey: map[string][]*sshConn{}, caps: map[string]int{}}
+	return &Conns{perConn: max(perConn, 1), byKey: map[string][]*sshConn{}, caps: map[string]int{}, fits: map[string]int{}}
+}
+
+// sessionChannels is the most channels a session opens: main, listing,
+// and a large file's second channel (Session.Ranges).
+const sessionChannels = 3
+
+// SetChannels tells the pool how many channels (sftp subsystems) one SSH
+// connection to the partner's site was measured to start (Profile.
+// Channels; 0: not measured, nothing changes): connections of its key
+// then carry as many sessions as have three channels each, at least one;
+// a site that starts one subsystem a connection gets sessions of one
+// channel, opened alone. A measurement at its cap (maxChannelsProbe)
+// limits nothing.
+func (cs *Conns) SetChannels(p *Config, n int) {
+	if n <= 0 {
+		return
+	}
+	if n == 1 {
+		oneSubsystemSites.Store(strings.ToLower(p.SFTP.Address), true)
+	}
+	key := connKey(p)
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	if n >= maxChannelsProbe {
+		delete(cs.fits, key)
+		return
+	}
+	cs.fits[key] = max(1, n/sessionChannels)
 }
 
 // unshared is the pool of Dial: a connection per session.
@@ -207,6 +239,9 @@ func (cs *Conns) acquire(ctx context.Context, p *Config, own bool, dl dialBudget
 	cs.mu.Lock()
 	limit := cs.perConn
 	if fit, ok := cs.caps[key]; ok {
+		limit = min(limit, fit)
+	}
+	if fit, ok := cs.fits[key]; ok {
 		limit = min(limit, fit)
 	}
 	if limit > 1 && !own {

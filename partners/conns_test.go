@@ -465,3 +465,66 @@ func frozenSite(t *testing.T, dialTimeout time.Duration) (*testenv.Proxy, *partn
 	}
 	return proxy, first, joiner
 }
+
+// The channels one connection starts, as intake check measures them
+// (Probe: sshd's MaxSessions 1, 3 and 4; 8 or more at the default), and a
+// pool told that count (SetChannels, as the daemon is from the profile
+// check kept) puts no more sessions on a connection than have their three
+// channels each: on a site of 4 channels a connection, three partners on
+// one account get a connection each, every session keeps its listing
+// channel and gets its second download channel (Ranges), and no channel
+// is refused. Untold, two sessions share a connection, the third's
+// listing channel is refused, and a shared session's Ranges is too.
+func TestAPoolToldTheMeasuredChannelsPutsNoMoreSessionsOnAConnection(t *testing.T) {
+	for _, max := range []int{1, 3, 4, 0} {
+		t.Run(fmt.Sprintf("MaxSessions %d", max), func(t *testing.T) {
+			start := func() (*sshdtest.Server, error) { return sshdtest.StartChannels(max) }
+			if max == 0 {
+				start = sshdtest.Start // MaxSessions 50
+			}
+			srv, err := start()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer srv.Close()
+			ids := []string{"a", "b", "c"}
+			ps := make([]*partners.Config, len(ids))
+			for i, id := range ids {
+				ps[i] = partnerOn(t, srv, id)
+			}
+			prof, err := partners.Probe(context.Background(), ps[0], "w1")
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := max
+			if max == 0 {
+				want = 8
+			}
+			if prof.Channels != want {
+				t.Fatalf("measured %d channels a connection, want %d (%s)", prof.Channels, want, prof)
+			}
+			if max != 4 {
+				return
+			}
+			pool := partners.NewConns(3)
+			pool.SetChannels(ps[0], prof.Channels)
+			ss := make([]*partners.Session, len(ps))
+			for i, p := range ps {
+				if ss[i], err = pool.Dial(context.Background(), p); err != nil {
+					t.Fatalf("partner %s: %v", ids[i], err)
+				}
+				defer ss[i].Close()
+			}
+			for i, s := range ss {
+				readBack(t, s, ps[i])
+				if !partners.ListsOnItsOwnChannel(s) {
+					t.Fatalf("partner %s has no listing channel of its own", ids[i])
+				}
+				if s.Ranges() == nil {
+					t.Fatalf("partner %s: its second download channel was refused", ids[i])
+				}
+			}
+			waitLogins(t, srv, 3)
+		})
+	}
+}

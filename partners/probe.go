@@ -7,18 +7,39 @@ import (
 
 // Probe connects to the partner with its pinned host key, checks that
 // intake can create and write its directories, measures the server's
-// profile there (MeasureProfile), which it returns, and checks that ready/
+// profile there (MeasureProfile, and the limits: MeasureLimits,
+// MeasureChannels), which it returns, and checks that ready/
 // exists (on a server that keeps no empty directory, a ready/ that is not
 // there is an empty one).
 // It fails where the profile cannot serve the partner safely
 // (Profile.Serves), as the daemon refuses it then. It leaves nothing
 // behind.
 func Probe(ctx context.Context, p *Config, worker string) (Profile, error) {
+	prof, _, err := ProbeSite(ctx, p, worker)
+	return prof, err
+}
+
+// ProbeSite is Probe, and the site the profile was measured on as the
+// server resolves it (the zero Site when that failed): `intake check`
+// keeps the profile under it.
+func ProbeSite(ctx context.Context, p *Config, worker string) (Profile, Site, error) {
 	s, err := Dial(ctx, p)
 	if err != nil {
-		return Profile{}, err
+		return Profile{}, Site{}, err
 	}
 	defer s.Close()
+	prof, err := probe(s, p, worker)
+	if err != nil && prof == (Profile{}) {
+		return prof, Site{}, err
+	}
+	site, serr := s.Site()
+	if serr != nil {
+		site = Site{}
+	}
+	return prof, site, err
+}
+
+func probe(s *Session, p *Config, worker string) (Profile, error) {
 	ready := s.Layout.ReadyDir()
 	st, rerr := s.Stat(ready)
 	if rerr == nil && !st.IsDir() {
@@ -36,6 +57,7 @@ func Probe(ctx context.Context, p *Config, worker string) (Profile, error) {
 		return prof, fmt.Errorf("partner %s: %w", p.ID, err)
 	}
 	prof.MaxRead, prof.Handles = s.MeasureLimits(worker)
+	prof.Channels = s.MeasureChannels()
 	if rerr != nil && prof.EmptyDirPersists {
 		return prof, fmt.Errorf("partner %s: dirs.ready %s: %w", p.ID, ready, rerr)
 	}

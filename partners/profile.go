@@ -29,6 +29,13 @@ type Profile struct {
 	Hardlink    bool // hardlink@openssh.com
 	Fsync       bool // fsync@openssh.com
 	StatVFS     bool // statvfs@openssh.com
+	// Offered but failing when used: each offered extension of the three
+	// below is used once on probe files (posix-rename onto an existing
+	// name, fsync of a file written, statvfs of the scratch directory),
+	// and one that answers with an error is marked here. intake uses
+	// posix-rename alone (a receipt's publish, which falls back to remove
+	// and RENAME); hardlink is not used and not tried.
+	PosixRenameFails, FsyncFails, StatVFSFails bool
 	// EmptyDirPersists: a directory made and left empty is still listed
 	// (an object store may keep a directory only while it holds a file).
 	EmptyDirPersists bool
@@ -49,7 +56,13 @@ type Profile struct {
 	// (pkg/sftp's 32 KiB packets). Handles is how many handles of one file
 	// the server let one session hold open at once, up to maxHandlesProbe
 	// (which means that many or more); intake holds a few per session.
-	MaxRead, Handles int
+	// Channels is how many sftp subsystems one SSH connection started at
+	// once, up to maxChannelsProbe (that many or more): sshd's
+	// MaxSessions, ProFTPD's SFTPMaxChannels, a server that starts one
+	// subsystem a connection (1). A session uses up to three (main,
+	// listing, a large file's second channel) and connections are shared
+	// by partners on one account (Conns.SetChannels).
+	MaxRead, Handles, Channels int
 }
 
 // ProbePrefix begins the names of a measurement's probe files and
@@ -59,8 +72,9 @@ const ProbePrefix = ".intake-probe-"
 
 // What the limits are measured up to.
 const (
-	maxReadProbe    = 256 << 10
-	maxHandlesProbe = 64
+	maxReadProbe     = 256 << 10
+	maxHandlesProbe  = 64
+	maxChannelsProbe = 8
 )
 
 // ErrRenameOverwrites refuses a partner with readiness: stable on a server
@@ -86,10 +100,14 @@ func (p Profile) Serves(c *Config) error {
 func (p Profile) String() string {
 	var ext []string
 	for _, e := range []struct {
-		on   bool
-		name string
-	}{{p.PosixRename, "posix-rename"}, {p.Hardlink, "hardlink"}, {p.Fsync, "fsync"}, {p.StatVFS, "statvfs"}} {
-		if e.on {
+		on, fails bool
+		name      string
+	}{{p.PosixRename, p.PosixRenameFails, "posix-rename"}, {p.Hardlink, false, "hardlink"}, {p.Fsync, p.FsyncFails, "fsync"},
+		{p.StatVFS, p.StatVFSFails, "statvfs"}} {
+		switch {
+		case e.on && e.fails:
+			ext = append(ext, e.name+" (offered, fails)")
+		case e.on:
 			ext = append(ext, e.name)
 		}
 	}
@@ -113,7 +131,7 @@ func (p Profile) String() string {
 		mtime,
 		pick(p.CaseInsensitive, "case-insensitive", "case-sensitive"),
 		pick(p.RealPath, "ok", "fails"))
-	if p.Handles == 0 {
+	if p.Handles == 0 && p.Channels == 0 {
 		return out // limits not measured (the daemon's measurement)
 	}
 	read := "not measured"
@@ -127,7 +145,11 @@ func (p Profile) String() string {
 	if p.Handles >= maxHandlesProbe {
 		handles = fmt.Sprintf("%d or more", maxHandlesProbe)
 	}
-	return out + fmt.Sprintf("; largest read %s; open handles %s", read, handles)
+	channels := fmt.Sprint(p.Channels)
+	if p.Channels >= maxChannelsProbe {
+		channels = fmt.Sprintf("%d or more", maxChannelsProbe)
+	}
+	return out + fmt.Sprintf("; largest read %s; open handles %s; channels a connection %s", read, handles, channels)
 }
 
 // mtimeProbe is the time set on a probe file: an odd second, so a server
@@ -137,11 +159,13 @@ var mtimeProbe = time.Unix(978307201, 0) // 2001-01-01T00:00:01Z
 
 // MeasureProfile measures the server in processing/<worker>/ (made sure
 // of by Prepare or EnsureDirs) with dot-names of intake's own, each
-// removed after: two files, one renamed onto the other; a directory left
+// removed after: three files, one renamed onto another with
+// posix-rename, then one onto the other with RENAME; a directory left
 // empty; the time set on a file; the file's name in upper case; REALPATH
-// of the directory. The extensions are the server's own list. Nothing is
-// written outside the scratch directory and nothing of the partner's is
-// touched.
+// and statvfs of the directory; fsync of a file written. The extensions
+// are the server's own list, each used (but hardlink) to see that it
+// works. Nothing is written outside the scratch directory and nothing of
+// the partner's is touched.
 func (s *Session) MeasureProfile(worker string) (Profile, error) {
 	var p Profile
 	for _, e := range []struct {
@@ -157,19 +181,29 @@ func (s *Session) MeasureProfile(worker string) (Profile, error) {
 	dir := s.Layout.ProcessingDir(worker)
 	a := path.Join(dir, ProbePrefix+"a-"+tag)
 	bb := path.Join(dir, ProbePrefix+"b-"+tag)
+	c := path.Join(dir, ProbePrefix+"c-"+tag)
 	d := path.Join(dir, ProbePrefix+"d-"+tag)
 	defer s.Remove(a)
 	defer s.Remove(bb)
+	defer s.Remove(c)
 	defer s.RemoveDirectory(d)
-	for _, name := range []string{a, bb} {
+	for _, name := range []string{a, bb, c} {
 		f, err := s.Create(name)
 		if err != nil {
 			return p, fmt.Errorf("%s is not writable: %w", dir, s.Deadline(err))
 		}
 		_, err = f.Write([]byte(name))
+		if err == nil && name == bb && p.Fsync {
+			// fsync@openssh.com on the handle written: an error is an
+			// extension offered that does not work
+			p.FsyncFails = f.Sync() != nil
+		}
 		f.Close()
 		if err != nil {
 			return p, fmt.Errorf("write in %s: %w", dir, s.Deadline(err))
+		}
+		if s.TimedOut() {
+			return p, s.Deadline(os.ErrDeadlineExceeded)
 		}
 	}
 	// names: the second file under its name in upper case (the tag's hex
@@ -206,6 +240,19 @@ func (s *Session) MeasureProfile(worker string) (Profile, error) {
 	}
 	if rp, err := s.Client.RealPath(dir); err == nil && strings.HasPrefix(rp, "/") {
 		p.RealPath = true
+	}
+	if p.StatVFS {
+		_, err := s.Client.StatVFS(dir)
+		p.StatVFSFails = err != nil
+	}
+	if p.PosixRename {
+		// what it is for: replacing an existing name (pkg/sftp's request
+		// server offers it and, without a handler of its own, makes it a
+		// plain RENAME, which refuses)
+		p.PosixRenameFails = s.Client.PosixRename(c, bb) != nil
+	}
+	if s.TimedOut() {
+		return p, s.Deadline(os.ErrDeadlineExceeded)
 	}
 
 	// last, as it leaves one file of the two: the RENAME onto an existing name
@@ -288,4 +335,39 @@ func (s *Session) measureRead(p string) int {
 		return 0
 	}
 	return len(b)
+}
+
+// MeasureChannels counts the sftp subsystems the session's SSH connection
+// starts at once, up to maxChannelsProbe: the session's own channels, and
+// more opened beside them (each started and its SFTP version exchanged,
+// in an op timeout) until the server refuses one; then those are closed.
+// `intake check` runs it on a connection of its own (Dial); the daemon
+// does not. A refusal may be the channel's open (sshd's MaxSessions,
+// ProFTPD's SFTPMaxChannels) or the subsystem's start (a server that
+// starts one a connection).
+func (s *Session) MeasureChannels() int {
+	n := 1 // the main channel
+	if !s.noLister {
+		n++
+	}
+	s.rangeMu.Lock()
+	if s.ranges != nil {
+		n++
+	}
+	s.rangeMu.Unlock()
+	var extra []*sftp.Client
+	defer func() {
+		for _, c := range extra {
+			c.Close()
+		}
+	}()
+	for n < maxChannelsProbe {
+		c, err := inTime(s, func() (*sftp.Client, error) { return s.newSFTP(newWatchdog(s.watch.timeout)) }, func(c *sftp.Client) { c.Close() })
+		if err != nil {
+			break
+		}
+		extra = append(extra, c)
+		n++
+	}
+	return n
 }

@@ -26,14 +26,17 @@ func (s stampedInfo) ModTime() time.Time { return s.mtime }
 
 // The profile check and the daemon measure is each server's own: on
 // pkg/sftp's in-process server (which offers posix-rename, hardlink and
-// statvfs, refuses RENAME over an existing name and keeps no time a
-// client sets) as it is, and made to behave as other servers do, each
-// measurement follows the server, and the probe leaves nothing in the
-// scratch directory. Every server passes the probe with readiness rename;
-// with readiness stable, a server whose RENAME overwrites is refused.
+// statvfs, but without handlers of ours fails statvfs and makes
+// posix-rename a plain RENAME, which refuses an existing name; refuses
+// RENAME over an existing name; keeps no time a client sets; starts as
+// many channels as asked) as it is, and made to behave as other servers
+// do, each measurement follows the server, and the probe leaves nothing
+// in the scratch directory. Every server passes the probe with readiness
+// rename; with readiness stable, a server whose RENAME overwrites is
+// refused.
 func TestTheProfileMeasuresWhatTheServerDoes(t *testing.T) {
 	inProcess := partners.Profile{PosixRename: true, Hardlink: true, StatVFS: true, EmptyDirPersists: true, RealPath: true,
-		MaxRead: 32 << 10, Handles: 64}
+		PosixRenameFails: true, StatVFSFails: true, MaxRead: 32 << 10, Handles: 64, Channels: 8}
 	for _, tc := range []struct {
 		name  string
 		setup func(*sftpd.Server)
@@ -41,7 +44,15 @@ func TestTheProfileMeasuresWhatTheServerDoes(t *testing.T) {
 	}{
 		{"as it is", func(*sftpd.Server) {}, func(p partners.Profile) partners.Profile { return p }},
 		{"a RENAME that overwrites", (*sftpd.Server).RenameOverwrites,
-			func(p partners.Profile) partners.Profile { p.RenameOverwrites = true; return p }},
+			// posix-rename, a plain RENAME here, replaces too
+			func(p partners.Profile) partners.Profile {
+				p.RenameOverwrites, p.PosixRenameFails = true, false
+				return p
+			}},
+		{"one sftp subsystem a connection", (*sftpd.Server).OneSubsystemPerConnection,
+			// the largest read is measured on the listing channel, which
+			// such a server refuses
+			func(p partners.Profile) partners.Profile { p.Channels, p.MaxRead = 1, 0; return p }},
 		{"reads answered with 4 KiB at most", func(srv *sftpd.Server) { srv.ShortReads(4096) },
 			func(p partners.Profile) partners.Profile { p.MaxRead = 4096; return p }},
 		{"names found by another case", (*sftpd.Server).CaseInsensitiveStat,

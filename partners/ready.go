@@ -174,7 +174,12 @@ type Unchanged struct {
 // SkipUnstable. A file first seen in this listing is never ready
 // (stable_for is positive), so a file is taken only after at least two
 // listings stable_for apart agree on it. The mtime comes from the site's
-// clock: a site clock running ahead delays min_age, never stable_for.
+// clock: a site clock running ahead delays min_age, never stable_for. It
+// is only compared, never counted from: on a server that stamps its own
+// (an object store's gateway at an upload's start or end, whole minutes)
+// a file still growing shows an old mtime, and only its size changing
+// between listings holds it back; a stamp that jumps starts the clock
+// again.
 func ClassifyStable(p *Config, c Candidate, u Unchanged) Skip {
 	if u.Since.IsZero() || u.Now.Sub(u.Since) < p.Stable.StableFor || u.Now.Sub(c.MTime) < p.Stable.MinAge {
 		return SkipUnstable

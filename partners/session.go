@@ -388,6 +388,11 @@ type Site struct {
 	HostKey, User, Root string
 }
 
+// Key is the site as one string, what a measured profile is kept under
+// (intake_site_profile.site): another key is another site, measured
+// afresh.
+func (s Site) Key() string { return s.HostKey + " " + s.User + "@" + s.Root }
+
 // Site resolves the session's site (one REALPATH round trip).
 func (s *Session) Site() (Site, error) {
 	root, err := s.RealPath(s.Layout.Root)

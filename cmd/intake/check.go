@@ -14,6 +14,7 @@ import (
 
 	"github.com/partner-intake/partner-intake/cmd/intake/internal/config"
 	"github.com/partner-intake/partner-intake/intake"
+	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/intake/target"
 	"github.com/partner-intake/partner-intake/internal/inert"
 	"github.com/partner-intake/partner-intake/internal/names"
@@ -65,6 +66,12 @@ func cmdCheck(args []string, stdout, stderr io.Writer) int {
 		site partners.Site
 	}
 	var sites []resolved // each partner's tree as its server resolves it
+	type measured struct {
+		id      string
+		site    partners.Site
+		profile partners.Profile
+	}
+	var profiles []measured // kept once the database is reached
 	overlaps := func() {
 		// two partners on one tree under different spellings ("." and the
 		// home directory, a link, a host name and its address)
@@ -104,7 +111,7 @@ func cmdCheck(args []string, stdout, stderr io.Writer) int {
 			}
 			continue
 		}
-		prof, perr := partners.Probe(ctx, p, cfg.WorkerID)
+		prof, site, perr := partners.ProbeSite(ctx, p, cfg.WorkerID)
 		if perr != nil {
 			fail("partner "+p.ID, perr)
 		} else {
@@ -113,13 +120,16 @@ func cmdCheck(args []string, stdout, stderr io.Writer) int {
 				renames = "rename overwrites: intake makes sure of each rename's target first and moves nothing into ready/"
 			}
 			fmt.Fprintf(stdout, "ok   partner %s: host key pinned, login, directories writable, %s\n", p.ID, renames)
-			if site, err := partners.ResolveSite(ctx, p); err == nil {
+			if site != (partners.Site{}) {
 				sites = append(sites, resolved{p.ID, site})
 			}
 		}
 		if perr == nil || errors.Is(perr, partners.ErrRenameOverwrites) {
 			// measured: what the server does, refused or not
 			fmt.Fprintf(stdout, "     partner %s server profile: %s\n", p.ID, prof)
+			if site != (partners.Site{}) {
+				profiles = append(profiles, measured{p.ID, site, prof})
+			}
 		}
 		if partners.IsHostKeyMismatch(perr) {
 			continue // nothing more is asked of a site that is not the pinned one
@@ -163,6 +173,15 @@ func cmdCheck(args []string, stdout, stderr io.Writer) int {
 		fail("database schema", err)
 	} else {
 		fmt.Fprintln(stdout, "ok   database reachable, schema current")
+		// the profiles measured above, with the limits only check
+		// measures: `intake status` shows them, the daemon respects
+		// the channels a connection
+		l := ledger.New(pool, 0)
+		for _, m := range profiles {
+			if err := l.RecordCheckedProfile(ctx, m.id, m.site.Key(), m.profile); err != nil {
+				fmt.Fprintf(stdout, "warn partner %s: its server profile is not kept: %s\n", m.id, inert.Lines(err.Error()))
+			}
+		}
 	}
 	writers, err := pathWriters(ctx, pool)
 	switch {

@@ -11,14 +11,15 @@ import (
 // On every partner server the tests start, `intake check` and `intake
 // run --once` agree: both pass, or both fail naming the same reason (a
 // partner with readiness stable on a server whose RENAME overwrites, as
-// rclone's does). check prints the server's measured profile and how a
-// server whose RENAME overwrites is served; `intake status` shows the
-// profile the run kept.
+// rclone's does). check prints the server's measured profile (the limits
+// and whether each extension used works with it) and how a server whose
+// RENAME overwrites is served, and keeps it; `intake status` shows the
+// profile, limits included, after the run.
 func TestCheckAndRunAgreeOnEveryPartnerServerAndShowItsProfile(t *testing.T) {
 	const (
 		refuses    = "rename refuses an existing target; extensions posix-rename,hardlink,fsync,statvfs; empty dirs persist; mtime 1s; names case-sensitive; realpath ok"
-		overwrites = "rename overwrites; extensions posix-rename,hardlink,statvfs; empty dirs persist; mtime 1s; names case-sensitive; realpath ok"
-		limits     = "; open handles 64 or more"
+		overwrites = "rename overwrites; extensions posix-rename,hardlink,statvfs (offered, fails); empty dirs persist; mtime 1s; names case-sensitive; realpath ok"
+		limits     = "; open handles 64 or more; channels a connection 8 or more"
 	)
 	profiles := map[string]string{
 		testenv.ServerOpenSSH:      refuses + "; largest read 255 KiB" + limits,
@@ -54,9 +55,9 @@ func TestCheckAndRunAgreeOnEveryPartnerServerAndShowItsProfile(t *testing.T) {
 				}
 				runCode, runOut := runCLI("run", "--config", cfg, "--once")
 				_, statusOut := runCLI("status", "--config", cfg)
-				measured, _, _ := strings.Cut(profile, "; largest read") // the daemon does not measure the limits
-				if !strings.Contains(statusOut, "): "+measured+"\n") || !strings.Contains(statusOut, "server profile (measured ") {
-					t.Fatalf("status does not show the profile %q:\n%s", profile, statusOut)
+				if !strings.Contains(statusOut, "): "+profile+"\n") || !strings.Contains(statusOut, "server profile (measured ") ||
+					!strings.Contains(statusOut, "server limits measured by intake check ") {
+					t.Fatalf("status does not show the profile %q with check's limits:\n%s", profile, statusOut)
 				}
 				taken := testenv.Count(t, pool, `SELECT count(*) FROM file_intake WHERE partner_id = 'srv'`)
 				if strings.HasPrefix(profile, overwrites) && readiness == "stable" {

@@ -146,6 +146,11 @@ func printStatus(w io.Writer, r ops.StatusRow, now time.Time) int {
 		fmt.Fprintln(w, "       server profile: not measured yet (the daemon measures it at its first poll; intake check prints it)")
 	} else {
 		fmt.Fprintf(w, "       server profile (measured %s): %s\n", ago(&r.Site.MeasuredAt), r.Site.Profile)
+		if r.Site.LimitsMeasuredAt.IsZero() {
+			fmt.Fprintln(w, "       server limits: not measured on this site (intake check measures them)")
+		} else {
+			fmt.Fprintf(w, "       server limits measured by intake check %s\n", ago(&r.Site.LimitsMeasuredAt))
+		}
 	}
 	stale := r.LastOK == nil || now.Sub(*r.LastOK) > statusPollStale
 	fmt.Fprintf(w, "  %slast successful poll: %s\n", mark(stale), ago(r.LastOK))

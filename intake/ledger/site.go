@@ -12,32 +12,49 @@ import (
 )
 
 // SiteProfile is what a partner's server was measured to do (migrations
-// 012 and 017): its profile, of which site (the partner's tree as the
-// server resolves it), and when. Complete is false for a row measured
-// before the profile had more than rename_overwrites.
+// 012, 017 and 019): its profile, of which site (the partner's tree as
+// the server resolves it), and when. Complete is false for a row measured
+// before the profile had all it has now. The limits (Profile.MaxRead,
+// Handles, Channels) are `intake check`'s, measured at LimitsMeasuredAt;
+// zero, and the time zero, when no check measured them on this site.
 type SiteProfile struct {
-	Site       string
-	Profile    partners.Profile
-	Complete   bool
-	MeasuredAt time.Time
+	Site             string
+	Profile          partners.Profile
+	Complete         bool
+	MeasuredAt       time.Time
+	LimitsMeasuredAt time.Time
 }
 
 const siteProfileCols = `site, rename_overwrites, posix_rename, hardlink, fsync, statvfs, empty_dir_persists,
-	mtime_step_ms, case_insensitive, realpath, measured_at`
+	mtime_step_ms, case_insensitive, realpath, measured_at, posix_rename_fails, fsync_fails, statvfs_fails,
+	max_read, handles, channels, limits_measured_at`
 
 func scanSiteProfile(row pgx.Row, p *SiteProfile) error {
-	var posix, hard, fsync, statvfs, emptyDir, caseIns, realpath *bool
-	var step *int32
+	var posix, hard, fsync, statvfs, emptyDir, caseIns, realpath, posixFails, fsyncFails, statvfsFails *bool
+	var step, maxRead, handles, channels *int32
+	var limitsAt *time.Time
 	if err := row.Scan(&p.Site, &p.Profile.RenameOverwrites, &posix, &hard, &fsync, &statvfs, &emptyDir,
-		&step, &caseIns, &realpath, &p.MeasuredAt); err != nil {
+		&step, &caseIns, &realpath, &p.MeasuredAt, &posixFails, &fsyncFails, &statvfsFails,
+		&maxRead, &handles, &channels, &limitsAt); err != nil {
 		return err
 	}
-	p.Complete = realpath != nil
+	p.Complete = realpath != nil && statvfsFails != nil
 	deref := func(b *bool) bool { return b != nil && *b }
 	p.Profile.PosixRename, p.Profile.Hardlink, p.Profile.Fsync, p.Profile.StatVFS = deref(posix), deref(hard), deref(fsync), deref(statvfs)
 	p.Profile.EmptyDirPersists, p.Profile.CaseInsensitive, p.Profile.RealPath = deref(emptyDir), deref(caseIns), deref(realpath)
+	p.Profile.PosixRenameFails, p.Profile.FsyncFails, p.Profile.StatVFSFails = deref(posixFails), deref(fsyncFails), deref(statvfsFails)
 	if step != nil {
 		p.Profile.MtimeStep = time.Duration(*step) * time.Millisecond
+	}
+	num := func(n *int32) int {
+		if n == nil {
+			return 0
+		}
+		return int(*n)
+	}
+	p.Profile.MaxRead, p.Profile.Handles, p.Profile.Channels = num(maxRead), num(handles), num(channels)
+	if limitsAt != nil {
+		p.LimitsMeasuredAt = *limitsAt
 	}
 	return nil
 }
@@ -87,18 +104,45 @@ type prefixed struct {
 
 func (p prefixed) Scan(dest ...any) error { return p.rows.Scan(append([]any{p.id}, dest...)...) }
 
-// RecordSiteProfile records a fresh measurement of the partner's server.
+// RecordSiteProfile records a fresh measurement of the partner's server
+// (the daemon's, without the limits): the limits a check measured on the
+// same site are kept, on another site they are forgotten.
 func (l *Ledger) RecordSiteProfile(ctx context.Context, partner, site string, p partners.Profile) error {
-	_, err := l.pool.Exec(ctx, `INSERT INTO intake_site_profile (partner_id, site, rename_overwrites, posix_rename, hardlink,
-		    fsync, statvfs, empty_dir_persists, mtime_step_ms, case_insensitive, realpath, measured_at)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, pg_catalog.now())
+	return l.recordSiteProfile(ctx, partner, site, p, false)
+}
+
+// RecordCheckedProfile records the profile `intake check` measured on the
+// partner's server, its limits with it.
+func (l *Ledger) RecordCheckedProfile(ctx context.Context, partner, site string, p partners.Profile) error {
+	return l.recordSiteProfile(ctx, partner, site, p, true)
+}
+
+func (l *Ledger) recordSiteProfile(ctx context.Context, partner, site string, p partners.Profile, limits bool) error {
+	var maxRead, handles, channels *int32
+	if limits {
+		n := func(v int) *int32 { x := int32(min(v, 1<<30)); return &x }
+		maxRead, handles, channels = n(p.MaxRead), n(p.Handles), n(p.Channels)
+	}
+	_, err := l.pool.Exec(ctx, `INSERT INTO intake_site_profile AS s (partner_id, site, rename_overwrites, posix_rename, hardlink,
+		    fsync, statvfs, empty_dir_persists, mtime_step_ms, case_insensitive, realpath, measured_at,
+		    posix_rename_fails, fsync_fails, statvfs_fails, max_read, handles, channels, limits_measured_at)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, pg_catalog.now(), $12, $13, $14, $15, $16, $17,
+		    CASE WHEN $18::boolean THEN pg_catalog.now() END)
 		ON CONFLICT (partner_id) DO UPDATE SET site = EXCLUDED.site, rename_overwrites = EXCLUDED.rename_overwrites,
 		    posix_rename = EXCLUDED.posix_rename, hardlink = EXCLUDED.hardlink, fsync = EXCLUDED.fsync,
 		    statvfs = EXCLUDED.statvfs, empty_dir_persists = EXCLUDED.empty_dir_persists,
 		    mtime_step_ms = EXCLUDED.mtime_step_ms, case_insensitive = EXCLUDED.case_insensitive,
-		    realpath = EXCLUDED.realpath, measured_at = EXCLUDED.measured_at`,
+		    realpath = EXCLUDED.realpath, measured_at = EXCLUDED.measured_at,
+		    posix_rename_fails = EXCLUDED.posix_rename_fails, fsync_fails = EXCLUDED.fsync_fails,
+		    statvfs_fails = EXCLUDED.statvfs_fails,
+		    max_read = CASE WHEN $18::boolean THEN EXCLUDED.max_read WHEN s.site = EXCLUDED.site THEN s.max_read END,
+		    handles = CASE WHEN $18::boolean THEN EXCLUDED.handles WHEN s.site = EXCLUDED.site THEN s.handles END,
+		    channels = CASE WHEN $18::boolean THEN EXCLUDED.channels WHEN s.site = EXCLUDED.site THEN s.channels END,
+		    limits_measured_at = CASE WHEN $18::boolean THEN EXCLUDED.limits_measured_at
+		                              WHEN s.site = EXCLUDED.site THEN s.limits_measured_at END`,
 		partner, site, p.RenameOverwrites, p.PosixRename, p.Hardlink, p.Fsync, p.StatVFS, p.EmptyDirPersists,
-		int32(p.MtimeStep/time.Millisecond), p.CaseInsensitive, p.RealPath)
+		int32(p.MtimeStep/time.Millisecond), p.CaseInsensitive, p.RealPath, p.PosixRenameFails, p.FsyncFails, p.StatVFSFails,
+		maxRead, handles, channels, limits)
 	if err != nil {
 		return fmt.Errorf("record site profile: %w", err)
 	}

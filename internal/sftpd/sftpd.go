@@ -17,6 +17,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/pkg/sftp"
 	"golang.org/x/crypto/ssh"
@@ -50,6 +51,22 @@ type Server struct {
 	// vanish: directories exist only while they hold something
 	// (EmptyDirsVanish)
 	vanish atomic.Bool
+	// mtimes: what a file's modification time is answered as
+	// (StampMTimes)
+	mtimes atomic.Pointer[func(time.Time) time.Time]
+}
+
+// StampMTimes makes the server answer every regular file's modification
+// time as f makes it of the true one, as servers that keep times of their
+// own do: an object store's gateway stamps an upload's start or its end
+// (whatever the client writes or sets in between), others keep whole
+// seconds or minutes. nil answers the truth again.
+func (s *Server) StampMTimes(f func(time.Time) time.Time) {
+	if f == nil {
+		s.mtimes.Store(nil)
+		return
+	}
+	s.mtimes.Store(&f)
 }
 
 // CaseInsensitiveStat makes the server's STAT and LSTAT of a name that
@@ -226,7 +243,7 @@ func (s *Server) serve(c net.Conn) {
 				if !ok {
 					continue
 				}
-				h := &handler{root: root, short: &s.short, lie: &s.lie, overwrite: &s.overwrite, nocase: &s.nocase, vanish: &s.vanish}
+				h := &handler{root: root, short: &s.short, lie: &s.lie, overwrite: &s.overwrite, nocase: &s.nocase, vanish: &s.vanish, mtimes: &s.mtimes}
 				srv := sftp.NewRequestServer(ch, sftp.Handlers{FileGet: h, FilePut: h, FileCmd: h, FileList: h})
 				if err := srv.Serve(); err != nil && !errors.Is(err, io.EOF) {
 					s.log.Debug("sftp session ended", "err", err)
@@ -246,6 +263,7 @@ type handler struct {
 	overwrite *atomic.Bool // Server.RenameOverwrites
 	nocase    *atomic.Bool // Server.CaseInsensitiveStat
 	vanish    *atomic.Bool // Server.EmptyDirsVanish
+	mtimes    *atomic.Pointer[func(time.Time) time.Time]
 }
 
 // prune removes p and its parents below the root while they are empty
@@ -291,8 +309,19 @@ func (h *handler) stat(p string, fn func(string) (os.FileInfo, error)) (os.FileI
 	return nil, err
 }
 
-// answer is the truth, or what Lie makes of it.
+// answer is the truth, its files' times stamped (StampMTimes), or what
+// Lie makes of it.
 func (h *handler) answer(method, p string, truth listerAt) sftp.ListerAt {
+	if f := h.mtimes.Load(); f != nil {
+		stamped := make(listerAt, len(truth))
+		for i, fi := range truth {
+			if fi.Mode().IsRegular() {
+				fi = stampedInfo{fi, (*f)(fi.ModTime())}
+			}
+			stamped[i] = fi
+		}
+		truth = stamped
+	}
 	if f := h.lie.Load(); f != nil {
 		return (*f)(method, p, truth)
 	}
@@ -452,6 +481,15 @@ func (h *handler) Lstat(r *sftp.Request) (sftp.ListerAt, error) {
 	}
 	return h.answer("Lstat", r.Filepath, listerAt{st}), nil
 }
+
+// stampedInfo is a file's stat with the modification time the server
+// answers (StampMTimes).
+type stampedInfo struct {
+	os.FileInfo
+	mtime time.Time
+}
+
+func (s stampedInfo) ModTime() time.Time { return s.mtime }
 
 type listerAt []os.FileInfo
 
