@@ -11,8 +11,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/partner-intake/partner-intake/intake"
-
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/partner-intake/partner-intake/intake"
