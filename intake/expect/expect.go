@@ -49,11 +49,9 @@ const (
 	// Settle: a deadline is judged this long after it passed, so a claim
 	// whose transaction began just before it is visible.
 	Settle = time.Second
-	// maxWindows and maxFiles bound one feed's evaluation; a backlog
-	// (a cluster down for long, an @every schedule) is worked off over
-	// successive checks.
+	// maxWindows bounds one feed's evaluation; a backlog (a cluster down
+	// for long, an @every schedule) is worked off over successive checks.
 	maxWindows = 1000
-	maxFiles   = 5000
 )
 
 // Service evaluates the windows of every feed with an expect block.
@@ -176,7 +174,16 @@ func (s *Service) RunOnce(ctx context.Context, now time.Time) error {
 	return errors.Join(errs...)
 }
 
-// evaluate decides the feed's windows whose deadline passed by now.
+// evaluate decides the feed's windows whose deadline passed by now, and
+// closes the late ones a file has arrived for since. A window is
+// delivered by an accepted file claimed after the previous window's
+// deadline and by its own, other than one that closed a late window; a
+// late window is closed by the first accepted file claimed after its
+// deadline and before the next delivery is scheduled. Nothing at or after
+// a file still in flight claimed since the last decided deadline is
+// decided yet, and a deadline is judged Settle after it. What it reads is
+// bounded by windows, not files (ledger.Deliveries): a busy feed, or a
+// late window left open for long, never stalls it.
 func (s *Service) evaluate(ctx context.Context, partner, feed string, exp *partners.Expect, now time.Time) error {
 	now = now.Truncate(time.Second)
 	return s.ledger.EvaluateExpect(ctx, partner, feed, now, func(tx *ledger.ExpectTx, st ledger.ExpectState) error {
@@ -184,58 +191,17 @@ func (s *Service) evaluate(ctx context.Context, partner, feed string, exp *partn
 		if err != nil {
 			return err
 		}
-		lower := st.LastDeadline
-		if len(open) > 0 && open[0].Deadline.Before(lower) {
-			lower = open[0].Deadline
-		}
-		files, err := tx.Files(ctx, lower, maxFiles)
+		cut := now.Add(-Settle)
+		pending, err := tx.FirstPending(ctx, st.LastDeadline)
 		if err != nil {
 			return err
 		}
-		// Events before cut are decided now: a deadline is judged Settle
-		// after it, and nothing at or after a file still in flight (or the
-		// last file read, when there are more) is decided yet.
-		cut := now.Add(-Settle)
-		if len(files) == maxFiles {
-			cut = minTime(cut, files[len(files)-1].ClaimedAt)
+		if !pending.IsZero() {
+			cut = minTime(cut, pending)
 		}
-		for _, f := range files {
-			if f.Pending {
-				cut = minTime(cut, f.ClaimedAt)
-				break
-			}
-		}
-		lastS, lastD := st.LastScheduled, st.LastDeadline
-		met := false // a file delivered the window now open: (lastD, next deadline]
-		next := 0
-		take := func(f ledger.DeliveryFile) error {
-			// The file's window is the latest delivery window scheduled
-			// at or before its claim; when that window is open late, the
-			// file closes it. Otherwise it delivers the window now open.
-			i := -1
-			for j := len(open) - 1; j >= 0; j-- {
-				if !open[j].Scheduled.After(f.ClaimedAt) {
-					i = j
-					break
-				}
-			}
-			if i >= 0 && f.ClaimedAt.After(open[i].Deadline) && nextDelivery(exp, open[i].Scheduled).After(f.ClaimedAt) {
-				w := open[i]
-				open = append(open[:i:i], open[i+1:]...)
-				if err := tx.CloseLate(ctx, w.Scheduled, f.IntakeID, f.ClaimedAt); err != nil {
-					return err
-				}
-				s.arrived.WithLabelValues(partner, feed).Inc()
-				s.log.Warn("late delivery arrived", "partner", partner, "feed", feed, "intake_id", f.IntakeID,
-					"scheduled", w.Scheduled.In(exp.Location()).Format(time.RFC3339), "deadline", w.Deadline.In(exp.Location()).Format(time.RFC3339),
-					"late_by", f.ClaimedAt.Sub(w.Deadline).Round(time.Second).String())
-				return nil
-			}
-			if f.ClaimedAt.After(lastD) {
-				met = true
-			}
-			return nil
-		}
+		// the windows due: scheduled, and their deadline passed before cut
+		var due []ledger.LateWindow
+		lastS := st.LastScheduled
 		for n := 0; n < maxWindows; n++ {
 			sched := exp.Next(lastS)
 			if sched.IsZero() || sched.After(cut) {
@@ -249,29 +215,78 @@ func (s *Service) evaluate(ctx context.Context, partner, feed string, exp *partn
 			if deadline.After(cut) {
 				break
 			}
-			for ; next < len(files) && !files[next].ClaimedAt.After(deadline); next++ {
-				if err := take(files[next]); err != nil {
-					return err
+			due = append(due, ledger.LateWindow{Partner: partner, Feed: feed, Scheduled: sched, Deadline: deadline})
+			lastS = sched
+		}
+		// closes: the span in which a file closes window w, late
+		closes := func(w ledger.LateWindow) ledger.DeliverySpan {
+			before := nextDelivery(exp, w.Scheduled)
+			if before.IsZero() || before.After(cut) {
+				before = cut
+			}
+			return ledger.DeliverySpan{After: w.Deadline, Before: before}
+		}
+		// one read: each open window's closing span, then each due
+		// window's own (previous deadline, deadline] and closing span
+		spans := make([]ledger.DeliverySpan, 0, len(open)+2*len(due))
+		for _, w := range open {
+			spans = append(spans, closes(w))
+		}
+		prev := st.LastDeadline
+		for _, w := range due {
+			spans = append(spans, ledger.DeliverySpan{After: prev, Before: w.Deadline.Add(time.Microsecond)}, closes(w))
+			prev = w.Deadline
+		}
+		got, err := tx.Deliveries(ctx, spans)
+		if err != nil {
+			return err
+		}
+		// the files that closed a window in this evaluation, by claim
+		var closers []time.Time
+		closeLate := func(w ledger.LateWindow, d ledger.SpanDeliveries) error {
+			f := d.First
+			if f.IntakeID == 0 {
+				return nil
+			}
+			if err := tx.CloseLate(ctx, w.Scheduled, f.IntakeID, f.ClaimedAt); err != nil {
+				return err
+			}
+			closers = append(closers, f.ClaimedAt)
+			s.arrived.WithLabelValues(partner, feed).Inc()
+			s.log.Warn("late delivery arrived", "partner", partner, "feed", feed, "intake_id", f.IntakeID,
+				"scheduled", w.Scheduled.In(exp.Location()).Format(time.RFC3339), "deadline", w.Deadline.In(exp.Location()).Format(time.RFC3339),
+				"late_by", f.ClaimedAt.Sub(w.Deadline).Round(time.Second).String())
+			return nil
+		}
+		for i, w := range open {
+			if err := closeLate(w, got[i]); err != nil {
+				return err
+			}
+		}
+		lastD := st.LastDeadline
+		for k, w := range due {
+			own, late := got[len(open)+2*k], got[len(open)+2*k+1]
+			n := own.Count // up to two; a file that closed a late window delivers no other
+			for _, at := range closers {
+				if at.After(lastD) && !at.After(w.Deadline) {
+					n--
 				}
 			}
-			if !met {
-				won, err := tx.RaiseLate(ctx, sched, deadline, s.worker)
+			if n <= 0 {
+				won, err := tx.RaiseLate(ctx, w.Scheduled, w.Deadline, s.worker)
 				if err != nil {
 					return err
 				}
-				open = append(open, ledger.LateWindow{Partner: partner, Feed: feed, Scheduled: sched, Deadline: deadline})
-				if won {
+				if won { // else recorded before: not this evaluation's to close
 					s.raised.WithLabelValues(partner, feed).Inc()
 					s.log.Warn("expected delivery late: the window closed without an accepted file", "partner", partner, "feed", feed,
-						"scheduled", sched.In(exp.Location()).Format(time.RFC3339), "deadline", deadline.In(exp.Location()).Format(time.RFC3339))
+						"scheduled", w.Scheduled.In(exp.Location()).Format(time.RFC3339), "deadline", w.Deadline.In(exp.Location()).Format(time.RFC3339))
+					if err := closeLate(w, late); err != nil {
+						return err
+					}
 				}
 			}
-			met, lastS, lastD = false, sched, deadline
-		}
-		for ; next < len(files) && files[next].ClaimedAt.Before(cut); next++ {
-			if err := take(files[next]); err != nil {
-				return err
-			}
+			lastD = w.Deadline
 		}
 		if lastS.Equal(st.LastScheduled) && lastD.Equal(st.LastDeadline) {
 			return nil

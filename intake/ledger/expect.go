@@ -36,12 +36,11 @@ type LateWindow struct {
 	AckReason string
 }
 
-// DeliveryFile is a file of the feed that may count as a delivery: accepted
-// (applied or archived) or still in flight (Pending).
+// DeliveryFile is an accepted file of the feed (applied or archived): a
+// delivery.
 type DeliveryFile struct {
 	IntakeID  int64
 	ClaimedAt time.Time
-	Pending   bool
 }
 
 // ExpectTx is one feed's evaluation: a transaction holding the feed's
@@ -91,24 +90,64 @@ func (e *ExpectTx) OpenLate(ctx context.Context) ([]LateWindow, error) {
 	})
 }
 
-// Files lists up to limit files of the feed claimed after after, oldest
-// claim first, that are accepted or in flight and have not closed a late
-// window. Duplicates, quarantined, failed and discarded files are no
-// delivery.
-func (e *ExpectTx) Files(ctx context.Context, after time.Time, limit int) ([]DeliveryFile, error) {
-	rs, err := e.tx.Query(ctx, `SELECT f.intake_id, f.claimed_at, f.state NOT IN ('applied', 'archived')
-		FROM file_intake f
-		WHERE f.partner_id = $1 AND f.feed = $2 AND f.claimed_at > $3
-		  AND f.state IN ('claimed', 'spooled', 'applying', 'applied', 'outcome_unknown', 'awaiting_approval', 'archived')
-		  AND NOT EXISTS (SELECT 1 FROM intake_feed_late l WHERE l.closed_intake_id = f.intake_id)
-		ORDER BY f.claimed_at, f.intake_id LIMIT $4`, e.partner, e.feed, after, limit)
+// DeliverySpan is a span of claim times, both ends excluded.
+type DeliverySpan struct{ After, Before time.Time }
+
+// SpanDeliveries is what a span holds of the feed's deliveries: its first
+// accepted file (IntakeID 0: none) and how many accepted files it holds,
+// counted up to two.
+type SpanDeliveries struct {
+	First DeliveryFile
+	Count int
+}
+
+// Deliveries reads, for each span, the feed's accepted files (applied or
+// archived) claimed in it that have closed no late window: the first,
+// and how many, up to two. One statement, one bounded index scan per span
+// (file_intake_feed_claimed): the work is the number of spans, never the
+// number of files the feed received.
+func (e *ExpectTx) Deliveries(ctx context.Context, spans []DeliverySpan) ([]SpanDeliveries, error) {
+	if len(spans) == 0 {
+		return nil, nil
+	}
+	after := make([]time.Time, len(spans))
+	before := make([]time.Time, len(spans))
+	for i, s := range spans {
+		after[i], before[i] = s.After, s.Before
+	}
+	rs, err := e.tx.Query(ctx, `SELECT coalesce(x.ids[1], 0), coalesce(x.ats[1], s.a), coalesce(pg_catalog.cardinality(x.ids), 0)
+		FROM unnest($3::timestamptz[], $4::timestamptz[]) WITH ORDINALITY AS s(a, b, i)
+		LEFT JOIN LATERAL (
+		    SELECT pg_catalog.array_agg(f.intake_id ORDER BY f.claimed_at, f.intake_id) AS ids,
+		           pg_catalog.array_agg(f.claimed_at ORDER BY f.claimed_at, f.intake_id) AS ats
+		    FROM (SELECT f.intake_id, f.claimed_at FROM file_intake f
+		        WHERE f.partner_id = $1 AND f.feed = $2 AND f.claimed_at > s.a AND f.claimed_at < s.b
+		          AND f.state IN ('applied', 'archived')
+		          AND NOT EXISTS (SELECT 1 FROM intake_feed_late l WHERE l.closed_intake_id = f.intake_id)
+		        ORDER BY f.claimed_at, f.intake_id LIMIT 2) f) x ON true
+		ORDER BY s.i`, e.partner, e.feed, after, before)
 	if err != nil {
 		return nil, err
 	}
-	return pgx.CollectRows(rs, func(r pgx.CollectableRow) (DeliveryFile, error) {
-		var f DeliveryFile
-		return f, r.Scan(&f.IntakeID, &f.ClaimedAt, &f.Pending)
+	return pgx.CollectRows(rs, func(r pgx.CollectableRow) (SpanDeliveries, error) {
+		var d SpanDeliveries
+		return d, r.Scan(&d.First.IntakeID, &d.First.ClaimedAt, &d.Count)
 	})
+}
+
+// FirstPending is when the feed's first file still in flight (claimed,
+// spooled, applying, outcome_unknown, awaiting_approval) claimed after
+// after was claimed; zero when there is none.
+func (e *ExpectTx) FirstPending(ctx context.Context, after time.Time) (time.Time, error) {
+	var at *time.Time
+	err := e.tx.QueryRow(ctx, `SELECT f.claimed_at FROM file_intake f
+		WHERE f.partner_id = $1 AND f.feed = $2 AND f.claimed_at > $3
+		  AND f.state IN ('claimed', 'spooled', 'applying', 'outcome_unknown', 'awaiting_approval')
+		ORDER BY f.claimed_at LIMIT 1`, e.partner, e.feed, after).Scan(&at)
+	if errors.Is(err, pgx.ErrNoRows) || at == nil {
+		return time.Time{}, nil
+	}
+	return *at, err
 }
 
 // RaiseLate records the window of scheduled as late, once, with its late
