@@ -808,6 +808,7 @@ type partnerRT struct {
 	overwrites atomic.Bool                   // its server's RENAME overwrites: each session is told (site.go)
 	vanish     atomic.Bool                   // its server keeps no empty directory: each session is told (site.go)
 	nocase     atomic.Bool                   // its server compares names without case: batch ids from names are folded (site.go)
+	restamps   atomic.Bool                   // its server's RENAME does not keep mtimes: a claimed file is known by its size (site.go, remote.go)
 	lastUsed   atomic.Int64                  // unix ns a poll last used the session (idle close, LRU)
 	tempClean  bool                          // this worker's spool temp files of the partner were swept
 	redial     atomic.Bool                   // a file met an SFTP failure: the next poll dials afresh

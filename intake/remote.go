@@ -86,7 +86,10 @@ func (r *fileRun) claimedIsOurs() (bool, error) {
 	if size == 0 {
 		size = r.in.ListedSize
 	}
-	if st.Mode().IsRegular() && st.Size() == size && (r.in.ListedMTime.IsZero() || st.ModTime().Equal(r.in.ListedMTime)) {
+	// the listing's mtime, unless the server's RENAME stamps its own (a
+	// copy): the claim's RENAME then changed it
+	sameTime := r.in.ListedMTime.IsZero() || r.p.restamps.Load() || st.ModTime().Equal(r.in.ListedMTime)
+	if st.Mode().IsRegular() && st.Size() == size && sameTime {
 		r.placed = true
 		return true, nil
 	}

@@ -98,6 +98,7 @@ func (d *Daemon) siteProfile(ctx context.Context, p *partnerRT, s *partners.Sess
 	p.overwrites.Store(prof.Profile.RenameOverwrites)
 	p.vanish.Store(!prof.Profile.EmptyDirPersists)
 	p.nocase.Store(prof.Profile.CaseInsensitive)
+	p.restamps.Store(prof.Profile.RenameRestampsMTime)
 	// the channels a connection intake check measured: the partner's
 	// later sessions are put on connections with as many sessions as
 	// have their channels (this first one was dialled before it was known)

@@ -3,6 +3,7 @@ package intake_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"sort"
@@ -13,6 +14,7 @@ import (
 	"github.com/partner-intake/partner-intake/intake"
 	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/intake/ops"
+	"github.com/partner-intake/partner-intake/internal/fault"
 	"github.com/partner-intake/partner-intake/internal/sshdtest"
 	"github.com/partner-intake/partner-intake/internal/testenv"
 	"github.com/partner-intake/partner-intake/partners"
@@ -454,5 +456,67 @@ func TestTheDaemonPutsNoMoreSessionsOnAConnectionThanItsMeasuredChannelsAllow(t 
 		if fs := files(t, pool, s.Config.ID); len(fs) != 1 || fs[0].State != "archived" {
 			t.Fatalf("partner %s: %+v, want its file archived", s.Config.ID, fs)
 		}
+	}
+}
+
+// On a gateway whose RENAME is a copy (AWS Transfer Family over S3: the
+// renamed file is a new object, stamped with the time of the copy), the
+// claimed file's mtime is not the listed one. The profile says so, and
+// the claimed file is still known as the claim's own: each file lands
+// once and is archived, nothing is taken for a second file, and nothing
+// is left in processing/.
+func TestAServerWhoseRenameStampsTheTimeOfTheCopyIsServed(t *testing.T) {
+	_, pool := testenv.DB(t)
+	srv, site := testenv.NewInProcessSite(t, "copyrn")
+	srv.RenameOverwrites()
+	srv.RenameCopies()
+	site.Config.GroupFiles = 1 // each file on its own: their stops below are each one's
+	r := newRig(t, pool, "w1", site)
+	old := time.Now().Add(-time.Hour)
+	for i, body := range []string{goodRows("CA", 3), goodRows("CB", 2)} {
+		p := filepath.Join(site.Root, "ready", fmt.Sprintf("orders-%d.csv", i+1))
+		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chtimes(p, old, old); err != nil { // an upload an hour ago
+			t.Fatal(err)
+		}
+	}
+	// the first file stops after its commit (a crash), the second after
+	// its download: each is resumed from processing/ by the next poll,
+	// which must know it for the claim's own file
+	if err := fault.Set("apply:after_commit=error@1,spool:after=error@2"); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	if err := r.d.PollOnce(ctx, "copyrn"); !errors.Is(err, fault.ErrInjected) {
+		t.Fatalf("poll: %v, want the injected stop", err)
+	}
+	cancel()
+	fault.Set("")
+	r.poll("copyrn")
+	r.poll("copyrn")
+	var restamps *bool
+	if err := pool.QueryRow(context.Background(), `SELECT rename_restamps_mtime FROM intake_site_profile WHERE partner_id = 'copyrn'`).Scan(&restamps); err != nil {
+		t.Fatal(err)
+	}
+	if restamps == nil || !*restamps {
+		t.Fatalf("profile: rename restamps mtime %v, want true measured", restamps)
+	}
+	got := map[string]string{}
+	for _, f := range files(t, pool, "copyrn") {
+		got[f.Name] += f.State + " "
+	}
+	if got["orders-1.csv"] != "archived " || got["orders-2.csv"] != "archived " || len(got) != 2 {
+		t.Fatalf("files %v, want each archived once", got)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM orders WHERE partner_id = 'copyrn'`); n != 5 {
+		t.Fatalf("%d rows landed, want 5", n)
+	}
+	if left := site.Files(t, "processing/w1"); len(left) != 0 {
+		t.Fatalf("processing/w1 holds %v, want nothing", left)
+	}
+	if a := site.Files(t, "archive"); len(a) == 0 {
+		t.Fatal("nothing archived")
 	}
 }

@@ -31,8 +31,10 @@ func (r *fileRun) changedAfterClaim(got int64) (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("stat %s: %w", r.in.ClaimedPath, err)
 	}
+	// the mtime tells only where the server's RENAME keeps it (the claim
+	// renamed the file); elsewhere the size alone tells
 	changed := st.Size() != r.in.ListedSize || (got >= 0 && got != st.Size()) ||
-		(!r.in.ListedMTime.IsZero() && !st.ModTime().Equal(r.in.ListedMTime))
+		(!r.in.ListedMTime.IsZero() && !r.p.restamps.Load() && !st.ModTime().Equal(r.in.ListedMTime))
 	return changed, nil
 }
 

@@ -44,6 +44,12 @@ type Profile struct {
 	// (FAT-like), or 0 when a time set is not kept (the server stamps its
 	// own, as object stores do at upload end).
 	MtimeStep time.Duration
+	// RenameRestampsMTime: a file's modification time is not kept across
+	// a RENAME (a gateway whose RENAME is a copy stamps the copy's time),
+	// or the server keeps no time as set (MtimeStep 0). A claimed file is
+	// then known by its size alone: its time in processing/ is the
+	// claim's, not the listing's.
+	RenameRestampsMTime bool
 	// CaseInsensitive: a name differing only by case found the file.
 	CaseInsensitive bool
 	// RealPath: REALPATH of the scratch directory answered an absolute path.
@@ -123,6 +129,9 @@ func (p Profile) String() string {
 	mtime := "not kept as set"
 	if p.MtimeStep > 0 {
 		mtime = p.MtimeStep.String()
+	}
+	if p.MtimeStep > 0 && p.RenameRestampsMTime {
+		mtime += ", not kept across a rename"
 	}
 	out := fmt.Sprintf("rename %s; extensions %s; empty dirs %s; mtime %s; names %s; realpath %s",
 		pick(p.RenameOverwrites, "overwrites", "refuses an existing target"),
@@ -222,6 +231,25 @@ func (s *Session) MeasureProfile(worker string) (Profile, error) {
 				p.MtimeStep = time.Second
 			case diff <= 2*time.Second:
 				p.MtimeStep = 2 * time.Second
+			}
+		}
+	}
+	if s.TimedOut() {
+		return p, s.Deadline(os.ErrDeadlineExceeded)
+	}
+	// the time set, across a RENAME: kept, or the rename's own (a copy);
+	// a server that keeps no time as set is taken as one that stamps
+	// its own at a rename too (nothing of its times is relied on)
+	p.RenameRestampsMTime = true
+	if p.MtimeStep > 0 {
+		e := path.Join(dir, ProbePrefix+"e-"+tag)
+		defer s.Remove(e)
+		if err := s.Rename(bb, e); err == nil {
+			if fi, err := s.Lstat(e); err == nil {
+				p.RenameRestampsMTime = fi.ModTime().Sub(mtimeProbe).Abs() > p.MtimeStep
+			}
+			if err := s.Rename(e, bb); err != nil {
+				return p, fmt.Errorf("rename in %s: %w", dir, s.Deadline(err))
 			}
 		}
 	}

@@ -28,7 +28,8 @@ func (s stampedInfo) ModTime() time.Time { return s.mtime }
 // pkg/sftp's in-process server (which offers posix-rename, hardlink and
 // statvfs, but without handlers of ours fails statvfs and makes
 // posix-rename a plain RENAME, which refuses an existing name; refuses
-// RENAME over an existing name; keeps no time a client sets; starts as
+// RENAME over an existing name; keeps the times a client sets, in whole
+// seconds, across a RENAME too; starts as
 // many channels as asked) as it is, and made to behave as other servers
 // do, each measurement follows the server, and the probe leaves nothing
 // in the scratch directory. Every server passes the probe with readiness
@@ -36,7 +37,7 @@ func (s stampedInfo) ModTime() time.Time { return s.mtime }
 // refused.
 func TestTheProfileMeasuresWhatTheServerDoes(t *testing.T) {
 	inProcess := partners.Profile{PosixRename: true, Hardlink: true, StatVFS: true, EmptyDirPersists: true, RealPath: true,
-		PosixRenameFails: true, StatVFSFails: true, MaxRead: 32 << 10, Handles: 64, Channels: 8}
+		PosixRenameFails: true, StatVFSFails: true, MaxRead: 32 << 10, Handles: 64, Channels: 8, MtimeStep: time.Second}
 	for _, tc := range []struct {
 		name  string
 		setup func(*sftpd.Server)
@@ -49,6 +50,8 @@ func TestTheProfileMeasuresWhatTheServerDoes(t *testing.T) {
 				p.RenameOverwrites, p.PosixRenameFails = true, false
 				return p
 			}},
+		{"a RENAME that is a copy, stamped with its own time", (*sftpd.Server).RenameCopies,
+			func(p partners.Profile) partners.Profile { p.RenameRestampsMTime = true; return p }},
 		{"one sftp subsystem a connection", (*sftpd.Server).OneSubsystemPerConnection,
 			// the largest read is measured on the listing channel, which
 			// such a server refuses

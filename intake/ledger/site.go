@@ -12,7 +12,7 @@ import (
 )
 
 // SiteProfile is what a partner's server was measured to do (migrations
-// 012, 017 and 019): its profile, of which site (the partner's tree as
+// 012, 017, 019 and 020): its profile, of which site (the partner's tree as
 // the server resolves it), and when. Complete is false for a row measured
 // before the profile had all it has now. The limits (Profile.MaxRead,
 // Handles, Channels) are `intake check`'s, measured at LimitsMeasuredAt;
@@ -27,22 +27,23 @@ type SiteProfile struct {
 
 const siteProfileCols = `site, rename_overwrites, posix_rename, hardlink, fsync, statvfs, empty_dir_persists,
 	mtime_step_ms, case_insensitive, realpath, measured_at, posix_rename_fails, fsync_fails, statvfs_fails,
-	max_read, handles, channels, limits_measured_at`
+	max_read, handles, channels, limits_measured_at, rename_restamps_mtime`
 
 func scanSiteProfile(row pgx.Row, p *SiteProfile) error {
-	var posix, hard, fsync, statvfs, emptyDir, caseIns, realpath, posixFails, fsyncFails, statvfsFails *bool
+	var posix, hard, fsync, statvfs, emptyDir, caseIns, realpath, posixFails, fsyncFails, statvfsFails, restamps *bool
 	var step, maxRead, handles, channels *int32
 	var limitsAt *time.Time
 	if err := row.Scan(&p.Site, &p.Profile.RenameOverwrites, &posix, &hard, &fsync, &statvfs, &emptyDir,
 		&step, &caseIns, &realpath, &p.MeasuredAt, &posixFails, &fsyncFails, &statvfsFails,
-		&maxRead, &handles, &channels, &limitsAt); err != nil {
+		&maxRead, &handles, &channels, &limitsAt, &restamps); err != nil {
 		return err
 	}
-	p.Complete = realpath != nil && statvfsFails != nil
+	p.Complete = realpath != nil && statvfsFails != nil && restamps != nil
 	deref := func(b *bool) bool { return b != nil && *b }
 	p.Profile.PosixRename, p.Profile.Hardlink, p.Profile.Fsync, p.Profile.StatVFS = deref(posix), deref(hard), deref(fsync), deref(statvfs)
 	p.Profile.EmptyDirPersists, p.Profile.CaseInsensitive, p.Profile.RealPath = deref(emptyDir), deref(caseIns), deref(realpath)
 	p.Profile.PosixRenameFails, p.Profile.FsyncFails, p.Profile.StatVFSFails = deref(posixFails), deref(fsyncFails), deref(statvfsFails)
+	p.Profile.RenameRestampsMTime = deref(restamps)
 	if step != nil {
 		p.Profile.MtimeStep = time.Duration(*step) * time.Millisecond
 	}
@@ -125,16 +126,16 @@ func (l *Ledger) recordSiteProfile(ctx context.Context, partner, site string, p 
 	}
 	_, err := l.pool.Exec(ctx, `INSERT INTO intake_site_profile AS s (partner_id, site, rename_overwrites, posix_rename, hardlink,
 		    fsync, statvfs, empty_dir_persists, mtime_step_ms, case_insensitive, realpath, measured_at,
-		    posix_rename_fails, fsync_fails, statvfs_fails, max_read, handles, channels, limits_measured_at)
+		    posix_rename_fails, fsync_fails, statvfs_fails, max_read, handles, channels, limits_measured_at, rename_restamps_mtime)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, pg_catalog.now(), $12, $13, $14, $15, $16, $17,
-		    CASE WHEN $18::boolean THEN pg_catalog.now() END)
+		    CASE WHEN $18::boolean THEN pg_catalog.now() END, $19)
 		ON CONFLICT (partner_id) DO UPDATE SET site = EXCLUDED.site, rename_overwrites = EXCLUDED.rename_overwrites,
 		    posix_rename = EXCLUDED.posix_rename, hardlink = EXCLUDED.hardlink, fsync = EXCLUDED.fsync,
 		    statvfs = EXCLUDED.statvfs, empty_dir_persists = EXCLUDED.empty_dir_persists,
 		    mtime_step_ms = EXCLUDED.mtime_step_ms, case_insensitive = EXCLUDED.case_insensitive,
 		    realpath = EXCLUDED.realpath, measured_at = EXCLUDED.measured_at,
 		    posix_rename_fails = EXCLUDED.posix_rename_fails, fsync_fails = EXCLUDED.fsync_fails,
-		    statvfs_fails = EXCLUDED.statvfs_fails,
+		    statvfs_fails = EXCLUDED.statvfs_fails, rename_restamps_mtime = EXCLUDED.rename_restamps_mtime,
 		    max_read = CASE WHEN $18::boolean THEN EXCLUDED.max_read WHEN s.site = EXCLUDED.site THEN s.max_read END,
 		    handles = CASE WHEN $18::boolean THEN EXCLUDED.handles WHEN s.site = EXCLUDED.site THEN s.handles END,
 		    channels = CASE WHEN $18::boolean THEN EXCLUDED.channels WHEN s.site = EXCLUDED.site THEN s.channels END,
@@ -142,7 +143,7 @@ func (l *Ledger) recordSiteProfile(ctx context.Context, partner, site string, p 
 		                              WHEN s.site = EXCLUDED.site THEN s.limits_measured_at END`,
 		partner, site, p.RenameOverwrites, p.PosixRename, p.Hardlink, p.Fsync, p.StatVFS, p.EmptyDirPersists,
 		int32(p.MtimeStep/time.Millisecond), p.CaseInsensitive, p.RealPath, p.PosixRenameFails, p.FsyncFails, p.StatVFSFails,
-		maxRead, handles, channels, limits)
+		maxRead, handles, channels, limits, p.RenameRestampsMTime)
 	if err != nil {
 		return fmt.Errorf("record site profile: %w", err)
 	}

@@ -46,6 +46,9 @@ type Server struct {
 	hang atomic.Int32
 	// overwrite: RENAME replaces an existing target (RenameOverwrites)
 	overwrite atomic.Bool
+	// copies: RENAME stamps the target with the time of the rename
+	// (RenameCopies)
+	copies atomic.Bool
 	// nocase: a stat finds a name by another case (CaseInsensitiveStat)
 	nocase atomic.Bool
 	// vanish: directories exist only while they hold something
@@ -85,6 +88,12 @@ func (s *Server) EmptyDirsVanish() { s.vanish.Store(true) }
 // RenameOverwrites makes the server's RENAME replace an existing target,
 // as object-store gateways and some SFTP servers do (OpenSSH's refuses).
 func (s *Server) RenameOverwrites() { s.overwrite.Store(true) }
+
+// RenameCopies makes the server's RENAME stamp the renamed file with the
+// time of the rename, as a gateway whose RENAME is a copy and a delete
+// does (AWS Transfer Family over S3: the copy is a new object, its mtime
+// the copy's).
+func (s *Server) RenameCopies() { s.copies.Store(true) }
 
 // What of a channel's start a hanging server leaves unanswered
 // (HangChannels).
@@ -243,7 +252,7 @@ func (s *Server) serve(c net.Conn) {
 				if !ok {
 					continue
 				}
-				h := &handler{root: root, short: &s.short, lie: &s.lie, overwrite: &s.overwrite, nocase: &s.nocase, vanish: &s.vanish, mtimes: &s.mtimes}
+				h := &handler{root: root, short: &s.short, lie: &s.lie, overwrite: &s.overwrite, copies: &s.copies, nocase: &s.nocase, vanish: &s.vanish, mtimes: &s.mtimes}
 				srv := sftp.NewRequestServer(ch, sftp.Handlers{FileGet: h, FilePut: h, FileCmd: h, FileList: h})
 				if err := srv.Serve(); err != nil && !errors.Is(err, io.EOF) {
 					s.log.Debug("sftp session ended", "err", err)
@@ -261,6 +270,7 @@ type handler struct {
 	short     *atomic.Int64 // Server.ShortReads
 	lie       *atomic.Pointer[LieFunc]
 	overwrite *atomic.Bool // Server.RenameOverwrites
+	copies    *atomic.Bool // Server.RenameCopies
 	nocase    *atomic.Bool // Server.CaseInsensitiveStat
 	vanish    *atomic.Bool // Server.EmptyDirsVanish
 	mtimes    *atomic.Pointer[func(time.Time) time.Time]
@@ -406,10 +416,16 @@ func (h *handler) Filecmd(r *sftp.Request) error {
 		}
 		defer h.prune(filepath.Dir(p))
 		if h.overwrite.Load() {
-			return os.Rename(p, t)
+			err = os.Rename(p, t)
+		} else {
+			// Like OpenSSH's SSH_FXP_RENAME: fail when the target exists.
+			err = unix.Renameat2(unix.AT_FDCWD, p, unix.AT_FDCWD, t, unix.RENAME_NOREPLACE)
 		}
-		// Like OpenSSH's SSH_FXP_RENAME: fail when the target exists.
-		return unix.Renameat2(unix.AT_FDCWD, p, unix.AT_FDCWD, t, unix.RENAME_NOREPLACE)
+		if err == nil && h.copies.Load() {
+			now := time.Now()
+			err = os.Chtimes(t, now, now)
+		}
+		return err
 	case "Remove":
 		st, err := os.Lstat(p)
 		if err != nil {
@@ -434,7 +450,14 @@ func (h *handler) Filecmd(r *sftp.Request) error {
 		return os.Mkdir(p, 0o755)
 	case "Setstat":
 		if r.AttrFlags().Size {
-			return os.Truncate(p, int64(r.Attributes().Size))
+			if err := os.Truncate(p, int64(r.Attributes().Size)); err != nil {
+				return err
+			}
+		}
+		if r.AttrFlags().Acmodtime {
+			// times set are kept, in whole seconds (SFTP v3), as OpenSSH's
+			a := r.Attributes()
+			return os.Chtimes(p, time.Unix(int64(a.Atime), 0), time.Unix(int64(a.Mtime), 0))
 		}
 		return nil
 	}
