@@ -431,46 +431,6 @@ func TestTargetChangedBeforeTheFirstChunkReplans(t *testing.T) {
 	}
 }
 
-// An approved file is held to its approved plan even when the policy has
-// left the configuration since (a restart or reload without it): a
-// changed target still sends it back to awaiting_approval.
-func TestApprovedPlanHoldsAfterThePolicyIsRemoved(t *testing.T) {
-	_, pool := testenv.DB(t)
-	ctx := context.Background()
-	site := testenv.NewSite(t, "pr")
-	site.Config.Feeds[0].Approval = &partners.Approval{Always: true}
-	r := newRig(t, pool, "w1", site)
-	site.Drop(t, "orders-1.csv", goodRows("P", 2))
-	r.poll("pr")
-	f := files(t, pool, "pr")[0]
-	v, _ := planOf(t, pool, "pr", f.ID)
-	if err := approve(ctx, pool, "pr", f.ID, v.Hash); err != nil {
-		t.Fatal(err)
-	}
-	r.d.Stop()
-	site.Config.Feeds[0].Approval = nil
-	r2 := newRig(t, pool, "w1", site)
-	exec(t, pool, `INSERT INTO orders (partner_id, order_id, amount, status, placed_at, last_intake_id) VALUES ('pr', 'P-1', 1, 'new', now(), 0)`)
-	r2.poll("pr")
-	if f := files(t, pool, "pr")[0]; f.State != "awaiting_approval" || f.Reason != "plan_changed" {
-		t.Fatalf("file %+v, want back in awaiting_approval although the policy is gone", f)
-	}
-	v2, _ := planOf(t, pool, "pr", f.ID)
-	if err := approve(ctx, pool, "pr", f.ID, v2.Hash); err != nil {
-		t.Fatal(err)
-	}
-	r2.poll("pr")
-	if f := files(t, pool, "pr")[0]; f.State != "archived" || f.Applied != 2 {
-		t.Fatalf("file %+v", f)
-	}
-	// without the policy, the next file is not planned against the target
-	site.Drop(t, "orders-2.csv", goodRows("P", 2))
-	r2.poll("pr")
-	if v, err := ops.ShowPlan(ctx, pool, files(t, pool, "pr")[1].ID, []string{"pr"}); err != nil || v.Hash != "" {
-		t.Fatalf("a file without a policy was planned against the target: %+v %v", v, err)
-	}
-}
-
 // A target whose rows travel as COPY text (a double precision column, no
 // intake_row_hash) is planned the same way: the staged text is cast by the
 // merge's own expressions. Also an update_only feed's missing keys and an
@@ -556,37 +516,78 @@ func TestPlanCountsValuesTheTargetTypeRefuses(t *testing.T) {
 	}
 }
 
-// The feed's mapping changes after a plan was approved: the plan hash
-// covers the mapping, so the fresh plan (same counts) differs and the file
-// waits again rather than apply under a mapping nobody approved.
-func TestMappingChangedAfterApprovalReplans(t *testing.T) {
-	_, pool := testenv.DB(t)
-	ctx := context.Background()
-	site := testenv.NewSite(t, "mc")
-	site.Config.Feeds[0].Approval = &partners.Approval{Always: true}
-	r := newRig(t, pool, "w1", site)
-	site.Drop(t, "orders-1.csv", goodRows("M", 2))
-	r.poll("mc")
-	f := files(t, pool, "mc")[0]
-	v1, c1 := planOf(t, pool, "mc", f.ID)
-	if err := approve(ctx, pool, "mc", f.ID, v1.Hash); err != nil {
-		t.Fatal(err)
-	}
-	r.d.Stop()
-	site.Config.Feeds[0].ChunkRows = 7
-	r = newRig(t, pool, "w1", site)
-	r.poll("mc")
-	f = files(t, pool, "mc")[0]
-	v2, c2 := planOf(t, pool, "mc", f.ID)
-	if f.State != "awaiting_approval" || f.Reason != "plan_changed" || v2.Hash == v1.Hash || c2 != c1 || v2.FeedSHA == v1.FeedSHA {
-		t.Fatalf("file %+v: plan %s (%+v) after the mapping changed, approved %s (%+v)", f, v2.Hash, c2, v1.Hash, c1)
-	}
-	if err := approve(ctx, pool, "mc", f.ID, v2.Hash); err != nil {
-		t.Fatal(err)
-	}
-	r.poll("mc")
-	if f := files(t, pool, "mc")[0]; f.State != "archived" || f.Applied != 2 {
-		t.Fatalf("file %+v", f)
+// An approved file whose daemon restarts under another configuration is
+// held to its approved plan: the plan hash covers the feed's mapping, so
+// a changed mapping (same counts) makes the fresh plan differ, and a
+// policy gone from the configuration does not wave it through when the
+// target changed; either way the file waits again (plan_changed) rather
+// than apply under a plan nobody approved, and the new hash applies it.
+func TestAnApprovedPlanIsHeldToItsHashAcrossARestart(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		partner string
+		// restart changes the configuration (and the target) the next
+		// rig runs under
+		restart func(t *testing.T, pool *pgxpool.Pool, site *testenv.Site)
+		// replanned checks the fresh plan against the approved one
+		replanned func(v1, v2 *ops.PlanView, c1, c2 target.PlanCounts) bool
+		// then runs after the file is archived
+		then func(t *testing.T, r *rig, site *testenv.Site)
+	}{
+		{"the mapping changed", "mc",
+			func(t *testing.T, pool *pgxpool.Pool, site *testenv.Site) { site.Config.Feeds[0].ChunkRows = 7 },
+			func(v1, v2 *ops.PlanView, c1, c2 target.PlanCounts) bool {
+				return c2 == c1 && v2.FeedSHA != v1.FeedSHA
+			},
+			nil},
+		{"the policy was removed and the target changed", "pr",
+			func(t *testing.T, pool *pgxpool.Pool, site *testenv.Site) {
+				site.Config.Feeds[0].Approval = nil
+				exec(t, pool, `INSERT INTO orders (partner_id, order_id, amount, status, placed_at, last_intake_id) VALUES ('pr', 'M-1', 1, 'new', now(), 0)`)
+			},
+			func(v1, v2 *ops.PlanView, c1, c2 target.PlanCounts) bool { return c2 != c1 },
+			func(t *testing.T, r *rig, site *testenv.Site) {
+				// without the policy, the next file is not planned against the target
+				site.Drop(t, "orders-2.csv", goodRows("M", 2))
+				r.poll("pr")
+				if v, err := ops.ShowPlan(context.Background(), r.pool, files(t, r.pool, "pr")[1].ID, []string{"pr"}); err != nil || v.Hash != "" {
+					t.Fatalf("a file without a policy was planned against the target: %+v %v", v, err)
+				}
+			}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, pool := testenv.DB(t)
+			ctx := context.Background()
+			site := testenv.NewSite(t, tc.partner)
+			site.Config.Feeds[0].Approval = &partners.Approval{Always: true}
+			r := newRig(t, pool, "w1", site)
+			site.Drop(t, "orders-1.csv", goodRows("M", 2))
+			r.poll(tc.partner)
+			f := files(t, pool, tc.partner)[0]
+			v1, c1 := planOf(t, pool, tc.partner, f.ID)
+			if err := approve(ctx, pool, tc.partner, f.ID, v1.Hash); err != nil {
+				t.Fatal(err)
+			}
+			r.d.Stop()
+			tc.restart(t, pool, site)
+			r = newRig(t, pool, "w1", site)
+			r.poll(tc.partner)
+			f = files(t, pool, tc.partner)[0]
+			v2, c2 := planOf(t, pool, tc.partner, f.ID)
+			if f.State != "awaiting_approval" || f.Reason != "plan_changed" || v2.Hash == v1.Hash || !tc.replanned(v1, v2, c1, c2) {
+				t.Fatalf("file %+v: plan %s (%+v, feed %s) after the restart, approved %s (%+v, feed %s)", f, v2.Hash, c2, v2.FeedSHA, v1.Hash, c1, v1.FeedSHA)
+			}
+			if err := approve(ctx, pool, tc.partner, f.ID, v2.Hash); err != nil {
+				t.Fatal(err)
+			}
+			r.poll(tc.partner)
+			if f := files(t, pool, tc.partner)[0]; f.State != "archived" || f.Applied != 2 {
+				t.Fatalf("file %+v", f)
+			}
+			if tc.then != nil {
+				tc.then(t, r, site)
+			}
+		})
 	}
 }
 

@@ -168,17 +168,29 @@ func TestTwoChannelsStreamsTheRangesInOrder(t *testing.T) {
 	}
 }
 
-// memFile is a rangeFile over bytes that counts its reads, waits before
-// each (slow), and records its close.
+// memFile is a rangeFile over bytes that counts its reads and records
+// its close. With held set, its reads from heldFrom on wait until held is
+// closed (at most 10 s); with first set, its first read closes first.
 type memFile struct {
-	data   []byte
-	slow   time.Duration
-	reads  atomic.Int64
-	closed atomic.Bool
+	data     []byte
+	held     <-chan struct{}
+	heldFrom int64
+	first    chan struct{}
+	once     sync.Once
+	reads    atomic.Int64
+	closed   atomic.Bool
 }
 
 func (f *memFile) ReadAt(p []byte, off int64) (int, error) {
-	time.Sleep(f.slow)
+	if f.held != nil && off >= f.heldFrom {
+		select {
+		case <-f.held:
+		case <-time.After(10 * time.Second): // not forever: a download that never reads the other channel fails its test, not the run
+		}
+	}
+	if f.first != nil {
+		f.once.Do(func() { close(f.first) })
+	}
 	f.reads.Add(1)
 	if off >= int64(len(f.data)) {
 		return 0, io.EOF
@@ -235,9 +247,10 @@ func TestTwoChannelsNeverWaitForTheSecond(t *testing.T) {
 	}
 
 	// the second channel joins after the first two ranges were written:
-	// it reads ranges too (the main channel is the slower)
-	f1 = &memFile{data: data, slow: 20 * time.Millisecond}
-	f2 := &memFile{data: data}
+	// it reads ranges too (the main channel is the slower: its reads after
+	// the first two ranges wait for the second channel's first read)
+	f2 := &memFile{data: data, first: make(chan struct{})}
+	f1 = &memFile{data: data, held: f2.first, heldFrom: 2 * rangeBytes}
 	open := make(chan struct{})
 	got.Reset()
 	w := &gateWriter{w: &got, after: 2 * rangeBytes, open: open}

@@ -262,91 +262,102 @@ func testRejectedRowsReported(t *testing.T) {
 	}
 }
 
-func TestExactResendIsADuplicateWithNoBusinessEffect(t *testing.T) {
-	defer intake.SetScanCheckBytes(0)() // a resend is not scanned: its batch is held
-	_, pool := testenv.DB(t)
-	site := testenv.NewSite(t, "acme")
-	r := newRig(t, pool, "w1", site)
-	site.Drop(t, "orders-dup.csv", goodRows("D", 3))
-	r.poll("acme")
-	site.Drop(t, "orders-dup.csv", goodRows("D", 3))
-	r.poll("acme")
+// A resend under the batch of a file already applied is read through its
+// hash first (its batch is held: it is not scanned) and never touches the
+// rows the first file wrote: the same bytes are a duplicate with no
+// business effect, its receipt beside the original's; other bytes are
+// quarantined as a batch conflict, kept in quarantine/ and in the spool
+// for ops, and never applied.
+func TestAResendOfAnAppliedBatch(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		resend   func(first string) string
+		state    string // the resend's state and reason
+		hashOnly string // what its hash-only read found
+		then     func(t *testing.T, r *rig, site *testenv.Site, fs []fileRow, resent string)
+	}{
+		{"the same bytes", func(first string) string { return first }, "duplicate", "same",
+			func(t *testing.T, r *rig, site *testenv.Site, fs []fileRow, _ string) {
+				rc := receipt(t, site, fs[1].Receipt)
+				if rc.Outcome != intake.OutcomeDuplicate || rc.DuplicateOf != fs[0].ID {
+					t.Fatalf("duplicate receipt %+v", rc)
+				}
+				if fs[0].Receipt == fs[1].Receipt {
+					t.Fatal("the duplicate's receipt overwrote the original's")
+				}
+				if got := site.Files(t, "archive"); len(got) != 2 {
+					t.Fatalf("archive holds %v, want both files (never overwritten)", got)
+				}
+			}},
+		{"other bytes", func(first string) string { return strings.Replace(first, "30.03", "99.99", 1) }, "quarantined", "differ",
+			func(t *testing.T, r *rig, site *testenv.Site, fs []fileRow, resent string) {
+				if fs[1].Reason != "batch_conflict" {
+					t.Fatalf("resend %+v, want the reason batch_conflict", fs[1])
+				}
+				if n := count(t, r.pool, `SELECT count(*) FROM orders WHERE partner_id='acme' AND amount = 99.99`); n != 0 {
+					t.Fatal("the conflicting bytes were applied")
+				}
+				q := site.Files(t, "quarantine")
+				sort.Strings(q)
+				if len(q) != 2 || !strings.HasSuffix(q[1], ".reason.json") {
+					t.Fatalf("quarantine holds %v, want the file and its reason", q)
+				}
+				if got := site.Read(t, filepath.Join("quarantine", q[0])); got != resent {
+					t.Fatal("quarantined bytes differ from what was dropped")
+				}
+				// downloaded again once the hash differed: the spool holds
+				// the conflicting bytes for ops
+				var sha string
+				if err := r.pool.QueryRow(context.Background(), `SELECT content_sha256 FROM file_intake WHERE intake_id = $1`, fs[1].ID).Scan(&sha); err != nil {
+					t.Fatal(err)
+				}
+				if b, err := os.ReadFile(filepath.Join(r.spoolDir, "acme", "sha256", sha[:2], sha)); err != nil || string(b) != resent {
+					t.Fatalf("the spool does not hold the conflicting bytes: %v", err)
+				}
+				var reason intake.QuarantineReason
+				if err := json.Unmarshal([]byte(site.Read(t, filepath.Join("quarantine", q[1]))), &reason); err != nil {
+					t.Fatal(err)
+				}
+				if reason.Reason != "batch_conflict" || reason.IntakeID != fs[1].ID || reason.PartnerID != "acme" {
+					t.Fatalf("reason file %+v", reason)
+				}
+				rc := receipt(t, site, fs[1].Receipt)
+				if rc.Outcome != intake.OutcomeQuarantined || rc.Reason != "batch_conflict" {
+					t.Fatalf("receipt %+v", rc)
+				}
+			}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			defer intake.SetScanCheckBytes(0)() // a resend is not scanned: its batch is held
+			_, pool := testenv.DB(t)
+			site := testenv.NewSite(t, "acme")
+			r := newRig(t, pool, "w1", site)
+			first := goodRows("C", 3)
+			site.Drop(t, "orders-c.csv", first)
+			r.poll("acme")
+			resent := tc.resend(first)
+			site.Drop(t, "orders-c.csv", resent)
+			r.poll("acme")
 
-	fs := files(t, pool, "acme")
-	if len(fs) != 2 || fs[0].State != "archived" || fs[1].State != "duplicate" || fs[1].Reason != "duplicate" {
-		t.Fatalf("got %+v, want archived then duplicate", fs)
-	}
-	if n := count(t, pool, `SELECT count(*) FROM orders WHERE partner_id='acme' AND last_intake_id = $1`, fs[0].ID); n != 3 {
-		t.Fatalf("got %d rows written by the original, want 3 (the duplicate must not touch them)", n)
-	}
-	if n := count(t, pool, `SELECT count(*) FROM intake_chunk WHERE intake_id = $1`, fs[1].ID); n != 0 {
-		t.Fatalf("duplicate applied %d chunks", n)
-	}
-	rc := receipt(t, site, fs[1].Receipt)
-	if rc.Outcome != intake.OutcomeDuplicate || rc.DuplicateOf != fs[0].ID {
-		t.Fatalf("duplicate receipt %+v", rc)
-	}
-	if fs[0].Receipt == fs[1].Receipt {
-		t.Fatal("the duplicate's receipt overwrote the original's")
-	}
-	// its batch was held and the spool had its bytes: read through the
-	// hash alone, nothing written
-	if got := testutil.ToFloat64(r.d.Metrics().HashOnly.WithLabelValues("acme", "same")); got != 1 {
-		t.Fatalf("hash-only reads that found the spooled bytes: %v, want 1", got)
-	}
-	if got := site.Files(t, "archive"); len(got) != 2 {
-		t.Fatalf("archive holds %v, want both files (never overwritten)", got)
-	}
-}
-
-func TestConflictingResendIsQuarantinedAndNeverApplied(t *testing.T) {
-	defer intake.SetScanCheckBytes(0)() // a resend is not scanned: its batch is held
-	_, pool := testenv.DB(t)
-	site := testenv.NewSite(t, "acme")
-	r := newRig(t, pool, "w1", site)
-	site.Drop(t, "orders-c.csv", goodRows("C", 3))
-	r.poll("acme")
-	changed := strings.Replace(goodRows("C", 3), "30.03", "99.99", 1)
-	site.Drop(t, "orders-c.csv", changed)
-	r.poll("acme")
-
-	fs := files(t, pool, "acme")
-	if len(fs) != 2 || fs[1].State != "quarantined" || fs[1].Reason != "batch_conflict" {
-		t.Fatalf("got %+v, want the resend quarantined as batch_conflict", fs)
-	}
-	if n := count(t, pool, `SELECT count(*) FROM orders WHERE partner_id='acme' AND amount = 99.99`); n != 0 {
-		t.Fatal("the conflicting bytes were applied")
-	}
-	q := site.Files(t, "quarantine")
-	sort.Strings(q)
-	if len(q) != 2 || !strings.HasSuffix(q[1], ".reason.json") {
-		t.Fatalf("quarantine holds %v, want the file and its reason", q)
-	}
-	if got := site.Read(t, filepath.Join("quarantine", q[0])); got != changed {
-		t.Fatal("quarantined bytes differ from what was dropped")
-	}
-	// read through the hash first, found different, downloaded again: the
-	// spool holds the conflicting bytes for ops
-	if got := testutil.ToFloat64(r.d.Metrics().HashOnly.WithLabelValues("acme", "differ")); got != 1 {
-		t.Fatalf("hash-only reads that found other bytes: %v, want 1", got)
-	}
-	var sha string
-	if err := pool.QueryRow(context.Background(), `SELECT content_sha256 FROM file_intake WHERE intake_id = $1`, fs[1].ID).Scan(&sha); err != nil {
-		t.Fatal(err)
-	}
-	if b, err := os.ReadFile(filepath.Join(r.spoolDir, "acme", "sha256", sha[:2], sha)); err != nil || string(b) != changed {
-		t.Fatalf("the spool does not hold the conflicting bytes: %v", err)
-	}
-	var reason intake.QuarantineReason
-	if err := json.Unmarshal([]byte(site.Read(t, filepath.Join("quarantine", q[1]))), &reason); err != nil {
-		t.Fatal(err)
-	}
-	if reason.Reason != "batch_conflict" || reason.IntakeID != fs[1].ID || reason.PartnerID != "acme" {
-		t.Fatalf("reason file %+v", reason)
-	}
-	rc := receipt(t, site, fs[1].Receipt)
-	if rc.Outcome != intake.OutcomeQuarantined || rc.Reason != "batch_conflict" {
-		t.Fatalf("receipt %+v", rc)
+			fs := files(t, pool, "acme")
+			if len(fs) != 2 || fs[0].State != "archived" || fs[1].State != tc.state {
+				t.Fatalf("got %+v, want archived then %s", fs, tc.state)
+			}
+			if tc.state == "duplicate" && fs[1].Reason != "duplicate" {
+				t.Fatalf("resend %+v, want the reason duplicate", fs[1])
+			}
+			if n := count(t, pool, `SELECT count(*) FROM orders WHERE partner_id='acme' AND last_intake_id = $1`, fs[0].ID); n != 3 {
+				t.Fatalf("got %d rows written by the original, want 3 (the resend must not touch them)", n)
+			}
+			if n := count(t, pool, `SELECT count(*) FROM intake_chunk WHERE intake_id = $1`, fs[1].ID); n != 0 {
+				t.Fatalf("the resend applied %d chunks", n)
+			}
+			// its batch was held: read through the hash alone first
+			if got := testutil.ToFloat64(r.d.Metrics().HashOnly.WithLabelValues("acme", tc.hashOnly)); got != 1 {
+				t.Fatalf("hash-only reads that found the bytes %s: %v, want 1", tc.hashOnly, got)
+			}
+			tc.then(t, r, site, fs, resent)
+		})
 	}
 }
 

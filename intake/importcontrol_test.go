@@ -42,70 +42,147 @@ func execArgs(t *testing.T, pool *pgxpool.Pool, sql string, args ...any) {
 	}
 }
 
-// A row another session changed between two files for its key is not
-// overwritten: the second file reports it as a conflict with reason
-// outside_edit (row issue, rejects report, metric); so does a replay of
-// the first file. A row without a recorded hash (written before the
-// column existed) counts as not edited, is written, and gets its hash.
-func TestOutsideEditIsKeptAndReported(t *testing.T) {
-	_, pool := testenv.DB(t)
-	site := testenv.NewSite(t, "oe")
-	r := newRig(t, pool, "w1", site)
-	site.Drop(t, "orders-1.csv", goodRows("E", 3))
-	r.poll("oe")
-	if n := count(t, pool, `SELECT count(*) FROM orders WHERE partner_id = 'oe' AND intake_row_hash IS NOT NULL`); n != 3 {
-		t.Fatalf("%d rows carry intake's hash after the first file, want 3", n)
+// A second file meets the rows a first file wrote, under the feed's
+// on_outside_edit and mode:
+//   - keep (the default): a row another session changed between the two
+//     files is not overwritten; the second file reports it as a conflict
+//     with reason outside_edit (row issue, rejects report, metric); so
+//     does a replay of the first file. A row without a recorded hash
+//     (written before the column existed) counts as not edited, is
+//     written, and gets its hash; a row edited back to what intake wrote
+//     is no edit.
+//   - overwrite: writes over an outside edit, as before the guard, and
+//     clears the hash.
+//   - insert_only: an existing key is a conflict (exists), a new one is
+//     written; a replay of the file that wrote the rows changes nothing.
+func TestASecondFileMeetsTheFirstFilesRows(t *testing.T) {
+	type written struct {
+		amount string
+		by     int // the file that wrote it: 0 the first, 1 the second
 	}
-	exec(t, pool, `UPDATE orders SET amount = 1.00 WHERE partner_id = 'oe' AND order_id = 'E-1'`)
-	// E-2 as a row written before the guard: no hash, and other values
-	exec(t, pool, `UPDATE orders SET amount = 2.00, intake_row_hash = NULL WHERE partner_id = 'oe' AND order_id = 'E-2'`)
-
-	site.Drop(t, "orders-2.csv", goodRows("E", 3))
-	r.poll("oe")
-	fs := files(t, pool, "oe")
-	f1, f2 := fs[0], fs[1]
-	if f2.State != "archived" || f2.Confl != 1 || f2.Applied != 1 || f2.Unchanged != 1 {
-		t.Fatalf("second file %+v, want archived with 1 conflict, 1 applied (the unhashed row), 1 unchanged", f2)
-	}
-	if a, last := amountOf(t, pool, "orders", "oe", "E-1"); a != "1.00" || last != f1.ID {
-		t.Fatalf("E-1 = %s by %d: the outside edit was overwritten", a, last)
-	}
-	if a, last := amountOf(t, pool, "orders", "oe", "E-2"); a != "20.02" || last != f2.ID {
-		t.Fatalf("E-2 = %s by %d, want the file's 20.02 by %d", a, last, f2.ID)
-	}
-	if n := count(t, pool, `SELECT count(*) FROM orders WHERE partner_id = 'oe' AND order_id = 'E-2' AND intake_row_hash IS NOT NULL`); n != 1 {
-		t.Fatal("the unhashed row got no hash when intake wrote it")
-	}
-	if got := issues(t, pool, f2.ID); len(got) != 1 || got[0] != "2:outside_edit:conflict" {
-		t.Fatalf("row issues %v, want line 2 outside_edit conflict", got)
-	}
-	rel, _ := filepath.Rel(site.Root, f2.Rejects)
-	if f2.Rejects == "" || !strings.Contains(site.Read(t, rel), "outside_edit") {
-		t.Fatalf("rejects report %q does not name outside_edit", f2.Rejects)
-	}
-	if got := testutil.ToFloat64(r.d.Metrics().RowsHeld.WithLabelValues("oe", "outside_edit")); got != 1 {
-		t.Fatalf("intake_rows_held_total{outside_edit} = %v, want 1", got)
-	}
-
-	// a replay of the first file writes as that file: E-1 still kept
-	in, err := r.d.Replay(context.Background(), intake.ReplayRequest{ID: f1.ID, Actor: "test", Reason: "re-apply"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := issues(t, pool, in.ID); len(got) != 1 || got[0] != "2:outside_edit:conflict" {
-		t.Fatalf("replay row issues %v, want line 2 outside_edit conflict", got)
-	}
-	if a, _ := amountOf(t, pool, "orders", "oe", "E-1"); a != "1.00" {
-		t.Fatalf("E-1 = %s after the replay: the outside edit was overwritten", a)
-	}
-
-	// an edit back to what intake wrote is no edit: the next file writes
-	exec(t, pool, `UPDATE orders SET amount = 10.01 WHERE partner_id = 'oe' AND order_id = 'E-1'`)
-	site.Drop(t, "orders-3.csv", header+ordersLine("E", 1, "5.00"))
-	r.poll("oe")
-	f3 := files(t, pool, "oe")[3]
-	if f3.Applied != 1 || f3.Confl != 0 {
-		t.Fatalf("third file %+v, want 1 applied", f3)
+	for _, tc := range []struct {
+		name, partner string
+		feed          func(f *partners.Feed)
+		first         string
+		// between runs after the first file, before the second
+		between func(t *testing.T, pool *pgxpool.Pool)
+		second  string
+		// the second file's rows: applied, unchanged, conflicts, total
+		applied, unchanged, confl, total int64
+		issues                           []string
+		rows                             map[string]written
+		then                             func(t *testing.T, r *rig, site *testenv.Site, f1, f2 fileRow)
+	}{
+		{name: "keep", partner: "oe",
+			feed:  func(*partners.Feed) {},
+			first: goodRows("E", 3),
+			between: func(t *testing.T, pool *pgxpool.Pool) {
+				if n := count(t, pool, `SELECT count(*) FROM orders WHERE partner_id = 'oe' AND intake_row_hash IS NOT NULL`); n != 3 {
+					t.Fatalf("%d rows carry intake's hash after the first file, want 3", n)
+				}
+				exec(t, pool, `UPDATE orders SET amount = 1.00 WHERE partner_id = 'oe' AND order_id = 'E-1'`)
+				// E-2 as a row written before the guard: no hash, and other values
+				exec(t, pool, `UPDATE orders SET amount = 2.00, intake_row_hash = NULL WHERE partner_id = 'oe' AND order_id = 'E-2'`)
+			},
+			second:  goodRows("E", 3),
+			applied: 1, unchanged: 1, confl: 1, total: 3, // the unhashed row applied, the edited one a conflict
+			issues: []string{"2:outside_edit:conflict"},
+			rows:   map[string]written{"E-1": {"1.00", 0}, "E-2": {"20.02", 1}},
+			then: func(t *testing.T, r *rig, site *testenv.Site, f1, f2 fileRow) {
+				pool := r.pool
+				if n := count(t, pool, `SELECT count(*) FROM orders WHERE partner_id = 'oe' AND order_id = 'E-2' AND intake_row_hash IS NOT NULL`); n != 1 {
+					t.Fatal("the unhashed row got no hash when intake wrote it")
+				}
+				rel, _ := filepath.Rel(site.Root, f2.Rejects)
+				if f2.Rejects == "" || !strings.Contains(site.Read(t, rel), "outside_edit") {
+					t.Fatalf("rejects report %q does not name outside_edit", f2.Rejects)
+				}
+				if got := testutil.ToFloat64(r.d.Metrics().RowsHeld.WithLabelValues("oe", "outside_edit")); got != 1 {
+					t.Fatalf("intake_rows_held_total{outside_edit} = %v, want 1", got)
+				}
+				// a replay of the first file writes as that file: E-1 still kept
+				in, err := r.d.Replay(context.Background(), intake.ReplayRequest{ID: f1.ID, Actor: "test", Reason: "re-apply"})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got := issues(t, pool, in.ID); len(got) != 1 || got[0] != "2:outside_edit:conflict" {
+					t.Fatalf("replay row issues %v, want line 2 outside_edit conflict", got)
+				}
+				if a, _ := amountOf(t, pool, "orders", "oe", "E-1"); a != "1.00" {
+					t.Fatalf("E-1 = %s after the replay: the outside edit was overwritten", a)
+				}
+				// an edit back to what intake wrote is no edit: the next file writes
+				exec(t, pool, `UPDATE orders SET amount = 10.01 WHERE partner_id = 'oe' AND order_id = 'E-1'`)
+				site.Drop(t, "orders-3.csv", header+ordersLine("E", 1, "5.00"))
+				r.poll("oe")
+				f3 := files(t, pool, "oe")[3]
+				if f3.Applied != 1 || f3.Confl != 0 {
+					t.Fatalf("third file %+v, want 1 applied", f3)
+				}
+			}},
+		{name: "overwrite", partner: "ow",
+			feed:  func(f *partners.Feed) { f.OnOutsideEdit = partners.OutsideEditOverwrite },
+			first: goodRows("O", 2),
+			between: func(t *testing.T, pool *pgxpool.Pool) {
+				exec(t, pool, `UPDATE orders SET amount = 1.00 WHERE partner_id = 'ow' AND order_id = 'O-1'`)
+			},
+			second:  goodRows("O", 2),
+			applied: 1, unchanged: 1, confl: 0, total: 2, // the edit overwritten
+			rows: map[string]written{"O-1": {"10.01", 1}},
+			then: func(t *testing.T, r *rig, _ *testenv.Site, _, _ fileRow) {
+				// an overwrite feed keeps no hash up (it pays nothing for
+				// the guard): a write leaves it "not known"
+				if n := count(t, r.pool, `SELECT count(*) FROM orders WHERE partner_id = 'ow' AND order_id = 'O-1' AND intake_row_hash IS NULL`); n != 1 {
+					t.Fatal("an overwrite write left a hash behind")
+				}
+			}},
+		{name: "insert_only", partner: "io",
+			feed:    func(f *partners.Feed) { f.Mode = partners.ModeInsertOnly },
+			first:   goodRows("I", 2),
+			between: func(*testing.T, *pgxpool.Pool) {},
+			second:  header + ordersLine("I", 1, "5.00") + ordersLine("I", 2, "20.02") + ordersLine("I", 3, "30.03"),
+			applied: 1, unchanged: 0, confl: 2, total: 3,
+			issues: []string{"2:exists:conflict", "3:exists:conflict"},
+			rows:   map[string]written{"I-1": {"10.01", 0}}, // insert_only updated no row
+			then: func(t *testing.T, r *rig, _ *testenv.Site, f1, _ fileRow) {
+				in, err := r.d.Replay(context.Background(), intake.ReplayRequest{ID: f1.ID, Actor: "test", Reason: "re-apply"})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got := issues(t, r.pool, in.ID); len(got) != 0 {
+					t.Fatalf("replay of the writing file: row issues %v, want none", got)
+				}
+				if got := testutil.ToFloat64(r.d.Metrics().RowsHeld.WithLabelValues("io", "exists")); got != 2 {
+					t.Fatalf("intake_rows_held_total{exists} = %v, want 2", got)
+				}
+			}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, pool := testenv.DB(t)
+			site := testenv.NewSite(t, tc.partner)
+			tc.feed(&site.Config.Feeds[0])
+			r := newRig(t, pool, "w1", site)
+			site.Drop(t, "orders-1.csv", tc.first)
+			r.poll(tc.partner)
+			tc.between(t, pool)
+			site.Drop(t, "orders-2.csv", tc.second)
+			r.poll(tc.partner)
+			fs := files(t, pool, tc.partner)
+			f1, f2 := fs[0], fs[1]
+			if f2.State != "archived" || f2.Applied != tc.applied || f2.Unchanged != tc.unchanged || f2.Confl != tc.confl || f2.Total != tc.total {
+				t.Fatalf("second file %+v, want archived with %d applied, %d unchanged, %d conflicts of %d rows", f2, tc.applied, tc.unchanged, tc.confl, tc.total)
+			}
+			if got := issues(t, pool, f2.ID); strings.Join(got, ",") != strings.Join(tc.issues, ",") {
+				t.Fatalf("row issues %v, want %v", got, tc.issues)
+			}
+			for key, w := range tc.rows {
+				by := []fileRow{f1, f2}[w.by]
+				if a, last := amountOf(t, pool, "orders", tc.partner, key); a != w.amount || last != by.ID {
+					t.Fatalf("%s = %s by %d, want %s by %d", key, a, last, w.amount, by.ID)
+				}
+			}
+			tc.then(t, r, site, f1, f2)
+		})
 	}
 }
 
@@ -157,32 +234,6 @@ func TestOutsideEditGuardAcceptsLegacyHashes(t *testing.T) {
 	}
 }
 
-// on_outside_edit: overwrite writes over an outside edit, as before the
-// guard, and clears the hash.
-func TestOutsideEditOverwrite(t *testing.T) {
-	_, pool := testenv.DB(t)
-	site := testenv.NewSite(t, "ow")
-	site.Config.Feeds[0].OnOutsideEdit = partners.OutsideEditOverwrite
-	r := newRig(t, pool, "w1", site)
-	site.Drop(t, "orders-1.csv", goodRows("O", 2))
-	r.poll("ow")
-	exec(t, pool, `UPDATE orders SET amount = 1.00 WHERE partner_id = 'ow' AND order_id = 'O-1'`)
-	site.Drop(t, "orders-2.csv", goodRows("O", 2))
-	r.poll("ow")
-	f2 := files(t, pool, "ow")[1]
-	if f2.Applied != 1 || f2.Unchanged != 1 || f2.Confl != 0 {
-		t.Fatalf("second file %+v, want 1 applied (the edit overwritten), 1 unchanged", f2)
-	}
-	if a, last := amountOf(t, pool, "orders", "ow", "O-1"); a != "10.01" || last != f2.ID {
-		t.Fatalf("O-1 = %s by %d, want 10.01 by %d", a, last, f2.ID)
-	}
-	// an overwrite feed keeps no hash up (it pays nothing for the guard):
-	// a write leaves it "not known"
-	if n := count(t, pool, `SELECT count(*) FROM orders WHERE partner_id = 'ow' AND order_id = 'O-1' AND intake_row_hash IS NULL`); n != 1 {
-		t.Fatal("an overwrite write left a hash behind")
-	}
-}
-
 // The guard on the COPY text path (a column type without a binary
 // encoder) and in groups of small files.
 func TestOutsideEditOnCopyTextAndInGroups(t *testing.T) {
@@ -222,39 +273,6 @@ func TestOutsideEditOnCopyTextAndInGroups(t *testing.T) {
 			t.Fatalf("%s: row issues %v", tc.table, got)
 		}
 		r.d.Stop() // before the next case's: one process of w1 at a time
-	}
-}
-
-// insert_only: an existing key is a conflict (exists), a new one is
-// written; a replay of the file that wrote the rows changes nothing.
-func TestInsertOnlyMode(t *testing.T) {
-	_, pool := testenv.DB(t)
-	site := testenv.NewSite(t, "io")
-	site.Config.Feeds[0].Mode = partners.ModeInsertOnly
-	r := newRig(t, pool, "w1", site)
-	site.Drop(t, "orders-1.csv", goodRows("I", 2))
-	r.poll("io")
-	site.Drop(t, "orders-2.csv", header+ordersLine("I", 1, "5.00")+ordersLine("I", 2, "20.02")+ordersLine("I", 3, "30.03"))
-	r.poll("io")
-	fs := files(t, pool, "io")
-	if f := fs[1]; f.State != "archived" || f.Applied != 1 || f.Confl != 2 || f.Total != 3 {
-		t.Fatalf("second file %+v, want 1 applied and 2 conflicts", f)
-	}
-	if got := issues(t, pool, fs[1].ID); len(got) != 2 || got[0] != "2:exists:conflict" || got[1] != "3:exists:conflict" {
-		t.Fatalf("row issues %v, want lines 2 and 3 exists", got)
-	}
-	if a, _ := amountOf(t, pool, "orders", "io", "I-1"); a != "10.01" {
-		t.Fatalf("I-1 = %s: insert_only updated a row", a)
-	}
-	in, err := r.d.Replay(context.Background(), intake.ReplayRequest{ID: fs[0].ID, Actor: "test", Reason: "re-apply"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := issues(t, pool, in.ID); len(got) != 0 {
-		t.Fatalf("replay of the writing file: row issues %v, want none", got)
-	}
-	if got := testutil.ToFloat64(r.d.Metrics().RowsHeld.WithLabelValues("io", "exists")); got != 2 {
-		t.Fatalf("intake_rows_held_total{exists} = %v, want 2", got)
 	}
 }
 

@@ -75,6 +75,14 @@ func testPostgresRestartDuringApply(t *testing.T, mode string) {
 	retried := &intake.Signals(r.d).ChunkRetry
 	retried.Init(t)
 
+	// due: every file not yet archived may be attempted now (the ledger's
+	// next_attempt_at, on the database's clock); an error is "not yet"
+	due := func() bool {
+		var ok bool
+		err := pool.QueryRow(ctx, `SELECT coalesce(bool_and(next_attempt_at IS NULL OR next_attempt_at <= pg_catalog.clock_timestamp()), true)
+			FROM file_intake WHERE partner_id = 'pgdown' AND state <> 'archived'`).Scan(&ok)
+		return err == nil && ok
+	}
 	var wg sync.WaitGroup
 	var errs []error
 	failed := make(chan struct{}, 1)
@@ -92,8 +100,16 @@ func testPostgresRestartDuringApply(t *testing.T, mode string) {
 					return
 				}
 				// the file failed on its own (its retry backoff, the
-				// partner's poll fine): the daemon's schedule polls again
-				time.Sleep(250 * time.Millisecond) // the daemon's poll interval, which this loop stands in for
+				// partner's poll fine): the daemon's schedule polls again,
+				// and the poll that takes the file up is one after its
+				// next attempt is due (what this loop waits for)
+				for !due() {
+					select {
+					case <-ctx.Done():
+						return
+					case <-time.After(10 * time.Millisecond):
+					}
+				}
 				continue
 			}
 			errs = append(errs, err)

@@ -30,6 +30,7 @@ type pollRecorder struct {
 	writing sync.Mutex // one write at a time: a write's outcomes are re-queued before the next takes any
 	mu      sync.Mutex
 	pending map[string]*pollOutcome
+	now     func() time.Time // the clock outcomes are stamped with; nil: time.Now (tests set it)
 }
 
 // pollOutcome is one partner's outcomes not yet written (zero times:
@@ -54,11 +55,15 @@ func (o *pollOutcome) merge(n pollOutcome) {
 
 // add notes a poll of partner that ended now.
 func (r *pollRecorder) add(partner string, pollErr error, ready int, oldest time.Time) {
+	at := time.Now()
+	if r.now != nil {
+		at = r.now()
+	}
 	n := pollOutcome{}
 	if pollErr == nil {
-		n.okAt, n.ready, n.oldest = time.Now(), ready, oldest
+		n.okAt, n.ready, n.oldest = at, ready, oldest
 	} else {
-		n.errAt, n.err = time.Now(), pgerr.Redact(pollErr) // made a storable text by ledger.RecordPolls
+		n.errAt, n.err = at, pgerr.Redact(pollErr) // made a storable text by ledger.RecordPolls
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()

@@ -23,23 +23,26 @@ func TestPollOutcomesAreWrittenTogetherAsTheyHappened(t *testing.T) {
 	_, pool := testenv.DB(t)
 	ctx := context.Background()
 	l := ledger.New(pool, time.Minute)
-	var r pollRecorder
+	// the recorder's clock is the test's: an outcome is stamped with its
+	// reading when it is noted, an hour before the writes below, and a
+	// minute passes between readings
+	clock := time.Now().Add(-time.Hour)
+	now := func() time.Time { return clock }
+	tick := func() time.Time { clock = clock.Add(time.Minute); return clock }
+	r := pollRecorder{now: now}
 	type row struct {
-		okAt, errAt         *time.Time
-		ready               int
-		oldest              *time.Time
-		errText             string
-		okBefore, errBefore bool // the times lie at least 200 ms before the write
+		okAt, errAt *time.Time
+		ready       int
+		oldest      *time.Time
+		errText     string
 	}
-	read := func(partner string, wrote time.Time) row {
+	read := func(partner string) row {
 		t.Helper()
 		var got row
 		var errText *string
-		if err := pool.QueryRow(ctx, `SELECT last_ok_at, last_error_at, ready_files, oldest_ready_at, last_error,
-			    coalesce(last_ok_at < $2::timestamptz - interval '200 milliseconds', false),
-			    coalesce(last_error_at < $2::timestamptz - interval '200 milliseconds', false)
-			FROM intake_partner_poll WHERE partner_id = $1 AND worker_id = 'w1'`, partner, wrote).
-			Scan(&got.okAt, &got.errAt, &got.ready, &got.oldest, &errText, &got.okBefore, &got.errBefore); err != nil {
+		if err := pool.QueryRow(ctx, `SELECT last_ok_at, last_error_at, ready_files, oldest_ready_at, last_error
+			FROM intake_partner_poll WHERE partner_id = $1 AND worker_id = 'w1'`, partner).
+			Scan(&got.okAt, &got.errAt, &got.ready, &got.oldest, &errText); err != nil {
 			t.Fatalf("%s: %v", partner, err)
 		}
 		if errText != nil {
@@ -47,37 +50,41 @@ func TestPollOutcomesAreWrittenTogetherAsTheyHappened(t *testing.T) {
 		}
 		return got
 	}
-	write := func() time.Time {
+	// at: a stored time is the noted one (written as the database's clock
+	// less how long ago it was noted: within a few seconds of it)
+	at := func(got *time.Time, want time.Time) bool {
+		return got != nil && got.Sub(want).Abs() < 5*time.Second
+	}
+	write := func() {
 		t.Helper()
 		if err := r.write(ctx, l, "w1"); err != nil {
 			t.Fatal(err)
 		}
-		var now time.Time
-		pool.QueryRow(ctx, `SELECT now()`).Scan(&now)
-		return now
 	}
 
 	oldest := time.Date(2026, 11, 30, 8, 0, 0, 0, time.UTC)
+	t0 := now()
 	r.add("a", nil, 3, oldest)
 	r.add("b", errors.New("dial: refused"), 0, time.Time{})
+	t1 := tick()
 	r.add("a", errors.New("list ready: timeout"), 0, time.Time{})
-	time.Sleep(250 * time.Millisecond) // outcomes are stamped when noted: the write comes later, and the rows must carry the noted times
-	wrote := write()
-	a, b := read("a", wrote), read("b", wrote)
-	if a.okAt == nil || a.ready != 3 || a.oldest == nil || !a.oldest.Equal(oldest) || a.errText != "list ready: timeout" || !a.okBefore || !a.errBefore {
-		t.Fatalf("a after its success and its failure: %+v", a)
+	write() // an hour after the outcomes: the rows carry the noted times
+	a, b := read("a"), read("b")
+	if !at(a.okAt, t0) || a.ready != 3 || a.oldest == nil || !a.oldest.Equal(oldest) || a.errText != "list ready: timeout" || !at(a.errAt, t1) {
+		t.Fatalf("a after its success at %s and its failure at %s: %+v", t0, t1, a)
 	}
-	if b.okAt != nil || b.errText != "dial: refused" || b.ready != 0 || !b.errBefore {
-		t.Fatalf("b after its failure: %+v", b)
+	if b.okAt != nil || b.errText != "dial: refused" || b.ready != 0 || !at(b.errAt, t0) {
+		t.Fatalf("b after its failure at %s: %+v", t0, b)
 	}
 
 	// a later success of a leaves its last failure as it was; one of b
 	// leaves b's
+	t2 := tick()
 	r.add("a", nil, 5, time.Time{})
 	r.add("b", nil, 1, oldest)
-	wrote = write()
-	a2, b2 := read("a", wrote), read("b", wrote)
-	if a2.ready != 5 || a2.oldest != nil || !a2.okAt.After(*a.okAt) || a2.errText != a.errText || !a2.errAt.Equal(*a.errAt) {
+	write()
+	a2, b2 := read("a"), read("b")
+	if a2.ready != 5 || a2.oldest != nil || !at(a2.okAt, t2) || a2.errText != a.errText || !a2.errAt.Equal(*a.errAt) {
 		t.Fatalf("a after a later success: %+v (before: %+v)", a2, a)
 	}
 	if b2.okAt == nil || b2.ready != 1 || b2.errText != "dial: refused" || !b2.errAt.Equal(*b.errAt) {
@@ -93,24 +100,24 @@ func TestPollOutcomesAreWrittenTogetherAsTheyHappened(t *testing.T) {
 		t.Fatal("a write on a cancelled context succeeded")
 	}
 	r.add("c", errors.New("claim: renamed away"), 0, time.Time{})
-	wrote = write()
-	if c := read("c", wrote); c.okAt == nil || c.ready != 7 || c.errText != "claim: renamed away" {
+	write()
+	if c := read("c"); c.okAt == nil || c.ready != 7 || c.errText != "claim: renamed away" {
 		t.Fatalf("c after a failed write: %+v", c)
 	}
 
 	// an outcome written after a later one of the same kind (another
 	// write in flight) does not move the row back
-	var older pollRecorder
+	older := pollRecorder{now: now}
 	older.add("d", nil, 1, time.Time{})
 	older.add("d", errors.New("list ready: old"), 0, time.Time{})
-	time.Sleep(10 * time.Millisecond) // r's outcomes noted on a later clock reading than older's
+	tick() // r's outcomes noted on a later clock reading than older's
 	r.add("d", nil, 2, time.Time{})
 	r.add("d", errors.New("list ready: new"), 0, time.Time{})
 	write()
 	if err := older.write(ctx, l, "w1"); err != nil {
 		t.Fatal(err)
 	}
-	if d := read("d", time.Now()); d.ready != 2 || d.errText != "list ready: new" {
+	if d := read("d"); d.ready != 2 || d.errText != "list ready: new" {
 		t.Fatalf("d after an older outcome written last: %+v", d)
 	}
 
@@ -119,11 +126,11 @@ func TestPollOutcomesAreWrittenTogetherAsTheyHappened(t *testing.T) {
 	long := strings.Repeat("é", 300) // 600 bytes
 	r.add("e", errors.New("ssh: disconnect: \xff\x00bad"), 0, time.Time{})
 	r.add("f", errors.New(long), 0, time.Time{})
-	wrote = write()
-	if e := read("e", wrote); e.errText != "ssh: disconnect: \uFFFDbad" {
+	write()
+	if e := read("e"); e.errText != "ssh: disconnect: \uFFFDbad" {
 		t.Fatalf("e's error text: %q", e.errText)
 	}
-	if f := read("f", wrote); f.errText != strings.Repeat("é", 250) {
+	if f := read("f"); f.errText != strings.Repeat("é", 250) {
 		t.Fatalf("f's error text: %d bytes, valid UTF-8 %v", len(f.errText), utf8.ValidString(f.errText))
 	}
 	if n := testenv.Count(t, pool, `SELECT count(*) FROM intake_partner_poll`); n != 6 {

@@ -200,11 +200,18 @@ func TestADaemonWaitsForItsWorkerIDToBeFree(t *testing.T) {
 	holder := newRig(t, pool, "w1", site)
 	holder.poll("wwait") // takes the id (PollOnce; a one-shot run registers nothing)
 	r := newRig(t, pool, "w1", site)
+	polled := &intake.Signals(r.d).Polled
+	polled.Init(t)
 	if err := r.d.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	site.Drop(t, "orders-1.csv", goodRows("A", 2))
-	time.Sleep(3 * time.Second) // three of the partner's polls
+	polled.Clear()
+	for range 3 { // three of the partner's polls ended since the file was dropped
+		if p := polled.WaitFor(func(p intake.PollDone) bool { return p.Partner == "wwait" }); p.Err != nil {
+			t.Fatalf("a poll while waiting for the worker id: %v", p.Err)
+		}
+	}
 	if n := count(t, pool, `SELECT count(*) FROM file_intake WHERE partner_id = 'wwait'`); n != 0 {
 		t.Fatalf("%d files claimed while another process held the worker id", n)
 	}

@@ -286,7 +286,7 @@ func TestASessionClosedDuringAHangRetiresItsConnection(t *testing.T) {
 	}()
 	// the OPEN blocks inside the sftp-server's open(2) of a FIFO, where no
 	// state of ours shows it has arrived: time for it to get there
-	time.Sleep(300 * time.Millisecond)
+	time.Sleep(300 * time.Millisecond) // a sleep, not a wait: nothing the test can read shows the OPEN arrived
 	hs.Close()
 	select {
 	case err := <-done:

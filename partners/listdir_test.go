@@ -197,7 +197,7 @@ func TestListingsSideBySideEachGetTheirOwn(t *testing.T) {
 				}
 				beside <- err
 			}()
-			time.Sleep(20 * time.Millisecond) // the listing beside is under way
+			time.Sleep(20 * time.Millisecond) // a sleep, not a wait: nothing shows OpenSSH's sftp-server has the listing beside (too short a sleep only tests less)
 			cancel()
 		})
 		return nil

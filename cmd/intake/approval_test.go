@@ -51,13 +51,24 @@ func TestPlanApproveRejectCommands(t *testing.T) {
 	if hash == nil || !regexp.MustCompile(`creates\s+3`).MatchString(out) || !strings.Contains(out, `(P-1)`) || !strings.Contains(out, "create") {
 		t.Fatalf("plan show:\n%s", out)
 	}
-	code, out = runCLI("approve", id, "--config", cfg, "--reason", "ok")
-	if code != 2 || !strings.Contains(out, "--plan-hash") {
-		t.Fatalf("approve without a hash: %d\n%s", code, out)
-	}
-	code, out = runCLI("approve", id, "--config", cfg, "--plan-hash", strings.Repeat("a", 64), "--reason", "ok", "--actor", "erin")
-	if code != 1 || !strings.Contains(out, "refused") || !strings.Contains(out, hash[1]) {
-		t.Fatalf("approve with a wrong hash: %d\n%s", code, out)
+	for _, refused := range []struct {
+		name string
+		args []string
+		code int
+		says []string
+	}{
+		{"without a hash", []string{"--reason", "ok"}, 2, []string{"--plan-hash"}},
+		{"with a wrong hash", []string{"--plan-hash", strings.Repeat("a", 64), "--reason", "ok", "--actor", "erin"}, 1, []string{"refused", hash[1]}},
+	} {
+		code, out := runCLI(append([]string{"approve", id, "--config", cfg}, refused.args...)...)
+		if code != refused.code {
+			t.Fatalf("approve %s: exit %d, want %d\n%s", refused.name, code, refused.code, out)
+		}
+		for _, w := range refused.says {
+			if !strings.Contains(out, w) {
+				t.Fatalf("approve %s does not say %q:\n%s", refused.name, w, out)
+			}
+		}
 	}
 	code, out = runCLI("approve", id, "--config", cfg, "--plan-hash", hash[1], "--reason", "reviewed", "--actor", "erin")
 	if code != 0 {

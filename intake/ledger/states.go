@@ -141,7 +141,8 @@ var transitions = []Transition{
 	{StateApplying, StateSpooled, []Mover{MoverOwner}}, // planned again: the mapping changed before a chunk applied
 	{StateApplying, StateApplied, []Mover{MoverOwner}},
 	{StateApplying, StateOutcomeUnknown, []Mover{MoverOwner}},
-	{StateApplying, StateArchived, []Mover{MoverOwner}}, // superseded part way
+	{StateApplying, StateAwaitingApproval, []Mover{MoverOwner}}, // the first chunk found the approved plan changed (Rewait)
+	{StateApplying, StateArchived, []Mover{MoverOwner}},         // superseded part way
 	{StateApplying, StateQuarantined, []Mover{MoverOwner}},
 	{StateApplying, StateFailedTerminal, []Mover{MoverOwner}},
 	{StateApplying, StatePutBack, []Mover{MoverOwner}},
