@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/partner-intake/partner-intake/intake"
+	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/internal/fault"
 	"github.com/partner-intake/partner-intake/internal/testenv"
 	"github.com/partner-intake/partner-intake/partners"
@@ -58,7 +59,7 @@ func (r *rig) reconcileOnce(sites ...*testenv.Site) {
 	for _, s := range sites {
 		cfgs = append(cfgs, s.Validated(r.t))
 	}
-	rec, err := reconcile.New(reconcile.Config{}, "w1", 30*time.Second, r.pool, sp, cfgs, prometheus.NewRegistry(), testenv.Logger(r.t), nil)
+	rec, err := reconcile.New(reconcile.Config{}, "w1", 30*time.Second, namedPool(r.t, r.pool, "w1"), sp, cfgs, prometheus.NewRegistry(), testenv.Logger(r.t), nil)
 	if err != nil {
 		r.t.Fatal(err)
 	}
@@ -84,12 +85,33 @@ func newRigCfg(t *testing.T, pool *pgxpool.Pool, cfg intake.Config, sites ...*te
 		cfgs = append(cfgs, s.Validated(t))
 	}
 	reg := prometheus.NewRegistry()
-	d, err := intake.New(cfg, cfgs, pool, sp, reg, testenv.Logger(t))
+	d, err := intake.New(cfg, cfgs, namedPool(t, pool, cfg.WorkerID), sp, reg, testenv.Logger(t))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(d.Stop)
 	return &rig{t: t, pool: pool, reg: reg, d: d, spoolDir: spoolDir}
+}
+
+// namedPool is a pool on pool's database whose connections are named as
+// the daemon of worker names its own (ledger.AppName): the test
+// database's transition guard (testenv) checks every state change they
+// make against the ledger's transition table. The test's own statements
+// on pool are not checked. A pool named so already is pool itself (a test
+// that works on the daemon's connections made it).
+func namedPool(t *testing.T, pool *pgxpool.Pool, worker string) *pgxpool.Pool {
+	t.Helper()
+	if pool.Config().ConnConfig.RuntimeParams["application_name"] == ledger.AppName(worker) {
+		return pool
+	}
+	pc := pool.Config().Copy()
+	pc.ConnConfig.RuntimeParams["application_name"] = ledger.AppName(worker)
+	named, err := pgxpool.NewWithConfig(context.Background(), pc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(named.Close)
+	return named
 }
 
 func (r *rig) poll(partner string) {

@@ -240,11 +240,7 @@ func TestADaemonWaitsForItsWorkerIDToBeFree(t *testing.T) {
 // so a run whose lock another process holds now publishes nothing.
 func TestAOneShotRunsHoldOnItsPoolIsCheckedByEveryStep(t *testing.T) {
 	_, shared := testenv.DB(t)
-	pool, err := pgxpool.NewWithConfig(context.Background(), shared.Config().Copy())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
+	pool := namedPool(t, shared, "w1") // the daemon's own: the test works on its connections
 	site := testenv.NewSite(t, "wpool")
 	r := newRig(t, pool, "w1", site)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
