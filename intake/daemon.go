@@ -209,7 +209,7 @@ type Daemon struct {
 	unsettledRemoved atomic.Bool
 
 	targets *target.Cache   // the checked target of each feed mapping
-	sites   sync.Map        // partner id -> partners.Site, as each first dialled (site.go)
+	sites   siteIndex       // each partner's site, as first dialled (site.go)
 	book    *sessionBook    // the dial bound and the open sessions (sessions.go)
 	conns   *partners.Conns // SSH connections, shared by partners on one account (sessions.go)
 
