@@ -65,6 +65,15 @@ type Options struct {
 	FleetFiles    int
 	FleetPoll     time.Duration
 	FleetWindow   time.Duration
+	// The failover workload: FailoverPartners partners (0 skips it)
+	// polled every FailoverPoll by three replicas with affinity partner
+	// and lease FailoverLease, FailoverFiles files dropped at a steady
+	// rate over FailoverWindow, one replica SIGKILLed a quarter in.
+	FailoverPartners int
+	FailoverFiles    int
+	FailoverPoll     time.Duration
+	FailoverLease    time.Duration
+	FailoverWindow   time.Duration
 	// FleetYAML is added to the fleet daemon's config (top-level keys,
 	// e.g. "sessions: {max_parallel_dials: 1000}"), to measure a policy.
 	FleetYAML string
@@ -199,6 +208,27 @@ type Results struct {
 	FleetLatencyP99S    float64            `json:"fleet_latency_p99_s,omitempty"`
 	FleetLatencyMaxS    float64            `json:"fleet_latency_max_s,omitempty"`
 	FleetPollErrors     int                `json:"fleet_poll_errors"`
+	// The failover workload (failover.go): the orphaned partners' time
+	// from the kill to a survivor's poll, the files' time from ready/ to
+	// archive, rows lost and files taken twice.
+	FailoverPartners    int     `json:"failover_partners,omitempty"`
+	FailoverFiles       int     `json:"failover_files,omitempty"`
+	FailoverPollS       float64 `json:"failover_poll_s,omitempty"`
+	FailoverLeaseS      float64 `json:"failover_lease_s,omitempty"`
+	FailoverOrphans     int     `json:"failover_orphans,omitempty"`
+	FailoverOrphanP50S  float64 `json:"failover_orphan_repolled_p50_s,omitempty"`
+	FailoverOrphanP99S  float64 `json:"failover_orphan_repolled_p99_s,omitempty"`
+	FailoverOrphanMaxS  float64 `json:"failover_orphan_repolled_max_s,omitempty"`
+	FailoverLatencyP50S float64 `json:"failover_latency_p50_s,omitempty"`
+	FailoverLatencyP99S float64 `json:"failover_latency_p99_s,omitempty"`
+	FailoverLatencyMaxS float64 `json:"failover_latency_max_s,omitempty"`
+	// FailoverOrphanFiles: the files dropped at the killed replica's
+	// partners after the kill, and their p99 from ready/ to archive.
+	FailoverOrphanFiles     int     `json:"failover_orphan_files,omitempty"`
+	FailoverOrphanFilesP99S float64 `json:"failover_orphan_files_latency_p99_s,omitempty"`
+	FailoverRowsLost        int64   `json:"failover_rows_lost"`
+	FailoverPollErrors      int     `json:"failover_poll_errors"`
+	FailoverDuplicated      int     `json:"failover_files_taken_twice"`
 	// The round trips paid in sequence during the small files' burst
 	// alone (from the files' appearance to the last archive, the polls'
 	// listings included), per file, and the CPU each file cost the
@@ -384,6 +414,11 @@ func Run(ctx context.Context, o Options) (*Results, error) {
 			return res, fmt.Errorf("fleet: %w", err)
 		}
 	}
+	if o.FailoverPartners > 0 && o.runs("failover") {
+		if err := e.failover(ctx, res); err != nil {
+			return res, fmt.Errorf("failover: %w", err)
+		}
+	}
 	if o.HugeRows > 0 && o.runs("huge") {
 		if err := e.huge(ctx, res); err != nil {
 			return res, fmt.Errorf("memory file: %w", err)
@@ -510,12 +545,27 @@ func (e *env) config(worker string, roots map[string]string, order []string) (st
 // configPoll writes an intake config for the given partners polled on poll.
 // extra, if set, is added to the daemon-wide keys.
 func (e *env) configPoll(worker string, roots map[string]string, order []string, poll, extra string) (string, error) {
+	return e.configDaemon(daemonConfig{worker: worker, lease: 2 * time.Minute, reconcile: time.Hour, spool: filepath.Join(e.dir, "spool"), extra: extra}, roots, order, poll)
+}
+
+// daemonConfig is a bench daemon's own keys.
+type daemonConfig struct {
+	worker           string
+	lease, reconcile time.Duration
+	spool            string
+	extra            string // added to the daemon-wide keys
+}
+
+// configDaemon writes an intake config of d for the given partners
+// polled on poll.
+func (e *env) configDaemon(d daemonConfig, roots map[string]string, order []string, poll string) (string, error) {
+	worker, extra := d.worker, d.extra
 	var b strings.Builder
 	// Two connections per daemon: on this bench's two cores, shared with
 	// PostgreSQL, more connections only add contention (docs/performance.md);
 	// every phase, one daemon or two, runs with the same config.
-	fmt.Fprintf(&b, "worker_id: %s\nlease: 2m\ndrain: 5s\ndatabase:\n  url_env: INTAKE_DATABASE_URL\n  max_conns: 2\nspool:\n  dir: %s\n  min_free_bytes: 1\nhttp:\n  listen: \"off\"\nreconcile:\n  schedule: \"@every 1h\"\n%s\npartners:\n",
-		worker, filepath.Join(e.dir, "spool"), extra)
+	fmt.Fprintf(&b, "worker_id: %s\nlease: %s\ndrain: 5s\ndatabase:\n  url_env: INTAKE_DATABASE_URL\n  max_conns: 2\nspool:\n  dir: %s\n  min_free_bytes: 1\nhttp:\n  listen: \"off\"\nreconcile:\n  schedule: \"@every %s\"\n%s\npartners:\n",
+		worker, d.lease, d.spool, d.reconcile, extra)
 	for _, id := range order {
 		fmt.Fprintf(&b, `  - id: %s
     poll: %q

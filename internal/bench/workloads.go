@@ -927,6 +927,19 @@ func (r *Results) Table(w *os.File) {
 		row("fleet: ready/ to archive max", r.FleetLatencyMaxS, "s", "")
 		row("fleet: polls failed (partners)", float64(r.FleetPollErrors), "", "0")
 	}
+	if r.FailoverPartners > 0 {
+		leasePoll := r.FailoverLeaseS + r.FailoverPollS
+		row(fmt.Sprintf("failover: %d partners, 3 replicas, one killed; its %d partners polled again, p50", r.FailoverPartners, r.FailoverOrphans), r.FailoverOrphanP50S, "s", "")
+		row("failover: its partners polled again, p99", r.FailoverOrphanP99S, "s", fmt.Sprintf("<= %.0f (lease + poll interval)", leasePoll))
+		row("failover: its partners polled again, max", r.FailoverOrphanMaxS, "s", "")
+		row(fmt.Sprintf("failover: ready/ to archive p50 (%d files)", r.FailoverFiles), r.FailoverLatencyP50S, "s", "")
+		row("failover: ready/ to archive p99", r.FailoverLatencyP99S, "s", fmt.Sprintf("<= %.0f (lease + poll interval + 5 s)", leasePoll+5))
+		row("failover: ready/ to archive max", r.FailoverLatencyMaxS, "s", "")
+		row(fmt.Sprintf("failover: its partners' files after the kill (%d), p99", r.FailoverOrphanFiles), r.FailoverOrphanFilesP99S, "s", "")
+		row("failover: partners whose survivor's poll failed after the kill", float64(r.FailoverPollErrors), "", "")
+		row("failover: rows lost", float64(r.FailoverRowsLost), "", "0")
+		row("failover: files taken twice", float64(r.FailoverDuplicated), "", "0")
+	}
 	row("peak RSS, large file", r.PeakRSSMiB1M, "MiB", "<= 64")
 	row("peak RSS, large file's replay", r.PeakRSSMiB1MReplay, "MiB", "<= 64")
 	row("peak RSS, memory file", r.PeakRSSMiB5M, "MiB", "<= 64")
