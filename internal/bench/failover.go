@@ -87,7 +87,7 @@ func (e *env) failover(ctx context.Context, res *Results) error {
 	for {
 		var polled int
 		if err := watch.QueryRow(ctx, `SELECT count(DISTINCT partner_id) FROM intake_partner_poll
-			WHERE last_ok_at > now() - $1::interval`, poll).Scan(&polled); err != nil {
+			WHERE last_ok_at IS NOT NULL`).Scan(&polled); err != nil {
 			return err
 		}
 		if polled >= n {
