@@ -3,6 +3,7 @@ package intake
 import (
 	"context"
 	"hash/fnv"
+	"slices"
 	"sync"
 	"time"
 )
@@ -67,6 +68,17 @@ func (d *Daemon) owns(ctx context.Context, partner string) bool {
 			}
 			d.peers.serving = nil
 		} else {
+			// the partners this view gives this replica that the last did
+			// not (a replica gone: its lease ran out) are polled at once,
+			// not at their next turn: a failover costs the lease, not the
+			// lease and a poll interval
+			if prev := d.peers.serving; prev != nil {
+				for _, id := range newlyOwned(d.cfg.WorkerID, d.partnerIDs(), prev, serving) {
+					if p, ok := d.partner(id); ok {
+						p.poke()
+					}
+				}
+			}
 			d.peers.serving = serving
 		}
 		d.signals.Peers.Signal(d.peers.serving)
@@ -82,6 +94,22 @@ func (d *Daemon) owns(ctx context.Context, partner string) bool {
 	}
 	d.metrics.partnerOwned.WithLabelValues(partner).Set(v)
 	return mine
+}
+
+// newlyOwned lists the partners of ids that me polls under the live
+// replicas now (a partner -> serving replicas view, LiveServing's) and
+// did not under prev.
+func newlyOwned(me string, ids []string, prev, now map[string][]string) []string {
+	var out []string
+	for _, id := range ids {
+		if slices.Equal(prev[id], now[id]) {
+			continue
+		}
+		if owner(id, append([]string{me}, now[id]...)) == me && owner(id, append([]string{me}, prev[id]...)) != me {
+			out = append(out, id)
+		}
+	}
+	return out
 }
 
 // notPolling forgets what this replica's polls saw of a partner another

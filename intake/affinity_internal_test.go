@@ -40,3 +40,42 @@ func TestOwnerIsStableSpreadAndMovesOnlyWhatItMust(t *testing.T) {
 		t.Fatal("a single replica does not own its partner")
 	}
 }
+
+// When a replica's lease runs out, the survivors' next view of the live
+// replicas names the partners each now polls that it did not: exactly
+// those the gone replica owned and the rendezvous gives it (they are
+// polled at once, not at their next turn); nothing when the view is the
+// same, and nothing that stays with another live replica.
+func TestTheViewAfterAReplicaIsGoneNamesThePartnersEachSurvivorTakes(t *testing.T) {
+	var ids []string
+	three, two := map[string][]string{}, map[string][]string{}
+	for i := 0; i < 300; i++ {
+		id := fmt.Sprintf("partner-%03d", i)
+		ids = append(ids, id)
+		three[id] = []string{"node-a", "node-b", "node-c"}
+		two[id] = []string{"node-a", "node-c"}
+	}
+	if got := newlyOwned("node-a", ids, three, three); len(got) != 0 {
+		t.Fatalf("the same view gave node-a %v", got)
+	}
+	taken := map[string]string{}
+	for _, me := range []string{"node-a", "node-c"} {
+		for _, id := range newlyOwned(me, ids, three, two) {
+			if owner(id, three[id]) != "node-b" {
+				t.Fatalf("%s took %s from %s, which is still live", me, id, owner(id, three[id]))
+			}
+			if taken[id] != "" {
+				t.Fatalf("%s taken by %s and %s", id, taken[id], me)
+			}
+			taken[id] = me
+		}
+	}
+	for _, id := range ids {
+		if owner(id, three[id]) == "node-b" && taken[id] == "" {
+			t.Fatalf("%s, node-b's, taken by no survivor", id)
+		}
+	}
+	if len(taken) < 70 {
+		t.Fatalf("the survivors took %d partners of 300, want about a third", len(taken))
+	}
+}
