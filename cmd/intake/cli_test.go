@@ -22,21 +22,21 @@ func runSplit(args ...string) (int, string, string) {
 // example, and exits 0.
 func TestHelpListsEveryFlagWithItsDefaultAndAnExample(t *testing.T) {
 	for _, c := range commands {
-		code, byFlag, _ := runSplit(append(append([]string{c.name}, c.helpArgs...), "-h")...)
+		code, byFlag, _ := runSplit(append(append([]string{c.Name()}, c.helpArgs...), "-h")...)
 		if code != 0 {
-			t.Fatalf("%s -h: exit %d", c.name, code)
+			t.Fatalf("%s -h: exit %d", c.Name(), code)
 		}
-		code, byHelp, _ := runSplit("help", c.name)
+		code, byHelp, _ := runSplit("help", c.Name())
 		if code != 0 || byHelp != byFlag {
-			t.Fatalf("help %s: exit %d, and it differs from %s -h:\n%s\n---\n%s", c.name, code, c.name, byHelp, byFlag)
+			t.Fatalf("help %s: exit %d, and it differs from %s -h:\n%s\n---\n%s", c.Name(), code, c.Name(), byHelp, byFlag)
 		}
-		if !strings.Contains(byHelp, "Usage:\n  intake "+c.name) || !strings.Contains(byHelp, "Example:\n  "+c.example) {
-			t.Fatalf("help %s lacks the synopsis or the example:\n%s", c.name, byHelp)
+		if !strings.Contains(byHelp, "Usage:\n  intake "+c.Name()) || !strings.Contains(byHelp, "Example:\n  "+c.Example) {
+			t.Fatalf("help %s lacks the synopsis or the example:\n%s", c.Name(), byHelp)
 		}
 		for _, f := range flagList(c) {
 			line := lineWith(byHelp, "  --"+f.Name+" ")
 			if line == "" || !(strings.Contains(line, "(default: ") || strings.Contains(line, "(required")) {
-				t.Fatalf("help %s: flag --%s without its default: %q\n%s", c.name, f.Name, line, byHelp)
+				t.Fatalf("help %s: flag --%s without its default: %q\n%s", c.Name(), f.Name, line, byHelp)
 			}
 		}
 	}
@@ -249,17 +249,17 @@ func TestManPageAndFishCompletionCoverEveryCommand(t *testing.T) {
 	// \- in the page is a minus, which copies as "-" in a terminal.
 	text := strings.NewReplacer("\u2212", "-", "\u2010", "-").Replace(rendered.String())
 	for _, c := range visibleCommands() {
-		head := lineWith(text, "   intake "+c.name)
-		if head == "" || !strings.HasPrefix(strings.TrimSpace(head), strings.TrimSpace("intake "+c.name+" "+c.usage)) {
-			t.Errorf("man page: no section for intake %s (%q)", c.name, head)
+		head := lineWith(text, "   intake "+c.Name())
+		if head == "" || !strings.HasPrefix(strings.TrimSpace(head), strings.TrimSpace("intake "+c.Name()+" "+c.synopsis())) {
+			t.Errorf("man page: no section for intake %s (%q)", c.Name(), head)
 		}
 		for _, f := range flagList(c) {
 			if !strings.Contains(text, "--"+f.Name) {
-				t.Errorf("man page: intake %s: no --%s", c.name, f.Name)
+				t.Errorf("man page: intake %s: no --%s", c.Name(), f.Name)
 			}
 		}
-		if !strings.Contains(text, c.example) {
-			t.Errorf("man page: intake %s: no example %q", c.name, c.example)
+		if !strings.Contains(text, c.Example) {
+			t.Errorf("man page: intake %s: no example %q", c.Name(), c.Example)
 		}
 	}
 	// The page is built once and installed everywhere: no default may be
@@ -327,8 +327,8 @@ func TestManPageAndFishCompletionCoverEveryCommand(t *testing.T) {
 	}
 	for _, c := range visibleCommands() {
 		for _, f := range flagList(c) {
-			if got := complete("intake " + strings.Join(append([]string{c.name}, c.helpArgs...), " ") + " --" + f.Name); !slices.Contains(strings.Fields(got), "--"+f.Name) {
-				t.Errorf("fish does not complete intake %s --%s: %q", c.name, f.Name, got)
+			if got := complete("intake " + strings.Join(append([]string{c.Name()}, c.helpArgs...), " ") + " --" + f.Name); !slices.Contains(strings.Fields(got), "--"+f.Name) {
+				t.Errorf("fish does not complete intake %s --%s: %q", c.Name(), f.Name, got)
 			}
 		}
 	}

@@ -56,7 +56,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		printHelp(stdout, c, flagsOf(c))
 		return 0
 	}
-	return execute(append([]string{c.name}, rest...), stdout, stderr)
+	return execute(append([]string{c.Name()}, rest...), stdout, stderr)
 }
 
 // logOptions reduce every logged error to codes: PostgreSQL's texts quote

@@ -23,7 +23,8 @@ type exitError int
 
 func (e exitError) Error() string { return "exit " + strconv.Itoa(int(e)) }
 
-// newRoot is the cobra command tree of the registry: cobra runs each
+// newRoot is the cobra command tree, built afresh from each command's
+// entry (its Use, Short, Example beside its function): cobra runs each
 // command (its own flag set parses its flags, so help, the required-flag
 // errors and the exit codes are the registry's), answers the shells'
 // __complete requests, generates the completion scripts and suggests a
@@ -47,10 +48,10 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
 	root.RegisterFlagCompletionFunc("log-format", fixedValues("json", "text"))
 	for _, c := range commands {
 		cc := &cobra.Command{
-			Use:                strings.TrimSpace(c.name + " " + c.usage),
-			Short:              c.summary,
-			Example:            c.example,
-			Hidden:             c.hidden,
+			Use:                c.Use,
+			Short:              c.Short,
+			Example:            c.Example,
+			Hidden:             c.Hidden,
 			DisableFlagParsing: true,
 			ValidArgsFunction:  completer(c),
 			RunE: func(_ *cobra.Command, args []string) error {
@@ -60,7 +61,7 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
 				return nil
 			},
 		}
-		if c.name == "help" {
+		if c.Name() == "help" {
 			root.SetHelpCommand(cc)
 			continue
 		}
@@ -100,6 +101,17 @@ func suggest(name string) string {
 		return ""
 	}
 	return "did you mean " + strings.Join(s, " or ") + "?\n"
+}
+
+// completionCommand is `intake completion`.
+var completionCommand = &command{
+	Command: &cobra.Command{
+		Use:     "completion bash|zsh|fish",
+		Short:   "print the shell completion script",
+		Example: "source <(intake completion bash)",
+	},
+	subs: []string{"bash", "zsh", "fish"},
+	run:  cmdCompletion,
 }
 
 // cmdCompletion prints cobra's completion script for bash, zsh or fish;
@@ -240,14 +252,14 @@ func complete(c *command, args []string, toComplete string) ([]cobra.Completion,
 		return append(fl, "--log-level", "--log-format"), none
 	}
 	switch {
-	case c.name == "help":
+	case c.Name() == "help":
 		if len(words) == 0 {
 			return commandNames(), none
 		}
 	case len(c.subs) > 0 && len(words) == 0:
 		return c.subs, none
 	}
-	key := c.name
+	key := c.Name()
 	if len(c.subs) > 0 && len(words) > 0 {
 		key += " " + words[0]
 		words = words[1:]
@@ -255,10 +267,10 @@ func complete(c *command, args []string, toComplete string) ([]cobra.Completion,
 	if st, ok := idStates[key]; ok && len(words) == 0 {
 		return intakeIDs(configPath, st), none
 	}
-	if c.name == "expect" && len(words) == 0 {
+	if c.Name() == "expect" && len(words) == 0 {
 		return []cobra.Completion{"ack"}, none
 	}
-	if c.name == "expect" && slices.Equal(words, []string{"ack"}) {
+	if c.Name() == "expect" && slices.Equal(words, []string{"ack"}) {
 		return partnerFeeds(configPath), none
 	}
 	return nil, none
