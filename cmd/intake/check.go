@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/spf13/cobra"
 
 	"github.com/partner-intake/partner-intake/cmd/intake/internal/config"
 	"github.com/partner-intake/partner-intake/intake"
@@ -21,6 +22,17 @@ import (
 	"github.com/partner-intake/partner-intake/migrations"
 	"github.com/partner-intake/partner-intake/partners"
 )
+
+// checkCommand is `intake check`.
+var checkCommand = &command{
+	Command: &cobra.Command{
+		Use:     "check --config FILE",
+		Short:   "validate the config, probe every partner, the database and target tables",
+		Example: "intake check --config /etc/intake/intake.yaml",
+	},
+	required: []string{"config"},
+	run:      cmdCheck,
+}
 
 // cmdCheck validates the config and probes each partner, the database and
 // the target tables. It exits non-zero naming what to fix.

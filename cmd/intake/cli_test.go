@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"flag"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -21,21 +22,21 @@ func runSplit(args ...string) (int, string, string) {
 // example, and exits 0.
 func TestHelpListsEveryFlagWithItsDefaultAndAnExample(t *testing.T) {
 	for _, c := range commands {
-		code, byFlag, _ := runSplit(append(append([]string{c.name}, c.helpArgs...), "-h")...)
+		code, byFlag, _ := runSplit(append(append([]string{c.Name()}, c.helpArgs...), "-h")...)
 		if code != 0 {
-			t.Fatalf("%s -h: exit %d", c.name, code)
+			t.Fatalf("%s -h: exit %d", c.Name(), code)
 		}
-		code, byHelp, _ := runSplit("help", c.name)
+		code, byHelp, _ := runSplit("help", c.Name())
 		if code != 0 || byHelp != byFlag {
-			t.Fatalf("help %s: exit %d, and it differs from %s -h:\n%s\n---\n%s", c.name, code, c.name, byHelp, byFlag)
+			t.Fatalf("help %s: exit %d, and it differs from %s -h:\n%s\n---\n%s", c.Name(), code, c.Name(), byHelp, byFlag)
 		}
-		if !strings.Contains(byHelp, "Usage:\n  intake "+c.name) || !strings.Contains(byHelp, "Example:\n  "+c.example) {
-			t.Fatalf("help %s lacks the synopsis or the example:\n%s", c.name, byHelp)
+		if !strings.Contains(byHelp, "Usage:\n  intake "+c.Name()) || !strings.Contains(byHelp, "Example:\n  "+c.Example) {
+			t.Fatalf("help %s lacks the synopsis or the example:\n%s", c.Name(), byHelp)
 		}
 		for _, f := range flagList(c) {
 			line := lineWith(byHelp, "  --"+f.Name+" ")
 			if line == "" || !(strings.Contains(line, "(default: ") || strings.Contains(line, "(required")) {
-				t.Fatalf("help %s: flag --%s without its default: %q\n%s", c.name, f.Name, line, byHelp)
+				t.Fatalf("help %s: flag --%s without its default: %q\n%s", c.Name(), f.Name, line, byHelp)
 			}
 		}
 	}
@@ -141,10 +142,17 @@ func TestCompletionScripts(t *testing.T) {
 	}
 	path := filepath.Join(t.TempDir(), "intake.bash")
 	os.WriteFile(path, []byte(script), 0o600)
+	bin := cliOnPath(t)
 	complete := func(words ...string) string {
 		t.Helper()
-		sh := `source "$1"; shift; COMP_WORDS=("$@"); COMP_CWORD=$(($# - 1)); _intake; echo "${COMPREPLY[*]}"`
-		out, err := exec.Command("bash", append([]string{"-c", sh, "bash", path}, words...)...).CombinedOutput()
+		// _get_comp_words_by_ref stands in for the bash-completion
+		// package's, which loads the installed script on a host;
+		// compopt works only under a real completion.
+		sh := `_get_comp_words_by_ref() { cur=${COMP_WORDS[COMP_CWORD]}; prev=${COMP_WORDS[COMP_CWORD-1]}; words=("${COMP_WORDS[@]}"); cword=$COMP_CWORD; }; compopt() { :; }
+		source "$1"; shift; COMP_WORDS=("$@"); COMP_CWORD=$(($# - 1)); COMP_LINE="$*"; COMP_POINT=${#COMP_LINE}; __start_intake; echo "${COMPREPLY[*]}"`
+		cmd := exec.Command("bash", append([]string{"-c", sh, "bash", path}, words...)...)
+		cmd.Env = append(os.Environ(), "PATH="+bin+":"+os.Getenv("PATH"))
+		out, err := cmd.CombinedOutput()
 		if err != nil {
 			t.Fatalf("bash: %v\n%s", err, out)
 		}
@@ -173,10 +181,8 @@ func TestCompletionScripts(t *testing.T) {
 	if code != 0 || !strings.HasPrefix(script, "#compdef intake\n") {
 		t.Fatalf("completion zsh: %d %s", code, errs)
 	}
-	for _, c := range visibleCommands() {
-		if !strings.Contains(script, "\t\t"+c.name+") _arguments") {
-			t.Fatalf("zsh script lacks %s", c.name)
-		}
+	if !strings.Contains(script, "__complete") {
+		t.Fatal("the zsh script does not ask intake __complete")
 	}
 	zsh, err := exec.LookPath("zsh")
 	if err != nil {
@@ -243,17 +249,17 @@ func TestManPageAndFishCompletionCoverEveryCommand(t *testing.T) {
 	// \- in the page is a minus, which copies as "-" in a terminal.
 	text := strings.NewReplacer("\u2212", "-", "\u2010", "-").Replace(rendered.String())
 	for _, c := range visibleCommands() {
-		head := lineWith(text, "   intake "+c.name)
-		if head == "" || !strings.HasPrefix(strings.TrimSpace(head), strings.TrimSpace("intake "+c.name+" "+c.usage)) {
-			t.Errorf("man page: no section for intake %s (%q)", c.name, head)
+		head := lineWith(text, "   intake "+c.Name())
+		if head == "" || !strings.HasPrefix(strings.TrimSpace(head), strings.TrimSpace("intake "+c.Name()+" "+c.synopsis())) {
+			t.Errorf("man page: no section for intake %s (%q)", c.Name(), head)
 		}
 		for _, f := range flagList(c) {
 			if !strings.Contains(text, "--"+f.Name) {
-				t.Errorf("man page: intake %s: no --%s", c.name, f.Name)
+				t.Errorf("man page: intake %s: no --%s", c.Name(), f.Name)
 			}
 		}
-		if !strings.Contains(text, c.example) {
-			t.Errorf("man page: intake %s: no example %q", c.name, c.example)
+		if !strings.Contains(text, c.Example) {
+			t.Errorf("man page: intake %s: no example %q", c.Name(), c.Example)
 		}
 	}
 	// The page is built once and installed everywhere: no default may be
@@ -281,6 +287,7 @@ func TestManPageAndFishCompletionCoverEveryCommand(t *testing.T) {
 	if err != nil {
 		t.Fatal("fish not installed (make deps installs it): the fish script cannot be loaded")
 	}
+	bin := cliOnPath(t)
 	path := filepath.Join(t.TempDir(), "intake.fish")
 	os.WriteFile(path, []byte(script), 0o600)
 	if out, err := exec.Command(fish, "--no-config", "-n", path).CombinedOutput(); err != nil {
@@ -288,7 +295,9 @@ func TestManPageAndFishCompletionCoverEveryCommand(t *testing.T) {
 	}
 	complete := func(line string) string {
 		t.Helper()
-		out, err := exec.Command(fish, "--no-config", "-c", `source $argv[1]; complete -C $argv[2]`, path, line).CombinedOutput()
+		cmd := exec.Command(fish, "--no-config", "-c", `source $argv[1]; complete -C $argv[2]`, path, line)
+		cmd.Env = append(os.Environ(), "PATH="+bin+":"+os.Getenv("PATH"))
+		out, err := cmd.CombinedOutput()
 		if err != nil {
 			t.Fatalf("fish: %v\n%s", err, out)
 		}
@@ -318,9 +327,37 @@ func TestManPageAndFishCompletionCoverEveryCommand(t *testing.T) {
 	}
 	for _, c := range visibleCommands() {
 		for _, f := range flagList(c) {
-			if got := complete("intake " + strings.Join(append([]string{c.name}, c.helpArgs...), " ") + " --" + f.Name); !slices.Contains(strings.Fields(got), "--"+f.Name) {
-				t.Errorf("fish does not complete intake %s --%s: %q", c.name, f.Name, got)
+			if got := complete("intake " + strings.Join(append([]string{c.Name()}, c.helpArgs...), " ") + " --" + f.Name); !slices.Contains(strings.Fields(got), "--"+f.Name) {
+				t.Errorf("fish does not complete intake %s --%s: %q", c.Name(), f.Name, got)
 			}
 		}
 	}
+}
+
+// flagList is a command's flags in order of name.
+func flagList(c *command) []*flag.Flag {
+	var fl []*flag.Flag
+	if fs := flagsOf(c); fs != nil {
+		fs.VisitAll(func(f *flag.Flag) { fl = append(fl, f) })
+	}
+	return fl
+}
+
+// asCLIEnv makes the test binary run as intake (TestMain).
+const asCLIEnv = "INTAKE_TEST_AS_CLI"
+
+// cliOnPath is a directory holding an "intake" that runs this test binary
+// as intake: the completion scripts call intake __complete.
+func cliOnPath(t *testing.T) string {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	sh := "#!/bin/sh\n" + asCLIEnv + "=1 exec '" + exe + "' \"$@\"\n"
+	if err := os.WriteFile(filepath.Join(dir, "intake"), []byte(sh), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir
 }

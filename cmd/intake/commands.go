@@ -11,18 +11,20 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+
+	"github.com/spf13/cobra"
 )
 
-// command is one `intake` subcommand: what its help, its usage errors and
-// the shell completion say about it, and the function that runs it. The
-// flags themselves are declared by the command's own function on a flag
-// set from newFlags (one place per flag); help and completion read that
-// set by asking the command for -h (flagsOf).
+// command is one `intake` subcommand: its cobra command (Use: its name
+// and synopsis, Short: its summary, Example, Hidden: left out of the usage
+// text, the man page and the completion, a command the build runs), what
+// its help and usage errors say about its flags, and the function that
+// runs it. The flags themselves are declared by the command's own
+// function on a flag set from newFlags (one place per flag); help and
+// completion read that set by asking the command for -h (flagsOf). Each
+// command's entry is beside its function.
 type command struct {
-	name    string
-	usage   string // what follows "intake NAME" in a synopsis
-	summary string
-	example string
+	*cobra.Command
 	// required flags: each one missing is named in the error (exit 2).
 	required []string
 	// subs are sub-commands (quarantine list|show|…), with flags required
@@ -31,10 +33,12 @@ type command struct {
 	subRequired map[string][]string
 	// helpArgs reach the command's flag set before -h (replay wants an id first).
 	helpArgs []string
-	// hidden: left out of the usage text, the man page and the shell
-	// completion (a command the build runs, not an operator).
-	hidden bool
-	run    func(args []string, stdout, stderr io.Writer) int
+	run      func(args []string, stdout, stderr io.Writer) int
+}
+
+// synopsis is what follows "intake NAME" in a synopsis.
+func (c *command) synopsis() string {
+	return strings.TrimSpace(strings.TrimPrefix(c.Use, c.Name()))
 }
 
 // commands is the registry, in the order of the usage text. Set in init:
@@ -43,66 +47,43 @@ var commands []*command
 
 func init() {
 	commands = []*command{
-		{name: "version", summary: "print version, commit and Go version (also --version)",
-			example: "intake version", run: cmdVersion},
-		{name: "demo", usage: "[--once]", summary: "run the built-in demo (throwaway PostgreSQL, in-process SFTP site; built with -tags demo)",
-			example: "go run -tags demo ./cmd/intake demo --once", run: cmdDemo},
-		{name: "run", usage: "--config FILE [--once]", summary: "run the daemon (applies migrations first)",
-			required: []string{"config"}, example: "intake run --config /etc/intake/intake.yaml", run: cmdRun},
-		{name: "migrate", usage: "[--config FILE]", summary: "apply the database schema (idempotent, safe with several replicas)",
-			example: "INTAKE_DATABASE_URL=postgres://intake@db/intake intake migrate", run: cmdMigrate},
-		{name: "check", usage: "--config FILE", summary: "validate the config, probe every partner, the database and target tables",
-			required: []string{"config"}, example: "intake check --config /etc/intake/intake.yaml", run: cmdCheck},
-		{name: "reconcile", usage: "--config FILE", summary: "run the failure-matrix reconciler once; exit 1 when something needs a human",
-			required: []string{"config"}, example: "intake reconcile --config /etc/intake/intake.yaml", run: cmdReconcile},
-		{name: "status", usage: "--config FILE [--partner P]", summary: "files by state, oldest claims, open quarantine, last poll and findings; exit 1 when something needs attention",
-			required: []string{"config"}, example: "intake status --config /etc/intake/intake.yaml --partner acme", run: cmdStatus},
-		{name: "expect", usage: "--config FILE [--partner P] [--count N] [--from TIME] | ack PARTNER/FEED WINDOW --config FILE --reason TEXT [--actor NAME]",
-			summary:  "list the next delivery windows of every feed with an expect: block, calendar days marked; ack a late window no file will close (audited)",
-			required: []string{"config"}, subRequired: map[string][]string{"ack": {"reason"}},
-			example: "intake expect --config /etc/intake/intake.yaml --partner acme --count 10", run: cmdExpect},
-		{name: "quarantine", usage: "list|show ID|release ID|discard ID --config FILE [--reason TEXT] [--actor NAME] [--winner new|old]",
-			summary: "review held files; every decision is audited", subs: []string{"list", "show", "release", "discard"},
-			required: []string{"config"}, subRequired: map[string][]string{"release": {"reason"}, "discard": {"reason"}},
-			helpArgs: []string{"list"}, example: `intake quarantine release 42 --config /etc/intake/intake.yaml --reason "partner confirmed the resend"`,
-			run: cmdQuarantine},
-		{name: "plan", usage: "show ID --config FILE", summary: "show a file's plan against its target: counts, plan hash, a sample of changes (values on this terminal only)",
-			subs: []string{"show"}, required: []string{"config"}, helpArgs: []string{"show", "1"},
-			example: "intake plan show 42 --config /etc/intake/intake.yaml", run: cmdPlan},
-		{name: "approve", usage: "ID --config FILE --plan-hash H --reason TEXT", summary: "approve the plan of a file awaiting approval (refused unless H is its current plan hash; audited)",
-			required: []string{"config", "plan-hash", "reason"}, helpArgs: []string{"1"},
-			example: `intake approve 42 --config /etc/intake/intake.yaml --plan-hash 3f9a… --reason "price list reviewed with the partner"`, run: cmdApprove},
-		{name: "reject", usage: "ID --config FILE --reason TEXT", summary: "reject the plan of a file awaiting approval: the file is quarantined (plan_rejected); audited",
-			required: []string{"config", "reason"}, helpArgs: []string{"1"},
-			example: `intake reject 42 --config /etc/intake/intake.yaml --reason "snapshot would delete half the stock"`, run: cmdReject},
-		{name: "replay", usage: "INTAKE_ID --config FILE --reason TEXT", summary: "apply a finished file's spooled bytes again (idempotent, audited)",
-			required: []string{"config", "reason"}, helpArgs: []string{"1"},
-			example: `intake replay 42 --config /etc/intake/intake.yaml --reason "mapping fixed"`, run: cmdReplay},
-		{name: "notify", usage: "dead|redeliver --config FILE [--partner P] [--event ID|--all] [--url URL] [--endpoint ID] [--reason TEXT] [--actor NAME]",
-			summary: "list webhook deliveries whose retry budget ran out, send them again (audited)", subs: []string{"dead", "redeliver"},
-			required: []string{"config"}, subRequired: map[string][]string{"redeliver": {"reason"}}, helpArgs: []string{"dead"},
-			example: `intake notify redeliver --config /etc/intake/intake.yaml --all --reason "endpoint fixed"`, run: cmdNotify},
-		{name: "grants", usage: "--database NAME [--config FILE] [--daemon-role R] [--ops-role R] [--purge-role R] [--four-eyes]",
-			summary: "print the SQL that gives the daemon's, the ops and the purge role only the rights their jobs need",
-			example: "intake grants --database intake --ops-role intake_ops | psql -d intake -U intake_owner", run: cmdGrants},
-		{name: "purge", usage: "--config FILE", summary: "delete spool files, row issues, reports and audit rows past their retention",
-			required: []string{"config"}, example: "intake purge --config /etc/intake/intake.yaml", run: cmdPurge},
-		{name: "audit", usage: "--config FILE [--partner P]", summary: "list audited ops actions",
-			required: []string{"config"}, example: "intake audit --config /etc/intake/intake.yaml --partner acme --limit 20", run: cmdAudit},
-		{name: "healthcheck", usage: "[--url URL] [--ready] [--timeout D]", summary: "ask a running daemon's /healthz (or /readyz): exit 0 when it answers 2xx, else 1; for a container HEALTHCHECK or an exec probe",
-			example: "intake healthcheck --url http://127.0.0.1:9464/healthz", run: cmdHealthcheck},
-		{name: "completion", usage: "bash|zsh|fish", summary: "print the shell completion script",
-			subs: []string{"bash", "zsh", "fish"}, example: "source <(intake completion bash)", run: cmdCompletion},
-		{name: "man", summary: "print the manual page intake(1) in roff (the package installs it)", hidden: true,
-			example: "intake man | gzip -9n >intake.1.gz", run: cmdMan},
-		{name: "help", usage: "[COMMAND]", summary: "this text, or a command's flags with their defaults and an example",
-			example: "intake help run", run: cmdHelp},
+		versionCommand,
+		demoCommand,
+		runCommand,
+		migrateCommand,
+		checkCommand,
+		reconcileCommand,
+		statusCommand,
+		expectCommand,
+		quarantineCommand,
+		planCommand,
+		approveCommand,
+		rejectCommand,
+		replayCommand,
+		notifyCommand,
+		grantsCommand,
+		purgeCommand,
+		auditCommand,
+		healthcheckCommand,
+		completionCommand,
+		manCommand,
+		helpCommand,
 	}
+}
+
+// demoCommand is `intake demo`.
+var demoCommand = &command{
+	Command: &cobra.Command{
+		Use:     "demo [--once]",
+		Short:   "run the built-in demo (throwaway PostgreSQL, in-process SFTP site; built with -tags demo)",
+		Example: "go run -tags demo ./cmd/intake demo --once",
+	},
+	run: cmdDemo,
 }
 
 func lookup(name string) *command {
 	for _, c := range commands {
-		if c.name == name {
+		if c.Name() == name {
 			return c
 		}
 	}
@@ -184,7 +165,7 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 		fmt.Fprintf(fs.Output(), "intake %s: --%s%s is required\n", name, r, arg)
 	}
 	if missing > 0 {
-		fmt.Fprintf(fs.Output(), "e.g. %s\n(intake help %s lists every flag)\n", c.example, c.name)
+		fmt.Fprintf(fs.Output(), "e.g. %s\n(intake help %s lists every flag)\n", c.Example, c.Name())
 		return errMissing
 	}
 	return nil
@@ -208,11 +189,11 @@ func idArg(cmd string, args []string, stderr io.Writer) (int64, []string, bool) 
 // (output discarded): the flag package answers -h before the command does
 // anything. nil for a command without flags.
 func flagsOf(c *command) *flag.FlagSet {
-	if c.name == "help" || c.name == "completion" || c.name == "man" {
+	if c.Name() == "help" || c.Name() == "completion" || c.Name() == "man" {
 		return nil
 	}
 	declaredMu.Lock()
-	fs := declared[c.name]
+	fs := declared[c.Name()]
 	declaredMu.Unlock()
 	if fs != nil {
 		return fs
@@ -220,7 +201,7 @@ func flagsOf(c *command) *flag.FlagSet {
 	c.run(append(append([]string(nil), c.helpArgs...), "-h"), io.Discard, io.Discard)
 	declaredMu.Lock()
 	defer declaredMu.Unlock()
-	return declared[c.name]
+	return declared[c.Name()]
 }
 
 // argNames are the placeholders of flags whose value is not self-evident.
@@ -246,7 +227,7 @@ func isBool(f *flag.Flag) bool {
 // printHelp is a command's help: synopsis, every flag with its default
 // (or that it is required), the global flags and an example.
 func printHelp(w io.Writer, c *command, fs *flag.FlagSet) {
-	fmt.Fprintf(w, "intake %s: %s\n\nUsage:\n  intake %s %s\n", c.name, c.summary, c.name, c.usage)
+	fmt.Fprintf(w, "intake %s: %s\n\nUsage:\n  intake %s %s\n", c.Name(), c.Short, c.Name(), c.synopsis())
 	if fs != nil {
 		required := map[string]string{}
 		for _, r := range c.required {
@@ -283,7 +264,7 @@ func printHelp(w io.Writer, c *command, fs *flag.FlagSet) {
 		{"--log-level LEVEL", "debug, info, warn or error (default: info)"},
 		{"--log-format FORMAT", "json or text (default: text on a terminal, else json)"},
 	})
-	fmt.Fprintf(w, "\nExample:\n  %s\n", c.example)
+	fmt.Fprintf(w, "\nExample:\n  %s\n", c.Example)
 }
 
 func defaultOf(f *flag.Flag, required map[string]string) string {
@@ -313,7 +294,7 @@ func usageText() string {
 	b.WriteString("Usage:\n  intake [--log-level L] [--log-format F] COMMAND [flags]\n\nCommands:\n")
 	var rows [][2]string
 	for _, c := range visibleCommands() {
-		rows = append(rows, [2]string{c.name, c.summary})
+		rows = append(rows, [2]string{c.Name(), c.Short})
 	}
 	printRows(&b, rows)
 	b.WriteString(`
@@ -333,6 +314,16 @@ The database URL is read from the environment variable named by database.url_env
 (default INTAKE_DATABASE_URL) unless database.url is set.
 `)
 	return b.String()
+}
+
+// helpCommand is `intake help`.
+var helpCommand = &command{
+	Command: &cobra.Command{
+		Use:     "help [COMMAND]",
+		Short:   "this text, or a command's flags with their defaults and an example",
+		Example: "intake help run",
+	},
+	run: cmdHelp,
 }
 
 // cmdHelp prints the usage, or one command's help.
@@ -368,7 +359,7 @@ func wantsHelp(args []string) bool {
 func visibleCommands() []*command {
 	var cs []*command
 	for _, c := range commands {
-		if !c.hidden {
+		if !c.Hidden {
 			cs = append(cs, c)
 		}
 	}
@@ -379,7 +370,7 @@ func visibleCommands() []*command {
 func commandNames() []string {
 	var ns []string
 	for _, c := range visibleCommands() {
-		ns = append(ns, c.name)
+		ns = append(ns, c.Name())
 	}
 	sort.Strings(ns)
 	return ns

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/spf13/cobra"
+
 	"github.com/partner-intake/partner-intake/cmd/intake/internal/config"
 	"github.com/partner-intake/partner-intake/intake/expect"
 	"github.com/partner-intake/partner-intake/intake/ops"
@@ -14,6 +16,18 @@ import (
 	"github.com/partner-intake/partner-intake/internal/inert"
 	"github.com/partner-intake/partner-intake/partners"
 )
+
+// expectCommand is `intake expect`.
+var expectCommand = &command{
+	Command: &cobra.Command{
+		Use:     "expect --config FILE [--partner P] [--count N] [--from TIME] | ack PARTNER/FEED WINDOW --config FILE --reason TEXT [--actor NAME]",
+		Short:   "list the next delivery windows of every feed with an expect: block, calendar days marked; ack a late window no file will close (audited)",
+		Example: "intake expect --config /etc/intake/intake.yaml --partner acme --count 10",
+	},
+	required:    []string{"config"},
+	subRequired: map[string][]string{"ack": {"reason"}},
+	run:         cmdExpect,
+}
 
 // cmdExpect lists the next delivery windows of every feed with an expect:
 // block, calendar days marked, so ops can check a schedule and a calendar

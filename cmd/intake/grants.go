@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/spf13/cobra"
 
 	"github.com/partner-intake/partner-intake/cmd/intake/internal/config"
 	"github.com/partner-intake/partner-intake/intake/ledger"
@@ -21,6 +22,16 @@ const (
 	defaultOpsRole    = "intake_ops"
 	defaultPurgeRole  = "intake_purge"
 )
+
+// grantsCommand is `intake grants`.
+var grantsCommand = &command{
+	Command: &cobra.Command{
+		Use:     "grants --database NAME [--config FILE] [--daemon-role R] [--ops-role R] [--purge-role R] [--four-eyes]",
+		Short:   "print the SQL that gives the daemon's, the ops and the purge role only the rights their jobs need",
+		Example: "intake grants --database intake --ops-role intake_ops | psql -d intake -U intake_owner",
+	},
+	run: cmdGrants,
+}
 
 // cmdGrants prints the SQL that gives the daemon's, the ops and the purge
 // role their rights (intake/ledger/grants.sql), and with --config the
@@ -53,7 +64,7 @@ func cmdGrants(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	if *database == "" {
-		fmt.Fprintf(stderr, "intake grants: give --database NAME (or --config with a database URL that names one)\ne.g. %s\n", lookup("grants").example)
+		fmt.Fprintf(stderr, "intake grants: give --database NAME (or --config with a database URL that names one)\ne.g. %s\n", lookup("grants").Example)
 		return 2
 	}
 	roles := ledger.GrantRoles{Database: *database, Schema: migrations.Schema, Daemon: *daemon, Ops: *opsRole, Purge: *purge, FourEyes: *fourEyes}

@@ -8,11 +8,23 @@ import (
 	"net/url"
 	"strings"
 	"time"
+
+	"github.com/spf13/cobra"
 )
 
 // defaultHealthURL is the liveness endpoint of a daemon on this host with
 // the packaged and image config (http.listen :9464).
 const defaultHealthURL = "http://127.0.0.1:9464/healthz"
+
+// healthcheckCommand is `intake healthcheck`.
+var healthcheckCommand = &command{
+	Command: &cobra.Command{
+		Use:     "healthcheck [--url URL] [--ready] [--timeout D]",
+		Short:   "ask a running daemon's /healthz (or /readyz): exit 0 when it answers 2xx, else 1; for a container HEALTHCHECK or an exec probe",
+		Example: "intake healthcheck --url http://127.0.0.1:9464/healthz",
+	},
+	run: cmdHealthcheck,
+}
 
 // cmdHealthcheck asks a running daemon's /healthz (or /readyz with
 // --ready) and exits 0 on a 2xx answer, 1 on anything else or no answer.

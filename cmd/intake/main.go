@@ -21,10 +21,15 @@ import (
 func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
 
 // run is the CLI: global flags, then the command of the registry
-// (commands.go) by name; -h anywhere before a "--" prints the command's
+// (commands.go) by name, run through its cobra command tree (tree.go); -h anywhere before a "--" prints the command's
 // help. Exit codes, the same for every command: 0 ok, 1 needs attention,
 // 2 usage or config error.
 func run(args []string, stdout, stderr io.Writer) int {
+	if completing(args) {
+		// A shell asks for the candidates of a word (tree.go): the global
+		// flags stay where they are, cobra and the completer read them.
+		return execute(args, stdout, stderr)
+	}
 	lc, args, err := parseGlobal(args)
 	if err != nil {
 		fmt.Fprintf(stderr, "intake: %v\n\n%s", err, usageText())
@@ -44,14 +49,14 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	c := lookup(name)
 	if c == nil {
-		fmt.Fprintf(stderr, "intake: unknown command %q\n\n%s", name, usageText())
+		fmt.Fprintf(stderr, "intake: unknown command %q\n%s\n%s", name, suggest(name), usageText())
 		return 2
 	}
 	if wantsHelp(rest) {
 		printHelp(stdout, c, flagsOf(c))
 		return 0
 	}
-	return c.run(rest, stdout, stderr)
+	return execute(append([]string{c.Name()}, rest...), stdout, stderr)
 }
 
 // logOptions reduce every logged error to codes: PostgreSQL's texts quote

@@ -21,7 +21,14 @@ import (
 	"github.com/partner-intake/partner-intake/internal/testenv"
 )
 
-func TestMain(m *testing.M) { testenv.Main(m, removeBinaries) }
+func TestMain(m *testing.M) {
+	if os.Getenv(asCLIEnv) == "1" {
+		// The test binary run as intake by a shell's completion script
+		// (cliOnPath).
+		os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+	}
+	testenv.Main(m, removeBinaries)
+}
 
 // cfgOpts are the knobs the CLI and crash tests turn.
 type cfgOpts struct {

@@ -12,6 +12,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/spf13/cobra"
 
 	"github.com/partner-intake/partner-intake/intake"
 	"github.com/partner-intake/partner-intake/intake/notify"
@@ -26,6 +27,20 @@ func defaultActor() string {
 		return u.Username
 	}
 	return ""
+}
+
+// quarantineCommand is `intake quarantine`.
+var quarantineCommand = &command{
+	Command: &cobra.Command{
+		Use:     "quarantine list|show ID|release ID|discard ID --config FILE [--reason TEXT] [--actor NAME] [--winner new|old]",
+		Short:   "review held files; every decision is audited",
+		Example: `intake quarantine release 42 --config /etc/intake/intake.yaml --reason "partner confirmed the resend"`,
+	},
+	subs:        []string{"list", "show", "release", "discard"},
+	required:    []string{"config"},
+	subRequired: map[string][]string{"release": {"reason"}, "discard": {"reason"}},
+	helpArgs:    []string{"list"},
+	run:         cmdQuarantine,
 }
 
 // cmdQuarantine: list, show, release, discard held files.
@@ -163,6 +178,18 @@ func openScoped(path, partner string, stderr io.Writer) (ctx context.Context, e 
 	return ctx, e, scope, done, 0
 }
 
+// replayCommand is `intake replay`.
+var replayCommand = &command{
+	Command: &cobra.Command{
+		Use:     "replay INTAKE_ID --config FILE --reason TEXT",
+		Short:   "apply a finished file's spooled bytes again (idempotent, audited)",
+		Example: `intake replay 42 --config /etc/intake/intake.yaml --reason "mapping fixed"`,
+	},
+	required: []string{"config", "reason"},
+	helpArgs: []string{"1"},
+	run:      cmdReplay,
+}
+
 // cmdReplay re-applies an archived file's spooled bytes, audited.
 func cmdReplay(args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("replay", stderr)
@@ -229,6 +256,17 @@ func progressBar(w io.Writer) func(done, total int64) {
 	}
 }
 
+// auditCommand is `intake audit`.
+var auditCommand = &command{
+	Command: &cobra.Command{
+		Use:     "audit --config FILE [--partner P]",
+		Short:   "list audited ops actions",
+		Example: "intake audit --config /etc/intake/intake.yaml --partner acme --limit 20",
+	},
+	required: []string{"config"},
+	run:      cmdAudit,
+}
+
 // cmdAudit lists audited ops actions.
 func cmdAudit(args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("audit", stderr)
@@ -263,6 +301,20 @@ func cmdAudit(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
+// notifyCommand is `intake notify`.
+var notifyCommand = &command{
+	Command: &cobra.Command{
+		Use:     "notify dead|redeliver --config FILE [--partner P] [--event ID|--all] [--url URL] [--endpoint ID] [--reason TEXT] [--actor NAME]",
+		Short:   "list webhook deliveries whose retry budget ran out, send them again (audited)",
+		Example: `intake notify redeliver --config /etc/intake/intake.yaml --all --reason "endpoint fixed"`,
+	},
+	subs:        []string{"dead", "redeliver"},
+	required:    []string{"config"},
+	subRequired: map[string][]string{"redeliver": {"reason"}},
+	helpArgs:    []string{"dead"},
+	run:         cmdNotify,
+}
+
 // cmdNotify: list dead webhook deliveries, send them again.
 func cmdNotify(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
@@ -284,7 +336,7 @@ func cmdNotify(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	if sub == "redeliver" && (*event == 0) == !*all {
-		fmt.Fprintf(stderr, "intake notify redeliver: give --event ID or --all\ne.g. %s\n", lookup("notify").example)
+		fmt.Fprintf(stderr, "intake notify redeliver: give --event ID or --all\ne.g. %s\n", lookup("notify").Example)
 		return 2
 	}
 	ctx, e, scope, done, code := openScoped(*path, *partner, stderr)

@@ -9,12 +9,27 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/spf13/cobra"
+
 	"github.com/partner-intake/partner-intake/intake/ops"
 	"github.com/partner-intake/partner-intake/intake/target"
 	"github.com/partner-intake/partner-intake/internal/fault"
 	"github.com/partner-intake/partner-intake/internal/inert"
 	"github.com/partner-intake/partner-intake/partners"
 )
+
+// planCommand is `intake plan`.
+var planCommand = &command{
+	Command: &cobra.Command{
+		Use:     "plan show ID --config FILE",
+		Short:   "show a file's plan against its target: counts, plan hash, a sample of changes (values on this terminal only)",
+		Example: "intake plan show 42 --config /etc/intake/intake.yaml",
+	},
+	subs:     []string{"show"},
+	required: []string{"config"},
+	helpArgs: []string{"show", "1"},
+	run:      cmdPlan,
+}
 
 // cmdPlan: `intake plan show ID` prints a file's plan: counts, hash and a
 // sample of the changes by key and column. Values reach this terminal
@@ -126,9 +141,33 @@ func textOrNull(s *string) string {
 	return inert.Quote(*s)
 }
 
+// approveCommand is `intake approve`.
+var approveCommand = &command{
+	Command: &cobra.Command{
+		Use:     "approve ID --config FILE --plan-hash H --reason TEXT",
+		Short:   "approve the plan of a file awaiting approval (refused unless H is its current plan hash; audited)",
+		Example: `intake approve 42 --config /etc/intake/intake.yaml --plan-hash 3f9a… --reason "price list reviewed with the partner"`,
+	},
+	required: []string{"config", "plan-hash", "reason"},
+	helpArgs: []string{"1"},
+	run:      cmdApprove,
+}
+
 // cmdApprove: `intake approve ID --plan-hash H --reason …`.
 func cmdApprove(args []string, stdout, stderr io.Writer) int {
 	return decidePlan("approve", args, stdout, stderr)
+}
+
+// rejectCommand is `intake reject`.
+var rejectCommand = &command{
+	Command: &cobra.Command{
+		Use:     "reject ID --config FILE --reason TEXT",
+		Short:   "reject the plan of a file awaiting approval: the file is quarantined (plan_rejected); audited",
+		Example: `intake reject 42 --config /etc/intake/intake.yaml --reason "snapshot would delete half the stock"`,
+	},
+	required: []string{"config", "reason"},
+	helpArgs: []string{"1"},
+	run:      cmdReject,
 }
 
 // cmdReject: `intake reject ID --reason …`.

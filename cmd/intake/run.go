@@ -18,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/spf13/cobra"
 
 	"github.com/partner-intake/partner-intake/cmd/intake/internal/config"
 	"github.com/partner-intake/partner-intake/console"
@@ -137,6 +138,17 @@ func openCmd(path string, stderr io.Writer) (context.Context, *env, func(), int)
 func stoppedWhileStarting(e *env) int {
 	e.log.Info("stopped before the start completed")
 	return 0
+}
+
+// runCommand is `intake run`.
+var runCommand = &command{
+	Command: &cobra.Command{
+		Use:     "run --config FILE [--once]",
+		Short:   "run the daemon (applies migrations first)",
+		Example: "intake run --config /etc/intake/intake.yaml",
+	},
+	required: []string{"config"},
+	run:      cmdRun,
 }
 
 func cmdRun(args []string, stdout, stderr io.Writer) int {
@@ -379,6 +391,17 @@ func runServices(ctx context.Context, stopSignals func(), hup <-chan os.Signal, 
 	}
 }
 
+// purgeCommand is `intake purge`.
+var purgeCommand = &command{
+	Command: &cobra.Command{
+		Use:     "purge --config FILE",
+		Short:   "delete spool files, row issues, reports and audit rows past their retention",
+		Example: "intake purge --config /etc/intake/intake.yaml",
+	},
+	required: []string{"config"},
+	run:      cmdPurge,
+}
+
 // cmdPurge deletes what is past its retention now and prints what it removed.
 func cmdPurge(args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("purge", stderr)
@@ -405,6 +428,17 @@ func cmdPurge(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// reconcileCommand is `intake reconcile`.
+var reconcileCommand = &command{
+	Command: &cobra.Command{
+		Use:     "reconcile --config FILE",
+		Short:   "run the failure-matrix reconciler once; exit 1 when something needs a human",
+		Example: "intake reconcile --config /etc/intake/intake.yaml",
+	},
+	required: []string{"config"},
+	run:      cmdReconcile,
 }
 
 // cmdReconcile runs the failure matrix once and prints its findings; it
@@ -456,6 +490,16 @@ func cmdReconcile(args []string, stdout, stderr io.Writer) int {
 }
 
 func slogDiscard() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// migrateCommand is `intake migrate`.
+var migrateCommand = &command{
+	Command: &cobra.Command{
+		Use:     "migrate [--config FILE]",
+		Short:   "apply the database schema (idempotent, safe with several replicas)",
+		Example: "INTAKE_DATABASE_URL=postgres://intake@db/intake intake migrate",
+	},
+	run: cmdMigrate,
+}
 
 func cmdMigrate(args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("migrate", stderr)

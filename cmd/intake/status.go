@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/spf13/cobra"
 
 	"github.com/partner-intake/partner-intake/cmd/intake/internal/config"
 	"github.com/partner-intake/partner-intake/intake/ops"
@@ -20,6 +21,17 @@ const (
 	statusPollStale       = 15 * time.Minute
 	statusProcessingStale = time.Hour
 )
+
+// statusCommand is `intake status`.
+var statusCommand = &command{
+	Command: &cobra.Command{
+		Use:     "status --config FILE [--partner P]",
+		Short:   "files by state, oldest claims, open quarantine, last poll and findings; exit 1 when something needs attention",
+		Example: "intake status --config /etc/intake/intake.yaml --partner acme",
+	},
+	required: []string{"config"},
+	run:      cmdStatus,
+}
 
 // cmdStatus prints, per partner, files by state, the oldest ready and
 // processing ages, open quarantine, the last successful poll and the last

@@ -5,6 +5,8 @@ import (
 	"io"
 	"runtime"
 	"runtime/debug"
+
+	"github.com/spf13/cobra"
 )
 
 // version and commit are set by the package build:
@@ -61,6 +63,16 @@ func (v buildVersion) String() string {
 		s += ", modified"
 	}
 	return s + fmt.Sprintf(", %s, %s)", v.Go, v.Platform)
+}
+
+// versionCommand is `intake version`.
+var versionCommand = &command{
+	Command: &cobra.Command{
+		Use:     "version",
+		Short:   "print version, commit and Go version (also --version)",
+		Example: "intake version",
+	},
+	run: cmdVersion,
 }
 
 func cmdVersion(args []string, stdout, stderr io.Writer) int {
