@@ -536,6 +536,35 @@ func (e *env) partnerSite(id string) (string, error) {
 	return root, nil
 }
 
+// partnerSites makes n partner sites named prefix0000, prefix0001, …:
+// their roots by id, and the ids in order.
+func (e *env) partnerSites(prefix string, n int) (map[string]string, []string, error) {
+	roots := map[string]string{}
+	var order []string
+	for i := 0; i < n; i++ {
+		id := fmt.Sprintf("%s%04d", prefix, i)
+		root, err := e.partnerSite(id)
+		if err != nil {
+			return nil, nil, err
+		}
+		roots[id] = root
+		order = append(order, id)
+	}
+	return roots, order, nil
+}
+
+// endedEarly is the error of the first of procs that has exited, nil
+// while every one runs.
+func endedEarly(procs []*proc, when string) error {
+	for _, p := range procs {
+		if p.exited() {
+			_, _, _, err := p.wait()
+			return fmt.Errorf("a daemon ended %s: %v", when, err)
+		}
+	}
+	return nil
+}
+
 // config writes an intake config for the given partners (id -> root),
 // polled every second.
 func (e *env) config(worker string, roots map[string]string, order []string) (string, error) {

@@ -43,14 +43,9 @@ func (e *env) failover(ctx context.Context, res *Results) error {
 	}
 	e.say("failover: %d partners @every %s, %d replicas, lease %s, %d files over %s, one replica killed a quarter in",
 		n, poll, failoverReplicas, lease, e.o.FailoverFiles, e.o.FailoverWindow)
-	roots := map[string]string{}
-	var order []string
-	for i := 0; i < n; i++ {
-		id := fmt.Sprintf("fo%04d", i)
-		if roots[id], err = e.partnerSite(id); err != nil {
-			return err
-		}
-		order = append(order, id)
+	roots, order, err := e.partnerSites("fo", n)
+	if err != nil {
+		return err
 	}
 	watch, err := pgx.Connect(ctx, url)
 	if err != nil {
@@ -93,11 +88,8 @@ func (e *env) failover(ctx context.Context, res *Results) error {
 		if polled >= n {
 			break
 		}
-		for _, p := range procs {
-			if p.exited() {
-				_, _, _, err := p.wait()
-				return fmt.Errorf("a replica ended before the first cycle: %v", err)
-			}
+		if err := endedEarly(procs, "before the first cycle"); err != nil {
+			return err
 		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("first cycle: %d of %d partners polled", polled, n)

@@ -40,14 +40,9 @@ func (e *env) fleet(ctx context.Context, res *Results) error {
 		return err
 	}
 	e.say("fleet: %d partners @every %s on one sshd, %d files over %s", n, poll, e.o.FleetFiles, e.o.FleetWindow)
-	roots := map[string]string{}
-	var order []string
-	for i := 0; i < n; i++ {
-		id := fmt.Sprintf("f%04d", i)
-		if roots[id], err = e.partnerSite(id); err != nil {
-			return err
-		}
-		order = append(order, id)
+	roots, order, err := e.partnerSites("f", n)
+	if err != nil {
+		return err
 	}
 	cfg, err := e.configPoll("fleet-1", roots, order, fmt.Sprintf("@every %s", poll), e.o.FleetYAML)
 	if err != nil {

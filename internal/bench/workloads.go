@@ -732,11 +732,8 @@ func waitArchived(ctx context.Context, watch *pgx.Conn, n int, procs []*proc) er
 		if done >= n {
 			return nil
 		}
-		for _, p := range procs {
-			if p.exited() {
-				_, _, _, err := p.wait()
-				return fmt.Errorf("a daemon ended early: %v", err)
-			}
+		if err := endedEarly(procs, "early"); err != nil {
+			return err
 		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("%d of %d archived within a minute", done, n)
