@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/internal/fault"
 )
 
@@ -36,7 +37,7 @@ func (r *fileRun) prepareSite() {
 		return
 	}
 	sess, in, log := r.sess, r.in, r.log
-	name := reportStem(&Intake{ID: in.ID, BatchID: batchIDOf(r.feed, in.RemoteName, r.p.nocase.Load())}) + ReceiptSuffix
+	name := reportStem(&ledger.Intake{ID: in.ID, BatchID: batchIDOf(r.feed, in.RemoteName, r.p.nocase.Load())}) + ReceiptSuffix
 	month := sess.Layout.ArchiveDir(in.ClaimedAt)
 	r.site = inBackground(func() (*staged, error) {
 		var wg sync.WaitGroup

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/partner-intake/partner-intake/intake"
+	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/internal/testenv"
 )
 
@@ -42,11 +43,11 @@ func TestReceiptsOpenedAheadTellEveryEndAndLeaveNoTemporaryFile(t *testing.T) {
 	}
 	want := []struct {
 		state   string
-		outcome intake.Outcome
+		outcome ledger.Outcome
 	}{
-		{"archived", intake.OutcomeAccepted},
-		{"archived", intake.OutcomeAcceptedWithRejects},
-		{"duplicate", intake.OutcomeDuplicate},
+		{"archived", ledger.OutcomeAccepted},
+		{"archived", ledger.OutcomeAcceptedWithRejects},
+		{"duplicate", ledger.OutcomeDuplicate},
 		{"failed_terminal", "failed"},
 	}
 	for i, f := range fs {
@@ -109,7 +110,7 @@ func TestAReceiptOpenedAheadAndRemovedIsWrittenAnew(t *testing.T) {
 		t.Fatalf("got %+v, want the file archived with a receipt", fs)
 	}
 	rc := receipt(t, site, fs[0].Receipt)
-	if rc.Outcome != intake.OutcomeAccepted || rc.Archive != fs[0].Archive || rc.IntakeID != fs[0].ID {
+	if rc.Outcome != ledger.OutcomeAccepted || rc.Archive != fs[0].Archive || rc.IntakeID != fs[0].ID {
 		t.Fatalf("receipt %+v, want accepted naming archive %s", rc, fs[0].Archive)
 	}
 	if n := intake.StagedReceipts() - staged; n != 0 {

@@ -64,7 +64,7 @@ func StagedReceipts() int64 { return stagedReceipts.Load() }
 func Owner(partner string, workers []string) string { return owner(partner, workers) }
 
 // BindBatch binds in's batch as decide does for a resumed file.
-func BindBatch(ctx context.Context, d *Daemon, in *Intake) (Verdict, int64, error) {
+func BindBatch(ctx context.Context, d *Daemon, in *ledger.Intake) (ledger.Verdict, int64, error) {
 	return d.ledger.BindBatch(ctx, in)
 }
 

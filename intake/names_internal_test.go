@@ -7,6 +7,7 @@ import (
 	"testing"
 	"unicode/utf8"
 
+	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/partners"
 )
 
@@ -52,7 +53,7 @@ func TestEveryGeneratedRemoteNameFits(t *testing.T) {
 				t.Fatalf("the reconciler would not know %q", tempName(reasonName(held)))
 			}
 			for _, b := range batches {
-				in := &Intake{ID: id, RemoteName: name, BatchID: b, SHA256: strings.Repeat("f", 64)}
+				in := &ledger.Intake{ID: id, RemoteName: name, BatchID: b, SHA256: strings.Repeat("f", 64)}
 				key := fmt.Sprintf("%s/%d", b, id) // reports are named by batch and intake id
 				check("receipt", key, reportStem(in)+ReceiptSuffix)
 				check("rejects", key, reportStem(in)+RejectsSuffix)

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/partner-intake/partner-intake/intake"
+	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/internal/fault"
 	"github.com/partner-intake/partner-intake/internal/testenv"
 )
@@ -121,7 +122,7 @@ func pausedReplicaAdopts(t *testing.T, rowLeft bool, step string) {
 		if err := json.Unmarshal([]byte(site.Read(t, filepath.Join("reports", rel))), &rc); err != nil {
 			t.Fatalf("receipt %s: %v", rel, err)
 		}
-		if !ids[rc.IntakeID] || rc.Outcome == intake.OutcomeFailed {
+		if !ids[rc.IntakeID] || rc.Outcome == ledger.OutcomeFailed {
 			t.Fatalf("receipt %s says intake %d %s: not an answer to a file the partner dropped", rel, rc.IntakeID, rc.Outcome)
 		}
 	}

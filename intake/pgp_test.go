@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/partner-intake/partner-intake/intake"
+	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/intake/ops"
 	"github.com/partner-intake/partner-intake/internal/testenv"
 	"github.com/partner-intake/partner-intake/partners"
@@ -406,7 +407,7 @@ func TestPGPReportsAreEncryptedToThePartner(t *testing.T) {
 		if err := json.Unmarshal(readSealed(t, site.Read(t, rel), partner, us), &rc); err != nil {
 			t.Fatal(err)
 		}
-		if rc.Outcome != intake.OutcomeDiscarded {
+		if rc.Outcome != ledger.OutcomeDiscarded {
 			t.Fatalf("discard receipt %+v", rc)
 		}
 	}

@@ -26,7 +26,7 @@ var ErrDecision = errors.New("decision refused")
 // "discarded", then its path recorded. Each step is conditional on the
 // token the discard took, so a later decision's publication is never
 // overwritten by this one; run twice, it writes the same.
-func PublishDiscarded(ctx context.Context, l *ledger.Ledger, s *partners.Session, p *partners.Config, in *Intake) error {
+func PublishDiscarded(ctx context.Context, l *ledger.Ledger, s *partners.Session, p *partners.Config, in *ledger.Intake) error {
 	still := func() error { return l.StillDiscarded(ctx, in) }
 	if in.ArchivePath != "" {
 		if err := still(); err != nil {
@@ -37,7 +37,7 @@ func PublishDiscarded(ctx context.Context, l *ledger.Ledger, s *partners.Session
 			return fmt.Errorf("remove reason file: %w", err)
 		}
 	}
-	data, err := receiptJSON(in, Receipt{Outcome: OutcomeDiscarded, Reason: in.Reason, Quarantine: in.ArchivePath, Detail: discardDetail(in)})
+	data, err := receiptJSON(in, Receipt{Outcome: ledger.OutcomeDiscarded, Reason: in.Reason, Quarantine: in.ArchivePath, Detail: discardDetail(in)})
 	if err != nil {
 		return err
 	}
@@ -59,7 +59,7 @@ func PublishDiscarded(ctx context.Context, l *ledger.Ledger, s *partners.Session
 // discardDetail says what a discard leaves: nothing of the file, or, for
 // a file that failed part way (some chunks committed before its retries
 // ran out), the rows those chunks put in place, which stay.
-func discardDetail(in *Intake) string {
+func discardDetail(in *ledger.Intake) string {
 	if n := in.RowsApplied + in.RowsDeleted + in.RowsUnchanged; n > 0 {
 		// unchanged rows count: a released file's run counts the rows
 		// its first run applied as unchanged

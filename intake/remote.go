@@ -17,6 +17,7 @@ import (
 
 	"github.com/pkg/sftp"
 
+	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/internal/fault"
 	"github.com/partner-intake/partner-intake/partners"
 )
@@ -94,7 +95,7 @@ func (r *fileRun) claimedIsOurs() (bool, error) {
 		return true, nil
 	}
 	r.log.Warn("the file at this intake's claimed path is not its file (size or mtime differ); left there for a claim of its own",
-		"reason", ReasonRemoteLost)
+		"reason", ledger.ReasonRemoteLost)
 	r.p.takenOver.Store(true)
 	return false, nil
 }
@@ -157,7 +158,7 @@ const maxArchiveExt = 32
 // archiveNames are the candidate archive names of in:
 // <batch>.<sha12>.<intake_id>[.n]<ext>, n from 1 to extra, each with room
 // for partners.ManifestSuffix.
-func archiveNames(dir string, in *Intake, extra int) []string {
+func archiveNames(dir string, in *ledger.Intake, extra int) []string {
 	ext := path.Ext(in.RemoteName)
 	if len(ext) > maxArchiveExt {
 		ext = ""
@@ -372,7 +373,7 @@ func (r *fileRun) fence(ctx context.Context, step string) error {
 	id := r.d.id.Load()
 	lost := func() bool { return own && !id.HeldIn(r.idHold) }
 	notHeld := func() error {
-		return &FencedError{IntakeID: r.in.ID, Token: r.in.Token, Step: step + ": " + errWorkerIDNotHeld.Error()}
+		return &ledger.FencedError{IntakeID: r.in.ID, Token: r.in.Token, Step: step + ": " + errWorkerIDNotHeld.Error()}
 	}
 	if lost() {
 		return notHeld()

@@ -13,22 +13,23 @@ import (
 	"strings"
 	"time"
 
+	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/partners"
 )
 
 // Receipt is reports/<batch>.<intake_id>.receipt.json.
 type Receipt struct {
-	PartnerID   string  `json:"partner_id"`
-	IntakeID    int64   `json:"intake_id"`
-	File        string  `json:"file"`
-	BatchID     string  `json:"batch_id,omitempty"`
-	SHA256      string  `json:"sha256,omitempty"`
-	Bytes       int64   `json:"bytes"`
-	Outcome     Outcome `json:"outcome"`
-	Reason      Reason  `json:"reason,omitempty"`
-	Line        int64   `json:"line,omitempty"`
-	Detail      string  `json:"detail,omitempty"`
-	DuplicateOf int64   `json:"duplicate_of,omitempty"`
+	PartnerID   string         `json:"partner_id"`
+	IntakeID    int64          `json:"intake_id"`
+	File        string         `json:"file"`
+	BatchID     string         `json:"batch_id,omitempty"`
+	SHA256      string         `json:"sha256,omitempty"`
+	Bytes       int64          `json:"bytes"`
+	Outcome     ledger.Outcome `json:"outcome"`
+	Reason      ledger.Reason  `json:"reason,omitempty"`
+	Line        int64          `json:"line,omitempty"`
+	Detail      string         `json:"detail,omitempty"`
+	DuplicateOf int64          `json:"duplicate_of,omitempty"`
 	// SupersededBy: outcome superseded, the newer snapshot's intake.
 	SupersededBy int64       `json:"superseded_by,omitempty"`
 	Rows         ReceiptRows `json:"rows"`
@@ -64,7 +65,7 @@ const (
 // reportStem names a file's reports: <batch>.<intake_id>, unique per
 // observed file so a resend's receipt never overwrites the original's;
 // with either suffix within maxRemoteName bytes.
-func reportStem(in *Intake) string {
+func reportStem(in *ledger.Intake) string {
 	if in.BatchID != "" {
 		return fitStem("", in.BatchID, fmt.Sprintf(".%d", in.ID), ReceiptSuffix+EncryptedSuffix)
 	}
@@ -128,7 +129,7 @@ func (r *fileRun) dropStaleRejects(ctx context.Context) error {
 
 // receiptJSON completes rc with what the row says of the file and renders
 // it.
-func receiptJSON(in *Intake, rc Receipt) ([]byte, error) {
+func receiptJSON(in *ledger.Intake, rc Receipt) ([]byte, error) {
 	rc.PartnerID, rc.IntakeID, rc.File, rc.BatchID = in.Partner, in.ID, in.RemoteName, in.BatchID
 	rc.SHA256, rc.Bytes = in.SHA256, in.Size
 	rc.Rows = ReceiptRows{Total: in.RowsTotal, Applied: in.RowsApplied, Unchanged: in.RowsUnchanged, Rejected: in.RowsRejected, Conflict: in.RowsConflict, Deleted: in.RowsDeleted, DeleteKept: in.RowsDeleteKept}
@@ -182,7 +183,7 @@ func (r *fileRun) putRejects(ctx context.Context, dir string) (string, error) {
 func (r *fileRun) rejectsCSV(ctx context.Context, out io.Writer) error {
 	w := csv.NewWriter(out)
 	_ = w.Write([]string{"line", "column", "reason", "outcome", "detail"})
-	err := r.d.ledger.Issues(ctx, r.in, func(is IssueRow) error {
+	err := r.d.ledger.Issues(ctx, r.in, func(is ledger.IssueRow) error {
 		return w.Write([]string{strconv.FormatInt(is.Line, 10), Neutralize(is.Column), Neutralize(is.Reason), Neutralize(is.Outcome), Neutralize(is.Detail)})
 	})
 	if err != nil {

@@ -61,18 +61,18 @@ func TestEveryStateWalkedThroughTheEntryRows(t *testing.T) {
 	// is archiving it.
 	humanInQuarantine := func(s ledger.State, released bool) bool {
 		switch s {
-		case intake.StateArchived, intake.StateDuplicate, intake.StatePutBack:
+		case ledger.StateArchived, ledger.StateDuplicate, ledger.StatePutBack:
 			return true
-		case intake.StateAwaitingApproval:
+		case ledger.StateAwaitingApproval:
 			return !released
 		}
 		return false
 	}
 	humanInArchive := func(s ledger.State, atItsPath bool) bool {
 		switch s {
-		case intake.StateApplied:
+		case ledger.StateApplied:
 			return false
-		case intake.StateArchived, intake.StateDuplicate:
+		case ledger.StateArchived, ledger.StateDuplicate:
 			return !atItsPath
 		}
 		return true
@@ -100,7 +100,7 @@ func TestEveryStateWalkedThroughTheEntryRows(t *testing.T) {
 			var id int64
 			override := ""
 			if released {
-				override = intake.OverrideNothing
+				override = ledger.OverrideNothing
 			}
 			name := fmt.Sprintf("orders-%s-%t.csv", s, released)
 			if err := pool.QueryRow(ctx, `INSERT INTO file_intake (partner_id, feed, remote_name, claimed_path, listed_size,
@@ -272,9 +272,9 @@ func TestEveryStateWalkedThroughTheProcessingRows(t *testing.T) {
 	for p, s := range byPath {
 		want := KindOrphanClaim
 		switch s {
-		case intake.StateClaimed, intake.StateSpooled, intake.StateApplying, intake.StateApplied:
+		case ledger.StateClaimed, ledger.StateSpooled, ledger.StateApplying, ledger.StateApplied:
 			want = KindLeaseExpired
-		case intake.StateOutcomeUnknown, intake.StateAwaitingApproval:
+		case ledger.StateOutcomeUnknown, ledger.StateAwaitingApproval:
 			want = ""
 		}
 		if got[p] != want {

@@ -258,7 +258,7 @@ func (r *Reconciler) adoptLocked(ctx context.Context, c *ledger.ClaimLock, p *pa
 		r.takenOver(p.ID)
 		return nil
 	}
-	in := &intake.Intake{Partner: p.ID, Feed: feedName, RemoteName: name, ClaimedPath: dst,
+	in := &ledger.Intake{Partner: p.ID, Feed: feedName, RemoteName: name, ClaimedPath: dst,
 		ListedSize: size, Worker: r.worker}
 	if p.Readiness == partners.ReadinessManifest {
 		if err := s.Rename(old+partners.ManifestSuffix, dst+partners.ManifestSuffix); err == nil {
@@ -268,7 +268,7 @@ func (r *Reconciler) adoptLocked(ctx context.Context, c *ledger.ClaimLock, p *pa
 	if err := c.Adopt(ctx, r.ledger, in); err != nil {
 		r.takenOver(p.ID) // the file is in this worker's processing/ without a row: its poller adopts it
 		if errors.Is(err, ledger.ErrTracked) {
-			return &intake.FencedError{Step: "adopt: a live row already owns " + in.ClaimedPath}
+			return &ledger.FencedError{Step: "adopt: a live row already owns " + in.ClaimedPath}
 		}
 		return err
 	}
@@ -319,9 +319,9 @@ func (r *Reconciler) rowExpiredLeases(ctx context.Context, p *partners.Config, s
 
 // takeOverExpired takes one expired row over and moves its file into
 // this worker's processing dir, in the partner's claim section.
-func (r *Reconciler) takeOverExpired(ctx context.Context, p *partners.Config, s *partners.Session, old *intake.Intake, dst string, add addFunc) error {
+func (r *Reconciler) takeOverExpired(ctx context.Context, p *partners.Config, s *partners.Session, old *ledger.Intake, dst string, add addFunc) error {
 	in, err := r.ledger.TakeOver(ctx, old, r.worker, dst)
-	var fe *intake.FencedError
+	var fe *ledger.FencedError
 	if errors.As(err, &fe) {
 		return nil // renewed or taken meanwhile
 	}
@@ -399,7 +399,7 @@ func (r *Reconciler) rowOutcomeUnknown(ctx context.Context, p *partners.Config, 
 	}
 	for _, in := range rows {
 		chunks, err := r.ledger.ResolveUnknown(ctx, in)
-		var fe *intake.FencedError
+		var fe *ledger.FencedError
 		if errors.As(err, &fe) {
 			add(Finding{Kind: KindOutcomeUnknown, IntakeID: in.ID, NeedsHuman: true, Action: "none",
 				Detail: "ledger and progress disagree or the row moved: " + pgerr.Redact(err)})
@@ -409,7 +409,7 @@ func (r *Reconciler) rowOutcomeUnknown(ctx context.Context, p *partners.Config, 
 			return err
 		}
 		action := fmt.Sprintf("ledger holds %d committed chunks; back to applying, resumes at chunk %d", chunks, chunks)
-		if in.Reason == intake.ReasonRetriesExhausted {
+		if in.Reason == ledger.ReasonRetriesExhausted {
 			action = fmt.Sprintf("ledger holds %d committed chunks; back to applying past its retry budget: its next run fails it for good (retries_exhausted)", chunks)
 		}
 		add(Finding{Kind: KindOutcomeUnknown, IntakeID: in.ID, Action: action})
@@ -499,7 +499,7 @@ func (r *Reconciler) rowQuarantineWithoutRecord(ctx context.Context, p *partners
 		}
 		full := path.Join(dir, f.Name())
 		m := quarantineName.FindStringSubmatch(f.Name())
-		var in *intake.Intake
+		var in *ledger.Intake
 		if m != nil {
 			id, _ := strconv.ParseInt(m[1], 10, 64)
 			var err error

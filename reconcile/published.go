@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/partner-intake/partner-intake/intake"
+	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/internal/fault"
 	"github.com/partner-intake/partner-intake/partners"
 )
@@ -88,7 +89,7 @@ func (r *Reconciler) rowUnpublishedDiscards(ctx context.Context, p *partners.Con
 	}
 	for _, in := range rows {
 		err := intake.PublishDiscarded(ctx, r.ledger, s, p, in)
-		var fe *intake.FencedError
+		var fe *ledger.FencedError
 		if errors.As(err, &fe) {
 			continue // published meanwhile
 		}

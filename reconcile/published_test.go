@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/partner-intake/partner-intake/intake"
+	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/internal/fault"
 	"github.com/partner-intake/partner-intake/internal/testenv"
 	"github.com/partner-intake/partner-intake/reconcile"
@@ -92,7 +93,7 @@ func TestStalledOwnerWakingAfterATakeoverPublishesNothing(t *testing.T) {
 	before, ino := site.Read(t, strings.TrimPrefix(f.Receipt, site.Root+"/")), inode(t, f.Receipt)
 
 	err := resume()
-	var fe *intake.FencedError
+	var fe *ledger.FencedError
 	if err != nil && !errors.As(err, &fe) && !errors.Is(err, context.Canceled) {
 		t.Fatalf("the stalled owner's poll: %v", err)
 	}

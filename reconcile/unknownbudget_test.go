@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/partner-intake/partner-intake/intake"
+	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/internal/testenv"
 	"github.com/partner-intake/partner-intake/partners"
 	"github.com/partner-intake/partner-intake/reconcile"
@@ -77,7 +78,7 @@ func TestCommitReplyLostOnEveryTryEndsPastTheRetryBudget(t *testing.T) {
 			}
 		}
 	}
-	if f.State != "failed_terminal" || f.Reason != string(intake.ReasonRetriesExhausted) {
+	if f.State != "failed_terminal" || f.Reason != string(ledger.ReasonRetriesExhausted) {
 		t.Fatalf("after %d rounds (%d outcome_unknown) the file is %s %s, want failed_terminal retries_exhausted", rounds, unknown, f.State, f.Reason)
 	}
 	if unknown != budget || rounds != budget+1 {
@@ -100,7 +101,7 @@ func TestCommitReplyLostOnEveryTryEndsPastTheRetryBudget(t *testing.T) {
 		t.Fatalf("attempts %d, want %d", got, budget)
 	}
 	rc := readReceipt(t, site, f.Receipt)
-	if rc.Outcome != intake.OutcomeFailed || rc.Reason != intake.ReasonRetriesExhausted || rc.Rows.Applied != want ||
+	if rc.Outcome != ledger.OutcomeFailed || rc.Reason != ledger.ReasonRetriesExhausted || rc.Rows.Applied != want ||
 		!strings.Contains(rc.Detail, fmt.Sprintf("%d of its rows were applied", want)) {
 		t.Fatalf("receipt %+v, want failed retries_exhausted with %d rows applied", rc, want)
 	}

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/intake/ops"
 	"github.com/partner-intake/partner-intake/intake/target"
 	"github.com/partner-intake/partner-intake/internal/fault"
@@ -162,7 +163,7 @@ func decidePlan(cmd string, args []string, stdout, stderr io.Writer) int {
 	}
 	defer done()
 	request := newRequestID()
-	d := ops.PlanDecision{IntakeID: id, Partners: scope, Actor: *actor, Reason: *reason, SnapshotFeeds: snapshotFeeds(e.cfg.Partners), Request: request, FourEyes: e.cfg.Ops.FourEyes}
+	d := ledger.PlanDecision{IntakeID: id, Partners: scope, Actor: *actor, Reason: *reason, SnapshotFeeds: snapshotFeeds(e.cfg.Partners), Request: request, FourEyes: e.cfg.Ops.FourEyes}
 	fmt.Fprintf(stdout, "intake %d: %s by %s, request %s\n", id, cmd, inert.Text(*actor), request)
 	actingAs(ctx, e, *actor, stdout)
 	var err error

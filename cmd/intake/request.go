@@ -58,7 +58,7 @@ func decisionFailed(ctx context.Context, pool *pgxpool.Pool, stderr io.Writer, c
 // "window acme/orders 2026-12-01T06:00:00Z").
 func actionFailed(ctx context.Context, pool *pgxpool.Pool, stderr io.Writer, cmd, subject, request, again string, err error) bool {
 	var ack *ledger.LateAckRefused
-	if errors.Is(err, intake.ErrDecision) || errors.Is(err, ops.ErrPlanDecision) || errors.As(err, &ack) {
+	if errors.Is(err, intake.ErrDecision) || errors.Is(err, ledger.ErrPlanDecision) || errors.As(err, &ack) {
 		fmt.Fprintf(stderr, "intake %s: %s: refused, nothing changed: %s\n", cmd, subject, inert.Lines(err.Error()))
 		return false
 	}

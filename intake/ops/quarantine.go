@@ -19,11 +19,8 @@ const (
 	WinnerOld = "old" // the earlier bytes stay: the held file is discarded
 )
 
-// QuarantineItem is a held file as ops see it.
-type QuarantineItem = ledger.QuarantineItem
-
 // ListQuarantine lists the held files of the given partners, newest first.
-func ListQuarantine(ctx context.Context, db *pgxpool.Pool, partners []string, openOnly bool) ([]QuarantineItem, error) {
+func ListQuarantine(ctx context.Context, db *pgxpool.Pool, partners []string, openOnly bool) ([]ledger.QuarantineItem, error) {
 	return ledgerOn(db).ListQuarantine(ctx, partners, openOnly)
 }
 
@@ -113,7 +110,7 @@ type release struct {
 	action, detail  string
 	discard, rebind bool
 	override        string
-	next            intake.State
+	next            ledger.State
 	manifest        string
 }
 
@@ -129,32 +126,32 @@ func planRelease(d Decision, h *ledger.Held) (release, error) {
 	switch {
 	case h.Feed == intake.NoFeed:
 		return r, fmt.Errorf("%w: intake %d is a hostile entry (%s): it can only be discarded", intake.ErrDecision, d.IntakeID, h.Reason)
-	case h.Reason == intake.ReasonNotRegular:
+	case h.Reason == ledger.ReasonNotRegular:
 		return r, fmt.Errorf("%w: intake %d was not a regular file when claimed (%s): it can only be discarded", intake.ErrDecision, d.IntakeID, h.Reason)
-	case h.Reason == intake.ReasonBadBatchID:
+	case h.Reason == ledger.ReasonBadBatchID:
 		return r, fmt.Errorf("%w: intake %d has no usable batch id: it can only be discarded", intake.ErrDecision, d.IntakeID)
-	case h.Reason == intake.ReasonBatchConflict:
+	case h.Reason == ledger.ReasonBatchConflict:
 		switch d.Winner {
 		case WinnerOld:
 			return release{action: "release_conflict_old_wins", discard: true}, nil
 		case WinnerNew:
-			r.override, r.rebind = intake.OverrideConflictNewWin, true
+			r.override, r.rebind = ledger.OverrideConflictNewWin, true
 		default:
 			return r, fmt.Errorf("%w: releasing a batch conflict needs --winner new or --winner old", intake.ErrDecision)
 		}
-	case h.Reason == intake.ReasonRejectRate:
-		r.override = intake.OverrideRejectRate
-	case h.Reason == intake.ReasonManifestMismatch:
-		r.override = intake.OverrideManifest
-	case h.Reason == intake.ReasonFileTooLarge:
-		r.override = intake.OverrideSize
+	case h.Reason == ledger.ReasonRejectRate:
+		r.override = ledger.OverrideRejectRate
+	case h.Reason == ledger.ReasonManifestMismatch:
+		r.override = ledger.OverrideManifest
+	case h.Reason == ledger.ReasonFileTooLarge:
+		r.override = ledger.OverrideSize
 	}
 	if r.override == "" {
-		r.override = intake.OverrideNothing
+		r.override = ledger.OverrideNothing
 	}
-	r.next = intake.StateSpooled
+	r.next = ledger.StateSpooled
 	if h.SHA256 == "" {
-		r.next = intake.StateClaimed
+		r.next = ledger.StateClaimed
 	}
 	r.manifest = h.Manifest
 	if r.manifest != "" && h.Path != "" {
@@ -226,7 +223,7 @@ func PublishDecision(ctx context.Context, db *pgxpool.Pool, parts []partners.Con
 		if err != nil {
 			return err
 		}
-		if in == nil || in.State != intake.StateDiscarded || in.ReceiptPath != "" {
+		if in == nil || in.State != ledger.StateDiscarded || in.ReceiptPath != "" {
 			continue
 		}
 		if parts[i].Records() {
@@ -242,11 +239,8 @@ func PublishDecision(ctx context.Context, db *pgxpool.Pool, parts []partners.Con
 	return nil
 }
 
-// AuditEntry is one audited ops action.
-type AuditEntry = ledger.AuditEntry
-
 // Audit lists the given partners' ops actions, newest first; with
 // request set, only the action of that request.
-func Audit(ctx context.Context, db *pgxpool.Pool, partners []string, request string, limit int) ([]AuditEntry, error) {
+func Audit(ctx context.Context, db *pgxpool.Pool, partners []string, request string, limit int) ([]ledger.AuditEntry, error) {
 	return ledgerOn(db).Audit(ctx, partners, request, limit)
 }

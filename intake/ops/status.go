@@ -38,23 +38,14 @@ type StatusRow struct {
 	// Late are the partner's delivery windows that closed without an
 	// accepted file: open ones, and ones a late file closed within
 	// LateShownFor (intake/expect), newest first.
-	Late []LateWindow
+	Late []ledger.LateWindow
 	// Awaiting are the partner's files whose plan waits for an ops
 	// decision (intake approve / reject), oldest plan first.
-	Awaiting []Waiting
+	Awaiting []ledger.Waiting
 	// Site is the partner's server as last measured (the daemon at its
 	// first dial, a day later again); nil: never measured.
-	Site *SiteProfile
+	Site *ledger.SiteProfile
 }
-
-// SiteProfile is a partner's measured server profile.
-type SiteProfile = ledger.SiteProfile
-
-// Waiting is a file awaiting approval.
-type Waiting = ledger.Waiting
-
-// LateWindow is a delivery window that closed without an accepted file.
-type LateWindow = ledger.LateWindow
 
 // LateShownFor is how long `intake status` still shows a late window a
 // file has closed.
@@ -93,9 +84,9 @@ func Status(ctx context.Context, db *pgxpool.Pool, partners []string) ([]StatusR
 		r := idx[c.Partner]
 		r.ByState[string(c.State)] = c.Files
 		switch c.State {
-		case intake.StateQuarantined:
+		case ledger.StateQuarantined:
 			r.QuarantineOpen, r.QuarantineOldest = c.Files, c.Age
-		case intake.StateClaimed, intake.StateSpooled, intake.StateApplying, intake.StateApplied, intake.StateOutcomeUnknown:
+		case ledger.StateClaimed, ledger.StateSpooled, ledger.StateApplying, ledger.StateApplied, ledger.StateOutcomeUnknown:
 			r.OldestProcessing = max(r.OldestProcessing, c.Age)
 		}
 		r.InflightTotal += c.Rows
