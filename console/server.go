@@ -21,7 +21,6 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/partner-intake/partner-intake/intake"
 	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/intake/ops"
 	"github.com/partner-intake/partner-intake/intake/target"
@@ -506,7 +505,7 @@ func (s *Server) decide(action string) http.HandlerFunc {
 				err = ops.Reject(ctx, s.deps.Pool, d)
 			}
 		}
-		if errors.Is(err, intake.ErrDecision) || errors.Is(err, ledger.ErrPlanDecision) {
+		if errors.Is(err, ledger.ErrDecision) || errors.Is(err, ledger.ErrPlanDecision) {
 			s.message(w, http.StatusConflict, me, "Refused", fmt.Sprintf("%s of intake %d refused (request %s): %v", action, id, request, err))
 			return
 		}

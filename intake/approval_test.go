@@ -47,7 +47,7 @@ func audits(t *testing.T, pool *pgxpool.Pool, id int64) []string {
 }
 
 // reconcileAs runs a reconciler of worker once over the site's partner.
-func reconcileAs(t *testing.T, pool *pgxpool.Pool, worker string, site *testenv.Site) []reconcile.Finding {
+func reconcileAs(t *testing.T, pool *pgxpool.Pool, worker string, site *testenv.Site) []ledger.Finding {
 	t.Helper()
 	sp, err := spool.New(t.TempDir())
 	if err != nil {
@@ -140,7 +140,7 @@ func TestPlanOverThresholdWaitsAndApprovedPlanApplies(t *testing.T) {
 	// neither takes the waiting file over nor adopts it as an orphan
 	execArgs(t, pool, `UPDATE file_intake SET lease_until = now() - interval '1 hour' WHERE intake_id = $1`, f2.ID)
 	for _, fd := range reconcileAs(t, pool, "w2", site) {
-		if fd.IntakeID == f2.ID || fd.Kind == reconcile.KindOrphanClaim {
+		if fd.IntakeID == f2.ID || fd.Kind == ledger.KindOrphanClaim {
 			t.Fatalf("the reconciler acted on the waiting file: %+v", fd)
 		}
 	}

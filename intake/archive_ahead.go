@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 
 	"github.com/partner-intake/partner-intake/intake/ledger"
+	"github.com/partner-intake/partner-intake/intake/sitename"
 	"github.com/partner-intake/partner-intake/internal/fault"
 )
 
@@ -37,7 +38,7 @@ func (r *fileRun) prepareSite() {
 		return
 	}
 	sess, in, log := r.sess, r.in, r.log
-	name := reportStem(&ledger.Intake{ID: in.ID, BatchID: batchIDOf(r.feed, in.RemoteName, r.p.nocase.Load())}) + ReceiptSuffix
+	name := reportStem(&ledger.Intake{ID: in.ID, BatchID: batchIDOf(r.feed, in.RemoteName, r.p.nocase.Load())}) + sitename.ReceiptSuffix
 	month := sess.Layout.ArchiveDir(in.ClaimedAt)
 	r.site = inBackground(func() (*staged, error) {
 		var wg sync.WaitGroup
@@ -114,7 +115,7 @@ func (r *fileRun) archiveStaged(ctx context.Context, st *staged, rc Receipt) (ok
 		st.discard()
 		return true, err
 	}
-	data, name, err := sealReport(r.feedPGP(), data, reportStem(in)+ReceiptSuffix)
+	data, name, err := sealReport(r.feedPGP(), data, reportStem(in)+sitename.ReceiptSuffix)
 	if err != nil {
 		st.discard()
 		return true, err

@@ -15,6 +15,7 @@ import (
 
 	"github.com/partner-intake/partner-intake/intake"
 	"github.com/partner-intake/partner-intake/intake/ledger"
+	"github.com/partner-intake/partner-intake/intake/sitename"
 	"github.com/partner-intake/partner-intake/internal/fault"
 	"github.com/partner-intake/partner-intake/internal/testenv"
 )
@@ -390,7 +391,7 @@ func TestGroupReceiptsAppearComplete(t *testing.T) {
 			}
 			ents, _ := os.ReadDir(dir)
 			for _, e := range ents {
-				if intake.IsOurTemp(e.Name()) || seen[e.Name()] {
+				if sitename.IsOurTemp(e.Name()) || seen[e.Name()] {
 					continue
 				}
 				b, err := os.ReadFile(filepath.Join(dir, e.Name()))

@@ -8,6 +8,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/partner-intake/partner-intake/intake/ledger"
+	"github.com/partner-intake/partner-intake/intake/sitename"
 	"github.com/partner-intake/partner-intake/partners"
 )
 
@@ -49,14 +50,14 @@ func TestEveryGeneratedRemoteNameFits(t *testing.T) {
 			check("held manifest", name, held+partners.ManifestSuffix)
 			check("reason", name, reasonName(held))
 			check("temp", name+"tmp", tempName(reasonName(held)))
-			if !IsOurTemp(tempName(reasonName(held))) {
+			if !sitename.IsOurTemp(tempName(reasonName(held))) {
 				t.Fatalf("the reconciler would not know %q", tempName(reasonName(held)))
 			}
 			for _, b := range batches {
 				in := &ledger.Intake{ID: id, RemoteName: name, BatchID: b, SHA256: strings.Repeat("f", 64)}
 				key := fmt.Sprintf("%s/%d", b, id) // reports are named by batch and intake id
-				check("receipt", key, reportStem(in)+ReceiptSuffix)
-				check("rejects", key, reportStem(in)+RejectsSuffix)
+				check("receipt", key, reportStem(in)+sitename.ReceiptSuffix)
+				check("rejects", key, reportStem(in)+sitename.RejectsSuffix)
 				for i, a := range archiveNames("/r/archive/2026/12", in, 9) {
 					ext := path.Ext(name)
 					if len(ext) > maxArchiveExt {

@@ -221,7 +221,7 @@ func (d *Daemon) adoptOwn(ctx context.Context, p *partnerRT, sess *partners.Sess
 			if err != nil {
 				return fmt.Errorf("look at %s again: %w", in.ClaimedPath, err)
 			}
-			if in.Feed != NoFeed {
+			if in.Feed != ledger.NoFeed {
 				if !fi.Mode().IsRegular() {
 					continue // swapped since the listing: the claim path holds no file of ours
 				}

@@ -16,6 +16,7 @@ import (
 	pgperrors "github.com/ProtonMail/go-crypto/openpgp/errors"
 
 	"github.com/partner-intake/partner-intake/intake/ledger"
+	"github.com/partner-intake/partner-intake/intake/sitename"
 	"github.com/partner-intake/partner-intake/partners"
 	"github.com/partner-intake/partner-intake/spool"
 )
@@ -364,10 +365,6 @@ func (r *fileRun) dropPlain(e spool.Entry) {
 	}
 }
 
-// EncryptedSuffix ends the name of a report encrypted to the partner's
-// key (pgp.encrypt_reports_to).
-const EncryptedSuffix = ".asc"
-
 // feedPGP is the run's feed's pgp setting; nil for a file no feed
 // matches (a hostile entry).
 func (r *fileRun) feedPGP() *partners.PGP {
@@ -441,7 +438,7 @@ func sealTo(dst io.Writer, cfg *partners.PGP, name string) (io.WriteCloser, stri
 	if err != nil {
 		return nil, "", fmt.Errorf("encrypt report to %s: %w", cfg.EncryptReportsTo, err)
 	}
-	return sealWriter{w, aw}, name + EncryptedSuffix, nil
+	return sealWriter{w, aw}, name + sitename.EncryptedSuffix, nil
 }
 
 // sealWriter closes the OpenPGP message, then its armor.

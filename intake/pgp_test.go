@@ -20,6 +20,7 @@ import (
 	"github.com/partner-intake/partner-intake/intake"
 	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/intake/ops"
+	"github.com/partner-intake/partner-intake/intake/sitename"
 	"github.com/partner-intake/partner-intake/internal/testenv"
 	"github.com/partner-intake/partner-intake/partners"
 	"github.com/partner-intake/partner-intake/spool"
@@ -347,7 +348,7 @@ func TestPGPReportsAreEncryptedToThePartner(t *testing.T) {
 		t.Fatalf("%d files, want 2", len(got))
 	}
 	for _, f := range got {
-		if !strings.HasSuffix(f.Receipt, intake.ReceiptSuffix+intake.EncryptedSuffix) {
+		if !strings.HasSuffix(f.Receipt, sitename.ReceiptSuffix+sitename.EncryptedSuffix) {
 			t.Fatalf("%s: receipt %q not sealed", f.Name, f.Receipt)
 		}
 		rel, _ := filepath.Rel(site.Root, f.Receipt)
@@ -360,7 +361,7 @@ func TestPGPReportsAreEncryptedToThePartner(t *testing.T) {
 			if f.State != "archived" || rc.Rows.Applied != 3 || rc.Rows.Rejected != 1 || rc.IntakeID != f.ID {
 				t.Fatalf("%+v: receipt %+v", f, rc)
 			}
-			if !strings.HasSuffix(f.Rejects, intake.RejectsSuffix+intake.EncryptedSuffix) || rc.Rejects != f.Rejects {
+			if !strings.HasSuffix(f.Rejects, sitename.RejectsSuffix+sitename.EncryptedSuffix) || rc.Rejects != f.Rejects {
 				t.Fatalf("rejects report %q, receipt names %q", f.Rejects, rc.Rejects)
 			}
 			rel, _ := filepath.Rel(site.Root, f.Rejects)
@@ -399,7 +400,7 @@ func TestPGPReportsAreEncryptedToThePartner(t *testing.T) {
 			continue
 		}
 		discarded = true
-		if f.State != "discarded" || !strings.HasSuffix(f.Receipt, intake.ReceiptSuffix+intake.EncryptedSuffix) {
+		if f.State != "discarded" || !strings.HasSuffix(f.Receipt, sitename.ReceiptSuffix+sitename.EncryptedSuffix) {
 			t.Fatalf("discarded file: %+v", f)
 		}
 		rel, _ := filepath.Rel(site.Root, f.Receipt)

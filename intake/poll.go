@@ -841,7 +841,7 @@ func (d *Daemon) quarantineHostile(ctx context.Context, p *partnerRT, sess *part
 		}
 		return fmt.Errorf("claim a hostile entry: %w", err)
 	}
-	in := &ledger.Intake{Partner: p.cfg.ID, Feed: NoFeed, RemoteName: printableName(h.Info.Name()), ClaimedPath: dst,
+	in := &ledger.Intake{Partner: p.cfg.ID, Feed: ledger.NoFeed, RemoteName: printableName(h.Info.Name()), ClaimedPath: dst,
 		ListedSize: h.Info.Size(), Worker: d.cfg.WorkerID}
 	if err := d.ledger.InsertClaim(ctx, in); err != nil {
 		if errors.Is(err, ledger.ErrTracked) {
@@ -851,9 +851,6 @@ func (d *Daemon) quarantineHostile(ctx context.Context, p *partnerRT, sess *part
 	}
 	return d.runFile(ctx, p, sess, in)
 }
-
-// NoFeed is the feed of a file that matches none (a hostile entry).
-const NoFeed = "-"
 
 // printableName renders a name for reports and logs: safe names as they
 // are, others quoted with escapes so no control character travels on.
@@ -951,7 +948,7 @@ func (d *Daemon) resumeOwn(ctx context.Context, p *partnerRT, sess *partners.Ses
 		name := e.Name()
 		if strings.HasPrefix(name, partners.HostilePrefix) {
 			// a hostile entry claimed just before a crash: hold it now
-			cands = append(cands, &ledger.Intake{Partner: p.cfg.ID, Feed: NoFeed, RemoteName: name, ClaimedPath: path.Join(dir, name),
+			cands = append(cands, &ledger.Intake{Partner: p.cfg.ID, Feed: ledger.NoFeed, RemoteName: name, ClaimedPath: path.Join(dir, name),
 				ListedSize: e.Size(), Worker: d.cfg.WorkerID})
 			continue
 		}

@@ -2,12 +2,12 @@ package intake
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"path"
 
 	"github.com/partner-intake/partner-intake/intake/ledger"
+	"github.com/partner-intake/partner-intake/intake/sitename"
 	"github.com/partner-intake/partner-intake/partners"
 )
 
@@ -17,9 +17,6 @@ import (
 // while the command runs it renews the lease of what it holds, so no
 // reconciler takes it over as a dead replica's.
 func OpsWorker(worker string) string { return fmt.Sprintf("%s/ops-%d", worker, os.Getpid()) }
-
-// ErrDecision is wrapped by every refused decision.
-var ErrDecision = errors.New("decision refused")
 
 // PublishDiscarded tells the partner that a held file was discarded: the
 // reason file is removed and the receipt rewritten with outcome
@@ -42,7 +39,7 @@ func PublishDiscarded(ctx context.Context, l *ledger.Ledger, s *partners.Session
 		return err
 	}
 	// sealed to the partner's key like the held file's receipt it replaces
-	data, name, err := sealReport(pgpOf(p, in.Feed), data, reportStem(in)+ReceiptSuffix)
+	data, name, err := sealReport(pgpOf(p, in.Feed), data, reportStem(in)+sitename.ReceiptSuffix)
 	if err != nil {
 		return err
 	}

@@ -56,7 +56,7 @@ func (d *Daemon) holdHostileRecord(ctx context.Context, p *partnerRT, sess *part
 	var b [4]byte
 	_, _ = rand.Read(b[:])
 	gen := fmt.Sprintf("%s%s-%d-%s", partners.HostilePrefix, h.Reason, time.Now().UnixNano(), hex.EncodeToString(b[:]))
-	in := &ledger.Intake{Partner: p.cfg.ID, Feed: NoFeed, RemoteName: printableName(h.Info.Name()), ClaimedPath: sess.Layout.Ready(gen),
+	in := &ledger.Intake{Partner: p.cfg.ID, Feed: ledger.NoFeed, RemoteName: printableName(h.Info.Name()), ClaimedPath: sess.Layout.Ready(gen),
 		ListedSize: h.Info.Size(), ListedMTime: h.Info.ModTime(), Worker: d.cfg.WorkerID}
 	if _, err := d.ledger.InsertRecordClaim(ctx, in, recordName(h.Info.Name()), 0); err != nil {
 		if errors.Is(err, ledger.ErrTracked) {
@@ -74,7 +74,7 @@ func (d *Daemon) holdHostileRecord(ctx context.Context, p *partnerRT, sess *part
 func (r *fileRun) holdRecord(ctx context.Context, to ledger.State, reason ledger.Reason, line int64, detail string) error {
 	in := r.in
 	in.ArchivePath = in.ClaimedPath
-	if in.Feed == NoFeed {
+	if in.Feed == ledger.NoFeed {
 		in.ArchivePath = ""
 	}
 	if err := r.d.ledger.Finish(ctx, in, in.State, to, reason); err != nil {

@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"io"
 	"path"
-	"regexp"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -18,6 +17,7 @@ import (
 	"github.com/pkg/sftp"
 
 	"github.com/partner-intake/partner-intake/intake/ledger"
+	"github.com/partner-intake/partner-intake/intake/sitename"
 	"github.com/partner-intake/partner-intake/internal/fault"
 	"github.com/partner-intake/partner-intake/partners"
 )
@@ -137,8 +137,7 @@ func fitStem(prefix, base, suffix, reserve string) string {
 
 // Suffixes of names derived from a held file's name.
 const (
-	ReasonSuffix = ".reason.json"
-	heldReserve  = partners.ManifestSuffix + ReasonSuffix
+	heldReserve = partners.ManifestSuffix + sitename.ReasonSuffix
 )
 
 // heldName is the name of a held file in quarantine/:
@@ -149,7 +148,7 @@ func heldName(id int64, name string) string {
 }
 
 // reasonName is the reason file beside a held file.
-func reasonName(held string) string { return held + ReasonSuffix }
+func reasonName(held string) string { return held + sitename.ReasonSuffix }
 
 // maxArchiveExt: a longer "extension" is part of a name, not a type, and
 // is left out of archive names.
@@ -173,13 +172,6 @@ func archiveNames(dir string, in *ledger.Intake, extra int) []string {
 	}
 	return out
 }
-
-// tempPattern matches the hidden temporary names putFile writes under:
-// .<name>.<16 hex>.tmp (the reconciler removes stale ones).
-var tempPattern = regexp.MustCompile(`^\..*\.[0-9a-f]{16}\.tmp$`)
-
-// IsOurTemp reports whether name is one of putFile's temporary names.
-func IsOurTemp(name string) bool { return tempPattern.MatchString(name) }
 
 // tempName is putFile's hidden temporary name for name.
 func tempName(name string) string {

@@ -55,7 +55,7 @@ type ReplayRequest struct {
 func (d *Daemon) Replay(ctx context.Context, q ReplayRequest) (*ledger.Intake, error) {
 	id := q.ID
 	if q.Actor == "" || q.Reason == "" {
-		return nil, fmt.Errorf("%w: an actor and a reason are required", ErrDecision)
+		return nil, fmt.Errorf("%w: an actor and a reason are required", ledger.ErrDecision)
 	}
 	var orig *ledger.Intake
 	for _, pid := range d.order {
@@ -68,15 +68,15 @@ func (d *Daemon) Replay(ctx context.Context, q ReplayRequest) (*ledger.Intake, e
 		}
 	}
 	if orig == nil {
-		return nil, fmt.Errorf("%w: no intake %d of a configured partner", ErrDecision, id)
+		return nil, fmt.Errorf("%w: no intake %d of a configured partner", ledger.ErrDecision, id)
 	}
 	if orig.State != ledger.StateArchived && orig.State != ledger.StateDuplicate {
-		return nil, fmt.Errorf("%w: intake %d is %s; only finished files are replayed", ErrDecision, id, orig.State)
+		return nil, fmt.Errorf("%w: intake %d is %s; only finished files are replayed", ledger.ErrDecision, id, orig.State)
 	}
 	// a compressed file's expanded copy is made again from the original
 	// (dropExpanded removed it when the file finished)
 	if !q.Handover && !d.spool.Has(orig.Partner, orig.DataSHA256, orig.DataSize) && !d.spool.Has(orig.Partner, orig.SHA256, orig.Size) {
-		return nil, fmt.Errorf("%w: the spool no longer holds the bytes of intake %d", ErrDecision, id)
+		return nil, fmt.Errorf("%w: the spool no longer holds the bytes of intake %d", ledger.ErrDecision, id)
 	}
 	p := d.parts[orig.Partner]
 	// root is the intake the replay writes as, the one that brought the
@@ -92,7 +92,7 @@ func (d *Daemon) Replay(ctx context.Context, q ReplayRequest) (*ledger.Intake, e
 			return nil, fmt.Errorf("replay: %w", err)
 		}
 		if brought == 0 {
-			return nil, fmt.Errorf("%w: no intake before duplicate %d brought its bytes of batch %s", ErrDecision, id, orig.BatchID)
+			return nil, fmt.Errorf("%w: no intake before duplicate %d brought its bytes of batch %s", ledger.ErrDecision, id, orig.BatchID)
 		}
 		root = brought
 	}
@@ -104,7 +104,7 @@ func (d *Daemon) Replay(ctx context.Context, q ReplayRequest) (*ledger.Intake, e
 		}
 		switch {
 		case newer != 0 && !q.ForceOlder:
-			return nil, fmt.Errorf("%w: intake %d is a snapshot older than intake %d, which its feed has applied since: replayed, it would undo the newer one (--force-older replays it all the same, audited)", ErrDecision, id, newer)
+			return nil, fmt.Errorf("%w: intake %d is a snapshot older than intake %d, which its feed has applied since: replayed, it would undo the newer one (--force-older replays it all the same, audited)", ledger.ErrDecision, id, newer)
 		case newer != 0:
 			override = OverrideOlder
 		}
@@ -113,7 +113,7 @@ func (d *Daemon) Replay(ctx context.Context, q ReplayRequest) (*ledger.Intake, e
 		OpsWorker(d.cfg.WorkerID), root, override, q.Request, q.Actor, q.Reason, q.Handover)
 	var live *ledger.LiveReplayError
 	if errors.As(err, &live) {
-		return nil, fmt.Errorf("%w: %w", ErrDecision, err)
+		return nil, fmt.Errorf("%w: %w", ledger.ErrDecision, err)
 	}
 	if err == nil {
 		err = fault.Check("replay:inserted") // the commit's reply lost

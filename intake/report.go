@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/partner-intake/partner-intake/intake/ledger"
+	"github.com/partner-intake/partner-intake/intake/sitename"
 	"github.com/partner-intake/partner-intake/partners"
 )
 
@@ -56,18 +57,12 @@ type ReceiptRows struct {
 	DeleteKept int64 `json:"delete_kept_outside_edit,omitempty"`
 }
 
-// Suffixes of a file's reports.
-const (
-	ReceiptSuffix = ".receipt.json"
-	RejectsSuffix = ".rejects.csv"
-)
-
 // reportStem names a file's reports: <batch>.<intake_id>, unique per
 // observed file so a resend's receipt never overwrites the original's;
 // with either suffix within maxRemoteName bytes.
 func reportStem(in *ledger.Intake) string {
 	if in.BatchID != "" {
-		return fitStem("", in.BatchID, fmt.Sprintf(".%d", in.ID), ReceiptSuffix+EncryptedSuffix)
+		return fitStem("", in.BatchID, fmt.Sprintf(".%d", in.ID), sitename.ReceiptSuffix+sitename.EncryptedSuffix)
 	}
 	return fmt.Sprintf("intake-%d", in.ID)
 }
@@ -93,7 +88,7 @@ func (r *fileRun) writeReports(ctx context.Context, rc Receipt) error {
 	if err != nil {
 		return err
 	}
-	name := reportStem(in) + ReceiptSuffix
+	name := reportStem(in) + sitename.ReceiptSuffix
 	if data, name, err = sealReport(r.feedPGP(), data, name); err != nil {
 		return err
 	}
@@ -117,8 +112,8 @@ func (r *fileRun) dropStaleRejects(ctx context.Context) error {
 	if err := r.fence(ctx, "stale rejects"); err != nil {
 		return err
 	}
-	name := path.Join(r.sess.Layout.ReportsDir(), reportStem(r.in)+RejectsSuffix)
-	for _, p := range []string{name, name + EncryptedSuffix} {
+	name := path.Join(r.sess.Layout.ReportsDir(), reportStem(r.in)+sitename.RejectsSuffix)
+	for _, p := range []string{name, name + sitename.EncryptedSuffix} {
 		if err := r.sess.Remove(p); err != nil && !partners.IsNotExist(err) {
 			return fmt.Errorf("remove stale rejects report: %w", err)
 		}
@@ -153,7 +148,7 @@ func (r *fileRun) putRejects(ctx context.Context, dir string) (string, error) {
 		os.Remove(f.Name())
 	}()
 	bw := bufio.NewWriterSize(f, 64<<10)
-	w, name, err := sealTo(bw, r.feedPGP(), reportStem(r.in)+RejectsSuffix)
+	w, name, err := sealTo(bw, r.feedPGP(), reportStem(r.in)+sitename.RejectsSuffix)
 	if err != nil {
 		return "", err
 	}

@@ -90,7 +90,7 @@ func TestReplayOfAnOlderSnapshotIsRefusedUnlessForced(t *testing.T) {
 		t.Fatalf("target holds %d rows, want the second snapshot's 5", n)
 	}
 	_, err := r.d.Replay(context.Background(), intake.ReplayRequest{ID: fs[0].ID, Actor: "test", Reason: "re-apply"})
-	if !errors.Is(err, intake.ErrDecision) || !strings.Contains(err.Error(), "--force-older") {
+	if !errors.Is(err, ledger.ErrDecision) || !strings.Contains(err.Error(), "--force-older") {
 		t.Fatalf("replay of the older snapshot: %v, want it refused", err)
 	}
 	if n := count(t, pool, `SELECT count(*) FROM orders WHERE partner_id = 'sr'`); n != 5 {

@@ -62,7 +62,7 @@ func (d *Daemon) newRun(p *partnerRT, sess *partners.Session, in *ledger.Intake)
 	r := &fileRun{d: d, p: p, sess: sess, in: in, idHold: d.hold(),
 		log: d.log.With("partner", in.Partner, "intake_id", in.ID, "feed", in.Feed)}
 	r.feed = p.cfg.Feed(in.Feed)
-	if r.feed == nil && in.Feed != NoFeed {
+	if r.feed == nil && in.Feed != ledger.NoFeed {
 		// the configuration lost the file's feed while the file was in
 		// flight: the file fails with its reason (replayable once the feed
 		// is back) rather than holding up the partner

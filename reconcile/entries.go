@@ -119,7 +119,7 @@ func (r *Reconciler) raiseStale(ctx context.Context, p *partners.Config, s *part
 				detail = fmt.Sprintf("intake %d was archived under another name", in.ID)
 			}
 		}
-		add(Finding{Kind: kind, IntakeID: in.ID, Path: f.path, NeedsHuman: true, Action: "none", Detail: detail})
+		add(ledger.Finding{Kind: kind, IntakeID: in.ID, Path: f.path, NeedsHuman: true, Action: "none", Detail: detail})
 	}
 	return nil
 }

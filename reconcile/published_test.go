@@ -13,9 +13,9 @@ import (
 
 	"github.com/partner-intake/partner-intake/intake"
 	"github.com/partner-intake/partner-intake/intake/ledger"
+	"github.com/partner-intake/partner-intake/intake/sitename"
 	"github.com/partner-intake/partner-intake/internal/fault"
 	"github.com/partner-intake/partner-intake/internal/testenv"
-	"github.com/partner-intake/partner-intake/reconcile"
 )
 
 // pausedPoll starts a poll of n with the fault step armed to pause and
@@ -78,7 +78,7 @@ func TestStalledOwnerWakingAfterATakeoverPublishesNothing(t *testing.T) {
 	taken := false
 	for i := 0; i < 10 && !taken; i++ {
 		expireLeases(t, pool)
-		taken = kinds(w2.reconcile(t))[reconcile.KindLeaseExpired] == 1
+		taken = kinds(w2.reconcile(t))[ledger.KindLeaseExpired] == 1
 	}
 	if !taken {
 		t.Fatal("w2 never took the stalled file over")
@@ -128,7 +128,7 @@ func TestKilledReceiptWriteLeavesNoTempBehind(t *testing.T) {
 		t.Fatalf("got %v, want the injected stop before the rename", err)
 	}
 	left := site.Files(t, "reports")
-	if len(left) != 1 || !intake.IsOurTemp(left[0]) {
+	if len(left) != 1 || !sitename.IsOurTemp(left[0]) {
 		t.Fatalf("reports/ holds %v, want one temporary file", left)
 	}
 	stale := filepath.Join(site.Root, "reports", left[0])
@@ -136,13 +136,13 @@ func TestKilledReceiptWriteLeavesNoTempBehind(t *testing.T) {
 	if err := os.WriteFile(fresh, []byte("{"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if fs := w1.reconcile(t); kinds(fs)[reconcile.KindStaleRemoteTemp] != 0 {
+	if fs := w1.reconcile(t); kinds(fs)[ledger.KindStaleRemoteTemp] != 0 {
 		t.Fatalf("a fresh temporary file was removed: %+v", fs)
 	}
 	old := time.Now().Add(-time.Hour)
 	os.Chtimes(stale, old, old)
 	fs := w1.reconcile(t)
-	if kinds(fs)[reconcile.KindStaleRemoteTemp] != 1 {
+	if kinds(fs)[ledger.KindStaleRemoteTemp] != 1 {
 		t.Fatalf("findings %+v, want one stale_remote_temp", fs)
 	}
 	if _, err := os.Stat(stale); !os.IsNotExist(err) {

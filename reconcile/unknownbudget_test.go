@@ -69,11 +69,11 @@ func TestCommitReplyLostOnEveryTryEndsPastTheRetryBudget(t *testing.T) {
 		}
 		unknown++
 		fs := n.reconcile(t)
-		if kinds(fs)[reconcile.KindOutcomeUnknown] != 1 || reconcile.NeedHuman(fs) {
+		if kinds(fs)[ledger.KindOutcomeUnknown] != 1 || reconcile.NeedHuman(fs) {
 			t.Fatalf("round %d: findings %+v", rounds, fs)
 		}
 		for _, x := range fs {
-			if x.Kind == reconcile.KindOutcomeUnknown && strings.Contains(x.Action, "retry budget") != (unknown == budget) {
+			if x.Kind == ledger.KindOutcomeUnknown && strings.Contains(x.Action, "retry budget") != (unknown == budget) {
 				t.Fatalf("round %d (episode %d of a budget of %d): %q", rounds, unknown, budget, x.Action)
 			}
 		}
@@ -110,7 +110,7 @@ func TestCommitReplyLostOnEveryTryEndsPastTheRetryBudget(t *testing.T) {
 	if err := n.poll(t, "unkb"); err != nil {
 		t.Fatal(err)
 	}
-	if fs := n.reconcile(t); kinds(fs)[reconcile.KindOutcomeUnknown] != 0 {
+	if fs := n.reconcile(t); kinds(fs)[ledger.KindOutcomeUnknown] != 0 {
 		t.Fatalf("findings %+v", fs)
 	}
 	if f := testenv.Files(t, pool, "unkb")[0]; f.State != "failed_terminal" || f.Chunks != budget {

@@ -44,7 +44,7 @@ type Decision struct {
 
 func (d Decision) check() error {
 	if d.Actor == "" || d.Reason == "" {
-		return fmt.Errorf("%w: an actor and a reason are required", intake.ErrDecision)
+		return fmt.Errorf("%w: an actor and a reason are required", ledger.ErrDecision)
 	}
 	return nil
 }
@@ -84,7 +84,7 @@ func Release(ctx context.Context, db *pgxpool.Pool, d Decision) error {
 			return err
 		}
 		if h == nil || *h != *seen {
-			return fmt.Errorf("%w: intake %d changed while it was being decided; look again", intake.ErrDecision, d.IntakeID)
+			return fmt.Errorf("%w: intake %d changed while it was being decided; look again", ledger.ErrDecision, d.IntakeID)
 		}
 		if r.discard {
 			return discard(ctx, tx, d)
@@ -99,7 +99,7 @@ func Release(ctx context.Context, db *pgxpool.Pool, d Decision) error {
 			return err
 		}
 		if !reopened {
-			return fmt.Errorf("%w: intake %d is in state %s", intake.ErrDecision, d.IntakeID, h.FState)
+			return fmt.Errorf("%w: intake %d is in state %s", ledger.ErrDecision, d.IntakeID, h.FState)
 		}
 		return ledger.MarkDecided(ctx, tx, d.IntakeID, "released", d.Actor, d.Reason)
 	})
@@ -117,19 +117,19 @@ type release struct {
 // planRelease decides what releasing the held file h does, or refuses.
 func planRelease(d Decision, h *ledger.Held) (release, error) {
 	if h == nil {
-		return release{}, fmt.Errorf("%w: intake %d is not held", intake.ErrDecision, d.IntakeID)
+		return release{}, fmt.Errorf("%w: intake %d is not held", ledger.ErrDecision, d.IntakeID)
 	}
 	if h.QState != "open" {
-		return release{}, fmt.Errorf("%w: intake %d was already %s", intake.ErrDecision, d.IntakeID, h.QState)
+		return release{}, fmt.Errorf("%w: intake %d was already %s", ledger.ErrDecision, d.IntakeID, h.QState)
 	}
 	r := release{action: "release"}
 	switch {
-	case h.Feed == intake.NoFeed:
-		return r, fmt.Errorf("%w: intake %d is a hostile entry (%s): it can only be discarded", intake.ErrDecision, d.IntakeID, h.Reason)
+	case h.Feed == ledger.NoFeed:
+		return r, fmt.Errorf("%w: intake %d is a hostile entry (%s): it can only be discarded", ledger.ErrDecision, d.IntakeID, h.Reason)
 	case h.Reason == ledger.ReasonNotRegular:
-		return r, fmt.Errorf("%w: intake %d was not a regular file when claimed (%s): it can only be discarded", intake.ErrDecision, d.IntakeID, h.Reason)
+		return r, fmt.Errorf("%w: intake %d was not a regular file when claimed (%s): it can only be discarded", ledger.ErrDecision, d.IntakeID, h.Reason)
 	case h.Reason == ledger.ReasonBadBatchID:
-		return r, fmt.Errorf("%w: intake %d has no usable batch id: it can only be discarded", intake.ErrDecision, d.IntakeID)
+		return r, fmt.Errorf("%w: intake %d has no usable batch id: it can only be discarded", ledger.ErrDecision, d.IntakeID)
 	case h.Reason == ledger.ReasonBatchConflict:
 		switch d.Winner {
 		case WinnerOld:
@@ -137,7 +137,7 @@ func planRelease(d Decision, h *ledger.Held) (release, error) {
 		case WinnerNew:
 			r.override, r.rebind = ledger.OverrideConflictNewWin, true
 		default:
-			return r, fmt.Errorf("%w: releasing a batch conflict needs --winner new or --winner old", intake.ErrDecision)
+			return r, fmt.Errorf("%w: releasing a batch conflict needs --winner new or --winner old", ledger.ErrDecision)
 		}
 	case h.Reason == ledger.ReasonRejectRate:
 		r.override = ledger.OverrideRejectRate
@@ -173,10 +173,10 @@ func Discard(ctx context.Context, db *pgxpool.Pool, d Decision) error {
 			return err
 		}
 		if seen == nil {
-			return fmt.Errorf("%w: intake %d is not held", intake.ErrDecision, d.IntakeID)
+			return fmt.Errorf("%w: intake %d is not held", ledger.ErrDecision, d.IntakeID)
 		}
 		if seen.QState != "open" {
-			return fmt.Errorf("%w: intake %d was already %s", intake.ErrDecision, d.IntakeID, seen.QState)
+			return fmt.Errorf("%w: intake %d was already %s", ledger.ErrDecision, d.IntakeID, seen.QState)
 		}
 		if err := ledger.AuditDecision(ctx, tx, d.IntakeID, seen.Partner, d.Request, d.Actor, d.Reason, "discard", ""); err != nil {
 			return err
@@ -186,7 +186,7 @@ func Discard(ctx context.Context, db *pgxpool.Pool, d Decision) error {
 			return err
 		}
 		if !ok || partner != seen.Partner || qstate != "open" {
-			return fmt.Errorf("%w: intake %d changed while it was being decided; look again", intake.ErrDecision, d.IntakeID)
+			return fmt.Errorf("%w: intake %d changed while it was being decided; look again", ledger.ErrDecision, d.IntakeID)
 		}
 		return discard(ctx, tx, d)
 	})
@@ -207,7 +207,7 @@ func discard(ctx context.Context, tx pgx.Tx, d Decision) error {
 		return err
 	}
 	if !closed {
-		return fmt.Errorf("%w: intake %d is not held", intake.ErrDecision, d.IntakeID)
+		return fmt.Errorf("%w: intake %d is not held", ledger.ErrDecision, d.IntakeID)
 	}
 	return ledger.MarkDecided(ctx, tx, d.IntakeID, "discarded", d.Actor, d.Reason)
 }

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/partner-intake/partner-intake/intake"
 	"github.com/partner-intake/partner-intake/intake/ledger"
 )
 
@@ -31,7 +30,7 @@ func TestWhatAReleaseDoesByWhyTheFileWasHeld(t *testing.T) {
 	}{
 		{name: "not held", h: nil, refused: true},
 		{name: "decided already", h: func() *ledger.Held { h := held(ledger.ReasonRejectRate, sha); h.QState = "released"; return h }(), refused: true},
-		{name: "a hostile entry", h: func() *ledger.Held { h := held(ledger.ReasonRejectRate, ""); h.Feed = intake.NoFeed; return h }(), refused: true},
+		{name: "a hostile entry", h: func() *ledger.Held { h := held(ledger.ReasonRejectRate, ""); h.Feed = ledger.NoFeed; return h }(), refused: true},
 		{name: "not a regular file", h: held(ledger.ReasonNotRegular, ""), refused: true},
 		{name: "no usable batch id", h: held(ledger.ReasonBadBatchID, sha), refused: true},
 		{name: "a batch conflict without a winner", h: held(ledger.ReasonBatchConflict, sha), refused: true},
@@ -51,7 +50,7 @@ func TestWhatAReleaseDoesByWhyTheFileWasHeld(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			r, err := planRelease(Decision{IntakeID: 7, Winner: tc.winner}, tc.h)
 			if tc.refused {
-				if !errors.Is(err, intake.ErrDecision) {
+				if !errors.Is(err, ledger.ErrDecision) {
 					t.Fatalf("got %+v, %v; want it refused as a decision", r, err)
 				}
 				return

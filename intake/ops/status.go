@@ -6,9 +6,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/partner-intake/partner-intake/intake"
 	"github.com/partner-intake/partner-intake/intake/ledger"
-	"github.com/partner-intake/partner-intake/reconcile"
+	"github.com/partner-intake/partner-intake/internal/rendezvous"
 )
 
 // StatusRow is one partner's line of `intake status`.
@@ -112,21 +111,21 @@ func Status(ctx context.Context, db *pgxpool.Pool, partners []string) ([]StatusR
 		}
 		idx[a.Partner].Inflight = append(idx[a.Partner].Inflight, f)
 	}
-	runs, err := reconcile.LastRuns(ctx, db, partners)
+	runs, err := ledger.LastRuns(ctx, db, partners)
 	if err != nil {
 		return nil, err
 	}
 	for p, at := range runs {
 		idx[p].FindingsAt = &at
 	}
-	findings, err := reconcile.StoredFindings(ctx, db, partners)
+	findings, err := ledger.StoredFindings(ctx, db, partners)
 	if err != nil {
 		return nil, err
 	}
 	for _, sf := range findings {
 		f := StatusFinding{Kind: sf.Kind, Path: sf.Path, Action: sf.Action, Detail: sf.Detail, IntakeID: sf.IntakeID, NeedsHuman: sf.NeedsHuman}
 		idx[sf.Partner].Findings = append(idx[sf.Partner].Findings, f)
-		if f.Kind == reconcile.KindOrphanClaim && f.IntakeID == 0 { // not adopted
+		if f.Kind == ledger.KindOrphanClaim && f.IntakeID == 0 { // not adopted
 			idx[sf.Partner].OrphanClaims++
 		}
 	}
@@ -160,7 +159,7 @@ func Status(ctx context.Context, db *pgxpool.Pool, partners []string) ([]StatusR
 	for i := range out {
 		out[i].Replicas = serving[out[i].Partner]
 		if len(out[i].Replicas) > 0 {
-			out[i].Poller = intake.Poller(out[i].Partner, out[i].Replicas)
+			out[i].Poller = rendezvous.Owner(out[i].Partner, out[i].Replicas)
 		}
 	}
 	return out, nil
