@@ -7,6 +7,7 @@ import (
 	"path"
 
 	"github.com/partner-intake/partner-intake/intake/ledger"
+	"github.com/partner-intake/partner-intake/intake/sitefile"
 	"github.com/partner-intake/partner-intake/internal/fault"
 	"github.com/partner-intake/partner-intake/partners"
 )
@@ -168,11 +169,11 @@ func reasonOf(outcome ledger.Outcome) ledger.Reason {
 }
 
 // receipt is what the receipt of a file archived with outcome says
-// beyond what the row says (receiptJSON); lost: the file vanished from
+// beyond what the row says (sitefile.ReceiptJSON); lost: the file vanished from
 // processing/ before it could be moved.
-func (r *fileRun) receipt(outcome ledger.Outcome, dupOf int64, lost bool) Receipt {
+func (r *fileRun) receipt(outcome ledger.Outcome, dupOf int64, lost bool) sitefile.Receipt {
 	in := r.in
-	rc := Receipt{Outcome: outcome, DuplicateOf: dupOf}
+	rc := sitefile.Receipt{Outcome: outcome, DuplicateOf: dupOf}
 	if lost {
 		rc.Detail = "the file disappeared from processing/ before it could be archived; its bytes are kept in intake's spool"
 	}

@@ -7,7 +7,7 @@ import (
 
 	"github.com/partner-intake/partner-intake/intake"
 	"github.com/partner-intake/partner-intake/intake/ledger"
-	"github.com/partner-intake/partner-intake/intake/sitename"
+	"github.com/partner-intake/partner-intake/intake/sitefile"
 	"github.com/partner-intake/partner-intake/internal/testenv"
 )
 
@@ -71,7 +71,7 @@ func TestReceiptsOpenedAheadTellEveryEndAndLeaveNoTemporaryFile(t *testing.T) {
 	}
 	reports := site.Files(t, "reports")
 	for _, f := range reports {
-		if sitename.IsOurTemp(filepath.Base(f)) {
+		if sitefile.IsOurTemp(filepath.Base(f)) {
 			t.Fatalf("a receipt's temporary file was left in reports/: %s (all: %v)", f, reports)
 		}
 	}
@@ -93,7 +93,7 @@ func TestAReceiptOpenedAheadAndRemovedIsWrittenAnew(t *testing.T) {
 	resume := r.pollPaused("acme", "publish:archive")
 	removed := 0
 	for _, f := range site.Files(t, "reports") {
-		if sitename.IsOurTemp(filepath.Base(f)) {
+		if sitefile.IsOurTemp(filepath.Base(f)) {
 			if err := os.Remove(filepath.Join(site.Root, "reports", f)); err != nil {
 				t.Fatal(err)
 			}
@@ -118,7 +118,7 @@ func TestAReceiptOpenedAheadAndRemovedIsWrittenAnew(t *testing.T) {
 		t.Fatalf("%d receipts published through the removed temporary file", n)
 	}
 	for _, f := range site.Files(t, "reports") {
-		if sitename.IsOurTemp(filepath.Base(f)) {
+		if sitefile.IsOurTemp(filepath.Base(f)) {
 			t.Fatalf("a temporary file was left in reports/: %s", f)
 		}
 	}

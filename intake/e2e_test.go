@@ -18,6 +18,7 @@ import (
 
 	"github.com/partner-intake/partner-intake/intake"
 	"github.com/partner-intake/partner-intake/intake/ledger"
+	"github.com/partner-intake/partner-intake/intake/sitefile"
 	"github.com/partner-intake/partner-intake/internal/fault"
 	"github.com/partner-intake/partner-intake/internal/testenv"
 	"github.com/partner-intake/partner-intake/partners"
@@ -157,13 +158,13 @@ func files(t *testing.T, pool *pgxpool.Pool, partner string) []fileRow {
 	return testenv.Files(t, pool, partner)
 }
 
-func receipt(t *testing.T, s *testenv.Site, path string) intake.Receipt {
+func receipt(t *testing.T, s *testenv.Site, path string) sitefile.Receipt {
 	t.Helper()
 	rel, err := filepath.Rel(s.Root, path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var rc intake.Receipt
+	var rc sitefile.Receipt
 	if err := json.Unmarshal([]byte(s.Read(t, rel)), &rc); err != nil {
 		t.Fatalf("receipt %s: %v", rel, err)
 	}

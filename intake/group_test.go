@@ -15,7 +15,7 @@ import (
 
 	"github.com/partner-intake/partner-intake/intake"
 	"github.com/partner-intake/partner-intake/intake/ledger"
-	"github.com/partner-intake/partner-intake/intake/sitename"
+	"github.com/partner-intake/partner-intake/intake/sitefile"
 	"github.com/partner-intake/partner-intake/internal/fault"
 	"github.com/partner-intake/partner-intake/internal/testenv"
 )
@@ -391,14 +391,14 @@ func TestGroupReceiptsAppearComplete(t *testing.T) {
 			}
 			ents, _ := os.ReadDir(dir)
 			for _, e := range ents {
-				if sitename.IsOurTemp(e.Name()) || seen[e.Name()] {
+				if sitefile.IsOurTemp(e.Name()) || seen[e.Name()] {
 					continue
 				}
 				b, err := os.ReadFile(filepath.Join(dir, e.Name()))
 				if err != nil {
 					continue // renamed over meanwhile
 				}
-				var rc intake.Receipt
+				var rc sitefile.Receipt
 				if err := json.Unmarshal(b, &rc); err != nil || rc.Outcome != ledger.OutcomeAccepted || rc.Rows.Applied != 5 || rc.Archive == "" {
 					bad = append(bad, fmt.Sprintf("%s: %q", e.Name(), b))
 					continue

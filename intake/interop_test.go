@@ -17,6 +17,7 @@ import (
 	"github.com/partner-intake/partner-intake/intake"
 	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/intake/ops"
+	"github.com/partner-intake/partner-intake/intake/sitefile"
 	"github.com/partner-intake/partner-intake/internal/fault"
 	"github.com/partner-intake/partner-intake/internal/testenv"
 	"github.com/partner-intake/partner-intake/partners"
@@ -105,13 +106,13 @@ func TestEveryPartnerServerRunsTheEndToEndProtocol(t *testing.T) {
 
 // interopReceipt reads the receipt at the remote path p and checks it is
 // in reports/.
-func interopReceipt(t *testing.T, s *testenv.Site, p string) intake.Receipt {
+func interopReceipt(t *testing.T, s *testenv.Site, p string) sitefile.Receipt {
 	t.Helper()
 	rel := s.Rel(t, p)
 	if !slices.Contains(s.Files(t, "reports"), strings.TrimPrefix(rel, "reports/")) {
 		t.Fatalf("receipt %s is not in reports/ (%v)", rel, s.Files(t, "reports"))
 	}
-	var rc intake.Receipt
+	var rc sitefile.Receipt
 	if err := json.Unmarshal([]byte(s.Read(t, rel)), &rc); err != nil {
 		t.Fatalf("receipt %s: %v", rel, err)
 	}

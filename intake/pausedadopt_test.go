@@ -11,8 +11,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/partner-intake/partner-intake/intake"
 	"github.com/partner-intake/partner-intake/intake/ledger"
+	"github.com/partner-intake/partner-intake/intake/sitefile"
 	"github.com/partner-intake/partner-intake/internal/fault"
 	"github.com/partner-intake/partner-intake/internal/testenv"
 )
@@ -118,7 +118,7 @@ func pausedReplicaAdopts(t *testing.T, rowLeft bool, step string) {
 			continue
 		}
 		receipts++
-		var rc intake.Receipt
+		var rc sitefile.Receipt
 		if err := json.Unmarshal([]byte(site.Read(t, filepath.Join("reports", rel))), &rc); err != nil {
 			t.Fatalf("receipt %s: %v", rel, err)
 		}

@@ -7,8 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
-	"sync"
 	"time"
 
 	"github.com/ProtonMail/go-crypto/openpgp"
@@ -16,7 +14,7 @@ import (
 	pgperrors "github.com/ProtonMail/go-crypto/openpgp/errors"
 
 	"github.com/partner-intake/partner-intake/intake/ledger"
-	"github.com/partner-intake/partner-intake/intake/sitename"
+	"github.com/partner-intake/partner-intake/intake/pgpkeys"
 	"github.com/partner-intake/partner-intake/partners"
 	"github.com/partner-intake/partner-intake/spool"
 )
@@ -35,61 +33,6 @@ func transformOf(feed *partners.Feed, name string) string {
 	return compressionOf(name)
 }
 
-// keyFile is one key file as last read: re-read when its mtime or size
-// changes (a rotated key is picked up without a restart).
-type keyFile struct {
-	mtime time.Time
-	size  int64
-	pass  string
-	keys  openpgp.EntityList
-}
-
-// pgpKeys caches key files by path, for every daemon of the process; a
-// key's bytes, passphrase or material are never logged.
-var pgpKeys = struct {
-	sync.Mutex
-	m map[string]*keyFile
-}{m: map[string]*keyFile{}}
-
-// loadKeys reads a key file (armored or binary), from the cache while its
-// mtime and size are those last read; secret keys are decrypted with the
-// passphrase held by the environment variable passEnv.
-func loadKeys(file, passEnv string) (openpgp.EntityList, error) {
-	st, err := os.Stat(file)
-	if err != nil {
-		return nil, fmt.Errorf("pgp key file: %w", err)
-	}
-	pass := ""
-	if passEnv != "" {
-		pass = os.Getenv(passEnv)
-	}
-	pgpKeys.Lock()
-	defer pgpKeys.Unlock()
-	if k := pgpKeys.m[file]; k != nil && k.mtime.Equal(st.ModTime()) && k.size == st.Size() && k.pass == pass {
-		return k.keys, nil
-	}
-	raw, err := os.ReadFile(file)
-	if err != nil {
-		return nil, fmt.Errorf("pgp key file: %w", err)
-	}
-	var keys openpgp.EntityList
-	if bytes.Contains(raw[:min(len(raw), 64)], []byte("-----BEGIN PGP")) {
-		keys, err = openpgp.ReadArmoredKeyRing(bytes.NewReader(raw))
-	} else {
-		keys, err = openpgp.ReadKeyRing(bytes.NewReader(raw))
-	}
-	if err != nil {
-		return nil, fmt.Errorf("pgp key file %s cannot be read as OpenPGP keys", file)
-	}
-	for _, e := range keys {
-		if err := e.DecryptPrivateKeys([]byte(pass)); err != nil {
-			return nil, fmt.Errorf("pgp key file %s: a secret key cannot be unlocked with the passphrase of %s", file, passEnv)
-		}
-	}
-	pgpKeys.m[file] = &keyFile{mtime: st.ModTime(), size: st.Size(), pass: pass, keys: keys}
-	return keys, nil
-}
-
 // CheckPGPKeys is checkPGPKeys for `intake check`.
 func CheckPGPKeys(p *partners.Config) error { return checkPGPKeys(p) }
 
@@ -102,14 +45,14 @@ func checkPGPKeys(p *partners.Config) error {
 		if c == nil {
 			continue
 		}
-		if _, err := loadKeys(c.PrivateKeyFile, c.PassphraseEnv); err != nil {
+		if _, err := pgpkeys.Load(c.PrivateKeyFile, c.PassphraseEnv); err != nil {
 			return fmt.Errorf("partner %s feed %s: %w", p.ID, p.Feeds[i].Name, err)
 		}
 		for _, f := range []string{c.VerifyKeysFile, c.EncryptReportsTo} {
 			if f == "" {
 				continue
 			}
-			if _, err := loadKeys(f, ""); err != nil {
+			if _, err := pgpkeys.Load(f, ""); err != nil {
 				return fmt.Errorf("partner %s feed %s: %w", p.ID, p.Feeds[i].Name, err)
 			}
 		}
@@ -272,13 +215,13 @@ var errPGPHead = errors.New("pgp: too much before the encrypted data")
 // checks out; a held file's plaintext leaves the spool again.
 func (r *fileRun) decrypt(f io.Reader, max int64) (spool.Entry, *heldFor, error) {
 	cfg := r.feed.PGP
-	secret, err := loadKeys(cfg.PrivateKeyFile, cfg.PassphraseEnv)
+	secret, err := pgpkeys.Load(cfg.PrivateKeyFile, cfg.PassphraseEnv)
 	if err != nil {
 		return spool.Entry{}, nil, err
 	}
 	var verify openpgp.EntityList
 	if cfg.VerifyKeysFile != "" {
-		if verify, err = loadKeys(cfg.VerifyKeysFile, ""); err != nil {
+		if verify, err = pgpkeys.Load(cfg.VerifyKeysFile, ""); err != nil {
 			return spool.Entry{}, nil, err
 		}
 	}
@@ -373,86 +316,3 @@ func (r *fileRun) feedPGP() *partners.PGP {
 	}
 	return r.feed.PGP
 }
-
-// pgpOf is the pgp setting of the feed named feed, or nil.
-func pgpOf(p *partners.Config, feed string) *partners.PGP {
-	if p == nil {
-		return nil
-	}
-	for i := range p.Feeds {
-		if p.Feeds[i].Name == feed {
-			return p.Feeds[i].PGP
-		}
-	}
-	return nil
-}
-
-// sealReport encrypts a report to the partner's key when the feed says
-// encrypt_reports_to: an armored OpenPGP message signed by intake's key,
-// its name ending in EncryptedSuffix. Otherwise data and name unchanged.
-func sealReport(cfg *partners.PGP, data []byte, name string) ([]byte, string, error) {
-	if cfg == nil || cfg.EncryptReportsTo == "" {
-		return data, name, nil
-	}
-	var b bytes.Buffer
-	w, sealed, err := sealTo(&b, cfg, name)
-	if err != nil {
-		return nil, "", err
-	}
-	if _, err := w.Write(data); err != nil {
-		return nil, "", err
-	}
-	if err := w.Close(); err != nil {
-		return nil, "", err
-	}
-	return b.Bytes(), sealed, nil
-}
-
-// sealTo returns a writer that seals what is written to it into dst as
-// sealReport does, as a stream, and the sealed name; closing it ends the
-// message. Without encrypt_reports_to it writes to dst unchanged.
-func sealTo(dst io.Writer, cfg *partners.PGP, name string) (io.WriteCloser, string, error) {
-	if cfg == nil || cfg.EncryptReportsTo == "" {
-		return nopCloser{dst}, name, nil
-	}
-	to, err := loadKeys(cfg.EncryptReportsTo, "")
-	if err != nil {
-		return nil, "", err
-	}
-	secret, err := loadKeys(cfg.PrivateKeyFile, cfg.PassphraseEnv)
-	if err != nil {
-		return nil, "", err
-	}
-	var signer *openpgp.Entity
-	for _, e := range secret {
-		if _, ok := e.SigningKey(time.Now()); ok && e.PrivateKey != nil && !e.PrivateKey.Encrypted {
-			signer = e
-			break
-		}
-	}
-	aw, err := armor.Encode(dst, "PGP MESSAGE", nil)
-	if err != nil {
-		return nil, "", err
-	}
-	w, err := openpgp.Encrypt(aw, to, signer, &openpgp.FileHints{FileName: name}, nil)
-	if err != nil {
-		return nil, "", fmt.Errorf("encrypt report to %s: %w", cfg.EncryptReportsTo, err)
-	}
-	return sealWriter{w, aw}, name + sitename.EncryptedSuffix, nil
-}
-
-// sealWriter closes the OpenPGP message, then its armor.
-type sealWriter struct{ msg, armor io.WriteCloser }
-
-func (s sealWriter) Write(p []byte) (int, error) { return s.msg.Write(p) }
-
-func (s sealWriter) Close() error {
-	if err := s.msg.Close(); err != nil {
-		return err
-	}
-	return s.armor.Close()
-}
-
-type nopCloser struct{ io.Writer }
-
-func (nopCloser) Close() error { return nil }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/partner-intake/partner-intake/intake/ledger"
+	"github.com/partner-intake/partner-intake/intake/sitefile"
 	"github.com/partner-intake/partner-intake/internal/fault"
 	"github.com/partner-intake/partner-intake/partners"
 )
@@ -75,14 +76,14 @@ func (r *fileRun) hold(ctx context.Context, to ledger.State, reason ledger.Reaso
 	if err := r.fence(ctx, "reason"); err != nil {
 		return err
 	}
-	if _, err := putFile(r.sess, qdir, reasonName(path.Base(dst)), append(data, '\n')); err != nil {
+	if _, err := sitefile.Put(r.sess, qdir, sitefile.ReasonName(path.Base(dst)), append(data, '\n')); err != nil {
 		return fmt.Errorf("quarantine reason: %w", err)
 	}
 	outcome := ledger.OutcomeQuarantined
 	if to == ledger.StateFailedTerminal {
 		outcome = ledger.OutcomeFailed
 	}
-	if err := r.writeReports(ctx, Receipt{Outcome: outcome, Reason: reason, Line: line, Detail: detail, Quarantine: dst}); err != nil {
+	if err := r.writeReports(ctx, sitefile.Receipt{Outcome: outcome, Reason: reason, Line: line, Detail: detail, Quarantine: dst}); err != nil {
 		return err
 	}
 	in.ArchivePath = dst
@@ -123,7 +124,7 @@ func (r *fileRun) dropStaleReason() error {
 // removeReason removes the file's reason file from quarantine/ (gone
 // already is fine).
 func (r *fileRun) removeReason() error {
-	p := path.Join(r.sess.Layout.QuarantineDir(), reasonName(heldName(r.in.ID, r.in.RemoteName)))
+	p := path.Join(r.sess.Layout.QuarantineDir(), sitefile.ReasonName(heldName(r.in.ID, r.in.RemoteName)))
 	if err := r.sess.Remove(p); err != nil && !partners.IsNotExist(err) {
 		return fmt.Errorf("remove stale reason file: %w", err)
 	}

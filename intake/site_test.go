@@ -14,7 +14,7 @@ import (
 	"github.com/partner-intake/partner-intake/intake"
 	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/intake/ops"
-	"github.com/partner-intake/partner-intake/intake/sitename"
+	"github.com/partner-intake/partner-intake/intake/sitefile"
 	"github.com/partner-intake/partner-intake/internal/fault"
 	"github.com/partner-intake/partner-intake/internal/sshdtest"
 	"github.com/partner-intake/partner-intake/internal/testenv"
@@ -272,7 +272,7 @@ func TestAServerWhoseEmptyDirectoriesVanishIsServed(t *testing.T) {
 	}
 	receipts := 0
 	for _, n := range site.Files(t, "reports") {
-		if strings.HasSuffix(n, sitename.ReceiptSuffix) {
+		if strings.HasSuffix(n, sitefile.ReceiptSuffix) {
 			receipts++
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/partner-intake/partner-intake/intake/ledger"
+	"github.com/partner-intake/partner-intake/intake/sitefile"
 	"github.com/partner-intake/partner-intake/internal/fault"
 	"github.com/partner-intake/partner-intake/partners"
 )
@@ -124,7 +125,7 @@ func putBackFile(sess *partners.Session, claimedPath, name string) error {
 		}
 		return fmt.Errorf("put back %s: %w", path.Base(claimedPath), err)
 	}
-	dst := path.Join(sess.Layout.QuarantineDir(), fitStem(fmt.Sprintf("put-back.%d.", time.Now().UnixNano()), name, "", heldReserve))
+	dst := path.Join(sess.Layout.QuarantineDir(), sitefile.FitStem(fmt.Sprintf("put-back.%d.", time.Now().UnixNano()), name, "", heldReserve))
 	if err := sess.Rename(claimedPath, dst); err != nil && !partners.IsNotExist(err) {
 		return fmt.Errorf("put back %s: %w", path.Base(claimedPath), err)
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/partner-intake/partner-intake/intake/ledger"
+	"github.com/partner-intake/partner-intake/intake/sitefile"
 	"github.com/partner-intake/partner-intake/partners"
 )
 
@@ -49,7 +50,7 @@ type fileRun struct {
 	groupFencedAt time.Time
 	// site: the archive's steps on the site made ready during the
 	// download, or a group's read (archive_ahead.go).
-	site *background[*staged]
+	site *background[*sitefile.Staged]
 	// opening: the file opened behind its claim's RENAME, until the
 	// download takes it (openClaimed).
 	opening *partners.Opening

@@ -14,7 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/partner-intake/partner-intake/intake/ledger"
-	"github.com/partner-intake/partner-intake/intake/sitename"
+	"github.com/partner-intake/partner-intake/intake/sitefile"
 	"github.com/partner-intake/partner-intake/internal/testenv"
 	"github.com/partner-intake/partner-intake/partners"
 )
@@ -111,7 +111,7 @@ func TestEveryStateWalkedThroughTheEntryRows(t *testing.T) {
 			}
 			w := walked{state: s, released: released}
 			held := fmt.Sprintf("quarantine/%d.%s", id, name)
-			w.quarantine = []string{put(held), put(held + sitename.ReasonSuffix)}
+			w.quarantine = []string{put(held), put(held + sitefile.ReasonSuffix)}
 			w.archive = put(fmt.Sprintf("archive/%s/%s.abababababab.%d.csv", month, name[:len(name)-4], id))
 			w.elsewhere = put(fmt.Sprintf("archive/%s/%s.abababababab.%d.1.csv", month, name[:len(name)-4], id))
 			if _, err := pool.Exec(ctx, `UPDATE file_intake SET archive_path = $2 WHERE intake_id = $1`, id, w.archive); err != nil {
@@ -190,7 +190,7 @@ func TestAStaleEntryGoneOnTheSecondLookIsNotRaised(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer sess.Close()
-	reason := fmt.Sprintf("quarantine/%d.orders-1.csv%s", id, sitename.ReasonSuffix)
+	reason := fmt.Sprintf("quarantine/%d.orders-1.csv%s", id, sitefile.ReasonSuffix)
 	p := filepath.Join(site.Root, reason)
 	os.MkdirAll(filepath.Dir(p), 0o755)
 	os.WriteFile(p, []byte("{}"), 0o644)

@@ -8,9 +8,8 @@ import (
 	"path"
 	"time"
 
-	"github.com/partner-intake/partner-intake/intake"
 	"github.com/partner-intake/partner-intake/intake/ledger"
-	"github.com/partner-intake/partner-intake/intake/sitename"
+	"github.com/partner-intake/partner-intake/intake/sitefile"
 	"github.com/partner-intake/partner-intake/internal/fault"
 	"github.com/partner-intake/partner-intake/partners"
 )
@@ -19,7 +18,7 @@ import (
 // quarantine/ older than reconcile.stale_temp: a receipt or reason file
 // write killed between create and rename leaves one, and nothing else
 // would ever remove it. A live write renames its file within seconds. Only
-// names the pipeline's temporary files have (sitename.IsOurTemp) are removed, each
+// names the pipeline's temporary files have (sitefile.IsOurTemp) are removed, each
 // by the name listed once a fresh stat confirms it is still a regular file
 // that old: never a receipt, a reason file or a fresh temporary file.
 func (r *Reconciler) rowStaleRemoteTemps(ctx context.Context, p *partners.Config, s *partners.Session, add addFunc) error {
@@ -30,7 +29,7 @@ func (r *Reconciler) rowStaleRemoteTemps(ctx context.Context, p *partners.Config
 		// listing, not while it runs
 		var stale []string
 		err := s.ListDir(ctx, dir, func(e os.FileInfo) error {
-			if e.Mode().IsRegular() && sitename.IsOurTemp(e.Name()) && time.Since(e.ModTime()) >= r.cfg.StaleTemp {
+			if e.Mode().IsRegular() && sitefile.IsOurTemp(e.Name()) && time.Since(e.ModTime()) >= r.cfg.StaleTemp {
 				stale = append(stale, e.Name())
 			}
 			return nil
@@ -82,7 +81,7 @@ func (r *Reconciler) rowUnpublishedDiscards(ctx context.Context, p *partners.Con
 		return err
 	}
 	for _, in := range rows {
-		err := intake.PublishDiscarded(ctx, r.ledger, s, p, in)
+		err := sitefile.PublishDiscarded(ctx, r.ledger, s, p, in)
 		var fe *ledger.FencedError
 		if errors.As(err, &fe) {
 			continue // published meanwhile

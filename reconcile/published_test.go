@@ -11,9 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/partner-intake/partner-intake/intake"
 	"github.com/partner-intake/partner-intake/intake/ledger"
-	"github.com/partner-intake/partner-intake/intake/sitename"
+	"github.com/partner-intake/partner-intake/intake/sitefile"
 	"github.com/partner-intake/partner-intake/internal/fault"
 	"github.com/partner-intake/partner-intake/internal/testenv"
 )
@@ -38,9 +37,9 @@ func pausedPoll(t *testing.T, n *node, partner, step string) (resume func() erro
 	}
 }
 
-func readReceipt(t *testing.T, site *testenv.Site, path string) intake.Receipt {
+func readReceipt(t *testing.T, site *testenv.Site, path string) sitefile.Receipt {
 	t.Helper()
-	var rc intake.Receipt
+	var rc sitefile.Receipt
 	b, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
@@ -128,7 +127,7 @@ func TestKilledReceiptWriteLeavesNoTempBehind(t *testing.T) {
 		t.Fatalf("got %v, want the injected stop before the rename", err)
 	}
 	left := site.Files(t, "reports")
-	if len(left) != 1 || !sitename.IsOurTemp(left[0]) {
+	if len(left) != 1 || !sitefile.IsOurTemp(left[0]) {
 		t.Fatalf("reports/ holds %v, want one temporary file", left)
 	}
 	stale := filepath.Join(site.Root, "reports", left[0])

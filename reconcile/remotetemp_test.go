@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/partner-intake/partner-intake/intake/ledger"
-	"github.com/partner-intake/partner-intake/intake/sitename"
+	"github.com/partner-intake/partner-intake/intake/sitefile"
 	"github.com/partner-intake/partner-intake/internal/fault"
 	"github.com/partner-intake/partner-intake/internal/testenv"
 )
@@ -46,7 +46,7 @@ func reportsWithTemps(t *testing.T, id string) (n *node, site *testenv.Site, rec
 		t.Fatal(err)
 	}
 	for _, p := range []string{stale, fresh, dotfile, dir} {
-		if !sitename.IsOurTemp(filepath.Base(p)) && p != dotfile {
+		if !sitefile.IsOurTemp(filepath.Base(p)) && p != dotfile {
 			t.Fatalf("%s is not named as a receipt write's temporary file", p)
 		}
 	}

@@ -8,8 +8,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/partner-intake/partner-intake/intake"
 	"github.com/partner-intake/partner-intake/intake/ledger"
+	"github.com/partner-intake/partner-intake/intake/sitefile"
 	"github.com/partner-intake/partner-intake/partners"
 )
 
@@ -234,7 +234,7 @@ func PublishDecision(ctx context.Context, db *pgxpool.Pool, parts []partners.Con
 			return err
 		}
 		defer s.Close()
-		return intake.PublishDiscarded(ctx, l, s, &parts[i], in)
+		return sitefile.PublishDiscarded(ctx, l, s, &parts[i], in)
 	}
 	return nil
 }
