@@ -15,11 +15,11 @@ import (
 
 // Put writes data to dir/name atomically: into a hidden temporary name,
 // then renamed over any earlier version (posix-rename). The caller makes
-// sure it still holds the file's fencing token right before (fileRun.fence):
-// what it writes is the current truth for the partner, so it replaces what
-// an earlier attempt or an earlier decision wrote. A temporary file left by
-// a kill is removed by the reconciler once it is older than
-// reconcile.stale_temp.
+// sure it still holds the file's fencing token right before (the
+// pipeline's fileRun.fence): what it writes is the current truth for the
+// partner, so it replaces what an earlier attempt or an earlier decision
+// wrote. A temporary file left by a kill is removed by the reconciler
+// once it is older than reconcile.stale_temp.
 func Put(s *partners.Session, dir, name string, data []byte) (string, error) {
 	return PutFrom(s, dir, name, bytes.NewReader(data), int64(len(data)))
 }
@@ -47,9 +47,9 @@ func PutFrom(s *partners.Session, dir, name string, src io.ReaderAt, size int64)
 }
 
 // Staged is Put's temporary file, open, before its bytes are written
-// (Stage) and before it is renamed to its final name (publish). A
+// (Stage) and before it is renamed to its final name (Publish). A
 // group opens its receipts' temporary files beside its reads and writes
-// them beside its archive moves (group_archive.go), so a receipt costs
+// them beside its archive moves (intake/group_archive.go), so a receipt costs
 // the round trips of its close and rename alone; what the partner can see
 // is the same as Put's: the final name appears by one rename of a
 // complete, closed file.
