@@ -21,7 +21,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/partner-intake/partner-intake/intake"
+	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/intake/ops"
 	"github.com/partner-intake/partner-intake/intake/target"
 	"github.com/partner-intake/partner-intake/internal/inert"
@@ -293,7 +293,7 @@ func (s *Server) held(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.render(w, http.StatusOK, "held", page{Me: identityOf(r), Title: "Held files", Data: struct {
-		Items []ops.QuarantineItem
+		Items []ledger.QuarantineItem
 		Pager pager
 	}{items, newPager(r.URL, n, total)}})
 }
@@ -324,12 +324,12 @@ func (s *Server) file(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.render(w, http.StatusOK, "file", page{Me: identityOf(r), Title: fmt.Sprintf("Intake %d", id), Data: struct {
-		S       *ops.FileStory
-		Audit   []ops.AuditEntry
+		S       *ledger.FileStory
+		Audit   []ledger.AuditEntry
 		Held    bool
 		Waiting bool
 		Done    string
-	}{st, audit, st.QState == "open", st.State == string(intake.StateAwaitingApproval), r.URL.Query().Get("request")}})
+	}{st, audit, st.QState == "open", st.State == string(ledger.StateAwaitingApproval), r.URL.Query().Get("request")}})
 }
 
 func (s *Server) plans(w http.ResponseWriter, r *http.Request) {
@@ -340,7 +340,7 @@ func (s *Server) plans(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	type row struct {
-		ops.WaitingPlan
+		ledger.WaitingPlan
 		C target.PlanCounts
 	}
 	rows := make([]row, len(ps))
@@ -405,14 +405,14 @@ func (s *Server) plan(w http.ResponseWriter, r *http.Request) {
 		pg = newPager(r.URL, n, total)
 	}
 	s.render(w, http.StatusOK, "plan", page{Me: me, Title: fmt.Sprintf("Plan of intake %d", id), Data: struct {
-		V       *ops.PlanView
+		V       *ledger.PlanView
 		C       target.PlanCounts
 		Changes []target.PlanChange
 		Pager   pager
 		Action  string
 		Actions []string
 		Waiting bool
-	}{v, c, changes, pg, action, sampleActions[1:], v.State == string(intake.StateAwaitingApproval)}})
+	}{v, c, changes, pg, action, sampleActions[1:], v.State == string(ledger.StateAwaitingApproval)}})
 }
 
 func (s *Server) audit(w http.ResponseWriter, r *http.Request) {
@@ -439,7 +439,7 @@ func (s *Server) audit(w http.ResponseWriter, r *http.Request) {
 		pg.Prev = u.RequestURI()
 	}
 	s.render(w, http.StatusOK, "audit", page{Me: identityOf(r), Title: "Audit log", Data: struct {
-		Entries []ops.AuditEntry
+		Entries []ledger.AuditEntry
 		Pager   pager
 		Intake  int64
 		Request string
@@ -497,7 +497,7 @@ func (s *Server) decide(action string) http.HandlerFunc {
 				}
 			}
 		case "approve", "reject":
-			d := ops.PlanDecision{IntakeID: id, Partners: s.deps.Partners, Actor: me.Name, Reason: reason,
+			d := ledger.PlanDecision{IntakeID: id, Partners: s.deps.Partners, Actor: me.Name, Reason: reason,
 				PlanHash: r.PostFormValue("plan_hash"), SnapshotFeeds: s.deps.SnapshotFeeds, Request: request}
 			if action == "approve" {
 				err = ops.Approve(ctx, s.deps.Pool, d)
@@ -505,7 +505,7 @@ func (s *Server) decide(action string) http.HandlerFunc {
 				err = ops.Reject(ctx, s.deps.Pool, d)
 			}
 		}
-		if errors.Is(err, intake.ErrDecision) || errors.Is(err, ops.ErrPlanDecision) {
+		if errors.Is(err, ledger.ErrDecision) || errors.Is(err, ledger.ErrPlanDecision) {
 			s.message(w, http.StatusConflict, me, "Refused", fmt.Sprintf("%s of intake %d refused (request %s): %v", action, id, request, err))
 			return
 		}

@@ -2,10 +2,11 @@ package intake
 
 import (
 	"context"
-	"hash/fnv"
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/partner-intake/partner-intake/internal/rendezvous"
 )
 
 // Partner affinity. With several replicas on one database, each partner is
@@ -87,7 +88,7 @@ func (d *Daemon) owns(ctx context.Context, partner string) bool {
 		return true // the others are unknown: two pollers are safe, none would stall the partner
 	}
 	workers := append([]string{d.cfg.WorkerID}, d.peers.serving[partner]...)
-	mine := owner(partner, workers) == d.cfg.WorkerID
+	mine := rendezvous.Owner(partner, workers) == d.cfg.WorkerID
 	v := 0.0
 	if mine {
 		v = 1
@@ -105,7 +106,7 @@ func newlyOwned(me string, ids []string, prev, now map[string][]string) []string
 		if slices.Equal(prev[id], now[id]) {
 			continue
 		}
-		if owner(id, append([]string{me}, now[id]...)) == me && owner(id, append([]string{me}, prev[id]...)) != me {
+		if rendezvous.Owner(id, append([]string{me}, now[id]...)) == me && rendezvous.Owner(id, append([]string{me}, prev[id]...)) != me {
 			out = append(out, id)
 		}
 	}
@@ -124,34 +125,3 @@ func (d *Daemon) notPolling(p *partnerRT) {
 	d.metrics.readyFiles.DeleteLabelValues(p.cfg.ID)
 	d.metrics.oldestReady.DeleteLabelValues(p.cfg.ID)
 }
-
-// owner picks the replica that polls a partner: highest rendezvous weight,
-// ties to the smaller id. Duplicates in workers are harmless.
-func owner(partner string, workers []string) string {
-	best, bestW := "", uint64(0)
-	for _, w := range workers {
-		h := fnv.New64a()
-		h.Write([]byte(w))
-		h.Write([]byte{0})
-		h.Write([]byte(partner))
-		x := mix(h.Sum64())
-		if best == "" || x > bestW || (x == bestW && w < best) {
-			best, bestW = w, x
-		}
-	}
-	return best
-}
-
-// mix is splitmix64's finaliser: FNV alone spreads similar names poorly.
-func mix(x uint64) uint64 {
-	x ^= x >> 30
-	x *= 0xbf58476d1ce4e5b9
-	x ^= x >> 27
-	x *= 0x94d049bb133111eb
-	return x ^ x>>31
-}
-
-// Poller is the replica that polls partner among the live workers under
-// affinity "partner" (what `intake status` shows; tests pick worker ids
-// with it).
-func Poller(partner string, workers []string) string { return owner(partner, workers) }

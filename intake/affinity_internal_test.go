@@ -3,6 +3,8 @@ package intake
 import (
 	"fmt"
 	"testing"
+
+	"github.com/partner-intake/partner-intake/internal/rendezvous"
 )
 
 func TestOwnerIsStableSpreadAndMovesOnlyWhatItMust(t *testing.T) {
@@ -12,8 +14,8 @@ func TestOwnerIsStableSpreadAndMovesOnlyWhatItMust(t *testing.T) {
 	}
 	count := map[string]int{}
 	for _, p := range parts {
-		o := owner(p, []string{"node-a", "node-b"})
-		if o != owner(p, []string{"node-b", "node-a", "node-b"}) {
+		o := rendezvous.Owner(p, []string{"node-a", "node-b"})
+		if o != rendezvous.Owner(p, []string{"node-b", "node-a", "node-b"}) {
 			t.Fatalf("%s: the owner depends on the order or repeats of the replicas", p)
 		}
 		count[o]++
@@ -25,7 +27,7 @@ func TestOwnerIsStableSpreadAndMovesOnlyWhatItMust(t *testing.T) {
 	// or b stays with the same one, and removing c again restores all
 	moved := 0
 	for _, p := range parts {
-		two, three := owner(p, []string{"node-a", "node-b"}), owner(p, []string{"node-a", "node-b", "node-c"})
+		two, three := rendezvous.Owner(p, []string{"node-a", "node-b"}), rendezvous.Owner(p, []string{"node-a", "node-b", "node-c"})
 		if three != "node-c" && three != two {
 			t.Fatalf("%s moved from %s to %s although %s is still there", p, two, three, two)
 		}
@@ -36,7 +38,7 @@ func TestOwnerIsStableSpreadAndMovesOnlyWhatItMust(t *testing.T) {
 	if moved < 40 || moved > 95 {
 		t.Fatalf("a third replica took %d of 200 partners, want about a third", moved)
 	}
-	if owner("p", []string{"only"}) != "only" {
+	if rendezvous.Owner("p", []string{"only"}) != "only" {
 		t.Fatal("a single replica does not own its partner")
 	}
 }
@@ -61,8 +63,8 @@ func TestTheViewAfterAReplicaIsGoneNamesThePartnersEachSurvivorTakes(t *testing.
 	taken := map[string]string{}
 	for _, me := range []string{"node-a", "node-c"} {
 		for _, id := range newlyOwned(me, ids, three, two) {
-			if owner(id, three[id]) != "node-b" {
-				t.Fatalf("%s took %s from %s, which is still live", me, id, owner(id, three[id]))
+			if rendezvous.Owner(id, three[id]) != "node-b" {
+				t.Fatalf("%s took %s from %s, which is still live", me, id, rendezvous.Owner(id, three[id]))
 			}
 			if taken[id] != "" {
 				t.Fatalf("%s taken by %s and %s", id, taken[id], me)
@@ -71,7 +73,7 @@ func TestTheViewAfterAReplicaIsGoneNamesThePartnersEachSurvivorTakes(t *testing.
 		}
 	}
 	for _, id := range ids {
-		if owner(id, three[id]) == "node-b" && taken[id] == "" {
+		if rendezvous.Owner(id, three[id]) == "node-b" && taken[id] == "" {
 			t.Fatalf("%s, node-b's, taken by no survivor", id)
 		}
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/partner-intake/partner-intake/intake"
+	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/intake/ops"
 	"github.com/partner-intake/partner-intake/internal/fault"
 	"github.com/partner-intake/partner-intake/internal/testenv"
@@ -334,7 +335,7 @@ func TestAFileTakenOverByAReplicaThatDoesNotPollThePartnerIsRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(fs) != 1 || fs[0].Kind != reconcile.KindLeaseExpired {
+	if len(fs) != 1 || fs[0].Kind != ledger.KindLeaseExpired {
 		t.Fatalf("findings %+v, want one lease_expired", fs)
 	}
 	pollsAfter(t, r2, []string{id}) // the poll TakenOver asked for has run

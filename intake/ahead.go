@@ -559,7 +559,7 @@ func (r *fileRun) applyAhead(ctx context.Context, tgt *target.Table) (done bool,
 			}
 		}
 		if err != nil {
-			var fe *FencedError
+			var fe *ledger.FencedError
 			if errors.As(err, &fe) || errors.Is(err, fault.ErrInjected) || ctx.Err() != nil {
 				return true, err
 			}

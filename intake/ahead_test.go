@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/partner-intake/partner-intake/intake"
+	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/internal/testenv"
 	"github.com/partner-intake/partner-intake/partners"
 )
@@ -152,7 +153,7 @@ func TestChunksAppliedAheadRollBackWhenThePlanHoldsTheFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	f := files(t, pool, "acme")[0]
-	if f.State != "quarantined" || f.Reason != string(intake.ReasonRejectRate) || f.Applied != 0 || f.Chunks != 0 {
+	if f.State != "quarantined" || f.Reason != string(ledger.ReasonRejectRate) || f.Applied != 0 || f.Chunks != 0 {
 		t.Fatalf("got %+v, want quarantined for its reject rate, nothing applied", f)
 	}
 	wantNothingWritten(t, pool, "the file was held")

@@ -109,10 +109,10 @@ func (r *fileRun) applyChunks(ctx context.Context, tgt *target.Table, pending *c
 			}
 			var se *supersededError
 			if errors.As(err, &se) {
-				return r.supersede(ctx, StateApplying, se.newer)
+				return r.supersede(ctx, ledger.StateApplying, se.newer)
 			}
 			if errors.Is(err, errChangedBeforeCommit) {
-				return r.hold(ctx, StateQuarantined, ReasonChangedAfterClaim, 0, fmt.Sprintf(
+				return r.hold(ctx, ledger.StateQuarantined, ledger.ReasonChangedAfterClaim, 0, fmt.Sprintf(
 					"the file changed after it was claimed (the partner was still writing it), found right before its last commit; %d of its chunks were applied before. Publish the complete file again under a new name", in.ChunksDone))
 			}
 			return err
@@ -122,7 +122,7 @@ func (r *fileRun) applyChunks(ctx context.Context, tgt *target.Table, pending *c
 	if err := <-readErr; err != nil {
 		return err
 	}
-	if in.State != StateApplied { // nothing left to apply (no rows, or all applied before a restart)
+	if in.State != ledger.StateApplied { // nothing left to apply (no rows, or all applied before a restart)
 		if err := r.d.ledger.MarkApplied(ctx, in); err != nil {
 			return err
 		}
@@ -252,7 +252,7 @@ func (r *fileRun) markUnknown(ctx context.Context, cu *CommitUnknownError) error
 	if spent {
 		r.log.Error("file past its retry budget with a commit outcome unknown; it fails for good once the reconciler has read the ledger", "attempts", n)
 	}
-	r.d.metrics.finished(r.in.Partner, string(StateOutcomeUnknown))
+	r.d.metrics.finished(r.in.Partner, string(ledger.StateOutcomeUnknown))
 	return nil
 }
 
@@ -268,7 +268,7 @@ func (r *fileRun) endSpent(ctx context.Context) error {
 		detail = fmt.Sprintf("the file could not be processed in %d attempts; %d of its rows were applied before it stopped and stay applied; ops have been alerted and can replay it",
 			r.in.Attempts, r.in.RowsApplied)
 	}
-	return r.hold(ctx, StateFailedTerminal, ReasonRetriesExhausted, 0, detail)
+	return r.hold(ctx, ledger.StateFailedTerminal, ledger.ReasonRetriesExhausted, 0, detail)
 }
 
 // commitChunk applies one chunk, retrying transient database errors with
@@ -294,7 +294,7 @@ func (r *fileRun) commitChunk(ctx context.Context, tgt *target.Table, ch *chunk)
 		}
 		var cu *CommitUnknownError
 		if errors.As(err, &cu) {
-			if err := r.markUnknown(ctx, cu); err != nil || r.in.State != StateApplied {
+			if err := r.markUnknown(ctx, cu); err != nil || r.in.State != ledger.StateApplied {
 				return err
 			}
 			r.d.metrics.rows(r.in.Partner, c) // landed: the ledger's counts are in r.in
@@ -334,7 +334,7 @@ func (r *fileRun) account(chunksDone int, c chunkCounts) {
 	r.in.RowsDeleteKept += c.deleteKept
 	r.in.ChunksDone = chunksDone
 	if c.fileApplied {
-		r.in.State = StateApplied
+		r.in.State = ledger.StateApplied
 	}
 	r.d.metrics.rows(r.in.Partner, c)
 	if r.progress != nil {
@@ -525,8 +525,8 @@ func (r *fileRun) frozenMapping(ctx context.Context) (done bool, err error) {
 		return true, ledger.Replan(ctx, r.d.db, in)
 	}
 	r.log.Warn("feed configuration changed part way through the apply: the file fails", "feed", in.Feed,
-		"chunks_done", in.ChunksDone, "reason", ReasonMappingChanged)
-	return true, r.hold(ctx, StateFailedTerminal, ReasonMappingChanged, 0, fmt.Sprintf(
+		"chunks_done", in.ChunksDone, "reason", ledger.ReasonMappingChanged)
+	return true, r.hold(ctx, ledger.StateFailedTerminal, ledger.ReasonMappingChanged, 0, fmt.Sprintf(
 		"the configuration of feed %s changed after %d chunk(s) of this file were applied; the rest is not applied under another mapping. Release or replay the file to apply it whole under the new one",
 		in.Feed, in.ChunksDone))
 }

@@ -82,7 +82,7 @@ func PlanHash(contentSHA, feedSHA string, total int64, c target.PlanCounts) stri
 func (r *fileRun) planApproval(ctx context.Context, sc *scan, res *planResult) error {
 	in := r.in
 	feedSHA := r.feed.Hash()
-	var next State
+	var next ledger.State
 	var rec ledger.PlanRecord
 	// approved: ops approved a plan of this file, now (the decision's
 	// run) or before (a re-plan after a mapping change found at a resume,
@@ -100,7 +100,7 @@ func (r *fileRun) planApproval(ctx context.Context, sc *scan, res *planResult) e
 		if rec.Sample, err = json.Marshal(sample); err != nil {
 			return err
 		}
-		next = StateApplying
+		next = ledger.StateApplying
 		switch {
 		case approved && in.ApprovedPlanHash == rec.Hash:
 			// the approved plan still holds: apply it
@@ -111,7 +111,7 @@ func (r *fileRun) planApproval(ctx context.Context, sc *scan, res *planResult) e
 			rec.Wait, rec.Why = r.feed.PlanWaits(res.Total, counts.Updates, counts.Deletes, held)
 		}
 		if rec.Wait {
-			next = StateAwaitingApproval
+			next = ledger.StateAwaitingApproval
 		}
 		if err := ledger.Plan(ctx, tx, in, next, res.Total, res.Rejected, feedSHA); err != nil {
 			return err
@@ -130,7 +130,7 @@ func (r *fileRun) planApproval(ctx context.Context, sc *scan, res *planResult) e
 	case rec.Replanned:
 		r.d.metrics.plans.WithLabelValues(in.Partner, "replanned").Inc()
 		r.log.Warn("approved plan no longer holds: the file awaits approval again", "plan_hash", rec.Hash,
-			"approved_hash", rec.ApprovedWas, "reason", ReasonPlanChanged)
+			"approved_hash", rec.ApprovedWas, "reason", ledger.ReasonPlanChanged)
 	case rec.Wait:
 		r.d.metrics.plans.WithLabelValues(in.Partner, "awaiting_approval").Inc()
 		r.log.Info("plan awaits approval", "plan_hash", rec.Hash, "why", rec.Why)
@@ -278,10 +278,10 @@ func (r *fileRun) rewait(ctx context.Context, pc *planChangedError) error {
 	if err != nil {
 		return err
 	}
-	in.State = StateAwaitingApproval
+	in.State = ledger.StateAwaitingApproval
 	r.d.metrics.plans.WithLabelValues(in.Partner, "replanned").Inc()
 	r.log.Warn("approved plan no longer holds at the first chunk: the file awaits approval again", "plan_hash", pc.rec.Hash,
-		"approved_hash", pc.rec.ApprovedWas, "reason", ReasonPlanChanged)
+		"approved_hash", pc.rec.ApprovedWas, "reason", ledger.ReasonPlanChanged)
 	return nil
 }
 
@@ -305,13 +305,13 @@ func (d *Daemon) resumeDecided(ctx context.Context, p *partnerRT, sess *partners
 		}
 		// the takeover and its move are one step in the partner's claim
 		// section (ledger.InClaimSection)
-		var in *Intake
+		var in *ledger.Intake
 		err := d.ledger.InClaimSection(ctx, p.cfg.ID, func(*ledger.ClaimLock) error {
 			var err error
 			in, err = d.takeOverDecided(ctx, p, sess, old, dst)
 			return err
 		})
-		var fe *FencedError
+		var fe *ledger.FencedError
 		if errors.As(err, &fe) {
 			continue // resumed or taken meanwhile
 		}
@@ -328,7 +328,7 @@ func (d *Daemon) resumeDecided(ctx context.Context, p *partnerRT, sess *partners
 
 // takeOverDecided takes a decided file over and moves it into this
 // worker's processing dir, in the partner's claim section.
-func (d *Daemon) takeOverDecided(ctx context.Context, p *partnerRT, sess *partners.Session, old *Intake, dst string) (*Intake, error) {
+func (d *Daemon) takeOverDecided(ctx context.Context, p *partnerRT, sess *partners.Session, old *ledger.Intake, dst string) (*ledger.Intake, error) {
 	in, err := d.ledger.TakeOver(ctx, old, d.cfg.WorkerID, dst)
 	if err != nil {
 		return nil, err

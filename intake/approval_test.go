@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/partner-intake/partner-intake/intake"
+	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/intake/ops"
 	"github.com/partner-intake/partner-intake/intake/target"
 	"github.com/partner-intake/partner-intake/internal/testenv"
@@ -27,7 +28,7 @@ import (
 func ratio(v float64) *float64 { return &v }
 
 // planOf reads a file's stored plan.
-func planOf(t *testing.T, pool *pgxpool.Pool, partner string, id int64) (*ops.PlanView, target.PlanCounts) {
+func planOf(t *testing.T, pool *pgxpool.Pool, partner string, id int64) (*ledger.PlanView, target.PlanCounts) {
 	t.Helper()
 	v, err := ops.ShowPlan(context.Background(), pool, id, []string{partner})
 	if err != nil || v == nil {
@@ -46,7 +47,7 @@ func audits(t *testing.T, pool *pgxpool.Pool, id int64) []string {
 }
 
 // reconcileAs runs a reconciler of worker once over the site's partner.
-func reconcileAs(t *testing.T, pool *pgxpool.Pool, worker string, site *testenv.Site) []reconcile.Finding {
+func reconcileAs(t *testing.T, pool *pgxpool.Pool, worker string, site *testenv.Site) []ledger.Finding {
 	t.Helper()
 	sp, err := spool.New(t.TempDir())
 	if err != nil {
@@ -65,7 +66,7 @@ func reconcileAs(t *testing.T, pool *pgxpool.Pool, worker string, site *testenv.
 }
 
 func approve(ctx context.Context, pool *pgxpool.Pool, partner string, id int64, hash string) error {
-	return ops.Approve(ctx, pool, ops.PlanDecision{IntakeID: id, Partners: []string{partner}, Actor: "alice", Reason: "reviewed", PlanHash: hash})
+	return ops.Approve(ctx, pool, ledger.PlanDecision{IntakeID: id, Partners: []string{partner}, Actor: "alice", Reason: "reviewed", PlanHash: hash})
 }
 
 // A plan over the feed's threshold waits in awaiting_approval without a
@@ -139,7 +140,7 @@ func TestPlanOverThresholdWaitsAndApprovedPlanApplies(t *testing.T) {
 	// neither takes the waiting file over nor adopts it as an orphan
 	execArgs(t, pool, `UPDATE file_intake SET lease_until = now() - interval '1 hour' WHERE intake_id = $1`, f2.ID)
 	for _, fd := range reconcileAs(t, pool, "w2", site) {
-		if fd.IntakeID == f2.ID || fd.Kind == reconcile.KindOrphanClaim {
+		if fd.IntakeID == f2.ID || fd.Kind == ledger.KindOrphanClaim {
 			t.Fatalf("the reconciler acted on the waiting file: %+v", fd)
 		}
 	}
@@ -155,16 +156,16 @@ func TestPlanOverThresholdWaitsAndApprovedPlanApplies(t *testing.T) {
 	}
 
 	err := approve(ctx, pool, "ap", f2.ID, strings.Repeat("0", 64))
-	if !errors.Is(err, ops.ErrPlanDecision) || !strings.Contains(err.Error(), "is not the current plan") {
+	if !errors.Is(err, ledger.ErrPlanDecision) || !strings.Contains(err.Error(), "is not the current plan") {
 		t.Fatalf("approve with a wrong hash: %v", err)
 	}
-	if err := approve(ctx, pool, "other", f2.ID, v.Hash); !errors.Is(err, ops.ErrPlanDecision) {
+	if err := approve(ctx, pool, "other", f2.ID, v.Hash); !errors.Is(err, ledger.ErrPlanDecision) {
 		t.Fatalf("approve from another partner's scope: %v", err)
 	}
 	if err := approve(ctx, pool, "ap", f2.ID, v.Hash); err != nil {
 		t.Fatal(err)
 	}
-	if err := approve(ctx, pool, "ap", f2.ID, v.Hash); !errors.Is(err, ops.ErrPlanDecision) || !strings.Contains(err.Error(), "not awaiting approval") {
+	if err := approve(ctx, pool, "ap", f2.ID, v.Hash); !errors.Is(err, ledger.ErrPlanDecision) || !strings.Contains(err.Error(), "not awaiting approval") {
 		t.Fatalf("a second approve: %v", err)
 	}
 	r.poll("ap")
@@ -230,7 +231,7 @@ func TestStaleApprovalReplansAndOldHashIsRefused(t *testing.T) {
 	if n := count(t, pool, `SELECT count(*) FROM orders WHERE partner_id = 'st' AND last_intake_id = $1`, f1.ID); n != 0 {
 		t.Fatalf("%d rows written under a plan nobody approved", n)
 	}
-	if err := approve(ctx, pool, "st", f1.ID, v1.Hash); !errors.Is(err, ops.ErrPlanDecision) {
+	if err := approve(ctx, pool, "st", f1.ID, v1.Hash); !errors.Is(err, ledger.ErrPlanDecision) {
 		t.Fatalf("the stale hash was not refused: %v", err)
 	}
 	if got := testutil.ToFloat64(r.d.Metrics().Plans.WithLabelValues("st", "replanned")); got != 1 {
@@ -269,7 +270,7 @@ func TestRejectQuarantinesAndDecisionsRaceToOneWinner(t *testing.T) {
 	if f1.State != "awaiting_approval" {
 		t.Fatalf("file %+v: 3 rows > max_rows 1", f1)
 	}
-	err := ops.Reject(ctx, pool, ops.PlanDecision{IntakeID: f1.ID, Partners: []string{"rj"}, Actor: "bob", Reason: "too big"})
+	err := ops.Reject(ctx, pool, ledger.PlanDecision{IntakeID: f1.ID, Partners: []string{"rj"}, Actor: "bob", Reason: "too big"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -278,7 +279,7 @@ func TestRejectQuarantinesAndDecisionsRaceToOneWinner(t *testing.T) {
 	if f1.State != "quarantined" || f1.Reason != "plan_rejected" {
 		t.Fatalf("rejected file %+v", f1)
 	}
-	if rc := receipt(t, site, f1.Receipt); rc.Outcome != intake.OutcomeQuarantined || rc.Reason != intake.ReasonPlanRejected {
+	if rc := receipt(t, site, f1.Receipt); rc.Outcome != ledger.OutcomeQuarantined || rc.Reason != ledger.ReasonPlanRejected {
 		t.Fatalf("receipt %+v", rc)
 	}
 	if n := count(t, pool, `SELECT count(*) FROM orders WHERE partner_id = 'rj'`); n != 0 {
@@ -297,7 +298,7 @@ func TestRejectQuarantinesAndDecisionsRaceToOneWinner(t *testing.T) {
 	if f := files(t, pool, "rj")[0]; f.State != "awaiting_approval" || f.Reason != "awaiting_approval" {
 		t.Fatalf("released rejected file %+v, want awaiting approval again", f)
 	}
-	if err := ops.Reject(ctx, pool, ops.PlanDecision{IntakeID: f1.ID, Partners: []string{"rj"}, Actor: "bob", Reason: "still too big"}); err != nil {
+	if err := ops.Reject(ctx, pool, ledger.PlanDecision{IntakeID: f1.ID, Partners: []string{"rj"}, Actor: "bob", Reason: "still too big"}); err != nil {
 		t.Fatal(err)
 	}
 	r.poll("rj")
@@ -325,7 +326,7 @@ func TestRejectQuarantinesAndDecisionsRaceToOneWinner(t *testing.T) {
 			if i%2 == 0 {
 				errs[i] = approve(ctx, pool, "rj", f3.ID, v.Hash)
 			} else {
-				errs[i] = ops.Reject(ctx, pool, ops.PlanDecision{IntakeID: f3.ID, Partners: []string{"rj"}, Actor: "carol", Reason: "race"})
+				errs[i] = ops.Reject(ctx, pool, ledger.PlanDecision{IntakeID: f3.ID, Partners: []string{"rj"}, Actor: "carol", Reason: "race"})
 			}
 		}()
 	}
@@ -335,7 +336,7 @@ func TestRejectQuarantinesAndDecisionsRaceToOneWinner(t *testing.T) {
 		switch {
 		case err == nil:
 			won++
-		case !errors.Is(err, ops.ErrPlanDecision):
+		case !errors.Is(err, ledger.ErrPlanDecision):
 			t.Fatal(err)
 		}
 	}
@@ -530,13 +531,13 @@ func TestAnApprovedPlanIsHeldToItsHashAcrossARestart(t *testing.T) {
 		// rig runs under
 		restart func(t *testing.T, pool *pgxpool.Pool, site *testenv.Site)
 		// replanned checks the fresh plan against the approved one
-		replanned func(v1, v2 *ops.PlanView, c1, c2 target.PlanCounts) bool
+		replanned func(v1, v2 *ledger.PlanView, c1, c2 target.PlanCounts) bool
 		// then runs after the file is archived
 		then func(t *testing.T, r *rig, site *testenv.Site)
 	}{
 		{"the mapping changed", "mc",
 			func(t *testing.T, pool *pgxpool.Pool, site *testenv.Site) { site.Config.Feeds[0].ChunkRows = 7 },
-			func(v1, v2 *ops.PlanView, c1, c2 target.PlanCounts) bool {
+			func(v1, v2 *ledger.PlanView, c1, c2 target.PlanCounts) bool {
 				return c2 == c1 && v2.FeedSHA != v1.FeedSHA
 			},
 			nil},
@@ -545,7 +546,7 @@ func TestAnApprovedPlanIsHeldToItsHashAcrossARestart(t *testing.T) {
 				site.Config.Feeds[0].Approval = nil
 				exec(t, pool, `INSERT INTO orders (partner_id, order_id, amount, status, placed_at, last_intake_id) VALUES ('pr', 'M-1', 1, 'new', now(), 0)`)
 			},
-			func(v1, v2 *ops.PlanView, c1, c2 target.PlanCounts) bool { return c2 != c1 },
+			func(v1, v2 *ledger.PlanView, c1, c2 target.PlanCounts) bool { return c2 != c1 },
 			func(t *testing.T, r *rig, site *testenv.Site) {
 				// without the policy, the next file is not planned against the target
 				site.Drop(t, "orders-2.csv", goodRows("M", 2))

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"path"
 
+	"github.com/partner-intake/partner-intake/intake/ledger"
+	"github.com/partner-intake/partner-intake/intake/sitefile"
 	"github.com/partner-intake/partner-intake/internal/fault"
 	"github.com/partner-intake/partner-intake/partners"
 )
@@ -16,7 +18,7 @@ import (
 // end: applied -> archived. Archive is evidence, not the commit point: the
 // rows were committed before this step, and a crash here is finished on
 // resume without re-applying anything.
-func (r *fileRun) archive(ctx context.Context, from State, outcome Outcome, dupOf int64) error {
+func (r *fileRun) archive(ctx context.Context, from ledger.State, outcome ledger.Outcome, dupOf int64) error {
 	to, reason, err := r.archiveRemote(ctx, outcome, dupOf)
 	if err != nil {
 		return err
@@ -31,7 +33,7 @@ func (r *fileRun) archive(ctx context.Context, from State, outcome Outcome, dupO
 // archiveRemote is archive's work on the partner's site: the file moved
 // to archive/, its receipt (and rejects report) published. It returns the
 // state the file ends in and its reason.
-func (r *fileRun) archiveRemote(ctx context.Context, outcome Outcome, dupOf int64) (State, Reason, error) {
+func (r *fileRun) archiveRemote(ctx context.Context, outcome ledger.Outcome, dupOf int64) (ledger.State, ledger.Reason, error) {
 	in := r.in
 	if r.p.cfg.Records() {
 		return r.archiveRecord(outcome)
@@ -77,7 +79,7 @@ func (r *fileRun) archiveRemote(ctx context.Context, outcome Outcome, dupOf int6
 	if lost {
 		// The rows are committed and the spool keeps the bytes: finish,
 		// and say so loudly (matrix row 12).
-		r.log.Error("remote file vanished from processing/ before archiving; the spool keeps the bytes", "reason", ReasonRemoteLost)
+		r.log.Error("remote file vanished from processing/ before archiving; the spool keeps the bytes", "reason", ledger.ReasonRemoteLost)
 		r.d.metrics.remoteLost.WithLabelValues(in.Partner).Inc()
 	}
 	in.ArchivePath = dst
@@ -149,42 +151,42 @@ func (r *fileRun) reclaimHeld(ctx context.Context, dir string) (dst string, ok b
 
 // endState is the state a file archived with outcome ends in, reasonOf
 // its reason.
-func endState(outcome Outcome) State {
-	if outcome == OutcomeDuplicate {
-		return StateDuplicate
+func endState(outcome ledger.Outcome) ledger.State {
+	if outcome == ledger.OutcomeDuplicate {
+		return ledger.StateDuplicate
 	}
-	return StateArchived
+	return ledger.StateArchived
 }
 
-func reasonOf(outcome Outcome) Reason {
+func reasonOf(outcome ledger.Outcome) ledger.Reason {
 	switch outcome {
-	case OutcomeDuplicate:
-		return ReasonDuplicate
-	case OutcomeSuperseded:
-		return ReasonSuperseded
+	case ledger.OutcomeDuplicate:
+		return ledger.ReasonDuplicate
+	case ledger.OutcomeSuperseded:
+		return ledger.ReasonSuperseded
 	}
 	return ""
 }
 
 // receipt is what the receipt of a file archived with outcome says
-// beyond what the row says (receiptJSON); lost: the file vanished from
+// beyond what the row says (sitefile.ReceiptJSON); lost: the file vanished from
 // processing/ before it could be moved.
-func (r *fileRun) receipt(outcome Outcome, dupOf int64, lost bool) Receipt {
+func (r *fileRun) receipt(outcome ledger.Outcome, dupOf int64, lost bool) sitefile.Receipt {
 	in := r.in
-	rc := Receipt{Outcome: outcome, DuplicateOf: dupOf}
+	rc := sitefile.Receipt{Outcome: outcome, DuplicateOf: dupOf}
 	if lost {
 		rc.Detail = "the file disappeared from processing/ before it could be archived; its bytes are kept in intake's spool"
 	}
 	if in.ReplayOf != 0 {
 		rc.Detail = fmt.Sprintf("replay of intake %d: its bytes applied again on request of ops", in.ReplayOf)
 	}
-	if outcome == OutcomeSuperseded {
+	if outcome == ledger.OutcomeSuperseded {
 		rc.DuplicateOf, rc.SupersededBy = 0, dupOf
-		rc.Reason = ReasonSuperseded
+		rc.Reason = ledger.ReasonSuperseded
 		rc.Detail = fmt.Sprintf("a newer snapshot of this feed (intake %d) was applied before this one; this file's rows are not applied, so the table keeps the newer set", dupOf)
 	}
-	if outcome == OutcomeDuplicate {
-		rc.Reason = ReasonDuplicate
+	if outcome == ledger.OutcomeDuplicate {
+		rc.Reason = ledger.ReasonDuplicate
 		rc.Detail = fmt.Sprintf("batch %s was already received with the same bytes (intake %d); nothing was applied again", in.BatchID, dupOf)
 		if r.byManifest {
 			rc.Detail = fmt.Sprintf("batch %s was already received with the bytes your manifest states (sha256 and byte count, intake %d); the file was not read and nothing was applied again", in.BatchID, dupOf)
@@ -194,7 +196,7 @@ func (r *fileRun) receipt(outcome Outcome, dupOf int64, lost bool) Receipt {
 }
 
 // archived counts and logs a file that archive finished.
-func (r *fileRun) archived(outcome Outcome, to State) {
+func (r *fileRun) archived(outcome ledger.Outcome, to ledger.State) {
 	in := r.in
 	r.d.metrics.finished(in.Partner, string(to))
 	r.log.Info("file done", "outcome", outcome, "rows_total", in.RowsTotal, "rows_applied", in.RowsApplied,

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/partner-intake/partner-intake/intake/ledger"
+	"github.com/partner-intake/partner-intake/intake/sitefile"
 	"github.com/partner-intake/partner-intake/internal/fault"
 )
 
@@ -24,7 +26,7 @@ import (
 // (archiveStaged): two round trips (pkg/sftp's own CLOSE would wait for
 // its WRITE, a third). A group's files do the same, prepared
 // beside their reads (group_fetch.go).
-// What the partner can see is as putFile's: the receipt appears by one
+// What the partner can see is as sitefile.Put's: the receipt appears by one
 // rename of a complete, closed file, under the same fence.
 
 // prepareSite starts making the file's archive ready on the site, beside
@@ -36,9 +38,9 @@ func (r *fileRun) prepareSite() {
 		return
 	}
 	sess, in, log := r.sess, r.in, r.log
-	name := reportStem(&Intake{ID: in.ID, BatchID: batchIDOf(r.feed, in.RemoteName, r.p.nocase.Load())}) + ReceiptSuffix
+	name := sitefile.ReportStem(&ledger.Intake{ID: in.ID, BatchID: batchIDOf(r.feed, in.RemoteName, r.p.nocase.Load())}) + sitefile.ReceiptSuffix
 	month := sess.Layout.ArchiveDir(in.ClaimedAt)
-	r.site = inBackground(func() (*staged, error) {
+	r.site = inBackground(func() (*sitefile.Staged, error) {
 		var wg sync.WaitGroup
 		wg.Add(1)
 		go func() {
@@ -48,7 +50,7 @@ func (r *fileRun) prepareSite() {
 			_ = sess.EnsureDir(month)
 		}()
 		defer wg.Wait()
-		st, err := stageFile(sess, sess.Layout.ReportsDir(), name, true) // a receipt: small
+		st, err := sitefile.Stage(sess, sess.Layout.ReportsDir(), name, true) // a receipt: small
 		if err != nil {
 			log.Debug("the receipt's temporary file could not be opened ahead; it is written when the file is archived", "err", err)
 		}
@@ -59,7 +61,7 @@ func (r *fileRun) prepareSite() {
 // takeReceipt waits for prepareSite and hands over the receipt's
 // temporary file it opened (nil when none): the caller publishes or
 // discards it.
-func (r *fileRun) takeReceipt() *staged {
+func (r *fileRun) takeReceipt() *sitefile.Staged {
 	st, err := r.site.wait()
 	r.site = nil
 	if err != nil {
@@ -72,7 +74,7 @@ func (r *fileRun) takeReceipt() *staged {
 // publish (the file was held, or the run ended before its archive).
 func (r *fileRun) dropSite() {
 	if st := r.takeReceipt(); st != nil {
-		st.discard()
+		st.Discard()
 	}
 }
 
@@ -91,31 +93,31 @@ func (r *fileRun) stagedFits() bool {
 // this very step ran before (the first candidate: it carries the intake
 // id); then st is closed and renamed to the receipt's name, and a
 // manifest moved beside that rename, after its file, under the same fence
-// as putFile's. ok is false when it did not do the step: more
+// as sitefile.Put's. ok is false when it did not do the step: more
 // than the move and the receipt is due (stagedFits), the move took another
 // name, the file is gone, a write failed. st is then discarded and the
 // caller goes archiveRemote's way, which finds the move already made
 // (moveOnce is idempotent) and writes the receipt anew.
-func (r *fileRun) archiveStaged(ctx context.Context, st *staged, rc Receipt) (ok bool, err error) {
+func (r *fileRun) archiveStaged(ctx context.Context, st *sitefile.Staged, rc sitefile.Receipt) (ok bool, err error) {
 	if !r.stagedFits() {
-		st.discard()
+		st.Discard()
 		return false, nil
 	}
 	in := r.in
 	if err := r.fence(ctx, "archive"); err != nil {
-		st.discard()
+		st.Discard()
 		return true, err
 	}
 	names := archiveNames(r.sess.Layout.ArchiveDir(in.ClaimedAt), in, 9)
 	rc.Archive = names[0]
-	data, err := receiptJSON(in, rc)
+	data, err := sitefile.ReceiptJSON(in, rc)
 	if err != nil {
-		st.discard()
+		st.Discard()
 		return true, err
 	}
-	data, name, err := sealReport(r.feedPGP(), data, reportStem(in)+ReceiptSuffix)
+	data, name, err := sitefile.Seal(r.feedPGP(), data, sitefile.ReportStem(in)+sitefile.ReceiptSuffix)
 	if err != nil {
-		st.discard()
+		st.Discard()
 		return true, err
 	}
 	var werr error
@@ -123,7 +125,7 @@ func (r *fileRun) archiveStaged(ctx context.Context, st *staged, rc Receipt) (ok
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		werr = st.write(bytes.NewReader(data), int64(len(data))) // discards the temporary file when it fails
+		werr = st.Write(bytes.NewReader(data), int64(len(data))) // discards the temporary file when it fails
 	}()
 	copied := r.sess.AllowCopy(in.Size) // a RENAME that copies answers late
 	dst, merr := moveOnce(r.sess, in.ClaimedPath, names)
@@ -131,17 +133,17 @@ func (r *fileRun) archiveStaged(ctx context.Context, st *staged, rc Receipt) (ok
 	wg.Wait()
 	if merr != nil || dst != names[0] || werr != nil {
 		if werr == nil {
-			st.discard()
+			st.Discard()
 		}
 		return false, nil
 	}
 	in.ArchivePath = dst
 	if err := fault.Check("archive:mid"); err != nil {
-		st.discard()
+		st.Discard()
 		return true, err
 	}
 	if err := r.fence(ctx, "receipt"); err != nil {
-		st.discard()
+		st.Discard()
 		return true, err
 	}
 	// A manifest moves beside the receipt's rename, once its file is in
@@ -155,7 +157,7 @@ func (r *fileRun) archiveStaged(ctx context.Context, st *staged, rc Receipt) (ok
 			manErr = r.archiveManifest(dst)
 		}()
 	}
-	p, err := st.publish(path.Join(r.sess.Layout.ReportsDir(), name))
+	p, err := st.Publish(path.Join(r.sess.Layout.ReportsDir(), name))
 	wg.Wait()
 	if manErr != nil {
 		// the step runs again (archiveRemote's way, the moves made stay)

@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/partner-intake/partner-intake/intake"
+	"github.com/partner-intake/partner-intake/intake/ledger"
+	"github.com/partner-intake/partner-intake/intake/sitefile"
 	"github.com/partner-intake/partner-intake/internal/testenv"
 )
 
@@ -42,11 +44,11 @@ func TestReceiptsOpenedAheadTellEveryEndAndLeaveNoTemporaryFile(t *testing.T) {
 	}
 	want := []struct {
 		state   string
-		outcome intake.Outcome
+		outcome ledger.Outcome
 	}{
-		{"archived", intake.OutcomeAccepted},
-		{"archived", intake.OutcomeAcceptedWithRejects},
-		{"duplicate", intake.OutcomeDuplicate},
+		{"archived", ledger.OutcomeAccepted},
+		{"archived", ledger.OutcomeAcceptedWithRejects},
+		{"duplicate", ledger.OutcomeDuplicate},
 		{"failed_terminal", "failed"},
 	}
 	for i, f := range fs {
@@ -69,7 +71,7 @@ func TestReceiptsOpenedAheadTellEveryEndAndLeaveNoTemporaryFile(t *testing.T) {
 	}
 	reports := site.Files(t, "reports")
 	for _, f := range reports {
-		if intake.IsOurTemp(filepath.Base(f)) {
+		if sitefile.IsOurTemp(filepath.Base(f)) {
 			t.Fatalf("a receipt's temporary file was left in reports/: %s (all: %v)", f, reports)
 		}
 	}
@@ -91,7 +93,7 @@ func TestAReceiptOpenedAheadAndRemovedIsWrittenAnew(t *testing.T) {
 	resume := r.pollPaused("acme", "publish:archive")
 	removed := 0
 	for _, f := range site.Files(t, "reports") {
-		if intake.IsOurTemp(filepath.Base(f)) {
+		if sitefile.IsOurTemp(filepath.Base(f)) {
 			if err := os.Remove(filepath.Join(site.Root, "reports", f)); err != nil {
 				t.Fatal(err)
 			}
@@ -109,14 +111,14 @@ func TestAReceiptOpenedAheadAndRemovedIsWrittenAnew(t *testing.T) {
 		t.Fatalf("got %+v, want the file archived with a receipt", fs)
 	}
 	rc := receipt(t, site, fs[0].Receipt)
-	if rc.Outcome != intake.OutcomeAccepted || rc.Archive != fs[0].Archive || rc.IntakeID != fs[0].ID {
+	if rc.Outcome != ledger.OutcomeAccepted || rc.Archive != fs[0].Archive || rc.IntakeID != fs[0].ID {
 		t.Fatalf("receipt %+v, want accepted naming archive %s", rc, fs[0].Archive)
 	}
 	if n := intake.StagedReceipts() - staged; n != 0 {
 		t.Fatalf("%d receipts published through the removed temporary file", n)
 	}
 	for _, f := range site.Files(t, "reports") {
-		if intake.IsOurTemp(filepath.Base(f)) {
+		if sitefile.IsOurTemp(filepath.Base(f)) {
 			t.Fatalf("a temporary file was left in reports/: %s", f)
 		}
 	}

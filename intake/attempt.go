@@ -7,6 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/internal/fault"
 
 	"github.com/partner-intake/partner-intake/internal/pgerr"
@@ -31,7 +32,7 @@ func (r *fileRun) settle(ctx context.Context, err error) error {
 		// the feed's table, not the file: it waits, no attempt counted,
 		// and its owner's next resume renews its lease (targethold.go)
 		if derr := r.d.ledger.Defer(ctx, r.in, targetRetry); derr != nil {
-			var fe *FencedError
+			var fe *ledger.FencedError
 			if errors.As(derr, &fe) {
 				r.fencedOut(fe.Step)
 				return nil
@@ -45,11 +46,11 @@ func (r *fileRun) settle(ctx context.Context, err error) error {
 	case kindFinal, kindRefused:
 		reason, detail := finalReason(err)
 		r.log.Error("file failed for good", "reason", reason, "err", err)
-		herr := r.hold(ctx, StateFailedTerminal, reason, 0, detail)
+		herr := r.hold(ctx, ledger.StateFailedTerminal, reason, 0, detail)
 		if herr == nil {
 			return nil
 		}
-		var fe *FencedError
+		var fe *ledger.FencedError
 		if errors.As(herr, &fe) {
 			r.fencedOut(fe.Step)
 			return nil
@@ -57,7 +58,7 @@ func (r *fileRun) settle(ctx context.Context, err error) error {
 		err = fmt.Errorf("%w (and holding the file failed: %w)", err, herr)
 	}
 	n, exhausted, rerr := r.recordAttempt(ctx, pgerr.Redact(err))
-	var fe *FencedError
+	var fe *ledger.FencedError
 	switch {
 	case errors.As(rerr, &fe):
 		r.fencedOut(fe.Step)
@@ -67,7 +68,7 @@ func (r *fileRun) settle(ctx context.Context, err error) error {
 	case exhausted:
 		r.log.Error("file failed past its retry budget", "attempts", n, "err", err)
 		detail := fmt.Sprintf("the file could not be processed in %d attempts%s; ops have been alerted and can replay it", n, lastCodes(err))
-		if herr := r.hold(ctx, StateFailedTerminal, ReasonRetriesExhausted, 0, detail); herr != nil && !sessionLost(err) {
+		if herr := r.hold(ctx, ledger.StateFailedTerminal, ledger.ReasonRetriesExhausted, 0, detail); herr != nil && !sessionLost(err) {
 			r.log.Warn("holding the file failed; tried again on its next attempt", "err", herr)
 		}
 	default:
@@ -88,16 +89,16 @@ func (r *fileRun) settle(ctx context.Context, err error) error {
 }
 
 // finalReason is the reason code and detail of a final error.
-func finalReason(err error) (Reason, string) {
+func finalReason(err error) (ledger.Reason, string) {
 	var fe *FileError
 	if errors.As(err, &fe) {
 		return fe.Reason, fe.Detail
 	}
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) {
-		return ReasonTargetError, "the database refused the file's statements (" + pgerr.Codes(pe) + "); ops have been alerted and can replay the file after the fix"
+		return ledger.ReasonTargetError, "the database refused the file's statements (" + pgerr.Codes(pe) + "); ops have been alerted and can replay the file after the fix"
 	}
-	return ReasonTargetError, "the file could not be processed; ops have been alerted"
+	return ledger.ReasonTargetError, "the file could not be processed; ops have been alerted"
 }
 
 // lastCodes is what a partner's receipt says of a file's last error: the

@@ -30,7 +30,6 @@ import (
 
 // Defaults of Config.
 const (
-	DefaultLease        = 2 * time.Minute
 	DefaultDrain        = 30 * time.Second
 	DefaultSpoolMinFree = 256 << 20
 )
@@ -117,7 +116,7 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("worker_id: %q must match %s", c.WorkerID, names.WorkerIDRule)
 	}
 	if c.Lease == 0 {
-		c.Lease = DefaultLease
+		c.Lease = ledger.DefaultLease
 	}
 	if c.Lease < 3*time.Second {
 		return fmt.Errorf("lease: %s is too short (at least 3s)", c.Lease)
@@ -166,7 +165,7 @@ func PoolConfig(url, worker string, lease time.Duration) (*pgxpool.Config, error
 		return nil, fmt.Errorf("database url: %w", err)
 	}
 	if lease == 0 {
-		lease = DefaultLease
+		lease = ledger.DefaultLease
 	}
 	ms := fmt.Sprint(lease.Milliseconds())
 	pc.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"] = ms

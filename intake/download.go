@@ -46,9 +46,9 @@ func (r *fileRun) download(ctx context.Context) error {
 		switch {
 		case err == nil:
 		case errors.Is(err, partners.ErrNotRegular):
-			return r.hold(ctx, StateFailedTerminal, ReasonManifestInvalid, 0, "the manifest is not a regular file (a symlink, or another file swapped in after the listing): it was not read")
+			return r.hold(ctx, ledger.StateFailedTerminal, ledger.ReasonManifestInvalid, 0, "the manifest is not a regular file (a symlink, or another file swapped in after the listing): it was not read")
 		case errors.Is(err, partners.ErrManifestInvalid), partners.IsNotExist(err), partners.IsPermission(err):
-			return r.hold(ctx, StateFailedTerminal, ReasonManifestInvalid, 0, "the manifest could not be read as JSON with bytes and sha256")
+			return r.hold(ctx, ledger.StateFailedTerminal, ledger.ReasonManifestInvalid, 0, "the manifest could not be read as JSON with bytes and sha256")
 		default:
 			// the site or the network failed the read, not the manifest:
 			// the file's next attempt reads it again (settle)
@@ -107,7 +107,7 @@ func (r *fileRun) download(ctx context.Context) error {
 		if errors.Is(err, errNotRegular) {
 			// before the stable check: what is at the claimed path is not
 			// the partner's file to put back
-			return r.hold(ctx, StateQuarantined, ReasonNotRegular, 0, notRegularDetail)
+			return r.hold(ctx, ledger.StateQuarantined, ledger.ReasonNotRegular, 0, notRegularDetail)
 		}
 		if r.p.cfg.Readiness == partners.ReadinessStable && in.Override == "" && !errors.Is(err, ErrRemoteLost) {
 			// the partner may still be writing into the claimed file
@@ -125,7 +125,7 @@ func (r *fileRun) download(ctx context.Context) error {
 			}
 		}
 		if errors.Is(err, spool.ErrTooLarge) {
-			return r.hold(ctx, StateQuarantined, ReasonFileTooLarge, 0, fmt.Sprintf("the file is larger than the limit of %d bytes", r.p.cfg.Limits.MaxFileBytes))
+			return r.hold(ctx, ledger.StateQuarantined, ledger.ReasonFileTooLarge, 0, fmt.Sprintf("the file is larger than the limit of %d bytes", r.p.cfg.Limits.MaxFileBytes))
 		}
 		var short *spool.ShortError
 		if errors.As(err, &short) {
@@ -136,18 +136,18 @@ func (r *fileRun) download(ctx context.Context) error {
 			return fmt.Errorf("download: %w", err)
 		}
 		if errors.Is(err, ErrRemoteLost) {
-			return r.hold(ctx, StateFailedTerminal, ReasonRemoteLost, 0, "the file disappeared from processing/ before it was downloaded")
+			return r.hold(ctx, ledger.StateFailedTerminal, ledger.ReasonRemoteLost, 0, "the file disappeared from processing/ before it was downloaded")
 		}
 		if err != nil {
 			return err
 		}
 		r.placed = r.placed || !r.byManifest // read at its claimed path by this run
-		if man != nil && in.Override != OverrideManifest && (man.Bytes != e.Size || man.SHA256 != e.SHA256) {
+		if man != nil && in.Override != ledger.OverrideManifest && (man.Bytes != e.Size || man.SHA256 != e.SHA256) {
 			if attempt < 2 {
 				r.log.Warn("bytes disagree with the manifest, fetching again")
 				continue
 			}
-			return r.hold(ctx, StateQuarantined, ReasonManifestMismatch, 0, "bytes or sha256 of the file disagree with its manifest")
+			return r.hold(ctx, ledger.StateQuarantined, ledger.ReasonManifestMismatch, 0, "bytes or sha256 of the file disagree with its manifest")
 		}
 		break
 	}
@@ -157,14 +157,14 @@ func (r *fileRun) download(ctx context.Context) error {
 		rowsWant = man.Rows
 	}
 	if !partners.ValidBatchID(batch) {
-		return r.hold(ctx, StateQuarantined, ReasonBadBatchID, 0, "no batch id usable in file names could be derived (letters, digits, '.', '_', '-'; at most 128)")
+		return r.hold(ctx, ledger.StateQuarantined, ledger.ReasonBadBatchID, 0, "no batch id usable in file names could be derived (letters, digits, '.', '_', '-'; at most 128)")
 	}
 	data, held, err := r.expand(e)
 	if err != nil {
 		return err
 	}
 	if held != nil {
-		return r.hold(ctx, StateQuarantined, held.reason, 0, held.detail)
+		return r.hold(ctx, ledger.StateQuarantined, held.reason, 0, held.detail)
 	}
 	b, err := r.d.ledger.SetSpooled(ctx, in, e.SHA256, e.Size, data.SHA256, data.Size, batch, rowsWant)
 	if err != nil {
@@ -350,7 +350,7 @@ func (r *fileRun) openClaimed() (release func(), size, max int64, src spool.Sour
 		return fail(errNotRegular)
 	}
 	max = r.p.cfg.Limits.MaxFileBytes
-	if r.in.Override == OverrideSize {
+	if r.in.Override == ledger.OverrideSize {
 		max = 1 << 62 // released by ops despite the limit
 	}
 	if st.Size() > max {
@@ -503,13 +503,13 @@ func (r *fileRun) ensureSpooled(ctx context.Context) error {
 	}
 	e, err := r.fetch(ctx, false)
 	if errors.Is(err, ErrRemoteLost) {
-		return r.hold(ctx, StateFailedTerminal, ReasonRemoteLost, 0, "neither the spool nor processing/ holds the file's bytes any more")
+		return r.hold(ctx, ledger.StateFailedTerminal, ledger.ReasonRemoteLost, 0, "neither the spool nor processing/ holds the file's bytes any more")
 	}
 	if err != nil {
 		return err
 	}
 	if e.SHA256 != in.SHA256 {
-		return r.hold(ctx, StateQuarantined, ReasonManifestMismatch, 0, "the bytes in processing/ changed after they were first downloaded")
+		return r.hold(ctx, ledger.StateQuarantined, ledger.ReasonManifestMismatch, 0, "the bytes in processing/ changed after they were first downloaded")
 	}
 	if in.DataSHA256 != in.SHA256 {
 		data, held, err := r.expand(e)
@@ -530,7 +530,7 @@ func (r *fileRun) readManifest() (*partners.Manifest, error) {
 
 // fileFailure maps a terminal parse error to a hold.
 func (r *fileRun) fileFailure(ctx context.Context, fe *rows.FileError) error {
-	return r.hold(ctx, StateFailedTerminal, Reason(fe.Reason), fe.Line, fe.Detail)
+	return r.hold(ctx, ledger.StateFailedTerminal, ledger.Reason(fe.Reason), fe.Line, fe.Detail)
 }
 
 // twoChannelBytes: a file of this size or more is read over two SFTP

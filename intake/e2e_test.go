@@ -18,6 +18,7 @@ import (
 
 	"github.com/partner-intake/partner-intake/intake"
 	"github.com/partner-intake/partner-intake/intake/ledger"
+	"github.com/partner-intake/partner-intake/intake/sitefile"
 	"github.com/partner-intake/partner-intake/internal/fault"
 	"github.com/partner-intake/partner-intake/internal/testenv"
 	"github.com/partner-intake/partner-intake/partners"
@@ -157,13 +158,13 @@ func files(t *testing.T, pool *pgxpool.Pool, partner string) []fileRow {
 	return testenv.Files(t, pool, partner)
 }
 
-func receipt(t *testing.T, s *testenv.Site, path string) intake.Receipt {
+func receipt(t *testing.T, s *testenv.Site, path string) sitefile.Receipt {
 	t.Helper()
 	rel, err := filepath.Rel(s.Root, path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var rc intake.Receipt
+	var rc sitefile.Receipt
 	if err := json.Unmarshal([]byte(s.Read(t, rel)), &rc); err != nil {
 		t.Fatalf("receipt %s: %v", rel, err)
 	}
@@ -214,7 +215,7 @@ func TestHappyPathLandsRowsAndArchivesTheFile(t *testing.T) {
 		t.Fatal("archived bytes differ from the bytes dropped")
 	}
 	rc := receipt(t, site, f.Receipt)
-	if rc.Outcome != intake.OutcomeAccepted || rc.Rows.Applied != 5 || rc.Rows.Total != 5 || rc.IntakeID != f.ID || len(rc.SHA256) != 64 {
+	if rc.Outcome != ledger.OutcomeAccepted || rc.Rows.Applied != 5 || rc.Rows.Total != 5 || rc.IntakeID != f.ID || len(rc.SHA256) != 64 {
 		t.Fatalf("receipt %+v", rc)
 	}
 	if f.Rejects != "" {
@@ -260,7 +261,7 @@ func testRejectedRowsReported(t *testing.T) {
 		t.Fatalf("got %+v, want archived 14 rows: 7 applied, 7 rejected", f)
 	}
 	rc := receipt(t, site, f.Receipt)
-	if rc.Outcome != intake.OutcomeAcceptedWithRejects || rc.Rows.Rejected != 7 || rc.Rejects == "" {
+	if rc.Outcome != ledger.OutcomeAcceptedWithRejects || rc.Rows.Rejected != 7 || rc.Rejects == "" {
 		t.Fatalf("receipt %+v", rc)
 	}
 	rel, _ := filepath.Rel(site.Root, f.Rejects)
@@ -301,7 +302,7 @@ func TestAResendOfAnAppliedBatch(t *testing.T) {
 		{"the same bytes", func(first string) string { return first }, "duplicate", "same",
 			func(t *testing.T, r *rig, site *testenv.Site, fs []fileRow, _ string) {
 				rc := receipt(t, site, fs[1].Receipt)
-				if rc.Outcome != intake.OutcomeDuplicate || rc.DuplicateOf != fs[0].ID {
+				if rc.Outcome != ledger.OutcomeDuplicate || rc.DuplicateOf != fs[0].ID {
 					t.Fatalf("duplicate receipt %+v", rc)
 				}
 				if fs[0].Receipt == fs[1].Receipt {
@@ -344,7 +345,7 @@ func TestAResendOfAnAppliedBatch(t *testing.T) {
 					t.Fatalf("reason file %+v", reason)
 				}
 				rc := receipt(t, site, fs[1].Receipt)
-				if rc.Outcome != intake.OutcomeQuarantined || rc.Reason != "batch_conflict" {
+				if rc.Outcome != ledger.OutcomeQuarantined || rc.Reason != "batch_conflict" {
 					t.Fatalf("receipt %+v", rc)
 				}
 			}},
@@ -518,7 +519,7 @@ func TestFileOverTheSizeLimitIsQuarantinedUnparsed(t *testing.T) {
 	if f.State != "quarantined" || f.Reason != "file_too_large" || f.Total != 0 {
 		t.Fatalf("got %+v, want quarantined file_too_large, unparsed", f)
 	}
-	if rc := receipt(t, site, f.Receipt); rc.Outcome != intake.OutcomeQuarantined || rc.Reason != "file_too_large" {
+	if rc := receipt(t, site, f.Receipt); rc.Outcome != ledger.OutcomeQuarantined || rc.Reason != "file_too_large" {
 		t.Fatalf("receipt %+v", rc)
 	}
 	if n := count(t, pool, `SELECT count(*) FROM orders`); n != 0 {
@@ -753,13 +754,13 @@ func TestBindWaitingOnAConcurrentBinderSeesItsBinding(t *testing.T) {
 		t.Fatal(err)
 	}
 	type result struct {
-		v     intake.Verdict
+		v     ledger.Verdict
 		owner int64
 		err   error
 	}
 	done := make(chan result, 1)
 	go func() {
-		v, owner, err := intake.BindBatch(ctx, r.d, &intake.Intake{ID: second, Token: 1, Partner: "bindrace", BatchID: "B1", SHA256: sha, DataSHA256: sha})
+		v, owner, err := intake.BindBatch(ctx, r.d, &ledger.Intake{ID: second, Token: 1, Partner: "bindrace", BatchID: "B1", SHA256: sha, DataSHA256: sha})
 		done <- result{v, owner, err}
 	}()
 	// the bind waits on the uncommitted binding's index entry
@@ -770,7 +771,7 @@ func TestBindWaitingOnAConcurrentBinderSeesItsBinding(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := <-done
-	if got.err != nil || got.v != intake.VerdictDuplicate || got.owner != first {
+	if got.err != nil || got.v != ledger.VerdictDuplicate || got.owner != first {
 		t.Fatalf("bind: verdict %v owner %d err %v; want a duplicate of intake %d", got.v, got.owner, got.err, first)
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/partners"
 	"github.com/partner-intake/partner-intake/spool"
 )
@@ -29,7 +30,7 @@ const (
 )
 
 type heldFor struct {
-	reason Reason
+	reason ledger.Reason
 	detail string
 }
 
@@ -60,7 +61,7 @@ func (r *fileRun) expand(orig spool.Entry) (spool.Entry, *heldFor, error) {
 		return orig, nil, nil
 	}
 	if kind != kindPGP && !r.feed.Allows(kind) {
-		return orig, &heldFor{ReasonCompressionNotAllowed, fmt.Sprintf("the feed does not accept %s files", kind)}, nil
+		return orig, &heldFor{ledger.ReasonCompressionNotAllowed, fmt.Sprintf("the feed does not accept %s files", kind)}, nil
 	}
 	f, err := r.d.spool.Open(r.in.Partner, orig.SHA256)
 	if err != nil {
@@ -80,18 +81,18 @@ func (r *fileRun) expand(orig spool.Entry) (spool.Entry, *heldFor, error) {
 		})
 		switch {
 		case errors.Is(err, spool.ErrTooLarge):
-			return e, &heldFor{ReasonArchiveTooLarge, fmt.Sprintf("it expands to more than %d bytes", max)}, nil
+			return e, &heldFor{ledger.ReasonArchiveTooLarge, fmt.Sprintf("it expands to more than %d bytes", max)}, nil
 		case errors.Is(err, errExpansionRatio):
-			return e, &heldFor{ReasonArchiveTooLarge, fmt.Sprintf("it expands to more than %d times its %d compressed bytes (limits.max_expansion_ratio)", ratio, orig.Size)}, nil
+			return e, &heldFor{ledger.ReasonArchiveTooLarge, fmt.Sprintf("it expands to more than %d times its %d compressed bytes (limits.max_expansion_ratio)", ratio, orig.Size)}, nil
 		case errors.Is(err, errSpoolLow):
 			return e, nil, err // the disk's, not the file's: retried later
 		case err != nil && (errors.Is(err, gzip.ErrChecksum) || errors.Is(err, gzip.ErrHeader) || errors.Is(err, zip.ErrChecksum) ||
 			errors.Is(err, zip.ErrFormat) || errors.Is(err, io.ErrUnexpectedEOF) || strings.Contains(err.Error(), "flate")):
-			return e, &heldFor{ReasonArchiveInvalid, "the compressed data is corrupt"}, nil
+			return e, &heldFor{ledger.ReasonArchiveInvalid, "the compressed data is corrupt"}, nil
 		case err != nil:
 			return e, nil, err
 		case nw.nested():
-			return e, &heldFor{ReasonArchiveNested, "the expanded file is itself compressed"}, nil
+			return e, &heldFor{ledger.ReasonArchiveNested, "the expanded file is itself compressed"}, nil
 		}
 		return e, nil, nil
 	}
@@ -99,7 +100,7 @@ func (r *fileRun) expand(orig spool.Entry) (spool.Entry, *heldFor, error) {
 	case partners.CompressionGzip:
 		zr, err := gzip.NewReader(f)
 		if err != nil {
-			return orig, &heldFor{ReasonArchiveInvalid, "not a gzip file"}, nil
+			return orig, &heldFor{ledger.ReasonArchiveInvalid, "not a gzip file"}, nil
 		}
 		defer zr.Close()
 		return put(zr)
@@ -109,37 +110,37 @@ func (r *fileRun) expand(orig spool.Entry) (spool.Entry, *heldFor, error) {
 		}
 		zr, err := zip.NewReader(f, orig.Size)
 		if err != nil {
-			return orig, &heldFor{ReasonArchiveInvalid, "not a zip file"}, nil
+			return orig, &heldFor{ledger.ReasonArchiveInvalid, "not a zip file"}, nil
 		}
 		var entry *zip.File
 		for _, zf := range zr.File {
 			name := zf.Name
 			if zf.Mode()&os.ModeSymlink != 0 {
-				return orig, &heldFor{ReasonArchiveSymlink, "an entry is a symbolic link"}, nil
+				return orig, &heldFor{ledger.ReasonArchiveSymlink, "an entry is a symbolic link"}, nil
 			}
 			if !safeEntry(name) {
-				return orig, &heldFor{ReasonArchiveBadEntry, "an entry name has '..', an absolute path or unsafe characters"}, nil
+				return orig, &heldFor{ledger.ReasonArchiveBadEntry, "an entry name has '..', an absolute path or unsafe characters"}, nil
 			}
 			if strings.HasSuffix(name, "/") {
 				continue // a directory entry
 			}
 			if entry != nil {
-				return orig, &heldFor{ReasonArchiveEntries, fmt.Sprintf("it holds %d or more files; one is allowed", 2)}, nil
+				return orig, &heldFor{ledger.ReasonArchiveEntries, fmt.Sprintf("it holds %d or more files; one is allowed", 2)}, nil
 			}
 			entry = zf
 		}
 		if entry == nil {
-			return orig, &heldFor{ReasonArchiveEntries, "it holds no file"}, nil
+			return orig, &heldFor{ledger.ReasonArchiveEntries, "it holds no file"}, nil
 		}
 		if compressionOf(entry.Name) != "" {
-			return orig, &heldFor{ReasonArchiveNested, "the entry is itself an archive"}, nil
+			return orig, &heldFor{ledger.ReasonArchiveNested, "the entry is itself an archive"}, nil
 		}
 		if entry.UncompressedSize64 > uint64(max) {
-			return orig, &heldFor{ReasonArchiveTooLarge, fmt.Sprintf("its entry declares %d bytes, more than %d", entry.UncompressedSize64, max)}, nil
+			return orig, &heldFor{ledger.ReasonArchiveTooLarge, fmt.Sprintf("its entry declares %d bytes, more than %d", entry.UncompressedSize64, max)}, nil
 		}
 		rc, err := entry.Open()
 		if err != nil {
-			return orig, &heldFor{ReasonArchiveInvalid, "the entry cannot be read"}, nil
+			return orig, &heldFor{ledger.ReasonArchiveInvalid, "the entry cannot be read"}, nil
 		}
 		defer rc.Close()
 		return put(rc)
@@ -283,11 +284,11 @@ func zipBounded(f io.ReaderAt, size int64) (*heldFor, error) {
 	}
 	switch {
 	case entries > maxZipEntries:
-		return &heldFor{ReasonArchiveDirectory, fmt.Sprintf("it lists %d entries; at most %d are read", entries, maxZipEntries)}, nil
+		return &heldFor{ledger.ReasonArchiveDirectory, fmt.Sprintf("it lists %d entries; at most %d are read", entries, maxZipEntries)}, nil
 	case dirSize > maxZipDirBytes:
-		return &heldFor{ReasonArchiveDirectory, fmt.Sprintf("its central directory is %d bytes; at most %d are read", dirSize, maxZipDirBytes)}, nil
+		return &heldFor{ledger.ReasonArchiveDirectory, fmt.Sprintf("its central directory is %d bytes; at most %d are read", dirSize, maxZipDirBytes)}, nil
 	case dirOff > dirEnd || dirOff+dirSize != dirEnd:
-		return &heldFor{ReasonArchiveInvalid, "the central directory does not end where its end record begins"}, nil
+		return &heldFor{ledger.ReasonArchiveInvalid, "the central directory does not end where its end record begins"}, nil
 	}
 	return nil, nil
 }
@@ -315,9 +316,9 @@ func (r *fileRun) dropExpanded(ctx context.Context) {
 }
 
 // finished: the file's bytes are not read again unless ops act on it.
-func finished(s State) bool {
+func finished(s ledger.State) bool {
 	switch s {
-	case StateArchived, StateDuplicate, StateQuarantined, StateFailedTerminal, StateDiscarded, StatePutBack:
+	case ledger.StateArchived, ledger.StateDuplicate, ledger.StateQuarantined, ledger.StateFailedTerminal, ledger.StateDiscarded, ledger.StatePutBack:
 		return true
 	}
 	return false

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/partner-intake/partner-intake/intake/ledger"
+	"github.com/partner-intake/partner-intake/internal/rendezvous"
 	"github.com/partner-intake/partner-intake/internal/schedule"
 )
 
@@ -61,10 +62,10 @@ func TwoChannelReads() int64 { return twoChannelReads.Load() }
 func StagedReceipts() int64 { return stagedReceipts.Load() }
 
 // Owner is the replica that partner affinity picks for a partner.
-func Owner(partner string, workers []string) string { return owner(partner, workers) }
+func Owner(partner string, workers []string) string { return rendezvous.Owner(partner, workers) }
 
 // BindBatch binds in's batch as decide does for a resumed file.
-func BindBatch(ctx context.Context, d *Daemon, in *Intake) (Verdict, int64, error) {
+func BindBatch(ctx context.Context, d *Daemon, in *ledger.Intake) (ledger.Verdict, int64, error) {
 	return d.ledger.BindBatch(ctx, in)
 }
 

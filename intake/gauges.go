@@ -6,6 +6,8 @@ import (
 	"io/fs"
 	"path/filepath"
 	"time"
+
+	"github.com/partner-intake/partner-intake/intake/ledger"
 )
 
 // refreshGauges sets the gauges that describe the whole pipeline as the
@@ -18,7 +20,7 @@ func (d *Daemon) refreshGauges(ctx context.Context) error {
 	m := d.metrics
 	order := d.partnerIDs() // a reload may change them meanwhile
 	for _, id := range order {
-		for _, st := range []State{StateClaimed, StateSpooled, StateApplying, StateApplied, StateOutcomeUnknown, StateQuarantined} {
+		for _, st := range []ledger.State{ledger.StateClaimed, ledger.StateSpooled, ledger.StateApplying, ledger.StateApplied, ledger.StateOutcomeUnknown, ledger.StateQuarantined} {
 			m.files.WithLabelValues(id, string(st)).Set(0)
 		}
 		m.oldestProcessing.WithLabelValues(id).Set(0)
@@ -39,7 +41,7 @@ func (d *Daemon) refreshGauges(ctx context.Context) error {
 	for _, g := range gs {
 		partner := g.Partner
 		switch g.State {
-		case StateAwaitingApproval:
+		case ledger.StateAwaitingApproval:
 			// waits for ops, not for a worker: not "processing"
 			m.awaiting.WithLabelValues(partner).Set(float64(g.Files))
 			m.awaitingOldest.WithLabelValues(partner).Set(g.Age)
@@ -47,7 +49,7 @@ func (d *Daemon) refreshGauges(ctx context.Context) error {
 		}
 		m.files.WithLabelValues(partner, string(g.State)).Set(float64(g.Files))
 		switch g.State {
-		case StateQuarantined:
+		case ledger.StateQuarantined:
 			m.quarantineOpen.WithLabelValues(partner).Set(float64(g.Files))
 			m.quarantineOldest.WithLabelValues(partner).Set(g.Age)
 		default:
@@ -55,7 +57,7 @@ func (d *Daemon) refreshGauges(ctx context.Context) error {
 				oldest[partner] = g.Age
 			}
 		}
-		if g.State == StateApplying {
+		if g.State == ledger.StateApplying {
 			m.inflightRows.WithLabelValues(partner).Set(g.Rows)
 			m.inflightRowsDone.WithLabelValues(partner).Set(g.RowsDone)
 			m.inflightBytes.WithLabelValues(partner).Set(g.Bytes)

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/internal/fault"
 	"github.com/partner-intake/partner-intake/internal/pgerr"
 	"github.com/partner-intake/partner-intake/partners"
@@ -102,7 +103,7 @@ func (g *fileGroup) leave(f *groupFile, reason string, err error) {
 
 // runGroup takes claimed files through the group's steps, then runs the
 // files that left the group on the per-file path.
-func (d *Daemon) runGroup(ctx context.Context, p *partnerRT, sess *partners.Session, ins []*Intake) error {
+func (d *Daemon) runGroup(ctx context.Context, p *partnerRT, sess *partners.Session, ins []*ledger.Intake) error {
 	g := &fileGroup{d: d, p: p, sess: sess}
 	for _, in := range ins {
 		r, err := d.newRun(p, sess, in)
@@ -155,7 +156,7 @@ func (g *fileGroup) run(ctx context.Context) error {
 	if err := g.fetch(ctx, tgt); err != nil {
 		return err
 	}
-	g.observe(StateClaimed, start)
+	g.observe(ledger.StateClaimed, start)
 	if len(g.files) == 0 {
 		return nil
 	}
@@ -197,7 +198,7 @@ func (g *fileGroup) run(ctx context.Context) error {
 		g.files = nil
 		return nil
 	}
-	g.observe(StateApplying, start) // the transaction plans and applies
+	g.observe(ledger.StateApplying, start) // the transaction plans and applies
 	if err := fault.Check("apply:after_commit"); err != nil {
 		return err
 	}
@@ -205,7 +206,7 @@ func (g *fileGroup) run(ctx context.Context) error {
 	if err := g.archive(ctx); err != nil {
 		return err
 	}
-	g.observe(StateApplied, start)
+	g.observe(ledger.StateApplied, start)
 	return nil
 }
 
@@ -215,7 +216,7 @@ func (g *fileGroup) run(ctx context.Context) error {
 // retry budget whichever path they take: a file still claimed past its
 // budget is failed for good by the run that takes it up (step).
 func (g *fileGroup) countUnknown(ctx context.Context, cu *CommitUnknownError) error {
-	ins := make([]*Intake, len(g.files))
+	ins := make([]*ledger.Intake, len(g.files))
 	for i, f := range g.files {
 		ins[i] = f.r.in
 	}
@@ -285,7 +286,7 @@ func (g *fileGroup) ids() []int64 {
 	return ids
 }
 
-func (g *fileGroup) observe(from State, start time.Time) {
+func (g *fileGroup) observe(from ledger.State, start time.Time) {
 	d := time.Since(start)
 	for range g.files {
 		g.d.metrics.stage(g.p.cfg.ID, from, d)
@@ -294,7 +295,7 @@ func (g *fileGroup) observe(from State, start time.Time) {
 
 // heartbeat extends the group's leases until the group's steps are done.
 // Only ids and tokens are read, which a group never changes.
-func (g *fileGroup) heartbeat(ctx context.Context, ins []*Intake) {
+func (g *fileGroup) heartbeat(ctx context.Context, ins []*ledger.Intake) {
 	everyTick(ctx, g.d.ledger.Lease()/3, func() bool {
 		if err := g.d.ledger.HeartbeatGroup(ctx, ins); err != nil && ctx.Err() == nil {
 			g.log.Warn("heartbeat failed", "err", err)

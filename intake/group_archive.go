@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/internal/fault"
 )
 
@@ -39,7 +40,7 @@ func (g *fileGroup) archive(ctx context.Context) error {
 		}
 	} else {
 		start := time.Now()
-		ids := make([]*Intake, len(done))
+		ids := make([]*ledger.Intake, len(done))
 		for i, f := range done {
 			ids[i] = f.r.in
 		}
@@ -57,14 +58,14 @@ func (g *fileGroup) archive(ctx context.Context) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, _, errs[i] = f.r.archiveRemote(ctx, OutcomeAccepted, 0) // the receipt opened beside the read (archiveStaged)
+			_, _, errs[i] = f.r.archiveRemote(ctx, ledger.OutcomeAccepted, 0) // the receipt opened beside the read (archiveStaged)
 		}()
 	}
 	wg.Wait()
 	for _, f := range done {
 		f.r.groupFencedAt = time.Time{} // the burst is over: the file's later steps check alone
 	}
-	var ins []*Intake
+	var ins []*ledger.Intake
 	var ok []*groupFile
 	for i, f := range done {
 		if errs[i] != nil {
@@ -88,8 +89,8 @@ func (g *fileGroup) archive(ctx context.Context) error {
 			f.r.fencedOut("finish as archived (group)")
 			continue
 		}
-		f.r.in.State = StateArchived
-		f.r.archived(OutcomeAccepted, StateArchived)
+		f.r.in.State = ledger.StateArchived
+		f.r.archived(ledger.OutcomeAccepted, ledger.StateArchived)
 	}
 	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/internal/fault"
 	"github.com/partner-intake/partner-intake/partners"
 )
@@ -84,7 +85,7 @@ func groupAt(p *partners.Config, cands []candidate, n int, fold bool) []candidat
 // after putting the group back: the caller walks them again one at a
 // time), whether a race showed, and an error for a rename that failed
 // otherwise than by losing a race.
-func (d *Daemon) claimGroup(ctx context.Context, p *partnerRT, sess *partners.Session, g []candidate, sequential bool) ([]*Intake, int, bool, error) {
+func (d *Daemon) claimGroup(ctx context.Context, p *partnerRT, sess *partners.Session, g []candidate, sequential bool) ([]*ledger.Intake, int, bool, error) {
 	if err := d.stillHeld(ctx); err != nil {
 		return nil, 0, false, err
 	}
@@ -139,13 +140,13 @@ func (d *Daemon) claimGroup(ctx context.Context, p *partnerRT, sess *partners.Se
 		// a file that could not be put back is recorded as claimed
 		errs = kept
 	}
-	var renamed []*Intake
+	var renamed []*ledger.Intake
 	var failed error
 	for i, c := range g[:walked] {
 		dst := sess.Layout.Processing(d.cfg.WorkerID, c.Name)
 		switch err := errs[i]; {
 		case err == nil:
-			renamed = append(renamed, &Intake{ID: ids[i], Partner: p.cfg.ID, Feed: c.Feed.Name, RemoteName: c.Name,
+			renamed = append(renamed, &ledger.Intake{ID: ids[i], Partner: p.cfg.ID, Feed: c.Feed.Name, RemoteName: c.Name,
 				ClaimedPath: dst, ListedSize: c.Size, Worker: d.cfg.WorkerID})
 		case partners.IsNotExist(err), errors.Is(err, errPutBack):
 		default:

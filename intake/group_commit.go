@@ -28,7 +28,7 @@ func (g *fileGroup) commit(ctx context.Context, tgt *target.Table) error {
 		return fmt.Errorf("group begin: %w", err)
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx))
-	ins := make([]*Intake, len(g.files))
+	ins := make([]*ledger.Intake, len(g.files))
 	for i, f := range g.files {
 		ins[i] = f.r.in
 		f.c = chunkCounts{} // a commit tried again after a refused file counts afresh
@@ -44,7 +44,7 @@ func (g *fileGroup) commit(ctx context.Context, tgt *target.Table) error {
 		switch {
 		case !ok:
 			fenced = append(fenced, f)
-		case b == nil || b.Verdict != VerdictNew:
+		case b == nil || b.Verdict != ledger.VerdictNew:
 			f.r.bound = b
 			spooledAlone = append(spooledAlone, f)
 		default:
@@ -90,12 +90,12 @@ func (g *fileGroup) commit(ctx context.Context, tgt *target.Table) error {
 		f.r.fencedOut("spooled (group)")
 	}
 	for _, f := range spooledAlone {
-		f.r.in.State = StateSpooled
+		f.r.in.State = ledger.StateSpooled
 		g.leave(f, LeftBatchBound, nil)
 	}
 	for _, f := range owners {
 		in := f.r.in
-		in.State, in.ChunksDone = StateApplied, 1
+		in.State, in.ChunksDone = ledger.StateApplied, 1
 		in.RowsTotal = int64(f.ch.rows())
 		in.RowsApplied, in.RowsUnchanged, in.RowsConflict = f.c.applied, f.c.unchanged, f.c.conflict
 		g.d.metrics.rows(in.Partner, f.c)

@@ -14,6 +14,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/partner-intake/partner-intake/intake"
+	"github.com/partner-intake/partner-intake/intake/ledger"
+	"github.com/partner-intake/partner-intake/intake/sitefile"
 	"github.com/partner-intake/partner-intake/internal/fault"
 	"github.com/partner-intake/partner-intake/internal/testenv"
 )
@@ -77,14 +79,14 @@ func TestGroupKeepsEachFilesOwnOutcome(t *testing.T) {
 			t.Fatalf("%s: %+v, want archived with 10 applied in one chunk", name, f)
 		}
 		rc := receipt(t, site, f.Receipt)
-		if rc.Outcome != intake.OutcomeAccepted || rc.IntakeID != f.ID || rc.File != name || rc.Rows.Applied != 10 || rc.Archive != f.Archive {
+		if rc.Outcome != ledger.OutcomeAccepted || rc.IntakeID != f.ID || rc.File != name || rc.Rows.Applied != 10 || rc.Archive != f.Archive {
 			t.Fatalf("%s: receipt %+v", name, rc)
 		}
 		if got := count(t, pool, `SELECT count(*) FROM orders WHERE last_intake_id = $1`, f.ID); got != 10 {
 			t.Fatalf("%s: %d target rows carry its intake id, want 10", name, got)
 		}
 	}
-	if f := m["orders-rej.csv"]; f.State != "archived" || f.Applied != 2 || f.Rejected != 1 || receipt(t, site, f.Receipt).Outcome != intake.OutcomeAcceptedWithRejects {
+	if f := m["orders-rej.csv"]; f.State != "archived" || f.Applied != 2 || f.Rejected != 1 || receipt(t, site, f.Receipt).Outcome != ledger.OutcomeAcceptedWithRejects {
 		t.Fatalf("the file with a rejected row: %+v", f)
 	}
 	if f := m["orders-dk.csv"]; f.State != "archived" || f.Applied != 1 || f.Rejected != 1 {
@@ -93,7 +95,7 @@ func TestGroupKeepsEachFilesOwnOutcome(t *testing.T) {
 	if n := count(t, pool, `SELECT count(*) FROM orders WHERE order_id = 'D-1' AND amount = 3.00`); n != 1 {
 		t.Fatal("the last line of a repeated key did not win")
 	}
-	if f := m["orders-b1.csv"]; f.State != "duplicate" || receipt(t, site, f.Receipt).Outcome != intake.OutcomeDuplicate {
+	if f := m["orders-b1.csv"]; f.State != "duplicate" || receipt(t, site, f.Receipt).Outcome != ledger.OutcomeDuplicate {
 		t.Fatalf("the exact resend: %+v", f)
 	}
 	if got := count(t, pool, `SELECT count(*) FROM orders WHERE partner_id = 'grp'`); got != 10+10+10+2+1 {
@@ -220,7 +222,7 @@ func TestGroupFilesThatLeaveLate(t *testing.T) {
 		t.Fatalf("%v files left the group for their conflicts, want 1", got)
 	}
 	m := byName(files(t, pool, "gl"))
-	if f := m["orders-3.csv"]; f.State != "failed_terminal" || f.Reason != string(intake.ReasonRemoteLost) {
+	if f := m["orders-3.csv"]; f.State != "failed_terminal" || f.Reason != string(ledger.ReasonRemoteLost) {
 		t.Fatalf("the vanished file: %+v, want failed_terminal remote_lost", f)
 	}
 	if f := m["orders-2.csv"]; f.State != "archived" || f.Applied != 2 {
@@ -230,7 +232,7 @@ func TestGroupFilesThatLeaveLate(t *testing.T) {
 	if f.State != "archived" || f.Applied != 1 || f.Confl != 1 || f.Rejects == "" {
 		t.Fatalf("the file with a conflict: %+v, want archived, 1 applied, 1 conflict, a rejects report", f)
 	}
-	if rc := receipt(t, site, f.Receipt); rc.Outcome != intake.OutcomeAcceptedWithRejects || rc.Rows.Conflict != 1 {
+	if rc := receipt(t, site, f.Receipt); rc.Outcome != ledger.OutcomeAcceptedWithRejects || rc.Rows.Conflict != 1 {
 		t.Fatalf("receipt %+v", rc)
 	}
 	rel, _ := filepath.Rel(site.Root, f.Rejects)
@@ -319,7 +321,7 @@ func TestGroupCloseFailureAfterReadIsHarmless(t *testing.T) {
 		if f.State != "archived" || f.Applied != 4 || f.Total != 4 {
 			t.Fatalf("%+v, want archived with 4 rows applied", f)
 		}
-		if rc := receipt(t, site, f.Receipt); rc.Outcome != intake.OutcomeAccepted || rc.Rows.Applied != 4 || rc.Archive != f.Archive {
+		if rc := receipt(t, site, f.Receipt); rc.Outcome != ledger.OutcomeAccepted || rc.Rows.Applied != 4 || rc.Archive != f.Archive {
 			t.Fatalf("receipt %+v", rc)
 		}
 	}
@@ -389,15 +391,15 @@ func TestGroupReceiptsAppearComplete(t *testing.T) {
 			}
 			ents, _ := os.ReadDir(dir)
 			for _, e := range ents {
-				if intake.IsOurTemp(e.Name()) || seen[e.Name()] {
+				if sitefile.IsOurTemp(e.Name()) || seen[e.Name()] {
 					continue
 				}
 				b, err := os.ReadFile(filepath.Join(dir, e.Name()))
 				if err != nil {
 					continue // renamed over meanwhile
 				}
-				var rc intake.Receipt
-				if err := json.Unmarshal(b, &rc); err != nil || rc.Outcome != intake.OutcomeAccepted || rc.Rows.Applied != 5 || rc.Archive == "" {
+				var rc sitefile.Receipt
+				if err := json.Unmarshal(b, &rc); err != nil || rc.Outcome != ledger.OutcomeAccepted || rc.Rows.Applied != 5 || rc.Archive == "" {
 					bad = append(bad, fmt.Sprintf("%s: %q", e.Name(), b))
 					continue
 				}

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/partner-intake/partner-intake/intake"
+	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/intake/ops"
 	"github.com/partner-intake/partner-intake/internal/testenv"
 	"github.com/partner-intake/partner-intake/partners"
@@ -211,7 +212,7 @@ func TestASymlinkSwappedInAfterTheListingIsHeldUnread(t *testing.T) {
 				// like a hostile entry, it can only be discarded
 				err := ops.Release(context.Background(), pool, ops.Decision{IntakeID: f.ID, Actor: "alice", Reason: "looks fine",
 					Partners: []string{"alpha"}, Worker: intake.OpsWorker("ops")})
-				if !errors.Is(err, intake.ErrDecision) {
+				if !errors.Is(err, ledger.ErrDecision) {
 					t.Fatalf("releasing the held link: %v, want a refusal", err)
 				}
 			}

@@ -14,6 +14,7 @@ import (
 	"golang.org/x/crypto/ssh/knownhosts"
 
 	"github.com/partner-intake/partner-intake/intake"
+	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/intake/ops"
 	"github.com/partner-intake/partner-intake/internal/testenv"
 	"github.com/partner-intake/partner-intake/partners"
@@ -126,10 +127,10 @@ func TestHungSiteHoldsUpNoOtherPartner(t *testing.T) {
 	for _, f := range fs {
 		kinds[f.Partner+"/"+f.Kind] = true
 	}
-	if !kinds["good/"+reconcile.KindStaleUpload] {
+	if !kinds["good/"+ledger.KindStaleUpload] {
 		t.Fatalf("the reconciler did not finish the good partner: %+v", fs)
 	}
-	if !kinds["hung/"+reconcile.KindPartnerDown] && !kinds["hung/"+reconcile.KindPartnerFailed] {
+	if !kinds["hung/"+ledger.KindPartnerDown] && !kinds["hung/"+ledger.KindPartnerFailed] {
 		t.Fatalf("the reconciler says nothing of the hung partner: %+v", fs)
 	}
 

@@ -14,6 +14,7 @@ import (
 
 	"github.com/partner-intake/partner-intake/intake"
 	"github.com/partner-intake/partner-intake/intake/ops"
+	"github.com/partner-intake/partner-intake/intake/sitefile"
 	"github.com/partner-intake/partner-intake/internal/fault"
 	"github.com/partner-intake/partner-intake/internal/testenv"
 	"github.com/partner-intake/partner-intake/partners"
@@ -310,7 +311,7 @@ func TestUpdateOnlyMode(t *testing.T) {
 	}
 }
 
-func receiptOf(t *testing.T, site *testenv.Site, f fileRow) intake.Receipt {
+func receiptOf(t *testing.T, site *testenv.Site, f fileRow) sitefile.Receipt {
 	t.Helper()
 	return receipt(t, site, f.Receipt)
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/partner-intake/partner-intake/intake"
 	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/intake/ops"
+	"github.com/partner-intake/partner-intake/intake/sitefile"
 	"github.com/partner-intake/partner-intake/internal/fault"
 	"github.com/partner-intake/partner-intake/internal/testenv"
 	"github.com/partner-intake/partner-intake/partners"
@@ -105,13 +106,13 @@ func TestEveryPartnerServerRunsTheEndToEndProtocol(t *testing.T) {
 
 // interopReceipt reads the receipt at the remote path p and checks it is
 // in reports/.
-func interopReceipt(t *testing.T, s *testenv.Site, p string) intake.Receipt {
+func interopReceipt(t *testing.T, s *testenv.Site, p string) sitefile.Receipt {
 	t.Helper()
 	rel := s.Rel(t, p)
 	if !slices.Contains(s.Files(t, "reports"), strings.TrimPrefix(rel, "reports/")) {
 		t.Fatalf("receipt %s is not in reports/ (%v)", rel, s.Files(t, "reports"))
 	}
-	var rc intake.Receipt
+	var rc sitefile.Receipt
 	if err := json.Unmarshal([]byte(s.Read(t, rel)), &rc); err != nil {
 		t.Fatalf("receipt %s: %v", rel, err)
 	}
@@ -125,7 +126,7 @@ func interopRenameReadiness(t *testing.T, r *rig, site *testenv.Site) {
 	if len(fs) != 1 || fs[0].State != "archived" || fs[0].Applied != 3 {
 		t.Fatalf("got %+v, want the file archived with 3 rows", fs)
 	}
-	if rc := interopReceipt(t, site, fs[0].Receipt); rc.Outcome != intake.OutcomeAccepted || rc.Rows.Applied != 3 || rc.IntakeID != fs[0].ID {
+	if rc := interopReceipt(t, site, fs[0].Receipt); rc.Outcome != ledger.OutcomeAccepted || rc.Rows.Applied != 3 || rc.IntakeID != fs[0].ID {
 		t.Fatalf("receipt %+v", rc)
 	}
 	if got := site.Files(t, "ready"); len(got) != 0 {
@@ -146,7 +147,7 @@ func interopRenameReadiness(t *testing.T, r *rig, site *testenv.Site) {
 	if len(fs) != 2 || fs[1].State != "duplicate" {
 		t.Fatalf("got %+v, want the resend a duplicate", fs)
 	}
-	if rc := interopReceipt(t, site, fs[1].Receipt); rc.Outcome != intake.OutcomeDuplicate || rc.DuplicateOf != fs[0].ID {
+	if rc := interopReceipt(t, site, fs[1].Receipt); rc.Outcome != ledger.OutcomeDuplicate || rc.DuplicateOf != fs[0].ID {
 		t.Fatalf("duplicate receipt %+v", rc)
 	}
 	if fs[1].Receipt == fs[0].Receipt {
@@ -173,7 +174,7 @@ func interopRenameReadiness(t *testing.T, r *rig, site *testenv.Site) {
 		if f.State != "archived" || f.Applied != 2 {
 			t.Fatalf("small file %+v, want archived with 2 rows", f)
 		}
-		if rc := interopReceipt(t, site, f.Receipt); rc.Outcome != intake.OutcomeAccepted || rc.IntakeID != f.ID {
+		if rc := interopReceipt(t, site, f.Receipt); rc.Outcome != ledger.OutcomeAccepted || rc.IntakeID != f.ID {
 			t.Fatalf("receipt %+v of %+v", rc, f)
 		}
 	}
@@ -199,7 +200,7 @@ func interopRenameReadiness(t *testing.T, r *rig, site *testenv.Site) {
 	if got, want := site.Read(t, site.Rel(t, fs[5].Rejects)), "line,column,reason,outcome,detail\n3,email,bad_email,rejected,\n4,status,not_in_enum,rejected,\n"; got != want {
 		t.Fatalf("rejects report:\n%s\nwant:\n%s", got, want)
 	}
-	if rc := interopReceipt(t, site, fs[5].Receipt); rc.Outcome != intake.OutcomeAcceptedWithRejects || rc.Rows.Rejected != 2 {
+	if rc := interopReceipt(t, site, fs[5].Receipt); rc.Outcome != ledger.OutcomeAcceptedWithRejects || rc.Rows.Rejected != 2 {
 		t.Fatalf("receipt %+v", rc)
 	}
 
@@ -298,7 +299,7 @@ func interopCrashMidClaim(t *testing.T, pool *pgxpool.Pool, site *testenv.Site) 
 	if got := site.Files(t, "processing"); len(got) != 0 {
 		t.Fatalf("processing/ still holds %v", got)
 	}
-	if rc := interopReceipt(t, site, fs[0].Receipt); rc.Outcome != intake.OutcomeAccepted || rc.IntakeID != fs[0].ID {
+	if rc := interopReceipt(t, site, fs[0].Receipt); rc.Outcome != ledger.OutcomeAccepted || rc.IntakeID != fs[0].ID {
 		t.Fatalf("receipt %+v", rc)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/partner-intake/partner-intake/intake"
+	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/internal/testenv"
 	"github.com/partner-intake/partner-intake/partners"
 )
@@ -63,7 +64,7 @@ func TestAKeyRepeatedAsTheTargetComparesKeysIsADuplicateKey(t *testing.T) {
 				t.Fatalf("rejects.csv:\n%s", got)
 			}
 			rc := receipt(t, site, f.Receipt)
-			if rc.Outcome != intake.OutcomeAcceptedWithRejects || rc.Rows.Applied != 2 || rc.Rows.Rejected != 1 {
+			if rc.Outcome != ledger.OutcomeAcceptedWithRejects || rc.Rows.Applied != 2 || rc.Rows.Rejected != 1 {
 				t.Fatalf("receipt %+v, want accepted_with_rejects: 2 applied, 1 rejected", rc)
 			}
 

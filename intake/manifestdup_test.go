@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/partner-intake/partner-intake/intake"
+	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/internal/testenv"
 	"github.com/partner-intake/partner-intake/partners"
 )
@@ -65,7 +66,7 @@ func TestManifestExactResendIsDecidedWithoutReadingTheFile(t *testing.T) {
 		t.Fatalf("%d rows still written by the original, want 3", n)
 	}
 	rc := receipt(t, site, fs[1].Receipt)
-	if rc.Outcome != intake.OutcomeDuplicate || rc.DuplicateOf != fs[0].ID || !strings.Contains(rc.Detail, "not read") {
+	if rc.Outcome != ledger.OutcomeDuplicate || rc.DuplicateOf != fs[0].ID || !strings.Contains(rc.Detail, "not read") {
 		t.Fatalf("duplicate receipt %+v", rc)
 	}
 	// archived as it lies on the site, beside its manifest

@@ -6,6 +6,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
 
+	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/partners"
 )
 
@@ -149,9 +150,9 @@ func (m *metrics) finished(partner, state string) {
 }
 
 // stageNames name the work done from each state.
-var stageNames = map[State]string{StateClaimed: "download", StateSpooled: "plan", StateApplying: "apply", StateApplied: "archive"}
+var stageNames = map[ledger.State]string{ledger.StateClaimed: "download", ledger.StateSpooled: "plan", ledger.StateApplying: "apply", ledger.StateApplied: "archive"}
 
-func (m *metrics) stage(partner string, from State, d time.Duration) {
+func (m *metrics) stage(partner string, from ledger.State, d time.Duration) {
 	if name, ok := stageNames[from]; ok {
 		m.stageSeconds.WithLabelValues(partner, name).Observe(d.Seconds())
 	}

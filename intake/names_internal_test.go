@@ -7,6 +7,8 @@ import (
 	"testing"
 	"unicode/utf8"
 
+	"github.com/partner-intake/partner-intake/intake/ledger"
+	"github.com/partner-intake/partner-intake/intake/sitefile"
 	"github.com/partner-intake/partner-intake/partners"
 )
 
@@ -16,12 +18,12 @@ import (
 // generated name.
 func TestEveryGeneratedRemoteNameFits(t *testing.T) {
 	names := []string{"orders-a.csv", "x"}
-	for n := 240; n <= maxRemoteName; n++ {
+	for n := 240; n <= sitefile.MaxName; n++ {
 		names = append(names, "orders-"+strings.Repeat("a", n-len("orders-.csv"))+".csv")
 	}
 	for _, r := range []string{"é", "€", "𝄞"} { // 2, 3 and 4 bytes
 		for pad := 0; pad < 4; pad++ {
-			body := strings.Repeat("a", pad) + strings.Repeat(r, (maxRemoteName-pad)/len(r))
+			body := strings.Repeat("a", pad) + strings.Repeat(r, (sitefile.MaxName-pad)/len(r))
 			names = append(names, body)
 		}
 	}
@@ -30,7 +32,7 @@ func TestEveryGeneratedRemoteNameFits(t *testing.T) {
 	seen := map[string]string{}
 	check := func(kind, in, got string) {
 		t.Helper()
-		if len(got) > maxRemoteName || !utf8.ValidString(got) {
+		if len(got) > sitefile.MaxName || !utf8.ValidString(got) {
 			t.Fatalf("%s of %d-byte input: %d bytes, valid UTF-8 %v: %q", kind, len(in), len(got), utf8.ValidString(got), got)
 		}
 		if prev, ok := seen[kind+"/"+got]; ok && prev != in {
@@ -46,16 +48,16 @@ func TestEveryGeneratedRemoteNameFits(t *testing.T) {
 			held := heldName(id, name)
 			check("held", name, held)
 			check("held manifest", name, held+partners.ManifestSuffix)
-			check("reason", name, reasonName(held))
-			check("temp", name+"tmp", tempName(reasonName(held)))
-			if !IsOurTemp(tempName(reasonName(held))) {
-				t.Fatalf("the reconciler would not know %q", tempName(reasonName(held)))
+			check("reason", name, sitefile.ReasonName(held))
+			check("temp", name+"tmp", sitefile.TempName(sitefile.ReasonName(held)))
+			if !sitefile.IsOurTemp(sitefile.TempName(sitefile.ReasonName(held))) {
+				t.Fatalf("the reconciler would not know %q", sitefile.TempName(sitefile.ReasonName(held)))
 			}
 			for _, b := range batches {
-				in := &Intake{ID: id, RemoteName: name, BatchID: b, SHA256: strings.Repeat("f", 64)}
+				in := &ledger.Intake{ID: id, RemoteName: name, BatchID: b, SHA256: strings.Repeat("f", 64)}
 				key := fmt.Sprintf("%s/%d", b, id) // reports are named by batch and intake id
-				check("receipt", key, reportStem(in)+ReceiptSuffix)
-				check("rejects", key, reportStem(in)+RejectsSuffix)
+				check("receipt", key, sitefile.ReportStem(in)+sitefile.ReceiptSuffix)
+				check("rejects", key, sitefile.ReportStem(in)+sitefile.RejectsSuffix)
 				for i, a := range archiveNames("/r/archive/2026/12", in, 9) {
 					ext := path.Ext(name)
 					if len(ext) > maxArchiveExt {
@@ -80,11 +82,11 @@ func TestEveryGeneratedRemoteNameFits(t *testing.T) {
 
 func TestFitNameCutsAtARuneBoundary(t *testing.T) {
 	base := strings.Repeat("€", 100) // 300 bytes
-	got := fitName("12.", base, ".reason.json")
-	if len(got) > maxRemoteName || !utf8.ValidString(got) || !strings.HasPrefix(got, "12.€") || !strings.HasSuffix(got, ".reason.json") {
+	got := sitefile.FitName("12.", base, ".reason.json")
+	if len(got) > sitefile.MaxName || !utf8.ValidString(got) || !strings.HasPrefix(got, "12.€") || !strings.HasSuffix(got, ".reason.json") {
 		t.Fatalf("%d bytes: %q", len(got), got)
 	}
-	if short := fitName("1.", "a.csv", ".x"); short != "1.a.csv.x" {
+	if short := sitefile.FitName("1.", "a.csv", ".x"); short != "1.a.csv.x" {
 		t.Fatalf("a short name was changed: %q", short)
 	}
 }

@@ -182,7 +182,7 @@ func (d *Daemon) moveOrphans(ctx context.Context, p *partnerRT, sess *partners.S
 // was never this worker's to adopt: it gets no row, so no receipt, no
 // reason file and no count as failed; it is logged and counted
 // (intake_orphan_claims_vanished_total).
-func (d *Daemon) adoptOwn(ctx context.Context, p *partnerRT, sess *partners.Session, cands []*Intake) (int, error) {
+func (d *Daemon) adoptOwn(ctx context.Context, p *partnerRT, sess *partners.Session, cands []*ledger.Intake) (int, error) {
 	if len(cands) == 0 {
 		return 0, nil
 	}
@@ -196,7 +196,7 @@ func (d *Daemon) adoptOwn(ctx context.Context, p *partnerRT, sess *partners.Sess
 	if err != nil {
 		return 0, err
 	}
-	var orphans []*Intake
+	var orphans []*ledger.Intake
 	for _, in := range cands {
 		if !owned[in.ClaimedPath] {
 			orphans = append(orphans, in)
@@ -208,7 +208,7 @@ func (d *Daemon) adoptOwn(ctx context.Context, p *partnerRT, sess *partners.Sess
 	if err := fault.Check("resume:orphan"); err != nil {
 		return 0, err
 	}
-	var recorded []*Intake
+	var recorded []*ledger.Intake
 	var vanished int
 	err = d.ledger.InClaimSection(ctx, p.cfg.ID, func(c *ledger.ClaimLock) error {
 		recorded, vanished = recorded[:0], 0
@@ -221,7 +221,7 @@ func (d *Daemon) adoptOwn(ctx context.Context, p *partnerRT, sess *partners.Sess
 			if err != nil {
 				return fmt.Errorf("look at %s again: %w", in.ClaimedPath, err)
 			}
-			if in.Feed != NoFeed {
+			if in.Feed != ledger.NoFeed {
 				if !fi.Mode().IsRegular() {
 					continue // swapped since the listing: the claim path holds no file of ours
 				}

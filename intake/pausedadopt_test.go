@@ -11,7 +11,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/partner-intake/partner-intake/intake"
+	"github.com/partner-intake/partner-intake/intake/ledger"
+	"github.com/partner-intake/partner-intake/intake/sitefile"
 	"github.com/partner-intake/partner-intake/internal/fault"
 	"github.com/partner-intake/partner-intake/internal/testenv"
 )
@@ -117,11 +118,11 @@ func pausedReplicaAdopts(t *testing.T, rowLeft bool, step string) {
 			continue
 		}
 		receipts++
-		var rc intake.Receipt
+		var rc sitefile.Receipt
 		if err := json.Unmarshal([]byte(site.Read(t, filepath.Join("reports", rel))), &rc); err != nil {
 			t.Fatalf("receipt %s: %v", rel, err)
 		}
-		if !ids[rc.IntakeID] || rc.Outcome == intake.OutcomeFailed {
+		if !ids[rc.IntakeID] || rc.Outcome == ledger.OutcomeFailed {
 			t.Fatalf("receipt %s says intake %d %s: not an answer to a file the partner dropped", rel, rc.IntakeID, rc.Outcome)
 		}
 	}

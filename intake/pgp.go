@@ -7,14 +7,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
-	"sync"
 	"time"
 
 	"github.com/ProtonMail/go-crypto/openpgp"
 	"github.com/ProtonMail/go-crypto/openpgp/armor"
 	pgperrors "github.com/ProtonMail/go-crypto/openpgp/errors"
 
+	"github.com/partner-intake/partner-intake/intake/ledger"
+	"github.com/partner-intake/partner-intake/intake/pgpkeys"
 	"github.com/partner-intake/partner-intake/partners"
 	"github.com/partner-intake/partner-intake/spool"
 )
@@ -33,61 +33,6 @@ func transformOf(feed *partners.Feed, name string) string {
 	return compressionOf(name)
 }
 
-// keyFile is one key file as last read: re-read when its mtime or size
-// changes (a rotated key is picked up without a restart).
-type keyFile struct {
-	mtime time.Time
-	size  int64
-	pass  string
-	keys  openpgp.EntityList
-}
-
-// pgpKeys caches key files by path, for every daemon of the process; a
-// key's bytes, passphrase or material are never logged.
-var pgpKeys = struct {
-	sync.Mutex
-	m map[string]*keyFile
-}{m: map[string]*keyFile{}}
-
-// loadKeys reads a key file (armored or binary), from the cache while its
-// mtime and size are those last read; secret keys are decrypted with the
-// passphrase held by the environment variable passEnv.
-func loadKeys(file, passEnv string) (openpgp.EntityList, error) {
-	st, err := os.Stat(file)
-	if err != nil {
-		return nil, fmt.Errorf("pgp key file: %w", err)
-	}
-	pass := ""
-	if passEnv != "" {
-		pass = os.Getenv(passEnv)
-	}
-	pgpKeys.Lock()
-	defer pgpKeys.Unlock()
-	if k := pgpKeys.m[file]; k != nil && k.mtime.Equal(st.ModTime()) && k.size == st.Size() && k.pass == pass {
-		return k.keys, nil
-	}
-	raw, err := os.ReadFile(file)
-	if err != nil {
-		return nil, fmt.Errorf("pgp key file: %w", err)
-	}
-	var keys openpgp.EntityList
-	if bytes.Contains(raw[:min(len(raw), 64)], []byte("-----BEGIN PGP")) {
-		keys, err = openpgp.ReadArmoredKeyRing(bytes.NewReader(raw))
-	} else {
-		keys, err = openpgp.ReadKeyRing(bytes.NewReader(raw))
-	}
-	if err != nil {
-		return nil, fmt.Errorf("pgp key file %s cannot be read as OpenPGP keys", file)
-	}
-	for _, e := range keys {
-		if err := e.DecryptPrivateKeys([]byte(pass)); err != nil {
-			return nil, fmt.Errorf("pgp key file %s: a secret key cannot be unlocked with the passphrase of %s", file, passEnv)
-		}
-	}
-	pgpKeys.m[file] = &keyFile{mtime: st.ModTime(), size: st.Size(), pass: pass, keys: keys}
-	return keys, nil
-}
-
 // CheckPGPKeys is checkPGPKeys for `intake check`.
 func CheckPGPKeys(p *partners.Config) error { return checkPGPKeys(p) }
 
@@ -100,14 +45,14 @@ func checkPGPKeys(p *partners.Config) error {
 		if c == nil {
 			continue
 		}
-		if _, err := loadKeys(c.PrivateKeyFile, c.PassphraseEnv); err != nil {
+		if _, err := pgpkeys.Load(c.PrivateKeyFile, c.PassphraseEnv); err != nil {
 			return fmt.Errorf("partner %s feed %s: %w", p.ID, p.Feeds[i].Name, err)
 		}
 		for _, f := range []string{c.VerifyKeysFile, c.EncryptReportsTo} {
 			if f == "" {
 				continue
 			}
-			if _, err := loadKeys(f, ""); err != nil {
+			if _, err := pgpkeys.Load(f, ""); err != nil {
 				return fmt.Errorf("partner %s feed %s: %w", p.ID, p.Feeds[i].Name, err)
 			}
 		}
@@ -270,13 +215,13 @@ var errPGPHead = errors.New("pgp: too much before the encrypted data")
 // checks out; a held file's plaintext leaves the spool again.
 func (r *fileRun) decrypt(f io.Reader, max int64) (spool.Entry, *heldFor, error) {
 	cfg := r.feed.PGP
-	secret, err := loadKeys(cfg.PrivateKeyFile, cfg.PassphraseEnv)
+	secret, err := pgpkeys.Load(cfg.PrivateKeyFile, cfg.PassphraseEnv)
 	if err != nil {
 		return spool.Entry{}, nil, err
 	}
 	var verify openpgp.EntityList
 	if cfg.VerifyKeysFile != "" {
-		if verify, err = loadKeys(cfg.VerifyKeysFile, ""); err != nil {
+		if verify, err = pgpkeys.Load(cfg.VerifyKeysFile, ""); err != nil {
 			return spool.Entry{}, nil, err
 		}
 	}
@@ -288,9 +233,9 @@ func (r *fileRun) decrypt(f io.Reader, max int64) (spool.Entry, *heldFor, error)
 		blk, err := armor.Decode(in) // reads the header lines; the body as it is read
 		switch {
 		case head.over:
-			return spool.Entry{}, &heldFor{ReasonPGPCorrupt, fmt.Sprintf("the armor's header lines take more than %d bytes", armorHeadBytes)}, nil
+			return spool.Entry{}, &heldFor{ledger.ReasonPGPCorrupt, fmt.Sprintf("the armor's header lines take more than %d bytes", armorHeadBytes)}, nil
 		case err != nil:
-			return spool.Entry{}, &heldFor{ReasonPGPCorrupt, "the armored data cannot be read"}, nil
+			return spool.Entry{}, &heldFor{ledger.ReasonPGPCorrupt, "the armored data cannot be read"}, nil
 		}
 		src = blk.Body
 	}
@@ -300,18 +245,18 @@ func (r *fileRun) decrypt(f io.Reader, max int64) (spool.Entry, *heldFor, error)
 		if disk.err != nil {
 			return spool.Entry{}, nil, fmt.Errorf("decrypt: read the spooled file: %w", disk.err)
 		}
-		return spool.Entry{}, &heldFor{ReasonPGPCorrupt, err.Error()}, nil
+		return spool.Entry{}, &heldFor{ledger.ReasonPGPCorrupt, err.Error()}, nil
 	}
 	md, err := openpgp.ReadMessage(src, pgpRing{secret, verify}, nil, nil)
 	switch {
 	case disk.err != nil:
 		return spool.Entry{}, nil, fmt.Errorf("decrypt: read the spooled file: %w", disk.err)
 	case errors.Is(err, pgperrors.ErrKeyIncorrect):
-		return spool.Entry{}, &heldFor{ReasonPGPNoKey, "the file is not encrypted to intake's key"}, nil
+		return spool.Entry{}, &heldFor{ledger.ReasonPGPNoKey, "the file is not encrypted to intake's key"}, nil
 	case err != nil:
-		return spool.Entry{}, &heldFor{ReasonPGPCorrupt, "the file is not a readable OpenPGP message"}, nil
+		return spool.Entry{}, &heldFor{ledger.ReasonPGPCorrupt, "the file is not a readable OpenPGP message"}, nil
 	case !md.IsEncrypted || md.IsSymmetricallyEncrypted:
-		return spool.Entry{}, &heldFor{ReasonPGPNotEncrypted, "the OpenPGP message is not encrypted to intake's key"}, nil
+		return spool.Entry{}, &heldFor{ledger.ReasonPGPNotEncrypted, "the OpenPGP message is not encrypted to intake's key"}, nil
 	}
 	body := &errReader{r: md.UnverifiedBody}
 	nw := &nestWatch{}
@@ -321,24 +266,24 @@ func (r *fileRun) decrypt(f io.Reader, max int64) (spool.Entry, *heldFor, error)
 	})
 	switch {
 	case errors.Is(err, spool.ErrTooLarge):
-		return e, &heldFor{ReasonArchiveTooLarge, fmt.Sprintf("it decrypts to more than %d bytes", max)}, nil
+		return e, &heldFor{ledger.ReasonArchiveTooLarge, fmt.Sprintf("it decrypts to more than %d bytes", max)}, nil
 	case errors.Is(err, errSpoolLow):
 		return e, nil, err // the disk's, not the file's: retried later
 	case disk.err != nil:
 		return e, nil, fmt.Errorf("decrypt: read the spooled file: %w", disk.err)
 	case body.err != nil:
-		return e, &heldFor{ReasonPGPCorrupt, "the OpenPGP message is cut short or fails its integrity check"}, nil
+		return e, &heldFor{ledger.ReasonPGPCorrupt, "the OpenPGP message is cut short or fails its integrity check"}, nil
 	case err != nil:
 		return e, nil, err
 	}
 	var held *heldFor
 	switch {
 	case md.IsSigned && len(verify) > 0 && (md.SignedBy == nil || md.Signature == nil || md.SignatureError != nil):
-		held = &heldFor{ReasonPGPBadSignature, "the signature is not from a key of verify_keys_file, or does not match the contents"}
+		held = &heldFor{ledger.ReasonPGPBadSignature, "the signature is not from a key of verify_keys_file, or does not match the contents"}
 	case cfg.RequireSignature && !md.IsSigned:
-		held = &heldFor{ReasonPGPUnsigned, "the feed requires a signature and the file is not signed"}
+		held = &heldFor{ledger.ReasonPGPUnsigned, "the feed requires a signature and the file is not signed"}
 	case nw.nested():
-		held = &heldFor{ReasonArchiveNested, "the decrypted file is compressed"}
+		held = &heldFor{ledger.ReasonArchiveNested, "the decrypted file is compressed"}
 	}
 	if held != nil {
 		r.dropPlain(e)
@@ -363,10 +308,6 @@ func (r *fileRun) dropPlain(e spool.Entry) {
 	}
 }
 
-// EncryptedSuffix ends the name of a report encrypted to the partner's
-// key (pgp.encrypt_reports_to).
-const EncryptedSuffix = ".asc"
-
 // feedPGP is the run's feed's pgp setting; nil for a file no feed
 // matches (a hostile entry).
 func (r *fileRun) feedPGP() *partners.PGP {
@@ -375,86 +316,3 @@ func (r *fileRun) feedPGP() *partners.PGP {
 	}
 	return r.feed.PGP
 }
-
-// pgpOf is the pgp setting of the feed named feed, or nil.
-func pgpOf(p *partners.Config, feed string) *partners.PGP {
-	if p == nil {
-		return nil
-	}
-	for i := range p.Feeds {
-		if p.Feeds[i].Name == feed {
-			return p.Feeds[i].PGP
-		}
-	}
-	return nil
-}
-
-// sealReport encrypts a report to the partner's key when the feed says
-// encrypt_reports_to: an armored OpenPGP message signed by intake's key,
-// its name ending in EncryptedSuffix. Otherwise data and name unchanged.
-func sealReport(cfg *partners.PGP, data []byte, name string) ([]byte, string, error) {
-	if cfg == nil || cfg.EncryptReportsTo == "" {
-		return data, name, nil
-	}
-	var b bytes.Buffer
-	w, sealed, err := sealTo(&b, cfg, name)
-	if err != nil {
-		return nil, "", err
-	}
-	if _, err := w.Write(data); err != nil {
-		return nil, "", err
-	}
-	if err := w.Close(); err != nil {
-		return nil, "", err
-	}
-	return b.Bytes(), sealed, nil
-}
-
-// sealTo returns a writer that seals what is written to it into dst as
-// sealReport does, as a stream, and the sealed name; closing it ends the
-// message. Without encrypt_reports_to it writes to dst unchanged.
-func sealTo(dst io.Writer, cfg *partners.PGP, name string) (io.WriteCloser, string, error) {
-	if cfg == nil || cfg.EncryptReportsTo == "" {
-		return nopCloser{dst}, name, nil
-	}
-	to, err := loadKeys(cfg.EncryptReportsTo, "")
-	if err != nil {
-		return nil, "", err
-	}
-	secret, err := loadKeys(cfg.PrivateKeyFile, cfg.PassphraseEnv)
-	if err != nil {
-		return nil, "", err
-	}
-	var signer *openpgp.Entity
-	for _, e := range secret {
-		if _, ok := e.SigningKey(time.Now()); ok && e.PrivateKey != nil && !e.PrivateKey.Encrypted {
-			signer = e
-			break
-		}
-	}
-	aw, err := armor.Encode(dst, "PGP MESSAGE", nil)
-	if err != nil {
-		return nil, "", err
-	}
-	w, err := openpgp.Encrypt(aw, to, signer, &openpgp.FileHints{FileName: name}, nil)
-	if err != nil {
-		return nil, "", fmt.Errorf("encrypt report to %s: %w", cfg.EncryptReportsTo, err)
-	}
-	return sealWriter{w, aw}, name + EncryptedSuffix, nil
-}
-
-// sealWriter closes the OpenPGP message, then its armor.
-type sealWriter struct{ msg, armor io.WriteCloser }
-
-func (s sealWriter) Write(p []byte) (int, error) { return s.msg.Write(p) }
-
-func (s sealWriter) Close() error {
-	if err := s.msg.Close(); err != nil {
-		return err
-	}
-	return s.armor.Close()
-}
-
-type nopCloser struct{ io.Writer }
-
-func (nopCloser) Close() error { return nil }

@@ -18,7 +18,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/partner-intake/partner-intake/intake"
+	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/intake/ops"
+	"github.com/partner-intake/partner-intake/intake/sitefile"
 	"github.com/partner-intake/partner-intake/internal/testenv"
 	"github.com/partner-intake/partner-intake/partners"
 	"github.com/partner-intake/partner-intake/spool"
@@ -346,11 +348,11 @@ func TestPGPReportsAreEncryptedToThePartner(t *testing.T) {
 		t.Fatalf("%d files, want 2", len(got))
 	}
 	for _, f := range got {
-		if !strings.HasSuffix(f.Receipt, intake.ReceiptSuffix+intake.EncryptedSuffix) {
+		if !strings.HasSuffix(f.Receipt, sitefile.ReceiptSuffix+sitefile.EncryptedSuffix) {
 			t.Fatalf("%s: receipt %q not sealed", f.Name, f.Receipt)
 		}
 		rel, _ := filepath.Rel(site.Root, f.Receipt)
-		var rc intake.Receipt
+		var rc sitefile.Receipt
 		if err := json.Unmarshal(readSealed(t, site.Read(t, rel), partner, us), &rc); err != nil {
 			t.Fatal(err)
 		}
@@ -359,7 +361,7 @@ func TestPGPReportsAreEncryptedToThePartner(t *testing.T) {
 			if f.State != "archived" || rc.Rows.Applied != 3 || rc.Rows.Rejected != 1 || rc.IntakeID != f.ID {
 				t.Fatalf("%+v: receipt %+v", f, rc)
 			}
-			if !strings.HasSuffix(f.Rejects, intake.RejectsSuffix+intake.EncryptedSuffix) || rc.Rejects != f.Rejects {
+			if !strings.HasSuffix(f.Rejects, sitefile.RejectsSuffix+sitefile.EncryptedSuffix) || rc.Rejects != f.Rejects {
 				t.Fatalf("rejects report %q, receipt names %q", f.Rejects, rc.Rejects)
 			}
 			rel, _ := filepath.Rel(site.Root, f.Rejects)
@@ -398,15 +400,15 @@ func TestPGPReportsAreEncryptedToThePartner(t *testing.T) {
 			continue
 		}
 		discarded = true
-		if f.State != "discarded" || !strings.HasSuffix(f.Receipt, intake.ReceiptSuffix+intake.EncryptedSuffix) {
+		if f.State != "discarded" || !strings.HasSuffix(f.Receipt, sitefile.ReceiptSuffix+sitefile.EncryptedSuffix) {
 			t.Fatalf("discarded file: %+v", f)
 		}
 		rel, _ := filepath.Rel(site.Root, f.Receipt)
-		var rc intake.Receipt
+		var rc sitefile.Receipt
 		if err := json.Unmarshal(readSealed(t, site.Read(t, rel), partner, us), &rc); err != nil {
 			t.Fatal(err)
 		}
-		if rc.Outcome != intake.OutcomeDiscarded {
+		if rc.Outcome != ledger.OutcomeDiscarded {
 			t.Fatalf("discard receipt %+v", rc)
 		}
 	}

@@ -21,7 +21,7 @@ type planResult struct {
 	// Fail is set when the file as a whole is unusable (terminal).
 	Fail *rows.FileError
 	// Hold is a reason code when policy holds the file for ops.
-	Hold Reason
+	Hold ledger.Reason
 }
 
 // maxHeldIssues is how many rejected rows a scan keeps in memory; a file
@@ -130,10 +130,10 @@ func (r *fileRun) plan(ctx context.Context) (*planResult, error) {
 	}
 	next := "applying"
 	switch {
-	case in.ExpectedRows != nil && *in.ExpectedRows != res.Total && in.Override != OverrideManifest:
-		res.Hold, next = ReasonManifestMismatch, "spooled"
-	case res.Total > 0 && float64(res.Rejected)/float64(res.Total) > r.feed.MaxRejectRatio && in.Override != OverrideRejectRate:
-		res.Hold, next = ReasonRejectRate, "spooled"
+	case in.ExpectedRows != nil && *in.ExpectedRows != res.Total && in.Override != ledger.OverrideManifest:
+		res.Hold, next = ledger.ReasonManifestMismatch, "spooled"
+	case res.Total > 0 && float64(res.Rejected)/float64(res.Total) > r.feed.MaxRejectRatio && in.Override != ledger.OverrideRejectRate:
+		res.Hold, next = ledger.ReasonRejectRate, "spooled"
 	}
 	if res.Hold == "" && (r.feed.Guarded() || in.ApprovedPlanHash != "") {
 		// the feed's files are planned against the target and may wait
@@ -146,10 +146,10 @@ func (r *fileRun) plan(ctx context.Context) (*planResult, error) {
 	// plan's rows; with no rejected rows it is the whole plan step.
 	var err error
 	if sc.rejected == 0 {
-		err = ledger.Plan(ctx, r.d.db, in, State(next), res.Total, res.Rejected, r.feed.Hash())
+		err = ledger.Plan(ctx, r.d.db, in, ledger.State(next), res.Total, res.Rejected, r.feed.Hash())
 	} else {
 		err = pgx.BeginFunc(ctx, r.d.db, func(tx pgx.Tx) error {
-			if err := ledger.Plan(ctx, tx, in, State(next), res.Total, res.Rejected, r.feed.Hash()); err != nil {
+			if err := ledger.Plan(ctx, tx, in, ledger.State(next), res.Total, res.Rejected, r.feed.Hash()); err != nil {
 				return err
 			}
 			return r.recordIssues(ctx, tx, sc)
@@ -158,7 +158,7 @@ func (r *fileRun) plan(ctx context.Context) (*planResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	in.State, in.RowsTotal, in.RowsRejected = State(next), res.Total, res.Rejected
+	in.State, in.RowsTotal, in.RowsRejected = ledger.State(next), res.Total, res.Rejected
 	r.d.metrics.rowsTotal.WithLabelValues(in.Partner, "rejected").Add(float64(res.Rejected))
 	return res, nil
 }
@@ -214,14 +214,14 @@ func (r *fileRun) recordIssues(ctx context.Context, tx pgx.Tx, sc *scan) error {
 	return nil
 }
 
-func issueValues(in *Intake, is *rows.Issue) []any {
+func issueValues(in *ledger.Intake, is *rows.Issue) []any {
 	return ledger.RejectedRowValues(in, is.Line, is.Column, is.Reason)
 }
 
 // issueSource feeds the rejected rows of a reader to COPY.
 type issueSource struct {
 	rd    *rows.Reader
-	in    *Intake
+	in    *ledger.Intake
 	issue *rows.Issue
 	err   error
 }

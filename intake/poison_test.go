@@ -137,7 +137,7 @@ func TestValuesTheTargetRefusesRejectExactlyTheirRows(t *testing.T) {
 		t.Fatalf("%d of the 3 good rows applied", n)
 	}
 	rc := receipt(t, site, f.Receipt)
-	if rc.Outcome != intake.OutcomeAcceptedWithRejects || rc.Rows.Rejected != 7 {
+	if rc.Outcome != ledger.OutcomeAcceptedWithRejects || rc.Rows.Rejected != 7 {
 		t.Fatalf("receipt %+v", rc)
 	}
 	rejects := site.Read(t, relTo(t, site, f.Rejects))
@@ -190,7 +190,7 @@ func TestARefusedValueSendsItsFileOutOfTheGroup(t *testing.T) {
 		if f1.State != "archived" || f1.Applied+f1.Unchanged != 2 || f1.Rejected != 0 || f3.State != "archived" || f3.Applied != 2 || f3.Confl != 0 {
 			t.Fatalf("%s: the group's other files: %+v, %+v", rows, f1, f3)
 		}
-		if f2.State != "archived" || f2.Rejected != 1 || f2.Confl != 0 || f2.Applied+f2.Unchanged != 2 || receipt(t, site, f2.Receipt).Outcome != intake.OutcomeAcceptedWithRejects {
+		if f2.State != "archived" || f2.Rejected != 1 || f2.Confl != 0 || f2.Applied+f2.Unchanged != 2 || receipt(t, site, f2.Receipt).Outcome != ledger.OutcomeAcceptedWithRejects {
 			t.Fatalf("%s: the file with the refused value: %+v", rows, f2)
 		}
 		if g := rowIssues(t, pool, f2.ID)[3]; g.reason != intake.ReasonTargetRefused || !strings.Contains(g.codes, "23514") {
@@ -223,7 +223,7 @@ func TestAMappingTheTargetRefusesEverywhereFailsTheFileNotThePartner(t *testing.
 		t.Fatalf("files %+v, want failed_terminal target_refused", fs)
 	}
 	rc := receipt(t, site, fs[0].Receipt)
-	if rc.Outcome != intake.OutcomeFailed || rc.Reason != intake.ReasonTargetRefused || strings.Contains(rc.Detail, "LONGKEY") {
+	if rc.Outcome != ledger.OutcomeFailed || rc.Reason != intake.ReasonTargetRefused || strings.Contains(rc.Detail, "LONGKEY") {
 		t.Fatalf("receipt %+v", rc)
 	}
 	site.Drop(t, "orders-b-short.csv", "order_id,email,amount,status,placed_at,qty\nS-1,a@b.io,1.00,paid,2026-11-01T10:00:00Z,1\n")
@@ -265,7 +265,7 @@ func TestAFailingFileNeverHoldsUpThePartner(t *testing.T) {
 	if f := fs["orders-c-fine.csv"]; f.State != "archived" || f.Applied != 2 {
 		t.Fatalf("the file behind the failing ones: %+v", f)
 	}
-	if f := fs["orders-b-broken.csv"]; f.State != "failed_terminal" || f.Reason != string(intake.ReasonTargetError) {
+	if f := fs["orders-b-broken.csv"]; f.State != "failed_terminal" || f.Reason != string(ledger.ReasonTargetError) {
 		t.Fatalf("a final error: %+v, want failed_terminal target_error at once", f)
 	}
 	if f := fs["orders-a-busy.csv"]; f.State != "applying" {
@@ -285,11 +285,11 @@ func TestAFailingFileNeverHoldsUpThePartner(t *testing.T) {
 		r.poll("acme")
 	}
 	f := byName()["orders-a-busy.csv"]
-	if f.State != "failed_terminal" || f.Reason != string(intake.ReasonRetriesExhausted) {
+	if f.State != "failed_terminal" || f.Reason != string(ledger.ReasonRetriesExhausted) {
 		t.Fatalf("after its budget: %+v, want failed_terminal retries_exhausted", f)
 	}
 	rc := receipt(t, site, f.Receipt)
-	if rc.Outcome != intake.OutcomeFailed || rc.Reason != intake.ReasonRetriesExhausted ||
+	if rc.Outcome != ledger.OutcomeFailed || rc.Reason != ledger.ReasonRetriesExhausted ||
 		!strings.Contains(rc.Detail, "SQLSTATE 40001") || strings.Contains(rc.Detail, "busy") {
 		t.Fatalf("receipt %+v: want failed retries_exhausted, the SQLSTATE and nothing of the error's text", rc)
 	}
@@ -425,7 +425,7 @@ func TestARefusedValueInASmallFileLeavesItsGroup(t *testing.T) {
 // rejected again), its totals reconcile and its receipt says so.
 func TestAReleasedFileThatFailedPartWayIsAppliedWhole(t *testing.T) {
 	pool, site, r, f := failedPartWay(t)
-	if f.State != "failed_terminal" || f.Reason != string(intake.ReasonRetriesExhausted) || f.Chunks != 2 {
+	if f.State != "failed_terminal" || f.Reason != string(ledger.ReasonRetriesExhausted) || f.Chunks != 2 {
 		t.Fatalf("%+v: want failed_terminal retries_exhausted after 2 chunks", f)
 	}
 
@@ -454,7 +454,7 @@ func TestAReleasedFileThatFailedPartWayIsAppliedWhole(t *testing.T) {
 	if n := testenv.Count(t, pool, `SELECT count(*) FROM orders WHERE partner_id = 'acme'`); n != 5 {
 		t.Fatalf("%d rows in the target, want 5", n)
 	}
-	if rc := receipt(t, site, f.Receipt); rc.Outcome != intake.OutcomeAcceptedWithRejects || rc.Rows.Total != 6 || rc.Rows.Rejected != 1 {
+	if rc := receipt(t, site, f.Receipt); rc.Outcome != ledger.OutcomeAcceptedWithRejects || rc.Rows.Total != 6 || rc.Rows.Rejected != 1 {
 		t.Fatalf("receipt %+v", rc)
 	}
 }
@@ -499,7 +499,7 @@ func TestAReleasedOrDiscardedFileLeavesNoStaleReport(t *testing.T) {
 				}
 				f = files(t, pool, "acme")[0]
 				rc := receipt(t, site, f.Receipt)
-				if f.State != "discarded" || rc.Outcome != intake.OutcomeDiscarded || rc.Rows.Applied != 3 ||
+				if f.State != "discarded" || rc.Outcome != ledger.OutcomeDiscarded || rc.Rows.Applied != 3 ||
 					!strings.Contains(rc.Detail, "3 of its rows were in the target") || strings.Contains(rc.Detail, "nothing of it") {
 					t.Fatalf("%+v, receipt %+v: want discarded, saying its 3 applied rows stay", f, rc)
 				}
@@ -518,7 +518,7 @@ func TestAReleasedOrDiscardedFileLeavesNoStaleReport(t *testing.T) {
 			if f.State != "archived" || f.Rejected != 0 || f.Rejects != "" {
 				t.Fatalf("%+v: want archived with no row rejected and no rejects report", f)
 			}
-			if rc := receipt(t, site, f.Receipt); rc.Outcome != intake.OutcomeAccepted || rc.Rows.Rejected != 0 || rc.Rejects != "" {
+			if rc := receipt(t, site, f.Receipt); rc.Outcome != ledger.OutcomeAccepted || rc.Rows.Rejected != 0 || rc.Rejects != "" {
 				t.Fatalf("receipt %+v", rc)
 			}
 			if got := reports(); len(got) != 1 || got[0] != filepath.Base(f.Receipt) {
@@ -542,7 +542,7 @@ func TestADiscardReplacesTheReceiptOfAFileHeldBeforeItSpooled(t *testing.T) {
 	r := newRig(t, pool, "w1", site)
 	r.poll("acme")
 	f := files(t, pool, "acme")[0]
-	if f.State != "quarantined" || f.Reason != string(intake.ReasonFileTooLarge) || !strings.HasPrefix(filepath.Base(f.Receipt), "orders-big.") {
+	if f.State != "quarantined" || f.Reason != string(ledger.ReasonFileTooLarge) || !strings.HasPrefix(filepath.Base(f.Receipt), "orders-big.") {
 		t.Fatalf("%+v: want quarantined file_too_large, its receipt named after its batch", f)
 	}
 	held := f.Receipt
@@ -558,7 +558,7 @@ func TestADiscardReplacesTheReceiptOfAFileHeldBeforeItSpooled(t *testing.T) {
 	if f.State != "discarded" || f.Receipt != held {
 		t.Fatalf("%+v: want discarded, its receipt in the held one's place %s", f, held)
 	}
-	if rc := receipt(t, site, f.Receipt); rc.Outcome != intake.OutcomeDiscarded {
+	if rc := receipt(t, site, f.Receipt); rc.Outcome != ledger.OutcomeDiscarded {
 		t.Fatalf("receipt %+v", rc)
 	}
 	if got := site.Files(t, "reports"); len(got) != 1 {
@@ -606,7 +606,7 @@ func TestAHoldNeverRecordedIsUndoneByTheNextDecision(t *testing.T) {
 	if site.Read(t, rel) != testenv.OrdersCSV("H", 3) {
 		t.Fatal("the archive does not hold the file")
 	}
-	if rc := receipt(t, site, f.Receipt); rc.Outcome != intake.OutcomeAccepted || rc.Detail != "" {
+	if rc := receipt(t, site, f.Receipt); rc.Outcome != ledger.OutcomeAccepted || rc.Detail != "" {
 		t.Fatalf("receipt %+v: want accepted, nothing lost", rc)
 	}
 }

@@ -53,7 +53,7 @@ func (d *Daemon) pollOnce(ctx context.Context, p *partnerRT) error {
 	// session's dial (or its reuse) and the housekeeping's listings; the
 	// housekeeping uses the answer unless it recorded a claim since
 	// (resumeRows; docs/performance.md).
-	due := inBackground(func() ([]*Intake, error) { return d.ledger.DueOwnedBy(ctx, p.cfg.ID, d.cfg.WorkerID) })
+	due := inBackground(func() ([]*ledger.Intake, error) { return d.ledger.DueOwnedBy(ctx, p.cfg.ID, d.cfg.WorkerID) })
 	defer due.wait()
 	sess, err := d.session(ctx, p)
 	if err != nil {
@@ -150,7 +150,7 @@ func (d *Daemon) gate(ctx context.Context, p *partnerRT) (own bool, err error) {
 // housekeep clears what a crash left of this worker for the partner (spool
 // temp files, once) and resumes this worker's own files of it (resumeOwn;
 // due: the look-up of its rows started with the poll).
-func (d *Daemon) housekeep(ctx context.Context, p *partnerRT, sess *partners.Session, due *background[[]*Intake]) error {
+func (d *Daemon) housekeep(ctx context.Context, p *partnerRT, sess *partners.Session, due *background[[]*ledger.Intake]) error {
 	if !p.tempClean {
 		// No download of this worker is in flight for the partner yet: any
 		// temp file of ours is a crash's leftover (matrix row 4).
@@ -373,8 +373,8 @@ func (c *claimLoop) followingGroups(cands, g []candidate, sl *slots) (groups [][
 
 // splitClaims returns the claimed rows of each group, in the groups'
 // order (a group's files are in no other group).
-func splitClaims(groups [][]candidate, ins []*Intake) [][]*Intake {
-	out := make([][]*Intake, len(groups))
+func splitClaims(groups [][]candidate, ins []*ledger.Intake) [][]*ledger.Intake {
+	out := make([][]*ledger.Intake, len(groups))
 	if len(groups) == 1 {
 		out[0] = ins
 		return out
@@ -695,7 +695,7 @@ func (o *oldest[T]) sorted() []T {
 // crash gets a later id than its rename order. The rename is made under the
 // partner's claim lock, so it never falls inside another replica's group
 // (ledger.ClaimLock).
-func (d *Daemon) claim(ctx context.Context, p *partnerRT, sess *partners.Session, c candidate, id int64) (*Intake, *partners.Opening, int64, error) {
+func (d *Daemon) claim(ctx context.Context, p *partnerRT, sess *partners.Session, c candidate, id int64) (*ledger.Intake, *partners.Opening, int64, error) {
 	// checked before the claim section's connection is taken: a one-shot
 	// run's check uses the pool's idle one (workerid.go)
 	if err := d.stillHeld(ctx); err != nil {
@@ -760,7 +760,7 @@ func (d *Daemon) claim(ctx context.Context, p *partnerRT, sess *partners.Session
 		// processing dir without a row, and the next poll adopts it
 		return nil, nil, 0, fmt.Errorf("claim %s: %w", c.Name, err)
 	}
-	in := &Intake{Partner: p.cfg.ID, Feed: c.Feed.Name, RemoteName: c.Name, ClaimedPath: dst,
+	in := &ledger.Intake{Partner: p.cfg.ID, Feed: c.Feed.Name, RemoteName: c.Name, ClaimedPath: dst,
 		ListedSize: c.Size, ListedMTime: c.MTime, Worker: d.cfg.WorkerID}
 	if c.Manifest != "" {
 		if err := sess.Rename(sess.Layout.Ready(c.Manifest), sess.Layout.Processing(d.cfg.WorkerID, c.Manifest)); err != nil && !partners.IsNotExist(err) {
@@ -795,7 +795,7 @@ func (d *Daemon) claim(ctx context.Context, p *partnerRT, sess *partners.Session
 // at the path, where the earlier intake's archive would move it as its
 // own. A failed move back leaves it there for resumeOwn to adopt once the
 // path is free (the partner is looked through again).
-func (d *Daemon) busyClaimPath(p *partnerRT, sess *partners.Session, in *Intake) {
+func (d *Daemon) busyClaimPath(p *partnerRT, sess *partners.Session, in *ledger.Intake) {
 	d.metrics.skipped.WithLabelValues(p.cfg.ID, claimTargetBusy).Inc()
 	back := func(name string) error {
 		err := sess.Rename(sess.Layout.Processing(d.cfg.WorkerID, name), sess.Layout.Ready(name))
@@ -841,7 +841,7 @@ func (d *Daemon) quarantineHostile(ctx context.Context, p *partnerRT, sess *part
 		}
 		return fmt.Errorf("claim a hostile entry: %w", err)
 	}
-	in := &Intake{Partner: p.cfg.ID, Feed: NoFeed, RemoteName: printableName(h.Info.Name()), ClaimedPath: dst,
+	in := &ledger.Intake{Partner: p.cfg.ID, Feed: ledger.NoFeed, RemoteName: printableName(h.Info.Name()), ClaimedPath: dst,
 		ListedSize: h.Info.Size(), Worker: d.cfg.WorkerID}
 	if err := d.ledger.InsertClaim(ctx, in); err != nil {
 		if errors.Is(err, ledger.ErrTracked) {
@@ -851,9 +851,6 @@ func (d *Daemon) quarantineHostile(ctx context.Context, p *partnerRT, sess *part
 	}
 	return d.runFile(ctx, p, sess, in)
 }
-
-// NoFeed is the feed of a file that matches none (a hostile entry).
-const NoFeed = "-"
 
 // printableName renders a name for reports and logs: safe names as they
 // are, others quoted with escapes so no control character travels on.
@@ -885,7 +882,7 @@ func hostileReason(claimedPath string) string {
 // restart), taking each over with a new fencing token. due is the look-up
 // of this worker's due rows started with the poll: it stands unless a claim
 // is recorded here first.
-func (d *Daemon) resumeOwn(ctx context.Context, p *partnerRT, sess *partners.Session, due *background[[]*Intake]) error {
+func (d *Daemon) resumeOwn(ctx context.Context, p *partnerRT, sess *partners.Session, due *background[[]*ledger.Intake]) error {
 	if p.cfg.Records() {
 		// claim: record: nothing is ever moved, so there is no
 		// processing/ to look through; the rows say what to resume
@@ -943,7 +940,7 @@ func (d *Daemon) resumeOwn(ctx context.Context, p *partnerRT, sess *partners.Ses
 	}
 	// the entries that may have no row: recorded only after a look again
 	// in the partner's claim section (adoptOwn)
-	var cands []*Intake
+	var cands []*ledger.Intake
 	for _, e := range ents {
 		if err := d.stillHeld(ctx); err != nil {
 			return err
@@ -951,7 +948,7 @@ func (d *Daemon) resumeOwn(ctx context.Context, p *partnerRT, sess *partners.Ses
 		name := e.Name()
 		if strings.HasPrefix(name, partners.HostilePrefix) {
 			// a hostile entry claimed just before a crash: hold it now
-			cands = append(cands, &Intake{Partner: p.cfg.ID, Feed: NoFeed, RemoteName: name, ClaimedPath: path.Join(dir, name),
+			cands = append(cands, &ledger.Intake{Partner: p.cfg.ID, Feed: ledger.NoFeed, RemoteName: name, ClaimedPath: path.Join(dir, name),
 				ListedSize: e.Size(), Worker: d.cfg.WorkerID})
 			continue
 		}
@@ -990,7 +987,7 @@ func (d *Daemon) resumeOwn(ctx context.Context, p *partnerRT, sess *partners.Ses
 				continue
 			}
 		}
-		cands = append(cands, &Intake{Partner: p.cfg.ID, Feed: feed.Name, RemoteName: name, ClaimedPath: path.Join(dir, name),
+		cands = append(cands, &ledger.Intake{Partner: p.cfg.ID, Feed: feed.Name, RemoteName: name, ClaimedPath: path.Join(dir, name),
 			ListedSize: e.Size(), ListedMTime: e.ModTime(), Worker: d.cfg.WorkerID, ManifestName: manifest})
 	}
 	adopted, err := d.adoptOwn(ctx, p, sess, cands)
@@ -1014,9 +1011,9 @@ func (d *Daemon) resumeOwn(ctx context.Context, p *partnerRT, sess *partners.Ses
 // rows this worker id holds, and a poll runs one at a time): its answer
 // saves the poll a statement after its dial. A row that fell due since is
 // the next poll's.
-func (d *Daemon) resumeRows(ctx context.Context, p *partnerRT, sess *partners.Session, due *background[[]*Intake]) error {
+func (d *Daemon) resumeRows(ctx context.Context, p *partnerRT, sess *partners.Session, due *background[[]*ledger.Intake]) error {
 	// files that failed wait for their own next attempt (attempt.go)
-	var live []*Intake
+	var live []*ledger.Intake
 	var err error
 	if due != nil {
 		live, err = due.wait()
@@ -1032,14 +1029,14 @@ func (d *Daemon) resumeRows(ctx context.Context, p *partnerRT, sess *partners.Se
 		return err
 	}
 	for _, old := range live {
-		if old.State == StateOutcomeUnknown {
+		if old.State == ledger.StateOutcomeUnknown {
 			continue // the reconciler resolves these from the ledger
 		}
 		if err := d.stillHeld(ctx); err != nil {
 			return err
 		}
 		in, err := d.ledger.Resume(ctx, old.ID, d.cfg.WorkerID)
-		var fe *FencedError
+		var fe *ledger.FencedError
 		if errors.As(err, &fe) {
 			continue
 		}
@@ -1055,7 +1052,7 @@ func (d *Daemon) resumeRows(ctx context.Context, p *partnerRT, sess *partners.Se
 
 // runFile runs one file; losing it to another owner is counted and is not
 // an error of the poll.
-func (d *Daemon) runFile(ctx context.Context, p *partnerRT, sess *partners.Session, in *Intake) error {
+func (d *Daemon) runFile(ctx context.Context, p *partnerRT, sess *partners.Session, in *ledger.Intake) error {
 	return d.runClaimed(ctx, p, sess, in, nil, false)
 }
 
@@ -1063,7 +1060,7 @@ func (d *Daemon) runFile(ctx context.Context, p *partnerRT, sess *partners.Sessi
 // with the file opened behind its claim's RENAME (nil: none), which its
 // download takes (openClaimed) and which is closed if the run never gets
 // there.
-func (d *Daemon) runClaimed(ctx context.Context, p *partnerRT, sess *partners.Session, in *Intake, opening *partners.Opening, claimed bool) error {
+func (d *Daemon) runClaimed(ctx context.Context, p *partnerRT, sess *partners.Session, in *ledger.Intake, opening *partners.Opening, claimed bool) error {
 	p.fileRuns.Add(1)
 	r, err := d.newRun(p, sess, in)
 	if err != nil {
@@ -1084,7 +1081,7 @@ func (d *Daemon) runClaimed(ctx context.Context, p *partnerRT, sess *partners.Se
 // runAlone runs a file on the per-file path from the state it is in.
 func (r *fileRun) runAlone(ctx context.Context) error {
 	err := r.run(ctx)
-	var fe *FencedError
+	var fe *ledger.FencedError
 	if errors.As(err, &fe) {
 		r.fencedOut(fe.Step)
 		return nil

@@ -1,14 +1,8 @@
 package intake
 
 import (
-	"context"
-	"errors"
 	"fmt"
 	"os"
-	"path"
-
-	"github.com/partner-intake/partner-intake/intake/ledger"
-	"github.com/partner-intake/partner-intake/partners"
 )
 
 // OpsWorker is the worker identity an ops command (replay, release,
@@ -17,53 +11,3 @@ import (
 // while the command runs it renews the lease of what it holds, so no
 // reconciler takes it over as a dead replica's.
 func OpsWorker(worker string) string { return fmt.Sprintf("%s/ops-%d", worker, os.Getpid()) }
-
-// ErrDecision is wrapped by every refused decision.
-var ErrDecision = errors.New("decision refused")
-
-// PublishDiscarded tells the partner that a held file was discarded: the
-// reason file is removed and the receipt rewritten with outcome
-// "discarded", then its path recorded. Each step is conditional on the
-// token the discard took, so a later decision's publication is never
-// overwritten by this one; run twice, it writes the same.
-func PublishDiscarded(ctx context.Context, l *ledger.Ledger, s *partners.Session, p *partners.Config, in *Intake) error {
-	still := func() error { return l.StillDiscarded(ctx, in) }
-	if in.ArchivePath != "" {
-		if err := still(); err != nil {
-			return err
-		}
-		p := path.Join(s.Layout.QuarantineDir(), reasonName(path.Base(in.ArchivePath)))
-		if err := s.Remove(p); err != nil && !partners.IsNotExist(err) {
-			return fmt.Errorf("remove reason file: %w", err)
-		}
-	}
-	data, err := receiptJSON(in, Receipt{Outcome: OutcomeDiscarded, Reason: in.Reason, Quarantine: in.ArchivePath, Detail: discardDetail(in)})
-	if err != nil {
-		return err
-	}
-	// sealed to the partner's key like the held file's receipt it replaces
-	data, name, err := sealReport(pgpOf(p, in.Feed), data, reportStem(in)+ReceiptSuffix)
-	if err != nil {
-		return err
-	}
-	if err := still(); err != nil {
-		return err
-	}
-	dst, err := putFile(s, s.Layout.ReportsDir(), name, data)
-	if err != nil {
-		return err
-	}
-	return l.RecordDiscardReceipt(ctx, in, dst)
-}
-
-// discardDetail says what a discard leaves: nothing of the file, or, for
-// a file that failed part way (some chunks committed before its retries
-// ran out), the rows those chunks put in place, which stay.
-func discardDetail(in *Intake) string {
-	if n := in.RowsApplied + in.RowsDeleted + in.RowsUnchanged; n > 0 {
-		// unchanged rows count: a released file's run counts the rows
-		// its first run applied as unchanged
-		return fmt.Sprintf("after review the held file was closed for good; %d of its rows were in the target before it was held (applied by it, or already there) and stay (rows.applied, rows.unchanged, rows.deleted); the rest was not applied. Send a corrected file if one is due", n)
-	}
-	return "after review the held file was closed for good; nothing of it was applied. Send a corrected file if one is due"
-}

@@ -8,29 +8,31 @@ import (
 	"path"
 	"time"
 
+	"github.com/partner-intake/partner-intake/intake/ledger"
+	"github.com/partner-intake/partner-intake/intake/sitefile"
 	"github.com/partner-intake/partner-intake/internal/fault"
 	"github.com/partner-intake/partner-intake/partners"
 )
 
 // QuarantineReason is quarantine/<intake_id>.<name>.reason.json.
 type QuarantineReason struct {
-	PartnerID string    `json:"partner_id"`
-	IntakeID  int64     `json:"intake_id"`
-	File      string    `json:"file"`
-	BatchID   string    `json:"batch_id,omitempty"`
-	SHA256    string    `json:"sha256,omitempty"`
-	State     string    `json:"state"`
-	Reason    Reason    `json:"reason"`
-	Line      int64     `json:"line,omitempty"`
-	Detail    string    `json:"detail"`
-	At        time.Time `json:"at"`
+	PartnerID string        `json:"partner_id"`
+	IntakeID  int64         `json:"intake_id"`
+	File      string        `json:"file"`
+	BatchID   string        `json:"batch_id,omitempty"`
+	SHA256    string        `json:"sha256,omitempty"`
+	State     string        `json:"state"`
+	Reason    ledger.Reason `json:"reason"`
+	Line      int64         `json:"line,omitempty"`
+	Detail    string        `json:"detail"`
+	At        time.Time     `json:"at"`
 }
 
 // hold takes a file out of the pipeline: it moves it (and its manifest) to
 // quarantine/ beside a reason file, writes the partner's receipt and ends
 // in state to (quarantined: waits for ops; failed_terminal: no retry).
 // Each step is idempotent, so a crash part-way is finished on resume.
-func (r *fileRun) hold(ctx context.Context, to State, reason Reason, line int64, detail string) error {
+func (r *fileRun) hold(ctx context.Context, to ledger.State, reason ledger.Reason, line int64, detail string) error {
 	r.dropAhead() // a held file applies nothing
 	in := r.in
 	qdir := r.sess.Layout.QuarantineDir()
@@ -74,14 +76,14 @@ func (r *fileRun) hold(ctx context.Context, to State, reason Reason, line int64,
 	if err := r.fence(ctx, "reason"); err != nil {
 		return err
 	}
-	if _, err := putFile(r.sess, qdir, reasonName(path.Base(dst)), append(data, '\n')); err != nil {
+	if _, err := sitefile.Put(r.sess, qdir, sitefile.ReasonName(path.Base(dst)), append(data, '\n')); err != nil {
 		return fmt.Errorf("quarantine reason: %w", err)
 	}
-	outcome := OutcomeQuarantined
-	if to == StateFailedTerminal {
-		outcome = OutcomeFailed
+	outcome := ledger.OutcomeQuarantined
+	if to == ledger.StateFailedTerminal {
+		outcome = ledger.OutcomeFailed
 	}
-	if err := r.writeReports(ctx, Receipt{Outcome: outcome, Reason: reason, Line: line, Detail: detail, Quarantine: dst}); err != nil {
+	if err := r.writeReports(ctx, sitefile.Receipt{Outcome: outcome, Reason: reason, Line: line, Detail: detail, Quarantine: dst}); err != nil {
 		return err
 	}
 	in.ArchivePath = dst
@@ -122,7 +124,7 @@ func (r *fileRun) dropStaleReason() error {
 // removeReason removes the file's reason file from quarantine/ (gone
 // already is fine).
 func (r *fileRun) removeReason() error {
-	p := path.Join(r.sess.Layout.QuarantineDir(), reasonName(heldName(r.in.ID, r.in.RemoteName)))
+	p := path.Join(r.sess.Layout.QuarantineDir(), sitefile.ReasonName(heldName(r.in.ID, r.in.RemoteName)))
 	if err := r.sess.Remove(p); err != nil && !partners.IsNotExist(err) {
 		return fmt.Errorf("remove stale reason file: %w", err)
 	}

@@ -32,8 +32,8 @@ func recordName(name string) string { return printableName(name) }
 // claimRecord claims a candidate by recording it: no RENAME, the claimed
 // path is the file in ready/. A file recorded already (another replica
 // won, or a live intake still holds its name) is skipped.
-func (d *Daemon) claimRecord(ctx context.Context, p *partnerRT, sess *partners.Session, c candidate, id int64) (*Intake, int64, error) {
-	in := &Intake{Partner: p.cfg.ID, Feed: c.Feed.Name, RemoteName: c.Name, ClaimedPath: sess.Layout.Ready(c.Name),
+func (d *Daemon) claimRecord(ctx context.Context, p *partnerRT, sess *partners.Session, c candidate, id int64) (*ledger.Intake, int64, error) {
+	in := &ledger.Intake{Partner: p.cfg.ID, Feed: c.Feed.Name, RemoteName: c.Name, ClaimedPath: sess.Layout.Ready(c.Name),
 		ListedSize: c.Size, ListedMTime: c.MTime, Worker: d.cfg.WorkerID}
 	next, err := d.ledger.InsertRecordClaim(ctx, in, c.Name, id)
 	if errors.Is(err, ledger.ErrTracked) {
@@ -56,7 +56,7 @@ func (d *Daemon) holdHostileRecord(ctx context.Context, p *partnerRT, sess *part
 	var b [4]byte
 	_, _ = rand.Read(b[:])
 	gen := fmt.Sprintf("%s%s-%d-%s", partners.HostilePrefix, h.Reason, time.Now().UnixNano(), hex.EncodeToString(b[:]))
-	in := &Intake{Partner: p.cfg.ID, Feed: NoFeed, RemoteName: printableName(h.Info.Name()), ClaimedPath: sess.Layout.Ready(gen),
+	in := &ledger.Intake{Partner: p.cfg.ID, Feed: ledger.NoFeed, RemoteName: printableName(h.Info.Name()), ClaimedPath: sess.Layout.Ready(gen),
 		ListedSize: h.Info.Size(), ListedMTime: h.Info.ModTime(), Worker: d.cfg.WorkerID}
 	if _, err := d.ledger.InsertRecordClaim(ctx, in, recordName(h.Info.Name()), 0); err != nil {
 		if errors.Is(err, ledger.ErrTracked) {
@@ -71,10 +71,10 @@ func (d *Daemon) holdHostileRecord(ctx context.Context, p *partnerRT, sess *part
 // (intake_quarantine, ops decide as for any held file) names the file
 // where it is, in ready/ (a hostile entry: none); no reason file and no
 // receipt are written (the site takes no writes); the log says why.
-func (r *fileRun) holdRecord(ctx context.Context, to State, reason Reason, line int64, detail string) error {
+func (r *fileRun) holdRecord(ctx context.Context, to ledger.State, reason ledger.Reason, line int64, detail string) error {
 	in := r.in
 	in.ArchivePath = in.ClaimedPath
-	if in.Feed == NoFeed {
+	if in.Feed == ledger.NoFeed {
 		in.ArchivePath = ""
 	}
 	if err := r.d.ledger.Finish(ctx, in, in.State, to, reason); err != nil {
@@ -88,10 +88,10 @@ func (r *fileRun) holdRecord(ctx context.Context, to State, reason Reason, line 
 // archiveRecord finishes a file of a read-only site: nothing is moved and
 // no receipt is written; the row is the record and the spool keeps the
 // bytes for retention.spool.
-func (r *fileRun) archiveRecord(outcome Outcome) (State, Reason, error) {
+func (r *fileRun) archiveRecord(outcome ledger.Outcome) (ledger.State, ledger.Reason, error) {
 	r.in.ArchivePath = ""
-	if outcome == OutcomeDuplicate {
-		return StateDuplicate, ReasonDuplicate, nil
+	if outcome == ledger.OutcomeDuplicate {
+		return ledger.StateDuplicate, ledger.ReasonDuplicate, nil
 	}
-	return StateArchived, "", nil
+	return ledger.StateArchived, "", nil
 }

@@ -1,22 +1,14 @@
 package intake
 
 import (
-	"bytes"
 	"context"
-	"crypto/rand"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"path"
-	"regexp"
-	"strings"
 	"time"
-	"unicode/utf8"
 
-	"github.com/pkg/sftp"
-
+	"github.com/partner-intake/partner-intake/intake/ledger"
+	"github.com/partner-intake/partner-intake/intake/sitefile"
 	"github.com/partner-intake/partner-intake/internal/fault"
 	"github.com/partner-intake/partner-intake/partners"
 )
@@ -94,61 +86,22 @@ func (r *fileRun) claimedIsOurs() (bool, error) {
 		return true, nil
 	}
 	r.log.Warn("the file at this intake's claimed path is not its file (size or mtime differ); left there for a claim of its own",
-		"reason", ReasonRemoteLost)
+		"reason", ledger.ReasonRemoteLost)
 	r.p.takenOver.Store(true)
 	return false, nil
 }
 
-// maxRemoteName bounds a generated remote name as partners.SafeName
-// bounds a partner's.
-const maxRemoteName = partners.MaxNameBytes
-
-// fitName returns prefix+base+suffix when it fits in one remote name
-// (maxRemoteName bytes, the limit of every common file system). Otherwise
-// base, the partner-derived part, is cut at a UTF-8 boundary and followed
-// by "~" and a hash of the whole untruncated name: two long names that
-// share a beginning still get different names, and the same input always
-// gets the same name (a resumed step finds what an earlier attempt wrote).
-// prefix and suffix are ours and short (well under 200 bytes).
-func fitName(prefix, base, suffix string) string {
-	full := prefix + base + suffix
-	if len(full) <= maxRemoteName {
-		return full
-	}
-	sum := sha256.Sum256([]byte(full))
-	mark := "~" + hex.EncodeToString(sum[:6])
-	cut := maxRemoteName - len(prefix) - len(suffix) - len(mark)
-	if cut < 0 {
-		cut = 0
-	}
-	for cut > 0 && !utf8.RuneStart(base[cut]) {
-		cut--
-	}
-	return prefix + base[:cut] + mark + suffix
-}
-
-// fitStem is fitName for a name that other names are derived from by
-// appending one of our suffixes: room for the longest of them (reserve) is
-// kept, so each derived name fits too.
-func fitStem(prefix, base, suffix, reserve string) string {
-	return strings.TrimSuffix(fitName(prefix, base, suffix+reserve), reserve)
-}
-
 // Suffixes of names derived from a held file's name.
 const (
-	ReasonSuffix = ".reason.json"
-	heldReserve  = partners.ManifestSuffix + ReasonSuffix
+	heldReserve = partners.ManifestSuffix + sitefile.ReasonSuffix
 )
 
 // heldName is the name of a held file in quarantine/:
 // <intake_id>.<name>, and beside it <that>.complete (its manifest) and
-// <that>.reason.json, all within maxRemoteName bytes.
+// <that>.reason.json, all within sitefile.MaxName bytes.
 func heldName(id int64, name string) string {
-	return fitStem(fmt.Sprintf("%d.", id), name, "", heldReserve)
+	return sitefile.FitStem(fmt.Sprintf("%d.", id), name, "", heldReserve)
 }
-
-// reasonName is the reason file beside a held file.
-func reasonName(held string) string { return held + ReasonSuffix }
 
 // maxArchiveExt: a longer "extension" is part of a name, not a type, and
 // is left out of archive names.
@@ -157,7 +110,7 @@ const maxArchiveExt = 32
 // archiveNames are the candidate archive names of in:
 // <batch>.<sha12>.<intake_id>[.n]<ext>, n from 1 to extra, each with room
 // for partners.ManifestSuffix.
-func archiveNames(dir string, in *Intake, extra int) []string {
+func archiveNames(dir string, in *ledger.Intake, extra int) []string {
 	ext := path.Ext(in.RemoteName)
 	if len(ext) > maxArchiveExt {
 		ext = ""
@@ -168,180 +121,9 @@ func archiveNames(dir string, in *Intake, extra int) []string {
 		if i > 0 {
 			n = fmt.Sprintf(".%d", i)
 		}
-		out = append(out, path.Join(dir, fitStem("", in.BatchID, fmt.Sprintf(".%s.%d%s%s", in.SHA256[:12], in.ID, n, ext), partners.ManifestSuffix)))
+		out = append(out, path.Join(dir, sitefile.FitStem("", in.BatchID, fmt.Sprintf(".%s.%d%s%s", in.SHA256[:12], in.ID, n, ext), partners.ManifestSuffix)))
 	}
 	return out
-}
-
-// tempPattern matches the hidden temporary names putFile writes under:
-// .<name>.<16 hex>.tmp (the reconciler removes stale ones).
-var tempPattern = regexp.MustCompile(`^\..*\.[0-9a-f]{16}\.tmp$`)
-
-// IsOurTemp reports whether name is one of putFile's temporary names.
-func IsOurTemp(name string) bool { return tempPattern.MatchString(name) }
-
-// tempName is putFile's hidden temporary name for name.
-func tempName(name string) string {
-	var b [8]byte
-	_, _ = rand.Read(b[:])
-	return fitName(".", name, "."+hex.EncodeToString(b[:])+".tmp")
-}
-
-// putFile writes data to dir/name atomically: into a hidden temporary name,
-// then renamed over any earlier version (posix-rename). The caller makes
-// sure it still holds the file's fencing token right before (fileRun.fence):
-// what it writes is the current truth for the partner, so it replaces what
-// an earlier attempt or an earlier decision wrote. A temporary file left by
-// a kill is removed by the reconciler once it is older than
-// reconcile.stale_temp.
-func putFile(s *partners.Session, dir, name string, data []byte) (string, error) {
-	return putFileFrom(s, dir, name, bytes.NewReader(data), int64(len(data)))
-}
-
-// putFileFrom is putFile for size bytes read from src (a file in the
-// spool's temp area, for a report too large to hold in memory): only a
-// file up to wholeMax is read into memory at once, a larger one is copied
-// through pkg/sftp. src is read from its start again when the first try
-// has to be repeated.
-func putFileFrom(s *partners.Session, dir, name string, src io.ReaderAt, size int64) (string, error) {
-	st, err := stageFile(s, dir, name, size <= wholeMax)
-	if err == nil {
-		err = st.write(src, size)
-	}
-	if s.ListingChannelLost(err) {
-		// the listing channel broke under it: once more through pkg/sftp
-		if st, err = stageFile(s, dir, name, false); err == nil {
-			err = st.write(src, size)
-		}
-	}
-	if err != nil {
-		return "", err
-	}
-	return st.publish(path.Join(dir, name))
-}
-
-// staged is putFile's temporary file, open, before its bytes are written
-// (stageFile) and before it is renamed to its final name (publish). A
-// group opens its receipts' temporary files beside its reads and writes
-// them beside its archive moves (group_archive.go), so a receipt costs
-// the round trips of its close and rename alone; what the partner can see
-// is the same as putFile's: the final name appears by one rename of a
-// complete, closed file.
-//
-// A small file is opened on the session's listing channel
-// (partners.WholeFile), where its bytes and its CLOSE go out together:
-// one round trip where pkg/sftp takes two. A large one (a
-// rejects report over wholeMax), or one on a site that refuses a second
-// channel, goes through pkg/sftp.
-type staged struct {
-	s      *partners.Session
-	tmp    string
-	f      *sftp.File          // pkg/sftp's, or
-	w      *partners.WholeFile // the listing channel's
-	closed bool                // w's write was tried: its CLOSE sent with it, or the channel gone
-}
-
-// wholeMax: a file up to this size is written on the listing channel at
-// once (its WRITEs and CLOSE together); a larger one would hold up the
-// session's listings behind it and goes through pkg/sftp.
-const wholeMax = 256 << 10
-
-// stageFile opens a new temporary file in dir for a file to be named
-// name; small: its bytes will be at most wholeMax.
-func stageFile(s *partners.Session, dir, name string, small bool) (*staged, error) {
-	if err := s.EnsureDir(dir); err != nil {
-		return nil, fmt.Errorf("create %s: %w", dir, err)
-	}
-	tmp := path.Join(dir, tempName(name))
-	if small {
-		w, err := s.CreateWhole(tmp)
-		if err == nil {
-			return &staged{s: s, tmp: tmp, w: w}, nil
-		}
-		if !errors.Is(err, partners.ErrNoListingChannel) {
-			return nil, fmt.Errorf("create %s: %w", tmp, err)
-		}
-	}
-	f, err := s.Create(tmp)
-	if err != nil {
-		return nil, fmt.Errorf("create %s: %w", tmp, err)
-	}
-	return &staged{s: s, tmp: tmp, f: f}, nil
-}
-
-// write writes the file's bytes (on the listing channel, and closes it);
-// on an error the temporary file is gone.
-func (st *staged) write(src io.ReaderAt, size int64) error {
-	var err error
-	if st.w != nil {
-		data := make([]byte, size) // at most wholeMax (stageFile's small)
-		if _, err = src.ReadAt(data, 0); err == io.EOF && size == 0 {
-			err = nil
-		}
-		if err == nil {
-			err = st.w.WriteClose(data)
-			st.closed = true // its CLOSE went out with the WRITEs, or the channel is gone
-		}
-	} else {
-		var n int64
-		n, err = io.Copy(st.f, io.NewSectionReader(src, 0, size))
-		if err == nil && n != size {
-			err = io.ErrUnexpectedEOF
-		}
-	}
-	if err != nil {
-		st.discard()
-		return fmt.Errorf("write %s: %w", st.tmp, err)
-	}
-	return nil
-}
-
-// discard closes and removes the temporary file (best effort: the
-// reconciler removes a temporary file left behind once it is stale).
-func (st *staged) discard() {
-	switch {
-	case st.w == nil:
-		st.f.Close()
-	case !st.closed:
-		st.w.Close()
-	}
-	st.s.Remove(st.tmp)
-}
-
-// close closes the temporary file, unless write did.
-func (st *staged) close() error {
-	if st.w == nil {
-		return st.f.Close()
-	}
-	if st.closed {
-		return nil
-	}
-	st.closed = true
-	return st.w.Close()
-}
-
-// publish closes the temporary file (unless write did) and renames it
-// over dst.
-func (st *staged) publish(dst string) (string, error) {
-	s, tmp := st.s, st.tmp
-	if err := st.close(); err != nil {
-		s.Remove(tmp)
-		return "", fmt.Errorf("close %s: %w", tmp, err)
-	}
-	if err := fault.Check("putfile:before_rename"); err != nil {
-		return "", err
-	}
-	if err := s.PosixRename(tmp, dst); err != nil {
-		// a server without posix-rename: replace in two steps
-		if _, serr := s.Lstat(dst); serr == nil {
-			s.Remove(dst)
-		}
-		if err := s.Rename(tmp, dst); err != nil {
-			s.Remove(tmp)
-			return "", fmt.Errorf("publish %s: %w", dst, err)
-		}
-	}
-	return dst, nil
 }
 
 // fence checks, right before a step the partner can see (a move, a reason
@@ -372,7 +154,7 @@ func (r *fileRun) fence(ctx context.Context, step string) error {
 	id := r.d.id.Load()
 	lost := func() bool { return own && !id.HeldIn(r.idHold) }
 	notHeld := func() error {
-		return &FencedError{IntakeID: r.in.ID, Token: r.in.Token, Step: step + ": " + errWorkerIDNotHeld.Error()}
+		return &ledger.FencedError{IntakeID: r.in.ID, Token: r.in.Token, Step: step + ": " + errWorkerIDNotHeld.Error()}
 	}
 	if lost() {
 		return notHeld()

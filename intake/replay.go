@@ -30,7 +30,7 @@ type ReplayRequest struct {
 	Handover bool
 	// Inserted, if set, is called with the replay's row as soon as it is
 	// committed, before anything of it can fail.
-	Inserted func(*Intake)
+	Inserted func(*ledger.Intake)
 	// Progress, if set, is called after each committed chunk.
 	Progress func(done, total int64)
 }
@@ -52,12 +52,12 @@ type ReplayRequest struct {
 // a reconciler: the row is handed over (its lease ended under the
 // command's token) when the database still answers, and the error returned
 // is a *ReplayLeftError saying where the row stands.
-func (d *Daemon) Replay(ctx context.Context, q ReplayRequest) (*Intake, error) {
+func (d *Daemon) Replay(ctx context.Context, q ReplayRequest) (*ledger.Intake, error) {
 	id := q.ID
 	if q.Actor == "" || q.Reason == "" {
-		return nil, fmt.Errorf("%w: an actor and a reason are required", ErrDecision)
+		return nil, fmt.Errorf("%w: an actor and a reason are required", ledger.ErrDecision)
 	}
-	var orig *Intake
+	var orig *ledger.Intake
 	for _, pid := range d.order {
 		got, err := d.ledger.Get(ctx, pid, id)
 		if err != nil {
@@ -68,15 +68,15 @@ func (d *Daemon) Replay(ctx context.Context, q ReplayRequest) (*Intake, error) {
 		}
 	}
 	if orig == nil {
-		return nil, fmt.Errorf("%w: no intake %d of a configured partner", ErrDecision, id)
+		return nil, fmt.Errorf("%w: no intake %d of a configured partner", ledger.ErrDecision, id)
 	}
-	if orig.State != StateArchived && orig.State != StateDuplicate {
-		return nil, fmt.Errorf("%w: intake %d is %s; only finished files are replayed", ErrDecision, id, orig.State)
+	if orig.State != ledger.StateArchived && orig.State != ledger.StateDuplicate {
+		return nil, fmt.Errorf("%w: intake %d is %s; only finished files are replayed", ledger.ErrDecision, id, orig.State)
 	}
 	// a compressed file's expanded copy is made again from the original
 	// (dropExpanded removed it when the file finished)
 	if !q.Handover && !d.spool.Has(orig.Partner, orig.DataSHA256, orig.DataSize) && !d.spool.Has(orig.Partner, orig.SHA256, orig.Size) {
-		return nil, fmt.Errorf("%w: the spool no longer holds the bytes of intake %d", ErrDecision, id)
+		return nil, fmt.Errorf("%w: the spool no longer holds the bytes of intake %d", ledger.ErrDecision, id)
 	}
 	p := d.parts[orig.Partner]
 	// root is the intake the replay writes as, the one that brought the
@@ -86,13 +86,13 @@ func (d *Daemon) Replay(ctx context.Context, q ReplayRequest) (*Intake, error) {
 	switch {
 	case orig.ReplayOf != 0: // a replay of a replay is judged as the first
 		root = orig.ReplayOf
-	case orig.State == StateDuplicate: // its bytes came with an earlier intake
+	case orig.State == ledger.StateDuplicate: // its bytes came with an earlier intake
 		brought, err := d.ledger.BroughtBy(ctx, orig)
 		if err != nil {
 			return nil, fmt.Errorf("replay: %w", err)
 		}
 		if brought == 0 {
-			return nil, fmt.Errorf("%w: no intake before duplicate %d brought its bytes of batch %s", ErrDecision, id, orig.BatchID)
+			return nil, fmt.Errorf("%w: no intake before duplicate %d brought its bytes of batch %s", ledger.ErrDecision, id, orig.BatchID)
 		}
 		root = brought
 	}
@@ -104,7 +104,7 @@ func (d *Daemon) Replay(ctx context.Context, q ReplayRequest) (*Intake, error) {
 		}
 		switch {
 		case newer != 0 && !q.ForceOlder:
-			return nil, fmt.Errorf("%w: intake %d is a snapshot older than intake %d, which its feed has applied since: replayed, it would undo the newer one (--force-older replays it all the same, audited)", ErrDecision, id, newer)
+			return nil, fmt.Errorf("%w: intake %d is a snapshot older than intake %d, which its feed has applied since: replayed, it would undo the newer one (--force-older replays it all the same, audited)", ledger.ErrDecision, id, newer)
 		case newer != 0:
 			override = OverrideOlder
 		}
@@ -113,7 +113,7 @@ func (d *Daemon) Replay(ctx context.Context, q ReplayRequest) (*Intake, error) {
 		OpsWorker(d.cfg.WorkerID), root, override, q.Request, q.Actor, q.Reason, q.Handover)
 	var live *ledger.LiveReplayError
 	if errors.As(err, &live) {
-		return nil, fmt.Errorf("%w: %w", ErrDecision, err)
+		return nil, fmt.Errorf("%w: %w", ledger.ErrDecision, err)
 	}
 	if err == nil {
 		err = fault.Check("replay:inserted") // the commit's reply lost
@@ -134,7 +134,7 @@ func (d *Daemon) Replay(ctx context.Context, q ReplayRequest) (*Intake, error) {
 }
 
 // runReplay runs the replay's row to its end.
-func (d *Daemon) runReplay(ctx context.Context, p *partnerRT, in *Intake, progress func(done, total int64)) error {
+func (d *Daemon) runReplay(ctx context.Context, p *partnerRT, in *ledger.Intake, progress func(done, total int64)) error {
 	sess, err := partners.Dial(ctx, p.cfg)
 	if err != nil {
 		return err
@@ -151,7 +151,7 @@ func (d *Daemon) runReplay(ctx context.Context, p *partnerRT, in *Intake, progre
 // settleReplay finds out what became of a replay whose insert failed:
 // recorded (its reply lost: the row is then left as a failed run's is),
 // rolled back, or unknown.
-func (d *Daemon) settleReplay(ctx context.Context, q ReplayRequest, partner string, insertErr error) (*Intake, error) {
+func (d *Daemon) settleReplay(ctx context.Context, q ReplayRequest, partner string, insertErr error) (*ledger.Intake, error) {
 	if q.Request == "" {
 		return nil, fmt.Errorf("replay: %w", insertErr)
 	}
@@ -162,7 +162,7 @@ func (d *Daemon) settleReplay(ctx context.Context, q ReplayRequest, partner stri
 	case ledger.SettledUnknown:
 		return nil, &ReplayUnknownError{Request: q.Request, Err: errors.Join(insertErr, err)}
 	}
-	in, err := ledger.AwaitAnswer(ctx, func(ctx context.Context) (*Intake, error) { return d.ledger.Get(ctx, partner, id) })
+	in, err := ledger.AwaitAnswer(ctx, func(ctx context.Context) (*ledger.Intake, error) { return d.ledger.Get(ctx, partner, id) })
 	if err != nil || in == nil {
 		return nil, &ReplayUnknownError{Request: q.Request, Err: errors.Join(insertErr, err)}
 	}
@@ -201,7 +201,7 @@ func (e *ReplayUnknownError) Unwrap() error { return e.Err }
 type ReplayLeftError struct {
 	// Row is the replay's row as last read (State "" when the database
 	// did not answer).
-	Row *Intake
+	Row *ledger.Intake
 	// HandedOver: the command ended its lease, so the next reconcile run
 	// takes it over.
 	HandedOver bool
@@ -213,14 +213,14 @@ func (e *ReplayLeftError) Unwrap() error { return e.Err }
 
 // leaveReplay reads a failed replay's row again and, while the command
 // still holds it live, hands it over to the next reconcile run.
-func (d *Daemon) leaveReplay(ctx context.Context, in *Intake, runErr error) error {
-	left := &ReplayLeftError{Row: &Intake{ID: in.ID, Partner: in.Partner}, Err: runErr}
+func (d *Daemon) leaveReplay(ctx context.Context, in *ledger.Intake, runErr error) error {
+	left := &ReplayLeftError{Row: &ledger.Intake{ID: in.ID, Partner: in.Partner}, Err: runErr}
 	// The database may be coming back from a crash: a fresh context
 	// bounded on its own, so a cancelled command still says where its
 	// row stands when it can.
 	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), replaySettleWait)
 	defer cancel()
-	now, err := ledger.AwaitAnswer(actx, func(ctx context.Context) (*Intake, error) { return d.ledger.Get(ctx, in.Partner, in.ID) })
+	now, err := ledger.AwaitAnswer(actx, func(ctx context.Context) (*ledger.Intake, error) { return d.ledger.Get(ctx, in.Partner, in.ID) })
 	if err != nil || now == nil {
 		return left
 	}

@@ -4,76 +4,21 @@ import (
 	"bufio"
 	"context"
 	"encoding/csv"
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
 	"path"
 	"strconv"
 	"strings"
-	"time"
 
+	"github.com/partner-intake/partner-intake/intake/ledger"
+	"github.com/partner-intake/partner-intake/intake/sitefile"
 	"github.com/partner-intake/partner-intake/partners"
 )
 
-// Receipt is reports/<batch>.<intake_id>.receipt.json.
-type Receipt struct {
-	PartnerID   string  `json:"partner_id"`
-	IntakeID    int64   `json:"intake_id"`
-	File        string  `json:"file"`
-	BatchID     string  `json:"batch_id,omitempty"`
-	SHA256      string  `json:"sha256,omitempty"`
-	Bytes       int64   `json:"bytes"`
-	Outcome     Outcome `json:"outcome"`
-	Reason      Reason  `json:"reason,omitempty"`
-	Line        int64   `json:"line,omitempty"`
-	Detail      string  `json:"detail,omitempty"`
-	DuplicateOf int64   `json:"duplicate_of,omitempty"`
-	// SupersededBy: outcome superseded, the newer snapshot's intake.
-	SupersededBy int64       `json:"superseded_by,omitempty"`
-	Rows         ReceiptRows `json:"rows"`
-	Archive      string      `json:"archive_path,omitempty"`
-	Quarantine   string      `json:"quarantine_path,omitempty"`
-	Rejects      string      `json:"rejects_report,omitempty"`
-	ProcessedAt  time.Time   `json:"processed_at"`
-}
-
-// ReceiptRows are the row totals; they add up to Total.
-type ReceiptRows struct {
-	Total     int64 `json:"total"`
-	Applied   int64 `json:"applied"`
-	Unchanged int64 `json:"unchanged"`
-	Rejected  int64 `json:"rejected"`
-	Conflict  int64 `json:"conflict"`
-	// Deleted: rows of the partner's earlier files a snapshot deleted (or
-	// marked deleted) because their key is not in this file; not rows of
-	// this file, so not part of Total.
-	Deleted int64 `json:"deleted,omitempty"`
-	// DeleteKept: rows of the partner's earlier files a snapshot would
-	// have deleted but kept, because they were edited outside intake since
-	// intake wrote them (reason outside_edit); not part of Total.
-	DeleteKept int64 `json:"delete_kept_outside_edit,omitempty"`
-}
-
-// Suffixes of a file's reports.
-const (
-	ReceiptSuffix = ".receipt.json"
-	RejectsSuffix = ".rejects.csv"
-)
-
-// reportStem names a file's reports: <batch>.<intake_id>, unique per
-// observed file so a resend's receipt never overwrites the original's;
-// with either suffix within maxRemoteName bytes.
-func reportStem(in *Intake) string {
-	if in.BatchID != "" {
-		return fitStem("", in.BatchID, fmt.Sprintf(".%d", in.ID), ReceiptSuffix+EncryptedSuffix)
-	}
-	return fmt.Sprintf("intake-%d", in.ID)
-}
-
 // writeReports publishes the receipt and, when rows did not apply, the
 // rejects report, on the partner's site.
-func (r *fileRun) writeReports(ctx context.Context, rc Receipt) error {
+func (r *fileRun) writeReports(ctx context.Context, rc sitefile.Receipt) error {
 	in := r.in
 	dir := r.sess.Layout.ReportsDir()
 	if in.RowsRejected+in.RowsConflict > 0 {
@@ -88,18 +33,18 @@ func (r *fileRun) writeReports(ctx context.Context, rc Receipt) error {
 		}
 	}
 	rc.Archive = in.ArchivePath
-	data, err := receiptJSON(in, rc)
+	data, err := sitefile.ReceiptJSON(in, rc)
 	if err != nil {
 		return err
 	}
-	name := reportStem(in) + ReceiptSuffix
-	if data, name, err = sealReport(r.feedPGP(), data, name); err != nil {
+	name := sitefile.ReportStem(in) + sitefile.ReceiptSuffix
+	if data, name, err = sitefile.Seal(r.feedPGP(), data, name); err != nil {
 		return err
 	}
 	if err := r.fence(ctx, "receipt"); err != nil {
 		return err
 	}
-	p, err := putFile(r.sess, dir, name, data)
+	p, err := sitefile.Put(r.sess, dir, name, data)
 	if err != nil {
 		return err
 	}
@@ -111,30 +56,19 @@ func (r *fileRun) writeReports(ctx context.Context, rc Receipt) error {
 // decision published, when its new decision rejects no row: the report
 // would otherwise stand beside a receipt that says rows.rejected 0 (the
 // feed was fixed, the missing parent rows added). Its name is the one the
-// receipt keeps (reportStem), sealed or not.
+// receipt keeps (sitefile.ReportStem), sealed or not.
 func (r *fileRun) dropStaleRejects(ctx context.Context) error {
 	if err := r.fence(ctx, "stale rejects"); err != nil {
 		return err
 	}
-	name := path.Join(r.sess.Layout.ReportsDir(), reportStem(r.in)+RejectsSuffix)
-	for _, p := range []string{name, name + EncryptedSuffix} {
+	name := path.Join(r.sess.Layout.ReportsDir(), sitefile.ReportStem(r.in)+sitefile.RejectsSuffix)
+	for _, p := range []string{name, name + sitefile.EncryptedSuffix} {
 		if err := r.sess.Remove(p); err != nil && !partners.IsNotExist(err) {
 			return fmt.Errorf("remove stale rejects report: %w", err)
 		}
 	}
 	r.in.RejectsPath = ""
 	return nil
-}
-
-// receiptJSON completes rc with what the row says of the file and renders
-// it.
-func receiptJSON(in *Intake, rc Receipt) ([]byte, error) {
-	rc.PartnerID, rc.IntakeID, rc.File, rc.BatchID = in.Partner, in.ID, in.RemoteName, in.BatchID
-	rc.SHA256, rc.Bytes = in.SHA256, in.Size
-	rc.Rows = ReceiptRows{Total: in.RowsTotal, Applied: in.RowsApplied, Unchanged: in.RowsUnchanged, Rejected: in.RowsRejected, Conflict: in.RowsConflict, Deleted: in.RowsDeleted, DeleteKept: in.RowsDeleteKept}
-	rc.ProcessedAt = time.Now().UTC().Truncate(time.Second)
-	data, err := json.MarshalIndent(rc, "", "  ")
-	return append(data, '\n'), err
 }
 
 // putRejects publishes the rejects report in dir. It is written, sealed
@@ -152,7 +86,7 @@ func (r *fileRun) putRejects(ctx context.Context, dir string) (string, error) {
 		os.Remove(f.Name())
 	}()
 	bw := bufio.NewWriterSize(f, 64<<10)
-	w, name, err := sealTo(bw, r.feedPGP(), reportStem(r.in)+RejectsSuffix)
+	w, name, err := sitefile.SealTo(bw, r.feedPGP(), sitefile.ReportStem(r.in)+sitefile.RejectsSuffix)
 	if err != nil {
 		return "", err
 	}
@@ -172,7 +106,7 @@ func (r *fileRun) putRejects(ctx context.Context, dir string) (string, error) {
 	if err := r.fence(ctx, "rejects"); err != nil {
 		return "", err
 	}
-	return putFileFrom(r.sess, dir, name, f, st.Size())
+	return sitefile.PutFrom(r.sess, dir, name, f, st.Size())
 }
 
 // rejectsCSV renders line, column, reason, outcome and detail (codes: the
@@ -182,7 +116,7 @@ func (r *fileRun) putRejects(ctx context.Context, dir string) (string, error) {
 func (r *fileRun) rejectsCSV(ctx context.Context, out io.Writer) error {
 	w := csv.NewWriter(out)
 	_ = w.Write([]string{"line", "column", "reason", "outcome", "detail"})
-	err := r.d.ledger.Issues(ctx, r.in, func(is IssueRow) error {
+	err := r.d.ledger.Issues(ctx, r.in, func(is ledger.IssueRow) error {
 		return w.Write([]string{strconv.FormatInt(is.Line, 10), Neutralize(is.Column), Neutralize(is.Reason), Neutralize(is.Outcome), Neutralize(is.Detail)})
 	})
 	if err != nil {

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/partner-intake/partner-intake/intake/ledger"
 )
 
 // transient reports whether err is worth retrying: what pgconn says is safe
@@ -21,7 +23,7 @@ func transient(err error) bool {
 	if err == nil {
 		return false
 	}
-	var fe *FencedError
+	var fe *ledger.FencedError
 	if errors.As(err, &fe) || errors.Is(err, context.Canceled) {
 		return false
 	}

@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/partner-intake/partner-intake/intake/ledger"
 )
 
 // A chunk whose connection died under PostgreSQL's restart is retried on a
@@ -19,7 +21,7 @@ func TestAClosedConnectionIsTransient(t *testing.T) {
 	}{
 		{fmt.Errorf("chunk 9 begin: %w", pgconn.ErrConnClosed), true},
 		{fmt.Errorf("chunk 9 copy: %w", &pgconn.PgError{Code: "57P01"}), true},
-		{fmt.Errorf("chunk 9: %w", &FencedError{}), false},
+		{fmt.Errorf("chunk 9: %w", &ledger.FencedError{}), false},
 		{fmt.Errorf("chunk 9: %w", errors.New("mapping refused")), false},
 	} {
 		if got := transient(c.err); got != c.want {

@@ -14,11 +14,11 @@ import (
 	"github.com/partner-intake/partner-intake/intake"
 	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/intake/ops"
+	"github.com/partner-intake/partner-intake/intake/sitefile"
 	"github.com/partner-intake/partner-intake/internal/fault"
 	"github.com/partner-intake/partner-intake/internal/sshdtest"
 	"github.com/partner-intake/partner-intake/internal/testenv"
 	"github.com/partner-intake/partner-intake/partners"
-	"github.com/partner-intake/partner-intake/reconcile"
 )
 
 // Two partners configured on one tree under different spellings (here a
@@ -272,7 +272,7 @@ func TestAServerWhoseEmptyDirectoriesVanishIsServed(t *testing.T) {
 	}
 	receipts := 0
 	for _, n := range site.Files(t, "reports") {
-		if strings.HasSuffix(n, intake.ReceiptSuffix) {
+		if strings.HasSuffix(n, sitefile.ReceiptSuffix) {
 			receipts++
 		}
 	}
@@ -280,7 +280,7 @@ func TestAServerWhoseEmptyDirectoriesVanishIsServed(t *testing.T) {
 		t.Fatalf("reports/ holds %d receipts, want 4", receipts)
 	}
 	for _, f := range reconcileAs(t, pool, "w1", site) {
-		if f.NeedsHuman && f.Kind != reconcile.KindQuarantined { // the held file waits for ops, as it should
+		if f.NeedsHuman && f.Kind != ledger.KindQuarantined { // the held file waits for ops, as it should
 			t.Fatalf("the reconciler needs a human: %+v", f)
 		}
 	}

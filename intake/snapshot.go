@@ -56,12 +56,12 @@ func (r *fileRun) supersededAtPlan(ctx context.Context) (done bool, err error) {
 	}
 	r.dropPre()
 	r.dropAhead()
-	return true, r.supersede(ctx, StateSpooled, newer)
+	return true, r.supersede(ctx, ledger.StateSpooled, newer)
 }
 
 // supersede archives the file as superseded by intake newer.
-func (r *fileRun) supersede(ctx context.Context, from State, newer int64) error {
+func (r *fileRun) supersede(ctx context.Context, from ledger.State, newer int64) error {
 	r.log.Warn("snapshot older than one its feed already applied: archived as superseded, not applied",
-		"reason", string(ReasonSuperseded), "superseded_by", newer)
-	return r.archive(ctx, from, OutcomeSuperseded, newer)
+		"reason", string(ledger.ReasonSuperseded), "superseded_by", newer)
+	return r.archive(ctx, from, ledger.OutcomeSuperseded, newer)
 }

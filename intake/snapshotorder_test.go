@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/partner-intake/partner-intake/intake"
+	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/intake/ops"
 	"github.com/partner-intake/partner-intake/internal/testenv"
 	"github.com/partner-intake/partner-intake/partners"
@@ -46,9 +47,9 @@ func TestAnOlderSnapshotNeverUndoesANewerOne(t *testing.T) {
 	// the approval of the hash shown is refused (the CLI names the
 	// configured snapshot feeds); approved without that, S2 still never
 	// applies
-	err := ops.Approve(ctx, pool, ops.PlanDecision{IntakeID: s2.ID, Partners: []string{"so"}, Actor: "alice", Reason: "reviewed",
+	err := ops.Approve(ctx, pool, ledger.PlanDecision{IntakeID: s2.ID, Partners: []string{"so"}, Actor: "alice", Reason: "reviewed",
 		PlanHash: v2.Hash, SnapshotFeeds: []string{"so/orders"}})
-	if !errors.Is(err, ops.ErrPlanDecision) || !strings.Contains(err.Error(), "older than one its feed has applied") {
+	if !errors.Is(err, ledger.ErrPlanDecision) || !strings.Contains(err.Error(), "older than one its feed has applied") {
 		t.Fatalf("approving the older snapshot: %v, want it refused", err)
 	}
 	if err := approve(ctx, pool, "so", s2.ID, v2.Hash); err != nil {
@@ -63,7 +64,7 @@ func TestAnOlderSnapshotNeverUndoesANewerOne(t *testing.T) {
 		t.Fatalf("S2 ends %+v, want archived as superseded, nothing applied", f)
 	}
 	rc := receiptOf(t, site, f)
-	if rc.Outcome != intake.OutcomeSuperseded || rc.SupersededBy != s3.ID {
+	if rc.Outcome != ledger.OutcomeSuperseded || rc.SupersededBy != s3.ID {
 		t.Fatalf("S2's receipt %+v, want outcome superseded naming intake %d", rc, s3.ID)
 	}
 }
@@ -89,7 +90,7 @@ func TestReplayOfAnOlderSnapshotIsRefusedUnlessForced(t *testing.T) {
 		t.Fatalf("target holds %d rows, want the second snapshot's 5", n)
 	}
 	_, err := r.d.Replay(context.Background(), intake.ReplayRequest{ID: fs[0].ID, Actor: "test", Reason: "re-apply"})
-	if !errors.Is(err, intake.ErrDecision) || !strings.Contains(err.Error(), "--force-older") {
+	if !errors.Is(err, ledger.ErrDecision) || !strings.Contains(err.Error(), "--force-older") {
 		t.Fatalf("replay of the older snapshot: %v, want it refused", err)
 	}
 	if n := count(t, pool, `SELECT count(*) FROM orders WHERE partner_id = 'sr'`); n != 5 {

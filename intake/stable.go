@@ -7,6 +7,8 @@ import (
 	"path"
 	"time"
 
+	"github.com/partner-intake/partner-intake/intake/ledger"
+	"github.com/partner-intake/partner-intake/intake/sitefile"
 	"github.com/partner-intake/partner-intake/internal/fault"
 	"github.com/partner-intake/partner-intake/partners"
 )
@@ -60,7 +62,7 @@ func (r *fileRun) stillAsClaimed(ctx context.Context) error {
 		return err
 	}
 	if changed {
-		r.log.Warn("file changed after its claim, found before its last commit: held, not committed", "reason", string(ReasonChangedAfterClaim))
+		r.log.Warn("file changed after its claim, found before its last commit: held, not committed", "reason", string(ledger.ReasonChangedAfterClaim))
 		return errChangedBeforeCommit
 	}
 	return nil
@@ -82,18 +84,18 @@ func (r *fileRun) putBack(ctx context.Context) error {
 			return err
 		}
 		r.d.metrics.putBack.WithLabelValues(in.Partner).Inc()
-		r.log.Warn("file changed after its claim; claim dropped, not applied", "reason", string(ReasonChangedAfterClaim))
+		r.log.Warn("file changed after its claim; claim dropped, not applied", "reason", string(ledger.ReasonChangedAfterClaim))
 		return nil
 	}
 	if _, err := r.sess.Lstat(r.sess.Layout.Ready(in.RemoteName)); err == nil {
-		return r.hold(ctx, StateQuarantined, ReasonChangedAfterClaim, 0,
+		return r.hold(ctx, ledger.StateQuarantined, ledger.ReasonChangedAfterClaim, 0,
 			"the file changed after it was claimed and a new file of the same name is in ready/")
 	}
 	if err := r.d.ledger.MarkPutBack(ctx, in); err != nil {
 		return err
 	}
 	r.d.metrics.putBack.WithLabelValues(in.Partner).Inc()
-	r.log.Warn("file changed after its claim; put back into ready/, not applied", "reason", string(ReasonChangedAfterClaim))
+	r.log.Warn("file changed after its claim; put back into ready/, not applied", "reason", string(ledger.ReasonChangedAfterClaim))
 	if err := fault.Check("putback:after_mark"); err != nil {
 		return err // as a crash here: resumeOwn finishes the put back
 	}
@@ -123,7 +125,7 @@ func putBackFile(sess *partners.Session, claimedPath, name string) error {
 		}
 		return fmt.Errorf("put back %s: %w", path.Base(claimedPath), err)
 	}
-	dst := path.Join(sess.Layout.QuarantineDir(), fitStem(fmt.Sprintf("put-back.%d.", time.Now().UnixNano()), name, "", heldReserve))
+	dst := path.Join(sess.Layout.QuarantineDir(), sitefile.FitStem(fmt.Sprintf("put-back.%d.", time.Now().UnixNano()), name, "", heldReserve))
 	if err := sess.Rename(claimedPath, dst); err != nil && !partners.IsNotExist(err) {
 		return fmt.Errorf("put back %s: %w", path.Base(claimedPath), err)
 	}
@@ -139,7 +141,7 @@ func putBackFile(sess *partners.Session, claimedPath, name string) error {
 func (d *Daemon) finishPutBack(p *partnerRT, sess *partners.Session, claimedPath, name string) bool {
 	if err := putBackFile(sess, claimedPath, name); err != nil {
 		d.log.Warn("could not put a file back into ready/; the next poll tries again", "partner", p.cfg.ID,
-			"reason", string(ReasonChangedAfterClaim), "err", err)
+			"reason", string(ledger.ReasonChangedAfterClaim), "err", err)
 		p.takenOver.Store(true)
 		return false
 	}

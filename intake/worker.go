@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/partner-intake/partner-intake/intake/ledger"
+	"github.com/partner-intake/partner-intake/intake/sitefile"
 	"github.com/partner-intake/partner-intake/partners"
 )
 
@@ -18,7 +19,7 @@ type fileRun struct {
 	d    *Daemon
 	p    *partnerRT
 	sess *partners.Session
-	in   *Intake
+	in   *ledger.Intake
 	// idHold: the worker id's hold the run began under; its fences pass
 	// only under it (remote.go fence, workerid.go)
 	idHold *ledger.Hold
@@ -49,7 +50,7 @@ type fileRun struct {
 	groupFencedAt time.Time
 	// site: the archive's steps on the site made ready during the
 	// download, or a group's read (archive_ahead.go).
-	site *background[*staged]
+	site *background[*sitefile.Staged]
 	// opening: the file opened behind its claim's RENAME, until the
 	// download takes it (openClaimed).
 	opening *partners.Opening
@@ -58,11 +59,11 @@ type fileRun struct {
 	placed bool
 }
 
-func (d *Daemon) newRun(p *partnerRT, sess *partners.Session, in *Intake) (*fileRun, error) {
+func (d *Daemon) newRun(p *partnerRT, sess *partners.Session, in *ledger.Intake) (*fileRun, error) {
 	r := &fileRun{d: d, p: p, sess: sess, in: in, idHold: d.hold(),
 		log: d.log.With("partner", in.Partner, "intake_id", in.ID, "feed", in.Feed)}
 	r.feed = p.cfg.Feed(in.Feed)
-	if r.feed == nil && in.Feed != NoFeed {
+	if r.feed == nil && in.Feed != ledger.NoFeed {
 		// the configuration lost the file's feed while the file was in
 		// flight: the file fails with its reason (replayable once the feed
 		// is back) rather than holding up the partner
@@ -72,10 +73,10 @@ func (d *Daemon) newRun(p *partnerRT, sess *partners.Session, in *Intake) (*file
 }
 
 // terminal reports whether the worker is done with a state.
-func terminal(s State) bool {
+func terminal(s ledger.State) bool {
 	switch s {
-	case StateArchived, StateDuplicate, StateQuarantined, StateFailedTerminal, StateDiscarded, StatePutBack, StateOutcomeUnknown,
-		StateAwaitingApproval: // waits for ops, held by no worker
+	case ledger.StateArchived, ledger.StateDuplicate, ledger.StateQuarantined, ledger.StateFailedTerminal, ledger.StateDiscarded, ledger.StatePutBack, ledger.StateOutcomeUnknown,
+		ledger.StateAwaitingApproval: // waits for ops, held by no worker
 		return true
 	}
 	return false
@@ -102,8 +103,8 @@ func (r *fileRun) run(ctx context.Context) error {
 		start := time.Now()
 		stage := r.in.State
 		switch {
-		case r.gone && r.in.State != StateApplied: // applied rows only need their archive
-			err = r.hold(ctx, StateFailedTerminal, ReasonFeedGone, 0,
+		case r.gone && r.in.State != ledger.StateApplied: // applied rows only need their archive
+			err = r.hold(ctx, ledger.StateFailedTerminal, ledger.ReasonFeedGone, 0,
 				fmt.Sprintf("feed %s is no longer configured for this partner; the file can be replayed once it is", r.in.Feed))
 		default:
 			err = r.step(ctx)
@@ -124,42 +125,42 @@ func (r *fileRun) run(ctx context.Context) error {
 // step runs the step of the file's state.
 func (r *fileRun) step(ctx context.Context) (err error) {
 	switch r.in.State {
-	case StateClaimed:
-		if r.in.Reason == ReasonRetriesExhausted { // its group's COMMIT went unanswered past the budget; nothing of it landed
+	case ledger.StateClaimed:
+		if r.in.Reason == ledger.ReasonRetriesExhausted { // its group's COMMIT went unanswered past the budget; nothing of it landed
 			return r.endSpent(ctx)
 		}
 		if r.feed == nil {
 			reason := hostileReason(r.in.ClaimedPath)
-			err = r.hold(ctx, StateQuarantined, Reason(reason), 0, hostileDetail[reason])
+			err = r.hold(ctx, ledger.StateQuarantined, ledger.Reason(reason), 0, hostileDetail[reason])
 		} else {
 			r.prepareSite()
 			err = r.download(ctx)
 		}
-	case StateSpooled:
+	case ledger.StateSpooled:
 		if r.in.PlanDecision == planRejected {
 			// ops rejected the file's plan (intake reject): held, nothing
 			// applied; its bytes are not needed for that
 			r.dropPre()
 			r.dropAhead()
-			return r.hold(ctx, StateQuarantined, ReasonPlanRejected, 0,
+			return r.hold(ctx, ledger.StateQuarantined, ledger.ReasonPlanRejected, 0,
 				"the file's plan against the target was rejected by review before anything was applied; nothing of it was applied. Contact us before sending it again")
 		}
-		if r.bound != nil && r.bound.Verdict == VerdictDuplicate {
+		if r.bound != nil && r.bound.Verdict == ledger.VerdictDuplicate {
 			// a duplicate needs no bytes: it is archived as it lies on the
 			// site (and one decided from its manifest was never read)
 			err = r.decide(ctx)
-		} else if err = r.ensureSpooled(ctx); err == nil && r.in.State == StateSpooled {
+		} else if err = r.ensureSpooled(ctx); err == nil && r.in.State == ledger.StateSpooled {
 			err = r.decide(ctx)
 		}
-	case StateApplying:
-		if r.in.Reason == ReasonRetriesExhausted { // its last commit went unanswered past the budget
+	case ledger.StateApplying:
+		if r.in.Reason == ledger.ReasonRetriesExhausted { // its last commit went unanswered past the budget
 			return r.endSpent(ctx)
 		}
-		if err = r.ensureSpooled(ctx); err == nil && r.in.State == StateApplying {
+		if err = r.ensureSpooled(ctx); err == nil && r.in.State == ledger.StateApplying {
 			err = r.apply(ctx)
 		}
-	case StateApplied:
-		err = r.archive(ctx, StateApplied, r.acceptedOutcome(), 0)
+	case ledger.StateApplied:
+		err = r.archive(ctx, ledger.StateApplied, r.acceptedOutcome(), 0)
 	default:
 		err = fmt.Errorf("intake %d: no step for state %s", r.in.ID, r.in.State)
 	}
@@ -177,17 +178,17 @@ var hostileDetail = map[string]string{
 	string(partners.SkipNoFeed):        "no feed agreed with you matches this file name; the file was not read",
 }
 
-func (r *fileRun) acceptedOutcome() Outcome {
+func (r *fileRun) acceptedOutcome() ledger.Outcome {
 	if r.in.RowsRejected+r.in.RowsConflict > 0 {
-		return OutcomeAcceptedWithRejects
+		return ledger.OutcomeAcceptedWithRejects
 	}
-	return OutcomeAccepted
+	return ledger.OutcomeAccepted
 }
 
 func (r *fileRun) heartbeat(ctx context.Context, cancel context.CancelCauseFunc) {
 	everyTick(ctx, r.d.ledger.Lease()/3, func() bool {
 		err := r.d.ledger.Heartbeat(ctx, r.in)
-		var fe *FencedError
+		var fe *ledger.FencedError
 		if errors.As(err, &fe) {
 			cancel(fe)
 			return false
@@ -203,7 +204,7 @@ func (r *fileRun) heartbeat(ctx context.Context, cancel context.CancelCauseFunc)
 // archived without business effect, a conflict is quarantined, a new batch
 // is planned and then applied, held, or failed.
 func (r *fileRun) decide(ctx context.Context) error {
-	verdict, owner, err := VerdictNew, r.in.ID, error(nil)
+	verdict, owner, err := ledger.VerdictNew, r.in.ID, error(nil)
 	switch {
 	case r.in.ReplayOf != 0: // a replay applies the same batch again on purpose
 	case r.bound != nil: // bound when the file was spooled
@@ -214,15 +215,15 @@ func (r *fileRun) decide(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if verdict != VerdictNew {
+	if verdict != ledger.VerdictNew {
 		r.dropPre()
 		r.dropAhead()
 	}
 	switch verdict {
-	case VerdictDuplicate:
-		return r.archive(ctx, StateSpooled, OutcomeDuplicate, owner)
-	case VerdictConflict:
-		return r.hold(ctx, StateQuarantined, ReasonBatchConflict, 0,
+	case ledger.VerdictDuplicate:
+		return r.archive(ctx, ledger.StateSpooled, ledger.OutcomeDuplicate, owner)
+	case ledger.VerdictConflict:
+		return r.hold(ctx, ledger.StateQuarantined, ledger.ReasonBatchConflict, 0,
 			fmt.Sprintf("batch %s was already received with other bytes (intake %d); a resend under the same batch id must carry the same bytes", r.in.BatchID, owner))
 	}
 	if done, err := r.supersededAtPlan(ctx); done || err != nil {
@@ -232,17 +233,17 @@ func (r *fileRun) decide(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if res.Fail != nil || res.Hold != "" || r.in.State != StateApplying {
+	if res.Fail != nil || res.Hold != "" || r.in.State != ledger.StateApplying {
 		r.dropAhead() // nothing of the file is applied now
 	}
 	switch {
 	case res.Fail != nil:
 		return r.fileFailure(ctx, res.Fail)
-	case res.Hold == ReasonRejectRate:
-		return r.hold(ctx, StateQuarantined, ReasonRejectRate, 0,
+	case res.Hold == ledger.ReasonRejectRate:
+		return r.hold(ctx, ledger.StateQuarantined, ledger.ReasonRejectRate, 0,
 			fmt.Sprintf("%d of %d rows were rejected, more than the feed allows (%.0f%%); see the rejects report", res.Rejected, res.Total, 100*r.feed.MaxRejectRatio))
-	case res.Hold == ReasonManifestMismatch:
-		return r.hold(ctx, StateQuarantined, ReasonManifestMismatch, 0,
+	case res.Hold == ledger.ReasonManifestMismatch:
+		return r.hold(ctx, ledger.StateQuarantined, ledger.ReasonManifestMismatch, 0,
 			fmt.Sprintf("the file has %d rows, its manifest states %d", res.Total, *r.in.ExpectedRows))
 	}
 	return nil

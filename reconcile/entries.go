@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/partner-intake/partner-intake/intake"
 	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/partners"
 )
@@ -42,39 +41,39 @@ type entries map[ledger.State]expect
 
 // quarantineEntries: quarantine/<id>.<name>[.complete][.reason.json].
 var quarantineEntries = entries{
-	intake.StateClaimed:          owned, // being held now, or released and not yet taken over
-	intake.StateSpooled:          owned,
-	intake.StateApplying:         owned, // held mid-apply (reject rate), or released and applying
-	intake.StateApplied:          owned, // released, committed, not yet archived
-	intake.StateOutcomeUnknown:   owned,
-	intake.StateAwaitingApproval: ifReleased,
-	intake.StateQuarantined:      evidence,
-	intake.StateFailedTerminal:   evidence,
-	intake.StateDiscarded:        evidence,
-	intake.StateArchived:         stale, // archiving removes a released file's reason file before the row says archived
-	intake.StateDuplicate:        stale,
-	intake.StatePutBack:          stale,
+	ledger.StateClaimed:          owned, // being held now, or released and not yet taken over
+	ledger.StateSpooled:          owned,
+	ledger.StateApplying:         owned, // held mid-apply (reject rate), or released and applying
+	ledger.StateApplied:          owned, // released, committed, not yet archived
+	ledger.StateOutcomeUnknown:   owned,
+	ledger.StateAwaitingApproval: ifReleased,
+	ledger.StateQuarantined:      evidence,
+	ledger.StateFailedTerminal:   evidence,
+	ledger.StateDiscarded:        evidence,
+	ledger.StateArchived:         stale, // archiving removes a released file's reason file before the row says archived
+	ledger.StateDuplicate:        stale,
+	ledger.StatePutBack:          stale,
 }
 
 // archiveEntries: archive/YYYY/MM/<batch>.<sha12>.<id>[.n]<ext>[.complete].
 var archiveEntries = entries{
-	intake.StateClaimed:          stale,
-	intake.StateSpooled:          stale,
-	intake.StateApplying:         stale,
-	intake.StateApplied:          owned, // committed and moved to archive/, the row not yet archived
-	intake.StateOutcomeUnknown:   stale,
-	intake.StateAwaitingApproval: stale,
-	intake.StateQuarantined:      stale,
-	intake.StateFailedTerminal:   stale,
-	intake.StateDiscarded:        stale,
-	intake.StateArchived:         atArchivePath,
-	intake.StateDuplicate:        atArchivePath,
-	intake.StatePutBack:          stale,
+	ledger.StateClaimed:          stale,
+	ledger.StateSpooled:          stale,
+	ledger.StateApplying:         stale,
+	ledger.StateApplied:          owned, // committed and moved to archive/, the row not yet archived
+	ledger.StateOutcomeUnknown:   stale,
+	ledger.StateAwaitingApproval: stale,
+	ledger.StateQuarantined:      stale,
+	ledger.StateFailedTerminal:   stale,
+	ledger.StateDiscarded:        stale,
+	ledger.StateArchived:         atArchivePath,
+	ledger.StateDuplicate:        atArchivePath,
+	ledger.StatePutBack:          stale,
 }
 
 // expected says whether full, an entry naming in, may be there. A state
 // the table does not know is stale: a human looks rather than a guess.
-func (e entries) expected(in *intake.Intake, full string) bool {
+func (e entries) expected(in *ledger.Intake, full string) bool {
 	switch e[in.State] {
 	case evidence, owned:
 		return true
@@ -90,7 +89,7 @@ func (e entries) expected(in *intake.Intake, full string) bool {
 // no business there.
 type staleEntry struct {
 	path string
-	in   *intake.Intake
+	in   *ledger.Intake
 }
 
 // raiseStale raises each stale entry for a human once it is confirmed
@@ -115,12 +114,12 @@ func (r *Reconciler) raiseStale(ctx context.Context, p *partners.Config, s *part
 			return err
 		}
 		detail := fmt.Sprintf("intake %d is in state %s, which has nothing here", in.ID, in.State)
-		if in.State == intake.StateArchived || in.State == intake.StateDuplicate {
+		if in.State == ledger.StateArchived || in.State == ledger.StateDuplicate {
 			if e[in.State] == atArchivePath {
 				detail = fmt.Sprintf("intake %d was archived under another name", in.ID)
 			}
 		}
-		add(Finding{Kind: kind, IntakeID: in.ID, Path: f.path, NeedsHuman: true, Action: "none", Detail: detail})
+		add(ledger.Finding{Kind: kind, IntakeID: in.ID, Path: f.path, NeedsHuman: true, Action: "none", Detail: detail})
 	}
 	return nil
 }

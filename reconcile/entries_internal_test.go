@@ -13,8 +13,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/partner-intake/partner-intake/intake"
 	"github.com/partner-intake/partner-intake/intake/ledger"
+	"github.com/partner-intake/partner-intake/intake/sitefile"
 	"github.com/partner-intake/partner-intake/internal/testenv"
 	"github.com/partner-intake/partner-intake/partners"
 )
@@ -61,18 +61,18 @@ func TestEveryStateWalkedThroughTheEntryRows(t *testing.T) {
 	// is archiving it.
 	humanInQuarantine := func(s ledger.State, released bool) bool {
 		switch s {
-		case intake.StateArchived, intake.StateDuplicate, intake.StatePutBack:
+		case ledger.StateArchived, ledger.StateDuplicate, ledger.StatePutBack:
 			return true
-		case intake.StateAwaitingApproval:
+		case ledger.StateAwaitingApproval:
 			return !released
 		}
 		return false
 	}
 	humanInArchive := func(s ledger.State, atItsPath bool) bool {
 		switch s {
-		case intake.StateApplied:
+		case ledger.StateApplied:
 			return false
-		case intake.StateArchived, intake.StateDuplicate:
+		case ledger.StateArchived, ledger.StateDuplicate:
 			return !atItsPath
 		}
 		return true
@@ -100,7 +100,7 @@ func TestEveryStateWalkedThroughTheEntryRows(t *testing.T) {
 			var id int64
 			override := ""
 			if released {
-				override = intake.OverrideNothing
+				override = ledger.OverrideNothing
 			}
 			name := fmt.Sprintf("orders-%s-%t.csv", s, released)
 			if err := pool.QueryRow(ctx, `INSERT INTO file_intake (partner_id, feed, remote_name, claimed_path, listed_size,
@@ -111,7 +111,7 @@ func TestEveryStateWalkedThroughTheEntryRows(t *testing.T) {
 			}
 			w := walked{state: s, released: released}
 			held := fmt.Sprintf("quarantine/%d.%s", id, name)
-			w.quarantine = []string{put(held), put(held + intake.ReasonSuffix)}
+			w.quarantine = []string{put(held), put(held + sitefile.ReasonSuffix)}
 			w.archive = put(fmt.Sprintf("archive/%s/%s.abababababab.%d.csv", month, name[:len(name)-4], id))
 			w.elsewhere = put(fmt.Sprintf("archive/%s/%s.abababababab.%d.1.csv", month, name[:len(name)-4], id))
 			if _, err := pool.Exec(ctx, `UPDATE file_intake SET archive_path = $2 WHERE intake_id = $1`, id, w.archive); err != nil {
@@ -125,15 +125,15 @@ func TestEveryStateWalkedThroughTheEntryRows(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer sess.Close()
-	var fs []Finding
-	add := func(f Finding) { fs = append(fs, f) }
+	var fs []ledger.Finding
+	add := func(f ledger.Finding) { fs = append(fs, f) }
 	if err := r.rowQuarantineWithoutRecord(ctx, &cfg, sess, add); err != nil {
 		t.Fatal(err)
 	}
 	if err := r.rowArchiveWithoutRecord(ctx, &cfg, sess, add); err != nil {
 		t.Fatal(err)
 	}
-	raised := map[string]Finding{}
+	raised := map[string]ledger.Finding{}
 	for _, f := range fs {
 		if !f.NeedsHuman {
 			t.Errorf("a finding of these rows that asks nothing of a human: %+v", f)
@@ -152,10 +152,10 @@ func TestEveryStateWalkedThroughTheEntryRows(t *testing.T) {
 			}
 		}
 		for _, q := range w.quarantine {
-			check(q, humanInQuarantine(w.state, w.released), KindQuarantineNoRecord)
+			check(q, humanInQuarantine(w.state, w.released), ledger.KindQuarantineNoRecord)
 		}
-		check(w.archive, humanInArchive(w.state, true), KindArchiveNoRecord)
-		check(w.elsewhere, humanInArchive(w.state, false), KindArchiveNoRecord)
+		check(w.archive, humanInArchive(w.state, true), ledger.KindArchiveNoRecord)
+		check(w.elsewhere, humanInArchive(w.state, false), ledger.KindArchiveNoRecord)
 	}
 	if len(raised) == 0 {
 		t.Fatal("nothing was raised at all")
@@ -190,14 +190,14 @@ func TestAStaleEntryGoneOnTheSecondLookIsNotRaised(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer sess.Close()
-	reason := fmt.Sprintf("quarantine/%d.orders-1.csv%s", id, intake.ReasonSuffix)
+	reason := fmt.Sprintf("quarantine/%d.orders-1.csv%s", id, sitefile.ReasonSuffix)
 	p := filepath.Join(site.Root, reason)
 	os.MkdirAll(filepath.Dir(p), 0o755)
 	os.WriteFile(p, []byte("{}"), 0o644)
-	var fs []Finding
-	add := func(f Finding) { fs = append(fs, f) }
+	var fs []ledger.Finding
+	add := func(f ledger.Finding) { fs = append(fs, f) }
 	found := []staleEntry{{path: "/" + reason, in: in}}
-	if err := r.raiseStale(ctx, &cfg, sess, KindQuarantineNoRecord, quarantineEntries, found, add); err != nil {
+	if err := r.raiseStale(ctx, &cfg, sess, ledger.KindQuarantineNoRecord, quarantineEntries, found, add); err != nil {
 		t.Fatal(err)
 	}
 	if len(fs) != 1 {
@@ -205,7 +205,7 @@ func TestAStaleEntryGoneOnTheSecondLookIsNotRaised(t *testing.T) {
 	}
 	os.Remove(p)
 	fs = nil
-	if err := r.raiseStale(ctx, &cfg, sess, KindQuarantineNoRecord, quarantineEntries, found, add); err != nil {
+	if err := r.raiseStale(ctx, &cfg, sess, ledger.KindQuarantineNoRecord, quarantineEntries, found, add); err != nil {
 		t.Fatal(err)
 	}
 	if len(fs) != 0 {
@@ -254,8 +254,8 @@ func TestEveryStateWalkedThroughTheProcessingRows(t *testing.T) {
 	if _, err := sess.Layout.EnsureDirs(sess.Client, r.worker); err != nil { // as a run does first
 		t.Fatal(err)
 	}
-	var fs []Finding
-	add := func(f Finding) { fs = append(fs, f) }
+	var fs []ledger.Finding
+	add := func(f ledger.Finding) { fs = append(fs, f) }
 	if err := r.rowExpiredLeases(ctx, &cfg, sess, add); err != nil {
 		t.Fatal(err)
 	}
@@ -270,11 +270,11 @@ func TestEveryStateWalkedThroughTheProcessingRows(t *testing.T) {
 		got[f.Path] = f.Kind
 	}
 	for p, s := range byPath {
-		want := KindOrphanClaim
+		want := ledger.KindOrphanClaim
 		switch s {
-		case intake.StateClaimed, intake.StateSpooled, intake.StateApplying, intake.StateApplied:
-			want = KindLeaseExpired
-		case intake.StateOutcomeUnknown, intake.StateAwaitingApproval:
+		case ledger.StateClaimed, ledger.StateSpooled, ledger.StateApplying, ledger.StateApplied:
+			want = ledger.KindLeaseExpired
+		case ledger.StateOutcomeUnknown, ledger.StateAwaitingApproval:
 			want = ""
 		}
 		if got[p] != want {

@@ -12,9 +12,9 @@ import (
 
 	"golang.org/x/crypto/ssh/knownhosts"
 
+	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/internal/sshdtest"
 	"github.com/partner-intake/partner-intake/internal/testenv"
-	"github.com/partner-intake/partner-intake/reconcile"
 )
 
 // A partner's file names are text the partner chooses: an abandoned
@@ -49,10 +49,10 @@ func TestFindingsOfHostileNamesAreStoredPrintableBesideOtherPartners(t *testing.
 
 	w := newNode(t, pool, "w1", t.TempDir(), bad, hk)
 	fs := w.reconcile(t) // fails the test if the findings are not stored
-	if k := kinds(fs); k[reconcile.KindStaleUpload] != 2 || k[reconcile.KindHostKeyMismatch] != 1 {
+	if k := kinds(fs); k[ledger.KindStaleUpload] != 2 || k[ledger.KindHostKeyMismatch] != 1 {
 		t.Fatalf("findings %+v, want two stale uploads and a host key mismatch", fs)
 	}
-	stored, err := reconcile.StoredFindings(context.Background(), pool, []string{"hn-bad", "hn-hk"})
+	stored, err := ledger.StoredFindings(context.Background(), pool, []string{"hn-bad", "hn-hk"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,9 +60,9 @@ func TestFindingsOfHostileNamesAreStoredPrintableBesideOtherPartners(t *testing.
 	mismatch := 0
 	for _, f := range stored {
 		switch {
-		case f.Partner == "hn-bad" && f.Kind == reconcile.KindStaleUpload:
+		case f.Partner == "hn-bad" && f.Kind == ledger.KindStaleUpload:
 			paths = append(paths, f.Path)
-		case f.Partner == "hn-hk" && f.Kind == reconcile.KindHostKeyMismatch:
+		case f.Partner == "hn-hk" && f.Kind == ledger.KindHostKeyMismatch:
 			mismatch++
 		}
 	}
@@ -154,7 +154,7 @@ func TestFindingsOfOneKindAreBoundedPerRun(t *testing.T) {
 	fs := w.reconcile(t)
 	var listed, summary int
 	for _, f := range fs {
-		if f.Kind != reconcile.KindStaleUpload {
+		if f.Kind != ledger.KindStaleUpload {
 			continue
 		}
 		if f.Path != "" {

@@ -12,7 +12,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/partner-intake/partner-intake/intake"
 	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/internal/pgerr"
 	"github.com/partner-intake/partner-intake/partners"
@@ -22,7 +21,7 @@ import (
 // look. Rows the pipeline handles inline (2, 3, 6, 7, 8, 11, 16) are not
 // here; the doc says where each lives.
 
-type addFunc func(Finding)
+type addFunc func(ledger.Finding)
 
 // unclaimableAfter is how long a hostile entry may sit in ready/ before the
 // reconciler says that moving it to quarantine failed.
@@ -35,7 +34,7 @@ const unclaimableAfter = 10 * time.Minute
 const maxFindingsPerKind = 100
 
 // partner runs every row for one partner.
-func (r *Reconciler) partner(ctx context.Context, p *partners.Config) ([]Finding, error) {
+func (r *Reconciler) partner(ctx context.Context, p *partners.Config) ([]ledger.Finding, error) {
 	fs, err := r.partnerRows(ctx, p)
 	return boundFindings(fs, maxFindingsPerKind), err
 }
@@ -43,10 +42,10 @@ func (r *Reconciler) partner(ctx context.Context, p *partners.Config) ([]Finding
 // boundFindings keeps the first max findings of each kind and, for a kind
 // that had more, one finding more that counts them (it needs a human when
 // one of them did).
-func boundFindings(fs []Finding, max int) []Finding {
+func boundFindings(fs []ledger.Finding, max int) []ledger.Finding {
 	seen := map[string]int{}
-	over := map[string]*Finding{}
-	var out []Finding
+	over := map[string]*ledger.Finding{}
+	var out []ledger.Finding
 	for _, f := range fs {
 		seen[f.Kind]++
 		if seen[f.Kind] <= max {
@@ -55,7 +54,7 @@ func boundFindings(fs []Finding, max int) []Finding {
 		}
 		o := over[f.Kind]
 		if o == nil {
-			o = &Finding{Kind: f.Kind, Partner: f.Partner, Action: "none"}
+			o = &ledger.Finding{Kind: f.Kind, Partner: f.Partner, Action: "none"}
 			over[f.Kind] = o
 		}
 		o.NeedsHuman = o.NeedsHuman || f.NeedsHuman
@@ -71,9 +70,9 @@ func boundFindings(fs []Finding, max int) []Finding {
 }
 
 // partnerRows runs every row for one partner.
-func (r *Reconciler) partnerRows(ctx context.Context, p *partners.Config) ([]Finding, error) {
-	var fs []Finding
-	add := func(f Finding) {
+func (r *Reconciler) partnerRows(ctx context.Context, p *partners.Config) ([]ledger.Finding, error) {
+	var fs []ledger.Finding
+	add := func(f ledger.Finding) {
 		f.Partner = p.ID
 		fs = append(fs, f)
 	}
@@ -194,11 +193,11 @@ func (r *Reconciler) rowOrphanClaims(ctx context.Context, p *partners.Config, s 
 			if owned {
 				continue // a live row: the expired-lease row handles it
 			}
-			feedName := intake.NoFeed // a hostile entry: it is held, never read
+			feedName := ledger.NoFeed // a hostile entry: it is held, never read
 			if !strings.HasPrefix(name, partners.HostilePrefix) {
 				feed := p.FeedFor(name)
 				if feed == nil {
-					add(Finding{Kind: KindOrphanClaim, Path: old, NeedsHuman: true, Action: "none",
+					add(ledger.Finding{Kind: ledger.KindOrphanClaim, Path: old, NeedsHuman: true, Action: "none",
 						Detail: "no feed matches the file any more; move it back to ready/ or out by hand"})
 					continue
 				}
@@ -228,7 +227,7 @@ func (r *Reconciler) rowOrphanClaims(ctx context.Context, p *partners.Config, s 
 		} else if owned {
 			continue
 		}
-		add(Finding{Kind: KindOrphanClaim, Path: l.path, NeedsHuman: true, Action: "none",
+		add(ledger.Finding{Kind: ledger.KindOrphanClaim, Path: l.path, NeedsHuman: true, Action: "none",
 			Detail: fmt.Sprintf("no row: worker %s is live and adopts it when it next looks at the partner; if this stays, restart that worker", l.worker)})
 	}
 	return nil
@@ -250,7 +249,7 @@ func (r *Reconciler) adopt(ctx context.Context, p *partners.Config, s *partners.
 
 func (r *Reconciler) adoptLocked(ctx context.Context, c *ledger.ClaimLock, p *partners.Config, s *partners.Session, old, dst, name, feedName string, size int64, w string, add addFunc) error {
 	if err := s.Rename(old, dst); err != nil {
-		add(Finding{Kind: KindTakeoverBlocked, Path: old, NeedsHuman: !partners.IsNotExist(err),
+		add(ledger.Finding{Kind: ledger.KindTakeoverBlocked, Path: old, NeedsHuman: !partners.IsNotExist(err),
 			Action: "none", Detail: fmt.Sprintf("could not move it into processing/%s/: %v", r.worker, err)})
 		// the rename may have happened (its reply lost): this worker's
 		// poller looks through its own processing/ again and adopts what
@@ -258,7 +257,7 @@ func (r *Reconciler) adoptLocked(ctx context.Context, c *ledger.ClaimLock, p *pa
 		r.takenOver(p.ID)
 		return nil
 	}
-	in := &intake.Intake{Partner: p.ID, Feed: feedName, RemoteName: name, ClaimedPath: dst,
+	in := &ledger.Intake{Partner: p.ID, Feed: feedName, RemoteName: name, ClaimedPath: dst,
 		ListedSize: size, Worker: r.worker}
 	if p.Readiness == partners.ReadinessManifest {
 		if err := s.Rename(old+partners.ManifestSuffix, dst+partners.ManifestSuffix); err == nil {
@@ -268,11 +267,11 @@ func (r *Reconciler) adoptLocked(ctx context.Context, c *ledger.ClaimLock, p *pa
 	if err := c.Adopt(ctx, r.ledger, in); err != nil {
 		r.takenOver(p.ID) // the file is in this worker's processing/ without a row: its poller adopts it
 		if errors.Is(err, ledger.ErrTracked) {
-			return &intake.FencedError{Step: "adopt: a live row already owns " + in.ClaimedPath}
+			return &ledger.FencedError{Step: "adopt: a live row already owns " + in.ClaimedPath}
 		}
 		return err
 	}
-	add(Finding{Kind: KindOrphanClaim, IntakeID: in.ID, Path: old,
+	add(ledger.Finding{Kind: ledger.KindOrphanClaim, IntakeID: in.ID, Path: old,
 		Action: fmt.Sprintf("adopted into processing/%s/ (worker %s is gone)", r.worker, w)})
 	r.takenOver(p.ID)
 	return nil
@@ -295,7 +294,7 @@ func (r *Reconciler) rowExpiredLeases(ctx context.Context, p *partners.Config, s
 			continue // our own poll resumes it
 		}
 		name := old.RemoteName
-		if old.Feed == intake.NoFeed {
+		if old.Feed == ledger.NoFeed {
 			name = path.Base(old.ClaimedPath) // a hostile entry's name never enters our paths: keep its generated one
 		}
 		dst := s.Layout.Processing(r.worker, name)
@@ -319,18 +318,18 @@ func (r *Reconciler) rowExpiredLeases(ctx context.Context, p *partners.Config, s
 
 // takeOverExpired takes one expired row over and moves its file into
 // this worker's processing dir, in the partner's claim section.
-func (r *Reconciler) takeOverExpired(ctx context.Context, p *partners.Config, s *partners.Session, old *intake.Intake, dst string, add addFunc) error {
+func (r *Reconciler) takeOverExpired(ctx context.Context, p *partners.Config, s *partners.Session, old *ledger.Intake, dst string, add addFunc) error {
 	in, err := r.ledger.TakeOver(ctx, old, r.worker, dst)
-	var fe *intake.FencedError
+	var fe *ledger.FencedError
 	if errors.As(err, &fe) {
 		return nil // renewed or taken meanwhile
 	}
 	if err != nil {
-		add(Finding{Kind: KindTakeoverBlocked, IntakeID: old.ID, Path: old.ClaimedPath, NeedsHuman: true,
+		add(ledger.Finding{Kind: ledger.KindTakeoverBlocked, IntakeID: old.ID, Path: old.ClaimedPath, NeedsHuman: true,
 			Action: "none", Detail: pgerr.Redact(err)})
 		return nil
 	}
-	f := Finding{Kind: KindLeaseExpired, IntakeID: in.ID, Path: old.ClaimedPath,
+	f := ledger.Finding{Kind: ledger.KindLeaseExpired, IntakeID: in.ID, Path: old.ClaimedPath,
 		Action: fmt.Sprintf("taken over from %s in state %s with fencing token %d", old.Worker, old.State, in.Token)}
 	if p.Records() || old.ReplayOf != 0 {
 		add(f)
@@ -347,7 +346,7 @@ func (r *Reconciler) takeOverExpired(ctx context.Context, p *partners.Config, s 
 		// owner runs the file where it is, and no orphan of it is
 		// left for a sweep to adopt as a second intake.
 		if rerr := r.ledger.RestorePath(ctx, in, old.ClaimedPath); rerr != nil {
-			add(Finding{Kind: KindTakeoverBlocked, IntakeID: in.ID, Path: old.ClaimedPath, NeedsHuman: true,
+			add(ledger.Finding{Kind: ledger.KindTakeoverBlocked, IntakeID: in.ID, Path: old.ClaimedPath, NeedsHuman: true,
 				Action: "none", Detail: "taken over, not moved, and the row could not be pointed back at the file: " + pgerr.Redact(rerr)})
 			return nil
 		}
@@ -357,7 +356,7 @@ func (r *Reconciler) takeOverExpired(ctx context.Context, p *partners.Config, s 
 		return nil
 	case err != nil:
 		f.Detail = "the file is not in processing/ any more: " + pgerr.Redact(err)
-		add(Finding{Kind: KindRemoteMissing, IntakeID: in.ID, Path: old.ClaimedPath,
+		add(ledger.Finding{Kind: ledger.KindRemoteMissing, IntakeID: in.ID, Path: old.ClaimedPath,
 			Action: "the worker continues from the spool where it can", Detail: pgerr.Redact(err)})
 	}
 	if in.ManifestName != "" {
@@ -399,9 +398,9 @@ func (r *Reconciler) rowOutcomeUnknown(ctx context.Context, p *partners.Config, 
 	}
 	for _, in := range rows {
 		chunks, err := r.ledger.ResolveUnknown(ctx, in)
-		var fe *intake.FencedError
+		var fe *ledger.FencedError
 		if errors.As(err, &fe) {
-			add(Finding{Kind: KindOutcomeUnknown, IntakeID: in.ID, NeedsHuman: true, Action: "none",
+			add(ledger.Finding{Kind: ledger.KindOutcomeUnknown, IntakeID: in.ID, NeedsHuman: true, Action: "none",
 				Detail: "ledger and progress disagree or the row moved: " + pgerr.Redact(err)})
 			continue
 		}
@@ -409,10 +408,10 @@ func (r *Reconciler) rowOutcomeUnknown(ctx context.Context, p *partners.Config, 
 			return err
 		}
 		action := fmt.Sprintf("ledger holds %d committed chunks; back to applying, resumes at chunk %d", chunks, chunks)
-		if in.Reason == intake.ReasonRetriesExhausted {
+		if in.Reason == ledger.ReasonRetriesExhausted {
 			action = fmt.Sprintf("ledger holds %d committed chunks; back to applying past its retry budget: its next run fails it for good (retries_exhausted)", chunks)
 		}
-		add(Finding{Kind: KindOutcomeUnknown, IntakeID: in.ID, Action: action})
+		add(ledger.Finding{Kind: ledger.KindOutcomeUnknown, IntakeID: in.ID, Action: action})
 		r.takenOver(p.ID)
 	}
 	return nil
@@ -432,7 +431,7 @@ func (r *Reconciler) rowStaleSpoolTemp(p *partners.Config, add addFunc) error {
 		if err := os.Remove(t); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return err
 		}
-		add(Finding{Kind: KindStaleSpoolTemp, Path: t, Action: "deleted"})
+		add(ledger.Finding{Kind: ledger.KindStaleSpoolTemp, Path: t, Action: "deleted"})
 	}
 	return nil
 }
@@ -456,7 +455,7 @@ func (r *Reconciler) rowArchiveWithoutRecord(ctx context.Context, p *partners.Co
 			full := path.Join(dir, f.Name())
 			match := archiveName.FindStringSubmatch(f.Name())
 			if match == nil {
-				add(Finding{Kind: KindArchiveNoRecord, Path: full, NeedsHuman: true, Action: "none",
+				add(ledger.Finding{Kind: ledger.KindArchiveNoRecord, Path: full, NeedsHuman: true, Action: "none",
 					Detail: "the name is not one intake writes"})
 				return nil
 			}
@@ -466,7 +465,7 @@ func (r *Reconciler) rowArchiveWithoutRecord(ctx context.Context, p *partners.Co
 				return err
 			}
 			if in == nil {
-				add(Finding{Kind: KindArchiveNoRecord, Path: full, NeedsHuman: true, Action: "none",
+				add(ledger.Finding{Kind: ledger.KindArchiveNoRecord, Path: full, NeedsHuman: true, Action: "none",
 					Detail: fmt.Sprintf("no intake %d of this partner", id)})
 				return nil
 			}
@@ -482,7 +481,7 @@ func (r *Reconciler) rowArchiveWithoutRecord(ctx context.Context, p *partners.Co
 			return err
 		}
 	}
-	return r.raiseStale(ctx, p, s, KindArchiveNoRecord, archiveEntries, stale, add)
+	return r.raiseStale(ctx, p, s, ledger.KindArchiveNoRecord, archiveEntries, stale, add)
 }
 
 // quarantineName is <intake_id>.<name>[.complete][.reason.json].
@@ -499,7 +498,7 @@ func (r *Reconciler) rowQuarantineWithoutRecord(ctx context.Context, p *partners
 		}
 		full := path.Join(dir, f.Name())
 		m := quarantineName.FindStringSubmatch(f.Name())
-		var in *intake.Intake
+		var in *ledger.Intake
 		if m != nil {
 			id, _ := strconv.ParseInt(m[1], 10, 64)
 			var err error
@@ -509,7 +508,7 @@ func (r *Reconciler) rowQuarantineWithoutRecord(ctx context.Context, p *partners
 		}
 		switch {
 		case in == nil:
-			add(Finding{Kind: KindQuarantineNoRecord, Path: full, NeedsHuman: true, Action: "none",
+			add(ledger.Finding{Kind: ledger.KindQuarantineNoRecord, Path: full, NeedsHuman: true, Action: "none",
 				Detail: "no intake of this partner accounts for it"})
 		case !quarantineEntries.expected(in, full):
 			stale = append(stale, staleEntry{path: full, in: in})
@@ -522,7 +521,7 @@ func (r *Reconciler) rowQuarantineWithoutRecord(ctx context.Context, p *partners
 	if err != nil {
 		return err
 	}
-	return r.raiseStale(ctx, p, s, KindQuarantineNoRecord, quarantineEntries, stale, add)
+	return r.raiseStale(ctx, p, s, ledger.KindQuarantineNoRecord, quarantineEntries, stale, add)
 }
 
 // Row 14: an upload abandoned in incoming/: the partner's contract owner
@@ -531,7 +530,7 @@ func (r *Reconciler) rowStaleUploads(ctx context.Context, p *partners.Config, s 
 	// streamed: incoming/ is the partner's to fill
 	err := s.ListDir(ctx, s.Layout.IncomingDir(), func(e os.FileInfo) error {
 		if strings.HasSuffix(e.Name(), ".part") && time.Since(e.ModTime()) > p.Limits.StaleUpload {
-			add(Finding{Kind: KindStaleUpload, Path: path.Join(s.Layout.IncomingDir(), e.Name()), NeedsHuman: true,
+			add(ledger.Finding{Kind: ledger.KindStaleUpload, Path: path.Join(s.Layout.IncomingDir(), e.Name()), NeedsHuman: true,
 				Action: "none", Detail: fmt.Sprintf("upload untouched for %s (limit %s)", time.Since(e.ModTime()).Round(time.Minute), p.Limits.StaleUpload)})
 		}
 		return nil
@@ -565,7 +564,7 @@ func (r *Reconciler) rowUnclaimableReady(ctx context.Context, p *partners.Config
 			// readiness stable: an upload tool's temporary name, abandoned
 			// once untouched for stale_upload (as row 14 in incoming/)
 			if age := time.Since(e.ModTime()); age > p.Limits.StaleUpload {
-				add(Finding{Kind: KindStaleUpload, Path: path.Join(s.Layout.ReadyDir(), e.Name()), NeedsHuman: true, Action: "none",
+				add(ledger.Finding{Kind: ledger.KindStaleUpload, Path: path.Join(s.Layout.ReadyDir(), e.Name()), NeedsHuman: true, Action: "none",
 					Detail: fmt.Sprintf("upload under a temporary name untouched for %s (limit %s)", age.Round(time.Minute), p.Limits.StaleUpload)})
 			}
 		case partners.SkipManifest:
@@ -605,7 +604,7 @@ func (r *Reconciler) rowUnclaimableReady(ctx context.Context, p *partners.Config
 		// the name as listed, unsafe ones too (never "." or "..", never
 		// with a "/": the listing leaves such names out); the commands
 		// print it escaped (internal/inert)
-		add(Finding{Kind: KindUnclaimableReady, Path: s.Layout.ReadyDir() + "/" + sk.Info.Name(), NeedsHuman: true,
+		add(ledger.Finding{Kind: ledger.KindUnclaimableReady, Path: s.Layout.ReadyDir() + "/" + sk.Info.Name(), NeedsHuman: true,
 			Action: "none", Detail: "not claimed: " + string(sk.Reason)})
 	}
 	return nil
@@ -615,10 +614,10 @@ func (r *Reconciler) rowUnclaimableReady(ctx context.Context, p *partners.Config
 // reached. The daemon backs off this partner alone.
 func (r *Reconciler) rowPartnerUnreachable(err error, add addFunc) {
 	if partners.IsHostKeyMismatch(err) {
-		add(Finding{Kind: KindHostKeyMismatch, NeedsHuman: true, Action: "refused to connect", Detail: pgerr.Redact(err)})
+		add(ledger.Finding{Kind: ledger.KindHostKeyMismatch, NeedsHuman: true, Action: "refused to connect", Detail: pgerr.Redact(err)})
 		return
 	}
-	add(Finding{Kind: KindPartnerDown, NeedsHuman: true, Action: "none", Detail: pgerr.Redact(err)})
+	add(ledger.Finding{Kind: ledger.KindPartnerDown, NeedsHuman: true, Action: "none", Detail: pgerr.Redact(err)})
 }
 
 // Files held for an ops decision.
@@ -628,7 +627,7 @@ func (r *Reconciler) openQuarantine(ctx context.Context, p *partners.Config, add
 		return err
 	}
 	for _, in := range rows {
-		add(Finding{Kind: KindQuarantined, IntakeID: in.ID, Path: in.ArchivePath, NeedsHuman: true,
+		add(ledger.Finding{Kind: ledger.KindQuarantined, IntakeID: in.ID, Path: in.ArchivePath, NeedsHuman: true,
 			Action: "waits for ops", Detail: "reason " + string(in.Reason)})
 	}
 	return nil

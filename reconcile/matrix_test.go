@@ -15,6 +15,7 @@ import (
 	"golang.org/x/crypto/ssh/knownhosts"
 
 	"github.com/partner-intake/partner-intake/intake"
+	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/internal/fault"
 	"github.com/partner-intake/partner-intake/internal/sshdtest"
 	"github.com/partner-intake/partner-intake/internal/testenv"
@@ -64,7 +65,7 @@ func (n *node) poll(t *testing.T, partner string) error {
 	return n.d.PollOnce(ctx, partner)
 }
 
-func (n *node) reconcile(t *testing.T) []reconcile.Finding {
+func (n *node) reconcile(t *testing.T) []ledger.Finding {
 	t.Helper()
 	fs, err := n.rec.RunOnce(context.Background())
 	if err != nil {
@@ -81,7 +82,7 @@ func withFault(t *testing.T, spec string) {
 	t.Cleanup(func() { fault.Set("") })
 }
 
-func kinds(fs []reconcile.Finding) map[string]int {
+func kinds(fs []ledger.Finding) map[string]int {
 	m := map[string]int{}
 	for _, f := range fs {
 		m[f.Kind]++
@@ -124,7 +125,7 @@ func TestCommitWithUnknownOutcomeIsResolvedFromTheLedger(t *testing.T) {
 				t.Fatalf("got %s, want outcome_unknown", f.State)
 			}
 			fs := n.reconcile(t)
-			if kinds(fs)[reconcile.KindOutcomeUnknown] != 1 || reconcile.NeedHuman(fs) {
+			if kinds(fs)[ledger.KindOutcomeUnknown] != 1 || reconcile.NeedHuman(fs) {
 				t.Fatalf("findings %+v", fs)
 			}
 			if err := n.poll(t, "unk"); err != nil {
@@ -191,12 +192,12 @@ func TestExpiredLeaseIsTakenOverWithoutReapplying(t *testing.T) {
 	if f := testenv.Files(t, pool, "lease")[0]; f.State != "applied" || f.Worker != "w1" {
 		t.Fatalf("got %+v, want applied by w1", f)
 	}
-	if fs := w2.reconcile(t); kinds(fs)[reconcile.KindLeaseExpired] != 0 {
+	if fs := w2.reconcile(t); kinds(fs)[ledger.KindLeaseExpired] != 0 {
 		t.Fatalf("a live lease was taken over: %+v", fs)
 	}
 	expireLeases(t, pool)
 	fs := w2.reconcile(t)
-	if kinds(fs)[reconcile.KindLeaseExpired] != 1 {
+	if kinds(fs)[ledger.KindLeaseExpired] != 1 {
 		t.Fatalf("findings %+v, want one lease_expired", fs)
 	}
 	if got := site.Files(t, "processing/w2"); len(got) != 1 {
@@ -256,7 +257,7 @@ func TestOrphanedClaimIsAdopted(t *testing.T) {
 		withFault(t, "claim:after_rename=error")
 		w1.poll(t, "orph")
 		fs := w2.reconcile(t)
-		if kinds(fs)[reconcile.KindOrphanClaim] != 1 {
+		if kinds(fs)[ledger.KindOrphanClaim] != 1 {
 			t.Fatalf("findings %+v", fs)
 		}
 		if err := w2.poll(t, "orph"); err != nil {
@@ -342,8 +343,8 @@ func TestFindingsThatNeedAHuman(t *testing.T) {
 	w1 := newNode(t, pool, "w1", t.TempDir(), site)
 	fs := w1.reconcile(t)
 	k := kinds(fs)
-	if k[reconcile.KindArchiveNoRecord] != 1 || k[reconcile.KindStaleUpload] != 1 || k[reconcile.KindUnclaimableReady] != 1 ||
-		k[reconcile.KindQuarantineNoRecord] != 1 {
+	if k[ledger.KindArchiveNoRecord] != 1 || k[ledger.KindStaleUpload] != 1 || k[ledger.KindUnclaimableReady] != 1 ||
+		k[ledger.KindQuarantineNoRecord] != 1 {
 		t.Fatalf("findings %+v", fs)
 	}
 	if !reconcile.NeedHuman(fs) {
@@ -372,7 +373,7 @@ intake_stale_uploads{partner="odd"} 1
 	os.WriteFile(kh, []byte(knownhosts.Line([]string{site.Config.SFTP.Address}, other)+"\n"), 0o600)
 	site.Config.SFTP.KnownHostsFile = kh
 	w2 := newNode(t, pool, "w2", t.TempDir(), site)
-	if fs := w2.reconcile(t); kinds(fs)[reconcile.KindHostKeyMismatch] != 1 {
+	if fs := w2.reconcile(t); kinds(fs)[ledger.KindHostKeyMismatch] != 1 {
 		t.Fatalf("findings %+v, want host_key_mismatch", fs)
 	}
 	// the mismatch is notified once per episode: a second run that finds
@@ -398,7 +399,7 @@ func TestStaleSpoolTempFilesAreDeleted(t *testing.T) {
 	old := time.Now().Add(-time.Hour)
 	os.Chtimes(stale, old, old)
 	fs := w1.reconcile(t)
-	if kinds(fs)[reconcile.KindStaleSpoolTemp] != 1 {
+	if kinds(fs)[ledger.KindStaleSpoolTemp] != 1 {
 		t.Fatalf("findings %+v", fs)
 	}
 	if _, err := os.Stat(stale); !os.IsNotExist(err) {
@@ -518,7 +519,7 @@ func TestGroupStoppedAtEachStepAppliesEveryFileOnce(t *testing.T) {
 			if got := site.Files(t, "reports"); len(got) != len(prefixes) {
 				t.Fatalf("reports/ holds %v, want one receipt per file", got)
 			}
-			if fs := n.reconcile(t); reconcile.NeedHuman(fs) || kinds(fs)[reconcile.KindOutcomeUnknown] != 0 {
+			if fs := n.reconcile(t); reconcile.NeedHuman(fs) || kinds(fs)[ledger.KindOutcomeUnknown] != 0 {
 				t.Fatalf("findings %+v", fs)
 			}
 		})
@@ -548,7 +549,7 @@ func TestATakeoverThatCannotMoveTheFileRunsItWhereItIs(t *testing.T) {
 		t.Fatal(err)
 	}
 	fs := w2.reconcile(t)
-	if k := kinds(fs); k[reconcile.KindLeaseExpired] != 1 || k[reconcile.KindRemoteMissing] != 0 {
+	if k := kinds(fs); k[ledger.KindLeaseExpired] != 1 || k[ledger.KindRemoteMissing] != 0 {
 		t.Fatalf("findings %+v, want one lease_expired and the file not called missing", fs)
 	}
 	var claimed string

@@ -8,23 +8,17 @@ import (
 	"path"
 	"time"
 
-	"github.com/partner-intake/partner-intake/intake"
+	"github.com/partner-intake/partner-intake/intake/ledger"
+	"github.com/partner-intake/partner-intake/intake/sitefile"
 	"github.com/partner-intake/partner-intake/internal/fault"
 	"github.com/partner-intake/partner-intake/partners"
-)
-
-// Finding kinds of the rows in this file (docs/failure-matrix.md, "Poison:
-// names and what a partner sees").
-const (
-	KindStaleRemoteTemp   = "stale_remote_temp"  // a receipt or reason file write killed half-way
-	KindDecisionPublished = "decision_published" // a discard's receipt the ops command could not publish
 )
 
 // rowStaleRemoteTemps removes our hidden temporary files in reports/ and
 // quarantine/ older than reconcile.stale_temp: a receipt or reason file
 // write killed between create and rename leaves one, and nothing else
 // would ever remove it. A live write renames its file within seconds. Only
-// names putFile's temporary files have (intake.IsOurTemp) are removed, each
+// names the pipeline's temporary files have (sitefile.IsOurTemp) are removed, each
 // by the name listed once a fresh stat confirms it is still a regular file
 // that old: never a receipt, a reason file or a fresh temporary file.
 func (r *Reconciler) rowStaleRemoteTemps(ctx context.Context, p *partners.Config, s *partners.Session, add addFunc) error {
@@ -35,7 +29,7 @@ func (r *Reconciler) rowStaleRemoteTemps(ctx context.Context, p *partners.Config
 		// listing, not while it runs
 		var stale []string
 		err := s.ListDir(ctx, dir, func(e os.FileInfo) error {
-			if e.Mode().IsRegular() && intake.IsOurTemp(e.Name()) && time.Since(e.ModTime()) >= r.cfg.StaleTemp {
+			if e.Mode().IsRegular() && sitefile.IsOurTemp(e.Name()) && time.Since(e.ModTime()) >= r.cfg.StaleTemp {
 				stale = append(stale, e.Name())
 			}
 			return nil
@@ -72,7 +66,7 @@ func (r *Reconciler) rowStaleRemoteTemps(ctx context.Context, p *partners.Config
 				errs = append(errs, fmt.Errorf("remove %s: %w", full, err))
 				continue
 			}
-			add(Finding{Kind: KindStaleRemoteTemp, Path: full, Action: "deleted"})
+			add(ledger.Finding{Kind: ledger.KindStaleRemoteTemp, Path: full, Action: "deleted"})
 		}
 	}
 	return errors.Join(errs...)
@@ -87,15 +81,15 @@ func (r *Reconciler) rowUnpublishedDiscards(ctx context.Context, p *partners.Con
 		return err
 	}
 	for _, in := range rows {
-		err := intake.PublishDiscarded(ctx, r.ledger, s, p, in)
-		var fe *intake.FencedError
+		err := sitefile.PublishDiscarded(ctx, r.ledger, s, p, in)
+		var fe *ledger.FencedError
 		if errors.As(err, &fe) {
 			continue // published meanwhile
 		}
 		if err != nil {
 			return err
 		}
-		add(Finding{Kind: KindDecisionPublished, IntakeID: in.ID, Path: in.ReceiptPath,
+		add(ledger.Finding{Kind: ledger.KindDecisionPublished, IntakeID: in.ID, Path: in.ReceiptPath,
 			Action: "receipt rewritten: discarded; reason file removed"})
 	}
 	return nil

@@ -11,10 +11,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/partner-intake/partner-intake/intake"
+	"github.com/partner-intake/partner-intake/intake/ledger"
+	"github.com/partner-intake/partner-intake/intake/sitefile"
 	"github.com/partner-intake/partner-intake/internal/fault"
 	"github.com/partner-intake/partner-intake/internal/testenv"
-	"github.com/partner-intake/partner-intake/reconcile"
 )
 
 // pausedPoll starts a poll of n with the fault step armed to pause and
@@ -37,9 +37,9 @@ func pausedPoll(t *testing.T, n *node, partner, step string) (resume func() erro
 	}
 }
 
-func readReceipt(t *testing.T, site *testenv.Site, path string) intake.Receipt {
+func readReceipt(t *testing.T, site *testenv.Site, path string) sitefile.Receipt {
 	t.Helper()
-	var rc intake.Receipt
+	var rc sitefile.Receipt
 	b, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
@@ -77,7 +77,7 @@ func TestStalledOwnerWakingAfterATakeoverPublishesNothing(t *testing.T) {
 	taken := false
 	for i := 0; i < 10 && !taken; i++ {
 		expireLeases(t, pool)
-		taken = kinds(w2.reconcile(t))[reconcile.KindLeaseExpired] == 1
+		taken = kinds(w2.reconcile(t))[ledger.KindLeaseExpired] == 1
 	}
 	if !taken {
 		t.Fatal("w2 never took the stalled file over")
@@ -92,7 +92,7 @@ func TestStalledOwnerWakingAfterATakeoverPublishesNothing(t *testing.T) {
 	before, ino := site.Read(t, strings.TrimPrefix(f.Receipt, site.Root+"/")), inode(t, f.Receipt)
 
 	err := resume()
-	var fe *intake.FencedError
+	var fe *ledger.FencedError
 	if err != nil && !errors.As(err, &fe) && !errors.Is(err, context.Canceled) {
 		t.Fatalf("the stalled owner's poll: %v", err)
 	}
@@ -127,7 +127,7 @@ func TestKilledReceiptWriteLeavesNoTempBehind(t *testing.T) {
 		t.Fatalf("got %v, want the injected stop before the rename", err)
 	}
 	left := site.Files(t, "reports")
-	if len(left) != 1 || !intake.IsOurTemp(left[0]) {
+	if len(left) != 1 || !sitefile.IsOurTemp(left[0]) {
 		t.Fatalf("reports/ holds %v, want one temporary file", left)
 	}
 	stale := filepath.Join(site.Root, "reports", left[0])
@@ -135,13 +135,13 @@ func TestKilledReceiptWriteLeavesNoTempBehind(t *testing.T) {
 	if err := os.WriteFile(fresh, []byte("{"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if fs := w1.reconcile(t); kinds(fs)[reconcile.KindStaleRemoteTemp] != 0 {
+	if fs := w1.reconcile(t); kinds(fs)[ledger.KindStaleRemoteTemp] != 0 {
 		t.Fatalf("a fresh temporary file was removed: %+v", fs)
 	}
 	old := time.Now().Add(-time.Hour)
 	os.Chtimes(stale, old, old)
 	fs := w1.reconcile(t)
-	if kinds(fs)[reconcile.KindStaleRemoteTemp] != 1 {
+	if kinds(fs)[ledger.KindStaleRemoteTemp] != 1 {
 		t.Fatalf("findings %+v, want one stale_remote_temp", fs)
 	}
 	if _, err := os.Stat(stale); !os.IsNotExist(err) {

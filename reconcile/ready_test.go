@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/internal/testenv"
 	"github.com/partner-intake/partner-intake/partners"
-	"github.com/partner-intake/partner-intake/reconcile"
 )
 
 // Row 15 in manifest mode, on a streamed listing of ready/: a data file
@@ -52,7 +52,7 @@ func TestOverdueDataFilesWithoutManifestAreReported(t *testing.T) {
 	w1 := newNode(t, pool, "w1", t.TempDir(), site)
 	var got []string
 	for _, f := range w1.reconcile(t) {
-		if f.Kind == reconcile.KindUnclaimableReady {
+		if f.Kind == ledger.KindUnclaimableReady {
 			if f.Detail != "not claimed: "+string(partners.SkipNoManifest) {
 				t.Fatalf("finding %+v", f)
 			}
@@ -93,10 +93,10 @@ func TestAbandonedTemporaryNamesInStableModeAreStaleUploads(t *testing.T) {
 	w1 := newNode(t, pool, "w1", t.TempDir(), site)
 	var got []string
 	for _, f := range w1.reconcile(t) {
-		if f.Kind == reconcile.KindUnclaimableReady {
+		if f.Kind == ledger.KindUnclaimableReady {
 			t.Fatalf("an ignored name reported as unclaimable: %+v", f)
 		}
-		if f.Kind == reconcile.KindStaleUpload {
+		if f.Kind == ledger.KindStaleUpload {
 			got = append(got, f.Path)
 		}
 	}

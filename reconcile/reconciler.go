@@ -83,35 +83,6 @@ func (c *Config) Validate() error {
 	return nil
 }
 
-// Finding kinds, one per failure-matrix situation.
-const (
-	KindOrphanClaim        = "orphan_claim"         // row 1
-	KindLeaseExpired       = "lease_expired"        // rows 4, 5, 10
-	KindStaleSpoolTemp     = "stale_spool_temp"     // row 4
-	KindOutcomeUnknown     = "outcome_unknown"      // row 9
-	KindRemoteMissing      = "remote_missing"       // row 12
-	KindArchiveNoRecord    = "archive_no_record"    // row 13
-	KindQuarantineNoRecord = "quarantine_no_record" // row 13, for quarantine/
-	KindStaleUpload        = "stale_upload"         // row 14
-	KindUnclaimableReady   = "unclaimable_ready"    // row 15
-	KindHostKeyMismatch    = "host_key_mismatch"    // row 17
-	KindPartnerDown        = "partner_unreachable"  // row 18
-	KindQuarantined        = "quarantined"          // waits for ops
-	KindTakeoverBlocked    = "takeover_blocked"     // a takeover could not complete
-	KindPartnerFailed      = "partner_failed"       // the run could not finish the partner (a hung site, say)
-)
-
-// Finding is one mismatch and what was done about it.
-type Finding struct {
-	Kind       string
-	Partner    string
-	IntakeID   int64
-	Path       string // a remote or spool path, with a partner's names as listed; never file contents
-	Action     string // what the reconciler did
-	NeedsHuman bool
-	Detail     string
-}
-
 // Reconciler runs the matrix.
 type Reconciler struct {
 	cfg        Config
@@ -187,7 +158,7 @@ var ErrNotLeader = errors.New("another reconciler is running")
 
 // RunOnce runs the whole matrix for every partner, under the cluster-wide
 // advisory lock. One partner's failure does not stop the others.
-func (r *Reconciler) RunOnce(ctx context.Context) ([]Finding, error) {
+func (r *Reconciler) RunOnce(ctx context.Context) ([]ledger.Finding, error) {
 	conn, err := r.db.Acquire(ctx)
 	if err != nil {
 		r.runs.WithLabelValues("error").Inc()
@@ -212,7 +183,7 @@ func (r *Reconciler) RunOnce(ctx context.Context) ([]Finding, error) {
 			conn.Conn().Close(uctx) // closing the session drops the lock
 		}
 	}()
-	var all []Finding
+	var all []ledger.Finding
 	var errs []error
 	parts := r.partners()
 	for i := range parts {
@@ -228,7 +199,7 @@ func (r *Reconciler) RunOnce(ctx context.Context) ([]Finding, error) {
 		all = append(all, fs...)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("partner %s: %w", p.ID, err))
-			all = append(all, Finding{Kind: KindPartnerFailed, Partner: p.ID, NeedsHuman: true,
+			all = append(all, ledger.Finding{Kind: ledger.KindPartnerFailed, Partner: p.ID, NeedsHuman: true,
 				Action: "went on with the other partners; the next run tries again", Detail: err.Error()})
 		}
 		if ctx.Err() != nil {
@@ -248,7 +219,7 @@ func (r *Reconciler) RunOnce(ctx context.Context) ([]Finding, error) {
 	return all, nil
 }
 
-func (r *Reconciler) record(parts []partners.Config, fs []Finding) {
+func (r *Reconciler) record(parts []partners.Config, fs []ledger.Finding) {
 	r.lastFinds.Reset()
 	now := make(map[string]bool, len(parts))
 	for i := range parts {
@@ -264,14 +235,14 @@ func (r *Reconciler) record(parts []partners.Config, fs []Finding) {
 	}
 	r.gauged = now
 	for _, f := range fs {
-		if f.Kind == KindStaleUpload {
+		if f.Kind == ledger.KindStaleUpload {
 			r.staleUps.WithLabelValues(f.Partner).Inc()
 		}
-		if f.Kind == KindOrphanClaim && f.IntakeID == 0 {
+		if f.Kind == ledger.KindOrphanClaim && f.IntakeID == 0 {
 			r.orphans.WithLabelValues(f.Partner).Inc() // not adopted: still without a row
 		}
 		r.findings.WithLabelValues(f.Partner, f.Kind).Inc()
-		if f.Kind == KindLeaseExpired || (f.Kind == KindOrphanClaim && f.IntakeID != 0) {
+		if f.Kind == ledger.KindLeaseExpired || (f.Kind == ledger.KindOrphanClaim && f.IntakeID != 0) {
 			r.takeovers.WithLabelValues(f.Partner).Inc()
 		}
 		r.lastFinds.WithLabelValues(f.Partner, f.Kind).Inc()
@@ -290,8 +261,8 @@ func (r *Reconciler) record(parts []partners.Config, fs []Finding) {
 // last run time, which says how old they are) and costs no other partner
 // theirs. Text PostgreSQL cannot hold (a name that is not UTF-8, a NUL)
 // is stored in its printable form (storable).
-func (r *Reconciler) persist(ctx context.Context, parts []partners.Config, fs []Finding) error {
-	by := make(map[string][]Finding, len(parts))
+func (r *Reconciler) persist(ctx context.Context, parts []partners.Config, fs []ledger.Finding) error {
+	by := make(map[string][]ledger.Finding, len(parts))
 	for _, f := range fs {
 		by[f.Partner] = append(by[f.Partner], f)
 	}
@@ -309,10 +280,10 @@ func (r *Reconciler) persist(ctx context.Context, parts []partners.Config, fs []
 	return errors.Join(errs...)
 }
 
-func persistPartner(ctx context.Context, db *pgxpool.Pool, id string, fs []Finding, now time.Time) error {
+func persistPartner(ctx context.Context, db *pgxpool.Pool, id string, fs []ledger.Finding, now time.Time) error {
 	var mismatch []string
 	for _, f := range fs {
-		if f.Kind == KindHostKeyMismatch {
+		if f.Kind == ledger.KindHostKeyMismatch {
 			mismatch = []string{id}
 		}
 	}
@@ -359,7 +330,7 @@ func storable(s string) string {
 }
 
 // NeedHuman reports whether any finding waits for a person.
-func NeedHuman(fs []Finding) bool {
+func NeedHuman(fs []ledger.Finding) bool {
 	for _, f := range fs {
 		if f.NeedsHuman {
 			return true
@@ -369,7 +340,7 @@ func NeedHuman(fs []Finding) bool {
 }
 
 // Sort orders findings for printing.
-func Sort(fs []Finding) {
+func Sort(fs []ledger.Finding) {
 	sort.SliceStable(fs, func(i, j int) bool {
 		if fs[i].Partner != fs[j].Partner {
 			return fs[i].Partner < fs[j].Partner

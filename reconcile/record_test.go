@@ -8,12 +8,12 @@ import (
 	"time"
 
 	"github.com/partner-intake/partner-intake/intake"
+	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/intake/ops"
 	"github.com/partner-intake/partner-intake/internal/fault"
 	"github.com/partner-intake/partner-intake/internal/sshdtest"
 	"github.com/partner-intake/partner-intake/internal/testenv"
 	"github.com/partner-intake/partner-intake/partners"
-	"github.com/partner-intake/partner-intake/reconcile"
 )
 
 // claim: record on a read-only account (internal-sftp -R): the reconciler
@@ -66,7 +66,7 @@ func TestRecordClaimLeaseIsTakenOverWithoutAMove(t *testing.T) {
 	expireLeases(t, pool)
 	w2 := newNode(t, pool, "w2", t.TempDir(), site)
 	found := w2.reconcile(t)
-	if k := kinds(found); k[reconcile.KindLeaseExpired] != 1 || k[reconcile.KindRemoteMissing] != 0 || len(found) != 1 {
+	if k := kinds(found); k[ledger.KindLeaseExpired] != 1 || k[ledger.KindRemoteMissing] != 0 || len(found) != 1 {
 		t.Fatalf("findings %+v, want one lease_expired", found)
 	}
 	if err := w2.poll(t, "ro"); err != nil {

@@ -6,10 +6,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/partner-intake/partner-intake/intake"
+	"github.com/partner-intake/partner-intake/intake/ledger"
+	"github.com/partner-intake/partner-intake/intake/sitefile"
 	"github.com/partner-intake/partner-intake/internal/fault"
 	"github.com/partner-intake/partner-intake/internal/testenv"
-	"github.com/partner-intake/partner-intake/reconcile"
 )
 
 // reportsWithTemps archives one file of a fresh site and leaves in its
@@ -46,7 +46,7 @@ func reportsWithTemps(t *testing.T, id string) (n *node, site *testenv.Site, rec
 		t.Fatal(err)
 	}
 	for _, p := range []string{stale, fresh, dotfile, dir} {
-		if !intake.IsOurTemp(filepath.Base(p)) && p != dotfile {
+		if !sitefile.IsOurTemp(filepath.Base(p)) && p != dotfile {
 			t.Fatalf("%s is not named as a receipt write's temporary file", p)
 		}
 	}
@@ -71,11 +71,11 @@ func TestStaleReceiptTempsInReportsAreRemovedAndNothingElse(t *testing.T) {
 		t.Fatal(err)
 	}
 	fs := n.reconcile(t)
-	if kinds(fs)[reconcile.KindStaleRemoteTemp] != 1 {
+	if kinds(fs)[ledger.KindStaleRemoteTemp] != 1 {
 		t.Fatalf("findings %+v, want one stale_remote_temp", fs)
 	}
 	for _, f := range fs {
-		if f.Kind == reconcile.KindStaleRemoteTemp && (filepath.Base(f.Path) != filepath.Base(stale) || f.Action != "deleted") {
+		if f.Kind == ledger.KindStaleRemoteTemp && (filepath.Base(f.Path) != filepath.Base(stale) || f.Action != "deleted") {
 			t.Fatalf("finding %+v, want the stale temporary file deleted", f)
 		}
 	}
@@ -91,7 +91,7 @@ func TestStaleReceiptTempsInReportsAreRemovedAndNothingElse(t *testing.T) {
 		t.Fatalf("the receipt changed: %v", err)
 	}
 	// the next run finds nothing more to remove
-	if fs := n.reconcile(t); kinds(fs)[reconcile.KindStaleRemoteTemp] != 0 {
+	if fs := n.reconcile(t); kinds(fs)[ledger.KindStaleRemoteTemp] != 0 {
 		t.Fatalf("findings %+v", fs)
 	}
 }
@@ -113,7 +113,7 @@ func TestAStaleTempWrittenToAfterTheListingIsKept(t *testing.T) {
 	withFault(t, step+"=pause")
 	t.Cleanup(func() { fault.Resume(step) })
 	done := make(chan error, 1)
-	var fs []reconcile.Finding
+	var fs []ledger.Finding
 	go func() {
 		var err error
 		fs, err = n.rec.RunOnce(t.Context())
@@ -145,7 +145,7 @@ func TestAStaleTempWrittenToAfterTheListingIsKept(t *testing.T) {
 	if _, err := os.Lstat(other); !os.IsNotExist(err) {
 		t.Fatalf("the temporary file still stale was kept: %v", err)
 	}
-	if kinds(fs)[reconcile.KindStaleRemoteTemp] != 1 {
+	if kinds(fs)[ledger.KindStaleRemoteTemp] != 1 {
 		t.Fatalf("findings %+v, want one stale_remote_temp (the file still stale)", fs)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/partner-intake/partner-intake/intake"
+	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/internal/testenv"
 	"github.com/partner-intake/partner-intake/partners"
 	"github.com/partner-intake/partner-intake/reconcile"
@@ -68,16 +69,16 @@ func TestCommitReplyLostOnEveryTryEndsPastTheRetryBudget(t *testing.T) {
 		}
 		unknown++
 		fs := n.reconcile(t)
-		if kinds(fs)[reconcile.KindOutcomeUnknown] != 1 || reconcile.NeedHuman(fs) {
+		if kinds(fs)[ledger.KindOutcomeUnknown] != 1 || reconcile.NeedHuman(fs) {
 			t.Fatalf("round %d: findings %+v", rounds, fs)
 		}
 		for _, x := range fs {
-			if x.Kind == reconcile.KindOutcomeUnknown && strings.Contains(x.Action, "retry budget") != (unknown == budget) {
+			if x.Kind == ledger.KindOutcomeUnknown && strings.Contains(x.Action, "retry budget") != (unknown == budget) {
 				t.Fatalf("round %d (episode %d of a budget of %d): %q", rounds, unknown, budget, x.Action)
 			}
 		}
 	}
-	if f.State != "failed_terminal" || f.Reason != string(intake.ReasonRetriesExhausted) {
+	if f.State != "failed_terminal" || f.Reason != string(ledger.ReasonRetriesExhausted) {
 		t.Fatalf("after %d rounds (%d outcome_unknown) the file is %s %s, want failed_terminal retries_exhausted", rounds, unknown, f.State, f.Reason)
 	}
 	if unknown != budget || rounds != budget+1 {
@@ -100,7 +101,7 @@ func TestCommitReplyLostOnEveryTryEndsPastTheRetryBudget(t *testing.T) {
 		t.Fatalf("attempts %d, want %d", got, budget)
 	}
 	rc := readReceipt(t, site, f.Receipt)
-	if rc.Outcome != intake.OutcomeFailed || rc.Reason != intake.ReasonRetriesExhausted || rc.Rows.Applied != want ||
+	if rc.Outcome != ledger.OutcomeFailed || rc.Reason != ledger.ReasonRetriesExhausted || rc.Rows.Applied != want ||
 		!strings.Contains(rc.Detail, fmt.Sprintf("%d of its rows were applied", want)) {
 		t.Fatalf("receipt %+v, want failed retries_exhausted with %d rows applied", rc, want)
 	}
@@ -109,7 +110,7 @@ func TestCommitReplyLostOnEveryTryEndsPastTheRetryBudget(t *testing.T) {
 	if err := n.poll(t, "unkb"); err != nil {
 		t.Fatal(err)
 	}
-	if fs := n.reconcile(t); kinds(fs)[reconcile.KindOutcomeUnknown] != 0 {
+	if fs := n.reconcile(t); kinds(fs)[ledger.KindOutcomeUnknown] != 0 {
 		t.Fatalf("findings %+v", fs)
 	}
 	if f := testenv.Files(t, pool, "unkb")[0]; f.State != "failed_terminal" || f.Chunks != budget {

@@ -16,7 +16,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/partner-intake/partner-intake/intake"
+	"github.com/partner-intake/partner-intake/intake/sitefile"
 	"github.com/partner-intake/partner-intake/internal/testenv"
 )
 
@@ -174,7 +174,7 @@ func TestHostileFilesKeepThePeakRSSBounded(t *testing.T) {
 		t.Fatalf("claim order: %+v", fs)
 	}
 	rel, _ := filepath.Rel(site.Root, fs[0].Receipt)
-	var rc intake.Receipt
+	var rc sitefile.Receipt
 	if err := json.Unmarshal([]byte(site.Read(t, rel)), &rc); err != nil || rc.Reason != "record_too_large" || rc.Line != 3 {
 		t.Fatalf("receipt %+v (%v), want record_too_large at line 3, where the record starts", rc, err)
 	}

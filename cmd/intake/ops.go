@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/partner-intake/partner-intake/intake"
+	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/intake/notify"
 	"github.com/partner-intake/partner-intake/intake/ops"
 	"github.com/partner-intake/partner-intake/internal/fault"
@@ -221,7 +222,7 @@ func cmdReplay(args []string, stdout, stderr io.Writer) int {
 	handover := !runsPipeline(ctx, e)
 	in, err := d.Replay(ctx, intake.ReplayRequest{ID: id, Actor: *actor, Reason: *reason, Request: request, ForceOlder: *forceOlder,
 		Handover: handover, Progress: progressBar(stdout),
-		Inserted: func(in *intake.Intake) { fmt.Fprintf(stdout, "replay of intake %d is intake %d\n", id, in.ID) }})
+		Inserted: func(in *ledger.Intake) { fmt.Fprintf(stdout, "replay of intake %d is intake %d\n", id, in.ID) }})
 	if err != nil {
 		fmt.Fprintln(stdout)
 		replayFailed(stderr, id, request, e.cfg.Reconcile.Schedule, err)
@@ -371,7 +372,7 @@ func cmdNotify(args []string, stdout, stderr io.Writer) int {
 		}
 		request := newRequestID()
 		fmt.Fprintf(stdout, "redeliver by %s, request %s\n", inert.Text(*actor), request)
-		n, err := ops.Redeliver(ctx, e.pool, ops.Redelivery{Partners: scope, EventID: *event, Endpoints: eps, Actor: *actor, Reason: *reason, Request: request})
+		n, err := ops.Redeliver(ctx, e.pool, ledger.Redelivery{Partners: scope, EventID: *event, Endpoints: eps, Actor: *actor, Reason: *reason, Request: request})
 		if err != nil {
 			fmt.Fprintln(stderr, "intake notify redeliver:", err)
 			return 1

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/partner-intake/partner-intake/intake"
+	"github.com/partner-intake/partner-intake/intake/sitefile"
 	"github.com/partner-intake/partner-intake/internal/testenv"
 )
 
@@ -175,7 +175,7 @@ func TestPurgeRemovesOnlyWhatIsPastRetention(t *testing.T) {
 		}
 	}
 	// a sealed receipt of a PGP feed's file, as old (it was kept for good)
-	sealed := filepath.Join(site.Root, "reports", "orders-pgp.77.receipt.json"+intake.EncryptedSuffix)
+	sealed := filepath.Join(site.Root, "reports", "orders-pgp.77.receipt.json"+sitefile.EncryptedSuffix)
 	if err := os.WriteFile(sealed, []byte("-----BEGIN PGP MESSAGE-----\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}

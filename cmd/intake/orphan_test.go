@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/partner-intake/partner-intake/intake"
+	"github.com/partner-intake/partner-intake/internal/rendezvous"
 	"github.com/partner-intake/partner-intake/internal/testenv"
 )
 
@@ -41,7 +41,7 @@ func claimWithoutRowIsRecovered(t *testing.T, affinity string) {
 	a, b := "", ""
 	for i := 0; a == ""; i++ {
 		x, y := fmt.Sprintf("a%d", i), fmt.Sprintf("b%d", i)
-		if intake.Poller(site.Config.ID, []string{x, y}) == y {
+		if rendezvous.Owner(site.Config.ID, []string{x, y}) == y {
 			a, b = x, y
 		}
 	}

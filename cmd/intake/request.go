@@ -58,7 +58,7 @@ func decisionFailed(ctx context.Context, pool *pgxpool.Pool, stderr io.Writer, c
 // "window acme/orders 2026-12-01T06:00:00Z").
 func actionFailed(ctx context.Context, pool *pgxpool.Pool, stderr io.Writer, cmd, subject, request, again string, err error) bool {
 	var ack *ledger.LateAckRefused
-	if errors.Is(err, intake.ErrDecision) || errors.Is(err, ops.ErrPlanDecision) || errors.As(err, &ack) {
+	if errors.Is(err, ledger.ErrDecision) || errors.Is(err, ledger.ErrPlanDecision) || errors.As(err, &ack) {
 		fmt.Fprintf(stderr, "intake %s: %s: refused, nothing changed: %s\n", cmd, subject, inert.Lines(err.Error()))
 		return false
 	}
@@ -102,7 +102,7 @@ func replayFailed(stderr io.Writer, id int64, request, schedule string, err erro
 		fmt.Fprintf(stderr, "intake replay: intake %d: whether replay request %s was recorded is unknown: PostgreSQL did not answer within a minute (%s).\n"+
 			"Once it does, intake audit --request %s names the replay if it was recorded; a second replay is refused while that one is live.\n",
 			id, request, inert.Lines(pgerr.Redact(unknown.Err)), request)
-	case errors.Is(err, intake.ErrDecision):
+	case errors.Is(err, ledger.ErrDecision):
 		fmt.Fprintf(stderr, "intake replay: intake %d: refused, nothing changed: %s\n", id, inert.Lines(err.Error()))
 	default:
 		// failed before its row was inserted (the checks): nothing changed

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/intake/ops"
 	"github.com/partner-intake/partner-intake/internal/testenv"
 	"github.com/partner-intake/partner-intake/partners"
@@ -66,14 +67,14 @@ func TestAnAcknowledgedLateWindowStopsCounting(t *testing.T) {
 		t.Fatalf("status: %d open, %d acknowledged; want 1 and 1: %+v", open, acked, st[0].Late)
 	}
 
-	if _, err := ops.AckLate(ctx, pool, "acme", "orders", at(0, 6, 0), "someone-else", "again", ""); !errors.Is(err, ops.ErrLateAcked) ||
+	if _, err := ops.AckLate(ctx, pool, "acme", "orders", at(0, 6, 0), "someone-else", "again", ""); !errors.Is(err, ledger.ErrLateAcked) ||
 		!strings.Contains(err.Error(), "oncall") {
 		t.Fatalf("a second ack: %v, want it refused naming the first", err)
 	}
-	if _, err := ops.AckLate(ctx, pool, "acme", "orders", at(0, 7, 0), "oncall", "typo", ""); !errors.Is(err, ops.ErrLateUnknown) {
+	if _, err := ops.AckLate(ctx, pool, "acme", "orders", at(0, 7, 0), "oncall", "typo", ""); !errors.Is(err, ledger.ErrLateUnknown) {
 		t.Fatalf("ack of a time that is no late window: %v, want ErrLateUnknown", err)
 	}
-	if _, err := ops.AckLate(ctx, pool, "acme", "stock", at(0, 6, 0), "oncall", "other feed", ""); !errors.Is(err, ops.ErrLateUnknown) {
+	if _, err := ops.AckLate(ctx, pool, "acme", "stock", at(0, 6, 0), "oncall", "other feed", ""); !errors.Is(err, ledger.ErrLateUnknown) {
 		t.Fatalf("ack of another feed's window: %v, want ErrLateUnknown", err)
 	}
 	var audits int
@@ -103,7 +104,7 @@ func TestAnAcknowledgedLateWindowStopsCounting(t *testing.T) {
 	if g := r.metric(t, "intake_feed_late"); g != 0 {
 		t.Fatalf("intake_feed_late %v, want 0", g)
 	}
-	if _, err := ops.AckLate(ctx, pool, "acme", "orders", at(1, 6, 0), "oncall", "too late", ""); !errors.Is(err, ops.ErrLateClosed) {
+	if _, err := ops.AckLate(ctx, pool, "acme", "orders", at(1, 6, 0), "oncall", "too late", ""); !errors.Is(err, ledger.ErrLateNotOpen) {
 		t.Fatalf("ack of a window a late file closed: %v, want ErrLateClosed", err)
 	}
 }

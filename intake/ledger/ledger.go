@@ -300,3 +300,13 @@ func (l *Ledger) ResolveUnknown(ctx context.Context, in *Intake) (chunks int, er
 	})
 	return chunks, err
 }
+
+// DefaultLease is how long a claim is held without a heartbeat unless the
+// daemon's configuration says otherwise.
+const DefaultLease = 2 * time.Minute
+
+// NoFeed is the feed of a file that matches none (a hostile entry).
+const NoFeed = "-"
+
+// ErrDecision is wrapped by every refused decision.
+var ErrDecision = errors.New("decision refused")

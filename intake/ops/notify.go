@@ -8,19 +8,13 @@ import (
 	"github.com/partner-intake/partner-intake/intake/ledger"
 )
 
-// DeadDelivery is a webhook delivery whose retry budget ran out.
-type DeadDelivery = ledger.DeadDelivery
-
-// Redelivery selects dead deliveries to send again.
-type Redelivery = ledger.Redelivery
-
 // DeadDeliveries lists the given partners' dead deliveries, oldest first.
-func DeadDeliveries(ctx context.Context, db *pgxpool.Pool, partners []string, limit int) ([]DeadDelivery, error) {
+func DeadDeliveries(ctx context.Context, db *pgxpool.Pool, partners []string, limit int) ([]ledger.DeadDelivery, error) {
 	return ledgerOn(db).DeadDeliveries(ctx, partners, limit)
 }
 
 // Redeliver sends the dead deliveries r selects again with a fresh
 // retry budget (audited); a running daemon's notifier delivers them.
-func Redeliver(ctx context.Context, db *pgxpool.Pool, r Redelivery) (int64, error) {
+func Redeliver(ctx context.Context, db *pgxpool.Pool, r ledger.Redelivery) (int64, error) {
 	return ledgerOn(db).Redeliver(ctx, r)
 }

@@ -10,13 +10,12 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/partner-intake/partner-intake/intake"
 	"github.com/partner-intake/partner-intake/intake/ledger"
 )
 
 // ledgerOn is the ledger on db for an ops view. The views grant no lease
 // (a replay's is the daemon's), so the default one stands in.
-func ledgerOn(db *pgxpool.Pool) *ledger.Ledger { return ledger.New(db, intake.DefaultLease) }
+func ledgerOn(db *pgxpool.Pool) *ledger.Ledger { return ledger.New(db, ledger.DefaultLease) }
 
 // Settle finds out what became of an ops request whose call failed
 // (ledger.Settle): recorded, rolled back, or unknown after wait.

@@ -9,54 +9,39 @@ import (
 	"github.com/partner-intake/partner-intake/intake/ledger"
 )
 
-// PlanView is a file's plan as `intake plan show` prints it.
-type PlanView = ledger.PlanView
-
-// PlanDecision is an approve or reject of a waiting plan.
-type PlanDecision = ledger.PlanDecision
-
-// ErrPlanDecision: an approve or reject that cannot be made.
-var ErrPlanDecision = ledger.ErrPlanDecision
-
 // ShowPlan reads the plan of a file of one of partners (nil: no such file).
-func ShowPlan(ctx context.Context, db *pgxpool.Pool, id int64, partners []string) (*PlanView, error) {
+func ShowPlan(ctx context.Context, db *pgxpool.Pool, id int64, partners []string) (*ledger.PlanView, error) {
 	return ledgerOn(db).GetPlan(ctx, id, partners)
 }
 
 // ShowPlanCounts is ShowPlan without the sample (Sample nil).
-func ShowPlanCounts(ctx context.Context, db *pgxpool.Pool, id int64, partners []string) (*PlanView, error) {
+func ShowPlanCounts(ctx context.Context, db *pgxpool.Pool, id int64, partners []string) (*ledger.PlanView, error) {
 	return ledgerOn(db).GetPlanCounts(ctx, id, partners)
 }
 
 // Approve approves the current plan of a file awaiting approval when
 // d.PlanHash is its hash; audited. The daemon polling its partner
 // plans it again and applies it only if the plan still has that hash.
-func Approve(ctx context.Context, db *pgxpool.Pool, d PlanDecision) error {
+func Approve(ctx context.Context, db *pgxpool.Pool, d ledger.PlanDecision) error {
 	return ledgerOn(db).Approve(ctx, d)
 }
 
 // Reject rejects the plan of a file awaiting approval; audited. The
 // daemon polling its partner quarantines it with reason plan_rejected and
 // tells the partner.
-func Reject(ctx context.Context, db *pgxpool.Pool, d PlanDecision) error {
+func Reject(ctx context.Context, db *pgxpool.Pool, d ledger.PlanDecision) error {
 	return ledgerOn(db).Reject(ctx, d)
 }
 
-// WaitingPlan is a file awaiting approval as the review console lists it.
-type WaitingPlan = ledger.WaitingPlan
-
-// FileStory is one file's record as the review console shows it.
-type FileStory = ledger.FileStory
-
 // HeldPage is a page of the open held files of partners, newest first,
 // and how many there are.
-func HeldPage(ctx context.Context, db *pgxpool.Pool, partners []string, offset, limit int) ([]QuarantineItem, int64, error) {
+func HeldPage(ctx context.Context, db *pgxpool.Pool, partners []string, offset, limit int) ([]ledger.QuarantineItem, int64, error) {
 	return ledgerOn(db).HeldPage(ctx, partners, offset, limit)
 }
 
 // WaitingPlans is a page of the files of partners awaiting approval and
 // how many there are.
-func WaitingPlans(ctx context.Context, db *pgxpool.Pool, partners []string, offset, limit int) ([]WaitingPlan, int64, error) {
+func WaitingPlans(ctx context.Context, db *pgxpool.Pool, partners []string, offset, limit int) ([]ledger.WaitingPlan, int64, error) {
 	return ledgerOn(db).WaitingPlans(ctx, partners, offset, limit)
 }
 
@@ -67,11 +52,11 @@ func PlanSamplePage(ctx context.Context, db *pgxpool.Pool, id int64, partners []
 }
 
 // Story reads one file's record of one of partners (nil: none).
-func Story(ctx context.Context, db *pgxpool.Pool, id int64, partners []string) (*FileStory, error) {
+func Story(ctx context.Context, db *pgxpool.Pool, id int64, partners []string) (*ledger.FileStory, error) {
 	return ledgerOn(db).Story(ctx, id, partners)
 }
 
 // AuditPage is a page of the audit rows of partners, newest first.
-func AuditPage(ctx context.Context, db *pgxpool.Pool, partners []string, intakeID int64, request string, offset, limit int) ([]AuditEntry, error) {
+func AuditPage(ctx context.Context, db *pgxpool.Pool, partners []string, intakeID int64, request string, offset, limit int) ([]ledger.AuditEntry, error) {
 	return ledgerOn(db).AuditPage(ctx, partners, intakeID, request, offset, limit)
 }

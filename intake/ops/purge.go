@@ -13,8 +13,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/partner-intake/partner-intake/intake"
 	"github.com/partner-intake/partner-intake/intake/ledger"
+	"github.com/partner-intake/partner-intake/intake/sitefile"
 	"github.com/partner-intake/partner-intake/partners"
 	"github.com/partner-intake/partner-intake/spool"
 )
@@ -100,8 +100,8 @@ var ErrPurgeRunning = errors.New("another purge is running")
 
 // isReport: a receipt or a rejects report, sealed or not.
 func isReport(name string) bool {
-	name = strings.TrimSuffix(name, intake.EncryptedSuffix)
-	return strings.HasSuffix(name, intake.ReceiptSuffix) || strings.HasSuffix(name, intake.RejectsSuffix)
+	name = strings.TrimSuffix(name, sitefile.EncryptedSuffix)
+	return strings.HasSuffix(name, sitefile.ReceiptSuffix) || strings.HasSuffix(name, sitefile.RejectsSuffix)
 }
 
 // Purge removes what is past its retention, per partner, and says what it

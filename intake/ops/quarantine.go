@@ -8,8 +8,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/partner-intake/partner-intake/intake"
 	"github.com/partner-intake/partner-intake/intake/ledger"
+	"github.com/partner-intake/partner-intake/intake/sitefile"
 	"github.com/partner-intake/partner-intake/partners"
 )
 
@@ -19,11 +19,8 @@ const (
 	WinnerOld = "old" // the earlier bytes stay: the held file is discarded
 )
 
-// QuarantineItem is a held file as ops see it.
-type QuarantineItem = ledger.QuarantineItem
-
 // ListQuarantine lists the held files of the given partners, newest first.
-func ListQuarantine(ctx context.Context, db *pgxpool.Pool, partners []string, openOnly bool) ([]QuarantineItem, error) {
+func ListQuarantine(ctx context.Context, db *pgxpool.Pool, partners []string, openOnly bool) ([]ledger.QuarantineItem, error) {
 	return ledgerOn(db).ListQuarantine(ctx, partners, openOnly)
 }
 
@@ -47,7 +44,7 @@ type Decision struct {
 
 func (d Decision) check() error {
 	if d.Actor == "" || d.Reason == "" {
-		return fmt.Errorf("%w: an actor and a reason are required", intake.ErrDecision)
+		return fmt.Errorf("%w: an actor and a reason are required", ledger.ErrDecision)
 	}
 	return nil
 }
@@ -87,7 +84,7 @@ func Release(ctx context.Context, db *pgxpool.Pool, d Decision) error {
 			return err
 		}
 		if h == nil || *h != *seen {
-			return fmt.Errorf("%w: intake %d changed while it was being decided; look again", intake.ErrDecision, d.IntakeID)
+			return fmt.Errorf("%w: intake %d changed while it was being decided; look again", ledger.ErrDecision, d.IntakeID)
 		}
 		if r.discard {
 			return discard(ctx, tx, d)
@@ -102,7 +99,7 @@ func Release(ctx context.Context, db *pgxpool.Pool, d Decision) error {
 			return err
 		}
 		if !reopened {
-			return fmt.Errorf("%w: intake %d is in state %s", intake.ErrDecision, d.IntakeID, h.FState)
+			return fmt.Errorf("%w: intake %d is in state %s", ledger.ErrDecision, d.IntakeID, h.FState)
 		}
 		return ledger.MarkDecided(ctx, tx, d.IntakeID, "released", d.Actor, d.Reason)
 	})
@@ -113,48 +110,48 @@ type release struct {
 	action, detail  string
 	discard, rebind bool
 	override        string
-	next            intake.State
+	next            ledger.State
 	manifest        string
 }
 
 // planRelease decides what releasing the held file h does, or refuses.
 func planRelease(d Decision, h *ledger.Held) (release, error) {
 	if h == nil {
-		return release{}, fmt.Errorf("%w: intake %d is not held", intake.ErrDecision, d.IntakeID)
+		return release{}, fmt.Errorf("%w: intake %d is not held", ledger.ErrDecision, d.IntakeID)
 	}
 	if h.QState != "open" {
-		return release{}, fmt.Errorf("%w: intake %d was already %s", intake.ErrDecision, d.IntakeID, h.QState)
+		return release{}, fmt.Errorf("%w: intake %d was already %s", ledger.ErrDecision, d.IntakeID, h.QState)
 	}
 	r := release{action: "release"}
 	switch {
-	case h.Feed == intake.NoFeed:
-		return r, fmt.Errorf("%w: intake %d is a hostile entry (%s): it can only be discarded", intake.ErrDecision, d.IntakeID, h.Reason)
-	case h.Reason == intake.ReasonNotRegular:
-		return r, fmt.Errorf("%w: intake %d was not a regular file when claimed (%s): it can only be discarded", intake.ErrDecision, d.IntakeID, h.Reason)
-	case h.Reason == intake.ReasonBadBatchID:
-		return r, fmt.Errorf("%w: intake %d has no usable batch id: it can only be discarded", intake.ErrDecision, d.IntakeID)
-	case h.Reason == intake.ReasonBatchConflict:
+	case h.Feed == ledger.NoFeed:
+		return r, fmt.Errorf("%w: intake %d is a hostile entry (%s): it can only be discarded", ledger.ErrDecision, d.IntakeID, h.Reason)
+	case h.Reason == ledger.ReasonNotRegular:
+		return r, fmt.Errorf("%w: intake %d was not a regular file when claimed (%s): it can only be discarded", ledger.ErrDecision, d.IntakeID, h.Reason)
+	case h.Reason == ledger.ReasonBadBatchID:
+		return r, fmt.Errorf("%w: intake %d has no usable batch id: it can only be discarded", ledger.ErrDecision, d.IntakeID)
+	case h.Reason == ledger.ReasonBatchConflict:
 		switch d.Winner {
 		case WinnerOld:
 			return release{action: "release_conflict_old_wins", discard: true}, nil
 		case WinnerNew:
-			r.override, r.rebind = intake.OverrideConflictNewWin, true
+			r.override, r.rebind = ledger.OverrideConflictNewWin, true
 		default:
-			return r, fmt.Errorf("%w: releasing a batch conflict needs --winner new or --winner old", intake.ErrDecision)
+			return r, fmt.Errorf("%w: releasing a batch conflict needs --winner new or --winner old", ledger.ErrDecision)
 		}
-	case h.Reason == intake.ReasonRejectRate:
-		r.override = intake.OverrideRejectRate
-	case h.Reason == intake.ReasonManifestMismatch:
-		r.override = intake.OverrideManifest
-	case h.Reason == intake.ReasonFileTooLarge:
-		r.override = intake.OverrideSize
+	case h.Reason == ledger.ReasonRejectRate:
+		r.override = ledger.OverrideRejectRate
+	case h.Reason == ledger.ReasonManifestMismatch:
+		r.override = ledger.OverrideManifest
+	case h.Reason == ledger.ReasonFileTooLarge:
+		r.override = ledger.OverrideSize
 	}
 	if r.override == "" {
-		r.override = intake.OverrideNothing
+		r.override = ledger.OverrideNothing
 	}
-	r.next = intake.StateSpooled
+	r.next = ledger.StateSpooled
 	if h.SHA256 == "" {
-		r.next = intake.StateClaimed
+		r.next = ledger.StateClaimed
 	}
 	r.manifest = h.Manifest
 	if r.manifest != "" && h.Path != "" {
@@ -176,10 +173,10 @@ func Discard(ctx context.Context, db *pgxpool.Pool, d Decision) error {
 			return err
 		}
 		if seen == nil {
-			return fmt.Errorf("%w: intake %d is not held", intake.ErrDecision, d.IntakeID)
+			return fmt.Errorf("%w: intake %d is not held", ledger.ErrDecision, d.IntakeID)
 		}
 		if seen.QState != "open" {
-			return fmt.Errorf("%w: intake %d was already %s", intake.ErrDecision, d.IntakeID, seen.QState)
+			return fmt.Errorf("%w: intake %d was already %s", ledger.ErrDecision, d.IntakeID, seen.QState)
 		}
 		if err := ledger.AuditDecision(ctx, tx, d.IntakeID, seen.Partner, d.Request, d.Actor, d.Reason, "discard", ""); err != nil {
 			return err
@@ -189,7 +186,7 @@ func Discard(ctx context.Context, db *pgxpool.Pool, d Decision) error {
 			return err
 		}
 		if !ok || partner != seen.Partner || qstate != "open" {
-			return fmt.Errorf("%w: intake %d changed while it was being decided; look again", intake.ErrDecision, d.IntakeID)
+			return fmt.Errorf("%w: intake %d changed while it was being decided; look again", ledger.ErrDecision, d.IntakeID)
 		}
 		return discard(ctx, tx, d)
 	})
@@ -210,7 +207,7 @@ func discard(ctx context.Context, tx pgx.Tx, d Decision) error {
 		return err
 	}
 	if !closed {
-		return fmt.Errorf("%w: intake %d is not held", intake.ErrDecision, d.IntakeID)
+		return fmt.Errorf("%w: intake %d is not held", ledger.ErrDecision, d.IntakeID)
 	}
 	return ledger.MarkDecided(ctx, tx, d.IntakeID, "discarded", d.Actor, d.Reason)
 }
@@ -226,7 +223,7 @@ func PublishDecision(ctx context.Context, db *pgxpool.Pool, parts []partners.Con
 		if err != nil {
 			return err
 		}
-		if in == nil || in.State != intake.StateDiscarded || in.ReceiptPath != "" {
+		if in == nil || in.State != ledger.StateDiscarded || in.ReceiptPath != "" {
 			continue
 		}
 		if parts[i].Records() {
@@ -237,16 +234,13 @@ func PublishDecision(ctx context.Context, db *pgxpool.Pool, parts []partners.Con
 			return err
 		}
 		defer s.Close()
-		return intake.PublishDiscarded(ctx, l, s, &parts[i], in)
+		return sitefile.PublishDiscarded(ctx, l, s, &parts[i], in)
 	}
 	return nil
 }
 
-// AuditEntry is one audited ops action.
-type AuditEntry = ledger.AuditEntry
-
 // Audit lists the given partners' ops actions, newest first; with
 // request set, only the action of that request.
-func Audit(ctx context.Context, db *pgxpool.Pool, partners []string, request string, limit int) ([]AuditEntry, error) {
+func Audit(ctx context.Context, db *pgxpool.Pool, partners []string, request string, limit int) ([]ledger.AuditEntry, error) {
 	return ledgerOn(db).Audit(ctx, partners, request, limit)
 }

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/partner-intake/partner-intake/intake"
 	"github.com/partner-intake/partner-intake/intake/ledger"
 )
 
@@ -25,33 +24,33 @@ func TestWhatAReleaseDoesByWhyTheFileWasHeld(t *testing.T) {
 		refused  bool
 		action   string
 		override string
-		next     intake.State
+		next     ledger.State
 		discard  bool
 		rebind   bool
 	}{
 		{name: "not held", h: nil, refused: true},
-		{name: "decided already", h: func() *ledger.Held { h := held(intake.ReasonRejectRate, sha); h.QState = "released"; return h }(), refused: true},
-		{name: "a hostile entry", h: func() *ledger.Held { h := held(intake.ReasonRejectRate, ""); h.Feed = intake.NoFeed; return h }(), refused: true},
-		{name: "not a regular file", h: held(intake.ReasonNotRegular, ""), refused: true},
-		{name: "no usable batch id", h: held(intake.ReasonBadBatchID, sha), refused: true},
-		{name: "a batch conflict without a winner", h: held(intake.ReasonBatchConflict, sha), refused: true},
-		{name: "a batch conflict, the old bytes win", h: held(intake.ReasonBatchConflict, sha), winner: WinnerOld,
+		{name: "decided already", h: func() *ledger.Held { h := held(ledger.ReasonRejectRate, sha); h.QState = "released"; return h }(), refused: true},
+		{name: "a hostile entry", h: func() *ledger.Held { h := held(ledger.ReasonRejectRate, ""); h.Feed = ledger.NoFeed; return h }(), refused: true},
+		{name: "not a regular file", h: held(ledger.ReasonNotRegular, ""), refused: true},
+		{name: "no usable batch id", h: held(ledger.ReasonBadBatchID, sha), refused: true},
+		{name: "a batch conflict without a winner", h: held(ledger.ReasonBatchConflict, sha), refused: true},
+		{name: "a batch conflict, the old bytes win", h: held(ledger.ReasonBatchConflict, sha), winner: WinnerOld,
 			action: "release_conflict_old_wins", discard: true},
-		{name: "a batch conflict, the new bytes win", h: held(intake.ReasonBatchConflict, sha), winner: WinnerNew,
-			action: "release", override: intake.OverrideConflictNewWin, next: intake.StateSpooled, rebind: true},
-		{name: "too many rejected rows", h: held(intake.ReasonRejectRate, sha),
-			action: "release", override: intake.OverrideRejectRate, next: intake.StateSpooled},
-		{name: "the manifest disagrees", h: held(intake.ReasonManifestMismatch, sha),
-			action: "release", override: intake.OverrideManifest, next: intake.StateSpooled},
-		{name: "too large, never spooled", h: held(intake.ReasonFileTooLarge, ""),
-			action: "release", override: intake.OverrideSize, next: intake.StateClaimed},
-		{name: "another reason: nothing to override", h: held(intake.ReasonRetriesExhausted, sha),
-			action: "release", override: intake.OverrideNothing, next: intake.StateSpooled},
+		{name: "a batch conflict, the new bytes win", h: held(ledger.ReasonBatchConflict, sha), winner: WinnerNew,
+			action: "release", override: ledger.OverrideConflictNewWin, next: ledger.StateSpooled, rebind: true},
+		{name: "too many rejected rows", h: held(ledger.ReasonRejectRate, sha),
+			action: "release", override: ledger.OverrideRejectRate, next: ledger.StateSpooled},
+		{name: "the manifest disagrees", h: held(ledger.ReasonManifestMismatch, sha),
+			action: "release", override: ledger.OverrideManifest, next: ledger.StateSpooled},
+		{name: "too large, never spooled", h: held(ledger.ReasonFileTooLarge, ""),
+			action: "release", override: ledger.OverrideSize, next: ledger.StateClaimed},
+		{name: "another reason: nothing to override", h: held(ledger.ReasonRetriesExhausted, sha),
+			action: "release", override: ledger.OverrideNothing, next: ledger.StateSpooled},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r, err := planRelease(Decision{IntakeID: 7, Winner: tc.winner}, tc.h)
 			if tc.refused {
-				if !errors.Is(err, intake.ErrDecision) {
+				if !errors.Is(err, ledger.ErrDecision) {
 					t.Fatalf("got %+v, %v; want it refused as a decision", r, err)
 				}
 				return

@@ -6,9 +6,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/partner-intake/partner-intake/intake"
 	"github.com/partner-intake/partner-intake/intake/ledger"
-	"github.com/partner-intake/partner-intake/reconcile"
+	"github.com/partner-intake/partner-intake/internal/rendezvous"
 )
 
 // StatusRow is one partner's line of `intake status`.
@@ -38,23 +37,14 @@ type StatusRow struct {
 	// Late are the partner's delivery windows that closed without an
 	// accepted file: open ones, and ones a late file closed within
 	// LateShownFor (intake/expect), newest first.
-	Late []LateWindow
+	Late []ledger.LateWindow
 	// Awaiting are the partner's files whose plan waits for an ops
 	// decision (intake approve / reject), oldest plan first.
-	Awaiting []Waiting
+	Awaiting []ledger.Waiting
 	// Site is the partner's server as last measured (the daemon at its
 	// first dial, a day later again); nil: never measured.
-	Site *SiteProfile
+	Site *ledger.SiteProfile
 }
-
-// SiteProfile is a partner's measured server profile.
-type SiteProfile = ledger.SiteProfile
-
-// Waiting is a file awaiting approval.
-type Waiting = ledger.Waiting
-
-// LateWindow is a delivery window that closed without an accepted file.
-type LateWindow = ledger.LateWindow
 
 // LateShownFor is how long `intake status` still shows a late window a
 // file has closed.
@@ -93,9 +83,9 @@ func Status(ctx context.Context, db *pgxpool.Pool, partners []string) ([]StatusR
 		r := idx[c.Partner]
 		r.ByState[string(c.State)] = c.Files
 		switch c.State {
-		case intake.StateQuarantined:
+		case ledger.StateQuarantined:
 			r.QuarantineOpen, r.QuarantineOldest = c.Files, c.Age
-		case intake.StateClaimed, intake.StateSpooled, intake.StateApplying, intake.StateApplied, intake.StateOutcomeUnknown:
+		case ledger.StateClaimed, ledger.StateSpooled, ledger.StateApplying, ledger.StateApplied, ledger.StateOutcomeUnknown:
 			r.OldestProcessing = max(r.OldestProcessing, c.Age)
 		}
 		r.InflightTotal += c.Rows
@@ -121,21 +111,21 @@ func Status(ctx context.Context, db *pgxpool.Pool, partners []string) ([]StatusR
 		}
 		idx[a.Partner].Inflight = append(idx[a.Partner].Inflight, f)
 	}
-	runs, err := reconcile.LastRuns(ctx, db, partners)
+	runs, err := ledger.LastRuns(ctx, db, partners)
 	if err != nil {
 		return nil, err
 	}
 	for p, at := range runs {
 		idx[p].FindingsAt = &at
 	}
-	findings, err := reconcile.StoredFindings(ctx, db, partners)
+	findings, err := ledger.StoredFindings(ctx, db, partners)
 	if err != nil {
 		return nil, err
 	}
 	for _, sf := range findings {
 		f := StatusFinding{Kind: sf.Kind, Path: sf.Path, Action: sf.Action, Detail: sf.Detail, IntakeID: sf.IntakeID, NeedsHuman: sf.NeedsHuman}
 		idx[sf.Partner].Findings = append(idx[sf.Partner].Findings, f)
-		if f.Kind == reconcile.KindOrphanClaim && f.IntakeID == 0 { // not adopted
+		if f.Kind == ledger.KindOrphanClaim && f.IntakeID == 0 { // not adopted
 			idx[sf.Partner].OrphanClaims++
 		}
 	}
@@ -169,7 +159,7 @@ func Status(ctx context.Context, db *pgxpool.Pool, partners []string) ([]StatusR
 	for i := range out {
 		out[i].Replicas = serving[out[i].Partner]
 		if len(out[i].Replicas) > 0 {
-			out[i].Poller = intake.Poller(out[i].Partner, out[i].Replicas)
+			out[i].Poller = rendezvous.Owner(out[i].Partner, out[i].Replicas)
 		}
 	}
 	return out, nil
