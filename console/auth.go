@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/netip"
@@ -16,6 +17,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/coreos/go-oidc/v3/oidc"
@@ -50,12 +52,79 @@ type authn struct {
 	base    *url.URL
 	proxies []netip.Prefix
 
-	provider *oidc.Provider
+	redirect string
+	// client is the OpenID provider's, nil until its discovery document
+	// has been read (New tries once, Start keeps trying in the background)
+	client atomic.Pointer[oidcClient]
+}
+
+// oidcClient is what discovery gives: the endpoints and the ID token
+// verifier.
+type oidcClient struct {
 	verifier *oidc.IDTokenVerifier
 	oauth    *oauth2.Config
 }
 
-func newAuthn(ctx context.Context, c Config) (*authn, error) {
+// errSignInDown: OpenID sign-in is configured but the provider's
+// discovery has not been read yet.
+var errSignInDown = errors.New("sign-in unavailable: the OpenID provider has not answered yet")
+
+// discoveryTimeout bounds one discovery attempt (and each later JWKS
+// fetch of the provider's keys).
+const discoveryTimeout = 10 * time.Second
+
+// discover reads the provider's discovery document once and, when it
+// answers, makes sign-in available. ctx is kept by the provider's key
+// set: the console's lifetime, not one attempt's.
+func (a *authn) discover(ctx context.Context) error {
+	o := a.cfg.OIDC
+	ctx = oidc.ClientContext(ctx, &http.Client{Timeout: discoveryTimeout})
+	provider, err := oidc.NewProvider(ctx, o.Issuer)
+	if err != nil {
+		return fmt.Errorf("console.auth.oidc.issuer %s: %w", o.Issuer, err)
+	}
+	secret := ""
+	if o.ClientSecretEnv != "" {
+		secret = os.Getenv(o.ClientSecretEnv)
+	}
+	a.client.Store(&oidcClient{
+		verifier: provider.Verifier(&oidc.Config{ClientID: o.ClientID}),
+		oauth: &oauth2.Config{
+			ClientID: o.ClientID, ClientSecret: secret, Endpoint: provider.Endpoint(),
+			RedirectURL: a.redirect,
+			Scopes:      []string{oidc.ScopeOpenID, "email", "profile"},
+		},
+	})
+	return nil
+}
+
+// Discovery retries: the first after discoveryRetryMin, each wait
+// doubled up to discoveryRetryMax.
+var (
+	discoveryRetryMin = 250 * time.Millisecond
+	discoveryRetryMax = time.Minute
+)
+
+// rediscover retries discovery with capped exponential backoff until it
+// succeeds or ctx ends.
+func (a *authn) rediscover(ctx context.Context, log *slog.Logger) {
+	wait := discoveryRetryMin
+	for a.client.Load() == nil {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+		if err := a.discover(ctx); err != nil {
+			log.Warn("console sign-in unavailable, retrying", "err", err, "retry_in", min(2*wait, discoveryRetryMax))
+			wait = min(2*wait, discoveryRetryMax)
+			continue
+		}
+		log.Info("console sign-in available", "issuer", a.cfg.OIDC.Issuer)
+	}
+}
+
+func newAuthn(ctx context.Context, c Config, log *slog.Logger) (*authn, error) {
 	base, err := url.Parse(c.BaseURL)
 	if err != nil {
 		return nil, fmt.Errorf("console.base_url: %w", err)
@@ -74,20 +143,12 @@ func newAuthn(ctx context.Context, c Config) (*authn, error) {
 			return nil, fmt.Errorf("console.auth.proxy.from: %w", err)
 		}
 	}
-	if o := c.Auth.OIDC; o != nil {
-		a.provider, err = oidc.NewProvider(ctx, o.Issuer)
-		if err != nil {
-			return nil, fmt.Errorf("console.auth.oidc.issuer %s: %w", o.Issuer, err)
-		}
-		a.verifier = a.provider.Verifier(&oidc.Config{ClientID: o.ClientID})
-		secret := ""
-		if o.ClientSecretEnv != "" {
-			secret = os.Getenv(o.ClientSecretEnv)
-		}
-		a.oauth = &oauth2.Config{
-			ClientID: o.ClientID, ClientSecret: secret, Endpoint: a.provider.Endpoint(),
-			RedirectURL: strings.TrimSuffix(c.BaseURL, "/") + "/auth/callback",
-			Scopes:      []string{oidc.ScopeOpenID, "email", "profile"},
+	if c.Auth.OIDC != nil {
+		a.redirect = strings.TrimSuffix(c.BaseURL, "/") + "/auth/callback"
+		// a provider that does not answer yet does not stop the console:
+		// sign-in answers 503 until a retry reads its discovery
+		if err := a.discover(ctx); err != nil {
+			log.Warn("console sign-in unavailable, retrying", "err", err)
 		}
 	}
 	return a, nil
@@ -217,11 +278,7 @@ type loginState struct {
 }
 
 // login starts the authorization code flow with PKCE.
-func (a *authn) login(w http.ResponseWriter, r *http.Request) {
-	if a.oauth == nil {
-		http.Error(w, "sign-in is by the authenticating proxy", http.StatusUnauthorized)
-		return
-	}
+func (a *authn) login(w http.ResponseWriter, r *http.Request, oc *oidcClient) {
 	next := r.URL.Query().Get("next")
 	if !strings.HasPrefix(next, "/") || strings.HasPrefix(next, "//") || strings.Contains(next, "\\") {
 		next = "/"
@@ -236,15 +293,19 @@ func (a *authn) login(w http.ResponseWriter, r *http.Request) {
 	// navigation, on which a browser sends no Strict cookie. It holds
 	// no session, only this sign-in's state, nonce and verifier.
 	a.setCookieSite(w, loginCookie, v, loginTTL, http.SameSiteLaxMode)
-	http.Redirect(w, r, a.oauth.AuthCodeURL(st.State, oidc.Nonce(st.Nonce), oauth2.S256ChallengeOption(st.Verifier)), http.StatusFound)
+	http.Redirect(w, r, oc.oauth.AuthCodeURL(st.State, oidc.Nonce(st.Nonce), oauth2.S256ChallengeOption(st.Verifier)), http.StatusFound)
 }
 
 // callback ends the flow: the code exchanged with the verifier, the ID
 // token verified (signature, issuer, audience, expiry, nonce), a session
 // cookie set.
 func (a *authn) callback(w http.ResponseWriter, r *http.Request) (string, error) {
-	if a.oauth == nil {
+	if a.cfg.OIDC == nil {
 		return "", errors.New("no OpenID provider configured")
+	}
+	oc := a.client.Load()
+	if oc == nil {
+		return "", errSignInDown
 	}
 	c, err := r.Cookie(loginCookie)
 	if err != nil {
@@ -262,7 +323,7 @@ func (a *authn) callback(w http.ResponseWriter, r *http.Request) (string, error)
 	if !hmac.Equal([]byte(q.Get("state")), []byte(st.State)) {
 		return "", errors.New("state mismatch")
 	}
-	tok, err := a.oauth.Exchange(r.Context(), q.Get("code"), oauth2.VerifierOption(st.Verifier))
+	tok, err := oc.oauth.Exchange(r.Context(), q.Get("code"), oauth2.VerifierOption(st.Verifier))
 	if err != nil {
 		return "", fmt.Errorf("code exchange: %w", err)
 	}
@@ -270,7 +331,7 @@ func (a *authn) callback(w http.ResponseWriter, r *http.Request) (string, error)
 	if !ok {
 		return "", errors.New("no id_token in the token response")
 	}
-	idt, err := a.verifier.Verify(r.Context(), raw)
+	idt, err := oc.verifier.Verify(r.Context(), raw)
 	if err != nil {
 		return "", fmt.Errorf("id token: %w", err)
 	}

@@ -49,6 +49,14 @@ type provider struct {
 type grant struct{ nonce, challenge, redirect string }
 
 func newProvider(t *testing.T, clientID, email string) *provider {
+	p := newProviderUnstarted(t, clientID, email)
+	p.srv.Start()
+	return p
+}
+
+// newProviderUnstarted is the provider before it listens: set
+// p.srv.Listener to choose its address, then p.srv.Start().
+func newProviderUnstarted(t *testing.T, clientID, email string) *provider {
 	key, err := rsa.GenerateKey(rand.Reader, 2048)
 	if err != nil {
 		t.Fatal(err)
@@ -59,7 +67,7 @@ func newProvider(t *testing.T, clientID, email string) *provider {
 	m.HandleFunc("GET /jwks", p.jwks)
 	m.HandleFunc("GET /authorize", p.authorize)
 	m.HandleFunc("POST /token", p.token)
-	p.srv = httptest.NewServer(m)
+	p.srv = httptest.NewUnstartedServer(m)
 	t.Cleanup(p.srv.Close)
 	return p
 }

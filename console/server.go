@@ -77,7 +77,7 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	a, err := newAuthn(ctx, cfg)
+	a, err := newAuthn(ctx, cfg, deps.Log)
 	if err != nil {
 		return nil, err
 	}
@@ -104,7 +104,7 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Server, error) {
 	static, _ := fs.Sub(staticFS, "static")
 	m := http.NewServeMux()
 	m.Handle("GET /static/", http.StripPrefix("/static/", http.FileServerFS(static)))
-	m.HandleFunc("GET /auth/login", a.login)
+	m.HandleFunc("GET /auth/login", s.login)
 	m.HandleFunc("GET /auth/callback", s.callback)
 	m.HandleFunc("POST /auth/logout", s.signedIn(s.logout))
 	m.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) { http.Redirect(w, r, "/held", http.StatusSeeOther) })
@@ -135,7 +135,30 @@ func (s *Server) Handler() http.Handler {
 	})
 }
 
-// Start listens and serves until Stop.
+// login starts an OpenID sign-in; while the provider's discovery has not
+// been read it answers 503 with a page saying sign-in is retried.
+func (s *Server) login(w http.ResponseWriter, r *http.Request) {
+	if s.cfg.Auth.OIDC == nil {
+		s.message(w, http.StatusUnauthorized, nil, "Sign-in required", "Sign-in is by the authenticating proxy.")
+		return
+	}
+	oc := s.auth.client.Load()
+	if oc == nil {
+		s.signInDown(w)
+		return
+	}
+	s.auth.login(w, r, oc)
+}
+
+// signInDown: the OpenID provider has not answered yet.
+func (s *Server) signInDown(w http.ResponseWriter) {
+	w.Header().Set("Retry-After", "10")
+	s.message(w, http.StatusServiceUnavailable, nil, "Sign-in unavailable",
+		"Sign-in unavailable, retrying: the identity provider has not answered yet. Try again in a minute.")
+}
+
+// Start listens and serves until Stop; while the OpenID provider's
+// discovery has not been read, it retries it in the background.
 func (s *Server) Start(ctx context.Context) error {
 	ctx, err := s.life.Begin(ctx)
 	if err != nil {
@@ -150,6 +173,9 @@ func (s *Server) Start(ctx context.Context) error {
 	s.ln, s.srv = ln, srv
 	s.mu.Unlock()
 	s.deps.Log.Info("serving the review console", "addr", ln.Addr().String(), "base_url", s.cfg.BaseURL)
+	if s.cfg.Auth.OIDC != nil && s.auth.client.Load() == nil {
+		s.life.Go(func() { s.auth.rediscover(ctx, s.deps.Log) })
+	}
 	s.life.Go(func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			s.deps.Log.Error("console server", "err", err)
@@ -192,7 +218,7 @@ func (s *Server) signedIn(h http.HandlerFunc) http.HandlerFunc {
 			return
 		}
 		if id == nil {
-			if s.auth.oauth != nil && r.Method == http.MethodGet {
+			if s.cfg.Auth.OIDC != nil && r.Method == http.MethodGet {
 				http.Redirect(w, r, "/auth/login?next="+url.QueryEscape(r.URL.RequestURI()), http.StatusFound)
 				return
 			}
@@ -205,6 +231,10 @@ func (s *Server) signedIn(h http.HandlerFunc) http.HandlerFunc {
 
 func (s *Server) callback(w http.ResponseWriter, r *http.Request) {
 	next, err := s.auth.callback(w, r)
+	if errors.Is(err, errSignInDown) {
+		s.signInDown(w)
+		return
+	}
 	if err != nil {
 		// the reason is ours (no token or claim text)
 		s.deps.Log.Warn("console sign-in refused", "err", err)

@@ -4,11 +4,14 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/partner-intake/partner-intake/console"
 	"github.com/partner-intake/partner-intake/internal/testenv"
@@ -98,5 +101,72 @@ func TestSessionCookieIsStrictSecureAndSigned(t *testing.T) {
 	bad.Value = "f" + bad.Value[1:]
 	if w := get("/held", &bad); w.Code != http.StatusFound {
 		t.Errorf("page with a changed session cookie: got %d, want a redirect to sign in", w.Code)
+	}
+}
+
+// The console starts while its OpenID provider does not answer: sign-in
+// answers 503 with a page saying it is retried, and once the provider
+// is up (started after the console) a background retry of its
+// discovery makes sign-in work without a restart.
+func TestStartsWhileTheProviderIsDownAndSignsInOnceItIsUp(t *testing.T) {
+	_, pool := testenv.DB(t)
+	// the provider's address, free until it starts
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	const email = "sam@example.com"
+	s, err := console.New(context.Background(), console.Config{
+		Listen: "127.0.0.1:0", BaseURL: "http://127.0.0.1",
+		Auth: console.Auth{OIDC: &console.OIDC{Issuer: "http://" + addr, ClientID: "intake-console"}, Viewers: []string{email}},
+	}, console.Deps{Pool: pool, Partners: []string{"acme"}, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatalf("the console must start while its provider is down: %v", err)
+	}
+	if err := s.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Stop)
+	tr := &http.Transport{}
+	t.Cleanup(tr.CloseIdleConnections)
+	noFollow := &http.Client{Transport: tr, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	login := func() (int, string, string) {
+		resp, err := noFollow.Get("http://" + s.Addr() + "/auth/login?next=/held")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, resp.Header.Get("Location"), string(b)
+	}
+	code, _, body := login()
+	if code != http.StatusServiceUnavailable || !strings.Contains(body, "Sign-in unavailable, retrying") {
+		t.Fatalf("sign-in while the provider is down: got %d\n%s", code, body)
+	}
+	// a page still sends the browser to sign in, which says the same
+	resp, err := noFollow.Get("http://" + s.Addr() + "/held")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusFound {
+		t.Fatalf("unsigned page while the provider is down: got %d, want a redirect to sign in", resp.StatusCode)
+	}
+
+	idp := newProviderUnstarted(t, "intake-console", email)
+	idp.srv.Listener.Close()
+	if idp.srv.Listener, err = net.Listen("tcp", addr); err != nil {
+		t.Fatal(err)
+	}
+	idp.srv.Start()
+	var loc string
+	testenv.WaitFor(t, 30*time.Second, func() bool {
+		code, loc, _ = login()
+		return code == http.StatusFound
+	}, func() string { return "sign-in still answers " + strconv.Itoa(code) })
+	if !strings.HasPrefix(loc, idp.srv.URL+"/authorize") || !strings.Contains(loc, "code_challenge_method=S256") {
+		t.Fatalf("sign-in goes to %q", loc)
 	}
 }
