@@ -348,7 +348,7 @@ func (s *Server) file(w http.ResponseWriter, r *http.Request) {
 		s.message(w, http.StatusNotFound, identityOf(r), "Not found", fmt.Sprintf("No intake %d among the configured partners.", id))
 		return
 	}
-	audit, err := ops.AuditPage(r.Context(), s.deps.Pool, s.deps.Partners, id, "", 0, PageSize)
+	audit, err := ops.AuditPage(r.Context(), s.deps.Pool, s.deps.Partners, ledger.AuditFilter{IntakeID: id}, 0, PageSize)
 	if err != nil {
 		s.failed(w, r, "file audit", err)
 		return
@@ -449,8 +449,9 @@ func (s *Server) audit(w http.ResponseWriter, r *http.Request) {
 	n := pageArg(r)
 	q := r.URL.Query()
 	fileID, _ := strconv.ParseInt(q.Get("intake"), 10, 64)
-	request := q.Get("request")
-	es, err := ops.AuditPage(r.Context(), s.deps.Pool, s.deps.Partners, max(fileID, 0), request, (n-1)*PageSize, PageSize+1)
+	request, text := q.Get("request"), q.Get("q")
+	es, err := ops.AuditPage(r.Context(), s.deps.Pool, s.deps.Partners,
+		ledger.AuditFilter{IntakeID: max(fileID, 0), Request: request, Text: text}, (n-1)*PageSize, PageSize+1)
 	if err != nil {
 		s.failed(w, r, "audit", err)
 		return
@@ -473,7 +474,8 @@ func (s *Server) audit(w http.ResponseWriter, r *http.Request) {
 		Pager   pager
 		Intake  int64
 		Request string
-	}{es, pg, fileID, request}})
+		Text    string
+	}{es, pg, fileID, request, text}})
 }
 
 // csrfOK: the form carries the identity's CSRF token.

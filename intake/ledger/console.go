@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -161,13 +162,35 @@ func (l *Ledger) Story(ctx context.Context, id int64, partners []string) (*FileS
 	return &s, err
 }
 
-// AuditPage is the audit rows of partners, newest first, a page at a
-// time; intakeID > 0 takes only that file's, request != "" only that
-// request's.
-func (l *Ledger) AuditPage(ctx context.Context, partners []string, intakeID int64, request string, offset, limit int) ([]AuditEntry, error) {
+// AuditFilter narrows an audit page: IntakeID > 0 to that file's rows,
+// Request to that request's, Text to the rows where it is part of the
+// actor, action, reason, detail, partner or database user, or is the
+// intake id (case ignored; taken literally: % and _ are no wildcards).
+type AuditFilter struct {
+	IntakeID int64
+	Request  string
+	Text     string
+}
+
+// likeLiteral is s as a pattern ILIKE … ESCAPE '\' matches literally
+// anywhere in a text.
+func likeLiteral(s string) string {
+	return "%" + strings.NewReplacer(`\`, `\\`, `%`, `\%`, `_`, `\_`).Replace(s) + "%"
+}
+
+// AuditPage is the audit rows of partners that f lets through, newest
+// first, a page at a time.
+func (l *Ledger) AuditPage(ctx context.Context, partners []string, f AuditFilter, offset, limit int) ([]AuditEntry, error) {
+	text := ""
+	if f.Text != "" {
+		text = likeLiteral(f.Text)
+	}
 	rs, err := l.pool.Query(ctx, `SELECT at, actor, action, partner_id, coalesce(intake_id, 0), reason, coalesce(detail, ''), coalesce(request_id, '')
 		FROM intake_audit WHERE partner_id = ANY($1) AND ($2 = 0 OR intake_id = $2) AND ($3 = '' OR request_id = $3)
-		ORDER BY audit_id DESC LIMIT $4 OFFSET $5`, partners, intakeID, request, limit, offset)
+		  AND ($6 = '' OR actor ILIKE $6 ESCAPE '\' OR action ILIKE $6 ESCAPE '\' OR reason ILIKE $6 ESCAPE '\'
+		       OR coalesce(detail, '') ILIKE $6 ESCAPE '\' OR partner_id ILIKE $6 ESCAPE '\'
+		       OR coalesce(db_user, '') ILIKE $6 ESCAPE '\' OR coalesce(intake_id::text, '') = $7)
+		ORDER BY audit_id DESC LIMIT $4 OFFSET $5`, partners, f.IntakeID, f.Request, limit, offset, text, f.Text)
 	if err != nil {
 		return nil, fmt.Errorf("audit page: %w", err)
 	}

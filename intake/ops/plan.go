@@ -56,7 +56,8 @@ func Story(ctx context.Context, db *pgxpool.Pool, id int64, partners []string) (
 	return ledgerOn(db).Story(ctx, id, partners)
 }
 
-// AuditPage is a page of the audit rows of partners, newest first.
-func AuditPage(ctx context.Context, db *pgxpool.Pool, partners []string, intakeID int64, request string, offset, limit int) ([]ledger.AuditEntry, error) {
-	return ledgerOn(db).AuditPage(ctx, partners, intakeID, request, offset, limit)
+// AuditPage is a page of the audit rows of partners that f lets
+// through, newest first.
+func AuditPage(ctx context.Context, db *pgxpool.Pool, partners []string, f ledger.AuditFilter, offset, limit int) ([]ledger.AuditEntry, error) {
+	return ledgerOn(db).AuditPage(ctx, partners, f, offset, limit)
 }
