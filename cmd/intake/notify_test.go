@@ -191,7 +191,7 @@ notify_delivery:
 		}
 	}
 	for _, ev := range events {
-		want := notify.Body(ev)
+		want := notify.Body(ev, "")
 		acked := 0
 		for _, h := range all {
 			if h.id != strconv.FormatInt(ev.EventID, 10) {

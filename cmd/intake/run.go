@@ -317,7 +317,11 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	}
 	pg := &purger{e: e}
 	ex := expect.New(e.pool, e.cfg.WorkerID, e.cfg.ExpectCheck, e.cfg.Partners, reg, e.log)
-	nt := notify.New(e.pool, e.cfg.WorkerID, e.cfg.NotifyDelivery, e.cfg.Notify, e.cfg.Partners, reg, e.log)
+	delivery := e.cfg.NotifyDelivery
+	if e.cfg.Console.Enabled() {
+		delivery.ConsoleURL = e.cfg.Console.BaseURL // events about a file link its page
+	}
+	nt := notify.New(e.pool, e.cfg.WorkerID, delivery, e.cfg.Notify, e.cfg.Partners, reg, e.log)
 	services = append(services, service{"daemon", d}, service{"reconciler", rec}, service{"expect", ex}, service{"notify", nt}, service{"purger", pg})
 	rl := newReloader(*path, e.cfg, d, rec, ex, nt, pg, reg, e.log)
 	return runServices(ctx, stop, hup, rl.reload, e.log, stderr, services)

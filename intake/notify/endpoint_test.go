@@ -154,7 +154,7 @@ func TestARotationSignsWithBothSecretsAndTheBodyNamesTheEndpoint(t *testing.T) {
 	other := ledger.Delivery{EventID: id, EndpointID: "other-hook", Partner: "acme", Event: "failed"}
 	this := other
 	this.EndpointID = "ops-hook"
-	if string(notify.Body(other)) == string(notify.Body(this)) {
+	if string(notify.Body(other, "")) == string(notify.Body(this, "")) {
 		t.Fatal("the body does not depend on the endpoint: a request could be replayed to another endpoint")
 	}
 }

@@ -42,6 +42,7 @@ import (
 	"os"
 	"regexp"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -69,6 +70,10 @@ type Config struct {
 	Poll time.Duration `yaml:"poll"`
 	// Keep is how long delivered and dead events stay in the outbox (default 720h).
 	Keep time.Duration `yaml:"keep"`
+	// ConsoleURL is the review console's base URL (console.base_url) when
+	// the console is served: a file's event then carries its page,
+	// console_url (Body). Not a key of notify_delivery.
+	ConsoleURL string `yaml:"-"`
 }
 
 // Validate fills defaults and checks bounds.
@@ -348,17 +353,30 @@ func (s *Service) backoff(attempt int) time.Duration {
 }
 
 // Body is the JSON document POSTed for a delivery; the same bytes on
-// every attempt. It names the endpoint it is meant for (endpoint: its id),
-// under the signature: a receiver refuses a body naming another.
-func Body(d ledger.Delivery) []byte {
+// every attempt while the config stands. It names the endpoint it is
+// meant for (endpoint: its id), under the signature: a receiver refuses a
+// body naming another. With console (the review console's base URL) an
+// event about a file (its data names an intake_id) carries that file's
+// page in the console, console_url.
+func Body(d ledger.Delivery, console string) []byte {
+	page := ""
+	if console != "" {
+		var f struct {
+			IntakeID int64 `json:"intake_id"`
+		}
+		if json.Unmarshal(d.Payload, &f) == nil && f.IntakeID > 0 {
+			page = strings.TrimRight(console, "/") + "/files/" + strconv.FormatInt(f.IntakeID, 10)
+		}
+	}
 	b, _ := json.Marshal(struct {
 		ID         int64           `json:"id"`
 		Event      string          `json:"event"`
 		Partner    string          `json:"partner"`
 		Endpoint   string          `json:"endpoint"`
 		OccurredAt string          `json:"occurred_at"`
+		ConsoleURL string          `json:"console_url,omitempty"`
 		Data       json.RawMessage `json:"data"`
-	}{d.EventID, d.Event, d.Partner, d.EndpointID, d.CreatedAt.UTC().Format(time.RFC3339Nano), d.Payload})
+	}{d.EventID, d.Event, d.Partner, d.EndpointID, d.CreatedAt.UTC().Format(time.RFC3339Nano), page, d.Payload})
 	return b
 }
 
@@ -392,7 +410,7 @@ func (s *Service) post(ctx context.Context, d ledger.Delivery, n partners.Notify
 		}
 		secrets = append(secrets, []byte(secret))
 	}
-	body := Body(d)
+	body := Body(d, s.cfg.ConsoleURL)
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, n.URL, bytes.NewReader(body))
 	if err != nil {
 		return 0, fmt.Errorf("request: %w", err)
