@@ -451,8 +451,11 @@ func TestAOneShotRunsClaimWithoutARowIsAdoptedByTheNextStart(t *testing.T) {
 			}
 
 			site.Drop(t, "orders-1.csv", goodRows("O", 3))
-			// its own pool, closed below as its process's end would
-			oncePool, err := pgxpool.New(ctx, pool.Config().ConnString())
+			// its own pool, named as the daemon's (so the rig runs on it,
+			// not on a copy), closed below as its process's end would
+			oc := pool.Config().Copy()
+			oc.ConnConfig.RuntimeParams["application_name"] = ledger.AppName("w1")
+			oncePool, err := pgxpool.NewWithConfig(ctx, oc)
 			if err != nil {
 				t.Fatal(err)
 			}
