@@ -10,7 +10,6 @@ import (
 	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/intake/ops"
 	"github.com/partner-intake/partner-intake/internal/testenv"
-	"github.com/partner-intake/partner-intake/partners"
 )
 
 // Two daily windows are missed; ops acknowledge the first: it stops
@@ -21,13 +20,7 @@ import (
 func TestAnAcknowledgedLateWindowStopsCounting(t *testing.T) {
 	_, pool := testenv.DB(t)
 	ctx := context.Background()
-	parts := []partners.Config{{ID: "acme", Feeds: []partners.Feed{{Name: "orders",
-		Expect: &partners.Expect{Schedule: "0 6 * * *", Timezone: "UTC", Grace: 2 * time.Hour}}}}}
-	if err := parts[0].Feeds[0].Expect.Validate("expect"); err != nil {
-		t.Fatal(err)
-	}
-	at := func(day, hh, mm int) time.Time { return time.Date(2026, 11, 2+day, hh, mm, 0, 0, time.UTC) }
-	r := newReplica(t, pool, "a", parts)
+	r, at := dailyReplica(t, pool)
 	r.run(t, at(0, 5, 0))
 	r.run(t, at(1, 8, 0).Add(2*time.Second)) // day 0 and day 1: no file
 	if got := lateRows(t, pool); len(got) != 2 {

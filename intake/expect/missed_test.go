@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/partner-intake/partner-intake/internal/testenv"
 	"github.com/partner-intake/partner-intake/partners"
 )
@@ -13,13 +15,7 @@ import (
 // delivers its own window, the missed one stays late.
 func TestOneMissedWindowDoesNotMakeLaterOnTimeFilesLate(t *testing.T) {
 	_, pool := testenv.DB(t)
-	parts := []partners.Config{{ID: "acme", Feeds: []partners.Feed{{Name: "orders",
-		Expect: &partners.Expect{Schedule: "0 6 * * *", Timezone: "UTC", Grace: 2 * time.Hour}}}}}
-	if err := parts[0].Feeds[0].Expect.Validate("expect"); err != nil {
-		t.Fatal(err)
-	}
-	at := func(day, hh, mm int) time.Time { return time.Date(2026, 11, 2+day, hh, mm, 0, 0, time.UTC) }
-	r := newReplica(t, pool, "a", parts)
+	r, at := dailyReplica(t, pool)
 	r.run(t, at(0, 5, 0))
 	r.run(t, at(0, 8, 0).Add(2*time.Second)) // day 0: no file
 	if got := lateRows(t, pool); len(got) != 1 || !got[0].Scheduled.Equal(at(0, 6, 0)) {
@@ -44,13 +40,7 @@ func TestOneMissedWindowDoesNotMakeLaterOnTimeFilesLate(t *testing.T) {
 // closes a late one: never a list of files.
 func TestAnOldOpenLateWindowAndABusyFeedDoNotStallTheEvaluation(t *testing.T) {
 	_, pool := testenv.DB(t)
-	parts := []partners.Config{{ID: "acme", Feeds: []partners.Feed{{Name: "orders",
-		Expect: &partners.Expect{Schedule: "0 6 * * *", Timezone: "UTC", Grace: 2 * time.Hour}}}}}
-	if err := parts[0].Feeds[0].Expect.Validate("expect"); err != nil {
-		t.Fatal(err)
-	}
-	at := func(day, hh, mm int) time.Time { return time.Date(2026, 11, 2+day, hh, mm, 0, 0, time.UTC) }
-	r := newReplica(t, pool, "a", parts)
+	r, at := dailyReplica(t, pool)
 	r.run(t, at(0, 5, 0))
 	r.run(t, at(0, 8, 0).Add(2*time.Second)) // day 0: no file, late
 	// day 1: 6,000 files between 06:30 and 07:30, on time
@@ -74,4 +64,18 @@ func TestAnOldOpenLateWindowAndABusyFeedDoNotStallTheEvaluation(t *testing.T) {
 	if !lastDeadline.Equal(at(2, 8, 0)) {
 		t.Fatalf("evaluated up to %s, want day 2's deadline", lastDeadline)
 	}
+}
+
+// dailyReplica is an evaluator of replica "a" for partner acme's feed
+// orders, expected daily at 06:00 UTC with 2 h grace, and the time of day
+// hh:mm of day n of the tests' week (day 0 is 2026-11-02).
+func dailyReplica(t *testing.T, pool *pgxpool.Pool) (replica, func(day, hh, mm int) time.Time) {
+	t.Helper()
+	parts := []partners.Config{{ID: "acme", Feeds: []partners.Feed{{Name: "orders",
+		Expect: &partners.Expect{Schedule: "0 6 * * *", Timezone: "UTC", Grace: 2 * time.Hour}}}}}
+	if err := parts[0].Feeds[0].Expect.Validate("expect"); err != nil {
+		t.Fatal(err)
+	}
+	at := func(day, hh, mm int) time.Time { return time.Date(2026, 11, 2+day, hh, mm, 0, 0, time.UTC) }
+	return newReplica(t, pool, "a", parts), at
 }
