@@ -543,20 +543,12 @@ func (r *fileRun) applyAhead(ctx context.Context, tgt *target.Table) (done bool,
 	if len(h.chunks) > 0 {
 		err := r.d.ledger.ChunksDone(ctx, h.tx, in, h.chunks)
 		if err == nil {
-			err = fault.Check("apply:mid_chunk")
+			err = commitRows(ctx, h.tx, in.ID, len(h.chunks)-1, "ahead")
 		}
-		if err == nil {
-			if ferr := fault.Check("commit:lost"); ferr != nil {
-				release() // the gate's row lock: markUnknown writes that row
-				return true, r.markUnknown(ctx, &CommitUnknownError{IntakeID: in.ID, Chunk: len(h.chunks) - 1, Err: ferr})
-			}
-			if err = h.tx.Commit(ctx); err != nil {
-				var pe *pgconn.PgError
-				if !errors.As(err, &pe) {
-					release()
-					return true, r.markUnknown(ctx, &CommitUnknownError{IntakeID: in.ID, Chunk: len(h.chunks) - 1, Err: err})
-				}
-			}
+		var cu *CommitUnknownError
+		if errors.As(err, &cu) {
+			release() // the gate's row lock: markUnknown writes that row
+			return true, r.markUnknown(ctx, cu)
 		}
 		if err != nil {
 			var fe *ledger.FencedError
@@ -567,9 +559,6 @@ func (r *fileRun) applyAhead(ctx context.Context, tgt *target.Table) (done bool,
 		}
 		h.conn.Release()
 		h.conn = nil
-		if err := fault.Check("commit:reply_lost"); err != nil {
-			return true, r.markUnknown(ctx, &CommitUnknownError{IntakeID: in.ID, Chunk: len(h.chunks) - 1, Err: err})
-		}
 		r.account(len(h.chunks), h.sum)
 		r.log.Debug("chunks applied ahead of the plan committed", "chunks", len(h.chunks))
 	}

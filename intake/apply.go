@@ -360,40 +360,8 @@ func (r *fileRun) chunkTx(ctx context.Context, tgt *target.Table, ch *chunk) (ch
 	if err := r.chunkStatements(ctx, tx, tgt, ch, &c); err != nil {
 		return c, err
 	}
-	if err := fault.Check("apply:mid_chunk"); err != nil {
-		return c, err
-	}
-	if err := fault.Check("commit:lost"); err != nil {
-		// the commit never reaches the server: its outcome is unknown to us
-		return c, &CommitUnknownError{IntakeID: in.ID, Chunk: chunk, Err: err}
-	}
-	if err := tx.Commit(ctx); err != nil {
-		var pe *pgconn.PgError
-		if errors.As(err, &pe) {
-			return c, fmt.Errorf("chunk %d commit: %w", chunk, err) // the server answered: rolled back
-		}
-		return c, &CommitUnknownError{IntakeID: in.ID, Chunk: chunk, Err: err}
-	}
-	if err := fault.Check("commit:reply_lost"); err != nil {
-		return c, &CommitUnknownError{IntakeID: in.ID, Chunk: chunk, Err: err}
-	}
-	return c, nil
+	return c, commitRows(ctx, tx, in.ID, chunk, fmt.Sprintf("chunk %d", chunk))
 }
-
-// CommitUnknownError: COMMIT was sent but no answer came back (timeout,
-// connection lost). The chunk may or may not be in; only the ledger can
-// tell, so the file goes to outcome_unknown instead of a blind retry.
-type CommitUnknownError struct {
-	IntakeID int64
-	Chunk    int
-	Err      error
-}
-
-func (e *CommitUnknownError) Error() string {
-	return fmt.Sprintf("intake %d: commit of chunk %d has an unknown outcome: %v", e.IntakeID, e.Chunk, e.Err)
-}
-
-func (e *CommitUnknownError) Unwrap() error { return e.Err }
 
 func (r *fileRun) chunkStatements(ctx context.Context, tx pgx.Tx, tgt *target.Table, ch *chunk, c *chunkCounts) error {
 	in, chunk := r.in, ch.no

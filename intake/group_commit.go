@@ -11,7 +11,6 @@ import (
 
 	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/intake/target"
-	"github.com/partner-intake/partner-intake/internal/fault"
 	"github.com/partner-intake/partner-intake/internal/pgerr"
 )
 
@@ -69,22 +68,8 @@ func (g *fileGroup) commit(ctx context.Context, tgt *target.Table) error {
 			return fmt.Errorf("group: %d of %d files moved to applied under locks this transaction holds", n, len(owners))
 		}
 	}
-	if err := fault.Check("apply:mid_chunk"); err != nil {
+	if err := commitRows(ctx, tx, ins[0].ID, 0, "group"); err != nil {
 		return err
-	}
-	first := ins[0].ID
-	if err := fault.Check("commit:lost"); err != nil {
-		return &CommitUnknownError{IntakeID: first, Err: err}
-	}
-	if err := tx.Commit(ctx); err != nil {
-		var pe *pgconn.PgError
-		if errors.As(err, &pe) {
-			return fmt.Errorf("group commit: %w", err)
-		}
-		return &CommitUnknownError{IntakeID: first, Err: err}
-	}
-	if err := fault.Check("commit:reply_lost"); err != nil {
-		return &CommitUnknownError{IntakeID: first, Err: err}
 	}
 	for _, f := range fenced {
 		f.r.fencedOut("spooled (group)")

@@ -1,5 +1,7 @@
 package ledger
 
+import "slices"
+
 // What each state of a file means to whoever looks at a row in it: the
 // statements that take a row over, adopt a claim or judge what the site
 // holds, the reconciler's findings, and what an ops command tells its
@@ -127,7 +129,7 @@ var transitions = []Transition{
 	{StateClaimed, StateDuplicate, []Mover{MoverOwner}},
 	{StateClaimed, StateQuarantined, []Mover{MoverOwner}},
 	{StateClaimed, StateFailedTerminal, []Mover{MoverOwner}},
-	{StateClaimed, StatePutBack, []Mover{MoverOwner}},
+	{StateClaimed, StatePutBack, []Mover{MoverOwner}}, // readiness stable: changed after its claim
 	// plan: apply, wait for approval, or decide the file without a row
 	{StateSpooled, StateApplying, []Mover{MoverOwner}},
 	{StateSpooled, StateAwaitingApproval, []Mover{MoverOwner}},
@@ -136,7 +138,6 @@ var transitions = []Transition{
 	{StateSpooled, StateArchived, []Mover{MoverOwner}}, // a superseded snapshot
 	{StateSpooled, StateQuarantined, []Mover{MoverOwner}},
 	{StateSpooled, StateFailedTerminal, []Mover{MoverOwner}},
-	{StateSpooled, StatePutBack, []Mover{MoverOwner}},
 	// apply
 	{StateApplying, StateSpooled, []Mover{MoverOwner}}, // planned again: the mapping changed before a chunk applied
 	{StateApplying, StateApplied, []Mover{MoverOwner}},
@@ -145,18 +146,16 @@ var transitions = []Transition{
 	{StateApplying, StateArchived, []Mover{MoverOwner}},         // superseded part way
 	{StateApplying, StateQuarantined, []Mover{MoverOwner}},
 	{StateApplying, StateFailedTerminal, []Mover{MoverOwner}},
-	{StateApplying, StatePutBack, []Mover{MoverOwner}},
 	{StateOutcomeUnknown, StateApplying, []Mover{MoverReconciler}},
 	// finish
 	{StateApplied, StateArchived, []Mover{MoverOwner}},
 	{StateApplied, StateDuplicate, []Mover{MoverOwner}},
 	{StateApplied, StateQuarantined, []Mover{MoverOwner}},
 	{StateApplied, StateFailedTerminal, []Mover{MoverOwner}},
-	{StateApplied, StatePutBack, []Mover{MoverOwner}},
 	// decisions
-	{StateAwaitingApproval, StateSpooled, []Mover{MoverOps, MoverOwner}}, // approved, rejected, or planned again
-	{StateQuarantined, StateClaimed, []Mover{MoverOps}},                  // released before its bytes were spooled
-	{StateQuarantined, StateSpooled, []Mover{MoverOps}},                  // released
+	{StateAwaitingApproval, StateSpooled, []Mover{MoverOps}}, // approved or rejected
+	{StateQuarantined, StateClaimed, []Mover{MoverOps}},      // released before its bytes were spooled
+	{StateQuarantined, StateSpooled, []Mover{MoverOps}},      // released
 	{StateQuarantined, StateDiscarded, []Mover{MoverOps}},
 	{StateFailedTerminal, StateClaimed, []Mover{MoverOps}},
 	{StateFailedTerminal, StateSpooled, []Mover{MoverOps}},
@@ -165,3 +164,13 @@ var transitions = []Transition{
 
 // Transitions lists every change of state the ledger's statements make.
 func Transitions() []Transition { return append([]Transition(nil), transitions...) }
+
+// Allowed reports whether the transition table lets who move a row from -> to.
+func Allowed(from, to State, who Mover) bool {
+	for _, t := range transitions {
+		if t.From == from && t.To == to && slices.Contains(t.By, who) {
+			return true
+		}
+	}
+	return false
+}

@@ -589,11 +589,16 @@ func (l *Ledger) MarkUnknown(ctx context.Context, in *Intake, lastErr string, ba
 	return n, in.Reason == ReasonRetriesExhausted, nil
 }
 
-// finish moves the file to a terminal or held state after its remote
+// Finish moves the file to a terminal or held state after its remote
 // housekeeping is done. When the file fails after binding its batch, the
 // binding is released in the same transaction so a corrected resend can
 // take the batch.
 func (l *Ledger) Finish(ctx context.Context, in *Intake, from, to State, reason Reason) error {
+	if !Allowed(from, to, MoverOwner) {
+		// a statement the state machine does not take is a defect of
+		// the caller's, refused before it reaches the database
+		return fmt.Errorf("finish intake %d: %s -> %s is not an owner's transition (states.go)", in.ID, from, to)
+	}
 	if to != StateFailedTerminal && to != StateQuarantined {
 		// archived or duplicate: one statement, no transaction block (it
 		// writes the rejected_rows event of a file archived with rejected

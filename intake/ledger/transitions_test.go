@@ -238,13 +238,6 @@ func TestEveryTransitionIsTakenByALedgerStatement(t *testing.T) {
 		{spooled, archived, "Finish", finishAs(archived, ledger.ReasonSuperseded)},
 		{spooled, held, "Finish", finishAs(held, ledger.ReasonBatchConflict)},
 		{spooled, failed, "Finish", finishAs(failed, ledger.ReasonTargetError)},
-		// No step of the pipeline takes this one, nor the two like it
-		// from applying and applied below: a file is put back only
-		// while claimed (MarkPutBack); once its bytes are spooled a
-		// change after its claim holds it (quarantined,
-		// changed_after_claim). The table lists them, and Finish is the
-		// one statement that can take them.
-		{spooled, putBack, "Finish", finishAs(putBack, ledger.ReasonChangedAfterClaim)},
 
 		{applying, spooled, "Replan", func(in *ledger.Intake) *ledger.Intake {
 			r.must(ledger.Replan(ctx, pool, in))
@@ -263,7 +256,6 @@ func TestEveryTransitionIsTakenByALedgerStatement(t *testing.T) {
 		{applying, archived, "Finish", finishAs(archived, ledger.ReasonSuperseded)},
 		{applying, held, "Finish", finishAs(held, ledger.ReasonRejectRate)},
 		{applying, failed, "Finish", finishAs(failed, ledger.ReasonRetriesExhausted)},
-		{applying, putBack, "Finish", finishAs(putBack, ledger.ReasonChangedAfterClaim)}, // see spooled -> put_back
 
 		{unknown, applying, "ResolveUnknown", func(in *ledger.Intake) *ledger.Intake {
 			_, err := l.ResolveUnknown(ctx, in)
@@ -275,14 +267,11 @@ func TestEveryTransitionIsTakenByALedgerStatement(t *testing.T) {
 		{applied, duplicate, "Finish", finishAs(duplicate, ledger.ReasonDuplicate)},
 		{applied, held, "Finish", finishAs(held, ledger.ReasonChangedAfterClaim)},
 		{applied, failed, "Finish", finishAs(failed, ledger.ReasonTargetError)},
-		{applied, putBack, "Finish", finishAs(putBack, ledger.ReasonChangedAfterClaim)}, // see spooled -> put_back
 
 		// an ops decision (Reject here; Approve is the same statement
 		// with the plan's hash, which only a plan recorded against a
-		// target has: intake's approval tests take it). The table names
-		// the owner too ("planned again"), but no statement of the
-		// owner's moves a file out of awaiting_approval: the decision's
-		// is the only one.
+		// target has: intake's approval tests take it). No statement of
+		// the owner's moves a file out of awaiting_approval.
 		{awaiting, spooled, "Reject", func(in *ledger.Intake) *ledger.Intake {
 			r.must(l.Reject(ctx, ledger.PlanDecision{IntakeID: in.ID, Partners: []string{ltPartner}, Actor: "alice", Reason: "too many deletes"}))
 			return in
@@ -354,14 +343,30 @@ func TestAStatementTakingATransitionOutsideTheTableIsRefused(t *testing.T) {
 		}
 	}
 
-	in := r.reach(ledger.StateArchived)
-	refused(l.Finish(ctx, in, ledger.StateArchived, ledger.StateQuarantined, ledger.ReasonRejectRate), ledger.StateArchived, ledger.StateQuarantined)
-	if got := r.state(in); got != ledger.StateArchived {
-		t.Fatalf("the archived file is %s after the refused statement", got)
+	// Finish checks the table itself before its statement goes out: a
+	// held state from a finished one, and put_back from any state but
+	// claimed (a file is put back only before its bytes are spooled;
+	// after, a change after its claim holds it)
+	for _, c := range []struct{ from, to ledger.State }{
+		{ledger.StateArchived, ledger.StateQuarantined},
+		{ledger.StateSpooled, ledger.StatePutBack},
+		{ledger.StateApplying, ledger.StatePutBack},
+		{ledger.StateApplied, ledger.StatePutBack},
+	} {
+		in := r.reach(c.from)
+		err := l.Finish(ctx, in, c.from, c.to, ledger.ReasonChangedAfterClaim)
+		if want := fmt.Sprintf("%s -> %s is not an owner's transition", c.from, c.to); err == nil || !strings.Contains(err.Error(), want) {
+			t.Fatalf("Finish %s -> %s: %v, want it refused", c.from, c.to, err)
+		}
+		if got := r.state(in); got != c.from {
+			t.Fatalf("the file is %s after the refused Finish, want %s", got, c.from)
+		}
+		if n := testenv.Count(t, pool, `SELECT count(*) FROM intake_quarantine WHERE intake_id = $1`, in.ID); n != 0 {
+			t.Fatalf("%d quarantine records of the refused statement", n)
+		}
 	}
-	if n := testenv.Count(t, pool, `SELECT count(*) FROM intake_quarantine WHERE intake_id = $1`, in.ID); n != 0 {
-		t.Fatalf("%d quarantine records of the refused statement", n)
-	}
+	// the database's guard refuses what a statement would take outside
+	// the table: a release straight back to applying
 
 	h := r.reach(ledger.StateQuarantined)
 	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
