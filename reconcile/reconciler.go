@@ -11,20 +11,15 @@ import (
 	"fmt"
 	"log/slog"
 	"sort"
-	"strings"
 	"sync"
 	"time"
-	"unicode/utf8"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
 	"github.com/robfig/cron/v3"
 
 	"github.com/partner-intake/partner-intake/intake/ledger"
-	"github.com/partner-intake/partner-intake/internal/fault"
-	"github.com/partner-intake/partner-intake/internal/inert"
 	"github.com/partner-intake/partner-intake/internal/lifecycle"
 	"github.com/partner-intake/partner-intake/internal/schedule"
 	"github.com/partner-intake/partner-intake/partners"
@@ -260,7 +255,7 @@ func (r *Reconciler) record(parts []partners.Config, fs []ledger.Finding) {
 // partner whose findings cannot be stored keeps its last run's (and its
 // last run time, which says how old they are) and costs no other partner
 // theirs. Text PostgreSQL cannot hold (a name that is not UTF-8, a NUL)
-// is stored in its printable form (storable).
+// is stored in its printable form (ledger.StoreFindings).
 func (r *Reconciler) persist(ctx context.Context, parts []partners.Config, fs []ledger.Finding) error {
 	by := make(map[string][]ledger.Finding, len(parts))
 	for _, f := range fs {
@@ -270,7 +265,7 @@ func (r *Reconciler) persist(ctx context.Context, parts []partners.Config, fs []
 	var errs []error
 	for i := range parts {
 		id := parts[i].ID
-		if err := persistPartner(ctx, r.db, id, by[id], now); err != nil {
+		if err := ledger.StoreFindings(ctx, r.db, id, by[id], now); err != nil {
 			errs = append(errs, fmt.Errorf("store findings of partner %s: %w", id, err))
 		}
 		if ctx.Err() != nil {
@@ -278,55 +273,6 @@ func (r *Reconciler) persist(ctx context.Context, parts []partners.Config, fs []
 		}
 	}
 	return errors.Join(errs...)
-}
-
-func persistPartner(ctx context.Context, db *pgxpool.Pool, id string, fs []ledger.Finding, now time.Time) error {
-	var mismatch []string
-	for _, f := range fs {
-		if f.Kind == ledger.KindHostKeyMismatch {
-			mismatch = []string{id}
-		}
-	}
-	return pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
-		// a mismatch the last run did not find is notified, once per
-		// episode, in the transaction that stores it
-		if err := ledger.HostKeyMismatchEvents(ctx, tx, mismatch); err != nil {
-			return fmt.Errorf("outbox: %w", err)
-		}
-		if _, err := tx.Exec(ctx, `DELETE FROM intake_finding WHERE partner_id = $1`, id); err != nil {
-			return err
-		}
-		if err := fault.Check("reconcile:store"); err != nil {
-			return err
-		}
-		_, err := tx.CopyFrom(ctx, pgx.Identifier{"intake_finding"},
-			[]string{"partner_id", "kind", "intake_id", "path", "action", "needs_human", "detail", "run_at"},
-			pgx.CopyFromSlice(len(fs), func(i int) ([]any, error) {
-				f := fs[i]
-				var intakeID any
-				if f.IntakeID != 0 {
-					intakeID = f.IntakeID
-				}
-				return []any{id, f.Kind, intakeID, storable(f.Path), storable(f.Action), f.NeedsHuman, storable(f.Detail), now}, nil
-			}))
-		if err != nil {
-			return err
-		}
-		_, err = tx.Exec(ctx, `INSERT INTO intake_reconcile_run (partner_id, run_at, findings) VALUES ($1, $2, $3)
-			ON CONFLICT (partner_id) DO UPDATE SET run_at = $2, findings = $3`, id, now, len(fs))
-		return err
-	})
-}
-
-// storable is s as a PostgreSQL text column holds it: as it is when it is
-// UTF-8 without NUL, else its printable form (internal/inert). Such a
-// text is shown escaped once more where it is printed (\\xff for the
-// byte 0xff).
-func storable(s string) string {
-	if utf8.ValidString(s) && strings.IndexByte(s, 0) < 0 {
-		return s
-	}
-	return inert.Text(s)
 }
 
 // NeedHuman reports whether any finding waits for a person.

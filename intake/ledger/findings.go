@@ -2,15 +2,21 @@ package ledger
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/partner-intake/partner-intake/internal/fault"
+	"github.com/partner-intake/partner-intake/internal/inert"
 )
 
 // The reconciler's findings as stored in intake_finding and
-// intake_reconcile_run (the reconciler writes them at the end of a run),
-// and their reads for `intake status` (intake/ops).
+// intake_reconcile_run (the reconciler writes them at the end of a run,
+// StoreFindings), and their reads for `intake status` (intake/ops).
 
 // Finding kinds, one per failure-matrix situation (the rows of
 // docs/failure-matrix.md).
@@ -83,4 +89,58 @@ func StoredFindings(ctx context.Context, db *pgxpool.Pool, partners []string) ([
 		err := r.Scan(&f.Partner, &f.Kind, &f.IntakeID, &f.Path, &f.Action, &f.NeedsHuman, &f.Detail)
 		return f, err
 	})
+}
+
+// StoreFindings replaces the stored findings of one partner with fs, the
+// reconcile run's at now, and its last run time, in one transaction; a
+// host key mismatch the last run did not find is notified in it, once per
+// episode. Text PostgreSQL cannot hold (a name that is not UTF-8, a NUL)
+// is stored in its printable form (storable).
+func StoreFindings(ctx context.Context, db *pgxpool.Pool, id string, fs []Finding, now time.Time) error {
+	var mismatch []string
+	for _, f := range fs {
+		if f.Kind == KindHostKeyMismatch {
+			mismatch = []string{id}
+		}
+	}
+	return pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+		// a mismatch the last run did not find is notified, once per
+		// episode, in the transaction that stores it
+		if err := HostKeyMismatchEvents(ctx, tx, mismatch); err != nil {
+			return fmt.Errorf("outbox: %w", err)
+		}
+		if _, err := tx.Exec(ctx, `DELETE FROM intake_finding WHERE partner_id = $1`, id); err != nil {
+			return err
+		}
+		if err := fault.Check("reconcile:store"); err != nil {
+			return err
+		}
+		_, err := tx.CopyFrom(ctx, pgx.Identifier{"intake_finding"},
+			[]string{"partner_id", "kind", "intake_id", "path", "action", "needs_human", "detail", "run_at"},
+			pgx.CopyFromSlice(len(fs), func(i int) ([]any, error) {
+				f := fs[i]
+				var intakeID any
+				if f.IntakeID != 0 {
+					intakeID = f.IntakeID
+				}
+				return []any{id, f.Kind, intakeID, storable(f.Path), storable(f.Action), f.NeedsHuman, storable(f.Detail), now}, nil
+			}))
+		if err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, `INSERT INTO intake_reconcile_run (partner_id, run_at, findings) VALUES ($1, $2, $3)
+			ON CONFLICT (partner_id) DO UPDATE SET run_at = $2, findings = $3`, id, now, len(fs))
+		return err
+	})
+}
+
+// storable is s as a PostgreSQL text column holds it: as it is when it is
+// UTF-8 without NUL, else its printable form (internal/inert). Such a
+// text is shown escaped once more where it is printed (\\xff for the
+// byte 0xff).
+func storable(s string) string {
+	if utf8.ValidString(s) && strings.IndexByte(s, 0) < 0 {
+		return s
+	}
+	return inert.Text(s)
 }
