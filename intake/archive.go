@@ -30,61 +30,40 @@ func (r *fileRun) archive(ctx context.Context, from ledger.State, outcome ledger
 	return nil
 }
 
-// archiveRemote is archive's work on the partner's site: the file moved
-// to archive/, its receipt (and rejects report) published. It returns the
-// state the file ends in and its reason.
+// archiveRemote is archive's work on the partner's site, one step after
+// the other: the fence, the file moved to archive/ (moveToArchive), then
+// its manifest beside it and its receipt (and rejects report) published.
+// A receipt's temporary file opened ahead (archive_ahead.go) is an option
+// of the same steps: its bytes go out beside the move and it is renamed
+// into place beside the manifest's move; when that does not come off, the
+// receipt is written as it is without. It returns the state the file ends
+// in and its reason.
 func (r *fileRun) archiveRemote(ctx context.Context, outcome ledger.Outcome, dupOf int64) (ledger.State, ledger.Reason, error) {
 	in := r.in
 	if r.p.cfg.Records() {
 		return r.archiveRecord(outcome)
 	}
-	if st := r.takeReceipt(); st != nil {
-		if ok, err := r.archiveStaged(ctx, st, r.receipt(outcome, dupOf, false)); ok {
+	st := r.takeReceipt()
+	if st != nil && !r.stagedFits() {
+		st.Discard()
+		st = nil
+	}
+	dst, lost, ahead, err := r.moveToArchive(ctx, st, r.receipt(outcome, dupOf, false))
+	if err != nil {
+		return "", "", err
+	}
+	in.ArchivePath = dst
+	if err := fault.Check("archive:mid"); err != nil {
+		ahead.discard()
+		return "", "", err
+	}
+	if ahead != nil {
+		if done, err := r.publishAhead(ctx, ahead, dst); done {
 			if err != nil {
 				return "", "", err
 			}
 			return endState(outcome), reasonOf(outcome), nil
 		}
-	}
-	dir := r.sess.Layout.ArchiveDir(in.ClaimedAt)
-	var dst string
-	var err error
-	if in.ReplayOf == 0 { // a replay has no remote file: its bytes were archived as the original
-		if err := r.fence(ctx, "archive"); err != nil {
-			return "", "", err
-		}
-		var ours bool
-		if ours, err = r.claimedIsOurs(); err != nil {
-			return "", "", err
-		}
-		if ours {
-			copied := r.sess.AllowCopy(in.Size) // a RENAME that copies answers late
-			dst, err = moveOnce(r.sess, in.ClaimedPath, archiveNames(dir, in, 9))
-			copied()
-		} else {
-			err = fmt.Errorf("archive: %w", ErrRemoteLost)
-		}
-		if errors.Is(err, ErrRemoteLost) {
-			if held, ok, herr := r.reclaimHeld(ctx, dir); herr != nil {
-				return "", "", herr
-			} else if ok {
-				dst, err = held, nil
-			}
-		}
-	}
-	lost := errors.Is(err, ErrRemoteLost)
-	if err != nil && !lost {
-		return "", "", fmt.Errorf("archive: %w", err)
-	}
-	if lost {
-		// The rows are committed and the spool keeps the bytes: finish,
-		// and say so loudly (matrix row 12).
-		r.log.Error("remote file vanished from processing/ before archiving; the spool keeps the bytes", "reason", ledger.ReasonRemoteLost)
-		r.d.metrics.remoteLost.WithLabelValues(in.Partner).Inc()
-	}
-	in.ArchivePath = dst
-	if err := fault.Check("archive:mid"); err != nil {
-		return "", "", err
 	}
 	if in.ManifestName != "" && !lost && in.ReplayOf == 0 {
 		if err := r.archiveManifest(dst); err != nil {
@@ -99,6 +78,65 @@ func (r *fileRun) archiveRemote(ctx context.Context, outcome ledger.Outcome, dup
 		return "", "", err
 	}
 	return endState(outcome), reasonOf(outcome), nil
+}
+
+// moveToArchive moves the claimed file to archive/YYYY/MM/ under its
+// fence, once (moveOnce: a move an earlier attempt made is found), or
+// takes it back from quarantine/ where an unrecorded hold left it
+// (reclaimHeld). lost: the file is gone from processing/ (the rows are
+// committed and the spool keeps the bytes: finish, and say so loudly,
+// matrix row 12). A replay has no remote file: dst is "".
+//
+// st, when not nil, is the receipt's temporary file opened ahead: rc's
+// bytes, naming the archive name the move takes, are written into it
+// beside the move, and ahead holds it for publishAhead. When that does
+// not come off (the move took another name, a write failed), st is
+// discarded and ahead is nil: the receipt is written anew.
+func (r *fileRun) moveToArchive(ctx context.Context, st *sitefile.Staged, rc sitefile.Receipt) (dst string, lost bool, ahead *aheadReceipt, err error) {
+	in := r.in
+	if in.ReplayOf != 0 { // its bytes were archived as the original's
+		st.Discard()
+		return "", false, nil, nil
+	}
+	if err := r.fence(ctx, "archive"); err != nil {
+		st.Discard()
+		return "", false, nil, err
+	}
+	ours, err := r.claimedIsOurs()
+	if err != nil {
+		st.Discard()
+		return "", false, nil, err
+	}
+	dir := r.sess.Layout.ArchiveDir(in.ClaimedAt)
+	names := archiveNames(dir, in, 9)
+	if ours {
+		copied := r.sess.AllowCopy(in.Size) // a RENAME that copies answers late
+		if st != nil {
+			dst, ahead, err = r.moveBesideReceipt(st, rc, names)
+		} else {
+			dst, err = moveOnce(r.sess, in.ClaimedPath, names)
+		}
+		copied()
+	} else {
+		st.Discard()
+		err = fmt.Errorf("archive: %w", ErrRemoteLost)
+	}
+	if errors.Is(err, ErrRemoteLost) {
+		if held, ok, herr := r.reclaimHeld(ctx, dir); herr != nil {
+			return "", false, nil, herr
+		} else if ok {
+			dst, err = held, nil
+		}
+	}
+	lost = errors.Is(err, ErrRemoteLost)
+	if err != nil && !lost {
+		return "", false, nil, fmt.Errorf("archive: %w", err)
+	}
+	if lost {
+		r.log.Error("remote file vanished from processing/ before archiving; the spool keeps the bytes", "reason", ledger.ReasonRemoteLost)
+		r.d.metrics.remoteLost.WithLabelValues(in.Partner).Inc()
+	}
+	return dst, lost, ahead, nil
 }
 
 // archiveManifest moves the file's manifest from beside its claim to

@@ -23,7 +23,7 @@ import (
 // the receipt's temporary file (prepareSite), on the listing channel; at
 // its end the receipt's bytes and the temporary file's CLOSE go out
 // beside the move, then it is renamed to the receipt's name
-// (archiveStaged): two round trips (pkg/sftp's own CLOSE would wait for
+// (moveBesideReceipt, publishAhead): two round trips (pkg/sftp's own CLOSE would wait for
 // its WRITE, a third). A group's files do the same, prepared
 // beside their reads (group_fetch.go).
 // What the partner can see is as sitefile.Put's: the receipt appears by one
@@ -87,38 +87,40 @@ func (r *fileRun) stagedFits() bool {
 	return in.ReplayOf == 0 && in.Override == "" && in.RowsRejected+in.RowsConflict == 0
 }
 
-// archiveStaged moves the file to archive/ and publishes its receipt rc
-// through st, the receipt's temporary file opened ahead: its bytes are
-// written beside the move, naming the archive name the move takes unless
-// this very step ran before (the first candidate: it carries the intake
-// id); then st is closed and renamed to the receipt's name, and a
-// manifest moved beside that rename, after its file, under the same fence
-// as sitefile.Put's. ok is false when it did not do the step: more
-// than the move and the receipt is due (stagedFits), the move took another
-// name, the file is gone, a write failed. st is then discarded and the
-// caller goes archiveRemote's way, which finds the move already made
-// (moveOnce is idempotent) and writes the receipt anew.
-func (r *fileRun) archiveStaged(ctx context.Context, st *sitefile.Staged, rc sitefile.Receipt) (ok bool, err error) {
-	if !r.stagedFits() {
-		st.Discard()
-		return false, nil
+// aheadReceipt is a receipt's temporary file opened ahead, with the
+// receipt's bytes written in it beside the file's move, waiting to be
+// renamed to name.
+type aheadReceipt struct {
+	st   *sitefile.Staged
+	name string
+}
+
+// discard removes the temporary file (nil: nothing to do).
+func (a *aheadReceipt) discard() {
+	if a != nil {
+		a.st.Discard()
 	}
+}
+
+// moveBesideReceipt is the move of moveToArchive with a receipt's
+// temporary file opened ahead: rc's bytes, naming the archive name the
+// move takes unless this very step ran before (the first candidate: it
+// carries the intake id), are written into st while the RENAME is in
+// flight. ahead is nil when the receipt cannot be used (the move took
+// another name, a write failed): st is then discarded.
+func (r *fileRun) moveBesideReceipt(st *sitefile.Staged, rc sitefile.Receipt, names []string) (dst string, ahead *aheadReceipt, err error) {
 	in := r.in
-	if err := r.fence(ctx, "archive"); err != nil {
-		st.Discard()
-		return true, err
-	}
-	names := archiveNames(r.sess.Layout.ArchiveDir(in.ClaimedAt), in, 9)
 	rc.Archive = names[0]
 	data, err := sitefile.ReceiptJSON(in, rc)
-	if err != nil {
-		st.Discard()
-		return true, err
+	if err == nil {
+		var name string
+		if data, name, err = sitefile.Seal(r.feedPGP(), data, sitefile.ReportStem(in)+sitefile.ReceiptSuffix); err == nil {
+			ahead = &aheadReceipt{st: st, name: name}
+		}
 	}
-	data, name, err := sitefile.Seal(r.feedPGP(), data, sitefile.ReportStem(in)+sitefile.ReceiptSuffix)
 	if err != nil {
 		st.Discard()
-		return true, err
+		return "", nil, err
 	}
 	var werr error
 	var wg sync.WaitGroup
@@ -127,29 +129,31 @@ func (r *fileRun) archiveStaged(ctx context.Context, st *sitefile.Staged, rc sit
 		defer wg.Done()
 		werr = st.Write(bytes.NewReader(data), int64(len(data))) // discards the temporary file when it fails
 	}()
-	copied := r.sess.AllowCopy(in.Size) // a RENAME that copies answers late
-	dst, merr := moveOnce(r.sess, in.ClaimedPath, names)
-	copied()
+	dst, err = moveOnce(r.sess, in.ClaimedPath, names)
 	wg.Wait()
-	if merr != nil || dst != names[0] || werr != nil {
+	if err != nil || dst != names[0] || werr != nil {
 		if werr == nil {
 			st.Discard()
 		}
-		return false, nil
+		return dst, nil, err
 	}
-	in.ArchivePath = dst
-	if err := fault.Check("archive:mid"); err != nil {
-		st.Discard()
-		return true, err
-	}
+	return dst, ahead, nil
+}
+
+// publishAhead renames the receipt written beside the move into place,
+// under the receipt's fence, as sitefile.Put's, with the file's manifest
+// moved beside that rename, once its file is in archive/ at dst (never
+// ahead of its file). done is false when the temporary file could not be
+// published (it is gone, or the rename failed): the receipt is then
+// written anew, the moves made stay.
+func (r *fileRun) publishAhead(ctx context.Context, a *aheadReceipt, dst string) (done bool, err error) {
+	in := r.in
 	if err := r.fence(ctx, "receipt"); err != nil {
-		st.Discard()
+		a.discard()
 		return true, err
 	}
-	// A manifest moves beside the receipt's rename, once its file is in
-	// archive/ under its name (archiveRemote's way is one after the
-	// other): never ahead of its file.
 	var manErr error
+	var wg sync.WaitGroup
 	if in.ManifestName != "" {
 		wg.Add(1)
 		go func() {
@@ -157,10 +161,10 @@ func (r *fileRun) archiveStaged(ctx context.Context, st *sitefile.Staged, rc sit
 			manErr = r.archiveManifest(dst)
 		}()
 	}
-	p, err := st.Publish(path.Join(r.sess.Layout.ReportsDir(), name))
+	p, err := a.st.Publish(path.Join(r.sess.Layout.ReportsDir(), a.name))
 	wg.Wait()
 	if manErr != nil {
-		// the step runs again (archiveRemote's way, the moves made stay)
+		// the step runs again (the moves made stay)
 		return true, manErr
 	}
 	if errors.Is(err, fault.ErrInjected) {
@@ -170,7 +174,7 @@ func (r *fileRun) archiveStaged(ctx context.Context, st *sitefile.Staged, rc sit
 		// The temporary file is gone or could not be renamed: a file
 		// that ran longer than reconcile.stale_temp had its receipt's
 		// temporary file, opened when its download began, removed as
-		// stale. archiveRemote writes the receipt anew (the move is made).
+		// stale. The receipt is written anew.
 		r.log.Warn("the receipt opened ahead could not be published; it is written anew", "err", err)
 		return false, nil
 	}

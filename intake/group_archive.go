@@ -58,7 +58,7 @@ func (g *fileGroup) archive(ctx context.Context) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, _, errs[i] = f.r.archiveRemote(ctx, ledger.OutcomeAccepted, 0) // the receipt opened beside the read (archiveStaged)
+			_, _, errs[i] = f.r.archiveRemote(ctx, ledger.OutcomeAccepted, 0) // the receipt opened beside the read (moveBesideReceipt)
 		}()
 	}
 	wg.Wait()

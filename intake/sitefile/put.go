@@ -122,9 +122,13 @@ func (st *Staged) Write(src io.ReaderAt, size int64) error {
 	return nil
 }
 
-// discard closes and removes the temporary file (best effort: the
-// reconciler removes a temporary file left behind once it is stale).
+// Discard closes and removes the temporary file (best effort: the
+// reconciler removes a temporary file left behind once it is stale). A
+// nil st is none: nothing to do.
 func (st *Staged) Discard() {
+	if st == nil {
+		return
+	}
 	switch {
 	case st.w == nil:
 		st.f.Close()
