@@ -191,7 +191,7 @@ func (r *fileRun) startAhead(ctx context.Context, fl io.ReadCloser, scanOut chan
 		defer func() { <-r.d.ahead }()
 		defer close(a.done)
 		defer close(a.hand)
-		if outcome := r.runAhead(actx, a, fl, scanOut); outcome != "handed" {
+		if outcome := r.applyStage().runAhead(actx, a, fl, scanOut); outcome != "handed" {
 			r.d.metrics.ahead.WithLabelValues(r.in.Partner, outcome).Inc()
 		}
 	}()
@@ -216,7 +216,7 @@ func (r *fileRun) dropAhead() {
 // "handed") or it stops: "rolled_back" when the run dropped it,
 // "abandoned" when something went wrong ahead. Either way the scan goes
 // on to the end of the file for the plan, unless the run dropped it.
-func (r *fileRun) runAhead(ctx context.Context, a *ahead, fl io.ReadCloser, scanOut chan<- *scan) (outcome string) {
+func (r *applyStage) runAhead(ctx context.Context, a *ahead, fl io.ReadCloser, scanOut chan<- *scan) (outcome string) {
 	rctx, rcancel := context.WithCancel(ctx)
 	h := &aheadHand{full: make(chan *chunk, 1), free: make(chan *chunk, 2), readErr: make(chan error, 1)}
 	h.stop = func() {
@@ -367,7 +367,7 @@ func (r *fileRun) runAhead(ctx context.Context, a *ahead, fl io.ReadCloser, scan
 // for the plan. Only the first chunk that goes straight into the target
 // has a savepoint to fall back to the merge (so the transaction has one
 // subtransaction at most, not one a chunk); a later refusal abandons.
-func (r *fileRun) aheadChunk(ctx context.Context, tx pgx.Tx, tgt *target.Table, ch *chunk, as *aheadState) (chunkCounts, error) {
+func (r *applyStage) aheadChunk(ctx context.Context, tx pgx.Tx, tgt *target.Table, ch *chunk, as *aheadState) (chunkCounts, error) {
 	var c chunkCounts
 	if as.probed && as.direct && !ch.dupKeys && !tgt.StagedDirect() && !tgt.Snapshot() && len(ch.refused) == 0 {
 		// into the one COPY (a key that exists fails it, and so abandons)
@@ -440,7 +440,7 @@ func (r *fileRun) aheadChunk(ctx context.Context, tx pgx.Tx, tgt *target.Table, 
 // aheadDirect writes a chunk straight into the target (writeDirect); the
 // first such chunk under a savepoint, so that rows which are not new send
 // the file to the merge instead of abandoning.
-func (r *fileRun) aheadDirect(ctx context.Context, tx pgx.Tx, tgt *target.Table, ch *chunk, as *aheadState) (int64, error) {
+func (r *applyStage) aheadDirect(ctx context.Context, tx pgx.Tx, tgt *target.Table, ch *chunk, as *aheadState) (int64, error) {
 	staged := as.staged // what the staging table holds at the savepoint
 	if !as.probed {
 		if _, err := tx.Exec(ctx, "SAVEPOINT intake_ahead"); err != nil {
@@ -481,7 +481,7 @@ func (r *fileRun) aheadDirect(ctx context.Context, tx pgx.Tx, tgt *target.Table,
 // not deleted from: a DELETE leaves its rows dead in the table until the
 // transaction ends, and every merge would scan all of them (measured: the
 // 1M-row replay took 12.9 s instead of 4.7).
-func (r *fileRun) aheadStage(ctx context.Context, tx pgx.Tx, tgt *target.Table, as *aheadState) error {
+func (r *applyStage) aheadStage(ctx context.Context, tx pgx.Tx, tgt *target.Table, as *aheadState) error {
 	if err := tgt.Stage(ctx, tx); err != nil {
 		return err
 	}
@@ -500,7 +500,7 @@ func (r *fileRun) aheadStage(ctx context.Context, tx pgx.Tx, tgt *target.Table, 
 // reader. done is false when there is nothing to take over (the apply
 // ahead stopped, or its commit failed and rolled back): apply then reads
 // the file from the spool.
-func (r *fileRun) applyAhead(ctx context.Context, tgt *target.Table) (done bool, err error) {
+func (r *applyStage) applyAhead(ctx context.Context, tgt *target.Table) (done bool, err error) {
 	a := r.ahead
 	if a.sha == "" || a.sha != r.in.DataSHA256 || r.in.ChunksDone != 0 {
 		r.dropAhead() // not these bytes, or not from the file's start

@@ -31,6 +31,25 @@ type chunkCounts struct {
 	fileApplied                   bool  // the last chunk moved the file to applied
 }
 
+// applyStage is a file's apply: its chunks, how their rows reach the
+// target, and the rows the target refuses. A run makes one for its
+// applying step, the apply ahead of the plan one of its own (ahead.go),
+// and a group one for each file it merges (group_commit.go). What it
+// holds is the apply's alone; the file's row and its run are the
+// fileRun's.
+type applyStage struct {
+	*fileRun
+	// direct: the next chunk is tried straight into the target (see
+	// writeRows).
+	direct bool
+	// unchangedPause: chunks to merge whole before the next look-up of
+	// rows the target holds as they are (toMerge).
+	unchangedPause int
+}
+
+// applyStage starts the file's apply.
+func (r *fileRun) applyStage() *applyStage { return &applyStage{fileRun: r} }
+
 // apply merges the valid rows of a planned file into the target, chunk by
 // chunk. Chunk n is always the same range of data rows (the spooled bytes
 // are immutable), so after a crash or takeover it resumes after the last
@@ -41,7 +60,7 @@ type chunkCounts struct {
 //
 // One goroutine reads and encodes chunk n+1 while the database applies
 // chunk n (two chunk buffers: memory stays flat in file size).
-func (r *fileRun) apply(ctx context.Context) error {
+func (r *applyStage) apply(ctx context.Context) error {
 	in := r.in
 	if done, err := r.frozenMapping(ctx); done || err != nil {
 		return err
@@ -87,7 +106,7 @@ func (r *fileRun) apply(ctx context.Context) error {
 // applyChunks commits the chunks the reader hands over (pending first,
 // when not nil) one transaction each, then moves the file to applied.
 // cancel stops the reader.
-func (r *fileRun) applyChunks(ctx context.Context, tgt *target.Table, pending *chunk, full <-chan *chunk, free chan<- *chunk, readErr <-chan error, cancel func()) error {
+func (r *applyStage) applyChunks(ctx context.Context, tgt *target.Table, pending *chunk, full <-chan *chunk, free chan<- *chunk, readErr <-chan error, cancel func()) error {
 	in := r.in
 	next := func() (*chunk, bool) {
 		if c := pending; c != nil {
@@ -142,7 +161,7 @@ func (r *fileRun) applyChunks(ctx context.Context, tgt *target.Table, pending *c
 //
 // sc, when not nil, is the plan's scan, made in the same pass (ahead.go):
 // every row counted, the rejected ones kept as scanRows keeps them.
-func (r *fileRun) readChunks(ctx context.Context, rd *rows.Reader, first int, full chan<- *chunk, free <-chan *chunk, sc *scan) error {
+func (r *applyStage) readChunks(ctx context.Context, rd *rows.Reader, first int, full chan<- *chunk, free <-chan *chunk, sc *scan) error {
 	defer close(full)
 	keyIdx := keyIndexes(r.feed)
 	var cut chunkCut
@@ -274,7 +293,7 @@ func (r *fileRun) endSpent(ctx context.Context) error {
 // commitChunk applies one chunk, retrying transient database errors with
 // capped backoff. A retry first reads the ledger through the gate: a chunk
 // whose commit did land is never applied again.
-func (r *fileRun) commitChunk(ctx context.Context, tgt *target.Table, ch *chunk) error {
+func (r *applyStage) commitChunk(ctx context.Context, tgt *target.Table, ch *chunk) error {
 	chunk := ch.no
 	if ch.final {
 		if err := r.stillAsClaimed(ctx); err != nil {
@@ -325,7 +344,7 @@ func (r *fileRun) commitChunk(ctx context.Context, tgt *target.Table, ch *chunk)
 
 // account takes what committed chunks did into the file's totals and
 // metrics: the ledger now holds chunksDone chunks.
-func (r *fileRun) account(chunksDone int, c chunkCounts) {
+func (r *applyStage) account(chunksDone int, c chunkCounts) {
 	r.in.RowsApplied += c.applied
 	r.in.RowsUnchanged += c.unchanged
 	r.in.RowsRejected += c.rejected
@@ -342,7 +361,7 @@ func (r *fileRun) account(chunksDone int, c chunkCounts) {
 	}
 }
 
-func (r *fileRun) chunkTx(ctx context.Context, tgt *target.Table, ch *chunk) (chunkCounts, error) {
+func (r *applyStage) chunkTx(ctx context.Context, tgt *target.Table, ch *chunk) (chunkCounts, error) {
 	in, chunk := r.in, ch.no
 	var c chunkCounts
 	tx, err := r.d.db.Begin(ctx)
@@ -363,7 +382,7 @@ func (r *fileRun) chunkTx(ctx context.Context, tgt *target.Table, ch *chunk) (ch
 	return c, commitRows(ctx, tx, in.ID, chunk, fmt.Sprintf("chunk %d", chunk))
 }
 
-func (r *fileRun) chunkStatements(ctx context.Context, tx pgx.Tx, tgt *target.Table, ch *chunk, c *chunkCounts) error {
+func (r *applyStage) chunkStatements(ctx context.Context, tx pgx.Tx, tgt *target.Table, ch *chunk, c *chunkCounts) error {
 	in, chunk := r.in, ch.no
 	path := r.rowPath(ch)
 	// The gate: the row lock it takes also blocks a takeover until this
@@ -452,7 +471,7 @@ func (r *fileRun) chunkStatements(ctx context.Context, tx pgx.Tx, tgt *target.Ta
 // stopped part way resumes with the keys of the chunks it committed and
 // sweeps exactly once, with its last chunk. A snapshot with a rejected row
 // sweeps nothing: that row's key may be one the partner still holds.
-func (r *fileRun) snapshotStatements(ctx context.Context, tx pgx.Tx, tgt *target.Table, ch *chunk, path int, writer int64, c *chunkCounts) error {
+func (r *applyStage) snapshotStatements(ctx context.Context, tx pgx.Tx, tgt *target.Table, ch *chunk, path int, writer int64, c *chunkCounts) error {
 	if path != pathNone {
 		if err := tgt.RecordKeys(ctx, tx, r.in.ID, r.in.Partner); err != nil {
 			return fmt.Errorf("chunk %d snapshot keys: %w", ch.no, err)
@@ -483,7 +502,7 @@ func (r *fileRun) snapshotStatements(ctx context.Context, tx pgx.Tx, tgt *target
 // applied yet, and otherwise fails it (mapping_changed) rather than apply
 // its remaining chunks under another mapping. done: the file's state
 // moved and apply must not go on.
-func (r *fileRun) frozenMapping(ctx context.Context) (done bool, err error) {
+func (r *applyStage) frozenMapping(ctx context.Context) (done bool, err error) {
 	in := r.in
 	if in.FeedSHA256 == "" || r.feed.SameMapping(in.FeedSHA256) {
 		return false, nil // planned by this mapping (or before hashes were recorded)
@@ -513,7 +532,7 @@ const (
 	pathGroupMerge
 )
 
-func (r *fileRun) rowPath(ch *chunk) int {
+func (r *applyStage) rowPath(ch *chunk) int {
 	switch {
 	case ch.rows() == 0:
 		return pathNone
@@ -530,7 +549,7 @@ func (r *fileRun) rowPath(ch *chunk) int {
 // chunk goes through the staging table and the guarded merge instead, and
 // later chunks follow that way until a merged chunk is again all new. The
 // savepoint or the staging table's DDL was sent with the gate.
-func (r *fileRun) writeRows(ctx context.Context, tx pgx.Tx, tgt *target.Table, ch *chunk, path int, writer int64, c *chunkCounts) error {
+func (r *applyStage) writeRows(ctx context.Context, tx pgx.Tx, tgt *target.Table, ch *chunk, path int, writer int64, c *chunkCounts) error {
 	chunk := ch.no
 	switch path {
 	case pathNone:
@@ -620,7 +639,7 @@ func (r *fileRun) writeRows(ctx context.Context, tx pgx.Tx, tgt *target.Table, c
 // StagedDirect (a hash the server computes, a snapshot's keys) COPY into
 // the staging table and one INSERT. A key that exists fails either with
 // the target's unique violation.
-func (r *fileRun) writeDirect(ctx context.Context, tx pgx.Tx, tgt *target.Table, ch *chunk, writer int64) (int64, error) {
+func (r *applyStage) writeDirect(ctx context.Context, tx pgx.Tx, tgt *target.Table, ch *chunk, writer int64) (int64, error) {
 	if !tgt.StagedDirect() {
 		return tgt.CopyDirect(ctx, tx, ch.directPayload(r.in.Partner, writer))
 	}

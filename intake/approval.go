@@ -222,7 +222,7 @@ func (r *fileRun) targetPlan(ctx context.Context, tx pgx.Tx, total int64) (targe
 // (recheck) before it writes anything. The state is read from the row
 // (approved_plan_hash = plan_hash), so a restart between the plan and the
 // first chunk checks it all the same.
-func (r *fileRun) recheckPlan(ch *chunk) bool {
+func (r *applyStage) recheckPlan(ch *chunk) bool {
 	in := r.in
 	return ch.no == 0 && in.ChunksDone == 0 && in.ApprovedPlanHash != "" && in.PlanHash == in.ApprovedPlanHash
 }
@@ -240,7 +240,7 @@ func (e *planChangedError) Error() string {
 // chunk go on (the staging table emptied for it), in the same transaction,
 // so the approved counts held against the target as this transaction saw
 // it; another plan is a planChangedError.
-func (r *fileRun) recheck(ctx context.Context, tx pgx.Tx, tgt *target.Table) error {
+func (r *applyStage) recheck(ctx context.Context, tx pgx.Tx, tgt *target.Table) error {
 	in := r.in
 	counts, sample, err := r.targetPlan(ctx, tx, in.RowsTotal)
 	if err != nil {

@@ -166,11 +166,21 @@ func (r *fileRun) download(ctx context.Context) error {
 	if held != nil {
 		return r.hold(ctx, ledger.StateQuarantined, held.reason, 0, held.detail)
 	}
-	b, err := r.d.ledger.SetSpooled(ctx, in, e.SHA256, e.Size, data.SHA256, data.Size, batch, rowsWant)
+	return r.setSpooled(ctx, e.SHA256, e.Size, data, batch, rowsWant, false)
+}
+
+// setSpooled records the file spooled (claimed -> spooled) with its
+// content's sha256 and size, its data's (what its rows are read from:
+// the content expanded or decrypted, else the content) and its batch,
+// bound with it (r.bound). It is the end of the download, whether the
+// bytes were read or, byManifest, decided from the manifest alone.
+func (r *fileRun) setSpooled(ctx context.Context, sha string, size int64, data spool.Entry, batch string, rowsWant *int64, byManifest bool) error {
+	b, err := r.d.ledger.SetSpooled(ctx, r.in, sha, size, data.SHA256, data.Size, batch, rowsWant)
 	if err != nil {
 		return err
 	}
 	r.bound = b
+	r.byManifest = r.byManifest || byManifest
 	return fault.Check("spool:after")
 }
 
@@ -207,14 +217,12 @@ func (r *fileRun) manifestDuplicate(ctx context.Context, man *partners.Manifest,
 	// the batch to this intake with the stated hashes: the bytes applied
 	// are then the spool's under that sha256, or the file's own, read and
 	// compared by ensureSpooled (manifest_mismatch when they differ).
-	binding, err := r.d.ledger.SetSpooled(ctx, in, b.SHA256, b.Size, b.DataSHA256, b.DataSize, batch, man.Rows)
-	if err != nil {
-		return false, err
+	err = r.setSpooled(ctx, b.SHA256, b.Size, spool.Entry{SHA256: b.DataSHA256, Size: b.DataSize}, batch, man.Rows, true)
+	if r.byManifest {
+		r.d.metrics.hashOnly.WithLabelValues(in.Partner, "manifest").Inc()
+		r.log.Info("exact resend decided from its manifest, the file was not read", "batch_owner", b.Owner)
 	}
-	r.bound, r.byManifest = binding, true
-	r.d.metrics.hashOnly.WithLabelValues(in.Partner, "manifest").Inc()
-	r.log.Info("exact resend decided from its manifest, the file was not read", "batch_owner", b.Owner)
-	return true, fault.Check("spool:after")
+	return r.byManifest, err
 }
 
 // faultWriter reaches the download:mid fault once the first bytes are in

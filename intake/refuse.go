@@ -73,7 +73,7 @@ func (m mergeCounts) into(c *chunkCounts) {
 
 // mergeChunk stages ch's rows and merges them: COPY into the staging
 // table, the dedupe when a key repeats, the guarded merge.
-func (r *fileRun) mergeChunk(ctx context.Context, tx pgx.Tx, tgt *target.Table, ch *chunk, writer int64) (mergeCounts, error) {
+func (r *applyStage) mergeChunk(ctx context.Context, tx pgx.Tx, tgt *target.Table, ch *chunk, writer int64) (mergeCounts, error) {
 	var m mergeCounts
 	if err := tgt.CopyStage(ctx, tx, ch.stagePayload()); err != nil {
 		ch.dropPayload()
@@ -103,7 +103,7 @@ func (r *fileRun) mergeChunk(ctx context.Context, tx pgx.Tx, tgt *target.Table, 
 // probe merges ch under a savepoint and always rolls it back: it only
 // asks whether the target takes these rows. A refusal comes back as the
 // *pgconn.PgError; any other error is the chunk's own failure.
-func (r *fileRun) probe(ctx context.Context, tx pgx.Tx, tgt *target.Table, ch *chunk, writer int64) (*pgconn.PgError, error) {
+func (r *applyStage) probe(ctx context.Context, tx pgx.Tx, tgt *target.Table, ch *chunk, writer int64) (*pgconn.PgError, error) {
 	if _, err := tx.Exec(ctx, "SAVEPOINT intake_probe"); err != nil {
 		return nil, fmt.Errorf("chunk %d probe: %w", ch.no, err)
 	}
@@ -132,7 +132,7 @@ func (r *fileRun) probe(ctx context.Context, tx pgx.Tx, tgt *target.Table, ch *c
 // same way: the later row is refused. The merge of the accepted rows then
 // runs as usual (dedupe, guarded merge, conflicts), so every row that is
 // not refused has the outcome it would have had.
-func (r *fileRun) refuse(ctx context.Context, tx pgx.Tx, tgt *target.Table, ch *chunk, writer int64, first *pgconn.PgError) (mergeCounts, []refusal, error) {
+func (r *applyStage) refuse(ctx context.Context, tx pgx.Tx, tgt *target.Table, ch *chunk, writer int64, first *pgconn.PgError) (mergeCounts, []refusal, error) {
 	n := ch.rows()
 	all := make([]int, n)
 	for i := range all {
@@ -214,7 +214,7 @@ func refusedColumn(pe *pgconn.PgError, cols []string) string {
 }
 
 // recordRefusals writes the refused rows' issues in one statement.
-func (r *fileRun) recordRefusals(ctx context.Context, tx pgx.Tx, refused []refusal) error {
+func (r *applyStage) recordRefusals(ctx context.Context, tx pgx.Tx, refused []refusal) error {
 	if len(refused) == 0 {
 		return nil
 	}

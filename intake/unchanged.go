@@ -28,7 +28,7 @@ const unchangedPause = 8
 // toMerge returns the rows of ch the merge must see: ch itself, or the
 // subset the target does not hold as they are, or nil when it holds every
 // one (nothing to stage or merge; the chunk's rows count unchanged).
-func (r *fileRun) toMerge(ctx context.Context, tx pgx.Tx, tgt *target.Table, ch *chunk, writer int64) (*chunk, error) {
+func (r *applyStage) toMerge(ctx context.Context, tx pgx.Tx, tgt *target.Table, ch *chunk, writer int64) (*chunk, error) {
 	ch.leftOut = false
 	if ch.rows() < unchangedMinRows || ch.dupKeys || !tgt.LooksUpUnchanged() {
 		return ch, nil
@@ -62,7 +62,7 @@ func (r *fileRun) toMerge(ctx context.Context, tx pgx.Tx, tgt *target.Table, ch 
 // (the staged ones are recorded from the staging table): after the merge,
 // so that no rollback to the merge's savepoint (a refusal search) undoes
 // it.
-func (r *fileRun) recordLeftOut(ctx context.Context, tx pgx.Tx, tgt *target.Table, ch *chunk) error {
+func (r *applyStage) recordLeftOut(ctx context.Context, tx pgx.Tx, tgt *target.Table, ch *chunk) error {
 	if !tgt.Snapshot() || !ch.leftOut {
 		return nil
 	}

@@ -33,12 +33,6 @@ type fileRun struct {
 	pre *preScan
 	// ahead applies the file's chunks while it downloads, for apply.
 	ahead *ahead
-	// direct: the next chunk is tried straight into the target (see
-	// writeRows); only the apply loop touches it.
-	direct bool
-	// unchangedPause: chunks to merge whole before the next look-up of
-	// rows the target holds as they are (toMerge).
-	unchangedPause int
 	// gone: the file's feed is no longer configured.
 	gone bool
 	// byManifest: spooled as an exact resend from its manifest alone,
@@ -157,7 +151,7 @@ func (r *fileRun) step(ctx context.Context) (err error) {
 			return r.endSpent(ctx)
 		}
 		if err = r.ensureSpooled(ctx); err == nil && r.in.State == ledger.StateApplying {
-			err = r.apply(ctx)
+			err = r.applyStage().apply(ctx)
 		}
 	case ledger.StateApplied:
 		err = r.archive(ctx, ledger.StateApplied, r.acceptedOutcome(), 0)
