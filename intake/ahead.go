@@ -169,7 +169,7 @@ func (as *aheadState) endStream() error {
 var errAheadNotNew = errors.New("ahead: rows not new")
 
 // aheadWanted: the file is applied ahead while it downloads.
-func (r *fileRun) aheadWanted() bool {
+func (r *fetchStage) aheadWanted() bool {
 	in := r.in
 	return in.ListedSize >= aheadBytes && in.ChunksDone == 0 && in.ReplayOf == 0 &&
 		!r.feed.Guarded() && in.ApprovedPlanHash == "" && r.d.ahead != nil
@@ -179,7 +179,7 @@ func (r *fileRun) aheadWanted() bool {
 // being written; the plan's scan of the rows is made in the same pass and
 // sent to scanOut (once). It does not block: it returns nil when the
 // daemon already applies as many files ahead as it allows.
-func (r *fileRun) startAhead(ctx context.Context, fl io.ReadCloser, scanOut chan<- *scan) *ahead {
+func (r *fetchStage) startAhead(ctx context.Context, fl io.ReadCloser, scanOut chan<- *scan) *ahead {
 	select {
 	case r.d.ahead <- struct{}{}:
 	default:

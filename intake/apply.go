@@ -251,7 +251,7 @@ func keyIndexes(f *partners.Feed) []int {
 // counts as an attempt of the file (MarkUnknown): past the retry budget,
 // the run that takes the file up after the resolution ends it (endSpent),
 // so a COMMIT whose reply is lost every time cannot cycle for ever.
-func (r *fileRun) markUnknown(ctx context.Context, cu *CommitUnknownError) error {
+func (r *applyStage) markUnknown(ctx context.Context, cu *CommitUnknownError) error {
 	r.log.Warn("commit outcome unknown; the reconciler will read the ledger", "chunk", cu.Chunk, "err", cu.Err)
 	// The run's context may be what cut the commit short; this write must
 	// still be attempted, so it gets its own bounded context.

@@ -79,7 +79,7 @@ func PlanHash(contentSHA, feedSHA string, total int64, c target.PlanCounts) stri
 // planApproval computes the file's plan against the target and moves the
 // file on (applying or awaiting_approval) with its plan, totals and
 // rejected rows, in one transaction.
-func (r *fileRun) planApproval(ctx context.Context, sc *scan, res *planResult) error {
+func (r *planStage) planApproval(ctx context.Context, sc *scan, res *planResult) error {
 	in := r.in
 	feedSHA := r.feed.Hash()
 	var next ledger.State
@@ -146,7 +146,7 @@ func (r *fileRun) planApproval(ctx context.Context, sc *scan, res *planResult) e
 // targetPlan stages every valid row of the spooled file in tx and judges
 // them against the target (target.Table.Plan). Rows the row check or a
 // column's encoding refuses count as invalid rejects.
-func (r *fileRun) targetPlan(ctx context.Context, tx pgx.Tx, total int64) (target.PlanCounts, []target.PlanChange, error) {
+func (r *planStage) targetPlan(ctx context.Context, tx pgx.Tx, total int64) (target.PlanCounts, []target.PlanChange, error) {
 	var counts target.PlanCounts
 	tgt, err := r.targetTable(ctx)
 	if err != nil {
@@ -242,7 +242,7 @@ func (e *planChangedError) Error() string {
 // it; another plan is a planChangedError.
 func (r *applyStage) recheck(ctx context.Context, tx pgx.Tx, tgt *target.Table) error {
 	in := r.in
-	counts, sample, err := r.targetPlan(ctx, tx, in.RowsTotal)
+	counts, sample, err := r.planStage().targetPlan(ctx, tx, in.RowsTotal)
 	if err != nil {
 		return err
 	}
@@ -267,7 +267,7 @@ func (r *applyStage) recheck(ctx context.Context, tx pgx.Tx, tgt *target.Table) 
 // rewait sends a file whose first chunk found the approved plan changed
 // back to awaiting_approval with the new plan (fenced, only while no chunk
 // is applied), audited, with its event.
-func (r *fileRun) rewait(ctx context.Context, pc *planChangedError) error {
+func (r *applyStage) rewait(ctx context.Context, pc *planChangedError) error {
 	in := r.in
 	err := pgx.BeginFunc(ctx, r.d.db, func(tx pgx.Tx) error {
 		if err := ledger.Rewait(ctx, tx, in); err != nil {

@@ -12,13 +12,21 @@ import (
 	"github.com/partner-intake/partner-intake/partners"
 )
 
+// finishStage is a file's end on the partner's site: the file moved to
+// archive/ with its manifest, its receipt and rejects report published,
+// and its end recorded.
+type finishStage struct{ *fileRun }
+
+// finishStage starts the file's end.
+func (r *fileRun) finishStage() *finishStage { return &finishStage{r} }
+
 // archive moves an applied file to archive/YYYY/MM/ under a name that is
 // unique by construction (<batch>.<sha256[:12]>.<intake_id><ext>), never
 // overwriting, then writes the receipt and rejects report and records the
 // end: applied -> archived. Archive is evidence, not the commit point: the
 // rows were committed before this step, and a crash here is finished on
 // resume without re-applying anything.
-func (r *fileRun) archive(ctx context.Context, from ledger.State, outcome ledger.Outcome, dupOf int64) error {
+func (r *finishStage) archive(ctx context.Context, from ledger.State, outcome ledger.Outcome, dupOf int64) error {
 	to, reason, err := r.archiveRemote(ctx, outcome, dupOf)
 	if err != nil {
 		return err
@@ -38,7 +46,7 @@ func (r *fileRun) archive(ctx context.Context, from ledger.State, outcome ledger
 // into place beside the manifest's move; when that does not come off, the
 // receipt is written as it is without. It returns the state the file ends
 // in and its reason.
-func (r *fileRun) archiveRemote(ctx context.Context, outcome ledger.Outcome, dupOf int64) (ledger.State, ledger.Reason, error) {
+func (r *finishStage) archiveRemote(ctx context.Context, outcome ledger.Outcome, dupOf int64) (ledger.State, ledger.Reason, error) {
 	in := r.in
 	if r.p.cfg.Records() {
 		return r.archiveRecord(outcome)
@@ -92,7 +100,7 @@ func (r *fileRun) archiveRemote(ctx context.Context, outcome ledger.Outcome, dup
 // beside the move, and ahead holds it for publishAhead. When that does
 // not come off (the move took another name, a write failed), st is
 // discarded and ahead is nil: the receipt is written anew.
-func (r *fileRun) moveToArchive(ctx context.Context, st *sitefile.Staged, rc sitefile.Receipt) (dst string, lost bool, ahead *aheadReceipt, err error) {
+func (r *finishStage) moveToArchive(ctx context.Context, st *sitefile.Staged, rc sitefile.Receipt) (dst string, lost bool, ahead *aheadReceipt, err error) {
 	in := r.in
 	if in.ReplayOf != 0 { // its bytes were archived as the original's
 		st.Discard()
@@ -141,7 +149,7 @@ func (r *fileRun) moveToArchive(ctx context.Context, st *sitefile.Staged, rc sit
 
 // archiveManifest moves the file's manifest from beside its claim to
 // beside its archived copy dst; one already gone is no error.
-func (r *fileRun) archiveManifest(dst string) error {
+func (r *finishStage) archiveManifest(dst string) error {
 	src := path.Join(path.Dir(r.in.ClaimedPath), r.in.ManifestName)
 	if _, err := moveOnce(r.sess, src, []string{dst + partners.ManifestSuffix}); err != nil && !errors.Is(err, ErrRemoteLost) {
 		return fmt.Errorf("archive manifest: %w", err)
@@ -157,7 +165,7 @@ func (r *fileRun) archiveManifest(dst string) error {
 // reason file, which no longer holds, is removed, so the partner does not
 // read a held file beside this decision's receipt. ok is false when
 // quarantine/ does not hold the file either.
-func (r *fileRun) reclaimHeld(ctx context.Context, dir string) (dst string, ok bool, err error) {
+func (r *finishStage) reclaimHeld(ctx context.Context, dir string) (dst string, ok bool, err error) {
 	if r.feed == nil {
 		return "", false, nil // a hostile entry is never applied
 	}
@@ -209,7 +217,7 @@ func reasonOf(outcome ledger.Outcome) ledger.Reason {
 // receipt is what the receipt of a file archived with outcome says
 // beyond what the row says (sitefile.ReceiptJSON); lost: the file vanished from
 // processing/ before it could be moved.
-func (r *fileRun) receipt(outcome ledger.Outcome, dupOf int64, lost bool) sitefile.Receipt {
+func (r *finishStage) receipt(outcome ledger.Outcome, dupOf int64, lost bool) sitefile.Receipt {
 	in := r.in
 	rc := sitefile.Receipt{Outcome: outcome, DuplicateOf: dupOf}
 	if lost {
@@ -234,7 +242,7 @@ func (r *fileRun) receipt(outcome ledger.Outcome, dupOf int64, lost bool) sitefi
 }
 
 // archived counts and logs a file that archive finished.
-func (r *fileRun) archived(outcome ledger.Outcome, to ledger.State) {
+func (r *finishStage) archived(outcome ledger.Outcome, to ledger.State) {
 	in := r.in
 	r.d.metrics.finished(in.Partner, string(to))
 	r.log.Info("file done", "outcome", outcome, "rows_total", in.RowsTotal, "rows_applied", in.RowsApplied,

@@ -82,7 +82,7 @@ func (r *fileRun) dropSite() {
 // manifest's beside it) and the receipt alone: no rejects report to write
 // before the receipt, no replay (no remote file) and no release by ops (a
 // reason file to remove).
-func (r *fileRun) stagedFits() bool {
+func (r *finishStage) stagedFits() bool {
 	in := r.in
 	return in.ReplayOf == 0 && in.Override == "" && in.RowsRejected+in.RowsConflict == 0
 }
@@ -108,7 +108,7 @@ func (a *aheadReceipt) discard() {
 // carries the intake id), are written into st while the RENAME is in
 // flight. ahead is nil when the receipt cannot be used (the move took
 // another name, a write failed): st is then discarded.
-func (r *fileRun) moveBesideReceipt(st *sitefile.Staged, rc sitefile.Receipt, names []string) (dst string, ahead *aheadReceipt, err error) {
+func (r *finishStage) moveBesideReceipt(st *sitefile.Staged, rc sitefile.Receipt, names []string) (dst string, ahead *aheadReceipt, err error) {
 	in := r.in
 	rc.Archive = names[0]
 	data, err := sitefile.ReceiptJSON(in, rc)
@@ -146,7 +146,7 @@ func (r *fileRun) moveBesideReceipt(st *sitefile.Staged, rc sitefile.Receipt, na
 // ahead of its file). done is false when the temporary file could not be
 // published (it is gone, or the rename failed): the receipt is then
 // written anew, the moves made stay.
-func (r *fileRun) publishAhead(ctx context.Context, a *aheadReceipt, dst string) (done bool, err error) {
+func (r *finishStage) publishAhead(ctx context.Context, a *aheadReceipt, dst string) (done bool, err error) {
 	in := r.in
 	if err := r.fence(ctx, "receipt"); err != nil {
 		a.discard()

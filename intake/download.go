@@ -20,12 +20,20 @@ import (
 	"github.com/partner-intake/partner-intake/spool"
 )
 
+// fetchStage is a file's download: its bytes read from the claimed path
+// into the spool in one streaming pass (hashed, expanded, decrypted), or
+// decided from its name, manifest or hash alone, up to spooled.
+type fetchStage struct{ *fileRun }
+
+// fetchStage starts the file's download.
+func (r *fileRun) fetchStage() *fetchStage { return &fetchStage{r} }
+
 // download streams the claimed file into the spool in one pass (pkg/sftp's
 // concurrent WriteTo into hash + temp file), checks the byte count against
 // the file's size (pkg/sftp#658 can end short with a nil error), verifies
 // the manifest, and records the bytes: claimed -> spooled. A short or
 // mismatching download is retried once before the file is held.
-func (r *fileRun) download(ctx context.Context) error {
+func (r *fetchStage) download(ctx context.Context) error {
 	in := r.in
 	// The batch id is known before the bytes are: receipts of files held
 	// during download carry it too.
@@ -174,7 +182,7 @@ func (r *fileRun) download(ctx context.Context) error {
 // the content expanded or decrypted, else the content) and its batch,
 // bound with it (r.bound). It is the end of the download, whether the
 // bytes were read or, byManifest, decided from the manifest alone.
-func (r *fileRun) setSpooled(ctx context.Context, sha string, size int64, data spool.Entry, batch string, rowsWant *int64, byManifest bool) error {
+func (r *fetchStage) setSpooled(ctx context.Context, sha string, size int64, data spool.Entry, batch string, rowsWant *int64, byManifest bool) error {
 	b, err := r.d.ledger.SetSpooled(ctx, r.in, sha, size, data.SHA256, data.Size, batch, rowsWant)
 	if err != nil {
 		return err
@@ -195,7 +203,7 @@ func (r *fileRun) setSpooled(ctx context.Context, sha string, size int64, data s
 // "Duplicates decided from the manifest"). bound, when not nil, is the
 // look-up of the batch's file begun beside the manifest's read, for the
 // batch named by the file (a batch the manifest names is looked up here).
-func (r *fileRun) manifestDuplicate(ctx context.Context, man *partners.Manifest, batch string, bound *background[*ledger.BoundFile]) (bool, error) {
+func (r *fetchStage) manifestDuplicate(ctx context.Context, man *partners.Manifest, batch string, bound *background[*ledger.BoundFile]) (bool, error) {
 	in := r.in
 	if man.SHA256 == "" || man.Bytes != in.ListedSize {
 		return false, nil
@@ -247,7 +255,7 @@ func (f *faultWriter) Write(p []byte) (int, error) {
 // batch is already held before scanning the rows during the download.
 var scanCheckBytes int64 = 4 << 20
 
-func (r *fileRun) fetch(ctx context.Context, withScan bool) (spool.Entry, error) {
+func (r *fetchStage) fetch(ctx context.Context, withScan bool) (spool.Entry, error) {
 	release, size, max, src, err := r.openClaimed()
 	if err != nil {
 		return spool.Entry{}, err
@@ -300,7 +308,7 @@ func (r *fileRun) fetch(ctx context.Context, withScan bool) (spool.Entry, error)
 
 // fetchSame reads the claimed file through the hash alone and reports
 // whether it is the spooled file sha (see download).
-func (r *fileRun) fetchSame(ctx context.Context, sha string) (spool.Entry, bool, error) {
+func (r *fetchStage) fetchSame(ctx context.Context, sha string) (spool.Entry, bool, error) {
 	release, size, max, src, err := r.openClaimed()
 	if err != nil {
 		return spool.Entry{}, false, err
@@ -331,7 +339,7 @@ func (r *fileRun) fetchSame(ctx context.Context, sha string) (spool.Entry, bool,
 // download never waits for the second channel (docs/performance.md,
 // "SFTP requests written by hand"). What is given up on the way (an error, a file read on one
 // channel) closes the second channel's file in the background.
-func (r *fileRun) openClaimed() (release func(), size, max int64, src spool.Source, err error) {
+func (r *fetchStage) openClaimed() (release func(), size, max int64, src spool.Source, err error) {
 	second := r.openSecond(r.in.ListedSize)
 	f, st, err := r.takeOpening()
 	var serr error
@@ -417,7 +425,7 @@ var errNotRegular = errors.New("the claimed path is not a regular file")
 // is opened now. An early OPEN that failed is not taken for the file's
 // fate: a site that answers out of order may have taken it before the
 // RENAME.
-func (r *fileRun) takeOpening() (*sftp.File, os.FileInfo, error) {
+func (r *fetchStage) takeOpening() (*sftp.File, os.FileInfo, error) {
 	o := r.opening
 	if o == nil {
 		return nil, nil, nil
@@ -434,7 +442,7 @@ func (r *fileRun) takeOpening() (*sftp.File, os.FileInfo, error) {
 // openSecond opens the claimed file on the session's second channel
 // (Session.Ranges) in the background when a file of size is read over two
 // channels (readOnTwo); else it returns nil.
-func (r *fileRun) openSecond(size int64) *background[*sftp.File] {
+func (r *fetchStage) openSecond(size int64) *background[*sftp.File] {
 	if !readOnTwo(r.sess, size) {
 		return nil
 	}
@@ -501,7 +509,7 @@ func readSmall(f *sftp.File, size int64) spool.Source {
 // ensureSpooled makes sure the spool still holds the file's bytes (a
 // takeover on another machine, or a lost spool disk): if not, it fetches
 // them again from processing/ and checks they are the same bytes.
-func (r *fileRun) ensureSpooled(ctx context.Context) error {
+func (r *fetchStage) ensureSpooled(ctx context.Context) error {
 	in := r.in
 	if r.d.spool.Has(in.Partner, in.DataSHA256, in.DataSize) {
 		return nil
@@ -532,12 +540,12 @@ func (r *fileRun) ensureSpooled(ctx context.Context) error {
 	return nil
 }
 
-func (r *fileRun) readManifest() (*partners.Manifest, error) {
+func (r *fetchStage) readManifest() (*partners.Manifest, error) {
 	return r.sess.ReadManifest(path.Join(path.Dir(r.in.ClaimedPath), r.in.ManifestName))
 }
 
 // fileFailure maps a terminal parse error to a hold.
-func (r *fileRun) fileFailure(ctx context.Context, fe *rows.FileError) error {
+func (r *planStage) fileFailure(ctx context.Context, fe *rows.FileError) error {
 	return r.hold(ctx, ledger.StateFailedTerminal, ledger.Reason(fe.Reason), fe.Line, fe.Detail)
 }
 

@@ -55,7 +55,7 @@ var (
 // spooled original into the spool under their own hash, with the expanded
 // size capped while streaming (headers are not trusted); the original is
 // kept. A file that is not compressed is its own data.
-func (r *fileRun) expand(orig spool.Entry) (spool.Entry, *heldFor, error) {
+func (r *fetchStage) expand(orig spool.Entry) (spool.Entry, *heldFor, error) {
 	kind := transformOf(r.feed, r.in.RemoteName)
 	if kind == "" {
 		return orig, nil, nil
@@ -326,7 +326,7 @@ func finished(s ledger.State) bool {
 
 // reexpand makes the expanded copy again from the spooled original (it is
 // missing after dropExpanded) and checks it is the same bytes.
-func (r *fileRun) reexpand() (bool, error) {
+func (r *fetchStage) reexpand() (bool, error) {
 	in := r.in
 	if in.DataSHA256 == in.SHA256 || !r.d.spool.Has(in.Partner, in.SHA256, in.Size) {
 		return false, nil

@@ -58,7 +58,7 @@ func (g *fileGroup) archive(ctx context.Context) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, _, errs[i] = f.r.archiveRemote(ctx, ledger.OutcomeAccepted, 0) // the receipt opened beside the read (moveBesideReceipt)
+			_, _, errs[i] = f.r.finishStage().archiveRemote(ctx, ledger.OutcomeAccepted, 0) // the receipt opened beside the read (moveBesideReceipt)
 		}()
 	}
 	wg.Wait()
@@ -90,7 +90,7 @@ func (g *fileGroup) archive(ctx context.Context) error {
 			continue
 		}
 		f.r.in.State = ledger.StateArchived
-		f.r.archived(ledger.OutcomeAccepted, ledger.StateArchived)
+		f.r.finishStage().archived(ledger.OutcomeAccepted, ledger.StateArchived)
 	}
 	return nil
 }

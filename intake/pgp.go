@@ -213,7 +213,7 @@ var errPGPHead = errors.New("pgp: too much before the encrypted data")
 // cap). The signature is only known once the whole plaintext has been
 // read, so the plaintext is returned (for plan and apply) only after it
 // checks out; a held file's plaintext leaves the spool again.
-func (r *fileRun) decrypt(f io.Reader, max int64) (spool.Entry, *heldFor, error) {
+func (r *fetchStage) decrypt(f io.Reader, max int64) (spool.Entry, *heldFor, error) {
 	cfg := r.feed.PGP
 	secret, err := pgpkeys.Load(cfg.PrivateKeyFile, cfg.PassphraseEnv)
 	if err != nil {
@@ -294,7 +294,7 @@ func (r *fileRun) decrypt(f io.Reader, max int64) (spool.Entry, *heldFor, error)
 
 // dropPlain removes a held file's plaintext from the spool unless another
 // unfinished intake of the partner reads the same bytes.
-func (r *fileRun) dropPlain(e spool.Entry) {
+func (r *fetchStage) dropPlain(e spool.Entry) {
 	probe := *r.in
 	probe.DataSHA256 = e.SHA256
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

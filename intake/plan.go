@@ -94,6 +94,13 @@ func (r *fileRun) dropPre() {
 	}
 }
 
+// planStage is a spooled file's plan: its batch bound and its rows read
+// and judged, then applied, held for approval, held or failed (decide).
+type planStage struct{ *fileRun }
+
+// planStage starts the file's plan.
+func (r *fileRun) planStage() *planStage { return &planStage{r} }
+
 // plan validates every row from the spool (never the network) and, in one
 // transaction, records rejected rows (line, column, reason: never values)
 // and the totals; when policy allows, the file moves to applying in the
@@ -102,7 +109,7 @@ func (r *fileRun) dropPre() {
 // held in memory; beyond that they stream straight from the spool into
 // COPY, so memory stays flat however many rows are rejected. Replanning is
 // idempotent: the previous plan's rows are deleted first.
-func (r *fileRun) plan(ctx context.Context) (*planResult, error) {
+func (r *planStage) plan(ctx context.Context) (*planResult, error) {
 	in := r.in
 	var sc *scan
 	if r.pre != nil && r.pre.sha == in.DataSHA256 {
@@ -180,7 +187,7 @@ func (r *fileRun) spooledRows(step string) (*os.File, *rows.Reader, error) {
 
 // recordIssues writes the scan's rejected rows: from memory, or, when
 // there were more than it holds, streamed from the spool again.
-func (r *fileRun) recordIssues(ctx context.Context, tx pgx.Tx, sc *scan) error {
+func (r *planStage) recordIssues(ctx context.Context, tx pgx.Tx, sc *scan) error {
 	in := r.in
 	if !sc.overflow {
 		if len(sc.issues) == 0 {

@@ -34,7 +34,7 @@ type QuarantineReason struct {
 // Each step is idempotent, so a crash part-way is finished on resume.
 func (r *fileRun) hold(ctx context.Context, to ledger.State, reason ledger.Reason, line int64, detail string) error {
 	r.dropAhead() // a held file applies nothing
-	in := r.in
+	in, f := r.in, r.finishStage()
 	qdir := r.sess.Layout.QuarantineDir()
 	base := heldName(in.ID, in.RemoteName)
 	if r.feed == nil {
@@ -44,7 +44,7 @@ func (r *fileRun) hold(ctx context.Context, to ledger.State, reason ledger.Reaso
 		return err
 	}
 	if r.p.cfg.Records() {
-		return r.holdRecord(ctx, to, reason, line, detail)
+		return f.holdRecord(ctx, to, reason, line, detail)
 	}
 	ours, err := r.claimedIsOurs()
 	if err != nil {
@@ -52,7 +52,7 @@ func (r *fileRun) hold(ctx context.Context, to ledger.State, reason ledger.Reaso
 	}
 	var dst string
 	if ours {
-		dst, err = r.moveHeld(in.ClaimedPath, path.Join(qdir, base))
+		dst, err = f.moveHeld(in.ClaimedPath, path.Join(qdir, base))
 	} else {
 		err = fmt.Errorf("quarantine: %w", ErrRemoteLost)
 	}
@@ -62,7 +62,7 @@ func (r *fileRun) hold(ctx context.Context, to ledger.State, reason ledger.Reaso
 	}
 	if in.ManifestName != "" {
 		src := path.Join(path.Dir(in.ClaimedPath), in.ManifestName)
-		if _, err := r.moveHeld(src, path.Join(qdir, base+partners.ManifestSuffix)); err != nil && !errors.Is(err, ErrRemoteLost) {
+		if _, err := f.moveHeld(src, path.Join(qdir, base+partners.ManifestSuffix)); err != nil && !errors.Is(err, ErrRemoteLost) {
 			return fmt.Errorf("quarantine manifest: %w", err)
 		}
 	}
@@ -83,7 +83,7 @@ func (r *fileRun) hold(ctx context.Context, to ledger.State, reason ledger.Reaso
 	if to == ledger.StateFailedTerminal {
 		outcome = ledger.OutcomeFailed
 	}
-	if err := r.writeReports(ctx, sitefile.Receipt{Outcome: outcome, Reason: reason, Line: line, Detail: detail, Quarantine: dst}); err != nil {
+	if err := f.writeReports(ctx, sitefile.Receipt{Outcome: outcome, Reason: reason, Line: line, Detail: detail, Quarantine: dst}); err != nil {
 		return err
 	}
 	in.ArchivePath = dst
@@ -100,7 +100,7 @@ func (r *fileRun) hold(ctx context.Context, to ledger.State, reason ledger.Reaso
 
 // moveHeld moves src to dst in quarantine/; a released file held again is
 // there already.
-func (r *fileRun) moveHeld(src, dst string) (string, error) {
+func (r *finishStage) moveHeld(src, dst string) (string, error) {
 	if src == dst {
 		if _, err := r.sess.Lstat(dst); err == nil {
 			return dst, nil
@@ -114,7 +114,7 @@ func (r *fileRun) moveHeld(src, dst string) (string, error) {
 // once the file is decided again (archived, or held with a new reason
 // file), the old one would tell the partner and the reconciler something
 // no longer true.
-func (r *fileRun) dropStaleReason() error {
+func (r *finishStage) dropStaleReason() error {
 	if r.in.Override == "" || r.feed == nil {
 		return nil // never released
 	}
@@ -123,7 +123,7 @@ func (r *fileRun) dropStaleReason() error {
 
 // removeReason removes the file's reason file from quarantine/ (gone
 // already is fine).
-func (r *fileRun) removeReason() error {
+func (r *finishStage) removeReason() error {
 	p := path.Join(r.sess.Layout.QuarantineDir(), sitefile.ReasonName(heldName(r.in.ID, r.in.RemoteName)))
 	if err := r.sess.Remove(p); err != nil && !partners.IsNotExist(err) {
 		return fmt.Errorf("remove stale reason file: %w", err)

@@ -71,7 +71,7 @@ func (d *Daemon) holdHostileRecord(ctx context.Context, p *partnerRT, sess *part
 // (intake_quarantine, ops decide as for any held file) names the file
 // where it is, in ready/ (a hostile entry: none); no reason file and no
 // receipt are written (the site takes no writes); the log says why.
-func (r *fileRun) holdRecord(ctx context.Context, to ledger.State, reason ledger.Reason, line int64, detail string) error {
+func (r *finishStage) holdRecord(ctx context.Context, to ledger.State, reason ledger.Reason, line int64, detail string) error {
 	in := r.in
 	in.ArchivePath = in.ClaimedPath
 	if in.Feed == ledger.NoFeed {
@@ -88,7 +88,7 @@ func (r *fileRun) holdRecord(ctx context.Context, to ledger.State, reason ledger
 // archiveRecord finishes a file of a read-only site: nothing is moved and
 // no receipt is written; the row is the record and the spool keeps the
 // bytes for retention.spool.
-func (r *fileRun) archiveRecord(outcome ledger.Outcome) (ledger.State, ledger.Reason, error) {
+func (r *finishStage) archiveRecord(outcome ledger.Outcome) (ledger.State, ledger.Reason, error) {
 	r.in.ArchivePath = ""
 	if outcome == ledger.OutcomeDuplicate {
 		return ledger.StateDuplicate, ledger.ReasonDuplicate, nil

@@ -18,7 +18,7 @@ import (
 
 // writeReports publishes the receipt and, when rows did not apply, the
 // rejects report, on the partner's site.
-func (r *fileRun) writeReports(ctx context.Context, rc sitefile.Receipt) error {
+func (r *finishStage) writeReports(ctx context.Context, rc sitefile.Receipt) error {
 	in := r.in
 	dir := r.sess.Layout.ReportsDir()
 	if in.RowsRejected+in.RowsConflict > 0 {
@@ -57,7 +57,7 @@ func (r *fileRun) writeReports(ctx context.Context, rc sitefile.Receipt) error {
 // would otherwise stand beside a receipt that says rows.rejected 0 (the
 // feed was fixed, the missing parent rows added). Its name is the one the
 // receipt keeps (sitefile.ReportStem), sealed or not.
-func (r *fileRun) dropStaleRejects(ctx context.Context) error {
+func (r *finishStage) dropStaleRejects(ctx context.Context) error {
 	if err := r.fence(ctx, "stale rejects"); err != nil {
 		return err
 	}
@@ -76,7 +76,7 @@ func (r *fileRun) dropStaleRejects(ctx context.Context) error {
 // temp area and copied to the site from there: its size does not add to
 // the process's memory. The temporary file is removed when done; one a
 // crash leaves behind is removed with the worker's other temporary files.
-func (r *fileRun) putRejects(ctx context.Context, dir string) (string, error) {
+func (r *finishStage) putRejects(ctx context.Context, dir string) (string, error) {
 	f, err := r.d.spool.CreateTemp(r.in.Partner)
 	if err != nil {
 		return "", fmt.Errorf("rejects report: %w", err)
@@ -113,7 +113,7 @@ func (r *fileRun) putRejects(ctx context.Context, dir string) (string, error) {
 // SQLSTATE of a row the target refused) of every row that did not apply. It
 // echoes no cell value; every cell is still neutralised
 // against spreadsheet formula injection.
-func (r *fileRun) rejectsCSV(ctx context.Context, out io.Writer) error {
+func (r *finishStage) rejectsCSV(ctx context.Context, out io.Writer) error {
 	w := csv.NewWriter(out)
 	_ = w.Write([]string{"line", "column", "reason", "outcome", "detail"})
 	err := r.d.ledger.Issues(ctx, r.in, func(is ledger.IssueRow) error {

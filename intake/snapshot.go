@@ -46,7 +46,7 @@ func (r *fileRun) writer() int64 {
 
 // supersededAtPlan ends a snapshot that a newer one of its feed has
 // overtaken before it is planned (done: the file ended).
-func (r *fileRun) supersededAtPlan(ctx context.Context) (done bool, err error) {
+func (r *planStage) supersededAtPlan(ctx context.Context) (done bool, err error) {
 	if r.feed.Mode != partners.ModeSnapshot || r.in.Override == OverrideOlder {
 		return false, nil
 	}
@@ -63,5 +63,5 @@ func (r *fileRun) supersededAtPlan(ctx context.Context) (done bool, err error) {
 func (r *fileRun) supersede(ctx context.Context, from ledger.State, newer int64) error {
 	r.log.Warn("snapshot older than one its feed already applied: archived as superseded, not applied",
 		"reason", string(ledger.ReasonSuperseded), "superseded_by", newer)
-	return r.archive(ctx, from, ledger.OutcomeSuperseded, newer)
+	return r.finishStage().archive(ctx, from, ledger.OutcomeSuperseded, newer)
 }

@@ -25,7 +25,7 @@ import (
 // changedAfterClaim reports whether the claimed file's size or mtime
 // differ from the listing it was claimed from, or from the bytes
 // downloaded (got, -1 when the download did not end).
-func (r *fileRun) changedAfterClaim(got int64) (bool, error) {
+func (r *fetchStage) changedAfterClaim(got int64) (bool, error) {
 	st, err := r.sess.Lstat(r.in.ClaimedPath)
 	if partners.IsNotExist(err) {
 		return false, nil // row 12 decides
@@ -57,7 +57,7 @@ func (r *fileRun) stillAsClaimed(ctx context.Context) error {
 	if err := fault.Check("apply:before_last_commit"); err != nil {
 		return err
 	}
-	changed, err := r.changedAfterClaim(r.in.Size)
+	changed, err := r.fetchStage().changedAfterClaim(r.in.Size)
 	if err != nil {
 		return err
 	}
@@ -75,7 +75,7 @@ func (r *fileRun) stillAsClaimed(ctx context.Context) error {
 // the partner has meanwhile written a new file under the same name in
 // ready/, the claimed copy is held in quarantine instead (it is neither
 // the partner's file nor complete).
-func (r *fileRun) putBack(ctx context.Context) error {
+func (r *fetchStage) putBack(ctx context.Context) error {
 	in := r.in
 	if r.p.cfg.Records() {
 		// claim: record: the file never left ready/; dropping its claim

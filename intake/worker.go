@@ -128,7 +128,7 @@ func (r *fileRun) step(ctx context.Context) (err error) {
 			err = r.hold(ctx, ledger.StateQuarantined, ledger.Reason(reason), 0, hostileDetail[reason])
 		} else {
 			r.prepareSite()
-			err = r.download(ctx)
+			err = r.fetchStage().download(ctx)
 		}
 	case ledger.StateSpooled:
 		if r.in.PlanDecision == planRejected {
@@ -142,19 +142,19 @@ func (r *fileRun) step(ctx context.Context) (err error) {
 		if r.bound != nil && r.bound.Verdict == ledger.VerdictDuplicate {
 			// a duplicate needs no bytes: it is archived as it lies on the
 			// site (and one decided from its manifest was never read)
-			err = r.decide(ctx)
-		} else if err = r.ensureSpooled(ctx); err == nil && r.in.State == ledger.StateSpooled {
-			err = r.decide(ctx)
+			err = r.planStage().decide(ctx)
+		} else if err = r.fetchStage().ensureSpooled(ctx); err == nil && r.in.State == ledger.StateSpooled {
+			err = r.planStage().decide(ctx)
 		}
 	case ledger.StateApplying:
 		if r.in.Reason == ledger.ReasonRetriesExhausted { // its last commit went unanswered past the budget
 			return r.endSpent(ctx)
 		}
-		if err = r.ensureSpooled(ctx); err == nil && r.in.State == ledger.StateApplying {
+		if err = r.fetchStage().ensureSpooled(ctx); err == nil && r.in.State == ledger.StateApplying {
 			err = r.applyStage().apply(ctx)
 		}
 	case ledger.StateApplied:
-		err = r.archive(ctx, ledger.StateApplied, r.acceptedOutcome(), 0)
+		err = r.finishStage().archive(ctx, ledger.StateApplied, r.acceptedOutcome(), 0)
 	default:
 		err = fmt.Errorf("intake %d: no step for state %s", r.in.ID, r.in.State)
 	}
@@ -197,7 +197,7 @@ func (r *fileRun) heartbeat(ctx context.Context, cancel context.CancelCauseFunc)
 // decide binds the batch and routes the spooled file: a duplicate is
 // archived without business effect, a conflict is quarantined, a new batch
 // is planned and then applied, held, or failed.
-func (r *fileRun) decide(ctx context.Context) error {
+func (r *planStage) decide(ctx context.Context) error {
 	verdict, owner, err := ledger.VerdictNew, r.in.ID, error(nil)
 	switch {
 	case r.in.ReplayOf != 0: // a replay applies the same batch again on purpose
@@ -215,7 +215,7 @@ func (r *fileRun) decide(ctx context.Context) error {
 	}
 	switch verdict {
 	case ledger.VerdictDuplicate:
-		return r.archive(ctx, ledger.StateSpooled, ledger.OutcomeDuplicate, owner)
+		return r.finishStage().archive(ctx, ledger.StateSpooled, ledger.OutcomeDuplicate, owner)
 	case ledger.VerdictConflict:
 		return r.hold(ctx, ledger.StateQuarantined, ledger.ReasonBatchConflict, 0,
 			fmt.Sprintf("batch %s was already received with other bytes (intake %d); a resend under the same batch id must carry the same bytes", r.in.BatchID, owner))
