@@ -15,7 +15,7 @@ import (
 
 	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/intake/target"
-	"github.com/partner-intake/partner-intake/partners"
+	"github.com/partner-intake/partner-intake/partners/sftpconn"
 )
 
 // Plans and approval. A feed with an `approval` policy
@@ -290,7 +290,7 @@ func (r *applyStage) rewait(ctx context.Context, pc *planChangedError) error {
 // partner), moves each into its own processing/ dir and runs it. Takeover
 // is the conditional statement of the reconciler (token, expired lease):
 // of the owner and pollers racing, one takes each file.
-func (d *Daemon) resumeDecided(ctx context.Context, p *partnerRT, sess *partners.Session) error {
+func (d *Daemon) resumeDecided(ctx context.Context, p *partnerRT, sess *sftpconn.Session) error {
 	rows, err := d.ledger.Decided(ctx, p.cfg.ID, d.cfg.WorkerID)
 	if err != nil {
 		return err
@@ -328,7 +328,7 @@ func (d *Daemon) resumeDecided(ctx context.Context, p *partnerRT, sess *partners
 
 // takeOverDecided takes a decided file over and moves it into this
 // worker's processing dir, in the partner's claim section.
-func (d *Daemon) takeOverDecided(ctx context.Context, p *partnerRT, sess *partners.Session, old *ledger.Intake, dst string) (*ledger.Intake, error) {
+func (d *Daemon) takeOverDecided(ctx context.Context, p *partnerRT, sess *sftpconn.Session, old *ledger.Intake, dst string) (*ledger.Intake, error) {
 	in, err := d.ledger.TakeOver(ctx, old, d.cfg.WorkerID, dst)
 	if err != nil {
 		return nil, err
@@ -342,7 +342,7 @@ func (d *Daemon) takeOverDecided(ctx context.Context, p *partnerRT, sess *partne
 		}
 		if in.ManifestName != "" {
 			from, to := path.Join(path.Dir(old.ClaimedPath), in.ManifestName), path.Join(path.Dir(dst), in.ManifestName)
-			if err := sess.Rename(from, to); err != nil && !partners.IsNotExist(err) {
+			if err := sess.Rename(from, to); err != nil && !sftpconn.IsNotExist(err) {
 				d.log.Warn("could not move a manifest with its decided file", "partner", p.cfg.ID, "intake_id", in.ID, "err", err)
 			}
 		}

@@ -25,6 +25,7 @@ import (
 	"github.com/partner-intake/partner-intake/internal/schedule"
 	"github.com/partner-intake/partner-intake/migrations"
 	"github.com/partner-intake/partner-intake/partners"
+	"github.com/partner-intake/partner-intake/partners/sftpconn"
 	"github.com/partner-intake/partner-intake/spool"
 )
 
@@ -210,7 +211,7 @@ type Daemon struct {
 	targets *target.Cache   // the checked target of each feed mapping
 	sites   siteIndex       // each partner's site, as first dialled (site.go)
 	book    *sessionBook    // the dial bound and the open sessions (sessions.go)
-	conns   *partners.Conns // SSH connections, shared by partners on one account (sessions.go)
+	conns   *sftpconn.Conns // SSH connections, shared by partners on one account (sessions.go)
 
 	noClaims atomic.Bool
 	// id is this process's hold on its worker id (workerid.go); idMu
@@ -253,7 +254,7 @@ func New(cfg Config, parts []partners.Config, db *pgxpool.Pool, sp *spool.Spool,
 		metrics: newMetrics(reg), log: slog.New(pgerr.Handler(log.Handler())).With("component", "intake", "worker", cfg.WorkerID),
 		parts: map[string]*partnerRT{}, targets: target.NewCache(db)}
 	d.book = newSessionBook(cfg.Sessions.MaxParallelDials, d.metrics)
-	d.conns = partners.NewConns(cfg.Sessions.PartnersPerConnection)
+	d.conns = sftpconn.NewConns(cfg.Sessions.PartnersPerConnection)
 	d.metrics.connections(reg, d.conns)
 	// at most this many files are applied ahead of their plan at once,
 	// each holding a connection of the work pool through its download
@@ -801,7 +802,7 @@ type partnerRT struct {
 
 	mu         sync.Mutex // one poll at a time per partner
 	sessMu     sync.Mutex
-	sess       *partners.Session
+	sess       *sftpconn.Session
 	hasSess    atomic.Bool                   // sess != nil, read without sessMu (sessions.go)
 	site       atomic.Pointer[partners.Site] // its tree as the server resolves it, once dialled (site.go)
 	overwrites atomic.Bool                   // its server's RENAME overwrites: each session is told (site.go)
@@ -871,8 +872,9 @@ func (d *Daemon) PreparePoll(ctx context.Context) {
 	}
 }
 
-// deadline reports a poll's error as the session's *partners.TimeoutError
-// when the site's silence is why the poll failed (partners/watchdog.go).
+// deadline reports a poll's error as the session's *sftpconn.TimeoutError
+// when the site's silence is why the poll failed
+// (partners/sftpconn/watchdog.go).
 func (p *partnerRT) deadline(err error) error {
 	p.sessMu.Lock()
 	defer p.sessMu.Unlock()
@@ -888,7 +890,7 @@ func (p *partnerRT) drop() bool { return p.dropIf(nil) }
 
 // dropIf closes the partner's session if it is s (any session: nil), and
 // reports whether it closed one.
-func (p *partnerRT) dropIf(s *partners.Session) bool {
+func (p *partnerRT) dropIf(s *sftpconn.Session) bool {
 	p.sessMu.Lock()
 	defer p.sessMu.Unlock()
 	if p.sess == nil || (s != nil && p.sess != s) {

@@ -17,6 +17,7 @@ import (
 	"github.com/partner-intake/partner-intake/intake/rows"
 	"github.com/partner-intake/partner-intake/internal/fault"
 	"github.com/partner-intake/partner-intake/partners"
+	"github.com/partner-intake/partner-intake/partners/sftpconn"
 	"github.com/partner-intake/partner-intake/spool"
 )
 
@@ -53,9 +54,9 @@ func (r *fetchStage) download(ctx context.Context) error {
 		m, err := r.readManifest()
 		switch {
 		case err == nil:
-		case errors.Is(err, partners.ErrNotRegular):
+		case errors.Is(err, sftpconn.ErrNotRegular):
 			return r.hold(ctx, ledger.StateFailedTerminal, ledger.ReasonManifestInvalid, 0, "the manifest is not a regular file (a symlink, or another file swapped in after the listing): it was not read")
-		case errors.Is(err, partners.ErrManifestInvalid), partners.IsNotExist(err), partners.IsPermission(err):
+		case errors.Is(err, partners.ErrManifestInvalid), sftpconn.IsNotExist(err), sftpconn.IsPermission(err):
 			return r.hold(ctx, ledger.StateFailedTerminal, ledger.ReasonManifestInvalid, 0, "the manifest could not be read as JSON with bytes and sha256")
 		default:
 			// the site or the network failed the read, not the manifest:
@@ -356,7 +357,7 @@ func (r *fetchStage) openClaimed() (release func(), size, max int64, src spool.S
 		return nil, 0, 0, nil, err
 	}
 	switch {
-	case partners.IsNotExist(err):
+	case sftpconn.IsNotExist(err):
 		return fail(ErrRemoteLost)
 	case err != nil:
 		return fail(fmt.Errorf("open %s: %w", r.in.ClaimedPath, err))
@@ -459,7 +460,7 @@ func (r *fetchStage) openSecond(size int64) *background[*sftp.File] {
 // two channels: large (twoChannelBytes), far (twoChannelRTT), and the
 // site has not refused the second channel (a site that did is read with
 // pkg/sftp's WriteTo on one, as a near one).
-func readOnTwo(sess *partners.Session, size int64) bool {
+func readOnTwo(sess *sftpconn.Session, size int64) bool {
 	return size >= twoChannelBytes && sess.RTT() >= twoChannelRTT && !sess.RangesRefused()
 }
 
@@ -469,7 +470,7 @@ func readOnTwo(sess *partners.Session, size int64) bool {
 // (three round trips) then overlap the claim instead of following it.
 // When the claim is lost, the channel stays for the session's next large
 // file, as it does after a download.
-func startRanges(sess *partners.Session, size int64) {
+func startRanges(sess *sftpconn.Session, size int64) {
 	if readOnTwo(sess, size) {
 		go sess.Ranges()
 	}
@@ -550,7 +551,7 @@ func (r *planStage) fileFailure(ctx context.Context, fe *rows.FileError) error {
 }
 
 // twoChannelBytes: a file of this size or more is read over two SFTP
-// channels of the session (partners.Session.Ranges), its ranges on
+// channels of the session (sftpconn.Session.Ranges), its ranges on
 // whichever is free: every channel has its own 2 MiB SSH window, so at 50
 // ms two carry twice what one does. Below it a second sftp-server on the
 // site and its OPEN are not worth what they save.

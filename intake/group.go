@@ -14,6 +14,7 @@ import (
 	"github.com/partner-intake/partner-intake/internal/fault"
 	"github.com/partner-intake/partner-intake/internal/pgerr"
 	"github.com/partner-intake/partner-intake/partners"
+	"github.com/partner-intake/partner-intake/partners/sftpconn"
 )
 
 // A group is a run of one partner's small files that go through the
@@ -50,7 +51,7 @@ import (
 type fileGroup struct {
 	d     *Daemon
 	p     *partnerRT
-	sess  *partners.Session
+	sess  *sftpconn.Session
 	feed  *partners.Feed
 	log   *slog.Logger
 	files []*groupFile
@@ -103,7 +104,7 @@ func (g *fileGroup) leave(f *groupFile, reason string, err error) {
 
 // runGroup takes claimed files through the group's steps, then runs the
 // files that left the group on the per-file path.
-func (d *Daemon) runGroup(ctx context.Context, p *partnerRT, sess *partners.Session, ins []*ledger.Intake) error {
+func (d *Daemon) runGroup(ctx context.Context, p *partnerRT, sess *sftpconn.Session, ins []*ledger.Intake) error {
 	g := &fileGroup{d: d, p: p, sess: sess}
 	for _, in := range ins {
 		r, err := d.newRun(p, sess, in)

@@ -9,6 +9,7 @@ import (
 	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/internal/fault"
 	"github.com/partner-intake/partner-intake/partners"
+	"github.com/partner-intake/partner-intake/partners/sftpconn"
 )
 
 // groupable reports whether a candidate can go through a group: a small
@@ -85,7 +86,7 @@ func groupAt(p *partners.Config, cands []candidate, n int, fold bool) []candidat
 // after putting the group back: the caller walks them again one at a
 // time), whether a race showed, and an error for a rename that failed
 // otherwise than by losing a race.
-func (d *Daemon) claimGroup(ctx context.Context, p *partnerRT, sess *partners.Session, g []candidate, sequential bool) ([]*ledger.Intake, int, bool, error) {
+func (d *Daemon) claimGroup(ctx context.Context, p *partnerRT, sess *sftpconn.Session, g []candidate, sequential bool) ([]*ledger.Intake, int, bool, error) {
 	if err := d.stillHeld(ctx); err != nil {
 		return nil, 0, false, err
 	}
@@ -124,7 +125,7 @@ func (d *Daemon) claimGroup(ctx context.Context, p *partnerRT, sess *partners.Se
 	}
 	raced := false
 	for _, err := range errs[:walked] {
-		if err != nil && partners.IsNotExist(err) {
+		if err != nil && sftpconn.IsNotExist(err) {
 			raced = true
 			d.metrics.claimsLost.WithLabelValues(p.cfg.ID).Inc()
 		}
@@ -148,7 +149,7 @@ func (d *Daemon) claimGroup(ctx context.Context, p *partnerRT, sess *partners.Se
 		case err == nil:
 			renamed = append(renamed, &ledger.Intake{ID: ids[i], Partner: p.cfg.ID, Feed: c.Feed.Name, RemoteName: c.Name,
 				ClaimedPath: dst, ListedSize: c.Size, Worker: d.cfg.WorkerID})
-		case partners.IsNotExist(err), errors.Is(err, errPutBack):
+		case sftpconn.IsNotExist(err), errors.Is(err, errPutBack):
 		default:
 			if _, serr := sess.Lstat(dst); serr == nil {
 				d.metrics.skipped.WithLabelValues(p.cfg.ID, claimTargetBusy).Inc()
@@ -198,7 +199,7 @@ var errPutBack = errors.New("put back into ready/")
 // ready/ again) keeps its nil result and is recorded as claimed. Nothing
 // but the rename has happened to these files, so putting them back leaves
 // no trace but a log line.
-func (d *Daemon) putBack(p *partnerRT, sess *partners.Session, g []candidate, errs []error) []error {
+func (d *Daemon) putBack(p *partnerRT, sess *sftpconn.Session, g []candidate, errs []error) []error {
 	out := append([]error(nil), errs...)
 	back := make([]error, len(g))
 	var wg sync.WaitGroup

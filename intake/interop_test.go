@@ -21,6 +21,7 @@ import (
 	"github.com/partner-intake/partner-intake/internal/fault"
 	"github.com/partner-intake/partner-intake/internal/testenv"
 	"github.com/partner-intake/partner-intake/partners"
+	"github.com/partner-intake/partner-intake/partners/sftpconn"
 )
 
 // interopProfiles is what each partner server the tests start is
@@ -48,7 +49,7 @@ var interopProfiles = map[string]partners.Profile{
 // Partners run servers nobody here wrote. On each server the tests start
 // from its Debian package (OpenSSH, ProFTPD mod_sftp, rclone serve sftp
 // over a local directory and over its in-memory object store), intake
-// check (partners.Probe) and the daemon's first poll measure the same
+// check (sftpconn.Probe) and the daemon's first poll measure the same
 // profile (the daemon's kept in PostgreSQL) and both accept the site
 // (rclone's RENAME overwrites: its sessions make sure of each target
 // themselves). Then a file published by RENAME lands and is archived with
@@ -70,7 +71,7 @@ func TestEveryPartnerServerRunsTheEndToEndProtocol(t *testing.T) {
 			site := srv.NewSite(t, "iop")
 			site.Drop(t, "orders-1.csv", goodRows("A", 3))
 			cfg := site.Validated(t)
-			checked, checkErr := partners.Probe(context.Background(), &cfg, "w1")
+			checked, checkErr := sftpconn.Probe(context.Background(), &cfg, "w1")
 			r := newRig(t, pool, "w1", site)
 			runErr := r.d.PollOnce(context.Background(), "iop")
 			if checkErr != nil || runErr != nil {

@@ -7,7 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promauto"
 
 	"github.com/partner-intake/partner-intake/intake/ledger"
-	"github.com/partner-intake/partner-intake/partners"
+	"github.com/partner-intake/partner-intake/partners/sftpconn"
 )
 
 // metrics are the daemon's Prometheus series. Labels are bounded: partner
@@ -217,7 +217,7 @@ func (d *Daemon) Metrics() Metrics {
 
 // connections exports how many SSH connections the daemon's sessions
 // share.
-func (m *metrics) connections(reg prometheus.Registerer, c *partners.Conns) {
+func (m *metrics) connections(reg prometheus.Registerer, c *sftpconn.Conns) {
 	promauto.With(reg).NewGaugeFunc(prometheus.GaugeOpts{Name: "intake_ssh_connections_open",
 		Help: "SSH connections open to partners' sites (sessions.partners_per_connection share one where sites are one server under one account)."},
 		func() float64 { return float64(c.Open()) })

@@ -12,6 +12,7 @@ import (
 	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/internal/fault"
 	"github.com/partner-intake/partner-intake/partners"
+	"github.com/partner-intake/partner-intake/partners/sftpconn"
 )
 
 // Claims without a row (matrix row 1). A worker killed
@@ -49,7 +50,7 @@ func (d *Daemon) orphanSweepDue(p *partnerRT) bool {
 // known to be gone, and that no live row owns, into this worker's processing dir;
 // resumeOwn then records them as claims. The RENAME is the claim here as
 // anywhere: of two replicas sweeping at once, one gets each file.
-func (d *Daemon) adoptOrphans(ctx context.Context, p *partnerRT, sess *partners.Session) error {
+func (d *Daemon) adoptOrphans(ctx context.Context, p *partnerRT, sess *sftpconn.Session) error {
 	if !d.orphanSweepDue(p) {
 		return nil
 	}
@@ -80,7 +81,7 @@ func (d *Daemon) adoptOrphans(ctx context.Context, p *partnerRT, sess *partners.
 
 // adoptFrom moves a gone worker's entries without a live row into this
 // worker's processing dir (a manifest with its data file).
-func (d *Daemon) adoptFrom(ctx context.Context, p *partnerRT, sess *partners.Session, w string) error {
+func (d *Daemon) adoptFrom(ctx context.Context, p *partnerRT, sess *sftpconn.Session, w string) error {
 	dir := sess.Layout.ProcessingDir(w)
 	ents, err := sess.ReadDir(dir)
 	if err != nil {
@@ -90,7 +91,7 @@ func (d *Daemon) adoptFrom(ctx context.Context, p *partnerRT, sess *partners.Ses
 		return nil
 	}
 	// the moves below are writes: none on a site whose preparation
-	// failed (partners.ErrNotPrepared fails the poll)
+	// failed (sftpconn.ErrNotPrepared fails the poll)
 	if err := sess.Prepared(); err != nil {
 		return err
 	}
@@ -103,7 +104,7 @@ func (d *Daemon) adoptFrom(ctx context.Context, p *partnerRT, sess *partners.Ses
 }
 
 // moveOrphans is adoptFrom's moves, in the partner's claim section.
-func (d *Daemon) moveOrphans(ctx context.Context, p *partnerRT, sess *partners.Session, w string, ents []os.FileInfo) error {
+func (d *Daemon) moveOrphans(ctx context.Context, p *partnerRT, sess *sftpconn.Session, w string, ents []os.FileInfo) error {
 	if err := fault.Check("adopt:before_move"); err != nil {
 		return err
 	}
@@ -152,7 +153,7 @@ func (d *Daemon) moveOrphans(ctx context.Context, p *partnerRT, sess *partners.S
 		p.settled = false // an entry without a row may land in our dir now: resumeOwn must look
 		p.adoptMoves++
 		if err := sess.Rename(old, dst); err != nil {
-			if partners.IsNotExist(err) {
+			if sftpconn.IsNotExist(err) {
 				continue // another replica took it first
 			}
 			if errors.Is(err, os.ErrDeadlineExceeded) {
@@ -162,7 +163,7 @@ func (d *Daemon) moveOrphans(ctx context.Context, p *partnerRT, sess *partners.S
 			continue
 		}
 		if manifests && have[name+partners.ManifestSuffix] {
-			if err := sess.Rename(old+partners.ManifestSuffix, dst+partners.ManifestSuffix); err != nil && !partners.IsNotExist(err) {
+			if err := sess.Rename(old+partners.ManifestSuffix, dst+partners.ManifestSuffix); err != nil && !sftpconn.IsNotExist(err) {
 				d.log.Warn("could not move a manifest with its adopted file", "partner", p.cfg.ID, "path", old+partners.ManifestSuffix, "err", err)
 			}
 		}
@@ -182,7 +183,7 @@ func (d *Daemon) moveOrphans(ctx context.Context, p *partnerRT, sess *partners.S
 // was never this worker's to adopt: it gets no row, so no receipt, no
 // reason file and no count as failed; it is logged and counted
 // (intake_orphan_claims_vanished_total).
-func (d *Daemon) adoptOwn(ctx context.Context, p *partnerRT, sess *partners.Session, cands []*ledger.Intake) (int, error) {
+func (d *Daemon) adoptOwn(ctx context.Context, p *partnerRT, sess *sftpconn.Session, cands []*ledger.Intake) (int, error) {
 	if len(cands) == 0 {
 		return 0, nil
 	}
@@ -214,7 +215,7 @@ func (d *Daemon) adoptOwn(ctx context.Context, p *partnerRT, sess *partners.Sess
 		recorded, vanished = recorded[:0], 0
 		for _, in := range orphans {
 			fi, err := sess.Lstat(in.ClaimedPath)
-			if partners.IsNotExist(err) {
+			if sftpconn.IsNotExist(err) {
 				vanished++
 				continue
 			}

@@ -18,6 +18,7 @@ import (
 	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/internal/fault"
 	"github.com/partner-intake/partner-intake/partners"
+	"github.com/partner-intake/partner-intake/partners/sftpconn"
 )
 
 // errNotOwner: another live replica polls the partner (affinity.go).
@@ -98,7 +99,7 @@ type listing struct {
 }
 
 // listAhead lists ready/ (list) in the background.
-func (d *Daemon) listAhead(ctx context.Context, p *partnerRT, sess *partners.Session) *background[listing] {
+func (d *Daemon) listAhead(ctx context.Context, p *partnerRT, sess *sftpconn.Session) *background[listing] {
 	return inBackground(func() (listing, error) {
 		var l listing
 		var err error
@@ -150,7 +151,7 @@ func (d *Daemon) gate(ctx context.Context, p *partnerRT) (own bool, err error) {
 // housekeep clears what a crash left of this worker for the partner (spool
 // temp files, once) and resumes this worker's own files of it (resumeOwn;
 // due: the look-up of its rows started with the poll).
-func (d *Daemon) housekeep(ctx context.Context, p *partnerRT, sess *partners.Session, due *background[[]*ledger.Intake]) error {
+func (d *Daemon) housekeep(ctx context.Context, p *partnerRT, sess *sftpconn.Session, due *background[[]*ledger.Intake]) error {
 	if !p.tempClean {
 		// No download of this worker is in flight for the partner yet: any
 		// temp file of ours is a crash's leftover (matrix row 4).
@@ -181,7 +182,7 @@ func (d *Daemon) housekeep(ctx context.Context, p *partnerRT, sess *partners.Ses
 
 // claimReady lists ready/, moves its hostile entries to quarantine and
 // claims the rest (claimLoop).
-func (d *Daemon) claimReady(ctx context.Context, p *partnerRT, sess *partners.Session, ready *background[listing]) error {
+func (d *Daemon) claimReady(ctx context.Context, p *partnerRT, sess *sftpconn.Session, ready *background[listing]) error {
 	start := time.Now()
 	var l listing
 	var err error
@@ -194,7 +195,7 @@ func (d *Daemon) claimReady(ctx context.Context, p *partnerRT, sess *partners.Se
 		return err
 	}
 	// the listings went out behind the site's preparation; nothing is
-	// claimed on a site it failed on (partners.ErrNotPrepared)
+	// claimed on a site it failed on (sftpconn.ErrNotPrepared)
 	if err := sess.Prepared(); err != nil {
 		return err
 	}
@@ -225,7 +226,7 @@ func (d *Daemon) claimReady(ctx context.Context, p *partnerRT, sess *partners.Se
 type claimLoop struct {
 	d       *Daemon
 	p       *partnerRT
-	sess    *partners.Session
+	sess    *sftpconn.Session
 	quota   *spoolQuota
 	claimed int   // files claimed or quarantined this poll
 	nextID  int64 // allocated before the next claim's rename (see claim)
@@ -462,13 +463,13 @@ func hostileBudget(p *partners.Config) int {
 	return max(1, p.Limits.MaxFilesPerPoll/2)
 }
 
-// list streams ready/ once, non-recursively (partners.Session.ListDir),
+// list streams ready/ once, non-recursively (sftpconn.Session.ListDir),
 // and keeps only what this poll can use, whatever the directory holds:
 // the oldest max_files_per_poll claimable files, oldest first, and the
 // oldest hostileBudget hostile entries. Memory is bounded by those and
 // the work by one pass over the listing; skipped entries are counted by
 // reason. beyond is how many claimable files it counted but did not keep.
-func (d *Daemon) list(ctx context.Context, p *partnerRT, sess *partners.Session) (cands []candidate, hostile []partners.Skipped, beyond int, err error) {
+func (d *Daemon) list(ctx context.Context, p *partnerRT, sess *sftpconn.Session) (cands []candidate, hostile []partners.Skipped, beyond int, err error) {
 	cfg := p.cfg
 	manifestMode := cfg.Readiness == partners.ReadinessManifest
 	keep := newOldest(max(cfg.Limits.MaxFilesPerPoll, 1), func(c candidate) (time.Time, string) { return c.MTime, c.Name })
@@ -601,7 +602,7 @@ func (d *Daemon) list(ctx context.Context, p *partnerRT, sess *partners.Session)
 		}
 		if manifestMode {
 			m := c.Name + partners.ManifestSuffix
-			if !manifests.Has(sess, m) {
+			if !manifests.Has(m, sess.RegularInReady) {
 				total--
 				d.metrics.skipped.WithLabelValues(cfg.ID, string(partners.SkipNoManifest)).Inc()
 				continue
@@ -695,7 +696,7 @@ func (o *oldest[T]) sorted() []T {
 // crash gets a later id than its rename order. The rename is made under the
 // partner's claim lock, so it never falls inside another replica's group
 // (ledger.ClaimLock).
-func (d *Daemon) claim(ctx context.Context, p *partnerRT, sess *partners.Session, c candidate, id int64) (*ledger.Intake, *partners.Opening, int64, error) {
+func (d *Daemon) claim(ctx context.Context, p *partnerRT, sess *sftpconn.Session, c candidate, id int64) (*ledger.Intake, *sftpconn.Opening, int64, error) {
 	// checked before the claim section's connection is taken: a one-shot
 	// run's check uses the pool's idle one (workerid.go)
 	if err := d.stillHeld(ctx); err != nil {
@@ -726,7 +727,7 @@ func (d *Daemon) claim(ctx context.Context, p *partnerRT, sess *partners.Session
 	// A data file is opened right behind its claim's RENAME (one round
 	// trip for both; the download takes the file: fileRun.opening); a
 	// manifest pair's data file may never be read (manifestDuplicate).
-	var opening *partners.Opening
+	var opening *sftpconn.Opening
 	copied := sess.AllowCopy(c.Size) // a RENAME that copies answers late
 	if c.Manifest == "" {
 		opening, err = sess.RenameAndOpen(src, dst)
@@ -736,7 +737,7 @@ func (d *Daemon) claim(ctx context.Context, p *partnerRT, sess *partners.Session
 	copied()
 	lock.Release()
 	if err != nil {
-		if partners.IsNotExist(err) {
+		if sftpconn.IsNotExist(err) {
 			d.metrics.claimsLost.WithLabelValues(p.cfg.ID).Inc()
 			d.peers.lost() // another replica claims here: look again who polls the partner
 			return nil, nil, 0, nil
@@ -763,7 +764,7 @@ func (d *Daemon) claim(ctx context.Context, p *partnerRT, sess *partners.Session
 	in := &ledger.Intake{Partner: p.cfg.ID, Feed: c.Feed.Name, RemoteName: c.Name, ClaimedPath: dst,
 		ListedSize: c.Size, ListedMTime: c.MTime, Worker: d.cfg.WorkerID}
 	if c.Manifest != "" {
-		if err := sess.Rename(sess.Layout.Ready(c.Manifest), sess.Layout.Processing(d.cfg.WorkerID, c.Manifest)); err != nil && !partners.IsNotExist(err) {
+		if err := sess.Rename(sess.Layout.Ready(c.Manifest), sess.Layout.Processing(d.cfg.WorkerID, c.Manifest)); err != nil && !sftpconn.IsNotExist(err) {
 			return nil, nil, 0, fmt.Errorf("claim manifest of %s: %w", c.Name, err)
 		}
 		in.ManifestName = c.Manifest
@@ -795,11 +796,11 @@ func (d *Daemon) claim(ctx context.Context, p *partnerRT, sess *partners.Session
 // at the path, where the earlier intake's archive would move it as its
 // own. A failed move back leaves it there for resumeOwn to adopt once the
 // path is free (the partner is looked through again).
-func (d *Daemon) busyClaimPath(p *partnerRT, sess *partners.Session, in *ledger.Intake) {
+func (d *Daemon) busyClaimPath(p *partnerRT, sess *sftpconn.Session, in *ledger.Intake) {
 	d.metrics.skipped.WithLabelValues(p.cfg.ID, claimTargetBusy).Inc()
 	back := func(name string) error {
 		err := sess.Rename(sess.Layout.Processing(d.cfg.WorkerID, name), sess.Layout.Ready(name))
-		if err != nil && !partners.IsNotExist(err) {
+		if err != nil && !sftpconn.IsNotExist(err) {
 			return err
 		}
 		return nil
@@ -823,7 +824,7 @@ func (d *Daemon) busyClaimPath(p *partnerRT, sess *partners.Session, in *ledger.
 // matches) out of ready/ without reading it: it is claimed by rename under a
 // generated name (the original name never enters a path of ours), recorded,
 // and held in quarantine/ with a reason file and a receipt for the partner.
-func (d *Daemon) quarantineHostile(ctx context.Context, p *partnerRT, sess *partners.Session, h partners.Skipped) error {
+func (d *Daemon) quarantineHostile(ctx context.Context, p *partnerRT, sess *sftpconn.Session, h partners.Skipped) error {
 	if err := d.stillHeld(ctx); err != nil {
 		return err
 	}
@@ -835,7 +836,7 @@ func (d *Daemon) quarantineHostile(ctx context.Context, p *partnerRT, sess *part
 	gen := fmt.Sprintf("%s%s-%d-%s", partners.HostilePrefix, h.Reason, time.Now().UnixNano(), hex.EncodeToString(b[:]))
 	dst := sess.Layout.Processing(d.cfg.WorkerID, gen)
 	if err := sess.Rename(sess.Layout.Ready(h.Info.Name()), dst); err != nil {
-		if partners.IsNotExist(err) {
+		if sftpconn.IsNotExist(err) {
 			d.metrics.claimsLost.WithLabelValues(p.cfg.ID).Inc()
 			return nil
 		}
@@ -882,7 +883,7 @@ func hostileReason(claimedPath string) string {
 // restart), taking each over with a new fencing token. due is the look-up
 // of this worker's due rows started with the poll: it stands unless a claim
 // is recorded here first.
-func (d *Daemon) resumeOwn(ctx context.Context, p *partnerRT, sess *partners.Session, due *background[[]*ledger.Intake]) error {
+func (d *Daemon) resumeOwn(ctx context.Context, p *partnerRT, sess *sftpconn.Session, due *background[[]*ledger.Intake]) error {
 	if p.cfg.Records() {
 		// claim: record: nothing is ever moved, so there is no
 		// processing/ to look through; the rows say what to resume
@@ -1011,7 +1012,7 @@ func (d *Daemon) resumeOwn(ctx context.Context, p *partnerRT, sess *partners.Ses
 // rows this worker id holds, and a poll runs one at a time): its answer
 // saves the poll a statement after its dial. A row that fell due since is
 // the next poll's.
-func (d *Daemon) resumeRows(ctx context.Context, p *partnerRT, sess *partners.Session, due *background[[]*ledger.Intake]) error {
+func (d *Daemon) resumeRows(ctx context.Context, p *partnerRT, sess *sftpconn.Session, due *background[[]*ledger.Intake]) error {
 	// files that failed wait for their own next attempt (attempt.go)
 	var live []*ledger.Intake
 	var err error
@@ -1024,7 +1025,7 @@ func (d *Daemon) resumeRows(ctx context.Context, p *partnerRT, sess *partners.Se
 		return err
 	}
 	// no file runs on a site whose preparation failed: that is the
-	// poll's failure, not theirs (partners.ErrNotPrepared)
+	// poll's failure, not theirs (sftpconn.ErrNotPrepared)
 	if err := sess.Prepared(); err != nil {
 		return err
 	}
@@ -1052,7 +1053,7 @@ func (d *Daemon) resumeRows(ctx context.Context, p *partnerRT, sess *partners.Se
 
 // runFile runs one file; losing it to another owner is counted and is not
 // an error of the poll.
-func (d *Daemon) runFile(ctx context.Context, p *partnerRT, sess *partners.Session, in *ledger.Intake) error {
+func (d *Daemon) runFile(ctx context.Context, p *partnerRT, sess *sftpconn.Session, in *ledger.Intake) error {
 	return d.runClaimed(ctx, p, sess, in, nil, false)
 }
 
@@ -1060,7 +1061,7 @@ func (d *Daemon) runFile(ctx context.Context, p *partnerRT, sess *partners.Sessi
 // with the file opened behind its claim's RENAME (nil: none), which its
 // download takes (openClaimed) and which is closed if the run never gets
 // there.
-func (d *Daemon) runClaimed(ctx context.Context, p *partnerRT, sess *partners.Session, in *ledger.Intake, opening *partners.Opening, claimed bool) error {
+func (d *Daemon) runClaimed(ctx context.Context, p *partnerRT, sess *sftpconn.Session, in *ledger.Intake, opening *sftpconn.Opening, claimed bool) error {
 	p.fileRuns.Add(1)
 	r, err := d.newRun(p, sess, in)
 	if err != nil {
@@ -1086,7 +1087,7 @@ func (r *fileRun) runAlone(ctx context.Context) error {
 		r.fencedOut(fe.Step)
 		return nil
 	}
-	if errors.Is(err, partners.ErrNotPrepared) {
+	if errors.Is(err, sftpconn.ErrNotPrepared) {
 		// the site's failure, not the file's: no attempt of it is
 		// counted, and the poll ends with it
 		return fmt.Errorf("intake %d: %w", r.in.ID, err)
@@ -1108,7 +1109,7 @@ func (r *fileRun) fencedOut(step string) {
 
 // removeProbe removes a leftover probe entry of a killed profile
 // measurement from the worker's processing dir (gone already is fine).
-func removeProbe(sess *partners.Session, p string, dir bool) {
+func removeProbe(sess *sftpconn.Session, p string, dir bool) {
 	if dir {
 		_ = sess.RemoveDirectory(p)
 		return

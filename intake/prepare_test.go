@@ -11,14 +11,14 @@ import (
 	"github.com/partner-intake/partner-intake/intake"
 	"github.com/partner-intake/partner-intake/internal/fault"
 	"github.com/partner-intake/partner-intake/internal/testenv"
-	"github.com/partner-intake/partner-intake/partners"
+	"github.com/partner-intake/partner-intake/partners/sftpconn"
 )
 
 // A site whose directories cannot be made ready (archive/ taken by a
 // regular file) fails the poll, and the poll only: a file of the partner
 // due to be resumed does not run, so no attempt of it is counted for the
 // site's failure (the preparation is not waited for by the dial, the
-// listings go out behind it: partners.Session.Prepare).
+// listings go out behind it: sftpconn.Session.Prepare).
 func TestASiteThatCannotBePreparedCountsNoFilesAttempt(t *testing.T) {
 	_, pool := testenv.DB(t)
 	site := testenv.NewSite(t, "acme")
@@ -61,8 +61,8 @@ func TestASiteThatCannotBePreparedCountsNoFilesAttempt(t *testing.T) {
 	r2 := newRigCfg(t, pool, cfg, site) // a fresh dial, prepared anew
 	for i := 0; i < 3; i++ {
 		err := r2.d.PollOnce(ctx, "acme")
-		if !errors.Is(err, partners.ErrNotPrepared) {
-			t.Fatalf("poll %d on a site that cannot be prepared: %v, want partners.ErrNotPrepared", i, err)
+		if !errors.Is(err, sftpconn.ErrNotPrepared) {
+			t.Fatalf("poll %d on a site that cannot be prepared: %v, want sftpconn.ErrNotPrepared", i, err)
 		}
 		waitDue(t, pool, "acme")
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/partner-intake/partner-intake/intake/sitefile"
 	"github.com/partner-intake/partner-intake/internal/fault"
 	"github.com/partner-intake/partner-intake/partners"
+	"github.com/partner-intake/partner-intake/partners/sftpconn"
 )
 
 // QuarantineReason is quarantine/<intake_id>.<name>.reason.json.
@@ -125,7 +126,7 @@ func (r *finishStage) dropStaleReason() error {
 // already is fine).
 func (r *finishStage) removeReason() error {
 	p := path.Join(r.sess.Layout.QuarantineDir(), sitefile.ReasonName(heldName(r.in.ID, r.in.RemoteName)))
-	if err := r.sess.Remove(p); err != nil && !partners.IsNotExist(err) {
+	if err := r.sess.Remove(p); err != nil && !sftpconn.IsNotExist(err) {
 		return fmt.Errorf("remove stale reason file: %w", err)
 	}
 	return nil

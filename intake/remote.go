@@ -11,6 +11,7 @@ import (
 	"github.com/partner-intake/partner-intake/intake/sitefile"
 	"github.com/partner-intake/partner-intake/internal/fault"
 	"github.com/partner-intake/partner-intake/partners"
+	"github.com/partner-intake/partner-intake/partners/sftpconn"
 )
 
 // ErrRemoteLost: the claimed file is gone from processing/ and no earlier
@@ -24,14 +25,14 @@ var ErrRemoteLost = errors.New("the claimed remote file is gone")
 // more. When src is already gone and a candidate exists, an earlier
 // attempt moved it: that candidate is returned, so a resumed step is
 // idempotent.
-func moveOnce(s *partners.Session, src string, candidates []string) (string, error) {
+func moveOnce(s *sftpconn.Session, src string, candidates []string) (string, error) {
 	if err := s.EnsureDir(path.Dir(candidates[0])); err != nil {
 		return "", fmt.Errorf("create %s: %w", path.Dir(candidates[0]), err)
 	}
 	if err := s.Rename(src, candidates[0]); err == nil {
 		return candidates[0], nil
 	}
-	if _, err := s.Lstat(src); partners.IsNotExist(err) {
+	if _, err := s.Lstat(src); sftpconn.IsNotExist(err) {
 		for i := len(candidates) - 1; i >= 0; i-- {
 			if _, err := s.Lstat(candidates[i]); err == nil {
 				return candidates[i], nil
@@ -68,7 +69,7 @@ func (r *fileRun) claimedIsOurs() (bool, error) {
 		return true, nil
 	}
 	st, err := r.sess.Lstat(r.in.ClaimedPath)
-	if partners.IsNotExist(err) {
+	if sftpconn.IsNotExist(err) {
 		return true, nil // the move finds it gone
 	}
 	if err != nil {

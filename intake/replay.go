@@ -9,6 +9,7 @@ import (
 	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/internal/fault"
 	"github.com/partner-intake/partner-intake/partners"
+	"github.com/partner-intake/partner-intake/partners/sftpconn"
 )
 
 // ReplayRequest is one ops request to replay a finished file.
@@ -135,7 +136,7 @@ func (d *Daemon) Replay(ctx context.Context, q ReplayRequest) (*ledger.Intake, e
 
 // runReplay runs the replay's row to its end.
 func (d *Daemon) runReplay(ctx context.Context, p *partnerRT, in *ledger.Intake, progress func(done, total int64)) error {
-	sess, err := partners.Dial(ctx, p.cfg)
+	sess, err := sftpconn.Dial(ctx, p.cfg)
 	if err != nil {
 		return err
 	}

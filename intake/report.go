@@ -13,7 +13,7 @@ import (
 
 	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/intake/sitefile"
-	"github.com/partner-intake/partner-intake/partners"
+	"github.com/partner-intake/partner-intake/partners/sftpconn"
 )
 
 // writeReports publishes the receipt and, when rows did not apply, the
@@ -63,7 +63,7 @@ func (r *finishStage) dropStaleRejects(ctx context.Context) error {
 	}
 	name := path.Join(r.sess.Layout.ReportsDir(), sitefile.ReportStem(r.in)+sitefile.RejectsSuffix)
 	for _, p := range []string{name, name + sitefile.EncryptedSuffix} {
-		if err := r.sess.Remove(p); err != nil && !partners.IsNotExist(err) {
+		if err := r.sess.Remove(p); err != nil && !sftpconn.IsNotExist(err) {
 			return fmt.Errorf("remove stale rejects report: %w", err)
 		}
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/partner-intake/partner-intake/internal/schedule"
 	"github.com/partner-intake/partner-intake/partners"
+	"github.com/partner-intake/partner-intake/partners/sftpconn"
 )
 
 // The session policy (a fleet of partners on one daemon).
@@ -46,7 +47,7 @@ import (
 //     was asked for) and are polled at once on start.
 //   - Partners whose sites are one server under one account with the same
 //     credentials share SSH connections, PartnersPerConnection (default 3)
-//     a connection, each on channels of its own (partners/conns.go): a
+//     a connection, each on channels of its own (partners/sftpconn/conns.go): a
 //     thousand partners on a hub's own SFTP server cost it 334 logins, not
 //     1,000. Three, as a partner opens up to three channels and OpenSSH
 //     allows 10 a connection by default (MaxSessions); a site that refuses
@@ -186,7 +187,7 @@ func (d *Daemon) newPartnerRT(c *partners.Config) *partnerRT {
 // server's dial bound (and the daemon's cap on open sessions). A stale
 // session (its connection ended, or takes no new sessions since another
 // partner's request on it hung) is given up and dialled afresh.
-func (d *Daemon) session(ctx context.Context, p *partnerRT) (*partners.Session, error) {
+func (d *Daemon) session(ctx context.Context, p *partnerRT) (*sftpconn.Session, error) {
 	if err := d.siteShared(p); err != nil {
 		return nil, err
 	}
@@ -230,7 +231,7 @@ func (d *Daemon) session(ctx context.Context, p *partnerRT) (*partners.Session, 
 
 // dial opens a session (with its listing channel) and prepares the site:
 // this worker's directories (claim mode).
-func (d *Daemon) dial(ctx context.Context, p *partnerRT) (*partners.Session, error) {
+func (d *Daemon) dial(ctx context.Context, p *partnerRT) (*sftpconn.Session, error) {
 	start := time.Now()
 	s, err := d.conns.Dial(ctx, p.cfg)
 	if err != nil {
@@ -242,7 +243,7 @@ func (d *Daemon) dial(ctx context.Context, p *partnerRT) (*partners.Session, err
 	}()
 	// claim: record writes nothing on the site (no directories); a site
 	// that refuses a second channel is listed whole instead
-	// (partners.Session.ListDir): claims work either way.
+	// (sftpconn.Session.ListDir): claims work either way.
 	if err := s.Prepare(d.cfg.WorkerID, !p.cfg.Records()); err != nil {
 		s.Close()
 		return nil, fmt.Errorf("partner %s: %w", p.cfg.ID, err)

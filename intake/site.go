@@ -11,13 +11,14 @@ import (
 
 	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/partners"
+	"github.com/partner-intake/partner-intake/partners/sftpconn"
 )
 
 // Two partners configured on one tree under different spellings (a root
 // of "." and the home directory spelled out, a symbolic link, a host name
 // and its address) would each claim, archive and report in the other's
 // directories: the configuration's textual check cannot see it. Each
-// partner's site is resolved by the server (partners.Session.Site: the
+// partner's site is resolved by the server (sftpconn.Session.Site: the
 // host key it proved, the account, the root after REALPATH) when it is
 // first dialled, and a partner whose site is another configured
 // partner's, or lies inside it, is refused, both of them, until the
@@ -31,8 +32,8 @@ const reasonSiteShared = "site_shared"
 // makes a new partnerRT) and refuses it when it overlaps another's, or
 // when its server's profile cannot serve it (siteProfile). Every session
 // of a partner whose server's RENAME overwrites is told so before it
-// renames anything (partners.Session.SetRenameOverwrites).
-func (d *Daemon) resolveSite(ctx context.Context, p *partnerRT, s *partners.Session) error {
+// renames anything (sftpconn.Session.SetRenameOverwrites).
+func (d *Daemon) resolveSite(ctx context.Context, p *partnerRT, s *sftpconn.Session) error {
 	if p.site.Load() == nil {
 		site, err := s.Site()
 		if err != nil {
@@ -52,7 +53,7 @@ func (d *Daemon) resolveSite(ctx context.Context, p *partnerRT, s *partners.Sess
 // profileFor is how long a measured site profile is trusted.
 const profileFor = 24 * time.Hour
 
-// siteProfile measures the partner's server (partners.Session.
+// siteProfile measures the partner's server (sftpconn.Session.
 // MeasureProfile: RENAME over an existing name, the extensions offered,
 // empty directories, mtimes, case, REALPATH) when the partner is first
 // dialled and keeps the profile in PostgreSQL for a day, so a one-shot
@@ -66,8 +67,8 @@ const profileFor = 24 * time.Hour
 // is served at the next). A claim: record partner never renames and is
 // not measured. The limits only `intake check` measures are read from the
 // row it kept: the channels one connection starts bound the sessions the
-// partner's connections carry (partners.Conns.SetChannels).
-func (d *Daemon) siteProfile(ctx context.Context, p *partnerRT, s *partners.Session, site partners.Site) error {
+// partner's connections carry (sftpconn.Conns.SetChannels).
+func (d *Daemon) siteProfile(ctx context.Context, p *partnerRT, s *sftpconn.Session, site partners.Site) error {
 	if p.cfg.Records() {
 		return nil
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/partner-intake/partner-intake/internal/sshdtest"
 	"github.com/partner-intake/partner-intake/internal/testenv"
 	"github.com/partner-intake/partner-intake/partners"
+	"github.com/partner-intake/partner-intake/partners/sftpconn"
 )
 
 // Two partners configured on one tree under different spellings (here a
@@ -85,7 +86,7 @@ func TestAServerWhoseRenameOverwritesIsServedUnlessReadinessStable(t *testing.T)
 			site.Config.Readiness = tc.readiness
 			site.Drop(t, "orders-1.csv", goodRows("O", 2))
 			cfg := site.Validated(t)
-			_, checkErr := partners.Probe(context.Background(), &cfg, "w1")
+			_, checkErr := sftpconn.Probe(context.Background(), &cfg, "w1")
 			r := newRig(t, pool, "w1", site)
 			err := r.d.PollOnce(context.Background(), "ow")
 			var measured bool
@@ -231,10 +232,10 @@ func TestAServerWhoseEmptyDirectoriesVanishIsServed(t *testing.T) {
 	}
 	// intake check's probes agree with the daemon: the site is served
 	cfg := site.Validated(t)
-	if prof, err := partners.Probe(context.Background(), &cfg, "w-check"); err != nil || prof.EmptyDirPersists {
+	if prof, err := sftpconn.Probe(context.Background(), &cfg, "w-check"); err != nil || prof.EmptyDirPersists {
 		t.Fatalf("probe: %v, %+v; want the site served, its empty directories vanishing", err, prof)
 	}
-	if a, err := partners.ProbeAccess(context.Background(), &cfg, true); err != nil || a.List != partners.CanYes {
+	if a, err := sftpconn.ProbeAccess(context.Background(), &cfg, true); err != nil || a.List != partners.CanYes {
 		t.Fatalf("access probe: %v, %+v", err, a)
 	}
 	r := newRig(t, pool, "w1", site)
@@ -372,7 +373,7 @@ func TestTheLimitsCheckKeptOutliveTheDaemonsMeasurementOfTheSameSiteOnly(t *test
 	_, pool := testenv.DB(t)
 	site := testenv.NewSite(t, "lim")
 	cfg := site.Validated(t)
-	prof, psite, err := partners.ProbeSite(context.Background(), &cfg, "w1")
+	prof, psite, err := sftpconn.ProbeSite(context.Background(), &cfg, "w1")
 	if err != nil || prof.Channels != 8 || prof.Handles == 0 {
 		t.Fatalf("check's probe: %v, %s", err, prof)
 	}
@@ -407,7 +408,7 @@ func TestTheLimitsCheckKeptOutliveTheDaemonsMeasurementOfTheSameSiteOnly(t *test
 
 // The channels one connection starts, measured by intake check and kept
 // with the profile, bound the sessions the daemon puts on a connection
-// (partners.Conns.SetChannels) from the partner's profile on: on a site
+// (sftpconn.Conns.SetChannels) from the partner's profile on: on a site
 // of 4 channels a connection (sshd MaxSessions 4), three partners on one
 // account get a connection each, no channel refused; without the bound,
 // the second partner's session joins the first's connection and the
@@ -435,7 +436,7 @@ func TestTheDaemonPutsNoMoreSessionsOnAConnectionThanItsMeasuredChannelsAllow(t 
 			SFTP: partners.SFTP{Address: srv.Addr, User: srv.User, PrivateKeyFile: srv.ClientKeyFile,
 				KnownHostsFile: srv.KnownHostsFile, Root: root, DialTimeout: 10 * time.Second}}}
 		cfg := site.Validated(t)
-		prof, psite, err := partners.ProbeSite(context.Background(), &cfg, "w1") // intake check
+		prof, psite, err := sftpconn.ProbeSite(context.Background(), &cfg, "w1") // intake check
 		if err != nil || prof.Channels != 4 {
 			t.Fatalf("check's probe of %s: %v, %d channels a connection, want 4", id, err, prof.Channels)
 		}

@@ -11,6 +11,7 @@ import (
 	"github.com/partner-intake/partner-intake/intake/sitefile"
 	"github.com/partner-intake/partner-intake/internal/fault"
 	"github.com/partner-intake/partner-intake/partners"
+	"github.com/partner-intake/partner-intake/partners/sftpconn"
 )
 
 // Readiness stable (partners/ready.go ClassifyStable): a partner who
@@ -27,7 +28,7 @@ import (
 // downloaded (got, -1 when the download did not end).
 func (r *fetchStage) changedAfterClaim(got int64) (bool, error) {
 	st, err := r.sess.Lstat(r.in.ClaimedPath)
-	if partners.IsNotExist(err) {
+	if sftpconn.IsNotExist(err) {
 		return false, nil // row 12 decides
 	}
 	if err != nil {
@@ -114,19 +115,19 @@ func (r *fetchStage) putBack(ctx context.Context) error {
 // raises quarantine_no_record for a human. A rename that fails leaves the
 // put back undone unless the file is gone from its claimed path: a
 // "no such file" may mean ready/ itself is missing, not the file.
-func putBackFile(sess *partners.Session, claimedPath, name string) error {
+func putBackFile(sess *sftpconn.Session, claimedPath, name string) error {
 	err := sess.Rename(claimedPath, sess.Layout.Ready(name))
 	if err == nil {
 		return nil
 	}
 	if _, serr := sess.Lstat(sess.Layout.Ready(name)); serr != nil {
-		if _, cerr := sess.Lstat(claimedPath); partners.IsNotExist(cerr) {
+		if _, cerr := sess.Lstat(claimedPath); sftpconn.IsNotExist(cerr) {
 			return nil // moved meanwhile, or the rename's reply was lost
 		}
 		return fmt.Errorf("put back %s: %w", path.Base(claimedPath), err)
 	}
 	dst := path.Join(sess.Layout.QuarantineDir(), sitefile.FitStem(fmt.Sprintf("put-back.%d.", time.Now().UnixNano()), name, "", heldReserve))
-	if err := sess.Rename(claimedPath, dst); err != nil && !partners.IsNotExist(err) {
+	if err := sess.Rename(claimedPath, dst); err != nil && !sftpconn.IsNotExist(err) {
 		return fmt.Errorf("put back %s: %w", path.Base(claimedPath), err)
 	}
 	return nil
@@ -138,7 +139,7 @@ func putBackFile(sess *partners.Session, claimedPath, name string) error {
 // worker's processing dir and tries again (WasPutBack), so the file is
 // never left there without an owner, and the partner's other files go on.
 // It reports whether the file was put back.
-func (d *Daemon) finishPutBack(p *partnerRT, sess *partners.Session, claimedPath, name string) bool {
+func (d *Daemon) finishPutBack(p *partnerRT, sess *sftpconn.Session, claimedPath, name string) bool {
 	if err := putBackFile(sess, claimedPath, name); err != nil {
 		d.log.Warn("could not put a file back into ready/; the next poll tries again", "partner", p.cfg.ID,
 			"reason", string(ledger.ReasonChangedAfterClaim), "err", err)

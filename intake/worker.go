@@ -10,6 +10,7 @@ import (
 	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/intake/sitefile"
 	"github.com/partner-intake/partner-intake/partners"
+	"github.com/partner-intake/partner-intake/partners/sftpconn"
 )
 
 // fileRun drives one claimed file through its states. Each step reads the
@@ -18,7 +19,7 @@ import (
 type fileRun struct {
 	d    *Daemon
 	p    *partnerRT
-	sess *partners.Session
+	sess *sftpconn.Session
 	in   *ledger.Intake
 	// idHold: the worker id's hold the run began under; its fences pass
 	// only under it (remote.go fence, workerid.go)
@@ -47,13 +48,13 @@ type fileRun struct {
 	site *background[*sitefile.Staged]
 	// opening: the file opened behind its claim's RENAME, until the
 	// download takes it (openClaimed).
-	opening *partners.Opening
+	opening *sftpconn.Opening
 	// placed: this run put the file at its claimed path (its claim) or
 	// read it there: what is at the path is its bytes (claimedIsOurs).
 	placed bool
 }
 
-func (d *Daemon) newRun(p *partnerRT, sess *partners.Session, in *ledger.Intake) (*fileRun, error) {
+func (d *Daemon) newRun(p *partnerRT, sess *sftpconn.Session, in *ledger.Intake) (*fileRun, error) {
 	r := &fileRun{d: d, p: p, sess: sess, in: in, idHold: d.hold(),
 		log: d.log.With("partner", in.Partner, "intake_id", in.ID, "feed", in.Feed)}
 	r.feed = p.cfg.Feed(in.Feed)

@@ -1,6 +1,9 @@
 // Package partners holds what intake knows about one partner: its
-// configuration, its SFTP session with a pinned host key, and the layout of
-// its remote directories.
+// configuration, the layout of its remote directories, the rules of what
+// in ready/ may be claimed, the manifest format, and what its site was
+// measured to be (Profile, Site). The SFTP transport to the site is
+// package partners/sftpconn, which reads this one; this one never
+// imports it.
 package partners
 
 import (
@@ -168,7 +171,7 @@ type SFTP struct {
 	// others, for an old server that has nothing better: the
 	// diffie-hellman-group14-sha1 key exchange, the hmac-sha1 and
 	// hmac-sha1-96 MACs, ssh-rsa signatures of the host key and of
-	// intake's own RSA key (partners/algorithms.go). intake check warns
+	// intake's own RSA key (partners/sftpconn/algorithms.go). intake check warns
 	// for it, and intake_partner_legacy_ssh_algorithms is 1.
 	LegacyAlgorithms bool `yaml:"legacy_algorithms"`
 }

@@ -1,14 +1,9 @@
 package partners
 
 import (
-	"errors"
 	"fmt"
-	"os"
 	"path"
-	"sync"
 	"time"
-
-	"github.com/pkg/sftp"
 )
 
 // Layout turns the partner's directory names into remote paths.
@@ -56,70 +51,8 @@ func (l Layout) QuarantineDir() string { return l.join(l.Dirs.Quarantine) }
 // ReportsDir is reports/.
 func (l Layout) ReportsDir() string { return l.join(l.Dirs.Reports) }
 
-// EnsureDirs creates the directories intake writes to when they are
-// missing. A lost claim race and a missing target directory both read as
-// "no such file", so the claim target must exist before a rename's error
-// can be read as a lost race. The directories are asked about together
-// (pkg/sftp keeps the requests in flight side by side): one round trip
-// when they exist, not one per directory. It returns the directories.
-func (l Layout) EnsureDirs(c *sftp.Client, worker string) ([]string, error) {
-	return l.ensureDirs(c, worker, nil)
-}
-
-// writeDirs are the directories intake writes to, relative to Root.
-func (l Layout) writeDirs(worker string) []string {
+// WriteDirs are the directories intake writes to, relative to Root
+// (sftpconn.EnsureDirs makes sure of them on the site).
+func (l Layout) WriteDirs(worker string) []string {
 	return []string{l.Dirs.Ready, path.Join(l.Dirs.Processing, worker), l.Dirs.Quarantine, l.Dirs.Reports, l.Dirs.Archive}
-}
-
-// ensureDirs is EnsureDirs for the directories not in have (made sure of
-// already).
-func (l Layout) ensureDirs(c *sftp.Client, worker string, have map[string]bool) ([]string, error) {
-	var dirs []string
-	for _, d := range l.writeDirs(worker) {
-		dirs = append(dirs, l.join(d))
-	}
-	errs := make([]error, len(dirs))
-	var wg sync.WaitGroup
-	for i, d := range dirs {
-		if have[d] {
-			continue
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[i] = c.MkdirAll(d) // safe beside another MkdirAll of a shared parent: an existing directory is success
-		}()
-	}
-	wg.Wait()
-	for i, err := range errs {
-		if err != nil {
-			return nil, fmt.Errorf("create remote %s: %w", dirs[i], err)
-		}
-	}
-	return dirs, nil
-}
-
-// IsPermission reports whether err means the site refused access to the
-// remote path.
-func IsPermission(err error) bool {
-	if err == nil {
-		return false
-	}
-	if errors.Is(err, os.ErrPermission) {
-		return true
-	}
-	var se *sftp.StatusError
-	return errors.As(err, &se) && se.FxCode() == sftp.ErrSSHFxPermissionDenied
-}
-
-// IsNotExist reports whether err means the remote path does not exist.
-func IsNotExist(err error) bool {
-	if err == nil {
-		return false
-	}
-	if errors.Is(err, os.ErrNotExist) {
-		return true
-	}
-	var se *sftp.StatusError
-	return errors.As(err, &se) && se.FxCode() == sftp.ErrSSHFxNoSuchFile
 }

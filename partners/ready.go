@@ -244,14 +244,11 @@ func (m *Manifests) Add(name string) {
 func (m *Manifests) Seen(name string) bool { return m.names[name] }
 
 // Has reports whether the manifest is in ready/: remembered, or, when the
-// listing passed more than it remembered, found there as a regular file.
-func (m *Manifests) Has(s *Session, name string) bool {
+// listing passed more than it remembered, found there as a regular file
+// by regular (one LSTAT on the site: sftpconn's Session.RegularInReady).
+func (m *Manifests) Has(name string, regular func(name string) bool) bool {
 	if m.names[name] {
 		return true
 	}
-	if !m.overflow {
-		return false
-	}
-	fi, err := s.Lstat(s.Layout.Ready(name))
-	return err == nil && fi.Mode().IsRegular()
+	return m.overflow && regular(name)
 }

@@ -1,6 +1,7 @@
 package partners_test
 
 import (
+	"fmt"
 	"io/fs"
 	"os"
 	"strings"
@@ -192,5 +193,24 @@ func TestStableConfigIsValidated(t *testing.T) {
 	c.SetDefaults()
 	if err := c.Validate("partners[0]"); err == nil || !strings.Contains(err.Error(), ".claim") {
 		t.Fatalf("a bad claim mode: %v", err)
+	}
+}
+
+func TestManifestsPastTheirCapAskTheSite(t *testing.T) {
+	var asked []string
+	site := func(name string) bool { asked = append(asked, name); return name == "late.csv.complete" }
+	var m partners.Manifests
+	m.Add("a.csv.complete")
+	if !m.Has("a.csv.complete", site) || m.Has("b.csv.complete", site) || len(asked) != 0 {
+		t.Fatalf("under the cap: the site asked %q", asked)
+	}
+	for i := range partners.MaxManifestNames {
+		m.Add(fmt.Sprintf("f%d.csv.complete", i))
+	}
+	if !m.Has("late.csv.complete", site) || m.Has("gone.csv.complete", site) {
+		t.Fatal("past the cap: a manifest not remembered is not looked up on the site")
+	}
+	if !m.Has("a.csv.complete", site) || len(asked) != 2 {
+		t.Fatalf("past the cap: a remembered manifest asked the site too (%q)", asked)
 	}
 }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/partners"
+	"github.com/partner-intake/partner-intake/partners/sftpconn"
 )
 
 // The rows that judge an entry on the site by the state of the row it
@@ -98,7 +99,7 @@ type staleEntry struct {
 // removes a reason file, moves a file to archive/, then records the new
 // state), so an entry still there after a state that does not expect it
 // was read is stale in fact, not a step in flight.
-func (r *Reconciler) raiseStale(ctx context.Context, p *partners.Config, s *partners.Session, kind string, e entries, found []staleEntry, add addFunc) error {
+func (r *Reconciler) raiseStale(ctx context.Context, p *partners.Config, s *sftpconn.Session, kind string, e entries, found []staleEntry, add addFunc) error {
 	for _, f := range found {
 		in, err := r.ledger.Get(ctx, p.ID, f.in.ID)
 		if err != nil {
@@ -108,7 +109,7 @@ func (r *Reconciler) raiseStale(ctx context.Context, p *partners.Config, s *part
 			continue
 		}
 		if _, err := s.Lstat(f.path); err != nil {
-			if partners.IsNotExist(err) {
+			if sftpconn.IsNotExist(err) {
 				continue // moved on meanwhile
 			}
 			return err

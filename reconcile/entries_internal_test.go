@@ -17,6 +17,7 @@ import (
 	"github.com/partner-intake/partner-intake/intake/sitefile"
 	"github.com/partner-intake/partner-intake/internal/testenv"
 	"github.com/partner-intake/partner-intake/partners"
+	"github.com/partner-intake/partner-intake/partners/sftpconn"
 )
 
 // Every row that judges an entry by its row's state names every state of
@@ -120,7 +121,7 @@ func TestEveryStateWalkedThroughTheEntryRows(t *testing.T) {
 			byID[id] = w
 		}
 	}
-	sess, err := partners.Dial(ctx, &cfg)
+	sess, err := sftpconn.Dial(ctx, &cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -185,7 +186,7 @@ func TestAStaleEntryGoneOnTheSecondLookIsNotRaised(t *testing.T) {
 	if err != nil || in == nil {
 		t.Fatal(in, err)
 	}
-	sess, err := partners.Dial(ctx, &cfg)
+	sess, err := sftpconn.Dial(ctx, &cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -246,12 +247,12 @@ func TestEveryStateWalkedThroughTheProcessingRows(t *testing.T) {
 		}
 		byPath["/"+rel] = s
 	}
-	sess, err := partners.Dial(ctx, &cfg)
+	sess, err := sftpconn.Dial(ctx, &cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer sess.Close()
-	if _, err := sess.Layout.EnsureDirs(sess.Client, r.worker); err != nil { // as a run does first
+	if _, err := sftpconn.EnsureDirs(sess.Client, sess.Layout, r.worker); err != nil { // as a run does first
 		t.Fatal(err)
 	}
 	var fs []ledger.Finding

@@ -15,6 +15,7 @@ import (
 	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/internal/pgerr"
 	"github.com/partner-intake/partner-intake/partners"
+	"github.com/partner-intake/partner-intake/partners/sftpconn"
 )
 
 // Rows of the failure matrix (docs/failure-matrix.md) that need a periodic
@@ -79,7 +80,7 @@ func (r *Reconciler) partnerRows(ctx context.Context, p *partners.Config) ([]led
 	var errs []error
 	// Database- and spool-only rows run even when the site is down.
 	errs = append(errs, r.rowOutcomeUnknown(ctx, p, add), r.rowStaleSpoolTemp(p, add), r.openQuarantine(ctx, p, add))
-	sess, err := partners.Dial(ctx, p)
+	sess, err := sftpconn.Dial(ctx, p)
 	if err != nil {
 		r.rowPartnerUnreachable(err, add)
 		return fs, errors.Join(errs...)
@@ -89,7 +90,7 @@ func (r *Reconciler) partnerRows(ctx context.Context, p *partners.Config) ([]led
 	defer stop()
 	// The takeovers' renames never overwrite: on a server whose RENAME
 	// would, as its profile says, or not measured yet, the session makes
-	// sure of each target itself (partners.Session.SetRenameOverwrites:
+	// sure of each target itself (sftpconn.Session.SetRenameOverwrites:
 	// the takeovers move files into processing/ in the claim section)
 	prof, err := r.ledger.SiteProfile(ctx, p.ID)
 	if err != nil {
@@ -109,7 +110,7 @@ func (r *Reconciler) partnerRows(ctx context.Context, p *partners.Config) ([]led
 		)
 		return fs, errors.Join(errs...)
 	}
-	if _, err := sess.Layout.EnsureDirs(sess.Client, r.worker); err != nil {
+	if _, err := sftpconn.EnsureDirs(sess.Client, sess.Layout, r.worker); err != nil {
 		return fs, errors.Join(append(errs, err)...)
 	}
 	errs = append(errs,
@@ -135,7 +136,7 @@ func (r *Reconciler) partnerRows(ctx context.Context, p *partners.Config) ([]led
 // claim's RENAME and its INSERT right now, so such an entry is looked up
 // again after every directory was listed, and reported only if still there
 // without a row.
-func (r *Reconciler) rowOrphanClaims(ctx context.Context, p *partners.Config, s *partners.Session, add addFunc) error {
+func (r *Reconciler) rowOrphanClaims(ctx context.Context, p *partners.Config, s *sftpconn.Session, add addFunc) error {
 	base := path.Join(s.Layout.Root, s.Layout.Dirs.Processing)
 	dirs, err := s.ReadDir(base)
 	if err != nil {
@@ -237,7 +238,7 @@ func (r *Reconciler) rowOrphanClaims(ctx context.Context, p *partners.Config, s 
 // records it (matrix row 1), in the partner's claim section: the row that
 // the listing found missing is looked for again there, where no takeover
 // moves a file, and the row is committed with the section.
-func (r *Reconciler) adopt(ctx context.Context, p *partners.Config, s *partners.Session, old, dst, name, feedName string, size int64, w string, add addFunc) error {
+func (r *Reconciler) adopt(ctx context.Context, p *partners.Config, s *sftpconn.Session, old, dst, name, feedName string, size int64, w string, add addFunc) error {
 	return r.ledger.InClaimSection(ctx, p.ID, func(c *ledger.ClaimLock) error {
 		owned, err := r.ledger.Owned(ctx, p.ID, old)
 		if err != nil || owned {
@@ -247,9 +248,9 @@ func (r *Reconciler) adopt(ctx context.Context, p *partners.Config, s *partners.
 	})
 }
 
-func (r *Reconciler) adoptLocked(ctx context.Context, c *ledger.ClaimLock, p *partners.Config, s *partners.Session, old, dst, name, feedName string, size int64, w string, add addFunc) error {
+func (r *Reconciler) adoptLocked(ctx context.Context, c *ledger.ClaimLock, p *partners.Config, s *sftpconn.Session, old, dst, name, feedName string, size int64, w string, add addFunc) error {
 	if err := s.Rename(old, dst); err != nil {
-		add(ledger.Finding{Kind: ledger.KindTakeoverBlocked, Path: old, NeedsHuman: !partners.IsNotExist(err),
+		add(ledger.Finding{Kind: ledger.KindTakeoverBlocked, Path: old, NeedsHuman: !sftpconn.IsNotExist(err),
 			Action: "none", Detail: fmt.Sprintf("could not move it into processing/%s/: %v", r.worker, err)})
 		// the rename may have happened (its reply lost): this worker's
 		// poller looks through its own processing/ again and adopts what
@@ -284,7 +285,7 @@ func (r *Reconciler) adoptLocked(ctx context.Context, c *ledger.ClaimLock, p *pa
 // into processing/<this worker>/ (its SFTP operations fail from then on).
 // The taking worker resumes it from its state: never re-applying committed
 // chunks, re-downloading from processing/ or continuing from the spool.
-func (r *Reconciler) rowExpiredLeases(ctx context.Context, p *partners.Config, s *partners.Session, add addFunc) error {
+func (r *Reconciler) rowExpiredLeases(ctx context.Context, p *partners.Config, s *sftpconn.Session, add addFunc) error {
 	rows, err := r.ledger.Expired(ctx, p.ID)
 	if err != nil {
 		return err
@@ -318,7 +319,7 @@ func (r *Reconciler) rowExpiredLeases(ctx context.Context, p *partners.Config, s
 
 // takeOverExpired takes one expired row over and moves its file into
 // this worker's processing dir, in the partner's claim section.
-func (r *Reconciler) takeOverExpired(ctx context.Context, p *partners.Config, s *partners.Session, old *ledger.Intake, dst string, add addFunc) error {
+func (r *Reconciler) takeOverExpired(ctx context.Context, p *partners.Config, s *sftpconn.Session, old *ledger.Intake, dst string, add addFunc) error {
 	in, err := r.ledger.TakeOver(ctx, old, r.worker, dst)
 	var fe *ledger.FencedError
 	if errors.As(err, &fe) {
@@ -369,7 +370,7 @@ func (r *Reconciler) takeOverExpired(ctx context.Context, p *partners.Config, s 
 
 // moveClaim renames a claimed file; one already moved (an earlier,
 // interrupted takeover) counts as done.
-func moveClaim(s *partners.Session, from, to string) error {
+func moveClaim(s *sftpconn.Session, from, to string) error {
 	err := s.Rename(from, to)
 	if err == nil {
 		return nil
@@ -442,7 +443,7 @@ var archiveName = regexp.MustCompile(`\.[0-9a-f]{12}\.([0-9]+)(\.[0-9]+)?(\.[^.]
 // Row 13: a file in archive/ that no finished row accounts for: someone
 // moved files by hand. Raised for a human (entries.go says for which
 // states of the row it names); nothing is changed.
-func (r *Reconciler) rowArchiveWithoutRecord(ctx context.Context, p *partners.Config, s *partners.Session, add addFunc) error {
+func (r *Reconciler) rowArchiveWithoutRecord(ctx context.Context, p *partners.Config, s *sftpconn.Session, add addFunc) error {
 	now := time.Now().UTC()
 	var stale []staleEntry
 	for m := 0; m < r.cfg.ArchiveMonths; m++ {
@@ -474,7 +475,7 @@ func (r *Reconciler) rowArchiveWithoutRecord(ctx context.Context, p *partners.Co
 			}
 			return nil
 		})
-		if partners.IsNotExist(err) {
+		if sftpconn.IsNotExist(err) {
 			continue
 		}
 		if err != nil {
@@ -489,7 +490,7 @@ var quarantineName = regexp.MustCompile(`^([0-9]+)\.`)
 
 // Row 13, for quarantine/: a held file or reason file that no row
 // accounts for (entries.go says for which states of the row it names).
-func (r *Reconciler) rowQuarantineWithoutRecord(ctx context.Context, p *partners.Config, s *partners.Session, add addFunc) error {
+func (r *Reconciler) rowQuarantineWithoutRecord(ctx context.Context, p *partners.Config, s *sftpconn.Session, add addFunc) error {
 	dir := s.Layout.QuarantineDir()
 	var stale []staleEntry
 	err := s.ListDir(ctx, dir, func(f os.FileInfo) error { // streamed
@@ -515,7 +516,7 @@ func (r *Reconciler) rowQuarantineWithoutRecord(ctx context.Context, p *partners
 		}
 		return nil
 	})
-	if partners.IsNotExist(err) {
+	if sftpconn.IsNotExist(err) {
 		return nil
 	}
 	if err != nil {
@@ -526,7 +527,7 @@ func (r *Reconciler) rowQuarantineWithoutRecord(ctx context.Context, p *partners
 
 // Row 14: an upload abandoned in incoming/: the partner's contract owner
 // should know.
-func (r *Reconciler) rowStaleUploads(ctx context.Context, p *partners.Config, s *partners.Session, add addFunc) error {
+func (r *Reconciler) rowStaleUploads(ctx context.Context, p *partners.Config, s *sftpconn.Session, add addFunc) error {
 	// streamed: incoming/ is the partner's to fill
 	err := s.ListDir(ctx, s.Layout.IncomingDir(), func(e os.FileInfo) error {
 		if strings.HasSuffix(e.Name(), ".part") && time.Since(e.ModTime()) > p.Limits.StaleUpload {
@@ -535,7 +536,7 @@ func (r *Reconciler) rowStaleUploads(ctx context.Context, p *partners.Config, s 
 		}
 		return nil
 	})
-	if partners.IsNotExist(err) {
+	if sftpconn.IsNotExist(err) {
 		return nil
 	}
 	return err
@@ -546,13 +547,13 @@ func (r *Reconciler) rowStaleUploads(ctx context.Context, p *partners.Config, s 
 // one still in ready/ after 10 minutes means that failed (permissions, no
 // daemon). Manifest-mode data files whose manifest is long overdue too.
 //
-// ready/ is streamed (partners.Session.ListDir), judged by the poller's
+// ready/ is streamed (sftpconn.Session.ListDir), judged by the poller's
 // rules (partners/ready.go), and only what may be reported is kept: the
 // entries to report, and in manifest mode the overdue data files whose
 // manifest the listing has not passed yet (a file and its manifest come
 // in either order) with the manifests it passed (bounded,
 // partners.Manifests).
-func (r *Reconciler) rowUnclaimableReady(ctx context.Context, p *partners.Config, s *partners.Session, add addFunc) error {
+func (r *Reconciler) rowUnclaimableReady(ctx context.Context, p *partners.Config, s *sftpconn.Session, add addFunc) error {
 	var found []partners.Skipped
 	waiting := map[string]os.FileInfo{} // overdue data files, by name, until their manifest shows
 	var manifests partners.Manifests
@@ -589,7 +590,7 @@ func (r *Reconciler) rowUnclaimableReady(ctx context.Context, p *partners.Config
 		return err // names the directory
 	}
 	for name, e := range waiting {
-		if !manifests.Has(s, name+partners.ManifestSuffix) {
+		if !manifests.Has(name+partners.ManifestSuffix, s.RegularInReady) {
 			found = append(found, partners.Skipped{Info: e, Reason: partners.SkipNoManifest})
 		}
 	}
@@ -613,7 +614,7 @@ func (r *Reconciler) rowUnclaimableReady(ctx context.Context, p *partners.Config
 // Rows 17 and 18: the site refuses its pinned host key, or cannot be
 // reached. The daemon backs off this partner alone.
 func (r *Reconciler) rowPartnerUnreachable(err error, add addFunc) {
-	if partners.IsHostKeyMismatch(err) {
+	if sftpconn.IsHostKeyMismatch(err) {
 		add(ledger.Finding{Kind: ledger.KindHostKeyMismatch, NeedsHuman: true, Action: "refused to connect", Detail: pgerr.Redact(err)})
 		return
 	}

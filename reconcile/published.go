@@ -12,6 +12,7 @@ import (
 	"github.com/partner-intake/partner-intake/intake/sitefile"
 	"github.com/partner-intake/partner-intake/internal/fault"
 	"github.com/partner-intake/partner-intake/partners"
+	"github.com/partner-intake/partner-intake/partners/sftpconn"
 )
 
 // rowStaleRemoteTemps removes our hidden temporary files in reports/ and
@@ -21,7 +22,7 @@ import (
 // names the pipeline's temporary files have (sitefile.IsOurTemp) are removed, each
 // by the name listed once a fresh stat confirms it is still a regular file
 // that old: never a receipt, a reason file or a fresh temporary file.
-func (r *Reconciler) rowStaleRemoteTemps(ctx context.Context, p *partners.Config, s *partners.Session, add addFunc) error {
+func (r *Reconciler) rowStaleRemoteTemps(ctx context.Context, p *partners.Config, s *sftpconn.Session, add addFunc) error {
 	var errs []error
 	for _, dir := range []string{s.Layout.ReportsDir(), s.Layout.QuarantineDir()} {
 		// streamed (reports/ holds a receipt for every file until the
@@ -34,7 +35,7 @@ func (r *Reconciler) rowStaleRemoteTemps(ctx context.Context, p *partners.Config
 			}
 			return nil
 		})
-		if partners.IsNotExist(err) {
+		if sftpconn.IsNotExist(err) {
 			continue
 		}
 		if err != nil {
@@ -52,7 +53,7 @@ func (r *Reconciler) rowStaleRemoteTemps(ctx context.Context, p *partners.Config
 			// wrote on since (a fresh mtime), or anything but a regular
 			// file now under that name, is left alone
 			fi, err := s.Lstat(full)
-			if partners.IsNotExist(err) {
+			if sftpconn.IsNotExist(err) {
 				continue // renamed into its receipt, or removed, since
 			}
 			if err != nil {
@@ -62,7 +63,7 @@ func (r *Reconciler) rowStaleRemoteTemps(ctx context.Context, p *partners.Config
 			if !fi.Mode().IsRegular() || time.Since(fi.ModTime()) < r.cfg.StaleTemp {
 				continue
 			}
-			if err := s.Remove(full); err != nil && !partners.IsNotExist(err) {
+			if err := s.Remove(full); err != nil && !sftpconn.IsNotExist(err) {
 				errs = append(errs, fmt.Errorf("remove %s: %w", full, err))
 				continue
 			}
@@ -75,7 +76,7 @@ func (r *Reconciler) rowStaleRemoteTemps(ctx context.Context, p *partners.Config
 // rowUnpublishedDiscards publishes the decision of a discarded file whose
 // ops command recorded it but could not reach the partner's site: the
 // reason file goes, the receipt says "discarded".
-func (r *Reconciler) rowUnpublishedDiscards(ctx context.Context, p *partners.Config, s *partners.Session, add addFunc) error {
+func (r *Reconciler) rowUnpublishedDiscards(ctx context.Context, p *partners.Config, s *sftpconn.Session, add addFunc) error {
 	rows, err := r.ledger.Undecided(ctx, p.ID)
 	if err != nil {
 		return err

@@ -21,6 +21,7 @@ import (
 	"github.com/partner-intake/partner-intake/internal/names"
 	"github.com/partner-intake/partner-intake/migrations"
 	"github.com/partner-intake/partner-intake/partners"
+	"github.com/partner-intake/partner-intake/partners/sftpconn"
 )
 
 // checkCommand is `intake check`.
@@ -112,7 +113,7 @@ func cmdCheck(args []string, stdout, stderr io.Writer) int {
 		if p.Records() {
 			// claim: record: the site is read-only by design; it must let
 			// ready/ be listed and read, nothing more
-			a, err := partners.ProbeAccess(ctx, p, false)
+			a, err := sftpconn.ProbeAccess(ctx, p, false)
 			switch {
 			case err != nil:
 				fail("partner "+p.ID, err)
@@ -123,7 +124,7 @@ func cmdCheck(args []string, stdout, stderr io.Writer) int {
 			}
 			continue
 		}
-		prof, site, perr := partners.ProbeSite(ctx, p, cfg.WorkerID)
+		prof, site, perr := sftpconn.ProbeSite(ctx, p, cfg.WorkerID)
 		if perr != nil {
 			fail("partner "+p.ID, perr)
 		} else {
@@ -143,11 +144,11 @@ func cmdCheck(args []string, stdout, stderr io.Writer) int {
 				profiles = append(profiles, measured{p.ID, site, prof})
 			}
 		}
-		if partners.IsHostKeyMismatch(perr) {
+		if sftpconn.IsHostKeyMismatch(perr) {
 			continue // nothing more is asked of a site that is not the pinned one
 		}
 		// what the account may do in ready/, and which modes that fits
-		a, err := partners.ProbeAccess(ctx, p, perr == nil && !prof.EmptyDirPersists)
+		a, err := sftpconn.ProbeAccess(ctx, p, perr == nil && !prof.EmptyDirPersists)
 		if err != nil {
 			if perr == nil {
 				fail("partner "+p.ID+" access", err)

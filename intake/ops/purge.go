@@ -16,6 +16,7 @@ import (
 	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/intake/sitefile"
 	"github.com/partner-intake/partner-intake/partners"
+	"github.com/partner-intake/partner-intake/partners/sftpconn"
 	"github.com/partner-intake/partner-intake/spool"
 )
 
@@ -223,7 +224,7 @@ func purgeReports(ctx context.Context, p *partners.Config, cutoff time.Time, res
 	if p.Records() {
 		return nil // claim: record writes no reports on the site
 	}
-	s, err := partners.Dial(ctx, p)
+	s, err := sftpconn.Dial(ctx, p)
 	if err != nil {
 		return err
 	}
@@ -241,14 +242,14 @@ func purgeReports(ctx context.Context, p *partners.Config, cutoff time.Time, res
 		}
 		return nil
 	})
-	if partners.IsNotExist(err) {
+	if sftpconn.IsNotExist(err) {
 		return nil
 	}
 	if err != nil {
 		return siteErr(ctx, err)
 	}
 	for _, name := range old {
-		if err := s.Remove(path.Join(dir, name)); err != nil && !partners.IsNotExist(err) {
+		if err := s.Remove(path.Join(dir, name)); err != nil && !sftpconn.IsNotExist(err) {
 			return siteErr(ctx, err)
 		}
 		res.Reports++

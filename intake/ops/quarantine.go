@@ -11,6 +11,7 @@ import (
 	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/intake/sitefile"
 	"github.com/partner-intake/partner-intake/partners"
+	"github.com/partner-intake/partner-intake/partners/sftpconn"
 )
 
 // Winners of a batch conflict.
@@ -229,7 +230,7 @@ func PublishDecision(ctx context.Context, db *pgxpool.Pool, parts []partners.Con
 		if parts[i].Records() {
 			return nil // claim: record: nothing is written on a read-only site
 		}
-		s, err := partners.Dial(ctx, &parts[i])
+		s, err := sftpconn.Dial(ctx, &parts[i])
 		if err != nil {
 			return err
 		}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/partners"
+	"github.com/partner-intake/partner-intake/partners/sftpconn"
 )
 
 // PublishDiscarded tells the partner that a held file was discarded: the
@@ -14,14 +15,14 @@ import (
 // "discarded", then its path recorded. Each step is conditional on the
 // token the discard took, so a later decision's publication is never
 // overwritten by this one; run twice, it writes the same.
-func PublishDiscarded(ctx context.Context, l *ledger.Ledger, s *partners.Session, p *partners.Config, in *ledger.Intake) error {
+func PublishDiscarded(ctx context.Context, l *ledger.Ledger, s *sftpconn.Session, p *partners.Config, in *ledger.Intake) error {
 	still := func() error { return l.StillDiscarded(ctx, in) }
 	if in.ArchivePath != "" {
 		if err := still(); err != nil {
 			return err
 		}
 		p := path.Join(s.Layout.QuarantineDir(), ReasonName(path.Base(in.ArchivePath)))
-		if err := s.Remove(p); err != nil && !partners.IsNotExist(err) {
+		if err := s.Remove(p); err != nil && !sftpconn.IsNotExist(err) {
 			return fmt.Errorf("remove reason file: %w", err)
 		}
 	}

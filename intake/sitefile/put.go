@@ -10,7 +10,7 @@ import (
 	"github.com/pkg/sftp"
 
 	"github.com/partner-intake/partner-intake/internal/fault"
-	"github.com/partner-intake/partner-intake/partners"
+	"github.com/partner-intake/partner-intake/partners/sftpconn"
 )
 
 // Put writes data to dir/name atomically: into a hidden temporary name,
@@ -20,7 +20,7 @@ import (
 // partner, so it replaces what an earlier attempt or an earlier decision
 // wrote. A temporary file left by a kill is removed by the reconciler
 // once it is older than reconcile.stale_temp.
-func Put(s *partners.Session, dir, name string, data []byte) (string, error) {
+func Put(s *sftpconn.Session, dir, name string, data []byte) (string, error) {
 	return PutFrom(s, dir, name, bytes.NewReader(data), int64(len(data)))
 }
 
@@ -29,7 +29,7 @@ func Put(s *partners.Session, dir, name string, data []byte) (string, error) {
 // file up to WholeMax is read into memory at once, a larger one is copied
 // through pkg/sftp. src is read from its start again when the first try
 // has to be repeated.
-func PutFrom(s *partners.Session, dir, name string, src io.ReaderAt, size int64) (string, error) {
+func PutFrom(s *sftpconn.Session, dir, name string, src io.ReaderAt, size int64) (string, error) {
 	st, err := Stage(s, dir, name, size <= WholeMax)
 	if err == nil {
 		err = st.Write(src, size)
@@ -55,15 +55,15 @@ func PutFrom(s *partners.Session, dir, name string, src io.ReaderAt, size int64)
 // complete, closed file.
 //
 // A small file is opened on the session's listing channel
-// (partners.WholeFile), where its bytes and its CLOSE go out together:
+// (sftpconn.WholeFile), where its bytes and its CLOSE go out together:
 // one round trip where pkg/sftp takes two. A large one (a
 // rejects report over WholeMax), or one on a site that refuses a second
 // channel, goes through pkg/sftp.
 type Staged struct {
-	s      *partners.Session
+	s      *sftpconn.Session
 	tmp    string
 	f      *sftp.File          // pkg/sftp's, or
-	w      *partners.WholeFile // the listing channel's
+	w      *sftpconn.WholeFile // the listing channel's
 	closed bool                // w's write was tried: its CLOSE sent with it, or the channel gone
 }
 
@@ -74,7 +74,7 @@ const WholeMax = 256 << 10
 
 // Stage opens a new temporary file in dir for a file to be named
 // name; small: its bytes will be at most WholeMax.
-func Stage(s *partners.Session, dir, name string, small bool) (*Staged, error) {
+func Stage(s *sftpconn.Session, dir, name string, small bool) (*Staged, error) {
 	if err := s.EnsureDir(dir); err != nil {
 		return nil, fmt.Errorf("create %s: %w", dir, err)
 	}
@@ -84,7 +84,7 @@ func Stage(s *partners.Session, dir, name string, small bool) (*Staged, error) {
 		if err == nil {
 			return &Staged{s: s, tmp: tmp, w: w}, nil
 		}
-		if !errors.Is(err, partners.ErrNoListingChannel) {
+		if !errors.Is(err, sftpconn.ErrNoListingChannel) {
 			return nil, fmt.Errorf("create %s: %w", tmp, err)
 		}
 	}

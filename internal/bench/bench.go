@@ -114,7 +114,7 @@ type Results struct {
 	// claim to duplicate in the ledger, and the run over the naive rerun.
 	ManifestDuplicateS     float64 `json:"manifest_duplicate_s"`
 	ManifestDuplicateFileS float64 `json:"manifest_duplicate_file_s"`
-	DialMs                 float64 `json:"dial_ms"` // partners.Dial to sshd on loopback, median of 15
+	DialMs                 float64 `json:"dial_ms"` // sftpconn.Dial to sshd on loopback, median of 15
 	RatioManifestDuplicate float64 `json:"ratio_manifest_duplicate"`
 	// The least a scripted pipeline does to decide the same resend from
 	// its manifest: OpenSSH's sftp client logs in to the same sshd, reads
@@ -174,7 +174,7 @@ type Results struct {
 	// the bench process's CPU while intake's large WAN run ran: the
 	// latency proxy's, which a real link does not cost the host
 	WANLargeProxyCPUS float64   `json:"wan_large_proxy_cpu_s,omitempty"`
-	WANDialMs         float64   `json:"wan_dial_ms,omitempty"` // partners.Dial through the proxy, median of 15
+	WANDialMs         float64   `json:"wan_dial_ms,omitempty"` // sftpconn.Dial through the proxy, median of 15
 	WANLargeRuns      []float64 `json:"wan_large_runs_s,omitempty"`
 	// A fleet of partners on one daemon (fleet.go): the
 	// daemon's peak RSS (VmHWM) with every session open and its RSS after

@@ -7,12 +7,13 @@ import (
 	"time"
 
 	"github.com/partner-intake/partner-intake/partners"
+	"github.com/partner-intake/partner-intake/partners/sftpconn"
 )
 
 // dialRuns is how many dials dialMs times.
 const dialRuns = 15
 
-// dialMs is the median time of partners.Dial to sshd (through the latency
+// dialMs is the median time of sftpconn.Dial to sshd (through the latency
 // proxy while it is set), session closed after each: TCP, key exchange,
 // login, both channels and their SFTP start, every dial costs a partner
 // this before its first request (docs/performance.md).
@@ -32,7 +33,7 @@ func (e *env) dialMs(ctx context.Context) (float64, error) {
 	var ms []float64
 	for range dialRuns {
 		start := time.Now()
-		s, err := partners.Dial(ctx, p)
+		s, err := sftpconn.Dial(ctx, p)
 		if err != nil {
 			return 0, fmt.Errorf("dial: %w", err)
 		}

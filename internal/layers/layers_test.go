@@ -25,9 +25,14 @@ var rules = []struct {
 	forbid []string
 }{
 	{
-		why:    "the ledger, the target, rows, partner config, the spool, what intake writes on a site and the internal packages sit below the pipeline, the reconciler, the ops views, the console and the commands",
-		from:   []string{"intake/ledger", "intake/target", "intake/rows", "intake/sitefile", "intake/pgpkeys", "partners", "spool", "internal/..."},
+		why:    "the ledger, the target, rows, partner config, the SFTP transport, the spool, what intake writes on a site and the internal packages sit below the pipeline, the reconciler, the ops views, the console and the commands",
+		from:   []string{"intake/ledger", "intake/target", "intake/rows", "intake/sitefile", "intake/pgpkeys", "partners", "partners/sftpconn", "spool", "internal/..."},
 		forbid: []string{"intake", "reconcile", "intake/ops", "console", "cmd/..."},
+	},
+	{
+		why:    "partner config sits below the SFTP transport, which reads it",
+		from:   []string{"partners"},
+		forbid: []string{"partners/sftpconn"},
 	},
 	{
 		why:    "the reconciler does not import the pipeline",

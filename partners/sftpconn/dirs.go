@@ -1,0 +1,84 @@
+package sftpconn
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path"
+	"sync"
+
+	"github.com/pkg/sftp"
+
+	"github.com/partner-intake/partner-intake/partners"
+)
+
+// EnsureDirs creates the directories intake writes to (l.WriteDirs) when
+// they are missing. A lost claim race and a missing target directory both
+// read as "no such file", so the claim target must exist before a rename's
+// error can be read as a lost race. The directories are asked about
+// together (pkg/sftp keeps the requests in flight side by side): one round
+// trip when they exist, not one per directory. It returns the directories.
+func EnsureDirs(c *sftp.Client, l partners.Layout, worker string) ([]string, error) {
+	return ensureDirs(c, l, worker, nil)
+}
+
+// ensureDirs is EnsureDirs for the directories not in have (made sure of
+// already).
+func ensureDirs(c *sftp.Client, l partners.Layout, worker string, have map[string]bool) ([]string, error) {
+	var dirs []string
+	for _, d := range l.WriteDirs(worker) {
+		dirs = append(dirs, path.Join(l.Root, d))
+	}
+	errs := make([]error, len(dirs))
+	var wg sync.WaitGroup
+	for i, d := range dirs {
+		if have[d] {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = c.MkdirAll(d) // safe beside another MkdirAll of a shared parent: an existing directory is success
+		}()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			return nil, fmt.Errorf("create remote %s: %w", dirs[i], err)
+		}
+	}
+	return dirs, nil
+}
+
+// IsPermission reports whether err means the site refused access to the
+// remote path.
+func IsPermission(err error) bool {
+	if err == nil {
+		return false
+	}
+	if errors.Is(err, os.ErrPermission) {
+		return true
+	}
+	var se *sftp.StatusError
+	return errors.As(err, &se) && se.FxCode() == sftp.ErrSSHFxPermissionDenied
+}
+
+// IsNotExist reports whether err means the remote path does not exist.
+func IsNotExist(err error) bool {
+	if err == nil {
+		return false
+	}
+	if errors.Is(err, os.ErrNotExist) {
+		return true
+	}
+	var se *sftp.StatusError
+	return errors.As(err, &se) && se.FxCode() == sftp.ErrSSHFxNoSuchFile
+}
+
+// RegularInReady reports whether ready/<name> is a regular file on the
+// site (one LSTAT): what partners.Manifests.Has asks of a manifest a
+// listing passed but did not remember.
+func (s *Session) RegularInReady(name string) bool {
+	fi, err := s.Lstat(s.Layout.Ready(name))
+	return err == nil && fi.Mode().IsRegular()
+}

@@ -1,0 +1,257 @@
+package sftpconn
+
+import (
+	"crypto/rand"
+	"encoding/binary"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"path"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/pkg/sftp"
+
+	"github.com/partner-intake/partner-intake/partners"
+)
+
+// mtimeProbe is the time set on a probe file: an odd second, so a server
+// that keeps two-second steps (FAT) shows itself, long past, so a server
+// that stamps its own time cannot return it by chance.
+var mtimeProbe = time.Unix(978307201, 0) // 2001-01-01T00:00:01Z
+
+// MeasureProfile measures the server in processing/<worker>/ (made sure
+// of by Prepare or EnsureDirs) with dot-names of intake's own, each
+// removed after: three files, one renamed onto another with
+// posix-rename, then one onto the other with RENAME; a directory left
+// empty; the time set on a file; the file's name in upper case; REALPATH
+// and statvfs of the directory; fsync of a file written. The extensions
+// are the server's own list, each used (but hardlink) to see that it
+// works. Nothing is written outside the scratch directory and nothing of
+// the partner's is touched.
+func (s *Session) MeasureProfile(worker string) (partners.Profile, error) {
+	var p partners.Profile
+	for _, e := range []struct {
+		on   *bool
+		name string
+	}{{&p.PosixRename, "posix-rename@openssh.com"}, {&p.Hardlink, "hardlink@openssh.com"},
+		{&p.Fsync, "fsync@openssh.com"}, {&p.StatVFS, "statvfs@openssh.com"}} {
+		_, *e.on = s.Client.HasExtension(e.name)
+	}
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	tag := hex.EncodeToString(b[:])
+	dir := s.Layout.ProcessingDir(worker)
+	a := path.Join(dir, partners.ProbePrefix+"a-"+tag)
+	bb := path.Join(dir, partners.ProbePrefix+"b-"+tag)
+	c := path.Join(dir, partners.ProbePrefix+"c-"+tag)
+	d := path.Join(dir, partners.ProbePrefix+"d-"+tag)
+	defer s.Remove(a)
+	defer s.Remove(bb)
+	defer s.Remove(c)
+	defer s.RemoveDirectory(d)
+	for _, name := range []string{a, bb, c} {
+		f, err := s.Create(name)
+		if err != nil {
+			return p, fmt.Errorf("%s is not writable: %w", dir, s.Deadline(err))
+		}
+		_, err = f.Write([]byte(name))
+		if err == nil && name == bb && p.Fsync {
+			// fsync@openssh.com on the handle written: an error is an
+			// extension offered that does not work
+			p.FsyncFails = f.Sync() != nil
+		}
+		f.Close()
+		if err != nil {
+			return p, fmt.Errorf("write in %s: %w", dir, s.Deadline(err))
+		}
+		if s.TimedOut() {
+			return p, s.Deadline(os.ErrDeadlineExceeded)
+		}
+	}
+	// names: the second file under its name in upper case (the tag's hex
+	// letters and the prefix change; a case-sensitive server has no such
+	// file)
+	if _, err := s.Lstat(path.Join(dir, strings.ToUpper(path.Base(bb)))); err == nil {
+		p.CaseInsensitive = true
+	} else if s.TimedOut() {
+		return p, s.Deadline(err)
+	}
+	// mtime: set on the second file, read back
+	if err := s.Client.Chtimes(bb, mtimeProbe, mtimeProbe); err == nil {
+		if fi, err := s.Lstat(bb); err == nil {
+			switch diff := fi.ModTime().Sub(mtimeProbe).Abs(); {
+			case diff == 0:
+				p.MtimeStep = time.Second
+			case diff <= 2*time.Second:
+				p.MtimeStep = 2 * time.Second
+			}
+		}
+	}
+	if s.TimedOut() {
+		return p, s.Deadline(os.ErrDeadlineExceeded)
+	}
+	// the time set, across a RENAME: kept, or the rename's own (a copy);
+	// a server that keeps no time as set is taken as one that stamps
+	// its own at a rename too (nothing of its times is relied on)
+	p.RenameRestampsMTime = true
+	if p.MtimeStep > 0 {
+		e := path.Join(dir, partners.ProbePrefix+"e-"+tag)
+		defer s.Remove(e)
+		if err := s.Rename(bb, e); err == nil {
+			if fi, err := s.Lstat(e); err == nil {
+				p.RenameRestampsMTime = fi.ModTime().Sub(mtimeProbe).Abs() > p.MtimeStep
+			}
+			if err := s.Rename(e, bb); err != nil {
+				return p, fmt.Errorf("rename in %s: %w", dir, s.Deadline(err))
+			}
+		}
+	}
+	if s.TimedOut() {
+		return p, s.Deadline(os.ErrDeadlineExceeded)
+	}
+	// an empty directory: still there when its parent is listed
+	if err := s.Client.Mkdir(d); err == nil {
+		if fis, err := s.ReadDir(dir); err == nil {
+			for _, fi := range fis {
+				if fi.Name() == path.Base(d) && fi.IsDir() {
+					p.EmptyDirPersists = true
+				}
+			}
+		}
+	}
+	if rp, err := s.Client.RealPath(dir); err == nil && strings.HasPrefix(rp, "/") {
+		p.RealPath = true
+	}
+	if p.StatVFS {
+		_, err := s.Client.StatVFS(dir)
+		p.StatVFSFails = err != nil
+	}
+	if p.PosixRename {
+		// what it is for: replacing an existing name (pkg/sftp's request
+		// server offers it and, without a handler of its own, makes it a
+		// plain RENAME, which refuses)
+		p.PosixRenameFails = s.Client.PosixRename(c, bb) != nil
+	}
+	if s.TimedOut() {
+		return p, s.Deadline(os.ErrDeadlineExceeded)
+	}
+
+	// last, as it leaves one file of the two: the RENAME onto an existing name
+	p.RenameOverwrites = s.Rename(a, bb) == nil
+	if s.TimedOut() {
+		return p, s.Deadline(os.ErrDeadlineExceeded)
+	}
+	return p, nil
+}
+
+// MeasureLimits measures the server's limits in processing/<worker>/
+// (Profile.MaxRead, Profile.Handles) with a probe file of
+// partners.MaxReadProbe bytes of its own, removed after: `intake check`
+// runs it when a partner is onboarded; the daemon does not (256 KiB each
+// way per partner).
+func (s *Session) MeasureLimits(worker string) (maxRead, handles int) {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	r := path.Join(s.Layout.ProcessingDir(worker), partners.ProbePrefix+"r-"+hex.EncodeToString(b[:]))
+	defer s.Remove(r)
+	maxRead = s.measureRead(r)
+	return maxRead, s.measureHandles(r)
+}
+
+// measureHandles opens the file p up to partners.MaxHandlesProbe times at
+// once (pkg/sftp keeps the OPENs in flight together) and counts the
+// handles the server gave, closing each.
+func (s *Session) measureHandles(p string) int {
+	files := make([]*sftp.File, partners.MaxHandlesProbe)
+	var wg sync.WaitGroup
+	for i := range files {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if f, err := s.Client.Open(p); err == nil {
+				files[i] = f
+			}
+		}()
+	}
+	wg.Wait()
+	n := 0
+	for _, f := range files {
+		if f != nil {
+			n++
+			f.Close()
+		}
+	}
+	return n
+}
+
+// measureRead writes partners.MaxReadProbe bytes to p and reads them back
+// with one READ on the listing channel: the bytes the server answers with
+// are the most it serves at once. 0 when the site allows no second channel
+// or the read fails.
+func (s *Session) measureRead(p string) int {
+	f, err := s.Create(p)
+	if err != nil {
+		return 0
+	}
+	_, err = f.Write(make([]byte, partners.MaxReadProbe))
+	f.Close()
+	if err != nil {
+		return 0
+	}
+	c, h, err := s.openListed(p, fxfRead)
+	if err != nil {
+		return 0
+	}
+	defer c.closeHandle(h)
+	rd, err := c.start(fxpRead, str(h), binary.BigEndian.AppendUint64(nil, 0), u32(partners.MaxReadProbe))
+	if err != nil {
+		return 0
+	}
+	rep := <-rd
+	if rep.err != nil || rep.typ != fxpData {
+		return 0
+	}
+	d := decoder{b: rep.body}
+	b := d.str()
+	if d.err != nil {
+		return 0
+	}
+	return len(b)
+}
+
+// MeasureChannels counts the sftp subsystems the session's SSH connection
+// starts at once, up to partners.MaxChannelsProbe: the session's own
+// channels, and more opened beside them (each started and its SFTP version
+// exchanged, in an op timeout) until the server refuses one; then those
+// are closed. `intake check` runs it on a connection of its own (Dial);
+// the daemon does not. A refusal may be the channel's open (sshd's
+// MaxSessions, ProFTPD's SFTPMaxChannels) or the subsystem's start (a
+// server that starts one a connection).
+func (s *Session) MeasureChannels() int {
+	n := 1 // the main channel
+	if !s.noLister {
+		n++
+	}
+	s.rangeMu.Lock()
+	if s.ranges != nil {
+		n++
+	}
+	s.rangeMu.Unlock()
+	var extra []*sftp.Client
+	defer func() {
+		for _, c := range extra {
+			c.Close()
+		}
+	}()
+	for n < partners.MaxChannelsProbe {
+		c, err := inTime(s, func() (*sftp.Client, error) { return s.newSFTP(newWatchdog(s.watch.timeout)) }, func(c *sftp.Client) { c.Close() })
+		if err != nil {
+			break
+		}
+		extra = append(extra, c)
+		n++
+	}
+	return n
+}
