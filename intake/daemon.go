@@ -19,6 +19,7 @@ import (
 
 	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/intake/target"
+	"github.com/partner-intake/partner-intake/intake/workerid"
 	"github.com/partner-intake/partner-intake/internal/lifecycle"
 	"github.com/partner-intake/partner-intake/internal/names"
 	"github.com/partner-intake/partner-intake/internal/pgerr"
@@ -213,12 +214,8 @@ type Daemon struct {
 	conns   *partners.Conns // SSH connections, shared by partners on one account (sessions.go)
 
 	noClaims atomic.Bool
-	// id is this process's hold on its worker id (workerid.go); idMu
-	// orders its taking and letting go. awaitingID: Start found the id
-	// held by another live process and waits for it.
-	idMu       sync.Mutex
-	id         atomic.Pointer[ledger.WorkerLock]
-	awaitingID atomic.Bool
+	// workerID is this process's hold on its worker id (intake/workerid)
+	workerID *workerid.Keeper
 	// registered: Start recorded this replica in intake_worker, so partner
 	// affinity applies (affinity.go).
 	registered atomic.Bool
@@ -252,6 +249,8 @@ func New(cfg Config, parts []partners.Config, db *pgxpool.Pool, sp *spool.Spool,
 	d := &Daemon{cfg: cfg, db: db, spool: sp, ledger: ledger.New(db, cfg.Lease).WithClaimPool(cfg.ClaimDB).WithBeatPool(beatPool(db)),
 		metrics: newMetrics(reg), log: slog.New(pgerr.Handler(log.Handler())).With("component", "intake", "worker", cfg.WorkerID),
 		parts: map[string]*partnerRT{}, targets: target.NewCache(db)}
+	d.workerID = workerid.New(workerid.Config{DB: db, WorkerID: cfg.WorkerID, Lease: cfg.Lease, Log: d.log,
+		Held: d.metrics.workerIDHeld, Regained: workerIDRegained(d)})
 	d.book = newSessionBook(cfg.Sessions.MaxParallelDials, d.metrics)
 	d.conns = partners.NewConns(cfg.Sessions.PartnersPerConnection)
 	d.metrics.connections(reg, d.conns)
@@ -304,7 +303,7 @@ func (d *Daemon) PollOnce(ctx context.Context, partner string) error {
 	if !ok {
 		return fmt.Errorf("unknown partner %q", partner)
 	}
-	if err := d.awaitHeld(ctx); err != nil {
+	if err := d.workerID.AwaitHeld(ctx); err != nil {
 		return err
 	}
 	p.mu.Lock()
@@ -380,9 +379,9 @@ func (d *Daemon) Start(ctx context.Context) error {
 			return abort(err)
 		}
 	case errors.As(err, &inUse), errors.Is(err, errWorkerIDNotHeld):
-		d.awaitingID.Store(true)
+		d.workerID.SetAwaiting(true)
 		d.life.Go(func() {
-			if d.awaitWorkerID(ctx) {
+			if d.workerID.Await(ctx) {
 				d.registerWhenHeld(ctx)
 			}
 		})
@@ -421,7 +420,7 @@ func (d *Daemon) register(ctx context.Context) error {
 		p.mu.Unlock()
 	}
 	d.registered.Store(true)
-	d.awaitingID.Store(false)
+	d.workerID.SetAwaiting(false)
 	d.life.Go(func() { d.workerHeartbeat(ctx) })
 	return nil
 }
@@ -463,7 +462,7 @@ func (d *Daemon) registerWhenHeld(ctx context.Context) {
 // its holder.
 func (d *Daemon) workerHeartbeat(ctx context.Context) {
 	everyTick(ctx, d.cfg.Lease/3, func() bool {
-		if !d.holdsWorkerID() {
+		if !d.workerID.Held() {
 			return true
 		}
 		_, err := d.ledger.RegisterWorker(ctx, d.cfg.WorkerID, d.partnerIDs())
@@ -734,7 +733,7 @@ func (d *Daemon) Stop() {
 	defer cancel()
 	// not registered again by a hold taken again meanwhile (Regained)
 	d.registered.Store(false)
-	if d.holdsWorkerID() { // else the id's row is its holder's, or ages out
+	if d.workerID.Held() { // else the id's row is its holder's, or ages out
 		if err := d.ledger.RetireWorker(rctx, d.cfg.WorkerID, drained); err != nil {
 			d.log.Warn("retire worker", "err", err)
 		}

@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/partner-intake/partner-intake/intake/ledger"
+	"github.com/partner-intake/partner-intake/intake/workerid"
 	"github.com/partner-intake/partner-intake/internal/fault"
 	"github.com/partner-intake/partner-intake/partners"
 )
@@ -39,11 +40,11 @@ func (d *Daemon) pollOnce(ctx context.Context, p *partnerRT) error {
 	}
 	// The poll runs under the worker id's hold now: it takes no file as
 	// this worker's once that hold ended (workerid.go, stillHeld).
-	h := d.hold()
-	if h == nil || d.awaitingID.Load() {
+	h := d.workerID.Current()
+	if h == nil || d.workerID.Awaiting() {
 		return errWorkerIDNotHeld
 	}
-	ctx = withHold(ctx, h)
+	ctx = workerid.WithHold(ctx, h)
 	own, err := d.gate(ctx, p)
 	if err != nil {
 		return err
@@ -698,7 +699,7 @@ func (o *oldest[T]) sorted() []T {
 func (d *Daemon) claim(ctx context.Context, p *partnerRT, sess *partners.Session, c candidate, id int64) (*ledger.Intake, *partners.Opening, int64, error) {
 	// checked before the claim section's connection is taken: a one-shot
 	// run's check uses the pool's idle one (workerid.go)
-	if err := d.stillHeld(ctx); err != nil {
+	if err := d.workerID.StillHeld(ctx); err != nil {
 		return nil, nil, 0, err
 	}
 	if p.cfg.Records() {
@@ -824,7 +825,7 @@ func (d *Daemon) busyClaimPath(p *partnerRT, sess *partners.Session, in *ledger.
 // generated name (the original name never enters a path of ours), recorded,
 // and held in quarantine/ with a reason file and a receipt for the partner.
 func (d *Daemon) quarantineHostile(ctx context.Context, p *partnerRT, sess *partners.Session, h partners.Skipped) error {
-	if err := d.stillHeld(ctx); err != nil {
+	if err := d.workerID.StillHeld(ctx); err != nil {
 		return err
 	}
 	if p.cfg.Records() {
@@ -942,7 +943,7 @@ func (d *Daemon) resumeOwn(ctx context.Context, p *partnerRT, sess *partners.Ses
 	// in the partner's claim section (adoptOwn)
 	var cands []*ledger.Intake
 	for _, e := range ents {
-		if err := d.stillHeld(ctx); err != nil {
+		if err := d.workerID.StillHeld(ctx); err != nil {
 			return err
 		}
 		name := e.Name()
@@ -1032,7 +1033,7 @@ func (d *Daemon) resumeRows(ctx context.Context, p *partnerRT, sess *partners.Se
 		if old.State == ledger.StateOutcomeUnknown {
 			continue // the reconciler resolves these from the ledger
 		}
-		if err := d.stillHeld(ctx); err != nil {
+		if err := d.workerID.StillHeld(ctx); err != nil {
 			return err
 		}
 		in, err := d.ledger.Resume(ctx, old.ID, d.cfg.WorkerID)
