@@ -18,6 +18,7 @@ import (
 	"github.com/robfig/cron/v3"
 
 	"github.com/partner-intake/partner-intake/intake/ledger"
+	"github.com/partner-intake/partner-intake/intake/pollrecord"
 	"github.com/partner-intake/partner-intake/intake/target"
 	"github.com/partner-intake/partner-intake/intake/workerid"
 	"github.com/partner-intake/partner-intake/internal/lifecycle"
@@ -233,8 +234,8 @@ type Daemon struct {
 
 	spaceLow atomic.Bool
 	signals  testSignals
-	ahead    chan struct{} // slots of files applied ahead (ahead.go)
-	polls    pollRecorder  // poll outcomes not yet written (pollrecord.go)
+	ahead    chan struct{}        // slots of files applied ahead (ahead.go)
+	polls    *pollrecord.Recorder // poll outcomes not yet written (intake/pollrecord)
 }
 
 // New builds a daemon. Partners must have been validated.
@@ -249,6 +250,7 @@ func New(cfg Config, parts []partners.Config, db *pgxpool.Pool, sp *spool.Spool,
 	d := &Daemon{cfg: cfg, db: db, spool: sp, ledger: ledger.New(db, cfg.Lease).WithClaimPool(cfg.ClaimDB).WithBeatPool(beatPool(db)),
 		metrics: newMetrics(reg), log: slog.New(pgerr.Handler(log.Handler())).With("component", "intake", "worker", cfg.WorkerID),
 		parts: map[string]*partnerRT{}, targets: target.NewCache(db)}
+	d.polls = pollrecord.New(d.ledger, cfg.WorkerID, d.log)
 	d.workerID = workerid.New(workerid.Config{DB: db, WorkerID: cfg.WorkerID, Lease: cfg.Lease, Log: d.log,
 		Held: d.metrics.workerIDHeld, Regained: workerIDRegained(d)})
 	d.book = newSessionBook(cfg.Sessions.MaxParallelDials, d.metrics)
@@ -316,7 +318,7 @@ func (d *Daemon) PollOnce(ctx context.Context, partner string) error {
 		return err
 	}
 	d.afterPoll(p, err)
-	d.writePolls() // a poll asked for is recorded when it returns
+	d.polls.Flush() // a poll asked for is recorded when it returns
 	return err
 }
 
@@ -346,7 +348,7 @@ func (d *Daemon) afterPoll(p *partnerRT, err error) {
 		d.metrics.readyFiles.WithLabelValues(p.cfg.ID).Set(float64(ready))
 	}
 	// recorded for `intake status` (pollrecord.go)
-	d.polls.add(p.cfg.ID, err, ready, oldest)
+	d.polls.Add(p.cfg.ID, err, ready, oldest)
 }
 
 // Start schedules every partner's poll (robfig/cron, UTC, recover, skip if
@@ -400,7 +402,7 @@ func (d *Daemon) Start(ctx context.Context) error {
 	}
 	d.life.Go(func() { d.sessionJanitor(ctx) })
 	d.life.Go(func() { d.gaugeLoop(ctx) })
-	d.life.Go(func() { d.pollRecords(ctx) })
+	d.life.Go(func() { d.polls.Run(ctx) })
 	d.cron.Start()
 	d.log.Info("daemon started", "partners", len(d.order))
 	return nil
@@ -673,7 +675,7 @@ func (d *Daemon) Stop() {
 			p.drop()
 			p.mu.Unlock()
 		}
-		d.writePolls() // what a PollOnce could not write
+		d.polls.Flush() // what a PollOnce could not write
 		d.ReleaseWorkerID()
 		d.closeBeats()
 		return
@@ -727,7 +729,7 @@ func (d *Daemon) Stop() {
 			p.mu.Unlock()
 		}
 	}
-	d.writePolls() // the last polls' outcomes, before the worker retires
+	d.polls.Flush() // the last polls' outcomes, before the worker retires
 	// the other replicas take this one's partners on their next poll
 	rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
