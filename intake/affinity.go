@@ -74,8 +74,8 @@ func (d *Daemon) owns(ctx context.Context, partner string) bool {
 			// not at their next turn: a failover costs the lease, not the
 			// lease and a poll interval
 			if prev := d.peers.serving; prev != nil {
-				for _, id := range newlyOwned(d.cfg.WorkerID, d.partnerIDs(), prev, serving) {
-					if p, ok := d.partner(id); ok {
+				for _, id := range newlyOwned(d.cfg.WorkerID, d.parts.ids(), prev, serving) {
+					if p, ok := d.parts.get(id); ok {
 						p.poke()
 					}
 				}

@@ -199,15 +199,8 @@ type Daemon struct {
 	ledger  *ledger.Ledger
 	metrics *metrics
 	log     *slog.Logger
-	// parts and order are the partners; a reload swaps them under partsMu
-	// (reload.go), which readers beside a reload take (partnerList).
-	partsMu  sync.RWMutex
-	parts    map[string]*partnerRT
-	order    []string
-	retiring []*partnerRT // removed or replaced by a reload, still finishing a poll
-	// unsettledRemoved: a reload removed a partner that was not settled
-	// (reload.go retire): the run is not drained
-	unsettledRemoved atomic.Bool
+	// parts are the partners (partnerset.go); a reload swaps them
+	parts *partnerSet
 
 	targets *target.Cache   // the checked target of each feed mapping
 	sites   siteIndex       // each partner's site, as first dialled (site.go)
@@ -249,7 +242,7 @@ func New(cfg Config, parts []partners.Config, db *pgxpool.Pool, sp *spool.Spool,
 	}
 	d := &Daemon{cfg: cfg, db: db, spool: sp, ledger: ledger.New(db, cfg.Lease).WithClaimPool(cfg.ClaimDB).WithBeatPool(beatPool(db)),
 		metrics: newMetrics(reg), log: slog.New(pgerr.Handler(log.Handler())).With("component", "intake", "worker", cfg.WorkerID),
-		parts: map[string]*partnerRT{}, targets: target.NewCache(db)}
+		parts: &partnerSet{byID: map[string]*partnerRT{}}, targets: target.NewCache(db)}
 	d.polls = pollrecord.New(d.ledger, cfg.WorkerID, d.log)
 	d.workerID = workerid.New(workerid.Config{DB: db, WorkerID: cfg.WorkerID, Lease: cfg.Lease, Log: d.log,
 		Held: d.metrics.workerIDHeld, Regained: workerIDRegained(d)})
@@ -265,14 +258,14 @@ func New(cfg Config, parts []partners.Config, db *pgxpool.Pool, sp *spool.Spool,
 	d.ahead = make(chan struct{}, slots)
 	for i := range parts {
 		p := &parts[i]
-		if _, dup := d.parts[p.ID]; dup {
+		if _, dup := d.parts.byID[p.ID]; dup {
 			return nil, fmt.Errorf("partner %s configured twice", p.ID)
 		}
 		if err := checkPGPKeys(p); err != nil {
 			return nil, err
 		}
-		d.parts[p.ID] = d.newPartnerRT(p)
-		d.order = append(d.order, p.ID)
+		d.parts.byID[p.ID] = d.newPartnerRT(p)
+		d.parts.order = append(d.parts.order, p.ID)
 	}
 	return d, nil
 }
@@ -301,7 +294,7 @@ func (d *Daemon) WorkerID() string { return d.cfg.WorkerID }
 // PollOnce runs one synchronous cycle for a partner (tests, the demo and
 // `intake run --once`).
 func (d *Daemon) PollOnce(ctx context.Context, partner string) error {
-	p, ok := d.partner(partner)
+	p, ok := d.parts.get(partner)
 	if !ok {
 		return fmt.Errorf("unknown partner %q", partner)
 	}
@@ -392,9 +385,9 @@ func (d *Daemon) Start(ctx context.Context) error {
 	}
 	d.cron = schedule.New(d.log)
 	now := time.Now()
-	for _, id := range d.order {
-		p := d.parts[id]
-		first, err := d.schedulePoll(p, now, len(d.order))
+	for _, id := range d.parts.order {
+		p := d.parts.byID[id]
+		first, err := d.schedulePoll(p, now, len(d.parts.order))
 		if err != nil {
 			return abort(fmt.Errorf("partner %s: poll %q: %w", id, p.cfg.Poll, err))
 		}
@@ -404,19 +397,19 @@ func (d *Daemon) Start(ctx context.Context) error {
 	d.life.Go(func() { d.gaugeLoop(ctx) })
 	d.life.Go(func() { d.polls.Run(ctx) })
 	d.cron.Start()
-	d.log.Info("daemon started", "partners", len(d.order))
+	d.log.Info("daemon started", "partners", len(d.parts.order))
 	return nil
 }
 
 // register records this replica in intake_worker (RegisterWorker) and
 // starts its heartbeat; the worker id is held.
 func (d *Daemon) register(ctx context.Context) error {
-	drained, err := d.ledger.RegisterWorker(ctx, d.cfg.WorkerID, d.order)
+	drained, err := d.ledger.RegisterWorker(ctx, d.cfg.WorkerID, d.parts.order)
 	if err != nil {
 		return err
 	}
 	d.prevDrained = drained
-	for _, p := range d.parts {
+	for _, p := range d.parts.byID {
 		p.mu.Lock()
 		p.settled = drained
 		p.mu.Unlock()
@@ -467,7 +460,7 @@ func (d *Daemon) workerHeartbeat(ctx context.Context) {
 		if !d.workerID.Held() {
 			return true
 		}
-		_, err := d.ledger.RegisterWorker(ctx, d.cfg.WorkerID, d.partnerIDs())
+		_, err := d.ledger.RegisterWorker(ctx, d.cfg.WorkerID, d.parts.ids())
 		if err != nil && ctx.Err() == nil {
 			d.log.Warn("worker heartbeat failed", "err", err)
 		}
@@ -511,7 +504,7 @@ func (d *Daemon) RefreshGauges(ctx context.Context) error {
 // Poke asks for a poll of the partner soon (the reconciler does after a
 // takeover). It never blocks.
 func (d *Daemon) Poke(partner string) {
-	if p, ok := d.partner(partner); ok {
+	if p, ok := d.parts.get(partner); ok {
 		p.poke()
 	}
 }
@@ -523,7 +516,7 @@ func (d *Daemon) Poke(partner string) {
 // until its lease expired and a reconciler took it over again, perhaps
 // this one, again).
 func (d *Daemon) TakenOver(partner string) {
-	if p, ok := d.partner(partner); ok {
+	if p, ok := d.parts.get(partner); ok {
 		p.takenOver.Store(true)
 		p.poke()
 	}
@@ -670,7 +663,7 @@ func (d *Daemon) Stop() {
 	if !d.life.Halt() {
 		d.mu.Unlock()
 		d.noClaims.Store(true)
-		for _, p := range d.partnerList() {
+		for _, p := range d.parts.list() {
 			p.mu.Lock()
 			p.drop()
 			p.mu.Unlock()
@@ -686,9 +679,9 @@ func (d *Daemon) Stop() {
 	idle := make(chan struct{})
 	go func() {
 		defer close(idle)
-		d.partsMu.RLock()
-		all := append(append([]*partnerRT(nil), d.retiring...), d.partnerListLocked()...)
-		d.partsMu.RUnlock()
+		d.parts.mu.RLock()
+		all := append(append([]*partnerRT(nil), d.parts.retiring...), d.parts.listLocked()...)
+		d.parts.mu.RUnlock()
 		for _, p := range all {
 			p.mu.Lock() // waits for the partner's poll in flight
 			p.mu.Unlock()
@@ -702,16 +695,16 @@ func (d *Daemon) Stop() {
 		d.log.Warn("drain time over; abandoning files in flight (they resume on the next start)")
 	}
 	d.life.Cancel()
-	if d.unsettledRemoved.Load() {
+	if d.parts.unsettledRemoved.Load() {
 		// a reload removed a partner not looked at since a failure: its
 		// next start with the partner configured again must look
 		drained = false
 	}
-	d.partsMu.RLock()
-	gone := append([]*partnerRT(nil), d.retiring...)
-	d.partsMu.RUnlock()
+	d.parts.mu.RLock()
+	gone := append([]*partnerRT(nil), d.parts.retiring...)
+	d.parts.mu.RUnlock()
 	for _, p := range gone { // removed, its poller ended by the stop before it retired
-		if _, current := d.partner(p.cfg.ID); !current && p.mu.TryLock() {
+		if _, current := d.parts.get(p.cfg.ID); !current && p.mu.TryLock() {
 			if !p.settled {
 				drained = false
 			}
@@ -719,7 +712,7 @@ func (d *Daemon) Stop() {
 		}
 	}
 	if drained {
-		for _, p := range d.partnerList() {
+		for _, p := range d.parts.list() {
 			p.mu.Lock()
 			if !p.settled {
 				// not looked at since a failure (or ever, this run): the
@@ -756,7 +749,7 @@ func (d *Daemon) closeBeats() { d.ledger.CloseBeats() }
 // ask the database.
 func (d *Daemon) CheckTargets(ctx context.Context) error {
 	chk := target.NewChecker(d.db) // each table's catalog read once, whatever the partners writing it
-	for _, p := range d.partnerList() {
+	for _, p := range d.parts.list() {
 		for i := range p.cfg.Feeds {
 			f := &p.cfg.Feeds[i]
 			ok, err := d.feedUsable(ctx, p, f)
@@ -853,7 +846,7 @@ func (p *partnerRT) poke() {
 // dial bound (sessions.max_parallel_dials). A failure is left for the
 // partner's poll to meet, retry and report.
 func (d *Daemon) Prewarm(ctx context.Context) {
-	for _, p := range d.partnerList() {
+	for _, p := range d.parts.list() {
 		go func() {
 			if _, err := d.session(ctx, p); err != nil {
 				d.log.Debug("prewarm dial failed; the poll dials again", "partner", p.cfg.ID, "err", err)

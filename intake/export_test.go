@@ -95,7 +95,7 @@ func DialsInFlight(d *Daemon) int64 {
 // PollOffset is a partner's first-poll offset and interval as Start
 // computes them; ok is false for a cron-expression schedule.
 func PollOffset(d *Daemon, partner string) (off, every time.Duration, ok bool) {
-	p, found := d.partner(partner)
+	p, found := d.parts.get(partner)
 	if !found {
 		return 0, 0, false
 	}
@@ -103,7 +103,7 @@ func PollOffset(d *Daemon, partner string) (off, every time.Duration, ok bool) {
 	if !ok {
 		return 0, 0, false
 	}
-	return pollOffset(partner, every, len(d.partnerIDs()), d.cfg.PollStagger), every, true
+	return pollOffset(partner, every, len(d.parts.ids()), d.cfg.PollStagger), every, true
 }
 
 // LastCodes is what a retries_exhausted receipt says of the last error.
@@ -120,7 +120,7 @@ func SetTargetRetry(d time.Duration) func() {
 // HeldFeedsDue makes every held feed's table due to be read again at the
 // partner's next poll.
 func HeldFeedsDue(d *Daemon) {
-	for _, p := range d.partnerList() {
+	for _, p := range d.parts.list() {
 		p.holdMu.Lock()
 		for _, h := range p.holds {
 			h.next = time.Time{}

@@ -18,7 +18,7 @@ func (d *Daemon) refreshGauges(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	m := d.metrics
-	order := d.partnerIDs() // a reload may change them meanwhile
+	order := d.parts.ids() // a reload may change them meanwhile
 	for _, id := range order {
 		for _, st := range []ledger.State{ledger.StateClaimed, ledger.StateSpooled, ledger.StateApplying, ledger.StateApplied, ledger.StateOutcomeUnknown, ledger.StateQuarantined} {
 			m.files.WithLabelValues(id, string(st)).Set(0)
@@ -67,7 +67,7 @@ func (d *Daemon) refreshGauges(ctx context.Context) error {
 	for p, age := range oldest {
 		m.oldestProcessing.WithLabelValues(p).Set(age)
 	}
-	for _, p := range d.partnerList() {
+	for _, p := range d.parts.list() {
 		id := p.cfg.ID
 		p.statMu.Lock()
 		age, polling := 0.0, p.polling
@@ -84,7 +84,7 @@ func (d *Daemon) refreshGauges(ctx context.Context) error {
 
 // refreshSpoolBytes walks the spool and sets the bytes held per partner.
 func (d *Daemon) refreshSpoolBytes() {
-	for _, id := range d.partnerIDs() {
+	for _, id := range d.parts.ids() {
 		var total int64
 		filepath.WalkDir(filepath.Join(d.spool.Dir(), id), func(_ string, e fs.DirEntry, err error) error {
 			if err == nil && e.Type().IsRegular() {
@@ -115,7 +115,7 @@ type PartnerState struct {
 // PartnerStates reports each partner's SFTP state as of the last poll.
 func (d *Daemon) PartnerStates() map[string]PartnerState {
 	out := map[string]PartnerState{}
-	for _, p := range d.partnerList() {
+	for _, p := range d.parts.list() {
 		id := p.cfg.ID
 		held := p.heldFeeds()
 		p.statMu.Lock()

@@ -18,10 +18,10 @@ import (
 
 // Reloading the partners of a running daemon (SIGHUP).
 //
-// The partner set (Daemon.parts, order) is copied on write: a reload
-// builds a new set and swaps it in under partsMu; readers that run beside
-// a reload (gauges, /readyz, the heartbeat, Poke) take a snapshot with
-// partnerList, partnerIDs or partner. A reload takes effect at each
+// The partner set (Daemon.parts, partnerset.go) is copied on write: a
+// reload builds a new set and swaps it in under its lock; readers that
+// run beside a reload (gauges, /readyz, the heartbeat, Poke) take a
+// snapshot with its list, ids or get. A reload takes effect at each
 // partner's next poll: a poll in progress, with its claims and the files it
 // carries, finishes under the configuration it started with, so a file in
 // flight keeps the mapping it was planned with.
@@ -50,36 +50,6 @@ func (r ReloadResult) Changes() bool {
 	return len(r.Added)+len(r.Removed)+len(r.Changed) > 0
 }
 
-// partnerList is the current partners in configuration order.
-func (d *Daemon) partnerList() []*partnerRT {
-	d.partsMu.RLock()
-	defer d.partsMu.RUnlock()
-	return d.partnerListLocked()
-}
-
-func (d *Daemon) partnerListLocked() []*partnerRT {
-	out := make([]*partnerRT, len(d.order))
-	for i, id := range d.order {
-		out[i] = d.parts[id]
-	}
-	return out
-}
-
-// partnerIDs is the current partner ids in configuration order.
-func (d *Daemon) partnerIDs() []string {
-	d.partsMu.RLock()
-	defer d.partsMu.RUnlock()
-	return append([]string(nil), d.order...)
-}
-
-// partner is the current runtime of a partner.
-func (d *Daemon) partner(id string) (*partnerRT, bool) {
-	d.partsMu.RLock()
-	defer d.partsMu.RUnlock()
-	p, ok := d.parts[id]
-	return p, ok
-}
-
 // Reload makes parts (validated, as config.Load does) the daemon's
 // partners. Every target table of an added or changed partner's feeds is
 // checked first (checkFeeds): a feed whose table cannot be written is
@@ -92,9 +62,9 @@ func (d *Daemon) Reload(ctx context.Context, parts []partners.Config) (ReloadRes
 	if !d.life.Running() {
 		return res, ErrNotRunning
 	}
-	d.partsMu.RLock()
-	old := d.parts
-	d.partsMu.RUnlock()
+	d.parts.mu.RLock()
+	old := d.parts.byID
+	d.parts.mu.RUnlock()
 	next := map[string]*partnerRT{}
 	var order []string
 	var fresh []*partnerRT // added or changed: to be started
@@ -137,7 +107,7 @@ func (d *Daemon) Reload(ctx context.Context, parts []partners.Config) (ReloadRes
 		order = append(order, c.ID)
 	}
 	var retired []*partnerRT
-	for _, id := range d.order {
+	for _, id := range d.parts.order {
 		if p := old[id]; next[id] != p {
 			retired = append(retired, p)
 			if _, kept := next[id]; !kept {
@@ -145,10 +115,10 @@ func (d *Daemon) Reload(ctx context.Context, parts []partners.Config) (ReloadRes
 			}
 		}
 	}
-	d.partsMu.Lock()
-	d.parts, d.order = next, order
-	d.retiring = append(d.retiring, retired...)
-	d.partsMu.Unlock()
+	d.parts.mu.Lock()
+	d.parts.byID, d.parts.order = next, order
+	d.parts.retiring = append(d.parts.retiring, retired...)
+	d.parts.mu.Unlock()
 
 	for _, p := range retired {
 		d.cron.Remove(p.cronID)
@@ -361,21 +331,21 @@ func (p *partnerRT) retired() bool {
 // go (they would otherwise stay at their last values and feed alerts).
 func (d *Daemon) retire(p *partnerRT) {
 	p.drop()
-	d.partsMu.Lock()
-	for i, r := range d.retiring {
+	d.parts.mu.Lock()
+	for i, r := range d.parts.retiring {
 		if r == p {
-			d.retiring = append(d.retiring[:i], d.retiring[i+1:]...)
+			d.parts.retiring = append(d.parts.retiring[:i], d.parts.retiring[i+1:]...)
 			break
 		}
 	}
-	_, current := d.parts[p.cfg.ID]
-	d.partsMu.Unlock()
+	_, current := d.parts.byID[p.cfg.ID]
+	d.parts.mu.Unlock()
 	if current {
 		return // replaced: its successor reports, and took its state over
 	}
 	p.mu.Lock()
 	if !p.settled {
-		d.unsettledRemoved.Store(true)
+		d.parts.unsettledRemoved.Store(true)
 	}
 	p.mu.Unlock()
 	m := d.metrics

@@ -58,7 +58,7 @@ func (d *Daemon) Replay(ctx context.Context, q ReplayRequest) (*ledger.Intake, e
 		return nil, fmt.Errorf("%w: an actor and a reason are required", ledger.ErrDecision)
 	}
 	var orig *ledger.Intake
-	for _, pid := range d.order {
+	for _, pid := range d.parts.order {
 		got, err := d.ledger.Get(ctx, pid, id)
 		if err != nil {
 			return nil, err
@@ -78,7 +78,7 @@ func (d *Daemon) Replay(ctx context.Context, q ReplayRequest) (*ledger.Intake, e
 	if !q.Handover && !d.spool.Has(orig.Partner, orig.DataSHA256, orig.DataSize) && !d.spool.Has(orig.Partner, orig.SHA256, orig.Size) {
 		return nil, fmt.Errorf("%w: the spool no longer holds the bytes of intake %d", ledger.ErrDecision, id)
 	}
-	p := d.parts[orig.Partner]
+	p := d.parts.byID[orig.Partner]
 	// root is the intake the replay writes as, the one that brought the
 	// bytes it applies: rows any later intake wrote are then conflicts of
 	// the replay (merge's newer-than guard), never set back

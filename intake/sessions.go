@@ -262,7 +262,7 @@ func (d *Daemon) makeRoom(self *partnerRT) {
 	for limit > 0 && d.book.open.Load() >= limit {
 		var lru *partnerRT
 		var at int64
-		for _, q := range d.partnerList() {
+		for _, q := range d.parts.list() {
 			if q == self || !q.hasSess.Load() {
 				continue
 			}
@@ -295,7 +295,7 @@ func (d *Daemon) sessionJanitor(ctx context.Context) {
 // partners that are not polling.
 func (d *Daemon) closeIdle(now time.Time) {
 	cut := now.Add(-d.cfg.Sessions.IdleClose).UnixNano()
-	for _, p := range d.partnerList() {
+	for _, p := range d.parts.list() {
 		if !p.hasSess.Load() || p.lastUsed.Load() > cut || !p.mu.TryLock() {
 			continue // no session, used lately, or polling now
 		}

@@ -122,7 +122,7 @@ func (d *Daemon) siteShared(p *partnerRT) error {
 	}
 	var other string
 	for _, id := range d.sites.overlapping(p.cfg.ID, *mine) {
-		if _, configured := d.partner(id); configured {
+		if _, configured := d.parts.get(id); configured {
 			other = id
 			break
 		}

@@ -107,7 +107,7 @@ func unusableTarget(err error) bool {
 // (gaugeLoop), files waiting or not, each within 10 s, and sets every
 // feed's gauge from what its partner's current runtime holds.
 func (d *Daemon) recheckHeld(ctx context.Context) {
-	for _, p := range d.partnerList() {
+	for _, p := range d.parts.list() {
 		for i := range p.cfg.Feeds {
 			f := &p.cfg.Feeds[i]
 			if p.feedHeld(f.Name) {
@@ -201,7 +201,7 @@ func (p *partnerRT) heldFeeds() map[string]string {
 // one-shot run that held one ends with code 1 (needs attention).
 func (d *Daemon) HeldFeeds() []string {
 	var out []string
-	for _, p := range d.partnerList() {
+	for _, p := range d.parts.list() {
 		for name := range p.heldFeeds() {
 			out = append(out, p.cfg.ID+"/"+name)
 		}

@@ -41,14 +41,14 @@ func workerIDRegained(d *Daemon) func(ctx context.Context) {
 		// while it was not held, and died between a RENAME and its INSERT:
 		// every partner's next poll looks through this worker's processing
 		// dir again (as after a hint of the reconciler's).
-		for _, p := range d.partnerList() {
+		for _, p := range d.parts.list() {
 			p.takenOver.Store(true)
 		}
 		if !d.registered.Load() {
 			return
 		}
 		for attempt := 0; attempt < 5 && ctx.Err() == nil; attempt++ {
-			_, err := d.ledger.RegisterWorker(ctx, d.cfg.WorkerID, d.partnerIDs())
+			_, err := d.ledger.RegisterWorker(ctx, d.cfg.WorkerID, d.parts.ids())
 			if err == nil {
 				return
 			}
