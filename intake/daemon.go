@@ -19,6 +19,7 @@ import (
 
 	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/intake/pollrecord"
+	"github.com/partner-intake/partner-intake/intake/sessions"
 	"github.com/partner-intake/partner-intake/intake/target"
 	"github.com/partner-intake/partner-intake/intake/workerid"
 	"github.com/partner-intake/partner-intake/internal/lifecycle"
@@ -135,7 +136,7 @@ func (c *Config) Validate() error {
 	if c.SpoolMinFree < 0 {
 		return fmt.Errorf("spool.min_free_bytes: %d must be positive", c.SpoolMinFree)
 	}
-	if err := c.Sessions.validate(); err != nil {
+	if err := c.Sessions.Validate(); err != nil {
 		return err
 	}
 	if c.PollStagger == 0 {
@@ -202,10 +203,8 @@ type Daemon struct {
 	// parts are the partners (partnerset.go); a reload swaps them
 	parts *partnerSet
 
-	targets *target.Cache   // the checked target of each feed mapping
-	sites   siteIndex       // each partner's site, as first dialled (site.go)
-	book    *sessionBook    // the dial bound and the open sessions (sessions.go)
-	conns   *partners.Conns // SSH connections, shared by partners on one account (sessions.go)
+	targets  *target.Cache  // the checked target of each feed mapping
+	sessions *sessionKeeper // the partners' SFTP sessions (sessions.go, intake/sessions)
 
 	noClaims atomic.Bool
 	// workerID is this process's hold on its worker id (intake/workerid)
@@ -246,9 +245,11 @@ func New(cfg Config, parts []partners.Config, db *pgxpool.Pool, sp *spool.Spool,
 	d.polls = pollrecord.New(d.ledger, cfg.WorkerID, d.log)
 	d.workerID = workerid.New(workerid.Config{DB: db, WorkerID: cfg.WorkerID, Lease: cfg.Lease, Log: d.log,
 		Held: d.metrics.workerIDHeld, Regained: workerIDRegained(d)})
-	d.book = newSessionBook(cfg.Sessions.MaxParallelDials, d.metrics)
-	d.conns = partners.NewConns(cfg.Sessions.PartnersPerConnection)
-	d.metrics.connections(reg, d.conns)
+	conns := partners.NewConns(cfg.Sessions.PartnersPerConnection)
+	d.metrics.connections(reg, conns)
+	d.sessions = &sessionKeeper{policy: cfg.Sessions, workerID: cfg.WorkerID, book: sessions.NewBook(cfg.Sessions.MaxParallelDials, d.metrics.sessionsOpen),
+		conns: conns, parts: d.parts, metrics: d.metrics, log: d.log, signals: &d.signals,
+		sites: &siteCheck{ledger: d.ledger, conns: conns, parts: d.parts, workerID: cfg.WorkerID, log: d.log}}
 	// at most this many files are applied ahead of their plan at once,
 	// each holding a connection of the work pool through its download
 	slots := 1
@@ -264,7 +265,7 @@ func New(cfg Config, parts []partners.Config, db *pgxpool.Pool, sp *spool.Spool,
 		if err := checkPGPKeys(p); err != nil {
 			return nil, err
 		}
-		d.parts.byID[p.ID] = d.newPartnerRT(p)
+		d.parts.byID[p.ID] = d.sessions.newPartnerRT(p)
 		d.parts.order = append(d.parts.order, p.ID)
 	}
 	return d, nil
@@ -387,13 +388,13 @@ func (d *Daemon) Start(ctx context.Context) error {
 	now := time.Now()
 	for _, id := range d.parts.order {
 		p := d.parts.byID[id]
-		first, err := d.schedulePoll(p, now, len(d.parts.order))
+		first, err := schedulePoll(d.cron, p, now, len(d.parts.order), d.cfg.PollStagger)
 		if err != nil {
 			return abort(fmt.Errorf("partner %s: poll %q: %w", id, p.cfg.Poll, err))
 		}
 		d.life.Go(func() { d.loop(ctx, p, first) })
 	}
-	d.life.Go(func() { d.sessionJanitor(ctx) })
+	d.life.Go(func() { d.sessions.janitor(ctx) })
 	d.life.Go(func() { d.gaugeLoop(ctx) })
 	d.life.Go(func() { d.polls.Run(ctx) })
 	d.cron.Start()
@@ -791,7 +792,7 @@ type partnerRT struct {
 	trigger chan struct{}
 	quit    chan struct{} // closed when a reload removes or replaces it (reload.go)
 	cronID  cron.EntryID
-	book    *sessionBook // the daemon's (sessions.go)
+	book    *sessions.Book // the daemon's (sessions.go)
 
 	mu         sync.Mutex // one poll at a time per partner
 	sessMu     sync.Mutex
@@ -848,7 +849,7 @@ func (p *partnerRT) poke() {
 func (d *Daemon) Prewarm(ctx context.Context) {
 	for _, p := range d.parts.list() {
 		go func() {
-			if _, err := d.session(ctx, p); err != nil {
+			if _, err := d.sessions.session(ctx, p); err != nil {
 				d.log.Debug("prewarm dial failed; the poll dials again", "partner", p.cfg.ID, "err", err)
 			}
 		}()
@@ -892,7 +893,7 @@ func (p *partnerRT) dropIf(s *partners.Session) bool {
 	p.sess = nil
 	p.hasSess.Store(false)
 	if p.book != nil {
-		p.book.closed()
+		p.book.Closed()
 	}
 	return true
 }

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/partner-intake/partner-intake/intake/ledger"
+	"github.com/partner-intake/partner-intake/intake/sessions"
 	"github.com/partner-intake/partner-intake/internal/rendezvous"
 	"github.com/partner-intake/partner-intake/internal/schedule"
 )
@@ -79,16 +80,16 @@ type PollDone = pollDone
 // DialStats are the daemon's dials started, the most ever in flight at
 // once to one server, and the sessions open now (sessions.go).
 func DialStats(d *Daemon) (dialed, peak, open int64) {
-	dialed, peak, _ = d.book.stats()
-	return dialed, peak, d.book.open.Load()
+	dialed, peak, _ = d.sessions.book.Stats()
+	return dialed, peak, d.sessions.book.Open()
 }
 
 // SSHLogins is how many SSH connections the daemon's sessions dialled.
-func SSHLogins(d *Daemon) int64 { return d.conns.Logins() }
+func SSHLogins(d *Daemon) int64 { return d.sessions.conns.Logins() }
 
 // DialsInFlight are the dials in flight now.
 func DialsInFlight(d *Daemon) int64 {
-	_, _, n := d.book.stats()
+	_, _, n := d.sessions.book.Stats()
 	return n
 }
 
@@ -103,7 +104,7 @@ func PollOffset(d *Daemon, partner string) (off, every time.Duration, ok bool) {
 	if !ok {
 		return 0, 0, false
 	}
-	return pollOffset(partner, every, len(d.parts.ids()), d.cfg.PollStagger), every, true
+	return sessions.Offset(partner, every, len(d.parts.ids()), d.cfg.PollStagger), every, true
 }
 
 // LastCodes is what a retries_exhausted receipt says of the last error.

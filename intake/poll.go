@@ -56,7 +56,7 @@ func (d *Daemon) pollOnce(ctx context.Context, p *partnerRT) error {
 	// (resumeRows; docs/performance.md).
 	due := inBackground(func() ([]*ledger.Intake, error) { return d.ledger.DueOwnedBy(ctx, p.cfg.ID, d.cfg.WorkerID) })
 	defer due.wait()
-	sess, err := d.session(ctx, p)
+	sess, err := d.sessions.session(ctx, p)
 	if err != nil {
 		return err
 	}

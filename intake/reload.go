@@ -90,7 +90,7 @@ func (d *Daemon) Reload(ctx context.Context, parts []partners.Config) (ReloadRes
 			if err := checkPGPKeys(&c); err != nil {
 				return res, err
 			}
-			p := d.newPartnerRT(&c)
+			p := d.sessions.newPartnerRT(&c)
 			h, err := d.checkFeeds(ctx, p, o)
 			if err != nil {
 				return res, err
@@ -133,7 +133,7 @@ func (d *Daemon) Reload(ctx context.Context, parts []partners.Config) (ReloadRes
 	now := time.Now()
 	for _, p := range fresh {
 		// the same phase as at a start (sessions.go)
-		first, err := d.schedulePoll(p, now, len(order))
+		first, err := schedulePoll(d.cron, p, now, len(order), d.cfg.PollStagger)
 		if err != nil { // validated by the caller; a partner without a schedule is still polled once
 			d.log.Error("partner's poll schedule refused", "partner", p.cfg.ID, "poll", p.cfg.Poll, "err", err)
 		}
@@ -206,7 +206,7 @@ func (d *Daemon) holdEmptyProcessing(ctx context.Context, o *partnerRT) (unlock 
 // processingEntries names the entries of every worker's dir below base on
 // o's site (none when base does not exist), at most maxNamedClaims+1.
 func (d *Daemon) processingEntries(ctx context.Context, o *partnerRT, base string) ([]string, error) {
-	sess, err := d.session(ctx, o)
+	sess, err := d.sessions.session(ctx, o)
 	if err != nil {
 		return nil, err
 	}

@@ -20,7 +20,7 @@ type testSignals struct {
 	// (apply.go, fileRun.commitChunk); the partner.
 	ChunkRetry testsignal.Signal[string]
 	// IdleClosed: the janitor closed a partner's idle session
-	// (sessions.go, Daemon.closeIdle); the partner.
+	// (sessions.go, sessionKeeper.closeIdle); the partner.
 	IdleClosed testsignal.Signal[string]
 	// AheadChunk: a chunk was applied ahead of the file's plan, in the
 	// transaction held open for it (ahead.go, fileRun.runAhead); the
