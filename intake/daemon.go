@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/robfig/cron/v3"
 
+	"github.com/partner-intake/partner-intake/intake/affinity"
 	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/intake/pollrecord"
 	"github.com/partner-intake/partner-intake/intake/sessions"
@@ -212,7 +213,7 @@ type Daemon struct {
 	// registered: Start recorded this replica in intake_worker, so partner
 	// affinity applies (affinity.go).
 	registered atomic.Bool
-	peers      peers
+	peers      *affinity.Peers // which replica polls a partner (intake/affinity)
 	// prevDrained: this worker id's previous run stopped drained, so a
 	// partner another replica polls needs no look into processing/ after
 	// start unless the database shows live files of this worker there.
@@ -242,6 +243,9 @@ func New(cfg Config, parts []partners.Config, db *pgxpool.Pool, sp *spool.Spool,
 	d := &Daemon{cfg: cfg, db: db, spool: sp, ledger: ledger.New(db, cfg.Lease).WithClaimPool(cfg.ClaimDB).WithBeatPool(beatPool(db)),
 		metrics: newMetrics(reg), log: slog.New(pgerr.Handler(log.Handler())).With("component", "intake", "worker", cfg.WorkerID),
 		parts: &partnerSet{byID: map[string]*partnerRT{}}, targets: target.NewCache(db)}
+	d.peers = affinity.New(affinity.Config{Ledger: d.ledger, WorkerID: cfg.WorkerID, Lease: cfg.Lease, Everyone: cfg.Affinity == AffinityNone,
+		Registered: d.registered.Load, Partners: d.parts.ids, Gained: d.Poke, Seen: func(m map[string][]string) { d.signals.Peers.Signal(m) },
+		Owned: d.metrics.partnerOwned, Log: d.log})
 	d.polls = pollrecord.New(d.ledger, cfg.WorkerID, d.log)
 	d.workerID = workerid.New(workerid.Config{DB: db, WorkerID: cfg.WorkerID, Lease: cfg.Lease, Log: d.log,
 		Held: d.metrics.workerIDHeld, Regained: workerIDRegained(d)})

@@ -137,7 +137,5 @@ func BeatLedger(d *Daemon) *ledger.Ledger { return d.ledger }
 // ExpirePeers makes the daemon read the live replicas again at its next
 // look (affinity.go), as a third of a lease later would.
 func ExpirePeers(d *Daemon) {
-	d.peers.mu.Lock()
-	d.peers.at = time.Time{}
-	d.peers.mu.Unlock()
+	d.peers.Expire()
 }

@@ -130,7 +130,7 @@ func (d *Daemon) claimGroup(ctx context.Context, p *partnerRT, sess *partners.Se
 		}
 	}
 	if raced {
-		d.peers.lost()
+		d.peers.Lost()
 	}
 	if raced && !sequential {
 		kept := d.putBack(p, sess, g, errs)

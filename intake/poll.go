@@ -81,7 +81,7 @@ func (d *Daemon) pollOnce(ctx context.Context, p *partnerRT) error {
 	d.log.Debug("housekeeping done", "partner", p.cfg.ID, "seconds", time.Since(start).Seconds())
 	if !own {
 		p.drop() // the session is the owner's to keep
-		d.notPolling(p)
+		p.notPolling(d.metrics)
 		return errNotOwner
 	}
 	if ready != nil && p.fileRuns.Load() != runs {
@@ -115,7 +115,7 @@ func (d *Daemon) gate(ctx context.Context, p *partnerRT) (own bool, err error) {
 	// With several replicas, one polls the partner (affinity.go). The
 	// others still resume their own files of it once after they start (a
 	// restart's leftovers), then leave it alone.
-	own = d.owns(ctx, p.cfg.ID)
+	own = d.peers.Owns(ctx, p.cfg.ID)
 	hinted := p.takenOver.Swap(false)
 	if hinted {
 		// our reconciler gave us a file of the partner to run, or left
@@ -137,7 +137,7 @@ func (d *Daemon) gate(ctx context.Context, p *partnerRT) (own bool, err error) {
 		// and no other replica adopts from a live worker's dir, so this
 		// one looks there again whoever polls the partner now.
 		p.drop() // a session of an earlier poll is the owner's business now
-		d.notPolling(p)
+		p.notPolling(d.metrics)
 		return false, errNotOwner
 	}
 	if own {
@@ -276,7 +276,7 @@ func (c *claimLoop) run(ctx context.Context, cands []candidate, beyond int) erro
 // max_files_per_poll, the partner's spool quota and the spool's free
 // space, and while this replica polls the partner.
 func (c *claimLoop) room(ctx context.Context) bool {
-	return c.claimed < c.p.cfg.Limits.MaxFilesPerPoll && c.quota.ok() && c.d.spaceOK() && c.d.owns(ctx, c.p.cfg.ID)
+	return c.claimed < c.p.cfg.Limits.MaxFilesPerPoll && c.quota.ok() && c.d.spaceOK() && c.d.peers.Owns(ctx, c.p.cfg.ID)
 }
 
 // claimAt claims what starts at cands[0], a group of small files
@@ -739,7 +739,7 @@ func (d *Daemon) claim(ctx context.Context, p *partnerRT, sess *partners.Session
 	if err != nil {
 		if partners.IsNotExist(err) {
 			d.metrics.claimsLost.WithLabelValues(p.cfg.ID).Inc()
-			d.peers.lost() // another replica claims here: look again who polls the partner
+			d.peers.Lost() // another replica claims here: look again who polls the partner
 			return nil, nil, 0, nil
 		}
 		if _, serr := sess.Lstat(dst); serr == nil {

@@ -10,7 +10,7 @@ type testSignals struct {
 	// updated (daemon.go, Daemon.loop). Err is nil also when another
 	// replica polls the partner.
 	Polled testsignal.Signal[pollDone]
-	// Peers: owns read which live replicas serve each partner (affinity.go);
+	// Peers: owns read which live replicas serve each partner (intake/affinity);
 	// nil when the read failed.
 	Peers testsignal.Signal[map[string][]string]
 	// GroupHeartbeat: a group's heartbeat extended its files' leases
