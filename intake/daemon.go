@@ -22,6 +22,7 @@ import (
 	"github.com/partner-intake/partner-intake/intake/pollrecord"
 	"github.com/partner-intake/partner-intake/intake/sessions"
 	"github.com/partner-intake/partner-intake/intake/target"
+	"github.com/partner-intake/partner-intake/intake/targethold"
 	"github.com/partner-intake/partner-intake/intake/workerid"
 	"github.com/partner-intake/partner-intake/internal/lifecycle"
 	"github.com/partner-intake/partner-intake/internal/names"
@@ -204,8 +205,9 @@ type Daemon struct {
 	// parts are the partners (partnerset.go); a reload swaps them
 	parts *partnerSet
 
-	targets  *target.Cache  // the checked target of each feed mapping
-	sessions *sessionKeeper // the partners' SFTP sessions (sessions.go, intake/sessions)
+	targets   *target.Cache  // the checked target of each feed mapping
+	feedHolds *targetHolds   // feeds whose target cannot be written (targethold.go)
+	sessions  *sessionKeeper // the partners' SFTP sessions (sessions.go, intake/sessions)
 
 	noClaims atomic.Bool
 	// workerID is this process's hold on its worker id (intake/workerid)
@@ -246,6 +248,7 @@ func New(cfg Config, parts []partners.Config, db *pgxpool.Pool, sp *spool.Spool,
 	d.peers = affinity.New(affinity.Config{Ledger: d.ledger, WorkerID: cfg.WorkerID, Lease: cfg.Lease, Everyone: cfg.Affinity == AffinityNone,
 		Registered: d.registered.Load, Partners: d.parts.ids, Gained: d.Poke, Seen: func(m map[string][]string) { d.signals.Peers.Signal(m) },
 		Owned: d.metrics.partnerOwned, Log: d.log})
+	d.feedHolds = &targetHolds{db: db, targets: d.targets, parts: d.parts, held: d.metrics.targetHeld, log: d.log}
 	d.polls = pollrecord.New(d.ledger, cfg.WorkerID, d.log)
 	d.workerID = workerid.New(workerid.Config{DB: db, WorkerID: cfg.WorkerID, Lease: cfg.Lease, Log: d.log,
 		Held: d.metrics.workerIDHeld, Regained: workerIDRegained(d)})
@@ -486,7 +489,7 @@ func (d *Daemon) gaugeLoop(ctx context.Context) {
 		if err := d.refreshGauges(ctx); err != nil && ctx.Err() == nil {
 			d.log.Warn("refresh gauges", "err", err)
 		}
-		d.recheckHeld(ctx)
+		d.feedHolds.recheck(ctx)
 		if i%4 == 0 {
 			d.refreshSpoolBytes()
 		}
@@ -502,7 +505,7 @@ func (d *Daemon) gaugeLoop(ctx context.Context) {
 // tables of held feeds whose retry is due (tests, status).
 func (d *Daemon) RefreshGauges(ctx context.Context) error {
 	d.refreshSpoolBytes()
-	d.recheckHeld(ctx)
+	d.feedHolds.recheck(ctx)
 	return d.refreshGauges(ctx)
 }
 
@@ -757,12 +760,12 @@ func (d *Daemon) CheckTargets(ctx context.Context) error {
 	for _, p := range d.parts.list() {
 		for i := range p.cfg.Feeds {
 			f := &p.cfg.Feeds[i]
-			ok, err := d.feedUsable(ctx, p, f)
+			ok, err := d.feedHolds.usable(ctx, p, f)
 			if err != nil {
 				return fmt.Errorf("partner %s feed %s: %w", p.cfg.ID, f.Name, err)
 			}
 			if ok {
-				d.logFindings(ctx, chk, p.cfg.ID, f)
+				logFindings(ctx, d.log, chk, p.cfg.ID, f)
 			}
 		}
 	}
@@ -773,18 +776,18 @@ func (d *Daemon) CheckTargets(ctx context.Context) error {
 // (target.Checker) and logs what the target could refuse as errors, what
 // cannot be decided as warnings: a refused value is met per row at run
 // time, and `intake check` is the gate that fails on them.
-func (d *Daemon) logFindings(ctx context.Context, chk *target.Checker, partner string, f *partners.Feed) {
+func logFindings(ctx context.Context, log *slog.Logger, chk *target.Checker, partner string, f *partners.Feed) {
 	findings, err := chk.Compare(ctx, partner, f)
 	if err != nil {
-		d.log.Warn("target not compared with the feed", "partner", partner, "feed", f.Name, "target", f.Target, "err", err)
+		log.Warn("target not compared with the feed", "partner", partner, "feed", f.Name, "target", f.Target, "err", err)
 		return
 	}
 	for _, g := range findings {
 		if g.Fail {
-			d.log.Error("target may refuse values the feed accepts (intake check fails)", "partner", partner, "feed", f.Name,
+			log.Error("target may refuse values the feed accepts (intake check fails)", "partner", partner, "feed", f.Name,
 				"target", f.Target, "column", g.Column, "problem", g.Detail)
 		} else {
-			d.log.Warn("target constraint not decidable from the declarations", "partner", partner, "feed", f.Name,
+			log.Warn("target constraint not decidable from the declarations", "partner", partner, "feed", f.Name,
 				"target", f.Target, "column", g.Column, "problem", g.Detail)
 		}
 	}
@@ -834,9 +837,7 @@ type partnerRT struct {
 	readyCount  int
 	quotaFull   atomic.Bool // the partner's spool is at its quota (limits.max_spool_bytes)
 
-	holdMu sync.Mutex
-	holds  map[string]*feedHold // by feed name: feeds whose target cannot be written (targethold.go)
-	nHeld  atomic.Int32         // len(holds), read by a poll's gate without holdMu
+	holds targethold.Feeds // feeds whose target cannot be written (targethold.go)
 }
 
 func (p *partnerRT) poke() {

@@ -6,6 +6,7 @@ import (
 
 	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/intake/sessions"
+	"github.com/partner-intake/partner-intake/intake/targethold"
 	"github.com/partner-intake/partner-intake/internal/rendezvous"
 	"github.com/partner-intake/partner-intake/internal/schedule"
 )
@@ -113,20 +114,16 @@ func LastCodes(err error) string { return lastCodes(err) }
 // SetTargetRetry sets how long a held feed waits before its target table
 // is read again (targethold.go).
 func SetTargetRetry(d time.Duration) func() {
-	old := targetRetry
-	targetRetry = d
-	return func() { targetRetry = old }
+	old := targethold.Retry
+	targethold.Retry = d
+	return func() { targethold.Retry = old }
 }
 
 // HeldFeedsDue makes every held feed's table due to be read again at the
 // partner's next poll.
 func HeldFeedsDue(d *Daemon) {
 	for _, p := range d.parts.list() {
-		p.holdMu.Lock()
-		for _, h := range p.holds {
-			h.next = time.Time{}
-		}
-		p.holdMu.Unlock()
+		p.holds.AllDue()
 	}
 }
 

@@ -117,7 +117,7 @@ func (d *Daemon) PartnerStates() map[string]PartnerState {
 	out := map[string]PartnerState{}
 	for _, p := range d.parts.list() {
 		id := p.cfg.ID
-		held := p.heldFeeds()
+		held := p.holds.Problems()
 		p.statMu.Lock()
 		if p.elsewhere {
 			out[id] = PartnerState{PolledElsewhere: true, HeldFeeds: held}

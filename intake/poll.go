@@ -481,7 +481,7 @@ func (d *Daemon) list(ctx context.Context, p *partnerRT, sess *partners.Session)
 	// and files claimed already never reach the bounded sets
 	var pendC []candidate
 	var pendH []partners.Skipped
-	gate := d.newFeedGate(p) // a held feed's files are left out (targethold.go)
+	gate := d.feedHolds.gate(p) // a held feed's files are left out (targethold.go)
 	flush := func() error {
 		if len(pendC)+len(pendH) == 0 {
 			return nil

@@ -12,7 +12,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/partner-intake/partner-intake/internal/pgerr"
 	"github.com/partner-intake/partner-intake/partners"
 )
 
@@ -52,7 +51,7 @@ func (r ReloadResult) Changes() bool {
 
 // Reload makes parts (validated, as config.Load does) the daemon's
 // partners. Every target table of an added or changed partner's feeds is
-// checked first (checkFeeds): a feed whose table cannot be written is
+// checked first (targetHolds.checkFeeds): a feed whose table cannot be written is
 // held once the reload is in force, unless the config in force writes
 // that feed; then, as on any other error, nothing changes.
 func (d *Daemon) Reload(ctx context.Context, parts []partners.Config) (ReloadResult, error) {
@@ -91,7 +90,7 @@ func (d *Daemon) Reload(ctx context.Context, parts []partners.Config) (ReloadRes
 				return res, err
 			}
 			p := d.sessions.newPartnerRT(&c)
-			h, err := d.checkFeeds(ctx, p, o)
+			h, err := d.feedHolds.checkFeeds(ctx, p, o)
 			if err != nil {
 				return res, err
 			}
@@ -124,11 +123,11 @@ func (d *Daemon) Reload(ctx context.Context, parts []partners.Config) (ReloadRes
 		d.cron.Remove(p.cronID)
 		close(p.quit) // its poller ends after the poll in progress
 	}
-	for _, p := range fresh { // a changed partner's feeds may differ from its predecessor's (recheckHeld sets them again)
+	for _, p := range fresh { // a changed partner's feeds may differ from its predecessor's (targetHolds.recheck sets them again)
 		d.metrics.targetHeld.DeletePartialMatch(prometheus.Labels{"partner": p.cfg.ID})
 	}
 	for _, h := range held {
-		d.setFeedHeld(h.p, h.f, h.problem)
+		d.feedHolds.set(h.p, h.f, h.problem)
 	}
 	now := time.Now()
 	for _, p := range fresh {
@@ -246,50 +245,6 @@ func claimsLeft(base string, left []string) error {
 	}
 	return fmt.Errorf("%w: %s holds %s%s; the config in force is kept: let those files finish, or the next polls adopt them (intake status), then reload again",
 		ErrProcessingInUse, base, strings.Join(left, ", "), more)
-}
-
-// heldFeed is a feed a reload holds once it is in force, and why.
-type heldFeed struct {
-	p       *partnerRT
-	f       *partners.Feed
-	problem string
-}
-
-// checkFeeds loads the target table of each of an added or changed
-// partner's feeds (p, replacing prev, nil for an added partner). A feed
-// whose table cannot be written is returned, to be held; but where the
-// config in force writes that feed (prev has it and does not hold it),
-// the reload is refused and the working mapping kept.
-func (d *Daemon) checkFeeds(ctx context.Context, p, prev *partnerRT) ([]heldFeed, error) {
-	var held []heldFeed
-	for i := range p.cfg.Feeds {
-		f := &p.cfg.Feeds[i]
-		_, err := d.targets.Get(ctx, f)
-		switch {
-		case err == nil:
-			continue
-		case !unusableTarget(err):
-			return nil, fmt.Errorf("partner %s feed %s: %w", p.cfg.ID, f.Name, err)
-		case prev != nil && prev.writes(f.Name):
-			return nil, fmt.Errorf("partner %s feed %s: %w (the feed in force is kept)", p.cfg.ID, f.Name, err)
-		}
-		held = append(held, heldFeed{p: p, f: f, problem: pgerr.Redact(err)})
-	}
-	return held, nil
-}
-
-// writes reports whether the runtime has a feed of that name that is not
-// held.
-func (p *partnerRT) writes(feed string) bool {
-	p.holdMu.Lock()
-	_, held := p.holds[feed]
-	p.holdMu.Unlock()
-	for _, f := range p.cfg.Feeds {
-		if f.Name == feed {
-			return !held
-		}
-	}
-	return false
 }
 
 // takeOver waits for the poll in progress of the runtime p replaces, then

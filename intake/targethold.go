@@ -4,13 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sort"
-	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/partner-intake/partner-intake/intake/target"
+	"github.com/partner-intake/partner-intake/intake/targethold"
 	"github.com/partner-intake/partner-intake/internal/pgerr"
 	"github.com/partner-intake/partner-intake/partners"
 )
@@ -25,107 +27,84 @@ import (
 // committed) and then wait, deferred without an attempt counted
 // (targetTable, settle), their owner renewing their lease at each resume;
 // and the partner's other feeds and every other partner go on. Every
-// replica reads a held feed's table again every targetRetry (gaugeLoop,
+// replica reads a held feed's table again every targethold.Retry (the gauges' loop,
 // and a poll that lists a file of it), whether files wait or not, so the
 // hold ends by itself once ops fix the table.
 //
 // Before, one such feed stopped them all: a daemon whose config named it
 // did not start, and `intake run --once` polled no partner (CheckTargets
 // returned the first error). A reload still refuses a config that would
-// hold a feed the config in force writes (reload.go checkFeeds): there a
+// hold a feed the config in force writes (targetHolds.checkFeeds): there a
 // working mapping is kept; at a start there is none to keep.
 //
 // A table that breaks after it was loaded (dropped, altered) is met by the
 // file's statements: the file ends target_error, which ops replay after
 // the fix (docs/failure-matrix.md).
 
-// targetRetry is how long a held feed waits before its table is read
-// again.
-var targetRetry = 30 * time.Second
-
-// feedHold is why a feed is held and when its table is read again.
-type feedHold struct {
-	problem string // the table and what it lacks, or the SQLSTATE; never a value
-	since   time.Time
-	next    time.Time
+// targetHolds holds and lets go the partners' feeds (each partner's
+// targethold.Feeds) and sets intake_feed_target_held.
+type targetHolds struct {
+	db      *pgxpool.Pool
+	targets *target.Cache
+	parts   *partnerSet
+	held    *prometheus.GaugeVec // intake_feed_target_held
+	log     *slog.Logger
 }
 
-// feedUsable reports whether the feed's target can be written, loading it
+// usable reports whether the feed's target can be written, loading it
 // when it is not yet (a cache hit otherwise). A held feed's table is read
 // again only once its retry is due, and a failure to ask the database
 // then keeps it held until the next retry. err is a failure to ask the
 // database about a feed not held, for the poll to retry.
-func (d *Daemon) feedUsable(ctx context.Context, p *partnerRT, f *partners.Feed) (bool, error) {
-	p.holdMu.Lock()
-	h := p.holds[f.Name]
-	due := h == nil || !time.Now().Before(h.next)
-	p.holdMu.Unlock()
+func (t *targetHolds) usable(ctx context.Context, p *partnerRT, f *partners.Feed) (bool, error) {
+	held, due := p.holds.Due(f.Name)
 	if !due {
 		return false, nil
 	}
-	_, err := d.targets.Get(ctx, f)
+	_, err := t.targets.Get(ctx, f)
 	switch {
 	case err == nil:
-		if d.setFeedHeld(p, f, "") {
-			d.logFindings(ctx, target.NewChecker(d.db), p.cfg.ID, f) // as at a start
+		if t.set(p, f, "") {
+			logFindings(ctx, t.log, target.NewChecker(t.db), p.cfg.ID, f) // as at a start
 		}
 		return true, nil
-	case unusableTarget(err):
-		d.setFeedHeld(p, f, pgerr.Redact(err))
+	case targethold.Unusable(err):
+		t.set(p, f, pgerr.Redact(err))
 		return false, nil
-	case h != nil && ctx.Err() == nil:
+	case held && ctx.Err() == nil:
 		// held, and the database did not answer this time: held still
-		d.log.Warn("held feed's target table not read again; tried at the next retry", "partner", p.cfg.ID, "feed", f.Name,
+		t.log.Warn("held feed's target table not read again; tried at the next retry", "partner", p.cfg.ID, "feed", f.Name,
 			"target", f.Target, "err", err)
-		p.holdMu.Lock()
-		if h := p.holds[f.Name]; h != nil {
-			h.next = time.Now().Add(targetRetry)
-		}
-		p.holdMu.Unlock()
+		p.holds.Later(f.Name)
 		return false, nil
 	default:
 		return false, err
 	}
 }
 
-// unusableTarget reports whether err is the database's answer that the
-// target cannot be written (target.Load's finding, or class 42 about the
-// table: a schema the role may not use), rather than a failure to ask it
-// (a connection refused, the server full, a password rotated: not a
-// property of the table).
-func unusableTarget(err error) bool {
-	var te *target.Error
-	if errors.As(err, &te) {
-		return true
-	}
-	var pe *pgconn.PgError
-	var ce *pgconn.ConnectError
-	return errors.As(err, &pe) && strings.HasPrefix(pe.Code, "42") && !errors.As(err, &ce)
-}
-
-// recheckHeld reads the table of every held feed whose retry is due
-// (gaugeLoop), files waiting or not, each within 10 s, and sets every
+// recheck reads the table of every held feed whose retry is due (the
+// gauges' loop), files waiting or not, each within 10 s, and sets every
 // feed's gauge from what its partner's current runtime holds.
-func (d *Daemon) recheckHeld(ctx context.Context) {
-	for _, p := range d.parts.list() {
+func (t *targetHolds) recheck(ctx context.Context) {
+	for _, p := range t.parts.list() {
 		for i := range p.cfg.Feeds {
 			f := &p.cfg.Feeds[i]
-			if p.feedHeld(f.Name) {
+			if p.holds.Held(f.Name) {
 				fctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-				_, err := d.feedUsable(fctx, p, f)
+				_, err := t.usable(fctx, p, f)
 				cancel()
 				if err != nil && ctx.Err() == nil {
-					d.log.Warn("held feed's target table not read again", "partner", p.cfg.ID, "feed", f.Name, "err", err)
+					t.log.Warn("held feed's target table not read again", "partner", p.cfg.ID, "feed", f.Name, "err", err)
 				}
 			}
-			d.setHeldGauge(p, f.Name, p.feedHeld(f.Name))
+			t.setGauge(p, f.Name, p.holds.Held(f.Name))
 		}
 	}
 }
 
-// setHeldGauge sets intake_feed_target_held for the feed, unless the
-// runtime was replaced or removed: its successor speaks for the partner.
-func (d *Daemon) setHeldGauge(p *partnerRT, feed string, held bool) {
+// setGauge sets intake_feed_target_held for the feed, unless the runtime
+// was replaced or removed: its successor speaks for the partner.
+func (t *targetHolds) setGauge(p *partnerRT, feed string, held bool) {
 	if p.retired() {
 		return
 	}
@@ -133,81 +112,87 @@ func (d *Daemon) setHeldGauge(p *partnerRT, feed string, held bool) {
 	if held {
 		v = 1
 	}
-	d.metrics.targetHeld.WithLabelValues(p.cfg.ID, feed).Set(v)
+	t.held.WithLabelValues(p.cfg.ID, feed).Set(v)
 }
 
-// feedHeld reports whether the runtime holds the feed now.
-func (p *partnerRT) feedHeld(feed string) bool {
-	p.holdMu.Lock()
-	defer p.holdMu.Unlock()
-	_, held := p.holds[feed]
-	return held
-}
-
-// setFeedHeld holds the feed for problem (a redacted error), or lets it
-// go (problem ""), logging the change and setting
-// intake_feed_target_held (a feed neither held nor let go is left to
-// recheckHeld's every 15 s: a poll sets no gauge). It reports whether it
-// let a hold go.
-func (d *Daemon) setFeedHeld(p *partnerRT, f *partners.Feed, problem string) (released bool) {
-	now := time.Now()
-	p.holdMu.Lock()
-	h := p.holds[f.Name]
-	switch {
-	case problem == "" && h == nil:
-		p.holdMu.Unlock()
+// set holds the feed for problem (a redacted error), or lets it go
+// (problem ""), logging the change and setting intake_feed_target_held (a
+// feed neither held nor let go is left to recheck's every 15 s: a poll
+// sets no gauge). It reports whether it let a hold go.
+func (t *targetHolds) set(p *partnerRT, f *partners.Feed, problem string) (released bool) {
+	change, since := p.holds.Set(f.Name, problem)
+	if change == targethold.Unchanged && problem == "" {
 		return false
-	case problem == "":
-		delete(p.holds, f.Name)
-		p.nHeld.Add(-1)
-	case h == nil:
-		if p.holds == nil {
-			p.holds = map[string]*feedHold{}
-		}
-		p.holds[f.Name] = &feedHold{problem: problem, since: now, next: now.Add(targetRetry)}
-		p.nHeld.Add(1)
-	default:
-		h.problem, h.next = problem, now.Add(targetRetry)
 	}
-	p.holdMu.Unlock()
-	d.setHeldGauge(p, f.Name, problem != "")
-	switch {
-	case problem != "" && h == nil:
-		d.log.Error("feed held: its target table cannot be written; its files stay in ready/ until it can",
+	t.setGauge(p, f.Name, problem != "")
+	switch change {
+	case targethold.Holds:
+		t.log.Error("feed held: its target table cannot be written; its files stay in ready/ until it can",
 			"partner", p.cfg.ID, "feed", f.Name, "target", f.Target, "reason", string(partners.SkipTargetUnusable), "problem", problem)
-	case problem == "" && h != nil:
-		d.log.Info("feed's target table can be written again: its files are taken", "partner", p.cfg.ID, "feed", f.Name,
-			"target", f.Target, "held_for", now.Sub(h.since).Round(time.Second).String())
+	case targethold.Released:
+		t.log.Info("feed's target table can be written again: its files are taken", "partner", p.cfg.ID, "feed", f.Name,
+			"target", f.Target, "held_for", time.Since(since).Round(time.Second).String())
 		return true
 	}
 	return false
 }
 
-// heldFeeds is the partner's held feeds and why (PartnerStates).
-func (p *partnerRT) heldFeeds() map[string]string {
-	p.holdMu.Lock()
-	defer p.holdMu.Unlock()
-	if len(p.holds) == 0 {
-		return nil
-	}
-	out := make(map[string]string, len(p.holds))
-	for name, h := range p.holds {
-		out[name] = h.problem
-	}
-	return out
-}
-
-// HeldFeeds names the feeds held now, as "partner/feed" in order: a
-// one-shot run that held one ends with code 1 (needs attention).
-func (d *Daemon) HeldFeeds() []string {
+// feeds names the feeds held now, as "partner/feed" in order.
+func (t *targetHolds) feeds() []string {
 	var out []string
-	for _, p := range d.parts.list() {
-		for name := range p.heldFeeds() {
+	for _, p := range t.parts.list() {
+		for name := range p.holds.Problems() {
 			out = append(out, p.cfg.ID+"/"+name)
 		}
 	}
 	sort.Strings(out)
 	return out
+}
+
+// HeldFeeds names the feeds held now, as "partner/feed" in order: a
+// one-shot run that held one ends with code 1 (needs attention).
+func (d *Daemon) HeldFeeds() []string { return d.feedHolds.feeds() }
+
+// heldFeed is a feed a reload holds once it is in force, and why.
+type heldFeed struct {
+	p       *partnerRT
+	f       *partners.Feed
+	problem string
+}
+
+// checkFeeds loads the target table of each of an added or changed
+// partner's feeds (p, replacing prev, nil for an added partner). A feed
+// whose table cannot be written is returned, to be held; but where the
+// config in force writes that feed (prev has it and does not hold it),
+// the reload is refused and the working mapping kept.
+func (t *targetHolds) checkFeeds(ctx context.Context, p, prev *partnerRT) ([]heldFeed, error) {
+	var held []heldFeed
+	for i := range p.cfg.Feeds {
+		f := &p.cfg.Feeds[i]
+		_, err := t.targets.Get(ctx, f)
+		switch {
+		case err == nil:
+			continue
+		case !targethold.Unusable(err):
+			return nil, fmt.Errorf("partner %s feed %s: %w", p.cfg.ID, f.Name, err)
+		case prev != nil && prev.writes(f.Name):
+			return nil, fmt.Errorf("partner %s feed %s: %w (the feed in force is kept)", p.cfg.ID, f.Name, err)
+		}
+		held = append(held, heldFeed{p: p, f: f, problem: pgerr.Redact(err)})
+	}
+	return held, nil
+}
+
+// writes reports whether the runtime has a feed of that name that is not
+// held.
+func (p *partnerRT) writes(feed string) bool {
+	held := p.holds.Held(feed)
+	for _, f := range p.cfg.Feeds {
+		if f.Name == feed {
+			return !held
+		}
+	}
+	return false
 }
 
 // errFeedHeld: the file's feed is held; the file waits for its table
@@ -221,31 +206,31 @@ var errFeedHeld = errors.New("the feed's target table cannot be written")
 // after the rows committed, a rejection's quarantine) run while it is
 // held; only planning and applying wait.
 func (r *fileRun) targetTable(ctx context.Context) (*target.Table, error) {
-	if r.p != nil && r.p.feedHeld(r.feed.Name) {
+	if r.p != nil && r.p.holds.Held(r.feed.Name) {
 		return nil, errFeedHeld
 	}
 	tgt, err := r.d.targets.Get(ctx, r.feed)
-	if err != nil && r.p != nil && unusableTarget(err) {
-		r.d.setFeedHeld(r.p, r.feed, pgerr.Redact(err))
+	if err != nil && r.p != nil && targethold.Unusable(err) {
+		r.d.feedHolds.set(r.p, r.feed, pgerr.Redact(err))
 		return nil, fmt.Errorf("%w: %w", errFeedHeld, err)
 	}
 	return tgt, err
 }
 
 // feedGate answers, for one poll's listing, whether a feed's files may be
-// claimed: each feed is asked once per poll (feedUsable).
+// claimed: each feed is asked once per poll (targetHolds.usable).
 type feedGate struct {
-	d     *Daemon
+	h     *targetHolds
 	p     *partnerRT
 	known map[*partners.Feed]bool
 }
 
-func (d *Daemon) newFeedGate(p *partnerRT) *feedGate {
-	return &feedGate{d: d, p: p, known: map[*partners.Feed]bool{}}
+func (t *targetHolds) gate(p *partnerRT) *feedGate {
+	return &feedGate{h: t, p: p, known: map[*partners.Feed]bool{}}
 }
 
 func (g *feedGate) usable(ctx context.Context, f *partners.Feed) (bool, error) {
-	if g.p.nHeld.Load() == 0 {
+	if !g.p.holds.Any() {
 		// every feed of a runtime was loaded or held when it was made
 		// (CheckTargets, a reload's checkFeeds): none held, all usable;
 		// a table found unusable later is held by the file's run
@@ -255,7 +240,7 @@ func (g *feedGate) usable(ctx context.Context, f *partners.Feed) (bool, error) {
 	if ok, seen := g.known[f]; seen {
 		return ok, nil
 	}
-	ok, err := g.d.feedUsable(ctx, g.p, f)
+	ok, err := g.h.usable(ctx, g.p, f)
 	if err != nil {
 		return false, err
 	}
