@@ -206,6 +206,7 @@ type Daemon struct {
 	parts *partnerSet
 
 	targets   *target.Cache  // the checked target of each feed mapping
+	orphans   *orphanAdopter // claims without a row (orphans.go)
 	feedHolds *targetHolds   // feeds whose target cannot be written (targethold.go)
 	sessions  *sessionKeeper // the partners' SFTP sessions (sessions.go, intake/sessions)
 
@@ -249,6 +250,7 @@ func New(cfg Config, parts []partners.Config, db *pgxpool.Pool, sp *spool.Spool,
 		Registered: d.registered.Load, Partners: d.parts.ids, Gained: d.Poke, Seen: func(m map[string][]string) { d.signals.Peers.Signal(m) },
 		Owned: d.metrics.partnerOwned, Log: d.log})
 	d.feedHolds = &targetHolds{db: db, targets: d.targets, parts: d.parts, held: d.metrics.targetHeld, log: d.log}
+	d.orphans = &orphanAdopter{ledger: d.ledger, workerID: cfg.WorkerID, lease: cfg.Lease, metrics: d.metrics, log: d.log}
 	d.polls = pollrecord.New(d.ledger, cfg.WorkerID, d.log)
 	d.workerID = workerid.New(workerid.Config{DB: db, WorkerID: cfg.WorkerID, Lease: cfg.Lease, Log: d.log,
 		Held: d.metrics.workerIDHeld, Regained: workerIDRegained(d)})

@@ -897,7 +897,7 @@ func (d *Daemon) resumeOwn(ctx context.Context, p *partnerRT, sess *partners.Ses
 	// (a first poll does both): one listing's round trips, not two.
 	var ownDir *background[[]os.FileInfo]
 	moves := p.adoptMoves
-	if !p.settled && polling && d.orphanSweepDue(p) {
+	if !p.settled && polling && d.orphans.sweepDue(p) {
 		dir := sess.Layout.ProcessingDir(d.cfg.WorkerID)
 		ownDir = inBackground(func() ([]os.FileInfo, error) { return sess.ReadDir(dir) })
 		defer ownDir.wait()
@@ -905,7 +905,7 @@ func (d *Daemon) resumeOwn(ctx context.Context, p *partnerRT, sess *partners.Ses
 	if polling {
 		// whoever polls the partner adopts what stopped workers left
 		// without a row, whatever the affinity (orphans.go)
-		if err := d.adoptOrphans(ctx, p, sess); err != nil {
+		if err := d.orphans.adoptOrphans(ctx, p, sess); err != nil {
 			return err
 		}
 	}
@@ -982,7 +982,7 @@ func (d *Daemon) resumeOwn(ctx context.Context, p *partnerRT, sess *partners.Ses
 				return err
 			}
 			if back {
-				if d.finishPutBack(p, sess, path.Join(dir, name), name) {
+				if finishPutBack(d.log, p, sess, path.Join(dir, name), name) {
 					d.log.Info("put back a file whose earlier intake changed after its claim", "partner", p.cfg.ID)
 				}
 				continue
@@ -991,7 +991,7 @@ func (d *Daemon) resumeOwn(ctx context.Context, p *partnerRT, sess *partners.Ses
 		cands = append(cands, &ledger.Intake{Partner: p.cfg.ID, Feed: feed.Name, RemoteName: name, ClaimedPath: path.Join(dir, name),
 			ListedSize: e.Size(), ListedMTime: e.ModTime(), Worker: d.cfg.WorkerID, ManifestName: manifest})
 	}
-	adopted, err := d.adoptOwn(ctx, p, sess, cands)
+	adopted, err := d.orphans.adoptOwn(ctx, p, sess, cands)
 	if err != nil {
 		return err
 	}
