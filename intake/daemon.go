@@ -228,10 +228,11 @@ type Daemon struct {
 	cron   *cron.Cron
 	runCtx context.Context // the daemon's own, for pollers a reload starts
 
-	spaceLow atomic.Bool
-	signals  testSignals
-	ahead    chan struct{}        // slots of files applied ahead (ahead.go)
-	polls    *pollrecord.Recorder // poll outcomes not yet written (intake/pollrecord)
+	gauges  *gauges     // the database-derived gauges (gauges.go)
+	space   *spoolGuard // spool backpressure (backpressure.go)
+	signals testSignals
+	ahead   chan struct{}        // slots of files applied ahead (ahead.go)
+	polls   *pollrecord.Recorder // poll outcomes not yet written (intake/pollrecord)
 }
 
 // New builds a daemon. Partners must have been validated.
@@ -250,6 +251,8 @@ func New(cfg Config, parts []partners.Config, db *pgxpool.Pool, sp *spool.Spool,
 		Registered: d.registered.Load, Partners: d.parts.ids, Gained: d.Poke, Seen: func(m map[string][]string) { d.signals.Peers.Signal(m) },
 		Owned: d.metrics.partnerOwned, Log: d.log})
 	d.feedHolds = &targetHolds{db: db, targets: d.targets, parts: d.parts, held: d.metrics.targetHeld, log: d.log}
+	d.space = &spoolGuard{spool: sp, minFree: &d.cfg.SpoolMinFree, metrics: d.metrics, log: d.log}
+	d.gauges = &gauges{ledger: d.ledger, spool: sp, parts: d.parts, holds: d.feedHolds, metrics: d.metrics, log: d.log}
 	d.orphans = &orphanAdopter{ledger: d.ledger, workerID: cfg.WorkerID, lease: cfg.Lease, metrics: d.metrics, log: d.log}
 	d.polls = pollrecord.New(d.ledger, cfg.WorkerID, d.log)
 	d.workerID = workerid.New(workerid.Config{DB: db, WorkerID: cfg.WorkerID, Lease: cfg.Lease, Log: d.log,
@@ -404,7 +407,7 @@ func (d *Daemon) Start(ctx context.Context) error {
 		d.life.Go(func() { d.loop(ctx, p, first) })
 	}
 	d.life.Go(func() { d.sessions.janitor(ctx) })
-	d.life.Go(func() { d.gaugeLoop(ctx) })
+	d.life.Go(func() { d.gauges.loop(ctx) })
 	d.life.Go(func() { d.polls.Run(ctx) })
 	d.cron.Start()
 	d.log.Info("daemon started", "partners", len(d.parts.order))
@@ -481,34 +484,12 @@ func (d *Daemon) workerHeartbeat(ctx context.Context) {
 	})
 }
 
-// gaugeLoop refreshes the database-derived gauges every 15 s, reads the
-// tables of held feeds whose retry is due (targethold.go), and the
-// spool's size every minute.
-func (d *Daemon) gaugeLoop(ctx context.Context) {
-	t := time.NewTicker(15 * time.Second)
-	defer t.Stop()
-	for i := 0; ; i++ {
-		if err := d.refreshGauges(ctx); err != nil && ctx.Err() == nil {
-			d.log.Warn("refresh gauges", "err", err)
-		}
-		d.feedHolds.recheck(ctx)
-		if i%4 == 0 {
-			d.refreshSpoolBytes()
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
-}
-
 // RefreshGauges updates the database-derived gauges now, and reads the
 // tables of held feeds whose retry is due (tests, status).
 func (d *Daemon) RefreshGauges(ctx context.Context) error {
-	d.refreshSpoolBytes()
+	d.gauges.refreshSpoolBytes()
 	d.feedHolds.recheck(ctx)
-	return d.refreshGauges(ctx)
+	return d.gauges.refresh(ctx)
 }
 
 // Poke asks for a poll of the partner soon (the reconciler does after a
@@ -529,81 +510,6 @@ func (d *Daemon) TakenOver(partner string) {
 	if p, ok := d.parts.get(partner); ok {
 		p.takenOver.Store(true)
 		p.poke()
-	}
-}
-
-// spaceOK applies spool backpressure: below the free-space floor no new
-// file is claimed; claiming resumes by itself when space returns.
-func (d *Daemon) spaceOK() bool {
-	free, err := d.spool.FreeBytes()
-	if err != nil {
-		d.log.Error("spool free space unknown; not claiming", "err", err)
-		return false
-	}
-	d.metrics.spoolFree.Set(float64(free))
-	low := free < uint64(d.cfg.SpoolMinFree)
-	if was := d.spaceLow.Swap(low); was != low {
-		if low {
-			d.log.Warn("spool disk below its free-space floor: claiming paused", "free_bytes", free, "min_free_bytes", d.cfg.SpoolMinFree)
-		} else {
-			d.log.Info("spool disk has room again: claiming resumed", "free_bytes", free)
-		}
-	}
-	if low {
-		d.metrics.backpressure.Set(1)
-	} else {
-		d.metrics.backpressure.Set(0)
-	}
-	return !low
-}
-
-// spoolQuota is a partner's spool quota at the start of a poll's claims:
-// the bytes it holds, to which each claim adds its listed size. While they
-// are at or over limits.max_spool_bytes none of its files is claimed
-// (backpressure for this partner alone: the others go on); resumes of its
-// claimed files go on, and a file is never refused for its own size (one
-// claim may go over, so a file larger than the quota still moves).
-type spoolQuota struct {
-	max, used int64
-}
-
-func (d *Daemon) spoolQuota(p *partnerRT) (*spoolQuota, error) {
-	q := &spoolQuota{max: p.cfg.Limits.MaxSpoolBytes}
-	if q.max > 0 {
-		used, err := d.spool.Usage(p.cfg.ID)
-		if err != nil {
-			return nil, err
-		}
-		q.used = used
-	}
-	d.quotaState(p, q.ok())
-	return q, nil
-}
-
-func (q *spoolQuota) ok() bool { return q.max <= 0 || q.used < q.max }
-
-// claimed counts a claim's listed bytes against the quota and reports
-// whether claiming may go on.
-func (d *Daemon) quotaClaimed(p *partnerRT, q *spoolQuota, size int64) {
-	q.used += size
-	if !q.ok() {
-		d.quotaState(p, false)
-	}
-}
-
-// quotaState logs a change of the partner's quota state and sets its gauge.
-func (d *Daemon) quotaState(p *partnerRT, ok bool) {
-	v := 0.0
-	if !ok {
-		v = 1
-	}
-	d.metrics.quotaFull.WithLabelValues(p.cfg.ID).Set(v)
-	if was := p.quotaFull.Swap(!ok); was != !ok {
-		if !ok {
-			d.log.Warn("partner's spool quota reached: its claims paused", "partner", p.cfg.ID, "max_spool_bytes", p.cfg.Limits.MaxSpoolBytes)
-		} else {
-			d.log.Info("partner's spool back under its quota: claims resumed", "partner", p.cfg.ID)
-		}
 	}
 }
 

@@ -213,7 +213,7 @@ func (d *Daemon) claimReady(ctx context.Context, p *partnerRT, sess *partners.Se
 		}
 		handled++
 	}
-	quota, err := d.spoolQuota(p)
+	quota, err := d.space.quota(p)
 	if err != nil {
 		return err
 	}
@@ -276,7 +276,7 @@ func (c *claimLoop) run(ctx context.Context, cands []candidate, beyond int) erro
 // max_files_per_poll, the partner's spool quota and the spool's free
 // space, and while this replica polls the partner.
 func (c *claimLoop) room(ctx context.Context) bool {
-	return c.claimed < c.p.cfg.Limits.MaxFilesPerPoll && c.quota.ok() && c.d.spaceOK() && c.d.peers.Owns(ctx, c.p.cfg.ID)
+	return c.claimed < c.p.cfg.Limits.MaxFilesPerPoll && c.quota.ok() && c.d.space.spaceOK() && c.d.peers.Owns(ctx, c.p.cfg.ID)
 }
 
 // claimAt claims what starts at cands[0], a group of small files
@@ -303,7 +303,7 @@ func (c *claimLoop) claimAt(ctx context.Context, cands []candidate, sl *slots) (
 		// walked 0: the groups were put back, walk them again one at a time
 		c.claimed += len(ins)
 		for _, in := range ins {
-			d.quotaClaimed(p, c.quota, in.ListedSize)
+			d.space.quotaClaimed(p, c.quota, in.ListedSize)
 		}
 		for k, ins := range splitClaims(groups, ins) {
 			var w func() error
@@ -327,7 +327,7 @@ func (c *claimLoop) claimAt(ctx context.Context, cands []candidate, sl *slots) (
 		return 1, nil, err
 	}
 	c.claimed++
-	d.quotaClaimed(p, c.quota, in.ListedSize)
+	d.space.quotaClaimed(p, c.quota, in.ListedSize)
 	return 1, func() error { return d.runClaimed(ctx, p, sess, in, opening, true) }, nil
 }
 
