@@ -213,14 +213,8 @@ type Daemon struct {
 	noClaims atomic.Bool
 	// workerID is this process's hold on its worker id (intake/workerid)
 	workerID *workerid.Keeper
-	// registered: Start recorded this replica in intake_worker, so partner
-	// affinity applies (affinity.go).
-	registered atomic.Bool
-	peers      *affinity.Peers // which replica polls a partner (intake/affinity)
-	// prevDrained: this worker id's previous run stopped drained, so a
-	// partner another replica polls needs no look into processing/ after
-	// start unless the database shows live files of this worker there.
-	prevDrained bool
+	replica  *replica        // this daemon's row in intake_worker (replica.go)
+	peers    *affinity.Peers // which replica polls a partner (intake/affinity)
 	// life is the daemon's start/stop (internal/lifecycle); mu orders
 	// Start before a concurrent Stop, which reads cron.
 	life   lifecycle.Base
@@ -247,16 +241,18 @@ func New(cfg Config, parts []partners.Config, db *pgxpool.Pool, sp *spool.Spool,
 	d := &Daemon{cfg: cfg, db: db, spool: sp, ledger: ledger.New(db, cfg.Lease).WithClaimPool(cfg.ClaimDB).WithBeatPool(beatPool(db)),
 		metrics: newMetrics(reg), log: slog.New(pgerr.Handler(log.Handler())).With("component", "intake", "worker", cfg.WorkerID),
 		parts: &partnerSet{byID: map[string]*partnerRT{}}, targets: target.NewCache(db)}
+	d.replica = &replica{ledger: d.ledger, workerID: cfg.WorkerID, lease: cfg.Lease, parts: d.parts, log: d.log, beat: &d.signals.WorkerBeat}
+	d.workerID = workerid.New(workerid.Config{DB: db, WorkerID: cfg.WorkerID, Lease: cfg.Lease, Log: d.log,
+		Held: d.metrics.workerIDHeld, Regained: d.replica.regained})
+	d.replica.id = d.workerID
 	d.peers = affinity.New(affinity.Config{Ledger: d.ledger, WorkerID: cfg.WorkerID, Lease: cfg.Lease, Everyone: cfg.Affinity == AffinityNone,
-		Registered: d.registered.Load, Partners: d.parts.ids, Gained: d.Poke, Seen: func(m map[string][]string) { d.signals.Peers.Signal(m) },
+		Registered: d.replica.registered.Load, Partners: d.parts.ids, Gained: d.Poke, Seen: func(m map[string][]string) { d.signals.Peers.Signal(m) },
 		Owned: d.metrics.partnerOwned, Log: d.log})
 	d.feedHolds = &targetHolds{db: db, targets: d.targets, parts: d.parts, held: d.metrics.targetHeld, log: d.log}
 	d.space = &spoolGuard{spool: sp, minFree: &d.cfg.SpoolMinFree, metrics: d.metrics, log: d.log}
 	d.gauges = &gauges{ledger: d.ledger, spool: sp, parts: d.parts, holds: d.feedHolds, metrics: d.metrics, log: d.log}
 	d.orphans = &orphanAdopter{ledger: d.ledger, workerID: cfg.WorkerID, lease: cfg.Lease, metrics: d.metrics, log: d.log}
 	d.polls = pollrecord.New(d.ledger, cfg.WorkerID, d.log)
-	d.workerID = workerid.New(workerid.Config{DB: db, WorkerID: cfg.WorkerID, Lease: cfg.Lease, Log: d.log,
-		Held: d.metrics.workerIDHeld, Regained: workerIDRegained(d)})
 	conns := partners.NewConns(cfg.Sessions.PartnersPerConnection)
 	d.metrics.connections(reg, conns)
 	d.sessions = &sessionKeeper{policy: cfg.Sessions, workerID: cfg.WorkerID, book: sessions.NewBook(cfg.Sessions.MaxParallelDials, d.metrics.sessionsOpen),
@@ -301,9 +297,6 @@ func beatPool(db *pgxpool.Pool) *pgxpool.Config {
 	return pc
 }
 
-// WorkerID is this replica's id.
-func (d *Daemon) WorkerID() string { return d.cfg.WorkerID }
-
 // PollOnce runs one synchronous cycle for a partner (tests, the demo and
 // `intake run --once`).
 func (d *Daemon) PollOnce(ctx context.Context, partner string) error {
@@ -323,12 +316,15 @@ func (d *Daemon) PollOnce(ctx context.Context, partner string) error {
 	if errors.Is(err, errWorkerIDNotHeld) {
 		return err
 	}
-	d.afterPoll(p, err)
+	p.afterPoll(err, d.metrics, d.polls)
 	d.polls.Flush() // a poll asked for is recorded when it returns
 	return err
 }
 
-func (d *Daemon) afterPoll(p *partnerRT, err error) {
+// afterPoll records a poll's outcome: the partner's state, its session
+// (dropped after a failure), its gauges and the outcome for `intake
+// status` (intake/pollrecord).
+func (p *partnerRT) afterPoll(err error, m *metrics, polls *pollrecord.Recorder) {
 	if err != nil {
 		p.settled = false // a claim of this poll may be left without a row
 	}
@@ -347,14 +343,14 @@ func (d *Daemon) afterPoll(p *partnerRT, err error) {
 	}
 	if err != nil {
 		p.drop()
-		d.metrics.pollErrors.WithLabelValues(p.cfg.ID).Inc()
-		d.metrics.partnerUp.WithLabelValues(p.cfg.ID).Set(0)
+		m.pollErrors.WithLabelValues(p.cfg.ID).Inc()
+		m.partnerUp.WithLabelValues(p.cfg.ID).Set(0)
 	} else {
-		d.metrics.partnerUp.WithLabelValues(p.cfg.ID).Set(1)
-		d.metrics.readyFiles.WithLabelValues(p.cfg.ID).Set(float64(ready))
+		m.partnerUp.WithLabelValues(p.cfg.ID).Set(1)
+		m.readyFiles.WithLabelValues(p.cfg.ID).Set(float64(ready))
 	}
-	// recorded for `intake status` (pollrecord.go)
-	d.polls.Add(p.cfg.ID, err, ready, oldest)
+	// recorded for `intake status` (intake/pollrecord)
+	polls.Add(p.cfg.ID, err, ready, oldest)
 }
 
 // Start schedules every partner's poll (robfig/cron, UTC, recover, skip if
@@ -372,18 +368,18 @@ func (d *Daemon) Start(ctx context.Context) error {
 	d.runCtx = ctx
 	abort := func(err error) error {
 		err = d.life.Abort(err)
-		d.ReleaseWorkerID()
+		d.workerID.Release()
 		return err
 	}
 	// The worker id is this process's alone while it runs (workerid.go);
 	// when another live process holds it, the partners' polls are
 	// scheduled but do nothing until it is free.
 	var inUse *ledger.WorkerIDInUseError
-	switch err := d.HoldWorkerID(ctx); {
+	switch err := d.workerID.Hold(ctx); {
 	case err == nil:
 		// Registered before the first poll, so that replicas starting
 		// together split the partners from their first claims on.
-		if err := d.register(ctx); err != nil {
+		if err := d.replica.register(ctx, d.life.Go); err != nil {
 			return abort(err)
 		}
 	case errors.As(err, &inUse), errors.Is(err, errWorkerIDNotHeld):
@@ -414,27 +410,8 @@ func (d *Daemon) Start(ctx context.Context) error {
 	return nil
 }
 
-// register records this replica in intake_worker (RegisterWorker) and
-// starts its heartbeat; the worker id is held.
-func (d *Daemon) register(ctx context.Context) error {
-	drained, err := d.ledger.RegisterWorker(ctx, d.cfg.WorkerID, d.parts.order)
-	if err != nil {
-		return err
-	}
-	d.prevDrained = drained
-	for _, p := range d.parts.byID {
-		p.mu.Lock()
-		p.settled = drained
-		p.mu.Unlock()
-	}
-	d.registered.Store(true)
-	d.workerID.SetAwaiting(false)
-	d.life.Go(func() { d.workerHeartbeat(ctx) })
-	return nil
-}
-
 // registerWhenHeld registers a replica that took its worker id after
-// Start (awaitWorkerID), retrying until the database takes it.
+// Start (workerid.Keeper.Await), retrying until the database takes it.
 func (d *Daemon) registerWhenHeld(ctx context.Context) {
 	for {
 		// not beside a Start still under way (which may be waiting for
@@ -450,7 +427,7 @@ func (d *Daemon) registerWhenHeld(ctx context.Context) {
 			d.mu.Unlock()
 			return
 		}
-		err := d.register(ctx)
+		err := d.replica.register(ctx, d.life.Go)
 		d.mu.Unlock()
 		if err == nil || ctx.Err() != nil {
 			return
@@ -462,26 +439,6 @@ func (d *Daemon) registerWhenHeld(ctx context.Context) {
 		case <-time.After(time.Second):
 		}
 	}
-}
-
-// workerHeartbeat keeps this replica's intake_worker row fresh, so the
-// reconcilers of other replicas do not adopt its claims; while the worker
-// id is not held (lost, and maybe another process's now) it is left to
-// its holder.
-func (d *Daemon) workerHeartbeat(ctx context.Context) {
-	everyTick(ctx, d.cfg.Lease/3, func() bool {
-		if !d.workerID.Held() {
-			return true
-		}
-		_, err := d.ledger.RegisterWorker(ctx, d.cfg.WorkerID, d.parts.ids())
-		if err != nil && ctx.Err() == nil {
-			d.log.Warn("worker heartbeat failed", "err", err)
-		}
-		if err == nil {
-			d.signals.WorkerBeat.Signal(struct{}{})
-		}
-		return true
-	})
 }
 
 // RefreshGauges updates the database-derived gauges now, and reads the
@@ -513,9 +470,6 @@ func (d *Daemon) TakenOver(partner string) {
 	}
 }
 
-// SetSpoolMinFree changes the backpressure floor at run time.
-func (d *Daemon) SetSpoolMinFree(n int64) { d.cfg.SpoolMinFree = n }
-
 // loop polls a partner first after the delay first, then whenever poked;
 // after a failed poll it waits out a capped, jittered backoff for that
 // partner alone.
@@ -536,7 +490,7 @@ func (d *Daemon) loop(ctx context.Context, p *partnerRT, first time.Duration) {
 		p.mu.Lock()
 		if p.retired() { // a reload removed or replaced it (reload.go)
 			p.mu.Unlock()
-			d.retire(p)
+			d.parts.retire(p, d.metrics, d.log)
 			return
 		}
 		err := p.deadline(d.pollOnce(ctx, p))
@@ -546,7 +500,7 @@ func (d *Daemon) loop(ctx context.Context, p *partnerRT, first time.Duration) {
 			// record
 			err = nil
 		} else {
-			d.afterPoll(p, err)
+			p.afterPoll(err, d.metrics, d.polls)
 		}
 		p.mu.Unlock()
 		d.signals.Polled.Signal(pollDone{p.cfg.ID, err})
@@ -585,8 +539,8 @@ func (d *Daemon) Stop() {
 			p.mu.Unlock()
 		}
 		d.polls.Flush() // what a PollOnce could not write
-		d.ReleaseWorkerID()
-		d.closeBeats()
+		d.workerID.Release()
+		d.ledger.CloseBeats() // nothing of the run uses the heartbeat pool now
 		return
 	}
 	d.mu.Unlock()
@@ -643,19 +597,16 @@ func (d *Daemon) Stop() {
 	rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	// not registered again by a hold taken again meanwhile (Regained)
-	d.registered.Store(false)
+	d.replica.registered.Store(false)
 	if d.workerID.Held() { // else the id's row is its holder's, or ages out
 		if err := d.ledger.RetireWorker(rctx, d.cfg.WorkerID, drained); err != nil {
 			d.log.Warn("retire worker", "err", err)
 		}
 	}
-	d.ReleaseWorkerID()
-	d.closeBeats()
+	d.workerID.Release()
+	d.ledger.CloseBeats() // nothing of the run uses the heartbeat pool now
 	d.log.Info("daemon stopped")
 }
-
-// closeBeats closes the heartbeat pool once nothing of the run uses it.
-func (d *Daemon) closeBeats() { d.ledger.CloseBeats() }
 
 // CheckTargets loads every feed's target table; a feed whose table cannot
 // be written is held (targethold.go: logged, intake_feed_target_held 1,

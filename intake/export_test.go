@@ -136,3 +136,13 @@ func BeatLedger(d *Daemon) *ledger.Ledger { return d.ledger }
 func ExpirePeers(d *Daemon) {
 	d.peers.Expire()
 }
+
+// HoldWorkerID takes the daemon's worker id on a connection of its own,
+// as Start does (intake/workerid).
+func HoldWorkerID(ctx context.Context, d *Daemon) error { return d.workerID.Hold(ctx) }
+
+// SetSpoolMinFree changes the daemon's backpressure floor at run time.
+func SetSpoolMinFree(d *Daemon, n int64) { d.cfg.SpoolMinFree = n }
+
+// WorkerID is the daemon's worker id.
+func WorkerID(d *Daemon) string { return d.cfg.WorkerID }

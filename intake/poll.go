@@ -122,7 +122,7 @@ func (d *Daemon) gate(ctx context.Context, p *partnerRT) (own bool, err error) {
 		// one in our processing/ without a row: resume, and look there
 		p.resumed, p.settled = false, false
 	}
-	if !own && !p.resumed && d.prevDrained && !hinted {
+	if !own && !p.resumed && d.replica.prevDrained && !hinted {
 		// nothing can be half claimed; resume only if rows say so
 		live, err := d.ledger.LiveOwnedBy(ctx, p.cfg.ID, d.cfg.WorkerID)
 		if err != nil {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/partners"
 )
 
@@ -78,7 +79,7 @@ func (d *Daemon) Reload(ctx context.Context, parts []partners.Config) (ReloadRes
 			next[c.ID] = o
 		} else {
 			if had && processingMoves(o.cfg, &c) {
-				unlock, err := d.holdEmptyProcessing(ctx, o)
+				unlock, err := holdEmptyProcessing(ctx, d.ledger, d.sessions, o)
 				if err != nil {
 					return res, fmt.Errorf("partner %s: %w", c.ID, err)
 				}
@@ -176,9 +177,9 @@ func processingMoves(old, next *partners.Config) bool {
 // of o claims into the old dir before the reload is in force. Anything
 // left is named in an ErrProcessingInUse refusal: the operator lets those
 // files finish, or be adopted, and reloads again.
-func (d *Daemon) holdEmptyProcessing(ctx context.Context, o *partnerRT) (unlock func(), err error) {
+func holdEmptyProcessing(ctx context.Context, l *ledger.Ledger, k *sessionKeeper, o *partnerRT) (unlock func(), err error) {
 	base := partners.NewLayout(o.cfg).ProcessingBase()
-	ids, err := d.ledger.HoldingUnder(ctx, o.cfg.ID, base, maxNamedClaims+1)
+	ids, err := l.HoldingUnder(ctx, o.cfg.ID, base, maxNamedClaims+1)
 	if err != nil {
 		return nil, err
 	}
@@ -190,7 +191,7 @@ func (d *Daemon) holdEmptyProcessing(ctx context.Context, o *partnerRT) (unlock 
 		return nil, claimsLeft(base, append(left, "a poll in progress"))
 	}
 	if len(left) == 0 {
-		left, err = d.processingEntries(ctx, o, base)
+		left, err = processingEntries(ctx, k, o, base)
 	}
 	if err != nil || len(left) > 0 {
 		o.mu.Unlock()
@@ -204,8 +205,8 @@ func (d *Daemon) holdEmptyProcessing(ctx context.Context, o *partnerRT) (unlock 
 
 // processingEntries names the entries of every worker's dir below base on
 // o's site (none when base does not exist), at most maxNamedClaims+1.
-func (d *Daemon) processingEntries(ctx context.Context, o *partnerRT, base string) ([]string, error) {
-	sess, err := d.sessions.session(ctx, o)
+func processingEntries(ctx context.Context, k *sessionKeeper, o *partnerRT, base string) ([]string, error) {
+	sess, err := k.session(ctx, o)
 	if err != nil {
 		return nil, err
 	}
@@ -279,35 +280,4 @@ func (p *partnerRT) retired() bool {
 	default:
 		return false
 	}
-}
-
-// retire ends a retired runtime once its last poll is over: its session
-// is closed, Stop no longer waits for it, and a removed partner's gauges
-// go (they would otherwise stay at their last values and feed alerts).
-func (d *Daemon) retire(p *partnerRT) {
-	p.drop()
-	d.parts.mu.Lock()
-	for i, r := range d.parts.retiring {
-		if r == p {
-			d.parts.retiring = append(d.parts.retiring[:i], d.parts.retiring[i+1:]...)
-			break
-		}
-	}
-	_, current := d.parts.byID[p.cfg.ID]
-	d.parts.mu.Unlock()
-	if current {
-		return // replaced: its successor reports, and took its state over
-	}
-	p.mu.Lock()
-	if !p.settled {
-		d.parts.unsettledRemoved.Store(true)
-	}
-	p.mu.Unlock()
-	m := d.metrics
-	for _, g := range []*prometheus.GaugeVec{m.partnerUp, m.readyFiles, m.oldestReady, m.partnerOwned, m.files, m.oldestProcessing,
-		m.quarantineOpen, m.quarantineOldest, m.inflightRows, m.inflightRowsDone, m.inflightBytes, m.inflightBytesDone, m.spoolBytes, m.quotaFull,
-		m.awaiting, m.awaitingOldest, m.targetHeld, m.legacySSH} {
-		g.DeletePartialMatch(prometheus.Labels{"partner": p.cfg.ID})
-	}
-	d.log.Info("partner removed by a reload: its poller ended", "partner", p.cfg.ID)
 }
