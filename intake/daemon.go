@@ -205,10 +205,10 @@ type Daemon struct {
 	// parts are the partners (partnerset.go); a reload swaps them
 	parts *partnerSet
 
-	targets   *target.Cache  // the checked target of each feed mapping
-	orphans   *orphanAdopter // claims without a row (orphans.go)
-	feedHolds *targetHolds   // feeds whose target cannot be written (targethold.go)
-	sessions  *sessionKeeper // the partners' SFTP sessions (sessions.go, intake/sessions)
+	targets   *target.Cache      // the checked target of each feed mapping
+	orphans   *orphanAdopter     // claims without a row (orphans.go)
+	feedHolds *targethold.Keeper // feeds whose target cannot be written (targethold.go)
+	sessions  *sessionKeeper     // the partners' SFTP sessions (sessions.go, intake/sessions)
 
 	noClaims atomic.Bool
 	// workerID is this process's hold on its worker id (intake/workerid)
@@ -248,7 +248,8 @@ func New(cfg Config, parts []partners.Config, db *pgxpool.Pool, sp *spool.Spool,
 	d.peers = affinity.New(affinity.Config{Ledger: d.ledger, WorkerID: cfg.WorkerID, Lease: cfg.Lease, Everyone: cfg.Affinity == AffinityNone,
 		Registered: d.replica.registered.Load, Partners: d.parts.ids, Gained: d.Poke, Seen: func(m map[string][]string) { d.signals.Peers.Signal(m) },
 		Owned: d.metrics.partnerOwned, Log: d.log})
-	d.feedHolds = &targetHolds{db: db, targets: d.targets, parts: d.parts, held: d.metrics.targetHeld, log: d.log}
+	d.feedHolds = &targethold.Keeper{DB: db, Targets: d.targets, Partners: func() []targethold.Partner { return holdPartners(d.parts.list()) },
+		Held: d.metrics.targetHeld, Log: d.log}
 	d.space = &spoolGuard{spool: sp, minFree: &d.cfg.SpoolMinFree, metrics: d.metrics, log: d.log}
 	d.gauges = &gauges{ledger: d.ledger, spool: sp, parts: d.parts, holds: d.feedHolds, metrics: d.metrics, log: d.log}
 	d.orphans = &orphanAdopter{ledger: d.ledger, workerID: cfg.WorkerID, lease: cfg.Lease, metrics: d.metrics, log: d.log}
@@ -445,7 +446,7 @@ func (d *Daemon) registerWhenHeld(ctx context.Context) {
 // tables of held feeds whose retry is due (tests, status).
 func (d *Daemon) RefreshGauges(ctx context.Context) error {
 	d.gauges.refreshSpoolBytes()
-	d.feedHolds.recheck(ctx)
+	d.feedHolds.Recheck(ctx)
 	return d.gauges.refresh(ctx)
 }
 
@@ -609,48 +610,12 @@ func (d *Daemon) Stop() {
 }
 
 // CheckTargets loads every feed's target table; a feed whose table cannot
-// be written is held (targethold.go: logged, intake_feed_target_held 1,
+// be written is held (intake/targethold: logged, intake_feed_target_held 1,
 // its files left in ready/) and the rest go on. It then compares each
 // loaded feed's columns with its target's and logs the findings
-// (logFindings); these do not stop the daemon. Its error is a failure to
+// (targethold.LogFindings); these do not stop the daemon. Its error is a failure to
 // ask the database.
-func (d *Daemon) CheckTargets(ctx context.Context) error {
-	chk := target.NewChecker(d.db) // each table's catalog read once, whatever the partners writing it
-	for _, p := range d.parts.list() {
-		for i := range p.cfg.Feeds {
-			f := &p.cfg.Feeds[i]
-			ok, err := d.feedHolds.usable(ctx, p, f)
-			if err != nil {
-				return fmt.Errorf("partner %s feed %s: %w", p.cfg.ID, f.Name, err)
-			}
-			if ok {
-				logFindings(ctx, d.log, chk, p.cfg.ID, f)
-			}
-		}
-	}
-	return nil
-}
-
-// logFindings compares a loaded feed's columns with its target's
-// (target.Checker) and logs what the target could refuse as errors, what
-// cannot be decided as warnings: a refused value is met per row at run
-// time, and `intake check` is the gate that fails on them.
-func logFindings(ctx context.Context, log *slog.Logger, chk *target.Checker, partner string, f *partners.Feed) {
-	findings, err := chk.Compare(ctx, partner, f)
-	if err != nil {
-		log.Warn("target not compared with the feed", "partner", partner, "feed", f.Name, "target", f.Target, "err", err)
-		return
-	}
-	for _, g := range findings {
-		if g.Fail {
-			log.Error("target may refuse values the feed accepts (intake check fails)", "partner", partner, "feed", f.Name,
-				"target", f.Target, "column", g.Column, "problem", g.Detail)
-		} else {
-			log.Warn("target constraint not decidable from the declarations", "partner", partner, "feed", f.Name,
-				"target", f.Target, "column", g.Column, "problem", g.Detail)
-		}
-	}
-}
+func (d *Daemon) CheckTargets(ctx context.Context) error { return d.feedHolds.Check(ctx) }
 
 // partnerRT is a partner at run time: its config, session and trigger.
 type partnerRT struct {

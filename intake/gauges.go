@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/partner-intake/partner-intake/intake/ledger"
+	"github.com/partner-intake/partner-intake/intake/targethold"
 	"github.com/partner-intake/partner-intake/spool"
 )
 
@@ -18,7 +19,7 @@ type gauges struct {
 	ledger  *ledger.Ledger
 	spool   *spool.Spool
 	parts   *partnerSet
-	holds   *targetHolds
+	holds   *targethold.Keeper
 	metrics *metrics
 	log     *slog.Logger
 }
@@ -33,7 +34,7 @@ func (g *gauges) loop(ctx context.Context) {
 		if err := g.refresh(ctx); err != nil && ctx.Err() == nil {
 			g.log.Warn("refresh gauges", "err", err)
 		}
-		g.holds.recheck(ctx)
+		g.holds.Recheck(ctx)
 		if i%4 == 0 {
 			g.refreshSpoolBytes()
 		}

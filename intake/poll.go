@@ -481,7 +481,7 @@ func (d *Daemon) list(ctx context.Context, p *partnerRT, sess *partners.Session)
 	// and files claimed already never reach the bounded sets
 	var pendC []candidate
 	var pendH []partners.Skipped
-	gate := d.feedHolds.gate(p) // a held feed's files are left out (targethold.go)
+	gate := d.feedHolds.Gate(p) // a held feed's files are left out (targethold.go)
 	flush := func() error {
 		if len(pendC)+len(pendH) == 0 {
 			return nil
@@ -501,7 +501,7 @@ func (d *Daemon) list(ctx context.Context, p *partnerRT, sess *partners.Session)
 			if taken[c.Name] {
 				continue
 			}
-			switch ok, err := gate.usable(ctx, c.Feed); {
+			switch ok, err := gate.Usable(ctx, c.Feed); {
 			case err != nil:
 				return err
 			case !ok:
@@ -527,7 +527,7 @@ func (d *Daemon) list(ctx context.Context, p *partnerRT, sess *partners.Session)
 			// the poll's bounded sets from the partner's other feeds
 			// (claim: record: after the look-up, which renews the
 			// records of the files taken already)
-			switch ok, err := gate.usable(ctx, c.Feed); {
+			switch ok, err := gate.Usable(ctx, c.Feed); {
 			case err != nil:
 				return err
 			case !ok:

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/partner-intake/partner-intake/intake/ledger"
+	"github.com/partner-intake/partner-intake/intake/targethold"
 	"github.com/partner-intake/partner-intake/partners"
 )
 
@@ -52,7 +53,7 @@ func (r ReloadResult) Changes() bool {
 
 // Reload makes parts (validated, as config.Load does) the daemon's
 // partners. Every target table of an added or changed partner's feeds is
-// checked first (targetHolds.checkFeeds): a feed whose table cannot be written is
+// checked first (targethold.Keeper.CheckFeeds): a feed whose table cannot be written is
 // held once the reload is in force, unless the config in force writes
 // that feed; then, as on any other error, nothing changes.
 func (d *Daemon) Reload(ctx context.Context, parts []partners.Config) (ReloadResult, error) {
@@ -67,8 +68,8 @@ func (d *Daemon) Reload(ctx context.Context, parts []partners.Config) (ReloadRes
 	d.parts.mu.RUnlock()
 	next := map[string]*partnerRT{}
 	var order []string
-	var fresh []*partnerRT // added or changed: to be started
-	var held []heldFeed    // their feeds to hold once the reload is in force
+	var fresh []*partnerRT        // added or changed: to be started
+	var held []targethold.Pending // their feeds to hold once the reload is in force
 	for i := range parts {
 		c := parts[i] // a copy of its own: the old runtime keeps pointing at the old config
 		if _, dup := next[c.ID]; dup {
@@ -91,7 +92,7 @@ func (d *Daemon) Reload(ctx context.Context, parts []partners.Config) (ReloadRes
 				return res, err
 			}
 			p := d.sessions.newPartnerRT(&c)
-			h, err := d.feedHolds.checkFeeds(ctx, p, o)
+			h, err := d.feedHolds.CheckFeeds(ctx, p, partnerOrNil(o))
 			if err != nil {
 				return res, err
 			}
@@ -124,11 +125,11 @@ func (d *Daemon) Reload(ctx context.Context, parts []partners.Config) (ReloadRes
 		d.cron.Remove(p.cronID)
 		close(p.quit) // its poller ends after the poll in progress
 	}
-	for _, p := range fresh { // a changed partner's feeds may differ from its predecessor's (targetHolds.recheck sets them again)
+	for _, p := range fresh { // a changed partner's feeds may differ from its predecessor's (targethold.Keeper.Recheck sets them again)
 		d.metrics.targetHeld.DeletePartialMatch(prometheus.Labels{"partner": p.cfg.ID})
 	}
 	for _, h := range held {
-		d.feedHolds.set(h.p, h.f, h.problem)
+		d.feedHolds.Set(h.P, h.F, h.Problem)
 	}
 	now := time.Now()
 	for _, p := range fresh {
