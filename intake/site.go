@@ -4,13 +4,11 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"path"
-	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/partner-intake/partner-intake/intake/ledger"
+	"github.com/partner-intake/partner-intake/intake/siteindex"
 	"github.com/partner-intake/partner-intake/partners"
 )
 
@@ -28,7 +26,7 @@ import (
 // siteCheck resolves each partner's site when it is first dialled and
 // refuses partners that share a tree, or whose server cannot serve them.
 type siteCheck struct {
-	index    siteIndex
+	index    siteindex.Index // each partner's site as first dialled
 	ledger   *ledger.Ledger
 	conns    *partners.Conns
 	parts    *partnerSet
@@ -54,7 +52,7 @@ func (c *siteCheck) resolve(ctx context.Context, p *partnerRT, s *partners.Sessi
 			return err
 		}
 		p.site.Store(&site)
-		c.index.put(p.cfg.ID, site)
+		c.index.Put(p.cfg.ID, site)
 	}
 	s.SetRenameOverwrites(p.overwrites.Load())
 	s.SetEmptyDirsVanish(p.vanish.Load())
@@ -133,7 +131,7 @@ func (c *siteCheck) shared(p *partnerRT) error {
 		return nil
 	}
 	var other string
-	for _, id := range c.index.overlapping(p.cfg.ID, *mine) {
+	for _, id := range c.index.Overlapping(p.cfg.ID, *mine) {
 		if _, configured := c.parts.get(id); configured {
 			other = id
 			break
@@ -146,96 +144,6 @@ func (c *siteCheck) shared(p *partnerRT) error {
 		"partner", p.cfg.ID, "other_partner", other, "reason", reasonSiteShared)
 	return fmt.Errorf("partner %s: its site is partner %s's tree, or one lies inside the other, as the server resolves them (%s); neither is polled until the configuration changes (reason %s)",
 		p.cfg.ID, other, mine.Root, reasonSiteShared)
-}
-
-// siteIndex is every partner's site as first dialled, indexed so that the
-// sites overlapping one (partners.SiteOverlaps: the same server and
-// account, roots equal or nested) are found by a look-up per directory of
-// its root, not by comparing it with every other site: each poll asks
-// (shared), and a fleet of 1,000 partners on one account polled every
-// 30 s made that a million comparisons a cycle, a third of an idle
-// daemon's CPU (docs/performance.md). A partner removed by a reload keeps
-// its entry; shared asks whether one found is still configured.
-type siteIndex struct {
-	mu sync.Mutex
-	// by site account (host key and user): the partners whose root is a
-	// directory, and those whose root lies under a directory
-	at, under map[string]map[string][]string
-	byID      map[string]partners.Site
-}
-
-// put records id's site (again: a partner's site is put once per
-// configuration of it, and a changed one replaces the old).
-func (x *siteIndex) put(id string, s partners.Site) {
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	if x.byID == nil {
-		x.byID, x.at, x.under = map[string]partners.Site{}, map[string]map[string][]string{}, map[string]map[string][]string{}
-	}
-	if old, ok := x.byID[id]; ok {
-		if old == s {
-			return
-		}
-		acct := siteAccount(old)
-		x.at[acct][old.Root] = slices.DeleteFunc(x.at[acct][old.Root], func(v string) bool { return v == id })
-		for _, dir := range ancestors(old.Root) {
-			x.under[acct][dir] = slices.DeleteFunc(x.under[acct][dir], func(v string) bool { return v == id })
-		}
-	}
-	x.byID[id] = s
-	acct := siteAccount(s)
-	if x.at[acct] == nil {
-		x.at[acct], x.under[acct] = map[string][]string{}, map[string][]string{}
-	}
-	x.at[acct][s.Root] = append(x.at[acct][s.Root], id)
-	for _, dir := range ancestors(s.Root) {
-		x.under[acct][dir] = append(x.under[acct][dir], id)
-	}
-}
-
-// overlapping lists, sorted, the partners other than id whose site
-// overlaps s: the same root, a root above it, or one under it.
-func (x *siteIndex) overlapping(id string, s partners.Site) []string {
-	if s.HostKey == "" {
-		return nil // as partners.SiteOverlaps: a site without its server's key overlaps none
-	}
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	acct := siteAccount(s)
-	var out []string
-	add := func(ids []string) {
-		for _, v := range ids {
-			if v != id && !slices.Contains(out, v) {
-				out = append(out, v)
-			}
-		}
-	}
-	add(x.at[acct][s.Root])
-	for _, dir := range ancestors(s.Root) {
-		add(x.at[acct][dir])
-	}
-	add(x.under[acct][s.Root])
-	slices.Sort(out)
-	return out
-}
-
-// siteAccount is a site's server and account, what overlapping sites
-// share.
-func siteAccount(s partners.Site) string { return s.HostKey + "\x00" + s.User }
-
-// ancestors are the directories above a cleaned root, nearest first, "/"
-// last ("/a/b": "/a", "/"); none for "/". As partners.SiteOverlaps has it,
-// "/" is above every other root, a relative one too ("a/b": "a", "/"),
-// and "." is above none.
-func ancestors(root string) []string {
-	var out []string
-	for root != "/" {
-		if root = path.Dir(root); root == "." {
-			root = "/"
-		}
-		out = append(out, root)
-	}
-	return out
 }
 
 // batchIDOf is the batch id a file's name gives under its feed's rule
