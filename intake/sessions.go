@@ -46,52 +46,27 @@ func (k *sessionKeeper) newPartnerRT(c *partners.Config) *partnerRT {
 		legacy = 1
 	}
 	k.metrics.legacySSH.WithLabelValues(c.ID).Set(legacy)
-	return &partnerRT{cfg: c, book: k.book, trigger: make(chan struct{}, 1), quit: make(chan struct{})}
+	return &partnerRT{cfg: c, slot: sessions.Slot{Book: k.book}, trigger: make(chan struct{}, 1), quit: make(chan struct{})}
 }
 
 // session returns the partner's open session or dials one, within its
-// server's dial bound (and the daemon's cap on open sessions). A stale
-// session (its connection ended, or takes no new sessions since another
-// partner's request on it hung) is given up and dialled afresh.
+// server's dial bound (and the daemon's cap on open sessions:
+// sessions.Slot.Get).
 func (k *sessionKeeper) session(ctx context.Context, p *partnerRT) (*partners.Session, error) {
 	if err := k.sites.shared(p); err != nil {
 		return nil, err
 	}
-	if p.hasSess.Load() {
-		p.sessMu.Lock()
-		s := p.sess
-		p.sessMu.Unlock()
-		if s != nil && !s.Stale() {
-			p.touch()
-			return s, nil
-		}
-		if s != nil && p.dropIf(s) {
-			k.metrics.sessionsClosed.WithLabelValues("stale").Inc()
-		}
+	s, stale, dialled, err := p.slot.Get(ctx, sessions.Server(p.cfg), func() { k.makeRoom(p) },
+		func(ctx context.Context) (*partners.Session, error) { return k.dial(ctx, p) })
+	if stale {
+		k.metrics.sessionsClosed.WithLabelValues("stale").Inc()
 	}
-	k.makeRoom(p)
-	p.sessMu.Lock()
-	defer p.sessMu.Unlock()
-	if p.sess != nil {
-		p.touch()
-		return p.sess, nil
-	}
-	srv := sessions.Server(p.cfg)
-	if err := k.book.Acquire(ctx, srv); err != nil {
-		return nil, err
-	}
-	s, err := k.dial(ctx, p)
-	k.book.Release(srv)
 	if err != nil {
 		return nil, err
 	}
-	if !s.Joined() {
+	if dialled && !s.Joined() {
 		k.metrics.dials.WithLabelValues(p.cfg.ID).Inc()
 	}
-	p.sess = s
-	p.hasSess.Store(true)
-	k.book.Opened()
-	p.touch()
 	return s, nil
 }
 
@@ -168,7 +143,7 @@ func schedulePoll(c *cron.Cron, p *partnerRT, now time.Time, partners int, stagg
 
 // LastUsed is when a poll last used the partner's session (unix ns); ok
 // is false without a session (sessions.Holder).
-func (p *partnerRT) LastUsed() (at int64, ok bool) { return p.lastUsed.Load(), p.hasSess.Load() }
+func (p *partnerRT) LastUsed() (at int64, ok bool) { return p.slot.LastUsed() }
 
 // DropUnlessPolling closes the partner's session unless it is polling or
 // the session was used after cut (sessions.Holder).
@@ -177,7 +152,8 @@ func (p *partnerRT) DropUnlessPolling(cut int64) (polling, closed bool) {
 		return true, false
 	}
 	defer p.mu.Unlock()
-	return false, p.lastUsed.Load() <= cut && p.drop()
+	at, _ := p.slot.LastUsed()
+	return false, at <= cut && p.drop()
 }
 
 // awaitFirst waits out the partner's first-poll offset, then pokes it (a
@@ -196,6 +172,3 @@ func (p *partnerRT) awaitFirst(ctx context.Context, first time.Duration) bool {
 	p.poke()
 	return true
 }
-
-// touch records that a poll used the session now.
-func (p *partnerRT) touch() { p.lastUsed.Store(time.Now().UnixNano()) }

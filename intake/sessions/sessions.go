@@ -270,3 +270,93 @@ func Schedule(c *cron.Cron, id, spec string, now time.Time, partners int, stagge
 func Offset(id string, every time.Duration, partners int, stagger time.Duration) time.Duration {
 	return schedule.Offset(id, min(every, time.Duration(partners)*stagger))
 }
+
+// Slot is one partner's session: open or none, and when a poll last used
+// it. Its zero value holds none; Book counts the sessions it opens and
+// closes.
+type Slot struct {
+	Book *Book
+
+	mu       sync.Mutex
+	sess     *partners.Session
+	has      atomic.Bool  // sess != nil, read without mu
+	lastUsed atomic.Int64 // unix ns a poll last used the session (idle close, LRU)
+}
+
+// Get returns the slot's open session or dials one (dial), within the
+// dial bound of the server srv; room runs first, to make room under the
+// cap on open sessions. A stale session (its connection ended, or takes
+// no new sessions since another partner's request on it hung) is given
+// up (stale) and dialled afresh; dialled reports a session dialled now.
+func (s *Slot) Get(ctx context.Context, srv string, room func(), dial func(context.Context) (*partners.Session, error)) (sess *partners.Session, stale, dialled bool, err error) {
+	if s.has.Load() {
+		s.mu.Lock()
+		cur := s.sess
+		s.mu.Unlock()
+		if cur != nil && !cur.Stale() {
+			s.Touch()
+			return cur, false, false, nil
+		}
+		stale = cur != nil && s.DropIf(cur)
+	}
+	room()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.sess != nil {
+		s.Touch()
+		return s.sess, stale, false, nil
+	}
+	if err := s.Book.Acquire(ctx, srv); err != nil {
+		return nil, stale, false, err
+	}
+	sess, err = dial(ctx)
+	s.Book.Release(srv)
+	if err != nil {
+		return nil, stale, false, err
+	}
+	s.sess = sess
+	s.has.Store(true)
+	s.Book.Opened()
+	s.Touch()
+	return sess, stale, true, nil
+}
+
+// Touch records that a poll used the session now.
+func (s *Slot) Touch() { s.lastUsed.Store(time.Now().UnixNano()) }
+
+// LastUsed is when a poll last used the session (unix ns); ok is false
+// without a session.
+func (s *Slot) LastUsed() (at int64, ok bool) { return s.lastUsed.Load(), s.has.Load() }
+
+// Deadline reports a poll's error as the session's
+// *partners.TimeoutError when the site's silence is why the poll failed
+// (partners/watchdog.go).
+func (s *Slot) Deadline(err error) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err == nil || s.sess == nil {
+		return err
+	}
+	return s.sess.Deadline(err)
+}
+
+// Drop closes the session; the next poll dials again. It reports whether
+// a session was open.
+func (s *Slot) Drop() bool { return s.DropIf(nil) }
+
+// DropIf closes the session if it is x (any session: nil), and reports
+// whether it closed one.
+func (s *Slot) DropIf(x *partners.Session) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.sess == nil || (x != nil && s.sess != x) {
+		return false
+	}
+	s.sess.Close()
+	s.sess = nil
+	s.has.Store(false)
+	if s.Book != nil {
+		s.Book.Closed()
+	}
+	return true
+}
