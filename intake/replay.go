@@ -128,16 +128,20 @@ func (d *Daemon) Replay(ctx context.Context, q ReplayRequest) (*ledger.Intake, e
 		return in, nil
 	}
 	// the replay's row is run to its end on a session of its own
-	sess, err := partners.Dial(ctx, p.cfg)
-	if err == nil {
-		defer sess.Close()
-		var r *fileRun
-		if r, err = d.newRun(p, sess, in); err == nil {
-			r.progress = q.Progress
-			err = r.run(ctx)
+	run := func() error {
+		sess, err := partners.Dial(ctx, p.cfg)
+		if err != nil {
+			return err
 		}
+		defer sess.Close()
+		r, err := d.newRun(p, sess, in)
+		if err != nil {
+			return err
+		}
+		r.progress = q.Progress
+		return r.run(ctx)
 	}
-	if err != nil {
+	if err := run(); err != nil {
 		return in, leaveReplay(ctx, d.ledger, in, err)
 	}
 	return in, nil
