@@ -105,7 +105,8 @@ func New(cfg Config, parts []partners.Config, db *pgxpool.Pool, sp *spool.Spool,
 	d := &Daemon{cfg: cfg, db: db, spool: sp, ledger: ledger.New(db, cfg.Lease).WithClaimPool(cfg.ClaimDB).WithBeatPool(beatPool(db)),
 		metrics: newMetrics(reg), log: slog.New(pgerr.Handler(log.Handler())).With("component", "intake", "worker", cfg.WorkerID),
 		parts: &partnerSet{byID: map[string]*partnerRT{}}, targets: target.NewCache(db)}
-	d.replica = &replica{ledger: d.ledger, workerID: cfg.WorkerID, lease: cfg.Lease, parts: d.parts, log: d.log, beat: &d.signals.WorkerBeat}
+	d.replica = &replica{ledger: d.ledger, workerID: cfg.WorkerID, lease: cfg.Lease, parts: d.parts, log: d.log, beat: &d.signals.WorkerBeat,
+		life: &d.life, startMu: &d.mu}
 	d.workerID = workerid.New(workerid.Config{DB: db, WorkerID: cfg.WorkerID, Lease: cfg.Lease, Log: d.log,
 		Held: d.metrics.workerIDHeld, Regained: d.replica.regained})
 	d.replica.id = d.workerID
@@ -244,14 +245,14 @@ func (d *Daemon) Start(ctx context.Context) error {
 	case err == nil:
 		// Registered before the first poll, so that replicas starting
 		// together split the partners from their first claims on.
-		if err := d.replica.register(ctx, d.life.Go); err != nil {
+		if err := d.replica.register(ctx); err != nil {
 			return abort(err)
 		}
 	case errors.As(err, &inUse), errors.Is(err, errWorkerIDNotHeld):
 		d.workerID.SetAwaiting(true)
 		d.life.Go(func() {
 			if d.workerID.Await(ctx) {
-				d.registerWhenHeld(ctx)
+				d.replica.registerWhenHeld(ctx)
 			}
 		})
 	default:
@@ -273,37 +274,6 @@ func (d *Daemon) Start(ctx context.Context) error {
 	d.cron.Start()
 	d.log.Info("daemon started", "partners", len(d.parts.order))
 	return nil
-}
-
-// registerWhenHeld registers a replica that took its worker id after
-// Start (workerid.Keeper.Await), retrying until the database takes it.
-func (d *Daemon) registerWhenHeld(ctx context.Context) {
-	for {
-		// not beside a Start still under way (which may be waiting for
-		// this goroutine to end: TryLock), nor after Stop's Halt
-		for !d.mu.TryLock() {
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(10 * time.Millisecond):
-			}
-		}
-		if !d.life.Running() {
-			d.mu.Unlock()
-			return
-		}
-		err := d.replica.register(ctx, d.life.Go)
-		d.mu.Unlock()
-		if err == nil || ctx.Err() != nil {
-			return
-		}
-		d.log.Warn("register worker", "err", err)
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(time.Second):
-		}
-	}
 }
 
 // RefreshGauges updates the database-derived gauges now, and reads the

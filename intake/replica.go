@@ -3,11 +3,13 @@ package intake
 import (
 	"context"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/intake/workerid"
+	"github.com/partner-intake/partner-intake/internal/lifecycle"
 	"github.com/partner-intake/partner-intake/internal/testsignal"
 )
 
@@ -22,6 +24,10 @@ type replica struct {
 	parts    *partnerSet
 	log      *slog.Logger
 	beat     *testsignal.Signal[struct{}] // the WorkerBeat test signal
+	// life and startMu are the daemon's: a registration runs on its
+	// goroutines, never beside a Start under way nor after Stop's Halt.
+	life    *lifecycle.Base
+	startMu *sync.Mutex
 	// registered: Start recorded this replica in intake_worker, so partner
 	// affinity applies (intake/affinity).
 	registered atomic.Bool
@@ -32,8 +38,8 @@ type replica struct {
 }
 
 // register records this replica in intake_worker (RegisterWorker) and
-// starts its heartbeat with start; the worker id is held.
-func (r *replica) register(ctx context.Context, start func(func())) error {
+// starts its heartbeat; the worker id is held.
+func (r *replica) register(ctx context.Context) error {
 	drained, err := r.ledger.RegisterWorker(ctx, r.workerID, r.parts.order)
 	if err != nil {
 		return err
@@ -46,8 +52,39 @@ func (r *replica) register(ctx context.Context, start func(func())) error {
 	}
 	r.registered.Store(true)
 	r.id.SetAwaiting(false)
-	start(func() { r.heartbeat(ctx) })
+	r.life.Go(func() { r.heartbeat(ctx) })
 	return nil
+}
+
+// registerWhenHeld registers a replica that took its worker id after
+// Start (workerid.Keeper.Await), retrying until the database takes it.
+func (r *replica) registerWhenHeld(ctx context.Context) {
+	for {
+		// not beside a Start still under way (which may be waiting for
+		// this goroutine to end: TryLock), nor after Stop's Halt
+		for !r.startMu.TryLock() {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(10 * time.Millisecond):
+			}
+		}
+		if !r.life.Running() {
+			r.startMu.Unlock()
+			return
+		}
+		err := r.register(ctx)
+		r.startMu.Unlock()
+		if err == nil || ctx.Err() != nil {
+			return
+		}
+		r.log.Warn("register worker", "err", err)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(time.Second):
+		}
+	}
 }
 
 // heartbeat keeps this replica's intake_worker row fresh, so the
