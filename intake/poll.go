@@ -39,7 +39,7 @@ func (d *Daemon) pollOnce(ctx context.Context, p *partnerRT) error {
 		return nil
 	}
 	// The poll runs under the worker id's hold now: it takes no file as
-	// this worker's once that hold ended (workerid.go, stillHeld).
+	// this worker's once that hold ended (intake/workerid, StillHeld).
 	h := d.workerID.Current()
 	if h == nil || d.workerID.Awaiting() {
 		return errWorkerIDNotHeld
