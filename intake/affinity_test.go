@@ -228,7 +228,7 @@ func TestAffinityNoneLetsEveryReplicaPoll(t *testing.T) {
 		r.d.Poke("every")
 		waitPolls(t, r, []string{"every"})
 		if n := testutil.ToFloat64(r.d.Metrics().Polls.WithLabelValues("every")); n < 2 {
-			t.Fatalf("%s counted %v polls of the partner, want 2 or more", r.d.WorkerID(), n)
+			t.Fatalf("%s counted %v polls of the partner, want 2 or more", intake.WorkerID(r.d), n)
 		}
 	}
 }

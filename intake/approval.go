@@ -300,7 +300,7 @@ func (d *Daemon) resumeDecided(ctx context.Context, p *partnerRT, sess *sftpconn
 		if p.cfg.Records() {
 			dst = old.ClaimedPath // claim: record: the file stays where it is
 		}
-		if err := d.stillHeld(ctx); err != nil {
+		if err := d.workerID.StillHeld(ctx); err != nil {
 			return err
 		}
 		// the takeover and its move are one step in the partner's claim

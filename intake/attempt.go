@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/partner-intake/partner-intake/intake/ledger"
+	"github.com/partner-intake/partner-intake/intake/targethold"
 	"github.com/partner-intake/partner-intake/internal/fault"
 
 	"github.com/partner-intake/partner-intake/internal/pgerr"
@@ -31,7 +32,7 @@ func (r *fileRun) settle(ctx context.Context, err error) error {
 	if errors.Is(err, errFeedHeld) {
 		// the feed's table, not the file: it waits, no attempt counted,
 		// and its owner's next resume renews its lease (targethold.go)
-		if derr := r.d.ledger.Defer(ctx, r.in, targetRetry); derr != nil {
+		if derr := r.d.ledger.Defer(ctx, r.in, targethold.Retry); derr != nil {
 			var fe *ledger.FencedError
 			if errors.As(derr, &fe) {
 				r.fencedOut(fe.Step)

@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -17,177 +16,47 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/robfig/cron/v3"
 
+	"github.com/partner-intake/partner-intake/intake/affinity"
+	"github.com/partner-intake/partner-intake/intake/daemoncfg"
 	"github.com/partner-intake/partner-intake/intake/ledger"
+	"github.com/partner-intake/partner-intake/intake/pollrecord"
+	"github.com/partner-intake/partner-intake/intake/sessions"
 	"github.com/partner-intake/partner-intake/intake/target"
+	"github.com/partner-intake/partner-intake/intake/targethold"
+	"github.com/partner-intake/partner-intake/intake/workerid"
 	"github.com/partner-intake/partner-intake/internal/lifecycle"
-	"github.com/partner-intake/partner-intake/internal/names"
 	"github.com/partner-intake/partner-intake/internal/pgerr"
 	"github.com/partner-intake/partner-intake/internal/schedule"
-	"github.com/partner-intake/partner-intake/migrations"
 	"github.com/partner-intake/partner-intake/partners"
 	"github.com/partner-intake/partner-intake/partners/sftpconn"
 	"github.com/partner-intake/partner-intake/spool"
 )
 
-// Defaults of Config.
-const (
-	DefaultDrain        = 30 * time.Second
-	DefaultSpoolMinFree = 256 << 20
+// The daemon's own configuration is intake/daemoncfg's; these are its
+// names here.
+type (
+	// Config is the daemon's own configuration.
+	Config = daemoncfg.Config
+	// RetryPolicy bounds the retries of one file.
+	RetryPolicy = daemoncfg.RetryPolicy
 )
 
-// Config is the daemon's own configuration.
-type Config struct {
-	// WorkerID names this replica: stable across restarts (so it finds its
-	// own processing/<id>/), unique among replicas. Default: the hostname.
-	WorkerID string
-	// Lease is how long a claim is held without a heartbeat.
-	Lease time.Duration
-	// Drain is how long Stop lets in-flight files finish before cancelling.
-	Drain time.Duration
-	// SpoolMinFree: below this many free bytes on the spool's disk the
-	// daemon stops claiming (backpressure) until space returns.
-	SpoolMinFree int64
-	// Affinity: AffinityPartner (default) or AffinityNone (affinity.go).
-	Affinity string
-	// Retry is the budget of a file whose runs fail transiently (attempt.go).
-	Retry RetryPolicy
-	// Sessions is the SFTP session policy (sessions.go).
-	Sessions SessionPolicy
-	// PollStagger spreads the polls of partners on one `@every` interval:
-	// each keeps a stable phase within min(interval, partners ×
-	// PollStagger) (sessions.go).
-	PollStagger time.Duration
-	// ClaimDB, when set, holds the partners' claim sections
-	// (ledger.ClaimLock) instead of the daemon's pool: a section keeps its
-	// connection while its renames cross the network (Ledger.WithClaimPool).
-	ClaimDB *pgxpool.Pool
-}
-
-// Replica affinity modes.
+// Defaults of Config and RetryPolicy, and the replica affinity modes.
 const (
-	AffinityPartner = "partner" // one live replica polls each partner
-	AffinityNone    = "none"    // every replica polls every partner
+	DefaultDrain         = daemoncfg.DefaultDrain
+	DefaultSpoolMinFree  = daemoncfg.DefaultSpoolMinFree
+	DefaultRetryAttempts = daemoncfg.DefaultRetryAttempts
+	DefaultRetryWithin   = daemoncfg.DefaultRetryWithin
+	DefaultRetryBase     = daemoncfg.DefaultRetryBase
+	DefaultRetryMax      = daemoncfg.DefaultRetryMax
+	AffinityPartner      = daemoncfg.AffinityPartner // one live replica polls each partner
+	AffinityNone         = daemoncfg.AffinityNone    // every replica polls every partner
 )
 
-// RetryPolicy bounds the retries of one file: its runs are retried on
-// their own backoff (Base doubling up to Max) until Attempts runs have
-// failed or the first failure is older than Within; then the file fails
-// with reason retries_exhausted. Zero values take the defaults.
-type RetryPolicy struct {
-	Attempts int           `yaml:"max_attempts"`
-	Within   time.Duration `yaml:"within"`
-	Base     time.Duration `yaml:"base"`
-	Max      time.Duration `yaml:"max"`
-}
-
-// Defaults of RetryPolicy: about two hours of tries, at most ten minutes
-// apart.
-const (
-	DefaultRetryAttempts = 12
-	DefaultRetryWithin   = 6 * time.Hour
-	DefaultRetryBase     = 5 * time.Second
-	DefaultRetryMax      = 10 * time.Minute
-)
-
-// Validate fills defaults and checks the values.
-func (c *Config) Validate() error {
-	if c.Retry.Attempts < 0 || c.Retry.Within < 0 || c.Retry.Base < 0 || c.Retry.Max < 0 {
-		return fmt.Errorf("retry: max_attempts, within, base and max must be positive (0: the default)")
-	}
-	if c.Retry.Attempts == 0 {
-		c.Retry.Attempts = DefaultRetryAttempts
-	}
-	if c.Retry.Within == 0 {
-		c.Retry.Within = DefaultRetryWithin
-	}
-	if c.Retry.Base == 0 {
-		c.Retry.Base = DefaultRetryBase
-	}
-	if c.Retry.Max == 0 {
-		c.Retry.Max = DefaultRetryMax
-	}
-	if c.WorkerID == "" {
-		h, err := os.Hostname()
-		if err != nil {
-			return fmt.Errorf("worker_id: not set and no hostname: %w", err)
-		}
-		c.WorkerID = h
-	}
-	if !names.WorkerID(c.WorkerID) {
-		return fmt.Errorf("worker_id: %q must match %s", c.WorkerID, names.WorkerIDRule)
-	}
-	if c.Lease == 0 {
-		c.Lease = ledger.DefaultLease
-	}
-	if c.Lease < 3*time.Second {
-		return fmt.Errorf("lease: %s is too short (at least 3s)", c.Lease)
-	}
-	if c.Drain == 0 {
-		c.Drain = DefaultDrain
-	}
-	if c.Drain < 0 {
-		return fmt.Errorf("drain: %s must be positive", c.Drain)
-	}
-	if c.SpoolMinFree == 0 {
-		c.SpoolMinFree = DefaultSpoolMinFree
-	}
-	if c.SpoolMinFree < 0 {
-		return fmt.Errorf("spool.min_free_bytes: %d must be positive", c.SpoolMinFree)
-	}
-	if err := c.Sessions.validate(); err != nil {
-		return err
-	}
-	if c.PollStagger == 0 {
-		c.PollStagger = DefaultPollStagger
-	}
-	if c.PollStagger < 0 {
-		return fmt.Errorf("poll_stagger: %s must be positive", c.PollStagger)
-	}
-	switch c.Affinity {
-	case "":
-		c.Affinity = AffinityPartner
-	case AffinityPartner, AffinityNone:
-	default:
-		return fmt.Errorf("affinity: %q is not %q or %q", c.Affinity, AffinityPartner, AffinityNone)
-	}
-	return nil
-}
-
-// PoolConfig is the pgxpool configuration the daemon expects. A worker
-// stalled inside a transaction (a GC pause, SIGSTOP, a partition) holds the
-// file's ledger row lock that a takeover needs; statement and
-// idle-in-transaction timeouts equal to the lease make PostgreSQL end most
-// such sessions by itself, and the application name lets a takeover find
-// and end the rest (a COPY waiting for its stalled client is not ended by
-// statement_timeout): see ledger.Ledger.TakeOver.
+// PoolConfig is the pgxpool configuration the daemon expects
+// (daemoncfg.PoolConfig).
 func PoolConfig(url, worker string, lease time.Duration) (*pgxpool.Config, error) {
-	pc, err := pgxpool.ParseConfig(url)
-	if err != nil {
-		return nil, fmt.Errorf("database url: %w", err)
-	}
-	if lease == 0 {
-		lease = ledger.DefaultLease
-	}
-	ms := fmt.Sprint(lease.Milliseconds())
-	pc.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"] = ms
-	pc.ConnConfig.RuntimeParams["statement_timeout"] = ms
-	pc.ConnConfig.RuntimeParams["application_name"] = ledger.AppName(worker)
-	// The server notices a client gone with its host (power, a partition)
-	// within about a minute, not the kernel's two hours: such a client's
-	// session holds what it held meanwhile (a COPY waiting for data keeps
-	// its file's row lock, which the restarted worker's Resume waits for;
-	// the reconciler's leader lock), and no timeout above ends it.
-	pc.ConnConfig.RuntimeParams["tcp_keepalives_idle"] = "30"
-	pc.ConnConfig.RuntimeParams["tcp_keepalives_interval"] = "10"
-	pc.ConnConfig.RuntimeParams["tcp_keepalives_count"] = "3"
-	// JIT compiling a chunk's merge costs more than running it (measured:
-	// 836 ms of JIT for a 40 ms statement once its estimate crossed
-	// jit_above_cost).
-	pc.ConnConfig.RuntimeParams["jit"] = "off"
-	// pg_catalog, then the ledger's schema: no schema a role or database
-	// default adds, where a look-alike of a built-in could wait.
-	migrations.SetSearchPath(pc.ConnConfig)
-	return pc, nil
+	return daemoncfg.PoolConfig(url, worker, lease)
 }
 
 // Daemon runs one poller per partner.
@@ -198,36 +67,19 @@ type Daemon struct {
 	ledger  *ledger.Ledger
 	metrics *metrics
 	log     *slog.Logger
-	// parts and order are the partners; a reload swaps them under partsMu
-	// (reload.go), which readers beside a reload take (partnerList).
-	partsMu  sync.RWMutex
-	parts    map[string]*partnerRT
-	order    []string
-	retiring []*partnerRT // removed or replaced by a reload, still finishing a poll
-	// unsettledRemoved: a reload removed a partner that was not settled
-	// (reload.go retire): the run is not drained
-	unsettledRemoved atomic.Bool
+	// parts are the partners (partnerset.go); a reload swaps them
+	parts *partnerSet
 
-	targets *target.Cache   // the checked target of each feed mapping
-	sites   siteIndex       // each partner's site, as first dialled (site.go)
-	book    *sessionBook    // the dial bound and the open sessions (sessions.go)
-	conns   *sftpconn.Conns // SSH connections, shared by partners on one account (sessions.go)
+	targets   *target.Cache      // the checked target of each feed mapping
+	orphans   *orphanAdopter     // claims without a row (orphans.go)
+	feedHolds *targethold.Keeper // feeds whose target cannot be written (targethold.go)
+	sessions  *sessionKeeper     // the partners' SFTP sessions (sessions.go, intake/sessions)
 
 	noClaims atomic.Bool
-	// id is this process's hold on its worker id (workerid.go); idMu
-	// orders its taking and letting go. awaitingID: Start found the id
-	// held by another live process and waits for it.
-	idMu       sync.Mutex
-	id         atomic.Pointer[ledger.WorkerLock]
-	awaitingID atomic.Bool
-	// registered: Start recorded this replica in intake_worker, so partner
-	// affinity applies (affinity.go).
-	registered atomic.Bool
-	peers      peers
-	// prevDrained: this worker id's previous run stopped drained, so a
-	// partner another replica polls needs no look into processing/ after
-	// start unless the database shows live files of this worker there.
-	prevDrained bool
+	// workerID is this process's hold on its worker id (intake/workerid)
+	workerID *workerid.Keeper
+	replica  *replica        // this daemon's row in intake_worker (replica.go)
+	peers    *affinity.Peers // which replica polls a partner (intake/affinity)
 	// life is the daemon's start/stop (internal/lifecycle); mu orders
 	// Start before a concurrent Stop, which reads cron.
 	life   lifecycle.Base
@@ -235,10 +87,11 @@ type Daemon struct {
 	cron   *cron.Cron
 	runCtx context.Context // the daemon's own, for pollers a reload starts
 
-	spaceLow atomic.Bool
-	signals  testSignals
-	ahead    chan struct{} // slots of files applied ahead (ahead.go)
-	polls    pollRecorder  // poll outcomes not yet written (pollrecord.go)
+	gauges  *gauges     // the database-derived gauges (gauges.go)
+	space   *spoolGuard // spool backpressure (backpressure.go)
+	signals testSignals
+	ahead   chan struct{}        // slots of files applied ahead (ahead.go)
+	polls   *pollrecord.Recorder // poll outcomes not yet written (intake/pollrecord)
 }
 
 // New builds a daemon. Partners must have been validated.
@@ -252,10 +105,26 @@ func New(cfg Config, parts []partners.Config, db *pgxpool.Pool, sp *spool.Spool,
 	}
 	d := &Daemon{cfg: cfg, db: db, spool: sp, ledger: ledger.New(db, cfg.Lease).WithClaimPool(cfg.ClaimDB).WithBeatPool(beatPool(db)),
 		metrics: newMetrics(reg), log: slog.New(pgerr.Handler(log.Handler())).With("component", "intake", "worker", cfg.WorkerID),
-		parts: map[string]*partnerRT{}, targets: target.NewCache(db)}
-	d.book = newSessionBook(cfg.Sessions.MaxParallelDials, d.metrics)
-	d.conns = sftpconn.NewConns(cfg.Sessions.PartnersPerConnection)
-	d.metrics.connections(reg, d.conns)
+		parts: &partnerSet{byID: map[string]*partnerRT{}}, targets: target.NewCache(db)}
+	d.replica = &replica{ledger: d.ledger, workerID: cfg.WorkerID, lease: cfg.Lease, parts: d.parts, log: d.log, beat: &d.signals.WorkerBeat,
+		life: &d.life, startMu: &d.mu}
+	d.workerID = workerid.New(workerid.Config{DB: db, WorkerID: cfg.WorkerID, Lease: cfg.Lease, Log: d.log,
+		Held: d.metrics.workerIDHeld, Regained: d.replica.regained})
+	d.replica.id = d.workerID
+	d.peers = affinity.New(affinity.Config{Ledger: d.ledger, WorkerID: cfg.WorkerID, Lease: cfg.Lease, Everyone: cfg.Affinity == AffinityNone,
+		Registered: d.replica.registered.Load, Partners: d.parts.ids, Gained: d.Poke, Seen: func(m map[string][]string) { d.signals.Peers.Signal(m) },
+		Owned: d.metrics.partnerOwned, Log: d.log})
+	d.feedHolds = &targethold.Keeper{DB: db, Targets: d.targets, Partners: func() []targethold.Partner { return holdPartners(d.parts.list()) },
+		Held: d.metrics.targetHeld, Log: d.log}
+	d.space = &spoolGuard{spool: sp, minFree: &d.cfg.SpoolMinFree, metrics: d.metrics, log: d.log}
+	d.gauges = &gauges{ledger: d.ledger, spool: sp, parts: d.parts, holds: d.feedHolds, metrics: d.metrics, log: d.log}
+	d.orphans = &orphanAdopter{ledger: d.ledger, workerID: cfg.WorkerID, lease: cfg.Lease, metrics: d.metrics, log: d.log}
+	d.polls = pollrecord.New(d.ledger, cfg.WorkerID, d.log)
+	conns := sftpconn.NewConns(cfg.Sessions.PartnersPerConnection)
+	d.metrics.connections(reg, conns)
+	d.sessions = &sessionKeeper{policy: cfg.Sessions, workerID: cfg.WorkerID, book: sessions.NewBook(cfg.Sessions.MaxParallelDials, d.metrics.sessionsOpen),
+		conns: conns, parts: d.parts, metrics: d.metrics, log: d.log, signals: &d.signals,
+		sites: &siteCheck{ledger: d.ledger, conns: conns, parts: d.parts, workerID: cfg.WorkerID, log: d.log}}
 	// at most this many files are applied ahead of their plan at once,
 	// each holding a connection of the work pool through its download
 	slots := 1
@@ -265,14 +134,14 @@ func New(cfg Config, parts []partners.Config, db *pgxpool.Pool, sp *spool.Spool,
 	d.ahead = make(chan struct{}, slots)
 	for i := range parts {
 		p := &parts[i]
-		if _, dup := d.parts[p.ID]; dup {
+		if _, dup := d.parts.byID[p.ID]; dup {
 			return nil, fmt.Errorf("partner %s configured twice", p.ID)
 		}
 		if err := checkPGPKeys(p); err != nil {
 			return nil, err
 		}
-		d.parts[p.ID] = d.newPartnerRT(p)
-		d.order = append(d.order, p.ID)
+		d.parts.byID[p.ID] = d.sessions.newPartnerRT(p)
+		d.parts.order = append(d.parts.order, p.ID)
 	}
 	return d, nil
 }
@@ -295,17 +164,14 @@ func beatPool(db *pgxpool.Pool) *pgxpool.Config {
 	return pc
 }
 
-// WorkerID is this replica's id.
-func (d *Daemon) WorkerID() string { return d.cfg.WorkerID }
-
 // PollOnce runs one synchronous cycle for a partner (tests, the demo and
 // `intake run --once`).
 func (d *Daemon) PollOnce(ctx context.Context, partner string) error {
-	p, ok := d.partner(partner)
+	p, ok := d.parts.get(partner)
 	if !ok {
 		return fmt.Errorf("unknown partner %q", partner)
 	}
-	if err := d.awaitHeld(ctx); err != nil {
+	if err := d.workerID.AwaitHeld(ctx); err != nil {
 		return err
 	}
 	p.mu.Lock()
@@ -317,12 +183,15 @@ func (d *Daemon) PollOnce(ctx context.Context, partner string) error {
 	if errors.Is(err, errWorkerIDNotHeld) {
 		return err
 	}
-	d.afterPoll(p, err)
-	d.writePolls() // a poll asked for is recorded when it returns
+	p.afterPoll(err, d.metrics, d.polls)
+	d.polls.Flush() // a poll asked for is recorded when it returns
 	return err
 }
 
-func (d *Daemon) afterPoll(p *partnerRT, err error) {
+// afterPoll records a poll's outcome: the partner's state, its session
+// (dropped after a failure), its gauges and the outcome for `intake
+// status` (intake/pollrecord).
+func (p *partnerRT) afterPoll(err error, m *metrics, polls *pollrecord.Recorder) {
 	if err != nil {
 		p.settled = false // a claim of this poll may be left without a row
 	}
@@ -335,20 +204,20 @@ func (d *Daemon) afterPoll(p *partnerRT, err error) {
 	}
 	ready, oldest := p.readyCount, p.oldestReady
 	p.statMu.Unlock()
-	p.touch() // the session (if any) was used until now: idle from here
+	p.slot.Touch() // the session (if any) was used until now: idle from here
 	if p.redial.Swap(false) && err == nil {
 		p.drop() // a file met an SFTP failure (attempt.go): dial afresh next time
 	}
 	if err != nil {
 		p.drop()
-		d.metrics.pollErrors.WithLabelValues(p.cfg.ID).Inc()
-		d.metrics.partnerUp.WithLabelValues(p.cfg.ID).Set(0)
+		m.pollErrors.WithLabelValues(p.cfg.ID).Inc()
+		m.partnerUp.WithLabelValues(p.cfg.ID).Set(0)
 	} else {
-		d.metrics.partnerUp.WithLabelValues(p.cfg.ID).Set(1)
-		d.metrics.readyFiles.WithLabelValues(p.cfg.ID).Set(float64(ready))
+		m.partnerUp.WithLabelValues(p.cfg.ID).Set(1)
+		m.readyFiles.WithLabelValues(p.cfg.ID).Set(float64(ready))
 	}
-	// recorded for `intake status` (pollrecord.go)
-	d.polls.add(p.cfg.ID, err, ready, oldest)
+	// recorded for `intake status` (intake/pollrecord)
+	polls.Add(p.cfg.ID, err, ready, oldest)
 }
 
 // Start schedules every partner's poll (robfig/cron, UTC, recover, skip if
@@ -366,25 +235,25 @@ func (d *Daemon) Start(ctx context.Context) error {
 	d.runCtx = ctx
 	abort := func(err error) error {
 		err = d.life.Abort(err)
-		d.ReleaseWorkerID()
+		d.workerID.Release()
 		return err
 	}
 	// The worker id is this process's alone while it runs (workerid.go);
 	// when another live process holds it, the partners' polls are
 	// scheduled but do nothing until it is free.
 	var inUse *ledger.WorkerIDInUseError
-	switch err := d.HoldWorkerID(ctx); {
+	switch err := d.workerID.Hold(ctx); {
 	case err == nil:
 		// Registered before the first poll, so that replicas starting
 		// together split the partners from their first claims on.
-		if err := d.register(ctx); err != nil {
+		if err := d.replica.register(ctx); err != nil {
 			return abort(err)
 		}
 	case errors.As(err, &inUse), errors.Is(err, errWorkerIDNotHeld):
-		d.awaitingID.Store(true)
+		d.workerID.SetAwaiting(true)
 		d.life.Go(func() {
-			if d.awaitWorkerID(ctx) {
-				d.registerWhenHeld(ctx)
+			if d.workerID.Await(ctx) {
+				d.replica.registerWhenHeld(ctx)
 			}
 		})
 	default:
@@ -392,126 +261,34 @@ func (d *Daemon) Start(ctx context.Context) error {
 	}
 	d.cron = schedule.New(d.log)
 	now := time.Now()
-	for _, id := range d.order {
-		p := d.parts[id]
-		first, err := d.schedulePoll(p, now, len(d.order))
+	for _, id := range d.parts.order {
+		p := d.parts.byID[id]
+		first, err := schedulePoll(d.cron, p, now, len(d.parts.order), d.cfg.PollStagger)
 		if err != nil {
 			return abort(fmt.Errorf("partner %s: poll %q: %w", id, p.cfg.Poll, err))
 		}
 		d.life.Go(func() { d.loop(ctx, p, first) })
 	}
-	d.life.Go(func() { d.sessionJanitor(ctx) })
-	d.life.Go(func() { d.gaugeLoop(ctx) })
-	d.life.Go(func() { d.pollRecords(ctx) })
+	d.life.Go(func() { d.sessions.janitor(ctx) })
+	d.life.Go(func() { d.gauges.loop(ctx) })
+	d.life.Go(func() { d.polls.Run(ctx) })
 	d.cron.Start()
-	d.log.Info("daemon started", "partners", len(d.order))
+	d.log.Info("daemon started", "partners", len(d.parts.order))
 	return nil
-}
-
-// register records this replica in intake_worker (RegisterWorker) and
-// starts its heartbeat; the worker id is held.
-func (d *Daemon) register(ctx context.Context) error {
-	drained, err := d.ledger.RegisterWorker(ctx, d.cfg.WorkerID, d.order)
-	if err != nil {
-		return err
-	}
-	d.prevDrained = drained
-	for _, p := range d.parts {
-		p.mu.Lock()
-		p.settled = drained
-		p.mu.Unlock()
-	}
-	d.registered.Store(true)
-	d.awaitingID.Store(false)
-	d.life.Go(func() { d.workerHeartbeat(ctx) })
-	return nil
-}
-
-// registerWhenHeld registers a replica that took its worker id after
-// Start (awaitWorkerID), retrying until the database takes it.
-func (d *Daemon) registerWhenHeld(ctx context.Context) {
-	for {
-		// not beside a Start still under way (which may be waiting for
-		// this goroutine to end: TryLock), nor after Stop's Halt
-		for !d.mu.TryLock() {
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(10 * time.Millisecond):
-			}
-		}
-		if !d.life.Running() {
-			d.mu.Unlock()
-			return
-		}
-		err := d.register(ctx)
-		d.mu.Unlock()
-		if err == nil || ctx.Err() != nil {
-			return
-		}
-		d.log.Warn("register worker", "err", err)
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(time.Second):
-		}
-	}
-}
-
-// workerHeartbeat keeps this replica's intake_worker row fresh, so the
-// reconcilers of other replicas do not adopt its claims; while the worker
-// id is not held (lost, and maybe another process's now) it is left to
-// its holder.
-func (d *Daemon) workerHeartbeat(ctx context.Context) {
-	everyTick(ctx, d.cfg.Lease/3, func() bool {
-		if !d.holdsWorkerID() {
-			return true
-		}
-		_, err := d.ledger.RegisterWorker(ctx, d.cfg.WorkerID, d.partnerIDs())
-		if err != nil && ctx.Err() == nil {
-			d.log.Warn("worker heartbeat failed", "err", err)
-		}
-		if err == nil {
-			d.signals.WorkerBeat.Signal(struct{}{})
-		}
-		return true
-	})
-}
-
-// gaugeLoop refreshes the database-derived gauges every 15 s, reads the
-// tables of held feeds whose retry is due (targethold.go), and the
-// spool's size every minute.
-func (d *Daemon) gaugeLoop(ctx context.Context) {
-	t := time.NewTicker(15 * time.Second)
-	defer t.Stop()
-	for i := 0; ; i++ {
-		if err := d.refreshGauges(ctx); err != nil && ctx.Err() == nil {
-			d.log.Warn("refresh gauges", "err", err)
-		}
-		d.recheckHeld(ctx)
-		if i%4 == 0 {
-			d.refreshSpoolBytes()
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
 }
 
 // RefreshGauges updates the database-derived gauges now, and reads the
 // tables of held feeds whose retry is due (tests, status).
 func (d *Daemon) RefreshGauges(ctx context.Context) error {
-	d.refreshSpoolBytes()
-	d.recheckHeld(ctx)
-	return d.refreshGauges(ctx)
+	d.gauges.refreshSpoolBytes()
+	d.feedHolds.Recheck(ctx)
+	return d.gauges.refresh(ctx)
 }
 
 // Poke asks for a poll of the partner soon (the reconciler does after a
 // takeover). It never blocks.
 func (d *Daemon) Poke(partner string) {
-	if p, ok := d.partner(partner); ok {
+	if p, ok := d.parts.get(partner); ok {
 		p.poke()
 	}
 }
@@ -523,89 +300,11 @@ func (d *Daemon) Poke(partner string) {
 // until its lease expired and a reconciler took it over again, perhaps
 // this one, again).
 func (d *Daemon) TakenOver(partner string) {
-	if p, ok := d.partner(partner); ok {
+	if p, ok := d.parts.get(partner); ok {
 		p.takenOver.Store(true)
 		p.poke()
 	}
 }
-
-// spaceOK applies spool backpressure: below the free-space floor no new
-// file is claimed; claiming resumes by itself when space returns.
-func (d *Daemon) spaceOK() bool {
-	free, err := d.spool.FreeBytes()
-	if err != nil {
-		d.log.Error("spool free space unknown; not claiming", "err", err)
-		return false
-	}
-	d.metrics.spoolFree.Set(float64(free))
-	low := free < uint64(d.cfg.SpoolMinFree)
-	if was := d.spaceLow.Swap(low); was != low {
-		if low {
-			d.log.Warn("spool disk below its free-space floor: claiming paused", "free_bytes", free, "min_free_bytes", d.cfg.SpoolMinFree)
-		} else {
-			d.log.Info("spool disk has room again: claiming resumed", "free_bytes", free)
-		}
-	}
-	if low {
-		d.metrics.backpressure.Set(1)
-	} else {
-		d.metrics.backpressure.Set(0)
-	}
-	return !low
-}
-
-// spoolQuota is a partner's spool quota at the start of a poll's claims:
-// the bytes it holds, to which each claim adds its listed size. While they
-// are at or over limits.max_spool_bytes none of its files is claimed
-// (backpressure for this partner alone: the others go on); resumes of its
-// claimed files go on, and a file is never refused for its own size (one
-// claim may go over, so a file larger than the quota still moves).
-type spoolQuota struct {
-	max, used int64
-}
-
-func (d *Daemon) spoolQuota(p *partnerRT) (*spoolQuota, error) {
-	q := &spoolQuota{max: p.cfg.Limits.MaxSpoolBytes}
-	if q.max > 0 {
-		used, err := d.spool.Usage(p.cfg.ID)
-		if err != nil {
-			return nil, err
-		}
-		q.used = used
-	}
-	d.quotaState(p, q.ok())
-	return q, nil
-}
-
-func (q *spoolQuota) ok() bool { return q.max <= 0 || q.used < q.max }
-
-// claimed counts a claim's listed bytes against the quota and reports
-// whether claiming may go on.
-func (d *Daemon) quotaClaimed(p *partnerRT, q *spoolQuota, size int64) {
-	q.used += size
-	if !q.ok() {
-		d.quotaState(p, false)
-	}
-}
-
-// quotaState logs a change of the partner's quota state and sets its gauge.
-func (d *Daemon) quotaState(p *partnerRT, ok bool) {
-	v := 0.0
-	if !ok {
-		v = 1
-	}
-	d.metrics.quotaFull.WithLabelValues(p.cfg.ID).Set(v)
-	if was := p.quotaFull.Swap(!ok); was != !ok {
-		if !ok {
-			d.log.Warn("partner's spool quota reached: its claims paused", "partner", p.cfg.ID, "max_spool_bytes", p.cfg.Limits.MaxSpoolBytes)
-		} else {
-			d.log.Info("partner's spool back under its quota: claims resumed", "partner", p.cfg.ID)
-		}
-	}
-}
-
-// SetSpoolMinFree changes the backpressure floor at run time.
-func (d *Daemon) SetSpoolMinFree(n int64) { d.cfg.SpoolMinFree = n }
 
 // loop polls a partner first after the delay first, then whenever poked;
 // after a failed poll it waits out a capped, jittered backoff for that
@@ -627,7 +326,7 @@ func (d *Daemon) loop(ctx context.Context, p *partnerRT, first time.Duration) {
 		p.mu.Lock()
 		if p.retired() { // a reload removed or replaced it (reload.go)
 			p.mu.Unlock()
-			d.retire(p)
+			d.parts.retire(p, d.metrics, d.log)
 			return
 		}
 		err := p.deadline(d.pollOnce(ctx, p))
@@ -637,7 +336,7 @@ func (d *Daemon) loop(ctx context.Context, p *partnerRT, first time.Duration) {
 			// record
 			err = nil
 		} else {
-			d.afterPoll(p, err)
+			p.afterPoll(err, d.metrics, d.polls)
 		}
 		p.mu.Unlock()
 		d.signals.Polled.Signal(pollDone{p.cfg.ID, err})
@@ -670,14 +369,14 @@ func (d *Daemon) Stop() {
 	if !d.life.Halt() {
 		d.mu.Unlock()
 		d.noClaims.Store(true)
-		for _, p := range d.partnerList() {
+		for _, p := range d.parts.list() {
 			p.mu.Lock()
 			p.drop()
 			p.mu.Unlock()
 		}
-		d.writePolls() // what a PollOnce could not write
-		d.ReleaseWorkerID()
-		d.closeBeats()
+		d.polls.Flush() // what a PollOnce could not write
+		d.workerID.Release()
+		d.ledger.CloseBeats() // nothing of the run uses the heartbeat pool now
 		return
 	}
 	d.mu.Unlock()
@@ -686,9 +385,9 @@ func (d *Daemon) Stop() {
 	idle := make(chan struct{})
 	go func() {
 		defer close(idle)
-		d.partsMu.RLock()
-		all := append(append([]*partnerRT(nil), d.retiring...), d.partnerListLocked()...)
-		d.partsMu.RUnlock()
+		d.parts.mu.RLock()
+		all := append(append([]*partnerRT(nil), d.parts.retiring...), d.parts.listLocked()...)
+		d.parts.mu.RUnlock()
 		for _, p := range all {
 			p.mu.Lock() // waits for the partner's poll in flight
 			p.mu.Unlock()
@@ -702,16 +401,16 @@ func (d *Daemon) Stop() {
 		d.log.Warn("drain time over; abandoning files in flight (they resume on the next start)")
 	}
 	d.life.Cancel()
-	if d.unsettledRemoved.Load() {
+	if d.parts.unsettledRemoved.Load() {
 		// a reload removed a partner not looked at since a failure: its
 		// next start with the partner configured again must look
 		drained = false
 	}
-	d.partsMu.RLock()
-	gone := append([]*partnerRT(nil), d.retiring...)
-	d.partsMu.RUnlock()
+	d.parts.mu.RLock()
+	gone := append([]*partnerRT(nil), d.parts.retiring...)
+	d.parts.mu.RUnlock()
 	for _, p := range gone { // removed, its poller ended by the stop before it retired
-		if _, current := d.partner(p.cfg.ID); !current && p.mu.TryLock() {
+		if _, current := d.parts.get(p.cfg.ID); !current && p.mu.TryLock() {
 			if !p.settled {
 				drained = false
 			}
@@ -719,7 +418,7 @@ func (d *Daemon) Stop() {
 		}
 	}
 	if drained {
-		for _, p := range d.partnerList() {
+		for _, p := range d.parts.list() {
 			p.mu.Lock()
 			if !p.settled {
 				// not looked at since a failure (or ever, this run): the
@@ -729,68 +428,29 @@ func (d *Daemon) Stop() {
 			p.mu.Unlock()
 		}
 	}
-	d.writePolls() // the last polls' outcomes, before the worker retires
+	d.polls.Flush() // the last polls' outcomes, before the worker retires
 	// the other replicas take this one's partners on their next poll
 	rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	// not registered again by a hold taken again meanwhile (Regained)
-	d.registered.Store(false)
-	if d.holdsWorkerID() { // else the id's row is its holder's, or ages out
+	d.replica.registered.Store(false)
+	if d.workerID.Held() { // else the id's row is its holder's, or ages out
 		if err := d.ledger.RetireWorker(rctx, d.cfg.WorkerID, drained); err != nil {
 			d.log.Warn("retire worker", "err", err)
 		}
 	}
-	d.ReleaseWorkerID()
-	d.closeBeats()
+	d.workerID.Release()
+	d.ledger.CloseBeats() // nothing of the run uses the heartbeat pool now
 	d.log.Info("daemon stopped")
 }
 
-// closeBeats closes the heartbeat pool once nothing of the run uses it.
-func (d *Daemon) closeBeats() { d.ledger.CloseBeats() }
-
 // CheckTargets loads every feed's target table; a feed whose table cannot
-// be written is held (targethold.go: logged, intake_feed_target_held 1,
+// be written is held (intake/targethold: logged, intake_feed_target_held 1,
 // its files left in ready/) and the rest go on. It then compares each
 // loaded feed's columns with its target's and logs the findings
-// (logFindings); these do not stop the daemon. Its error is a failure to
+// (targethold.LogFindings); these do not stop the daemon. Its error is a failure to
 // ask the database.
-func (d *Daemon) CheckTargets(ctx context.Context) error {
-	chk := target.NewChecker(d.db) // each table's catalog read once, whatever the partners writing it
-	for _, p := range d.partnerList() {
-		for i := range p.cfg.Feeds {
-			f := &p.cfg.Feeds[i]
-			ok, err := d.feedUsable(ctx, p, f)
-			if err != nil {
-				return fmt.Errorf("partner %s feed %s: %w", p.cfg.ID, f.Name, err)
-			}
-			if ok {
-				d.logFindings(ctx, chk, p.cfg.ID, f)
-			}
-		}
-	}
-	return nil
-}
-
-// logFindings compares a loaded feed's columns with its target's
-// (target.Checker) and logs what the target could refuse as errors, what
-// cannot be decided as warnings: a refused value is met per row at run
-// time, and `intake check` is the gate that fails on them.
-func (d *Daemon) logFindings(ctx context.Context, chk *target.Checker, partner string, f *partners.Feed) {
-	findings, err := chk.Compare(ctx, partner, f)
-	if err != nil {
-		d.log.Warn("target not compared with the feed", "partner", partner, "feed", f.Name, "target", f.Target, "err", err)
-		return
-	}
-	for _, g := range findings {
-		if g.Fail {
-			d.log.Error("target may refuse values the feed accepts (intake check fails)", "partner", partner, "feed", f.Name,
-				"target", f.Target, "column", g.Column, "problem", g.Detail)
-		} else {
-			d.log.Warn("target constraint not decidable from the declarations", "partner", partner, "feed", f.Name,
-				"target", f.Target, "column", g.Column, "problem", g.Detail)
-		}
-	}
-}
+func (d *Daemon) CheckTargets(ctx context.Context) error { return d.feedHolds.Check(ctx) }
 
 // partnerRT is a partner at run time: its config, session and trigger.
 type partnerRT struct {
@@ -798,18 +458,14 @@ type partnerRT struct {
 	trigger chan struct{}
 	quit    chan struct{} // closed when a reload removes or replaces it (reload.go)
 	cronID  cron.EntryID
-	book    *sessionBook // the daemon's (sessions.go)
 
-	mu         sync.Mutex // one poll at a time per partner
-	sessMu     sync.Mutex
-	sess       *sftpconn.Session
-	hasSess    atomic.Bool                   // sess != nil, read without sessMu (sessions.go)
+	mu         sync.Mutex                    // one poll at a time per partner
+	slot       sessions.Slot                 // its session (intake/sessions)
 	site       atomic.Pointer[partners.Site] // its tree as the server resolves it, once dialled (site.go)
 	overwrites atomic.Bool                   // its server's RENAME overwrites: each session is told (site.go)
 	vanish     atomic.Bool                   // its server keeps no empty directory: each session is told (site.go)
 	nocase     atomic.Bool                   // its server compares names without case: batch ids from names are folded (site.go)
 	restamps   atomic.Bool                   // its server's RENAME does not keep mtimes: a claimed file is known by its size (site.go, remote.go)
-	lastUsed   atomic.Int64                  // unix ns a poll last used the session (idle close, LRU)
 	tempClean  bool                          // this worker's spool temp files of the partner were swept
 	redial     atomic.Bool                   // a file met an SFTP failure: the next poll dials afresh
 	resumed    bool                          // this worker's own files of the partner were resumed once
@@ -836,9 +492,7 @@ type partnerRT struct {
 	readyCount  int
 	quotaFull   atomic.Bool // the partner's spool is at its quota (limits.max_spool_bytes)
 
-	holdMu sync.Mutex
-	holds  map[string]*feedHold // by feed name: feeds whose target cannot be written (targethold.go)
-	nHeld  atomic.Int32         // len(holds), read by a poll's gate without holdMu
+	holds targethold.Feeds // feeds whose target cannot be written (targethold.go)
 }
 
 func (p *partnerRT) poke() {
@@ -853,9 +507,9 @@ func (p *partnerRT) poke() {
 // dial bound (sessions.max_parallel_dials). A failure is left for the
 // partner's poll to meet, retry and report.
 func (d *Daemon) Prewarm(ctx context.Context) {
-	for _, p := range d.partnerList() {
+	for _, p := range d.parts.list() {
 		go func() {
-			if _, err := d.session(ctx, p); err != nil {
+			if _, err := d.sessions.session(ctx, p); err != nil {
 				d.log.Debug("prewarm dial failed; the poll dials again", "partner", p.cfg.ID, "err", err)
 			}
 		}()
@@ -873,34 +527,9 @@ func (d *Daemon) PreparePoll(ctx context.Context) {
 }
 
 // deadline reports a poll's error as the session's *sftpconn.TimeoutError
-// when the site's silence is why the poll failed
-// (partners/sftpconn/watchdog.go).
-func (p *partnerRT) deadline(err error) error {
-	p.sessMu.Lock()
-	defer p.sessMu.Unlock()
-	if err == nil || p.sess == nil {
-		return err
-	}
-	return p.sess.Deadline(err)
-}
+// when the site's silence is why the poll failed (partners/watchdog.go).
+func (p *partnerRT) deadline(err error) error { return p.slot.Deadline(err) }
 
 // drop closes the session; the next poll dials again. It reports whether
 // a session was open.
-func (p *partnerRT) drop() bool { return p.dropIf(nil) }
-
-// dropIf closes the partner's session if it is s (any session: nil), and
-// reports whether it closed one.
-func (p *partnerRT) dropIf(s *sftpconn.Session) bool {
-	p.sessMu.Lock()
-	defer p.sessMu.Unlock()
-	if p.sess == nil || (s != nil && p.sess != s) {
-		return false
-	}
-	p.sess.Close()
-	p.sess = nil
-	p.hasSess.Store(false)
-	if p.book != nil {
-		p.book.closed()
-	}
-	return true
-}
+func (p *partnerRT) drop() bool { return p.slot.Drop() }

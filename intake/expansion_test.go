@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/partner-intake/partner-intake/intake"
 	"github.com/partner-intake/partner-intake/internal/testenv"
 	"github.com/partner-intake/partner-intake/partners"
 )
@@ -59,7 +60,7 @@ func TestASpoolDiskFillingDuringExpansionDefersTheFile(t *testing.T) {
 	// claimed with room; the disk "fills" (the floor rises above its free
 	// space) while the file downloads, before it expands
 	resume := r.pollPaused("spoolfull", "download:mid")
-	r.d.SetSpoolMinFree(math.MaxInt64)
+	intake.SetSpoolMinFree(r.d, math.MaxInt64)
 	if err := resume(); err != nil {
 		t.Logf("poll: %v", err)
 	}
@@ -76,7 +77,7 @@ func TestASpoolDiskFillingDuringExpansionDefersTheFile(t *testing.T) {
 		t.Fatalf("attempts %d, last_error %q: want one transient attempt naming the spool's free-space floor", attempts, lastErr)
 	}
 
-	r.d.SetSpoolMinFree(1)
+	intake.SetSpoolMinFree(r.d, 1)
 	r.poll("spoolfull")
 	if fs := files(t, pool, "spoolfull"); len(fs) != 1 || fs[0].State != "archived" {
 		t.Fatalf("with room again: %+v, want the file archived", fs)
@@ -103,7 +104,7 @@ func TestASpoolDiskFillingDuringDecryptionDefersTheFile(t *testing.T) {
 	r := newRig(t, pool, "w1", site)
 
 	resume := r.pollPaused("pgpfull", "download:mid")
-	r.d.SetSpoolMinFree(math.MaxInt64)
+	intake.SetSpoolMinFree(r.d, math.MaxInt64)
 	if err := resume(); err != nil {
 		t.Logf("poll: %v", err)
 	}
@@ -114,7 +115,7 @@ func TestASpoolDiskFillingDuringDecryptionDefersTheFile(t *testing.T) {
 	if state == "archived" || state == "quarantined" || state == "failed_terminal" || !strings.Contains(lastErr, "free-space floor") {
 		t.Fatalf("after the spool filled mid-decryption: state %s, last_error %q; want the file waiting for a retry, the floor named", state, lastErr)
 	}
-	r.d.SetSpoolMinFree(1)
+	intake.SetSpoolMinFree(r.d, 1)
 	r.poll("pgpfull")
 	if fs := files(t, pool, "pgpfull"); len(fs) != 1 || fs[0].State != "archived" || fs[0].Applied != 12 {
 		t.Fatalf("with room again: %+v, want the file archived with its 12 rows", fs)

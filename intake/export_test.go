@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/partner-intake/partner-intake/intake/ledger"
+	"github.com/partner-intake/partner-intake/intake/sessions"
+	"github.com/partner-intake/partner-intake/intake/targethold"
 	"github.com/partner-intake/partner-intake/internal/rendezvous"
 	"github.com/partner-intake/partner-intake/internal/schedule"
 )
@@ -79,23 +81,23 @@ type PollDone = pollDone
 // DialStats are the daemon's dials started, the most ever in flight at
 // once to one server, and the sessions open now (sessions.go).
 func DialStats(d *Daemon) (dialed, peak, open int64) {
-	dialed, peak, _ = d.book.stats()
-	return dialed, peak, d.book.open.Load()
+	dialed, peak, _ = d.sessions.book.Stats()
+	return dialed, peak, d.sessions.book.Open()
 }
 
 // SSHLogins is how many SSH connections the daemon's sessions dialled.
-func SSHLogins(d *Daemon) int64 { return d.conns.Logins() }
+func SSHLogins(d *Daemon) int64 { return d.sessions.conns.Logins() }
 
 // DialsInFlight are the dials in flight now.
 func DialsInFlight(d *Daemon) int64 {
-	_, _, n := d.book.stats()
+	_, _, n := d.sessions.book.Stats()
 	return n
 }
 
 // PollOffset is a partner's first-poll offset and interval as Start
 // computes them; ok is false for a cron-expression schedule.
 func PollOffset(d *Daemon, partner string) (off, every time.Duration, ok bool) {
-	p, found := d.partner(partner)
+	p, found := d.parts.get(partner)
 	if !found {
 		return 0, 0, false
 	}
@@ -103,7 +105,7 @@ func PollOffset(d *Daemon, partner string) (off, every time.Duration, ok bool) {
 	if !ok {
 		return 0, 0, false
 	}
-	return pollOffset(partner, every, len(d.partnerIDs()), d.cfg.PollStagger), every, true
+	return sessions.Offset(partner, every, len(d.parts.ids()), d.cfg.PollStagger), every, true
 }
 
 // LastCodes is what a retries_exhausted receipt says of the last error.
@@ -112,20 +114,16 @@ func LastCodes(err error) string { return lastCodes(err) }
 // SetTargetRetry sets how long a held feed waits before its target table
 // is read again (targethold.go).
 func SetTargetRetry(d time.Duration) func() {
-	old := targetRetry
-	targetRetry = d
-	return func() { targetRetry = old }
+	old := targethold.Retry
+	targethold.Retry = d
+	return func() { targethold.Retry = old }
 }
 
 // HeldFeedsDue makes every held feed's table due to be read again at the
 // partner's next poll.
 func HeldFeedsDue(d *Daemon) {
-	for _, p := range d.partnerList() {
-		p.holdMu.Lock()
-		for _, h := range p.holds {
-			h.next = time.Time{}
-		}
-		p.holdMu.Unlock()
+	for _, p := range d.parts.list() {
+		p.holds.AllDue()
 	}
 }
 
@@ -136,7 +134,15 @@ func BeatLedger(d *Daemon) *ledger.Ledger { return d.ledger }
 // ExpirePeers makes the daemon read the live replicas again at its next
 // look (affinity.go), as a third of a lease later would.
 func ExpirePeers(d *Daemon) {
-	d.peers.mu.Lock()
-	d.peers.at = time.Time{}
-	d.peers.mu.Unlock()
+	d.peers.Expire()
 }
+
+// HoldWorkerID takes the daemon's worker id on a connection of its own,
+// as Start does (intake/workerid).
+func HoldWorkerID(ctx context.Context, d *Daemon) error { return d.workerID.Hold(ctx) }
+
+// SetSpoolMinFree changes the daemon's backpressure floor at run time.
+func SetSpoolMinFree(d *Daemon, n int64) { d.cfg.SpoolMinFree = n }
+
+// WorkerID is the daemon's worker id.
+func WorkerID(d *Daemon) string { return d.cfg.WorkerID }

@@ -4,21 +4,57 @@ import (
 	"context"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"path/filepath"
 	"time"
 
 	"github.com/partner-intake/partner-intake/intake/ledger"
+	"github.com/partner-intake/partner-intake/intake/targethold"
+	"github.com/partner-intake/partner-intake/spool"
 )
 
-// refreshGauges sets the gauges that describe the whole pipeline as the
+// gauges sets the gauges that describe the pipeline as the database and
+// the spool see it.
+type gauges struct {
+	ledger  *ledger.Ledger
+	spool   *spool.Spool
+	parts   *partnerSet
+	holds   *targethold.Keeper
+	metrics *metrics
+	log     *slog.Logger
+}
+
+// loop refreshes the database-derived gauges every 15 s, reads the
+// tables of held feeds whose retry is due (targethold.go), and the
+// spool's size every minute.
+func (g *gauges) loop(ctx context.Context) {
+	t := time.NewTicker(15 * time.Second)
+	defer t.Stop()
+	for i := 0; ; i++ {
+		if err := g.refresh(ctx); err != nil && ctx.Err() == nil {
+			g.log.Warn("refresh gauges", "err", err)
+		}
+		g.holds.Recheck(ctx)
+		if i%4 == 0 {
+			g.refreshSpoolBytes()
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// refresh sets the gauges that describe the whole pipeline as the
 // database sees it: files per state, oldest file in processing, open
 // quarantine, progress of files being applied. Every replica reports the
 // same cluster-wide numbers; alert rules aggregate with max().
-func (d *Daemon) refreshGauges(ctx context.Context) error {
+func (g *gauges) refresh(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	m := d.metrics
-	order := d.partnerIDs() // a reload may change them meanwhile
+	m := g.metrics
+	order := g.parts.ids() // a reload may change them meanwhile
 	for _, id := range order {
 		for _, st := range []ledger.State{ledger.StateClaimed, ledger.StateSpooled, ledger.StateApplying, ledger.StateApplied, ledger.StateOutcomeUnknown, ledger.StateQuarantined} {
 			m.files.WithLabelValues(id, string(st)).Set(0)
@@ -34,7 +70,7 @@ func (d *Daemon) refreshGauges(ctx context.Context) error {
 		m.inflightBytesDone.WithLabelValues(id).Set(0)
 	}
 	oldest := map[string]float64{}
-	gs, err := d.ledger.Gauges(ctx, order)
+	gs, err := g.ledger.Gauges(ctx, order)
 	if err != nil {
 		return fmt.Errorf("refresh gauges: %w", err)
 	}
@@ -67,7 +103,7 @@ func (d *Daemon) refreshGauges(ctx context.Context) error {
 	for p, age := range oldest {
 		m.oldestProcessing.WithLabelValues(p).Set(age)
 	}
-	for _, p := range d.partnerList() {
+	for _, p := range g.parts.list() {
 		id := p.cfg.ID
 		p.statMu.Lock()
 		age, polling := 0.0, p.polling
@@ -83,10 +119,10 @@ func (d *Daemon) refreshGauges(ctx context.Context) error {
 }
 
 // refreshSpoolBytes walks the spool and sets the bytes held per partner.
-func (d *Daemon) refreshSpoolBytes() {
-	for _, id := range d.partnerIDs() {
+func (g *gauges) refreshSpoolBytes() {
+	for _, id := range g.parts.ids() {
 		var total int64
-		filepath.WalkDir(filepath.Join(d.spool.Dir(), id), func(_ string, e fs.DirEntry, err error) error {
+		filepath.WalkDir(filepath.Join(g.spool.Dir(), id), func(_ string, e fs.DirEntry, err error) error {
 			if err == nil && e.Type().IsRegular() {
 				if info, err := e.Info(); err == nil {
 					total += info.Size()
@@ -94,7 +130,7 @@ func (d *Daemon) refreshSpoolBytes() {
 			}
 			return nil
 		})
-		d.metrics.spoolBytes.WithLabelValues(id).Set(float64(total))
+		g.metrics.spoolBytes.WithLabelValues(id).Set(float64(total))
 	}
 }
 
@@ -115,9 +151,9 @@ type PartnerState struct {
 // PartnerStates reports each partner's SFTP state as of the last poll.
 func (d *Daemon) PartnerStates() map[string]PartnerState {
 	out := map[string]PartnerState{}
-	for _, p := range d.partnerList() {
+	for _, p := range d.parts.list() {
 		id := p.cfg.ID
-		held := p.heldFeeds()
+		held := p.holds.Problems()
 		p.statMu.Lock()
 		if p.elsewhere {
 			out[id] = PartnerState{PolledElsewhere: true, HeldFeeds: held}

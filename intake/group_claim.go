@@ -87,7 +87,7 @@ func groupAt(p *partners.Config, cands []candidate, n int, fold bool) []candidat
 // time), whether a race showed, and an error for a rename that failed
 // otherwise than by losing a race.
 func (d *Daemon) claimGroup(ctx context.Context, p *partnerRT, sess *sftpconn.Session, g []candidate, sequential bool) ([]*ledger.Intake, int, bool, error) {
-	if err := d.stillHeld(ctx); err != nil {
+	if err := d.workerID.StillHeld(ctx); err != nil {
 		return nil, 0, false, err
 	}
 	if err := fault.Check("claim:before_rename"); err != nil {
@@ -131,7 +131,7 @@ func (d *Daemon) claimGroup(ctx context.Context, p *partnerRT, sess *sftpconn.Se
 		}
 	}
 	if raced {
-		d.peers.lost()
+		d.peers.Lost()
 	}
 	if raced && !sequential {
 		kept := d.putBack(p, sess, g, errs)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path"
 	"strings"
@@ -38,40 +39,49 @@ import (
 // A live worker's directory is left to that worker: it may be between a
 // claim's RENAME and its INSERT right now.
 
-// orphanSweepEvery bounds how often a poller looks through the other
-// workers' directories: one READDIR of processing/ and one per worker.
-func (d *Daemon) orphanSweepEvery() time.Duration { return max(d.cfg.Lease/3, time.Second) }
+// orphanAdopter takes claims without a row over: stopped workers'
+// (adoptOrphans) and this worker's own (adoptOwn).
+type orphanAdopter struct {
+	ledger   *ledger.Ledger
+	workerID string
+	lease    time.Duration
+	metrics  *metrics
+	log      *slog.Logger
+}
 
-func (d *Daemon) orphanSweepDue(p *partnerRT) bool {
-	return time.Since(p.orphanSweep) >= d.orphanSweepEvery()
+// sweepDue reports whether the partner's poller looks through the other
+// workers' directories now (one READDIR of processing/ and one per
+// worker): at most every third of a lease.
+func (o *orphanAdopter) sweepDue(p *partnerRT) bool {
+	return time.Since(p.orphanSweep) >= max(o.lease/3, time.Second)
 }
 
 // adoptOrphans moves the entries of every processing/<w>/ whose worker is
 // known to be gone, and that no live row owns, into this worker's processing dir;
 // resumeOwn then records them as claims. The RENAME is the claim here as
 // anywhere: of two replicas sweeping at once, one gets each file.
-func (d *Daemon) adoptOrphans(ctx context.Context, p *partnerRT, sess *sftpconn.Session) error {
-	if !d.orphanSweepDue(p) {
+func (o *orphanAdopter) adoptOrphans(ctx context.Context, p *partnerRT, sess *sftpconn.Session) error {
+	if !o.sweepDue(p) {
 		return nil
 	}
-	base := path.Dir(sess.Layout.ProcessingDir(d.cfg.WorkerID))
+	base := path.Dir(sess.Layout.ProcessingDir(o.workerID))
 	dirs, err := sess.ReadDir(base)
 	if err != nil {
 		return fmt.Errorf("list %s: %w", base, err)
 	}
 	for _, dir := range dirs {
 		w := dir.Name()
-		if !dir.IsDir() || w == d.cfg.WorkerID || strings.HasPrefix(w, ".") {
+		if !dir.IsDir() || w == o.workerID || strings.HasPrefix(w, ".") {
 			continue
 		}
-		gone, err := d.ledger.WorkerGone(ctx, w)
+		gone, err := o.ledger.WorkerGone(ctx, w)
 		if err != nil {
 			return err
 		}
 		if !gone {
 			continue
 		}
-		if err := d.adoptFrom(ctx, p, sess, w); err != nil {
+		if err := o.adoptFrom(ctx, p, sess, w); err != nil {
 			return err
 		}
 	}
@@ -81,7 +91,7 @@ func (d *Daemon) adoptOrphans(ctx context.Context, p *partnerRT, sess *sftpconn.
 
 // adoptFrom moves a gone worker's entries without a live row into this
 // worker's processing dir (a manifest with its data file).
-func (d *Daemon) adoptFrom(ctx context.Context, p *partnerRT, sess *sftpconn.Session, w string) error {
+func (o *orphanAdopter) adoptFrom(ctx context.Context, p *partnerRT, sess *sftpconn.Session, w string) error {
 	dir := sess.Layout.ProcessingDir(w)
 	ents, err := sess.ReadDir(dir)
 	if err != nil {
@@ -98,13 +108,13 @@ func (d *Daemon) adoptFrom(ctx context.Context, p *partnerRT, sess *sftpconn.Ses
 	// The rows are read, and the entries moved, in the partner's claim
 	// section: no takeover moves a file of w's between that look and
 	// these moves, however long this replica paused since its listing.
-	return d.ledger.InClaimSection(ctx, p.cfg.ID, func(*ledger.ClaimLock) error {
-		return d.moveOrphans(ctx, p, sess, w, ents)
+	return o.ledger.InClaimSection(ctx, p.cfg.ID, func(*ledger.ClaimLock) error {
+		return o.move(ctx, p, sess, w, ents)
 	})
 }
 
 // moveOrphans is adoptFrom's moves, in the partner's claim section.
-func (d *Daemon) moveOrphans(ctx context.Context, p *partnerRT, sess *sftpconn.Session, w string, ents []os.FileInfo) error {
+func (o *orphanAdopter) move(ctx context.Context, p *partnerRT, sess *sftpconn.Session, w string, ents []os.FileInfo) error {
 	if err := fault.Check("adopt:before_move"); err != nil {
 		return err
 	}
@@ -115,7 +125,7 @@ func (d *Daemon) moveOrphans(ctx context.Context, p *partnerRT, sess *sftpconn.S
 		have[e.Name()] = true
 		paths = append(paths, path.Join(dir, e.Name()))
 	}
-	owned, err := d.ledger.LivePaths(ctx, p.cfg.ID, paths)
+	owned, err := o.ledger.LivePaths(ctx, p.cfg.ID, paths)
 	if err != nil {
 		return err
 	}
@@ -139,17 +149,17 @@ func (d *Daemon) moveOrphans(ctx context.Context, p *partnerRT, sess *sftpconn.S
 			if p.cfg.Readiness == partners.ReadinessStable {
 				// the worker ended its intake put_back and stopped before
 				// the rename back into ready/ (stable.go): finish that
-				back, err := d.ledger.WasPutBack(ctx, p.cfg.ID, old)
+				back, err := o.ledger.WasPutBack(ctx, p.cfg.ID, old)
 				if err != nil {
 					return err
 				}
 				if back {
-					d.finishPutBack(p, sess, old, name)
+					finishPutBack(o.log, p, sess, old, name)
 					continue
 				}
 			}
 		}
-		dst := sess.Layout.Processing(d.cfg.WorkerID, name)
+		dst := sess.Layout.Processing(o.workerID, name)
 		p.settled = false // an entry without a row may land in our dir now: resumeOwn must look
 		p.adoptMoves++
 		if err := sess.Rename(old, dst); err != nil {
@@ -159,16 +169,16 @@ func (d *Daemon) moveOrphans(ctx context.Context, p *partnerRT, sess *sftpconn.S
 			if errors.Is(err, os.ErrDeadlineExceeded) {
 				return err
 			}
-			d.log.Warn("could not adopt a claim without a row", "partner", p.cfg.ID, "path", old, "err", err)
+			o.log.Warn("could not adopt a claim without a row", "partner", p.cfg.ID, "path", old, "err", err)
 			continue
 		}
 		if manifests && have[name+partners.ManifestSuffix] {
 			if err := sess.Rename(old+partners.ManifestSuffix, dst+partners.ManifestSuffix); err != nil && !sftpconn.IsNotExist(err) {
-				d.log.Warn("could not move a manifest with its adopted file", "partner", p.cfg.ID, "path", old+partners.ManifestSuffix, "err", err)
+				o.log.Warn("could not move a manifest with its adopted file", "partner", p.cfg.ID, "path", old+partners.ManifestSuffix, "err", err)
 			}
 		}
-		d.log.Info("took over a claim without a row from a stopped worker", "partner", p.cfg.ID, "from_worker", w, "path", old)
-		d.metrics.orphansAdopted.WithLabelValues(p.cfg.ID).Inc()
+		o.log.Info("took over a claim without a row from a stopped worker", "partner", p.cfg.ID, "from_worker", w, "path", old)
+		o.metrics.orphansAdopted.WithLabelValues(p.cfg.ID).Inc()
 	}
 	return nil
 }
@@ -183,7 +193,7 @@ func (d *Daemon) moveOrphans(ctx context.Context, p *partnerRT, sess *sftpconn.S
 // was never this worker's to adopt: it gets no row, so no receipt, no
 // reason file and no count as failed; it is logged and counted
 // (intake_orphan_claims_vanished_total).
-func (d *Daemon) adoptOwn(ctx context.Context, p *partnerRT, sess *sftpconn.Session, cands []*ledger.Intake) (int, error) {
+func (o *orphanAdopter) adoptOwn(ctx context.Context, p *partnerRT, sess *sftpconn.Session, cands []*ledger.Intake) (int, error) {
 	if len(cands) == 0 {
 		return 0, nil
 	}
@@ -193,7 +203,7 @@ func (d *Daemon) adoptOwn(ctx context.Context, p *partnerRT, sess *sftpconn.Sess
 	}
 	// entries with a live row are the rows' to resume (a restart): no
 	// section is entered for them
-	owned, err := d.ledger.LivePaths(ctx, p.cfg.ID, paths)
+	owned, err := o.ledger.LivePaths(ctx, p.cfg.ID, paths)
 	if err != nil {
 		return 0, err
 	}
@@ -211,7 +221,7 @@ func (d *Daemon) adoptOwn(ctx context.Context, p *partnerRT, sess *sftpconn.Sess
 	}
 	var recorded []*ledger.Intake
 	var vanished int
-	err = d.ledger.InClaimSection(ctx, p.cfg.ID, func(c *ledger.ClaimLock) error {
+	err = o.ledger.InClaimSection(ctx, p.cfg.ID, func(c *ledger.ClaimLock) error {
 		recorded, vanished = recorded[:0], 0
 		for _, in := range orphans {
 			fi, err := sess.Lstat(in.ClaimedPath)
@@ -231,7 +241,7 @@ func (d *Daemon) adoptOwn(ctx context.Context, p *partnerRT, sess *sftpconn.Sess
 			if err := fault.Check("resume:before_insert"); err != nil {
 				return err
 			}
-			err = c.Adopt(ctx, d.ledger, in)
+			err = c.Adopt(ctx, o.ledger, in)
 			if errors.Is(err, ledger.ErrTracked) {
 				continue // a live row owns the path: it is that row's to resume
 			}
@@ -246,11 +256,11 @@ func (d *Daemon) adoptOwn(ctx context.Context, p *partnerRT, sess *sftpconn.Sess
 		return 0, err
 	}
 	if vanished > 0 {
-		d.log.Info("entries listed in this worker's processing dir without a row were gone when looked at again; another replica took them over", "partner", p.cfg.ID, "count", vanished)
-		d.metrics.orphansVanished.WithLabelValues(p.cfg.ID).Add(float64(vanished))
+		o.log.Info("entries listed in this worker's processing dir without a row were gone when looked at again; another replica took them over", "partner", p.cfg.ID, "count", vanished)
+		o.metrics.orphansVanished.WithLabelValues(p.cfg.ID).Add(float64(vanished))
 	}
 	for _, in := range recorded {
-		d.log.Info("adopted a claimed file without a row", "partner", p.cfg.ID, "intake_id", in.ID)
+		o.log.Info("adopted a claimed file without a row", "partner", p.cfg.ID, "intake_id", in.ID)
 	}
 	return len(recorded), nil
 }

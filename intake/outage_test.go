@@ -237,7 +237,7 @@ func TestSpoolBackpressure(t *testing.T) {
 	site := testenv.NewSite(t, "bp")
 	site.Drop(t, "orders-bp.csv", testenv.OrdersCSV("P", 3))
 	r := newRig(t, pool, "w1", site)
-	r.d.SetSpoolMinFree(1 << 62)
+	intake.SetSpoolMinFree(r.d, 1<<62)
 	r.poll("bp")
 	if len(testenv.Files(t, pool, "bp")) != 0 || len(site.Files(t, "ready")) != 1 {
 		t.Fatal("a file was claimed while the spool disk was below its floor")
@@ -245,7 +245,7 @@ func TestSpoolBackpressure(t *testing.T) {
 	if testutil.ToFloat64(r.d.Metrics().Backpressure) != 1 {
 		t.Fatal("backpressure is not reported")
 	}
-	r.d.SetSpoolMinFree(1)
+	intake.SetSpoolMinFree(r.d, 1)
 	r.poll("bp")
 	if fs := testenv.Files(t, pool, "bp"); len(fs) != 1 || fs[0].State != "archived" {
 		t.Fatalf("got %+v", fs)

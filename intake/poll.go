@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/partner-intake/partner-intake/intake/ledger"
+	"github.com/partner-intake/partner-intake/intake/workerid"
 	"github.com/partner-intake/partner-intake/internal/fault"
 	"github.com/partner-intake/partner-intake/partners"
 	"github.com/partner-intake/partner-intake/partners/sftpconn"
@@ -39,12 +40,12 @@ func (d *Daemon) pollOnce(ctx context.Context, p *partnerRT) error {
 		return nil
 	}
 	// The poll runs under the worker id's hold now: it takes no file as
-	// this worker's once that hold ended (workerid.go, stillHeld).
-	h := d.hold()
-	if h == nil || d.awaitingID.Load() {
+	// this worker's once that hold ended (intake/workerid, StillHeld).
+	h := d.workerID.Current()
+	if h == nil || d.workerID.Awaiting() {
 		return errWorkerIDNotHeld
 	}
-	ctx = withHold(ctx, h)
+	ctx = workerid.WithHold(ctx, h)
 	own, err := d.gate(ctx, p)
 	if err != nil {
 		return err
@@ -56,7 +57,7 @@ func (d *Daemon) pollOnce(ctx context.Context, p *partnerRT) error {
 	// (resumeRows; docs/performance.md).
 	due := inBackground(func() ([]*ledger.Intake, error) { return d.ledger.DueOwnedBy(ctx, p.cfg.ID, d.cfg.WorkerID) })
 	defer due.wait()
-	sess, err := d.session(ctx, p)
+	sess, err := d.sessions.session(ctx, p)
 	if err != nil {
 		return err
 	}
@@ -81,7 +82,7 @@ func (d *Daemon) pollOnce(ctx context.Context, p *partnerRT) error {
 	d.log.Debug("housekeeping done", "partner", p.cfg.ID, "seconds", time.Since(start).Seconds())
 	if !own {
 		p.drop() // the session is the owner's to keep
-		d.notPolling(p)
+		p.notPolling(d.metrics)
 		return errNotOwner
 	}
 	if ready != nil && p.fileRuns.Load() != runs {
@@ -115,14 +116,14 @@ func (d *Daemon) gate(ctx context.Context, p *partnerRT) (own bool, err error) {
 	// With several replicas, one polls the partner (affinity.go). The
 	// others still resume their own files of it once after they start (a
 	// restart's leftovers), then leave it alone.
-	own = d.owns(ctx, p.cfg.ID)
+	own = d.peers.Owns(ctx, p.cfg.ID)
 	hinted := p.takenOver.Swap(false)
 	if hinted {
 		// our reconciler gave us a file of the partner to run, or left
 		// one in our processing/ without a row: resume, and look there
 		p.resumed, p.settled = false, false
 	}
-	if !own && !p.resumed && d.prevDrained && !hinted {
+	if !own && !p.resumed && d.replica.prevDrained && !hinted {
 		// nothing can be half claimed; resume only if rows say so
 		live, err := d.ledger.LiveOwnedBy(ctx, p.cfg.ID, d.cfg.WorkerID)
 		if err != nil {
@@ -137,7 +138,7 @@ func (d *Daemon) gate(ctx context.Context, p *partnerRT) (own bool, err error) {
 		// and no other replica adopts from a live worker's dir, so this
 		// one looks there again whoever polls the partner now.
 		p.drop() // a session of an earlier poll is the owner's business now
-		d.notPolling(p)
+		p.notPolling(d.metrics)
 		return false, errNotOwner
 	}
 	if own {
@@ -213,7 +214,7 @@ func (d *Daemon) claimReady(ctx context.Context, p *partnerRT, sess *sftpconn.Se
 		}
 		handled++
 	}
-	quota, err := d.spoolQuota(p)
+	quota, err := d.space.quota(p)
 	if err != nil {
 		return err
 	}
@@ -276,7 +277,7 @@ func (c *claimLoop) run(ctx context.Context, cands []candidate, beyond int) erro
 // max_files_per_poll, the partner's spool quota and the spool's free
 // space, and while this replica polls the partner.
 func (c *claimLoop) room(ctx context.Context) bool {
-	return c.claimed < c.p.cfg.Limits.MaxFilesPerPoll && c.quota.ok() && c.d.spaceOK() && c.d.owns(ctx, c.p.cfg.ID)
+	return c.claimed < c.p.cfg.Limits.MaxFilesPerPoll && c.quota.ok() && c.d.space.spaceOK() && c.d.peers.Owns(ctx, c.p.cfg.ID)
 }
 
 // claimAt claims what starts at cands[0], a group of small files
@@ -303,7 +304,7 @@ func (c *claimLoop) claimAt(ctx context.Context, cands []candidate, sl *slots) (
 		// walked 0: the groups were put back, walk them again one at a time
 		c.claimed += len(ins)
 		for _, in := range ins {
-			d.quotaClaimed(p, c.quota, in.ListedSize)
+			d.space.quotaClaimed(p, c.quota, in.ListedSize)
 		}
 		for k, ins := range splitClaims(groups, ins) {
 			var w func() error
@@ -327,7 +328,7 @@ func (c *claimLoop) claimAt(ctx context.Context, cands []candidate, sl *slots) (
 		return 1, nil, err
 	}
 	c.claimed++
-	d.quotaClaimed(p, c.quota, in.ListedSize)
+	d.space.quotaClaimed(p, c.quota, in.ListedSize)
 	return 1, func() error { return d.runClaimed(ctx, p, sess, in, opening, true) }, nil
 }
 
@@ -481,7 +482,7 @@ func (d *Daemon) list(ctx context.Context, p *partnerRT, sess *sftpconn.Session)
 	// and files claimed already never reach the bounded sets
 	var pendC []candidate
 	var pendH []partners.Skipped
-	gate := d.newFeedGate(p) // a held feed's files are left out (targethold.go)
+	gate := d.feedHolds.Gate(p) // a held feed's files are left out (targethold.go)
 	flush := func() error {
 		if len(pendC)+len(pendH) == 0 {
 			return nil
@@ -501,7 +502,7 @@ func (d *Daemon) list(ctx context.Context, p *partnerRT, sess *sftpconn.Session)
 			if taken[c.Name] {
 				continue
 			}
-			switch ok, err := gate.usable(ctx, c.Feed); {
+			switch ok, err := gate.Usable(ctx, c.Feed); {
 			case err != nil:
 				return err
 			case !ok:
@@ -527,7 +528,7 @@ func (d *Daemon) list(ctx context.Context, p *partnerRT, sess *sftpconn.Session)
 			// the poll's bounded sets from the partner's other feeds
 			// (claim: record: after the look-up, which renews the
 			// records of the files taken already)
-			switch ok, err := gate.usable(ctx, c.Feed); {
+			switch ok, err := gate.Usable(ctx, c.Feed); {
 			case err != nil:
 				return err
 			case !ok:
@@ -699,7 +700,7 @@ func (o *oldest[T]) sorted() []T {
 func (d *Daemon) claim(ctx context.Context, p *partnerRT, sess *sftpconn.Session, c candidate, id int64) (*ledger.Intake, *sftpconn.Opening, int64, error) {
 	// checked before the claim section's connection is taken: a one-shot
 	// run's check uses the pool's idle one (workerid.go)
-	if err := d.stillHeld(ctx); err != nil {
+	if err := d.workerID.StillHeld(ctx); err != nil {
 		return nil, nil, 0, err
 	}
 	if p.cfg.Records() {
@@ -739,7 +740,7 @@ func (d *Daemon) claim(ctx context.Context, p *partnerRT, sess *sftpconn.Session
 	if err != nil {
 		if sftpconn.IsNotExist(err) {
 			d.metrics.claimsLost.WithLabelValues(p.cfg.ID).Inc()
-			d.peers.lost() // another replica claims here: look again who polls the partner
+			d.peers.Lost() // another replica claims here: look again who polls the partner
 			return nil, nil, 0, nil
 		}
 		if _, serr := sess.Lstat(dst); serr == nil {
@@ -825,7 +826,7 @@ func (d *Daemon) busyClaimPath(p *partnerRT, sess *sftpconn.Session, in *ledger.
 // generated name (the original name never enters a path of ours), recorded,
 // and held in quarantine/ with a reason file and a receipt for the partner.
 func (d *Daemon) quarantineHostile(ctx context.Context, p *partnerRT, sess *sftpconn.Session, h partners.Skipped) error {
-	if err := d.stillHeld(ctx); err != nil {
+	if err := d.workerID.StillHeld(ctx); err != nil {
 		return err
 	}
 	if p.cfg.Records() {
@@ -897,7 +898,7 @@ func (d *Daemon) resumeOwn(ctx context.Context, p *partnerRT, sess *sftpconn.Ses
 	// (a first poll does both): one listing's round trips, not two.
 	var ownDir *background[[]os.FileInfo]
 	moves := p.adoptMoves
-	if !p.settled && polling && d.orphanSweepDue(p) {
+	if !p.settled && polling && d.orphans.sweepDue(p) {
 		dir := sess.Layout.ProcessingDir(d.cfg.WorkerID)
 		ownDir = inBackground(func() ([]os.FileInfo, error) { return sess.ReadDir(dir) })
 		defer ownDir.wait()
@@ -905,7 +906,7 @@ func (d *Daemon) resumeOwn(ctx context.Context, p *partnerRT, sess *sftpconn.Ses
 	if polling {
 		// whoever polls the partner adopts what stopped workers left
 		// without a row, whatever the affinity (orphans.go)
-		if err := d.adoptOrphans(ctx, p, sess); err != nil {
+		if err := d.orphans.adoptOrphans(ctx, p, sess); err != nil {
 			return err
 		}
 	}
@@ -943,7 +944,7 @@ func (d *Daemon) resumeOwn(ctx context.Context, p *partnerRT, sess *sftpconn.Ses
 	// in the partner's claim section (adoptOwn)
 	var cands []*ledger.Intake
 	for _, e := range ents {
-		if err := d.stillHeld(ctx); err != nil {
+		if err := d.workerID.StillHeld(ctx); err != nil {
 			return err
 		}
 		name := e.Name()
@@ -982,7 +983,7 @@ func (d *Daemon) resumeOwn(ctx context.Context, p *partnerRT, sess *sftpconn.Ses
 				return err
 			}
 			if back {
-				if d.finishPutBack(p, sess, path.Join(dir, name), name) {
+				if finishPutBack(d.log, p, sess, path.Join(dir, name), name) {
 					d.log.Info("put back a file whose earlier intake changed after its claim", "partner", p.cfg.ID)
 				}
 				continue
@@ -991,7 +992,7 @@ func (d *Daemon) resumeOwn(ctx context.Context, p *partnerRT, sess *sftpconn.Ses
 		cands = append(cands, &ledger.Intake{Partner: p.cfg.ID, Feed: feed.Name, RemoteName: name, ClaimedPath: path.Join(dir, name),
 			ListedSize: e.Size(), ListedMTime: e.ModTime(), Worker: d.cfg.WorkerID, ManifestName: manifest})
 	}
-	adopted, err := d.adoptOwn(ctx, p, sess, cands)
+	adopted, err := d.orphans.adoptOwn(ctx, p, sess, cands)
 	if err != nil {
 		return err
 	}
@@ -1033,7 +1034,7 @@ func (d *Daemon) resumeRows(ctx context.Context, p *partnerRT, sess *sftpconn.Se
 		if old.State == ledger.StateOutcomeUnknown {
 			continue // the reconciler resolves these from the ledger
 		}
-		if err := d.stillHeld(ctx); err != nil {
+		if err := d.workerID.StillHeld(ctx); err != nil {
 			return err
 		}
 		in, err := d.ledger.Resume(ctx, old.ID, d.cfg.WorkerID)

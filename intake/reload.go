@@ -12,16 +12,17 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/partner-intake/partner-intake/internal/pgerr"
+	"github.com/partner-intake/partner-intake/intake/ledger"
+	"github.com/partner-intake/partner-intake/intake/targethold"
 	"github.com/partner-intake/partner-intake/partners"
 )
 
 // Reloading the partners of a running daemon (SIGHUP).
 //
-// The partner set (Daemon.parts, order) is copied on write: a reload
-// builds a new set and swaps it in under partsMu; readers that run beside
-// a reload (gauges, /readyz, the heartbeat, Poke) take a snapshot with
-// partnerList, partnerIDs or partner. A reload takes effect at each
+// The partner set (Daemon.parts, partnerset.go) is copied on write: a
+// reload builds a new set and swaps it in under its lock; readers that
+// run beside a reload (gauges, /readyz, the heartbeat, Poke) take a
+// snapshot with its list, ids or get. A reload takes effect at each
 // partner's next poll: a poll in progress, with its claims and the files it
 // carries, finishes under the configuration it started with, so a file in
 // flight keeps the mapping it was planned with.
@@ -50,39 +51,9 @@ func (r ReloadResult) Changes() bool {
 	return len(r.Added)+len(r.Removed)+len(r.Changed) > 0
 }
 
-// partnerList is the current partners in configuration order.
-func (d *Daemon) partnerList() []*partnerRT {
-	d.partsMu.RLock()
-	defer d.partsMu.RUnlock()
-	return d.partnerListLocked()
-}
-
-func (d *Daemon) partnerListLocked() []*partnerRT {
-	out := make([]*partnerRT, len(d.order))
-	for i, id := range d.order {
-		out[i] = d.parts[id]
-	}
-	return out
-}
-
-// partnerIDs is the current partner ids in configuration order.
-func (d *Daemon) partnerIDs() []string {
-	d.partsMu.RLock()
-	defer d.partsMu.RUnlock()
-	return append([]string(nil), d.order...)
-}
-
-// partner is the current runtime of a partner.
-func (d *Daemon) partner(id string) (*partnerRT, bool) {
-	d.partsMu.RLock()
-	defer d.partsMu.RUnlock()
-	p, ok := d.parts[id]
-	return p, ok
-}
-
 // Reload makes parts (validated, as config.Load does) the daemon's
 // partners. Every target table of an added or changed partner's feeds is
-// checked first (checkFeeds): a feed whose table cannot be written is
+// checked first (targethold.Keeper.CheckFeeds): a feed whose table cannot be written is
 // held once the reload is in force, unless the config in force writes
 // that feed; then, as on any other error, nothing changes.
 func (d *Daemon) Reload(ctx context.Context, parts []partners.Config) (ReloadResult, error) {
@@ -92,13 +63,13 @@ func (d *Daemon) Reload(ctx context.Context, parts []partners.Config) (ReloadRes
 	if !d.life.Running() {
 		return res, ErrNotRunning
 	}
-	d.partsMu.RLock()
-	old := d.parts
-	d.partsMu.RUnlock()
+	d.parts.mu.RLock()
+	old := d.parts.byID
+	d.parts.mu.RUnlock()
 	next := map[string]*partnerRT{}
 	var order []string
-	var fresh []*partnerRT // added or changed: to be started
-	var held []heldFeed    // their feeds to hold once the reload is in force
+	var fresh []*partnerRT        // added or changed: to be started
+	var held []targethold.Pending // their feeds to hold once the reload is in force
 	for i := range parts {
 		c := parts[i] // a copy of its own: the old runtime keeps pointing at the old config
 		if _, dup := next[c.ID]; dup {
@@ -109,7 +80,7 @@ func (d *Daemon) Reload(ctx context.Context, parts []partners.Config) (ReloadRes
 			next[c.ID] = o
 		} else {
 			if had && processingMoves(o.cfg, &c) {
-				unlock, err := d.holdEmptyProcessing(ctx, o)
+				unlock, err := holdEmptyProcessing(ctx, d.ledger, d.sessions, o)
 				if err != nil {
 					return res, fmt.Errorf("partner %s: %w", c.ID, err)
 				}
@@ -120,8 +91,8 @@ func (d *Daemon) Reload(ctx context.Context, parts []partners.Config) (ReloadRes
 			if err := checkPGPKeys(&c); err != nil {
 				return res, err
 			}
-			p := d.newPartnerRT(&c)
-			h, err := d.checkFeeds(ctx, p, o)
+			p := d.sessions.newPartnerRT(&c)
+			h, err := d.feedHolds.CheckFeeds(ctx, p, partnerOrNil(o))
 			if err != nil {
 				return res, err
 			}
@@ -137,7 +108,7 @@ func (d *Daemon) Reload(ctx context.Context, parts []partners.Config) (ReloadRes
 		order = append(order, c.ID)
 	}
 	var retired []*partnerRT
-	for _, id := range d.order {
+	for _, id := range d.parts.order {
 		if p := old[id]; next[id] != p {
 			retired = append(retired, p)
 			if _, kept := next[id]; !kept {
@@ -145,25 +116,25 @@ func (d *Daemon) Reload(ctx context.Context, parts []partners.Config) (ReloadRes
 			}
 		}
 	}
-	d.partsMu.Lock()
-	d.parts, d.order = next, order
-	d.retiring = append(d.retiring, retired...)
-	d.partsMu.Unlock()
+	d.parts.mu.Lock()
+	d.parts.byID, d.parts.order = next, order
+	d.parts.retiring = append(d.parts.retiring, retired...)
+	d.parts.mu.Unlock()
 
 	for _, p := range retired {
 		d.cron.Remove(p.cronID)
 		close(p.quit) // its poller ends after the poll in progress
 	}
-	for _, p := range fresh { // a changed partner's feeds may differ from its predecessor's (recheckHeld sets them again)
+	for _, p := range fresh { // a changed partner's feeds may differ from its predecessor's (targethold.Keeper.Recheck sets them again)
 		d.metrics.targetHeld.DeletePartialMatch(prometheus.Labels{"partner": p.cfg.ID})
 	}
 	for _, h := range held {
-		d.setFeedHeld(h.p, h.f, h.problem)
+		d.feedHolds.Set(h.P, h.F, h.Problem)
 	}
 	now := time.Now()
 	for _, p := range fresh {
 		// the same phase as at a start (sessions.go)
-		first, err := d.schedulePoll(p, now, len(order))
+		first, err := schedulePoll(d.cron, p, now, len(order), d.cfg.PollStagger)
 		if err != nil { // validated by the caller; a partner without a schedule is still polled once
 			d.log.Error("partner's poll schedule refused", "partner", p.cfg.ID, "poll", p.cfg.Poll, "err", err)
 		}
@@ -207,9 +178,9 @@ func processingMoves(old, next *partners.Config) bool {
 // of o claims into the old dir before the reload is in force. Anything
 // left is named in an ErrProcessingInUse refusal: the operator lets those
 // files finish, or be adopted, and reloads again.
-func (d *Daemon) holdEmptyProcessing(ctx context.Context, o *partnerRT) (unlock func(), err error) {
+func holdEmptyProcessing(ctx context.Context, l *ledger.Ledger, k *sessionKeeper, o *partnerRT) (unlock func(), err error) {
 	base := partners.NewLayout(o.cfg).ProcessingBase()
-	ids, err := d.ledger.HoldingUnder(ctx, o.cfg.ID, base, maxNamedClaims+1)
+	ids, err := l.HoldingUnder(ctx, o.cfg.ID, base, maxNamedClaims+1)
 	if err != nil {
 		return nil, err
 	}
@@ -221,7 +192,7 @@ func (d *Daemon) holdEmptyProcessing(ctx context.Context, o *partnerRT) (unlock 
 		return nil, claimsLeft(base, append(left, "a poll in progress"))
 	}
 	if len(left) == 0 {
-		left, err = d.processingEntries(ctx, o, base)
+		left, err = processingEntries(ctx, k, o, base)
 	}
 	if err != nil || len(left) > 0 {
 		o.mu.Unlock()
@@ -235,8 +206,8 @@ func (d *Daemon) holdEmptyProcessing(ctx context.Context, o *partnerRT) (unlock 
 
 // processingEntries names the entries of every worker's dir below base on
 // o's site (none when base does not exist), at most maxNamedClaims+1.
-func (d *Daemon) processingEntries(ctx context.Context, o *partnerRT, base string) ([]string, error) {
-	sess, err := d.session(ctx, o)
+func processingEntries(ctx context.Context, k *sessionKeeper, o *partnerRT, base string) ([]string, error) {
+	sess, err := k.session(ctx, o)
 	if err != nil {
 		return nil, err
 	}
@@ -278,50 +249,6 @@ func claimsLeft(base string, left []string) error {
 		ErrProcessingInUse, base, strings.Join(left, ", "), more)
 }
 
-// heldFeed is a feed a reload holds once it is in force, and why.
-type heldFeed struct {
-	p       *partnerRT
-	f       *partners.Feed
-	problem string
-}
-
-// checkFeeds loads the target table of each of an added or changed
-// partner's feeds (p, replacing prev, nil for an added partner). A feed
-// whose table cannot be written is returned, to be held; but where the
-// config in force writes that feed (prev has it and does not hold it),
-// the reload is refused and the working mapping kept.
-func (d *Daemon) checkFeeds(ctx context.Context, p, prev *partnerRT) ([]heldFeed, error) {
-	var held []heldFeed
-	for i := range p.cfg.Feeds {
-		f := &p.cfg.Feeds[i]
-		_, err := d.targets.Get(ctx, f)
-		switch {
-		case err == nil:
-			continue
-		case !unusableTarget(err):
-			return nil, fmt.Errorf("partner %s feed %s: %w", p.cfg.ID, f.Name, err)
-		case prev != nil && prev.writes(f.Name):
-			return nil, fmt.Errorf("partner %s feed %s: %w (the feed in force is kept)", p.cfg.ID, f.Name, err)
-		}
-		held = append(held, heldFeed{p: p, f: f, problem: pgerr.Redact(err)})
-	}
-	return held, nil
-}
-
-// writes reports whether the runtime has a feed of that name that is not
-// held.
-func (p *partnerRT) writes(feed string) bool {
-	p.holdMu.Lock()
-	_, held := p.holds[feed]
-	p.holdMu.Unlock()
-	for _, f := range p.cfg.Feeds {
-		if f.Name == feed {
-			return !held
-		}
-	}
-	return false
-}
-
 // takeOver waits for the poll in progress of the runtime p replaces, then
 // carries over what that one knew of the partner's site.
 func (p *partnerRT) takeOver(prev *partnerRT) {
@@ -354,35 +281,4 @@ func (p *partnerRT) retired() bool {
 	default:
 		return false
 	}
-}
-
-// retire ends a retired runtime once its last poll is over: its session
-// is closed, Stop no longer waits for it, and a removed partner's gauges
-// go (they would otherwise stay at their last values and feed alerts).
-func (d *Daemon) retire(p *partnerRT) {
-	p.drop()
-	d.partsMu.Lock()
-	for i, r := range d.retiring {
-		if r == p {
-			d.retiring = append(d.retiring[:i], d.retiring[i+1:]...)
-			break
-		}
-	}
-	_, current := d.parts[p.cfg.ID]
-	d.partsMu.Unlock()
-	if current {
-		return // replaced: its successor reports, and took its state over
-	}
-	p.mu.Lock()
-	if !p.settled {
-		d.unsettledRemoved.Store(true)
-	}
-	p.mu.Unlock()
-	m := d.metrics
-	for _, g := range []*prometheus.GaugeVec{m.partnerUp, m.readyFiles, m.oldestReady, m.partnerOwned, m.files, m.oldestProcessing,
-		m.quarantineOpen, m.quarantineOldest, m.inflightRows, m.inflightRowsDone, m.inflightBytes, m.inflightBytesDone, m.spoolBytes, m.quotaFull,
-		m.awaiting, m.awaitingOldest, m.targetHeld, m.legacySSH} {
-		g.DeletePartialMatch(prometheus.Labels{"partner": p.cfg.ID})
-	}
-	d.log.Info("partner removed by a reload: its poller ended", "partner", p.cfg.ID)
 }

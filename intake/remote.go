@@ -152,7 +152,7 @@ func (r *fileRun) fence(ctx context.Context, step string) error {
 	// another process of the id meanwhile. (An ops command's rows are its
 	// own identity's, OpsWorker.)
 	own := r.in.Worker == r.d.cfg.WorkerID
-	id := r.d.id.Load()
+	id := r.d.workerID.Lock()
 	lost := func() bool { return own && !id.HeldIn(r.idHold) }
 	notHeld := func() error {
 		return &ledger.FencedError{IntakeID: r.in.ID, Token: r.in.Token, Step: step + ": " + errWorkerIDNotHeld.Error()}

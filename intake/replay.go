@@ -59,7 +59,7 @@ func (d *Daemon) Replay(ctx context.Context, q ReplayRequest) (*ledger.Intake, e
 		return nil, fmt.Errorf("%w: an actor and a reason are required", ledger.ErrDecision)
 	}
 	var orig *ledger.Intake
-	for _, pid := range d.order {
+	for _, pid := range d.parts.order {
 		got, err := d.ledger.Get(ctx, pid, id)
 		if err != nil {
 			return nil, err
@@ -79,7 +79,7 @@ func (d *Daemon) Replay(ctx context.Context, q ReplayRequest) (*ledger.Intake, e
 	if !q.Handover && !d.spool.Has(orig.Partner, orig.DataSHA256, orig.DataSize) && !d.spool.Has(orig.Partner, orig.SHA256, orig.Size) {
 		return nil, fmt.Errorf("%w: the spool no longer holds the bytes of intake %d", ledger.ErrDecision, id)
 	}
-	p := d.parts[orig.Partner]
+	p := d.parts.byID[orig.Partner]
 	// root is the intake the replay writes as, the one that brought the
 	// bytes it applies: rows any later intake wrote are then conflicts of
 	// the replay (merge's newer-than guard), never set back
@@ -120,7 +120,7 @@ func (d *Daemon) Replay(ctx context.Context, q ReplayRequest) (*ledger.Intake, e
 		err = fault.Check("replay:inserted") // the commit's reply lost
 	}
 	if err != nil {
-		return d.settleReplay(ctx, q, orig.Partner, err)
+		return settleReplay(ctx, d.ledger, q, orig.Partner, err)
 	}
 	if q.Inserted != nil {
 		q.Inserted(in)
@@ -128,42 +128,41 @@ func (d *Daemon) Replay(ctx context.Context, q ReplayRequest) (*ledger.Intake, e
 	if q.Handover {
 		return in, nil
 	}
-	if err := d.runReplay(ctx, p, in, q.Progress); err != nil {
-		return in, d.leaveReplay(ctx, in, err)
+	// the replay's row is run to its end on a session of its own
+	run := func() error {
+		sess, err := sftpconn.Dial(ctx, p.cfg)
+		if err != nil {
+			return err
+		}
+		defer sess.Close()
+		r, err := d.newRun(p, sess, in)
+		if err != nil {
+			return err
+		}
+		r.progress = q.Progress
+		return r.run(ctx)
+	}
+	if err := run(); err != nil {
+		return in, leaveReplay(ctx, d.ledger, in, err)
 	}
 	return in, nil
-}
-
-// runReplay runs the replay's row to its end.
-func (d *Daemon) runReplay(ctx context.Context, p *partnerRT, in *ledger.Intake, progress func(done, total int64)) error {
-	sess, err := sftpconn.Dial(ctx, p.cfg)
-	if err != nil {
-		return err
-	}
-	defer sess.Close()
-	r, err := d.newRun(p, sess, in)
-	if err != nil {
-		return err
-	}
-	r.progress = progress
-	return r.run(ctx)
 }
 
 // settleReplay finds out what became of a replay whose insert failed:
 // recorded (its reply lost: the row is then left as a failed run's is),
 // rolled back, or unknown.
-func (d *Daemon) settleReplay(ctx context.Context, q ReplayRequest, partner string, insertErr error) (*ledger.Intake, error) {
+func settleReplay(ctx context.Context, l *ledger.Ledger, q ReplayRequest, partner string, insertErr error) (*ledger.Intake, error) {
 	if q.Request == "" {
 		return nil, fmt.Errorf("replay: %w", insertErr)
 	}
-	settled, id, err := d.ledger.Settle(ctx, q.Request, replaySettleWait)
+	settled, id, err := l.Settle(ctx, q.Request, replaySettleWait)
 	switch settled {
 	case ledger.SettledRolledBack:
 		return nil, &ReplayNotRecordedError{Err: insertErr}
 	case ledger.SettledUnknown:
 		return nil, &ReplayUnknownError{Request: q.Request, Err: errors.Join(insertErr, err)}
 	}
-	in, err := ledger.AwaitAnswer(ctx, func(ctx context.Context) (*ledger.Intake, error) { return d.ledger.Get(ctx, partner, id) })
+	in, err := ledger.AwaitAnswer(ctx, func(ctx context.Context) (*ledger.Intake, error) { return l.Get(ctx, partner, id) })
 	if err != nil || in == nil {
 		return nil, &ReplayUnknownError{Request: q.Request, Err: errors.Join(insertErr, err)}
 	}
@@ -173,7 +172,7 @@ func (d *Daemon) settleReplay(ctx context.Context, q ReplayRequest, partner stri
 	if q.Handover {
 		return in, nil // recorded, handed over at birth: what was asked
 	}
-	return in, d.leaveReplay(ctx, in, fmt.Errorf("the reply to its commit was lost: %w", insertErr))
+	return in, leaveReplay(ctx, l, in, fmt.Errorf("the reply to its commit was lost: %w", insertErr))
 }
 
 // ReplayNotRecordedError: a replay's insert failed and its transaction was
@@ -214,20 +213,20 @@ func (e *ReplayLeftError) Unwrap() error { return e.Err }
 
 // leaveReplay reads a failed replay's row again and, while the command
 // still holds it live, hands it over to the next reconcile run.
-func (d *Daemon) leaveReplay(ctx context.Context, in *ledger.Intake, runErr error) error {
+func leaveReplay(ctx context.Context, l *ledger.Ledger, in *ledger.Intake, runErr error) error {
 	left := &ReplayLeftError{Row: &ledger.Intake{ID: in.ID, Partner: in.Partner}, Err: runErr}
 	// The database may be coming back from a crash: a fresh context
 	// bounded on its own, so a cancelled command still says where its
 	// row stands when it can.
 	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), replaySettleWait)
 	defer cancel()
-	now, err := ledger.AwaitAnswer(actx, func(ctx context.Context) (*ledger.Intake, error) { return d.ledger.Get(ctx, in.Partner, in.ID) })
+	now, err := ledger.AwaitAnswer(actx, func(ctx context.Context) (*ledger.Intake, error) { return l.Get(ctx, in.Partner, in.ID) })
 	if err != nil || now == nil {
 		return left
 	}
 	left.Row = now
 	if now.State.Info().Live && now.Worker == in.Worker && now.Token == in.Token {
-		left.HandedOver, _ = d.ledger.Handover(actx, now)
+		left.HandedOver, _ = l.Handover(actx, now)
 	}
 	return left
 }

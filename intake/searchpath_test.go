@@ -147,7 +147,7 @@ func TestLookAlikeBuiltinsInASchemaOnThePathNeverRun(t *testing.T) {
 
 	// a second worker id in the same database holds a lock of its own key
 	r2 := newRig(t, daemonPool("w2"), "w2", site)
-	if err := r2.d.HoldWorkerID(ctx); err != nil {
+	if err := intake.HoldWorkerID(ctx, r2.d); err != nil {
 		t.Errorf("worker w2 beside w1: %v", err)
 	}
 	keys := testenv.Strings(t, admin, `SELECT ((l.classid::int8 << 32) | l.objid::int8)::text FROM pg_locks l

@@ -3,13 +3,12 @@ package intake
 import (
 	"context"
 	"fmt"
-	"path"
-	"slices"
+	"log/slog"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/partner-intake/partner-intake/intake/ledger"
+	"github.com/partner-intake/partner-intake/intake/siteindex"
 	"github.com/partner-intake/partner-intake/partners"
 	"github.com/partner-intake/partner-intake/partners/sftpconn"
 )
@@ -25,42 +24,53 @@ import (
 // configuration changes: every poll of either fails with reason
 // site_shared (intake_partner_up 0, the error logged and in status).
 
+// siteCheck resolves each partner's site when it is first dialled and
+// refuses partners that share a tree, or whose server cannot serve them.
+type siteCheck struct {
+	index    siteindex.Index // each partner's site as first dialled
+	ledger   *ledger.Ledger
+	conns    *sftpconn.Conns
+	parts    *partnerSet
+	workerID string
+	log      *slog.Logger
+}
+
 // reasonSiteShared is the poll error's reason code.
 const reasonSiteShared = "site_shared"
 
-// resolveSite resolves p's site once per configuration of it (a reload
+// resolve resolves p's site once per configuration of it (a reload
 // makes a new partnerRT) and refuses it when it overlaps another's, or
-// when its server's profile cannot serve it (siteProfile). Every session
+// when its server's profile cannot serve it (profile). Every session
 // of a partner whose server's RENAME overwrites is told so before it
 // renames anything (sftpconn.Session.SetRenameOverwrites).
-func (d *Daemon) resolveSite(ctx context.Context, p *partnerRT, s *sftpconn.Session) error {
+func (c *siteCheck) resolve(ctx context.Context, p *partnerRT, s *sftpconn.Session) error {
 	if p.site.Load() == nil {
 		site, err := s.Site()
 		if err != nil {
 			return fmt.Errorf("partner %s: %w", p.cfg.ID, err)
 		}
-		if err := d.siteProfile(ctx, p, s, site); err != nil {
+		if err := c.profile(ctx, p, s, site); err != nil {
 			return err
 		}
 		p.site.Store(&site)
-		d.sites.put(p.cfg.ID, site)
+		c.index.Put(p.cfg.ID, site)
 	}
 	s.SetRenameOverwrites(p.overwrites.Load())
 	s.SetEmptyDirsVanish(p.vanish.Load())
-	return d.siteShared(p)
+	return c.shared(p)
 }
 
 // profileFor is how long a measured site profile is trusted.
 const profileFor = 24 * time.Hour
 
-// siteProfile measures the partner's server (sftpconn.Session.
+// profile measures the partner's server (sftpconn.Session.
 // MeasureProfile: RENAME over an existing name, the extensions offered,
 // empty directories, mtimes, case, REALPATH) when the partner is first
 // dialled and keeps the profile in PostgreSQL for a day, so a one-shot
 // run or a replica reads it instead of measuring again, and `intake
 // status` shows it. A server whose RENAME overwrites is served with
 // sessions that make sure of each rename's target themselves
-// (resolveSite); a partner its profile cannot serve (partners.Profile.
+// (resolve); a partner its profile cannot serve (partners.Profile.
 // Serves: readiness stable on such a server) is refused, as intake check
 // refuses it: every poll fails with reason rename_overwrites and no file
 // is taken (the server is measured again at each poll, so one fixed since
@@ -68,26 +78,26 @@ const profileFor = 24 * time.Hour
 // not measured. The limits only `intake check` measures are read from the
 // row it kept: the channels one connection starts bound the sessions the
 // partner's connections carry (sftpconn.Conns.SetChannels).
-func (d *Daemon) siteProfile(ctx context.Context, p *partnerRT, s *sftpconn.Session, site partners.Site) error {
+func (c *siteCheck) profile(ctx context.Context, p *partnerRT, s *sftpconn.Session, site partners.Site) error {
 	if p.cfg.Records() {
 		return nil
 	}
 	key := site.Key()
-	prof, err := d.ledger.SiteProfile(ctx, p.cfg.ID)
+	prof, err := c.ledger.SiteProfile(ctx, p.cfg.ID)
 	if err != nil {
 		return err
 	}
 	// measured again when unknown, of another site, a day old, measured
 	// in part, or found unable to serve the partner
 	if prof == nil || prof.Site != key || time.Since(prof.MeasuredAt) > profileFor || !prof.Complete || prof.Profile.Serves(p.cfg) != nil {
-		measured, err := s.MeasureProfile(d.cfg.WorkerID)
+		measured, err := s.MeasureProfile(c.workerID)
 		if err != nil {
 			return fmt.Errorf("partner %s: measure the server: %w", p.cfg.ID, err)
 		}
-		if err := d.ledger.RecordSiteProfile(ctx, p.cfg.ID, key, measured); err != nil {
+		if err := c.ledger.RecordSiteProfile(ctx, p.cfg.ID, key, measured); err != nil {
 			return err
 		}
-		d.log.Info("partner's server measured", "partner", p.cfg.ID, "profile", measured.String())
+		c.log.Info("partner's server measured", "partner", p.cfg.ID, "profile", measured.String())
 		if prof != nil && prof.Site == key {
 			// the limits intake check measured on this site, which the
 			// row keeps
@@ -96,7 +106,7 @@ func (d *Daemon) siteProfile(ctx context.Context, p *partnerRT, s *sftpconn.Sess
 		prof = &ledger.SiteProfile{Site: key, Profile: measured, Complete: true}
 	}
 	if err := prof.Profile.Serves(p.cfg); err != nil {
-		d.log.Error("the partner's server cannot serve it safely: not polled", "partner", p.cfg.ID, "reason", reasonRenameOverwrites, "profile", prof.Profile.String())
+		c.log.Error("the partner's server cannot serve it safely: not polled", "partner", p.cfg.ID, "reason", reasonRenameOverwrites, "profile", prof.Profile.String())
 		return fmt.Errorf("partner %s: %w (reason %s)", p.cfg.ID, err, reasonRenameOverwrites)
 	}
 	p.overwrites.Store(prof.Profile.RenameOverwrites)
@@ -106,7 +116,7 @@ func (d *Daemon) siteProfile(ctx context.Context, p *partnerRT, s *sftpconn.Sess
 	// the channels a connection intake check measured: the partner's
 	// later sessions are put on connections with as many sessions as
 	// have their channels (this first one was dialled before it was known)
-	d.conns.SetChannels(p.cfg, prof.Profile.Channels)
+	c.conns.SetChannels(p.cfg, prof.Profile.Channels)
 	return nil
 }
 
@@ -116,14 +126,14 @@ const reasonRenameOverwrites = "rename_overwrites"
 // siteShared is the error of a partner whose resolved site is another
 // configured partner's tree or overlaps it (nil when not, or not yet
 // resolved).
-func (d *Daemon) siteShared(p *partnerRT) error {
+func (c *siteCheck) shared(p *partnerRT) error {
 	mine := p.site.Load()
 	if mine == nil {
 		return nil
 	}
 	var other string
-	for _, id := range d.sites.overlapping(p.cfg.ID, *mine) {
-		if _, configured := d.partner(id); configured {
+	for _, id := range c.index.Overlapping(p.cfg.ID, *mine) {
+		if _, configured := c.parts.get(id); configured {
 			other = id
 			break
 		}
@@ -131,100 +141,10 @@ func (d *Daemon) siteShared(p *partnerRT) error {
 	if other == "" {
 		return nil
 	}
-	d.log.Error("two partners are one tree on their server: both refused until the configuration changes",
+	c.log.Error("two partners are one tree on their server: both refused until the configuration changes",
 		"partner", p.cfg.ID, "other_partner", other, "reason", reasonSiteShared)
 	return fmt.Errorf("partner %s: its site is partner %s's tree, or one lies inside the other, as the server resolves them (%s); neither is polled until the configuration changes (reason %s)",
 		p.cfg.ID, other, mine.Root, reasonSiteShared)
-}
-
-// siteIndex is every partner's site as first dialled, indexed so that the
-// sites overlapping one (partners.SiteOverlaps: the same server and
-// account, roots equal or nested) are found by a look-up per directory of
-// its root, not by comparing it with every other site: each poll asks
-// (siteShared), and a fleet of 1,000 partners on one account polled every
-// 30 s made that a million comparisons a cycle, a third of an idle
-// daemon's CPU (docs/performance.md). A partner removed by a reload keeps
-// its entry; siteShared asks whether one found is still configured.
-type siteIndex struct {
-	mu sync.Mutex
-	// by site account (host key and user): the partners whose root is a
-	// directory, and those whose root lies under a directory
-	at, under map[string]map[string][]string
-	byID      map[string]partners.Site
-}
-
-// put records id's site (again: a partner's site is put once per
-// configuration of it, and a changed one replaces the old).
-func (x *siteIndex) put(id string, s partners.Site) {
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	if x.byID == nil {
-		x.byID, x.at, x.under = map[string]partners.Site{}, map[string]map[string][]string{}, map[string]map[string][]string{}
-	}
-	if old, ok := x.byID[id]; ok {
-		if old == s {
-			return
-		}
-		acct := siteAccount(old)
-		x.at[acct][old.Root] = slices.DeleteFunc(x.at[acct][old.Root], func(v string) bool { return v == id })
-		for _, dir := range ancestors(old.Root) {
-			x.under[acct][dir] = slices.DeleteFunc(x.under[acct][dir], func(v string) bool { return v == id })
-		}
-	}
-	x.byID[id] = s
-	acct := siteAccount(s)
-	if x.at[acct] == nil {
-		x.at[acct], x.under[acct] = map[string][]string{}, map[string][]string{}
-	}
-	x.at[acct][s.Root] = append(x.at[acct][s.Root], id)
-	for _, dir := range ancestors(s.Root) {
-		x.under[acct][dir] = append(x.under[acct][dir], id)
-	}
-}
-
-// overlapping lists, sorted, the partners other than id whose site
-// overlaps s: the same root, a root above it, or one under it.
-func (x *siteIndex) overlapping(id string, s partners.Site) []string {
-	if s.HostKey == "" {
-		return nil // as partners.SiteOverlaps: a site without its server's key overlaps none
-	}
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	acct := siteAccount(s)
-	var out []string
-	add := func(ids []string) {
-		for _, v := range ids {
-			if v != id && !slices.Contains(out, v) {
-				out = append(out, v)
-			}
-		}
-	}
-	add(x.at[acct][s.Root])
-	for _, dir := range ancestors(s.Root) {
-		add(x.at[acct][dir])
-	}
-	add(x.under[acct][s.Root])
-	slices.Sort(out)
-	return out
-}
-
-// siteAccount is a site's server and account, what overlapping sites
-// share.
-func siteAccount(s partners.Site) string { return s.HostKey + "\x00" + s.User }
-
-// ancestors are the directories above a cleaned root, nearest first, "/"
-// last ("/a/b": "/a", "/"); none for "/". As partners.SiteOverlaps has it,
-// "/" is above every other root, a relative one too ("a/b": "a", "/"),
-// and "." is above none.
-func ancestors(root string) []string {
-	var out []string
-	for root != "/" {
-		if root = path.Dir(root); root == "." {
-			root = "/"
-		}
-		out = append(out, root)
-	}
-	return out
 }
 
 // batchIDOf is the batch id a file's name gives under its feed's rule

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"path"
 	"time"
 
@@ -100,7 +101,7 @@ func (r *fetchStage) putBack(ctx context.Context) error {
 	if err := fault.Check("putback:after_mark"); err != nil {
 		return err // as a crash here: resumeOwn finishes the put back
 	}
-	if !r.d.finishPutBack(r.p, r.sess, in.ClaimedPath, in.RemoteName) {
+	if !finishPutBack(r.d.log, r.p, r.sess, in.ClaimedPath, in.RemoteName) {
 		return nil
 	}
 	if err := r.d.ledger.ForgetReady(ctx, in.Partner, in.RemoteName); err != nil {
@@ -139,9 +140,9 @@ func putBackFile(sess *sftpconn.Session, claimedPath, name string) error {
 // worker's processing dir and tries again (WasPutBack), so the file is
 // never left there without an owner, and the partner's other files go on.
 // It reports whether the file was put back.
-func (d *Daemon) finishPutBack(p *partnerRT, sess *sftpconn.Session, claimedPath, name string) bool {
+func finishPutBack(log *slog.Logger, p *partnerRT, sess *sftpconn.Session, claimedPath, name string) bool {
 	if err := putBackFile(sess, claimedPath, name); err != nil {
-		d.log.Warn("could not put a file back into ready/; the next poll tries again", "partner", p.cfg.ID,
+		log.Warn("could not put a file back into ready/; the next poll tries again", "partner", p.cfg.ID,
 			"reason", string(ledger.ReasonChangedAfterClaim), "err", err)
 		p.takenOver.Store(true)
 		return false

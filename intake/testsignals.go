@@ -10,7 +10,7 @@ type testSignals struct {
 	// updated (daemon.go, Daemon.loop). Err is nil also when another
 	// replica polls the partner.
 	Polled testsignal.Signal[pollDone]
-	// Peers: owns read which live replicas serve each partner (affinity.go);
+	// Peers: owns read which live replicas serve each partner (intake/affinity);
 	// nil when the read failed.
 	Peers testsignal.Signal[map[string][]string]
 	// GroupHeartbeat: a group's heartbeat extended its files' leases
@@ -20,7 +20,7 @@ type testSignals struct {
 	// (apply.go, fileRun.commitChunk); the partner.
 	ChunkRetry testsignal.Signal[string]
 	// IdleClosed: the janitor closed a partner's idle session
-	// (sessions.go, Daemon.closeIdle); the partner.
+	// (sessions.go, sessionKeeper.closeIdle); the partner.
 	IdleClosed testsignal.Signal[string]
 	// AheadChunk: a chunk was applied ahead of the file's plan, in the
 	// transaction held open for it (ahead.go, fileRun.runAhead); the

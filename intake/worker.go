@@ -55,7 +55,7 @@ type fileRun struct {
 }
 
 func (d *Daemon) newRun(p *partnerRT, sess *sftpconn.Session, in *ledger.Intake) (*fileRun, error) {
-	r := &fileRun{d: d, p: p, sess: sess, in: in, idHold: d.hold(),
+	r := &fileRun{d: d, p: p, sess: sess, in: in, idHold: d.workerID.Current(),
 		log: d.log.With("partner", in.Partner, "intake_id", in.ID, "feed", in.Feed)}
 	r.feed = p.cfg.Feed(in.Feed)
 	if r.feed == nil && in.Feed != ledger.NoFeed {

@@ -25,8 +25,9 @@ var rules = []struct {
 	forbid []string
 }{
 	{
-		why:    "the ledger, the target, rows, partner config, the SFTP transport, the spool, what intake writes on a site and the internal packages sit below the pipeline, the reconciler, the ops views, the console and the commands",
-		from:   []string{"intake/ledger", "intake/target", "intake/rows", "intake/sitefile", "intake/pgpkeys", "partners", "partners/sftpconn", "spool", "internal/..."},
+		why: "the ledger, the target, rows, partner config, the SFTP transport, the spool, what intake writes on a site, the daemon's own jobs (its config, worker id hold, session policy, site index, target holds, poll record, affinity) and the internal packages sit below the pipeline, the reconciler, the ops views, the console and the commands",
+		from: []string{"intake/ledger", "intake/target", "intake/rows", "intake/sitefile", "intake/pgpkeys", "intake/daemoncfg", "intake/workerid", "intake/sessions",
+			"intake/siteindex", "intake/targethold", "intake/pollrecord", "intake/affinity", "partners", "partners/sftpconn", "spool", "internal/..."},
 		forbid: []string{"intake", "reconcile", "intake/ops", "console", "cmd/..."},
 	},
 	{

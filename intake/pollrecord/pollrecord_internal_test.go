@@ -1,4 +1,4 @@
-package intake
+package pollrecord
 
 import (
 	"context"
@@ -29,7 +29,7 @@ func TestPollOutcomesAreWrittenTogetherAsTheyHappened(t *testing.T) {
 	clock := time.Now().Add(-time.Hour)
 	now := func() time.Time { return clock }
 	tick := func() time.Time { clock = clock.Add(time.Minute); return clock }
-	r := pollRecorder{now: now}
+	r := Recorder{now: now}
 	type row struct {
 		okAt, errAt *time.Time
 		ready       int
@@ -64,10 +64,10 @@ func TestPollOutcomesAreWrittenTogetherAsTheyHappened(t *testing.T) {
 
 	oldest := time.Date(2026, 11, 30, 8, 0, 0, 0, time.UTC)
 	t0 := now()
-	r.add("a", nil, 3, oldest)
-	r.add("b", errors.New("dial: refused"), 0, time.Time{})
+	r.Add("a", nil, 3, oldest)
+	r.Add("b", errors.New("dial: refused"), 0, time.Time{})
 	t1 := tick()
-	r.add("a", errors.New("list ready: timeout"), 0, time.Time{})
+	r.Add("a", errors.New("list ready: timeout"), 0, time.Time{})
 	write() // an hour after the outcomes: the rows carry the noted times
 	a, b := read("a"), read("b")
 	if !at(a.okAt, t0) || a.ready != 3 || a.oldest == nil || !a.oldest.Equal(oldest) || a.errText != "list ready: timeout" || !at(a.errAt, t1) {
@@ -80,8 +80,8 @@ func TestPollOutcomesAreWrittenTogetherAsTheyHappened(t *testing.T) {
 	// a later success of a leaves its last failure as it was; one of b
 	// leaves b's
 	t2 := tick()
-	r.add("a", nil, 5, time.Time{})
-	r.add("b", nil, 1, oldest)
+	r.Add("a", nil, 5, time.Time{})
+	r.Add("b", nil, 1, oldest)
 	write()
 	a2, b2 := read("a"), read("b")
 	if a2.ready != 5 || a2.oldest != nil || !at(a2.okAt, t2) || a2.errText != a.errText || !a2.errAt.Equal(*a.errAt) {
@@ -93,13 +93,13 @@ func TestPollOutcomesAreWrittenTogetherAsTheyHappened(t *testing.T) {
 
 	// a write that fails keeps its outcomes; a failure noted meanwhile is
 	// the later one, and both reach the table with the next write
-	r.add("c", nil, 7, time.Time{})
+	r.Add("c", nil, 7, time.Time{})
 	cancelled, cancel := context.WithCancel(ctx)
 	cancel()
 	if err := r.write(cancelled, l, "w1"); err == nil {
 		t.Fatal("a write on a cancelled context succeeded")
 	}
-	r.add("c", errors.New("claim: renamed away"), 0, time.Time{})
+	r.Add("c", errors.New("claim: renamed away"), 0, time.Time{})
 	write()
 	if c := read("c"); c.okAt == nil || c.ready != 7 || c.errText != "claim: renamed away" {
 		t.Fatalf("c after a failed write: %+v", c)
@@ -107,12 +107,12 @@ func TestPollOutcomesAreWrittenTogetherAsTheyHappened(t *testing.T) {
 
 	// an outcome written after a later one of the same kind (another
 	// write in flight) does not move the row back
-	older := pollRecorder{now: now}
-	older.add("d", nil, 1, time.Time{})
-	older.add("d", errors.New("list ready: old"), 0, time.Time{})
+	older := Recorder{now: now}
+	older.Add("d", nil, 1, time.Time{})
+	older.Add("d", errors.New("list ready: old"), 0, time.Time{})
 	tick() // r's outcomes noted on a later clock reading than older's
-	r.add("d", nil, 2, time.Time{})
-	r.add("d", errors.New("list ready: new"), 0, time.Time{})
+	r.Add("d", nil, 2, time.Time{})
+	r.Add("d", errors.New("list ready: new"), 0, time.Time{})
 	write()
 	if err := older.write(ctx, l, "w1"); err != nil {
 		t.Fatal(err)
@@ -124,8 +124,8 @@ func TestPollOutcomesAreWrittenTogetherAsTheyHappened(t *testing.T) {
 	// a server's message is stored as valid text (PostgreSQL refuses
 	// invalid UTF-8 and NUL), cut on a character boundary
 	long := strings.Repeat("é", 300) // 600 bytes
-	r.add("e", errors.New("ssh: disconnect: \xff\x00bad"), 0, time.Time{})
-	r.add("f", errors.New(long), 0, time.Time{})
+	r.Add("e", errors.New("ssh: disconnect: \xff\x00bad"), 0, time.Time{})
+	r.Add("f", errors.New(long), 0, time.Time{})
 	write()
 	if e := read("e"); e.errText != "ssh: disconnect: \uFFFDbad" {
 		t.Fatalf("e's error text: %q", e.errText)

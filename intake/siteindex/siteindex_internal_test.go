@@ -1,4 +1,4 @@
-package intake
+package siteindex
 
 import (
 	"fmt"
@@ -16,7 +16,7 @@ import (
 func TestTheSiteIndexFindsWhatSiteOverlapsSays(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	roots := []string{"/", "/a", "/a/b", "/a/b/c", "/a/bc", "/ab", "/x/y", "/x", "a", "a/b", "."}
-	var x siteIndex
+	var x Index
 	sites := map[string]partners.Site{}
 	for i := range 300 {
 		id := fmt.Sprintf("p%d", rng.IntN(200))
@@ -24,7 +24,7 @@ func TestTheSiteIndexFindsWhatSiteOverlapsSays(t *testing.T) {
 		if i%7 == 0 {
 			s.Root = fmt.Sprintf("/a/b/%d", rng.IntN(5))
 		}
-		x.put(id, s)
+		x.Put(id, s)
 		sites[id] = s
 	}
 	for id, s := range sites {
@@ -35,7 +35,7 @@ func TestTheSiteIndexFindsWhatSiteOverlapsSays(t *testing.T) {
 			}
 		}
 		slices.Sort(want)
-		if got := x.overlapping(id, s); !slices.Equal(got, want) {
+		if got := x.Overlapping(id, s); !slices.Equal(got, want) {
 			t.Fatalf("%s %+v: index found %v, SiteOverlaps %v", id, s, got, want)
 		}
 	}

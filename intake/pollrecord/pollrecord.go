@@ -1,4 +1,7 @@
-package intake
+// Package pollrecord keeps the daemon's poll outcomes for `intake status`
+// and writes them to intake_partner_poll once a second, all partners' in
+// one statement (ledger.RecordPolls).
+package pollrecord
 
 import (
 	"context"
@@ -7,17 +10,19 @@ import (
 	"sync"
 	"time"
 
+	"log/slog"
+
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/internal/pgerr"
 )
 
-// pollRecordEvery is how often the daemon writes its partners' poll
-// outcomes (intake_partner_poll, what `intake status` shows).
-const pollRecordEvery = time.Second
+// Every is how often the daemon writes its partners' poll outcomes
+// (intake_partner_poll, what `intake status` shows).
+const Every = time.Second
 
-// pollRecorder keeps each partner's poll outcomes until the daemon writes
+// Recorder keeps each partner's poll outcomes until the daemon writes
 // them, all partners' in one statement (ledger.RecordPolls): a fleet of
 // 1,000 partners `@every 30s` made 33 committed writes a second of them
 // before (docs/performance.md). The outcomes are the partners'
@@ -26,7 +31,10 @@ const pollRecordEvery = time.Second
 // acts on never waits for this: it is what `intake status` reports, at
 // most pollRecordEvery late, and a crash loses at most that much of it
 // (the next poll records again).
-type pollRecorder struct {
+type Recorder struct {
+	ledger  *ledger.Ledger
+	worker  string
+	log     *slog.Logger
 	writing sync.Mutex // one write at a time: a write's outcomes are re-queued before the next takes any
 	mu      sync.Mutex
 	pending map[string]*pollOutcome
@@ -53,8 +61,13 @@ func (o *pollOutcome) merge(n pollOutcome) {
 	}
 }
 
-// add notes a poll of partner that ended now.
-func (r *pollRecorder) add(partner string, pollErr error, ready int, oldest time.Time) {
+// New is a recorder of worker's polls, written through l.
+func New(l *ledger.Ledger, worker string, log *slog.Logger) *Recorder {
+	return &Recorder{ledger: l, worker: worker, log: log}
+}
+
+// Add notes a poll of partner that ended now.
+func (r *Recorder) Add(partner string, pollErr error, ready int, oldest time.Time) {
 	at := time.Now()
 	if r.now != nil {
 		at = r.now()
@@ -81,7 +94,7 @@ func (r *pollRecorder) add(partner string, pollErr error, ready int, oldest time
 // could not store are kept for the next write (merged with those noted
 // meanwhile), unless PostgreSQL refused their data: those are dropped, so
 // that no outcome blocks the others' for good.
-func (r *pollRecorder) write(ctx context.Context, l *ledger.Ledger, worker string) error {
+func (r *Recorder) write(ctx context.Context, l *ledger.Ledger, worker string) error {
 	r.writing.Lock()
 	defer r.writing.Unlock()
 	r.mu.Lock()
@@ -115,18 +128,27 @@ func (r *pollRecorder) write(ctx context.Context, l *ledger.Ledger, worker strin
 	return err
 }
 
-// pollRecords writes the pending poll outcomes every pollRecordEvery
-// until ctx ends (Stop writes what is left).
-func (d *Daemon) pollRecords(ctx context.Context) {
-	everyTick(ctx, pollRecordEvery, func() bool { d.writePolls(); return true })
+// Run writes the pending poll outcomes every Every until ctx ends (the
+// daemon's Stop writes what is left: Flush).
+func (r *Recorder) Run(ctx context.Context) {
+	t := time.NewTicker(Every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			r.Flush()
+		}
+	}
 }
 
-// writePolls writes the pending poll outcomes now, on a context of its
-// own: a poll cut short by shutdown is still worth recording.
-func (d *Daemon) writePolls() {
+// Flush writes the pending poll outcomes now, on a context of its own: a
+// poll cut short by shutdown is still worth recording.
+func (r *Recorder) Flush() {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if err := d.polls.write(ctx, d.ledger, d.cfg.WorkerID); err != nil {
-		d.log.Warn("record poll outcomes", "err", err)
+	if err := r.write(ctx, r.ledger, r.worker); err != nil {
+		r.log.Warn("record poll outcomes", "err", err)
 	}
 }

@@ -1,0 +1,154 @@
+// Package affinity decides which replica polls a partner: the one of the
+// live replicas serving it that rendezvous hashing of (replica, partner)
+// ranks first (internal/rendezvous).
+package affinity
+
+import (
+	"context"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/partner-intake/partner-intake/intake/ledger"
+	"github.com/partner-intake/partner-intake/internal/rendezvous"
+)
+
+// Partner affinity. With several replicas on one database, each partner is
+// polled by one of the live replicas that serve it: the one rendezvous
+// hashing of (replica, partner) ranks first. Replicas then do not race for
+// the same files, RENAME against RENAME, oldest first (measured on the
+// small-file bench: two daemons sharing all partners ran at 0.83-0.87x one
+// daemon; with disjoint partners at 0.98-1.06x). When a replica joins or
+// leaves, only the partners it gains or loses move.
+//
+// Affinity is a preference, not a lock: a claim is still a RENAME, every
+// write still carries its fencing token, and for a moment around a change
+// of replicas two may poll one partner, which is as safe as it always was.
+// A replica counts as live while its intake_worker row is younger than its
+// lease; a replica that stops retires its row at once, one that crashes is
+// taken over by the others one lease later. A replica always counts itself
+// live, and when it cannot read the others it polls: two pollers are safe,
+// none would stall the partner.
+
+// peerRefresh bounds how stale the view of the live replicas may be.
+const peerRefresh = 2 * time.Second
+
+// peerLostRefresh: after a lost claim the view is refreshed if it is at
+// least this old.
+const peerLostRefresh = 200 * time.Millisecond
+
+// Config is what Peers needs.
+type Config struct {
+	Ledger   *ledger.Ledger
+	WorkerID string
+	Lease    time.Duration
+	// Everyone: every replica polls every partner (affinity "none").
+	Everyone bool
+	// Registered reports whether this replica is recorded in
+	// intake_worker (Start): without it, it polls every partner.
+	Registered func() bool
+	// Partners are this replica's partner ids now.
+	Partners func() []string
+	// Gained is told of each partner this replica polls since the last
+	// view and did not under it: it is polled at once.
+	Gained func(partner string)
+	// Seen is told each view read (tests).
+	Seen  func(serving map[string][]string)
+	Owned *prometheus.GaugeVec // intake_partner_owned, by partner
+	Log   *slog.Logger
+}
+
+// Peers caches which live replicas serve which partners.
+type Peers struct {
+	cfg     Config
+	mu      sync.Mutex
+	at      time.Time
+	serving map[string][]string // partner -> live replicas serving it (this one included)
+}
+
+// New is a Peers that reads the live replicas at its first question.
+func New(cfg Config) *Peers { return &Peers{cfg: cfg} }
+
+// Lost notes a claim race lost: another replica claims from the partner,
+// so the view of the live replicas is refreshed soon (not at every loss).
+func (p *Peers) Lost() {
+	p.mu.Lock()
+	if since := time.Since(p.at); since > peerLostRefresh {
+		p.at = time.Time{}
+	}
+	p.mu.Unlock()
+}
+
+// Expire makes the next question read the live replicas again, as a
+// third of a lease later would (tests).
+func (p *Peers) Expire() {
+	p.mu.Lock()
+	p.at = time.Time{}
+	p.mu.Unlock()
+}
+
+// Owns reports whether this replica polls the partner now. Without Start
+// (PollOnce, `intake run --once`) there is no registration, and with
+// affinity "none" every replica polls every partner: it always does.
+func (p *Peers) Owns(ctx context.Context, partner string) bool {
+	if !p.cfg.Registered() || p.cfg.Everyone {
+		return true
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	refresh := min(peerRefresh, p.cfg.Lease/3)
+	if p.at.IsZero() || time.Since(p.at) > refresh {
+		serving, err := p.cfg.Ledger.LiveServing(ctx)
+		p.at = time.Now() // a failed read is tried again after the same interval, not at every call
+		if err != nil {
+			if ctx.Err() == nil {
+				p.cfg.Log.Warn("reading the live replicas failed; polling every partner meanwhile", "err", err)
+			}
+			p.serving = nil
+		} else {
+			// the partners this view gives this replica that the last did
+			// not (a replica gone: its lease ran out) are polled at once,
+			// not at their next turn: a failover costs the lease, not the
+			// lease and a poll interval
+			if prev := p.serving; prev != nil {
+				for _, id := range newlyOwned(p.cfg.WorkerID, p.cfg.Partners(), prev, serving) {
+					p.cfg.Gained(id)
+				}
+			}
+			p.serving = serving
+		}
+		if p.cfg.Seen != nil {
+			p.cfg.Seen(p.serving)
+		}
+	}
+	if p.serving == nil {
+		return true // the others are unknown: two pollers are safe, none would stall the partner
+	}
+	workers := append([]string{p.cfg.WorkerID}, p.serving[partner]...)
+	mine := rendezvous.Owner(partner, workers) == p.cfg.WorkerID
+	v := 0.0
+	if mine {
+		v = 1
+	}
+	p.cfg.Owned.WithLabelValues(partner).Set(v)
+	return mine
+}
+
+// newlyOwned lists the partners of ids that me polls under the live
+// replicas now (a partner -> serving replicas view, LiveServing's) and
+// did not under prev.
+func newlyOwned(me string, ids []string, prev, now map[string][]string) []string {
+	var out []string
+	for _, id := range ids {
+		if slices.Equal(prev[id], now[id]) {
+			continue
+		}
+		if rendezvous.Owner(id, append([]string{me}, now[id]...)) == me && rendezvous.Owner(id, append([]string{me}, prev[id]...)) != me {
+			out = append(out, id)
+		}
+	}
+	return out
+}

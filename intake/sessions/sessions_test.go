@@ -1,0 +1,84 @@
+package sessions
+
+import (
+	"testing"
+	"time"
+)
+
+// holder is a partner's session as a test sets it.
+type holder struct {
+	at      int64
+	open    bool
+	polling bool
+	book    *Book // counts the session closed, as Slot.Drop does
+}
+
+func (h *holder) LastUsed() (int64, bool) { return h.at, h.open }
+
+func (h *holder) DropUnlessPolling(cut int64) (bool, bool) {
+	if h.polling {
+		return true, false
+	}
+	if !h.open || h.at > cut {
+		return false, false
+	}
+	h.open = false
+	if h.book != nil {
+		h.book.Closed()
+	}
+	return false, true
+}
+
+func TestMakeRoomClosesTheLeastRecentlyUsedUntilUnderTheCap(t *testing.T) {
+	b := NewBook(1, noGauge{})
+	self, old, older, oldest := &holder{at: 9}, &holder{at: 3, open: true, book: b}, &holder{at: 2, open: true, book: b}, &holder{at: 1, open: true, book: b}
+	for range 3 {
+		b.Opened()
+	}
+	closed := b.MakeRoom(self, []Holder{self, old, older, oldest}, 3)
+	if len(closed) != 1 || closed[0] != oldest || oldest.open || !older.open {
+		t.Fatalf("closed %v, want the least recently used one only", closed)
+	}
+	// the cap is soft: a polling partner's session is never closed, and
+	// nothing after it either
+	older.polling = true
+	if closed := b.MakeRoom(self, []Holder{self, old, older}, 2); len(closed) != 0 || !old.open {
+		t.Fatalf("closed %v under a poll, want none", closed)
+	}
+	if closed := b.MakeRoom(self, []Holder{self, old, older}, 0); len(closed) != 0 {
+		t.Fatalf("closed %v without a cap", closed)
+	}
+}
+
+func TestCloseIdleClosesOnlyIdleSessionsOfPartnersNotPolling(t *testing.T) {
+	now := time.Unix(1000, 0)
+	idle, busy, fresh, none := &holder{at: now.Add(-time.Hour).UnixNano(), open: true},
+		&holder{at: now.Add(-time.Hour).UnixNano(), open: true, polling: true},
+		&holder{at: now.Add(-time.Second).UnixNano(), open: true}, &holder{}
+	closed := CloseIdle([]Holder{idle, busy, fresh, none}, now, time.Minute)
+	if len(closed) != 1 || closed[0] != idle || idle.open || !busy.open || !fresh.open {
+		t.Fatalf("closed %v, want the idle session of a partner not polling only", closed)
+	}
+}
+
+func TestPolicyDefaultsAndBounds(t *testing.T) {
+	var p Policy
+	if err := p.Validate(); err != nil || p.MaxParallelDials != DefaultMaxParallelDials || p.IdleClose != DefaultIdleClose || p.PartnersPerConnection != DefaultPartnersPerConnection {
+		t.Fatalf("%+v %v, want the defaults", p, err)
+	}
+	for _, bad := range []Policy{{MaxParallelDials: 1001}, {MaxOpen: -1}, {IdleClose: -time.Second}, {PartnersPerConnection: 101}} {
+		if err := bad.Validate(); err == nil {
+			t.Fatalf("%+v validated", bad)
+		}
+	}
+}
+
+func TestOffsetIsStableAndWithinItsWindow(t *testing.T) {
+	a, b := Offset("p1", 30*time.Second, 1000, DefaultPollStagger), Offset("p1", 30*time.Second, 1000, DefaultPollStagger)
+	if a != b || a < 0 || a >= 30*time.Second {
+		t.Fatalf("offsets %s, %s: want one, within the interval", a, b)
+	}
+	if o := Offset("p1", 30*time.Second, 3, DefaultPollStagger); o >= 3*DefaultPollStagger {
+		t.Fatalf("offset %s with 3 partners, want under %s", o, 3*DefaultPollStagger)
+	}
+}
