@@ -290,7 +290,7 @@ func (r *applyStage) rewait(ctx context.Context, pc *planChangedError) error {
 // partner), moves each into its own processing/ dir and runs it. Takeover
 // is the conditional statement of the reconciler (token, expired lease):
 // of the owner and pollers racing, one takes each file.
-func (d *Daemon) resumeDecided(ctx context.Context, p *partnerRT, sess *sftpconn.Session) error {
+func (d *housekeeping) resumeDecided(ctx context.Context, p *partnerRT, sess *sftpconn.Session) error {
 	rows, err := d.ledger.Decided(ctx, p.cfg.ID, d.cfg.WorkerID)
 	if err != nil {
 		return err
@@ -328,7 +328,7 @@ func (d *Daemon) resumeDecided(ctx context.Context, p *partnerRT, sess *sftpconn
 
 // takeOverDecided takes a decided file over and moves it into this
 // worker's processing dir, in the partner's claim section.
-func (d *Daemon) takeOverDecided(ctx context.Context, p *partnerRT, sess *sftpconn.Session, old *ledger.Intake, dst string) (*ledger.Intake, error) {
+func (d *housekeeping) takeOverDecided(ctx context.Context, p *partnerRT, sess *sftpconn.Session, old *ledger.Intake, dst string) (*ledger.Intake, error) {
 	in, err := d.ledger.TakeOver(ctx, old, d.cfg.WorkerID, dst)
 	if err != nil {
 		return nil, err

@@ -86,7 +86,7 @@ func groupAt(p *partners.Config, cands []candidate, n int, fold bool) []candidat
 // after putting the group back: the caller walks them again one at a
 // time), whether a race showed, and an error for a rename that failed
 // otherwise than by losing a race.
-func (d *Daemon) claimGroup(ctx context.Context, p *partnerRT, sess *sftpconn.Session, g []candidate, sequential bool) ([]*ledger.Intake, int, bool, error) {
+func (d *claimStage) claimGroup(ctx context.Context, p *partnerRT, sess *sftpconn.Session, g []candidate, sequential bool) ([]*ledger.Intake, int, bool, error) {
 	if err := d.workerID.StillHeld(ctx); err != nil {
 		return nil, 0, false, err
 	}
@@ -199,7 +199,7 @@ var errPutBack = errors.New("put back into ready/")
 // ready/ again) keeps its nil result and is recorded as claimed. Nothing
 // but the rename has happened to these files, so putting them back leaves
 // no trace but a log line.
-func (d *Daemon) putBack(p *partnerRT, sess *sftpconn.Session, g []candidate, errs []error) []error {
+func (d *claimStage) putBack(p *partnerRT, sess *sftpconn.Session, g []candidate, errs []error) []error {
 	out := append([]error(nil), errs...)
 	back := make([]error, len(g))
 	var wg sync.WaitGroup

@@ -32,6 +32,14 @@ const claimTargetBusy = "claim_target_busy"
 // candidate is an entry of ready/ worth claiming (partners/ready.go).
 type candidate = partners.Candidate
 
+// A poll's two stages over the partner's site, each a type over the
+// daemon: housekeeping (this worker's own files resumed, crash leftovers
+// adopted) and the claim (ready/ listed, its files claimed and run).
+type (
+	housekeeping struct{ *Daemon }
+	claimStage   struct{ *Daemon }
+)
+
 // pollOnce is one cycle for one partner: the gate (does this replica poll
 // the partner now?), housekeeping (crash leftovers, this worker's own
 // files resumed), then the claim loop over what ready/ offers.
@@ -72,11 +80,11 @@ func (d *Daemon) pollOnce(ctx context.Context, p *partnerRT) error {
 	var ready *background[listing]
 	runs := p.fileRuns.Load()
 	if own && !p.cfg.Records() {
-		ready = d.listAhead(ctx, p, sess)
+		ready = (&claimStage{d}).listAhead(ctx, p, sess)
 		defer ready.wait()
 	}
 	start := time.Now()
-	if err := d.housekeep(ctx, p, sess, due); err != nil {
+	if err := (&housekeeping{d}).housekeep(ctx, p, sess, due); err != nil {
 		return err
 	}
 	d.log.Debug("housekeeping done", "partner", p.cfg.ID, "seconds", time.Since(start).Seconds())
@@ -89,7 +97,7 @@ func (d *Daemon) pollOnce(ctx context.Context, p *partnerRT) error {
 		ready.wait()
 		ready = nil
 	}
-	return d.claimReady(ctx, p, sess, ready)
+	return (&claimStage{d}).claimReady(ctx, p, sess, ready)
 }
 
 // listing is what list keeps of ready/.
@@ -100,7 +108,7 @@ type listing struct {
 }
 
 // listAhead lists ready/ (list) in the background.
-func (d *Daemon) listAhead(ctx context.Context, p *partnerRT, sess *sftpconn.Session) *background[listing] {
+func (d *claimStage) listAhead(ctx context.Context, p *partnerRT, sess *sftpconn.Session) *background[listing] {
 	return inBackground(func() (listing, error) {
 		var l listing
 		var err error
@@ -152,7 +160,7 @@ func (d *Daemon) gate(ctx context.Context, p *partnerRT) (own bool, err error) {
 // housekeep clears what a crash left of this worker for the partner (spool
 // temp files, once) and resumes this worker's own files of it (resumeOwn;
 // due: the look-up of its rows started with the poll).
-func (d *Daemon) housekeep(ctx context.Context, p *partnerRT, sess *sftpconn.Session, due *background[[]*ledger.Intake]) error {
+func (d *housekeeping) housekeep(ctx context.Context, p *partnerRT, sess *sftpconn.Session, due *background[[]*ledger.Intake]) error {
 	if !p.tempClean {
 		// No download of this worker is in flight for the partner yet: any
 		// temp file of ours is a crash's leftover (matrix row 4).
@@ -183,7 +191,7 @@ func (d *Daemon) housekeep(ctx context.Context, p *partnerRT, sess *sftpconn.Ses
 
 // claimReady lists ready/, moves its hostile entries to quarantine and
 // claims the rest (claimLoop).
-func (d *Daemon) claimReady(ctx context.Context, p *partnerRT, sess *sftpconn.Session, ready *background[listing]) error {
+func (d *claimStage) claimReady(ctx context.Context, p *partnerRT, sess *sftpconn.Session, ready *background[listing]) error {
 	start := time.Now()
 	var l listing
 	var err error
@@ -225,7 +233,7 @@ func (d *Daemon) claimReady(ctx context.Context, p *partnerRT, sess *sftpconn.Se
 // claimLoop is one poll's claims: the candidates of ready/, oldest first,
 // each claimed when a slot of the partner's pool is free and run there.
 type claimLoop struct {
-	d       *Daemon
+	d       *claimStage
 	p       *partnerRT
 	sess    *sftpconn.Session
 	quota   *spoolQuota
@@ -470,7 +478,7 @@ func hostileBudget(p *partners.Config) int {
 // oldest hostileBudget hostile entries. Memory is bounded by those and
 // the work by one pass over the listing; skipped entries are counted by
 // reason. beyond is how many claimable files it counted but did not keep.
-func (d *Daemon) list(ctx context.Context, p *partnerRT, sess *sftpconn.Session) (cands []candidate, hostile []partners.Skipped, beyond int, err error) {
+func (d *claimStage) list(ctx context.Context, p *partnerRT, sess *sftpconn.Session) (cands []candidate, hostile []partners.Skipped, beyond int, err error) {
 	cfg := p.cfg
 	manifestMode := cfg.Readiness == partners.ReadinessManifest
 	keep := newOldest(max(cfg.Limits.MaxFilesPerPoll, 1), func(c candidate) (time.Time, string) { return c.MTime, c.Name })
@@ -697,7 +705,7 @@ func (o *oldest[T]) sorted() []T {
 // crash gets a later id than its rename order. The rename is made under the
 // partner's claim lock, so it never falls inside another replica's group
 // (ledger.ClaimLock).
-func (d *Daemon) claim(ctx context.Context, p *partnerRT, sess *sftpconn.Session, c candidate, id int64) (*ledger.Intake, *sftpconn.Opening, int64, error) {
+func (d *claimStage) claim(ctx context.Context, p *partnerRT, sess *sftpconn.Session, c candidate, id int64) (*ledger.Intake, *sftpconn.Opening, int64, error) {
 	// checked before the claim section's connection is taken: a one-shot
 	// run's check uses the pool's idle one (workerid.go)
 	if err := d.workerID.StillHeld(ctx); err != nil {
@@ -797,7 +805,7 @@ func (d *Daemon) claim(ctx context.Context, p *partnerRT, sess *sftpconn.Session
 // at the path, where the earlier intake's archive would move it as its
 // own. A failed move back leaves it there for resumeOwn to adopt once the
 // path is free (the partner is looked through again).
-func (d *Daemon) busyClaimPath(p *partnerRT, sess *sftpconn.Session, in *ledger.Intake) {
+func (d *claimStage) busyClaimPath(p *partnerRT, sess *sftpconn.Session, in *ledger.Intake) {
 	d.metrics.skipped.WithLabelValues(p.cfg.ID, claimTargetBusy).Inc()
 	back := func(name string) error {
 		err := sess.Rename(sess.Layout.Processing(d.cfg.WorkerID, name), sess.Layout.Ready(name))
@@ -825,7 +833,7 @@ func (d *Daemon) busyClaimPath(p *partnerRT, sess *sftpconn.Session, in *ledger.
 // matches) out of ready/ without reading it: it is claimed by rename under a
 // generated name (the original name never enters a path of ours), recorded,
 // and held in quarantine/ with a reason file and a receipt for the partner.
-func (d *Daemon) quarantineHostile(ctx context.Context, p *partnerRT, sess *sftpconn.Session, h partners.Skipped) error {
+func (d *claimStage) quarantineHostile(ctx context.Context, p *partnerRT, sess *sftpconn.Session, h partners.Skipped) error {
 	if err := d.workerID.StillHeld(ctx); err != nil {
 		return err
 	}
@@ -884,7 +892,7 @@ func hostileReason(claimedPath string) string {
 // restart), taking each over with a new fencing token. due is the look-up
 // of this worker's due rows started with the poll: it stands unless a claim
 // is recorded here first.
-func (d *Daemon) resumeOwn(ctx context.Context, p *partnerRT, sess *sftpconn.Session, due *background[[]*ledger.Intake]) error {
+func (d *housekeeping) resumeOwn(ctx context.Context, p *partnerRT, sess *sftpconn.Session, due *background[[]*ledger.Intake]) error {
 	if p.cfg.Records() {
 		// claim: record: nothing is ever moved, so there is no
 		// processing/ to look through; the rows say what to resume
@@ -1013,7 +1021,7 @@ func (d *Daemon) resumeOwn(ctx context.Context, p *partnerRT, sess *sftpconn.Ses
 // rows this worker id holds, and a poll runs one at a time): its answer
 // saves the poll a statement after its dial. A row that fell due since is
 // the next poll's.
-func (d *Daemon) resumeRows(ctx context.Context, p *partnerRT, sess *sftpconn.Session, due *background[[]*ledger.Intake]) error {
+func (d *housekeeping) resumeRows(ctx context.Context, p *partnerRT, sess *sftpconn.Session, due *background[[]*ledger.Intake]) error {
 	// files that failed wait for their own next attempt (attempt.go)
 	var live []*ledger.Intake
 	var err error

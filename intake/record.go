@@ -33,7 +33,7 @@ func recordName(name string) string { return printableName(name) }
 // claimRecord claims a candidate by recording it: no RENAME, the claimed
 // path is the file in ready/. A file recorded already (another replica
 // won, or a live intake still holds its name) is skipped.
-func (d *Daemon) claimRecord(ctx context.Context, p *partnerRT, sess *sftpconn.Session, c candidate, id int64) (*ledger.Intake, int64, error) {
+func (d *claimStage) claimRecord(ctx context.Context, p *partnerRT, sess *sftpconn.Session, c candidate, id int64) (*ledger.Intake, int64, error) {
 	in := &ledger.Intake{Partner: p.cfg.ID, Feed: c.Feed.Name, RemoteName: c.Name, ClaimedPath: sess.Layout.Ready(c.Name),
 		ListedSize: c.Size, ListedMTime: c.MTime, Worker: d.cfg.WorkerID}
 	next, err := d.ledger.InsertRecordClaim(ctx, in, c.Name, id)
@@ -53,7 +53,7 @@ func (d *Daemon) claimRecord(ctx context.Context, p *partnerRT, sess *sftpconn.S
 // holdHostileRecord holds a hostile entry of a read-only site: recorded
 // (so it is held once, not at every listing) under a generated claimed
 // path that names no file, and held unread like any hostile entry.
-func (d *Daemon) holdHostileRecord(ctx context.Context, p *partnerRT, sess *sftpconn.Session, h partners.Skipped) error {
+func (d *claimStage) holdHostileRecord(ctx context.Context, p *partnerRT, sess *sftpconn.Session, h partners.Skipped) error {
 	var b [4]byte
 	_, _ = rand.Read(b[:])
 	gen := fmt.Sprintf("%s%s-%d-%s", partners.HostilePrefix, h.Reason, time.Now().UnixNano(), hex.EncodeToString(b[:]))
