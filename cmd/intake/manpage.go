@@ -141,7 +141,7 @@ the systemd unit's environment (the database URL and the secrets the config name
 the spool of the packaged config
 .TP
 .I /usr/share/doc/intake/
-install.md, the example config, grants.sql and the Prometheus alert rules
+install.md, the example config, grants.sql, the Prometheus alert rules and the changelog
 .SH SEE ALSO
 .BR systemctl (1),
 .BR journalctl (1),
