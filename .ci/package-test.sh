@@ -5,6 +5,8 @@
 #     /usr/bin/intake is static, trimmed and reports the package's version;
 #   - dpkg -r removes the binary and unit and keeps the config; dpkg -P
 #     removes /etc/intake and the spool (the system user stays, by design).
+#   - it carries docs/CHANGELOG.md as changelog.gz and a changelog.Debian.gz
+#     for its version (packaging/changelog.sh).
 # A leftover install from an interrupted run is purged first.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -32,10 +34,22 @@ trap 'rm -f "$tmpout"' EXIT
 listing=$(dpkg-deb -c "$deb")
 for f in ./usr/bin/intake ./usr/lib/systemd/system/intake.service ./usr/share/doc/intake/copyright \
   ./usr/share/bash-completion/completions/intake ./usr/share/zsh/vendor-completions/_intake \
-  ./usr/share/fish/vendor_completions.d/intake.fish ./usr/share/man/man1/intake.1.gz; do
+  ./usr/share/fish/vendor_completions.d/intake.fish ./usr/share/man/man1/intake.1.gz \
+  ./usr/share/doc/intake/changelog.gz ./usr/share/doc/intake/changelog.Debian.gz; do
   awk '{print $NF}' <<<"$listing" | grep -qxF "$f" || fail "dpkg-deb -c lists no $f"
 done
-ok "dpkg-deb -c: binary, unit, copyright, bash, zsh and fish completion, man page"
+ok "dpkg-deb -c: binary, unit, copyright, bash, zsh and fish completion, man page, changelogs"
+
+# The changelogs (Debian policy 12.7): changelog.gz is docs/CHANGELOG.md;
+# changelog.Debian.gz opens with this version and keeps to 80 columns.
+member() { dpkg-deb --fsys-tarfile "$deb" | tar -xO "$1" | zcat; }
+member ./usr/share/doc/intake/changelog.gz | cmp -s - docs/CHANGELOG.md || fail "changelog.gz is not docs/CHANGELOG.md"
+debchangelog=$(member ./usr/share/doc/intake/changelog.Debian.gz)
+[[ "$(head -1 <<<"$debchangelog")" == "intake ($VERSION) stable; urgency=low" ]] ||
+  fail "changelog.Debian.gz does not open with intake ($VERSION): $(head -1 <<<"$debchangelog")"
+grep -qE '^ -- .+ <.+>  [A-Z][a-z]{2}, [0-9]{2} [A-Z][a-z]{2} [0-9]{4} ' <<<"$debchangelog" || fail "changelog.Debian.gz has no trailer line"
+! awk 'length > 80' <<<"$debchangelog" | grep -q . || fail "changelog.Debian.gz has lines over 80 columns"
+ok "changelog.gz is docs/CHANGELOG.md; changelog.Debian.gz opens with $VERSION"
 
 # A snapshot version sorts by its commit's time under dpkg: an older
 # snapshot (of a commit with a higher hash) is lower, and every snapshot

@@ -25,30 +25,26 @@ import (
 )
 
 // checkCommand is `intake check`.
-var checkCommand = &command{
-	Command: &cobra.Command{
+func checkCommand() *cobra.Command {
+	var path string
+	cmd := &cobra.Command{
 		Use:     "check --config FILE",
 		Short:   "validate the config, probe every partner, the database and target tables",
 		Example: "intake check --config /etc/intake/intake.yaml",
-	},
-	required: []string{"config"},
-	run:      cmdCheck,
+	}
+	configFlag(cmd, &path, "config file (YAML)")
+	return runs(cmd, func(_ []string, stdout, stderr io.Writer) int { return cmdCheck(path, stdout, stderr) })
 }
 
 // cmdCheck validates the config and probes each partner, the database and
 // the target tables. It exits non-zero naming what to fix.
-func cmdCheck(args []string, stdout, stderr io.Writer) int {
-	fs := newFlags("check", stderr)
-	path := fs.String("config", "", "config file (YAML)")
-	if err := parseFlags(fs, args); err != nil {
-		return 2
-	}
-	cfg, err := config.Load(*path)
+func cmdCheck(path string, stdout, stderr io.Writer) int {
+	cfg, err := config.Load(path)
 	if err != nil {
 		fmt.Fprintln(stderr, "FAIL config:", err)
 		return 2 // a config error, as for every command
 	}
-	fmt.Fprintf(stdout, "ok   config %s (%d partners, worker %s)\n", *path, len(cfg.Partners), cfg.WorkerID)
+	fmt.Fprintf(stdout, "ok   config %s (%d partners, worker %s)\n", path, len(cfg.Partners), cfg.WorkerID)
 	if unset := unsetEnvs(cfg); len(unset) > 0 {
 		// The daemon would stop at each of these, some only when a
 		// partner is first polled or a webhook first sent: name them all

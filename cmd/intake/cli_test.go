@@ -2,7 +2,7 @@ package main
 
 import (
 	"bytes"
-	"flag"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -21,8 +21,8 @@ func runSplit(args ...string) (int, string, string) {
 // command declares with its default (or that it is required) and an
 // example, and exits 0.
 func TestHelpListsEveryFlagWithItsDefaultAndAnExample(t *testing.T) {
-	for _, c := range commands {
-		code, byFlag, _ := runSplit(append(append([]string{c.Name()}, c.helpArgs...), "-h")...)
+	for _, c := range newRoot(io.Discard, io.Discard).Commands() {
+		code, byFlag, _ := runSplit(c.Name(), "-h")
 		if code != 0 {
 			t.Fatalf("%s -h: exit %d", c.Name(), code)
 		}
@@ -33,7 +33,7 @@ func TestHelpListsEveryFlagWithItsDefaultAndAnExample(t *testing.T) {
 		if !strings.Contains(byHelp, "Usage:\n  intake "+c.Name()) || !strings.Contains(byHelp, "Example:\n  "+c.Example) {
 			t.Fatalf("help %s lacks the synopsis or the example:\n%s", c.Name(), byHelp)
 		}
-		for _, f := range flagList(c) {
+		for _, f := range commandFlags(c) {
 			line := lineWith(byHelp, "  --"+f.Name+" ")
 			if line == "" || !(strings.Contains(line, "(default: ") || strings.Contains(line, "(required")) {
 				t.Fatalf("help %s: flag --%s without its default: %q\n%s", c.Name(), f.Name, line, byHelp)
@@ -86,6 +86,14 @@ func TestEachMissingRequiredFlagIsNamed(t *testing.T) {
 		if len(c.missing) > 0 && !strings.Contains(errs, "e.g. intake "+c.args[0]) {
 			t.Fatalf("%v: no example:\n%s", c.args, errs)
 		}
+	}
+	// A long flag takes two dashes: one is refused, naming the spelling.
+	if code, _, errs := runSplit("status", "-config", "x.yaml"); code != 2 || !strings.Contains(errs, "two dashes: --config") {
+		t.Fatalf("status -config: exit %d, want 2 naming --config:\n%s", code, errs)
+	}
+	// Flags may come before the intake id.
+	if code, _, errs := runSplit("quarantine", "release", "--config", "x.yaml", "7"); code != 2 || !strings.Contains(errs, "intake quarantine release: --reason TEXT is required") {
+		t.Fatalf("quarantine release --config x.yaml 7: exit %d\n%s", code, errs)
 	}
 	// quarantine list needs no --reason
 	if _, _, errs := runSplit("quarantine", "list", "--config", "/nonexistent.yaml"); strings.Contains(errs, "--reason") {
@@ -248,12 +256,13 @@ func TestManPageAndFishCompletionCoverEveryCommand(t *testing.T) {
 	// groff's utf8 device renders a hyphen as U+2010 and a minus as U+2212;
 	// \- in the page is a minus, which copies as "-" in a terminal.
 	text := strings.NewReplacer("\u2212", "-", "\u2010", "-").Replace(rendered.String())
-	for _, c := range visibleCommands() {
+	tree := newRoot(io.Discard, io.Discard)
+	for _, c := range visibleCommands(tree) {
 		head := lineWith(text, "   intake "+c.Name())
-		if head == "" || !strings.HasPrefix(strings.TrimSpace(head), strings.TrimSpace("intake "+c.Name()+" "+c.synopsis())) {
+		if head == "" || !strings.HasPrefix(strings.TrimSpace(head), strings.TrimSpace("intake "+c.Name()+" "+synopsis(c))) {
 			t.Errorf("man page: no section for intake %s (%q)", c.Name(), head)
 		}
-		for _, f := range flagList(c) {
+		for _, f := range commandFlags(c) {
 			if !strings.Contains(text, "--"+f.Name) {
 				t.Errorf("man page: intake %s: no --%s", c.Name(), f.Name)
 			}
@@ -307,7 +316,7 @@ func TestManPageAndFishCompletionCoverEveryCommand(t *testing.T) {
 		}
 		return strings.Join(words, " ")
 	}
-	if got, want := complete("intake "), strings.Join(commandNames(), " "); got != want {
+	if got, want := complete("intake "), strings.Join(commandNames(tree), " "); got != want {
 		t.Errorf("fish completes %q as %q, want every command: %q", "intake ", got, want)
 	}
 	for _, c := range []struct{ line, want string }{
@@ -325,22 +334,13 @@ func TestManPageAndFishCompletionCoverEveryCommand(t *testing.T) {
 			t.Errorf("fish completes %q as %q, want %q", c.line, got, c.want)
 		}
 	}
-	for _, c := range visibleCommands() {
-		for _, f := range flagList(c) {
-			if got := complete("intake " + strings.Join(append([]string{c.Name()}, c.helpArgs...), " ") + " --" + f.Name); !slices.Contains(strings.Fields(got), "--"+f.Name) {
+	for _, c := range visibleCommands(tree) {
+		for _, f := range commandFlags(c) {
+			if got := complete("intake " + c.Name() + " --" + f.Name); !slices.Contains(strings.Fields(got), "--"+f.Name) {
 				t.Errorf("fish does not complete intake %s --%s: %q", c.Name(), f.Name, got)
 			}
 		}
 	}
-}
-
-// flagList is a command's flags in order of name.
-func flagList(c *command) []*flag.Flag {
-	var fl []*flag.Flag
-	if fs := flagsOf(c); fs != nil {
-		fs.VisitAll(func(f *flag.Flag) { fl = append(fl, f) })
-	}
-	return fl
 }
 
 // asCLIEnv makes the test binary run as intake (TestMain).

@@ -1,8 +1,6 @@
 package main
 
 import (
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -10,104 +8,75 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 )
 
-// command is one `intake` subcommand: its cobra command (Use: its name
-// and synopsis, Short: its summary, Example, Hidden: left out of the usage
-// text, the man page and the completion, a command the build runs), what
-// its help and usage errors say about its flags, and the function that
-// runs it. The flags themselves are declared by the command's own
-// function on a flag set from newFlags (one place per flag); help and
-// completion read that set by asking the command for -h (flagsOf). Each
-// command's entry is beside its function.
-type command struct {
-	*cobra.Command
-	// required flags: each one missing is named in the error (exit 2).
-	required []string
-	// subs are sub-commands (quarantine list|show|…), with flags required
-	// by some of them only.
-	subs        []string
-	subRequired map[string][]string
-	// helpArgs reach the command's flag set before -h (replay wants an id first).
-	helpArgs []string
-	run      func(args []string, stdout, stderr io.Writer) int
+// commands are intake's commands, in the order of the usage text: each
+// builds its cobra command (Use: its name and synopsis, Short: its
+// summary, Example, Hidden: left out of the usage text, the man page and
+// the completion) with its flags declared on it and what it runs (runs).
+// Each one is beside its function; the tree (tree.go) adds help.
+var commands = []func() *cobra.Command{
+	versionCommand,
+	demoCommand,
+	runCommand,
+	migrateCommand,
+	checkCommand,
+	reconcileCommand,
+	statusCommand,
+	expectCommand,
+	quarantineCommand,
+	planCommand,
+	approveCommand,
+	rejectCommand,
+	replayCommand,
+	notifyCommand,
+	grantsCommand,
+	purgeCommand,
+	auditCommand,
+	healthcheckCommand,
+	completionCommand,
+	manCommand,
 }
 
-// synopsis is what follows "intake NAME" in a synopsis.
-func (c *command) synopsis() string {
-	return strings.TrimSpace(strings.TrimPrefix(c.Use, c.Name()))
-}
-
-// commands is the registry, in the order of the usage text. Set in init:
-// help and completion read it.
-var commands []*command
-
-func init() {
-	commands = []*command{
-		versionCommand,
-		demoCommand,
-		runCommand,
-		migrateCommand,
-		checkCommand,
-		reconcileCommand,
-		statusCommand,
-		expectCommand,
-		quarantineCommand,
-		planCommand,
-		approveCommand,
-		rejectCommand,
-		replayCommand,
-		notifyCommand,
-		grantsCommand,
-		purgeCommand,
-		auditCommand,
-		healthcheckCommand,
-		completionCommand,
-		manCommand,
-		helpCommand,
+// runs makes fn cmd's RunE: fn gets the arguments left after the flags
+// and the tree's stdout and stderr, and returns the exit code.
+func runs(cmd *cobra.Command, fn func(args []string, stdout, stderr io.Writer) int) *cobra.Command {
+	cmd.DisableFlagsInUseLine = true // each Use spells its flags
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		if code := fn(args, cmd.OutOrStdout(), cmd.ErrOrStderr()); code != 0 {
+			return exitError(code)
+		}
+		return nil
 	}
+	return cmd
 }
 
 // demoCommand is `intake demo`.
-var demoCommand = &command{
-	Command: &cobra.Command{
+func demoCommand() *cobra.Command {
+	var once bool
+	cmd := &cobra.Command{
 		Use:     "demo [--once]",
 		Short:   "run the built-in demo (throwaway PostgreSQL, in-process SFTP site; built with -tags demo)",
 		Example: "go run -tags demo ./cmd/intake demo --once",
-	},
-	run: cmdDemo,
-}
-
-func lookup(name string) *command {
-	for _, c := range commands {
-		if c.Name() == name {
-			return c
-		}
 	}
-	return nil
+	cmd.Flags().BoolVar(&once, "once", false, "exit after the example files are processed and summarised")
+	return runs(cmd, func(_ []string, stdout, stderr io.Writer) int { return cmdDemo(once, stdout, stderr) })
 }
 
-// newFlags is the flag set of a command (name is its flag set name:
-// "run", "quarantine release"), kept for flagsOf. After a flag error it
-// points at the command's help (run() answers -h itself).
-func newFlags(name string, stderr io.Writer) *flag.FlagSet {
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "run \"intake help %s\" for every flag of intake %s\n", strings.Fields(name)[0], name)
-	}
-	declaredMu.Lock()
-	declared[strings.Fields(name)[0]] = fs
-	declaredMu.Unlock()
-	return fs
-}
-
-var (
-	declaredMu sync.Mutex
-	declared   = map[string]*flag.FlagSet{}
+// The annotations of a flag that help, the man page and checkFlags read
+// (a flag every use of the command needs is cobra's MarkFlagRequired).
+const (
+	// annDefault: the default help shows, for one the flag's value is
+	// not (--config's comes from the environment when the command runs).
+	annDefault = "intake_default"
+	// annRequiredBy: the sub-commands that need the flag.
+	annRequiredBy = "intake_required_by"
+	// annSubs (a command's annotation): its sub-commands, space-separated
+	// (quarantine list|show|…), taken as its first argument.
+	annSubs = "intake_subs"
 )
 
 // configEnv names the config file when --config is not given; without it,
@@ -124,157 +93,167 @@ func defaultConfigPath() string {
 	return defaultConfig
 }
 
-// errMissing: a required flag was not given (the error named each one).
-var errMissing = errors.New("missing required flags")
+// configFlag declares the --config a command needs: not given, it is
+// $INTAKE_CONFIG, else defaultConfig (checkFlags sets it).
+func configFlag(cmd *cobra.Command, p *string, usage string) {
+	cmd.Flags().StringVar(p, "config", "", usage)
+	cmd.Flags().SetAnnotation("config", annDefault, []string{"$" + configEnv + ", else " + defaultConfig})
+}
 
-// parseFlags parses args and names every required flag that is missing,
-// with the command's example, on the flag set's output.
-func parseFlags(fs *flag.FlagSet, args []string) error {
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	name := fs.Name()
-	c := lookup(strings.Fields(name)[0])
-	if c == nil {
-		return nil
-	}
-	req := c.required
-	if f := strings.Fields(name); len(f) > 1 {
-		req = append(append([]string(nil), req...), c.subRequired[f[1]]...)
-	}
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	if !set["config"] && fs.Lookup("config") != nil && slices.Contains(req, "config") {
-		// A command that needs a config reads $INTAKE_CONFIG, else the
-		// packaged path, when --config is not given.
+// requiredBy declares that the sub-commands subs of cmd need the flag.
+func requiredBy(cmd *cobra.Command, flag string, subs ...string) {
+	cmd.Flags().SetAnnotation(flag, annRequiredBy, subs)
+}
+
+// subsOf are a command's sub-commands (its first argument).
+func subsOf(cmd *cobra.Command) []string { return strings.Fields(cmd.Annotations[annSubs]) }
+
+// checkFlags runs before every command (the root's PersistentPreRunE):
+// --config takes its default, and every required flag that is missing
+// (MarkFlagRequired, or required by the sub-command given) is named with
+// the command's example; exit 2.
+func checkFlags(cmd *cobra.Command, args []string) error {
+	fs := cmd.Flags()
+	if f := fs.Lookup("config"); f != nil && !f.Changed && f.Annotations[annDefault] != nil {
 		if err := fs.Set("config", defaultConfigPath()); err != nil {
 			return err
 		}
-		set["config"] = true
+	}
+	name, sub := cmd.Name(), ""
+	if len(args) > 0 && slices.Contains(subsOf(cmd), args[0]) {
+		sub = args[0]
+		name += " " + sub
 	}
 	missing := 0
-	for _, r := range req {
-		if set[r] {
-			continue
+	fs.VisitAll(func(f *pflag.Flag) {
+		if f.Changed || (f.Annotations[cobra.BashCompOneRequiredFlag] == nil && (sub == "" || !slices.Contains(f.Annotations[annRequiredBy], sub))) {
+			return
 		}
 		missing++
 		arg := ""
-		if f := fs.Lookup(r); f != nil {
-			arg = " " + argName(f)
+		if a := argName(f); a != "" {
+			arg = " " + a
 		}
-		fmt.Fprintf(fs.Output(), "intake %s: --%s%s is required\n", name, r, arg)
-	}
+		fmt.Fprintf(cmd.ErrOrStderr(), "intake %s: --%s%s is required\n", name, f.Name, arg)
+	})
 	if missing > 0 {
-		fmt.Fprintf(fs.Output(), "e.g. %s\n(intake help %s lists every flag)\n", c.Example, c.Name())
-		return errMissing
+		fmt.Fprintf(cmd.ErrOrStderr(), "e.g. %s\n(intake help %s lists every flag)\n", cmd.Example, cmd.Name())
+		return exitError(2)
 	}
 	return nil
 }
 
+// flagError is every command's answer to a flag it cannot parse (exit 2).
+// A long flag given one dash (-config, as Go's flag package took it)
+// reaches pflag as shorthands: the error says how to spell it.
+func flagError(cmd *cobra.Command, err error) error {
+	hint := ""
+	if _, arg, ok := strings.Cut(err.Error(), " in -"); ok {
+		name, _, _ := strings.Cut(arg, "=")
+		if cmd.Flags().Lookup(name) != nil {
+			hint = " (a long flag takes two dashes: --" + name + ")"
+		}
+	}
+	fmt.Fprintf(cmd.ErrOrStderr(), "intake %s: %v%s\nrun \"intake help %s\" for every flag of intake %s\n", cmd.Name(), err, hint, cmd.Name(), cmd.Name())
+	return exitError(2)
+}
+
 // idArg takes the intake id that leads args ("intake approve 42 --…").
-func idArg(cmd string, args []string, stderr io.Writer) (int64, []string, bool) {
-	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
-		fmt.Fprintf(stderr, "intake %s: give the intake id first (intake help %s)\n", cmd, strings.Fields(cmd)[0])
-		return 0, nil, false
+func idArg(cmd string, args []string, stderr io.Writer) (int64, bool) {
+	if len(args) == 0 {
+		fmt.Fprintf(stderr, "intake %s: give the intake id (intake help %s)\n", cmd, strings.Fields(cmd)[0])
+		return 0, false
 	}
 	id, err := strconv.ParseInt(args[0], 10, 64)
 	if err != nil || id <= 0 {
 		fmt.Fprintf(stderr, "intake %s: %q is not an intake id\n", cmd, args[0])
-		return 0, nil, false
+		return 0, false
 	}
-	return id, args[1:], true
-}
-
-// flagsOf is the flag set a command declares, got by running it with -h
-// (output discarded): the flag package answers -h before the command does
-// anything. nil for a command without flags.
-func flagsOf(c *command) *flag.FlagSet {
-	if c.Name() == "help" || c.Name() == "completion" || c.Name() == "man" {
-		return nil
-	}
-	declaredMu.Lock()
-	fs := declared[c.Name()]
-	declaredMu.Unlock()
-	if fs != nil {
-		return fs
-	}
-	c.run(append(append([]string(nil), c.helpArgs...), "-h"), io.Discard, io.Discard)
-	declaredMu.Lock()
-	defer declaredMu.Unlock()
-	return declared[c.Name()]
+	return id, true
 }
 
 // argNames are the placeholders of flags whose value is not self-evident.
 var argNames = map[string]string{"config": "FILE", "partner": "ID", "reason": "TEXT", "actor": "NAME", "winner": "new|old", "limit": "N",
 	"database": "NAME", "daemon-role": "ROLE", "ops-role": "ROLE", "purge-role": "ROLE"}
 
-func argName(f *flag.Flag) string {
-	if isBool(f) {
+func argName(f *pflag.Flag) string {
+	if f.Value.Type() == "bool" {
 		return ""
 	}
 	if n, ok := argNames[f.Name]; ok {
 		return n
 	}
-	n, _ := flag.UnquoteUsage(f)
+	n, _ := pflag.UnquoteUsage(f)
 	return strings.ToUpper(n)
 }
 
-func isBool(f *flag.Flag) bool {
-	b, ok := f.Value.(interface{ IsBoolFlag() bool })
-	return ok && b.IsBoolFlag()
-}
-
-// printHelp is a command's help: synopsis, every flag with its default
-// (or that it is required), the global flags and an example.
-func printHelp(w io.Writer, c *command, fs *flag.FlagSet) {
-	fmt.Fprintf(w, "intake %s: %s\n\nUsage:\n  intake %s %s\n", c.Name(), c.Short, c.Name(), c.synopsis())
-	if fs != nil {
-		required := map[string]string{}
-		for _, r := range c.required {
-			required[r] = "required"
+// commandFlags are a command's own flags, in order of name, without
+// cobra's --help (-h is in every command's help).
+func commandFlags(cmd *cobra.Command) []*pflag.Flag {
+	var fl []*pflag.Flag
+	cmd.LocalFlags().VisitAll(func(f *pflag.Flag) {
+		if f.Name != "help" {
+			fl = append(fl, f)
 		}
-		if _, ok := required["config"]; ok {
-			required["config"] = "default: $" + configEnv + ", else " + defaultConfig
-		}
-		bySub := map[string][]string{}
-		for _, sub := range c.subs {
-			for _, r := range c.subRequired[sub] {
-				bySub[r] = append(bySub[r], sub)
-			}
-		}
-		for r, subs := range bySub {
-			if _, ok := required[r]; !ok {
-				required[r] = "required by " + strings.Join(subs, " and ")
-			}
-		}
-		fmt.Fprintln(w, "\nFlags:")
-		var rows [][2]string
-		fs.VisitAll(func(f *flag.Flag) {
-			left := "--" + f.Name
-			if a := argName(f); a != "" {
-				left += " " + a
-			}
-			_, use := flag.UnquoteUsage(f)
-			rows = append(rows, [2]string{left, use + " (" + defaultOf(f, required) + ")"})
-		})
-		printRows(w, rows)
-	}
-	fmt.Fprintln(w, "\nGlobal flags (before or after the command):")
-	printRows(w, [][2]string{
-		{"--log-level LEVEL", "debug, info, warn or error (default: info)"},
-		{"--log-format FORMAT", "json or text (default: text on a terminal, else json)"},
 	})
-	fmt.Fprintf(w, "\nExample:\n  %s\n", c.Example)
+	return fl
 }
 
-func defaultOf(f *flag.Flag, required map[string]string) string {
-	if r, ok := required[f.Name]; ok {
-		return r
-	}
-	if f.DefValue == "" {
+// flagDefault is what a command's help says of a flag's default: that it
+// is required (by which sub-commands), its annotated default, or its value.
+func flagDefault(cmd *cobra.Command, f *pflag.Flag) string {
+	switch {
+	case f.Annotations[cobra.BashCompOneRequiredFlag] != nil:
+		return "required"
+	case f.Annotations[annDefault] != nil:
+		return "default: " + f.Annotations[annDefault][0]
+	case f.Annotations[annRequiredBy] != nil:
+		return "required by " + strings.Join(f.Annotations[annRequiredBy], " and ")
+	case f.DefValue == "":
 		return "default: none"
 	}
 	return "default: " + f.DefValue
+}
+
+// helpTemplate is cobra's help for every command: the usage text for
+// intake itself, else the synopsis, every flag with its default (or that
+// it is required), the global flags and an example.
+const helpTemplate = `{{if .HasParent}}intake {{.Name}}: {{.Short}}
+
+Usage:
+  {{.UseLine}}
+{{flagRows .}}
+Global flags (before or after the command):
+  --log-level LEVEL    debug, info, warn or error (default: info)
+  --log-format FORMAT  json or text (default: text on a terminal, else json)
+
+Example:
+  {{.Example}}
+{{else}}{{usageText .}}{{end}}`
+
+func init() {
+	cobra.AddTemplateFunc("flagRows", flagRows)
+	cobra.AddTemplateFunc("usageText", usageText)
+}
+
+// flagRows is the Flags: section of a command's help, "" without flags.
+func flagRows(cmd *cobra.Command) string {
+	var rows [][2]string
+	for _, f := range commandFlags(cmd) {
+		left := "--" + f.Name
+		if a := argName(f); a != "" {
+			left += " " + a
+		}
+		_, use := pflag.UnquoteUsage(f)
+		rows = append(rows, [2]string{left, use + " (" + flagDefault(cmd, f) + ")"})
+	}
+	if len(rows) == 0 {
+		return ""
+	}
+	var b strings.Builder
+	b.WriteString("\nFlags:\n")
+	printRows(&b, rows)
+	return b.String()
 }
 
 func printRows(w io.Writer, rows [][2]string) {
@@ -287,13 +266,13 @@ func printRows(w io.Writer, rows [][2]string) {
 	}
 }
 
-// usageText is `intake help`: every command with its synopsis.
-func usageText() string {
+// usageText is `intake help`: every command of the tree with its synopsis.
+func usageText(root *cobra.Command) string {
 	var b strings.Builder
 	b.WriteString("intake: partner files from SFTP into PostgreSQL, exactly once in effect.\n\n")
 	b.WriteString("Usage:\n  intake [--log-level L] [--log-format F] COMMAND [flags]\n\nCommands:\n")
 	var rows [][2]string
-	for _, c := range visibleCommands() {
+	for _, c := range visibleCommands(root) {
 		rows = append(rows, [2]string{c.Name(), c.Short})
 	}
 	printRows(&b, rows)
@@ -317,49 +296,42 @@ The database URL is read from the environment variable named by database.url_env
 }
 
 // helpCommand is `intake help`.
-var helpCommand = &command{
-	Command: &cobra.Command{
+func helpCommand() *cobra.Command {
+	return &cobra.Command{
 		Use:     "help [COMMAND]",
 		Short:   "this text, or a command's flags with their defaults and an example",
 		Example: "intake help run",
-	},
-	run: cmdHelp,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				fmt.Fprint(cmd.OutOrStdout(), usageText(cmd.Root()))
+				return nil
+			}
+			c := findCommand(cmd.Root(), args[0])
+			if c == nil || len(args) > 1 {
+				fmt.Fprintf(cmd.ErrOrStderr(), "intake help: no command %q\n\n%s", strings.Join(args, " "), usageText(cmd.Root()))
+				return exitError(2)
+			}
+			return c.Help()
+		},
+	}
 }
 
-// cmdHelp prints the usage, or one command's help.
-func cmdHelp(args []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 {
-		fmt.Fprint(stdout, usageText())
-		return 0
-	}
-	c := lookup(args[0])
-	if c == nil || len(args) > 1 {
-		fmt.Fprintf(stderr, "intake help: no command %q\n\n%s", strings.Join(args, " "), usageText())
-		return 2
-	}
-	printHelp(stdout, c, flagsOf(c))
-	return 0
-}
-
-// wantsHelp: -h, -help or --help among args (before a "--").
-func wantsHelp(args []string) bool {
-	for _, a := range args {
-		switch a {
-		case "--":
-			return false
-		case "-h", "-help", "--help":
-			return true
+// findCommand is root's command named name, or nil.
+func findCommand(root *cobra.Command, name string) *cobra.Command {
+	for _, c := range root.Commands() {
+		if c.Name() == name {
+			return c
 		}
 	}
-	return false
+	return nil
 }
 
-// visibleCommands are the registry's commands an operator runs, in its
+// visibleCommands are the tree's commands an operator runs, in its
 // order: the usage text, the man page and the completions list these.
-func visibleCommands() []*command {
-	var cs []*command
-	for _, c := range commands {
-		if !c.Hidden {
+func visibleCommands(root *cobra.Command) []*cobra.Command {
+	var cs []*cobra.Command
+	for _, c := range root.Commands() {
+		if !c.Hidden && c.Name() != cobra.ShellCompRequestCmd && c.Name() != cobra.ShellCompNoDescRequestCmd {
 			cs = append(cs, c)
 		}
 	}
@@ -367,11 +339,16 @@ func visibleCommands() []*command {
 }
 
 // commandNames, sorted (completion): the visible commands.
-func commandNames() []string {
+func commandNames(root *cobra.Command) []string {
 	var ns []string
-	for _, c := range visibleCommands() {
+	for _, c := range visibleCommands(root) {
 		ns = append(ns, c.Name())
 	}
 	sort.Strings(ns)
 	return ns
+}
+
+// synopsis is what follows "intake NAME" in a synopsis.
+func synopsis(cmd *cobra.Command) string {
+	return strings.TrimSpace(strings.TrimPrefix(cmd.Use, cmd.Name()))
 }

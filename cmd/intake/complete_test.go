@@ -30,6 +30,17 @@ func candidates(t *testing.T, args ...string) []string {
 	return cs
 }
 
+// nonFlags are the candidates that are not flags.
+func nonFlags(cs []string) []string {
+	var out []string
+	for _, c := range cs {
+		if !strings.HasPrefix(c, "-") {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
 // A partner id completes from the config, an intake id from the database
 // (only the rows in the states the command acts on); without a database,
 // or a config, the completion is silently empty.
@@ -70,9 +81,13 @@ func TestCompletionOfPartnerAndIntakeIDs(t *testing.T) {
 		{[]string{"reject", "--reason", "x", ""}, ids["awaiting_approval"]},
 		{[]string{"replay", ""}, ids["archived"]},
 	} {
-		if got := candidates(t, c.args...); !slices.Equal(got, []string{c.want}) {
+		if got := nonFlags(candidates(t, c.args...)); !slices.Equal(got, []string{c.want}) {
 			t.Errorf("%q: %q, want %q", c.args, got, c.want)
 		}
+	}
+	// cobra offers the required flags not yet given beside the ids
+	if got := candidates(t, "approve", "--reason", "x", ""); !slices.Contains(got, "--plan-hash") || slices.Contains(got, "--reason") {
+		t.Errorf("approve --reason x: %q, want --plan-hash offered, not --reason", got)
 	}
 	// plan show: the awaiting file among others
 	if got := candidates(t, "plan", "show", ""); !slices.Contains(got, ids["awaiting_approval"]) || slices.Contains(got, ids["claimed"]) {
@@ -82,7 +97,7 @@ func TestCompletionOfPartnerAndIntakeIDs(t *testing.T) {
 	// A database that does not answer, a config that does not load:
 	// nothing, exit 0.
 	t.Setenv("INTAKE_DATABASE_URL", "postgres://nobody@127.0.0.1:1/none?connect_timeout=1")
-	if got := candidates(t, "approve", ""); len(got) != 0 {
+	if got := nonFlags(candidates(t, "approve", "")); len(got) != 0 {
 		t.Errorf("approve without a database: %q", got)
 	}
 	missing := filepath.Join(t.TempDir(), "missing.yaml")

@@ -17,15 +17,10 @@ import (
 	"github.com/partner-intake/partner-intake/cmd/intake/internal/demo"
 )
 
-func cmdDemo(args []string, stdout, stderr io.Writer) int {
-	fs := newFlags("demo", stderr)
-	once := fs.Bool("once", false, "exit after the example files are processed and summarised")
-	if err := parseFlags(fs, args); err != nil {
-		return 2
-	}
+func cmdDemo(once bool, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	if err := demo.Run(ctx, demo.Options{Once: *once, Out: stdout, Log: stderr}); err != nil {
+	if err := demo.Run(ctx, demo.Options{Once: once, Out: stdout, Log: stderr}); err != nil {
 		fmt.Fprintln(stderr, "intake demo:", err)
 		return 1
 	}

@@ -24,50 +24,54 @@ const (
 )
 
 // grantsCommand is `intake grants`.
-var grantsCommand = &command{
-	Command: &cobra.Command{
+func grantsCommand() *cobra.Command {
+	var f grantsFlags
+	cmd := &cobra.Command{
 		Use:     "grants --database NAME [--config FILE] [--daemon-role R] [--ops-role R] [--purge-role R] [--four-eyes]",
 		Short:   "print the SQL that gives the daemon's, the ops and the purge role only the rights their jobs need",
 		Example: "intake grants --database intake --ops-role intake_ops | psql -d intake -U intake_owner",
-	},
-	run: cmdGrants,
+	}
+	fs := cmd.Flags()
+	fs.StringVar(&f.path, "config", "", "config file (YAML): adds the daemon's grants on its feeds' target tables, and the database name of its URL")
+	fs.StringVar(&f.database, "database", "", "the database intake's tables are in; with --config, its URL's database unless given")
+	fs.StringVar(&f.daemon, "daemon-role", defaultDaemonRole, "the role intake run connects as")
+	fs.StringVar(&f.opsRole, "ops-role", defaultOpsRole, "the role of the ops commands (a NOLOGIN group granted to each person, best)")
+	fs.StringVar(&f.purge, "purge-role", defaultPurgeRole, "the role intake purge connects as")
+	fs.BoolVar(&f.fourEyes, "four-eyes", false, "the database refuses an approval by whoever released or requested the file (default: the config's ops.four_eyes)")
+	return runs(cmd, func(_ []string, stdout, stderr io.Writer) int { return cmdGrants(f, cmd.Example, stdout, stderr) })
+}
+
+// grantsFlags are intake grants' flags.
+type grantsFlags struct {
+	path, database, daemon, opsRole, purge string
+	fourEyes                               bool
 }
 
 // cmdGrants prints the SQL that gives the daemon's, the ops and the purge
 // role their rights (intake/ledger/grants.sql), and with --config the
 // daemon's rights on the config's target tables. It connects to nothing.
-func cmdGrants(args []string, stdout, stderr io.Writer) int {
-	fs := newFlags("grants", stderr)
-	path := fs.String("config", "", "config file (YAML): adds the daemon's grants on its feeds' target tables, and the database name of its URL")
-	database := fs.String("database", "", "the database intake's tables are in; with --config, its URL's database unless given")
-	daemon := fs.String("daemon-role", defaultDaemonRole, "the role intake run connects as")
-	opsRole := fs.String("ops-role", defaultOpsRole, "the role of the ops commands (a NOLOGIN group granted to each person, best)")
-	purge := fs.String("purge-role", defaultPurgeRole, "the role intake purge connects as")
-	fourEyes := fs.Bool("four-eyes", false, "the database refuses an approval by whoever released or requested the file (default: the config's ops.four_eyes)")
-	if err := parseFlags(fs, args); err != nil {
-		return 2
-	}
+func cmdGrants(f grantsFlags, example string, stdout, stderr io.Writer) int {
 	var cfg *config.File
-	if *path != "" {
+	if f.path != "" {
 		var err error
-		if cfg, err = config.Load(*path); err != nil {
+		if cfg, err = config.Load(f.path); err != nil {
 			fmt.Fprintln(stderr, "intake grants:", err)
 			return 2
 		}
-		*fourEyes = *fourEyes || cfg.Ops.FourEyes
-		if *database == "" {
+		f.fourEyes = f.fourEyes || cfg.Ops.FourEyes
+		if f.database == "" {
 			if url, err := cfg.DatabaseURL(); err == nil {
 				if cc, err := pgx.ParseConfig(url); err == nil {
-					*database = cc.Database
+					f.database = cc.Database
 				}
 			}
 		}
 	}
-	if *database == "" {
-		fmt.Fprintf(stderr, "intake grants: give --database NAME (or --config with a database URL that names one)\ne.g. %s\n", lookup("grants").Example)
+	if f.database == "" {
+		fmt.Fprintf(stderr, "intake grants: give --database NAME (or --config with a database URL that names one)\ne.g. %s\n", example)
 		return 2
 	}
-	roles := ledger.GrantRoles{Database: *database, Schema: migrations.Schema, Daemon: *daemon, Ops: *opsRole, Purge: *purge, FourEyes: *fourEyes}
+	roles := ledger.GrantRoles{Database: f.database, Schema: migrations.Schema, Daemon: f.daemon, Ops: f.opsRole, Purge: f.purge, FourEyes: f.fourEyes}
 	sql, err := ledger.Grants(roles)
 	if err != nil {
 		fmt.Fprintln(stderr, "intake grants:", err)
@@ -75,7 +79,7 @@ func cmdGrants(args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprint(stdout, sql)
 	if cfg != nil {
-		t, err := targetGrants(cfg.Partners, *daemon)
+		t, err := targetGrants(cfg.Partners, f.daemon)
 		if err != nil {
 			fmt.Fprintln(stderr, "intake grants:", err)
 			return 2

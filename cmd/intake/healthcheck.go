@@ -17,44 +17,49 @@ import (
 const defaultHealthURL = "http://127.0.0.1:9464/healthz"
 
 // healthcheckCommand is `intake healthcheck`.
-var healthcheckCommand = &command{
-	Command: &cobra.Command{
+func healthcheckCommand() *cobra.Command {
+	var f healthcheckFlags
+	cmd := &cobra.Command{
 		Use:     "healthcheck [--url URL] [--ready] [--timeout D]",
 		Short:   "ask a running daemon's /healthz (or /readyz): exit 0 when it answers 2xx, else 1; for a container HEALTHCHECK or an exec probe",
 		Example: "intake healthcheck --url http://127.0.0.1:9464/healthz",
-	},
-	run: cmdHealthcheck,
+	}
+	fs := cmd.Flags()
+	fs.StringVar(&f.url, "url", defaultHealthURL, "the endpoint to ask")
+	fs.BoolVar(&f.ready, "ready", false, "ask /readyz instead of /healthz (same host and port as --url)")
+	fs.DurationVar(&f.timeout, "timeout", 3*time.Second, "give up after this long")
+	return runs(cmd, func(args []string, stdout, stderr io.Writer) int { return cmdHealthcheck(f, args, stdout, stderr) })
+}
+
+// healthcheckFlags are intake healthcheck's flags.
+type healthcheckFlags struct {
+	url     string
+	ready   bool
+	timeout time.Duration
 }
 
 // cmdHealthcheck asks a running daemon's /healthz (or /readyz with
 // --ready) and exits 0 on a 2xx answer, 1 on anything else or no answer.
 // The image has no shell or curl, so its HEALTHCHECK and a Kubernetes exec
 // probe run this; it needs no config and no database.
-func cmdHealthcheck(args []string, stdout, stderr io.Writer) int {
-	fs := newFlags("healthcheck", stderr)
-	u := fs.String("url", defaultHealthURL, "the endpoint to ask")
-	ready := fs.Bool("ready", false, "ask /readyz instead of /healthz (same host and port as --url)")
-	timeout := fs.Duration("timeout", 3*time.Second, "give up after this long")
-	if err := parseFlags(fs, args); err != nil {
+func cmdHealthcheck(f healthcheckFlags, args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 {
+		fmt.Fprintf(stderr, "intake healthcheck: takes no arguments (got %q)\n", args[0])
 		return 2
 	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "intake healthcheck: takes no arguments (got %q)\n", fs.Arg(0))
-		return 2
-	}
-	target, err := url.Parse(*u)
+	target, err := url.Parse(f.url)
 	if err != nil || (target.Scheme != "http" && target.Scheme != "https") || target.Host == "" {
-		fmt.Fprintf(stderr, "intake healthcheck: --url %q: want http://HOST:PORT/PATH\n", *u)
+		fmt.Fprintf(stderr, "intake healthcheck: --url %q: want http://HOST:PORT/PATH\n", f.url)
 		return 2
 	}
-	if *ready {
+	if f.ready {
 		target.Path = "/readyz"
 	}
-	if *timeout <= 0 {
-		fmt.Fprintf(stderr, "intake healthcheck: --timeout %v: want a positive duration\n", *timeout)
+	if f.timeout <= 0 {
+		fmt.Fprintf(stderr, "intake healthcheck: --timeout %v: want a positive duration\n", f.timeout)
 		return 2
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
+	ctx, cancel := context.WithTimeout(context.Background(), f.timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, target.String(), nil)
 	if err != nil {

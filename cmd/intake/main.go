@@ -20,24 +20,25 @@ import (
 
 func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
 
-// run is the CLI: global flags, then the command of the registry
-// (commands.go) by name, run through its cobra command tree (tree.go); -h anywhere before a "--" prints the command's
-// help. Exit codes, the same for every command: 0 ok, 1 needs attention,
-// 2 usage or config error.
+// run is the CLI: global flags, then the command by name, run through
+// the cobra command tree (tree.go; each command's flags are its own, -h
+// or --help prints its help). Exit codes, the same for every command: 0
+// ok, 1 needs attention, 2 usage or config error.
 func run(args []string, stdout, stderr io.Writer) int {
+	root := newRoot(stdout, stderr)
 	if completing(args) {
 		// A shell asks for the candidates of a word (tree.go): the global
-		// flags stay where they are, cobra and the completer read them.
-		return execute(args, stdout, stderr)
+		// flags stay where they are, cobra and the completions read them.
+		return execute(root, args)
 	}
 	lc, args, err := parseGlobal(args)
 	if err != nil {
-		fmt.Fprintf(stderr, "intake: %v\n\n%s", err, usageText())
+		fmt.Fprintf(stderr, "intake: %v\n\n%s", err, usageText(root))
 		return 2
 	}
 	logCfg.Store(&lc)
 	if len(args) == 0 {
-		fmt.Fprint(stderr, usageText())
+		fmt.Fprint(stderr, usageText(root))
 		return 2
 	}
 	name, rest := args[0], args[1:]
@@ -47,16 +48,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case "-h", "-help", "--help":
 		name = "help"
 	}
-	c := lookup(name)
-	if c == nil {
-		fmt.Fprintf(stderr, "intake: unknown command %q\n%s\n%s", name, suggest(name), usageText())
+	if findCommand(root, name) == nil {
+		fmt.Fprintf(stderr, "intake: unknown command %q\n%s\n%s", name, suggest(root, name), usageText(root))
 		return 2
 	}
-	if wantsHelp(rest) {
-		printHelp(stdout, c, flagsOf(c))
-		return 0
-	}
-	return execute(append([]string{c.Name()}, rest...), stdout, stderr)
+	return execute(root, append([]string{name}, rest...))
 }
 
 // logOptions reduce every logged error to codes: PostgreSQL's texts quote

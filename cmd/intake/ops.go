@@ -31,55 +31,53 @@ func defaultActor() string {
 }
 
 // quarantineCommand is `intake quarantine`.
-var quarantineCommand = &command{
-	Command: &cobra.Command{
-		Use:     "quarantine list|show ID|release ID|discard ID --config FILE [--reason TEXT] [--actor NAME] [--winner new|old]",
-		Short:   "review held files; every decision is audited",
-		Example: `intake quarantine release 42 --config /etc/intake/intake.yaml --reason "partner confirmed the resend"`,
-	},
-	subs:        []string{"list", "show", "release", "discard"},
-	required:    []string{"config"},
-	subRequired: map[string][]string{"release": {"reason"}, "discard": {"reason"}},
-	helpArgs:    []string{"list"},
-	run:         cmdQuarantine,
+func quarantineCommand() *cobra.Command {
+	var f quarantineFlags
+	cmd := &cobra.Command{
+		Use:         "quarantine list|show ID|release ID|discard ID --config FILE [--reason TEXT] [--actor NAME] [--winner new|old]",
+		Short:       "review held files; every decision is audited",
+		Example:     `intake quarantine release 42 --config /etc/intake/intake.yaml --reason "partner confirmed the resend"`,
+		Annotations: map[string]string{annSubs: "list show release discard"},
+	}
+	fs := cmd.Flags()
+	configFlag(cmd, &f.path, "config file (YAML)")
+	fs.StringVar(&f.partner, "partner", "", "list: only this partner")
+	fs.BoolVar(&f.openOnly, "open", false, "list: only files still waiting for a decision")
+	fs.StringVar(&f.reason, "reason", "", "release/discard: why (audited)")
+	fs.StringVar(&f.actor, "actor", defaultActor(), "release/discard: who decides (audited)")
+	fs.StringVar(&f.winner, "winner", "", "release of a batch conflict: new (the held bytes win) or old")
+	requiredBy(cmd, "reason", "release", "discard")
+	return runs(cmd, func(args []string, stdout, stderr io.Writer) int { return cmdQuarantine(f, args, stdout, stderr) })
+}
+
+// quarantineFlags are intake quarantine's flags.
+type quarantineFlags struct {
+	path, partner, reason, actor, winner string
+	openOnly                             bool
 }
 
 // cmdQuarantine: list, show, release, discard held files.
-func cmdQuarantine(args []string, stdout, stderr io.Writer) int {
+func cmdQuarantine(f quarantineFlags, args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
 		fmt.Fprintln(stderr, "usage: intake quarantine list|show|release|discard --config FILE …")
 		return 2
 	}
 	sub, args := args[0], args[1:]
-	fs := newFlags("quarantine "+sub, stderr)
-	path := fs.String("config", "", "config file (YAML)")
-	partner := fs.String("partner", "", "list: only this partner")
-	openOnly := fs.Bool("open", false, "list: only files still waiting for a decision")
-	reason := fs.String("reason", "", "release/discard: why (required, audited)")
-	actor := fs.String("actor", defaultActor(), "release/discard: who decides (audited)")
-	winner := fs.String("winner", "", "release of a batch conflict: new (the held bytes win) or old")
-	id, rest := int64(0), args
-	if sub != "list" && len(args) > 0 && !strings.HasPrefix(args[0], "-") { // "-h" alone still gets help
+	id := int64(0)
+	if sub != "list" {
 		var ok bool
-		if id, rest, ok = idArg("quarantine "+sub, args, stderr); !ok {
+		if id, ok = idArg("quarantine "+sub, args, stderr); !ok {
 			return 2
 		}
 	}
-	if err := parseFlags(fs, rest); err != nil {
-		return 2
-	}
-	if sub != "list" && id == 0 {
-		fmt.Fprintf(stderr, "intake quarantine %s: give the intake id first\n", sub)
-		return 2
-	}
-	ctx, e, scope, done, code := openScoped(*path, *partner, stderr)
+	ctx, e, scope, done, code := openScoped(f.path, f.partner, stderr)
 	if e == nil {
 		return code
 	}
 	defer done()
 	switch sub {
 	case "list", "show":
-		items, err := ops.ListQuarantine(ctx, e.pool, scope, *openOnly)
+		items, err := ops.ListQuarantine(ctx, e.pool, scope, f.openOnly)
 		if err != nil {
 			fmt.Fprintln(stderr, err)
 			return 1
@@ -113,10 +111,10 @@ func cmdQuarantine(args []string, stdout, stderr io.Writer) int {
 		return 0
 	case "release", "discard":
 		request := newRequestID()
-		d := ops.Decision{IntakeID: id, Actor: *actor, Reason: *reason, Winner: *winner, Partners: scope,
+		d := ops.Decision{IntakeID: id, Actor: f.actor, Reason: f.reason, Winner: f.winner, Partners: scope,
 			Worker: intake.OpsWorker(e.cfg.WorkerID), Request: request}
-		fmt.Fprintf(stdout, "intake %d: %s by %s, request %s\n", id, sub, inert.Text(*actor), request)
-		actingAs(ctx, e, *actor, stdout)
+		fmt.Fprintf(stdout, "intake %d: %s by %s, request %s\n", id, sub, inert.Text(f.actor), request)
+		actingAs(ctx, e, f.actor, stdout)
 		var err error
 		if sub == "release" {
 			err = ops.Release(ctx, e.pool, d)
@@ -137,9 +135,9 @@ func cmdQuarantine(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "intake quarantine %s: the decision is recorded; the partner's receipt is rewritten by the next reconcile run (now: %v)\n", sub, err)
 		}
 		if sub == "release" {
-			fmt.Fprintf(stdout, "intake %d released by %s; a running daemon's reconciler picks it up within %s\n", id, inert.Text(*actor), e.cfg.Reconcile.Schedule)
+			fmt.Fprintf(stdout, "intake %d released by %s; a running daemon's reconciler picks it up within %s\n", id, inert.Text(f.actor), e.cfg.Reconcile.Schedule)
 		} else {
-			fmt.Fprintf(stdout, "intake %d discarded by %s\n", id, inert.Text(*actor))
+			fmt.Fprintf(stdout, "intake %d discarded by %s\n", id, inert.Text(f.actor))
 		}
 		return 0
 	}
@@ -180,32 +178,35 @@ func openScoped(path, partner string, stderr io.Writer) (ctx context.Context, e 
 }
 
 // replayCommand is `intake replay`.
-var replayCommand = &command{
-	Command: &cobra.Command{
+func replayCommand() *cobra.Command {
+	var f replayFlags
+	cmd := &cobra.Command{
 		Use:     "replay INTAKE_ID --config FILE --reason TEXT",
 		Short:   "apply a finished file's spooled bytes again (idempotent, audited)",
 		Example: `intake replay 42 --config /etc/intake/intake.yaml --reason "mapping fixed"`,
-	},
-	required: []string{"config", "reason"},
-	helpArgs: []string{"1"},
-	run:      cmdReplay,
+	}
+	fs := cmd.Flags()
+	configFlag(cmd, &f.path, "config file (YAML)")
+	fs.StringVar(&f.reason, "reason", "", "why (audited)")
+	fs.StringVar(&f.actor, "actor", defaultActor(), "who (audited)")
+	fs.BoolVar(&f.forceOlder, "force-older", false, "replay a snapshot older than one its feed has applied since, undoing the newer one (audited)")
+	cmd.MarkFlagRequired("reason")
+	return runs(cmd, func(args []string, stdout, stderr io.Writer) int { return cmdReplay(f, args, stdout, stderr) })
+}
+
+// replayFlags are intake replay's flags.
+type replayFlags struct {
+	path, reason, actor string
+	forceOlder          bool
 }
 
 // cmdReplay re-applies an archived file's spooled bytes, audited.
-func cmdReplay(args []string, stdout, stderr io.Writer) int {
-	fs := newFlags("replay", stderr)
-	path := fs.String("config", "", "config file (YAML)")
-	reason := fs.String("reason", "", "why (required, audited)")
-	actor := fs.String("actor", defaultActor(), "who (audited)")
-	forceOlder := fs.Bool("force-older", false, "replay a snapshot older than one its feed has applied since, undoing the newer one (audited)")
-	id, rest, ok := idArg("replay", args, stderr)
+func cmdReplay(f replayFlags, args []string, stdout, stderr io.Writer) int {
+	id, ok := idArg("replay", args, stderr)
 	if !ok {
 		return 2
 	}
-	if err := parseFlags(fs, rest); err != nil {
-		return 2
-	}
-	ctx, e, done, code := openCmd(*path, stderr)
+	ctx, e, done, code := openCmd(f.path, stderr)
 	if e == nil {
 		return code
 	}
@@ -217,10 +218,10 @@ func cmdReplay(args []string, stdout, stderr io.Writer) int {
 	}
 	defer d.Stop()
 	request := newRequestID()
-	fmt.Fprintf(stdout, "replay of intake %d by %s, request %s\n", id, inert.Text(*actor), request)
-	actingAs(ctx, e, *actor, stdout)
+	fmt.Fprintf(stdout, "replay of intake %d by %s, request %s\n", id, inert.Text(f.actor), request)
+	actingAs(ctx, e, f.actor, stdout)
 	handover := !runsPipeline(ctx, e)
-	in, err := d.Replay(ctx, intake.ReplayRequest{ID: id, Actor: *actor, Reason: *reason, Request: request, ForceOlder: *forceOlder,
+	in, err := d.Replay(ctx, intake.ReplayRequest{ID: id, Actor: f.actor, Reason: f.reason, Request: request, ForceOlder: f.forceOlder,
 		Handover: handover, Progress: progressBar(stdout),
 		Inserted: func(in *ledger.Intake) { fmt.Fprintf(stdout, "replay of intake %d is intake %d\n", id, in.ID) }})
 	if err != nil {
@@ -258,32 +259,35 @@ func progressBar(w io.Writer) func(done, total int64) {
 }
 
 // auditCommand is `intake audit`.
-var auditCommand = &command{
-	Command: &cobra.Command{
+func auditCommand() *cobra.Command {
+	var f auditFlags
+	cmd := &cobra.Command{
 		Use:     "audit --config FILE [--partner P]",
 		Short:   "list audited ops actions",
 		Example: "intake audit --config /etc/intake/intake.yaml --partner acme --limit 20",
-	},
-	required: []string{"config"},
-	run:      cmdAudit,
+	}
+	fs := cmd.Flags()
+	configFlag(cmd, &f.path, "config file (YAML)")
+	fs.StringVar(&f.partner, "partner", "", "only this partner")
+	fs.IntVar(&f.limit, "limit", 100, "at most this many entries")
+	fs.StringVar(&f.request, "request", "", "only the action of this request id (an ops command prints its own before it acts)")
+	return runs(cmd, func(_ []string, stdout, stderr io.Writer) int { return cmdAudit(f, stdout, stderr) })
+}
+
+// auditFlags are intake audit's flags.
+type auditFlags struct {
+	path, partner, request string
+	limit                  int
 }
 
 // cmdAudit lists audited ops actions.
-func cmdAudit(args []string, stdout, stderr io.Writer) int {
-	fs := newFlags("audit", stderr)
-	path := fs.String("config", "", "config file (YAML)")
-	partner := fs.String("partner", "", "only this partner")
-	limit := fs.Int("limit", 100, "at most this many entries")
-	request := fs.String("request", "", "only the action of this request id (an ops command prints its own before it acts)")
-	if err := parseFlags(fs, args); err != nil {
-		return 2
-	}
-	ctx, e, scope, done, code := openScoped(*path, *partner, stderr)
+func cmdAudit(f auditFlags, stdout, stderr io.Writer) int {
+	ctx, e, scope, done, code := openScoped(f.path, f.partner, stderr)
 	if e == nil {
 		return code
 	}
 	defer done()
-	entries, err := ops.Audit(ctx, e.pool, scope, *request, *limit)
+	entries, err := ops.Audit(ctx, e.pool, scope, f.request, f.limit)
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return 1
@@ -294,8 +298,8 @@ func cmdAudit(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", a.At.UTC().Format("2006-01-02 15:04:05"), inert.Text(a.Actor), dbUser(a.DBUser), a.Action, a.Partner, a.IntakeID,
 			inert.Text(a.Request), inert.Text(a.Reason), inert.Text(a.Detail))
 	}
-	if *request != "" && len(entries) == 0 {
-		fmt.Fprintf(stderr, "no action of request %s is recorded\n", inert.Text(*request))
+	if f.request != "" && len(entries) == 0 {
+		fmt.Fprintf(stderr, "no action of request %s is recorded\n", inert.Text(f.request))
 		return 1
 	}
 	tw.Flush()
@@ -303,51 +307,57 @@ func cmdAudit(args []string, stdout, stderr io.Writer) int {
 }
 
 // notifyCommand is `intake notify`.
-var notifyCommand = &command{
-	Command: &cobra.Command{
-		Use:     "notify dead|redeliver --config FILE [--partner P] [--event ID|--all] [--url URL] [--endpoint ID] [--reason TEXT] [--actor NAME]",
-		Short:   "list webhook deliveries whose retry budget ran out, send them again (audited)",
-		Example: `intake notify redeliver --config /etc/intake/intake.yaml --all --reason "endpoint fixed"`,
-	},
-	subs:        []string{"dead", "redeliver"},
-	required:    []string{"config"},
-	subRequired: map[string][]string{"redeliver": {"reason"}},
-	helpArgs:    []string{"dead"},
-	run:         cmdNotify,
+func notifyCommand() *cobra.Command {
+	var f notifyFlags
+	cmd := &cobra.Command{
+		Use:         "notify dead|redeliver --config FILE [--partner P] [--event ID|--all] [--url URL] [--endpoint ID] [--reason TEXT] [--actor NAME]",
+		Short:       "list webhook deliveries whose retry budget ran out, send them again (audited)",
+		Example:     `intake notify redeliver --config /etc/intake/intake.yaml --all --reason "endpoint fixed"`,
+		Annotations: map[string]string{annSubs: "dead redeliver"},
+	}
+	fs := cmd.Flags()
+	configFlag(cmd, &f.path, "config file (YAML)")
+	fs.StringVar(&f.partner, "partner", "", "only this partner")
+	fs.IntVar(&f.limit, "limit", 100, "dead: at most this many entries")
+	fs.Int64Var(&f.event, "event", 0, "redeliver: only this event id")
+	fs.StringVar(&f.url, "url", "", "redeliver: only deliveries to the configured endpoints with this URL (whole, without its query, or as dead lists it)")
+	fs.StringVar(&f.endpoint, "endpoint", "", "redeliver: only deliveries to the endpoint with this id")
+	fs.BoolVar(&f.all, "all", false, "redeliver: every dead delivery in scope (instead of --event)")
+	fs.StringVar(&f.reason, "reason", "", "redeliver: why (audited)")
+	fs.StringVar(&f.actor, "actor", defaultActor(), "redeliver: who (audited)")
+	requiredBy(cmd, "reason", "redeliver")
+	return runs(cmd, func(args []string, stdout, stderr io.Writer) int {
+		return cmdNotify(f, cmd.Example, args, stdout, stderr)
+	})
+}
+
+// notifyFlags are intake notify's flags.
+type notifyFlags struct {
+	path, partner, url, endpoint, reason, actor string
+	limit                                       int
+	event                                       int64
+	all                                         bool
 }
 
 // cmdNotify: list dead webhook deliveries, send them again.
-func cmdNotify(args []string, stdout, stderr io.Writer) int {
+func cmdNotify(f notifyFlags, example string, args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
 		fmt.Fprintln(stderr, "usage: intake notify dead|redeliver --config FILE …")
 		return 2
 	}
-	sub, args := args[0], args[1:]
-	fs := newFlags("notify "+sub, stderr)
-	path := fs.String("config", "", "config file (YAML)")
-	partner := fs.String("partner", "", "only this partner")
-	limit := fs.Int("limit", 100, "dead: at most this many entries")
-	event := fs.Int64("event", 0, "redeliver: only this event id")
-	url := fs.String("url", "", "redeliver: only deliveries to the configured endpoints with this URL (whole, without its query, or as dead lists it)")
-	endpoint := fs.String("endpoint", "", "redeliver: only deliveries to the endpoint with this id")
-	all := fs.Bool("all", false, "redeliver: every dead delivery in scope (instead of --event)")
-	reason := fs.String("reason", "", "redeliver: why (required, audited)")
-	actor := fs.String("actor", defaultActor(), "redeliver: who (audited)")
-	if err := parseFlags(fs, args); err != nil {
+	sub := args[0]
+	if sub == "redeliver" && (f.event == 0) == !f.all {
+		fmt.Fprintf(stderr, "intake notify redeliver: give --event ID or --all\ne.g. %s\n", example)
 		return 2
 	}
-	if sub == "redeliver" && (*event == 0) == !*all {
-		fmt.Fprintf(stderr, "intake notify redeliver: give --event ID or --all\ne.g. %s\n", lookup("notify").Example)
-		return 2
-	}
-	ctx, e, scope, done, code := openScoped(*path, *partner, stderr)
+	ctx, e, scope, done, code := openScoped(f.path, f.partner, stderr)
 	if e == nil {
 		return code
 	}
 	defer done()
 	switch sub {
 	case "dead":
-		ds, err := ops.DeadDeliveries(ctx, e.pool, scope, *limit)
+		ds, err := ops.DeadDeliveries(ctx, e.pool, scope, f.limit)
 		if err != nil {
 			fmt.Fprintln(stderr, err)
 			return 1
@@ -365,14 +375,14 @@ func cmdNotify(args []string, stdout, stderr io.Writer) int {
 		tw.Flush()
 		return 0
 	case "redeliver":
-		eps, err := endpointsFor(e.cfg.Notify, e.cfg.Partners, *url, *endpoint)
+		eps, err := endpointsFor(e.cfg.Notify, e.cfg.Partners, f.url, f.endpoint)
 		if err != nil {
 			fmt.Fprintln(stderr, "intake notify redeliver:", err)
 			return 1
 		}
 		request := newRequestID()
-		fmt.Fprintf(stdout, "redeliver by %s, request %s\n", inert.Text(*actor), request)
-		n, err := ops.Redeliver(ctx, e.pool, ledger.Redelivery{Partners: scope, EventID: *event, Endpoints: eps, Actor: *actor, Reason: *reason, Request: request})
+		fmt.Fprintf(stdout, "redeliver by %s, request %s\n", inert.Text(f.actor), request)
+		n, err := ops.Redeliver(ctx, e.pool, ledger.Redelivery{Partners: scope, EventID: f.event, Endpoints: eps, Actor: f.actor, Reason: f.reason, Request: request})
 		if err != nil {
 			fmt.Fprintln(stderr, "intake notify redeliver:", err)
 			return 1
@@ -381,7 +391,7 @@ func cmdNotify(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintln(stderr, "intake notify redeliver: no dead delivery matches")
 			return 1
 		}
-		fmt.Fprintf(stdout, "%d deliveries sent again by %s with a fresh retry budget; a running daemon delivers them\n", n, *actor)
+		fmt.Fprintf(stdout, "%d deliveries sent again by %s with a fresh retry budget; a running daemon delivers them\n", n, f.actor)
 		return 0
 	}
 	fmt.Fprintf(stderr, "intake notify: unknown subcommand %q\n", sub)

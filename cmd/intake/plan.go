@@ -20,16 +20,16 @@ import (
 )
 
 // planCommand is `intake plan`.
-var planCommand = &command{
-	Command: &cobra.Command{
-		Use:     "plan show ID --config FILE",
-		Short:   "show a file's plan against its target: counts, plan hash, a sample of changes (values on this terminal only)",
-		Example: "intake plan show 42 --config /etc/intake/intake.yaml",
-	},
-	subs:     []string{"show"},
-	required: []string{"config"},
-	helpArgs: []string{"show", "1"},
-	run:      cmdPlan,
+func planCommand() *cobra.Command {
+	var path string
+	cmd := &cobra.Command{
+		Use:         "plan show ID --config FILE",
+		Short:       "show a file's plan against its target: counts, plan hash, a sample of changes (values on this terminal only)",
+		Example:     "intake plan show 42 --config /etc/intake/intake.yaml",
+		Annotations: map[string]string{annSubs: "show"},
+	}
+	configFlag(cmd, &path, "config file (YAML)")
+	return runs(cmd, func(args []string, stdout, stderr io.Writer) int { return cmdPlan(path, args, stdout, stderr) })
 }
 
 // cmdPlan: `intake plan show ID` prints a file's plan: counts, hash and a
@@ -37,21 +37,16 @@ var planCommand = &command{
 // only; nothing of them is logged. The partner's text (the file name,
 // keys, values) is printed in its printable form (internal/inert): an
 // escape sequence in a key cannot rewrite the counts an approver reads.
-func cmdPlan(args []string, stdout, stderr io.Writer) int {
+func cmdPlan(path string, args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 || args[0] != "show" {
 		fmt.Fprintln(stderr, "usage: intake plan show ID --config FILE")
 		return 2
 	}
-	fs := newFlags("plan show", stderr)
-	path := fs.String("config", "", "config file (YAML)")
-	id, rest, ok := idArg("plan show", args[1:], stderr)
+	id, ok := idArg("plan show", args[1:], stderr)
 	if !ok {
 		return 2
 	}
-	if err := parseFlags(fs, rest); err != nil {
-		return 2
-	}
-	ctx, e, scope, done, code := openScoped(*path, "", stderr)
+	ctx, e, scope, done, code := openScoped(path, "", stderr)
 	if e == nil {
 		return code
 	}
@@ -128,7 +123,7 @@ func cmdPlan(args []string, stdout, stderr io.Writer) int {
 	}
 	if v.State == "awaiting_approval" {
 		fmt.Fprintf(stdout, "\napprove: intake approve %d --config %s --plan-hash %s --reason \"…\"\nreject:  intake reject %d --config %s --reason \"…\"\n",
-			v.IntakeID, *path, v.Hash, v.IntakeID, *path)
+			v.IntakeID, path, v.Hash, v.IntakeID, path)
 	}
 	return 0
 }
@@ -143,71 +138,61 @@ func textOrNull(s *string) string {
 }
 
 // approveCommand is `intake approve`.
-var approveCommand = &command{
-	Command: &cobra.Command{
+func approveCommand() *cobra.Command {
+	return decideCommand(&cobra.Command{
 		Use:     "approve ID --config FILE --plan-hash H --reason TEXT",
 		Short:   "approve the plan of a file awaiting approval (refused unless H is its current plan hash; audited)",
 		Example: `intake approve 42 --config /etc/intake/intake.yaml --plan-hash 3f9a… --reason "price list reviewed with the partner"`,
-	},
-	required: []string{"config", "plan-hash", "reason"},
-	helpArgs: []string{"1"},
-	run:      cmdApprove,
-}
-
-// cmdApprove: `intake approve ID --plan-hash H --reason …`.
-func cmdApprove(args []string, stdout, stderr io.Writer) int {
-	return decidePlan("approve", args, stdout, stderr)
+	})
 }
 
 // rejectCommand is `intake reject`.
-var rejectCommand = &command{
-	Command: &cobra.Command{
+func rejectCommand() *cobra.Command {
+	return decideCommand(&cobra.Command{
 		Use:     "reject ID --config FILE --reason TEXT",
 		Short:   "reject the plan of a file awaiting approval: the file is quarantined (plan_rejected); audited",
 		Example: `intake reject 42 --config /etc/intake/intake.yaml --reason "snapshot would delete half the stock"`,
-	},
-	required: []string{"config", "reason"},
-	helpArgs: []string{"1"},
-	run:      cmdReject,
+	})
 }
 
-// cmdReject: `intake reject ID --reason …`.
-func cmdReject(args []string, stdout, stderr io.Writer) int {
-	return decidePlan("reject", args, stdout, stderr)
-}
-
-func decidePlan(cmd string, args []string, stdout, stderr io.Writer) int {
-	fs := newFlags(cmd, stderr)
-	path := fs.String("config", "", "config file (YAML)")
-	reason := fs.String("reason", "", "why (audited)")
-	actor := fs.String("actor", defaultActor(), "who decides (audited)")
-	var hash *string
-	if cmd == "approve" {
-		hash = fs.String("plan-hash", "", "the plan `HASH` approved, as intake plan show prints it")
+// decideCommand is approve or reject: their flags (approve's --plan-hash)
+// and what they run.
+func decideCommand(cmd *cobra.Command) *cobra.Command {
+	var f decideFlags
+	fs := cmd.Flags()
+	configFlag(cmd, &f.path, "config file (YAML)")
+	fs.StringVar(&f.reason, "reason", "", "why (audited)")
+	fs.StringVar(&f.actor, "actor", defaultActor(), "who decides (audited)")
+	cmd.MarkFlagRequired("reason")
+	if cmd.Name() == "approve" {
+		fs.StringVar(&f.hash, "plan-hash", "", "the plan `HASH` approved, as intake plan show prints it")
+		cmd.MarkFlagRequired("plan-hash")
 	}
-	id, rest, ok := idArg(cmd, args, stderr)
+	return runs(cmd, func(args []string, stdout, stderr io.Writer) int {
+		return decidePlan(cmd.Name(), f, args, stdout, stderr)
+	})
+}
+
+// decideFlags are the flags of approve and reject.
+type decideFlags struct{ path, reason, actor, hash string }
+
+func decidePlan(cmd string, f decideFlags, args []string, stdout, stderr io.Writer) int {
+	id, ok := idArg(cmd, args, stderr)
 	if !ok {
-		// -h still works without an id
-		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "-help") {
-			fs.Parse(args)
-		}
 		return 2
 	}
-	if err := parseFlags(fs, rest); err != nil {
-		return 2
-	}
-	ctx, e, scope, done, code := openScoped(*path, "", stderr)
+	ctx, e, scope, done, code := openScoped(f.path, "", stderr)
 	if e == nil {
 		return code
 	}
 	defer done()
 	request := newRequestID()
-	d := ledger.PlanDecision{IntakeID: id, Partners: scope, Actor: *actor, Reason: *reason, SnapshotFeeds: snapshotFeeds(e.cfg.Partners), Request: request, FourEyes: e.cfg.Ops.FourEyes}
-	fmt.Fprintf(stdout, "intake %d: %s by %s, request %s\n", id, cmd, inert.Text(*actor), request)
-	actingAs(ctx, e, *actor, stdout)
+	d := ledger.PlanDecision{IntakeID: id, Partners: scope, Actor: f.actor, Reason: f.reason, SnapshotFeeds: snapshotFeeds(e.cfg.Partners), Request: request, FourEyes: e.cfg.Ops.FourEyes}
+	fmt.Fprintf(stdout, "intake %d: %s by %s, request %s\n", id, cmd, inert.Text(f.actor), request)
+	actingAs(ctx, e, f.actor, stdout)
 	var err error
 	if cmd == "approve" {
-		d.PlanHash = *hash
+		d.PlanHash = f.hash
 		err = ops.Approve(ctx, e.pool, d)
 	} else {
 		err = ops.Reject(ctx, e.pool, d)
@@ -220,9 +205,9 @@ func decidePlan(cmd string, args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	if cmd == "approve" {
-		fmt.Fprintf(stdout, "intake %d: plan %s approved by %s; the daemon polling its partner plans it again and applies it if the plan still holds (else it awaits approval again)\n", id, *hash, *actor)
+		fmt.Fprintf(stdout, "intake %d: plan %s approved by %s; the daemon polling its partner plans it again and applies it if the plan still holds (else it awaits approval again)\n", id, f.hash, f.actor)
 	} else {
-		fmt.Fprintf(stdout, "intake %d: plan rejected by %s; the daemon polling its partner quarantines it (plan_rejected) and tells the partner\n", id, *actor)
+		fmt.Fprintf(stdout, "intake %d: plan rejected by %s; the daemon polling its partner quarantines it (plan_rejected) and tells the partner\n", id, f.actor)
 	}
 	return 0
 }

@@ -141,23 +141,20 @@ func stoppedWhileStarting(e *env) int {
 }
 
 // runCommand is `intake run`.
-var runCommand = &command{
-	Command: &cobra.Command{
+func runCommand() *cobra.Command {
+	var path string
+	var once bool
+	cmd := &cobra.Command{
 		Use:     "run --config FILE [--once]",
 		Short:   "run the daemon (applies migrations first)",
 		Example: "intake run --config /etc/intake/intake.yaml",
-	},
-	required: []string{"config"},
-	run:      cmdRun,
+	}
+	configFlag(cmd, &path, "config file (YAML), e.g. /etc/intake/intake.yaml")
+	cmd.Flags().BoolVar(&once, "once", false, "poll every partner once, then exit")
+	return runs(cmd, func(_ []string, stdout, stderr io.Writer) int { return cmdRun(path, once, stdout, stderr) })
 }
 
-func cmdRun(args []string, stdout, stderr io.Writer) int {
-	fs := newFlags("run", stderr)
-	path := fs.String("config", "", "config file (YAML), e.g. /etc/intake/intake.yaml")
-	once := fs.Bool("once", false, "poll every partner once, then exit")
-	if err := parseFlags(fs, args); err != nil {
-		return 2
-	}
+func cmdRun(path string, once bool, stdout, stderr io.Writer) int {
 	fatal := fatalLogger(stderr)
 	end := &ending{}
 	defer end.run()
@@ -173,7 +170,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	}
 	defer stopProfile()
 	// the pool connects lazily
-	e, code := openReporting(ctx, *path, stderr, fatal)
+	e, code := openReporting(ctx, path, stderr, fatal)
 	if e == nil {
 		return code
 	}
@@ -190,7 +187,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	ic := e.cfg.Intake()
-	if !*once {
+	if !once {
 		// A daemon's claim sections hold connections of their own while
 		// their renames cross the network (docs/performance.md).
 		// A one-shot run polls its partners one after another, so one
@@ -209,7 +206,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return fatal(err, 2)
 	}
-	if *once {
+	if once {
 		// SSH handshakes overlap the schema and target checks. A daemon
 		// dials when it first polls: with several replicas it polls only
 		// the partners affinity gives it.
@@ -225,7 +222,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	var waiting atomic.Pointer[error]
 	setWaiting := func(err error) { waiting.Store(&err) }
 	setWaiting(errors.New("starting: schema and target checks"))
-	if !*once && e.cfg.HTTP.Listen != "off" {
+	if !once && e.cfg.HTTP.Listen != "off" {
 		srv := opshttp.New(e.cfg.HTTP.Listen, reg, opshttp.Checks{
 			Starting: func() error { return *waiting.Load() },
 			Database: func(ctx context.Context) error { return e.pool.Ping(ctx) },
@@ -238,7 +235,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 		}
 		end.add(srv.Stop)
 	}
-	if !*once {
+	if !once {
 		if err := waitForDatabase(ctx, e.pool, e.log, setWaiting); err != nil {
 			var refused *loginRefusedError
 			if errors.As(err, &refused) {
@@ -253,7 +250,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 		}
 		return fatal(err, 1)
 	}
-	if *once {
+	if once {
 		// The worker id, taken on the pool's connection right after the
 		// schema check, beside the logins: a run whose id another live
 		// process holds (the daemon of this host, an earlier run still
@@ -270,7 +267,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 		return fatal(err, 1)
 	}
 	logUntrustedCalls(ctx, e)
-	if *once {
+	if once {
 		d.PreparePoll(ctx) // beside the logins still under way
 		// A one-shot run's end is its process's: once its polls are
 		// recorded and its sessions closed (Stop), its database
@@ -323,7 +320,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	}
 	nt := notify.New(e.pool, e.cfg.WorkerID, delivery, e.cfg.Notify, e.cfg.Partners, reg, e.log)
 	services = append(services, service{"daemon", d}, service{"reconciler", rec}, service{"expect", ex}, service{"notify", nt}, service{"purger", pg})
-	rl := newReloader(*path, e.cfg, d, rec, ex, nt, pg, reg, e.log)
+	rl := newReloader(path, e.cfg, d, rec, ex, nt, pg, reg, e.log)
 	return runServices(ctx, stop, hup, rl.reload, e.log, stderr, services)
 }
 
@@ -396,24 +393,20 @@ func runServices(ctx context.Context, stopSignals func(), hup <-chan os.Signal, 
 }
 
 // purgeCommand is `intake purge`.
-var purgeCommand = &command{
-	Command: &cobra.Command{
+func purgeCommand() *cobra.Command {
+	var path string
+	cmd := &cobra.Command{
 		Use:     "purge --config FILE",
 		Short:   "delete spool files, row issues, reports and audit rows past their retention",
 		Example: "intake purge --config /etc/intake/intake.yaml",
-	},
-	required: []string{"config"},
-	run:      cmdPurge,
+	}
+	configFlag(cmd, &path, "config file (YAML)")
+	return runs(cmd, func(_ []string, stdout, stderr io.Writer) int { return cmdPurge(path, stdout, stderr) })
 }
 
 // cmdPurge deletes what is past its retention now and prints what it removed.
-func cmdPurge(args []string, stdout, stderr io.Writer) int {
-	fs := newFlags("purge", stderr)
-	path := fs.String("config", "", "config file (YAML)")
-	if err := parseFlags(fs, args); err != nil {
-		return 2
-	}
-	ctx, e, done, code := openCmd(*path, stderr)
+func cmdPurge(path string, stdout, stderr io.Writer) int {
+	ctx, e, done, code := openCmd(path, stderr)
 	if e == nil {
 		return code
 	}
@@ -435,30 +428,27 @@ func cmdPurge(args []string, stdout, stderr io.Writer) int {
 }
 
 // reconcileCommand is `intake reconcile`.
-var reconcileCommand = &command{
-	Command: &cobra.Command{
+func reconcileCommand() *cobra.Command {
+	var path string
+	var once bool
+	cmd := &cobra.Command{
 		Use:     "reconcile --config FILE",
 		Short:   "run the failure-matrix reconciler once; exit 1 when something needs a human",
 		Example: "intake reconcile --config /etc/intake/intake.yaml",
-	},
-	required: []string{"config"},
-	run:      cmdReconcile,
+	}
+	configFlag(cmd, &path, "config file (YAML)")
+	cmd.Flags().BoolVar(&once, "once", true, "run once and exit (the daemon schedules it otherwise)")
+	return runs(cmd, func(_ []string, stdout, stderr io.Writer) int { return cmdReconcile(path, once, stdout, stderr) })
 }
 
 // cmdReconcile runs the failure matrix once and prints its findings; it
 // exits 1 when something needs a human, so scripts and cron can use it.
-func cmdReconcile(args []string, stdout, stderr io.Writer) int {
-	fs := newFlags("reconcile", stderr)
-	path := fs.String("config", "", "config file (YAML)")
-	once := fs.Bool("once", true, "run once and exit (the daemon schedules it otherwise)")
-	if err := parseFlags(fs, args); err != nil {
-		return 2
-	}
-	if !*once {
+func cmdReconcile(path string, once bool, stdout, stderr io.Writer) int {
+	if !once {
 		fmt.Fprintln(stderr, "intake reconcile: only --once; `intake run` schedules the reconciler")
 		return 2
 	}
-	ctx, e, done, code := openCmd(*path, stderr)
+	ctx, e, done, code := openCmd(path, stderr)
 	if e == nil {
 		return code
 	}
@@ -496,24 +486,21 @@ func cmdReconcile(args []string, stdout, stderr io.Writer) int {
 func slogDiscard() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
 // migrateCommand is `intake migrate`.
-var migrateCommand = &command{
-	Command: &cobra.Command{
+func migrateCommand() *cobra.Command {
+	var path string
+	cmd := &cobra.Command{
 		Use:     "migrate [--config FILE]",
 		Short:   "apply the database schema (idempotent, safe with several replicas)",
 		Example: "INTAKE_DATABASE_URL=postgres://intake@db/intake intake migrate",
-	},
-	run: cmdMigrate,
+	}
+	cmd.Flags().StringVar(&path, "config", "", "config file (YAML); only database is read")
+	return runs(cmd, func(_ []string, stdout, stderr io.Writer) int { return cmdMigrate(path, stdout, stderr) })
 }
 
-func cmdMigrate(args []string, stdout, stderr io.Writer) int {
-	fs := newFlags("migrate", stderr)
-	path := fs.String("config", "", "config file (YAML); only database is read")
-	if err := parseFlags(fs, args); err != nil {
-		return 2
-	}
+func cmdMigrate(path string, stdout, stderr io.Writer) int {
 	url := os.Getenv(config.DefaultDatabaseURLEnv)
-	if *path != "" {
-		cfg, err := config.Load(*path)
+	if path != "" {
+		cfg, err := config.Load(path)
 		if err != nil {
 			fmt.Fprintln(stderr, "intake migrate:", err)
 			return 2

@@ -23,14 +23,16 @@ const (
 )
 
 // statusCommand is `intake status`.
-var statusCommand = &command{
-	Command: &cobra.Command{
+func statusCommand() *cobra.Command {
+	var path, only string
+	cmd := &cobra.Command{
 		Use:     "status --config FILE [--partner P]",
 		Short:   "files by state, oldest claims, open quarantine, last poll and findings; exit 1 when something needs attention",
 		Example: "intake status --config /etc/intake/intake.yaml --partner acme",
-	},
-	required: []string{"config"},
-	run:      cmdStatus,
+	}
+	configFlag(cmd, &path, "config file (YAML)")
+	cmd.Flags().StringVar(&only, "partner", "", "show only this partner")
+	return runs(cmd, func(_ []string, stdout, stderr io.Writer) int { return cmdStatus(path, only, stdout, stderr) })
 }
 
 // cmdStatus prints, per partner, files by state, the oldest ready and
@@ -38,14 +40,8 @@ var statusCommand = &command{
 // reconciler findings. It exits 1 when something needs attention. Text a
 // partner or its site chose (the names in findings, a poll's error) is
 // printed in its printable form (internal/inert).
-func cmdStatus(args []string, stdout, stderr io.Writer) int {
-	fs := newFlags("status", stderr)
-	path := fs.String("config", "", "config file (YAML)")
-	only := fs.String("partner", "", "show only this partner")
-	if err := parseFlags(fs, args); err != nil {
-		return 2
-	}
-	cfg, err := config.Load(*path)
+func cmdStatus(path, only string, stdout, stderr io.Writer) int {
+	cfg, err := config.Load(path)
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return 2
@@ -57,12 +53,12 @@ func cmdStatus(args []string, stdout, stderr io.Writer) int {
 	}
 	var ids []string
 	for _, p := range cfg.Partners {
-		if *only == "" || p.ID == *only {
+		if only == "" || p.ID == only {
 			ids = append(ids, p.ID)
 		}
 	}
 	if len(ids) == 0 {
-		fmt.Fprintf(stderr, "intake status: no partner %q in %s\n", *only, *path)
+		fmt.Fprintf(stderr, "intake status: no partner %q in %s\n", only, path)
 		return 2
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

@@ -3,10 +3,8 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -24,11 +22,12 @@ type exitError int
 func (e exitError) Error() string { return "exit " + strconv.Itoa(int(e)) }
 
 // newRoot is the cobra command tree, built afresh from each command's
-// entry (its Use, Short, Example beside its function): cobra runs each
-// command (its own flag set parses its flags, so help, the required-flag
-// errors and the exit codes are the registry's), answers the shells'
-// __complete requests, generates the completion scripts and suggests a
-// command for a mistyped one; the man page walks the same tree.
+// constructor (its Use, Short, Example and flags beside its function):
+// cobra parses each command's flags (checkFlags names a missing required
+// one; flagError answers one it cannot parse), prints its help
+// (helpTemplate), answers the shells' __complete requests, generates the
+// completion scripts and suggests a command for a mistyped one; the man
+// page walks the same tree.
 func newRoot(stdout, stderr io.Writer) *cobra.Command {
 	root := &cobra.Command{
 		Use:                        "intake",
@@ -37,36 +36,31 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
 		SilenceUsage:               true,
 		SuggestionsMinimumDistance: 2,
 		CompletionOptions:          cobra.CompletionOptions{DisableDefaultCmd: true},
+		PersistentPreRunE:          checkFlags,
 	}
 	root.SetOut(stdout)
 	root.SetErr(stderr)
+	root.SetHelpTemplate(helpTemplate)
+	root.SetFlagErrorFunc(flagError)
 	// The global flags, for the completion of their values: run takes
 	// them out of the arguments before cobra sees them (parseGlobal).
 	root.PersistentFlags().String("log-level", "info", "log level: debug, info, warn or error")
 	root.PersistentFlags().String("log-format", "", "log format: json or text")
 	root.RegisterFlagCompletionFunc("log-level", fixedValues("debug", "info", "warn", "error"))
 	root.RegisterFlagCompletionFunc("log-format", fixedValues("json", "text"))
-	for _, c := range commands {
-		cc := &cobra.Command{
-			Use:                c.Use,
-			Short:              c.Short,
-			Example:            c.Example,
-			Hidden:             c.Hidden,
-			DisableFlagParsing: true,
-			ValidArgsFunction:  completer(c),
-			RunE: func(_ *cobra.Command, args []string) error {
-				if code := c.run(args, stdout, stderr); code != 0 {
-					return exitError(code)
-				}
-				return nil
-			},
-		}
-		if c.Name() == "help" {
-			root.SetHelpCommand(cc)
-			continue
-		}
+	for _, build := range commands {
+		cc := build()
 		root.AddCommand(cc)
+		completions(cc)
 	}
+	help := helpCommand()
+	help.ValidArgsFunction = func(cmd *cobra.Command, args []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
+		if len(args) > 0 {
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		}
+		return withPrefix(commandNames(cmd.Root()), toComplete), cobra.ShellCompDirectiveNoFileComp
+	}
+	root.SetHelpCommand(help)
 	root.InitDefaultHelpCmd()
 	return root
 }
@@ -74,12 +68,8 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
 // The tree keeps the registry's order: the man page walks it.
 func init() { cobra.EnableCommandSorting = false }
 
-// registryOf is the registry's entry of a command of the tree.
-func registryOf(cc *cobra.Command) *command { return lookup(cc.Name()) }
-
 // execute runs args (after the global flags) through the tree.
-func execute(args []string, stdout, stderr io.Writer) int {
-	root := newRoot(stdout, stderr)
+func execute(root *cobra.Command, args []string) int {
 	root.SetArgs(args)
 	err := root.Execute()
 	var ee exitError
@@ -89,14 +79,14 @@ func execute(args []string, stdout, stderr io.Writer) int {
 	case errors.As(err, &ee):
 		return int(ee)
 	default:
-		fmt.Fprintf(stderr, "intake: %v\n", err)
+		fmt.Fprintf(root.ErrOrStderr(), "intake: %v\n", err)
 		return 2
 	}
 }
 
 // suggest is cobra's "did you mean" for a mistyped command, or "".
-func suggest(name string) string {
-	s := newRoot(io.Discard, io.Discard).SuggestionsFor(name)
+func suggest(root *cobra.Command, name string) string {
+	s := root.SuggestionsFor(name)
 	if len(s) == 0 {
 		return ""
 	}
@@ -104,26 +94,36 @@ func suggest(name string) string {
 }
 
 // completionCommand is `intake completion`.
-var completionCommand = &command{
-	Command: &cobra.Command{
-		Use:     "completion bash|zsh|fish",
-		Short:   "print the shell completion script",
-		Example: "source <(intake completion bash)",
-	},
-	subs: []string{"bash", "zsh", "fish"},
-	run:  cmdCompletion,
+func completionCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:         "completion bash|zsh|fish",
+		Short:       "print the shell completion script",
+		Example:     "source <(intake completion bash)",
+		Annotations: map[string]string{annSubs: "bash zsh fish"},
+	}
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		return exitErr(cmdCompletion(cmd.Root(), args, cmd.OutOrStdout(), cmd.ErrOrStderr()))
+	}
+	return cmd
+}
+
+// exitErr is an exit code as RunE returns it.
+func exitErr(code int) error {
+	if code != 0 {
+		return exitError(code)
+	}
+	return nil
 }
 
 // cmdCompletion prints cobra's completion script for bash, zsh or fish;
 // the script asks `intake __complete` for each word, so it never lags
 // behind the commands and their flags, and completes partner ids, feed
-// names and intake ids (completer).
-func cmdCompletion(args []string, stdout, stderr io.Writer) int {
+// names and intake ids (completions).
+func cmdCompletion(root *cobra.Command, args []string, stdout, stderr io.Writer) int {
 	if len(args) != 1 {
 		fmt.Fprintln(stderr, "intake completion: give the shell: bash, zsh or fish (e.g. source <(intake completion bash))")
 		return 2
 	}
-	root := newRoot(stdout, stderr)
 	var err error
 	switch args[0] {
 	case "bash":
@@ -144,9 +144,20 @@ func cmdCompletion(args []string, stdout, stderr io.Writer) int {
 }
 
 func fixedValues(vs ...string) cobra.CompletionFunc {
-	return func(_ *cobra.Command, _ []string, _ string) ([]cobra.Completion, cobra.ShellCompDirective) {
-		return vs, cobra.ShellCompDirectiveNoFileComp
+	return func(_ *cobra.Command, _ []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
+		return withPrefix(vs, toComplete), cobra.ShellCompDirectiveNoFileComp
 	}
+}
+
+// withPrefix are the candidates that start with what is typed.
+func withPrefix(cs []cobra.Completion, toComplete string) []cobra.Completion {
+	var out []cobra.Completion
+	for _, c := range cs {
+		if strings.HasPrefix(c, toComplete) {
+			out = append(out, c)
+		}
+	}
+	return out
 }
 
 // completeTimeout bounds what completion may wait for the config and the
@@ -165,115 +176,55 @@ var idStates = map[string][]string{
 	"replay":             {"archived", "applied"},
 }
 
-// completer completes one command's words: its sub-commands, its flags
-// (from its own flag set), a flag's values (--config a file, --partner a
-// partner id of the config, --feed a feed name, fixed sets) and the
-// intake id a command takes first (from the database). Whatever cannot be
-// read in time completes to nothing.
-func completer(c *command) cobra.CompletionFunc {
-	return func(cmd *cobra.Command, args []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
-		cs, d := complete(c, args, toComplete)
-		if d&cobra.ShellCompDirectiveFilterFileExt != 0 {
-			return cs, d
-		}
-		var out []cobra.Completion
-		for _, s := range cs {
-			if strings.HasPrefix(s, toComplete) {
-				out = append(out, s)
-			}
-		}
-		return out, d
+// completions registers how a command's words complete (cobra completes
+// its flags' names): --config a YAML file, --partner a partner id of the
+// config, --winner new or old, its sub-commands and the intake id a
+// command takes (from the database), expect ack's PARTNER/FEED. Whatever
+// cannot be read in time completes to nothing.
+func completions(cmd *cobra.Command) {
+	fs := cmd.Flags()
+	if fs.Lookup("config") != nil {
+		cmd.MarkFlagFilename("config", "yaml", "yml")
+	}
+	if fs.Lookup("partner") != nil {
+		cmd.RegisterFlagCompletionFunc("partner", func(cmd *cobra.Command, _ []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
+			return withPrefix(partnerIDs(configOf(cmd)), toComplete), cobra.ShellCompDirectiveNoFileComp
+		})
+	}
+	if fs.Lookup("winner") != nil {
+		cmd.RegisterFlagCompletionFunc("winner", fixedValues("new", "old"))
+	}
+	cmd.ValidArgsFunction = func(cmd *cobra.Command, args []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
+		return withPrefix(completeArgs(cmd, args), toComplete), cobra.ShellCompDirectiveNoFileComp
 	}
 }
 
-func complete(c *command, args []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
-	none := cobra.ShellCompDirectiveNoFileComp
-	fs := flagsOf(c)
-	// words: args without flags and their values; configPath: --config.
-	var words []string
-	configPath := ""
-	var prev *flag.Flag
-	prevGlobal := false
-	for i, a := range args {
-		switch {
-		case prevGlobal:
-			prevGlobal = false
-		case prev != nil:
-			if prev.Name == "config" {
-				configPath = a
-			}
-			prev = nil
-		case strings.HasPrefix(a, "-"):
-			name, val, hasVal := strings.Cut(strings.TrimLeft(a, "-"), "=")
-			if name == "log-level" || name == "log-format" {
-				prevGlobal = !hasVal
-				continue
-			}
-			if fs == nil {
-				continue
-			}
-			if f := fs.Lookup(name); f != nil && !isBool(f) {
-				if hasVal {
-					if name == "config" {
-						configPath = val
-					}
-				} else if i < len(args) {
-					prev = f
-				}
-			}
-		default:
-			words = append(words, a)
+// configOf is the --config given on the line being completed, or "".
+func configOf(cmd *cobra.Command) string {
+	p, _ := cmd.Flags().GetString("config")
+	return p
+}
+
+// completeArgs are the candidates for the next argument of cmd after args.
+func completeArgs(cmd *cobra.Command, args []string) []cobra.Completion {
+	key := cmd.Name()
+	if subs := subsOf(cmd); len(subs) > 0 {
+		if len(args) == 0 {
+			return subs
 		}
+		key += " " + args[0]
+		args = args[1:]
 	}
-	if prevGlobal {
-		return nil, none
+	if len(args) > 0 {
+		return nil
 	}
-	if prev != nil {
-		switch prev.Name {
-		case "config":
-			return []cobra.Completion{"yaml", "yml"}, cobra.ShellCompDirectiveFilterFileExt
-		case "partner":
-			return partnerIDs(configPath), none
-		case "feed":
-			return feedNames(configPath), none
-		case "winner":
-			return []cobra.Completion{"new", "old"}, none
-		}
-		return nil, none
+	if st, ok := idStates[key]; ok {
+		return intakeIDs(configOf(cmd), st)
 	}
-	if strings.HasPrefix(toComplete, "-") {
-		var fl []cobra.Completion
-		if fs != nil {
-			fs.VisitAll(func(f *flag.Flag) {
-				_, use := flag.UnquoteUsage(f)
-				fl = append(fl, cobra.CompletionWithDesc("--"+f.Name, use))
-			})
-		}
-		return append(fl, "--log-level", "--log-format"), none
+	if key == "expect ack" {
+		return partnerFeeds(configOf(cmd))
 	}
-	switch {
-	case c.Name() == "help":
-		if len(words) == 0 {
-			return commandNames(), none
-		}
-	case len(c.subs) > 0 && len(words) == 0:
-		return c.subs, none
-	}
-	key := c.Name()
-	if len(c.subs) > 0 && len(words) > 0 {
-		key += " " + words[0]
-		words = words[1:]
-	}
-	if st, ok := idStates[key]; ok && len(words) == 0 {
-		return intakeIDs(configPath, st), none
-	}
-	if c.Name() == "expect" && len(words) == 0 {
-		return []cobra.Completion{"ack"}, none
-	}
-	if c.Name() == "expect" && slices.Equal(words, []string{"ack"}) {
-		return partnerFeeds(configPath), none
-	}
-	return nil, none
+	return nil
 }
 
 // loadForCompletion is the config a completion reads: --config, else
@@ -294,20 +245,6 @@ func partnerIDs(path string) []cobra.Completion {
 	if f := loadForCompletion(path); f != nil {
 		for _, p := range f.Partners {
 			out = append(out, p.ID)
-		}
-	}
-	return out
-}
-
-func feedNames(path string) []cobra.Completion {
-	var out []cobra.Completion
-	if f := loadForCompletion(path); f != nil {
-		for _, p := range f.Partners {
-			for _, fd := range p.Feeds {
-				if !slices.Contains(out, fd.Name) {
-					out = append(out, fd.Name)
-				}
-			}
 		}
 	}
 	return out

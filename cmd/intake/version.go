@@ -66,13 +66,12 @@ func (v buildVersion) String() string {
 }
 
 // versionCommand is `intake version`.
-var versionCommand = &command{
-	Command: &cobra.Command{
+func versionCommand() *cobra.Command {
+	return runs(&cobra.Command{
 		Use:     "version",
 		Short:   "print version, commit and Go version (also --version)",
 		Example: "intake version",
-	},
-	run: cmdVersion,
+	}, cmdVersion)
 }
 
 func cmdVersion(args []string, stdout, stderr io.Writer) int {
