@@ -18,6 +18,7 @@ import (
 
 	"github.com/partner-intake/partner-intake/console"
 	"github.com/partner-intake/partner-intake/intake"
+	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/internal/testenv"
 	"github.com/partner-intake/partner-intake/partners"
 	"github.com/partner-intake/partner-intake/spool"
@@ -470,6 +471,13 @@ func seedArchived(t *testing.T, pool *pgxpool.Pool) int64 {
 // `intake run` wires it: intake.Daemon.Replay, what `intake replay` calls.
 func withDaemon(t *testing.T, pool *pgxpool.Pool) func(*console.Deps) {
 	t.Helper()
+	replay := daemonReplay(t, pool)
+	return func(deps *console.Deps) { deps.Replay = replay }
+}
+
+// daemonReplay is the Replay of a daemon of acme, stopped at the test's end.
+func daemonReplay(t *testing.T, pool *pgxpool.Pool) func(context.Context, intake.ReplayRequest) (*ledger.Intake, error) {
+	t.Helper()
 	sp, err := spool.New(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
@@ -480,7 +488,7 @@ func withDaemon(t *testing.T, pool *pgxpool.Pool) func(*console.Deps) {
 		t.Fatal(err)
 	}
 	t.Cleanup(d.Stop)
-	return func(deps *console.Deps) { deps.Replay = d.Replay }
+	return d.Replay
 }
 
 // A reviewer replays a finished file from its page: the form posts its

@@ -64,7 +64,7 @@ type Deps struct {
 	// Replay is the daemon's (intake.Daemon.Replay), what `intake replay`
 	// calls; nil: the console offers no replay.
 	Replay func(ctx context.Context, q intake.ReplayRequest) (*ledger.Intake, error)
-	Log     *slog.Logger
+	Log    *slog.Logger
 }
 
 // Server is the console: a lifecycle.Service on its own listener.
