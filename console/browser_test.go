@@ -17,6 +17,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -139,9 +140,10 @@ func (p *provider) token(w http.ResponseWriter, r *http.Request) {
 }
 
 // A reviewer signs in through OpenID Connect in headless Chromium,
-// releases a held file and approves a waiting plan with the forms on the
-// pages; both audit rows name the signed-in user, and the token endpoint
-// saw the PKCE verifier.
+// releases a held file, approves a waiting plan and replays an archived
+// file with the forms on the pages, and opens the partners page from the
+// navigation; the three audit rows name the signed-in user, and the token
+// endpoint saw the PKCE verifier.
 func TestBrowserSignInReleaseAndApprove(t *testing.T) {
 	chromium, err := syspkg.Find([]string{"/usr/bin/chromium"}, "chromium")
 	if err != nil {
@@ -150,6 +152,7 @@ func TestBrowserSignInReleaseAndApprove(t *testing.T) {
 	_, pool := testenv.DB(t)
 	held := seedHeld(t, pool, "orders-1.csv")
 	waiting := seedWaiting(t, pool)
+	archived := seedArchived(t, pool)
 	const email = "olivia@example.com"
 	idp := newProvider(t, "intake-console", email)
 
@@ -162,7 +165,7 @@ func TestBrowserSignInReleaseAndApprove(t *testing.T) {
 		Listen: "127.0.0.1:0", BaseURL: base,
 		Auth: console.Auth{OIDC: &console.OIDC{Issuer: idp.srv.URL, ClientID: "intake-console", RolesClaim: "roles"}},
 	}, console.Deps{Pool: pool, Partners: []string{"acme"}, Worker: intake.OpsWorker("ops"),
-		Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Replay: daemonReplay(t, pool)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -239,6 +242,16 @@ func TestBrowserSignInReleaseAndApprove(t *testing.T) {
 		chromedp.WaitVisible(chromedp.CSS("#done")))
 	doneApprove := text("#done")
 	state := text("#state")
+	steps("replay the archived file",
+		chromedp.Navigate(base+"/files/"+itoa(archived)),
+		chromedp.SendKeys(chromedp.CSS(`#replay input[name="reason"]`), "mapping fixed"),
+		chromedp.Submit(chromedp.CSS(`#replay`)),
+		chromedp.WaitVisible(chromedp.CSS("#done")))
+	doneReplay := text("#done")
+	steps("open the partners page from the navigation",
+		chromedp.Click(chromedp.CSS(`nav a[href="/partners"]`)),
+		chromedp.WaitVisible(chromedp.CSS("#partner-acme")))
+	partnerState := text("#partner-acme .state")
 	steps("open the audit log", chromedp.Navigate(base+"/audit"), chromedp.WaitVisible(chromedp.CSS("#audit")))
 	shot("audit.png")
 	if me != email {
@@ -254,12 +267,18 @@ func TestBrowserSignInReleaseAndApprove(t *testing.T) {
 		done   string
 		id     int64
 		action string
-	}{{doneRelease, held, "release"}, {doneApprove, waiting, "approve"}} {
+	}{{doneRelease, held, "release"}, {doneApprove, waiting, "approve"}, {doneReplay, 0, "replay"}} {
 		request := strings.TrimSuffix(strings.TrimSpace(c.done[strings.LastIndex(c.done, " ")+1:]), ".")
+		if c.id == 0 { // the replay's audit row is the replay's, a new intake
+			c.id, _ = strconv.ParseInt(one(t, pool, `SELECT intake_id FROM file_intake WHERE replay_of = $1`, archived), 10, 64)
+		}
 		got := one(t, pool, `SELECT actor || ' ' || action || ' ' || intake_id FROM intake_audit WHERE request_id = $1`, request)
 		if want := email + " " + c.action + " " + itoa(c.id); got != want {
 			t.Errorf("audit of %s: got %q, want %q", request, got, want)
 		}
+	}
+	if partnerState != "not polled yet" {
+		t.Errorf("the partners page shows acme %q, want not polled yet", partnerState)
 	}
 	if !strings.HasPrefix(state, "spooled") {
 		t.Errorf("approved file's state on its page: got %q, want spooled", state)

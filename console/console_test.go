@@ -11,12 +11,17 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/partner-intake/partner-intake/console"
 	"github.com/partner-intake/partner-intake/intake"
+	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/internal/testenv"
+	"github.com/partner-intake/partner-intake/partners"
+	"github.com/partner-intake/partner-intake/spool"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }
@@ -29,17 +34,22 @@ const (
 	secret = "SECRET-VALUE-42"
 )
 
-// newConsole is a console behind a trusted proxy on 127.0.0.1.
-func newConsole(t *testing.T, pool *pgxpool.Pool) http.Handler {
+// newConsole is a console behind a trusted proxy on 127.0.0.1; each of
+// with changes its dependencies before it is built.
+func newConsole(t *testing.T, pool *pgxpool.Pool, with ...func(*console.Deps)) http.Handler {
 	t.Helper()
+	deps := console.Deps{Pool: pool, Partners: []string{"acme"}, Worker: intake.OpsWorker("ops"),
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	for _, f := range with {
+		f(&deps)
+	}
 	s, err := console.New(context.Background(), console.Config{
 		Listen: "127.0.0.1:0", BaseURL: "http://localhost:8080",
 		Auth: console.Auth{
 			Proxy:     &console.Proxy{Header: "X-Forwarded-User", From: []string{"127.0.0.1"}},
 			Reviewers: []string{reviewer}, Viewers: []string{viewer},
 		},
-	}, console.Deps{Pool: pool, Partners: []string{"acme"}, Worker: intake.OpsWorker("ops"),
-		Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	}, deps)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -353,5 +363,250 @@ func TestReviewerDiscardsAndRejects(t *testing.T) {
 	}
 	if got := one(t, pool, `SELECT state || ' ' || plan_decision FROM file_intake WHERE intake_id = $1`, waiting); got != "spooled rejected" {
 		t.Errorf("after reject: got %q", got)
+	}
+}
+
+// seedSample records a file awaiting approval whose stored sample holds
+// 120 updates K-1 … K-120: the odd ones change amount to V-<n> (a cell
+// value), the even ones change status.
+func seedSample(t *testing.T, pool *pgxpool.Pool) int64 {
+	t.Helper()
+	var id int64
+	if err := pool.QueryRow(context.Background(), `INSERT INTO file_intake (partner_id, feed, remote_name, claimed_path, listed_size,
+		    state, reason, worker_id, lease_until, content_sha256, rows_total, plan_hash, plan_counts, plan_sample, planned_at)
+		SELECT 'acme', 'orders', 'orders-s.csv', 'processing/w1/orders-s.csv', 10, 'awaiting_approval', 'awaiting_approval', 'w1',
+		    pg_catalog.now(), 'ef56', 120, 'h2', '{"updates": 120}',
+		    jsonb_agg(jsonb_build_object('line', i + 1, 'action', 'update', 'key', 'K-' || i, 'changed',
+		        CASE WHEN i % 2 = 1 THEN jsonb_build_object('amount', jsonb_build_array('1.00', 'V-' || i))
+		             ELSE jsonb_build_object('status', jsonb_build_array('old', 'new')) END) ORDER BY i),
+		    pg_catalog.now()
+		FROM generate_series(1, 120) i
+		RETURNING intake_id`).Scan(&id); err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
+// keyCell is how the changes table prints a key.
+func keyCell(k string) string { return `<td class="key">` + k + `</td>` }
+
+// A reviewer filters a plan's changes by key (prefix or exact) and by
+// column, with a GET form, each filter applied in SQL with the paging:
+// the counts, the pages and the rows are the filtered ones, and a filter
+// value with markup comes back escaped. A viewer sees no key or value
+// whatever the filters ask.
+func TestPlanChangesFilterByKeyAndColumn(t *testing.T) {
+	_, pool := testenv.DB(t)
+	h := newConsole(t, pool)
+	id := seedSample(t, pool)
+	target := "/plans/" + itoa(id)
+
+	_, _, body := do(t, h, reviewer, "GET", target, nil)
+	for _, want := range []string{`method="get" action="/plans/` + itoa(id) + `"`, `name="key"`, `name="column"`, `name="match"`, "120 changes in the stored sample, page 1 of 3"} {
+		if !strings.Contains(body, want) {
+			t.Fatalf("the plan page lacks %q:\n%s", want, body)
+		}
+	}
+	for _, c := range []struct {
+		query      string
+		want       string
+		has, hasNo []string
+	}{
+		// K-1, K-10 … K-19, K-100 … K-120
+		{"?key=K-1", "32 changes in the stored sample, page 1 of 1", []string{keyCell("K-1"), keyCell("K-19"), keyCell("K-120")}, []string{keyCell("K-2"), keyCell("K-20")}},
+		{"?key=K-1&match=exact", "1 changes in the stored sample", []string{keyCell("K-1"), "V-1"}, []string{keyCell("K-10"), keyCell("K-11")}},
+		{"?column=status", "60 changes in the stored sample, page 1 of 2", []string{keyCell("K-2"), keyCell("K-100")}, []string{keyCell("K-1"), "amount", keyCell("K-102")}},
+		// the second page of a filtered table is cut from the filtered rows
+		{"?column=status&page=2", "60 changes in the stored sample, page 2 of 2", []string{keyCell("K-102"), keyCell("K-120")}, []string{keyCell("K-100"), keyCell("K-101")}},
+		{"?column=status&key=K-11", "5 changes in the stored sample", []string{keyCell("K-110"), keyCell("K-118")}, []string{keyCell("K-11"), keyCell("K-111")}},
+		{"?column=amount&key=K-7&match=exact", "1 changes in the stored sample", []string{"V-7"}, []string{keyCell("K-70")}},
+		{"?column=nosuch", "0 changes in the stored sample", nil, []string{`class="key"`}},
+	} {
+		code, _, body := do(t, h, reviewer, "GET", target+c.query, nil)
+		if code != http.StatusOK || !strings.Contains(body, c.want) {
+			t.Errorf("%s: got %d, want %q\n%s", c.query, code, c.want, body)
+			continue
+		}
+		for _, s := range c.has {
+			if !strings.Contains(body, s) {
+				t.Errorf("%s: %q missing", c.query, s)
+			}
+		}
+		for _, s := range c.hasNo {
+			if strings.Contains(body, s) {
+				t.Errorf("%s: %q shown", c.query, s)
+			}
+		}
+	}
+	// the next page's link keeps the filter
+	_, _, body = do(t, h, reviewer, "GET", target+"?column=status", nil)
+	if !strings.Contains(body, `rel="next" href="/plans/`+itoa(id)+`?column=status&amp;page=2"`) {
+		t.Errorf("the next page's link drops the filter:\n%s", body)
+	}
+	_, _, body = do(t, h, reviewer, "GET", target+"?key="+url.QueryEscape(`<b>x</b>`), nil)
+	if strings.Contains(body, "<b>x") || !strings.Contains(body, `value="&lt;b&gt;x&lt;/b&gt;"`) {
+		t.Errorf("the key filter is not escaped:\n%s", body)
+	}
+	code, _, body := do(t, h, viewer, "GET", target+"?key=K-1&match=exact&column=amount", nil)
+	if code != http.StatusOK || strings.Contains(body, "V-1") || strings.Contains(body, "K-1") || strings.Contains(body, `id="changes"`) {
+		t.Errorf("a viewer's filtered plan page shows keys or values: %d\n%s", code, body)
+	}
+}
+
+// seedArchived records a finished (archived) file of acme.
+func seedArchived(t *testing.T, pool *pgxpool.Pool) int64 {
+	t.Helper()
+	var id int64
+	if err := pool.QueryRow(context.Background(), `INSERT INTO file_intake (partner_id, feed, remote_name, claimed_path, listed_size,
+		    state, worker_id, lease_until, batch_id, content_sha256, size_bytes, data_sha256, data_size, finished_at, archive_path)
+		VALUES ('acme', 'orders', 'orders-a.csv', 'processing/w1/orders-a.csv', 10, 'archived', 'w1', pg_catalog.now(), 'B1',
+		    'aa11', 10, 'aa11', 10, pg_catalog.now(), 'archive/orders-a.csv')
+		RETURNING intake_id`).Scan(&id); err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
+// withDaemon gives the console the replay of a daemon of acme, as
+// `intake run` wires it: intake.Daemon.Replay, what `intake replay` calls.
+func withDaemon(t *testing.T, pool *pgxpool.Pool) func(*console.Deps) {
+	t.Helper()
+	replay := daemonReplay(t, pool)
+	return func(deps *console.Deps) { deps.Replay = replay }
+}
+
+// daemonReplay is the Replay of a daemon of acme, stopped at the test's end.
+func daemonReplay(t *testing.T, pool *pgxpool.Pool) func(context.Context, intake.ReplayRequest) (*ledger.Intake, error) {
+	t.Helper()
+	sp, err := spool.New(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := intake.New(intake.Config{WorkerID: "w1", Lease: 30 * time.Second, SpoolMinFree: 1},
+		[]partners.Config{{ID: "acme"}}, pool, sp, prometheus.NewRegistry(), testenv.Logger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(d.Stop)
+	return d.Replay
+}
+
+// A reviewer replays a finished file from its page: the form posts its
+// CSRF token, the replay is recorded through the daemon's Replay (handed
+// to a daemon) under a fresh request id whose audit row names the
+// reviewer, and the browser lands on the replay's page. A second replay
+// while the first is live is refused, as is a replay of a held file; a
+// viewer gets no form and its post is refused; a post without the token
+// is refused. None of the refusals records a replay.
+func TestReviewerReplaysFinishedFile(t *testing.T) {
+	_, pool := testenv.DB(t)
+	h := newConsole(t, pool, withDaemon(t, pool))
+	id := seedArchived(t, pool)
+	held := seedHeld(t, pool, "orders-h.csv")
+	target := "/files/" + itoa(id)
+	replays := func() int64 {
+		return testenv.Count(t, pool, `SELECT count(*) FROM file_intake WHERE replay_of IS NOT NULL`)
+	}
+
+	code, _, body := do(t, h, viewer, "GET", target, nil)
+	if code != http.StatusOK || strings.Contains(body, `id="replay"`) {
+		t.Fatalf("viewer's file page: %d, or a replay form\n%s", code, body)
+	}
+	code, _, _ = do(t, h, viewer, "POST", target+"/replay", url.Values{"reason": {"again"}, "csrf": {csrfOf(t, body)}})
+	if code != http.StatusForbidden {
+		t.Errorf("viewer's replay: got %d, want 403", code)
+	}
+	code, _, body = do(t, h, reviewer, "GET", target, nil)
+	if code != http.StatusOK || !strings.Contains(body, `action="/files/`+itoa(id)+`/replay"`) {
+		t.Fatalf("reviewer's file page has no replay form: %d\n%s", code, body)
+	}
+	token := csrfOf(t, body)
+	if code, _, _ = do(t, h, reviewer, "POST", target+"/replay", url.Values{"reason": {"mapping fixed"}}); code != http.StatusForbidden {
+		t.Errorf("replay without CSRF: got %d, want 403", code)
+	}
+	if n := replays(); n != 0 {
+		t.Fatalf("refused replays recorded %d rows", n)
+	}
+
+	code, hdr, _ := do(t, h, reviewer, "POST", target+"/replay", url.Values{"reason": {"mapping fixed"}, "csrf": {token}})
+	if code != http.StatusSeeOther {
+		t.Fatalf("replay: got %d, want 303", code)
+	}
+	loc, _ := url.Parse(hdr.Get("Location"))
+	request := loc.Query().Get("request")
+	row := one(t, pool, `SELECT intake_id || ' ' || state || ' ' || batch_id FROM file_intake WHERE replay_of = $1`, id)
+	replayID, _, _ := strings.Cut(row, " ")
+	if !strings.HasSuffix(row, " spooled B1") || loc.Path != "/files/"+replayID {
+		t.Fatalf("replay row %q, redirected to %q", row, loc)
+	}
+	if got := one(t, pool, `SELECT actor || ' ' || action || ' ' || reason || ' ' || intake_id FROM intake_audit WHERE request_id = $1`, request); got != reviewer+" replay mapping fixed "+replayID {
+		t.Errorf("audit: got %q", got)
+	}
+	// idempotent: the live replay refuses a second one, naming it
+	code, _, body = do(t, h, reviewer, "POST", target+"/replay", url.Values{"reason": {"again"}, "csrf": {token}})
+	if code != http.StatusConflict || !strings.Contains(body, "intake "+replayID) {
+		t.Errorf("second replay: got %d, want 409 naming intake %s\n%s", code, replayID, body)
+	}
+	// a file that has not finished (held) is not replayed
+	code, _, body = do(t, h, reviewer, "POST", "/files/"+itoa(held)+"/replay", url.Values{"reason": {"x"}, "csrf": {token}})
+	if code != http.StatusConflict || !strings.Contains(body, "only finished files are replayed") {
+		t.Errorf("replay of a held file: got %d, want 409\n%s", code, body)
+	}
+	if n := replays(); n != 1 {
+		t.Errorf("%d replays recorded, want 1", n)
+	}
+}
+
+// The partners page shows each partner as `intake status` reads it: the
+// state by its last polls and the last error, the held files, the late
+// delivery windows, the feeds the daemon holds and why, and the server's
+// measured capability; a viewer sees it, and the navigation links it.
+// Without a daemon beside it the console says it does not know the held
+// feeds.
+func TestPartnersPage(t *testing.T) {
+	_, pool := testenv.DB(t)
+	ctx := context.Background()
+	seedHeld(t, pool, "orders-p.csv")
+	for _, q := range []string{
+		`INSERT INTO intake_partner_poll (partner_id, worker_id, last_ok_at, last_error_at, last_error)
+		 VALUES ('acme', 'w1', pg_catalog.now() - interval '10 minutes', pg_catalog.now() - interval '1 minute', 'dial tcp: connection refused')`,
+		`INSERT INTO intake_feed_late (partner_id, feed, scheduled_at, deadline, raised_by)
+		 VALUES ('acme', 'invoices', pg_catalog.now() - interval '3 hours', pg_catalog.now() - interval '2 hours', 'w1')`,
+		`INSERT INTO intake_site_profile (partner_id, site, rename_overwrites, posix_rename, fsync) VALUES ('acme', 'sftp.acme:22', false, true, true)`,
+	} {
+		if _, err := pool.Exec(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h := newConsole(t, pool, func(d *console.Deps) {
+		d.HeldFeeds = func() map[string]map[string]string {
+			return map[string]map[string]string{"acme": {"orders": "permission denied for table <orders>"}}
+		}
+	})
+	code, _, body := do(t, h, viewer, "GET", "/partners", nil)
+	if code != http.StatusOK {
+		t.Fatalf("viewer's partners page: %d\n%s", code, body)
+	}
+	for _, want := range []string{
+		`<a href="/partners">Partners</a>`,
+		`id="partner-acme"`,
+		`<dd class="state">failing, 1 feed(s) held</dd>`,
+		"dial tcp: connection refused",
+		`<a href="/held">1</a>`,
+		"<td>invoices</td>",
+		"open: no accepted file",
+		"<td>orders</td><td>permission denied for table &lt;orders&gt;</td>",
+		"extensions posix-rename,fsync",
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("the partners page lacks %q", want)
+		}
+	}
+	if t.Failed() {
+		t.Logf("page:\n%s", body)
+	}
+	_, _, body = do(t, newConsole(t, pool), reviewer, "GET", "/partners", nil)
+	if !strings.Contains(body, "Not known to this console") {
+		t.Errorf("a console without a daemon claims to know the held feeds:\n%s", body)
 	}
 }

@@ -15,12 +15,15 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/partner-intake/partner-intake/intake"
 	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/intake/ops"
 	"github.com/partner-intake/partner-intake/intake/target"
@@ -54,7 +57,14 @@ type Deps struct {
 	// Publish tells the partner about a discard right after it (nil:
 	// the reconciler does, on its next round).
 	Publish func(ctx context.Context, id int64) error
-	Log     *slog.Logger
+	// HeldFeeds is this process's daemon's feeds held now because their
+	// target table cannot be written, per partner, feed and why
+	// (intake.Daemon.PartnerStates); nil: not known to the console.
+	HeldFeeds func() map[string]map[string]string
+	// Replay is the daemon's (intake.Daemon.Replay), what `intake replay`
+	// calls; nil: the console offers no replay.
+	Replay func(ctx context.Context, q intake.ReplayRequest) (*ledger.Intake, error)
+	Log    *slog.Logger
 }
 
 // Server is the console: a lifecycle.Service on its own listener.
@@ -98,7 +108,7 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Server, error) {
 			return inert.Text(*p)
 		},
 	}
-	for _, p := range []string{"held", "file", "plans", "plan", "audit", "message", "signedin"} {
+	for _, p := range []string{"held", "partners", "file", "plans", "plan", "audit", "message", "signedin"} {
 		s.pages[p] = template.Must(template.New("layout.html").Funcs(funcs).ParseFS(templateFS, "templates/layout.html", "templates/"+p+".html"))
 	}
 	static, _ := fs.Sub(staticFS, "static")
@@ -109,6 +119,7 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Server, error) {
 	m.HandleFunc("POST /auth/logout", s.signedIn(s.logout))
 	m.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) { http.Redirect(w, r, "/held", http.StatusSeeOther) })
 	m.HandleFunc("GET /held", s.signedIn(s.held))
+	m.HandleFunc("GET /partners", s.signedIn(s.partners))
 	m.HandleFunc("GET /files/{id}", s.signedIn(s.file))
 	m.HandleFunc("GET /plans", s.signedIn(s.plans))
 	m.HandleFunc("GET /plans/{id}", s.signedIn(s.plan))
@@ -117,6 +128,7 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Server, error) {
 	m.HandleFunc("POST /files/{id}/discard", s.signedIn(s.decide("discard")))
 	m.HandleFunc("POST /plans/{id}/approve", s.signedIn(s.decide("approve")))
 	m.HandleFunc("POST /plans/{id}/reject", s.signedIn(s.decide("reject")))
+	m.HandleFunc("POST /files/{id}/replay", s.signedIn(s.replay))
 	s.mux = m
 	return s, nil
 }
@@ -328,6 +340,63 @@ func (s *Server) held(w http.ResponseWriter, r *http.Request) {
 	}{items, newPager(r.URL, n, total)}})
 }
 
+// partnerView is one partner as the partners page shows it.
+type partnerView struct {
+	ops.StatusRow
+	State     string // "up", "failing", "not polled yet"
+	HeldFeeds []heldFeed
+	// HeldKnown: the console runs beside a daemon that says which feeds
+	// it holds.
+	HeldKnown  bool
+	NeedsHuman int
+	Capability string
+}
+
+type heldFeed struct{ Feed, Why string }
+
+// partners serves the partners page: what `intake status` reads (through
+// ops.Status), per partner: its state by its last polls, the replica that
+// polls it, held files and waiting plans, late delivery windows, the
+// feeds this process's daemon holds, the server's measured capability and
+// the last poll error. No cell value is on it: a viewer sees it.
+func (s *Server) partners(w http.ResponseWriter, r *http.Request) {
+	rows, err := ops.Status(r.Context(), s.deps.Pool, s.deps.Partners)
+	if err != nil {
+		s.failed(w, r, "partners", err)
+		return
+	}
+	var held map[string]map[string]string
+	if s.deps.HeldFeeds != nil {
+		held = s.deps.HeldFeeds()
+	}
+	views := make([]partnerView, len(rows))
+	for i, row := range rows {
+		v := partnerView{StatusRow: row, HeldKnown: s.deps.HeldFeeds != nil}
+		switch {
+		case row.LastOK == nil && row.LastError == nil:
+			v.State = "not polled yet"
+		case row.LastError != nil && (row.LastOK == nil || row.LastError.After(*row.LastOK)):
+			v.State = "failing"
+		default:
+			v.State = "up"
+		}
+		for feed, why := range held[row.Partner] {
+			v.HeldFeeds = append(v.HeldFeeds, heldFeed{feed, why})
+		}
+		slices.SortFunc(v.HeldFeeds, func(a, b heldFeed) int { return strings.Compare(a.Feed, b.Feed) })
+		for _, f := range row.Findings {
+			if f.NeedsHuman {
+				v.NeedsHuman++
+			}
+		}
+		if row.Site != nil {
+			v.Capability = row.Site.Profile.String()
+		}
+		views[i] = v
+	}
+	s.render(w, http.StatusOK, "partners", page{Me: identityOf(r), Title: "Partners", Data: views})
+}
+
 func pathID(r *http.Request) (int64, bool) {
 	id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
 	return id, err == nil && id > 0
@@ -358,8 +427,11 @@ func (s *Server) file(w http.ResponseWriter, r *http.Request) {
 		Audit   []ledger.AuditEntry
 		Held    bool
 		Waiting bool
+		Replay  bool
 		Done    string
-	}{st, audit, st.QState == "open", st.State == string(ledger.StateAwaitingApproval), r.URL.Query().Get("request")}})
+	}{st, audit, st.QState == "open", st.State == string(ledger.StateAwaitingApproval),
+		s.deps.Replay != nil && (st.State == string(ledger.StateArchived) || st.State == string(ledger.StateDuplicate)),
+		r.URL.Query().Get("request")}})
 }
 
 func (s *Server) plans(w http.ResponseWriter, r *http.Request) {
@@ -407,13 +479,14 @@ func (s *Server) plan(w http.ResponseWriter, r *http.Request) {
 	}
 	var c target.PlanCounts
 	json.Unmarshal(v.Counts, &c) // counts intake wrote; a bad one shows zeros
-	action := r.URL.Query().Get("action")
+	q := r.URL.Query()
+	f := ledger.SampleFilter{Action: q.Get("action"), Key: q.Get("key"), KeyExact: q.Get("match") == "exact", Column: q.Get("column")}
 	found := false
 	for _, a := range sampleActions {
-		found = found || a == action
+		found = found || a == f.Action
 	}
 	if !found {
-		action = ""
+		f.Action = ""
 	}
 	var changes []target.PlanChange
 	var pg pager
@@ -421,7 +494,7 @@ func (s *Server) plan(w http.ResponseWriter, r *http.Request) {
 	// values, not read from the database for them at all
 	if me.Reviewer() {
 		n := pageArg(r)
-		raw, total, err := ops.PlanSamplePage(r.Context(), s.deps.Pool, id, s.deps.Partners, action, (n-1)*PageSize, PageSize)
+		raw, total, err := ops.PlanSamplePage(r.Context(), s.deps.Pool, id, s.deps.Partners, f, (n-1)*PageSize, PageSize)
 		if err != nil {
 			s.failed(w, r, "plan sample", err)
 			return
@@ -439,10 +512,10 @@ func (s *Server) plan(w http.ResponseWriter, r *http.Request) {
 		C       target.PlanCounts
 		Changes []target.PlanChange
 		Pager   pager
-		Action  string
+		F       ledger.SampleFilter
 		Actions []string
 		Waiting bool
-	}{v, c, changes, pg, action, sampleActions[1:], v.State == string(ledger.StateAwaitingApproval)}})
+	}{v, c, changes, pg, f, sampleActions[1:], v.State == string(ledger.StateAwaitingApproval)}})
 }
 
 func (s *Server) audit(w http.ResponseWriter, r *http.Request) {
@@ -550,4 +623,49 @@ func (s *Server) decide(action string) http.HandlerFunc {
 		s.deps.Log.Info("console decision", "action", action, "intake_id", id, "request", request, "actor", me.Name)
 		http.Redirect(w, r, fmt.Sprintf("/files/%d?request=%s", id, request), http.StatusSeeOther)
 	}
+}
+
+// replay serves the replay form of a finished file: a reviewer's, with its
+// CSRF token, through the daemon's Replay, which `intake replay` calls,
+// under a fresh request id recorded on the replay's audit row with the
+// signed-in identity as the actor. The replay is recorded and handed to
+// a daemon (the next reconcile run takes it over), not run inside the
+// request. Its rules are the CLI's: a file that is not finished, a
+// snapshot superseded since, a second replay while one is live are
+// refused (409).
+func (s *Server) replay(w http.ResponseWriter, r *http.Request) {
+	me := identityOf(r)
+	r.Body = http.MaxBytesReader(w, r.Body, 64<<10)
+	if !s.csrfOK(r) {
+		s.message(w, http.StatusForbidden, me, "Refused", "The form's CSRF token is missing or wrong: reload the page and replay again.")
+		return
+	}
+	if !me.Reviewer() {
+		s.message(w, http.StatusForbidden, me, "Refused", "Only a reviewer replays.")
+		return
+	}
+	id, ok := pathID(r)
+	if !ok {
+		s.message(w, http.StatusNotFound, me, "Not found", "No such file.")
+		return
+	}
+	if s.deps.Replay == nil {
+		s.message(w, http.StatusServiceUnavailable, me, "Unavailable", "This console replays nothing: replay with intake replay.")
+		return
+	}
+	request := newRequestID()
+	in, err := s.deps.Replay(r.Context(), intake.ReplayRequest{ID: id, Actor: me.Name, Reason: r.PostFormValue("reason"),
+		Request: request, Handover: true})
+	if errors.Is(err, ledger.ErrDecision) {
+		s.message(w, http.StatusConflict, me, "Refused", fmt.Sprintf("replay of intake %d refused (request %s): %v", id, request, err))
+		return
+	}
+	if err != nil || in == nil {
+		s.deps.Log.Error("console replay", "intake_id", id, "request", request, "err", err)
+		s.message(w, http.StatusInternalServerError, me, "Error",
+			fmt.Sprintf("replay of intake %d failed (request %s): the audit log under that request says whether it was recorded.", id, request))
+		return
+	}
+	s.deps.Log.Info("console decision", "action", "replay", "intake_id", id, "replay_id", in.ID, "request", request, "actor", me.Name)
+	http.Redirect(w, r, fmt.Sprintf("/files/%d?request=%s", in.ID, request), http.StatusSeeOther)
 }

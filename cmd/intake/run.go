@@ -305,7 +305,15 @@ func cmdRun(path string, once bool, stdout, stderr io.Writer) int {
 		con, err := console.New(ctx, e.cfg.Console, console.Deps{
 			Pool: e.pool, Partners: scope, SnapshotFeeds: snapshotFeeds(parts), Worker: intake.OpsWorker(e.cfg.WorkerID),
 			Publish: func(ctx context.Context, id int64) error { return ops.PublishDecision(ctx, e.pool, parts, id) },
-			Log:     e.log.With("component", "console"),
+			Replay:  d.Replay,
+			HeldFeeds: func() map[string]map[string]string {
+				out := map[string]map[string]string{}
+				for id, st := range d.PartnerStates() {
+					out[id] = st.HeldFeeds
+				}
+				return out
+			},
+			Log: e.log.With("component", "console"),
 		})
 		if err != nil {
 			return fatal(err, 1)

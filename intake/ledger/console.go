@@ -74,20 +74,38 @@ func (l *Ledger) WaitingPlans(ctx context.Context, partners []string, offset, li
 	return ps, total, err
 }
 
+// SampleFilter narrows a plan sample page: Action "" takes every action,
+// else only that one; Key "" every key, else the keys it begins (the key
+// itself when KeyExact); Column "" every change, else those that change
+// that column. Each is a condition of the query: a filtered page is cut
+// in SQL as an unfiltered one is.
+type SampleFilter struct {
+	Action   string
+	Key      string
+	KeyExact bool
+	Column   string
+}
+
+// sampleWhere is the condition a SampleFilter puts on the sample's
+// elements e ($3 action, $4 key, $5 exact, $6 column).
+const sampleWhere = `f.intake_id = $1 AND f.partner_id = ANY($2) AND ($3 = '' OR e->>'action' = $3)
+		  AND ($4 = '' OR CASE WHEN $5 THEN e->>'key' = $4 ELSE pg_catalog.starts_with(e->>'key', $4) END)
+		  AND ($6 = '' OR e->'changed'->$6 IS NOT NULL)`
+
 // PlanSamplePage is a page of a file's stored plan sample (each element a
-// target.PlanChange as JSON), cut in SQL, with the sample's length; action
-// "" takes every action, else only that one.
-func (l *Ledger) PlanSamplePage(ctx context.Context, id int64, partners []string, action string, offset, limit int) ([]json.RawMessage, int64, error) {
+// target.PlanChange as JSON) that f lets through, cut in SQL, with how
+// many elements it lets through in all.
+func (l *Ledger) PlanSamplePage(ctx context.Context, id int64, partners []string, f SampleFilter, offset, limit int) ([]json.RawMessage, int64, error) {
 	var total int64
 	if err := l.pool.QueryRow(ctx, `SELECT pg_catalog.count(*) FROM file_intake f,
 		    pg_catalog.jsonb_array_elements(CASE WHEN pg_catalog.jsonb_typeof(f.plan_sample) = 'array' THEN f.plan_sample ELSE '[]' END) e
-		WHERE f.intake_id = $1 AND f.partner_id = ANY($2) AND ($3 = '' OR e->>'action' = $3)`, id, partners, action).Scan(&total); err != nil {
+		WHERE `+sampleWhere, id, partners, f.Action, f.Key, f.KeyExact, f.Column).Scan(&total); err != nil {
 		return nil, 0, fmt.Errorf("plan sample count: %w", err)
 	}
 	rs, err := l.pool.Query(ctx, `SELECT e FROM file_intake f,
 		    pg_catalog.jsonb_array_elements(CASE WHEN pg_catalog.jsonb_typeof(f.plan_sample) = 'array' THEN f.plan_sample ELSE '[]' END) WITH ORDINALITY AS s(e, n)
-		WHERE f.intake_id = $1 AND f.partner_id = ANY($2) AND ($3 = '' OR e->>'action' = $3)
-		ORDER BY n LIMIT $4 OFFSET $5`, id, partners, action, limit, offset)
+		WHERE `+sampleWhere+`
+		ORDER BY n LIMIT $7 OFFSET $8`, id, partners, f.Action, f.Key, f.KeyExact, f.Column, limit, offset)
 	if err != nil {
 		return nil, 0, fmt.Errorf("plan sample page: %w", err)
 	}

@@ -46,9 +46,10 @@ func WaitingPlans(ctx context.Context, db *pgxpool.Pool, partners []string, offs
 }
 
 // PlanSamplePage is a page of a file's stored plan sample (each a
-// target.PlanChange as JSON) and the number of changes matching action.
-func PlanSamplePage(ctx context.Context, db *pgxpool.Pool, id int64, partners []string, action string, offset, limit int) ([]json.RawMessage, int64, error) {
-	return ledgerOn(db).PlanSamplePage(ctx, id, partners, action, offset, limit)
+// target.PlanChange as JSON) that f lets through, and how many it lets
+// through in all.
+func PlanSamplePage(ctx context.Context, db *pgxpool.Pool, id int64, partners []string, f ledger.SampleFilter, offset, limit int) ([]json.RawMessage, int64, error) {
+	return ledgerOn(db).PlanSamplePage(ctx, id, partners, f, offset, limit)
 }
 
 // Story reads one file's record of one of partners (nil: none).
