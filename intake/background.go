@@ -32,3 +32,10 @@ func (b *background[T]) wait() (T, error) {
 	<-b.done
 	return b.v, b.err
 }
+
+// resolved is a background already made: v, without a goroutine.
+func resolved[T any](v T) *background[T] {
+	b := &background[T]{done: make(chan struct{}), v: v}
+	close(b.done)
+	return b
+}

@@ -193,7 +193,8 @@ func (d *Daemon) PollOnce(ctx context.Context, partner string) error {
 // status` (intake/pollrecord).
 func (p *partnerRT) afterPoll(err error, m *metrics, polls *pollrecord.Recorder) {
 	if err != nil {
-		p.settled = false // a claim of this poll may be left without a row
+		p.settled = false     // a claim of this poll may be left without a row
+		p.ownsNothing = false // or a row: the next poll looks up
 	}
 	p.statMu.Lock()
 	p.up = err == nil
@@ -477,10 +478,16 @@ type partnerRT struct {
 	// partner's site: its processing dir was looked through (resumeOwn)
 	// since the last failed poll, or the previous run left none there.
 	// Stop records the run as drained only when every partner is settled.
-	settled     bool
-	orphanSweep time.Time    // the last look through stopped workers' processing dirs (orphans.go)
-	adoptMoves  int          // moves adoptOrphans tried into this worker's dir (a listing of it from before is stale)
-	fileRuns    atomic.Int64 // files this replica ran of the partner (a listing of ready/ from before one is stale)
+	settled bool
+	// ownsNothing: this worker holds no live row of the partner, as the
+	// last look-up said (resumeRows) and no poll since listed anything in
+	// ready/ to claim (claimReady) or failed; its polls skip the look-up
+	// (pollOnce), lookupsSkipped of them so far.
+	ownsNothing    bool
+	lookupsSkipped int
+	orphanSweep    time.Time    // the last look through stopped workers' processing dirs (orphans.go)
+	adoptMoves     int          // moves adoptOrphans tried into this worker's dir (a listing of it from before is stale)
+	fileRuns       atomic.Int64 // files this replica ran of the partner (a listing of ready/ from before one is stale)
 
 	statMu      sync.Mutex // what the last poll saw, for gauges and /readyz
 	polling     bool       // this replica polls the partner (affinity.go); else it exports no poll gauges for it

@@ -62,8 +62,19 @@ func (d *Daemon) pollOnce(ctx context.Context, p *partnerRT) error {
 	// The rows this worker holds of the partner are looked up beside the
 	// session's dial (or its reuse) and the housekeeping's listings; the
 	// housekeeping uses the answer unless it recorded a claim since
-	// (resumeRows; docs/performance.md).
-	due := inBackground(func() ([]*ledger.Intake, error) { return d.ledger.DueOwnedBy(ctx, p.cfg.ID, d.cfg.WorkerID) })
+	// (resumeRows; docs/performance.md). A partner this worker holds
+	// nothing of, as proven by the last look-up and every poll since
+	// (ownsNothing), is not looked up again: an idle fleet's poll makes no
+	// statement. Every maxSkippedLookups-th poll looks up anyway.
+	var due *background[ownedRows]
+	if p.ownsNothing && p.settled && p.lookupsSkipped < maxSkippedLookups {
+		p.lookupsSkipped++
+		due = resolved(ownedRows{})
+	} else {
+		p.ownsNothing, p.lookupsSkipped = false, 0
+		hk := &housekeeping{d}
+		due = inBackground(func() (ownedRows, error) { return hk.lookUpOwned(ctx, p.cfg.ID) })
+	}
 	defer due.wait()
 	sess, err := d.sessions.session(ctx, p)
 	if err != nil {
@@ -99,6 +110,24 @@ func (d *Daemon) pollOnce(ctx context.Context, p *partnerRT) error {
 	}
 	return (&claimStage{d}).claimReady(ctx, p, sess, ready)
 }
+
+// ownedRows is the look-up of the live rows this worker holds of a
+// partner (ledger.DueOwnedBy): those due, and how many there are.
+type ownedRows struct {
+	due  []*ledger.Intake
+	live int
+}
+
+func (d *housekeeping) lookUpOwned(ctx context.Context, partner string) (ownedRows, error) {
+	d.signals.OwnedLookup.Signal(partner)
+	due, live, err := d.ledger.DueOwnedBy(ctx, partner, d.cfg.WorkerID)
+	return ownedRows{due: due, live: live}, err
+}
+
+// maxSkippedLookups: a partner this worker holds nothing of is looked up
+// again at least every this many polls (a row made another way than by
+// its own polls, which is not expected, waits that long at most).
+const maxSkippedLookups = 9
 
 // listing is what list keeps of ready/.
 type listing struct {
@@ -160,7 +189,7 @@ func (d *Daemon) gate(ctx context.Context, p *partnerRT) (own bool, err error) {
 // housekeep clears what a crash left of this worker for the partner (spool
 // temp files, once) and resumes this worker's own files of it (resumeOwn;
 // due: the look-up of its rows started with the poll).
-func (d *housekeeping) housekeep(ctx context.Context, p *partnerRT, sess *sftpconn.Session, due *background[[]*ledger.Intake]) error {
+func (d *housekeeping) housekeep(ctx context.Context, p *partnerRT, sess *sftpconn.Session, due *background[ownedRows]) error {
 	if !p.tempClean {
 		// No download of this worker is in flight for the partner yet: any
 		// temp file of ours is a crash's leftover (matrix row 4).
@@ -209,6 +238,9 @@ func (d *claimStage) claimReady(ctx context.Context, p *partnerRT, sess *sftpcon
 		return err
 	}
 	cands, hostile, beyond := l.cands, l.hostile, l.beyond
+	if len(cands) > 0 || len(hostile) > 0 {
+		p.ownsNothing = false // this poll may claim: the next one looks up
+	}
 	d.log.Debug("ready listed", "partner", p.cfg.ID, "candidates", len(cands), "hostile", len(hostile), "beyond", beyond, "waited_seconds", time.Since(start).Seconds())
 	// Hostile entries (at most hostileBudget, the oldest) go to quarantine
 	// first; each counts against max_files_per_poll like a claim.
@@ -892,7 +924,7 @@ func hostileReason(claimedPath string) string {
 // restart), taking each over with a new fencing token. due is the look-up
 // of this worker's due rows started with the poll: it stands unless a claim
 // is recorded here first.
-func (d *housekeeping) resumeOwn(ctx context.Context, p *partnerRT, sess *sftpconn.Session, due *background[[]*ledger.Intake]) error {
+func (d *housekeeping) resumeOwn(ctx context.Context, p *partnerRT, sess *sftpconn.Session, due *background[ownedRows]) error {
 	if p.cfg.Records() {
 		// claim: record: nothing is ever moved, so there is no
 		// processing/ to look through; the rows say what to resume
@@ -1021,18 +1053,21 @@ func (d *housekeeping) resumeOwn(ctx context.Context, p *partnerRT, sess *sftpco
 // rows this worker id holds, and a poll runs one at a time): its answer
 // saves the poll a statement after its dial. A row that fell due since is
 // the next poll's.
-func (d *housekeeping) resumeRows(ctx context.Context, p *partnerRT, sess *sftpconn.Session, due *background[[]*ledger.Intake]) error {
+func (d *housekeeping) resumeRows(ctx context.Context, p *partnerRT, sess *sftpconn.Session, due *background[ownedRows]) error {
 	// files that failed wait for their own next attempt (attempt.go)
-	var live []*ledger.Intake
+	var owned ownedRows
 	var err error
 	if due != nil {
-		live, err = due.wait()
+		owned, err = due.wait()
 	} else {
-		live, err = d.ledger.DueOwnedBy(ctx, p.cfg.ID, d.cfg.WorkerID)
+		owned, err = d.lookUpOwned(ctx, p.cfg.ID)
 	}
 	if err != nil {
 		return err
 	}
+	live := owned.due
+	// kept only if the claim finds ready/ empty too (claimReady)
+	p.ownsNothing = owned.live == 0
 	// no file runs on a site whose preparation failed: that is the
 	// poll's failure, not theirs (sftpconn.ErrNotPrepared)
 	if err := sess.Prepared(); err != nil {

@@ -29,6 +29,9 @@ type testSignals struct {
 	// WorkerBeat: the replica's heartbeat recorded it alive
 	// (daemon.go, Daemon.workerHeartbeat).
 	WorkerBeat testsignal.Signal[struct{}]
+	// OwnedLookup: a poll looked up the live rows this worker holds of
+	// the partner (poll.go, lookUpOwned); the partner.
+	OwnedLookup testsignal.Signal[string]
 	// Unchanged: a chunk was looked up for rows the target holds as they
 	// are (unchanged.go, fileRun.toMerge).
 	Unchanged testsignal.Signal[unchangedLooked]

@@ -314,18 +314,34 @@ func (l *Ledger) LiveOwnedBy(ctx context.Context, partner, worker string) ([]*In
 }
 
 // dueOwnedBySQL is DueOwnedBy's statement.
-const dueOwnedBySQL = `SELECT ` + intakeColumns + ` FROM file_intake
-	WHERE partner_id = $1 AND worker_id = $2 AND state = ANY($3)
-	  AND (next_attempt_at IS NULL OR next_attempt_at <= pg_catalog.now()) ORDER BY intake_id`
+const dueOwnedBySQL = `SELECT ` + intakeColumns + `, (next_attempt_at IS NULL OR next_attempt_at <= pg_catalog.now())
+	FROM file_intake WHERE partner_id = $1 AND worker_id = $2 AND state = ANY($3) ORDER BY intake_id`
 
-// DueOwnedBy lists the live rows of partner held by worker that are due:
-// not waiting for the next attempt after a failed run (attempt.go).
-func (l *Ledger) DueOwnedBy(ctx context.Context, partner, worker string) ([]*Intake, error) {
+// DueOwnedBy lists the live rows of partner held by worker that are due
+// (not waiting for the next attempt after a failed run, attempt.go), and
+// counts the live rows worker holds of partner, due or not: with none, a
+// poller knows it holds nothing of the partner until it claims again.
+func (l *Ledger) DueOwnedBy(ctx context.Context, partner, worker string) (due []*Intake, live int, err error) {
 	rs, err := l.pool.Query(ctx, dueOwnedBySQL, partner, worker, liveStates)
 	if err != nil {
-		return nil, fmt.Errorf("list due intakes: %w", err)
+		return nil, 0, fmt.Errorf("list due intakes: %w", err)
 	}
-	return pgx.CollectRows(rs, func(r pgx.CollectableRow) (*Intake, error) { return scanIntake(r) })
+	defer rs.Close()
+	for rs.Next() {
+		var isDue bool
+		in, err := scanIntake(rs, &isDue)
+		if err != nil {
+			return nil, 0, fmt.Errorf("list due intakes: %w", err)
+		}
+		live++
+		if isDue {
+			due = append(due, in)
+		}
+	}
+	if err := rs.Err(); err != nil {
+		return nil, 0, fmt.Errorf("list due intakes: %w", err)
+	}
+	return due, live, nil
 }
 
 // resume takes over a live row held by this same worker id (a restarted
