@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/partner-intake/partner-intake/internal/reason"
+
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/partner-intake/partner-intake/intake/target"
@@ -174,7 +176,7 @@ func (d *Daemon) setFeedHeld(p *partnerRT, f *partners.Feed, problem string) (re
 	switch {
 	case problem != "" && h == nil:
 		d.log.Error("feed held: its target table cannot be written; its files stay in ready/ until it can",
-			"partner", p.cfg.ID, "feed", f.Name, "target", f.Target, "reason", string(partners.SkipTargetUnusable), "problem", problem)
+			"partner", p.cfg.ID, "feed", f.Name, "target", f.Target, "reason", string(reason.TargetUnusable), "problem", problem)
 	case problem == "" && h != nil:
 		d.log.Info("feed's target table can be written again: its files are taken", "partner", p.cfg.ID, "feed", f.Name,
 			"target", f.Target, "held_for", now.Sub(h.since).Round(time.Second).String())
