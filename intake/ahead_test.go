@@ -6,11 +6,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/partner-intake/partner-intake/internal/reason"
+
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/partner-intake/partner-intake/intake"
-	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/internal/testenv"
 	"github.com/partner-intake/partner-intake/partners"
 )
@@ -153,7 +154,7 @@ func TestChunksAppliedAheadRollBackWhenThePlanHoldsTheFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	f := files(t, pool, "acme")[0]
-	if f.State != "quarantined" || f.Reason != string(ledger.ReasonRejectRate) || f.Applied != 0 || f.Chunks != 0 {
+	if f.State != "quarantined" || f.Reason != string(reason.RejectRate) || f.Applied != 0 || f.Chunks != 0 {
 		t.Fatalf("got %+v, want quarantined for its reject rate, nothing applied", f)
 	}
 	wantNothingWritten(t, pool, "the file was held")
@@ -377,8 +378,8 @@ func TestRowsRefusedAheadAreRejectedWithTheirLines(t *testing.T) {
 		t.Fatalf("got %+v, want archived: %d applied, 2 rejected", f, aheadRows-2)
 	}
 	got := testenv.Strings(t, pool, `SELECT line || ':' || reason FROM intake_row_issue WHERE intake_id = $1 ORDER BY line`, f.ID)
-	if strings.Join(got, ",") != "3:bad_email,9:"+string(intake.ReasonTargetRefused) {
-		t.Fatalf("row issues %v, want line 3 bad_email and line 9 %s", got, intake.ReasonTargetRefused)
+	if strings.Join(got, ",") != "3:bad_email,9:"+string(reason.TargetRefused) {
+		t.Fatalf("row issues %v, want line 3 bad_email and line 9 %s", got, reason.TargetRefused)
 	}
 	if got := aheadCount(r, "committed"); got != 1 {
 		t.Fatalf("apply ahead committed %v times, want 1", got)

@@ -9,6 +9,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/partner-intake/partner-intake/internal/reason"
+
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
@@ -131,7 +133,7 @@ func (r *applyStage) applyChunks(ctx context.Context, tgt *target.Table, pending
 				return r.supersede(ctx, ledger.StateApplying, se.newer)
 			}
 			if errors.Is(err, errChangedBeforeCommit) {
-				return r.hold(ctx, ledger.StateQuarantined, ledger.ReasonChangedAfterClaim, 0, fmt.Sprintf(
+				return r.hold(ctx, ledger.StateQuarantined, reason.ChangedAfterClaim, 0, fmt.Sprintf(
 					"the file changed after it was claimed (the partner was still writing it), found right before its last commit; %d of its chunks were applied before. Publish the complete file again under a new name", in.ChunksDone))
 			}
 			return err
@@ -287,7 +289,7 @@ func (r *fileRun) endSpent(ctx context.Context) error {
 		detail = fmt.Sprintf("the file could not be processed in %d attempts; %d of its rows were applied before it stopped and stay applied; ops have been alerted and can replay it",
 			r.in.Attempts, r.in.RowsApplied)
 	}
-	return r.hold(ctx, ledger.StateFailedTerminal, ledger.ReasonRetriesExhausted, 0, detail)
+	return r.hold(ctx, ledger.StateFailedTerminal, reason.RetriesExhausted, 0, detail)
 }
 
 // commitChunk applies one chunk, retrying transient database errors with
@@ -490,7 +492,7 @@ func (r *applyStage) snapshotStatements(ctx context.Context, tx pgx.Tx, tgt *tar
 		}
 		c.deleted, c.deleteKept = n, kept
 		if kept > 0 {
-			r.log.Warn("snapshot kept rows it would delete: edited outside intake", "rows_delete_kept", kept, "reason", rows.ReasonOutsideEdit)
+			r.log.Warn("snapshot kept rows it would delete: edited outside intake", "rows_delete_kept", kept, "reason", reason.OutsideEdit)
 		}
 	}
 	return ledger.ForgetSnapshotKeys(ctx, tx, r.in.ID)
@@ -512,8 +514,8 @@ func (r *applyStage) frozenMapping(ctx context.Context) (done bool, err error) {
 		return true, ledger.Replan(ctx, r.d.db, in)
 	}
 	r.log.Warn("feed configuration changed part way through the apply: the file fails", "feed", in.Feed,
-		"chunks_done", in.ChunksDone, "reason", ledger.ReasonMappingChanged)
-	return true, r.hold(ctx, ledger.StateFailedTerminal, ledger.ReasonMappingChanged, 0, fmt.Sprintf(
+		"chunks_done", in.ChunksDone, "reason", reason.MappingChanged)
+	return true, r.hold(ctx, ledger.StateFailedTerminal, reason.MappingChanged, 0, fmt.Sprintf(
 		"the configuration of feed %s changed after %d chunk(s) of this file were applied; the rest is not applied under another mapping. Release or replay the file to apply it whole under the new one",
 		in.Feed, in.ChunksDone))
 }

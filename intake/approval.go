@@ -11,6 +11,8 @@ import (
 	"io"
 	"path"
 
+	"github.com/partner-intake/partner-intake/internal/reason"
+
 	"github.com/jackc/pgx/v5"
 
 	"github.com/partner-intake/partner-intake/intake/ledger"
@@ -130,7 +132,7 @@ func (r *planStage) planApproval(ctx context.Context, sc *scan, res *planResult)
 	case rec.Replanned:
 		r.d.metrics.plans.WithLabelValues(in.Partner, "replanned").Inc()
 		r.log.Warn("approved plan no longer holds: the file awaits approval again", "plan_hash", rec.Hash,
-			"approved_hash", rec.ApprovedWas, "reason", ledger.ReasonPlanChanged)
+			"approved_hash", rec.ApprovedWas, "reason", reason.PlanChanged)
 	case rec.Wait:
 		r.d.metrics.plans.WithLabelValues(in.Partner, "awaiting_approval").Inc()
 		r.log.Info("plan awaits approval", "plan_hash", rec.Hash, "why", rec.Why)
@@ -281,7 +283,7 @@ func (r *applyStage) rewait(ctx context.Context, pc *planChangedError) error {
 	in.State = ledger.StateAwaitingApproval
 	r.d.metrics.plans.WithLabelValues(in.Partner, "replanned").Inc()
 	r.log.Warn("approved plan no longer holds at the first chunk: the file awaits approval again", "plan_hash", pc.rec.Hash,
-		"approved_hash", pc.rec.ApprovedWas, "reason", ledger.ReasonPlanChanged)
+		"approved_hash", pc.rec.ApprovedWas, "reason", reason.PlanChanged)
 	return nil
 }
 

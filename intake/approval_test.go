@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/partner-intake/partner-intake/internal/reason"
+
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -279,7 +281,7 @@ func TestRejectQuarantinesAndDecisionsRaceToOneWinner(t *testing.T) {
 	if f1.State != "quarantined" || f1.Reason != "plan_rejected" {
 		t.Fatalf("rejected file %+v", f1)
 	}
-	if rc := receipt(t, site, f1.Receipt); rc.Outcome != ledger.OutcomeQuarantined || rc.Reason != ledger.ReasonPlanRejected {
+	if rc := receipt(t, site, f1.Receipt); rc.Outcome != ledger.OutcomeQuarantined || rc.Reason != reason.PlanRejected {
 		t.Fatalf("receipt %+v", rc)
 	}
 	if n := count(t, pool, `SELECT count(*) FROM orders WHERE partner_id = 'rj'`); n != 0 {

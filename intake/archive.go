@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"path"
 
+	"github.com/partner-intake/partner-intake/internal/reason"
+
 	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/intake/sitefile"
 	"github.com/partner-intake/partner-intake/internal/fault"
@@ -46,7 +48,7 @@ func (r *finishStage) archive(ctx context.Context, from ledger.State, outcome le
 // into place beside the manifest's move; when that does not come off, the
 // receipt is written as it is without. It returns the state the file ends
 // in and its reason.
-func (r *finishStage) archiveRemote(ctx context.Context, outcome ledger.Outcome, dupOf int64) (ledger.State, ledger.Reason, error) {
+func (r *finishStage) archiveRemote(ctx context.Context, outcome ledger.Outcome, dupOf int64) (ledger.State, reason.Code, error) {
 	in := r.in
 	if r.p.cfg.Records() {
 		return r.archiveRecord(outcome)
@@ -141,7 +143,7 @@ func (r *finishStage) moveToArchive(ctx context.Context, st *sitefile.Staged, rc
 		return "", false, nil, fmt.Errorf("archive: %w", err)
 	}
 	if lost {
-		r.log.Error("remote file vanished from processing/ before archiving; the spool keeps the bytes", "reason", ledger.ReasonRemoteLost)
+		r.log.Error("remote file vanished from processing/ before archiving; the spool keeps the bytes", "reason", reason.RemoteLost)
 		r.d.metrics.remoteLost.WithLabelValues(in.Partner).Inc()
 	}
 	return dst, lost, ahead, nil
@@ -204,12 +206,12 @@ func endState(outcome ledger.Outcome) ledger.State {
 	return ledger.StateArchived
 }
 
-func reasonOf(outcome ledger.Outcome) ledger.Reason {
+func reasonOf(outcome ledger.Outcome) reason.Code {
 	switch outcome {
 	case ledger.OutcomeDuplicate:
-		return ledger.ReasonDuplicate
+		return reason.Duplicate
 	case ledger.OutcomeSuperseded:
-		return ledger.ReasonSuperseded
+		return reason.Superseded
 	}
 	return ""
 }
@@ -228,11 +230,11 @@ func (r *finishStage) receipt(outcome ledger.Outcome, dupOf int64, lost bool) si
 	}
 	if outcome == ledger.OutcomeSuperseded {
 		rc.DuplicateOf, rc.SupersededBy = 0, dupOf
-		rc.Reason = ledger.ReasonSuperseded
+		rc.Reason = reason.Superseded
 		rc.Detail = fmt.Sprintf("a newer snapshot of this feed (intake %d) was applied before this one; this file's rows are not applied, so the table keeps the newer set", dupOf)
 	}
 	if outcome == ledger.OutcomeDuplicate {
-		rc.Reason = ledger.ReasonDuplicate
+		rc.Reason = reason.Duplicate
 		rc.Detail = fmt.Sprintf("batch %s was already received with the same bytes (intake %d); nothing was applied again", in.BatchID, dupOf)
 		if r.byManifest {
 			rc.Detail = fmt.Sprintf("batch %s was already received with the bytes your manifest states (sha256 and byte count, intake %d); the file was not read and nothing was applied again", in.BatchID, dupOf)

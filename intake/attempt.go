@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/partner-intake/partner-intake/internal/reason"
+
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/partner-intake/partner-intake/intake/ledger"
@@ -12,7 +14,6 @@ import (
 	"github.com/partner-intake/partner-intake/internal/fault"
 
 	"github.com/partner-intake/partner-intake/internal/pgerr"
-	"github.com/partner-intake/partner-intake/partners"
 )
 
 // settle decides what a failed run means for its file, so that one file
@@ -40,7 +41,7 @@ func (r *fileRun) settle(ctx context.Context, err error) error {
 			}
 			return fmt.Errorf("intake %d: %w (deferring it failed: %v)", r.in.ID, err, derr)
 		}
-		r.log.Info("file waits for its feed's target table; no attempt counted", "reason", string(partners.SkipTargetUnusable))
+		r.log.Info("file waits for its feed's target table; no attempt counted", "reason", string(reason.TargetUnusable))
 		return nil
 	}
 	switch classify(err) {
@@ -69,7 +70,7 @@ func (r *fileRun) settle(ctx context.Context, err error) error {
 	case exhausted:
 		r.log.Error("file failed past its retry budget", "attempts", n, "err", err)
 		detail := fmt.Sprintf("the file could not be processed in %d attempts%s; ops have been alerted and can replay it", n, lastCodes(err))
-		if herr := r.hold(ctx, ledger.StateFailedTerminal, ledger.ReasonRetriesExhausted, 0, detail); herr != nil && !sessionLost(err) {
+		if herr := r.hold(ctx, ledger.StateFailedTerminal, reason.RetriesExhausted, 0, detail); herr != nil && !sessionLost(err) {
 			r.log.Warn("holding the file failed; tried again on its next attempt", "err", herr)
 		}
 	default:
@@ -90,16 +91,16 @@ func (r *fileRun) settle(ctx context.Context, err error) error {
 }
 
 // finalReason is the reason code and detail of a final error.
-func finalReason(err error) (ledger.Reason, string) {
+func finalReason(err error) (reason.Code, string) {
 	var fe *FileError
 	if errors.As(err, &fe) {
 		return fe.Reason, fe.Detail
 	}
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) {
-		return ledger.ReasonTargetError, "the database refused the file's statements (" + pgerr.Codes(pe) + "); ops have been alerted and can replay the file after the fix"
+		return reason.TargetError, "the database refused the file's statements (" + pgerr.Codes(pe) + "); ops have been alerted and can replay the file after the fix"
 	}
-	return ledger.ReasonTargetError, "the file could not be processed; ops have been alerted"
+	return reason.TargetError, "the file could not be processed; ops have been alerted"
 }
 
 // lastCodes is what a partner's receipt says of a file's last error: the

@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/partner-intake/partner-intake/internal/reason"
+
 	"github.com/pkg/sftp"
 
 	"github.com/partner-intake/partner-intake/intake/ledger"
@@ -55,9 +57,9 @@ func (r *fetchStage) download(ctx context.Context) error {
 		switch {
 		case err == nil:
 		case errors.Is(err, sftpconn.ErrNotRegular):
-			return r.hold(ctx, ledger.StateFailedTerminal, ledger.ReasonManifestInvalid, 0, "the manifest is not a regular file (a symlink, or another file swapped in after the listing): it was not read")
+			return r.hold(ctx, ledger.StateFailedTerminal, reason.ManifestInvalid, 0, "the manifest is not a regular file (a symlink, or another file swapped in after the listing): it was not read")
 		case errors.Is(err, partners.ErrManifestInvalid), sftpconn.IsNotExist(err), sftpconn.IsPermission(err):
-			return r.hold(ctx, ledger.StateFailedTerminal, ledger.ReasonManifestInvalid, 0, "the manifest could not be read as JSON with bytes and sha256")
+			return r.hold(ctx, ledger.StateFailedTerminal, reason.ManifestInvalid, 0, "the manifest could not be read as JSON with bytes and sha256")
 		default:
 			// the site or the network failed the read, not the manifest:
 			// the file's next attempt reads it again (settle)
@@ -116,7 +118,7 @@ func (r *fetchStage) download(ctx context.Context) error {
 		if errors.Is(err, errNotRegular) {
 			// before the stable check: what is at the claimed path is not
 			// the partner's file to put back
-			return r.hold(ctx, ledger.StateQuarantined, ledger.ReasonNotRegular, 0, notRegularDetail)
+			return r.hold(ctx, ledger.StateQuarantined, reason.NotRegularFile, 0, notRegularDetail)
 		}
 		if r.p.cfg.Readiness == partners.ReadinessStable && in.Override == "" && !errors.Is(err, ErrRemoteLost) {
 			// the partner may still be writing into the claimed file
@@ -134,7 +136,7 @@ func (r *fetchStage) download(ctx context.Context) error {
 			}
 		}
 		if errors.Is(err, spool.ErrTooLarge) {
-			return r.hold(ctx, ledger.StateQuarantined, ledger.ReasonFileTooLarge, 0, fmt.Sprintf("the file is larger than the limit of %d bytes", r.p.cfg.Limits.MaxFileBytes))
+			return r.hold(ctx, ledger.StateQuarantined, reason.FileTooLarge, 0, fmt.Sprintf("the file is larger than the limit of %d bytes", r.p.cfg.Limits.MaxFileBytes))
 		}
 		var short *spool.ShortError
 		if errors.As(err, &short) {
@@ -145,7 +147,7 @@ func (r *fetchStage) download(ctx context.Context) error {
 			return fmt.Errorf("download: %w", err)
 		}
 		if errors.Is(err, ErrRemoteLost) {
-			return r.hold(ctx, ledger.StateFailedTerminal, ledger.ReasonRemoteLost, 0, "the file disappeared from processing/ before it was downloaded")
+			return r.hold(ctx, ledger.StateFailedTerminal, reason.RemoteLost, 0, "the file disappeared from processing/ before it was downloaded")
 		}
 		if err != nil {
 			return err
@@ -156,7 +158,7 @@ func (r *fetchStage) download(ctx context.Context) error {
 				r.log.Warn("bytes disagree with the manifest, fetching again")
 				continue
 			}
-			return r.hold(ctx, ledger.StateQuarantined, ledger.ReasonManifestMismatch, 0, "bytes or sha256 of the file disagree with its manifest")
+			return r.hold(ctx, ledger.StateQuarantined, reason.ManifestMismatch, 0, "bytes or sha256 of the file disagree with its manifest")
 		}
 		break
 	}
@@ -166,7 +168,7 @@ func (r *fetchStage) download(ctx context.Context) error {
 		rowsWant = man.Rows
 	}
 	if !partners.ValidBatchID(batch) {
-		return r.hold(ctx, ledger.StateQuarantined, ledger.ReasonBadBatchID, 0, "no batch id usable in file names could be derived (letters, digits, '.', '_', '-'; at most 128)")
+		return r.hold(ctx, ledger.StateQuarantined, reason.BadBatchID, 0, "no batch id usable in file names could be derived (letters, digits, '.', '_', '-'; at most 128)")
 	}
 	data, held, err := r.expand(e)
 	if err != nil {
@@ -520,13 +522,13 @@ func (r *fetchStage) ensureSpooled(ctx context.Context) error {
 	}
 	e, err := r.fetch(ctx, false)
 	if errors.Is(err, ErrRemoteLost) {
-		return r.hold(ctx, ledger.StateFailedTerminal, ledger.ReasonRemoteLost, 0, "neither the spool nor processing/ holds the file's bytes any more")
+		return r.hold(ctx, ledger.StateFailedTerminal, reason.RemoteLost, 0, "neither the spool nor processing/ holds the file's bytes any more")
 	}
 	if err != nil {
 		return err
 	}
 	if e.SHA256 != in.SHA256 {
-		return r.hold(ctx, ledger.StateQuarantined, ledger.ReasonManifestMismatch, 0, "the bytes in processing/ changed after they were first downloaded")
+		return r.hold(ctx, ledger.StateQuarantined, reason.ManifestMismatch, 0, "the bytes in processing/ changed after they were first downloaded")
 	}
 	if in.DataSHA256 != in.SHA256 {
 		data, held, err := r.expand(e)
@@ -547,7 +549,7 @@ func (r *fetchStage) readManifest() (*partners.Manifest, error) {
 
 // fileFailure maps a terminal parse error to a hold.
 func (r *planStage) fileFailure(ctx context.Context, fe *rows.FileError) error {
-	return r.hold(ctx, ledger.StateFailedTerminal, ledger.Reason(fe.Reason), fe.Line, fe.Detail)
+	return r.hold(ctx, ledger.StateFailedTerminal, reason.Code(fe.Reason), fe.Line, fe.Detail)
 }
 
 // twoChannelBytes: a file of this size or more is read over two SFTP

@@ -15,6 +15,8 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/partner-intake/partner-intake/internal/reason"
+
 	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/partners"
 	"github.com/partner-intake/partner-intake/spool"
@@ -30,7 +32,7 @@ const (
 )
 
 type heldFor struct {
-	reason ledger.Reason
+	reason reason.Code
 	detail string
 }
 
@@ -61,7 +63,7 @@ func (r *fetchStage) expand(orig spool.Entry) (spool.Entry, *heldFor, error) {
 		return orig, nil, nil
 	}
 	if kind != kindPGP && !r.feed.Allows(kind) {
-		return orig, &heldFor{ledger.ReasonCompressionNotAllowed, fmt.Sprintf("the feed does not accept %s files", kind)}, nil
+		return orig, &heldFor{reason.CompressionNotAllowed, fmt.Sprintf("the feed does not accept %s files", kind)}, nil
 	}
 	f, err := r.d.spool.Open(r.in.Partner, orig.SHA256)
 	if err != nil {
@@ -81,18 +83,18 @@ func (r *fetchStage) expand(orig spool.Entry) (spool.Entry, *heldFor, error) {
 		})
 		switch {
 		case errors.Is(err, spool.ErrTooLarge):
-			return e, &heldFor{ledger.ReasonArchiveTooLarge, fmt.Sprintf("it expands to more than %d bytes", max)}, nil
+			return e, &heldFor{reason.ArchiveTooLarge, fmt.Sprintf("it expands to more than %d bytes", max)}, nil
 		case errors.Is(err, errExpansionRatio):
-			return e, &heldFor{ledger.ReasonArchiveTooLarge, fmt.Sprintf("it expands to more than %d times its %d compressed bytes (limits.max_expansion_ratio)", ratio, orig.Size)}, nil
+			return e, &heldFor{reason.ArchiveTooLarge, fmt.Sprintf("it expands to more than %d times its %d compressed bytes (limits.max_expansion_ratio)", ratio, orig.Size)}, nil
 		case errors.Is(err, errSpoolLow):
 			return e, nil, err // the disk's, not the file's: retried later
 		case err != nil && (errors.Is(err, gzip.ErrChecksum) || errors.Is(err, gzip.ErrHeader) || errors.Is(err, zip.ErrChecksum) ||
 			errors.Is(err, zip.ErrFormat) || errors.Is(err, io.ErrUnexpectedEOF) || strings.Contains(err.Error(), "flate")):
-			return e, &heldFor{ledger.ReasonArchiveInvalid, "the compressed data is corrupt"}, nil
+			return e, &heldFor{reason.ArchiveInvalid, "the compressed data is corrupt"}, nil
 		case err != nil:
 			return e, nil, err
 		case nw.nested():
-			return e, &heldFor{ledger.ReasonArchiveNested, "the expanded file is itself compressed"}, nil
+			return e, &heldFor{reason.ArchiveNested, "the expanded file is itself compressed"}, nil
 		}
 		return e, nil, nil
 	}
@@ -100,7 +102,7 @@ func (r *fetchStage) expand(orig spool.Entry) (spool.Entry, *heldFor, error) {
 	case partners.CompressionGzip:
 		zr, err := gzip.NewReader(f)
 		if err != nil {
-			return orig, &heldFor{ledger.ReasonArchiveInvalid, "not a gzip file"}, nil
+			return orig, &heldFor{reason.ArchiveInvalid, "not a gzip file"}, nil
 		}
 		defer zr.Close()
 		return put(zr)
@@ -110,37 +112,37 @@ func (r *fetchStage) expand(orig spool.Entry) (spool.Entry, *heldFor, error) {
 		}
 		zr, err := zip.NewReader(f, orig.Size)
 		if err != nil {
-			return orig, &heldFor{ledger.ReasonArchiveInvalid, "not a zip file"}, nil
+			return orig, &heldFor{reason.ArchiveInvalid, "not a zip file"}, nil
 		}
 		var entry *zip.File
 		for _, zf := range zr.File {
 			name := zf.Name
 			if zf.Mode()&os.ModeSymlink != 0 {
-				return orig, &heldFor{ledger.ReasonArchiveSymlink, "an entry is a symbolic link"}, nil
+				return orig, &heldFor{reason.ArchiveSymlink, "an entry is a symbolic link"}, nil
 			}
 			if !safeEntry(name) {
-				return orig, &heldFor{ledger.ReasonArchiveBadEntry, "an entry name has '..', an absolute path or unsafe characters"}, nil
+				return orig, &heldFor{reason.ArchiveBadEntry, "an entry name has '..', an absolute path or unsafe characters"}, nil
 			}
 			if strings.HasSuffix(name, "/") {
 				continue // a directory entry
 			}
 			if entry != nil {
-				return orig, &heldFor{ledger.ReasonArchiveEntries, fmt.Sprintf("it holds %d or more files; one is allowed", 2)}, nil
+				return orig, &heldFor{reason.ArchiveEntries, fmt.Sprintf("it holds %d or more files; one is allowed", 2)}, nil
 			}
 			entry = zf
 		}
 		if entry == nil {
-			return orig, &heldFor{ledger.ReasonArchiveEntries, "it holds no file"}, nil
+			return orig, &heldFor{reason.ArchiveEntries, "it holds no file"}, nil
 		}
 		if compressionOf(entry.Name) != "" {
-			return orig, &heldFor{ledger.ReasonArchiveNested, "the entry is itself an archive"}, nil
+			return orig, &heldFor{reason.ArchiveNested, "the entry is itself an archive"}, nil
 		}
 		if entry.UncompressedSize64 > uint64(max) {
-			return orig, &heldFor{ledger.ReasonArchiveTooLarge, fmt.Sprintf("its entry declares %d bytes, more than %d", entry.UncompressedSize64, max)}, nil
+			return orig, &heldFor{reason.ArchiveTooLarge, fmt.Sprintf("its entry declares %d bytes, more than %d", entry.UncompressedSize64, max)}, nil
 		}
 		rc, err := entry.Open()
 		if err != nil {
-			return orig, &heldFor{ledger.ReasonArchiveInvalid, "the entry cannot be read"}, nil
+			return orig, &heldFor{reason.ArchiveInvalid, "the entry cannot be read"}, nil
 		}
 		defer rc.Close()
 		return put(rc)
@@ -284,11 +286,11 @@ func zipBounded(f io.ReaderAt, size int64) (*heldFor, error) {
 	}
 	switch {
 	case entries > maxZipEntries:
-		return &heldFor{ledger.ReasonArchiveDirectory, fmt.Sprintf("it lists %d entries; at most %d are read", entries, maxZipEntries)}, nil
+		return &heldFor{reason.ArchiveDirectory, fmt.Sprintf("it lists %d entries; at most %d are read", entries, maxZipEntries)}, nil
 	case dirSize > maxZipDirBytes:
-		return &heldFor{ledger.ReasonArchiveDirectory, fmt.Sprintf("its central directory is %d bytes; at most %d are read", dirSize, maxZipDirBytes)}, nil
+		return &heldFor{reason.ArchiveDirectory, fmt.Sprintf("its central directory is %d bytes; at most %d are read", dirSize, maxZipDirBytes)}, nil
 	case dirOff > dirEnd || dirOff+dirSize != dirEnd:
-		return &heldFor{ledger.ReasonArchiveInvalid, "the central directory does not end where its end record begins"}, nil
+		return &heldFor{reason.ArchiveInvalid, "the central directory does not end where its end record begins"}, nil
 	}
 	return nil, nil
 }

@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/partner-intake/partner-intake/intake/ledger"
+	"github.com/partner-intake/partner-intake/internal/reason"
 )
 
 func zipWith(t *testing.T, n int) []byte {
@@ -32,13 +32,13 @@ func zipWith(t *testing.T, n int) []byte {
 // or one whose end record understates it (archive/zip would read on past
 // the declared directory) are refused; an ordinary zip passes.
 func TestZipDirectoryIsBoundedBeforeItIsRead(t *testing.T) {
-	check := func(name string, data []byte, want ledger.Reason) {
+	check := func(name string, data []byte, want reason.Code) {
 		t.Helper()
 		held, err := zipBounded(bytes.NewReader(data), int64(len(data)))
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
-		var got ledger.Reason
+		var got reason.Code
 		if held != nil {
 			got = held.reason
 		}
@@ -48,8 +48,8 @@ func TestZipDirectoryIsBoundedBeforeItIsRead(t *testing.T) {
 	}
 	check("one file", zipWith(t, 1), "")
 	check("the most entries", zipWith(t, maxZipEntries), "")
-	check("one entry too many", zipWith(t, maxZipEntries+1), ledger.ReasonArchiveDirectory)
-	check("zip64 entry count", zipWith(t, 70000), ledger.ReasonArchiveDirectory)
+	check("one entry too many", zipWith(t, maxZipEntries+1), reason.ArchiveDirectory)
+	check("zip64 entry count", zipWith(t, 70000), reason.ArchiveDirectory)
 	check("not a zip", []byte("order_id\n1\n"), "")
 
 	// 5000 headers behind an end record that claims one entry of one
@@ -61,7 +61,7 @@ func TestZipDirectoryIsBoundedBeforeItIsRead(t *testing.T) {
 	binary.LittleEndian.PutUint16(big[e+8:], 1)
 	binary.LittleEndian.PutUint16(big[e+10:], 1)
 	binary.LittleEndian.PutUint32(big[e+12:], uint32(first))
-	check("understated directory", big, ledger.ReasonArchiveInvalid)
+	check("understated directory", big, reason.ArchiveInvalid)
 	binary.LittleEndian.PutUint32(big[e+12:], uint32(e)-dirOff)
-	check("directory over the byte bound", big, ledger.ReasonArchiveDirectory)
+	check("directory over the byte bound", big, reason.ArchiveDirectory)
 }

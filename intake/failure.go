@@ -6,10 +6,10 @@ import (
 	"net"
 	"syscall"
 
+	"github.com/partner-intake/partner-intake/internal/reason"
+
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/pkg/sftp"
-
-	"github.com/partner-intake/partner-intake/intake/ledger"
 )
 
 // The second failure matrix (docs/failure-matrix.md, "Poison"): every
@@ -93,7 +93,7 @@ func sessionLost(err error) bool {
 // FileError is a failure that is final for the file whatever is retried
 // (the mapping cannot be applied, say): its Reason goes to the receipt.
 type FileError struct {
-	Reason ledger.Reason
+	Reason reason.Code
 	Detail string
 }
 

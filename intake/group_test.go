@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/partner-intake/partner-intake/internal/reason"
+
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/partner-intake/partner-intake/intake"
@@ -222,7 +224,7 @@ func TestGroupFilesThatLeaveLate(t *testing.T) {
 		t.Fatalf("%v files left the group for their conflicts, want 1", got)
 	}
 	m := byName(files(t, pool, "gl"))
-	if f := m["orders-3.csv"]; f.State != "failed_terminal" || f.Reason != string(ledger.ReasonRemoteLost) {
+	if f := m["orders-3.csv"]; f.State != "failed_terminal" || f.Reason != string(reason.RemoteLost) {
 		t.Fatalf("the vanished file: %+v, want failed_terminal remote_lost", f)
 	}
 	if f := m["orders-2.csv"]; f.State != "archived" || f.Applied != 2 {

@@ -6,8 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/partner-intake/partner-intake/internal/reason"
+
 	"github.com/partner-intake/partner-intake/intake"
-	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/internal/fault"
 	"github.com/partner-intake/partner-intake/internal/testenv"
 )
@@ -62,7 +63,7 @@ func TestAGroupCommitWithoutAnswerCountsAgainstTheRetryBudget(t *testing.T) {
 					fault.Set("commit:lost=error")
 					r.poll(id)
 					got := files(t, pool, id)[f.ID-fs[0].ID]
-					if got.State != "outcome_unknown" || got.Reason != string(ledger.ReasonRetriesExhausted) || fault.Hits("commit:lost") != 1 {
+					if got.State != "outcome_unknown" || got.Reason != string(reason.RetriesExhausted) || fault.Hits("commit:lost") != 1 {
 						t.Fatalf("intake %d is %s %s after its own lost COMMIT, want outcome_unknown retries_exhausted", got.ID, got.State, got.Reason)
 					}
 					fault.Set("")
@@ -70,7 +71,7 @@ func TestAGroupCommitWithoutAnswerCountsAgainstTheRetryBudget(t *testing.T) {
 				}
 				r.poll(id)
 				got := files(t, pool, id)[f.ID-fs[0].ID]
-				if got.State != "failed_terminal" || got.Reason != string(ledger.ReasonRetriesExhausted) || attempts(got) != int64(budget) {
+				if got.State != "failed_terminal" || got.Reason != string(reason.RetriesExhausted) || attempts(got) != int64(budget) {
 					t.Fatalf("intake %d ended %s %s with %d attempts, want failed_terminal retries_exhausted with %d", got.ID, got.State, got.Reason, attempts(got), budget)
 				}
 			}

@@ -12,11 +12,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/partner-intake/partner-intake/internal/reason"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/partner-intake/partner-intake/intake"
-	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/internal/testenv"
 	"github.com/partner-intake/partner-intake/partners"
 	"github.com/partner-intake/partner-intake/spool"
@@ -121,7 +122,7 @@ func TestNoCellValueLeaksIntoLogsReportsOrMetrics(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := testenv.Files(t, pool, "leak")
-	if len(got) != 3 || got[0].Rejected != 6 || got[1].State != "failed_terminal" || got[2].Reason != string(ledger.ReasonTargetError) {
+	if len(got) != 3 || got[0].Rejected != 6 || got[1].State != "failed_terminal" || got[2].Reason != string(reason.TargetError) {
 		t.Fatalf("got %+v", got)
 	}
 	if !strings.Contains(logs.String(), "intake_id") {

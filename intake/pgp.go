@@ -9,11 +9,12 @@ import (
 	"io"
 	"time"
 
+	"github.com/partner-intake/partner-intake/internal/reason"
+
 	"github.com/ProtonMail/go-crypto/openpgp"
 	"github.com/ProtonMail/go-crypto/openpgp/armor"
 	pgperrors "github.com/ProtonMail/go-crypto/openpgp/errors"
 
-	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/intake/pgpkeys"
 	"github.com/partner-intake/partner-intake/partners"
 	"github.com/partner-intake/partner-intake/spool"
@@ -233,9 +234,9 @@ func (r *fetchStage) decrypt(f io.Reader, max int64) (spool.Entry, *heldFor, err
 		blk, err := armor.Decode(in) // reads the header lines; the body as it is read
 		switch {
 		case head.over:
-			return spool.Entry{}, &heldFor{ledger.ReasonPGPCorrupt, fmt.Sprintf("the armor's header lines take more than %d bytes", armorHeadBytes)}, nil
+			return spool.Entry{}, &heldFor{reason.PGPCorrupt, fmt.Sprintf("the armor's header lines take more than %d bytes", armorHeadBytes)}, nil
 		case err != nil:
-			return spool.Entry{}, &heldFor{ledger.ReasonPGPCorrupt, "the armored data cannot be read"}, nil
+			return spool.Entry{}, &heldFor{reason.PGPCorrupt, "the armored data cannot be read"}, nil
 		}
 		src = blk.Body
 	}
@@ -245,18 +246,18 @@ func (r *fetchStage) decrypt(f io.Reader, max int64) (spool.Entry, *heldFor, err
 		if disk.err != nil {
 			return spool.Entry{}, nil, fmt.Errorf("decrypt: read the spooled file: %w", disk.err)
 		}
-		return spool.Entry{}, &heldFor{ledger.ReasonPGPCorrupt, err.Error()}, nil
+		return spool.Entry{}, &heldFor{reason.PGPCorrupt, err.Error()}, nil
 	}
 	md, err := openpgp.ReadMessage(src, pgpRing{secret, verify}, nil, nil)
 	switch {
 	case disk.err != nil:
 		return spool.Entry{}, nil, fmt.Errorf("decrypt: read the spooled file: %w", disk.err)
 	case errors.Is(err, pgperrors.ErrKeyIncorrect):
-		return spool.Entry{}, &heldFor{ledger.ReasonPGPNoKey, "the file is not encrypted to intake's key"}, nil
+		return spool.Entry{}, &heldFor{reason.PGPNoKey, "the file is not encrypted to intake's key"}, nil
 	case err != nil:
-		return spool.Entry{}, &heldFor{ledger.ReasonPGPCorrupt, "the file is not a readable OpenPGP message"}, nil
+		return spool.Entry{}, &heldFor{reason.PGPCorrupt, "the file is not a readable OpenPGP message"}, nil
 	case !md.IsEncrypted || md.IsSymmetricallyEncrypted:
-		return spool.Entry{}, &heldFor{ledger.ReasonPGPNotEncrypted, "the OpenPGP message is not encrypted to intake's key"}, nil
+		return spool.Entry{}, &heldFor{reason.PGPNotEncrypted, "the OpenPGP message is not encrypted to intake's key"}, nil
 	}
 	body := &errReader{r: md.UnverifiedBody}
 	nw := &nestWatch{}
@@ -266,24 +267,24 @@ func (r *fetchStage) decrypt(f io.Reader, max int64) (spool.Entry, *heldFor, err
 	})
 	switch {
 	case errors.Is(err, spool.ErrTooLarge):
-		return e, &heldFor{ledger.ReasonArchiveTooLarge, fmt.Sprintf("it decrypts to more than %d bytes", max)}, nil
+		return e, &heldFor{reason.ArchiveTooLarge, fmt.Sprintf("it decrypts to more than %d bytes", max)}, nil
 	case errors.Is(err, errSpoolLow):
 		return e, nil, err // the disk's, not the file's: retried later
 	case disk.err != nil:
 		return e, nil, fmt.Errorf("decrypt: read the spooled file: %w", disk.err)
 	case body.err != nil:
-		return e, &heldFor{ledger.ReasonPGPCorrupt, "the OpenPGP message is cut short or fails its integrity check"}, nil
+		return e, &heldFor{reason.PGPCorrupt, "the OpenPGP message is cut short or fails its integrity check"}, nil
 	case err != nil:
 		return e, nil, err
 	}
 	var held *heldFor
 	switch {
 	case md.IsSigned && len(verify) > 0 && (md.SignedBy == nil || md.Signature == nil || md.SignatureError != nil):
-		held = &heldFor{ledger.ReasonPGPBadSignature, "the signature is not from a key of verify_keys_file, or does not match the contents"}
+		held = &heldFor{reason.PGPBadSignature, "the signature is not from a key of verify_keys_file, or does not match the contents"}
 	case cfg.RequireSignature && !md.IsSigned:
-		held = &heldFor{ledger.ReasonPGPUnsigned, "the feed requires a signature and the file is not signed"}
+		held = &heldFor{reason.PGPUnsigned, "the feed requires a signature and the file is not signed"}
 	case nw.nested():
-		held = &heldFor{ledger.ReasonArchiveNested, "the decrypted file is compressed"}
+		held = &heldFor{reason.ArchiveNested, "the decrypted file is compressed"}
 	}
 	if held != nil {
 		r.dropPlain(e)

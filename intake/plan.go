@@ -7,6 +7,8 @@ import (
 	"io"
 	"os"
 
+	"github.com/partner-intake/partner-intake/internal/reason"
+
 	"github.com/jackc/pgx/v5"
 
 	"github.com/partner-intake/partner-intake/intake/ledger"
@@ -21,7 +23,7 @@ type planResult struct {
 	// Fail is set when the file as a whole is unusable (terminal).
 	Fail *rows.FileError
 	// Hold is a reason code when policy holds the file for ops.
-	Hold ledger.Reason
+	Hold reason.Code
 }
 
 // maxHeldIssues is how many rejected rows a scan keeps in memory; a file
@@ -138,9 +140,9 @@ func (r *planStage) plan(ctx context.Context) (*planResult, error) {
 	next := "applying"
 	switch {
 	case in.ExpectedRows != nil && *in.ExpectedRows != res.Total && in.Override != ledger.OverrideManifest:
-		res.Hold, next = ledger.ReasonManifestMismatch, "spooled"
+		res.Hold, next = reason.ManifestMismatch, "spooled"
 	case res.Total > 0 && float64(res.Rejected)/float64(res.Total) > r.feed.MaxRejectRatio && in.Override != ledger.OverrideRejectRate:
-		res.Hold, next = ledger.ReasonRejectRate, "spooled"
+		res.Hold, next = reason.RejectRate, "spooled"
 	}
 	if res.Hold == "" && (r.feed.Guarded() || in.ApprovedPlanHash != "") {
 		// the feed's files are planned against the target and may wait

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/partner-intake/partner-intake/internal/reason"
+
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/partner-intake/partner-intake/intake"
@@ -33,8 +35,9 @@ func exec(t *testing.T, pool *pgxpool.Pool, sql string) {
 }
 
 type rowIssue struct {
-	line                           int64
-	column, reason, outcome, codes string
+	line                   int64
+	column, outcome, codes string
+	reason                 reason.Code
 }
 
 func rowIssues(t *testing.T, pool *pgxpool.Pool, id int64) map[int64]rowIssue {
@@ -119,7 +122,7 @@ func TestValuesTheTargetRefusesRejectExactlyTheirRows(t *testing.T) {
 	}
 	for line, w := range want {
 		g := got[line]
-		if g.reason != intake.ReasonTargetRefused || g.outcome != "rejected" || !strings.Contains(g.codes, w.code) ||
+		if g.reason != reason.TargetRefused || g.outcome != "rejected" || !strings.Contains(g.codes, w.code) ||
 			(w.column != "" && g.column != w.column) {
 			t.Errorf("line %d: %+v, want target_refused on column %q with SQLSTATE %q", line, g, w.column, w.code)
 		}
@@ -193,7 +196,7 @@ func TestARefusedValueSendsItsFileOutOfTheGroup(t *testing.T) {
 		if f2.State != "archived" || f2.Rejected != 1 || f2.Confl != 0 || f2.Applied+f2.Unchanged != 2 || receipt(t, site, f2.Receipt).Outcome != ledger.OutcomeAcceptedWithRejects {
 			t.Fatalf("%s: the file with the refused value: %+v", rows, f2)
 		}
-		if g := rowIssues(t, pool, f2.ID)[3]; g.reason != intake.ReasonTargetRefused || !strings.Contains(g.codes, "23514") {
+		if g := rowIssues(t, pool, f2.ID)[3]; g.reason != reason.TargetRefused || !strings.Contains(g.codes, "23514") {
 			t.Fatalf("%s: line 3's issue %+v, want target_refused 23514", rows, g)
 		}
 		if n := count(t, pool, `SELECT count(*) FROM orders WHERE partner_id = 'grr' AND order_id = 'B-1' AND qty = $1`, 7+round); n != 1 {
@@ -219,11 +222,11 @@ func TestAMappingTheTargetRefusesEverywhereFailsTheFileNotThePartner(t *testing.
 	r := newRig(t, pool, "w1", site)
 	r.poll("acme")
 	fs := files(t, pool, "acme")
-	if len(fs) != 1 || fs[0].State != "failed_terminal" || fs[0].Reason != intake.ReasonTargetRefused {
+	if len(fs) != 1 || fs[0].State != "failed_terminal" || fs[0].Reason != string(reason.TargetRefused) {
 		t.Fatalf("files %+v, want failed_terminal target_refused", fs)
 	}
 	rc := receipt(t, site, fs[0].Receipt)
-	if rc.Outcome != ledger.OutcomeFailed || rc.Reason != intake.ReasonTargetRefused || strings.Contains(rc.Detail, "LONGKEY") {
+	if rc.Outcome != ledger.OutcomeFailed || rc.Reason != reason.TargetRefused || strings.Contains(rc.Detail, "LONGKEY") {
 		t.Fatalf("receipt %+v", rc)
 	}
 	site.Drop(t, "orders-b-short.csv", "order_id,email,amount,status,placed_at,qty\nS-1,a@b.io,1.00,paid,2026-11-01T10:00:00Z,1\n")
@@ -265,7 +268,7 @@ func TestAFailingFileNeverHoldsUpThePartner(t *testing.T) {
 	if f := fs["orders-c-fine.csv"]; f.State != "archived" || f.Applied != 2 {
 		t.Fatalf("the file behind the failing ones: %+v", f)
 	}
-	if f := fs["orders-b-broken.csv"]; f.State != "failed_terminal" || f.Reason != string(ledger.ReasonTargetError) {
+	if f := fs["orders-b-broken.csv"]; f.State != "failed_terminal" || f.Reason != string(reason.TargetError) {
 		t.Fatalf("a final error: %+v, want failed_terminal target_error at once", f)
 	}
 	if f := fs["orders-a-busy.csv"]; f.State != "applying" {
@@ -285,11 +288,11 @@ func TestAFailingFileNeverHoldsUpThePartner(t *testing.T) {
 		r.poll("acme")
 	}
 	f := byName()["orders-a-busy.csv"]
-	if f.State != "failed_terminal" || f.Reason != string(ledger.ReasonRetriesExhausted) {
+	if f.State != "failed_terminal" || f.Reason != string(reason.RetriesExhausted) {
 		t.Fatalf("after its budget: %+v, want failed_terminal retries_exhausted", f)
 	}
 	rc := receipt(t, site, f.Receipt)
-	if rc.Outcome != ledger.OutcomeFailed || rc.Reason != ledger.ReasonRetriesExhausted ||
+	if rc.Outcome != ledger.OutcomeFailed || rc.Reason != reason.RetriesExhausted ||
 		!strings.Contains(rc.Detail, "SQLSTATE 40001") || strings.Contains(rc.Detail, "busy") {
 		t.Fatalf("receipt %+v: want failed retries_exhausted, the SQLSTATE and nothing of the error's text", rc)
 	}
@@ -425,7 +428,7 @@ func TestARefusedValueInASmallFileLeavesItsGroup(t *testing.T) {
 // rejected again), its totals reconcile and its receipt says so.
 func TestAReleasedFileThatFailedPartWayIsAppliedWhole(t *testing.T) {
 	pool, site, r, f := failedPartWay(t)
-	if f.State != "failed_terminal" || f.Reason != string(ledger.ReasonRetriesExhausted) || f.Chunks != 2 {
+	if f.State != "failed_terminal" || f.Reason != string(reason.RetriesExhausted) || f.Chunks != 2 {
 		t.Fatalf("%+v: want failed_terminal retries_exhausted after 2 chunks", f)
 	}
 
@@ -542,7 +545,7 @@ func TestADiscardReplacesTheReceiptOfAFileHeldBeforeItSpooled(t *testing.T) {
 	r := newRig(t, pool, "w1", site)
 	r.poll("acme")
 	f := files(t, pool, "acme")[0]
-	if f.State != "quarantined" || f.Reason != string(ledger.ReasonFileTooLarge) || !strings.HasPrefix(filepath.Base(f.Receipt), "orders-big.") {
+	if f.State != "quarantined" || f.Reason != string(reason.FileTooLarge) || !strings.HasPrefix(filepath.Base(f.Receipt), "orders-big.") {
 		t.Fatalf("%+v: want quarantined file_too_large, its receipt named after its batch", f)
 	}
 	held := f.Receipt

@@ -13,6 +13,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/partner-intake/partner-intake/internal/reason"
+
 	"golang.org/x/sync/errgroup"
 
 	"github.com/partner-intake/partner-intake/intake/ledger"
@@ -546,7 +548,7 @@ func (d *claimStage) list(ctx context.Context, p *partnerRT, sess *sftpconn.Sess
 			case err != nil:
 				return err
 			case !ok:
-				d.metrics.skipped.WithLabelValues(cfg.ID, string(partners.SkipTargetUnusable)).Inc()
+				d.metrics.skipped.WithLabelValues(cfg.ID, string(reason.TargetUnusable)).Inc()
 				continue
 			}
 			total++
@@ -562,8 +564,8 @@ func (d *claimStage) list(ctx context.Context, p *partnerRT, sess *sftpconn.Sess
 		return nil
 	}
 	err = sess.ListDir(ctx, sess.Layout.ReadyDir(), func(e os.FileInfo) error {
-		c, reason := partners.ClassifyEntry(cfg, e)
-		if reason == "" && !cfg.Records() {
+		c, why := partners.ClassifyEntry(cfg, e)
+		if why == "" && !cfg.Records() {
 			// a held feed's files wait in ready/ and take no room of
 			// the poll's bounded sets from the partner's other feeds
 			// (claim: record: after the look-up, which renews the
@@ -572,27 +574,27 @@ func (d *claimStage) list(ctx context.Context, p *partnerRT, sess *sftpconn.Sess
 			case err != nil:
 				return err
 			case !ok:
-				reason = partners.SkipTargetUnusable
+				why = reason.TargetUnusable
 			}
 		}
-		if reason == partners.SkipManifest && e.Mode().IsRegular() {
+		if why == reason.ManifestFile && e.Mode().IsRegular() {
 			manifests.Add(e.Name())
 		}
-		if cfg.Records() && (reason == "" || partners.Hostile(reason)) {
-			if reason == "" {
+		if cfg.Records() && (why == "" || partners.Hostile(why)) {
+			if why == "" {
 				pendC = append(pendC, c)
 			} else {
-				pendH = append(pendH, partners.Skipped{Info: e, Reason: reason})
+				pendH = append(pendH, partners.Skipped{Info: e, Reason: why})
 			}
 			if len(pendC)+len(pendH) >= recordBatch {
 				return flush()
 			}
 			return nil
 		}
-		if reason != "" {
-			d.metrics.skipped.WithLabelValues(cfg.ID, string(reason)).Inc()
-			if partners.Hostile(reason) {
-				bad.push(partners.Skipped{Info: e, Reason: reason})
+		if why != "" {
+			d.metrics.skipped.WithLabelValues(cfg.ID, string(why)).Inc()
+			if partners.Hostile(why) {
+				bad.push(partners.Skipped{Info: e, Reason: why})
 			}
 			return nil
 		}
@@ -601,8 +603,8 @@ func (d *claimStage) list(ctx context.Context, p *partnerRT, sess *sftpconn.Sess
 		return nil
 	})
 	if n := sess.TakeImpossibleNames(); n > 0 {
-		d.metrics.skipped.WithLabelValues(cfg.ID, string(partners.SkipImpossible)).Add(float64(n))
-		d.log.Warn("the site listed names no directory holds; left alone", "partner", cfg.ID, "reason", string(partners.SkipImpossible), "count", n)
+		d.metrics.skipped.WithLabelValues(cfg.ID, string(reason.ImpossibleName)).Add(float64(n))
+		d.log.Warn("the site listed names no directory holds; left alone", "partner", cfg.ID, "reason", string(reason.ImpossibleName), "count", n)
 	}
 	if err == nil {
 		err = flush()
@@ -637,7 +639,7 @@ func (d *claimStage) list(ctx context.Context, p *partnerRT, sess *sftpconn.Sess
 			s := seen[c.Name]
 			if partners.ClassifyStable(cfg, c, partners.Unchanged{Since: s.Since, Now: s.Now}) != "" {
 				total--
-				d.metrics.skipped.WithLabelValues(cfg.ID, string(partners.SkipUnstable)).Inc()
+				d.metrics.skipped.WithLabelValues(cfg.ID, string(reason.NotStable)).Inc()
 				continue
 			}
 		}
@@ -645,7 +647,7 @@ func (d *claimStage) list(ctx context.Context, p *partnerRT, sess *sftpconn.Sess
 			m := c.Name + partners.ManifestSuffix
 			if !manifests.Has(m, sess.RegularInReady) {
 				total--
-				d.metrics.skipped.WithLabelValues(cfg.ID, string(partners.SkipNoManifest)).Inc()
+				d.metrics.skipped.WithLabelValues(cfg.ID, string(reason.ManifestMissing)).Inc()
 				continue
 			}
 			c.Manifest = m
@@ -907,15 +909,16 @@ func printableName(name string) string {
 	return q
 }
 
-// hostileReason recovers the reason from a generated hostile name.
-func hostileReason(claimedPath string) string {
+// hostileReason recovers the reason from a generated hostile name: the
+// skip code that made the entry hostile (partners.Hostile).
+func hostileReason(claimedPath string) reason.Code {
 	name := strings.TrimPrefix(path.Base(claimedPath), partners.HostilePrefix)
-	for _, r := range []partners.Skip{partners.SkipNotRegular, partners.SkipBadName, partners.SkipDeceptiveName, partners.SkipNoFeed} {
-		if strings.HasPrefix(name, string(r)+"-") {
-			return string(r)
+	for _, in := range reason.All() {
+		if in.Kind.Has(reason.KindSkip) && partners.Hostile(in.Code) && strings.HasPrefix(name, string(in.Code)+"-") {
+			return in.Code
 		}
 	}
-	return "hostile_entry"
+	return reason.HostileEntry
 }
 
 // resumeOwn adopts files in processing/<worker>/ that have no row (a crash

@@ -8,6 +8,8 @@ import (
 	"path"
 	"time"
 
+	"github.com/partner-intake/partner-intake/internal/reason"
+
 	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/intake/sitefile"
 	"github.com/partner-intake/partner-intake/internal/fault"
@@ -17,23 +19,23 @@ import (
 
 // QuarantineReason is quarantine/<intake_id>.<name>.reason.json.
 type QuarantineReason struct {
-	PartnerID string        `json:"partner_id"`
-	IntakeID  int64         `json:"intake_id"`
-	File      string        `json:"file"`
-	BatchID   string        `json:"batch_id,omitempty"`
-	SHA256    string        `json:"sha256,omitempty"`
-	State     string        `json:"state"`
-	Reason    ledger.Reason `json:"reason"`
-	Line      int64         `json:"line,omitempty"`
-	Detail    string        `json:"detail"`
-	At        time.Time     `json:"at"`
+	PartnerID string      `json:"partner_id"`
+	IntakeID  int64       `json:"intake_id"`
+	File      string      `json:"file"`
+	BatchID   string      `json:"batch_id,omitempty"`
+	SHA256    string      `json:"sha256,omitempty"`
+	State     string      `json:"state"`
+	Reason    reason.Code `json:"reason"`
+	Line      int64       `json:"line,omitempty"`
+	Detail    string      `json:"detail"`
+	At        time.Time   `json:"at"`
 }
 
 // hold takes a file out of the pipeline: it moves it (and its manifest) to
 // quarantine/ beside a reason file, writes the partner's receipt and ends
 // in state to (quarantined: waits for ops; failed_terminal: no retry).
 // Each step is idempotent, so a crash part-way is finished on resume.
-func (r *fileRun) hold(ctx context.Context, to ledger.State, reason ledger.Reason, line int64, detail string) error {
+func (r *fileRun) hold(ctx context.Context, to ledger.State, reason reason.Code, line int64, detail string) error {
 	r.dropAhead() // a held file applies nothing
 	in, f := r.in, r.finishStage()
 	qdir := r.sess.Layout.QuarantineDir()

@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/partner-intake/partner-intake/internal/reason"
+
 	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/partners"
 	"github.com/partner-intake/partner-intake/partners/sftpconn"
@@ -72,7 +74,7 @@ func (d *claimStage) holdHostileRecord(ctx context.Context, p *partnerRT, sess *
 // (intake_quarantine, ops decide as for any held file) names the file
 // where it is, in ready/ (a hostile entry: none); no reason file and no
 // receipt are written (the site takes no writes); the log says why.
-func (r *finishStage) holdRecord(ctx context.Context, to ledger.State, reason ledger.Reason, line int64, detail string) error {
+func (r *finishStage) holdRecord(ctx context.Context, to ledger.State, reason reason.Code, line int64, detail string) error {
 	in := r.in
 	in.ArchivePath = in.ClaimedPath
 	if in.Feed == ledger.NoFeed {
@@ -89,10 +91,10 @@ func (r *finishStage) holdRecord(ctx context.Context, to ledger.State, reason le
 // archiveRecord finishes a file of a read-only site: nothing is moved and
 // no receipt is written; the row is the record and the spool keeps the
 // bytes for retention.spool.
-func (r *finishStage) archiveRecord(outcome ledger.Outcome) (ledger.State, ledger.Reason, error) {
+func (r *finishStage) archiveRecord(outcome ledger.Outcome) (ledger.State, reason.Code, error) {
 	r.in.ArchivePath = ""
 	if outcome == ledger.OutcomeDuplicate {
-		return ledger.StateDuplicate, ledger.ReasonDuplicate, nil
+		return ledger.StateDuplicate, reason.Duplicate, nil
 	}
 	return ledger.StateArchived, "", nil
 }

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/partner-intake/partner-intake/internal/reason"
+
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
@@ -22,9 +24,6 @@ import (
 // statement for one such row; here exactly the offending rows are found
 // under savepoints and rejected with reason target_refused and their
 // SQLSTATE (never the value), and the rest of the chunk applies.
-
-// ReasonTargetRefused is the row-issue reason of a row the target refused.
-const ReasonTargetRefused = "target_refused"
 
 // maxRefusedPerChunk bounds the search: each refused row costs about
 // log2(chunk rows) probes of the chunk. A chunk with more refused rows than
@@ -157,7 +156,7 @@ func (r *applyStage) refuse(ctx context.Context, tx pgx.Tx, tgt *target.Table, c
 			known = pe
 		}
 		if len(refused) == maxRefusedPerChunk {
-			return mergeCounts{}, nil, &FileError{Reason: ReasonTargetRefused, Detail: fmt.Sprintf(
+			return mergeCounts{}, nil, &FileError{Reason: reason.TargetRefused, Detail: fmt.Sprintf(
 				"the target table refused more than %d rows of chunk %d (first at line %d: %s); the feed's columns do not fit the table (run intake check), fix and replay",
 				maxRefusedPerChunk, ch.no, refused[0].line, refused[0].detail)}
 		}
@@ -224,5 +223,5 @@ func (r *applyStage) recordRefusals(ctx context.Context, tx pgx.Tx, refused []re
 	for i, f := range refused {
 		lines[i], cols[i], details[i] = f.line, f.column, f.detail
 	}
-	return ledger.RecordRefusals(ctx, tx, r.in, ReasonTargetRefused, lines, cols, details)
+	return ledger.RecordRefusals(ctx, tx, r.in, reason.TargetRefused, lines, cols, details)
 }

@@ -7,6 +7,8 @@ import (
 	"path"
 	"time"
 
+	"github.com/partner-intake/partner-intake/internal/reason"
+
 	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/intake/sitefile"
 	"github.com/partner-intake/partner-intake/internal/fault"
@@ -87,7 +89,7 @@ func (r *fileRun) claimedIsOurs() (bool, error) {
 		return true, nil
 	}
 	r.log.Warn("the file at this intake's claimed path is not its file (size or mtime differ); left there for a claim of its own",
-		"reason", ledger.ReasonRemoteLost)
+		"reason", reason.RemoteLost)
 	r.p.takenOver.Store(true)
 	return false, nil
 }

@@ -117,7 +117,7 @@ func (r *finishStage) rejectsCSV(ctx context.Context, out io.Writer) error {
 	w := csv.NewWriter(out)
 	_ = w.Write([]string{"line", "column", "reason", "outcome", "detail"})
 	err := r.d.ledger.Issues(ctx, r.in, func(is ledger.IssueRow) error {
-		return w.Write([]string{strconv.FormatInt(is.Line, 10), Neutralize(is.Column), Neutralize(is.Reason), Neutralize(is.Outcome), Neutralize(is.Detail)})
+		return w.Write([]string{strconv.FormatInt(is.Line, 10), Neutralize(is.Column), Neutralize(string(is.Reason)), Neutralize(is.Outcome), Neutralize(is.Detail)})
 	})
 	if err != nil {
 		return err

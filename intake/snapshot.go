@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/partner-intake/partner-intake/internal/reason"
+
 	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/partners"
 )
@@ -62,6 +64,6 @@ func (r *planStage) supersededAtPlan(ctx context.Context) (done bool, err error)
 // supersede archives the file as superseded by intake newer.
 func (r *fileRun) supersede(ctx context.Context, from ledger.State, newer int64) error {
 	r.log.Warn("snapshot older than one its feed already applied: archived as superseded, not applied",
-		"reason", string(ledger.ReasonSuperseded), "superseded_by", newer)
+		"reason", string(reason.Superseded), "superseded_by", newer)
 	return r.finishStage().archive(ctx, from, ledger.OutcomeSuperseded, newer)
 }

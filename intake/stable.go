@@ -8,6 +8,8 @@ import (
 	"path"
 	"time"
 
+	"github.com/partner-intake/partner-intake/internal/reason"
+
 	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/intake/sitefile"
 	"github.com/partner-intake/partner-intake/internal/fault"
@@ -64,7 +66,7 @@ func (r *fileRun) stillAsClaimed(ctx context.Context) error {
 		return err
 	}
 	if changed {
-		r.log.Warn("file changed after its claim, found before its last commit: held, not committed", "reason", string(ledger.ReasonChangedAfterClaim))
+		r.log.Warn("file changed after its claim, found before its last commit: held, not committed", "reason", string(reason.ChangedAfterClaim))
 		return errChangedBeforeCommit
 	}
 	return nil
@@ -86,18 +88,18 @@ func (r *fetchStage) putBack(ctx context.Context) error {
 			return err
 		}
 		r.d.metrics.putBack.WithLabelValues(in.Partner).Inc()
-		r.log.Warn("file changed after its claim; claim dropped, not applied", "reason", string(ledger.ReasonChangedAfterClaim))
+		r.log.Warn("file changed after its claim; claim dropped, not applied", "reason", string(reason.ChangedAfterClaim))
 		return nil
 	}
 	if _, err := r.sess.Lstat(r.sess.Layout.Ready(in.RemoteName)); err == nil {
-		return r.hold(ctx, ledger.StateQuarantined, ledger.ReasonChangedAfterClaim, 0,
+		return r.hold(ctx, ledger.StateQuarantined, reason.ChangedAfterClaim, 0,
 			"the file changed after it was claimed and a new file of the same name is in ready/")
 	}
 	if err := r.d.ledger.MarkPutBack(ctx, in); err != nil {
 		return err
 	}
 	r.d.metrics.putBack.WithLabelValues(in.Partner).Inc()
-	r.log.Warn("file changed after its claim; put back into ready/, not applied", "reason", string(ledger.ReasonChangedAfterClaim))
+	r.log.Warn("file changed after its claim; put back into ready/, not applied", "reason", string(reason.ChangedAfterClaim))
 	if err := fault.Check("putback:after_mark"); err != nil {
 		return err // as a crash here: resumeOwn finishes the put back
 	}
@@ -143,7 +145,7 @@ func putBackFile(sess *sftpconn.Session, claimedPath, name string) error {
 func finishPutBack(log *slog.Logger, p *partnerRT, sess *sftpconn.Session, claimedPath, name string) bool {
 	if err := putBackFile(sess, claimedPath, name); err != nil {
 		log.Warn("could not put a file back into ready/; the next poll tries again", "partner", p.cfg.ID,
-			"reason", string(ledger.ReasonChangedAfterClaim), "err", err)
+			"reason", string(reason.ChangedAfterClaim), "err", err)
 		p.takenOver.Store(true)
 		return false
 	}

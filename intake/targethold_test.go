@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/partner-intake/partner-intake/internal/reason"
+
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/partner-intake/partner-intake/intake"
@@ -93,7 +95,7 @@ func TestAFeedWhoseTargetCannotBeWrittenHoldsOnlyItsFiles(t *testing.T) {
 	if v := testutil.ToFloat64(r.d.Metrics().TargetHeld.WithLabelValues("th-beta", "orders")); v != 0 {
 		t.Fatalf("intake_feed_target_held{th-beta,orders} = %v, want 0", v)
 	}
-	if v := testutil.ToFloat64(r.d.Metrics().Skipped.WithLabelValues("th-beta", string(partners.SkipTargetUnusable))); v != 2 {
+	if v := testutil.ToFloat64(r.d.Metrics().Skipped.WithLabelValues("th-beta", string(reason.TargetUnusable))); v != 2 {
 		t.Fatalf("skipped{target_unusable} = %v, want the 2 files of one listing", v)
 	}
 

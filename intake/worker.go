@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/partner-intake/partner-intake/internal/reason"
+
 	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/intake/sitefile"
 	"github.com/partner-intake/partner-intake/partners"
@@ -99,7 +101,7 @@ func (r *fileRun) run(ctx context.Context) error {
 		stage := r.in.State
 		switch {
 		case r.gone && r.in.State != ledger.StateApplied: // applied rows only need their archive
-			err = r.hold(ctx, ledger.StateFailedTerminal, ledger.ReasonFeedGone, 0,
+			err = r.hold(ctx, ledger.StateFailedTerminal, reason.FeedGone, 0,
 				fmt.Sprintf("feed %s is no longer configured for this partner; the file can be replayed once it is", r.in.Feed))
 		default:
 			err = r.step(ctx)
@@ -121,12 +123,12 @@ func (r *fileRun) run(ctx context.Context) error {
 func (r *fileRun) step(ctx context.Context) (err error) {
 	switch r.in.State {
 	case ledger.StateClaimed:
-		if r.in.Reason == ledger.ReasonRetriesExhausted { // its group's COMMIT went unanswered past the budget; nothing of it landed
+		if r.in.Reason == reason.RetriesExhausted { // its group's COMMIT went unanswered past the budget; nothing of it landed
 			return r.endSpent(ctx)
 		}
 		if r.feed == nil {
-			reason := hostileReason(r.in.ClaimedPath)
-			err = r.hold(ctx, ledger.StateQuarantined, ledger.Reason(reason), 0, hostileDetail[reason])
+			why := hostileReason(r.in.ClaimedPath)
+			err = r.hold(ctx, ledger.StateQuarantined, why, 0, hostileDetail[why])
 		} else {
 			r.prepareSite()
 			err = r.fetchStage().download(ctx)
@@ -137,7 +139,7 @@ func (r *fileRun) step(ctx context.Context) (err error) {
 			// applied; its bytes are not needed for that
 			r.dropPre()
 			r.dropAhead()
-			return r.hold(ctx, ledger.StateQuarantined, ledger.ReasonPlanRejected, 0,
+			return r.hold(ctx, ledger.StateQuarantined, reason.PlanRejected, 0,
 				"the file's plan against the target was rejected by review before anything was applied; nothing of it was applied. Contact us before sending it again")
 		}
 		if r.bound != nil && r.bound.Verdict == ledger.VerdictDuplicate {
@@ -148,7 +150,7 @@ func (r *fileRun) step(ctx context.Context) (err error) {
 			err = r.planStage().decide(ctx)
 		}
 	case ledger.StateApplying:
-		if r.in.Reason == ledger.ReasonRetriesExhausted { // its last commit went unanswered past the budget
+		if r.in.Reason == reason.RetriesExhausted { // its last commit went unanswered past the budget
 			return r.endSpent(ctx)
 		}
 		if err = r.fetchStage().ensureSpooled(ctx); err == nil && r.in.State == ledger.StateApplying {
@@ -162,15 +164,15 @@ func (r *fileRun) step(ctx context.Context) (err error) {
 	return err
 }
 
-// notRegularDetail explains ReasonNotRegular to the partner.
+// notRegularDetail explains reason.NotRegularFile (a claim that moved a non-regular file) to the partner.
 const notRegularDetail = "the file claimed from ready/ was not a regular file by then (a symbolic link, directory or device put in its place after it was listed); it was not followed or read"
 
 // hostileDetail explains each hostile-entry reason to the partner.
-var hostileDetail = map[string]string{
-	string(partners.SkipNotRegular):    "the entry in ready/ is not a regular file (a symbolic link, directory or device); it was not followed or read",
-	string(partners.SkipBadName):       "the file name has control characters, path separators or invalid UTF-8, or is too long; the file was not read",
-	string(partners.SkipDeceptiveName): "the file name has Unicode format characters (bidirectional overrides, zero-width characters) or line separators, which make it show other than it is; the file was not read",
-	string(partners.SkipNoFeed):        "no feed agreed with you matches this file name; the file was not read",
+var hostileDetail = map[reason.Code]string{
+	reason.NotRegularFile: "the entry in ready/ is not a regular file (a symbolic link, directory or device); it was not followed or read",
+	reason.BadName:        "the file name has control characters, path separators or invalid UTF-8, or is too long; the file was not read",
+	reason.DeceptiveName:  "the file name has Unicode format characters (bidirectional overrides, zero-width characters) or line separators, which make it show other than it is; the file was not read",
+	reason.NoFeed:         "no feed agreed with you matches this file name; the file was not read",
 }
 
 func (r *fileRun) acceptedOutcome() ledger.Outcome {
@@ -218,7 +220,7 @@ func (r *planStage) decide(ctx context.Context) error {
 	case ledger.VerdictDuplicate:
 		return r.finishStage().archive(ctx, ledger.StateSpooled, ledger.OutcomeDuplicate, owner)
 	case ledger.VerdictConflict:
-		return r.hold(ctx, ledger.StateQuarantined, ledger.ReasonBatchConflict, 0,
+		return r.hold(ctx, ledger.StateQuarantined, reason.BatchConflict, 0,
 			fmt.Sprintf("batch %s was already received with other bytes (intake %d); a resend under the same batch id must carry the same bytes", r.in.BatchID, owner))
 	}
 	if done, err := r.supersededAtPlan(ctx); done || err != nil {
@@ -234,11 +236,11 @@ func (r *planStage) decide(ctx context.Context) error {
 	switch {
 	case res.Fail != nil:
 		return r.fileFailure(ctx, res.Fail)
-	case res.Hold == ledger.ReasonRejectRate:
-		return r.hold(ctx, ledger.StateQuarantined, ledger.ReasonRejectRate, 0,
+	case res.Hold == reason.RejectRate:
+		return r.hold(ctx, ledger.StateQuarantined, reason.RejectRate, 0,
 			fmt.Sprintf("%d of %d rows were rejected, more than the feed allows (%.0f%%); see the rejects report", res.Rejected, res.Total, 100*r.feed.MaxRejectRatio))
-	case res.Hold == ledger.ReasonManifestMismatch:
-		return r.hold(ctx, ledger.StateQuarantined, ledger.ReasonManifestMismatch, 0,
+	case res.Hold == reason.ManifestMismatch:
+		return r.hold(ctx, ledger.StateQuarantined, reason.ManifestMismatch, 0,
 			fmt.Sprintf("the file has %d rows, its manifest states %d", res.Total, *r.in.ExpectedRows))
 	}
 	return nil

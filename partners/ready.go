@@ -8,39 +8,17 @@ import (
 	"time"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/partner-intake/partner-intake/internal/reason"
 )
 
 // The ready rules: what in ready/ is claimable, and why the rest is not.
 // The poller (intake/poll.go) claims by them and the reconciler
 // (reconcile/matrix.go) reports by them, so both judge a listing alike.
 
-// Skip is why an entry of ready/ is not claimed; "" is none (the entry is
-// a candidate). Its values label intake_skipped_total{reason}.
-type Skip string
-
-// Skip reasons for entries of ready/ that are not claimed.
-const (
-	SkipDotfile    Skip = "dotfile"
-	SkipPartial    Skip = "partial_upload"
-	SkipNotRegular Skip = "not_regular_file" // symlink, directory, device: never followed or read
-	SkipBadName    Skip = "bad_name"         // control characters, separators, invalid UTF-8, too long
-	SkipNoFeed     Skip = "no_feed"          // no feed of the partner matches the name
-	SkipNoManifest Skip = "manifest_missing"
-	SkipManifest   Skip = "manifest_file"
-	SkipIgnored    Skip = "ignored_name" // readiness stable: the name matches stable.ignore (an upload tool's temporary name)
-	SkipUnstable   Skip = "not_stable"   // readiness stable: size or mtime changed within stable_for, or younger than min_age
-	// SkipDeceptiveName: a name that shows other than it is: Unicode
-	// format characters (bidirectional overrides and isolates such as
-	// U+202E, zero-width characters) or a line or paragraph separator.
-	SkipDeceptiveName Skip = "deceptive_name"
-	// SkipTargetUnusable: the file's feed is held, its target table
-	// cannot be written (intake/targethold.go); the file waits in ready/.
-	SkipTargetUnusable Skip = "target_unusable"
-	// SkipImpossible counts names a site listed that no directory holds
-	// ("/", "a/../b", empty: OneName): left out of the listing, never
-	// moved or named in a path.
-	SkipImpossible Skip = "impossible_name"
-)
+// Why an entry of ready/ is not claimed is a reason.Code of kind
+// reason.KindSkip; "" is none (the entry is a candidate). Its values label
+// intake_skipped_total{reason}.
 
 const (
 	// MaxNameBytes bounds a remote name (the limit of every common file
@@ -62,8 +40,8 @@ type Candidate struct {
 // Hostile reports whether a skipped entry is moved to quarantine (with a
 // receipt saying why) rather than left for later: it will never become a
 // valid file by waiting.
-func Hostile(reason Skip) bool {
-	return reason == SkipNotRegular || reason == SkipBadName || reason == SkipDeceptiveName || reason == SkipNoFeed
+func Hostile(why reason.Code) bool {
+	return why == reason.NotRegularFile || why == reason.BadName || why == reason.DeceptiveName || why == reason.NoFeed
 }
 
 // HostilePrefix names hostile entries claimed into processing/: the
@@ -73,7 +51,7 @@ const HostilePrefix = "hostile-"
 // Skipped is an entry of ready/ that is not claimed, and why.
 type Skipped struct {
 	Info   os.FileInfo
-	Reason Skip
+	Reason reason.Code
 }
 
 // ClassifyReady splits a listing of ready/ into claimable files (oldest
@@ -100,17 +78,17 @@ func ClassifyReady(p *Config, ents []os.FileInfo) ([]Candidate, []Skipped) {
 	var out []Candidate
 	var skipped []Skipped
 	for _, e := range ents {
-		c, reason := ClassifyEntry(p, e)
-		if reason == "" && manifestMode {
+		c, why := ClassifyEntry(p, e)
+		if why == "" && manifestMode {
 			m, ok := names[c.Name+ManifestSuffix]
 			if !ok || !m.Mode().IsRegular() {
-				reason = SkipNoManifest
+				why = reason.ManifestMissing
 			} else {
 				c.Manifest = c.Name + ManifestSuffix
 			}
 		}
-		if reason != "" {
-			skipped = append(skipped, Skipped{Info: e, Reason: reason})
+		if why != "" {
+			skipped = append(skipped, Skipped{Info: e, Reason: why})
 			continue
 		}
 		out = append(out, c)
@@ -121,30 +99,30 @@ func ClassifyReady(p *Config, ents []os.FileInfo) ([]Candidate, []Skipped) {
 // ClassifyEntry is one entry's verdict, all but the manifest check
 // (which needs the rest of the listing): a candidate, or why it is
 // skipped.
-func ClassifyEntry(p *Config, e os.FileInfo) (Candidate, Skip) {
+func ClassifyEntry(p *Config, e os.FileInfo) (Candidate, reason.Code) {
 	name := e.Name()
-	var reason Skip
+	var why reason.Code
 	switch {
 	case strings.HasPrefix(name, "."):
-		reason = SkipDotfile
+		why = reason.Dotfile
 	case strings.HasSuffix(name, PartialSuffix):
-		reason = SkipPartial
+		why = reason.PartialUpload
 	case !e.Mode().IsRegular():
-		reason = SkipNotRegular
+		why = reason.NotRegularFile
 	case !SafeName(name):
-		reason = nameSkip(name)
+		why = nameSkip(name)
 	case p.Readiness == ReadinessStable && p.Ignored(name):
-		reason = SkipIgnored // after the name checks: a hostile name is held whatever it ends in
+		why = reason.IgnoredName // after the name checks: a hostile name is held whatever it ends in
 	case p.Readiness == ReadinessManifest && strings.HasSuffix(name, ManifestSuffix):
-		reason = SkipManifest
+		why = reason.ManifestFile
 	}
 	c := Candidate{Name: name, Size: e.Size(), MTime: e.ModTime()}
-	if reason == "" {
+	if why == "" {
 		if c.Feed = p.FeedFor(name); c.Feed == nil {
-			reason = SkipNoFeed
+			why = reason.NoFeed
 		}
 	}
-	return c, reason
+	return c, why
 }
 
 // Ignored reports whether a name matches one of the partner's
@@ -171,7 +149,7 @@ type Unchanged struct {
 // ClassifyStable is the verdict of readiness stable on a candidate that
 // ClassifyEntry let through: "" (ready) once listings have seen its size
 // and mtime unchanged for stable_for and its mtime is min_age old, else
-// SkipUnstable. A file first seen in this listing is never ready
+// reason.NotStable. A file first seen in this listing is never ready
 // (stable_for is positive), so a file is taken only after at least two
 // listings stable_for apart agree on it. The mtime comes from the site's
 // clock: a site clock running ahead delays min_age, never stable_for. It
@@ -180,9 +158,9 @@ type Unchanged struct {
 // a file still growing shows an old mtime, and only its size changing
 // between listings holds it back; a stamp that jumps starts the clock
 // again.
-func ClassifyStable(p *Config, c Candidate, u Unchanged) Skip {
+func ClassifyStable(p *Config, c Candidate, u Unchanged) reason.Code {
 	if u.Since.IsZero() || u.Now.Sub(u.Since) < p.Stable.StableFor || u.Now.Sub(c.MTime) < p.Stable.MinAge {
-		return SkipUnstable
+		return reason.NotStable
 	}
 	return ""
 }
@@ -197,19 +175,19 @@ func SafeName(name string) bool {
 	return nameSkip(name) == ""
 }
 
-// nameSkip is why a name is not safe (SkipBadName, SkipDeceptiveName),
+// nameSkip is why a name is not safe (reason.BadName, reason.DeceptiveName),
 // or "".
-func nameSkip(name string) Skip {
+func nameSkip(name string) reason.Code {
 	if name == "" || name == "." || name == ".." || len(name) > MaxNameBytes || !utf8.ValidString(name) {
-		return SkipBadName
+		return reason.BadName
 	}
-	var skip Skip
+	var skip reason.Code
 	for _, r := range name {
 		switch {
 		case r < 0x20 || r == 0x7f || r == '/' || r == '\\' || (r >= 0x80 && r < 0xa0):
-			return SkipBadName
+			return reason.BadName
 		case r >= 0x80 && unicode.In(r, unicode.Cf, unicode.Zl, unicode.Zp):
-			skip = SkipDeceptiveName
+			skip = reason.DeceptiveName
 		}
 	}
 	return skip

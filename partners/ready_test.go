@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/partner-intake/partner-intake/internal/reason"
+
 	"github.com/partner-intake/partner-intake/partners"
 )
 
@@ -34,7 +36,7 @@ func TestClassifyReadyGivesEachEntryItsReason(t *testing.T) {
 		readiness string
 		ents      []os.FileInfo
 		claim     []string
-		skip      map[string]partners.Skip
+		skip      map[string]reason.Code
 	}{
 		{partners.ReadinessRename, []os.FileInfo{
 			entry{"orders-2.csv", 0, at(2)},
@@ -46,14 +48,14 @@ func TestClassifyReadyGivesEachEntryItsReason(t *testing.T) {
 			entry{"orders-\u202evsc.csv", 0, at(0)},
 			entry{"orders-\u200b1.csv", 0, at(0)},
 			entry{"invoice.pdf", 0, at(0)},
-		}, []string{"orders-1.csv", "orders-2.csv"}, map[string]partners.Skip{
-			".hidden.csv":          partners.SkipDotfile,
-			"orders-3.csv.part":    partners.SkipPartial,
-			"orders-4.csv":         partners.SkipNotRegular,
-			"orders-\x01.csv":      partners.SkipBadName,
-			"orders-\u202evsc.csv": partners.SkipDeceptiveName,
-			"orders-\u200b1.csv":   partners.SkipDeceptiveName,
-			"invoice.pdf":          partners.SkipNoFeed,
+		}, []string{"orders-1.csv", "orders-2.csv"}, map[string]reason.Code{
+			".hidden.csv":          reason.Dotfile,
+			"orders-3.csv.part":    reason.PartialUpload,
+			"orders-4.csv":         reason.NotRegularFile,
+			"orders-\x01.csv":      reason.BadName,
+			"orders-\u202evsc.csv": reason.DeceptiveName,
+			"orders-\u200b1.csv":   reason.DeceptiveName,
+			"invoice.pdf":          reason.NoFeed,
 		}},
 		{partners.ReadinessManifest, []os.FileInfo{
 			entry{"orders-1.csv", 0, at(1)},
@@ -61,11 +63,11 @@ func TestClassifyReadyGivesEachEntryItsReason(t *testing.T) {
 			entry{"orders-2.csv", 0, at(0)},
 			entry{"orders-3.csv", 0, at(0)},
 			entry{"orders-3.csv" + partners.ManifestSuffix, fs.ModeDir, at(0)},
-		}, []string{"orders-1.csv"}, map[string]partners.Skip{
-			"orders-1.csv" + partners.ManifestSuffix: partners.SkipManifest,
-			"orders-2.csv":                           partners.SkipNoManifest,
-			"orders-3.csv":                           partners.SkipNoManifest,
-			"orders-3.csv" + partners.ManifestSuffix: partners.SkipNotRegular,
+		}, []string{"orders-1.csv"}, map[string]reason.Code{
+			"orders-1.csv" + partners.ManifestSuffix: reason.ManifestFile,
+			"orders-2.csv":                           reason.ManifestMissing,
+			"orders-3.csv":                           reason.ManifestMissing,
+			"orders-3.csv" + partners.ManifestSuffix: reason.NotRegularFile,
 		}},
 		{partners.ReadinessStable, []os.FileInfo{
 			entry{"orders-1.csv", 0, at(1)},
@@ -73,11 +75,11 @@ func TestClassifyReadyGivesEachEntryItsReason(t *testing.T) {
 			entry{"~orders-3.csv", 0, at(0)},
 			entry{"orders-4.csv.filepart", 0, at(0)},
 			entry{"orders-5.csv.part", 0, at(0)},
-		}, []string{"orders-1.csv"}, map[string]partners.Skip{
-			"orders-2.csv.tmp":      partners.SkipIgnored,
-			"~orders-3.csv":         partners.SkipIgnored,
-			"orders-4.csv.filepart": partners.SkipIgnored,
-			"orders-5.csv.part":     partners.SkipPartial,
+		}, []string{"orders-1.csv"}, map[string]reason.Code{
+			"orders-2.csv.tmp":      reason.IgnoredName,
+			"~orders-3.csv":         reason.IgnoredName,
+			"orders-4.csv.filepart": reason.IgnoredName,
+			"orders-5.csv.part":     reason.PartialUpload,
 		}},
 	} {
 		p := &partners.Config{ID: "acme", Readiness: tc.readiness, Feeds: []partners.Feed{{Name: "orders", Pattern: `orders-.*\.csv`}}}
@@ -109,7 +111,7 @@ func TestClassifyReadyGivesEachEntryItsReason(t *testing.T) {
 			if want := tc.skip[s.Info.Name()]; s.Reason != want {
 				t.Fatalf("%s: %q skipped as %q, want %q", tc.readiness, s.Info.Name(), s.Reason, want)
 			}
-			if partners.Hostile(s.Reason) != (s.Reason == partners.SkipNotRegular || s.Reason == partners.SkipBadName || s.Reason == partners.SkipDeceptiveName || s.Reason == partners.SkipNoFeed) {
+			if partners.Hostile(s.Reason) != (s.Reason == reason.NotRegularFile || s.Reason == reason.BadName || s.Reason == reason.DeceptiveName || s.Reason == reason.NoFeed) {
 				t.Fatalf("%s: Hostile(%q) is wrong", tc.readiness, s.Reason)
 			}
 		}
@@ -130,13 +132,13 @@ func TestClassifyStableNeedsTimeUnchangedAndAge(t *testing.T) {
 		what string
 		c    partners.Candidate
 		u    partners.Unchanged
-		want partners.Skip
+		want reason.Code
 	}{
-		{"first sight", old, partners.Unchanged{Since: now, Now: now}, partners.SkipUnstable},
-		{"unchanged for less than stable_for", old, partners.Unchanged{Since: now.Add(-59 * time.Second), Now: now}, partners.SkipUnstable},
+		{"first sight", old, partners.Unchanged{Since: now, Now: now}, reason.NotStable},
+		{"unchanged for less than stable_for", old, partners.Unchanged{Since: now.Add(-59 * time.Second), Now: now}, reason.NotStable},
 		{"unchanged for stable_for", old, partners.Unchanged{Since: now.Add(-time.Minute), Now: now}, ""},
-		{"stable but younger than min_age", young, partners.Unchanged{Since: now.Add(-time.Hour), Now: now}, partners.SkipUnstable},
-		{"never recorded", old, partners.Unchanged{}, partners.SkipUnstable},
+		{"stable but younger than min_age", young, partners.Unchanged{Since: now.Add(-time.Hour), Now: now}, reason.NotStable},
+		{"never recorded", old, partners.Unchanged{}, reason.NotStable},
 	} {
 		if got := partners.ClassifyStable(p, tc.c, tc.u); got != tc.want {
 			t.Errorf("%s: got %q, want %q", tc.what, got, tc.want)

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/partner-intake/partner-intake/internal/reason"
+
 	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/internal/pgerr"
 	"github.com/partner-intake/partner-intake/partners"
@@ -409,7 +411,7 @@ func (r *Reconciler) rowOutcomeUnknown(ctx context.Context, p *partners.Config, 
 			return err
 		}
 		action := fmt.Sprintf("ledger holds %d committed chunks; back to applying, resumes at chunk %d", chunks, chunks)
-		if in.Reason == ledger.ReasonRetriesExhausted {
+		if in.Reason == reason.RetriesExhausted {
 			action = fmt.Sprintf("ledger holds %d committed chunks; back to applying past its retry budget: its next run fails it for good (retries_exhausted)", chunks)
 		}
 		add(ledger.Finding{Kind: ledger.KindOutcomeUnknown, IntakeID: in.ID, Action: action})
@@ -558,17 +560,17 @@ func (r *Reconciler) rowUnclaimableReady(ctx context.Context, p *partners.Config
 	waiting := map[string]os.FileInfo{} // overdue data files, by name, until their manifest shows
 	var manifests partners.Manifests
 	err := s.ListDir(ctx, s.Layout.ReadyDir(), func(e os.FileInfo) error {
-		_, reason := partners.ClassifyEntry(p, e)
-		switch reason {
-		case partners.SkipDotfile, partners.SkipPartial:
-		case partners.SkipIgnored:
+		_, why := partners.ClassifyEntry(p, e)
+		switch why {
+		case reason.Dotfile, reason.PartialUpload:
+		case reason.IgnoredName:
 			// readiness stable: an upload tool's temporary name, abandoned
 			// once untouched for stale_upload (as row 14 in incoming/)
 			if age := time.Since(e.ModTime()); age > p.Limits.StaleUpload {
 				add(ledger.Finding{Kind: ledger.KindStaleUpload, Path: path.Join(s.Layout.ReadyDir(), e.Name()), NeedsHuman: true, Action: "none",
 					Detail: fmt.Sprintf("upload under a temporary name untouched for %s (limit %s)", age.Round(time.Minute), p.Limits.StaleUpload)})
 			}
-		case partners.SkipManifest:
+		case reason.ManifestFile:
 			manifests.Add(e.Name())
 			delete(waiting, strings.TrimSuffix(e.Name(), partners.ManifestSuffix))
 		case "":
@@ -581,7 +583,7 @@ func (r *Reconciler) rowUnclaimableReady(ctx context.Context, p *partners.Config
 				break // claim: record: a hostile entry is held as a record and stays; open quarantine says so
 			}
 			if time.Since(e.ModTime()) >= unclaimableAfter {
-				found = append(found, partners.Skipped{Info: e, Reason: reason})
+				found = append(found, partners.Skipped{Info: e, Reason: why})
 			}
 		}
 		return nil
@@ -591,7 +593,7 @@ func (r *Reconciler) rowUnclaimableReady(ctx context.Context, p *partners.Config
 	}
 	for name, e := range waiting {
 		if !manifests.Has(name+partners.ManifestSuffix, s.RegularInReady) {
-			found = append(found, partners.Skipped{Info: e, Reason: partners.SkipNoManifest})
+			found = append(found, partners.Skipped{Info: e, Reason: reason.ManifestMissing})
 		}
 	}
 	sort.Slice(found, func(i, j int) bool { // oldest first, as the poller claims

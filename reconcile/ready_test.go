@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/partner-intake/partner-intake/internal/reason"
+
 	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/internal/testenv"
 	"github.com/partner-intake/partner-intake/partners"
@@ -53,7 +55,7 @@ func TestOverdueDataFilesWithoutManifestAreReported(t *testing.T) {
 	var got []string
 	for _, f := range w1.reconcile(t) {
 		if f.Kind == ledger.KindUnclaimableReady {
-			if f.Detail != "not claimed: "+string(partners.SkipNoManifest) {
+			if f.Detail != "not claimed: "+string(reason.ManifestMissing) {
 				t.Fatalf("finding %+v", f)
 			}
 			got = append(got, f.Path)

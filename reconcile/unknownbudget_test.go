@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/partner-intake/partner-intake/internal/reason"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/partner-intake/partner-intake/intake"
@@ -78,7 +80,7 @@ func TestCommitReplyLostOnEveryTryEndsPastTheRetryBudget(t *testing.T) {
 			}
 		}
 	}
-	if f.State != "failed_terminal" || f.Reason != string(ledger.ReasonRetriesExhausted) {
+	if f.State != "failed_terminal" || f.Reason != string(reason.RetriesExhausted) {
 		t.Fatalf("after %d rounds (%d outcome_unknown) the file is %s %s, want failed_terminal retries_exhausted", rounds, unknown, f.State, f.Reason)
 	}
 	if unknown != budget || rounds != budget+1 {
@@ -101,7 +103,7 @@ func TestCommitReplyLostOnEveryTryEndsPastTheRetryBudget(t *testing.T) {
 		t.Fatalf("attempts %d, want %d", got, budget)
 	}
 	rc := readReceipt(t, site, f.Receipt)
-	if rc.Outcome != ledger.OutcomeFailed || rc.Reason != ledger.ReasonRetriesExhausted || rc.Rows.Applied != want ||
+	if rc.Outcome != ledger.OutcomeFailed || rc.Reason != reason.RetriesExhausted || rc.Rows.Applied != want ||
 		!strings.Contains(rc.Detail, fmt.Sprintf("%d of its rows were applied", want)) {
 		t.Fatalf("receipt %+v, want failed retries_exhausted with %d rows applied", rc, want)
 	}

@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/partner-intake/partner-intake/internal/reason"
+
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
@@ -30,7 +32,6 @@ import (
 	"github.com/partner-intake/partner-intake/internal/lifecycle"
 	"github.com/partner-intake/partner-intake/internal/opshttp"
 	"github.com/partner-intake/partner-intake/migrations"
-	"github.com/partner-intake/partner-intake/partners"
 	"github.com/partner-intake/partner-intake/reconcile"
 	"github.com/partner-intake/partner-intake/spool"
 )
@@ -285,7 +286,7 @@ func cmdRun(path string, once bool, stdout, stderr io.Writer) int {
 		// ready/ while the others went on (intake/targethold.go)
 		if held := d.HeldFeeds(); len(held) > 0 {
 			e.log.Error("feeds held: their target tables cannot be written; their files wait in ready/",
-				"reason", string(partners.SkipTargetUnusable), "feeds", held)
+				"reason", string(reason.TargetUnusable), "feeds", held)
 			code = 1
 		}
 		return code

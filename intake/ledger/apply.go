@@ -8,6 +8,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/partner-intake/partner-intake/internal/reason"
+
 	"github.com/jackc/pgx/v5"
 )
 
@@ -66,12 +68,12 @@ func Replan(ctx context.Context, q Querier, in *Intake) error {
 var issueCols = []string{"intake_id", "partner_id", "line", "column_name", "reason", "outcome"}
 
 // RejectedRowValues is one rejected row's values for CopyRejectedRows.
-func RejectedRowValues(in *Intake, line int64, column, reason string) []any {
+func RejectedRowValues(in *Intake, line int64, column string, why reason.Code) []any {
 	var col any
 	if column != "" {
 		col = column
 	}
-	return []any{in.ID, in.Partner, line, col, reason, "rejected"}
+	return []any{in.ID, in.Partner, line, col, string(why), "rejected"}
 }
 
 // CopyRejectedRows writes a plan's rejected rows (RejectedRowValues) in
@@ -82,10 +84,10 @@ func CopyRejectedRows(ctx context.Context, tx pgx.Tx, src pgx.CopyFromSource) (i
 
 // RecordRefusals writes the rows the target refused in a chunk, in the
 // chunk's transaction, in one statement.
-func RecordRefusals(ctx context.Context, tx pgx.Tx, in *Intake, reason string, lines []int64, cols, details []string) error {
+func RecordRefusals(ctx context.Context, tx pgx.Tx, in *Intake, why reason.Code, lines []int64, cols, details []string) error {
 	_, err := tx.Exec(ctx, `INSERT INTO intake_row_issue (intake_id, partner_id, line, column_name, reason, outcome, detail)
 		SELECT $1, $2, l, nullif(c, ''), $3, 'rejected', d FROM unnest($4::bigint[], $5::text[], $6::text[]) AS u(l, c, d)`,
-		in.ID, in.Partner, reason, lines, cols, details)
+		in.ID, in.Partner, why, lines, cols, details)
 	if err != nil {
 		return fmt.Errorf("record refused rows: %w", err)
 	}

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/partner-intake/partner-intake/internal/reason"
+
 	"github.com/jackc/pgx/v5"
 )
 
@@ -49,16 +51,16 @@ func RecordPlan(ctx context.Context, tx pgx.Tx, in *Intake, p PlanRecord) error 
 	if !p.Wait {
 		sample = nil // values are kept only while ops must look at them
 	}
-	reason := ""
+	why := ""
 	if p.Wait {
-		reason = string(ReasonAwaitingApproval)
+		why = string(reason.AwaitingApproval)
 		if p.Replanned {
-			reason = string(ReasonPlanChanged)
+			why = string(reason.PlanChanged)
 		}
 	}
 	tag, err := tx.Exec(ctx, `UPDATE file_intake SET plan_hash = $3, plan_counts = $4, plan_sample = $5, planned_at = pg_catalog.now(),
 		    plan_decision = NULL, reason = nullif($6, ''), updated_at = pg_catalog.now()
-		WHERE intake_id = $1 AND fencing_token = $2`, in.ID, in.Token, p.Hash, p.Counts, sample, reason)
+		WHERE intake_id = $1 AND fencing_token = $2`, in.ID, in.Token, p.Hash, p.Counts, sample, why)
 	if err := fenced(tag, err, in, "record plan"); err != nil {
 		return err
 	}
@@ -72,10 +74,10 @@ func RecordPlan(ctx context.Context, tx pgx.Tx, in *Intake, p PlanRecord) error 
 		return fmt.Errorf("outbox: %w", err)
 	}
 	if p.Replanned {
-		return audit(ctx, tx, "intake", "replan", in.Partner, in.ID, string(ReasonPlanChanged),
+		return audit(ctx, tx, "intake", "replan", in.Partner, in.ID, string(reason.PlanChanged),
 			fmt.Sprintf("approved plan %s no longer holds; new plan %s awaits approval", p.ApprovedWas, p.Hash))
 	}
-	return audit(ctx, tx, "intake", "await_approval", in.Partner, in.ID, string(ReasonAwaitingApproval),
+	return audit(ctx, tx, "intake", "await_approval", in.Partner, in.ID, string(reason.AwaitingApproval),
 		fmt.Sprintf("plan %s: %s", p.Hash, p.Why))
 }
 

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/partner-intake/partner-intake/internal/reason"
+
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -451,8 +453,8 @@ func (l *Ledger) GroupUnknown(ctx context.Context, ins []*Intake, lastErr string
 	}
 	for _, c := range got {
 		in := byID[c.id]
-		in.Attempts, in.Reason = c.attempts, Reason(c.reason)
-		if in.Reason == ReasonRetriesExhausted {
+		in.Attempts, in.Reason = c.attempts, reason.Code(c.reason)
+		if in.Reason == reason.RetriesExhausted {
 			spent = append(spent, c.id)
 		}
 	}

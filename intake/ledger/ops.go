@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/partner-intake/partner-intake/internal/reason"
+
 	"github.com/jackc/pgx/v5"
 
 	"github.com/partner-intake/partner-intake/internal/fault"
@@ -18,7 +20,7 @@ import (
 type QuarantineItem struct {
 	IntakeID   int64
 	Partner    string
-	Reason     Reason
+	Reason     reason.Code
 	BatchID    string
 	SHA256     string
 	Path       string
@@ -53,7 +55,7 @@ func (l *Ledger) ListQuarantine(ctx context.Context, partners []string, openOnly
 // Held is a held file locked for a decision.
 type Held struct {
 	Partner string
-	Reason  Reason
+	Reason  reason.Code
 	// QState is the quarantine record's state ("open" until decided),
 	// FState the file's.
 	QState, FState              string

@@ -7,6 +7,8 @@ import (
 	"sort"
 	"time"
 
+	"github.com/partner-intake/partner-intake/internal/reason"
+
 	"github.com/jackc/pgx/v5"
 )
 
@@ -106,14 +108,14 @@ func (l *Ledger) MarkPutBack(ctx context.Context, in *Intake) error {
 		    UPDATE file_intake SET state = 'put_back', reason = $3, updated_at = pg_catalog.now(), finished_at = pg_catalog.now()
 		    WHERE intake_id = $1 AND fencing_token = $2 AND state = 'claimed' RETURNING intake_id),
 		d AS (DELETE FROM intake_record_claim WHERE intake_id IN (SELECT intake_id FROM u))
-		SELECT pg_catalog.count(*) FROM u`, in.ID, in.Token, string(ReasonChangedAfterClaim)).Scan(&n)
+		SELECT pg_catalog.count(*) FROM u`, in.ID, in.Token, string(reason.ChangedAfterClaim)).Scan(&n)
 	if err != nil {
 		return fmt.Errorf("mark put_back: %w", err)
 	}
 	if n == 0 {
 		return &FencedError{IntakeID: in.ID, Token: in.Token, Step: "mark put_back"}
 	}
-	in.State, in.Reason = StatePutBack, ReasonChangedAfterClaim
+	in.State, in.Reason = StatePutBack, reason.ChangedAfterClaim
 	return nil
 }
 

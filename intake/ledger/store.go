@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/partner-intake/partner-intake/internal/reason"
+
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 )
@@ -72,7 +74,7 @@ type Intake struct {
 	Size         int64
 	ExpectedRows *int64
 	State        State
-	Reason       Reason
+	Reason       reason.Code
 	Worker       string
 	ClaimedAt    time.Time
 
@@ -121,15 +123,15 @@ const intakeColumns = `intake_id, fencing_token, partner_id, feed, remote_name, 
 
 func scanIntake(r pgx.Row, extra ...any) (*Intake, error) {
 	in := &Intake{}
-	var st, reason string
+	var st, why string
 	var mtime *time.Time
 	err := r.Scan(append([]any{&in.ID, &in.Token, &in.Partner, &in.Feed, &in.RemoteName, &in.ClaimedPath,
 		&in.ManifestName, &in.ListedSize, &in.BatchID, &in.SHA256,
-		&in.Size, &in.ExpectedRows, &st, &reason, &in.Worker, &in.ClaimedAt,
+		&in.Size, &in.ExpectedRows, &st, &why, &in.Worker, &in.ClaimedAt,
 		&in.RowsTotal, &in.RowsApplied, &in.RowsUnchanged, &in.RowsRejected, &in.RowsConflict, &in.ChunksDone,
 		&in.ArchivePath, &in.ReceiptPath, &in.RejectsPath, &in.Override, &in.ReplayOf, &in.DataSHA256, &in.DataSize, &mtime, &in.RowsDeleted, &in.RowsDeleteKept, &in.FeedSHA256,
 		&in.PlanHash, &in.ApprovedPlanHash, &in.PlanDecision, &in.Attempts}, extra...)...)
-	in.State, in.Reason = State(st), Reason(reason)
+	in.State, in.Reason = State(st), reason.Code(why)
 	if mtime != nil {
 		in.ListedMTime = *mtime
 	}
@@ -583,12 +585,12 @@ func (l *Ledger) MarkApplied(ctx context.Context, in *Intake) error {
 // MarkUnknown then reads the row into in (its counts are the ledger's)
 // and returns ErrCommitLanded; the run goes on from applied.
 func (l *Ledger) MarkUnknown(ctx context.Context, in *Intake, lastErr string, base, max time.Duration, budget int, within time.Duration) (n int, spent bool, err error) {
-	var reason string
+	var why string
 	err = l.pool.QueryRow(ctx, `UPDATE file_intake SET state = 'outcome_unknown',
 		    reason = CASE WHEN attempts + 1 >= $6 OR pg_catalog.now() - coalesce(first_failed_at, pg_catalog.now()) >= $7::interval
 		        THEN 'retries_exhausted' ELSE 'commit_unknown' END, `+attemptSet+`
 		WHERE intake_id = $1 AND fencing_token = $2 AND state = 'applying'
-		RETURNING attempts, reason`, in.ID, in.Token, base, max, Text(lastErr, 1000), budget, within).Scan(&n, &reason)
+		RETURNING attempts, reason`, in.ID, in.Token, base, max, Text(lastErr, 1000), budget, within).Scan(&n, &why)
 	if errors.Is(err, pgx.ErrNoRows) {
 		landed, lerr := scanIntake(l.pool.QueryRow(ctx, `SELECT `+intakeColumns+` FROM file_intake
 			WHERE intake_id = $1 AND fencing_token = $2 AND state = 'applied'`, in.ID, in.Token))
@@ -601,15 +603,15 @@ func (l *Ledger) MarkUnknown(ctx context.Context, in *Intake, lastErr string, ba
 	if err != nil {
 		return 0, false, fmt.Errorf("mark outcome_unknown: %w", err)
 	}
-	in.State, in.Reason, in.Attempts = StateOutcomeUnknown, Reason(reason), n
-	return n, in.Reason == ReasonRetriesExhausted, nil
+	in.State, in.Reason, in.Attempts = StateOutcomeUnknown, reason.Code(why), n
+	return n, in.Reason == reason.RetriesExhausted, nil
 }
 
 // Finish moves the file to a terminal or held state after its remote
 // housekeeping is done. When the file fails after binding its batch, the
 // binding is released in the same transaction so a corrected resend can
 // take the batch.
-func (l *Ledger) Finish(ctx context.Context, in *Intake, from, to State, reason Reason) error {
+func (l *Ledger) Finish(ctx context.Context, in *Intake, from, to State, why reason.Code) error {
 	if !Allowed(from, to, MoverOwner) {
 		// a statement the state machine does not take is a defect of
 		// the caller's, refused before it reaches the database
@@ -620,21 +622,21 @@ func (l *Ledger) Finish(ctx context.Context, in *Intake, from, to State, reason 
 		// writes the rejected_rows event of a file archived with rejected
 		// rows too: outbox.go)
 		var n int64
-		if err := l.pool.QueryRow(ctx, finishArchivedSQL, in.ID, in.Token, string(from), string(to), string(reason), in.ArchivePath, in.ReceiptPath, in.RejectsPath, in.BatchID).Scan(&n); err != nil {
+		if err := l.pool.QueryRow(ctx, finishArchivedSQL, in.ID, in.Token, string(from), string(to), string(why), in.ArchivePath, in.ReceiptPath, in.RejectsPath, in.BatchID).Scan(&n); err != nil {
 			return fmt.Errorf("finish as %s: %w", to, err)
 		}
 		if n == 0 {
 			return &FencedError{IntakeID: in.ID, Token: in.Token, Step: "finish as " + string(to)}
 		}
-		in.State, in.Reason = to, reason
+		in.State, in.Reason = to, why
 		return nil
 	}
 	return pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
-		tag, err := tx.Exec(ctx, finishSQL, in.ID, in.Token, string(from), string(to), string(reason), in.ArchivePath, in.ReceiptPath, in.RejectsPath, in.BatchID)
+		tag, err := tx.Exec(ctx, finishSQL, in.ID, in.Token, string(from), string(to), string(why), in.ArchivePath, in.ReceiptPath, in.RejectsPath, in.BatchID)
 		if err := fenced(tag, err, in, "finish as "+string(to)); err != nil {
 			return err
 		}
-		if to == StateFailedTerminal || to == StateQuarantined && reason != ReasonBatchConflict {
+		if to == StateFailedTerminal || to == StateQuarantined && why != reason.BatchConflict {
 			if _, err := tx.Exec(ctx, `DELETE FROM intake_batch WHERE partner_id = $1 AND batch_id = $2 AND intake_id = $3`,
 				in.Partner, in.BatchID, in.ID); err != nil {
 				return fmt.Errorf("release batch: %w", err)
@@ -647,7 +649,7 @@ func (l *Ledger) Finish(ctx context.Context, in *Intake, from, to State, reason 
 				VALUES ($1, $2, $3, nullif($4, ''), nullif($5, ''), nullif($6, ''))
 				ON CONFLICT (intake_id) DO UPDATE SET reason = EXCLUDED.reason, path = EXCLUDED.path, held_at = pg_catalog.now(),
 				    state = 'open', decided_at = NULL, decided_by = NULL, decision = NULL`,
-				in.ID, in.Partner, string(reason), in.BatchID, in.SHA256, in.ArchivePath); err != nil {
+				in.ID, in.Partner, string(why), in.BatchID, in.SHA256, in.ArchivePath); err != nil {
 				return fmt.Errorf("quarantine record: %w", err)
 			}
 			// the notification, committed with the state change (outbox.go)
@@ -659,7 +661,7 @@ func (l *Ledger) Finish(ctx context.Context, in *Intake, from, to State, reason 
 				return fmt.Errorf("outbox: %w", err)
 			}
 		}
-		in.State, in.Reason = to, reason
+		in.State, in.Reason = to, why
 		return nil
 	})
 }
@@ -677,7 +679,7 @@ const finishSQL = `UPDATE file_intake
 type IssueRow struct {
 	Line    int64
 	Column  string
-	Reason  string
+	Reason  reason.Code
 	Outcome string
 	Detail  string // codes only (SQLSTATE, constraint) for target_refused
 }

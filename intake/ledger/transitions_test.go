@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/partner-intake/partner-intake/internal/reason"
+
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -81,7 +83,7 @@ func (r *ledgerRig) plan(in *ledger.Intake, next ledger.State) {
 }
 
 // finish ends a file from the state it is in (ledger.Finish).
-func (r *ledgerRig) finish(in *ledger.Intake, to ledger.State, reason ledger.Reason) {
+func (r *ledgerRig) finish(in *ledger.Intake, to ledger.State, reason reason.Code) {
 	r.t.Helper()
 	r.must(r.l.Finish(context.Background(), in, in.State, to, reason))
 }
@@ -113,10 +115,10 @@ func (r *ledgerRig) reach(s ledger.State) *ledger.Intake {
 		r.finish(in, ledger.StateArchived, "")
 	case ledger.StateQuarantined:
 		in = r.reach(ledger.StateSpooled)
-		r.finish(in, ledger.StateQuarantined, ledger.ReasonRejectRate)
+		r.finish(in, ledger.StateQuarantined, reason.RejectRate)
 	case ledger.StateFailedTerminal:
 		in = r.reach(ledger.StateSpooled)
-		r.finish(in, ledger.StateFailedTerminal, ledger.ReasonTargetError)
+		r.finish(in, ledger.StateFailedTerminal, reason.TargetError)
 	default:
 		r.t.Fatalf("no path to state %s", s)
 	}
@@ -198,7 +200,7 @@ func TestEveryTransitionIsTakenByALedgerStatement(t *testing.T) {
 		failed    = ledger.StateFailedTerminal
 		discarded = ledger.StateDiscarded
 	)
-	finishAs := func(to ledger.State, reason ledger.Reason) func(in *ledger.Intake) *ledger.Intake {
+	finishAs := func(to ledger.State, reason reason.Code) func(in *ledger.Intake) *ledger.Intake {
 		return func(in *ledger.Intake) *ledger.Intake { r.finish(in, to, reason); return in }
 	}
 	cases := []struct {
@@ -217,9 +219,9 @@ func TestEveryTransitionIsTakenByALedgerStatement(t *testing.T) {
 		}},
 
 		{claimed, spooled, "SetSpooled", func(in *ledger.Intake) *ledger.Intake { r.spool(in); return in }},
-		{claimed, duplicate, "Finish", finishAs(duplicate, ledger.ReasonDuplicate)},
-		{claimed, held, "Finish", finishAs(held, ledger.ReasonManifestMismatch)},
-		{claimed, failed, "Finish", finishAs(failed, ledger.ReasonRemoteLost)},
+		{claimed, duplicate, "Finish", finishAs(duplicate, reason.Duplicate)},
+		{claimed, held, "Finish", finishAs(held, reason.ManifestMismatch)},
+		{claimed, failed, "Finish", finishAs(failed, reason.RemoteLost)},
 		{claimed, putBack, "MarkPutBack", func(in *ledger.Intake) *ledger.Intake { r.must(l.MarkPutBack(ctx, in)); return in }},
 
 		{spooled, applying, "Plan", func(in *ledger.Intake) *ledger.Intake { r.plan(in, applying); return in }},
@@ -234,10 +236,10 @@ func TestEveryTransitionIsTakenByALedgerStatement(t *testing.T) {
 			})
 			return in
 		}},
-		{spooled, duplicate, "Finish", finishAs(duplicate, ledger.ReasonDuplicate)},
-		{spooled, archived, "Finish", finishAs(archived, ledger.ReasonSuperseded)},
-		{spooled, held, "Finish", finishAs(held, ledger.ReasonBatchConflict)},
-		{spooled, failed, "Finish", finishAs(failed, ledger.ReasonTargetError)},
+		{spooled, duplicate, "Finish", finishAs(duplicate, reason.Duplicate)},
+		{spooled, archived, "Finish", finishAs(archived, reason.Superseded)},
+		{spooled, held, "Finish", finishAs(held, reason.BatchConflict)},
+		{spooled, failed, "Finish", finishAs(failed, reason.TargetError)},
 
 		{applying, spooled, "Replan", func(in *ledger.Intake) *ledger.Intake {
 			r.must(ledger.Replan(ctx, pool, in))
@@ -253,9 +255,9 @@ func TestEveryTransitionIsTakenByALedgerStatement(t *testing.T) {
 			r.inTx(func(ctx context.Context, tx pgx.Tx) error { return ledger.Rewait(ctx, tx, in) })
 			return in
 		}},
-		{applying, archived, "Finish", finishAs(archived, ledger.ReasonSuperseded)},
-		{applying, held, "Finish", finishAs(held, ledger.ReasonRejectRate)},
-		{applying, failed, "Finish", finishAs(failed, ledger.ReasonRetriesExhausted)},
+		{applying, archived, "Finish", finishAs(archived, reason.Superseded)},
+		{applying, held, "Finish", finishAs(held, reason.RejectRate)},
+		{applying, failed, "Finish", finishAs(failed, reason.RetriesExhausted)},
 
 		{unknown, applying, "ResolveUnknown", func(in *ledger.Intake) *ledger.Intake {
 			_, err := l.ResolveUnknown(ctx, in)
@@ -264,9 +266,9 @@ func TestEveryTransitionIsTakenByALedgerStatement(t *testing.T) {
 		}},
 
 		{applied, archived, "Finish", finishAs(archived, "")},
-		{applied, duplicate, "Finish", finishAs(duplicate, ledger.ReasonDuplicate)},
-		{applied, held, "Finish", finishAs(held, ledger.ReasonChangedAfterClaim)},
-		{applied, failed, "Finish", finishAs(failed, ledger.ReasonTargetError)},
+		{applied, duplicate, "Finish", finishAs(duplicate, reason.Duplicate)},
+		{applied, held, "Finish", finishAs(held, reason.ChangedAfterClaim)},
+		{applied, failed, "Finish", finishAs(failed, reason.TargetError)},
 
 		// an ops decision (Reject here; Approve is the same statement
 		// with the plan's hash, which only a plan recorded against a
@@ -354,7 +356,7 @@ func TestAStatementTakingATransitionOutsideTheTableIsRefused(t *testing.T) {
 		{ledger.StateApplied, ledger.StatePutBack},
 	} {
 		in := r.reach(c.from)
-		err := l.Finish(ctx, in, c.from, c.to, ledger.ReasonChangedAfterClaim)
+		err := l.Finish(ctx, in, c.from, c.to, reason.ChangedAfterClaim)
 		if want := fmt.Sprintf("%s -> %s is not an owner's transition", c.from, c.to); err == nil || !strings.Contains(err.Error(), want) {
 			t.Fatalf("Finish %s -> %s: %v, want it refused", c.from, c.to, err)
 		}

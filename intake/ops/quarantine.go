@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"path"
 
+	"github.com/partner-intake/partner-intake/internal/reason"
+
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -127,11 +129,11 @@ func planRelease(d Decision, h *ledger.Held) (release, error) {
 	switch {
 	case h.Feed == ledger.NoFeed:
 		return r, fmt.Errorf("%w: intake %d is a hostile entry (%s): it can only be discarded", ledger.ErrDecision, d.IntakeID, h.Reason)
-	case h.Reason == ledger.ReasonNotRegular:
+	case h.Reason == reason.NotRegularFile:
 		return r, fmt.Errorf("%w: intake %d was not a regular file when claimed (%s): it can only be discarded", ledger.ErrDecision, d.IntakeID, h.Reason)
-	case h.Reason == ledger.ReasonBadBatchID:
+	case h.Reason == reason.BadBatchID:
 		return r, fmt.Errorf("%w: intake %d has no usable batch id: it can only be discarded", ledger.ErrDecision, d.IntakeID)
-	case h.Reason == ledger.ReasonBatchConflict:
+	case h.Reason == reason.BatchConflict:
 		switch d.Winner {
 		case WinnerOld:
 			return release{action: "release_conflict_old_wins", discard: true}, nil
@@ -140,11 +142,11 @@ func planRelease(d Decision, h *ledger.Held) (release, error) {
 		default:
 			return r, fmt.Errorf("%w: releasing a batch conflict needs --winner new or --winner old", ledger.ErrDecision)
 		}
-	case h.Reason == ledger.ReasonRejectRate:
+	case h.Reason == reason.RejectRate:
 		r.override = ledger.OverrideRejectRate
-	case h.Reason == ledger.ReasonManifestMismatch:
+	case h.Reason == reason.ManifestMismatch:
 		r.override = ledger.OverrideManifest
-	case h.Reason == ledger.ReasonFileTooLarge:
+	case h.Reason == reason.FileTooLarge:
 		r.override = ledger.OverrideSize
 	}
 	if r.override == "" {

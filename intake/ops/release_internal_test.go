@@ -4,6 +4,8 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/partner-intake/partner-intake/internal/reason"
+
 	"github.com/partner-intake/partner-intake/intake/ledger"
 )
 
@@ -12,7 +14,7 @@ import (
 // A spec table: planRelease is the one place a release is decided, for
 // the CLI and the console alike.
 func TestWhatAReleaseDoesByWhyTheFileWasHeld(t *testing.T) {
-	held := func(reason ledger.Reason, sha string) *ledger.Held {
+	held := func(reason reason.Code, sha string) *ledger.Held {
 		return &ledger.Held{Partner: "acme", Reason: reason, QState: "open", FState: "quarantined", Feed: "orders",
 			BatchID: "b1", SHA256: sha, Path: "/quarantine/7.orders-1.csv"}
 	}
@@ -29,22 +31,22 @@ func TestWhatAReleaseDoesByWhyTheFileWasHeld(t *testing.T) {
 		rebind   bool
 	}{
 		{name: "not held", h: nil, refused: true},
-		{name: "decided already", h: func() *ledger.Held { h := held(ledger.ReasonRejectRate, sha); h.QState = "released"; return h }(), refused: true},
-		{name: "a hostile entry", h: func() *ledger.Held { h := held(ledger.ReasonRejectRate, ""); h.Feed = ledger.NoFeed; return h }(), refused: true},
-		{name: "not a regular file", h: held(ledger.ReasonNotRegular, ""), refused: true},
-		{name: "no usable batch id", h: held(ledger.ReasonBadBatchID, sha), refused: true},
-		{name: "a batch conflict without a winner", h: held(ledger.ReasonBatchConflict, sha), refused: true},
-		{name: "a batch conflict, the old bytes win", h: held(ledger.ReasonBatchConflict, sha), winner: WinnerOld,
+		{name: "decided already", h: func() *ledger.Held { h := held(reason.RejectRate, sha); h.QState = "released"; return h }(), refused: true},
+		{name: "a hostile entry", h: func() *ledger.Held { h := held(reason.RejectRate, ""); h.Feed = ledger.NoFeed; return h }(), refused: true},
+		{name: "not a regular file", h: held(reason.NotRegularFile, ""), refused: true},
+		{name: "no usable batch id", h: held(reason.BadBatchID, sha), refused: true},
+		{name: "a batch conflict without a winner", h: held(reason.BatchConflict, sha), refused: true},
+		{name: "a batch conflict, the old bytes win", h: held(reason.BatchConflict, sha), winner: WinnerOld,
 			action: "release_conflict_old_wins", discard: true},
-		{name: "a batch conflict, the new bytes win", h: held(ledger.ReasonBatchConflict, sha), winner: WinnerNew,
+		{name: "a batch conflict, the new bytes win", h: held(reason.BatchConflict, sha), winner: WinnerNew,
 			action: "release", override: ledger.OverrideConflictNewWin, next: ledger.StateSpooled, rebind: true},
-		{name: "too many rejected rows", h: held(ledger.ReasonRejectRate, sha),
+		{name: "too many rejected rows", h: held(reason.RejectRate, sha),
 			action: "release", override: ledger.OverrideRejectRate, next: ledger.StateSpooled},
-		{name: "the manifest disagrees", h: held(ledger.ReasonManifestMismatch, sha),
+		{name: "the manifest disagrees", h: held(reason.ManifestMismatch, sha),
 			action: "release", override: ledger.OverrideManifest, next: ledger.StateSpooled},
-		{name: "too large, never spooled", h: held(ledger.ReasonFileTooLarge, ""),
+		{name: "too large, never spooled", h: held(reason.FileTooLarge, ""),
 			action: "release", override: ledger.OverrideSize, next: ledger.StateClaimed},
-		{name: "another reason: nothing to override", h: held(ledger.ReasonRetriesExhausted, sha),
+		{name: "another reason: nothing to override", h: held(reason.RetriesExhausted, sha),
 			action: "release", override: ledger.OverrideNothing, next: ledger.StateSpooled},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/partner-intake/partner-intake/internal/reason"
+
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -69,7 +71,7 @@ func seedOps(t *testing.T, pool *pgxpool.Pool) opsSeed {
 		t.Helper()
 		in := spooled(partner, name)
 		in.ArchivePath = "/quarantine/" + name
-		must(l.Finish(ctx, in, ledger.StateSpooled, ledger.StateQuarantined, ledger.ReasonRejectRate))
+		must(l.Finish(ctx, in, ledger.StateSpooled, ledger.StateQuarantined, reason.RejectRate))
 		return in
 	}
 	var s opsSeed
@@ -157,7 +159,7 @@ func TestStatusViewReadsEachPartnersFilesPollsAndWaitingPlans(t *testing.T) {
 			oa.LastOK, oa.LastError, oa.LastErrorText, oa.ReadyFiles)
 	}
 	if len(oa.Awaiting) != 1 || oa.Awaiting[0].IntakeID != s.awaiting.ID || oa.Awaiting[0].PlanHash != "plan-h1" ||
-		oa.Awaiting[0].Reason != string(ledger.ReasonAwaitingApproval) {
+		oa.Awaiting[0].Reason != string(reason.AwaitingApproval) {
 		t.Errorf("oa awaiting %#v, want intake %d with plan-h1", oa.Awaiting, s.awaiting.ID)
 	}
 	if len(ob.ByState) != 0 || ob.LastOK != nil || ob.LastError != nil || len(ob.Inflight) != 0 || len(ob.Awaiting) != 0 || ob.QuarantineOpen != 0 {
@@ -203,7 +205,7 @@ func TestQuarantineViewListsTheHeldFilesInScope(t *testing.T) {
 	}
 	open, decided := items[0], items[1]
 	if open.FileName != evilName || open.Path != "/quarantine/"+evilName || open.State != "open" || open.IntakeStat != "quarantined" ||
-		open.Reason != ledger.ReasonRejectRate || open.DecidedAt != nil || open.BatchID != fmt.Sprintf("batch-%d", s.heldOpen.ID) {
+		open.Reason != reason.RejectRate || open.DecidedAt != nil || open.BatchID != fmt.Sprintf("batch-%d", s.heldOpen.ID) {
 		t.Errorf("the open held file: %#v (its name must be as the partner wrote it)", open)
 	}
 	if decided.State != "discarded" || decided.IntakeStat != "discarded" || decided.DecidedAt == nil || decided.DecidedBy != "alice" || decided.Decision != "discard" {

@@ -6,67 +6,69 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/partner-intake/partner-intake/internal/reason"
+
 	"github.com/partner-intake/partner-intake/partners"
 )
 
 // check validates one cell and returns its normalised value (null for an
 // empty optional cell) or a reason code.
-type check func(cell string) (v string, null bool, reason string)
+type check func(cell string) (v string, null bool, why reason.Code)
 
 func newCheck(c partners.Column) check {
-	var typed func(string) (string, string)
+	var typed func(string) (string, reason.Code)
 	switch c.Type {
 	case partners.TypeText:
 		max := c.MaxLength
-		typed = func(s string) (string, string) {
+		typed = func(s string) (string, reason.Code) {
 			if utf8.RuneCountInString(s) > max {
-				return "", ReasonTooLong
+				return "", reason.TooLong
 			}
 			return s, ""
 		}
 	case partners.TypeInteger:
 		digits := c.IntegerDigits()
-		typed = func(s string) (string, string) {
+		typed = func(s string) (string, reason.Code) {
 			n, err := strconv.ParseInt(strings.TrimSpace(s), 10, 64)
 			if err != nil {
-				return "", ReasonNotInteger
+				return "", reason.NotInteger
 			}
 			v := strconv.FormatInt(n, 10)
 			if len(strings.TrimPrefix(v, "-")) > digits {
-				return "", ReasonPrecisionExceeded
+				return "", reason.PrecisionExceeded
 			}
 			return v, ""
 		}
 	case partners.TypeDecimal:
 		scale, digits := c.Scale, c.IntegerDigits()
-		typed = func(s string) (string, string) {
-			v, reason := checkDecimal(strings.TrimSpace(s), scale)
-			if reason == "" && integerDigits(v) > digits {
-				return "", ReasonPrecisionExceeded
+		typed = func(s string) (string, reason.Code) {
+			v, why := checkDecimal(strings.TrimSpace(s), scale)
+			if why == "" && integerDigits(v) > digits {
+				return "", reason.PrecisionExceeded
 			}
-			return v, reason
+			return v, why
 		}
 	case partners.TypeDate:
 		layout := c.Layout
-		typed = func(s string) (string, string) {
+		typed = func(s string) (string, reason.Code) {
 			t, err := time.Parse(layout, strings.TrimSpace(s))
 			if err != nil || t.Year() < 1 {
 				// year 0 parses, and PostgreSQL has none: the text COPY
 				// refused it, the binary one stored 1 BC
-				return "", ReasonBadDate
+				return "", reason.BadDate
 			}
 			return t.Format("2006-01-02"), ""
 		}
 	case partners.TypeTimestamp:
 		layout := c.Layout
-		typed = func(s string) (string, string) {
+		typed = func(s string) (string, reason.Code) {
 			s = strings.TrimSpace(s)
 			t, err := time.Parse(layout, s)
 			if err != nil || t.UTC().Year() < 1 {
 				// year 0 parses (or a zone moves 0001-01-01 into it), and
 				// PostgreSQL has none: the text COPY refused it, the
 				// binary one stored 1 BC
-				return "", ReasonBadTimestamp
+				return "", reason.BadTimestamp
 			}
 			if t.Nanosecond()%1000 != 0 {
 				// PostgreSQL keeps microseconds and rounds the rest (half
@@ -86,18 +88,18 @@ func newCheck(c partners.Column) check {
 		for _, v := range c.Values {
 			allowed[v] = true
 		}
-		typed = func(s string) (string, string) {
+		typed = func(s string) (string, reason.Code) {
 			s = strings.TrimSpace(s)
 			if !allowed[s] {
-				return "", ReasonNotInEnum
+				return "", reason.NotInEnum
 			}
 			return s, ""
 		}
 	case partners.TypeEmail:
-		typed = func(s string) (string, string) {
+		typed = func(s string) (string, reason.Code) {
 			s = strings.TrimSpace(s)
 			if !validEmail(s) {
-				return "", ReasonBadEmail
+				return "", reason.BadEmail
 			}
 			return s, ""
 		}
@@ -105,31 +107,31 @@ func newCheck(c partners.Column) check {
 		panic("rows: unvalidated column type " + c.Type)
 	}
 	required := c.Required
-	return func(cell string) (string, bool, string) {
+	return func(cell string) (string, bool, reason.Code) {
 		if cell == "" || strings.TrimSpace(cell) == "" {
 			if required {
-				return "", true, ReasonRequiredMissing
+				return "", true, reason.RequiredMissing
 			}
 			return "", true, ""
 		}
-		v, reason := typed(cell)
-		return v, false, reason
+		v, why := typed(cell)
+		return v, false, why
 	}
 }
 
 // checkDecimal accepts [+-]digits[.digits] with at most scale fraction
 // digits and returns its canonical form (PostgreSQL parses it exactly).
-func checkDecimal(s string, scale int) (string, string) {
+func checkDecimal(s string, scale int) (string, reason.Code) {
 	body := s
 	if body != "" && (body[0] == '+' || body[0] == '-') {
 		body = body[1:]
 	}
 	intPart, frac, hasDot := strings.Cut(body, ".")
 	if intPart == "" || !allDigits(intPart) || (hasDot && (frac == "" || !allDigits(frac))) || len(intPart) > 100 {
-		return "", ReasonNotDecimal
+		return "", reason.NotDecimal
 	}
 	if len(frac) > scale {
-		return "", ReasonScaleExceeded
+		return "", reason.ScaleExceeded
 	}
 	// canonical form, so equal values compare equal as text (duplicate
 	// keys are found before the database sees them)

@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/partner-intake/partner-intake/internal/reason"
+
 	"github.com/partner-intake/partner-intake/partners"
 )
 
@@ -41,9 +43,9 @@ func TestDecimalsAreCanonicalWhetherOrNotTheyCameThatWay(t *testing.T) {
 		}
 	}
 	for _, s := range in {
-		got, reason := checkDecimal(s, 2)
-		if reason != "" {
-			t.Fatalf("%q refused: %s", s, reason)
+		got, why := checkDecimal(s, 2)
+		if why != "" {
+			t.Fatalf("%q refused: %s", s, why)
 		}
 		if want := canonicalDecimal(s); got != want {
 			t.Errorf("checkDecimal(%q) = %q, want %q", s, got, want)
@@ -59,14 +61,14 @@ func TestTimestampsAreCanonicalUTC(t *testing.T) {
 		"2026-01-02T03:04:05+01:00": "2026-01-02T02:04:05Z",
 		"2026-01-02T03:04:05.50Z":   "2026-01-02T03:04:05.5Z",
 	} {
-		got, null, reason := c(in)
-		if reason != "" || null || got != want {
-			t.Errorf("%q: got %q (null %v, reason %q), want %q", in, got, null, reason, want)
+		got, null, why := c(in)
+		if why != "" || null || got != want {
+			t.Errorf("%q: got %q (null %v, why %q), want %q", in, got, null, why, want)
 		}
 	}
 	for _, bad := range []string{"2026-01-02T24:04:05Z", "2026-01-02T03:04:60Z", "2026-01-02t03:04:05Z", "2026-13-02T03:04:05Z"} {
-		if _, _, reason := c(bad); reason != ReasonBadTimestamp {
-			t.Errorf("%q: reason %q, want %s", bad, reason, ReasonBadTimestamp)
+		if _, _, why := c(bad); why != reason.BadTimestamp {
+			t.Errorf("%q: why %q, want %s", bad, why, reason.BadTimestamp)
 		}
 	}
 }
@@ -79,8 +81,8 @@ func TestTimestampsAreCanonicalUTC(t *testing.T) {
 func TestValuesAreReadAsPostgreSQLReadsThem(t *testing.T) {
 	ts := newCheck(partners.Column{Name: "ts", Type: partners.TypeTimestamp, Layout: time.RFC3339})
 	for in, want := range map[string]string{
-		"0000-03-01T00:00:00Z":      ReasonBadTimestamp,
-		"0001-01-01T00:30:00+01:00": ReasonBadTimestamp, // year 0 in UTC
+		"0000-03-01T00:00:00Z":      string(reason.BadTimestamp),
+		"0001-01-01T00:30:00+01:00": string(reason.BadTimestamp), // year 0 in UTC
 		"0000-12-31T23:30:00-01:00": "0001-01-01T00:30:00Z",
 		"0001-01-01T00:00:00Z":      "0001-01-01T00:00:00Z",
 		// finer than a microsecond: rounded as PostgreSQL rounds (half to
@@ -92,21 +94,21 @@ func TestValuesAreReadAsPostgreSQLReadsThem(t *testing.T) {
 		"2026-01-01T00:00:00.9999996Z":   "2026-01-01T00:00:01Z",
 		"2026-01-01T00:00:00.123456Z":    "2026-01-01T00:00:00.123456Z",
 	} {
-		got, _, reason := ts(in)
-		if want == ReasonBadTimestamp {
-			if reason != want {
-				t.Errorf("timestamp %q: reason %q, want %q", in, reason, want)
+		got, _, why := ts(in)
+		if want == string(reason.BadTimestamp) {
+			if why != reason.Code(want) {
+				t.Errorf("timestamp %q: why %q, want %q", in, why, want)
 			}
 			continue
 		}
-		if reason != "" || got != want {
-			t.Errorf("timestamp %q: %q (reason %q), want %q", in, got, reason, want)
+		if why != "" || got != want {
+			t.Errorf("timestamp %q: %q (why %q), want %q", in, got, why, want)
 		}
 	}
 	d := newCheck(partners.Column{Name: "d", Type: partners.TypeDate, Layout: "2006-01-02"})
-	for in, want := range map[string]string{"0000-03-01": ReasonBadDate, "0001-01-01": "", "9999-12-31": ""} {
-		if _, _, reason := d(in); reason != want {
-			t.Errorf("date %q: reason %q, want %q", in, reason, want)
+	for in, want := range map[string]reason.Code{"0000-03-01": reason.BadDate, "0001-01-01": "", "9999-12-31": ""} {
+		if _, _, why := d(in); why != want {
+			t.Errorf("date %q: why %q, want %q", in, why, want)
 		}
 	}
 }

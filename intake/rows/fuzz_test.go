@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"unicode/utf8"
+
+	"github.com/partner-intake/partner-intake/internal/reason"
 )
 
 // FuzzReader feeds arbitrary bytes through the CSV reader and validator.
@@ -28,11 +30,11 @@ func FuzzReader(f *testing.F) {
 	} {
 		f.Add([]byte(seed))
 	}
-	known := map[string]bool{}
-	for _, r := range []string{ReasonRequiredMissing, ReasonTooLong, ReasonNotInteger, ReasonNotDecimal, ReasonScaleExceeded,
-		ReasonBadDate, ReasonBadTimestamp, ReasonNotInEnum, ReasonBadEmail, ReasonFieldCount, ReasonCSVSyntax, ReasonFieldTooLong,
-		ReasonHeaderMismatch, ReasonInvalidEncoding, ReasonBinaryContent, ReasonLineTooLong, ReasonRecordTooLarge, ReasonEmptyFile, ReasonTooManyRows,
-		ReasonUnreadable, ReasonPrecisionExceeded} {
+	known := map[reason.Code]bool{}
+	for _, r := range []reason.Code{reason.RequiredMissing, reason.TooLong, reason.NotInteger, reason.NotDecimal, reason.ScaleExceeded,
+		reason.BadDate, reason.BadTimestamp, reason.NotInEnum, reason.BadEmail, reason.FieldCount, reason.CSVSyntax, reason.FieldTooLong,
+		reason.HeaderMismatch, reason.InvalidEncoding, reason.BinaryContent, reason.LineTooLong, reason.RecordTooLarge, reason.EmptyFile, reason.TooManyRows,
+		reason.Unreadable, reason.PrecisionExceeded} {
 		known[r] = true
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
@@ -46,7 +48,7 @@ func FuzzReader(f *testing.F) {
 			if !known[fe.Reason] {
 				t.Fatalf("unknown reason %q", fe.Reason)
 			}
-			if len(data) > 8 && fe.Reason != ReasonUnreadable && strings.Contains(fe.Error(), string(data)) {
+			if len(data) > 8 && fe.Reason != reason.Unreadable && strings.Contains(fe.Error(), string(data)) {
 				t.Fatalf("error echoes the input: %v", fe)
 			}
 		}

@@ -3,6 +3,8 @@ package rows
 import (
 	"testing"
 
+	"github.com/partner-intake/partner-intake/internal/reason"
+
 	"github.com/partner-intake/partner-intake/partners"
 )
 
@@ -13,15 +15,16 @@ func TestPrecisionBoundsDigits(t *testing.T) {
 	f.Column("n").Precision = 4
 	f.Column("amt").Precision = 5 // numeric(5,2): three digits before the point
 	tests := []struct {
-		n, amt, column, reason string
+		n, amt, column string
+		reason         reason.Code
 	}{
 		{"9999", "999.99", "", ""},
 		{"-9999", "-999.99", "", ""},
 		{"0009999", "000999.5", "", ""}, // leading zeros are no digits
-		{"10000", "1", "n", ReasonPrecisionExceeded},
-		{"-10000", "1", "n", ReasonPrecisionExceeded},
-		{"1", "1000", "amt", ReasonPrecisionExceeded},
-		{"1", "-1000.5", "amt", ReasonPrecisionExceeded},
+		{"10000", "1", "n", reason.PrecisionExceeded},
+		{"-10000", "1", "n", reason.PrecisionExceeded},
+		{"1", "1000", "amt", reason.PrecisionExceeded},
+		{"1", "-1000.5", "amt", reason.PrecisionExceeded},
 		{"1", "0.99", "", ""},
 	}
 	for _, tt := range tests {

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/partner-intake/partner-intake/internal/reason"
+
 	"golang.org/x/text/encoding/charmap"
 
 	"github.com/partner-intake/partner-intake/partners"
@@ -114,7 +116,7 @@ func NewReader(r io.Reader, feed *partners.Feed, maxRows int64) (*Reader, error)
 	if feed.CSV.HasHeader() {
 		rec, err := rd.read()
 		if errors.Is(err, io.EOF) {
-			return nil, &FileError{Reason: ReasonEmptyFile, Detail: "no header line"}
+			return nil, &FileError{Reason: reason.EmptyFile, Detail: "no header line"}
 		}
 		if err != nil {
 			return nil, rd.fileError(err, 1)
@@ -136,20 +138,20 @@ func (r *Reader) checkHeader(rec []string) error {
 	for i, h := range rec {
 		got[i] = strings.TrimSpace(h)
 		if seen[got[i]] {
-			return &FileError{Reason: ReasonHeaderMismatch, Line: 1, Detail: fmt.Sprintf("header column %d repeats an earlier name", i+1)}
+			return &FileError{Reason: reason.HeaderMismatch, Line: 1, Detail: fmt.Sprintf("header column %d repeats an earlier name", i+1)}
 		}
 		seen[got[i]] = true
 	}
 	for i, w := range want {
 		if !seen[w] {
-			return &FileError{Reason: ReasonHeaderMismatch, Line: 1, Detail: fmt.Sprintf("declared column %q is missing from the header", w)}
+			return &FileError{Reason: reason.HeaderMismatch, Line: 1, Detail: fmt.Sprintf("declared column %q is missing from the header", w)}
 		}
 		if i >= len(got) || got[i] != w {
-			return &FileError{Reason: ReasonHeaderMismatch, Line: 1, Detail: fmt.Sprintf("declared column %q is not at position %d of the header", w, i+1)}
+			return &FileError{Reason: reason.HeaderMismatch, Line: 1, Detail: fmt.Sprintf("declared column %q is not at position %d of the header", w, i+1)}
 		}
 	}
 	if len(got) != len(want) {
-		return &FileError{Reason: ReasonHeaderMismatch, Line: 1, Detail: fmt.Sprintf("header has %d columns, %d declared", len(got), len(want))}
+		return &FileError{Reason: reason.HeaderMismatch, Line: 1, Detail: fmt.Sprintf("header has %d columns, %d declared", len(got), len(want))}
 	}
 	return nil
 }
@@ -203,34 +205,34 @@ func (r *Reader) Next() (*Row, error) {
 			// next line, so the row is rejected and the file goes on.
 			r.next++
 			if r.maxRows > 0 && r.next > r.maxRows {
-				return nil, &FileError{Reason: ReasonTooManyRows, Line: int64(pe.StartLine), Detail: fmt.Sprintf("more than %d rows", r.maxRows)}
+				return nil, &FileError{Reason: reason.TooManyRows, Line: int64(pe.StartLine), Detail: fmt.Sprintf("more than %d rows", r.maxRows)}
 			}
 			row.Line = int64(pe.StartLine)
-			row.Issue = &Issue{Line: row.Line, Reason: ReasonCSVSyntax}
+			row.Issue = &Issue{Line: row.Line, Reason: reason.CSVSyntax}
 			return row, nil
 		}
 		return nil, r.fileError(err, row.Line)
 	}
 	r.next++
 	if r.maxRows > 0 && r.next > r.maxRows {
-		return nil, &FileError{Reason: ReasonTooManyRows, Line: row.Line, Detail: fmt.Sprintf("more than %d rows", r.maxRows)}
+		return nil, &FileError{Reason: reason.TooManyRows, Line: row.Line, Detail: fmt.Sprintf("more than %d rows", r.maxRows)}
 	}
 	if len(rec) != len(r.checks) {
-		row.Issue = &Issue{Line: row.Line, Reason: ReasonFieldCount}
+		row.Issue = &Issue{Line: row.Line, Reason: reason.FieldCount}
 		return row, nil
 	}
 	for i, cell := range rec {
 		if !utf8.ValidString(cell) || (r.decoded && strings.ContainsRune(cell, utf8.RuneError)) {
-			return nil, &FileError{Reason: ReasonInvalidEncoding, Line: row.Line,
+			return nil, &FileError{Reason: reason.InvalidEncoding, Line: row.Line,
 				Detail: fmt.Sprintf("column %q is not valid %s", r.feed.Columns[i].Name, r.feed.CSV.Encoding)}
 		}
 		if len(cell) > r.feed.CSV.MaxFieldBytes {
-			row.Issue = &Issue{Line: row.Line, Column: r.feed.Columns[i].Name, Reason: ReasonFieldTooLong}
+			row.Issue = &Issue{Line: row.Line, Column: r.feed.Columns[i].Name, Reason: reason.FieldTooLong}
 			return row, nil
 		}
-		v, null, reason := r.checks[i](cell)
-		if reason != "" {
-			row.Issue = &Issue{Line: row.Line, Column: r.feed.Columns[i].Name, Reason: reason}
+		v, null, why := r.checks[i](cell)
+		if why != "" {
+			row.Issue = &Issue{Line: row.Line, Column: r.feed.Columns[i].Name, Reason: why}
 			return row, nil
 		}
 		row.Values[i], row.Null[i] = v, null
@@ -249,7 +251,7 @@ func (r *Reader) fileError(err error, line int64) error {
 	if r.rec.err != nil {
 		return r.rec.err
 	}
-	return &FileError{Reason: ReasonUnreadable, Line: line, Detail: err.Error()}
+	return &FileError{Reason: reason.Unreadable, Line: line, Detail: err.Error()}
 }
 
 // guard sits under the CSV reader: it refuses NUL bytes (binary content
@@ -270,7 +272,7 @@ func (g *guard) Read(p []byte) (int, error) {
 	n, err := g.r.Read(p)
 	b := p[:n]
 	if i := bytes.IndexByte(b, 0); i >= 0 {
-		g.err = &FileError{Reason: ReasonBinaryContent, Line: g.line + int64(bytes.Count(b[:i], []byte{'\n'})), Detail: "NUL byte: not a text file"}
+		g.err = &FileError{Reason: reason.BinaryContent, Line: g.line + int64(bytes.Count(b[:i], []byte{'\n'})), Detail: "NUL byte: not a text file"}
 		return 0, g.err
 	}
 	for len(b) > 0 {
@@ -288,7 +290,7 @@ func (g *guard) Read(p []byte) (int, error) {
 		b = b[i+1:]
 	}
 	if g.run > g.max {
-		g.err = &FileError{Reason: ReasonLineTooLong, Line: g.line, Detail: fmt.Sprintf("a line is longer than %d bytes", g.max)}
+		g.err = &FileError{Reason: reason.LineTooLong, Line: g.line, Detail: fmt.Sprintf("a line is longer than %d bytes", g.max)}
 		return 0, g.err
 	}
 	return n, err
@@ -449,7 +451,7 @@ const (
 
 func (l *recordLimit) tooManyFields() error {
 	if l.err == nil {
-		l.err = &FileError{Reason: ReasonRecordTooLarge, Line: l.from,
+		l.err = &FileError{Reason: reason.RecordTooLarge, Line: l.from,
 			Detail: fmt.Sprintf("a record has more than %d fields; the feed declares %d columns", l.maxFields, l.columns)}
 	}
 	return l.err
@@ -457,7 +459,7 @@ func (l *recordLimit) tooManyFields() error {
 
 func (l *recordLimit) tooLarge() error {
 	if l.err == nil {
-		l.err = &FileError{Reason: ReasonRecordTooLarge, Line: l.next,
+		l.err = &FileError{Reason: reason.RecordTooLarge, Line: l.next,
 			Detail: fmt.Sprintf("a record (quoted fields spanning lines included) is longer than %d bytes", l.max)}
 	}
 	return l.err

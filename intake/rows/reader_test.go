@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/partner-intake/partner-intake/internal/reason"
+
 	"github.com/partner-intake/partner-intake/partners"
 )
 
@@ -35,9 +37,10 @@ func feed(t *testing.T) *partners.Feed {
 const hdr = "id,n,amt,d,kind,mail\n"
 
 type got struct {
-	line          int64
-	column, issue string
-	values        []any
+	line   int64
+	column string
+	issue  reason.Code
+	values []any
 }
 
 func readAll(t *testing.T, f *partners.Feed, src string) ([]got, error) {
@@ -73,20 +76,21 @@ func readAll(t *testing.T, f *partners.Feed, src string) ([]got, error) {
 
 func TestRowsGetAReasonCodePerProblem(t *testing.T) {
 	tests := []struct {
-		name, row, column, reason string
+		name, row, column string
+		reason            reason.Code
 	}{
 		{"a valid row has no issue", "k1,42,3.10,01.02.2026,a,x@y.io", "", ""},
-		{"a missing required key", ",1,1,01.02.2026,a,", "id", ReasonRequiredMissing},
-		{"text over max length", "abcdef,1,1,01.02.2026,a,", "id", ReasonTooLong},
-		{"an integer that is not one", "k,1.5,1,01.02.2026,a,", "n", ReasonNotInteger},
-		{"a decimal with letters", "k,1,1e3,01.02.2026,a,", "amt", ReasonNotDecimal},
-		{"a decimal over its scale", "k,1,1.001,01.02.2026,a,", "amt", ReasonScaleExceeded},
-		{"a date in another layout is not guessed", "k,1,1,2026-02-01,a,", "d", ReasonBadDate},
-		{"a value outside the enum", "k,1,1,01.02.2026,c,", "kind", ReasonNotInEnum},
-		{"a malformed email", "k,1,1,01.02.2026,a,x@", "mail", ReasonBadEmail},
-		{"too few fields", "k,1,1", "", ReasonFieldCount},
-		{"too many fields", "k,1,1,01.02.2026,a,,extra", "", ReasonFieldCount},
-		{"a bare quote", `k"x,1,1,01.02.2026,a,`, "", ReasonCSVSyntax},
+		{"a missing required key", ",1,1,01.02.2026,a,", "id", reason.RequiredMissing},
+		{"text over max length", "abcdef,1,1,01.02.2026,a,", "id", reason.TooLong},
+		{"an integer that is not one", "k,1.5,1,01.02.2026,a,", "n", reason.NotInteger},
+		{"a decimal with letters", "k,1,1e3,01.02.2026,a,", "amt", reason.NotDecimal},
+		{"a decimal over its scale", "k,1,1.001,01.02.2026,a,", "amt", reason.ScaleExceeded},
+		{"a date in another layout is not guessed", "k,1,1,2026-02-01,a,", "d", reason.BadDate},
+		{"a value outside the enum", "k,1,1,01.02.2026,c,", "kind", reason.NotInEnum},
+		{"a malformed email", "k,1,1,01.02.2026,a,x@", "mail", reason.BadEmail},
+		{"too few fields", "k,1,1", "", reason.FieldCount},
+		{"too many fields", "k,1,1,01.02.2026,a,,extra", "", reason.FieldCount},
+		{"a bare quote", `k"x,1,1,01.02.2026,a,`, "", reason.CSVSyntax},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -137,16 +141,17 @@ func TestLineNumbersFollowQuotedNewlines(t *testing.T) {
 func TestWholeFileProblemsAreTerminal(t *testing.T) {
 	long := strings.Repeat("x", MaxLineBytes+10)
 	tests := []struct {
-		name, src, reason string
-		line              int64
+		name, src string
+		reason    reason.Code
+		line      int64
 	}{
-		{"a renamed header column", "id,n,amount,d,kind,mail\nk,1,1,,,\n", ReasonHeaderMismatch, 1},
-		{"a repeated header column", "id,n,n,d,kind,mail\n", ReasonHeaderMismatch, 1},
-		{"an extra header column", hdr[:len(hdr)-1] + ",x\n", ReasonHeaderMismatch, 1},
-		{"an empty file", "", ReasonEmptyFile, 0},
-		{"binary content under a csv name", hdr + "k,1,\x00\x01,,,\n", ReasonBinaryContent, 2},
-		{"invalid UTF-8", hdr + "k\xff,1,1,,,\n", ReasonInvalidEncoding, 2},
-		{"a line longer than the limit is never buffered whole", hdr + long + "\n", ReasonLineTooLong, 2},
+		{"a renamed header column", "id,n,amount,d,kind,mail\nk,1,1,,,\n", reason.HeaderMismatch, 1},
+		{"a repeated header column", "id,n,n,d,kind,mail\n", reason.HeaderMismatch, 1},
+		{"an extra header column", hdr[:len(hdr)-1] + ",x\n", reason.HeaderMismatch, 1},
+		{"an empty file", "", reason.EmptyFile, 0},
+		{"binary content under a csv name", hdr + "k,1,\x00\x01,,,\n", reason.BinaryContent, 2},
+		{"invalid UTF-8", hdr + "k\xff,1,1,,,\n", reason.InvalidEncoding, 2},
+		{"a line longer than the limit is never buffered whole", hdr + long + "\n", reason.LineTooLong, 2},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -180,19 +185,20 @@ func TestMaxRowsFailsTheFile(t *testing.T) {
 			t.Fatalf("got %v, want too_many_rows", err)
 		}
 	}
-	if fe.Reason != ReasonTooManyRows || fe.Line != 4 {
+	if fe.Reason != reason.TooManyRows || fe.Line != 4 {
 		t.Fatalf("got %s at %d", fe.Reason, fe.Line)
 	}
 }
 
 func TestDeclaredSingleByteEncodingsAreDecoded(t *testing.T) {
 	tests := []struct {
-		name, encoding, cell, want, reason string
+		name, encoding, cell, want string
+		reason                     reason.Code
 	}{
 		{"latin-1 e-acute", partners.EncodingISO88591, "Caf\xe9", "Café", ""},
 		{"windows-1252 euro sign", partners.EncodingWindows1252, "\x80 10", "€ 10", ""},
-		{"windows-1252 undefined byte is invalid", partners.EncodingWindows1252, "x\x81", "", ReasonInvalidEncoding},
-		{"the same latin-1 bytes read as utf-8 are invalid", partners.EncodingUTF8, "Caf\xe9", "", ReasonInvalidEncoding},
+		{"windows-1252 undefined byte is invalid", partners.EncodingWindows1252, "x\x81", "", reason.InvalidEncoding},
+		{"the same latin-1 bytes read as utf-8 are invalid", partners.EncodingUTF8, "Caf\xe9", "", reason.InvalidEncoding},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -256,7 +262,7 @@ func TestAOneGigabyteLineIsNeverBuffered(t *testing.T) {
 	_, err = rd.Next()
 	runtime.ReadMemStats(&after)
 	var fe *FileError
-	if !errors.As(err, &fe) || fe.Reason != ReasonLineTooLong || fe.Line != 2 {
+	if !errors.As(err, &fe) || fe.Reason != reason.LineTooLong || fe.Line != 2 {
 		t.Fatalf("got %v, want line_too_long at line 2", err)
 	}
 	if consumed := (1 << 30) - src.left; consumed > 2*MaxLineBytes {
@@ -272,7 +278,7 @@ func TestMaxLineBytesIsConfigurable(t *testing.T) {
 	f.CSV.MaxLineBytes = 100
 	_, err := readAll(t, f, hdr+"k,1,1,,,"+strings.Repeat("x", 200)+"\n")
 	var fe *FileError
-	if !errors.As(err, &fe) || fe.Reason != ReasonLineTooLong || fe.Line != 2 {
+	if !errors.As(err, &fe) || fe.Reason != reason.LineTooLong || fe.Line != 2 {
 		t.Fatalf("got %v, want line_too_long at line 2", err)
 	}
 }
@@ -328,7 +334,7 @@ func TestAQuotedFieldOfShortLinesIsBoundedWhileReading(t *testing.T) {
 	_, err = rd.Next()
 	runtime.ReadMemStats(&after)
 	var fe *FileError
-	if !errors.As(err, &fe) || fe.Reason != ReasonRecordTooLarge || fe.Line != 4 {
+	if !errors.As(err, &fe) || fe.Reason != reason.RecordTooLarge || fe.Line != 4 {
 		t.Fatalf("got %v, want record_too_large at line 4", err)
 	}
 	if consumed := (1 << 30) - src.left; consumed > 2<<20 {
@@ -337,7 +343,7 @@ func TestAQuotedFieldOfShortLinesIsBoundedWhileReading(t *testing.T) {
 	if grew := int64(after.TotalAlloc - before.TotalAlloc); grew > 16<<20 {
 		t.Fatalf("allocated %d MiB while refusing the record", grew>>20)
 	}
-	if _, err := rd.Next(); !errors.As(err, &fe) || fe.Reason != ReasonRecordTooLarge {
+	if _, err := rd.Next(); !errors.As(err, &fe) || fe.Reason != reason.RecordTooLarge {
 		t.Fatalf("after the refusal: %v", err)
 	}
 }
@@ -357,11 +363,11 @@ func TestMaxRecordBytesIsExact(t *testing.T) {
 	}
 	_, err = readAll(t, f, hdr+"m,2,2,,,\n"+rec(201))
 	var fe *FileError
-	if !errors.As(err, &fe) || fe.Reason != ReasonRecordTooLarge || fe.Line != 3 {
+	if !errors.As(err, &fe) || fe.Reason != reason.RecordTooLarge || fe.Line != 3 {
 		t.Fatalf("got %v, want record_too_large at line 3", err)
 	}
 	_, err = readAll(t, f, hdr+"m,2,2,,,\n"+rec(20000))
-	if !errors.As(err, &fe) || fe.Reason != ReasonRecordTooLarge || fe.Line != 3 {
+	if !errors.As(err, &fe) || fe.Reason != reason.RecordTooLarge || fe.Line != 3 {
 		t.Fatalf("got %v, want record_too_large at line 3", err)
 	}
 }
@@ -429,7 +435,7 @@ func TestARecordOfTooManyFieldsFailsBeforeItIsSplit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(rows) != 3 || rows[0].issue != ReasonTooLong || rows[1].issue != ReasonFieldCount || rows[2].issue != "" {
+	if len(rows) != 3 || rows[0].issue != reason.TooLong || rows[1].issue != reason.FieldCount || rows[2].issue != "" {
 		t.Fatalf("got %+v: want a long quoted id, a row of stray fields, a good row", rows)
 	}
 	// a bare quote spoils its own row only: the quoting is followed as
@@ -443,11 +449,11 @@ func TestARecordOfTooManyFieldsFailsBeforeItIsSplit(t *testing.T) {
 	if err != nil {
 		t.Fatalf("quoted commas after a bare quote: %v", err)
 	}
-	if len(rows) != max+1 || rows[0].issue != ReasonCSVSyntax {
+	if len(rows) != max+1 || rows[0].issue != reason.CSVSyntax {
 		t.Fatalf("%d rows, the first %+v: want the bare quote's row refused and the %d after it read", len(rows), rows[0], max)
 	}
 	_, err = readAll(t, f, hdr+"k1,24\" monitor,5,,,\nk2"+strings.Repeat(",", 10*max)+"\n")
-	if fe := (*FileError)(nil); !errors.As(err, &fe) || fe.Reason != ReasonRecordTooLarge || fe.Line != 3 {
+	if fe := (*FileError)(nil); !errors.As(err, &fe) || fe.Reason != reason.RecordTooLarge || fe.Line != 3 {
 		t.Fatalf("a line of empty fields after a bare quote: %v, want record_too_large at line 3", err)
 	}
 	for _, sep := range []string{",", "§"} {
@@ -460,7 +466,7 @@ func TestARecordOfTooManyFieldsFailsBeforeItIsSplit(t *testing.T) {
 		var after runtime.MemStats
 		runtime.ReadMemStats(&after)
 		var fe *FileError
-		if !errors.As(err, &fe) || fe.Reason != ReasonRecordTooLarge || fe.Line != 2 || !strings.Contains(fe.Detail, "fields") {
+		if !errors.As(err, &fe) || fe.Reason != reason.RecordTooLarge || fe.Line != 2 || !strings.Contains(fe.Detail, "fields") {
 			t.Fatalf("delimiter %q: got %v, want record_too_large at line 2 for its fields", sep, err)
 		}
 		if grew := after.TotalAlloc - before.TotalAlloc; grew > 32<<20 {

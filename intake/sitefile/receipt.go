@@ -7,6 +7,8 @@ import (
 	"io"
 	"time"
 
+	"github.com/partner-intake/partner-intake/internal/reason"
+
 	"github.com/ProtonMail/go-crypto/openpgp"
 	"github.com/ProtonMail/go-crypto/openpgp/armor"
 
@@ -24,7 +26,7 @@ type Receipt struct {
 	SHA256      string         `json:"sha256,omitempty"`
 	Bytes       int64          `json:"bytes"`
 	Outcome     ledger.Outcome `json:"outcome"`
-	Reason      ledger.Reason  `json:"reason,omitempty"`
+	Reason      reason.Code    `json:"reason,omitempty"`
 	Line        int64          `json:"line,omitempty"`
 	Detail      string         `json:"detail,omitempty"`
 	DuplicateOf int64          `json:"duplicate_of,omitempty"`

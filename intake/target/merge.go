@@ -6,9 +6,10 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/partner-intake/partner-intake/internal/reason"
+
 	"github.com/jackc/pgx/v5"
 
-	"github.com/partner-intake/partner-intake/intake/rows"
 	"github.com/partner-intake/partner-intake/partners"
 )
 
@@ -167,17 +168,17 @@ func (t *Table) build() {
 	// insert_only feed; a row edited outside intake (kept).
 	notFound, exists, outside := "NULL", "NULL", "NULL"
 	if t.mode == partners.ModeUpdateOnly {
-		notFound = "'" + rows.ReasonNotFound + "'"
+		notFound = "'" + string(reason.NotFound) + "'"
 	}
 	if t.mode == partners.ModeInsertOnly {
-		exists = "'" + rows.ReasonExists + "'"
+		exists = "'" + string(reason.Exists) + "'"
 	}
 	if t.guard && t.keep {
-		outside = fmt.Sprintf("CASE WHEN %s THEN '%s' END", edited, rows.ReasonOutsideEdit)
+		outside = fmt.Sprintf("CASE WHEN %s THEN '%s' END", edited, reason.OutsideEdit)
 	}
-	reason := fmt.Sprintf(`CASE WHEN t.partner_id IS NULL THEN %s
-		        WHEN %s AND t.last_intake_id > $1 THEN 'newer_write'
-		        ELSE coalesce(%s, %s) END`, notFound, differs, exists, outside)
+	why := fmt.Sprintf(`CASE WHEN t.partner_id IS NULL THEN %s
+		        WHEN %s AND t.last_intake_id > $1 THEN '%s'
+		        ELSE coalesce(%s, %s) END`, notFound, differs, reason.NewerWrite, exists, outside)
 	// How each staged row meets its target row. By default a LATERAL
 	// probe of the unique index per row (a plain join may hash the whole,
 	// growing target). When the index leads with (partner_id, first key
@@ -192,7 +193,7 @@ func (t *Table) build() {
 		    FROM s LEFT JOIN LATERAL (
 		        SELECT * FROM %[2]s t WHERE t.partner_id = $2 AND %[3]s LIMIT 1) t ON true
 		    WHERE %[4]s)`,
-		reason, t.table, strings.Join(sKeyJoin, " AND "), needs)
+		why, t.table, strings.Join(sKeyJoin, " AND "), needs)
 	if t.rangeProbe {
 		probe = fmt.Sprintf(`r AS MATERIALIZED (
 		    SELECT t.* FROM %[1]s t
@@ -208,7 +209,7 @@ func (t *Table) build() {
 		    FROM s LEFT JOIN LATERAL (
 		        SELECT * FROM %[1]s t WHERE t.partner_id = $2 AND %[4]s LIMIT 1) t ON true
 		    WHERE NOT (SELECT ok FROM dense) AND (%[5]s))`,
-			t.table, q(t.key[0]), reason, strings.Join(sKeyJoin, " AND "), needs, t.collate[slices.Index(t.cols, t.key[0])])
+			t.table, q(t.key[0]), why, strings.Join(sKeyJoin, " AND "), needs, t.collate[slices.Index(t.cols, t.key[0])])
 	}
 	// s is read by the range's min and max and by the join: staged in
 	// the target's types (binary), its casts are no-ops and reading the
@@ -258,7 +259,7 @@ func (t *Table) build() {
 	if t.mode == partners.ModeSnapshot {
 		t.buildSnapshot(sCols, sKeyJoin, edited)
 	}
-	t.buildPlan(sCols, sKeyJoin, needs, reason, edited)
+	t.buildPlan(sCols, sKeyJoin, needs, why, edited)
 	t.buildUnchanged()
 	t.dedupe = fmt.Sprintf(`WITH d AS (
 		    DELETE FROM %s s USING (
@@ -266,7 +267,7 @@ func (t *Table) build() {
 		    WHERE x.rn > 1 AND s.line = x.line
 		    RETURNING s.line)
 		INSERT INTO intake_row_issue (intake_id, partner_id, line, reason, outcome)
-		SELECT $1, $2, line, 'duplicate_key', 'rejected' FROM d`, t.stage, strings.Join(keyStage, ", "), t.stage)
+		SELECT $1, $2, line, '%s', 'rejected' FROM d`, t.stage, strings.Join(keyStage, ", "), t.stage, reason.DuplicateKey)
 }
 
 // legacyHash is the row hash of a guarded target whose hash intake does

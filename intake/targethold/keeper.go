@@ -12,6 +12,7 @@ import (
 
 	"github.com/partner-intake/partner-intake/intake/target"
 	"github.com/partner-intake/partner-intake/internal/pgerr"
+	"github.com/partner-intake/partner-intake/internal/reason"
 	"github.com/partner-intake/partner-intake/partners"
 )
 
@@ -182,7 +183,7 @@ func (k *Keeper) Set(p Partner, f *partners.Feed, problem string) (released bool
 	switch change {
 	case Holds:
 		k.Log.Error("feed held: its target table cannot be written; its files stay in ready/ until it can",
-			"partner", c.ID, "feed", f.Name, "target", f.Target, "reason", string(partners.SkipTargetUnusable), "problem", problem)
+			"partner", c.ID, "feed", f.Name, "target", f.Target, "reason", string(reason.TargetUnusable), "problem", problem)
 	case Released:
 		k.Log.Info("feed's target table can be written again: its files are taken", "partner", c.ID, "feed", f.Name,
 			"target", f.Target, "held_for", time.Since(since).Round(time.Second).String())

@@ -31,6 +31,11 @@ var rules = []struct {
 		forbid: []string{"intake", "reconcile", "intake/ops", "console", "cmd/..."},
 	},
 	{
+		why:    "the reason codes are the bottom layer: every package may name them, they name no package of the module",
+		from:   []string{"internal/reason"},
+		forbid: []string{"..."},
+	},
+	{
 		why:    "partner config sits below the SFTP transport, which reads it",
 		from:   []string{"partners"},
 		forbid: []string{"partners/sftpconn"},
