@@ -711,6 +711,7 @@ func (e *env) configDaemon(d daemonConfig, roots map[string]string, order []stri
         target: bench_orders
 %s`, id, poll, e.sshAddr(), e.sshd.User, e.sshd.ClientKeyFile, e.knownHosts(), roots[id], rejectRatio, d.feed)
 	}
+	e.seq++ // a config of its own: two configs of one worker differ
 	p := filepath.Join(e.dir, fmt.Sprintf("intake-%s-%d.yaml", worker, e.seq))
 	return p, os.WriteFile(p, []byte(b.String()), 0o600)
 }

@@ -161,8 +161,8 @@ func (e *env) planApproval(ctx context.Context, n int, res *Results) error {
 		return err
 	}
 	m := planHash.FindStringSubmatch(show)
-	if m == nil {
-		return fmt.Errorf("no plan hash in intake plan show:\n%s", show)
+	if m == nil || !regexp.MustCompile(fmt.Sprintf(`updates\s+%d\b`, n)).MatchString(show) {
+		return fmt.Errorf("intake plan show does not show a plan hash and %d updates:\n%s", n, show)
 	}
 	if _, err := e.cli(url, "approve", strconv.FormatInt(id, 10), "--config", cfg, "--plan-hash", m[1], "--reason", "bench", "--actor", "bench"); err != nil {
 		return err
@@ -173,12 +173,12 @@ func (e *env) planApproval(ctx context.Context, n int, res *Results) error {
 	if res.PlanApplyS, _, _, err = e.runOnce(url, cfg); err != nil {
 		return err
 	}
-	ok, err := e.count(ctx, url, `SELECT count(*) FROM file_intake WHERE remote_name = 'orders-plan.csv' AND state = 'archived' AND rows_applied = $1`, n)
+	ok, err := e.count(ctx, url, `SELECT count(*) FROM file_intake WHERE remote_name IN ('orders-plan-load.csv', 'orders-plan.csv') AND state = 'archived' AND rows_applied = $1`, n)
 	if err != nil {
 		return err
 	}
-	if ok != 1 {
-		return fmt.Errorf("check failed: the approved file is not archived with %d rows applied", n)
+	if ok != 2 {
+		return fmt.Errorf("check failed: the loaded and the approved file are not both archived with %d rows applied", n)
 	}
 	res.PlanRatio = res.PlanS / res.PlanApplyS
 	return nil
