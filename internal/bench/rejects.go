@@ -7,6 +7,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // rejects measures a file a tenth of whose rows are rejected (a status
@@ -53,13 +55,8 @@ func (e *env) rejects(ctx context.Context, res *Results) error {
 		if ph.rss != nil {
 			*ph.rss = rss
 		}
-		ok, err := e.count(ctx, url, `SELECT count(*) FROM file_intake WHERE remote_name = $1 AND state = 'archived'
-			AND rows_applied = $2 AND rows_rejected = $3`, ph.name, n-ph.rejected, ph.rejected)
-		if err != nil {
+		if err := e.outcome(ctx, url, ph.name, n-ph.rejected, ph.rejected); err != nil {
 			return err
-		}
-		if ok != 1 {
-			return fmt.Errorf("check failed: %s is not archived with %d rows applied and %d rejected", ph.name, n-ph.rejected, ph.rejected)
 		}
 		if ph.rejected > 0 {
 			lines, err := reportLines(filepath.Join(root, "reports"), ph.name)
@@ -99,4 +96,23 @@ func reportLines(dir, name string) (int, error) {
 		return lines, sc.Err()
 	}
 	return 0, fmt.Errorf("no rejects report for %s in %s", name, dir)
+}
+
+// outcome checks that the file name is archived with applied rows applied
+// and rejected rejected, and says what it is otherwise.
+func (e *env) outcome(ctx context.Context, url, name string, applied, rejected int) error {
+	c, err := pgx.Connect(ctx, url)
+	if err != nil {
+		return err
+	}
+	defer c.Close(ctx)
+	var state string
+	var a, r int64
+	if err := c.QueryRow(ctx, `SELECT state, coalesce(rows_applied, -1), coalesce(rows_rejected, -1) FROM file_intake WHERE remote_name = $1`, name).Scan(&state, &a, &r); err != nil {
+		return fmt.Errorf("check failed: %s in the ledger: %w", name, err)
+	}
+	if state != "archived" || a != int64(applied) || r != int64(rejected) {
+		return fmt.Errorf("check failed: %s is %s with %d rows applied and %d rejected, want archived, %d and %d", name, state, a, r, applied, rejected)
+	}
+	return nil
 }
