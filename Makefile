@@ -83,7 +83,7 @@ bench: deps
 
 ## bench-smoke: the benchmark harness at a tiny size, for correctness only (no timing is judged)
 bench-smoke: deps
-	$(GO) run ./cmd/intake-bench -large-rows 20000 -huge-rows 30000 -small-files 40 -small-rows 10 -partners 4 -fleet-partners 20 -fleet-files 10 -fleet-poll 2s -fleet-window 3s -failover-partners 12 -failover-files 12 -failover-poll 2s -failover-lease 4s -failover-window 8s -out /tmp/bench-smoke.json
+	$(GO) run ./cmd/intake-bench -large-rows 20000 -huge-rows 30000 -small-files 40 -small-rows 10 -partners 4 -fleet-partners 20 -fleet-files 10 -fleet-poll 2s -fleet-window 3s -failover-partners 12 -failover-files 12 -failover-poll 2s -failover-lease 4s -failover-window 8s -modes-rows 3000 -pgp-bytes 300000 -rejects-rows 3000 -out /tmp/bench-smoke.json
 
 ## fuzz-smoke: a short run of each fuzz target beyond its committed seed corpus (FUZZTIME=100000x)
 # A count, not a duration: Go 1.26's fuzz coordinator can fail a

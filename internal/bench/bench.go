@@ -45,7 +45,8 @@ type Options struct {
 	// Repeat runs the large and small workloads this many times and
 	// reports medians (1 when zero).
 	Repeat int
-	// Only, if set, names the workloads to run: large, small, huge.
+	// Only, if set, names the workloads to run: large, small, huge, wan,
+	// fleet, failover, modes, pgp, rejects.
 	Only map[string]bool
 	// ProfileDir, if set, receives a CPU profile of every intake process
 	// (INTAKE_CPUPROFILE, honoured only by an IntakeBinary built with the
@@ -74,6 +75,16 @@ type Options struct {
 	FailoverPoll     time.Duration
 	FailoverLease    time.Duration
 	FailoverWindow   time.Duration
+	// ModesRows: the rows of the modes workload (0 skips it): a snapshot
+	// deleting a tenth of the partner's rows, and a plan for approval of
+	// that many changed rows against that many loaded.
+	ModesRows int
+	// PGPBytes: the size of the pgp workload's signed and encrypted file
+	// (0 skips it).
+	PGPBytes int64
+	// RejectsRows: the rows of the rejects workload's file, a tenth of
+	// them rejected (0 skips it).
+	RejectsRows int
 	// FleetYAML is added to the fleet daemon's config (top-level keys,
 	// e.g. "sessions: {max_parallel_dials: 1000}"), to measure a policy.
 	FleetYAML string
@@ -236,6 +247,32 @@ type Results struct {
 	// load moves less than files per second.
 	WANSmallBurstTurnsPerFile float64            `json:"wan_small_burst_round_trips_per_file,omitempty"`
 	WANSmallCPUms             map[string]float64 `json:"wan_small_cpu_ms_per_file,omitempty"`
+	// The modes workload (modes.go): a snapshot of 0.9 n rows over n
+	// loaded (deleting 0.1 n) over the same file fresh; a plan for
+	// approval (exec until awaiting_approval) of n changed rows over n
+	// loaded, over the run that applies it after `intake approve`.
+	ModesRows           int     `json:"modes_rows,omitempty"`
+	SnapshotFreshS      float64 `json:"snapshot_fresh_s,omitempty"`
+	SnapshotDeleteS     float64 `json:"snapshot_delete_s,omitempty"`
+	SnapshotDeleteRatio float64 `json:"snapshot_delete_ratio,omitempty"`
+	PlanS               float64 `json:"plan_s,omitempty"`
+	PlanApplyS          float64 `json:"plan_apply_s,omitempty"`
+	PlanRatio           float64 `json:"plan_ratio,omitempty"`
+	// The pgp workload (pgp.go): a signed and encrypted file, intake's
+	// run over `gpg --decrypt | psql \copy`, and intake's peak RSS.
+	PGPBytes      int64   `json:"pgp_bytes,omitempty"`
+	PGPRows       int     `json:"pgp_rows,omitempty"`
+	PGPS          float64 `json:"pgp_s,omitempty"`
+	PGPFloorS     float64 `json:"pgp_floor_s,omitempty"`
+	PGPRatioFloor float64 `json:"pgp_ratio_floor,omitempty"`
+	PGPPeakRSSMiB float64 `json:"pgp_peak_rss_mib,omitempty"`
+	// The rejects workload (rejects.go): a tenth of the rows rejected and
+	// reported, over the same file without rejects, and its peak RSS.
+	RejectsRows       int     `json:"rejects_rows,omitempty"`
+	RejectsS          float64 `json:"rejects_s,omitempty"`
+	RejectsCleanS     float64 `json:"rejects_clean_s,omitempty"`
+	RejectsRatio      float64 `json:"rejects_ratio,omitempty"`
+	RejectsPeakRSSMiB float64 `json:"rejects_peak_rss_mib,omitempty"`
 	// With Repeat > 1: the figures above are medians of these runs.
 	LargeRuns []*Results `json:"large_runs,omitempty"`
 	SmallRuns []*Results `json:"small_runs,omitempty"`
@@ -419,6 +456,21 @@ func Run(ctx context.Context, o Options) (*Results, error) {
 			return res, fmt.Errorf("failover: %w", err)
 		}
 	}
+	if o.ModesRows > 0 && o.runs("modes") {
+		if err := e.modes(ctx, res); err != nil {
+			return res, fmt.Errorf("modes: %w", err)
+		}
+	}
+	if o.PGPBytes > 0 && o.runs("pgp") {
+		if err := e.pgp(ctx, res); err != nil {
+			return res, fmt.Errorf("pgp: %w", err)
+		}
+	}
+	if o.RejectsRows > 0 && o.runs("rejects") {
+		if err := e.rejects(ctx, res); err != nil {
+			return res, fmt.Errorf("rejects: %w", err)
+		}
+	}
 	if o.HugeRows > 0 && o.runs("huge") {
 		if err := e.huge(ctx, res); err != nil {
 			return res, fmt.Errorf("memory file: %w", err)
@@ -498,6 +550,19 @@ CREATE TABLE floor_orders (
 // writeCSV writes n orders-like rows (text key, email, decimal, enum,
 // timestamp, text, int), about 80 bytes each.
 func writeCSV(path string, n, seed int) (int64, error) {
+	return writeCSVVariant(path, n, seed, variant{})
+}
+
+// variant alters the rows writeCSV writes: bump is added to every row's
+// qty (the same keys with a changed value), and with rejectEvery every
+// rejectEvery-th row has a status outside the feed's enum (rejected
+// not_in_enum).
+type variant struct {
+	bump, rejectEvery int
+}
+
+// writeCSVVariant is writeCSV with the rows altered by v.
+func writeCSVVariant(path string, n, seed int, v variant) (int64, error) {
 	f, err := os.Create(path)
 	if err != nil {
 		return 0, err
@@ -507,18 +572,32 @@ func writeCSV(path string, n, seed int) (int64, error) {
 	// collector and the scavenger returning 1 GB to the system during the
 	// measured phase, on the cores the pipeline runs on
 	w := bufio.NewWriterSize(f, min(1<<20, 96*n+4096))
-	fmt.Fprintln(w, "order_id,email,amount,status,placed_at,note,qty")
-	statuses := []string{"new", "paid", "shipped", "returned"}
+	w.WriteString(csvHeader)
+	var line []byte
 	for i := 0; i < n; i++ {
-		k := i + seed
-		fmt.Fprintf(w, "ORD-%09d,customer%d@example.com,%d.%02d,%s,2026-%02d-%02dT%02d:%02d:00Z,deliver to dock %d,%d\n",
-			k, k%100000, k%10000, k%100, statuses[k%4], 1+k%12, 1+k%28, k%24, k%60, k%50, 1+k%9)
+		line = orderRow(line[:0], i, i+seed, v)
+		w.Write(line)
 	}
 	if err := w.Flush(); err != nil {
+		f.Close()
 		return 0, err
 	}
 	st, _ := f.Stat()
 	return st.Size(), f.Close()
+}
+
+const csvHeader = "order_id,email,amount,status,placed_at,note,qty\n"
+
+var statuses = []string{"new", "paid", "shipped", "returned"}
+
+// orderRow appends the i-th row of a file, of key k, to b.
+func orderRow(b []byte, i, k int, v variant) []byte {
+	status := statuses[k%4]
+	if v.rejectEvery > 0 && i%v.rejectEvery == v.rejectEvery-1 {
+		status = "lost"
+	}
+	return fmt.Appendf(b, "ORD-%09d,customer%d@example.com,%d.%02d,%s,2026-%02d-%02dT%02d:%02d:00Z,deliver to dock %d,%d\n",
+		k, k%100000, k%10000, k%100, status, 1+k%12, 1+k%28, k%24, k%60, k%50, 1+k%9+v.bump)
 }
 
 // partnerSite makes a partner root with ready/ on sshd.
@@ -577,18 +656,34 @@ func (e *env) configPoll(worker string, roots map[string]string, order []string,
 	return e.configDaemon(daemonConfig{worker: worker, lease: 2 * time.Minute, reconcile: time.Hour, spool: filepath.Join(e.dir, "spool"), extra: extra}, roots, order, poll)
 }
 
+// configFeed writes an intake config for one partner polled every
+// second, its orders feed given the keys feed and the max_reject_ratio
+// rejectRatio ("" for the default 0.01).
+func (e *env) configFeed(worker, id, root, feed, rejectRatio string) (string, error) {
+	return e.configDaemon(daemonConfig{worker: worker, lease: 2 * time.Minute, reconcile: time.Hour, spool: filepath.Join(e.dir, "spool"), feed: feed, rejectRatio: rejectRatio},
+		map[string]string{id: root}, []string{id}, "@every 1s")
+}
+
 // daemonConfig is a bench daemon's own keys.
 type daemonConfig struct {
 	worker           string
 	lease, reconcile time.Duration
 	spool            string
 	extra            string // added to the daemon-wide keys
+	// feed is added to the orders feed's keys (eight spaces in, e.g.
+	// "        mode: snapshot\n"), and rejectRatio replaces its
+	// max_reject_ratio (0.01 when empty)
+	feed, rejectRatio string
 }
 
 // configDaemon writes an intake config of d for the given partners
 // polled on poll.
 func (e *env) configDaemon(d daemonConfig, roots map[string]string, order []string, poll string) (string, error) {
 	worker, extra := d.worker, d.extra
+	rejectRatio := d.rejectRatio
+	if rejectRatio == "" {
+		rejectRatio = "0.01"
+	}
 	var b strings.Builder
 	// Two connections per daemon: on this bench's two cores, shared with
 	// PostgreSQL, more connections only add contention (docs/performance.md);
@@ -603,7 +698,7 @@ func (e *env) configDaemon(d daemonConfig, roots map[string]string, order []stri
     feeds:
       - name: orders
         pattern: 'orders-.*\.csv'
-        max_reject_ratio: 0.01
+        max_reject_ratio: %s
         columns:
           - {name: order_id, type: text, required: true, max_length: 32}
           - {name: email, type: email}
@@ -614,8 +709,9 @@ func (e *env) configDaemon(d daemonConfig, roots map[string]string, order []stri
           - {name: qty, type: integer}
         key: [order_id]
         target: bench_orders
-`, id, poll, e.sshAddr(), e.sshd.User, e.sshd.ClientKeyFile, e.knownHosts(), roots[id])
+%s`, id, poll, e.sshAddr(), e.sshd.User, e.sshd.ClientKeyFile, e.knownHosts(), roots[id], rejectRatio, d.feed)
 	}
+	e.seq++ // a config of its own: two configs of one worker differ
 	p := filepath.Join(e.dir, fmt.Sprintf("intake-%s-%d.yaml", worker, e.seq))
 	return p, os.WriteFile(p, []byte(b.String()), 0o600)
 }

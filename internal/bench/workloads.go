@@ -865,7 +865,7 @@ func (r *Results) Table(w *os.File) {
 	row("ratio replay over floor", r.RatioFloorReplay, "x", "<= 1.5")
 	if r.GuardFreshS > 0 {
 		row("large fresh, guarded target (intake)", r.GuardFreshS, "s", "")
-		row("guarded fresh over unguarded", r.RatioGuardFresh, "x", "a few percent")
+		row("guarded fresh over unguarded", r.RatioGuardFresh, "x", "<= 1.05")
 		row("large replay, guarded target (intake)", r.GuardReplayS, "s", "")
 		row("guarded replay over unguarded", r.RatioGuardReplay, "x", "a few percent")
 	}
@@ -936,6 +936,26 @@ func (r *Results) Table(w *os.File) {
 		row("failover: partners whose survivor's poll failed after the kill", float64(r.FailoverPollErrors), "", "")
 		row("failover: rows lost", float64(r.FailoverRowsLost), "", "0")
 		row("failover: files taken twice", float64(r.FailoverDuplicated), "", "0")
+	}
+	if r.ModesRows > 0 {
+		row(fmt.Sprintf("snapshot of %d rows, fresh", r.ModesRows-r.ModesRows/10), r.SnapshotFreshS, "s", "")
+		row("snapshot deleting a tenth of the rows", r.SnapshotDeleteS, "s", "")
+		row("snapshot_delete_ratio (delete/fresh)", r.SnapshotDeleteRatio, "x", "<= 1.2")
+		row(fmt.Sprintf("plan, %d rows: exec to awaiting", r.ModesRows), r.PlanS, "s", "")
+		row("its apply after intake approve", r.PlanApplyS, "s", "")
+		row("plan_ratio (plan over apply)", r.PlanRatio, "x", "<= 0.6")
+	}
+	if r.PGPBytes > 0 {
+		row(fmt.Sprintf("pgp: %.1f MB signed+encrypted", float64(r.PGPBytes)/1e6), r.PGPS, "s", "")
+		row("pgp floor: gpg --decrypt | psql \\copy", r.PGPFloorS, "s", "")
+		row("pgp: intake over its floor", r.PGPRatioFloor, "x", "<= 1.0")
+		row("pgp: peak RSS", r.PGPPeakRSSMiB, "MiB", "<= 64")
+	}
+	if r.RejectsRows > 0 {
+		row(fmt.Sprintf("rejects: %d rows, 10 %% rejected", r.RejectsRows), r.RejectsS, "s", "")
+		row("the same file without rejects", r.RejectsCleanS, "s", "")
+		row("rejects: with over without", r.RejectsRatio, "x", "<= 1.1")
+		row("rejects: peak RSS", r.RejectsPeakRSSMiB, "MiB", "<= 64")
 	}
 	row("peak RSS, large file", r.PeakRSSMiB1M, "MiB", "<= 64")
 	row("peak RSS, large file's replay", r.PeakRSSMiB1MReplay, "MiB", "<= 64")
