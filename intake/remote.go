@@ -166,7 +166,21 @@ func (r *fileRun) fence(ctx context.Context, step string) error {
 	case own && id.Pooled().PID != 0:
 		// a one-shot run's hold is not watched: each fence asks whether
 		// its connection still holds the lock (no group window)
-		if err := r.d.ledger.HeartbeatHeld(ctx, r.in, r.d.cfg.WorkerID, id.Pooled()); err != nil {
+		err := r.d.ledger.HeartbeatHeld(ctx, r.in, r.d.cfg.WorkerID, id.Pooled())
+		var fe *ledger.FencedError
+		if errors.As(err, &fe) {
+			// The lock's connection may have ended under the file (the
+			// pool closes a connection whose statement was cancelled, an
+			// apply ahead abandoned): the lock is taken again on another
+			// when no other process holds the id, and the fence asked once
+			// more. The file's token still fences a takeover made while
+			// the id was free.
+			if cerr := id.CheckPooled(ctx); cerr != nil {
+				return err
+			}
+			err = r.d.ledger.HeartbeatHeld(ctx, r.in, r.d.cfg.WorkerID, id.Pooled())
+		}
+		if err != nil {
 			return err
 		}
 	case r.groupFencedAt.IsZero() || time.Since(r.groupFencedAt) >= r.d.ledger.Lease()/3:

@@ -297,6 +297,55 @@ func TestAOneShotRunsHoldOnItsPoolIsCheckedByEveryStep(t *testing.T) {
 	}
 }
 
+// A one-shot run whose lock's connection ends while a file is under way
+// (the pool closes a connection whose statement was cancelled: an apply
+// ahead abandoned) and no other process takes the id meanwhile: the
+// file's next fence takes the lock again and the file is archived, not
+// left applied for a reconciler to find a lease later. The file's token
+// still fences a takeover made while the id was free: another process
+// of the id that resumed it in that window leaves this run nothing to
+// publish.
+func TestAOneShotRunsFileOutlivesItsLocksConnection(t *testing.T) {
+	_, shared := testenv.DB(t)
+	pool := namedPool(t, shared, "w1")
+	site := testenv.NewSite(t, "wmid2")
+	r := newRig(t, pool, "w1", site)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := r.d.HoldWorkerIDOnPool(ctx); err != nil {
+		t.Fatal(err)
+	}
+	site.Drop(t, "orders-1.csv", goodRows("M", 3))
+	resume := r.pollPaused("wmid2", "publish:archive")
+	before := lockBackend(t, shared, "w1")
+	endWorkerLockSession(t, shared, "w1")
+	if err := resume(); err != nil {
+		t.Fatalf("the poll whose lock's connection ended under its file: %v", err)
+	}
+	if f := files(t, shared, "wmid2")[0]; f.State != "archived" {
+		t.Fatalf("%+v, want archived: the lock taken again at the archive's fence", f)
+	}
+	if after := lockBackend(t, shared, "w1"); after == 0 || after == before {
+		t.Fatalf("lock held by backend %d (before %d), want it taken again on another", after, before)
+	}
+
+	// the same, but another process of the id resumes the file while the
+	// id is free: the run's fence finds the token moved and publishes
+	// nothing
+	site.Drop(t, "orders-2.csv", goodRows("N", 3))
+	resume = r.pollPaused("wmid2", "publish:archive")
+	endWorkerLockSession(t, shared, "w1")
+	execArgs(t, shared, `UPDATE file_intake SET fencing_token = fencing_token + 1 WHERE partner_id = 'wmid2' AND state = 'applied'`)
+	resume()
+	f := files(t, shared, "wmid2")[1]
+	if f.State == "archived" {
+		t.Fatalf("%+v: published although another process took the file over", f)
+	}
+	if got := site.Files(t, "archive"); len(got) != 1 {
+		t.Fatalf("archive/ holds %v, want the first file alone: the file taken over was moved", got)
+	}
+}
+
 // A daemon that lost its worker id and takes it again registers again
 // before it polls: the process that held the id meanwhile may have retired
 // the id's row on its way out, and the other replicas would then take this

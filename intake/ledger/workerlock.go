@@ -47,6 +47,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -493,8 +494,20 @@ func (w *WorkerLock) CheckPooled(ctx context.Context) error {
 		return errors.New("the worker id was let go")
 	}
 	var held bool
-	if err := w.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_locks l WHERE `+workerLockHeld+` AND l.pid = $2)
-		AND pg_catalog.pg_postmaster_start_time() = $3`, w.worker, int64(w.at.PID), w.at.Since).Scan(&held); err != nil {
+	ask := func() error {
+		return w.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_locks l WHERE `+workerLockHeld+` AND l.pid = $2)
+		AND pg_catalog.pg_postmaster_start_time() = $3`, w.worker, int64(w.at.PID), w.at.Since).Scan(&held)
+	}
+	err := ask()
+	var pe *pgconn.PgError
+	if err != nil && ctx.Err() == nil && (!errors.As(err, &pe) || strings.HasPrefix(pe.Code, "57") || strings.HasPrefix(pe.Code, "08")) {
+		// the pool may hand out the very connection whose session ended
+		// (its first statement then meets the server's goodbye, 57P01, or
+		// the closed socket; the pool drops it): asked once more, on
+		// another
+		err = ask()
+	}
+	if err != nil {
 		return fmt.Errorf("worker id lock: %w", err)
 	}
 	if held {
