@@ -40,6 +40,7 @@ type provider struct {
 	key      *rsa.PrivateKey
 	clientID string
 	email    string
+	roles    []string // the roles claim of its ID tokens
 
 	mu    sync.Mutex
 	codes map[string]grant
@@ -62,7 +63,7 @@ func newProviderUnstarted(t *testing.T, clientID, email string) *provider {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &provider{t: t, key: key, clientID: clientID, email: email, codes: map[string]grant{}}
+	p := &provider{t: t, key: key, clientID: clientID, email: email, roles: []string{"reviewer"}, codes: map[string]grant{}}
 	m := http.NewServeMux()
 	m.HandleFunc("GET /.well-known/openid-configuration", p.discovery)
 	m.HandleFunc("GET /jwks", p.jwks)
@@ -125,7 +126,7 @@ func (p *provider) token(w http.ResponseWriter, r *http.Request) {
 	now := time.Now()
 	claims, _ := json.Marshal(map[string]any{
 		"iss": p.srv.URL, "aud": p.clientID, "sub": "u-1", "email": p.email, "nonce": g.nonce,
-		"iat": now.Unix(), "exp": now.Add(5 * time.Minute).Unix(), "roles": []string{"reviewer"},
+		"iat": now.Unix(), "exp": now.Add(5 * time.Minute).Unix(), "roles": p.roles,
 	})
 	head, _ := json.Marshal(map[string]string{"alg": "RS256", "typ": "JWT", "kid": "k1"})
 	signing := b64(head) + "." + b64(claims)
