@@ -46,12 +46,17 @@ const (
 	SettledUnknown
 )
 
+// opsDecisions holds the ops views' statements: the quarantine list
+// (intake_quarantine), the requests and audit (intake_audit), replays and
+// handovers, and settling a request whose reply was lost.
+type opsDecisions struct{ *core }
+
 // Settle finds out, waiting up to wait for the database to answer, what
 // became of an ops request whose call failed: recorded (with the intake
 // its audit row names) or rolled back; unknown when the database stays
 // silent. It waits on a context of its own (bounded by wait), so a
 // command whose context ended still learns it when it can.
-func (l *Ledger) Settle(ctx context.Context, request string, wait time.Duration) (Settled, int64, error) {
+func (l *opsDecisions) Settle(ctx context.Context, request string, wait time.Duration) (Settled, int64, error) {
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), wait)
 	defer cancel()
 	type found struct {
