@@ -38,7 +38,7 @@ var ErrNotRegular = errors.New("not a regular file")
 // with errPartRead when the site's replies do not add up to the file's
 // bytes; ListingChannelLost tells the channel's own failure from the
 // site's answer.
-func (s *Session) ReadWhole(p string, limit int) ([]byte, error) {
+func (s *wholeFiles) ReadWhole(p string, limit int) ([]byte, error) {
 	c, h, err := s.openListed(p, fxfRead)
 	if err != nil {
 		return nil, err
@@ -115,7 +115,7 @@ func (s *Session) ReadWhole(p string, limit int) ([]byte, error) {
 
 // fstatSize is the size an FSTAT's reply states; errPartRead when it
 // states none.
-func (s *Session) fstatSize(c *rawSFTP, rep reply) (int64, error) {
+func (s *wholeFiles) fstatSize(c *rawSFTP, rep reply) (int64, error) {
 	if rep.err != nil {
 		return 0, s.Deadline(rep.err)
 	}
@@ -141,7 +141,7 @@ func (s *Session) fstatSize(c *rawSFTP, rep reply) (int64, error) {
 // lstatRegular checks an LSTAT's reply: the path is no symlink, and a
 // regular file there has the size the opened file has (ErrNotRegular
 // otherwise: the OPEN followed a link to bytes that are not the path's).
-func (s *Session) lstatRegular(c *rawSFTP, rep reply, p string, size int64) error {
+func (s *wholeFiles) lstatRegular(c *rawSFTP, rep reply, p string, size int64) error {
 	if rep.err != nil {
 		return s.Deadline(rep.err)
 	}
