@@ -38,8 +38,8 @@ func (o *Opening) Discard() {
 	}()
 }
 
-// renamePolicy holds what a RENAME may do on this site (overwrite, a
-// copy's fallback, empty directories that vanish) and the claim's rename
+// renamePolicy holds what a RENAME does on this site (whether it
+// overwrites, whether empty directories vanish) and the claim's rename
 // with the file opened behind it.
 type renamePolicy struct{ *Session }
 

@@ -153,7 +153,7 @@ const renameCopyRate = 8 << 20 // bytes a second
 // two minutes more). A RENAME that is a rename answers at once, whatever
 // the size; a site that hangs is found a little later while a large
 // file's RENAME is pending.
-func (s *renamePolicy) AllowCopy(size int64) (done func()) {
+func (s *Session) AllowCopy(size int64) (done func()) {
 	if size <= 0 || s.watch == nil {
 		return func() {}
 	}
