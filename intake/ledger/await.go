@@ -46,11 +46,6 @@ const (
 	SettledUnknown
 )
 
-// opsDecisions holds the ops views' statements: the quarantine list
-// (intake_quarantine), the requests and audit (intake_audit), replays and
-// handovers, and settling a request whose reply was lost.
-type opsDecisions struct{ *core }
-
 // Settle finds out, waiting up to wait for the database to answer, what
 // became of an ops request whose call failed: recorded (with the intake
 // its audit row names) or rolled back; unknown when the database stays

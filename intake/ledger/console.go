@@ -15,7 +15,9 @@ import (
 // (LIMIT/OFFSET on an indexed order), so a queue of many held files or a
 // plan sample of many changes is never loaded whole.
 
-// consoleReads holds the review console's reads, each a page cut in SQL.
+// consoleReads holds the review console's reads, each a page cut in SQL,
+// of file_intake, intake_quarantine, intake_chunk, intake_row_issue and
+// intake_audit.
 type consoleReads struct{ *core }
 
 // HeldPage is the open held files of partners, newest first: at most

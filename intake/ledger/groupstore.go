@@ -33,11 +33,6 @@ func (c *ClaimLock) IntakeIDs(ctx context.Context, n int) ([]int64, error) {
 	return ids, nil
 }
 
-// claimStore claims files: a file's row inserted in file_intake with its
-// intake id, alone or a group at once, and a partner's claim section
-// (ClaimLock) whose renames it serializes across replicas.
-type claimStore struct{ *core }
-
 // InsertClaims records claims made by remote renames, each under the id
 // allocated for it before its rename. It returns the rows inserted; a
 // file whose processing path a live row already owns is left out.

@@ -218,10 +218,6 @@ func (l *reconcilerView) Owned(ctx context.Context, partner, claimedPath string)
 	return ok, err
 }
 
-// replicas keeps the replicas' own rows in intake_worker: registered,
-// retired, and whether one is alive or gone.
-type replicas struct{ *core }
-
 // WorkerAlive reports whether a replica heartbeated within its lease.
 func (l *replicas) WorkerAlive(ctx context.Context, worker string) (bool, error) {
 	var ok bool

@@ -33,6 +33,11 @@ type QuarantineItem struct {
 	IntakeStat string
 }
 
+// opsDecisions holds the ops views' statements: the quarantine list
+// (intake_quarantine), the requests and audit (intake_audit), replays and
+// handovers, and settling a request whose reply was lost.
+type opsDecisions struct{ *core }
+
 // ListQuarantine lists the held files of the given partners, newest first.
 func (l *opsDecisions) ListQuarantine(ctx context.Context, partners []string, openOnly bool) ([]QuarantineItem, error) {
 	rs, err := l.pool.Query(ctx, `SELECT q.intake_id, q.partner_id, q.reason, coalesce(q.batch_id, ''), coalesce(q.content_sha256, ''),

@@ -12,8 +12,9 @@ import (
 // finishedStates are the states a file no longer leaves by itself.
 const finishedStates = `('archived', 'duplicate', 'failed_terminal', 'discarded', 'put_back')`
 
-// purges deletes what retention lets go: intake_row_issue and intake_audit
-// rows, and which spooled files a live row still uses.
+// purges deletes what retention lets go: intake_row_issue (with
+// intake_snapshot_key) and intake_audit rows, and reads which spooled
+// files a row of file_intake still uses.
 type purges struct{ *core }
 
 // PurgeRowIssues deletes the row issues of the partner's files finished

@@ -37,8 +37,9 @@ var recordPollsSQL = `INSERT INTO intake_partner_poll AS t
 	    last_error_at = CASE WHEN ` + newer("last_error_at") + ` THEN excluded.last_error_at ELSE t.last_error_at END,
 	    last_error = CASE WHEN ` + newer("last_error_at") + ` THEN excluded.last_error ELSE t.last_error END`
 
-// statusReads holds intake status's reads and the polls it shows
-// (intake_partner_poll): gauges, state counts, files and their progress.
+// statusReads holds intake status's reads of file_intake (gauges, state
+// counts, files and their progress) and the polls it shows
+// (intake_partner_poll).
 type statusReads struct{ *core }
 
 // RecordPolls stores the outcomes of this worker's polls for `intake

@@ -145,6 +145,11 @@ var ErrCommitLanded = errors.New("the commit landed: the file is applied")
 // ErrTracked: a live row already owns that processing path.
 var ErrTracked = errors.New("a live intake row already owns this path")
 
+// claimStore claims files: a file's row inserted in file_intake with its
+// intake id, alone or a group at once, and a partner's claim section
+// (ClaimLock) whose renames it serializes across replicas.
+type claimStore struct{ *core }
+
 // InsertClaim records a claim found or adopted without one (a fresh id).
 func (l *claimStore) InsertClaim(ctx context.Context, in *Intake) error {
 	_, err := l.InsertClaimAt(ctx, in, 0)
@@ -195,6 +200,10 @@ func (l *claimStore) NextIntakeID(ctx context.Context) (int64, error) {
 	err := l.pool.QueryRow(ctx, `SELECT pg_catalog.nextval(pg_catalog.pg_get_serial_sequence('file_intake', 'intake_id'))`).Scan(&id)
 	return id, err
 }
+
+// replicas keeps the replicas' own rows in intake_worker: registered,
+// retired, and whether one is alive or gone.
+type replicas struct{ *core }
 
 // RegisterWorker records that this replica is alive and which partners it
 // serves (for partner affinity). It reports whether the worker id's

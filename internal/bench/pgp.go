@@ -95,10 +95,6 @@ func (e *featureRuns) pgp(ctx context.Context, res *Results) error {
 	return nil
 }
 
-// baselines measures what intake is compared with: the naive scripted
-// pipeline and the floors (a bare COPY, a replay, gpg, an SFTP read).
-type baselines struct{ *env }
-
 // floorPGP is `gpg --decrypt FILE | psql` with \copy from psql's stdin
 // into the emptied floor table, in one transaction: what a script does
 // with the same file on local disk, without download, hash or validation.

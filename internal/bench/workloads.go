@@ -441,6 +441,10 @@ func (e *env) sftpArgs(batch string) []string {
 		"-o", "StrictHostKeyChecking=yes", "-P", port, e.sshd.User + "@" + host}
 }
 
+// baselines measures what intake is compared with: the naive scripted
+// pipeline and the floors (a bare COPY, a replay, gpg, an SFTP read).
+type baselines struct{ *env }
+
 // naive runs the pipeline a user would script: sftp get, sha256sum, psql
 // \copy into a temp table and one guarded upsert.
 func (e *baselines) naive(url, root, name, batch string) (float64, error) {

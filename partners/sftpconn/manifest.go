@@ -10,11 +10,6 @@ import (
 	"github.com/partner-intake/partner-intake/partners"
 )
 
-// wholeFiles moves small files whole on the listing channel: a file read
-// in two round trips, a manifest read so, a file written with its bytes
-// and CLOSE in one.
-type wholeFiles struct{ *Session }
-
 // ReadManifest reads the manifest at p and parses it
 // (partners.ParseManifest): on the listing channel in two round trips
 // (ReadWhole), else through pkg/sftp. A manifest that does not parse is

@@ -32,6 +32,11 @@ var errPartRead = errors.New("sftp: a short read of a small file")
 // directory, a FIFO): it is not read.
 var ErrNotRegular = errors.New("not a regular file")
 
+// wholeFiles moves small files whole on the listing channel: a file read
+// in two round trips, a manifest read so, a file written with its bytes
+// and CLOSE in one.
+type wholeFiles struct{ *Session }
+
 // ReadWhole reads the file at p on the listing channel, at most limit
 // bytes from its start: the whole file when it holds no more. It fails
 // with ErrNoListingChannel on a site that refuses a second channel and
