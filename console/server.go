@@ -67,7 +67,8 @@ type Deps struct {
 	Log    *slog.Logger
 }
 
-// Server is the console: a lifecycle.Service on its own listener.
+// Server is the console: a lifecycle.Service on its own listener, and the
+// page writer its handlers share (render, message, failed).
 type Server struct {
 	life  lifecycle.Base
 	cfg   Config
@@ -79,6 +80,11 @@ type Server struct {
 	mu  sync.Mutex
 	ln  net.Listener
 	srv *http.Server
+
+	// its handlers by concern, each over this server
+	signIn
+	pageViews
+	decisionForms
 }
 
 // New builds the console; with OIDC it reads the provider's discovery
@@ -92,6 +98,7 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{cfg: cfg, deps: deps, auth: a, pages: map[string]*template.Template{}}
+	s.signIn, s.pageViews, s.decisionForms = signIn{s}, pageViews{s}, decisionForms{s}
 	funcs := template.FuncMap{
 		"text": inert.Text,
 		"when": func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05Z") },
@@ -147,9 +154,14 @@ func (s *Server) Handler() http.Handler {
 	})
 }
 
+// signIn is the console's side of authentication (auth.go holds the
+// protocols): sign-in and out, the callback, the signed-in gate every
+// page passes, and the forms' CSRF check.
+type signIn struct{ *Server }
+
 // login starts an OpenID sign-in; while the provider's discovery has not
 // been read it answers 503 with a page saying sign-in is retried.
-func (s *Server) login(w http.ResponseWriter, r *http.Request) {
+func (s *signIn) login(w http.ResponseWriter, r *http.Request) {
 	if s.cfg.Auth.OIDC == nil {
 		s.message(w, http.StatusUnauthorized, nil, "Sign-in required", "Sign-in is by the authenticating proxy.")
 		return
@@ -163,7 +175,7 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 }
 
 // signInDown: the OpenID provider has not answered yet.
-func (s *Server) signInDown(w http.ResponseWriter) {
+func (s *signIn) signInDown(w http.ResponseWriter) {
 	w.Header().Set("Retry-After", "10")
 	s.message(w, http.StatusServiceUnavailable, nil, "Sign-in unavailable",
 		"Sign-in unavailable, retrying: the identity provider has not answered yet. Try again in a minute.")
@@ -222,7 +234,7 @@ func identityOf(r *http.Request) *Identity { return r.Context().Value(ctxKey{}).
 
 // signedIn serves h only to a signed-in identity with a role: a browser
 // without one is sent to sign in (OIDC) or refused (proxy).
-func (s *Server) signedIn(h http.HandlerFunc) http.HandlerFunc {
+func (s *signIn) signedIn(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		id, err := s.auth.identify(r)
 		if errors.Is(err, errNoRole) {
@@ -241,7 +253,7 @@ func (s *Server) signedIn(h http.HandlerFunc) http.HandlerFunc {
 	}
 }
 
-func (s *Server) callback(w http.ResponseWriter, r *http.Request) {
+func (s *signIn) callback(w http.ResponseWriter, r *http.Request) {
 	next, err := s.auth.callback(w, r)
 	if errors.Is(err, errSignInDown) {
 		s.signInDown(w)
@@ -260,7 +272,7 @@ func (s *Server) callback(w http.ResponseWriter, r *http.Request) {
 	s.render(w, http.StatusOK, "signedin", page{Title: "Signed in", Data: next})
 }
 
-func (s *Server) logout(w http.ResponseWriter, r *http.Request) {
+func (s *signIn) logout(w http.ResponseWriter, r *http.Request) {
 	if !s.csrfOK(r) {
 		s.message(w, http.StatusForbidden, identityOf(r), "Refused", "The form's CSRF token is missing or wrong.")
 		return
@@ -327,7 +339,12 @@ func newPager(u *url.URL, pageNo int, total int64) pager {
 	return p
 }
 
-func (s *Server) held(w http.ResponseWriter, r *http.Request) {
+// pageViews serves the pages that read: held files, partners, a file's
+// story, the plans waiting and one plan, the audit log (the reads are
+// intake/ledger/console.go's and intake/ops').
+type pageViews struct{ *Server }
+
+func (s *pageViews) held(w http.ResponseWriter, r *http.Request) {
 	n := pageArg(r)
 	items, total, err := ops.HeldPage(r.Context(), s.deps.Pool, s.deps.Partners, (n-1)*PageSize, PageSize)
 	if err != nil {
@@ -359,7 +376,7 @@ type heldFeed struct{ Feed, Why string }
 // polls it, held files and waiting plans, late delivery windows, the
 // feeds this process's daemon holds, the server's measured capability and
 // the last poll error. No cell value is on it: a viewer sees it.
-func (s *Server) partners(w http.ResponseWriter, r *http.Request) {
+func (s *pageViews) partners(w http.ResponseWriter, r *http.Request) {
 	rows, err := ops.Status(r.Context(), s.deps.Pool, s.deps.Partners)
 	if err != nil {
 		s.failed(w, r, "partners", err)
@@ -402,7 +419,7 @@ func pathID(r *http.Request) (int64, bool) {
 	return id, err == nil && id > 0
 }
 
-func (s *Server) file(w http.ResponseWriter, r *http.Request) {
+func (s *pageViews) file(w http.ResponseWriter, r *http.Request) {
 	id, ok := pathID(r)
 	if !ok {
 		s.message(w, http.StatusNotFound, identityOf(r), "Not found", "No such file.")
@@ -434,7 +451,7 @@ func (s *Server) file(w http.ResponseWriter, r *http.Request) {
 		r.URL.Query().Get("request")}})
 }
 
-func (s *Server) plans(w http.ResponseWriter, r *http.Request) {
+func (s *pageViews) plans(w http.ResponseWriter, r *http.Request) {
 	n := pageArg(r)
 	ps, total, err := ops.WaitingPlans(r.Context(), s.deps.Pool, s.deps.Partners, (n-1)*PageSize, PageSize)
 	if err != nil {
@@ -459,7 +476,7 @@ func (s *Server) plans(w http.ResponseWriter, r *http.Request) {
 // actions a plan's sample can be filtered by.
 var sampleActions = []string{"", "create", "update", "delete", "conflict", "rejected"}
 
-func (s *Server) plan(w http.ResponseWriter, r *http.Request) {
+func (s *pageViews) plan(w http.ResponseWriter, r *http.Request) {
 	me := identityOf(r)
 	id, ok := pathID(r)
 	if !ok {
@@ -518,7 +535,7 @@ func (s *Server) plan(w http.ResponseWriter, r *http.Request) {
 	}{v, c, changes, pg, f, sampleActions[1:], v.State == string(ledger.StateAwaitingApproval)}})
 }
 
-func (s *Server) audit(w http.ResponseWriter, r *http.Request) {
+func (s *pageViews) audit(w http.ResponseWriter, r *http.Request) {
 	n := pageArg(r)
 	q := r.URL.Query()
 	fileID, _ := strconv.ParseInt(q.Get("intake"), 10, 64)
@@ -552,7 +569,7 @@ func (s *Server) audit(w http.ResponseWriter, r *http.Request) {
 }
 
 // csrfOK: the form carries the identity's CSRF token.
-func (s *Server) csrfOK(r *http.Request) bool {
+func (s *signIn) csrfOK(r *http.Request) bool {
 	got := r.PostFormValue("csrf")
 	return got != "" && hmac.Equal([]byte(got), []byte(identityOf(r).CSRF))
 }
@@ -565,10 +582,14 @@ func newRequestID() string {
 	return "req-" + hex.EncodeToString(b[:])
 }
 
+// decisionForms serves the forms that decide: release, discard, approve,
+// reject (through intake/ops), and a replay (through the daemon).
+type decisionForms struct{ *Server }
+
 // decide serves a decision form: a reviewer's, with its CSRF token,
 // through the intake/ops function the CLI calls, under a fresh request id
 // recorded on the audit row, with the signed-in identity as the actor.
-func (s *Server) decide(action string) http.HandlerFunc {
+func (s *decisionForms) decide(action string) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		me := identityOf(r)
 		r.Body = http.MaxBytesReader(w, r.Body, 64<<10)
@@ -633,7 +654,7 @@ func (s *Server) decide(action string) http.HandlerFunc {
 // request. Its rules are the CLI's: a file that is not finished, a
 // snapshot superseded since, a second replay while one is live are
 // refused (409).
-func (s *Server) replay(w http.ResponseWriter, r *http.Request) {
+func (s *decisionForms) replay(w http.ResponseWriter, r *http.Request) {
 	me := identityOf(r)
 	r.Body = http.MaxBytesReader(w, r.Body, 64<<10)
 	if !s.csrfOK(r) {

@@ -94,11 +94,15 @@ func RecordRefusals(ctx context.Context, tx pgx.Tx, in *Intake, why reason.Code,
 	return nil
 }
 
+// chunkStore records a file's apply in intake_chunk and file_intake: the
+// chunk gate, the chunks committed, the attempts and deferrals.
+type chunkStore struct{ *core }
+
 // QueueChunkGate queues a chunk's gate as the first statement of the
 // chunk's first batch: the row lock it takes also blocks a takeover until
 // the transaction ends, and the token check fences a stale owner. No row
 // affected means the gate is closed (ChunkGateClosed says why).
-func (l *Ledger) QueueChunkGate(b *pgx.Batch, in *Intake, chunk int) {
+func (l *chunkStore) QueueChunkGate(b *pgx.Batch, in *Intake, chunk int) {
 	b.Queue(`UPDATE file_intake SET lease_until = pg_catalog.now() + $4::interval, updated_at = pg_catalog.now()
 		WHERE intake_id = $1 AND fencing_token = $2 AND state = 'applying' AND chunks_done = $3`,
 		in.ID, in.Token, chunk, l.lease)
@@ -196,7 +200,7 @@ type Chunk struct {
 // ChunkDone writes the chunk's ledger row and the file's progress in the
 // chunk's transaction, in one round trip; the last chunk also moves the
 // file to applied when its totals reconcile (fileApplied).
-func (l *Ledger) ChunkDone(ctx context.Context, tx pgx.Tx, in *Intake, c Chunk) (fileApplied bool, err error) {
+func (l *chunkStore) ChunkDone(ctx context.Context, tx pgx.Tx, in *Intake, c Chunk) (fileApplied bool, err error) {
 	b := &pgx.Batch{}
 	l.queueChunkDone(b, in, c)
 	br := tx.SendBatch(ctx, b)
@@ -220,7 +224,7 @@ func (l *Ledger) ChunkDone(ctx context.Context, tx pgx.Tx, in *Intake, c Chunk) 
 
 // queueChunkDone queues a chunk's ledger row and the file's progress (the
 // second returns the file's state, or no row when fenced).
-func (l *Ledger) queueChunkDone(b *pgx.Batch, in *Intake, c Chunk) {
+func (l *chunkStore) queueChunkDone(b *pgx.Batch, in *Intake, c Chunk) {
 	b.Queue(`INSERT INTO intake_chunk (intake_id, chunk_no, partner_id, first_line, last_line,
 		rows_applied, rows_unchanged, rows_conflict, fencing_token) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`,
 		in.ID, c.No, in.Partner, c.First, c.Last, c.Applied, c.Unchanged, c.Conflict, in.Token)
@@ -240,7 +244,7 @@ func (l *Ledger) queueChunkDone(b *pgx.Batch, in *Intake, c Chunk) {
 // rows: the gate passes only while the file is applying under in's token
 // with no chunk done, so a file the plan held, or another worker took
 // over, gets none of it (the caller rolls back).
-func (l *Ledger) ChunksDone(ctx context.Context, tx pgx.Tx, in *Intake, cs []Chunk) error {
+func (l *chunkStore) ChunksDone(ctx context.Context, tx pgx.Tx, in *Intake, cs []Chunk) error {
 	b := &pgx.Batch{}
 	l.QueueChunkGate(b, in, 0)
 	for _, c := range cs {
@@ -284,7 +288,7 @@ const attemptSet = `attempts = attempts + 1,
 // next poll (a one-off, as most are), later ones after base doubling per
 // attempt, capped at max, with jitter. It returns the attempts so far and
 // how long ago the first failed.
-func (l *Ledger) RecordAttempt(ctx context.Context, in *Intake, lastErr string, base, max time.Duration) (n int, age time.Duration, err error) {
+func (l *chunkStore) RecordAttempt(ctx context.Context, in *Intake, lastErr string, base, max time.Duration) (n int, age time.Duration, err error) {
 	// this write must land even when the run's context is what ended it
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
@@ -304,7 +308,7 @@ func (l *Ledger) RecordAttempt(ctx context.Context, in *Intake, lastErr string, 
 // Defer sets the file's next attempt after wait without counting one, under
 // its fencing token: the file waits for something that is not its own
 // failure (its feed's target table, intake/targethold.go).
-func (l *Ledger) Defer(ctx context.Context, in *Intake, wait time.Duration) error {
+func (l *chunkStore) Defer(ctx context.Context, in *Intake, wait time.Duration) error {
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
 	tag, err := l.pool.Exec(wctx, `UPDATE file_intake SET next_attempt_at = pg_catalog.now() + $3::interval, updated_at = pg_catalog.now()
@@ -322,7 +326,7 @@ func (l *Ledger) Defer(ctx context.Context, in *Intake, wait time.Duration) erro
 // than in also reads the data bytes sha, as its data or as its original
 // (the spool holds one entry per hash: a decrypted or expanded copy can be
 // another file's bytes as sent); the copy is then kept.
-func (l *Ledger) DataInUse(ctx context.Context, in *Intake) (bool, error) {
+func (l *chunkStore) DataInUse(ctx context.Context, in *Intake) (bool, error) {
 	var busy bool
 	err := l.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM file_intake WHERE partner_id = $1 AND (data_sha256 = $2 OR content_sha256 = $2)
 		AND intake_id <> $3 AND state NOT IN ('archived', 'duplicate', 'quarantined', 'failed_terminal', 'discarded', 'put_back'))`,

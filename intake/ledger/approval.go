@@ -98,20 +98,25 @@ type PlanView struct {
 	RowsTotal, RowsRejected int64
 }
 
+// approvals reads the plans stored with a file in file_intake and decides
+// them: approve and reject with their intake_audit rows, and the files
+// awaiting approval.
+type approvals struct{ *core }
+
 // GetPlan reads the plan of a file of one of partners; nil when there is
 // no such file.
-func (l *Ledger) GetPlan(ctx context.Context, id int64, partners []string) (*PlanView, error) {
+func (l *approvals) GetPlan(ctx context.Context, id int64, partners []string) (*PlanView, error) {
 	return l.getPlan(ctx, id, partners, true)
 }
 
 // GetPlanCounts is GetPlan without the sample (Sample nil): the plan's
 // hash and counts, for a reader who may not see values or who reads the
 // sample a page at a time (PlanSamplePage).
-func (l *Ledger) GetPlanCounts(ctx context.Context, id int64, partners []string) (*PlanView, error) {
+func (l *approvals) GetPlanCounts(ctx context.Context, id int64, partners []string) (*PlanView, error) {
 	return l.getPlan(ctx, id, partners, false)
 }
 
-func (l *Ledger) getPlan(ctx context.Context, id int64, partners []string, sample bool) (*PlanView, error) {
+func (l *approvals) getPlan(ctx context.Context, id int64, partners []string, sample bool) (*PlanView, error) {
 	var v PlanView
 	err := l.pool.QueryRow(ctx, `SELECT intake_id, partner_id, feed, remote_name, state, coalesce(reason, ''),
 		    coalesce(content_sha256, ''), coalesce(feed_sha256, ''), coalesce(plan_hash, ''), coalesce(approved_plan_hash, ''),
@@ -152,18 +157,18 @@ type PlanDecision struct {
 // hash recorded, a new fencing token and an expired lease; audited in the
 // same transaction. Of racing decisions exactly one succeeds. A decision
 // starts the file's retry budget afresh, as a release does.
-func (l *Ledger) Approve(ctx context.Context, d PlanDecision) error {
+func (l *approvals) Approve(ctx context.Context, d PlanDecision) error {
 	return l.decidePlan(ctx, d, "approved")
 }
 
 // Reject rejects a waiting file's plan: awaiting_approval -> spooled with
 // plan_decision rejected (its next run quarantines it, plan_rejected);
 // audited in the same transaction.
-func (l *Ledger) Reject(ctx context.Context, d PlanDecision) error {
+func (l *approvals) Reject(ctx context.Context, d PlanDecision) error {
 	return l.decidePlan(ctx, d, "rejected")
 }
 
-func (l *Ledger) decidePlan(ctx context.Context, d PlanDecision, decision string) error {
+func (l *approvals) decidePlan(ctx context.Context, d PlanDecision, decision string) error {
 	if d.Actor == "" || d.Reason == "" {
 		return fmt.Errorf("%w: an actor and a reason are required", ErrPlanDecision)
 	}
@@ -215,7 +220,7 @@ func (l *Ledger) decidePlan(ctx context.Context, d PlanDecision, decision string
 }
 
 // whyNotDecided explains a decision that found no waiting row.
-func (l *Ledger) whyNotDecided(ctx context.Context, tx pgx.Tx, d PlanDecision) error {
+func (l *approvals) whyNotDecided(ctx context.Context, tx pgx.Tx, d PlanDecision) error {
 	var state, hash string
 	var superseded bool
 	err := tx.QueryRow(ctx, `SELECT state, coalesce(plan_hash, ''), coalesce(partner_id || '/' || feed = ANY($3::text[]), false) AND `+newerSnapshot+`
@@ -253,7 +258,7 @@ type Waiting struct {
 
 // AwaitingApproval lists the partners' files awaiting approval, oldest
 // plan first.
-func (l *Ledger) AwaitingApproval(ctx context.Context, partners []string) ([]Waiting, error) {
+func (l *approvals) AwaitingApproval(ctx context.Context, partners []string) ([]Waiting, error) {
 	rs, err := l.pool.Query(ctx, `SELECT partner_id, intake_id, feed, coalesce(reason, ''), coalesce(plan_hash, ''), coalesce(planned_at, updated_at)
 		FROM file_intake WHERE partner_id = ANY($1) AND state = 'awaiting_approval' ORDER BY planned_at, intake_id`, partners)
 	if err != nil {
@@ -282,7 +287,7 @@ func Rewait(ctx context.Context, tx pgx.Tx, in *Intake) error {
 // and that no worker has resumed yet (their lease expired with the
 // decision), held by a worker other than worker: the partner's poller
 // takes them over (TakeOver) and runs them.
-func (l *Ledger) Decided(ctx context.Context, partner, worker string) ([]*Intake, error) {
+func (l *approvals) Decided(ctx context.Context, partner, worker string) ([]*Intake, error) {
 	return l.query(ctx, `partner_id = $1 AND state = 'spooled' AND plan_decision IS NOT NULL
 		AND lease_until < pg_catalog.now() AND worker_id <> $2`, partner, worker)
 }

@@ -51,7 +51,7 @@ const (
 // its audit row names) or rolled back; unknown when the database stays
 // silent. It waits on a context of its own (bounded by wait), so a
 // command whose context ended still learns it when it can.
-func (l *Ledger) Settle(ctx context.Context, request string, wait time.Duration) (Settled, int64, error) {
+func (l *opsDecisions) Settle(ctx context.Context, request string, wait time.Duration) (Settled, int64, error) {
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), wait)
 	defer cancel()
 	type found struct {

@@ -15,9 +15,14 @@ import (
 // (LIMIT/OFFSET on an indexed order), so a queue of many held files or a
 // plan sample of many changes is never loaded whole.
 
+// consoleReads holds the review console's reads, each a page cut in SQL,
+// of file_intake, intake_quarantine, intake_chunk, intake_row_issue and
+// intake_audit.
+type consoleReads struct{ *core }
+
 // HeldPage is the open held files of partners, newest first: at most
 // limit of them after offset, and how many there are in all.
-func (l *Ledger) HeldPage(ctx context.Context, partners []string, offset, limit int) ([]QuarantineItem, int64, error) {
+func (l *consoleReads) HeldPage(ctx context.Context, partners []string, offset, limit int) ([]QuarantineItem, int64, error) {
 	var total int64
 	if err := l.pool.QueryRow(ctx, `SELECT pg_catalog.count(*) FROM intake_quarantine WHERE partner_id = ANY($1) AND state = 'open'`,
 		partners).Scan(&total); err != nil {
@@ -53,7 +58,7 @@ type WaitingPlan struct {
 
 // WaitingPlans is the files of partners awaiting approval, oldest plan
 // first, a page at a time, and how many there are in all.
-func (l *Ledger) WaitingPlans(ctx context.Context, partners []string, offset, limit int) ([]WaitingPlan, int64, error) {
+func (l *consoleReads) WaitingPlans(ctx context.Context, partners []string, offset, limit int) ([]WaitingPlan, int64, error) {
 	var total int64
 	if err := l.pool.QueryRow(ctx, `SELECT pg_catalog.count(*) FROM file_intake WHERE partner_id = ANY($1) AND state = 'awaiting_approval'`,
 		partners).Scan(&total); err != nil {
@@ -95,7 +100,7 @@ const sampleWhere = `f.intake_id = $1 AND f.partner_id = ANY($2) AND ($3 = '' OR
 // PlanSamplePage is a page of a file's stored plan sample (each element a
 // target.PlanChange as JSON) that f lets through, cut in SQL, with how
 // many elements it lets through in all.
-func (l *Ledger) PlanSamplePage(ctx context.Context, id int64, partners []string, f SampleFilter, offset, limit int) ([]json.RawMessage, int64, error) {
+func (l *consoleReads) PlanSamplePage(ctx context.Context, id int64, partners []string, f SampleFilter, offset, limit int) ([]json.RawMessage, int64, error) {
 	var total int64
 	if err := l.pool.QueryRow(ctx, `SELECT pg_catalog.count(*) FROM file_intake f,
 		    pg_catalog.jsonb_array_elements(CASE WHEN pg_catalog.jsonb_typeof(f.plan_sample) = 'array' THEN f.plan_sample ELSE '[]' END) e
@@ -147,7 +152,7 @@ type ChunkRow struct {
 }
 
 // Story reads a file of one of partners; nil when there is none.
-func (l *Ledger) Story(ctx context.Context, id int64, partners []string) (*FileStory, error) {
+func (l *consoleReads) Story(ctx context.Context, id int64, partners []string) (*FileStory, error) {
 	var s FileStory
 	err := l.pool.QueryRow(ctx, `SELECT f.intake_id, f.partner_id, f.feed, f.remote_name, f.state, coalesce(f.reason, ''), f.worker_id,
 		    coalesce(f.batch_id, ''), coalesce(f.content_sha256, ''), f.attempts, coalesce(f.last_error, ''), f.claimed_at, f.updated_at, f.finished_at,
@@ -198,7 +203,7 @@ func likeLiteral(s string) string {
 
 // AuditPage is the audit rows of partners that f lets through, newest
 // first, a page at a time.
-func (l *Ledger) AuditPage(ctx context.Context, partners []string, f AuditFilter, offset, limit int) ([]AuditEntry, error) {
+func (l *consoleReads) AuditPage(ctx context.Context, partners []string, f AuditFilter, offset, limit int) ([]AuditEntry, error) {
 	text := ""
 	if f.Text != "" {
 		text = likeLiteral(f.Text)

@@ -51,10 +51,14 @@ type ExpectTx struct {
 	partner, feed string
 }
 
+// expectations holds expected deliveries: intake_feed_expect evaluated
+// one feed at a time, and the late windows of intake_feed_late.
+type expectations struct{ *core }
+
 // EvaluateExpect runs fn in a transaction that holds (partner, feed)'s
 // expect row locked, creating it at now when absent, and commits what fn
 // wrote. fn's error rolls everything back.
-func (l *Ledger) EvaluateExpect(ctx context.Context, partner, feed string, now time.Time, fn func(*ExpectTx, ExpectState) error) error {
+func (l *expectations) EvaluateExpect(ctx context.Context, partner, feed string, now time.Time, fn func(*ExpectTx, ExpectState) error) error {
 	tx, err := l.pool.Begin(ctx)
 	if err != nil {
 		return err
@@ -200,7 +204,7 @@ type LateCount struct {
 
 // OpenLateCounts counts the open late windows per feed of the partners
 // that ops have not acknowledged.
-func (l *Ledger) OpenLateCounts(ctx context.Context, partners []string) ([]LateCount, error) {
+func (l *expectations) OpenLateCounts(ctx context.Context, partners []string) ([]LateCount, error) {
 	rs, err := l.pool.Query(ctx, `SELECT partner_id, feed, pg_catalog.count(*) FROM intake_feed_late
 		WHERE partner_id = ANY($1) AND closed_intake_id IS NULL AND acked_at IS NULL GROUP BY partner_id, feed`, partners)
 	if err != nil {
@@ -215,7 +219,7 @@ func (l *Ledger) OpenLateCounts(ctx context.Context, partners []string) ([]LateC
 // LateWindows lists the partners' late windows that are open and not
 // acknowledged, or were closed or acknowledged within the last
 // `shownFor`, newest first, at most limit.
-func (l *Ledger) LateWindows(ctx context.Context, partners []string, shownFor time.Duration, limit int) ([]LateWindow, error) {
+func (l *expectations) LateWindows(ctx context.Context, partners []string, shownFor time.Duration, limit int) ([]LateWindow, error) {
 	rs, err := l.pool.Query(ctx, `SELECT partner_id, feed, scheduled_at, deadline, raised_at, raised_by,
 		coalesce(closed_intake_id, 0), arrived_at, acked_at, coalesce(acked_by, ''), coalesce(ack_reason, '')
 		FROM intake_feed_late
@@ -267,7 +271,7 @@ func (e *LateAckRefused) Unwrap() error { return e.Err }
 // two operators acknowledging at once record one acknowledgement, and a
 // window a late file closed meanwhile is left as the file closed it.
 // Anything else is refused with a *LateAckRefused.
-func (l *Ledger) AckLate(ctx context.Context, partner, feed string, scheduled time.Time, actor, reason, request string) (LateWindow, error) {
+func (l *expectations) AckLate(ctx context.Context, partner, feed string, scheduled time.Time, actor, reason, request string) (LateWindow, error) {
 	var w LateWindow
 	err := pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
 		// the audit row first: the grants' row-level security lets an

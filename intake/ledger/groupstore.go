@@ -36,7 +36,7 @@ func (c *ClaimLock) IntakeIDs(ctx context.Context, n int) ([]int64, error) {
 // InsertClaims records claims made by remote renames, each under the id
 // allocated for it before its rename. It returns the rows inserted; a
 // file whose processing path a live row already owns is left out.
-func (l *Ledger) InsertClaims(ctx context.Context, ins []*Intake) ([]*Intake, error) {
+func (l *claimStore) InsertClaims(ctx context.Context, ins []*Intake) ([]*Intake, error) {
 	return l.insertClaims(ctx, l.pool, ins)
 }
 
@@ -59,7 +59,7 @@ func (c *ClaimLock) Record(ctx context.Context, l *Ledger, ins []*Intake) ([]*In
 	return out, nil
 }
 
-func (l *Ledger) insertClaims(ctx context.Context, q interface {
+func (l *claimStore) insertClaims(ctx context.Context, q interface {
 	Query(context.Context, string, ...any) (pgx.Rows, error)
 }, ins []*Intake) ([]*Intake, error) {
 	var ids, sizes []int64
@@ -90,13 +90,17 @@ func (l *Ledger) insertClaims(ctx context.Context, q interface {
 	return out, nil
 }
 
+// groupSteps moves a group of small files through their steps in
+// file_intake, each step one set-based statement for the whole group.
+type groupSteps struct{ *core }
+
 // SpoolGroup is SetSpooled for a group, inside the group's transaction:
 // claimed -> spooled with each file's bytes, and each file's batch bound
 // to its hash. It returns the binding of every file that moved (nil: its
 // batch was bound by an intake that committed after the statement's
 // snapshot; the per-file path asks again); a file missing from the map
 // was fenced out. The group's batch ids are distinct.
-func (l *Ledger) SpoolGroup(ctx context.Context, tx pgx.Tx, ins []*Intake) (map[int64]*Binding, error) {
+func (l *groupSteps) SpoolGroup(ctx context.Context, tx pgx.Tx, ins []*Intake) (map[int64]*Binding, error) {
 	var ids, tokens, sizes []int64
 	var shas, batches []string
 	for _, in := range ins {
@@ -163,7 +167,7 @@ type GroupFile struct {
 // end of apply are one step), with the hash of the feed configuration
 // that planned and applied them (a group is of one feed). It returns how
 // many files moved.
-func (l *Ledger) AppliedGroup(ctx context.Context, tx pgx.Tx, gs []GroupFile, feedSHA string) (int, error) {
+func (l *groupSteps) AppliedGroup(ctx context.Context, tx pgx.Tx, gs []GroupFile, feedSHA string) (int, error) {
 	var ids, tokens, firsts, lasts, totals, applied, unchanged, conflict []int64
 	for _, g := range gs {
 		ids, tokens = append(ids, g.In.ID), append(tokens, g.In.Token)
@@ -197,7 +201,7 @@ func (l *Ledger) AppliedGroup(ctx context.Context, tx pgx.Tx, gs []GroupFile, fe
 // ArchiveGroup is finish for a group's archived files: applied ->
 // archived with each file's archive and receipt paths. It returns the ids
 // that moved; the others were fenced out.
-func (l *Ledger) ArchiveGroup(ctx context.Context, ins []*Intake) (map[int64]bool, error) {
+func (l *groupSteps) ArchiveGroup(ctx context.Context, ins []*Intake) (map[int64]bool, error) {
 	var ids, tokens []int64
 	var archives, receipts []string
 	for _, in := range ins {
@@ -227,7 +231,7 @@ func (l *Ledger) ArchiveGroup(ctx context.Context, ins []*Intake) (map[int64]boo
 // HeartbeatGroup extends the leases of a group's files that are still
 // this worker's under their tokens (FenceGroup's statement; which files
 // are still held does not matter to a heartbeat).
-func (l *Ledger) HeartbeatGroup(ctx context.Context, ins []*Intake) error {
+func (l *groupSteps) HeartbeatGroup(ctx context.Context, ins []*Intake) error {
 	_, err := l.fenceGroup(ctx, l.beat(), ins)
 	return err
 }
@@ -236,11 +240,11 @@ func (l *Ledger) HeartbeatGroup(ctx context.Context, ins []*Intake) error {
 // tokens in one statement, as Heartbeat does for one file, and returns the
 // ids still held: the group's check before the steps a partner can see
 // (intake/remote.go fence).
-func (l *Ledger) FenceGroup(ctx context.Context, ins []*Intake) (map[int64]bool, error) {
+func (l *groupSteps) FenceGroup(ctx context.Context, ins []*Intake) (map[int64]bool, error) {
 	return l.fenceGroup(ctx, l.pool, ins)
 }
 
-func (l *Ledger) fenceGroup(ctx context.Context, q *pgxpool.Pool, ins []*Intake) (map[int64]bool, error) {
+func (l *groupSteps) fenceGroup(ctx context.Context, q *pgxpool.Pool, ins []*Intake) (map[int64]bool, error) {
 	var ids, tokens []int64
 	for _, in := range ins {
 		ids, tokens = append(ids, in.ID), append(tokens, in.Token)
@@ -288,7 +292,7 @@ type ClaimLock struct {
 }
 
 // LockClaims enters the partner's claim section (see ClaimLock).
-func (l *Ledger) LockClaims(ctx context.Context, partner string) (*ClaimLock, error) {
+func (l *claimStore) LockClaims(ctx context.Context, partner string) (*ClaimLock, error) {
 	c, _, err := l.lockClaims(ctx, partner, false)
 	return c, err
 }
@@ -296,7 +300,7 @@ func (l *Ledger) LockClaims(ctx context.Context, partner string) (*ClaimLock, er
 // LockClaimsNext enters the partner's claim section and allocates, in the
 // same statement, the intake id of the claim about to be made there
 // (NextIntakeID's, one statement less).
-func (l *Ledger) LockClaimsNext(ctx context.Context, partner string) (*ClaimLock, int64, error) {
+func (l *claimStore) LockClaimsNext(ctx context.Context, partner string) (*ClaimLock, int64, error) {
 	return l.lockClaims(ctx, partner, true)
 }
 
@@ -307,7 +311,7 @@ const (
 	lockClaimsNextSQL = `SELECT pg_catalog.nextval(pg_catalog.pg_get_serial_sequence('file_intake', 'intake_id')) FROM (` + lockClaimsSQL + `) AS locked`
 )
 
-func (l *Ledger) lockClaims(ctx context.Context, partner string, next bool) (*ClaimLock, int64, error) {
+func (l *claimStore) lockClaims(ctx context.Context, partner string, next bool) (*ClaimLock, int64, error) {
 	pool := l.pool
 	if l.claims != nil {
 		pool = l.claims
@@ -341,7 +345,7 @@ func (l *Ledger) lockClaims(ctx context.Context, partner string, next bool) (*Cl
 // SIGSTOP) acts only on what it sees again after it wakes. A holder
 // stalled inside the section is ended by idle_in_transaction_session_timeout
 // and what it recorded is never committed.
-func (l *Ledger) InClaimSection(ctx context.Context, partner string, fn func(*ClaimLock) error) error {
+func (l *claimStore) InClaimSection(ctx context.Context, partner string, fn func(*ClaimLock) error) error {
 	c, err := l.LockClaims(ctx, partner)
 	if err != nil {
 		return err
@@ -390,7 +394,7 @@ var pollStatements = []string{dueOwnedBySQL, lockClaimsNextSQL, insertClaimSQL, 
 // beside its SSH login, while its database connection would wait
 // (docs/performance.md); a daemon's pool caches statements as
 // they run.
-func (l *Ledger) PreparePoll(ctx context.Context) error {
+func (l *claimStore) PreparePoll(ctx context.Context) error {
 	c, err := l.pool.Acquire(ctx)
 	if err != nil {
 		return err
@@ -416,7 +420,7 @@ func (l *Ledger) PreparePoll(ctx context.Context) error {
 // up fails it for good. A file the commit moved on (all of it landed) is
 // counted and goes on from its state. It returns the ids of the files
 // whose budget is spent; a file fenced out or moved on drops out.
-func (l *Ledger) GroupUnknown(ctx context.Context, ins []*Intake, lastErr string, base, max time.Duration, budget int, within time.Duration) (spent []int64, err error) {
+func (l *groupSteps) GroupUnknown(ctx context.Context, ins []*Intake, lastErr string, base, max time.Duration, budget int, within time.Duration) (spent []int64, err error) {
 	ids, tokens := make([]int64, len(ins)), make([]int64, len(ins))
 	for i, in := range ins {
 		ids[i], tokens[i] = in.ID, in.Token

@@ -30,7 +30,34 @@ import (
 // fencing_token, state): never read-compare-write in Go. Where a statement
 // must commit with the target rows (a chunk, a group), it takes the
 // caller's pgx.Tx or is queued onto the caller's *pgx.Batch.
+//
+// Its statements are grouped by concern into the types it embeds, each
+// over the one core they share (the pools and the lease); a caller names
+// them all on the Ledger.
 type Ledger struct {
+	*core
+	claimStore
+	replicas
+	leaseStore
+	fileSteps
+	groupSteps
+	chunkStore
+	approvals
+	reconcilerView
+	opsDecisions
+	consoleReads
+	expectations
+	outboxStore
+	purges
+	recordClaims
+	siteProfiles
+	readySeen
+	statusReads
+}
+
+// core is what the ledger's parts share: the pools its statements run on
+// and the lease it grants.
+type core struct {
 	pool   *pgxpool.Pool
 	claims *pgxpool.Pool // the claim sections' connections (ClaimLock); nil: pool
 	lease  time.Duration
@@ -44,7 +71,27 @@ type Ledger struct {
 
 // New returns the ledger on db; lease is the claim lease to grant.
 func New(db *pgxpool.Pool, lease time.Duration) *Ledger {
-	return &Ledger{pool: db, lease: lease}
+	c := &core{pool: db, lease: lease}
+	return &Ledger{
+		core:           c,
+		claimStore:     claimStore{c},
+		replicas:       replicas{c},
+		leaseStore:     leaseStore{c},
+		fileSteps:      fileSteps{c},
+		groupSteps:     groupSteps{c},
+		chunkStore:     chunkStore{c},
+		approvals:      approvals{c},
+		reconcilerView: reconcilerView{core: c, workers: replicas{c}},
+		opsDecisions:   opsDecisions{c},
+		consoleReads:   consoleReads{c},
+		expectations:   expectations{c},
+		outboxStore:    outboxStore{c},
+		purges:         purges{c},
+		recordClaims:   recordClaims{core: c, claim: claimStore{c}},
+		siteProfiles:   siteProfiles{c},
+		readySeen:      readySeen{c},
+		statusReads:    statusReads{c},
+	}
 }
 
 // WithClaimPool has the partners' claim sections (ClaimLock) hold their
@@ -74,7 +121,7 @@ func (l *Ledger) WithBeatPool(pc *pgxpool.Config) *Ledger {
 }
 
 // beat is the pool heartbeats run on.
-func (l *Ledger) beat() *pgxpool.Pool {
+func (l *core) beat() *pgxpool.Pool {
 	l.beatMu.Lock()
 	defer l.beatMu.Unlock()
 	if l.beats == nil && l.beatCfg != nil && !l.beatClosed {
@@ -92,7 +139,7 @@ func (l *Ledger) beat() *pgxpool.Pool {
 
 // CloseBeats closes the heartbeat pool, once nothing renews a lease on
 // it; a later heartbeat runs on the ledger's pool.
-func (l *Ledger) CloseBeats() {
+func (l *core) CloseBeats() {
 	l.beatMu.Lock()
 	defer l.beatMu.Unlock()
 	l.beatClosed = true
@@ -103,7 +150,7 @@ func (l *Ledger) CloseBeats() {
 }
 
 // Lease is the claim lease the ledger grants.
-func (l *Ledger) Lease() time.Duration { return l.lease }
+func (l *core) Lease() time.Duration { return l.lease }
 
 // AppName is the PostgreSQL application_name of a worker's connections,
 // which a takeover ends a stalled owner's sessions by (endStalled).
@@ -121,10 +168,8 @@ func AppName(worker string) string {
 	return prefix + worker[:max-len(prefix)-len(tail)] + tail
 }
 
-// The reconciler's reads and takeovers (matrix rows 1, 5, 9 and the
-// quarantine report).
-
-func (l *Ledger) query(ctx context.Context, where string, args ...any) ([]*Intake, error) {
+// query reads the rows of file_intake that match where, by intake id.
+func (l *core) query(ctx context.Context, where string, args ...any) ([]*Intake, error) {
 	rs, err := l.pool.Query(ctx, `SELECT `+intakeColumns+` FROM file_intake WHERE `+where+` ORDER BY intake_id`, args...)
 	if err != nil {
 		return nil, err
@@ -132,24 +177,32 @@ func (l *Ledger) query(ctx context.Context, where string, args ...any) ([]*Intak
 	return pgx.CollectRows(rs, func(r pgx.CollectableRow) (*Intake, error) { return scanIntake(r) })
 }
 
+// reconcilerView is the reconciler's: its reads of file_intake (expired,
+// unknown, quarantined rows) and the takeovers of expired claims (matrix
+// rows 1, 5, 9 and the quarantine report).
+type reconcilerView struct {
+	*core
+	workers replicas // whether an owner is alive or gone
+}
+
 // Expired lists the partner's live rows whose lease ran out (other than
 // outcome_unknown, which is resolved from the ledger first).
-func (l *Ledger) Expired(ctx context.Context, partner string) ([]*Intake, error) {
+func (l *reconcilerView) Expired(ctx context.Context, partner string) ([]*Intake, error) {
 	return l.query(ctx, `partner_id = $1 AND state = ANY($2) AND state <> 'outcome_unknown' AND lease_until < pg_catalog.now()`, partner, liveStates)
 }
 
 // Unknown lists the partner's rows in outcome_unknown.
-func (l *Ledger) Unknown(ctx context.Context, partner string) ([]*Intake, error) {
+func (l *reconcilerView) Unknown(ctx context.Context, partner string) ([]*Intake, error) {
 	return l.query(ctx, `partner_id = $1 AND state = 'outcome_unknown'`, partner)
 }
 
 // Quarantined lists the partner's rows held for an ops decision.
-func (l *Ledger) Quarantined(ctx context.Context, partner string) ([]*Intake, error) {
+func (l *reconcilerView) Quarantined(ctx context.Context, partner string) ([]*Intake, error) {
 	return l.query(ctx, `partner_id = $1 AND state = 'quarantined'`, partner)
 }
 
 // Get returns the partner's row with that id, or nil.
-func (l *Ledger) Get(ctx context.Context, partner string, id int64) (*Intake, error) {
+func (l *reconcilerView) Get(ctx context.Context, partner string, id int64) (*Intake, error) {
 	rows, err := l.query(ctx, `partner_id = $1 AND intake_id = $2`, partner, id)
 	if err != nil || len(rows) == 0 {
 		return nil, err
@@ -158,7 +211,7 @@ func (l *Ledger) Get(ctx context.Context, partner string, id int64) (*Intake, er
 }
 
 // Owned reports whether a live row owns a processing path.
-func (l *Ledger) Owned(ctx context.Context, partner, claimedPath string) (bool, error) {
+func (l *reconcilerView) Owned(ctx context.Context, partner, claimedPath string) (bool, error) {
 	var ok bool
 	err := l.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM file_intake
 		WHERE partner_id = $1 AND claimed_path = $2 AND state = ANY($3))`, partner, claimedPath, holdingStates).Scan(&ok)
@@ -166,7 +219,7 @@ func (l *Ledger) Owned(ctx context.Context, partner, claimedPath string) (bool, 
 }
 
 // WorkerAlive reports whether a replica heartbeated within its lease.
-func (l *Ledger) WorkerAlive(ctx context.Context, worker string) (bool, error) {
+func (l *replicas) WorkerAlive(ctx context.Context, worker string) (bool, error) {
 	var ok bool
 	err := l.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM intake_worker
 		WHERE worker_id = $1 AND last_seen > pg_catalog.now() - lease)`, worker).Scan(&ok)
@@ -185,7 +238,7 @@ func (l *Ledger) WorkerAlive(ctx context.Context, worker string) (bool, error) {
 // worker's transactions older than the lease are terminated — its lease
 // has expired, so they can only be a zombie's — and the update is tried
 // once more. This needs the daemons to share a role (or pg_signal_backend).
-func (l *Ledger) TakeOver(ctx context.Context, in *Intake, worker, newPath string) (*Intake, error) {
+func (l *reconcilerView) TakeOver(ctx context.Context, in *Intake, worker, newPath string) (*Intake, error) {
 	for attempt := 1; ; attempt++ {
 		out, err := l.takeOver(ctx, in, worker, newPath)
 		var pe *pgconn.PgError
@@ -194,7 +247,7 @@ func (l *Ledger) TakeOver(ctx context.Context, in *Intake, worker, newPath strin
 			// A live owner (its replica heartbeats) is working, however
 			// long the chunk takes: it renews the lease when the chunk
 			// commits, and is neither taken over nor ended.
-			alive, aerr := l.WorkerAlive(ctx, in.Worker)
+			alive, aerr := l.workers.WorkerAlive(ctx, in.Worker)
 			if aerr != nil {
 				return nil, fmt.Errorf("takeover: is the owner alive: %w", aerr)
 			}
@@ -215,7 +268,7 @@ func (l *Ledger) TakeOver(ctx context.Context, in *Intake, worker, newPath strin
 			// never registers, is not) whose transactions outlived a lease
 			// are ended here too. Best effort: the file is taken over
 			// either way.
-			if gone, gerr := l.WorkerGone(ctx, in.Worker); gerr == nil && gone {
+			if gone, gerr := l.workers.WorkerGone(ctx, in.Worker); gerr == nil && gone {
 				l.endStalled(ctx, in.Worker)
 			}
 		}
@@ -223,7 +276,7 @@ func (l *Ledger) TakeOver(ctx context.Context, in *Intake, worker, newPath strin
 	}
 }
 
-func (l *Ledger) takeOver(ctx context.Context, in *Intake, worker, newPath string) (*Intake, error) {
+func (l *reconcilerView) takeOver(ctx context.Context, in *Intake, worker, newPath string) (*Intake, error) {
 	var out *Intake
 	err := pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `SET LOCAL lock_timeout = '1s'`); err != nil {
@@ -250,7 +303,7 @@ func (l *Ledger) takeOver(ctx context.Context, in *Intake, worker, newPath strin
 // is (the takeover's move into the new owner's processing/ failed, the
 // file untouched), under the takeover's token: the new owner runs the
 // file from there.
-func (l *Ledger) RestorePath(ctx context.Context, in *Intake, path string) error {
+func (l *reconcilerView) RestorePath(ctx context.Context, in *Intake, path string) error {
 	tag, err := l.pool.Exec(ctx, `UPDATE file_intake SET claimed_path = $3, updated_at = pg_catalog.now()
 		WHERE intake_id = $1 AND fencing_token = $2 AND state = ANY($4)`, in.ID, in.Token, path, liveStates)
 	if err := fenced(tag, err, in, "restore path"); err != nil {
@@ -266,7 +319,7 @@ func (l *Ledger) RestorePath(ctx context.Context, in *Intake, path string) error
 // intake's own user to this database: any client may set an
 // application_name, and a session of another user or database that took
 // a worker's name is never ended.
-func (l *Ledger) endStalled(ctx context.Context, oldWorker string) error {
+func (l *reconcilerView) endStalled(ctx context.Context, oldWorker string) error {
 	_, err := l.pool.Exec(ctx, `SELECT pg_catalog.pg_terminate_backend(pid, 5000::int8) FROM pg_catalog.pg_stat_activity
 		WHERE application_name = $1 AND pid <> pg_catalog.pg_backend_pid()
 		  AND usesysid = (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = SESSION_USER)
@@ -283,7 +336,7 @@ func (l *Ledger) endStalled(ctx context.Context, oldWorker string) error {
 // disagreement is reported, not guessed at. A file whose episode spent its
 // retry budget (MarkUnknown) keeps reason retries_exhausted: its next run
 // fails it for good, with the chunks the ledger holds counted.
-func (l *Ledger) ResolveUnknown(ctx context.Context, in *Intake) (chunks int, err error) {
+func (l *reconcilerView) ResolveUnknown(ctx context.Context, in *Intake) (chunks int, err error) {
 	var done int
 	err = pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
 		if err := tx.QueryRow(ctx, `SELECT pg_catalog.count(*) FROM intake_chunk WHERE intake_id = $1`, in.ID).Scan(&chunks); err != nil {

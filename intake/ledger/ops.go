@@ -33,8 +33,13 @@ type QuarantineItem struct {
 	IntakeStat string
 }
 
+// opsDecisions holds the ops views' statements: the quarantine list
+// (intake_quarantine), the requests and audit (intake_audit), replays and
+// handovers, and settling a request whose reply was lost.
+type opsDecisions struct{ *core }
+
 // ListQuarantine lists the held files of the given partners, newest first.
-func (l *Ledger) ListQuarantine(ctx context.Context, partners []string, openOnly bool) ([]QuarantineItem, error) {
+func (l *opsDecisions) ListQuarantine(ctx context.Context, partners []string, openOnly bool) ([]QuarantineItem, error) {
 	rs, err := l.pool.Query(ctx, `SELECT q.intake_id, q.partner_id, q.reason, coalesce(q.batch_id, ''), coalesce(q.content_sha256, ''),
 		coalesce(q.path, ''), q.held_at, q.state, q.decided_at, coalesce(q.decided_by, ''), coalesce(q.decision, ''),
 		f.remote_name, f.state
@@ -197,7 +202,7 @@ func auditRequest(ctx context.Context, tx pgx.Tx, request, actor, action, partne
 // Requested finds the audit row of an ops command's request: what it did
 // and to which intake. found is false when no such action was recorded:
 // its transaction was rolled back, or never reached the database.
-func (l *Ledger) Requested(ctx context.Context, request string) (action string, intakeID int64, found bool, err error) {
+func (l *opsDecisions) Requested(ctx context.Context, request string) (action string, intakeID int64, found bool, err error) {
 	err = l.pool.QueryRow(ctx, `SELECT action, coalesce(intake_id, 0) FROM intake_audit WHERE request_id = $1`, request).Scan(&action, &intakeID)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return "", 0, false, nil
@@ -223,7 +228,7 @@ type AuditEntry struct {
 
 // Audit lists the given partners' ops actions, newest first; with
 // request set, only the action of that request.
-func (l *Ledger) Audit(ctx context.Context, partners []string, request string, limit int) ([]AuditEntry, error) {
+func (l *opsDecisions) Audit(ctx context.Context, partners []string, request string, limit int) ([]AuditEntry, error) {
 	rs, err := l.pool.Query(ctx, `SELECT at, actor, action, partner_id, coalesce(intake_id, 0), reason, coalesce(detail, ''), coalesce(request_id, ''), coalesce(db_user, '')
 		FROM intake_audit WHERE (partner_id = ANY($1) OR partner_id = '`+AllPartners+`') AND ($3 = '' OR request_id = $3) ORDER BY audit_id DESC LIMIT $2`, partners, limit, request)
 	if err != nil {
@@ -241,7 +246,7 @@ func (l *Ledger) Audit(ctx context.Context, partners []string, request string, l
 // bytes, that was neither a duplicate nor a replay (the batch's owner when
 // the duplicate was judged; a released binding can have let a later file
 // of the same bytes own it again). 0 when there is none.
-func (l *Ledger) BroughtBy(ctx context.Context, dup *Intake) (int64, error) {
+func (l *opsDecisions) BroughtBy(ctx context.Context, dup *Intake) (int64, error) {
 	var id int64
 	err := l.pool.QueryRow(ctx, `SELECT intake_id FROM file_intake
 		WHERE partner_id = $1 AND batch_id = $2 AND intake_id < $3
@@ -265,7 +270,7 @@ func (l *Ledger) BroughtBy(ctx context.Context, dup *Intake) (int64, error) {
 // handover records the row with its lease already ended: the next
 // reconcile run takes it over and a daemon runs it (a replay requested by
 // the ops role, which does not run the pipeline).
-func (l *Ledger) InsertReplay(ctx context.Context, orig *Intake, path, worker string, root int64, override, request, actor, reason string, handover bool) (*Intake, error) {
+func (l *opsDecisions) InsertReplay(ctx context.Context, orig *Intake, path, worker string, root int64, override, request, actor, reason string, handover bool) (*Intake, error) {
 	lease := l.lease
 	if handover {
 		lease = -time.Second
@@ -317,7 +322,7 @@ func (e *LiveReplayError) Error() string {
 }
 
 // liveReplay is the error naming the live replay writing as root.
-func (l *Ledger) liveReplay(ctx context.Context, tx pgx.Tx, partner string, root int64) error {
+func (l *opsDecisions) liveReplay(ctx context.Context, tx pgx.Tx, partner string, root int64) error {
 	e := &LiveReplayError{}
 	err := tx.QueryRow(ctx, `SELECT intake_id, state, worker_id FROM file_intake
 		WHERE partner_id = $1 AND replay_of = $2 AND state = ANY($3)`, partner, root, holdingStates).Scan(&e.ID, &e.State, &e.Worker)
@@ -331,7 +336,7 @@ func (l *Ledger) liveReplay(ctx context.Context, tx pgx.Tx, partner string, root
 // (its database went away mid-run, say), under the command's fencing
 // token: the next reconcile run takes it over rather than waiting for the
 // lease to run out. false when the row moved on meanwhile.
-func (l *Ledger) Handover(ctx context.Context, in *Intake) (bool, error) {
+func (l *opsDecisions) Handover(ctx context.Context, in *Intake) (bool, error) {
 	tag, err := l.pool.Exec(ctx, `UPDATE file_intake SET lease_until = pg_catalog.now() - interval '1 second', updated_at = pg_catalog.now()
 		WHERE intake_id = $1 AND fencing_token = $2 AND worker_id = $3 AND state = ANY($4)`, in.ID, in.Token, in.Worker, liveStates)
 	if err != nil {
@@ -342,13 +347,13 @@ func (l *Ledger) Handover(ctx context.Context, in *Intake) (bool, error) {
 
 // Undecided lists the partner's discarded files whose decision is not yet
 // published to the partner (PublishDiscarded).
-func (l *Ledger) Undecided(ctx context.Context, partner string) ([]*Intake, error) {
+func (l *opsDecisions) Undecided(ctx context.Context, partner string) ([]*Intake, error) {
 	return l.query(ctx, `partner_id = $1 AND state = 'discarded' AND receipt_path IS NULL`, partner)
 }
 
 // StillDiscarded confirms that a discard's token is still current, before
 // a step of its publication.
-func (l *Ledger) StillDiscarded(ctx context.Context, in *Intake) error {
+func (l *opsDecisions) StillDiscarded(ctx context.Context, in *Intake) error {
 	tag, err := l.pool.Exec(ctx, `UPDATE file_intake SET updated_at = pg_catalog.now()
 		WHERE intake_id = $1 AND fencing_token = $2 AND state = 'discarded'`, in.ID, in.Token)
 	return fenced(tag, err, in, "publish discard")
@@ -356,7 +361,7 @@ func (l *Ledger) StillDiscarded(ctx context.Context, in *Intake) error {
 
 // RecordDiscardReceipt records where a discard's receipt was published,
 // under the discard's token.
-func (l *Ledger) RecordDiscardReceipt(ctx context.Context, in *Intake, path string) error {
+func (l *opsDecisions) RecordDiscardReceipt(ctx context.Context, in *Intake, path string) error {
 	tag, err := l.pool.Exec(ctx, `UPDATE file_intake SET receipt_path = $3, updated_at = pg_catalog.now()
 		WHERE intake_id = $1 AND fencing_token = $2 AND state = 'discarded'`, in.ID, in.Token, path)
 	if err := fenced(tag, err, in, "record discard receipt"); err != nil {

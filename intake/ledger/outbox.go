@@ -75,11 +75,16 @@ type Endpoint struct {
 	ID string
 }
 
+// outboxStore holds notifications: intake_outbox's events fanned out to
+// intake_outbox_delivery, the deliveries claimed, acknowledged, failed,
+// refused, listed when dead and sent again.
+type outboxStore struct{ *core }
+
 // FanOut takes up to limit events not yet fanned out (skipping those
 // another replica holds), asks route for each one's endpoints, records a
 // pending delivery per endpoint and marks the events fanned out, in one
 // transaction. It returns how many events it fanned out.
-func (l *Ledger) FanOut(ctx context.Context, limit int, route func(OutboxEvent) []Endpoint) (int, error) {
+func (l *outboxStore) FanOut(ctx context.Context, limit int, route func(OutboxEvent) []Endpoint) (int, error) {
 	n := 0
 	err := pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
 		rs, err := tx.Query(ctx, `SELECT event_id, partner_id, event FROM intake_outbox WHERE NOT fanned_out
@@ -133,7 +138,7 @@ type Delivery struct {
 // not leased by a live claim, for lease, to worker (FOR UPDATE SKIP LOCKED:
 // replicas claim different rows). Each claim counts an attempt; the
 // attempt number fences the outcome (AckDelivery, FailDelivery).
-func (l *Ledger) ClaimDeliveries(ctx context.Context, worker string, lease time.Duration, limit int) ([]Delivery, error) {
+func (l *outboxStore) ClaimDeliveries(ctx context.Context, worker string, lease time.Duration, limit int) ([]Delivery, error) {
 	rs, err := l.pool.Query(ctx, `WITH c AS (
 			SELECT event_id, endpoint_id FROM intake_outbox_delivery
 			WHERE state = 'pending' AND next_attempt_at <= pg_catalog.now() AND (lease_until IS NULL OR lease_until <= pg_catalog.now())
@@ -160,7 +165,7 @@ func (l *Ledger) ClaimDeliveries(ctx context.Context, worker string, lease time.
 var ErrDeliveryLost = errors.New("delivery claimed again by another replica")
 
 // AckDelivery records the delivery as delivered (fenced by the attempt).
-func (l *Ledger) AckDelivery(ctx context.Context, d Delivery, worker string, status int) error {
+func (l *outboxStore) AckDelivery(ctx context.Context, d Delivery, worker string, status int) error {
 	tag, err := l.pool.Exec(ctx, `UPDATE intake_outbox_delivery SET state = 'delivered', delivered_at = pg_catalog.now(), lease_until = NULL,
 		last_status = $5, last_error = NULL
 		WHERE event_id = $1 AND endpoint_id = $2 AND leased_by = $3 AND attempts = $4 AND state = 'pending'`,
@@ -177,7 +182,7 @@ func (l *Ledger) AckDelivery(ctx context.Context, d Delivery, worker string, sta
 // FailDelivery records a failed attempt: the delivery is due again after
 // backoff, or dead once its budget (from budget_from) is spent. It
 // reports whether the delivery is now dead.
-func (l *Ledger) FailDelivery(ctx context.Context, d Delivery, worker string, status int, reason string, backoff, budget time.Duration) (bool, error) {
+func (l *outboxStore) FailDelivery(ctx context.Context, d Delivery, worker string, status int, reason string, backoff, budget time.Duration) (bool, error) {
 	reason = Text(reason, 300)
 	var state string
 	err := l.pool.QueryRow(ctx, `UPDATE intake_outbox_delivery SET lease_until = NULL, last_status = nullif($5, 0), last_error = $6,
@@ -198,7 +203,7 @@ func (l *Ledger) FailDelivery(ctx context.Context, d Delivery, worker string, st
 // RefuseDelivery marks a claimed delivery dead at once, unsent, with
 // reason (its endpoint is not in the config: retrying cannot help until
 // ops change the config and send it again).
-func (l *Ledger) RefuseDelivery(ctx context.Context, d Delivery, worker, reason string) error {
+func (l *outboxStore) RefuseDelivery(ctx context.Context, d Delivery, worker, reason string) error {
 	tag, err := l.pool.Exec(ctx, `UPDATE intake_outbox_delivery SET lease_until = NULL, last_status = NULL, last_error = $5,
 		state = 'dead', dead_at = pg_catalog.now()
 		WHERE event_id = $1 AND endpoint_id = $2 AND leased_by = $3 AND attempts = $4 AND state = 'pending'`,
@@ -223,7 +228,7 @@ type OutboxGauges struct {
 
 // OutboxState reads the gauges; deadWithin is how far back dead
 // deliveries count.
-func (l *Ledger) OutboxState(ctx context.Context, deadWithin time.Duration) (OutboxGauges, error) {
+func (l *outboxStore) OutboxState(ctx context.Context, deadWithin time.Duration) (OutboxGauges, error) {
 	var g OutboxGauges
 	var age float64
 	err := l.pool.QueryRow(ctx, `SELECT
@@ -238,7 +243,7 @@ func (l *Ledger) OutboxState(ctx context.Context, deadWithin time.Duration) (Out
 
 // PurgeOutbox deletes events older than keep that have no pending
 // delivery (delivered, dead past keep, or sent to nobody), at most limit.
-func (l *Ledger) PurgeOutbox(ctx context.Context, keep time.Duration, limit int) (int64, error) {
+func (l *outboxStore) PurgeOutbox(ctx context.Context, keep time.Duration, limit int) (int64, error) {
 	tag, err := l.pool.Exec(ctx, `DELETE FROM intake_outbox WHERE event_id IN (
 		SELECT o.event_id FROM intake_outbox o WHERE o.fanned_out AND o.created_at < pg_catalog.now() - $1::interval
 		  AND NOT EXISTS (SELECT 1 FROM intake_outbox_delivery d WHERE d.event_id = o.event_id AND d.state = 'pending')

@@ -27,7 +27,7 @@ type DeadDelivery struct {
 
 // DeadDeliveries lists the dead deliveries of the given partners, oldest
 // death first, at most limit.
-func (l *Ledger) DeadDeliveries(ctx context.Context, partners []string, limit int) ([]DeadDelivery, error) {
+func (l *outboxStore) DeadDeliveries(ctx context.Context, partners []string, limit int) ([]DeadDelivery, error) {
 	rs, err := l.pool.Query(ctx, `SELECT d.event_id, o.partner_id, o.event, d.endpoint_id, d.attempts, coalesce(d.last_status, 0),
 		coalesce(d.last_error, ''), o.created_at, d.dead_at
 		FROM intake_outbox_delivery d JOIN intake_outbox o USING (event_id)
@@ -61,7 +61,7 @@ type Redelivery struct {
 // alone, so two operators redelivering at once send it once more, not
 // twice); the attempt count goes on rising, so it still fences the
 // outcome of each attempt. It returns how many deliveries it revived.
-func (l *Ledger) Redeliver(ctx context.Context, r Redelivery) (int64, error) {
+func (l *outboxStore) Redeliver(ctx context.Context, r Redelivery) (int64, error) {
 	var n int64
 	err := pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
 		// the request audited first: the grants' row-level security lets

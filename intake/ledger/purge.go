@@ -12,11 +12,16 @@ import (
 // finishedStates are the states a file no longer leaves by itself.
 const finishedStates = `('archived', 'duplicate', 'failed_terminal', 'discarded', 'put_back')`
 
+// purges deletes what retention lets go: intake_row_issue (with
+// intake_snapshot_key) and intake_audit rows, and reads which spooled
+// files a row of file_intake still uses.
+type purges struct{ *core }
+
 // PurgeRowIssues deletes the row issues of the partner's files finished
 // before cutoff, and the snapshot keys of any finished file (a snapshot
 // that failed part way leaves its keys; a release starts it over without
 // them, so a finished file never needs them).
-func (l *Ledger) PurgeRowIssues(ctx context.Context, partner string, cutoff time.Time) (int64, error) {
+func (l *purges) PurgeRowIssues(ctx context.Context, partner string, cutoff time.Time) (int64, error) {
 	if _, err := l.pool.Exec(ctx, `DELETE FROM intake_snapshot_key WHERE intake_id IN (
 		SELECT intake_id FROM file_intake WHERE partner_id = $1 AND state IN `+finishedStates+`)`, partner); err != nil {
 		return 0, err
@@ -35,7 +40,7 @@ var ErrNotPurgeRole = errors.New("this database role may not purge the audit (ru
 // intake_purge_audit (migration 016): the audit refuses every other
 // DELETE. ErrNotPurgeRole when the session's role may not run it (the
 // daemon's: its scheduled purge leaves the audit to the purge role).
-func (l *Ledger) PurgeAudit(ctx context.Context, partner string, cutoff time.Time) (int64, error) {
+func (l *purges) PurgeAudit(ctx context.Context, partner string, cutoff time.Time) (int64, error) {
 	// PostgreSQL checks EXECUTE when it prepares the call, even in a
 	// branch that does not run: two statements.
 	var may bool
@@ -53,7 +58,7 @@ func (l *Ledger) PurgeAudit(ctx context.Context, partner string, cutoff time.Tim
 // SpoolInUse reports which of the partner's spooled hashes a file still
 // needs: one in flight or held, or one finished at or after cutoff. One
 // query decides for all candidates.
-func (l *Ledger) SpoolInUse(ctx context.Context, partner string, hashes []string, cutoff time.Time) (map[string]bool, error) {
+func (l *purges) SpoolInUse(ctx context.Context, partner string, hashes []string, cutoff time.Time) (map[string]bool, error) {
 	rs, err := l.pool.Query(ctx, `SELECT h FROM pg_catalog.unnest($2::text[]) h WHERE EXISTS (
 		SELECT 1 FROM file_intake f WHERE f.partner_id = $1 AND (f.content_sha256 = h OR f.data_sha256 = h)
 		  AND (f.state NOT IN `+finishedStates+` OR f.finished_at >= $3))`,

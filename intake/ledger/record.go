@@ -13,11 +13,17 @@ import (
 // intake_record_claim, keyed by (partner, name, size, mtime); files are
 // never moved.
 
+// recordClaims holds claim: record's rows, intake_record_claim.
+type recordClaims struct {
+	*core
+	claim claimStore // the file's own claim, inserted with its record's
+}
+
 // RecordedAmong returns which of the listed files are claimed already
 // (same name, size and mtime), by name. One statement per call: the
 // poller asks per batch of a streamed listing, so taken files, which stay
 // in ready/ for ever, never crowd out new ones.
-func (l *Ledger) RecordedAmong(ctx context.Context, partner string, files []Listed) (map[string]bool, error) {
+func (l *recordClaims) RecordedAmong(ctx context.Context, partner string, files []Listed) (map[string]bool, error) {
 	if len(files) == 0 {
 		return nil, nil
 	}
@@ -60,9 +66,9 @@ func (l *Ledger) RecordedAmong(ctx context.Context, partner string, files []List
 // claimed already (another replica, or earlier) or a live intake still
 // holds its path (the previous version of a changed file): nothing is
 // recorded then. It allocates the next claim's id as InsertClaimAt does.
-func (l *Ledger) InsertRecordClaim(ctx context.Context, in *Intake, recordName string, id int64) (next int64, err error) {
+func (l *recordClaims) InsertRecordClaim(ctx context.Context, in *Intake, recordName string, id int64) (next int64, err error) {
 	if id == 0 {
-		if id, err = l.NextIntakeID(ctx); err != nil {
+		if id, err = l.claim.NextIntakeID(ctx); err != nil {
 			return 0, err
 		}
 	}
@@ -76,7 +82,7 @@ func (l *Ledger) InsertRecordClaim(ctx context.Context, in *Intake, recordName s
 		if tag.RowsAffected() == 0 {
 			return ErrTracked
 		}
-		next, err = l.insertClaim(ctx, tx, in, id)
+		next, err = l.claim.insertClaim(ctx, tx, in, id)
 		return err
 	})
 	if err != nil {
@@ -93,7 +99,7 @@ func (l *Ledger) InsertRecordClaim(ctx context.Context, in *Intake, recordName s
 // whose intake is no longer live: the file left ready/. The table thus
 // holds the taken files still in ready/ (and a week of the rest), not
 // every file ever taken. Called after a complete listing.
-func (l *Ledger) ForgetRecordClaims(ctx context.Context, partner string) (int64, error) {
+func (l *recordClaims) ForgetRecordClaims(ctx context.Context, partner string) (int64, error) {
 	tag, err := l.pool.Exec(ctx, `DELETE FROM intake_record_claim r
 		WHERE partner_id = $1 AND last_seen < pg_catalog.now() - interval '7 days'
 		  AND NOT EXISTS (SELECT 1 FROM file_intake f WHERE f.intake_id = r.intake_id AND f.state = ANY($2))`,

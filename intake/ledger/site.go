@@ -60,8 +60,12 @@ func scanSiteProfile(row pgx.Row, p *SiteProfile) error {
 	return nil
 }
 
+// siteProfiles stores what a partner's site was measured to be, in
+// intake_site_profile.
+type siteProfiles struct{ *core }
+
 // SiteProfile reads the partner's measured profile; nil when none.
-func (l *Ledger) SiteProfile(ctx context.Context, partner string) (*SiteProfile, error) {
+func (l *siteProfiles) SiteProfile(ctx context.Context, partner string) (*SiteProfile, error) {
 	var p SiteProfile
 	err := scanSiteProfile(l.pool.QueryRow(ctx, `SELECT `+siteProfileCols+` FROM intake_site_profile WHERE partner_id = $1`, partner), &p)
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -75,7 +79,7 @@ func (l *Ledger) SiteProfile(ctx context.Context, partner string) (*SiteProfile,
 
 // SiteProfiles reads the measured profiles of the given partners (for
 // `intake status`), by partner; a partner never measured is absent.
-func (l *Ledger) SiteProfiles(ctx context.Context, partners []string) (map[string]SiteProfile, error) {
+func (l *siteProfiles) SiteProfiles(ctx context.Context, partners []string) (map[string]SiteProfile, error) {
 	rows, err := l.pool.Query(ctx, `SELECT partner_id, `+siteProfileCols+` FROM intake_site_profile WHERE partner_id = ANY($1)`, partners)
 	if err != nil {
 		return nil, fmt.Errorf("site profiles: %w", err)
@@ -108,17 +112,17 @@ func (p prefixed) Scan(dest ...any) error { return p.rows.Scan(append([]any{p.id
 // RecordSiteProfile records a fresh measurement of the partner's server
 // (the daemon's, without the limits): the limits a check measured on the
 // same site are kept, on another site they are forgotten.
-func (l *Ledger) RecordSiteProfile(ctx context.Context, partner, site string, p partners.Profile) error {
+func (l *siteProfiles) RecordSiteProfile(ctx context.Context, partner, site string, p partners.Profile) error {
 	return l.recordSiteProfile(ctx, partner, site, p, false)
 }
 
 // RecordCheckedProfile records the profile `intake check` measured on the
 // partner's server, its limits with it.
-func (l *Ledger) RecordCheckedProfile(ctx context.Context, partner, site string, p partners.Profile) error {
+func (l *siteProfiles) RecordCheckedProfile(ctx context.Context, partner, site string, p partners.Profile) error {
 	return l.recordSiteProfile(ctx, partner, site, p, true)
 }
 
-func (l *Ledger) recordSiteProfile(ctx context.Context, partner, site string, p partners.Profile, limits bool) error {
+func (l *siteProfiles) recordSiteProfile(ctx context.Context, partner, site string, p partners.Profile, limits bool) error {
 	var maxRead, handles, channels *int32
 	if limits {
 		n := func(v int) *int32 { x := int32(min(v, 1<<30)); return &x }

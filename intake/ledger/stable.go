@@ -35,6 +35,10 @@ type Seen struct {
 // partner removed from the config, a mode changed) are deleted by any poll.
 const forgetSeenAfter = "7 days"
 
+// readySeen holds readiness stable (intake_ready_seen): the entries of
+// ready/ seen and when, and the files put back.
+type readySeen struct{ *core }
+
 // ObserveReady records a listing of the partner's ready/ and returns, per
 // listed name, since when it has been unchanged. In one statement: names
 // the listing no longer holds are forgotten (claimed, deleted, or no longer
@@ -43,7 +47,7 @@ const forgetSeenAfter = "7 days"
 // clock, an unchanged one keeps it. The table thus holds at most the
 // listing's kept candidates per partner (max_files_per_poll), whatever the
 // directory holds. An empty listing forgets every row of the partner.
-func (l *Ledger) ObserveReady(ctx context.Context, partner string, files []Listed) (map[string]Seen, error) {
+func (l *readySeen) ObserveReady(ctx context.Context, partner string, files []Listed) (map[string]Seen, error) {
 	files = append([]Listed(nil), files...)
 	sort.Slice(files, func(i, j int) bool { return files[i].Name < files[j].Name }) // one lock order for every replica
 	names := make([]string, len(files))
@@ -84,13 +88,13 @@ func (l *Ledger) ObserveReady(ctx context.Context, partner string, files []Liste
 
 // ForgetReady deletes what listings remembered of a partner's file (it was
 // claimed): a file put back later starts its clock again.
-func (l *Ledger) ForgetReady(ctx context.Context, partner, name string) error {
+func (l *readySeen) ForgetReady(ctx context.Context, partner, name string) error {
 	_, err := l.pool.Exec(ctx, `DELETE FROM intake_ready_seen WHERE partner_id = $1 AND name = $2`, partner, name)
 	return err
 }
 
 // ReadySeenCount is how many files of the partner listings remember.
-func (l *Ledger) ReadySeenCount(ctx context.Context, partner string) (int, error) {
+func (l *readySeen) ReadySeenCount(ctx context.Context, partner string) (int, error) {
 	var n int
 	err := l.pool.QueryRow(ctx, `SELECT pg_catalog.count(*) FROM intake_ready_seen WHERE partner_id = $1`, partner).Scan(&n)
 	return n, err
@@ -100,7 +104,7 @@ func (l *Ledger) ReadySeenCount(ctx context.Context, partner string) (int, error
 // the file is renamed back into ready/: the row no longer owns the
 // processing path, and a crash before the rename leaves a file there that
 // WasPutBack recognises. Conditional on token and state.
-func (l *Ledger) MarkPutBack(ctx context.Context, in *Intake) error {
+func (l *readySeen) MarkPutBack(ctx context.Context, in *Intake) error {
 	// claim: record: the claim row goes with it, so the next stable
 	// listing claims the file afresh
 	var n int
@@ -123,7 +127,7 @@ func (l *Ledger) MarkPutBack(ctx context.Context, in *Intake) error {
 // this processing path ended put_back: a file found there without a live
 // row is then one whose rename back into ready/ did not happen (a crash),
 // to be put back rather than adopted.
-func (l *Ledger) WasPutBack(ctx context.Context, partner, claimedPath string) (bool, error) {
+func (l *readySeen) WasPutBack(ctx context.Context, partner, claimedPath string) (bool, error) {
 	var st string
 	err := l.pool.QueryRow(ctx, `SELECT state FROM file_intake WHERE partner_id = $1 AND claimed_path = $2
 		ORDER BY intake_id DESC LIMIT 1`, partner, claimedPath).Scan(&st)

@@ -37,6 +37,11 @@ var recordPollsSQL = `INSERT INTO intake_partner_poll AS t
 	    last_error_at = CASE WHEN ` + newer("last_error_at") + ` THEN excluded.last_error_at ELSE t.last_error_at END,
 	    last_error = CASE WHEN ` + newer("last_error_at") + ` THEN excluded.last_error ELSE t.last_error END`
 
+// statusReads holds intake status's reads of file_intake (gauges, state
+// counts, files and their progress) and the polls it shows
+// (intake_partner_poll).
+type statusReads struct{ *core }
+
 // RecordPolls stores the outcomes of this worker's polls for `intake
 // status`, every partner's in one statement (a daemon of 1,000 partners
 // `@every 30s` writes one a second, not 33 committed writes). A
@@ -45,7 +50,7 @@ var recordPollsSQL = `INSERT INTO intake_partner_poll AS t
 // neither moves a column back to an older poll's. Each time is written
 // as the database's clock less how long ago the poll ended, measured
 // once the connection is in hand: the ledger's times stay on one clock.
-func (l *Ledger) RecordPolls(ctx context.Context, worker string, polls []PollRecord) error {
+func (l *statusReads) RecordPolls(ctx context.Context, worker string, polls []PollRecord) error {
 	if len(polls) == 0 {
 		return nil
 	}
@@ -101,7 +106,7 @@ type Gauge struct {
 }
 
 // Gauges reads the partners' files per state that the gauges describe.
-func (l *Ledger) Gauges(ctx context.Context, partners []string) ([]Gauge, error) {
+func (l *statusReads) Gauges(ctx context.Context, partners []string) ([]Gauge, error) {
 	rs, err := l.pool.Query(ctx, `SELECT partner_id, state, pg_catalog.count(*),
 		extract(epoch FROM pg_catalog.now() - pg_catalog.min(coalesce(finished_at, CASE WHEN state = 'awaiting_approval' THEN planned_at END, claimed_at)))::float8,
 		coalesce(pg_catalog.sum(rows_total - rows_rejected) FILTER (WHERE state = 'applying'), 0)::float8,
@@ -134,7 +139,7 @@ type StateCount struct {
 }
 
 // StateCounts reads the partners' files per state.
-func (l *Ledger) StateCounts(ctx context.Context, partners []string) ([]StateCount, error) {
+func (l *statusReads) StateCounts(ctx context.Context, partners []string) ([]StateCount, error) {
 	rs, err := l.pool.Query(ctx, `SELECT partner_id, state, pg_catalog.count(*),
 		coalesce(extract(epoch FROM pg_catalog.now() - pg_catalog.min(claimed_at)), 0)::float8,
 		coalesce(pg_catalog.sum(rows_total - rows_rejected) FILTER (WHERE state = 'applying'), 0)::bigint,
@@ -162,7 +167,7 @@ type Poll struct {
 }
 
 // Polls reads the partners' last polls.
-func (l *Ledger) Polls(ctx context.Context, partners []string) ([]Poll, error) {
+func (l *statusReads) Polls(ctx context.Context, partners []string) ([]Poll, error) {
 	rs, err := l.pool.Query(ctx, `SELECT partner_id, pg_catalog.max(last_ok_at), pg_catalog.max(last_error_at),
 		(pg_catalog.array_agg(last_error ORDER BY last_error_at DESC NULLS LAST))[1],
 		(pg_catalog.array_agg(ready_files ORDER BY last_ok_at DESC NULLS LAST))[1],
@@ -197,7 +202,7 @@ type Applying struct {
 }
 
 // ApplyingFiles lists the partners' files being applied, in id order.
-func (l *Ledger) ApplyingFiles(ctx context.Context, partners []string) ([]Applying, error) {
+func (l *statusReads) ApplyingFiles(ctx context.Context, partners []string) ([]Applying, error) {
 	rs, err := l.pool.Query(ctx, `SELECT partner_id, intake_id, worker_id, rows_applied + rows_unchanged + rows_conflict,
 		coalesce(rows_total, 0) - rows_rejected, coalesce(size_bytes, 0), chunks_done
 		FROM file_intake WHERE partner_id = ANY($1) AND state = 'applying' ORDER BY intake_id`, partners)
@@ -217,13 +222,13 @@ var endedStates = []string{string(StateArchived), string(StateDuplicate), string
 
 // Finished lists the files of every partner that ended, with an id above
 // after, oldest first (the demo's summary).
-func (l *Ledger) Finished(ctx context.Context, after int64) ([]*Intake, error) {
+func (l *statusReads) Finished(ctx context.Context, after int64) ([]*Intake, error) {
 	return l.query(ctx, `intake_id > $1 AND state = ANY($2)`, after, endedStates)
 }
 
 // Progress counts the files of every partner that ended, and the rows done
 // and to do of the files being applied (the demo's progress bar).
-func (l *Ledger) Progress(ctx context.Context) (finished int, rowsDone, rows int64, err error) {
+func (l *statusReads) Progress(ctx context.Context) (finished int, rowsDone, rows int64, err error) {
 	err = l.pool.QueryRow(ctx, `SELECT pg_catalog.count(*) FILTER (WHERE state = ANY($1)),
 		coalesce(pg_catalog.sum(rows_applied + rows_unchanged + rows_conflict) FILTER (WHERE state = 'applying'), 0),
 		coalesce(pg_catalog.sum(rows_total - rows_rejected) FILTER (WHERE state = 'applying'), 0)
@@ -232,7 +237,7 @@ func (l *Ledger) Progress(ctx context.Context) (finished int, rowsDone, rows int
 }
 
 // Files lists every file of the partner, oldest first.
-func (l *Ledger) Files(ctx context.Context, partner string) ([]*Intake, error) {
+func (l *statusReads) Files(ctx context.Context, partner string) ([]*Intake, error) {
 	return l.query(ctx, `partner_id = $1`, partner)
 }
 

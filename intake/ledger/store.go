@@ -145,8 +145,13 @@ var ErrCommitLanded = errors.New("the commit landed: the file is applied")
 // ErrTracked: a live row already owns that processing path.
 var ErrTracked = errors.New("a live intake row already owns this path")
 
+// claimStore claims files: a file's row inserted in file_intake with its
+// intake id, alone or a group at once, and a partner's claim section
+// (ClaimLock) whose renames it serializes across replicas.
+type claimStore struct{ *core }
+
 // InsertClaim records a claim found or adopted without one (a fresh id).
-func (l *Ledger) InsertClaim(ctx context.Context, in *Intake) error {
+func (l *claimStore) InsertClaim(ctx context.Context, in *Intake) error {
 	_, err := l.InsertClaimAt(ctx, in, 0)
 	return err
 }
@@ -154,7 +159,7 @@ func (l *Ledger) InsertClaim(ctx context.Context, in *Intake) error {
 // InsertClaimAt records a claim made by a remote rename under id, an id
 // allocated before that rename (0: a fresh one), and allocates the id for
 // the worker's next claim in the same statement (see Daemon.claim).
-func (l *Ledger) InsertClaimAt(ctx context.Context, in *Intake, id int64) (next int64, err error) {
+func (l *claimStore) InsertClaimAt(ctx context.Context, in *Intake, id int64) (next int64, err error) {
 	return l.insertClaim(ctx, l.pool, in, id)
 }
 
@@ -175,7 +180,7 @@ const insertClaimSQL = `
 	    DO NOTHING
 	RETURNING ` + intakeColumns + `, pg_catalog.nextval(pg_catalog.pg_get_serial_sequence('file_intake', 'intake_id'))`
 
-func (l *Ledger) insertClaim(ctx context.Context, q querier, in *Intake, id int64) (next int64, err error) {
+func (l *claimStore) insertClaim(ctx context.Context, q querier, in *Intake, id int64) (next int64, err error) {
 	row := q.QueryRow(ctx, insertClaimSQL,
 		in.Partner, in.Feed, in.RemoteName, in.ClaimedPath, in.ListedSize, in.ManifestName, in.Worker, l.lease, id, nullTime(in.ListedMTime))
 	got, err := scanIntake(row, &next)
@@ -190,18 +195,22 @@ func (l *Ledger) insertClaim(ctx context.Context, q querier, in *Intake, id int6
 }
 
 // NextIntakeID allocates an intake id for a claim about to be made.
-func (l *Ledger) NextIntakeID(ctx context.Context) (int64, error) {
+func (l *claimStore) NextIntakeID(ctx context.Context) (int64, error) {
 	var id int64
 	err := l.pool.QueryRow(ctx, `SELECT pg_catalog.nextval(pg_catalog.pg_get_serial_sequence('file_intake', 'intake_id'))`).Scan(&id)
 	return id, err
 }
+
+// replicas keeps the replicas' own rows in intake_worker: registered,
+// retired, and whether one is alive or gone.
+type replicas struct{ *core }
 
 // RegisterWorker records that this replica is alive and which partners it
 // serves (for partner affinity). It reports whether the worker id's
 // previous run ended drained: then no claim of it can be left in
 // processing/ without a row. An id with no row is not drained: a one-shot
 // run (which never registers) may have claimed under it.
-func (l *Ledger) RegisterWorker(ctx context.Context, worker string, partners []string) (drained bool, err error) {
+func (l *replicas) RegisterWorker(ctx context.Context, worker string, partners []string) (drained bool, err error) {
 	host, _ := os.Hostname()
 	err = l.beat().QueryRow(ctx, `WITH prev AS (SELECT drained_at FROM intake_worker WHERE worker_id = $1)
 		INSERT INTO intake_worker (worker_id, hostname, pid, lease, partners)
@@ -225,7 +234,7 @@ func (l *Ledger) RegisterWorker(ctx context.Context, worker string, partners []s
 // A run that never reached a partner must not say so: its next start
 // would trust it and never look there. A row since
 // refreshed by a restarted process of the same id is left alone.
-func (l *Ledger) RetireWorker(ctx context.Context, worker string, drained bool) error {
+func (l *replicas) RetireWorker(ctx context.Context, worker string, drained bool) error {
 	_, err := l.pool.Exec(ctx, `UPDATE intake_worker SET last_seen = pg_catalog.now() - lease - interval '1 second',
 		    drained_at = CASE WHEN $3 THEN pg_catalog.now() END
 		WHERE worker_id = $1 AND pid = $2`, worker, os.Getpid(), drained)
@@ -237,7 +246,7 @@ func (l *Ledger) RetireWorker(ctx context.Context, worker string, drained bool) 
 // which never registers) is not known to be gone: it may be between a
 // claim's RENAME and its INSERT right now, so only the reconciler adopts
 // from it.
-func (l *Ledger) WorkerGone(ctx context.Context, worker string) (bool, error) {
+func (l *replicas) WorkerGone(ctx context.Context, worker string) (bool, error) {
 	var ok bool
 	err := l.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM intake_worker
 		WHERE worker_id = $1 AND (last_seen <= pg_catalog.now() - lease OR drained_at IS NOT NULL))`, worker).Scan(&ok)
@@ -247,9 +256,13 @@ func (l *Ledger) WorkerGone(ctx context.Context, worker string) (bool, error) {
 	return ok, nil
 }
 
+// leaseStore holds the live rows of file_intake by their leases: which a
+// worker holds or may resume, and their heartbeats.
+type leaseStore struct{ *core }
+
 // HoldingUnder lists the ids of the partner's rows that own a claimed path
 // below dir (one of the holding states), oldest first, at most limit.
-func (l *Ledger) HoldingUnder(ctx context.Context, partner, dir string, limit int) ([]int64, error) {
+func (l *leaseStore) HoldingUnder(ctx context.Context, partner, dir string, limit int) ([]int64, error) {
 	rs, err := l.pool.Query(ctx, `SELECT intake_id FROM file_intake
 		WHERE partner_id = $1 AND pg_catalog.starts_with(claimed_path, $2::text) AND state = ANY($3)
 		ORDER BY intake_id LIMIT $4`, partner, strings.TrimSuffix(dir, "/")+"/", holdingStates, limit)
@@ -264,7 +277,7 @@ func (l *Ledger) HoldingUnder(ctx context.Context, partner, dir string, limit in
 }
 
 // LivePaths reports which of the paths a live row of the partner owns.
-func (l *Ledger) LivePaths(ctx context.Context, partner string, paths []string) (map[string]bool, error) {
+func (l *leaseStore) LivePaths(ctx context.Context, partner string, paths []string) (map[string]bool, error) {
 	rs, err := l.pool.Query(ctx, `SELECT claimed_path FROM file_intake
 		WHERE partner_id = $1 AND claimed_path = ANY($2) AND state = ANY($3)`, partner, paths, holdingStates)
 	if err != nil {
@@ -283,7 +296,7 @@ func (l *Ledger) LivePaths(ctx context.Context, partner string, paths []string) 
 }
 
 // LiveServing maps each partner to the live replicas that serve it.
-func (l *Ledger) LiveServing(ctx context.Context) (map[string][]string, error) {
+func (l *leaseStore) LiveServing(ctx context.Context) (map[string][]string, error) {
 	rs, err := l.pool.Query(ctx, `SELECT p, pg_catalog.array_agg(worker_id ORDER BY worker_id)
 		FROM intake_worker, pg_catalog.unnest(partners) AS p
 		WHERE last_seen > pg_catalog.now() - lease GROUP BY p`)
@@ -305,7 +318,7 @@ func (l *Ledger) LiveServing(ctx context.Context) (map[string][]string, error) {
 
 // LiveOwnedBy lists the live rows of partner held by worker: after a
 // restart the worker resumes them.
-func (l *Ledger) LiveOwnedBy(ctx context.Context, partner, worker string) ([]*Intake, error) {
+func (l *leaseStore) LiveOwnedBy(ctx context.Context, partner, worker string) ([]*Intake, error) {
 	rs, err := l.pool.Query(ctx, `SELECT `+intakeColumns+` FROM file_intake
 		WHERE partner_id = $1 AND worker_id = $2 AND state = ANY($3) ORDER BY intake_id`,
 		partner, worker, liveStates)
@@ -323,7 +336,7 @@ const dueOwnedBySQL = `SELECT ` + intakeColumns + `, (next_attempt_at IS NULL OR
 // (not waiting for the next attempt after a failed run, attempt.go), and
 // counts the live rows worker holds of partner, due or not: with none, a
 // poller knows it holds nothing of the partner until it claims again.
-func (l *Ledger) DueOwnedBy(ctx context.Context, partner, worker string) (due []*Intake, live int, err error) {
+func (l *leaseStore) DueOwnedBy(ctx context.Context, partner, worker string) (due []*Intake, live int, err error) {
 	rs, err := l.pool.Query(ctx, dueOwnedBySQL, partner, worker, liveStates)
 	if err != nil {
 		return nil, 0, fmt.Errorf("list due intakes: %w", err)
@@ -349,7 +362,7 @@ func (l *Ledger) DueOwnedBy(ctx context.Context, partner, worker string) (due []
 // resume takes over a live row held by this same worker id (a restarted
 // replica) or whose lease expired, incrementing the fencing token so any
 // earlier incarnation's writes are refused from now on.
-func (l *Ledger) Resume(ctx context.Context, id int64, worker string) (*Intake, error) {
+func (l *leaseStore) Resume(ctx context.Context, id int64, worker string) (*Intake, error) {
 	row := l.pool.QueryRow(ctx, `
 		UPDATE file_intake SET fencing_token = fencing_token + 1, worker_id = $2,
 		       lease_until = pg_catalog.now() + $3::interval, updated_at = pg_catalog.now()
@@ -366,7 +379,7 @@ func (l *Ledger) Resume(ctx context.Context, id int64, worker string) (*Intake, 
 }
 
 // Heartbeat extends the lease; a FencedError means the file is lost.
-func (l *Ledger) Heartbeat(ctx context.Context, in *Intake) error {
+func (l *leaseStore) Heartbeat(ctx context.Context, in *Intake) error {
 	// clock_timestamp: the statement may have waited for the row lock of
 	// the file's own long chunk, and the lease counts from now
 	tag, err := l.beat().Exec(ctx, `UPDATE file_intake SET lease_until = pg_catalog.clock_timestamp() + $3::interval
@@ -382,7 +395,7 @@ func (l *Ledger) Heartbeat(ctx context.Context, in *Intake) error {
 
 // HeartbeatHeld is Heartbeat that passes only while the pooled lock's
 // backend at holds the worker id's lock (WorkerLock.Pooled).
-func (l *Ledger) HeartbeatHeld(ctx context.Context, in *Intake, worker string, at Pooled) error {
+func (l *leaseStore) HeartbeatHeld(ctx context.Context, in *Intake, worker string, at Pooled) error {
 	tag, err := l.beat().Exec(ctx, `UPDATE file_intake SET lease_until = pg_catalog.clock_timestamp() + $3::interval
 		WHERE intake_id = $1 AND fencing_token = $2 AND state = ANY($4)
 		  AND EXISTS (SELECT 1 FROM pg_locks l WHERE `+workerLockHeldBy("$5")+` AND l.pid = $6)
@@ -416,9 +429,14 @@ const setSpooledSQL = `WITH u AS (
 	    LIMIT 1)
 	SELECT (SELECT pg_catalog.count(*) FROM u), (SELECT intake_id FROM b), (SELECT content_sha256 FROM b)`
 
+// fileSteps moves one file's row of file_intake through its steps: spooled,
+// bound to its intake_batch, applied, outcome unknown, finished, and its
+// intake_row_issue rows read back.
+type fileSteps struct{ *core }
+
 // SetSpooled records the verified bytes (and, for a compressed file, the
 // expanded ones): claimed -> spooled.
-func (l *Ledger) SetSpooled(ctx context.Context, in *Intake, sha string, size int64, dataSHA string, dataSize int64, batch string, expectedRows *int64) (*Binding, error) {
+func (l *fileSteps) SetSpooled(ctx context.Context, in *Intake, sha string, size int64, dataSHA string, dataSize int64, batch string, expectedRows *int64) (*Binding, error) {
 	// The same statement binds (partner, batch) to the hash, as BindBatch
 	// would next: one round trip and one commit less per file.
 	var moved int64
@@ -469,7 +487,7 @@ const (
 
 // BindBatch binds (partner, batch) to this intake's hash, or reports the
 // owner. The owner's hash is never updated, so comparing with it is safe.
-func (l *Ledger) BindBatch(ctx context.Context, in *Intake) (Verdict, int64, error) {
+func (l *fileSteps) BindBatch(ctx context.Context, in *Intake) (Verdict, int64, error) {
 	v, owner, err := l.bindBatchOnce(ctx, in)
 	var fe *FencedError
 	if errors.As(err, &fe) {
@@ -482,7 +500,7 @@ func (l *Ledger) BindBatch(ctx context.Context, in *Intake) (Verdict, int64, err
 	return v, owner, err
 }
 
-func (l *Ledger) bindBatchOnce(ctx context.Context, in *Intake) (Verdict, int64, error) {
+func (l *fileSteps) bindBatchOnce(ctx context.Context, in *Intake) (Verdict, int64, error) {
 	var owner int64
 	var sha string
 	err := l.pool.QueryRow(ctx, `
@@ -509,7 +527,7 @@ func (l *Ledger) bindBatchOnce(ctx context.Context, in *Intake) (Verdict, int64,
 // batch id under ("" when none does): a file under it can then only end as
 // a duplicate or a conflict, never be planned (unless the holder releases
 // it meanwhile).
-func (l *Ledger) BatchBound(ctx context.Context, in *Intake, batch string) (string, error) {
+func (l *fileSteps) BatchBound(ctx context.Context, in *Intake, batch string) (string, error) {
 	var sha string
 	err := l.pool.QueryRow(ctx, `SELECT content_sha256 FROM intake_batch WHERE partner_id = $1 AND batch_id = $2 AND intake_id <> $3`,
 		in.Partner, batch, in.ID).Scan(&sha)
@@ -540,7 +558,7 @@ const batchBoundFileSQL = `SELECT b.intake_id, f.content_sha256, f.size_bytes, b
 // nil when none did (or its row no longer records the bytes it was sent
 // with). One statement; the binding is never updated, so the answer stays
 // true for as long as the binding exists.
-func (l *Ledger) BatchBoundFile(ctx context.Context, in *Intake, batch string) (*BoundFile, error) {
+func (l *fileSteps) BatchBoundFile(ctx context.Context, in *Intake, batch string) (*BoundFile, error) {
 	var b BoundFile
 	err := l.pool.QueryRow(ctx, batchBoundFileSQL,
 		in.Partner, batch, in.ID).Scan(&b.Owner, &b.SHA256, &b.Size, &b.DataSHA256, &b.DataSize)
@@ -554,7 +572,7 @@ func (l *Ledger) BatchBoundFile(ctx context.Context, in *Intake, batch string) (
 }
 
 // MarkApplied: applying -> applied, only when every row has an outcome.
-func (l *Ledger) MarkApplied(ctx context.Context, in *Intake) error {
+func (l *fileSteps) MarkApplied(ctx context.Context, in *Intake) error {
 	row := l.pool.QueryRow(ctx, `UPDATE file_intake SET state = 'applied', updated_at = pg_catalog.now()
 		WHERE intake_id = $1 AND fencing_token = $2 AND state = 'applying'
 		  AND rows_applied + rows_unchanged + rows_rejected + rows_conflict = rows_total
@@ -584,7 +602,7 @@ func (l *Ledger) MarkApplied(ctx context.Context, in *Intake) error {
 // transaction does) is not unknown: the ledger says the commit landed.
 // MarkUnknown then reads the row into in (its counts are the ledger's)
 // and returns ErrCommitLanded; the run goes on from applied.
-func (l *Ledger) MarkUnknown(ctx context.Context, in *Intake, lastErr string, base, max time.Duration, budget int, within time.Duration) (n int, spent bool, err error) {
+func (l *fileSteps) MarkUnknown(ctx context.Context, in *Intake, lastErr string, base, max time.Duration, budget int, within time.Duration) (n int, spent bool, err error) {
 	var why string
 	err = l.pool.QueryRow(ctx, `UPDATE file_intake SET state = 'outcome_unknown',
 		    reason = CASE WHEN attempts + 1 >= $6 OR pg_catalog.now() - coalesce(first_failed_at, pg_catalog.now()) >= $7::interval
@@ -611,7 +629,7 @@ func (l *Ledger) MarkUnknown(ctx context.Context, in *Intake, lastErr string, ba
 // housekeeping is done. When the file fails after binding its batch, the
 // binding is released in the same transaction so a corrected resend can
 // take the batch.
-func (l *Ledger) Finish(ctx context.Context, in *Intake, from, to State, why reason.Code) error {
+func (l *fileSteps) Finish(ctx context.Context, in *Intake, from, to State, why reason.Code) error {
 	if !Allowed(from, to, MoverOwner) {
 		// a statement the state machine does not take is a defect of
 		// the caller's, refused before it reaches the database
@@ -685,7 +703,7 @@ type IssueRow struct {
 }
 
 // issues streams the row issues of an intake in line order.
-func (l *Ledger) Issues(ctx context.Context, in *Intake, fn func(IssueRow) error) error {
+func (l *fileSteps) Issues(ctx context.Context, in *Intake, fn func(IssueRow) error) error {
 	rs, err := l.pool.Query(ctx, `SELECT line, coalesce(column_name, ''), reason, outcome, coalesce(detail, '') FROM intake_row_issue
 		WHERE intake_id = $1 AND partner_id = $2 ORDER BY line, column_name`, in.ID, in.Partner)
 	if err != nil {

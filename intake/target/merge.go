@@ -13,13 +13,19 @@ import (
 	"github.com/partner-intake/partner-intake/partners"
 )
 
+// loadStatements spells a target's statements once, when Load has read
+// the table from the catalog: the merge and dedupe of a chunk, a
+// snapshot's key record and sweep, a plan's, the unchanged look-up, and
+// the collation each key is compared under.
+type loadStatements struct{ *tableDef }
+
 // build writes the chunk statements. merge: $1 = the writer id rows are
 // written and judged by (a replay writes as the intake it replays, so it
 // never overwrites what a newer intake wrote), $2 = partner id, $3 = the
 // intake the row issues belong to. dedupe: $1 = intake id, $2 = partner id.
 // the staging table holds (line, <cols>), as text or (binary) already in
 // the target's types; the casts turn text into those types.
-func (t *Table) build() {
+func (t *loadStatements) build() {
 	q := func(s string) string { return pgx.Identifier{s}.Sanitize() }
 	sig := fnv.New64a()
 	stageCols := []string{"line bigint NOT NULL"}
@@ -278,7 +284,7 @@ func (t *Table) build() {
 // changes it, 1.5 and 1.50 are one); for a type without an extended hash
 // function, 64 bits of the md5 of the row's text, dates and timestamps as
 // epoch seconds.
-func (t *Table) legacyHash(alias string) string {
+func (t *tableDef) legacyHash(alias string) string {
 	var parts []string
 	for i, c := range t.cols {
 		if slices.Contains(t.key, c) {
@@ -299,7 +305,7 @@ func (t *Table) legacyHash(alias string) string {
 // RowHashSQL is the SQL expression of the hash a guarded target records
 // for a row of alias, as the merge computes it ("" when the target is not
 // guarded); for checks and tests.
-func (t *Table) RowHashSQL(alias string) string {
+func (t *tableDef) RowHashSQL(alias string) string {
 	switch {
 	case !t.guard:
 		return ""
@@ -312,7 +318,7 @@ func (t *Table) RowHashSQL(alias string) string {
 // keyText is a row's key as text, what a snapshot records of the keys it
 // applied and compares the target's keys with: ROW(keys)::text, dates and
 // timestamps as epoch seconds (no session setting changes it).
-func (t *Table) keyText(alias string) string {
+func (t *tableDef) keyText(alias string) string {
 	var parts []string
 	for _, k := range t.key {
 		i := slices.Index(t.cols, k)
@@ -332,7 +338,7 @@ func (t *Table) keyText(alias string) string {
 // wrote for the partner and feed (their last_intake_id is an intake of
 // that feed) that no newer intake wrote, whose key the intake did not
 // record, and (kept edits) that were not edited outside intake.
-func (t *Table) buildSnapshot(sCols, sKeyJoin []string, edited string) {
+func (t *loadStatements) buildSnapshot(sCols, sKeyJoin []string, edited string) {
 	t.recordKeys = fmt.Sprintf(`INSERT INTO intake_snapshot_key (intake_id, key)
 		SELECT $1, %s FROM (SELECT %s FROM %s st) s ON CONFLICT DO NOTHING`, t.keyText("s"), strings.Join(sCols, ", "), t.stage)
 	if !t.exactKeys {

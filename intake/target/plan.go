@@ -76,7 +76,7 @@ type PlanChange struct {
 // counted against: as the file writes it, or, where the target compares
 // keys its own way (keys.go), as the target stores it when it holds the
 // row ('s-1' of a file over a stored 'S-1' of a citext key is 'S-1').
-func (t *Table) planKey() string {
+func (t *tableDef) planKey() string {
 	if t.exactKeys {
 		return t.keyText("s")
 	}
@@ -88,7 +88,7 @@ func (t *Table) planKey() string {
 // temporary table intake_plan_rows (dropped at commit); planDeleteCount
 // and planDeleteSample ($1 = writer, $2 = partner, $3 = feed; the sample
 // $4 = limit) count and list a snapshot's deletes.
-func (t *Table) buildPlan(sCols, sKeyJoin []string, needs, reason, edited string) {
+func (t *loadStatements) buildPlan(sCols, sKeyJoin []string, needs, reason, edited string) {
 	q := func(s string) string { return pgx.Identifier{s}.Sanitize() }
 	var keyCols []string
 	var changed []string
@@ -150,6 +150,10 @@ func (t *Table) buildPlan(sCols, sKeyJoin []string, needs, reason, edited string
 
 func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
 
+// planner judges a file's staged rows by the merge's expressions without
+// writing them: a plan.
+type planner struct{ *tableDef }
+
 // Plan judges the rows staged in tx (Stage, CopyStage: every valid row of
 // the file) against the target, written and judged as writer for the
 // partner and feed, and returns the counts (Invalid is the caller's) and
@@ -158,7 +162,7 @@ func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''
 // rows and none is rejected: the caller says whether the pipeline
 // rejected any, and a plan that rejects one deletes nothing). Nothing is written
 // but temporary tables of the transaction.
-func (t *Table) Plan(ctx context.Context, tx pgx.Tx, writer int64, partner, feed string, sweep bool, sample int) (PlanCounts, []PlanChange, error) {
+func (t *planner) Plan(ctx context.Context, tx pgx.Tx, writer int64, partner, feed string, sweep bool, sample int) (PlanCounts, []PlanChange, error) {
 	var c PlanCounts
 	if _, err := tx.Exec(ctx, "SAVEPOINT intake_plan"); err != nil {
 		return c, nil, fmt.Errorf("plan: %w", err)
@@ -294,7 +298,7 @@ const castableFunc = `CREATE OR REPLACE FUNCTION pg_temp.intake_castable(v text,
 
 // dropUncastable deletes the staged rows (text) with a value the target
 // column's type refuses and returns how many.
-func (t *Table) dropUncastable(ctx context.Context, tx pgx.Tx) (int64, error) {
+func (t *planner) dropUncastable(ctx context.Context, tx pgx.Tx) (int64, error) {
 	if _, err := tx.Exec(ctx, castableFunc); err != nil {
 		return 0, err
 	}

@@ -63,7 +63,7 @@ func (r *RowHasher) Sum(row []byte, at []int) int64 {
 
 // rowHashSQL is RowHasher's hash recomputed from the values of alias (in
 // the target's types).
-func (t *Table) rowHashSQL(alias string) string {
+func (t *tableDef) rowHashSQL(alias string) string {
 	var cols []string
 	for _, i := range t.hashCols {
 		cols = append(cols, alias+"."+pgx.Identifier{t.cols[i]}.Sanitize())

@@ -26,8 +26,24 @@ import (
 )
 
 // Table is a feed's target table as the database describes it, with the
-// statements that merge a staged chunk into it.
+// statements that merge a staged chunk into it. Its parts share the one
+// tableDef Load built: the statements spelled then, a chunk's writes, a
+// plan.
 type Table struct {
+	*tableDef
+	loadStatements
+	chunkWrites
+	planner
+}
+
+func newTable(d *tableDef) *Table {
+	return &Table{tableDef: d, loadStatements: loadStatements{d}, chunkWrites: chunkWrites{d}, planner: planner{d}}
+}
+
+// tableDef is what the parts of a Table share: the table, the feed's
+// columns and key as the catalog types them, and the text of the
+// statements Load spelled (and the expressions they are spelled from).
+type tableDef struct {
 	table string   // quoted, possibly schema-qualified
 	cols  []string // feed columns in file order
 	types []string // their types in the target, for casts from staged text
@@ -218,7 +234,7 @@ func Load(ctx context.Context, db *pgxpool.Pool, f *partners.Feed) (*Table, erro
 	for n, c := range tt.cols {
 		types[n], oids[n], typmods[n] = c.typ, c.oid, c.typmod
 	}
-	t := &Table{table: ident.Sanitize(), key: f.Key, mode: modeOf(f), keep: outsideEditOf(f) == partners.OutsideEditKeep}
+	t := newTable(&tableDef{table: ident.Sanitize(), key: f.Key, mode: modeOf(f), keep: outsideEditOf(f) == partners.OutsideEditKeep})
 	if types["partner_id"] == "" {
 		return nil, &Error{Table: f.Target, Detail: "missing column partner_id (text)"}
 	}
@@ -348,7 +364,7 @@ const arbiterIndexes = `i.indrelid = $1 AND i.indisunique AND i.indisvalid AND i
 // deterministic collation on a column of a nondeterministic one makes
 // them two. A partner_id compared under a nondeterministic collation is
 // refused.
-func (t *Table) keyEquality(ctx context.Context, db *pgxpool.Pool, tt *catalogTable, f *partners.Feed) error {
+func (t *loadStatements) keyEquality(ctx context.Context, db *pgxpool.Pool, tt *catalogTable, f *partners.Feed) error {
 	type coll struct {
 		name          string // schema-qualified and quoted (the database's default: pg_catalog."default")
 		deterministic bool

@@ -57,7 +57,7 @@ var unchangedArray = map[uint32]uint32{
 func (t *Table) LooksUpUnchanged() bool { return t.unchangedRange != "" }
 
 // keyOID is the type of the first key column.
-func (t *Table) keyOID() uint32 { return t.oids[t.key0] }
+func (t *tableDef) keyOID() uint32 { return t.oids[t.key0] }
 
 // buildUnchanged writes the look-up ($1 partner, $2 the chunk's first key
 // column values, $3 the cap on rows read, $4 the writer for insert_only):
@@ -68,7 +68,7 @@ func (t *Table) keyOID() uint32 { return t.oids[t.key0] }
 // in SQL: a filter would let the capped read scan past every row it
 // refuses). A snapshot's RecordLeftOut: $1 intake id, then one array per
 // key column.
-func (t *Table) buildUnchanged() {
+func (t *loadStatements) buildUnchanged() {
 	if !t.binary || !t.rangeProbe || !t.exactKeys || t.collOverride[slices.Index(t.cols, t.key[0])] {
 		// (keys the target compares its own way: its rows and the
 		// chunk's are matched by their bytes, and a key the chunk repeats

@@ -38,15 +38,20 @@ func (t *Table) Columns() []string { return t.cols }
 // other statements.
 func (t *Table) StageDDL() string { return t.stageDDL }
 
+// chunkWrites runs a chunk's statements on the pipeline's transaction:
+// the staging table, the COPYs, the dedupe, the merge, a snapshot's key
+// record and sweep.
+type chunkWrites struct{ *tableDef }
+
 // Stage runs StageDDL.
-func (t *Table) Stage(ctx context.Context, tx pgx.Tx) error {
+func (t *chunkWrites) Stage(ctx context.Context, tx pgx.Tx) error {
 	_, err := tx.Exec(ctx, t.stageDDL)
 	return err
 }
 
 // ClearStage empties the staging table within the transaction (a group
 // merges its files one after the other).
-func (t *Table) ClearStage(ctx context.Context, tx pgx.Tx) error {
+func (t *chunkWrites) ClearStage(ctx context.Context, tx pgx.Tx) error {
 	_, err := tx.Exec(ctx, "DELETE FROM "+t.stage)
 	return err
 }
@@ -54,7 +59,7 @@ func (t *Table) ClearStage(ctx context.Context, tx pgx.Tx) error {
 // TruncateStage empties the staging table by truncating it, for a
 // transaction that stages many chunks one after the other: unlike
 // ClearStage it leaves no dead rows for the next merge to scan.
-func (t *Table) TruncateStage(ctx context.Context, tx pgx.Tx) error {
+func (t *chunkWrites) TruncateStage(ctx context.Context, tx pgx.Tx) error {
 	_, err := tx.Exec(ctx, "TRUNCATE "+t.stage)
 	return err
 }
@@ -62,7 +67,7 @@ func (t *Table) TruncateStage(ctx context.Context, tx pgx.Tx) error {
 // CopyDirect COPYs payload (partner_id, columns, last_intake_id, and the
 // row's hash when RowHasher is not nil) straight into the target and
 // returns the rows written.
-func (t *Table) CopyDirect(ctx context.Context, tx pgx.Tx, payload []byte) (int64, error) {
+func (t *chunkWrites) CopyDirect(ctx context.Context, tx pgx.Tx, payload []byte) (int64, error) {
 	tag, err := tx.Conn().PgConn().CopyFrom(ctx, bytes.NewReader(payload), t.directCopy)
 	return tag.RowsAffected(), err
 }
@@ -70,20 +75,20 @@ func (t *Table) CopyDirect(ctx context.Context, tx pgx.Tx, payload []byte) (int6
 // CopyDirectFrom COPYs the rows read from r (as CopyDirect's payload,
 // several of them one after the other, the binary format's header once at
 // the start and its trailer once at the end) straight into the target.
-func (t *Table) CopyDirectFrom(ctx context.Context, tx pgx.Tx, r io.Reader) (int64, error) {
+func (t *chunkWrites) CopyDirectFrom(ctx context.Context, tx pgx.Tx, r io.Reader) (int64, error) {
 	tag, err := tx.Conn().PgConn().CopyFrom(ctx, r, t.directCopy)
 	return tag.RowsAffected(), err
 }
 
 // CopyStage COPYs payload (line, columns) into the staging table.
-func (t *Table) CopyStage(ctx context.Context, tx pgx.Tx, payload []byte) error {
+func (t *chunkWrites) CopyStage(ctx context.Context, tx pgx.Tx, payload []byte) error {
 	_, err := tx.Conn().PgConn().CopyFrom(ctx, bytes.NewReader(payload), t.stageCopy)
 	return err
 }
 
 // Dedupe drops the staged lines whose key a later line repeats, records
 // them as rejected row issues of the intake, and returns how many.
-func (t *Table) Dedupe(ctx context.Context, tx pgx.Tx, intakeID int64, partner string) (int64, error) {
+func (t *chunkWrites) Dedupe(ctx context.Context, tx pgx.Tx, intakeID int64, partner string) (int64, error) {
 	tag, err := tx.Exec(ctx, t.dedupe, intakeID, partner)
 	return tag.RowsAffected(), err
 }
@@ -108,7 +113,7 @@ const rangeCapFactor = 4
 // Merge merges the staged rows (rows of them) into the target, written and
 // judged as writer, for the partner; conflicts are recorded as row issues
 // of intakeID.
-func (t *Table) Merge(ctx context.Context, tx pgx.Tx, writer int64, partner string, intakeID int64, rows int) (Merged, error) {
+func (t *chunkWrites) Merge(ctx context.Context, tx pgx.Tx, writer int64, partner string, intakeID int64, rows int) (Merged, error) {
 	var m Merged
 	args := []any{writer, partner, intakeID}
 	if t.rangeProbe {
@@ -148,7 +153,7 @@ func (t *Table) Snapshot() bool { return t.mode == partners.ModeSnapshot }
 
 // RecordKeys records the keys of the staged rows as applied by intakeID
 // for partner (a snapshot), in the chunk's transaction, after its merge.
-func (t *Table) RecordKeys(ctx context.Context, tx pgx.Tx, intakeID int64, partner string) error {
+func (t *chunkWrites) RecordKeys(ctx context.Context, tx pgx.Tx, intakeID int64, partner string) error {
 	args := []any{intakeID}
 	if !t.exactKeys {
 		args = append(args, partner) // the keys as the target stores them
@@ -167,7 +172,7 @@ func (t *Table) ExactKeys() bool { return t.exactKeys }
 // intakeID did not record, and returns how many. The snapshot's last
 // transaction runs it; rows edited outside intake stay when the feed keeps
 // such edits, and kept says how many stayed so.
-func (t *Table) Sweep(ctx context.Context, tx pgx.Tx, writer int64, partner string, intakeID int64, feed string) (deleted, kept int64, err error) {
+func (t *chunkWrites) Sweep(ctx context.Context, tx pgx.Tx, writer int64, partner string, intakeID int64, feed string) (deleted, kept int64, err error) {
 	err = tx.QueryRow(ctx, t.sweep, writer, partner, intakeID, feed).Scan(&deleted, &kept)
 	return deleted, kept, err
 }
@@ -175,7 +180,7 @@ func (t *Table) Sweep(ctx context.Context, tx pgx.Tx, writer int64, partner stri
 // InsertStaged inserts the staged rows into the target as new rows
 // written by writer, each with its hash, and returns how many; a key that
 // exists fails it with unique_violation, as CopyDirect would.
-func (t *Table) InsertStaged(ctx context.Context, tx pgx.Tx, writer int64, partner string) (int64, error) {
+func (t *chunkWrites) InsertStaged(ctx context.Context, tx pgx.Tx, writer int64, partner string) (int64, error) {
 	tag, err := tx.Exec(ctx, t.stageInsert, writer, partner)
 	return tag.RowsAffected(), err
 }

@@ -307,7 +307,8 @@ func medianMap(runs []*Results, m func(*Results) map[string]float64) map[string]
 	return out
 }
 
-// env is one run's servers.
+// env is one run's servers and the helpers every measurement runs on
+// them (databases, sites, configs, daemons started and settled).
 type env struct {
 	o    Options
 	pg   *pgtemp.Server
@@ -319,6 +320,13 @@ type env struct {
 	// sshd's host key under the proxy's address.
 	wan           *wanProxy
 	wanKnownHosts string
+
+	// the measurements, by kind, each over this rig
+	fileWorkloads
+	baselines
+	wanRuns
+	replicaRuns
+	featureRuns
 }
 
 // sshAddr is where SFTP clients connect: sshd, or the latency proxy.
@@ -345,6 +353,8 @@ func Run(ctx context.Context, o Options) (*Results, error) {
 		}
 	}
 	e := &env{o: o}
+	e.fileWorkloads, e.baselines, e.wanRuns = fileWorkloads{e}, baselines{e}, wanRuns{e}
+	e.replicaRuns, e.featureRuns = replicaRuns{e}, featureRuns{e}
 	var err error
 	if e.dir, err = os.MkdirTemp("", "intake-bench-"); err != nil {
 		return nil, err

@@ -16,6 +16,10 @@ import (
 // failoverReplicas is how many daemons the failover workload runs.
 const failoverReplicas = 3
 
+// replicaRuns measures replicas together: a fleet sharing partners, and
+// a failover.
+type replicaRuns struct{ *env }
+
 // failover measures a failover under load: three replicas with affinity
 // partner (each partner polled by one live replica) over FailoverPartners
 // partners on one database and one sshd, each replica with a spool of its
@@ -35,7 +39,7 @@ const failoverReplicas = 3
 // Targets: every orphan polled again within lease + one poll interval;
 // p99 latency within lease + poll interval + 5 s; none lost, none
 // duplicated.
-func (e *env) failover(ctx context.Context, res *Results) error {
+func (e *replicaRuns) failover(ctx context.Context, res *Results) error {
 	n, poll, lease := e.o.FailoverPartners, e.o.FailoverPoll, e.o.FailoverLease
 	url, err := e.database(ctx)
 	if err != nil {

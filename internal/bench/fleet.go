@@ -33,7 +33,7 @@ import (
 //     random moments over FleetWindow, each timed from its rename into
 //     ready/ to its archive (file_intake.finished_at);
 //   - the daemon's peak RSS (VmHWM) at the end, every session open.
-func (e *env) fleet(ctx context.Context, res *Results) error {
+func (e *replicaRuns) fleet(ctx context.Context, res *Results) error {
 	n, poll := e.o.FleetPartners, e.o.FleetPoll
 	url, err := e.database(ctx)
 	if err != nil {

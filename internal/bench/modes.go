@@ -10,11 +10,16 @@ import (
 	"strconv"
 )
 
+// featureRuns measures features beside their targets: the import modes
+// (a snapshot's deletes, a plan approved through the CLI), PGP and a
+// large reject set.
+type featureRuns struct{ *env }
+
 // modes measures the import modes that plan against the target: a
 // snapshot that deletes a tenth of the partner's rows over a fresh load
 // of a file of its size, and a plan for approval over the apply that
 // follows the approval.
-func (e *env) modes(ctx context.Context, res *Results) error {
+func (e *featureRuns) modes(ctx context.Context, res *Results) error {
 	n := e.o.ModesRows
 	res.ModesRows = n
 	if err := e.snapshotDelete(ctx, n, res); err != nil {
@@ -33,7 +38,7 @@ const snapshotFeed = "        mode: snapshot\n        delete_guard: {max_share: 
 // snapshotDelete: the file of 0.9 n rows fresh into an empty database (the
 // denominator); then, in another database, n rows fresh and a snapshot of
 // 0.9 n of those keys, which deletes the other 0.1 n.
-func (e *env) snapshotDelete(ctx context.Context, n int, res *Results) error {
+func (e *featureRuns) snapshotDelete(ctx context.Context, n int, res *Results) error {
 	keep := n - n/10
 	src := filepath.Join(e.dir, "snapshot.csv")
 	if _, err := writeCSV(src, keep, 0); err != nil {
@@ -118,7 +123,7 @@ var planHash = regexp.MustCompile(`plan hash\s+([0-9a-f]{64})`)
 // plan), then `intake approve` with the hash `intake plan show` prints,
 // and the `intake run --once` that applies it (its poll, the two plans
 // before the apply, and the apply).
-func (e *env) planApproval(ctx context.Context, n int, res *Results) error {
+func (e *featureRuns) planApproval(ctx context.Context, n int, res *Results) error {
 	e.say("modes: plan of %d changed rows against %d loaded, and its apply after approval", n, n)
 	url, err := e.database(ctx)
 	if err != nil {
@@ -185,7 +190,7 @@ func (e *env) planApproval(ctx context.Context, n int, res *Results) error {
 }
 
 // cli runs an intake command against url and returns its output.
-func (e *env) cli(url string, args ...string) (string, error) {
+func (e *featureRuns) cli(url string, args ...string) (string, error) {
 	cmd := exec.Command(e.o.IntakeBinary, args...)
 	cmd.Env = append(os.Environ(), "INTAKE_DATABASE_URL="+url)
 	out, err := cmd.CombinedOutput()

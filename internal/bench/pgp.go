@@ -21,7 +21,7 @@ import (
 // RSS, beside the floor: `gpg --decrypt` of the same file (the signature
 // checked) piped into psql's \copy into an empty indexed table, in one
 // transaction.
-func (e *env) pgp(ctx context.Context, res *Results) error {
+func (e *featureRuns) pgp(ctx context.Context, res *Results) error {
 	if _, err := exec.LookPath("gpg"); err != nil {
 		return fmt.Errorf("the pgp workload's floor needs gpg (apt-get install -y gnupg): %w", err)
 	}
@@ -98,7 +98,7 @@ func (e *env) pgp(ctx context.Context, res *Results) error {
 // floorPGP is `gpg --decrypt FILE | psql` with \copy from psql's stdin
 // into the emptied floor table, in one transaction: what a script does
 // with the same file on local disk, without download, hash or validation.
-func (e *env) floorPGP(url, gnupg, src string) (float64, error) {
+func (e *baselines) floorPGP(url, gnupg, src string) (float64, error) {
 	sf := filepath.Join(e.dir, "floor-pgp.sql")
 	script := `\set ON_ERROR_STOP on
 BEGIN;

@@ -16,7 +16,7 @@ import (
 // site, beside the same file with every row valid: each fresh into an
 // empty database, `intake run --once` from exec to exit, and the peak RSS
 // of the run with rejects.
-func (e *env) rejects(ctx context.Context, res *Results) error {
+func (e *featureRuns) rejects(ctx context.Context, res *Results) error {
 	n := e.o.RejectsRows
 	res.RejectsRows = n
 	e.say("rejects: %d rows, %d of them rejected, beside the same file without rejects", n, n/10)
@@ -100,7 +100,7 @@ func reportLines(dir, name string) (int, error) {
 
 // outcome checks that the file name is archived with applied rows applied
 // and rejected rejected, and says what it is otherwise.
-func (e *env) outcome(ctx context.Context, url, name string, applied, rejected int) error {
+func (e *featureRuns) outcome(ctx context.Context, url, name string, applied, rejected int) error {
 	c, err := pgx.Connect(ctx, url)
 	if err != nil {
 		return err

@@ -11,12 +11,16 @@ import (
 	"golang.org/x/crypto/ssh/knownhosts"
 )
 
+// wanRuns measures the large and small workloads behind the latency
+// proxy.
+type wanRuns struct{ *env }
+
 // wan measures intake and the naive pipeline with SFTP through a latency
 // proxy (Options.WANDelay each way; the database stays local): the large
 // file fresh, the naive pipeline's sftp get of it through the same proxy
 // plus the rest, and the small files with one warm daemon. It also counts the round trips paid one after another on the
 // small-file path (wanProxy.turns).
-func (e *env) wanWorkload(ctx context.Context, res *Results) error {
+func (e *wanRuns) wanWorkload(ctx context.Context, res *Results) error {
 	p, err := newWANProxy(e.sshd.Addr, e.o.WANDelay)
 	if err != nil {
 		return err
@@ -80,7 +84,7 @@ func (e *env) wanWorkload(ctx context.Context, res *Results) error {
 // the bench process's own CPU while intake runs, which is the proxy's
 // (on a two-core machine it competes with what is measured; a real link
 // takes no CPU from the daemon's host).
-func (e *env) wanLarge(ctx context.Context, p *wanProxy, res *Results) error {
+func (e *wanRuns) wanLarge(ctx context.Context, p *wanProxy, res *Results) error {
 	var size int64
 	url, root, cfg, src, err := e.largeSetup(ctx, &size)
 	if err != nil {

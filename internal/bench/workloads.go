@@ -21,9 +21,14 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// fileWorkloads measures intake on the file workloads: a large file
+// (fresh, replayed, guarded, behind a manifest), many small files, and a
+// huge one.
+type fileWorkloads struct{ *env }
+
 // large measures the big file: intake fresh, replay (same rows, new batch
 // id) and exact duplicate, against the naive pipeline's fresh and replay.
-func (e *env) large(ctx context.Context, res *Results) error {
+func (e *fileWorkloads) large(ctx context.Context, res *Results) error {
 	url, root, cfg, src, err := e.largeSetup(ctx, &res.LargeBytes)
 	if err != nil {
 		return err
@@ -138,7 +143,7 @@ func (e *env) large(ctx context.Context, res *Results) error {
 // and given intake_row_hash, the same file fresh (every key new: COPY
 // straight in, each row with the hash intake computed) and then again
 // (every row unchanged), beside the unguarded fresh and replay.
-func (e *env) guarded(ctx context.Context, url, cfg string, drop func(string) error, res *Results) error {
+func (e *fileWorkloads) guarded(ctx context.Context, url, cfg string, drop func(string) error, res *Results) error {
 	c, err := pgx.Connect(ctx, url)
 	if err != nil {
 		return err
@@ -183,7 +188,7 @@ func (e *env) guarded(ctx context.Context, url, cfg string, drop func(string) er
 // manifest states its sha256: the daemon's whole run (start, schema
 // check, login, poll, the decision, archive and receipt), as duplicate_s,
 // and the file's own time from its claim to its end in the ledger.
-func (e *env) manifestDuplicate(ctx context.Context, url, cfg, src, root string, res *Results) error {
+func (e *fileWorkloads) manifestDuplicate(ctx context.Context, url, cfg, src, root string, res *Results) error {
 	b, err := os.ReadFile(cfg)
 	if err != nil {
 		return err
@@ -240,7 +245,7 @@ func (e *env) manifestDuplicate(ctx context.Context, url, cfg, src, root string,
 // ready/ under a name of its own: intake's run archived the resend's; the
 // one small read a manifest decision needs) and leaving: the floor of any
 // one-shot process that decides the resend, intake's included.
-func (e *env) sftpManifestFloor(root, man string) (float64, error) {
+func (e *baselines) sftpManifestFloor(root, man string) (float64, error) {
 	remote := filepath.Join(root, "ready", ".floor-manifest.complete") // a dotfile: no poll takes it
 	if err := os.WriteFile(remote, []byte(man), 0o644); err != nil {
 		return 0, err
@@ -268,7 +273,7 @@ func (e *env) sftpManifestFloor(root, man string) (float64, error) {
 
 // compareManifestDuplicate runs the manifest duplicate's process
 // CompareRuns times with each binary, alternately, and prints the medians.
-func (e *env) compareManifestDuplicate(ctx context.Context, url, mcfg, src, root, man string) error {
+func (e *fileWorkloads) compareManifestDuplicate(ctx context.Context, url, mcfg, src, root, man string) error {
 	main := e.o.IntakeBinary
 	defer func() { e.o.IntakeBinary = main }()
 	walls := map[string][]float64{}
@@ -316,7 +321,7 @@ func fileSHA256(path string) (string, int64, error) {
 
 // largeSetup makes a fresh database, the partner "big" with its site and
 // config, and the large file (its size in *bytes).
-func (e *env) largeSetup(ctx context.Context, bytes *int64) (url, root, cfg, src string, err error) {
+func (e *fileWorkloads) largeSetup(ctx context.Context, bytes *int64) (url, root, cfg, src string, err error) {
 	if url, err = e.database(ctx); err != nil {
 		return
 	}
@@ -335,7 +340,7 @@ func (e *env) largeSetup(ctx context.Context, bytes *int64) (url, root, cfg, src
 // already on local disk, straight into an empty table with the target's
 // primary key, in one transaction. No download, no hash, no validation, no
 // ledger: what PostgreSQL alone needs to take the rows.
-func (e *env) floorCopy(url, src string) (float64, error) {
+func (e *baselines) floorCopy(url, src string) (float64, error) {
 	return e.psqlTimed(url, fmt.Sprintf(`\set ON_ERROR_STOP on
 BEGIN;
 TRUNCATE floor_orders;
@@ -347,7 +352,7 @@ COMMIT;
 // floorReplay is the floor of a replay: the file staged with \copy into a
 // temporary table and compared with the target in one set-based statement
 // that writes nothing (the rows that would change: none here).
-func (e *env) floorReplay(url, src string) (float64, error) {
+func (e *baselines) floorReplay(url, src string) (float64, error) {
 	return e.psqlTimed(url, fmt.Sprintf(`\set ON_ERROR_STOP on
 BEGIN;
 CREATE TEMP TABLE stage (order_id text, email text, amount numeric(12,2), status text, placed_at timestamptz, note text, qty integer) ON COMMIT DROP;
@@ -436,9 +441,13 @@ func (e *env) sftpArgs(batch string) []string {
 		"-o", "StrictHostKeyChecking=yes", "-P", port, e.sshd.User + "@" + host}
 }
 
+// baselines measures what intake is compared with: the naive scripted
+// pipeline and the floors (a bare COPY, a replay, gpg, an SFTP read).
+type baselines struct{ *env }
+
 // naive runs the pipeline a user would script: sftp get, sha256sum, psql
 // \copy into a temp table and one guarded upsert.
-func (e *env) naive(url, root, name, batch string) (float64, error) {
+func (e *baselines) naive(url, root, name, batch string) (float64, error) {
 	start := time.Now()
 	local := filepath.Join(e.dir, "naive-"+name)
 	batchFile := filepath.Join(e.dir, "sftp-batch")
@@ -475,7 +484,7 @@ COMMIT;
 
 // small measures many small files across partners, with one daemon and
 // with two sharing the work.
-func (e *env) small(ctx context.Context, res *Results) error {
+func (e *fileWorkloads) small(ctx context.Context, res *Results) error {
 	if e.o.SmallFiles == 0 {
 		return nil
 	}
@@ -535,7 +544,7 @@ type smallPhase struct {
 // daemons' next poll); the time runs from the first claim to the last
 // file archived, as file_intake records them, and CPU is counted over
 // that burst only.
-func (e *env) smallRun(ctx context.Context, daemons int, warm bool) (ph smallPhase, err error) {
+func (e *fileWorkloads) smallRun(ctx context.Context, daemons int, warm bool) (ph smallPhase, err error) {
 	url, err := e.database(ctx)
 	if err != nil {
 		return ph, err
@@ -794,7 +803,7 @@ func (e *env) filesByWorker(ctx context.Context, url string) (map[string]int64, 
 }
 
 // huge measures peak memory on a file HugeRows long.
-func (e *env) huge(ctx context.Context, res *Results) error {
+func (e *fileWorkloads) huge(ctx context.Context, res *Results) error {
 	url, err := e.database(ctx)
 	if err != nil {
 		return err

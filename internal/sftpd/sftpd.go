@@ -35,6 +35,13 @@ type Server struct {
 	mu    sync.Mutex
 	conns map[net.Conn]bool
 	done  bool
+	quirks
+}
+
+// quirks are how this server departs from OpenSSH's, each armed by a
+// test or the demo (none by default): the behaviours of other servers and
+// gateways intake must cope with.
+type quirks struct {
 	// one: each connection starts one sftp subsystem, its first request's
 	// (OneSubsystemPerConnection)
 	one atomic.Bool
@@ -64,7 +71,7 @@ type Server struct {
 // own do: an object store's gateway stamps an upload's start or its end
 // (whatever the client writes or sets in between), others keep whole
 // seconds or minutes. nil answers the truth again.
-func (s *Server) StampMTimes(f func(time.Time) time.Time) {
+func (s *quirks) StampMTimes(f func(time.Time) time.Time) {
 	if f == nil {
 		s.mtimes.Store(nil)
 		return
@@ -76,24 +83,24 @@ func (s *Server) StampMTimes(f func(time.Time) time.Time) {
 // does not exist answer for an entry of its directory whose name differs
 // only by case, as a case-insensitive server (Windows, some gateways)
 // does. Other requests keep the names as they are.
-func (s *Server) CaseInsensitiveStat() { s.nocase.Store(true) }
+func (s *quirks) CaseInsensitiveStat() { s.nocase.Store(true) }
 
 // EmptyDirsVanish makes directories exist only while they hold an entry,
 // as on an object store's gateway (a directory is the prefix of the names
 // it holds): an empty one is gone as soon as an operation leaves it empty,
 // a MKDIR succeeds and makes nothing, and writing or renaming a file into
 // a directory that is not there makes it.
-func (s *Server) EmptyDirsVanish() { s.vanish.Store(true) }
+func (s *quirks) EmptyDirsVanish() { s.vanish.Store(true) }
 
 // RenameOverwrites makes the server's RENAME replace an existing target,
 // as object-store gateways and some SFTP servers do (OpenSSH's refuses).
-func (s *Server) RenameOverwrites() { s.overwrite.Store(true) }
+func (s *quirks) RenameOverwrites() { s.overwrite.Store(true) }
 
 // RenameCopies makes the server's RENAME stamp the renamed file with the
 // time of the rename, as a gateway whose RENAME is a copy and a delete
 // does (AWS Transfer Family over S3: the copy is a new object, its mtime
 // the copy's).
-func (s *Server) RenameCopies() { s.copies.Store(true) }
+func (s *quirks) RenameCopies() { s.copies.Store(true) }
 
 // What of a channel's start a hanging server leaves unanswered
 // (HangChannels).
@@ -108,7 +115,7 @@ const (
 // while it goes on answering the connection's other requests (keepalives)
 // and the channels already started: a site whose sshd no longer starts
 // sessions.
-func (s *Server) HangChannels(what int) { s.hang.Store(int32(what)) }
+func (s *quirks) HangChannels(what int) { s.hang.Store(int32(what)) }
 
 // LieFunc rewrites what the server answers a listing ("List"), a "Stat"
 // or an "Lstat" of p with, given the true entries: tests of what a broken
@@ -118,7 +125,7 @@ type LieFunc func(method, p string, truth []os.FileInfo) sftp.ListerAt
 
 // Lie makes the server answer listings and stats through f (nil: the
 // truth again).
-func (s *Server) Lie(f LieFunc) {
+func (s *quirks) Lie(f LieFunc) {
 	if f == nil {
 		s.lie.Store(nil)
 		return
@@ -128,11 +135,11 @@ func (s *Server) Lie(f LieFunc) {
 
 // OneSubsystemPerConnection makes the server start one sftp subsystem per
 // connection and refuse the next ones, as some SFTP servers do.
-func (s *Server) OneSubsystemPerConnection() { s.one.Store(true) }
+func (s *quirks) OneSubsystemPerConnection() { s.one.Store(true) }
 
 // ShortReads makes the server answer every READ with at most n bytes, as
 // SFTP allows (a short read); 0 answers with all the bytes asked for.
-func (s *Server) ShortReads(n int) { s.short.Store(int64(n)) }
+func (s *quirks) ShortReads(n int) { s.short.Store(int64(n)) }
 
 // User is one login: its authorized public key and the folder it sees as /.
 type User struct {

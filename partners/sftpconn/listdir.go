@@ -20,6 +20,11 @@ import (
 	"golang.org/x/crypto/ssh"
 )
 
+// dirLister lists directories: streamed on a listing channel of the
+// session's own, or read whole through pkg/sftp where the server refuses
+// that channel, leaving out names no directory can hold.
+type dirLister struct{ *Session }
+
 // ListDir streams the entries of a remote directory to fn, one READDIR
 // reply at a time, and never holds the listing: pkg/sftp (v1.13) only
 // offers ReadDir, which returns the whole directory as one slice, so a
@@ -35,7 +40,7 @@ import (
 // stops the listing and is returned. ctx ends the listing (not the
 // channel, which other listings may share: what it left in flight is read
 // and dropped).
-func (s *Session) ListDir(ctx context.Context, dir string, fn func(os.FileInfo) error) error {
+func (s *dirLister) ListDir(ctx context.Context, dir string, fn func(os.FileInfo) error) error {
 	if err := s.listDir(ctx, dir, fn, maxListNames); err != nil {
 		if ctx.Err() != nil {
 			return ctx.Err()
@@ -68,7 +73,7 @@ func (s *Session) ReadDir(dir string) ([]os.FileInfo, error) {
 
 // listDir is ListDir and ReadDir: limit bounds a listing read whole
 // through pkg/sftp (listDirOn).
-func (s *Session) listDir(ctx context.Context, dir string, fn func(os.FileInfo) error, limit int) error {
+func (s *dirLister) listDir(ctx context.Context, dir string, fn func(os.FileInfo) error, limit int) error {
 	pending := s.preparing()
 	n := 0
 	count := func(e os.FileInfo) error { n++; return fn(e) }
@@ -95,7 +100,7 @@ func (s *Session) listDir(ctx context.Context, dir string, fn func(os.FileInfo) 
 
 // listDirOn lists dir on the listing channel, or where the site allows one
 // channel through pkg/sftp, whole and at most limit names.
-func (s *Session) listDirOn(ctx context.Context, dir string, fn func(os.FileInfo) error, limit int) error {
+func (s *dirLister) listDirOn(ctx context.Context, dir string, fn func(os.FileInfo) error, limit int) error {
 	c := s.listChannel()
 	if c == nil {
 		// A site that refuses a second channel: the whole listing
@@ -135,7 +140,7 @@ func (s *Session) listDirOn(ctx context.Context, dir string, fn func(os.FileInfo
 // leaves out the names "." and "..", and passes path.Base of the rest: "/"
 // stays "/", "" becomes "." ("a/../b" becomes "b", which no check can
 // tell); the listing channel leaves "." and ".." out itself.
-func (s *Session) possible(fn func(os.FileInfo) error) func(os.FileInfo) error {
+func (s *dirLister) possible(fn func(os.FileInfo) error) func(os.FileInfo) error {
 	return func(e os.FileInfo) error {
 		if name := e.Name(); !OneName(name) || name == "." || name == ".." {
 			s.impossible.Add(1)
@@ -159,19 +164,19 @@ func (irregular) IsDir() bool       { return false }
 // TakeImpossibleNames returns how many names the site listed that no
 // directory holds (OneName), left out of the session's listings since
 // the last call.
-func (s *Session) TakeImpossibleNames() int64 { return s.impossible.Swap(0) }
+func (s *dirLister) TakeImpossibleNames() int64 { return s.impossible.Swap(0) }
 
 // listChannel is the session's listing channel, opened if it is not (nil:
 // the site refuses a second channel). A channel that broke is dropped
 // first (dropLocked).
-func (s *Session) listChannel() *rawSFTP {
+func (s *dirLister) listChannel() *rawSFTP {
 	s.listMu.Lock()
 	defer s.listMu.Unlock()
 	if c := s.lister; c != nil && c.broken() != nil {
 		s.dropLocked(c)
 	}
 	if s.lister == nil && !s.noLister {
-		c, err := inTime(s, s.openLister, func(c *rawSFTP) { c.fail(errSessionClosed) })
+		c, err := inTime(s.Session, s.openLister, func(c *rawSFTP) { c.fail(errSessionClosed) })
 		if err != nil {
 			s.noLister = true // a server that allows one channel only
 		} else {
@@ -185,7 +190,7 @@ func (s *Session) listChannel() *rawSFTP {
 // reader stops (the channel ended, or a reply broke it), whether or not a
 // listing is under way: the watchdog's count then no longer holds what c
 // left unanswered.
-func (s *Session) install(c *rawSFTP) {
+func (s *dirLister) install(c *rawSFTP) {
 	s.lister = c
 	go func() {
 		<-c.done
@@ -205,7 +210,7 @@ func (s *Session) install(c *rawSFTP) {
 // the channel within the op timeout is hung: the session's connection
 // then takes no new sessions, and what the channel holds ends with it.
 // listMu is held.
-func (s *Session) dropLocked(c *rawSFTP) {
+func (s *dirLister) dropLocked(c *rawSFTP) {
 	c.fail(errChannelDropped)
 	<-c.done
 	c.wmu.Lock()
@@ -226,7 +231,7 @@ func (s *Session) dropLocked(c *rawSFTP) {
 
 // openLister opens the session's listing channel: the SFTP subsystem on a
 // channel of its own, kept for the session's later listings.
-func (s *Session) openLister() (*rawSFTP, error) {
+func (s *dirLister) openLister() (*rawSFTP, error) {
 	// a fresh stream: the watchdog's framing starts again, and requests
 	// of a closed channel are no longer waited for
 	s.listWatch.reset()
@@ -239,7 +244,7 @@ func (s *Session) openLister() (*rawSFTP, error) {
 
 // startRaw starts the SFTP subsystem on an open channel and makes the
 // version exchange; the channel is closed if either fails.
-func (s *Session) startRaw(ch *ssh.Session, watch *watchdog) (*rawSFTP, error) {
+func (s *dirLister) startRaw(ch *ssh.Session, watch *watchdog) (*rawSFTP, error) {
 	w, err := ch.StdinPipe()
 	if err != nil {
 		ch.Close()
@@ -270,11 +275,15 @@ func (s *Session) startRaw(ch *ssh.Session, watch *watchdog) (*rawSFTP, error) {
 	return c, nil
 }
 
+// sitePrep makes sure of the directories intake writes to on the site,
+// once a session, on the listing channel where it can.
+type sitePrep struct{ *Session }
+
 // EnsureDirsAtOnce makes sure of remote directories in one round trip
 // where the site allows (sendEnsureDirs), and returns the directories the
 // site showed as directories: the caller makes sure of the rest one by
 // one. nil: no listing channel.
-func (s *Session) EnsureDirsAtOnce(root string, rel []string) map[string]bool {
+func (s *sitePrep) EnsureDirsAtOnce(root string, rel []string) map[string]bool {
 	if made := s.sendEnsureDirs(root, rel); made != nil {
 		return made()
 	}
@@ -296,7 +305,7 @@ func (s *Session) EnsureDirsAtOnce(root string, rel []string) map[string]bool {
 // time, five round trips for processing/<worker>/ on a new site
 // (docs/performance.md, "SFTP requests written by hand"). nil: no
 // listing channel, or the requests could not be sent.
-func (s *Session) sendEnsureDirs(root string, rel []string) (made func() map[string]bool) {
+func (s *sitePrep) sendEnsureDirs(root string, rel []string) (made func() map[string]bool) {
 	c := s.listChannel()
 	if c == nil {
 		return nil

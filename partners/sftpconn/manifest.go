@@ -14,7 +14,7 @@ import (
 // (partners.ParseManifest): on the listing channel in two round trips
 // (ReadWhole), else through pkg/sftp. A manifest that does not parse is
 // partners.ErrManifestInvalid.
-func (s *Session) ReadManifest(p string) (*partners.Manifest, error) {
+func (s *wholeFiles) ReadManifest(p string) (*partners.Manifest, error) {
 	b, err := s.ReadWhole(p, partners.MaxManifestBytes+1)
 	if err == nil {
 		return parsed(partners.ParseManifest(bytes.NewReader(b)))

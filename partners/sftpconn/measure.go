@@ -21,6 +21,10 @@ import (
 // that stamps its own time cannot return it by chance.
 var mtimeProbe = time.Unix(978307201, 0) // 2001-01-01T00:00:01Z
 
+// siteProbes measures the server for the check command: its Profile, its
+// limits on handles and reads, the channels a connection may open.
+type siteProbes struct{ *Session }
+
 // MeasureProfile measures the server in processing/<worker>/ (made sure
 // of by Prepare or EnsureDirs) with dot-names of intake's own, each
 // removed after: three files, one renamed onto another with
@@ -30,7 +34,7 @@ var mtimeProbe = time.Unix(978307201, 0) // 2001-01-01T00:00:01Z
 // are the server's own list, each used (but hardlink) to see that it
 // works. Nothing is written outside the scratch directory and nothing of
 // the partner's is touched.
-func (s *Session) MeasureProfile(worker string) (partners.Profile, error) {
+func (s *siteProbes) MeasureProfile(worker string) (partners.Profile, error) {
 	var p partners.Profile
 	for _, e := range []struct {
 		on   *bool
@@ -151,7 +155,7 @@ func (s *Session) MeasureProfile(worker string) (partners.Profile, error) {
 // partners.MaxReadProbe bytes of its own, removed after: `intake check`
 // runs it when a partner is onboarded; the daemon does not (256 KiB each
 // way per partner).
-func (s *Session) MeasureLimits(worker string) (maxRead, handles int) {
+func (s *siteProbes) MeasureLimits(worker string) (maxRead, handles int) {
 	var b [6]byte
 	_, _ = rand.Read(b[:])
 	r := path.Join(s.Layout.ProcessingDir(worker), partners.ProbePrefix+"r-"+hex.EncodeToString(b[:]))
@@ -163,7 +167,7 @@ func (s *Session) MeasureLimits(worker string) (maxRead, handles int) {
 // measureHandles opens the file p up to partners.MaxHandlesProbe times at
 // once (pkg/sftp keeps the OPENs in flight together) and counts the
 // handles the server gave, closing each.
-func (s *Session) measureHandles(p string) int {
+func (s *siteProbes) measureHandles(p string) int {
 	files := make([]*sftp.File, partners.MaxHandlesProbe)
 	var wg sync.WaitGroup
 	for i := range files {
@@ -190,7 +194,7 @@ func (s *Session) measureHandles(p string) int {
 // with one READ on the listing channel: the bytes the server answers with
 // are the most it serves at once. 0 when the site allows no second channel
 // or the read fails.
-func (s *Session) measureRead(p string) int {
+func (s *siteProbes) measureRead(p string) int {
 	f, err := s.Create(p)
 	if err != nil {
 		return 0
@@ -229,7 +233,7 @@ func (s *Session) measureRead(p string) int {
 // the daemon does not. A refusal may be the channel's open (sshd's
 // MaxSessions, ProFTPD's SFTPMaxChannels) or the subsystem's start (a
 // server that starts one a connection).
-func (s *Session) MeasureChannels() int {
+func (s *siteProbes) MeasureChannels() int {
 	n := 1 // the main channel
 	if !s.noLister {
 		n++
@@ -246,7 +250,7 @@ func (s *Session) MeasureChannels() int {
 		}
 	}()
 	for n < partners.MaxChannelsProbe {
-		c, err := inTime(s, func() (*sftp.Client, error) { return s.newSFTP(newWatchdog(s.watch.timeout)) }, func(c *sftp.Client) { c.Close() })
+		c, err := inTime(s.Session, func() (*sftp.Client, error) { return s.newSFTP(newWatchdog(s.watch.timeout)) }, func(c *sftp.Client) { c.Close() })
 		if err != nil {
 			break
 		}

@@ -32,13 +32,18 @@ var errPartRead = errors.New("sftp: a short read of a small file")
 // directory, a FIFO): it is not read.
 var ErrNotRegular = errors.New("not a regular file")
 
+// wholeFiles moves small files whole on the listing channel: a file read
+// in two round trips, a manifest read so, a file written with its bytes
+// and CLOSE in one.
+type wholeFiles struct{ *Session }
+
 // ReadWhole reads the file at p on the listing channel, at most limit
 // bytes from its start: the whole file when it holds no more. It fails
 // with ErrNoListingChannel on a site that refuses a second channel and
 // with errPartRead when the site's replies do not add up to the file's
 // bytes; ListingChannelLost tells the channel's own failure from the
 // site's answer.
-func (s *Session) ReadWhole(p string, limit int) ([]byte, error) {
+func (s *wholeFiles) ReadWhole(p string, limit int) ([]byte, error) {
 	c, h, err := s.openListed(p, fxfRead)
 	if err != nil {
 		return nil, err
@@ -115,7 +120,7 @@ func (s *Session) ReadWhole(p string, limit int) ([]byte, error) {
 
 // fstatSize is the size an FSTAT's reply states; errPartRead when it
 // states none.
-func (s *Session) fstatSize(c *rawSFTP, rep reply) (int64, error) {
+func (s *wholeFiles) fstatSize(c *rawSFTP, rep reply) (int64, error) {
 	if rep.err != nil {
 		return 0, s.Deadline(rep.err)
 	}
@@ -141,7 +146,7 @@ func (s *Session) fstatSize(c *rawSFTP, rep reply) (int64, error) {
 // lstatRegular checks an LSTAT's reply: the path is no symlink, and a
 // regular file there has the size the opened file has (ErrNotRegular
 // otherwise: the OPEN followed a link to bytes that are not the path's).
-func (s *Session) lstatRegular(c *rawSFTP, rep reply, p string, size int64) error {
+func (s *wholeFiles) lstatRegular(c *rawSFTP, rep reply, p string, size int64) error {
 	if rep.err != nil {
 		return s.Deadline(rep.err)
 	}

@@ -38,6 +38,11 @@ func (o *Opening) Discard() {
 	}()
 }
 
+// renamePolicy holds what a RENAME does on this site (whether it
+// overwrites, whether empty directories vanish) and the claim's rename
+// with the file opened behind it.
+type renamePolicy struct{ *Session }
+
 // RenameAndOpen is Rename, with an OPEN and an LSTAT of to sent right
 // behind the RENAME on the same channel, before its answer: one round
 // trip for the three where a rename and then an open took two (a claim,
@@ -57,7 +62,7 @@ func (o *Opening) Discard() {
 // answers a channel's requests one at a time in order by design
 // (inOrder). Elsewhere the file is renamed, and nil is returned: the
 // caller opens it after.
-func (s *Session) RenameAndOpen(from, to string) (*Opening, error) {
+func (s *renamePolicy) RenameAndOpen(from, to string) (*Opening, error) {
 	if err := s.Prepared(); err != nil {
 		return nil, err
 	}
@@ -118,7 +123,7 @@ func (s *Session) RenameAndOpen(from, to string) (*Opening, error) {
 
 // inOrder reports whether the site's server says it is OpenSSH, whose
 // sftp-server answers a channel's requests one at a time, in order.
-func (s *Session) inOrder() bool { return strings.Contains(s.conn.version, "OpenSSH_") }
+func (s *renamePolicy) inOrder() bool { return strings.Contains(s.conn.version, "OpenSSH_") }
 
 // renamePacket matches pkg/sftp's SSH_FXP_RENAME of from to to as the
 // channel's writer passes it on: the packet whole, whatever its id.

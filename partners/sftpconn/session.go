@@ -64,6 +64,14 @@ type Session struct {
 
 	noClobber atomic.Bool // the server's RENAME overwrites (SetRenameOverwrites)
 	vanish    atomic.Bool // the server keeps no empty directory (SetEmptyDirsVanish)
+
+	// the session's methods by concern, each over this session
+	dirLister
+	sitePrep
+	wholeFiles
+	renamePolicy
+	siteProbes
+	chanBook
 }
 
 // RTT is the round trip to the site as Prepare measured it (a keepalive
@@ -179,18 +187,18 @@ var ErrRenameIntoPartnerDir = errors.New("a rename into the partner's directory,
 // fencing token).
 // PosixRename is left as it is: it replaces on purpose (a receipt
 // published onto its own name).
-func (s *Session) SetRenameOverwrites(on bool) { s.noClobber.Store(on) }
+func (s *renamePolicy) SetRenameOverwrites(on bool) { s.noClobber.Store(on) }
 
 // SetEmptyDirsVanish tells the session that its server keeps no empty
 // directory (the site's measured profile: an object store's gateway,
 // where a directory is the prefix of the names it holds): a listing of a
 // directory that is not there is an empty listing, not an error. The
 // server makes a directory when a file is written or renamed into it.
-func (s *Session) SetEmptyDirsVanish(on bool) { s.vanish.Store(on) }
+func (s *renamePolicy) SetEmptyDirsVanish(on bool) { s.vanish.Store(on) }
 
 // clobberCheck is SetRenameOverwrites's check before a rename to to; nil
 // on a server whose RENAME refuses an existing target.
-func (s *Session) clobberCheck(to string) error {
+func (s *renamePolicy) clobberCheck(to string) error {
 	if !s.noClobber.Load() {
 		return nil
 	}
@@ -257,7 +265,7 @@ func (s *Session) Create(p string) (*sftp.File, error) {
 // made sure of is not asked about again (a directory removed meanwhile
 // makes the next move fail, the poll fail, and the session be dialled
 // anew).
-func (s *Session) EnsureDir(dir string) error {
+func (s *sitePrep) EnsureDir(dir string) error {
 	if err := s.Prepared(); err != nil {
 		return err
 	}
@@ -287,7 +295,7 @@ func (s *Session) EnsureDir(dir string) error {
 // pkg/sftp before the preparation ends; on a site without a listing
 // channel (one channel a connection) all of them are, before Prepare
 // returns.
-func (s *Session) Prepare(worker string, ensure bool) error {
+func (s *sitePrep) Prepare(worker string, ensure bool) error {
 	// called before the session is shared (a second call, after the
 	// first's end, on a session nothing else uses meanwhile)
 	if err := s.Prepared(); err != nil {
@@ -357,7 +365,7 @@ func (s *Session) Prepare(worker string, ensure bool) error {
 var ErrNotPrepared = errors.New("the site's directories could not be made ready")
 
 // preparing reports whether a preparation is under way.
-func (s *Session) preparing() bool {
+func (s *sitePrep) preparing() bool {
 	if s.prep == nil {
 		return false
 	}
@@ -372,7 +380,7 @@ func (s *Session) preparing() bool {
 // Prepared waits for the preparation Prepare started, if any, and returns
 // its error (ErrNotPrepared): the directories intake writes to could not
 // be made sure of.
-func (s *Session) Prepared() error {
+func (s *sitePrep) Prepared() error {
 	if s.prep == nil {
 		return nil
 	}
@@ -436,6 +444,8 @@ func (c *sshConn) session(p *partners.Config, joined bool, deadline time.Time) (
 	}
 	s := &Session{ssh: c.client, conn: c, joined: joined, watch: watch, partner: p.ID, done: make(chan struct{}), Layout: partners.NewLayout(p),
 		listWatch: newWatchdog(p.SFTP.OpTimeout), opts: opts, rangeWatch: newWatchdog(p.SFTP.OpTimeout)}
+	s.dirLister, s.sitePrep, s.wholeFiles = dirLister{s}, sitePrep{s}, wholeFiles{s}
+	s.renamePolicy, s.siteProbes, s.chanBook = renamePolicy{s}, siteProbes{s}, chanBook{s}
 	for _, w := range []*watchdog{s.watch, s.listWatch, s.rangeWatch} {
 		w.conn = &c.heard
 	}
@@ -676,10 +686,14 @@ func (c *sessChan) Close() error {
 	return nil
 }
 
+// chanBook keeps the session's SFTP channels: those open, whose readers
+// Close breaks, and the second channel large downloads read on (Ranges).
+type chanBook struct{ *Session }
+
 // track reads the channel through a chanReader the session can break. A
 // channel opened after the session's channels were broken (closed, or its
 // start too late) is broken at once.
-func (s *Session) track(ch *ssh.Session, r io.Reader) *sessChan {
+func (s *chanBook) track(ch *ssh.Session, r io.Reader) *sessChan {
 	c := &sessChan{ch: ch, r: newChanReader(r)}
 	s.chMu.Lock()
 	aborted := s.aborted
@@ -694,7 +708,7 @@ func (s *Session) track(ch *ssh.Session, r io.Reader) *sessChan {
 }
 
 // untrack forgets a channel the session closed.
-func (s *Session) untrack(c *sessChan) {
+func (s *chanBook) untrack(c *sessChan) {
 	s.chMu.Lock()
 	defer s.chMu.Unlock()
 	for i, o := range s.chans {
@@ -707,7 +721,7 @@ func (s *Session) untrack(c *sessChan) {
 
 // abortChannels breaks every channel of the session, and every channel
 // opened later at once; it returns those it broke.
-func (s *Session) abortChannels() []*sessChan {
+func (s *chanBook) abortChannels() []*sessChan {
 	s.chMu.Lock()
 	chans := s.chans
 	s.chans, s.aborted = nil, true
@@ -721,7 +735,7 @@ func (s *Session) abortChannels() []*sessChan {
 // newSFTP opens a channel and starts the sftp subsystem on it, as
 // sftp.NewClient does, with the watchdog between the client and the
 // channel.
-func (s *Session) newSFTP(watch *watchdog) (*sftp.Client, error) {
+func (s *chanBook) newSFTP(watch *watchdog) (*sftp.Client, error) {
 	ch, err := s.ssh.NewSession()
 	if err != nil {
 		return nil, err
@@ -731,7 +745,7 @@ func (s *Session) newSFTP(watch *watchdog) (*sftp.Client, error) {
 
 // startSFTP starts the sftp subsystem on an open channel; the channel is
 // closed if that fails.
-func (s *Session) startSFTP(ch *ssh.Session, watch *watchdog) (*sftp.Client, error) {
+func (s *chanBook) startSFTP(ch *ssh.Session, watch *watchdog) (*sftp.Client, error) {
 	pw, err := ch.StdinPipe()
 	if err != nil {
 		ch.Close()
@@ -796,11 +810,11 @@ func leadingDigits(s string) string {
 // whatever pkg/sftp keeps in flight; two carry twice that. Opened only
 // when a large file comes, so a session of small files costs the site no
 // second sftp-server.
-func (s *Session) Ranges() *sftp.Client {
+func (s *chanBook) Ranges() *sftp.Client {
 	s.rangeMu.Lock()
 	defer s.rangeMu.Unlock()
 	if s.ranges == nil && !s.noRanges.Load() {
-		c, err := inTime(s, func() (*sftp.Client, error) { return s.newSFTP(s.rangeWatch) }, func(c *sftp.Client) { c.Close() })
+		c, err := inTime(s.Session, func() (*sftp.Client, error) { return s.newSFTP(s.rangeWatch) }, func(c *sftp.Client) { c.Close() })
 		if err != nil {
 			var refused *ssh.OpenChannelError
 			if errors.As(err, &refused) && !s.Stale() {
@@ -816,7 +830,7 @@ func (s *Session) Ranges() *sftp.Client {
 
 // RangesRefused reports whether the site refused the session's second
 // channel (Ranges returns nil).
-func (s *Session) RangesRefused() bool { return s.noRanges.Load() }
+func (s *chanBook) RangesRefused() bool { return s.noRanges.Load() }
 
 // Close ends the session: its channels' readers are broken at once (what
 // is in flight fails), the site is asked to close them, and the session

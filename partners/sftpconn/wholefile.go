@@ -24,7 +24,7 @@ var ErrNoListingChannel = errors.New("sftp: the site refuses a listing channel")
 // site's answer to the request, on a session that goes on: the same step
 // through pkg/sftp can still succeed. On a session closed (by its
 // watchdog, a shutdown) or whose connection ended it cannot.
-func (s *Session) ListingChannelLost(err error) bool {
+func (s *wholeFiles) ListingChannelLost(err error) bool {
 	if !channelFailure(err) {
 		return false
 	}
@@ -66,7 +66,7 @@ const (
 
 // CreateWhole creates (or truncates) p for writing on the listing
 // channel, under the session's deadline, once the session is prepared.
-func (s *Session) CreateWhole(p string) (*WholeFile, error) {
+func (s *wholeFiles) CreateWhole(p string) (*WholeFile, error) {
 	if err := s.Prepared(); err != nil {
 		return nil, err
 	}
@@ -74,13 +74,13 @@ func (s *Session) CreateWhole(p string) (*WholeFile, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &WholeFile{s: s, c: c, handle: h, path: p}, nil
+	return &WholeFile{s: s.Session, c: c, handle: h, path: p}, nil
 }
 
 // openListed opens p on the listing channel with the SFTP OPEN flags
 // given, under the session's deadline, and returns the channel and the
 // file's handle.
-func (s *Session) openListed(p string, flags uint32) (*rawSFTP, string, error) {
+func (s *wholeFiles) openListed(p string, flags uint32) (*rawSFTP, string, error) {
 	c := s.listChannel()
 	if c == nil {
 		return nil, "", ErrNoListingChannel
