@@ -170,7 +170,7 @@ func (r *fetchStage) download(ctx context.Context) error {
 	if !partners.ValidBatchID(batch) {
 		return r.hold(ctx, ledger.StateQuarantined, reason.BadBatchID, 0, "no batch id usable in file names could be derived (letters, digits, '.', '_', '-'; at most 128)")
 	}
-	data, held, err := r.expand(e)
+	data, held, err := r.expand(ctx, e, scan)
 	if err != nil {
 		return err
 	}
@@ -264,49 +264,63 @@ func (r *fetchStage) fetch(ctx context.Context, withScan bool) (spool.Entry, err
 		return spool.Entry{}, err
 	}
 	defer release()
-	var opts []spool.PutOption
-	var pre *preScan
 	r.dropAhead() // an earlier download's
-	var ah *ahead
+	var opts []spool.PutOption
+	landed := func(spool.Entry, error) {}
 	if withScan && transformOf(r.feed, r.in.RemoteName) == "" {
-		// Validate the rows while they land in the spool, from the file
-		// itself: the plan step then need not read it again, and the
-		// download never waits for the validation. A large file is
-		// applied in that same pass, ahead of its plan (ahead.go).
-		wantAhead := r.aheadWanted()
-		opts = append(opts, spool.Follow(func(fl *spool.Follower) {
-			pre = &preScan{done: make(chan *scan, 1), stop: fl}
-			if wantAhead {
-				if ah = r.startAhead(ctx, fl, pre.done); ah != nil {
-					pre.stop = ah // the follower is the apply ahead's
-					return
-				}
-			}
-			go func() { pre.done <- scanRows(fl, r.feed, r.p.cfg.Limits.MaxRows) }()
-		}))
+		var follow spool.PutOption
+		follow, landed = r.followRows(ctx)
+		opts = append(opts, follow)
 	}
 	e, err := r.d.spool.Put(r.in.Partner, size, max, src, opts...)
-	if pre != nil {
-		if err != nil {
-			pre.stop.Close()
-		} else {
-			pre.sha = e.SHA256
-			r.dropPre()
-			r.pre = pre
-		}
-	}
-	if ah != nil {
-		r.ahead = ah
-		if err != nil {
-			r.dropAhead()
-		} else {
-			ah.sha = e.SHA256
-		}
-	}
+	landed(e, err)
 	if err == nil {
 		r.d.metrics.bytesDownloaded.WithLabelValues(r.in.Partner).Add(float64(e.Size))
 	}
 	return e, err
+}
+
+// followRows is the spool's option that reads a file's rows as they land
+// in it, for the bytes the rows are read from (the file itself, or what
+// it expands or decrypts to): the rows validated for the plan in the
+// same pass (r.pre), and a large file applied ahead of its plan
+// (ahead.go), so that neither waits for the bytes to be whole. landed
+// takes what the spool made of them (or its failure) and keeps, or
+// drops, what followed them.
+func (r *fetchStage) followRows(ctx context.Context) (follow spool.PutOption, landed func(spool.Entry, error)) {
+	var pre *preScan
+	var ah *ahead
+	wantAhead := r.aheadWanted()
+	follow = spool.Follow(func(fl *spool.Follower) {
+		pre = &preScan{done: make(chan *scan, 1), stop: fl}
+		if wantAhead {
+			if ah = r.startAhead(ctx, fl, pre.done); ah != nil {
+				pre.stop = ah // the follower is the apply ahead's
+				return
+			}
+		}
+		go func() { pre.done <- scanRows(fl, r.feed, r.p.cfg.Limits.MaxRows) }()
+	})
+	landed = func(e spool.Entry, err error) {
+		if pre != nil {
+			if err != nil {
+				pre.stop.Close()
+			} else {
+				pre.sha = e.SHA256
+				r.dropPre()
+				r.pre = pre
+			}
+		}
+		if ah != nil {
+			r.ahead = ah
+			if err != nil {
+				r.dropAhead()
+			} else {
+				ah.sha = e.SHA256
+			}
+		}
+	}
+	return follow, landed
 }
 
 // fetchSame reads the claimed file through the hash alone and reports
@@ -531,7 +545,7 @@ func (r *fetchStage) ensureSpooled(ctx context.Context) error {
 		return r.hold(ctx, ledger.StateQuarantined, reason.ManifestMismatch, 0, "the bytes in processing/ changed after they were first downloaded")
 	}
 	if in.DataSHA256 != in.SHA256 {
-		data, held, err := r.expand(e)
+		data, held, err := r.expand(ctx, e, false)
 		if err != nil || held != nil {
 			return fmt.Errorf("expand again: %v %v", err, held)
 		}

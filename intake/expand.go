@@ -56,8 +56,10 @@ var (
 // feed allows that compression) the expanded bytes, streamed from the
 // spooled original into the spool under their own hash, with the expanded
 // size capped while streaming (headers are not trusted); the original is
-// kept. A file that is not compressed is its own data.
-func (r *fetchStage) expand(orig spool.Entry) (spool.Entry, *heldFor, error) {
+// kept. A file that is not compressed is its own data. follow: its rows
+// are read as the expanded bytes land (followRows), as a plain file's
+// are while it downloads.
+func (r *fetchStage) expand(ctx context.Context, orig spool.Entry, follow bool) (spool.Entry, *heldFor, error) {
 	kind := transformOf(r.feed, r.in.RemoteName)
 	if kind == "" {
 		return orig, nil, nil
@@ -71,8 +73,14 @@ func (r *fetchStage) expand(orig spool.Entry) (spool.Entry, *heldFor, error) {
 	}
 	defer f.Close()
 	max := r.p.cfg.Limits.MaxExpandedBytes
+	opts, landed := []spool.PutOption(nil), func(spool.Entry, error) {}
+	if follow {
+		var o spool.PutOption
+		o, landed = r.followRows(ctx)
+		opts = append(opts, o)
+	}
 	if kind == kindPGP {
-		return r.decrypt(f, max)
+		return r.decrypt(f, max, opts, landed)
 	}
 	ratio := r.p.cfg.Limits.MaxExpansionRatio
 	put := func(src io.Reader) (spool.Entry, *heldFor, error) {
@@ -80,7 +88,8 @@ func (r *fetchStage) expand(orig spool.Entry) (spool.Entry, *heldFor, error) {
 		ew := &expandWatch{limit: ratioLimit(orig.Size, ratio), free: r.d.spool.FreeBytes, minFree: r.d.cfg.SpoolMinFree}
 		e, err := r.d.spool.Put(r.in.Partner, -1, max, func(w io.Writer) (int64, error) {
 			return io.Copy(io.MultiWriter(ew, w, nw), src)
-		})
+		}, opts...)
+		landed(e, err)
 		switch {
 		case errors.Is(err, spool.ErrTooLarge):
 			return e, &heldFor{reason.ArchiveTooLarge, fmt.Sprintf("it expands to more than %d bytes", max)}, nil
@@ -333,7 +342,7 @@ func (r *fetchStage) reexpand() (bool, error) {
 	if in.DataSHA256 == in.SHA256 || !r.d.spool.Has(in.Partner, in.SHA256, in.Size) {
 		return false, nil
 	}
-	data, held, err := r.expand(spool.Entry{Partner: in.Partner, SHA256: in.SHA256, Size: in.Size})
+	data, held, err := r.expand(context.Background(), spool.Entry{Partner: in.Partner, SHA256: in.SHA256, Size: in.Size}, false)
 	if err != nil || held != nil {
 		return false, fmt.Errorf("expand again: %v %v", err, held)
 	}

@@ -214,7 +214,11 @@ var errPGPHead = errors.New("pgp: too much before the encrypted data")
 // cap). The signature is only known once the whole plaintext has been
 // read, so the plaintext is returned (for plan and apply) only after it
 // checks out; a held file's plaintext leaves the spool again.
-func (r *fetchStage) decrypt(f io.Reader, max int64) (spool.Entry, *heldFor, error) {
+//
+// opts and landed follow the plaintext's rows as they land (followRows):
+// the plan's scan and an apply ahead run beside the decryption and wait,
+// as any plan does, for the signature's verdict.
+func (r *fetchStage) decrypt(f io.Reader, max int64, opts []spool.PutOption, landed func(spool.Entry, error)) (spool.Entry, *heldFor, error) {
 	cfg := r.feed.PGP
 	secret, err := pgpkeys.Load(cfg.PrivateKeyFile, cfg.PassphraseEnv)
 	if err != nil {
@@ -264,7 +268,8 @@ func (r *fetchStage) decrypt(f io.Reader, max int64) (spool.Entry, *heldFor, err
 	fw := &expandWatch{free: r.d.spool.FreeBytes, minFree: r.d.cfg.SpoolMinFree} // the spool's free space, no ratio
 	e, err := r.d.spool.Put(r.in.Partner, -1, max, func(w io.Writer) (int64, error) {
 		return io.Copy(io.MultiWriter(fw, w, nw), body)
-	})
+	}, opts...)
+	landed(e, err)
 	switch {
 	case errors.Is(err, spool.ErrTooLarge):
 		return e, &heldFor{reason.ArchiveTooLarge, fmt.Sprintf("it decrypts to more than %d bytes", max)}, nil

@@ -16,6 +16,7 @@ import (
 	"github.com/ProtonMail/go-crypto/openpgp/armor"
 	"github.com/ProtonMail/go-crypto/openpgp/packet"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/partner-intake/partner-intake/intake"
 	"github.com/partner-intake/partner-intake/intake/ledger"
@@ -441,6 +442,71 @@ func TestPGPKeysThatCannotBeUsedStopTheStart(t *testing.T) {
 			prometheus.NewRegistry(), testenv.Logger(t))
 		if err == nil || !strings.Contains(err.Error(), c.want) || strings.Contains(err.Error(), "PRIVATE KEY") {
 			t.Fatalf("%s: New: %v, want an error naming %q", c.file, err, c.want)
+		}
+	}
+}
+
+// A large encrypted file's rows are applied ahead of its plan while it
+// decrypts into the spool (followRows), as a plain file's while it
+// downloads; one whose signature turns out not to be the partner's,
+// which is known only at the end of the decryption, applies nothing: what
+// it applied ahead rolls back with the hold.
+func TestALargePGPFileIsAppliedWhileItDecrypts(t *testing.T) {
+	defer intake.SetAheadBytes(64 << 10)()
+	_, pool := testenv.DB(t)
+	dir := t.TempDir()
+	t.Setenv("INTAKE_TEST_PGP_PASS", "correct horse")
+	us, partner, stranger := pgpEntity(t, "intake"), pgpEntity(t, "partner"), pgpEntity(t, "stranger")
+	secretFile, verifyFile := filepath.Join(dir, "intake.asc"), filepath.Join(dir, "partner.pub")
+	writeSecret(t, secretFile, us, "correct horse")
+	writePublic(t, verifyFile, partner)
+	site := testenv.NewSite(t, "pgpa")
+	site.Config.Feeds[0].Pattern = `orders-.*\.csv\.pgp`
+	site.Config.Feeds[0].ChunkRows = 500
+	site.Config.Feeds[0].PGP = &partners.PGP{PrivateKeyFile: secretFile, PassphraseEnv: "INTAKE_TEST_PGP_PASS",
+		VerifyKeysFile: verifyFile, RequireSignature: true}
+	for _, c := range []struct {
+		worker string
+		name   string
+		signer *openpgp.Entity
+		prefix string
+		state  string
+	}{
+		{"w1", "orders-big.csv.pgp", partner, "B", "archived"},
+		{"w2", "orders-forged.csv.pgp", stranger, "G", "quarantined"},
+	} {
+		// a daemon each: an apply ahead's slot is let go once its
+		// goroutine ends, which the next file's download may not wait for
+		r := newRig(t, pool, c.worker, site)
+		ahead := &intake.Signals(r.d).AheadChunk
+		ahead.Init(t)
+		site.Drop(t, c.name, string(pgpMessage(t, []byte(testenv.OrdersCSV(c.prefix, 5000)), us, c.signer, false)))
+		r.poll("pgpa")
+		var f fileRow
+		for _, g := range files(t, pool, "pgpa") {
+			if g.Name == c.name {
+				f = g
+			}
+		}
+		if f.State != c.state {
+			t.Fatalf("%s: %+v, want %s", c.name, f, c.state)
+		}
+		want, result := int64(5000), "committed"
+		if c.state != "archived" {
+			want, result = 0, "rolled_back"
+		}
+		if n := testutil.ToFloat64(r.d.Metrics().Ahead.WithLabelValues("pgpa", result)); n != 1 {
+			t.Fatalf("%s: intake_apply_ahead_total{result=%q} %v, want 1: applied ahead while it decrypted", c.name, result, n)
+		}
+		if result == "committed" {
+			select {
+			case <-ahead.C():
+			default:
+				t.Fatalf("%s: committed ahead without a chunk", c.name)
+			}
+		}
+		if n := count(t, pool, `SELECT count(*) FROM orders WHERE partner_id = 'pgpa' AND order_id LIKE $1`, c.prefix+"-%"); n != want {
+			t.Fatalf("%s: %d of its rows in the target, want %d", c.name, n, want)
 		}
 	}
 }
