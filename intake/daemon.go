@@ -479,7 +479,8 @@ type partnerRT struct {
 	// since the last failed poll, or the previous run left none there.
 	// Stop records the run as drained only when every partner is settled.
 	settled bool
-	// ownsNothing: this worker holds no live row of the partner, as the
+	// ownsNothing: this worker holds no row of the partner, live or
+	// waiting for ops' decision (ledger.DueOwnedBy), as the
 	// last look-up said (resumeRows) and no poll since listed anything in
 	// ready/ to claim (claimReady) or failed; its polls skip the look-up
 	// (pollOnce), lookupsSkipped of them so far.

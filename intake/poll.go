@@ -113,17 +113,18 @@ func (d *Daemon) pollOnce(ctx context.Context, p *partnerRT) error {
 	return (&claimStage{d}).claimReady(ctx, p, sess, ready)
 }
 
-// ownedRows is the look-up of the live rows this worker holds of a
-// partner (ledger.DueOwnedBy): those due, and how many there are.
+// ownedRows is the look-up of the rows this worker holds of a partner
+// (ledger.DueOwnedBy): the live ones due, and how many it holds, live or
+// waiting for a decision of ops.
 type ownedRows struct {
 	due  []*ledger.Intake
-	live int
+	held int
 }
 
 func (d *housekeeping) lookUpOwned(ctx context.Context, partner string) (ownedRows, error) {
 	d.signals.OwnedLookup.Signal(partner)
-	due, live, err := d.ledger.DueOwnedBy(ctx, partner, d.cfg.WorkerID)
-	return ownedRows{due: due, live: live}, err
+	due, held, err := d.ledger.DueOwnedBy(ctx, partner, d.cfg.WorkerID)
+	return ownedRows{due: due, held: held}, err
 }
 
 // maxSkippedLookups: a partner this worker holds nothing of is looked up
@@ -1070,7 +1071,7 @@ func (d *housekeeping) resumeRows(ctx context.Context, p *partnerRT, sess *sftpc
 	}
 	live := owned.due
 	// kept only if the claim finds ready/ empty too (claimReady)
-	p.ownsNothing = owned.live == 0
+	p.ownsNothing = owned.held == 0
 	// no file runs on a site whose preparation failed: that is the
 	// poll's failure, not theirs (sftpconn.ErrNotPrepared)
 	if err := sess.Prepared(); err != nil {

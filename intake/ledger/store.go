@@ -329,14 +329,17 @@ func (l *leaseStore) LiveOwnedBy(ctx context.Context, partner, worker string) ([
 }
 
 // dueOwnedBySQL is DueOwnedBy's statement.
-const dueOwnedBySQL = `SELECT ` + intakeColumns + `, (next_attempt_at IS NULL OR next_attempt_at <= pg_catalog.now())
-	FROM file_intake WHERE partner_id = $1 AND worker_id = $2 AND state = ANY($3) ORDER BY intake_id`
+const dueOwnedBySQL = `SELECT ` + intakeColumns + `, state = ANY($3) AND (next_attempt_at IS NULL OR next_attempt_at <= pg_catalog.now())
+	FROM file_intake WHERE partner_id = $1 AND worker_id = $2 AND (state = ANY($3) OR state = 'awaiting_approval') ORDER BY intake_id`
 
 // DueOwnedBy lists the live rows of partner held by worker that are due
 // (not waiting for the next attempt after a failed run, attempt.go), and
-// counts the live rows worker holds of partner, due or not: with none, a
-// poller knows it holds nothing of the partner until it claims again.
-func (l *leaseStore) DueOwnedBy(ctx context.Context, partner, worker string) (due []*Intake, live int, err error) {
+// counts the rows worker holds of partner that are live or wait for a
+// decision of ops (awaiting_approval keeps its worker: an approval or
+// rejection sends it back to that worker's polls). With none held, a
+// poller knows nothing of the partner is its to resume until it claims
+// again, or its reconciler takes a file over for it (Daemon.TakenOver).
+func (l *leaseStore) DueOwnedBy(ctx context.Context, partner, worker string) (due []*Intake, held int, err error) {
 	rs, err := l.pool.Query(ctx, dueOwnedBySQL, partner, worker, liveStates)
 	if err != nil {
 		return nil, 0, fmt.Errorf("list due intakes: %w", err)
@@ -348,7 +351,7 @@ func (l *leaseStore) DueOwnedBy(ctx context.Context, partner, worker string) (du
 		if err != nil {
 			return nil, 0, fmt.Errorf("list due intakes: %w", err)
 		}
-		live++
+		held++
 		if isDue {
 			due = append(due, in)
 		}
@@ -356,7 +359,7 @@ func (l *leaseStore) DueOwnedBy(ctx context.Context, partner, worker string) (du
 	if err := rs.Err(); err != nil {
 		return nil, 0, fmt.Errorf("list due intakes: %w", err)
 	}
-	return due, live, nil
+	return due, held, nil
 }
 
 // resume takes over a live row held by this same worker id (a restarted
