@@ -198,6 +198,11 @@ type Results struct {
 	FleetPollS             float64 `json:"fleet_poll_s,omitempty"`
 	FleetRSSMiB            float64 `json:"fleet_rss_mib,omitempty"`
 	FleetRSSFirstMiB       float64 `json:"fleet_rss_after_first_cycle_mib,omitempty"`
+	// the Go runtime's own account after the first cycle (the daemon's
+	// /metrics): goroutines, heap in use, goroutine stacks
+	FleetGoroutines    float64 `json:"fleet_goroutines,omitempty"`
+	FleetHeapInuseMiB  float64 `json:"fleet_heap_inuse_mib,omitempty"`
+	FleetStackInuseMiB float64 `json:"fleet_stack_inuse_mib,omitempty"`
 	FleetFirstCycleS       float64 `json:"fleet_first_cycle_s,omitempty"`
 	FleetStartS            float64 `json:"fleet_daemon_start_s,omitempty"`
 	FleetIdleCPUS          float64 `json:"fleet_idle_cpu_s_per_cycle,omitempty"`
@@ -684,6 +689,8 @@ type daemonConfig struct {
 	// "        mode: snapshot\n"), and rejectRatio replaces its
 	// max_reject_ratio (0.01 when empty)
 	feed, rejectRatio string
+	// http is the ops listener's address ("": off)
+	http string
 }
 
 // configDaemon writes an intake config of d for the given partners
@@ -698,8 +705,12 @@ func (e *env) configDaemon(d daemonConfig, roots map[string]string, order []stri
 	// Two connections per daemon: on this bench's two cores, shared with
 	// PostgreSQL, more connections only add contention (docs/performance.md);
 	// every phase, one daemon or two, runs with the same config.
-	fmt.Fprintf(&b, "worker_id: %s\nlease: %s\ndrain: 5s\ndatabase:\n  url_env: INTAKE_DATABASE_URL\n  max_conns: 2\nspool:\n  dir: %s\n  min_free_bytes: 1\nhttp:\n  listen: \"off\"\nreconcile:\n  schedule: \"@every %s\"\n%s\npartners:\n",
-		worker, d.lease, d.spool, d.reconcile, extra)
+	listen := d.http
+	if listen == "" {
+		listen = "off"
+	}
+	fmt.Fprintf(&b, "worker_id: %s\nlease: %s\ndrain: 5s\ndatabase:\n  url_env: INTAKE_DATABASE_URL\n  max_conns: 2\nspool:\n  dir: %s\n  min_free_bytes: 1\nhttp:\n  listen: %q\nreconcile:\n  schedule: \"@every %s\"\n%s\npartners:\n",
+		worker, d.lease, d.spool, listen, d.reconcile, extra)
 	for _, id := range order {
 		fmt.Fprintf(&b, `  - id: %s
     poll: %q

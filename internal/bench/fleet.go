@@ -5,6 +5,8 @@ import (
 	"context"
 	"fmt"
 	"math/rand"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"sort"
@@ -44,7 +46,12 @@ func (e *replicaRuns) fleet(ctx context.Context, res *Results) error {
 	if err != nil {
 		return err
 	}
-	cfg, err := e.configPoll("fleet-1", roots, order, fmt.Sprintf("@every %s", poll), e.o.FleetYAML)
+	opsAddr, err := freeAddr()
+	if err != nil {
+		return err
+	}
+	cfg, err := e.configDaemon(daemonConfig{worker: "fleet-1", lease: 2 * time.Minute, reconcile: time.Hour, spool: filepath.Join(e.dir, "spool"),
+		extra: e.o.FleetYAML, http: opsAddr}, roots, order, fmt.Sprintf("@every %s", poll))
 	if err != nil {
 		return err
 	}
@@ -128,7 +135,13 @@ func (e *replicaRuns) fleet(ctx context.Context, res *Results) error {
 	res.FleetFirstCycleCPUS = map[string]float64{"intake": daemonFirst, "sshd": sshdFirst - sshdStart, "postgres": pgFirst - pgStart}
 	res.FleetFirstCycleBusy = (busyFirst - busyStart) / (allFirst - allStart)
 	res.FleetRSSFirstMiB = vmKiB(p.cmd.Process.Pid, "VmRSS") / 1024
-	e.say("fleet: start %.1f s, first cycle %.1f s, RSS %.0f MiB", res.FleetStartS, res.FleetFirstCycleS, res.FleetRSSFirstMiB)
+	if m, err := scrape(ctx, "http://"+opsAddr+"/metrics", "go_goroutines", "go_memstats_heap_inuse_bytes", "go_memstats_stack_inuse_bytes"); err == nil {
+		res.FleetGoroutines, res.FleetHeapInuseMiB, res.FleetStackInuseMiB = m[0], m[1]/(1<<20), m[2]/(1<<20)
+	} else {
+		e.say("fleet: the daemon's /metrics not read: %v", err)
+	}
+	e.say("fleet: start %.1f s, first cycle %.1f s, RSS %.0f MiB (heap %.0f, stacks %.0f MiB, %.0f goroutines)", res.FleetStartS, res.FleetFirstCycleS,
+		res.FleetRSSFirstMiB, res.FleetHeapInuseMiB, res.FleetStackInuseMiB, res.FleetGoroutines)
 
 	// idle cycle: one poll interval, nothing to take
 	quiet()
@@ -254,4 +267,52 @@ func vmKiB(pid int, field string) float64 {
 		}
 	}
 	return 0
+}
+
+// freeAddr is a loopback address nothing listens on now.
+func freeAddr() (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer ln.Close()
+	return ln.Addr().String(), nil
+}
+
+// scrape reads the values of the unlabelled samples names from a
+// Prometheus text exposition at url, in that order.
+func scrape(ctx context.Context, url string, names ...string) ([]float64, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	got := map[string]float64{}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		name, val, ok := strings.Cut(sc.Text(), " ")
+		if !ok || strings.HasPrefix(name, "#") {
+			continue
+		}
+		if v, err := strconv.ParseFloat(strings.TrimSpace(val), 64); err == nil {
+			got[name] = v
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, err
+	}
+	out := make([]float64, len(names))
+	for i, n := range names {
+		v, ok := got[n]
+		if !ok {
+			return nil, fmt.Errorf("%s: no sample %s", url, n)
+		}
+		out[i] = v
+	}
+	return out, nil
 }

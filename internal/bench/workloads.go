@@ -912,8 +912,11 @@ func (r *Results) Table(w *os.File) {
 		}
 	}
 	if r.FleetPartners > 0 {
-		row(fmt.Sprintf("fleet: %d partners @every %.0fs, peak RSS", r.FleetPartners, r.FleetPollS), r.FleetRSSMiB, "MiB", "<= 256")
+		row(fmt.Sprintf("fleet: %d partners @every %.0fs, peak RSS", r.FleetPartners, r.FleetPollS), r.FleetRSSMiB, "MiB", "<= 128")
 		row("fleet: RSS after the first cycle", r.FleetRSSFirstMiB, "MiB", "")
+		row("fleet: goroutines after the first cycle", r.FleetGoroutines, "", "")
+		row("fleet: Go heap in use after the first cycle", r.FleetHeapInuseMiB, "MiB", "")
+		row("fleet: goroutine stacks after the first cycle", r.FleetStackInuseMiB, "MiB", "")
 		row("fleet: exec until every partner polled", r.FleetFirstCycleS, "s", "<= 60")
 		row("fleet: exec until the daemon registered", r.FleetStartS, "s", "")
 		row("fleet: SSH connections (logins) after the first cycle", float64(r.FleetLogins), "", "")
