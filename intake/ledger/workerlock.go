@@ -213,6 +213,19 @@ func (w *WorkerLock) take(ctx context.Context, prev session, inUse func(*WorkerI
 		return got, err
 	}
 	got, err := try()
+	// A process of the id that just ended (a daemon stopped, a one-shot
+	// run before this one) holds it until PostgreSQL has handled its
+	// disconnect: the id is asked again for a few seconds before it
+	// counts as in use, as TakeWorkerLockOnPool does (not when taking it
+	// again after a loss: its own earlier session is ended below).
+	for deadline := time.Now().Add(inUseGrace); err == nil && !got && inUse == nil && prev.pid == 0 && time.Now().Before(deadline); {
+		select {
+		case <-ctx.Done():
+			return fail(fmt.Errorf("worker id lock: %w", ctx.Err()))
+		case <-time.After(100 * time.Millisecond):
+		}
+		got, err = try()
+	}
 	if err != nil {
 		return fail(fmt.Errorf("worker id lock: %w", err))
 	}
