@@ -607,9 +607,7 @@ func (c *sshConn) startSession(s *Session, p *partners.Config, joined bool, watc
 	if l.c != nil {
 		s.install(l.c)
 	}
-	go watch.run(s.done, s.expire)
-	go s.listWatch.run(s.done, s.expire)
-	go s.rangeWatch.run(s.done, s.expire)
+	go watchAll(s.done, s.expire, watch, s.listWatch, s.rangeWatch)
 	return s, nil
 }
 

@@ -179,18 +179,33 @@ func (w *watchdog) alive() {
 
 // run checks four times per timeout until done; on expiry it calls
 // expire once and returns.
-func (w *watchdog) run(done <-chan struct{}, expire func()) {
-	t := time.NewTicker(max(w.timeout/4, 10*time.Millisecond))
+func (w *watchdog) run(done <-chan struct{}, expire func()) { watchAll(done, expire, w) }
+
+// watchAll is run for a session's watchdogs (its channels') on one
+// goroutine and one ticker: a fleet's idle sessions cost one goroutine
+// each, not one per channel (docs/performance.md, the fleet's
+// goroutines). The first that is due is marked expired and ends the
+// session.
+func watchAll(done <-chan struct{}, expire func(), ws ...*watchdog) {
+	every := time.Duration(0)
+	for _, w := range ws {
+		if d := max(w.timeout/4, 10*time.Millisecond); every == 0 || d < every {
+			every = d
+		}
+	}
+	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
 		select {
 		case <-done:
 			return
 		case now := <-t.C:
-			if w.due(now) {
-				w.expired.Store(true)
-				expire()
-				return
+			for _, w := range ws {
+				if w.due(now) {
+					w.expired.Store(true)
+					expire()
+					return
+				}
 			}
 		}
 	}

@@ -199,3 +199,33 @@ func TestWatchdogAllowsASlowRenameItsCopyTime(t *testing.T) {
 	var s Session // a session without a watchdog: nothing to allow
 	s.AllowCopy(1 << 30)()
 }
+
+// A session's watchdogs run on one goroutine: the one whose channel left
+// a request unanswered past its timeout is the one marked expired, and
+// the session is ended once; the others, idle, are not.
+func TestOneGoroutineWatchesASessionsChannels(t *testing.T) {
+	idle, quiet, waiting := newWatchdog(time.Hour), newWatchdog(time.Hour), newWatchdog(100*time.Millisecond)
+	if _, err := (watchedWriter{w: waiting, wc: nopCloser{io.Discard}}).Write(packet(10)); err != nil {
+		t.Fatal(err)
+	}
+	ended := make(chan struct{}, 2)
+	done := make(chan struct{})
+	defer close(done)
+	returned := make(chan struct{})
+	go func() {
+		defer close(returned)
+		watchAll(done, func() { ended <- struct{}{} }, idle, quiet, waiting)
+	}()
+	select {
+	case <-ended:
+	case <-time.After(time.Minute):
+		t.Fatal("the session was not ended while a request waited past its timeout")
+	}
+	<-returned
+	if len(ended) != 0 {
+		t.Fatal("the session was ended twice")
+	}
+	if !waiting.expired.Load() || idle.expired.Load() || quiet.expired.Load() {
+		t.Fatalf("expired: idle %v, quiet %v, waiting %v; want the waiting channel's alone", idle.expired.Load(), quiet.expired.Load(), waiting.expired.Load())
+	}
+}
