@@ -23,6 +23,7 @@ import (
 	"github.com/partner-intake/partner-intake/intake/sessions"
 	"github.com/partner-intake/partner-intake/intake/target"
 	"github.com/partner-intake/partner-intake/intake/targethold"
+	"github.com/partner-intake/partner-intake/intake/unwrap"
 	"github.com/partner-intake/partner-intake/intake/workerid"
 	"github.com/partner-intake/partner-intake/internal/lifecycle"
 	"github.com/partner-intake/partner-intake/internal/pgerr"
@@ -137,7 +138,7 @@ func New(cfg Config, parts []partners.Config, db *pgxpool.Pool, sp *spool.Spool,
 		if _, dup := d.parts.byID[p.ID]; dup {
 			return nil, fmt.Errorf("partner %s configured twice", p.ID)
 		}
-		if err := checkPGPKeys(p); err != nil {
+		if err := unwrap.CheckPGPKeys(p); err != nil {
 			return nil, err
 		}
 		d.parts.byID[p.ID] = d.sessions.newPartnerRT(p)

@@ -17,6 +17,7 @@ import (
 
 	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/intake/rows"
+	"github.com/partner-intake/partner-intake/intake/unwrap"
 	"github.com/partner-intake/partner-intake/internal/fault"
 	"github.com/partner-intake/partner-intake/partners"
 	"github.com/partner-intake/partner-intake/partners/sftpconn"
@@ -93,7 +94,7 @@ func (r *fetchStage) download(ctx context.Context) error {
 			return err
 		}
 		scan = sha == ""
-		if sha != "" && transformOf(r.feed, in.RemoteName) == "" && r.d.spool.Has(in.Partner, sha, in.ListedSize) {
+		if sha != "" && unwrap.Kind(r.feed, in.RemoteName) == "" && r.d.spool.Has(in.Partner, sha, in.ListedSize) {
 			heldSHA = sha
 		}
 	}
@@ -175,7 +176,7 @@ func (r *fetchStage) download(ctx context.Context) error {
 		return err
 	}
 	if held != nil {
-		return r.hold(ctx, ledger.StateQuarantined, held.reason, 0, held.detail)
+		return r.hold(ctx, ledger.StateQuarantined, held.Reason, 0, held.Detail)
 	}
 	return r.setSpooled(ctx, e.SHA256, e.Size, data, batch, rowsWant, false)
 }
@@ -268,7 +269,7 @@ func (r *fetchStage) fetch(ctx context.Context, withScan bool) (spool.Entry, err
 	var pre *preScan
 	r.dropAhead() // an earlier download's
 	var ah *ahead
-	if withScan && transformOf(r.feed, r.in.RemoteName) == "" {
+	if withScan && unwrap.Kind(r.feed, r.in.RemoteName) == "" {
 		// Validate the rows while they land in the spool, from the file
 		// itself: the plan step then need not read it again, and the
 		// download never waits for the validation. A large file is

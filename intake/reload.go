@@ -14,6 +14,7 @@ import (
 
 	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/intake/targethold"
+	"github.com/partner-intake/partner-intake/intake/unwrap"
 	"github.com/partner-intake/partner-intake/partners"
 )
 
@@ -88,7 +89,7 @@ func (d *Daemon) Reload(ctx context.Context, parts []partners.Config) (ReloadRes
 				// of the old runtime claims into the old dir meanwhile
 				defer unlock()
 			}
-			if err := checkPGPKeys(&c); err != nil {
+			if err := unwrap.CheckPGPKeys(&c); err != nil {
 				return res, err
 			}
 			p := d.sessions.newPartnerRT(&c)
