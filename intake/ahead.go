@@ -192,7 +192,7 @@ func (r *fetchStage) startAhead(ctx context.Context, fl io.ReadCloser, scanOut c
 		defer close(a.done)
 		defer close(a.hand)
 		if outcome := r.applyStage().runAhead(actx, a, fl, scanOut); outcome != "handed" {
-			r.d.metrics.ahead.WithLabelValues(r.in.Partner, outcome).Inc()
+			r.d.metrics.Ahead.WithLabelValues(r.in.Partner, outcome).Inc()
 		}
 	}()
 	return a
@@ -529,7 +529,7 @@ func (r *applyStage) applyAhead(ctx context.Context, tgt *target.Table) (done bo
 		}
 		<-h.readErr
 		r.log.Info("chunks applied ahead of the plan not taken; the file is applied from the spool", "why", why, "err", err)
-		r.d.metrics.ahead.WithLabelValues(r.in.Partner, "abandoned").Inc()
+		r.d.metrics.Ahead.WithLabelValues(r.in.Partner, "abandoned").Inc()
 		return false, nil
 	}
 	if h.tgt != tgt {
@@ -562,7 +562,7 @@ func (r *applyStage) applyAhead(ctx context.Context, tgt *target.Table) (done bo
 		r.account(len(h.chunks), h.sum)
 		r.log.Debug("chunks applied ahead of the plan committed", "chunks", len(h.chunks))
 	}
-	r.d.metrics.ahead.WithLabelValues(in.Partner, "committed").Inc()
+	r.d.metrics.Ahead.WithLabelValues(in.Partner, "committed").Inc()
 	release()
 	return true, r.applyChunks(ctx, tgt, h.pending, h.full, h.free, h.readErr, h.stop)
 }

@@ -273,7 +273,7 @@ func (r *applyStage) markUnknown(ctx context.Context, cu *CommitUnknownError) er
 	if spent {
 		r.log.Error("file past its retry budget with a commit outcome unknown; it fails for good once the reconciler has read the ledger", "attempts", n)
 	}
-	r.d.metrics.finished(r.in.Partner, string(ledger.StateOutcomeUnknown))
+	r.d.metrics.Finished(r.in.Partner, string(ledger.StateOutcomeUnknown))
 	return nil
 }
 
@@ -318,7 +318,7 @@ func (r *applyStage) commitChunk(ctx context.Context, tgt *target.Table, ch *chu
 			if err := r.markUnknown(ctx, cu); err != nil || r.in.State != ledger.StateApplied {
 				return err
 			}
-			r.d.metrics.rows(r.in.Partner, c) // landed: the ledger's counts are in r.in
+			countRows(r.d.metrics, r.in.Partner, c) // landed: the ledger's counts are in r.in
 			return nil
 		}
 		var pc *planChangedError
@@ -333,7 +333,7 @@ func (r *applyStage) commitChunk(ctx context.Context, tgt *target.Table, ch *chu
 			return err
 		}
 		r.log.Warn("chunk failed, retrying", "chunk", chunk, "attempt", attempt, "err", err)
-		r.d.metrics.chunkRetries.WithLabelValues(r.in.Partner).Inc()
+		r.d.metrics.ChunkRetries.WithLabelValues(r.in.Partner).Inc()
 		r.d.signals.ChunkRetry.Signal(r.in.Partner)
 		select {
 		case <-ctx.Done():
@@ -357,7 +357,7 @@ func (r *applyStage) account(chunksDone int, c chunkCounts) {
 	if c.fileApplied {
 		r.in.State = ledger.StateApplied
 	}
-	r.d.metrics.rows(r.in.Partner, c)
+	countRows(r.d.metrics, r.in.Partner, c)
 	if r.progress != nil {
 		r.progress(r.in.RowsApplied+r.in.RowsUnchanged+r.in.RowsConflict+r.in.RowsRejected, r.in.RowsTotal)
 	}
@@ -484,7 +484,7 @@ func (r *applyStage) snapshotStatements(ctx context.Context, tx pgx.Tx, tgt *tar
 	}
 	if rejected := r.in.RowsRejected + c.rejected; rejected > 0 {
 		r.log.Warn("snapshot has rejected rows: no row deleted", "rows_rejected", rejected)
-		r.d.metrics.snapshotSkipped.WithLabelValues(r.in.Partner).Inc()
+		r.d.metrics.SnapshotSkipped.WithLabelValues(r.in.Partner).Inc()
 	} else {
 		n, kept, err := tgt.Sweep(ctx, tx, writer, r.in.Partner, r.in.ID, r.in.Feed)
 		if err != nil {

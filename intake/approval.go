@@ -127,20 +127,20 @@ func (r *planStage) planApproval(ctx context.Context, sc *scan, res *planResult)
 		return err
 	}
 	in.State, in.RowsTotal, in.RowsRejected = next, res.Total, res.Rejected
-	r.d.metrics.rowsTotal.WithLabelValues(in.Partner, "rejected").Add(float64(res.Rejected))
+	r.d.metrics.RowsTotal.WithLabelValues(in.Partner, "rejected").Add(float64(res.Rejected))
 	switch {
 	case rec.Replanned:
-		r.d.metrics.plans.WithLabelValues(in.Partner, "replanned").Inc()
+		r.d.metrics.Plans.WithLabelValues(in.Partner, "replanned").Inc()
 		r.log.Warn("approved plan no longer holds: the file awaits approval again", "plan_hash", rec.Hash,
 			"approved_hash", rec.ApprovedWas, "reason", reason.PlanChanged)
 	case rec.Wait:
-		r.d.metrics.plans.WithLabelValues(in.Partner, "awaiting_approval").Inc()
+		r.d.metrics.Plans.WithLabelValues(in.Partner, "awaiting_approval").Inc()
 		r.log.Info("plan awaits approval", "plan_hash", rec.Hash, "why", rec.Why)
 	case approved:
-		r.d.metrics.plans.WithLabelValues(in.Partner, "approved_applied").Inc()
+		r.d.metrics.Plans.WithLabelValues(in.Partner, "approved_applied").Inc()
 		r.log.Info("approved plan holds: applying", "plan_hash", rec.Hash)
 	default:
-		r.d.metrics.plans.WithLabelValues(in.Partner, "applied_at_once").Inc()
+		r.d.metrics.Plans.WithLabelValues(in.Partner, "applied_at_once").Inc()
 	}
 	return nil
 }
@@ -281,7 +281,7 @@ func (r *applyStage) rewait(ctx context.Context, pc *planChangedError) error {
 		return err
 	}
 	in.State = ledger.StateAwaitingApproval
-	r.d.metrics.plans.WithLabelValues(in.Partner, "replanned").Inc()
+	r.d.metrics.Plans.WithLabelValues(in.Partner, "replanned").Inc()
 	r.log.Warn("approved plan no longer holds at the first chunk: the file awaits approval again", "plan_hash", pc.rec.Hash,
 		"approved_hash", pc.rec.ApprovedWas, "reason", reason.PlanChanged)
 	return nil

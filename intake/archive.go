@@ -144,7 +144,7 @@ func (r *finishStage) moveToArchive(ctx context.Context, st *sitefile.Staged, rc
 	}
 	if lost {
 		r.log.Error("remote file vanished from processing/ before archiving; the spool keeps the bytes", "reason", reason.RemoteLost)
-		r.d.metrics.remoteLost.WithLabelValues(in.Partner).Inc()
+		r.d.metrics.RemoteLost.WithLabelValues(in.Partner).Inc()
 	}
 	return dst, lost, ahead, nil
 }
@@ -246,7 +246,7 @@ func (r *finishStage) receipt(outcome ledger.Outcome, dupOf int64, lost bool) si
 // archived counts and logs a file that archive finished.
 func (r *finishStage) archived(outcome ledger.Outcome, to ledger.State) {
 	in := r.in
-	r.d.metrics.finished(in.Partner, string(to))
+	r.d.metrics.Finished(in.Partner, string(to))
 	r.log.Info("file done", "outcome", outcome, "rows_total", in.RowsTotal, "rows_applied", in.RowsApplied,
 		"rows_unchanged", in.RowsUnchanged, "rows_rejected", in.RowsRejected, "rows_conflict", in.RowsConflict, "archive", in.ArchivePath)
 }

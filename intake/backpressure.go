@@ -4,6 +4,7 @@ import (
 	"log/slog"
 	"sync/atomic"
 
+	"github.com/partner-intake/partner-intake/intake/metrics"
 	"github.com/partner-intake/partner-intake/spool"
 )
 
@@ -14,7 +15,7 @@ type spoolGuard struct {
 	spool   *spool.Spool
 	minFree *int64 // the daemon's Config.SpoolMinFree (SetSpoolMinFree)
 	low     atomic.Bool
-	metrics *metrics
+	metrics *metrics.Set
 	log     *slog.Logger
 }
 
@@ -26,7 +27,7 @@ func (g *spoolGuard) spaceOK() bool {
 		g.log.Error("spool free space unknown; not claiming", "err", err)
 		return false
 	}
-	g.metrics.spoolFree.Set(float64(free))
+	g.metrics.SpoolFree.Set(float64(free))
 	low := free < uint64(*g.minFree)
 	if was := g.low.Swap(low); was != low {
 		if low {
@@ -36,9 +37,9 @@ func (g *spoolGuard) spaceOK() bool {
 		}
 	}
 	if low {
-		g.metrics.backpressure.Set(1)
+		g.metrics.Backpressure.Set(1)
 	} else {
-		g.metrics.backpressure.Set(0)
+		g.metrics.Backpressure.Set(0)
 	}
 	return !low
 }
@@ -84,7 +85,7 @@ func (g *spoolGuard) quotaState(p *partnerRT, ok bool) {
 	if !ok {
 		v = 1
 	}
-	g.metrics.quotaFull.WithLabelValues(p.cfg.ID).Set(v)
+	g.metrics.QuotaFull.WithLabelValues(p.cfg.ID).Set(v)
 	if was := p.quotaFull.Swap(!ok); was != !ok {
 		if !ok {
 			g.log.Warn("partner's spool quota reached: its claims paused", "partner", p.cfg.ID, "max_spool_bytes", p.cfg.Limits.MaxSpoolBytes)

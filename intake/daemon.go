@@ -19,6 +19,7 @@ import (
 	"github.com/partner-intake/partner-intake/intake/affinity"
 	"github.com/partner-intake/partner-intake/intake/daemoncfg"
 	"github.com/partner-intake/partner-intake/intake/ledger"
+	"github.com/partner-intake/partner-intake/intake/metrics"
 	"github.com/partner-intake/partner-intake/intake/pollrecord"
 	"github.com/partner-intake/partner-intake/intake/sessions"
 	"github.com/partner-intake/partner-intake/intake/target"
@@ -66,7 +67,7 @@ type Daemon struct {
 	db      *pgxpool.Pool
 	spool   *spool.Spool
 	ledger  *ledger.Ledger
-	metrics *metrics
+	metrics *metrics.Set
 	log     *slog.Logger
 	// parts are the partners (partnerset.go); a reload swaps them
 	parts *partnerSet
@@ -105,25 +106,25 @@ func New(cfg Config, parts []partners.Config, db *pgxpool.Pool, sp *spool.Spool,
 		return nil, err
 	}
 	d := &Daemon{cfg: cfg, db: db, spool: sp, ledger: ledger.New(db, cfg.Lease).WithClaimPool(cfg.ClaimDB).WithBeatPool(beatPool(db)),
-		metrics: newMetrics(reg), log: slog.New(pgerr.Handler(log.Handler())).With("component", "intake", "worker", cfg.WorkerID),
+		metrics: metrics.New(reg), log: slog.New(pgerr.Handler(log.Handler())).With("component", "intake", "worker", cfg.WorkerID),
 		parts: &partnerSet{byID: map[string]*partnerRT{}}, targets: target.NewCache(db)}
 	d.replica = &replica{ledger: d.ledger, workerID: cfg.WorkerID, lease: cfg.Lease, parts: d.parts, log: d.log, beat: &d.signals.WorkerBeat,
 		life: &d.life, startMu: &d.mu}
 	d.workerID = workerid.New(workerid.Config{DB: db, WorkerID: cfg.WorkerID, Lease: cfg.Lease, Log: d.log,
-		Held: d.metrics.workerIDHeld, Regained: d.replica.regained})
+		Held: d.metrics.WorkerIDHeld, Regained: d.replica.regained})
 	d.replica.id = d.workerID
 	d.peers = affinity.New(affinity.Config{Ledger: d.ledger, WorkerID: cfg.WorkerID, Lease: cfg.Lease, Everyone: cfg.Affinity == AffinityNone,
 		Registered: d.replica.registered.Load, Partners: d.parts.ids, Gained: d.Poke, Seen: func(m map[string][]string) { d.signals.Peers.Signal(m) },
-		Owned: d.metrics.partnerOwned, Log: d.log})
+		Owned: d.metrics.PartnerOwned, Log: d.log})
 	d.feedHolds = &targethold.Keeper{DB: db, Targets: d.targets, Partners: func() []targethold.Partner { return holdPartners(d.parts.list()) },
-		Held: d.metrics.targetHeld, Log: d.log}
+		Held: d.metrics.TargetHeld, Log: d.log}
 	d.space = &spoolGuard{spool: sp, minFree: &d.cfg.SpoolMinFree, metrics: d.metrics, log: d.log}
 	d.gauges = &gauges{ledger: d.ledger, spool: sp, parts: d.parts, holds: d.feedHolds, metrics: d.metrics, log: d.log}
 	d.orphans = &orphanAdopter{ledger: d.ledger, workerID: cfg.WorkerID, lease: cfg.Lease, metrics: d.metrics, log: d.log}
 	d.polls = pollrecord.New(d.ledger, cfg.WorkerID, d.log)
 	conns := sftpconn.NewConns(cfg.Sessions.PartnersPerConnection)
-	d.metrics.connections(reg, conns)
-	d.sessions = &sessionKeeper{policy: cfg.Sessions, workerID: cfg.WorkerID, book: sessions.NewBook(cfg.Sessions.MaxParallelDials, d.metrics.sessionsOpen),
+	d.metrics.Connections(reg, conns)
+	d.sessions = &sessionKeeper{policy: cfg.Sessions, workerID: cfg.WorkerID, book: sessions.NewBook(cfg.Sessions.MaxParallelDials, d.metrics.SessionsOpen),
 		conns: conns, parts: d.parts, metrics: d.metrics, log: d.log, signals: &d.signals,
 		sites: &siteCheck{ledger: d.ledger, conns: conns, parts: d.parts, workerID: cfg.WorkerID, log: d.log}}
 	// at most this many files are applied ahead of their plan at once,
@@ -192,7 +193,7 @@ func (d *Daemon) PollOnce(ctx context.Context, partner string) error {
 // afterPoll records a poll's outcome: the partner's state, its session
 // (dropped after a failure), its gauges and the outcome for `intake
 // status` (intake/pollrecord).
-func (p *partnerRT) afterPoll(err error, m *metrics, polls *pollrecord.Recorder) {
+func (p *partnerRT) afterPoll(err error, m *metrics.Set, polls *pollrecord.Recorder) {
 	if err != nil {
 		p.settled = false     // a claim of this poll may be left without a row
 		p.ownsNothing = false // or a row: the next poll looks up
@@ -212,11 +213,11 @@ func (p *partnerRT) afterPoll(err error, m *metrics, polls *pollrecord.Recorder)
 	}
 	if err != nil {
 		p.drop()
-		m.pollErrors.WithLabelValues(p.cfg.ID).Inc()
-		m.partnerUp.WithLabelValues(p.cfg.ID).Set(0)
+		m.PollErrors.WithLabelValues(p.cfg.ID).Inc()
+		m.PartnerUp.WithLabelValues(p.cfg.ID).Set(0)
 	} else {
-		m.partnerUp.WithLabelValues(p.cfg.ID).Set(1)
-		m.readyFiles.WithLabelValues(p.cfg.ID).Set(float64(ready))
+		m.PartnerUp.WithLabelValues(p.cfg.ID).Set(1)
+		m.ReadyFiles.WithLabelValues(p.cfg.ID).Set(float64(ready))
 	}
 	// recorded for `intake status` (intake/pollrecord)
 	polls.Add(p.cfg.ID, err, ready, oldest)

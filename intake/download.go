@@ -106,9 +106,9 @@ func (r *fetchStage) download(ctx context.Context) error {
 			e, same, err = r.fetchSame(ctx, heldSHA)
 			switch {
 			case err == nil && same:
-				r.d.metrics.hashOnly.WithLabelValues(in.Partner, "same").Inc()
+				r.d.metrics.HashOnly.WithLabelValues(in.Partner, "same").Inc()
 			case err == nil:
-				r.d.metrics.hashOnly.WithLabelValues(in.Partner, "differ").Inc()
+				r.d.metrics.HashOnly.WithLabelValues(in.Partner, "differ").Inc()
 				r.log.Info("the file differs from the bytes its batch was received with; downloading it into the spool")
 				e, err = r.fetch(ctx, false)
 			}
@@ -231,7 +231,7 @@ func (r *fetchStage) manifestDuplicate(ctx context.Context, man *partners.Manife
 	// compared by ensureSpooled (manifest_mismatch when they differ).
 	err = r.setSpooled(ctx, b.SHA256, b.Size, spool.Entry{SHA256: b.DataSHA256, Size: b.DataSize}, batch, man.Rows, true)
 	if r.byManifest {
-		r.d.metrics.hashOnly.WithLabelValues(in.Partner, "manifest").Inc()
+		r.d.metrics.HashOnly.WithLabelValues(in.Partner, "manifest").Inc()
 		r.log.Info("exact resend decided from its manifest, the file was not read", "batch_owner", b.Owner)
 	}
 	return r.byManifest, err
@@ -305,7 +305,7 @@ func (r *fetchStage) fetch(ctx context.Context, withScan bool) (spool.Entry, err
 		}
 	}
 	if err == nil {
-		r.d.metrics.bytesDownloaded.WithLabelValues(r.in.Partner).Add(float64(e.Size))
+		r.d.metrics.BytesDownloaded.WithLabelValues(r.in.Partner).Add(float64(e.Size))
 	}
 	return e, err
 }
@@ -320,7 +320,7 @@ func (r *fetchStage) fetchSame(ctx context.Context, sha string) (spool.Entry, bo
 	defer release()
 	e, same, err := r.d.spool.Same(r.in.Partner, sha, size, max, src)
 	if err == nil {
-		r.d.metrics.bytesDownloaded.WithLabelValues(r.in.Partner).Add(float64(e.Size))
+		r.d.metrics.BytesDownloaded.WithLabelValues(r.in.Partner).Add(float64(e.Size))
 	}
 	return e, same, err
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/partner-intake/partner-intake/intake/ledger"
+	"github.com/partner-intake/partner-intake/intake/metrics"
 	"github.com/partner-intake/partner-intake/intake/targethold"
 	"github.com/partner-intake/partner-intake/spool"
 )
@@ -20,7 +21,7 @@ type gauges struct {
 	spool   *spool.Spool
 	parts   *partnerSet
 	holds   *targethold.Keeper
-	metrics *metrics
+	metrics *metrics.Set
 	log     *slog.Logger
 }
 
@@ -57,17 +58,17 @@ func (g *gauges) refresh(ctx context.Context) error {
 	order := g.parts.ids() // a reload may change them meanwhile
 	for _, id := range order {
 		for _, st := range []ledger.State{ledger.StateClaimed, ledger.StateSpooled, ledger.StateApplying, ledger.StateApplied, ledger.StateOutcomeUnknown, ledger.StateQuarantined} {
-			m.files.WithLabelValues(id, string(st)).Set(0)
+			m.Files.WithLabelValues(id, string(st)).Set(0)
 		}
-		m.oldestProcessing.WithLabelValues(id).Set(0)
-		m.quarantineOpen.WithLabelValues(id).Set(0)
-		m.quarantineOldest.WithLabelValues(id).Set(0)
-		m.awaiting.WithLabelValues(id).Set(0)
-		m.awaitingOldest.WithLabelValues(id).Set(0)
-		m.inflightRows.WithLabelValues(id).Set(0)
-		m.inflightRowsDone.WithLabelValues(id).Set(0)
-		m.inflightBytes.WithLabelValues(id).Set(0)
-		m.inflightBytesDone.WithLabelValues(id).Set(0)
+		m.OldestProcessing.WithLabelValues(id).Set(0)
+		m.QuarantineOpen.WithLabelValues(id).Set(0)
+		m.QuarantineOldest.WithLabelValues(id).Set(0)
+		m.Awaiting.WithLabelValues(id).Set(0)
+		m.AwaitingOldest.WithLabelValues(id).Set(0)
+		m.InflightRows.WithLabelValues(id).Set(0)
+		m.InflightRowsDone.WithLabelValues(id).Set(0)
+		m.InflightBytes.WithLabelValues(id).Set(0)
+		m.InflightBytesDone.WithLabelValues(id).Set(0)
 	}
 	oldest := map[string]float64{}
 	gs, err := g.ledger.Gauges(ctx, order)
@@ -79,29 +80,29 @@ func (g *gauges) refresh(ctx context.Context) error {
 		switch g.State {
 		case ledger.StateAwaitingApproval:
 			// waits for ops, not for a worker: not "processing"
-			m.awaiting.WithLabelValues(partner).Set(float64(g.Files))
-			m.awaitingOldest.WithLabelValues(partner).Set(g.Age)
+			m.Awaiting.WithLabelValues(partner).Set(float64(g.Files))
+			m.AwaitingOldest.WithLabelValues(partner).Set(g.Age)
 			continue
 		}
-		m.files.WithLabelValues(partner, string(g.State)).Set(float64(g.Files))
+		m.Files.WithLabelValues(partner, string(g.State)).Set(float64(g.Files))
 		switch g.State {
 		case ledger.StateQuarantined:
-			m.quarantineOpen.WithLabelValues(partner).Set(float64(g.Files))
-			m.quarantineOldest.WithLabelValues(partner).Set(g.Age)
+			m.QuarantineOpen.WithLabelValues(partner).Set(float64(g.Files))
+			m.QuarantineOldest.WithLabelValues(partner).Set(g.Age)
 		default:
 			if g.Age > oldest[partner] {
 				oldest[partner] = g.Age
 			}
 		}
 		if g.State == ledger.StateApplying {
-			m.inflightRows.WithLabelValues(partner).Set(g.Rows)
-			m.inflightRowsDone.WithLabelValues(partner).Set(g.RowsDone)
-			m.inflightBytes.WithLabelValues(partner).Set(g.Bytes)
-			m.inflightBytesDone.WithLabelValues(partner).Set(g.BytesDone)
+			m.InflightRows.WithLabelValues(partner).Set(g.Rows)
+			m.InflightRowsDone.WithLabelValues(partner).Set(g.RowsDone)
+			m.InflightBytes.WithLabelValues(partner).Set(g.Bytes)
+			m.InflightBytesDone.WithLabelValues(partner).Set(g.BytesDone)
 		}
 	}
 	for p, age := range oldest {
-		m.oldestProcessing.WithLabelValues(p).Set(age)
+		m.OldestProcessing.WithLabelValues(p).Set(age)
 	}
 	for _, p := range g.parts.list() {
 		id := p.cfg.ID
@@ -112,7 +113,7 @@ func (g *gauges) refresh(ctx context.Context) error {
 		}
 		p.statMu.Unlock()
 		if polling { // else another replica speaks for the partner's ready/
-			m.oldestReady.WithLabelValues(id).Set(age)
+			m.OldestReady.WithLabelValues(id).Set(age)
 		}
 	}
 	return nil
@@ -130,7 +131,7 @@ func (g *gauges) refreshSpoolBytes() {
 			}
 			return nil
 		})
-		g.metrics.spoolBytes.WithLabelValues(id).Set(float64(total))
+		g.metrics.SpoolBytes.WithLabelValues(id).Set(float64(total))
 	}
 }
 

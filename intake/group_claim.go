@@ -128,7 +128,7 @@ func (d *claimStage) claimGroup(ctx context.Context, p *partnerRT, sess *sftpcon
 	for _, err := range errs[:walked] {
 		if err != nil && sftpconn.IsNotExist(err) {
 			raced = true
-			d.metrics.claimsLost.WithLabelValues(p.cfg.ID).Inc()
+			d.metrics.ClaimsLost.WithLabelValues(p.cfg.ID).Inc()
 		}
 	}
 	if raced {
@@ -153,7 +153,7 @@ func (d *claimStage) claimGroup(ctx context.Context, p *partnerRT, sess *sftpcon
 		case sftpconn.IsNotExist(err), errors.Is(err, errPutBack):
 		default:
 			if _, serr := sess.Lstat(dst); serr == nil {
-				d.metrics.skipped.WithLabelValues(p.cfg.ID, claimTargetBusy).Inc()
+				d.metrics.Skipped.WithLabelValues(p.cfg.ID, claimTargetBusy).Inc()
 			} else if failed == nil {
 				failed = fmt.Errorf("claim %s: %w", c.Name, err)
 			}

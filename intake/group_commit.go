@@ -83,7 +83,7 @@ func (g *fileGroup) commit(ctx context.Context, tgt *target.Table) error {
 		in.State, in.ChunksDone = ledger.StateApplied, 1
 		in.RowsTotal = int64(f.ch.rows())
 		in.RowsApplied, in.RowsUnchanged, in.RowsConflict = f.c.applied, f.c.unchanged, f.c.conflict
-		g.d.metrics.rows(in.Partner, f.c)
+		countRows(g.d.metrics, in.Partner, f.c)
 	}
 	g.files = owners
 	g.committedAt = began

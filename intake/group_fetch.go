@@ -55,7 +55,7 @@ func (g *fileGroup) fetch(ctx context.Context, tgt *target.Table) error {
 		in := f.r.in
 		in.SHA256, in.Size, in.DataSHA256, in.DataSize = es[i].SHA256, es[i].Size, es[i].SHA256, es[i].Size
 		in.BatchID = batchIDOf(g.feed, in.RemoteName, g.p.nocase.Load())
-		g.d.metrics.bytesDownloaded.WithLabelValues(in.Partner).Add(float64(es[i].Size))
+		g.d.metrics.BytesDownloaded.WithLabelValues(in.Partner).Add(float64(es[i].Size))
 	}
 	if err := fault.Check("spool:after"); err != nil {
 		return err

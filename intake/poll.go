@@ -60,7 +60,7 @@ func (d *Daemon) pollOnce(ctx context.Context, p *partnerRT) error {
 	if err != nil {
 		return err
 	}
-	d.metrics.polls.WithLabelValues(p.cfg.ID).Inc()
+	d.metrics.Polls.WithLabelValues(p.cfg.ID).Inc()
 	// The rows this worker holds of the partner are looked up beside the
 	// session's dial (or its reuse) and the housekeeping's listings; the
 	// housekeeping uses the answer unless it recorded a claim since
@@ -548,7 +548,7 @@ func (d *claimStage) list(ctx context.Context, p *partnerRT, sess *sftpconn.Sess
 			case err != nil:
 				return err
 			case !ok:
-				d.metrics.skipped.WithLabelValues(cfg.ID, string(reason.TargetUnusable)).Inc()
+				d.metrics.Skipped.WithLabelValues(cfg.ID, string(reason.TargetUnusable)).Inc()
 				continue
 			}
 			total++
@@ -556,7 +556,7 @@ func (d *claimStage) list(ctx context.Context, p *partnerRT, sess *sftpconn.Sess
 		}
 		for _, h := range pendH {
 			if !taken[recordName(h.Info.Name())] {
-				d.metrics.skipped.WithLabelValues(cfg.ID, string(h.Reason)).Inc()
+				d.metrics.Skipped.WithLabelValues(cfg.ID, string(h.Reason)).Inc()
 				bad.push(h)
 			}
 		}
@@ -592,7 +592,7 @@ func (d *claimStage) list(ctx context.Context, p *partnerRT, sess *sftpconn.Sess
 			return nil
 		}
 		if why != "" {
-			d.metrics.skipped.WithLabelValues(cfg.ID, string(why)).Inc()
+			d.metrics.Skipped.WithLabelValues(cfg.ID, string(why)).Inc()
 			if partners.Hostile(why) {
 				bad.push(partners.Skipped{Info: e, Reason: why})
 			}
@@ -603,7 +603,7 @@ func (d *claimStage) list(ctx context.Context, p *partnerRT, sess *sftpconn.Sess
 		return nil
 	})
 	if n := sess.TakeImpossibleNames(); n > 0 {
-		d.metrics.skipped.WithLabelValues(cfg.ID, string(reason.ImpossibleName)).Add(float64(n))
+		d.metrics.Skipped.WithLabelValues(cfg.ID, string(reason.ImpossibleName)).Add(float64(n))
 		d.log.Warn("the site listed names no directory holds; left alone", "partner", cfg.ID, "reason", string(reason.ImpossibleName), "count", n)
 	}
 	if err == nil {
@@ -639,7 +639,7 @@ func (d *claimStage) list(ctx context.Context, p *partnerRT, sess *sftpconn.Sess
 			s := seen[c.Name]
 			if partners.ClassifyStable(cfg, c, partners.Unchanged{Since: s.Since, Now: s.Now}) != "" {
 				total--
-				d.metrics.skipped.WithLabelValues(cfg.ID, string(reason.NotStable)).Inc()
+				d.metrics.Skipped.WithLabelValues(cfg.ID, string(reason.NotStable)).Inc()
 				continue
 			}
 		}
@@ -647,7 +647,7 @@ func (d *claimStage) list(ctx context.Context, p *partnerRT, sess *sftpconn.Sess
 			m := c.Name + partners.ManifestSuffix
 			if !manifests.Has(m, sess.RegularInReady) {
 				total--
-				d.metrics.skipped.WithLabelValues(cfg.ID, string(reason.ManifestMissing)).Inc()
+				d.metrics.Skipped.WithLabelValues(cfg.ID, string(reason.ManifestMissing)).Inc()
 				continue
 			}
 			c.Manifest = m
@@ -781,14 +781,14 @@ func (d *claimStage) claim(ctx context.Context, p *partnerRT, sess *sftpconn.Ses
 	lock.Release()
 	if err != nil {
 		if sftpconn.IsNotExist(err) {
-			d.metrics.claimsLost.WithLabelValues(p.cfg.ID).Inc()
+			d.metrics.ClaimsLost.WithLabelValues(p.cfg.ID).Inc()
 			d.peers.Lost() // another replica claims here: look again who polls the partner
 			return nil, nil, 0, nil
 		}
 		if _, serr := sess.Lstat(dst); serr == nil {
 			// The same name is still in our processing dir from an earlier
 			// claim; it is resumed first, and this one waits for a later poll.
-			d.metrics.skipped.WithLabelValues(p.cfg.ID, claimTargetBusy).Inc()
+			d.metrics.Skipped.WithLabelValues(p.cfg.ID, claimTargetBusy).Inc()
 			return nil, nil, 0, nil
 		}
 		return nil, nil, 0, fmt.Errorf("claim %s: %w", c.Name, err)
@@ -840,7 +840,7 @@ func (d *claimStage) claim(ctx context.Context, p *partnerRT, sess *sftpconn.Ses
 // own. A failed move back leaves it there for resumeOwn to adopt once the
 // path is free (the partner is looked through again).
 func (d *claimStage) busyClaimPath(p *partnerRT, sess *sftpconn.Session, in *ledger.Intake) {
-	d.metrics.skipped.WithLabelValues(p.cfg.ID, claimTargetBusy).Inc()
+	d.metrics.Skipped.WithLabelValues(p.cfg.ID, claimTargetBusy).Inc()
 	back := func(name string) error {
 		err := sess.Rename(sess.Layout.Processing(d.cfg.WorkerID, name), sess.Layout.Ready(name))
 		if err != nil && !sftpconn.IsNotExist(err) {
@@ -880,7 +880,7 @@ func (d *claimStage) quarantineHostile(ctx context.Context, p *partnerRT, sess *
 	dst := sess.Layout.Processing(d.cfg.WorkerID, gen)
 	if err := sess.Rename(sess.Layout.Ready(h.Info.Name()), dst); err != nil {
 		if sftpconn.IsNotExist(err) {
-			d.metrics.claimsLost.WithLabelValues(p.cfg.ID).Inc()
+			d.metrics.ClaimsLost.WithLabelValues(p.cfg.ID).Inc()
 			return nil
 		}
 		return fmt.Errorf("claim a hostile entry: %w", err)
@@ -1150,7 +1150,7 @@ func (r *fileRun) runAlone(ctx context.Context) error {
 
 // fencedOut counts and logs a file lost to another owner.
 func (r *fileRun) fencedOut(step string) {
-	r.d.metrics.fenced.WithLabelValues(r.in.Partner).Inc()
+	r.d.metrics.Fenced.WithLabelValues(r.in.Partner).Inc()
 	r.log.Warn("file lost to another owner; stopped work on it", "step", step)
 }
 

@@ -70,7 +70,7 @@ func (r *fileRun) hold(ctx context.Context, to ledger.State, reason reason.Code,
 		}
 	}
 	if lost {
-		r.d.metrics.remoteLost.WithLabelValues(in.Partner).Inc()
+		r.d.metrics.RemoteLost.WithLabelValues(in.Partner).Inc()
 		dst = path.Join(qdir, base) // the reason file still tells ops what happened
 	}
 	qr := QuarantineReason{PartnerID: in.Partner, IntakeID: in.ID, File: Neutralize(in.RemoteName), BatchID: in.BatchID,
@@ -96,7 +96,7 @@ func (r *fileRun) hold(ctx context.Context, to ledger.State, reason reason.Code,
 	if err := r.d.ledger.Finish(ctx, in, in.State, to, reason); err != nil {
 		return err
 	}
-	r.d.metrics.finished(in.Partner, string(to))
+	r.d.metrics.Finished(in.Partner, string(to))
 	r.log.Warn("file held", "state", to, "reason", reason, "line", line, "quarantine_path", dst)
 	return nil
 }

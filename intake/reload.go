@@ -127,7 +127,7 @@ func (d *Daemon) Reload(ctx context.Context, parts []partners.Config) (ReloadRes
 		close(p.quit) // its poller ends after the poll in progress
 	}
 	for _, p := range fresh { // a changed partner's feeds may differ from its predecessor's (targethold.Keeper.Recheck sets them again)
-		d.metrics.targetHeld.DeletePartialMatch(prometheus.Labels{"partner": p.cfg.ID})
+		d.metrics.TargetHeld.DeletePartialMatch(prometheus.Labels{"partner": p.cfg.ID})
 	}
 	for _, h := range held {
 		d.feedHolds.Set(h.P, h.F, h.Problem)

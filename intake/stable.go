@@ -87,7 +87,7 @@ func (r *fetchStage) putBack(ctx context.Context) error {
 		if err := r.d.ledger.MarkPutBack(ctx, in); err != nil {
 			return err
 		}
-		r.d.metrics.putBack.WithLabelValues(in.Partner).Inc()
+		r.d.metrics.PutBack.WithLabelValues(in.Partner).Inc()
 		r.log.Warn("file changed after its claim; claim dropped, not applied", "reason", string(reason.ChangedAfterClaim))
 		return nil
 	}
@@ -98,7 +98,7 @@ func (r *fetchStage) putBack(ctx context.Context) error {
 	if err := r.d.ledger.MarkPutBack(ctx, in); err != nil {
 		return err
 	}
-	r.d.metrics.putBack.WithLabelValues(in.Partner).Inc()
+	r.d.metrics.PutBack.WithLabelValues(in.Partner).Inc()
 	r.log.Warn("file changed after its claim; put back into ready/, not applied", "reason", string(reason.ChangedAfterClaim))
 	if err := fault.Check("putback:after_mark"); err != nil {
 		return err // as a crash here: resumeOwn finishes the put back
