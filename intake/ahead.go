@@ -122,7 +122,7 @@ func openStream(ctx context.Context, tx pgx.Tx, tgt *target.Table) (*aheadStream
 // write hands a chunk's rows to the COPY (chunk.streamDirect); it
 // returns once the COPY has taken them, so the chunk may be used again.
 func (s *aheadStream) write(ch *chunk, partner string, writer int64) error {
-	if err := ch.streamDirect(s.pw, partner, writer); err != nil {
+	if err := ch.StreamDirect(s.pw, partner, writer); err != nil {
 		return err
 	}
 	s.sent += int64(ch.rows())
@@ -349,7 +349,7 @@ func (r *applyStage) runAhead(ctx context.Context, a *ahead, fl io.ReadCloser, s
 			}
 			cc, err := r.aheadChunk(ctx, tx, h.tgt, c, &as)
 			if err != nil {
-				c.dropPayload() // a failed COPY's goroutine may still read it
+				c.DropPayload() // a failed COPY's goroutine may still read it
 				h.free <- c
 				return abandon("chunk", err)
 			}
@@ -369,7 +369,7 @@ func (r *applyStage) runAhead(ctx context.Context, a *ahead, fl io.ReadCloser, s
 // subtransaction at most, not one a chunk); a later refusal abandons.
 func (r *applyStage) aheadChunk(ctx context.Context, tx pgx.Tx, tgt *target.Table, ch *chunk, as *aheadState) (chunkCounts, error) {
 	var c chunkCounts
-	if as.probed && as.direct && !ch.dupKeys && !tgt.StagedDirect() && !tgt.Snapshot() && len(ch.refused) == 0 {
+	if as.probed && as.direct && !ch.DupKeys && !tgt.StagedDirect() && !tgt.Snapshot() && len(ch.refused) == 0 {
 		// into the one COPY (a key that exists fails it, and so abandons)
 		if as.stream == nil {
 			s, err := openStream(ctx, tx, tgt)
@@ -390,7 +390,7 @@ func (r *applyStage) aheadChunk(ctx context.Context, tx pgx.Tx, tgt *target.Tabl
 	staged := false // the staging table holds this chunk's rows (a snapshot records their keys from it)
 	if ch.rows() > 0 {
 		direct := false
-		if as.direct && !ch.dupKeys {
+		if as.direct && !ch.DupKeys {
 			n, err := r.aheadDirect(ctx, tx, tgt, ch, as)
 			switch {
 			case err == nil:
@@ -464,7 +464,7 @@ func (r *applyStage) aheadDirect(ctx context.Context, tx pgx.Tx, tgt *target.Tab
 		}
 		return n, nil
 	}
-	ch.dropPayload()
+	ch.DropPayload()
 	var pe *pgconn.PgError
 	if as.probed || !errors.As(err, &pe) {
 		return 0, err

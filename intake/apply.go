@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/partner-intake/partner-intake/intake/chunkrows"
 	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/intake/rows"
 	"github.com/partner-intake/partner-intake/intake/target"
@@ -166,7 +167,7 @@ func (r *applyStage) applyChunks(ctx context.Context, tgt *target.Table, pending
 func (r *applyStage) readChunks(ctx context.Context, rd *rows.Reader, first int, full chan<- *chunk, free <-chan *chunk, sc *scan) error {
 	defer close(full)
 	keyIdx := keyIndexes(r.feed)
-	var cut chunkCut
+	var cut chunkrows.Cut
 	var c *chunk
 	take := func(no int) error {
 		select {
@@ -201,7 +202,7 @@ func (r *applyStage) readChunks(ctx context.Context, rd *rows.Reader, first int,
 		if sc != nil {
 			sc.count(row)
 		}
-		no, next := cut.place(r.feed, row)
+		no, next := cut.Place(r.feed, row)
 		if next && c != nil {
 			if err := hand(false); err != nil {
 				return err
@@ -217,15 +218,15 @@ func (r *applyStage) readChunks(ctx context.Context, rd *rows.Reader, first int,
 		}
 		c.span(row.Line)
 		if row.Issue == nil {
-			if err := c.add(row.Line, row.Values, row.Null, keyIdx); err != nil {
+			if err := c.Add(row.Line, row.Values, row.Null, keyIdx); err != nil {
 				// a value the target column's binary encoding refuses (an
 				// integer past a smallint, a decimal past the column's
 				// precision): that row alone is refused
-				var ve *valueError
+				var ve *chunkrows.ValueError
 				if !errors.As(err, &ve) {
 					return err
 				}
-				c.refused = append(c.refused, refusal{line: row.Line, column: r.feed.Columns[ve.col].Name, detail: "refused by the column's type: " + ve.code})
+				c.refused = append(c.refused, refusal{line: row.Line, column: r.feed.Columns[ve.Col].Name, detail: "refused by the column's type: " + ve.Code})
 			}
 		}
 	}
@@ -538,7 +539,7 @@ func (r *applyStage) rowPath(ch *chunk) int {
 	switch {
 	case ch.rows() == 0:
 		return pathNone
-	case r.direct && !ch.dupKeys:
+	case r.direct && !ch.DupKeys:
 		return pathDirect
 	}
 	return pathMerge
@@ -562,7 +563,7 @@ func (r *applyStage) writeRows(ctx context.Context, tx pgx.Tx, tgt *target.Table
 			c.applied = n
 			return nil
 		}
-		ch.dropPayload()
+		ch.DropPayload()
 		var pe *pgconn.PgError
 		if !errors.As(err, &pe) {
 			if ctx.Err() != nil {
@@ -643,9 +644,9 @@ func (r *applyStage) writeRows(ctx context.Context, tx pgx.Tx, tgt *target.Table
 // the target's unique violation.
 func (r *applyStage) writeDirect(ctx context.Context, tx pgx.Tx, tgt *target.Table, ch *chunk, writer int64) (int64, error) {
 	if !tgt.StagedDirect() {
-		return tgt.CopyDirect(ctx, tx, ch.directPayload(r.in.Partner, writer))
+		return tgt.CopyDirect(ctx, tx, ch.DirectPayload(r.in.Partner, writer))
 	}
-	if err := tgt.CopyStage(ctx, tx, ch.stagePayload()); err != nil {
+	if err := tgt.CopyStage(ctx, tx, ch.StagePayload()); err != nil {
 		return 0, err
 	}
 	return tgt.InsertStaged(ctx, tx, writer, r.in.Partner)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/partner-intake/partner-intake/intake/chunkrows"
 	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/intake/target"
 	"github.com/partner-intake/partner-intake/partners/sftpconn"
@@ -175,7 +176,7 @@ func (r *planStage) targetPlan(ctx context.Context, tx pgx.Tx, total int64) (tar
 		if c.rows() == 0 {
 			return nil
 		}
-		if err := tgt.CopyStage(ctx, tx, c.stagePayload()); err != nil {
+		if err := tgt.CopyStage(ctx, tx, c.StagePayload()); err != nil {
 			return fmt.Errorf("plan: copy: %w", err)
 		}
 		c.reset(0)
@@ -193,15 +194,15 @@ func (r *planStage) targetPlan(ctx context.Context, tx pgx.Tx, total int64) (tar
 			invalid++
 			continue
 		}
-		if err := c.add(row.Line, row.Values, row.Null, keyIdx); err != nil {
-			var ve *valueError
+		if err := c.Add(row.Line, row.Values, row.Null, keyIdx); err != nil {
+			var ve *chunkrows.ValueError
 			if !errors.As(err, &ve) {
 				return counts, nil, err
 			}
 			invalid++
 			continue
 		}
-		if c.rows() >= rowsPer || int64(len(c.cols)) >= r.feed.ChunkBytes {
+		if c.rows() >= rowsPer || int64(len(c.Cols)) >= r.feed.ChunkBytes {
 			if err := flush(); err != nil {
 				return counts, nil, err
 			}

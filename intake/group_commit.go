@@ -99,7 +99,7 @@ func (g *fileGroup) writeRows(ctx context.Context, tx pgx.Tx, tgt *target.Table,
 	seen := map[uint64]bool{}
 	repeat := false
 	for _, f := range owners {
-		for k := range f.ch.keys {
+		for k := range f.ch.Keys {
 			if seen[k] {
 				repeat = true
 			}
@@ -118,7 +118,7 @@ func (g *fileGroup) writeRows(ctx context.Context, tx pgx.Tx, tgt *target.Table,
 			payload = target.AppendCopyHeader(payload)
 		}
 		for _, f := range owners {
-			payload = f.ch.appendDirect(payload, g.p.cfg.ID, f.r.in.ID)
+			payload = f.ch.AppendDirect(payload, g.p.cfg.ID, f.r.in.ID)
 		}
 		if tgt.Binary() {
 			payload = target.AppendCopyTrailer(payload)

@@ -176,14 +176,14 @@ func (g *fileGroup) rows(f *groupFile, tgt *target.Table, seed maphash.Seed, key
 			return LeftRejected
 		}
 		ch.span(row.Line)
-		if err := ch.add(row.Line, row.Values, row.Null, keyIdx); err != nil {
+		if err := ch.Add(row.Line, row.Values, row.Null, keyIdx); err != nil {
 			return LeftBadValue
 		}
 	}
 	switch {
 	case total == 0:
 		return LeftNoRows
-	case ch.dupKeys:
+	case ch.DupKeys:
 		return LeftRepeatedKey
 	}
 	f.ch = ch
