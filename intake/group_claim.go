@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"github.com/partner-intake/partner-intake/intake/ledger"
+	"github.com/partner-intake/partner-intake/intake/siteread"
 	"github.com/partner-intake/partner-intake/intake/unwrap"
 	"github.com/partner-intake/partner-intake/internal/fault"
 	"github.com/partner-intake/partner-intake/partners"
@@ -22,7 +23,7 @@ func groupable(p *partners.Config, c candidate, fold bool) bool {
 	// an update_only feed's missing keys are rejected rows, which need the
 	// per-file rejects report; a snapshot sweeps per file; a feed with an
 	// approval policy is planned against its target per file
-	return p.Readiness != partners.ReadinessStable && c.Manifest == "" && c.Feed.Mode != partners.ModeUpdateOnly && c.Feed.Mode != partners.ModeSnapshot && !c.Feed.Guarded() && c.Size > 0 && c.Size < smallFileBytes && c.Size <= p.Limits.MaxFileBytes &&
+	return p.Readiness != partners.ReadinessStable && c.Manifest == "" && c.Feed.Mode != partners.ModeUpdateOnly && c.Feed.Mode != partners.ModeSnapshot && !c.Feed.Guarded() && c.Size > 0 && c.Size < siteread.SmallBytes && c.Size <= p.Limits.MaxFileBytes &&
 		c.Size <= int64(c.Feed.ChunkRows)*int64(max(len(c.Feed.Columns), 1)) &&
 		unwrap.Kind(c.Feed, c.Name) == "" && partners.ValidBatchID(batchIDOf(c.Feed, c.Name, fold))
 }
