@@ -17,6 +17,7 @@ import (
 	"github.com/robfig/cron/v3"
 
 	"github.com/partner-intake/partner-intake/intake/affinity"
+	"github.com/partner-intake/partner-intake/intake/backpressure"
 	"github.com/partner-intake/partner-intake/intake/daemoncfg"
 	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/intake/metrics"
@@ -89,8 +90,8 @@ type Daemon struct {
 	cron   *cron.Cron
 	runCtx context.Context // the daemon's own, for pollers a reload starts
 
-	gauges  *gauges     // the database-derived gauges (gauges.go)
-	space   *spoolGuard // spool backpressure (backpressure.go)
+	gauges  *gauges             // the database-derived gauges (gauges.go)
+	space   *backpressure.Guard // spool backpressure (intake/backpressure)
 	signals testSignals
 	ahead   chan struct{}        // slots of files applied ahead (ahead.go)
 	polls   *pollrecord.Recorder // poll outcomes not yet written (intake/pollrecord)
@@ -118,7 +119,7 @@ func New(cfg Config, parts []partners.Config, db *pgxpool.Pool, sp *spool.Spool,
 		Owned: d.metrics.PartnerOwned, Log: d.log})
 	d.feedHolds = &targethold.Keeper{DB: db, Targets: d.targets, Partners: func() []targethold.Partner { return holdPartners(d.parts.list()) },
 		Held: d.metrics.TargetHeld, Log: d.log}
-	d.space = &spoolGuard{spool: sp, minFree: &d.cfg.SpoolMinFree, metrics: d.metrics, log: d.log}
+	d.space = &backpressure.Guard{Spool: sp, MinFree: &d.cfg.SpoolMinFree, Metrics: d.metrics, Log: d.log}
 	d.gauges = &gauges{ledger: d.ledger, spool: sp, parts: d.parts, holds: d.feedHolds, metrics: d.metrics, log: d.log}
 	d.orphans = &orphanAdopter{ledger: d.ledger, workerID: cfg.WorkerID, lease: cfg.Lease, metrics: d.metrics, log: d.log}
 	d.polls = pollrecord.New(d.ledger, cfg.WorkerID, d.log)

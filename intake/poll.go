@@ -17,6 +17,7 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
+	"github.com/partner-intake/partner-intake/intake/backpressure"
 	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/intake/workerid"
 	"github.com/partner-intake/partner-intake/internal/fault"
@@ -256,7 +257,7 @@ func (d *claimStage) claimReady(ctx context.Context, p *partnerRT, sess *sftpcon
 		}
 		handled++
 	}
-	quota, err := d.space.quota(p)
+	quota, err := d.space.Quota(p.cfg.ID, p.cfg.Limits.MaxSpoolBytes, &p.quotaFull)
 	if err != nil {
 		return err
 	}
@@ -270,7 +271,7 @@ type claimLoop struct {
 	d       *claimStage
 	p       *partnerRT
 	sess    *sftpconn.Session
-	quota   *spoolQuota
+	quota   *backpressure.Quota
 	claimed int   // files claimed or quarantined this poll
 	nextID  int64 // allocated before the next claim's rename (see claim)
 	racing  bool  // another replica claims from the partner: groups rename one at a time (claimGroup)
@@ -319,7 +320,7 @@ func (c *claimLoop) run(ctx context.Context, cands []candidate, beyond int) erro
 // max_files_per_poll, the partner's spool quota and the spool's free
 // space, and while this replica polls the partner.
 func (c *claimLoop) room(ctx context.Context) bool {
-	return c.claimed < c.p.cfg.Limits.MaxFilesPerPoll && c.quota.ok() && c.d.space.spaceOK() && c.d.peers.Owns(ctx, c.p.cfg.ID)
+	return c.claimed < c.p.cfg.Limits.MaxFilesPerPoll && c.quota.OK() && c.d.space.SpaceOK() && c.d.peers.Owns(ctx, c.p.cfg.ID)
 }
 
 // claimAt claims what starts at cands[0], a group of small files
@@ -346,7 +347,7 @@ func (c *claimLoop) claimAt(ctx context.Context, cands []candidate, sl *slots) (
 		// walked 0: the groups were put back, walk them again one at a time
 		c.claimed += len(ins)
 		for _, in := range ins {
-			d.space.quotaClaimed(p, c.quota, in.ListedSize)
+			c.quota.Claimed(in.ListedSize)
 		}
 		for k, ins := range splitClaims(groups, ins) {
 			var w func() error
@@ -370,7 +371,7 @@ func (c *claimLoop) claimAt(ctx context.Context, cands []candidate, sl *slots) (
 		return 1, nil, err
 	}
 	c.claimed++
-	d.space.quotaClaimed(p, c.quota, in.ListedSize)
+	c.quota.Claimed(in.ListedSize)
 	return 1, func() error { return d.runClaimed(ctx, p, sess, in, opening, true) }, nil
 }
 
@@ -389,12 +390,12 @@ func (c *claimLoop) followingGroups(cands, g []candidate, sl *slots) (groups [][
 		return groups, nil
 	}
 	left := c.p.cfg.Limits.MaxFilesPerPoll - c.claimed - len(g)
-	bytes := c.quota.used
+	bytes := c.quota.Used
 	for _, x := range g {
 		bytes += x.Size
 	}
 	for rest := cands[len(g):]; len(rest) > 0; {
-		if c.quota.max > 0 && bytes >= c.quota.max {
+		if c.quota.Max > 0 && bytes >= c.quota.Max {
 			break
 		}
 		next := groupAt(c.p.cfg, rest, left, c.p.nocase.Load())
