@@ -118,7 +118,7 @@ func (r *finishStage) moveToArchive(ctx context.Context, st *sitefile.Staged, rc
 		return "", false, nil, err
 	}
 	dir := r.sess.Layout.ArchiveDir(in.ClaimedAt)
-	names := archiveNames(dir, in, 9)
+	names := sitefile.ArchiveNames(dir, in, 9)
 	if ours {
 		copied := r.sess.AllowCopy(in.Size) // a RENAME that copies answers late
 		if st != nil {
@@ -177,9 +177,9 @@ func (r *finishStage) reclaimHeld(ctx context.Context, dir string) (dst string, 
 		return "", false, err
 	}
 	qdir := r.sess.Layout.QuarantineDir()
-	held := path.Join(qdir, heldName(r.in.ID, r.in.RemoteName))
+	held := path.Join(qdir, sitefile.HeldName(r.in.ID, r.in.RemoteName))
 	copied := r.sess.AllowCopy(r.in.Size)
-	dst, err = moveOnce(r.sess, held, archiveNames(dir, r.in, 9))
+	dst, err = moveOnce(r.sess, held, sitefile.ArchiveNames(dir, r.in, 9))
 	copied()
 	if errors.Is(err, ErrRemoteLost) {
 		return "", false, nil

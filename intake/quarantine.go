@@ -39,7 +39,7 @@ func (r *fileRun) hold(ctx context.Context, to ledger.State, reason reason.Code,
 	r.dropAhead() // a held file applies nothing
 	in, f := r.in, r.finishStage()
 	qdir := r.sess.Layout.QuarantineDir()
-	base := heldName(in.ID, in.RemoteName)
+	base := sitefile.HeldName(in.ID, in.RemoteName)
 	if r.feed == nil {
 		base = fmt.Sprintf("%d.%s", in.ID, reason) // a hostile name never enters our paths
 	}
@@ -127,7 +127,7 @@ func (r *finishStage) dropStaleReason() error {
 // removeReason removes the file's reason file from quarantine/ (gone
 // already is fine).
 func (r *finishStage) removeReason() error {
-	p := path.Join(r.sess.Layout.QuarantineDir(), sitefile.ReasonName(heldName(r.in.ID, r.in.RemoteName)))
+	p := path.Join(r.sess.Layout.QuarantineDir(), sitefile.ReasonName(sitefile.HeldName(r.in.ID, r.in.RemoteName)))
 	if err := r.sess.Remove(p); err != nil && !sftpconn.IsNotExist(err) {
 		return fmt.Errorf("remove stale reason file: %w", err)
 	}

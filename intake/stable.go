@@ -129,7 +129,7 @@ func putBackFile(sess *sftpconn.Session, claimedPath, name string) error {
 		}
 		return fmt.Errorf("put back %s: %w", path.Base(claimedPath), err)
 	}
-	dst := path.Join(sess.Layout.QuarantineDir(), sitefile.FitStem(fmt.Sprintf("put-back.%d.", time.Now().UnixNano()), name, "", heldReserve))
+	dst := path.Join(sess.Layout.QuarantineDir(), sitefile.FitStem(fmt.Sprintf("put-back.%d.", time.Now().UnixNano()), name, "", sitefile.HeldReserve))
 	if err := sess.Rename(claimedPath, dst); err != nil && !sftpconn.IsNotExist(err) {
 		return fmt.Errorf("put back %s: %w", path.Base(claimedPath), err)
 	}
