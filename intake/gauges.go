@@ -3,9 +3,7 @@ package intake
 import (
 	"context"
 	"fmt"
-	"io/fs"
 	"log/slog"
-	"path/filepath"
 	"time"
 
 	"github.com/partner-intake/partner-intake/intake/ledger"
@@ -56,54 +54,12 @@ func (g *gauges) refresh(ctx context.Context) error {
 	defer cancel()
 	m := g.metrics
 	order := g.parts.ids() // a reload may change them meanwhile
-	for _, id := range order {
-		for _, st := range []ledger.State{ledger.StateClaimed, ledger.StateSpooled, ledger.StateApplying, ledger.StateApplied, ledger.StateOutcomeUnknown, ledger.StateQuarantined} {
-			m.Files.WithLabelValues(id, string(st)).Set(0)
-		}
-		m.OldestProcessing.WithLabelValues(id).Set(0)
-		m.QuarantineOpen.WithLabelValues(id).Set(0)
-		m.QuarantineOldest.WithLabelValues(id).Set(0)
-		m.Awaiting.WithLabelValues(id).Set(0)
-		m.AwaitingOldest.WithLabelValues(id).Set(0)
-		m.InflightRows.WithLabelValues(id).Set(0)
-		m.InflightRowsDone.WithLabelValues(id).Set(0)
-		m.InflightBytes.WithLabelValues(id).Set(0)
-		m.InflightBytesDone.WithLabelValues(id).Set(0)
-	}
-	oldest := map[string]float64{}
+	m.ResetFiles(order)
 	gs, err := g.ledger.Gauges(ctx, order)
 	if err != nil {
 		return fmt.Errorf("refresh gauges: %w", err)
 	}
-	for _, g := range gs {
-		partner := g.Partner
-		switch g.State {
-		case ledger.StateAwaitingApproval:
-			// waits for ops, not for a worker: not "processing"
-			m.Awaiting.WithLabelValues(partner).Set(float64(g.Files))
-			m.AwaitingOldest.WithLabelValues(partner).Set(g.Age)
-			continue
-		}
-		m.Files.WithLabelValues(partner, string(g.State)).Set(float64(g.Files))
-		switch g.State {
-		case ledger.StateQuarantined:
-			m.QuarantineOpen.WithLabelValues(partner).Set(float64(g.Files))
-			m.QuarantineOldest.WithLabelValues(partner).Set(g.Age)
-		default:
-			if g.Age > oldest[partner] {
-				oldest[partner] = g.Age
-			}
-		}
-		if g.State == ledger.StateApplying {
-			m.InflightRows.WithLabelValues(partner).Set(g.Rows)
-			m.InflightRowsDone.WithLabelValues(partner).Set(g.RowsDone)
-			m.InflightBytes.WithLabelValues(partner).Set(g.Bytes)
-			m.InflightBytesDone.WithLabelValues(partner).Set(g.BytesDone)
-		}
-	}
-	for p, age := range oldest {
-		m.OldestProcessing.WithLabelValues(p).Set(age)
-	}
+	m.SetFiles(gs)
 	for _, p := range g.parts.list() {
 		id := p.cfg.ID
 		p.statMu.Lock()
@@ -119,21 +75,8 @@ func (g *gauges) refresh(ctx context.Context) error {
 	return nil
 }
 
-// refreshSpoolBytes walks the spool and sets the bytes held per partner.
-func (g *gauges) refreshSpoolBytes() {
-	for _, id := range g.parts.ids() {
-		var total int64
-		filepath.WalkDir(filepath.Join(g.spool.Dir(), id), func(_ string, e fs.DirEntry, err error) error {
-			if err == nil && e.Type().IsRegular() {
-				if info, err := e.Info(); err == nil {
-					total += info.Size()
-				}
-			}
-			return nil
-		})
-		g.metrics.SpoolBytes.WithLabelValues(id).Set(float64(total))
-	}
-}
+// refreshSpoolBytes sets the bytes the spool holds per partner.
+func (g *gauges) refreshSpoolBytes() { g.metrics.SetSpoolBytes(g.spool, g.parts.ids()) }
 
 // PartnerState is what the daemon knows of a partner's site right now.
 type PartnerState struct {

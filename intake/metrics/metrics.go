@@ -7,6 +7,8 @@
 package metrics
 
 import (
+	"io/fs"
+	"path/filepath"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -14,6 +16,7 @@ import (
 
 	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/partners/sftpconn"
+	"github.com/partner-intake/partner-intake/spool"
 )
 
 // Set is the daemon's Prometheus series. Labels are bounded: partner ids,
@@ -216,4 +219,75 @@ func (m *Set) Connections(reg prometheus.Registerer, c *sftpconn.Conns) {
 	promauto.With(reg).NewGaugeFunc(prometheus.GaugeOpts{Name: "intake_ssh_connections_open",
 		Help: "SSH connections open to partners' sites (sessions.partners_per_connection share one where sites are one server under one account)."},
 		func() float64 { return float64(c.Open()) })
+}
+
+// ResetFiles sets the gauges SetFiles sets to 0 for partners.
+func (m *Set) ResetFiles(partners []string) {
+	for _, id := range partners {
+		for _, st := range []ledger.State{ledger.StateClaimed, ledger.StateSpooled, ledger.StateApplying, ledger.StateApplied, ledger.StateOutcomeUnknown, ledger.StateQuarantined} {
+			m.Files.WithLabelValues(id, string(st)).Set(0)
+		}
+		m.OldestProcessing.WithLabelValues(id).Set(0)
+		m.QuarantineOpen.WithLabelValues(id).Set(0)
+		m.QuarantineOldest.WithLabelValues(id).Set(0)
+		m.Awaiting.WithLabelValues(id).Set(0)
+		m.AwaitingOldest.WithLabelValues(id).Set(0)
+		m.InflightRows.WithLabelValues(id).Set(0)
+		m.InflightRowsDone.WithLabelValues(id).Set(0)
+		m.InflightBytes.WithLabelValues(id).Set(0)
+		m.InflightBytesDone.WithLabelValues(id).Set(0)
+	}
+}
+
+// SetFiles sets the gauges that describe the whole pipeline as the
+// database sees it (the ledger's Gauges, after ResetFiles): files per
+// state, oldest file in processing, open quarantine, files awaiting
+// approval, progress of files being applied.
+func (m *Set) SetFiles(gs []ledger.Gauge) {
+	oldest := map[string]float64{}
+	for _, g := range gs {
+		partner := g.Partner
+		switch g.State {
+		case ledger.StateAwaitingApproval:
+			// waits for ops, not for a worker: not "processing"
+			m.Awaiting.WithLabelValues(partner).Set(float64(g.Files))
+			m.AwaitingOldest.WithLabelValues(partner).Set(g.Age)
+			continue
+		}
+		m.Files.WithLabelValues(partner, string(g.State)).Set(float64(g.Files))
+		switch g.State {
+		case ledger.StateQuarantined:
+			m.QuarantineOpen.WithLabelValues(partner).Set(float64(g.Files))
+			m.QuarantineOldest.WithLabelValues(partner).Set(g.Age)
+		default:
+			if g.Age > oldest[partner] {
+				oldest[partner] = g.Age
+			}
+		}
+		if g.State == ledger.StateApplying {
+			m.InflightRows.WithLabelValues(partner).Set(g.Rows)
+			m.InflightRowsDone.WithLabelValues(partner).Set(g.RowsDone)
+			m.InflightBytes.WithLabelValues(partner).Set(g.Bytes)
+			m.InflightBytesDone.WithLabelValues(partner).Set(g.BytesDone)
+		}
+	}
+	for p, age := range oldest {
+		m.OldestProcessing.WithLabelValues(p).Set(age)
+	}
+}
+
+// SetSpoolBytes walks the spool and sets the bytes it holds per partner.
+func (m *Set) SetSpoolBytes(sp *spool.Spool, partners []string) {
+	for _, id := range partners {
+		var total int64
+		filepath.WalkDir(filepath.Join(sp.Dir(), id), func(_ string, e fs.DirEntry, err error) error {
+			if err == nil && e.Type().IsRegular() {
+				if info, err := e.Info(); err == nil {
+					total += info.Size()
+				}
+			}
+			return nil
+		})
+		m.SpoolBytes.WithLabelValues(id).Set(float64(total))
+	}
 }

@@ -4,7 +4,10 @@ import (
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
+
+	"github.com/partner-intake/partner-intake/intake/ledger"
 )
 
 // A renamed family is gathered under its old name too, as the same kind,
@@ -48,5 +51,39 @@ func TestDeprecatedNamesCarryTheCurrentSeries(t *testing.T) {
 		if v != c.want {
 			t.Errorf("%s = %v, want %v", c.old, v, c.want)
 		}
+	}
+}
+
+// The files gauges: quarantined and awaiting files are not "processing"
+// (the oldest in processing is the oldest other file), files applying
+// carry their progress, and a reset partner reads 0 until set again.
+func TestFilesGauges(t *testing.T) {
+	m := New(prometheus.NewRegistry())
+	m.ResetFiles([]string{"p1"})
+	m.SetFiles([]ledger.Gauge{
+		{Partner: "p1", State: ledger.StateApplying, Files: 1, Age: 20, Rows: 100, RowsDone: 40},
+		{Partner: "p1", State: ledger.StateClaimed, Files: 3, Age: 10},
+		{Partner: "p1", State: ledger.StateQuarantined, Files: 2, Age: 500},
+		{Partner: "p1", State: ledger.StateAwaitingApproval, Files: 1, Age: 700},
+	})
+	for name, c := range map[string]struct {
+		got  prometheus.Collector
+		want float64
+	}{
+		"claimed":           {m.Files.WithLabelValues("p1", "claimed"), 3},
+		"oldest processing": {m.OldestProcessing.WithLabelValues("p1"), 20},
+		"quarantine open":   {m.QuarantineOpen.WithLabelValues("p1"), 2},
+		"quarantine oldest": {m.QuarantineOldest.WithLabelValues("p1"), 500},
+		"awaiting":          {m.Awaiting.WithLabelValues("p1"), 1},
+		"awaiting oldest":   {m.AwaitingOldest.WithLabelValues("p1"), 700},
+		"rows done":         {m.InflightRowsDone.WithLabelValues("p1"), 40},
+	} {
+		if v := testutil.ToFloat64(c.got); v != c.want {
+			t.Errorf("%s = %v, want %v", name, v, c.want)
+		}
+	}
+	m.ResetFiles([]string{"p1"})
+	if v := testutil.ToFloat64(m.Files.WithLabelValues("p1", "claimed")); v != 0 {
+		t.Errorf("claimed after a reset = %v", v)
 	}
 }
