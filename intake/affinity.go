@@ -2,6 +2,8 @@ package intake
 
 import (
 	"time"
+
+	"github.com/partner-intake/partner-intake/intake/metrics"
 )
 
 // Which replica polls a partner is intake/affinity's (Daemon.peers).
@@ -10,11 +12,11 @@ import (
 // replica polls now: its up, ready-files and oldest-ready gauges would
 // otherwise go stale here and mask (or fake) the owner's alerts, which
 // aggregate with max() over replicas.
-func (p *partnerRT) notPolling(m *metrics) {
+func (p *partnerRT) notPolling(m *metrics.Set) {
 	p.statMu.Lock()
 	p.polling, p.elsewhere, p.readyCount, p.oldestReady = false, true, 0, time.Time{}
 	p.statMu.Unlock()
-	m.partnerUp.DeleteLabelValues(p.cfg.ID)
-	m.readyFiles.DeleteLabelValues(p.cfg.ID)
-	m.oldestReady.DeleteLabelValues(p.cfg.ID)
+	m.PartnerUp.DeleteLabelValues(p.cfg.ID)
+	m.ReadyFiles.DeleteLabelValues(p.cfg.ID)
+	m.OldestReady.DeleteLabelValues(p.cfg.ID)
 }

@@ -122,7 +122,7 @@ func openStream(ctx context.Context, tx pgx.Tx, tgt *target.Table) (*aheadStream
 // write hands a chunk's rows to the COPY (chunk.streamDirect); it
 // returns once the COPY has taken them, so the chunk may be used again.
 func (s *aheadStream) write(ch *chunk, partner string, writer int64) error {
-	if err := ch.streamDirect(s.pw, partner, writer); err != nil {
+	if err := ch.StreamDirect(s.pw, partner, writer); err != nil {
 		return err
 	}
 	s.sent += int64(ch.rows())
@@ -192,7 +192,7 @@ func (r *fetchStage) startAhead(ctx context.Context, fl io.ReadCloser, scanOut c
 		defer close(a.done)
 		defer close(a.hand)
 		if outcome := r.applyStage().runAhead(actx, a, fl, scanOut); outcome != "handed" {
-			r.d.metrics.ahead.WithLabelValues(r.in.Partner, outcome).Inc()
+			r.d.metrics.Ahead.WithLabelValues(r.in.Partner, outcome).Inc()
 		}
 	}()
 	return a
@@ -349,7 +349,7 @@ func (r *applyStage) runAhead(ctx context.Context, a *ahead, fl io.ReadCloser, s
 			}
 			cc, err := r.aheadChunk(ctx, tx, h.tgt, c, &as)
 			if err != nil {
-				c.dropPayload() // a failed COPY's goroutine may still read it
+				c.DropPayload() // a failed COPY's goroutine may still read it
 				h.free <- c
 				return abandon("chunk", err)
 			}
@@ -369,7 +369,7 @@ func (r *applyStage) runAhead(ctx context.Context, a *ahead, fl io.ReadCloser, s
 // subtransaction at most, not one a chunk); a later refusal abandons.
 func (r *applyStage) aheadChunk(ctx context.Context, tx pgx.Tx, tgt *target.Table, ch *chunk, as *aheadState) (chunkCounts, error) {
 	var c chunkCounts
-	if as.probed && as.direct && !ch.dupKeys && !tgt.StagedDirect() && !tgt.Snapshot() && len(ch.refused) == 0 {
+	if as.probed && as.direct && !ch.DupKeys && !tgt.StagedDirect() && !tgt.Snapshot() && len(ch.refused) == 0 {
 		// into the one COPY (a key that exists fails it, and so abandons)
 		if as.stream == nil {
 			s, err := openStream(ctx, tx, tgt)
@@ -390,7 +390,7 @@ func (r *applyStage) aheadChunk(ctx context.Context, tx pgx.Tx, tgt *target.Tabl
 	staged := false // the staging table holds this chunk's rows (a snapshot records their keys from it)
 	if ch.rows() > 0 {
 		direct := false
-		if as.direct && !ch.dupKeys {
+		if as.direct && !ch.DupKeys {
 			n, err := r.aheadDirect(ctx, tx, tgt, ch, as)
 			switch {
 			case err == nil:
@@ -464,7 +464,7 @@ func (r *applyStage) aheadDirect(ctx context.Context, tx pgx.Tx, tgt *target.Tab
 		}
 		return n, nil
 	}
-	ch.dropPayload()
+	ch.DropPayload()
 	var pe *pgconn.PgError
 	if as.probed || !errors.As(err, &pe) {
 		return 0, err
@@ -529,7 +529,7 @@ func (r *applyStage) applyAhead(ctx context.Context, tgt *target.Table) (done bo
 		}
 		<-h.readErr
 		r.log.Info("chunks applied ahead of the plan not taken; the file is applied from the spool", "why", why, "err", err)
-		r.d.metrics.ahead.WithLabelValues(r.in.Partner, "abandoned").Inc()
+		r.d.metrics.Ahead.WithLabelValues(r.in.Partner, "abandoned").Inc()
 		return false, nil
 	}
 	if h.tgt != tgt {
@@ -562,7 +562,7 @@ func (r *applyStage) applyAhead(ctx context.Context, tgt *target.Table) (done bo
 		r.account(len(h.chunks), h.sum)
 		r.log.Debug("chunks applied ahead of the plan committed", "chunks", len(h.chunks))
 	}
-	r.d.metrics.ahead.WithLabelValues(in.Partner, "committed").Inc()
+	r.d.metrics.Ahead.WithLabelValues(in.Partner, "committed").Inc()
 	release()
 	return true, r.applyChunks(ctx, tgt, h.pending, h.full, h.free, h.readErr, h.stop)
 }

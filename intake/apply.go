@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/partner-intake/partner-intake/intake/chunkrows"
 	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/intake/rows"
 	"github.com/partner-intake/partner-intake/intake/target"
@@ -166,7 +167,7 @@ func (r *applyStage) applyChunks(ctx context.Context, tgt *target.Table, pending
 func (r *applyStage) readChunks(ctx context.Context, rd *rows.Reader, first int, full chan<- *chunk, free <-chan *chunk, sc *scan) error {
 	defer close(full)
 	keyIdx := keyIndexes(r.feed)
-	var cut chunkCut
+	var cut chunkrows.Cut
 	var c *chunk
 	take := func(no int) error {
 		select {
@@ -201,7 +202,7 @@ func (r *applyStage) readChunks(ctx context.Context, rd *rows.Reader, first int,
 		if sc != nil {
 			sc.count(row)
 		}
-		no, next := cut.place(r.feed, row)
+		no, next := cut.Place(r.feed, row)
 		if next && c != nil {
 			if err := hand(false); err != nil {
 				return err
@@ -217,15 +218,15 @@ func (r *applyStage) readChunks(ctx context.Context, rd *rows.Reader, first int,
 		}
 		c.span(row.Line)
 		if row.Issue == nil {
-			if err := c.add(row.Line, row.Values, row.Null, keyIdx); err != nil {
+			if err := c.Add(row.Line, row.Values, row.Null, keyIdx); err != nil {
 				// a value the target column's binary encoding refuses (an
 				// integer past a smallint, a decimal past the column's
 				// precision): that row alone is refused
-				var ve *valueError
+				var ve *chunkrows.ValueError
 				if !errors.As(err, &ve) {
 					return err
 				}
-				c.refused = append(c.refused, refusal{line: row.Line, column: r.feed.Columns[ve.col].Name, detail: "refused by the column's type: " + ve.code})
+				c.refused = append(c.refused, refusal{line: row.Line, column: r.feed.Columns[ve.Col].Name, detail: "refused by the column's type: " + ve.Code})
 			}
 		}
 	}
@@ -273,7 +274,7 @@ func (r *applyStage) markUnknown(ctx context.Context, cu *CommitUnknownError) er
 	if spent {
 		r.log.Error("file past its retry budget with a commit outcome unknown; it fails for good once the reconciler has read the ledger", "attempts", n)
 	}
-	r.d.metrics.finished(r.in.Partner, string(ledger.StateOutcomeUnknown))
+	r.d.metrics.Finished(r.in.Partner, string(ledger.StateOutcomeUnknown))
 	return nil
 }
 
@@ -318,7 +319,7 @@ func (r *applyStage) commitChunk(ctx context.Context, tgt *target.Table, ch *chu
 			if err := r.markUnknown(ctx, cu); err != nil || r.in.State != ledger.StateApplied {
 				return err
 			}
-			r.d.metrics.rows(r.in.Partner, c) // landed: the ledger's counts are in r.in
+			countRows(r.d.metrics, r.in.Partner, c) // landed: the ledger's counts are in r.in
 			return nil
 		}
 		var pc *planChangedError
@@ -333,7 +334,7 @@ func (r *applyStage) commitChunk(ctx context.Context, tgt *target.Table, ch *chu
 			return err
 		}
 		r.log.Warn("chunk failed, retrying", "chunk", chunk, "attempt", attempt, "err", err)
-		r.d.metrics.chunkRetries.WithLabelValues(r.in.Partner).Inc()
+		r.d.metrics.ChunkRetries.WithLabelValues(r.in.Partner).Inc()
 		r.d.signals.ChunkRetry.Signal(r.in.Partner)
 		select {
 		case <-ctx.Done():
@@ -357,7 +358,7 @@ func (r *applyStage) account(chunksDone int, c chunkCounts) {
 	if c.fileApplied {
 		r.in.State = ledger.StateApplied
 	}
-	r.d.metrics.rows(r.in.Partner, c)
+	countRows(r.d.metrics, r.in.Partner, c)
 	if r.progress != nil {
 		r.progress(r.in.RowsApplied+r.in.RowsUnchanged+r.in.RowsConflict+r.in.RowsRejected, r.in.RowsTotal)
 	}
@@ -484,7 +485,7 @@ func (r *applyStage) snapshotStatements(ctx context.Context, tx pgx.Tx, tgt *tar
 	}
 	if rejected := r.in.RowsRejected + c.rejected; rejected > 0 {
 		r.log.Warn("snapshot has rejected rows: no row deleted", "rows_rejected", rejected)
-		r.d.metrics.snapshotSkipped.WithLabelValues(r.in.Partner).Inc()
+		r.d.metrics.SnapshotSkipped.WithLabelValues(r.in.Partner).Inc()
 	} else {
 		n, kept, err := tgt.Sweep(ctx, tx, writer, r.in.Partner, r.in.ID, r.in.Feed)
 		if err != nil {
@@ -538,7 +539,7 @@ func (r *applyStage) rowPath(ch *chunk) int {
 	switch {
 	case ch.rows() == 0:
 		return pathNone
-	case r.direct && !ch.dupKeys:
+	case r.direct && !ch.DupKeys:
 		return pathDirect
 	}
 	return pathMerge
@@ -562,7 +563,7 @@ func (r *applyStage) writeRows(ctx context.Context, tx pgx.Tx, tgt *target.Table
 			c.applied = n
 			return nil
 		}
-		ch.dropPayload()
+		ch.DropPayload()
 		var pe *pgconn.PgError
 		if !errors.As(err, &pe) {
 			if ctx.Err() != nil {
@@ -643,9 +644,9 @@ func (r *applyStage) writeRows(ctx context.Context, tx pgx.Tx, tgt *target.Table
 // the target's unique violation.
 func (r *applyStage) writeDirect(ctx context.Context, tx pgx.Tx, tgt *target.Table, ch *chunk, writer int64) (int64, error) {
 	if !tgt.StagedDirect() {
-		return tgt.CopyDirect(ctx, tx, ch.directPayload(r.in.Partner, writer))
+		return tgt.CopyDirect(ctx, tx, ch.DirectPayload(r.in.Partner, writer))
 	}
-	if err := tgt.CopyStage(ctx, tx, ch.stagePayload()); err != nil {
+	if err := tgt.CopyStage(ctx, tx, ch.StagePayload()); err != nil {
 		return 0, err
 	}
 	return tgt.InsertStaged(ctx, tx, writer, r.in.Partner)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/partner-intake/partner-intake/intake/chunkrows"
 	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/intake/target"
 	"github.com/partner-intake/partner-intake/partners/sftpconn"
@@ -127,20 +128,20 @@ func (r *planStage) planApproval(ctx context.Context, sc *scan, res *planResult)
 		return err
 	}
 	in.State, in.RowsTotal, in.RowsRejected = next, res.Total, res.Rejected
-	r.d.metrics.rowsTotal.WithLabelValues(in.Partner, "rejected").Add(float64(res.Rejected))
+	r.d.metrics.RowsTotal.WithLabelValues(in.Partner, "rejected").Add(float64(res.Rejected))
 	switch {
 	case rec.Replanned:
-		r.d.metrics.plans.WithLabelValues(in.Partner, "replanned").Inc()
+		r.d.metrics.Plans.WithLabelValues(in.Partner, "replanned").Inc()
 		r.log.Warn("approved plan no longer holds: the file awaits approval again", "plan_hash", rec.Hash,
 			"approved_hash", rec.ApprovedWas, "reason", reason.PlanChanged)
 	case rec.Wait:
-		r.d.metrics.plans.WithLabelValues(in.Partner, "awaiting_approval").Inc()
+		r.d.metrics.Plans.WithLabelValues(in.Partner, "awaiting_approval").Inc()
 		r.log.Info("plan awaits approval", "plan_hash", rec.Hash, "why", rec.Why)
 	case approved:
-		r.d.metrics.plans.WithLabelValues(in.Partner, "approved_applied").Inc()
+		r.d.metrics.Plans.WithLabelValues(in.Partner, "approved_applied").Inc()
 		r.log.Info("approved plan holds: applying", "plan_hash", rec.Hash)
 	default:
-		r.d.metrics.plans.WithLabelValues(in.Partner, "applied_at_once").Inc()
+		r.d.metrics.Plans.WithLabelValues(in.Partner, "applied_at_once").Inc()
 	}
 	return nil
 }
@@ -175,7 +176,7 @@ func (r *planStage) targetPlan(ctx context.Context, tx pgx.Tx, total int64) (tar
 		if c.rows() == 0 {
 			return nil
 		}
-		if err := tgt.CopyStage(ctx, tx, c.stagePayload()); err != nil {
+		if err := tgt.CopyStage(ctx, tx, c.StagePayload()); err != nil {
 			return fmt.Errorf("plan: copy: %w", err)
 		}
 		c.reset(0)
@@ -193,15 +194,15 @@ func (r *planStage) targetPlan(ctx context.Context, tx pgx.Tx, total int64) (tar
 			invalid++
 			continue
 		}
-		if err := c.add(row.Line, row.Values, row.Null, keyIdx); err != nil {
-			var ve *valueError
+		if err := c.Add(row.Line, row.Values, row.Null, keyIdx); err != nil {
+			var ve *chunkrows.ValueError
 			if !errors.As(err, &ve) {
 				return counts, nil, err
 			}
 			invalid++
 			continue
 		}
-		if c.rows() >= rowsPer || int64(len(c.cols)) >= r.feed.ChunkBytes {
+		if c.rows() >= rowsPer || int64(len(c.Cols)) >= r.feed.ChunkBytes {
 			if err := flush(); err != nil {
 				return counts, nil, err
 			}
@@ -281,7 +282,7 @@ func (r *applyStage) rewait(ctx context.Context, pc *planChangedError) error {
 		return err
 	}
 	in.State = ledger.StateAwaitingApproval
-	r.d.metrics.plans.WithLabelValues(in.Partner, "replanned").Inc()
+	r.d.metrics.Plans.WithLabelValues(in.Partner, "replanned").Inc()
 	r.log.Warn("approved plan no longer holds at the first chunk: the file awaits approval again", "plan_hash", pc.rec.Hash,
 		"approved_hash", pc.rec.ApprovedWas, "reason", reason.PlanChanged)
 	return nil

@@ -118,7 +118,7 @@ func (r *finishStage) moveToArchive(ctx context.Context, st *sitefile.Staged, rc
 		return "", false, nil, err
 	}
 	dir := r.sess.Layout.ArchiveDir(in.ClaimedAt)
-	names := archiveNames(dir, in, 9)
+	names := sitefile.ArchiveNames(dir, in, 9)
 	if ours {
 		copied := r.sess.AllowCopy(in.Size) // a RENAME that copies answers late
 		if st != nil {
@@ -144,7 +144,7 @@ func (r *finishStage) moveToArchive(ctx context.Context, st *sitefile.Staged, rc
 	}
 	if lost {
 		r.log.Error("remote file vanished from processing/ before archiving; the spool keeps the bytes", "reason", reason.RemoteLost)
-		r.d.metrics.remoteLost.WithLabelValues(in.Partner).Inc()
+		r.d.metrics.RemoteLost.WithLabelValues(in.Partner).Inc()
 	}
 	return dst, lost, ahead, nil
 }
@@ -177,9 +177,9 @@ func (r *finishStage) reclaimHeld(ctx context.Context, dir string) (dst string, 
 		return "", false, err
 	}
 	qdir := r.sess.Layout.QuarantineDir()
-	held := path.Join(qdir, heldName(r.in.ID, r.in.RemoteName))
+	held := path.Join(qdir, sitefile.HeldName(r.in.ID, r.in.RemoteName))
 	copied := r.sess.AllowCopy(r.in.Size)
-	dst, err = moveOnce(r.sess, held, archiveNames(dir, r.in, 9))
+	dst, err = moveOnce(r.sess, held, sitefile.ArchiveNames(dir, r.in, 9))
 	copied()
 	if errors.Is(err, ErrRemoteLost) {
 		return "", false, nil
@@ -246,7 +246,7 @@ func (r *finishStage) receipt(outcome ledger.Outcome, dupOf int64, lost bool) si
 // archived counts and logs a file that archive finished.
 func (r *finishStage) archived(outcome ledger.Outcome, to ledger.State) {
 	in := r.in
-	r.d.metrics.finished(in.Partner, string(to))
+	r.d.metrics.Finished(in.Partner, string(to))
 	r.log.Info("file done", "outcome", outcome, "rows_total", in.RowsTotal, "rows_applied", in.RowsApplied,
 		"rows_unchanged", in.RowsUnchanged, "rows_rejected", in.RowsRejected, "rows_conflict", in.RowsConflict, "archive", in.ArchivePath)
 }

@@ -76,7 +76,7 @@ func (r *fileRun) settle(ctx context.Context, err error) error {
 	default:
 		r.log.Warn("file failed; retried on its own backoff while the partner's other files go on", "attempt", n, "err", err)
 	}
-	r.d.metrics.fileRetries.WithLabelValues(r.in.Partner).Inc()
+	r.d.metrics.FileRetries.WithLabelValues(r.in.Partner).Inc()
 	var pe *pgconn.PgError
 	if !errors.As(err, &pe) {
 		// an SFTP failure may be the session's or the site's (a directory

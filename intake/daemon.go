@@ -17,12 +17,15 @@ import (
 	"github.com/robfig/cron/v3"
 
 	"github.com/partner-intake/partner-intake/intake/affinity"
+	"github.com/partner-intake/partner-intake/intake/backpressure"
 	"github.com/partner-intake/partner-intake/intake/daemoncfg"
 	"github.com/partner-intake/partner-intake/intake/ledger"
+	"github.com/partner-intake/partner-intake/intake/metrics"
 	"github.com/partner-intake/partner-intake/intake/pollrecord"
 	"github.com/partner-intake/partner-intake/intake/sessions"
 	"github.com/partner-intake/partner-intake/intake/target"
 	"github.com/partner-intake/partner-intake/intake/targethold"
+	"github.com/partner-intake/partner-intake/intake/unwrap"
 	"github.com/partner-intake/partner-intake/intake/workerid"
 	"github.com/partner-intake/partner-intake/internal/lifecycle"
 	"github.com/partner-intake/partner-intake/internal/pgerr"
@@ -65,7 +68,7 @@ type Daemon struct {
 	db      *pgxpool.Pool
 	spool   *spool.Spool
 	ledger  *ledger.Ledger
-	metrics *metrics
+	metrics *metrics.Set
 	log     *slog.Logger
 	// parts are the partners (partnerset.go); a reload swaps them
 	parts *partnerSet
@@ -87,8 +90,8 @@ type Daemon struct {
 	cron   *cron.Cron
 	runCtx context.Context // the daemon's own, for pollers a reload starts
 
-	gauges  *gauges     // the database-derived gauges (gauges.go)
-	space   *spoolGuard // spool backpressure (backpressure.go)
+	gauges  *gauges             // the database-derived gauges (gauges.go)
+	space   *backpressure.Guard // spool backpressure (intake/backpressure)
 	signals testSignals
 	ahead   chan struct{}        // slots of files applied ahead (ahead.go)
 	polls   *pollrecord.Recorder // poll outcomes not yet written (intake/pollrecord)
@@ -104,25 +107,25 @@ func New(cfg Config, parts []partners.Config, db *pgxpool.Pool, sp *spool.Spool,
 		return nil, err
 	}
 	d := &Daemon{cfg: cfg, db: db, spool: sp, ledger: ledger.New(db, cfg.Lease).WithClaimPool(cfg.ClaimDB).WithBeatPool(beatPool(db)),
-		metrics: newMetrics(reg), log: slog.New(pgerr.Handler(log.Handler())).With("component", "intake", "worker", cfg.WorkerID),
+		metrics: metrics.New(reg), log: slog.New(pgerr.Handler(log.Handler())).With("component", "intake", "worker", cfg.WorkerID),
 		parts: &partnerSet{byID: map[string]*partnerRT{}}, targets: target.NewCache(db)}
 	d.replica = &replica{ledger: d.ledger, workerID: cfg.WorkerID, lease: cfg.Lease, parts: d.parts, log: d.log, beat: &d.signals.WorkerBeat,
 		life: &d.life, startMu: &d.mu}
 	d.workerID = workerid.New(workerid.Config{DB: db, WorkerID: cfg.WorkerID, Lease: cfg.Lease, Log: d.log,
-		Held: d.metrics.workerIDHeld, Regained: d.replica.regained})
+		Held: d.metrics.WorkerIDHeld, Regained: d.replica.regained})
 	d.replica.id = d.workerID
 	d.peers = affinity.New(affinity.Config{Ledger: d.ledger, WorkerID: cfg.WorkerID, Lease: cfg.Lease, Everyone: cfg.Affinity == AffinityNone,
 		Registered: d.replica.registered.Load, Partners: d.parts.ids, Gained: d.Poke, Seen: func(m map[string][]string) { d.signals.Peers.Signal(m) },
-		Owned: d.metrics.partnerOwned, Log: d.log})
+		Owned: d.metrics.PartnerOwned, Log: d.log})
 	d.feedHolds = &targethold.Keeper{DB: db, Targets: d.targets, Partners: func() []targethold.Partner { return holdPartners(d.parts.list()) },
-		Held: d.metrics.targetHeld, Log: d.log}
-	d.space = &spoolGuard{spool: sp, minFree: &d.cfg.SpoolMinFree, metrics: d.metrics, log: d.log}
+		Held: d.metrics.TargetHeld, Log: d.log}
+	d.space = &backpressure.Guard{Spool: sp, MinFree: &d.cfg.SpoolMinFree, Metrics: d.metrics, Log: d.log}
 	d.gauges = &gauges{ledger: d.ledger, spool: sp, parts: d.parts, holds: d.feedHolds, metrics: d.metrics, log: d.log}
 	d.orphans = &orphanAdopter{ledger: d.ledger, workerID: cfg.WorkerID, lease: cfg.Lease, metrics: d.metrics, log: d.log}
 	d.polls = pollrecord.New(d.ledger, cfg.WorkerID, d.log)
 	conns := sftpconn.NewConns(cfg.Sessions.PartnersPerConnection)
-	d.metrics.connections(reg, conns)
-	d.sessions = &sessionKeeper{policy: cfg.Sessions, workerID: cfg.WorkerID, book: sessions.NewBook(cfg.Sessions.MaxParallelDials, d.metrics.sessionsOpen),
+	d.metrics.Connections(reg, conns)
+	d.sessions = &sessionKeeper{policy: cfg.Sessions, workerID: cfg.WorkerID, book: sessions.NewBook(cfg.Sessions.MaxParallelDials, d.metrics.SessionsOpen),
 		conns: conns, parts: d.parts, metrics: d.metrics, log: d.log, signals: &d.signals,
 		sites: &siteCheck{ledger: d.ledger, conns: conns, parts: d.parts, workerID: cfg.WorkerID, log: d.log}}
 	// at most this many files are applied ahead of their plan at once,
@@ -137,7 +140,7 @@ func New(cfg Config, parts []partners.Config, db *pgxpool.Pool, sp *spool.Spool,
 		if _, dup := d.parts.byID[p.ID]; dup {
 			return nil, fmt.Errorf("partner %s configured twice", p.ID)
 		}
-		if err := checkPGPKeys(p); err != nil {
+		if err := unwrap.CheckPGPKeys(p); err != nil {
 			return nil, err
 		}
 		d.parts.byID[p.ID] = d.sessions.newPartnerRT(p)
@@ -191,7 +194,7 @@ func (d *Daemon) PollOnce(ctx context.Context, partner string) error {
 // afterPoll records a poll's outcome: the partner's state, its session
 // (dropped after a failure), its gauges and the outcome for `intake
 // status` (intake/pollrecord).
-func (p *partnerRT) afterPoll(err error, m *metrics, polls *pollrecord.Recorder) {
+func (p *partnerRT) afterPoll(err error, m *metrics.Set, polls *pollrecord.Recorder) {
 	if err != nil {
 		p.settled = false     // a claim of this poll may be left without a row
 		p.ownsNothing = false // or a row: the next poll looks up
@@ -211,11 +214,11 @@ func (p *partnerRT) afterPoll(err error, m *metrics, polls *pollrecord.Recorder)
 	}
 	if err != nil {
 		p.drop()
-		m.pollErrors.WithLabelValues(p.cfg.ID).Inc()
-		m.partnerUp.WithLabelValues(p.cfg.ID).Set(0)
+		m.PollErrors.WithLabelValues(p.cfg.ID).Inc()
+		m.PartnerUp.WithLabelValues(p.cfg.ID).Set(0)
 	} else {
-		m.partnerUp.WithLabelValues(p.cfg.ID).Set(1)
-		m.readyFiles.WithLabelValues(p.cfg.ID).Set(float64(ready))
+		m.PartnerUp.WithLabelValues(p.cfg.ID).Set(1)
+		m.ReadyFiles.WithLabelValues(p.cfg.ID).Set(float64(ready))
 	}
 	// recorded for `intake status` (intake/pollrecord)
 	polls.Add(p.cfg.ID, err, ready, oldest)

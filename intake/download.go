@@ -7,7 +7,6 @@ import (
 	"io"
 	"os"
 	"path"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -17,6 +16,8 @@ import (
 
 	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/intake/rows"
+	"github.com/partner-intake/partner-intake/intake/siteread"
+	"github.com/partner-intake/partner-intake/intake/unwrap"
 	"github.com/partner-intake/partner-intake/internal/fault"
 	"github.com/partner-intake/partner-intake/partners"
 	"github.com/partner-intake/partner-intake/partners/sftpconn"
@@ -93,7 +94,7 @@ func (r *fetchStage) download(ctx context.Context) error {
 			return err
 		}
 		scan = sha == ""
-		if sha != "" && transformOf(r.feed, in.RemoteName) == "" && r.d.spool.Has(in.Partner, sha, in.ListedSize) {
+		if sha != "" && unwrap.Kind(r.feed, in.RemoteName) == "" && r.d.spool.Has(in.Partner, sha, in.ListedSize) {
 			heldSHA = sha
 		}
 	}
@@ -105,9 +106,9 @@ func (r *fetchStage) download(ctx context.Context) error {
 			e, same, err = r.fetchSame(ctx, heldSHA)
 			switch {
 			case err == nil && same:
-				r.d.metrics.hashOnly.WithLabelValues(in.Partner, "same").Inc()
+				r.d.metrics.HashOnly.WithLabelValues(in.Partner, "same").Inc()
 			case err == nil:
-				r.d.metrics.hashOnly.WithLabelValues(in.Partner, "differ").Inc()
+				r.d.metrics.HashOnly.WithLabelValues(in.Partner, "differ").Inc()
 				r.log.Info("the file differs from the bytes its batch was received with; downloading it into the spool")
 				e, err = r.fetch(ctx, false)
 			}
@@ -175,7 +176,7 @@ func (r *fetchStage) download(ctx context.Context) error {
 		return err
 	}
 	if held != nil {
-		return r.hold(ctx, ledger.StateQuarantined, held.reason, 0, held.detail)
+		return r.hold(ctx, ledger.StateQuarantined, held.Reason, 0, held.Detail)
 	}
 	return r.setSpooled(ctx, e.SHA256, e.Size, data, batch, rowsWant, false)
 }
@@ -230,7 +231,7 @@ func (r *fetchStage) manifestDuplicate(ctx context.Context, man *partners.Manife
 	// compared by ensureSpooled (manifest_mismatch when they differ).
 	err = r.setSpooled(ctx, b.SHA256, b.Size, spool.Entry{SHA256: b.DataSHA256, Size: b.DataSize}, batch, man.Rows, true)
 	if r.byManifest {
-		r.d.metrics.hashOnly.WithLabelValues(in.Partner, "manifest").Inc()
+		r.d.metrics.HashOnly.WithLabelValues(in.Partner, "manifest").Inc()
 		r.log.Info("exact resend decided from its manifest, the file was not read", "batch_owner", b.Owner)
 	}
 	return r.byManifest, err
@@ -267,7 +268,7 @@ func (r *fetchStage) fetch(ctx context.Context, withScan bool) (spool.Entry, err
 	r.dropAhead() // an earlier download's
 	var opts []spool.PutOption
 	landed := func(spool.Entry, error) {}
-	if withScan && transformOf(r.feed, r.in.RemoteName) == "" {
+	if withScan && unwrap.Kind(r.feed, r.in.RemoteName) == "" {
 		var follow spool.PutOption
 		follow, landed = r.followRows(ctx)
 		opts = append(opts, follow)
@@ -275,7 +276,7 @@ func (r *fetchStage) fetch(ctx context.Context, withScan bool) (spool.Entry, err
 	e, err := r.d.spool.Put(r.in.Partner, size, max, src, opts...)
 	landed(e, err)
 	if err == nil {
-		r.d.metrics.bytesDownloaded.WithLabelValues(r.in.Partner).Add(float64(e.Size))
+		r.d.metrics.BytesDownloaded.WithLabelValues(r.in.Partner).Add(float64(e.Size))
 	}
 	return e, err
 }
@@ -333,7 +334,7 @@ func (r *fetchStage) fetchSame(ctx context.Context, sha string) (spool.Entry, bo
 	defer release()
 	e, same, err := r.d.spool.Same(r.in.Partner, sha, size, max, src)
 	if err == nil {
-		r.d.metrics.bytesDownloaded.WithLabelValues(r.in.Partner).Add(float64(e.Size))
+		r.d.metrics.BytesDownloaded.WithLabelValues(r.in.Partner).Add(float64(e.Size))
 	}
 	return e, same, err
 }
@@ -352,7 +353,7 @@ func (r *fetchStage) fetchSame(ctx context.Context, sha string) (spool.Entry, bo
 // refused with errNotRegular before a byte is read. A large file from a far
 // site is read over two channels: the session's second channel, started
 // beside the claim (startRanges), opens it too, and its readers join the
-// main channel's, which read from the first byte (twoChannels): the
+// main channel's, which read from the first byte (siteread.TwoChannels): the
 // download never waits for the second channel (docs/performance.md,
 // "SFTP requests written by hand"). What is given up on the way (an error, a file read on one
 // channel) closes the second channel's file in the background.
@@ -390,8 +391,8 @@ func (r *fetchStage) openClaimed() (release func(), size, max int64, src spool.S
 		return fail(spool.ErrTooLarge)
 	}
 	src = f.WriteTo
-	if st.Size() < smallFileBytes {
-		src = readSmall(f, st.Size())
+	if st.Size() < siteread.SmallBytes {
+		src = siteread.Small(f, st.Size())
 	}
 	if readOnTwo(r.sess, st.Size()) {
 		if second == nil {
@@ -407,7 +408,7 @@ func (r *fetchStage) openClaimed() (release func(), size, max int64, src spool.S
 		// are done; a source never run leaves it to release
 		var ran atomic.Bool
 		log, sec := r.log, second
-		two := twoChannels(r.sess.Deadline, f, func() (rangeFile, error) {
+		two := siteread.TwoChannels(r.sess.Deadline, f, func() (siteread.File, error) {
 			f2, err := sec.wait()
 			if err != nil {
 				log.Debug("the second channel could not open the file; it is read on one", "err", err)
@@ -503,26 +504,6 @@ func closeUnused(o *background[*sftp.File]) {
 	}
 }
 
-// smallFileBytes: a file below this size is read with one buffer of its
-// size plus one byte (a READ for the bytes, a READ that finds the end).
-// pkg/sftp's WriteTo would first ask for the size again (one FSTAT more)
-// and allocate a whole request's buffer (255 KiB) for a file of 1 KiB.
-const smallFileBytes = 64 << 10
-
-func readSmall(f *sftp.File, size int64) spool.Source {
-	return func(w io.Writer) (int64, error) {
-		// One byte more than the size, so a file that grew since the
-		// stat shows as longer than expected rather than cut at it.
-		buf := make([]byte, size+1)
-		n, err := f.ReadAt(buf, 0)
-		if err != nil && !errors.Is(err, io.EOF) {
-			return 0, err
-		}
-		m, err := w.Write(buf[:n])
-		return int64(m), err
-	}
-}
-
 // ensureSpooled makes sure the spool still holds the file's bytes (a
 // takeover on another machine, or a lost spool disk): if not, it fetches
 // them again from processing/ and checks they are the same bytes.
@@ -580,136 +561,3 @@ var twoChannelBytes int64 = 16 << 20
 // file's fresh, replay and duplicate runs were slower with it (two runs,
 // docs/performance.md).
 var twoChannelRTT = 5 * time.Millisecond
-
-// twoChannelReads counts the downloads whose second channel opened the
-// file and joined the read (tests).
-var twoChannelReads atomic.Int64
-
-// rangeBytes is one range of a two-channel read. Four readers, two per
-// channel, each read one range at a time into one of four buffers (4
-// MiB in all): with two ranges (2 MiB, the channel's window) asked per
-// channel, each channel keeps its window full while a reader waits for
-// its next range's first reply. (Ranges of 2 MiB cost 16 MiB more peak
-// RSS than one channel at 1M rows.) Six readers and eight buffers made
-// the download at 50 ms faster and the file not: PostgreSQL's COPY ends
-// the span (docs/performance.md).
-const (
-	rangeBytes   = 1 << 20
-	rangeReaders = 4
-)
-
-// rangeFile is what twoChannels reads: a file open on one channel.
-type rangeFile interface {
-	ReadAt(p []byte, off int64) (int, error)
-	Close() error
-}
-
-// twoChannels streams a file of size read as ranges, over f1, open on the
-// session's main channel, and the file second opens on its second
-// channel, into w in file order. Half the readers read on f1 from the
-// start; the other half join on the second channel's file once second
-// returns it (it blocks until then), and when it cannot open one, f1's
-// readers read every range. Each reader takes a free buffer, then the
-// next range no one has taken, so whichever channel is free reads it; the
-// writer takes the ranges in order and gives their buffers back, so the
-// readers are never more than rangeReaders ranges ahead of it. After the
-// last range a READ at size must find the end: a file that grew shows as
-// longer (one byte more), as readSmall's does. The second channel's file
-// is closed once its readers are done.
-func twoChannels(deadline func(error) error, f1 rangeFile, second func() (rangeFile, error), size int64) spool.Source {
-	return func(w io.Writer) (int64, error) {
-		n := int64((size + rangeBytes - 1) / rangeBytes)
-		type piece struct {
-			buf []byte
-			err error
-		}
-		out := make([]chan piece, n)
-		for i := range out {
-			out[i] = make(chan piece, 1)
-		}
-		stop := make(chan struct{})
-		defer close(stop)
-		free := make(chan []byte, rangeReaders)
-		for range rangeReaders {
-			free <- make([]byte, rangeBytes)
-		}
-		var next atomic.Int64 // the next range to take
-		read := func(f rangeFile) {
-			for {
-				select {
-				case <-stop: // the download ended: no range is read for nothing
-					return
-				default:
-				}
-				var buf []byte
-				select {
-				case buf = <-free:
-				case <-stop:
-					return
-				}
-				i := next.Add(1) - 1
-				if i >= n {
-					free <- buf
-					return
-				}
-				off := i * rangeBytes
-				want := min(int64(rangeBytes), size-off)
-				m, err := f.ReadAt(buf[:want], off)
-				if err == io.EOF && int64(m) == want {
-					err = nil
-				}
-				if err == nil && int64(m) != want {
-					err = io.ErrUnexpectedEOF // shrank since the stat
-				}
-				out[i] <- piece{buf: buf[:m], err: err}
-				if err != nil {
-					return
-				}
-			}
-		}
-		var readers sync.WaitGroup
-		for range rangeReaders / 2 {
-			readers.Go(func() { read(f1) })
-		}
-		go func() {
-			f2, err := second()
-			if err != nil {
-				return
-			}
-			twoChannelReads.Add(1)
-			defer f2.Close()
-			var more sync.WaitGroup
-			for range rangeReaders - rangeReaders/2 {
-				more.Go(func() { read(f2) })
-			}
-			more.Wait()
-		}()
-		var total int64
-		for i := range n {
-			p := <-out[i]
-			if p.err != nil {
-				return total, fmt.Errorf("read range %d: %w", i, deadline(p.err))
-			}
-			m, err := w.Write(p.buf)
-			total += int64(m)
-			if err != nil {
-				return total, err
-			}
-			free <- p.buf[:cap(p.buf)]
-		}
-		readers.Wait()   // every range handed on: f1's readers are done before its READ at the end
-		var past [1]byte // the end, where the stat put it
-		m, err := f1.ReadAt(past[:], size)
-		if m > 0 {
-			k, werr := w.Write(past[:m])
-			total += int64(k)
-			if werr != nil {
-				return total, werr
-			}
-		}
-		if err != nil && !errors.Is(err, io.EOF) {
-			return total, deadline(err)
-		}
-		return total, nil
-	}
-}

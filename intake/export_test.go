@@ -6,6 +6,7 @@ import (
 
 	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/intake/sessions"
+	"github.com/partner-intake/partner-intake/intake/siteread"
 	"github.com/partner-intake/partner-intake/intake/targethold"
 	"github.com/partner-intake/partner-intake/internal/rendezvous"
 	"github.com/partner-intake/partner-intake/internal/schedule"
@@ -57,7 +58,7 @@ func SetTwoChannels(n int64, rtt time.Duration) func() {
 }
 
 // TwoChannelReads is how many downloads read over two channels so far.
-func TwoChannelReads() int64 { return twoChannelReads.Load() }
+func TwoChannelReads() int64 { return siteread.SecondJoined.Load() }
 
 // StagedReceipts counts the receipts published through a temporary file
 // opened ahead (archive_ahead.go).

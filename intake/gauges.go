@@ -3,12 +3,11 @@ package intake
 import (
 	"context"
 	"fmt"
-	"io/fs"
 	"log/slog"
-	"path/filepath"
 	"time"
 
 	"github.com/partner-intake/partner-intake/intake/ledger"
+	"github.com/partner-intake/partner-intake/intake/metrics"
 	"github.com/partner-intake/partner-intake/intake/targethold"
 	"github.com/partner-intake/partner-intake/spool"
 )
@@ -20,7 +19,7 @@ type gauges struct {
 	spool   *spool.Spool
 	parts   *partnerSet
 	holds   *targethold.Keeper
-	metrics *metrics
+	metrics *metrics.Set
 	log     *slog.Logger
 }
 
@@ -55,54 +54,12 @@ func (g *gauges) refresh(ctx context.Context) error {
 	defer cancel()
 	m := g.metrics
 	order := g.parts.ids() // a reload may change them meanwhile
-	for _, id := range order {
-		for _, st := range []ledger.State{ledger.StateClaimed, ledger.StateSpooled, ledger.StateApplying, ledger.StateApplied, ledger.StateOutcomeUnknown, ledger.StateQuarantined} {
-			m.files.WithLabelValues(id, string(st)).Set(0)
-		}
-		m.oldestProcessing.WithLabelValues(id).Set(0)
-		m.quarantineOpen.WithLabelValues(id).Set(0)
-		m.quarantineOldest.WithLabelValues(id).Set(0)
-		m.awaiting.WithLabelValues(id).Set(0)
-		m.awaitingOldest.WithLabelValues(id).Set(0)
-		m.inflightRows.WithLabelValues(id).Set(0)
-		m.inflightRowsDone.WithLabelValues(id).Set(0)
-		m.inflightBytes.WithLabelValues(id).Set(0)
-		m.inflightBytesDone.WithLabelValues(id).Set(0)
-	}
-	oldest := map[string]float64{}
+	m.ResetFiles(order)
 	gs, err := g.ledger.Gauges(ctx, order)
 	if err != nil {
 		return fmt.Errorf("refresh gauges: %w", err)
 	}
-	for _, g := range gs {
-		partner := g.Partner
-		switch g.State {
-		case ledger.StateAwaitingApproval:
-			// waits for ops, not for a worker: not "processing"
-			m.awaiting.WithLabelValues(partner).Set(float64(g.Files))
-			m.awaitingOldest.WithLabelValues(partner).Set(g.Age)
-			continue
-		}
-		m.files.WithLabelValues(partner, string(g.State)).Set(float64(g.Files))
-		switch g.State {
-		case ledger.StateQuarantined:
-			m.quarantineOpen.WithLabelValues(partner).Set(float64(g.Files))
-			m.quarantineOldest.WithLabelValues(partner).Set(g.Age)
-		default:
-			if g.Age > oldest[partner] {
-				oldest[partner] = g.Age
-			}
-		}
-		if g.State == ledger.StateApplying {
-			m.inflightRows.WithLabelValues(partner).Set(g.Rows)
-			m.inflightRowsDone.WithLabelValues(partner).Set(g.RowsDone)
-			m.inflightBytes.WithLabelValues(partner).Set(g.Bytes)
-			m.inflightBytesDone.WithLabelValues(partner).Set(g.BytesDone)
-		}
-	}
-	for p, age := range oldest {
-		m.oldestProcessing.WithLabelValues(p).Set(age)
-	}
+	m.SetFiles(gs)
 	for _, p := range g.parts.list() {
 		id := p.cfg.ID
 		p.statMu.Lock()
@@ -112,27 +69,14 @@ func (g *gauges) refresh(ctx context.Context) error {
 		}
 		p.statMu.Unlock()
 		if polling { // else another replica speaks for the partner's ready/
-			m.oldestReady.WithLabelValues(id).Set(age)
+			m.OldestReady.WithLabelValues(id).Set(age)
 		}
 	}
 	return nil
 }
 
-// refreshSpoolBytes walks the spool and sets the bytes held per partner.
-func (g *gauges) refreshSpoolBytes() {
-	for _, id := range g.parts.ids() {
-		var total int64
-		filepath.WalkDir(filepath.Join(g.spool.Dir(), id), func(_ string, e fs.DirEntry, err error) error {
-			if err == nil && e.Type().IsRegular() {
-				if info, err := e.Info(); err == nil {
-					total += info.Size()
-				}
-			}
-			return nil
-		})
-		g.metrics.spoolBytes.WithLabelValues(id).Set(float64(total))
-	}
-}
+// refreshSpoolBytes sets the bytes the spool holds per partner.
+func (g *gauges) refreshSpoolBytes() { g.metrics.SetSpoolBytes(g.spool, g.parts.ids()) }
 
 // PartnerState is what the daemon knows of a partner's site right now.
 type PartnerState struct {

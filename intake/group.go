@@ -98,7 +98,7 @@ func (g *fileGroup) leave(f *groupFile, reason string, err error) {
 		args = append(args, "err", err)
 	}
 	f.r.log.Info("file leaves its group for the per-file path", args...)
-	g.d.metrics.grouped.WithLabelValues(g.p.cfg.ID, reason).Inc()
+	g.d.metrics.Grouped.WithLabelValues(g.p.cfg.ID, reason).Inc()
 	g.alone = append(g.alone, f.r)
 }
 
@@ -115,7 +115,7 @@ func (d *Daemon) runGroup(ctx context.Context, p *partnerRT, sess *sftpconn.Sess
 		g.files = append(g.files, &groupFile{r: r})
 	}
 	g.feed = g.files[0].r.feed
-	d.metrics.grouped.WithLabelValues(p.cfg.ID, resultGrouped).Add(float64(len(g.files)))
+	d.metrics.Grouped.WithLabelValues(p.cfg.ID, resultGrouped).Add(float64(len(g.files)))
 	g.log = d.log.With("partner", p.cfg.ID, "feed", g.feed.Name)
 	hctx, stopHB := context.WithCancel(ctx)
 	hbDone := make(chan struct{})
@@ -290,7 +290,7 @@ func (g *fileGroup) ids() []int64 {
 func (g *fileGroup) observe(from ledger.State, start time.Time) {
 	d := time.Since(start)
 	for range g.files {
-		g.d.metrics.stage(g.p.cfg.ID, from, d)
+		g.d.metrics.Stage(g.p.cfg.ID, from, d)
 	}
 }
 

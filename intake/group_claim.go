@@ -7,6 +7,8 @@ import (
 	"sync"
 
 	"github.com/partner-intake/partner-intake/intake/ledger"
+	"github.com/partner-intake/partner-intake/intake/siteread"
+	"github.com/partner-intake/partner-intake/intake/unwrap"
 	"github.com/partner-intake/partner-intake/internal/fault"
 	"github.com/partner-intake/partner-intake/partners"
 	"github.com/partner-intake/partner-intake/partners/sftpconn"
@@ -21,9 +23,9 @@ func groupable(p *partners.Config, c candidate, fold bool) bool {
 	// an update_only feed's missing keys are rejected rows, which need the
 	// per-file rejects report; a snapshot sweeps per file; a feed with an
 	// approval policy is planned against its target per file
-	return p.Readiness != partners.ReadinessStable && c.Manifest == "" && c.Feed.Mode != partners.ModeUpdateOnly && c.Feed.Mode != partners.ModeSnapshot && !c.Feed.Guarded() && c.Size > 0 && c.Size < smallFileBytes && c.Size <= p.Limits.MaxFileBytes &&
+	return p.Readiness != partners.ReadinessStable && c.Manifest == "" && c.Feed.Mode != partners.ModeUpdateOnly && c.Feed.Mode != partners.ModeSnapshot && !c.Feed.Guarded() && c.Size > 0 && c.Size < siteread.SmallBytes && c.Size <= p.Limits.MaxFileBytes &&
 		c.Size <= int64(c.Feed.ChunkRows)*int64(max(len(c.Feed.Columns), 1)) &&
-		transformOf(c.Feed, c.Name) == "" && partners.ValidBatchID(batchIDOf(c.Feed, c.Name, fold))
+		unwrap.Kind(c.Feed, c.Name) == "" && partners.ValidBatchID(batchIDOf(c.Feed, c.Name, fold))
 }
 
 // maxGroupBytes bounds a group's listed bytes: a group holds its files in
@@ -127,7 +129,7 @@ func (d *claimStage) claimGroup(ctx context.Context, p *partnerRT, sess *sftpcon
 	for _, err := range errs[:walked] {
 		if err != nil && sftpconn.IsNotExist(err) {
 			raced = true
-			d.metrics.claimsLost.WithLabelValues(p.cfg.ID).Inc()
+			d.metrics.ClaimsLost.WithLabelValues(p.cfg.ID).Inc()
 		}
 	}
 	if raced {
@@ -152,7 +154,7 @@ func (d *claimStage) claimGroup(ctx context.Context, p *partnerRT, sess *sftpcon
 		case sftpconn.IsNotExist(err), errors.Is(err, errPutBack):
 		default:
 			if _, serr := sess.Lstat(dst); serr == nil {
-				d.metrics.skipped.WithLabelValues(p.cfg.ID, claimTargetBusy).Inc()
+				d.metrics.Skipped.WithLabelValues(p.cfg.ID, claimTargetBusy).Inc()
 			} else if failed == nil {
 				failed = fmt.Errorf("claim %s: %w", c.Name, err)
 			}

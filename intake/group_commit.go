@@ -83,7 +83,7 @@ func (g *fileGroup) commit(ctx context.Context, tgt *target.Table) error {
 		in.State, in.ChunksDone = ledger.StateApplied, 1
 		in.RowsTotal = int64(f.ch.rows())
 		in.RowsApplied, in.RowsUnchanged, in.RowsConflict = f.c.applied, f.c.unchanged, f.c.conflict
-		g.d.metrics.rows(in.Partner, f.c)
+		countRows(g.d.metrics, in.Partner, f.c)
 	}
 	g.files = owners
 	g.committedAt = began
@@ -99,7 +99,7 @@ func (g *fileGroup) writeRows(ctx context.Context, tx pgx.Tx, tgt *target.Table,
 	seen := map[uint64]bool{}
 	repeat := false
 	for _, f := range owners {
-		for k := range f.ch.keys {
+		for k := range f.ch.Keys {
 			if seen[k] {
 				repeat = true
 			}
@@ -118,7 +118,7 @@ func (g *fileGroup) writeRows(ctx context.Context, tx pgx.Tx, tgt *target.Table,
 			payload = target.AppendCopyHeader(payload)
 		}
 		for _, f := range owners {
-			payload = f.ch.appendDirect(payload, g.p.cfg.ID, f.r.in.ID)
+			payload = f.ch.AppendDirect(payload, g.p.cfg.ID, f.r.in.ID)
 		}
 		if tgt.Binary() {
 			payload = target.AppendCopyTrailer(payload)

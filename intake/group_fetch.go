@@ -55,7 +55,7 @@ func (g *fileGroup) fetch(ctx context.Context, tgt *target.Table) error {
 		in := f.r.in
 		in.SHA256, in.Size, in.DataSHA256, in.DataSize = es[i].SHA256, es[i].Size, es[i].SHA256, es[i].Size
 		in.BatchID = batchIDOf(g.feed, in.RemoteName, g.p.nocase.Load())
-		g.d.metrics.bytesDownloaded.WithLabelValues(in.Partner).Add(float64(es[i].Size))
+		g.d.metrics.BytesDownloaded.WithLabelValues(in.Partner).Add(float64(es[i].Size))
 	}
 	if err := fault.Check("spool:after"); err != nil {
 		return err
@@ -176,14 +176,14 @@ func (g *fileGroup) rows(f *groupFile, tgt *target.Table, seed maphash.Seed, key
 			return LeftRejected
 		}
 		ch.span(row.Line)
-		if err := ch.add(row.Line, row.Values, row.Null, keyIdx); err != nil {
+		if err := ch.Add(row.Line, row.Values, row.Null, keyIdx); err != nil {
 			return LeftBadValue
 		}
 	}
 	switch {
 	case total == 0:
 		return LeftNoRows
-	case ch.dupKeys:
+	case ch.DupKeys:
 		return LeftRepeatedKey
 	}
 	f.ch = ch

@@ -1,224 +1,27 @@
 package intake
 
-import (
-	"time"
+import "github.com/partner-intake/partner-intake/intake/metrics"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promauto"
+// Metrics are the daemon's series for tests and the status command
+// (intake/metrics).
+type Metrics = metrics.Exposed
 
-	"github.com/partner-intake/partner-intake/intake/ledger"
-	"github.com/partner-intake/partner-intake/partners/sftpconn"
-)
+// Metrics returns the daemon's metric vectors.
+func (d *Daemon) Metrics() Metrics { return d.metrics.Exposed() }
 
-// metrics are the daemon's Prometheus series. Labels are bounded: partner
-// ids, states, stages and outcomes; never file names or batch ids.
-type metrics struct {
-	polls           *prometheus.CounterVec
-	pollErrors      *prometheus.CounterVec
-	partnerUp       *prometheus.GaugeVec
-	legacySSH       *prometheus.GaugeVec
-	claimsLost      *prometheus.CounterVec
-	skipped         *prometheus.CounterVec
-	filesFinished   *prometheus.CounterVec
-	rowsTotal       *prometheus.CounterVec
-	rowsHeld        *prometheus.CounterVec
-	snapshotSkipped *prometheus.CounterVec
-	bytesDownloaded *prometheus.CounterVec
-	hashOnly        *prometheus.CounterVec
-	grouped         *prometheus.CounterVec
-	fenced          *prometheus.CounterVec
-	stageSeconds    *prometheus.HistogramVec
-	remoteLost      *prometheus.CounterVec
-	putBack         *prometheus.CounterVec
-	chunkRetries    *prometheus.CounterVec
-	fileRetries     *prometheus.CounterVec
-	sessionsOpen    prometheus.Gauge
-	dials           *prometheus.CounterVec
-	sessionsClosed  *prometheus.CounterVec
-	backpressure    prometheus.Gauge
-	workerIDHeld    prometheus.Gauge
-	spoolFree       prometheus.Gauge
-	orphansAdopted  *prometheus.CounterVec // orphans.go
-	orphansVanished *prometheus.CounterVec // orphans.go
-	plans           *prometheus.CounterVec // approval.go
-	ahead           *prometheus.CounterVec // ahead.go
-
-	files             *prometheus.GaugeVec
-	oldestProcessing  *prometheus.GaugeVec
-	oldestReady       *prometheus.GaugeVec
-	readyFiles        *prometheus.GaugeVec
-	partnerOwned      *prometheus.GaugeVec
-	quarantineOpen    *prometheus.GaugeVec
-	quarantineOldest  *prometheus.GaugeVec
-	inflightRows      *prometheus.GaugeVec
-	inflightRowsDone  *prometheus.GaugeVec
-	inflightBytes     *prometheus.GaugeVec
-	inflightBytesDone *prometheus.GaugeVec
-	spoolBytes        *prometheus.GaugeVec
-	quotaFull         *prometheus.GaugeVec
-	awaiting          *prometheus.GaugeVec
-	awaitingOldest    *prometheus.GaugeVec
-	targetHeld        *prometheus.GaugeVec // targethold.go
-}
-
-// The help of the families renamed to Prometheus's conventions (the unit
-// last, before _total); their old names stay registered one more release
-// (deprecated.go, docs/operations.md "Renamed metrics").
-const (
-	helpDownloaded = "Bytes streamed into the spool."
-	helpRowsDone   = "Rows of the files being applied that are committed so far."
-	helpBytesDone  = "Bytes of the files being applied that are committed so far (by committed rows)."
-)
-
-func newMetrics(reg prometheus.Registerer) *metrics {
-	m := newMetricsCurrent(reg)
-	registerDeprecated(reg, m.bytesDownloaded, "intake_downloaded_bytes_total", "intake_bytes_downloaded_total", helpDownloaded, prometheus.CounterValue, "partner")
-	registerDeprecated(reg, m.inflightRowsDone, "intake_inflight_committed_rows", "intake_inflight_rows_done", helpRowsDone, prometheus.GaugeValue, "partner")
-	registerDeprecated(reg, m.inflightBytesDone, "intake_inflight_committed_bytes", "intake_inflight_bytes_done", helpBytesDone, prometheus.GaugeValue, "partner")
-	return m
-}
-
-func newMetricsCurrent(reg prometheus.Registerer) *metrics {
-	f := promauto.With(reg)
-	return &metrics{
-		polls:         f.NewCounterVec(prometheus.CounterOpts{Name: "intake_polls_total", Help: "Poll cycles started, per partner."}, []string{"partner"}),
-		pollErrors:    f.NewCounterVec(prometheus.CounterOpts{Name: "intake_poll_errors_total", Help: "Poll cycles that failed, per partner."}, []string{"partner"}),
-		partnerUp:     f.NewGaugeVec(prometheus.GaugeOpts{Name: "intake_partner_up", Help: "1 when the last poll of the partner's SFTP site succeeded."}, []string{"partner"}),
-		legacySSH:     f.NewGaugeVec(prometheus.GaugeOpts{Name: "intake_partner_legacy_ssh_algorithms", Help: "1 when the partner is configured with sftp.legacy_algorithms: SHA-1 SSH key exchange, MACs and ssh-rsa signatures are offered to its site."}, []string{"partner"}),
-		claimsLost:    f.NewCounterVec(prometheus.CounterOpts{Name: "intake_claim_races_lost_total", Help: "Claims lost to another worker (normal with several replicas)."}, []string{"partner"}),
-		skipped:       f.NewCounterVec(prometheus.CounterOpts{Name: "intake_ready_entries_skipped_total", Help: "Entries in ready/ not claimed, by reason."}, []string{"partner", "reason"}),
-		filesFinished: f.NewCounterVec(prometheus.CounterOpts{Name: "intake_files_finished_total", Help: "Files that left the pipeline, by final state."}, []string{"partner", "state"}),
-		rowsTotal:     f.NewCounterVec(prometheus.CounterOpts{Name: "intake_rows_total", Help: "Rows merged, by outcome."}, []string{"partner", "outcome"}),
-		snapshotSkipped: f.NewCounterVec(prometheus.CounterOpts{Name: "intake_snapshot_sweeps_skipped_total",
-			Help: "Snapshot files that deleted nothing because some of their rows were rejected."}, []string{"partner"}),
-		rowsHeld: f.NewCounterVec(prometheus.CounterOpts{Name: "intake_rows_held_total",
-			Help: "Rows the target's state kept from being written or deleted: outside_edit (edited outside intake, kept; also rows a snapshot would delete), exists (insert_only), not_found (update_only)."}, []string{"partner", "reason"}),
-		bytesDownloaded: f.NewCounterVec(prometheus.CounterOpts{Name: "intake_downloaded_bytes_total", Help: helpDownloaded}, []string{"partner"}),
-		hashOnly: f.NewCounterVec(prometheus.CounterOpts{Name: "intake_hash_only_reads_total",
-			Help: "Files under a batch id already held, read through the hash alone: same = the spooled bytes (nothing written), differ = downloaded again into the spool; manifest = an exact resend decided from its manifest, not read at all."}, []string{"partner", "result"}),
-		grouped: f.NewCounterVec(prometheus.CounterOpts{Name: "intake_group_files_total",
-			Help: "Small files taken through a group (result=grouped), or that left their group for the per-file path (result=the reason code)."}, []string{"partner", "result"}),
-		fenced: f.NewCounterVec(prometheus.CounterOpts{Name: "intake_fenced_writes_total", Help: "Writes refused because the worker's fencing token was stale."}, []string{"partner"}),
-		stageSeconds: f.NewHistogramVec(prometheus.HistogramOpts{Name: "intake_stage_duration_seconds", Help: "Time spent per pipeline stage (by the state it starts from).",
-			Buckets: prometheus.ExponentialBuckets(0.005, 4, 10)}, []string{"partner", "stage"}),
-		putBack:      f.NewCounterVec(prometheus.CounterOpts{Name: "intake_put_back_total", Help: "Claimed files that changed before their download ended (readiness stable) and went back to ready/ unapplied."}, []string{"partner"}),
-		remoteLost:   f.NewCounterVec(prometheus.CounterOpts{Name: "intake_remote_lost_total", Help: "Claimed files that vanished from processing/ (moved or deleted by hand)."}, []string{"partner"}),
-		chunkRetries: f.NewCounterVec(prometheus.CounterOpts{Name: "intake_chunk_retries_total", Help: "Chunk transactions retried after a transient database error."}, []string{"partner"}),
-		fileRetries:  f.NewCounterVec(prometheus.CounterOpts{Name: "intake_file_retries_total", Help: "Failed runs of a file set aside for a later attempt on its own backoff (the partner's other files go on)."}, []string{"partner"}),
-		sessionsOpen: f.NewGauge(prometheus.GaugeOpts{Name: "intake_sftp_sessions_open", Help: "SFTP sessions this daemon holds open (sessions.max_open, sessions.idle_close)."}),
-		dials:        f.NewCounterVec(prometheus.CounterOpts{Name: "intake_sftp_dials_total", Help: "SSH logins the daemon made for a partner's session (each costs the partner's server a login; a session that joined another partner's connection made none)."}, []string{"partner"}),
-		sessionsClosed: f.NewCounterVec(prometheus.CounterOpts{Name: "intake_sftp_sessions_closed_total",
-			Help: "Open SFTP sessions the session policy closed: idle (unused for sessions.idle_close), max_open (room for another under the cap), stale (its shared connection ended or takes no new sessions)."}, []string{"reason"}),
-		workerIDHeld: f.NewGauge(prometheus.GaugeOpts{Name: "intake_worker_id_held", Help: "1 while this process holds its worker id (one live process per worker id); 0 while another live process holds it, or this one lost it (reason worker_id_in_use in the log)."}),
-		backpressure: f.NewGauge(prometheus.GaugeOpts{Name: "intake_spool_backpressure", Help: "1 while claiming is paused because the spool disk is below its free-space floor."}),
-		spoolFree:    f.NewGauge(prometheus.GaugeOpts{Name: "intake_spool_free_bytes", Help: "Free bytes on the spool's disk at the last check."}),
-		orphansAdopted: f.NewCounterVec(prometheus.CounterOpts{Name: "intake_orphan_claims_adopted_total",
-			Help: "Claims without a row taken from a stopped worker's processing/ dir by the partner's poller."}, []string{"partner"}),
-		orphansVanished: f.NewCounterVec(prometheus.CounterOpts{Name: "intake_orphan_claims_vanished_total",
-			Help: "Entries of a processing/ dir listed without a row that were gone when looked at again in the partner's claim section (another replica took them over meanwhile): no row, no outcome for the partner."}, []string{"partner"}),
-		ahead: f.NewCounterVec(prometheus.CounterOpts{Name: "intake_apply_ahead_total",
-			Help: "Large files applied while they downloaded, by result: committed (taken on by the apply once the plan said go), rolled_back (the plan held the file, it was a duplicate, or its run ended), abandoned (stopped by an error ahead: applied from the spool after the plan instead)."}, []string{"partner", "result"}),
-		plans: f.NewCounterVec(prometheus.CounterOpts{Name: "intake_plans_total",
-			Help: "Plans against the target of files of feeds with an approval policy, by result: applied_at_once, awaiting_approval, approved_applied, replanned (an approved plan no longer held)."}, []string{"partner", "result"}),
-
-		files:            f.NewGaugeVec(prometheus.GaugeOpts{Name: "intake_files", Help: "Files per non-terminal state (and quarantined), cluster-wide."}, []string{"partner", "state"}),
-		oldestProcessing: f.NewGaugeVec(prometheus.GaugeOpts{Name: "intake_oldest_processing_age_seconds", Help: "Age of the oldest claimed, unfinished file."}, []string{"partner"}),
-		oldestReady:      f.NewGaugeVec(prometheus.GaugeOpts{Name: "intake_oldest_ready_age_seconds", Help: "Age (mtime) of the oldest claimable file in ready/ at the last poll."}, []string{"partner"}),
-		partnerOwned: f.NewGaugeVec(prometheus.GaugeOpts{Name: "intake_partner_owned",
-			Help: "1 while this replica is the one that polls the partner (partner affinity), 0 while another live replica does."}, []string{"partner"}),
-		readyFiles:        f.NewGaugeVec(prometheus.GaugeOpts{Name: "intake_ready_files", Help: "Claimable files in ready/ at the last poll."}, []string{"partner"}),
-		quarantineOpen:    f.NewGaugeVec(prometheus.GaugeOpts{Name: "intake_quarantine_open", Help: "Files held for an ops decision."}, []string{"partner"}),
-		quarantineOldest:  f.NewGaugeVec(prometheus.GaugeOpts{Name: "intake_quarantine_oldest_age_seconds", Help: "How long the oldest open quarantine item has waited."}, []string{"partner"}),
-		inflightRows:      f.NewGaugeVec(prometheus.GaugeOpts{Name: "intake_inflight_rows", Help: "Valid rows of the files being applied."}, []string{"partner"}),
-		inflightRowsDone:  f.NewGaugeVec(prometheus.GaugeOpts{Name: "intake_inflight_committed_rows", Help: helpRowsDone}, []string{"partner"}),
-		inflightBytes:     f.NewGaugeVec(prometheus.GaugeOpts{Name: "intake_inflight_bytes", Help: "Bytes of the files being applied."}, []string{"partner"}),
-		inflightBytesDone: f.NewGaugeVec(prometheus.GaugeOpts{Name: "intake_inflight_committed_bytes", Help: helpBytesDone}, []string{"partner"}),
-		spoolBytes:        f.NewGaugeVec(prometheus.GaugeOpts{Name: "intake_spool_bytes", Help: "Bytes held in the spool."}, []string{"partner"}),
-		quotaFull: f.NewGaugeVec(prometheus.GaugeOpts{Name: "intake_spool_quota_backpressure",
-			Help: "1 while the partner's claims are paused because its spooled bytes reached limits.max_spool_bytes."}, []string{"partner"}),
-		awaiting: f.NewGaugeVec(prometheus.GaugeOpts{Name: "intake_files_awaiting_approval",
-			Help: "Files whose plan waits for an ops decision (intake approve / reject), cluster-wide."}, []string{"partner"}),
-		awaitingOldest: f.NewGaugeVec(prometheus.GaugeOpts{Name: "intake_awaiting_approval_oldest_age_seconds",
-			Help: "How long the oldest file awaiting approval has waited (since its last plan)."}, []string{"partner"}),
-		targetHeld: f.NewGaugeVec(prometheus.GaugeOpts{Name: "intake_feed_target_held",
-			Help: "1 while the feed is held because its target table cannot be written (its files wait in ready/), else 0."}, []string{"partner", "feed"}),
-	}
-}
-
-func (m *metrics) finished(partner, state string) {
-	m.filesFinished.WithLabelValues(partner, state).Inc()
-}
-
-// stageNames name the work done from each state.
-var stageNames = map[ledger.State]string{ledger.StateClaimed: "download", ledger.StateSpooled: "plan", ledger.StateApplying: "apply", ledger.StateApplied: "archive"}
-
-func (m *metrics) stage(partner string, from ledger.State, d time.Duration) {
-	if name, ok := stageNames[from]; ok {
-		m.stageSeconds.WithLabelValues(partner, name).Observe(d.Seconds())
-	}
-}
-
-func (m *metrics) rows(partner string, c chunkCounts) {
-	m.rowsTotal.WithLabelValues(partner, "applied").Add(float64(c.applied))
-	m.rowsTotal.WithLabelValues(partner, "unchanged").Add(float64(c.unchanged))
-	m.rowsTotal.WithLabelValues(partner, "conflict").Add(float64(c.conflict))
-	m.rowsTotal.WithLabelValues(partner, "rejected").Add(float64(c.rejected))
+// countRows counts a chunk's rows by outcome, and the rows the target's
+// state held, on m.
+func countRows(m *metrics.Set, partner string, c chunkCounts) {
+	m.RowsTotal.WithLabelValues(partner, "applied").Add(float64(c.applied))
+	m.RowsTotal.WithLabelValues(partner, "unchanged").Add(float64(c.unchanged))
+	m.RowsTotal.WithLabelValues(partner, "conflict").Add(float64(c.conflict))
+	m.RowsTotal.WithLabelValues(partner, "rejected").Add(float64(c.rejected))
 	if c.deleted > 0 {
-		m.rowsTotal.WithLabelValues(partner, "deleted").Add(float64(c.deleted))
+		m.RowsTotal.WithLabelValues(partner, "deleted").Add(float64(c.deleted))
 	}
 	for reason, n := range map[string]int64{"outside_edit": c.outsideEdit + c.deleteKept, "exists": c.exists, "not_found": c.notFound} {
 		if n > 0 {
-			m.rowsHeld.WithLabelValues(partner, reason).Add(float64(n))
+			m.RowsHeld.WithLabelValues(partner, reason).Add(float64(n))
 		}
 	}
-}
-
-// Metrics exposes the daemon's series for tests and the status command.
-type Metrics struct {
-	PutBack       *prometheus.CounterVec
-	FilesFinished *prometheus.CounterVec
-	ClaimsLost    *prometheus.CounterVec
-	Rows          *prometheus.CounterVec
-	RowsHeld      *prometheus.CounterVec
-	Fenced        *prometheus.CounterVec
-	PollErrors    *prometheus.CounterVec
-	PartnerUp     *prometheus.GaugeVec
-	Backpressure  prometheus.Gauge
-	WorkerIDHeld  prometheus.Gauge
-	ChunkRetries  *prometheus.CounterVec
-	Files         *prometheus.GaugeVec
-	Stage         *prometheus.HistogramVec
-	Bytes         *prometheus.CounterVec
-	HashOnly      *prometheus.CounterVec
-	Grouped       *prometheus.CounterVec
-	Polls         *prometheus.CounterVec
-	QuotaFull     *prometheus.GaugeVec
-	Skipped       *prometheus.CounterVec
-	Plans         *prometheus.CounterVec
-	Awaiting      *prometheus.GaugeVec
-	Ahead         *prometheus.CounterVec
-	TargetHeld    *prometheus.GaugeVec
-	LegacySSH     *prometheus.GaugeVec
-	// OrphansVanished: entries listed without a row that were gone when
-	// looked at again in the claim section (orphans.go).
-	OrphansVanished *prometheus.CounterVec
-}
-
-// Metrics returns the daemon's metric vectors.
-func (d *Daemon) Metrics() Metrics {
-	return Metrics{FilesFinished: d.metrics.filesFinished, ClaimsLost: d.metrics.claimsLost, Rows: d.metrics.rowsTotal, RowsHeld: d.metrics.rowsHeld,
-		Fenced: d.metrics.fenced, PollErrors: d.metrics.pollErrors, PartnerUp: d.metrics.partnerUp, Backpressure: d.metrics.backpressure,
-		WorkerIDHeld: d.metrics.workerIDHeld,
-		ChunkRetries: d.metrics.chunkRetries, Files: d.metrics.files, Stage: d.metrics.stageSeconds, Bytes: d.metrics.bytesDownloaded,
-		HashOnly: d.metrics.hashOnly, Grouped: d.metrics.grouped, Polls: d.metrics.polls, QuotaFull: d.metrics.quotaFull,
-		Skipped: d.metrics.skipped, PutBack: d.metrics.putBack, Plans: d.metrics.plans, Awaiting: d.metrics.awaiting,
-		Ahead: d.metrics.ahead, TargetHeld: d.metrics.targetHeld, LegacySSH: d.metrics.legacySSH, OrphansVanished: d.metrics.orphansVanished}
-}
-
-// connections exports how many SSH connections the daemon's sessions
-// share.
-func (m *metrics) connections(reg prometheus.Registerer, c *sftpconn.Conns) {
-	promauto.With(reg).NewGaugeFunc(prometheus.GaugeOpts{Name: "intake_ssh_connections_open",
-		Help: "SSH connections open to partners' sites (sessions.partners_per_connection share one where sites are one server under one account)."},
-		func() float64 { return float64(c.Open()) })
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/partner-intake/partner-intake/intake/ledger"
+	"github.com/partner-intake/partner-intake/intake/metrics"
 	"github.com/partner-intake/partner-intake/internal/fault"
 	"github.com/partner-intake/partner-intake/partners"
 	"github.com/partner-intake/partner-intake/partners/sftpconn"
@@ -45,7 +46,7 @@ type orphanAdopter struct {
 	ledger   *ledger.Ledger
 	workerID string
 	lease    time.Duration
-	metrics  *metrics
+	metrics  *metrics.Set
 	log      *slog.Logger
 }
 
@@ -178,7 +179,7 @@ func (o *orphanAdopter) move(ctx context.Context, p *partnerRT, sess *sftpconn.S
 			}
 		}
 		o.log.Info("took over a claim without a row from a stopped worker", "partner", p.cfg.ID, "from_worker", w, "path", old)
-		o.metrics.orphansAdopted.WithLabelValues(p.cfg.ID).Inc()
+		o.metrics.OrphansAdopted.WithLabelValues(p.cfg.ID).Inc()
 	}
 	return nil
 }
@@ -257,7 +258,7 @@ func (o *orphanAdopter) adoptOwn(ctx context.Context, p *partnerRT, sess *sftpco
 	}
 	if vanished > 0 {
 		o.log.Info("entries listed in this worker's processing dir without a row were gone when looked at again; another replica took them over", "partner", p.cfg.ID, "count", vanished)
-		o.metrics.orphansVanished.WithLabelValues(p.cfg.ID).Add(float64(vanished))
+		o.metrics.OrphansVanished.WithLabelValues(p.cfg.ID).Add(float64(vanished))
 	}
 	for _, in := range recorded {
 		o.log.Info("adopted a claimed file without a row", "partner", p.cfg.ID, "intake_id", in.ID)

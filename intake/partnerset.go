@@ -6,6 +6,8 @@ import (
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/partner-intake/partner-intake/intake/metrics"
 )
 
 // partnerSet is the daemon's partners: a reload swaps byID and order
@@ -54,7 +56,7 @@ func (s *partnerSet) get(id string) (*partnerRT, bool) {
 // retire ends a retired runtime once its last poll is over: its session
 // is closed, Stop no longer waits for it, and a removed partner's gauges
 // go (they would otherwise stay at their last values and feed alerts).
-func (s *partnerSet) retire(p *partnerRT, m *metrics, log *slog.Logger) {
+func (s *partnerSet) retire(p *partnerRT, m *metrics.Set, log *slog.Logger) {
 	p.drop()
 	s.mu.Lock()
 	for i, r := range s.retiring {
@@ -73,9 +75,9 @@ func (s *partnerSet) retire(p *partnerRT, m *metrics, log *slog.Logger) {
 		s.unsettledRemoved.Store(true)
 	}
 	p.mu.Unlock()
-	for _, g := range []*prometheus.GaugeVec{m.partnerUp, m.readyFiles, m.oldestReady, m.partnerOwned, m.files, m.oldestProcessing,
-		m.quarantineOpen, m.quarantineOldest, m.inflightRows, m.inflightRowsDone, m.inflightBytes, m.inflightBytesDone, m.spoolBytes, m.quotaFull,
-		m.awaiting, m.awaitingOldest, m.targetHeld, m.legacySSH} {
+	for _, g := range []*prometheus.GaugeVec{m.PartnerUp, m.ReadyFiles, m.OldestReady, m.PartnerOwned, m.Files, m.OldestProcessing,
+		m.QuarantineOpen, m.QuarantineOldest, m.InflightRows, m.InflightRowsDone, m.InflightBytes, m.InflightBytesDone, m.SpoolBytes, m.QuotaFull,
+		m.Awaiting, m.AwaitingOldest, m.TargetHeld, m.LegacySSH} {
 		g.DeletePartialMatch(prometheus.Labels{"partner": p.cfg.ID})
 	}
 	log.Info("partner removed by a reload: its poller ended", "partner", p.cfg.ID)

@@ -168,7 +168,7 @@ func (r *planStage) plan(ctx context.Context) (*planResult, error) {
 		return nil, err
 	}
 	in.State, in.RowsTotal, in.RowsRejected = ledger.State(next), res.Total, res.Rejected
-	r.d.metrics.rowsTotal.WithLabelValues(in.Partner, "rejected").Add(float64(res.Rejected))
+	r.d.metrics.RowsTotal.WithLabelValues(in.Partner, "rejected").Add(float64(res.Rejected))
 	return res, nil
 }
 

@@ -17,6 +17,7 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
+	"github.com/partner-intake/partner-intake/intake/backpressure"
 	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/intake/workerid"
 	"github.com/partner-intake/partner-intake/internal/fault"
@@ -60,7 +61,7 @@ func (d *Daemon) pollOnce(ctx context.Context, p *partnerRT) error {
 	if err != nil {
 		return err
 	}
-	d.metrics.polls.WithLabelValues(p.cfg.ID).Inc()
+	d.metrics.Polls.WithLabelValues(p.cfg.ID).Inc()
 	// The rows this worker holds of the partner are looked up beside the
 	// session's dial (or its reuse) and the housekeeping's listings; the
 	// housekeeping uses the answer unless it recorded a claim since
@@ -257,7 +258,7 @@ func (d *claimStage) claimReady(ctx context.Context, p *partnerRT, sess *sftpcon
 		}
 		handled++
 	}
-	quota, err := d.space.quota(p)
+	quota, err := d.space.Quota(p.cfg.ID, p.cfg.Limits.MaxSpoolBytes, &p.quotaFull)
 	if err != nil {
 		return err
 	}
@@ -271,7 +272,7 @@ type claimLoop struct {
 	d       *claimStage
 	p       *partnerRT
 	sess    *sftpconn.Session
-	quota   *spoolQuota
+	quota   *backpressure.Quota
 	claimed int   // files claimed or quarantined this poll
 	nextID  int64 // allocated before the next claim's rename (see claim)
 	racing  bool  // another replica claims from the partner: groups rename one at a time (claimGroup)
@@ -320,7 +321,7 @@ func (c *claimLoop) run(ctx context.Context, cands []candidate, beyond int) erro
 // max_files_per_poll, the partner's spool quota and the spool's free
 // space, and while this replica polls the partner.
 func (c *claimLoop) room(ctx context.Context) bool {
-	return c.claimed < c.p.cfg.Limits.MaxFilesPerPoll && c.quota.ok() && c.d.space.spaceOK() && c.d.peers.Owns(ctx, c.p.cfg.ID)
+	return c.claimed < c.p.cfg.Limits.MaxFilesPerPoll && c.quota.OK() && c.d.space.SpaceOK() && c.d.peers.Owns(ctx, c.p.cfg.ID)
 }
 
 // claimAt claims what starts at cands[0], a group of small files
@@ -347,7 +348,7 @@ func (c *claimLoop) claimAt(ctx context.Context, cands []candidate, sl *slots) (
 		// walked 0: the groups were put back, walk them again one at a time
 		c.claimed += len(ins)
 		for _, in := range ins {
-			d.space.quotaClaimed(p, c.quota, in.ListedSize)
+			c.quota.Claimed(in.ListedSize)
 		}
 		for k, ins := range splitClaims(groups, ins) {
 			var w func() error
@@ -371,7 +372,7 @@ func (c *claimLoop) claimAt(ctx context.Context, cands []candidate, sl *slots) (
 		return 1, nil, err
 	}
 	c.claimed++
-	d.space.quotaClaimed(p, c.quota, in.ListedSize)
+	c.quota.Claimed(in.ListedSize)
 	return 1, func() error { return d.runClaimed(ctx, p, sess, in, opening, true) }, nil
 }
 
@@ -390,12 +391,12 @@ func (c *claimLoop) followingGroups(cands, g []candidate, sl *slots) (groups [][
 		return groups, nil
 	}
 	left := c.p.cfg.Limits.MaxFilesPerPoll - c.claimed - len(g)
-	bytes := c.quota.used
+	bytes := c.quota.Used
 	for _, x := range g {
 		bytes += x.Size
 	}
 	for rest := cands[len(g):]; len(rest) > 0; {
-		if c.quota.max > 0 && bytes >= c.quota.max {
+		if c.quota.Max > 0 && bytes >= c.quota.Max {
 			break
 		}
 		next := groupAt(c.p.cfg, rest, left, c.p.nocase.Load())
@@ -549,7 +550,7 @@ func (d *claimStage) list(ctx context.Context, p *partnerRT, sess *sftpconn.Sess
 			case err != nil:
 				return err
 			case !ok:
-				d.metrics.skipped.WithLabelValues(cfg.ID, string(reason.TargetUnusable)).Inc()
+				d.metrics.Skipped.WithLabelValues(cfg.ID, string(reason.TargetUnusable)).Inc()
 				continue
 			}
 			total++
@@ -557,7 +558,7 @@ func (d *claimStage) list(ctx context.Context, p *partnerRT, sess *sftpconn.Sess
 		}
 		for _, h := range pendH {
 			if !taken[recordName(h.Info.Name())] {
-				d.metrics.skipped.WithLabelValues(cfg.ID, string(h.Reason)).Inc()
+				d.metrics.Skipped.WithLabelValues(cfg.ID, string(h.Reason)).Inc()
 				bad.push(h)
 			}
 		}
@@ -593,7 +594,7 @@ func (d *claimStage) list(ctx context.Context, p *partnerRT, sess *sftpconn.Sess
 			return nil
 		}
 		if why != "" {
-			d.metrics.skipped.WithLabelValues(cfg.ID, string(why)).Inc()
+			d.metrics.Skipped.WithLabelValues(cfg.ID, string(why)).Inc()
 			if partners.Hostile(why) {
 				bad.push(partners.Skipped{Info: e, Reason: why})
 			}
@@ -604,7 +605,7 @@ func (d *claimStage) list(ctx context.Context, p *partnerRT, sess *sftpconn.Sess
 		return nil
 	})
 	if n := sess.TakeImpossibleNames(); n > 0 {
-		d.metrics.skipped.WithLabelValues(cfg.ID, string(reason.ImpossibleName)).Add(float64(n))
+		d.metrics.Skipped.WithLabelValues(cfg.ID, string(reason.ImpossibleName)).Add(float64(n))
 		d.log.Warn("the site listed names no directory holds; left alone", "partner", cfg.ID, "reason", string(reason.ImpossibleName), "count", n)
 	}
 	if err == nil {
@@ -640,7 +641,7 @@ func (d *claimStage) list(ctx context.Context, p *partnerRT, sess *sftpconn.Sess
 			s := seen[c.Name]
 			if partners.ClassifyStable(cfg, c, partners.Unchanged{Since: s.Since, Now: s.Now}) != "" {
 				total--
-				d.metrics.skipped.WithLabelValues(cfg.ID, string(reason.NotStable)).Inc()
+				d.metrics.Skipped.WithLabelValues(cfg.ID, string(reason.NotStable)).Inc()
 				continue
 			}
 		}
@@ -648,7 +649,7 @@ func (d *claimStage) list(ctx context.Context, p *partnerRT, sess *sftpconn.Sess
 			m := c.Name + partners.ManifestSuffix
 			if !manifests.Has(m, sess.RegularInReady) {
 				total--
-				d.metrics.skipped.WithLabelValues(cfg.ID, string(reason.ManifestMissing)).Inc()
+				d.metrics.Skipped.WithLabelValues(cfg.ID, string(reason.ManifestMissing)).Inc()
 				continue
 			}
 			c.Manifest = m
@@ -782,14 +783,14 @@ func (d *claimStage) claim(ctx context.Context, p *partnerRT, sess *sftpconn.Ses
 	lock.Release()
 	if err != nil {
 		if sftpconn.IsNotExist(err) {
-			d.metrics.claimsLost.WithLabelValues(p.cfg.ID).Inc()
+			d.metrics.ClaimsLost.WithLabelValues(p.cfg.ID).Inc()
 			d.peers.Lost() // another replica claims here: look again who polls the partner
 			return nil, nil, 0, nil
 		}
 		if _, serr := sess.Lstat(dst); serr == nil {
 			// The same name is still in our processing dir from an earlier
 			// claim; it is resumed first, and this one waits for a later poll.
-			d.metrics.skipped.WithLabelValues(p.cfg.ID, claimTargetBusy).Inc()
+			d.metrics.Skipped.WithLabelValues(p.cfg.ID, claimTargetBusy).Inc()
 			return nil, nil, 0, nil
 		}
 		return nil, nil, 0, fmt.Errorf("claim %s: %w", c.Name, err)
@@ -841,7 +842,7 @@ func (d *claimStage) claim(ctx context.Context, p *partnerRT, sess *sftpconn.Ses
 // own. A failed move back leaves it there for resumeOwn to adopt once the
 // path is free (the partner is looked through again).
 func (d *claimStage) busyClaimPath(p *partnerRT, sess *sftpconn.Session, in *ledger.Intake) {
-	d.metrics.skipped.WithLabelValues(p.cfg.ID, claimTargetBusy).Inc()
+	d.metrics.Skipped.WithLabelValues(p.cfg.ID, claimTargetBusy).Inc()
 	back := func(name string) error {
 		err := sess.Rename(sess.Layout.Processing(d.cfg.WorkerID, name), sess.Layout.Ready(name))
 		if err != nil && !sftpconn.IsNotExist(err) {
@@ -881,7 +882,7 @@ func (d *claimStage) quarantineHostile(ctx context.Context, p *partnerRT, sess *
 	dst := sess.Layout.Processing(d.cfg.WorkerID, gen)
 	if err := sess.Rename(sess.Layout.Ready(h.Info.Name()), dst); err != nil {
 		if sftpconn.IsNotExist(err) {
-			d.metrics.claimsLost.WithLabelValues(p.cfg.ID).Inc()
+			d.metrics.ClaimsLost.WithLabelValues(p.cfg.ID).Inc()
 			return nil
 		}
 		return fmt.Errorf("claim a hostile entry: %w", err)
@@ -1151,7 +1152,7 @@ func (r *fileRun) runAlone(ctx context.Context) error {
 
 // fencedOut counts and logs a file lost to another owner.
 func (r *fileRun) fencedOut(step string) {
-	r.d.metrics.fenced.WithLabelValues(r.in.Partner).Inc()
+	r.d.metrics.Fenced.WithLabelValues(r.in.Partner).Inc()
 	r.log.Warn("file lost to another owner; stopped work on it", "step", step)
 }
 

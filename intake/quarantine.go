@@ -39,7 +39,7 @@ func (r *fileRun) hold(ctx context.Context, to ledger.State, reason reason.Code,
 	r.dropAhead() // a held file applies nothing
 	in, f := r.in, r.finishStage()
 	qdir := r.sess.Layout.QuarantineDir()
-	base := heldName(in.ID, in.RemoteName)
+	base := sitefile.HeldName(in.ID, in.RemoteName)
 	if r.feed == nil {
 		base = fmt.Sprintf("%d.%s", in.ID, reason) // a hostile name never enters our paths
 	}
@@ -70,7 +70,7 @@ func (r *fileRun) hold(ctx context.Context, to ledger.State, reason reason.Code,
 		}
 	}
 	if lost {
-		r.d.metrics.remoteLost.WithLabelValues(in.Partner).Inc()
+		r.d.metrics.RemoteLost.WithLabelValues(in.Partner).Inc()
 		dst = path.Join(qdir, base) // the reason file still tells ops what happened
 	}
 	qr := QuarantineReason{PartnerID: in.Partner, IntakeID: in.ID, File: Neutralize(in.RemoteName), BatchID: in.BatchID,
@@ -96,7 +96,7 @@ func (r *fileRun) hold(ctx context.Context, to ledger.State, reason reason.Code,
 	if err := r.d.ledger.Finish(ctx, in, in.State, to, reason); err != nil {
 		return err
 	}
-	r.d.metrics.finished(in.Partner, string(to))
+	r.d.metrics.Finished(in.Partner, string(to))
 	r.log.Warn("file held", "state", to, "reason", reason, "line", line, "quarantine_path", dst)
 	return nil
 }
@@ -127,7 +127,7 @@ func (r *finishStage) dropStaleReason() error {
 // removeReason removes the file's reason file from quarantine/ (gone
 // already is fine).
 func (r *finishStage) removeReason() error {
-	p := path.Join(r.sess.Layout.QuarantineDir(), sitefile.ReasonName(heldName(r.in.ID, r.in.RemoteName)))
+	p := path.Join(r.sess.Layout.QuarantineDir(), sitefile.ReasonName(sitefile.HeldName(r.in.ID, r.in.RemoteName)))
 	if err := r.sess.Remove(p); err != nil && !sftpconn.IsNotExist(err) {
 		return fmt.Errorf("remove stale reason file: %w", err)
 	}

@@ -40,7 +40,7 @@ func (d *claimStage) claimRecord(ctx context.Context, p *partnerRT, sess *sftpco
 		ListedSize: c.Size, ListedMTime: c.MTime, Worker: d.cfg.WorkerID}
 	next, err := d.ledger.InsertRecordClaim(ctx, in, c.Name, id)
 	if errors.Is(err, ledger.ErrTracked) {
-		d.metrics.claimsLost.WithLabelValues(p.cfg.ID).Inc()
+		d.metrics.ClaimsLost.WithLabelValues(p.cfg.ID).Inc()
 		return nil, 0, nil
 	}
 	if err != nil {
@@ -83,7 +83,7 @@ func (r *finishStage) holdRecord(ctx context.Context, to ledger.State, reason re
 	if err := r.d.ledger.Finish(ctx, in, in.State, to, reason); err != nil {
 		return err
 	}
-	r.d.metrics.finished(in.Partner, string(to))
+	r.d.metrics.Finished(in.Partner, string(to))
 	r.log.Warn("file held (claim: record: nothing moved on the site)", "state", to, "reason", reason, "line", line, "detail", detail)
 	return nil
 }

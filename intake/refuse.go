@@ -42,17 +42,7 @@ type refusal struct {
 // encoders and row hasher (used one chunk at a time): what a probe, or the
 // final write after the search, sends.
 func (c *chunk) subset(idx []int) *chunk {
-	s := &chunk{no: c.no, first: c.first, last: c.last, final: c.final, enc: c.enc, dupKeys: c.dupKeys, seed: c.seed,
-		hasher: c.hasher, at: c.at, lines: make([]int64, 0, len(idx)), ends: make([]int, 0, len(idx))}
-	for _, i := range idx {
-		start := 0
-		if i > 0 {
-			start = c.ends[i-1]
-		}
-		s.cols = append(s.cols, c.cols[start:c.ends[i]]...)
-		s.lines = append(s.lines, c.lines[i])
-		s.ends = append(s.ends, len(s.cols))
-	}
+	s := &chunk{no: c.no, first: c.first, last: c.last, final: c.final, Rows: c.Rows.Subset(idx)}
 	return s
 }
 
@@ -74,14 +64,14 @@ func (m mergeCounts) into(c *chunkCounts) {
 // table, the dedupe when a key repeats, the guarded merge.
 func (r *applyStage) mergeChunk(ctx context.Context, tx pgx.Tx, tgt *target.Table, ch *chunk, writer int64) (mergeCounts, error) {
 	var m mergeCounts
-	if err := tgt.CopyStage(ctx, tx, ch.stagePayload()); err != nil {
-		ch.dropPayload()
+	if err := tgt.CopyStage(ctx, tx, ch.StagePayload()); err != nil {
+		ch.DropPayload()
 		if ctx.Err() != nil {
 			return m, ctx.Err()
 		}
 		return m, fmt.Errorf("chunk %d copy: %w", ch.no, err)
 	}
-	if ch.dupKeys || !tgt.ExactKeys() {
+	if ch.DupKeys || !tgt.ExactKeys() {
 		// (a target that compares keys its own way: only SQL can tell
 		// a key repeated, target/keys.go)
 		n, err := tgt.Dedupe(ctx, tx, r.in.ID, r.in.Partner)
@@ -174,7 +164,7 @@ func (r *applyStage) refuse(ctx context.Context, tx pgx.Tx, tgt *target.Table, c
 				hi, at = mid, pe
 			}
 		}
-		refused = append(refused, refusal{line: ch.lines[hi-1], column: refusedColumn(at, tgt.Columns()), detail: pgerr.Codes(at)})
+		refused = append(refused, refusal{line: ch.Lines[hi-1], column: refusedColumn(at, tgt.Columns()), detail: pgerr.Codes(at)})
 		accepted = append(accepted, all[pos:hi-1]...)
 		pos, known = hi, nil
 	}

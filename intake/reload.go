@@ -14,6 +14,7 @@ import (
 
 	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/intake/targethold"
+	"github.com/partner-intake/partner-intake/intake/unwrap"
 	"github.com/partner-intake/partner-intake/partners"
 )
 
@@ -79,7 +80,7 @@ func (d *Daemon) Reload(ctx context.Context, parts []partners.Config) (ReloadRes
 		if had && reflect.DeepEqual(*o.cfg, c) {
 			next[c.ID] = o
 		} else {
-			if had && processingMoves(o.cfg, &c) {
+			if had && o.cfg.ProcessingMoves(&c) {
 				unlock, err := holdEmptyProcessing(ctx, d.ledger, d.sessions, o)
 				if err != nil {
 					return res, fmt.Errorf("partner %s: %w", c.ID, err)
@@ -88,7 +89,7 @@ func (d *Daemon) Reload(ctx context.Context, parts []partners.Config) (ReloadRes
 				// of the old runtime claims into the old dir meanwhile
 				defer unlock()
 			}
-			if err := checkPGPKeys(&c); err != nil {
+			if err := unwrap.CheckPGPKeys(&c); err != nil {
 				return res, err
 			}
 			p := d.sessions.newPartnerRT(&c)
@@ -126,7 +127,7 @@ func (d *Daemon) Reload(ctx context.Context, parts []partners.Config) (ReloadRes
 		close(p.quit) // its poller ends after the poll in progress
 	}
 	for _, p := range fresh { // a changed partner's feeds may differ from its predecessor's (targethold.Keeper.Recheck sets them again)
-		d.metrics.targetHeld.DeletePartialMatch(prometheus.Labels{"partner": p.cfg.ID})
+		d.metrics.TargetHeld.DeletePartialMatch(prometheus.Labels{"partner": p.cfg.ID})
 	}
 	for _, h := range held {
 		d.feedHolds.Set(h.P, h.F, h.Problem)
@@ -156,19 +157,6 @@ var ErrProcessingInUse = errors.New("the reload moves the partner's processing d
 
 // maxNamedClaims bounds how many claims a refused reload names.
 const maxNamedClaims = 10
-
-// processingMoves reports whether next puts the partner's processing dir
-// somewhere else than old does: another site or login, root or
-// dirs.processing, or claim: record (which has none). Nothing looks at a
-// processing dir the config no longer names: not this daemon's polls, not
-// another replica's adoption, not the reconciler.
-func processingMoves(old, next *partners.Config) bool {
-	if old.Records() {
-		return false
-	}
-	return next.Records() || !strings.EqualFold(old.SFTP.Address, next.SFTP.Address) || old.SFTP.User != next.SFTP.User ||
-		path.Clean(old.SFTP.Root) != path.Clean(next.SFTP.Root) || path.Clean(old.Dirs.Processing) != path.Clean(next.Dirs.Processing)
-}
 
 // holdEmptyProcessing makes sure the processing dir of o (a runtime a
 // reload replaces by one with another processing dir) holds no claim: no
@@ -256,7 +244,7 @@ func (p *partnerRT) takeOver(prev *partnerRT) {
 	defer prev.mu.Unlock()
 	p.mu.Lock()
 	p.tempClean, p.resumed, p.settled, p.orphanSweep = prev.tempClean, prev.resumed, prev.settled, prev.orphanSweep
-	if processingMoves(prev.cfg, p.cfg) {
+	if prev.cfg.ProcessingMoves(p.cfg) {
 		// the new processing dir was never looked through by this
 		// runtime: its first poll lists its own dir and sweeps the
 		// other workers' there

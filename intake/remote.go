@@ -10,9 +10,7 @@ import (
 	"github.com/partner-intake/partner-intake/internal/reason"
 
 	"github.com/partner-intake/partner-intake/intake/ledger"
-	"github.com/partner-intake/partner-intake/intake/sitefile"
 	"github.com/partner-intake/partner-intake/internal/fault"
-	"github.com/partner-intake/partner-intake/partners"
 	"github.com/partner-intake/partner-intake/partners/sftpconn"
 )
 
@@ -92,41 +90,6 @@ func (r *fileRun) claimedIsOurs() (bool, error) {
 		"reason", reason.RemoteLost)
 	r.p.takenOver.Store(true)
 	return false, nil
-}
-
-// Suffixes of names derived from a held file's name.
-const (
-	heldReserve = partners.ManifestSuffix + sitefile.ReasonSuffix
-)
-
-// heldName is the name of a held file in quarantine/:
-// <intake_id>.<name>, and beside it <that>.complete (its manifest) and
-// <that>.reason.json, all within sitefile.MaxName bytes.
-func heldName(id int64, name string) string {
-	return sitefile.FitStem(fmt.Sprintf("%d.", id), name, "", heldReserve)
-}
-
-// maxArchiveExt: a longer "extension" is part of a name, not a type, and
-// is left out of archive names.
-const maxArchiveExt = 32
-
-// archiveNames are the candidate archive names of in:
-// <batch>.<sha12>.<intake_id>[.n]<ext>, n from 1 to extra, each with room
-// for partners.ManifestSuffix.
-func archiveNames(dir string, in *ledger.Intake, extra int) []string {
-	ext := path.Ext(in.RemoteName)
-	if len(ext) > maxArchiveExt {
-		ext = ""
-	}
-	out := make([]string, 0, extra+1)
-	for i := 0; i <= extra; i++ {
-		n := ""
-		if i > 0 {
-			n = fmt.Sprintf(".%d", i)
-		}
-		out = append(out, path.Join(dir, sitefile.FitStem("", in.BatchID, fmt.Sprintf(".%s.%d%s%s", in.SHA256[:12], in.ID, n, ext), partners.ManifestSuffix)))
-	}
-	return out
 }
 
 // fence checks, right before a step the partner can see (a move, a reason

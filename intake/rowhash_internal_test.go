@@ -102,7 +102,7 @@ func TestGoRowHashEqualsSQLRowHash(t *testing.T) {
 					if keyFirst {
 						vals[0], vals[1], nulls[0], nulls[1] = vals[1], vals[0], nulls[1], nulls[0]
 					}
-					if err := ch.add(int64(n+1), vals, nulls, []int{keyIdx}); err != nil {
+					if err := ch.Add(int64(n+1), vals, nulls, []int{keyIdx}); err != nil {
 						t.Fatalf("%q: %v", v, err)
 					}
 				}
@@ -112,7 +112,7 @@ func TestGoRowHashEqualsSQLRowHash(t *testing.T) {
 				for _, merged := range []bool{false, true} {
 					err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 						if !merged {
-							n, err := tgt.CopyDirect(ctx, tx, ch.directPayload("p", 1))
+							n, err := tgt.CopyDirect(ctx, tx, ch.DirectPayload("p", 1))
 							if err == nil && n != int64(len(c.values)) {
 								err = fmt.Errorf("%d rows copied, want %d", n, len(c.values))
 							}
@@ -124,7 +124,7 @@ func TestGoRowHashEqualsSQLRowHash(t *testing.T) {
 						if err := tgt.Stage(ctx, tx); err != nil {
 							return err
 						}
-						if err := tgt.CopyStage(ctx, tx, ch.stagePayload()); err != nil {
+						if err := tgt.CopyStage(ctx, tx, ch.StagePayload()); err != nil {
 							return err
 						}
 						m, err := tgt.Merge(ctx, tx, 1, "p", 1, ch.rows())

@@ -8,6 +8,7 @@ import (
 
 	"github.com/robfig/cron/v3"
 
+	"github.com/partner-intake/partner-intake/intake/metrics"
 	"github.com/partner-intake/partner-intake/intake/sessions"
 	"github.com/partner-intake/partner-intake/partners"
 	"github.com/partner-intake/partner-intake/partners/sftpconn"
@@ -35,7 +36,7 @@ type sessionKeeper struct {
 	conns    *sftpconn.Conns // SSH connections, shared by partners on one account
 	sites    *siteCheck      // each partner's site, resolved when first dialled (site.go)
 	parts    *partnerSet
-	metrics  *metrics
+	metrics  *metrics.Set
 	log      *slog.Logger
 	signals  *testSignals
 }
@@ -46,7 +47,7 @@ func (k *sessionKeeper) newPartnerRT(c *partners.Config) *partnerRT {
 	if c.SFTP.LegacyAlgorithms {
 		legacy = 1
 	}
-	k.metrics.legacySSH.WithLabelValues(c.ID).Set(legacy)
+	k.metrics.LegacySSH.WithLabelValues(c.ID).Set(legacy)
 	return &partnerRT{cfg: c, slot: sessions.Slot{Book: k.book}, trigger: make(chan struct{}, 1), quit: make(chan struct{})}
 }
 
@@ -60,13 +61,13 @@ func (k *sessionKeeper) session(ctx context.Context, p *partnerRT) (*sftpconn.Se
 	s, stale, dialled, err := p.slot.Get(ctx, sessions.Server(p.cfg), func() { k.makeRoom(p) },
 		func(ctx context.Context) (*sftpconn.Session, error) { return k.dial(ctx, p) })
 	if stale {
-		k.metrics.sessionsClosed.WithLabelValues("stale").Inc()
+		k.metrics.SessionsClosed.WithLabelValues("stale").Inc()
 	}
 	if err != nil {
 		return nil, err
 	}
 	if dialled && !s.Joined() {
-		k.metrics.dials.WithLabelValues(p.cfg.ID).Inc()
+		k.metrics.Dials.WithLabelValues(p.cfg.ID).Inc()
 	}
 	return s, nil
 }
@@ -110,7 +111,7 @@ func holders(ps []*partnerRT) []sessions.Holder {
 // polling while the open sessions are at the cap (sessions.Book.MakeRoom).
 func (k *sessionKeeper) makeRoom(self *partnerRT) {
 	for _, h := range k.book.MakeRoom(self, holders(k.parts.list()), k.policy.MaxOpen) {
-		k.metrics.sessionsClosed.WithLabelValues("max_open").Inc()
+		k.metrics.SessionsClosed.WithLabelValues("max_open").Inc()
 		k.log.Debug("session closed for room under sessions.max_open", "partner", h.(*partnerRT).cfg.ID)
 	}
 }
@@ -128,7 +129,7 @@ func (k *sessionKeeper) janitor(ctx context.Context) {
 func (k *sessionKeeper) closeIdle(now time.Time) {
 	for _, h := range sessions.CloseIdle(holders(k.parts.list()), now, k.policy.IdleClose) {
 		id := h.(*partnerRT).cfg.ID
-		k.metrics.sessionsClosed.WithLabelValues("idle").Inc()
+		k.metrics.SessionsClosed.WithLabelValues("idle").Inc()
 		k.log.Debug("idle session closed; the next poll dials again", "partner", id, "idle_close", k.policy.IdleClose)
 		k.signals.IdleClosed.Signal(id)
 	}

@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"path"
-	"time"
 
 	"github.com/partner-intake/partner-intake/internal/reason"
 
@@ -87,7 +85,7 @@ func (r *fetchStage) putBack(ctx context.Context) error {
 		if err := r.d.ledger.MarkPutBack(ctx, in); err != nil {
 			return err
 		}
-		r.d.metrics.putBack.WithLabelValues(in.Partner).Inc()
+		r.d.metrics.PutBack.WithLabelValues(in.Partner).Inc()
 		r.log.Warn("file changed after its claim; claim dropped, not applied", "reason", string(reason.ChangedAfterClaim))
 		return nil
 	}
@@ -98,7 +96,7 @@ func (r *fetchStage) putBack(ctx context.Context) error {
 	if err := r.d.ledger.MarkPutBack(ctx, in); err != nil {
 		return err
 	}
-	r.d.metrics.putBack.WithLabelValues(in.Partner).Inc()
+	r.d.metrics.PutBack.WithLabelValues(in.Partner).Inc()
 	r.log.Warn("file changed after its claim; put back into ready/, not applied", "reason", string(reason.ChangedAfterClaim))
 	if err := fault.Check("putback:after_mark"); err != nil {
 		return err // as a crash here: resumeOwn finishes the put back
@@ -112,38 +110,14 @@ func (r *fetchStage) putBack(ctx context.Context) error {
 	return nil
 }
 
-// putBackFile renames a claimed file back into ready/ under its name
-// (RENAME never overwrites). If ready/ holds that name again, the claimed
-// copy goes to quarantine/ under a generated name and the reconciler
-// raises quarantine_no_record for a human. A rename that fails leaves the
-// put back undone unless the file is gone from its claimed path: a
-// "no such file" may mean ready/ itself is missing, not the file.
-func putBackFile(sess *sftpconn.Session, claimedPath, name string) error {
-	err := sess.Rename(claimedPath, sess.Layout.Ready(name))
-	if err == nil {
-		return nil
-	}
-	if _, serr := sess.Lstat(sess.Layout.Ready(name)); serr != nil {
-		if _, cerr := sess.Lstat(claimedPath); sftpconn.IsNotExist(cerr) {
-			return nil // moved meanwhile, or the rename's reply was lost
-		}
-		return fmt.Errorf("put back %s: %w", path.Base(claimedPath), err)
-	}
-	dst := path.Join(sess.Layout.QuarantineDir(), sitefile.FitStem(fmt.Sprintf("put-back.%d.", time.Now().UnixNano()), name, "", heldReserve))
-	if err := sess.Rename(claimedPath, dst); err != nil && !sftpconn.IsNotExist(err) {
-		return fmt.Errorf("put back %s: %w", path.Base(claimedPath), err)
-	}
-	return nil
-}
-
-// finishPutBack is putBackFile for a file whose intake ended put_back: a
+// finishPutBack is sitefile.PutBack for a file whose intake ended put_back: a
 // failure is the site's (ready/ missing or refused), never the file's or
 // the poll's. It is logged, and the partner's next poll looks through this
 // worker's processing dir and tries again (WasPutBack), so the file is
 // never left there without an owner, and the partner's other files go on.
 // It reports whether the file was put back.
 func finishPutBack(log *slog.Logger, p *partnerRT, sess *sftpconn.Session, claimedPath, name string) bool {
-	if err := putBackFile(sess, claimedPath, name); err != nil {
+	if err := sitefile.PutBack(sess, claimedPath, name); err != nil {
 		log.Warn("could not put a file back into ready/; the next poll tries again", "partner", p.cfg.ID,
 			"reason", string(reason.ChangedAfterClaim), "err", err)
 		p.takenOver.Store(true)

@@ -30,7 +30,7 @@ const unchangedPause = 8
 // one (nothing to stage or merge; the chunk's rows count unchanged).
 func (r *applyStage) toMerge(ctx context.Context, tx pgx.Tx, tgt *target.Table, ch *chunk, writer int64) (*chunk, error) {
 	ch.leftOut = false
-	if ch.rows() < unchangedMinRows || ch.dupKeys || !tgt.LooksUpUnchanged() {
+	if ch.rows() < unchangedMinRows || ch.DupKeys || !tgt.LooksUpUnchanged() {
 		return ch, nil
 	}
 	if r.unchangedPause > 0 {
@@ -40,7 +40,7 @@ func (r *applyStage) toMerge(ctx context.Context, tx pgx.Tx, tgt *target.Table, 
 	if ch.same == nil {
 		ch.same = tgt.NewUnchanged()
 	}
-	keep, err := ch.same.Keep(ctx, tx, r.in.Partner, writer, ch.cols, ch.ends)
+	keep, err := ch.same.Keep(ctx, tx, r.in.Partner, writer, ch.Cols, ch.Ends)
 	if err != nil {
 		return nil, fmt.Errorf("chunk %d: %w", ch.no, err)
 	}
@@ -66,7 +66,7 @@ func (r *applyStage) recordLeftOut(ctx context.Context, tx pgx.Tx, tgt *target.T
 	if !tgt.Snapshot() || !ch.leftOut {
 		return nil
 	}
-	if err := ch.same.RecordLeftOut(ctx, tx, r.in.ID, ch.cols, ch.ends); err != nil {
+	if err := ch.same.RecordLeftOut(ctx, tx, r.in.ID, ch.Cols, ch.Ends); err != nil {
 		return fmt.Errorf("chunk %d: %w", ch.no, err)
 	}
 	return nil

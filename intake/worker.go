@@ -106,7 +106,7 @@ func (r *fileRun) run(ctx context.Context) error {
 		default:
 			err = r.step(ctx)
 		}
-		r.d.metrics.stage(r.in.Partner, stage, time.Since(start))
+		r.d.metrics.Stage(r.in.Partner, stage, time.Since(start))
 		r.log.Debug("step done", "from", stage, "to", r.in.State, "seconds", time.Since(start).Seconds())
 		if err != nil {
 			if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) {

@@ -3,6 +3,7 @@ package partners
 import (
 	"fmt"
 	"path"
+	"strings"
 	"time"
 )
 
@@ -55,4 +56,17 @@ func (l Layout) ReportsDir() string { return l.join(l.Dirs.Reports) }
 // (sftpconn.EnsureDirs makes sure of them on the site).
 func (l Layout) WriteDirs(worker string) []string {
 	return []string{l.Dirs.Ready, path.Join(l.Dirs.Processing, worker), l.Dirs.Quarantine, l.Dirs.Reports, l.Dirs.Archive}
+}
+
+// ProcessingMoves reports whether next puts the partner's processing dir
+// somewhere else than c does: another site or login, root or
+// dirs.processing, or claim: record (which has none). Nothing looks at a
+// processing dir the config no longer names: not this daemon's polls, not
+// another replica's adoption, not the reconciler.
+func (c *Config) ProcessingMoves(next *Config) bool {
+	if c.Records() {
+		return false
+	}
+	return next.Records() || !strings.EqualFold(c.SFTP.Address, next.SFTP.Address) || c.SFTP.User != next.SFTP.User ||
+		path.Clean(c.SFTP.Root) != path.Clean(next.SFTP.Root) || path.Clean(c.Dirs.Processing) != path.Clean(next.Dirs.Processing)
 }

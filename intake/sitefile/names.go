@@ -10,10 +10,13 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
+	"path"
 	"regexp"
 	"strings"
 	"unicode/utf8"
 
+	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/partners"
 )
 
@@ -80,4 +83,37 @@ func TempName(name string) string {
 	var b [8]byte
 	_, _ = rand.Read(b[:])
 	return FitName(".", name, "."+hex.EncodeToString(b[:])+".tmp")
+}
+
+// HeldReserve: the suffixes of names derived from a held file's name.
+const HeldReserve = partners.ManifestSuffix + ReasonSuffix
+
+// HeldName is the name of a held file in quarantine/:
+// <intake_id>.<name>, and beside it <that>.complete (its manifest) and
+// <that>.reason.json, all within MaxName bytes.
+func HeldName(id int64, name string) string {
+	return FitStem(fmt.Sprintf("%d.", id), name, "", HeldReserve)
+}
+
+// MaxArchiveExt: a longer "extension" is part of a name, not a type, and
+// is left out of archive names.
+const MaxArchiveExt = 32
+
+// ArchiveNames are the candidate archive names of in:
+// <batch>.<sha12>.<intake_id>[.n]<ext>, n from 1 to extra, each with room
+// for partners.ManifestSuffix.
+func ArchiveNames(dir string, in *ledger.Intake, extra int) []string {
+	ext := path.Ext(in.RemoteName)
+	if len(ext) > MaxArchiveExt {
+		ext = ""
+	}
+	out := make([]string, 0, extra+1)
+	for i := 0; i <= extra; i++ {
+		n := ""
+		if i > 0 {
+			n = fmt.Sprintf(".%d", i)
+		}
+		out = append(out, path.Join(dir, FitStem("", in.BatchID, fmt.Sprintf(".%s.%d%s%s", in.SHA256[:12], in.ID, n, ext), partners.ManifestSuffix)))
+	}
+	return out
 }

@@ -25,10 +25,17 @@ var rules = []struct {
 	forbid []string
 }{
 	{
-		why: "the ledger, the target, rows, partner config, the SFTP transport, the spool, what intake writes on a site, the daemon's own jobs (its config, worker id hold, session policy, site index, target holds, poll record, affinity) and the internal packages sit below the pipeline, the reconciler, the ops views, the console and the commands",
+		why: "the ledger, the target, rows, partner config, the SFTP transport, the spool, what intake writes on a site, the daemon's own jobs (its config, worker id hold, session policy, site index, target holds, poll record, affinity, metrics, spool backpressure), the pipeline's pieces (unwrapping, a chunk's rows, the failure kinds, the site reads) and the internal packages sit below the pipeline, the reconciler, the ops views, the console and the commands",
 		from: []string{"intake/ledger", "intake/target", "intake/rows", "intake/sitefile", "intake/pgpkeys", "intake/daemoncfg", "intake/workerid", "intake/sessions",
-			"intake/siteindex", "intake/targethold", "intake/pollrecord", "intake/affinity", "partners", "partners/sftpconn", "spool", "internal/..."},
+			"intake/siteindex", "intake/targethold", "intake/pollrecord", "intake/affinity", "intake/metrics", "intake/backpressure",
+			"intake/unwrap", "intake/chunkrows", "intake/failure", "intake/siteread", "partners", "partners/sftpconn", "spool", "internal/..."},
 		forbid: []string{"intake", "reconcile", "intake/ops", "console", "cmd/..."},
+	},
+	{
+		why:    "a subpackage of the pipeline is below it: the pipeline imports its subpackages, never the other way",
+		from:   []string{"intake/..."},
+		except: []string{"intake"},
+		forbid: []string{"intake"},
 	},
 	{
 		why:    "the reason codes are the bottom layer: every package may name them, they name no package of the module",

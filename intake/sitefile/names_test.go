@@ -1,4 +1,4 @@
-package intake
+package sitefile_test
 
 import (
 	"fmt"
@@ -45,7 +45,7 @@ func TestEveryGeneratedRemoteNameFits(t *testing.T) {
 			t.Fatalf("test input %q is not a legal name", name)
 		}
 		for id := int64(1); id <= 1e12; id *= 1e6 {
-			held := heldName(id, name)
+			held := sitefile.HeldName(id, name)
 			check("held", name, held)
 			check("held manifest", name, held+partners.ManifestSuffix)
 			check("reason", name, sitefile.ReasonName(held))
@@ -58,9 +58,9 @@ func TestEveryGeneratedRemoteNameFits(t *testing.T) {
 				key := fmt.Sprintf("%s/%d", b, id) // reports are named by batch and intake id
 				check("receipt", key, sitefile.ReportStem(in)+sitefile.ReceiptSuffix)
 				check("rejects", key, sitefile.ReportStem(in)+sitefile.RejectsSuffix)
-				for i, a := range archiveNames("/r/archive/2026/12", in, 9) {
+				for i, a := range sitefile.ArchiveNames("/r/archive/2026/12", in, 9) {
 					ext := path.Ext(name)
-					if len(ext) > maxArchiveExt {
+					if len(ext) > sitefile.MaxArchiveExt {
 						ext = "" // left out of archive names
 					}
 					key := fmt.Sprintf("%s/%d/%d/%s", b, id, i, ext)
@@ -75,7 +75,7 @@ func TestEveryGeneratedRemoteNameFits(t *testing.T) {
 	}
 	// two 255-byte names that differ only at the end stay apart
 	a, b := strings.Repeat("a", 254)+"1", strings.Repeat("a", 254)+"2"
-	if heldName(7, a) == heldName(7, b) {
+	if sitefile.HeldName(7, a) == sitefile.HeldName(7, b) {
 		t.Fatal("two long names got one held name")
 	}
 }

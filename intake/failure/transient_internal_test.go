@@ -1,4 +1,4 @@
-package intake
+package failure
 
 import (
 	"errors"
@@ -24,8 +24,8 @@ func TestAClosedConnectionIsTransient(t *testing.T) {
 		{fmt.Errorf("chunk 9: %w", &ledger.FencedError{}), false},
 		{fmt.Errorf("chunk 9: %w", errors.New("mapping refused")), false},
 	} {
-		if got := transient(c.err); got != c.want {
-			t.Errorf("transient(%v) = %v, want %v", c.err, got, c.want)
+		if got := Transient(c.err); got != c.want {
+			t.Errorf("Transient(%v) = %v, want %v", c.err, got, c.want)
 		}
 	}
 }

@@ -1,4 +1,4 @@
-package intake
+package chunkrows
 
 import (
 	"context"
@@ -27,13 +27,13 @@ func (r *stalledReader) Read(p []byte) (int, error) {
 	return 0, io.EOF
 }
 
-// Why chunk.dropPayload exists: when the server ends the session in the
+// Why Rows.DropPayload exists: when the server ends the session in the
 // middle of a COPY (a FATAL, as PostgreSQL's shutdown sends), pgconn's
 // CopyFrom returns while its goroutine is still reading the payload. Had it
 // been reading a chunk's scratch buffer, the chunk's retry would write the
 // next payload into a buffer still being read (the data race seen once in
 // TestPostgresRestartDuringApply/fast). If this fails, pgconn waits for its
-// reader now, and dropPayload can go.
+// reader now, and DropPayload can go.
 func TestCopyFromReturnsWhileItsPayloadIsStillRead(t *testing.T) {
 	url, admin := testenv.DB(t)
 	ctx := context.Background()
@@ -62,6 +62,6 @@ func TestCopyFromReturnsWhileItsPayloadIsStillRead(t *testing.T) {
 			t.Fatal("the COPY of a terminated session succeeded")
 		}
 	case <-time.After(30 * time.Second):
-		t.Fatal("CopyFrom waited for its payload reader: pgconn changed, chunk.dropPayload is no longer needed")
+		t.Fatal("CopyFrom waited for its payload reader: pgconn changed, Rows.DropPayload is no longer needed")
 	}
 }

@@ -1,4 +1,4 @@
-package intake
+package siteread
 
 import (
 	"bytes"
@@ -102,7 +102,7 @@ func TestReadSmallReadsTheFileWithTwoReadsAndNoStat(t *testing.T) {
 		}
 		reads, stats := pc.count(fxpRead), pc.count(fxpFstat)
 		var got bytes.Buffer
-		n, err := readSmall(f, tc.size)(&got)
+		n, err := Small(f, tc.size)(&got)
 		f.Close()
 		if err != nil || n != int64(tc.want) || !bytes.Equal(got.Bytes(), tc.onDisk[:tc.want]) {
 			t.Fatalf("%s: read %d bytes, %v; want the first %d", tc.name, n, err, tc.want)
@@ -120,7 +120,7 @@ func TestReadSmallReadsTheFileWithTwoReadsAndNoStat(t *testing.T) {
 	}
 }
 
-// twoChannels hands the spool the file's bytes in order whatever order
+// TwoChannels hands the spool the file's bytes in order whatever order
 // its ranges arrive in, for sizes on and around range boundaries; a file
 // that grew since the stat shows one byte longer, one that shrank fails.
 func TestTwoChannelsStreamsTheRangesInOrder(t *testing.T) {
@@ -153,7 +153,7 @@ func TestTwoChannelsStreamsTheRangesInOrder(t *testing.T) {
 				t.Fatal(err)
 			}
 			var got bytes.Buffer
-			n, err := twoChannels(func(err error) error { return err }, f1, func() (rangeFile, error) { return f2, nil }, size)(&got)
+			n, err := TwoChannels(func(err error) error { return err }, f1, func() (File, error) { return f2, nil }, size)(&got)
 			f1.Close()
 			if tc.want < 0 {
 				if err == nil {
@@ -168,7 +168,7 @@ func TestTwoChannelsStreamsTheRangesInOrder(t *testing.T) {
 	}
 }
 
-// memFile is a rangeFile over bytes that counts its reads and records
+// memFile is a File over bytes that counts its reads and records
 // its close. With held set, its reads from heldFrom on wait until held is
 // closed (at most 10 s); with first set, its first read closes first.
 type memFile struct {
@@ -229,7 +229,7 @@ func TestTwoChannelsNeverWaitForTheSecond(t *testing.T) {
 	never := make(chan struct{})
 	late := &memFile{data: data}
 	var got bytes.Buffer
-	n, err := twoChannels(same, f1, func() (rangeFile, error) { <-never; return late, nil }, size)(&got)
+	n, err := TwoChannels(same, f1, func() (File, error) { <-never; return late, nil }, size)(&got)
 	check("second channel silent", n, err, &got)
 	close(never)
 	waitFor(t, "the late second channel's file closed", late.closed.Load)
@@ -240,7 +240,7 @@ func TestTwoChannelsNeverWaitForTheSecond(t *testing.T) {
 	// the second channel refused
 	f1 = &memFile{data: data}
 	got.Reset()
-	n, err = twoChannels(same, f1, func() (rangeFile, error) { return nil, errors.New("refused") }, size)(&got)
+	n, err = TwoChannels(same, f1, func() (File, error) { return nil, errors.New("refused") }, size)(&got)
 	check("second channel refused", n, err, &got)
 	if r := f1.reads.Load(); r != 14 { // 13 ranges, then the READ at the end
 		t.Fatalf("the main channel read %d times, want all 13 ranges and the end (14)", r)
@@ -254,7 +254,7 @@ func TestTwoChannelsNeverWaitForTheSecond(t *testing.T) {
 	open := make(chan struct{})
 	got.Reset()
 	w := &gateWriter{w: &got, after: 2 * rangeBytes, open: open}
-	n, err = twoChannels(same, f1, func() (rangeFile, error) { <-open; return f2, nil }, size)(w)
+	n, err = TwoChannels(same, f1, func() (File, error) { <-open; return f2, nil }, size)(w)
 	check("second channel joins", n, err, &got)
 	if f1.reads.Load() < 2 || f2.reads.Load() < 1 {
 		t.Fatalf("reads: main channel %d, second %d; want both to read ranges", f1.reads.Load(), f2.reads.Load())

@@ -1,4 +1,4 @@
-package intake
+package unwrap
 
 import (
 	"archive/zip"
@@ -40,7 +40,7 @@ func TestZipDirectoryIsBoundedBeforeItIsRead(t *testing.T) {
 		}
 		var got reason.Code
 		if held != nil {
-			got = held.reason
+			got = held.Reason
 		}
 		if got != want {
 			t.Fatalf("%s: got %q (%+v), want %q", name, got, held, want)
