@@ -193,16 +193,16 @@ type Results struct {
 	// one idle poll interval of all partners (daemon, sshd, PostgreSQL);
 	// sshd's CPU per login over the first cycle; a file's time from its
 	// rename into ready/ to its archive.
-	FleetPartners          int     `json:"fleet_partners,omitempty"`
-	FleetFiles             int     `json:"fleet_files,omitempty"`
-	FleetPollS             float64 `json:"fleet_poll_s,omitempty"`
-	FleetRSSMiB            float64 `json:"fleet_rss_mib,omitempty"`
-	FleetRSSFirstMiB       float64 `json:"fleet_rss_after_first_cycle_mib,omitempty"`
+	FleetPartners    int     `json:"fleet_partners,omitempty"`
+	FleetFiles       int     `json:"fleet_files,omitempty"`
+	FleetPollS       float64 `json:"fleet_poll_s,omitempty"`
+	FleetRSSMiB      float64 `json:"fleet_rss_mib,omitempty"`
+	FleetRSSFirstMiB float64 `json:"fleet_rss_after_first_cycle_mib,omitempty"`
 	// the Go runtime's own account after the first cycle (the daemon's
 	// /metrics): goroutines, heap in use, goroutine stacks
-	FleetGoroutines    float64 `json:"fleet_goroutines,omitempty"`
-	FleetHeapInuseMiB  float64 `json:"fleet_heap_inuse_mib,omitempty"`
-	FleetStackInuseMiB float64 `json:"fleet_stack_inuse_mib,omitempty"`
+	FleetGoroutines        float64 `json:"fleet_goroutines,omitempty"`
+	FleetHeapInuseMiB      float64 `json:"fleet_heap_inuse_mib,omitempty"`
+	FleetStackInuseMiB     float64 `json:"fleet_stack_inuse_mib,omitempty"`
 	FleetFirstCycleS       float64 `json:"fleet_first_cycle_s,omitempty"`
 	FleetStartS            float64 `json:"fleet_daemon_start_s,omitempty"`
 	FleetIdleCPUS          float64 `json:"fleet_idle_cpu_s_per_cycle,omitempty"`
