@@ -1,0 +1,61 @@
+package layers
+
+import (
+	"bytes"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+)
+
+// maxShare is the largest share of the module's non-test Go lines one
+// package may hold: a package past it holds more than one job.
+const maxShare = 0.20
+
+func TestNoPackageHoldsMoreThanAFifthOfTheCode(t *testing.T) {
+	root := "../.."
+	byDir := map[string]int{}
+	total := 0
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if n := d.Name(); p != root && (strings.HasPrefix(n, ".") || n == "testdata" || n == "vendor") {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(p, ".go") || strings.HasSuffix(p, "_test.go") {
+			return nil
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		n := bytes.Count(b, []byte("\n"))
+		rel, _ := filepath.Rel(root, filepath.Dir(p))
+		byDir[rel] += n
+		total += n
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if total < 10000 {
+		t.Fatalf("%d lines of Go: not the module", total)
+	}
+	dirs := make([]string, 0, len(byDir))
+	for d := range byDir {
+		dirs = append(dirs, d)
+	}
+	sort.Slice(dirs, func(i, j int) bool { return byDir[dirs[i]] > byDir[dirs[j]] })
+	for _, d := range dirs {
+		if share := float64(byDir[d]) / float64(total); share > maxShare {
+			t.Errorf("package %s holds %d of the module's %d non-test lines (%.1f%%, at most %.0f%%)", d, byDir[d], total, 100*share, 100*maxShare)
+		}
+	}
+	t.Logf("largest: %s %d of %d lines (%.1f%%)", dirs[0], byDir[dirs[0]], total, 100*float64(byDir[dirs[0]])/float64(total))
+}
