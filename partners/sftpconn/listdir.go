@@ -192,14 +192,13 @@ func (s *dirLister) listChannel() *rawSFTP {
 // left unanswered.
 func (s *dirLister) install(c *rawSFTP) {
 	s.lister = c
-	go func() {
-		<-c.done
+	c.whenStopped(func() {
 		s.listMu.Lock()
 		defer s.listMu.Unlock()
 		if s.lister == c {
 			s.dropLocked(c)
 		}
-	}()
+	})
 }
 
 // dropLocked closes the listing channel c; the next listing opens a fresh
@@ -431,6 +430,21 @@ type rawSFTP struct {
 	pending map[uint32]chan reply // requests written, not yet answered
 	err     error                 // why the channel cannot be used again
 	done    chan struct{}         // closed once the reader has stopped
+	stopped func()                // whenStopped's, run by the reader once it has stopped
+}
+
+// whenStopped runs f once the channel's reader has stopped: on the
+// reader's goroutine as it ends, or on one of its own when it has ended
+// already (a fleet's idle sessions keep no goroutine waiting for it).
+func (c *rawSFTP) whenStopped(f func()) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	select {
+	case <-c.done:
+		go f()
+	default:
+		c.stopped = f
+	}
 }
 
 // reply is a request's reply: its type and what follows the id, or why
@@ -452,7 +466,15 @@ var (
 // read hands each reply to its request until the channel ends or a reply
 // does not fit.
 func (c *rawSFTP) read() {
-	defer close(c.done)
+	defer func() {
+		close(c.done)
+		c.mu.Lock()
+		f := c.stopped
+		c.mu.Unlock()
+		if f != nil {
+			f()
+		}
+	}()
 	for {
 		typ, b, err := c.recv()
 		if err == nil {
