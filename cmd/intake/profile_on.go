@@ -10,7 +10,9 @@ package main
 import (
 	"fmt"
 	"os"
+	"runtime"
 	"runtime/pprof"
+	"time"
 )
 
 // cpuProfileEnv names the file a profiling build writes its CPU profile to.
@@ -31,5 +33,23 @@ func startCPUProfile() (func(), error) {
 		f.Close()
 		return nil, fmt.Errorf("cpu profile: %w", err)
 	}
-	return func() { pprof.StopCPUProfile(); f.Close() }, nil
+	// INTAKE_HEAPPROFILE_AFTER (a duration) also writes the heap in use
+	// that long after the start, beside the CPU profile (path.heap): what
+	// a fleet holds once its sessions are up
+	stopHeap := func() {}
+	if d, err := time.ParseDuration(os.Getenv(heapProfileEnv)); err == nil {
+		t := time.AfterFunc(d, func() {
+			runtime.GC()
+			if h, err := os.Create(path + ".heap"); err == nil {
+				pprof.Lookup("heap").WriteTo(h, 0)
+				h.Close()
+			}
+		})
+		stopHeap = func() { t.Stop() }
+	}
+	return func() { stopHeap(); pprof.StopCPUProfile(); f.Close() }, nil
 }
+
+// heapProfileEnv names how long after its start a profiling build writes
+// its heap profile.
+const heapProfileEnv = "INTAKE_HEAPPROFILE_AFTER"

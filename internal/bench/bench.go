@@ -52,6 +52,9 @@ type Options struct {
 	// (INTAKE_CPUPROFILE, honoured only by an IntakeBinary built with the
 	// cpuprofile tag).
 	ProfileDir string
+	// HeapProfileAfter, with ProfileDir, also has every intake process
+	// write its heap in use that long after its start (path.heap)
+	HeapProfileAfter time.Duration
 	// RowHash adds intake_row_hash to the target table: the
 	// concurrent-edit guard on, to measure what it costs (off by default,
 	// so the figures compare with earlier runs).
@@ -766,6 +769,9 @@ func (e *env) start(url, cfg string, args ...string) (*proc, error) {
 	if e.o.ProfileDir != "" {
 		e.seq++
 		cmd.Env = append(cmd.Env, "INTAKE_CPUPROFILE="+filepath.Join(e.o.ProfileDir, fmt.Sprintf("%s-%d.pprof", filepath.Base(cfg), e.seq)))
+		if e.o.HeapProfileAfter > 0 {
+			cmd.Env = append(cmd.Env, fmt.Sprintf("INTAKE_HEAPPROFILE_AFTER=%s", e.o.HeapProfileAfter))
+		}
 	}
 	log, err := os.OpenFile(cfg+".log", os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
