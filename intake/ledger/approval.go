@@ -65,6 +65,12 @@ func RecordPlan(ctx context.Context, tx pgx.Tx, in *Intake, p PlanRecord) error 
 		return err
 	}
 	in.PlanHash, in.PlanDecision = p.Hash, ""
+	// an earlier plan's changes go; a plan that waits has its own
+	// recorded next, in tx (target.Table.RecordChanges)
+	if _, err := tx.Exec(ctx, `WITH c AS (DELETE FROM intake_plan_change WHERE intake_id = $1)
+		DELETE FROM intake_plan_change_column WHERE intake_id = $1`, in.ID); err != nil {
+		return fmt.Errorf("earlier plan's changes: %w", err)
+	}
 	if !p.Wait {
 		return nil
 	}
@@ -106,7 +112,7 @@ func (l *Ledger) GetPlan(ctx context.Context, id int64, partners []string) (*Pla
 
 // GetPlanCounts is GetPlan without the sample (Sample nil): the plan's
 // hash and counts, for a reader who may not see values or who reads the
-// sample a page at a time (PlanSamplePage).
+// changes a page at a time (PlanChangePage).
 func (l *Ledger) GetPlanCounts(ctx context.Context, id int64, partners []string) (*PlanView, error) {
 	return l.getPlan(ctx, id, partners, false)
 }
