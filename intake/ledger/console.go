@@ -46,12 +46,12 @@ func (l *Ledger) HeldPage(ctx context.Context, partners []string, offset, limit 
 
 // WaitingPlan is a file awaiting approval as the console lists it.
 type WaitingPlan struct {
-	IntakeID             int64
-	Partner, Feed, File  string
-	Hash                 string
-	Counts               json.RawMessage
-	PlannedAt            *time.Time
-	RowsTotal            int64
+	IntakeID            int64
+	Partner, Feed, File string
+	Hash                string
+	Counts              json.RawMessage
+	PlannedAt           *time.Time
+	RowsTotal           int64
 }
 
 // WaitingPlans is the files of partners awaiting approval, oldest plan
