@@ -33,3 +33,9 @@ CREATE TABLE intake_plan_change_column (
     seq bigint NOT NULL,
     PRIMARY KEY (intake_id, col, seq)
 );
+
+-- The console's queues, newest held file first and oldest waiting plan
+-- first, read in index order a page at a time (a filter on the partners
+-- the console covers, not a sort of the whole queue).
+CREATE INDEX intake_quarantine_open_held ON intake_quarantine (held_at DESC, intake_id DESC) WHERE state = 'open';
+CREATE INDEX file_intake_awaiting ON file_intake (planned_at, intake_id) WHERE state = 'awaiting_approval';
