@@ -96,8 +96,8 @@ func explain(t *testing.T, pool *pgxpool.Pool, st statement) (float64, []string,
 
 // The console pages a queue of 10,000 held files and a plan of 1,000,000
 // changes a page at a time: the held queue's first page, the plan's
-// first page, a page in its middle (keyset), and pages filtered by a
-// rare column, an exact key, a key prefix and an action each render a
+// first page, a page in its middle (keyset), and pages filtered by each
+// kind of action, a rare column, an exact key and a key prefix each render a
 // page of rows, and EXPLAIN ANALYZE of the statement each page ran finds
 // no node that read ten pages' worth of rows (produced or filtered out)
 // and no Seq Scan of the changes or the held queue. No timing is asserted.
@@ -177,6 +177,10 @@ func TestPagesStayBoundedOnAMillionChanges(t *testing.T) {
 			[]string{keyCell("K-0500001"), `?before=500001"`}},
 		{"plan, deletes", target + "?action=delete", "intake_plan_change", `<td class="key">`, console.PageSize,
 			[]string{keyCell("D-0000001")}},
+		{"plan, updates", target + "?action=update&after=500000", "intake_plan_change", `<td class="key">`, console.PageSize,
+			[]string{keyCell("K-0500001")}},
+		{"plan, creates", target + "?action=create&after=500000", "intake_plan_change", `<td class="key">`, console.PageSize,
+			[]string{keyCell("K-0500020")}},
 		{"plan, a rare column", target + "?column=amount&after=400000", "intake_plan_change", `<td class="key">`, console.PageSize,
 			[]string{keyCell("K-0400001"), "A-400001"}},
 		{"plan, an exact key", target + "?key=K-0777777&match=exact", "intake_plan_change", `<td class="key">`, 1,

@@ -392,6 +392,9 @@ func TestSnapshotDeleteRatioWaits(t *testing.T) {
 	if err := approve(ctx, pool, "sd", f2.ID, v.Hash); err != nil {
 		t.Fatal(err)
 	}
+	if got := changesOf(t, pool, f2.ID); got != "" {
+		t.Fatalf("the plan's changes outlived the decision: %q", got)
+	}
 	r.poll("sd")
 	if f := files(t, pool, "sd")[1]; f.State != "archived" {
 		t.Fatalf("approved snapshot %+v", f)

@@ -21,8 +21,11 @@ CREATE TABLE intake_plan_change (
 -- a key's changes (exact) and a key prefix's (a range of the C-ordered
 -- key), each in line order
 CREATE INDEX intake_plan_change_key ON intake_plan_change (intake_id, key, seq);
--- one action's changes in line order
-CREATE INDEX intake_plan_change_action ON intake_plan_change (intake_id, action, seq);
+-- one action's changes in line order, but updates': a plan's bulk is
+-- updates, whose own filter reads the primary key in line order (a
+-- statement names the action as a literal, so the planner may use this
+-- partial index)
+CREATE INDEX intake_plan_change_action ON intake_plan_change (intake_id, action, seq) WHERE action <> 'update';
 
 -- One row per column an update changes (a key of its changed), so the
 -- changes of one column page in line order through an index however few

@@ -15,7 +15,9 @@ import (
 // The statements of plans and approval (migration 011).
 // A file of a feed with an approval policy is planned against its target;
 // its plan (counts, hash, a sample of changes) is stored with it by
-// RecordPlan in the plan's transaction. A file that needs a decision is
+// RecordPlan in the plan's transaction, and, while it waits, every change
+// (intake_plan_change, migration 021, written by the target's plan); a
+// decision removes the changes with the sample. A file that needs a decision is
 // moved to awaiting_approval by the plan statement itself (Plan): no
 // lease, no worker. Approve and Reject are each one conditional statement
 // on (intake, state awaiting_approval[, plan hash]) with their audit row
@@ -67,8 +69,7 @@ func RecordPlan(ctx context.Context, tx pgx.Tx, in *Intake, p PlanRecord) error 
 	in.PlanHash, in.PlanDecision = p.Hash, ""
 	// an earlier plan's changes go; a plan that waits has its own
 	// recorded next, in tx (target.Table.RecordChanges)
-	if _, err := tx.Exec(ctx, `WITH c AS (DELETE FROM intake_plan_change WHERE intake_id = $1)
-		DELETE FROM intake_plan_change_column WHERE intake_id = $1`, in.ID); err != nil {
+	if _, err := tx.Exec(ctx, deleteChanges, in.ID); err != nil {
 		return fmt.Errorf("earlier plan's changes: %w", err)
 	}
 	if !p.Wait {
@@ -86,6 +87,10 @@ func RecordPlan(ctx context.Context, tx pgx.Tx, in *Intake, p PlanRecord) error 
 	return audit(ctx, tx, "intake", "await_approval", in.Partner, in.ID, string(reason.AwaitingApproval),
 		fmt.Sprintf("plan %s: %s", p.Hash, p.Why))
 }
+
+// deleteChanges removes the plan changes of intake $1 (migration 021).
+const deleteChanges = `WITH c AS (DELETE FROM intake_plan_change WHERE intake_id = $1)
+	DELETE FROM intake_plan_change_column WHERE intake_id = $1`
 
 // ErrPlanDecision: an approve or reject that cannot be made; the message
 // says why.
@@ -215,6 +220,11 @@ func (l *Ledger) decidePlan(ctx context.Context, d PlanDecision, decision string
 		}
 		if hash != audited {
 			return fmt.Errorf("%w: the plan of intake %d changed while it was being decided; review it again with intake plan show %d", ErrPlanDecision, d.IntakeID, d.IntakeID)
+		}
+		// the plan's changes go with its sample: their values were kept
+		// for this decision
+		if _, err := tx.Exec(ctx, deleteChanges, d.IntakeID); err != nil {
+			return fmt.Errorf("%s: the plan's changes: %w", decision, err)
 		}
 		return nil
 	})

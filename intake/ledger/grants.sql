@@ -97,6 +97,8 @@ GRANT UPDATE (state, decided_at, decided_by, decision) ON :"schema".intake_quara
 GRANT UPDATE (intake_id, content_sha256, bound_at) ON :"schema".intake_batch TO :"ops_role";
 -- a released file starts over: its row issues, chunks and snapshot keys go
 GRANT DELETE ON :"schema".intake_row_issue, :"schema".intake_chunk, :"schema".intake_snapshot_key TO :"ops_role";
+-- a decided plan's changes go with its sample
+GRANT DELETE ON :"schema".intake_plan_change, :"schema".intake_plan_change_column TO :"ops_role";
 -- a late delivery window acknowledged
 GRANT UPDATE (acked_at, acked_by, ack_reason) ON :"schema".intake_feed_late TO :"ops_role";
 -- a dead webhook delivery sent again

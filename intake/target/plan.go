@@ -87,7 +87,9 @@ func (t *Table) planKey() string {
 // planRows ($1 = writer, $2 = partner) judges every staged row into the
 // temporary table intake_plan_rows (dropped at commit); planDeleteCount
 // and planDeleteSample ($1 = writer, $2 = partner, $3 = feed; the sample
-// $4 = limit) count and list a snapshot's deletes.
+// $4 = limit) count and list a snapshot's deletes; planChanges ($1 =
+// intake id) and a snapshot's planChangesDeletes ($1 … $3 as the count's,
+// $4 = intake id) record the plan's changes (RecordChanges).
 func (t *Table) buildPlan(sCols, sKeyJoin []string, needs, reason, edited string) {
 	q := func(s string) string { return pgx.Identifier{s}.Sanitize() }
 	var keyCols []string
