@@ -94,8 +94,9 @@ func explain(t *testing.T, pool *pgxpool.Pool, st statement) (float64, []string,
 	return most, seq, string(raw)
 }
 
-// The console pages a queue of 10,000 held files and a plan of 1,000,000
-// changes a page at a time: the held queue's first page, the plan's
+// The console pages a queue of 10,000 held files, one of 10,000 waiting
+// plans and a plan of 1,000,000 changes a page at a time: the held
+// queue's and the waiting plans' first pages, the plan's
 // first page, a page in its middle (keyset), and pages filtered by each
 // kind of action, a rare column, an exact key and a key prefix each render a
 // page of rows, and EXPLAIN ANALYZE of the statement each page ran finds
@@ -119,6 +120,12 @@ func TestPagesStayBoundedOnAMillionChanges(t *testing.T) {
 		FROM generate_series(1, 10000) i`)
 	exec(`INSERT INTO intake_quarantine (intake_id, partner_id, reason, content_sha256, path, held_at)
 		SELECT intake_id, 'acme', 'reject_rate', 'ab12', claimed_path, now() - intake_id * interval '1 second' FROM file_intake`)
+	// 10,000 plans waiting for approval
+	exec(`INSERT INTO file_intake (partner_id, feed, remote_name, claimed_path, listed_size, state, reason, worker_id, lease_until,
+		    content_sha256, rows_total, plan_hash, plan_counts, planned_at)
+		SELECT 'acme', 'orders', 'wait-' || i || '.csv', 'processing/w1/wait-' || i || '.csv', 10, 'awaiting_approval', 'awaiting_approval', 'w1',
+		    now(), 'ef56', 10, 'h' || i, '{"updates": 10}', now() - i * interval '1 second'
+		FROM generate_series(1, 10000) i`)
 	// one plan of 1,000,000 changes: lines 2 … 950,001 update qty (every
 	// thousandth also amount), every twentieth line is a create, then
 	// 50,000 deletes
@@ -171,6 +178,7 @@ func TestPagesStayBoundedOnAMillionChanges(t *testing.T) {
 		has               []string
 	}{
 		{"held queue", "/held", "FROM intake_quarantine q", `<td><a href="/files/`, console.PageSize, []string{"10000 held"}},
+		{"waiting plans", "/plans", "awaiting_approval", `<tr><td><a href="/plans/`, console.PageSize, []string{"10001 waiting"}},
 		{"plan, first page", target, "intake_plan_change", `<td class="key">`, console.PageSize,
 			[]string{"1000000 changes in the plan", keyCell("K-0000002"), `?after=51"`}},
 		{"plan, a middle page", target + "?after=500000", "intake_plan_change", `<td class="key">`, console.PageSize,
