@@ -443,6 +443,9 @@ func TestPlanChangesFilterByKeyAndColumn(t *testing.T) {
 		{"?column=status&key=K-11", []string{keyCell("K-110"), keyCell("K-118")}, []string{keyCell("K-11"), keyCell("K-111")}},
 		{"?column=amount&key=K-7&match=exact", []string{"V-7"}, []string{keyCell("K-70")}},
 		{"?column=nosuch", []string{"No changes."}, []string{`class="key"`}},
+		// a key or column no text column holds finds nothing, not an error
+		{"?key=K%00", []string{"No changes."}, []string{`class="key"`}},
+		{"?column=%ff", []string{"No changes."}, []string{`class="key"`}},
 	} {
 		code, _, body := do(t, h, reviewer, "GET", target+c.query, nil)
 		if code != http.StatusOK {

@@ -106,6 +106,9 @@ type PlanChangeRow struct {
 // paging on an index: a page reads about limit rows whatever its place
 // in a plan of millions.
 func (l *Ledger) PlanChangePage(ctx context.Context, id int64, partners []string, f ChangeFilter, after, before int64, limit int) ([]PlanChangeRow, error) {
+	if !text(f.Key) || !text(f.Column) {
+		return nil, nil // no key or column is such a text
+	}
 	q, args, err := planChangeQuery(id, partners, f, after, before, limit)
 	if err != nil {
 		return nil, err
@@ -173,6 +176,9 @@ func planChangeQuery(id int64, partners []string, f ChangeFilter, after, before 
 	return fmt.Sprintf(`SELECT c.seq, coalesce(c.line, 0), c.action, coalesce(c.reason, ''), c.key, c.changed
 		FROM %s WHERE %s ORDER BY %s %s LIMIT %s`, from, strings.Join(where, " AND "), seq, order, arg(limit)), args, nil
 }
+
+// text: s is a value a text column can hold (UTF-8, no NUL).
+func text(s string) bool { return utf8.ValidString(s) && !strings.ContainsRune(s, 0) }
 
 // changeActions are the actions a plan's change may have.
 var changeActions = []string{"create", "update", "delete", "conflict", "rejected"}
