@@ -473,8 +473,8 @@ func (s *pageViews) plans(w http.ResponseWriter, r *http.Request) {
 	}{rows, newPager(r.URL, n, total)}})
 }
 
-// actions a plan's sample can be filtered by.
-var sampleActions = []string{"", "create", "update", "delete", "conflict", "rejected"}
+// actions a plan's changes can be filtered by.
+var changeActions = []string{"", "create", "update", "delete", "conflict", "rejected"}
 
 func (s *pageViews) plan(w http.ResponseWriter, r *http.Request) {
 	me := identityOf(r)
@@ -483,8 +483,8 @@ func (s *pageViews) plan(w http.ResponseWriter, r *http.Request) {
 		s.message(w, http.StatusNotFound, me, "Not found", "No such plan.")
 		return
 	}
-	// the counts without the sample: a reviewer reads it a page at a
-	// time below, a viewer not at all
+	// the counts without the sample: a reviewer reads the changes a page
+	// at a time below, a viewer not at all
 	v, err := ops.ShowPlanCounts(r.Context(), s.deps.Pool, id, s.deps.Partners)
 	if err != nil {
 		s.failed(w, r, "plan", err)
@@ -497,42 +497,104 @@ func (s *pageViews) plan(w http.ResponseWriter, r *http.Request) {
 	var c target.PlanCounts
 	json.Unmarshal(v.Counts, &c) // counts intake wrote; a bad one shows zeros
 	q := r.URL.Query()
-	f := ledger.SampleFilter{Action: q.Get("action"), Key: q.Get("key"), KeyExact: q.Get("match") == "exact", Column: q.Get("column")}
+	f := ledger.ChangeFilter{Action: q.Get("action"), Key: q.Get("key"), KeyExact: q.Get("match") == "exact", Column: q.Get("column")}
 	found := false
-	for _, a := range sampleActions {
+	for _, a := range changeActions {
 		found = found || a == f.Action
 	}
 	if !found {
 		f.Action = ""
 	}
-	var changes []target.PlanChange
-	var pg pager
-	// a viewer sees counts only: the sample's keys and values are cell
+	var changes []planChange
+	var kp keysetPager
+	// a viewer sees counts only: the changes' keys and values are cell
 	// values, not read from the database for them at all
 	if me.Reviewer() {
-		n := pageArg(r)
-		raw, total, err := ops.PlanSamplePage(r.Context(), s.deps.Pool, id, s.deps.Partners, f, (n-1)*PageSize, PageSize)
+		after, _ := strconv.ParseInt(q.Get("after"), 10, 64)
+		before, _ := strconv.ParseInt(q.Get("before"), 10, 64)
+		rows, err := ops.PlanChangePage(r.Context(), s.deps.Pool, id, s.deps.Partners, f, max(after, 0), max(before, 0), PageSize+1)
 		if err != nil {
-			s.failed(w, r, "plan sample", err)
+			s.failed(w, r, "plan changes", err)
 			return
 		}
-		for _, b := range raw {
-			var ch target.PlanChange
-			if json.Unmarshal(b, &ch) == nil {
-				changes = append(changes, ch)
+		kp = newKeysetPager(r.URL, rows, after, before)
+		if len(rows) > PageSize {
+			if before > 0 {
+				rows = rows[1:] // the extra row is the earliest
+			} else {
+				rows = rows[:PageSize]
 			}
 		}
-		pg = newPager(r.URL, n, total)
+		for _, row := range rows {
+			ch := planChange{PlanChangeRow: row}
+			json.Unmarshal(row.Changed, &ch.Cols) // values intake wrote; a bad one shows none
+			changes = append(changes, ch)
+		}
 	}
 	s.render(w, http.StatusOK, "plan", page{Me: me, Title: fmt.Sprintf("Plan of intake %d", id), Data: struct {
-		V       *ledger.PlanView
-		C       target.PlanCounts
-		Changes []target.PlanChange
-		Pager   pager
-		F       ledger.SampleFilter
-		Actions []string
-		Waiting bool
-	}{v, c, changes, pg, f, sampleActions[1:], v.State == string(ledger.StateAwaitingApproval)}})
+		V        *ledger.PlanView
+		C        target.PlanCounts
+		Total    int64
+		Filtered bool
+		Changes  []planChange
+		Pager    keysetPager
+		F        ledger.ChangeFilter
+		Actions  []string
+		Waiting  bool
+	}{v, c, c.Creates + c.Updates + c.Deletes + c.Conflicts() + c.NotFound + c.Duplicates, f != (ledger.ChangeFilter{}),
+		changes, kp, f, changeActions[1:], v.State == string(ledger.StateAwaitingApproval)}})
+}
+
+// planChange is a row of a plan's changes table.
+type planChange struct {
+	ledger.PlanChangeRow
+	Cols map[string][2]*string
+}
+
+// keysetPager links a keyset-paged table's first, previous and next
+// pages (by the seq of the rows shown), the filters kept.
+type keysetPager struct {
+	First, Prev, Next string
+}
+
+// newKeysetPager: rows is the page as read, one more than PageSize when
+// there is more in the direction it was read (after: later; before:
+// earlier).
+func newKeysetPager(u *url.URL, rows []ledger.PlanChangeRow, after, before int64) keysetPager {
+	link := func(k string, seq int64) string {
+		q := u.Query()
+		q.Del("after")
+		q.Del("before")
+		q.Del("page")
+		if k != "" {
+			q.Set(k, strconv.FormatInt(seq, 10))
+		}
+		if len(q) == 0 {
+			return u.Path
+		}
+		return u.Path + "?" + q.Encode()
+	}
+	var p keysetPager
+	more := len(rows) > PageSize
+	shown := rows
+	if more && before > 0 {
+		shown = rows[1:]
+	} else if more {
+		shown = rows[:PageSize]
+	}
+	if after > 0 || before > 0 {
+		p.First = link("", 0)
+	}
+	if len(shown) == 0 {
+		return p
+	}
+	if (before > 0 && more) || (before == 0 && after > 0) {
+		p.Prev = link("before", shown[0].Seq)
+	}
+	if (before == 0 && more) || before > 0 {
+		p.Next = link("after", shown[len(shown)-1].Seq)
+	}
+	return p
 }
 
 func (s *pageViews) audit(w http.ResponseWriter, r *http.Request) {

@@ -122,6 +122,11 @@ func (r *planStage) planApproval(ctx context.Context, sc *scan, res *planResult)
 		if err := ledger.RecordPlan(ctx, tx, in, rec); err != nil {
 			return err
 		}
+		if rec.Wait {
+			if err := r.recordChanges(ctx, tx, counts); err != nil {
+				return err
+			}
+		}
 		return r.recordIssues(ctx, tx, sc)
 	})
 	if err != nil {
@@ -211,13 +216,21 @@ func (r *planStage) targetPlan(ctx context.Context, tx pgx.Tx, total int64) (tar
 	if err := flush(); err != nil {
 		return counts, nil, err
 	}
-	writer := r.in.ID
-	if r.in.ReplayOf != 0 {
-		writer = r.in.ReplayOf
-	}
-	counts, sample, err := tgt.Plan(ctx, tx, writer, r.in.Partner, r.in.Feed, invalid == 0 && total > 0, planSampleRows)
+	counts, sample, err := tgt.Plan(ctx, tx, r.writer(), r.in.Partner, r.in.Feed, invalid == 0 && total > 0, planSampleRows)
 	counts.Invalid = invalid
 	return counts, sample, err
+}
+
+// recordChanges records every change of the plan just judged in tx (its
+// counts) for ops to review, after ledger.RecordPlan removed an earlier
+// plan's: one statement in the target's package, from the plan's own
+// rows (target.Table.RecordChanges).
+func (r *fileRun) recordChanges(ctx context.Context, tx pgx.Tx, counts target.PlanCounts) error {
+	tgt, err := r.targetTable(ctx)
+	if err != nil {
+		return err
+	}
+	return tgt.RecordChanges(ctx, tx, r.in.ID, r.writer(), r.in.Partner, r.in.Feed, counts.Deletes > 0)
 }
 
 // recheckPlan: the file applies an approved plan and none of its chunks is
@@ -270,13 +283,32 @@ func (r *applyStage) recheck(ctx context.Context, tx pgx.Tx, tgt *target.Table) 
 // rewait sends a file whose first chunk found the approved plan changed
 // back to awaiting_approval with the new plan (fenced, only while no chunk
 // is applied), audited, with its event.
+//
+// The first chunk's transaction, and the plan's rows with it, rolled
+// back: the file is planned again in this transaction, so the plan that
+// waits is stored with its changes (the one the first chunk found, or a
+// newer one).
 func (r *applyStage) rewait(ctx context.Context, pc *planChangedError) error {
 	in := r.in
 	err := pgx.BeginFunc(ctx, r.d.db, func(tx pgx.Tx) error {
+		counts, sample, err := r.planStage().targetPlan(ctx, tx, in.RowsTotal)
+		if err != nil {
+			return err
+		}
+		pc.rec.Hash = PlanHash(in.SHA256, in.FeedSHA256, in.RowsTotal, counts)
+		if pc.rec.Counts, err = json.Marshal(counts); err != nil {
+			return err
+		}
+		if pc.rec.Sample, err = json.Marshal(sample); err != nil {
+			return err
+		}
 		if err := ledger.Rewait(ctx, tx, in); err != nil {
 			return err
 		}
-		return ledger.RecordPlan(ctx, tx, in, pc.rec)
+		if err := ledger.RecordPlan(ctx, tx, in, pc.rec); err != nil {
+			return err
+		}
+		return r.recordChanges(ctx, tx, counts)
 	})
 	if err != nil {
 		return err

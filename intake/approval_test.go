@@ -120,6 +120,13 @@ func TestPlanOverThresholdWaitsAndApprovedPlanApplies(t *testing.T) {
 	if len(sample) != 3 || sample[0].Action != "update" || sample[0].Changed["amount"][1] == nil || *sample[0].Changed["amount"][1] != "99.00" {
 		t.Fatalf("sample %+v, want the 3 updates with amount's new value", sample)
 	}
+	// every change of the plan, by line, with the columns it changes
+	if got := changesOf(t, pool, f2.ID); got != "2 update (A-1) amount 10.01>99.00|3 update (A-2) amount 20.02>98.00|4 update (A-3) amount 30.03>97.00" {
+		t.Fatalf("plan changes %q", got)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM intake_plan_change_column WHERE intake_id = $1 AND col = 'amount'`, f2.ID); n != 3 {
+		t.Fatalf("%d changes of amount indexed, want 3", n)
+	}
 	// no lease: the reconciler's expired-lease list never holds it, and
 	// the file stays claimed in processing/
 	if n := count(t, pool, `SELECT count(*) FROM file_intake WHERE intake_id = $1 AND state = ANY('{claimed,spooled,applying,applied,outcome_unknown}')`, f2.ID); n != 0 {
@@ -186,6 +193,9 @@ func TestPlanOverThresholdWaitsAndApprovedPlanApplies(t *testing.T) {
 	}
 	if v, _ := planOf(t, pool, "ap", f2.ID); len(v.Sample) != 0 && string(v.Sample) != "null" {
 		t.Fatalf("the sample's values outlived the decision: %s", v.Sample)
+	}
+	if got := changesOf(t, pool, f2.ID); got != "" {
+		t.Fatalf("the plan's changes outlived its apply: %q", got)
 	}
 	if err := r.d.RefreshGauges(ctx); err != nil {
 		t.Fatal(err)
@@ -371,11 +381,19 @@ func TestSnapshotDeleteRatioWaits(t *testing.T) {
 	if f2.State != "awaiting_approval" || c.Deletes != 4 || c.Unchanged != 2 {
 		t.Fatalf("snapshot %+v plan %+v: 4 deletes of 2 rows is over 0.5", f2, c)
 	}
+	// the file's rows change nothing; its deletes follow its last line,
+	// in key order
+	if got := changesOf(t, pool, f2.ID); got != "4 delete (D-3)|5 delete (D-4)|6 delete (D-5)|7 delete (D-6)" {
+		t.Fatalf("plan changes %q", got)
+	}
 	if n := count(t, pool, `SELECT count(*) FROM orders WHERE partner_id = 'sd'`); n != 6 {
 		t.Fatalf("the plan deleted rows: %d left", n)
 	}
 	if err := approve(ctx, pool, "sd", f2.ID, v.Hash); err != nil {
 		t.Fatal(err)
+	}
+	if got := changesOf(t, pool, f2.ID); got != "" {
+		t.Fatalf("the plan's changes outlived the decision: %q", got)
 	}
 	r.poll("sd")
 	if f := files(t, pool, "sd")[1]; f.State != "archived" {
@@ -421,6 +439,10 @@ func TestTargetChangedBeforeTheFirstChunkReplans(t *testing.T) {
 	v2, c2 := planOf(t, pool, "fc", f.ID)
 	if v2.Hash == v1.Hash || c2.Creates != 2 || c2.Updates != 1 {
 		t.Fatalf("new plan %+v", c2)
+	}
+	// the plan that waits again is stored with its changes
+	if got := changesOf(t, pool, f.ID); !strings.HasPrefix(got, "2 create (F-1)|3 create (F-2)|4 update (F-3) amount 1.00>30.03 ") {
+		t.Fatalf("plan changes %q", got)
 	}
 	if got := audits(t, pool, f.ID); len(got) != 3 || got[2] != "intake:replan:plan_changed" {
 		t.Fatalf("audit %v", got)
@@ -652,4 +674,18 @@ func TestPlanHashCoversThePlansContent(t *testing.T) {
 			t.Fatalf("plans with the same counts over other rows (%q, %q) share a hash", c.Content, other)
 		}
 	}
+}
+
+// changesOf lists the plan changes of intake id recorded in
+// intake_plan_change: seq, action, key and each changed column with its
+// old and new value, by seq.
+func changesOf(t *testing.T, pool *pgxpool.Pool, id int64) string {
+	t.Helper()
+	var s string
+	if err := pool.QueryRow(context.Background(), `SELECT coalesce(string_agg(concat_ws(' ', c.seq, c.action, c.key,
+		    (SELECT string_agg(k || ' ' || (c.changed->k->>0) || '>' || (c.changed->k->>1), ' ' ORDER BY k) FROM jsonb_object_keys(c.changed) k)), '|' ORDER BY c.seq), '')
+		FROM intake_plan_change c WHERE c.intake_id = $1`, id).Scan(&s); err != nil {
+		t.Fatal(err)
+	}
+	return s
 }

@@ -180,7 +180,31 @@ func TestPurgeRemovesOnlyWhatIsPastRetention(t *testing.T) {
 		t.Fatal(err)
 	}
 	os.Chtimes(sealed, old, old)
+	// plan changes of a file no longer waiting (values ops no longer
+	// review) and of a file awaiting approval
+	var waiting int64
+	if err := pool.QueryRow(context.Background(), `INSERT INTO file_intake (partner_id, feed, remote_name, claimed_path, listed_size,
+		    state, reason, worker_id, lease_until, content_sha256, plan_hash, planned_at)
+		VALUES ('purge', 'orders', 'w.csv', 'processing/w1/w.csv', 10, 'awaiting_approval', 'awaiting_approval', 'w1', now(), 'cd34', 'h1', now())
+		RETURNING intake_id`).Scan(&waiting); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []int64{fs[0].ID, waiting} {
+		if _, err := pool.Exec(context.Background(), `WITH c AS (INSERT INTO intake_plan_change (intake_id, seq, line, action, key, changed)
+			    VALUES ($1, 2, 2, 'update', 'K-1', '{"qty": ["1", "2"]}'))
+			INSERT INTO intake_plan_change_column (intake_id, col, seq) VALUES ($1, 'qty', 2)`, id); err != nil {
+			t.Fatal(err)
+		}
+	}
 	out := must(runCLI("purge", "--config", cfg))
+	if n := testenv.Count(t, pool, `SELECT (SELECT count(*) FROM intake_plan_change WHERE intake_id = $1) * 10
+		    + (SELECT count(*) FROM intake_plan_change_column WHERE intake_id = $1)`, fs[0].ID); n != 0 {
+		t.Errorf("the plan changes of a file no longer waiting kept (%d)", n)
+	}
+	if n := testenv.Count(t, pool, `SELECT (SELECT count(*) FROM intake_plan_change WHERE intake_id = $1) * 10
+		    + (SELECT count(*) FROM intake_plan_change_column WHERE intake_id = $1)`, waiting); n != 11 {
+		t.Errorf("the plan changes of a waiting file purged (%d)", n)
+	}
 	if !strings.Contains(out, "purge: 1 spool files") || !strings.Contains(out, "1 row issues, 3 reports, 1 audit entries removed") {
 		t.Fatalf("purge said:\n%s", out)
 	}

@@ -15,7 +15,9 @@ import (
 // The statements of plans and approval (migration 011).
 // A file of a feed with an approval policy is planned against its target;
 // its plan (counts, hash, a sample of changes) is stored with it by
-// RecordPlan in the plan's transaction. A file that needs a decision is
+// RecordPlan in the plan's transaction, and, while it waits, every change
+// (intake_plan_change, migration 021, written by the target's plan); a
+// decision removes the changes with the sample. A file that needs a decision is
 // moved to awaiting_approval by the plan statement itself (Plan): no
 // lease, no worker. Approve and Reject are each one conditional statement
 // on (intake, state awaiting_approval[, plan hash]) with their audit row
@@ -65,6 +67,11 @@ func RecordPlan(ctx context.Context, tx pgx.Tx, in *Intake, p PlanRecord) error 
 		return err
 	}
 	in.PlanHash, in.PlanDecision = p.Hash, ""
+	// an earlier plan's changes go; a plan that waits has its own
+	// recorded next, in tx (target.Table.RecordChanges)
+	if _, err := tx.Exec(ctx, deleteChanges, in.ID); err != nil {
+		return fmt.Errorf("earlier plan's changes: %w", err)
+	}
 	if !p.Wait {
 		return nil
 	}
@@ -80,6 +87,10 @@ func RecordPlan(ctx context.Context, tx pgx.Tx, in *Intake, p PlanRecord) error 
 	return audit(ctx, tx, "intake", "await_approval", in.Partner, in.ID, string(reason.AwaitingApproval),
 		fmt.Sprintf("plan %s: %s", p.Hash, p.Why))
 }
+
+// deleteChanges removes the plan changes of intake $1 (migration 021).
+const deleteChanges = `WITH c AS (DELETE FROM intake_plan_change WHERE intake_id = $1)
+	DELETE FROM intake_plan_change_column WHERE intake_id = $1`
 
 // ErrPlanDecision: an approve or reject that cannot be made; the message
 // says why.
@@ -111,7 +122,7 @@ func (l *approvals) GetPlan(ctx context.Context, id int64, partners []string) (*
 
 // GetPlanCounts is GetPlan without the sample (Sample nil): the plan's
 // hash and counts, for a reader who may not see values or who reads the
-// sample a page at a time (PlanSamplePage).
+// changes a page at a time (PlanChangePage).
 func (l *approvals) GetPlanCounts(ctx context.Context, id int64, partners []string) (*PlanView, error) {
 	return l.getPlan(ctx, id, partners, false)
 }
@@ -214,6 +225,11 @@ func (l *approvals) decidePlan(ctx context.Context, d PlanDecision, decision str
 		}
 		if hash != audited {
 			return fmt.Errorf("%w: the plan of intake %d changed while it was being decided; review it again with intake plan show %d", ErrPlanDecision, d.IntakeID, d.IntakeID)
+		}
+		// the plan's changes go with its sample: their values were kept
+		// for this decision
+		if _, err := tx.Exec(ctx, deleteChanges, d.IntakeID); err != nil {
+			return fmt.Errorf("%s: the plan's changes: %w", decision, err)
 		}
 		return nil
 	})

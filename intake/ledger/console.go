@@ -5,15 +5,18 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 )
 
 // The review console's reads: each a page of rows chosen and cut in SQL
-// (LIMIT/OFFSET on an indexed order), so a queue of many held files or a
-// plan sample of many changes is never loaded whole.
+// on an indexed order (the queues LIMIT/OFFSET, a plan's changes keyset
+// paged), so a queue of many held files or a plan of millions of changes
+// is never loaded whole.
 
 // consoleReads holds the review console's reads, each a page cut in SQL,
 // of file_intake, intake_quarantine, intake_chunk, intake_row_issue and
@@ -48,12 +51,12 @@ func (l *consoleReads) HeldPage(ctx context.Context, partners []string, offset, 
 
 // WaitingPlan is a file awaiting approval as the console lists it.
 type WaitingPlan struct {
-	IntakeID             int64
-	Partner, Feed, File  string
-	Hash                 string
-	Counts               json.RawMessage
-	PlannedAt            *time.Time
-	RowsTotal, Reviewing int64 // Reviewing: changes in the stored sample
+	IntakeID            int64
+	Partner, Feed, File string
+	Hash                string
+	Counts              json.RawMessage
+	PlannedAt           *time.Time
+	RowsTotal           int64
 }
 
 // WaitingPlans is the files of partners awaiting approval, oldest plan
@@ -65,7 +68,7 @@ func (l *consoleReads) WaitingPlans(ctx context.Context, partners []string, offs
 		return nil, 0, fmt.Errorf("waiting count: %w", err)
 	}
 	rs, err := l.pool.Query(ctx, `SELECT intake_id, partner_id, feed, remote_name, coalesce(plan_hash, ''), plan_counts, planned_at,
-		    coalesce(rows_total, 0), coalesce(pg_catalog.jsonb_array_length(CASE WHEN pg_catalog.jsonb_typeof(plan_sample) = 'array' THEN plan_sample END), 0)
+		    coalesce(rows_total, 0)
 		FROM file_intake WHERE partner_id = ANY($1) AND state = 'awaiting_approval'
 		ORDER BY planned_at, intake_id LIMIT $2 OFFSET $3`, partners, limit, offset)
 	if err != nil {
@@ -73,49 +76,136 @@ func (l *consoleReads) WaitingPlans(ctx context.Context, partners []string, offs
 	}
 	ps, err := pgx.CollectRows(rs, func(r pgx.CollectableRow) (WaitingPlan, error) {
 		var p WaitingPlan
-		err := r.Scan(&p.IntakeID, &p.Partner, &p.Feed, &p.File, &p.Hash, &p.Counts, &p.PlannedAt, &p.RowsTotal, &p.Reviewing)
+		err := r.Scan(&p.IntakeID, &p.Partner, &p.Feed, &p.File, &p.Hash, &p.Counts, &p.PlannedAt, &p.RowsTotal)
 		return p, err
 	})
 	return ps, total, err
 }
 
-// SampleFilter narrows a plan sample page: Action "" takes every action,
-// else only that one; Key "" every key, else the keys it begins (the key
-// itself when KeyExact); Column "" every change, else those that change
-// that column. Each is a condition of the query: a filtered page is cut
-// in SQL as an unfiltered one is.
-type SampleFilter struct {
+// ChangeFilter narrows a page of a plan's changes: Action "" takes every
+// action, else only that one; Key "" every key, else the keys it begins
+// (the key itself when KeyExact); Column "" every change, else the
+// updates that change that column. Each is a condition of the page's
+// statement, on an index of intake_plan_change (migration 021): a
+// filtered page is cut in SQL as an unfiltered one is.
+type ChangeFilter struct {
 	Action   string
 	Key      string
 	KeyExact bool
 	Column   string
 }
 
-// sampleWhere is the condition a SampleFilter puts on the sample's
-// elements e ($3 action, $4 key, $5 exact, $6 column).
-const sampleWhere = `f.intake_id = $1 AND f.partner_id = ANY($2) AND ($3 = '' OR e->>'action' = $3)
-		  AND ($4 = '' OR CASE WHEN $5 THEN e->>'key' = $4 ELSE pg_catalog.starts_with(e->>'key', $4) END)
-		  AND ($6 = '' OR e->'changed'->$6 IS NOT NULL)`
+// PlanChangeRow is one change of a plan (intake_plan_change): Seq orders
+// the plan's changes (the line for a row of the file; past the last line
+// for a delete, whose Line is 0); Changed is {column: [old, new]}.
+type PlanChangeRow struct {
+	Seq, Line   int64
+	Action      string
+	Reason, Key string
+	Changed     json.RawMessage
+}
 
-// PlanSamplePage is a page of a file's stored plan sample (each element a
-// target.PlanChange as JSON) that f lets through, cut in SQL, with how
-// many elements it lets through in all.
-func (l *consoleReads) PlanSamplePage(ctx context.Context, id int64, partners []string, f SampleFilter, offset, limit int) ([]json.RawMessage, int64, error) {
-	var total int64
-	if err := l.pool.QueryRow(ctx, `SELECT pg_catalog.count(*) FROM file_intake f,
-		    pg_catalog.jsonb_array_elements(CASE WHEN pg_catalog.jsonb_typeof(f.plan_sample) = 'array' THEN f.plan_sample ELSE '[]' END) e
-		WHERE `+sampleWhere, id, partners, f.Action, f.Key, f.KeyExact, f.Column).Scan(&total); err != nil {
-		return nil, 0, fmt.Errorf("plan sample count: %w", err)
+// PlanChangePage is a page of the changes of a file of one of partners
+// that f lets through, in seq order: at most limit of them after seq
+// after, or, when before > 0, the last limit before seq before. Keyset
+// paging on an index: a page reads about limit rows whatever its place
+// in a plan of millions.
+func (l *consoleReads) PlanChangePage(ctx context.Context, id int64, partners []string, f ChangeFilter, after, before int64, limit int) ([]PlanChangeRow, error) {
+	if !text(f.Key) || !text(f.Column) {
+		return nil, nil // no key or column is such a text
 	}
-	rs, err := l.pool.Query(ctx, `SELECT e FROM file_intake f,
-		    pg_catalog.jsonb_array_elements(CASE WHEN pg_catalog.jsonb_typeof(f.plan_sample) = 'array' THEN f.plan_sample ELSE '[]' END) WITH ORDINALITY AS s(e, n)
-		WHERE `+sampleWhere+`
-		ORDER BY n LIMIT $7 OFFSET $8`, id, partners, f.Action, f.Key, f.KeyExact, f.Column, limit, offset)
+	q, args, err := planChangeQuery(id, partners, f, after, before, limit)
 	if err != nil {
-		return nil, 0, fmt.Errorf("plan sample page: %w", err)
+		return nil, err
 	}
-	out, err := pgx.CollectRows(rs, pgx.RowTo[json.RawMessage])
-	return out, total, err
+	rs, err := l.pool.Query(ctx, q, args...)
+	if err != nil {
+		return nil, fmt.Errorf("plan changes page: %w", err)
+	}
+	out, err := pgx.CollectRows(rs, func(r pgx.CollectableRow) (PlanChangeRow, error) {
+		var c PlanChangeRow
+		return c, r.Scan(&c.Seq, &c.Line, &c.Action, &c.Reason, &c.Key, &c.Changed)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("plan changes page: %w", err)
+	}
+	if before > 0 {
+		slices.Reverse(out)
+	}
+	return out, nil
+}
+
+// planChangeQuery writes PlanChangePage's statement: only the conditions
+// f sets, so each filter's index serves it (a column through
+// intake_plan_change_column, in seq order), the values all parameters.
+func planChangeQuery(id int64, partners []string, f ChangeFilter, after, before int64, limit int) (string, []any, error) {
+	args := []any{id, partners}
+	arg := func(v any) string {
+		args = append(args, v)
+		return fmt.Sprintf("$%d", len(args))
+	}
+	from, seq := "intake_plan_change c", "c.seq"
+	where := []string{"c.intake_id = $1",
+		"EXISTS (SELECT 1 FROM file_intake f WHERE f.intake_id = $1 AND f.partner_id = ANY($2))"}
+	if f.Column != "" {
+		// the column's changes in seq order, then each change by its key
+		col := arg(f.Column)
+		from, seq = `intake_plan_change_column k JOIN intake_plan_change c ON c.intake_id = k.intake_id AND c.seq = k.seq`, "k.seq"
+		where = append(where, "k.intake_id = $1", "k.col = "+col, "c.changed ? "+col)
+	}
+	if f.Action != "" {
+		// a literal of the fixed set: the partial index of every action
+		// but update (migration 021) is the planner's only then
+		if !slices.Contains(changeActions, f.Action) {
+			return "", nil, fmt.Errorf("%w: no action %q", ErrBadFilter, f.Action)
+		}
+		where = append(where, "c.action = '"+f.Action+"'")
+	}
+	switch {
+	case f.Key != "" && f.KeyExact:
+		where = append(where, "c.key = "+arg(f.Key))
+	case f.Key != "":
+		// a range of the C-ordered key (the key index's), then the prefix
+		k := arg(f.Key)
+		where = append(where, "c.key >= "+k, "pg_catalog.starts_with(c.key, "+k+")")
+		if end, ok := prefixEnd(f.Key); ok {
+			where = append(where, "c.key < "+arg(end))
+		}
+	}
+	order := "ASC"
+	if before > 0 {
+		where, order = append(where, seq+" < "+arg(before)), "DESC"
+	} else if after > 0 {
+		where = append(where, seq+" > "+arg(after))
+	}
+	return fmt.Sprintf(`SELECT c.seq, coalesce(c.line, 0), c.action, coalesce(c.reason, ''), c.key, c.changed
+		FROM %s WHERE %s ORDER BY %s %s LIMIT %s`, from, strings.Join(where, " AND "), seq, order, arg(limit)), args, nil
+}
+
+// text: s is a value a text column can hold (UTF-8, no NUL).
+func text(s string) bool { return utf8.ValidString(s) && !strings.ContainsRune(s, 0) }
+
+// changeActions are the actions a plan's change may have.
+var changeActions = []string{"create", "update", "delete", "conflict", "rejected"}
+
+// ErrBadFilter: a filter of a page that names no such thing.
+var ErrBadFilter = errors.New("no such filter")
+
+// prefixEnd is the least text greater than every text that begins with
+// p, byte-wise (UTF-8 orders as its code points do): p with its last
+// code point one higher; false when there is none (p is all U+10FFFF).
+func prefixEnd(p string) (string, bool) {
+	rs := []rune(p)
+	for i := len(rs) - 1; i >= 0; i-- {
+		r := rs[i] + 1
+		if r == 0xD800 {
+			r = 0xE000 // past the surrogates, which UTF-8 does not encode
+		}
+		if r <= utf8.MaxRune {
+			return string(append(rs[:i:i], r)), true
+		}
+	}
+	return "", false
 }
 
 // FileStory is one file's record as the console shows it: its state and

@@ -66,6 +66,8 @@ GRANT SELECT, INSERT, DELETE ON
 GRANT SELECT, INSERT, UPDATE, DELETE ON
     :"schema".intake_outbox, :"schema".intake_ready_seen, :"schema".intake_record_claim
     TO :"daemon_role";
+-- a plan's changes, replaced by a re-plan
+GRANT SELECT, INSERT, DELETE ON :"schema".intake_plan_change, :"schema".intake_plan_change_column TO :"daemon_role";
 -- the audit: appended to (a plan awaiting approval, a replay), never read
 -- back, never changed
 GRANT INSERT ON :"schema".intake_audit TO :"daemon_role";
@@ -78,7 +80,8 @@ GRANT SELECT ON
     :"schema".intake_reconcile_run, :"schema".intake_quarantine, :"schema".intake_audit,
     :"schema".intake_snapshot_key, :"schema".intake_site_profile, :"schema".intake_feed_expect,
     :"schema".intake_feed_late, :"schema".intake_outbox, :"schema".intake_outbox_delivery,
-    :"schema".intake_ready_seen, :"schema".intake_record_claim
+    :"schema".intake_ready_seen, :"schema".intake_record_claim, :"schema".intake_plan_change,
+    :"schema".intake_plan_change_column
     TO :"ops_role";
 -- decisions: a release sends a held file back with a new fencing token
 -- and expired lease, its counts and plan cleared; a discard closes it and
@@ -94,6 +97,8 @@ GRANT UPDATE (state, decided_at, decided_by, decision) ON :"schema".intake_quara
 GRANT UPDATE (intake_id, content_sha256, bound_at) ON :"schema".intake_batch TO :"ops_role";
 -- a released file starts over: its row issues, chunks and snapshot keys go
 GRANT DELETE ON :"schema".intake_row_issue, :"schema".intake_chunk, :"schema".intake_snapshot_key TO :"ops_role";
+-- a decided plan's changes go with its sample
+GRANT DELETE ON :"schema".intake_plan_change, :"schema".intake_plan_change_column TO :"ops_role";
 -- a late delivery window acknowledged
 GRANT UPDATE (acked_at, acked_by, ack_reason) ON :"schema".intake_feed_late TO :"ops_role";
 -- a dead webhook delivery sent again
@@ -110,10 +115,12 @@ GRANT INSERT (intake_id, partner_id, feed, remote_name, claimed_path, listed_siz
     ON :"schema".file_intake TO :"ops_role";
 
 -- purge_role: which spooled bytes a file still needs, the row issues and
--- snapshot keys of finished files, and the audit through
+-- snapshot keys of finished files, the plan changes of files no longer
+-- awaiting approval, and the audit through
 -- intake_purge_audit (the one way audit rows go).
 GRANT SELECT ON :"schema".file_intake TO :"purge_role";
-GRANT SELECT, DELETE ON :"schema".intake_row_issue, :"schema".intake_snapshot_key TO :"purge_role";
+GRANT SELECT, DELETE ON :"schema".intake_row_issue, :"schema".intake_snapshot_key,
+    :"schema".intake_plan_change, :"schema".intake_plan_change_column TO :"purge_role";
 GRANT EXECUTE ON FUNCTION :"schema".intake_purge_audit(text, timestamptz) TO :"purge_role";
 
 -- Row-level security: every write of the ops role audited first. The

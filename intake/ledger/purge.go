@@ -18,10 +18,18 @@ const finishedStates = `('archived', 'duplicate', 'failed_terminal', 'discarded'
 type purges struct{ *core }
 
 // PurgeRowIssues deletes the row issues of the partner's files finished
-// before cutoff, and the snapshot keys of any finished file (a snapshot
+// before cutoff, the snapshot keys of any finished file (a snapshot
 // that failed part way leaves its keys; a release starts it over without
-// them, so a finished file never needs them).
+// them, so a finished file never needs them), and the plan changes of
+// any file no longer awaiting approval (values kept only while ops must
+// review them: a decided file that waits again is planned again).
 func (l *purges) PurgeRowIssues(ctx context.Context, partner string, cutoff time.Time) (int64, error) {
+	if _, err := l.pool.Exec(ctx, `WITH f AS (
+		    SELECT intake_id FROM file_intake WHERE partner_id = $1 AND state <> 'awaiting_approval'),
+		c AS (DELETE FROM intake_plan_change WHERE intake_id IN (SELECT intake_id FROM f))
+		DELETE FROM intake_plan_change_column WHERE intake_id IN (SELECT intake_id FROM f)`, partner); err != nil {
+		return 0, err
+	}
 	if _, err := l.pool.Exec(ctx, `DELETE FROM intake_snapshot_key WHERE intake_id IN (
 		SELECT intake_id FROM file_intake WHERE partner_id = $1 AND state IN `+finishedStates+`)`, partner); err != nil {
 		return 0, err

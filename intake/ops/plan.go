@@ -2,7 +2,6 @@ package ops
 
 import (
 	"context"
-	"encoding/json"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -45,11 +44,9 @@ func WaitingPlans(ctx context.Context, db *pgxpool.Pool, partners []string, offs
 	return ledgerOn(db).WaitingPlans(ctx, partners, offset, limit)
 }
 
-// PlanSamplePage is a page of a file's stored plan sample (each a
-// target.PlanChange as JSON) that f lets through, and how many it lets
-// through in all.
-func PlanSamplePage(ctx context.Context, db *pgxpool.Pool, id int64, partners []string, f ledger.SampleFilter, offset, limit int) ([]json.RawMessage, int64, error) {
-	return ledgerOn(db).PlanSamplePage(ctx, id, partners, f, offset, limit)
+// PlanChangePage is a page of a file's plan changes (ledger.PlanChangePage).
+func PlanChangePage(ctx context.Context, db *pgxpool.Pool, id int64, partners []string, f ledger.ChangeFilter, after, before int64, limit int) ([]ledger.PlanChangeRow, error) {
+	return ledgerOn(db).PlanChangePage(ctx, id, partners, f, after, before, limit)
 }
 
 // Story reads one file's record of one of partners (nil: none).

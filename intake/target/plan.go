@@ -87,7 +87,9 @@ func (t *tableDef) planKey() string {
 // planRows ($1 = writer, $2 = partner) judges every staged row into the
 // temporary table intake_plan_rows (dropped at commit); planDeleteCount
 // and planDeleteSample ($1 = writer, $2 = partner, $3 = feed; the sample
-// $4 = limit) count and list a snapshot's deletes.
+// $4 = limit) count and list a snapshot's deletes; planChanges ($1 =
+// intake id) and a snapshot's planChangesDeletes ($1 … $3 as the count's,
+// $4 = intake id) record the plan's changes (RecordChanges).
 func (t *loadStatements) buildPlan(sCols, sKeyJoin []string, needs, reason, edited string) {
 	q := func(s string) string { return pgx.Identifier{s}.Sanitize() }
 	var keyCols []string
@@ -127,6 +129,7 @@ func (t *loadStatements) buildPlan(sCols, sKeyJoin []string, needs, reason, edit
 		FROM j`,
 		strings.Join(sCols, ", "), t.stage, strings.Join(keyCols, ", "), t.planKey(),
 		needs, reason, changedExpr, t.table, strings.Join(sKeyJoin, " AND "))
+	t.planChanges = fmt.Sprintf(planChangesSQL, "$1", fmt.Sprintf(planChangeRows, "$1"))
 	if t.mode != partners.ModeSnapshot {
 		return
 	}
@@ -146,7 +149,28 @@ func (t *loadStatements) buildPlan(sCols, sKeyJoin []string, needs, reason, edit
 	t.planDeleteCount = fmt.Sprintf(`SELECT pg_catalog.count(*),
 		    coalesce(pg_catalog.sum(pg_catalog.hashtextextended(%s, 0::int8)::numeric), 0)::text, %s FROM %s t WHERE %s`, t.keyText("t"), kept, t.table, where)
 	t.planDeleteSample = fmt.Sprintf(`SELECT %s FROM %s t WHERE %s ORDER BY 1 LIMIT $4`, t.keyText("t"), t.table, where)
+	// a delete's seq is past the file's last line, in key order
+	t.planChangesDeletes = fmt.Sprintf(planChangesSQL, "$4", fmt.Sprintf(planChangeRows, "$4")+fmt.Sprintf(`
+		UNION ALL
+		SELECT $4::int8, m.last + pg_catalog.row_number() OVER (ORDER BY d.key), NULL::int8, 'delete', NULL::text, d.key, NULL::jsonb
+		FROM (SELECT %s AS key FROM %s t WHERE %s) d,
+		    (SELECT coalesce(pg_catalog.max(line), 0) AS last FROM intake_plan_rows) m`, t.keyText("t"), t.table, where))
 }
+
+// planChangeRows are a plan's changed rows of the file, as
+// intake_plan_change rows of intake %[1]s: a row's seq is its line.
+const planChangeRows = `SELECT %[1]s::int8, line, line, action, reason, key, changed FROM intake_plan_rows WHERE action <> 'unchanged'`
+
+// planChangesSQL records a plan's changes (%[2]s, the rows of intake
+// %[1]s) in intake_plan_change, and the columns each changes in
+// intake_plan_change_column, in one statement.
+const planChangesSQL = `WITH c AS (
+		INSERT INTO intake_plan_change (intake_id, seq, line, action, reason, key, changed)
+		%[2]s
+		RETURNING seq, changed)
+	INSERT INTO intake_plan_change_column (intake_id, col, seq)
+	SELECT %[1]s::int8, k.col, c.seq FROM c, pg_catalog.jsonb_object_keys(c.changed) AS k(col)
+	WHERE c.changed IS NOT NULL`
 
 func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
 
@@ -280,6 +304,26 @@ func (t *planner) Plan(ctx context.Context, tx pgx.Tx, writer int64, partner, fe
 		}
 	}
 	return c, out, nil
+}
+
+// RecordChanges records every change of the plan Plan has just judged in
+// tx (the rows of intake_plan_rows but the unchanged ones, and, deletes:
+// the snapshot's deletes Plan counted, by the same condition) as
+// intake_plan_change rows of intake id, with the columns each update
+// changes in intake_plan_change_column: one INSERT … SELECT, no row
+// through the client. The caller has removed an earlier plan's rows of
+// the file (ledger.RecordPlan).
+func (t *planner) RecordChanges(ctx context.Context, tx pgx.Tx, id, writer int64, partner, feed string, deletes bool) error {
+	var err error
+	if deletes && t.planChangesDeletes != "" {
+		_, err = tx.Exec(ctx, t.planChangesDeletes, writer, partner, feed, id)
+	} else {
+		_, err = tx.Exec(ctx, t.planChanges, id)
+	}
+	if err != nil {
+		return fmt.Errorf("plan changes: %w", err)
+	}
+	return nil
 }
 
 // castableFunc tells whether a text value is valid input of a type: a

@@ -110,6 +110,8 @@ type tableDef struct {
 	key0             int
 	// planRows and planDeletes: a plan's statements (plan.go).
 	planRows, planDeleteCount, planDeleteSample string
+	// planChanges, planChangesDeletes: a plan's changes recorded (plan.go)
+	planChanges, planChangesDeletes string
 	// exactKeys: the target compares keys as intake's normalised text of
 	// them (keys.go); else every chunk is deduplicated in SQL. collate:
 	// per column, the collation a key column is compared under, its
