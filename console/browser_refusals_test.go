@@ -6,17 +6,21 @@ import (
 	"log/slog"
 	"net"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/chromedp/chromedp"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/partner-intake/partner-intake/console"
 	"github.com/partner-intake/partner-intake/intake"
 	"github.com/partner-intake/partner-intake/internal/syspkg"
 	"github.com/partner-intake/partner-intake/internal/testenv"
+	"github.com/partner-intake/partner-intake/partners"
+	"github.com/partner-intake/partner-intake/spool"
 )
 
 // browserSession is headless Chromium signed in to a console of acme
@@ -173,5 +177,73 @@ func execIn(t *testing.T, pool *pgxpool.Pool, q string, args ...any) {
 	t.Helper()
 	if _, err := pool.Exec(context.Background(), q, args...); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A reviewer reviews a plan the daemon made of a real file in the
+// browser: filters its changes by a column (the GET form, no script),
+// sees exactly the rows whose column changes, approves the plan shown,
+// and the daemon's next poll lands the file's rows; the audit names the
+// signed-in user.
+func TestBrowserFiltersApprovesAndTheRowsLand(t *testing.T) {
+	_, pool := testenv.DB(t)
+	ctx := context.Background()
+	site := testenv.NewSite(t, "acme")
+	site.Config.Feeds[0].Approval = &partners.Approval{Always: true}
+	sp, err := spool.New(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := intake.New(intake.Config{WorkerID: "w1", Lease: 30 * time.Second, SpoolMinFree: 1},
+		[]partners.Config{site.Validated(t)}, pool, sp, prometheus.NewRegistry(), testenv.Logger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(d.Stop)
+	// the target holds F-2 and F-3 with another amount: the file updates
+	// their amount alone and creates F-1
+	execIn(t, pool, `INSERT INTO orders (partner_id, order_id, email, amount, status, placed_at, qty, last_intake_id) VALUES
+		('acme', 'F-2', 'c2@example.com', 1, 'paid', '2026-11-03T10:00:00Z', 2, 0),
+		('acme', 'F-3', 'c3@example.com', 1, 'paid', '2026-11-04T10:00:00Z', 3, 0)`)
+	site.Drop(t, "orders-1.csv", testenv.OrdersCSV("F", 3))
+	if err := d.PollOnce(ctx, "acme"); err != nil {
+		t.Fatal(err)
+	}
+	id, _ := strconv.ParseInt(one(t, pool, `SELECT intake_id FROM file_intake WHERE partner_id = 'acme' AND state = 'awaiting_approval'`), 10, 64)
+
+	const email = "rosa@example.com"
+	b := signedInBrowser(t, pool, email, "reviewer")
+	b.do("open the plan", chromedp.Navigate(b.base+"/plans/"+itoa(id)), chromedp.WaitVisible(chromedp.CSS("#changes")))
+	if keys := eval[[]string](b, `[...document.querySelectorAll("#changes td.key")].map(td => td.textContent)`); strings.Join(keys, " ") != "(F-1) (F-2) (F-3)" {
+		t.Fatalf("the plan's changes show keys %q, want F-1 F-2 F-3", keys)
+	}
+	b.do("filter by the amount column",
+		chromedp.SendKeys(chromedp.CSS(`form.filter input[name="column"]`), "amount"),
+		chromedp.Submit(chromedp.CSS(`form.filter`)),
+		chromedp.WaitVisible(chromedp.CSS("#changes")))
+	if url := eval[string](b, `location.search`); !strings.Contains(url, "column=amount") {
+		t.Fatalf("the filter's page is %q, want the column in its query", url)
+	}
+	if keys := eval[[]string](b, `[...document.querySelectorAll("#changes td.key")].map(td => td.textContent)`); strings.Join(keys, " ") != "(F-2) (F-3)" {
+		t.Fatalf("the changes of the amount column show keys %q, want F-2 F-3", keys)
+	}
+	if old := eval[[]string](b, `[...document.querySelectorAll("#changes .old")].map(s => s.textContent)`); strings.Join(old, " ") != "1.00 1.00" {
+		t.Errorf("the amount's old values %q, want 1.00 1.00", old)
+	}
+	b.do("approve the plan",
+		chromedp.SendKeys(chromedp.CSS(`#approve input[name="reason"]`), "two amounts corrected, one new order"),
+		chromedp.Submit(chromedp.CSS(`#approve`)),
+		chromedp.WaitVisible(chromedp.CSS("#done")))
+	if err := d.PollOnce(ctx, "acme"); err != nil {
+		t.Fatal(err)
+	}
+	if got := one(t, pool, `SELECT state FROM file_intake WHERE intake_id = $1`, id); got != "archived" {
+		t.Fatalf("the approved file is %s after the daemon's poll, want archived", got)
+	}
+	if got := one(t, pool, `SELECT string_agg(order_id || '=' || amount, ' ' ORDER BY order_id) FROM orders WHERE partner_id = 'acme' AND last_intake_id = $1`, id); got != "F-1=10.01 F-2=20.02 F-3=30.03" {
+		t.Errorf("rows the approved file wrote: %q", got)
+	}
+	if got := one(t, pool, `SELECT actor FROM intake_audit WHERE intake_id = $1 AND action = 'approve'`, id); got != email {
+		t.Errorf("the approval's audit names %q, want %q", got, email)
 	}
 }
