@@ -253,6 +253,7 @@ func TestBrowserSignInReleaseAndApprove(t *testing.T) {
 		chromedp.Click(chromedp.CSS(`nav a[href="/partners"]`)),
 		chromedp.WaitVisible(chromedp.CSS("#partner-acme")))
 	partnerState := text("#partner-acme .state")
+	shot("partners.png")
 	steps("open the audit log", chromedp.Navigate(base+"/audit"), chromedp.WaitVisible(chromedp.CSS("#audit")))
 	shot("audit.png")
 	if me != email {
