@@ -648,24 +648,35 @@ func newRequestID() string {
 // reject (through intake/ops), and a replay (through the daemon).
 type decisionForms struct{ *Server }
 
+// reviewerPost admits a form posted to act on a file: its body bounded,
+// its CSRF token the identity's, the identity a reviewer's, the file's id
+// in the path. Refused, it answers the page itself (ok false). verb and
+// does name the act in the refusal ("decide", "decides").
+func (s *decisionForms) reviewerPost(w http.ResponseWriter, r *http.Request, verb, does string) (me *Identity, id int64, ok bool) {
+	me = identityOf(r)
+	r.Body = http.MaxBytesReader(w, r.Body, 64<<10)
+	if !s.csrfOK(r) {
+		s.message(w, http.StatusForbidden, me, "Refused", "The form's CSRF token is missing or wrong: reload the page and "+verb+" again.")
+		return me, 0, false
+	}
+	if !me.Reviewer() {
+		s.message(w, http.StatusForbidden, me, "Refused", "Only a reviewer "+does+".")
+		return me, 0, false
+	}
+	if id, ok = pathID(r); !ok {
+		s.message(w, http.StatusNotFound, me, "Not found", "No such file.")
+		return me, 0, false
+	}
+	return me, id, true
+}
+
 // decide serves a decision form: a reviewer's, with its CSRF token,
 // through the intake/ops function the CLI calls, under a fresh request id
 // recorded on the audit row, with the signed-in identity as the actor.
 func (s *decisionForms) decide(action string) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		me := identityOf(r)
-		r.Body = http.MaxBytesReader(w, r.Body, 64<<10)
-		if !s.csrfOK(r) {
-			s.message(w, http.StatusForbidden, me, "Refused", "The form's CSRF token is missing or wrong: reload the page and decide again.")
-			return
-		}
-		if !me.Reviewer() {
-			s.message(w, http.StatusForbidden, me, "Refused", "Only a reviewer decides.")
-			return
-		}
-		id, ok := pathID(r)
+		me, id, ok := s.reviewerPost(w, r, "decide", "decides")
 		if !ok {
-			s.message(w, http.StatusNotFound, me, "Not found", "No such file.")
 			return
 		}
 		reason := r.PostFormValue("reason")
@@ -717,19 +728,8 @@ func (s *decisionForms) decide(action string) http.HandlerFunc {
 // snapshot superseded since, a second replay while one is live are
 // refused (409).
 func (s *decisionForms) replay(w http.ResponseWriter, r *http.Request) {
-	me := identityOf(r)
-	r.Body = http.MaxBytesReader(w, r.Body, 64<<10)
-	if !s.csrfOK(r) {
-		s.message(w, http.StatusForbidden, me, "Refused", "The form's CSRF token is missing or wrong: reload the page and replay again.")
-		return
-	}
-	if !me.Reviewer() {
-		s.message(w, http.StatusForbidden, me, "Refused", "Only a reviewer replays.")
-		return
-	}
-	id, ok := pathID(r)
+	me, id, ok := s.reviewerPost(w, r, "replay", "replays")
 	if !ok {
-		s.message(w, http.StatusNotFound, me, "Not found", "No such file.")
 		return
 	}
 	if s.deps.Replay == nil {
