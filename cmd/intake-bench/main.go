@@ -42,7 +42,7 @@ func run() int {
 	out := flag.String("out", "bench-results.json", "where to write the figures")
 	only := flag.String("only", "", "comma-separated workloads to run (large, small, huge, wan, fleet, failover, modes, pgp, rejects); all when empty")
 	flag.StringVar(&o.ProfileDir, "profile-dir", "", "write a CPU profile of every intake process here (intake is then built with -tags cpuprofile)")
-	flag.DurationVar(&o.HeapProfileAfter, "heap-profile-after", 0, "with -profile-dir: every intake process also writes its heap in use this long after its start")
+	flag.DurationVar(&o.HeapProfileAfter, "heap-profile-after", 0, "with -profile-dir: every intake process also writes its heap in use this long after its start, and its CPU profile from then on, for as long again, to a file of its own (.idle)")
 	flag.IntVar(&o.Repeat, "repeat", 1, "run the large and small workloads this many times and report medians")
 	flag.BoolVar(&o.RowHash, "row-hash", false, "give the target table intake_row_hash (the concurrent-edit guard on), to measure the guard's cost")
 	flag.StringVar(&o.CompareBinary, "compare-binary", "", "another intake binary whose manifest duplicate runs alternate with this tree's (-compare-runs pairs; medians printed)")

@@ -12,6 +12,7 @@ import (
 	"os"
 	"runtime"
 	"runtime/pprof"
+	"sync"
 	"time"
 )
 
@@ -33,21 +34,44 @@ func startCPUProfile() (func(), error) {
 		f.Close()
 		return nil, fmt.Errorf("cpu profile: %w", err)
 	}
-	// INTAKE_HEAPPROFILE_AFTER (a duration) also writes the heap in use
-	// that long after the start, beside the CPU profile (path.heap): what
-	// a fleet holds once its sessions are up
-	stopHeap := func() {}
+	// INTAKE_HEAPPROFILE_AFTER (a duration d) also writes the heap in use
+	// d after the start, beside the CPU profile (path.heap): what a fleet
+	// holds once its sessions are up; and from then on, for d, the CPU
+	// profile goes to path.idle (the fleet's idle cycle, its logins
+	// done), after which profiling ends
+	var mu sync.Mutex
+	out := f
+	stopTimers := func() {}
 	if d, err := time.ParseDuration(os.Getenv(heapProfileEnv)); err == nil {
-		t := time.AfterFunc(d, func() {
+		t1 := time.AfterFunc(d, func() {
 			runtime.GC()
 			if h, err := os.Create(path + ".heap"); err == nil {
 				pprof.Lookup("heap").WriteTo(h, 0)
 				h.Close()
 			}
+			mu.Lock()
+			defer mu.Unlock()
+			pprof.StopCPUProfile()
+			out.Close()
+			if g, err := os.Create(path + ".idle"); err == nil && pprof.StartCPUProfile(g) == nil {
+				out = g
+			}
 		})
-		stopHeap = func() { t.Stop() }
+		t2 := time.AfterFunc(2*d, func() {
+			mu.Lock()
+			defer mu.Unlock()
+			pprof.StopCPUProfile()
+			out.Close()
+		})
+		stopTimers = func() { t1.Stop(); t2.Stop() }
 	}
-	return func() { stopHeap(); pprof.StopCPUProfile(); f.Close() }, nil
+	return func() {
+		stopTimers()
+		mu.Lock()
+		defer mu.Unlock()
+		pprof.StopCPUProfile()
+		out.Close()
+	}, nil
 }
 
 // heapProfileEnv names how long after its start a profiling build writes

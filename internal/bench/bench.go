@@ -53,7 +53,8 @@ type Options struct {
 	// cpuprofile tag).
 	ProfileDir string
 	// HeapProfileAfter, with ProfileDir, also has every intake process
-	// write its heap in use that long after its start (path.heap)
+	// write its heap in use that long after its start (path.heap), and its
+	// CPU profile from then on, for as long again, to path.idle
 	HeapProfileAfter time.Duration
 	// RowHash adds intake_row_hash to the target table: the
 	// concurrent-edit guard on, to measure what it costs (off by default,
@@ -203,12 +204,15 @@ type Results struct {
 	FleetRSSFirstMiB float64 `json:"fleet_rss_after_first_cycle_mib,omitempty"`
 	// the Go runtime's own account after the first cycle (the daemon's
 	// /metrics): goroutines, heap in use, goroutine stacks
-	FleetGoroutines        float64 `json:"fleet_goroutines,omitempty"`
-	FleetHeapInuseMiB      float64 `json:"fleet_heap_inuse_mib,omitempty"`
-	FleetStackInuseMiB     float64 `json:"fleet_stack_inuse_mib,omitempty"`
-	FleetFirstCycleS       float64 `json:"fleet_first_cycle_s,omitempty"`
-	FleetStartS            float64 `json:"fleet_daemon_start_s,omitempty"`
+	FleetGoroutines    float64 `json:"fleet_goroutines,omitempty"`
+	FleetHeapInuseMiB  float64 `json:"fleet_heap_inuse_mib,omitempty"`
+	FleetStackInuseMiB float64 `json:"fleet_stack_inuse_mib,omitempty"`
+	FleetFirstCycleS   float64 `json:"fleet_first_cycle_s,omitempty"`
+	FleetStartS        float64 `json:"fleet_daemon_start_s,omitempty"`
+	// the idle cycles: the second after the first cycle (steady), and the
+	// first (the logins' aftermath)
 	FleetIdleCPUS          float64 `json:"fleet_idle_cpu_s_per_cycle,omitempty"`
+	FleetIdleFirstCPUS     float64 `json:"fleet_idle_first_cpu_s,omitempty"`
 	FleetIdleSSHDCPUS      float64 `json:"fleet_idle_sshd_cpu_s_per_cycle,omitempty"`
 	FleetIdlePGCPUS        float64 `json:"fleet_idle_postgres_cpu_s_per_cycle,omitempty"`
 	FleetSSHDCPUmsPerLogin float64 `json:"fleet_sshd_cpu_ms_per_login,omitempty"`

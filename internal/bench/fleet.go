@@ -30,7 +30,9 @@ import (
 //     the daemon, sshd and PostgreSQL used meanwhile, and the share of the
 //     machine's CPU time that was busy (1: the cycle waited for CPU);
 //   - idle cycle: the CPU the daemon, sshd and PostgreSQL use over one
-//     poll interval with every session open and nothing to take;
+//     poll interval with every session open and nothing to take, the
+//     second such interval after the first cycle (the first, reported
+//     beside it, still carries the logins' aftermath);
 //   - latency: FleetFiles files dropped into ready/ of random partners at
 //     random moments over FleetWindow, each timed from its rename into
 //     ready/ to its archive (file_intake.finished_at);
@@ -143,26 +145,34 @@ func (e *replicaRuns) fleet(ctx context.Context, res *Results) error {
 	e.say("fleet: start %.1f s, first cycle %.1f s, RSS %.0f MiB (heap %.0f, stacks %.0f MiB, %.0f goroutines)", res.FleetStartS, res.FleetFirstCycleS,
 		res.FleetRSSFirstMiB, res.FleetHeapInuseMiB, res.FleetStackInuseMiB, res.FleetGoroutines)
 
-	// idle cycle: one poll interval, nothing to take
+	// idle cycles: two poll intervals, nothing to take. The first still
+	// carries the logins' aftermath (the collection of their garbage, the
+	// sessions settling); the second is the fleet's steady cost.
 	quiet()
-	pg0, sshd0, err := e.serverCPU()
-	if err != nil {
-		return err
+	type cpus struct{ pg, sshd, daemon float64 }
+	read := func() (c cpus, err error) {
+		if c.pg, c.sshd, err = e.serverCPU(); err != nil {
+			return c, err
+		}
+		c.daemon, err = treeCPU(p.cmd.Process.Pid)
+		return c, err
 	}
-	c0, err := treeCPU(p.cmd.Process.Pid)
+	c0, err := read()
 	if err != nil {
 		return err
 	}
 	time.Sleep(poll)
-	pg1, sshd1, err := e.serverCPU()
+	c1, err := read()
 	if err != nil {
 		return err
 	}
-	c1, err := treeCPU(p.cmd.Process.Pid)
+	time.Sleep(poll)
+	c2, err := read()
 	if err != nil {
 		return err
 	}
-	res.FleetIdleCPUS, res.FleetIdleSSHDCPUS, res.FleetIdlePGCPUS = c1-c0, sshd1-sshd0, pg1-pg0
+	res.FleetIdleFirstCPUS = c1.daemon - c0.daemon
+	res.FleetIdleCPUS, res.FleetIdleSSHDCPUS, res.FleetIdlePGCPUS = c2.daemon-c1.daemon, c2.sshd-c1.sshd, c2.pg-c1.pg
 
 	// latency: files appear at random partners at random moments
 	rng := rand.New(rand.NewSource(17))

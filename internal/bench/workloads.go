@@ -928,9 +928,10 @@ func (r *Results) Table(w *os.File) {
 			}
 		}
 		row("fleet: machine CPU busy in the first cycle", r.FleetFirstCycleBusy*100, "%", "")
-		row("fleet: daemon CPU per idle cycle", r.FleetIdleCPUS, "s", "")
+		row("fleet: daemon CPU per idle cycle", r.FleetIdleCPUS, "s", "<= 1.0")
+		row("fleet: daemon CPU, the first idle cycle", r.FleetIdleFirstCPUS, "s", "")
 		row("fleet: sshd CPU per idle cycle", r.FleetIdleSSHDCPUS, "s", "")
-		row("fleet: PostgreSQL CPU per idle cycle", r.FleetIdlePGCPUS, "s", "")
+		row("fleet: PostgreSQL CPU per idle cycle", r.FleetIdlePGCPUS, "s", "<= 0.2")
 		row(fmt.Sprintf("fleet: ready/ to archive p50 (%d files)", r.FleetFiles), r.FleetLatencyP50S, "s", "")
 		row("fleet: ready/ to archive p99", r.FleetLatencyP99S, "s", fmt.Sprintf("<= %.0f", r.FleetPollS+3))
 		row("fleet: ready/ to archive max", r.FleetLatencyMaxS, "s", "")
