@@ -103,9 +103,6 @@ func explain(t *testing.T, pool *pgxpool.Pool, st statement) (float64, []string,
 // no node that read ten pages' worth of rows (produced or filtered out)
 // and no Seq Scan of the changes or the held queue. No timing is asserted.
 func TestPagesStayBoundedOnAMillionChanges(t *testing.T) {
-	if testing.Short() {
-		t.Skip("inserts a million rows")
-	}
 	url, seed := testenv.DB(t)
 	ctx := context.Background()
 	exec := func(q string, args ...any) {

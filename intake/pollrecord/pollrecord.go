@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/partner-intake/partner-intake/intake/ledger"
+	"github.com/partner-intake/partner-intake/internal/lifecycle"
 	"github.com/partner-intake/partner-intake/internal/pgerr"
 )
 
@@ -130,18 +131,7 @@ func (r *Recorder) write(ctx context.Context, l *ledger.Ledger, worker string) e
 
 // Run writes the pending poll outcomes every Every until ctx ends (the
 // daemon's Stop writes what is left: Flush).
-func (r *Recorder) Run(ctx context.Context) {
-	t := time.NewTicker(Every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			r.Flush()
-		}
-	}
-}
+func (r *Recorder) Run(ctx context.Context) { lifecycle.RunEvery(ctx, Every, r.Flush) }
 
 // Flush writes the pending poll outcomes now, on a context of its own: a
 // poll cut short by shutdown is still worth recording.

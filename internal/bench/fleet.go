@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 )
 
 // fleet measures one daemon serving many partners on one OpenSSH: each
@@ -289,7 +291,7 @@ func freeAddr() (string, error) {
 	return ln.Addr().String(), nil
 }
 
-// scrape reads the values of the unlabelled samples names from a
+// scrape reads the values of the unlabelled gauges names from the
 // Prometheus text exposition at url, in that order.
 func scrape(ctx context.Context, url string, names ...string) ([]float64, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
@@ -301,28 +303,18 @@ func scrape(ctx context.Context, url string, names ...string) ([]float64, error)
 		return nil, err
 	}
 	defer resp.Body.Close()
-	got := map[string]float64{}
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		name, val, ok := strings.Cut(sc.Text(), " ")
-		if !ok || strings.HasPrefix(name, "#") {
-			continue
-		}
-		if v, err := strconv.ParseFloat(strings.TrimSpace(val), 64); err == nil {
-			got[name] = v
-		}
-	}
-	if err := sc.Err(); err != nil {
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := p.TextToMetricFamilies(resp.Body)
+	if err != nil {
 		return nil, err
 	}
 	out := make([]float64, len(names))
 	for i, n := range names {
-		v, ok := got[n]
-		if !ok {
-			return nil, fmt.Errorf("%s: no sample %s", url, n)
+		f, ok := fams[n]
+		if !ok || len(f.GetMetric()) != 1 {
+			return nil, fmt.Errorf("%s: no single sample %s", url, n)
 		}
-		out[i] = v
+		out[i] = f.GetMetric()[0].GetGauge().GetValue()
 	}
 	return out, nil
 }

@@ -23,6 +23,40 @@ func methodCounts(t *testing.T, root string) map[string]int {
 	t.Helper()
 	names := map[string]map[string]bool{}
 	fset := token.NewFileSet()
+	forEachGoFile(t, root, func(p, dir string) {
+		f, err := parser.ParseFile(fset, p, nil, parser.SkipObjectResolution)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, decl := range f.Decls {
+			fn, ok := decl.(*ast.FuncDecl)
+			if !ok || fn.Recv == nil || len(fn.Recv.List) != 1 {
+				continue
+			}
+			typ := receiverType(fn.Recv.List[0].Type)
+			if typ == "" {
+				continue
+			}
+			key := dir + "." + typ
+			if names[key] == nil {
+				names[key] = map[string]bool{}
+			}
+			names[key][fn.Name.Name] = true
+		}
+	})
+	out := map[string]int{}
+	for k, ms := range names {
+		out[k] = len(ms)
+	}
+	return out
+}
+
+// forEachGoFile calls fn with the path of every non-test Go file of the
+// module below root and its package folder, relative to root with
+// slashes ("intake/ledger"; "." for the root); hidden folders, testdata
+// and vendor are left out.
+func forEachGoFile(t *testing.T, root string, fn func(path, dir string)) {
+	t.Helper()
 	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -36,39 +70,16 @@ func methodCounts(t *testing.T, root string) map[string]int {
 		if !strings.HasSuffix(p, ".go") || strings.HasSuffix(p, "_test.go") {
 			return nil
 		}
-		f, err := parser.ParseFile(fset, p, nil, parser.SkipObjectResolution)
-		if err != nil {
-			return err
-		}
 		dir, err := filepath.Rel(root, filepath.Dir(p))
 		if err != nil {
 			return err
 		}
-		for _, decl := range f.Decls {
-			fn, ok := decl.(*ast.FuncDecl)
-			if !ok || fn.Recv == nil || len(fn.Recv.List) != 1 {
-				continue
-			}
-			typ := receiverType(fn.Recv.List[0].Type)
-			if typ == "" {
-				continue
-			}
-			key := filepath.ToSlash(dir) + "." + typ
-			if names[key] == nil {
-				names[key] = map[string]bool{}
-			}
-			names[key][fn.Name.Name] = true
-		}
+		fn(p, filepath.ToSlash(dir))
 		return nil
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := map[string]int{}
-	for k, ms := range names {
-		out[k] = len(ms)
-	}
-	return out
 }
 
 // receiverType is the name of a receiver's type: T for T, *T, T[X] and

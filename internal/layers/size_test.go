@@ -2,11 +2,8 @@ package layers
 
 import (
 	"bytes"
-	"io/fs"
 	"os"
-	"path/filepath"
 	"sort"
-	"strings"
 	"testing"
 )
 
@@ -18,32 +15,15 @@ func TestNoPackageHoldsMoreThanAFifthOfTheCode(t *testing.T) {
 	root := "../.."
 	byDir := map[string]int{}
 	total := 0
-	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.IsDir() {
-			if n := d.Name(); p != root && (strings.HasPrefix(n, ".") || n == "testdata" || n == "vendor") {
-				return filepath.SkipDir
-			}
-			return nil
-		}
-		if !strings.HasSuffix(p, ".go") || strings.HasSuffix(p, "_test.go") {
-			return nil
-		}
+	forEachGoFile(t, root, func(p, dir string) {
 		b, err := os.ReadFile(p)
 		if err != nil {
-			return err
+			t.Fatal(err)
 		}
 		n := bytes.Count(b, []byte("\n"))
-		rel, _ := filepath.Rel(root, filepath.Dir(p))
-		byDir[rel] += n
+		byDir[dir] += n
 		total += n
-		return nil
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
 	if total < 10000 {
 		t.Fatalf("%d lines of Go: not the module", total)
 	}
