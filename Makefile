@@ -114,7 +114,7 @@ alerts-test:
 	$$promtool check rules alerts.yml && $$promtool test rules alerts_test.yml
 
 ## deps: install what the tests start when missing: postgresql, openssh-server, openssh-sftp-server, openssh-client, the interop servers
-## (proftpd-core, proftpd-mod-crypto, rclone), zsh, fish, groff-base, chromium (apt-get, as root); `make demo` installs only postgresql (.ci/deps.sh demo)
+## (proftpd-core, proftpd-mod-crypto, rclone), zsh, fish, groff-base, chromium, gnupg (apt-get, as root); `make demo` installs only postgresql (.ci/deps.sh demo)
 deps:
 	@bash .ci/deps.sh
 

@@ -2,7 +2,8 @@
 # Installs what the tests start: PostgreSQL's server binaries, OpenSSH's
 # sshd (with its sftp server) and client, the other partner servers the
 # interop tests run (ProFTPD's mod_sftp, rclone serve sftp), zsh and fish
-# (completion tests), groff (the man page's test) and Chromium (the review console's browser test). With
+# (completion tests), groff (the man page's test), Chromium (the review console's browser test) and
+# gnupg (the benchmark smoke's pgp floor). With
 # the argument "demo", only what `intake demo` starts: PostgreSQL's server
 # binaries (its SFTP site is in-process), so a workstation gets no sshd.
 # As root it uses apt-get; as another user it prints the exact command and
@@ -22,6 +23,7 @@ if [ "${1:-test}" != demo ]; then
   command -v fish >/dev/null || missing+=(fish) # and `intake completion fish` by a real fish
   command -v groff >/dev/null || missing+=(groff-base) # `intake man` is rendered with every warning on
   [ -x /usr/bin/chromium ] || missing+=(chromium) # the review console's browser test (console/browser_test.go)
+  command -v gpg >/dev/null || missing+=(gnupg) # the benchmark's pgp floor (bench-smoke): gpg --decrypt | psql
 fi
 
 if [ ${#missing[@]} -eq 0 ]; then
