@@ -217,10 +217,14 @@ func TestBrowserFiltersApprovesAndTheRowsLand(t *testing.T) {
 	if keys := eval[[]string](b, `[...document.querySelectorAll("#changes td.key")].map(td => td.textContent)`); strings.Join(keys, " ") != "(F-1) (F-2) (F-3)" {
 		t.Fatalf("the plan's changes show keys %q, want F-1 F-2 F-3", keys)
 	}
-	b.do("filter by the amount column",
+	// the page before the filter has a table of changes too: the filter's
+	// own page is waited for (its load), not a selector
+	if _, err := chromedp.RunResponse(b.ctx,
 		chromedp.SendKeys(chromedp.CSS(`form.filter input[name="column"]`), "amount"),
-		chromedp.Submit(chromedp.CSS(`form.filter`)),
-		chromedp.WaitVisible(chromedp.CSS("#changes")))
+		chromedp.Submit(chromedp.CSS(`form.filter`))); err != nil {
+		t.Fatalf("filter by the amount column: %v", err)
+	}
+	b.do("read the filter's page", chromedp.WaitVisible(chromedp.CSS("#changes")))
 	if url := eval[string](b, `location.search`); !strings.Contains(url, "column=amount") {
 		t.Fatalf("the filter's page is %q, want the column in its query", url)
 	}
