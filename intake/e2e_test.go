@@ -684,10 +684,11 @@ func TestTargetWithoutBinaryEncodersUsesCopyText(t *testing.T) {
 	}
 }
 
-// Two workers claim from one partner and the first to rename a file is the
-// last to record it (a slow database round trip): the older file still
-// gets the smaller intake id, so the newer file's write of a key wins,
-// which is what the partner sent last.
+// Two workers claim from one partner and the first to rename a file
+// stalls before recording it: the other worker's claim of a newer file
+// waits for the first one's claim section to end, so the older file
+// still gets the smaller intake id and the newer file's write of a key
+// wins, which is what the partner sent last.
 func TestClaimOrderDecidesIdsAcrossWorkers(t *testing.T) {
 	_, pool := testenv.DB(t)
 	site := testenv.NewSite(t, "order")
@@ -701,9 +702,20 @@ func TestClaimOrderDecidesIdsAcrossWorkers(t *testing.T) {
 		t.Fatal(err)
 	}
 	slow, fast := newRig(t, pool, "slow", site), newRig(t, pool, "fast", site)
-	resume := slow.pollPaused("order", "claim:after_rename") // renames orders-1.csv, then waits
-	fast.poll("order")                                       // claims and applies orders-2.csv meanwhile
+	resume := slow.pollPaused("order", "claim:after_rename") // renames orders-1.csv, then waits in its claim section
+	fastDone := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		fastDone <- fast.d.PollOnce(ctx, "order") // lists orders-2.csv, then waits for the claim lock
+	}()
+	testenv.WaitFor(t, 30*time.Second, func() bool {
+		return count(t, pool, `SELECT count(*) FROM pg_catalog.pg_locks l JOIN pg_catalog.pg_database db ON db.oid = l.database WHERE db.datname = pg_catalog.current_database() AND l.locktype = 'advisory' AND NOT l.granted`) > 0
+	}, func() string { return "the second worker's claim never waited on the first one's claim section" })
 	if err := resume(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-fastDone; err != nil {
 		t.Fatal(err)
 	}
 	fs := files(t, pool, "order")

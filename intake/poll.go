@@ -273,9 +273,8 @@ type claimLoop struct {
 	p       *partnerRT
 	sess    *sftpconn.Session
 	quota   *backpressure.Quota
-	claimed int   // files claimed or quarantined this poll
-	nextID  int64 // allocated before the next claim's rename (see claim)
-	racing  bool  // another replica claims from the partner: groups rename one at a time (claimGroup)
+	claimed int  // files claimed or quarantined this poll
+	racing  bool // another replica claims from the partner: groups rename one at a time (claim)
 }
 
 // run claims and runs the candidates. Up to cfg.Concurrency files of the
@@ -342,15 +341,14 @@ func (c *claimLoop) claimAt(ctx context.Context, cands []candidate, sl *slots) (
 				all = append(all, g...)
 			}
 		}
-		c.nextID = 0 // allocated before this group's renames: unused now
-		ins, walked, raced, cerr := d.claimGroup(ctx, p, sess, all, c.racing)
-		c.racing = c.racing || raced
+		cl, cerr := d.claim(ctx, p, sess, all, c.racing)
+		c.racing = c.racing || cl.raced
 		// walked 0: the groups were put back, walk them again one at a time
-		c.claimed += len(ins)
-		for _, in := range ins {
+		c.claimed += len(cl.ins)
+		for _, in := range cl.ins {
 			c.quota.Claimed(in.ListedSize)
 		}
-		for k, ins := range splitClaims(groups, ins) {
+		for k, ins := range splitClaims(groups, cl.ins) {
 			var w func() error
 			if len(ins) > 0 {
 				w = func() error { return d.runGroup(ctx, p, sess, ins) }
@@ -361,19 +359,20 @@ func (c *claimLoop) claimAt(ctx context.Context, cands []candidate, sl *slots) (
 				slotsFor[k-1](w) // nil gives the slot back
 			}
 		}
-		return walked, work, cerr
+		return cl.walked, work, cerr
 	}
 	if !p.cfg.Records() && cands[0].Size <= p.cfg.Limits.MaxFileBytes {
 		startRanges(sess, cands[0].Size) // beside the claim (download.go)
 	}
-	in, opening, next, err := d.claim(ctx, p, sess, cands[0], c.nextID)
-	c.nextID = next
-	if err != nil || in == nil {
+	cl, err := d.claim(ctx, p, sess, cands[:1], c.racing)
+	c.racing = c.racing || cl.raced
+	if err != nil || len(cl.ins) == 0 {
 		return 1, nil, err
 	}
+	in := cl.ins[0]
 	c.claimed++
 	c.quota.Claimed(in.ListedSize)
-	return 1, func() error { return d.runClaimed(ctx, p, sess, in, opening, true) }, nil
+	return 1, func() error { return d.runClaimed(ctx, p, sess, in, cl.opening, true) }, nil
 }
 
 // followingGroups returns g and the groups that follow it in cands, as
@@ -384,7 +383,7 @@ func (c *claimLoop) claimAt(ctx context.Context, cands []candidate, sl *slots) (
 // would wait a round trip to the site for its renames, under the
 // partner's claim lock, before the next could start. While another
 // replica claims from the partner (racing) a group is claimed alone, one
-// rename at a time (claimGroup).
+// rename at a time (claim).
 func (c *claimLoop) followingGroups(cands, g []candidate, sl *slots) (groups [][]candidate, slotsFor []func(func() error)) {
 	groups = [][]candidate{g}
 	if c.racing {
@@ -720,148 +719,6 @@ func (o *oldest[T]) sorted() []T {
 	out := append([]T(nil), o.items...)
 	sort.Slice(out, func(i, j int) bool { return o.less(out[i], out[j]) })
 	return out
-}
-
-// claim renames ready/<name> into processing/<worker>/<name>: the rename
-// is the claim. A lost race (the file is gone) returns nil, counted, not an
-// error: the processing directory exists, so "no such file" can only mean
-// another worker won. The row is inserted after the rename; a crash in
-// between leaves a file in processing/<worker>/ that resumeOwn adopts.
-//
-// The row takes id, an intake id allocated before the rename (0: the
-// poll's first claim, whose id is allocated with the claim lock,
-// LockClaimsNext), and the statement allocates the next claim's id; it
-// returns that (0 after any claim that did not succeed: the next one
-// allocates afresh). Intake ids
-// decide which of two files writing one key wins, and a partner's files
-// are claimed oldest first; an id allocated before the rename means that
-// whoever renames a file first holds the smaller id, even when two
-// replicas claim from one partner (around a change of replicas) and the
-// first one's row reaches the database last. Only a file adopted after a
-// crash gets a later id than its rename order. The rename is made under the
-// partner's claim lock, so it never falls inside another replica's group
-// (ledger.ClaimLock).
-func (d *claimStage) claim(ctx context.Context, p *partnerRT, sess *sftpconn.Session, c candidate, id int64) (*ledger.Intake, *sftpconn.Opening, int64, error) {
-	// checked before the claim section's connection is taken: a one-shot
-	// run's check uses the pool's idle one (workerid.go)
-	if err := d.workerID.StillHeld(ctx); err != nil {
-		return nil, nil, 0, err
-	}
-	if p.cfg.Records() {
-		in, next, err := d.claimRecord(ctx, p, sess, c, id)
-		return in, nil, next, err
-	}
-	if err := fault.Check("claim:before_rename"); err != nil {
-		// between the listing and the claim (a test pauses here to change
-		// ready/ under the listing)
-		return nil, nil, 0, fmt.Errorf("claim %s: %w", c.Name, err)
-	}
-	src := sess.Layout.Ready(c.Name)
-	dst := sess.Layout.Processing(d.cfg.WorkerID, c.Name)
-	var lock *ledger.ClaimLock // see ledger.ClaimLock
-	var err error
-	if id == 0 {
-		// the poll's first claim: its id is allocated with the lock
-		lock, id, err = d.ledger.LockClaimsNext(ctx, p.cfg.ID)
-	} else {
-		lock, err = d.ledger.LockClaims(ctx, p.cfg.ID)
-	}
-	if err != nil {
-		return nil, nil, 0, err
-	}
-	// A data file is opened right behind its claim's RENAME (one round
-	// trip for both; the download takes the file: fileRun.opening); a
-	// manifest pair's data file may never be read (manifestDuplicate).
-	var opening *sftpconn.Opening
-	copied := sess.AllowCopy(c.Size) // a RENAME that copies answers late
-	if c.Manifest == "" {
-		opening, err = sess.RenameAndOpen(src, dst)
-	} else {
-		err = sess.Rename(src, dst)
-	}
-	copied()
-	lock.Release()
-	if err != nil {
-		if sftpconn.IsNotExist(err) {
-			d.metrics.ClaimsLost.WithLabelValues(p.cfg.ID).Inc()
-			d.peers.Lost() // another replica claims here: look again who polls the partner
-			return nil, nil, 0, nil
-		}
-		if _, serr := sess.Lstat(dst); serr == nil {
-			// The same name is still in our processing dir from an earlier
-			// claim; it is resumed first, and this one waits for a later poll.
-			d.metrics.Skipped.WithLabelValues(p.cfg.ID, claimTargetBusy).Inc()
-			return nil, nil, 0, nil
-		}
-		return nil, nil, 0, fmt.Errorf("claim %s: %w", c.Name, err)
-	}
-	keep := false
-	defer func() {
-		if opening != nil && !keep {
-			opening.Discard()
-		}
-	}()
-	if err := fault.Check("claim:after_rename"); err != nil {
-		// as if the rename's reply was lost: the file sits in our
-		// processing dir without a row, and the next poll adopts it
-		return nil, nil, 0, fmt.Errorf("claim %s: %w", c.Name, err)
-	}
-	in := &ledger.Intake{Partner: p.cfg.ID, Feed: c.Feed.Name, RemoteName: c.Name, ClaimedPath: dst,
-		ListedSize: c.Size, ListedMTime: c.MTime, Worker: d.cfg.WorkerID}
-	if c.Manifest != "" {
-		if err := sess.Rename(sess.Layout.Ready(c.Manifest), sess.Layout.Processing(d.cfg.WorkerID, c.Manifest)); err != nil && !sftpconn.IsNotExist(err) {
-			return nil, nil, 0, fmt.Errorf("claim manifest of %s: %w", c.Name, err)
-		}
-		in.ManifestName = c.Manifest
-	}
-	next, err := d.ledger.InsertClaimAt(ctx, in, id)
-	if err != nil {
-		if errors.Is(err, ledger.ErrTracked) {
-			d.busyClaimPath(p, sess, in)
-			return nil, nil, 0, nil
-		}
-		return nil, nil, 0, err
-	}
-	if p.cfg.Readiness == partners.ReadinessStable {
-		// the name left ready/: a file written there again under it
-		// starts a clock of its own
-		if err := d.ledger.ForgetReady(ctx, p.cfg.ID, c.Name); err != nil {
-			return nil, nil, 0, err
-		}
-	}
-	keep = true
-	return in, opening, next, nil
-}
-
-// busyClaimPath undoes a claim whose RENAME went through to a path a live
-// row still owns (an earlier intake of the name, waiting for a retry with
-// its bytes in the spool after its file left processing/): the new file
-// goes back into ready/ (with its manifest) to wait until that intake
-// ends, counted as skipped claim_target_busy and logged. It is never left
-// at the path, where the earlier intake's archive would move it as its
-// own. A failed move back leaves it there for resumeOwn to adopt once the
-// path is free (the partner is looked through again).
-func (d *claimStage) busyClaimPath(p *partnerRT, sess *sftpconn.Session, in *ledger.Intake) {
-	d.metrics.Skipped.WithLabelValues(p.cfg.ID, claimTargetBusy).Inc()
-	back := func(name string) error {
-		err := sess.Rename(sess.Layout.Processing(d.cfg.WorkerID, name), sess.Layout.Ready(name))
-		if err != nil && !sftpconn.IsNotExist(err) {
-			return err
-		}
-		return nil
-	}
-	err := back(in.RemoteName)
-	if err == nil && in.ManifestName != "" {
-		err = back(in.ManifestName)
-	}
-	if err != nil {
-		p.takenOver.Store(true)
-		d.log.Warn("a new file was claimed to a path an unfinished intake still owns and could not be put back; it is adopted once that intake ends",
-			"partner", p.cfg.ID, "reason", claimTargetBusy, "err", err)
-		return
-	}
-	d.log.Warn("a new file waits in ready/: an unfinished intake of the same name still owns its claim path",
-		"partner", p.cfg.ID, "reason", claimTargetBusy)
 }
 
 // quarantineHostile takes an entry of ready/ that can never be processed

@@ -34,22 +34,22 @@ func recordName(name string) string { return printableName(name) }
 
 // claimRecord claims a candidate by recording it: no RENAME, the claimed
 // path is the file in ready/. A file recorded already (another replica
-// won, or a live intake still holds its name) is skipped.
-func (d *claimStage) claimRecord(ctx context.Context, p *partnerRT, sess *sftpconn.Session, c candidate, id int64) (*ledger.Intake, int64, error) {
+// won, or a live intake still holds its name) is skipped (nil).
+func (d *claimStage) claimRecord(ctx context.Context, p *partnerRT, sess *sftpconn.Session, c candidate) (*ledger.Intake, error) {
 	in := &ledger.Intake{Partner: p.cfg.ID, Feed: c.Feed.Name, RemoteName: c.Name, ClaimedPath: sess.Layout.Ready(c.Name),
 		ListedSize: c.Size, ListedMTime: c.MTime, Worker: d.cfg.WorkerID}
-	next, err := d.ledger.InsertRecordClaim(ctx, in, c.Name, id)
+	err := d.ledger.InsertRecordClaim(ctx, in, c.Name)
 	if errors.Is(err, ledger.ErrTracked) {
 		d.metrics.ClaimsLost.WithLabelValues(p.cfg.ID).Inc()
-		return nil, 0, nil
+		return nil, nil
 	}
 	if err != nil {
-		return nil, 0, err
+		return nil, err
 	}
 	if err := d.ledger.ForgetReady(ctx, p.cfg.ID, c.Name); err != nil {
-		return nil, 0, err
+		return nil, err
 	}
-	return in, next, nil
+	return in, nil
 }
 
 // holdHostileRecord holds a hostile entry of a read-only site: recorded
@@ -61,7 +61,7 @@ func (d *claimStage) holdHostileRecord(ctx context.Context, p *partnerRT, sess *
 	gen := fmt.Sprintf("%s%s-%d-%s", partners.HostilePrefix, h.Reason, time.Now().UnixNano(), hex.EncodeToString(b[:]))
 	in := &ledger.Intake{Partner: p.cfg.ID, Feed: ledger.NoFeed, RemoteName: printableName(h.Info.Name()), ClaimedPath: sess.Layout.Ready(gen),
 		ListedSize: h.Info.Size(), ListedMTime: h.Info.ModTime(), Worker: d.cfg.WorkerID}
-	if _, err := d.ledger.InsertRecordClaim(ctx, in, recordName(h.Info.Name()), 0); err != nil {
+	if err := d.ledger.InsertRecordClaim(ctx, in, recordName(h.Info.Name())); err != nil {
 		if errors.Is(err, ledger.ErrTracked) {
 			return nil
 		}

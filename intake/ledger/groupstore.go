@@ -17,22 +17,6 @@ import (
 // row on (intake_id, fencing_token, state), so a file fenced out or in
 // another state simply drops out of the result; the caller sees which.
 
-// IntakeIDs allocates n intake ids, in ascending order, for claims about
-// to be made (see Daemon.claim on why ids come before the rename), under
-// the claim lock and on its connection (see ClaimLock).
-func (c *ClaimLock) IntakeIDs(ctx context.Context, n int) ([]int64, error) {
-	rs, err := c.tx.Query(ctx, `SELECT pg_catalog.nextval(pg_catalog.pg_get_serial_sequence('file_intake', 'intake_id')) FROM pg_catalog.generate_series(1::int4, $1::int4)`, n)
-	if err != nil {
-		return nil, fmt.Errorf("allocate intake ids: %w", err)
-	}
-	ids, err := pgx.CollectRows(rs, pgx.RowTo[int64])
-	if err != nil {
-		return nil, fmt.Errorf("allocate intake ids: %w", err)
-	}
-	slices.Sort(ids)
-	return ids, nil
-}
-
 // InsertClaims records claims made by remote renames, each under the id
 // allocated for it before its rename. It returns the rows inserted; a
 // file whose processing path a live row already owns is left out.
@@ -41,7 +25,7 @@ func (l *claimStore) InsertClaims(ctx context.Context, ins []*Intake) ([]*Intake
 }
 
 // Record is InsertClaims inside the claim section, on its connection,
-// and ends the section with the claims' commit: a group's claims need no
+// and ends the section with the claims' commit: claims need no
 // connection of the pool the files' work runs on (Ledger.WithClaimPool),
 // and another replica's section sees them recorded. On an error the
 // section is rolled back (the files sit in processing/ without rows and
@@ -59,26 +43,32 @@ func (c *ClaimLock) Record(ctx context.Context, l *Ledger, ins []*Intake) ([]*In
 	return out, nil
 }
 
+// insertClaimsSQL records claims, each under the id allocated for it
+// (insertClaims).
+const insertClaimsSQL = `
+	INSERT INTO file_intake (intake_id, partner_id, feed, remote_name, claimed_path, listed_size, manifest_name,
+	                         listed_mtime, state, worker_id, lease_until)
+	OVERRIDING SYSTEM VALUE
+	SELECT x.id, $1, x.feed, x.name, x.path, x.size, nullif(x.manifest, ''), x.mtime, 'claimed', $2, pg_catalog.now() + $3::interval
+	FROM unnest($4::bigint[], $5::text[], $6::text[], $7::text[], $8::bigint[], $9::text[], $10::timestamptz[])
+	    AS x(id, feed, name, path, size, manifest, mtime)
+	ON CONFLICT (partner_id, claimed_path)
+	    WHERE state IN ('claimed', 'spooled', 'applying', 'applied', 'outcome_unknown', 'awaiting_approval')
+	    DO NOTHING
+	RETURNING ` + intakeColumns
+
 func (l *claimStore) insertClaims(ctx context.Context, q interface {
 	Query(context.Context, string, ...any) (pgx.Rows, error)
 }, ins []*Intake) ([]*Intake, error) {
 	var ids, sizes []int64
-	var feeds, names, paths []string
+	var feeds, names, paths, manifests []string
+	var mtimes []*time.Time
 	for _, in := range ins {
 		ids, sizes = append(ids, in.ID), append(sizes, in.ListedSize)
 		feeds, names, paths = append(feeds, in.Feed), append(names, in.RemoteName), append(paths, in.ClaimedPath)
+		manifests, mtimes = append(manifests, in.ManifestName), append(mtimes, nullTime(in.ListedMTime))
 	}
-	rs, err := q.Query(ctx, `
-		INSERT INTO file_intake (intake_id, partner_id, feed, remote_name, claimed_path, listed_size,
-		                         state, worker_id, lease_until)
-		OVERRIDING SYSTEM VALUE
-		SELECT x.id, $1, x.feed, x.name, x.path, x.size, 'claimed', $2, pg_catalog.now() + $3::interval
-		FROM unnest($4::bigint[], $5::text[], $6::text[], $7::text[], $8::bigint[]) AS x(id, feed, name, path, size)
-		ON CONFLICT (partner_id, claimed_path)
-		    WHERE state IN ('claimed', 'spooled', 'applying', 'applied', 'outcome_unknown', 'awaiting_approval')
-		    DO NOTHING
-		RETURNING `+intakeColumns,
-		ins[0].Partner, ins[0].Worker, l.lease, ids, feeds, names, paths, sizes)
+	rs, err := q.Query(ctx, insertClaimsSQL, ins[0].Partner, ins[0].Worker, l.lease, ids, feeds, names, paths, sizes, manifests, mtimes)
 	if err != nil {
 		return nil, fmt.Errorf("insert claims: %w", err)
 	}
@@ -270,15 +260,18 @@ func (l *groupSteps) fenceGroup(ctx context.Context, q *pgxpool.Pool, ins []*Int
 // ClaimLock serializes one partner's claim renames across replicas: a
 // PostgreSQL transaction advisory lock on the partner, held from the
 // allocation of a claim's intake ids through its renames (and a racing
-// group's put-back); a single claim releases it before its claim is
-// recorded, a group's claims are recorded in the section (Record). Group
-// renames go out all at once; two replicas' groups renaming at the same
-// moment would win files of one run in turns, under ids that cannot all
-// follow file age, and a group that puts its files back leaves them out of
-// ready/ for a moment, in which another replica passes them as lost and
-// claims newer files under ids smaller than theirs
-// (TestRacingGroupsKeepIdsInFileAge caught both). Under the lock every
-// rename another replica makes is before or after the whole section.
+// claim's put-back) to the claims' rows, recorded in the section
+// (Record). Intake ids decide which of two files writing one key wins,
+// and a partner's files are claimed oldest first: with ids allocated
+// before the renames and the renames made under the lock, whoever renames
+// a file first holds the smaller id, even when two replicas claim from one
+// partner (around a change of replicas, or with affinity "none") and
+// renames go out all at once (TestRacingGroupsKeepIdsInFileAge: renames
+// racing without the lock won files of one run in turns, under ids that
+// could not all follow file age; a claim that put its files back left
+// them out of ready/ for a moment, in which another replica passed them
+// as lost). Under the lock every rename another replica makes is before
+// or after the whole section.
 // The section holds one connection and needs no other, so partners in
 // their sections cannot exhaust the pool between them; a daemon gives
 // the sections a pool of their own (Ledger.WithClaimPool), so partners
@@ -286,53 +279,50 @@ func (l *groupSteps) fenceGroup(ctx context.Context, q *pgxpool.Pool, ins []*Int
 // work needs. A transaction, not
 // a session lock: a replica stalled in its section (a GC pause, SIGSTOP, a
 // partition) is ended by idle_in_transaction_session_timeout (PoolConfig)
-// one lease later, which frees the partner's claims for the others.
+// one lease later, which frees the partner's claims for the others, and
+// what it recorded there is never committed.
 type ClaimLock struct {
 	tx pgx.Tx
 }
 
-// LockClaims enters the partner's claim section (see ClaimLock).
-func (l *claimStore) LockClaims(ctx context.Context, partner string) (*ClaimLock, error) {
-	c, _, err := l.lockClaims(ctx, partner, false)
-	return c, err
-}
-
-// LockClaimsNext enters the partner's claim section and allocates, in the
-// same statement, the intake id of the claim about to be made there
-// (NextIntakeID's, one statement less).
-func (l *claimStore) LockClaimsNext(ctx context.Context, partner string) (*ClaimLock, int64, error) {
-	return l.lockClaims(ctx, partner, true)
-}
-
-// lockClaimsSQL takes the partner's claim lock; lockClaimsNextSQL takes it,
-// then allocates an intake id.
-const (
-	lockClaimsSQL     = `SELECT pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtextextended('partner-intake/claim/'::text || $1::text, 0::int8))`
-	lockClaimsNextSQL = `SELECT pg_catalog.nextval(pg_catalog.pg_get_serial_sequence('file_intake', 'intake_id')) FROM (` + lockClaimsSQL + `) AS locked`
-)
-
-func (l *claimStore) lockClaims(ctx context.Context, partner string, next bool) (*ClaimLock, int64, error) {
+// LockClaims enters the partner's claim section (see ClaimLock) and
+// allocates, in the same statement, the intake ids of the n claims about
+// to be made there, in ascending order (n may be 0).
+func (l *claimStore) LockClaims(ctx context.Context, partner string, n int) (*ClaimLock, []int64, error) {
 	pool := l.pool
 	if l.claims != nil {
 		pool = l.claims
 	}
 	tx, err := pool.Begin(ctx)
 	if err != nil {
-		return nil, 0, fmt.Errorf("claim lock: %w", err)
+		return nil, nil, fmt.Errorf("claim lock: %w", err)
 	}
 	c := &ClaimLock{tx: tx}
-	var id int64
-	if next {
-		err = tx.QueryRow(ctx, lockClaimsNextSQL, partner).Scan(&id)
-	} else {
+	var ids []int64
+	if n == 0 {
 		_, err = tx.Exec(ctx, lockClaimsSQL, partner)
+	} else {
+		var rs pgx.Rows
+		if rs, err = tx.Query(ctx, lockClaimsIDsSQL, partner, n); err == nil {
+			ids, err = pgx.CollectRows(rs, pgx.RowTo[int64])
+		}
 	}
 	if err != nil {
 		c.Release()
-		return nil, 0, fmt.Errorf("claim lock: %w", err)
+		return nil, nil, fmt.Errorf("claim lock: %w", err)
 	}
-	return c, id, nil
+	slices.Sort(ids)
+	return c, ids, nil
 }
+
+// lockClaimsSQL takes the partner's claim lock; lockClaimsIDsSQL takes it,
+// then allocates $2 intake ids (a row is made only once the lock's
+// one-row subquery has been read: every id comes after the lock).
+const (
+	lockClaimsSQL    = `SELECT pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtextextended('partner-intake/claim/'::text || $1::text, 0::int8))`
+	lockClaimsIDsSQL = `SELECT pg_catalog.nextval(pg_catalog.pg_get_serial_sequence('file_intake', 'intake_id'))
+		FROM (` + lockClaimsSQL + `) AS locked, pg_catalog.generate_series(1::int4, $2::int4)`
+)
 
 // InClaimSection runs fn inside the partner's claim section and commits
 // what fn recorded there (Adopt) when fn returns nil. Every move of a
@@ -346,7 +336,7 @@ func (l *claimStore) lockClaims(ctx context.Context, partner string, next bool) 
 // stalled inside the section is ended by idle_in_transaction_session_timeout
 // and what it recorded is never committed.
 func (l *claimStore) InClaimSection(ctx context.Context, partner string, fn func(*ClaimLock) error) error {
-	c, err := l.LockClaims(ctx, partner)
+	c, _, err := l.LockClaims(ctx, partner, 0)
 	if err != nil {
 		return err
 	}
@@ -365,8 +355,7 @@ func (l *claimStore) InClaimSection(ctx context.Context, partner string, fn func
 // row, under a fresh id; ErrTracked when a live row owns the path. The row
 // exists only once the section commits (InClaimSection).
 func (c *ClaimLock) Adopt(ctx context.Context, l *Ledger, in *Intake) error {
-	_, err := l.insertClaim(ctx, c.tx, in, 0)
-	return err
+	return l.insertClaim(ctx, c.tx, in)
 }
 
 // Release ends the section's transaction, which unlocks (pgx closes a
@@ -383,10 +372,10 @@ func (c *ClaimLock) Release() {
 }
 
 // pollStatements are what a poll and its files send first: the worker's
-// due rows, the claim lock with the claim's id, the claim's row, the
+// due rows, the claim lock with the claims' ids, the claims' rows, the
 // batch's file, the file spooled, its end, the poll's record
 // (PreparePoll).
-var pollStatements = []string{dueOwnedBySQL, lockClaimsNextSQL, insertClaimSQL, batchBoundFileSQL, setSpooledSQL, finishArchivedSQL, recordPollsSQL}
+var pollStatements = []string{dueOwnedBySQL, lockClaimsIDsSQL, insertClaimsSQL, batchBoundFileSQL, setSpooledSQL, finishArchivedSQL, recordPollsSQL}
 
 // PreparePoll prepares a poll's statements on one connection of the pool
 // (pgx then sends each one's values alone when it runs there: one round

@@ -60,38 +60,31 @@ func (l *recordClaims) RecordedAmong(ctx context.Context, partner string, files 
 	return out, nil
 }
 
-// InsertRecordClaim records a claim of claim: record: the claim row keyed
-// by (partner, name, size, mtime) and the intake row (under id, allocated
-// before, or a fresh one), in one transaction. ErrTracked when the file is
-// claimed already (another replica, or earlier) or a live intake still
-// holds its path (the previous version of a changed file): nothing is
-// recorded then. It allocates the next claim's id as InsertClaimAt does.
-func (l *recordClaims) InsertRecordClaim(ctx context.Context, in *Intake, recordName string, id int64) (next int64, err error) {
-	if id == 0 {
-		if id, err = l.claim.NextIntakeID(ctx); err != nil {
-			return 0, err
+// InsertRecordClaim records a claim of claim: record: the intake row
+// (a fresh id) and the claim row keyed by (partner, name, size, mtime),
+// in one transaction. ErrTracked when the file is claimed already
+// (another replica, or earlier) or a live intake still holds its path
+// (the previous version of a changed file): nothing is recorded then.
+func (l *recordClaims) InsertRecordClaim(ctx context.Context, in *Intake, recordName string) error {
+	err := pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
+		if err := l.claim.insertClaim(ctx, tx, in); err != nil {
+			return err
 		}
-	}
-	err = pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
 		tag, err := tx.Exec(ctx, `INSERT INTO intake_record_claim (partner_id, name, size_bytes, mtime, intake_id)
 			VALUES ($1, $2, $3, $4, $5) ON CONFLICT (partner_id, name, size_bytes, mtime) DO NOTHING`,
-			in.Partner, recordName, in.ListedSize, in.ListedMTime.UTC(), id)
+			in.Partner, recordName, in.ListedSize, in.ListedMTime.UTC(), in.ID)
 		if err != nil {
 			return fmt.Errorf("record claim: %w", err)
 		}
 		if tag.RowsAffected() == 0 {
 			return ErrTracked
 		}
-		next, err = l.claim.insertClaim(ctx, tx, in, id)
-		return err
+		return nil
 	})
-	if err != nil {
-		if !errors.Is(err, ErrTracked) {
-			err = fmt.Errorf("record claim: %w", err)
-		}
-		return 0, err
+	if err != nil && !errors.Is(err, ErrTracked) {
+		err = fmt.Errorf("record claim: %w", err)
 	}
-	return next, nil
+	return err
 }
 
 // ForgetRecordClaims deletes the partner's claims whose file no complete

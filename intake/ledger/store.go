@@ -150,17 +150,10 @@ var ErrTracked = errors.New("a live intake row already owns this path")
 // (ClaimLock) whose renames it serializes across replicas.
 type claimStore struct{ *core }
 
-// InsertClaim records a claim found or adopted without one (a fresh id).
+// InsertClaim records a claim found or adopted without one, under a
+// fresh id; ErrTracked when a live row owns the path.
 func (l *claimStore) InsertClaim(ctx context.Context, in *Intake) error {
-	_, err := l.InsertClaimAt(ctx, in, 0)
-	return err
-}
-
-// InsertClaimAt records a claim made by a remote rename under id, an id
-// allocated before that rename (0: a fresh one), and allocates the id for
-// the worker's next claim in the same statement (see Daemon.claim).
-func (l *claimStore) InsertClaimAt(ctx context.Context, in *Intake, id int64) (next int64, err error) {
-	return l.insertClaim(ctx, l.pool, in, id)
+	return l.insertClaim(ctx, l.pool, in)
 }
 
 // querier is a pool or a transaction.
@@ -168,37 +161,28 @@ type querier interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
-// insertClaimSQL records a claim (insertClaim).
+// insertClaimSQL records a claim under a fresh id (insertClaim).
 const insertClaimSQL = `
-	INSERT INTO file_intake (intake_id, partner_id, feed, remote_name, claimed_path, listed_size, manifest_name,
+	INSERT INTO file_intake (partner_id, feed, remote_name, claimed_path, listed_size, manifest_name,
 	                         state, worker_id, lease_until, listed_mtime)
-	OVERRIDING SYSTEM VALUE
-	VALUES (coalesce(nullif($9::bigint, 0), pg_catalog.nextval(pg_catalog.pg_get_serial_sequence('file_intake', 'intake_id'))),
-	        $1, $2, $3, $4, $5, nullif($6, ''), 'claimed', $7, pg_catalog.now() + $8::interval, $10)
+	VALUES ($1, $2, $3, $4, $5, nullif($6, ''), 'claimed', $7, pg_catalog.now() + $8::interval, $9)
 	ON CONFLICT (partner_id, claimed_path)
 	    WHERE state IN ('claimed', 'spooled', 'applying', 'applied', 'outcome_unknown', 'awaiting_approval')
 	    DO NOTHING
-	RETURNING ` + intakeColumns + `, pg_catalog.nextval(pg_catalog.pg_get_serial_sequence('file_intake', 'intake_id'))`
+	RETURNING ` + intakeColumns
 
-func (l *claimStore) insertClaim(ctx context.Context, q querier, in *Intake, id int64) (next int64, err error) {
+func (l *claimStore) insertClaim(ctx context.Context, q querier, in *Intake) error {
 	row := q.QueryRow(ctx, insertClaimSQL,
-		in.Partner, in.Feed, in.RemoteName, in.ClaimedPath, in.ListedSize, in.ManifestName, in.Worker, l.lease, id, nullTime(in.ListedMTime))
-	got, err := scanIntake(row, &next)
+		in.Partner, in.Feed, in.RemoteName, in.ClaimedPath, in.ListedSize, in.ManifestName, in.Worker, l.lease, nullTime(in.ListedMTime))
+	got, err := scanIntake(row)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return 0, ErrTracked
+		return ErrTracked
 	}
 	if err != nil {
-		return 0, fmt.Errorf("insert claim: %w", err)
+		return fmt.Errorf("insert claim: %w", err)
 	}
 	*in = *got
-	return next, nil
-}
-
-// NextIntakeID allocates an intake id for a claim about to be made.
-func (l *claimStore) NextIntakeID(ctx context.Context) (int64, error) {
-	var id int64
-	err := l.pool.QueryRow(ctx, `SELECT pg_catalog.nextval(pg_catalog.pg_get_serial_sequence('file_intake', 'intake_id'))`).Scan(&id)
-	return id, err
+	return nil
 }
 
 // replicas keeps the replicas' own rows in intake_worker: registered,
