@@ -144,9 +144,21 @@ func (r *applyStage) applyChunks(ctx context.Context, tgt *target.Table, pending
 	if err := <-readErr; err != nil {
 		return err
 	}
-	if in.State != ledger.StateApplied { // nothing left to apply (no rows, or all applied before a restart)
-		if err := r.d.ledger.MarkApplied(ctx, in); err != nil {
-			return err
+	return endApply(ctx, r.d, r.fileRun)
+}
+
+// endApply is the end of the apply stage, for one file or a group's:
+// every file applied (MarkApplied for one whose last commit did not move
+// it: nothing left to apply, no rows or all applied before a restart; a
+// group's transaction moved its files). From here a crash leaves the
+// files applied, archived on resume without applying anything again
+// (failure matrix row 10).
+func endApply(ctx context.Context, d *Daemon, runs ...*fileRun) error {
+	for _, r := range runs {
+		if r.in.State != ledger.StateApplied {
+			if err := d.ledger.MarkApplied(ctx, r.in); err != nil {
+				return err
+			}
 		}
 	}
 	return fault.Check("apply:after_commit")

@@ -187,13 +187,35 @@ func (r *fetchStage) download(ctx context.Context) error {
 // bound with it (r.bound). It is the end of the download, whether the
 // bytes were read or, byManifest, decided from the manifest alone.
 func (r *fetchStage) setSpooled(ctx context.Context, sha string, size int64, data spool.Entry, batch string, rowsWant *int64, byManifest bool) error {
-	b, err := r.d.ledger.SetSpooled(ctx, r.in, sha, size, data.SHA256, data.Size, batch, rowsWant)
-	if err != nil {
-		return err
+	fenced, err := spooled(ctx, r.d, []*fileRun{r.fileRun}, []ledger.Spooled{{In: r.in, SHA256: sha, Size: size,
+		DataSHA256: data.SHA256, DataSize: data.Size, BatchID: batch, ExpectedRows: rowsWant}})
+	if len(fenced) > 0 {
+		return &ledger.FencedError{IntakeID: r.in.ID, Token: r.in.Token, Step: "spooled"}
 	}
-	r.bound = b
-	r.byManifest = r.byManifest || byManifest
-	return fault.Check("spool:after")
+	if err == nil || errors.Is(err, fault.ErrInjected) {
+		r.byManifest = r.byManifest || byManifest
+	}
+	return err
+}
+
+// spooled is the end of the fetch stage for one file or a group's
+// (ledger.SetSpooled, one statement): each file claimed -> spooled, its
+// batch bound with it (its run's bound). It returns the runs fenced out
+// (nothing recorded of them).
+func spooled(ctx context.Context, d *Daemon, runs []*fileRun, fs []ledger.Spooled) (fenced []*fileRun, err error) {
+	bound, err := d.ledger.SetSpooled(ctx, fs)
+	if err != nil {
+		return nil, err
+	}
+	for _, r := range runs {
+		b, ok := bound[r.in.ID]
+		if !ok {
+			fenced = append(fenced, r)
+			continue
+		}
+		r.bound = b
+	}
+	return fenced, fault.Check("spool:after")
 }
 
 // manifestDuplicate decides an exact resend from its manifest alone: when

@@ -11,20 +11,22 @@ import (
 	"time"
 
 	"github.com/partner-intake/partner-intake/intake/ledger"
-	"github.com/partner-intake/partner-intake/internal/fault"
 	"github.com/partner-intake/partner-intake/internal/pgerr"
 	"github.com/partner-intake/partner-intake/partners"
 	"github.com/partner-intake/partner-intake/partners/sftpconn"
 )
 
 // A group is a run of one partner's small files that go through the
-// pipeline together: each step's SFTP requests go out at once (pkg/sftp
-// pipelines them on the one session; the claim RENAMEs one at a time
-// while another replica claims from the partner, see claimGroup); each
-// state change is one set-based statement, and the files' rows, ledger rows and states commit
-// in one transaction. A small file costs the per-file path about nine
-// database round trips, five commits and eleven SFTP requests one after
-// another; in a group those are shared (docs/performance.md).
+// pipeline together, each step the per-file step over several files: one
+// claim (claim.go) renames them all at once under the partner's claim
+// lock; each file is opened and read as the fetch stage reads a small file
+// (openClaimed), all at once (pkg/sftp pipelines the requests on the one
+// session); their bytes are spooled together and recorded spooled in one
+// statement (spooled); the files' rows, ledger rows and states commit in
+// one transaction (commitRows), and the files are archived together. A
+// small file costs the per-file path about nine database round trips,
+// five commits and eleven SFTP requests one after another; in a group
+// those are shared (docs/performance.md).
 //
 // Every file keeps its own row, states, fencing token and receipt. A file
 // that does anything the group does not cover — fails to read, has a
@@ -34,18 +36,17 @@ import (
 // lost by leaving: a group that fails as a whole hands every file to the
 // per-file path the same way.
 //
-// The group's transaction moves its files from claimed to applied in one
+// The group's transaction moves its files from spooled to applied in one
 // commit with their rows, so a crash or a lost COMMIT leaves each file
-// either claimed (nothing of it applied) or applied (all of it applied,
+// either spooled (nothing of it applied) or applied (all of it applied,
 // ledger row included): the row itself says which, and the next poll
 // resumes it from there (resumeOwn). There is no outcome to guess, so a
 // group never marks outcome_unknown; the lost COMMIT still counts as an
 // attempt of each file (countUnknown), as it does on the per-file path.
 //
-// This file holds the group and its run; the steps are one file each:
-// group_claim.go (which files form a group, their claim), group_fetch.go
-// (read, spool, rows), group_commit.go (the transaction) and
-// group_archive.go.
+// This file holds the group and its run; the group's side of each step is
+// a file of its own: group_fetch.go (read, spool, rows), group_commit.go
+// (the transaction) and group_archive.go.
 
 // fileGroup is one group's files on their way through the pipeline.
 type fileGroup struct {
@@ -166,7 +167,7 @@ func (g *fileGroup) run(ctx context.Context) error {
 	var rf *refusedFileError
 	for tries := 0; tries < maxRefusedRetries && errors.As(err, &rf); tries++ {
 		// A file's value the target refuses: that file goes on alone
-		// (still claimed: the transaction was rolled back), where its
+		// (still spooled: the transaction was rolled back), where its
 		// refused rows are rejected, and so does every file of the group
 		// after it, so that the files still write in intake id order
 		// (of two writing one key, insert_only keeps the first); the
@@ -181,7 +182,7 @@ func (g *fileGroup) run(ctx context.Context) error {
 	}
 	var cu *CommitUnknownError
 	if errors.As(err, &cu) {
-		// Each file is claimed or applied, all of it or none; the rows
+		// Each file is spooled or applied, all of it or none; the rows
 		// say which, and the next poll reads them (no guess is made).
 		g.log.Warn("group commit outcome unknown; its files resume from their rows on the next poll", "intake_ids", g.ids(), "err", cu.Err)
 		return g.countUnknown(ctx, cu)
@@ -190,7 +191,7 @@ func (g *fileGroup) run(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		// Rolled back: every file is still claimed; each goes on alone
+		// Rolled back: every file is still spooled; each goes on alone
 		// (and the one at fault, if one is, fails there on its own).
 		g.log.Warn("group transaction failed; its files go on one by one", "intake_ids", g.ids(), "err", err)
 		for _, f := range g.files {
@@ -200,7 +201,11 @@ func (g *fileGroup) run(ctx context.Context) error {
 		return nil
 	}
 	g.observe(ledger.StateApplying, start) // the transaction plans and applies
-	if err := fault.Check("apply:after_commit"); err != nil {
+	runs := make([]*fileRun, len(g.files))
+	for i, f := range g.files {
+		runs[i] = f.r
+	}
+	if err := endApply(ctx, g.d, runs...); err != nil {
 		return err
 	}
 	start = time.Now()
@@ -214,7 +219,7 @@ func (g *fileGroup) run(ctx context.Context) error {
 // countUnknown counts the group's COMMIT without an answer as an attempt
 // of each of its files, as a file's own commit without an answer counts
 // (markUnknown), so that a COMMIT lost every time spends the files'
-// retry budget whichever path they take: a file still claimed past its
+// retry budget whichever path they take: a file still spooled past its
 // budget is failed for good by the run that takes it up (step).
 func (g *fileGroup) countUnknown(ctx context.Context, cu *CommitUnknownError) error {
 	ins := make([]*ledger.Intake, len(g.files))

@@ -14,12 +14,10 @@ import (
 	"github.com/partner-intake/partner-intake/internal/pgerr"
 )
 
-// commit is the group's transaction: every file claimed -> spooled with
-// its batch bound; the files that own their batch then have their rows
-// written (one COPY for all of them while their keys are new, else each
-// file's merge in id order), their ledger rows and their totals, and move
-// to applied. A file whose batch another intake holds commits as spooled
-// and leaves the group (duplicate or conflict, decided alone).
+// commit is the group's transaction: the files, spooled and each the
+// owner of its batch (fetch), have their rows written (one COPY for all
+// of them while their keys are new, else each file's merge in id order),
+// their ledger rows and their totals, and move to applied.
 func (g *fileGroup) commit(ctx context.Context, tgt *target.Table) error {
 	began := time.Now() // before the transaction's now(), which renews the owners' leases
 	tx, err := g.d.db.Begin(ctx)
@@ -27,56 +25,30 @@ func (g *fileGroup) commit(ctx context.Context, tgt *target.Table) error {
 		return fmt.Errorf("group begin: %w", err)
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx))
-	ins := make([]*ledger.Intake, len(g.files))
-	for i, f := range g.files {
-		ins[i] = f.r.in
+	owners := g.files
+	for _, f := range owners {
 		f.c = chunkCounts{} // a commit tried again after a refused file counts afresh
 	}
-	bound, err := g.d.ledger.SpoolGroup(ctx, tx, ins)
+	if err := g.writeRows(ctx, tx, tgt, owners); err != nil {
+		return err
+	}
+	gs := make([]ledger.GroupFile, len(owners))
+	for i, f := range owners {
+		f.c.unchanged = int64(f.ch.rows()) - f.c.applied - f.c.conflict
+		gs[i] = ledger.GroupFile{In: f.r.in, First: f.ch.first, Last: f.ch.last,
+			Applied: f.c.applied, Unchanged: f.c.unchanged, Conflict: f.c.conflict}
+	}
+	n, err := g.d.ledger.AppliedGroup(ctx, tx, gs, owners[0].r.feed.Hash())
 	if err != nil {
 		return err
 	}
-	var owners, fenced []*groupFile
-	var spooledAlone []*groupFile
-	for _, f := range g.files {
-		b, ok := bound[f.r.in.ID]
-		switch {
-		case !ok:
-			fenced = append(fenced, f)
-		case b == nil || b.Verdict != ledger.VerdictNew:
-			f.r.bound = b
-			spooledAlone = append(spooledAlone, f)
-		default:
-			owners = append(owners, f)
-		}
+	if n != len(owners) {
+		// a file fenced out since fetch: nothing of the group commits, and
+		// its files go on alone, where the fence shows
+		return fmt.Errorf("group: %d of %d files moved to applied", n, len(owners))
 	}
-	if len(owners) > 0 {
-		if err := g.writeRows(ctx, tx, tgt, owners); err != nil {
-			return err
-		}
-		gs := make([]ledger.GroupFile, len(owners))
-		for i, f := range owners {
-			f.c.unchanged = int64(f.ch.rows()) - f.c.applied - f.c.conflict
-			gs[i] = ledger.GroupFile{In: f.r.in, First: f.ch.first, Last: f.ch.last,
-				Applied: f.c.applied, Unchanged: f.c.unchanged, Conflict: f.c.conflict}
-		}
-		n, err := g.d.ledger.AppliedGroup(ctx, tx, gs, owners[0].r.feed.Hash())
-		if err != nil {
-			return err
-		}
-		if n != len(owners) {
-			return fmt.Errorf("group: %d of %d files moved to applied under locks this transaction holds", n, len(owners))
-		}
-	}
-	if err := commitRows(ctx, tx, ins[0].ID, 0, "group"); err != nil {
+	if err := commitRows(ctx, tx, owners[0].r.in.ID, 0, "group"); err != nil {
 		return err
-	}
-	for _, f := range fenced {
-		f.r.fencedOut("spooled (group)")
-	}
-	for _, f := range spooledAlone {
-		f.r.in.State = ledger.StateSpooled
-		g.leave(f, LeftBatchBound, nil)
 	}
 	for _, f := range owners {
 		in := f.r.in
@@ -85,7 +57,6 @@ func (g *fileGroup) commit(ctx context.Context, tgt *target.Table) error {
 		in.RowsApplied, in.RowsUnchanged, in.RowsConflict = f.c.applied, f.c.unchanged, f.c.conflict
 		countRows(g.d.metrics, in.Partner, f.c)
 	}
-	g.files = owners
 	g.committedAt = began
 	return nil
 }

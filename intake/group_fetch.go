@@ -7,19 +7,21 @@ import (
 	"fmt"
 	"hash/maphash"
 	"io"
-	"os"
+	"slices"
 	"sync"
 
+	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/intake/rows"
 	"github.com/partner-intake/partner-intake/intake/target"
 	"github.com/partner-intake/partner-intake/internal/fault"
 )
 
-// fetch reads every file of the group at once (open; one read of its
-// listed size and one past it, together; the close left in flight),
-// spools them together, and reads their rows into chunks. The rows are in
-// memory only as long as the group runs: a group holds at most
-// GroupFiles × 64 KiB.
+// fetch reads every file of the group at once (each as the fetch stage
+// reads a small file: openClaimed, siteread.Small; the close left in
+// flight), spools them together, records them spooled in one statement
+// (spooled, as one file's download ends), and reads their rows into
+// chunks. The rows are in memory only as long as the group runs: a group
+// holds at most GroupFiles × 64 KiB.
 func (g *fileGroup) fetch(ctx context.Context, tgt *target.Table) error {
 	errs := make([]error, len(g.files))
 	var wg sync.WaitGroup
@@ -31,9 +33,6 @@ func (g *fileGroup) fetch(ctx context.Context, tgt *target.Table) error {
 		}()
 	}
 	wg.Wait()
-	if err := fault.Check("download:mid"); err != nil {
-		return err
-	}
 	var kept []*groupFile
 	var data [][]byte
 	for i, f := range g.files {
@@ -51,13 +50,42 @@ func (g *fileGroup) fetch(ctx context.Context, tgt *target.Table) error {
 	if err != nil {
 		return err
 	}
+	runs := make([]*fileRun, len(kept))
+	fs := make([]ledger.Spooled, len(kept))
 	for i, f := range kept {
-		in := f.r.in
-		in.SHA256, in.Size, in.DataSHA256, in.DataSize = es[i].SHA256, es[i].Size, es[i].SHA256, es[i].Size
-		in.BatchID = batchIDOf(g.feed, in.RemoteName, g.p.nocase.Load())
-		g.d.metrics.BytesDownloaded.WithLabelValues(in.Partner).Add(float64(es[i].Size))
+		runs[i] = f.r
+		fs[i] = ledger.Spooled{In: f.r.in, SHA256: es[i].SHA256, Size: es[i].Size, DataSHA256: es[i].SHA256, DataSize: es[i].Size,
+			BatchID: batchIDOf(g.feed, f.r.in.RemoteName, g.p.nocase.Load())}
+		g.d.metrics.BytesDownloaded.WithLabelValues(g.p.cfg.ID).Add(float64(es[i].Size))
 	}
-	if err := fault.Check("spool:after"); err != nil {
+	fenced, err := spooled(ctx, g.d, runs, fs)
+	if err != nil && !errors.Is(err, fault.ErrInjected) {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		// nothing recorded: every file is still claimed and goes on alone
+		g.log.Warn("recording the group's files spooled failed; its files go on one by one", "intake_ids", g.ids(), "err", err)
+		for _, f := range g.files {
+			g.leave(f, LeftGroupFailed, nil)
+		}
+		g.files = nil
+		return nil
+	}
+	kept = kept[:0]
+	for _, f := range g.files {
+		switch {
+		case slices.Contains(fenced, f.r):
+			f.r.fencedOut("spooled (group)")
+		case f.r.bound == nil || f.r.bound.Verdict != ledger.VerdictNew:
+			// another intake holds the batch: a duplicate or a conflict,
+			// decided alone
+			g.leave(f, LeftBatchBound, nil)
+		default:
+			kept = append(kept, f)
+		}
+	}
+	g.files = kept
+	if err != nil {
 		return err
 	}
 	kept = kept[:0]
@@ -79,77 +107,52 @@ func (g *fileGroup) fetch(ctx context.Context, tgt *target.Table) error {
 // errSizeChanged: a group file's bytes are not its listed size.
 var errSizeChanged = errors.New("the file's size is not the size it was listed with")
 
-// read reads a claimed small file whole: an LSTAT of its path goes out
-// beside the OPEN (answered in the OPEN's round trip) and a path that is
-// not a regular file is not read (see openClaimed); after the OPEN, a READ of its
-// listed size and a READ of one byte past it go out together (one round
-// trip; the second must find the end of the file, else the file grew).
-// One READ of size+1 bytes would cost two: a server answers it with the
-// file's bytes and pkg/sftp asks again for the rest, which is the end.
+// read reads a claimed small file whole, as the fetch stage opens and
+// reads one (openClaimed: the OPEN and an LSTAT together, a path that is
+// not a regular file not read; siteread.Small: its bytes and the end of
+// the file in one round trip), into memory: its bytes must be its listed
+// size.
 //
 // The handle's CLOSE is not waited for (a round trip the group's result
 // does not depend on: the bytes are read, and what is decided of the file
 // is decided from them); it goes out at once and g.closing waits for its
 // reply before the group moves its files (archive), so a server that
-// refuses to rename an open file is not asked to. A CLOSE that fails is
-// logged and changes nothing: the handle dies with the session at the
-// latest.
+// refuses to rename an open file is not asked to. A CLOSE that fails
+// changes nothing: the handle dies with the session at the latest.
 //
 // The receipt's temporary file is opened beside the OPEN
 // (fileRun.prepareSite).
 func (g *fileGroup) read(gf *groupFile) ([]byte, error) {
 	r := gf.r
-	in := r.in
 	r.prepareSite()
-	lstat := inBackground(func() (os.FileInfo, error) { return g.sess.Lstat(in.ClaimedPath) })
-	f, err := g.sess.Open(in.ClaimedPath)
-	st, serr := lstat.wait()
+	release, size, _, src, err := r.fetchStage().openClaimed()
 	if err != nil {
-		return nil, fmt.Errorf("open: %w", err)
+		return nil, err
 	}
 	g.closing.Add(1)
 	defer func() {
 		go func() {
 			defer g.closing.Done()
-			err := fault.Check("group:close") // as if the CLOSE failed (the handle stays open)
-			if err == nil {
-				err = g.sess.Deadline(f.Close())
-			}
-			if err != nil {
+			if err := fault.Check("group:close"); err != nil { // as if the CLOSE failed (the handle stays open)
 				r.log.Warn("closing the claimed file's handle after its read failed; nothing depends on it", "err", err)
+				return
 			}
+			release()
 		}()
 	}()
-	if serr != nil {
-		return nil, fmt.Errorf("lstat: %w", serr)
-	}
-	if !st.Mode().IsRegular() {
-		// not read: the file leaves the group, and the per-file path
-		// holds it (openClaimed)
-		return nil, errNotRegular
-	}
-	buf := make([]byte, in.ListedSize)
-	var past [1]byte
-	var n, m int
-	var errPast error
-	var rd sync.WaitGroup
-	rd.Add(1)
-	go func() {
-		defer rd.Done()
-		m, errPast = f.ReadAt(past[:], in.ListedSize)
-	}()
-	n, err = f.ReadAt(buf, 0)
-	rd.Wait()
-	if err != nil && !errors.Is(err, io.EOF) {
-		return nil, fmt.Errorf("read: %w", g.sess.Deadline(err))
-	}
-	if errPast != nil && !errors.Is(errPast, io.EOF) {
-		return nil, fmt.Errorf("read: %w", g.sess.Deadline(errPast))
-	}
-	if int64(n) != in.ListedSize || m != 0 {
+	if size != r.in.ListedSize {
 		return nil, errSizeChanged
 	}
-	return buf, nil
+	var buf bytes.Buffer
+	buf.Grow(int(size) + 1)
+	n, err := src(&buf)
+	if err != nil {
+		return nil, fmt.Errorf("read: %w", g.sess.Deadline(err))
+	}
+	if n != size {
+		return nil, errSizeChanged
+	}
+	return buf.Bytes(), nil
 }
 
 // rows reads a group file's rows into its one chunk, or returns the

@@ -178,7 +178,7 @@ func TestGroupHeartbeatKeepsItsFilesPastTheLease(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	live := count(t, pool, `SELECT count(*) FROM file_intake WHERE partner_id = 'ghb' AND state = 'claimed' AND lease_until > now()`)
+	live := count(t, pool, `SELECT count(*) FROM file_intake WHERE partner_id = 'ghb' AND state = 'spooled' AND lease_until > now()`)
 	if err := resume(); err != nil {
 		t.Fatal(err)
 	}

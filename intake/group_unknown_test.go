@@ -45,8 +45,8 @@ func TestAGroupCommitWithoutAnswerCountsAgainstTheRetryBudget(t *testing.T) {
 				t.Fatalf("rows %+v after %d COMMITs, want the group's two files and one COMMIT", fs, fault.Hits("commit:lost"))
 			}
 			for _, f := range fs {
-				if f.State != "claimed" || attempts(f) != 1 {
-					t.Fatalf("intake %d is %s with %d attempts after its group's COMMIT went unanswered, want claimed with 1", f.ID, f.State, attempts(f))
+				if f.State != "spooled" || attempts(f) != 1 {
+					t.Fatalf("intake %d is %s with %d attempts after its group's COMMIT went unanswered, want spooled with 1", f.ID, f.State, attempts(f))
 				}
 			}
 
@@ -56,7 +56,7 @@ func TestAGroupCommitWithoutAnswerCountsAgainstTheRetryBudget(t *testing.T) {
 			for _, f := range fs {
 				if _, err := pool.Exec(context.Background(), `UPDATE file_intake SET next_attempt_at =
 					CASE WHEN intake_id = $1 THEN pg_catalog.now() ELSE pg_catalog.now() + interval '1 hour' END
-					WHERE partner_id = $2 AND state = 'claimed'`, f.ID, id); err != nil {
+					WHERE partner_id = $2 AND state = 'spooled'`, f.ID, id); err != nil {
 					t.Fatal(err)
 				}
 				if budget > 1 {

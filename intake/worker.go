@@ -123,9 +123,6 @@ func (r *fileRun) run(ctx context.Context) error {
 func (r *fileRun) step(ctx context.Context) (err error) {
 	switch r.in.State {
 	case ledger.StateClaimed:
-		if r.in.Reason == reason.RetriesExhausted { // its group's COMMIT went unanswered past the budget; nothing of it landed
-			return r.endSpent(ctx)
-		}
 		if r.feed == nil {
 			why := hostileReason(r.in.ClaimedPath)
 			err = r.hold(ctx, ledger.StateQuarantined, why, 0, hostileDetail[why])
@@ -134,6 +131,9 @@ func (r *fileRun) step(ctx context.Context) (err error) {
 			err = r.fetchStage().download(ctx)
 		}
 	case ledger.StateSpooled:
+		if r.in.Reason == reason.RetriesExhausted { // its group's COMMIT went unanswered past the budget; nothing of it landed
+			return r.endSpent(ctx)
+		}
 		if r.in.PlanDecision == planRejected {
 			// ops rejected the file's plan (intake reject): held, nothing
 			// applied; its bytes are not needed for that

@@ -432,9 +432,9 @@ func TestOnlyOneReconcilerActsAtATime(t *testing.T) {
 
 // A group of small files (intake/group.go) stopped at each of its steps:
 // every file ends archived, applied exactly once, with one ledger row and
-// its own receipt. The group's transaction moves its files from claimed to
+// its own receipt. The group's transaction moves its files from spooled to
 // applied together with their rows, so a commit without answer leaves
-// each file claimed (nothing applied) or applied (all applied): the row
+// each file spooled (nothing applied) or applied (all applied): the row
 // says which, the next poll resumes from it, and nothing is marked
 // outcome_unknown or guessed.
 func TestGroupStoppedAtEachStepAppliesEveryFileOnce(t *testing.T) {
@@ -447,10 +447,10 @@ func TestGroupStoppedAtEachStepAppliesEveryFileOnce(t *testing.T) {
 		pollErr bool
 	}{
 		{"claim:after_rename", "", true},        // renamed, no rows: adopted (row 1)
-		{"download:mid", "claimed", true},       // nothing spooled
-		{"spool:after", "claimed", true},        // spooled bytes, rows still claimed
+		{"download:mid", "", false},             // one file's read fails: it goes on alone, the rest as a group
+		{"spool:after", "spooled", true},        // spooled and recorded, nothing applied
 		{"apply:mid_chunk", "", false},          // rolled back: every file goes on alone
-		{"commit:lost", "claimed", false},       // never reached the server
+		{"commit:lost", "spooled", false},       // never reached the server
 		{"commit:reply_lost", "applied", false}, // landed, answer lost
 		{"apply:after_commit", "applied", true},
 		{"archive:mid", "applied", true}, // some files moved, none recorded

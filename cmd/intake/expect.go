@@ -10,8 +10,8 @@ import (
 
 	"github.com/partner-intake/partner-intake/cmd/intake/internal/config"
 	"github.com/partner-intake/partner-intake/intake/expect"
+	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/intake/ops"
-	"github.com/partner-intake/partner-intake/internal/fault"
 	"github.com/partner-intake/partner-intake/internal/inert"
 	"github.com/partner-intake/partner-intake/partners"
 )
@@ -145,10 +145,11 @@ func cmdExpectAck(f expectFlags, args []string, stdout, stderr io.Writer) int {
 	subject := fmt.Sprintf("window %s/%s %s", partner, feed, window.UTC().Format(time.RFC3339))
 	fmt.Fprintf(stdout, "%s: ack by %s, request %s\n", subject, inert.Text(f.actor), request)
 	actingAs(ctx, e, f.actor, stdout)
-	w, err := ops.AckLate(ctx, e.pool, partner, feed, window, f.actor, f.reason, request)
-	if err == nil {
-		err = fault.Check("ops:reply_lost") // the reply to the commit lost
-	}
+	var w ledger.LateWindow
+	err = act(func() (err error) {
+		w, err = ops.AckLate(ctx, e.pool, partner, feed, window, f.actor, f.reason, request)
+		return err
+	})
 	if err != nil {
 		if !actionFailed(ctx, e.pool, stderr, "expect ack", subject, request, "acknowledging it again is refused then, for it is acknowledged", err) {
 			return 1

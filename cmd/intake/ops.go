@@ -18,7 +18,6 @@ import (
 	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/intake/notify"
 	"github.com/partner-intake/partner-intake/intake/ops"
-	"github.com/partner-intake/partner-intake/internal/fault"
 	"github.com/partner-intake/partner-intake/internal/inert"
 	"github.com/partner-intake/partner-intake/partners"
 )
@@ -115,15 +114,12 @@ func cmdQuarantine(f quarantineFlags, args []string, stdout, stderr io.Writer) i
 			Worker: intake.OpsWorker(e.cfg.WorkerID), Request: request}
 		fmt.Fprintf(stdout, "intake %d: %s by %s, request %s\n", id, sub, inert.Text(f.actor), request)
 		actingAs(ctx, e, f.actor, stdout)
-		var err error
-		if sub == "release" {
-			err = ops.Release(ctx, e.pool, d)
-		} else {
-			err = ops.Discard(ctx, e.pool, d)
-		}
-		if err == nil {
-			err = fault.Check("ops:reply_lost") // the reply to the commit lost
-		}
+		err := act(func() error {
+			if sub == "release" {
+				return ops.Release(ctx, e.pool, d)
+			}
+			return ops.Discard(ctx, e.pool, d)
+		})
 		if err != nil && !decisionFailed(ctx, e.pool, stderr, "quarantine "+sub, id, request,
 			fmt.Sprintf("running the command again is refused then, for intake %d is no longer held", id), err) {
 			return 1

@@ -14,7 +14,6 @@ import (
 	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/intake/ops"
 	"github.com/partner-intake/partner-intake/intake/target"
-	"github.com/partner-intake/partner-intake/internal/fault"
 	"github.com/partner-intake/partner-intake/internal/inert"
 	"github.com/partner-intake/partner-intake/partners"
 )
@@ -190,16 +189,13 @@ func decidePlan(cmd string, f decideFlags, args []string, stdout, stderr io.Writ
 	d := ledger.PlanDecision{IntakeID: id, Partners: scope, Actor: f.actor, Reason: f.reason, SnapshotFeeds: snapshotFeeds(e.cfg.Partners), Request: request, FourEyes: e.cfg.Ops.FourEyes}
 	fmt.Fprintf(stdout, "intake %d: %s by %s, request %s\n", id, cmd, inert.Text(f.actor), request)
 	actingAs(ctx, e, f.actor, stdout)
-	var err error
-	if cmd == "approve" {
-		d.PlanHash = f.hash
-		err = ops.Approve(ctx, e.pool, d)
-	} else {
-		err = ops.Reject(ctx, e.pool, d)
-	}
-	if err == nil {
-		err = fault.Check("ops:reply_lost") // the reply to the commit lost
-	}
+	err := act(func() error {
+		if cmd == "approve" {
+			d.PlanHash = f.hash
+			return ops.Approve(ctx, e.pool, d)
+		}
+		return ops.Reject(ctx, e.pool, d)
+	})
 	if err != nil && !decisionFailed(ctx, e.pool, stderr, cmd, id, request,
 		fmt.Sprintf("running the command again is refused then, for intake %d no longer awaits approval", id), err) {
 		return 1

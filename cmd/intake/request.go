@@ -14,6 +14,7 @@ import (
 	"github.com/partner-intake/partner-intake/intake"
 	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/intake/ops"
+	"github.com/partner-intake/partner-intake/internal/fault"
 	"github.com/partner-intake/partner-intake/internal/inert"
 	"github.com/partner-intake/partner-intake/internal/pgerr"
 )
@@ -43,6 +44,18 @@ func newRequestID() string {
 		panic(err) // crypto/rand does not fail on Linux
 	}
 	return "req-" + hex.EncodeToString(b[:])
+}
+
+// act runs an ops command's action, one transaction recording its
+// request id in the audit. Its error is the action's, or a fault's that
+// loses the reply to its commit: either way the command then reads by
+// request whether the action was recorded (decisionFailed, actionFailed).
+func act(action func() error) error {
+	err := action()
+	if err == nil {
+		err = fault.Check("ops:reply_lost") // the reply to the commit lost
+	}
+	return err
 }
 
 // decisionFailed reports a decision (release, discard, approve, reject)

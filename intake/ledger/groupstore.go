@@ -84,65 +84,6 @@ func (l *claimStore) insertClaims(ctx context.Context, q interface {
 // file_intake, each step one set-based statement for the whole group.
 type groupSteps struct{ *core }
 
-// SpoolGroup is SetSpooled for a group, inside the group's transaction:
-// claimed -> spooled with each file's bytes, and each file's batch bound
-// to its hash. It returns the binding of every file that moved (nil: its
-// batch was bound by an intake that committed after the statement's
-// snapshot; the per-file path asks again); a file missing from the map
-// was fenced out. The group's batch ids are distinct.
-func (l *groupSteps) SpoolGroup(ctx context.Context, tx pgx.Tx, ins []*Intake) (map[int64]*Binding, error) {
-	var ids, tokens, sizes []int64
-	var shas, batches []string
-	for _, in := range ins {
-		ids, tokens, sizes = append(ids, in.ID), append(tokens, in.Token), append(sizes, in.Size)
-		shas, batches = append(shas, in.SHA256), append(batches, in.BatchID)
-	}
-	rs, err := tx.Query(ctx, `WITH x AS (
-		    SELECT * FROM unnest($2::bigint[], $3::bigint[], $4::text[], $5::bigint[], $6::text[]) AS x(id, token, sha, size, batch)),
-		u AS (
-		    UPDATE file_intake f
-		    SET state = 'spooled', content_sha256 = x.sha, size_bytes = x.size, data_sha256 = x.sha, data_size = x.size,
-		        batch_id = x.batch, updated_at = pg_catalog.now()
-		    FROM x WHERE f.intake_id = x.id AND f.fencing_token = x.token AND f.state = 'claimed'
-		    RETURNING f.intake_id, x.sha, x.batch),
-		ins AS (
-		    INSERT INTO intake_batch (partner_id, batch_id, content_sha256, intake_id)
-		    SELECT $1, batch, sha, intake_id FROM u
-		    ON CONFLICT (partner_id, batch_id) DO NOTHING
-		    RETURNING intake_id, batch_id, content_sha256)
-		SELECT u.intake_id, coalesce(ins.intake_id, b.intake_id), coalesce(ins.content_sha256, b.content_sha256)
-		FROM u LEFT JOIN ins ON ins.batch_id = u.batch
-		LEFT JOIN intake_batch b ON b.partner_id = $1 AND b.batch_id = u.batch`,
-		ins[0].Partner, ids, tokens, shas, sizes, batches)
-	if err != nil {
-		return nil, fmt.Errorf("spooled (group): %w", err)
-	}
-	byID := map[int64]*Intake{}
-	for _, in := range ins {
-		byID[in.ID] = in
-	}
-	out := map[int64]*Binding{}
-	for rs.Next() {
-		var id int64
-		var owner *int64
-		var ownerSHA *string
-		if err := rs.Scan(&id, &owner, &ownerSHA); err != nil {
-			rs.Close()
-			return nil, fmt.Errorf("spooled (group): %w", err)
-		}
-		out[id] = nil
-		if in := byID[id]; in != nil && owner != nil && ownerSHA != nil {
-			// the file's own fields are set (sha, batch): verdictOf reads
-			// its id and data hash
-			out[id] = &Binding{Verdict: verdictOf(in, *owner, *ownerSHA), Owner: *owner}
-		}
-	}
-	if err := rs.Err(); err != nil {
-		return nil, fmt.Errorf("spooled (group): %w", err)
-	}
-	return out, nil
-}
-
 // GroupFile is what a group's transaction did for one file: its one
 // chunk's lines and row outcomes.
 type GroupFile struct {
@@ -400,15 +341,15 @@ func (l *claimStore) PreparePoll(ctx context.Context) error {
 // GroupUnknown counts a group's COMMIT without an answer as an attempt of
 // each of its files still under the group's fencing tokens (attemptSet;
 // lastErr, base and max as RecordAttempt's), as MarkUnknown does for a
-// file's own chunk: the group's transaction moved its files from claimed
-// to applied with their rows (or to spooled, a file whose batch another
-// intake holds), so each row says whether the commit landed, and nothing
-// is left to guess. A file still claimed (nothing of it landed) whose
-// attempt reaches budget, or comes within or more after its first
-// failure, is marked with reason retries_exhausted: the run that takes it
-// up fails it for good. A file the commit moved on (all of it landed) is
-// counted and goes on from its state. It returns the ids of the files
-// whose budget is spent; a file fenced out or moved on drops out.
+// file's own chunk: the group's transaction moved its files from spooled
+// to applied with their rows, so each row says whether the commit
+// landed, and nothing is left to guess. A file still spooled (nothing of
+// it landed) whose attempt reaches budget, or comes within or more after
+// its first failure, is marked with reason retries_exhausted: the run
+// that takes it up fails it for good. A file the commit moved on (all of
+// it landed) is counted and goes on from its state. It returns the ids of
+// the files whose budget is spent; a file fenced out or moved on drops
+// out.
 func (l *groupSteps) GroupUnknown(ctx context.Context, ins []*Intake, lastErr string, base, max time.Duration, budget int, within time.Duration) (spent []int64, err error) {
 	ids, tokens := make([]int64, len(ins)), make([]int64, len(ins))
 	for i, in := range ins {
@@ -418,7 +359,7 @@ func (l *groupSteps) GroupUnknown(ctx context.Context, ins []*Intake, lastErr st
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
 	rs, err := l.pool.Query(wctx, `UPDATE file_intake f SET
-		    reason = CASE WHEN f.state = 'claimed' AND (f.attempts + 1 >= $6
+		    reason = CASE WHEN f.state = 'spooled' AND (f.attempts + 1 >= $6
 		        OR pg_catalog.now() - coalesce(f.first_failed_at, pg_catalog.now()) >= $7::interval)
 		        THEN 'retries_exhausted' ELSE f.reason END, `+attemptSet+`
 		FROM unnest($1::bigint[], $2::bigint[]) AS g(id, token)

@@ -397,53 +397,96 @@ func (l *leaseStore) HeartbeatHeld(ctx context.Context, in *Intake, worker strin
 	return nil
 }
 
-// setSpooledSQL is SetSpooled's statement.
-const setSpooledSQL = `WITH u AS (
-	    UPDATE file_intake
-	    SET state = 'spooled', content_sha256 = $3, size_bytes = $4, data_sha256 = $5, data_size = $6,
-	        batch_id = $7, expected_rows = $8, updated_at = pg_catalog.now()
-	    WHERE intake_id = $1 AND fencing_token = $2 AND state = 'claimed'
-	    RETURNING intake_id),
+// setSpooledSQL is SetSpooled's statement: each file claimed -> spooled
+// (under its token) and its batch bound to its data hash, answering each
+// moved file's batch owner and that owner's hash. A binding made in the
+// statement is its own; one an earlier intake made is read from the
+// table; one made by an intake that committed after the statement's
+// snapshot is neither (NULL: asked again).
+const setSpooledSQL = `WITH x AS (
+	    SELECT * FROM unnest($2::bigint[], $3::bigint[], $4::text[], $5::bigint[], $6::text[], $7::bigint[], $8::text[], $9::bigint[])
+	        AS x(id, token, sha, size, dsha, dsize, batch, expected)),
+	u AS (
+	    UPDATE file_intake f
+	    SET state = 'spooled', content_sha256 = x.sha, size_bytes = x.size, data_sha256 = x.dsha, data_size = x.dsize,
+	        batch_id = x.batch, expected_rows = x.expected, updated_at = pg_catalog.now()
+	    FROM x WHERE f.intake_id = x.id AND f.fencing_token = x.token AND f.state = 'claimed'
+	    RETURNING f.intake_id, x.dsha, x.batch),
 	ins AS (
 	    INSERT INTO intake_batch (partner_id, batch_id, content_sha256, intake_id)
-	    SELECT $9, $7, $5, intake_id FROM u
+	    SELECT $1, batch, dsha, intake_id FROM u
 	    ON CONFLICT (partner_id, batch_id) DO NOTHING
-	    RETURNING intake_id, content_sha256),
-	b AS (
-	    SELECT intake_id, content_sha256 FROM ins
-	    UNION ALL
-	    SELECT intake_id, content_sha256 FROM intake_batch WHERE partner_id = $9 AND batch_id = $7
-	    LIMIT 1)
-	SELECT (SELECT pg_catalog.count(*) FROM u), (SELECT intake_id FROM b), (SELECT content_sha256 FROM b)`
+	    RETURNING intake_id, batch_id, content_sha256)
+	SELECT u.intake_id, coalesce(ins.intake_id, b.intake_id), coalesce(ins.content_sha256, b.content_sha256)
+	FROM u LEFT JOIN ins ON ins.batch_id = u.batch
+	LEFT JOIN intake_batch b ON b.partner_id = $1 AND b.batch_id = u.batch`
 
 // fileSteps moves one file's row of file_intake through its steps: spooled,
 // bound to its intake_batch, applied, outcome unknown, finished, and its
 // intake_row_issue rows read back.
 type fileSteps struct{ *core }
 
-// SetSpooled records the verified bytes (and, for a compressed file, the
-// expanded ones): claimed -> spooled.
-func (l *fileSteps) SetSpooled(ctx context.Context, in *Intake, sha string, size int64, dataSHA string, dataSize int64, batch string, expectedRows *int64) (*Binding, error) {
-	// The same statement binds (partner, batch) to the hash, as BindBatch
-	// would next: one round trip and one commit less per file.
-	var moved int64
-	var owner *int64
-	var ownerSHA *string
-	err := l.pool.QueryRow(ctx, setSpooledSQL,
-		in.ID, in.Token, sha, size, dataSHA, dataSize, batch, expectedRows, in.Partner).Scan(&moved, &owner, &ownerSHA)
+// Spooled is a file's verified bytes, for SetSpooled: its content's
+// sha256 and size, its data's (what its rows are read from: the content
+// expanded or decrypted, else the content), its batch and the rows its
+// manifest states.
+type Spooled struct {
+	In           *Intake
+	SHA256       string
+	Size         int64
+	DataSHA256   string
+	DataSize     int64
+	BatchID      string
+	ExpectedRows *int64
+}
+
+// SetSpooled records files' verified bytes, one file or a group's in one
+// statement: claimed -> spooled, each file's batch bound to its data hash
+// (as BindBatch would next: one round trip and one commit less). It
+// returns the binding of every file that moved (nil: its batch was bound
+// by an intake that committed after the statement's snapshot; BindBatch
+// asks again) and sets its fields; a file missing from the map was
+// fenced out. The files' partner is one and their batch ids distinct.
+func (l *fileSteps) SetSpooled(ctx context.Context, fs []Spooled) (map[int64]*Binding, error) {
+	n := len(fs)
+	ids, tokens, sizes, dsizes := make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n)
+	shas, dshas, batches := make([]string, n), make([]string, n), make([]string, n)
+	expected := make([]*int64, n)
+	byID := make(map[int64]*Spooled, n)
+	for i := range fs {
+		f := &fs[i]
+		ids[i], tokens[i], sizes[i], dsizes[i] = f.In.ID, f.In.Token, f.Size, f.DataSize
+		shas[i], dshas[i], batches[i], expected[i] = f.SHA256, f.DataSHA256, f.BatchID, f.ExpectedRows
+		byID[f.In.ID] = f
+	}
+	rs, err := l.pool.Query(ctx, setSpooledSQL, fs[0].In.Partner, ids, tokens, shas, sizes, dshas, dsizes, batches, expected)
 	if err != nil {
 		return nil, fmt.Errorf("spooled: %w", err)
 	}
-	if moved == 0 {
-		return nil, &FencedError{IntakeID: in.ID, Token: in.Token, Step: "spooled"}
+	out := make(map[int64]*Binding, n)
+	for rs.Next() {
+		var id int64
+		var owner *int64
+		var ownerSHA *string
+		if err := rs.Scan(&id, &owner, &ownerSHA); err != nil {
+			rs.Close()
+			return nil, fmt.Errorf("spooled: %w", err)
+		}
+		f := byID[id]
+		if f == nil {
+			continue
+		}
+		in := f.In
+		in.State, in.SHA256, in.Size, in.DataSHA256, in.DataSize, in.BatchID, in.ExpectedRows = StateSpooled, f.SHA256, f.Size, f.DataSHA256, f.DataSize, f.BatchID, f.ExpectedRows
+		out[id] = nil
+		if owner != nil && ownerSHA != nil {
+			out[id] = &Binding{Verdict: verdictOf(in, *owner, *ownerSHA), Owner: *owner}
+		}
 	}
-	in.State, in.SHA256, in.Size, in.DataSHA256, in.DataSize, in.BatchID, in.ExpectedRows = StateSpooled, sha, size, dataSHA, dataSize, batch, expectedRows
-	if owner == nil || ownerSHA == nil {
-		// bound by an intake that committed after this statement's
-		// snapshot: decide binds again with a fresh one
-		return nil, nil
+	if err := rs.Err(); err != nil {
+		return nil, fmt.Errorf("spooled: %w", err)
 	}
-	return &Binding{Verdict: verdictOf(in, *owner, *ownerSHA), Owner: *owner}, nil
+	return out, nil
 }
 
 // Binding is a batch binding's outcome for an intake.

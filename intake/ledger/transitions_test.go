@@ -71,8 +71,11 @@ func (r *ledgerRig) claim() *ledger.Intake {
 func (r *ledgerRig) spool(in *ledger.Intake) {
 	r.t.Helper()
 	sha := fmt.Sprintf("%064x", in.ID)
-	_, err := r.l.SetSpooled(context.Background(), in, sha, 10, sha, 10, fmt.Sprintf("batch-%d", in.ID), nil)
+	moved, err := r.l.SetSpooled(context.Background(), []ledger.Spooled{{In: in, SHA256: sha, Size: 10, DataSHA256: sha, DataSize: 10, BatchID: fmt.Sprintf("batch-%d", in.ID)}})
 	r.must(err)
+	if _, ok := moved[in.ID]; !ok {
+		r.t.Fatalf("intake %d was not spooled", in.ID)
+	}
 }
 
 // plan plans a spooled file of no rows: spooled -> next.

@@ -63,8 +63,11 @@ func seedOps(t *testing.T, pool *pgxpool.Pool) opsSeed {
 		t.Helper()
 		in := claim(partner, name)
 		sha := fmt.Sprintf("%064x", in.ID)
-		_, err := l.SetSpooled(ctx, in, sha, 100, sha, 100, fmt.Sprintf("batch-%d", in.ID), nil)
+		moved, err := l.SetSpooled(ctx, []ledger.Spooled{{In: in, SHA256: sha, Size: 100, DataSHA256: sha, DataSize: 100, BatchID: fmt.Sprintf("batch-%d", in.ID)}})
 		must(err)
+		if _, ok := moved[in.ID]; !ok {
+			t.Fatalf("intake %d was not spooled", in.ID)
+		}
 		return in
 	}
 	held := func(partner, name string) *ledger.Intake {

@@ -20,23 +20,42 @@ import (
 )
 
 // SmallBytes: a file below this size is read with one buffer of its
-// size plus one byte (a READ for the bytes, a READ that finds the end).
-// pkg/sftp's WriteTo would first ask for the size again (one FSTAT more)
-// and allocate a whole request's buffer (255 KiB) for a file of 1 KiB.
+// size: a READ for its bytes and a READ of one byte past them, which
+// must find the end, sent together (one round trip). One READ of size+1
+// bytes would cost two: a server answers it with the file's bytes and
+// pkg/sftp asks again for the rest, which is the end. pkg/sftp's WriteTo
+// would first ask for the size again (one FSTAT more) and allocate a
+// whole request's buffer (255 KiB) for a file of 1 KiB.
 const SmallBytes = 64 << 10
 
-// Small reads a file of size below SmallBytes.
+// Small reads a file of size below SmallBytes. A file that grew since the
+// stat shows as longer than expected (the byte past size is written
+// too), not cut at it.
 func Small(f *sftp.File, size int64) spool.Source {
 	return func(w io.Writer) (int64, error) {
-		// One byte more than the size, so a file that grew since the
-		// stat shows as longer than expected rather than cut at it.
-		buf := make([]byte, size+1)
+		buf := make([]byte, size)
+		var past [1]byte
+		var m int
+		var errPast error
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			m, errPast = f.ReadAt(past[:], size)
+		}()
 		n, err := f.ReadAt(buf, 0)
+		<-done
 		if err != nil && !errors.Is(err, io.EOF) {
 			return 0, err
 		}
-		m, err := w.Write(buf[:n])
-		return int64(m), err
+		if errPast != nil && !errors.Is(errPast, io.EOF) {
+			return 0, errPast
+		}
+		k, err := w.Write(buf[:n])
+		if err != nil || m == 0 {
+			return int64(k), err
+		}
+		j, err := w.Write(past[:m])
+		return int64(k + j), err
 	}
 }
 
