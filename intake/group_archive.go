@@ -80,7 +80,7 @@ func (g *fileGroup) archive(ctx context.Context) error {
 	if len(ins) == 0 {
 		return nil
 	}
-	moved, err := g.d.ledger.ArchiveGroup(ctx, ins)
+	moved, err := g.d.ledger.FinishArchived(ctx, ins, ledger.StateApplied, ledger.StateArchived, "")
 	if err != nil {
 		return err
 	}

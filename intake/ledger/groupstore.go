@@ -129,36 +129,6 @@ func (l *groupSteps) AppliedGroup(ctx context.Context, tx pgx.Tx, gs []GroupFile
 	return n, nil
 }
 
-// ArchiveGroup is finish for a group's archived files: applied ->
-// archived with each file's archive and receipt paths. It returns the ids
-// that moved; the others were fenced out.
-func (l *groupSteps) ArchiveGroup(ctx context.Context, ins []*Intake) (map[int64]bool, error) {
-	var ids, tokens []int64
-	var archives, receipts []string
-	for _, in := range ins {
-		ids, tokens = append(ids, in.ID), append(tokens, in.Token)
-		archives, receipts = append(archives, in.ArchivePath), append(receipts, in.ReceiptPath)
-	}
-	rs, err := l.pool.Query(ctx, `UPDATE file_intake f
-		SET state = 'archived', reason = NULL, archive_path = nullif(x.archive, ''), receipt_path = nullif(x.receipt, ''),
-		    rejects_path = NULL, updated_at = pg_catalog.now(), finished_at = pg_catalog.now()
-		FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::text[]) AS x(id, token, archive, receipt)
-		WHERE f.intake_id = x.id AND f.fencing_token = x.token AND f.state = 'applied'
-		RETURNING f.intake_id`, ids, tokens, archives, receipts)
-	if err != nil {
-		return nil, fmt.Errorf("finish as archived (group): %w", err)
-	}
-	moved, err := pgx.CollectRows(rs, pgx.RowTo[int64])
-	if err != nil {
-		return nil, fmt.Errorf("finish as archived (group): %w", err)
-	}
-	out := map[int64]bool{}
-	for _, id := range moved {
-		out[id] = true
-	}
-	return out, nil
-}
-
 // HeartbeatGroup extends the leases of a group's files that are still
 // this worker's under their tokens (FenceGroup's statement; which files
 // are still held does not matter to a heartbeat).

@@ -41,12 +41,12 @@ const fileEventSQL = `INSERT INTO intake_outbox (partner_id, event, payload)
 	SELECT f.partner_id, $2, ` + filePayload + ` FROM file_intake f WHERE f.intake_id = $1`
 
 // finishArchivedSQL is finishSQL for archived and duplicate, one statement
-// that also writes a rejected_rows event when the file ends archived with
-// rejected rows. It returns the rows it changed (0: fenced).
-const finishArchivedSQL = `WITH f AS (` + finishSQL + ` RETURNING *),
+// that also writes a rejected_rows event for a file that ends archived
+// with rejected rows. It returns the ids of the files it moved.
+const finishArchivedSQL = `WITH f AS (` + finishSQL + ` RETURNING fi.*),
 	ev AS (INSERT INTO intake_outbox (partner_id, event, payload)
 	    SELECT f.partner_id, 'rejected_rows', ` + filePayload + ` FROM f WHERE f.state = 'archived' AND f.rows_rejected > 0)
-	SELECT pg_catalog.count(*) FROM f`
+	SELECT f.intake_id FROM f`
 
 // HostKeyMismatchEvents writes a host_key_mismatch event for each of
 // partners that the stored findings (intake_finding, of the previous

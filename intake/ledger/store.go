@@ -660,27 +660,21 @@ func (l *fileSteps) MarkUnknown(ctx context.Context, in *Intake, lastErr string,
 // binding is released in the same transaction so a corrected resend can
 // take the batch.
 func (l *fileSteps) Finish(ctx context.Context, in *Intake, from, to State, why reason.Code) error {
-	if !Allowed(from, to, MoverOwner) {
-		// a statement the state machine does not take is a defect of
-		// the caller's, refused before it reaches the database
-		return fmt.Errorf("finish intake %d: %s -> %s is not an owner's transition (states.go)", in.ID, from, to)
-	}
 	if to != StateFailedTerminal && to != StateQuarantined {
-		// archived or duplicate: one statement, no transaction block (it
-		// writes the rejected_rows event of a file archived with rejected
-		// rows too: outbox.go)
-		var n int64
-		if err := l.pool.QueryRow(ctx, finishArchivedSQL, in.ID, in.Token, string(from), string(to), string(why), in.ArchivePath, in.ReceiptPath, in.RejectsPath, in.BatchID).Scan(&n); err != nil {
-			return fmt.Errorf("finish as %s: %w", to, err)
+		moved, err := l.FinishArchived(ctx, []*Intake{in}, from, to, why)
+		if err != nil {
+			return err
 		}
-		if n == 0 {
+		if !moved[in.ID] {
 			return &FencedError{IntakeID: in.ID, Token: in.Token, Step: "finish as " + string(to)}
 		}
-		in.State, in.Reason = to, why
 		return nil
 	}
+	if !Allowed(from, to, MoverOwner) {
+		return notOwners(in.ID, from, to)
+	}
 	return pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
-		tag, err := tx.Exec(ctx, finishSQL, in.ID, in.Token, string(from), string(to), string(why), in.ArchivePath, in.ReceiptPath, in.RejectsPath, in.BatchID)
+		tag, err := tx.Exec(ctx, finishSQL, finishArgs([]*Intake{in}, from, to, why)...)
 		if err := fenced(tag, err, in, "finish as "+string(to)); err != nil {
 			return err
 		}
@@ -690,38 +684,90 @@ func (l *fileSteps) Finish(ctx context.Context, in *Intake, from, to State, why 
 				return fmt.Errorf("release batch: %w", err)
 			}
 		}
-		if to == StateFailedTerminal || to == StateQuarantined {
-			// the quarantine record ops decide on (re-opened if a released
-			// file is held again)
-			if _, err := tx.Exec(ctx, `INSERT INTO intake_quarantine (intake_id, partner_id, reason, batch_id, content_sha256, path)
-				VALUES ($1, $2, $3, nullif($4, ''), nullif($5, ''), nullif($6, ''))
-				ON CONFLICT (intake_id) DO UPDATE SET reason = EXCLUDED.reason, path = EXCLUDED.path, held_at = pg_catalog.now(),
-				    state = 'open', decided_at = NULL, decided_by = NULL, decision = NULL`,
-				in.ID, in.Partner, string(why), in.BatchID, in.SHA256, in.ArchivePath); err != nil {
-				return fmt.Errorf("quarantine record: %w", err)
-			}
-			// the notification, committed with the state change (outbox.go)
-			ev := EventQuarantined
-			if to == StateFailedTerminal {
-				ev = EventFailed
-			}
-			if _, err := tx.Exec(ctx, fileEventSQL, in.ID, ev); err != nil {
-				return fmt.Errorf("outbox: %w", err)
-			}
+		// the quarantine record ops decide on (re-opened if a released
+		// file is held again)
+		if _, err := tx.Exec(ctx, `INSERT INTO intake_quarantine (intake_id, partner_id, reason, batch_id, content_sha256, path)
+			VALUES ($1, $2, $3, nullif($4, ''), nullif($5, ''), nullif($6, ''))
+			ON CONFLICT (intake_id) DO UPDATE SET reason = EXCLUDED.reason, path = EXCLUDED.path, held_at = pg_catalog.now(),
+			    state = 'open', decided_at = NULL, decided_by = NULL, decision = NULL`,
+			in.ID, in.Partner, string(why), in.BatchID, in.SHA256, in.ArchivePath); err != nil {
+			return fmt.Errorf("quarantine record: %w", err)
+		}
+		// the notification, committed with the state change (outbox.go)
+		ev := EventQuarantined
+		if to == StateFailedTerminal {
+			ev = EventFailed
+		}
+		if _, err := tx.Exec(ctx, fileEventSQL, in.ID, ev); err != nil {
+			return fmt.Errorf("outbox: %w", err)
 		}
 		in.State, in.Reason = to, why
 		return nil
 	})
 }
 
-// finishSQL keeps the batch id the file's reports were named after ($9):
-// a file held or decided before its spooled statement recorded it has
-// its receipt under that name, and a later decision's receipt (a discard,
-// PublishDiscarded) must replace that one, not land beside it.
-const finishSQL = `UPDATE file_intake
-	SET state = $4, reason = nullif($5, ''), archive_path = nullif($6, ''), receipt_path = nullif($7, ''),
-	    rejects_path = nullif($8, ''), batch_id = coalesce(batch_id, nullif($9, '')), updated_at = pg_catalog.now(), finished_at = pg_catalog.now()
-	WHERE intake_id = $1 AND fencing_token = $2 AND state = $3`
+// FinishArchived records the end of files archived or duplicate, one
+// file's or a group's in one statement (no transaction block): from ->
+// to with each file's archive, receipt and rejects paths; a file archived
+// with rejected rows has its rejected_rows event written by the same
+// statement (outbox.go). It returns the ids that moved, whose state it
+// sets; the others were fenced out.
+func (l *fileSteps) FinishArchived(ctx context.Context, ins []*Intake, from, to State, why reason.Code) (map[int64]bool, error) {
+	if to == StateFailedTerminal || to == StateQuarantined {
+		return nil, fmt.Errorf("finish as %s: a held file's end is Finish's", to)
+	}
+	if !Allowed(from, to, MoverOwner) {
+		return nil, notOwners(ins[0].ID, from, to)
+	}
+	rs, err := l.pool.Query(ctx, finishArchivedSQL, finishArgs(ins, from, to, why)...)
+	if err != nil {
+		return nil, fmt.Errorf("finish as %s: %w", to, err)
+	}
+	ids, err := pgx.CollectRows(rs, pgx.RowTo[int64])
+	if err != nil {
+		return nil, fmt.Errorf("finish as %s: %w", to, err)
+	}
+	moved := make(map[int64]bool, len(ids))
+	for _, id := range ids {
+		moved[id] = true
+	}
+	for _, in := range ins {
+		if moved[in.ID] {
+			in.State, in.Reason = to, why
+		}
+	}
+	return moved, nil
+}
+
+// notOwners refuses a statement the state machine does not take: a
+// defect of the caller's, refused before it reaches the database.
+func notOwners(id int64, from, to State) error {
+	return fmt.Errorf("finish intake %d: %s -> %s is not an owner's transition (states.go)", id, from, to)
+}
+
+// finishArgs are finishSQL's arguments for ins.
+func finishArgs(ins []*Intake, from, to State, why reason.Code) []any {
+	n := len(ins)
+	ids, tokens := make([]int64, n), make([]int64, n)
+	archives, receipts, rejects, batches := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	for i, in := range ins {
+		ids[i], tokens[i] = in.ID, in.Token
+		archives[i], receipts[i], rejects[i], batches[i] = in.ArchivePath, in.ReceiptPath, in.RejectsPath, in.BatchID
+	}
+	return []any{ids, tokens, string(from), string(to), string(why), archives, receipts, rejects, batches}
+}
+
+// finishSQL ends files (finishArgs): from $3 to $4 with reason $5 and
+// each file's paths. It keeps the batch id the file's reports were named
+// after: a file held or decided before its spooled statement recorded it
+// has its receipt under that name, and a later decision's receipt (a
+// discard, PublishDiscarded) must replace that one, not land beside it.
+const finishSQL = `UPDATE file_intake fi
+	SET state = $4, reason = nullif($5, ''), archive_path = nullif(x.archive, ''), receipt_path = nullif(x.receipt, ''),
+	    rejects_path = nullif(x.rejects, ''), batch_id = coalesce(fi.batch_id, nullif(x.batch, '')),
+	    updated_at = pg_catalog.now(), finished_at = pg_catalog.now()
+	FROM unnest($1::bigint[], $2::bigint[], $6::text[], $7::text[], $8::text[], $9::text[]) AS x(id, token, archive, receipt, rejects, batch)
+	WHERE fi.intake_id = x.id AND fi.fencing_token = x.token AND fi.state = $3`
 
 // IssueRow is one recorded row issue, for the rejects report.
 type IssueRow struct {
