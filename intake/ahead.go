@@ -364,7 +364,10 @@ func (r *applyStage) runAhead(ctx context.Context, a *ahead, fl io.ReadCloser, s
 
 // aheadChunk writes one chunk's rows in the transaction held open ahead:
 // what chunkStatements does but for the gate and the ledger, which wait
-// for the plan. Only the first chunk that goes straight into the target
+// for the plan, and the snapshot's sweep (its last chunk never goes
+// ahead). The rows' paths are writeRows' building blocks (writeDirect,
+// toMerge, mergeChunk, recordLeftOut, rowsWritten) with another use of
+// savepoints: only the first chunk that goes straight into the target
 // has a savepoint to fall back to the merge (so the transaction has one
 // subtransaction at most, not one a chunk); a later refusal abandons.
 func (r *applyStage) aheadChunk(ctx context.Context, tx pgx.Tx, tgt *target.Table, ch *chunk, as *aheadState) (chunkCounts, error) {
@@ -422,19 +425,7 @@ func (r *applyStage) aheadChunk(ctx context.Context, tx pgx.Tx, tgt *target.Tabl
 			}
 		}
 	}
-	c.unchanged = int64(ch.rows()) - c.rejected - c.applied - c.conflict
-	if len(ch.refused) > 0 {
-		if err := r.recordRefusals(ctx, tx, ch.refused); err != nil {
-			return c, err
-		}
-		c.rejected += int64(len(ch.refused))
-	}
-	if tgt.Snapshot() && staged {
-		if err := tgt.RecordKeys(ctx, tx, r.in.ID, r.in.Partner); err != nil {
-			return c, fmt.Errorf("chunk %d snapshot keys: %w", ch.no, err)
-		}
-	}
-	return c, nil
+	return c, r.rowsWritten(ctx, tx, tgt, ch, &c, staged)
 }
 
 // aheadDirect writes a chunk straight into the target (writeDirect); the

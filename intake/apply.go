@@ -460,15 +460,11 @@ func (r *applyStage) chunkStatements(ctx context.Context, tx pgx.Tx, tgt *target
 	if err := r.writeRows(ctx, tx, tgt, ch, path, writer, c); err != nil {
 		return err
 	}
-	c.unchanged = int64(ch.rows()) - c.rejected - c.applied - c.conflict
-	if len(ch.refused) > 0 { // rows refused while encoding never were among ch.rows()
-		if err := r.recordRefusals(ctx, tx, ch.refused); err != nil {
-			return err
-		}
-		c.rejected += int64(len(ch.refused))
+	if err := r.rowsWritten(ctx, tx, tgt, ch, c, path != pathNone); err != nil {
+		return err
 	}
-	if tgt.Snapshot() {
-		if err := r.snapshotStatements(ctx, tx, tgt, ch, path, writer, c); err != nil {
+	if tgt.Snapshot() && ch.final {
+		if err := r.snapshotSweep(ctx, tx, tgt, writer, c); err != nil {
 			return err
 		}
 	}
@@ -479,29 +475,42 @@ func (r *applyStage) chunkStatements(ctx context.Context, tx pgx.Tx, tgt *target
 	return err
 }
 
-// snapshotStatements records the keys of a snapshot's chunk (from the
-// staging table, which holds the chunk's rows as written) and, in the
-// file's last chunk, deletes or marks the rows whose key the file lacks
-// and forgets the keys: all in the chunk's transaction, so a snapshot
-// stopped part way resumes with the keys of the chunks it committed and
-// sweeps exactly once, with its last chunk. A snapshot with a rejected row
-// sweeps nothing: that row's key may be one the partner still holds.
-func (r *applyStage) snapshotStatements(ctx context.Context, tx pgx.Tx, tgt *target.Table, ch *chunk, path int, writer int64, c *chunkCounts) error {
-	if path != pathNone {
+// rowsWritten ends a chunk's rows once they are written (writeRows, or
+// ahead of the plan: aheadChunk): the rows neither applied, rejected nor
+// in conflict are unchanged; the rows refused while encoding (never among
+// ch.rows()) are recorded rejected; a snapshot records the keys of the
+// chunk's rows from the staging table, which holds them as written
+// (staged), so that a snapshot stopped part way resumes with the keys of
+// the chunks it committed.
+func (r *applyStage) rowsWritten(ctx context.Context, tx pgx.Tx, tgt *target.Table, ch *chunk, c *chunkCounts, staged bool) error {
+	c.unchanged = int64(ch.rows()) - c.rejected - c.applied - c.conflict
+	if len(ch.refused) > 0 {
+		if err := r.recordRefusals(ctx, tx, ch.refused); err != nil {
+			return err
+		}
+		c.rejected += int64(len(ch.refused))
+	}
+	if tgt.Snapshot() && staged {
 		if err := tgt.RecordKeys(ctx, tx, r.in.ID, r.in.Partner); err != nil {
 			return fmt.Errorf("chunk %d snapshot keys: %w", ch.no, err)
 		}
 	}
-	if !ch.final {
-		return nil
-	}
+	return nil
+}
+
+// snapshotSweep, in a snapshot's last chunk, deletes or marks the rows
+// whose key the file lacks and forgets the keys, in the chunk's
+// transaction: a snapshot sweeps exactly once, with its last chunk. A
+// snapshot with a rejected row sweeps nothing: that row's key may be one
+// the partner still holds.
+func (r *applyStage) snapshotSweep(ctx context.Context, tx pgx.Tx, tgt *target.Table, writer int64, c *chunkCounts) error {
 	if rejected := r.in.RowsRejected + c.rejected; rejected > 0 {
 		r.log.Warn("snapshot has rejected rows: no row deleted", "rows_rejected", rejected)
 		r.d.metrics.SnapshotSkipped.WithLabelValues(r.in.Partner).Inc()
 	} else {
 		n, kept, err := tgt.Sweep(ctx, tx, writer, r.in.Partner, r.in.ID, r.in.Feed)
 		if err != nil {
-			return fmt.Errorf("chunk %d snapshot sweep: %w", ch.no, err)
+			return fmt.Errorf("snapshot sweep: %w", err)
 		}
 		c.deleted, c.deleteKept = n, kept
 		if kept > 0 {
