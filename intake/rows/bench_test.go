@@ -56,3 +56,29 @@ func BenchmarkReader(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkCountFields is the record bound's count of a record's fields
+// (recordLimit.countFields) over the same rows, alone: a pass over every
+// byte the CSV reader is handed.
+func BenchmarkCountFields(b *testing.B) {
+	var buf bytes.Buffer
+	for k := 0; k < 100_000; k++ {
+		fmt.Fprintf(&buf, "ORD-%09d,customer%d@example.com,%d.%02d,\"paid, \"\"in full\"\"\",2026-%02d-%02dT%02d:%02d:00Z,deliver to dock %d,%d\n",
+			k, k%100000, k%10000, k%100, 1+k%12, 1+k%28, k%24, k%60, k%50, 1+k%9)
+	}
+	b.SetBytes(int64(buf.Len()))
+	b.ResetTimer()
+	for range b.N {
+		l := &recordLimit{comma: []byte{','}, maxFields: 100}
+		for p := buf.Bytes(); len(p) > 0; {
+			n := min(len(p), 4096)
+			if l.countFields(p[:n]) {
+				b.Fatal("more fields than the bound")
+			}
+			p = p[n:]
+		}
+		if l.lines != 100_000 {
+			b.Fatalf("%d lines counted", l.lines)
+		}
+	}
+}

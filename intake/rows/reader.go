@@ -309,8 +309,9 @@ type recordLimit struct {
 	// the delimiters outside quotes since the last line end outside
 	// quotes, against maxFields: counted on the bytes handed over, before
 	// the CSV reader splits them into fields
-	comma     []byte // the delimiter's UTF-8 bytes
-	matched   int    // of them, at the end of the bytes so far
+	comma     []byte     // the delimiter's UTF-8 bytes
+	plain     *[256]bool // plainBytes of comma[0]
+	matched   int        // of them, at the end of the bytes so far
 	maxFields int
 	columns   int
 	fields    int
@@ -378,7 +379,35 @@ func (l *recordLimit) done() error {
 // anywhere else (a bare quote, or text after a closing one) is a syntax
 // error that ends the record at its line, as the CSV reader does.
 func (l *recordLimit) countFields(b []byte) bool {
-	for _, c := range b {
+	if l.plain == nil {
+		l.plain = plainBytes(l.comma[0])
+	}
+	for i := 0; i < len(b); i++ {
+		// Most bytes change nothing: within unquoted text (no delimiter
+		// byte matched so far) all but a line end, a quote and the
+		// delimiter's first byte; within quotes all but a quote and a
+		// line end; after a syntax error all but a line end. Those runs
+		// are passed over whole.
+		switch {
+		case l.state == unquoted && l.matched == 0:
+			for i < len(b) && l.plain[b[i]] {
+				i++
+			}
+		case l.state == inQuotes:
+			for i < len(b) && b[i] != '"' && b[i] != '\n' {
+				i++
+			}
+		case l.state == skipLine:
+			if k := bytes.IndexByte(b[i:], '\n'); k >= 0 {
+				i += k
+			} else {
+				i = len(b)
+			}
+		}
+		if i == len(b) {
+			break
+		}
+		c := b[i]
 		if c == '\n' {
 			l.lines++
 			if l.state == inQuotes {
@@ -438,6 +467,18 @@ func (l *recordLimit) countFields(b []byte) bool {
 		}
 	}
 	return false
+}
+
+// plainBytes is the bytes unquoted text passes over without a change of
+// countFields' state: all but a line end, a quote and delim, the
+// delimiter's first byte.
+func plainBytes(delim byte) *[256]bool {
+	var t [256]bool
+	for i := range t {
+		t[i] = true
+	}
+	t['\n'], t['"'], t[delim] = false, false, false
+	return &t
 }
 
 // the quoting countFields follows
