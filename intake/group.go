@@ -188,17 +188,8 @@ func (g *fileGroup) run(ctx context.Context) error {
 		return g.countUnknown(ctx, cu)
 	}
 	if err != nil {
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		// Rolled back: every file is still spooled; each goes on alone
-		// (and the one at fault, if one is, fails there on its own).
-		g.log.Warn("group transaction failed; its files go on one by one", "intake_ids", g.ids(), "err", err)
-		for _, f := range g.files {
-			g.leave(f, LeftGroupFailed, nil)
-		}
-		g.files = nil
-		return nil
+		// rolled back: every file is still spooled
+		return g.failed(ctx, "group transaction failed", err)
 	}
 	g.observe(ledger.StateApplying, start) // the transaction plans and applies
 	runs := make([]*fileRun, len(g.files))
@@ -213,6 +204,22 @@ func (g *fileGroup) run(ctx context.Context) error {
 		return err
 	}
 	g.observe(ledger.StateApplied, start)
+	return nil
+}
+
+// failed ends a step that failed for the group as a whole (what, err)
+// with nothing of it recorded: every file goes on alone from the state it
+// has (and the one at fault, if one is, fails there on its own). It
+// returns ctx's error when that is why.
+func (g *fileGroup) failed(ctx context.Context, what string, err error) error {
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	g.log.Warn(what+"; its files go on one by one", "intake_ids", g.ids(), "err", err)
+	for _, f := range g.files {
+		g.leave(f, LeftGroupFailed, nil)
+	}
+	g.files = nil
 	return nil
 }
 

@@ -60,16 +60,8 @@ func (g *fileGroup) fetch(ctx context.Context, tgt *target.Table) error {
 	}
 	fenced, err := spooled(ctx, g.d, runs, fs)
 	if err != nil && !errors.Is(err, fault.ErrInjected) {
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		// nothing recorded: every file is still claimed and goes on alone
-		g.log.Warn("recording the group's files spooled failed; its files go on one by one", "intake_ids", g.ids(), "err", err)
-		for _, f := range g.files {
-			g.leave(f, LeftGroupFailed, nil)
-		}
-		g.files = nil
-		return nil
+		// nothing recorded: every file is still claimed
+		return g.failed(ctx, "recording the group's files spooled failed", err)
 	}
 	kept = kept[:0]
 	for _, f := range g.files {
