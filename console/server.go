@@ -483,9 +483,9 @@ func (s *pageViews) plan(w http.ResponseWriter, r *http.Request) {
 		s.message(w, http.StatusNotFound, me, "Not found", "No such plan.")
 		return
 	}
-	// the counts without the sample: a reviewer reads the changes a page
-	// at a time below, a viewer not at all
-	v, err := ops.ShowPlanCounts(r.Context(), s.deps.Pool, id, s.deps.Partners)
+	// the counts: a reviewer reads the changes a page at a time below, a
+	// viewer not at all
+	v, err := ops.ShowPlan(r.Context(), s.deps.Pool, id, s.deps.Partners)
 	if err != nil {
 		s.failed(w, r, "plan", err)
 		return
