@@ -763,6 +763,21 @@ func (p *proc) exited() bool {
 	}
 }
 
+// kill ends the process if it still runs and waits for it to exit.
+func (p *proc) kill() {
+	if !p.exited() {
+		p.cmd.Process.Kill()
+		<-p.done
+	}
+}
+
+// killAll kills each of procs still running (a run's deferred end).
+func killAll(procs []*proc) {
+	for _, p := range procs {
+		p.kill()
+	}
+}
+
 func (e *env) start(url, cfg string, args ...string) (*proc, error) {
 	args = append(args, "--config", cfg)
 	if lv := os.Getenv("BENCH_LOG_LEVEL"); lv != "" {

@@ -575,14 +575,7 @@ func (e *fileWorkloads) smallRun(ctx context.Context, daemons int, warm bool) (p
 	e.say("small files (%s): %d files of %d rows over %d partners, %d daemon(s)", mode, e.o.SmallFiles, e.o.SmallRows, e.o.Partners, daemons)
 	quiet()
 	var procs []*proc
-	defer func() {
-		for _, p := range procs {
-			if !p.exited() {
-				p.cmd.Process.Kill()
-				<-p.done
-			}
-		}
-	}()
+	defer func() { killAll(procs) }()
 	pg0, sshd0, err := e.serverCPU()
 	if err != nil {
 		return ph, err
