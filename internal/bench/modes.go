@@ -48,11 +48,7 @@ func (e *featureRuns) snapshotDelete(ctx context.Context, n int, res *Results) e
 	e.say("modes: snapshot of %d rows, fresh and over %d rows (deleting %d)", keep, n, n-keep)
 
 	// the same-size file fresh
-	url, err := e.database(ctx)
-	if err != nil {
-		return err
-	}
-	root, err := e.partnerSite("snap")
+	url, root, err := e.databaseAndSite(ctx, "snap")
 	if err != nil {
 		return err
 	}
@@ -74,10 +70,7 @@ func (e *featureRuns) snapshotDelete(ctx context.Context, n int, res *Results) e
 	}
 
 	// n rows, then the snapshot of 0.9 n of them
-	if url, err = e.database(ctx); err != nil {
-		return err
-	}
-	if root, err = e.partnerSite("snap"); err != nil {
+	if url, root, err = e.databaseAndSite(ctx, "snap"); err != nil {
 		return err
 	}
 	if cfg, err = e.configFeed("bench-snap", "snap", root, snapshotFeed, ""); err != nil {
@@ -125,11 +118,7 @@ var planHash = regexp.MustCompile(`plan hash\s+([0-9a-f]{64})`)
 // before the apply, and the apply).
 func (e *featureRuns) planApproval(ctx context.Context, n int, res *Results) error {
 	e.say("modes: plan of %d changed rows against %d loaded, and its apply after approval", n, n)
-	url, err := e.database(ctx)
-	if err != nil {
-		return err
-	}
-	root, err := e.partnerSite("plan")
+	url, root, err := e.databaseAndSite(ctx, "plan")
 	if err != nil {
 		return err
 	}

@@ -29,11 +29,7 @@ func (e *featureRuns) pgp(ctx context.Context, res *Results) error {
 	if _, err := syspkg.Find([]string{"/usr/bin/gpg"}, "gnupg"); err != nil {
 		return fmt.Errorf("the pgp workload's floor needs gpg: %w", err)
 	}
-	url, err := e.database(ctx)
-	if err != nil {
-		return err
-	}
-	root, err := e.partnerSite("pgp")
+	url, root, err := e.databaseAndSite(ctx, "pgp")
 	if err != nil {
 		return err
 	}

@@ -322,10 +322,7 @@ func fileSHA256(path string) (string, int64, error) {
 // largeSetup makes a fresh database, the partner "big" with its site and
 // config, and the large file (its size in *bytes).
 func (e *fileWorkloads) largeSetup(ctx context.Context, bytes *int64) (url, root, cfg, src string, err error) {
-	if url, err = e.database(ctx); err != nil {
-		return
-	}
-	if root, err = e.partnerSite("big"); err != nil {
+	if url, root, err = e.databaseAndSite(ctx, "big"); err != nil {
 		return
 	}
 	if cfg, err = e.config("bench-1", map[string]string{"big": root}, []string{"big"}); err != nil {
@@ -797,11 +794,7 @@ func (e *env) filesByWorker(ctx context.Context, url string) (map[string]int64, 
 
 // huge measures peak memory on a file HugeRows long.
 func (e *fileWorkloads) huge(ctx context.Context, res *Results) error {
-	url, err := e.database(ctx)
-	if err != nil {
-		return err
-	}
-	root, err := e.partnerSite("huge")
+	url, root, err := e.databaseAndSite(ctx, "huge")
 	if err != nil {
 		return err
 	}
