@@ -833,6 +833,15 @@ func tail(s string) string {
 	return s
 }
 
+// settledRun is runOnce once the machine has settled (settle): how a
+// workload times a run of the files it dropped.
+func (e *env) settledRun(ctx context.Context, url, cfg string) (wall, rss, cpu float64, err error) {
+	if err := e.settle(ctx, url); err != nil {
+		return 0, 0, 0, err
+	}
+	return e.runOnce(url, cfg)
+}
+
 // runOnce runs `intake run --once` and measures it.
 func (e *env) runOnce(url, cfg string) (wall, rss, cpu float64, err error) {
 	p, err := e.start(url, cfg, "run", "--once")

@@ -59,10 +59,7 @@ func (e *featureRuns) snapshotDelete(ctx context.Context, n int, res *Results) e
 	if err := copyFile(src, filepath.Join(root, "ready", "orders-snap-fresh.csv")); err != nil {
 		return err
 	}
-	if err := e.settle(ctx, url); err != nil {
-		return err
-	}
-	if res.SnapshotFreshS, _, _, err = e.runOnce(url, cfg); err != nil {
+	if res.SnapshotFreshS, _, _, err = e.settledRun(ctx, url, cfg); err != nil {
 		return err
 	}
 	if got, err := e.count(ctx, url, `SELECT count(*) FROM bench_orders`); err != nil || got != int64(keep) {
@@ -85,10 +82,7 @@ func (e *featureRuns) snapshotDelete(ctx context.Context, n int, res *Results) e
 	if err := copyFile(src, filepath.Join(root, "ready", "orders-snap-keep.csv")); err != nil {
 		return err
 	}
-	if err := e.settle(ctx, url); err != nil {
-		return err
-	}
-	if res.SnapshotDeleteS, _, _, err = e.runOnce(url, cfg); err != nil {
+	if res.SnapshotDeleteS, _, _, err = e.settledRun(ctx, url, cfg); err != nil {
 		return err
 	}
 	ok, err := e.count(ctx, url, `SELECT count(*) FROM file_intake WHERE state = 'archived' AND
@@ -140,10 +134,7 @@ func (e *featureRuns) planApproval(ctx context.Context, n int, res *Results) err
 	if _, err := writeCSVVariant(filepath.Join(root, "ready", "orders-plan.csv"), n, 0, variant{bump: 1}); err != nil {
 		return err
 	}
-	if err := e.settle(ctx, url); err != nil {
-		return err
-	}
-	if res.PlanS, _, _, err = e.runOnce(url, cfg); err != nil {
+	if res.PlanS, _, _, err = e.settledRun(ctx, url, cfg); err != nil {
 		return err
 	}
 	id, err := e.count(ctx, url, `SELECT intake_id FROM file_intake WHERE remote_name = 'orders-plan.csv' AND state = 'awaiting_approval'`)
@@ -161,10 +152,7 @@ func (e *featureRuns) planApproval(ctx context.Context, n int, res *Results) err
 	if _, err := e.cli(url, "approve", strconv.FormatInt(id, 10), "--config", cfg, "--plan-hash", m[1], "--reason", "bench", "--actor", "bench"); err != nil {
 		return err
 	}
-	if err := e.settle(ctx, url); err != nil {
-		return err
-	}
-	if res.PlanApplyS, _, _, err = e.runOnce(url, cfg); err != nil {
+	if res.PlanApplyS, _, _, err = e.settledRun(ctx, url, cfg); err != nil {
 		return err
 	}
 	ok, err := e.count(ctx, url, `SELECT count(*) FROM file_intake WHERE remote_name IN ('orders-plan-load.csv', 'orders-plan.csv') AND state = 'archived' AND rows_applied = $1`, n)

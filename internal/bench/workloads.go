@@ -65,10 +65,7 @@ func (e *fileWorkloads) large(ctx context.Context, res *Results) error {
 	if err := drop("orders-large.csv"); err != nil {
 		return err
 	}
-	if err := e.settle(ctx, url); err != nil {
-		return err
-	}
-	if res.LargeFreshS, res.PeakRSSMiB1M, _, err = e.runOnce(url, cfg); err != nil {
+	if res.LargeFreshS, res.PeakRSSMiB1M, _, err = e.settledRun(ctx, url, cfg); err != nil {
 		return err
 	}
 	// the floor of a replay: the target now holds the file's rows
@@ -81,19 +78,13 @@ func (e *fileWorkloads) large(ctx context.Context, res *Results) error {
 	if err := drop("orders-large-again.csv"); err != nil {
 		return err
 	}
-	if err := e.settle(ctx, url); err != nil {
-		return err
-	}
-	if res.LargeReplayS, res.PeakRSSMiB1MReplay, _, err = e.runOnce(url, cfg); err != nil {
+	if res.LargeReplayS, res.PeakRSSMiB1MReplay, _, err = e.settledRun(ctx, url, cfg); err != nil {
 		return err
 	}
 	if err := drop("orders-large.csv"); err != nil {
 		return err
 	}
-	if err := e.settle(ctx, url); err != nil {
-		return err
-	}
-	if res.DuplicateS, _, _, err = e.runOnce(url, cfg); err != nil {
+	if res.DuplicateS, _, _, err = e.settledRun(ctx, url, cfg); err != nil {
 		return err
 	}
 	// The same exact resend with a manifest stating its sha256: the
@@ -160,10 +151,7 @@ func (e *fileWorkloads) guarded(ctx context.Context, url, cfg string, drop func(
 		if err := drop(ph.name); err != nil {
 			return err
 		}
-		if err := e.settle(ctx, url); err != nil {
-			return err
-		}
-		if *ph.into, _, _, err = e.runOnce(url, cfg); err != nil {
+		if *ph.into, _, _, err = e.settledRun(ctx, url, cfg); err != nil {
 			return err
 		}
 	}
@@ -212,10 +200,7 @@ func (e *fileWorkloads) manifestDuplicate(ctx context.Context, url, cfg, src, ro
 	if err := os.WriteFile(filepath.Join(root, "ready", "orders-large.csv.complete"), []byte(man), 0o644); err != nil {
 		return err
 	}
-	if err := e.settle(ctx, url); err != nil {
-		return err
-	}
-	if res.ManifestDuplicateS, _, _, err = e.runOnce(url, mcfg); err != nil {
+	if res.ManifestDuplicateS, _, _, err = e.settledRun(ctx, url, mcfg); err != nil {
 		return err
 	}
 	c, err := pgx.Connect(ctx, url)
