@@ -105,15 +105,14 @@ func seedHeld(t *testing.T, pool *pgxpool.Pool, name string) int64 {
 }
 
 // seedWaiting records a file awaiting approval of plan hash "h1" with a
-// sample of one update carrying secret.
+// change: one update carrying secret.
 func seedWaiting(t *testing.T, pool *pgxpool.Pool) int64 {
 	t.Helper()
 	var id int64
 	if err := pool.QueryRow(context.Background(), `INSERT INTO file_intake (partner_id, feed, remote_name, claimed_path, listed_size,
-		    state, reason, worker_id, lease_until, content_sha256, rows_total, plan_hash, plan_counts, plan_sample, planned_at)
+		    state, reason, worker_id, lease_until, content_sha256, rows_total, plan_hash, plan_counts, planned_at)
 		VALUES ('acme', 'orders', 'orders-2.csv', 'processing/w1/orders-2.csv', 10, 'awaiting_approval', 'awaiting_approval', 'w1',
-		    pg_catalog.now(), 'cd34', 3, 'h1', '{"creates": 1, "updates": 2}',
-		    '[{"line": 2, "action": "update", "key": "K-7", "changed": {"amount": ["1.00", "`+secret+`"]}}]', pg_catalog.now())
+		    pg_catalog.now(), 'cd34', 3, 'h1', '{"creates": 1, "updates": 2}', pg_catalog.now())
 		RETURNING intake_id`).Scan(&id); err != nil {
 		t.Fatal(err)
 	}

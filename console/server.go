@@ -12,13 +12,11 @@ import (
 	"html/template"
 	"io/fs"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/url"
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -77,9 +75,7 @@ type Server struct {
 	pages map[string]*template.Template
 	mux   *http.ServeMux
 
-	mu  sync.Mutex
-	ln  net.Listener
-	srv *http.Server
+	ln lifecycle.Listener
 
 	// its handlers by concern, each over this server
 	signIn
@@ -188,30 +184,14 @@ func (s *Server) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("console: %w", err)
 	}
-	ln, err := net.Listen("tcp", s.cfg.Listen)
-	if err != nil {
-		return s.life.Abort(fmt.Errorf("console listen %s: %w", s.cfg.Listen, err))
-	}
 	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 5 * time.Second}
-	s.mu.Lock()
-	s.ln, s.srv = ln, srv
-	s.mu.Unlock()
-	s.deps.Log.Info("serving the review console", "addr", ln.Addr().String(), "base_url", s.cfg.BaseURL)
+	if err := s.ln.Serve(ctx, &s.life, s.cfg.Listen, srv, s.deps.Log, "console"); err != nil {
+		return err
+	}
+	s.deps.Log.Info("serving the review console", "addr", s.ln.Addr(), "base_url", s.cfg.BaseURL)
 	if s.cfg.Auth.OIDC != nil && s.auth.client.Load() == nil {
 		s.life.Go(func() { s.auth.rediscover(ctx, s.deps.Log) })
 	}
-	s.life.Go(func() {
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			s.deps.Log.Error("console server", "err", err)
-		}
-	})
-	s.life.Go(func() {
-		<-ctx.Done()
-		// requests in flight get up to 5 s
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		srv.Shutdown(sctx)
-	})
 	return nil
 }
 
@@ -219,14 +199,7 @@ func (s *Server) Start(ctx context.Context) error {
 func (s *Server) Stop() { s.life.Stop() }
 
 // Addr is the listener's address once started ("" before).
-func (s *Server) Addr() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.ln == nil {
-		return ""
-	}
-	return s.ln.Addr().String()
-}
+func (s *Server) Addr() string { return s.ln.Addr() }
 
 type ctxKey struct{}
 
@@ -483,9 +456,9 @@ func (s *pageViews) plan(w http.ResponseWriter, r *http.Request) {
 		s.message(w, http.StatusNotFound, me, "Not found", "No such plan.")
 		return
 	}
-	// the counts without the sample: a reviewer reads the changes a page
-	// at a time below, a viewer not at all
-	v, err := ops.ShowPlanCounts(r.Context(), s.deps.Pool, id, s.deps.Partners)
+	// the counts: a reviewer reads the changes a page at a time below, a
+	// viewer not at all
+	v, err := ops.ShowPlan(r.Context(), s.deps.Pool, id, s.deps.Partners)
 	if err != nil {
 		s.failed(w, r, "plan", err)
 		return

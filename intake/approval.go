@@ -64,9 +64,6 @@ const (
 	planRejected = "rejected"
 )
 
-// planSampleRows is how many changed rows a plan keeps for ops to review.
-const planSampleRows = 20
-
 // PlanHash is the plan hash of a file: the sha256 of a versioned text of
 // the file's content sha256, its feed mapping's sha256, the plan's counts
 // with the file's rows, and what the plan does row by row (the counts'
@@ -92,15 +89,12 @@ func (r *planStage) planApproval(ctx context.Context, sc *scan, res *planResult)
 	// ledger.Replan): only that plan may be applied
 	approved := in.PlanDecision == planApproved || in.ApprovedPlanHash != ""
 	err := pgx.BeginFunc(ctx, r.d.db, func(tx pgx.Tx) error {
-		counts, sample, err := r.targetPlan(ctx, tx, res.Total)
+		counts, err := r.targetPlan(ctx, tx, res.Total)
 		if err != nil {
 			return err
 		}
 		rec = ledger.PlanRecord{Hash: PlanHash(in.SHA256, feedSHA, res.Total, counts)}
 		if rec.Counts, err = json.Marshal(counts); err != nil {
-			return err
-		}
-		if rec.Sample, err = json.Marshal(sample); err != nil {
 			return err
 		}
 		next = ledger.StateApplying
@@ -154,24 +148,24 @@ func (r *planStage) planApproval(ctx context.Context, sc *scan, res *planResult)
 // targetPlan stages every valid row of the spooled file in tx and judges
 // them against the target (target.Table.Plan). Rows the row check or a
 // column's encoding refuses count as invalid rejects.
-func (r *planStage) targetPlan(ctx context.Context, tx pgx.Tx, total int64) (target.PlanCounts, []target.PlanChange, error) {
+func (r *planStage) targetPlan(ctx context.Context, tx pgx.Tx, total int64) (target.PlanCounts, error) {
 	var counts target.PlanCounts
 	tgt, err := r.targetTable(ctx)
 	if err != nil {
-		return counts, nil, err
+		return counts, err
 	}
 	f, rd, err := r.spooledRows("plan")
 	if err != nil {
-		return counts, nil, err
+		return counts, err
 	}
 	defer f.Close()
 	// a plan reads every row of the file: its statements get the chunks'
 	// bound, not the pool's lease-long one
 	if _, err := tx.Exec(ctx, chunkStatementTimeout); err != nil {
-		return counts, nil, fmt.Errorf("plan: %w", err)
+		return counts, fmt.Errorf("plan: %w", err)
 	}
 	if err := tgt.Stage(ctx, tx); err != nil {
-		return counts, nil, fmt.Errorf("plan: stage: %w", err)
+		return counts, fmt.Errorf("plan: stage: %w", err)
 	}
 	rowsPer := max(1, min(r.feed.ChunkRows, 50_000))
 	c := newChunk(maphash.MakeSeed(), rowsPer, tgt)
@@ -193,7 +187,7 @@ func (r *planStage) targetPlan(ctx context.Context, tx pgx.Tx, total int64) (tar
 			break
 		}
 		if err != nil {
-			return counts, nil, fmt.Errorf("plan: spooled file no longer reads as scanned: %w", err)
+			return counts, fmt.Errorf("plan: spooled file no longer reads as scanned: %w", err)
 		}
 		if row.Issue != nil {
 			invalid++
@@ -202,23 +196,23 @@ func (r *planStage) targetPlan(ctx context.Context, tx pgx.Tx, total int64) (tar
 		if err := c.Add(row.Line, row.Values, row.Null, keyIdx); err != nil {
 			var ve *chunkrows.ValueError
 			if !errors.As(err, &ve) {
-				return counts, nil, err
+				return counts, err
 			}
 			invalid++
 			continue
 		}
 		if c.rows() >= rowsPer || int64(len(c.Cols)) >= r.feed.ChunkBytes {
 			if err := flush(); err != nil {
-				return counts, nil, err
+				return counts, err
 			}
 		}
 	}
 	if err := flush(); err != nil {
-		return counts, nil, err
+		return counts, err
 	}
-	counts, sample, err := tgt.Plan(ctx, tx, r.writer(), r.in.Partner, r.in.Feed, invalid == 0 && total > 0, planSampleRows)
+	counts, err = tgt.Plan(ctx, tx, r.writer(), r.in.Partner, r.in.Feed, invalid == 0 && total > 0)
 	counts.Invalid = invalid
-	return counts, sample, err
+	return counts, err
 }
 
 // recordChanges records every change of the plan just judged in tx (its
@@ -258,7 +252,7 @@ func (e *planChangedError) Error() string {
 // it; another plan is a planChangedError.
 func (r *applyStage) recheck(ctx context.Context, tx pgx.Tx, tgt *target.Table) error {
 	in := r.in
-	counts, sample, err := r.planStage().targetPlan(ctx, tx, in.RowsTotal)
+	counts, err := r.planStage().targetPlan(ctx, tx, in.RowsTotal)
 	if err != nil {
 		return err
 	}
@@ -272,9 +266,6 @@ func (r *applyStage) recheck(ctx context.Context, tx pgx.Tx, tgt *target.Table) 
 	}
 	rec := ledger.PlanRecord{Hash: hash, Wait: true, Replanned: true, ApprovedWas: in.ApprovedPlanHash}
 	if rec.Counts, err = json.Marshal(counts); err != nil {
-		return err
-	}
-	if rec.Sample, err = json.Marshal(sample); err != nil {
 		return err
 	}
 	return &planChangedError{rec: rec}
@@ -291,15 +282,12 @@ func (r *applyStage) recheck(ctx context.Context, tx pgx.Tx, tgt *target.Table) 
 func (r *applyStage) rewait(ctx context.Context, pc *planChangedError) error {
 	in := r.in
 	err := pgx.BeginFunc(ctx, r.d.db, func(tx pgx.Tx) error {
-		counts, sample, err := r.planStage().targetPlan(ctx, tx, in.RowsTotal)
+		counts, err := r.planStage().targetPlan(ctx, tx, in.RowsTotal)
 		if err != nil {
 			return err
 		}
 		pc.rec.Hash = PlanHash(in.SHA256, in.FeedSHA256, in.RowsTotal, counts)
 		if pc.rec.Counts, err = json.Marshal(counts); err != nil {
-			return err
-		}
-		if pc.rec.Sample, err = json.Marshal(sample); err != nil {
 			return err
 		}
 		if err := ledger.Rewait(ctx, tx, in); err != nil {

@@ -112,13 +112,8 @@ func TestPlanOverThresholdWaitsAndApprovedPlanApplies(t *testing.T) {
 		t.Fatalf("A-1 = %s: a waiting plan wrote the target", a)
 	}
 	v, c := planOf(t, pool, "ap", f2.ID)
-	if c.Updates != 3 || c.Unchanged != 1 || c.Creates != 0 || v.Hash == "" || len(v.Sample) == 0 {
-		t.Fatalf("plan %+v %+v, want 3 updates, 1 unchanged, a hash and a sample", c, v)
-	}
-	var sample []target.PlanChange
-	json.Unmarshal(v.Sample, &sample)
-	if len(sample) != 3 || sample[0].Action != "update" || sample[0].Changed["amount"][1] == nil || *sample[0].Changed["amount"][1] != "99.00" {
-		t.Fatalf("sample %+v, want the 3 updates with amount's new value", sample)
+	if c.Updates != 3 || c.Unchanged != 1 || c.Creates != 0 || v.Hash == "" {
+		t.Fatalf("plan %+v %+v, want 3 updates, 1 unchanged and a hash", c, v)
 	}
 	// every change of the plan, by line, with the columns it changes
 	if got := changesOf(t, pool, f2.ID); got != "2 update (A-1) amount 10.01>99.00|3 update (A-2) amount 20.02>98.00|4 update (A-3) amount 30.03>97.00" {
@@ -190,9 +185,6 @@ func TestPlanOverThresholdWaitsAndApprovedPlanApplies(t *testing.T) {
 	}
 	if got := audits(t, pool, f2.ID); strings.Join(got, ",") != "intake:await_approval:awaiting_approval,alice:approve:reviewed" {
 		t.Fatalf("audit %v", got)
-	}
-	if v, _ := planOf(t, pool, "ap", f2.ID); len(v.Sample) != 0 && string(v.Sample) != "null" {
-		t.Fatalf("the sample's values outlived the decision: %s", v.Sample)
 	}
 	if got := changesOf(t, pool, f2.ID); got != "" {
 		t.Fatalf("the plan's changes outlived its apply: %q", got)

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/partner-intake/partner-intake/internal/names"
+	"github.com/partner-intake/partner-intake/internal/setting"
 )
 
 // Readiness modes: how a partner tells us a file is complete.
@@ -212,72 +213,35 @@ type Limits struct {
 
 // SetDefaults fills unset fields with their defaults.
 func (c *Config) SetDefaults() {
-	if c.Poll == "" {
-		c.Poll = DefaultPoll
-	}
-	if c.Readiness == "" {
-		c.Readiness = ReadinessRename
-	}
-	if c.Claim == "" {
-		c.Claim = ClaimRename
-	}
+	setting.Default(&c.Poll, DefaultPoll)
+	setting.Default(&c.Readiness, ReadinessRename)
+	setting.Default(&c.Claim, ClaimRename)
 	if c.Readiness == ReadinessStable {
-		if c.Stable.StableFor == 0 {
-			c.Stable.StableFor = DefaultStableFor
-		}
-		if c.Stable.MinAge == 0 {
-			c.Stable.MinAge = DefaultMinAge
-		}
+		setting.Default(&c.Stable.StableFor, DefaultStableFor)
+		setting.Default(&c.Stable.MinAge, DefaultMinAge)
 		if c.Stable.Ignore == nil {
 			c.Stable.Ignore = append([]string(nil), DefaultStableIgnore...)
 		}
 	}
-	if c.Concurrency == 0 {
-		c.Concurrency = DefaultConcurrency
-	}
-	if c.GroupFiles == 0 {
-		c.GroupFiles = DefaultGroupFiles
-	}
-	if c.SFTP.Root == "" {
-		c.SFTP.Root = "."
-	}
-	if c.SFTP.DialTimeout == 0 {
-		c.SFTP.DialTimeout = DefaultDialTimeout
-	}
-	if c.SFTP.Keepalive == 0 {
-		c.SFTP.Keepalive = DefaultKeepalive
-	}
-	if c.SFTP.OpTimeout == 0 {
-		c.SFTP.OpTimeout = DefaultOpTimeout
-	}
+	setting.Default(&c.Concurrency, DefaultConcurrency)
+	setting.Default(&c.GroupFiles, DefaultGroupFiles)
+	setting.Default(&c.SFTP.Root, ".")
+	setting.Default(&c.SFTP.DialTimeout, DefaultDialTimeout)
+	setting.Default(&c.SFTP.Keepalive, DefaultKeepalive)
+	setting.Default(&c.SFTP.OpTimeout, DefaultOpTimeout)
 	d := &c.Dirs
-	for _, f := range []struct {
-		p   *string
-		def string
-	}{{&d.Incoming, "incoming"}, {&d.Ready, "ready"}, {&d.Processing, "processing"},
-		{&d.Archive, "archive"}, {&d.Quarantine, "quarantine"}, {&d.Reports, "reports"}} {
-		if *f.p == "" {
-			*f.p = f.def
-		}
-	}
-	if c.Limits.MaxFileBytes == 0 {
-		c.Limits.MaxFileBytes = DefaultMaxFileBytes
-	}
-	if c.Limits.MaxRows == 0 {
-		c.Limits.MaxRows = DefaultMaxRows
-	}
-	if c.Limits.MaxFilesPerPoll == 0 {
-		c.Limits.MaxFilesPerPoll = DefaultMaxFilesPoll
-	}
-	if c.Limits.StaleUpload == 0 {
-		c.Limits.StaleUpload = DefaultStaleUpload
-	}
-	if c.Limits.MaxExpandedBytes == 0 {
-		c.Limits.MaxExpandedBytes = DefaultMaxExpanded
-	}
-	if c.Limits.MaxExpansionRatio == 0 {
-		c.Limits.MaxExpansionRatio = DefaultMaxExpansionRatio
-	}
+	setting.Default(&d.Incoming, "incoming")
+	setting.Default(&d.Ready, "ready")
+	setting.Default(&d.Processing, "processing")
+	setting.Default(&d.Archive, "archive")
+	setting.Default(&d.Quarantine, "quarantine")
+	setting.Default(&d.Reports, "reports")
+	setting.Default(&c.Limits.MaxFileBytes, DefaultMaxFileBytes)
+	setting.Default(&c.Limits.MaxRows, DefaultMaxRows)
+	setting.Default(&c.Limits.MaxFilesPerPoll, DefaultMaxFilesPoll)
+	setting.Default(&c.Limits.StaleUpload, DefaultStaleUpload)
+	setting.Default(&c.Limits.MaxExpandedBytes, DefaultMaxExpanded)
+	setting.Default(&c.Limits.MaxExpansionRatio, DefaultMaxExpansionRatio)
 	for i := range c.Feeds {
 		c.Feeds[i].SetDefaults()
 	}

@@ -11,6 +11,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/partner-intake/partner-intake/internal/names"
+	"github.com/partner-intake/partner-intake/internal/setting"
 )
 
 // Batch-id sources.
@@ -244,51 +245,27 @@ type Column struct {
 
 // SetDefaults fills unset fields.
 func (f *Feed) SetDefaults() {
-	if f.BatchID.From == "" {
-		f.BatchID.From = BatchFromStem
-	}
-	if f.CSV.Delimiter == "" {
-		f.CSV.Delimiter = ","
-	}
-	if f.CSV.Encoding == "" {
-		f.CSV.Encoding = EncodingUTF8
-	}
-	if f.CSV.MaxFieldBytes == 0 {
-		f.CSV.MaxFieldBytes = DefaultMaxFieldLen
-	}
-	if f.MaxRejectRatio == 0 {
-		f.MaxRejectRatio = DefaultMaxRejectRatio
-	}
-	if f.ChunkRows == 0 {
-		f.ChunkRows = DefaultChunkRows
-	}
-	if f.Mode == "" {
-		f.Mode = ModeUpsert
-	}
+	setting.Default(&f.BatchID.From, BatchFromStem)
+	setting.Default(&f.CSV.Delimiter, ",")
+	setting.Default(&f.CSV.Encoding, EncodingUTF8)
+	setting.Default(&f.CSV.MaxFieldBytes, DefaultMaxFieldLen)
+	setting.Default(&f.MaxRejectRatio, DefaultMaxRejectRatio)
+	setting.Default(&f.ChunkRows, DefaultChunkRows)
+	setting.Default(&f.Mode, ModeUpsert)
 	if f.Mode == ModeSnapshot && f.DeleteGuard == nil {
 		f.DeleteGuard = &DeleteGuard{}
 	}
-	if f.OnOutsideEdit == "" {
-		f.OnOutsideEdit = OutsideEditKeep
-	}
-	if f.ChunkBytes == 0 {
-		f.ChunkBytes = DefaultChunkBytes
-	}
+	setting.Default(&f.OnOutsideEdit, OutsideEditKeep)
+	setting.Default(&f.ChunkBytes, DefaultChunkBytes)
 	for i := range f.Columns {
 		c := &f.Columns[i]
 		switch c.Type {
 		case TypeText:
-			if c.MaxLength == 0 {
-				c.MaxLength = DefaultTextMaxLen
-			}
+			setting.Default(&c.MaxLength, DefaultTextMaxLen)
 		case TypeDate:
-			if c.Layout == "" {
-				c.Layout = DefaultDateLayout
-			}
+			setting.Default(&c.Layout, DefaultDateLayout)
 		case TypeTimestamp:
-			if c.Layout == "" {
-				c.Layout = DefaultTimeLayout
-			}
+			setting.Default(&c.Layout, DefaultTimeLayout)
 		}
 	}
 }

@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"log/slog"
 	"sort"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -85,7 +84,7 @@ type Reconciler struct {
 	db         *pgxpool.Pool
 	ledger     *ledger.Ledger
 	spool      *spool.Spool
-	parts      []partners.Config
+	parts      *partners.Current
 	log        *slog.Logger
 	onTakeover func(partner string)
 
@@ -102,23 +101,11 @@ type Reconciler struct {
 	gauged map[string]bool
 
 	life lifecycle.Base
-	// partsMu guards parts, which a reload replaces (SetPartners).
-	partsMu sync.Mutex
 }
 
 // SetPartners makes parts (validated) the partners of the next runs (a
 // config reload); a run in progress goes on with those it started with.
-func (r *Reconciler) SetPartners(parts []partners.Config) {
-	r.partsMu.Lock()
-	defer r.partsMu.Unlock()
-	r.parts = parts
-}
-
-func (r *Reconciler) partners() []partners.Config {
-	r.partsMu.Lock()
-	defer r.partsMu.Unlock()
-	return r.parts
-}
+func (r *Reconciler) SetPartners(parts []partners.Config) { r.parts.Set(parts) }
 
 // New builds a reconciler acting as worker (taken-over files move into
 // processing/<worker>/ and are resumed by that daemon; onTakeover, if set,
@@ -129,7 +116,7 @@ func New(cfg Config, worker string, lease time.Duration, db *pgxpool.Pool, sp *s
 		return nil, err
 	}
 	f := promauto.With(reg)
-	return &Reconciler{cfg: cfg, worker: worker, db: db, ledger: ledger.New(db, lease), spool: sp, parts: parts,
+	return &Reconciler{cfg: cfg, worker: worker, db: db, ledger: ledger.New(db, lease), spool: sp, parts: partners.NewCurrent(parts),
 		log: log.With("component", "reconcile", "worker", worker), onTakeover: onTakeover,
 		runs: f.NewCounterVec(prometheus.CounterOpts{Name: "intake_reconcile_runs_total",
 			Help: "Reconciler runs by result: ok, error, not_leader."}, []string{"result"}),
@@ -180,7 +167,7 @@ func (r *Reconciler) RunOnce(ctx context.Context) ([]ledger.Finding, error) {
 	}()
 	var all []ledger.Finding
 	var errs []error
-	parts := r.partners()
+	parts := r.parts.Get()
 	for i := range parts {
 		p := &parts[i]
 		// Each partner under its own deadline: a hung site costs this

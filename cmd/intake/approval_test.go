@@ -114,3 +114,46 @@ func TestPlanApproveRejectCommands(t *testing.T) {
 		t.Fatalf("audit %d:\n%s", code, out)
 	}
 }
+
+// `plan show` reads a waiting plan's changes from intake_plan_change, as
+// the console does, a page at a time: more than one page of them (25
+// creates, a page of 20 by default) ends with the next page's command,
+// which shows the rest; --limit shows them all at once, and --key filters.
+func TestPlanShowPagesTheStoredChanges(t *testing.T) {
+	url, pool := testenv.DB(t)
+	t.Setenv("INTAKE_DATABASE_URL", url)
+	site := testenv.NewSite(t, "apg")
+	cfg := writeConfigOpts(t, site, cfgOpts{feedExtra: "        approval: {always: true}\n"})
+	site.Drop(t, "orders-1.csv", testenv.OrdersCSV("P", 25))
+	if code, out := runCLI("run", "--config", cfg, "--once"); code != 0 {
+		t.Fatalf("run: %d\n%s", code, out)
+	}
+	fs := testenv.Files(t, pool, "apg")
+	if len(fs) != 1 || fs[0].State != "awaiting_approval" {
+		t.Fatalf("files %+v", fs)
+	}
+	id := strconv.FormatInt(fs[0].ID, 10)
+	shown := func(out string) []string {
+		return regexp.MustCompile(`(?m)^\d+\s+\d+\s+create\s+\((P-\d+)\)`).FindAllString(out, -1)
+	}
+	code, out := runCLI("plan", "show", id, "--config", cfg)
+	next := regexp.MustCompile(`next page: intake plan show \d+ --config \S+ --after (\d+)`).FindStringSubmatch(out)
+	if code != 0 || len(shown(out)) != 20 || !strings.Contains(out, "(P-20)") || strings.Contains(out, "(P-21)") || next == nil {
+		t.Fatalf("plan show %d, want the first 20 changes and the next page's command:\n%s", code, out)
+	}
+	code, out = runCLI("plan", "show", id, "--config", cfg, "--after", next[1])
+	if code != 0 || len(shown(out)) != 5 || !strings.Contains(out, "(P-21)") || !strings.Contains(out, "(P-25)") || strings.Contains(out, "(P-20)") || strings.Contains(out, "next page") {
+		t.Fatalf("plan show --after %s: %d, want the last 5 changes:\n%s", next[1], code, out)
+	}
+	code, out = runCLI("plan", "show", id, "--config", cfg, "--limit", "100")
+	if code != 0 || len(shown(out)) != 25 || strings.Contains(out, "next page") {
+		t.Fatalf("plan show --limit 100: %d, want all 25 changes:\n%s", code, out)
+	}
+	code, out = runCLI("plan", "show", id, "--config", cfg, "--key", "(P-2")
+	if code != 0 || len(shown(out)) != 7 || !strings.Contains(out, "(P-2)") || !strings.Contains(out, "(P-25)") || strings.Contains(out, "(P-3)") {
+		t.Fatalf("plan show --key: %d, want P-2 and P-20 to P-25:\n%s", code, out)
+	}
+	if code, out := runCLI("plan", "show", id, "--config", cfg, "--limit", "0"); code != 2 {
+		t.Fatalf("plan show --limit 0: %d, want 2:\n%s", code, out)
+	}
+}

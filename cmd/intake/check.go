@@ -26,14 +26,11 @@ import (
 
 // checkCommand is `intake check`.
 func checkCommand() *cobra.Command {
-	var path string
-	cmd := &cobra.Command{
+	return withConfig(&cobra.Command{
 		Use:     "check --config FILE",
 		Short:   "validate the config, probe every partner, the database and target tables",
 		Example: "intake check --config /etc/intake/intake.yaml",
-	}
-	configFlag(cmd, &path, "config file (YAML)")
-	return runs(cmd, func(_ []string, stdout, stderr io.Writer) int { return cmdCheck(path, stdout, stderr) })
+	}, "", cmdCheck)
 }
 
 // cmdCheck validates the config and probes each partner, the database and

@@ -100,6 +100,18 @@ func configFlag(cmd *cobra.Command, p *string, usage string) {
 	cmd.Flags().SetAnnotation("config", annDefault, []string{"$" + configEnv + ", else " + defaultConfig})
 }
 
+// withConfig declares --config on cmd (usage "" for "config file
+// (YAML)") and runs fn with its value: a command whose other flags, if
+// any, cmd declares and fn's closure reads.
+func withConfig(cmd *cobra.Command, usage string, fn func(path string, stdout, stderr io.Writer) int) *cobra.Command {
+	var path string
+	if usage == "" {
+		usage = "config file (YAML)"
+	}
+	configFlag(cmd, &path, usage)
+	return runs(cmd, func(_ []string, stdout, stderr io.Writer) int { return fn(path, stdout, stderr) })
+}
+
 // requiredBy declares that the sub-commands subs of cmd need the flag.
 func requiredBy(cmd *cobra.Command, flag string, subs ...string) {
 	cmd.Flags().SetAnnotation(flag, annRequiredBy, subs)

@@ -20,23 +20,40 @@ import (
 
 // planCommand is `intake plan`.
 func planCommand() *cobra.Command {
-	var path string
+	var f planFlags
 	cmd := &cobra.Command{
-		Use:         "plan show ID --config FILE",
-		Short:       "show a file's plan against its target: counts, plan hash, a sample of changes (values on this terminal only)",
-		Example:     "intake plan show 42 --config /etc/intake/intake.yaml",
+		Use:         "plan show ID --config FILE [--limit N] [--after SEQ] [--action A] [--key K] [--column C]",
+		Short:       "show a file's plan against its target: counts, plan hash and its changes a page at a time (values on this terminal only)",
+		Example:     "intake plan show 42 --config /etc/intake/intake.yaml --action update --limit 100",
 		Annotations: map[string]string{annSubs: "show"},
 	}
-	configFlag(cmd, &path, "config file (YAML)")
-	return runs(cmd, func(args []string, stdout, stderr io.Writer) int { return cmdPlan(path, args, stdout, stderr) })
+	fs := cmd.Flags()
+	configFlag(cmd, &f.path, "config file (YAML)")
+	fs.IntVar(&f.limit, "limit", 20, "changes: at most this many (1-1000)")
+	fs.Int64Var(&f.after, "after", 0, "changes: those after this `SEQ` (the next page, as the last page printed says)")
+	fs.StringVar(&f.filter.Action, "action", "", "changes: only this action (create, update, delete, conflict, rejected)")
+	fs.StringVar(&f.filter.Key, "key", "", "changes: only the keys that begin with this text")
+	fs.StringVar(&f.filter.Column, "column", "", "changes: only the updates that change this column")
+	return runs(cmd, func(args []string, stdout, stderr io.Writer) int { return cmdPlan(f, args, stdout, stderr) })
 }
 
-// cmdPlan: `intake plan show ID` prints a file's plan: counts, hash and a
-// sample of the changes by key and column. Values reach this terminal
-// only; nothing of them is logged. The partner's text (the file name,
-// keys, values) is printed in its printable form (internal/inert): an
-// escape sequence in a key cannot rewrite the counts an approver reads.
-func cmdPlan(path string, args []string, stdout, stderr io.Writer) int {
+// planFlags are the flags of plan show: the config and the page of
+// changes (ledger.ChangeFilter, keyset paged as the console pages them).
+type planFlags struct {
+	path   string
+	limit  int
+	after  int64
+	filter ledger.ChangeFilter
+}
+
+// cmdPlan: `intake plan show ID` prints a file's plan: counts, hash and,
+// while it waits, a page of its changes by key and column
+// (intake_plan_change, read as the console reads them: ops.PlanChangePage).
+// Values reach this terminal only; nothing of them is logged. The
+// partner's text (the file name, keys, values) is printed in its
+// printable form (internal/inert): an escape sequence in a key cannot
+// rewrite the counts an approver reads.
+func cmdPlan(f planFlags, args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 || args[0] != "show" {
 		fmt.Fprintln(stderr, "usage: intake plan show ID --config FILE")
 		return 2
@@ -45,7 +62,11 @@ func cmdPlan(path string, args []string, stdout, stderr io.Writer) int {
 	if !ok {
 		return 2
 	}
-	ctx, e, scope, done, code := openScoped(path, "", stderr)
+	if f.limit < 1 || f.limit > 1000 || f.after < 0 {
+		fmt.Fprintln(stderr, "intake plan show: --limit takes 1 to 1000, --after a seq of 0 or more")
+		return 2
+	}
+	ctx, e, scope, done, code := openScoped(f.path, "", stderr)
 	if e == nil {
 		return code
 	}
@@ -68,6 +89,32 @@ func cmdPlan(path string, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "intake plan show: stored counts:", err)
 		return 1
 	}
+	printPlanCounts(stdout, v, c)
+	if v.State != "awaiting_approval" {
+		fmt.Fprintln(stdout, "\n(a plan's changes are kept only while the file awaits approval)")
+		return 0
+	}
+	rows, err := ops.PlanChangePage(ctx, e.pool, id, scope, f.filter, f.after, 0, f.limit+1)
+	if err != nil {
+		fmt.Fprintln(stderr, "intake plan show: changes:", err)
+		return 1
+	}
+	more := len(rows) > f.limit
+	rows = rows[:min(len(rows), f.limit)]
+	if err := printPlanChanges(stdout, rows); err != nil {
+		fmt.Fprintln(stderr, "intake plan show: stored changes:", err)
+		return 1
+	}
+	if more {
+		fmt.Fprintf(stdout, "next page: intake plan show %d --config %s --after %d (and the same filter)\n", id, f.path, rows[len(rows)-1].Seq)
+	}
+	fmt.Fprintf(stdout, "\napprove: intake approve %d --config %s --plan-hash %s --reason \"…\"\nreject:  intake reject %d --config %s --reason \"…\"\n",
+		v.IntakeID, f.path, v.Hash, v.IntakeID, f.path)
+	return 0
+}
+
+// printPlanCounts prints the plan's file, hash and stored counts.
+func printPlanCounts(stdout io.Writer, v *ledger.PlanView, c target.PlanCounts) {
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "intake\t%d\npartner\t%s\nfeed\t%s\nfile\t%s\nstate\t%s", v.IntakeID, v.Partner, v.Feed, inert.Text(v.File), v.State)
 	if v.Reason != "" {
@@ -88,43 +135,42 @@ func cmdPlan(path string, args []string, stdout, stderr io.Writer) int {
 	fmt.Fprintf(tw, "conflicts\t%d (newer_write %d, outside_edit %d, exists %d)\n", c.Conflicts(), c.NewerWrite, c.OutsideEdit, c.Exists)
 	fmt.Fprintf(tw, "rejects\t%d (invalid %d, target_refused %d, not_found %d, duplicate_key %d)\n", c.Rejects(), c.Invalid, c.TargetRefused, c.NotFound, c.Duplicates)
 	tw.Flush()
-	var sample []target.PlanChange
-	if len(v.Sample) > 0 {
-		if err := json.Unmarshal(v.Sample, &sample); err != nil {
-			fmt.Fprintln(stderr, "intake plan show: stored sample:", err)
-			return 1
+}
+
+// printPlanChanges prints a page of a plan's changes, one a line: its
+// seq, line, action, key and the columns it changes (old -> new), the
+// partner's text printable.
+func printPlanChanges(stdout io.Writer, rows []ledger.PlanChangeRow) error {
+	if len(rows) == 0 {
+		fmt.Fprintln(stdout, "\nno changes (of this filter, after this seq)")
+		return nil
+	}
+	fmt.Fprintln(stdout, "\nchanges (values shown to ops only):")
+	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "SEQ\tLINE\tACTION\tKEY\tCOLUMNS (old -> new)")
+	for _, ch := range rows {
+		var changed map[string][2]*string
+		if len(ch.Changed) > 0 {
+			if err := json.Unmarshal(ch.Changed, &changed); err != nil {
+				return err
+			}
 		}
-	}
-	switch {
-	case len(sample) > 0:
-		fmt.Fprintln(stdout, "\nsample of changes (values shown to ops only):")
-		tw = tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "LINE\tACTION\tKEY\tCOLUMNS (old -> new)")
-		for _, ch := range sample {
-			line := "-"
-			if ch.Line > 0 {
-				line = strconv.FormatInt(ch.Line, 10)
-			}
-			action := ch.Action
-			if ch.Reason != "" {
-				action += " " + inert.Text(ch.Reason)
-			}
-			var cols []string
-			for name, ov := range ch.Changed {
-				cols = append(cols, fmt.Sprintf("%s: %s -> %s", inert.Text(name), textOrNull(ov[0]), textOrNull(ov[1])))
-			}
-			sort.Strings(cols)
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", line, action, inert.Text(ch.Key), strings.Join(cols, "; "))
+		line := "-"
+		if ch.Line > 0 {
+			line = strconv.FormatInt(ch.Line, 10)
 		}
-		tw.Flush()
-	case v.State != "awaiting_approval":
-		fmt.Fprintln(stdout, "\n(the sample of changes is kept only while the file awaits approval)")
+		action := ch.Action
+		if ch.Reason != "" {
+			action += " " + inert.Text(ch.Reason)
+		}
+		var cols []string
+		for name, ov := range changed {
+			cols = append(cols, fmt.Sprintf("%s: %s -> %s", inert.Text(name), textOrNull(ov[0]), textOrNull(ov[1])))
+		}
+		sort.Strings(cols)
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\n", ch.Seq, line, action, inert.Text(ch.Key), strings.Join(cols, "; "))
 	}
-	if v.State == "awaiting_approval" {
-		fmt.Fprintf(stdout, "\napprove: intake approve %d --config %s --plan-hash %s --reason \"…\"\nreject:  intake reject %d --config %s --reason \"…\"\n",
-			v.IntakeID, path, v.Hash, v.IntakeID, path)
-	}
-	return 0
+	return tw.Flush()
 }
 
 // textOrNull is a cell's value as plan show prints it: NULL, or the text

@@ -143,16 +143,16 @@ func stoppedWhileStarting(e *env) int {
 
 // runCommand is `intake run`.
 func runCommand() *cobra.Command {
-	var path string
 	var once bool
 	cmd := &cobra.Command{
 		Use:     "run --config FILE [--once]",
 		Short:   "run the daemon (applies migrations first)",
 		Example: "intake run --config /etc/intake/intake.yaml",
 	}
-	configFlag(cmd, &path, "config file (YAML), e.g. /etc/intake/intake.yaml")
 	cmd.Flags().BoolVar(&once, "once", false, "poll every partner once, then exit")
-	return runs(cmd, func(_ []string, stdout, stderr io.Writer) int { return cmdRun(path, once, stdout, stderr) })
+	return withConfig(cmd, "config file (YAML), e.g. /etc/intake/intake.yaml", func(path string, stdout, stderr io.Writer) int {
+		return cmdRun(path, once, stdout, stderr)
+	})
 }
 
 func cmdRun(path string, once bool, stdout, stderr io.Writer) int {
@@ -403,14 +403,11 @@ func runServices(ctx context.Context, stopSignals func(), hup <-chan os.Signal, 
 
 // purgeCommand is `intake purge`.
 func purgeCommand() *cobra.Command {
-	var path string
-	cmd := &cobra.Command{
+	return withConfig(&cobra.Command{
 		Use:     "purge --config FILE",
 		Short:   "delete spool files, row issues, reports and audit rows past their retention",
 		Example: "intake purge --config /etc/intake/intake.yaml",
-	}
-	configFlag(cmd, &path, "config file (YAML)")
-	return runs(cmd, func(_ []string, stdout, stderr io.Writer) int { return cmdPurge(path, stdout, stderr) })
+	}, "", cmdPurge)
 }
 
 // cmdPurge deletes what is past its retention now and prints what it removed.
@@ -438,16 +435,14 @@ func cmdPurge(path string, stdout, stderr io.Writer) int {
 
 // reconcileCommand is `intake reconcile`.
 func reconcileCommand() *cobra.Command {
-	var path string
 	var once bool
 	cmd := &cobra.Command{
 		Use:     "reconcile --config FILE",
 		Short:   "run the failure-matrix reconciler once; exit 1 when something needs a human",
 		Example: "intake reconcile --config /etc/intake/intake.yaml",
 	}
-	configFlag(cmd, &path, "config file (YAML)")
 	cmd.Flags().BoolVar(&once, "once", true, "run once and exit (the daemon schedules it otherwise)")
-	return runs(cmd, func(_ []string, stdout, stderr io.Writer) int { return cmdReconcile(path, once, stdout, stderr) })
+	return withConfig(cmd, "", func(path string, stdout, stderr io.Writer) int { return cmdReconcile(path, once, stdout, stderr) })
 }
 
 // cmdReconcile runs the failure matrix once and prints its findings; it

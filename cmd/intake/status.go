@@ -24,15 +24,14 @@ const (
 
 // statusCommand is `intake status`.
 func statusCommand() *cobra.Command {
-	var path, only string
+	var only string
 	cmd := &cobra.Command{
 		Use:     "status --config FILE [--partner P]",
 		Short:   "files by state, oldest claims, open quarantine, last poll and findings; exit 1 when something needs attention",
 		Example: "intake status --config /etc/intake/intake.yaml --partner acme",
 	}
-	configFlag(cmd, &path, "config file (YAML)")
 	cmd.Flags().StringVar(&only, "partner", "", "show only this partner")
-	return runs(cmd, func(_ []string, stdout, stderr io.Writer) int { return cmdStatus(path, only, stdout, stderr) })
+	return withConfig(cmd, "", func(path string, stdout, stderr io.Writer) int { return cmdStatus(path, only, stdout, stderr) })
 }
 
 // cmdStatus prints, per partner, files by state, the oldest ready and

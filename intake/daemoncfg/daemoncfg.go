@@ -14,6 +14,7 @@ import (
 	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/intake/sessions"
 	"github.com/partner-intake/partner-intake/internal/names"
+	"github.com/partner-intake/partner-intake/internal/setting"
 	"github.com/partner-intake/partner-intake/migrations"
 )
 
@@ -82,18 +83,10 @@ func (c *Config) Validate() error {
 	if c.Retry.Attempts < 0 || c.Retry.Within < 0 || c.Retry.Base < 0 || c.Retry.Max < 0 {
 		return fmt.Errorf("retry: max_attempts, within, base and max must be positive (0: the default)")
 	}
-	if c.Retry.Attempts == 0 {
-		c.Retry.Attempts = DefaultRetryAttempts
-	}
-	if c.Retry.Within == 0 {
-		c.Retry.Within = DefaultRetryWithin
-	}
-	if c.Retry.Base == 0 {
-		c.Retry.Base = DefaultRetryBase
-	}
-	if c.Retry.Max == 0 {
-		c.Retry.Max = DefaultRetryMax
-	}
+	setting.Default(&c.Retry.Attempts, DefaultRetryAttempts)
+	setting.Default(&c.Retry.Within, DefaultRetryWithin)
+	setting.Default(&c.Retry.Base, DefaultRetryBase)
+	setting.Default(&c.Retry.Max, DefaultRetryMax)
 	if c.WorkerID == "" {
 		h, err := os.Hostname()
 		if err != nil {
@@ -104,32 +97,21 @@ func (c *Config) Validate() error {
 	if !names.WorkerID(c.WorkerID) {
 		return fmt.Errorf("worker_id: %q must match %s", c.WorkerID, names.WorkerIDRule)
 	}
-	if c.Lease == 0 {
-		c.Lease = ledger.DefaultLease
-	}
+	setting.Default(&c.Lease, ledger.DefaultLease)
 	if c.Lease < 3*time.Second {
 		return fmt.Errorf("lease: %s is too short (at least 3s)", c.Lease)
 	}
-	if c.Drain == 0 {
-		c.Drain = DefaultDrain
+	if err := setting.Positive("drain", &c.Drain, DefaultDrain); err != nil {
+		return err
 	}
-	if c.Drain < 0 {
-		return fmt.Errorf("drain: %s must be positive", c.Drain)
-	}
-	if c.SpoolMinFree == 0 {
-		c.SpoolMinFree = DefaultSpoolMinFree
-	}
-	if c.SpoolMinFree < 0 {
-		return fmt.Errorf("spool.min_free_bytes: %d must be positive", c.SpoolMinFree)
+	if err := setting.Positive("spool.min_free_bytes", &c.SpoolMinFree, DefaultSpoolMinFree); err != nil {
+		return err
 	}
 	if err := c.Sessions.Validate(); err != nil {
 		return err
 	}
-	if c.PollStagger == 0 {
-		c.PollStagger = sessions.DefaultPollStagger
-	}
-	if c.PollStagger < 0 {
-		return fmt.Errorf("poll_stagger: %s must be positive", c.PollStagger)
+	if err := setting.Positive("poll_stagger", &c.PollStagger, sessions.DefaultPollStagger); err != nil {
+		return err
 	}
 	switch c.Affinity {
 	case "":

@@ -32,7 +32,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -63,8 +62,7 @@ type Service struct {
 	every  time.Duration
 	log    *slog.Logger
 
-	mu    sync.Mutex
-	parts []partners.Config
+	parts *partners.Current
 
 	late     *prometheus.GaugeVec
 	raised   *prometheus.CounterVec
@@ -80,7 +78,7 @@ func New(db *pgxpool.Pool, worker string, every time.Duration, parts []partners.
 	if every <= 0 {
 		every = DefaultCheckEvery
 	}
-	s := &Service{db: db, ledger: ledger.New(db, 0), worker: worker, every: every, log: log, parts: parts, gaugeSet: map[[2]string]bool{}}
+	s := &Service{db: db, ledger: ledger.New(db, 0), worker: worker, every: every, log: log, parts: partners.NewCurrent(parts), gaugeSet: map[[2]string]bool{}}
 	s.late = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "intake_feed_late",
 		Help: "Delivery windows of the feed that closed without an accepted file and that no late file has closed nor ops acknowledged (intake expect ack) yet (cluster-wide, from the database)."},
 		[]string{"partner", "feed"})
@@ -97,17 +95,7 @@ func New(db *pgxpool.Pool, worker string, every time.Duration, parts []partners.
 }
 
 // SetPartners makes parts (validated) those of the next checks (a reload).
-func (s *Service) SetPartners(parts []partners.Config) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.parts = parts
-}
-
-func (s *Service) partners() []partners.Config {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.parts
-}
+func (s *Service) SetPartners(parts []partners.Config) { s.parts.Set(parts) }
 
 // Start evaluates at once, then every check interval, until Stop.
 func (s *Service) Start(ctx context.Context) error {
@@ -127,7 +115,7 @@ func (s *Service) RunOnce(ctx context.Context, now time.Time) error {
 	var errs []error
 	var ids []string
 	want := map[[2]string]bool{}
-	for _, p := range s.partners() {
+	for _, p := range s.parts.Get() {
 		ids = append(ids, p.ID)
 		for i := range p.Feeds {
 			f := &p.Feeds[i]

@@ -14,10 +14,10 @@ import (
 
 // The statements of plans and approval (migration 011).
 // A file of a feed with an approval policy is planned against its target;
-// its plan (counts, hash, a sample of changes) is stored with it by
-// RecordPlan in the plan's transaction, and, while it waits, every change
-// (intake_plan_change, migration 021, written by the target's plan); a
-// decision removes the changes with the sample. A file that needs a decision is
+// its plan (counts, hash) is stored with it by RecordPlan in the plan's
+// transaction, and, while it waits, every change (intake_plan_change,
+// migration 021, written by the target's plan); a decision removes the
+// changes. A file that needs a decision is
 // moved to awaiting_approval by the plan statement itself (Plan): no
 // lease, no worker. Approve and Reject are each one conditional statement
 // on (intake, state awaiting_approval[, plan hash]) with their audit row
@@ -32,7 +32,6 @@ import (
 type PlanRecord struct {
 	Hash   string
 	Counts json.RawMessage // the counts (target.PlanCounts as JSON)
-	Sample json.RawMessage // the sample of changes; nil once decided
 	// Wait: the plan needs a decision (the file moves to
 	// awaiting_approval); Why says which threshold (no values).
 	Wait bool
@@ -49,10 +48,6 @@ type PlanRecord struct {
 // audit row. The approved hash stays as it was: the file is applied only
 // if a later plan has it.
 func RecordPlan(ctx context.Context, tx pgx.Tx, in *Intake, p PlanRecord) error {
-	sample := p.Sample
-	if !p.Wait {
-		sample = nil // values are kept only while ops must look at them
-	}
 	why := ""
 	if p.Wait {
 		why = string(reason.AwaitingApproval)
@@ -60,9 +55,9 @@ func RecordPlan(ctx context.Context, tx pgx.Tx, in *Intake, p PlanRecord) error 
 			why = string(reason.PlanChanged)
 		}
 	}
-	tag, err := tx.Exec(ctx, `UPDATE file_intake SET plan_hash = $3, plan_counts = $4, plan_sample = $5, planned_at = pg_catalog.now(),
-		    plan_decision = NULL, reason = nullif($6, ''), updated_at = pg_catalog.now()
-		WHERE intake_id = $1 AND fencing_token = $2`, in.ID, in.Token, p.Hash, p.Counts, sample, why)
+	tag, err := tx.Exec(ctx, `UPDATE file_intake SET plan_hash = $3, plan_counts = $4, planned_at = pg_catalog.now(),
+		    plan_decision = NULL, reason = nullif($5, ''), updated_at = pg_catalog.now()
+		WHERE intake_id = $1 AND fencing_token = $2`, in.ID, in.Token, p.Hash, p.Counts, why)
 	if err := fenced(tag, err, in, "record plan"); err != nil {
 		return err
 	}
@@ -104,7 +99,7 @@ type PlanView struct {
 	ContentSHA256, FeedSHA  string
 	Hash, ApprovedHash      string
 	Decision                string
-	Counts, Sample          json.RawMessage
+	Counts                  json.RawMessage
 	PlannedAt               *time.Time
 	RowsTotal, RowsRejected int64
 }
@@ -114,27 +109,17 @@ type PlanView struct {
 // awaiting approval.
 type approvals struct{ *core }
 
-// GetPlan reads the plan of a file of one of partners; nil when there is
-// no such file.
+// GetPlan reads the plan of a file of one of partners, its hash and
+// counts (its changes are PlanChangePage's); nil when there is no such
+// file.
 func (l *approvals) GetPlan(ctx context.Context, id int64, partners []string) (*PlanView, error) {
-	return l.getPlan(ctx, id, partners, true)
-}
-
-// GetPlanCounts is GetPlan without the sample (Sample nil): the plan's
-// hash and counts, for a reader who may not see values or who reads the
-// changes a page at a time (PlanChangePage).
-func (l *approvals) GetPlanCounts(ctx context.Context, id int64, partners []string) (*PlanView, error) {
-	return l.getPlan(ctx, id, partners, false)
-}
-
-func (l *approvals) getPlan(ctx context.Context, id int64, partners []string, sample bool) (*PlanView, error) {
 	var v PlanView
 	err := l.pool.QueryRow(ctx, `SELECT intake_id, partner_id, feed, remote_name, state, coalesce(reason, ''),
 		    coalesce(content_sha256, ''), coalesce(feed_sha256, ''), coalesce(plan_hash, ''), coalesce(approved_plan_hash, ''),
-		    coalesce(plan_decision, ''), plan_counts, CASE WHEN $3 THEN plan_sample END, planned_at, coalesce(rows_total, 0), rows_rejected
-		FROM file_intake WHERE intake_id = $1 AND partner_id = ANY($2)`, id, partners, sample).Scan(
+		    coalesce(plan_decision, ''), plan_counts, planned_at, coalesce(rows_total, 0), rows_rejected
+		FROM file_intake WHERE intake_id = $1 AND partner_id = ANY($2)`, id, partners).Scan(
 		&v.IntakeID, &v.Partner, &v.Feed, &v.File, &v.State, &v.Reason, &v.ContentSHA256, &v.FeedSHA, &v.Hash,
-		&v.ApprovedHash, &v.Decision, &v.Counts, &v.Sample, &v.PlannedAt, &v.RowsTotal, &v.RowsRejected)
+		&v.ApprovedHash, &v.Decision, &v.Counts, &v.PlannedAt, &v.RowsTotal, &v.RowsRejected)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, nil
 	}
@@ -212,7 +197,7 @@ func (l *approvals) decidePlan(ctx context.Context, d PlanDecision, decision str
 		var hash string
 		err = tx.QueryRow(ctx, `UPDATE file_intake SET state = 'spooled', reason = NULL, plan_decision = $3,
 		        approved_plan_hash = CASE WHEN $3 = 'approved' THEN plan_hash ELSE approved_plan_hash END,
-		        plan_sample = NULL, fencing_token = fencing_token + 1, lease_until = pg_catalog.now() - interval '1 second',
+		        fencing_token = fencing_token + 1, lease_until = pg_catalog.now() - interval '1 second',
 		        attempts = 0, first_failed_at = NULL, next_attempt_at = NULL, last_error = NULL, updated_at = pg_catalog.now()
 		    WHERE intake_id = $1 AND partner_id = ANY($2) AND state = 'awaiting_approval'
 		      AND ($3 = 'rejected' OR (plan_hash = $4 AND NOT (coalesce(partner_id || '/' || feed = ANY($5::text[]), false) AND `+newerSnapshot+`)))

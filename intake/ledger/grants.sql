@@ -89,7 +89,7 @@ GRANT SELECT ON
 GRANT UPDATE (state, reason, release_override, fencing_token, worker_id, lease_until, claimed_path,
         manifest_name, archive_path, receipt_path, rejects_path, finished_at, updated_at,
         rows_applied, rows_unchanged, rows_rejected, rows_conflict, rows_deleted, rows_delete_kept, chunks_done, feed_sha256,
-        plan_hash, plan_counts, plan_sample, planned_at, plan_decision, approved_plan_hash,
+        plan_hash, plan_counts, planned_at, plan_decision, approved_plan_hash,
         attempts, first_failed_at, next_attempt_at, last_error)
     ON :"schema".file_intake TO :"ops_role";
 GRANT UPDATE (state, decided_at, decided_by, decision) ON :"schema".intake_quarantine TO :"ops_role";
@@ -97,7 +97,7 @@ GRANT UPDATE (state, decided_at, decided_by, decision) ON :"schema".intake_quara
 GRANT UPDATE (intake_id, content_sha256, bound_at) ON :"schema".intake_batch TO :"ops_role";
 -- a released file starts over: its row issues, chunks and snapshot keys go
 GRANT DELETE ON :"schema".intake_row_issue, :"schema".intake_chunk, :"schema".intake_snapshot_key TO :"ops_role";
--- a decided plan's changes go with its sample
+-- a decided plan's changes go
 GRANT DELETE ON :"schema".intake_plan_change, :"schema".intake_plan_change_column TO :"ops_role";
 -- a late delivery window acknowledged
 GRANT UPDATE (acked_at, acked_by, ack_reason) ON :"schema".intake_feed_late TO :"ops_role";

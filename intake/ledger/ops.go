@@ -127,7 +127,7 @@ func Reopen(ctx context.Context, tx pgx.Tx, id int64, next State, override, path
 		claimed_path = $4, manifest_name = nullif($5, ''), archive_path = NULL, receipt_path = NULL, rejects_path = NULL,
 		finished_at = NULL, updated_at = pg_catalog.now(),
 		rows_applied = 0, rows_unchanged = 0, rows_rejected = 0, rows_conflict = 0, rows_deleted = 0, rows_delete_kept = 0, chunks_done = 0, feed_sha256 = NULL,
-		plan_hash = NULL, plan_counts = NULL, plan_sample = NULL, planned_at = NULL, plan_decision = NULL, approved_plan_hash = NULL,
+		plan_hash = NULL, plan_counts = NULL, planned_at = NULL, plan_decision = NULL, approved_plan_hash = NULL,
 		attempts = 0, first_failed_at = NULL, next_attempt_at = NULL, last_error = NULL
 		WHERE intake_id = $1 AND state IN ('quarantined', 'failed_terminal')`, id, string(next), override, path, manifest)
 	if err != nil || tag.RowsAffected() == 0 {

@@ -8,14 +8,10 @@ import (
 	"github.com/partner-intake/partner-intake/intake/ledger"
 )
 
-// ShowPlan reads the plan of a file of one of partners (nil: no such file).
+// ShowPlan reads the plan of a file of one of partners, its hash and
+// counts (nil: no such file); its changes are PlanChangePage's.
 func ShowPlan(ctx context.Context, db *pgxpool.Pool, id int64, partners []string) (*ledger.PlanView, error) {
 	return ledgerOn(db).GetPlan(ctx, id, partners)
-}
-
-// ShowPlanCounts is ShowPlan without the sample (Sample nil).
-func ShowPlanCounts(ctx context.Context, db *pgxpool.Pool, id int64, partners []string) (*ledger.PlanView, error) {
-	return ledgerOn(db).GetPlanCounts(ctx, id, partners)
 }
 
 // Approve approves the current plan of a file awaiting approval when

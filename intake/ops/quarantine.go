@@ -67,14 +67,7 @@ func (d Decision) check() error {
 // held file, audited, and then made under the file's lock, refused if the
 // file changed in between.
 func Release(ctx context.Context, db *pgxpool.Pool, d Decision) error {
-	if err := d.check(); err != nil {
-		return err
-	}
-	return pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
-		seen, err := ledger.PeekHeld(ctx, tx, d.IntakeID, d.Partners)
-		if err != nil {
-			return err
-		}
+	return decideHeld(ctx, db, d, func(tx pgx.Tx, seen *ledger.Held) error {
 		r, err := planRelease(d, seen)
 		if err != nil {
 			return err
@@ -108,6 +101,34 @@ func Release(ctx context.Context, db *pgxpool.Pool, d Decision) error {
 	})
 }
 
+// decideHeld is a decision on a held file: d checked, then, in one
+// transaction, the file's first look (ledger.PeekHeld; nil: not held)
+// handed to decide, which audits and makes the decision.
+func decideHeld(ctx context.Context, db *pgxpool.Pool, d Decision, decide func(tx pgx.Tx, seen *ledger.Held) error) error {
+	if err := d.check(); err != nil {
+		return err
+	}
+	return pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+		seen, err := ledger.PeekHeld(ctx, tx, d.IntakeID, d.Partners)
+		if err != nil {
+			return err
+		}
+		return decide(tx, seen)
+	})
+}
+
+// stillOpen refuses a decision on a file that is not held or was decided
+// already.
+func stillOpen(d Decision, h *ledger.Held) error {
+	if h == nil {
+		return fmt.Errorf("%w: intake %d is not held", ledger.ErrDecision, d.IntakeID)
+	}
+	if h.QState != "open" {
+		return fmt.Errorf("%w: intake %d was already %s", ledger.ErrDecision, d.IntakeID, h.QState)
+	}
+	return nil
+}
+
 // release is what a release of a held file does (planRelease).
 type release struct {
 	action, detail  string
@@ -119,11 +140,8 @@ type release struct {
 
 // planRelease decides what releasing the held file h does, or refuses.
 func planRelease(d Decision, h *ledger.Held) (release, error) {
-	if h == nil {
-		return release{}, fmt.Errorf("%w: intake %d is not held", ledger.ErrDecision, d.IntakeID)
-	}
-	if h.QState != "open" {
-		return release{}, fmt.Errorf("%w: intake %d was already %s", ledger.ErrDecision, d.IntakeID, h.QState)
+	if err := stillOpen(d, h); err != nil {
+		return release{}, err
 	}
 	r := release{action: "release"}
 	switch {
@@ -167,19 +185,9 @@ func planRelease(d Decision, h *ledger.Held) (release, error) {
 // Discard closes a held file for good; it stays in quarantine/ as evidence
 // until retention removes it. Audited first, as Release.
 func Discard(ctx context.Context, db *pgxpool.Pool, d Decision) error {
-	if err := d.check(); err != nil {
-		return err
-	}
-	return pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
-		seen, err := ledger.PeekHeld(ctx, tx, d.IntakeID, d.Partners)
-		if err != nil {
+	return decideHeld(ctx, db, d, func(tx pgx.Tx, seen *ledger.Held) error {
+		if err := stillOpen(d, seen); err != nil {
 			return err
-		}
-		if seen == nil {
-			return fmt.Errorf("%w: intake %d is not held", ledger.ErrDecision, d.IntakeID)
-		}
-		if seen.QState != "open" {
-			return fmt.Errorf("%w: intake %d was already %s", ledger.ErrDecision, d.IntakeID, seen.QState)
 		}
 		if err := ledger.AuditDecision(ctx, tx, d.IntakeID, seen.Partner, d.Request, d.Actor, d.Reason, "discard", ""); err != nil {
 			return err

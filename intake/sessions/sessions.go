@@ -16,6 +16,7 @@ import (
 	"github.com/robfig/cron/v3"
 
 	"github.com/partner-intake/partner-intake/internal/schedule"
+	"github.com/partner-intake/partner-intake/internal/setting"
 	"github.com/partner-intake/partner-intake/partners"
 	"github.com/partner-intake/partner-intake/partners/sftpconn"
 )
@@ -88,28 +89,16 @@ const (
 
 // Validate fills the defaults and checks the values.
 func (s *Policy) Validate() error {
-	if s.MaxParallelDials == 0 {
-		s.MaxParallelDials = DefaultMaxParallelDials
-	}
-	if s.MaxParallelDials < 1 || s.MaxParallelDials > 1000 {
-		return fmt.Errorf("sessions.max_parallel_dials: %d must be between 1 and 1000", s.MaxParallelDials)
+	if err := setting.Between("sessions.max_parallel_dials", &s.MaxParallelDials, DefaultMaxParallelDials, 1, 1000); err != nil {
+		return err
 	}
 	if s.MaxOpen < 0 {
 		return fmt.Errorf("sessions.max_open: %d must be 0 (no cap) or positive", s.MaxOpen)
 	}
-	if s.IdleClose == 0 {
-		s.IdleClose = DefaultIdleClose
+	if err := setting.Positive("sessions.idle_close", &s.IdleClose, DefaultIdleClose); err != nil {
+		return err
 	}
-	if s.IdleClose < 0 {
-		return fmt.Errorf("sessions.idle_close: %s must be positive", s.IdleClose)
-	}
-	if s.PartnersPerConnection == 0 {
-		s.PartnersPerConnection = DefaultPartnersPerConnection
-	}
-	if s.PartnersPerConnection < 1 || s.PartnersPerConnection > 100 {
-		return fmt.Errorf("sessions.partners_per_connection: %d must be between 1 and 100", s.PartnersPerConnection)
-	}
-	return nil
+	return setting.Between("sessions.partners_per_connection", &s.PartnersPerConnection, DefaultPartnersPerConnection, 1, 100)
 }
 
 // Book is the daemon's account of its sessions: the dial bound of each

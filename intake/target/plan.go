@@ -2,7 +2,6 @@ package target
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -61,17 +60,6 @@ func (c PlanCounts) Conflicts() int64 { return c.NewerWrite + c.OutsideEdit + c.
 // Rejects is the plan's rejected rows of every reason.
 func (c PlanCounts) Rejects() int64 { return c.NotFound + c.Duplicates + c.Invalid + c.TargetRefused }
 
-// PlanChange is one row of a plan's sample: the row's key and, for an
-// update, the columns that change with their values as text (old, new).
-// Values are for an ops terminal only: never logged.
-type PlanChange struct {
-	Line    int64                 `json:"line,omitempty"` // 0 for a delete (a target row)
-	Action  string                `json:"action"`         // create, update, delete, conflict, rejected
-	Reason  string                `json:"reason,omitempty"`
-	Key     string                `json:"key"`
-	Changed map[string][2]*string `json:"changed,omitempty"`
-}
-
 // planKey is the key a plan's row carries, which a snapshot's deletes are
 // counted against: as the file writes it, or, where the target compares
 // keys its own way (keys.go), as the target stores it when it holds the
@@ -86,8 +74,7 @@ func (t *tableDef) planKey() string {
 // buildPlan writes the plan's statements from the merge's expressions.
 // planRows ($1 = writer, $2 = partner) judges every staged row into the
 // temporary table intake_plan_rows (dropped at commit); planDeleteCount
-// and planDeleteSample ($1 = writer, $2 = partner, $3 = feed; the sample
-// $4 = limit) count and list a snapshot's deletes; planChanges ($1 =
+// ($1 = writer, $2 = partner, $3 = feed) counts a snapshot's deletes; planChanges ($1 =
 // intake id) and a snapshot's planChangesDeletes ($1 … $3 as the count's,
 // $4 = intake id) record the plan's changes (RecordChanges).
 func (t *loadStatements) buildPlan(sCols, sKeyJoin []string, needs, reason, edited string) {
@@ -148,7 +135,6 @@ func (t *loadStatements) buildPlan(sCols, sKeyJoin []string, needs, reason, edit
 	}
 	t.planDeleteCount = fmt.Sprintf(`SELECT pg_catalog.count(*),
 		    coalesce(pg_catalog.sum(pg_catalog.hashtextextended(%s, 0::int8)::numeric), 0)::text, %s FROM %s t WHERE %s`, t.keyText("t"), kept, t.table, where)
-	t.planDeleteSample = fmt.Sprintf(`SELECT %s FROM %s t WHERE %s ORDER BY 1 LIMIT $4`, t.keyText("t"), t.table, where)
 	// a delete's seq is past the file's last line, in key order
 	t.planChangesDeletes = fmt.Sprintf(planChangesSQL, "$4", fmt.Sprintf(planChangeRows, "$4")+fmt.Sprintf(`
 		UNION ALL
@@ -180,16 +166,16 @@ type planner struct{ *tableDef }
 
 // Plan judges the rows staged in tx (Stage, CopyStage: every valid row of
 // the file) against the target, written and judged as writer for the
-// partner and feed, and returns the counts (Invalid is the caller's) and
-// up to sample changed rows in line order, then deletes. sweep: a
+// partner and feed, and returns the counts (Invalid is the caller's);
+// RecordChanges records its changes for a plan that waits. sweep: a
 // snapshot's deletes are counted (the apply sweeps only when the file has
 // rows and none is rejected: the caller says whether the pipeline
 // rejected any, and a plan that rejects one deletes nothing). Nothing is written
 // but temporary tables of the transaction.
-func (t *planner) Plan(ctx context.Context, tx pgx.Tx, writer int64, partner, feed string, sweep bool, sample int) (PlanCounts, []PlanChange, error) {
+func (t *planner) Plan(ctx context.Context, tx pgx.Tx, writer int64, partner, feed string, sweep bool) (PlanCounts, error) {
 	var c PlanCounts
 	if _, err := tx.Exec(ctx, "SAVEPOINT intake_plan"); err != nil {
-		return c, nil, fmt.Errorf("plan: %w", err)
+		return c, fmt.Errorf("plan: %w", err)
 	}
 	_, err := tx.Exec(ctx, t.planRows, writer, partner)
 	var pe *pgconn.PgError
@@ -198,26 +184,26 @@ func (t *planner) Plan(ctx context.Context, tx pgx.Tx, writer int64, partner, fe
 		// rejects that row target_refused): drop such rows, count them,
 		// and judge the rest
 		if _, err := tx.Exec(ctx, "ROLLBACK TO SAVEPOINT intake_plan"); err != nil {
-			return c, nil, fmt.Errorf("plan: %w", err)
+			return c, fmt.Errorf("plan: %w", err)
 		}
 		if c.TargetRefused, err = t.dropUncastable(ctx, tx); err != nil {
-			return c, nil, fmt.Errorf("plan: refused values: %w", err)
+			return c, fmt.Errorf("plan: refused values: %w", err)
 		}
 		_, err = tx.Exec(ctx, t.planRows, writer, partner)
 	}
 	if err != nil {
-		return c, nil, fmt.Errorf("plan rows: %w", err)
+		return c, fmt.Errorf("plan rows: %w", err)
 	}
 	rs, err := tx.Query(ctx, `SELECT action, coalesce(reason, ''), pg_catalog.count(*) FROM intake_plan_rows GROUP BY 1, 2`)
 	if err != nil {
-		return c, nil, fmt.Errorf("plan counts: %w", err)
+		return c, fmt.Errorf("plan counts: %w", err)
 	}
 	for rs.Next() {
 		var action, reason string
 		var n int64
 		if err := rs.Scan(&action, &reason, &n); err != nil {
 			rs.Close()
-			return c, nil, err
+			return c, err
 		}
 		switch action + "/" + reason {
 		case "create/":
@@ -238,35 +224,11 @@ func (t *planner) Plan(ctx context.Context, tx pgx.Tx, writer int64, partner, fe
 			c.Duplicates += n
 		default:
 			rs.Close()
-			return c, nil, fmt.Errorf("plan: unexpected outcome %s/%s", action, reason)
+			return c, fmt.Errorf("plan: unexpected outcome %s/%s", action, reason)
 		}
 	}
 	if err := rs.Err(); err != nil {
-		return c, nil, fmt.Errorf("plan counts: %w", err)
-	}
-	var out []PlanChange
-	rs, err = tx.Query(ctx, `SELECT line, action, coalesce(reason, ''), key, changed FROM intake_plan_rows
-		WHERE action <> 'unchanged' ORDER BY line LIMIT $1`, sample)
-	if err != nil {
-		return c, nil, fmt.Errorf("plan sample: %w", err)
-	}
-	for rs.Next() {
-		var ch PlanChange
-		var changed []byte
-		if err := rs.Scan(&ch.Line, &ch.Action, &ch.Reason, &ch.Key, &changed); err != nil {
-			rs.Close()
-			return c, nil, err
-		}
-		if len(changed) > 0 {
-			if err := json.Unmarshal(changed, &ch.Changed); err != nil {
-				rs.Close()
-				return c, nil, fmt.Errorf("plan sample: %w", err)
-			}
-		}
-		out = append(out, ch)
-	}
-	if err := rs.Err(); err != nil {
-		return c, nil, fmt.Errorf("plan sample: %w", err)
+		return c, fmt.Errorf("plan counts: %w", err)
 	}
 	// what the plan does row by row, beside its counts: the sum of a hash
 	// of each row's key, action, reason and changed values (order-free,
@@ -274,36 +236,19 @@ func (t *planner) Plan(ctx context.Context, tx pgx.Tx, writer int64, partner, fe
 	if err := tx.QueryRow(ctx, `SELECT coalesce(pg_catalog.sum(pg_catalog.hashtextextended(
 		    action || '/'::text || coalesce(reason, '') || '/'::text || key || '/'::text || coalesce(changed::text, ''), 0::int8)::numeric), 0)::text
 		FROM intake_plan_rows`).Scan(&c.Content); err != nil {
-		return c, nil, fmt.Errorf("plan content: %w", err)
+		return c, fmt.Errorf("plan content: %w", err)
 	}
 	if t.planDeleteCount != "" && sweep && c.Rejects() == 0 {
 		var deleted string
 		if err := tx.QueryRow(ctx, t.planDeleteCount, writer, partner, feed).Scan(&c.Deletes, &deleted, &c.DeletesKept); err != nil {
-			return c, nil, fmt.Errorf("plan deletes: %w", err)
+			return c, fmt.Errorf("plan deletes: %w", err)
 		}
 		c.Content += " deletes " + deleted
 		if c.DeletesKept > 0 {
 			c.Content += fmt.Sprintf(" kept %d", c.DeletesKept)
 		}
-		if left := sample - len(out); left > 0 && c.Deletes > 0 {
-			rs, err := tx.Query(ctx, t.planDeleteSample, writer, partner, feed, left)
-			if err != nil {
-				return c, nil, fmt.Errorf("plan delete sample: %w", err)
-			}
-			for rs.Next() {
-				ch := PlanChange{Action: "delete"}
-				if err := rs.Scan(&ch.Key); err != nil {
-					rs.Close()
-					return c, nil, err
-				}
-				out = append(out, ch)
-			}
-			if err := rs.Err(); err != nil {
-				return c, nil, fmt.Errorf("plan delete sample: %w", err)
-			}
-		}
 	}
-	return c, out, nil
+	return c, nil
 }
 
 // RecordChanges records every change of the plan Plan has just judged in

@@ -109,7 +109,7 @@ type tableDef struct {
 	keyIdx, keyOrder []int
 	key0             int
 	// planRows and planDeletes: a plan's statements (plan.go).
-	planRows, planDeleteCount, planDeleteSample string
+	planRows, planDeleteCount string
 	// planChanges, planChangesDeletes: a plan's changes recorded (plan.go)
 	planChanges, planChangesDeletes string
 	// exactKeys: the target compares keys as intake's normalised text of

@@ -50,11 +50,7 @@ func (j Job) expand(f *os.File, kind string, orig spool.Entry) (spool.Entry, *He
 	max := j.MaxBytes
 	ratio := j.MaxRatio
 	put := func(src io.Reader) (spool.Entry, *Held, error) {
-		nw := &nestWatch{}
-		ew := &expandWatch{limit: ratioLimit(orig.Size, ratio), free: j.Spool.FreeBytes, minFree: j.MinFree}
-		e, err := j.put(max, func(w io.Writer) (int64, error) {
-			return io.Copy(io.MultiWriter(ew, w, nw), src)
-		})
+		e, nested, err := j.putWatched(max, ratioLimit(orig.Size, ratio), src)
 		switch {
 		case errors.Is(err, spool.ErrTooLarge):
 			return e, &Held{reason.ArchiveTooLarge, fmt.Sprintf("it expands to more than %d bytes", max)}, nil
@@ -67,7 +63,7 @@ func (j Job) expand(f *os.File, kind string, orig spool.Entry) (spool.Entry, *He
 			return e, &Held{reason.ArchiveInvalid, "the compressed data is corrupt"}, nil
 		case err != nil:
 			return e, nil, err
-		case nw.nested():
+		case nested:
 			return e, &Held{reason.ArchiveNested, "the expanded file is itself compressed"}, nil
 		}
 		return e, nil, nil
@@ -148,6 +144,19 @@ var errSpoolLow = fmt.Errorf("spool disk below its free-space floor while expand
 // expandFreeEvery is how many expanded bytes are written between two
 // looks at the spool's free space (one statfs each).
 const expandFreeEvery = 4 << 20
+
+// putWatched streams src into the spool, at most max bytes, through the
+// expansion watch (limit: the ratio's bound, 0 none; the spool's free
+// space) and the nested-archive watch: nested, the bytes begin as a
+// compressed file does. Expanding and decrypting both spool so.
+func (j Job) putWatched(max, limit int64, src io.Reader) (e spool.Entry, nested bool, err error) {
+	nw := &nestWatch{}
+	ew := &expandWatch{limit: limit, free: j.Spool.FreeBytes, minFree: j.MinFree}
+	e, err = j.put(max, func(w io.Writer) (int64, error) {
+		return io.Copy(io.MultiWriter(ew, w, nw), src)
+	})
+	return e, nw.nested(), err
+}
 
 // ratioLimit is the most bytes a file of compressed bytes may expand to
 // at ratio (0: no limit).

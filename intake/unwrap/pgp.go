@@ -240,11 +240,7 @@ func (j Job) decrypt(f io.Reader) (spool.Entry, *Held, error) {
 		return spool.Entry{}, &Held{reason.PGPNotEncrypted, "the OpenPGP message is not encrypted to intake's key"}, nil
 	}
 	body := &errReader{r: md.UnverifiedBody}
-	nw := &nestWatch{}
-	fw := &expandWatch{free: j.Spool.FreeBytes, minFree: j.MinFree} // the spool's free space, no ratio
-	e, err := j.put(max, func(w io.Writer) (int64, error) {
-		return io.Copy(io.MultiWriter(fw, w, nw), body)
-	})
+	e, nested, err := j.putWatched(max, 0, body) // the spool's free space, no ratio
 	switch {
 	case errors.Is(err, spool.ErrTooLarge):
 		return e, &Held{reason.ArchiveTooLarge, fmt.Sprintf("it decrypts to more than %d bytes", max)}, nil
@@ -263,7 +259,7 @@ func (j Job) decrypt(f io.Reader) (spool.Entry, *Held, error) {
 		held = &Held{reason.PGPBadSignature, "the signature is not from a key of verify_keys_file, or does not match the contents"}
 	case cfg.RequireSignature && !md.IsSigned:
 		held = &Held{reason.PGPUnsigned, "the feed requires a signature and the file is not signed"}
-	case nw.nested():
+	case nested:
 		held = &Held{reason.ArchiveNested, "the decrypted file is compressed"}
 	}
 	if held != nil {

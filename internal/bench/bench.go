@@ -468,34 +468,23 @@ func Run(ctx context.Context, o Options) (*Results, error) {
 			res.WANRatioLoopback = res.WANLargeS / res.LargeFreshS
 		}
 	}
-	if o.FleetPartners > 0 && o.runs("fleet") {
-		if err := e.fleet(ctx, res); err != nil {
-			return res, fmt.Errorf("fleet: %w", err)
-		}
-	}
-	if o.FailoverPartners > 0 && o.runs("failover") {
-		if err := e.failover(ctx, res); err != nil {
-			return res, fmt.Errorf("failover: %w", err)
-		}
-	}
-	if o.ModesRows > 0 && o.runs("modes") {
-		if err := e.modes(ctx, res); err != nil {
-			return res, fmt.Errorf("modes: %w", err)
-		}
-	}
-	if o.PGPBytes > 0 && o.runs("pgp") {
-		if err := e.pgp(ctx, res); err != nil {
-			return res, fmt.Errorf("pgp: %w", err)
-		}
-	}
-	if o.RejectsRows > 0 && o.runs("rejects") {
-		if err := e.rejects(ctx, res); err != nil {
-			return res, fmt.Errorf("rejects: %w", err)
-		}
-	}
-	if o.HugeRows > 0 && o.runs("huge") {
-		if err := e.huge(ctx, res); err != nil {
-			return res, fmt.Errorf("memory file: %w", err)
+	// the workloads run once each, in this order, when sized and asked for
+	for _, w := range []struct {
+		on         bool
+		name, what string
+		run        func(context.Context, *Results) error
+	}{
+		{o.FleetPartners > 0, "fleet", "fleet", e.fleet},
+		{o.FailoverPartners > 0, "failover", "failover", e.failover},
+		{o.ModesRows > 0, "modes", "modes", e.modes},
+		{o.PGPBytes > 0, "pgp", "pgp", e.pgp},
+		{o.RejectsRows > 0, "rejects", "rejects", e.rejects},
+		{o.HugeRows > 0, "huge", "memory file", e.huge},
+	} {
+		if w.on && o.runs(w.name) {
+			if err := w.run(ctx, res); err != nil {
+				return res, fmt.Errorf("%s: %w", w.what, err)
+			}
 		}
 	}
 	return res, nil
@@ -503,6 +492,18 @@ func Run(ctx context.Context, o Options) (*Results, error) {
 
 func (e *env) say(format string, args ...any) {
 	fmt.Fprintf(e.o.Out, "# "+format+"\n", args...)
+}
+
+// databaseAndSite is a workload's start: a fresh database (database) and
+// the partner site name (partnerSite).
+func (e *env) databaseAndSite(ctx context.Context, name string) (url, root string, err error) {
+	if url, err = e.database(ctx); err != nil {
+		return "", "", err
+	}
+	if root, err = e.partnerSite(name); err != nil {
+		return "", "", err
+	}
+	return url, root, nil
 }
 
 // database creates a migrated database with both target tables.
@@ -763,6 +764,21 @@ func (p *proc) exited() bool {
 	}
 }
 
+// kill ends the process if it still runs and waits for it to exit.
+func (p *proc) kill() {
+	if !p.exited() {
+		p.cmd.Process.Kill()
+		<-p.done
+	}
+}
+
+// killAll kills each of procs still running (a run's deferred end).
+func killAll(procs []*proc) {
+	for _, p := range procs {
+		p.kill()
+	}
+}
+
 func (e *env) start(url, cfg string, args ...string) (*proc, error) {
 	args = append(args, "--config", cfg)
 	if lv := os.Getenv("BENCH_LOG_LEVEL"); lv != "" {
@@ -815,6 +831,15 @@ func tail(s string) string {
 		return s[len(s)-2000:]
 	}
 	return s
+}
+
+// settledRun is runOnce once the machine has settled (settle): how a
+// workload times a run of the files it dropped.
+func (e *env) settledRun(ctx context.Context, url, cfg string) (wall, rss, cpu float64, err error) {
+	if err := e.settle(ctx, url); err != nil {
+		return 0, 0, 0, err
+	}
+	return e.runOnce(url, cfg)
 }
 
 // runOnce runs `intake run --once` and measures it.

@@ -57,14 +57,7 @@ func (e *replicaRuns) failover(ctx context.Context, res *Results) error {
 	}
 	defer watch.Close(ctx)
 	var procs []*proc
-	defer func() {
-		for _, p := range procs {
-			if !p.exited() {
-				p.cmd.Process.Kill()
-				<-p.done
-			}
-		}
-	}()
+	defer func() { killAll(procs) }()
 	for i := 1; i <= failoverReplicas; i++ {
 		d := daemonConfig{worker: fmt.Sprintf("fo-%d", i), lease: lease, reconcile: max(lease/3, time.Second),
 			spool: filepath.Join(e.dir, fmt.Sprintf("spool-fo-%d", i))}

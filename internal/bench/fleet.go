@@ -77,12 +77,7 @@ func (e *replicaRuns) fleet(ctx context.Context, res *Results) error {
 	if err != nil {
 		return err
 	}
-	defer func() {
-		if !p.exited() {
-			p.cmd.Process.Kill()
-			<-p.done
-		}
-	}()
+	defer p.kill()
 	res.FleetPartners, res.FleetFiles, res.FleetPollS = n, e.o.FleetFiles, poll.Seconds()
 
 	// first cycle: every partner polled once, successfully

@@ -48,11 +48,7 @@ func (e *featureRuns) snapshotDelete(ctx context.Context, n int, res *Results) e
 	e.say("modes: snapshot of %d rows, fresh and over %d rows (deleting %d)", keep, n, n-keep)
 
 	// the same-size file fresh
-	url, err := e.database(ctx)
-	if err != nil {
-		return err
-	}
-	root, err := e.partnerSite("snap")
+	url, root, err := e.databaseAndSite(ctx, "snap")
 	if err != nil {
 		return err
 	}
@@ -63,10 +59,7 @@ func (e *featureRuns) snapshotDelete(ctx context.Context, n int, res *Results) e
 	if err := copyFile(src, filepath.Join(root, "ready", "orders-snap-fresh.csv")); err != nil {
 		return err
 	}
-	if err := e.settle(ctx, url); err != nil {
-		return err
-	}
-	if res.SnapshotFreshS, _, _, err = e.runOnce(url, cfg); err != nil {
+	if res.SnapshotFreshS, _, _, err = e.settledRun(ctx, url, cfg); err != nil {
 		return err
 	}
 	if got, err := e.count(ctx, url, `SELECT count(*) FROM bench_orders`); err != nil || got != int64(keep) {
@@ -74,10 +67,7 @@ func (e *featureRuns) snapshotDelete(ctx context.Context, n int, res *Results) e
 	}
 
 	// n rows, then the snapshot of 0.9 n of them
-	if url, err = e.database(ctx); err != nil {
-		return err
-	}
-	if root, err = e.partnerSite("snap"); err != nil {
+	if url, root, err = e.databaseAndSite(ctx, "snap"); err != nil {
 		return err
 	}
 	if cfg, err = e.configFeed("bench-snap", "snap", root, snapshotFeed, ""); err != nil {
@@ -92,10 +82,7 @@ func (e *featureRuns) snapshotDelete(ctx context.Context, n int, res *Results) e
 	if err := copyFile(src, filepath.Join(root, "ready", "orders-snap-keep.csv")); err != nil {
 		return err
 	}
-	if err := e.settle(ctx, url); err != nil {
-		return err
-	}
-	if res.SnapshotDeleteS, _, _, err = e.runOnce(url, cfg); err != nil {
+	if res.SnapshotDeleteS, _, _, err = e.settledRun(ctx, url, cfg); err != nil {
 		return err
 	}
 	ok, err := e.count(ctx, url, `SELECT count(*) FROM file_intake WHERE state = 'archived' AND
@@ -125,11 +112,7 @@ var planHash = regexp.MustCompile(`plan hash\s+([0-9a-f]{64})`)
 // before the apply, and the apply).
 func (e *featureRuns) planApproval(ctx context.Context, n int, res *Results) error {
 	e.say("modes: plan of %d changed rows against %d loaded, and its apply after approval", n, n)
-	url, err := e.database(ctx)
-	if err != nil {
-		return err
-	}
-	root, err := e.partnerSite("plan")
+	url, root, err := e.databaseAndSite(ctx, "plan")
 	if err != nil {
 		return err
 	}
@@ -151,10 +134,7 @@ func (e *featureRuns) planApproval(ctx context.Context, n int, res *Results) err
 	if _, err := writeCSVVariant(filepath.Join(root, "ready", "orders-plan.csv"), n, 0, variant{bump: 1}); err != nil {
 		return err
 	}
-	if err := e.settle(ctx, url); err != nil {
-		return err
-	}
-	if res.PlanS, _, _, err = e.runOnce(url, cfg); err != nil {
+	if res.PlanS, _, _, err = e.settledRun(ctx, url, cfg); err != nil {
 		return err
 	}
 	id, err := e.count(ctx, url, `SELECT intake_id FROM file_intake WHERE remote_name = 'orders-plan.csv' AND state = 'awaiting_approval'`)
@@ -172,10 +152,7 @@ func (e *featureRuns) planApproval(ctx context.Context, n int, res *Results) err
 	if _, err := e.cli(url, "approve", strconv.FormatInt(id, 10), "--config", cfg, "--plan-hash", m[1], "--reason", "bench", "--actor", "bench"); err != nil {
 		return err
 	}
-	if err := e.settle(ctx, url); err != nil {
-		return err
-	}
-	if res.PlanApplyS, _, _, err = e.runOnce(url, cfg); err != nil {
+	if res.PlanApplyS, _, _, err = e.settledRun(ctx, url, cfg); err != nil {
 		return err
 	}
 	ok, err := e.count(ctx, url, `SELECT count(*) FROM file_intake WHERE remote_name IN ('orders-plan-load.csv', 'orders-plan.csv') AND state = 'archived' AND rows_applied = $1`, n)

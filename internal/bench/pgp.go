@@ -29,11 +29,7 @@ func (e *featureRuns) pgp(ctx context.Context, res *Results) error {
 	if _, err := syspkg.Find([]string{"/usr/bin/gpg"}, "gnupg"); err != nil {
 		return fmt.Errorf("the pgp workload's floor needs gpg: %w", err)
 	}
-	url, err := e.database(ctx)
-	if err != nil {
-		return err
-	}
-	root, err := e.partnerSite("pgp")
+	url, root, err := e.databaseAndSite(ctx, "pgp")
 	if err != nil {
 		return err
 	}
@@ -78,10 +74,7 @@ func (e *featureRuns) pgp(ctx context.Context, res *Results) error {
 	if err := copyFile(src, filepath.Join(root, "ready", "orders-pgp.csv")); err != nil {
 		return err
 	}
-	if err := e.settle(ctx, url); err != nil {
-		return err
-	}
-	if res.PGPS, res.PGPPeakRSSMiB, _, err = e.runOnce(url, cfg); err != nil {
+	if res.PGPS, res.PGPPeakRSSMiB, _, err = e.settledRun(ctx, url, cfg); err != nil {
 		return err
 	}
 	ok, err := e.count(ctx, url, `SELECT count(*) FROM file_intake WHERE remote_name = 'orders-pgp.csv' AND state = 'archived' AND rows_applied = $1`, rows)

@@ -30,11 +30,7 @@ func (e *featureRuns) rejects(ctx context.Context, res *Results) error {
 		{"orders-clean.csv", variant{}, &res.RejectsCleanS, nil, 0},
 		{"orders-rejects.csv", variant{rejectEvery: 10}, &res.RejectsS, &res.RejectsPeakRSSMiB, n / 10},
 	} {
-		url, err := e.database(ctx)
-		if err != nil {
-			return err
-		}
-		root, err := e.partnerSite("rej")
+		url, root, err := e.databaseAndSite(ctx, "rej")
 		if err != nil {
 			return err
 		}

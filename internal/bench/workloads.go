@@ -65,10 +65,7 @@ func (e *fileWorkloads) large(ctx context.Context, res *Results) error {
 	if err := drop("orders-large.csv"); err != nil {
 		return err
 	}
-	if err := e.settle(ctx, url); err != nil {
-		return err
-	}
-	if res.LargeFreshS, res.PeakRSSMiB1M, _, err = e.runOnce(url, cfg); err != nil {
+	if res.LargeFreshS, res.PeakRSSMiB1M, _, err = e.settledRun(ctx, url, cfg); err != nil {
 		return err
 	}
 	// the floor of a replay: the target now holds the file's rows
@@ -81,19 +78,13 @@ func (e *fileWorkloads) large(ctx context.Context, res *Results) error {
 	if err := drop("orders-large-again.csv"); err != nil {
 		return err
 	}
-	if err := e.settle(ctx, url); err != nil {
-		return err
-	}
-	if res.LargeReplayS, res.PeakRSSMiB1MReplay, _, err = e.runOnce(url, cfg); err != nil {
+	if res.LargeReplayS, res.PeakRSSMiB1MReplay, _, err = e.settledRun(ctx, url, cfg); err != nil {
 		return err
 	}
 	if err := drop("orders-large.csv"); err != nil {
 		return err
 	}
-	if err := e.settle(ctx, url); err != nil {
-		return err
-	}
-	if res.DuplicateS, _, _, err = e.runOnce(url, cfg); err != nil {
+	if res.DuplicateS, _, _, err = e.settledRun(ctx, url, cfg); err != nil {
 		return err
 	}
 	// The same exact resend with a manifest stating its sha256: the
@@ -160,10 +151,7 @@ func (e *fileWorkloads) guarded(ctx context.Context, url, cfg string, drop func(
 		if err := drop(ph.name); err != nil {
 			return err
 		}
-		if err := e.settle(ctx, url); err != nil {
-			return err
-		}
-		if *ph.into, _, _, err = e.runOnce(url, cfg); err != nil {
+		if *ph.into, _, _, err = e.settledRun(ctx, url, cfg); err != nil {
 			return err
 		}
 	}
@@ -212,10 +200,7 @@ func (e *fileWorkloads) manifestDuplicate(ctx context.Context, url, cfg, src, ro
 	if err := os.WriteFile(filepath.Join(root, "ready", "orders-large.csv.complete"), []byte(man), 0o644); err != nil {
 		return err
 	}
-	if err := e.settle(ctx, url); err != nil {
-		return err
-	}
-	if res.ManifestDuplicateS, _, _, err = e.runOnce(url, mcfg); err != nil {
+	if res.ManifestDuplicateS, _, _, err = e.settledRun(ctx, url, mcfg); err != nil {
 		return err
 	}
 	c, err := pgx.Connect(ctx, url)
@@ -322,10 +307,7 @@ func fileSHA256(path string) (string, int64, error) {
 // largeSetup makes a fresh database, the partner "big" with its site and
 // config, and the large file (its size in *bytes).
 func (e *fileWorkloads) largeSetup(ctx context.Context, bytes *int64) (url, root, cfg, src string, err error) {
-	if url, err = e.database(ctx); err != nil {
-		return
-	}
-	if root, err = e.partnerSite("big"); err != nil {
+	if url, root, err = e.databaseAndSite(ctx, "big"); err != nil {
 		return
 	}
 	if cfg, err = e.config("bench-1", map[string]string{"big": root}, []string{"big"}); err != nil {
@@ -575,14 +557,7 @@ func (e *fileWorkloads) smallRun(ctx context.Context, daemons int, warm bool) (p
 	e.say("small files (%s): %d files of %d rows over %d partners, %d daemon(s)", mode, e.o.SmallFiles, e.o.SmallRows, e.o.Partners, daemons)
 	quiet()
 	var procs []*proc
-	defer func() {
-		for _, p := range procs {
-			if !p.exited() {
-				p.cmd.Process.Kill()
-				<-p.done
-			}
-		}
-	}()
+	defer func() { killAll(procs) }()
 	pg0, sshd0, err := e.serverCPU()
 	if err != nil {
 		return ph, err
@@ -804,11 +779,7 @@ func (e *env) filesByWorker(ctx context.Context, url string) (map[string]int64, 
 
 // huge measures peak memory on a file HugeRows long.
 func (e *fileWorkloads) huge(ctx context.Context, res *Results) error {
-	url, err := e.database(ctx)
-	if err != nil {
-		return err
-	}
-	root, err := e.partnerSite("huge")
+	url, root, err := e.databaseAndSite(ctx, "huge")
 	if err != nil {
 		return err
 	}

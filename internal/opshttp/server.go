@@ -14,7 +14,6 @@ package opshttp
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -64,9 +63,7 @@ type Server struct {
 	addr string
 	srv  *http.Server
 	log  *slog.Logger
-
-	mu sync.Mutex
-	ln net.Listener
+	ln   lifecycle.Listener
 }
 
 // New builds a server for addr (host:port); Start listens.
@@ -187,38 +184,15 @@ func (s *Server) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("http: %w", err)
 	}
-	ln, err := net.Listen("tcp", s.addr)
-	if err != nil {
-		return s.life.Abort(fmt.Errorf("http listen %s: %w", s.addr, err))
+	if err := s.ln.Serve(ctx, &s.life, s.addr, s.srv, s.log, "http"); err != nil {
+		return err
 	}
-	s.mu.Lock()
-	s.ln = ln
-	s.mu.Unlock()
-	s.log.Info("serving /metrics, /healthz, /readyz", "addr", ln.Addr().String())
-	s.life.Go(func() {
-		if err := s.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			s.log.Error("http server", "err", err)
-		}
-	})
-	s.life.Go(func() {
-		<-ctx.Done()
-		// requests in flight get up to 5 s
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		s.srv.Shutdown(sctx)
-	})
+	s.log.Info("serving /metrics, /healthz, /readyz", "addr", s.ln.Addr())
 	return nil
 }
 
 // Addr is the listening address ("" before Start).
-func (s *Server) Addr() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.ln == nil {
-		return ""
-	}
-	return s.ln.Addr().String()
-}
+func (s *Server) Addr() string { return s.ln.Addr() }
 
 // Stop shuts the server down, waiting up to 5 s for requests in flight.
 // Safe before Start and more than once.

@@ -139,42 +139,34 @@ func (p *Proxy) accept() {
 			default:
 			}
 			p.wg.Add(1)
-			go func() { defer p.wg.Done(); p.copy(s, c); s.Close() }()
-			p.pump(c, s)
+			go func() { defer p.wg.Done(); p.relay(s, c, false); s.Close() }()
+			p.relay(c, s, true)
 			c.Close()
 		}()
 	}
 }
 
-// copy copies client -> server, holding while frozen.
-func (p *Proxy) copy(dst, src net.Conn) {
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := src.Read(buf)
-		if n > 0 {
-			p.hold(p.closed)
-			if _, werr := dst.Write(buf[:n]); werr != nil {
-				return
-			}
-		}
-		if err != nil {
-			return
-		}
+// cut counts n bytes sent down and, once the armed count is reached,
+// cuts every connection (true).
+func (p *Proxy) cut(n int64) bool {
+	total := p.down.Add(n)
+	if at := p.cutAt.Load(); at > 0 && total >= at && p.cutAt.CompareAndSwap(at, 0) {
+		p.cuts.Add(1)
+		p.closeAll()
+		return true
 	}
+	return false
 }
 
-// pump copies server -> client, holding while frozen, and cuts every
-// connection when armed.
-func (p *Proxy) pump(dst, src net.Conn) {
+// relay copies src to dst, holding while frozen; down (server ->
+// client) counts the bytes and cuts every connection when armed.
+func (p *Proxy) relay(dst, src net.Conn, down bool) {
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := src.Read(buf)
 		if n > 0 {
 			p.hold(p.closed)
-			total := p.down.Add(int64(n))
-			if at := p.cutAt.Load(); at > 0 && total >= at && p.cutAt.CompareAndSwap(at, 0) {
-				p.cuts.Add(1)
-				p.closeAll()
+			if down && p.cut(int64(n)) {
 				return
 			}
 			if _, werr := dst.Write(buf[:n]); werr != nil {

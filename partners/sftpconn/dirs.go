@@ -53,26 +53,23 @@ func ensureDirs(c *sftp.Client, l partners.Layout, worker string, have map[strin
 // IsPermission reports whether err means the site refused access to the
 // remote path.
 func IsPermission(err error) bool {
-	if err == nil {
-		return false
-	}
-	if errors.Is(err, os.ErrPermission) {
-		return true
-	}
-	var se *sftp.StatusError
-	return errors.As(err, &se) && se.FxCode() == sftp.ErrSSHFxPermissionDenied
+	return isRemote(err, os.ErrPermission, sftp.ErrSSHFxPermissionDenied)
 }
 
 // IsNotExist reports whether err means the remote path does not exist.
-func IsNotExist(err error) bool {
+func IsNotExist(err error) bool { return isRemote(err, os.ErrNotExist, sftp.ErrSSHFxNoSuchFile) }
+
+// isRemote reports whether err is, or wraps, target (as pkg/sftp maps a
+// status) or an SFTP status of code.
+func isRemote(err, target, code error) bool {
 	if err == nil {
 		return false
 	}
-	if errors.Is(err, os.ErrNotExist) {
+	if errors.Is(err, target) {
 		return true
 	}
 	var se *sftp.StatusError
-	return errors.As(err, &se) && se.FxCode() == sftp.ErrSSHFxNoSuchFile
+	return errors.As(err, &se) && se.FxCode() == code
 }
 
 // RegularInReady reports whether ready/<name> is a regular file on the

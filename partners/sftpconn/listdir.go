@@ -244,23 +244,13 @@ func (s *dirLister) openLister() (*rawSFTP, error) {
 // startRaw starts the SFTP subsystem on an open channel and makes the
 // version exchange; the channel is closed if either fails.
 func (s *dirLister) startRaw(ch *ssh.Session, watch *watchdog) (*rawSFTP, error) {
-	w, err := ch.StdinPipe()
+	sc, w, err := s.sftpSubsystem(ch)
 	if err != nil {
-		ch.Close()
-		return nil, err
+		return nil, fmt.Errorf("sftp subsystem: %w", err)
 	}
-	r, err := ch.StdoutPipe()
-	if err != nil {
-		ch.Close()
-		return nil, err
-	}
-	sc := s.track(ch, r)
 	c := &rawSFTP{ch: sc, w: watchedWriter{w: watch, wc: w}, r: watchedReader{w: watch, r: sc.r}, watch: watch,
 		pending: map[uint32]chan reply{}, done: make(chan struct{})}
-	err = ch.RequestSubsystem("sftp")
-	if err != nil {
-		err = fmt.Errorf("sftp subsystem: %w", err)
-	} else if _, err = c.w.Write(appendPacket(nil, fxpInit, u32(3))); err == nil {
+	if _, err = c.w.Write(appendPacket(nil, fxpInit, u32(3))); err == nil {
 		if typ, _, rerr := c.recv(); rerr != nil || typ != fxpVersion {
 			err = fmt.Errorf("sftp init: %v (reply type %d)", rerr, typ)
 		}

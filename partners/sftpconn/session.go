@@ -744,20 +744,8 @@ func (s *chanBook) newSFTP(watch *watchdog) (*sftp.Client, error) {
 // startSFTP starts the sftp subsystem on an open channel; the channel is
 // closed if that fails.
 func (s *chanBook) startSFTP(ch *ssh.Session, watch *watchdog) (*sftp.Client, error) {
-	pw, err := ch.StdinPipe()
+	c, pw, err := s.sftpSubsystem(ch)
 	if err != nil {
-		ch.Close()
-		return nil, err
-	}
-	pr, err := ch.StdoutPipe()
-	if err != nil {
-		ch.Close()
-		return nil, err
-	}
-	c := s.track(ch, pr)
-	if err := ch.RequestSubsystem("sftp"); err != nil {
-		c.Close()
-		s.untrack(c)
 		return nil, err
 	}
 	sc, err := sftp.NewClientPipe(watchedReader{w: watch, r: c.r}, watchedWriter{w: watch, wc: pw}, s.opts...)
@@ -767,6 +755,29 @@ func (s *chanBook) startSFTP(ch *ssh.Session, watch *watchdog) (*sftp.Client, er
 		return nil, err
 	}
 	return sc, nil
+}
+
+// sftpSubsystem opens ch's pipes, tracks it (track) and starts the sftp
+// subsystem on it, for pkg/sftp's client and the raw listing channel
+// alike; the channel is closed, and no longer tracked, if a step fails.
+func (s *chanBook) sftpSubsystem(ch *ssh.Session) (*sessChan, io.WriteCloser, error) {
+	w, err := ch.StdinPipe()
+	if err != nil {
+		ch.Close()
+		return nil, nil, err
+	}
+	r, err := ch.StdoutPipe()
+	if err != nil {
+		ch.Close()
+		return nil, nil, err
+	}
+	c := s.track(ch, r)
+	if err := ch.RequestSubsystem("sftp"); err != nil {
+		c.Close()
+		s.untrack(c)
+		return nil, nil, err
+	}
+	return c, w, nil
 }
 
 // PacketSize is the SFTP request size for a server: the configured one, or

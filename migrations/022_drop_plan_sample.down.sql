@@ -1,0 +1,1 @@
+ALTER TABLE file_intake ADD COLUMN plan_sample jsonb;
