@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"hash/maphash"
 	"io"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -58,6 +59,11 @@ type ahead struct {
 	goOn   chan struct{} // closed by apply: the plan said go
 	hand   chan *aheadHand
 	done   chan struct{}
+	// planConns: the work pool's connections the file's own plan holds
+	// (plan.go). The apply ahead gives its connection up when the pool
+	// stays full (pool_busy), for other files; its own plan, which it
+	// waits for anyway, does not count.
+	planConns atomic.Int32
 }
 
 // aheadHand is what apply takes over: the open transaction with the
@@ -331,7 +337,7 @@ func (r *applyStage) runAhead(ctx context.Context, a *ahead, fl io.ReadCloser, s
 		case <-ctx.Done():
 			return abandon("", nil)
 		case <-tick.C:
-			if st := r.d.db.Stat(); st.AcquiredConns() >= st.MaxConns() {
+			if st := r.d.db.Stat(); st.AcquiredConns()-a.planConns.Load() >= st.MaxConns() {
 				if busy++; busy >= 2 {
 					return abandon("pool_busy", nil)
 				}

@@ -26,17 +26,27 @@ type planResult struct {
 	Hold reason.Code
 }
 
-// maxHeldIssues is how many rejected rows a scan keeps in memory; a file
-// with more has them streamed from the spool into the database instead.
-var maxHeldIssues = 10_000
+// maxHeldIssues is how many rejected rows a scan keeps in memory, 16
+// bytes each (2 MiB); a file with more has them streamed from the spool
+// into the database instead, a second read of the whole file.
+var maxHeldIssues = 1 << 17
 
 // scan is one validating pass over a file's rows.
 type scan struct {
 	total, rejected int64
-	issues          []rows.Issue // the first maxHeldIssues rejected rows
-	overflow        bool         // more rejected rows than issues holds
+	held            []heldIssue // the first maxHeldIssues rejected rows
+	columns         []string    // the columns held issues name, by index
+	reasons         []reason.Code
+	overflow        bool // more rejected rows than held holds
 	fail            *rows.FileError
 	err             error // reading failed (not the file's fault)
+}
+
+// heldIssue is a rejected row as a scan holds it: its line, and its
+// column and reason as indexes into the scan's few distinct ones.
+type heldIssue struct {
+	line           int64
+	column, reason int32
 }
 
 // scanRows validates every row of r.
@@ -67,14 +77,34 @@ func scanRows(r io.Reader, feed *partners.Feed, maxRows int64) *scan {
 // count takes one row into the scan.
 func (s *scan) count(row *rows.Row) {
 	s.total++
-	if row.Issue != nil {
-		s.rejected++
-		if len(s.issues) < maxHeldIssues {
-			s.issues = append(s.issues, *row.Issue)
-		} else {
-			s.overflow = true
+	is := row.Issue
+	if is == nil {
+		return
+	}
+	s.rejected++
+	if len(s.held) >= maxHeldIssues {
+		s.overflow = true
+		return
+	}
+	s.held = append(s.held, heldIssue{line: is.Line, column: index(&s.columns, is.Column), reason: index(&s.reasons, is.Reason)})
+}
+
+// issue is the held issue i.
+func (s *scan) issue(i int) rows.Issue {
+	h := s.held[i]
+	return rows.Issue{Line: h.line, Column: s.columns[h.column], Reason: s.reasons[h.reason]}
+}
+
+// index is v's index in *list, appended when new (a feed's columns and
+// the row reasons: a handful).
+func index[T comparable](list *[]T, v T) int32 {
+	for i, x := range *list {
+		if x == v {
+			return int32(i)
 		}
 	}
+	*list = append(*list, v)
+	return int32(len(*list) - 1)
 }
 
 // preScan validates the rows while the file is being downloaded, from the
@@ -157,6 +187,12 @@ func (r *planStage) plan(ctx context.Context) (*planResult, error) {
 	if sc.rejected == 0 {
 		err = ledger.Plan(ctx, r.d.db, in, ledger.State(next), res.Total, res.Rejected, r.feed.Hash())
 	} else {
+		if a := r.ahead; a != nil {
+			// recording many rejected rows holds a connection a while
+			// (the apply ahead does not take that for another file's)
+			a.planConns.Add(1)
+			defer a.planConns.Add(-1)
+		}
 		err = pgx.BeginFunc(ctx, r.d.db, func(tx pgx.Tx) error {
 			if err := ledger.Plan(ctx, tx, in, ledger.State(next), res.Total, res.Rejected, r.feed.Hash()); err != nil {
 				return err
@@ -192,12 +228,13 @@ func (r *fileRun) spooledRows(step string) (*os.File, *rows.Reader, error) {
 func (r *planStage) recordIssues(ctx context.Context, tx pgx.Tx, sc *scan) error {
 	in := r.in
 	if !sc.overflow {
-		if len(sc.issues) == 0 {
+		if len(sc.held) == 0 {
 			return nil
 		}
 		_, err := ledger.CopyRejectedRows(ctx, tx,
-			pgx.CopyFromSlice(len(sc.issues), func(i int) ([]any, error) {
-				return issueValues(in, &sc.issues[i]), nil
+			pgx.CopyFromSlice(len(sc.held), func(i int) ([]any, error) {
+				is := sc.issue(i)
+				return issueValues(in, &is), nil
 			}))
 		if err != nil {
 			return fmt.Errorf("plan: record rejected rows: %w", err)
