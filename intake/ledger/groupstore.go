@@ -17,17 +17,12 @@ import (
 // row on (intake_id, fencing_token, state), so a file fenced out or in
 // another state simply drops out of the result; the caller sees which.
 
-// InsertClaims records claims made by remote renames, each under the id
-// allocated for it before its rename. It returns the rows inserted; a
-// file whose processing path a live row already owns is left out.
-func (l *claimStore) InsertClaims(ctx context.Context, ins []*Intake) ([]*Intake, error) {
-	return l.insertClaims(ctx, l.pool, ins)
-}
-
-// Record is InsertClaims inside the claim section, on its connection,
-// and ends the section with the claims' commit: claims need no
-// connection of the pool the files' work runs on (Ledger.WithClaimPool),
-// and another replica's section sees them recorded. On an error the
+// Record records claims made by remote renames in the section, each
+// under the id allocated for it with the lock, and ends the section with
+// the claims' commit: claims need no connection of the pool the files'
+// work runs on (Ledger.WithClaimPool), and another replica's section
+// sees them recorded. It returns the rows inserted; a file whose
+// processing path a live row already owns is left out. On an error the
 // section is rolled back (the files sit in processing/ without rows and
 // the next poll adopts them, as after a lost reply).
 func (c *ClaimLock) Record(ctx context.Context, l *Ledger, ins []*Intake) ([]*Intake, error) {
