@@ -54,12 +54,11 @@ func (g *gauges) refresh(ctx context.Context) error {
 	defer cancel()
 	m := g.metrics
 	order := g.parts.ids() // a reload may change them meanwhile
-	m.ResetFiles(order)
 	gs, err := g.ledger.Gauges(ctx, order)
 	if err != nil {
 		return fmt.Errorf("refresh gauges: %w", err)
 	}
-	m.SetFiles(gs)
+	m.SetFiles(order, gs)
 	for _, p := range g.parts.list() {
 		id := p.cfg.ID
 		p.statMu.Lock()

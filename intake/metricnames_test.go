@@ -19,12 +19,17 @@ func TestRenamedMetricsKeepTheirOldNamesOneRelease(t *testing.T) {
 	site := testenv.NewSite(t, "names")
 	r := newRig(t, pool, "w1", site)
 	site.Drop(t, "orders-1.csv", goodRows("N", 5))
-	r.poll("names")
-	if err := r.d.RefreshGauges(context.Background()); err != nil { // the in-flight gauges, per partner
+	// the in-flight gauges have series while a file applies: read them
+	// with the file stopped in its chunk's transaction
+	resume := r.pollPaused("names", "apply:mid_chunk")
+	if err := r.d.RefreshGauges(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	fams, err := r.reg.Gather()
 	if err != nil {
+		t.Fatal(err)
+	}
+	if err := resume(); err != nil {
 		t.Fatal(err)
 	}
 	byName := map[string]*dto.MetricFamily{}

@@ -56,11 +56,11 @@ func TestDeprecatedNamesCarryTheCurrentSeries(t *testing.T) {
 
 // The files gauges: quarantined and awaiting files are not "processing"
 // (the oldest in processing is the oldest other file), files applying
-// carry their progress, and a reset partner reads 0 until set again.
+// carry their progress, and a partner with no file left has no series of
+// them (none for a partner that never had one).
 func TestFilesGauges(t *testing.T) {
 	m := New(prometheus.NewRegistry())
-	m.ResetFiles([]string{"p1"})
-	m.SetFiles([]ledger.Gauge{
+	m.SetFiles([]string{"p1", "p2"}, []ledger.Gauge{
 		{Partner: "p1", State: ledger.StateApplying, Files: 1, Age: 20, Rows: 100, RowsDone: 40},
 		{Partner: "p1", State: ledger.StateClaimed, Files: 3, Age: 10},
 		{Partner: "p1", State: ledger.StateQuarantined, Files: 2, Age: 500},
@@ -82,8 +82,29 @@ func TestFilesGauges(t *testing.T) {
 			t.Errorf("%s = %v, want %v", name, v, c.want)
 		}
 	}
-	m.ResetFiles([]string{"p1"})
-	if v := testutil.ToFloat64(m.Files.WithLabelValues("p1", "claimed")); v != 0 {
-		t.Errorf("claimed after a reset = %v", v)
+	for _, vec := range []*prometheus.GaugeVec{m.Files, m.OldestProcessing, m.QuarantineOpen, m.Awaiting, m.InflightRows} {
+		if n := testutil.CollectAndCount(vec); n == 0 {
+			t.Fatal("a gauge set above has no series")
+		}
+	}
+	if n := testutil.CollectAndCount(m.Files); n != 3 {
+		t.Errorf("intake_files has %d series, want p1's three states (none for p2)", n)
+	}
+	m.SetFiles([]string{"p1", "p2"}, []ledger.Gauge{{Partner: "p1", State: ledger.StateClaimed, Files: 1, Age: 5}})
+	if n := testutil.CollectAndCount(m.Files); n != 1 {
+		t.Errorf("intake_files has %d series after p1's other files left, want 1", n)
+	}
+	for _, vec := range []*prometheus.GaugeVec{m.QuarantineOpen, m.QuarantineOldest, m.Awaiting, m.AwaitingOldest, m.InflightRows, m.InflightRowsDone} {
+		if n := testutil.CollectAndCount(vec); n != 0 {
+			t.Errorf("a gauge of files that left still has %d series", n)
+		}
+	}
+	if v := testutil.ToFloat64(m.OldestProcessing.WithLabelValues("p1")); v != 5 {
+		t.Errorf("oldest processing = %v, want 5", v)
+	}
+	m.SetFiles([]string{"p1", "p2"}, nil)
+	if n := testutil.CollectAndCount(m.Files) + testutil.CollectAndCount(m.OldestProcessing); n != 0 {
+		t.Errorf("%d series left for partners with no file", n)
 	}
 }
+
