@@ -107,4 +107,3 @@ func TestFilesGauges(t *testing.T) {
 		t.Errorf("%d series left for partners with no file", n)
 	}
 }
-
