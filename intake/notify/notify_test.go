@@ -194,11 +194,19 @@ func TestTwoReplicasDeliverEveryEventSignedThroughAnOutage(t *testing.T) {
 	}
 	check(g, "global-secret", wantG)
 	check(p, "partner-secret", wantP)
+	// a delivery is counted right after its row says delivered
 	var delivered, failed float64
-	for _, reg := range regs {
-		delivered += sumCounter(t, reg, "intake_notify_deliveries_total", "delivered")
-		failed += sumCounter(t, reg, "intake_notify_deliveries_total", "failed")
+	count := func() {
+		delivered, failed = 0, 0
+		for _, reg := range regs {
+			delivered += sumCounter(t, reg, "intake_notify_deliveries_total", "delivered")
+			failed += sumCounter(t, reg, "intake_notify_deliveries_total", "failed")
+		}
 	}
+	waitFor(t, time.Minute, "every delivery counted", func() bool {
+		count()
+		return delivered >= float64(len(wantG)+len(wantP))
+	})
 	if delivered != float64(len(wantG)+len(wantP)) || failed < 26 {
 		t.Fatalf("metrics: delivered %v, failed %v", delivered, failed)
 	}
