@@ -310,7 +310,7 @@ func (g *fileGroup) observe(from ledger.State, start time.Time) {
 // Only ids and tokens are read, which a group never changes.
 func (g *fileGroup) heartbeat(ctx context.Context, ins []*ledger.Intake) {
 	everyTick(ctx, g.d.ledger.Lease()/3, func() bool {
-		if err := g.d.ledger.HeartbeatGroup(ctx, ins); err != nil && ctx.Err() == nil {
+		if _, err := g.d.ledger.Renew(ctx, ins, nil); err != nil && ctx.Err() == nil {
 			g.log.Warn("heartbeat failed", "err", err)
 		}
 		g.d.signals.GroupHeartbeat.Signal(g.p.cfg.ID)

@@ -32,7 +32,7 @@ func (g *fileGroup) archive(ctx context.Context) error {
 	// of them to applied was that check: it matched each file's fencing
 	// token and renewed its lease from its start (ledger.AppliedGroup),
 	// so no takeover can happen for a lease from committedAt, as from a
-	// FenceGroup. A group that got here later than a third of a lease
+	// renewal (Ledger.Renew). A group that got here later than a third of a lease
 	// after it (a stall) checks again.
 	if !g.committedAt.IsZero() && time.Since(g.committedAt) < g.d.ledger.Lease()/3 {
 		for _, f := range done {
@@ -44,7 +44,7 @@ func (g *fileGroup) archive(ctx context.Context) error {
 		for i, f := range done {
 			ids[i] = f.r.in
 		}
-		if held, err := g.d.ledger.FenceGroup(ctx, ids); err == nil {
+		if held, err := g.d.ledger.Renew(ctx, ids, nil); err == nil {
 			for _, f := range done {
 				if held[f.r.in.ID] {
 					f.r.groupFencedAt = start

@@ -2,6 +2,7 @@ package intake_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -70,9 +71,13 @@ func TestHeartbeatsDoNotWaitBehindAFullWorkPool(t *testing.T) {
 	beat := intake.BeatLedger(r.d)
 	for i := 0; i < 2; i++ {
 		hctx, hcancel := context.WithTimeout(ctx, lease)
-		err := beat.Heartbeat(hctx, in)
+		err := beat.Heartbeat(hctx, in, nil)
 		if err == nil {
-			err = beat.HeartbeatGroup(hctx, []*ledger.Intake{in})
+			var held map[int64]bool
+			held, err = beat.Renew(hctx, []*ledger.Intake{in}, nil)
+			if err == nil && !held[in.ID] {
+				err = fmt.Errorf("file %d not held after a group's renewal", in.ID)
+			}
 		}
 		hcancel()
 		if err != nil {

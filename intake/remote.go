@@ -101,7 +101,7 @@ func (r *fileRun) claimedIsOurs() (bool, error) {
 // A file of a group is checked with its group, in one statement shortly
 // before the group's steps on the site go out together: the group's
 // transaction to applied, which matches every file's token and renews its
-// lease, or FenceGroup when that is older than a third of a lease
+// lease, or Renew when that is older than a third of a lease
 // (group_archive.go); that check stands for the file's own steps of that
 // burst while it is less than a third of a lease old. One commit per step cost
 // a group of 32 small files 64 commits before its receipts (the warm
@@ -129,7 +129,7 @@ func (r *fileRun) fence(ctx context.Context, step string) error {
 	case own && id.Pooled().PID != 0:
 		// a one-shot run's hold is not watched: each fence asks whether
 		// its connection still holds the lock (no group window)
-		err := r.d.ledger.HeartbeatHeld(ctx, r.in, r.d.cfg.WorkerID, id.Pooled())
+		err := r.d.ledger.Heartbeat(ctx, r.in, &ledger.HeldBy{Worker: r.d.cfg.WorkerID, At: id.Pooled()})
 		var fe *ledger.FencedError
 		if errors.As(err, &fe) {
 			// The lock's connection may have ended under the file (the
@@ -141,13 +141,13 @@ func (r *fileRun) fence(ctx context.Context, step string) error {
 			if cerr := id.CheckPooled(ctx); cerr != nil {
 				return err
 			}
-			err = r.d.ledger.HeartbeatHeld(ctx, r.in, r.d.cfg.WorkerID, id.Pooled())
+			err = r.d.ledger.Heartbeat(ctx, r.in, &ledger.HeldBy{Worker: r.d.cfg.WorkerID, At: id.Pooled()})
 		}
 		if err != nil {
 			return err
 		}
 	case r.groupFencedAt.IsZero() || time.Since(r.groupFencedAt) >= r.d.ledger.Lease()/3:
-		if err := r.d.ledger.Heartbeat(ctx, r.in); err != nil {
+		if err := r.d.ledger.Heartbeat(ctx, r.in, nil); err != nil {
 			return err
 		}
 	}

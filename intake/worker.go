@@ -184,7 +184,7 @@ func (r *fileRun) acceptedOutcome() ledger.Outcome {
 
 func (r *fileRun) heartbeat(ctx context.Context, cancel context.CancelCauseFunc) {
 	everyTick(ctx, r.d.ledger.Lease()/3, func() bool {
-		err := r.d.ledger.Heartbeat(ctx, r.in)
+		err := r.d.ledger.Heartbeat(ctx, r.in, nil)
 		var fe *ledger.FencedError
 		if errors.As(err, &fe) {
 			cancel(fe)

@@ -9,7 +9,6 @@ import (
 	"github.com/partner-intake/partner-intake/internal/reason"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // The set-based statements of a group of small files (group.go). Each is
@@ -122,45 +121,6 @@ func (l *groupSteps) AppliedGroup(ctx context.Context, tx pgx.Tx, gs []GroupFile
 		return 0, fmt.Errorf("applied (group): %w", err)
 	}
 	return n, nil
-}
-
-// HeartbeatGroup extends the leases of a group's files that are still
-// this worker's under their tokens (FenceGroup's statement; which files
-// are still held does not matter to a heartbeat).
-func (l *groupSteps) HeartbeatGroup(ctx context.Context, ins []*Intake) error {
-	_, err := l.fenceGroup(ctx, l.beat(), ins)
-	return err
-}
-
-// FenceGroup renews the leases of a group's files under their fencing
-// tokens in one statement, as Heartbeat does for one file, and returns the
-// ids still held: the group's check before the steps a partner can see
-// (intake/remote.go fence).
-func (l *groupSteps) FenceGroup(ctx context.Context, ins []*Intake) (map[int64]bool, error) {
-	return l.fenceGroup(ctx, l.pool, ins)
-}
-
-func (l *groupSteps) fenceGroup(ctx context.Context, q *pgxpool.Pool, ins []*Intake) (map[int64]bool, error) {
-	var ids, tokens []int64
-	for _, in := range ins {
-		ids, tokens = append(ids, in.ID), append(tokens, in.Token)
-	}
-	rs, err := q.Query(ctx, `UPDATE file_intake f SET lease_until = pg_catalog.clock_timestamp() + $3::interval
-		FROM unnest($1::bigint[], $2::bigint[]) AS x(id, token)
-		WHERE f.intake_id = x.id AND f.fencing_token = x.token AND f.state = ANY($4)
-		RETURNING f.intake_id`, ids, tokens, l.lease, liveStates)
-	if err != nil {
-		return nil, fmt.Errorf("fence (group): %w", err)
-	}
-	held, err := pgx.CollectRows(rs, pgx.RowTo[int64])
-	if err != nil {
-		return nil, fmt.Errorf("fence (group): %w", err)
-	}
-	out := make(map[int64]bool, len(held))
-	for _, id := range held {
-		out[id] = true
-	}
-	return out, nil
 }
 
 // ClaimLock serializes one partner's claim renames across replicas: a

@@ -365,34 +365,65 @@ func (l *leaseStore) Resume(ctx context.Context, id int64, worker string) (*Inta
 	return in, nil
 }
 
-// Heartbeat extends the lease; a FencedError means the file is lost.
-func (l *leaseStore) Heartbeat(ctx context.Context, in *Intake) error {
-	// clock_timestamp: the statement may have waited for the row lock of
-	// the file's own long chunk, and the lease counts from now
-	tag, err := l.beat().Exec(ctx, `UPDATE file_intake SET lease_until = pg_catalog.clock_timestamp() + $3::interval
-		WHERE intake_id = $1 AND fencing_token = $2 AND state = ANY($4)`, in.ID, in.Token, l.lease, liveStates)
-	if err != nil {
-		return fmt.Errorf("Heartbeat: %w", err)
-	}
-	if tag.RowsAffected() == 0 {
-		return &FencedError{IntakeID: in.ID, Token: in.Token, Step: "Heartbeat"}
-	}
-	return nil
+// HeldBy is the pooled worker-id lock a renewal must find still held:
+// a one-shot run's, whose hold is not watched (WorkerLock.Pooled).
+type HeldBy struct {
+	Worker string
+	At     Pooled
 }
 
-// HeartbeatHeld is Heartbeat that passes only while the pooled lock's
-// backend at holds the worker id's lock (WorkerLock.Pooled).
-func (l *leaseStore) HeartbeatHeld(ctx context.Context, in *Intake, worker string, at Pooled) error {
-	tag, err := l.beat().Exec(ctx, `UPDATE file_intake SET lease_until = pg_catalog.clock_timestamp() + $3::interval
-		WHERE intake_id = $1 AND fencing_token = $2 AND state = ANY($4)
-		  AND EXISTS (SELECT 1 FROM pg_locks l WHERE `+workerLockHeldBy("$5")+` AND l.pid = $6)
-		  AND pg_catalog.pg_postmaster_start_time() = $7`,
-		in.ID, in.Token, l.lease, liveStates, worker, int64(at.PID), at.Since)
-	if err != nil {
-		return fmt.Errorf("Heartbeat: %w", err)
+// Renew extends the leases of files still this worker's under their
+// fencing tokens, one file or a group's in one statement, and returns the
+// ids still held; with held set, only while the pooled lock's backend
+// holds the worker id's lock. It goes through the heartbeats' own
+// connections, so a full work pool never lets a lease run out.
+func (l *leaseStore) Renew(ctx context.Context, ins []*Intake, held *HeldBy) (map[int64]bool, error) {
+	ids, tokens := make([]int64, len(ins)), make([]int64, len(ins))
+	for i, in := range ins {
+		ids[i], tokens[i] = in.ID, in.Token
 	}
-	if tag.RowsAffected() == 0 {
-		return &FencedError{IntakeID: in.ID, Token: in.Token, Step: "Heartbeat (or the worker id's lock is no longer this process's)"}
+	var worker *string
+	var pid *int64
+	var since *time.Time
+	if held != nil {
+		p := int64(held.At.PID)
+		worker, pid, since = &held.Worker, &p, &held.At.Since
+	}
+	// clock_timestamp: the statement may have waited for the row lock of
+	// the file's own long chunk, and the lease counts from now
+	rs, err := l.beat().Query(ctx, `UPDATE file_intake f SET lease_until = pg_catalog.clock_timestamp() + $3::interval
+		FROM unnest($1::bigint[], $2::bigint[]) AS x(id, token)
+		WHERE f.intake_id = x.id AND f.fencing_token = x.token AND f.state = ANY($4)
+		  AND ($5::text IS NULL OR (EXISTS (SELECT 1 FROM pg_locks l WHERE `+workerLockHeldBy("$5")+` AND l.pid = $6)
+		       AND pg_catalog.pg_postmaster_start_time() = $7))
+		RETURNING f.intake_id`, ids, tokens, l.lease, liveStates, worker, pid, since)
+	if err != nil {
+		return nil, fmt.Errorf("renew leases: %w", err)
+	}
+	got, err := pgx.CollectRows(rs, pgx.RowTo[int64])
+	if err != nil {
+		return nil, fmt.Errorf("renew leases: %w", err)
+	}
+	out := make(map[int64]bool, len(got))
+	for _, id := range got {
+		out[id] = true
+	}
+	return out, nil
+}
+
+// Heartbeat is Renew of one file; a FencedError means the file is lost
+// (or, with held set, the worker id's lock is no longer this process's).
+func (l *leaseStore) Heartbeat(ctx context.Context, in *Intake, held *HeldBy) error {
+	got, err := l.Renew(ctx, []*Intake{in}, held)
+	if err != nil {
+		return err
+	}
+	if !got[in.ID] {
+		step := "Heartbeat"
+		if held != nil {
+			step += " (or the worker id's lock is no longer this process's)"
+		}
+		return &FencedError{IntakeID: in.ID, Token: in.Token, Step: step}
 	}
 	return nil
 }

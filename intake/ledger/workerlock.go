@@ -391,7 +391,7 @@ func (w *WorkerLock) Current() *Hold {
 // backend of the pool's connection and the server's start; the zero
 // Pooled for a lock on a connection of its own. Every fence of a pooled
 // hold asks the database whether that backend still holds the lock
-// (Ledger.HeartbeatHeld), and every step that takes a file as the id's
+// (Ledger.Heartbeat with HeldBy), and every step that takes a file as the id's
 // first checks it (CheckPooled).
 type Pooled struct {
 	PID   uint32
@@ -495,7 +495,7 @@ const undrainSQL = `UPDATE intake_worker SET drained_at = NULL WHERE worker_id =
 // session ended), the lock is taken again on a connection of the pool, or
 // a *WorkerIDInUseError says who holds it now. Work begun before such a
 // change is fenced by its rows' tokens and, when it publishes, by
-// HeartbeatHeld. A lock on a connection of its own: nil (its watcher
+// Heartbeat with HeldBy. A lock on a connection of its own: nil (its watcher
 // checks it).
 func (w *WorkerLock) CheckPooled(ctx context.Context) error {
 	if w == nil || !w.pooled {
