@@ -1,17 +1,14 @@
 package intake
 
 import (
-	"cmp"
 	"context"
 	"errors"
-	"fmt"
 	"hash/maphash"
 	"io"
 	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/partner-intake/partner-intake/intake/ledger"
@@ -82,98 +79,6 @@ type aheadHand struct {
 	stop    func() // stops the reader and closes the follower
 }
 
-// aheadState is how the chunks applied ahead reach the target.
-type aheadState struct {
-	direct bool // straight into the target (all new so far)
-	probed bool // a direct chunk is in: the next refusal abandons
-	staged bool // the staging table holds an earlier chunk's rows
-	// stream is the COPY open into the target that the direct chunks after
-	// the first are written into (nil: none open)
-	stream *aheadStream
-}
-
-// aheadStream is one COPY straight into the target that chunk after
-// chunk is written into: PostgreSQL runs one COPY instead of one a chunk
-// (each of which sets up its own bulk insert; measured with psql: 1M rows
-// in 100 COPYs took 2.6-2.8 s, in one 2.1-2.3 s).
-type aheadStream struct {
-	pw     *io.PipeWriter
-	cancel func() // ends the COPY's statement (close when it failed)
-	done   chan error
-	n      int64 // rows the COPY wrote, once done
-	sent   int64 // rows written into it
-	binary bool
-}
-
-// openStream starts the COPY; it runs on tx until closeStream, and no
-// other statement may use tx meanwhile.
-func openStream(ctx context.Context, tx pgx.Tx, tgt *target.Table) (*aheadStream, error) {
-	pr, pw := io.Pipe()
-	sctx, cancel := context.WithCancel(ctx)
-	s := &aheadStream{pw: pw, done: make(chan error, 1), binary: tgt.Binary(), cancel: cancel}
-	go func() {
-		n, err := tgt.CopyDirectFrom(sctx, tx, pr)
-		pr.CloseWithError(cmp.Or(err, io.ErrClosedPipe)) // a write waiting on a COPY that ended returns
-		s.n = n
-		s.done <- err
-	}()
-	if s.binary {
-		if _, err := pw.Write(target.AppendCopyHeader(nil)); err != nil {
-			return s, s.close(false)
-		}
-	}
-	return s, nil
-}
-
-// write hands a chunk's rows to the COPY (chunk.streamDirect); it
-// returns once the COPY has taken them, so the chunk may be used again.
-func (s *aheadStream) write(ch *chunk, partner string, writer int64) error {
-	if err := ch.StreamDirect(s.pw, partner, writer); err != nil {
-		return err
-	}
-	s.sent += int64(ch.rows())
-	return nil
-}
-
-// close ends the COPY (ok: with its trailer, else by failing it) and
-// returns its error, or an error when it wrote other than the rows sent.
-func (s *aheadStream) close(ok bool) error {
-	if ok && s.binary {
-		if _, err := s.pw.Write(target.AppendCopyTrailer(nil)); err != nil {
-			ok = false
-		}
-	}
-	if ok {
-		s.pw.Close()
-	} else {
-		s.pw.CloseWithError(errors.New("apply ahead stopped"))
-		s.cancel() // not waiting for a COPY stuck on another's lock
-	}
-	err := <-s.done
-	s.cancel()
-	if err == nil && !ok {
-		err = errors.New("apply ahead stopped")
-	}
-	if err == nil && s.n != s.sent {
-		err = fmt.Errorf("the COPY wrote %d rows, %d were sent", s.n, s.sent)
-	}
-	return err
-}
-
-// endStream closes the open COPY, if any, before another statement.
-func (as *aheadState) endStream() error {
-	if as.stream == nil {
-		return nil
-	}
-	err := as.stream.close(true)
-	as.stream = nil
-	return err
-}
-
-// errAheadNotNew: the first chunk's rows are not all new to the target
-// (rolled back to its savepoint); it goes through the merge.
-var errAheadNotNew = errors.New("ahead: rows not new")
-
 // aheadWanted: the file is applied ahead while it downloads.
 func (r *fetchStage) aheadWanted() bool {
 	in := r.in
@@ -232,11 +137,11 @@ func (r *applyStage) runAhead(ctx context.Context, a *ahead, fl io.ReadCloser, s
 	var conn *pgxpool.Conn
 	var tx pgx.Tx
 	readerStarted := false
-	var as aheadState
+	w := &rowWrite{tx: aheadTx}
 	abandon := func(why string, err error) string {
-		if as.stream != nil {
-			as.stream.close(false)
-			as.stream = nil
+		if w.stream != nil {
+			w.stream.close(false)
+			w.stream = nil
 		}
 		if tx != nil {
 			tx.Rollback(context.WithoutCancel(ctx))
@@ -320,7 +225,7 @@ func (r *applyStage) runAhead(ctx context.Context, a *ahead, fl io.ReadCloser, s
 		scanOut <- sc
 		h.readErr <- err
 	}()
-	as.direct = h.tgt.Direct()
+	r.direct = h.tgt.Direct()
 	tick := time.NewTicker(aheadPoolCheck)
 	defer tick.Stop()
 	full := (<-chan *chunk)(h.full)
@@ -328,10 +233,10 @@ func (r *applyStage) runAhead(ctx context.Context, a *ahead, fl io.ReadCloser, s
 	for {
 		select {
 		case <-a.goOn:
-			if err := as.endStream(); err != nil {
+			if err := w.endStream(); err != nil {
 				return abandon("chunk", err)
 			}
-			h.conn, h.tx, h.direct = conn, tx, as.direct
+			h.conn, h.tx, h.direct = conn, tx, r.direct
 			a.hand <- h
 			return "handed"
 		case <-ctx.Done():
@@ -353,7 +258,14 @@ func (r *applyStage) runAhead(ctx context.Context, a *ahead, fl io.ReadCloser, s
 				h.pending, full = c, nil
 				continue
 			}
-			cc, err := r.aheadChunk(ctx, tx, h.tgt, c, &as)
+			// what chunkStatements does but for the gate and the ledger,
+			// which wait for the plan, and the snapshot's sweep (its last
+			// chunk never goes ahead)
+			var cc chunkCounts
+			staged, err := r.writeRows(ctx, tx, h.tgt, c, w, r.in.ID, &cc)
+			if err == nil {
+				err = r.rowsWritten(ctx, tx, h.tgt, c, &cc, staged)
+			}
 			if err != nil {
 				c.DropPayload() // a failed COPY's goroutine may still read it
 				h.free <- c
@@ -366,129 +278,6 @@ func (r *applyStage) runAhead(ctx context.Context, a *ahead, fl io.ReadCloser, s
 			h.free <- c
 		}
 	}
-}
-
-// aheadChunk writes one chunk's rows in the transaction held open ahead:
-// what chunkStatements does but for the gate and the ledger, which wait
-// for the plan, and the snapshot's sweep (its last chunk never goes
-// ahead). The rows' paths are writeRows' building blocks (writeDirect,
-// toMerge, mergeChunk, recordLeftOut, rowsWritten) with another use of
-// savepoints: only the first chunk that goes straight into the target
-// has a savepoint to fall back to the merge (so the transaction has one
-// subtransaction at most, not one a chunk); a later refusal abandons.
-func (r *applyStage) aheadChunk(ctx context.Context, tx pgx.Tx, tgt *target.Table, ch *chunk, as *aheadState) (chunkCounts, error) {
-	var c chunkCounts
-	if as.probed && as.direct && !ch.DupKeys && !tgt.StagedDirect() && !tgt.Snapshot() && len(ch.refused) == 0 {
-		// into the one COPY (a key that exists fails it, and so abandons)
-		if as.stream == nil {
-			s, err := openStream(ctx, tx, tgt)
-			if err != nil {
-				return c, err
-			}
-			as.stream = s
-		}
-		if err := as.stream.write(ch, r.in.Partner, r.in.ID); err != nil {
-			return c, err
-		}
-		c.applied = int64(ch.rows())
-		return c, nil
-	}
-	if err := as.endStream(); err != nil {
-		return c, err
-	}
-	staged := false // the staging table holds this chunk's rows (a snapshot records their keys from it)
-	if ch.rows() > 0 {
-		direct := false
-		if as.direct && !ch.DupKeys {
-			n, err := r.aheadDirect(ctx, tx, tgt, ch, as)
-			switch {
-			case err == nil:
-				c.applied, direct, staged = n, true, tgt.StagedDirect()
-			case errors.Is(err, errAheadNotNew):
-				as.direct = false
-			default:
-				return c, err
-			}
-		}
-		if !direct {
-			sub, err := r.toMerge(ctx, tx, tgt, ch, r.in.ID)
-			if err != nil {
-				return c, err
-			}
-			if sub != nil {
-				if err := r.aheadStage(ctx, tx, tgt, as); err != nil {
-					return c, err
-				}
-				m, err := r.mergeChunk(ctx, tx, tgt, sub, r.in.ID)
-				if err != nil {
-					return c, err
-				}
-				m.into(&c)
-				staged = true
-			}
-			if err := r.recordLeftOut(ctx, tx, tgt, ch); err != nil {
-				return c, err
-			}
-		}
-	}
-	return c, r.rowsWritten(ctx, tx, tgt, ch, &c, staged)
-}
-
-// aheadDirect writes a chunk straight into the target (writeDirect); the
-// first such chunk under a savepoint, so that rows which are not new send
-// the file to the merge instead of abandoning.
-func (r *applyStage) aheadDirect(ctx context.Context, tx pgx.Tx, tgt *target.Table, ch *chunk, as *aheadState) (int64, error) {
-	staged := as.staged // what the staging table holds at the savepoint
-	if !as.probed {
-		if _, err := tx.Exec(ctx, "SAVEPOINT intake_ahead"); err != nil {
-			return 0, err
-		}
-	}
-	if tgt.StagedDirect() {
-		if err := r.aheadStage(ctx, tx, tgt, as); err != nil {
-			return 0, err
-		}
-	}
-	n, err := r.writeDirect(ctx, tx, tgt, ch, r.in.ID)
-	if err == nil {
-		if !as.probed {
-			as.probed = true
-			// the chunks that follow are written in the transaction
-			// itself, not in a subtransaction
-			if _, err := tx.Exec(ctx, "RELEASE SAVEPOINT intake_ahead"); err != nil {
-				return 0, err
-			}
-		}
-		return n, nil
-	}
-	ch.DropPayload()
-	var pe *pgconn.PgError
-	if as.probed || !errors.As(err, &pe) {
-		return 0, err
-	}
-	if _, err := tx.Exec(ctx, "ROLLBACK TO SAVEPOINT intake_ahead"); err != nil {
-		return 0, err
-	}
-	as.staged = staged // as it was at the savepoint
-	return 0, errAheadNotNew
-}
-
-// aheadStage makes the staging table ready for a chunk: it is emptied at
-// commit only, and this transaction holds many chunks. It is truncated,
-// not deleted from: a DELETE leaves its rows dead in the table until the
-// transaction ends, and every merge would scan all of them (measured: the
-// 1M-row replay took 12.9 s instead of 4.7).
-func (r *applyStage) aheadStage(ctx context.Context, tx pgx.Tx, tgt *target.Table, as *aheadState) error {
-	if err := tgt.Stage(ctx, tx); err != nil {
-		return err
-	}
-	if as.staged {
-		if err := tgt.TruncateStage(ctx, tx); err != nil {
-			return err
-		}
-	}
-	as.staged = true
-	return nil
 }
 
 // applyAhead takes over the apply running ahead now that the plan said

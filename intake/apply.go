@@ -12,7 +12,6 @@ import (
 	"github.com/partner-intake/partner-intake/internal/reason"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/partner-intake/partner-intake/intake/chunkrows"
 	"github.com/partner-intake/partner-intake/intake/ledger"
@@ -457,10 +456,11 @@ func (r *applyStage) chunkStatements(ctx context.Context, tx pgx.Tx, tgt *target
 			return &supersededError{newer: newer}
 		}
 	}
-	if err := r.writeRows(ctx, tx, tgt, ch, path, writer, c); err != nil {
+	staged, err := r.writeRows(ctx, tx, tgt, ch, &rowWrite{tx: chunkTx}, writer, c)
+	if err != nil {
 		return err
 	}
-	if err := r.rowsWritten(ctx, tx, tgt, ch, c, path != pathNone); err != nil {
+	if err := r.rowsWritten(ctx, tx, tgt, ch, c, staged); err != nil {
 		return err
 	}
 	if tgt.Snapshot() && ch.final {
@@ -475,8 +475,8 @@ func (r *applyStage) chunkStatements(ctx context.Context, tx pgx.Tx, tgt *target
 	return err
 }
 
-// rowsWritten ends a chunk's rows once they are written (writeRows, or
-// ahead of the plan: aheadChunk): the rows neither applied, rejected nor
+// rowsWritten ends a chunk's rows once they are written (writeRows, in
+// a chunk's own transaction or ahead of the plan): the rows neither applied, rejected nor
 // in conflict are unchanged; the rows refused while encoding (never among
 // ch.rows()) are recorded rejected; a snapshot records the keys of the
 // chunk's rows from the staging table, which holds them as written
@@ -550,10 +550,6 @@ const (
 	pathNone   = iota // no valid rows
 	pathDirect        // COPY straight into the target (all new, so far)
 	pathMerge         // staging table and guarded merge
-	// pathGroupMerge is pathMerge inside a group's transaction: a value
-	// the target refuses is returned, not searched for under savepoints
-	// (the group sends the file on alone, group.go).
-	pathGroupMerge
 )
 
 func (r *applyStage) rowPath(ch *chunk) int {
@@ -564,111 +560,4 @@ func (r *applyStage) rowPath(ch *chunk) int {
 		return pathDirect
 	}
 	return pathMerge
-}
-
-// writeRows puts a chunk's valid rows into the target. While a file's rows
-// turn out new, a chunk is COPYed straight into the target under a
-// savepoint (what a bulk load costs; the unique index refuses any key that
-// exists). When that is refused, or a key repeats within the chunk, the
-// chunk goes through the staging table and the guarded merge instead, and
-// later chunks follow that way until a merged chunk is again all new. The
-// savepoint or the staging table's DDL was sent with the gate.
-func (r *applyStage) writeRows(ctx context.Context, tx pgx.Tx, tgt *target.Table, ch *chunk, path int, writer int64, c *chunkCounts) error {
-	chunk := ch.no
-	switch path {
-	case pathNone:
-		return nil
-	case pathDirect:
-		n, err := r.writeDirect(ctx, tx, tgt, ch, writer)
-		if err == nil {
-			c.applied = n
-			return nil
-		}
-		ch.DropPayload()
-		var pe *pgconn.PgError
-		if !errors.As(err, &pe) {
-			if ctx.Err() != nil {
-				return ctx.Err() // a cancelled COPY may surface as a bare closed-connection error
-			}
-			return fmt.Errorf("chunk %d copy: %w", chunk, err)
-		}
-		// Some key exists already (or a row is otherwise refused): the
-		// merge decides row by row.
-		r.direct = false
-		if _, err := tx.Exec(ctx, "ROLLBACK TO SAVEPOINT intake_direct"); err != nil {
-			return fmt.Errorf("chunk %d rollback to savepoint: %w", chunk, err)
-		}
-		if err := tgt.Stage(ctx, tx); err != nil {
-			return fmt.Errorf("chunk %d stage: %w", chunk, err)
-		}
-		if _, err := tx.Exec(ctx, "SAVEPOINT intake_merge"); err != nil {
-			return fmt.Errorf("chunk %d savepoint: %w", chunk, err)
-		}
-	}
-	sub, err := r.toMerge(ctx, tx, tgt, ch, writer)
-	if refusedRows(err) != nil {
-		if path == pathGroupMerge {
-			return err
-		}
-		// a key the server refuses to take (as the staging COPY would):
-		// merged whole, so that the search below finds its row
-		if _, err := tx.Exec(ctx, "ROLLBACK TO SAVEPOINT intake_merge"); err != nil {
-			return fmt.Errorf("chunk %d rollback to savepoint: %w", chunk, err)
-		}
-		sub, err = ch, nil
-	}
-	if err != nil {
-		return err
-	}
-	var m mergeCounts
-	if sub != nil {
-		m, err = r.mergeChunk(ctx, tx, tgt, sub, writer)
-	}
-	if err == nil && path == pathGroupMerge && m.deduped > 0 {
-		return errKeyRepeated // found by the dedupe alone (target/keys.go): the file reports its rejects alone
-	}
-	var refused []refusal
-	if first := refusedRows(err); first != nil {
-		if path == pathGroupMerge {
-			return err
-		}
-		// some row's value is refused by the target: find exactly which
-		if _, err := tx.Exec(ctx, "ROLLBACK TO SAVEPOINT intake_merge"); err != nil {
-			return fmt.Errorf("chunk %d rollback to savepoint: %w", chunk, err)
-		}
-		m, refused, err = r.refuse(ctx, tx, tgt, sub, writer, first)
-		if err == nil {
-			err = r.recordRefusals(ctx, tx, refused)
-		}
-		if err == nil {
-			r.log.Warn("rows refused by the target table", "chunk", chunk, "rows", len(refused),
-				"first_line", refused[0].line, "code", refused[0].detail)
-		}
-	}
-	if err != nil {
-		return err
-	}
-	if err := r.recordLeftOut(ctx, tx, tgt, ch); err != nil {
-		return err
-	}
-	m.into(c)
-	c.rejected += int64(len(refused))
-	r.direct = tgt.Direct() && m.fresh == int64(ch.rows())-c.rejected
-	return nil
-}
-
-// writeDirect writes a chunk of rows that are new so far straight into
-// the target: one COPY (carrying each row's hash when the target is
-// guarded and intake computes the hash), or when the target is
-// StagedDirect (a hash the server computes, a snapshot's keys) COPY into
-// the staging table and one INSERT. A key that exists fails either with
-// the target's unique violation.
-func (r *applyStage) writeDirect(ctx context.Context, tx pgx.Tx, tgt *target.Table, ch *chunk, writer int64) (int64, error) {
-	if !tgt.StagedDirect() {
-		return tgt.CopyDirect(ctx, tx, ch.DirectPayload(r.in.Partner, writer))
-	}
-	if err := tgt.CopyStage(ctx, tx, ch.StagePayload()); err != nil {
-		return 0, err
-	}
-	return tgt.InsertStaged(ctx, tx, writer, r.in.Partner)
 }

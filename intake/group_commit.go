@@ -121,7 +121,7 @@ func (g *fileGroup) writeRows(ctx context.Context, tx pgx.Tx, tgt *target.Table,
 				return fmt.Errorf("group stage: %w", err)
 			}
 		}
-		err := f.r.applyStage().writeRows(ctx, tx, tgt, f.ch, pathGroupMerge, f.r.in.ID, &f.c)
+		_, err := f.r.applyStage().writeRows(ctx, tx, tgt, f.ch, &rowWrite{tx: groupTx}, f.r.in.ID, &f.c)
 		if refusedRows(err) != nil || errors.Is(err, errKeyRepeated) {
 			return &refusedFileError{file: f, err: err}
 		}
