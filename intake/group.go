@@ -118,18 +118,14 @@ func (d *Daemon) runGroup(ctx context.Context, p *partnerRT, sess *sftpconn.Sess
 	g.feed = g.files[0].r.feed
 	d.metrics.Grouped.WithLabelValues(p.cfg.ID, resultGrouped).Add(float64(len(g.files)))
 	g.log = d.log.With("partner", p.cfg.ID, "feed", g.feed.Name)
-	hctx, stopHB := context.WithCancel(ctx)
-	hbDone := make(chan struct{})
-	go func() {
-		defer close(hbDone)
-		g.heartbeat(hctx, ins)
-	}()
+	// a file of the group no longer held is found by the group's next
+	// statement, which leaves it out
+	stopHB := keepLeases(ctx, d, g.log, ins, nil, func() { d.signals.GroupHeartbeat.Signal(p.cfg.ID) })
 	all := g.files
 	err := g.run(ctx)
 	g.closing.Wait() // a handle's CLOSE outlives no group: its reply is on the way
 	g.discardReceipts(all)
 	stopHB()
-	<-hbDone
 	if err != nil {
 		return err
 	}
@@ -304,16 +300,4 @@ func (g *fileGroup) observe(from ledger.State, start time.Time) {
 	for range g.files {
 		g.d.metrics.Stage(g.p.cfg.ID, from, d)
 	}
-}
-
-// heartbeat extends the group's leases until the group's steps are done.
-// Only ids and tokens are read, which a group never changes.
-func (g *fileGroup) heartbeat(ctx context.Context, ins []*ledger.Intake) {
-	everyTick(ctx, g.d.ledger.Lease()/3, func() bool {
-		if _, err := g.d.ledger.Renew(ctx, ins, nil); err != nil && ctx.Err() == nil {
-			g.log.Warn("heartbeat failed", "err", err)
-		}
-		g.d.signals.GroupHeartbeat.Signal(g.p.cfg.ID)
-		return true
-	})
 }

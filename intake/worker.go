@@ -85,12 +85,7 @@ func terminal(s ledger.State) bool {
 func (r *fileRun) run(ctx context.Context) error {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	hbDone := make(chan struct{})
-	go func() {
-		defer close(hbDone)
-		r.heartbeat(ctx, cancel)
-	}()
-	defer func() { cancel(nil); <-hbDone }()
+	defer keepLeases(ctx, r.d, r.log, []*ledger.Intake{r.in}, cancel, nil)()
 	defer r.dropPre()
 	defer r.dropAhead()
 	defer r.dropSite()
@@ -182,19 +177,37 @@ func (r *fileRun) acceptedOutcome() ledger.Outcome {
 	return ledger.OutcomeAccepted
 }
 
-func (r *fileRun) heartbeat(ctx context.Context, cancel context.CancelCauseFunc) {
-	everyTick(ctx, r.d.ledger.Lease()/3, func() bool {
-		err := r.d.ledger.Heartbeat(ctx, r.in, nil)
-		var fe *ledger.FencedError
-		if errors.As(err, &fe) {
-			cancel(fe)
-			return false
-		}
-		if err != nil && ctx.Err() == nil {
-			r.log.Warn("heartbeat failed", "err", err)
-		}
-		return true
-	})
+// keepLeases renews the leases of a run's files, one file's or a
+// group's, every third of a lease on a goroutine of its own until the
+// stop it returns (which waits for it). Only ids and tokens are read,
+// which a run never changes. lost, when not nil, is told when a file is
+// no longer held (a FencedError), and the renewals stop; renewed, when
+// not nil, after each renewal.
+func keepLeases(ctx context.Context, d *Daemon, log *slog.Logger, ins []*ledger.Intake, lost func(error), renewed func()) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		everyTick(ctx, d.ledger.Lease()/3, func() bool {
+			held, err := d.ledger.Renew(ctx, ins, nil)
+			if err != nil && ctx.Err() == nil {
+				log.Warn("heartbeat failed", "err", err)
+			}
+			if err == nil && lost != nil {
+				for _, in := range ins {
+					if !held[in.ID] {
+						lost(&ledger.FencedError{IntakeID: in.ID, Token: in.Token, Step: "Heartbeat"})
+						return false
+					}
+				}
+			}
+			if renewed != nil {
+				renewed()
+			}
+			return true
+		})
+	}()
+	return func() { cancel(); <-done }
 }
 
 // decide binds the batch and routes the spooled file: a duplicate is
