@@ -10,6 +10,7 @@ import (
 	"path"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/intake/sitefile"
@@ -85,6 +86,7 @@ func (r *finishStage) putRejects(ctx context.Context, dir string) (string, error
 		f.Close()
 		os.Remove(f.Name())
 	}()
+	start := time.Now()
 	bw := bufio.NewWriterSize(f, 64<<10)
 	w, name, err := sitefile.SealTo(bw, r.feedPGP(), sitefile.ReportStem(r.in)+sitefile.RejectsSuffix)
 	if err != nil {
@@ -103,10 +105,17 @@ func (r *finishStage) putRejects(ctx context.Context, dir string) (string, error
 	if err != nil {
 		return "", fmt.Errorf("rejects report: %w", err)
 	}
+	rendered := time.Now()
 	if err := r.fence(ctx, "rejects"); err != nil {
 		return "", err
 	}
-	return sitefile.PutFrom(r.sess, dir, name, f, st.Size())
+	fenced := time.Now()
+	p, err := sitefile.PutFrom(r.sess, dir, name, f, st.Size())
+	if err == nil {
+		r.log.Debug("rejects report published", "bytes", st.Size(), "render_seconds", rendered.Sub(start).Seconds(),
+			"fence_seconds", fenced.Sub(rendered).Seconds(), "put_seconds", time.Since(fenced).Seconds())
+	}
+	return p, err
 }
 
 // rejectsCSV renders line, column, reason, outcome and detail (codes: the
