@@ -218,7 +218,12 @@ func (p *partnerRT) afterPoll(err error, m *metrics.Set, polls *pollrecord.Recor
 		m.PartnerUp.WithLabelValues(p.cfg.ID).Set(0)
 	} else {
 		m.PartnerUp.WithLabelValues(p.cfg.ID).Set(1)
-		m.ReadyFiles.WithLabelValues(p.cfg.ID).Set(float64(ready))
+		// a partner with nothing ready has no series (absent reads as 0)
+		if ready > 0 {
+			m.ReadyFiles.WithLabelValues(p.cfg.ID).Set(float64(ready))
+		} else {
+			m.ReadyFiles.DeleteLabelValues(p.cfg.ID)
+		}
 	}
 	// recorded for `intake status` (intake/pollrecord)
 	polls.Add(p.cfg.ID, err, ready, oldest)

@@ -21,7 +21,7 @@ import (
 )
 
 // Retention says how long each copy of partner data is kept. Every copy
-// has a rule and a purge path (go/no-go control 10).
+// has a rule and a purge path.
 type Retention struct {
 	// Spool: spooled bytes of files finished longer ago than this (files
 	// still in flight or held for ops are always kept).

@@ -157,16 +157,18 @@ func (k *Keeper) Recheck(ctx context.Context) {
 }
 
 // setGauge sets intake_feed_target_held for the feed, unless the runtime
-// was replaced or removed: its successor speaks for the partner.
+// was replaced or removed: its successor speaks for the partner. A feed
+// not held has no series (absent reads as 0: a fleet's feeds would each
+// keep one at 0).
 func (k *Keeper) setGauge(p Partner, feed string, held bool) {
 	if p.Retired() {
 		return
 	}
-	v := 0.0
-	if held {
-		v = 1
+	if !held {
+		k.Held.DeleteLabelValues(p.Config().ID, feed)
+		return
 	}
-	k.Held.WithLabelValues(p.Config().ID, feed).Set(v)
+	k.Held.WithLabelValues(p.Config().ID, feed).Set(1)
 }
 
 // Set holds the feed for problem (a redacted error), or lets it go
