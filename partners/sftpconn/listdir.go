@@ -203,9 +203,10 @@ func (s *dirLister) install(c *rawSFTP) {
 
 // dropLocked closes the listing channel c; the next listing opens a fresh
 // one. The watchdog's count of unanswered requests is cleared once c's
-// reader and writers have stopped (its reader is broken at once:
-// chanreader.go), so that neither a dead request expires the session nor
-// c's last reads upset the next channel's count. A site that does not end
+// reader has stopped handing replies on and telling the watchdog (at
+// once: fail) and its writers have stopped, so that neither a dead request
+// expires the session nor c's last reads upset the next channel's count.
+// A site that does not end
 // the channel within the op timeout is hung: the session's connection
 // then takes no new sessions, and what the channel holds ends with it.
 // listMu is held.
@@ -244,11 +245,12 @@ func (s *dirLister) openLister() (*rawSFTP, error) {
 // startRaw starts the SFTP subsystem on an open channel and makes the
 // version exchange; the channel is closed if either fails.
 func (s *dirLister) startRaw(ch *ssh.Session, watch *watchdog) (*rawSFTP, error) {
-	sc, w, err := s.sftpSubsystem(ch)
+	sc, w, err := s.sftpSubsystem(ch, true)
 	if err != nil {
 		return nil, fmt.Errorf("sftp subsystem: %w", err)
 	}
-	c := &rawSFTP{ch: sc, w: watchedWriter{w: watch, wc: w}, r: watchedReader{w: watch, r: sc.r}, watch: watch,
+	rd := &listReader{r: watchedReader{w: watch, r: sc.r}}
+	c := &rawSFTP{ch: sc, w: watchedWriter{w: watch, wc: w}, r: rd, rd: rd, watch: watch,
 		pending: map[uint32]chan reply{}, done: make(chan struct{})}
 	if _, err = c.w.Write(appendPacket(nil, fxpInit, u32(3))); err == nil {
 		if typ, _, rerr := c.recv(); rerr != nil || typ != fxpVersion {
@@ -260,8 +262,39 @@ func (s *dirLister) startRaw(ch *ssh.Session, watch *watchdog) (*rawSFTP, error)
 		s.untrack(sc)
 		return nil, err
 	}
+	sc.r.onAbort(c.fail) // the session breaks the channel: c fails at once
 	go c.read()
 	return c, nil
+}
+
+// listReader is the listing channel's reader: the channel itself, which
+// tells the watchdog what it reads until the channel fails (detach). From
+// then on the channel's reader only drains what still comes, and the
+// watchdog is the next channel's.
+type listReader struct {
+	mu       sync.Mutex
+	detached bool
+	r        watchedReader
+}
+
+func (l *listReader) Read(p []byte) (int, error) {
+	n, err := l.r.r.Read(p)
+	if n > 0 {
+		l.mu.Lock()
+		if !l.detached {
+			l.r.heard(p[:n])
+		}
+		l.mu.Unlock()
+	}
+	return n, err
+}
+
+// detach stops the reader telling the watchdog; it returns once no read
+// does.
+func (l *listReader) detach() {
+	l.mu.Lock()
+	l.detached = true
+	l.mu.Unlock()
 }
 
 // sitePrep makes sure of the directories intake writes to on the site,
@@ -403,13 +436,17 @@ const (
 // id, and one reader (read) hands each reply to the request of its id.
 // Requests the caller no longer waits for (a READDIR sent ahead, a CLOSE)
 // are still read, so the watchdog's count stays true. The first reply
-// that does not fit (an unknown id, a broken packet) or the channel's end
-// fails every request in flight and every later one (broken): the session
-// then opens a fresh channel.
+// that does not fit (an unknown id, a broken packet), the channel's end
+// or the session breaking the channel fails every request in flight and
+// every later one (broken): the session then opens a fresh channel. The
+// reader reads the channel itself (a direct chanReader): after the
+// failure it drains the channel until the site ends it, telling the
+// watchdog nothing more.
 type rawSFTP struct {
 	ch    io.Closer
 	w     io.Writer
 	r     io.Reader
+	rd    *listReader // r, detached at the failure
 	watch *watchdog
 	buf   []byte // the reader's
 
@@ -419,13 +456,13 @@ type rawSFTP struct {
 	mu      sync.Mutex
 	pending map[uint32]chan reply // requests written, not yet answered
 	err     error                 // why the channel cannot be used again
-	done    chan struct{}         // closed once the reader has stopped
-	stopped func()                // whenStopped's, run by the reader once it has stopped
+	done    chan struct{}         // closed once the channel failed: no reply is handed on any more
+	stopped func()                // whenStopped's, run once the channel failed
 }
 
-// whenStopped runs f once the channel's reader has stopped: on the
-// reader's goroutine as it ends, or on one of its own when it has ended
-// already (a fleet's idle sessions keep no goroutine waiting for it).
+// whenStopped runs f, on a goroutine of its own, once the channel has
+// failed (at once when it has already): nothing waits for it meanwhile (a
+// fleet's idle sessions keep no goroutine for it).
 func (c *rawSFTP) whenStopped(f func()) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -453,18 +490,11 @@ var (
 	errChannelDropped = errors.New("sftp: the listing channel was closed") // by us, by the site, or with the connection
 )
 
-// read hands each reply to its request until the channel ends or a reply
-// does not fit.
+// read hands each reply to its request until the channel fails (it ends,
+// a reply does not fit, or the session breaks it), then drains the
+// channel until the site ends it.
 func (c *rawSFTP) read() {
-	defer func() {
-		close(c.done)
-		c.mu.Lock()
-		f := c.stopped
-		c.mu.Unlock()
-		if f != nil {
-			f()
-		}
-	}()
+	defer io.Copy(io.Discard, c.r)
 	for {
 		typ, b, err := c.recv()
 		if err == nil {
@@ -474,7 +504,11 @@ func (c *rawSFTP) read() {
 				c.mu.Lock()
 				r, ok := c.pending[id]
 				delete(c.pending, id)
+				failed := c.err != nil
 				c.mu.Unlock()
+				if failed {
+					return // a reply after the failure: nobody waits for it
+				}
 				if ok {
 					r <- reply{typ: typ, body: bytes.Clone(d.b)}
 					continue
@@ -488,7 +522,9 @@ func (c *rawSFTP) read() {
 }
 
 // fail makes the channel unusable for err: every request in flight gets
-// it, every later one too, and the channel is closed (the reader stops).
+// it, every later one too, the reader hands nothing on and tells the
+// watchdog nothing more, and the channel is closed (the reader drains it
+// until the site ends it).
 // What it keeps is the channel's own failure (channelFailure: a reply
 // that did not fit is errBrokenChannel) or the session's closing.
 func (c *rawSFTP) fail(err error) {
@@ -496,15 +532,26 @@ func (c *rawSFTP) fail(err error) {
 		err = fmt.Errorf("%w: %w", errBrokenChannel, err)
 	}
 	c.mu.Lock()
-	if c.err == nil {
+	first := c.err == nil
+	if first {
 		c.err = err
+		c.rd.detach() // before done: whoever waits for it may reset the watchdog
+		close(c.done)
 	}
 	for id, r := range c.pending {
 		r <- reply{err: c.err}
 		delete(c.pending, id)
 	}
+	f := c.stopped
+	c.stopped = nil
 	c.mu.Unlock()
+	if !first {
+		return
+	}
 	c.ch.Close()
+	if f != nil {
+		go f()
+	}
 }
 
 // broken is why the channel cannot be used again, or nil.

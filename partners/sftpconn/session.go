@@ -691,8 +691,8 @@ type chanBook struct{ *Session }
 // track reads the channel through a chanReader the session can break. A
 // channel opened after the session's channels were broken (closed, or its
 // start too late) is broken at once.
-func (s *chanBook) track(ch *ssh.Session, r io.Reader) *sessChan {
-	c := &sessChan{ch: ch, r: newChanReader(r)}
+func (s *chanBook) track(ch *ssh.Session, r *chanReader) *sessChan {
+	c := &sessChan{ch: ch, r: r}
 	s.chMu.Lock()
 	aborted := s.aborted
 	if !aborted {
@@ -744,7 +744,7 @@ func (s *chanBook) newSFTP(watch *watchdog) (*sftp.Client, error) {
 // startSFTP starts the sftp subsystem on an open channel; the channel is
 // closed if that fails.
 func (s *chanBook) startSFTP(ch *ssh.Session, watch *watchdog) (*sftp.Client, error) {
-	c, pw, err := s.sftpSubsystem(ch)
+	c, pw, err := s.sftpSubsystem(ch, false)
 	if err != nil {
 		return nil, err
 	}
@@ -759,8 +759,10 @@ func (s *chanBook) startSFTP(ch *ssh.Session, watch *watchdog) (*sftp.Client, er
 
 // sftpSubsystem opens ch's pipes, tracks it (track) and starts the sftp
 // subsystem on it, for pkg/sftp's client and the raw listing channel
-// alike; the channel is closed, and no longer tracked, if a step fails.
-func (s *chanBook) sftpSubsystem(ch *ssh.Session) (*sessChan, io.WriteCloser, error) {
+// alike (direct: its reader is read on the raw channel's own goroutine,
+// chanreader.go); the channel is closed, and no longer tracked, if a step
+// fails.
+func (s *chanBook) sftpSubsystem(ch *ssh.Session, direct bool) (*sessChan, io.WriteCloser, error) {
 	w, err := ch.StdinPipe()
 	if err != nil {
 		ch.Close()
@@ -771,7 +773,13 @@ func (s *chanBook) sftpSubsystem(ch *ssh.Session) (*sessChan, io.WriteCloser, er
 		ch.Close()
 		return nil, nil, err
 	}
-	c := s.track(ch, r)
+	var cr *chanReader
+	if direct {
+		cr = newDirectReader(r)
+	} else {
+		cr = newChanReader(r)
+	}
+	c := s.track(ch, cr)
 	if err := ch.RequestSubsystem("sftp"); err != nil {
 		c.Close()
 		s.untrack(c)

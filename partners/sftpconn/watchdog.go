@@ -267,33 +267,39 @@ type watchedReader struct {
 func (wr watchedReader) Read(p []byte) (int, error) {
 	n, err := wr.r.Read(p)
 	if n > 0 {
-		now := time.Now().UnixNano()
-		wr.w.heard.Store(now)
-		if wr.w.conn != nil {
-			wr.w.conn.Store(now)
-		}
-		// a reply counts as answered at its last byte: one that stops
-		// half way (a 255 KiB READ reply, say) is still waited for
-		_, k := wr.w.in.packets(p[:n])
-		if k > 0 {
-			wr.w.pending.Add(-int64(k))
-		}
-		if names := wr.w.in.names; names != wr.w.names.Load() {
-			wr.w.names.Store(names)
-			if c := wr.w.capped.Load(); c != nil && names-c.base > c.limit && !c.over.Swap(true) {
-				c.cancel()
-			}
-		}
-		// a sign of life is a reply that ended, or minProgress bytes of
-		// one: a site that trickles a byte now and then (each within the
-		// op timeout) would otherwise hold a request for as many op
-		// timeouts as the reply has bytes
-		if k > 0 || wr.w.trickle.Add(int64(n)) >= minProgress {
-			wr.w.trickle.Store(0)
-			wr.w.last.Store(now)
-		}
+		wr.heard(p[:n])
 	}
 	return n, err
+}
+
+// heard tells the watchdog of reply bytes read.
+func (wr watchedReader) heard(p []byte) {
+	n := len(p)
+	now := time.Now().UnixNano()
+	wr.w.heard.Store(now)
+	if wr.w.conn != nil {
+		wr.w.conn.Store(now)
+	}
+	// a reply counts as answered at its last byte: one that stops
+	// half way (a 255 KiB READ reply, say) is still waited for
+	_, k := wr.w.in.packets(p)
+	if k > 0 {
+		wr.w.pending.Add(-int64(k))
+	}
+	if names := wr.w.in.names; names != wr.w.names.Load() {
+		wr.w.names.Store(names)
+		if c := wr.w.capped.Load(); c != nil && names-c.base > c.limit && !c.over.Swap(true) {
+			c.cancel()
+		}
+	}
+	// a sign of life is a reply that ended, or minProgress bytes of
+	// one: a site that trickles a byte now and then (each within the
+	// op timeout) would otherwise hold a request for as many op
+	// timeouts as the reply has bytes
+	if k > 0 || wr.w.trickle.Add(int64(n)) >= minProgress {
+		wr.w.trickle.Store(0)
+		wr.w.last.Store(now)
+	}
 }
 
 // minProgress is the least of a reply that renews its deadline when no
