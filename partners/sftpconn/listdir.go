@@ -206,10 +206,9 @@ func (s *dirLister) install(c *rawSFTP) {
 // reader has stopped handing replies on and telling the watchdog (at
 // once: fail) and its writers have stopped, so that neither a dead request
 // expires the session nor c's last reads upset the next channel's count.
-// A site that does not end
-// the channel within the op timeout is hung: the session's connection
-// then takes no new sessions, and what the channel holds ends with it.
-// listMu is held.
+// A site that does not end the channel within the op timeout is hung: the
+// session's connection then takes no new sessions, and what the channel
+// holds ends with it. listMu is held.
 func (s *dirLister) dropLocked(c *rawSFTP) {
 	c.fail(errChannelDropped)
 	<-c.done
