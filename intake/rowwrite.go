@@ -81,7 +81,6 @@ func (r *applyStage) writeRows(ctx context.Context, tx pgx.Tx, tgt *target.Table
 	if ch.rows() == 0 {
 		return false, nil
 	}
-	fellBack := false
 	if r.direct && !ch.DupKeys {
 		n, ok, err := r.writeDirectOr(ctx, tx, tgt, ch, w, writer)
 		if err != nil {
@@ -91,16 +90,15 @@ func (r *applyStage) writeRows(ctx context.Context, tx pgx.Tx, tgt *target.Table
 			c.applied = n
 			return tgt.StagedDirect(), nil
 		}
-		fellBack = true
-	}
-	if fellBack && w.tx == chunkTx {
-		// the merge's staging table and savepoint, which the gate sent
-		// for a chunk that was to go through the merge
-		if err := tgt.Stage(ctx, tx); err != nil {
-			return false, fmt.Errorf("chunk %d stage: %w", ch.no, err)
-		}
-		if _, err := tx.Exec(ctx, "SAVEPOINT intake_merge"); err != nil {
-			return false, fmt.Errorf("chunk %d savepoint: %w", ch.no, err)
+		if w.tx == chunkTx {
+			// the merge's staging table and savepoint, which the gate
+			// sent for a chunk that was to go through the merge
+			if err := tgt.Stage(ctx, tx); err != nil {
+				return false, fmt.Errorf("chunk %d stage: %w", ch.no, err)
+			}
+			if _, err := tx.Exec(ctx, "SAVEPOINT intake_merge"); err != nil {
+				return false, fmt.Errorf("chunk %d savepoint: %w", ch.no, err)
+			}
 		}
 	}
 	sub, err := r.toMerge(ctx, tx, tgt, ch, writer)
