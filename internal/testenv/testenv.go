@@ -59,7 +59,9 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "testenv: sshd:", err)
 		return 1
 	}
+	stop := armHangReport(func() { sshd.Close(); pg.Close() })
 	code := m.Run()
+	stop()
 	sshd.Close()
 	pg.Close()
 	if code == 0 {
