@@ -108,13 +108,14 @@ const (
 	HangNothing   = 0
 	HangOpen      = 1 // the channel's open: neither confirmed nor refused
 	HangSubsystem = 2 // the subsystem request on a confirmed channel
+	HangInit      = 3 // SFTP's version request, on a started subsystem
 )
 
 // HangChannels makes the server leave part of every channel's start
-// unanswered from now on (HangOpen, HangSubsystem; HangNothing ends it),
-// while it goes on answering the connection's other requests (keepalives)
-// and the channels already started: a site whose sshd no longer starts
-// sessions.
+// unanswered from now on (HangOpen, HangSubsystem, HangInit; HangNothing
+// ends it), while it goes on answering the connection's other requests
+// (keepalives) and the channels already started: a site whose sshd no
+// longer starts sessions.
 func (s *quirks) HangChannels(what int) { s.hang.Store(int32(what)) }
 
 // LieFunc rewrites what the server answers a listing ("List"), a "Stat"
@@ -258,6 +259,10 @@ func (s *Server) serve(c net.Conn) {
 				req.Reply(ok, nil)
 				if !ok {
 					continue
+				}
+				if hang == HangInit {
+					io.Copy(io.Discard, ch) // read, never answered
+					return
 				}
 				h := &handler{root: root, short: &s.short, lie: &s.lie, overwrite: &s.overwrite, copies: &s.copies, nocase: &s.nocase, vanish: &s.vanish, mtimes: &s.mtimes}
 				srv := sftp.NewRequestServer(ch, sftp.Handlers{FileGet: h, FilePut: h, FileCmd: h, FileList: h})

@@ -247,7 +247,7 @@ func TestAChannelTheSiteNeverStartsEndsTheSession(t *testing.T) {
 			t.Fatalf("%s did not end", what)
 		}
 	}
-	for _, hang := range []int{sftpd.HangOpen, sftpd.HangSubsystem} {
+	for _, hang := range []int{sftpd.HangOpen, sftpd.HangSubsystem, sftpd.HangInit} {
 		t.Run(fmt.Sprintf("hang %d", hang), func(t *testing.T) {
 			root := t.TempDir()
 			os.MkdirAll(filepath.Join(root, "a", "ready"), 0o755)

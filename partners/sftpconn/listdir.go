@@ -242,7 +242,9 @@ func (s *dirLister) openLister() (*rawSFTP, error) {
 }
 
 // startRaw starts the SFTP subsystem on an open channel and makes the
-// version exchange; the channel is closed if either fails.
+// version exchange; the channel is closed if either fails. The exchange
+// waits on the channel's reader like any request, so that the session
+// breaking the channel (its close, its watchdog) ends it at once.
 func (s *dirLister) startRaw(ch *ssh.Session, watch *watchdog) (*rawSFTP, error) {
 	sc, w, err := s.sftpSubsystem(ch, true)
 	if err != nil {
@@ -251,18 +253,22 @@ func (s *dirLister) startRaw(ch *ssh.Session, watch *watchdog) (*rawSFTP, error)
 	rd := &listReader{r: watchedReader{w: watch, r: sc.r}}
 	c := &rawSFTP{ch: sc, w: watchedWriter{w: watch, wc: w}, r: rd, rd: rd, watch: watch,
 		pending: map[uint32]chan reply{}, done: make(chan struct{})}
-	if _, err = c.w.Write(appendPacket(nil, fxpInit, u32(3))); err == nil {
-		if typ, _, rerr := c.recv(); rerr != nil || typ != fxpVersion {
-			err = fmt.Errorf("sftp init: %v (reply type %d)", rerr, typ)
-		}
+	sc.r.onAbort(c.fail) // the session breaks the channel: c fails at once
+	version := make(chan error, 1)
+	go c.read(version)
+	if _, err = c.w.Write(appendPacket(nil, fxpInit, u32(3))); err != nil {
+		c.fail(ended(err))
+	}
+	select {
+	case err = <-version:
+	case <-c.done:
+		err = c.broken()
 	}
 	if err != nil {
-		sc.Close()
+		c.fail(err)
 		s.untrack(sc)
-		return nil, err
+		return nil, fmt.Errorf("sftp init: %w", err)
 	}
-	sc.r.onAbort(c.fail) // the session breaks the channel: c fails at once
-	go c.read()
 	return c, nil
 }
 
@@ -489,11 +495,21 @@ var (
 	errChannelDropped = errors.New("sftp: the listing channel was closed") // by us, by the site, or with the connection
 )
 
-// read hands each reply to its request until the channel fails (it ends,
-// a reply does not fit, or the session breaks it), then drains the
-// channel until the site ends it.
-func (c *rawSFTP) read() {
+// read takes the version reply (told on version), then hands each reply
+// to its request until the channel fails (it ends, a reply does not fit,
+// or the session breaks it); then it drains the channel until the site
+// ends it.
+func (c *rawSFTP) read(version chan<- error) {
 	defer io.Copy(io.Discard, c.r)
+	typ, _, err := c.recv()
+	if err == nil && typ != fxpVersion {
+		err = fmt.Errorf("%w: reply type %d to the version request", errBrokenChannel, typ)
+	}
+	version <- err
+	if err != nil {
+		c.fail(err)
+		return
+	}
 	for {
 		typ, b, err := c.recv()
 		if err == nil {
