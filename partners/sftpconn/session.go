@@ -38,6 +38,7 @@ type Session struct {
 	watch     *watchdog
 	done      chan struct{}
 	closeOnce sync.Once
+	unwatch   atomic.Pointer[func()] // ends the watchdogs' watch (watchAll)
 	chMu      sync.Mutex
 	chans     []*sessChan // the channels open, whose readers Close breaks
 	aborted   bool        // the channels were broken: a later one is at once
@@ -607,7 +608,8 @@ func (c *sshConn) startSession(s *Session, p *partners.Config, joined bool, watc
 	if l.c != nil {
 		s.install(l.c)
 	}
-	go watchAll(s.done, s.expire, watch, s.listWatch, s.rangeWatch)
+	unwatch := watchAll(s.expire, watch, s.listWatch, s.rangeWatch)
+	s.unwatch.Store(&unwatch)
 	return s, nil
 }
 
@@ -868,6 +870,9 @@ func (s *chanBook) RangesRefused() bool { return s.noRanges.Load() }
 func (s *Session) Close() error {
 	s.closeOnce.Do(func() {
 		close(s.done)
+		if unwatch := s.unwatch.Load(); unwatch != nil {
+			(*unwatch)()
+		}
 		chans := s.abortChannels()
 		s.conn.pool.sessionUp(s.conn, -1)
 		last := s.conn.pool.leave(s.conn)

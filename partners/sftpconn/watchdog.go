@@ -179,34 +179,105 @@ func (w *watchdog) alive() {
 
 // run checks four times per timeout until done; on expiry it calls
 // expire once and returns.
-func (w *watchdog) run(done <-chan struct{}, expire func()) { watchAll(done, expire, w) }
+func (w *watchdog) run(done <-chan struct{}, expire func()) {
+	expired := make(chan struct{})
+	stop := watchAll(func() { expire(); close(expired) }, w)
+	select {
+	case <-done:
+		stop()
+	case <-expired:
+	}
+}
 
-// watchAll is run for a session's watchdogs (its channels') on one
-// goroutine and one ticker: a fleet's idle sessions cost one goroutine
-// each, not one per channel (docs/performance.md, the fleet's
-// goroutines). The first that is due is marked expired and ends the
-// session.
-func watchAll(done <-chan struct{}, expire func(), ws ...*watchdog) {
+// watchers are the process's watched sessions, each cadence's checked by
+// one goroutine and one ticker: a fleet's idle sessions, which share the
+// op timeout, cost no goroutine each (docs/performance.md, the fleet's
+// goroutines). A cadence's goroutine ends with its last session.
+var watchers struct {
+	mu   sync.Mutex
+	sets map[time.Duration]*watchSet
+}
+
+// watchSet is one cadence's sessions (watchers.mu).
+type watchSet struct {
+	every   time.Duration
+	members map[*watchEntry]struct{}
+	ended   chan struct{} // closed with the set's last member leaving
+}
+
+// watchEntry is a session's watchdogs (its channels'), and what ends it.
+type watchEntry struct {
+	ws     []*watchdog
+	expire func()
+}
+
+// watchAll checks a session's watchdogs four times per the shortest
+// timeout among them until stop; the first that is due is marked expired,
+// and expire (which ends the session) is called once, on a goroutine of
+// its own.
+func watchAll(expire func(), ws ...*watchdog) (stop func()) {
 	every := time.Duration(0)
 	for _, w := range ws {
 		if d := max(w.timeout/4, 10*time.Millisecond); every == 0 || d < every {
 			every = d
 		}
 	}
-	t := time.NewTicker(every)
+	e := &watchEntry{ws: ws, expire: expire}
+	watchers.mu.Lock()
+	if watchers.sets == nil {
+		watchers.sets = map[time.Duration]*watchSet{}
+	}
+	set := watchers.sets[every]
+	if set == nil {
+		set = &watchSet{every: every, members: map[*watchEntry]struct{}{}, ended: make(chan struct{})}
+		watchers.sets[every] = set
+		go set.run()
+	}
+	set.members[e] = struct{}{}
+	watchers.mu.Unlock()
+	return func() {
+		watchers.mu.Lock()
+		set.leave(e)
+		watchers.mu.Unlock()
+	}
+}
+
+// leave takes e out of the set; the set's last member leaving ends it
+// (watchers.mu).
+func (s *watchSet) leave(e *watchEntry) {
+	delete(s.members, e)
+	if len(s.members) == 0 && watchers.sets[s.every] == s {
+		delete(watchers.sets, s.every)
+		close(s.ended)
+	}
+}
+
+// run checks the set's sessions every tick until the set has ended.
+func (s *watchSet) run() {
+	t := time.NewTicker(s.every)
 	defer t.Stop()
 	for {
+		var now time.Time
 		select {
-		case <-done:
+		case <-s.ended:
 			return
-		case now := <-t.C:
-			for _, w := range ws {
+		case now = <-t.C:
+		}
+		var due []*watchEntry
+		watchers.mu.Lock()
+		for e := range s.members {
+			for _, w := range e.ws {
 				if w.due(now) {
 					w.expired.Store(true)
-					expire()
-					return
+					due = append(due, e)
+					s.leave(e)
+					break
 				}
 			}
+		}
+		watchers.mu.Unlock()
+		for _, e := range due {
+			go e.expire()
 		}
 	}
 }

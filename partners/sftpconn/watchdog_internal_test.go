@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"io"
 	"math/rand/v2"
+	"runtime"
 	"testing"
 	"time"
 )
@@ -200,32 +201,55 @@ func TestWatchdogAllowsASlowRenameItsCopyTime(t *testing.T) {
 	s.AllowCopy(1 << 30)()
 }
 
-// A session's watchdogs run on one goroutine: the one whose channel left
-// a request unanswered past its timeout is the one marked expired, and
-// the session is ended once; the others, idle, are not.
-func TestOneGoroutineWatchesASessionsChannels(t *testing.T) {
-	idle, quiet, waiting := newWatchdog(time.Hour), newWatchdog(time.Hour), newWatchdog(100*time.Millisecond)
-	if _, err := (watchedWriter{w: waiting, wc: nopCloser{io.Discard}}).Write(packet(10)); err != nil {
-		t.Fatal(err)
+// The sessions of a cadence are watched by one goroutine: the session
+// whose channel left a request unanswered past its timeout is ended, once,
+// and only its waiting channel is marked expired; the idle ones are not;
+// the goroutine ends with the last session's stop.
+func TestOneGoroutineWatchesTheSessionsOfACadence(t *testing.T) {
+	const timeout = 100 * time.Millisecond
+	base := runtime.NumGoroutine()
+	type sess struct {
+		ws    []*watchdog
+		ended chan struct{}
+		stop  func()
 	}
-	ended := make(chan struct{}, 2)
-	done := make(chan struct{})
-	defer close(done)
-	returned := make(chan struct{})
-	go func() {
-		defer close(returned)
-		watchAll(done, func() { ended <- struct{}{} }, idle, quiet, waiting)
-	}()
+	var all []*sess
+	for i := range 50 {
+		s := &sess{ws: []*watchdog{newWatchdog(timeout), newWatchdog(timeout), newWatchdog(timeout)}, ended: make(chan struct{}, 2)}
+		if i == 7 {
+			if _, err := (watchedWriter{w: s.ws[2], wc: nopCloser{io.Discard}}).Write(packet(10)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		s.stop = watchAll(func() { s.ended <- struct{}{} }, s.ws...)
+		all = append(all, s)
+	}
+	if n := runtime.NumGoroutine() - base; n > 1 {
+		t.Fatalf("50 sessions of one cadence started %d goroutines, want 1", n)
+	}
 	select {
-	case <-ended:
+	case <-all[7].ended:
 	case <-time.After(time.Minute):
 		t.Fatal("the session was not ended while a request waited past its timeout")
 	}
-	<-returned
-	if len(ended) != 0 {
-		t.Fatal("the session was ended twice")
+	time.Sleep(3 * timeout) // ticks after the expiry: none may end a session again
+	for i, s := range all {
+		if n := len(s.ended); n != 0 {
+			t.Fatalf("session %d ended %d more times", i, n)
+		}
+		for j, w := range s.ws {
+			if want := i == 7 && j == 2; w.expired.Load() != want {
+				t.Fatalf("session %d channel %d expired %v, want %v", i, j, w.expired.Load(), want)
+			}
+		}
+		s.stop()
 	}
-	if !waiting.expired.Load() || idle.expired.Load() || quiet.expired.Load() {
-		t.Fatalf("expired: idle %v, quiet %v, waiting %v; want the waiting channel's alone", idle.expired.Load(), quiet.expired.Load(), waiting.expired.Load())
+	deadline := time.Now().Add(time.Minute)
+	for runtime.NumGoroutine() > base {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d goroutines more than before the sessions, after their last stop", runtime.NumGoroutine()-base)
+		}
+		time.Sleep(10 * time.Millisecond) // polled: a goroutine's end signals nothing
+
 	}
 }
