@@ -111,7 +111,7 @@ func namedPool(t *testing.T, pool *pgxpool.Pool, worker string) *pgxpool.Pool {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(named.Close)
+	testenv.ClosePoolAtCleanup(t, named)
 	return named
 }
 

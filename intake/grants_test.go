@@ -48,7 +48,7 @@ func TestTheDaemonsGrantsCarryGroupsSnapshotsAndTheReconciler(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(pool.Close)
+	testenv.ClosePoolAtCleanup(t, pool)
 
 	// small files in a group
 	grp := testenv.NewSite(t, "ggrp")

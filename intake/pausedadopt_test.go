@@ -160,7 +160,7 @@ func pausedPool(t *testing.T, url string) *pgxpool.Pool {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(p.Close)
+	testenv.ClosePoolAtCleanup(t, p)
 	return p
 }
 

@@ -86,7 +86,7 @@ func TestLookAlikeBuiltinsInASchemaOnThePathNeverRun(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(pool.Close)
+		testenv.ClosePoolAtCleanup(t, pool)
 		return pool
 	}
 	noneRan := func(when string) {

@@ -34,7 +34,7 @@ func guardedLedger(t *testing.T) (*ledger.Ledger, *pgxpool.Pool) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(pool.Close)
+	testenv.ClosePoolAtCleanup(t, pool)
 	return ledger.New(pool, time.Minute), pool
 }
 

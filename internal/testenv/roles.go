@@ -60,7 +60,7 @@ func Pool(t testing.TB, url string) *pgxpool.Pool {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(pool.Close)
+	ClosePoolAtCleanup(t, pool)
 	return pool
 }
 

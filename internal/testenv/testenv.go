@@ -120,7 +120,7 @@ func DB(t testing.TB) (string, *pgxpool.Pool) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(pool.Close)
+	ClosePoolAtCleanup(t, pool)
 	return url, pool
 }
 

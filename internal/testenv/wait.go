@@ -52,3 +52,22 @@ func WaitStable(t testing.TB, pool *pgxpool.Pool, partner, name string, d time.D
 		return ok
 	}, Says(name+" never became stable"))
 }
+
+// ClosePoolAtCleanup closes pool when t ends, and fails t if a connection
+// is still acquired a minute later: one the code under test never gave
+// back, for which pgxpool's Close would wait for good (the test binary
+// then goes on, and its leak check names the goroutine).
+func ClosePoolAtCleanup(t testing.TB, pool *pgxpool.Pool) {
+	t.Cleanup(func() {
+		done := make(chan struct{})
+		go func() {
+			pool.Close()
+			close(done)
+		}()
+		select {
+		case <-done:
+		case <-time.After(time.Minute):
+			t.Errorf("%d connections of the pool still acquired a minute after the test ended: never released", pool.Stat().AcquiredConns())
+		}
+	})
+}
