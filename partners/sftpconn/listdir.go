@@ -579,6 +579,17 @@ func (c *rawSFTP) broken() error {
 // start writes a request with a fresh id; its reply comes on the channel
 // returned.
 func (c *rawSFTP) start(typ byte, body ...[]byte) (<-chan reply, error) {
+	rs, err := c.startN(1, typ, body...)
+	if err != nil {
+		return nil, err
+	}
+	return rs[0], nil
+}
+
+// startN writes n requests alike, each with a fresh id, in one write (one
+// SSH packet, one system call); their replies come on the channels
+// returned, in order.
+func (c *rawSFTP) startN(n int, typ byte, body ...[]byte) ([]<-chan reply, error) {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
 	c.mu.Lock()
@@ -586,16 +597,21 @@ func (c *rawSFTP) start(typ byte, body ...[]byte) (<-chan reply, error) {
 		c.mu.Unlock()
 		return nil, c.err
 	}
-	c.id++
-	id := c.id
-	r := make(chan reply, 1)
-	c.pending[id] = r
+	rs := make([]<-chan reply, n)
+	var p []byte
+	for i := range rs {
+		c.id++
+		r := make(chan reply, 1)
+		c.pending[c.id] = r
+		rs[i] = r
+		p = appendPacket(p, typ, append([][]byte{u32(c.id)}, body...)...)
+	}
 	c.mu.Unlock()
-	if _, err := c.w.Write(appendPacket(nil, typ, append([][]byte{u32(id)}, body...)...)); err != nil {
+	if _, err := c.w.Write(p); err != nil {
 		c.fail(ended(err))
 		return nil, c.broken()
 	}
-	return r, nil
+	return rs, nil
 }
 
 // wait is a request's reply, or ctx's error once ctx ends first (the
@@ -691,15 +707,13 @@ func (c *rawSFTP) list(ctx context.Context, dir string, fn func(os.FileInfo) err
 		return c.broken()
 	}
 	defer c.closeHandle(handle)
-	cur, err := c.start(fxpReaddir, str(handle))
+	// two READDIRs in one write: the second is the one sent ahead
+	rs, err := c.startN(2, fxpReaddir, str(handle))
 	if err != nil {
 		return err
 	}
+	cur, next := rs[0], rs[1]
 	var names, dots int // every name the site sent; "." and ".."
-	next, err := c.start(fxpReaddir, str(handle))
-	if err != nil {
-		return err
-	}
 	for {
 		rep := wait(ctx, cur)
 		if rep.err != nil {
