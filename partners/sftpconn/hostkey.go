@@ -66,7 +66,7 @@ func pinnedAlgorithms(file, address string, legacy bool) ([]string, error) {
 	var algos []string
 	seen := map[string]bool{}
 	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	sc.Buffer(nil, 1<<20) // grown as a line needs: a 64 KiB start cost every login its garbage
 	for sc.Scan() {
 		line := strings.TrimSpace(sc.Text())
 		if line == "" || strings.HasPrefix(line, "#") || strings.HasPrefix(line, "@") {
