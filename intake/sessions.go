@@ -110,7 +110,7 @@ func holders(ps []*partnerRT) []sessions.Holder {
 // makeRoom closes least recently used sessions of partners that are not
 // polling while the open sessions are at the cap (sessions.Book.MakeRoom).
 func (k *sessionKeeper) makeRoom(self *partnerRT) {
-	for _, h := range k.book.MakeRoom(self, holders(k.parts.list()), k.policy.MaxOpen) {
+	for _, h := range k.book.MakeRoom(self, func() []sessions.Holder { return holders(k.parts.list()) }, k.policy.MaxOpen) {
 		k.metrics.SessionsClosed.WithLabelValues("max_open").Inc()
 		k.log.Debug("session closed for room under sessions.max_open", "partner", h.(*partnerRT).cfg.ID)
 	}

@@ -187,13 +187,17 @@ type Holder interface {
 	DropUnlessPolling(cut int64) (polling, closed bool)
 }
 
-// MakeRoom closes least recently used sessions of holders other than self
-// while the open sessions are at limit (0: no cap), and returns those it
-// closed. The cap is soft: when the least recently used one is in use
+// MakeRoom closes least recently used sessions of the holders (listed at
+// the cap only) other than self while the open sessions are at limit (0:
+// no cap), and returns those it closed. The cap is soft: when the least recently used one is in use
 // (its partner polling), nothing more is closed.
-func (b *Book) MakeRoom(self Holder, all []Holder, limit int) []Holder {
+func (b *Book) MakeRoom(self Holder, holders func() []Holder, limit int) []Holder {
 	var out []Holder
+	var all []Holder // read once, at the cap only: a dial under it makes no list
 	for limit > 0 && b.open.Load() >= int64(limit) {
+		if all == nil {
+			all = holders()
+		}
 		var lru Holder
 		var at int64
 		for _, q := range all {

@@ -35,17 +35,17 @@ func TestMakeRoomClosesTheLeastRecentlyUsedUntilUnderTheCap(t *testing.T) {
 	for range 3 {
 		b.Opened()
 	}
-	closed := b.MakeRoom(self, []Holder{self, old, older, oldest}, 3)
+	closed := b.MakeRoom(self, func() []Holder { return []Holder{self, old, older, oldest} }, 3)
 	if len(closed) != 1 || closed[0] != oldest || oldest.open || !older.open {
 		t.Fatalf("closed %v, want the least recently used one only", closed)
 	}
 	// the cap is soft: a polling partner's session is never closed, and
 	// nothing after it either
 	older.polling = true
-	if closed := b.MakeRoom(self, []Holder{self, old, older}, 2); len(closed) != 0 || !old.open {
+	if closed := b.MakeRoom(self, func() []Holder { return []Holder{self, old, older} }, 2); len(closed) != 0 || !old.open {
 		t.Fatalf("closed %v under a poll, want none", closed)
 	}
-	if closed := b.MakeRoom(self, []Holder{self, old, older}, 0); len(closed) != 0 {
+	if closed := b.MakeRoom(self, func() []Holder { t.Fatal("the holders listed without a cap"); return nil }, 0); len(closed) != 0 {
 		t.Fatalf("closed %v without a cap", closed)
 	}
 }
