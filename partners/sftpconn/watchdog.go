@@ -177,18 +177,6 @@ func (w *watchdog) alive() {
 	}
 }
 
-// run checks four times per timeout until done; on expiry it calls
-// expire once and returns.
-func (w *watchdog) run(done <-chan struct{}, expire func()) {
-	expired := make(chan struct{})
-	stop := watchAll(func() { expire(); close(expired) }, w)
-	select {
-	case <-done:
-		stop()
-	case <-expired:
-	}
-}
-
 // watchers are the process's watched sessions, each cadence's checked by
 // one goroutine and one ticker: a fleet's idle sessions, which share the
 // op timeout, cost no goroutine each (docs/performance.md, the fleet's

@@ -9,6 +9,18 @@ import (
 	"time"
 )
 
+// run watches w alone until done; on expiry it calls expire once and
+// returns.
+func (w *watchdog) run(done <-chan struct{}, expire func()) {
+	expired := make(chan struct{})
+	stop := watchAll(func() { expire(); close(expired) }, w)
+	select {
+	case <-done:
+		stop()
+	case <-expired:
+	}
+}
+
 func packet(n int) []byte {
 	b := make([]byte, 4+n)
 	binary.BigEndian.PutUint32(b, uint32(n))
