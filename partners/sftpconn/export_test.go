@@ -52,3 +52,7 @@ func SetListLimits(names, readDir int) func() {
 	maxListNames, maxReadDirEntries = names, readDir
 	return func() { maxListNames, maxReadDirEntries = on, or }
 }
+
+// ListingRequests is how many SFTP requests the session has sent on its
+// listing channels.
+func ListingRequests(s *Session) int64 { return s.listWatch.sentAll.Load() }

@@ -707,15 +707,18 @@ func (c *rawSFTP) list(ctx context.Context, dir string, fn func(os.FileInfo) err
 		return c.broken()
 	}
 	defer c.closeHandle(handle)
-	// two READDIRs in one write: the second is the one sent ahead
-	rs, err := c.startN(2, fxpReaddir, str(handle))
+	// two READDIRs in flight, the first two in one write; after a reply
+	// that held "." and ".." alone (an empty directory's first, as
+	// OpenSSH sends it), one: the READDIR in flight most likely finds the
+	// end, and an idle partner's listing makes one request less
+	inflight, err := c.startN(2, fxpReaddir, str(handle))
 	if err != nil {
 		return err
 	}
-	cur, next := rs[0], rs[1]
 	var names, dots int // every name the site sent; "." and ".."
 	for {
-		rep := wait(ctx, cur)
+		rep := wait(ctx, inflight[0])
+		inflight = inflight[1:]
 		if rep.err != nil {
 			return rep.err
 		}
@@ -735,6 +738,7 @@ func (c *rawSFTP) list(ctx context.Context, dir string, fn func(os.FileInfo) err
 			// answers every READDIR with no names would loop forever
 			return c.unexpected("readdir: a reply with no names", rep.typ)
 		}
+		onlyDots := true
 		for ; n > 0 && d.err == nil; n-- {
 			name := d.str()
 			d.str() // longname
@@ -754,6 +758,7 @@ func (c *rawSFTP) list(ctx context.Context, dir string, fn func(os.FileInfo) err
 				}
 				continue
 			}
+			onlyDots = false
 			err := fn(fi)
 			// the time fn took is the caller's, not the site's: a
 			// READDIR sent ahead is pending meanwhile, and the
@@ -767,9 +772,16 @@ func (c *rawSFTP) list(ctx context.Context, dir string, fn func(os.FileInfo) err
 			c.fail(d.err)
 			return c.broken()
 		}
-		cur = next
-		if next, err = c.start(fxpReaddir, str(handle)); err != nil {
-			return err
+		want := 2
+		if onlyDots {
+			want = 1
+		}
+		if len(inflight) < want {
+			more, err := c.startN(want-len(inflight), fxpReaddir, str(handle))
+			if err != nil {
+				return err
+			}
+			inflight = append(inflight, more...)
 		}
 	}
 }

@@ -5,12 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path"
 	"path/filepath"
 	"sort"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/pkg/sftp"
 	"golang.org/x/crypto/ssh/knownhosts"
 
 	"github.com/partner-intake/partner-intake/internal/sftpd"
@@ -73,11 +75,16 @@ func TestListDirStreamsWhatReadDirReturns(t *testing.T) {
 		if err := s.ListDir(context.Background(), dir+"/missing", func(os.FileInfo) error { return nil }); !os.IsNotExist(err) && !errorsIsNotExist(err) {
 			t.Fatalf("a missing directory: %v", err)
 		}
-		// an empty directory (both READDIRs in flight find the end), then
-		// the whole one again on the same channel
+		// an empty directory (both READDIRs in flight find the end: no
+		// third is sent after a reply of "." and ".." alone), then the
+		// whole one again on the same channel
 		n = 0
+		before := sftpconn.ListingRequests(s)
 		if err := s.ListDir(context.Background(), dir+"/sub", func(os.FileInfo) error { n++; return nil }); err != nil || n != 0 {
 			t.Fatalf("an empty directory: %v, %d entries", err, n)
+		}
+		if sent := sftpconn.ListingRequests(s) - before; sent != 4 {
+			t.Fatalf("an empty directory's listing sent %d requests, want 4 (OPENDIR, two READDIRs, CLOSE)", sent)
 		}
 		got = got[:0]
 		if err := s.ListDir(context.Background(), dir, func(fi os.FileInfo) error { got = append(got, fi); return nil }); err != nil || len(got) != len(w) {
@@ -106,6 +113,50 @@ func TestListDirStreamsWhatReadDirReturns(t *testing.T) {
 		defer s.Close()
 		check(t, s, s.Layout.ReadyDir())
 	})
+}
+
+// A site that sends "." and ".." in a reply of their own before the
+// directory's names (the listing then keeps one READDIR in flight, not
+// two) is listed whole.
+func TestAListingWhoseDotsComeApartIsWhole(t *testing.T) {
+	root := t.TempDir()
+	os.MkdirAll(filepath.Join(root, "ready"), 0o755)
+	for i := range 5 {
+		if err := os.WriteFile(filepath.Join(root, "ready", fmt.Sprintf("f%d.csv", i)), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	srv, p := inProcessSite(t, root)
+	srv.Lie(func(method, dir string, truth []os.FileInfo) sftp.ListerAt {
+		if method != "List" || path.Base(dir) != "ready" {
+			return entries(truth)
+		}
+		return dotsApart(truth)
+	})
+	defer srv.Lie(nil)
+	s, err := sftpconn.Dial(context.Background(), p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var got []string
+	if err := s.ListDir(context.Background(), s.Layout.ReadyDir(), func(fi os.FileInfo) error { got = append(got, fi.Name()); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if sort.Strings(got); fmt.Sprint(got) != "[f0.csv f1.csv f2.csv f3.csv f4.csv]" {
+		t.Fatalf("listed %v, want the five files", got)
+	}
+}
+
+// dotsApart answers a listing with "." and ".." alone, then the
+// directory's entries.
+type dotsApart []os.FileInfo
+
+func (e dotsApart) ListAt(ls []os.FileInfo, off int64) (int, error) {
+	if off == 0 {
+		return copy(ls, []os.FileInfo{fakeInfo{name: ".", mode: os.ModeDir | 0o755}, fakeInfo{name: "..", mode: os.ModeDir | 0o755}}), nil
+	}
+	return entries(e).ListAt(ls, off-2)
 }
 
 // Listings side by side share the listing channel (each request has its

@@ -52,6 +52,7 @@ func (e *TimeoutError) Unwrap() []error { return []error{os.ErrDeadlineExceeded,
 type watchdog struct {
 	timeout time.Duration
 	pending atomic.Int64 // requests sent and not yet answered
+	sentAll atomic.Int64 // requests sent in all
 	last    atomic.Int64 // unix ns of the last sign of life: a reply byte, or the first request after a quiet spell
 	expired atomic.Bool
 	heard   atomic.Int64  // unix ns of the last reply byte
@@ -306,6 +307,7 @@ func (ww watchedWriter) Write(p []byte) (int, error) {
 			ww.w.last.Store(time.Now().UnixNano())
 		}
 		ww.w.pending.Add(int64(n))
+		ww.w.sentAll.Add(int64(n))
 	}
 	ww.w.writing.Add(1)
 	defer ww.w.writing.Add(-1)
