@@ -2,9 +2,11 @@ package sftpconn
 
 import (
 	"encoding/binary"
+	"fmt"
 	"io"
 	"math/rand/v2"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 )
@@ -218,8 +220,24 @@ func TestWatchdogAllowsASlowRenameItsCopyTime(t *testing.T) {
 // and only its waiting channel is marked expired; the idle ones are not;
 // the goroutine ends with the last session's stop.
 func TestOneGoroutineWatchesTheSessionsOfACadence(t *testing.T) {
-	const timeout = 100 * time.Millisecond
-	base := runtime.NumGoroutine()
+	const timeout = 100 * time.Millisecond // a cadence no other test's sessions use
+	// runners counts the goroutines checking the set of s
+	runners := func(s *watchSet) (n int) {
+		for _, g := range strings.Split(stacks(), "\n\n") {
+			if strings.Contains(g, fmt.Sprintf("sftpconn.(*watchSet).run(%p", s)) {
+				n++
+			}
+		}
+		return n
+	}
+	set := func() *watchSet {
+		watchers.mu.Lock()
+		defer watchers.mu.Unlock()
+		return watchers.sets[timeout/4]
+	}
+	if set() != nil {
+		t.Fatal("a set of this cadence before the test")
+	}
 	type sess struct {
 		ws    []*watchdog
 		ended chan struct{}
@@ -236,8 +254,12 @@ func TestOneGoroutineWatchesTheSessionsOfACadence(t *testing.T) {
 		s.stop = watchAll(func() { s.ended <- struct{}{} }, s.ws...)
 		all = append(all, s)
 	}
-	if n := runtime.NumGoroutine() - base; n > 1 {
-		t.Fatalf("50 sessions of one cadence started %d goroutines, want 1", n)
+	ours := set()
+	watchers.mu.Lock()
+	members := len(ours.members)
+	watchers.mu.Unlock()
+	if n := runners(ours); n != 1 || members != 50 {
+		t.Fatalf("50 sessions of one cadence: %d goroutines check their set of %d; want 1 and 50", n, members)
 	}
 	select {
 	case <-all[7].ended:
@@ -256,12 +278,26 @@ func TestOneGoroutineWatchesTheSessionsOfACadence(t *testing.T) {
 		}
 		s.stop()
 	}
+	if set() != nil {
+		t.Fatal("the cadence's set kept after its last session's stop")
+	}
 	deadline := time.Now().Add(time.Minute)
-	for runtime.NumGoroutine() > base {
+	for runners(ours) != 0 {
 		if time.Now().After(deadline) {
-			t.Fatalf("%d goroutines more than before the sessions, after their last stop", runtime.NumGoroutine()-base)
+			t.Fatal("the set's goroutine still runs a minute after its last session's stop")
 		}
 		time.Sleep(10 * time.Millisecond) // polled: a goroutine's end signals nothing
+	}
+}
 
+// stacks is every goroutine's stack.
+func stacks() string {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			return string(buf[:n])
+		}
+		buf = make([]byte, 2*len(buf))
 	}
 }
