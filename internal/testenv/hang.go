@@ -40,15 +40,15 @@ func armHangReport(cleanup func()) (stop func()) {
 	}
 	start := time.Now()
 	t := time.AfterFunc(timeout-hangMargin, func() {
-		fmt.Fprint(os.Stderr, hangReport(allStacks(), time.Since(start), timeout))
+		fmt.Fprint(os.Stderr, hangReport(Stacks(), time.Since(start), timeout))
 		cleanup()
 		os.Exit(2)
 	})
 	return func() { t.Stop() }
 }
 
-// allStacks is every goroutine's stack, as runtime.Stack gives them.
-func allStacks() string {
+// Stacks is every goroutine's stack, as runtime.Stack gives them.
+func Stacks() string {
 	buf := make([]byte, 1<<20)
 	for {
 		n := runtime.Stack(buf, true)

@@ -23,7 +23,7 @@ func TestTheHangReportNamesTheRunningTestAndWhereItWaits(t *testing.T) {
 	// still be on its way there when it has said it started)
 	var r string
 	WaitFor(t, time.Minute, func() bool {
-		r = hangReport(allStacks(), 14*time.Minute, 15*time.Minute)
+		r = hangReport(Stacks(), 14*time.Minute, 15*time.Minute)
 		return strings.Contains(r, "   2 × internal/testenv.waitFor [chan receive]")
 	}, func() string { return "the two waiting goroutines are not counted together:\n" + r })
 	for _, want := range []string{

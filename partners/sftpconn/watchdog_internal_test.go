@@ -5,10 +5,11 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/partner-intake/partner-intake/internal/testenv"
 )
 
 // run watches w alone until done; on expiry it calls expire once and
@@ -223,7 +224,7 @@ func TestOneGoroutineWatchesTheSessionsOfACadence(t *testing.T) {
 	const timeout = 100 * time.Millisecond // a cadence no other test's sessions use
 	// runners counts the goroutines checking the set of s
 	runners := func(s *watchSet) (n int) {
-		for _, g := range strings.Split(stacks(), "\n\n") {
+		for _, g := range strings.Split(testenv.Stacks(), "\n\n") {
 			if strings.Contains(g, fmt.Sprintf("sftpconn.(*watchSet).run(%p", s)) {
 				n++
 			}
@@ -266,7 +267,14 @@ func TestOneGoroutineWatchesTheSessionsOfACadence(t *testing.T) {
 	case <-time.After(time.Minute):
 		t.Fatal("the session was not ended while a request waited past its timeout")
 	}
-	time.Sleep(3 * timeout) // ticks after the expiry: none may end a session again
+	// the ended session left its set at its expiry: no later tick ends it
+	// again; the others stay
+	watchers.mu.Lock()
+	members = len(ours.members)
+	watchers.mu.Unlock()
+	if members != 49 {
+		t.Fatalf("%d sessions in the set after one expired, want 49", members)
+	}
 	for i, s := range all {
 		if n := len(s.ended); n != 0 {
 			t.Fatalf("session %d ended %d more times", i, n)
@@ -281,23 +289,6 @@ func TestOneGoroutineWatchesTheSessionsOfACadence(t *testing.T) {
 	if set() != nil {
 		t.Fatal("the cadence's set kept after its last session's stop")
 	}
-	deadline := time.Now().Add(time.Minute)
-	for runners(ours) != 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("the set's goroutine still runs a minute after its last session's stop")
-		}
-		time.Sleep(10 * time.Millisecond) // polled: a goroutine's end signals nothing
-	}
-}
-
-// stacks is every goroutine's stack.
-func stacks() string {
-	buf := make([]byte, 1<<20)
-	for {
-		n := runtime.Stack(buf, true)
-		if n < len(buf) {
-			return string(buf[:n])
-		}
-		buf = make([]byte, 2*len(buf))
-	}
+	testenv.WaitFor(t, time.Minute, func() bool { return runners(ours) == 0 },
+		testenv.Says("the set's goroutine still runs a minute after its last session's stop"))
 }
