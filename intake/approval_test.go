@@ -60,6 +60,7 @@ func reconcileAs(t *testing.T, pool *pgxpool.Pool, worker string, site *testenv.
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer rec.Stop()
 	fs, err := rec.RunOnce(context.Background())
 	if err != nil {
 		t.Fatal(err)

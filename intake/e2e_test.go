@@ -64,6 +64,7 @@ func (r *rig) reconcileOnce(sites ...*testenv.Site) {
 	if err != nil {
 		r.t.Fatal(err)
 	}
+	defer rec.Stop()
 	if _, err := rec.RunOnce(context.Background()); err != nil {
 		r.t.Fatal(err)
 	}

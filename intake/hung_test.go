@@ -119,6 +119,7 @@ func TestHungSiteHoldsUpNoOtherPartner(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer rec.Stop()
 	fs, err := rec.RunOnce(ctx)
 	if err != nil && !strings.Contains(err.Error(), "partner hung") {
 		t.Fatalf("reconcile: %v", err)

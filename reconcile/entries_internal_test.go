@@ -53,6 +53,7 @@ func TestEveryStateWalkedThroughTheEntryRows(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer r.Stop()
 	month := time.Now().UTC().Format("2006/01")
 	// The specification, in the words of the docs: quarantine/ holds the
 	// files of held rows (quarantined, failed, discarded), what an owner
@@ -177,6 +178,7 @@ func TestAStaleEntryGoneOnTheSecondLookIsNotRaised(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer r.Stop()
 	var id int64
 	if err := pool.QueryRow(ctx, `INSERT INTO file_intake (partner_id, feed, remote_name, claimed_path, listed_size, state, worker_id, lease_until)
 		VALUES ('again', 'orders', 'orders-1.csv', '/processing/w/orders-1.csv', 2, 'archived', 'w', pg_catalog.now()) RETURNING intake_id`).Scan(&id); err != nil {
@@ -232,6 +234,7 @@ func TestEveryStateWalkedThroughTheProcessingRows(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer r.Stop()
 	byPath := map[string]ledger.State{}
 	for _, s := range ledger.States() {
 		name := fmt.Sprintf("orders-%s.csv", s)

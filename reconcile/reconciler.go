@@ -100,7 +100,8 @@ type Reconciler struct {
 	// (a removed partner's last count would otherwise alert for ever).
 	gauged map[string]bool
 
-	life lifecycle.Base
+	life   lifecycle.Base
+	leader leaderLock // one reconciler acts at a time (leader.go)
 }
 
 // SetPartners makes parts (validated) the partners of the next runs (a
@@ -116,7 +117,7 @@ func New(cfg Config, worker string, lease time.Duration, db *pgxpool.Pool, sp *s
 		return nil, err
 	}
 	f := promauto.With(reg)
-	return &Reconciler{cfg: cfg, worker: worker, db: db, ledger: ledger.New(db, lease), spool: sp, parts: partners.NewCurrent(parts),
+	r := &Reconciler{cfg: cfg, worker: worker, db: db, ledger: ledger.New(db, lease), spool: sp, parts: partners.NewCurrent(parts),
 		log: log.With("component", "reconcile", "worker", worker), onTakeover: onTakeover,
 		runs: f.NewCounterVec(prometheus.CounterOpts{Name: "intake_reconcile_runs_total",
 			Help: "Reconciler runs by result: ok, error, not_leader."}, []string{"result"}),
@@ -132,7 +133,20 @@ func New(cfg Config, worker string, lease time.Duration, db *pgxpool.Pool, sp *s
 			Help: "Files in a processing/ dir with no live row (claims without an outcome) left at the last reconciler run."}, []string{"partner"}),
 		takeovers: f.NewCounterVec(prometheus.CounterOpts{Name: "intake_lease_takeovers_total",
 			Help: "Claims taken over from another worker (expired lease or orphaned claim)."}, []string{"partner"}),
-	}, nil
+	}
+	if db != nil {
+		r.leader.cfg = db.Config().ConnConfig
+	}
+	return r, nil
+}
+
+// WithClaimPool has the partners' claim sections the reconciler enters (a
+// takeover and its move, an adoption) hold connections of claims, as the
+// daemon's do (ledger.Ledger.WithClaimPool), not of the work pool its
+// statements run on. It returns r.
+func (r *Reconciler) WithClaimPool(claims *pgxpool.Pool) *Reconciler {
+	r.ledger.WithClaimPool(claims)
+	return r
 }
 
 // ErrNotLeader: another replica's reconciler holds the lock this time.
@@ -141,30 +155,15 @@ var ErrNotLeader = errors.New("another reconciler is running")
 // RunOnce runs the whole matrix for every partner, under the cluster-wide
 // advisory lock. One partner's failure does not stop the others.
 func (r *Reconciler) RunOnce(ctx context.Context) ([]ledger.Finding, error) {
-	conn, err := r.db.Acquire(ctx)
-	if err != nil {
-		r.runs.WithLabelValues("error").Inc()
-		return nil, fmt.Errorf("reconcile: %w", err)
-	}
-	defer conn.Release()
-	var got bool
-	if err := conn.QueryRow(ctx, `SELECT pg_catalog.pg_try_advisory_lock(pg_catalog.hashtextextended($1::text, 0::int8))`, lockKey).Scan(&got); err != nil {
-		r.runs.WithLabelValues("error").Inc()
-		return nil, fmt.Errorf("reconcile: lock: %w", err)
-	}
-	if !got {
-		r.runs.WithLabelValues("not_leader").Inc()
-		return nil, ErrNotLeader
-	}
-	defer func() {
-		// Unlock even when ctx is done: a fresh, bounded context, or the
-		// lock would live as long as the pooled connection.
-		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		if _, err := conn.Exec(uctx, `SELECT pg_catalog.pg_advisory_unlock(pg_catalog.hashtextextended($1::text, 0::int8))`, lockKey); err != nil {
-			conn.Conn().Close(uctx) // closing the session drops the lock
+	if err := r.leader.acquire(ctx); err != nil {
+		if errors.Is(err, ErrNotLeader) {
+			r.runs.WithLabelValues("not_leader").Inc()
+		} else {
+			r.runs.WithLabelValues("error").Inc()
 		}
-	}()
+		return nil, err
+	}
+	defer r.leader.release(ctx)
 	var all []ledger.Finding
 	var errs []error
 	parts := r.parts.Get()
@@ -308,6 +307,11 @@ func (r *Reconciler) Start(ctx context.Context) error {
 	return nil
 }
 
-// Stop cancels the reconciler's context (a run in progress ends early)
-// and waits for the run. Safe before Start and more than once.
-func (r *Reconciler) Stop() { r.life.Stop() }
+// Stop cancels the reconciler's context (a run in progress ends early),
+// waits for the run and closes the leader lock's connection. Safe before
+// Start and more than once; a reconciler only ever run with RunOnce is
+// stopped the same way.
+func (r *Reconciler) Stop() {
+	r.life.Stop()
+	r.leader.close()
+}

@@ -188,6 +188,7 @@ func cmdRun(path string, once bool, stdout, stderr io.Writer) int {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	ic := e.cfg.Intake()
+	var claims *pgxpool.Pool
 	if !once {
 		// A daemon's claim sections hold connections of their own while
 		// their renames cross the network (docs/performance.md).
@@ -196,7 +197,8 @@ func cmdRun(path string, once bool, stdout, stderr io.Writer) int {
 		// daemon's pool, whose first one the schema check makes beside
 		// the login. A pool of its own would start a second PostgreSQL
 		// backend for it, about 20 ms of the database's CPU (measured).
-		claims, err := claimPool(ctx, e)
+		var err error
+		claims, err = claimPool(ctx, e)
 		if err != nil {
 			return fatal(fmt.Errorf("database: %w", err), 1)
 		}
@@ -295,6 +297,7 @@ func cmdRun(path string, once bool, stdout, stderr io.Writer) int {
 	if err != nil {
 		return fatal(err, 2)
 	}
+	rec.WithClaimPool(claims)
 	setWaiting(nil)
 	var services []service
 	if e.cfg.Console.Enabled() {
@@ -463,6 +466,7 @@ func cmdReconcile(path string, once bool, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "intake reconcile:", err)
 		return 2
 	}
+	defer rec.Stop()
 	found, err := rec.RunOnce(ctx)
 	reconcile.Sort(found)
 	for _, f := range found {
