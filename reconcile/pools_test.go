@@ -12,7 +12,6 @@ import (
 	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/internal/fault"
 	"github.com/partner-intake/partner-intake/internal/testenv"
-	"github.com/partner-intake/partner-intake/migrations"
 	"github.com/partner-intake/partner-intake/partners"
 	"github.com/partner-intake/partner-intake/reconcile"
 )
@@ -20,18 +19,7 @@ import (
 // onePool is a pool on url that holds one connection at most.
 func onePool(t *testing.T, url string) *pgxpool.Pool {
 	t.Helper()
-	pc, err := pgxpool.ParseConfig(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	migrations.SetSearchPath(pc.ConnConfig)
-	pc.MaxConns = 1
-	pool, err := pgxpool.NewWithConfig(context.Background(), pc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	testenv.ClosePoolAtCleanup(t, pool)
-	return pool
+	return testenv.PoolWith(t, url, func(pc *pgxpool.Config) { pc.MaxConns = 1 })
 }
 
 // A run holds one connection of the work pool at a time, whatever it

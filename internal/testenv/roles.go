@@ -51,11 +51,21 @@ func Conn(t testing.TB, url string) *pgx.Conn {
 // as intake's own pools are; closed at the end of the test.
 func Pool(t testing.TB, url string) *pgxpool.Pool {
 	t.Helper()
+	return PoolWith(t, url, nil)
+}
+
+// PoolWith is Pool with set (if not nil) applied to its configuration
+// first: a size, a runtime parameter.
+func PoolWith(t testing.TB, url string, set func(*pgxpool.Config)) *pgxpool.Pool {
+	t.Helper()
 	pc, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		t.Fatal(err)
 	}
 	migrations.SetSearchPath(pc.ConnConfig)
+	if set != nil {
+		set(pc)
+	}
 	pool, err := pgxpool.NewWithConfig(context.Background(), pc)
 	if err != nil {
 		t.Fatal(err)
