@@ -259,6 +259,9 @@ func TestOneGoroutineWatchesTheSessionsOfACadence(t *testing.T) {
 	watchers.mu.Lock()
 	members := len(ours.members)
 	watchers.mu.Unlock()
+	// a goroutine not yet scheduled shows no arguments in a dump: wait
+	// until the set's goroutine runs, then count
+	testenv.WaitFor(t, time.Minute, func() bool { return runners(ours) > 0 }, testenv.Says("the set's goroutine never ran"))
 	if n := runners(ours); n != 1 || members != 50 {
 		t.Fatalf("50 sessions of one cadence: %d goroutines check their set of %d; want 1 and 50", n, members)
 	}
