@@ -57,9 +57,10 @@ type ahead struct {
 	hand   chan *aheadHand
 	done   chan struct{}
 	// planConns: the work pool's connections the file's own plan holds
-	// (plan.go). The apply ahead gives its connection up when the pool
-	// stays full (pool_busy), for other files; its own plan, which it
-	// waits for anyway, does not count.
+	// (plan.go), counted once acquired. The apply ahead gives its
+	// connection up when the pool stays full (pool_busy), for other files
+	// and for its own plan while that waits for one; a connection its
+	// plan holds, which it waits for anyway, does not count.
 	planConns atomic.Int32
 }
 

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/internal/reason"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -383,5 +384,51 @@ func TestRowsRefusedAheadAreRejectedWithTheirLines(t *testing.T) {
 	}
 	if got := aheadCount(r, "committed"); got != 1 {
 		t.Fatalf("apply ahead committed %v times, want 1", got)
+	}
+}
+
+// A plan that records rejected rows waits for a connection like any other
+// statement when the work pool is full (here: the apply ahead's and one
+// the test holds, as another file's transaction waiting on the rows the
+// apply ahead wrote would). The apply ahead then gives its connection up
+// (pool_busy) so the plan it waits for can start, and the file is applied
+// from the spool.
+func TestAnApplyAheadGivesItsConnectionUpToItsPlanWaitingForOne(t *testing.T) {
+	t.Cleanup(intake.SetAheadBytes(1))
+	url, pool := testenv.DB(t)
+	work := testenv.PoolWith(t, url, func(pc *pgxpool.Config) {
+		pc.MaxConns = 2
+		pc.ConnConfig.RuntimeParams["application_name"] = ledger.AppName("w1")
+	})
+	site := testenv.NewSite(t, "acme")
+	site.Config.Feeds[0].ChunkRows = 3
+	r := newRig(t, work, "w1", site)
+	intake.Signals(r.d).AheadChunk.Init(t)
+	lines := strings.SplitAfter(goodRows("P", aheadRows), "\n")
+	lines[2] = strings.Replace(lines[2], "@example.com", "", 1) // line 3 rejected
+	site.Drop(t, "orders-p.csv", strings.Join(lines, ""))
+	resume := r.pollPaused("acme", "spool:after")
+	intake.Signals(r.d).AheadChunk.WaitFor(func(no int) bool { return no == 5 })
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	held, err := work.Acquire(ctx) // the pool's other connection
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Release()
+	done := make(chan error, 1)
+	go func() { done <- resume() }()
+	testenv.WaitFor(t, time.Minute, func() bool { return aheadCount(r, "abandoned") == 1 },
+		testenv.Says("the apply ahead kept its connection while its plan waited for one"))
+	held.Release()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	f := files(t, pool, "acme")[0]
+	if f.State != "archived" || f.Applied != aheadRows-1 || f.Rejected != 1 {
+		t.Fatalf("got %+v, want archived: %d applied, 1 rejected", f, aheadRows-1)
+	}
+	if got := aheadCount(r, "committed"); got != 0 {
+		t.Fatalf("apply ahead committed %v times, want 0 (it gave its connection up)", got)
 	}
 }

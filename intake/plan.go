@@ -10,6 +10,7 @@ import (
 	"github.com/partner-intake/partner-intake/internal/reason"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/intake/rows"
@@ -187,18 +188,27 @@ func (r *planStage) plan(ctx context.Context) (*planResult, error) {
 	if sc.rejected == 0 {
 		err = ledger.Plan(ctx, r.d.db, in, ledger.State(next), res.Total, res.Rejected, r.feed.Hash())
 	} else {
-		if a := r.ahead; a != nil {
-			// recording many rejected rows holds a connection a while
-			// (the apply ahead does not take that for another file's)
-			a.planConns.Add(1)
-			defer a.planConns.Add(-1)
-		}
-		err = pgx.BeginFunc(ctx, r.d.db, func(tx pgx.Tx) error {
-			if err := ledger.Plan(ctx, tx, in, ledger.State(next), res.Total, res.Rejected, r.feed.Hash()); err != nil {
-				return err
+		// Recording many rejected rows holds a connection a while; the
+		// apply ahead does not take that for another file's. It is counted
+		// only once held: a plan still waiting for a connection is one
+		// more reason for the apply ahead to give its own up.
+		var conn *pgxpool.Conn
+		if conn, err = r.d.db.Acquire(ctx); err == nil {
+			a := r.ahead
+			if a != nil {
+				a.planConns.Add(1)
 			}
-			return r.recordIssues(ctx, tx, sc)
-		})
+			err = pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+				if err := ledger.Plan(ctx, tx, in, ledger.State(next), res.Total, res.Rejected, r.feed.Hash()); err != nil {
+					return err
+				}
+				return r.recordIssues(ctx, tx, sc)
+			})
+			if a != nil {
+				a.planConns.Add(-1)
+			}
+			conn.Release()
+		}
 	}
 	if err != nil {
 		return nil, err
