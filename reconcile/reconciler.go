@@ -19,6 +19,7 @@ import (
 	"github.com/robfig/cron/v3"
 
 	"github.com/partner-intake/partner-intake/intake/ledger"
+	"github.com/partner-intake/partner-intake/internal/leaderlock"
 	"github.com/partner-intake/partner-intake/internal/lifecycle"
 	"github.com/partner-intake/partner-intake/internal/schedule"
 	"github.com/partner-intake/partner-intake/partners"
@@ -101,7 +102,7 @@ type Reconciler struct {
 	gauged map[string]bool
 
 	life   lifecycle.Base
-	leader leaderLock // one reconciler acts at a time (leader.go)
+	leader *leaderlock.Lock // one reconciler acts at a time across replicas
 }
 
 // SetPartners makes parts (validated) the partners of the next runs (a
@@ -135,7 +136,7 @@ func New(cfg Config, worker string, lease time.Duration, db *pgxpool.Pool, sp *s
 			Help: "Claims taken over from another worker (expired lease or orphaned claim)."}, []string{"partner"}),
 	}
 	if db != nil {
-		r.leader.cfg = db.Config().ConnConfig
+		r.leader = leaderlock.New(db.Config().ConnConfig, lockKey)
 	}
 	return r, nil
 }
@@ -155,15 +156,15 @@ var ErrNotLeader = errors.New("another reconciler is running")
 // RunOnce runs the whole matrix for every partner, under the cluster-wide
 // advisory lock. One partner's failure does not stop the others.
 func (r *Reconciler) RunOnce(ctx context.Context) ([]ledger.Finding, error) {
-	if err := r.leader.acquire(ctx); err != nil {
-		if errors.Is(err, ErrNotLeader) {
+	if err := r.leader.Acquire(ctx); err != nil {
+		if errors.Is(err, leaderlock.ErrHeld) {
 			r.runs.WithLabelValues("not_leader").Inc()
-		} else {
-			r.runs.WithLabelValues("error").Inc()
+			return nil, ErrNotLeader
 		}
-		return nil, err
+		r.runs.WithLabelValues("error").Inc()
+		return nil, fmt.Errorf("reconcile: %w", err)
 	}
-	defer r.leader.release(ctx)
+	defer r.leader.Release(ctx)
 	var all []ledger.Finding
 	var errs []error
 	parts := r.parts.Get()
@@ -313,5 +314,7 @@ func (r *Reconciler) Start(ctx context.Context) error {
 // stopped the same way.
 func (r *Reconciler) Stop() {
 	r.life.Stop()
-	r.leader.close()
+	if r.leader != nil {
+		r.leader.Close()
+	}
 }

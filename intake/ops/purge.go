@@ -15,6 +15,7 @@ import (
 
 	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/intake/sitefile"
+	"github.com/partner-intake/partner-intake/internal/leaderlock"
 	"github.com/partner-intake/partner-intake/partners"
 	"github.com/partner-intake/partner-intake/partners/sftpconn"
 	"github.com/partner-intake/partner-intake/spool"
@@ -96,6 +97,9 @@ type Purged struct {
 	Err          error // why the partner's purge stopped short; the others went on
 }
 
+// purgeLockKey names the advisory lock one purge at a time holds.
+const purgeLockKey = "partner-intake/purge"
+
 // ErrPurgeRunning: another replica's purge holds the lock.
 var ErrPurgeRunning = errors.New("another purge is running")
 
@@ -109,25 +113,18 @@ func isReport(name string) bool {
 // removed. Nothing a file in flight or held for ops still needs is touched.
 func Purge(ctx context.Context, db *pgxpool.Pool, sp *spool.Spool, parts []partners.Config, ret Retention, now time.Time) ([]Purged, error) {
 	ret.SetDefaults()
-	conn, err := db.Acquire(ctx)
-	if err != nil {
-		return nil, err
-	}
-	defer conn.Release()
-	var got bool
-	if err := conn.QueryRow(ctx, `SELECT pg_catalog.pg_try_advisory_lock(pg_catalog.hashtextextended('partner-intake/purge'::text, 0::int8))`).Scan(&got); err != nil {
-		return nil, err
-	}
-	if !got {
-		return nil, ErrPurgeRunning
-	}
-	defer func() {
-		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		if _, err := conn.Exec(uctx, `SELECT pg_catalog.pg_advisory_unlock(pg_catalog.hashtextextended('partner-intake/purge'::text, 0::int8))`); err != nil {
-			conn.Conn().Close(uctx)
+	// the lock on a connection of its own: the whole purge (SFTP
+	// included) holds it, and the daemon's work pool keeps every
+	// connection meanwhile
+	lock := leaderlock.New(db.Config().ConnConfig, purgeLockKey)
+	defer lock.Close()
+	if err := lock.Acquire(ctx); err != nil {
+		if errors.Is(err, leaderlock.ErrHeld) {
+			return nil, ErrPurgeRunning
 		}
-	}()
+		return nil, fmt.Errorf("purge: %w", err)
+	}
+	defer lock.Release(ctx)
 	var out []Purged
 	var errs []error
 	for i := range parts {
