@@ -178,19 +178,21 @@ func (r *applyStage) runAhead(ctx context.Context, a *ahead, fl io.ReadCloser, s
 		r.log.Info("applying ahead of the plan stopped; the file is applied from the spool after its plan", "why", why, "err", err)
 		return "abandoned"
 	}
+	// the table before the connection: a first load queries the pool
+	var err error
+	if h.tgt, err = r.d.targets.Get(ctx, r.feed); err != nil {
+		return abandon("target", err)
+	}
 	st := r.d.db.Stat()
 	if st.MaxConns()-st.AcquiredConns() < 2 {
 		return abandon("pool_busy", nil) // never the pool's last connection
 	}
 	acq, cancel := context.WithTimeout(ctx, aheadPoolCheck)
-	conn, err := r.d.db.Acquire(acq)
+	conn, err = r.d.db.Acquire(acq)
 	cancel()
 	if err != nil {
 		conn = nil
 		return abandon("pool_busy", err)
-	}
-	if h.tgt, err = r.d.targets.Get(ctx, r.feed); err != nil {
-		return abandon("target", err)
 	}
 	if tx, err = conn.Begin(ctx); err != nil {
 		tx = nil

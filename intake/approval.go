@@ -88,8 +88,12 @@ func (r *planStage) planApproval(ctx context.Context, sc *scan, res *planResult)
 	// run) or before (a re-plan after a mapping change found at a resume,
 	// ledger.Replan): only that plan may be applied
 	approved := in.PlanDecision == planApproved || in.ApprovedPlanHash != ""
-	err := pgx.BeginFunc(ctx, r.d.db, func(tx pgx.Tx) error {
-		counts, err := r.targetPlan(ctx, tx, res.Total)
+	tgt, err := r.targetTable(ctx) // before the transaction: a first load queries the pool
+	if err != nil {
+		return err
+	}
+	err = pgx.BeginFunc(ctx, r.d.db, func(tx pgx.Tx) error {
+		counts, err := r.targetPlan(ctx, tx, tgt, res.Total)
 		if err != nil {
 			return err
 		}
@@ -117,7 +121,7 @@ func (r *planStage) planApproval(ctx context.Context, sc *scan, res *planResult)
 			return err
 		}
 		if rec.Wait {
-			if err := r.recordChanges(ctx, tx, counts); err != nil {
+			if err := r.recordChanges(ctx, tx, tgt, counts); err != nil {
 				return err
 			}
 		}
@@ -146,14 +150,12 @@ func (r *planStage) planApproval(ctx context.Context, sc *scan, res *planResult)
 }
 
 // targetPlan stages every valid row of the spooled file in tx and judges
-// them against the target (target.Table.Plan). Rows the row check or a
-// column's encoding refuses count as invalid rejects.
-func (r *planStage) targetPlan(ctx context.Context, tx pgx.Tx, total int64) (target.PlanCounts, error) {
+// them against the target tgt (target.Table.Plan). Rows the row check or
+// a column's encoding refuses count as invalid rejects. The caller
+// resolved tgt (fileRun.targetTable) before it took tx's connection: a
+// table not yet loaded is read on a connection of the pool.
+func (r *planStage) targetPlan(ctx context.Context, tx pgx.Tx, tgt *target.Table, total int64) (target.PlanCounts, error) {
 	var counts target.PlanCounts
-	tgt, err := r.targetTable(ctx)
-	if err != nil {
-		return counts, err
-	}
 	f, rd, err := r.spooledRows("plan")
 	if err != nil {
 		return counts, err
@@ -219,11 +221,7 @@ func (r *planStage) targetPlan(ctx context.Context, tx pgx.Tx, total int64) (tar
 // counts) for ops to review, after ledger.RecordPlan removed an earlier
 // plan's: one statement in the target's package, from the plan's own
 // rows (target.Table.RecordChanges).
-func (r *fileRun) recordChanges(ctx context.Context, tx pgx.Tx, counts target.PlanCounts) error {
-	tgt, err := r.targetTable(ctx)
-	if err != nil {
-		return err
-	}
+func (r *fileRun) recordChanges(ctx context.Context, tx pgx.Tx, tgt *target.Table, counts target.PlanCounts) error {
 	return tgt.RecordChanges(ctx, tx, r.in.ID, r.writer(), r.in.Partner, r.in.Feed, counts.Deletes > 0)
 }
 
@@ -252,7 +250,7 @@ func (e *planChangedError) Error() string {
 // it; another plan is a planChangedError.
 func (r *applyStage) recheck(ctx context.Context, tx pgx.Tx, tgt *target.Table) error {
 	in := r.in
-	counts, err := r.planStage().targetPlan(ctx, tx, in.RowsTotal)
+	counts, err := r.planStage().targetPlan(ctx, tx, tgt, in.RowsTotal)
 	if err != nil {
 		return err
 	}
@@ -281,8 +279,12 @@ func (r *applyStage) recheck(ctx context.Context, tx pgx.Tx, tgt *target.Table) 
 // newer one).
 func (r *applyStage) rewait(ctx context.Context, pc *planChangedError) error {
 	in := r.in
-	err := pgx.BeginFunc(ctx, r.d.db, func(tx pgx.Tx) error {
-		counts, err := r.planStage().targetPlan(ctx, tx, in.RowsTotal)
+	tgt, err := r.targetTable(ctx) // before the transaction: a first load queries the pool
+	if err != nil {
+		return err
+	}
+	err = pgx.BeginFunc(ctx, r.d.db, func(tx pgx.Tx) error {
+		counts, err := r.planStage().targetPlan(ctx, tx, tgt, in.RowsTotal)
 		if err != nil {
 			return err
 		}
@@ -296,7 +298,7 @@ func (r *applyStage) rewait(ctx context.Context, pc *planChangedError) error {
 		if err := ledger.RecordPlan(ctx, tx, in, pc.rec); err != nil {
 			return err
 		}
-		return r.recordChanges(ctx, tx, counts)
+		return r.recordChanges(ctx, tx, tgt, counts)
 	})
 	if err != nil {
 		return err

@@ -682,3 +682,27 @@ func changesOf(t *testing.T, pool *pgxpool.Pool, id int64) string {
 	}
 	return s
 }
+
+// A guarded feed's plan resolves its target table before it takes its
+// transaction's connection: a table not loaded yet is read on a
+// connection of the pool, which on a 1-connection pool would never come
+// while the transaction holds the only one.
+func TestAPlanLoadsItsTargetBeforeItsTransaction(t *testing.T) {
+	url, pool := testenv.DB(t)
+	work := testenv.PoolWith(t, url, func(pc *pgxpool.Config) {
+		pc.MaxConns = 1
+		pc.ConnConfig.RuntimeParams["application_name"] = ledger.AppName("w1")
+	})
+	site := testenv.NewSite(t, "ap")
+	site.Config.Feeds[0].Approval = &partners.Approval{MaxUpdateRatio: ratio(0.5)}
+	r := newRig(t, work, "w1", site) // no target loaded: the plan's is the first
+	site.Drop(t, "orders-1.csv", goodRows("A", 4))
+	r.poll("ap")
+	f := files(t, pool, "ap")[0]
+	if f.State != "archived" || f.Applied != 4 {
+		t.Fatalf("got %+v, want archived with 4 rows applied", f)
+	}
+	if _, c := planOf(t, pool, "ap", f.ID); c.Creates != 4 {
+		t.Fatalf("plan %+v, want 4 creates", c)
+	}
+}

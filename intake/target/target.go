@@ -193,12 +193,15 @@ func NewCache(db *pgxpool.Pool) *Cache {
 	return &Cache{db: db, m: map[string]*Table{}}
 }
 
-// Get returns the checked target of a feed, loading it on first use. The
-// load runs without the cache's lock: callers that hold a pool connection
-// while they ask (a plan's transaction, an apply ahead) must not wait
-// behind a load that waits for a connection, such as a held feed's retry
-// (intake/targethold.go). Two loads of one mapping at once keep the first
-// stored; Load only reads the catalog.
+// Get returns the checked target of a feed, loading it on first use, on
+// connections of the cache's pool: a caller asks before it holds a
+// connection of that pool (a plan resolves its table before its
+// transaction, an apply ahead before its connection), so a first load
+// never waits for a connection its caller holds. The load runs without
+// the cache's lock, so no caller waits behind another's load that waits
+// for a connection, such as a held feed's retry (intake/targethold.go).
+// Two loads of one mapping at once keep the first stored; Load only
+// reads the catalog.
 func (c *Cache) Get(ctx context.Context, f *partners.Feed) (*Table, error) {
 	key := mappingKey(f)
 	c.mu.Lock()
