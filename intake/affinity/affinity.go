@@ -63,10 +63,15 @@ type Config struct {
 
 // Peers caches which live replicas serve which partners.
 type Peers struct {
-	cfg     Config
-	mu      sync.Mutex
-	at      time.Time
-	serving map[string][]string // partner -> live replicas serving it (this one included)
+	cfg Config
+	mu  sync.Mutex // never held across a read of the database
+	at  time.Time  // when the view was read; zero: read it at the next question
+	// serving: partner -> live replicas serving it (this one included);
+	// nil before the first view and after a failed read (unknown)
+	serving map[string][]string
+	// reading is closed when the read in progress ends; nil when none is
+	reading chan struct{}
+	read    bool // a read has ended (its view, or unknown)
 }
 
 // New is a Peers that reads the live replicas at its first question.
@@ -97,37 +102,11 @@ func (p *Peers) Owns(ctx context.Context, partner string) bool {
 	if !p.cfg.Registered() || p.cfg.Everyone {
 		return true
 	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	refresh := min(peerRefresh, p.cfg.Lease/3)
-	if p.at.IsZero() || time.Since(p.at) > refresh {
-		serving, err := p.cfg.Ledger.LiveServing(ctx)
-		p.at = time.Now() // a failed read is tried again after the same interval, not at every call
-		if err != nil {
-			if ctx.Err() == nil {
-				p.cfg.Log.Warn("reading the live replicas failed; polling every partner meanwhile", "err", err)
-			}
-			p.serving = nil
-		} else {
-			// the partners this view gives this replica that the last did
-			// not (a replica gone: its lease ran out) are polled at once,
-			// not at their next turn: a failover costs the lease, not the
-			// lease and a poll interval
-			if prev := p.serving; prev != nil {
-				for _, id := range newlyOwned(p.cfg.WorkerID, p.cfg.Partners(), prev, serving) {
-					p.cfg.Gained(id)
-				}
-			}
-			p.serving = serving
-		}
-		if p.cfg.Seen != nil {
-			p.cfg.Seen(p.serving)
-		}
-	}
-	if p.serving == nil {
+	serving := p.view(ctx)
+	if serving == nil {
 		return true // the others are unknown: two pollers are safe, none would stall the partner
 	}
-	workers := append([]string{p.cfg.WorkerID}, p.serving[partner]...)
+	workers := append([]string{p.cfg.WorkerID}, serving[partner]...)
 	mine := rendezvous.Owner(partner, workers) == p.cfg.WorkerID
 	v := 0.0
 	if mine {
@@ -135,6 +114,74 @@ func (p *Peers) Owns(ctx context.Context, partner string) bool {
 	}
 	p.cfg.Owned.WithLabelValues(partner).Set(v)
 	return mine
+}
+
+// view is the view of the live replicas, read again once it is older
+// than a third of a lease (at most peerRefresh). One question at a time
+// reads it, outside the lock; the others meanwhile are answered from the
+// view before, so no partner's poll gate (nor a claim's Lost) waits on
+// another's read. Only before the first view do they wait for the read.
+func (p *Peers) view(ctx context.Context) map[string][]string {
+	p.mu.Lock()
+	if !p.at.IsZero() && time.Since(p.at) <= min(peerRefresh, p.cfg.Lease/3) {
+		defer p.mu.Unlock()
+		return p.serving
+	}
+	if wait := p.reading; wait != nil {
+		serving, first := p.serving, !p.read
+		p.mu.Unlock()
+		if !first {
+			return serving
+		}
+		select {
+		case <-wait:
+		case <-ctx.Done():
+			return nil
+		}
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return p.serving
+	}
+	done := make(chan struct{})
+	p.reading = done
+	prev := p.serving
+	p.mu.Unlock()
+
+	serving, err := p.cfg.Ledger.LiveServing(ctx)
+	var gained []string
+	if err == nil && prev != nil {
+		// the partners this view gives this replica that the last did not
+		// (a replica gone: its lease ran out) are polled at once, not at
+		// their next turn: a failover costs the lease, not the lease and a
+		// poll interval
+		gained = newlyOwned(p.cfg.WorkerID, p.cfg.Partners(), prev, serving)
+	}
+	p.mu.Lock()
+	p.reading, p.read = nil, true
+	close(done)
+	switch {
+	case err == nil:
+		p.serving, p.at = serving, time.Now()
+	case ctx.Err() != nil:
+		// the asker's own end: the view stands, and the next question
+		// reads it
+		serving = p.serving
+	default:
+		// a failed read is tried again after the same interval, not at
+		// every question
+		p.serving, p.at, serving = nil, time.Now(), nil
+	}
+	p.mu.Unlock()
+	if err != nil && ctx.Err() == nil {
+		p.cfg.Log.Warn("reading the live replicas failed; polling every partner meanwhile", "err", err)
+	}
+	for _, id := range gained {
+		p.cfg.Gained(id)
+	}
+	if p.cfg.Seen != nil && (err == nil || ctx.Err() == nil) {
+		p.cfg.Seen(serving)
+	}
+	return serving
 }
 
 // newlyOwned lists the partners of ids that me polls under the live
