@@ -1,6 +1,8 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"io"
 	"net/http"
 	"os"
@@ -146,4 +148,38 @@ func TestSighupReloadsThePartners(t *testing.T) {
 
 func archived(t *testing.T, pool *pgxpool.Pool, partner string) int64 {
 	return testenv.Count(t, pool, `SELECT count(*) FROM file_intake WHERE partner_id = $1 AND state = 'archived'`, partner)
+}
+
+// A stop signal during a reload ends the reload (its context is the
+// signal's) and the run drains then, not once the reload gave up on its
+// own.
+func TestAStopSignalEndsAReloadInProgress(t *testing.T) {
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	hup := make(chan os.Signal, 1)
+	reloading := make(chan struct{})
+	reloadEnded := make(chan error, 1)
+	reload := func(rctx context.Context) {
+		close(reloading)
+		<-rctx.Done() // a reload waiting on a site or the database
+		reloadEnded <- rctx.Err()
+	}
+	code := make(chan int, 1)
+	go func() {
+		code <- runServices(ctx, func() {}, hup, reload, testenv.Logger(t), io.Discard, nil)
+	}()
+	hup <- syscall.SIGHUP
+	<-reloading
+	stop() // SIGTERM
+	select {
+	case c := <-code:
+		if c != 0 {
+			t.Fatalf("the run exited %d, want 0", c)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("the run did not drain while a reload waited")
+	}
+	if err := <-reloadEnded; !errors.Is(err, context.Canceled) {
+		t.Fatalf("the reload ended with %v, want the stop's cancel", err)
+	}
 }

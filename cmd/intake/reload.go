@@ -64,9 +64,11 @@ func newReloader(path string, cur *config.File, d *intake.Daemon, rec *reconcile
 	return r
 }
 
-// reload re-reads the config file and applies it, or refuses it whole.
-func (r *reloader) reload() {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+// reload re-reads the config file and applies it, or refuses it whole;
+// within a minute, and not past ctx's end (a stop signal: the reload is
+// refused, and the daemon drains at once rather than after it).
+func (r *reloader) reload(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	next, err := config.Load(r.path)
 	var res intake.ReloadResult

@@ -377,7 +377,7 @@ type service struct {
 // cancel). stopSignals restores the signals' default, so a second SIGTERM
 // or SIGINT ends the process at once. SIGHUP (hup) arrives here too and
 // calls reload (reload.go), one at a time.
-func runServices(ctx context.Context, stopSignals func(), hup <-chan os.Signal, reload func(), log *slog.Logger, stderr io.Writer, services []service) int {
+func runServices(ctx context.Context, stopSignals func(), hup <-chan os.Signal, reload func(context.Context), log *slog.Logger, stderr io.Writer, services []service) int {
 	var running []service
 	defer func() {
 		for i := len(running) - 1; i >= 0; i-- {
@@ -399,7 +399,7 @@ func runServices(ctx context.Context, stopSignals func(), hup <-chan os.Signal, 
 			return 0
 		case <-hup:
 			log.Info("SIGHUP received: reloading the config")
-			reload()
+			reload(ctx) // a stop signal meanwhile ends the reload, and the loop drains
 		}
 	}
 }
