@@ -388,16 +388,18 @@ func TestRowsRefusedAheadAreRejectedWithTheirLines(t *testing.T) {
 }
 
 // A plan that records rejected rows waits for a connection like any other
-// statement when the work pool is full (here: the apply ahead's and one
-// the test holds, as another file's transaction waiting on the rows the
-// apply ahead wrote would). The apply ahead then gives its connection up
-// (pool_busy) so the plan it waits for can start, and the file is applied
-// from the spool.
+// statement when the work pool is full (here: the apply ahead's and the
+// others, which the test holds, as other files' transactions waiting on
+// the rows the apply ahead wrote would). The apply ahead then gives its
+// connection up (pool_busy) so the plan it waits for can start, and the
+// file is applied from the spool.
 func TestAnApplyAheadGivesItsConnectionUpToItsPlanWaitingForOne(t *testing.T) {
 	t.Cleanup(intake.SetAheadBytes(1))
 	url, pool := testenv.DB(t)
+	// room for the apply ahead to start (it never takes the pool's last
+	// two connections) whatever the poll holds at that moment
 	work := testenv.PoolWith(t, url, func(pc *pgxpool.Config) {
-		pc.MaxConns = 2
+		pc.MaxConns = 4
 		pc.ConnConfig.RuntimeParams["application_name"] = ledger.AppName("w1")
 	})
 	site := testenv.NewSite(t, "acme")
@@ -411,16 +413,27 @@ func TestAnApplyAheadGivesItsConnectionUpToItsPlanWaitingForOne(t *testing.T) {
 	intake.Signals(r.d).AheadChunk.WaitFor(func(no int) bool { return no == 5 })
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	held, err := work.Acquire(ctx) // the pool's other connection
-	if err != nil {
-		t.Fatal(err)
+	var held []*pgxpool.Conn // every connection but the apply ahead's
+	defer func() {
+		for _, c := range held {
+			c.Release()
+		}
+	}()
+	for range work.Stat().MaxConns() - 1 {
+		c, err := work.Acquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, c)
 	}
-	defer held.Release()
 	done := make(chan error, 1)
 	go func() { done <- resume() }()
 	testenv.WaitFor(t, time.Minute, func() bool { return aheadCount(r, "abandoned") == 1 },
 		testenv.Says("the apply ahead kept its connection while its plan waited for one"))
-	held.Release()
+	for _, c := range held {
+		c.Release()
+	}
+	held = nil
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
