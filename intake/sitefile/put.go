@@ -110,7 +110,8 @@ func (st *Staged) Write(src io.ReaderAt, size int64) error {
 		}
 	} else {
 		var n int64
-		n, err = io.Copy(st.f, io.NewSectionReader(src, 0, size))
+		// as many WRITEs in flight as the site's round trip needs
+		n, err = st.f.ReadFromWithConcurrency(io.NewSectionReader(src, 0, size), st.s.WritesInFlight())
 		if err == nil && n != size {
 			err = io.ErrUnexpectedEOF
 		}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"os"
 	"path"
@@ -55,6 +56,7 @@ type Session struct {
 	rangeWatch *watchdog
 	noRanges   atomic.Bool  // the server refused it
 	rtt        atomic.Int64 // ns, measured by Prepare; 0: not measured
+	packet     int          // the SFTP packet size of its reads and writes
 	impossible atomic.Int64 // listed names no directory holds, left out (OneName)
 	startLate  atomic.Bool  // a channel's start went unanswered past the op timeout (inTime)
 
@@ -73,6 +75,34 @@ type Session struct {
 	renamePolicy
 	siteProbes
 	chanBook
+}
+
+// maxInFlight bounds the requests of one file pkg/sftp has in flight: 4
+// MiB at 255 KiB.
+const maxInFlight = 16
+
+// uploadRate: a large upload keeps enough WRITEs in flight to carry this
+// many bytes a second at the site's round trip (WritesInFlight).
+const uploadRate = 200 << 20
+
+// WritesInFlight is how many WRITEs of one large upload go out at once:
+// enough to carry uploadRate at the site's round trip (RTT), at least
+// one, and at most maxInFlight, which is also the number when the round
+// trip was not measured. More gains a near site nothing and costs it:
+// sshd buffers what the client sends ahead of sftp-server's writes, and
+// on loopback a 3.6 MB upload took 415–452 ms with 16 in flight against
+// 18 ms with one (docs/performance.md). A far site keeps the bound: at 50
+// ms, 16 WRITEs of 255 KiB carry 80 MB/s.
+func (s *Session) WritesInFlight() int { return writesInFlight(s.RTT(), s.packet) }
+
+// writesInFlight is WritesInFlight at round trip rtt with packets of
+// packet bytes.
+func writesInFlight(rtt time.Duration, packet int) int {
+	if rtt <= 0 || packet <= 0 {
+		return maxInFlight
+	}
+	n := int(math.Ceil(float64(uploadRate) * rtt.Seconds() / float64(packet)))
+	return min(max(n, 1), maxInFlight)
 }
 
 // RTT is the round trip to the site as Prepare measured it (a keepalive
@@ -435,15 +465,16 @@ var (
 // connection it ends when the connection's keepalive finds sshd hung).
 func (c *sshConn) session(p *partners.Config, joined bool, deadline time.Time) (*Session, error) {
 	watch := newWatchdog(p.SFTP.OpTimeout)
+	packet := PacketSize(p.SFTP.MaxPacket, c.version)
 	opts := []sftp.ClientOption{
 		sftp.UseConcurrentReads(true),
 		sftp.UseConcurrentWrites(true),
 		// Never above the server's read limit: pkg/sftp#658 truncates
 		// silently there (and the spool compares byte counts anyway).
-		sftp.MaxPacketUnchecked(PacketSize(p.SFTP.MaxPacket, c.version)),
-		sftp.MaxConcurrentRequestsPerFile(16), // 4 MiB in flight at 255 KiB
+		sftp.MaxPacketUnchecked(packet),
+		sftp.MaxConcurrentRequestsPerFile(maxInFlight),
 	}
-	s := &Session{ssh: c.client, conn: c, joined: joined, watch: watch, partner: p.ID, done: make(chan struct{}), Layout: partners.NewLayout(p),
+	s := &Session{ssh: c.client, conn: c, joined: joined, watch: watch, partner: p.ID, done: make(chan struct{}), Layout: partners.NewLayout(p), packet: packet,
 		listWatch: newWatchdog(p.SFTP.OpTimeout), opts: opts, rangeWatch: newWatchdog(p.SFTP.OpTimeout)}
 	s.dirLister, s.sitePrep, s.wholeFiles = dirLister{s}, sitePrep{s}, wholeFiles{s}
 	s.renamePolicy, s.siteProbes, s.chanBook = renamePolicy{s}, siteProbes{s}, chanBook{s}
