@@ -71,7 +71,7 @@ type Peers struct {
 	serving map[string][]string
 	// reading is closed when the read in progress ends; nil when none is
 	reading chan struct{}
-	read    bool // a read has ended (its view, or unknown)
+	read    bool // a read has ended with a view, or failed (unknown)
 }
 
 // New is a Peers that reads the live replicas at its first question.
@@ -157,11 +157,11 @@ func (p *Peers) view(ctx context.Context) map[string][]string {
 		gained = newlyOwned(p.cfg.WorkerID, p.cfg.Partners(), prev, serving)
 	}
 	p.mu.Lock()
-	p.reading, p.read = nil, true
+	p.reading = nil
 	close(done)
 	switch {
 	case err == nil:
-		p.serving, p.at = serving, time.Now()
+		p.serving, p.at, p.read = serving, time.Now(), true
 	case ctx.Err() != nil:
 		// the asker's own end: the view stands, and the next question
 		// reads it
@@ -169,7 +169,7 @@ func (p *Peers) view(ctx context.Context) map[string][]string {
 	default:
 		// a failed read is tried again after the same interval, not at
 		// every question
-		p.serving, p.at, serving = nil, time.Now(), nil
+		p.serving, p.at, p.read, serving = nil, time.Now(), true, nil
 	}
 	p.mu.Unlock()
 	if err != nil && ctx.Err() == nil {
