@@ -278,6 +278,11 @@ type Results struct {
 	PGPFloorS     float64 `json:"pgp_floor_s,omitempty"`
 	PGPRatioFloor float64 `json:"pgp_ratio_floor,omitempty"`
 	PGPPeakRSSMiB float64 `json:"pgp_peak_rss_mib,omitempty"`
+	// CPU seconds by process over each run: intake's (intake, postgres,
+	// sshd) and the floor's (gpg_psql, postgres); on a machine of two
+	// cores, half their sum bounds the run from below.
+	PGPCPUS      map[string]float64 `json:"pgp_cpu_s,omitempty"`
+	PGPFloorCPUS map[string]float64 `json:"pgp_floor_cpu_s,omitempty"`
 	// The rejects workload (rejects.go): a tenth of the rows rejected and
 	// reported, over the same file without rejects, and its peak RSS.
 	RejectsRows       int     `json:"rejects_rows,omitempty"`

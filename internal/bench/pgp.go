@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"syscall"
 	"time"
 
 	"github.com/ProtonMail/go-crypto/openpgp"
@@ -68,15 +69,39 @@ func (e *featureRuns) pgp(ctx context.Context, res *Results) error {
 	if err := e.settle(ctx, url); err != nil {
 		return err
 	}
-	if res.PGPFloorS, err = e.floorPGP(url, gnupg, src); err != nil {
+	pg0, _, err := e.serverCPU()
+	if err != nil {
 		return err
 	}
+	var floorCPU float64
+	if res.PGPFloorS, floorCPU, err = e.floorPGP(url, gnupg, src); err != nil {
+		return err
+	}
+	pg1, _, err := e.serverCPU()
+	if err != nil {
+		return err
+	}
+	res.PGPFloorCPUS = map[string]float64{"gpg_psql": floorCPU, "postgres": pg1 - pg0}
 	if err := copyFile(src, filepath.Join(root, "ready", "orders-pgp.csv")); err != nil {
 		return err
 	}
-	if res.PGPS, res.PGPPeakRSSMiB, _, err = e.settledRun(ctx, url, cfg); err != nil {
+	if err := e.settle(ctx, url); err != nil {
 		return err
 	}
+	pg2, sshd2, err := e.serverCPU()
+	if err != nil {
+		return err
+	}
+	var cpu float64
+	if res.PGPS, res.PGPPeakRSSMiB, cpu, err = e.runOnce(url, cfg); err != nil {
+		return err
+	}
+	pg3, sshd3, err := e.serverCPU()
+	if err != nil {
+		return err
+	}
+	res.PGPCPUS = map[string]float64{"intake": cpu, "postgres": pg3 - pg2, "sshd": sshd3 - sshd2}
+	e.say("pgp: CPU s, intake's run %v, the floor's %v", res.PGPCPUS, res.PGPFloorCPUS)
 	ok, err := e.count(ctx, url, `SELECT count(*) FROM file_intake WHERE remote_name = 'orders-pgp.csv' AND state = 'archived' AND rows_applied = $1`, rows)
 	if err != nil {
 		return err
@@ -95,7 +120,9 @@ func (e *featureRuns) pgp(ctx context.Context, res *Results) error {
 // floorPGP is `gpg --decrypt FILE | psql` with \copy from psql's stdin
 // into the emptied floor table, in one transaction: what a script does
 // with the same file on local disk, without download, hash or validation.
-func (e *baselines) floorPGP(url, gnupg, src string) (float64, error) {
+// It returns the wall time and the CPU time of gpg and psql (the shell's
+// children, which it waited for).
+func (e *baselines) floorPGP(url, gnupg, src string) (wall, cpu float64, err error) {
 	sf := filepath.Join(e.dir, "floor-pgp.sql")
 	script := `\set ON_ERROR_STOP on
 BEGIN;
@@ -104,15 +131,19 @@ TRUNCATE floor_orders;
 COMMIT;
 `
 	if err := os.WriteFile(sf, []byte(script), 0o600); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	start := time.Now()
 	cmd := exec.Command("bash", "-o", "pipefail", "-c", `gpg --homedir "$1" --batch --quiet --decrypt "$2" | psql "$3" -q -f "$4"`,
 		"floor", gnupg, src, url, sf)
 	if out, err := cmd.CombinedOutput(); err != nil {
-		return 0, fmt.Errorf("gpg --decrypt | psql: %v\n%s", err, out)
+		return 0, 0, fmt.Errorf("gpg --decrypt | psql: %v\n%s", err, out)
 	}
-	return time.Since(start).Seconds(), nil
+	wall = time.Since(start).Seconds()
+	if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
+		cpu = time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
+	}
+	return wall, cpu, nil
 }
 
 // pgpKeys makes intake's key (secret, no passphrase: intake.asc) and the
