@@ -822,7 +822,7 @@ func (p *proc) wait() (wall, rssMiB, cpu float64, err error) {
 	wall = p.end.Sub(p.start).Seconds()
 	if ru, ok := p.cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
 		rssMiB = float64(ru.Maxrss) / 1024
-		cpu = time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
+		cpu = rusageCPU(ru)
 	}
 	if err != nil {
 		log, _ := os.ReadFile(p.cmd.Args[len(p.cmd.Args)-1] + ".log")

@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
+	"time"
 )
 
 // clockTicks is USER_HZ, the unit of the CPU times in /proc/<pid>/stat
@@ -86,6 +88,25 @@ func (e *env) serverCPU() (pg, sshd float64, err error) {
 	}
 	sshd, err = treeCPU(e.sshd.Pid())
 	return pg, sshd, err
+}
+
+// serverCPUOver runs f and returns the CPU seconds PostgreSQL and sshd
+// used meanwhile.
+func (e *env) serverCPUOver(f func() error) (pg, sshd float64, err error) {
+	pg0, sshd0, err := e.serverCPU()
+	if err != nil {
+		return 0, 0, err
+	}
+	if err := f(); err != nil {
+		return 0, 0, err
+	}
+	pg1, sshd1, err := e.serverCPU()
+	return pg1 - pg0, sshd1 - sshd0, err
+}
+
+// rusageCPU is a process's CPU seconds (user + system) from its rusage.
+func rusageCPU(ru *syscall.Rusage) float64 {
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
 }
 
 // machineCPU returns the machine's busy and total CPU time so far, in

@@ -69,38 +69,29 @@ func (e *featureRuns) pgp(ctx context.Context, res *Results) error {
 	if err := e.settle(ctx, url); err != nil {
 		return err
 	}
-	pg0, _, err := e.serverCPU()
+	var floorCPU, cpu float64
+	floorPG, _, err := e.serverCPUOver(func() (err error) {
+		res.PGPFloorS, floorCPU, err = e.floorPGP(url, gnupg, src)
+		return err
+	})
 	if err != nil {
 		return err
 	}
-	var floorCPU float64
-	if res.PGPFloorS, floorCPU, err = e.floorPGP(url, gnupg, src); err != nil {
-		return err
-	}
-	pg1, _, err := e.serverCPU()
-	if err != nil {
-		return err
-	}
-	res.PGPFloorCPUS = map[string]float64{"gpg_psql": floorCPU, "postgres": pg1 - pg0}
+	res.PGPFloorCPUS = map[string]float64{"gpg_psql": floorCPU, "postgres": floorPG}
 	if err := copyFile(src, filepath.Join(root, "ready", "orders-pgp.csv")); err != nil {
 		return err
 	}
 	if err := e.settle(ctx, url); err != nil {
 		return err
 	}
-	pg2, sshd2, err := e.serverCPU()
+	pg, sshd, err := e.serverCPUOver(func() (err error) {
+		res.PGPS, res.PGPPeakRSSMiB, cpu, err = e.runOnce(url, cfg)
+		return err
+	})
 	if err != nil {
 		return err
 	}
-	var cpu float64
-	if res.PGPS, res.PGPPeakRSSMiB, cpu, err = e.runOnce(url, cfg); err != nil {
-		return err
-	}
-	pg3, sshd3, err := e.serverCPU()
-	if err != nil {
-		return err
-	}
-	res.PGPCPUS = map[string]float64{"intake": cpu, "postgres": pg3 - pg2, "sshd": sshd3 - sshd2}
+	res.PGPCPUS = map[string]float64{"intake": cpu, "postgres": pg, "sshd": sshd}
 	e.say("pgp: CPU s, intake's run %v, the floor's %v", res.PGPCPUS, res.PGPFloorCPUS)
 	ok, err := e.count(ctx, url, `SELECT count(*) FROM file_intake WHERE remote_name = 'orders-pgp.csv' AND state = 'archived' AND rows_applied = $1`, rows)
 	if err != nil {
@@ -141,7 +132,7 @@ COMMIT;
 	}
 	wall = time.Since(start).Seconds()
 	if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
-		cpu = time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
+		cpu = rusageCPU(ru)
 	}
 	return wall, cpu, nil
 }
