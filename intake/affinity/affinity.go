@@ -71,7 +71,11 @@ type Peers struct {
 	serving map[string][]string
 	// reading is closed when the read in progress ends; nil when none is
 	reading chan struct{}
-	read    bool // a read has ended with a view, or failed (unknown)
+	readAt  time.Time // when the read in progress began
+	read    bool      // a read has ended with a view, or failed (unknown)
+	// gen counts the requests for a new view (Expire, Lost): a read that
+	// began before one does not count as fresh
+	gen uint64
 }
 
 // New is a Peers that reads the live replicas at its first question.
@@ -81,10 +85,15 @@ func New(cfg Config) *Peers { return &Peers{cfg: cfg} }
 // so the view of the live replicas is refreshed soon (not at every loss).
 func (p *Peers) Lost() {
 	p.mu.Lock()
-	if since := time.Since(p.at); since > peerLostRefresh {
-		p.at = time.Time{}
+	defer p.mu.Unlock()
+	seen := p.at
+	if p.reading != nil {
+		seen = p.readAt // the read in progress sees the replicas as of its start
 	}
-	p.mu.Unlock()
+	if time.Since(seen) > peerLostRefresh {
+		p.at = time.Time{}
+		p.gen++
+	}
 }
 
 // Expire makes the next question read the live replicas again, as a
@@ -92,6 +101,7 @@ func (p *Peers) Lost() {
 func (p *Peers) Expire() {
 	p.mu.Lock()
 	p.at = time.Time{}
+	p.gen++
 	p.mu.Unlock()
 }
 
@@ -120,31 +130,35 @@ func (p *Peers) Owns(ctx context.Context, partner string) bool {
 // than a third of a lease (at most peerRefresh). One question at a time
 // reads it, outside the lock; the others meanwhile are answered from the
 // view before, so no partner's poll gate (nor a claim's Lost) waits on
-// another's read. Only before the first view do they wait for the read.
+// another's read. Only before the first view do they wait for the read,
+// and when that read is cut short by its own asker's end, the first of
+// them reads it.
 func (p *Peers) view(ctx context.Context) map[string][]string {
 	p.mu.Lock()
-	if !p.at.IsZero() && time.Since(p.at) <= min(peerRefresh, p.cfg.Lease/3) {
-		defer p.mu.Unlock()
-		return p.serving
-	}
-	if wait := p.reading; wait != nil {
-		serving, first := p.serving, !p.read
-		p.mu.Unlock()
-		if !first {
-			return serving
+	for {
+		if !p.at.IsZero() && time.Since(p.at) <= min(peerRefresh, p.cfg.Lease/3) {
+			defer p.mu.Unlock()
+			return p.serving
 		}
+		wait := p.reading
+		if wait == nil {
+			break
+		}
+		if p.read {
+			defer p.mu.Unlock()
+			return p.serving
+		}
+		p.mu.Unlock()
 		select {
 		case <-wait:
 		case <-ctx.Done():
 			return nil
 		}
 		p.mu.Lock()
-		defer p.mu.Unlock()
-		return p.serving
 	}
 	done := make(chan struct{})
-	p.reading = done
-	prev := p.serving
+	p.reading, p.readAt = done, time.Now()
+	prev, gen := p.serving, p.gen
 	p.mu.Unlock()
 
 	serving, err := p.cfg.Ledger.LiveServing(ctx)
@@ -159,17 +173,22 @@ func (p *Peers) view(ctx context.Context) map[string][]string {
 	p.mu.Lock()
 	p.reading = nil
 	close(done)
+	at := time.Now()
+	if p.gen != gen {
+		// Expire or Lost during the read asked for a view younger than
+		// this one's start: the next question reads again
+		at = time.Time{}
+	}
 	switch {
 	case err == nil:
-		p.serving, p.at, p.read = serving, time.Now(), true
+		p.serving, p.at, p.read = serving, at, true
 	case ctx.Err() != nil:
-		// the asker's own end: the view stands, and the next question
-		// reads it
+		// the asker's own end: no view, and the next question reads it
 		serving = p.serving
 	default:
 		// a failed read is tried again after the same interval, not at
 		// every question
-		p.serving, p.at, p.read, serving = nil, time.Now(), true, nil
+		p.serving, p.at, p.read, serving = nil, at, true, nil
 	}
 	p.mu.Unlock()
 	if err != nil && ctx.Err() == nil {

@@ -2,9 +2,12 @@ package affinity_test
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/partner-intake/partner-intake/intake/affinity"
@@ -81,5 +84,140 @@ func TestAReadOfTheLiveReplicasHoldsUpNoOtherQuestion(t *testing.T) {
 	}
 	if v := <-reads; len(v["b"]) != 2 {
 		t.Fatalf("second view %v, want both replicas serving b", v)
+	}
+}
+
+// peers is a Peers of replica w1 that reports each view it reads, with w1
+// and w2 registered serving partners p00..p19.
+func peers(t *testing.T, ctx context.Context) (*affinity.Peers, *pgxpool.Pool, chan map[string][]string, []string) {
+	t.Helper()
+	_, pool := testenv.DB(t)
+	l := ledger.New(pool, time.Minute)
+	var ids []string
+	for i := 0; i < 20; i++ {
+		ids = append(ids, fmt.Sprintf("p%02d", i))
+	}
+	for _, w := range []string{"w1", "w2"} {
+		if _, err := l.RegisterWorker(ctx, w, ids); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reads := make(chan map[string][]string, 8)
+	p := affinity.New(affinity.Config{Ledger: l, WorkerID: "w1", Lease: time.Minute,
+		Registered: func() bool { return true }, Partners: func() []string { return ids },
+		Gained: func(string) {}, Seen: func(m map[string][]string) { reads <- m },
+		Owned: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "owned"}, []string{"partner"}), Log: testenv.Logger(t)})
+	return p, pool, reads, ids
+}
+
+// lockReplicas holds intake_worker locked until the returned func; reads
+// of the live replicas wait meanwhile.
+func lockReplicas(t *testing.T, ctx context.Context, pool *pgxpool.Pool) func() {
+	t.Helper()
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tx.Rollback(context.Background()) })
+	if _, err := tx.Exec(ctx, `LOCK TABLE intake_worker IN ACCESS EXCLUSIVE MODE`); err != nil {
+		t.Fatal(err)
+	}
+	return func() {
+		if err := tx.Rollback(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// readsWaiting counts the reads of the live replicas waiting on a lock.
+func readsWaiting(t *testing.T, pool *pgxpool.Pool) int64 {
+	return testenv.Count(t, pool, `SELECT count(*) FROM pg_catalog.pg_stat_activity
+		WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%FROM intake_worker%'`)
+}
+
+// Before the first view, a question waits for the read in progress. When
+// that read ends with its own asker's end, no view came of it: a question
+// still waiting reads the replicas itself rather than answer without a
+// view (which polls every partner on every replica).
+func TestAQuestionWaitingForTheFirstViewReadsItWhenTheFirstReaderGivesUp(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	p, pool, reads, ids := peers(t, ctx)
+	theirs := ""
+	for _, id := range ids {
+		if rendezvous.Owner(id, []string{"w1", "w2"}) == "w2" {
+			theirs = id
+			break
+		}
+	}
+	unlock := lockReplicas(t, ctx, pool)
+
+	firstCtx, firstEnd := context.WithCancel(ctx)
+	first := make(chan bool, 1)
+	go func() { first <- p.Owns(firstCtx, theirs) }()
+	testenv.WaitFor(t, time.Minute, func() bool { return readsWaiting(t, pool) == 1 },
+		testenv.Says("the first read never waited on the lock"))
+	second := make(chan bool, 1)
+	go func() { second <- p.Owns(ctx, theirs) }()
+	testenv.WaitFor(t, time.Minute, func() bool { return strings.Count(testenv.Stacks(), "affinity.(*Peers).view(") == 2 },
+		testenv.Says("the second question never reached the view"))
+
+	firstEnd()
+	if got := <-first; !got {
+		t.Fatal("a question cut short by its own end answered without polling")
+	}
+	// the second question reads now: a read of its own waits on the lock
+	testenv.WaitFor(t, time.Minute, func() bool {
+		select {
+		case got := <-second:
+			t.Fatalf("the waiting question answered %v without a view", got)
+		default:
+		}
+		return readsWaiting(t, pool) == 1 && strings.Count(testenv.Stacks(), "ledger.(*leaseStore).LiveServing(") == 1
+	}, testenv.Says("the waiting question never read the replicas"))
+	unlock()
+	if got := <-second; got {
+		t.Fatalf("owns %s, which rendezvous gives w2", theirs)
+	}
+	if v := <-reads; len(v[theirs]) != 2 {
+		t.Fatalf("view %v, want both replicas serving %s", v, theirs)
+	}
+}
+
+// A view requested (Expire, or a lost claim long enough after the read
+// began) while a read is in progress is not satisfied by that read: the
+// next question reads the replicas again.
+func TestAViewRequestedDuringAReadIsReadAgain(t *testing.T) {
+	for _, ask := range []string{"expire", "lost"} {
+		t.Run(ask, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			p, pool, reads, ids := peers(t, ctx)
+			p.Owns(ctx, ids[0])
+			<-reads
+			unlock := lockReplicas(t, ctx, pool)
+			p.Expire()
+			slow := make(chan bool, 1)
+			go func() { slow <- p.Owns(ctx, ids[0]) }()
+			testenv.WaitFor(t, time.Minute, func() bool { return readsWaiting(t, pool) == 1 },
+				testenv.Says("the read never waited on the lock"))
+			if ask == "expire" {
+				p.Expire()
+			} else {
+				// a lost claim refreshes a view at least peerLostRefresh
+				// old: the read in progress began before
+				time.Sleep(300 * time.Millisecond)
+				p.Lost()
+			}
+			unlock()
+			<-slow
+			<-reads
+			p.Owns(ctx, ids[1])
+			select {
+			case <-reads:
+			default:
+				t.Fatal("the view read before the request was taken as fresh")
+			}
+		})
 	}
 }
