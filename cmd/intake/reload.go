@@ -65,10 +65,10 @@ func newReloader(path string, cur *config.File, d *intake.Daemon, rec *reconcile
 }
 
 // reload re-reads the config file and applies it, or refuses it whole;
-// within a minute, and not past ctx's end (a stop signal: the reload is
-// refused, and the daemon drains at once rather than after it).
-func (r *reloader) reload(ctx context.Context) {
-	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+// within a minute, and not past stop's end (a stop signal: the reload is
+// abandoned, and the daemon drains at once rather than after it).
+func (r *reloader) reload(stop context.Context) {
+	ctx, cancel := context.WithTimeout(stop, time.Minute)
 	defer cancel()
 	next, err := config.Load(r.path)
 	var res intake.ReloadResult
@@ -79,6 +79,12 @@ func (r *reloader) reload(ctx context.Context) {
 	}
 	if err == nil {
 		res, err = r.d.Reload(ctx, next.Partners)
+	}
+	if err != nil && stop.Err() != nil {
+		// not a verdict on the file: the config in force stays, and the
+		// reload's metrics say what the last finished reload said
+		r.log.Info("config reload abandoned: the daemon is stopping; the config in force is kept", "config", r.path, "err", err)
+		return
 	}
 	if err != nil {
 		r.reloads.WithLabelValues("error").Inc()
