@@ -178,14 +178,19 @@ func (r *applyStage) runAhead(ctx context.Context, a *ahead, fl io.ReadCloser, s
 		r.log.Info("applying ahead of the plan stopped; the file is applied from the spool after its plan", "why", why, "err", err)
 		return "abandoned"
 	}
-	// the table before the connection: a first load queries the pool
-	var err error
-	if h.tgt, err = r.d.targets.Get(ctx, r.feed); err != nil {
-		return abandon("target", err)
-	}
 	st := r.d.db.Stat()
 	if st.MaxConns()-st.AcquiredConns() < 2 {
 		return abandon("pool_busy", nil) // never the pool's last connection
+	}
+	// the table before the connection (a first load queries the pool),
+	// each wait bounded like a look at the pool: applying ahead is an
+	// option, and a full pool is no time to take it
+	load, cancel := context.WithTimeout(ctx, aheadPoolCheck)
+	var err error
+	h.tgt, err = r.d.targets.Get(load, r.feed)
+	cancel()
+	if err != nil {
+		return abandon("target", err)
 	}
 	acq, cancel := context.WithTimeout(ctx, aheadPoolCheck)
 	conn, err = r.d.db.Acquire(acq)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/partner-intake/partner-intake/intake/ledger"
+	"github.com/partner-intake/partner-intake/internal/fault"
 	"github.com/partner-intake/partner-intake/internal/reason"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -409,7 +410,7 @@ func TestAnApplyAheadGivesItsConnectionUpToItsPlanWaitingForOne(t *testing.T) {
 	lines := strings.SplitAfter(goodRows("P", aheadRows), "\n")
 	lines[2] = strings.Replace(lines[2], "@example.com", "", 1) // line 3 rejected
 	site.Drop(t, "orders-p.csv", strings.Join(lines, ""))
-	resume := r.pollPaused("acme", "spool:after")
+	resume := r.pollPaused("acme", "spool:after", "plan:rejected_conn")
 	intake.Signals(r.d).AheadChunk.WaitFor(func(no int) bool { return no == 5 })
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -419,15 +420,28 @@ func TestAnApplyAheadGivesItsConnectionUpToItsPlanWaitingForOne(t *testing.T) {
 			c.Release()
 		}
 	}()
-	for range work.Stat().MaxConns() - 1 {
+	hold := func() {
 		c, err := work.Acquire(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
 		held = append(held, c)
 	}
+	// all but one: the pool is not full, and the apply ahead holds on
+	for range work.Stat().MaxConns() - 2 {
+		hold()
+	}
 	done := make(chan error, 1)
 	go func() { done <- resume() }()
+	select {
+	case <-fault.Paused("plan:rejected_conn"):
+	case <-ctx.Done():
+		t.Fatal("the plan never came to record its rejected rows")
+	}
+	// the last one: from now on the plan waits for a connection, which
+	// is the apply ahead's to give up
+	hold()
+	fault.Resume("plan:rejected_conn")
 	testenv.WaitFor(t, time.Minute, func() bool { return aheadCount(r, "abandoned") == 1 },
 		testenv.Says("the apply ahead kept its connection while its plan waited for one"))
 	for _, c := range held {

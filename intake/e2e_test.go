@@ -127,15 +127,24 @@ func (r *rig) poll(partner string) {
 
 // pollPaused starts a poll with the fault step armed to pause and returns
 // once the poll waits there; resume lets it go on and returns its error.
-func (r *rig) pollPaused(partner, step string) (resume func() error) {
+// The steps later are armed to pause too (fault.Paused, fault.Resume).
+func (r *rig) pollPaused(partner, step string, later ...string) (resume func() error) {
 	r.t.Helper()
-	if err := fault.Set(step + "=pause"); err != nil {
+	spec := step + "=pause"
+	for _, s := range later {
+		spec += "," + s + "=pause"
+	}
+	if err := fault.Set(spec); err != nil {
 		r.t.Fatal(err)
 	}
 	r.t.Cleanup(func() { fault.Set("") })
 	// run first: a test that fails while the poll waits does not hang in
 	// its rig's Stop, which waits for the poll
-	r.t.Cleanup(func() { fault.Resume(step) })
+	r.t.Cleanup(func() {
+		for _, s := range append([]string{step}, later...) {
+			fault.Resume(s)
+		}
+	})
 	done := make(chan error, 1)
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 
+	"github.com/partner-intake/partner-intake/internal/fault"
 	"github.com/partner-intake/partner-intake/internal/reason"
 
 	"github.com/jackc/pgx/v5"
@@ -193,6 +194,9 @@ func (r *planStage) plan(ctx context.Context) (*planResult, error) {
 		// only once held: a plan still waiting for a connection is one
 		// more reason for the apply ahead to give its own up.
 		var conn *pgxpool.Conn
+		if err = fault.Check("plan:rejected_conn"); err != nil {
+			return nil, err
+		}
 		if conn, err = r.d.db.Acquire(ctx); err == nil {
 			a := r.ahead
 			if a != nil {
