@@ -85,14 +85,17 @@ const maxInFlight = 16
 // many bytes a second at the site's round trip (WritesInFlight).
 const uploadRate = 200 << 20
 
-// WritesInFlight is how many WRITEs of one large upload go out at once:
-// enough to carry uploadRate at the site's round trip (RTT), at least
-// one, and at most maxInFlight, which is also the number when the round
-// trip was not measured. More gains a near site nothing and costs it:
-// sshd buffers what the client sends ahead of sftp-server's writes, and
-// on loopback a 3.6 MB upload took 415–452 ms with 16 in flight against
-// 18 ms with one (docs/performance.md). A far site keeps the bound: at 50
-// ms, 16 WRITEs of 255 KiB carry 80 MB/s.
+// WritesInFlight is the concurrency of one large upload
+// (File.ReadFromWithConcurrency): enough to carry uploadRate at the
+// site's round trip (RTT), at least one, and at most maxInFlight, which
+// is also the number when the round trip was not measured. pkg/sftp has
+// one WRITE more than that in flight (its reader sends the next while
+// every worker waits for a reply): two on loopback, 17 far. More gains a
+// near site nothing and costs it: sshd buffers what the client sends
+// ahead of sftp-server's writes, and on loopback a 3.6 MB upload took
+// 415–452 ms at concurrency 16 against 18 ms at one
+// (docs/performance.md). A far site keeps the bound: at 50 ms, 16 WRITEs
+// of 255 KiB carry 80 MB/s.
 func (s *Session) WritesInFlight() int { return writesInFlight(s.RTT(), s.packet) }
 
 // writesInFlight is WritesInFlight at round trip rtt with packets of
