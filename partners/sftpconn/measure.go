@@ -29,20 +29,22 @@ type siteProbes struct{ *Session }
 // of by Prepare or EnsureDirs) with dot-names of intake's own, each
 // removed after: three files, one renamed onto another with
 // posix-rename, then one onto the other with RENAME; a directory left
-// empty; the time set on a file; a file's name in upper case; REALPATH
-// and statvfs of the directory; fsync of a file written. The extensions
-// are the server's own list, each used (but hardlink) to see that it
-// works. Nothing is written outside the scratch directory and nothing of
-// the partner's is touched.
+// empty; the time set on two files, one of them renamed; a file's name in
+// upper case; REALPATH and statvfs of the directory; fsync of a file's
+// handle. The extensions are the server's own list, each used (but
+// hardlink) to see that it works. Nothing is written outside the scratch
+// directory and nothing of the partner's is touched.
 //
 // Probes that touch names of their own go out side by side, so the
-// measure costs the round trips of its longest chain (about a dozen),
-// not of every request one after another (about thirty: 1.6 s at 50 ms):
-// the three files are written at once; then the name's case (on the
-// first file), the time set and kept across a RENAME (on the second),
-// the empty directory, REALPATH and statvfs at once; then the renames
-// onto an existing name, which need the second file back in place; the
-// removals at once.
+// measure costs the round trips of its longest chain (nine), not of
+// every request one after another (about thirty: 1.6 s at 50 ms): the
+// three files are made at once (OPEN, a WRITE or the fsync, CLOSE);
+// then the name's case (on the first file), the times (set on the second
+// and third at once, then the second read back beside the third's
+// RENAME, then the renamed one read back), the empty directory, REALPATH
+// and statvfs at once; then the renames onto an existing name one after
+// the other (each must find the second file there, whatever the other
+// did); the removals at once.
 func (s *siteProbes) MeasureProfile(worker string) (partners.Profile, error) {
 	var p partners.Profile
 	for _, e := range []struct {
@@ -64,7 +66,9 @@ func (s *siteProbes) MeasureProfile(worker string) (partners.Profile, error) {
 	defer sideBySide(func() { s.Remove(a) }, func() { s.Remove(bb) }, func() { s.Remove(c) },
 		func() { s.Remove(e) }, func() { s.RemoveDirectory(d) })
 
-	// the three files
+	// the three files; the second is not written but synced (fsync
+	// proves the extension whether or not a byte was written, and pkg/sftp
+	// sends a handle's requests one after another)
 	var errs [3]error
 	var fsyncFails bool
 	write := func(i int, name string) {
@@ -73,11 +77,14 @@ func (s *siteProbes) MeasureProfile(worker string) (partners.Profile, error) {
 			errs[i] = fmt.Errorf("%s is not writable: %w", dir, s.Deadline(err))
 			return
 		}
-		_, err = f.Write([]byte(name))
-		if err == nil && name == bb && p.Fsync {
-			// fsync@openssh.com on the handle written: an error is an
-			// extension offered that does not work
-			fsyncFails = f.Sync() != nil
+		if name == bb {
+			if p.Fsync {
+				// fsync@openssh.com on the handle: an error is an
+				// extension offered that does not work
+				fsyncFails = f.Sync() != nil
+			}
+		} else {
+			_, err = f.Write([]byte(name))
 		}
 		f.Close()
 		if err != nil {
@@ -98,7 +105,7 @@ func (s *siteProbes) MeasureProfile(worker string) (partners.Profile, error) {
 	var caseInsensitive, emptyDirPersists, realPath, statVFSFails bool
 	var mtimeStep time.Duration
 	restamps := true
-	var renameBack error
+	cNow := c // where the third file is after the mtime probes
 	sideBySide(
 		func() {
 			// names: the first file under its name in upper case (the
@@ -108,12 +115,26 @@ func (s *siteProbes) MeasureProfile(worker string) (partners.Profile, error) {
 			caseInsensitive = err == nil
 		},
 		func() {
-			// mtime: set on the second file, read back
-			if err := s.Client.Chtimes(bb, mtimeProbe, mtimeProbe); err != nil {
-				return
-			}
-			fi, err := s.Lstat(bb)
-			if err != nil {
+			// mtime: set on the second and third files; read back on the
+			// second, and on the third after a RENAME: kept, or the
+			// rename's own (a copy). A server that keeps no time as set
+			// is taken as one that stamps its own at a rename too
+			// (nothing of its times is relied on).
+			var setB, setC error
+			sideBySide(func() { setB = s.Client.Chtimes(bb, mtimeProbe, mtimeProbe) },
+				func() { setC = s.Client.Chtimes(c, mtimeProbe, mtimeProbe) })
+			var fi os.FileInfo
+			var errB, moved error
+			sideBySide(func() {
+				if setB == nil {
+					fi, errB = s.Lstat(bb)
+				}
+			}, func() {
+				if moved = s.Rename(c, e); moved == nil {
+					cNow = e
+				}
+			})
+			if setB != nil || errB != nil {
 				return
 			}
 			switch diff := fi.ModTime().Sub(mtimeProbe).Abs(); {
@@ -124,18 +145,11 @@ func (s *siteProbes) MeasureProfile(worker string) (partners.Profile, error) {
 			default:
 				return
 			}
-			// the time set, across a RENAME: kept, or the rename's own (a
-			// copy); a server that keeps no time as set is taken as one
-			// that stamps its own at a rename too (nothing of its times is
-			// relied on)
-			if err := s.Rename(bb, e); err != nil {
+			if setC != nil || moved != nil {
 				return
 			}
 			if fi, err := s.Lstat(e); err == nil {
 				restamps = fi.ModTime().Sub(mtimeProbe).Abs() > mtimeStep
-			}
-			if err := s.Rename(e, bb); err != nil {
-				renameBack = fmt.Errorf("rename in %s: %w", dir, s.Deadline(err))
 			}
 		},
 		func() {
@@ -166,9 +180,6 @@ func (s *siteProbes) MeasureProfile(worker string) (partners.Profile, error) {
 	)
 	p.CaseInsensitive, p.MtimeStep, p.RenameRestampsMTime = caseInsensitive, mtimeStep, restamps
 	p.EmptyDirPersists, p.RealPath, p.StatVFSFails = emptyDirPersists, realPath, statVFSFails
-	if renameBack != nil {
-		return p, renameBack
-	}
 	if s.TimedOut() {
 		return p, s.Deadline(os.ErrDeadlineExceeded)
 	}
@@ -177,7 +188,7 @@ func (s *siteProbes) MeasureProfile(worker string) (partners.Profile, error) {
 		// what it is for: replacing an existing name (pkg/sftp's request
 		// server offers it and, without a handler of its own, makes it a
 		// plain RENAME, which refuses)
-		p.PosixRenameFails = s.Client.PosixRename(c, bb) != nil
+		p.PosixRenameFails = s.Client.PosixRename(cNow, bb) != nil
 	}
 	if s.TimedOut() {
 		return p, s.Deadline(os.ErrDeadlineExceeded)
