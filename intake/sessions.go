@@ -59,7 +59,7 @@ func (k *sessionKeeper) session(ctx context.Context, p *partnerRT) (*sftpconn.Se
 		return nil, err
 	}
 	s, stale, dialled, err := p.slot.Get(ctx, sessions.Server(p.cfg), func() { k.makeRoom(p) },
-		func(ctx context.Context) (*sftpconn.Session, error) { return k.dial(ctx, p) })
+		func(ctx context.Context, loggedIn func()) (*sftpconn.Session, error) { return k.dial(ctx, p, loggedIn) })
 	if stale {
 		k.metrics.SessionsClosed.WithLabelValues("stale").Inc()
 	}
@@ -72,11 +72,13 @@ func (k *sessionKeeper) session(ctx context.Context, p *partnerRT) (*sftpconn.Se
 	return s, nil
 }
 
-// dial opens a session (with its listing channel) and prepares the site:
-// this worker's directories (claim mode).
-func (k *sessionKeeper) dial(ctx context.Context, p *partnerRT) (*sftpconn.Session, error) {
+// dial opens a session (with its listing channel), says loggedIn, and
+// prepares the site: this worker's directories (claim mode), its profile
+// (resolve).
+func (k *sessionKeeper) dial(ctx context.Context, p *partnerRT, loggedIn func()) (*sftpconn.Session, error) {
 	start := time.Now()
 	s, err := k.conns.Dial(ctx, p.cfg)
+	loggedIn()
 	if err != nil {
 		return nil, err
 	}

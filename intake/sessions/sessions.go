@@ -279,10 +279,14 @@ type Slot struct {
 
 // Get returns the slot's open session or dials one (dial), within the
 // dial bound of the server srv; room runs first, to make room under the
-// cap on open sessions. A stale session (its connection ended, or takes
+// cap on open sessions. The bound is on logins, as the server's
+// MaxStartups counts unauthenticated connections: dial calls loggedIn once
+// its login is done (or joined a connection logged in), and what it does
+// after (the site's directories, its profile measured) holds no other
+// partner's dial back. A stale session (its connection ended, or takes
 // no new sessions since another partner's request on it hung) is given
 // up (stale) and dialled afresh; dialled reports a session dialled now.
-func (s *Slot) Get(ctx context.Context, srv string, room func(), dial func(context.Context) (*sftpconn.Session, error)) (sess *sftpconn.Session, stale, dialled bool, err error) {
+func (s *Slot) Get(ctx context.Context, srv string, room func(), dial func(ctx context.Context, loggedIn func()) (*sftpconn.Session, error)) (sess *sftpconn.Session, stale, dialled bool, err error) {
 	if s.has.Load() {
 		s.mu.Lock()
 		cur := s.sess
@@ -303,8 +307,10 @@ func (s *Slot) Get(ctx context.Context, srv string, room func(), dial func(conte
 	if err := s.Book.Acquire(ctx, srv); err != nil {
 		return nil, stale, false, err
 	}
-	sess, err = dial(ctx)
-	s.Book.Release(srv)
+	var once sync.Once
+	loggedIn := func() { once.Do(func() { s.Book.Release(srv) }) }
+	sess, err = dial(ctx, loggedIn)
+	loggedIn()
 	if err != nil {
 		return nil, stale, false, err
 	}

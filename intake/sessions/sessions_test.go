@@ -1,8 +1,14 @@
 package sessions
 
 import (
+	"context"
+	"errors"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/partner-intake/partner-intake/partners/sftpconn"
 )
 
 // holder is a partner's session as a test sets it.
@@ -80,5 +86,59 @@ func TestOffsetIsStableAndWithinItsWindow(t *testing.T) {
 	}
 	if o := Offset("p1", 30*time.Second, 3, DefaultPollStagger); o >= 3*DefaultPollStagger {
 		t.Fatalf("offset %s with 3 partners, want under %s", o, 3*DefaultPollStagger)
+	}
+}
+
+// The dial bound counts logins: a dial that has logged in and still
+// prepares its site (directories, the profile measured: a dozen round
+// trips to a far site) holds no other partner's dial back; a dial that
+// ends without saying so gives its slot back at its end.
+func TestADialGivesItsSlotBackOnceLoggedIn(t *testing.T) {
+	book := NewBook(1, prometheus.NewGauge(prometheus.GaugeOpts{Name: "open"}))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var first, second, third Slot
+	first.Book, second.Book, third.Book = book, book, book
+	preparing, prepared := make(chan struct{}), make(chan struct{})
+	firstDone := make(chan error, 1)
+	go func() {
+		_, _, _, err := first.Get(ctx, "srv", func() {}, func(_ context.Context, loggedIn func()) (*sftpconn.Session, error) {
+			loggedIn()
+			close(preparing)
+			<-prepared
+			return nil, errors.New("the site could not be prepared")
+		})
+		firstDone <- err
+	}()
+	<-preparing
+	dialled := make(chan struct{})
+	secondDone := make(chan error, 1)
+	go func() {
+		_, _, _, err := second.Get(ctx, "srv", func() {}, func(context.Context, func()) (*sftpconn.Session, error) {
+			close(dialled)
+			return nil, errors.New("refused before its login")
+		})
+		secondDone <- err
+	}()
+	select {
+	case <-dialled:
+	case <-ctx.Done():
+		t.Fatal("a dial waited for another's preparation after its login")
+	}
+	if err := <-secondDone; err == nil {
+		t.Fatal("the second dial's error was lost")
+	}
+	close(prepared)
+	if err := <-firstDone; err == nil {
+		t.Fatal("the first dial's error was lost")
+	}
+	// both slots given back: the next dial is not held back
+	if _, _, _, err := third.Get(ctx, "srv", func() {}, func(context.Context, func()) (*sftpconn.Session, error) {
+		return nil, errors.New("done")
+	}); err == nil || ctx.Err() != nil {
+		t.Fatalf("a third dial: %v (the slots were not given back)", err)
+	}
+	if _, peak, inFlight := book.Stats(); peak != 1 || inFlight != 0 {
+		t.Fatalf("peak %d, in flight %d; want 1 and 0", peak, inFlight)
 	}
 }
