@@ -49,6 +49,14 @@ var aheadBytes int64 = 8 << 20
 // a transaction waiting on its rows' locks may hold the last one.
 var aheadPoolCheck = 250 * time.Millisecond
 
+// aheadLoadWait bounds an apply ahead's first load of its target table
+// (a few catalog statements on the pool): long enough for a busy
+// database, where the load alone took more than a look at the pool
+// (under the race detector on a loaded machine), and short of waiting for
+// good on a pool that stays full while the file's own plan waits for the
+// rows' scan.
+const aheadLoadWait = 10 * time.Second
+
 // ahead is a file's apply running ahead of its plan.
 type ahead struct {
 	sha    string        // the spool entry it read, once the download is done
@@ -182,10 +190,10 @@ func (r *applyStage) runAhead(ctx context.Context, a *ahead, fl io.ReadCloser, s
 	if st.MaxConns()-st.AcquiredConns() < 2 {
 		return abandon("pool_busy", nil) // never the pool's last connection
 	}
-	// the table before the connection (a first load queries the pool),
-	// each wait bounded like a look at the pool: applying ahead is an
-	// option, and a full pool is no time to take it
-	load, cancel := context.WithTimeout(ctx, aheadPoolCheck)
+	// the table before the connection (a first load queries the pool,
+	// within aheadLoadWait); the connection within a look at the pool:
+	// applying ahead is an option, and a full pool is no time to take it
+	load, cancel := context.WithTimeout(ctx, aheadLoadWait)
 	var err error
 	h.tgt, err = r.d.targets.Get(load, r.feed)
 	cancel()
