@@ -100,7 +100,19 @@ func (r *fetchStage) download(ctx context.Context) error {
 	}
 	var e spool.Entry
 	var err error
+	// the unwrapping that followed the last download, dropped unless the
+	// file's bytes are taken from it
+	var un *unwrapping
+	defer func() {
+		if un != nil {
+			un.drop(r)
+		}
+	}()
 	for attempt := 1; ; attempt++ {
+		if un != nil {
+			un.drop(r)
+			un = nil
+		}
 		if heldSHA != "" {
 			var same bool
 			e, same, err = r.fetchSame(ctx, heldSHA)
@@ -110,11 +122,11 @@ func (r *fetchStage) download(ctx context.Context) error {
 			case err == nil:
 				r.d.metrics.HashOnly.WithLabelValues(in.Partner, "differ").Inc()
 				r.log.Info("the file differs from the bytes its batch was received with; downloading it into the spool")
-				e, err = r.fetch(ctx, false)
+				e, un, err = r.fetch(ctx, false, true)
 			}
 			heldSHA = "" // a retry downloads into the spool
 		} else {
-			e, err = r.fetch(ctx, scan)
+			e, un, err = r.fetch(ctx, scan, true)
 		}
 		if errors.Is(err, errNotRegular) {
 			// before the stable check: what is at the claimed path is not
@@ -171,7 +183,14 @@ func (r *fetchStage) download(ctx context.Context) error {
 	if !partners.ValidBatchID(batch) {
 		return r.hold(ctx, ledger.StateQuarantined, reason.BadBatchID, 0, "no batch id usable in file names could be derived (letters, digits, '.', '_', '-'; at most 128)")
 	}
-	data, held, err := r.expand(ctx, e, scan)
+	var data spool.Entry
+	var held *unwrap.Held
+	if un != nil {
+		data, held, err = un.wait()
+		un = nil
+	} else {
+		data, held, err = r.expand(ctx, e, scan)
+	}
 	if err != nil {
 		return err
 	}
@@ -260,10 +279,11 @@ func (r *fetchStage) manifestDuplicate(ctx context.Context, man *partners.Manife
 }
 
 // faultWriter reaches the download:mid fault once the first bytes are in
-// the temp file.
+// the temp file, and download:half once half of the file's are.
 type faultWriter struct {
-	w io.Writer
-	n int
+	w    io.Writer
+	n    int
+	half int64 // bytes to half the file; "download:half" once written
 }
 
 func (f *faultWriter) Write(p []byte) (int, error) {
@@ -273,34 +293,60 @@ func (f *faultWriter) Write(p []byte) (int, error) {
 			return n, ferr
 		}
 	}
+	if f.half > 0 {
+		if f.half -= int64(n); f.half <= 0 {
+			if ferr := fault.Check("download:half"); ferr != nil {
+				return n, ferr
+			}
+		}
+	}
 	return n, err
 }
 
-// fetch downloads processing/<worker>/<name> into the spool.
 // scanCheckBytes: from this listed size on, download asks whether the
 // batch is already held before scanning the rows during the download.
 var scanCheckBytes int64 = 4 << 20
 
-func (r *fetchStage) fetch(ctx context.Context, withScan bool) (spool.Entry, error) {
+// fetch downloads the claimed file into the spool, its rows read as they
+// land when withScan says so. With unwrapToo, a file whose unwrapping
+// streams (an OpenPGP message) is unwrapped as it downloads: the
+// unwrapping is returned with the download's bytes whole (nil for other
+// files, or when the download failed), for the caller to wait for or
+// drop.
+func (r *fetchStage) fetch(ctx context.Context, withScan, unwrapToo bool) (spool.Entry, *unwrapping, error) {
 	release, size, max, src, err := r.openClaimed()
 	if err != nil {
-		return spool.Entry{}, err
+		return spool.Entry{}, nil, err
 	}
 	defer release()
 	r.dropAhead() // an earlier download's
 	var opts []spool.PutOption
 	landed := func(spool.Entry, error) {}
-	if withScan && unwrap.Kind(r.feed, r.in.RemoteName) == "" {
+	var u *unwrapping
+	switch {
+	case withScan && unwrap.Kind(r.feed, r.in.RemoteName) == "":
 		var follow spool.PutOption
 		follow, landed = r.followRows(ctx)
 		opts = append(opts, follow)
+	case unwrapToo:
+		var follow spool.PutOption
+		if follow, u = r.followUnwrap(ctx, withScan); follow != nil {
+			opts = append(opts, follow)
+		}
 	}
 	e, err := r.d.spool.Put(r.in.Partner, size, max, src, opts...)
 	landed(e, err)
-	if err == nil {
-		r.d.metrics.BytesDownloaded.WithLabelValues(r.in.Partner).Add(float64(e.Size))
+	if u != nil && u.fl == nil {
+		u = nil // the download failed before its first byte
 	}
-	return e, err
+	if err != nil {
+		if u != nil {
+			u.drop(r)
+		}
+		return e, nil, err
+	}
+	r.d.metrics.BytesDownloaded.WithLabelValues(r.in.Partner).Add(float64(e.Size))
+	return e, u, nil
 }
 
 // followRows is the spool's option that reads a file's rows as they land
@@ -451,7 +497,8 @@ func (r *fetchStage) openClaimed() (release func(), size, max int64, src spool.S
 	}
 	if fault.Enabled() {
 		inner := src
-		src = func(w io.Writer) (int64, error) { return inner(&faultWriter{w: w}) }
+		half := st.Size()/2 + 1
+		src = func(w io.Writer) (int64, error) { return inner(&faultWriter{w: w, half: half}) }
 	}
 	return release, st.Size(), max, src, nil
 }
@@ -496,11 +543,11 @@ func (r *fetchStage) openSecond(size int64) *background[*sftp.File] {
 }
 
 // readOnTwo reports whether a file of size from sess's site is read over
-// two channels: large (twoChannelBytes), far (twoChannelRTT), and the
+// two channels: large (twoChannelBytes), far (farSite), and the
 // site has not refused the second channel (a site that did is read with
 // pkg/sftp's WriteTo on one, as a near one).
 func readOnTwo(sess *sftpconn.Session, size int64) bool {
-	return size >= twoChannelBytes && sess.RTT() >= twoChannelRTT && !sess.RangesRefused()
+	return size >= twoChannelBytes && farSite(sess) && !sess.RangesRefused()
 }
 
 // startRanges starts the session's second channel (Session.Ranges) in the
@@ -537,7 +584,7 @@ func (r *fetchStage) ensureSpooled(ctx context.Context) error {
 	if ok, err := r.reexpand(); ok || err != nil {
 		return err // the expanded copy was removed when the file finished (dropExpanded)
 	}
-	e, err := r.fetch(ctx, false)
+	e, _, err := r.fetch(ctx, false, false)
 	if errors.Is(err, ErrRemoteLost) {
 		return r.hold(ctx, ledger.StateFailedTerminal, reason.RemoteLost, 0, "neither the spool nor processing/ holds the file's bytes any more")
 	}
@@ -576,10 +623,17 @@ func (r *planStage) fileFailure(ctx context.Context, fe *rows.FileError) error {
 // site and its OPEN are not worth what they save.
 var twoChannelBytes int64 = 16 << 20
 
-// twoChannelRTT: only a site at least this far away (Session.RTT) is
-// read over two channels. Near, one channel's window is no limit (at 1
-// ms it carries 2 GB/s): a second channel only adds a second sftp-server
-// on the site and CPU on both ends; on this bench's loopback the 1M-row
-// file's fresh, replay and duplicate runs were slower with it (two runs,
-// docs/performance.md).
-var twoChannelRTT = 5 * time.Millisecond
+// farRTT: a site at least this far away (Session.RTT) is far (farSite):
+// its large files are read over two channels (readOnTwo), and its large
+// encrypted files decrypted as they download (followUnwrap), so their
+// downloads, bound by the round trip, leave the CPU to what follows them.
+// Near, one channel's window is no limit (at 1 ms it carries 2 GB/s): a
+// second channel only adds a second sftp-server on the site and CPU on
+// both ends; on this bench's loopback the 1M-row file's fresh, replay and
+// duplicate runs were slower with it (two runs, docs/performance.md). A
+// decryption beside a near download took the CPU the apply needed: the
+// 300 MB file was no faster and its peak RSS 14 MiB higher.
+var farRTT = 5 * time.Millisecond
+
+// farSite reports whether sess's site is far (farRTT).
+func farSite(sess *sftpconn.Session) bool { return sess.RTT() >= farRTT }

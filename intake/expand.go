@@ -17,13 +17,77 @@ import (
 // in that pass, and a large file applied ahead of its plan, which a
 // signature found wrong at the end rolls back with the hold.
 func (r *fetchStage) expand(ctx context.Context, orig spool.Entry, follow bool) (spool.Entry, *unwrap.Held, error) {
+	return r.unwrapJob(ctx, follow).Run(orig)
+}
+
+// unwrapJob is the file's unwrapping (expand), its rows followed as they
+// land when follow says so.
+func (r *fetchStage) unwrapJob(ctx context.Context, follow bool) unwrap.Job {
 	job := unwrap.Job{Spool: r.d.spool, Partner: r.in.Partner, Feed: r.feed, Name: r.in.RemoteName,
 		MaxBytes: r.p.cfg.Limits.MaxExpandedBytes, MaxRatio: r.p.cfg.Limits.MaxExpansionRatio, MinFree: r.d.cfg.SpoolMinFree,
 		DropPlain: r.dropPlain}
 	if follow {
 		job.Follow, job.Landed = r.followRows(ctx)
 	}
-	return job.Run(orig)
+	return job
+}
+
+// unwrapping is a file's unwrapping that follows its download (fetch,
+// for a job that unwrap.Job.Streams): it reads the original's bytes as
+// they land in the spool, so an OpenPGP file is decrypted, and its rows
+// read and applied ahead, while it downloads rather than after.
+type unwrapping struct {
+	fl   *spool.Follower
+	done chan unwrapped
+}
+
+// unwrapped is what an unwrapping made of the file (expand's results).
+type unwrapped struct {
+	data spool.Entry
+	held *unwrap.Held
+	err  error
+}
+
+// followUnwrap is the spool option that starts the file's unwrapping on
+// a follower of its download, or nil for a file whose unwrapping does not
+// stream, that is listed smaller than a file applied ahead of its plan
+// (aheadBytes), or whose site is near (farSite): a near download is bound
+// by the CPU that the decryption and the apply need too, and a small one
+// ends in a moment; such files are unwrapped after their download.
+func (r *fetchStage) followUnwrap(ctx context.Context, follow bool) (spool.PutOption, *unwrapping) {
+	job := unwrap.Job{Feed: r.feed, Name: r.in.RemoteName}
+	if !job.Streams() || r.in.ListedSize < aheadBytes || !farSite(r.sess) {
+		return nil, nil
+	}
+	u := &unwrapping{done: make(chan unwrapped, 1)}
+	return spool.Follow(func(fl *spool.Follower) {
+		u.fl = fl
+		go func() {
+			var res unwrapped
+			res.data, res.held, res.err = r.unwrapJob(ctx, follow).RunOn(fl)
+			u.done <- res
+		}()
+	}), u
+}
+
+// wait is the unwrapping's result once the download it follows is whole.
+func (u *unwrapping) wait() (spool.Entry, *unwrap.Held, error) {
+	res := <-u.done
+	return res.data, res.held, res.err
+}
+
+// drop stops an unwrapping whose download is not the file's (a failed or
+// refetched attempt, a file held before its bytes are used) and undoes
+// what it made: the rows it had followed, applied ahead or not, and its
+// plaintext in the spool.
+func (u *unwrapping) drop(r *fetchStage) {
+	u.fl.Close()
+	res := <-u.done
+	r.dropAhead()
+	r.dropPre()
+	if res.err == nil && res.held == nil {
+		r.dropPlain(res.data)
+	}
 }
 
 // dropExpanded deletes a compressed file's expanded copy from the spool

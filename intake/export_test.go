@@ -48,13 +48,15 @@ func SetScanCheckBytes(n int64) func() {
 	return func() { scanCheckBytes = old }
 }
 
-// SetTwoChannels sets the size and the round trip from which a download
-// reads over two channels, so tests reach that path with a small file on
-// a near site; it returns the undo.
+// SetTwoChannels sets the size from which a download reads over two
+// channels and the round trip from which a site is far (farRTT: its
+// large encrypted files are decrypted as they download too), so tests
+// reach those paths with a small file on a near site; it returns the
+// undo.
 func SetTwoChannels(n int64, rtt time.Duration) func() {
-	old, oldRTT := twoChannelBytes, twoChannelRTT
-	twoChannelBytes, twoChannelRTT = n, rtt
-	return func() { twoChannelBytes, twoChannelRTT = old, oldRTT }
+	old, oldRTT := twoChannelBytes, farRTT
+	twoChannelBytes, farRTT = n, rtt
+	return func() { twoChannelBytes, farRTT = old, oldRTT }
 }
 
 // TwoChannelReads is how many downloads read over two channels so far.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/intake/unwrap"
 	"github.com/partner-intake/partner-intake/partners"
 	"github.com/partner-intake/partner-intake/spool"
@@ -15,8 +16,9 @@ func CheckPGPKeys(p *partners.Config) error { return unwrap.CheckPGPKeys(p) }
 // dropPlain removes a held file's plaintext from the spool unless another
 // unfinished intake of the partner reads the same bytes.
 func (r *fetchStage) dropPlain(e spool.Entry) {
-	probe := *r.in
-	probe.DataSHA256 = e.SHA256
+	// the file's id and partner only: the decryption may run beside the
+	// download, which records the file's other fields meanwhile
+	probe := ledger.Intake{ID: r.in.ID, Partner: r.in.Partner, DataSHA256: e.SHA256}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	busy, err := r.d.ledger.DataInUse(ctx, &probe)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	iofs "io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -22,6 +23,7 @@ import (
 	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/intake/ops"
 	"github.com/partner-intake/partner-intake/intake/sitefile"
+	"github.com/partner-intake/partner-intake/internal/fault"
 	"github.com/partner-intake/partner-intake/internal/testenv"
 	"github.com/partner-intake/partner-intake/partners"
 	"github.com/partner-intake/partner-intake/spool"
@@ -508,5 +510,103 @@ func TestALargePGPFileIsAppliedWhileItDecrypts(t *testing.T) {
 		if n := count(t, pool, `SELECT count(*) FROM orders WHERE partner_id = 'pgpa' AND order_id LIKE $1`, c.prefix+"-%"); n != want {
 			t.Fatalf("%s: %d of its rows in the target, want %d", c.name, n, want)
 		}
+	}
+}
+
+// An encrypted file from a far site is decrypted as it downloads, not
+// after: with its download paused at half the file, chunks of its rows
+// are already applied ahead; let go, it lands whole. Decrypted after the
+// download, its rows waited for every byte of it, which a far site takes
+// seconds to bring.
+func TestAPGPFileIsDecryptedAndAppliedWhileItDownloads(t *testing.T) {
+	defer intake.SetAheadBytes(64 << 10)()
+	defer intake.SetTwoChannels(1<<62, 0)() // a far site, read on one channel
+	_, pool := testenv.DB(t)
+	dir := t.TempDir()
+	t.Setenv("INTAKE_TEST_PGP_PASS", "correct horse")
+	us, partner := pgpEntity(t, "intake"), pgpEntity(t, "partner")
+	secretFile, verifyFile := filepath.Join(dir, "intake.asc"), filepath.Join(dir, "partner.pub")
+	writeSecret(t, secretFile, us, "correct horse")
+	writePublic(t, verifyFile, partner)
+	site := testenv.NewSite(t, "pgpd")
+	site.Config.Feeds[0].Pattern = `orders-.*\.csv\.pgp`
+	site.Config.Feeds[0].ChunkRows = 5000
+	site.Config.Feeds[0].PGP = &partners.PGP{PrivateKeyFile: secretFile, PassphraseEnv: "INTAKE_TEST_PGP_PASS",
+		VerifyKeysFile: verifyFile, RequireSignature: true}
+	// large enough that half the file is more than the spool's
+	// write-behind buffers (1 MiB each), which the decryption and the
+	// rows are read behind
+	const n = 100000
+	site.Drop(t, "orders-d.csv.pgp", string(pgpMessage(t, []byte(testenv.OrdersCSV("D", n)), us, partner, false)))
+	r := newRig(t, pool, "w1", site)
+	ahead := &intake.Signals(r.d).AheadChunk
+	ahead.Init(t)
+
+	resume := r.pollPaused("pgpd", "download:half")
+	ahead.WaitFor(func(int) bool { return true }) // while the download waits
+	if err := resume(); err != nil {
+		t.Fatal(err)
+	}
+	if fs := files(t, pool, "pgpd"); len(fs) != 1 || fs[0].State != "archived" || fs[0].Applied != n {
+		t.Fatalf("%+v, want the file archived with its %d rows", fs, n)
+	}
+	if got := testutil.ToFloat64(r.d.Metrics().Ahead.WithLabelValues("pgpd", "committed")); got != 1 {
+		t.Fatalf("intake_apply_ahead_total{result=\"committed\"} %v, want 1", got)
+	}
+}
+
+// A download cut short while its decryption follows it leaves nothing of
+// the decryption behind: no plaintext in the spool, no temporary file, no
+// row in the target (what was applied ahead rolled back); the next
+// attempt downloads and decrypts the file whole.
+func TestAPGPDownloadCutShortLeavesNothingOfItsDecryption(t *testing.T) {
+	defer intake.SetAheadBytes(64 << 10)()
+	defer intake.SetTwoChannels(1<<62, 0)() // a far site, read on one channel
+	_, pool := testenv.DB(t)
+	dir := t.TempDir()
+	t.Setenv("INTAKE_TEST_PGP_PASS", "correct horse")
+	us, partner := pgpEntity(t, "intake"), pgpEntity(t, "partner")
+	secretFile := filepath.Join(dir, "intake.asc")
+	writeSecret(t, secretFile, us, "correct horse")
+	site := testenv.NewSite(t, "pgpc")
+	site.Config.Feeds[0].Pattern = `orders-.*\.csv\.pgp`
+	site.Config.Feeds[0].ChunkRows = 5000
+	site.Config.Feeds[0].PGP = &partners.PGP{PrivateKeyFile: secretFile, PassphraseEnv: "INTAKE_TEST_PGP_PASS"}
+	const n = 100000
+	site.Drop(t, "orders-c.csv.pgp", string(pgpMessage(t, []byte(testenv.OrdersCSV("C", n)), us, partner, false)))
+	r := newRig(t, pool, "w1", site)
+
+	if err := fault.Set("download:half=error"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { fault.Set("") })
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	r.d.PollOnce(ctx, "pgpc") // the file's attempt fails; the poll goes on
+	if fault.Hits("download:half") != 1 {
+		t.Fatal("the download was not cut at half")
+	}
+	if fs := files(t, pool, "pgpc"); len(fs) != 1 || fs[0].State == "archived" || fs[0].Applied != 0 {
+		t.Fatalf("after the cut: %+v, want the file waiting for its next attempt", fs)
+	}
+	if got := count(t, pool, `SELECT count(*) FROM orders WHERE partner_id = 'pgpc'`); got != 0 {
+		t.Fatalf("%d rows in the target after the cut, want 0", got)
+	}
+	var left []string
+	filepath.WalkDir(r.spoolDir, func(p string, d iofs.DirEntry, err error) error {
+		if err == nil && d.Type().IsRegular() {
+			left = append(left, p)
+		}
+		return nil
+	})
+	if len(left) != 0 {
+		t.Fatalf("the cut download left %v in the spool", left)
+	}
+
+	fault.Set("")
+	execArgs(t, pool, `UPDATE file_intake SET next_attempt_at = now() WHERE partner_id = 'pgpc'`) // due now, not after its backoff
+	r.poll("pgpc")
+	if fs := files(t, pool, "pgpc"); len(fs) != 1 || fs[0].State != "archived" || fs[0].Applied != n {
+		t.Fatalf("the next attempt: %+v, want the file archived with its %d rows", fs, n)
 	}
 }

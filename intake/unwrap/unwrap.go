@@ -80,10 +80,22 @@ func (j Job) Run(orig spool.Entry) (spool.Entry, *Held, error) {
 	}
 	defer f.Close()
 	if kind == KindPGP {
-		return j.decrypt(f)
+		return j.RunOn(f)
 	}
 	return j.expand(f, kind, orig)
 }
+
+// Streams reports whether the job's bytes are unwrapped in one pass from
+// their first byte (RunOn), so the unwrapping can follow the original's
+// download instead of waiting for its end: an OpenPGP message is. A zip
+// is read from its central directory at the end, and a compressed file
+// is bounded by its ratio to the whole original.
+func (j Job) Streams() bool { return Kind(j.Feed, j.Name) == KindPGP }
+
+// RunOn is Run for a job that Streams, on the original's bytes as src
+// reads them (a spool.Follower of its download): a read error of src is
+// the job's error, never the file's hold.
+func (j Job) RunOn(src io.Reader) (spool.Entry, *Held, error) { return j.decrypt(src) }
 
 // KindPGP: a file of a feed with pgp is an OpenPGP message, decrypted into
 // the spool the way a compressed file is expanded.
