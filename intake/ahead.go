@@ -186,19 +186,26 @@ func (r *applyStage) runAhead(ctx context.Context, a *ahead, fl io.ReadCloser, s
 		r.log.Info("applying ahead of the plan stopped; the file is applied from the spool after its plan", "why", why, "err", err)
 		return "abandoned"
 	}
-	st := r.d.db.Stat()
-	if st.MaxConns()-st.AcquiredConns() < 2 {
-		return abandon("pool_busy", nil) // never the pool's last connection
+	spare := func() bool { // never the pool's last connection
+		st := r.d.db.Stat()
+		return st.MaxConns()-st.AcquiredConns() >= 2
+	}
+	if !spare() {
+		return abandon("pool_busy", nil)
 	}
 	// the table before the connection (a first load queries the pool,
-	// within aheadLoadWait); the connection within a look at the pool:
-	// applying ahead is an option, and a full pool is no time to take it
+	// within aheadLoadWait); the connection within a look at the pool,
+	// looked at again after the load: applying ahead is an option, and a
+	// full pool is no time to take it
 	load, cancel := context.WithTimeout(ctx, aheadLoadWait)
 	var err error
 	h.tgt, err = r.d.targets.Get(load, r.feed)
 	cancel()
 	if err != nil {
 		return abandon("target", err)
+	}
+	if !spare() {
+		return abandon("pool_busy", nil)
 	}
 	acq, cancel := context.WithTimeout(ctx, aheadPoolCheck)
 	conn, err = r.d.db.Acquire(acq)
