@@ -173,22 +173,21 @@ func (p *Peers) view(ctx context.Context) map[string][]string {
 	p.mu.Lock()
 	p.reading = nil
 	close(done)
-	at := time.Now()
-	if p.gen != gen {
-		// Expire or Lost during the read asked for a view younger than
-		// this one's start: the next question reads again
-		at = time.Time{}
-	}
 	switch {
 	case err == nil:
-		p.serving, p.at, p.read = serving, at, true
+		p.serving, p.at, p.read = serving, time.Now(), true
+		if p.gen != gen {
+			// Expire or Lost during the read asked for a view younger
+			// than this one's start: the next question reads again
+			p.at = time.Time{}
+		}
 	case ctx.Err() != nil:
 		// the asker's own end: no view, and the next question reads it
 		serving = p.serving
 	default:
 		// a failed read is tried again after the same interval, not at
-		// every question
-		p.serving, p.at, p.read, serving = nil, at, true, nil
+		// every question (nor at every lost claim meanwhile)
+		p.serving, p.at, p.read, serving = nil, time.Now(), true, nil
 	}
 	p.mu.Unlock()
 	if err != nil && ctx.Err() == nil {
