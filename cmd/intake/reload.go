@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"reflect"
@@ -80,16 +81,8 @@ func (r *reloader) reload(stop context.Context) {
 	if err == nil {
 		res, err = r.d.Reload(ctx, next.Partners)
 	}
-	if err != nil && stop.Err() != nil {
-		// not a verdict on the file: the config in force stays, and the
-		// reload's metrics say what the last finished reload said
-		r.log.Info("config reload abandoned: the daemon is stopping; the config in force is kept", "config", r.path, "err", err)
-		return
-	}
 	if err != nil {
-		r.reloads.WithLabelValues("error").Inc()
-		r.lastOK.Set(0)
-		r.log.Error("config reload refused; the config in force is kept", "config", r.path, "err", err)
+		r.failed(stop, err)
 		return
 	}
 	r.rec.SetPartners(next.Partners)
@@ -107,6 +100,21 @@ func (r *reloader) reload(stop context.Context) {
 	r.lastOK.Set(1)
 	r.lastTime.SetToCurrentTime()
 	r.log.Info("config reloaded", "config", r.path, "added", res.Added, "removed", res.Removed, "changed", res.Changed)
+}
+
+// failed says why a reload was not applied. One that the stop signal cut
+// short (its error is the stop's cancel) is abandoned: no verdict on the
+// file, so it is said at Info and the reload metrics keep what the last
+// finished reload said (no alert while the daemon drains). Any other
+// failure, the stop or not, is the file's refusal.
+func (r *reloader) failed(stop context.Context, err error) {
+	if stop.Err() != nil && errors.Is(err, context.Canceled) {
+		r.log.Info("config reload abandoned: the daemon is stopping; the config in force is kept", "config", r.path, "err", err)
+		return
+	}
+	r.reloads.WithLabelValues("error").Inc()
+	r.lastOK.Set(0)
+	r.log.Error("config reload refused; the config in force is kept", "config", r.path, "err", err)
 }
 
 // restartOnly names the settings that differ between cur and next and
