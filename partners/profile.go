@@ -23,7 +23,7 @@ type Profile struct {
 	StatVFS     bool // statvfs@openssh.com
 	// Offered but failing when used: each offered extension of the three
 	// below is used once on probe files (posix-rename onto an existing
-	// name, fsync of a file written, statvfs of the scratch directory),
+	// name, fsync of a probe file's handle, statvfs of the scratch directory),
 	// and one that answers with an error is marked here. intake uses
 	// posix-rename alone (a receipt's publish, which falls back to remove
 	// and RENAME); hardlink is not used and not tried.
