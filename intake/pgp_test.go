@@ -448,6 +448,25 @@ func TestPGPKeysThatCannotBeUsedStopTheStart(t *testing.T) {
 	}
 }
 
+// pgpSite is a site whose feed takes orders-*.csv.pgp files in chunks of
+// chunkRows: OpenPGP messages encrypted to us and signed by partner (a
+// signature required).
+func pgpSite(t *testing.T, id string, chunkRows int) (site *testenv.Site, us, partner *openpgp.Entity) {
+	t.Helper()
+	dir := t.TempDir()
+	t.Setenv("INTAKE_TEST_PGP_PASS", "correct horse")
+	us, partner = pgpEntity(t, "intake"), pgpEntity(t, "partner")
+	secretFile, verifyFile := filepath.Join(dir, "intake.asc"), filepath.Join(dir, "partner.pub")
+	writeSecret(t, secretFile, us, "correct horse")
+	writePublic(t, verifyFile, partner)
+	site = testenv.NewSite(t, id)
+	site.Config.Feeds[0].Pattern = `orders-.*\.csv\.pgp`
+	site.Config.Feeds[0].ChunkRows = chunkRows
+	site.Config.Feeds[0].PGP = &partners.PGP{PrivateKeyFile: secretFile, PassphraseEnv: "INTAKE_TEST_PGP_PASS",
+		VerifyKeysFile: verifyFile, RequireSignature: true}
+	return site, us, partner
+}
+
 // A large encrypted file's rows are applied ahead of its plan while it
 // decrypts into the spool (followRows), as a plain file's while it
 // downloads; one whose signature turns out not to be the partner's,
@@ -456,17 +475,8 @@ func TestPGPKeysThatCannotBeUsedStopTheStart(t *testing.T) {
 func TestALargePGPFileIsAppliedWhileItDecrypts(t *testing.T) {
 	defer intake.SetAheadBytes(64 << 10)()
 	_, pool := testenv.DB(t)
-	dir := t.TempDir()
-	t.Setenv("INTAKE_TEST_PGP_PASS", "correct horse")
-	us, partner, stranger := pgpEntity(t, "intake"), pgpEntity(t, "partner"), pgpEntity(t, "stranger")
-	secretFile, verifyFile := filepath.Join(dir, "intake.asc"), filepath.Join(dir, "partner.pub")
-	writeSecret(t, secretFile, us, "correct horse")
-	writePublic(t, verifyFile, partner)
-	site := testenv.NewSite(t, "pgpa")
-	site.Config.Feeds[0].Pattern = `orders-.*\.csv\.pgp`
-	site.Config.Feeds[0].ChunkRows = 500
-	site.Config.Feeds[0].PGP = &partners.PGP{PrivateKeyFile: secretFile, PassphraseEnv: "INTAKE_TEST_PGP_PASS",
-		VerifyKeysFile: verifyFile, RequireSignature: true}
+	site, us, partner := pgpSite(t, "pgpa", 500)
+	stranger := pgpEntity(t, "stranger")
 	for _, c := range []struct {
 		worker string
 		name   string
@@ -522,17 +532,7 @@ func TestAPGPFileIsDecryptedAndAppliedWhileItDownloads(t *testing.T) {
 	defer intake.SetAheadBytes(64 << 10)()
 	defer intake.SetTwoChannels(1<<62, 0)() // a far site, read on one channel
 	_, pool := testenv.DB(t)
-	dir := t.TempDir()
-	t.Setenv("INTAKE_TEST_PGP_PASS", "correct horse")
-	us, partner := pgpEntity(t, "intake"), pgpEntity(t, "partner")
-	secretFile, verifyFile := filepath.Join(dir, "intake.asc"), filepath.Join(dir, "partner.pub")
-	writeSecret(t, secretFile, us, "correct horse")
-	writePublic(t, verifyFile, partner)
-	site := testenv.NewSite(t, "pgpd")
-	site.Config.Feeds[0].Pattern = `orders-.*\.csv\.pgp`
-	site.Config.Feeds[0].ChunkRows = 5000
-	site.Config.Feeds[0].PGP = &partners.PGP{PrivateKeyFile: secretFile, PassphraseEnv: "INTAKE_TEST_PGP_PASS",
-		VerifyKeysFile: verifyFile, RequireSignature: true}
+	site, us, partner := pgpSite(t, "pgpd", 5000)
 	// large enough that half the file is more than the spool's
 	// write-behind buffers (1 MiB each), which the decryption and the
 	// rows are read behind
@@ -563,15 +563,7 @@ func TestAPGPDownloadCutShortLeavesNothingOfItsDecryption(t *testing.T) {
 	defer intake.SetAheadBytes(64 << 10)()
 	defer intake.SetTwoChannels(1<<62, 0)() // a far site, read on one channel
 	_, pool := testenv.DB(t)
-	dir := t.TempDir()
-	t.Setenv("INTAKE_TEST_PGP_PASS", "correct horse")
-	us, partner := pgpEntity(t, "intake"), pgpEntity(t, "partner")
-	secretFile := filepath.Join(dir, "intake.asc")
-	writeSecret(t, secretFile, us, "correct horse")
-	site := testenv.NewSite(t, "pgpc")
-	site.Config.Feeds[0].Pattern = `orders-.*\.csv\.pgp`
-	site.Config.Feeds[0].ChunkRows = 5000
-	site.Config.Feeds[0].PGP = &partners.PGP{PrivateKeyFile: secretFile, PassphraseEnv: "INTAKE_TEST_PGP_PASS"}
+	site, us, partner := pgpSite(t, "pgpc", 5000)
 	const n = 100000
 	site.Drop(t, "orders-c.csv.pgp", string(pgpMessage(t, []byte(testenv.OrdersCSV("C", n)), us, partner, false)))
 	r := newRig(t, pool, "w1", site)
