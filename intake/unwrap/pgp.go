@@ -213,6 +213,8 @@ func (j Job) decrypt(f io.Reader) (spool.Entry, *Held, error) {
 	if peek, _ := in.Peek(64); bytes.Contains(peek, []byte("-----BEGIN PGP")) {
 		blk, err := armor.Decode(in) // reads the header lines; the body as it is read
 		switch {
+		case disk.err != nil:
+			return spool.Entry{}, nil, fmt.Errorf("decrypt: read the spooled file: %w", disk.err)
 		case head.over:
 			return spool.Entry{}, &Held{reason.PGPCorrupt, fmt.Sprintf("the armor's header lines take more than %d bytes", armorHeadBytes)}, nil
 		case err != nil:
