@@ -8,6 +8,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/partner-intake/partner-intake/internal/proctree"
 )
 
 // clockTicks is USER_HZ, the unit of the CPU times in /proc/<pid>/stat
@@ -19,56 +21,24 @@ const clockTicks = 100
 // reaped inside the tree included (cutime, cstime). PostgreSQL's backends
 // and sshd's per-connection processes are such descendants.
 func treeCPU(root int) (float64, error) {
-	ents, err := os.ReadDir("/proc")
+	procs, err := proctree.Snapshot()
 	if err != nil {
 		return 0, err
-	}
-	type proc struct {
-		ppid int
-		cpu  float64
-	}
-	procs := map[int]proc{}
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
-		if err != nil {
-			continue // exited meanwhile
-		}
-		s := string(b)
-		i := strings.LastIndexByte(s, ')')
-		if i < 0 {
-			continue
-		}
-		// fields after "pid (comm) ": state ppid ... utime(14) stime cutime cstime
-		f := strings.Fields(s[i+1:])
-		if len(f) < 15 {
-			continue
-		}
-		ppid, _ := strconv.Atoi(f[1])
-		var ticks float64
-		for _, k := range f[11:15] {
-			v, _ := strconv.ParseFloat(k, 64)
-			ticks += v
-		}
-		procs[pid] = proc{ppid: ppid, cpu: ticks / clockTicks}
 	}
 	if _, ok := procs[root]; !ok {
 		return 0, fmt.Errorf("process %d is not running", root)
 	}
 	var total float64
 	for pid, p := range procs {
-		for q := pid; q > 1; q = procs[q].ppid {
-			if q == root {
-				total += p.cpu
-				break
-			}
-			if _, ok := procs[q]; !ok {
-				break
-			}
+		if !proctree.InTree(procs, pid, root) {
+			continue
 		}
+		var ticks float64
+		for _, k := range p.Fields[11:15] { // utime stime cutime cstime
+			v, _ := strconv.ParseFloat(k, 64)
+			ticks += v
+		}
+		total += ticks / clockTicks
 	}
 	return total, nil
 }
