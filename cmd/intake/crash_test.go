@@ -300,7 +300,14 @@ func randomKillSoak(t *testing.T, rows, chunkRows int) {
 	cfg := writeConfigOpts(t, site, cfgOpts{poll: "@every 1s", chunkRows: chunkRows, spool: spoolDir, lease: "5s"})
 	for i := 0; i < kills; i++ {
 		p := startIntake(t, url, "", "run", "--config", cfg)
-		time.Sleep(time.Duration(100+rng.IntN(900)) * time.Millisecond) // a random moment to kill at: the soak's subject
+		// a random moment to kill at, the soak's subject; the daemon runs
+		// until then
+		at := time.NewTimer(time.Duration(100+rng.IntN(900)) * time.Millisecond)
+		select {
+		case <-at.C:
+		case <-p.done:
+			t.Fatalf("the daemon exited before its kill: %v\n%s", p.err, p.output())
+		}
 		p.signal(syscall.SIGKILL)
 		p.wait(t, 30*time.Second)
 	}

@@ -129,6 +129,18 @@ func lockReplicas(t *testing.T, ctx context.Context, pool *pgxpool.Pool) func() 
 	}
 }
 
+// readWaitingFor is how long the read of the live replicas waiting on a
+// lock has waited, as the database's clock says (0: none waits).
+func readWaitingFor(t *testing.T, pool *pgxpool.Pool) time.Duration {
+	t.Helper()
+	var d time.Duration
+	if err := pool.QueryRow(context.Background(), `SELECT coalesce(max(pg_catalog.clock_timestamp() - query_start), '0') FROM pg_catalog.pg_stat_activity
+		WHERE datname = pg_catalog.current_database() AND wait_event_type = 'Lock' AND query LIKE '%FROM intake_worker%'`).Scan(&d); err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
 // readsWaiting counts the reads of the live replicas waiting on a lock.
 func readsWaiting(t *testing.T, pool *pgxpool.Pool) int64 {
 	return testenv.Count(t, pool, `SELECT count(*) FROM pg_catalog.pg_stat_activity
@@ -205,8 +217,10 @@ func TestAViewRequestedDuringAReadIsReadAgain(t *testing.T) {
 				p.Expire()
 			} else {
 				// a lost claim refreshes a view at least peerLostRefresh
-				// old: the read in progress began before
-				time.Sleep(300 * time.Millisecond)
+				// (200 ms) old: the read in progress is older, as the
+				// database dates its statement
+				testenv.WaitFor(t, time.Minute, func() bool { return readWaitingFor(t, pool) > 300*time.Millisecond },
+					testenv.Says("the read never grew 300 ms old"))
 				p.Lost()
 			}
 			unlock()

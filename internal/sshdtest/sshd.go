@@ -21,6 +21,7 @@ import (
 	"golang.org/x/crypto/ssh/knownhosts"
 
 	"github.com/partner-intake/partner-intake/internal/keygen"
+	"github.com/partner-intake/partner-intake/internal/proctree"
 	"github.com/partner-intake/partner-intake/internal/syspkg"
 )
 
@@ -184,6 +185,26 @@ func (s *Server) start(sshd string) error {
 // Pid is the listening sshd's process id (its per-connection processes
 // are its descendants).
 func (s *Server) Pid() int { return s.cmd.Process.Pid }
+
+// OpensWaiting counts sshd's processes (its sftp subsystems) asleep in
+// open(2) of a FIFO that has no writer (the kernel's wait_for_partner):
+// a request that hangs there has arrived, which no reply can show.
+func (s *Server) OpensWaiting() int {
+	procs, err := proctree.Snapshot()
+	if err != nil {
+		return 0
+	}
+	n := 0
+	for pid := range procs {
+		if !proctree.InTree(procs, pid, s.Pid()) {
+			continue
+		}
+		if w, err := os.ReadFile(fmt.Sprintf("/proc/%d/wchan", pid)); err == nil && string(w) == "wait_for_partner" {
+			n++
+		}
+	}
+	return n
+}
 
 // Connections counts the TCP connections sshd holds open (its side of
 // each, as /proc/net/tcp lists them): the logins a client holds, as the

@@ -167,6 +167,14 @@ func newSharing(t *testing.T, opTimeout time.Duration) *sharing {
 	return x
 }
 
+// waitStuck waits until the hung partner's sftp-server sleeps in open(2)
+// of the FIFO: its OPEN has arrived.
+func (x *sharing) waitStuck(t *testing.T) {
+	t.Helper()
+	testenv.WaitFor(t, 30*time.Second, func() bool { return x.srv.OpensWaiting() > 0 },
+		testenv.Says("the OPEN of the FIFO never reached the sftp-server's open(2)"))
+}
+
 // One partner's request that its site's sftp-server never answers (an
 // OPEN of a FIFO blocks it in open(2)) ends that partner's session on its
 // deadline and nothing else: the other partner's session on the same
@@ -285,9 +293,8 @@ func TestASessionClosedDuringAHangRetiresItsConnection(t *testing.T) {
 		_, err := hs.Open(hs.Layout.ReadyDir() + "/stuck.csv")
 		done <- err
 	}()
-	// the OPEN blocks inside the sftp-server's open(2) of a FIFO, where no
-	// state of ours shows it has arrived: time for it to get there
-	time.Sleep(300 * time.Millisecond) // a sleep, not a wait: nothing the test can read shows the OPEN arrived
+	// the OPEN blocks inside the sftp-server's open(2) of a FIFO
+	x.waitStuck(t)
 	hs.Close()
 	select {
 	case err := <-done:
@@ -326,7 +333,7 @@ func TestAStuckWriteEndsWithItsConnection(t *testing.T) {
 		t.Fatal(err)
 	}
 	go hs.Open(hs.Layout.ReadyDir() + "/stuck.csv") // the sftp-server stops here
-	time.Sleep(200 * time.Millisecond)              // as above: nothing shows the OPEN arrived but time
+	x.waitStuck(t)
 	done := make(chan error, 1)
 	go func() {
 		_, err := f.Write(make([]byte, 16<<20))
@@ -417,8 +424,15 @@ func TestALateJoinerLeavesTheConnectionAlone(t *testing.T) {
 		joined <- dialled{s, err}
 	}()
 	// the site answers once the joiner has less than a quarter of its
-	// timeout left, the first dial still a second or so
-	time.Sleep(time.Until(start.Add(timeout * 85 / 100))) // the test is about a deadline: the wait is the subject
+	// timeout left, the first dial still a second or so; the joiner waits
+	// on the site until then
+	late := time.NewTimer(time.Until(start.Add(timeout * 85 / 100)))
+	defer late.Stop()
+	select {
+	case <-late.C:
+	case j := <-joined:
+		t.Fatalf("the joiner ended before the site answered: %v", j.err)
+	}
 	proxy.Thaw()
 	f := <-firstDone
 	if f.err != nil {

@@ -242,6 +242,7 @@ func TestListingsSideBySideEachGetTheirOwn(t *testing.T) {
 	var once sync.Once
 	err = s.ListDir(ctx, s.Layout.ReadyDir()+"/d5", func(os.FileInfo) error {
 		once.Do(func() {
+			sent := sftpconn.ListingRequests(s)
 			go func() {
 				ents, err := s.ReadDir(s.Layout.ReadyDir() + "/d4")
 				if err == nil && len(ents) != len(want["d4"]) {
@@ -249,7 +250,10 @@ func TestListingsSideBySideEachGetTheirOwn(t *testing.T) {
 				}
 				beside <- err
 			}()
-			time.Sleep(20 * time.Millisecond) // a sleep, not a wait: nothing shows OpenSSH's sftp-server has the listing beside (too short a sleep only tests less)
+			// the listing beside is on the channel (its OPENDIR and first
+			// READDIRs sent; this listing sends nothing while fn runs)
+			testenv.WaitFor(t, 30*time.Second, func() bool { return sftpconn.ListingRequests(s) >= sent+3 },
+				testenv.Says("the listing beside never went out"))
 			cancel()
 		})
 		return nil
