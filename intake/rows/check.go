@@ -63,6 +63,9 @@ func newCheck(c partners.Column) check {
 		layout := c.Layout
 		typed = func(s string) (string, reason.Code) {
 			s = strings.TrimSpace(s)
+			if layout == time.RFC3339 && canonicalUTC(s) {
+				return s, "" // what Format would write of what time.Parse reads
+			}
 			t, err := time.Parse(layout, s)
 			if err != nil || t.UTC().Year() < 1 {
 				// year 0 parses (or a zone moves 0001-01-01 into it), and
@@ -77,9 +80,6 @@ func newCheck(c partners.Column) check {
 				// too (.NET's round-trip format writes 100 ns)
 				t = Microseconds(t)
 				return t.UTC().Format(time.RFC3339Nano), ""
-			}
-			if layout == time.RFC3339 && len(s) == len("2006-01-02T15:04:05Z") && s[len(s)-1] == 'Z' {
-				return s, "" // already the canonical UTC form Format would write
 			}
 			return t.UTC().Format(time.RFC3339Nano), ""
 		}
@@ -201,6 +201,18 @@ func validEmail(s string) bool {
 		}
 	}
 	return true
+}
+
+// canonicalUTC: s is a timestamp in UTC as the check writes it, whole
+// microseconds or less with no trailing zero in the fraction
+// (YYYY-MM-DDTHH:MM:SSZ, YYYY-MM-DDTHH:MM:SS.25Z), a valid time.
+func canonicalUTC(s string) bool {
+	const whole = len("2006-01-02T15:04:05Z")
+	if len(s) != whole && (len(s) < whole+2 || len(s) > whole+7 || s[len(s)-2] == '0') {
+		return false
+	}
+	_, _, ok := UTCSeconds(s)
+	return ok
 }
 
 // Microseconds rounds t to a microsecond as PostgreSQL reads a timestamp

@@ -290,14 +290,24 @@ func timestampEncoder(typmod int32) Encoder {
 	}
 }
 
+// timestampMicros is the microseconds from PostgreSQL's epoch to v, an
+// RFC 3339 timestamp, rounded as PostgreSQL reads it (half to even). The
+// form the timestamp check writes is read without time.Parse
+// (rows.UTCSeconds); any other goes through it.
 func timestampMicros(v string) (int64, error) {
-	t, err := time.Parse(time.RFC3339Nano, v)
-	if err != nil {
-		return 0, fmt.Errorf("not an RFC 3339 timestamp")
+	secs, nsec, ok := rows.UTCSeconds(v)
+	if !ok {
+		t, err := time.Parse(time.RFC3339Nano, v)
+		if err != nil {
+			return 0, fmt.Errorf("not an RFC 3339 timestamp")
+		}
+		secs, nsec = t.Unix(), t.Nanosecond()
 	}
-	t = rows.Microseconds(t)
-	secs := t.Unix() - pgEpoch.Unix()
-	us := int64(t.Nanosecond() / 1000)
+	us, r := int64(nsec/1000), nsec%1000
+	if r > 500 || (r == 500 && us%2 == 1) {
+		us++ // as rows.Microseconds rounds
+	}
+	secs -= pgEpoch.Unix()
 	if secs > math.MaxInt64/1_000_000-1 || secs < math.MinInt64/1_000_000+1 {
 		return 0, fmt.Errorf("timestamp out of range")
 	}
