@@ -51,6 +51,9 @@ type quirks struct {
 	lie atomic.Pointer[LieFunc]
 	// hang: what of a channel's start goes unanswered (HangChannels)
 	hang atomic.Int32
+	// alive: keepalives sent on each channel before its SFTP is served
+	// (ChannelKeepalives)
+	alive atomic.Int32
 	// overwrite: RENAME replaces an existing target (RenameOverwrites)
 	overwrite atomic.Bool
 	// copies: RENAME stamps the target with the time of the rename
@@ -117,6 +120,14 @@ const (
 // (keepalives) and the channels already started: a site whose sshd no
 // longer starts sessions.
 func (s *quirks) HangChannels(what int) { s.hang.Store(int32(what)) }
+
+// ChannelKeepalives makes the server send n keepalive@openssh.com
+// requests on every session channel once its subsystem starts, each
+// waiting for its reply, before it serves SFTP there: what OpenSSH's
+// ClientAliveInterval sends on a connection's first open channel, more
+// than x/crypto/ssh holds unread on a channel before its connection
+// stops.
+func (s *quirks) ChannelKeepalives(n int) { s.alive.Store(int32(n)) }
 
 // LieFunc rewrites what the server answers a listing ("List"), a "Stat"
 // or an "Lstat" of p with, given the true entries: tests of what a broken
@@ -263,6 +274,11 @@ func (s *Server) serve(c net.Conn) {
 				if hang == HangInit {
 					io.Copy(io.Discard, ch) // read, never answered
 					return
+				}
+				for range s.alive.Load() {
+					if _, err := ch.SendRequest("keepalive@openssh.com", true, nil); err != nil {
+						return
+					}
 				}
 				h := &handler{root: root, short: &s.short, lie: &s.lie, overwrite: &s.overwrite, copies: &s.copies, nocase: &s.nocase, vanish: &s.vanish, mtimes: &s.mtimes}
 				srv := sftp.NewRequestServer(ch, sftp.Handlers{FileGet: h, FilePut: h, FileCmd: h, FileList: h})

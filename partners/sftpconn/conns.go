@@ -120,6 +120,7 @@ type sshConn struct {
 	full     bool        // the site refused a channel on it (pool.mu)
 	retiring atomic.Bool // a session's channel on it was aborted: no one joins
 	closed   chan struct{}
+	requests *chanRequests // reads its session channels' requests
 }
 
 // connKey identifies the connections a partner's session may share: the
@@ -404,6 +405,7 @@ func (c *sshConn) dial(ctx context.Context, p *partners.Config) error {
 		close(c.closed)
 		c.pool.open.Add(-1)
 	}()
+	c.requests = newChanRequests(c.closed)
 	go c.keepalive(p.SFTP.Keepalive)
 	return nil
 }

@@ -234,7 +234,7 @@ func (s *dirLister) openLister() (*rawSFTP, error) {
 	// a fresh stream: the watchdog's framing starts again, and requests
 	// of a closed channel are no longer waited for
 	s.listWatch.reset()
-	ch, err := s.ssh.NewSession()
+	ch, err := s.conn.openSession()
 	if err != nil {
 		return nil, fmt.Errorf("open channel: %w", err)
 	}
@@ -245,7 +245,7 @@ func (s *dirLister) openLister() (*rawSFTP, error) {
 // version exchange; the channel is closed if either fails. The exchange
 // waits on the channel's reader like any request, so that the session
 // breaking the channel (its close, its watchdog) ends it at once.
-func (s *dirLister) startRaw(ch *ssh.Session, watch *watchdog) (*rawSFTP, error) {
+func (s *dirLister) startRaw(ch ssh.Channel, watch *watchdog) (*rawSFTP, error) {
 	sc, w, err := s.sftpSubsystem(ch, true)
 	if err != nil {
 		return nil, fmt.Errorf("sftp subsystem: %w", err)

@@ -570,7 +570,7 @@ func (c *sshConn) startSession(s *Session, p *partners.Config, joined bool, watc
 	// and listings go through pkg/sftp. At 50 ms that is three round
 	// trips for both channels, not four (one after the other: six).
 	type channel struct {
-		ch  *ssh.Session
+		ch  ssh.Channel
 		err error
 	}
 	channels := 2
@@ -580,7 +580,7 @@ func (c *sshConn) startSession(s *Session, p *partners.Config, joined bool, watc
 	opens := make(chan channel, 2)
 	for range channels {
 		go func() {
-			ch, err := c.client.NewSession()
+			ch, err := c.openSession()
 			opens <- channel{ch, err}
 		}()
 	}
@@ -708,7 +708,7 @@ var errSessionClosed = errors.New("sftp: session closed")
 
 // sessChan is one of the session's channels: the channel and its reader.
 type sessChan struct {
-	ch *ssh.Session
+	ch ssh.Channel
 	r  *chanReader
 }
 
@@ -727,7 +727,7 @@ type chanBook struct{ *Session }
 // track reads the channel through a chanReader the session can break. A
 // channel opened after the session's channels were broken (closed, or its
 // start too late) is broken at once.
-func (s *chanBook) track(ch *ssh.Session, r *chanReader) *sessChan {
+func (s *chanBook) track(ch ssh.Channel, r *chanReader) *sessChan {
 	c := &sessChan{ch: ch, r: r}
 	s.chMu.Lock()
 	aborted := s.aborted
@@ -770,7 +770,7 @@ func (s *chanBook) abortChannels() []*sessChan {
 // sftp.NewClient does, with the watchdog between the client and the
 // channel.
 func (s *chanBook) newSFTP(watch *watchdog) (*sftp.Client, error) {
-	ch, err := s.ssh.NewSession()
+	ch, err := s.conn.openSession()
 	if err != nil {
 		return nil, err
 	}
@@ -779,7 +779,7 @@ func (s *chanBook) newSFTP(watch *watchdog) (*sftp.Client, error) {
 
 // startSFTP starts the sftp subsystem on an open channel; the channel is
 // closed if that fails.
-func (s *chanBook) startSFTP(ch *ssh.Session, watch *watchdog) (*sftp.Client, error) {
+func (s *chanBook) startSFTP(ch ssh.Channel, watch *watchdog) (*sftp.Client, error) {
 	c, pw, err := s.sftpSubsystem(ch, false)
 	if err != nil {
 		return nil, err
@@ -798,30 +798,20 @@ func (s *chanBook) startSFTP(ch *ssh.Session, watch *watchdog) (*sftp.Client, er
 // alike (direct: its reader is read on the raw channel's own goroutine,
 // chanreader.go); the channel is closed, and no longer tracked, if a step
 // fails.
-func (s *chanBook) sftpSubsystem(ch *ssh.Session, direct bool) (*sessChan, io.WriteCloser, error) {
-	w, err := ch.StdinPipe()
-	if err != nil {
-		ch.Close()
-		return nil, nil, err
-	}
-	r, err := ch.StdoutPipe()
-	if err != nil {
-		ch.Close()
-		return nil, nil, err
-	}
+func (s *chanBook) sftpSubsystem(ch ssh.Channel, direct bool) (*sessChan, io.WriteCloser, error) {
 	var cr *chanReader
 	if direct {
-		cr = newDirectReader(r)
+		cr = newDirectReader(ch)
 	} else {
-		cr = newChanReader(r)
+		cr = newChanReader(ch)
 	}
 	c := s.track(ch, cr)
-	if err := ch.RequestSubsystem("sftp"); err != nil {
+	if err := startSubsystem(ch); err != nil {
 		c.Close()
 		s.untrack(c)
 		return nil, nil, err
 	}
-	return c, w, nil
+	return c, channelStdin{ch}, nil
 }
 
 // PacketSize is the SFTP request size for a server: the configured one, or
