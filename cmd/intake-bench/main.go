@@ -43,7 +43,7 @@ func run() int {
 	only := flag.String("only", "", "comma-separated workloads to run (large, small, huge, wan, fleet, failover, modes, pgp, rejects); all when empty")
 	flag.StringVar(&o.ProfileDir, "profile-dir", "", "write a CPU profile of every intake process here (intake is then built with -tags cpuprofile)")
 	flag.DurationVar(&o.HeapProfileAfter, "heap-profile-after", 0, "with -profile-dir: every intake process also writes its heap in use this long after its start, and its CPU profile from then on, for as long again, to a file of its own (.idle)")
-	flag.IntVar(&o.Repeat, "repeat", 1, "run the large and small workloads this many times and report medians")
+	flag.IntVar(&o.Repeat, "repeat", 1, "run the large, small, modes, pgp and rejects workloads this many times and report medians")
 	flag.BoolVar(&o.RowHash, "row-hash", false, "give the target table intake_row_hash (the concurrent-edit guard on), to measure the guard's cost")
 	flag.StringVar(&o.CompareBinary, "compare-binary", "", "another intake binary whose manifest duplicate runs alternate with this tree's (-compare-runs pairs; medians printed)")
 	flag.IntVar(&o.CompareRuns, "compare-runs", 12, "pairs of runs for -compare-binary")

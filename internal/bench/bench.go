@@ -42,8 +42,9 @@ type Options struct {
 	// cost on a one-shot run, measured in one session of the machine).
 	CompareBinary string
 	CompareRuns   int
-	// Repeat runs the large and small workloads this many times and
-	// reports medians (1 when zero).
+	// Repeat runs the large, small, modes, pgp and rejects workloads this
+	// many times and reports medians (1 when zero): of each run's ratio,
+	// whose two sides ran back to back.
 	Repeat int
 	// Only, if set, names the workloads to run: large, small, huge, wan,
 	// fleet, failover, modes, pgp, rejects.
@@ -291,8 +292,11 @@ type Results struct {
 	RejectsRatio      float64 `json:"rejects_ratio,omitempty"`
 	RejectsPeakRSSMiB float64 `json:"rejects_peak_rss_mib,omitempty"`
 	// With Repeat > 1: the figures above are medians of these runs.
-	LargeRuns []*Results `json:"large_runs,omitempty"`
-	SmallRuns []*Results `json:"small_runs,omitempty"`
+	LargeRuns   []*Results `json:"large_runs,omitempty"`
+	SmallRuns   []*Results `json:"small_runs,omitempty"`
+	ModesRuns   []*Results `json:"modes_runs,omitempty"`
+	PGPRuns     []*Results `json:"pgp_runs,omitempty"`
+	RejectsRuns []*Results `json:"rejects_runs,omitempty"`
 }
 
 // median of one figure over runs.
@@ -473,27 +477,98 @@ func Run(ctx context.Context, o Options) (*Results, error) {
 			res.WANRatioLoopback = res.WANLargeS / res.LargeFreshS
 		}
 	}
-	// the workloads run once each, in this order, when sized and asked for
+	// the workloads run in this order, when sized and asked for: once
+	// each, or Repeat times those with medians (repeated)
 	for _, w := range []struct {
 		on         bool
 		name, what string
 		run        func(context.Context, *Results) error
+		repeated   *repeated
 	}{
-		{o.FleetPartners > 0, "fleet", "fleet", e.fleet},
-		{o.FailoverPartners > 0, "failover", "failover", e.failover},
-		{o.ModesRows > 0, "modes", "modes", e.modes},
-		{o.PGPBytes > 0, "pgp", "pgp", e.pgp},
-		{o.RejectsRows > 0, "rejects", "rejects", e.rejects},
-		{o.HugeRows > 0, "huge", "memory file", e.huge},
+		{o.FleetPartners > 0, "fleet", "fleet", e.fleet, nil},
+		{o.FailoverPartners > 0, "failover", "failover", e.failover, nil},
+		{o.ModesRows > 0, "modes", "modes", e.modes, modesRepeated},
+		{o.PGPBytes > 0, "pgp", "pgp", e.pgp, pgpRepeated},
+		{o.RejectsRows > 0, "rejects", "rejects", e.rejects, rejectsRepeated},
+		{o.HugeRows > 0, "huge", "memory file", e.huge, nil},
 	} {
-		if w.on && o.runs(w.name) {
+		if !w.on || !o.runs(w.name) {
+			continue
+		}
+		if w.repeated == nil {
 			if err := w.run(ctx, res); err != nil {
 				return res, fmt.Errorf("%s: %w", w.what, err)
 			}
+			continue
 		}
+		var runs []*Results
+		for range max(o.Repeat, 1) {
+			r := &Results{}
+			if err := w.run(ctx, r); err != nil {
+				return res, fmt.Errorf("%s: %w", w.what, err)
+			}
+			runs = append(runs, r)
+		}
+		w.repeated.merge(res, runs)
 	}
 	return res, nil
 }
+
+// repeated is how a workload's runs make its figures: its counts (the
+// first run's), the medians of its figures and of its CPU by process,
+// and where the runs are kept.
+type repeated struct {
+	counts  func(res, first *Results)
+	figures []func(*Results) *float64
+	cpu     []func(*Results) *map[string]float64
+	kept    func(*Results) *[]*Results
+}
+
+func (w *repeated) merge(res *Results, runs []*Results) {
+	w.counts(res, runs[0])
+	medians(res, runs, w.figures...)
+	for _, m := range w.cpu {
+		*m(res) = medianMap(runs, func(r *Results) map[string]float64 { return *m(r) })
+	}
+	if len(runs) > 1 {
+		*w.kept(res) = runs
+	}
+}
+
+var (
+	modesRepeated = &repeated{
+		counts: func(res, r *Results) { res.ModesRows = r.ModesRows },
+		figures: []func(*Results) *float64{
+			func(r *Results) *float64 { return &r.SnapshotFreshS },
+			func(r *Results) *float64 { return &r.SnapshotDeleteS },
+			func(r *Results) *float64 { return &r.SnapshotDeleteRatio },
+			func(r *Results) *float64 { return &r.PlanS },
+			func(r *Results) *float64 { return &r.PlanApplyS },
+			func(r *Results) *float64 { return &r.PlanRatio }},
+		kept: func(r *Results) *[]*Results { return &r.ModesRuns },
+	}
+	pgpRepeated = &repeated{
+		counts: func(res, r *Results) { res.PGPBytes, res.PGPRows = r.PGPBytes, r.PGPRows },
+		figures: []func(*Results) *float64{
+			func(r *Results) *float64 { return &r.PGPS },
+			func(r *Results) *float64 { return &r.PGPFloorS },
+			func(r *Results) *float64 { return &r.PGPRatioFloor },
+			func(r *Results) *float64 { return &r.PGPPeakRSSMiB }},
+		cpu: []func(*Results) *map[string]float64{
+			func(r *Results) *map[string]float64 { return &r.PGPCPUS },
+			func(r *Results) *map[string]float64 { return &r.PGPFloorCPUS }},
+		kept: func(r *Results) *[]*Results { return &r.PGPRuns },
+	}
+	rejectsRepeated = &repeated{
+		counts: func(res, r *Results) { res.RejectsRows = r.RejectsRows },
+		figures: []func(*Results) *float64{
+			func(r *Results) *float64 { return &r.RejectsS },
+			func(r *Results) *float64 { return &r.RejectsCleanS },
+			func(r *Results) *float64 { return &r.RejectsRatio },
+			func(r *Results) *float64 { return &r.RejectsPeakRSSMiB }},
+		kept: func(r *Results) *[]*Results { return &r.RejectsRuns },
+	}
+)
 
 func (e *env) say(format string, args ...any) {
 	fmt.Fprintf(e.o.Out, "# "+format+"\n", args...)

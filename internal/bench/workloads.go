@@ -829,7 +829,7 @@ func (r *Results) Table(w *os.File) {
 	row := func(name string, v float64, unit, target string) {
 		fmt.Fprintf(w, "%-38s %12.3f %-8s %s\n", name, v, unit, target)
 	}
-	if n := max(len(r.LargeRuns), len(r.SmallRuns)); n > 1 {
+	if n := max(len(r.LargeRuns), len(r.SmallRuns), len(r.ModesRuns), len(r.PGPRuns), len(r.RejectsRuns)); n > 1 {
 		fmt.Fprintf(w, "(medians of %d runs; each run is kept in the JSON)\n", n)
 	}
 	fmt.Fprintf(w, "%-38s %12s %-8s %s\n", "measure", "value", "unit", "target")
