@@ -505,6 +505,12 @@ func Run(ctx context.Context, o Options) (*Results, error) {
 		for range max(o.Repeat, 1) {
 			r := &Results{}
 			if err := w.run(ctx, r); err != nil {
+				// the runs before it stand; without any, this one's
+				// figures so far
+				if len(runs) == 0 {
+					runs = append(runs, r)
+				}
+				w.repeated.merge(res, runs)
 				return res, fmt.Errorf("%s: %w", w.what, err)
 			}
 			runs = append(runs, r)

@@ -1,6 +1,11 @@
 package bench
 
-import "testing"
+import (
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+)
 
 // A repeated workload's figures are the medians of its runs' (each ratio
 // the median of the runs' own ratios, not a ratio of medians), its CPU
@@ -30,5 +35,29 @@ func TestARepeatedWorkloadReportsMediansAndKeepsItsRuns(t *testing.T) {
 	rejectsRepeated.merge(one, []*Results{{RejectsRows: 5, RejectsRatio: 1.2}})
 	if one.RejectsRatio != 1.2 || one.RejectsRows != 5 || one.RejectsRuns != nil {
 		t.Fatalf("one run: %+v", one)
+	}
+}
+
+// Every figure of a repeated workload (its float fields) is one its
+// medians are taken of: a figure left out would read 0 in the results.
+func TestARepeatedWorkloadTakesTheMedianOfEveryFigure(t *testing.T) {
+	for _, w := range []struct {
+		r        *repeated
+		prefixes []string
+	}{{modesRepeated, []string{"Snapshot", "Plan"}}, {pgpRepeated, []string{"PGP"}}, {rejectsRepeated, []string{"Rejects"}}} {
+		r := &Results{}
+		for _, f := range w.r.figures {
+			*f(r) = 1
+		}
+		v := reflect.ValueOf(r).Elem()
+		for i := range v.NumField() {
+			name := v.Type().Field(i).Name
+			if v.Field(i).Kind() != reflect.Float64 || !slices.ContainsFunc(w.prefixes, func(p string) bool { return strings.HasPrefix(name, p) }) {
+				continue
+			}
+			if v.Field(i).Float() != 1 {
+				t.Errorf("%s: no median taken", name)
+			}
+		}
 	}
 }

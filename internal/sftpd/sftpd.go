@@ -122,11 +122,12 @@ const (
 func (s *quirks) HangChannels(what int) { s.hang.Store(int32(what)) }
 
 // ChannelKeepalives makes the server send n keepalive@openssh.com
-// requests on every session channel once its subsystem starts, each
-// waiting for its reply, before it serves SFTP there: what OpenSSH's
-// ClientAliveInterval sends on a connection's first open channel, more
-// than x/crypto/ssh holds unread on a channel before its connection
-// stops.
+// requests on every session channel once its subsystem starts, before it
+// serves SFTP there: what OpenSSH's ClientAliveInterval sends on a
+// connection's first open channel, one an interval. All but the last go
+// out at once without waiting for a reply, more than x/crypto/ssh holds
+// unread on a channel before its connection stops reading; the last
+// waits for its reply.
 func (s *quirks) ChannelKeepalives(n int) { s.alive.Store(int32(n)) }
 
 // LieFunc rewrites what the server answers a listing ("List"), a "Stat"
@@ -275,8 +276,8 @@ func (s *Server) serve(c net.Conn) {
 					io.Copy(io.Discard, ch) // read, never answered
 					return
 				}
-				for range s.alive.Load() {
-					if _, err := ch.SendRequest("keepalive@openssh.com", true, nil); err != nil {
+				for i := range s.alive.Load() {
+					if _, err := ch.SendRequest("keepalive@openssh.com", i == s.alive.Load()-1, nil); err != nil {
 						return
 					}
 				}

@@ -42,10 +42,10 @@ func TestARepliedRequestStandsInForAKeepalive(t *testing.T) {
 }
 
 // The site's requests on its session channels (OpenSSH's
-// ClientAliveInterval sends keepalive@openssh.com on one, each waiting
-// for its reply) are answered, on every channel of a connection two
-// partners share, in numbers x/crypto/ssh would hold unread before it
-// stops the connection; the sessions then list and read as usual.
+// ClientAliveInterval sends keepalive@openssh.com on one) are read, on
+// every channel of a connection two partners share, in numbers
+// x/crypto/ssh would hold unread before it stops the connection, and one
+// that wants a reply gets it; the sessions then list and read as usual.
 func TestTheSitesChannelRequestsAreAnswered(t *testing.T) {
 	root := t.TempDir()
 	for _, id := range []string{"a", "b"} {
