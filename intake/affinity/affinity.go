@@ -65,10 +65,15 @@ type Config struct {
 type Peers struct {
 	cfg Config
 	mu  sync.Mutex // never held across a read of the database
-	at  time.Time  // when the view was read; zero: read it at the next question
+	at  time.Time  // when the view was read (its read's start); zero: read it at the next question
 	// serving: partner -> live replicas serving it (this one included);
 	// nil before the first view and after a failed read (unknown)
 	serving map[string][]string
+	// last is the last view a read made, and lastAt when that read
+	// began: what a read's gains are counted against, a failed read
+	// between or not
+	last   map[string][]string
+	lastAt time.Time
 	// reading is closed when the read in progress ends; nil when none is
 	reading chan struct{}
 	readAt  time.Time // when the read in progress began
@@ -114,7 +119,10 @@ func (p *Peers) Owns(ctx context.Context, partner string) bool {
 	}
 	serving := p.view(ctx)
 	if serving == nil {
-		return true // the others are unknown: two pollers are safe, none would stall the partner
+		// the others are unknown: two pollers are safe, none would stall
+		// the partner
+		p.cfg.Owned.WithLabelValues(partner).Set(1)
+		return true
 	}
 	workers := append([]string{p.cfg.WorkerID}, serving[partner]...)
 	mine := rendezvous.Owner(partner, workers) == p.cfg.WorkerID
@@ -130,8 +138,9 @@ func (p *Peers) Owns(ctx context.Context, partner string) bool {
 // than a third of a lease (at most peerRefresh). One question at a time
 // reads it, outside the lock; the others meanwhile are answered from the
 // view before, so no partner's poll gate (nor a claim's Lost) waits on
-// another's read. Only before the first view do they wait for the read,
-// and when that read is cut short by its own asker's end, the first of
+// another's read. Only before the first view, and when the view before
+// is older than a lease (the replica was paused), do they wait for the
+// read; when that read is cut short by its own asker's end, the first of
 // them reads it.
 func (p *Peers) view(ctx context.Context) map[string][]string {
 	p.mu.Lock()
@@ -144,7 +153,11 @@ func (p *Peers) view(ctx context.Context) map[string][]string {
 		if wait == nil {
 			break
 		}
-		if p.read {
+		if p.read && (p.serving == nil || time.Since(p.lastAt) < p.cfg.Lease) {
+			// the view before, while it is younger than a lease; one
+			// older (a replica paused past its lease, whose partners
+			// others took over meanwhile) is not acted on: the question
+			// waits for the read
 			defer p.mu.Unlock()
 			return p.serving
 		}
@@ -157,11 +170,16 @@ func (p *Peers) view(ctx context.Context) map[string][]string {
 		p.mu.Lock()
 	}
 	done := make(chan struct{})
-	p.reading, p.readAt = done, time.Now()
-	prev, gen := p.serving, p.gen
+	began := time.Now()
+	p.reading, p.readAt = done, began
+	prev, gen := p.last, p.gen
 	p.mu.Unlock()
 
-	serving, err := p.cfg.Ledger.LiveServing(ctx)
+	// bounded: the questions of a replica whose view is older than a
+	// lease wait for this read
+	rctx, cancel := context.WithTimeout(ctx, readWait(p.cfg.Lease))
+	serving, err := p.cfg.Ledger.LiveServing(rctx)
+	cancel()
 	var gained []string
 	if err == nil && prev != nil {
 		// the partners this view gives this replica that the last did not
@@ -175,7 +193,10 @@ func (p *Peers) view(ctx context.Context) map[string][]string {
 	close(done)
 	switch {
 	case err == nil:
-		p.serving, p.at, p.read = serving, time.Now(), true
+		// dated by the read's start: a pause between the read and here
+		// does not make it younger than it is
+		p.serving, p.at, p.read = serving, began, true
+		p.last, p.lastAt = serving, began
 		if p.gen != gen {
 			// Expire or Lost during the read asked for a view younger
 			// than this one's start: the next question reads again
@@ -200,6 +221,13 @@ func (p *Peers) view(ctx context.Context) map[string][]string {
 		p.cfg.Seen(serving)
 	}
 	return serving
+}
+
+// readWait bounds a read of the live replicas: a third of the lease (a
+// read that fails is as good as none: every partner is polled
+// meanwhile, and it is read again after the refresh interval).
+func readWait(lease time.Duration) time.Duration {
+	return max(lease/3, time.Second)
 }
 
 // newlyOwned lists the partners of ids that me polls under the live

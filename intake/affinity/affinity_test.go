@@ -91,6 +91,13 @@ func TestAReadOfTheLiveReplicasHoldsUpNoOtherQuestion(t *testing.T) {
 // and w2 registered serving partners p00..p19.
 func peers(t *testing.T, ctx context.Context) (*affinity.Peers, *pgxpool.Pool, chan map[string][]string, []string) {
 	t.Helper()
+	return peersGaining(t, ctx, func(string) {})
+}
+
+// peersGaining is peers with gained told of every partner a view gives
+// this replica that the view before did not.
+func peersGaining(t *testing.T, ctx context.Context, gained func(string)) (*affinity.Peers, *pgxpool.Pool, chan map[string][]string, []string) {
+	t.Helper()
 	_, pool := testenv.DB(t)
 	l := ledger.New(pool, time.Minute)
 	var ids []string
@@ -105,7 +112,7 @@ func peers(t *testing.T, ctx context.Context) (*affinity.Peers, *pgxpool.Pool, c
 	reads := make(chan map[string][]string, 8)
 	p := affinity.New(affinity.Config{Ledger: l, WorkerID: "w1", Lease: time.Minute,
 		Registered: func() bool { return true }, Partners: func() []string { return ids },
-		Gained: func(string) {}, Seen: func(m map[string][]string) { reads <- m },
+		Gained: gained, Seen: func(m map[string][]string) { reads <- m },
 		Owned: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "owned"}, []string{"partner"}), Log: testenv.Logger(t)})
 	return p, pool, reads, ids
 }
@@ -193,6 +200,119 @@ func TestAQuestionWaitingForTheFirstViewReadsItWhenTheFirstReaderGivesUp(t *test
 	}
 	if v := <-reads; len(v[theirs]) != 2 {
 		t.Fatalf("view %v, want both replicas serving %s", v, theirs)
+	}
+}
+
+// A replica whose view is older than a lease (paused past it, its
+// partners' owners may have changed meanwhile) does not act on it: a
+// question asked while the next view is read waits for that read, and
+// answers from it.
+func TestAViewOlderThanALeaseIsNotActedOnWhileTheNextIsRead(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	p, pool, reads, ids := peers(t, ctx)
+	theirs := ""
+	for _, id := range ids {
+		if rendezvous.Owner(id, []string{"w1", "w2"}) == "w2" {
+			theirs = id
+			break
+		}
+	}
+	if p.Owns(ctx, theirs) {
+		t.Fatalf("owns %s, which rendezvous gives w2", theirs)
+	}
+	<-reads
+	p.Age(2 * time.Minute)
+	// w2's lease runs out while the next read waits on the table
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(context.Background())
+	if _, err := tx.Exec(ctx, `LOCK TABLE intake_worker IN ACCESS EXCLUSIVE MODE`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `UPDATE intake_worker SET last_seen = pg_catalog.now() - interval '1 hour' WHERE worker_id = 'w2'`); err != nil {
+		t.Fatal(err)
+	}
+	first := make(chan bool, 1)
+	go func() { first <- p.Owns(ctx, theirs) }()
+	testenv.WaitFor(t, time.Minute, func() bool { return readsWaiting(t, pool) == 1 },
+		testenv.Says("the read never waited on the lock"))
+	second := make(chan bool, 1)
+	go func() { second <- p.Owns(ctx, theirs) }()
+	testenv.WaitFor(t, time.Minute, func() bool {
+		select {
+		case got := <-second:
+			t.Fatalf("answered %v from a view older than a lease while the next was read", got)
+		default:
+		}
+		return waitingInView() == 1
+	}, testenv.Says("the second question never waited for the read"))
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !<-first || !<-second {
+		t.Fatalf("%s not owned once w2's lease ran out", theirs)
+	}
+	if v := <-reads; len(v[theirs]) != 1 {
+		t.Fatalf("view %v, want w1 alone serving %s", v, theirs)
+	}
+}
+
+// A failed read between two views does not hide what the second gives
+// this replica: the partners of a replica whose lease ran out meanwhile
+// are counted against the last view read, and polled at once.
+func TestAFailedReadBetweenTwoViewsLosesNoGain(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	gained := make(chan string, 32)
+	p, pool, reads, ids := peersGaining(t, ctx, func(id string) { gained <- id })
+	theirs := ""
+	for _, id := range ids {
+		if rendezvous.Owner(id, []string{"w1", "w2"}) == "w2" {
+			theirs = id
+			break
+		}
+	}
+	if p.Owns(ctx, theirs) {
+		t.Fatalf("owns %s, which rendezvous gives w2", theirs)
+	}
+	<-reads
+	// a read that fails: cancelled by the database while it waits
+	p.Expire()
+	unlock := lockReplicas(t, ctx, pool)
+	failed := make(chan bool, 1)
+	go func() { failed <- p.Owns(ctx, theirs) }()
+	testenv.WaitFor(t, time.Minute, func() bool { return readsWaiting(t, pool) == 1 },
+		testenv.Says("the read never waited on the lock"))
+	if _, err := pool.Exec(ctx, `SELECT pg_catalog.pg_cancel_backend(pid) FROM pg_catalog.pg_stat_activity
+		WHERE datname = pg_catalog.current_database() AND wait_event_type = 'Lock' AND query LIKE '%FROM intake_worker%'`); err != nil {
+		t.Fatal(err)
+	}
+	if !<-failed {
+		t.Fatal("a question whose read failed did not poll")
+	}
+	if v := <-reads; v != nil {
+		t.Fatalf("the cancelled read gave a view: %v", v)
+	}
+	unlock()
+	// w2's lease runs out; the next view gives its partners to w1
+	if _, err := pool.Exec(ctx, `UPDATE intake_worker SET last_seen = pg_catalog.now() - interval '1 hour' WHERE worker_id = 'w2'`); err != nil {
+		t.Fatal(err)
+	}
+	p.Expire()
+	if !p.Owns(ctx, theirs) {
+		t.Fatalf("%s not owned once w2's lease ran out", theirs)
+	}
+	<-reads
+	for got := map[string]bool{}; !got[theirs]; {
+		select {
+		case id := <-gained:
+			got[id] = true
+		default:
+			t.Fatalf("%s was not told gained (%v)", theirs, got)
+		}
 	}
 }
 
