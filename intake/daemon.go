@@ -143,7 +143,9 @@ func New(cfg Config, parts []partners.Config, db *pgxpool.Pool, sp *spool.Spool,
 		if err := unwrap.CheckPGPKeys(p); err != nil {
 			return nil, err
 		}
-		d.parts.byID[p.ID] = d.sessions.newPartnerRT(p)
+		rt := d.sessions.newPartnerRT(p)
+		d.sessions.inForce(rt)
+		d.parts.byID[p.ID] = rt
 		d.parts.order = append(d.parts.order, p.ID)
 	}
 	return d, nil

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/partner-intake/partner-intake/internal/fault"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/partner-intake/partner-intake/intake/ledger"
@@ -117,6 +119,14 @@ func (d *Daemon) Reload(ctx context.Context, parts []partners.Config) (ReloadRes
 			}
 		}
 	}
+	if err := fault.Check("reload:in_force"); err != nil {
+		return res, err
+	}
+	if err := ctx.Err(); err != nil {
+		// a stop came while the reload ran (whether or not a step of it
+		// waited on ctx): nothing of it comes into force
+		return res, err
+	}
 	d.parts.mu.Lock()
 	d.parts.byID, d.parts.order = next, order
 	d.parts.retiring = append(d.parts.retiring, retired...)
@@ -128,6 +138,7 @@ func (d *Daemon) Reload(ctx context.Context, parts []partners.Config) (ReloadRes
 	}
 	for _, p := range fresh { // a changed partner's feeds may differ from its predecessor's (targethold.Keeper.Recheck sets them again)
 		d.metrics.TargetHeld.DeletePartialMatch(prometheus.Labels{"partner": p.cfg.ID})
+		d.sessions.inForce(p)
 	}
 	for _, h := range held {
 		d.feedHolds.Set(h.P, h.F, h.Problem)

@@ -41,14 +41,21 @@ type sessionKeeper struct {
 	signals  *testSignals
 }
 
-// newPartnerRT is a partner's runtime before its first poll.
+// newPartnerRT is a partner's runtime before its first poll. Nothing of
+// it shows (inForce) until its config is the one in force: a reload
+// refused or abandoned leaves no trace of it.
 func (k *sessionKeeper) newPartnerRT(c *partners.Config) *partnerRT {
+	return &partnerRT{cfg: c, slot: sessions.Slot{Book: k.book}, trigger: make(chan struct{}, 1), quit: make(chan struct{})}
+}
+
+// inForce shows a partner whose config came into force (at the start, or
+// by a reload) in its gauges.
+func (k *sessionKeeper) inForce(p *partnerRT) {
 	legacy := 0.0
-	if c.SFTP.LegacyAlgorithms {
+	if p.cfg.SFTP.LegacyAlgorithms {
 		legacy = 1
 	}
-	k.metrics.LegacySSH.WithLabelValues(c.ID).Set(legacy)
-	return &partnerRT{cfg: c, slot: sessions.Slot{Book: k.book}, trigger: make(chan struct{}, 1), quit: make(chan struct{})}
+	k.metrics.LegacySSH.WithLabelValues(p.cfg.ID).Set(legacy)
 }
 
 // session returns the partner's open session or dials one, within its

@@ -2,6 +2,7 @@ package intake_test
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -229,10 +230,22 @@ func TestAReloadHoldsANewFeedButKeepsAWorkingOne(t *testing.T) {
 		t.Fatalf("held feeds %v, want %v", got, want)
 	}
 
+	// refused: a partner it would add and one it would change show
+	// nothing of the refused config in their gauges
+	ghost := testenv.NewSite(t, "thr-ghost")
+	ghost.Config.SFTP.LegacyAlgorithms = true
 	broken := a.Validated(t)
 	broken.Feeds[0].Target = "thr_missing"
-	if _, err := r.d.Reload(ctx, []partners.Config{broken, n.Validated(t)}); err == nil || !strings.Contains(err.Error(), "does not exist") {
+	broken.SFTP.LegacyAlgorithms = true
+	if _, err := r.d.Reload(ctx, []partners.Config{ghost.Validated(t), broken, n.Validated(t)}); err == nil || !strings.Contains(err.Error(), "does not exist") {
 		t.Fatalf("a reload holding a feed the config in force writes: %v, want refused", err)
+	}
+	legacy := r.d.Metrics().LegacySSH
+	if n := testutil.CollectAndCount(legacy); n != 2 {
+		t.Fatalf("%d intake_partner_legacy_ssh_algorithms series after the refused reload, want thr-a's and thr-new's", n)
+	}
+	if v := testutil.ToFloat64(legacy.WithLabelValues("thr-a")); v != 0 {
+		t.Fatalf("intake_partner_legacy_ssh_algorithms{partner=thr-a} = %v after a refused reload that set it", v)
 	}
 	a.Drop(t, "orders-kept.csv", testenv.OrdersCSV("K", 2))
 	waitUntil(t, func() bool {
@@ -240,6 +253,55 @@ func TestAReloadHoldsANewFeedButKeepsAWorkingOne(t *testing.T) {
 	})
 	if got, want := r.d.HeldFeeds(), []string{"thr-new/orders"}; !reflect.DeepEqual(got, want) {
 		t.Fatalf("after the refused reload: held feeds %v, want %v", got, want)
+	}
+}
+
+// A reload whose context ended (a stop signal) after its last step that
+// waits on it does not come into force: a partner it adds is not polled,
+// and the reload says why.
+func TestAReloadWhoseContextEndedDoesNotComeIntoForce(t *testing.T) {
+	_, pool := testenv.DB(t)
+	ctx := context.Background()
+	a := testenv.NewSite(t, "rlc-a")
+	a.Config.Poll = "@every 1s"
+	r := newRig(t, pool, "rlc", a)
+	if err := r.d.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	n := testenv.NewSite(t, "rlc-new")
+	n.Config.Poll = "@every 1s"
+	n.Config.SFTP.LegacyAlgorithms = true
+	// the stop comes once every step of the reload is done
+	if err := fault.Set("reload:in_force=pause"); err != nil {
+		t.Fatal(err)
+	}
+	defer fault.Set("")
+	stopped, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		_, err := r.d.Reload(stopped, []partners.Config{a.Validated(t), n.Validated(t)})
+		done <- err
+	}()
+	select {
+	case <-fault.Paused("reload:in_force"):
+	case err := <-done:
+		t.Fatalf("the reload ended before it came into force: %v", err)
+	}
+	stop()
+	fault.Resume("reload:in_force")
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("reload whose context ended: %v, want context.Canceled", err)
+	}
+	if n := testutil.CollectAndCount(r.d.Metrics().LegacySSH); n != 1 {
+		t.Fatalf("%d intake_partner_legacy_ssh_algorithms series, want rlc-a's alone", n)
+	}
+	n.Drop(t, "orders-late.csv", testenv.OrdersCSV("L", 2))
+	a.Drop(t, "orders-a.csv", testenv.OrdersCSV("A", 2))
+	waitUntil(t, func() bool {
+		return testenv.Count(t, pool, `SELECT count(*) FROM file_intake WHERE partner_id = 'rlc-a' AND state = 'archived'`) == 1
+	})
+	if got := testenv.Count(t, pool, `SELECT count(*) FROM file_intake WHERE partner_id = 'rlc-new'`); got != 0 {
+		t.Fatalf("the partner of a reload that did not come into force took %d files", got)
 	}
 }
 
