@@ -114,6 +114,42 @@ func TestAPartnerOverItsSpoolQuotaStopsClaimingAlone(t *testing.T) {
 	}
 }
 
+// A compressed file whose expanded bytes are another file's bytes as
+// sent (the spool holds one entry for both) leaves that entry in the
+// spool when it is finished: the other file's original, kept for a
+// replay, is not its copy to drop.
+func TestAnExpandedCopyThatIsAnotherFilesOriginalStaysInTheSpool(t *testing.T) {
+	_, pool := testenv.DB(t)
+	site := testenv.NewSite(t, "gzsame")
+	site.Config.Feeds[0].Pattern = `orders-.*\.csv(\.gz)?`
+	site.Config.Feeds[0].Compression = []string{partners.CompressionGzip}
+	body := testenv.OrdersCSV("S", 20)
+	site.Drop(t, "orders-1.csv", body)
+	r := newRig(t, pool, "w1", site)
+	r.poll("gzsame")
+	site.Drop(t, "orders-2.csv.gz", string(gz(t, []byte(body))))
+	r.poll("gzsame")
+	var first int64
+	var orig, data string
+	if err := pool.QueryRow(context.Background(), `SELECT a.intake_id, a.content_sha256, b.data_sha256 FROM file_intake a, file_intake b
+		WHERE a.remote_name = 'orders-1.csv' AND b.remote_name = 'orders-2.csv.gz' AND a.state = 'archived' AND b.state IN ('archived', 'duplicate')`).Scan(&first, &orig, &data); err != nil {
+		t.Fatal(err)
+	}
+	if orig != data {
+		t.Fatalf("the expanded bytes %s are not the first file's %s", data, orig)
+	}
+	sp, err := spool.New(r.spoolDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(sp.Path("gzsame", orig)); err != nil {
+		t.Fatalf("the first file's original left the spool with the second's expanded copy: %v", err)
+	}
+	if _, err := r.d.Replay(context.Background(), intake.ReplayRequest{ID: first, Actor: "test", Reason: "re-apply"}); err != nil {
+		t.Fatalf("replay of the first file: %v", err)
+	}
+}
+
 // A compressed file's expanded copy leaves the spool once the file is
 // finished (the original stays); a replay makes it again from the
 // original, and so does a hostile bomb's refusal leave nothing behind.

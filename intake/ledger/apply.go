@@ -322,14 +322,16 @@ func (l *chunkStore) Defer(ctx context.Context, in *Intake, wait time.Duration) 
 	return nil
 }
 
-// DataInUse reports whether an unfinished intake of the partner other
-// than in also reads the data bytes sha, as its data or as its original
-// (the spool holds one entry per hash: a decrypted or expanded copy can be
-// another file's bytes as sent); the copy is then kept.
+// DataInUse reports whether another intake of the partner than in needs
+// the spool entry of in's data bytes: one whose bytes as sent they are,
+// whatever its state (the spool holds one entry per hash, and a decrypted
+// or expanded copy can be another file's original, which the spool keeps
+// for a replay until retention's purge), or an unfinished one that reads
+// them as its data. The copy is then kept.
 func (l *chunkStore) DataInUse(ctx context.Context, in *Intake) (bool, error) {
 	var busy bool
-	err := l.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM file_intake WHERE partner_id = $1 AND (data_sha256 = $2 OR content_sha256 = $2)
-		AND intake_id <> $3 AND state NOT IN ('archived', 'duplicate', 'quarantined', 'failed_terminal', 'discarded', 'put_back'))`,
+	err := l.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM file_intake WHERE partner_id = $1 AND intake_id <> $3 AND (content_sha256 = $2
+		OR data_sha256 = $2 AND state NOT IN ('archived', 'duplicate', 'quarantined', 'failed_terminal', 'discarded', 'put_back')))`,
 		in.Partner, in.DataSHA256, in.ID).Scan(&busy)
 	return busy, err
 }
