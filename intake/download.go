@@ -103,16 +103,18 @@ func (r *fetchStage) download(ctx context.Context) error {
 	// the unwrapping that followed the last download, dropped unless the
 	// file's bytes are taken from it
 	var un *unwrapping
-	defer func() {
-		if un != nil {
-			un.drop(r)
-		}
-	}()
-	for attempt := 1; ; attempt++ {
+	// dropUnwrap stops and undoes it before the file is held or put back
+	// (and at the end): what it applies ahead, and its fields of r, are
+	// gone before the hold looks at r
+	dropUnwrap := func() {
 		if un != nil {
 			un.drop(r)
 			un = nil
 		}
+	}
+	defer dropUnwrap()
+	for attempt := 1; ; attempt++ {
+		dropUnwrap()
 		if heldSHA != "" {
 			var same bool
 			e, same, err = r.fetchSame(ctx, heldSHA)
@@ -145,6 +147,7 @@ func (r *fetchStage) download(ctx context.Context) error {
 				return cerr
 			}
 			if changed {
+				dropUnwrap()
 				return r.putBack(ctx)
 			}
 		}
@@ -171,6 +174,7 @@ func (r *fetchStage) download(ctx context.Context) error {
 				r.log.Warn("bytes disagree with the manifest, fetching again")
 				continue
 			}
+			dropUnwrap()
 			return r.hold(ctx, ledger.StateQuarantined, reason.ManifestMismatch, 0, "bytes or sha256 of the file disagree with its manifest")
 		}
 		break
@@ -181,6 +185,7 @@ func (r *fetchStage) download(ctx context.Context) error {
 		rowsWant = man.Rows
 	}
 	if !partners.ValidBatchID(batch) {
+		dropUnwrap()
 		return r.hold(ctx, ledger.StateQuarantined, reason.BadBatchID, 0, "no batch id usable in file names could be derived (letters, digits, '.', '_', '-'; at most 128)")
 	}
 	var data spool.Entry

@@ -65,6 +65,7 @@ func (r *fetchStage) followUnwrap(ctx context.Context, follow bool) (spool.PutOp
 		go func() {
 			var res unwrapped
 			res.data, res.held, res.err = r.unwrapJob(ctx, follow).RunOn(fl)
+			fl.Close() // its descriptor of the spooled download
 			u.done <- res
 		}()
 	}), u

@@ -8,6 +8,7 @@ import (
 	iofs "io/fs"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"testing"
@@ -529,6 +530,7 @@ func TestALargePGPFileIsAppliedWhileItDecrypts(t *testing.T) {
 // download, its rows waited for every byte of it, which a far site takes
 // seconds to bring.
 func TestAPGPFileIsDecryptedAndAppliedWhileItDownloads(t *testing.T) {
+	defer debug.SetGCPercent(debug.SetGCPercent(-1))
 	defer intake.SetAheadBytes(64 << 10)()
 	defer intake.SetTwoChannels(1<<62, 0)() // a far site, read on one channel
 	_, pool := testenv.DB(t)
@@ -553,6 +555,27 @@ func TestAPGPFileIsDecryptedAndAppliedWhileItDownloads(t *testing.T) {
 	if got := testutil.ToFloat64(r.d.Metrics().Ahead.WithLabelValues("pgpd", "committed")); got != 1 {
 		t.Fatalf("intake_apply_ahead_total{result=\"committed\"} %v, want 1", got)
 	}
+	// and nothing of the spool stays open (the garbage collector, off,
+	// closes none of it)
+	if open := openUnder(t, r.spoolDir); len(open) != 0 {
+		t.Fatalf("spool files still open after the file was archived: %v", open)
+	}
+}
+
+// openUnder lists the files under dir this process has open.
+func openUnder(t *testing.T, dir string) []string {
+	t.Helper()
+	fds, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, fd := range fds {
+		if p, err := os.Readlink(filepath.Join("/proc/self/fd", fd.Name())); err == nil && strings.HasPrefix(p, dir+"/") {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // A download cut short while its decryption follows it leaves nothing of
