@@ -10,13 +10,12 @@ import (
 	"strings"
 	"time"
 
-	"github.com/partner-intake/partner-intake/internal/fault"
-
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/intake/targethold"
 	"github.com/partner-intake/partner-intake/intake/unwrap"
+	"github.com/partner-intake/partner-intake/internal/fault"
 	"github.com/partner-intake/partner-intake/partners"
 )
 
