@@ -162,13 +162,7 @@ func TestAQuestionWaitingForTheFirstViewReadsItWhenTheFirstReaderGivesUp(t *test
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	p, pool, reads, ids := peers(t, ctx)
-	theirs := ""
-	for _, id := range ids {
-		if rendezvous.Owner(id, []string{"w1", "w2"}) == "w2" {
-			theirs = id
-			break
-		}
-	}
+	theirs := w2s(ids)
 	unlock := lockReplicas(t, ctx, pool)
 
 	firstCtx, firstEnd := context.WithCancel(ctx)
@@ -211,13 +205,7 @@ func TestAViewOlderThanALeaseIsNotActedOnWhileTheNextIsRead(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	p, pool, reads, ids := peers(t, ctx)
-	theirs := ""
-	for _, id := range ids {
-		if rendezvous.Owner(id, []string{"w1", "w2"}) == "w2" {
-			theirs = id
-			break
-		}
-	}
+	theirs := w2s(ids)
 	if p.Owns(ctx, theirs) {
 		t.Fatalf("owns %s, which rendezvous gives w2", theirs)
 	}
@@ -268,13 +256,7 @@ func TestAFailedReadBetweenTwoViewsLosesNoGain(t *testing.T) {
 	defer cancel()
 	gained := make(chan string, 32)
 	p, pool, reads, ids := peersGaining(t, ctx, func(id string) { gained <- id })
-	theirs := ""
-	for _, id := range ids {
-		if rendezvous.Owner(id, []string{"w1", "w2"}) == "w2" {
-			theirs = id
-			break
-		}
-	}
+	theirs := w2s(ids)
 	if p.Owns(ctx, theirs) {
 		t.Fatalf("owns %s, which rendezvous gives w2", theirs)
 	}
@@ -367,4 +349,15 @@ func waitingInView() int {
 		}
 	}
 	return n
+}
+
+// w2s is the first of ids that rendezvous gives w2, not this replica
+// (w1), while both serve them.
+func w2s(ids []string) string {
+	for _, id := range ids {
+		if rendezvous.Owner(id, []string{"w1", "w2"}) == "w2" {
+			return id
+		}
+	}
+	panic("no partner of w2")
 }
