@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/partner-intake/partner-intake/intake/affinity"
 	"github.com/partner-intake/partner-intake/intake/ledger"
@@ -91,12 +92,13 @@ func TestAReadOfTheLiveReplicasHoldsUpNoOtherQuestion(t *testing.T) {
 // and w2 registered serving partners p00..p19.
 func peers(t *testing.T, ctx context.Context) (*affinity.Peers, *pgxpool.Pool, chan map[string][]string, []string) {
 	t.Helper()
-	return peersGaining(t, ctx, func(string) {})
+	return peersGaining(t, ctx, func(string) {}, prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "owned"}, []string{"partner"}))
 }
 
 // peersGaining is peers with gained told of every partner a view gives
-// this replica that the view before did not.
-func peersGaining(t *testing.T, ctx context.Context, gained func(string)) (*affinity.Peers, *pgxpool.Pool, chan map[string][]string, []string) {
+// this replica that the view before did not, and owned the gauge of the
+// partners it polls.
+func peersGaining(t *testing.T, ctx context.Context, gained func(string), owned *prometheus.GaugeVec) (*affinity.Peers, *pgxpool.Pool, chan map[string][]string, []string) {
 	t.Helper()
 	_, pool := testenv.DB(t)
 	l := ledger.New(pool, time.Minute)
@@ -113,7 +115,7 @@ func peersGaining(t *testing.T, ctx context.Context, gained func(string)) (*affi
 	p := affinity.New(affinity.Config{Ledger: l, WorkerID: "w1", Lease: time.Minute,
 		Registered: func() bool { return true }, Partners: func() []string { return ids },
 		Gained: gained, Seen: func(m map[string][]string) { reads <- m },
-		Owned: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "owned"}, []string{"partner"}), Log: testenv.Logger(t)})
+		Owned: owned, Log: testenv.Logger(t)})
 	return p, pool, reads, ids
 }
 
@@ -255,7 +257,8 @@ func TestAFailedReadBetweenTwoViewsLosesNoGain(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	gained := make(chan string, 32)
-	p, pool, reads, ids := peersGaining(t, ctx, func(id string) { gained <- id })
+	owned := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "owned"}, []string{"partner"})
+	p, pool, reads, ids := peersGaining(t, ctx, func(id string) { gained <- id }, owned)
 	theirs := w2s(ids)
 	if p.Owns(ctx, theirs) {
 		t.Fatalf("owns %s, which rendezvous gives w2", theirs)
@@ -274,6 +277,9 @@ func TestAFailedReadBetweenTwoViewsLosesNoGain(t *testing.T) {
 	}
 	if !<-failed {
 		t.Fatal("a question whose read failed did not poll")
+	}
+	if v := testutil.ToFloat64(owned.WithLabelValues(theirs)); v != 1 {
+		t.Fatalf("owned{partner=%s} = %v while every partner is polled (the view unknown)", theirs, v)
 	}
 	if v := <-reads; v != nil {
 		t.Fatalf("the cancelled read gave a view: %v", v)
