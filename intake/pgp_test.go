@@ -17,6 +17,7 @@ import (
 	"github.com/ProtonMail/go-crypto/openpgp"
 	"github.com/ProtonMail/go-crypto/openpgp/armor"
 	"github.com/ProtonMail/go-crypto/openpgp/packet"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
@@ -531,16 +532,7 @@ func TestALargePGPFileIsAppliedWhileItDecrypts(t *testing.T) {
 // seconds to bring.
 func TestAPGPFileIsDecryptedAndAppliedWhileItDownloads(t *testing.T) {
 	defer debug.SetGCPercent(debug.SetGCPercent(-1))
-	defer intake.SetAheadBytes(64 << 10)()
-	defer intake.SetTwoChannels(1<<62, 0)() // a far site, read on one channel
-	_, pool := testenv.DB(t)
-	site, us, partner := pgpSite(t, "pgpd", 5000)
-	// large enough that half the file is more than the spool's
-	// write-behind buffers (1 MiB each), which the decryption and the
-	// rows are read behind
-	const n = 100000
-	site.Drop(t, "orders-d.csv.pgp", string(pgpMessage(t, []byte(testenv.OrdersCSV("D", n)), us, partner, false)))
-	r := newRig(t, pool, "w1", site)
+	r, pool, n := farPGPFile(t, "pgpd")
 	ahead := &intake.Signals(r.d).AheadChunk
 	ahead.Init(t)
 
@@ -560,6 +552,22 @@ func TestAPGPFileIsDecryptedAndAppliedWhileItDownloads(t *testing.T) {
 	if open := openUnder(t, r.spoolDir); len(open) != 0 {
 		t.Fatalf("spool files still open after the file was archived: %v", open)
 	}
+}
+
+// farPGPFile is a partner id on a far site (read on one channel, so its
+// decryption follows the download) with one signed and encrypted file in
+// ready/, of n rows: large enough that half the file is more than the
+// spool's write-behind buffers (1 MiB each), which the decryption and the
+// rows are read behind; applied ahead.
+func farPGPFile(t *testing.T, id string) (r *rig, pool *pgxpool.Pool, n int64) {
+	t.Helper()
+	t.Cleanup(intake.SetAheadBytes(64 << 10))
+	t.Cleanup(intake.SetTwoChannels(1<<62, 0))
+	_, pool = testenv.DB(t)
+	site, us, partner := pgpSite(t, id, 5000)
+	n = 100000
+	site.Drop(t, "orders-"+id+".csv.pgp", string(pgpMessage(t, []byte(testenv.OrdersCSV("F", int(n))), us, partner, false)))
+	return newRig(t, pool, "w1", site), pool, n
 }
 
 // openUnder lists the files under dir this process has open.
@@ -583,13 +591,7 @@ func openUnder(t *testing.T, dir string) []string {
 // row in the target (what was applied ahead rolled back); the next
 // attempt downloads and decrypts the file whole.
 func TestAPGPDownloadCutShortLeavesNothingOfItsDecryption(t *testing.T) {
-	defer intake.SetAheadBytes(64 << 10)()
-	defer intake.SetTwoChannels(1<<62, 0)() // a far site, read on one channel
-	_, pool := testenv.DB(t)
-	site, us, partner := pgpSite(t, "pgpc", 5000)
-	const n = 100000
-	site.Drop(t, "orders-c.csv.pgp", string(pgpMessage(t, []byte(testenv.OrdersCSV("C", n)), us, partner, false)))
-	r := newRig(t, pool, "w1", site)
+	r, pool, n := farPGPFile(t, "pgpc")
 
 	if err := fault.Set("download:half=error"); err != nil {
 		t.Fatal(err)
