@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/partner-intake/partner-intake/intake"
@@ -205,5 +206,44 @@ func TestTheExpandedCopyLeavesTheSpoolOnceTheFileIsFinished(t *testing.T) {
 	sp, _ := spool.New(r.spoolDir)
 	if tmps, _ := sp.TempFiles("gzspool", 0); len(tmps) != 0 {
 		t.Fatalf("temp files left: %v", tmps)
+	}
+}
+
+// A replay whose original the feed in force no longer accepts (here: it
+// stopped taking gzip) is held at once with the feed's reason, as the
+// file would be if it came now, not retried until its attempts run out:
+// making the expanded copy again is the first thing the replay does.
+func TestAReplayTheFeedNowRefusesIsHeldWithItsReason(t *testing.T) {
+	_, pool := testenv.DB(t)
+	site := testenv.NewSite(t, "gzrefuse")
+	site.Config.Feeds[0].Pattern = `orders-.*\.csv(\.gz)?`
+	site.Config.Feeds[0].Compression = []string{partners.CompressionGzip}
+	site.Drop(t, "orders-1.csv.gz", string(gz(t, []byte(testenv.OrdersCSV("R", 20)))))
+	r := newRig(t, pool, "w1", site)
+	r.poll("gzrefuse")
+	fs := files(t, pool, "gzrefuse")
+	if len(fs) != 1 || fs[0].State != "archived" {
+		t.Fatalf("rows %+v, want the file archived", fs)
+	}
+
+	// a daemon on the same spool whose feed takes no gzip any more
+	site.Config.Feeds[0].Compression = nil
+	sp, err := spool.New(r.spoolDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d2, err := intake.New(intake.Config{WorkerID: "w2", Lease: 30 * time.Second, SpoolMinFree: 1}, []partners.Config{site.Validated(t)},
+		namedPool(t, pool, "w2"), sp, prometheus.NewRegistry(), testenv.Logger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(d2.Stop)
+	in, err := d2.Replay(context.Background(), intake.ReplayRequest{ID: fs[0].ID, Actor: "test", Reason: "re-apply"})
+	if in == nil {
+		t.Fatalf("replay: %v", err)
+	}
+	fs = files(t, pool, "gzrefuse")
+	if len(fs) != 2 || fs[1].ID != in.ID || fs[1].State != "quarantined" || fs[1].Reason != "compression_not_allowed" {
+		t.Fatalf("rows %+v (replay: %v), want the replay quarantined with compression_not_allowed", fs, err)
 	}
 }

@@ -586,7 +586,7 @@ func (r *fetchStage) ensureSpooled(ctx context.Context) error {
 	if r.d.spool.Has(in.Partner, in.DataSHA256, in.DataSize) {
 		return nil
 	}
-	if ok, err := r.reexpand(); ok || err != nil {
+	if ok, err := r.reexpand(ctx); ok || err != nil {
 		return err // the expanded copy was removed when the file finished (dropExpanded)
 	}
 	e, _, err := r.fetch(ctx, false, false)
@@ -599,16 +599,10 @@ func (r *fetchStage) ensureSpooled(ctx context.Context) error {
 	if e.SHA256 != in.SHA256 {
 		return r.hold(ctx, ledger.StateQuarantined, reason.ManifestMismatch, 0, "the bytes in processing/ changed after they were first downloaded")
 	}
-	if in.DataSHA256 != in.SHA256 {
-		data, held, err := r.expand(ctx, e, false)
-		if err != nil || held != nil {
-			return fmt.Errorf("expand again: %v %v", err, held)
-		}
-		if data.SHA256 != in.DataSHA256 {
-			return fmt.Errorf("expanded bytes differ from the first expansion")
-		}
-	}
 	r.log.Info("spool entry was missing; fetched the same bytes again")
+	if in.DataSHA256 != in.SHA256 {
+		return r.expandAgain(ctx, e)
+	}
 	return nil
 }
 

@@ -6,6 +6,7 @@ import (
 
 	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/intake/unwrap"
+	"github.com/partner-intake/partner-intake/internal/reason"
 	"github.com/partner-intake/partner-intake/spool"
 )
 
@@ -123,18 +124,33 @@ func finished(s ledger.State) bool {
 }
 
 // reexpand makes the expanded copy again from the spooled original (it is
-// missing after dropExpanded) and checks it is the same bytes.
-func (r *fetchStage) reexpand() (bool, error) {
+// missing after dropExpanded): true when it did (or held the file), false
+// when the original is not in the spool either.
+func (r *fetchStage) reexpand(ctx context.Context) (bool, error) {
 	in := r.in
 	if in.DataSHA256 == in.SHA256 || !r.d.spool.Has(in.Partner, in.SHA256, in.Size) {
 		return false, nil
 	}
-	data, held, err := r.expand(context.Background(), spool.Entry{Partner: in.Partner, SHA256: in.SHA256, Size: in.Size}, false)
-	if err != nil || held != nil {
-		return false, fmt.Errorf("expand again: %v %v", err, held)
+	return true, r.expandAgain(ctx, spool.Entry{Partner: in.Partner, SHA256: in.SHA256, Size: in.Size})
+}
+
+// expandAgain makes the file's expanded (or decrypted) copy again from
+// orig, its original, and holds the file when that is not what its first
+// expansion made: the feed in force refuses it now (a compression no
+// longer allowed, a lower limit, a key gone), or the bytes differ. An
+// error (the spool's disk) keeps its kind, so a transient one is retried
+// and nothing else is.
+func (r *fetchStage) expandAgain(ctx context.Context, orig spool.Entry) error {
+	data, held, err := r.expand(ctx, orig, false)
+	if err != nil {
+		return fmt.Errorf("expand again: %w", err)
 	}
-	if data.SHA256 != in.DataSHA256 {
-		return false, fmt.Errorf("expanded bytes differ from the first expansion")
+	if held != nil {
+		return r.hold(ctx, ledger.StateQuarantined, held.Reason, 0, "unwrapped again: "+held.Detail)
 	}
-	return true, nil
+	if data.SHA256 != r.in.DataSHA256 {
+		r.dropPlain(data)
+		return r.hold(ctx, ledger.StateQuarantined, reason.ArchiveInvalid, 0, "unwrapped again, its original gives other bytes than the first time")
+	}
+	return nil
 }
