@@ -194,7 +194,10 @@ func holdEmptyProcessing(ctx context.Context, l *ledger.Ledger, k *sessionKeeper
 	}
 	if err != nil || len(left) > 0 {
 		o.mu.Unlock()
-		if err != nil {
+		switch {
+		case ctx.Err() != nil:
+			return nil, fmt.Errorf("listing %s: %w", base, context.Cause(ctx))
+		case err != nil:
 			return nil, fmt.Errorf("%w: cannot list %s to see that it is empty: %w", ErrProcessingInUse, base, err)
 		}
 		return nil, claimsLeft(base, left)
@@ -203,12 +206,16 @@ func holdEmptyProcessing(ctx context.Context, l *ledger.Ledger, k *sessionKeeper
 }
 
 // processingEntries names the entries of every worker's dir below base on
-// o's site (none when base does not exist), at most maxNamedClaims+1.
+// o's site (none when base does not exist), at most maxNamedClaims+1. A
+// listing the site leaves unanswered ends with ctx (a stop signal ends the
+// reload at once, not an op timeout later): the partner's session is
+// closed then, and its next poll dials afresh.
 func processingEntries(ctx context.Context, k *sessionKeeper, o *partnerRT, base string) ([]string, error) {
 	sess, err := k.session(ctx, o)
 	if err != nil {
 		return nil, err
 	}
+	defer sess.CloseWhenDone(ctx)()
 	dirs, err := sess.ReadDir(base)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil

@@ -11,8 +11,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pkg/sftp"
+
 	"github.com/partner-intake/partner-intake/intake"
 	"github.com/partner-intake/partner-intake/internal/fault"
+	"github.com/partner-intake/partner-intake/internal/sftpd"
 	"github.com/partner-intake/partner-intake/internal/testenv"
 	"github.com/partner-intake/partner-intake/partners"
 )
@@ -224,5 +227,68 @@ func TestAReloadThatMovesTheProcessingDirWaitsForItsClaims(t *testing.T) {
 	if err := pool.QueryRow(ctx, `SELECT claimed_path FROM file_intake WHERE partner_id = 'mv-a' AND remote_name = 'orders-3.csv'`).Scan(&claimed); err != nil ||
 		!strings.Contains(claimed, "/processing2/mv/") {
 		t.Fatalf("the next file was claimed at %q (%v), want processing2/mv/", claimed, err)
+	}
+}
+
+// A reload that moves a partner's processing dir lists the old one on the
+// site first; a site that leaves that listing unanswered does not hold a
+// stop signal for an op timeout: the reload ends with its context, is not
+// in force, and the partner's next poll (a new session) works under the
+// config it had.
+func TestAReloadListingAnUnansweringSiteEndsWithItsContext(t *testing.T) {
+	_, pool := testenv.DB(t)
+	srv, site := testenv.NewInProcessSite(t, "mvhang")
+	site.Config.Poll = "@every 1h" // polled by hand
+	r := newRig(t, pool, "mvh", site)
+	intake.Signals(r.d).Polled.Init(t)
+	if err := r.d.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	intake.Signals(r.d).Polled.WaitOrTimeout() // the first poll, nothing there yet
+	moved := site.Validated(t)
+	moved.Dirs.Processing = "processing2"
+
+	listing, release := make(chan struct{}, 1), make(chan struct{})
+	t.Cleanup(func() { close(release) })
+	srv.Lie(func(method, p string, truth []os.FileInfo) sftp.ListerAt {
+		if method == "List" && strings.Contains(p, "processing") {
+			select {
+			case listing <- struct{}{}:
+			default:
+			}
+			<-release
+		}
+		return sftpd.Entries(truth)
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		_, err := r.d.Reload(ctx, []partners.Config{moved})
+		done <- err
+	}()
+	select {
+	case <-listing:
+	case err := <-done:
+		t.Fatalf("the reload ended (%v) before it listed the old processing dir", err)
+	case <-time.After(time.Minute):
+		t.Fatal("the reload never listed the old processing dir")
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("reload: %v, want it abandoned with its context", err)
+		}
+	case <-time.After(30 * time.Second): // the op timeout is a minute
+		t.Fatal("the reload did not end with its context while the site's listing went unanswered")
+	}
+	srv.Lie(nil)
+
+	site.Drop(t, "orders-1.csv", goodRows("H", 2))
+	r.poll("mvhang")
+	var state, claimed string
+	if err := pool.QueryRow(context.Background(), `SELECT state, claimed_path FROM file_intake WHERE partner_id = 'mvhang' AND remote_name = 'orders-1.csv'`).Scan(&state, &claimed); err != nil ||
+		state != "archived" || !strings.Contains(claimed, "/processing/mvh/") {
+		t.Fatalf("the next file: %s, claimed at %q (%v); want it archived, claimed under the old processing dir", state, claimed, err)
 	}
 }

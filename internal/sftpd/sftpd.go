@@ -350,9 +350,9 @@ func (h *handler) stat(p string, fn func(string) (os.FileInfo, error)) (os.FileI
 
 // answer is the truth, its files' times stamped (StampMTimes), or what
 // Lie makes of it.
-func (h *handler) answer(method, p string, truth listerAt) sftp.ListerAt {
+func (h *handler) answer(method, p string, truth Entries) sftp.ListerAt {
 	if f := h.mtimes.Load(); f != nil {
-		stamped := make(listerAt, len(truth))
+		stamped := make(Entries, len(truth))
 		for i, fi := range truth {
 			if fi.Mode().IsRegular() {
 				fi = stampedInfo{fi, (*f)(fi.ModTime())}
@@ -504,7 +504,7 @@ func (h *handler) Filelist(r *sftp.Request) (sftp.ListerAt, error) {
 		if err != nil {
 			return nil, err
 		}
-		out := make(listerAt, 0, len(ents))
+		out := make(Entries, 0, len(ents))
 		for _, e := range ents {
 			if info, err := e.Info(); err == nil { // lstat: symlinks stay symlinks
 				out = append(out, info)
@@ -516,7 +516,7 @@ func (h *handler) Filelist(r *sftp.Request) (sftp.ListerAt, error) {
 		if err != nil {
 			return nil, err
 		}
-		return h.answer("Stat", r.Filepath, listerAt{st}), nil
+		return h.answer("Stat", r.Filepath, Entries{st}), nil
 	}
 	return nil, sftp.ErrSSHFxOpUnsupported
 }
@@ -531,7 +531,7 @@ func (h *handler) Lstat(r *sftp.Request) (sftp.ListerAt, error) {
 	if err != nil {
 		return nil, err
 	}
-	return h.answer("Lstat", r.Filepath, listerAt{st}), nil
+	return h.answer("Lstat", r.Filepath, Entries{st}), nil
 }
 
 // stampedInfo is a file's stat with the modification time the server
@@ -543,9 +543,11 @@ type stampedInfo struct {
 
 func (s stampedInfo) ModTime() time.Time { return s.mtime }
 
-type listerAt []os.FileInfo
+// Entries answers a listing or stat with the entries it holds (what a
+// LieFunc returns to answer with entries of its own, or the truth).
+type Entries []os.FileInfo
 
-func (l listerAt) ListAt(ls []os.FileInfo, off int64) (int, error) {
+func (l Entries) ListAt(ls []os.FileInfo, off int64) (int, error) {
 	if off >= int64(len(l)) {
 		return 0, io.EOF
 	}

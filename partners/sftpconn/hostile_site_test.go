@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"sort"
@@ -33,19 +32,6 @@ func (f fakeInfo) IsDir() bool        { return f.mode.IsDir() }
 func (f fakeInfo) Sys() any           { return nil }
 
 // entries answers a listing with ents, then the end.
-type entries []os.FileInfo
-
-func (e entries) ListAt(ls []os.FileInfo, off int64) (int, error) {
-	if off >= int64(len(e)) {
-		return 0, io.EOF
-	}
-	n := copy(ls, e[off:])
-	if n < len(ls) {
-		return n, io.EOF
-	}
-	return n, nil
-}
-
 // endless answers a listing with names for ever, never the end.
 type endless func(i int64) string
 
@@ -71,9 +57,9 @@ func TestAListingsImpossibleNamesAndSizesAreLeftOut(t *testing.T) {
 	srv, p := inProcessSite(t, root)
 	srv.Lie(func(method, dir string, truth []os.FileInfo) sftp.ListerAt {
 		if method != "List" {
-			return entries(truth)
+			return sftpd.Entries(truth)
 		}
-		return append(entries{
+		return append(sftpd.Entries{
 			fakeInfo{name: ".", mode: os.ModeDir | 0o755},
 			fakeInfo{name: "/", size: 10, mode: 0o644},
 			fakeInfo{name: "a/../b.csv", size: 10, mode: 0o644},
@@ -170,7 +156,7 @@ func TestAListingThatNeverEndsFails(t *testing.T) {
 				if method == "List" {
 					return c.lie
 				}
-				return entries(truth)
+				return sftpd.Entries(truth)
 			})
 			defer srv.Lie(nil)
 			done := make(chan error, 1)
@@ -214,9 +200,9 @@ func TestAStatOfAnImpossibleSizeIsRefused(t *testing.T) {
 	}
 	srv.Lie(func(method, p string, truth []os.FileInfo) sftp.ListerAt {
 		if method == "List" {
-			return entries(truth)
+			return sftpd.Entries(truth)
 		}
-		return entries{fakeInfo{name: "a.csv", size: -2, mode: 0o644}}
+		return sftpd.Entries{fakeInfo{name: "a.csv", size: -2, mode: 0o644}}
 	})
 	if _, err := s.Stat(f); !errors.Is(err, sftpconn.ErrImpossibleSize) {
 		t.Fatalf("stat: %v, want ErrImpossibleSize", err)
@@ -354,7 +340,7 @@ func TestAWholeListingOnAOneChannelSiteIsBounded(t *testing.T) {
 		if method == "List" {
 			return endless(func(i int64) string { return fmt.Sprintf("n%d.csv", i) })
 		}
-		return entries(truth)
+		return sftpd.Entries(truth)
 	})
 	for _, whole := range []bool{false, true} {
 		done := make(chan error, 1)

@@ -129,7 +129,7 @@ func TestAListingWhoseDotsComeApartIsWhole(t *testing.T) {
 	srv, p := inProcessSite(t, root)
 	srv.Lie(func(method, dir string, truth []os.FileInfo) sftp.ListerAt {
 		if method != "List" || path.Base(dir) != "ready" {
-			return entries(truth)
+			return sftpd.Entries(truth)
 		}
 		return dotsApart(truth)
 	})
@@ -156,7 +156,7 @@ func (e dotsApart) ListAt(ls []os.FileInfo, off int64) (int, error) {
 	if off == 0 {
 		return copy(ls, []os.FileInfo{fakeInfo{name: ".", mode: os.ModeDir | 0o755}, fakeInfo{name: "..", mode: os.ModeDir | 0o755}}), nil
 	}
-	return entries(e).ListAt(ls, off-2)
+	return sftpd.Entries(e).ListAt(ls, off-2)
 }
 
 // Listings side by side share the listing channel (each request has its

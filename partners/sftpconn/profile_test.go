@@ -63,7 +63,7 @@ func TestTheProfileMeasuresWhatTheServerDoes(t *testing.T) {
 			func(p partners.Profile) partners.Profile { p.CaseInsensitive = true; return p }},
 		{"an empty directory not listed", func(srv *sftpd.Server) {
 			srv.Lie(func(method, p string, truth []os.FileInfo) sftp.ListerAt {
-				var out entries
+				var out sftpd.Entries
 				for _, fi := range truth {
 					if method == "List" && fi.IsDir() && strings.HasPrefix(fi.Name(), ".intake-probe-") {
 						continue
@@ -77,9 +77,9 @@ func TestTheProfileMeasuresWhatTheServerDoes(t *testing.T) {
 			srv.Lie(func(method, p string, truth []os.FileInfo) sftp.ListerAt {
 				if method == "Lstat" && strings.HasPrefix(path.Base(p), ".intake-probe-b-") {
 					// 00:00:01 set, 00:00:02 kept
-					return entries{stampedInfo{truth[0], time.Unix(978307202, 0)}}
+					return sftpd.Entries{stampedInfo{truth[0], time.Unix(978307202, 0)}}
 				}
-				return entries(truth)
+				return sftpd.Entries(truth)
 			})
 		}, func(p partners.Profile) partners.Profile { p.MtimeStep = 2 * time.Second; return p }},
 	} {

@@ -15,6 +15,7 @@ import (
 	"golang.org/x/crypto/ssh"
 	"golang.org/x/crypto/ssh/knownhosts"
 
+	"github.com/partner-intake/partner-intake/internal/sftpd"
 	"github.com/partner-intake/partner-intake/internal/sshdtest"
 	"github.com/partner-intake/partner-intake/partners"
 	"github.com/partner-intake/partner-intake/partners/sftpconn"
@@ -280,7 +281,7 @@ func TestPrepareReturnsBeforeTheSiteAnswersAndWritesWait(t *testing.T) {
 		if method == "Stat" {
 			<-release
 		}
-		return entries(truth)
+		return sftpd.Entries(truth)
 	})
 	prepared := make(chan error, 1)
 	go func() { prepared <- s.Prepare("w1", true) }()
