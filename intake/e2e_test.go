@@ -52,6 +52,12 @@ type rig struct {
 // (a released file is taken over by it, then polled).
 func (r *rig) reconcileOnce(sites ...*testenv.Site) {
 	r.t.Helper()
+	r.reconcileAs("w1", sites...)
+}
+
+// reconcileAs runs a reconciler of worker on the rig's spool once.
+func (r *rig) reconcileAs(worker string, sites ...*testenv.Site) {
+	r.t.Helper()
 	sp, err := spool.New(r.spoolDir)
 	if err != nil {
 		r.t.Fatal(err)
@@ -60,7 +66,7 @@ func (r *rig) reconcileOnce(sites ...*testenv.Site) {
 	for _, s := range sites {
 		cfgs = append(cfgs, s.Validated(r.t))
 	}
-	rec, err := reconcile.New(reconcile.Config{}, "w1", 30*time.Second, namedPool(r.t, r.pool, "w1"), sp, cfgs, prometheus.NewRegistry(), testenv.Logger(r.t), nil)
+	rec, err := reconcile.New(reconcile.Config{}, worker, 30*time.Second, namedPool(r.t, r.pool, worker), sp, cfgs, prometheus.NewRegistry(), testenv.Logger(r.t), nil)
 	if err != nil {
 		r.t.Fatal(err)
 	}

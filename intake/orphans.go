@@ -12,6 +12,7 @@ import (
 
 	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/intake/metrics"
+	"github.com/partner-intake/partner-intake/intake/sitefile"
 	"github.com/partner-intake/partner-intake/internal/fault"
 	"github.com/partner-intake/partner-intake/partners"
 	"github.com/partner-intake/partner-intake/partners/sftpconn"
@@ -120,10 +121,8 @@ func (o *orphanAdopter) move(ctx context.Context, p *partnerRT, sess *sftpconn.S
 		return err
 	}
 	dir := sess.Layout.ProcessingDir(w)
-	have := map[string]bool{}
 	paths := make([]string, 0, len(ents))
 	for _, e := range ents {
-		have[e.Name()] = true
 		paths = append(paths, path.Join(dir, e.Name()))
 	}
 	owned, err := o.ledger.LivePaths(ctx, p.cfg.ID, paths)
@@ -173,8 +172,10 @@ func (o *orphanAdopter) move(ctx context.Context, p *partnerRT, sess *sftpconn.S
 			o.log.Warn("could not adopt a claim without a row", "partner", p.cfg.ID, "path", old, "err", err)
 			continue
 		}
-		if manifests && have[name+partners.ManifestSuffix] {
-			if err := sess.Rename(old+partners.ManifestSuffix, dst+partners.ManifestSuffix); err != nil && !sftpconn.IsNotExist(err) {
+		if manifests {
+			if _, err := sitefile.ClaimManifest(sess, dst, dir, sess.Layout.ReadyDir()); err != nil {
+				// the file's adoption (adoptOwn) looks in ready/ only, and
+				// its download holds it when its manifest is not there
 				o.log.Warn("could not move a manifest with its adopted file", "partner", p.cfg.ID, "path", old+partners.ManifestSuffix, "err", err)
 			}
 		}
@@ -238,6 +239,14 @@ func (o *orphanAdopter) adoptOwn(ctx context.Context, p *partnerRT, sess *sftpco
 					continue // swapped since the listing: the claim path holds no file of ours
 				}
 				in.ListedSize, in.ListedMTime = fi.Size(), fi.ModTime()
+				if p.cfg.Readiness == partners.ReadinessManifest && in.ManifestName == "" {
+					// the claim's RENAME of the file went through and its
+					// manifest's did not (a crash between the two): the
+					// manifest is taken from ready/ now
+					if in.ManifestName, err = sitefile.ClaimManifest(sess, in.ClaimedPath, sess.Layout.ReadyDir()); err != nil {
+						return err
+					}
+				}
 			}
 			if err := fault.Check("resume:before_insert"); err != nil {
 				return err

@@ -113,16 +113,19 @@ func TestStableReadinessNeverTakesAFileStillBeingWritten(t *testing.T) {
 // a crash there), the next poll finishes the put back instead of adopting
 // the file as a claim. A rename back that fails (here ready/ is not a
 // directory for a moment) ends neither the file nor the poll: the next
-// poll looks through processing/ again and puts the file back.
+// poll looks through processing/ again and puts the file back. Found by
+// another worker's reconciler (the claimer gone), the put back is
+// finished there too.
 func TestStableFileChangedAfterTheClaimIsPutBack(t *testing.T) {
 	t.Run("put back", func(t *testing.T) { testPutBack(t, "") })
 	t.Run("interrupted before the rename back", func(t *testing.T) { testPutBack(t, "interrupted") })
+	t.Run("interrupted, then found by another worker's reconciler", func(t *testing.T) { testPutBack(t, "reconciled") })
 	t.Run("the rename back fails", func(t *testing.T) { testPutBack(t, "refused") })
 	t.Run("a new file of that name already in ready", testReplacedBeforePutBack)
 }
 
 func testPutBack(t *testing.T, mode string) {
-	interrupted := mode == "interrupted"
+	interrupted := mode == "interrupted" || mode == "reconciled"
 	_, pool := testenv.DB(t)
 	site := stableSite(t, time.Second)
 	r := newRig(t, pool, "w1", site)
@@ -195,7 +198,11 @@ func testPutBack(t *testing.T, mode string) {
 			t.Fatalf("the interrupted put back should leave the file claimed: %v", err)
 		}
 		fault.Set("")
-		r.poll("acme") // finishes the put back (resumeOwn)
+		if mode == "reconciled" {
+			r.reconcileAs("w2", site) // w1 is gone: finishes the put back, adopts nothing
+		} else {
+			r.poll("acme") // finishes the put back (resumeOwn)
+		}
 	}
 	fs := files(t, pool, "acme")
 	if len(fs) != 1 || fs[0].State != "put_back" || fs[0].Reason != "changed_after_claim" {

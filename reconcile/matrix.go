@@ -15,6 +15,7 @@ import (
 	"github.com/partner-intake/partner-intake/internal/reason"
 
 	"github.com/partner-intake/partner-intake/intake/ledger"
+	"github.com/partner-intake/partner-intake/intake/sitefile"
 	"github.com/partner-intake/partner-intake/internal/pgerr"
 	"github.com/partner-intake/partner-intake/partners"
 	"github.com/partner-intake/partner-intake/partners/sftpconn"
@@ -205,6 +206,22 @@ func (r *Reconciler) rowOrphanClaims(ctx context.Context, p *partners.Config, s 
 					continue
 				}
 				feedName = feed.Name
+				if p.Readiness == partners.ReadinessStable {
+					// its worker ended its intake put_back (the file changed
+					// after its claim) and died before the rename back into
+					// ready/: that is finished, the file not taken
+					back, err := r.ledger.WasPutBack(ctx, p.ID, old)
+					if err != nil {
+						return err
+					}
+					if back {
+						if err := sitefile.PutBack(s, old, name); err != nil {
+							add(ledger.Finding{Kind: ledger.KindTakeoverBlocked, Path: old, Action: "none",
+								Detail: fmt.Sprintf("its intake was put back (it changed after its claim) and it could not be renamed back into ready/ (the next run tries again): %v", err)})
+						}
+						continue
+					}
+				}
 			}
 			dst := s.Layout.Processing(r.worker, name)
 			if ctx.Err() != nil {
@@ -262,10 +279,15 @@ func (r *Reconciler) adoptLocked(ctx context.Context, c *ledger.ClaimLock, p *pa
 	}
 	in := &ledger.Intake{Partner: p.ID, Feed: feedName, RemoteName: name, ClaimedPath: dst,
 		ListedSize: size, Worker: r.worker}
-	if p.Readiness == partners.ReadinessManifest {
-		if err := s.Rename(old+partners.ManifestSuffix, dst+partners.ManifestSuffix); err == nil {
-			in.ManifestName = name + partners.ManifestSuffix
+	if p.Readiness == partners.ReadinessManifest && feedName != ledger.NoFeed {
+		// beside the file in the gone worker's dir, or still in ready/
+		// (it died between the claim's two RENAMEs)
+		m, err := sitefile.ClaimManifest(s, dst, path.Dir(old), s.Layout.ReadyDir())
+		if err != nil {
+			r.takenOver(p.ID) // the file is in this worker's processing/ without a row: its poller adopts it
+			return err
 		}
+		in.ManifestName = m
 	}
 	if err := c.Adopt(ctx, r.ledger, in); err != nil {
 		r.takenOver(p.ID) // the file is in this worker's processing/ without a row: its poller adopts it

@@ -3,6 +3,7 @@ package reconcile_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -268,6 +269,53 @@ func TestOrphanedClaimIsAdopted(t *testing.T) {
 		}
 		testenv.AssertExactOrders(t, pool, "orph", 5, "O")
 	})
+}
+
+// Row 1 with manifest readiness: the claim's RENAME of the data file went
+// through and its manifest's did not (the crash between the two), so the
+// manifest is still in ready/. Whoever adopts the file takes the manifest
+// from there and checks the file against it: a manifest that disagrees
+// holds the file, none of its rows applied.
+func TestAnAdoptedClaimIsCheckedAgainstTheManifestLeftInReady(t *testing.T) {
+	for _, by := range []string{"the same worker", "another worker's reconciler"} {
+		t.Run(by, func(t *testing.T) {
+			_, pool := testenv.DB(t)
+			site := testenv.NewSite(t, "orphm")
+			site.Config.Readiness = partners.ReadinessManifest
+			body := testenv.OrdersCSV("M", 5)
+			site.Drop(t, "orders-m.csv", body)
+			site.Drop(t, "orders-m.csv.complete", fmt.Sprintf(`{"bytes": %d, "sha256": %q}`, len(body), strings.Repeat("ab", 32)))
+			spoolDir := t.TempDir()
+			w1 := newNode(t, pool, "w1", spoolDir, site)
+			withFault(t, "claim:after_rename=error")
+			if err := w1.poll(t, "orphm"); !errors.Is(err, fault.ErrInjected) {
+				t.Fatalf("got %v", err)
+			}
+			fault.Set("")
+			if got := site.Files(t, "ready"); len(got) != 1 || !strings.HasSuffix(got[0], ".complete") {
+				t.Fatalf("ready/ holds %v, want the manifest left behind", got)
+			}
+			adopter := w1
+			if by != "the same worker" {
+				adopter = newNode(t, pool, "w2", spoolDir, site)
+				if fs := adopter.reconcile(t); kinds(fs)[ledger.KindOrphanClaim] != 1 {
+					t.Fatalf("findings %+v", fs)
+				}
+			}
+			if err := adopter.poll(t, "orphm"); err != nil {
+				t.Fatal(err)
+			}
+			if fs := testenv.Files(t, pool, "orphm"); len(fs) != 1 || fs[0].State != "quarantined" || fs[0].Reason != "manifest_mismatch" {
+				t.Fatalf("got %+v, want the file held against its manifest", fs)
+			}
+			if n := testenv.Count(t, pool, `SELECT count(*) FROM orders WHERE partner_id = 'orphm'`); n != 0 {
+				t.Fatalf("%d rows of a file its manifest disagrees with were applied", n)
+			}
+			if got := site.Files(t, "ready"); len(got) != 0 {
+				t.Fatalf("ready/ still holds %v", got)
+			}
+		})
+	}
 }
 
 // Row 12: the claimed file vanished from processing/. After commit, the

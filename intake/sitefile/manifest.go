@@ -1,0 +1,37 @@
+package sitefile
+
+import (
+	"fmt"
+	"path"
+
+	"github.com/partner-intake/partner-intake/partners"
+	"github.com/partner-intake/partner-intake/partners/sftpconn"
+)
+
+// ClaimManifest makes sure the manifest of the data file claimed at
+// dataPath (manifest readiness) lies beside it: it is moved there from the
+// first of dirs that holds it (the dir a claim was adopted from, ready/
+// when a claim's RENAME of the data file went through and its manifest's
+// did not). Its name is returned whether or not one was found: a data file
+// of a manifest feed is never taken as if it had none, and its download
+// holds it when the manifest cannot be read (nothing is applied
+// unverified). A failure of the site is returned.
+func ClaimManifest(sess *sftpconn.Session, dataPath string, dirs ...string) (string, error) {
+	m := path.Base(dataPath) + partners.ManifestSuffix
+	dst := path.Join(path.Dir(dataPath), m)
+	if _, err := sess.Lstat(dst); err == nil {
+		return m, nil
+	} else if !sftpconn.IsNotExist(err) {
+		return m, fmt.Errorf("look for the manifest of %s: %w", path.Base(dataPath), err)
+	}
+	for _, dir := range dirs {
+		err := sess.Rename(path.Join(dir, m), dst)
+		if err == nil {
+			return m, nil
+		}
+		if !sftpconn.IsNotExist(err) {
+			return m, fmt.Errorf("claim the manifest of %s: %w", path.Base(dataPath), err)
+		}
+	}
+	return m, nil
+}
