@@ -422,7 +422,7 @@ func (d *Daemon) Stop() {
 	d.parts.mu.RUnlock()
 	for _, p := range gone { // removed, its poller ended by the stop before it retired
 		if _, current := d.parts.get(p.cfg.ID); !current && p.mu.TryLock() {
-			if !p.settled {
+			if !p.settled || p.takenOver.Load() {
 				drained = false
 			}
 			p.mu.Unlock()
@@ -431,8 +431,9 @@ func (d *Daemon) Stop() {
 	if drained {
 		for _, p := range d.parts.list() {
 			p.mu.Lock()
-			if !p.settled {
-				// not looked at since a failure (or ever, this run): the
+			if !p.settled || p.takenOver.Load() {
+				// not looked at since a failure (or ever, this run), or
+				// told to look again (takenOver) and not polled since: the
 				// next start must look, so the run is not drained
 				drained = false
 			}

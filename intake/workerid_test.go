@@ -577,3 +577,40 @@ func TestADaemonThatTakesItsWorkerIDAgainLooksForClaimsWithoutARow(t *testing.T)
 		t.Fatalf("rows %+v, want the claim without a row adopted and archived", fs)
 	}
 }
+
+// The same, stopped before the partner's next poll: the hint to look
+// again is not lost with the run. The stop is not recorded drained, so
+// the next start looks through its processing dir and adopts the claim.
+func TestAStopBeforeTheLookAgainIsNotDrained(t *testing.T) {
+	_, pool := testenv.DB(t)
+	site := testenv.NewSite(t, "wstop")
+	site.Config.Poll = "@every 1h" // no poll after the first
+	r := newRig(t, pool, "w1", site)
+	intake.Signals(r.d).Polled.Init(t)
+	if err := r.d.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	intake.Signals(r.d).Polled.WaitOrTimeout() // looked through: settled
+	other := takeWorkerIDOver(t, pool, "w1")
+	waitFor(t, "the daemon to see its worker id taken", func() bool { return testutil.ToFloat64(r.d.Metrics().WorkerIDHeld) == 0 })
+	dir := filepath.Join(site.Root, "processing", "w1")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "orders-1.csv"), []byte(goodRows("S", 2)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	other.Close(context.Background())
+	waitFor(t, "the worker id held again", func() bool { return testutil.ToFloat64(r.d.Metrics().WorkerIDHeld) == 1 })
+	r.d.Stop()
+
+	r2 := newRig(t, pool, "w1", site)
+	intake.Signals(r2.d).Polled.Init(t)
+	if err := r2.d.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	intake.Signals(r2.d).Polled.WaitOrTimeout()
+	if fs := files(t, pool, "wstop"); len(fs) != 1 || fs[0].State != "archived" {
+		t.Fatalf("rows %+v, want the claim without a row adopted and archived by the next start", fs)
+	}
+}
