@@ -340,6 +340,14 @@ func (d *housekeeping) resumeDecided(ctx context.Context, p *partnerRT, sess *sf
 		if errors.As(err, &fe) {
 			continue // resumed or taken meanwhile
 		}
+		if ledger.PathHeld(err) {
+			// a live intake of this worker holds the name in its
+			// processing dir (the name sent again): this one is taken
+			// once that one is done, and the partner's other files go on
+			d.log.Warn("a file ops decided waits: another live intake of its name holds its place in this worker's processing dir",
+				"partner", p.cfg.ID, "intake_id", old.ID, "path", dst)
+			continue
+		}
 		if err != nil {
 			return err
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -704,5 +705,54 @@ func TestAPlanLoadsItsTargetBeforeItsTransaction(t *testing.T) {
 	}
 	if _, c := planOf(t, pool, "ap", f.ID); c.Creates != 4 {
 		t.Fatalf("plan %+v, want 4 creates", c)
+	}
+}
+
+// An approved file whose owner is gone is taken over into the poller's
+// processing dir; when a live file of the same name (sent again, under
+// another batch) already waits there, the approved one waits its turn and
+// the poll goes on with the partner's other files; it is taken once the
+// name's place is free.
+func TestADecidedFileWaitsWhereItsNameIsHeldAndTheRestGoOn(t *testing.T) {
+	_, pool := testenv.DB(t)
+	ctx := context.Background()
+	site := testenv.NewSite(t, "held")
+	site.Config.Readiness = partners.ReadinessManifest
+	site.Config.Feeds[0].BatchID = partners.BatchIDRule{From: partners.BatchFromManifest}
+	site.Config.Feeds[0].Approval = &partners.Approval{Always: true}
+	drop := func(name, batch, body string) {
+		site.Drop(t, name, body)
+		site.Drop(t, name+".complete", fmt.Sprintf(`{"bytes": %d, "sha256": %q, "batch_id": %q}`, len(body), sha(body), batch))
+	}
+	r := newRig(t, pool, "w1", site)
+	drop("orders-1.csv", "b1", goodRows("A", 2))
+	r.poll("held")
+	r2 := newRig(t, pool, "w2", site)
+	drop("orders-1.csv", "b2", goodRows("B", 2))
+	r2.poll("held")
+	fs := files(t, pool, "held")
+	if len(fs) != 2 || fs[0].State != "awaiting_approval" || fs[1].State != "awaiting_approval" || fs[1].Worker != "w2" {
+		t.Fatalf("rows %+v, want both files of the name awaiting approval, the second w2's", fs)
+	}
+	v1, _ := planOf(t, pool, "held", fs[0].ID)
+	if err := approve(ctx, pool, "held", fs[0].ID, v1.Hash); err != nil {
+		t.Fatal(err)
+	}
+	r.d.Stop() // the first file's owner is gone
+
+	drop("orders-2.csv", "b3", goodRows("C", 2))
+	r2.poll("held") // the approved file's place is held: it waits, the poll goes on
+	fs = files(t, pool, "held")
+	if len(fs) != 3 || fs[0].Worker != "w1" || fs[2].Name != "orders-2.csv" || fs[2].State != "awaiting_approval" {
+		t.Fatalf("rows %+v, want the approved file left waiting and the partner's next file claimed", fs)
+	}
+	if err := ops.Reject(ctx, pool, ledger.PlanDecision{IntakeID: fs[1].ID, Partners: []string{"held"}, Actor: "bob", Reason: "resent by mistake"}); err != nil {
+		t.Fatal(err)
+	}
+	r2.poll("held") // the rejected one is held, which frees the name's place
+	r2.poll("held") // the approved one is taken over and applied
+	fs = files(t, pool, "held")
+	if fs[0].State != "archived" || fs[0].Worker != "w2" || fs[0].Applied != 2 || fs[1].State != "quarantined" {
+		t.Fatalf("rows %+v, want the approved file archived by w2 and the rejected one held", fs)
 	}
 }

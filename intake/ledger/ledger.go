@@ -226,6 +226,14 @@ func (l *replicas) WorkerAlive(ctx context.Context, worker string) (bool, error)
 	return ok, err
 }
 
+// PathHeld reports whether err is a claimed path's unique index refusing
+// a row's move onto a path another live intake of the partner holds (a
+// takeover into a processing dir where the same name waits).
+func PathHeld(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == "23505" && pe.ConstraintName == "file_intake_live_path"
+}
+
 // TakeOver hands an expired claim to worker at newPath with a new fencing
 // token, in one conditional statement: it succeeds only if the lease is
 // still expired and the token is the one observed. The old owner's later
