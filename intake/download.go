@@ -39,6 +39,11 @@ func (r *fileRun) fetchStage() *fetchStage { return &fetchStage{r} }
 // mismatching download is retried once before the file is held.
 func (r *fetchStage) download(ctx context.Context) error {
 	in := r.in
+	if !r.placed { // a row resumed, not claimed by this run
+		if err := r.unhold(ctx); err != nil {
+			return err
+		}
+	}
 	// The batch id is known before the bytes are: receipts of files held
 	// during download carry it too.
 	batch := batchIDOf(r.feed, in.RemoteName, r.p.nocase.Load())
@@ -59,7 +64,9 @@ func (r *fetchStage) download(ctx context.Context) error {
 		case err == nil:
 		case errors.Is(err, sftpconn.ErrNotRegular):
 			return r.hold(ctx, ledger.StateFailedTerminal, reason.ManifestInvalid, 0, "the manifest is not a regular file (a symlink, or another file swapped in after the listing): it was not read")
-		case errors.Is(err, partners.ErrManifestInvalid), sftpconn.IsNotExist(err), sftpconn.IsPermission(err):
+		case sftpconn.IsNotExist(err):
+			return r.hold(ctx, ledger.StateFailedTerminal, reason.ManifestInvalid, 0, "the manifest was gone when the file was read: neither beside the claimed file nor in ready/")
+		case errors.Is(err, partners.ErrManifestInvalid), sftpconn.IsPermission(err):
 			return r.hold(ctx, ledger.StateFailedTerminal, reason.ManifestInvalid, 0, "the manifest could not be read as JSON with bytes and sha256")
 		default:
 			// the site or the network failed the read, not the manifest:

@@ -124,6 +124,39 @@ func (r *finishStage) dropStaleReason() error {
 	return r.removeReason()
 }
 
+// unhold moves a file, and its manifest, back from quarantine/ to its
+// claimed path when an earlier attempt held it there before its bytes were
+// spooled and its end was never recorded (its reason file, receipt or
+// Finish failed, so the row stayed claimed): the download then decides
+// again what that attempt decided, and the file is held with that reason,
+// not taken for lost. Only the download of a row resumed from an earlier
+// attempt or run looks (one LSTAT).
+func (r *fetchStage) unhold(ctx context.Context) error {
+	if r.feed == nil || r.p.cfg.Records() {
+		return nil // a hostile entry keeps its generated name; a record is never moved
+	}
+	if _, err := r.sess.Lstat(r.in.ClaimedPath); !sftpconn.IsNotExist(err) {
+		return nil // in place (or the site's error, which the download meets)
+	}
+	if err := r.fence(ctx, "unhold"); err != nil {
+		return err
+	}
+	held := path.Join(r.sess.Layout.QuarantineDir(), sitefile.HeldName(r.in.ID, r.in.RemoteName))
+	if err := r.sess.Rename(held, r.in.ClaimedPath); sftpconn.IsNotExist(err) {
+		return nil // not held either: the download finds it lost
+	} else if err != nil {
+		return fmt.Errorf("take the held file back from quarantine: %w", err)
+	}
+	if r.in.ManifestName != "" {
+		m := path.Join(path.Dir(r.in.ClaimedPath), r.in.ManifestName)
+		if err := r.sess.Rename(held+partners.ManifestSuffix, m); err != nil && !sftpconn.IsNotExist(err) {
+			return fmt.Errorf("take the held manifest back from quarantine: %w", err)
+		}
+	}
+	r.log.Warn("the file was in quarantine/ from a hold whose end was never recorded; decided again", "quarantine_path", held)
+	return r.finishStage().removeReason()
+}
+
 // removeReason removes the file's reason file from quarantine/ (gone
 // already is fine).
 func (r *finishStage) removeReason() error {
