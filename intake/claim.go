@@ -189,8 +189,9 @@ func (d *claimStage) claim(ctx context.Context, p *partnerRT, sess *sftpconn.Ses
 				d.busyClaimPath(p, sess, in)
 			}
 		}
-		if len(out.ins) == 0 {
-			out.opening = nil // discarded (keep is false)
+		if len(out.ins) == 0 && out.opening != nil {
+			out.opening.Discard() // its file waits in ready/: nothing reads it
+			out.opening = nil
 		}
 	}
 	if p.cfg.Readiness == partners.ReadinessStable {
