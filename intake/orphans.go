@@ -172,11 +172,15 @@ func (o *orphanAdopter) move(ctx context.Context, p *partnerRT, sess *sftpconn.S
 			o.log.Warn("could not adopt a claim without a row", "partner", p.cfg.ID, "path", old, "err", err)
 			continue
 		}
-		if manifests {
+		if manifests && !strings.HasPrefix(name, partners.HostilePrefix) {
 			if _, err := sitefile.ClaimManifest(sess, dst, dir, sess.Layout.ReadyDir()); err != nil {
-				// the file's adoption (adoptOwn) looks in ready/ only, and
-				// its download holds it when its manifest is not there
-				o.log.Warn("could not move a manifest with its adopted file", "partner", p.cfg.ID, "path", old+partners.ManifestSuffix, "err", err)
+				// the file goes back beside its manifest: the next
+				// adoption moves both (adoptOwn looks in ready/ only)
+				o.log.Warn("could not move a manifest with its adopted file; the file is left where it was", "partner", p.cfg.ID, "path", old+partners.ManifestSuffix, "err", err)
+				if uerr := sess.Rename(dst, old); uerr != nil {
+					o.log.Warn("could not move the file back beside its manifest; its download holds it", "partner", p.cfg.ID, "path", dst, "err", uerr)
+				}
+				continue
 			}
 		}
 		o.log.Info("took over a claim without a row from a stopped worker", "partner", p.cfg.ID, "from_worker", w, "path", old)

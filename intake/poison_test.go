@@ -614,37 +614,50 @@ func TestAHoldNeverRecordedIsUndoneByTheNextDecision(t *testing.T) {
 	}
 }
 
-// The same before the file's bytes were spooled (here: a file over the
-// byte limit, held as it downloads): its retry finds the claimed path
-// empty, takes the file back from quarantine/ and decides again, so it is
-// held with its own reason (file_too_large), not taken for lost.
+// The same before the file's bytes were spooled (a file over the byte
+// limit, a manifest that disagrees with its file, each held as it
+// downloads): its retry finds the claimed path empty, takes the file (and
+// its manifest) back from quarantine/ and decides again, so it is held
+// with its own reason, not taken for lost.
 func TestAHoldBeforeTheSpoolNeverRecordedKeepsItsReason(t *testing.T) {
-	_, pool := testenv.DB(t)
-	site := testenv.NewSite(t, "acme")
-	site.Config.Limits.MaxFileBytes = 1000
-	site.Drop(t, "orders-big.csv", testenv.OrdersCSV("B", 100))
-	r := newRigCfg(t, pool, intake.Config{WorkerID: "w1", Lease: 30 * time.Second, SpoolMinFree: 1,
-		Retry: intake.RetryPolicy{Attempts: 3, Base: time.Millisecond, Max: time.Millisecond}}, site)
-	if err := fault.Set("hold:before_finish=error"); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { fault.Set("") })
-	r.d.PollOnce(context.Background(), "acme") // the hold's end fails: the poll may say so
-	if f := files(t, pool, "acme")[0]; f.State != "claimed" || len(site.Files(t, "quarantine")) != 2 {
-		t.Fatalf("%+v, quarantine/ %q: want a live row, the file and its reason file in quarantine/", f, site.Files(t, "quarantine"))
-	}
-	fault.Set("")
-	waitDue(t, pool, "acme")
-	r.poll("acme")
-	f := files(t, pool, "acme")[0]
-	if f.State != "quarantined" || f.Reason != "file_too_large" {
-		t.Fatalf("%+v: want quarantined file_too_large", f)
-	}
-	if rc := receipt(t, site, f.Receipt); rc.Outcome != ledger.OutcomeQuarantined || rc.Reason != "file_too_large" {
-		t.Fatalf("receipt %+v", rc)
-	}
-	if got := site.Files(t, "quarantine"); len(got) != 2 {
-		t.Fatalf("quarantine/ holds %q, want the file and its reason file", got)
+	for _, c := range []struct{ name, reason string }{{"too large", "file_too_large"}, {"manifest disagrees", "manifest_mismatch"}} {
+		t.Run(c.name, func(t *testing.T) {
+			_, pool := testenv.DB(t)
+			site := testenv.NewSite(t, "acme")
+			body := testenv.OrdersCSV("B", 100)
+			site.Drop(t, "orders-big.csv", body)
+			held := 2 // the file and its reason file
+			if c.reason == "manifest_mismatch" {
+				site.Config.Readiness = partners.ReadinessManifest
+				site.Drop(t, "orders-big.csv.complete", fmt.Sprintf(`{"bytes": %d, "sha256": %q}`, len(body), sha("something else")))
+				held = 3
+			} else {
+				site.Config.Limits.MaxFileBytes = 1000
+			}
+			r := newRigCfg(t, pool, intake.Config{WorkerID: "w1", Lease: 30 * time.Second, SpoolMinFree: 1,
+				Retry: intake.RetryPolicy{Attempts: 3, Base: time.Millisecond, Max: time.Millisecond}}, site)
+			if err := fault.Set("hold:before_finish=error"); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { fault.Set("") })
+			r.d.PollOnce(context.Background(), "acme") // the hold's end fails: the poll may say so
+			if f := files(t, pool, "acme")[0]; f.State != "claimed" || len(site.Files(t, "quarantine")) != held {
+				t.Fatalf("%+v, quarantine/ %q: want a live row, the file and what went with it in quarantine/", f, site.Files(t, "quarantine"))
+			}
+			fault.Set("")
+			waitDue(t, pool, "acme")
+			r.poll("acme")
+			f := files(t, pool, "acme")[0]
+			if f.State != "quarantined" || f.Reason != c.reason {
+				t.Fatalf("%+v: want quarantined %s", f, c.reason)
+			}
+			if rc := receipt(t, site, f.Receipt); rc.Outcome != ledger.OutcomeQuarantined || string(rc.Reason) != c.reason {
+				t.Fatalf("receipt %+v", rc)
+			}
+			if got := site.Files(t, "quarantine"); len(got) != held {
+				t.Fatalf("quarantine/ holds %q, want the file, what went with it and its reason file", got)
+			}
+		})
 	}
 }
 

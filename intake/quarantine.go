@@ -142,10 +142,14 @@ func (r *fetchStage) unhold(ctx context.Context) error {
 		return err
 	}
 	held := path.Join(r.sess.Layout.QuarantineDir(), sitefile.HeldName(r.in.ID, r.in.RemoteName))
-	if err := r.sess.Rename(held, r.in.ClaimedPath); sftpconn.IsNotExist(err) {
+	if _, err := r.sess.Lstat(held); sftpconn.IsNotExist(err) {
 		return nil // not held either: the download finds it lost
 	} else if err != nil {
-		return fmt.Errorf("take the held file back from quarantine: %w", err)
+		return fmt.Errorf("look for the file in quarantine: %w", err)
+	}
+	// the data file last: until it is back, the next attempt looks again
+	if err := r.finishStage().removeReason(); err != nil {
+		return err
 	}
 	if r.in.ManifestName != "" {
 		m := path.Join(path.Dir(r.in.ClaimedPath), r.in.ManifestName)
@@ -153,8 +157,14 @@ func (r *fetchStage) unhold(ctx context.Context) error {
 			return fmt.Errorf("take the held manifest back from quarantine: %w", err)
 		}
 	}
+	copied := r.sess.AllowCopy(max(r.in.Size, r.in.ListedSize)) // a RENAME that copies answers late
+	err := r.sess.Rename(held, r.in.ClaimedPath)
+	copied()
+	if err != nil && !sftpconn.IsNotExist(err) {
+		return fmt.Errorf("take the held file back from quarantine: %w", err)
+	}
 	r.log.Warn("the file was in quarantine/ from a hold whose end was never recorded; decided again", "quarantine_path", held)
-	return r.finishStage().removeReason()
+	return nil
 }
 
 // removeReason removes the file's reason file from quarantine/ (gone

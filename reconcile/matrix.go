@@ -206,22 +206,6 @@ func (r *Reconciler) rowOrphanClaims(ctx context.Context, p *partners.Config, s 
 					continue
 				}
 				feedName = feed.Name
-				if p.Readiness == partners.ReadinessStable {
-					// its worker ended its intake put_back (the file changed
-					// after its claim) and died before the rename back into
-					// ready/: that is finished, the file not taken
-					back, err := r.ledger.WasPutBack(ctx, p.ID, old)
-					if err != nil {
-						return err
-					}
-					if back {
-						if err := sitefile.PutBack(s, old, name); err != nil {
-							add(ledger.Finding{Kind: ledger.KindTakeoverBlocked, Path: old, Action: "none",
-								Detail: fmt.Sprintf("its intake was put back (it changed after its claim) and it could not be renamed back into ready/ (the next run tries again): %v", err)})
-						}
-						continue
-					}
-				}
 			}
 			dst := s.Layout.Processing(r.worker, name)
 			if ctx.Err() != nil {
@@ -256,15 +240,37 @@ func (r *Reconciler) rowOrphanClaims(ctx context.Context, p *partners.Config, s 
 // adopt moves one orphaned claim into this worker's processing dir and
 // records it (matrix row 1), in the partner's claim section: the row that
 // the listing found missing is looked for again there, where no takeover
-// moves a file, and the row is committed with the section.
+// moves a file, and the row is committed with the section. A file whose
+// intake ended put_back is put back into ready/ instead.
 func (r *Reconciler) adopt(ctx context.Context, p *partners.Config, s *sftpconn.Session, old, dst, name, feedName string, size int64, w string, add addFunc) error {
 	return r.ledger.InClaimSection(ctx, p.ID, func(c *ledger.ClaimLock) error {
 		owned, err := r.ledger.Owned(ctx, p.ID, old)
 		if err != nil || owned {
 			return err // owned: a live row, the expired-lease row handles it
 		}
+		if p.Readiness == partners.ReadinessStable && feedName != ledger.NoFeed {
+			back, err := r.ledger.WasPutBack(ctx, p.ID, old)
+			if err != nil {
+				return err
+			}
+			if back {
+				finishPutBack(s, old, name, add)
+				return nil
+			}
+		}
 		return r.adoptLocked(ctx, c, p, s, old, dst, name, feedName, size, w, add)
 	})
+}
+
+// finishPutBack: the gone worker ended the file's intake put_back (it
+// changed after its claim) and died before the rename back into ready/;
+// the put back is finished, the file not taken. A rename back that fails
+// is tried again at the next run.
+func finishPutBack(s *sftpconn.Session, old, name string, add addFunc) {
+	if err := sitefile.PutBack(s, old, name); err != nil {
+		add(ledger.Finding{Kind: ledger.KindTakeoverBlocked, Path: old, Action: "none",
+			Detail: fmt.Sprintf("its intake was put back (it changed after its claim) and it could not be renamed back into ready/ (the next run tries again): %v", err)})
+	}
 }
 
 func (r *Reconciler) adoptLocked(ctx context.Context, c *ledger.ClaimLock, p *partners.Config, s *sftpconn.Session, old, dst, name, feedName string, size int64, w string, add addFunc) error {
@@ -284,7 +290,10 @@ func (r *Reconciler) adoptLocked(ctx context.Context, c *ledger.ClaimLock, p *pa
 		// (it died between the claim's two RENAMEs)
 		m, err := sitefile.ClaimManifest(s, dst, path.Dir(old), s.Layout.ReadyDir())
 		if err != nil {
-			r.takenOver(p.ID) // the file is in this worker's processing/ without a row: its poller adopts it
+			// the file goes back beside its manifest, for the next run
+			if uerr := s.Rename(dst, old); uerr != nil {
+				r.takenOver(p.ID) // the file is in this worker's processing/ without a row: its poller adopts it
+			}
 			return err
 		}
 		in.ManifestName = m
@@ -348,6 +357,13 @@ func (r *Reconciler) takeOverExpired(ctx context.Context, p *partners.Config, s 
 	var fe *ledger.FencedError
 	if errors.As(err, &fe) {
 		return nil // renewed or taken meanwhile
+	}
+	if ledger.PathHeld(err) {
+		// a live file of the same name holds its place in this worker's
+		// processing dir (the name sent again): taken once that is done
+		add(ledger.Finding{Kind: ledger.KindTakeoverBlocked, IntakeID: old.ID, Path: old.ClaimedPath, Action: "none",
+			Detail: "waits: a live file of its name holds " + dst})
+		return nil
 	}
 	if err != nil {
 		add(ledger.Finding{Kind: ledger.KindTakeoverBlocked, IntakeID: old.ID, Path: old.ClaimedPath, NeedsHuman: true,

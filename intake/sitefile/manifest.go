@@ -12,19 +12,28 @@ import (
 // dataPath (manifest readiness) lies beside it: it is moved there from the
 // first of dirs that holds it (the dir a claim was adopted from, ready/
 // when a claim's RENAME of the data file went through and its manifest's
-// did not). Its name is returned whether or not one was found: a data file
-// of a manifest feed is never taken as if it had none, and its download
-// holds it when the manifest cannot be read (nothing is applied
-// unverified). A failure of the site is returned.
+// did not). A dir that holds a data file of the same name too is passed
+// over: that manifest may be a new delivery's (the name sent again). Its
+// name is returned whether or not one was found: a data file of a
+// manifest feed is never taken as if it had none, and its download holds
+// it when the manifest cannot be read (nothing is applied unverified). A
+// failure of the site is returned. Adoption only: never on a fresh claim's
+// path.
 func ClaimManifest(sess *sftpconn.Session, dataPath string, dirs ...string) (string, error) {
-	m := path.Base(dataPath) + partners.ManifestSuffix
+	name := path.Base(dataPath)
+	m := name + partners.ManifestSuffix
 	dst := path.Join(path.Dir(dataPath), m)
 	if _, err := sess.Lstat(dst); err == nil {
 		return m, nil
 	} else if !sftpconn.IsNotExist(err) {
-		return m, fmt.Errorf("look for the manifest of %s: %w", path.Base(dataPath), err)
+		return m, fmt.Errorf("look for the manifest of %s: %w", name, err)
 	}
 	for _, dir := range dirs {
+		if _, err := sess.Lstat(path.Join(dir, name)); err == nil {
+			continue // a data file of the name there: the manifest may be its own
+		} else if !sftpconn.IsNotExist(err) {
+			return m, fmt.Errorf("look for the manifest of %s: %w", name, err)
+		}
 		err := sess.Rename(path.Join(dir, m), dst)
 		if err == nil {
 			return m, nil
