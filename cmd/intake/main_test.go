@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"golang.org/x/crypto/ssh/knownhosts"
 
@@ -352,5 +353,48 @@ func TestStatusShowsProgressOfAFileBeingApplied(t *testing.T) {
 	code, out := runCLI("status", "--config", cfg)
 	if !strings.Contains(out, "applying intake 1 (worker cli-1): 2 of 5 rows") || !strings.Contains(out, "1 chunks") {
 		t.Fatalf("status exited %d:\n%s", code, out)
+	}
+}
+
+// `intake reconcile` beside another process's reconciler run (a daemon's
+// scheduled one) waits for that run to end and then reports the failure
+// matrix, instead of exiting 1 as if something needed a human.
+func TestReconcileWaitsForARunInProgress(t *testing.T) {
+	url, pool := testenv.DB(t)
+	t.Setenv("INTAKE_DATABASE_URL", url)
+	site := testenv.NewSite(t, "recw")
+	cfg := writeConfig(t, site, site.Config.SFTP.KnownHostsFile)
+	if code, out := runCLI("migrate", "--config", cfg); code != 0 {
+		t.Fatalf("migrate: %d %s", code, out)
+	}
+	ctx := context.Background()
+	other, err := pool.Acquire(ctx) // another process's run holds the lock
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Release()
+	var got bool
+	if err := other.QueryRow(ctx, `SELECT pg_try_advisory_lock(hashtextextended('partner-intake/reconcile', 0))`).Scan(&got); err != nil || !got {
+		t.Fatalf("take the reconciler's lock: %v %v", got, err)
+	}
+	var out syncBuffer
+	done := make(chan int, 1)
+	go func() { done <- run([]string{"reconcile", "--config", cfg}, &out, &out) }()
+	waitFor(t, time.Minute, func() bool { return strings.Contains(out.String(), "waiting for it to end") || len(done) > 0 })
+	select {
+	case code := <-done:
+		t.Fatalf("reconcile ended (%d) while another run held the lock:\n%s", code, out.String())
+	default:
+	}
+	if _, err := other.Exec(ctx, `SELECT pg_advisory_unlock(hashtextextended('partner-intake/reconcile', 0))`); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case code := <-done:
+		if code != 0 || !strings.Contains(out.String(), "finding(s)") {
+			t.Fatalf("reconcile after the other run ended: %d\n%s", code, out.String())
+		}
+	case <-time.After(time.Minute):
+		t.Fatalf("reconcile did not run once the lock was free:\n%s", out.String())
 	}
 }

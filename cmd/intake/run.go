@@ -26,6 +26,7 @@ import (
 	"github.com/partner-intake/partner-intake/console"
 	"github.com/partner-intake/partner-intake/intake"
 	"github.com/partner-intake/partner-intake/intake/expect"
+	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/intake/notify"
 	"github.com/partner-intake/partner-intake/intake/ops"
 	"github.com/partner-intake/partner-intake/internal/inert"
@@ -467,7 +468,7 @@ func cmdReconcile(path string, once bool, stdout, stderr io.Writer) int {
 		return 2
 	}
 	defer rec.Stop()
-	found, err := rec.RunOnce(ctx)
+	found, err := runWhenFree(ctx, rec, stderr)
 	reconcile.Sort(found)
 	for _, f := range found {
 		mark := "    "
@@ -489,6 +490,38 @@ func cmdReconcile(path string, once bool, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// reconcileWait bounds how long `intake reconcile` waits for a run
+// another process holds the reconciler's lock for (a daemon's scheduled
+// run, another replica's).
+const reconcileWait = 2 * time.Minute
+
+// runWhenFree runs the reconciler once, after the run another process
+// holds its lock for has ended: an operator's run beside a daemon reports
+// the failure matrix, not that a scheduled run was in progress. Past
+// reconcileWait it gives up with ErrNotLeader.
+func runWhenFree(ctx context.Context, rec *reconcile.Reconciler, stderr io.Writer) ([]ledger.Finding, error) {
+	ctx, cancel := context.WithTimeout(ctx, reconcileWait)
+	defer cancel()
+	told := false
+	for {
+		found, err := rec.RunOnce(ctx)
+		if !errors.Is(err, reconcile.ErrNotLeader) {
+			return found, err
+		}
+		if !told {
+			fmt.Fprintln(stderr, "intake reconcile: another process's reconciler is running; waiting for it to end")
+			told = true
+		}
+		t := time.NewTimer(500 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, err
+		case <-t.C:
+		}
+	}
 }
 
 func slogDiscard() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
