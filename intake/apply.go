@@ -296,12 +296,18 @@ func (r *applyStage) markUnknown(ctx context.Context, cu *CommitUnknownError) er
 // receipt count them.
 func (r *fileRun) endSpent(ctx context.Context) error {
 	r.log.Error("file failed past its retry budget", "attempts", r.in.Attempts)
-	detail := fmt.Sprintf("the file could not be processed in %d attempts; ops have been alerted and can replay it", r.in.Attempts)
+	return r.hold(ctx, ledger.StateFailedTerminal, reason.RetriesExhausted, 0, r.spentDetail(r.in.Attempts, ""))
+}
+
+// spentDetail is what the receipt of a file past its retry budget says:
+// its attempts, the last error's codes (lastCodes), and the rows of it
+// that were applied before it stopped, which stay applied.
+func (r *fileRun) spentDetail(attempts int, codes string) string {
 	if r.in.ChunksDone > 0 {
-		detail = fmt.Sprintf("the file could not be processed in %d attempts; %d of its rows were applied before it stopped and stay applied; ops have been alerted and can replay it",
-			r.in.Attempts, r.in.RowsApplied)
+		return fmt.Sprintf("the file could not be processed in %d attempts%s; %d of its rows were applied before it stopped and stay applied; ops have been alerted and can replay it",
+			attempts, codes, r.in.RowsApplied)
 	}
-	return r.hold(ctx, ledger.StateFailedTerminal, reason.RetriesExhausted, 0, detail)
+	return fmt.Sprintf("the file could not be processed in %d attempts%s; ops have been alerted and can replay it", attempts, codes)
 }
 
 // commitChunk applies one chunk, retrying transient database errors with

@@ -69,8 +69,7 @@ func (r *fileRun) settle(ctx context.Context, err error) error {
 		return fmt.Errorf("intake %d: %w (recording the attempt failed: %v)", r.in.ID, err, rerr)
 	case exhausted:
 		r.log.Error("file failed past its retry budget", "attempts", n, "err", err)
-		detail := fmt.Sprintf("the file could not be processed in %d attempts%s; ops have been alerted and can replay it", n, lastCodes(err))
-		if herr := r.hold(ctx, ledger.StateFailedTerminal, reason.RetriesExhausted, 0, detail); herr != nil && !sessionLost(err) {
+		if herr := r.hold(ctx, ledger.StateFailedTerminal, reason.RetriesExhausted, 0, r.spentDetail(n, lastCodes(err))); herr != nil && !sessionLost(err) {
 			r.log.Warn("holding the file failed; tried again on its next attempt", "err", herr)
 		}
 	default:

@@ -253,6 +253,11 @@ func TestAFailingFileNeverHoldsUpThePartner(t *testing.T) {
 	site.Drop(t, "orders-a-busy.csv", testenv.OrdersCSV("BUSY", 2))
 	site.Drop(t, "orders-b-broken.csv", testenv.OrdersCSV("BROKEN", 2))
 	site.Drop(t, "orders-c-fine.csv", testenv.OrdersCSV("FINE", 2))
+	// a file whose first chunk applies and whose second fails every time
+	head, half := rowsOf(testenv.OrdersCSV("HALF", 2))
+	_, busy := rowsOf(testenv.OrdersCSV("BUSY-H", 2))
+	site.Drop(t, "orders-d-half.csv", head+strings.Join(append(half, busy...), ""))
+	site.Config.Feeds[0].ChunkRows = 2
 	r := newRigCfg(t, pool, intake.Config{WorkerID: "w1", Lease: 30 * time.Second, SpoolMinFree: 1,
 		Retry: intake.RetryPolicy{Attempts: 3, Base: time.Millisecond, Max: time.Millisecond}}, site)
 
@@ -295,6 +300,12 @@ func TestAFailingFileNeverHoldsUpThePartner(t *testing.T) {
 	if rc.Outcome != ledger.OutcomeFailed || rc.Reason != reason.RetriesExhausted ||
 		!strings.Contains(rc.Detail, "SQLSTATE 40001") || strings.Contains(rc.Detail, "busy") {
 		t.Fatalf("receipt %+v: want failed retries_exhausted, the SQLSTATE and nothing of the error's text", rc)
+	}
+	// the receipt of a file part applied says its applied rows stay
+	half2 := byName()["orders-d-half.csv"]
+	if rc := receipt(t, site, half2.Receipt); half2.State != "failed_terminal" || half2.Applied != 2 ||
+		!strings.Contains(rc.Detail, "2 of its rows were applied before it stopped and stay applied") {
+		t.Fatalf("a file past its budget with a chunk applied: %+v, receipt %+v; want its applied rows told", half2, rc)
 	}
 	// an error of intake's own (a key file, a spool path, a database
 	// address) says nothing of itself to the partner: ops have the log
