@@ -17,6 +17,7 @@ import (
 
 	"github.com/partner-intake/partner-intake/intake/chunkrows"
 	"github.com/partner-intake/partner-intake/intake/ledger"
+	"github.com/partner-intake/partner-intake/intake/sitefile"
 	"github.com/partner-intake/partner-intake/intake/target"
 	"github.com/partner-intake/partner-intake/partners/sftpconn"
 )
@@ -366,18 +367,27 @@ func (d *housekeeping) takeOverDecided(ctx context.Context, p *partnerRT, sess *
 	if err != nil {
 		return nil, err
 	}
-	if !p.cfg.Records() && old.ClaimedPath != dst {
-		if err := sess.Rename(old.ClaimedPath, dst); err != nil {
-			if _, serr := sess.Lstat(dst); serr != nil {
-				// the run goes on from the spool where it can (ensureSpooled)
-				d.log.Warn("a decided file is not where its owner left it", "partner", p.cfg.ID, "intake_id", in.ID, "path", old.ClaimedPath, "err", err)
-			}
-		}
-		if in.ManifestName != "" {
-			from, to := path.Join(path.Dir(old.ClaimedPath), in.ManifestName), path.Join(path.Dir(dst), in.ManifestName)
-			if err := sess.Rename(from, to); err != nil && !sftpconn.IsNotExist(err) {
-				d.log.Warn("could not move a manifest with its decided file", "partner", p.cfg.ID, "intake_id", in.ID, "err", err)
-			}
+	if p.cfg.Records() || old.ClaimedPath == dst {
+		return in, nil
+	}
+	copied := sess.AllowCopy(max(old.Size, old.ListedSize)) // a RENAME that copies answers late
+	err = sitefile.MoveClaim(sess, old.ClaimedPath, dst)
+	copied()
+	switch {
+	case errors.Is(err, sitefile.ErrNotMoved):
+		// still at its old path: the row is pointed back at it (under
+		// the new token), and the file runs where it is, its manifest
+		// beside it
+		d.log.Warn("a decided file could not be moved; it runs where its owner left it", "partner", p.cfg.ID, "intake_id", in.ID, "err", err)
+		return in, d.ledger.RestorePath(ctx, in, old.ClaimedPath)
+	case err != nil:
+		// the run goes on from the spool where it can (ensureSpooled)
+		d.log.Warn("a decided file is not where its owner left it", "partner", p.cfg.ID, "intake_id", in.ID, "path", old.ClaimedPath, "err", err)
+	}
+	if in.ManifestName != "" {
+		from, to := path.Join(path.Dir(old.ClaimedPath), in.ManifestName), path.Join(path.Dir(dst), in.ManifestName)
+		if err := sitefile.MoveClaim(sess, from, to); err != nil && !sftpconn.IsNotExist(err) {
+			d.log.Warn("could not move a manifest with its decided file", "partner", p.cfg.ID, "intake_id", in.ID, "err", err)
 		}
 	}
 	return in, nil

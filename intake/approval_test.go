@@ -756,3 +756,35 @@ func TestADecidedFileWaitsWhereItsNameIsHeldAndTheRestGoOn(t *testing.T) {
 		t.Fatalf("rows %+v, want the approved file archived by w2 and the rejected one held", fs)
 	}
 }
+
+// An approved file whose move into the taker's processing dir is refused
+// (here a directory holds its name there) stays where its owner left it:
+// the row is pointed back at it, and it is applied from there, the
+// approval kept.
+func TestADecidedFileThatCannotBeMovedRunsWhereItIs(t *testing.T) {
+	_, pool := testenv.DB(t)
+	ctx := context.Background()
+	site := testenv.NewSite(t, "nomove")
+	site.Config.Feeds[0].Approval = &partners.Approval{Always: true}
+	r := newRig(t, pool, "w1", site)
+	site.Drop(t, "orders-1.csv", goodRows("N", 3))
+	r.poll("nomove")
+	f := files(t, pool, "nomove")[0]
+	v, _ := planOf(t, pool, "nomove", f.ID)
+	if err := approve(ctx, pool, "nomove", f.ID, v.Hash); err != nil {
+		t.Fatal(err)
+	}
+	r.d.Stop() // its owner is gone
+	if err := os.MkdirAll(filepath.Join(site.Root, "processing", "w2", "orders-1.csv"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	r2 := newRig(t, pool, "w2", site)
+	r2.poll("nomove")
+	f = files(t, pool, "nomove")[0]
+	if f.State != "archived" || f.Applied != 3 || f.Worker != "w2" {
+		t.Fatalf("file %+v, want archived by w2 from where w1 left it", f)
+	}
+	if got := site.Files(t, "processing/w1"); len(got) != 0 {
+		t.Fatalf("processing/w1 still holds %v", got)
+	}
+}

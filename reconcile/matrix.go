@@ -378,10 +378,10 @@ func (r *Reconciler) takeOverExpired(ctx context.Context, p *partners.Config, s 
 		return nil
 	}
 	copied := s.AllowCopy(max(old.Size, old.ListedSize)) // a RENAME that copies answers late
-	err = moveClaim(s, old.ClaimedPath, dst)
+	err = sitefile.MoveClaim(s, old.ClaimedPath, dst)
 	copied()
 	switch {
-	case errors.Is(err, errNotMoved):
+	case errors.Is(err, sitefile.ErrNotMoved):
 		// The row says dst, the file is still at the old path: the
 		// row is pointed back at it (under the new token), so the new
 		// owner runs the file where it is, and no orphan of it is
@@ -401,33 +401,12 @@ func (r *Reconciler) takeOverExpired(ctx context.Context, p *partners.Config, s 
 			Action: "the worker continues from the spool where it can", Detail: pgerr.Redact(err)})
 	}
 	if in.ManifestName != "" {
-		_ = moveClaim(s, path.Join(path.Dir(old.ClaimedPath), in.ManifestName), path.Join(path.Dir(dst), in.ManifestName))
+		_ = sitefile.MoveClaim(s, path.Join(path.Dir(old.ClaimedPath), in.ManifestName), path.Join(path.Dir(dst), in.ManifestName))
 	}
 	add(f)
 	r.takenOver(p.ID)
 	return nil
 }
-
-// moveClaim renames a claimed file; one already moved (an earlier,
-// interrupted takeover) counts as done.
-func moveClaim(s *sftpconn.Session, from, to string) error {
-	err := s.Rename(from, to)
-	if err == nil {
-		return nil
-	}
-	if _, ferr := s.Lstat(from); ferr == nil {
-		// still where it was: not moved (another file holds the name at
-		// to, or the site refused), whatever is at to
-		return fmt.Errorf("%w: %w", errNotMoved, err)
-	}
-	if _, serr := s.Lstat(to); serr == nil {
-		return nil // moved; the rename's reply was lost
-	}
-	return err
-}
-
-// errNotMoved: a takeover's move left the file where it was.
-var errNotMoved = errors.New("the file is still where it was")
 
 // Row 9: a commit whose outcome was unknown. The chunk ledger, written in
 // the same transaction as the rows, says which chunks are in; the file goes

@@ -1,6 +1,7 @@
 package sitefile
 
 import (
+	"errors"
 	"fmt"
 	"path"
 
@@ -44,3 +45,25 @@ func ClaimManifest(sess *sftpconn.Session, dataPath string, dirs ...string) (str
 	}
 	return m, nil
 }
+
+// MoveClaim renames a claimed file (or its manifest) into the processing
+// dir of the worker taking it over; one already moved (an earlier,
+// interrupted takeover: gone from from, at to) counts as done. A file
+// still at from is ErrNotMoved (another file holds the name at to, or the
+// site refused), whatever is at to: the taker points its row back at from.
+func MoveClaim(s *sftpconn.Session, from, to string) error {
+	err := s.Rename(from, to)
+	if err == nil {
+		return nil
+	}
+	if _, ferr := s.Lstat(from); ferr == nil {
+		return fmt.Errorf("%w: %w", ErrNotMoved, err)
+	}
+	if _, serr := s.Lstat(to); serr == nil {
+		return nil // moved; the rename's reply was lost
+	}
+	return err
+}
+
+// ErrNotMoved: a takeover's move left the file where it was.
+var ErrNotMoved = errors.New("the file is still where it was")
