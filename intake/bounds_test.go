@@ -247,3 +247,34 @@ func TestAReplayTheFeedNowRefusesIsHeldWithItsReason(t *testing.T) {
 		t.Fatalf("rows %+v (replay: %v), want the replay quarantined with compression_not_allowed", fs, err)
 	}
 }
+
+// A replay handed to the daemons (the ops role's replay) is taken over by
+// whichever replica's reconciler runs, whose spool may not hold the bytes
+// (a spool of its own): it reads them from the archived copy of the file
+// on the site, checked against their hash, and applies the replay.
+func TestAHandedOverReplayReadsItsBytesFromTheArchive(t *testing.T) {
+	_, pool := testenv.DB(t)
+	site := testenv.NewSite(t, "hand")
+	site.Drop(t, "orders-1.csv", testenv.OrdersCSV("H", 4))
+	r := newRig(t, pool, "w1", site)
+	r.poll("hand")
+	fs := files(t, pool, "hand")
+	if len(fs) != 1 || fs[0].State != "archived" {
+		t.Fatalf("rows %+v, want the file archived", fs)
+	}
+	archived := fs[0].Archive
+	in, err := r.d.Replay(context.Background(), intake.ReplayRequest{ID: fs[0].ID, Actor: "test", Reason: "re-apply", Handover: true})
+	if err != nil {
+		t.Fatalf("replay: %v", err)
+	}
+	r2 := newRig(t, pool, "w2", site) // a spool of its own
+	r2.reconcileAs("w2", site)
+	r2.poll("hand")
+	fs = files(t, pool, "hand")
+	if len(fs) != 2 || fs[1].ID != in.ID || fs[1].State != "archived" || fs[1].Worker != "w2" || fs[1].Unchanged != 4 {
+		t.Fatalf("rows %+v, want the replay archived by w2 with its 4 rows unchanged", fs)
+	}
+	if _, err := os.Stat(archived); err != nil {
+		t.Fatalf("the archived copy left the archive: %v", err)
+	}
+}

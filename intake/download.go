@@ -596,9 +596,9 @@ func (r *fetchStage) ensureSpooled(ctx context.Context) error {
 	if ok, err := r.reexpand(ctx); ok || err != nil {
 		return err // the expanded copy was removed when the file finished (dropExpanded)
 	}
-	e, _, err := r.fetch(ctx, false, false)
+	e, _, err := r.fetchAgain(ctx)
 	if errors.Is(err, ErrRemoteLost) {
-		return r.hold(ctx, ledger.StateFailedTerminal, reason.RemoteLost, 0, "neither the spool nor processing/ holds the file's bytes any more")
+		return r.hold(ctx, ledger.StateFailedTerminal, reason.RemoteLost, 0, "neither the spool nor the site (processing/, or archive/ for a replay) holds the file's bytes any more")
 	}
 	if err != nil {
 		return err
@@ -611,6 +611,28 @@ func (r *fetchStage) ensureSpooled(ctx context.Context) error {
 		return r.expandAgain(ctx, e)
 	}
 	return nil
+}
+
+// fetchAgain downloads the file's bytes again for ensureSpooled: from its
+// claimed path, or for a replay (whose bytes were the spool's of the
+// replica that ran the file, not necessarily this one's) from an archived
+// copy of the same bytes on the site, which is only read. None is
+// ErrRemoteLost.
+func (r *fetchStage) fetchAgain(ctx context.Context) (spool.Entry, *unwrapping, error) {
+	if r.in.ReplayOf == 0 {
+		return r.fetch(ctx, false, false)
+	}
+	src, err := r.d.ledger.ArchivedCopy(ctx, r.in.Partner, r.in.SHA256)
+	if err != nil {
+		return spool.Entry{}, nil, fmt.Errorf("archived copy: %w", err)
+	}
+	if src == "" {
+		return spool.Entry{}, nil, fmt.Errorf("no archived copy: %w", ErrRemoteLost)
+	}
+	claimed := r.in.ClaimedPath
+	r.in.ClaimedPath = src // openClaimed reads it; the row keeps its own
+	defer func() { r.in.ClaimedPath = claimed }()
+	return r.fetch(ctx, false, false)
 }
 
 func (r *fetchStage) readManifest() (*partners.Manifest, error) {
