@@ -405,16 +405,7 @@ func TestSnapshotDeleteRatioWaits(t *testing.T) {
 func TestTargetChangedBeforeTheFirstChunkReplans(t *testing.T) {
 	_, pool := testenv.DB(t)
 	ctx := context.Background()
-	site := testenv.NewSite(t, "fc")
-	site.Config.Feeds[0].Approval = &partners.Approval{Always: true}
-	r := newRig(t, pool, "w1", site)
-	site.Drop(t, "orders-1.csv", goodRows("F", 3))
-	r.poll("fc")
-	f := files(t, pool, "fc")[0]
-	v1, _ := planOf(t, pool, "fc", f.ID)
-	if err := approve(ctx, pool, "fc", f.ID, v1.Hash); err != nil {
-		t.Fatal(err)
-	}
+	_, r, f, v1 := approvedFile(t, pool, "fc", "F")
 	resume := r.pollPaused("fc", "approval:before_first_chunk")
 	if st := files(t, pool, "fc")[0].State; st != "applying" {
 		t.Fatalf("state %s at the first chunk, want applying", st)
@@ -763,28 +754,36 @@ func TestADecidedFileWaitsWhereItsNameIsHeldAndTheRestGoOn(t *testing.T) {
 // approval kept.
 func TestADecidedFileThatCannotBeMovedRunsWhereItIs(t *testing.T) {
 	_, pool := testenv.DB(t)
-	ctx := context.Background()
-	site := testenv.NewSite(t, "nomove")
-	site.Config.Feeds[0].Approval = &partners.Approval{Always: true}
-	r := newRig(t, pool, "w1", site)
-	site.Drop(t, "orders-1.csv", goodRows("N", 3))
-	r.poll("nomove")
-	f := files(t, pool, "nomove")[0]
-	v, _ := planOf(t, pool, "nomove", f.ID)
-	if err := approve(ctx, pool, "nomove", f.ID, v.Hash); err != nil {
-		t.Fatal(err)
-	}
+	site, r, _, _ := approvedFile(t, pool, "nomove", "N")
 	r.d.Stop() // its owner is gone
 	if err := os.MkdirAll(filepath.Join(site.Root, "processing", "w2", "orders-1.csv"), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	r2 := newRig(t, pool, "w2", site)
 	r2.poll("nomove")
-	f = files(t, pool, "nomove")[0]
+	f := files(t, pool, "nomove")[0]
 	if f.State != "archived" || f.Applied != 3 || f.Worker != "w2" {
 		t.Fatalf("file %+v, want archived by w2 from where w1 left it", f)
 	}
 	if got := site.Files(t, "processing/w1"); len(got) != 0 {
 		t.Fatalf("processing/w1 still holds %v", got)
 	}
+}
+
+// approvedFile is a partner whose feed makes every file wait for
+// approval, with one file of 3 rows (order ids prefix-n) planned by w1 and
+// approved: its site, w1's rig, the file and its plan.
+func approvedFile(t *testing.T, pool *pgxpool.Pool, partner, prefix string) (*testenv.Site, *rig, fileRow, *ledger.PlanView) {
+	t.Helper()
+	site := testenv.NewSite(t, partner)
+	site.Config.Feeds[0].Approval = &partners.Approval{Always: true}
+	r := newRig(t, pool, "w1", site)
+	site.Drop(t, "orders-1.csv", goodRows(prefix, 3))
+	r.poll(partner)
+	f := files(t, pool, partner)[0]
+	v, _ := planOf(t, pool, partner, f.ID)
+	if err := approve(context.Background(), pool, partner, f.ID, v.Hash); err != nil {
+		t.Fatal(err)
+	}
+	return site, r, f, v
 }
