@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/partner-intake/partner-intake/internal/fault"
 	"github.com/partner-intake/partner-intake/internal/reason"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -786,4 +787,44 @@ func approvedFile(t *testing.T, pool *pgxpool.Pool, partner, prefix string) (*te
 		t.Fatal(err)
 	}
 	return site, r, f, v
+}
+
+// A decision whose transaction is still open (its commit in flight when
+// the command lost its connection) is not settled as rolled back: Settle
+// waits for it, says unknown past its wait, and recorded once it commits.
+func TestSettleWaitsForADecisionStillInFlight(t *testing.T) {
+	_, pool := testenv.DB(t)
+	ctx := context.Background()
+	site := testenv.NewSite(t, "inflight")
+	site.Config.Feeds[0].Approval = &partners.Approval{Always: true}
+	r := newRig(t, pool, "w1", site)
+	site.Drop(t, "orders-1.csv", goodRows("I", 2))
+	r.poll("inflight")
+	f := files(t, pool, "inflight")[0]
+	v, _ := planOf(t, pool, "inflight", f.ID)
+	if err := fault.Set("ops:before_commit=pause"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { fault.Set("") })
+	done := make(chan error, 1)
+	go func() {
+		done <- ops.Approve(ctx, pool, ledger.PlanDecision{IntakeID: f.ID, Partners: []string{"inflight"}, Actor: "alice", Reason: "ok", PlanHash: v.Hash, Request: "req-inflight"})
+	}()
+	select {
+	case <-fault.Paused("ops:before_commit"):
+	case err := <-done:
+		t.Fatalf("the approval ended (%v) before its commit", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("the approval never reached its commit")
+	}
+	if got, err := ops.Settle(ctx, pool, "req-inflight", 2*time.Second); got != ledger.SettledUnknown {
+		t.Fatalf("settled %v (%v) while the decision's transaction was open, want unknown", got, err)
+	}
+	fault.Resume("ops:before_commit")
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if got, err := ops.Settle(ctx, pool, "req-inflight", time.Minute); got != ledger.SettledRecorded || err != nil {
+		t.Fatalf("settled %v (%v) once it committed, want recorded", got, err)
+	}
 }

@@ -48,8 +48,9 @@ const (
 
 // Settle finds out, waiting up to wait for the database to answer, what
 // became of an ops request whose call failed: recorded (with the intake
-// its audit row names) or rolled back; unknown when the database stays
-// silent. It waits on a context of its own (bounded by wait), so a
+// its audit row names) or rolled back, once no transaction that records
+// it is open; unknown when the database stays silent, or that transaction
+// stays open, past wait. It waits on a context of its own (bounded by wait), so a
 // command whose context ended still learns it when it can.
 func (l *opsDecisions) Settle(ctx context.Context, request string, wait time.Duration) (Settled, int64, error) {
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), wait)
@@ -57,6 +58,23 @@ func (l *opsDecisions) Settle(ctx context.Context, request string, wait time.Dur
 	type found struct {
 		id int64
 		ok bool
+	}
+	// A commit still in flight when the command lost its connection (a
+	// cancelled context, a dropped socket) lands after a read that came
+	// too early: its transaction's session is waited for first.
+	for {
+		open, err := AwaitAnswer(sctx, func(ctx context.Context) (bool, error) { return l.requestInFlight(ctx, request) })
+		if err != nil {
+			return SettledUnknown, 0, err
+		}
+		if !open {
+			break
+		}
+		select {
+		case <-sctx.Done():
+			return SettledUnknown, 0, sctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
 	}
 	f, err := AwaitAnswer(sctx, func(ctx context.Context) (found, error) {
 		_, id, ok, err := l.Requested(ctx, request)

@@ -189,14 +189,31 @@ func audit(ctx context.Context, tx pgx.Tx, actor, action, partner string, id int
 // auditRequest appends an audit row; request, when set, is the ops
 // command's request id (Requested finds the row by it).
 func auditRequest(ctx context.Context, tx pgx.Tx, request, actor, action, partner string, id int64, reason, detail string) error {
-	_, err := tx.Exec(ctx, `INSERT INTO intake_audit (actor, action, partner_id, intake_id, reason, detail, request_id)
-		VALUES ($1, $2, $3, nullif($4, 0), $5, nullif($6, ''), nullif($7, ''))`, actor, action, partner, id, reason, detail, request)
+	// The session carries the request's name until the transaction ends
+	// (set_config local): Settle waits for a commit still in flight.
+	_, err := tx.Exec(ctx, `WITH named AS (SELECT pg_catalog.set_config('application_name', $8, true) WHERE $7 <> '')
+		INSERT INTO intake_audit (actor, action, partner_id, intake_id, reason, detail, request_id)
+		SELECT $1, $2, $3, nullif($4, 0), $5, nullif($6, ''), nullif($7, '') FROM (SELECT 1) one LEFT JOIN named ON true`,
+		actor, action, partner, id, reason, detail, request, requestSession(request))
 	if err == nil && request != "" {
 		// an ops action's audit row, inside its transaction: a step
 		// where the transaction is open and its commit not yet sent
 		err = fault.Check("ops:before_commit")
 	}
 	return err
+}
+
+// requestSession is the application_name of a session whose transaction
+// records request (auditRequest), until that transaction ends.
+func requestSession(request string) string { return AppName("request " + request) }
+
+// requestInFlight reports whether a transaction that records request is
+// still open: its commit may yet land.
+func (l *opsDecisions) requestInFlight(ctx context.Context, request string) (bool, error) {
+	var open bool
+	err := l.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_stat_activity WHERE application_name = $1)`,
+		requestSession(request)).Scan(&open)
+	return open, err
 }
 
 // Requested finds the audit row of an ops command's request: what it did
