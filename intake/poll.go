@@ -942,7 +942,15 @@ func (d *housekeeping) resumeRows(ctx context.Context, p *partnerRT, sess *sftpc
 		if err := d.workerID.StillHeld(ctx); err != nil {
 			return err
 		}
-		in, err := d.ledger.Resume(ctx, old.ID, d.cfg.WorkerID)
+		// in the partner's claim section: a takeover of this worker's
+		// reconciler makes the row this worker's before its move of the
+		// file ends, and both are one step in that section
+		var in *ledger.Intake
+		err := d.ledger.InClaimSection(ctx, p.cfg.ID, func(*ledger.ClaimLock) error {
+			var err error
+			in, err = d.ledger.Resume(ctx, old.ID, d.cfg.WorkerID)
+			return err
+		})
 		var fe *ledger.FencedError
 		if errors.As(err, &fe) {
 			continue

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/partner-intake/partner-intake/internal/fault"
 	"github.com/partner-intake/partner-intake/internal/reason"
 
 	"github.com/partner-intake/partner-intake/intake/ledger"
@@ -376,6 +377,9 @@ func (r *Reconciler) takeOverExpired(ctx context.Context, p *partners.Config, s 
 		add(f)
 		r.takenOver(p.ID)
 		return nil
+	}
+	if err := fault.Check("takeover:before_move"); err != nil {
+		return err
 	}
 	copied := s.AllowCopy(max(old.Size, old.ListedSize)) // a RENAME that copies answers late
 	err = sitefile.MoveClaim(s, old.ClaimedPath, dst)

@@ -271,6 +271,56 @@ func TestOrphanedClaimIsAdopted(t *testing.T) {
 	})
 }
 
+// Rows 5 and 10 in one process: this worker's reconciler takes a file
+// over (the row is this worker's from the takeover's statement) and is
+// held up before its move of the file ends (a RENAME that copies); the
+// same process's poll, which resumes the worker's due rows, waits for the
+// takeover's claim section instead of running the file where it is not
+// yet. The file is archived once, from the path it was moved to.
+func TestAPollWaitsForItsOwnReconcilersTakeoverToMoveTheFile(t *testing.T) {
+	_, pool := testenv.DB(t)
+	site := testenv.NewSite(t, "tkmv")
+	site.Drop(t, "orders-t.csv", testenv.OrdersCSV("T", 5))
+	w1 := newNode(t, pool, "w1", t.TempDir(), site)
+	w2 := newNode(t, pool, "w2", t.TempDir(), site) // a spool of its own
+	withFault(t, "apply:after_commit=error")
+	if err := w1.poll(t, "tkmv"); !errors.Is(err, fault.ErrInjected) {
+		t.Fatalf("got %v, want the injected stop after commit", err)
+	}
+	expireLeases(t, pool)
+	withFault(t, "takeover:before_move=pause")
+	recDone := make(chan []ledger.Finding, 1)
+	go func() {
+		fs, _ := w2.rec.RunOnce(context.Background())
+		recDone <- fs
+	}()
+	select {
+	case <-fault.Paused("takeover:before_move"):
+	case <-time.After(30 * time.Second):
+		t.Fatal("the reconciler never took the file over")
+	}
+	pollDone := make(chan error, 1)
+	go func() { pollDone <- w2.poll(t, "tkmv") }()
+	// the poll either ends (it ran the file before the move) or waits for
+	// the claim section's lock
+	testenv.WaitFor(t, 30*time.Second, func() bool {
+		return len(pollDone) > 0 || testenv.Count(t, pool, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND wait_event = 'advisory'`) > 0
+	}, func() string { return "the poll neither ended nor waited" })
+	fault.Resume("takeover:before_move")
+	<-recDone
+	if err := <-pollDone; err != nil {
+		t.Fatalf("poll: %v", err)
+	}
+	fs := testenv.Files(t, pool, "tkmv")
+	if len(fs) != 1 || fs[0].State != "archived" || fs[0].Worker != "w2" || fs[0].Archive == "" {
+		t.Fatalf("rows %+v, want one file archived by w2 from where its takeover moved it", fs)
+	}
+	testenv.AssertExactOrders(t, pool, "tkmv", 5, "T")
+	if got := append(site.Files(t, "processing/w1"), site.Files(t, "processing/w2")...); len(got) != 0 {
+		t.Fatalf("processing/ still holds %v", got)
+	}
+}
+
 // Row 1 with manifest readiness: the claim's RENAME of the data file went
 // through and its manifest's did not (the crash between the two), so the
 // manifest is still in ready/. Whoever adopts the file takes the manifest
