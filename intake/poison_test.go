@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -631,27 +632,51 @@ func TestAHoldNeverRecordedIsUndoneByTheNextDecision(t *testing.T) {
 // its manifest) back from quarantine/ and decides again, so it is held
 // with its own reason, not taken for lost.
 func TestAHoldBeforeTheSpoolNeverRecordedKeepsItsReason(t *testing.T) {
-	for _, c := range []struct{ name, reason string }{{"too large", "file_too_large"}, {"manifest disagrees", "manifest_mismatch"}} {
+	for _, c := range []struct{ name, state, reason string }{
+		{"too large", "quarantined", "file_too_large"},
+		{"manifest disagrees", "quarantined", "manifest_mismatch"},
+		{"lost beside its manifest", "failed_terminal", "remote_lost"},
+	} {
 		t.Run(c.name, func(t *testing.T) {
 			_, pool := testenv.DB(t)
 			site := testenv.NewSite(t, "acme")
 			body := testenv.OrdersCSV("B", 100)
 			site.Drop(t, "orders-big.csv", body)
-			held := 2 // the file and its reason file
-			if c.reason == "manifest_mismatch" {
-				site.Config.Readiness = partners.ReadinessManifest
-				site.Drop(t, "orders-big.csv.complete", fmt.Sprintf(`{"bytes": %d, "sha256": %q}`, len(body), sha("something else")))
-				held = 3
-			} else {
+			held := 2 // the file (or its manifest) and its reason file
+			sum := sha(body)
+			switch c.reason {
+			case "file_too_large":
 				site.Config.Limits.MaxFileBytes = 1000
+			case "manifest_mismatch":
+				sum, held = sha("something else"), 3
+			}
+			if c.reason != "file_too_large" {
+				site.Config.Readiness = partners.ReadinessManifest
+				site.Drop(t, "orders-big.csv.complete", fmt.Sprintf(`{"bytes": %d, "sha256": %q}`, len(body), sum))
 			}
 			r := newRigCfg(t, pool, intake.Config{WorkerID: "w1", Lease: 30 * time.Second, SpoolMinFree: 1,
 				Retry: intake.RetryPolicy{Attempts: 3, Base: time.Millisecond, Max: time.Millisecond}}, site)
-			if err := fault.Set("hold:before_finish=error"); err != nil {
+			spec := "hold:before_finish=error"
+			if c.reason == "remote_lost" {
+				spec += ",download:manifest=pause"
+			}
+			if err := fault.Set(spec); err != nil {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { fault.Set("") })
-			r.d.PollOnce(context.Background(), "acme") // the hold's end fails: the poll may say so
+			polled := make(chan struct{})
+			go func() {
+				defer close(polled)
+				r.d.PollOnce(context.Background(), "acme") // the hold's end fails: the poll may say so
+			}()
+			if c.reason == "remote_lost" { // the claimed file goes before it is read
+				<-fault.Paused("download:manifest")
+				if err := os.Remove(filepath.Join(site.Root, "processing", "w1", "orders-big.csv")); err != nil {
+					t.Fatal(err)
+				}
+				fault.Resume("download:manifest")
+			}
+			<-polled
 			if f := files(t, pool, "acme")[0]; f.State != "claimed" || len(site.Files(t, "quarantine")) != held {
 				t.Fatalf("%+v, quarantine/ %q: want a live row, the file and what went with it in quarantine/", f, site.Files(t, "quarantine"))
 			}
@@ -659,10 +684,14 @@ func TestAHoldBeforeTheSpoolNeverRecordedKeepsItsReason(t *testing.T) {
 			waitDue(t, pool, "acme")
 			r.poll("acme")
 			f := files(t, pool, "acme")[0]
-			if f.State != "quarantined" || f.Reason != c.reason {
-				t.Fatalf("%+v: want quarantined %s", f, c.reason)
+			if f.State != c.state || f.Reason != c.reason {
+				t.Fatalf("%+v: want %s %s", f, c.state, c.reason)
 			}
-			if rc := receipt(t, site, f.Receipt); rc.Outcome != ledger.OutcomeQuarantined || string(rc.Reason) != c.reason {
+			outcome := ledger.OutcomeQuarantined
+			if c.state == "failed_terminal" {
+				outcome = ledger.OutcomeFailed
+			}
+			if rc := receipt(t, site, f.Receipt); rc.Outcome != outcome || string(rc.Reason) != c.reason {
 				t.Fatalf("receipt %+v", rc)
 			}
 			if got := site.Files(t, "quarantine"); len(got) != held {

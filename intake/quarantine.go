@@ -142,23 +142,43 @@ func (r *fetchStage) unhold(ctx context.Context) error {
 		return err
 	}
 	held := path.Join(r.sess.Layout.QuarantineDir(), sitefile.HeldName(r.in.ID, r.in.RemoteName))
-	if _, err := r.sess.Lstat(held); sftpconn.IsNotExist(err) {
+	isHeld := func(p string) (bool, error) {
+		_, err := r.sess.Lstat(p)
+		if err != nil && !sftpconn.IsNotExist(err) {
+			return false, fmt.Errorf("look in quarantine: %w", err)
+		}
+		return err == nil, nil
+	}
+	data, err := isHeld(held)
+	if err != nil {
+		return err
+	}
+	// the manifest alone: the earlier hold found the file lost, and the
+	// download is to find that again, not the manifest gone
+	man := false
+	if r.in.ManifestName != "" {
+		if man, err = isHeld(held + partners.ManifestSuffix); err != nil {
+			return err
+		}
+	}
+	if !data && !man {
 		return nil // not held either: the download finds it lost
-	} else if err != nil {
-		return fmt.Errorf("look for the file in quarantine: %w", err)
 	}
 	// the data file last: until it is back, the next attempt looks again
 	if err := r.finishStage().removeReason(); err != nil {
 		return err
 	}
-	if r.in.ManifestName != "" {
+	if man {
 		m := path.Join(path.Dir(r.in.ClaimedPath), r.in.ManifestName)
 		if err := r.sess.Rename(held+partners.ManifestSuffix, m); err != nil && !sftpconn.IsNotExist(err) {
 			return fmt.Errorf("take the held manifest back from quarantine: %w", err)
 		}
 	}
+	if !data {
+		return nil
+	}
 	copied := r.sess.AllowCopy(max(r.in.Size, r.in.ListedSize)) // a RENAME that copies answers late
-	err := r.sess.Rename(held, r.in.ClaimedPath)
+	err = r.sess.Rename(held, r.in.ClaimedPath)
 	copied()
 	if err != nil && !sftpconn.IsNotExist(err) {
 		return fmt.Errorf("take the held file back from quarantine: %w", err)
