@@ -379,7 +379,12 @@ func (d *housekeeping) takeOverDecided(ctx context.Context, p *partnerRT, sess *
 		// the new token), and the file runs where it is, its manifest
 		// beside it
 		d.log.Warn("a decided file could not be moved; it runs where its owner left it", "partner", p.cfg.ID, "intake_id", in.ID, "err", err)
-		return in, d.ledger.RestorePath(ctx, in, old.ClaimedPath)
+		// until the database answers: the row names a path the file
+		// is not at until then
+		_, err := ledger.AwaitAnswer(ctx, func(ctx context.Context) (struct{}, error) {
+			return struct{}{}, d.ledger.RestorePath(ctx, in, old.ClaimedPath)
+		})
+		return in, err
 	case err != nil:
 		// the run goes on from the spool where it can (ensureSpooled)
 		d.log.Warn("a decided file is not where its owner left it", "partner", p.cfg.ID, "intake_id", in.ID, "path", old.ClaimedPath, "err", err)

@@ -27,10 +27,24 @@ import (
 // fetchStage is a file's download: its bytes read from the claimed path
 // into the spool in one streaming pass (hashed, expanded, decrypted), or
 // decided from its name, manifest or hash alone, up to spooled.
-type fetchStage struct{ *fileRun }
+type fetchStage struct {
+	*fileRun
+	// from: where the file's bytes are read (openClaimed), when not its
+	// claimed path: an archived copy of a replay's bytes (fetchAgain)
+	from string
+}
 
 // fetchStage starts the file's download.
-func (r *fileRun) fetchStage() *fetchStage { return &fetchStage{r} }
+func (r *fileRun) fetchStage() *fetchStage { return &fetchStage{fileRun: r} }
+
+// source is the path the file's bytes are read from: its claimed path,
+// or the copy fetchAgain chose.
+func (r *fetchStage) source() string {
+	if r.from != "" {
+		return r.from
+	}
+	return r.in.ClaimedPath
+}
 
 // download streams the claimed file into the spool in one pass (pkg/sftp's
 // concurrent WriteTo into hash + temp file), checks the byte count against
@@ -442,8 +456,9 @@ func (r *fetchStage) openClaimed() (release func(), size, max int64, src spool.S
 	f, st, err := r.takeOpening()
 	var serr error
 	if f == nil {
-		stat := inBackground(func() (os.FileInfo, error) { return r.sess.Lstat(r.in.ClaimedPath) })
-		f, err = r.sess.Open(r.in.ClaimedPath)
+		src := r.source()
+		stat := inBackground(func() (os.FileInfo, error) { return r.sess.Lstat(src) })
+		f, err = r.sess.Open(src)
 		st, serr = stat.wait()
 	}
 	fail := func(err error) (func(), int64, int64, spool.Source, error) {
@@ -457,9 +472,9 @@ func (r *fetchStage) openClaimed() (release func(), size, max int64, src spool.S
 	case sftpconn.IsNotExist(err):
 		return fail(ErrRemoteLost)
 	case err != nil:
-		return fail(fmt.Errorf("open %s: %w", r.in.ClaimedPath, err))
+		return fail(fmt.Errorf("open %s: %w", r.source(), err))
 	case serr != nil:
-		return fail(fmt.Errorf("lstat %s: %w", r.in.ClaimedPath, serr))
+		return fail(fmt.Errorf("lstat %s: %w", r.source(), serr))
 	case !st.Mode().IsRegular():
 		return fail(errNotRegular)
 	}
@@ -545,12 +560,13 @@ func (r *fetchStage) openSecond(size int64) *background[*sftp.File] {
 	if !readOnTwo(r.sess, size) {
 		return nil
 	}
+	src := r.source()
 	return inBackground(func() (*sftp.File, error) {
 		c := r.sess.Ranges()
 		if c == nil {
 			return nil, errors.New("the site refused a second channel")
 		}
-		return c.Open(r.in.ClaimedPath)
+		return c.Open(src)
 	})
 }
 
@@ -629,9 +645,7 @@ func (r *fetchStage) fetchAgain(ctx context.Context) (spool.Entry, *unwrapping, 
 	if src == "" {
 		return spool.Entry{}, nil, fmt.Errorf("no archived copy: %w", ErrRemoteLost)
 	}
-	claimed := r.in.ClaimedPath
-	r.in.ClaimedPath = src // openClaimed reads it; the row keeps its own
-	defer func() { r.in.ClaimedPath = claimed }()
+	r.from = src // openClaimed reads it; the row keeps its own path
 	return r.fetch(ctx, false, false)
 }
 

@@ -946,9 +946,9 @@ func (d *housekeeping) resumeRows(ctx context.Context, p *partnerRT, sess *sftpc
 		// reconciler makes the row this worker's before its move of the
 		// file ends, and both are one step in that section
 		var in *ledger.Intake
-		err := d.ledger.InClaimSection(ctx, p.cfg.ID, func(*ledger.ClaimLock) error {
+		err := d.ledger.InClaimSection(ctx, p.cfg.ID, func(c *ledger.ClaimLock) error {
 			var err error
-			in, err = d.ledger.Resume(ctx, old.ID, d.cfg.WorkerID)
+			in, err = c.Resume(ctx, d.ledger, old.ID, d.cfg.WorkerID)
 			return err
 		})
 		var fe *ledger.FencedError

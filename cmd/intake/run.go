@@ -502,8 +502,10 @@ const reconcileWait = 2 * time.Minute
 // the failure matrix, not that a scheduled run was in progress. Past
 // reconcileWait it gives up with ErrNotLeader.
 func runWhenFree(ctx context.Context, rec *reconcile.Reconciler, stderr io.Writer) ([]ledger.Finding, error) {
-	ctx, cancel := context.WithTimeout(ctx, reconcileWait)
-	defer cancel()
+	// the bound is on the waiting only: the run itself has the caller's
+	// context (each partner its own timeout)
+	waited := time.NewTimer(reconcileWait)
+	defer waited.Stop()
 	told := false
 	for {
 		found, err := rec.RunOnce(ctx)
@@ -517,6 +519,9 @@ func runWhenFree(ctx context.Context, rec *reconcile.Reconciler, stderr io.Write
 		t := time.NewTimer(500 * time.Millisecond)
 		select {
 		case <-ctx.Done():
+			t.Stop()
+			return nil, err
+		case <-waited.C:
 			t.Stop()
 			return nil, err
 		case <-t.C:

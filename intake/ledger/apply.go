@@ -337,14 +337,15 @@ func (l *chunkStore) DataInUse(ctx context.Context, in *Intake) (bool, error) {
 }
 
 // ArchivedCopy is the site path of an archived copy of the partner's
-// bytes with content hash sha (the newest finished intake of them that
-// was archived with its file), or "" when none is: where a replay reads
+// bytes with content hash sha (the newest intake of them archived with
+// its file, one that read its bytes before a duplicate, whose hash may
+// be its manifest's), or "" when none is: where a replay reads
 // its bytes when the spool of the replica running it lacks them.
 func (l *chunkStore) ArchivedCopy(ctx context.Context, partner, sha string) (string, error) {
 	var p string
 	err := l.pool.QueryRow(ctx, `SELECT archive_path FROM file_intake WHERE partner_id = $1 AND content_sha256 = $2
 		AND state IN ('archived', 'duplicate') AND archive_path IS NOT NULL AND archive_path <> ''
-		ORDER BY intake_id DESC LIMIT 1`, partner, sha).Scan(&p)
+		ORDER BY state = 'archived' DESC, intake_id DESC LIMIT 1`, partner, sha).Scan(&p)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return "", nil
 	}

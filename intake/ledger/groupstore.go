@@ -2,6 +2,7 @@ package ledger
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -9,6 +10,7 @@ import (
 	"github.com/partner-intake/partner-intake/internal/reason"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // The set-based statements of a group of small files (group.go). Each is
@@ -222,6 +224,30 @@ func (l *claimStore) InClaimSection(ctx context.Context, partner string, fn func
 // exists only once the section commits (InClaimSection).
 func (c *ClaimLock) Adopt(ctx context.Context, l *Ledger, in *Intake) error {
 	return l.insertClaim(ctx, c.tx, in)
+}
+
+// Resume is Ledger.Resume in the section, on its transaction: the row's
+// new token commits with the section, and so after any takeover of the
+// file whose move another section of the partner holds (the reconciler's).
+// A row lock it would wait for past a second (a stalled session's) leaves
+// the row for a later poll (a FencedError), rather than holding the
+// partner's section meanwhile.
+func (c *ClaimLock) Resume(ctx context.Context, l *Ledger, id int64, worker string) (*Intake, error) {
+	if _, err := c.tx.Exec(ctx, `SET LOCAL lock_timeout = '1s'`); err != nil {
+		return nil, fmt.Errorf("resume intake %d: %w", id, err)
+	}
+	if _, err := c.tx.Exec(ctx, `SAVEPOINT resume`); err != nil {
+		return nil, fmt.Errorf("resume intake %d: %w", id, err)
+	}
+	in, err := resume(ctx, c.tx, id, worker, l.lease)
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && pe.Code == "55P03" {
+		if _, rerr := c.tx.Exec(ctx, `ROLLBACK TO SAVEPOINT resume`); rerr != nil {
+			return nil, fmt.Errorf("resume intake %d: %w", id, rerr)
+		}
+		return nil, &FencedError{IntakeID: id, Step: "resume (its row is locked)"}
+	}
+	return in, err
 }
 
 // Release ends the section's transaction, which unlocks (pgx closes a

@@ -211,7 +211,9 @@ func requestSession(request string) string { return AppName("request " + request
 // still open: its commit may yet land.
 func (l *opsDecisions) requestInFlight(ctx context.Context, request string) (bool, error) {
 	var open bool
-	err := l.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_stat_activity WHERE application_name = $1)`,
+	err := l.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_stat_activity WHERE application_name = $1
+		AND usesysid = (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = SESSION_USER)
+		AND datid = (SELECT d.oid FROM pg_catalog.pg_database d WHERE d.datname = pg_catalog.current_database()))`,
 		requestSession(request)).Scan(&open)
 	return open, err
 }

@@ -350,11 +350,19 @@ func (l *leaseStore) DueOwnedBy(ctx context.Context, partner, worker string) (du
 // replica) or whose lease expired, incrementing the fencing token so any
 // earlier incarnation's writes are refused from now on.
 func (l *leaseStore) Resume(ctx context.Context, id int64, worker string) (*Intake, error) {
-	row := l.pool.QueryRow(ctx, `
+	return resume(ctx, l.pool, id, worker, l.lease)
+}
+
+// resumeSQL is Resume's statement.
+const resumeSQL = `
 		UPDATE file_intake SET fencing_token = fencing_token + 1, worker_id = $2,
 		       lease_until = pg_catalog.now() + $3::interval, updated_at = pg_catalog.now()
 		WHERE intake_id = $1 AND state = ANY($4) AND (worker_id = $2 OR lease_until < pg_catalog.now())
-		RETURNING `+intakeColumns, id, worker, l.lease, liveStates)
+		RETURNING `
+
+// resume runs Resume's statement on q.
+func resume(ctx context.Context, q Querier, id int64, worker string, lease time.Duration) (*Intake, error) {
+	row := q.QueryRow(ctx, resumeSQL+intakeColumns, id, worker, lease, liveStates)
 	in, err := scanIntake(row)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, &FencedError{IntakeID: id, Step: "resume"}
