@@ -608,16 +608,7 @@ func TestAnApprovedPlanIsHeldToItsHashAcrossARestart(t *testing.T) {
 func TestPlanCountsAnOutsideEditAsTheApplyDoes(t *testing.T) {
 	_, pool := testenv.DB(t)
 	ctx := context.Background()
-	site := testenv.NewSite(t, "oe")
-	site.Config.Feeds[0].Approval = &partners.Approval{Always: true}
-	r := newRig(t, pool, "w1", site)
-	site.Drop(t, "orders-1.csv", goodRows("G", 3))
-	r.poll("oe")
-	f1 := files(t, pool, "oe")[0]
-	v1, _ := planOf(t, pool, "oe", f1.ID)
-	if err := approve(ctx, pool, "oe", f1.ID, v1.Hash); err != nil {
-		t.Fatal(err)
-	}
+	site, r, _, _ := approvedFile(t, pool, "oe", "G")
 	r.poll("oe")
 	if f := files(t, pool, "oe")[0]; f.State != "archived" || f.Applied != 3 {
 		t.Fatalf("first file %+v", f)
@@ -771,10 +762,10 @@ func TestADecidedFileThatCannotBeMovedRunsWhereItIs(t *testing.T) {
 	}
 }
 
-// approvedFile is a partner whose feed makes every file wait for
-// approval, with one file of 3 rows (order ids prefix-n) planned by w1 and
-// approved: its site, w1's rig, the file and its plan.
-func approvedFile(t *testing.T, pool *pgxpool.Pool, partner, prefix string) (*testenv.Site, *rig, fileRow, *ledger.PlanView) {
+// awaitingFile is a partner whose feed makes every file wait for
+// approval, with one file of 3 rows (order ids prefix-n) planned by w1:
+// its site, w1's rig, the file and its plan.
+func awaitingFile(t *testing.T, pool *pgxpool.Pool, partner, prefix string) (*testenv.Site, *rig, fileRow, *ledger.PlanView) {
 	t.Helper()
 	site := testenv.NewSite(t, partner)
 	site.Config.Feeds[0].Approval = &partners.Approval{Always: true}
@@ -783,6 +774,13 @@ func approvedFile(t *testing.T, pool *pgxpool.Pool, partner, prefix string) (*te
 	r.poll(partner)
 	f := files(t, pool, partner)[0]
 	v, _ := planOf(t, pool, partner, f.ID)
+	return site, r, f, v
+}
+
+// approvedFile is awaitingFile with the file approved.
+func approvedFile(t *testing.T, pool *pgxpool.Pool, partner, prefix string) (*testenv.Site, *rig, fileRow, *ledger.PlanView) {
+	t.Helper()
+	site, r, f, v := awaitingFile(t, pool, partner, prefix)
 	if err := approve(context.Background(), pool, partner, f.ID, v.Hash); err != nil {
 		t.Fatal(err)
 	}
@@ -795,13 +793,7 @@ func approvedFile(t *testing.T, pool *pgxpool.Pool, partner, prefix string) (*te
 func TestSettleWaitsForADecisionStillInFlight(t *testing.T) {
 	_, pool := testenv.DB(t)
 	ctx := context.Background()
-	site := testenv.NewSite(t, "inflight")
-	site.Config.Feeds[0].Approval = &partners.Approval{Always: true}
-	r := newRig(t, pool, "w1", site)
-	site.Drop(t, "orders-1.csv", goodRows("I", 2))
-	r.poll("inflight")
-	f := files(t, pool, "inflight")[0]
-	v, _ := planOf(t, pool, "inflight", f.ID)
+	_, _, f, v := awaitingFile(t, pool, "inflight", "I")
 	if err := fault.Set("ops:before_commit=pause"); err != nil {
 		t.Fatal(err)
 	}

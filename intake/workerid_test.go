@@ -559,18 +559,7 @@ func TestADaemonThatTakesItsWorkerIDAgainLooksForClaimsWithoutARow(t *testing.T)
 		t.Fatal(err)
 	}
 	r.poll("wback") // looked through: settled
-	other := takeWorkerIDOver(t, pool, "w1")
-	waitFor(t, "the daemon to see its worker id taken", func() bool { return testutil.ToFloat64(r.d.Metrics().WorkerIDHeld) == 0 })
-	// the other process of w1 claims a file and dies before its row
-	dir := filepath.Join(site.Root, "processing", "w1")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "orders-1.csv"), []byte(goodRows("B", 2)), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	other.Close(context.Background())
-	waitFor(t, "the worker id held again", func() bool { return testutil.ToFloat64(r.d.Metrics().WorkerIDHeld) == 1 })
+	claimWithoutRowWhileIDTaken(t, pool, r, site)
 	r.poll("wback")
 	fs := files(t, pool, "wback")
 	if len(fs) != 1 || fs[0].State != "archived" {
@@ -591,17 +580,7 @@ func TestAStopBeforeTheLookAgainIsNotDrained(t *testing.T) {
 		t.Fatal(err)
 	}
 	intake.Signals(r.d).Polled.WaitOrTimeout() // looked through: settled
-	other := takeWorkerIDOver(t, pool, "w1")
-	waitFor(t, "the daemon to see its worker id taken", func() bool { return testutil.ToFloat64(r.d.Metrics().WorkerIDHeld) == 0 })
-	dir := filepath.Join(site.Root, "processing", "w1")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "orders-1.csv"), []byte(goodRows("S", 2)), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	other.Close(context.Background())
-	waitFor(t, "the worker id held again", func() bool { return testutil.ToFloat64(r.d.Metrics().WorkerIDHeld) == 1 })
+	claimWithoutRowWhileIDTaken(t, pool, r, site)
 	r.d.Stop()
 
 	r2 := newRig(t, pool, "w1", site)
@@ -613,4 +592,22 @@ func TestAStopBeforeTheLookAgainIsNotDrained(t *testing.T) {
 	if fs := files(t, pool, "wstop"); len(fs) != 1 || fs[0].State != "archived" {
 		t.Fatalf("rows %+v, want the claim without a row adopted and archived by the next start", fs)
 	}
+}
+
+// claimWithoutRowWhileIDTaken: another process takes r's worker id (w1)
+// over, claims a file into w1's processing dir and dies before its row;
+// r's daemon then holds its id again.
+func claimWithoutRowWhileIDTaken(t *testing.T, pool *pgxpool.Pool, r *rig, site *testenv.Site) {
+	t.Helper()
+	other := takeWorkerIDOver(t, pool, "w1")
+	waitFor(t, "the daemon to see its worker id taken", func() bool { return testutil.ToFloat64(r.d.Metrics().WorkerIDHeld) == 0 })
+	dir := filepath.Join(site.Root, "processing", "w1")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "orders-1.csv"), []byte(goodRows("B", 2)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	other.Close(context.Background())
+	waitFor(t, "the worker id held again", func() bool { return testutil.ToFloat64(r.d.Metrics().WorkerIDHeld) == 1 })
 }
