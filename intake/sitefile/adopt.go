@@ -49,14 +49,17 @@ func ClaimManifest(sess *sftpconn.Session, dataPath string, dirs ...string) (str
 // MoveClaim renames a claimed file (or its manifest) into the processing
 // dir of the worker taking it over; one already moved (an earlier,
 // interrupted takeover: gone from from, at to) counts as done. A file
-// still at from is ErrNotMoved (another file holds the name at to, or the
-// site refused), whatever is at to: the taker points its row back at from.
+// still at from, or not known to be gone from it, is ErrNotMoved (another
+// file holds the name at to, or the site refused), whatever is at to: the
+// taker points its row back at from.
 func MoveClaim(s *sftpconn.Session, from, to string) error {
 	err := s.Rename(from, to)
 	if err == nil {
 		return nil
 	}
-	if _, ferr := s.Lstat(from); ferr == nil {
+	if _, ferr := s.Lstat(from); !sftpconn.IsNotExist(ferr) {
+		// there, or not known to be gone: what is at to may be another
+		// file that made the rename fail
 		return fmt.Errorf("%w: %w", ErrNotMoved, err)
 	}
 	if _, serr := s.Lstat(to); serr == nil {
