@@ -182,14 +182,9 @@ func TestAQuestionWaitingForTheFirstViewReadsItWhenTheFirstReaderGivesUp(t *test
 		t.Fatal("a question cut short by its own end answered without polling")
 	}
 	// the second question reads now: a read of its own waits on the lock
-	testenv.WaitFor(t, time.Minute, func() bool {
-		select {
-		case got := <-second:
-			t.Fatalf("the waiting question answered %v without a view", got)
-		default:
-		}
+	waitUnanswered(t, second, "without a view", func() bool {
 		return readsWaiting(t, pool) == 1 && strings.Count(testenv.Stacks(), "ledger.(*leaseStore).LiveServing(") == 1
-	}, testenv.Says("the waiting question never read the replicas"))
+	}, "the waiting question never read the replicas")
 	unlock()
 	if got := <-second; got {
 		t.Fatalf("owns %s, which rendezvous gives w2", theirs)
@@ -231,14 +226,8 @@ func TestAViewOlderThanALeaseIsNotActedOnWhileTheNextIsRead(t *testing.T) {
 		testenv.Says("the read never waited on the lock"))
 	second := make(chan bool, 1)
 	go func() { second <- p.Owns(ctx, theirs) }()
-	testenv.WaitFor(t, time.Minute, func() bool {
-		select {
-		case got := <-second:
-			t.Fatalf("answered %v from a view older than a lease while the next was read", got)
-		default:
-		}
-		return waitingInView() == 1
-	}, testenv.Says("the second question never waited for the read"))
+	waitUnanswered(t, second, "from a view older than a lease while the next was read", func() bool { return waitingInView() == 1 },
+		"the second question never waited for the read")
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -366,4 +355,19 @@ func w2s(ids []string) string {
 		}
 	}
 	panic("no partner of w2")
+}
+
+// waitUnanswered waits until cond holds (never says what did not
+// happen), failing if the question asked on answer answers meanwhile
+// (how: what it must not answer from).
+func waitUnanswered(t *testing.T, answer <-chan bool, how string, cond func() bool, never string) {
+	t.Helper()
+	testenv.WaitFor(t, time.Minute, func() bool {
+		select {
+		case got := <-answer:
+			t.Fatalf("the question answered %v %s", got, how)
+		default:
+		}
+		return cond()
+	}, testenv.Says(never))
 }
