@@ -165,10 +165,12 @@ func TestNonOwnerResumesItsOwnLeftoversOnlyAfterACrash(t *testing.T) {
 	}
 	defer r1.d.Stop()
 
-	// r2 crashed between its claim's rename and the row: a file in
-	// processing/r2/ without a row, and an intake_worker row not drained
+	// r2 crashed between its claim's rename and the row, a moment ago: a
+	// file in processing/r2/ without a row, and an intake_worker row not
+	// drained, seen within its lease (so r1, polling every second, does
+	// not take r2 for gone and adopt the file before r2 starts again)
 	if _, err := pool.Exec(ctx, `INSERT INTO intake_worker (worker_id, hostname, pid, lease, partners, last_seen)
-		VALUES ('r2', 'gone', 1, '30 s', ARRAY[$1], now() - interval '1 hour')`, id); err != nil {
+		VALUES ('r2', 'gone', 1, '30 s', ARRAY[$1], now())`, id); err != nil {
 		t.Fatal(err)
 	}
 	dir := filepath.Join(site.Root, "processing", "r2")
