@@ -240,10 +240,13 @@ type copyStream struct {
 	n      int64 // rows the COPY wrote, once done
 	sent   int64 // rows written into it
 	binary bool
+	closed bool  // close ran: done was taken
+	err    error // close's result
 }
 
-// openStream starts the COPY; it runs on tx until closeStream, and no
-// other statement may use tx meanwhile.
+// openStream starts the COPY; it runs on tx until close, and no other
+// statement may use tx meanwhile. When the COPY ends before it takes its
+// header (its context ended), the stream is closed and none is returned.
 func openStream(ctx context.Context, tx pgx.Tx, tgt *target.Table) (*copyStream, error) {
 	pr, pw := io.Pipe()
 	sctx, cancel := context.WithCancel(ctx)
@@ -256,7 +259,7 @@ func openStream(ctx context.Context, tx pgx.Tx, tgt *target.Table) (*copyStream,
 	}()
 	if s.binary {
 		if _, err := pw.Write(target.AppendCopyHeader(nil)); err != nil {
-			return s, s.close(false)
+			return nil, s.close(false)
 		}
 	}
 	return s, nil
@@ -274,7 +277,17 @@ func (s *copyStream) write(ch *chunk, partner string, writer int64) error {
 
 // close ends the COPY (ok: with its trailer, else by failing it) and
 // returns its error, or an error when it wrote other than the rows sent.
+// Closed again, it returns the same.
 func (s *copyStream) close(ok bool) error {
+	if s.closed {
+		return s.err
+	}
+	s.closed = true
+	s.err = s.end(ok)
+	return s.err
+}
+
+func (s *copyStream) end(ok bool) error {
 	if ok && s.binary {
 		if _, err := s.pw.Write(target.AppendCopyTrailer(nil)); err != nil {
 			ok = false
