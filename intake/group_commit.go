@@ -70,7 +70,7 @@ func (g *fileGroup) writeRows(ctx context.Context, tx pgx.Tx, tgt *target.Table,
 	seen := map[uint64]bool{}
 	repeat := false
 	for _, f := range owners {
-		for k := range f.ch.Keys {
+		for k := range f.ch.Keys.All() {
 			if seen[k] {
 				repeat = true
 			}

@@ -31,8 +31,9 @@ type Rows struct {
 	Ends    []int   // end of each valid row's columns in Cols
 	Cols    []byte  // the valid rows' columns, escaped, no line prefix or newline
 	DupKeys bool    // a key repeats within the chunk (the SQL dedupe must run)
-	// Keys are the hashes of the rows' keys (under the chunk's seed).
-	Keys map[uint64]struct{}
+	// Keys are the hashes of the rows' keys (under the chunk's seed), of
+	// the rows up to the first repeated key.
+	Keys KeySet
 	enc  []target.Encoder // binary COPY: one encoder per column (nil: COPY text)
 	// hasher: the target's row hash is intake's (binary only): every row
 	// COPYed, straight into the target or into the staging table, carries
@@ -46,7 +47,7 @@ type Rows struct {
 
 // New is room for rows rows of tgt, their keys hashed under seed.
 func New(seed maphash.Seed, rows int, tgt *target.Table) Rows {
-	c := Rows{Keys: make(map[uint64]struct{}, rows), seed: seed, enc: tgt.Encoders(),
+	c := Rows{Keys: newKeySet(rows), seed: seed, enc: tgt.Encoders(),
 		Lines: make([]int64, 0, rows), Ends: make([]int, 0, rows)}
 	if c.enc != nil {
 		if c.hasher = tgt.RowHasher(); c.hasher != nil {
@@ -60,7 +61,7 @@ func New(seed maphash.Seed, rows int, tgt *target.Table) Rows {
 func (c *Rows) Reset() {
 	c.DupKeys = false
 	c.Lines, c.Ends, c.Cols = c.Lines[:0], c.Ends[:0], c.Cols[:0]
-	clear(c.Keys)
+	c.Keys.Reset()
 }
 
 // Len is the number of valid rows.
@@ -123,12 +124,7 @@ func (c *Rows) Add(line int64, vals []string, null []bool, keyIdx []int) error {
 			h.WriteString(vals[k])
 			h.WriteByte(0)
 		}
-		sum := h.Sum64()
-		if _, seen := c.Keys[sum]; seen {
-			c.DupKeys = true
-		} else {
-			c.Keys[sum] = struct{}{}
-		}
+		c.DupKeys = c.Keys.Add(h.Sum64())
 	}
 	if c.enc != nil {
 		// binary: each field is its length (-1 for NULL) and its bytes

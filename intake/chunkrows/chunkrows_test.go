@@ -11,7 +11,7 @@ import (
 
 // textRows are rows without a target's binary encoders: COPY text.
 func textRows() Rows {
-	return Rows{Keys: map[uint64]struct{}{}, seed: maphash.MakeSeed()}
+	return Rows{seed: maphash.MakeSeed()}
 }
 
 // COPY text escapes what the format gives meaning to, writes NULL as \N,
@@ -49,8 +49,8 @@ func TestTextPayloads(t *testing.T) {
 		t.Fatalf("subset's stage payload %q", got)
 	}
 	c.Reset()
-	if c.Len() != 0 || c.DupKeys || len(c.Keys) != 0 || len(c.StagePayload()) != 0 {
-		t.Fatalf("reset left %d rows, dupKeys %v, %d keys", c.Len(), c.DupKeys, len(c.Keys))
+	if c.Len() != 0 || c.DupKeys || c.Keys.Len() != 0 || len(c.StagePayload()) != 0 {
+		t.Fatalf("reset left %d rows, dupKeys %v, %d keys", c.Len(), c.DupKeys, c.Keys.Len())
 	}
 }
 
