@@ -67,7 +67,28 @@ type quirks struct {
 	// mtimes: what a file's modification time is answered as
 	// (StampMTimes)
 	mtimes atomic.Pointer[func(time.Time) time.Time]
+	// mute: global requests are never answered (MuteGlobalRequests)
+	mute atomic.Bool
+	// linger: a channel whose SFTP ended stays open (LingerChannels)
+	linger atomic.Bool
 }
+
+// LingerChannels makes the server keep a channel open after its client
+// ended the channel's SFTP (sent EOF), until the connection ends: the
+// client's wait for the channel's end waits on.
+func (s *quirks) LingerChannels() { s.linger.Store(true) }
+
+// openChannel is a channel the SFTP server's end leaves open
+// (LingerChannels).
+type openChannel struct{ ssh.Channel }
+
+func (openChannel) Close() error { return nil }
+
+// MuteGlobalRequests makes the server leave every global request
+// unanswered, even one that wants a reply (RFC 4254 says a server
+// answers each, if only with a failure; some embedded servers do not):
+// a keepalive@openssh.com sent as one never returns.
+func (s *quirks) MuteGlobalRequests() { s.mute.Store(true) }
 
 // StampMTimes makes the server answer every regular file's modification
 // time as f makes it of the true one, as servers that keep times of their
@@ -240,7 +261,13 @@ func (s *Server) serve(c net.Conn) {
 		return
 	}
 	defer sc.Close()
-	go ssh.DiscardRequests(reqs)
+	go func() {
+		for req := range reqs {
+			if req.WantReply && !s.mute.Load() {
+				req.Reply(false, nil)
+			}
+		}
+	}()
 	root := s.roots[sc.User()]
 	var started atomic.Int32 // sftp subsystems started on the connection
 	var wg sync.WaitGroup
@@ -282,11 +309,18 @@ func (s *Server) serve(c net.Conn) {
 					}
 				}
 				h := &handler{root: root, short: &s.short, lie: &s.lie, overwrite: &s.overwrite, copies: &s.copies, nocase: &s.nocase, vanish: &s.vanish, mtimes: &s.mtimes}
-				srv := sftp.NewRequestServer(ch, sftp.Handlers{FileGet: h, FilePut: h, FileCmd: h, FileList: h})
+				var rwc io.ReadWriteCloser = ch
+				if s.linger.Load() {
+					rwc = openChannel{ch}
+				}
+				srv := sftp.NewRequestServer(rwc, sftp.Handlers{FileGet: h, FilePut: h, FileCmd: h, FileList: h})
 				if err := srv.Serve(); err != nil && !errors.Is(err, io.EOF) {
 					s.log.Debug("sftp session ended", "err", err)
 				}
 				srv.Close()
+				if s.linger.Load() {
+					sc.Wait()
+				}
 				return
 			}
 		}()

@@ -306,8 +306,11 @@ func (s *siteProbes) MeasureChannels() int {
 	s.rangeMu.Unlock()
 	var extra []*sftp.Client
 	defer func() {
+		// each on a goroutine of its own: a client's Close waits for the
+		// site to end its channel, which a site may never do; the
+		// session's Close breaks those channels (they are tracked)
 		for _, c := range extra {
-			c.Close()
+			go c.Close()
 		}
 	}()
 	for n < partners.MaxChannelsProbe {

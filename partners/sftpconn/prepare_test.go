@@ -8,6 +8,7 @@ import (
 	"path"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/partner-intake/partner-intake/internal/sshdtest"
 	"github.com/partner-intake/partner-intake/partners"
@@ -188,4 +189,49 @@ func dialPreparedListing(t *testing.T, p *partners.Config, want string) *sftpcon
 		t.Fatalf("listed %v, want %s", names, want)
 	}
 	return s
+}
+
+// A server that leaves global requests unanswered (the keepalive Prepare
+// measures the round trip with) does not hold Prepare, nor the writes
+// that wait for it, past an op timeout: the session works on with its
+// round trip unmeasured. Before, Prepare waited for the reply for good
+// while other sessions' traffic kept the connection's own keepalive
+// from ever closing it.
+func TestPrepareDoesNotWaitForAnUnansweredRoundTrip(t *testing.T) {
+	root := t.TempDir()
+	srv, p := inProcessSite(t, root)
+	srv.MuteGlobalRequests()
+	p.SFTP.OpTimeout, p.SFTP.Keepalive = 300*time.Millisecond, time.Hour
+	for _, ensure := range []bool{false, true} {
+		if err := os.WriteFile(filepath.Join(root, "a"), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		s, err := sftpconn.Dial(context.Background(), p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() {
+			err := s.Prepare("w1", ensure)
+			if err == nil {
+				err = s.Rename(path.Join(s.Layout.Root, "a"), path.Join(s.Layout.Root, "b"))
+			}
+			done <- err
+		}()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("ensure %v: %v", ensure, err)
+			}
+		case <-time.After(time.Minute):
+			t.Fatalf("ensure %v: Prepare still waits for the round trip's reply", ensure)
+		}
+		if s.RTT() != 0 {
+			t.Fatalf("ensure %v: round trip %v, want unmeasured", ensure, s.RTT())
+		}
+		s.Close()
+		if err := os.Remove(filepath.Join(root, "b")); err != nil {
+			t.Fatalf("ensure %v: the rename did not happen: %v", ensure, err)
+		}
+	}
 }

@@ -353,7 +353,7 @@ func (s *sitePrep) Prepare(worker string, ensure bool) error {
 		}()
 	}
 	if !ensure {
-		<-rtt
+		s.awaitRTT(rtt)
 		return nil
 	}
 	made := s.sendEnsureDirs(s.Layout.Root, s.Layout.WriteDirs(worker))
@@ -363,7 +363,7 @@ func (s *sitePrep) Prepare(worker string, ensure bool) error {
 			have = made()
 		}
 		dirs, err := ensureDirs(s.Client, s.Layout, worker, have)
-		<-rtt
+		s.awaitRTT(rtt)
 		if err != nil {
 			return s.Deadline(err)
 		}
@@ -391,6 +391,22 @@ func (s *sitePrep) Prepare(worker string, ensure bool) error {
 		}
 	}()
 	return nil
+}
+
+// awaitRTT waits for Prepare's measure of the round trip, at most an op
+// timeout and no longer than the session: a server that leaves the
+// keepalive request unanswered (RFC 4254 has a server answer every
+// global request that wants a reply; some do not), which nothing else
+// bounds, leaves the round trip unmeasured (RTT 0) rather than the
+// session waiting for good.
+func (s *sitePrep) awaitRTT(rtt <-chan struct{}) {
+	t := time.NewTimer(s.watch.timeout)
+	defer t.Stop()
+	select {
+	case <-rtt:
+	case <-s.done:
+	case <-t.C:
+	}
 }
 
 // ErrNotPrepared: the directories intake writes to on the site could not

@@ -119,6 +119,35 @@ func TestProbeAcceptsOpenSSHAndLeavesNothing(t *testing.T) {
 	}
 }
 
+// A site that keeps a channel open after intake ended its SFTP (sent
+// EOF) does not hold the probe: the channels opened to count them are
+// closed without waiting for the site, and the session's end breaks them.
+// Before, `intake check` waited for good on the first one's close.
+func TestProbeEndsOnASiteThatKeepsItsChannelsOpen(t *testing.T) {
+	root := t.TempDir()
+	os.MkdirAll(filepath.Join(root, "ready"), 0o755)
+	srv, p := inProcessSite(t, root)
+	srv.LingerChannels()
+	done := make(chan error, 1)
+	var prof partners.Profile
+	go func() {
+		var err error
+		prof, err = sftpconn.Probe(context.Background(), p, "w1")
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("the probe still waits for a channel the site keeps open")
+	}
+	if prof.Channels != partners.MaxChannelsProbe {
+		t.Fatalf("%d channels counted, want %d (the in-process server refuses none)", prof.Channels, partners.MaxChannelsProbe)
+	}
+}
+
 func TestProbeRefusesAMissingReadyDir(t *testing.T) {
 	p := partner(t)
 	os.Remove(filepath.Join(p.SFTP.Root, "ready"))
