@@ -299,6 +299,11 @@ func TestAChannelTheSiteNeverStartsEndsTheSession(t *testing.T) {
 	}
 }
 
+// noNames answers every READDIR with a NAME reply of no name.
+type noNames struct{}
+
+func (noNames) ListAt([]os.FileInfo, int64) (int, error) { return 0, nil }
+
 // readyOf is a site's root whose ready/ holds n empty files.
 func readyOf(t *testing.T, n int) string {
 	t.Helper()
@@ -315,8 +320,9 @@ func readyOf(t *testing.T, n int) string {
 // it until the daemon died. The names its replies announce are counted
 // as they come and the listing ends past its bound (a streamed listing's,
 // MaxListNames; a directory read whole's, MaxReadDirEntries), with
-// ErrEndlessListing and nothing passed on; the session goes on. Two
-// listings side by side do not count each other's names.
+// ErrEndlessListing and nothing passed on; the session goes on. A NAME
+// reply of no name ends it at once (pkg/sftp asked again after each, for
+// good). Two listings side by side do not count each other's names.
 func TestAWholeListingOnAOneChannelSiteIsBounded(t *testing.T) {
 	defer sftpconn.SetListLimits(5000, 300)()
 	srv, p := inProcessSite(t, readyOf(t, 200))
@@ -368,6 +374,34 @@ func TestAWholeListingOnAOneChannelSiteIsBounded(t *testing.T) {
 			}
 		case <-time.After(time.Minute):
 			t.Fatal("the listing did not end")
+		}
+	}
+	// a site that answers every READDIR with a NAME reply of no name
+	// (pkg/sftp asks again after each; every reply renews the watchdog)
+	srv.Lie(func(method, dir string, truth []os.FileInfo) sftp.ListerAt {
+		if method == "List" {
+			return noNames{}
+		}
+		return sftpd.Entries(truth)
+	})
+	for _, whole := range []bool{false, true} {
+		done := make(chan error, 1)
+		go func() {
+			var err error
+			if whole {
+				_, err = s.ReadDir(s.Layout.ReadyDir())
+			} else {
+				_, err = count()
+			}
+			done <- err
+		}()
+		select {
+		case err := <-done:
+			if !errors.Is(err, sftpconn.ErrEndlessListing) || !strings.Contains(err.Error(), "a reply of none") {
+				t.Fatalf("NAME replies of no name for ever (whole %v): %v, want ErrEndlessListing", whole, err)
+			}
+		case <-time.After(time.Minute):
+			t.Fatalf("NAME replies of no name for ever (whole %v): the listing did not end", whole)
 		}
 	}
 	srv.Lie(nil)

@@ -118,7 +118,7 @@ func (s *dirLister) listDirOn(ctx context.Context, dir string, fn func(os.FileIn
 		end := s.watch.capNames(int64(limit)+2, cancel)
 		ents, err := s.Client.ReadDirContext(lctx, dir)
 		if end() {
-			return fmt.Errorf("sftp: more than %d names, listed whole (the site allows one channel): %w", limit, ErrEndlessListing)
+			return fmt.Errorf("sftp: more than %d names, or a reply of none, listed whole (the site allows one channel): %w", limit, ErrEndlessListing)
 		}
 		if err = s.Deadline(err); err != nil {
 			return err

@@ -70,6 +70,7 @@ type watchdog struct {
 	nwait   atomic.Int32  // len(waiters), read without the lock by every write
 
 	names  atomic.Int64            // names the site's NAME replies announced so far (in.names)
+	empty  atomic.Int64            // NAME replies that announced none (in.empty)
 	capped atomic.Pointer[nameCap] // capNames'
 }
 
@@ -77,6 +78,7 @@ type watchdog struct {
 // (capNames).
 type nameCap struct {
 	base, limit int64
+	baseEmpty   int64
 	cancel      func()
 	over        atomic.Bool
 }
@@ -86,10 +88,13 @@ type nameCap struct {
 // pkg/sftp reads a listing whole into memory, so a site that lists for
 // ever would otherwise grow it until the daemon dies. The count covers
 // every NAME reply on the channel meanwhile, so one bound at a time: its
-// caller lists one whole listing at a time (Session.wholeMu). end forgets
-// the bound and reports whether it was passed.
+// caller lists one whole listing at a time (Session.wholeMu). A NAME reply
+// that announces no name passes the bound at once: pkg/sftp asks again
+// after it, and a site answering so for ever (each reply renews the
+// watchdog) kept the listing going for good, as the listing channel
+// refuses it. end forgets the bound and reports whether it was passed.
 func (w *watchdog) capNames(limit int64, cancel func()) (end func() (over bool)) {
-	c := &nameCap{base: w.names.Load(), limit: limit, cancel: cancel}
+	c := &nameCap{base: w.names.Load(), baseEmpty: w.empty.Load(), limit: limit, cancel: cancel}
 	w.capped.Store(c)
 	return func() bool {
 		w.capped.CompareAndSwap(c, nil)
@@ -347,9 +352,10 @@ func (wr watchedReader) heard(p []byte) {
 	if k > 0 {
 		wr.w.pending.Add(-int64(k))
 	}
-	if names := wr.w.in.names; names != wr.w.names.Load() {
+	if names, empty := wr.w.in.names, wr.w.in.empty; names != wr.w.names.Load() || empty != wr.w.empty.Load() {
 		wr.w.names.Store(names)
-		if c := wr.w.capped.Load(); c != nil && names-c.base > c.limit && !c.over.Swap(true) {
+		wr.w.empty.Store(empty)
+		if c := wr.w.capped.Load(); c != nil && (names-c.base > c.limit || empty > c.baseEmpty) && !c.over.Swap(true) {
 			c.cancel()
 		}
 	}
@@ -379,6 +385,7 @@ type framer struct {
 	head  [9]byte
 	nhead int
 	names int64 // names the NAME packets so far announced
+	empty int64 // NAME packets that announced none
 }
 
 // packets reports how many packets start in b, and how many end in it.
@@ -389,7 +396,11 @@ func (f *framer) packets(b []byte) (starts, ends int) {
 			if f.nhead < len(f.head) {
 				f.nhead += copy(f.head[f.nhead:], b[:k])
 				if f.nhead == len(f.head) && f.head[0] == fxpName {
-					f.names += int64(binary.BigEndian.Uint32(f.head[5:]))
+					n := int64(binary.BigEndian.Uint32(f.head[5:]))
+					f.names += n
+					if n == 0 {
+						f.empty++
+					}
 				}
 			}
 			f.left -= k
