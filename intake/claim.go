@@ -148,6 +148,8 @@ func (d *claimStage) claim(ctx context.Context, p *partnerRT, sess *sftpconn.Ses
 				// earlier claim; it is resumed first, and this one waits
 				// for a later poll.
 				d.metrics.Skipped.WithLabelValues(p.cfg.ID, claimTargetBusy).Inc()
+			} else if sftpconn.IsRefused(err) {
+				d.claimRefused(p, c.Name, err)
 			} else if failed == nil {
 				failed = fmt.Errorf("claim %s: %w", c.Name, err)
 			}
@@ -219,6 +221,17 @@ func (d *claimStage) rename(sess *sftpconn.Session, c candidate, open bool) (*sf
 		return sess.RenameAndOpen(src, dst)
 	}
 	return nil, sess.Rename(src, dst)
+}
+
+// claimRefused counts and logs an entry of ready/ whose claim's RENAME
+// the site refused (a permission, an immutable file, a folder a gateway
+// cannot move): it stays in ready/, tried again at the next poll, and the
+// partner's other entries go on. Its age in ready/ raises
+// IntakeReadyBacklog; a hostile one is also the reconciler's finding.
+func (d *claimStage) claimRefused(p *partnerRT, name string, err error) {
+	d.metrics.Skipped.WithLabelValues(p.cfg.ID, claimRefused).Inc()
+	d.log.Warn("the site refused to move an entry of ready/ into processing/; it stays there and the partner's other files go on",
+		"partner", p.cfg.ID, "file", printableName(name), "reason", claimRefused, "err", err)
 }
 
 // nonNil is in as a slice: empty when nil.

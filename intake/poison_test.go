@@ -14,6 +14,7 @@ import (
 	"github.com/partner-intake/partner-intake/internal/reason"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/partner-intake/partner-intake/intake"
 	"github.com/partner-intake/partner-intake/intake/ledger"
@@ -749,4 +750,58 @@ func waitDue(t *testing.T, pool *pgxpool.Pool, partner string) {
 	testenv.WaitFor(t, 10*time.Second, func() bool {
 		return count(t, pool, `SELECT count(*) FROM file_intake WHERE partner_id = $1 AND next_attempt_at > pg_catalog.clock_timestamp()`, partner) == 0
 	}, testenv.Says("files of "+partner+" due for their retry"))
+}
+
+// An entry of ready/ the site refuses to move (a permission, an immutable
+// file, a folder a gateway cannot rename) holds up nothing: the poll goes
+// on past it to the partner's other files, and neither a data file nor a
+// hostile entry (moved to quarantine/ before any claim) ends the poll.
+// Before, the refused RENAME ended every poll, whose next one tried the
+// same oldest entry first: no file of the partner was claimed again. Once
+// the site lets the entries go, they are claimed as any other.
+func TestAnEntryTheSiteWillNotMoveHoldsUpNothing(t *testing.T) {
+	_, pool := testenv.DB(t)
+	srv, site := testenv.NewInProcessSite(t, "stuck")
+	site.Config.GroupFiles = 1 // each file claimed alone: its claim's error was the poll's
+	r := newRig(t, pool, "w1", site)
+	const stuck, hostile, good = "orders-20261101.csv", "invoice.pdf", "orders-20261102.csv"
+	site.Drop(t, stuck, goodRows("S", 2))
+	site.Drop(t, hostile, "not a feed's file")
+	site.Drop(t, good, goodRows("G", 2))
+	old := time.Now().Add(-time.Hour)
+	for _, n := range []string{stuck, hostile} { // the oldest: claimed first
+		if err := os.Chtimes(filepath.Join(site.Root, "ready", n), old, old); err != nil {
+			t.Fatal(err)
+		}
+	}
+	srv.RefuseRenames(func(from string) bool {
+		return strings.HasSuffix(from, "/ready/"+stuck) || strings.HasSuffix(from, "/ready/"+hostile)
+	})
+
+	r.poll("stuck")
+	state := func() map[string]string {
+		got := map[string]string{}
+		for _, f := range files(t, pool, "stuck") {
+			got[f.Name] = f.State
+		}
+		return got
+	}
+	if got := state(); len(got) != 1 || got[good] != "archived" {
+		t.Fatalf("files %v, want %s archived past the entries the site will not move", got, good)
+	}
+	if got := site.Files(t, "ready"); !slices.Equal(got, []string{hostile, stuck}) {
+		t.Fatalf("ready/ holds %v, want the two refused entries", got)
+	}
+	if n := testutil.ToFloat64(r.d.Metrics().Skipped.WithLabelValues("stuck", "claim_refused")); n != 2 {
+		t.Fatalf("intake_ready_entries_skipped_total{reason=\"claim_refused\"} %v, want 2", n)
+	}
+
+	srv.RefuseRenames(nil)
+	r.poll("stuck")
+	if got := state(); got[stuck] != "archived" || got[good] != "archived" || len(got) != 3 {
+		t.Fatalf("files %v, want %s archived and the hostile entry held once the site lets them go", got, stuck)
+	}
+	if got := site.Files(t, "ready"); len(got) != 0 {
+		t.Fatalf("ready/ still holds %v", got)
+	}
 }

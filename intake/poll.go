@@ -32,6 +32,10 @@ var errNotOwner = errors.New("another replica polls this partner")
 // (counted as skipped).
 const claimTargetBusy = "claim_target_busy"
 
+// claimRefused: the site refused a claim's RENAME of the entry (counted
+// as skipped: claimStage.claimRefused).
+const claimRefused = "claim_refused"
+
 // candidate is an entry of ready/ worth claiming (partners/ready.go).
 type candidate = partners.Candidate
 
@@ -740,6 +744,10 @@ func (d *claimStage) quarantineHostile(ctx context.Context, p *partnerRT, sess *
 	if err := sess.Rename(sess.Layout.Ready(h.Info.Name()), dst); err != nil {
 		if sftpconn.IsNotExist(err) {
 			d.metrics.ClaimsLost.WithLabelValues(p.cfg.ID).Inc()
+			return nil
+		}
+		if sftpconn.IsRefused(err) {
+			d.claimRefused(p, h.Info.Name(), err)
 			return nil
 		}
 		return fmt.Errorf("claim a hostile entry: %w", err)

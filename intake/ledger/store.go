@@ -346,9 +346,12 @@ func (l *leaseStore) DueOwnedBy(ctx context.Context, partner, worker string) (du
 	return due, held, nil
 }
 
-// resume takes over a live row held by this same worker id (a restarted
-// replica) or whose lease expired, incrementing the fencing token so any
-// earlier incarnation's writes are refused from now on.
+// Resume takes a live row this worker id holds (a restarted replica's,
+// a file due for its next attempt, one its reconciler took over for it)
+// with a new fencing token, so any earlier incarnation's writes are
+// refused from now on. A row another worker holds, its lease run out or
+// not, is not this worker's to resume: its file is in that worker's
+// processing dir, and a takeover (the reconciler's) moves it first.
 func (l *leaseStore) Resume(ctx context.Context, id int64, worker string) (*Intake, error) {
 	return resume(ctx, l.pool, id, worker, l.lease)
 }
@@ -357,7 +360,7 @@ func (l *leaseStore) Resume(ctx context.Context, id int64, worker string) (*Inta
 const resumeSQL = `
 		UPDATE file_intake SET fencing_token = fencing_token + 1, worker_id = $2,
 		       lease_until = pg_catalog.now() + $3::interval, updated_at = pg_catalog.now()
-		WHERE intake_id = $1 AND state = ANY($4) AND (worker_id = $2 OR lease_until < pg_catalog.now())
+		WHERE intake_id = $1 AND state = ANY($4) AND worker_id = $2
 		RETURNING `
 
 // resume runs Resume's statement on q.

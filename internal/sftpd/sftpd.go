@@ -71,6 +71,20 @@ type quirks struct {
 	mute atomic.Bool
 	// linger: a channel whose SFTP ended stays open (LingerChannels)
 	linger atomic.Bool
+	// refuse: the RENAMEs refused (RefuseRenames)
+	refuse atomic.Pointer[func(from string) bool]
+}
+
+// RefuseRenames makes the server refuse (permission denied) every RENAME
+// whose source path f reports, as a site does for a file its user may
+// not move (a permission, an immutable file, a gateway that cannot
+// rename a folder). nil renames everything again.
+func (s *quirks) RefuseRenames(f func(from string) bool) {
+	if f == nil {
+		s.refuse.Store(nil)
+		return
+	}
+	s.refuse.Store(&f)
 }
 
 // LingerChannels makes the server keep a channel open after its client
@@ -308,7 +322,7 @@ func (s *Server) serve(c net.Conn) {
 						return
 					}
 				}
-				h := &handler{root: root, short: &s.short, lie: &s.lie, overwrite: &s.overwrite, copies: &s.copies, nocase: &s.nocase, vanish: &s.vanish, mtimes: &s.mtimes}
+				h := &handler{root: root, short: &s.short, lie: &s.lie, overwrite: &s.overwrite, copies: &s.copies, nocase: &s.nocase, vanish: &s.vanish, mtimes: &s.mtimes, refuse: &s.refuse}
 				var rwc io.ReadWriteCloser = ch
 				if s.linger.Load() {
 					rwc = openChannel{ch}
@@ -337,6 +351,7 @@ type handler struct {
 	nocase    *atomic.Bool // Server.CaseInsensitiveStat
 	vanish    *atomic.Bool // Server.EmptyDirsVanish
 	mtimes    *atomic.Pointer[func(time.Time) time.Time]
+	refuse    *atomic.Pointer[func(from string) bool] // Server.RefuseRenames
 }
 
 // prune removes p and its parents below the root while they are empty
@@ -470,6 +485,9 @@ func (h *handler) Filecmd(r *sftp.Request) error {
 	}
 	switch r.Method {
 	case "Rename":
+		if f := h.refuse.Load(); f != nil && (*f)(r.Filepath) {
+			return os.ErrPermission
+		}
 		t, err := h.local(r.Target)
 		if err != nil {
 			return err

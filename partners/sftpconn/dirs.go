@@ -56,6 +56,19 @@ func IsPermission(err error) bool {
 	return isRemote(err, os.ErrPermission, sftp.ErrSSHFxPermissionDenied)
 }
 
+// IsRefused reports whether err is the site's answer refusing the request
+// (an SFTP status: permission denied, failure, an operation it does not
+// support), not that the path does not exist: the request reached the
+// server, which said no. A lost connection or a timeout is not a refusal.
+func IsRefused(err error) bool {
+	var se *sftp.StatusError
+	if !errors.As(err, &se) {
+		return errors.Is(err, os.ErrPermission)
+	}
+	return se.FxCode() != sftp.ErrSSHFxNoSuchFile && se.FxCode() != sftp.ErrSSHFxOk && se.FxCode() != sftp.ErrSSHFxEOF &&
+		se.FxCode() != sftp.ErrSSHFxConnectionLost && se.FxCode() != sftp.ErrSSHFxNoConnection
+}
+
 // IsNotExist reports whether err means the remote path does not exist.
 func IsNotExist(err error) bool { return isRemote(err, os.ErrNotExist, sftp.ErrSSHFxNoSuchFile) }
 
