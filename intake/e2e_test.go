@@ -3,6 +3,7 @@ package intake_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/partner-intake/partner-intake/intake"
 	"github.com/partner-intake/partner-intake/intake/ledger"
+	"github.com/partner-intake/partner-intake/intake/ops"
 	"github.com/partner-intake/partner-intake/intake/sitefile"
 	"github.com/partner-intake/partner-intake/internal/fault"
 	"github.com/partner-intake/partner-intake/internal/testenv"
@@ -396,6 +398,90 @@ func TestAResendOfAnAppliedBatch(t *testing.T) {
 				t.Fatalf("hash-only reads that found the bytes %s: %v, want 1", tc.hashOnly, got)
 			}
 			tc.then(t, r, site, fs, resent)
+		})
+	}
+}
+
+// A batch conflict released with the new bytes winning takes the batch
+// from the file it was held against, and binds it to what the released
+// file applies (its data hash, as every binding). When another file bound
+// the batch after the hold (the first gave it back, held in turn for
+// another reason), the release is refused, naming that file: ops decided
+// against the first file's bytes, not the later ones. Before, the release
+// took the batch from whoever held it, and the released file's rows went
+// over the later file's.
+func TestAReleaseWithTheNewBytesWinningTakesTheBatchOnlyFromTheFileItMet(t *testing.T) {
+	for _, later := range []bool{false, true} {
+		t.Run(fmt.Sprintf("bound by a later file %v", later), func(t *testing.T) {
+			ctx := context.Background()
+			_, pool := testenv.DB(t)
+			site := testenv.NewSite(t, "acme")
+			r := newRig(t, pool, "w1", site)
+			first := goodRows("C", 3)
+			site.Drop(t, "orders-c.csv", first)
+			r.poll("acme")
+			site.Drop(t, "orders-c.csv", strings.Replace(first, "30.03", "99.99", 1))
+			r.poll("acme")
+			fs := files(t, pool, "acme")
+			if len(fs) != 2 || fs[1].Reason != "batch_conflict" {
+				t.Fatalf("files %+v, want the second held batch_conflict", fs)
+			}
+			owner, held := fs[0].ID, fs[1].ID
+			if n := count(t, pool, `SELECT count(*) FROM intake_quarantine WHERE intake_id = $1 AND batch_owner = $2`, held, owner); n != 1 {
+				t.Fatalf("the hold does not record the binding it met (intake %d)", owner)
+			}
+			holder := owner
+			if later {
+				// the first file gives the batch back (as when it is held
+				// again for another reason); a third version binds it
+				execArgs(t, pool, `DELETE FROM intake_batch WHERE intake_id = $1`, owner)
+				site.Drop(t, "orders-c.csv", strings.Replace(first, "30.03", "77.77", 1))
+				r.poll("acme")
+				fs = files(t, pool, "acme")
+				if len(fs) != 3 || fs[2].State != "archived" {
+					t.Fatalf("files %+v, want the third version archived", fs)
+				}
+				holder = fs[2].ID
+			}
+			err := ops.Release(ctx, pool, ops.Decision{IntakeID: held, Actor: "bob", Reason: "the resend is right",
+				Winner: ops.WinnerNew, Partners: []string{"acme"}, Worker: intake.OpsWorker("ops")})
+			bound := func() (id int64, sha string) {
+				t.Helper()
+				if err := pool.QueryRow(ctx, `SELECT intake_id, content_sha256 FROM intake_batch WHERE partner_id = 'acme'`).Scan(&id, &sha); err != nil {
+					t.Fatal(err)
+				}
+				return id, sha
+			}
+			if later {
+				if !errors.Is(err, ledger.ErrDecision) || !strings.Contains(err.Error(), fmt.Sprintf("now bound to intake %d", holder)) {
+					t.Fatalf("release: %v, want it refused naming intake %d", err, holder)
+				}
+				if id, _ := bound(); id != holder {
+					t.Fatalf("the batch is bound to intake %d, want %d still", id, holder)
+				}
+				if n := count(t, pool, `SELECT count(*) FROM orders WHERE partner_id = 'acme' AND amount = 77.77`); n != 1 {
+					t.Fatal("the later file's row is gone")
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			var data string
+			if err := pool.QueryRow(ctx, `SELECT data_sha256 FROM file_intake WHERE intake_id = $1`, held).Scan(&data); err != nil {
+				t.Fatal(err)
+			}
+			if id, sha := bound(); id != held || sha != data {
+				t.Fatalf("the batch is bound to intake %d under %s, want %d under its data hash %s", id, sha, held, data)
+			}
+			r.reconcileOnce(site)
+			r.poll("acme")
+			if f := files(t, pool, "acme")[1]; f.State != "archived" {
+				t.Fatalf("the released file %+v, want archived", f)
+			}
+			if n := count(t, pool, `SELECT count(*) FROM orders WHERE partner_id = 'acme' AND amount = 99.99`); n != 1 {
+				t.Fatal("the released file's bytes were not applied")
+			}
 		})
 	}
 }

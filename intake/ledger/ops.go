@@ -66,6 +66,9 @@ type Held struct {
 	QState, FState              string
 	Feed, BatchID, SHA256, Path string
 	Manifest                    string
+	// BatchOwner is the intake whose binding of the batch a batch
+	// conflict met when it was held (0: not recorded)
+	BatchOwner int64
 }
 
 // LockHeld locks a held file of one of partners and its quarantine record
@@ -84,10 +87,10 @@ func PeekHeld(ctx context.Context, tx pgx.Tx, id int64, partners []string) (*Hel
 func held(ctx context.Context, tx pgx.Tx, id int64, partners []string, lock string) (*Held, error) {
 	var h Held
 	err := tx.QueryRow(ctx, `SELECT q.partner_id, q.reason, q.state, f.state, f.feed, coalesce(f.batch_id, ''),
-		coalesce(f.content_sha256, ''), coalesce(f.archive_path, ''), coalesce(f.manifest_name, '')
+		coalesce(f.content_sha256, ''), coalesce(f.archive_path, ''), coalesce(f.manifest_name, ''), coalesce(q.batch_owner, 0)
 		FROM intake_quarantine q JOIN file_intake f USING (intake_id)
 		WHERE q.intake_id = $1 AND q.partner_id = ANY($2)`+lock, id, partners).
-		Scan(&h.Partner, &h.Reason, &h.QState, &h.FState, &h.Feed, &h.BatchID, &h.SHA256, &h.Path, &h.Manifest)
+		Scan(&h.Partner, &h.Reason, &h.QState, &h.FState, &h.Feed, &h.BatchID, &h.SHA256, &h.Path, &h.Manifest, &h.BatchOwner)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, nil
 	}
@@ -108,12 +111,37 @@ func LockQuarantine(ctx context.Context, tx pgx.Tx, id int64, partners []string)
 	return partner, qstate, err == nil, err
 }
 
-// RebindBatch binds the partner's batch to the held file's bytes (a batch
-// conflict released with the new bytes winning).
-func RebindBatch(ctx context.Context, tx pgx.Tx, partner, batch string, id int64, sha string) error {
-	_, err := tx.Exec(ctx, `UPDATE intake_batch SET intake_id = $3, content_sha256 = $4, bound_at = pg_catalog.now()
-		WHERE partner_id = $1 AND batch_id = $2`, partner, batch, id, sha)
-	return err
+// RebindBatch binds h's batch to its bytes as applied (the data hash, as
+// every binding holds: a compressed or encrypted file's plaintext), for
+// a batch conflict released with the new bytes winning. It takes the
+// batch only from the intake whose binding the conflict met
+// (h.BatchOwner; one not recorded: an intake older than id), and refuses
+// when another holds it now: an intake that bound the batch after the
+// hold (the first owner gave it back) is not what ops decided against.
+// A batch no intake holds is left for the released file to bind when it
+// runs.
+func RebindBatch(ctx context.Context, tx pgx.Tx, h *Held, id int64) error {
+	var holder int64
+	err := tx.QueryRow(ctx, `SELECT intake_id FROM intake_batch WHERE partner_id = $1 AND batch_id = $2 FOR UPDATE`,
+		h.Partner, h.BatchID).Scan(&holder)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return nil
+	case err != nil:
+		return fmt.Errorf("rebind batch: %w", err)
+	case holder == id:
+		return nil
+	case h.BatchOwner != 0 && holder != h.BatchOwner, h.BatchOwner == 0 && holder > id:
+		return fmt.Errorf("%w: batch %s is now bound to intake %d, not the one intake %d was held against; look at intake %d first",
+			ErrDecision, h.BatchID, holder, id, holder)
+	}
+	_, err = tx.Exec(ctx, `UPDATE intake_batch SET intake_id = $3, bound_at = pg_catalog.now(),
+		content_sha256 = (SELECT f.data_sha256 FROM file_intake f WHERE f.intake_id = $3)
+		WHERE partner_id = $1 AND batch_id = $2`, h.Partner, h.BatchID, id)
+	if err != nil {
+		return fmt.Errorf("rebind batch: %w", err)
+	}
+	return nil
 }
 
 // Reopen sends a held file back into the pipeline as next with what the

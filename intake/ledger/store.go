@@ -628,8 +628,9 @@ const batchBoundFileSQL = `SELECT b.intake_id, f.content_sha256, f.size_bytes, b
 
 // BatchBoundFile reports the file another intake bound the batch to, or
 // nil when none did (or its row no longer records the bytes it was sent
-// with). One statement; the binding is never updated, so the answer stays
-// true for as long as the binding exists.
+// with). One statement; a binding changes only by a release of a batch
+// conflict with the new bytes winning (RebindBatch), which moves it to
+// that file whole: the answer names the file the binding holds.
 func (l *fileSteps) BatchBoundFile(ctx context.Context, in *Intake, batch string) (*BoundFile, error) {
 	var b BoundFile
 	err := l.pool.QueryRow(ctx, batchBoundFileSQL,
@@ -728,11 +729,14 @@ func (l *fileSteps) Finish(ctx context.Context, in *Intake, from, to State, why 
 		}
 		// the quarantine record ops decide on (re-opened if a released
 		// file is held again)
-		if _, err := tx.Exec(ctx, `INSERT INTO intake_quarantine (intake_id, partner_id, reason, batch_id, content_sha256, path)
-			VALUES ($1, $2, $3, nullif($4, ''), nullif($5, ''), nullif($6, ''))
+		// a batch conflict records whose binding it met (batch_owner),
+		// which a release with the new bytes winning takes the batch from
+		if _, err := tx.Exec(ctx, `INSERT INTO intake_quarantine (intake_id, partner_id, reason, batch_id, content_sha256, path, batch_owner)
+			VALUES ($1, $2, $3, nullif($4, ''), nullif($5, ''), nullif($6, ''),
+			    (SELECT b.intake_id FROM intake_batch b WHERE $7 AND b.partner_id = $2 AND b.batch_id = $4 AND b.intake_id <> $1))
 			ON CONFLICT (intake_id) DO UPDATE SET reason = EXCLUDED.reason, path = EXCLUDED.path, held_at = pg_catalog.now(),
-			    state = 'open', decided_at = NULL, decided_by = NULL, decision = NULL`,
-			in.ID, in.Partner, string(why), in.BatchID, in.SHA256, in.ArchivePath); err != nil {
+			    batch_owner = EXCLUDED.batch_owner, state = 'open', decided_at = NULL, decided_by = NULL, decision = NULL`,
+			in.ID, in.Partner, string(why), in.BatchID, in.SHA256, in.ArchivePath, why == reason.BatchConflict); err != nil {
 			return fmt.Errorf("quarantine record: %w", err)
 		}
 		// the notification, committed with the state change (outbox.go)

@@ -86,7 +86,7 @@ func Release(ctx context.Context, db *pgxpool.Pool, d Decision) error {
 			return discard(ctx, tx, d)
 		}
 		if r.rebind {
-			if err := ledger.RebindBatch(ctx, tx, h.Partner, h.BatchID, d.IntakeID, h.SHA256); err != nil {
+			if err := ledger.RebindBatch(ctx, tx, h, d.IntakeID); err != nil {
 				return err
 			}
 		}

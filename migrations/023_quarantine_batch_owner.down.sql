@@ -1,0 +1,1 @@
+ALTER TABLE intake_quarantine DROP COLUMN IF EXISTS batch_owner;
