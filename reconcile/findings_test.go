@@ -133,37 +133,53 @@ func TestAPartnersFindingsThatCannotBeStoredCostNoOtherPartnerTheirs(t *testing.
 	}
 }
 
-// A site with thousands of abandoned uploads gets the first findings of
-// that kind one by one and one more that counts the rest: a run stores
-// and logs a bounded number, and still says how many there are.
+// A site with thousands of entries of one kind (abandoned uploads in
+// incoming/, hostile entries left in ready/) costs a run the first 100
+// findings of each kind and one that counts the rest, kept so while the
+// listing runs (a ready/ of millions of entries is never held whole): of
+// the entries left in ready/, the oldest, as the poller claims them.
 func TestFindingsOfOneKindAreBoundedPerRun(t *testing.T) {
 	_, pool := testenv.DB(t)
 	site := testenv.NewSite(t, "many")
-	old := time.Now().Add(-7 * time.Hour)
 	const n = 250
 	for i := range n {
-		p := filepath.Join(site.Root, "incoming", fmt.Sprintf("f%04d.part", i))
-		if err := os.WriteFile(p, []byte("x"), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Chtimes(p, old, old); err != nil {
-			t.Fatal(err)
+		// ready/'s newest first in name order: the oldest kept are the
+		// last names
+		for _, p := range []string{filepath.Join(site.Root, "incoming", fmt.Sprintf("f%04d.part", i)),
+			filepath.Join(site.Root, "ready", fmt.Sprintf("x%04d.pdf", i))} {
+			old := time.Now().Add(-7*time.Hour - time.Duration(i)*time.Second)
+			if err := os.WriteFile(p, []byte("x"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Chtimes(p, old, old); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
 	w := newNode(t, pool, "w1", t.TempDir(), site)
 	fs := w.reconcile(t)
-	var listed, summary int
-	for _, f := range fs {
-		if f.Kind != ledger.KindStaleUpload {
-			continue
+	for _, kind := range []string{ledger.KindStaleUpload, ledger.KindUnclaimableReady} {
+		var listed []string
+		summary := 0
+		for _, f := range fs {
+			if f.Kind != kind {
+				continue
+			}
+			if f.Path != "" {
+				listed = append(listed, filepath.Base(f.Path))
+			} else if strings.Contains(f.Detail, fmt.Sprintf("%d more findings", n-100)) && f.NeedsHuman {
+				summary++
+			}
 		}
-		if f.Path != "" {
-			listed++
-		} else if strings.Contains(f.Detail, fmt.Sprintf("%d more findings", n-100)) && f.NeedsHuman {
-			summary++
+		if len(listed) != 100 || summary != 1 {
+			t.Fatalf("%s: %d listed and %d summaries, want 100 and one counting the other %d", kind, len(listed), summary, n-100)
 		}
-	}
-	if listed != 100 || summary != 1 {
-		t.Fatalf("%d stale uploads listed and %d summaries, want 100 and one counting the other %d", listed, summary, n-100)
+		if kind == ledger.KindUnclaimableReady {
+			for k, name := range listed { // oldest first
+				if want := fmt.Sprintf("x%04d.pdf", n-1-k); name != want {
+					t.Fatalf("entry %d listed %s, want %s: the oldest, oldest first", k, name, want)
+				}
+			}
+		}
 	}
 }

@@ -1,13 +1,14 @@
 package reconcile
 
 import (
+	"container/heap"
 	"context"
 	"errors"
 	"fmt"
 	"os"
 	"path"
 	"regexp"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -40,54 +41,74 @@ const maxFindingsPerKind = 100
 
 // partner runs every row for one partner.
 func (r *Reconciler) partner(ctx context.Context, p *partners.Config) ([]ledger.Finding, error) {
-	fs, err := r.partnerRows(ctx, p)
-	return boundFindings(fs, maxFindingsPerKind), err
+	fs := newFindingSet(p.ID, maxFindingsPerKind)
+	err := r.partnerRows(ctx, p, fs)
+	return fs.list(), err
 }
 
-// boundFindings keeps the first max findings of each kind and, for a kind
-// that had more, one finding more that counts them (it needs a human when
-// one of them did).
-func boundFindings(fs []ledger.Finding, max int) []ledger.Finding {
-	seen := map[string]int{}
-	over := map[string]*ledger.Finding{}
-	var out []ledger.Finding
-	for _, f := range fs {
-		seen[f.Kind]++
-		if seen[f.Kind] <= max {
-			out = append(out, f)
-			continue
-		}
-		o := over[f.Kind]
-		if o == nil {
-			o = &ledger.Finding{Kind: f.Kind, Partner: f.Partner, Action: "none"}
-			over[f.Kind] = o
-		}
-		o.NeedsHuman = o.NeedsHuman || f.NeedsHuman
+// findingSet is one partner's findings of a run, bounded as they come:
+// the first max of each kind, then one finding more for a kind that had
+// more, counting them (it needs a human when one of them did). A site
+// with millions of stale uploads or hostile entries costs the run a
+// count, not a list.
+type findingSet struct {
+	partner string
+	max     int
+	out     []ledger.Finding
+	seen    map[string]int
+	over    map[string]*ledger.Finding
+	kinds   []string // the kinds that went over, in that order
+}
+
+func newFindingSet(partner string, max int) *findingSet {
+	return &findingSet{partner: partner, max: max, seen: map[string]int{}, over: map[string]*ledger.Finding{}}
+}
+
+// add is the rows' addFunc.
+func (s *findingSet) add(f ledger.Finding) {
+	f.Partner = s.partner
+	s.seen[f.Kind]++
+	if s.seen[f.Kind] <= s.max {
+		s.out = append(s.out, f)
+		return
 	}
-	for _, f := range fs {
-		if o := over[f.Kind]; o != nil {
-			o.Detail = fmt.Sprintf("%d more findings of this kind this run, not listed one by one", seen[f.Kind]-max)
-			out = append(out, *o)
-			delete(over, f.Kind)
-		}
+	s.more(f.Kind, 0, f.NeedsHuman)
+}
+
+// more counts n findings of kind beyond those added one by one (a row
+// that kept only the first of them), besides the one that went over.
+func (s *findingSet) more(kind string, n int, needsHuman bool) {
+	s.seen[kind] += n
+	o := s.over[kind]
+	if o == nil {
+		o = &ledger.Finding{Kind: kind, Partner: s.partner, Action: "none"}
+		s.over[kind] = o
+		s.kinds = append(s.kinds, kind)
+	}
+	o.NeedsHuman = o.NeedsHuman || needsHuman
+}
+
+// list is the findings kept, then each kind's count of the rest.
+func (s *findingSet) list() []ledger.Finding {
+	out := s.out
+	for _, k := range s.kinds {
+		o := *s.over[k]
+		o.Detail = fmt.Sprintf("%d more findings of this kind this run, not listed one by one", s.seen[k]-s.max)
+		out = append(out, o)
 	}
 	return out
 }
 
-// partnerRows runs every row for one partner.
-func (r *Reconciler) partnerRows(ctx context.Context, p *partners.Config) ([]ledger.Finding, error) {
-	var fs []ledger.Finding
-	add := func(f ledger.Finding) {
-		f.Partner = p.ID
-		fs = append(fs, f)
-	}
+// partnerRows runs every row for one partner, into fs.
+func (r *Reconciler) partnerRows(ctx context.Context, p *partners.Config, fs *findingSet) error {
+	add := fs.add
 	var errs []error
 	// Database- and spool-only rows run even when the site is down.
 	errs = append(errs, r.rowOutcomeUnknown(ctx, p, add), r.rowStaleSpoolTemp(p, add), r.openQuarantine(ctx, p, add))
 	sess, err := sftpconn.Dial(ctx, p)
 	if err != nil {
 		r.rowPartnerUnreachable(err, add)
-		return fs, errors.Join(errs...)
+		return errors.Join(errs...)
 	}
 	defer sess.Close()
 	stop := sess.CloseWhenDone(ctx) // the partner's deadline (reconciler.go)
@@ -98,7 +119,7 @@ func (r *Reconciler) partnerRows(ctx context.Context, p *partners.Config) ([]led
 	// the takeovers move files into processing/ in the claim section)
 	prof, err := r.ledger.SiteProfile(ctx, p.ID)
 	if err != nil {
-		return fs, errors.Join(append(errs, err)...)
+		return errors.Join(append(errs, err)...)
 	}
 	sess.SetRenameOverwrites(prof == nil || prof.Profile.RenameOverwrites)
 	sess.SetEmptyDirsVanish(prof != nil && !prof.Profile.EmptyDirPersists)
@@ -110,12 +131,12 @@ func (r *Reconciler) partnerRows(ctx context.Context, p *partners.Config) ([]led
 		errs = append(errs,
 			r.rowExpiredLeases(ctx, p, sess, add),
 			r.rowStaleUploads(ctx, p, sess, add),
-			r.rowUnclaimableReady(ctx, p, sess, add),
+			r.rowUnclaimableReady(ctx, p, sess, add, fs.more),
 		)
-		return fs, errors.Join(errs...)
+		return errors.Join(errs...)
 	}
 	if _, err := sftpconn.EnsureDirs(sess.Client, sess.Layout, r.worker); err != nil {
-		return fs, errors.Join(append(errs, err)...)
+		return errors.Join(append(errs, err)...)
 	}
 	errs = append(errs,
 		r.rowOrphanClaims(ctx, p, sess, add),
@@ -123,11 +144,11 @@ func (r *Reconciler) partnerRows(ctx context.Context, p *partners.Config) ([]led
 		r.rowArchiveWithoutRecord(ctx, p, sess, add),
 		r.rowQuarantineWithoutRecord(ctx, p, sess, add),
 		r.rowStaleUploads(ctx, p, sess, add),
-		r.rowUnclaimableReady(ctx, p, sess, add),
+		r.rowUnclaimableReady(ctx, p, sess, add, fs.more),
 		r.rowStaleRemoteTemps(ctx, p, sess, add),
 		r.rowUnpublishedDiscards(ctx, p, sess, add),
 	)
-	return fs, errors.Join(errs...)
+	return errors.Join(errs...)
 }
 
 // Row 1: crash after the claim rename, before the row: a file in
@@ -576,8 +597,13 @@ func (r *Reconciler) rowStaleUploads(ctx context.Context, p *partners.Config, s 
 // manifest the listing has not passed yet (a file and its manifest come
 // in either order) with the manifests it passed (bounded,
 // partners.Manifests).
-func (r *Reconciler) rowUnclaimableReady(ctx context.Context, p *partners.Config, s *sftpconn.Session, add addFunc) error {
-	var found []partners.Skipped
+//
+// Only the oldest maxFindingsPerKind entries to report are kept while
+// the listing runs (the rest counted: more); a ready/ of millions of
+// such entries costs the run a count.
+func (r *Reconciler) rowUnclaimableReady(ctx context.Context, p *partners.Config, s *sftpconn.Session, add addFunc,
+	more func(kind string, n int, needsHuman bool)) error {
+	found := &oldestEntries{max: maxFindingsPerKind}
 	waiting := map[string]os.FileInfo{} // overdue data files, by name, until their manifest shows
 	var manifests partners.Manifests
 	err := s.ListDir(ctx, s.Layout.ReadyDir(), func(e os.FileInfo) error {
@@ -604,7 +630,7 @@ func (r *Reconciler) rowUnclaimableReady(ctx context.Context, p *partners.Config
 				break // claim: record: a hostile entry is held as a record and stays; open quarantine says so
 			}
 			if time.Since(e.ModTime()) >= unclaimableAfter {
-				found = append(found, partners.Skipped{Info: e, Reason: why})
+				found.push(partners.Skipped{Info: e, Reason: why})
 			}
 		}
 		return nil
@@ -614,24 +640,77 @@ func (r *Reconciler) rowUnclaimableReady(ctx context.Context, p *partners.Config
 	}
 	for name, e := range waiting {
 		if !manifests.Has(name+partners.ManifestSuffix, s.RegularInReady) {
-			found = append(found, partners.Skipped{Info: e, Reason: reason.ManifestMissing})
+			found.push(partners.Skipped{Info: e, Reason: reason.ManifestMissing})
 		}
 	}
-	sort.Slice(found, func(i, j int) bool { // oldest first, as the poller claims
-		a, b := found[i].Info, found[j].Info
-		if !a.ModTime().Equal(b.ModTime()) {
-			return a.ModTime().Before(b.ModTime())
-		}
-		return a.Name() < b.Name()
-	})
-	for _, sk := range found {
+	for _, sk := range found.sorted() {
 		// the name as listed, unsafe ones too (never "." or "..", never
 		// with a "/": the listing leaves such names out); the commands
 		// print it escaped (internal/inert)
 		add(ledger.Finding{Kind: ledger.KindUnclaimableReady, Path: s.Layout.ReadyDir() + "/" + sk.Info.Name(), NeedsHuman: true,
 			Action: "none", Detail: "not claimed: " + string(sk.Reason)})
 	}
+	if found.dropped > 0 {
+		more(ledger.KindUnclaimableReady, found.dropped, true)
+	}
 	return nil
+}
+
+// oldestEntries keeps the max oldest entries pushed (oldest first, as the
+// poller claims; by name among the same time) and counts the others.
+type oldestEntries struct {
+	max     int
+	h       skippedHeap // the newest kept on top
+	dropped int
+}
+
+func (o *oldestEntries) push(sk partners.Skipped) {
+	if len(o.h) < o.max {
+		heap.Push(&o.h, sk)
+		return
+	}
+	o.dropped++
+	if older(sk, o.h[0]) {
+		o.h[0] = sk
+		heap.Fix(&o.h, 0)
+	}
+}
+
+// sorted is the entries kept, oldest first.
+func (o *oldestEntries) sorted() []partners.Skipped {
+	out := slices.Clone(o.h)
+	slices.SortFunc(out, func(a, b partners.Skipped) int {
+		if older(a, b) {
+			return -1
+		}
+		if older(b, a) {
+			return 1
+		}
+		return 0
+	})
+	return out
+}
+
+// older orders entries as the poller claims them: by time, then name.
+func older(a, b partners.Skipped) bool {
+	if !a.Info.ModTime().Equal(b.Info.ModTime()) {
+		return a.Info.ModTime().Before(b.Info.ModTime())
+	}
+	return a.Info.Name() < b.Info.Name()
+}
+
+// skippedHeap is a max-heap of entries by older: the newest on top.
+type skippedHeap []partners.Skipped
+
+func (h skippedHeap) Len() int           { return len(h) }
+func (h skippedHeap) Less(i, j int) bool { return older(h[j], h[i]) }
+func (h skippedHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *skippedHeap) Push(x any)        { *h = append(*h, x.(partners.Skipped)) }
+func (h *skippedHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
 }
 
 // Rows 17 and 18: the site refuses its pinned host key, or cannot be

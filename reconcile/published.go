@@ -22,6 +22,10 @@ import (
 // names the pipeline's temporary files have (sitefile.IsOurTemp) are removed, each
 // by the name listed once a fresh stat confirms it is still a regular file
 // that old: never a receipt, a reason file or a fresh temporary file.
+//
+// A run removes at most maxTempRemovals of them from a directory; the
+// next run goes on (a site where a partner made millions of files under
+// such names costs a run a bounded list).
 func (r *Reconciler) rowStaleRemoteTemps(ctx context.Context, p *partners.Config, s *sftpconn.Session, add addFunc) error {
 	var errs []error
 	for _, dir := range []string{s.Layout.ReportsDir(), s.Layout.QuarantineDir()} {
@@ -30,7 +34,7 @@ func (r *Reconciler) rowStaleRemoteTemps(ctx context.Context, p *partners.Config
 		// listing, not while it runs
 		var stale []string
 		err := s.ListDir(ctx, dir, func(e os.FileInfo) error {
-			if e.Mode().IsRegular() && sitefile.IsOurTemp(e.Name()) && time.Since(e.ModTime()) >= r.cfg.StaleTemp {
+			if len(stale) < maxTempRemovals && e.Mode().IsRegular() && sitefile.IsOurTemp(e.Name()) && time.Since(e.ModTime()) >= r.cfg.StaleTemp {
 				stale = append(stale, e.Name())
 			}
 			return nil
@@ -72,6 +76,10 @@ func (r *Reconciler) rowStaleRemoteTemps(ctx context.Context, p *partners.Config
 	}
 	return errors.Join(errs...)
 }
+
+// maxTempRemovals bounds the stale temporary files one run removes from
+// one directory.
+const maxTempRemovals = 1000
 
 // rowUnpublishedDiscards publishes the decision of a discarded file whose
 // ops command recorded it but could not reach the partner's site: the
