@@ -53,6 +53,13 @@ func SetListLimits(names, readDir int) func() {
 	return func() { maxListNames, maxReadDirEntries = on, or }
 }
 
+// SetWholeListingBytes lowers WholeListingBytes; it returns the undo.
+func SetWholeListingBytes(n int64) func() {
+	old := wholeListingBytes
+	wholeListingBytes = n
+	return func() { wholeListingBytes = old }
+}
+
 // ListingRequests is how many SFTP requests the session has sent on its
 // listing channels.
 func ListingRequests(s *Session) int64 { return s.listWatch.sentAll.Load() }

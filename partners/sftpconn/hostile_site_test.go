@@ -45,7 +45,8 @@ func (e endless) ListAt(ls []os.FileInfo, off int64) (int, error) {
 // A server's listing is not trusted to name entries of one directory: a
 // name with '/' ("/" itself, "a/../b"), an empty one or one with NUL is
 // left out and counted, never passed on (intake once moved ready/ itself
-// for a listed "/", which path.Base kept as "/"); "." and ".." are left
+// for a listed "/", which path.Base kept as "/"), as is a name longer than
+// MaxNameBytes (no file system keeps one); "." and ".." are left
 // out as before; an entry whose size no file has (2^63 bytes or more) is
 // irregular, never a regular file of negative size. Both whole and
 // streamed listings, on the listing channel and through pkg/sftp (a site
@@ -66,6 +67,7 @@ func TestAListingsImpossibleNamesAndSizesAreLeftOut(t *testing.T) {
 			fakeInfo{name: "", size: 10, mode: 0o644},
 			fakeInfo{name: "nul\x00.csv", size: 10, mode: 0o644},
 			fakeInfo{name: "huge.csv", size: -2, mode: 0o644}, // 2^64-2 on the wire
+			fakeInfo{name: strings.Repeat("n", sftpconn.MaxNameBytes) + ".csv", size: 10, mode: 0o644},
 			fakeInfo{name: "..", mode: os.ModeDir | 0o755},
 		}, truth...)
 	})
@@ -93,10 +95,10 @@ func TestAListingsImpossibleNamesAndSizesAreLeftOut(t *testing.T) {
 			// arrives as "b.csv" there, which no check can tell from a
 			// true name; the rest is refused alike
 			want := []string{"good.csv regular 5", "huge.csv irregular 0"}
-			wantImpossible := int64(2 * 4)
+			wantImpossible := int64(2 * 5)
 			if one {
 				want = []string{"b.csv regular 10", "good.csv regular 5", "huge.csv irregular 0"}
-				wantImpossible = 2 * 3 // "/", "" (which pkg/sftp makes ".") and the NUL
+				wantImpossible = 2 * 4 // "/", "" (which pkg/sftp makes "."), the NUL and the long name
 			}
 			for _, got := range [][]os.FileInfo{streamed, whole} {
 				var names []string
@@ -403,6 +405,21 @@ func TestAWholeListingOnAOneChannelSiteIsBounded(t *testing.T) {
 		case <-time.After(time.Minute):
 			t.Fatalf("NAME replies of no name for ever (whole %v): the listing did not end", whole)
 		}
+	}
+	// names within every count, over the bytes a whole listing may hold
+	defer sftpconn.SetWholeListingBytes(256 << 10)()
+	var many sftpd.Entries
+	for i := range 1000 {
+		many = append(many, fakeInfo{name: fmt.Sprintf("%s%d.csv", strings.Repeat("l", 500), i), size: 1, mode: 0o644})
+	}
+	srv.Lie(func(method, dir string, truth []os.FileInfo) sftp.ListerAt {
+		if method == "List" {
+			return many
+		}
+		return sftpd.Entries(truth)
+	})
+	if _, err := count(); !errors.Is(err, sftpconn.ErrEndlessListing) || !strings.Contains(err.Error(), "bytes of them") {
+		t.Fatalf("1000 names of 500 bytes past 256 KiB listed whole: %v, want ErrEndlessListing", err)
 	}
 	srv.Lie(nil)
 	if n, err := count(); err != nil || n != 200 {

@@ -115,10 +115,11 @@ func (s *dirLister) listDirOn(ctx context.Context, dir string, fn func(os.FileIn
 		defer s.wholeMu.Unlock()
 		lctx, cancel := context.WithCancel(ctx)
 		defer cancel()
-		end := s.watch.capNames(int64(limit)+2, cancel)
+		end := s.watch.capNames(int64(limit)+2, wholeListingBytes, cancel)
 		ents, err := s.Client.ReadDirContext(lctx, dir)
 		if end() {
-			return fmt.Errorf("sftp: more than %d names, or a reply of none, listed whole (the site allows one channel): %w", limit, ErrEndlessListing)
+			return fmt.Errorf("sftp: more than %d names, more than %d bytes of them, or a reply of none, listed whole (the site allows one channel): %w",
+				limit, wholeListingBytes, ErrEndlessListing)
 		}
 		if err = s.Deadline(err); err != nil {
 			return err
@@ -901,7 +902,7 @@ func (d *decoder) attrs(name string) *entryInfo {
 const MaxListNames = 10_000_000
 
 // the limits in force (tests lower them)
-var maxListNames, maxReadDirEntries = MaxListNames, MaxReadDirEntries
+var maxListNames, maxReadDirEntries, wholeListingBytes = MaxListNames, MaxReadDirEntries, int64(WholeListingBytes)
 
 // MaxReadDirEntries bounds a listing read whole (ReadDir: processing/
 // and its workers' directories, which hold the files in flight): a site
@@ -915,10 +916,25 @@ const MaxReadDirEntries = 100_000
 var ErrEndlessListing = errors.New("a listing that does not end")
 
 // OneName reports whether a listed name can be one entry of a directory:
-// not empty, no '/' and no NUL. A site that lists another ("/", "a/../b")
-// is broken or hostile: the entry is left out of the listing and counted
+// not empty, no '/' and no NUL, at most MaxNameBytes. A site that lists
+// another ("/", "a/../b", a name of a megabyte) is broken or hostile: the
+// entry is left out of the listing and counted
 // (Session.TakeImpossibleNames), and no path of ours is built from it.
-func OneName(name string) bool { return name != "" && !strings.ContainsAny(name, "/\x00") }
+func OneName(name string) bool {
+	return name != "" && len(name) <= MaxNameBytes && !strings.ContainsAny(name, "/\x00")
+}
+
+// MaxNameBytes is the longest name a listing passes on: no file system
+// keeps a longer one (Linux and most keep 255 bytes; Windows 255 UTF-16
+// units, 765 bytes of UTF-8). A listing's entries are bounded in number;
+// this bounds them in bytes too (the poller keeps the oldest hostile
+// entries of ready/, up to half of max_files_per_poll).
+const MaxNameBytes = 1024
+
+// WholeListingBytes bounds the NAME replies of one listing read whole
+// through pkg/sftp (a site that allows one channel), which holds it in
+// memory until its end: 64 MiB is about 400 000 entries of OpenSSH's.
+const WholeListingBytes = 64 << 20
 
 // fileMode converts POSIX mode bits; without them an entry is irregular
 // (never taken for a regular file).

@@ -71,20 +71,23 @@ type watchdog struct {
 
 	names  atomic.Int64            // names the site's NAME replies announced so far (in.names)
 	empty  atomic.Int64            // NAME replies that announced none (in.empty)
+	nbytes atomic.Int64            // bytes of the NAME replies (in.nameBytes)
 	capped atomic.Pointer[nameCap] // capNames'
 }
 
 // nameCap bounds the names a whole listing through pkg/sftp may bring
 // (capNames).
 type nameCap struct {
-	base, limit int64
-	baseEmpty   int64
-	cancel      func()
-	over        atomic.Bool
+	base, limit         int64
+	baseBytes, maxBytes int64
+	baseEmpty           int64
+	cancel              func()
+	over                atomic.Bool
 }
 
 // capNames bounds the names the channel's NAME replies may announce from
-// now on: past limit, cancel is called (it ends the listing's context).
+// now on: past limit, or past maxBytes of NAME replies, cancel is called
+// (it ends the listing's context).
 // pkg/sftp reads a listing whole into memory, so a site that lists for
 // ever would otherwise grow it until the daemon dies. The count covers
 // every NAME reply on the channel meanwhile, so one bound at a time: its
@@ -93,8 +96,8 @@ type nameCap struct {
 // after it, and a site answering so for ever (each reply renews the
 // watchdog) kept the listing going for good, as the listing channel
 // refuses it. end forgets the bound and reports whether it was passed.
-func (w *watchdog) capNames(limit int64, cancel func()) (end func() (over bool)) {
-	c := &nameCap{base: w.names.Load(), baseEmpty: w.empty.Load(), limit: limit, cancel: cancel}
+func (w *watchdog) capNames(limit, maxBytes int64, cancel func()) (end func() (over bool)) {
+	c := &nameCap{base: w.names.Load(), baseEmpty: w.empty.Load(), baseBytes: w.nbytes.Load(), limit: limit, maxBytes: maxBytes, cancel: cancel}
 	w.capped.Store(c)
 	return func() bool {
 		w.capped.CompareAndSwap(c, nil)
@@ -352,10 +355,11 @@ func (wr watchedReader) heard(p []byte) {
 	if k > 0 {
 		wr.w.pending.Add(-int64(k))
 	}
-	if names, empty := wr.w.in.names, wr.w.in.empty; names != wr.w.names.Load() || empty != wr.w.empty.Load() {
+	if names, empty, nb := wr.w.in.names, wr.w.in.empty, wr.w.in.nameBytes; nb != wr.w.nbytes.Load() {
 		wr.w.names.Store(names)
 		wr.w.empty.Store(empty)
-		if c := wr.w.capped.Load(); c != nil && (names-c.base > c.limit || empty > c.baseEmpty) && !c.over.Swap(true) {
+		wr.w.nbytes.Store(nb)
+		if c := wr.w.capped.Load(); c != nil && (names-c.base > c.limit || empty > c.baseEmpty || nb-c.baseBytes > c.maxBytes) && !c.over.Swap(true) {
 			c.cancel()
 		}
 	}
@@ -382,10 +386,12 @@ type framer struct {
 	left uint32
 	// the first bytes of the packet under way: its type, its id and, for
 	// a NAME reply, how many names it holds
-	head  [9]byte
-	nhead int
-	names int64 // names the NAME packets so far announced
-	empty int64 // NAME packets that announced none
+	head      [9]byte
+	nhead     int
+	names     int64 // names the NAME packets so far announced
+	empty     int64 // NAME packets that announced none
+	nameBytes int64 // the NAME packets' lengths
+	plen      uint32
 }
 
 // packets reports how many packets start in b, and how many end in it.
@@ -398,6 +404,7 @@ func (f *framer) packets(b []byte) (starts, ends int) {
 				if f.nhead == len(f.head) && f.head[0] == fxpName {
 					n := int64(binary.BigEndian.Uint32(f.head[5:]))
 					f.names += n
+					f.nameBytes += int64(f.plen)
 					if n == 0 {
 						f.empty++
 					}
@@ -415,6 +422,7 @@ func (f *framer) packets(b []byte) (starts, ends int) {
 		b = b[c:]
 		if f.nhdr == len(f.hdr) {
 			f.left = binary.BigEndian.Uint32(f.hdr[:])
+			f.plen = f.left
 			f.nhdr, f.nhead = 0, 0
 			starts++
 			if f.left == 0 {
