@@ -181,6 +181,11 @@ func (d *Daemon) PollOnce(ctx context.Context, partner string) error {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if p.retired() {
+		// a reload removed or replaced the runtime while this waited for
+		// it: it polls no more (reload.go)
+		return fmt.Errorf("partner %q was removed or replaced by a reload", partner)
+	}
 	err := p.deadline(d.pollOnce(ctx, p))
 	if errors.Is(err, errNotOwner) {
 		return nil
@@ -412,11 +417,6 @@ func (d *Daemon) Stop() {
 		d.log.Warn("drain time over; abandoning files in flight (they resume on the next start)")
 	}
 	d.life.Cancel()
-	if d.parts.unsettledRemoved.Load() {
-		// a reload removed a partner not looked at since a failure: its
-		// next start with the partner configured again must look
-		drained = false
-	}
 	d.parts.mu.RLock()
 	gone := append([]*partnerRT(nil), d.parts.retiring...)
 	d.parts.mu.RUnlock()

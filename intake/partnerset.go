@@ -3,7 +3,6 @@ package intake
 import (
 	"log/slog"
 	"sync"
-	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -18,9 +17,6 @@ type partnerSet struct {
 	byID     map[string]*partnerRT
 	order    []string
 	retiring []*partnerRT // removed or replaced by a reload, still finishing a poll
-	// unsettledRemoved: a reload removed a partner that was not settled
-	// (retire): the run is not drained
-	unsettledRemoved atomic.Bool
 }
 
 // list is the current partners in configuration order.
@@ -70,11 +66,6 @@ func (s *partnerSet) retire(p *partnerRT, m *metrics.Set, log *slog.Logger) {
 	if current {
 		return // replaced: its successor reports, and took its state over
 	}
-	p.mu.Lock()
-	if !p.settled {
-		s.unsettledRemoved.Store(true)
-	}
-	p.mu.Unlock()
 	for _, g := range []*prometheus.GaugeVec{m.PartnerUp, m.ReadyFiles, m.OldestReady, m.PartnerOwned, m.Files, m.OldestProcessing,
 		m.QuarantineOpen, m.QuarantineOldest, m.InflightRows, m.InflightRowsDone, m.InflightBytes, m.InflightBytesDone, m.SpoolBytes, m.QuotaFull,
 		m.Awaiting, m.AwaitingOldest, m.TargetHeld, m.LegacySSH} {

@@ -12,7 +12,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/intake/targethold"
 	"github.com/partner-intake/partner-intake/intake/unwrap"
 	"github.com/partner-intake/partner-intake/internal/fault"
@@ -30,12 +29,17 @@ import (
 // flight keeps the mapping it was planned with.
 //
 //   - an added partner gets its schedule and poller at once and is polled;
-//   - a removed partner's schedule is dropped and its poller ends after
-//     the poll in progress (its files in flight finish);
+//   - a removed partner's schedule is dropped and its poller ends;
 //   - a changed partner (any key differs) is a new partnerRT: the old one
 //     retires as a removed one does, and the new one polls only once the
 //     old one's poll in progress has ended, taking over what the old one
 //     knew (settled, resumed, its last poll's state).
+//
+// A reload that would leave claims where nothing looks after them is
+// refused while they are there (holdNothingLeft): one that removes a
+// partner while this worker has claims of it, or moves its processing,
+// quarantine or archive dir while claims are left that the old dirs
+// must finish.
 //
 // Daemon-wide settings (worker id, lease, drain, database, spool) are not
 // the daemon's to reload: the caller keeps them until a restart.
@@ -81,13 +85,13 @@ func (d *Daemon) Reload(ctx context.Context, parts []partners.Config) (ReloadRes
 		if had && reflect.DeepEqual(*o.cfg, c) {
 			next[c.ID] = o
 		} else {
-			if had && o.cfg.ProcessingMoves(&c) {
-				unlock, err := holdEmptyProcessing(ctx, d.ledger, d.sessions, o)
+			if had {
+				unlock, err := d.holdNothingLeft(ctx, o, &c)
 				if err != nil {
 					return res, fmt.Errorf("partner %s: %w", c.ID, err)
 				}
 				// held until the reload is in force (or refused): no poll
-				// of the old runtime claims into the old dir meanwhile
+				// of the old runtime claims under the old config meanwhile
 				defer unlock()
 			}
 			if err := unwrap.CheckPGPKeys(&c); err != nil {
@@ -114,6 +118,11 @@ func (d *Daemon) Reload(ctx context.Context, parts []partners.Config) (ReloadRes
 		if p := old[id]; next[id] != p {
 			retired = append(retired, p)
 			if _, kept := next[id]; !kept {
+				unlock, err := d.holdNothingLeft(ctx, p, nil)
+				if err != nil {
+					return res, fmt.Errorf("partner %s: %w", id, err)
+				}
+				defer unlock() // no poll of the removed runtime claims meanwhile
 				res.Removed = append(res.Removed, id)
 			}
 		}
@@ -161,74 +170,193 @@ func (d *Daemon) Reload(ctx context.Context, parts []partners.Config) (ReloadRes
 	return res, nil
 }
 
-// ErrProcessingInUse: a reload would move a partner's processing dir while
-// claims are left in the old one.
-var ErrProcessingInUse = errors.New("the reload moves the partner's processing dir, which still holds claims")
+// ErrProcessingInUse: a reload would remove a partner, or move its
+// processing, quarantine or archive dir, while claims are left that must
+// finish under the config in force.
+var ErrProcessingInUse = errors.New("claims are left that must finish under the config in force")
 
 // maxNamedClaims bounds how many claims a refused reload names.
 const maxNamedClaims = 10
 
-// holdEmptyProcessing makes sure the processing dir of o (a runtime a
-// reload replaces by one with another processing dir) holds no claim: no
-// row of the partner owns a path below it, no poll of o is in progress,
-// and a listing of the site finds no entry in any worker's dir there.
-// It returns with o's poll lock held (unlock releases it) so that no poll
-// of o claims into the old dir before the reload is in force. Anything
-// left is named in an ErrProcessingInUse refusal: the operator lets those
-// files finish, or be adopted, and reloads again.
-func holdEmptyProcessing(ctx context.Context, l *ledger.Ledger, k *sessionKeeper, o *partnerRT) (unlock func(), err error) {
-	base := partners.NewLayout(o.cfg).ProcessingBase()
-	ids, err := l.HoldingUnder(ctx, o.cfg.ID, base, maxNamedClaims+1)
-	if err != nil {
+// pollWait bounds how long a reload waits for a partner's poll in
+// progress to end (an idle poll is a listing or two, a small file's a
+// second) before it names the poll as left.
+const pollWait = 5 * time.Second
+
+// leftScope is what of a partner's claims a reload must find finished
+// before it retires the partner's runtime.
+type leftScope struct {
+	why string // what the reload does to the partner, for the refusal
+	// the rows that count: those owning a claimed path below under (any
+	// path when ""), held by worker (any worker's when "")
+	under, worker string
+	// list, when not "", is a dir of the site whose entries are claims
+	// left; base: it is the processing base, and every worker's dir
+	// below it is listed; unlessSettled: it is listed only when the
+	// partner is not settled (partnerRT.settled: else nothing of this
+	// worker is there without a row)
+	list                string
+	base, unlessSettled bool
+}
+
+// scopeOf is what a reload that retires the runtime of cur for next (nil:
+// the partner is removed) must find finished, worker being this daemon's
+// worker id; ok is false when nothing need be.
+//
+//   - a removed partner: this worker's rows of it and, unless the partner
+//     is settled, the entries of this worker's processing dir. Another
+//     replica still serving the partner looks after its own claims, and
+//     never adopts from the dir of a worker that lives: without the check
+//     a claim without a row would stay in this worker's dir for good, and
+//     a live row would wait for its lease to run out (for good, when no
+//     other replica serves the partner);
+//   - a processing dir moved: every row with a path below the old one and
+//     the entries of every worker's dir there: nothing looks there again;
+//   - a quarantine or archive dir moved: every row holding a claim,
+//     whoever holds it: any of them may be a hold or an archive that
+//     moved its file to the old dir and never recorded its end, and its
+//     next run (its owner's, or this daemon's after a takeover) would
+//     look for the file in the new dir only.
+func scopeOf(cur, next *partners.Config, worker string) (s leftScope, ok bool) {
+	l := partners.NewLayout(cur)
+	if next == nil {
+		s = leftScope{why: "removes the partner", worker: worker}
+		if !cur.Records() {
+			s.list, s.unlessSettled = l.ProcessingDir(worker), true
+		}
+		return s, true
+	}
+	procs, finish := cur.ProcessingMoves(next), cur.FinishDirsMove(next)
+	switch {
+	case procs && finish:
+		s = leftScope{why: "moves the partner's processing dir and its quarantine or archive dir"}
+	case procs:
+		s = leftScope{why: "moves the partner's processing dir", under: l.ProcessingBase()}
+	case finish:
+		return leftScope{why: "moves the partner's quarantine or archive dir"}, true
+	default:
+		return s, false
+	}
+	s.list, s.base = l.ProcessingBase(), true
+	return s, true
+}
+
+// holdNothingLeft makes sure a reload that retires o (a runtime it
+// replaces by one for next, or removes: next nil) leaves no claim that
+// nothing would look after (scopeOf): no row in the scope, no poll of o
+// in progress (one is waited for up to pollWait), and, where the scope
+// says, no entry in the processing dirs on the site. It returns with o's
+// poll lock held (unlock releases it) so that no poll of o claims under
+// the old config before the reload is in force. Anything left is named
+// in an ErrProcessingInUse refusal: the operator lets those files finish,
+// or be adopted, and reloads again. A listing that finds this worker's
+// processing dir empty settles o.
+func (d *Daemon) holdNothingLeft(ctx context.Context, o *partnerRT, next *partners.Config) (unlock func(), err error) {
+	s, ok := scopeOf(o.cfg, next, d.cfg.WorkerID)
+	if !ok {
+		return func() {}, nil
+	}
+	rows := func() ([]string, error) {
+		ids, err := d.ledger.Holding(ctx, o.cfg.ID, s.under, s.worker, maxNamedClaims+1)
+		var left []string
+		for _, id := range ids {
+			left = append(left, fmt.Sprintf("intake %d", id))
+		}
+		return left, err
+	}
+	if err := lockIdle(ctx, o); errors.Is(err, errPollBusy) {
+		left, err := rows()
+		if err != nil {
+			return nil, err
+		}
+		return nil, claimsLeft(s.why, append(left, "a poll in progress"))
+	} else if err != nil {
 		return nil, err
 	}
-	var left []string
-	for _, id := range ids {
-		left = append(left, fmt.Sprintf("intake %d", id))
-	}
-	if !o.mu.TryLock() {
-		return nil, claimsLeft(base, append(left, "a poll in progress"))
-	}
-	if len(left) == 0 {
-		left, err = processingEntries(ctx, k, o, base)
-	}
-	if err != nil || len(left) > 0 {
-		o.mu.Unlock()
+	// o's poll lock is held: the rows are looked up under it, so no poll
+	// adds one after the look
+	left, err := rows()
+	if err == nil && len(left) == 0 && s.list != "" && !(s.unlessSettled && o.settled && !o.takenOver.Load()) {
+		left, err = processingEntries(ctx, d.sessions, o, s.list, s.base)
 		switch {
 		case ctx.Err() != nil:
-			return nil, fmt.Errorf("listing %s: %w", base, context.Cause(ctx))
+			err = fmt.Errorf("listing %s: %w", s.list, context.Cause(ctx))
 		case err != nil:
-			return nil, fmt.Errorf("%w: cannot list %s to see that it is empty: %w", ErrProcessingInUse, base, err)
+			err = fmt.Errorf("the reload %s: %w: cannot list %s to see that it holds no claim: %w", s.why, ErrProcessingInUse, s.list, err)
+		case len(left) == 0:
+			o.settled = true // nothing of this worker is there without a row
 		}
-		return nil, claimsLeft(base, left)
+	}
+	if err == nil && len(left) > 0 {
+		err = claimsLeft(s.why, left)
+	}
+	if err != nil {
+		o.mu.Unlock()
+		return nil, err
 	}
 	return o.mu.Unlock, nil
 }
 
-// processingEntries names the entries of every worker's dir below base on
-// o's site (none when base does not exist), at most maxNamedClaims+1. A
-// listing the site leaves unanswered ends with ctx (a stop signal ends the
-// reload at once, not an op timeout later): the partner's session is
-// closed then, and its next poll dials afresh.
-func processingEntries(ctx context.Context, k *sessionKeeper, o *partnerRT, base string) ([]string, error) {
+// errPollBusy: a partner's poll was still in progress after pollWait.
+var errPollBusy = errors.New("a poll in progress")
+
+// lockIdle takes o's poll lock once the poll in progress (if any) has
+// ended, waiting up to pollWait (errPollBusy) and no longer than ctx.
+func lockIdle(ctx context.Context, o *partnerRT) error {
+	if o.mu.TryLock() {
+		return nil
+	}
+	giveUp := time.NewTimer(pollWait)
+	defer giveUp.Stop()
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for the poll in progress: %w", context.Cause(ctx))
+		case <-giveUp.C:
+			return errPollBusy
+		case <-tick.C:
+			if o.mu.TryLock() {
+				return nil
+			}
+		}
+	}
+}
+
+// processingEntries names the entries of dir on o's site, or with base
+// those of every worker's dir below it (none when dir does not exist), at
+// most maxNamedClaims+1. A listing the site leaves unanswered ends with
+// ctx (a stop signal ends the reload at once, not an op timeout later):
+// the partner's session is closed then, and its next poll dials afresh.
+func processingEntries(ctx context.Context, k *sessionKeeper, o *partnerRT, dir string, base bool) ([]string, error) {
 	sess, err := k.session(ctx, o)
 	if err != nil {
 		return nil, err
 	}
 	defer sess.CloseWhenDone(ctx)()
-	dirs, err := sess.ReadDir(base)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
+	dirs := []string{dir}
+	if base {
+		ents, err := sess.ReadDir(dir)
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		dirs = dirs[:0]
+		for _, e := range ents {
+			if e.IsDir() && !strings.HasPrefix(e.Name(), ".") {
+				dirs = append(dirs, path.Join(dir, e.Name()))
+			}
+		}
 	}
 	var left []string
 	for _, dir := range dirs {
-		if !dir.IsDir() || strings.HasPrefix(dir.Name(), ".") {
-			continue
+		ents, err := sess.ReadDir(dir)
+		if errors.Is(err, os.ErrNotExist) && !base {
+			return nil, nil
 		}
-		ents, err := sess.ReadDir(path.Join(base, dir.Name()))
 		if err != nil {
 			return nil, err
 		}
@@ -236,7 +364,7 @@ func processingEntries(ctx context.Context, k *sessionKeeper, o *partnerRT, base
 			if strings.HasPrefix(e.Name(), ".") {
 				continue
 			}
-			left = append(left, path.Join(base, dir.Name(), e.Name())+" (no row)")
+			left = append(left, path.Join(dir, e.Name())+" (no row)")
 			if len(left) > maxNamedClaims {
 				return left, nil
 			}
@@ -245,13 +373,13 @@ func processingEntries(ctx context.Context, k *sessionKeeper, o *partnerRT, base
 	return left, nil
 }
 
-func claimsLeft(base string, left []string) error {
+func claimsLeft(why string, left []string) error {
 	more := ""
 	if len(left) > maxNamedClaims {
 		left, more = left[:maxNamedClaims], " and more"
 	}
-	return fmt.Errorf("%w: %s holds %s%s; the config in force is kept: let those files finish, or the next polls adopt them (intake status), then reload again",
-		ErrProcessingInUse, base, strings.Join(left, ", "), more)
+	return fmt.Errorf("the reload %s: %w: %s%s; the config in force is kept: let those files finish, or the next polls adopt them (intake status), then reload again",
+		why, ErrProcessingInUse, strings.Join(left, ", "), more)
 }
 
 // takeOver waits for the poll in progress of the runtime p replaces, then

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/pkg/sftp"
 
 	"github.com/partner-intake/partner-intake/intake"
@@ -92,25 +93,50 @@ func TestReloadKeepsAFileInFlightOnItsMapping(t *testing.T) {
 	}
 }
 
-// A reload removes a partner whose last poll failed right after a claim's
-// RENAME (a file in processing/<worker>/ without a row). The daemon's
-// stop then records no drained run: the next start, with the partner
-// configured again, looks through its processing dir and adopts the file.
-func TestAReloadThatRemovesAnUnsettledPartnerLeavesTheRunUndrained(t *testing.T) {
-	_, pool := testenv.DB(t)
-	a, b := testenv.NewSite(t, "un-a"), testenv.NewSite(t, "un-b")
+// startRemovalRig starts a daemon of worker "un" serving the partners un-a
+// and un-b (polled by hand), past their first polls.
+func startRemovalRig(t *testing.T, pool *pgxpool.Pool, cfg intake.Config) (r *rig, a, b *testenv.Site) {
+	t.Helper()
+	a, b = testenv.NewSite(t, "un-a"), testenv.NewSite(t, "un-b")
 	for _, s := range []*testenv.Site{a, b} {
 		s.Config.Poll = "@every 1h" // polled by hand
 	}
-	ctx := context.Background()
-	r := newRig(t, pool, "un", a, b)
+	cfg.WorkerID, cfg.Lease, cfg.SpoolMinFree = "un", 30*time.Second, 1
+	r = newRigCfg(t, pool, cfg, a, b)
 	intake.Signals(r.d).Polled.Init(t)
-	if err := r.d.Start(ctx); err != nil {
+	if err := r.d.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	for seen := map[string]bool{}; len(seen) < 2; { // the first polls, nothing there yet
 		seen[intake.Signals(r.d).Polled.WaitOrTimeout().Partner] = true
 	}
+	return r, a, b
+}
+
+// stoppedDrained stops the rig's daemon and reports whether it recorded
+// its run as drained.
+func stoppedDrained(t *testing.T, r *rig, worker string) bool {
+	t.Helper()
+	r.d.Stop()
+	var drained bool
+	if err := r.pool.QueryRow(context.Background(), `SELECT drained_at IS NOT NULL FROM intake_worker WHERE worker_id = $1`, worker).Scan(&drained); err != nil {
+		t.Fatal(err)
+	}
+	return drained
+}
+
+// A reload removes a partner whose last poll failed right after a claim's
+// RENAME: a file in processing/<worker>/ without a row, which nothing
+// would look at again while the daemon runs (no other replica adopts from
+// a live worker's dir, and the reconciler follows the new partners). The
+// reload is refused naming the claim, and the config in force is kept;
+// the next poll adopts and archives the file, and the same reload is then
+// taken, the stop recording a drained run. Taken at once, the reload
+// would strand the claim.
+func TestAReloadThatRemovesAPartnerWaitsForAClaimWithoutARow(t *testing.T) {
+	_, pool := testenv.DB(t)
+	r, a, b := startRemovalRig(t, pool, intake.Config{})
+	ctx := context.Background()
 	a.Drop(t, "orders-1.csv", goodRows("U", 2))
 	if err := fault.Set("claim:after_rename=error"); err != nil {
 		t.Fatal(err)
@@ -119,21 +145,116 @@ func TestAReloadThatRemovesAnUnsettledPartnerLeavesTheRunUndrained(t *testing.T)
 		t.Fatal("the poll went past its claim's RENAME")
 	}
 	fault.Set("")
-	if _, err := r.d.Reload(ctx, []partners.Config{b.Validated(t)}); err != nil {
-		t.Fatal(err)
+	onlyB := []partners.Config{b.Validated(t)}
+	_, err := r.d.Reload(ctx, onlyB)
+	if !errors.Is(err, intake.ErrProcessingInUse) || !strings.Contains(err.Error(), "removes the partner") ||
+		!strings.Contains(err.Error(), "processing/un/orders-1.csv (no row)") {
+		t.Fatalf("reload removing a partner over its claim without a row: %v, want it refused naming the claim", err)
 	}
-	r.d.Stop()
-	var drained bool
-	if err := pool.QueryRow(ctx, `SELECT drained_at IS NOT NULL FROM intake_worker WHERE worker_id = 'un'`).Scan(&drained); err != nil || drained {
-		t.Fatalf("the stop recorded a drained run (%v, %v) with a removed partner's claim left without a row", drained, err)
-	}
-	again := newRig(t, pool, "un", a, b)
-	if err := again.d.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	again.poll("un-a")
+	r.poll("un-a") // under the config in force: adopts and archives it
 	if fs := files(t, pool, "un-a"); len(fs) != 1 || fs[0].State != "archived" {
-		t.Fatalf("rows %+v, want the claim without a row adopted and archived", fs)
+		t.Fatalf("rows %+v, want the claim adopted and archived", fs)
+	}
+	res, err := r.d.Reload(ctx, onlyB)
+	if err != nil || !reflect.DeepEqual(res.Removed, []string{"un-a"}) {
+		t.Fatalf("reload once the claim is finished: %+v, %v", res, err)
+	}
+	if !stoppedDrained(t, r, "un") {
+		t.Fatal("the stop did not record a drained run, with nothing of the removed partner left")
+	}
+}
+
+// A reload removes a partner while a row of this worker is still live: a
+// file failed transiently and waits for its next attempt (the poll itself
+// went well, so the partner is settled). Only this worker's polls resume
+// it; removed, it would wait for good on a daemon that serves the partner
+// alone. The reload is refused naming the intake; once the file is
+// finished the same reload is taken.
+func TestAReloadThatRemovesAPartnerWaitsForThisWorkersLiveRows(t *testing.T) {
+	_, pool := testenv.DB(t)
+	poison(t, pool, "L-2", "")
+	r, a, b := startRemovalRig(t, pool, intake.Config{Retry: intake.RetryPolicy{Attempts: 10, Base: time.Millisecond, Max: time.Millisecond}})
+	ctx := context.Background()
+	a.Drop(t, "orders-1.csv", goodRows("L", 3))
+	r.poll("un-a") // the file fails transiently; the poll goes on
+	fs := files(t, pool, "un-a")
+	if len(fs) != 1 || fs[0].State == "archived" || fs[0].Worker != "un" {
+		t.Fatalf("rows %+v, want one live row of worker un", fs)
+	}
+	onlyB := []partners.Config{b.Validated(t)}
+	_, err := r.d.Reload(ctx, onlyB)
+	if !errors.Is(err, intake.ErrProcessingInUse) || !strings.Contains(err.Error(), fmt.Sprintf("intake %d", fs[0].ID)) {
+		t.Fatalf("reload removing a partner under a live row of this worker: %v, want it refused naming intake %d", err, fs[0].ID)
+	}
+	exec(t, pool, `DELETE FROM poison_on`) // the cause fixed
+	waitDue(t, pool, "un-a")
+	r.poll("un-a")
+	if fs := files(t, pool, "un-a"); len(fs) != 1 || fs[0].State != "archived" {
+		t.Fatalf("rows %+v, want the file archived", fs)
+	}
+	if res, err := r.d.Reload(ctx, onlyB); err != nil || !reflect.DeepEqual(res.Removed, []string{"un-a"}) {
+		t.Fatalf("reload once the file is finished: %+v, %v", res, err)
+	}
+}
+
+// A reload that removes a partner during its poll waits for the poll to
+// end (its file finishes in it) rather than refusing, and the removal is
+// then taken: nothing is left.
+func TestAReloadThatRemovesAPartnerWaitsForItsPollInProgress(t *testing.T) {
+	_, pool := testenv.DB(t)
+	r, a, b := startRemovalRig(t, pool, intake.Config{})
+	a.Drop(t, "orders-1.csv", goodRows("W", 2))
+	resume := r.pollPaused("un-a", "claim:before_rename")
+	done := make(chan error, 1)
+	go func() {
+		res, err := r.d.Reload(context.Background(), []partners.Config{b.Validated(t)})
+		if err == nil && !reflect.DeepEqual(res.Removed, []string{"un-a"}) {
+			err = fmt.Errorf("removed %v, want un-a", res.Removed)
+		}
+		done <- err
+	}()
+	if err := resume(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("reload removing a partner during its poll: %v, want it taken once the poll ended", err)
+	}
+	if fs := files(t, pool, "un-a"); len(fs) != 1 || fs[0].State != "archived" {
+		t.Fatalf("rows %+v, want the file of the poll archived", fs)
+	}
+}
+
+// Only this worker's claims hold a removal up: other replicas still
+// serving the partner look after theirs. A partner whose last poll
+// failed (before any claim: nothing of this worker is in its processing
+// dir) is removed while another worker's dir holds an entry; the reload
+// looks through this worker's dir alone, finds it empty, and the stop
+// records a drained run.
+func TestAReloadRemovesAPartnerWhoseOtherWorkersStillHoldClaims(t *testing.T) {
+	_, pool := testenv.DB(t)
+	r, a, b := startRemovalRig(t, pool, intake.Config{})
+	ctx := context.Background()
+	other := filepath.Join(a.Root, "processing", "un-other")
+	if err := os.MkdirAll(other, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(other, "orders-9.csv"), []byte(goodRows("O", 2)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	a.Drop(t, "orders-1.csv", goodRows("U", 2))
+	if err := fault.Set("claim:before_rename=error"); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.d.PollOnce(ctx, "un-a"); err == nil {
+		t.Fatal("the poll went on to its claim's RENAME")
+	}
+	fault.Set("")
+	res, err := r.d.Reload(ctx, []partners.Config{b.Validated(t)})
+	if err != nil || !reflect.DeepEqual(res.Removed, []string{"un-a"}) {
+		t.Fatalf("reload removing a partner whose only claim is another worker's: %+v, %v", res, err)
+	}
+	if !stoppedDrained(t, r, "un") {
+		t.Fatal("the stop did not record a drained run, with nothing of this worker left")
 	}
 }
 
@@ -290,5 +411,92 @@ func TestAReloadListingAnUnansweringSiteEndsWithItsContext(t *testing.T) {
 	if err := pool.QueryRow(context.Background(), `SELECT state, claimed_path FROM file_intake WHERE partner_id = 'mvhang' AND remote_name = 'orders-1.csv'`).Scan(&state, &claimed); err != nil ||
 		state != "archived" || !strings.Contains(claimed, "/processing/mvh/") {
 		t.Fatalf("the next file: %s, claimed at %q (%v); want it archived, claimed under the old processing dir", state, claimed, err)
+	}
+}
+
+// A reload that moves a partner's quarantine or archive dir while a hold
+// or an archive has moved its file there but never recorded its end (the
+// run failed right after the move, so the row stayed live) is refused,
+// naming the intake, and the config in force is kept: the file's next
+// attempt finds it where the move put it and finishes it there. Once no
+// row is left to finish, the same reload is taken and the next file goes
+// to the new dir. Taken at once, the next attempt would look for the file
+// in the new dir only: a held file would be taken for lost (its row
+// failed_terminal remote_lost, the file and a reason file saying it is
+// held left in the old dir), an archived one archived as lost, its
+// receipt saying the file vanished.
+func TestAReloadThatMovesTheQuarantineOrArchiveDirWaitsForAnUnfinishedMove(t *testing.T) {
+	for _, c := range []struct{ name, dir, step, state string }{
+		{"quarantine", "quarantine", "hold:before_finish", "quarantined"},
+		{"archive", "archive", "archive:mid", "archived"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			_, pool := testenv.DB(t)
+			id := "fm-" + c.name
+			site := testenv.NewSite(t, id)
+			site.Config.Poll = "@every 1h" // polled by hand
+			if c.name == "quarantine" {
+				site.Config.Limits.MaxFileBytes = 1000 // held as it downloads
+			}
+			ctx := context.Background()
+			r := newRigCfg(t, pool, intake.Config{WorkerID: "fm", Lease: 30 * time.Second, SpoolMinFree: 1,
+				Retry: intake.RetryPolicy{Attempts: 10, Base: time.Millisecond, Max: time.Millisecond}}, site)
+			intake.Signals(r.d).Polled.Init(t)
+			if err := r.d.Start(ctx); err != nil {
+				t.Fatal(err)
+			}
+			intake.Signals(r.d).Polled.WaitOrTimeout() // the first poll, nothing there yet
+			moved := site.Validated(t)
+			switch c.name {
+			case "quarantine":
+				moved.Dirs.Quarantine = "quarantine2"
+			case "archive":
+				moved.Dirs.Archive = "archive2"
+			}
+
+			body := testenv.OrdersCSV("F", 100)
+			site.Drop(t, "orders-1.csv", body)
+			if err := fault.Set(c.step + "=error"); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { fault.Set("") })
+			if err := r.d.PollOnce(ctx, id); err == nil {
+				t.Fatalf("the poll went past %s", c.step)
+			}
+			fault.Set("")
+			fs := files(t, pool, id)
+			if len(fs) != 1 || fs[0].State == c.state || len(site.Files(t, c.dir)) == 0 {
+				t.Fatalf("rows %+v, %s/ %q: want a live row, its file moved to %s/", fs, c.dir, site.Files(t, c.dir), c.dir)
+			}
+			_, err := r.d.Reload(ctx, []partners.Config{moved})
+			if !errors.Is(err, intake.ErrProcessingInUse) || !strings.Contains(err.Error(), fmt.Sprintf("intake %d", fs[0].ID)) {
+				t.Errorf("reload moving %s/ under a move whose end is not recorded: %v, want it refused naming intake %d", c.dir, err, fs[0].ID)
+			}
+
+			waitDue(t, pool, id)
+			r.poll(id)
+			f := files(t, pool, id)[0]
+			if f.State != c.state || f.Archive == "" || !strings.Contains(f.Archive, "/"+c.dir+"/") {
+				t.Fatalf("%+v: want %s, the file at its path in %s/ (%s/ holds %q)", f, c.state, c.dir, c.dir, site.Files(t, c.dir))
+			}
+			if got := site.Read(t, site.Rel(t, f.Archive)); got != body {
+				t.Fatalf("%s does not hold the file", f.Archive)
+			}
+			if rc := receipt(t, site, f.Receipt); rc.Detail != "" && c.name == "archive" {
+				t.Fatalf("receipt %+v: want the file archived, not lost", rc)
+			}
+
+			res, err := r.d.Reload(ctx, []partners.Config{moved})
+			if err != nil || !reflect.DeepEqual(res.Changed, []string{id}) {
+				t.Fatalf("reload once the move is finished: %+v, %v", res, err)
+			}
+			intake.Signals(r.d).Polled.WaitOrTimeout() // the new runtime's first poll
+			site.Drop(t, "orders-2.csv", testenv.OrdersCSV("G", 100))
+			r.poll(id)
+			f = files(t, pool, id)[1]
+			if f.State != c.state || !strings.Contains(f.Archive, "/"+c.dir+"2/") {
+				t.Fatalf("%+v: want the next file %s in %s2/", f, c.state, c.dir)
+			}
+		})
 	}
 }

@@ -67,6 +67,28 @@ func (c *Config) ProcessingMoves(next *Config) bool {
 	if c.Records() {
 		return false
 	}
-	return next.Records() || !strings.EqualFold(c.SFTP.Address, next.SFTP.Address) || c.SFTP.User != next.SFTP.User ||
-		path.Clean(c.SFTP.Root) != path.Clean(next.SFTP.Root) || path.Clean(c.Dirs.Processing) != path.Clean(next.Dirs.Processing)
+	return next.Records() || c.treeMoves(next) || path.Clean(c.Dirs.Processing) != path.Clean(next.Dirs.Processing)
+}
+
+// FinishDirsMove reports whether next puts the partner's quarantine or
+// archive dir somewhere else than c does: another site or login, root,
+// dirs.quarantine or dirs.archive, or claim: record (which moves no
+// file). A hold or an archive moves its file there before it records
+// the file's end; a run that fails in between leaves the row live, and
+// the row's next run (its owner's, or a reconciler's after a takeover)
+// looks for the file where the config in force then puts these dirs,
+// never where the move put it.
+func (c *Config) FinishDirsMove(next *Config) bool {
+	if c.Records() {
+		return false
+	}
+	return next.Records() || c.treeMoves(next) || path.Clean(c.Dirs.Quarantine) != path.Clean(next.Dirs.Quarantine) ||
+		path.Clean(c.Dirs.Archive) != path.Clean(next.Dirs.Archive)
+}
+
+// treeMoves reports whether next puts the partner's tree on another site,
+// login or root than c does.
+func (c *Config) treeMoves(next *Config) bool {
+	return !strings.EqualFold(c.SFTP.Address, next.SFTP.Address) || c.SFTP.User != next.SFTP.User ||
+		path.Clean(c.SFTP.Root) != path.Clean(next.SFTP.Root)
 }

@@ -244,18 +244,25 @@ func (l *replicas) WorkerGone(ctx context.Context, worker string) (bool, error) 
 // worker holds or may resume, and their heartbeats.
 type leaseStore struct{ *core }
 
-// HoldingUnder lists the ids of the partner's rows that own a claimed path
-// below dir (one of the holding states), oldest first, at most limit.
-func (l *leaseStore) HoldingUnder(ctx context.Context, partner, dir string, limit int) ([]int64, error) {
+// Holding lists the ids of the partner's rows that own a claimed path
+// (one of the holding states), oldest first, at most limit: of those,
+// the rows whose claimed path lies below under (any path when under is
+// "") and that worker holds (any worker's when worker is "").
+func (l *leaseStore) Holding(ctx context.Context, partner, under, worker string, limit int) ([]int64, error) {
+	prefix := ""
+	if under != "" {
+		prefix = strings.TrimSuffix(under, "/") + "/"
+	}
 	rs, err := l.pool.Query(ctx, `SELECT intake_id FROM file_intake
-		WHERE partner_id = $1 AND pg_catalog.starts_with(claimed_path, $2::text) AND state = ANY($3)
-		ORDER BY intake_id LIMIT $4`, partner, strings.TrimSuffix(dir, "/")+"/", holdingStates, limit)
+		WHERE partner_id = $1 AND pg_catalog.starts_with(claimed_path, $2::text) AND ($3::text = '' OR worker_id = $3)
+		    AND state = ANY($4)
+		ORDER BY intake_id LIMIT $5`, partner, prefix, worker, holdingStates, limit)
 	if err != nil {
-		return nil, fmt.Errorf("rows under %s: %w", dir, err)
+		return nil, fmt.Errorf("rows holding a claim: %w", err)
 	}
 	ids, err := pgx.CollectRows(rs, pgx.RowTo[int64])
 	if err != nil {
-		return nil, fmt.Errorf("rows under %s: %w", dir, err)
+		return nil, fmt.Errorf("rows holding a claim: %w", err)
 	}
 	return ids, nil
 }
