@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"hash/maphash"
 	"io"
-	"path"
 
 	"github.com/partner-intake/partner-intake/internal/reason"
 
@@ -371,8 +370,13 @@ func (d *housekeeping) takeOverDecided(ctx context.Context, p *partnerRT, sess *
 		return in, nil
 	}
 	copied := sess.AllowCopy(max(old.Size, old.ListedSize)) // a RENAME that copies answers late
-	err = sitefile.MoveClaim(sess, old.ClaimedPath, dst)
+	left, err := sitefile.MoveClaimed(sess, old.ClaimedPath, dst, in.ManifestName)
 	copied()
+	if left != nil {
+		// the reconciler's next run reports it, and moves it beside the
+		// file while its row is live
+		d.log.Warn("a decided file was moved without its manifest", "partner", p.cfg.ID, "intake_id", in.ID, "err", left)
+	}
 	switch {
 	case errors.Is(err, sitefile.ErrNotMoved):
 		// still at its old path: the row is pointed back at it (under
@@ -388,12 +392,6 @@ func (d *housekeeping) takeOverDecided(ctx context.Context, p *partnerRT, sess *
 	case err != nil:
 		// the run goes on from the spool where it can (ensureSpooled)
 		d.log.Warn("a decided file is not where its owner left it", "partner", p.cfg.ID, "intake_id", in.ID, "path", old.ClaimedPath, "err", err)
-	}
-	if in.ManifestName != "" {
-		from, to := path.Join(path.Dir(old.ClaimedPath), in.ManifestName), path.Join(path.Dir(dst), in.ManifestName)
-		if err := sitefile.MoveClaim(sess, from, to); err != nil && !sftpconn.IsNotExist(err) {
-			d.log.Warn("could not move a manifest with its decided file", "partner", p.cfg.ID, "intake_id", in.ID, "err", err)
-		}
 	}
 	return in, nil
 }

@@ -86,6 +86,15 @@ func TestHostileEntriesAreQuarantinedWithAReason(t *testing.T) {
 			t.Fatalf("a hostile name entered our paths: %q", q)
 		}
 	}
+	// held whatever they are: the symlink and the directory went to
+	// quarantine/ too, and a later poll finds nothing to take again
+	if ents, _ := os.ReadDir(filepath.Join(site.Root, "processing", "w1")); len(ents) != 0 {
+		t.Fatalf("processing/w1 still holds %d entries", len(ents))
+	}
+	r.poll("hostile")
+	if n := len(files(t, pool, "hostile")); n != 8 {
+		t.Fatalf("%d intakes after a second poll, want the 8 of the first", n)
+	}
 	testenv.AssertExactOrders(t, pool, "hostile", 3, "G")
 }
 

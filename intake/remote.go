@@ -64,8 +64,11 @@ func moveOnce(s *sftpconn.Session, src string, candidates []string) (string, err
 // again. A path holding something else is left alone: the run goes on as
 // when its file is gone (the spool keeps its bytes), and the partner's
 // next poll adopts the entry as a claim of its own once this intake ends.
+// A hostile entry is held whatever it is (a directory, a symlink), never
+// read: its path's generated name (partners.HostilePrefix) is no other
+// entry's.
 func (r *fileRun) claimedIsOurs() (bool, error) {
-	if r.placed || r.in.ReplayOf != 0 || r.p.cfg.Records() {
+	if r.placed || r.in.ReplayOf != 0 || r.p.cfg.Records() || r.in.Feed == ledger.NoFeed {
 		return true, nil
 	}
 	st, err := r.sess.Lstat(r.in.ClaimedPath)

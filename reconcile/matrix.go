@@ -160,7 +160,11 @@ func (r *Reconciler) partnerRows(ctx context.Context, p *partners.Config, fs *fi
 // leave it so for good). A live worker may be between a
 // claim's RENAME and its INSERT right now, so such an entry is looked up
 // again after every directory was listed, and reported only if still there
-// without a row.
+// without a row. A hostile entry (partners.HostilePrefix: what a claim took
+// out of ready/ under a generated name, a directory or a symlink as well)
+// is adopted whatever it is, to be held unread. A manifest travels with
+// its data file; one found beside none is looked at after the listings
+// (strayManifest).
 func (r *Reconciler) rowOrphanClaims(ctx context.Context, p *partners.Config, s *sftpconn.Session, add addFunc) error {
 	base := path.Join(s.Layout.Root, s.Layout.Dirs.Processing)
 	dirs, err := s.ReadDir(base)
@@ -169,6 +173,7 @@ func (r *Reconciler) rowOrphanClaims(ctx context.Context, p *partners.Config, s 
 	}
 	type leftTo struct{ path, worker string }
 	var left []leftTo
+	var manifests []string // beside no data file: looked at again at the end
 	for _, d := range dirs {
 		w := d.Name()
 		if !d.IsDir() {
@@ -185,6 +190,7 @@ func (r *Reconciler) rowOrphanClaims(ctx context.Context, p *partners.Config, s 
 			if err != nil {
 				return err
 			}
+			manifests = append(manifests, strayManifests(p, path.Join(base, w), files)...)
 			for _, f := range files {
 				name := f.Name()
 				if strings.HasPrefix(name, ".") || (p.Readiness == partners.ReadinessManifest && strings.HasSuffix(name, partners.ManifestSuffix)) {
@@ -203,13 +209,18 @@ func (r *Reconciler) rowOrphanClaims(ctx context.Context, p *partners.Config, s 
 		if err != nil {
 			return err
 		}
+		manifests = append(manifests, strayManifests(p, path.Join(base, w), files)...)
 		for _, f := range files {
 			name := f.Name()
-			if !f.Mode().IsRegular() || strings.HasPrefix(name, ".") || !partners.SafeName(name) {
+			// a hostile entry (a symlink, a directory, whatever the claim
+			// took out of ready/ under a generated name) is held whatever
+			// it is, never read
+			hostile := strings.HasPrefix(name, partners.HostilePrefix)
+			if !hostile && (!f.Mode().IsRegular() || strings.HasPrefix(name, ".") || !partners.SafeName(name)) {
 				continue
 			}
 			if p.Readiness == partners.ReadinessManifest && strings.HasSuffix(name, partners.ManifestSuffix) {
-				continue
+				continue // moves with its data file (strayManifests: one beside none)
 			}
 			old := path.Join(base, w, name)
 			owned, err := r.ledger.Owned(ctx, p.ID, old)
@@ -220,7 +231,7 @@ func (r *Reconciler) rowOrphanClaims(ctx context.Context, p *partners.Config, s 
 				continue // a live row: the expired-lease row handles it
 			}
 			feedName := ledger.NoFeed // a hostile entry: it is held, never read
-			if !strings.HasPrefix(name, partners.HostilePrefix) {
+			if !hostile {
 				feed := p.FeedFor(name)
 				if feed == nil {
 					add(ledger.Finding{Kind: ledger.KindOrphanClaim, Path: old, NeedsHuman: true, Action: "none",
@@ -256,7 +267,106 @@ func (r *Reconciler) rowOrphanClaims(ctx context.Context, p *partners.Config, s 
 		add(ledger.Finding{Kind: ledger.KindOrphanClaim, Path: l.path, NeedsHuman: true, Action: "none",
 			Detail: fmt.Sprintf("no row: worker %s is live and adopts it when it next looks at the partner; if this stays, restart that worker", l.worker)})
 	}
+	for _, m := range manifests {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if err := r.strayManifest(ctx, p, s, m, add); err != nil {
+			return err
+		}
+	}
 	return nil
+}
+
+// strayManifests lists the manifests (manifest readiness) of a listing of
+// the processing dir dir that lie beside no data file of their name. A
+// manifest travels beside its data file, the file first: one alone was
+// left by a move that took its file on without it (a takeover's or an
+// adoption's whose move of the manifest failed), or lies where its row
+// looks for it under another name (a released file's). strayManifest
+// looks at each again.
+func strayManifests(p *partners.Config, dir string, files []os.FileInfo) []string {
+	if p.Readiness != partners.ReadinessManifest {
+		return nil
+	}
+	names := make(map[string]bool, len(files))
+	for _, f := range files {
+		names[f.Name()] = true
+	}
+	var out []string
+	for _, f := range files {
+		name := f.Name()
+		if strings.HasPrefix(name, ".") || !partners.SafeName(name) || !strings.HasSuffix(name, partners.ManifestSuffix) ||
+			names[strings.TrimSuffix(name, partners.ManifestSuffix)] {
+			continue
+		}
+		out = append(out, path.Join(dir, name))
+	}
+	return out
+}
+
+// strayManifest: a manifest found in processing/ beside no data file
+// (strayManifests), looked at again in the partner's claim section, where
+// no takeover or adoption moves a file or its manifest: the rows first,
+// then the site (an owner moves a file and its manifest before it records
+// where they went). One that no row owning its claimed path looks for
+// there, and that is still there beside no file, is a leftover: it is
+// moved beside the file of the one such row that names it and lacks it
+// (where its file went: sitefile.MoveClaimed left it), else reported for a
+// human. Nothing else moves it: no finder takes a manifest on its own.
+func (r *Reconciler) strayManifest(ctx context.Context, p *partners.Config, s *sftpconn.Session, m string, add addFunc) error {
+	dir, name := path.Dir(m), path.Base(m)
+	return r.ledger.InClaimSection(ctx, p.ID, func(*ledger.ClaimLock) error {
+		rows, err := r.ledger.NamingManifest(ctx, p.ID, name)
+		if err != nil {
+			return err
+		}
+		for _, in := range rows {
+			if path.Dir(in.ClaimedPath) == dir {
+				return nil // its row's, where the row looks for it
+			}
+		}
+		if _, err := s.Lstat(m); sftpconn.IsNotExist(err) {
+			return nil // moved on meanwhile
+		} else if err != nil {
+			return err
+		}
+		if _, err := s.Lstat(strings.TrimSuffix(m, partners.ManifestSuffix)); err == nil {
+			return nil // its file is beside it again: the file's own handling takes both
+		} else if !sftpconn.IsNotExist(err) {
+			return err
+		}
+		var lacking []*ledger.Intake
+		for _, in := range rows {
+			// the row's file at its path, without its manifest beside it
+			if _, err := s.Lstat(in.ClaimedPath); sftpconn.IsNotExist(err) {
+				continue
+			} else if err != nil {
+				return err
+			}
+			if _, err := s.Lstat(path.Join(path.Dir(in.ClaimedPath), name)); err == nil {
+				continue
+			} else if !sftpconn.IsNotExist(err) {
+				return err
+			}
+			lacking = append(lacking, in)
+		}
+		if len(lacking) != 1 {
+			add(ledger.Finding{Kind: ledger.KindOrphanClaim, Path: m, NeedsHuman: true, Action: "none",
+				Detail: "a manifest beside no file, which no live row looks for here: a move left it behind; find its file (the manifest gives its bytes and sha256) and move or remove it by hand"})
+			return nil
+		}
+		in := lacking[0]
+		dst := path.Join(path.Dir(in.ClaimedPath), name)
+		if err := sitefile.MoveClaim(s, m, dst); err != nil {
+			add(ledger.Finding{Kind: ledger.KindOrphanClaim, Path: m, NeedsHuman: true, Action: "none",
+				Detail: fmt.Sprintf("a manifest left apart from its file (intake %d at %s) could not be moved beside it (the next run tries again): %s", in.ID, in.ClaimedPath, pgerr.Redact(err))})
+			return nil
+		}
+		add(ledger.Finding{Kind: ledger.KindOrphanClaim, IntakeID: in.ID, Path: m,
+			Action: "moved beside its file at " + dst + ", which a move had left it apart from"})
+		return nil
+	})
 }
 
 // adopt moves one orphaned claim into this worker's processing dir and
@@ -403,14 +513,21 @@ func (r *Reconciler) takeOverExpired(ctx context.Context, p *partners.Config, s 
 		return err
 	}
 	copied := s.AllowCopy(max(old.Size, old.ListedSize)) // a RENAME that copies answers late
-	err = sitefile.MoveClaim(s, old.ClaimedPath, dst)
+	left, err := sitefile.MoveClaimed(s, old.ClaimedPath, dst, in.ManifestName)
 	copied()
+	if left != nil {
+		// the file's download holds it (manifest_invalid) unless the
+		// manifest is beside it by then: the next run moves it there
+		// while the row is live (rowOrphanClaims)
+		add(ledger.Finding{Kind: ledger.KindTakeoverBlocked, IntakeID: in.ID, Path: left.Path, NeedsHuman: true, Action: "none",
+			Detail: fmt.Sprintf("taken over into processing/%s/ without its manifest (%s); the next run moves the manifest beside the file while its row is live", r.worker, pgerr.Redact(left))})
+	}
 	switch {
 	case errors.Is(err, sitefile.ErrNotMoved):
-		// The row says dst, the file is still at the old path: the
-		// row is pointed back at it (under the new token), so the new
-		// owner runs the file where it is, and no orphan of it is
-		// left for a sweep to adopt as a second intake.
+		// The row says dst, the file (with its manifest) is still at
+		// the old path: the row is pointed back at it (under the new
+		// token), so the new owner runs the file where it is, and no
+		// orphan of it is left for a sweep to adopt as a second intake.
 		if rerr := r.ledger.RestorePath(ctx, in, old.ClaimedPath); rerr != nil {
 			add(ledger.Finding{Kind: ledger.KindTakeoverBlocked, IntakeID: in.ID, Path: old.ClaimedPath, NeedsHuman: true,
 				Action: "none", Detail: "taken over, not moved, and the row could not be pointed back at the file: " + pgerr.Redact(rerr)})
@@ -424,9 +541,6 @@ func (r *Reconciler) takeOverExpired(ctx context.Context, p *partners.Config, s 
 		f.Detail = "the file is not in processing/ any more: " + pgerr.Redact(err)
 		add(ledger.Finding{Kind: ledger.KindRemoteMissing, IntakeID: in.ID, Path: old.ClaimedPath,
 			Action: "the worker continues from the spool where it can", Detail: pgerr.Redact(err)})
-	}
-	if in.ManifestName != "" {
-		_ = sitefile.MoveClaim(s, path.Join(path.Dir(old.ClaimedPath), in.ManifestName), path.Join(path.Dir(dst), in.ManifestName))
 	}
 	add(f)
 	r.takenOver(p.ID)

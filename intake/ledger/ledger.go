@@ -218,6 +218,13 @@ func (l *reconcilerView) Owned(ctx context.Context, partner, claimedPath string)
 	return ok, err
 }
 
+// NamingManifest lists the partner's rows that own a claimed path (the
+// holding states) and name manifest as their manifest, which lies beside
+// their claimed path: whose a manifest found in processing/ is.
+func (l *reconcilerView) NamingManifest(ctx context.Context, partner, manifest string) ([]*Intake, error) {
+	return l.query(ctx, `partner_id = $1 AND manifest_name = $2 AND state = ANY($3)`, partner, manifest, holdingStates)
+}
+
 // WorkerAlive reports whether a replica heartbeated within its lease.
 func (l *replicas) WorkerAlive(ctx context.Context, worker string) (bool, error) {
 	var ok bool

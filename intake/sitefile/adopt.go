@@ -70,3 +70,49 @@ func MoveClaim(s *sftpconn.Session, from, to string) error {
 
 // ErrNotMoved: a takeover's move left the file where it was.
 var ErrNotMoved = errors.New("the file is still where it was")
+
+// MoveClaimed is a takeover's move of a claimed file from from to to
+// (MoveClaim) with its manifest (its name in manifest, "" for none), which
+// lies beside its file wherever the file is: the manifest follows the file
+// into to's dir, also when the file was found gone from from. err is the
+// move's as MoveClaim gives it, except that a manifest that stays beside
+// from takes its file back there: ErrNotMoved, the pair at from, where the
+// taker points its row back. left is a manifest the move could not keep
+// beside its file (its move failed and the file could not go back to it,
+// or the site did not say where it is): the taker reports it, and the
+// reconciler's look through processing/ moves a manifest beside no file to
+// the live row that lacks it. A manifest found nowhere is neither: its
+// file's download holds the file.
+func MoveClaimed(s *sftpconn.Session, from, to, manifest string) (left *ManifestLeft, err error) {
+	err = MoveClaim(s, from, to)
+	if manifest == "" || errors.Is(err, ErrNotMoved) {
+		return nil, err
+	}
+	mfrom, mto := path.Join(path.Dir(from), manifest), path.Join(path.Dir(to), manifest)
+	merr := MoveClaim(s, mfrom, mto)
+	if merr == nil || sftpconn.IsNotExist(merr) {
+		return nil, err
+	}
+	if err == nil && errors.Is(merr, ErrNotMoved) {
+		// the manifest is still beside from: its file goes back to it
+		berr := MoveClaim(s, to, from)
+		if berr == nil {
+			return nil, fmt.Errorf("its manifest: %w", merr)
+		}
+		merr = fmt.Errorf("%w; the file could not go back beside it: %w", merr, berr)
+	}
+	return &ManifestLeft{Path: mfrom, Err: merr}, err
+}
+
+// ManifestLeft is a manifest a takeover's move left apart from its file,
+// at Path as far as the site said.
+type ManifestLeft struct {
+	Path string
+	Err  error
+}
+
+func (e *ManifestLeft) Error() string {
+	return fmt.Sprintf("the manifest %s was left apart from its file: %v", e.Path, e.Err)
+}
+
+func (e *ManifestLeft) Unwrap() error { return e.Err }

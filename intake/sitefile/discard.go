@@ -3,7 +3,6 @@ package sitefile
 import (
 	"context"
 	"fmt"
-	"path"
 
 	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/partners"
@@ -21,8 +20,9 @@ func PublishDiscarded(ctx context.Context, l *ledger.Ledger, s *sftpconn.Session
 		if err := still(); err != nil {
 			return err
 		}
-		p := path.Join(s.Layout.QuarantineDir(), ReasonName(path.Base(in.ArchivePath)))
-		if err := s.Remove(p); err != nil && !sftpconn.IsNotExist(err) {
+		// beside the held file, wherever the config in force puts
+		// quarantine/ now
+		if err := s.Remove(ReasonName(in.ArchivePath)); err != nil && !sftpconn.IsNotExist(err) {
 			return fmt.Errorf("remove reason file: %w", err)
 		}
 	}
