@@ -58,7 +58,11 @@ func (g *gauges) refresh(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("refresh gauges: %w", err)
 	}
-	m.SetFiles(order, gs)
+	holds, err := g.ledger.OpenHolds(ctx, order)
+	if err != nil {
+		return fmt.Errorf("refresh gauges: %w", err)
+	}
+	m.SetFiles(order, gs, holds)
 	for _, p := range g.parts.list() {
 		id := p.cfg.ID
 		p.statMu.Lock()

@@ -837,9 +837,9 @@ func (r *Reconciler) rowPartnerUnreachable(err error, add addFunc) {
 	add(ledger.Finding{Kind: ledger.KindPartnerDown, NeedsHuman: true, Action: "none", Detail: pgerr.Redact(err)})
 }
 
-// Files held for an ops decision.
+// Files held for an ops decision: quarantined, or failed for good.
 func (r *Reconciler) openQuarantine(ctx context.Context, p *partners.Config, add addFunc) error {
-	rows, err := r.ledger.Quarantined(ctx, p.ID)
+	rows, err := r.ledger.OpenHeld(ctx, p.ID)
 	if err != nil {
 		return err
 	}

@@ -220,7 +220,7 @@ func (l *expectations) OpenLateCounts(ctx context.Context, partners []string) ([
 // acknowledged, or were closed or acknowledged within the last
 // `shownFor`, newest first, at most limit.
 func (l *expectations) LateWindows(ctx context.Context, partners []string, shownFor time.Duration, limit int) ([]LateWindow, error) {
-	rs, err := l.pool.Query(ctx, `SELECT partner_id, feed, scheduled_at, deadline, raised_at, raised_by,
+	rs, err := l.read.Query(ctx, `SELECT partner_id, feed, scheduled_at, deadline, raised_at, raised_by,
 		coalesce(closed_intake_id, 0), arrived_at, acked_at, coalesce(acked_by, ''), coalesce(ack_reason, '')
 		FROM intake_feed_late
 		WHERE partner_id = ANY($1)

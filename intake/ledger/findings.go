@@ -57,7 +57,7 @@ type Finding struct {
 
 // LastRuns maps each of partners to when the reconciler last completed a
 // run over it; a partner never reconciled is absent.
-func LastRuns(ctx context.Context, db *pgxpool.Pool, partners []string) (map[string]time.Time, error) {
+func LastRuns(ctx context.Context, db Reader, partners []string) (map[string]time.Time, error) {
 	rs, err := db.Query(ctx, `SELECT partner_id, run_at FROM intake_reconcile_run WHERE partner_id = ANY($1)`, partners)
 	if err != nil {
 		return nil, err
@@ -78,7 +78,7 @@ func LastRuns(ctx context.Context, db *pgxpool.Pool, partners []string) (map[str
 
 // StoredFindings lists the findings of the partners' last runs, by
 // partner and kind.
-func StoredFindings(ctx context.Context, db *pgxpool.Pool, partners []string) ([]Finding, error) {
+func StoredFindings(ctx context.Context, db Reader, partners []string) ([]Finding, error) {
 	rs, err := db.Query(ctx, `SELECT partner_id, kind, coalesce(intake_id, 0), coalesce(path, ''), action, needs_human,
 		coalesce(detail, '') FROM intake_finding WHERE partner_id = ANY($1) ORDER BY partner_id, kind`, partners)
 	if err != nil {

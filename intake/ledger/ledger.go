@@ -58,7 +58,10 @@ type Ledger struct {
 // core is what the ledger's parts share: the pools its statements run on
 // and the lease it grants.
 type core struct {
-	pool   *pgxpool.Pool
+	pool *pgxpool.Pool
+	// read is what the status reads run on: pool, or a Snapshot's
+	// transaction
+	read   Reader
 	claims *pgxpool.Pool // the claim sections' connections (ClaimLock); nil: pool
 	lease  time.Duration
 	// the heartbeats' and lease renewals' pool (WithBeatPool): made from
@@ -71,7 +74,7 @@ type core struct {
 
 // New returns the ledger on db; lease is the claim lease to grant.
 func New(db *pgxpool.Pool, lease time.Duration) *Ledger {
-	c := &core{pool: db, lease: lease}
+	c := &core{pool: db, read: db, lease: lease}
 	return &Ledger{
 		core:           c,
 		claimStore:     claimStore{c},
@@ -92,6 +95,26 @@ func New(db *pgxpool.Pool, lease time.Duration) *Ledger {
 		readySeen:      readySeen{c},
 		statusReads:    statusReads{c},
 	}
+}
+
+// Reader is a pool or a transaction, for reads.
+type Reader interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// Snapshot runs fn on a ledger whose status reads (those `intake status`
+// makes: StateCounts, OpenHolds, Polls, ApplyingFiles, LateWindows,
+// AwaitingApproval, SiteProfiles, LiveServing, and LastRuns and
+// StoredFindings given its Reader) all see one moment: a read-only
+// REPEATABLE READ transaction, so their figures agree with each other
+// while files move. Its other statements run on db as ever.
+func Snapshot(ctx context.Context, db *pgxpool.Pool, fn func(l *Ledger, r Reader) error) error {
+	return pgx.BeginTxFunc(ctx, db, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		l := New(db, DefaultLease)
+		l.core.read = tx
+		return fn(l, tx)
+	})
 }
 
 // WithClaimPool has the partners' claim sections (ClaimLock) hold their
@@ -196,9 +219,11 @@ func (l *reconcilerView) Unknown(ctx context.Context, partner string) ([]*Intake
 	return l.query(ctx, `partner_id = $1 AND state = 'outcome_unknown'`, partner)
 }
 
-// Quarantined lists the partner's rows held for an ops decision.
-func (l *reconcilerView) Quarantined(ctx context.Context, partner string) ([]*Intake, error) {
-	return l.query(ctx, `partner_id = $1 AND state = 'quarantined'`, partner)
+// OpenHeld lists the partner's rows held for an ops decision: their
+// quarantine record open (quarantined, or failed for good), as OpenHolds
+// counts them.
+func (l *reconcilerView) OpenHeld(ctx context.Context, partner string) ([]*Intake, error) {
+	return l.query(ctx, `partner_id = $1 AND intake_id IN (SELECT q.intake_id FROM intake_quarantine q WHERE q.partner_id = $1 AND q.state = 'open')`, partner)
 }
 
 // Get returns the partner's row with that id, or nil.

@@ -80,7 +80,7 @@ func (l *siteProfiles) SiteProfile(ctx context.Context, partner string) (*SitePr
 // SiteProfiles reads the measured profiles of the given partners (for
 // `intake status`), by partner; a partner never measured is absent.
 func (l *siteProfiles) SiteProfiles(ctx context.Context, partners []string) (map[string]SiteProfile, error) {
-	rows, err := l.pool.Query(ctx, `SELECT partner_id, `+siteProfileCols+` FROM intake_site_profile WHERE partner_id = ANY($1)`, partners)
+	rows, err := l.read.Query(ctx, `SELECT partner_id, `+siteProfileCols+` FROM intake_site_profile WHERE partner_id = ANY($1)`, partners)
 	if err != nil {
 		return nil, fmt.Errorf("site profiles: %w", err)
 	}

@@ -140,7 +140,7 @@ type StateCount struct {
 
 // StateCounts reads the partners' files per state.
 func (l *statusReads) StateCounts(ctx context.Context, partners []string) ([]StateCount, error) {
-	rs, err := l.pool.Query(ctx, `SELECT partner_id, state, pg_catalog.count(*),
+	rs, err := l.read.Query(ctx, `SELECT partner_id, state, pg_catalog.count(*),
 		coalesce(extract(epoch FROM pg_catalog.now() - pg_catalog.min(claimed_at)), 0)::float8,
 		coalesce(pg_catalog.sum(rows_total - rows_rejected) FILTER (WHERE state = 'applying'), 0)::bigint,
 		coalesce(pg_catalog.sum(rows_applied + rows_unchanged + rows_conflict) FILTER (WHERE state = 'applying'), 0)::bigint
@@ -157,6 +157,33 @@ func (l *statusReads) StateCounts(ctx context.Context, partners []string) ([]Sta
 	})
 }
 
+// HoldCount is one partner's open holds: files held for an ops decision
+// (their quarantine record open), whether quarantined or failed for good.
+type HoldCount struct {
+	Partner string
+	Files   int64
+	Oldest  time.Duration // since the oldest of them was held
+}
+
+// OpenHolds counts the partners' open holds: what waits for `intake
+// quarantine release` or `discard`, for status, the gauges and the
+// reconciler's findings alike.
+func (l *statusReads) OpenHolds(ctx context.Context, partners []string) ([]HoldCount, error) {
+	rs, err := l.read.Query(ctx, `SELECT partner_id, pg_catalog.count(*),
+		coalesce(extract(epoch FROM pg_catalog.now() - pg_catalog.min(held_at)), 0)::float8
+		FROM intake_quarantine WHERE state = 'open' AND partner_id = ANY($1) GROUP BY partner_id`, partners)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rs, func(r pgx.CollectableRow) (HoldCount, error) {
+		var h HoldCount
+		var age float64
+		err := r.Scan(&h.Partner, &h.Files, &age)
+		h.Oldest = time.Duration(age * float64(time.Second))
+		return h, err
+	})
+}
+
 // Poll is the last poll of a partner by any replica.
 type Poll struct {
 	Partner           string
@@ -168,7 +195,7 @@ type Poll struct {
 
 // Polls reads the partners' last polls.
 func (l *statusReads) Polls(ctx context.Context, partners []string) ([]Poll, error) {
-	rs, err := l.pool.Query(ctx, `SELECT partner_id, pg_catalog.max(last_ok_at), pg_catalog.max(last_error_at),
+	rs, err := l.read.Query(ctx, `SELECT partner_id, pg_catalog.max(last_ok_at), pg_catalog.max(last_error_at),
 		(pg_catalog.array_agg(last_error ORDER BY last_error_at DESC NULLS LAST))[1],
 		(pg_catalog.array_agg(ready_files ORDER BY last_ok_at DESC NULLS LAST))[1],
 		(pg_catalog.array_agg(oldest_ready_at ORDER BY last_ok_at DESC NULLS LAST))[1]
@@ -203,7 +230,7 @@ type Applying struct {
 
 // ApplyingFiles lists the partners' files being applied, in id order.
 func (l *statusReads) ApplyingFiles(ctx context.Context, partners []string) ([]Applying, error) {
-	rs, err := l.pool.Query(ctx, `SELECT partner_id, intake_id, worker_id, rows_applied + rows_unchanged + rows_conflict,
+	rs, err := l.read.Query(ctx, `SELECT partner_id, intake_id, worker_id, rows_applied + rows_unchanged + rows_conflict,
 		coalesce(rows_total, 0) - rows_rejected, coalesce(size_bytes, 0), chunks_done
 		FROM file_intake WHERE partner_id = ANY($1) AND state = 'applying' ORDER BY intake_id`, partners)
 	if err != nil {

@@ -288,7 +288,7 @@ func (l *leaseStore) LivePaths(ctx context.Context, partner string, paths []stri
 
 // LiveServing maps each partner to the live replicas that serve it.
 func (l *leaseStore) LiveServing(ctx context.Context) (map[string][]string, error) {
-	rs, err := l.pool.Query(ctx, `SELECT p, pg_catalog.array_agg(worker_id ORDER BY worker_id)
+	rs, err := l.read.Query(ctx, `SELECT p, pg_catalog.array_agg(worker_id ORDER BY worker_id)
 		FROM intake_worker, pg_catalog.unnest(partners) AS p
 		WHERE last_seen > pg_catalog.now() - lease GROUP BY p`)
 	if err != nil {

@@ -226,13 +226,14 @@ func (m *Set) Connections(reg prometheus.Registerer, c *sftpconn.Conns) {
 var fileStates = []ledger.State{ledger.StateClaimed, ledger.StateSpooled, ledger.StateApplying, ledger.StateApplied, ledger.StateOutcomeUnknown, ledger.StateQuarantined}
 
 // SetFiles sets the gauges that describe the whole pipeline as the
-// database sees it (the ledger's Gauges gs) for partners: files per state,
-// oldest file in processing, open quarantine, files awaiting approval,
+// database sees it (the ledger's Gauges gs and OpenHolds holds) for
+// partners: files per state, oldest file in processing, open holds
+// (quarantined or failed for good), files awaiting approval,
 // progress of files being applied. A gauge a partner has no file for has
 // no series: every alert rule on them compares with > 0, which an absent
 // series never is, and a fleet of idle partners then keeps none (each
 // partner's fifteen zeros took about 7 MiB of heap at 1,000 partners).
-func (m *Set) SetFiles(partners []string, gs []ledger.Gauge) {
+func (m *Set) SetFiles(partners []string, gs []ledger.Gauge, holds []ledger.HoldCount) {
 	type series struct {
 		vec    *prometheus.GaugeVec
 		labels [2]string // partner, state ("" for a gauge of the partner alone)
@@ -251,14 +252,8 @@ func (m *Set) SetFiles(partners []string, gs []ledger.Gauge) {
 			continue
 		}
 		put(m.Files, float64(g.Files), partner, g.State)
-		switch g.State {
-		case ledger.StateQuarantined:
-			put(m.QuarantineOpen, float64(g.Files), partner, "")
-			put(m.QuarantineOldest, g.Age, partner, "")
-		default:
-			if g.Age > oldest[partner] {
-				oldest[partner] = g.Age
-			}
+		if g.State != ledger.StateQuarantined && g.Age > oldest[partner] { // held: waits for ops, not "processing"
+			oldest[partner] = g.Age
 		}
 		if g.State == ledger.StateApplying {
 			put(m.InflightRows, g.Rows, partner, "")
@@ -269,6 +264,10 @@ func (m *Set) SetFiles(partners []string, gs []ledger.Gauge) {
 	}
 	for p, age := range oldest {
 		put(m.OldestProcessing, age, p, "")
+	}
+	for _, h := range holds { // quarantined or failed for good: open for a decision
+		put(m.QuarantineOpen, float64(h.Files), h.Partner, "")
+		put(m.QuarantineOldest, h.Oldest.Seconds(), h.Partner, "")
 	}
 	for _, id := range partners {
 		for _, st := range fileStates {

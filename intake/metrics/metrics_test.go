@@ -1,6 +1,8 @@
 package metrics
 
 import (
+	"time"
+
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -55,7 +57,8 @@ func TestDeprecatedNamesCarryTheCurrentSeries(t *testing.T) {
 }
 
 // The files gauges: quarantined and awaiting files are not "processing"
-// (the oldest in processing is the oldest other file), files applying
+// (the oldest in processing is the oldest other file), open holds count
+// every file held for a decision (quarantined or failed for good), files applying
 // carry their progress, and a partner with no file left has no series of
 // them (none for a partner that never had one).
 func TestFilesGauges(t *testing.T) {
@@ -65,15 +68,15 @@ func TestFilesGauges(t *testing.T) {
 		{Partner: "p1", State: ledger.StateClaimed, Files: 3, Age: 10},
 		{Partner: "p1", State: ledger.StateQuarantined, Files: 2, Age: 500},
 		{Partner: "p1", State: ledger.StateAwaitingApproval, Files: 1, Age: 700},
-	})
+	}, []ledger.HoldCount{{Partner: "p1", Files: 3, Oldest: 900 * time.Second}})
 	for name, c := range map[string]struct {
 		got  prometheus.Collector
 		want float64
 	}{
 		"claimed":           {m.Files.WithLabelValues("p1", "claimed"), 3},
 		"oldest processing": {m.OldestProcessing.WithLabelValues("p1"), 20},
-		"quarantine open":   {m.QuarantineOpen.WithLabelValues("p1"), 2},
-		"quarantine oldest": {m.QuarantineOldest.WithLabelValues("p1"), 500},
+		"quarantine open":   {m.QuarantineOpen.WithLabelValues("p1"), 3},
+		"quarantine oldest": {m.QuarantineOldest.WithLabelValues("p1"), 900},
 		"awaiting":          {m.Awaiting.WithLabelValues("p1"), 1},
 		"awaiting oldest":   {m.AwaitingOldest.WithLabelValues("p1"), 700},
 		"rows done":         {m.InflightRowsDone.WithLabelValues("p1"), 40},
@@ -90,7 +93,7 @@ func TestFilesGauges(t *testing.T) {
 	if n := testutil.CollectAndCount(m.Files); n != 3 {
 		t.Errorf("intake_files has %d series, want p1's three states (none for p2)", n)
 	}
-	m.SetFiles([]string{"p1", "p2"}, []ledger.Gauge{{Partner: "p1", State: ledger.StateClaimed, Files: 1, Age: 5}})
+	m.SetFiles([]string{"p1", "p2"}, []ledger.Gauge{{Partner: "p1", State: ledger.StateClaimed, Files: 1, Age: 5}}, nil)
 	if n := testutil.CollectAndCount(m.Files); n != 1 {
 		t.Errorf("intake_files has %d series after p1's other files left, want 1", n)
 	}
@@ -102,7 +105,7 @@ func TestFilesGauges(t *testing.T) {
 	if v := testutil.ToFloat64(m.OldestProcessing.WithLabelValues("p1")); v != 5 {
 		t.Errorf("oldest processing = %v, want 5", v)
 	}
-	m.SetFiles([]string{"p1", "p2"}, nil)
+	m.SetFiles([]string{"p1", "p2"}, nil, nil)
 	if n := testutil.CollectAndCount(m.Files) + testutil.CollectAndCount(m.OldestProcessing); n != 0 {
 		t.Errorf("%d series left for partners with no file", n)
 	}

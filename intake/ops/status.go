@@ -66,15 +66,26 @@ type StatusFinding struct {
 	NeedsHuman                 bool
 }
 
-// Status reads what `intake status` shows, for the given partners.
+// Status reads what `intake status` shows, for the given partners, all
+// of it at one moment (ledger.Snapshot): its figures agree with each
+// other while files move.
 func Status(ctx context.Context, db *pgxpool.Pool, partners []string) ([]StatusRow, error) {
+	var out []StatusRow
+	err := ledger.Snapshot(ctx, db, func(l *ledger.Ledger, snap ledger.Reader) (err error) {
+		out, err = status(ctx, l, snap, partners)
+		return err
+	})
+	return out, err
+}
+
+// status reads Status's figures through l's status reads and snap.
+func status(ctx context.Context, l *ledger.Ledger, snap ledger.Reader, partners []string) ([]StatusRow, error) {
 	out := make([]StatusRow, len(partners))
 	idx := map[string]*StatusRow{}
 	for i, p := range partners {
 		out[i] = StatusRow{Partner: p, ByState: map[string]int64{}}
 		idx[p] = &out[i]
 	}
-	l := ledgerOn(db)
 	counts, err := l.StateCounts(ctx, partners)
 	if err != nil {
 		return nil, err
@@ -83,13 +94,18 @@ func Status(ctx context.Context, db *pgxpool.Pool, partners []string) ([]StatusR
 		r := idx[c.Partner]
 		r.ByState[string(c.State)] = c.Files
 		switch c.State {
-		case ledger.StateQuarantined:
-			r.QuarantineOpen, r.QuarantineOldest = c.Files, c.Age
 		case ledger.StateClaimed, ledger.StateSpooled, ledger.StateApplying, ledger.StateApplied, ledger.StateOutcomeUnknown:
 			r.OldestProcessing = max(r.OldestProcessing, c.Age)
 		}
 		r.InflightTotal += c.Rows
 		r.InflightDone += c.RowsDone
+	}
+	holds, err := l.OpenHolds(ctx, partners)
+	if err != nil {
+		return nil, err
+	}
+	for _, h := range holds {
+		idx[h.Partner].QuarantineOpen, idx[h.Partner].QuarantineOldest = h.Files, h.Oldest
 	}
 	polls, err := l.Polls(ctx, partners)
 	if err != nil {
@@ -111,14 +127,14 @@ func Status(ctx context.Context, db *pgxpool.Pool, partners []string) ([]StatusR
 		}
 		idx[a.Partner].Inflight = append(idx[a.Partner].Inflight, f)
 	}
-	runs, err := ledger.LastRuns(ctx, db, partners)
+	runs, err := ledger.LastRuns(ctx, snap, partners)
 	if err != nil {
 		return nil, err
 	}
 	for p, at := range runs {
 		idx[p].FindingsAt = &at
 	}
-	findings, err := ledger.StoredFindings(ctx, db, partners)
+	findings, err := ledger.StoredFindings(ctx, snap, partners)
 	if err != nil {
 		return nil, err
 	}
