@@ -29,6 +29,7 @@ func TestMain(m *testing.M) { testenv.Main(m) }
 const (
 	proxyAddr = "127.0.0.1:40000"
 	reviewer  = "alice@example.com"
+	reviewer2 = "bea@example.com"
 	viewer    = "victor@example.com"
 	// secret is a cell value of the seeded plan: no viewer may see it
 	secret = "SECRET-VALUE-42"
@@ -47,7 +48,7 @@ func newConsole(t *testing.T, pool *pgxpool.Pool, with ...func(*console.Deps)) h
 		Listen: "127.0.0.1:0", BaseURL: "http://localhost:8080",
 		Auth: console.Auth{
 			Proxy:     &console.Proxy{Header: "X-Forwarded-User", From: []string{"127.0.0.1"}},
-			Reviewers: []string{reviewer}, Viewers: []string{viewer},
+			Reviewers: []string{reviewer, reviewer2}, Viewers: []string{viewer},
 		},
 	}, deps)
 	if err != nil {
@@ -76,7 +77,20 @@ func do(t *testing.T, h http.Handler, user, method, target string, form url.Valu
 	return w.Code, w.Header(), w.Body.String()
 }
 
-var csrfRe = regexp.MustCompile(`name="csrf" value="([^"]+)"`)
+var (
+	csrfRe = regexp.MustCompile(`name="csrf" value="([^"]+)"`)
+	holdRe = regexp.MustCompile(`name="hold" value="([^"]+)"`)
+)
+
+// holdOn is the hold a file page's decision forms name.
+func holdOn(t *testing.T, page string) string {
+	t.Helper()
+	m := holdRe.FindStringSubmatch(page)
+	if m == nil {
+		t.Fatalf("no hold on the page's forms:\n%s", page)
+	}
+	return m[1]
+}
 
 func csrfOf(t *testing.T, page string) string {
 	t.Helper()
@@ -195,7 +209,7 @@ func TestReviewerReleasesHeldFile(t *testing.T) {
 	if code != http.StatusOK || !strings.Contains(body, `id="release"`) {
 		t.Fatalf("file page: %d\n%s", code, body)
 	}
-	token := csrfOf(t, body)
+	token, hold := csrfOf(t, body), holdOn(t, body)
 
 	code, _, _ = do(t, h, reviewer, "POST", target+"/release", url.Values{"reason": {"checked the rejects"}})
 	if code != http.StatusForbidden {
@@ -209,7 +223,16 @@ func TestReviewerReleasesHeldFile(t *testing.T) {
 		t.Fatalf("after refused releases the file is %s, want open", got)
 	}
 
-	code, hdr, _ := do(t, h, reviewer, "POST", target+"/release", url.Values{"reason": {"checked the rejects"}, "csrf": {token}})
+	// a form naming no hold, or another hold than the file's, decides nothing
+	for _, form := range []url.Values{{"reason": {"checked"}, "csrf": {token}}, {"reason": {"checked"}, "csrf": {token}, "hold": {hold + "0"}}} {
+		if code, _, body := do(t, h, reviewer, "POST", target+"/release", form); code != http.StatusConflict || !strings.Contains(body, "hold") {
+			t.Errorf("release naming hold %q: got %d, want 409 naming the hold\n%s", form.Get("hold"), code, body)
+		}
+	}
+	if got := one(t, pool, `SELECT state FROM intake_quarantine WHERE intake_id = $1`, id); got != "open" {
+		t.Fatalf("after releases naming no hold or another the file is %s, want open", got)
+	}
+	code, hdr, _ := do(t, h, reviewer, "POST", target+"/release", url.Values{"reason": {"checked the rejects"}, "csrf": {token}, "hold": {hold}})
 	if code != http.StatusSeeOther {
 		t.Fatalf("release: got %d, want 303", code)
 	}
@@ -229,7 +252,7 @@ func TestReviewerReleasesHeldFile(t *testing.T) {
 		t.Errorf("the file's page does not show the decision's request and actor: %d\n%s", code, body)
 	}
 	// a second release of the same file is refused as on the CLI
-	code, _, _ = do(t, h, reviewer, "POST", target+"/release", url.Values{"reason": {"again"}, "csrf": {token}})
+	code, _, _ = do(t, h, reviewer, "POST", target+"/release", url.Values{"reason": {"again"}, "csrf": {token}, "hold": {hold}})
 	if code != http.StatusConflict {
 		t.Errorf("second release: got %d, want 409", code)
 	}
@@ -310,6 +333,38 @@ func TestStalePlanHashIsRefused(t *testing.T) {
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
 
+// With ops.four_eyes, the reviewer who released a file cannot approve its
+// plan on the console; another reviewer can. Every reviewer acts through
+// the console's one database login, so four eyes compares the signed-in
+// reviewers, whichever way the release was made.
+func TestFourEyesOnTheConsoleComparesSignedInReviewers(t *testing.T) {
+	_, pool := testenv.DB(t)
+	h := newConsole(t, pool, func(d *console.Deps) { d.FourEyes = true })
+	id := seedWaiting(t, pool)
+	if _, err := pool.Exec(context.Background(), `INSERT INTO intake_audit (actor, action, partner_id, intake_id, reason)
+		VALUES ($1, 'release', 'acme', $2, 'checked the rejects')`, reviewer, id); err != nil {
+		t.Fatal(err)
+	}
+	target := "/plans/" + itoa(id)
+	approve := func(who string) (int, string) {
+		_, _, body := do(t, h, who, "GET", target, nil)
+		code, _, body := do(t, h, who, "POST", target+"/approve", url.Values{"reason": {"ok"}, "plan_hash": {"h1"}, "csrf": {csrfOf(t, body)}})
+		return code, body
+	}
+	if code, body := approve(reviewer); code != http.StatusConflict || !strings.Contains(body, "four eyes") || !strings.Contains(body, "actor "+reviewer+" released it") {
+		t.Fatalf("approval by the reviewer who released it: got %d, want 409 naming four eyes\n%s", code, body)
+	}
+	if got := one(t, pool, `SELECT state FROM file_intake WHERE intake_id = $1`, id); got != "awaiting_approval" {
+		t.Fatalf("after a refused approval the file is %s", got)
+	}
+	if code, body := approve(reviewer2); code != http.StatusSeeOther {
+		t.Fatalf("approval by another reviewer: got %d, want 303\n%s", code, body)
+	}
+	if got := one(t, pool, `SELECT state || ' ' || plan_decision FROM file_intake WHERE intake_id = $1`, id); got != "spooled approved" {
+		t.Errorf("after the other reviewer's approval: got %q", got)
+	}
+}
+
 // The console runs as a lifecycle.Service on a listener of its own: it
 // answers over TCP once started (unsigned: 401 with its CSP), and Stop,
 // twice, closes the listener.
@@ -359,12 +414,12 @@ func TestReviewerDiscardsAndRejects(t *testing.T) {
 	held := seedHeld(t, pool, "orders-9.csv")
 	waiting := seedWaiting(t, pool)
 	_, _, body := do(t, h, reviewer, "GET", "/files/"+itoa(held), nil)
-	token := csrfOf(t, body)
+	token, hold := csrfOf(t, body), holdOn(t, body)
 	for _, c := range []struct{ target, audit string }{
 		{"/files/" + itoa(held) + "/discard", "discard"},
 		{"/plans/" + itoa(waiting) + "/reject", "reject"},
 	} {
-		code, hdr, _ := do(t, h, reviewer, "POST", c.target, url.Values{"reason": {"not this one"}, "csrf": {token}})
+		code, hdr, _ := do(t, h, reviewer, "POST", c.target, url.Values{"reason": {"not this one"}, "csrf": {token}, "hold": {hold}})
 		if code != http.StatusSeeOther {
 			t.Fatalf("%s: got %d, want 303", c.target, code)
 		}

@@ -52,6 +52,11 @@ type Deps struct {
 	SnapshotFeeds []string
 	// Worker is the ops identity recorded as a decided row's worker.
 	Worker string
+	// FourEyes (the config's ops.four_eyes) refuses an approval by the
+	// signed-in reviewer who released the file or requested its replay,
+	// on the console or on the CLI as --actor; the database's policy of
+	// `intake grants --four-eyes` asks the same.
+	FourEyes bool
 	// Publish tells the partner about a discard right after it (nil:
 	// the reconciler does, on its next round).
 	Publish func(ctx context.Context, id int64) error
@@ -659,8 +664,10 @@ func (s *decisionForms) decide(action string) http.HandlerFunc {
 		switch action {
 		case "release", "discard":
 			d := ops.Decision{IntakeID: id, Actor: me.Name, Reason: reason, Winner: r.PostFormValue("winner"),
-				Partners: s.deps.Partners, Worker: s.deps.Worker, Request: request}
-			if action == "release" {
+				Partners: s.deps.Partners, Worker: s.deps.Worker, Request: request, Hold: r.PostFormValue("hold")}
+			if d.Hold == "" {
+				err = fmt.Errorf("%w: the form names no hold: reload the file's page and decide again", ledger.ErrDecision)
+			} else if action == "release" {
 				err = ops.Release(ctx, s.deps.Pool, d)
 			} else if err = ops.Discard(ctx, s.deps.Pool, d); err == nil && s.deps.Publish != nil {
 				if perr := s.deps.Publish(ctx, id); perr != nil {
@@ -670,7 +677,8 @@ func (s *decisionForms) decide(action string) http.HandlerFunc {
 			}
 		case "approve", "reject":
 			d := ledger.PlanDecision{IntakeID: id, Partners: s.deps.Partners, Actor: me.Name, Reason: reason,
-				PlanHash: r.PostFormValue("plan_hash"), SnapshotFeeds: s.deps.SnapshotFeeds, Request: request}
+				PlanHash: r.PostFormValue("plan_hash"), SnapshotFeeds: s.deps.SnapshotFeeds, Request: request,
+				FourEyes: s.deps.FourEyes, SharedLogin: true}
 			if action == "approve" {
 				err = ops.Approve(ctx, s.deps.Pool, d)
 			} else {

@@ -138,6 +138,16 @@ func (r *applyStage) applyChunks(ctx context.Context, tgt *target.Table, pending
 			}
 			return err
 		}
+		if in.State == ledger.StateOutcomeUnknown {
+			// the commit's outcome was lost and recorded (markUnknown): the
+			// reconciler reads the ledger and resumes the file after the
+			// chunks that are in; this run stops here
+			cancel()
+			for range full {
+			}
+			<-readErr
+			return nil
+		}
 		free <- c
 	}
 	if err := <-readErr; err != nil {

@@ -19,6 +19,7 @@ import (
 	"github.com/partner-intake/partner-intake/intake"
 	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/intake/ops"
+	"github.com/partner-intake/partner-intake/intake/sitefile"
 	"github.com/partner-intake/partner-intake/internal/fault"
 	"github.com/partner-intake/partner-intake/internal/testenv"
 	"github.com/partner-intake/partner-intake/partners"
@@ -230,6 +231,22 @@ func TestAMappingTheTargetRefusesEverywhereFailsTheFileNotThePartner(t *testing.
 	rc := receipt(t, site, fs[0].Receipt)
 	if rc.Outcome != ledger.OutcomeFailed || rc.Reason != reason.TargetRefused || strings.Contains(rc.Detail, "LONGKEY") {
 		t.Fatalf("receipt %+v", rc)
+	}
+	// failed for good, it waits for ops as a quarantined file does: status
+	// counts it open, and the reconciler names it for a human
+	ctx := context.Background()
+	if st, err := ops.Status(ctx, pool, []string{"acme"}); err != nil || st[0].QuarantineOpen != 1 {
+		t.Fatalf("status %+v, %v: want the failed file open for a decision", st, err)
+	}
+	r.reconcileOnce(site)
+	found, err := ledger.StoredFindings(ctx, pool, []string{"acme"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.ContainsFunc(found, func(f ledger.Finding) bool {
+		return f.Kind == ledger.KindQuarantined && f.IntakeID == fs[0].ID && f.NeedsHuman
+	}) {
+		t.Fatalf("findings %+v: want the failed file waiting for ops", found)
 	}
 	site.Drop(t, "orders-b-short.csv", "order_id,email,amount,status,placed_at,qty\nS-1,a@b.io,1.00,paid,2026-11-01T10:00:00Z,1\n")
 	r.poll("acme")
@@ -582,6 +599,38 @@ func TestADiscardReplacesTheReceiptOfAFileHeldBeforeItSpooled(t *testing.T) {
 	}
 }
 
+// A discard removes the held file's reason file where the hold put it,
+// beside the held file, though a reload moved quarantine/ since: the
+// partner reads one decision, not a "held" reason file beside a
+// discarded receipt.
+func TestADiscardRemovesTheReasonFileBesideTheHeldFile(t *testing.T) {
+	_, pool := testenv.DB(t)
+	site := testenv.NewSite(t, "acme")
+	site.Config.Limits.MaxFileBytes = 64
+	site.Drop(t, "orders-big.csv", testenv.OrdersCSV("B", 20))
+	r := newRig(t, pool, "w1", site)
+	r.poll("acme")
+	f := files(t, pool, "acme")[0]
+	if f.State != "quarantined" || len(site.Files(t, "quarantine")) != 2 {
+		t.Fatalf("%+v, quarantine/ %q: want it held beside its reason file", f, site.Files(t, "quarantine"))
+	}
+	ctx := context.Background()
+	if err := ops.Discard(ctx, pool, ops.Decision{IntakeID: f.ID, Actor: "alice", Reason: "too large", Partners: []string{"acme"},
+		Worker: intake.OpsWorker("ops")}); err != nil {
+		t.Fatal(err)
+	}
+	moved := site.Validated(t)
+	moved.Dirs.Quarantine = "held"
+	if err := ops.PublishDecision(ctx, pool, []partners.Config{moved}, f.ID); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range site.Files(t, "quarantine") {
+		if strings.HasSuffix(n, sitefile.ReasonSuffix) {
+			t.Fatalf("quarantine/ still holds the reason file %s of a discarded file", n)
+		}
+	}
+}
+
 // A hold whose end was never recorded: the file failed past its retry
 // budget, the hold moved it to quarantine/ and published its reason file
 // and receipt, and then its Finish failed (a fault stands in for the
@@ -803,5 +852,107 @@ func TestAnEntryTheSiteWillNotMoveHoldsUpNothing(t *testing.T) {
 	}
 	if got := site.Files(t, "ready"); len(got) != 0 {
 		t.Fatalf("ready/ still holds %v", got)
+	}
+}
+
+// A decision names the hold it decides on (ledger.HoldToken, what `intake
+// quarantine show` and the console print). A file released and held again
+// since, for another reason, is a new hold: a decision made on the first
+// one is refused, naming the new one, and nothing changes; a decision on
+// the hold that stands goes through.
+func TestADecisionOnAHoldTheFileLeftIsRefused(t *testing.T) {
+	_, pool := testenv.DB(t)
+	site := testenv.NewSite(t, "acme")
+	site.Config.Limits.MaxFileBytes = 64
+	var b strings.Builder
+	b.WriteString(testenv.OrdersHeader)
+	for i := range 10 {
+		fmt.Fprintf(&b, "RH-%d,not-an-email,1.00,paid,2026-11-01T00:00:00Z,1\n", i)
+	}
+	site.Drop(t, "orders-rh.csv", b.String())
+	r := newRig(t, pool, "w1", site)
+	r.poll("acme")
+	f := files(t, pool, "acme")[0]
+	if f.State != "quarantined" || f.Reason != string(reason.FileTooLarge) {
+		t.Fatalf("%+v: want it held as too large", f)
+	}
+	ctx := context.Background()
+	seen := func() string {
+		t.Helper()
+		qs, err := ops.ListQuarantine(ctx, pool, []string{"acme"}, true)
+		if err != nil || len(qs) != 1 {
+			t.Fatalf("open holds %+v, %v", qs, err)
+		}
+		return qs[0].Hold
+	}
+	first := seen()
+	decide := func(hold string) ops.Decision {
+		return ops.Decision{IntakeID: f.ID, Actor: "alice", Reason: "checked", Partners: []string{"acme"},
+			Worker: intake.OpsWorker("ops"), Hold: hold}
+	}
+	if err := ops.Release(ctx, pool, decide(first)); err != nil {
+		t.Fatal(err)
+	}
+	r.reconcileOnce(site)
+	r.poll("acme")
+	f = files(t, pool, "acme")[0]
+	if f.State != "quarantined" || f.Reason != string(reason.RejectRate) {
+		t.Fatalf("%+v: want it released and held again for its rejected rows", f)
+	}
+	again := seen()
+	if again == first {
+		t.Fatalf("the second hold has the first one's token %s", first)
+	}
+	audits := testenv.Count(t, pool, `SELECT count(*) FROM intake_audit WHERE intake_id = $1`, f.ID)
+	for _, d := range []func(context.Context, *pgxpool.Pool, ops.Decision) error{ops.Release, ops.Discard} {
+		err := d(ctx, pool, decide(first))
+		if !errors.Is(err, ledger.ErrDecision) || !strings.Contains(err.Error(), "held again since hold "+first+": it is now hold "+again+" (reject_rate_exceeded)") {
+			t.Fatalf("a decision on the hold the file left: %v", err)
+		}
+	}
+	if g := files(t, pool, "acme")[0]; g.State != "quarantined" || testenv.Count(t, pool, `SELECT count(*) FROM intake_audit WHERE intake_id = $1`, f.ID) != audits {
+		t.Fatalf("%+v: a refused decision changed the file or its audit", g)
+	}
+	if err := ops.Discard(ctx, pool, decide(again)); err != nil {
+		t.Fatal(err)
+	}
+	if g := files(t, pool, "acme")[0]; g.State != "discarded" {
+		t.Fatalf("%+v: want it discarded", g)
+	}
+}
+
+// A chunk's COMMIT whose outcome is lost ends the run there, cleanly: the
+// file is outcome_unknown (recorded), no later chunk is tried and nothing
+// marks it applied, so the run reports no error of its own; the next
+// reconcile run reads the chunk ledger and the file resumes after the
+// chunks that are in. Each chunk is applied once.
+func TestARunStopsAtACommitWhoseOutcomeIsLost(t *testing.T) {
+	_, pool := testenv.DB(t)
+	site := testenv.NewSite(t, "acme")
+	site.Config.Feeds[0].ChunkRows = 3
+	site.Drop(t, "orders-lost.csv", testenv.OrdersCSV("L", 10))
+	r := newRig(t, pool, "w1", site)
+	r.poll("acme")
+	orig := files(t, pool, "acme")[0]
+	if orig.State != "archived" {
+		t.Fatalf("%+v", orig)
+	}
+	if err := fault.Set("commit:lost=error@2"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { fault.Set("") })
+	in, err := r.d.Replay(context.Background(), intake.ReplayRequest{ID: orig.ID, Actor: "test", Reason: "re-apply"})
+	fault.Set("")
+	if err != nil || in.State != ledger.StateOutcomeUnknown {
+		t.Fatalf("replay: %+v, %v: want it to end outcome_unknown with no error of its own", in, err)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM intake_chunk WHERE intake_id = $1`, in.ID); n != 1 {
+		t.Fatalf("%d chunks of the replay in the ledger, want the first (the second's COMMIT never reached the server)", n)
+	}
+	r.reconcileOnce(site)
+	r.poll("acme")
+	got := files(t, pool, "acme")
+	if f := got[len(got)-1]; f.ID != in.ID || f.State != "archived" || f.Chunks != 4 || f.Unchanged != 10 {
+		t.Fatalf("%+v: want the replay archived, its 10 rows unchanged over 4 chunks", f)
 	}
 }

@@ -58,7 +58,7 @@ func TestPlanApproveRejectCommands(t *testing.T) {
 		says []string
 	}{
 		{"without a hash", []string{"--reason", "ok"}, 2, []string{"--plan-hash"}},
-		{"with a wrong hash", []string{"--plan-hash", strings.Repeat("a", 64), "--reason", "ok", "--actor", "erin"}, 1, []string{"refused", hash[1]}},
+		{"with a wrong hash", []string{"--plan-hash", strings.Repeat("a", 64), "--reason", "ok", "--actor", "erin"}, exitRefused, []string{"refused", hash[1]}},
 	} {
 		code, out := runCLI(append([]string{"approve", id, "--config", cfg}, refused.args...)...)
 		if code != refused.code {
@@ -97,7 +97,7 @@ func TestPlanApproveRejectCommands(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("reject: %d\n%s", code, out)
 	}
-	if code, out := runCLI("reject", id2, "--config", cfg, "--reason", "again"); code != 1 || !strings.Contains(out, "not awaiting approval") {
+	if code, out := runCLI("reject", id2, "--config", cfg, "--reason", "again"); code != exitRefused || !strings.Contains(out, "not awaiting approval") {
 		t.Fatalf("second reject: %d\n%s", code, out)
 	}
 	if code, out := runCLI("run", "--config", cfg, "--once"); code != 0 {

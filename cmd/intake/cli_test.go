@@ -67,7 +67,7 @@ func TestEachMissingRequiredFlagIsNamed(t *testing.T) {
 		missing []string
 	}{
 		{[]string{"replay", "7"}, []string{"--reason TEXT is required"}},
-		{[]string{"quarantine", "release", "7", "--config", "x.yaml"}, []string{"--reason TEXT is required"}},
+		{[]string{"quarantine", "release", "7", "--config", "x.yaml"}, []string{"--reason TEXT is required", "--hold TOKEN is required"}},
 		{[]string{"notify", "redeliver", "--config", "x.yaml", "--all"}, []string{"--reason TEXT is required"}},
 		{[]string{"notify", "redeliver", "--config", "x.yaml", "--reason", "fixed"}, []string{"give --event ID or --all"}},
 		{[]string{"notify", "redeliver", "--config", "x.yaml", "--reason", "fixed", "--all", "--event", "3"}, []string{"give --event ID or --all"}},

@@ -185,7 +185,7 @@ func idArg(cmd string, args []string, stderr io.Writer) (int64, bool) {
 }
 
 // argNames are the placeholders of flags whose value is not self-evident.
-var argNames = map[string]string{"config": "FILE", "partner": "ID", "reason": "TEXT", "actor": "NAME", "winner": "new|old", "limit": "N",
+var argNames = map[string]string{"config": "FILE", "partner": "ID", "reason": "TEXT", "actor": "NAME", "winner": "new|old", "hold": "TOKEN", "limit": "N",
 	"database": "NAME", "daemon-role": "ROLE", "ops-role": "ROLE", "purge-role": "ROLE"}
 
 func argName(f *pflag.Flag) string {

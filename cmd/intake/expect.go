@@ -151,8 +151,8 @@ func cmdExpectAck(f expectFlags, args []string, stdout, stderr io.Writer) int {
 		return err
 	})
 	if err != nil {
-		if !actionFailed(ctx, e.pool, stderr, "expect ack", subject, request, "acknowledging it again is refused then, for it is acknowledged", err) {
-			return 1
+		if code := actionFailed(ctx, e.pool, stderr, "expect ack", subject, request, "acknowledging it again is refused then, for it is acknowledged", err); code != 0 {
+			return code
 		}
 		fmt.Fprintf(stdout, "late window of %s/%s scheduled %s acknowledged by %s; it no longer counts as late\n",
 			partner, feed, window.UTC().Format(time.RFC3339), inert.Text(f.actor))

@@ -49,7 +49,7 @@ func TestExpectAckTakesALateWindowOutOfStatus(t *testing.T) {
 	if strings.Contains(out, "late delivery: feed") || !strings.Contains(out, "late delivery acknowledged: feed orders, window scheduled "+window+", by oncall") {
 		t.Fatalf("status after the ack: exit %d\n%s", code, out)
 	}
-	if code, out := runCLI("expect", "ack", "ackops/orders", window, "--config", cfg, "--reason", "again", "--actor", "other"); code != 1 ||
+	if code, out := runCLI("expect", "ack", "ackops/orders", window, "--config", cfg, "--reason", "again", "--actor", "other"); code != exitRefused ||
 		!strings.Contains(out, "already acknowledged: by oncall") {
 		t.Fatalf("second expect ack: exit %d\n%s", code, out)
 	}

@@ -81,7 +81,7 @@ func TestGrantsGiveEachRoleItsJobOnly(t *testing.T) {
 	if code, out := runCLI("status", "--config", cfg); strings.Contains(out, "permission denied") || !strings.Contains(out, "gr") {
 		t.Fatalf("status as the ops role exited %d:\n%s", code, out)
 	}
-	out := must(runCLI("quarantine", "release", held, "--config", cfg, "--reason", "partner confirmed", "--actor", "bob", "--winner", "new"))
+	out := must(runCLI("quarantine", "release", held, "--hold", holdOf(t, admin, held), "--config", cfg, "--reason", "partner confirmed", "--actor", "bob", "--winner", "new"))
 	if w := fmt.Sprintf("acting as database user %q, actor \"bob\"\n", person); !strings.Contains(out, w) {
 		t.Errorf("release said:\n%s\nwant it to say %q", out, w)
 	}
@@ -110,7 +110,7 @@ func TestGrantsGiveEachRoleItsJobOnly(t *testing.T) {
 		t.Errorf("redelivery %v, want the delivery pending again, audited as %s", got, person)
 	}
 	// and discards the other conflict: the file closed, its receipt published
-	must(runCLI("quarantine", "discard", other, "--config", cfg, "--reason", "a stray resend", "--actor", "bob"))
+	must(runCLI("quarantine", "discard", other, "--hold", holdOf(t, admin, other), "--config", cfg, "--reason", "a stray resend", "--actor", "bob"))
 	if got := testenv.Strings(t, admin, `SELECT f.state || ' ' || (f.receipt_path IS NOT NULL)::text || ' ' || a.db_user FROM file_intake f
 		JOIN intake_audit a ON a.intake_id = f.intake_id AND a.action = 'discard' WHERE f.intake_id = $1`, fs[2].ID); len(got) != 1 || got[0] != "discarded true "+person {
 		t.Errorf("discarded file %v, want discarded with its receipt, audited as %s", got, person)
@@ -261,7 +261,7 @@ func TestFourEyesRefusesTheApprovalOfWhoReleased(t *testing.T) {
 	t.Setenv("INTAKE_DATABASE_URL", r.as(r.daemon))
 	must(runCLI("run", "--config", cfg, "--once"))
 	t.Setenv("INTAKE_DATABASE_URL", r.as(alice))
-	must(runCLI("quarantine", "release", id, "--config", cfg, "--reason", "partner explained", "--actor", "alice"))
+	must(runCLI("quarantine", "release", id, "--hold", holdOf(t, admin, id), "--config", cfg, "--reason", "partner explained", "--actor", "alice"))
 	t.Setenv("INTAKE_DATABASE_URL", r.as(r.daemon))
 	// the reconciler takes the released file over, as the daemon's role
 	// (exit 1 when a finding needs a human: the exit is not the point)
@@ -273,15 +273,15 @@ func TestFourEyesRefusesTheApprovalOfWhoReleased(t *testing.T) {
 
 	t.Setenv("INTAKE_DATABASE_URL", r.as(alice))
 	code, out := runCLI("approve", id, "--config", cfg, "--plan-hash", hash, "--reason", "fine now", "--actor", "someone else")
-	if w := "four eyes (ops.four_eyes, or intake grants --four-eyes): database user " + alice + " released it from quarantine"; code != 1 || !strings.Contains(out, w) {
-		t.Fatalf("approve by who released: exit %d, want 1 and %q:\n%s", code, w, out)
+	if w := "four eyes (ops.four_eyes, or intake grants --four-eyes): database user " + alice + " released it from quarantine"; code != exitRefused || !strings.Contains(out, w) {
+		t.Fatalf("approve by who released: exit %d, want 3 and %q:\n%s", code, w, out)
 	}
 	// the rule is the database's too (intake grants set it from the
 	// config): a config without it, or SQL by hand, is refused the same
 	lax := writeConfigOpts(t, site, cfgOpts{feedExtra: "        approval: {always: true}\n"})
 	code, out = runCLI("approve", id, "--config", lax, "--plan-hash", hash, "--reason", "fine now", "--actor", "alice")
-	if w := "four eyes (ops.four_eyes, or intake grants --four-eyes): database user " + alice + " released it from quarantine"; code != 1 || !strings.Contains(out, w) {
-		t.Fatalf("approve by who released, with a config without four_eyes: exit %d, want 1 and %q:\n%s", code, w, out)
+	if w := "four eyes (ops.four_eyes, or intake grants --four-eyes): database user " + alice + " released it from quarantine"; code != exitRefused || !strings.Contains(out, w) {
+		t.Fatalf("approve by who released, with a config without four_eyes: exit %d, want 3 and %q:\n%s", code, w, out)
 	}
 	byHand := testenv.Conn(t, r.as(alice))
 	err := pgx.BeginFunc(context.Background(), byHand, func(tx pgx.Tx) error {

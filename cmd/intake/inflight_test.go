@@ -78,7 +78,7 @@ func TestAReleaseWhileTheFileAppliesLeavesReconcileAndStatusClean(t *testing.T) 
 		t.Fatalf("files %+v, want one held for its reject rate", fs)
 	}
 	id := fs[0].ID
-	if code, out := runCLI("quarantine", "release", strconv.FormatInt(id, 10), "--config", cfg, "--reason", "partner confirmed", "--actor", "ops"); code != 0 {
+	if code, out := runCLI("quarantine", "release", strconv.FormatInt(id, 10), "--hold", holdOf(t, pool, id), "--config", cfg, "--reason", "partner confirmed", "--actor", "ops"); code != 0 {
 		t.Fatalf("release: exit %d\n%s", code, out)
 	}
 	// the released file waits for a reconciler: this one takes it over
@@ -276,8 +276,8 @@ func TestADecisionThatLostItsDatabaseSaysWhatBecameOfIt(t *testing.T) {
 	var ds []decision
 	for i := range 2 { // the first four crash, the last four lose their reply
 		ds = append(ds,
-			decision{"release", heldIDs[2*i], mk([]string{"quarantine", "release"}, heldIDs[2*i], heldCfg), "spooled"},
-			decision{"discard", heldIDs[2*i+1], mk([]string{"quarantine", "discard"}, heldIDs[2*i+1], heldCfg), "discarded"},
+			decision{"release", heldIDs[2*i], mk([]string{"quarantine", "release"}, heldIDs[2*i], heldCfg, "--hold", holdOf(t, pool, heldIDs[2*i])), "spooled"},
+			decision{"discard", heldIDs[2*i+1], mk([]string{"quarantine", "discard"}, heldIDs[2*i+1], heldCfg, "--hold", holdOf(t, pool, heldIDs[2*i+1])), "discarded"},
 			decision{"approve", waitIDs[2*i], mk([]string{"approve"}, waitIDs[2*i], waitCfg, "--plan-hash", planHash(waitIDs[2*i])), "spooled"},
 			decision{"reject", waitIDs[2*i+1], mk([]string{"reject"}, waitIDs[2*i+1], waitCfg), "spooled"},
 		)
@@ -307,7 +307,7 @@ func TestADecisionThatLostItsDatabaseSaysWhatBecameOfIt(t *testing.T) {
 					t.Fatalf("intake %d is %s with %d audit rows of %s, want %s and one", d.id, f.state, audited(d), d.action, d.after)
 				}
 				code, out = runCLI(d.args...)
-				if code != 1 || !strings.Contains(out, "refused, nothing changed") || audited(d) != 1 {
+				if code != exitRefused || !strings.Contains(out, "refused, nothing changed") || audited(d) != 1 {
 					t.Fatalf("the decision again: exit %d\n%s", code, out)
 				}
 				return

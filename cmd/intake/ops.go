@@ -33,9 +33,9 @@ func defaultActor() string {
 func quarantineCommand() *cobra.Command {
 	var f quarantineFlags
 	cmd := &cobra.Command{
-		Use:         "quarantine list|show ID|release ID|discard ID --config FILE [--reason TEXT] [--actor NAME] [--winner new|old]",
+		Use:         "quarantine list|show ID|release ID|discard ID --config FILE [--hold TOKEN --reason TEXT] [--actor NAME] [--winner new|old]",
 		Short:       "review held files; every decision is audited",
-		Example:     `intake quarantine release 42 --config /etc/intake/intake.yaml --reason "partner confirmed the resend"`,
+		Example:     `intake quarantine release 42 --hold lk2ml8b4x9c --config /etc/intake/intake.yaml --reason "partner confirmed the resend"`,
 		Annotations: map[string]string{annSubs: "list show release discard"},
 	}
 	fs := cmd.Flags()
@@ -45,14 +45,16 @@ func quarantineCommand() *cobra.Command {
 	fs.StringVar(&f.reason, "reason", "", "release/discard: why (audited)")
 	fs.StringVar(&f.actor, "actor", defaultActor(), "release/discard: who decides (audited)")
 	fs.StringVar(&f.winner, "winner", "", "release of a batch conflict: new (the held bytes win) or old")
+	fs.StringVar(&f.hold, "hold", "", "release/discard: the hold decided on, as list and show print it (refused if the file was held again since)")
 	requiredBy(cmd, "reason", "release", "discard")
+	requiredBy(cmd, "hold", "release", "discard")
 	return runs(cmd, func(args []string, stdout, stderr io.Writer) int { return cmdQuarantine(f, args, stdout, stderr) })
 }
 
 // quarantineFlags are intake quarantine's flags.
 type quarantineFlags struct {
-	path, partner, reason, actor, winner string
-	openOnly                             bool
+	path, partner, reason, actor, winner, hold string
+	openOnly                                   bool
 }
 
 // cmdQuarantine: list, show, release, discard held files.
@@ -83,7 +85,7 @@ func cmdQuarantine(f quarantineFlags, args []string, stdout, stderr io.Writer) i
 		}
 		tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
 		if sub == "list" {
-			fmt.Fprintln(tw, "INTAKE\tPARTNER\tSTATE\tREASON\tBATCH\tHELD\tFILE\tPATH")
+			fmt.Fprintln(tw, "INTAKE\tPARTNER\tSTATE\tREASON\tHOLD\tBATCH\tHELD\tFILE\tPATH")
 		}
 		shown := 0
 		for _, q := range items {
@@ -92,12 +94,12 @@ func cmdQuarantine(f quarantineFlags, args []string, stdout, stderr io.Writer) i
 			}
 			shown++
 			if sub == "list" {
-				fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", q.IntakeID, q.Partner, q.State, q.Reason, inert.Text(q.BatchID),
+				fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", q.IntakeID, q.Partner, q.State, q.Reason, q.Hold, inert.Text(q.BatchID),
 					q.HeldAt.UTC().Format("2006-01-02 15:04"), inert.Text(q.FileName), inert.Text(q.Path))
 				continue
 			}
-			fmt.Fprintf(tw, "intake\t%d\npartner\t%s\nfile\t%s\nbatch\t%s\nsha256\t%s\nreason\t%s\nheld at\t%s\nheld in\t%s\nstate\t%s (file %s)\n",
-				q.IntakeID, q.Partner, inert.Text(q.FileName), inert.Text(q.BatchID), q.SHA256, q.Reason, q.HeldAt.UTC(), inert.Text(q.Path), q.State, q.IntakeStat)
+			fmt.Fprintf(tw, "intake\t%d\npartner\t%s\nfile\t%s\nbatch\t%s\nsha256\t%s\nreason\t%s\nhold\t%s\nheld at\t%s\nheld in\t%s\nstate\t%s (file %s)\n",
+				q.IntakeID, q.Partner, inert.Text(q.FileName), inert.Text(q.BatchID), q.SHA256, q.Reason, q.Hold, q.HeldAt.UTC(), inert.Text(q.Path), q.State, q.IntakeStat)
 			if q.DecidedAt != nil {
 				fmt.Fprintf(tw, "decided\t%s by %s: %s\n", q.DecidedAt.UTC(), inert.Text(q.DecidedBy), inert.Text(q.Decision))
 			}
@@ -111,7 +113,7 @@ func cmdQuarantine(f quarantineFlags, args []string, stdout, stderr io.Writer) i
 	case "release", "discard":
 		request := newRequestID()
 		d := ops.Decision{IntakeID: id, Actor: f.actor, Reason: f.reason, Winner: f.winner, Partners: scope,
-			Worker: intake.OpsWorker(e.cfg.WorkerID), Request: request}
+			Worker: intake.OpsWorker(e.cfg.WorkerID), Request: request, Hold: f.hold}
 		fmt.Fprintf(stdout, "intake %d: %s by %s, request %s\n", id, sub, inert.Text(f.actor), request)
 		actingAs(ctx, e, f.actor, stdout)
 		err := act(func() error {
@@ -120,9 +122,11 @@ func cmdQuarantine(f quarantineFlags, args []string, stdout, stderr io.Writer) i
 			}
 			return ops.Discard(ctx, e.pool, d)
 		})
-		if err != nil && !decisionFailed(ctx, e.pool, stderr, "quarantine "+sub, id, request,
-			fmt.Sprintf("running the command again is refused then, for intake %d is no longer held", id), err) {
-			return 1
+		if err != nil {
+			if code := decisionFailed(ctx, e.pool, stderr, "quarantine "+sub, id, request,
+				fmt.Sprintf("running the command again is refused then, for intake %d is no longer held", id), err); code != 0 {
+				return code
+			}
 		}
 		// The decision is recorded; telling the partner is the next step,
 		// and a reconciler finishes it if this one fails: not a failure of
@@ -130,15 +134,28 @@ func cmdQuarantine(f quarantineFlags, args []string, stdout, stderr io.Writer) i
 		if err := ops.PublishDecision(ctx, e.pool, e.cfg.Partners, id); err != nil {
 			fmt.Fprintf(stderr, "intake quarantine %s: the decision is recorded; the partner's receipt is rewritten by the next reconcile run (now: %v)\n", sub, err)
 		}
-		if sub == "release" {
-			fmt.Fprintf(stdout, "intake %d released by %s; a running daemon's reconciler picks it up within %s\n", id, inert.Text(f.actor), e.cfg.Reconcile.Schedule)
-		} else {
+		switch {
+		case sub == "discard":
 			fmt.Fprintf(stdout, "intake %d discarded by %s\n", id, inert.Text(f.actor))
+		case recordedAction(ctx, e, scope, request) == ops.ActionOldWins:
+			fmt.Fprintf(stdout, "intake %d discarded by %s: the earlier bytes of its batch stand (--winner old)\n", id, inert.Text(f.actor))
+		default:
+			fmt.Fprintf(stdout, "intake %d released by %s; a running daemon's reconciler picks it up within %s\n", id, inert.Text(f.actor), e.cfg.Reconcile.Schedule)
 		}
 		return 0
 	}
 	fmt.Fprintf(stderr, "intake quarantine: unknown subcommand %q\n", sub)
 	return 2
+}
+
+// recordedAction is the action the audit recorded under request ("" when
+// it cannot be read): what a decision did, as its audit row says.
+func recordedAction(ctx context.Context, e *env, scope []string, request string) string {
+	as, err := ops.Audit(ctx, e.pool, scope, request, 1)
+	if err != nil || len(as) == 0 {
+		return ""
+	}
+	return as[0].Action
 }
 
 // partnerScope is the partners an ops command may see and act on: those of
@@ -222,8 +239,7 @@ func cmdReplay(f replayFlags, args []string, stdout, stderr io.Writer) int {
 		Inserted: func(in *ledger.Intake) { fmt.Fprintf(stdout, "replay of intake %d is intake %d\n", id, in.ID) }})
 	if err != nil {
 		fmt.Fprintln(stdout)
-		replayFailed(stderr, id, request, e.cfg.Reconcile.Schedule, err)
-		return 1
+		return replayFailed(stderr, id, request, e.cfg.Reconcile.Schedule, err)
 	}
 	if handover {
 		fmt.Fprintf(stdout, "replay of intake %d is intake %d: recorded and handed to a daemon (this role does not run the pipeline): the next reconcile run (%s) takes it over and its daemon applies it from the spool; `intake status` shows it\n",
@@ -232,6 +248,11 @@ func cmdReplay(f replayFlags, args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stdout, "\nreplay of intake %d is intake %d: %s, rows %d applied, %d unchanged, %d rejected, %d conflict\n",
 		id, in.ID, in.State, in.RowsApplied, in.RowsUnchanged, in.RowsRejected, in.RowsConflict)
+	if code := replayExit(in.State); code != 0 {
+		fmt.Fprintf(stderr, "intake replay: intake %d is %s: %s.\nDo not replay intake %d again: intake %d is that replay (intake status shows it).\n",
+			in.ID, in.State, in.State.Info().Fate, id, in.ID)
+		return code
+	}
 	return 0
 }
 
@@ -378,16 +399,24 @@ func cmdNotify(f notifyFlags, example string, args []string, stdout, stderr io.W
 		}
 		request := newRequestID()
 		fmt.Fprintf(stdout, "redeliver by %s, request %s\n", inert.Text(f.actor), request)
-		n, err := ops.Redeliver(ctx, e.pool, ledger.Redelivery{Partners: scope, EventID: f.event, Endpoints: eps, Actor: f.actor, Reason: f.reason, Request: request})
+		var n int64
+		err = act(func() (err error) {
+			n, err = ops.Redeliver(ctx, e.pool, ledger.Redelivery{Partners: scope, EventID: f.event, Endpoints: eps, Actor: f.actor, Reason: f.reason, Request: request})
+			return err
+		})
 		if err != nil {
-			fmt.Fprintln(stderr, "intake notify redeliver:", err)
-			return 1
+			if code := actionFailed(ctx, e.pool, stderr, "notify redeliver", "dead deliveries", request,
+				"redelivering again sends only what is dead again", err); code != 0 {
+				return code
+			}
+			fmt.Fprintf(stdout, "dead deliveries sent again by %s with a fresh retry budget (intake audit --request %s shows the request); a running daemon delivers them\n", inert.Text(f.actor), request)
+			return 0
 		}
 		if n == 0 {
-			fmt.Fprintln(stderr, "intake notify redeliver: no dead delivery matches")
+			fmt.Fprintln(stderr, "intake notify redeliver: no dead delivery matches: nothing changed")
 			return 1
 		}
-		fmt.Fprintf(stdout, "%d deliveries sent again by %s with a fresh retry budget; a running daemon delivers them\n", n, f.actor)
+		fmt.Fprintf(stdout, "%d deliveries sent again by %s with a fresh retry budget; a running daemon delivers them\n", n, inert.Text(f.actor))
 		return 0
 	}
 	fmt.Fprintf(stderr, "intake notify: unknown subcommand %q\n", sub)

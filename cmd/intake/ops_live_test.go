@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/internal/fault"
 	"github.com/partner-intake/partner-intake/internal/testenv"
 )
@@ -28,6 +30,17 @@ func liveRow(t *testing.T, pool *pgxpool.Pool, id int64) liveFile {
 		t.Fatal(err)
 	}
 	return f
+}
+
+// holdOf is the token of intake id's current hold, as `intake quarantine
+// show` prints it: what a release or discard names.
+func holdOf(t *testing.T, pool *pgxpool.Pool, id any) string {
+	t.Helper()
+	var at time.Time
+	if err := pool.QueryRow(context.Background(), `SELECT held_at FROM intake_quarantine WHERE intake_id = $1::text::bigint`, fmt.Sprint(id)).Scan(&at); err != nil {
+		t.Fatal(err)
+	}
+	return ledger.HoldToken(at)
 }
 
 // receiptOf reads the partner's receipt of intake id from reports/.
@@ -142,10 +155,12 @@ func TestOpsCommandsBesideARunningDaemon(t *testing.T) {
 	fault.Set("")
 
 	// decisions beside the daemon
-	must(runCLI("quarantine", "release", id(newWins), "--config", cfg, "--reason", "the resend is the correction", "--actor", "bob", "--winner", "new"))
-	must(runCLI("quarantine", "release", id(oldWins), "--config", cfg, "--reason", "the first one stands", "--actor", "bob", "--winner", "old"))
-	must(runCLI("quarantine", "release", id(rej), "--config", cfg, "--reason", "partner confirmed", "--actor", "alice"))
-	must(runCLI("quarantine", "discard", id(disc), "--config", cfg, "--reason", "not wanted", "--actor", "carol"))
+	must(runCLI("quarantine", "release", id(newWins), "--hold", holdOf(t, pool, newWins), "--config", cfg, "--reason", "the resend is the correction", "--actor", "bob", "--winner", "new"))
+	if out := must(runCLI("quarantine", "release", id(oldWins), "--hold", holdOf(t, pool, oldWins), "--config", cfg, "--reason", "the first one stands", "--actor", "bob", "--winner", "old")); !strings.Contains(out, "intake "+id(oldWins)+" discarded by bob: the earlier bytes of its batch stand") || strings.Contains(out, "released") {
+		t.Fatalf("a release with the earlier bytes winning says:\n%s", out)
+	}
+	must(runCLI("quarantine", "release", id(rej), "--hold", holdOf(t, pool, rej), "--config", cfg, "--reason", "partner confirmed", "--actor", "alice"))
+	must(runCLI("quarantine", "discard", id(disc), "--hold", holdOf(t, pool, disc), "--config", cfg, "--reason", "not wanted", "--actor", "carol"))
 	waitFor(t, time.Minute, func() bool { return state(newWins, "archived")() && state(rej, "archived")() }, daemon)
 
 	want := map[int64]string{newWins: "accepted", rej: "accepted_with_rejects", oldWins: "discarded", disc: "discarded"}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/partner-intake/partner-intake/intake/sitefile"
+	"github.com/partner-intake/partner-intake/internal/fault"
 	"github.com/partner-intake/partner-intake/internal/testenv"
 )
 
@@ -70,18 +71,37 @@ func TestOpsReviewReleasesDiscardsReplaysAndAudits(t *testing.T) {
 	if out := must(runCLI("quarantine", "list", "--config", other)); strings.Contains(out, "reject_rate_exceeded") {
 		t.Fatalf("another partner's config lists ops' files:\n%s", out)
 	}
-	if code, out := runCLI("quarantine", "release", id(rej), "--config", other, "--reason", "x", "--actor", "mallory"); code == 0 || !strings.Contains(out, "not held") {
+	// the hold each decision names, as show prints it
+	hold := func(n int64) string {
+		t.Helper()
+		out := must(runCLI("quarantine", "show", id(n), "--config", cfg))
+		for _, l := range strings.Split(out, "\n") {
+			if f := strings.Fields(l); len(f) == 2 && f[0] == "hold" {
+				return f[1]
+			}
+		}
+		t.Fatalf("show prints no hold:\n%s", out)
+		return ""
+	}
+	if code, out := runCLI("quarantine", "release", id(rej), "--hold", hold(rej), "--config", other, "--reason", "x", "--actor", "mallory"); code != exitRefused || !strings.Contains(out, "not held") {
 		t.Fatalf("another partner's config released it: %d %s", code, out)
 	}
-	must(runCLI("quarantine", "release", id(rej), "--config", cfg, "--reason", "partner confirmed the two bad emails", "--actor", "alice"))
-	if code, out := runCLI("quarantine", "release", id(conflict), "--config", cfg, "--reason", "x", "--actor", "bob"); code == 0 || !strings.Contains(out, "--winner") {
+	if code, out := runCLI("quarantine", "release", id(rej), "--hold", hold(conflict), "--config", cfg, "--reason", "x", "--actor", "mallory"); code != exitRefused || !strings.Contains(out, "held again since hold") {
+		t.Fatalf("a release naming another hold: %d %s", code, out)
+	}
+	must(runCLI("quarantine", "release", id(rej), "--hold", hold(rej), "--config", cfg, "--reason", "partner confirmed the two bad emails", "--actor", "alice"))
+	if code, out := runCLI("quarantine", "release", id(conflict), "--hold", hold(conflict), "--config", cfg, "--reason", "x", "--actor", "bob"); code != exitRefused || !strings.Contains(out, "--winner") {
 		t.Fatalf("a conflict released without a winner: %d %s", code, out)
 	}
-	must(runCLI("quarantine", "release", id(conflict), "--config", cfg, "--reason", "the resend is the correction", "--actor", "bob", "--winner", "new"))
-	if code, out := runCLI("quarantine", "release", id(hostile), "--config", cfg, "--reason", "x", "--actor", "carol"); code == 0 || !strings.Contains(out, "only be discarded") {
+	must(runCLI("quarantine", "release", id(conflict), "--hold", hold(conflict), "--config", cfg, "--reason", "the resend is the correction", "--actor", "bob", "--winner", "new"))
+	if code, out := runCLI("quarantine", "release", id(hostile), "--hold", hold(hostile), "--config", cfg, "--reason", "x", "--actor", "carol"); code != exitRefused || !strings.Contains(out, "only be discarded") {
 		t.Fatalf("a hostile entry released: %d %s", code, out)
 	}
-	must(runCLI("quarantine", "discard", id(hostile), "--config", cfg, "--reason", "not ours", "--actor", "carol"))
+	hostileHold := hold(hostile)
+	must(runCLI("quarantine", "discard", id(hostile), "--hold", hostileHold, "--config", cfg, "--reason", "not ours", "--actor", "carol"))
+	if code, out := runCLI("quarantine", "discard", id(hostile), "--hold", hostileHold, "--config", cfg, "--reason", "again", "--actor", "carol"); code != exitRefused || !strings.Contains(out, "was already discarded") {
+		t.Fatalf("a second discard: %d %s", code, out)
+	}
 	process()
 
 	if st, _ := state(rej); st != "archived" {
@@ -128,6 +148,17 @@ func TestOpsReviewReleasesDiscardsReplaysAndAudits(t *testing.T) {
 	out = must(runCLI("replay", id(conflict), "--config", cfg, "--reason", "check", "--actor", "dave"))
 	if !strings.Contains(out, "0 applied, 3 unchanged") {
 		t.Fatalf("replaying the current bytes must change nothing:\n%s", out)
+	}
+	// a replay whose commit's outcome is lost: the command cannot say
+	// the rows are in, and its exit says so
+	if err := fault.Set("commit:lost=error"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { fault.Set("") })
+	code, out := runCLI("replay", id(conflict), "--config", cfg, "--reason", "check again", "--actor", "dave")
+	fault.Set("")
+	if code != exitUnknown || !strings.Contains(out, ": outcome_unknown, rows") || !strings.Contains(out, "the next reconcile run reads the chunk ledger") {
+		t.Fatalf("a replay whose commit's outcome was lost: exit %d, want %d\n%s", code, exitUnknown, out)
 	}
 	audit := must(runCLI("audit", "--config", cfg, "--partner", "ops"))
 	for _, w := range []string{"alice", "release", "bob", "carol", "discard", "dave", "replay", "mapping fix"} {

@@ -242,9 +242,11 @@ func decidePlan(cmd string, f decideFlags, args []string, stdout, stderr io.Writ
 		}
 		return ops.Reject(ctx, e.pool, d)
 	})
-	if err != nil && !decisionFailed(ctx, e.pool, stderr, cmd, id, request,
-		fmt.Sprintf("running the command again is refused then, for intake %d no longer awaits approval", id), err) {
-		return 1
+	if err != nil {
+		if code := decisionFailed(ctx, e.pool, stderr, cmd, id, request,
+			fmt.Sprintf("running the command again is refused then, for intake %d no longer awaits approval", id), err); code != 0 {
+			return code
+		}
 	}
 	if cmd == "approve" {
 		fmt.Fprintf(stdout, "intake %d: plan %s approved by %s; the daemon polling its partner plans it again and applies it if the plan still holds (else it awaits approval again)\n", id, f.hash, f.actor)

@@ -308,7 +308,7 @@ func cmdRun(path string, once bool, stdout, stderr io.Writer) int {
 			scope[i] = parts[i].ID
 		}
 		con, err := console.New(ctx, e.cfg.Console, console.Deps{
-			Pool: e.pool, Partners: scope, SnapshotFeeds: snapshotFeeds(parts), Worker: intake.OpsWorker(e.cfg.WorkerID),
+			Pool: e.pool, Partners: scope, SnapshotFeeds: snapshotFeeds(parts), Worker: intake.OpsWorker(e.cfg.WorkerID), FourEyes: e.cfg.Ops.FourEyes,
 			Publish: func(ctx context.Context, id int64) error { return ops.PublishDecision(ctx, e.pool, parts, id) },
 			Replay:  d.Replay,
 			HeldFeeds: func() map[string]map[string]string {

@@ -167,9 +167,9 @@ const completeTimeout = 2 * time.Second
 // idStates are the states of the rows a command taking an intake id
 // acts on, by command and sub-command.
 var idStates = map[string][]string{
-	"quarantine release": {"quarantined"},
-	"quarantine discard": {"quarantined"},
-	"quarantine show":    {"quarantined", "discarded"},
+	"quarantine release": {"quarantined", "failed_terminal"},
+	"quarantine discard": {"quarantined", "failed_terminal"},
+	"quarantine show":    {"quarantined", "failed_terminal", "discarded"},
 	"approve":            {"awaiting_approval"},
 	"reject":             {"awaiting_approval"},
 	"plan show":          {"awaiting_approval", "applied", "archived", "quarantined"},

@@ -146,6 +146,10 @@ type PlanDecision struct {
 
 	// FourEyes refuses an approval by whoever released or requested the file (sameHands).
 	FourEyes bool
+	// SharedLogin: the database login is shared by several people (the
+	// console's, which is the daemon's), so Actor is who decides, as the
+	// caller authenticated them, and four eyes compares actors, not logins.
+	SharedLogin bool
 }
 
 // Approve approves a waiting file's plan, when hash is its current plan
@@ -260,7 +264,7 @@ type Waiting struct {
 // AwaitingApproval lists the partners' files awaiting approval, oldest
 // plan first.
 func (l *approvals) AwaitingApproval(ctx context.Context, partners []string) ([]Waiting, error) {
-	rs, err := l.pool.Query(ctx, `SELECT partner_id, intake_id, feed, coalesce(reason, ''), coalesce(plan_hash, ''), coalesce(planned_at, updated_at)
+	rs, err := l.read.Query(ctx, `SELECT partner_id, intake_id, feed, coalesce(reason, ''), coalesce(plan_hash, ''), coalesce(planned_at, updated_at)
 		FROM file_intake WHERE partner_id = ANY($1) AND state = 'awaiting_approval' ORDER BY planned_at, intake_id`, partners)
 	if err != nil {
 		return nil, fmt.Errorf("awaiting approval: %w", err)

@@ -44,6 +44,7 @@ func (l *consoleReads) HeldPage(ctx context.Context, partners []string, offset, 
 		var q QuarantineItem
 		err := r.Scan(&q.IntakeID, &q.Partner, &q.Reason, &q.BatchID, &q.SHA256, &q.Path, &q.HeldAt, &q.State,
 			&q.DecidedAt, &q.DecidedBy, &q.Decision, &q.FileName, &q.IntakeStat)
+		q.Hold = HoldToken(q.HeldAt)
 		return q, err
 	})
 	return items, total, err
@@ -229,6 +230,7 @@ type FileStory struct {
 	PlanHash, PlanDecision      string
 	QState, QReason             string
 	HeldAt                      *time.Time
+	Hold                        string // HoldToken(HeldAt): what a decision names
 	Chunks                      []ChunkRow
 	RowIssues                   int64
 }
@@ -261,6 +263,9 @@ func (l *consoleReads) Story(ctx context.Context, id int64, partners []string) (
 	}
 	if err != nil {
 		return nil, fmt.Errorf("story %d: %w", id, err)
+	}
+	if s.HeldAt != nil {
+		s.Hold = HoldToken(*s.HeldAt)
 	}
 	rs, err := l.pool.Query(ctx, `SELECT chunk_no, first_line, last_line, rows_applied, rows_unchanged, rows_conflict, committed_at
 		FROM intake_chunk WHERE intake_id = $1 ORDER BY chunk_no LIMIT 1000`, id)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/partner-intake/partner-intake/internal/reason"
@@ -25,6 +26,7 @@ type QuarantineItem struct {
 	SHA256     string
 	Path       string
 	HeldAt     time.Time
+	Hold       string // HoldToken(HeldAt)
 	State      string
 	DecidedAt  *time.Time
 	DecidedBy  string
@@ -53,6 +55,7 @@ func (l *opsDecisions) ListQuarantine(ctx context.Context, partners []string, op
 		var q QuarantineItem
 		err := r.Scan(&q.IntakeID, &q.Partner, &q.Reason, &q.BatchID, &q.SHA256, &q.Path, &q.HeldAt, &q.State,
 			&q.DecidedAt, &q.DecidedBy, &q.Decision, &q.FileName, &q.IntakeStat)
+		q.Hold = HoldToken(q.HeldAt)
 		return q, err
 	})
 }
@@ -69,6 +72,8 @@ type Held struct {
 	// BatchOwner is the intake whose binding of the batch a batch
 	// conflict met when it was held (0: not recorded)
 	BatchOwner int64
+	// Hold is the hold's token (HoldToken)
+	Hold string
 }
 
 // LockHeld locks a held file of one of partners and its quarantine record
@@ -86,29 +91,29 @@ func PeekHeld(ctx context.Context, tx pgx.Tx, id int64, partners []string) (*Hel
 
 func held(ctx context.Context, tx pgx.Tx, id int64, partners []string, lock string) (*Held, error) {
 	var h Held
+	var at time.Time
 	err := tx.QueryRow(ctx, `SELECT q.partner_id, q.reason, q.state, f.state, f.feed, coalesce(f.batch_id, ''),
-		coalesce(f.content_sha256, ''), coalesce(f.archive_path, ''), coalesce(f.manifest_name, ''), coalesce(q.batch_owner, 0)
+		coalesce(f.content_sha256, ''), coalesce(f.archive_path, ''), coalesce(f.manifest_name, ''), coalesce(q.batch_owner, 0), q.held_at
 		FROM intake_quarantine q JOIN file_intake f USING (intake_id)
 		WHERE q.intake_id = $1 AND q.partner_id = ANY($2)`+lock, id, partners).
-		Scan(&h.Partner, &h.Reason, &h.QState, &h.FState, &h.Feed, &h.BatchID, &h.SHA256, &h.Path, &h.Manifest, &h.BatchOwner)
+		Scan(&h.Partner, &h.Reason, &h.QState, &h.FState, &h.Feed, &h.BatchID, &h.SHA256, &h.Path, &h.Manifest, &h.BatchOwner, &at)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, nil
 	}
 	if err != nil {
 		return nil, err
 	}
+	h.Hold = HoldToken(at)
 	return &h, nil
 }
 
-// LockQuarantine locks the quarantine record of a held file of one of
-// partners in tx; ok is false when there is none.
-func LockQuarantine(ctx context.Context, tx pgx.Tx, id int64, partners []string) (partner, qstate string, ok bool, err error) {
-	err = tx.QueryRow(ctx, `SELECT partner_id, state FROM intake_quarantine WHERE intake_id = $1 AND partner_id = ANY($2) FOR UPDATE`,
-		id, partners).Scan(&partner, &qstate)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return "", "", false, nil
-	}
-	return partner, qstate, err == nil, err
+// HoldToken names one hold of a file: a file held again (its quarantine
+// record reopened with a new reason) has a new one. `intake quarantine
+// list` and `show` and the console print it; a release or discard names
+// the hold it decides on, and is refused when the file was held again
+// since (ops.Decision.Hold): nobody decides on a hold they never saw.
+func HoldToken(heldAt time.Time) string {
+	return strconv.FormatInt(heldAt.UnixMicro(), 36)
 }
 
 // RebindBatch binds h's batch to its bytes as applied (the data hash, as

@@ -22,6 +22,10 @@ const (
 	WinnerOld = "old" // the earlier bytes stay: the held file is discarded
 )
 
+// ActionOldWins is the audited action of a batch conflict's release with
+// the earlier bytes winning: the held file is discarded.
+const ActionOldWins = "release_conflict_old_wins"
+
 // ListQuarantine lists the held files of the given partners, newest first.
 func ListQuarantine(ctx context.Context, db *pgxpool.Pool, partners []string, openOnly bool) ([]ledger.QuarantineItem, error) {
 	return ledgerOn(db).ListQuarantine(ctx, partners, openOnly)
@@ -43,6 +47,11 @@ type Decision struct {
 	// command that lost its database mid-decision learns from it whether
 	// the decision was recorded (ledger.Requested).
 	Request string
+	// Hold is the token of the hold decided on (ledger.HoldToken), as the
+	// actor saw it: the decision is refused when the file was held again
+	// since, with another reason. The CLI and the console always name it;
+	// "" decides on the hold that stands.
+	Hold string
 }
 
 func (d Decision) check() error {
@@ -126,6 +135,10 @@ func stillOpen(d Decision, h *ledger.Held) error {
 	if h.QState != "open" {
 		return fmt.Errorf("%w: intake %d was already %s", ledger.ErrDecision, d.IntakeID, h.QState)
 	}
+	if d.Hold != "" && d.Hold != h.Hold {
+		return fmt.Errorf("%w: intake %d was held again since hold %s: it is now hold %s (%s); look at it again (intake quarantine show %d) and decide on that hold",
+			ledger.ErrDecision, d.IntakeID, d.Hold, h.Hold, h.Reason, d.IntakeID)
+	}
 	return nil
 }
 
@@ -154,7 +167,7 @@ func planRelease(d Decision, h *ledger.Held) (release, error) {
 	case h.Reason == reason.BatchConflict:
 		switch d.Winner {
 		case WinnerOld:
-			return release{action: "release_conflict_old_wins", discard: true}, nil
+			return release{action: ActionOldWins, discard: true}, nil
 		case WinnerNew:
 			r.override, r.rebind = ledger.OverrideConflictNewWin, true
 		default:
@@ -192,11 +205,11 @@ func Discard(ctx context.Context, db *pgxpool.Pool, d Decision) error {
 		if err := ledger.AuditDecision(ctx, tx, d.IntakeID, seen.Partner, d.Request, d.Actor, d.Reason, "discard", ""); err != nil {
 			return err
 		}
-		partner, qstate, ok, err := ledger.LockQuarantine(ctx, tx, d.IntakeID, d.Partners)
+		h, err := ledger.LockHeld(ctx, tx, d.IntakeID, d.Partners)
 		if err != nil {
 			return err
 		}
-		if !ok || partner != seen.Partner || qstate != "open" {
+		if h == nil || *h != *seen {
 			return fmt.Errorf("%w: intake %d changed while it was being decided; look again", ledger.ErrDecision, d.IntakeID)
 		}
 		return discard(ctx, tx, d)

@@ -16,13 +16,14 @@ import (
 func TestWhatAReleaseDoesByWhyTheFileWasHeld(t *testing.T) {
 	held := func(reason reason.Code, sha string) *ledger.Held {
 		return &ledger.Held{Partner: "acme", Reason: reason, QState: "open", FState: "quarantined", Feed: "orders",
-			BatchID: "b1", SHA256: sha, Path: "/quarantine/7.orders-1.csv"}
+			BatchID: "b1", SHA256: sha, Path: "/quarantine/7.orders-1.csv", Hold: "h1"}
 	}
 	const sha = "ab"
 	for _, tc := range []struct {
 		name     string
 		h        *ledger.Held
 		winner   string
+		hold     string // the hold the decision names
 		refused  bool
 		action   string
 		override string
@@ -31,6 +32,9 @@ func TestWhatAReleaseDoesByWhyTheFileWasHeld(t *testing.T) {
 		rebind   bool
 	}{
 		{name: "not held", h: nil, refused: true},
+		{name: "held again since the actor looked", h: held(reason.RejectRate, sha), hold: "h0", refused: true},
+		{name: "the hold the actor saw", h: held(reason.RejectRate, sha), hold: "h1",
+			action: "release", override: ledger.OverrideRejectRate, next: ledger.StateSpooled},
 		{name: "decided already", h: func() *ledger.Held { h := held(reason.RejectRate, sha); h.QState = "released"; return h }(), refused: true},
 		{name: "a hostile entry", h: func() *ledger.Held { h := held(reason.RejectRate, ""); h.Feed = ledger.NoFeed; return h }(), refused: true},
 		{name: "not a regular file", h: held(reason.NotRegularFile, ""), refused: true},
@@ -50,7 +54,7 @@ func TestWhatAReleaseDoesByWhyTheFileWasHeld(t *testing.T) {
 			action: "release", override: ledger.OverrideNothing, next: ledger.StateSpooled},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			r, err := planRelease(Decision{IntakeID: 7, Winner: tc.winner}, tc.h)
+			r, err := planRelease(Decision{IntakeID: 7, Winner: tc.winner, Hold: tc.hold}, tc.h)
 			if tc.refused {
 				if !errors.Is(err, ledger.ErrDecision) {
 					t.Fatalf("got %+v, %v; want it refused as a decision", r, err)
