@@ -309,6 +309,15 @@ func (d *Daemon) Poke(partner string) {
 	}
 }
 
+// Serves reports whether this daemon serves partner: configured, and not
+// being removed by a reload (holdNothingLeft). The reconciler of this
+// worker asks it in the partner's claim section before it takes a file
+// over or adopts one into this worker's dir.
+func (d *Daemon) Serves(partner string) bool {
+	p, ok := d.parts.get(partner)
+	return ok && !p.removing.Load()
+}
+
 // TakenOver is what this replica's reconciler calls after it took a file
 // of the partner over into this worker's processing dir: the partner is
 // polled at once and that poll resumes the file, also when another
@@ -417,6 +426,9 @@ func (d *Daemon) Stop() {
 		d.log.Warn("drain time over; abandoning files in flight (they resume on the next start)")
 	}
 	d.life.Cancel()
+	if d.parts.unlooked.Load() {
+		drained = false // a removed partner's dir was never looked through (reload.go)
+	}
 	d.parts.mu.RLock()
 	gone := append([]*partnerRT(nil), d.parts.retiring...)
 	d.parts.mu.RUnlock()
@@ -485,6 +497,10 @@ type partnerRT struct {
 	// (TakenOver): the next poll resumes this worker's own files again,
 	// even where another replica polls the partner.
 	takenOver atomic.Bool
+	// removing: a reload is removing the partner and found nothing of
+	// this worker's left of it (holdNothingLeft): this worker's
+	// reconciler brings no file of it into this worker's hands (Serves)
+	removing atomic.Bool
 	// settled: nothing of this worker can be left without a row on the
 	// partner's site: its processing dir was looked through (resumeOwn)
 	// since the last failed poll, or the previous run left none there.

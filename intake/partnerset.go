@@ -3,6 +3,7 @@ package intake
 import (
 	"log/slog"
 	"sync"
+	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -17,6 +18,11 @@ type partnerSet struct {
 	byID     map[string]*partnerRT
 	order    []string
 	retiring []*partnerRT // removed or replaced by a reload, still finishing a poll
+	// unlooked: a reload removed a partner whose processing dir could not
+	// be looked through (its site did not answer after a failed poll):
+	// the run is not drained, so a start with the partner configured
+	// again looks there
+	unlooked atomic.Bool
 }
 
 // list is the current partners in configuration order.

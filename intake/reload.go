@@ -12,6 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/intake/targethold"
 	"github.com/partner-intake/partner-intake/intake/unwrap"
 	"github.com/partner-intake/partner-intake/internal/fault"
@@ -188,8 +189,10 @@ const pollWait = 5 * time.Second
 type leftScope struct {
 	why string // what the reload does to the partner, for the refusal
 	// the rows that count: those owning a claimed path below under (any
-	// path when ""), held by worker (any worker's when "")
+	// path when ""), held by worker (any worker's when ""), live ones
+	// only when live (else awaiting approval too)
 	under, worker string
+	live          bool
 	// list, when not "", is a dir of the site whose entries are claims
 	// left; base: it is the processing base, and every worker's dir
 	// below it is listed; unlessSettled: it is listed only when the
@@ -233,7 +236,8 @@ func scopeOf(cur, next *partners.Config, worker string) (s leftScope, ok bool) {
 	case procs:
 		s = leftScope{why: "moves the partner's processing dir", under: l.ProcessingBase()}
 	case finish:
-		return leftScope{why: "moves the partner's quarantine or archive dir"}, true
+		// only a live row can have moved its file and not recorded it
+		return leftScope{why: "moves the partner's quarantine or archive dir", live: true}, true
 	default:
 		return s, false
 	}
@@ -257,7 +261,7 @@ func (d *Daemon) holdNothingLeft(ctx context.Context, o *partnerRT, next *partne
 		return func() {}, nil
 	}
 	rows := func() ([]string, error) {
-		ids, err := d.ledger.Holding(ctx, o.cfg.ID, s.under, s.worker, maxNamedClaims+1)
+		ids, err := d.ledger.Holding(ctx, o.cfg.ID, s.under, s.worker, s.live, maxNamedClaims+1)
 		var left []string
 		for _, id := range ids {
 			left = append(left, fmt.Sprintf("intake %d", id))
@@ -274,13 +278,34 @@ func (d *Daemon) holdNothingLeft(ctx context.Context, o *partnerRT, next *partne
 		return nil, err
 	}
 	// o's poll lock is held: the rows are looked up under it, so no poll
-	// adds one after the look
-	left, err := rows()
+	// adds one after the look; a removal looks in the partner's claim
+	// section too, where this worker's reconciler takes files over and
+	// adopts them, and marks the partner removing there (Serves), so no
+	// file of it comes into this worker's hands after the look either
+	var left []string
+	if next == nil {
+		err = d.ledger.InClaimSection(ctx, o.cfg.ID, func(*ledger.ClaimLock) (err error) {
+			if left, err = rows(); err == nil && len(left) == 0 {
+				o.removing.Store(true)
+			}
+			return err
+		})
+	} else {
+		left, err = rows()
+	}
 	if err == nil && len(left) == 0 && s.list != "" && !(s.unlessSettled && o.settled && !o.takenOver.Load()) {
 		left, err = processingEntries(ctx, d.sessions, o, s.list, s.base)
 		switch {
 		case ctx.Err() != nil:
 			err = fmt.Errorf("listing %s: %w", s.list, context.Cause(ctx))
+		case err != nil && next == nil:
+			// a partner removed because its site is gone must go: its dir
+			// is looked through by the next start that configures it again
+			// (the run is not drained)
+			d.log.Warn("partner removed by a reload without looking through its processing dir: its site did not answer; a start with the partner configured again looks there",
+				"partner", o.cfg.ID, "dir", s.list, "err", err)
+			d.parts.unlooked.Store(true)
+			left, err = nil, nil
 		case err != nil:
 			err = fmt.Errorf("the reload %s: %w: cannot list %s to see that it holds no claim: %w", s.why, ErrProcessingInUse, s.list, err)
 		case len(left) == 0:
@@ -290,11 +315,15 @@ func (d *Daemon) holdNothingLeft(ctx context.Context, o *partnerRT, next *partne
 	if err == nil && len(left) > 0 {
 		err = claimsLeft(s.why, left)
 	}
-	if err != nil {
+	unlock = func() {
+		o.removing.Store(false) // removed by now (retired: Serves says no), or kept
 		o.mu.Unlock()
+	}
+	if err != nil {
+		unlock()
 		return nil, err
 	}
-	return o.mu.Unlock, nil
+	return unlock, nil
 }
 
 // errPollBusy: a partner's poll was still in progress after pollWait.

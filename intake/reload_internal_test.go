@@ -11,9 +11,10 @@ import (
 // dir, never another worker's, which other replicas still serving the
 // partner look after; a moved processing dir, every worker's rows below
 // it and every worker's dir there; a moved quarantine or archive dir,
-// every row holding a claim, whichever worker holds it (any of them may
-// be a hold or an archive whose end is not recorded, and this daemon's
-// reconciler may take it over); a change elsewhere, nothing.
+// every live row, whichever worker holds it (any of them may be a hold or
+// an archive whose end is not recorded, and this daemon's reconciler may
+// take it over; a file awaiting approval has no move half done); a change
+// elsewhere, nothing.
 func TestReloadScopes(t *testing.T) {
 	cur := &partners.Config{ID: "p", SFTP: partners.SFTP{Address: "sftp.example:22", User: "u", Root: "/in"},
 		Dirs: partners.Dirs{Processing: "processing", Quarantine: "quarantine", Archive: "archive", Reports: "reports"}}
@@ -32,9 +33,9 @@ func TestReloadScopes(t *testing.T) {
 		{"processing moved", edit(func(c *partners.Config) { c.Dirs.Processing = "work" }),
 			leftScope{why: "moves the partner's processing dir", under: "/in/processing", list: "/in/processing", base: true}, true},
 		{"quarantine moved", edit(func(c *partners.Config) { c.Dirs.Quarantine = "held" }),
-			leftScope{why: "moves the partner's quarantine or archive dir"}, true},
+			leftScope{why: "moves the partner's quarantine or archive dir", live: true}, true},
 		{"archive moved", edit(func(c *partners.Config) { c.Dirs.Archive = "done" }),
-			leftScope{why: "moves the partner's quarantine or archive dir"}, true},
+			leftScope{why: "moves the partner's quarantine or archive dir", live: true}, true},
 		{"root moved", edit(func(c *partners.Config) { c.SFTP.Root = "/in2" }),
 			leftScope{why: "moves the partner's processing dir and its quarantine or archive dir", list: "/in/processing", base: true}, true},
 		{"reports moved", edit(func(c *partners.Config) { c.Dirs.Reports = "receipts" }), leftScope{}, false},

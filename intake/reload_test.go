@@ -13,12 +13,15 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/pkg/sftp"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/partner-intake/partner-intake/intake"
 	"github.com/partner-intake/partner-intake/internal/fault"
 	"github.com/partner-intake/partner-intake/internal/sftpd"
 	"github.com/partner-intake/partner-intake/internal/testenv"
 	"github.com/partner-intake/partner-intake/partners"
+	"github.com/partner-intake/partner-intake/reconcile"
+	"github.com/partner-intake/partner-intake/spool"
 )
 
 // A reload while a file is in flight: the file finishes on the mapping it
@@ -255,6 +258,109 @@ func TestAReloadRemovesAPartnerWhoseOtherWorkersStillHoldClaims(t *testing.T) {
 	}
 	if !stoppedDrained(t, r, "un") {
 		t.Fatal("the stop did not record a drained run, with nothing of this worker left")
+	}
+}
+
+// A partner removed because its site is gone goes: its last poll failed,
+// and its processing dir cannot be listed (here a file stands where the
+// dir should be), so nothing says whether a claim without a row is left
+// there. The reload is taken, saying so, and the run is not drained: a
+// start with the partner configured again looks through the dir.
+func TestAReloadRemovesAPartnerWhoseDirCannotBeLookedThrough(t *testing.T) {
+	_, pool := testenv.DB(t)
+	r, a, b := startRemovalRig(t, pool, intake.Config{})
+	ctx := context.Background()
+	a.Drop(t, "orders-1.csv", goodRows("G", 2))
+	if err := fault.Set("claim:before_rename=error"); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.d.PollOnce(ctx, "un-a"); err == nil {
+		t.Fatal("the poll went on to its claim's RENAME")
+	}
+	fault.Set("")
+	own := filepath.Join(a.Root, "processing", "un")
+	if err := os.RemoveAll(own); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(own, []byte("not a dir"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	res, err := r.d.Reload(ctx, []partners.Config{b.Validated(t)})
+	if err != nil || !reflect.DeepEqual(res.Removed, []string{"un-a"}) {
+		t.Fatalf("reload removing a partner whose dir cannot be listed: %+v, %v", res, err)
+	}
+	if stoppedDrained(t, r, "un") {
+		t.Fatal("the stop recorded a drained run, though the removed partner's dir was never looked through")
+	}
+}
+
+// A reload removing a partner looks for this worker's rows of it in the
+// partner's claim section, where this worker's reconciler takes files
+// over: a reconciler run between that look and the reload coming into
+// force takes no file of the partner into this worker's hands (another
+// replica serving it takes the file over). Without the guard the run
+// took a gone worker's expired row over into a partner this daemon no
+// longer polls.
+func TestAReconcilerTakesNothingOverForAPartnerBeingRemoved(t *testing.T) {
+	_, pool := testenv.DB(t)
+	r, a, b := startRemovalRig(t, pool, intake.Config{})
+	ctx := context.Background()
+	gone := filepath.Join(a.Root, "processing", "gone")
+	if err := os.MkdirAll(gone, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(gone, "orders-1.csv"), []byte(goodRows("T", 2)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var id int64
+	if err := pool.QueryRow(ctx, `INSERT INTO file_intake (partner_id, feed, remote_name, claimed_path, listed_size, state, worker_id, lease_until)
+		VALUES ('un-a', 'orders', 'orders-1.csv', $1, 10, 'claimed', 'gone', pg_catalog.now() - interval '1 minute') RETURNING intake_id`,
+		a.Config.SFTP.Root+"/processing/gone/orders-1.csv").Scan(&id); err != nil {
+		t.Fatal(err)
+	}
+	if err := fault.Set("reload:in_force=pause"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { fault.Set("") })
+	type result struct {
+		res intake.ReloadResult
+		err error
+	}
+	reloaded := make(chan result, 1)
+	go func() {
+		res, err := r.d.Reload(ctx, []partners.Config{b.Validated(t)})
+		reloaded <- result{res, err}
+	}()
+	select {
+	case <-fault.Paused("reload:in_force"):
+	case got := <-reloaded:
+		t.Fatalf("the reload ended before it came into force: %+v", got)
+	}
+	sp, err := spool.New(r.spoolDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, err := reconcile.New(reconcile.Config{}, "un", 30*time.Second, namedPool(t, pool, "un"), sp, []partners.Config{a.Validated(t), b.Validated(t)},
+		prometheus.NewRegistry(), testenv.Logger(t), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec.OnlyWhileServed(r.d.Serves)
+	_, runErr := rec.RunOnce(ctx)
+	rec.Stop()
+	fault.Resume("reload:in_force")
+	if got := <-reloaded; got.err != nil || !reflect.DeepEqual(got.res.Removed, []string{"un-a"}) {
+		t.Fatalf("reload: %+v", got)
+	}
+	if runErr != nil {
+		t.Fatal(runErr)
+	}
+	var worker string
+	if err := pool.QueryRow(ctx, `SELECT worker_id FROM file_intake WHERE intake_id = $1`, id).Scan(&worker); err != nil {
+		t.Fatal(err)
+	}
+	if worker != "gone" {
+		t.Fatalf("the reconciler took intake %d of the partner being removed into worker %s's hands", id, worker)
 	}
 }
 

@@ -376,6 +376,9 @@ func (r *Reconciler) strayManifest(ctx context.Context, p *partners.Config, s *s
 // intake ended put_back is put back into ready/ instead.
 func (r *Reconciler) adopt(ctx context.Context, p *partners.Config, s *sftpconn.Session, old, dst, name, feedName string, size int64, w string, add addFunc) error {
 	return r.ledger.InClaimSection(ctx, p.ID, func(c *ledger.ClaimLock) error {
+		if !r.served(p.ID) {
+			return nil // a reload is removing the partner: another replica adopts it
+		}
 		owned, err := r.ledger.Owned(ctx, p.ID, old)
 		if err != nil || owned {
 			return err // owned: a live row, the expired-lease row handles it
@@ -473,6 +476,9 @@ func (r *Reconciler) rowExpiredLeases(ctx context.Context, p *partners.Config, s
 		// partner's claim section: an adopter never sees the file at its
 		// old path with no live row there (ledger.InClaimSection).
 		err := r.ledger.InClaimSection(ctx, p.ID, func(*ledger.ClaimLock) error {
+			if !r.served(p.ID) {
+				return nil // a reload is removing the partner: another replica takes it over
+			}
 			return r.takeOverExpired(ctx, p, s, old, dst, add)
 		})
 		if err != nil {

@@ -88,6 +88,10 @@ type Reconciler struct {
 	parts      *partners.Current
 	log        *slog.Logger
 	onTakeover func(partner string)
+	// serves, if set, says whether this worker's daemon still serves a
+	// partner; asked in the partner's claim section before a takeover or
+	// an adoption into this worker's dir (OnlyWhileServed)
+	serves func(partner string) bool
 
 	runs        *prometheus.CounterVec
 	findings    *prometheus.CounterVec
@@ -108,6 +112,18 @@ type Reconciler struct {
 // SetPartners makes parts (validated) the partners of the next runs (a
 // config reload); a run in progress goes on with those it started with.
 func (r *Reconciler) SetPartners(parts []partners.Config) { r.parts.Set(parts) }
+
+// OnlyWhileServed has the reconciler take a file over, or adopt one, into
+// this worker's processing dir only while serves says its daemon serves
+// the partner, asked in the partner's claim section: a reload removing
+// the partner looks for this worker's rows of it in the same section
+// (intake Daemon.Serves), so none lands after that look. Call it before
+// Start.
+func (r *Reconciler) OnlyWhileServed(serves func(partner string) bool) { r.serves = serves }
+
+// served reports whether files of partner may come into this worker's
+// hands.
+func (r *Reconciler) served(partner string) bool { return r.serves == nil || r.serves(partner) }
 
 // New builds a reconciler acting as worker (taken-over files move into
 // processing/<worker>/ and are resumed by that daemon; onTakeover, if set,

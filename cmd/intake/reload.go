@@ -24,9 +24,9 @@ import (
 // checked (Daemon.Reload); a file that fails either is refused and the
 // config in force is kept, said by a log line and by
 // intake_config_last_reload_successful going to 0. What a reload applies:
-// the partners (added ones are polled, removed ones stop after the poll in
-// progress and their files in flight finish, changed ones take effect at
-// their next poll: see intake/reload.go), the reconciler's partners, the
+// the partners (added ones are polled, removed ones stop once nothing of
+// this daemon's is left of them, else the reload is refused, changed ones
+// take effect at their next poll: see intake/reload.go), the reconciler's partners, the
 // feeds' expect: blocks (calendars are read again), the webhooks (notify:
 // the subscriptions of events fanned out from then on, and the URL and
 // secrets of every delivery sent from then on, by its endpoint id; one

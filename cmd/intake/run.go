@@ -299,6 +299,7 @@ func cmdRun(path string, once bool, stdout, stderr io.Writer) int {
 		return fatal(err, 2)
 	}
 	rec.WithClaimPool(claims)
+	rec.OnlyWhileServed(d.Serves)
 	setWaiting(nil)
 	var services []service
 	if e.cfg.Console.Enabled() {

@@ -245,18 +245,23 @@ func (l *replicas) WorkerGone(ctx context.Context, worker string) (bool, error) 
 type leaseStore struct{ *core }
 
 // Holding lists the ids of the partner's rows that own a claimed path
-// (one of the holding states), oldest first, at most limit: of those,
-// the rows whose claimed path lies below under (any path when under is
-// "") and that worker holds (any worker's when worker is "").
-func (l *leaseStore) Holding(ctx context.Context, partner, under, worker string, limit int) ([]int64, error) {
+// (one of the holding states; live only: one of the live states, a
+// worker's under its lease), oldest first, at most limit: of those, the
+// rows whose claimed path lies below under (any path when under is "")
+// and that worker holds (any worker's when worker is "").
+func (l *leaseStore) Holding(ctx context.Context, partner, under, worker string, liveOnly bool, limit int) ([]int64, error) {
 	prefix := ""
 	if under != "" {
 		prefix = strings.TrimSuffix(under, "/") + "/"
 	}
+	states := holdingStates
+	if liveOnly {
+		states = liveStates
+	}
 	rs, err := l.pool.Query(ctx, `SELECT intake_id FROM file_intake
 		WHERE partner_id = $1 AND pg_catalog.starts_with(claimed_path, $2::text) AND ($3::text = '' OR worker_id = $3)
 		    AND state = ANY($4)
-		ORDER BY intake_id LIMIT $5`, partner, prefix, worker, holdingStates, limit)
+		ORDER BY intake_id LIMIT $5`, partner, prefix, worker, states, limit)
 	if err != nil {
 		return nil, fmt.Errorf("rows holding a claim: %w", err)
 	}
