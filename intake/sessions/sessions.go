@@ -45,9 +45,10 @@ import (
 //     memory target with room; the cap is for daemons with many thousands.
 //   - Polls on an `@every` schedule keep a stable phase per partner
 //     (schedule.Offset of the partner id) within min(interval, partners ×
-//     PollStagger): a thousand partners `@every 30s` are polled evenly over
-//     the 30 s, and their first polls after a start are spread the same
-//     way; a handful of partners are still polled within a moment of the
+//     PollStagger), on a grid of PhaseGrain: a thousand partners `@every
+//     30s` are polled evenly over the 30 s, a second's in one wake-up of
+//     the scheduler, and their first polls after a start are spread the
+//     same way; a handful of partners are still polled within a moment of the
 //     start. Cron-expression schedules run as written (a wall-clock time
 //     was asked for) and are polled at once on start.
 //   - Partners whose sites are one server under one account with the same
@@ -260,10 +261,20 @@ func Schedule(c *cron.Cron, id, spec string, now time.Time, partners int, stagge
 	return c.Schedule(schedule.Phased{Origin: now.Add(off), Every: every}, cron.FuncJob(poke)), off, nil
 }
 
-// Offset is a partner's phase within its interval.
+// Offset is a partner's phase within its interval, on a grid of
+// PhaseGrain where the window is many grains wide: the partners of one
+// grain are polled in one wake-up of the scheduler.
 func Offset(id string, every time.Duration, partners int, stagger time.Duration) time.Duration {
-	return schedule.Offset(id, min(every, time.Duration(partners)*stagger))
+	window := min(every, time.Duration(partners)*stagger)
+	off := schedule.Offset(id, window)
+	if window >= 8*PhaseGrain {
+		off = off.Truncate(PhaseGrain)
+	}
+	return off
 }
+
+// PhaseGrain is the grid of the partners' poll phases.
+const PhaseGrain = time.Second
 
 // Slot is one partner's session: open or none, and when a poll last used
 // it. Its zero value holds none; Book counts the sessions it opens and

@@ -3,6 +3,7 @@ package sessions
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -86,6 +87,40 @@ func TestOffsetIsStableAndWithinItsWindow(t *testing.T) {
 	}
 	if o := Offset("p1", 30*time.Second, 3, DefaultPollStagger); o >= 3*DefaultPollStagger {
 		t.Fatalf("offset %s with 3 partners, want under %s", o, 3*DefaultPollStagger)
+	}
+}
+
+// A fleet's phases lie on a grid of PhaseGrain, so the partners of one
+// grain are polled in one wake-up of the scheduler, and still spread over
+// the whole interval: a thousand partners `@every 30s` fill its thirty
+// seconds, about a thirtieth of them each. A window narrower than a few
+// grains (a handful of partners) keeps its phases as they are.
+func TestAFleetsPhasesLieOnAGridAndSpreadOverTheInterval(t *testing.T) {
+	const n = 1000
+	perGrain := map[time.Duration]int{}
+	for i := range n {
+		o := Offset(fmt.Sprintf("partner-%d", i), 30*time.Second, n, DefaultPollStagger)
+		if o%PhaseGrain != 0 || o < 0 || o >= 30*time.Second {
+			t.Fatalf("offset %s: want a whole grain of %s within the interval", o, PhaseGrain)
+		}
+		perGrain[o]++
+	}
+	if len(perGrain) != 30 {
+		t.Fatalf("%d grains used, want all 30 of the interval", len(perGrain))
+	}
+	for o, k := range perGrain {
+		if k < n/30/2 || k > n/30*2 {
+			t.Errorf("grain %s has %d partners, want about %d", o, k, n/30)
+		}
+	}
+	fine := 0
+	for i := range 3 {
+		if Offset(fmt.Sprintf("p%d", i), 30*time.Second, 3, DefaultPollStagger)%PhaseGrain != 0 {
+			fine++
+		}
+	}
+	if fine == 0 {
+		t.Fatal("three partners' phases were put on the grid: their window is narrower than one grain")
 	}
 }
 
