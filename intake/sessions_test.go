@@ -143,9 +143,9 @@ func TestPrewarmKeepsToTheDialBound(t *testing.T) {
 }
 
 // The partners of an `@every` interval are first polled at stable offsets
-// spread over the interval (and every later tick keeps that phase): not
-// all at once. Offsets only; the ticks themselves are the schedule's
-// (internal/schedule's test).
+// spread over the interval, on the grid of whole seconds (and every later
+// tick keeps that phase): not all at once. Offsets only; the ticks
+// themselves are the schedule's (internal/schedule's test).
 func TestFirstPollsAreSpreadOverTheInterval(t *testing.T) {
 	_, pool := testenv.DB(t)
 	ss := sites(t, "spread", 40, "@every 30s")
@@ -163,8 +163,8 @@ func TestFirstPollsAreSpreadOverTheInterval(t *testing.T) {
 		if !ok || ev != every {
 			t.Fatalf("%s: interval %s (phased %v), want %s", s.Config.ID, ev, ok, every)
 		}
-		if off < 0 || off >= every {
-			t.Fatalf("%s: offset %s outside the interval", s.Config.ID, off)
+		if off < 0 || off >= every || off%time.Second != 0 {
+			t.Fatalf("%s: offset %s outside the interval or off the grid of whole seconds", s.Config.ID, off)
 		}
 		if again, _, _ := intake.PollOffset(b.d, s.Config.ID); again != off {
 			t.Fatalf("%s: offset %s in one daemon, %s in another: not stable", s.Config.ID, off, again)
@@ -172,8 +172,8 @@ func TestFirstPollsAreSpreadOverTheInterval(t *testing.T) {
 		seen[off] = true
 		lo, hi = min(lo, off), max(hi, off)
 	}
-	if len(seen) != len(ss) {
-		t.Fatalf("%d distinct offsets for %d partners", len(seen), len(ss))
+	if len(seen) < 15 {
+		t.Fatalf("%d distinct offsets for %d partners over the 30 seconds, want them spread over most", len(seen), len(ss))
 	}
 	if hi-lo < every/2 {
 		t.Fatalf("offsets span %s..%s: not spread over the %s interval", lo, hi, every)
