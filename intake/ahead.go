@@ -222,6 +222,20 @@ func (r *applyStage) runAhead(ctx context.Context, a *ahead, fl io.ReadCloser, s
 	if _, err := tx.Exec(ctx, chunkStatementTimeout+"; SET LOCAL synchronous_commit = off"); err != nil {
 		return abandon("begin", err)
 	}
+	if h.tgt.Snapshot() {
+		// one feed's snapshots apply in claim order, one at a time, ahead
+		// too: the feed's lock is held from here to the commit (every
+		// chunk of another snapshot of the feed waits for it), and a newer
+		// one begun already ends this apply ahead (the spool path then
+		// finds the file superseded), as every chunk does (snapshot.go)
+		newer, err := ledger.SupersededBy(ctx, tx, r.in.Partner, r.in.Feed, r.in.ID, true)
+		if err != nil {
+			return abandon("begin", err)
+		}
+		if newer != 0 {
+			return abandon("superseded", nil)
+		}
+	}
 	rd, err := rows.NewReader(fl, r.feed, r.p.cfg.Limits.MaxRows)
 	if err != nil {
 		sc := &scan{}
@@ -350,7 +364,17 @@ func (r *applyStage) applyAhead(ctx context.Context, tgt *target.Table) (done bo
 		return true, err
 	}
 	if len(h.chunks) > 0 {
-		err := r.d.ledger.ChunksDone(ctx, h.tx, in, h.chunks)
+		var err error
+		if tgt.Snapshot() {
+			// held since the apply ahead began: asked again all the same
+			var newer int64
+			if newer, err = ledger.SupersededBy(ctx, h.tx, in.Partner, in.Feed, in.ID, true); err == nil && newer != 0 {
+				return abandon("superseded", nil)
+			}
+		}
+		if err == nil {
+			err = r.d.ledger.ChunksDone(ctx, h.tx, in, h.chunks)
+		}
 		if err == nil {
 			err = commitRows(ctx, h.tx, in.ID, len(h.chunks)-1, "ahead")
 		}

@@ -459,3 +459,46 @@ func TestAnApplyAheadGivesItsConnectionUpToItsPlanWaitingForOne(t *testing.T) {
 		t.Fatalf("apply ahead committed %v times, want 0 (it gave its connection up)", got)
 	}
 }
+
+// Two snapshots of one feed in one poll, the newer applied ahead while it
+// downloads, the older from its spool: the apply ahead takes the feed's
+// snapshot lock and asks whether a newer one has begun, as every chunk
+// does, so the older never commits after the newer has begun. Here the
+// newer holds its chunks ahead, waiting at its commit; the older either
+// finished first (it was applied before the newer began) or waits for the
+// lock and then finds itself superseded. Either way the table ends as
+// the newer snapshot says: all its rows, with its values. Before, the
+// apply ahead held no lock: the older applied in full meanwhile (its
+// values, its sweep of the newer's keys) and the newer's chunks, judged
+// unchanged before the older wrote, never put them back.
+func TestSnapshotsAppliedAheadKeepTheirOrder(t *testing.T) {
+	r, site, pool := aheadRig(t, func(f *partners.Feed) {
+		f.Mode = partners.ModeSnapshot
+		f.DeleteGuard = &partners.DeleteGuard{Off: true}
+	})
+	site.Drop(t, "orders-s0.csv", goodRows("S", aheadRows))
+	r.poll("acme")
+	older := strings.ReplaceAll(goodRows("S", aheadRows-5), ",paid,", ",shipped,")
+	newer := goodRows("S", aheadRows) // the same as S0: every row unchanged
+	t.Cleanup(intake.SetAheadBytes(int64(len(newer))))
+	site.Drop(t, "orders-s1.csv", older)
+	site.Drop(t, "orders-s2.csv", newer)
+	resume := r.pollPaused("acme", "apply:ahead_commit")
+	waitUntil(t, func() bool {
+		return count(t, pool, `SELECT count(*) FROM file_intake WHERE remote_name = 'orders-s1.csv' AND state = 'archived'`) == 1 ||
+			count(t, pool, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event = 'advisory'`) > 0
+	})
+	if err := resume(); err != nil {
+		t.Fatal(err)
+	}
+	fs := files(t, pool, "acme")
+	if len(fs) != 3 || fs[2].Name != "orders-s2.csv" || fs[2].State != "archived" || fs[2].Reason != "" {
+		t.Fatalf("files %+v, want the newest snapshot archived", fs)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM orders WHERE partner_id = 'acme' AND status = 'paid'`); n != aheadRows {
+		t.Fatalf("%d of the newest snapshot's %d rows are in the target with its values", n, aheadRows)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM orders WHERE partner_id = 'acme'`); n != aheadRows {
+		t.Fatalf("the target holds %d rows, want the newest snapshot's %d", n, aheadRows)
+	}
+}
