@@ -164,6 +164,11 @@ func planRelease(d Decision, h *ledger.Held) (release, error) {
 		return r, fmt.Errorf("%w: intake %d was not a regular file when claimed (%s): it can only be discarded", ledger.ErrDecision, d.IntakeID, h.Reason)
 	case h.Reason == reason.BadBatchID:
 		return r, fmt.Errorf("%w: intake %d has no usable batch id: it can only be discarded", ledger.ErrDecision, d.IntakeID)
+	case h.Reason == reason.ChangedAfterClaim:
+		// its spool holds the bytes as they were when it was claimed, a
+		// copy the partner was still writing: released, they would be
+		// applied as the whole file
+		return r, fmt.Errorf("%w: intake %d changed after it was claimed (the partner was still writing it): its spooled bytes are part of the file; it can only be discarded, and the partner publishes the complete file again under a new name", ledger.ErrDecision, d.IntakeID)
 	case h.Reason == reason.BatchConflict:
 		switch d.Winner {
 		case WinnerOld:

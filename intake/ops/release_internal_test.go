@@ -39,6 +39,7 @@ func TestWhatAReleaseDoesByWhyTheFileWasHeld(t *testing.T) {
 		{name: "a hostile entry", h: func() *ledger.Held { h := held(reason.RejectRate, ""); h.Feed = ledger.NoFeed; return h }(), refused: true},
 		{name: "not a regular file", h: held(reason.NotRegularFile, ""), refused: true},
 		{name: "no usable batch id", h: held(reason.BadBatchID, sha), refused: true},
+		{name: "changed after its claim: its spool holds part of it", h: held(reason.ChangedAfterClaim, sha), refused: true},
 		{name: "a batch conflict without a winner", h: held(reason.BatchConflict, sha), refused: true},
 		{name: "a batch conflict, the old bytes win", h: held(reason.BatchConflict, sha), winner: WinnerOld,
 			action: "release_conflict_old_wins", discard: true},
