@@ -248,8 +248,12 @@ func TestReviewerReleasesHeldFile(t *testing.T) {
 		t.Errorf("audit: got %q", got)
 	}
 	code, _, body = do(t, h, reviewer, "GET", loc.RequestURI(), nil)
-	if code != http.StatusOK || !strings.Contains(body, request) || !strings.Contains(body, reviewer) {
+	if code != http.StatusOK || !strings.Contains(body, request) || !strings.Contains(body, reviewer) || !strings.Contains(body, `id="done"`) {
 		t.Errorf("the file's page does not show the decision's request and actor: %d\n%s", code, body)
+	}
+	// a link naming a request the file's audit does not hold claims nothing
+	if _, _, body := do(t, h, reviewer, "GET", target+"?request=req-0000000000000000", nil); strings.Contains(body, `id="done"`) {
+		t.Errorf("a made-up request is said to be a recorded decision:\n%s", body)
 	}
 	// a second release of the same file is refused as on the CLI
 	code, _, _ = do(t, h, reviewer, "POST", target+"/release", url.Values{"reason": {"again"}, "csrf": {token}, "hold": {hold}})
@@ -682,5 +686,16 @@ func TestPartnersPage(t *testing.T) {
 	_, _, body = do(t, newConsole(t, pool), reviewer, "GET", "/partners", nil)
 	if !strings.Contains(body, "Not known to this console") {
 		t.Errorf("a console without a daemon claims to know the held feeds:\n%s", body)
+	}
+	// its last poll good, but long ago for its schedule: stale, not up;
+	// polled every hour, not yet
+	if _, err := pool.Exec(ctx, `UPDATE intake_partner_poll SET last_ok_at = pg_catalog.now() - interval '20 minutes', last_error_at = NULL`); err != nil {
+		t.Fatal(err)
+	}
+	for spec, want := range map[string]string{"@every 1m": `<dd class="state">stale: `, "@every 1h": `<dd class="state">up</dd>`} {
+		_, _, body = do(t, newConsole(t, pool, func(d *console.Deps) { d.Polls = map[string]string{"acme": spec} }), viewer, "GET", "/partners", nil)
+		if !strings.Contains(body, want) {
+			t.Errorf("polled %s, last 20 minutes ago: the page lacks %q", spec, want)
+		}
 	}
 }

@@ -47,6 +47,12 @@ type Deps struct {
 	Pool *pgxpool.Pool
 	// Partners the console covers (the config's).
 	Partners []string
+	// Polls: each partner's poll schedule (its config's poll), which says
+	// when its polls are stale (ops.PollStale).
+	Polls map[string]string
+	// EveryReplicaPolls: affinity none, every live replica polls every
+	// partner (else the one rendezvous hashing names).
+	EveryReplicaPolls bool
 	// SnapshotFeeds: "partner/feed" of every snapshot feed (an approval
 	// of a superseded snapshot is refused, as on the CLI).
 	SnapshotFeeds []string
@@ -338,7 +344,9 @@ func (s *pageViews) held(w http.ResponseWriter, r *http.Request) {
 // partnerView is one partner as the partners page shows it.
 type partnerView struct {
 	ops.StatusRow
-	State     string // "up", "failing", "not polled yet"
+	State string // "up", "failing", "stale: …", "not polled yet"
+	// Everyone: every live replica polls the partner (affinity none)
+	Everyone  bool
 	HeldFeeds []heldFeed
 	// HeldKnown: the console runs beside a daemon that says which feeds
 	// it holds.
@@ -365,13 +373,16 @@ func (s *pageViews) partners(w http.ResponseWriter, r *http.Request) {
 		held = s.deps.HeldFeeds()
 	}
 	views := make([]partnerView, len(rows))
+	now := time.Now()
 	for i, row := range rows {
-		v := partnerView{StatusRow: row, HeldKnown: s.deps.HeldFeeds != nil}
+		v := partnerView{StatusRow: row, HeldKnown: s.deps.HeldFeeds != nil, Everyone: s.deps.EveryReplicaPolls}
 		switch {
 		case row.LastOK == nil && row.LastError == nil:
 			v.State = "not polled yet"
 		case row.LastError != nil && (row.LastOK == nil || row.LastError.After(*row.LastOK)):
 			v.State = "failing"
+		case s.deps.Polls != nil && ops.PollStale(s.deps.Polls[row.Partner], row.LastOK, now):
+			v.State = "stale: no poll since the one its schedule had due"
 		default:
 			v.State = "up"
 		}
@@ -426,7 +437,19 @@ func (s *pageViews) file(w http.ResponseWriter, r *http.Request) {
 		Done    string
 	}{st, audit, st.QState == "open", st.State == string(ledger.StateAwaitingApproval),
 		s.deps.Replay != nil && (st.State == string(ledger.StateArchived) || st.State == string(ledger.StateDuplicate)),
-		r.URL.Query().Get("request")}})
+		recorded(audit, r.URL.Query().Get("request"))}})
+}
+
+// recorded is request when the file's audit holds a decision under it
+// (the page a decision lands on says it was recorded), else "": a link
+// naming another request, or none, claims nothing.
+func recorded(audit []ledger.AuditEntry, request string) string {
+	for _, a := range audit {
+		if request != "" && a.Request == request {
+			return request
+		}
+	}
+	return ""
 }
 
 func (s *pageViews) plans(w http.ResponseWriter, r *http.Request) {

@@ -256,6 +256,15 @@ func decidePlan(cmd string, f decideFlags, args []string, stdout, stderr io.Writ
 	return 0
 }
 
+// pollSpecs are the configured partners' poll schedules, by partner.
+func pollSpecs(ps []partners.Config) map[string]string {
+	out := make(map[string]string, len(ps))
+	for _, p := range ps {
+		out[p.ID] = p.Poll
+	}
+	return out
+}
+
 // snapshotFeeds are the "partner/feed" of the configured snapshot feeds
 // (an older snapshot's approval is refused: ledger.PlanDecision).
 func snapshotFeeds(ps []partners.Config) []string {

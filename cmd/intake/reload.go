@@ -15,6 +15,7 @@ import (
 	"github.com/partner-intake/partner-intake/intake"
 	"github.com/partner-intake/partner-intake/intake/expect"
 	"github.com/partner-intake/partner-intake/intake/notify"
+	"github.com/partner-intake/partner-intake/partners"
 	"github.com/partner-intake/partner-intake/reconcile"
 )
 
@@ -118,7 +119,10 @@ func (r *reloader) failed(stop context.Context, err error) {
 }
 
 // restartOnly names the settings that differ between cur and next and
-// that a reload does not apply.
+// that a reload does not apply. The review console is built at the
+// start: its settings (reviewers and viewers included), ops.four_eyes as
+// it asks it, and the partners, schedules and feeds it shows follow at the
+// next restart ("console (partners)").
 func restartOnly(cur, next *config.File) []string {
 	var keys []string
 	for _, k := range []struct {
@@ -139,10 +143,25 @@ func restartOnly(cur, next *config.File) []string {
 		{"expect_check", cur.ExpectCheck, next.ExpectCheck},
 		{"notify_delivery", cur.NotifyDelivery, next.NotifyDelivery},
 		{"retention.schedule", cur.Retention.Schedule, next.Retention.Schedule},
+		{"console", cur.Console, next.Console},
+		{"ops (on the console)", cur.Ops, next.Ops},
 	} {
-		if !reflect.DeepEqual(k.a, k.b) {
+		if !reflect.DeepEqual(k.a, k.b) && (k.key != "ops (on the console)" || cur.Console.Enabled()) {
 			keys = append(keys, k.key)
 		}
 	}
+	if cur.Console.Enabled() && !reflect.DeepEqual(consoleView(cur.Partners), consoleView(next.Partners)) {
+		keys = append(keys, "console (partners)")
+	}
 	return keys
+}
+
+// consoleView is what of the partners the review console holds from its
+// start: their ids, poll schedules and snapshot feeds.
+func consoleView(ps []partners.Config) [3]any {
+	var ids []string
+	for _, p := range ps {
+		ids = append(ids, p.ID)
+	}
+	return [3]any{ids, pollSpecs(ps), snapshotFeeds(ps)}
 }

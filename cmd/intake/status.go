@@ -11,16 +11,15 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/partner-intake/partner-intake/cmd/intake/internal/config"
+	"github.com/partner-intake/partner-intake/intake"
 	"github.com/partner-intake/partner-intake/intake/ops"
 	"github.com/partner-intake/partner-intake/internal/inert"
 	"github.com/partner-intake/partner-intake/migrations"
 )
 
-// Thresholds past which `intake status` says a partner needs attention.
-const (
-	statusPollStale       = 15 * time.Minute
-	statusProcessingStale = time.Hour
-)
+// statusProcessingStale: past it `intake status` says a partner's oldest
+// unfinished file needs attention (its polls: ops.PollStale).
+const statusProcessingStale = time.Hour
 
 // statusCommand is `intake status`.
 func statusCommand() *cobra.Command {
@@ -51,9 +50,11 @@ func cmdStatus(path, only string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	var ids []string
+	polls := map[string]string{}
 	for _, p := range cfg.Partners {
 		if only == "" || p.ID == only {
 			ids = append(ids, p.ID)
+			polls[p.ID] = p.Poll
 		}
 	}
 	if len(ids) == 0 {
@@ -81,7 +82,7 @@ func cmdStatus(path, only string, stdout, stderr io.Writer) int {
 	}
 	attention := 0
 	for _, r := range rows {
-		attention += printStatus(stdout, r, time.Now())
+		attention += printStatus(stdout, r, polls[r.Partner], cfg.Affinity == intake.AffinityNone, time.Now())
 	}
 	if attention > 0 {
 		fmt.Fprintf(stdout, "\n%d thing(s) need attention\n", attention)
@@ -91,7 +92,10 @@ func cmdStatus(path, only string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-func printStatus(w io.Writer, r ops.StatusRow, now time.Time) int {
+// printStatus prints a partner's status, r, polled on spec (by every live
+// replica when everyone: affinity none), and returns how many of its
+// lines need attention.
+func printStatus(w io.Writer, r ops.StatusRow, spec string, everyone bool, now time.Time) int {
 	attention := 0
 	mark := func(cond bool) string {
 		if cond {
@@ -129,9 +133,12 @@ func printStatus(w io.Writer, r ops.StatusRow, now time.Time) int {
 			a.IntakeID, a.Feed, a.Reason, now.Sub(a.PlannedAt).Round(time.Second), a.PlanHash, a.IntakeID)
 	}
 	fmt.Fprintf(w, "  %sorphan claims: %d file(s) in processing/ with no row at the last reconciler run\n", mark(r.OrphanClaims > 0), r.OrphanClaims)
-	if len(r.Replicas) == 0 {
+	switch {
+	case len(r.Replicas) == 0:
 		fmt.Fprintln(w, "       replicas: none running")
-	} else {
+	case everyone:
+		fmt.Fprintf(w, "       replicas: %s (with affinity: none, every one polls it)\n", strings.Join(r.Replicas, ", "))
+	default:
 		fmt.Fprintf(w, "       replicas: %s (with affinity: partner, %s polls it)\n", strings.Join(r.Replicas, ", "), r.Poller)
 	}
 	for _, l := range r.Late {
@@ -149,6 +156,9 @@ func printStatus(w io.Writer, r ops.StatusRow, now time.Time) int {
 		fmt.Fprintf(w, "       late delivery arrived: feed %s, window scheduled %s, intake %d claimed %s after the deadline\n",
 			l.Feed, l.Scheduled.UTC().Format(time.RFC3339), l.ClosedBy, l.ArrivedAt.Sub(l.Deadline).Round(time.Second))
 	}
+	if r.LateMore > 0 {
+		fmt.Fprintf(w, "       and %d older late delivery window(s) not shown (the newest %d are)\n", r.LateMore, len(r.Late))
+	}
 	if r.Site == nil {
 		fmt.Fprintln(w, "       server profile: not measured yet (the daemon measures it at its first poll; intake check prints it)")
 	} else {
@@ -159,7 +169,7 @@ func printStatus(w io.Writer, r ops.StatusRow, now time.Time) int {
 			fmt.Fprintf(w, "       server limits measured by intake check %s\n", ago(&r.Site.LimitsMeasuredAt))
 		}
 	}
-	stale := r.LastOK == nil || now.Sub(*r.LastOK) > statusPollStale
+	stale := ops.PollStale(spec, r.LastOK, now)
 	fmt.Fprintf(w, "  %slast successful poll: %s\n", mark(stale), ago(r.LastOK))
 	if r.LastError != nil && (r.LastOK == nil || r.LastError.After(*r.LastOK)) {
 		fmt.Fprintf(w, "       last poll error (%s): %s\n", ago(r.LastError), inert.Text(r.LastErrorText))

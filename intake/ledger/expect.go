@@ -218,23 +218,34 @@ func (l *expectations) OpenLateCounts(ctx context.Context, partners []string) ([
 
 // LateWindows lists the partners' late windows that are open and not
 // acknowledged, or were closed or acknowledged within the last
-// `shownFor`, newest first, at most limit.
-func (l *expectations) LateWindows(ctx context.Context, partners []string, shownFor time.Duration, limit int) ([]LateWindow, error) {
-	rs, err := l.read.Query(ctx, `SELECT partner_id, feed, scheduled_at, deadline, raised_at, raised_by,
-		coalesce(closed_intake_id, 0), arrived_at, acked_at, coalesce(acked_by, ''), coalesce(ack_reason, '')
-		FROM intake_feed_late
-		WHERE partner_id = ANY($1)
-		  AND ((closed_intake_id IS NULL AND acked_at IS NULL)
-		    OR closed_at > pg_catalog.now() - $2::interval OR acked_at > pg_catalog.now() - $2::interval)
-		ORDER BY scheduled_at DESC LIMIT $3`, partners, shownFor, limit)
+// `shownFor`, newest first, at most limit of each partner (one partner's
+// pile never hides another's), and how many of each partner's such
+// windows there are in all.
+func (l *expectations) LateWindows(ctx context.Context, partners []string, shownFor time.Duration, limit int) ([]LateWindow, map[string]int, error) {
+	rs, err := l.read.Query(ctx, `SELECT partner_id, feed, scheduled_at, deadline, raised_at, raised_by, closed, arrived_at, acked_at, acked_by, ack_reason, total
+		FROM (SELECT partner_id, feed, scheduled_at, deadline, raised_at, raised_by,
+		        coalesce(closed_intake_id, 0) AS closed, arrived_at, acked_at, coalesce(acked_by, '') AS acked_by, coalesce(ack_reason, '') AS ack_reason,
+		        pg_catalog.row_number() OVER (PARTITION BY partner_id ORDER BY scheduled_at DESC) AS n,
+		        pg_catalog.count(*) OVER (PARTITION BY partner_id) AS total
+		    FROM intake_feed_late
+		    WHERE partner_id = ANY($1)
+		      AND ((closed_intake_id IS NULL AND acked_at IS NULL)
+		        OR closed_at > pg_catalog.now() - $2::interval OR acked_at > pg_catalog.now() - $2::interval)) w
+		WHERE n <= $3
+		ORDER BY scheduled_at DESC`, partners, shownFor, limit)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return pgx.CollectRows(rs, func(r pgx.CollectableRow) (LateWindow, error) {
+	totals := map[string]int{}
+	ws, err := pgx.CollectRows(rs, func(r pgx.CollectableRow) (LateWindow, error) {
 		var w LateWindow
-		return w, r.Scan(&w.Partner, &w.Feed, &w.Scheduled, &w.Deadline, &w.RaisedAt, &w.RaisedBy, &w.ClosedBy, &w.ArrivedAt,
-			&w.AckedAt, &w.AckedBy, &w.AckReason)
+		var total int
+		err := r.Scan(&w.Partner, &w.Feed, &w.Scheduled, &w.Deadline, &w.RaisedAt, &w.RaisedBy, &w.ClosedBy, &w.ArrivedAt,
+			&w.AckedAt, &w.AckedBy, &w.AckReason, &total)
+		totals[w.Partner] = total
+		return w, err
 	})
+	return ws, totals, err
 }
 
 // Why AckLate refused: the window is not a late window of the feed, ops

@@ -8,6 +8,7 @@ import (
 
 	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/internal/rendezvous"
+	"github.com/partner-intake/partner-intake/internal/schedule"
 )
 
 // StatusRow is one partner's line of `intake status`.
@@ -38,6 +39,8 @@ type StatusRow struct {
 	// accepted file: open ones, and ones a late file closed within
 	// LateShownFor (intake/expect), newest first.
 	Late []ledger.LateWindow
+	// LateMore: the partner's late windows past the LateShownAtMost shown
+	LateMore int
 	// Awaiting are the partner's files whose plan waits for an ops
 	// decision (intake approve / reject), oldest plan first.
 	Awaiting []ledger.Waiting
@@ -46,9 +49,33 @@ type StatusRow struct {
 	Site *ledger.SiteProfile
 }
 
+// PollGrace is how long past the poll its schedule had due after the
+// last successful one a partner may go before status calls its polls
+// stale.
+const PollGrace = 15 * time.Minute
+
+// PollStale reports whether a partner polled on spec, last successfully at
+// lastOK (nil: never), is behind: the poll its schedule had due after
+// lastOK is more than PollGrace overdue at now. A partner polled at the
+// top of every hour is not stale at 40 past, one `@every 30s` is after
+// a quarter of an hour without a successful poll.
+func PollStale(spec string, lastOK *time.Time, now time.Time) bool {
+	if lastOK == nil {
+		return true
+	}
+	due, ok := schedule.Next(spec, *lastOK)
+	if !ok {
+		due = *lastOK
+	}
+	return now.Sub(due) > PollGrace
+}
+
 // LateShownFor is how long `intake status` still shows a late window a
-// file has closed.
-const LateShownFor = 24 * time.Hour
+// file has closed; LateShownAtMost how many of a partner's it shows.
+const (
+	LateShownFor    = 24 * time.Hour
+	LateShownAtMost = 50
+)
 
 // InflightFile is a file being applied, and how far it got.
 type InflightFile struct {
@@ -145,12 +172,15 @@ func status(ctx context.Context, l *ledger.Ledger, snap ledger.Reader, partners 
 			idx[sf.Partner].OrphanClaims++
 		}
 	}
-	late, err := l.LateWindows(ctx, partners, LateShownFor, 50*len(partners))
+	late, totals, err := l.LateWindows(ctx, partners, LateShownFor, LateShownAtMost)
 	if err != nil {
 		return nil, err
 	}
 	for _, w := range late {
 		idx[w.Partner].Late = append(idx[w.Partner].Late, w)
+	}
+	for p, n := range totals {
+		idx[p].LateMore = n - len(idx[p].Late)
 	}
 	waiting, err := l.AwaitingApproval(ctx, partners)
 	if err != nil {

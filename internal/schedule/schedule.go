@@ -64,6 +64,17 @@ func Every(spec string) (time.Duration, bool) {
 	return c.Delay, true
 }
 
+// Next is the first tick of spec after t, as robfig/cron's standard
+// parser reads spec (`@every` included); ok is false for a spec it does
+// not parse.
+func Next(spec string, t time.Time) (next time.Time, ok bool) {
+	s, err := cron.ParseStandard(spec)
+	if err != nil {
+		return time.Time{}, false
+	}
+	return s.Next(t.UTC()), true
+}
+
 // Offset is a stable phase for key within window: the same key and window
 // give the same offset in every process, and keys spread evenly over
 // [0, window).
