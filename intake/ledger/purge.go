@@ -12,6 +12,14 @@ import (
 // finishedStates are the states a file no longer leaves by itself.
 const finishedStates = `('archived', 'duplicate', 'failed_terminal', 'discarded', 'put_back')`
 
+// settled is the condition on a file_intake row f that retention may let
+// what it used go: finished, and not held for an ops decision (a file
+// failed for good keeps its quarantine record open until ops release or
+// discard it: its row issues are what they review, its spooled bytes
+// what a release applies).
+const settled = `f.state IN ` + finishedStates + ` AND NOT EXISTS (
+	SELECT 1 FROM intake_quarantine q WHERE q.intake_id = f.intake_id AND q.state = 'open')`
+
 // purges deletes what retention lets go: intake_row_issue (with
 // intake_snapshot_key) and intake_audit rows, and reads which spooled
 // files a row of file_intake still uses.
@@ -35,8 +43,7 @@ func (l *purges) PurgeRowIssues(ctx context.Context, partner string, cutoff time
 		return 0, err
 	}
 	tag, err := l.pool.Exec(ctx, `DELETE FROM intake_row_issue WHERE partner_id = $1 AND intake_id IN (
-		SELECT intake_id FROM file_intake WHERE partner_id = $1 AND finished_at < $2
-		  AND state IN `+finishedStates+`)`, partner, cutoff)
+		SELECT f.intake_id FROM file_intake f WHERE f.partner_id = $1 AND f.finished_at < $2 AND `+settled+`)`, partner, cutoff)
 	return tag.RowsAffected(), err
 }
 
@@ -69,7 +76,7 @@ func (l *purges) PurgeAudit(ctx context.Context, partner string, cutoff time.Tim
 func (l *purges) SpoolInUse(ctx context.Context, partner string, hashes []string, cutoff time.Time) (map[string]bool, error) {
 	rs, err := l.pool.Query(ctx, `SELECT h FROM pg_catalog.unnest($2::text[]) h WHERE EXISTS (
 		SELECT 1 FROM file_intake f WHERE f.partner_id = $1 AND (f.content_sha256 = h OR f.data_sha256 = h)
-		  AND (f.state NOT IN `+finishedStates+` OR f.finished_at >= $3))`,
+		  AND (NOT (`+settled+`) OR f.finished_at >= $3))`,
 		partner, hashes, cutoff)
 	if err != nil {
 		return nil, err
