@@ -333,6 +333,11 @@ func TestStalePlanHashIsRefused(t *testing.T) {
 	if !strings.Contains(body, reviewer) || !strings.Contains(body, "approve") {
 		t.Errorf("audit page does not find the request:\n%s", body)
 	}
+	// decided, its plan keeps its counts and says where its changes went
+	_, _, body = do(t, h, reviewer, "GET", target, nil)
+	if !strings.Contains(body, `id="changes-gone"`) || strings.Contains(body, "No changes.") || strings.Contains(body, `id="approve"`) {
+		t.Errorf("a decided plan's page:\n%s", body)
+	}
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
