@@ -114,11 +114,11 @@ GRANT INSERT (intake_id, partner_id, feed, remote_name, claimed_path, listed_siz
         size_bytes, data_sha256, data_size, state, worker_id, lease_until, replay_of, release_override)
     ON :"schema".file_intake TO :"ops_role";
 
--- purge_role: which spooled bytes a file still needs, the row issues and
--- snapshot keys of finished files, the plan changes of files no longer
--- awaiting approval, and the audit through
--- intake_purge_audit (the one way audit rows go).
-GRANT SELECT ON :"schema".file_intake TO :"purge_role";
+-- purge_role: which spooled bytes a file still needs (held for ops: its
+-- quarantine record open), the row issues and snapshot keys of finished
+-- files, the plan changes of files no longer awaiting approval, and the
+-- audit through intake_purge_audit (the one way audit rows go).
+GRANT SELECT ON :"schema".file_intake, :"schema".intake_quarantine TO :"purge_role";
 GRANT SELECT, DELETE ON :"schema".intake_row_issue, :"schema".intake_snapshot_key,
     :"schema".intake_plan_change, :"schema".intake_plan_change_column TO :"purge_role";
 GRANT EXECUTE ON FUNCTION :"schema".intake_purge_audit(text, timestamptz) TO :"purge_role";
@@ -166,7 +166,7 @@ CREATE POLICY intake_ops_discarded ON :"schema".file_intake FOR UPDATE TO :"ops_
 DROP POLICY IF EXISTS intake_daemon ON :"schema".intake_quarantine;
 CREATE POLICY intake_daemon ON :"schema".intake_quarantine TO :"daemon_role" USING (true) WITH CHECK (true);
 DROP POLICY IF EXISTS intake_read ON :"schema".intake_quarantine;
-CREATE POLICY intake_read ON :"schema".intake_quarantine FOR SELECT TO :"ops_role" USING (true);
+CREATE POLICY intake_read ON :"schema".intake_quarantine FOR SELECT TO :"ops_role", :"purge_role" USING (true);
 DROP POLICY IF EXISTS intake_ops_audited ON :"schema".intake_quarantine;
 CREATE POLICY intake_ops_audited ON :"schema".intake_quarantine FOR UPDATE TO :"ops_role"
     USING (EXISTS (SELECT 1 FROM :"schema".intake_audit a WHERE a.partner_id = intake_quarantine.partner_id
