@@ -566,7 +566,8 @@ func TestAReleasedOrDiscardedFileLeavesNoStaleReport(t *testing.T) {
 // ops discard it, the discard's receipt takes that name (the row keeps
 // the batch id the receipt was named after), so the partner reads one
 // receipt for the file, the latest decision's, not the held one beside
-// an intake-<id> one.
+// an intake-<id> one. Its reason file goes from beside the held file,
+// though a reload moved quarantine/ since.
 func TestADiscardReplacesTheReceiptOfAFileHeldBeforeItSpooled(t *testing.T) {
 	_, pool := testenv.DB(t)
 	site := testenv.NewSite(t, "acme")
@@ -584,8 +585,15 @@ func TestADiscardReplacesTheReceiptOfAFileHeldBeforeItSpooled(t *testing.T) {
 		Worker: intake.OpsWorker("ops")}); err != nil {
 		t.Fatal(err)
 	}
-	if err := ops.PublishDecision(ctx, pool, []partners.Config{site.Validated(t)}, f.ID); err != nil {
+	moved := site.Validated(t)
+	moved.Dirs.Quarantine = "held"
+	if err := ops.PublishDecision(ctx, pool, []partners.Config{moved}, f.ID); err != nil {
 		t.Fatal(err)
+	}
+	for _, n := range site.Files(t, "quarantine") {
+		if strings.HasSuffix(n, sitefile.ReasonSuffix) {
+			t.Fatalf("quarantine/ still holds the reason file %s of a discarded file", n)
+		}
 	}
 	f = files(t, pool, "acme")[0]
 	if f.State != "discarded" || f.Receipt != held {
@@ -596,38 +604,6 @@ func TestADiscardReplacesTheReceiptOfAFileHeldBeforeItSpooled(t *testing.T) {
 	}
 	if got := site.Files(t, "reports"); len(got) != 1 {
 		t.Fatalf("reports/ holds %q, want the one receipt", got)
-	}
-}
-
-// A discard removes the held file's reason file where the hold put it,
-// beside the held file, though a reload moved quarantine/ since: the
-// partner reads one decision, not a "held" reason file beside a
-// discarded receipt.
-func TestADiscardRemovesTheReasonFileBesideTheHeldFile(t *testing.T) {
-	_, pool := testenv.DB(t)
-	site := testenv.NewSite(t, "acme")
-	site.Config.Limits.MaxFileBytes = 64
-	site.Drop(t, "orders-big.csv", testenv.OrdersCSV("B", 20))
-	r := newRig(t, pool, "w1", site)
-	r.poll("acme")
-	f := files(t, pool, "acme")[0]
-	if f.State != "quarantined" || len(site.Files(t, "quarantine")) != 2 {
-		t.Fatalf("%+v, quarantine/ %q: want it held beside its reason file", f, site.Files(t, "quarantine"))
-	}
-	ctx := context.Background()
-	if err := ops.Discard(ctx, pool, ops.Decision{IntakeID: f.ID, Actor: "alice", Reason: "too large", Partners: []string{"acme"},
-		Worker: intake.OpsWorker("ops")}); err != nil {
-		t.Fatal(err)
-	}
-	moved := site.Validated(t)
-	moved.Dirs.Quarantine = "held"
-	if err := ops.PublishDecision(ctx, pool, []partners.Config{moved}, f.ID); err != nil {
-		t.Fatal(err)
-	}
-	for _, n := range site.Files(t, "quarantine") {
-		if strings.HasSuffix(n, sitefile.ReasonSuffix) {
-			t.Fatalf("quarantine/ still holds the reason file %s of a discarded file", n)
-		}
 	}
 }
 
