@@ -444,8 +444,11 @@ func (s *pageViews) file(w http.ResponseWriter, r *http.Request) {
 // (the page a decision lands on says it was recorded), else "": a link
 // naming another request, or none, claims nothing.
 func recorded(audit []ledger.AuditEntry, request string) string {
+	if request == "" {
+		return ""
+	}
 	for _, a := range audit {
-		if request != "" && a.Request == request {
+		if a.Request == request {
 			return request
 		}
 	}

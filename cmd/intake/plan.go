@@ -256,6 +256,15 @@ func decidePlan(cmd string, f decideFlags, args []string, stdout, stderr io.Writ
 	return 0
 }
 
+// configuredIDs are the configured partners' ids, in order.
+func configuredIDs(ps []partners.Config) []string {
+	ids := make([]string, len(ps))
+	for i := range ps {
+		ids[i] = ps[i].ID
+	}
+	return ids
+}
+
 // pollSpecs are the configured partners' poll schedules, by partner.
 func pollSpecs(ps []partners.Config) map[string]string {
 	out := make(map[string]string, len(ps))

@@ -144,14 +144,18 @@ func restartOnly(cur, next *config.File) []string {
 		{"notify_delivery", cur.NotifyDelivery, next.NotifyDelivery},
 		{"retention.schedule", cur.Retention.Schedule, next.Retention.Schedule},
 		{"console", cur.Console, next.Console},
-		{"ops (on the console)", cur.Ops, next.Ops},
 	} {
-		if !reflect.DeepEqual(k.a, k.b) && (k.key != "ops (on the console)" || cur.Console.Enabled()) {
+		if !reflect.DeepEqual(k.a, k.b) {
 			keys = append(keys, k.key)
 		}
 	}
-	if cur.Console.Enabled() && !reflect.DeepEqual(consoleView(cur.Partners), consoleView(next.Partners)) {
-		keys = append(keys, "console (partners)")
+	if cur.Console.Enabled() {
+		if !reflect.DeepEqual(cur.Ops, next.Ops) {
+			keys = append(keys, "ops (on the console)")
+		}
+		if !reflect.DeepEqual(consoleView(cur.Partners), consoleView(next.Partners)) {
+			keys = append(keys, "console (partners)")
+		}
 	}
 	return keys
 }
@@ -159,9 +163,5 @@ func restartOnly(cur, next *config.File) []string {
 // consoleView is what of the partners the review console holds from its
 // start: their ids, poll schedules and snapshot feeds.
 func consoleView(ps []partners.Config) [3]any {
-	var ids []string
-	for _, p := range ps {
-		ids = append(ids, p.ID)
-	}
-	return [3]any{ids, pollSpecs(ps), snapshotFeeds(ps)}
+	return [3]any{configuredIDs(ps), pollSpecs(ps), snapshotFeeds(ps)}
 }

@@ -304,12 +304,8 @@ func cmdRun(path string, once bool, stdout, stderr io.Writer) int {
 	var services []service
 	if e.cfg.Console.Enabled() {
 		parts := e.cfg.Partners
-		scope := make([]string, len(parts))
-		for i := range parts {
-			scope[i] = parts[i].ID
-		}
 		con, err := console.New(ctx, e.cfg.Console, console.Deps{
-			Pool: e.pool, Partners: scope, Polls: pollSpecs(parts), EveryReplicaPolls: e.cfg.Affinity == intake.AffinityNone, SnapshotFeeds: snapshotFeeds(parts), Worker: intake.OpsWorker(e.cfg.WorkerID), FourEyes: e.cfg.Ops.FourEyes,
+			Pool: e.pool, Partners: configuredIDs(parts), Polls: pollSpecs(parts), EveryReplicaPolls: e.cfg.Affinity == intake.AffinityNone, SnapshotFeeds: snapshotFeeds(parts), Worker: intake.OpsWorker(e.cfg.WorkerID), FourEyes: e.cfg.Ops.FourEyes,
 			Publish: func(ctx context.Context, id int64) error { return ops.PublishDecision(ctx, e.pool, parts, id) },
 			Replay:  d.Replay,
 			HeldFeeds: func() map[string]map[string]string {

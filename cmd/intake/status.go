@@ -50,13 +50,12 @@ func cmdStatus(path, only string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	var ids []string
-	polls := map[string]string{}
 	for _, p := range cfg.Partners {
 		if only == "" || p.ID == only {
 			ids = append(ids, p.ID)
-			polls[p.ID] = p.Poll
 		}
 	}
+	polls := pollSpecs(cfg.Partners)
 	if len(ids) == 0 {
 		fmt.Fprintf(stderr, "intake status: no partner %q in %s\n", only, path)
 		return 2

@@ -31,22 +31,12 @@ func (l *consoleReads) HeldPage(ctx context.Context, partners []string, offset, 
 		partners).Scan(&total); err != nil {
 		return nil, 0, fmt.Errorf("held count: %w", err)
 	}
-	rs, err := l.pool.Query(ctx, `SELECT q.intake_id, q.partner_id, q.reason, coalesce(q.batch_id, ''), coalesce(q.content_sha256, ''),
-		coalesce(q.path, ''), q.held_at, q.state, q.decided_at, coalesce(q.decided_by, ''), coalesce(q.decision, ''),
-		f.remote_name, f.state
-		FROM intake_quarantine q JOIN file_intake f USING (intake_id)
-		WHERE q.partner_id = ANY($1) AND q.state = 'open'
+	rs, err := l.pool.Query(ctx, quarantineItemsSQL+` q.partner_id = ANY($1) AND q.state = 'open'
 		ORDER BY q.held_at DESC, q.intake_id DESC LIMIT $2 OFFSET $3`, partners, limit, offset)
 	if err != nil {
 		return nil, 0, fmt.Errorf("held page: %w", err)
 	}
-	items, err := pgx.CollectRows(rs, func(r pgx.CollectableRow) (QuarantineItem, error) {
-		var q QuarantineItem
-		err := r.Scan(&q.IntakeID, &q.Partner, &q.Reason, &q.BatchID, &q.SHA256, &q.Path, &q.HeldAt, &q.State,
-			&q.DecidedAt, &q.DecidedBy, &q.Decision, &q.FileName, &q.IntakeStat)
-		q.Hold = HoldToken(q.HeldAt)
-		return q, err
-	})
+	items, err := pgx.CollectRows(rs, scanQuarantineItem)
 	return items, total, err
 }
 

@@ -40,24 +40,30 @@ type QuarantineItem struct {
 // handovers, and settling a request whose reply was lost.
 type opsDecisions struct{ *core }
 
-// ListQuarantine lists the held files of the given partners, newest first.
-func (l *opsDecisions) ListQuarantine(ctx context.Context, partners []string, openOnly bool) ([]QuarantineItem, error) {
-	rs, err := l.pool.Query(ctx, `SELECT q.intake_id, q.partner_id, q.reason, coalesce(q.batch_id, ''), coalesce(q.content_sha256, ''),
+// quarantineItemsSQL selects what a QuarantineItem holds, read by
+// scanQuarantineItem; the caller adds its condition.
+const quarantineItemsSQL = `SELECT q.intake_id, q.partner_id, q.reason, coalesce(q.batch_id, ''), coalesce(q.content_sha256, ''),
 		coalesce(q.path, ''), q.held_at, q.state, q.decided_at, coalesce(q.decided_by, ''), coalesce(q.decision, ''),
 		f.remote_name, f.state
 		FROM intake_quarantine q JOIN file_intake f USING (intake_id)
-		WHERE q.partner_id = ANY($1) AND (NOT $2 OR q.state = 'open')
+		WHERE`
+
+func scanQuarantineItem(r pgx.CollectableRow) (QuarantineItem, error) {
+	var q QuarantineItem
+	err := r.Scan(&q.IntakeID, &q.Partner, &q.Reason, &q.BatchID, &q.SHA256, &q.Path, &q.HeldAt, &q.State,
+		&q.DecidedAt, &q.DecidedBy, &q.Decision, &q.FileName, &q.IntakeStat)
+	q.Hold = HoldToken(q.HeldAt)
+	return q, err
+}
+
+// ListQuarantine lists the held files of the given partners, newest first.
+func (l *opsDecisions) ListQuarantine(ctx context.Context, partners []string, openOnly bool) ([]QuarantineItem, error) {
+	rs, err := l.pool.Query(ctx, quarantineItemsSQL+` q.partner_id = ANY($1) AND (NOT $2 OR q.state = 'open')
 		ORDER BY q.held_at DESC, q.intake_id DESC`, partners, openOnly)
 	if err != nil {
 		return nil, err
 	}
-	return pgx.CollectRows(rs, func(r pgx.CollectableRow) (QuarantineItem, error) {
-		var q QuarantineItem
-		err := r.Scan(&q.IntakeID, &q.Partner, &q.Reason, &q.BatchID, &q.SHA256, &q.Path, &q.HeldAt, &q.State,
-			&q.DecidedAt, &q.DecidedBy, &q.Decision, &q.FileName, &q.IntakeStat)
-		q.Hold = HoldToken(q.HeldAt)
-		return q, err
-	})
+	return pgx.CollectRows(rs, scanQuarantineItem)
 }
 
 // Held is a held file locked for a decision.
