@@ -47,6 +47,31 @@ type applyStage struct {
 	// unchangedPause: chunks to merge whole before the next look-up of
 	// rows the target holds as they are (toMerge).
 	unchangedPause int
+	// older: the place of the newest older file of the feed that may
+	// still write rows (claimBelow; 0: none), once olderLooked
+	older       int64
+	olderLooked bool
+}
+
+// claimBelow is what the merge claims rows below (target.Merge): the
+// place of the newest older file of the feed that may still write rows,
+// looked up at the apply's first merge; 0 when there is none or the
+// feed's merge never claims. A row a file finds as it says keeps the
+// last_intake_id of the intake that wrote it, so an older file applied
+// later (files of a feed run side by side; one held, released or replayed
+// after) would overwrite it; claimed, it meets the newer write.
+func (r *applyStage) claimBelow(ctx context.Context, tx pgx.Tx, tgt *target.Table, writer int64) (int64, error) {
+	if !tgt.Claims() {
+		return 0, nil
+	}
+	if !r.olderLooked {
+		older, err := ledger.OlderWriter(ctx, tx, r.in.Partner, r.in.Feed, writer)
+		if err != nil {
+			return 0, err
+		}
+		r.older, r.olderLooked = older, true
+	}
+	return r.older, nil
 }
 
 // applyStage starts the file's apply.

@@ -524,6 +524,78 @@ func TestNewerWriteIsNotOverwrittenByAnOlderIntake(t *testing.T) {
 	}
 }
 
+// Files of a feed applied out of their claim order. A newer file finds a
+// row as it says while an older file of its feed still waits (for
+// approval here; held or failed files may be released or replayed too):
+// it claims the row. The older file, approved after it, meets that row as
+// a newer write and leaves it; a row the newer file did not name takes the
+// older file's value. Without the claim the older file's 99.00 won. On
+// the guarded binary target, a COPY text one, and in update_only mode.
+func TestAnOlderFileAppliedAfterANewerOneLeavesWhatTheNewerFoundAsItIs(t *testing.T) {
+	_, pool := testenv.DB(t)
+	ctx := context.Background()
+	exec(t, pool, `CREATE TABLE orders_float (
+		partner_id text NOT NULL, order_id text NOT NULL, email text, amount double precision NOT NULL,
+		status text NOT NULL, placed_at timestamptz NOT NULL, qty integer, last_intake_id bigint NOT NULL,
+		PRIMARY KEY (partner_id, order_id))`)
+	for _, tc := range []struct {
+		partner, target string
+		mode            partners.Mode
+	}{
+		{"og", "orders", partners.ModeUpsert},
+		{"ot", "orders_float", partners.ModeUpsert},
+		{"ou", "orders", partners.ModeUpdateOnly},
+	} {
+		site := testenv.NewSite(t, tc.partner)
+		site.Config.Feeds[0].Target = tc.target
+		r := newRig(t, pool, "w1-"+tc.partner, site)
+		site.Drop(t, "orders-1.csv", goodRows("A", 4))
+		r.poll(tc.partner)
+		r.d.Stop()
+		site.Config.Feeds[0].Mode = tc.mode
+		site.Config.Feeds[0].Approval = &partners.Approval{MaxUpdateRatio: ratio(0.6)}
+		r = newRig(t, pool, "w2-"+tc.partner, site)
+		// the older file changes 3 of 4 rows, over the ratio: it waits
+		site.Drop(t, "orders-2.csv", header+ordersLine("A", 1, "99.00")+ordersLine("A", 2, "98.00")+ordersLine("A", 3, "97.00")+ordersLine("A", 4, ""))
+		r.poll(tc.partner)
+		// the newer file says A-1 is what orders-1 said, and changes A-4
+		site.Drop(t, "orders-3.csv", header+ordersLine("A", 1, "")+ordersLine("A", 4, "44.00"))
+		r.poll(tc.partner)
+		fs := files(t, pool, tc.partner)
+		older, newer := fs[1], fs[2]
+		if older.State != "awaiting_approval" || newer.State != "archived" || newer.Applied != 1 || newer.Unchanged != 1 {
+			t.Fatalf("%s: files %+v, want the older waiting and the newer archived with 1 applied, 1 unchanged", tc.partner, fs)
+		}
+		if a, last := amountOf(t, pool, tc.target, tc.partner, "A-1"); a != "10.01" || last != newer.ID {
+			t.Fatalf("%s: A-1 = %s by intake %d, want 10.01 claimed by the newer intake %d", tc.partner, a, last, newer.ID)
+		}
+		if _, last := amountOf(t, pool, tc.target, tc.partner, "A-2"); last != fs[0].ID {
+			t.Fatalf("%s: A-2, which the newer file did not name, was claimed by intake %d", tc.partner, last)
+		}
+		// approved, the older file is planned again before its first
+		// chunk and waits once more when its plan changed
+		for range 2 {
+			v, _ := planOf(t, pool, tc.partner, older.ID)
+			if err := approve(ctx, pool, tc.partner, older.ID, v.Hash); err != nil {
+				t.Fatal(err)
+			}
+			r.poll(tc.partner)
+			if older = files(t, pool, tc.partner)[1]; older.State != "awaiting_approval" {
+				break
+			}
+		}
+		if older.State != "archived" || older.Applied != 2 || older.Confl != 2 || older.Unchanged != 0 {
+			t.Fatalf("%s: older file %+v, want archived: 2 applied, 2 conflicts (A-1, A-4)", tc.partner, older)
+		}
+		for key, want := range map[string]string{"A-1": "10.01", "A-2": "98", "A-3": "97", "A-4": "44"} {
+			if a, _ := amountOf(t, pool, tc.target, tc.partner, key); strings.TrimSuffix(a, ".00") != want {
+				t.Errorf("%s: %s = %s, want %s", tc.partner, key, a, want)
+			}
+		}
+		r.d.Stop()
+	}
+}
+
 func TestManifestModeAppliesOnlyAgreeingPairs(t *testing.T) {
 	_, pool := testenv.DB(t)
 	site := testenv.NewSite(t, "mani")

@@ -80,7 +80,11 @@ func (r *applyStage) mergeChunk(ctx context.Context, tx pgx.Tx, tgt *target.Tabl
 		}
 		m.deduped = n
 	}
-	merged, err := tgt.Merge(ctx, tx, writer, r.in.Partner, r.in.ID, ch.rows())
+	below, err := r.claimBelow(ctx, tx, tgt, writer)
+	if err != nil {
+		return m, fmt.Errorf("chunk %d: %w", ch.no, err)
+	}
+	merged, err := tgt.Merge(ctx, tx, writer, r.in.Partner, r.in.ID, ch.rows(), below)
 	if err != nil {
 		return m, fmt.Errorf("chunk %d merge: %w", ch.no, err)
 	}

@@ -127,7 +127,7 @@ func TestGoRowHashEqualsSQLRowHash(t *testing.T) {
 						if err := tgt.CopyStage(ctx, tx, ch.StagePayload()); err != nil {
 							return err
 						}
-						m, err := tgt.Merge(ctx, tx, 1, "p", 1, ch.rows())
+						m, err := tgt.Merge(ctx, tx, 1, "p", 1, ch.rows(), 0)
 						if err == nil && (m.Applied != int64(len(c.values)) || m.Fresh != m.Applied) {
 							err = fmt.Errorf("merge %+v, want %d new rows applied", m, len(c.values))
 						}

@@ -33,6 +33,10 @@ func (r *applyStage) toMerge(ctx context.Context, tx pgx.Tx, tgt *target.Table, 
 	if ch.rows() < unchangedMinRows || ch.DupKeys || !tgt.LooksUpUnchanged() {
 		return ch, nil
 	}
+	if below, err := r.claimBelow(ctx, tx, tgt, writer); err != nil || below > 0 {
+		// every row is merged: the merge claims those found as they are
+		return ch, err
+	}
 	if r.unchangedPause > 0 {
 		r.unchangedPause--
 		return ch, nil

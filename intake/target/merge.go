@@ -109,19 +109,22 @@ func (t *loadStatements) build() {
 			edited = fmt.Sprintf("(t.%[1]s IS NOT NULL AND t.%[1]s <> %[2]s AND t.%[1]s <> %[3]s)", hashCol, hashOf("t"), t.legacyHash("t"))
 		}
 	}
-	doUpdate := "DO NOTHING"
-	if (len(setCols) > 0 || t.deletedAt != "") && t.mode != partners.ModeInsertOnly {
-		var distinct []string
+	// set and distinct: what an update writes, and when a row differs
+	// from what the file says (nil: a feed whose every column is a key
+	// has nothing to update, a matching row is unchanged by definition).
+	var set, distinct []string
+	guard := ""
+	canUpdate := (len(setCols) > 0 || t.deletedAt != "") && t.mode != partners.ModeInsertOnly
+	if canUpdate {
 		if len(setCols) > 0 {
 			distinct = append(distinct, fmt.Sprintf("ROW(%s) IS DISTINCT FROM ROW(%s)", strings.Join(tgtVals, ", "), strings.Join(excVals, ", ")))
 		}
-		set := append(slices.Clone(setCols), "last_intake_id = EXCLUDED.last_intake_id")
+		set = append(slices.Clone(setCols), "last_intake_id = EXCLUDED.last_intake_id")
 		if t.deletedAt != "" {
 			// a row a snapshot marked comes back
 			set = append(set, t.deletedAt+" = NULL")
 			distinct = append(distinct, "t."+t.deletedAt+" IS NOT NULL")
 		}
-		guard := ""
 		switch {
 		case t.guard:
 			set = append(set, fmt.Sprintf("%[1]s = EXCLUDED.%[1]s", hashCol))
@@ -129,8 +132,13 @@ func (t *loadStatements) build() {
 		case t.hasHash:
 			set = append(set, hashCol+" = NULL") // overwrite: the hash is not kept up, so not known
 		}
-		doUpdate = fmt.Sprintf(`DO UPDATE SET %s
-		    WHERE (%s) AND t.last_intake_id <= EXCLUDED.last_intake_id%s`, strings.Join(set, ", "), strings.Join(distinct, " OR "), guard)
+	}
+	doUpdate := func(when string) string {
+		if !canUpdate {
+			return "DO NOTHING"
+		}
+		return fmt.Sprintf(`DO UPDATE SET %s
+		    WHERE (%s) AND t.last_intake_id <= EXCLUDED.last_intake_id%s`, strings.Join(set, ", "), when, guard)
 	}
 	// One statement per chunk: cast the staged text once, look every row
 	// up in the target by its key (a LATERAL probe of the unique index: a
@@ -185,38 +193,6 @@ func (t *loadStatements) build() {
 	why := fmt.Sprintf(`CASE WHEN t.partner_id IS NULL THEN %s
 		        WHEN %s AND t.last_intake_id > $1 THEN '%s'
 		        ELSE coalesce(%s, %s) END`, notFound, differs, reason.NewerWrite, exists, outside)
-	// How each staged row meets its target row. By default a LATERAL
-	// probe of the unique index per row (a plain join may hash the whole,
-	// growing target). When the index leads with (partner_id, first key
-	// column), the chunk's key range is read in one index range scan and
-	// hashed instead; that read is capped at $4 rows (rangeCapFactor per
-	// staged row), and a sparse chunk whose range holds more is probed row
-	// by row, decided at run time within the statement.
-	// j keeps only rows that need something (new, or differing: written or
-	// a conflict): unchanged rows, all of a replay, are never materialised.
-	probe := fmt.Sprintf(`j AS (
-		    SELECT s.*, t.partner_id IS NULL AS intake_is_new, %[1]s AS intake_reason
-		    FROM s LEFT JOIN LATERAL (
-		        SELECT * FROM %[2]s t WHERE t.partner_id = $2 AND %[3]s LIMIT 1) t ON true
-		    WHERE %[4]s)`,
-		why, t.table, strings.Join(sKeyJoin, " AND "), needs)
-	if t.rangeProbe {
-		probe = fmt.Sprintf(`r AS MATERIALIZED (
-		    SELECT t.* FROM %[1]s t
-		    WHERE t.partner_id = $2 AND t.%[2]s%[6]s BETWEEN (SELECT pg_catalog.min(%[2]s) FROM s) AND (SELECT pg_catalog.max(%[2]s) FROM s)
-		    ORDER BY t.partner_id, t.%[2]s%[6]s LIMIT $4),
-		dense AS (SELECT pg_catalog.count(*) < $4 AS ok FROM r),
-		j AS (
-		    SELECT s.*, t.partner_id IS NULL AS intake_is_new, %[3]s AS intake_reason
-		    FROM s LEFT JOIN r t ON %[4]s
-		    WHERE (SELECT ok FROM dense) AND (%[5]s)
-		    UNION ALL
-		    SELECT s.*, t.partner_id IS NULL, %[3]s
-		    FROM s LEFT JOIN LATERAL (
-		        SELECT * FROM %[1]s t WHERE t.partner_id = $2 AND %[4]s LIMIT 1) t ON true
-		    WHERE NOT (SELECT ok FROM dense) AND (%[5]s))`,
-			t.table, q(t.key[0]), why, strings.Join(sKeyJoin, " AND "), needs, t.collate[slices.Index(t.cols, t.key[0])])
-	}
 	// s is read by the range's min and max and by the join: staged in
 	// the target's types (binary), its casts are no-ops and reading the
 	// staging table again is cheaper than PostgreSQL's materialising s
@@ -233,25 +209,33 @@ func (t *loadStatements) build() {
 		// the staged row's own hash (see stageHash)
 		selHash, sHash = ", j."+hashCol, ", st."+hashCol
 	}
-	t.merge = fmt.Sprintf(`WITH s AS %s(
-		    SELECT st.line, %s%s FROM %s st),
-		%s,
-		ins AS (
-		    INSERT INTO %s AS t (partner_id, %s, last_intake_id%s)
-		    SELECT $2, %s, $1%s FROM j WHERE j.intake_reason IS NULL
-		    ON CONFLICT (%s) %s
-		    RETURNING 1),
-		conf AS (
-		    INSERT INTO intake_row_issue (intake_id, partner_id, line, reason, outcome)
-		    SELECT $3, $2, j.line, j.intake_reason, CASE j.intake_reason WHEN 'not_found' THEN 'rejected' ELSE 'conflict' END FROM j
-		    WHERE j.intake_reason IS NOT NULL
-		    RETURNING reason)
-		SELECT (SELECT pg_catalog.count(*) FROM ins), (SELECT pg_catalog.count(*) FROM conf WHERE reason <> 'not_found'),
-		    (SELECT pg_catalog.count(*) FROM j WHERE j.intake_is_new),
-		    (SELECT pg_catalog.count(*) FROM conf WHERE reason = 'outside_edit'), (SELECT pg_catalog.count(*) FROM conf WHERE reason = 'exists'),
-		    (SELECT pg_catalog.count(*) FROM conf WHERE reason = 'not_found')`,
-		sMat, strings.Join(sCols, ", "), sHash, t.stage, probe,
-		t.table, strings.Join(insCols, ", "), insHash, strings.Join(jCols, ", "), selHash, strings.Join(conflictCols, ", "), doUpdate)
+	t.merge = t.mergeSQL(mergeParts{
+		sMat: sMat, sCols: strings.Join(sCols, ", "), sHash: sHash, sKeyJoin: strings.Join(sKeyJoin, " AND "),
+		needs: needs, why: why,
+		insCols: strings.Join(insCols, ", "), insHash: insHash, jCols: strings.Join(jCols, ", "), selHash: selHash,
+		conflictCols: strings.Join(conflictCols, ", "), doUpdate: doUpdate(strings.Join(distinct, " OR ")),
+	})
+	if canUpdate && t.mode != partners.ModeSnapshot {
+		// The merge of a file while an older file of its feed may still
+		// write rows (ClaimBelow): a row the file finds as it says, last
+		// written at or below that older file, is claimed for the file
+		// (written again as it is, last_intake_id the writer's), so the
+		// older file, applied later, meets it as a newer write rather
+		// than overwriting it. Claimed rows count unchanged; a row an
+		// older file wrote meanwhile is written back to the file's values.
+		below := "$4::int8"
+		if t.rangeProbe {
+			below = "$5::int8"
+		}
+		claim := fmt.Sprintf("(t.partner_id IS NOT NULL AND NOT (%s) AND t.last_intake_id <= %s)", differs, below)
+		t.mergeClaim = t.mergeSQL(mergeParts{
+			sMat: sMat, sCols: strings.Join(sCols, ", "), sHash: sHash, sKeyJoin: strings.Join(sKeyJoin, " AND "),
+			needs: needs + " OR " + claim, why: fmt.Sprintf("CASE WHEN %s THEN NULL ELSE %s END", claim, why), claim: claim,
+			insCols: strings.Join(insCols, ", "), insHash: insHash, jCols: strings.Join(jCols, ", "), selHash: selHash,
+			conflictCols: strings.Join(conflictCols, ", "), doUpdate: doUpdate(strings.Join(distinct, " OR ")),
+			claimUpdate: doUpdate("t.last_intake_id <= " + below),
+		})
+	}
 	// A chunk of new rows when StagedDirect: staged, then inserted (with
 	// the hash of each when guarded; a key that exists fails it, as it
 	// fails the COPY).
@@ -274,6 +258,90 @@ func (t *loadStatements) build() {
 		    RETURNING s.line)
 		INSERT INTO intake_row_issue (intake_id, partner_id, line, reason, outcome)
 		SELECT $1, $2, line, '%s', 'rejected' FROM d`, t.stage, strings.Join(keyStage, ", "), t.stage, reason.DuplicateKey)
+}
+
+// mergeParts are the pieces of a merge statement (build spells them).
+type mergeParts struct {
+	sMat, sCols, sHash, sKeyJoin string
+	needs, why                   string
+	insCols, insHash             string
+	jCols, selHash               string
+	conflictCols, doUpdate       string
+	// claim, claimUpdate: the claiming merge's condition on a row it
+	// claims, and the ON CONFLICT action that writes it ("": the plain
+	// merge)
+	claim, claimUpdate string
+}
+
+// mergeSQL spells a merge from its parts. It returns (applied, conflict,
+// new, outside edits, exists, not found) and, when it claims, the rows it
+// claimed.
+//
+// How each staged row meets its target row: by default a LATERAL probe
+// of the unique index per row (a plain join may hash the whole, growing
+// target). When the index leads with (partner_id, first key column), the
+// chunk's key range is read in one index range scan and hashed instead;
+// that read is capped at $4 rows (rangeCapFactor per staged row), and a
+// sparse chunk whose range holds more is probed row by row, decided at
+// run time within the statement. j keeps only rows that need something
+// (new, differing: written or a conflict, or claimed): unchanged rows,
+// all of a replay, are never materialised.
+func (t *loadStatements) mergeSQL(p mergeParts) string {
+	q := func(s string) string { return pgx.Identifier{s}.Sanitize() }
+	claimCol, insWhere, claimCTE, claimCount := "", "", "", ""
+	if p.claimUpdate != "" {
+		claimCol = fmt.Sprintf(", %s AS intake_claim", p.claim)
+		insWhere = " AND NOT j.intake_claim"
+		claimCTE = fmt.Sprintf(`
+		claimed AS (
+		    INSERT INTO %s AS t (partner_id, %s, last_intake_id%s)
+		    SELECT $2, %s, $1%s FROM j WHERE j.intake_claim
+		    ON CONFLICT (%s) %s
+		    RETURNING 1),`, t.table, p.insCols, p.insHash, p.jCols, p.selHash, p.conflictCols, p.claimUpdate)
+		claimCount = ", (SELECT pg_catalog.count(*) FROM claimed)"
+	}
+	probe := fmt.Sprintf(`j AS (
+		    SELECT s.*, t.partner_id IS NULL AS intake_is_new, %[1]s AS intake_reason%[5]s
+		    FROM s LEFT JOIN LATERAL (
+		        SELECT * FROM %[2]s t WHERE t.partner_id = $2 AND %[3]s LIMIT 1) t ON true
+		    WHERE %[4]s)`,
+		p.why, t.table, p.sKeyJoin, p.needs, claimCol)
+	if t.rangeProbe {
+		probe = fmt.Sprintf(`r AS MATERIALIZED (
+		    SELECT t.* FROM %[1]s t
+		    WHERE t.partner_id = $2 AND t.%[2]s%[6]s BETWEEN (SELECT pg_catalog.min(%[2]s) FROM s) AND (SELECT pg_catalog.max(%[2]s) FROM s)
+		    ORDER BY t.partner_id, t.%[2]s%[6]s LIMIT $4),
+		dense AS (SELECT pg_catalog.count(*) < $4 AS ok FROM r),
+		j AS (
+		    SELECT s.*, t.partner_id IS NULL AS intake_is_new, %[3]s AS intake_reason%[7]s
+		    FROM s LEFT JOIN r t ON %[4]s
+		    WHERE (SELECT ok FROM dense) AND (%[5]s)
+		    UNION ALL
+		    SELECT s.*, t.partner_id IS NULL, %[3]s%[7]s
+		    FROM s LEFT JOIN LATERAL (
+		        SELECT * FROM %[1]s t WHERE t.partner_id = $2 AND %[4]s LIMIT 1) t ON true
+		    WHERE NOT (SELECT ok FROM dense) AND (%[5]s))`,
+			t.table, q(t.key[0]), p.why, p.sKeyJoin, p.needs, t.collate[slices.Index(t.cols, t.key[0])], claimCol)
+	}
+	return fmt.Sprintf(`WITH s AS %s(
+		    SELECT st.line, %s%s FROM %s st),
+		%s,%s
+		ins AS (
+		    INSERT INTO %s AS t (partner_id, %s, last_intake_id%s)
+		    SELECT $2, %s, $1%s FROM j WHERE j.intake_reason IS NULL%s
+		    ON CONFLICT (%s) %s
+		    RETURNING 1),
+		conf AS (
+		    INSERT INTO intake_row_issue (intake_id, partner_id, line, reason, outcome)
+		    SELECT $3, $2, j.line, j.intake_reason, CASE j.intake_reason WHEN 'not_found' THEN 'rejected' ELSE 'conflict' END FROM j
+		    WHERE j.intake_reason IS NOT NULL
+		    RETURNING reason)
+		SELECT (SELECT pg_catalog.count(*) FROM ins), (SELECT pg_catalog.count(*) FROM conf WHERE reason <> 'not_found'),
+		    (SELECT pg_catalog.count(*) FROM j WHERE j.intake_is_new),
+		    (SELECT pg_catalog.count(*) FROM conf WHERE reason = 'outside_edit'), (SELECT pg_catalog.count(*) FROM conf WHERE reason = 'exists'),
+		    (SELECT pg_catalog.count(*) FROM conf WHERE reason = 'not_found')%s`,
+		p.sMat, p.sCols, p.sHash, t.stage, probe, claimCTE,
+		t.table, p.insCols, p.insHash, p.jCols, p.selHash, insWhere, p.conflictCols, p.doUpdate, claimCount)
 }
 
 // legacyHash is the row hash of a guarded target whose hash intake does

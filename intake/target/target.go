@@ -50,6 +50,10 @@ type tableDef struct {
 	oids  []uint32 // their type oids in the target
 	key   []string
 	merge string // merge from the staging table; returns (applied, conflict, new)
+	// mergeClaim: the merge that also claims the rows it finds as they
+	// are for the writer (Merge's claimBelow; "" for modes that never
+	// claim: insert_only, snapshot)
+	mergeClaim string
 	// rangeProbe: the unique index leads with (partner_id, first key
 	// column), so merge reads the chunk's key range in one index scan
 	// when that range is dense (see build).

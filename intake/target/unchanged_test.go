@@ -200,7 +200,7 @@ func TestUnchangedKeepsEveryRowTheTargetDoesNotHoldAsItIs(t *testing.T) {
 		if err := tgt.CopyStage(ctx, tx, AppendCopyTrailer(payload)); err != nil {
 			t.Fatal(err)
 		}
-		m, err := tgt.Merge(ctx, tx, writer, "p", writer, len(rows))
+		m, err := tgt.Merge(ctx, tx, writer, "p", writer, len(rows), 0)
 		if err != nil {
 			t.Fatal(err)
 		}

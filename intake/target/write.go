@@ -104,6 +104,9 @@ type Merged struct {
 	// NotFound: keys an update_only feed's target lacks, recorded as
 	// rejected row issues
 	NotFound int64
+	// Claimed: rows found as they are and claimed for the writer (Merge's
+	// claimBelow); counted unchanged
+	Claimed int64
 }
 
 // rangeCapFactor bounds the merge's key-range read at this many target
@@ -112,16 +115,31 @@ const rangeCapFactor = 4
 
 // Merge merges the staged rows (rows of them) into the target, written and
 // judged as writer, for the partner; conflicts are recorded as row issues
-// of intakeID.
-func (t *chunkWrites) Merge(ctx context.Context, tx pgx.Tx, writer int64, partner string, intakeID int64, rows int) (Merged, error) {
+// of intakeID. claimBelow > 0 (Claims): an older file of the feed, whose
+// place is claimBelow, may still write rows; a row the chunk finds as it
+// says, last written by an intake no newer than that, is claimed for
+// writer (Merged.Claimed), so that the older file meets it as a newer
+// write.
+func (t *chunkWrites) Merge(ctx context.Context, tx pgx.Tx, writer int64, partner string, intakeID int64, rows int, claimBelow int64) (Merged, error) {
 	var m Merged
 	args := []any{writer, partner, intakeID}
 	if t.rangeProbe {
 		args = append(args, int64(rangeCapFactor*rows))
 	}
+	if claimBelow > 0 && t.mergeClaim != "" {
+		args = append(args, claimBelow)
+		err := tx.QueryRow(ctx, t.mergeClaim, args...).Scan(&m.Applied, &m.Conflict, &m.Fresh, &m.OutsideEdit, &m.Exists, &m.NotFound, &m.Claimed)
+		return m, err
+	}
 	err := tx.QueryRow(ctx, t.merge, args...).Scan(&m.Applied, &m.Conflict, &m.Fresh, &m.OutsideEdit, &m.Exists, &m.NotFound)
 	return m, err
 }
+
+// Claims: the merge can claim rows it finds as they are (Merge's
+// claimBelow): an upsert or update_only feed with columns to write.
+// Snapshots apply in claim order instead (ledger.SupersededBy), and an
+// insert_only feed never overwrites a row.
+func (t *Table) Claims() bool { return t.mergeClaim != "" }
 
 // Guarded: the target records a hash of each row intake writes
 // (HashColumn): new rows go COPY straight into it only with the hash
