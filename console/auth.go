@@ -36,9 +36,12 @@ const (
 // token every form of theirs carries.
 type Identity struct {
 	Name string    `json:"n"`
-	Role string    `json:"r"`
+	Role string    `json:"-"` // judged at each request (authn.role)
 	Exp  time.Time `json:"e"`
 	CSRF string    `json:"c"`
+	// Claimed: the roles the OpenID provider's roles claim gave at
+	// sign-in
+	Claimed []string `json:"cl,omitempty"`
 }
 
 // Reviewer: the identity sees values and decides.
@@ -53,6 +56,8 @@ type authn struct {
 	proxies []netip.Prefix
 
 	redirect string
+	// roles: the config's reviewers and viewers, which a reload changes
+	roles atomic.Pointer[roleLists]
 	// client is the OpenID provider's, nil until its discovery document
 	// has been read (New tries once, Start keeps trying in the background)
 	client atomic.Pointer[oidcClient]
@@ -130,6 +135,7 @@ func newAuthn(ctx context.Context, c Config, log *slog.Logger) (*authn, error) {
 		return nil, fmt.Errorf("console.base_url: %w", err)
 	}
 	a := &authn{cfg: c.Auth, base: base, secure: !localURL(base)}
+	a.setRoles(c.Auth)
 	if c.Auth.SessionKeyEnv != "" {
 		a.key = []byte(os.Getenv(c.Auth.SessionKeyEnv))
 	} else {
@@ -203,17 +209,26 @@ func randomToken() string {
 	return base64.RawURLEncoding.EncodeToString(b)
 }
 
+// roleLists are the config's reviewers and viewers.
+type roleLists struct{ reviewers, viewers []string }
+
+// setRoles takes the reviewers and viewers of auth.
+func (a *authn) setRoles(auth Auth) {
+	a.roles.Store(&roleLists{reviewers: slices.Clone(auth.Reviewers), viewers: slices.Clone(auth.Viewers)})
+}
+
 // role is the role of name: the provider's claim first, then the
-// config's lists; "" when it has none (refused).
+// config's lists as they are now; "" when it has none (refused).
 func (a *authn) role(name string, claimed []string) string {
+	l := a.roles.Load()
 	switch {
 	case slices.Contains(claimed, RoleReviewer):
 		return RoleReviewer
 	case slices.Contains(claimed, RoleViewer):
 		return RoleViewer
-	case slices.Contains(a.cfg.Reviewers, name):
+	case slices.Contains(l.reviewers, name):
 		return RoleReviewer
-	case slices.Contains(a.cfg.Viewers, name):
+	case slices.Contains(l.viewers, name):
 		return RoleViewer
 	}
 	return ""
@@ -264,8 +279,13 @@ func (a *authn) identify(r *http.Request) (*Identity, error) {
 		return nil, nil
 	}
 	var id Identity
-	if !a.open(c.Value, &id) || time.Now().After(id.Exp) || id.Role == "" {
+	if !a.open(c.Value, &id) || time.Now().After(id.Exp) {
 		return nil, nil
+	}
+	// the role as the lists say now: a reload that takes a name off
+	// them ends its sessions' role at their next request
+	if id.Role = a.role(id.Name, id.Claimed); id.Role == "" {
+		return nil, errNoRole
 	}
 	return &id, nil
 }
@@ -359,11 +379,13 @@ func (a *authn) callback(w http.ResponseWriter, r *http.Request) (string, error)
 			}
 		}
 	}
-	role := a.role(name, claimed)
-	if role == "" {
+	// the session keeps the claim's roles, the lists are read at each
+	// request
+	claimed = slices.DeleteFunc(claimed, func(c string) bool { return c != RoleReviewer && c != RoleViewer })
+	if a.role(name, claimed) == "" {
 		return "", errNoRole
 	}
-	sess, err := a.sign(Identity{Name: name, Role: role, Exp: time.Now().Add(sessionTTL), CSRF: randomToken()})
+	sess, err := a.sign(Identity{Name: name, Exp: time.Now().Add(sessionTTL), CSRF: randomToken(), Claimed: claimed})
 	if err != nil {
 		return "", err
 	}

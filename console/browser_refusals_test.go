@@ -45,7 +45,7 @@ func signedInBrowser(t *testing.T, pool *pgxpool.Pool, email string, roles ...st
 	con, err := console.New(context.Background(), console.Config{
 		Listen: "127.0.0.1:0", BaseURL: base,
 		Auth: console.Auth{OIDC: &console.OIDC{Issuer: idp.srv.URL, ClientID: "intake-console", RolesClaim: "roles"}},
-	}, console.Deps{Pool: pool, Partners: []string{"acme"}, Worker: intake.OpsWorker("ops"),
+	}, console.Deps{Pool: pool, Scope: console.Scope{Partners: []string{"acme"}}, Worker: intake.OpsWorker("ops"),
 		Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)

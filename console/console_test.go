@@ -39,7 +39,13 @@ const (
 // with changes its dependencies before it is built.
 func newConsole(t *testing.T, pool *pgxpool.Pool, with ...func(*console.Deps)) http.Handler {
 	t.Helper()
-	deps := console.Deps{Pool: pool, Partners: []string{"acme"}, Worker: intake.OpsWorker("ops"),
+	return newServer(t, pool, with...).Handler()
+}
+
+// newServer is newConsole's server.
+func newServer(t *testing.T, pool *pgxpool.Pool, with ...func(*console.Deps)) *console.Server {
+	t.Helper()
+	deps := console.Deps{Pool: pool, Scope: console.Scope{Partners: []string{"acme"}}, Worker: intake.OpsWorker("ops"),
 		Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	for _, f := range with {
 		f(&deps)
@@ -54,7 +60,7 @@ func newConsole(t *testing.T, pool *pgxpool.Pool, with ...func(*console.Deps)) h
 	if err != nil {
 		t.Fatal(err)
 	}
-	return s.Handler()
+	return s
 }
 
 // do sends a request as user (no header when ""), from the proxy's address.
@@ -348,7 +354,7 @@ func itoa(n int64) string { return strconv.FormatInt(n, 10) }
 // reviewers, whichever way the release was made.
 func TestFourEyesOnTheConsoleComparesSignedInReviewers(t *testing.T) {
 	_, pool := testenv.DB(t)
-	h := newConsole(t, pool, func(d *console.Deps) { d.FourEyes = true })
+	h := newConsole(t, pool, func(d *console.Deps) { d.Scope.FourEyes = true })
 	id := seedWaiting(t, pool)
 	if _, err := pool.Exec(context.Background(), `INSERT INTO intake_audit (actor, action, partner_id, intake_id, reason)
 		VALUES ($1, 'release', 'acme', $2, 'checked the rejects')`, reviewer, id); err != nil {
@@ -374,6 +380,49 @@ func TestFourEyesOnTheConsoleComparesSignedInReviewers(t *testing.T) {
 	}
 }
 
+// A reload reaches the console at its next request, with no restart: a
+// partner added is covered (its held file's page opens), a reviewer taken
+// off the lists has no role, and four eyes turned on refuses the approval
+// of the reviewer who released the file.
+func TestTheConsoleFollowsAReload(t *testing.T) {
+	_, pool := testenv.DB(t)
+	s := newServer(t, pool)
+	h := s.Handler()
+	waiting := seedWaiting(t, pool)
+	if _, err := pool.Exec(context.Background(), `INSERT INTO intake_audit (actor, action, partner_id, intake_id, reason)
+		VALUES ($1, 'release', 'acme', $2, 'checked the rejects')`, reviewer, waiting); err != nil {
+		t.Fatal(err)
+	}
+	var beta int64
+	if err := pool.QueryRow(context.Background(), `INSERT INTO file_intake (partner_id, feed, remote_name, claimed_path, listed_size, state, reason,
+		    worker_id, lease_until, content_sha256) VALUES ('beta', 'orders', 'b.csv', 'quarantine/b.csv', 10, 'quarantined', 'reject_rate',
+		    'w1', pg_catalog.now(), 'ab12') RETURNING intake_id`).Scan(&beta); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, _ := do(t, h, reviewer, "GET", "/files/"+itoa(beta), nil); code != http.StatusNotFound {
+		t.Fatalf("another partner's file before the reload: got %d, want 404", code)
+	}
+	if code, _, _ := do(t, h, reviewer2, "GET", "/held", nil); code != http.StatusOK {
+		t.Fatalf("the second reviewer before the reload: got %d", code)
+	}
+
+	s.Reload(console.Auth{Reviewers: []string{reviewer}, Viewers: []string{viewer}},
+		console.Scope{Partners: []string{"acme", "beta"}, FourEyes: true})
+
+	if code, _, body := do(t, h, reviewer, "GET", "/files/"+itoa(beta), nil); code != http.StatusOK || !strings.Contains(body, "b.csv") {
+		t.Errorf("the added partner's file after the reload: got %d, want 200 naming it", code)
+	}
+	if code, _, body := do(t, h, reviewer2, "GET", "/held", nil); code != http.StatusForbidden || !strings.Contains(body, "no console role") {
+		t.Errorf("the reviewer taken off the list: got %d, want 403 (no role)", code)
+	}
+	target := "/plans/" + itoa(waiting)
+	_, _, page := do(t, h, reviewer, "GET", target, nil)
+	code, _, body := do(t, h, reviewer, "POST", target+"/approve", url.Values{"reason": {"ok"}, "plan_hash": {"h1"}, "csrf": {csrfOf(t, page)}})
+	if code != http.StatusConflict || !strings.Contains(body, "four eyes") {
+		t.Errorf("approval by the reviewer who released it, four eyes on by the reload: got %d, want 409\n%s", code, body)
+	}
+}
+
 // The console runs as a lifecycle.Service on a listener of its own: it
 // answers over TCP once started (unsigned: 401 with its CSP), and Stop,
 // twice, closes the listener.
@@ -382,7 +431,7 @@ func TestConsoleServesOnItsOwnListenerUntilStopped(t *testing.T) {
 	s, err := console.New(context.Background(), console.Config{
 		Listen: "127.0.0.1:0", BaseURL: "http://localhost:8080",
 		Auth: console.Auth{Proxy: &console.Proxy{Header: "X-Forwarded-User", From: []string{"127.0.0.1"}}, Reviewers: []string{reviewer}},
-	}, console.Deps{Pool: pool, Partners: []string{"acme"}, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	}, console.Deps{Pool: pool, Scope: console.Scope{Partners: []string{"acme"}}, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -698,7 +747,7 @@ func TestPartnersPage(t *testing.T) {
 		t.Fatal(err)
 	}
 	for spec, want := range map[string]string{"@every 1m": `<dd class="state">stale: `, "@every 1h": `<dd class="state">up</dd>`} {
-		_, _, body = do(t, newConsole(t, pool, func(d *console.Deps) { d.Polls = map[string]string{"acme": spec} }), viewer, "GET", "/partners", nil)
+		_, _, body = do(t, newConsole(t, pool, func(d *console.Deps) { d.Scope.Polls = map[string]string{"acme": spec} }), viewer, "GET", "/partners", nil)
 		if !strings.Contains(body, want) {
 			t.Errorf("polled %s, last 20 minutes ago: the page lacks %q", spec, want)
 		}

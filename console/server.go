@@ -17,6 +17,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -45,27 +46,14 @@ const csp = "default-src 'none'; style-src 'self'; img-src 'self'; form-action '
 // Deps is what the console acts with.
 type Deps struct {
 	Pool *pgxpool.Pool
-	// Partners the console covers (the config's).
-	Partners []string
-	// Polls: each partner's poll schedule (its config's poll), which says
-	// when its polls are stale (ops.PollStale).
-	Polls map[string]string
+	// Scope is what the console covers from its start; a reload changes
+	// it (Server.Reload).
+	Scope Scope
 	// EveryReplicaPolls: affinity none, every live replica polls every
 	// partner (else the one rendezvous hashing names).
 	EveryReplicaPolls bool
-	// SnapshotFeeds: "partner/feed" of every snapshot feed (an approval
-	// of a superseded snapshot is refused, as on the CLI).
-	SnapshotFeeds []string
 	// Worker is the ops identity recorded as a decided row's worker.
 	Worker string
-	// FourEyes (the config's ops.four_eyes) refuses an approval by the
-	// signed-in reviewer who released the file or requested its replay,
-	// on the console or on the CLI as --actor; the database's policy of
-	// `intake grants --four-eyes` asks the same.
-	FourEyes bool
-	// Publish tells the partner about a discard right after it (nil:
-	// the reconciler does, on its next round).
-	Publish func(ctx context.Context, id int64) error
 	// HeldFeeds is this process's daemon's feeds held now because their
 	// target table cannot be written, per partner, feed and why
 	// (intake.Daemon.PartnerStates); nil: not known to the console.
@@ -76,6 +64,41 @@ type Deps struct {
 	Log    *slog.Logger
 }
 
+// Scope is what of the config the console follows at a reload: the
+// partners it covers and what it says of them, how it decides, and how
+// a discard is told. Its reviewers and viewers are the config's lists
+// (Auth), which a reload changes with it.
+type Scope struct {
+	// Partners the console covers (the config's).
+	Partners []string
+	// Polls: each partner's poll schedule (its config's poll), which says
+	// when its polls are stale (ops.PollStale).
+	Polls map[string]string
+	// SnapshotFeeds: "partner/feed" of every snapshot feed (an approval
+	// of a superseded snapshot is refused, as on the CLI).
+	SnapshotFeeds []string
+	// FourEyes (the config's ops.four_eyes) refuses an approval by the
+	// signed-in reviewer who released the file or requested its replay,
+	// on the console or on the CLI as --actor; the database's policy of
+	// `intake grants --four-eyes` asks the same.
+	FourEyes bool
+	// Publish tells the partner about a discard right after it (nil:
+	// the reconciler does, on its next round).
+	Publish func(ctx context.Context, id int64) error
+}
+
+// Reload makes the console follow a reloaded config: it covers sc from
+// the next request on, and gives roles by auth's reviewers and viewers,
+// to signed-in sessions too (a session's role is judged at each request).
+// The rest of auth, and the console's other settings, are the start's.
+func (s *Server) Reload(auth Auth, sc Scope) {
+	s.scope.Store(&sc)
+	s.auth.setRoles(auth)
+}
+
+// in is the scope a request is served in.
+func (s *Server) in() *Scope { return s.scope.Load() }
+
 // Server is the console: a lifecycle.Service on its own listener, and the
 // page writer its handlers share (render, message, failed).
 type Server struct {
@@ -85,6 +108,8 @@ type Server struct {
 	auth  *authn
 	pages map[string]*template.Template
 	mux   *http.ServeMux
+	// scope: what the console covers now (Reload)
+	scope atomic.Pointer[Scope]
 
 	ln lifecycle.Listener
 
@@ -105,6 +130,7 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{cfg: cfg, deps: deps, auth: a, pages: map[string]*template.Template{}}
+	s.scope.Store(&deps.Scope)
 	s.signIn, s.pageViews, s.decisionForms = signIn{s}, pageViews{s}, decisionForms{s}
 	funcs := template.FuncMap{
 		"text": inert.Text,
@@ -330,7 +356,7 @@ type pageViews struct{ *Server }
 
 func (s *pageViews) held(w http.ResponseWriter, r *http.Request) {
 	n := pageArg(r)
-	items, total, err := ops.HeldPage(r.Context(), s.deps.Pool, s.deps.Partners, (n-1)*PageSize, PageSize)
+	items, total, err := ops.HeldPage(r.Context(), s.deps.Pool, s.in().Partners, (n-1)*PageSize, PageSize)
 	if err != nil {
 		s.failed(w, r, "held", err)
 		return
@@ -363,7 +389,9 @@ type heldFeed struct{ Feed, Why string }
 // feeds this process's daemon holds, the server's measured capability and
 // the last poll error. No cell value is on it: a viewer sees it.
 func (s *pageViews) partners(w http.ResponseWriter, r *http.Request) {
-	rows, err := ops.Status(r.Context(), s.deps.Pool, s.deps.Partners)
+	sc := s.in()
+	polls := sc.Polls
+	rows, err := ops.Status(r.Context(), s.deps.Pool, sc.Partners)
 	if err != nil {
 		s.failed(w, r, "partners", err)
 		return
@@ -381,7 +409,7 @@ func (s *pageViews) partners(w http.ResponseWriter, r *http.Request) {
 			v.State = "not polled yet"
 		case row.LastError != nil && (row.LastOK == nil || row.LastError.After(*row.LastOK)):
 			v.State = "failing"
-		case s.deps.Polls != nil && ops.PollStale(s.deps.Polls[row.Partner], row.LastOK, now):
+		case polls != nil && ops.PollStale(polls[row.Partner], row.LastOK, now):
 			v.State = "stale: no poll since the one its schedule had due"
 		default:
 			v.State = "up"
@@ -414,7 +442,7 @@ func (s *pageViews) file(w http.ResponseWriter, r *http.Request) {
 		s.message(w, http.StatusNotFound, identityOf(r), "Not found", "No such file.")
 		return
 	}
-	st, err := ops.Story(r.Context(), s.deps.Pool, id, s.deps.Partners)
+	st, err := ops.Story(r.Context(), s.deps.Pool, id, s.in().Partners)
 	if err != nil {
 		s.failed(w, r, "file", err)
 		return
@@ -423,7 +451,7 @@ func (s *pageViews) file(w http.ResponseWriter, r *http.Request) {
 		s.message(w, http.StatusNotFound, identityOf(r), "Not found", fmt.Sprintf("No intake %d among the configured partners.", id))
 		return
 	}
-	audit, err := ops.AuditPage(r.Context(), s.deps.Pool, s.deps.Partners, ledger.AuditFilter{IntakeID: id}, 0, PageSize)
+	audit, err := ops.AuditPage(r.Context(), s.deps.Pool, s.in().Partners, ledger.AuditFilter{IntakeID: id}, 0, PageSize)
 	if err != nil {
 		s.failed(w, r, "file audit", err)
 		return
@@ -457,7 +485,7 @@ func recorded(audit []ledger.AuditEntry, request string) string {
 
 func (s *pageViews) plans(w http.ResponseWriter, r *http.Request) {
 	n := pageArg(r)
-	ps, total, err := ops.WaitingPlans(r.Context(), s.deps.Pool, s.deps.Partners, (n-1)*PageSize, PageSize)
+	ps, total, err := ops.WaitingPlans(r.Context(), s.deps.Pool, s.in().Partners, (n-1)*PageSize, PageSize)
 	if err != nil {
 		s.failed(w, r, "plans", err)
 		return
@@ -489,7 +517,7 @@ func (s *pageViews) plan(w http.ResponseWriter, r *http.Request) {
 	}
 	// the counts: a reviewer reads the changes a page at a time below, a
 	// viewer not at all
-	v, err := ops.ShowPlan(r.Context(), s.deps.Pool, id, s.deps.Partners)
+	v, err := ops.ShowPlan(r.Context(), s.deps.Pool, id, s.in().Partners)
 	if err != nil {
 		s.failed(w, r, "plan", err)
 		return
@@ -516,7 +544,7 @@ func (s *pageViews) plan(w http.ResponseWriter, r *http.Request) {
 	if me.Reviewer() {
 		after, _ := strconv.ParseInt(q.Get("after"), 10, 64)
 		before, _ := strconv.ParseInt(q.Get("before"), 10, 64)
-		rows, err := ops.PlanChangePage(r.Context(), s.deps.Pool, id, s.deps.Partners, f, max(after, 0), max(before, 0), PageSize+1)
+		rows, err := ops.PlanChangePage(r.Context(), s.deps.Pool, id, s.in().Partners, f, max(after, 0), max(before, 0), PageSize+1)
 		if err != nil {
 			s.failed(w, r, "plan changes", err)
 			return
@@ -606,7 +634,7 @@ func (s *pageViews) audit(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	fileID, _ := strconv.ParseInt(q.Get("intake"), 10, 64)
 	request, text := q.Get("request"), q.Get("q")
-	es, err := ops.AuditPage(r.Context(), s.deps.Pool, s.deps.Partners,
+	es, err := ops.AuditPage(r.Context(), s.deps.Pool, s.in().Partners,
 		ledger.AuditFilter{IntakeID: max(fileID, 0), Request: request, Text: text}, (n-1)*PageSize, PageSize+1)
 	if err != nil {
 		s.failed(w, r, "audit", err)
@@ -686,25 +714,26 @@ func (s *decisionForms) decide(action string) http.HandlerFunc {
 		reason := r.PostFormValue("reason")
 		request := newRequestID()
 		ctx := r.Context()
+		sc := s.in()
 		var err error
 		switch action {
 		case "release", "discard":
 			d := ops.Decision{IntakeID: id, Actor: me.Name, Reason: reason, Winner: r.PostFormValue("winner"),
-				Partners: s.deps.Partners, Worker: s.deps.Worker, Request: request, Hold: r.PostFormValue("hold")}
+				Partners: sc.Partners, Worker: s.deps.Worker, Request: request, Hold: r.PostFormValue("hold")}
 			if d.Hold == "" {
 				err = fmt.Errorf("%w: the form names no hold: reload the file's page and decide again", ledger.ErrDecision)
 			} else if action == "release" {
 				err = ops.Release(ctx, s.deps.Pool, d)
-			} else if err = ops.Discard(ctx, s.deps.Pool, d); err == nil && s.deps.Publish != nil {
-				if perr := s.deps.Publish(ctx, id); perr != nil {
+			} else if err = ops.Discard(ctx, s.deps.Pool, d); err == nil && sc.Publish != nil {
+				if perr := sc.Publish(ctx, id); perr != nil {
 					// the decision stands; the reconciler publishes it
 					s.deps.Log.Warn("console discard: publishing left to the reconciler", "intake_id", id, "request", request, "err", perr)
 				}
 			}
 		case "approve", "reject":
-			d := ledger.PlanDecision{IntakeID: id, Partners: s.deps.Partners, Actor: me.Name, Reason: reason,
-				PlanHash: r.PostFormValue("plan_hash"), SnapshotFeeds: s.deps.SnapshotFeeds, Request: request,
-				FourEyes: s.deps.FourEyes, SharedLogin: true}
+			d := ledger.PlanDecision{IntakeID: id, Partners: sc.Partners, Actor: me.Name, Reason: reason,
+				PlanHash: r.PostFormValue("plan_hash"), SnapshotFeeds: sc.SnapshotFeeds, Request: request,
+				FourEyes: sc.FourEyes, SharedLogin: true}
 			if action == "approve" {
 				err = ops.Approve(ctx, s.deps.Pool, d)
 			} else {

@@ -29,7 +29,7 @@ func TestSessionCookieIsStrictSecureAndSigned(t *testing.T) {
 	s, err := console.New(context.Background(), console.Config{
 		Listen: "127.0.0.1:0", BaseURL: "https://intake.test",
 		Auth: console.Auth{OIDC: &console.OIDC{Issuer: idp.srv.URL, ClientID: "intake-console"}, Viewers: []string{email}},
-	}, console.Deps{Pool: pool, Partners: []string{"acme"}, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	}, console.Deps{Pool: pool, Scope: console.Scope{Partners: []string{"acme"}}, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,6 +96,16 @@ func TestSessionCookieIsStrictSecureAndSigned(t *testing.T) {
 	if w := get("/held", sess); w.Code != http.StatusOK || !strings.Contains(w.Body.String(), email) {
 		t.Errorf("page with the session: got %d", w.Code)
 	}
+	// a reload that takes the viewer off the lists ends the session's
+	// role at its next request (the role is not in the cookie)
+	s.Reload(console.Auth{}, console.Scope{Partners: []string{"acme"}})
+	if w := get("/held", sess); w.Code != http.StatusForbidden {
+		t.Errorf("page with the session of a viewer taken off the lists: got %d, want 403", w.Code)
+	}
+	s.Reload(console.Auth{Viewers: []string{email}}, console.Scope{Partners: []string{"acme"}})
+	if w := get("/held", sess); w.Code != http.StatusOK {
+		t.Errorf("page with the session once the viewer is back: got %d, want 200", w.Code)
+	}
 	bad := *sess
 	// the signed body's first character: '{' encodes to "e"
 	bad.Value = "f" + bad.Value[1:]
@@ -121,7 +131,7 @@ func TestStartsWhileTheProviderIsDownAndSignsInOnceItIsUp(t *testing.T) {
 	s, err := console.New(context.Background(), console.Config{
 		Listen: "127.0.0.1:0", BaseURL: "http://127.0.0.1",
 		Auth: console.Auth{OIDC: &console.OIDC{Issuer: "http://" + addr, ClientID: "intake-console"}, Viewers: []string{email}},
-	}, console.Deps{Pool: pool, Partners: []string{"acme"}, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	}, console.Deps{Pool: pool, Scope: console.Scope{Partners: []string{"acme"}}, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatalf("the console must start while its provider is down: %v", err)
 	}

@@ -77,7 +77,7 @@ func daemonMetrics(t *testing.T) map[string]string {
 		t.Fatal(err)
 	}
 	newReloader("", cfg, nil, nil, expect.New(nil, cfg.WorkerID, cfg.ExpectCheck, cfg.Partners, reg, log),
-		notify.New(nil, cfg.WorkerID, cfg.NotifyDelivery, cfg.Notify, cfg.Partners, reg, log), nil, reg, log)
+		notify.New(nil, cfg.WorkerID, cfg.NotifyDelivery, cfg.Notify, cfg.Partners, reg, log), nil, nil, reg, log)
 	if len(reg.seen) < 20 {
 		t.Fatalf("only %d metrics recorded", len(reg.seen))
 	}

@@ -221,7 +221,7 @@ func TestAReloadCutShortByAStopIsNotARefusal(t *testing.T) {
 			logs := &proc{}
 			log := slog.New(slog.NewTextHandler(logs, nil))
 			r := newReloader(path, cfg, nil, nil, expect.New(nil, cfg.WorkerID, cfg.ExpectCheck, cfg.Partners, reg, log),
-				notify.New(nil, cfg.WorkerID, cfg.NotifyDelivery, cfg.Notify, cfg.Partners, reg, log), nil, reg, log)
+				notify.New(nil, cfg.WorkerID, cfg.NotifyDelivery, cfg.Notify, cfg.Partners, reg, log), nil, nil, reg, log)
 			r.failed(c.stop, c.err)
 			lastOK, refusals, out := testutil.ToFloat64(r.lastOK), testutil.ToFloat64(r.reloads.WithLabelValues("error")), logs.output()
 			if c.abandoned {

@@ -11,11 +11,14 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/partner-intake/partner-intake/cmd/intake/internal/config"
+	"github.com/partner-intake/partner-intake/console"
 	"github.com/partner-intake/partner-intake/intake"
 	"github.com/partner-intake/partner-intake/intake/expect"
 	"github.com/partner-intake/partner-intake/intake/notify"
-	"github.com/partner-intake/partner-intake/partners"
+	"github.com/partner-intake/partner-intake/intake/ops"
 	"github.com/partner-intake/partner-intake/reconcile"
 )
 
@@ -32,9 +35,12 @@ import (
 // the subscriptions of events fanned out from then on, and the URL and
 // secrets of every delivery sent from then on, by its endpoint id; one
 // whose secret_env or secret_envs is unset refuses the reload) and
-// the retention periods. Daemon-wide settings (worker_id, lease, drain,
-// affinity, retry, database, spool, http, reconcile, retention.schedule)
-// wait for a restart: a reload that changes them says so in a warning.
+// the retention periods, and what the review console covers (its
+// partners, ops.four_eyes, its reviewers and viewers). Daemon-wide
+// settings (worker_id, lease, drain, affinity, retry, database, spool,
+// http, reconcile, retention.schedule, the console's listener and
+// sign-in) wait for a restart: a reload that changes them says so in a
+// warning.
 type reloader struct {
 	path string
 	cur  *config.File
@@ -43,7 +49,9 @@ type reloader struct {
 	ex   *expect.Service
 	nt   *notify.Service
 	pg   *purger
-	log  *slog.Logger
+	// console follows the config (nil: no console)
+	console func(*config.File)
+	log     *slog.Logger
 
 	reloads  *prometheus.CounterVec
 	lastOK   prometheus.Gauge
@@ -51,9 +59,9 @@ type reloader struct {
 }
 
 func newReloader(path string, cur *config.File, d *intake.Daemon, rec *reconcile.Reconciler, ex *expect.Service, nt *notify.Service, pg *purger,
-	reg prometheus.Registerer, log *slog.Logger) *reloader {
+	console func(*config.File), reg prometheus.Registerer, log *slog.Logger) *reloader {
 	f := promauto.With(reg)
-	r := &reloader{path: path, cur: cur, d: d, rec: rec, ex: ex, nt: nt, pg: pg, log: log,
+	r := &reloader{path: path, cur: cur, d: d, rec: rec, ex: ex, nt: nt, pg: pg, console: console, log: log,
 		reloads: f.NewCounterVec(prometheus.CounterOpts{Name: "intake_config_reloads_total",
 			Help: "Config reloads (SIGHUP) by result: ok, or error (the config in force was kept)."}, []string{"result"}),
 		lastOK: f.NewGauge(prometheus.GaugeOpts{Name: "intake_config_last_reload_successful",
@@ -90,9 +98,13 @@ func (r *reloader) reload(stop context.Context) {
 	r.ex.SetPartners(next.Partners)
 	r.nt.SetConfig(next.Notify, next.Partners)
 	applied := *r.cur
-	applied.Partners, applied.Retention = next.Partners, next.Retention
+	applied.Partners, applied.Retention, applied.Ops = next.Partners, next.Retention, next.Ops
 	applied.Retention.Schedule = r.cur.Retention.Schedule // the purger's schedule is set at its start
+	applied.Console.Auth.Reviewers, applied.Console.Auth.Viewers = next.Console.Auth.Reviewers, next.Console.Auth.Viewers
 	r.pg.setConfig(&applied)
+	if r.console != nil {
+		r.console(&applied)
+	}
 	if later := restartOnly(r.cur, next); len(later) > 0 {
 		r.log.Warn("config reloaded; these settings take effect at the next restart", "keys", later)
 	}
@@ -119,10 +131,9 @@ func (r *reloader) failed(stop context.Context, err error) {
 }
 
 // restartOnly names the settings that differ between cur and next and
-// that a reload does not apply. The review console is built at the
-// start: its settings (reviewers and viewers included), ops.four_eyes as
-// it asks it, and the partners, schedules and feeds it shows follow at the
-// next restart ("console (partners)").
+// that a reload does not apply. The review console follows its partners,
+// ops.four_eyes and its reviewers and viewers (consoleScope); its
+// listener and sign-in are set at its start.
 func restartOnly(cur, next *config.File) []string {
 	var keys []string
 	for _, k := range []struct {
@@ -143,25 +154,26 @@ func restartOnly(cur, next *config.File) []string {
 		{"expect_check", cur.ExpectCheck, next.ExpectCheck},
 		{"notify_delivery", cur.NotifyDelivery, next.NotifyDelivery},
 		{"retention.schedule", cur.Retention.Schedule, next.Retention.Schedule},
-		{"console", cur.Console, next.Console},
+		{"console", consoleStart(cur.Console), consoleStart(next.Console)},
 	} {
 		if !reflect.DeepEqual(k.a, k.b) {
 			keys = append(keys, k.key)
 		}
 	}
-	if cur.Console.Enabled() {
-		if !reflect.DeepEqual(cur.Ops, next.Ops) {
-			keys = append(keys, "ops (on the console)")
-		}
-		if !reflect.DeepEqual(consoleView(cur.Partners), consoleView(next.Partners)) {
-			keys = append(keys, "console (partners)")
-		}
-	}
 	return keys
 }
 
-// consoleView is what of the partners the review console holds from its
-// start: their ids, poll schedules and snapshot feeds.
-func consoleView(ps []partners.Config) [3]any {
-	return [3]any{configuredIDs(ps), pollSpecs(ps), snapshotFeeds(ps)}
+// consoleStart is what of the console's config only its start takes:
+// all but its reviewers and viewers.
+func consoleStart(c console.Config) console.Config {
+	c.Auth.Reviewers, c.Auth.Viewers = nil, nil
+	return c
+}
+
+// consoleScope is what the review console covers under cfg; a reload
+// gives it the reloaded config's.
+func consoleScope(pool *pgxpool.Pool, cfg *config.File) console.Scope {
+	parts := cfg.Partners
+	return console.Scope{Partners: configuredIDs(parts), Polls: pollSpecs(parts), SnapshotFeeds: snapshotFeeds(parts), FourEyes: cfg.Ops.FourEyes,
+		Publish: func(ctx context.Context, id int64) error { return ops.PublishDecision(ctx, pool, parts, id) }}
 }

@@ -3,18 +3,17 @@ package main
 import (
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/partner-intake/partner-intake/cmd/intake/internal/config"
 	"github.com/partner-intake/partner-intake/console"
 	"github.com/partner-intake/partner-intake/partners"
 )
 
-// The review console is built at the start: a reload that changes its
-// settings (its reviewers), ops.four_eyes it asks, or the partners it
-// shows is applied to the daemon and says the console follows at the next
-// restart, not silently; without a console, ops rules are the CLI's, read
-// from the file each time, and nothing is said.
-func TestAReloadSaysTheConsoleFollowsAtTheNextRestart(t *testing.T) {
+// What a reload does not apply is said; the review console follows its
+// reviewers, ops.four_eyes and the partners (consoleScope), and only its
+// listener and sign-in wait for a restart.
+func TestAReloadSaysWhatWaitsForTheNextRestart(t *testing.T) {
 	base := func(withConsole bool) *config.File {
 		f := &config.File{Partners: []partners.Config{{ID: "a", Poll: "@every 1m"}}}
 		if withConsole {
@@ -28,13 +27,14 @@ func TestAReloadSaysTheConsoleFollowsAtTheNextRestart(t *testing.T) {
 		edit    func(*config.File)
 		want    []string
 	}{
-		{"a reviewer removed", true, func(f *config.File) { f.Console.Auth.Reviewers = nil }, []string{"console"}},
-		{"four eyes on", true, func(f *config.File) { f.Ops.FourEyes = true }, []string{"ops (on the console)"}},
-		{"a partner added", true, func(f *config.File) { f.Partners = append(f.Partners, partners.Config{ID: "b", Poll: "@every 1m"}) },
-			[]string{"console (partners)"}},
-		{"a schedule changed", true, func(f *config.File) { f.Partners[0].Poll = "0 * * * *" }, []string{"console (partners)"}},
-		{"four eyes on, no console", false, func(f *config.File) { f.Ops.FourEyes = true }, nil},
-		{"a partner added, no console", false, func(f *config.File) { f.Partners = append(f.Partners, partners.Config{ID: "b"}) }, nil},
+		{"a reviewer removed", true, func(f *config.File) { f.Console.Auth.Reviewers = nil }, nil},
+		{"a viewer added", true, func(f *config.File) { f.Console.Auth.Viewers = []string{"victor@example.com"} }, nil},
+		{"four eyes on", true, func(f *config.File) { f.Ops.FourEyes = true }, nil},
+		{"a partner added", true, func(f *config.File) { f.Partners = append(f.Partners, partners.Config{ID: "b", Poll: "@every 1m"}) }, nil},
+		{"a schedule changed", true, func(f *config.File) { f.Partners[0].Poll = "0 * * * *" }, nil},
+		{"the console's listener", true, func(f *config.File) { f.Console.Listen = "127.0.0.1:8081" }, []string{"console"}},
+		{"the console's sign-in", true, func(f *config.File) { f.Console.Auth.Proxy = &console.Proxy{Header: "X-User"} }, []string{"console"}},
+		{"the lease", false, func(f *config.File) { f.Lease = time.Minute }, []string{"lease"}},
 	} {
 		cur, next := base(c.console), base(c.console)
 		c.edit(next)

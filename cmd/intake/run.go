@@ -302,12 +302,12 @@ func cmdRun(path string, once bool, stdout, stderr io.Writer) int {
 	rec.OnlyWhileServed(d.Serves)
 	setWaiting(nil)
 	var services []service
+	var con *console.Server
 	if e.cfg.Console.Enabled() {
-		parts := e.cfg.Partners
-		con, err := console.New(ctx, e.cfg.Console, console.Deps{
-			Pool: e.pool, Partners: configuredIDs(parts), Polls: pollSpecs(parts), EveryReplicaPolls: e.cfg.Affinity == intake.AffinityNone, SnapshotFeeds: snapshotFeeds(parts), Worker: intake.OpsWorker(e.cfg.WorkerID), FourEyes: e.cfg.Ops.FourEyes,
-			Publish: func(ctx context.Context, id int64) error { return ops.PublishDecision(ctx, e.pool, parts, id) },
-			Replay:  d.Replay,
+		con, err = console.New(ctx, e.cfg.Console, console.Deps{
+			Pool: e.pool, Scope: consoleScope(e.pool, e.cfg), EveryReplicaPolls: e.cfg.Affinity == intake.AffinityNone,
+			Worker: intake.OpsWorker(e.cfg.WorkerID),
+			Replay: d.Replay,
 			HeldFeeds: func() map[string]map[string]string {
 				out := map[string]map[string]string{}
 				for id, st := range d.PartnerStates() {
@@ -330,7 +330,11 @@ func cmdRun(path string, once bool, stdout, stderr io.Writer) int {
 	}
 	nt := notify.New(e.pool, e.cfg.WorkerID, delivery, e.cfg.Notify, e.cfg.Partners, reg, e.log)
 	services = append(services, service{"daemon", d}, service{"reconciler", rec}, service{"expect", ex}, service{"notify", nt}, service{"purger", pg})
-	rl := newReloader(path, e.cfg, d, rec, ex, nt, pg, reg, e.log)
+	var followConsole func(*config.File)
+	if con != nil {
+		followConsole = func(c *config.File) { con.Reload(c.Console.Auth, consoleScope(e.pool, c)) }
+	}
+	rl := newReloader(path, e.cfg, d, rec, ex, nt, pg, followConsole, reg, e.log)
 	return runServices(ctx, stop, hup, rl.reload, e.log, stderr, services)
 }
 
