@@ -158,6 +158,13 @@ func (d *claimStage) claim(ctx context.Context, p *partnerRT, sess *sftpconn.Ses
 	if putBack {
 		out.walked = 0
 	}
+	recorded := false
+	defer func() {
+		if !recorded {
+			// their adoption records them under these ids (adoptOwn)
+			p.keepIDs(renamed)
+		}
+	}()
 	if err := fault.Check("claim:after_rename"); err != nil {
 		// as if the replies were lost: the files sit in our processing
 		// dir without rows, and the next poll adopts them
@@ -180,6 +187,7 @@ func (d *claimStage) claim(ctx context.Context, p *partnerRT, sess *sftpconn.Ses
 	if err != nil {
 		return claimed{walked: out.walked, raced: out.raced}, err
 	}
+	recorded = true
 	if len(out.ins) < len(renamed) {
 		// a path a live row still owns: the file waits in ready/
 		rec := make(map[string]bool, len(out.ins))

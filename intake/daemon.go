@@ -513,6 +513,12 @@ type partnerRT struct {
 	// (pollOnce), lookupsSkipped of them so far.
 	ownsNothing    bool
 	lookupsSkipped int
+	// unrecorded: the intake id allocated for each claim whose RENAME
+	// went through and whose row was not recorded (the claim failed
+	// after it), by claimed path; adoptOwn records the file under it, so
+	// it keeps its place among the partner's claims (keepIDs, idFor)
+	unrecordedMu   sync.Mutex
+	unrecorded     map[string]int64
 	orphanSweep    time.Time    // the last look through stopped workers' processing dirs (orphans.go)
 	adoptMoves     int          // moves adoptOrphans tried into this worker's dir (a listing of it from before is stale)
 	fileRuns       atomic.Int64 // files this replica ran of the partner (a listing of ready/ from before one is stale)
@@ -528,6 +534,37 @@ type partnerRT struct {
 	quotaFull   atomic.Bool // the partner's spool is at its quota (limits.max_spool_bytes)
 
 	holds targethold.Feeds // feeds whose target cannot be written (targethold.go)
+}
+
+// keepIDs remembers the ids allocated for claims whose rows were not
+// recorded (unrecorded).
+func (p *partnerRT) keepIDs(ins []*ledger.Intake) {
+	p.unrecordedMu.Lock()
+	defer p.unrecordedMu.Unlock()
+	if p.unrecorded == nil {
+		p.unrecorded = map[string]int64{}
+	}
+	for _, in := range ins {
+		p.unrecorded[in.ClaimedPath] = in.ID
+	}
+}
+
+// idFor is the id allocated for the unrecorded claim at path (0: none),
+// which it then forgets.
+func (p *partnerRT) idFor(path string) int64 {
+	p.unrecordedMu.Lock()
+	defer p.unrecordedMu.Unlock()
+	id := p.unrecorded[path]
+	delete(p.unrecorded, path)
+	return id
+}
+
+// forgetIDs forgets every unrecorded claim's id: the claims' dir was
+// looked through, and a file not adopted then has a row of its own.
+func (p *partnerRT) forgetIDs() {
+	p.unrecordedMu.Lock()
+	p.unrecorded = nil
+	p.unrecordedMu.Unlock()
 }
 
 func (p *partnerRT) poke() {

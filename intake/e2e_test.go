@@ -912,6 +912,46 @@ func TestClaimOrderDecidesIdsAcrossWorkers(t *testing.T) {
 	}
 }
 
+// A claim whose row was not recorded (the claim failed after its RENAME)
+// is adopted by its claimer's next poll under the id allocated for it: a
+// newer file another replica claimed meanwhile keeps the higher id, and
+// its value of the key wins over the older file applied after it.
+func TestAClaimAdoptedByItsClaimerKeepsItsPlace(t *testing.T) {
+	_, pool := testenv.DB(t)
+	ctx := context.Background()
+	site := testenv.NewSite(t, "place")
+	site.Config.GroupFiles = 1
+	site.Drop(t, "orders-1.csv", header+"K-1,a@example.com,1.00,paid,2026-11-01T10:00:00Z,1\n")
+	r1, r2 := newRig(t, pool, "r1", site), newRig(t, pool, "r2", site)
+	if err := fault.Set("claim:after_rename=error"); err != nil {
+		t.Fatal(err)
+	}
+	err := r1.d.PollOnce(ctx, "place")
+	fault.Set("")
+	if err == nil {
+		t.Fatal("the poll went past its claim's RENAME")
+	}
+	if got := site.Files(t, filepath.Join("processing", "r1")); len(got) != 1 || len(files(t, pool, "place")) != 0 {
+		t.Fatalf("processing/r1 holds %v, want the claimed file without a row", got)
+	}
+	site.Drop(t, "orders-2.csv", header+"K-1,a@example.com,2.00,shipped,2026-11-02T10:00:00Z,1\n")
+	r2.poll("place")
+	r1.poll("place")
+	ids := map[string]int64{}
+	for _, f := range files(t, pool, "place") {
+		if f.State != "archived" {
+			t.Fatalf("%+v, want archived", f)
+		}
+		ids[f.Name] = f.ID
+	}
+	if len(ids) != 2 || ids["orders-1.csv"] >= ids["orders-2.csv"] {
+		t.Fatalf("intake ids %v: the adopted older file must keep the id its claim allocated, below the newer file's", ids)
+	}
+	if a, _ := amountOf(t, pool, "orders", "place", "K-1"); a != "2.00" {
+		t.Fatalf("K-1 holds %s, want 2.00 from the newer file", a)
+	}
+}
+
 // Another intake binds the same batch and commits while this one's bind is
 // waiting on it: the bind must report that binding (a duplicate here), not
 // a fence. The statement's snapshot predates the other commit, so it is

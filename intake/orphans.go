@@ -255,6 +255,9 @@ func (o *orphanAdopter) adoptOwn(ctx context.Context, p *partnerRT, sess *sftpco
 			if err := fault.Check("resume:before_insert"); err != nil {
 				return err
 			}
+			// a claim of this process whose row was not recorded keeps
+			// the id allocated for it: its place among the claims
+			in.ID = p.idFor(in.ClaimedPath)
 			err = c.Adopt(ctx, o.ledger, in)
 			if errors.Is(err, ledger.ErrTracked) {
 				continue // a live row owns the path: it is that row's to resume

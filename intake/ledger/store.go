@@ -171,9 +171,28 @@ const insertClaimSQL = `
 	    DO NOTHING
 	RETURNING ` + intakeColumns
 
+// insertClaimAsSQL is insertClaimSQL under the id in.ID, allocated for
+// the claim when it renamed the file (a fresh one should a row hold it:
+// the claim's commit landed after all).
+const insertClaimAsSQL = `
+	INSERT INTO file_intake (intake_id, partner_id, feed, remote_name, claimed_path, listed_size, manifest_name,
+	                         state, worker_id, lease_until, listed_mtime)
+	OVERRIDING SYSTEM VALUE
+	VALUES (CASE WHEN EXISTS (SELECT 1 FROM file_intake WHERE intake_id = $10) THEN pg_catalog.nextval(pg_catalog.pg_get_serial_sequence('file_intake', 'intake_id')) ELSE $10 END,
+	        $1, $2, $3, $4, $5, nullif($6, ''), 'claimed', $7, pg_catalog.now() + $8::interval, $9)
+	ON CONFLICT (partner_id, claimed_path)
+	    WHERE state IN ('claimed', 'spooled', 'applying', 'applied', 'outcome_unknown', 'awaiting_approval')
+	    DO NOTHING
+	RETURNING ` + intakeColumns
+
+// insertClaim records in as claimed: under in.ID when it is set (the id
+// allocated for the claim), else a fresh id.
 func (l *claimStore) insertClaim(ctx context.Context, q querier, in *Intake) error {
-	row := q.QueryRow(ctx, insertClaimSQL,
-		in.Partner, in.Feed, in.RemoteName, in.ClaimedPath, in.ListedSize, in.ManifestName, in.Worker, l.lease, nullTime(in.ListedMTime))
+	sql, args := insertClaimSQL, []any{in.Partner, in.Feed, in.RemoteName, in.ClaimedPath, in.ListedSize, in.ManifestName, in.Worker, l.lease, nullTime(in.ListedMTime)}
+	if in.ID != 0 {
+		sql, args = insertClaimAsSQL, append(args, in.ID)
+	}
+	row := q.QueryRow(ctx, sql, args...)
 	got, err := scanIntake(row)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return ErrTracked
