@@ -56,8 +56,6 @@ type authn struct {
 	proxies []netip.Prefix
 
 	redirect string
-	// roles: the config's reviewers and viewers, which a reload changes
-	roles atomic.Pointer[roleLists]
 	// client is the OpenID provider's, nil until its discovery document
 	// has been read (New tries once, Start keeps trying in the background)
 	client atomic.Pointer[oidcClient]
@@ -135,7 +133,6 @@ func newAuthn(ctx context.Context, c Config, log *slog.Logger) (*authn, error) {
 		return nil, fmt.Errorf("console.base_url: %w", err)
 	}
 	a := &authn{cfg: c.Auth, base: base, secure: !localURL(base)}
-	a.setRoles(c.Auth)
 	if c.Auth.SessionKeyEnv != "" {
 		a.key = []byte(os.Getenv(c.Auth.SessionKeyEnv))
 	} else {
@@ -212,15 +209,14 @@ func randomToken() string {
 // roleLists are the config's reviewers and viewers.
 type roleLists struct{ reviewers, viewers []string }
 
-// setRoles takes the reviewers and viewers of auth.
-func (a *authn) setRoles(auth Auth) {
-	a.roles.Store(&roleLists{reviewers: slices.Clone(auth.Reviewers), viewers: slices.Clone(auth.Viewers)})
+// rolesOf is auth's reviewers and viewers.
+func rolesOf(auth Auth) roleLists {
+	return roleLists{reviewers: slices.Clone(auth.Reviewers), viewers: slices.Clone(auth.Viewers)}
 }
 
-// role is the role of name: the provider's claim first, then the
-// config's lists as they are now; "" when it has none (refused).
-func (a *authn) role(name string, claimed []string) string {
-	l := a.roles.Load()
+// role is the role of name: the provider's claim first, then the lists
+// in force (l); "" when it has none (refused).
+func (l *roleLists) role(name string, claimed []string) string {
 	switch {
 	case slices.Contains(claimed, RoleReviewer):
 		return RoleReviewer
@@ -256,15 +252,17 @@ func (a *authn) fromProxy(r *http.Request) bool {
 // errNoRole: the identity is signed in but has no role here.
 var errNoRole = errors.New("no console role")
 
-// identify returns the request's identity: the trusted proxy's header,
-// or a valid session cookie; nil when there is none.
-func (a *authn) identify(r *http.Request) (*Identity, error) {
+// identify returns the request's identity, its role by the lists in
+// force (roles): the trusted proxy's header, or a valid session cookie;
+// nil when there is none, or the cookie's name has no role now (it signs
+// in again: the provider's roles claim may give it one).
+func (a *authn) identify(r *http.Request, roles *roleLists) (*Identity, error) {
 	if p := a.cfg.Proxy; p != nil {
 		name := r.Header.Get(p.Header)
 		if name == "" || !a.fromProxy(r) {
 			return nil, nil // a header from anyone else is not believed
 		}
-		role := a.role(name, nil)
+		role := roles.role(name, nil)
 		if role == "" {
 			return nil, errNoRole
 		}
@@ -284,8 +282,8 @@ func (a *authn) identify(r *http.Request) (*Identity, error) {
 	}
 	// the role as the lists say now: a reload that takes a name off
 	// them ends its sessions' role at their next request
-	if id.Role = a.role(id.Name, id.Claimed); id.Role == "" {
-		return nil, errNoRole
+	if id.Role = roles.role(id.Name, id.Claimed); id.Role == "" {
+		return nil, nil
 	}
 	return &id, nil
 }
@@ -319,7 +317,7 @@ func (a *authn) login(w http.ResponseWriter, r *http.Request, oc *oidcClient) {
 // callback ends the flow: the code exchanged with the verifier, the ID
 // token verified (signature, issuer, audience, expiry, nonce), a session
 // cookie set.
-func (a *authn) callback(w http.ResponseWriter, r *http.Request) (string, error) {
+func (a *authn) callback(w http.ResponseWriter, r *http.Request, roles *roleLists) (string, error) {
 	if a.cfg.OIDC == nil {
 		return "", errors.New("no OpenID provider configured")
 	}
@@ -382,7 +380,7 @@ func (a *authn) callback(w http.ResponseWriter, r *http.Request) (string, error)
 	// the session keeps the claim's roles, the lists are read at each
 	// request
 	claimed = slices.DeleteFunc(claimed, func(c string) bool { return c != RoleReviewer && c != RoleViewer })
-	if a.role(name, claimed) == "" {
+	if roles.role(name, claimed) == "" {
 		return "", errNoRole
 	}
 	sess, err := a.sign(Identity{Name: name, Exp: time.Now().Add(sessionTTL), CSRF: randomToken(), Claimed: claimed})

@@ -87,17 +87,25 @@ type Scope struct {
 	Publish func(ctx context.Context, id int64) error
 }
 
-// Reload makes the console follow a reloaded config: it covers sc from
-// the next request on, and gives roles by auth's reviewers and viewers,
-// to signed-in sessions too (a session's role is judged at each request).
-// The rest of auth, and the console's other settings, are the start's.
-func (s *Server) Reload(auth Auth, sc Scope) {
-	s.scope.Store(&sc)
-	s.auth.setRoles(auth)
+// view is what a reload changes, taken whole by each request: the scope
+// and who has which role.
+type view struct {
+	Scope
+	roles roleLists
 }
 
-// in is the scope a request is served in.
-func (s *Server) in() *Scope { return s.scope.Load() }
+// Reload makes the console follow a reloaded config: from the next
+// request on it covers sc and gives roles by auth's reviewers and
+// viewers, to signed-in sessions too (a session's role is judged at each
+// request). The rest of auth, and the console's other settings, are the
+// start's.
+func (s *Server) Reload(auth Auth, sc Scope) {
+	s.view.Store(&view{Scope: sc, roles: rolesOf(auth)})
+}
+
+// in is the scope the request is served in: the view its sign-in check
+// took (signedIn), so that one request never mixes two reloads.
+func in(r *http.Request) *view { return r.Context().Value(viewKey{}).(*view) }
 
 // Server is the console: a lifecycle.Service on its own listener, and the
 // page writer its handlers share (render, message, failed).
@@ -108,8 +116,8 @@ type Server struct {
 	auth  *authn
 	pages map[string]*template.Template
 	mux   *http.ServeMux
-	// scope: what the console covers now (Reload)
-	scope atomic.Pointer[Scope]
+	// view: what the console covers now and who has which role (Reload)
+	view atomic.Pointer[view]
 
 	ln lifecycle.Listener
 
@@ -130,7 +138,7 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{cfg: cfg, deps: deps, auth: a, pages: map[string]*template.Template{}}
-	s.scope.Store(&deps.Scope)
+	s.view.Store(&view{Scope: deps.Scope, roles: rolesOf(cfg.Auth)})
 	s.signIn, s.pageViews, s.decisionForms = signIn{s}, pageViews{s}, decisionForms{s}
 	funcs := template.FuncMap{
 		"text": inert.Text,
@@ -238,7 +246,10 @@ func (s *Server) Stop() { s.life.Stop() }
 // Addr is the listener's address once started ("" before).
 func (s *Server) Addr() string { return s.ln.Addr() }
 
-type ctxKey struct{}
+type (
+	ctxKey  struct{}
+	viewKey struct{}
+)
 
 func identityOf(r *http.Request) *Identity { return r.Context().Value(ctxKey{}).(*Identity) }
 
@@ -246,7 +257,8 @@ func identityOf(r *http.Request) *Identity { return r.Context().Value(ctxKey{}).
 // without one is sent to sign in (OIDC) or refused (proxy).
 func (s *signIn) signedIn(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		id, err := s.auth.identify(r)
+		v := s.view.Load()
+		id, err := s.auth.identify(r, &v.roles)
 		if errors.Is(err, errNoRole) {
 			s.message(w, http.StatusForbidden, nil, "Not allowed", "This identity has no console role (viewer or reviewer).")
 			return
@@ -259,12 +271,13 @@ func (s *signIn) signedIn(h http.HandlerFunc) http.HandlerFunc {
 			s.message(w, http.StatusUnauthorized, nil, "Sign-in required", "Sign in to use the console.")
 			return
 		}
-		h(w, r.WithContext(context.WithValue(r.Context(), ctxKey{}, id)))
+		ctx := context.WithValue(context.WithValue(r.Context(), ctxKey{}, id), viewKey{}, v)
+		h(w, r.WithContext(ctx))
 	}
 }
 
 func (s *signIn) callback(w http.ResponseWriter, r *http.Request) {
-	next, err := s.auth.callback(w, r)
+	next, err := s.auth.callback(w, r, &s.view.Load().roles)
 	if errors.Is(err, errSignInDown) {
 		s.signInDown(w)
 		return
@@ -356,7 +369,7 @@ type pageViews struct{ *Server }
 
 func (s *pageViews) held(w http.ResponseWriter, r *http.Request) {
 	n := pageArg(r)
-	items, total, err := ops.HeldPage(r.Context(), s.deps.Pool, s.in().Partners, (n-1)*PageSize, PageSize)
+	items, total, err := ops.HeldPage(r.Context(), s.deps.Pool, in(r).Partners, (n-1)*PageSize, PageSize)
 	if err != nil {
 		s.failed(w, r, "held", err)
 		return
@@ -389,7 +402,7 @@ type heldFeed struct{ Feed, Why string }
 // feeds this process's daemon holds, the server's measured capability and
 // the last poll error. No cell value is on it: a viewer sees it.
 func (s *pageViews) partners(w http.ResponseWriter, r *http.Request) {
-	sc := s.in()
+	sc := in(r)
 	polls := sc.Polls
 	rows, err := ops.Status(r.Context(), s.deps.Pool, sc.Partners)
 	if err != nil {
@@ -442,7 +455,7 @@ func (s *pageViews) file(w http.ResponseWriter, r *http.Request) {
 		s.message(w, http.StatusNotFound, identityOf(r), "Not found", "No such file.")
 		return
 	}
-	st, err := ops.Story(r.Context(), s.deps.Pool, id, s.in().Partners)
+	st, err := ops.Story(r.Context(), s.deps.Pool, id, in(r).Partners)
 	if err != nil {
 		s.failed(w, r, "file", err)
 		return
@@ -451,7 +464,7 @@ func (s *pageViews) file(w http.ResponseWriter, r *http.Request) {
 		s.message(w, http.StatusNotFound, identityOf(r), "Not found", fmt.Sprintf("No intake %d among the configured partners.", id))
 		return
 	}
-	audit, err := ops.AuditPage(r.Context(), s.deps.Pool, s.in().Partners, ledger.AuditFilter{IntakeID: id}, 0, PageSize)
+	audit, err := ops.AuditPage(r.Context(), s.deps.Pool, in(r).Partners, ledger.AuditFilter{IntakeID: id}, 0, PageSize)
 	if err != nil {
 		s.failed(w, r, "file audit", err)
 		return
@@ -485,7 +498,7 @@ func recorded(audit []ledger.AuditEntry, request string) string {
 
 func (s *pageViews) plans(w http.ResponseWriter, r *http.Request) {
 	n := pageArg(r)
-	ps, total, err := ops.WaitingPlans(r.Context(), s.deps.Pool, s.in().Partners, (n-1)*PageSize, PageSize)
+	ps, total, err := ops.WaitingPlans(r.Context(), s.deps.Pool, in(r).Partners, (n-1)*PageSize, PageSize)
 	if err != nil {
 		s.failed(w, r, "plans", err)
 		return
@@ -517,7 +530,7 @@ func (s *pageViews) plan(w http.ResponseWriter, r *http.Request) {
 	}
 	// the counts: a reviewer reads the changes a page at a time below, a
 	// viewer not at all
-	v, err := ops.ShowPlan(r.Context(), s.deps.Pool, id, s.in().Partners)
+	v, err := ops.ShowPlan(r.Context(), s.deps.Pool, id, in(r).Partners)
 	if err != nil {
 		s.failed(w, r, "plan", err)
 		return
@@ -544,7 +557,7 @@ func (s *pageViews) plan(w http.ResponseWriter, r *http.Request) {
 	if me.Reviewer() {
 		after, _ := strconv.ParseInt(q.Get("after"), 10, 64)
 		before, _ := strconv.ParseInt(q.Get("before"), 10, 64)
-		rows, err := ops.PlanChangePage(r.Context(), s.deps.Pool, id, s.in().Partners, f, max(after, 0), max(before, 0), PageSize+1)
+		rows, err := ops.PlanChangePage(r.Context(), s.deps.Pool, id, in(r).Partners, f, max(after, 0), max(before, 0), PageSize+1)
 		if err != nil {
 			s.failed(w, r, "plan changes", err)
 			return
@@ -634,7 +647,7 @@ func (s *pageViews) audit(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	fileID, _ := strconv.ParseInt(q.Get("intake"), 10, 64)
 	request, text := q.Get("request"), q.Get("q")
-	es, err := ops.AuditPage(r.Context(), s.deps.Pool, s.in().Partners,
+	es, err := ops.AuditPage(r.Context(), s.deps.Pool, in(r).Partners,
 		ledger.AuditFilter{IntakeID: max(fileID, 0), Request: request, Text: text}, (n-1)*PageSize, PageSize+1)
 	if err != nil {
 		s.failed(w, r, "audit", err)
@@ -714,7 +727,7 @@ func (s *decisionForms) decide(action string) http.HandlerFunc {
 		reason := r.PostFormValue("reason")
 		request := newRequestID()
 		ctx := r.Context()
-		sc := s.in()
+		sc := in(r)
 		var err error
 		switch action {
 		case "release", "discard":

@@ -97,10 +97,11 @@ func TestSessionCookieIsStrictSecureAndSigned(t *testing.T) {
 		t.Errorf("page with the session: got %d", w.Code)
 	}
 	// a reload that takes the viewer off the lists ends the session's
-	// role at its next request (the role is not in the cookie)
+	// role at its next request (the role is not in the cookie): it is
+	// sent to sign in again
 	s.Reload(console.Auth{}, console.Scope{Partners: []string{"acme"}})
-	if w := get("/held", sess); w.Code != http.StatusForbidden {
-		t.Errorf("page with the session of a viewer taken off the lists: got %d, want 403", w.Code)
+	if w := get("/held", sess); w.Code != http.StatusFound || !strings.HasPrefix(w.Header().Get("Location"), "/auth/login") {
+		t.Errorf("page with the session of a viewer taken off the lists: got %d to %q, want a redirect to sign in", w.Code, w.Header().Get("Location"))
 	}
 	s.Reload(console.Auth{Viewers: []string{email}}, console.Scope{Partners: []string{"acme"}})
 	if w := get("/held", sess); w.Code != http.StatusOK {
