@@ -517,11 +517,11 @@ type partnerRT struct {
 	// went through and whose row was not recorded (the claim failed
 	// after it), by claimed path; adoptOwn records the file under it, so
 	// it keeps its place among the partner's claims (keepIDs, idFor)
-	unrecordedMu   sync.Mutex
-	unrecorded     map[string]int64
-	orphanSweep    time.Time    // the last look through stopped workers' processing dirs (orphans.go)
-	adoptMoves     int          // moves adoptOrphans tried into this worker's dir (a listing of it from before is stale)
-	fileRuns       atomic.Int64 // files this replica ran of the partner (a listing of ready/ from before one is stale)
+	unrecordedMu sync.Mutex
+	unrecorded   map[string]int64
+	orphanSweep  time.Time    // the last look through stopped workers' processing dirs (orphans.go)
+	adoptMoves   int          // moves adoptOrphans tried into this worker's dir (a listing of it from before is stale)
+	fileRuns     atomic.Int64 // files this replica ran of the partner (a listing of ready/ from before one is stale)
 
 	statMu      sync.Mutex // what the last poll saw, for gauges and /readyz
 	polling     bool       // this replica polls the partner (affinity.go); else it exports no poll gauges for it

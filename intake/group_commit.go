@@ -115,13 +115,25 @@ func (g *fileGroup) writeRows(ctx context.Context, tx pgx.Tx, tgt *target.Table,
 	if err := tgt.Stage(ctx, tx); err != nil {
 		return fmt.Errorf("group stage: %w", err)
 	}
+	// what each file's merge claims rows below (applyStage.claimBelow):
+	// the files older than the whole group, looked up once; the group's
+	// own files commit together, in id order, and never after each other
+	var older int64
+	if tgt.Claims() && len(owners) > 0 {
+		var err error
+		if older, err = ledger.OlderWriter(ctx, tx, g.p.cfg.ID, owners[0].r.in.Feed, owners[0].r.in.ID); err != nil {
+			return err
+		}
+	}
 	for i, f := range owners {
 		if i > 0 {
 			if err := tgt.ClearStage(ctx, tx); err != nil {
 				return fmt.Errorf("group stage: %w", err)
 			}
 		}
-		_, err := f.r.applyStage().writeRows(ctx, tx, tgt, f.ch, &rowWrite{tx: groupTx}, f.r.in.ID, &f.c)
+		st := f.r.applyStage()
+		st.older, st.olderLooked = older, true
+		_, err := st.writeRows(ctx, tx, tgt, f.ch, &rowWrite{tx: groupTx}, f.r.in.ID, &f.c)
 		if refusedRows(err) != nil || errors.Is(err, errKeyRepeated) {
 			return &refusedFileError{file: f, err: err}
 		}

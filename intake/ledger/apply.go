@@ -147,22 +147,30 @@ func newerSnapshotOf(partner, feed, place string) string {
 // the newest file of the partner's feed older than place that may still
 // write rows: one not yet applied (claimed, spooled, applying, awaiting
 // approval, outcome unknown) or held for ops, who may release or replay
-// it (quarantined, failed for good); 0 when there is none. A file applied
-// in full can still be replayed, but its replay only writes the values it
-// wrote, which every newer file that found them as they are also says.
+// it (quarantined, failed for good; not one held for a reason that can
+// only be discarded, DiscardOnly); 0 when there is none. A file applied
+// in full can still be replayed: its replay writes its values again,
+// which every newer file that found them as they are also says, unless
+// the row was edited outside intake since on a target that does not keep
+// such edits (docs/failure-matrix.md).
 func OlderWriter(ctx context.Context, q interface {
 	QueryRow(context.Context, string, ...any) pgx.Row
 }, partner, feed string, place int64) (int64, error) {
 	var older int64
 	err := q.QueryRow(ctx, `SELECT coalesce(pg_catalog.max(coalesce(replay_of, intake_id)), 0) FROM file_intake
 		WHERE partner_id = $1 AND feed = $2 AND coalesce(replay_of, intake_id) < $3
-		  AND state IN ('claimed', 'spooled', 'applying', 'awaiting_approval', 'outcome_unknown', 'quarantined', 'failed_terminal')`,
-		partner, feed, place).Scan(&older)
+		  AND (state IN ('claimed', 'spooled', 'applying', 'awaiting_approval', 'outcome_unknown')
+		    OR state IN ('quarantined', 'failed_terminal') AND reason <> ALL($4::text[]))`,
+		partner, feed, place, DiscardOnly).Scan(&older)
 	if err != nil {
 		return 0, fmt.Errorf("older writer: %w", err)
 	}
 	return older, nil
 }
+
+// DiscardOnly are the reasons a held file can only be discarded for
+// (ops.Release refuses it): its rows are never applied.
+var DiscardOnly = []string{string(reason.NotRegularFile), string(reason.BadBatchID), string(reason.ChangedAfterClaim)}
 
 // ErrChunkDone: the ledger already holds this chunk under our token.
 var ErrChunkDone = errors.New("chunk already committed")

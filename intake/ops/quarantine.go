@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"path"
+	"slices"
 
 	"github.com/partner-intake/partner-intake/internal/reason"
 
@@ -151,6 +152,17 @@ type release struct {
 	manifest        string
 }
 
+// discardOnlyWhy says why a file held for each of ledger.DiscardOnly can
+// only be discarded.
+var discardOnlyWhy = map[reason.Code]string{
+	reason.NotRegularFile: "was not a regular file when claimed (" + string(reason.NotRegularFile) + "): it can only be discarded",
+	reason.BadBatchID:     "has no usable batch id: it can only be discarded",
+	// its spool holds the bytes as they were when it was claimed, a copy
+	// the partner was still writing: released, they would be applied as
+	// the whole file
+	reason.ChangedAfterClaim: "changed after it was claimed (the partner was still writing it): its spooled bytes are part of the file; it can only be discarded, and the partner publishes the complete file again under a new name",
+}
+
 // planRelease decides what releasing the held file h does, or refuses.
 func planRelease(d Decision, h *ledger.Held) (release, error) {
 	if err := stillOpen(d, h); err != nil {
@@ -160,15 +172,8 @@ func planRelease(d Decision, h *ledger.Held) (release, error) {
 	switch {
 	case h.Feed == ledger.NoFeed:
 		return r, fmt.Errorf("%w: intake %d is a hostile entry (%s): it can only be discarded", ledger.ErrDecision, d.IntakeID, h.Reason)
-	case h.Reason == reason.NotRegularFile:
-		return r, fmt.Errorf("%w: intake %d was not a regular file when claimed (%s): it can only be discarded", ledger.ErrDecision, d.IntakeID, h.Reason)
-	case h.Reason == reason.BadBatchID:
-		return r, fmt.Errorf("%w: intake %d has no usable batch id: it can only be discarded", ledger.ErrDecision, d.IntakeID)
-	case h.Reason == reason.ChangedAfterClaim:
-		// its spool holds the bytes as they were when it was claimed, a
-		// copy the partner was still writing: released, they would be
-		// applied as the whole file
-		return r, fmt.Errorf("%w: intake %d changed after it was claimed (the partner was still writing it): its spooled bytes are part of the file; it can only be discarded, and the partner publishes the complete file again under a new name", ledger.ErrDecision, d.IntakeID)
+	case slices.Contains(ledger.DiscardOnly, string(h.Reason)):
+		return r, fmt.Errorf("%w: intake %d %s", ledger.ErrDecision, d.IntakeID, discardOnlyWhy[h.Reason])
 	case h.Reason == reason.BatchConflict:
 		switch d.Winner {
 		case WinnerOld:

@@ -74,3 +74,17 @@ func TestWhatAReleaseDoesByWhyTheFileWasHeld(t *testing.T) {
 		})
 	}
 }
+
+// Every reason a held file can only be discarded for says why when a
+// release is refused; a reason missing here would be refused with no
+// explanation.
+func TestEveryDiscardOnlyReasonSaysWhy(t *testing.T) {
+	for _, c := range ledger.DiscardOnly {
+		if discardOnlyWhy[reason.Code(c)] == "" {
+			t.Errorf("%s: a release is refused without saying why", c)
+		}
+	}
+	if len(discardOnlyWhy) != len(ledger.DiscardOnly) {
+		t.Errorf("%d explanations for %d discard-only reasons", len(discardOnlyWhy), len(ledger.DiscardOnly))
+	}
+}
