@@ -212,3 +212,41 @@ func TestAPausedReplicaNeverMovesWhatAnotherAdopted(t *testing.T) {
 		t.Fatalf("processing/ still holds %v", got)
 	}
 }
+
+// A replica that renamed a hostile entry of ready/ into its processing
+// dir pauses before recording it, past a lease; it is taken for gone and
+// the reconciler of w3 adopts the entry, which w3 holds. The paused
+// replica goes on: its rename and its row are one claim section, which
+// was ended with its session, so it records no second row of the entry
+// (nor holds, receipts or reports it again).
+func TestAPausedReplicaRecordsNoHostileEntryAnotherAdopted(t *testing.T) {
+	url, pool := testenv.DB(t)
+	site := testenv.NewSite(t, "acme")
+	site.Drop(t, "notes.txt", "no feed takes this name\n")
+	w1 := newRig(t, pausedPool(t, url), "w1", site)
+	resume := w1.pollPaused("acme", "claim:hostile_renamed")
+	execArgs(t, pool, `INSERT INTO intake_worker (worker_id, hostname, pid, lease, partners, last_seen)
+		VALUES ('w1', 'paused', 1, '30 s', ARRAY['acme'], pg_catalog.now() - interval '1 hour')
+		ON CONFLICT (worker_id) DO UPDATE SET last_seen = EXCLUDED.last_seen`)
+	w3 := newRig(t, pool, "w3", site)
+	reconcileAs(t, pool, "w3", site) // waits for w1's section until its session is ended
+	w3.poll("acme")
+	fs := files(t, pool, "acme")
+	if len(fs) != 1 || fs[0].State != "quarantined" || fs[0].Worker != "w3" {
+		t.Fatalf("w3 left %+v, want the entry adopted and held by w3", fs)
+	}
+	_ = resume() // its section's transaction was ended: an error of its poll, never a row
+	w1.poll("acme")
+	if fs := files(t, pool, "acme"); len(fs) != 1 {
+		t.Fatalf("rows %+v, want the one entry's only", fs)
+	}
+	var receipts int
+	for _, rel := range site.Files(t, "reports") {
+		if strings.HasSuffix(rel, ".receipt.json") {
+			receipts++
+		}
+	}
+	if receipts != 1 {
+		t.Fatalf("%d receipts, want 1", receipts)
+	}
+}

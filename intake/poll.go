@@ -741,23 +741,38 @@ func (d *claimStage) quarantineHostile(ctx context.Context, p *partnerRT, sess *
 	_, _ = rand.Read(b[:])
 	gen := fmt.Sprintf("%s%s-%d-%s", partners.HostilePrefix, h.Reason, time.Now().UnixNano(), hex.EncodeToString(b[:]))
 	dst := sess.Layout.Processing(d.cfg.WorkerID, gen)
-	if err := sess.Rename(sess.Layout.Ready(h.Info.Name()), dst); err != nil {
-		if sftpconn.IsNotExist(err) {
-			d.metrics.ClaimsLost.WithLabelValues(p.cfg.ID).Inc()
-			return nil
+	// the rename and the row are one step in the partner's claim
+	// section, as every claim's: a pause between them past a lease ends
+	// the section (its session), so no row is recorded for an entry
+	// another replica adopted meanwhile
+	var in *ledger.Intake
+	err := d.ledger.InClaimSection(ctx, p.cfg.ID, func(c *ledger.ClaimLock) error {
+		if err := sess.Rename(sess.Layout.Ready(h.Info.Name()), dst); err != nil {
+			if sftpconn.IsNotExist(err) {
+				d.metrics.ClaimsLost.WithLabelValues(p.cfg.ID).Inc()
+				return nil
+			}
+			if sftpconn.IsRefused(err) {
+				d.claimRefused(p, h.Info.Name(), err)
+				return nil
+			}
+			return fmt.Errorf("claim a hostile entry: %w", err)
 		}
-		if sftpconn.IsRefused(err) {
-			d.claimRefused(p, h.Info.Name(), err)
-			return nil
+		if err := fault.Check("claim:hostile_renamed"); err != nil {
+			return err
 		}
-		return fmt.Errorf("claim a hostile entry: %w", err)
-	}
-	in := &ledger.Intake{Partner: p.cfg.ID, Feed: ledger.NoFeed, RemoteName: printableName(h.Info.Name()), ClaimedPath: dst,
-		ListedSize: h.Info.Size(), Worker: d.cfg.WorkerID}
-	if err := d.ledger.InsertClaim(ctx, in); err != nil {
-		if errors.Is(err, ledger.ErrTracked) {
-			return nil
+		claim := &ledger.Intake{Partner: p.cfg.ID, Feed: ledger.NoFeed, RemoteName: printableName(h.Info.Name()), ClaimedPath: dst,
+			ListedSize: h.Info.Size(), Worker: d.cfg.WorkerID}
+		if err := c.Adopt(ctx, d.ledger, claim); err != nil {
+			if errors.Is(err, ledger.ErrTracked) {
+				return nil
+			}
+			return err
 		}
+		in = claim
+		return nil
+	})
+	if err != nil || in == nil {
 		return err
 	}
 	return d.runFile(ctx, p, sess, in)
