@@ -15,6 +15,7 @@ import (
 
 	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/intake/sitefile"
+	"github.com/partner-intake/partner-intake/internal/fault"
 	"github.com/partner-intake/partner-intake/internal/leaderlock"
 	"github.com/partner-intake/partner-intake/partners"
 	"github.com/partner-intake/partner-intake/partners/sftpconn"
@@ -245,8 +246,26 @@ func purgeReports(ctx context.Context, p *partners.Config, cutoff time.Time, res
 	if err != nil {
 		return siteErr(ctx, err)
 	}
+	if err := fault.Check("purge:reports_listed"); err != nil {
+		return err
+	}
 	for _, name := range old {
-		if err := s.Remove(path.Join(dir, name)); err != nil && !sftpconn.IsNotExist(err) {
+		// the listing's verdict is checked again right before the
+		// removal: a decision made since (a release, a discard) publishes
+		// its receipt under the same name, fresh, and the partner must
+		// read it
+		full := path.Join(dir, name)
+		fi, err := s.Lstat(full)
+		if sftpconn.IsNotExist(err) {
+			continue
+		}
+		if err != nil {
+			return siteErr(ctx, err)
+		}
+		if !fi.Mode().IsRegular() || !fi.ModTime().Before(cutoff) {
+			continue
+		}
+		if err := s.Remove(full); err != nil && !sftpconn.IsNotExist(err) {
 			return siteErr(ctx, err)
 		}
 		res.Reports++
