@@ -331,9 +331,9 @@ func (d *housekeeping) resumeDecided(ctx context.Context, p *partnerRT, sess *sf
 		// the takeover and its move are one step in the partner's claim
 		// section (ledger.InClaimSection)
 		var in *ledger.Intake
-		err := d.ledger.InClaimSection(ctx, p.cfg.ID, func(*ledger.ClaimLock) error {
+		err := d.ledger.InClaimSection(ctx, p.cfg.ID, func(c *ledger.ClaimLock) error {
 			var err error
-			in, err = d.takeOverDecided(ctx, p, sess, old, dst)
+			in, err = d.takeOverDecided(ctx, c, p, sess, old, dst)
 			return err
 		})
 		var fe *ledger.FencedError
@@ -360,14 +360,18 @@ func (d *housekeeping) resumeDecided(ctx context.Context, p *partnerRT, sess *sf
 }
 
 // takeOverDecided takes a decided file over and moves it into this
-// worker's processing dir, in the partner's claim section.
-func (d *housekeeping) takeOverDecided(ctx context.Context, p *partnerRT, sess *sftpconn.Session, old *ledger.Intake, dst string) (*ledger.Intake, error) {
-	in, err := d.ledger.TakeOver(ctx, old, d.cfg.WorkerID, dst)
+// worker's processing dir, in the partner's claim section c (both commit
+// with it).
+func (d *housekeeping) takeOverDecided(ctx context.Context, c *ledger.ClaimLock, p *partnerRT, sess *sftpconn.Session, old *ledger.Intake, dst string) (*ledger.Intake, error) {
+	in, err := c.TakeOver(ctx, d.ledger, old, d.cfg.WorkerID, dst)
 	if err != nil {
 		return nil, err
 	}
 	if p.cfg.Records() || old.ClaimedPath == dst {
 		return in, nil
+	}
+	if err := c.StillHeld(ctx); err != nil {
+		return nil, err
 	}
 	copied := sess.AllowCopy(max(old.Size, old.ListedSize)) // a RENAME that copies answers late
 	left, err := sitefile.MoveClaimed(sess, old.ClaimedPath, dst, in.ManifestName)
@@ -383,12 +387,9 @@ func (d *housekeeping) takeOverDecided(ctx context.Context, p *partnerRT, sess *
 		// the new token), and the file runs where it is, its manifest
 		// beside it
 		d.log.Warn("a decided file could not be moved; it runs where its owner left it", "partner", p.cfg.ID, "intake_id", in.ID, "err", err)
-		// until the database answers: the row names a path the file
-		// is not at until then
-		_, err := ledger.AwaitAnswer(ctx, func(ctx context.Context) (struct{}, error) {
-			return struct{}{}, d.ledger.RestorePath(ctx, in, old.ClaimedPath)
-		})
-		return in, err
+		// in the section: should it fail, the takeover is rolled back
+		// with it, and the row names the file where it is
+		return in, c.RestorePath(ctx, in, old.ClaimedPath)
 	case err != nil:
 		// the run goes on from the spool where it can (ensureSpooled)
 		d.log.Warn("a decided file is not where its owner left it", "partner", p.cfg.ID, "intake_id", in.ID, "path", old.ClaimedPath, "err", err)

@@ -7,14 +7,19 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/intake/sitefile"
 	"github.com/partner-intake/partner-intake/internal/fault"
 	"github.com/partner-intake/partner-intake/internal/testenv"
+	"github.com/partner-intake/partner-intake/partners"
+	"github.com/partner-intake/partner-intake/reconcile"
+	"github.com/partner-intake/partner-intake/spool"
 )
 
 // A replica restarted with a file in its own processing/<w2>/ lists that
@@ -248,5 +253,81 @@ func TestAPausedReplicaRecordsNoHostileEntryAnotherAdopted(t *testing.T) {
 	}
 	if receipts != 1 {
 		t.Fatalf("%d receipts, want 1", receipts)
+	}
+}
+
+// A reconciler that took an expired row over pauses before moving its
+// file, past a lease: its claim section's session is ended. The takeover
+// and its move are one step of the section, so the takeover is rolled
+// back with it and the row still owns the file where it is: the next
+// sweep of gone workers' dirs does not adopt the file as a second intake,
+// the paused reconciler, waking, moves nothing, and the next reconciler
+// run takes the row over and its replica finishes it. Committed before the move,
+// the takeover left a row naming a path the file never reached, and the
+// sweep recorded the file again.
+func TestAReconcilerPausedBeforeItsMoveLeavesTheRowAsItWas(t *testing.T) {
+	url, pool := testenv.DB(t)
+	ctx := context.Background()
+	site := testenv.NewSite(t, "acme")
+	const name = "orders-20261101.csv"
+	site.Drop(t, name, goodRows("A", 5))
+	if err := fault.Set("download:mid=error"); err != nil {
+		t.Fatal(err)
+	}
+	w2 := newRig(t, pool, "w2", site)
+	w2.d.PollOnce(ctx, "acme") // fails at the fault: its row stays live, the file in processing/w2/
+	fault.Set("")
+	w2.d.Stop()
+	// w2 is gone, its lease run out
+	execArgs(t, pool, `UPDATE file_intake SET lease_until = pg_catalog.now() - interval '1 second' WHERE partner_id = 'acme'`)
+	execArgs(t, pool, `INSERT INTO intake_worker (worker_id, hostname, pid, lease, partners, last_seen)
+		VALUES ('w2', 'gone', 1, '30 s', ARRAY['acme'], pg_catalog.now() - interval '1 hour')
+		ON CONFLICT (worker_id) DO UPDATE SET last_seen = EXCLUDED.last_seen, drained_at = NULL`)
+
+	// w4's reconciler takes the row over and pauses before the move
+	sp, err := spool.New(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, err := reconcile.New(reconcile.Config{}, "w4", 30*time.Second, pausedPool(t, url), sp,
+		[]partners.Config{site.Validated(t)}, prometheus.NewRegistry(), testenv.Logger(t), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rec.Stop()
+	if err := fault.Set("takeover:before_move=pause"); err != nil {
+		t.Fatal(err)
+	}
+	defer fault.Set("")
+	defer fault.Resume("takeover:before_move")
+	done := make(chan error, 1)
+	go func() {
+		_, err := rec.RunOnce(ctx)
+		done <- err
+	}()
+	select {
+	case <-fault.Paused("takeover:before_move"):
+	case <-time.After(30 * time.Second):
+		t.Fatal("the reconciler never took the row over")
+	}
+
+	// w3 sweeps gone workers' dirs, waiting for w4's section until its
+	// session is ended
+	w3 := newRig(t, pool, "w3", site)
+	w3.poll("acme")
+	fault.Resume("takeover:before_move")
+	<-done // its section was ended: an error of its run, never a move
+	// then (w4's run, the leader, over) w3's reconciler takes the row
+	// over, and w3 runs the file
+	reconcileAs(t, pool, "w3", site)
+	w3.d.TakenOver("acme") // the reconciler's hint to its own replica
+	w3.poll("acme")
+
+	fs := files(t, pool, "acme")
+	if len(fs) != 1 || fs[0].State != "archived" || fs[0].Worker != "w3" {
+		t.Fatalf("rows %+v, want the one file archived by w3", fs)
+	}
+	if got := site.Files(t, "processing"); len(got) != 0 {
+		t.Fatalf("processing/ still holds %v", got)
 	}
 }

@@ -391,7 +391,13 @@ func TestAChunkLongerThanTheLeaseIsNotTakenOver(t *testing.T) {
 			}
 			for _, old := range exp {
 				n++
-				if _, err := l.TakeOver(ctx, old, "thief", old.ClaimedPath+".thief"); err == nil {
+				var took *ledger.Intake
+				_ = l.InClaimSection(ctx, "acme", func(c *ledger.ClaimLock) error {
+					var err error
+					took, err = c.TakeOver(ctx, l, old, "thief", old.ClaimedPath+".thief")
+					return err
+				})
+				if took != nil {
 					t.Errorf("intake %d was taken over while its owner's chunk ran", old.ID)
 					return
 				}

@@ -475,11 +475,11 @@ func (r *Reconciler) rowExpiredLeases(ctx context.Context, p *partners.Config, s
 		// The takeover's statement and its move are one step in the
 		// partner's claim section: an adopter never sees the file at its
 		// old path with no live row there (ledger.InClaimSection).
-		err := r.ledger.InClaimSection(ctx, p.ID, func(*ledger.ClaimLock) error {
+		err := r.ledger.InClaimSection(ctx, p.ID, func(c *ledger.ClaimLock) error {
 			if !r.served(p.ID) {
 				return nil // a reload is removing the partner: another replica takes it over
 			}
-			return r.takeOverExpired(ctx, p, s, old, dst, add)
+			return r.takeOverExpired(ctx, c, p, s, old, dst, add)
 		})
 		if err != nil {
 			return err
@@ -489,9 +489,10 @@ func (r *Reconciler) rowExpiredLeases(ctx context.Context, p *partners.Config, s
 }
 
 // takeOverExpired takes one expired row over and moves its file into
-// this worker's processing dir, in the partner's claim section.
-func (r *Reconciler) takeOverExpired(ctx context.Context, p *partners.Config, s *sftpconn.Session, old *ledger.Intake, dst string, add addFunc) error {
-	in, err := r.ledger.TakeOver(ctx, old, r.worker, dst)
+// this worker's processing dir, in the partner's claim section c (both
+// commit with it).
+func (r *Reconciler) takeOverExpired(ctx context.Context, c *ledger.ClaimLock, p *partners.Config, s *sftpconn.Session, old *ledger.Intake, dst string, add addFunc) error {
+	in, err := c.TakeOver(ctx, r.ledger, old, r.worker, dst)
 	var fe *ledger.FencedError
 	if errors.As(err, &fe) {
 		return nil // renewed or taken meanwhile
@@ -518,6 +519,9 @@ func (r *Reconciler) takeOverExpired(ctx context.Context, p *partners.Config, s 
 	if err := fault.Check("takeover:before_move"); err != nil {
 		return err
 	}
+	if err := c.StillHeld(ctx); err != nil {
+		return err
+	}
 	copied := s.AllowCopy(max(old.Size, old.ListedSize)) // a RENAME that copies answers late
 	left, err := sitefile.MoveClaimed(s, old.ClaimedPath, dst, in.ManifestName)
 	copied()
@@ -534,7 +538,7 @@ func (r *Reconciler) takeOverExpired(ctx context.Context, p *partners.Config, s 
 		// the old path: the row is pointed back at it (under the new
 		// token), so the new owner runs the file where it is, and no
 		// orphan of it is left for a sweep to adopt as a second intake.
-		if rerr := r.ledger.RestorePath(ctx, in, old.ClaimedPath); rerr != nil {
+		if rerr := c.RestorePath(ctx, in, old.ClaimedPath); rerr != nil {
 			add(ledger.Finding{Kind: ledger.KindTakeoverBlocked, IntakeID: in.ID, Path: old.ClaimedPath, NeedsHuman: true,
 				Action: "none", Detail: "taken over, not moved, and the row could not be pointed back at the file: " + pgerr.Redact(rerr)})
 			return nil

@@ -226,6 +226,31 @@ func (c *ClaimLock) Adopt(ctx context.Context, l *Ledger, in *Intake) error {
 	return l.insertClaim(ctx, c.tx, in)
 }
 
+// TakeOver takes an expired claim over in the section, on its
+// transaction (reconcilerView.takeOverIn): the new token and path commit
+// with the section, after the file's move the caller makes in it.
+func (c *ClaimLock) TakeOver(ctx context.Context, l *Ledger, in *Intake, worker, newPath string) (*Intake, error) {
+	return l.takeOverIn(ctx, c.tx, in, worker, newPath)
+}
+
+// StillHeld asks the database whether the section still stands, right
+// before a move on the site made in it: a holder paused past a lease has
+// lost it (its session ended, what it recorded rolled back), and must not
+// move a file on what it saw before.
+func (c *ClaimLock) StillHeld(ctx context.Context) error {
+	if _, err := c.tx.Exec(ctx, `SELECT 1`); err != nil {
+		return fmt.Errorf("claim section: %w", err)
+	}
+	return nil
+}
+
+// RestorePath points a row the section just took over back at path,
+// where its file still is (its move failed, the file untouched), on the
+// section's transaction.
+func (c *ClaimLock) RestorePath(ctx context.Context, in *Intake, path string) error {
+	return restorePath(ctx, c.tx, in, path)
+}
+
 // Resume is Ledger.Resume in the section, on its transaction: the row's
 // new token commits with the section, and so after any takeover of the
 // file whose move another section of the partner holds (the reconciler's).

@@ -270,7 +270,13 @@ func PathHeld(err error) bool {
 // token, in one conditional statement: it succeeds only if the lease is
 // still expired and the token is the one observed. The old owner's later
 // writes then fail on the token; its SFTP operations fail once the file is
-// renamed into processing/<worker>/.
+// renamed into processing/<worker>/. It runs on the partner's claim
+// section's transaction (ClaimLock.TakeOver): the new token and path
+// commit with the section, after the move the caller makes in it, so a
+// taker paused past a lease between the two (its section's session
+// ended) leaves the row as it was, owning the file where it still is,
+// rather than a row naming a path the file never reached while an
+// adopter, finding no live row at the file's path, records it again.
 //
 // A stalled owner (its replica no longer heartbeats) may still hold the row lock inside a transaction that
 // will never finish by itself (a COPY waiting for its frozen client is not
@@ -278,9 +284,9 @@ func PathHeld(err error) bool {
 // worker's transactions older than the lease are terminated — its lease
 // has expired, so they can only be a zombie's — and the update is tried
 // once more. This needs the daemons to share a role (or pg_signal_backend).
-func (l *reconcilerView) TakeOver(ctx context.Context, in *Intake, worker, newPath string) (*Intake, error) {
+func (l *reconcilerView) takeOverIn(ctx context.Context, tx pgx.Tx, in *Intake, worker, newPath string) (*Intake, error) {
 	for attempt := 1; ; attempt++ {
-		out, err := l.takeOver(ctx, in, worker, newPath)
+		out, err := l.takeOver(ctx, tx, in, worker, newPath)
 		var pe *pgconn.PgError
 		if attempt == 1 && errors.As(err, &pe) && (pe.Code == "55P03" || pe.Code == "57014") {
 			// The row is locked: the owner is inside a chunk transaction.
@@ -316,35 +322,39 @@ func (l *reconcilerView) TakeOver(ctx context.Context, in *Intake, worker, newPa
 	}
 }
 
-func (l *reconcilerView) takeOver(ctx context.Context, in *Intake, worker, newPath string) (*Intake, error) {
-	var out *Intake
-	err := pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `SET LOCAL lock_timeout = '1s'`); err != nil {
-			return err
-		}
-		row := tx.QueryRow(ctx, `UPDATE file_intake SET fencing_token = fencing_token + 1, worker_id = $3,
-			claimed_path = $4, lease_until = pg_catalog.now() + $5::interval, updated_at = pg_catalog.now()
-			WHERE intake_id = $1 AND fencing_token = $2 AND state = ANY($6) AND lease_until < pg_catalog.now()
-			RETURNING `+intakeColumns, in.ID, in.Token, worker, newPath, l.lease, liveStates)
-		var err error
-		out, err = scanIntake(row)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return &FencedError{IntakeID: in.ID, Token: in.Token, Step: "takeover"}
-		}
-		return err
-	})
+// takeOver is the takeover's statement on tx, under a savepoint: a
+// refusal (a lock not had within a second, the path held) leaves tx as it
+// was.
+func (l *reconcilerView) takeOver(ctx context.Context, tx pgx.Tx, in *Intake, worker, newPath string) (*Intake, error) {
+	if _, err := tx.Exec(ctx, `SAVEPOINT takeover`); err != nil {
+		return nil, fmt.Errorf("takeover: %w", err)
+	}
+	if _, err := tx.Exec(ctx, `SET LOCAL lock_timeout = '1s'`); err != nil {
+		return nil, fmt.Errorf("takeover: %w", err)
+	}
+	row := tx.QueryRow(ctx, `UPDATE file_intake SET fencing_token = fencing_token + 1, worker_id = $3,
+		claimed_path = $4, lease_until = pg_catalog.now() + $5::interval, updated_at = pg_catalog.now()
+		WHERE intake_id = $1 AND fencing_token = $2 AND state = ANY($6) AND lease_until < pg_catalog.now()
+		RETURNING `+intakeColumns, in.ID, in.Token, worker, newPath, l.lease, liveStates)
+	out, err := scanIntake(row)
 	if err != nil {
+		if _, rerr := tx.Exec(ctx, `ROLLBACK TO SAVEPOINT takeover`); rerr != nil {
+			return nil, fmt.Errorf("takeover: %w", rerr)
+		}
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil, &FencedError{IntakeID: in.ID, Token: in.Token, Step: "takeover"}
+		}
 		return nil, err
 	}
 	return out, nil
 }
 
-// RestorePath points a row just taken over back at where its file still
-// is (the takeover's move into the new owner's processing/ failed, the
-// file untouched), under the takeover's token: the new owner runs the
-// file from there.
-func (l *reconcilerView) RestorePath(ctx context.Context, in *Intake, path string) error {
-	tag, err := l.pool.Exec(ctx, `UPDATE file_intake SET claimed_path = $3, updated_at = pg_catalog.now()
+// restorePath points a row just taken over (in tx, the section's) back
+// at where its file still is (the takeover's move into the new owner's
+// processing/ failed, the file untouched), under the takeover's token:
+// the new owner runs the file from there.
+func restorePath(ctx context.Context, tx pgx.Tx, in *Intake, path string) error {
+	tag, err := tx.Exec(ctx, `UPDATE file_intake SET claimed_path = $3, updated_at = pg_catalog.now()
 		WHERE intake_id = $1 AND fencing_token = $2 AND state = ANY($4)`, in.ID, in.Token, path, liveStates)
 	if err := fenced(tag, err, in, "restore path"); err != nil {
 		return err
