@@ -543,9 +543,18 @@ func (r *applyStage) rowsWritten(ctx context.Context, tx pgx.Tx, tgt *target.Tab
 // whose key the file lacks and forgets the keys, in the chunk's
 // transaction: a snapshot sweeps exactly once, with its last chunk. A
 // snapshot with a rejected row sweeps nothing: that row's key may be one
-// the partner still holds.
+// the partner still holds. A repeated key's earlier line does not count:
+// its key is in the file (the later line), as the plan counts it, and a
+// key repeated across chunks is rejected by neither.
 func (r *applyStage) snapshotSweep(ctx context.Context, tx pgx.Tx, tgt *target.Table, writer int64, c *chunkCounts) error {
-	if rejected := r.in.RowsRejected + c.rejected; rejected > 0 {
+	rejected := r.in.RowsRejected + c.rejected
+	if rejected > 0 {
+		var err error
+		if rejected, err = ledger.RejectedBut(ctx, tx, r.in.ID, reason.DuplicateKey); err != nil {
+			return fmt.Errorf("snapshot sweep: %w", err)
+		}
+	}
+	if rejected > 0 {
 		r.log.Warn("snapshot has rejected rows: no row deleted", "rows_rejected", rejected)
 		r.d.metrics.SnapshotSkipped.WithLabelValues(r.in.Partner).Inc()
 	} else {

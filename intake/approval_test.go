@@ -399,6 +399,58 @@ func TestSnapshotDeleteRatioWaits(t *testing.T) {
 	}
 }
 
+// A snapshot whose file repeats a key (a partner's export restarted part
+// way repeats a block) is guarded and swept as its plan says, whether the
+// repeat falls in one chunk or across two: the earlier line is rejected
+// (duplicate_key) but its key is in the file, so the plan counts the
+// deletes and the delete guard holds it. Before, the plan counted no
+// deletes (a file with rejects sweeps nothing) while the apply, which
+// rejects no repeat across chunks, swept: three rows deleted unguarded.
+func TestASnapshotThatRepeatsAKeyIsGuardedAsItIsSwept(t *testing.T) {
+	_, pool := testenv.DB(t)
+	ctx := context.Background()
+	for _, tc := range []struct {
+		partner string
+		lines   []int // of D-1..D-3, in file order; chunks of 3 rows
+	}{
+		{"across", []int{1, 2, 3, 1}}, // D-1 again in the second chunk
+		{"within", []int{1, 1, 2, 3}}, // D-1 twice in the first
+	} {
+		site := testenv.NewSite(t, tc.partner)
+		site.Config.Feeds[0].Mode = partners.ModeSnapshot
+		site.Config.Feeds[0].ChunkRows = 3
+		site.Config.Feeds[0].Approval = &partners.Approval{MaxDeleteRatio: ratio(0.4)}
+		r := newRig(t, pool, "w-"+tc.partner, site)
+		site.Drop(t, "orders-1.csv", goodRows("D", 6))
+		r.poll(tc.partner)
+		body := header
+		for _, i := range tc.lines {
+			body += ordersLine("D", i, "")
+		}
+		site.Drop(t, "orders-2.csv", body)
+		r.poll(tc.partner)
+		f2 := files(t, pool, tc.partner)[1]
+		v, c := planOf(t, pool, tc.partner, f2.ID)
+		if f2.State != "awaiting_approval" || c.Deletes != 3 || c.Duplicates != 1 {
+			t.Fatalf("%s: snapshot %+v plan %+v: 3 deletes of 6 rows is over 0.4", tc.partner, f2, c)
+		}
+		if n := count(t, pool, `SELECT count(*) FROM orders WHERE partner_id = $1`, tc.partner); n != 6 {
+			t.Fatalf("%s: %d rows while the plan waits, want 6", tc.partner, n)
+		}
+		if err := approve(ctx, pool, tc.partner, f2.ID, v.Hash); err != nil {
+			t.Fatal(err)
+		}
+		r.poll(tc.partner)
+		if f := files(t, pool, tc.partner)[1]; f.State != "archived" {
+			t.Fatalf("%s: approved snapshot %+v", tc.partner, f)
+		}
+		if n := count(t, pool, `SELECT count(*) FROM orders WHERE partner_id = $1`, tc.partner); n != 3 {
+			t.Fatalf("%s: %d rows after the approved snapshot, want D-1..D-3", tc.partner, n)
+		}
+		r.d.Stop()
+	}
+}
+
 // The target changes after the approved file's plan step moved it to
 // applying but before its first chunk: the first chunk plans it again in
 // its own transaction, finds other counts, writes nothing and sends the

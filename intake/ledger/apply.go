@@ -172,6 +172,21 @@ func OlderWriter(ctx context.Context, q interface {
 // (ops.Release refuses it): its rows are never applied.
 var DiscardOnly = []string{string(reason.NotRegularFile), string(reason.BadBatchID), string(reason.ChangedAfterClaim)}
 
+// RejectedBut counts the intake's rejected rows recorded as row issues
+// (its chunks committed so far, and the one of tx) for any reason but
+// but.
+func RejectedBut(ctx context.Context, q interface {
+	QueryRow(context.Context, string, ...any) pgx.Row
+}, intakeID int64, but reason.Code) (int64, error) {
+	var n int64
+	err := q.QueryRow(ctx, `SELECT pg_catalog.count(*) FROM intake_row_issue
+		WHERE intake_id = $1 AND outcome = 'rejected' AND reason <> $2`, intakeID, string(but)).Scan(&n)
+	if err != nil {
+		return 0, fmt.Errorf("rejected rows: %w", err)
+	}
+	return n, nil
+}
+
 // ErrChunkDone: the ledger already holds this chunk under our token.
 var ErrChunkDone = errors.New("chunk already committed")
 

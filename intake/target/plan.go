@@ -238,7 +238,10 @@ func (t *planner) Plan(ctx context.Context, tx pgx.Tx, writer int64, partner, fe
 		FROM intake_plan_rows`).Scan(&c.Content); err != nil {
 		return c, fmt.Errorf("plan content: %w", err)
 	}
-	if t.planDeleteCount != "" && sweep && c.Rejects() == 0 {
+	// a repeated key's earlier line is rejected, but the key is in the
+	// file (its later line): the sweep runs as the apply's does
+	// (intake/apply.go snapshotSweep)
+	if t.planDeleteCount != "" && sweep && c.Rejects()-c.Duplicates == 0 {
 		var deleted string
 		if err := tx.QueryRow(ctx, t.planDeleteCount, writer, partner, feed).Scan(&c.Deletes, &deleted, &c.DeletesKept); err != nil {
 			return c, fmt.Errorf("plan deletes: %w", err)
