@@ -65,7 +65,7 @@ func (r *applyStage) claimBelow(ctx context.Context, tx pgx.Tx, tgt *target.Tabl
 		return 0, nil
 	}
 	if !r.olderLooked {
-		older, err := ledger.OlderWriter(ctx, tx, r.in.Partner, r.in.Feed, writer)
+		older, err := ledger.OlderWriter(ctx, tx, r.in.Partner, r.p.cfg.FeedsOn(r.feed.Target), writer)
 		if err != nil {
 			return 0, err
 		}

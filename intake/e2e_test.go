@@ -530,7 +530,8 @@ func TestNewerWriteIsNotOverwrittenByAnOlderIntake(t *testing.T) {
 // it claims the row. The older file, approved after it, meets that row as
 // a newer write and leaves it; a row the newer file did not name takes the
 // older file's value. Without the claim the older file's 99.00 won. On
-// the guarded binary target, a COPY text one, and in update_only mode.
+// the guarded binary target, a COPY text one, in update_only mode, and
+// with the newer file of another feed of the partner writing the table.
 func TestAnOlderFileAppliedAfterANewerOneLeavesWhatTheNewerFoundAsItIs(t *testing.T) {
 	_, pool := testenv.DB(t)
 	ctx := context.Background()
@@ -541,13 +542,18 @@ func TestAnOlderFileAppliedAfterANewerOneLeavesWhatTheNewerFoundAsItIs(t *testin
 	for _, tc := range []struct {
 		partner, target string
 		mode            partners.Mode
+		newer           string // the newer file's name: another feed of the table's when not orders-
 	}{
-		{"og", "orders", partners.ModeUpsert},
-		{"ot", "orders_float", partners.ModeUpsert},
-		{"ou", "orders", partners.ModeUpdateOnly},
+		{"og", "orders", partners.ModeUpsert, "orders-3.csv"},
+		{"ot", "orders_float", partners.ModeUpsert, "orders-3.csv"},
+		{"ou", "orders", partners.ModeUpdateOnly, "orders-3.csv"},
+		{"of", "orders", partners.ModeUpsert, "fix-3.csv"},
 	} {
 		site := testenv.NewSite(t, tc.partner)
 		site.Config.Feeds[0].Target = tc.target
+		fix := testenv.OrdersFeed()
+		fix.Name, fix.Pattern, fix.Target = "fix", `fix-.*\.csv`, tc.target
+		site.Config.Feeds = append(site.Config.Feeds, fix)
 		r := newRig(t, pool, "w1-"+tc.partner, site)
 		site.Drop(t, "orders-1.csv", goodRows("A", 4))
 		r.poll(tc.partner)
@@ -559,7 +565,7 @@ func TestAnOlderFileAppliedAfterANewerOneLeavesWhatTheNewerFoundAsItIs(t *testin
 		site.Drop(t, "orders-2.csv", header+ordersLine("A", 1, "99.00")+ordersLine("A", 2, "98.00")+ordersLine("A", 3, "97.00")+ordersLine("A", 4, ""))
 		r.poll(tc.partner)
 		// the newer file says A-1 is what orders-1 said, and changes A-4
-		site.Drop(t, "orders-3.csv", header+ordersLine("A", 1, "")+ordersLine("A", 4, "44.00"))
+		site.Drop(t, tc.newer, header+ordersLine("A", 1, "")+ordersLine("A", 4, "44.00"))
 		r.poll(tc.partner)
 		fs := files(t, pool, tc.partner)
 		older, newer := fs[1], fs[2]

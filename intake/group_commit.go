@@ -121,7 +121,7 @@ func (g *fileGroup) writeRows(ctx context.Context, tx pgx.Tx, tgt *target.Table,
 	var older int64
 	if tgt.Claims() && len(owners) > 0 {
 		var err error
-		if older, err = ledger.OlderWriter(ctx, tx, g.p.cfg.ID, owners[0].r.in.Feed, owners[0].r.in.ID); err != nil {
+		if older, err = ledger.OlderWriter(ctx, tx, g.p.cfg.ID, g.p.cfg.FeedsOn(owners[0].r.feed.Target), owners[0].r.in.ID); err != nil {
 			return err
 		}
 	}

@@ -382,6 +382,20 @@ func (c *Config) FeedFor(name string) *Feed {
 	return nil
 }
 
+// FeedsOn names the partner's feeds that write target (as configured,
+// the feed's own included): their files' rows meet in one table, so
+// their order is one (an older file of any of them may overwrite what a
+// newer file of another found as it is).
+func (c *Config) FeedsOn(target string) []string {
+	var out []string
+	for i := range c.Feeds {
+		if c.Feeds[i].Target == target {
+			out = append(out, c.Feeds[i].Name)
+		}
+	}
+	return out
+}
+
 // namedDir is one of the remote directories with its key.
 type namedDir struct{ name, dir string }
 

@@ -144,8 +144,8 @@ func newerSnapshotOf(partner, feed, place string) string {
 }
 
 // OlderWriter returns the place (the intake whose bytes it applies) of
-// the newest file of the partner's feed older than place that may still
-// write rows: one not yet applied (claimed, spooled, applying, awaiting
+// the newest file of the partner's feeds (those writing one table,
+// partners.Config.FeedsOn) older than place that may still write rows: one not yet applied (claimed, spooled, applying, awaiting
 // approval, outcome unknown) or held for ops, who may release or replay
 // it (quarantined, failed for good; not one held for a reason that can
 // only be discarded, DiscardOnly); 0 when there is none. A file applied
@@ -155,13 +155,13 @@ func newerSnapshotOf(partner, feed, place string) string {
 // such edits (docs/failure-matrix.md).
 func OlderWriter(ctx context.Context, q interface {
 	QueryRow(context.Context, string, ...any) pgx.Row
-}, partner, feed string, place int64) (int64, error) {
+}, partner string, feeds []string, place int64) (int64, error) {
 	var older int64
 	err := q.QueryRow(ctx, `SELECT coalesce(pg_catalog.max(coalesce(replay_of, intake_id)), 0) FROM file_intake
-		WHERE partner_id = $1 AND feed = $2 AND coalesce(replay_of, intake_id) < $3
+		WHERE partner_id = $1 AND feed = ANY($2::text[]) AND coalesce(replay_of, intake_id) < $3
 		  AND (state IN ('claimed', 'spooled', 'applying', 'awaiting_approval', 'outcome_unknown')
 		    OR state IN ('quarantined', 'failed_terminal') AND reason <> ALL($4::text[]))`,
-		partner, feed, place, DiscardOnly).Scan(&older)
+		partner, feeds, place, DiscardOnly).Scan(&older)
 	if err != nil {
 		return 0, fmt.Errorf("older writer: %w", err)
 	}

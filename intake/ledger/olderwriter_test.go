@@ -37,7 +37,7 @@ func TestOlderWriterNamesOnlyFilesThatMayStillWrite(t *testing.T) {
 	}
 	older := func(place int64) int64 {
 		t.Helper()
-		got, err := ledger.OlderWriter(ctx, pool, ltPartner, "orders", place)
+		got, err := ledger.OlderWriter(ctx, pool, ltPartner, []string{"orders"}, place)
 		if err != nil {
 			t.Fatal(err)
 		}
