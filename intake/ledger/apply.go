@@ -152,7 +152,8 @@ func newerSnapshotOf(partner, feed, place string) string {
 // in full can still be replayed: its replay writes its values again,
 // which every newer file that found them as they are also says, unless
 // the row was edited outside intake since on a target that does not keep
-// such edits (docs/failure-matrix.md).
+// such edits, or the file did not write the row the first time (it was
+// rejected): docs/failure-matrix.md, not covered.
 func OlderWriter(ctx context.Context, q interface {
 	QueryRow(context.Context, string, ...any) pgx.Row
 }, partner string, feeds []string, place int64) (int64, error) {
