@@ -373,9 +373,14 @@ func (d *housekeeping) takeOverDecided(ctx context.Context, c *ledger.ClaimLock,
 	if err := c.StillHeld(ctx); err != nil {
 		return nil, err
 	}
-	copied := sess.AllowCopy(max(old.Size, old.ListedSize)) // a RENAME that copies answers late
-	left, err := sitefile.MoveClaimed(sess, old.ClaimedPath, dst, in.ManifestName)
-	copied()
+	var left *sitefile.ManifestLeft
+	err = c.Busy(ctx, d.ledger, func() error {
+		copied := sess.AllowCopy(max(old.Size, old.ListedSize)) // a RENAME that copies answers late
+		defer copied()
+		var err error
+		left, err = sitefile.MoveClaimed(sess, old.ClaimedPath, dst, in.ManifestName)
+		return err
+	})
 	if left != nil {
 		// the reconciler's next run reports it, and moves it beside the
 		// file while its row is live

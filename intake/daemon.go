@@ -549,14 +549,13 @@ func (p *partnerRT) keepIDs(ins []*ledger.Intake) {
 	}
 }
 
-// idFor is the id allocated for the unrecorded claim at path (0: none),
-// which it then forgets.
+// idFor is the id allocated for the unrecorded claim at path (0: none).
+// It is kept until forgetIDs: an adoption whose section fails uses it
+// again at the next poll.
 func (p *partnerRT) idFor(path string) int64 {
 	p.unrecordedMu.Lock()
 	defer p.unrecordedMu.Unlock()
-	id := p.unrecorded[path]
-	delete(p.unrecorded, path)
-	return id
+	return p.unrecorded[path]
 }
 
 // forgetIDs forgets every unrecorded claim's id: the claims' dir was

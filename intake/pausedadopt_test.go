@@ -331,3 +331,75 @@ func TestAReconcilerPausedBeforeItsMoveLeavesTheRowAsItWas(t *testing.T) {
 		t.Fatalf("processing/ still holds %v", got)
 	}
 }
+
+// A takeover's move that outlasts a lease (a RENAME the site makes as a
+// copy of a large file) keeps its claim section: the section's
+// transaction is kept from idling out while the move runs, so the
+// takeover commits after it. Idle that long, the section was ended and
+// the file left moved under a row that still named its old path.
+func TestATakeoversLongMoveKeepsItsSection(t *testing.T) {
+	url, pool := testenv.DB(t)
+	ctx := context.Background()
+	site := testenv.NewSite(t, "acme")
+	const name = "orders-20261101.csv"
+	site.Drop(t, name, goodRows("A", 5))
+	if err := fault.Set("download:mid=error"); err != nil {
+		t.Fatal(err)
+	}
+	w2 := newRig(t, pool, "w2", site)
+	w2.d.PollOnce(ctx, "acme") // fails at the fault: its row stays live, the file in processing/w2/
+	fault.Set("")
+	w2.d.Stop()
+	execArgs(t, pool, `UPDATE file_intake SET lease_until = pg_catalog.now() - interval '1 second' WHERE partner_id = 'acme'`)
+
+	// w4's reconciler, on a pool whose transactions idle 2 s are ended,
+	// is held in its move
+	sp, err := spool.New(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, err := reconcile.New(reconcile.Config{}, "w4", 3*time.Second, pausedPool(t, url), sp,
+		[]partners.Config{site.Validated(t)}, prometheus.NewRegistry(), testenv.Logger(t), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rec.Stop()
+	if err := fault.Set("takeover:moving=pause"); err != nil {
+		t.Fatal(err)
+	}
+	defer fault.Set("")
+	defer fault.Resume("takeover:moving")
+	done := make(chan error, 1)
+	go func() {
+		_, err := rec.RunOnce(ctx)
+		done <- err
+	}()
+	select {
+	case <-fault.Paused("takeover:moving"):
+	case <-time.After(30 * time.Second):
+		t.Fatal("the reconciler never began its move")
+	}
+	// its section's transaction lives past the idle timeout
+	testenv.WaitFor(t, 30*time.Second, func() bool {
+		return count(t, pool, `SELECT count(*) FROM pg_catalog.pg_stat_activity
+			WHERE datname = pg_catalog.current_database() AND xact_start < pg_catalog.now() - interval '3 seconds'
+			  AND query = 'SELECT 1'`) > 0
+	}, func() string { return "the section's transaction did not outlive the idle timeout" })
+	fault.Resume("takeover:moving")
+	if err := <-done; err != nil {
+		t.Fatalf("the reconciler's run: %v", err)
+	}
+	if fs := files(t, pool, "acme"); len(fs) != 1 || fs[0].Worker != "w4" {
+		t.Fatalf("rows %+v, want the file taken over by w4", fs)
+	}
+	if got := site.Files(t, filepath.Join("processing", "w4")); len(got) != 1 || got[0] != name {
+		t.Fatalf("processing/w4 holds %v, want the file the takeover moved", got)
+	}
+	var claimed string
+	if err := pool.QueryRow(ctx, `SELECT claimed_path FROM file_intake WHERE partner_id = 'acme'`).Scan(&claimed); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasSuffix(claimed, "/processing/w4/"+name) {
+		t.Fatalf("the row names %s, want the file where the move put it", claimed)
+	}
+}

@@ -382,14 +382,15 @@ func (c *Config) FeedFor(name string) *Feed {
 	return nil
 }
 
-// FeedsOn names the partner's feeds that write target (as configured,
-// the feed's own included): their files' rows meet in one table, so
-// their order is one (an older file of any of them may overwrite what a
-// newer file of another found as it is).
+// FeedsOn names the partner's feeds that write target's table (the
+// feed's own included; `orders` and `public.orders` are one table): their
+// files' rows meet in one table, so their order is one (an older file of
+// any of them may overwrite what a newer file of another found as it is).
 func (c *Config) FeedsOn(target string) []string {
+	schema, table := names.SplitTarget(target)
 	var out []string
 	for i := range c.Feeds {
-		if c.Feeds[i].Target == target {
+		if s, t := names.SplitTarget(c.Feeds[i].Target); s == schema && t == table {
 			out = append(out, c.Feeds[i].Name)
 		}
 	}

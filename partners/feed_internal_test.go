@@ -1,6 +1,7 @@
 package partners
 
 import (
+	"slices"
 	"strings"
 	"testing"
 )
@@ -92,5 +93,19 @@ func TestDeleteGuardDefaultsAndValidation(t *testing.T) {
 	}
 	if wait, _ := f.PlanWaits(0, 0, 0, 0); wait {
 		t.Error("a first snapshot into an empty table waits")
+	}
+}
+
+// The feeds writing one table are named whatever way each names it: an
+// unqualified target is the table in public.
+func TestFeedsOnNamesEveryFeedOfOneTable(t *testing.T) {
+	c := &Config{Feeds: []Feed{{Name: "orders", Target: "orders"}, {Name: "fix", Target: "public.orders"},
+		{Name: "other", Target: "sales.orders"}, {Name: "items", Target: "items"}}}
+	for target, want := range map[string][]string{
+		"orders": {"orders", "fix"}, "public.orders": {"orders", "fix"}, "sales.orders": {"other"}, "items": {"items"},
+	} {
+		if got := c.FeedsOn(target); !slices.Equal(got, want) {
+			t.Errorf("FeedsOn(%s) = %v, want %v", target, got, want)
+		}
 	}
 }

@@ -474,15 +474,29 @@ func (r *Reconciler) rowExpiredLeases(ctx context.Context, p *partners.Config, s
 		}
 		// The takeover's statement and its move are one step in the
 		// partner's claim section: an adopter never sees the file at its
-		// old path with no live row there (ledger.InClaimSection).
+		// old path with no live row there (ledger.InClaimSection). What
+		// it found, and the hint to this worker's poller, count once the
+		// section has committed.
+		var found []ledger.Finding
+		taken := false
 		err := r.ledger.InClaimSection(ctx, p.ID, func(c *ledger.ClaimLock) error {
+			found, taken = found[:0], false
 			if !r.served(p.ID) {
 				return nil // a reload is removing the partner: another replica takes it over
 			}
-			return r.takeOverExpired(ctx, c, p, s, old, dst, add)
+			note := func(f ledger.Finding) { found = append(found, f) }
+			var err error
+			taken, err = r.takeOverExpired(ctx, c, p, s, old, dst, note)
+			return err
 		})
 		if err != nil {
 			return err
+		}
+		for _, f := range found {
+			add(f)
+		}
+		if taken {
+			r.takenOver(p.ID)
 		}
 	}
 	return nil
@@ -490,41 +504,48 @@ func (r *Reconciler) rowExpiredLeases(ctx context.Context, p *partners.Config, s
 
 // takeOverExpired takes one expired row over and moves its file into
 // this worker's processing dir, in the partner's claim section c (both
-// commit with it).
-func (r *Reconciler) takeOverExpired(ctx context.Context, c *ledger.ClaimLock, p *partners.Config, s *sftpconn.Session, old *ledger.Intake, dst string, add addFunc) error {
+// commit with it); taken: the row is this worker's once c commits.
+func (r *Reconciler) takeOverExpired(ctx context.Context, c *ledger.ClaimLock, p *partners.Config, s *sftpconn.Session, old *ledger.Intake, dst string, add addFunc) (taken bool, err error) {
 	in, err := c.TakeOver(ctx, r.ledger, old, r.worker, dst)
 	var fe *ledger.FencedError
 	if errors.As(err, &fe) {
-		return nil // renewed or taken meanwhile
+		return false, nil // renewed or taken meanwhile
 	}
 	if ledger.PathHeld(err) {
 		// a live file of the same name holds its place in this worker's
 		// processing dir (the name sent again): taken once that is done
 		add(ledger.Finding{Kind: ledger.KindTakeoverBlocked, IntakeID: old.ID, Path: old.ClaimedPath, Action: "none",
 			Detail: "waits: a live file of its name holds " + dst})
-		return nil
+		return false, nil
 	}
 	if err != nil {
 		add(ledger.Finding{Kind: ledger.KindTakeoverBlocked, IntakeID: old.ID, Path: old.ClaimedPath, NeedsHuman: true,
 			Action: "none", Detail: pgerr.Redact(err)})
-		return nil
+		return false, nil
 	}
 	f := ledger.Finding{Kind: ledger.KindLeaseExpired, IntakeID: in.ID, Path: old.ClaimedPath,
 		Action: fmt.Sprintf("taken over from %s in state %s with fencing token %d", old.Worker, old.State, in.Token)}
 	if p.Records() || old.ReplayOf != 0 {
 		add(f)
-		r.takenOver(p.ID)
-		return nil
+		return true, nil
 	}
 	if err := fault.Check("takeover:before_move"); err != nil {
-		return err
+		return false, err
 	}
 	if err := c.StillHeld(ctx); err != nil {
-		return err
+		return false, err
 	}
-	copied := s.AllowCopy(max(old.Size, old.ListedSize)) // a RENAME that copies answers late
-	left, err := sitefile.MoveClaimed(s, old.ClaimedPath, dst, in.ManifestName)
-	copied()
+	var left *sitefile.ManifestLeft
+	err = c.Busy(ctx, r.ledger, func() error {
+		copied := s.AllowCopy(max(old.Size, old.ListedSize)) // a RENAME that copies answers late
+		defer copied()
+		if err := fault.Check("takeover:moving"); err != nil {
+			return err // (a test holds the move here, as a slow copy would)
+		}
+		var err error
+		left, err = sitefile.MoveClaimed(s, old.ClaimedPath, dst, in.ManifestName)
+		return err
+	})
 	if left != nil {
 		// the file's download holds it (manifest_invalid) unless the
 		// manifest is beside it by then: the next run moves it there
@@ -538,23 +559,21 @@ func (r *Reconciler) takeOverExpired(ctx context.Context, c *ledger.ClaimLock, p
 		// the old path: the row is pointed back at it (under the new
 		// token), so the new owner runs the file where it is, and no
 		// orphan of it is left for a sweep to adopt as a second intake.
+		// Its failure fails the section: the takeover is rolled back
+		// with it, and the row names the file where it is.
 		if rerr := c.RestorePath(ctx, in, old.ClaimedPath); rerr != nil {
-			add(ledger.Finding{Kind: ledger.KindTakeoverBlocked, IntakeID: in.ID, Path: old.ClaimedPath, NeedsHuman: true,
-				Action: "none", Detail: "taken over, not moved, and the row could not be pointed back at the file: " + pgerr.Redact(rerr)})
-			return nil
+			return false, rerr
 		}
 		f.Action += "; the file stays at its path (" + pgerr.Redact(err) + ")"
 		add(f)
-		r.takenOver(p.ID)
-		return nil
+		return true, nil
 	case err != nil:
 		f.Detail = "the file is not in processing/ any more: " + pgerr.Redact(err)
 		add(ledger.Finding{Kind: ledger.KindRemoteMissing, IntakeID: in.ID, Path: old.ClaimedPath,
 			Action: "the worker continues from the spool where it can", Detail: pgerr.Redact(err)})
 	}
 	add(f)
-	r.takenOver(p.ID)
-	return nil
+	return true, nil
 }
 
 // Row 9: a commit whose outcome was unknown. The chunk ledger, written in

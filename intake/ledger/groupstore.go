@@ -244,6 +244,36 @@ func (c *ClaimLock) StillHeld(ctx context.Context) error {
 	return nil
 }
 
+// Busy runs move, a move on the site made in the section, while keeping
+// the section's transaction from idling out: a RENAME a site makes as a
+// copy takes as long as the copy, past a lease for a large file, and the
+// server ends a transaction idle that long (idle_in_transaction_session_
+// timeout), which would leave the file moved and the section's statements
+// rolled back. A holder paused meanwhile still loses the section: the
+// keep-alive pauses with it. move must not use the section's transaction.
+func (c *ClaimLock) Busy(ctx context.Context, l *Ledger, move func() error) error {
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(max(l.lease/3, time.Second))
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+				if _, err := c.tx.Exec(ctx, `SELECT 1`); err != nil {
+					return // the commit meets it
+				}
+			}
+		}
+	}()
+	err := move()
+	close(stop)
+	<-done
+	return err
+}
+
 // RestorePath points a row the section just took over back at path,
 // where its file still is (its move failed, the file untouched), on the
 // section's transaction.
