@@ -938,3 +938,60 @@ func TestARunStopsAtACommitWhoseOutcomeIsLost(t *testing.T) {
 		t.Fatalf("%+v: want the replay archived, its 10 rows unchanged over 4 chunks", f)
 	}
 }
+
+// A file whose feed a reload removed while it was in flight fails for
+// good (feed_unconfigured) and is held under the name every held file of
+// a feed has: once the feed is back and ops release it, it is archived
+// and its reason file goes with the hold. Held under a hostile entry's
+// generated name, the reason file stayed in quarantine/, telling the
+// partner the file was held beside its archive receipt.
+func TestAFileWhoseFeedWasRemovedIsHeldAsAFileOfAFeed(t *testing.T) {
+	_, pool := testenv.DB(t)
+	ctx := context.Background()
+	site := testenv.NewSite(t, "acme")
+	fix := testenv.OrdersFeed()
+	fix.Name, fix.Pattern = "fix", `fix-.*\.csv`
+	site.Config.Feeds = append(site.Config.Feeds, fix)
+	const name = "orders-1.csv"
+	site.Drop(t, name, goodRows("G", 3))
+	if err := fault.Set("download:mid=error"); err != nil {
+		t.Fatal(err)
+	}
+	w1 := newRig(t, pool, "w1", site)
+	w1.d.PollOnce(ctx, "acme") // fails at the fault: the file in flight
+	fault.Set("")
+	w1.d.Stop()
+
+	orders := site.Config.Feeds[0]
+	site.Config.Feeds = site.Config.Feeds[1:] // the orders feed removed
+	execArgs(t, pool, `UPDATE file_intake SET lease_until = pg_catalog.now() - interval '1 second' WHERE partner_id = 'acme'`)
+	reconcileAs(t, pool, "w2", site)
+	w2 := newRig(t, pool, "w2", site)
+	w2.d.TakenOver("acme")
+	w2.poll("acme")
+	f := files(t, pool, "acme")[0]
+	if f.State != "failed_terminal" || f.Reason != string(reason.FeedGone) {
+		t.Fatalf("%+v, want failed_terminal %s", f, reason.FeedGone)
+	}
+	held := sitefile.HeldName(f.ID, name)
+	if got := site.Files(t, "quarantine"); !slices.Contains(got, held) || !slices.Contains(got, sitefile.ReasonName(held)) {
+		t.Fatalf("quarantine/ holds %v, want %s beside its reason file", got, held)
+	}
+	w2.d.Stop()
+
+	site.Config.Feeds = append(site.Config.Feeds, orders) // the feed back
+	w3 := newRig(t, pool, "w3", site)
+	if err := ops.Release(ctx, pool, ops.Decision{IntakeID: f.ID, Actor: "alice", Reason: "feed restored",
+		Partners: []string{"acme"}, Worker: intake.OpsWorker("ops")}); err != nil {
+		t.Fatal(err)
+	}
+	reconcileAs(t, pool, "w3", site)
+	w3.d.TakenOver("acme")
+	w3.poll("acme")
+	if f = files(t, pool, "acme")[0]; f.State != "archived" || f.Applied != 3 {
+		t.Fatalf("%+v, want the released file archived with its 3 rows", f)
+	}
+	if got := site.Files(t, "quarantine"); len(got) != 0 {
+		t.Fatalf("quarantine/ still holds %v after the file was archived", got)
+	}
+}

@@ -40,7 +40,7 @@ func (r *fileRun) hold(ctx context.Context, to ledger.State, reason reason.Code,
 	in, f := r.in, r.finishStage()
 	qdir := r.sess.Layout.QuarantineDir()
 	base := sitefile.HeldName(in.ID, in.RemoteName)
-	if r.feed == nil {
+	if in.Feed == ledger.NoFeed {
 		base = fmt.Sprintf("%d.%s", in.ID, reason) // a hostile name never enters our paths
 	}
 	if err := r.fence(ctx, "hold"); err != nil {
