@@ -272,11 +272,13 @@ func TestOrphanedClaimIsAdopted(t *testing.T) {
 }
 
 // Rows 5 and 10 in one process: this worker's reconciler takes a file
-// over (the row is this worker's from the takeover's statement) and is
-// held up before its move of the file ends (a RENAME that copies); the
-// same process's poll, which resumes the worker's due rows, waits for the
-// takeover's claim section instead of running the file where it is not
-// yet. The file is archived once, from the path it was moved to.
+// over and is held up before its move of the file ends (a RENAME that
+// copies); the same process's poll, which resumes the worker's due rows,
+// does not run the file where it is not yet: the takeover is the
+// worker's only once its claim section commits, after the move, and the
+// poll either waits for the section or does not see the row as the
+// worker's. The next poll (the takeover's hint) runs it: the file is
+// archived once, from the path it was moved to.
 func TestAPollWaitsForItsOwnReconcilersTakeoverToMoveTheFile(t *testing.T) {
 	_, pool := testenv.DB(t)
 	site := testenv.NewSite(t, "tkmv")
@@ -310,6 +312,9 @@ func TestAPollWaitsForItsOwnReconcilersTakeoverToMoveTheFile(t *testing.T) {
 	<-recDone
 	if err := <-pollDone; err != nil {
 		t.Fatalf("poll: %v", err)
+	}
+	if err := w2.poll(t, "tkmv"); err != nil {
+		t.Fatalf("the poll after the takeover: %v", err)
 	}
 	fs := testenv.Files(t, pool, "tkmv")
 	if len(fs) != 1 || fs[0].State != "archived" || fs[0].Worker != "w2" || fs[0].Archive == "" {
