@@ -448,7 +448,7 @@ func (r *applyStage) chunkStatements(ctx context.Context, tx pgx.Tx, tgt *target
 	// A chunk may outlast the lease (a slow trigger, rows locked by the
 	// application): its statements get their own bound instead of the
 	// lease-long statement_timeout of the pool (PoolConfig). The owner is
-	// not taken over meanwhile (Ledger.TakeOver), and the progress update
+	// not taken over meanwhile (ClaimLock.TakeOver), and the progress update
 	// renews the lease from the moment of commit.
 	b.Queue(chunkStatementTimeout)
 	if !ch.final {

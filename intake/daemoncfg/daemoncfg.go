@@ -129,7 +129,7 @@ func (c *Config) Validate() error {
 // idle-in-transaction timeouts equal to the lease make PostgreSQL end most
 // such sessions by itself, and the application name lets a takeover find
 // and end the rest (a COPY waiting for its stalled client is not ended by
-// statement_timeout): see ledger.Ledger.TakeOver.
+// statement_timeout): see ledger.ClaimLock.TakeOver.
 func PoolConfig(url, worker string, lease time.Duration) (*pgxpool.Config, error) {
 	pc, err := pgxpool.ParseConfig(url)
 	if err != nil {

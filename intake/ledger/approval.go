@@ -291,7 +291,7 @@ func Rewait(ctx context.Context, tx pgx.Tx, in *Intake) error {
 // Decided lists the partner's files that ops decided (approve or reject)
 // and that no worker has resumed yet (their lease expired with the
 // decision), held by a worker other than worker: the partner's poller
-// takes them over (TakeOver) and runs them.
+// takes them over (ClaimLock.TakeOver) and runs them.
 func (l *approvals) Decided(ctx context.Context, partner, worker string) ([]*Intake, error) {
 	return l.query(ctx, `partner_id = $1 AND state = 'spooled' AND plan_decision IS NOT NULL
 		AND lease_until < pg_catalog.now() AND worker_id <> $2`, partner, worker)
