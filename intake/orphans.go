@@ -14,6 +14,7 @@ import (
 	"github.com/partner-intake/partner-intake/intake/metrics"
 	"github.com/partner-intake/partner-intake/intake/sitefile"
 	"github.com/partner-intake/partner-intake/internal/fault"
+	"github.com/partner-intake/partner-intake/internal/reason"
 	"github.com/partner-intake/partner-intake/partners"
 	"github.com/partner-intake/partner-intake/partners/sftpconn"
 )
@@ -136,17 +137,19 @@ func (o *orphanAdopter) move(ctx context.Context, p *partnerRT, sess *sftpconn.S
 		if owned[old] {
 			continue // a live row: the reconciler takes it over when its lease expires
 		}
+		dstName := name
 		if !strings.HasPrefix(name, partners.HostilePrefix) {
-			if !e.Mode().IsRegular() || strings.HasPrefix(name, ".") || !partners.SafeName(name) {
-				continue
+			if strings.HasPrefix(name, ".") {
+				continue // not a claim (a temp file, a profile's probe)
 			}
-			if manifests && strings.HasSuffix(name, partners.ManifestSuffix) {
+			if manifests && strings.HasSuffix(name, partners.ManifestSuffix) && e.Mode().IsRegular() {
 				continue // moves with its data file
 			}
-			if p.cfg.FeedFor(name) == nil {
-				continue // the reconciler reports it for a human
-			}
-			if p.cfg.Readiness == partners.ReadinessStable {
+			if why := p.cfg.ClaimedHostile(e); why != "" {
+				// not a file of a feed (any more): held unread under a
+				// generated name, as a hostile entry of ready/ is
+				dstName = partners.HostileName(why)
+			} else if p.cfg.Readiness == partners.ReadinessStable {
 				// the worker ended its intake put_back and stopped before
 				// the rename back into ready/ (stable.go): finish that
 				back, err := o.ledger.WasPutBack(ctx, p.cfg.ID, old)
@@ -159,7 +162,7 @@ func (o *orphanAdopter) move(ctx context.Context, p *partnerRT, sess *sftpconn.S
 				}
 			}
 		}
-		dst := sess.Layout.Processing(o.workerID, name)
+		dst := sess.Layout.Processing(o.workerID, dstName)
 		p.settled = false // an entry without a row may land in our dir now: resumeOwn must look
 		p.adoptMoves++
 		if err := sess.Rename(old, dst); err != nil {
@@ -172,7 +175,7 @@ func (o *orphanAdopter) move(ctx context.Context, p *partnerRT, sess *sftpconn.S
 			o.log.Warn("could not adopt a claim without a row", "partner", p.cfg.ID, "path", old, "err", err)
 			continue
 		}
-		if manifests && !strings.HasPrefix(name, partners.HostilePrefix) {
+		if manifests && !strings.HasPrefix(dstName, partners.HostilePrefix) {
 			if _, err := sitefile.ClaimManifest(sess, dst, dir, sess.Layout.ReadyDir()); err != nil {
 				// the file goes back beside its manifest: the next
 				// adoption moves both (adoptOwn looks in ready/ only)
@@ -199,7 +202,7 @@ func (o *orphanAdopter) move(ctx context.Context, p *partnerRT, sess *sftpconn.S
 // was never this worker's to adopt: it gets no row, so no receipt, no
 // reason file and no count as failed; it is logged and counted
 // (intake_orphan_claims_vanished_total).
-func (o *orphanAdopter) adoptOwn(ctx context.Context, p *partnerRT, sess *sftpconn.Session, cands []*ledger.Intake) (int, error) {
+func (o *orphanAdopter) adoptOwn(ctx context.Context, p *partnerRT, sess *sftpconn.Session, cands []*ledger.Intake, hold map[string]reason.Code) (int, error) {
 	if len(cands) == 0 {
 		return 0, nil
 	}
@@ -238,10 +241,27 @@ func (o *orphanAdopter) adoptOwn(ctx context.Context, p *partnerRT, sess *sftpco
 			if err != nil {
 				return fmt.Errorf("look at %s again: %w", in.ClaimedPath, err)
 			}
-			if in.Feed != ledger.NoFeed {
-				if !fi.Mode().IsRegular() {
-					continue // swapped since the listing: the claim path holds no file of ours
+			// a claim of this process whose row was not recorded keeps
+			// the id allocated for it: its place among the claims
+			id := p.idFor(in.ClaimedPath)
+			why := hold[in.ClaimedPath]
+			if why == "" && in.Feed != ledger.NoFeed && !fi.Mode().IsRegular() {
+				why = reason.NotRegularFile // swapped between the listing and the claim's RENAME
+			}
+			if why != "" {
+				// held unread under a generated name, as a hostile entry
+				// of ready/ is (the name never enters our paths again)
+				held := path.Join(path.Dir(in.ClaimedPath), partners.HostileName(why))
+				if err := sess.Rename(in.ClaimedPath, held); err != nil {
+					if sftpconn.IsNotExist(err) {
+						vanished++
+						continue
+					}
+					return fmt.Errorf("hold %s: %w", in.ClaimedPath, err)
 				}
+				in.Feed, in.ClaimedPath, in.ListedSize, in.ManifestName = ledger.NoFeed, held, fi.Size(), ""
+			}
+			if in.Feed != ledger.NoFeed {
 				in.ListedSize, in.ListedMTime = fi.Size(), fi.ModTime()
 				if p.cfg.Readiness == partners.ReadinessManifest && in.ManifestName == "" {
 					// the claim's RENAME of the file went through and its
@@ -255,9 +275,7 @@ func (o *orphanAdopter) adoptOwn(ctx context.Context, p *partnerRT, sess *sftpco
 			if err := fault.Check("resume:before_insert"); err != nil {
 				return err
 			}
-			// a claim of this process whose row was not recorded keeps
-			// the id allocated for it: its place among the claims
-			in.ID = p.idFor(in.ClaimedPath)
+			in.ID = id
 			err = c.Adopt(ctx, o.ledger, in)
 			if errors.Is(err, ledger.ErrTracked) {
 				continue // a live row owns the path: it is that row's to resume

@@ -2,8 +2,6 @@ package intake
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -737,10 +735,7 @@ func (d *claimStage) quarantineHostile(ctx context.Context, p *partnerRT, sess *
 	if p.cfg.Records() {
 		return d.holdHostileRecord(ctx, p, sess, h)
 	}
-	var b [4]byte
-	_, _ = rand.Read(b[:])
-	gen := fmt.Sprintf("%s%s-%d-%s", partners.HostilePrefix, h.Reason, time.Now().UnixNano(), hex.EncodeToString(b[:]))
-	dst := sess.Layout.Processing(d.cfg.WorkerID, gen)
+	dst := sess.Layout.Processing(d.cfg.WorkerID, partners.HostileName(h.Reason))
 	// the rename and the row are one step in the partner's claim
 	// section, as every claim's: a pause between them past a lease ends
 	// the section (its session), so no row is recorded for an entry
@@ -866,8 +861,10 @@ func (d *housekeeping) resumeOwn(ctx context.Context, p *partnerRT, sess *sftpco
 		have[e.Name()] = e.Mode().IsRegular()
 	}
 	// the entries that may have no row: recorded only after a look again
-	// in the partner's claim section (adoptOwn)
+	// in the partner's claim section (adoptOwn); hold: those held unread,
+	// and why
 	var cands []*ledger.Intake
+	hold := map[string]reason.Code{}
 	for _, e := range ents {
 		if err := d.workerID.StillHeld(ctx); err != nil {
 			return err
@@ -884,22 +881,27 @@ func (d *housekeeping) resumeOwn(ctx context.Context, p *partnerRT, sess *sftpco
 			removeProbe(sess, path.Join(dir, name), e.IsDir())
 			continue
 		}
-		if !e.Mode().IsRegular() || strings.HasPrefix(name, ".") || !partners.SafeName(name) {
+		if strings.HasPrefix(name, ".") {
 			continue
 		}
 		manifest := ""
 		if p.cfg.Readiness == partners.ReadinessManifest {
-			if strings.HasSuffix(name, partners.ManifestSuffix) {
-				continue
+			if strings.HasSuffix(name, partners.ManifestSuffix) && e.Mode().IsRegular() {
+				continue // with its data file (the reconciler's, one beside none)
 			}
 			if have[name+partners.ManifestSuffix] {
 				manifest = name + partners.ManifestSuffix
 			}
 		}
-		feed := p.cfg.FeedFor(name)
-		if feed == nil {
+		if why := p.cfg.ClaimedHostile(e); why != "" {
+			// not a file of a feed (any more): held unread, under a
+			// generated name (adoptOwn)
+			cands = append(cands, &ledger.Intake{Partner: p.cfg.ID, Feed: ledger.NoFeed, RemoteName: printableName(name), ClaimedPath: path.Join(dir, name),
+				ListedSize: e.Size(), Worker: d.cfg.WorkerID})
+			hold[path.Join(dir, name)] = why
 			continue
 		}
+		feed := p.cfg.FeedFor(name)
 		if p.cfg.Readiness == partners.ReadinessStable {
 			// a file whose intake ended put_back but was not renamed
 			// back into ready/ (a crash in between): put it back now
@@ -917,7 +919,7 @@ func (d *housekeeping) resumeOwn(ctx context.Context, p *partnerRT, sess *sftpco
 		cands = append(cands, &ledger.Intake{Partner: p.cfg.ID, Feed: feed.Name, RemoteName: name, ClaimedPath: path.Join(dir, name),
 			ListedSize: e.Size(), ListedMTime: e.ModTime(), Worker: d.cfg.WorkerID, ManifestName: manifest})
 	}
-	adopted, err := d.orphans.adoptOwn(ctx, p, sess, cands)
+	adopted, err := d.orphans.adoptOwn(ctx, p, sess, cands, hold)
 	if err != nil {
 		return err
 	}

@@ -2,11 +2,7 @@ package intake
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
-	"fmt"
-	"time"
 
 	"github.com/partner-intake/partner-intake/internal/reason"
 
@@ -56,9 +52,7 @@ func (d *claimStage) claimRecord(ctx context.Context, p *partnerRT, sess *sftpco
 // (so it is held once, not at every listing) under a generated claimed
 // path that names no file, and held unread like any hostile entry.
 func (d *claimStage) holdHostileRecord(ctx context.Context, p *partnerRT, sess *sftpconn.Session, h partners.Skipped) error {
-	var b [4]byte
-	_, _ = rand.Read(b[:])
-	gen := fmt.Sprintf("%s%s-%d-%s", partners.HostilePrefix, h.Reason, time.Now().UnixNano(), hex.EncodeToString(b[:]))
+	gen := partners.HostileName(h.Reason)
 	in := &ledger.Intake{Partner: p.cfg.ID, Feed: ledger.NoFeed, RemoteName: printableName(h.Info.Name()), ClaimedPath: sess.Layout.Ready(gen),
 		ListedSize: h.Info.Size(), ListedMTime: h.Info.ModTime(), Worker: d.cfg.WorkerID}
 	if err := d.ledger.InsertRecordClaim(ctx, in, recordName(h.Info.Name())); err != nil {

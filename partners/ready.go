@@ -1,6 +1,9 @@
 package partners
 
 import (
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
 	"os"
 	"path"
 	"sort"
@@ -47,6 +50,35 @@ func Hostile(why reason.Code) bool {
 // HostilePrefix names hostile entries claimed into processing/: the
 // original name is never used in a path of ours.
 const HostilePrefix = "hostile-"
+
+// HostileName is a name generated for an entry held for why (Hostile):
+// the prefix, the reason (which the hold reads back), and the time and
+// random bytes that make it unique.
+func HostileName(why reason.Code) string {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return fmt.Sprintf("%s%s-%d-%s", HostilePrefix, why, time.Now().UnixNano(), hex.EncodeToString(b[:]))
+}
+
+// ClaimedHostile says why an entry of a processing/ dir, left there
+// without a row (a claim whose row was not recorded), is to be held
+// unread rather than run: not a regular file any more (swapped between
+// the listing and the claim's RENAME), a name no safe path takes, or a
+// name no feed of the partner matches any more (a feed removed or
+// re-patterned since the claim); "" for a file of a feed. The caller has
+// left out what is not a claim: names starting with a dot, hostile and
+// probe entries, and the manifests of manifest readiness.
+func (c *Config) ClaimedHostile(e os.FileInfo) reason.Code {
+	switch name := e.Name(); {
+	case !e.Mode().IsRegular():
+		return reason.NotRegularFile
+	case !SafeName(name):
+		return reason.BadName
+	case c.FeedFor(name) == nil:
+		return reason.NoFeed
+	}
+	return ""
+}
 
 // Skipped is an entry of ready/ that is not claimed, and why.
 type Skipped struct {

@@ -216,10 +216,10 @@ func (r *Reconciler) rowOrphanClaims(ctx context.Context, p *partners.Config, s 
 			// took out of ready/ under a generated name) is held whatever
 			// it is, never read
 			hostile := strings.HasPrefix(name, partners.HostilePrefix)
-			if !hostile && (!f.Mode().IsRegular() || strings.HasPrefix(name, ".") || !partners.SafeName(name)) {
-				continue
+			if !hostile && strings.HasPrefix(name, ".") {
+				continue // not a claim (a temp file, a profile's probe)
 			}
-			if p.Readiness == partners.ReadinessManifest && strings.HasSuffix(name, partners.ManifestSuffix) {
+			if !hostile && p.Readiness == partners.ReadinessManifest && strings.HasSuffix(name, partners.ManifestSuffix) && f.Mode().IsRegular() {
 				continue // moves with its data file (strayManifests: one beside none)
 			}
 			old := path.Join(base, w, name)
@@ -231,16 +231,21 @@ func (r *Reconciler) rowOrphanClaims(ctx context.Context, p *partners.Config, s 
 				continue // a live row: the expired-lease row handles it
 			}
 			feedName := ledger.NoFeed // a hostile entry: it is held, never read
+			dstName := name
 			if !hostile {
-				feed := p.FeedFor(name)
-				if feed == nil {
-					add(ledger.Finding{Kind: ledger.KindOrphanClaim, Path: old, NeedsHuman: true, Action: "none",
-						Detail: "no feed matches the file any more; move it back to ready/ or out by hand"})
-					continue
+				if why := p.ClaimedHostile(f); why != "" {
+					// not a file of a feed (any more: a feed removed or
+					// re-patterned, an entry swapped before the claim's
+					// RENAME): held unread under a generated name
+					dstName = partners.HostileName(why)
+					if !partners.SafeName(name) {
+						name = dstName // the row names no unsafe name either
+					}
+				} else {
+					feedName = p.FeedFor(name).Name
 				}
-				feedName = feed.Name
 			}
-			dst := s.Layout.Processing(r.worker, name)
+			dst := s.Layout.Processing(r.worker, dstName)
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}

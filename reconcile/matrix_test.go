@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -17,7 +18,9 @@ import (
 
 	"github.com/partner-intake/partner-intake/intake"
 	"github.com/partner-intake/partner-intake/intake/ledger"
+	"github.com/partner-intake/partner-intake/intake/sitefile"
 	"github.com/partner-intake/partner-intake/internal/fault"
+	"github.com/partner-intake/partner-intake/internal/reason"
 	"github.com/partner-intake/partner-intake/internal/sshdtest"
 	"github.com/partner-intake/partner-intake/internal/testenv"
 	"github.com/partner-intake/partner-intake/partners"
@@ -677,4 +680,99 @@ func TestATakeoverThatCannotMoveTheFileRunsItWhereItIs(t *testing.T) {
 		t.Fatalf("processing/ still holds %v", got)
 	}
 	testenv.AssertExactOrders(t, pool, "nomove", 250, "M")
+}
+
+// Row 1 for an entry that is no file of a feed: a claim whose row was
+// never written, whose entry is no longer a regular file (the partner
+// swapped it between the listing and the RENAME), or whose name no feed
+// matches any more (a feed re-patterned since), is held unread with a
+// reason and a receipt, by whoever adopts it: the claimer's next poll, or
+// for a gone claimer another worker's reconciler or sweep. Before, every
+// adopter passed such an entry over and it stayed in processing/ for good.
+func TestAClaimWithoutARowThatIsNoFileOfAFeedIsHeld(t *testing.T) {
+	claimed := func(t *testing.T) (*pgxpool.Pool, *testenv.Site, *node) {
+		_, pool := testenv.DB(t)
+		site := testenv.NewSite(t, "orph")
+		site.Drop(t, "orders-o.csv", testenv.OrdersCSV("O", 5))
+		w1 := newNode(t, pool, "w1", t.TempDir(), site)
+		withFault(t, "claim:after_rename=error")
+		if err := w1.poll(t, "orph"); !errors.Is(err, fault.ErrInjected) {
+			t.Fatalf("got %v", err)
+		}
+		fault.Set("")
+		if len(testenv.Files(t, pool, "orph")) != 0 || len(site.Files(t, "processing/w1")) != 1 {
+			t.Fatal("want the file claimed with no row")
+		}
+		return pool, site, w1
+	}
+	// gone: w1 stopped heartbeating a lease ago
+	gone := func(t *testing.T, pool *pgxpool.Pool) {
+		t.Helper()
+		if _, err := pool.Exec(context.Background(), `INSERT INTO intake_worker (worker_id, hostname, pid, lease, partners, last_seen)
+			VALUES ('w1', 'gone', 1, '30 s', ARRAY['orph'], pg_catalog.now() - interval '1 hour')
+			ON CONFLICT (worker_id) DO UPDATE SET last_seen = EXCLUDED.last_seen, drained_at = NULL`); err != nil {
+			t.Fatal(err)
+		}
+	}
+	heldOnce := func(t *testing.T, pool *pgxpool.Pool, site *testenv.Site, worker string, why reason.Code) {
+		t.Helper()
+		fs := testenv.Files(t, pool, "orph")
+		if len(fs) != 1 || fs[0].State != "quarantined" || fs[0].Reason != string(why) || fs[0].Worker != worker {
+			t.Fatalf("rows %+v, want one held %s by %s", fs, why, worker)
+		}
+		held := fmt.Sprintf("%d.%s", fs[0].ID, why)
+		if _, err := os.Lstat(filepath.Join(site.Root, "quarantine", held)); err != nil {
+			t.Fatalf("the entry is not held as %s: %v", held, err)
+		}
+		if got := site.Files(t, "quarantine"); !slices.Contains(got, sitefile.ReasonName(held)) {
+			t.Fatalf("quarantine/ holds %v, want the reason file of %s", got, held)
+		}
+		if got := site.Files(t, "processing"); len(got) != 0 {
+			t.Fatalf("processing/ still holds %v", got)
+		}
+		if testenv.Count(t, pool, `SELECT count(*) FROM orders WHERE partner_id = 'orph'`) != 0 {
+			t.Fatal("rows of the held entry were applied")
+		}
+	}
+	t.Run("swapped for a symlink, by the claimer's next poll", func(t *testing.T) {
+		pool, site, w1 := claimed(t)
+		p := filepath.Join(site.Root, "processing", "w1", "orders-o.csv")
+		if err := os.Remove(p); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink("/etc/passwd", p); err != nil {
+			t.Fatal(err)
+		}
+		if err := w1.poll(t, "orph"); err != nil {
+			t.Fatal(err)
+		}
+		heldOnce(t, pool, site, "w1", reason.NotRegularFile)
+	})
+	t.Run("its feed re-patterned, by another worker's reconciler", func(t *testing.T) {
+		pool, site, _ := claimed(t)
+		gone(t, pool)
+		site.Config.Feeds[0].Pattern = `sales-.*\.csv`
+		w2 := newNode(t, pool, "w2", t.TempDir(), site)
+		fs := w2.reconcile(t)
+		if kinds(fs)[ledger.KindOrphanClaim] != 1 {
+			t.Fatalf("findings %+v", fs)
+		}
+		if err := w2.poll(t, "orph"); err != nil {
+			t.Fatal(err)
+		}
+		heldOnce(t, pool, site, "w2", reason.NoFeed)
+	})
+	t.Run("its feed re-patterned, by another worker's sweep", func(t *testing.T) {
+		pool, site, _ := claimed(t)
+		gone(t, pool)
+		site.Config.Feeds[0].Pattern = `sales-.*\.csv`
+		w2 := newNode(t, pool, "w2", t.TempDir(), site)
+		if err := w2.poll(t, "orph"); err != nil {
+			t.Fatal(err)
+		}
+		if err := w2.poll(t, "orph"); err != nil { // the sweep moved it; the next look adopts it
+			t.Fatal(err)
+		}
+		heldOnce(t, pool, site, "w2", reason.NoFeed)
+	})
 }
