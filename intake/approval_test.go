@@ -502,10 +502,7 @@ func TestTargetChangedBeforeTheFirstChunkReplans(t *testing.T) {
 func TestPlanOnATextTargetAndPerMode(t *testing.T) {
 	_, pool := testenv.DB(t)
 	ctx := context.Background()
-	exec(t, pool, `CREATE TABLE orders_float (
-		partner_id text NOT NULL, order_id text NOT NULL, email text, amount double precision NOT NULL,
-		status text NOT NULL, placed_at timestamptz NOT NULL, qty integer, last_intake_id bigint NOT NULL,
-		PRIMARY KEY (partner_id, order_id))`)
+	ordersFloat(t, pool)
 	for _, tc := range []struct {
 		partner string
 		mode    partners.Mode

@@ -42,6 +42,16 @@ const header = testenv.OrdersHeader
 
 func goodRows(prefix string, n int) string { return testenv.OrdersCSV(prefix, n) }
 
+// ordersFloat makes orders_float: the orders feed's table with a double
+// precision amount, the tests' COPY text target.
+func ordersFloat(t *testing.T, pool *pgxpool.Pool) {
+	t.Helper()
+	exec(t, pool, `CREATE TABLE orders_float (
+		partner_id text NOT NULL, order_id text NOT NULL, email text, amount double precision NOT NULL,
+		status text NOT NULL, placed_at timestamptz NOT NULL, qty integer, last_intake_id bigint NOT NULL,
+		PRIMARY KEY (partner_id, order_id))`)
+}
+
 type rig struct {
 	t        *testing.T
 	pool     *pgxpool.Pool
@@ -535,10 +545,7 @@ func TestNewerWriteIsNotOverwrittenByAnOlderIntake(t *testing.T) {
 func TestAnOlderFileAppliedAfterANewerOneLeavesWhatTheNewerFoundAsItIs(t *testing.T) {
 	_, pool := testenv.DB(t)
 	ctx := context.Background()
-	exec(t, pool, `CREATE TABLE orders_float (
-		partner_id text NOT NULL, order_id text NOT NULL, email text, amount double precision NOT NULL,
-		status text NOT NULL, placed_at timestamptz NOT NULL, qty integer, last_intake_id bigint NOT NULL,
-		PRIMARY KEY (partner_id, order_id))`)
+	ordersFloat(t, pool)
 	for _, tc := range []struct {
 		partner, target string
 		mode            partners.Mode
@@ -818,12 +825,7 @@ func TestArchiveDirRemovedByHandIsMadeAgain(t *testing.T) {
 func TestTargetWithoutBinaryEncodersUsesCopyText(t *testing.T) {
 	_, pool := testenv.DB(t)
 	ctx := context.Background()
-	if _, err := pool.Exec(ctx, `CREATE TABLE orders_float (
-		partner_id text NOT NULL, order_id text NOT NULL, email text, amount double precision NOT NULL,
-		status text NOT NULL, placed_at timestamptz NOT NULL, qty integer, last_intake_id bigint NOT NULL,
-		PRIMARY KEY (partner_id, order_id))`); err != nil {
-		t.Fatal(err)
-	}
+	ordersFloat(t, pool)
 	site := testenv.NewSite(t, "acme")
 	site.Config.Feeds[0].Target = "orders_float"
 	r := newRig(t, pool, "w1", site)

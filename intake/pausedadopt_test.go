@@ -267,49 +267,14 @@ func TestAPausedReplicaRecordsNoHostileEntryAnotherAdopted(t *testing.T) {
 // sweep recorded the file again.
 func TestAReconcilerPausedBeforeItsMoveLeavesTheRowAsItWas(t *testing.T) {
 	url, pool := testenv.DB(t)
-	ctx := context.Background()
-	site := testenv.NewSite(t, "acme")
-	const name = "orders-20261101.csv"
-	site.Drop(t, name, goodRows("A", 5))
-	if err := fault.Set("download:mid=error"); err != nil {
-		t.Fatal(err)
-	}
-	w2 := newRig(t, pool, "w2", site)
-	w2.d.PollOnce(ctx, "acme") // fails at the fault: its row stays live, the file in processing/w2/
-	fault.Set("")
-	w2.d.Stop()
-	// w2 is gone, its lease run out
-	execArgs(t, pool, `UPDATE file_intake SET lease_until = pg_catalog.now() - interval '1 second' WHERE partner_id = 'acme'`)
+	site, _ := leftInFlight(t, pool)
+	// w2 is gone
 	execArgs(t, pool, `INSERT INTO intake_worker (worker_id, hostname, pid, lease, partners, last_seen)
 		VALUES ('w2', 'gone', 1, '30 s', ARRAY['acme'], pg_catalog.now() - interval '1 hour')
 		ON CONFLICT (worker_id) DO UPDATE SET last_seen = EXCLUDED.last_seen, drained_at = NULL`)
 
 	// w4's reconciler takes the row over and pauses before the move
-	sp, err := spool.New(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	rec, err := reconcile.New(reconcile.Config{}, "w4", 30*time.Second, pausedPool(t, url), sp,
-		[]partners.Config{site.Validated(t)}, prometheus.NewRegistry(), testenv.Logger(t), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rec.Stop()
-	if err := fault.Set("takeover:before_move=pause"); err != nil {
-		t.Fatal(err)
-	}
-	defer fault.Set("")
-	defer fault.Resume("takeover:before_move")
-	done := make(chan error, 1)
-	go func() {
-		_, err := rec.RunOnce(ctx)
-		done <- err
-	}()
-	select {
-	case <-fault.Paused("takeover:before_move"):
-	case <-time.After(30 * time.Second):
-		t.Fatal("the reconciler never took the row over")
-	}
+	done := pausedReconciler(t, url, site, 30*time.Second, "takeover:before_move")
 
 	// w3 sweeps gone workers' dirs, waiting for w4's section until its
 	// session is ended
@@ -340,45 +305,11 @@ func TestAReconcilerPausedBeforeItsMoveLeavesTheRowAsItWas(t *testing.T) {
 func TestATakeoversLongMoveKeepsItsSection(t *testing.T) {
 	url, pool := testenv.DB(t)
 	ctx := context.Background()
-	site := testenv.NewSite(t, "acme")
-	const name = "orders-20261101.csv"
-	site.Drop(t, name, goodRows("A", 5))
-	if err := fault.Set("download:mid=error"); err != nil {
-		t.Fatal(err)
-	}
-	w2 := newRig(t, pool, "w2", site)
-	w2.d.PollOnce(ctx, "acme") // fails at the fault: its row stays live, the file in processing/w2/
-	fault.Set("")
-	w2.d.Stop()
-	execArgs(t, pool, `UPDATE file_intake SET lease_until = pg_catalog.now() - interval '1 second' WHERE partner_id = 'acme'`)
+	site, name := leftInFlight(t, pool)
 
 	// w4's reconciler, on a pool whose transactions idle 2 s are ended,
 	// is held in its move
-	sp, err := spool.New(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	rec, err := reconcile.New(reconcile.Config{}, "w4", 3*time.Second, pausedPool(t, url), sp,
-		[]partners.Config{site.Validated(t)}, prometheus.NewRegistry(), testenv.Logger(t), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rec.Stop()
-	if err := fault.Set("takeover:moving=pause"); err != nil {
-		t.Fatal(err)
-	}
-	defer fault.Set("")
-	defer fault.Resume("takeover:moving")
-	done := make(chan error, 1)
-	go func() {
-		_, err := rec.RunOnce(ctx)
-		done <- err
-	}()
-	select {
-	case <-fault.Paused("takeover:moving"):
-	case <-time.After(30 * time.Second):
-		t.Fatal("the reconciler never began its move")
-	}
+	done := pausedReconciler(t, url, site, 3*time.Second, "takeover:moving")
 	// its section's transaction lives past the idle timeout
 	testenv.WaitFor(t, 30*time.Second, func() bool {
 		return count(t, pool, `SELECT count(*) FROM pg_catalog.pg_stat_activity
@@ -402,4 +333,57 @@ func TestATakeoversLongMoveKeepsItsSection(t *testing.T) {
 	if !strings.HasSuffix(claimed, "/processing/w4/"+name) {
 		t.Fatalf("the row names %s, want the file where the move put it", claimed)
 	}
+}
+
+// leftInFlight is a file w2 claimed and left in flight: its download
+// failed, so its row stays live (its lease run out), the file in
+// processing/w2/.
+func leftInFlight(t *testing.T, pool *pgxpool.Pool) (*testenv.Site, string) {
+	t.Helper()
+	site := testenv.NewSite(t, "acme")
+	const name = "orders-20261101.csv"
+	site.Drop(t, name, goodRows("A", 5))
+	if err := fault.Set("download:mid=error"); err != nil {
+		t.Fatal(err)
+	}
+	w2 := newRig(t, pool, "w2", site)
+	w2.d.PollOnce(context.Background(), "acme") // fails at the fault
+	fault.Set("")
+	w2.d.Stop()
+	execArgs(t, pool, `UPDATE file_intake SET lease_until = pg_catalog.now() - interval '1 second' WHERE partner_id = 'acme'`)
+	return site, name
+}
+
+// pausedReconciler runs a reconciler of w4 once, on a pool whose
+// transactions idle 2 s are ended (pausedPool), paused at the fault step:
+// it returns once the run reached it, and the run's end is on the channel
+// (the step is resumed at the test's end if the test does not).
+func pausedReconciler(t *testing.T, url string, site *testenv.Site, lease time.Duration, step string) <-chan error {
+	t.Helper()
+	sp, err := spool.New(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, err := reconcile.New(reconcile.Config{}, "w4", lease, pausedPool(t, url), sp,
+		[]partners.Config{site.Validated(t)}, prometheus.NewRegistry(), testenv.Logger(t), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(rec.Stop)
+	if err := fault.Set(step + "=pause"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { fault.Set("") })
+	t.Cleanup(func() { fault.Resume(step) }) // first: a run still paused goes on
+	done := make(chan error, 1)
+	go func() {
+		_, err := rec.RunOnce(context.Background())
+		done <- err
+	}()
+	select {
+	case <-fault.Paused(step):
+	case <-time.After(30 * time.Second):
+		t.Fatalf("the reconciler never reached %s", step)
+	}
+	return done
 }

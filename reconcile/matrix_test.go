@@ -748,31 +748,23 @@ func TestAClaimWithoutARowThatIsNoFileOfAFeedIsHeld(t *testing.T) {
 		}
 		heldOnce(t, pool, site, "w1", reason.NotRegularFile)
 	})
-	t.Run("its feed re-patterned, by another worker's reconciler", func(t *testing.T) {
-		pool, site, _ := claimed(t)
-		gone(t, pool)
-		site.Config.Feeds[0].Pattern = `sales-.*\.csv`
-		w2 := newNode(t, pool, "w2", t.TempDir(), site)
-		fs := w2.reconcile(t)
-		if kinds(fs)[ledger.KindOrphanClaim] != 1 {
-			t.Fatalf("findings %+v", fs)
-		}
-		if err := w2.poll(t, "orph"); err != nil {
-			t.Fatal(err)
-		}
-		heldOnce(t, pool, site, "w2", reason.NoFeed)
-	})
-	t.Run("its feed re-patterned, by another worker's sweep", func(t *testing.T) {
-		pool, site, _ := claimed(t)
-		gone(t, pool)
-		site.Config.Feeds[0].Pattern = `sales-.*\.csv`
-		w2 := newNode(t, pool, "w2", t.TempDir(), site)
-		if err := w2.poll(t, "orph"); err != nil {
-			t.Fatal(err)
-		}
-		if err := w2.poll(t, "orph"); err != nil { // the sweep moved it; the next look adopts it
-			t.Fatal(err)
-		}
-		heldOnce(t, pool, site, "w2", reason.NoFeed)
-	})
+	for _, by := range []string{"reconciler", "sweep"} {
+		t.Run("its feed re-patterned, by another worker's "+by, func(t *testing.T) {
+			pool, site, _ := claimed(t)
+			gone(t, pool)
+			site.Config.Feeds[0].Pattern = `sales-.*\.csv`
+			w2 := newNode(t, pool, "w2", t.TempDir(), site)
+			if by == "reconciler" {
+				if fs := w2.reconcile(t); kinds(fs)[ledger.KindOrphanClaim] != 1 {
+					t.Fatalf("findings %+v", fs)
+				}
+			} else if err := w2.poll(t, "orph"); err != nil { // the sweep moves it; the next look adopts it
+				t.Fatal(err)
+			}
+			if err := w2.poll(t, "orph"); err != nil {
+				t.Fatal(err)
+			}
+			heldOnce(t, pool, site, "w2", reason.NoFeed)
+		})
+	}
 }
