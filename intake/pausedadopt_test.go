@@ -192,27 +192,7 @@ func TestAPausedReplicaNeverMovesWhatAnotherAdopted(t *testing.T) {
 
 	w1 := newRig(t, pausedPool(t, url), "w1", site)
 	resume := w1.pollPaused("acme", "adopt:before_move")
-	w3 := newRig(t, pool, "w3", site)
-	reconcileAs(t, pool, "w3", site) // waits for w1's section until its session is ended
-	w3.poll("acme")
-	fs := files(t, pool, "acme")
-	if len(fs) != 1 || fs[0].State != "archived" || fs[0].Worker != "w3" {
-		t.Fatalf("w3 left %+v, want the entry adopted and archived by w3", fs)
-	}
-	_ = resume() // its section's transaction was ended: an error of its poll, never a row
-	w1.poll("acme")
-	if fs := files(t, pool, "acme"); len(fs) != 1 {
-		t.Fatalf("rows %+v, want the one file only", fs)
-	}
-	var receipts int
-	for _, rel := range site.Files(t, "reports") {
-		if strings.HasSuffix(rel, ".receipt.json") {
-			receipts++
-		}
-	}
-	if receipts != 1 {
-		t.Fatalf("%d receipts, want 1", receipts)
-	}
+	adoptedByAnother(t, pool, site, w1, resume, "archived")
 	if got := site.Files(t, "processing"); len(got) != 0 {
 		t.Fatalf("processing/ still holds %v", got)
 	}
@@ -233,27 +213,7 @@ func TestAPausedReplicaRecordsNoHostileEntryAnotherAdopted(t *testing.T) {
 	execArgs(t, pool, `INSERT INTO intake_worker (worker_id, hostname, pid, lease, partners, last_seen)
 		VALUES ('w1', 'paused', 1, '30 s', ARRAY['acme'], pg_catalog.now() - interval '1 hour')
 		ON CONFLICT (worker_id) DO UPDATE SET last_seen = EXCLUDED.last_seen`)
-	w3 := newRig(t, pool, "w3", site)
-	reconcileAs(t, pool, "w3", site) // waits for w1's section until its session is ended
-	w3.poll("acme")
-	fs := files(t, pool, "acme")
-	if len(fs) != 1 || fs[0].State != "quarantined" || fs[0].Worker != "w3" {
-		t.Fatalf("w3 left %+v, want the entry adopted and held by w3", fs)
-	}
-	_ = resume() // its section's transaction was ended: an error of its poll, never a row
-	w1.poll("acme")
-	if fs := files(t, pool, "acme"); len(fs) != 1 {
-		t.Fatalf("rows %+v, want the one entry's only", fs)
-	}
-	var receipts int
-	for _, rel := range site.Files(t, "reports") {
-		if strings.HasSuffix(rel, ".receipt.json") {
-			receipts++
-		}
-	}
-	if receipts != 1 {
-		t.Fatalf("%d receipts, want 1", receipts)
-	}
+	adoptedByAnother(t, pool, site, w1, resume, "quarantined")
 }
 
 // A reconciler that took an expired row over pauses before moving its
@@ -386,4 +346,33 @@ func pausedReconciler(t *testing.T, url string, site *testenv.Site, lease time.D
 		t.Fatalf("the reconciler never reached %s", step)
 	}
 	return done
+}
+
+// adoptedByAnother: while w1 is paused inside its claim section, the
+// reconciler of w3 (waiting for w1's section until its session is ended)
+// adopts the entry and w3 takes it to state; then w1 goes on (its
+// section's transaction was ended: an error of its poll, never a row) and
+// polls again. One row and one receipt stay.
+func adoptedByAnother(t *testing.T, pool *pgxpool.Pool, site *testenv.Site, w1 *rig, resume func() error, state string) {
+	t.Helper()
+	w3 := newRig(t, pool, "w3", site)
+	reconcileAs(t, pool, "w3", site)
+	w3.poll("acme")
+	if fs := files(t, pool, "acme"); len(fs) != 1 || fs[0].State != state || fs[0].Worker != "w3" {
+		t.Fatalf("w3 left %+v, want the entry adopted by w3, %s", fs, state)
+	}
+	_ = resume()
+	w1.poll("acme")
+	if fs := files(t, pool, "acme"); len(fs) != 1 {
+		t.Fatalf("rows %+v, want the one entry's only", fs)
+	}
+	var receipts int
+	for _, rel := range site.Files(t, "reports") {
+		if strings.HasSuffix(rel, ".receipt.json") {
+			receipts++
+		}
+	}
+	if receipts != 1 {
+		t.Fatalf("%d receipts, want 1", receipts)
+	}
 }
