@@ -283,15 +283,22 @@ func (d *Daemon) holdNothingLeft(ctx context.Context, o *partnerRT, next *partne
 	// adopts them, and marks the partner removing there (Serves), so no
 	// file of it comes into this worker's hands after the look either
 	var left []string
+	var gone []int64
 	if next == nil {
 		err = d.ledger.InClaimSection(ctx, o.cfg.ID, func(*ledger.ClaimLock) (err error) {
 			if left, err = rows(); err == nil && len(left) == 0 {
 				o.removing.Store(true)
+				// rows whose owner is no live replica: only a reconciler
+				// or a poller of the partner takes them over
+				gone, err = d.ledger.HeldByGone(ctx, o.cfg.ID, maxNamedClaims+1)
 			}
 			return err
 		})
 	} else {
 		left, err = rows()
+	}
+	if err == nil && len(gone) > 0 {
+		left, err = d.goneLeft(ctx, o, gone)
 	}
 	if err == nil && len(left) == 0 && s.list != "" && !(s.unlessSettled && o.settled && !o.takenOver.Load()) {
 		left, err = processingEntries(ctx, d.sessions, o, s.list, s.base)
@@ -324,6 +331,34 @@ func (d *Daemon) holdNothingLeft(ctx context.Context, o *partnerRT, next *partne
 		return nil, err
 	}
 	return unlock, nil
+}
+
+// goneLeft judges the rows of a partner being removed that no live
+// replica holds (gone): while its site answers they are named, and the
+// removal refused until a reconciler or poller of the partner (this
+// replica's included) has taken them over; a site that does not answer
+// takes no takeover either, so the partner is removed all the same, with
+// a warning naming them: a start with the partner configured again takes
+// them over.
+func (d *Daemon) goneLeft(ctx context.Context, o *partnerRT, gone []int64) ([]string, error) {
+	dir := partners.NewLayout(o.cfg).ProcessingDir(d.cfg.WorkerID)
+	err := fault.Check("reload:site_probe") // (a test's site that does not answer)
+	if err == nil {
+		_, err = processingEntries(ctx, d.sessions, o, dir, false)
+	}
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("listing %s: %w", dir, context.Cause(ctx))
+		}
+		d.log.Warn("partner removed by a reload with files of replicas no longer alive in flight: its site did not answer, so none can be taken over; a start with the partner configured again takes them over",
+			"partner", o.cfg.ID, "intake_ids", gone, "err", err)
+		return nil, nil
+	}
+	left := make([]string, 0, len(gone))
+	for _, id := range gone {
+		left = append(left, fmt.Sprintf("intake %d (held by a replica no longer alive: a reconciler of the partner takes it over)", id))
+	}
+	return left, nil
 }
 
 // errPollBusy: a partner's poll was still in progress after pollWait.

@@ -606,3 +606,41 @@ func TestAReloadThatMovesTheQuarantineOrArchiveDirWaitsForAnUnfinishedMove(t *te
 		})
 	}
 }
+
+// A reload that removes a partner is refused while a replica no longer
+// alive holds a file of it in flight and the site answers: only a
+// reconciler or a poller of the partner takes such a file over, and once
+// every replica has removed the partner nobody would (its row would stay
+// live for good, its gauges gone with the partner). A site that does not
+// answer takes no takeover either: the partner is removed all the same,
+// with a warning naming the files.
+func TestAReloadThatRemovesAPartnerWaitsForFilesOfReplicasNoLongerAlive(t *testing.T) {
+	_, pool := testenv.DB(t)
+	r, a, b := startRemovalRig(t, pool, intake.Config{})
+	ctx := context.Background()
+	a.Drop(t, "orders-1.csv", goodRows("D", 2))
+	if err := fault.Set("download:mid=error"); err != nil {
+		t.Fatal(err)
+	}
+	dead := newRig(t, pool, "dead", a)
+	dead.d.PollOnce(ctx, "un-a") // fails at the fault: its row stays live
+	fault.Set("")
+	dead.d.Stop() // a replica no longer alive
+	fs := files(t, pool, "un-a")
+	if len(fs) != 1 || fs[0].Worker != "dead" || fs[0].State != "claimed" {
+		t.Fatalf("rows %+v, want one file in flight, held by the dead replica", fs)
+	}
+	_, err := r.d.Reload(ctx, []partners.Config{b.Validated(t)})
+	if !errors.Is(err, intake.ErrProcessingInUse) || !strings.Contains(err.Error(), fmt.Sprintf("intake %d (held by a replica no longer alive", fs[0].ID)) {
+		t.Fatalf("reload removing the partner: %v, want it refused naming intake %d", err, fs[0].ID)
+	}
+	// the site does not answer: removed, said
+	if err := fault.Set("reload:site_probe=error"); err != nil {
+		t.Fatal(err)
+	}
+	defer fault.Set("")
+	res, err := r.d.Reload(ctx, []partners.Config{b.Validated(t)})
+	if err != nil || !reflect.DeepEqual(res.Removed, []string{"un-a"}) {
+		t.Fatalf("reload removing the partner whose site does not answer: %+v, %v", res, err)
+	}
+}

@@ -291,6 +291,27 @@ func (l *leaseStore) Holding(ctx context.Context, partner, under, worker string,
 	return ids, nil
 }
 
+// HeldByGone lists the ids of the partner's rows that own a claimed path
+// (the holding states) and whose owner is no live replica: a worker past
+// its lease or drained, a one-shot run's id, a released file waiting to
+// be taken over; oldest first, at most limit. Only a reconciler or a
+// poller of the partner takes them over.
+func (l *leaseStore) HeldByGone(ctx context.Context, partner string, limit int) ([]int64, error) {
+	rs, err := l.pool.Query(ctx, `SELECT f.intake_id FROM file_intake f
+		WHERE f.partner_id = $1 AND f.state = ANY($2)
+		  AND NOT EXISTS (SELECT 1 FROM intake_worker w WHERE w.worker_id = f.worker_id
+		      AND w.last_seen > pg_catalog.now() - w.lease AND w.drained_at IS NULL)
+		ORDER BY f.intake_id LIMIT $3`, partner, holdingStates, limit)
+	if err != nil {
+		return nil, fmt.Errorf("rows held by gone workers: %w", err)
+	}
+	ids, err := pgx.CollectRows(rs, pgx.RowTo[int64])
+	if err != nil {
+		return nil, fmt.Errorf("rows held by gone workers: %w", err)
+	}
+	return ids, nil
+}
+
 // LivePaths reports which of the paths a live row of the partner owns.
 func (l *leaseStore) LivePaths(ctx context.Context, partner string, paths []string) (map[string]bool, error) {
 	rs, err := l.pool.Query(ctx, `SELECT claimed_path FROM file_intake
