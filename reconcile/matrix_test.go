@@ -650,7 +650,8 @@ func TestATakeoverThatCannotMoveTheFileRunsItWhereItIs(t *testing.T) {
 		t.Fatalf("got %v, want the injected stop after commit", err)
 	}
 	expireLeases(t, pool)
-	// the name is taken in w2's processing/ (a directory: no sweep takes it)
+	// the name is taken in w2's processing/ (a directory: w2 holds it
+	// unread, as anything there without a row, once it looks)
 	if err := os.MkdirAll(filepath.Join(site.Root, "processing", "w2", "orders-m.csv"), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -669,8 +670,9 @@ func TestATakeoverThatCannotMoveTheFileRunsItWhereItIs(t *testing.T) {
 		t.Fatal(err)
 	}
 	f := testenv.Files(t, pool, "nomove")
-	if len(f) != 1 || f[0].State != "archived" || f[0].Worker != "w2" || f[0].Applied != 250 {
-		t.Fatalf("got %+v, want one intake archived by w2 with its 250 rows", f)
+	if len(f) != 2 || f[0].State != "archived" || f[0].Worker != "w2" || f[0].Applied != 250 ||
+		f[1].State != "quarantined" || f[1].Reason != string(reason.NotRegularFile) {
+		t.Fatalf("got %+v, want the file archived by w2 with its 250 rows, and the directory held", f)
 	}
 	rel, _ := filepath.Rel(site.Root, f[0].Archive)
 	if site.Read(t, rel) != testenv.OrdersCSV("M", 250) {
