@@ -318,7 +318,9 @@ func TestAReconcilerTakesNothingOverForAPartnerBeingRemoved(t *testing.T) {
 		a.Config.SFTP.Root+"/processing/gone/orders-1.csv").Scan(&id); err != nil {
 		t.Fatal(err)
 	}
-	if err := fault.Set("reload:in_force=pause"); err != nil {
+	// the site does not answer the removal's look, so the gone worker's
+	// row does not hold the removal up (goneLeft)
+	if err := fault.Set("reload:in_force=pause,reload:site_probe=error"); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { fault.Set("") })

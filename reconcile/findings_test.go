@@ -142,12 +142,13 @@ func TestFindingsOfOneKindAreBoundedPerRun(t *testing.T) {
 	_, pool := testenv.DB(t)
 	site := testenv.NewSite(t, "many")
 	const n = 250
+	now := time.Now() // one clock for all: a stall between two files must not reorder them
 	for i := range n {
 		// ready/'s newest first in name order: the oldest kept are the
 		// last names
 		for _, p := range []string{filepath.Join(site.Root, "incoming", fmt.Sprintf("f%04d.part", i)),
 			filepath.Join(site.Root, "ready", fmt.Sprintf("x%04d.pdf", i))} {
-			old := time.Now().Add(-7*time.Hour - time.Duration(i)*time.Second)
+			old := now.Add(-7*time.Hour - time.Duration(i)*time.Second)
 			if err := os.WriteFile(p, []byte("x"), 0o644); err != nil {
 				t.Fatal(err)
 			}
