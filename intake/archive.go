@@ -75,8 +75,18 @@ func (r *finishStage) archiveRemote(ctx context.Context, outcome ledger.Outcome,
 			return endState(outcome), reasonOf(outcome), nil
 		}
 	}
-	if in.ManifestName != "" && !lost && in.ReplayOf == 0 {
-		if err := r.archiveManifest(dst); err != nil {
+	if in.ManifestName != "" && in.ReplayOf == 0 {
+		// beside the archived file; when the file was lost, under the
+		// archive name it would have had: left in processing/, a later
+		// delivery of the name would meet it as its manifest
+		dsts := []string{dst + partners.ManifestSuffix}
+		if lost {
+			dsts = dsts[:0]
+			for _, n := range sitefile.ArchiveNames(r.sess.Layout.ArchiveDir(in.ClaimedAt), in, 9) {
+				dsts = append(dsts, n+partners.ManifestSuffix)
+			}
+		}
+		if err := r.archiveManifest(dsts); err != nil {
 			return "", "", err
 		}
 	}
@@ -149,11 +159,11 @@ func (r *finishStage) moveToArchive(ctx context.Context, st *sitefile.Staged, rc
 	return dst, lost, ahead, nil
 }
 
-// archiveManifest moves the file's manifest from beside its claim to
-// beside its archived copy dst; one already gone is no error.
-func (r *finishStage) archiveManifest(dst string) error {
+// archiveManifest moves the file's manifest from beside its claim to the
+// first free name of dsts; one already gone is no error.
+func (r *finishStage) archiveManifest(dsts []string) error {
 	src := path.Join(path.Dir(r.in.ClaimedPath), r.in.ManifestName)
-	if _, err := moveOnce(r.sess, src, []string{dst + partners.ManifestSuffix}); err != nil && !errors.Is(err, ErrRemoteLost) {
+	if _, err := moveOnce(r.sess, src, dsts); err != nil && !errors.Is(err, ErrRemoteLost) {
 		return fmt.Errorf("archive manifest: %w", err)
 	}
 	return nil

@@ -11,6 +11,7 @@ import (
 	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/intake/sitefile"
 	"github.com/partner-intake/partner-intake/internal/fault"
+	"github.com/partner-intake/partner-intake/partners"
 )
 
 // The archive's site steps made ready while the file downloads. A file's
@@ -158,7 +159,7 @@ func (r *finishStage) publishAhead(ctx context.Context, a *aheadReceipt, dst str
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			manErr = r.archiveManifest(dst)
+			manErr = r.archiveManifest([]string{dst + partners.ManifestSuffix})
 		}()
 	}
 	p, err := a.st.Publish(path.Join(r.sess.Layout.ReportsDir(), a.name))

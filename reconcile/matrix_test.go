@@ -2,6 +2,8 @@ package reconcile_test
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -400,6 +402,49 @@ func TestClaimedFileThatVanishes(t *testing.T) {
 		rel, _ := filepath.Rel(site.Root, f.Receipt)
 		if !strings.Contains(site.Read(t, rel), "disappeared from processing") {
 			t.Fatal("the receipt does not say the file was lost")
+		}
+	})
+	t.Run("after commit, with its manifest: the manifest goes to the archive", func(t *testing.T) {
+		_, pool := testenv.DB(t)
+		site := testenv.NewSite(t, "lost")
+		site.Config.Readiness = partners.ReadinessManifest
+		pair := func(prefix string) {
+			body := testenv.OrdersCSV(prefix, 5)
+			sum := sha256.Sum256([]byte(body))
+			site.Drop(t, "orders-v.csv", body)
+			site.Drop(t, "orders-v.csv.complete", fmt.Sprintf(`{"bytes": %d, "sha256": %q}`, len(body), hex.EncodeToString(sum[:])))
+		}
+		pair("V")
+		w1 := newNode(t, pool, "w1", t.TempDir(), site)
+		withFault(t, "apply:after_commit=error")
+		w1.poll(t, "lost")
+		fault.Set("")
+		if err := os.Remove(filepath.Join(site.Root, "processing", "w1", "orders-v.csv")); err != nil {
+			t.Fatal(err)
+		}
+		if err := w1.poll(t, "lost"); err != nil {
+			t.Fatal(err)
+		}
+		if got := site.Files(t, "processing"); len(got) != 0 {
+			t.Fatalf("processing/ still holds %v", got)
+		}
+		var kept bool
+		for _, rel := range site.Files(t, "archive") {
+			kept = kept || strings.HasSuffix(rel, ".complete")
+		}
+		if !kept {
+			t.Fatalf("archive/ holds %v, want the lost file's manifest", site.Files(t, "archive"))
+		}
+		// the partner sends the name again, other bytes with a manifest
+		// of their own: checked against that one (it agrees), the file is
+		// the batch's second version, held for ops as any is
+		pair("W")
+		if err := w1.poll(t, "lost"); err != nil {
+			t.Fatal(err)
+		}
+		fs := testenv.Files(t, pool, "lost")
+		if len(fs) != 2 || fs[1].State != "quarantined" || fs[1].Reason != string(reason.BatchConflict) {
+			t.Fatalf("got %+v, want the resend held as the batch's other version (its manifest agreeing)", fs)
 		}
 	})
 	t.Run("before its bytes were spooled: failed as remote_lost", func(t *testing.T) {
