@@ -234,17 +234,7 @@ func TestExpiredLeaseIsTakenOverWithoutReapplying(t *testing.T) {
 // it; a dead worker's orphan is adopted by the reconciler of another.
 func TestOrphanedClaimIsAdopted(t *testing.T) {
 	t.Run("by the same worker on its next poll", func(t *testing.T) {
-		_, pool := testenv.DB(t)
-		site := testenv.NewSite(t, "orph")
-		site.Drop(t, "orders-o.csv", testenv.OrdersCSV("O", 5))
-		w1 := newNode(t, pool, "w1", t.TempDir(), site)
-		withFault(t, "claim:after_rename=error")
-		if err := w1.poll(t, "orph"); !errors.Is(err, fault.ErrInjected) {
-			t.Fatalf("got %v", err)
-		}
-		if len(testenv.Files(t, pool, "orph")) != 0 || len(site.Files(t, "processing/w1")) != 1 {
-			t.Fatal("want the file claimed with no row")
-		}
+		pool, _, w1 := claimWithoutRow(t)
 		if err := w1.poll(t, "orph"); err != nil {
 			t.Fatal(err)
 		}
@@ -737,21 +727,6 @@ func TestATakeoverThatCannotMoveTheFileRunsItWhereItIs(t *testing.T) {
 // for a gone claimer another worker's reconciler or sweep. Before, every
 // adopter passed such an entry over and it stayed in processing/ for good.
 func TestAClaimWithoutARowThatIsNoFileOfAFeedIsHeld(t *testing.T) {
-	claimed := func(t *testing.T) (*pgxpool.Pool, *testenv.Site, *node) {
-		_, pool := testenv.DB(t)
-		site := testenv.NewSite(t, "orph")
-		site.Drop(t, "orders-o.csv", testenv.OrdersCSV("O", 5))
-		w1 := newNode(t, pool, "w1", t.TempDir(), site)
-		withFault(t, "claim:after_rename=error")
-		if err := w1.poll(t, "orph"); !errors.Is(err, fault.ErrInjected) {
-			t.Fatalf("got %v", err)
-		}
-		fault.Set("")
-		if len(testenv.Files(t, pool, "orph")) != 0 || len(site.Files(t, "processing/w1")) != 1 {
-			t.Fatal("want the file claimed with no row")
-		}
-		return pool, site, w1
-	}
 	// gone: w1 stopped heartbeating a lease ago
 	gone := func(t *testing.T, pool *pgxpool.Pool) {
 		t.Helper()
@@ -782,7 +757,7 @@ func TestAClaimWithoutARowThatIsNoFileOfAFeedIsHeld(t *testing.T) {
 		}
 	}
 	t.Run("swapped for a symlink, by the claimer's next poll", func(t *testing.T) {
-		pool, site, w1 := claimed(t)
+		pool, site, w1 := claimWithoutRow(t)
 		p := filepath.Join(site.Root, "processing", "w1", "orders-o.csv")
 		if err := os.Remove(p); err != nil {
 			t.Fatal(err)
@@ -797,7 +772,7 @@ func TestAClaimWithoutARowThatIsNoFileOfAFeedIsHeld(t *testing.T) {
 	})
 	for _, by := range []string{"reconciler", "sweep"} {
 		t.Run("its feed re-patterned, by another worker's "+by, func(t *testing.T) {
-			pool, site, _ := claimed(t)
+			pool, site, _ := claimWithoutRow(t)
 			gone(t, pool)
 			site.Config.Feeds[0].Pattern = `sales-.*\.csv`
 			w2 := newNode(t, pool, "w2", t.TempDir(), site)
@@ -814,4 +789,23 @@ func TestAClaimWithoutARowThatIsNoFileOfAFeedIsHeld(t *testing.T) {
 			heldOnce(t, pool, site, "w2", reason.NoFeed)
 		})
 	}
+}
+
+// claimWithoutRow is partner orph's file orders-o.csv claimed by w1
+// with no row: its claim failed right after the RENAME (row 1).
+func claimWithoutRow(t *testing.T) (*pgxpool.Pool, *testenv.Site, *node) {
+	t.Helper()
+	_, pool := testenv.DB(t)
+	site := testenv.NewSite(t, "orph")
+	site.Drop(t, "orders-o.csv", testenv.OrdersCSV("O", 5))
+	w1 := newNode(t, pool, "w1", t.TempDir(), site)
+	withFault(t, "claim:after_rename=error")
+	if err := w1.poll(t, "orph"); !errors.Is(err, fault.ErrInjected) {
+		t.Fatalf("got %v", err)
+	}
+	fault.Set("")
+	if len(testenv.Files(t, pool, "orph")) != 0 || len(site.Files(t, "processing/w1")) != 1 {
+		t.Fatal("want the file claimed with no row")
+	}
+	return pool, site, w1
 }
