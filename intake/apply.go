@@ -460,6 +460,14 @@ func (r *applyStage) chunkStatements(ctx context.Context, tx pgx.Tx, tgt *target
 		// one durable before the file is applied and archived.
 		b.Queue("SET LOCAL synchronous_commit = off")
 	}
+	lockSnapshot := tgt.Snapshot() && in.Override != OverrideOlder
+	if lockSnapshot {
+		// the feed's snapshot lock, taken before the savepoint below: one
+		// taken inside it would end with a rollback to it (a key the
+		// direct path finds there, a refused row), and the rows written
+		// after that would commit without it
+		ledger.QueueSnapshotLock(b, in.Partner, in.Feed)
+	}
 	switch path {
 	case pathDirect:
 		if tgt.StagedDirect() {
@@ -485,11 +493,11 @@ func (r *applyStage) chunkStatements(ctx context.Context, tx pgx.Tx, tgt *target
 		return ledger.ChunkGateClosed(ctx, tx, in, chunk)
 	}
 	writer := r.writer()
-	if tgt.Snapshot() && in.Override != OverrideOlder {
+	if lockSnapshot {
 		// one feed's snapshots apply in claim order, one at a time:
 		// under the feed's lock, a newer one begun or applied ends this
 		// one before it writes a row (snapshot.go)
-		newer, err := ledger.SupersededBy(ctx, tx, in.Partner, in.Feed, writer, true)
+		newer, err := ledger.SupersededBy(ctx, tx, in.Partner, in.Feed, writer, false)
 		if err != nil {
 			return err
 		}

@@ -69,6 +69,42 @@ func TestAnOlderSnapshotNeverUndoesANewerOne(t *testing.T) {
 	}
 }
 
+// A snapshot's chunk holds its feed's snapshot lock to its commit, also
+// after it rolls back to its savepoint: the chunk of a snapshot whose keys
+// the target holds tries them straight in, is refused by the unique index
+// and goes on through the merge. A lock taken inside the savepoint ended
+// with that rollback, and a newer snapshot applied ahead meanwhile judged
+// the rows as the target still held them: the older's values stayed.
+func TestASnapshotChunkHoldsItsFeedsLockPastARollbackToItsSavepoint(t *testing.T) {
+	ctx := context.Background()
+	_, pool := testenv.DB(t)
+	site := testenv.NewSite(t, "sl")
+	site.Config.Feeds[0].Mode = partners.ModeSnapshot
+	r := newRig(t, pool, "w1", site)
+	site.Drop(t, "orders-1.csv", goodRows("S", 6))
+	r.poll("sl")
+	site.Drop(t, "orders-2.csv", strings.ReplaceAll(goodRows("S", 6), ",paid,", ",shipped,"))
+	resume := r.pollPaused("sl", "apply:mid_chunk")
+	var free bool // a statement's own transaction: a lock it gets ends with it
+	err := pool.QueryRow(ctx, `SELECT pg_try_advisory_xact_lock(hashtextextended('partner-intake/snapshot/sl/' || $1::text, 0))`,
+		site.Config.Feeds[0].Name).Scan(&free)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if free {
+		t.Errorf("the feed's snapshot lock was free while a chunk of its snapshot was being written")
+	}
+	if err := resume(); err != nil {
+		t.Fatal(err)
+	}
+	if f := files(t, pool, "sl")[1]; f.State != "archived" || f.Applied != 6 {
+		t.Fatalf("the second snapshot ends %+v, want archived with its 6 rows applied", f)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM orders WHERE partner_id = 'sl' AND status = 'shipped'`); n != 6 {
+		t.Fatalf("%d rows hold the second snapshot's values, want 6", n)
+	}
+}
+
 // Replaying a snapshot older than one its feed applied since would bring
 // back the keys the newer one deleted: it is refused, unless forced with
 // --force-older, which is audited and applies it.

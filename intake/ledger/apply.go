@@ -115,13 +115,17 @@ func (l *chunkStore) QueueChunkGate(b *pgx.Batch, in *Intake, chunk int) {
 // there is none. Called in a chunk's transaction, it first takes the
 // feed's snapshot lock, held to the commit: no newer snapshot commits a
 // chunk between this look and the caller's, so of two snapshots of a feed
-// the older never commits a row after the newer has begun.
+// the older never commits a row after the newer has begun. The lock must
+// be taken outside any savepoint (lock false, after QueueSnapshotLock,
+// when the caller's transaction has one open): PostgreSQL releases a lock
+// taken inside a savepoint when the transaction rolls back to it, and a
+// chunk rolls back to its savepoint whenever a key exists or a row is
+// refused.
 func SupersededBy(ctx context.Context, q interface {
 	QueryRow(context.Context, string, ...any) pgx.Row
 }, partner, feed string, writer int64, lock bool) (int64, error) {
 	if lock {
-		if err := q.QueryRow(ctx, `SELECT 1 FROM (SELECT pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtextextended(
-			'partner-intake/snapshot/'::text || $1::text || '/'::text || $2::text, 0::int8))) AS locked`, partner, feed).Scan(new(int)); err != nil {
+		if err := q.QueryRow(ctx, snapshotLockSQL, partner, feed).Scan(new(int)); err != nil {
 			return 0, fmt.Errorf("snapshot lock: %w", err)
 		}
 	}
@@ -132,6 +136,18 @@ func SupersededBy(ctx context.Context, q interface {
 		return 0, fmt.Errorf("newer snapshot: %w", err)
 	}
 	return newer, nil
+}
+
+// snapshotLockSQL takes the partner's feed's snapshot lock until the
+// transaction ends.
+const snapshotLockSQL = `SELECT 1 FROM (SELECT pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtextextended(
+	'partner-intake/snapshot/'::text || $1::text || '/'::text || $2::text, 0::int8))) AS locked`
+
+// QueueSnapshotLock queues the statement that takes the partner's feed's
+// snapshot lock (SupersededBy) on b, for a batch that opens a savepoint
+// after it.
+func QueueSnapshotLock(b *pgx.Batch, partner, feed string) {
+	b.Queue(snapshotLockSQL, partner, feed)
 }
 
 // newerSnapshotOf is the condition on a file_intake row n of being a newer
