@@ -51,6 +51,8 @@ type applyStage struct {
 	// still write rows (claimBelow; 0: none), once olderLooked
 	older       int64
 	olderLooked bool
+	// held: the keys a replay holds back (replayHeldBack; nil: none)
+	held *heldBack
 }
 
 // claimBelow is what the merge claims rows below (target.Merge): the
@@ -108,6 +110,9 @@ func (r *applyStage) apply(ctx context.Context) error {
 		if done, err := r.applyAhead(ctx, tgt); done {
 			return err
 		}
+	}
+	if r.held, err = r.replayHeldBack(ctx); err != nil {
+		return err
 	}
 	f, rd, err := r.spooledRows("apply")
 	if err != nil {
@@ -263,6 +268,10 @@ func (r *applyStage) readChunks(ctx context.Context, rd *rows.Reader, first int,
 			}
 		}
 		c.span(row.Line)
+		if row.Issue == nil && r.held.holds(r.feed, row) {
+			c.heldBack = append(c.heldBack, row.Line)
+			continue
+		}
 		if row.Issue == nil {
 			if err := c.Add(row.Line, row.Values, row.Null, keyIdx); err != nil {
 				// a value the target column's binary encoding refuses (an
@@ -538,6 +547,16 @@ func (r *applyStage) rowsWritten(ctx context.Context, tx pgx.Tx, tgt *target.Tab
 			return err
 		}
 		c.rejected += int64(len(ch.refused))
+	}
+	if len(ch.heldBack) > 0 {
+		detail := "a newer file of the table named the key"
+		if r.held.unread {
+			detail = "a newer file of the table named the key, or may have: it could not be read"
+		}
+		if err := ledger.RecordConflicts(ctx, tx, r.in, reason.NewerWrite, ch.heldBack, detail); err != nil {
+			return err
+		}
+		c.conflict += int64(len(ch.heldBack))
 	}
 	if tgt.Snapshot() && staged {
 		if err := tgt.RecordKeys(ctx, tx, r.in.ID, r.in.Partner); err != nil {

@@ -6,6 +6,8 @@ import (
 
 	"github.com/partner-intake/partner-intake/intake"
 	"github.com/partner-intake/partner-intake/internal/testenv"
+	"github.com/partner-intake/partner-intake/partners"
+	"github.com/partner-intake/partner-intake/spool"
 )
 
 // ordersFile is a valid orders file of one row per key, each key's amount
@@ -120,5 +122,95 @@ func TestReplayOfAnUntouchedFileApplies(t *testing.T) {
 				t.Fatalf("replay of %d: %s written by intake %d, want the original %d", id, k, w, orig)
 			}
 		}
+	}
+}
+
+// A replay after a fix writes rows its original did not write the first
+// time (the target refused them). A newer file that found such a row as
+// it was left no mark on it, so the replay would set it back to the
+// older file's value: it holds those rows back as newer_write conflicts,
+// whether the newer file's rows are in the spool or come from a
+// compressed original expanded again, and writes the rest. A newer file
+// it cannot read holds back every row it would write for the first time.
+func TestAReplayAfterAFixLeavesWhatANewerFileFoundAsItIs(t *testing.T) {
+	ctx := context.Background()
+	_, pool := testenv.DB(t)
+	site := testenv.NewSite(t, "acme")
+	site.Config.Feeds[0].Pattern = `orders-.*\.csv(\.gz)?`
+	site.Config.Feeds[0].Compression = []string{partners.CompressionGzip}
+	r := newRig(t, pool, "w1", site)
+	ordersFile := func(rows ...[2]string) string { // every row's other values alike
+		s := header
+		for _, r := range rows {
+			s += r[0] + ",c@example.com," + r[1] + ",paid,2026-11-02T10:00:00Z,1\n"
+		}
+		return s
+	}
+	if _, err := pool.Exec(ctx, `ALTER TABLE orders ADD CONSTRAINT amount_cap CHECK (amount < 100)`); err != nil {
+		t.Fatal(err)
+	}
+	site.Drop(t, "orders-1.csv", ordersFile([2]string{"RF-1", "1.00"}, [2]string{"RF-2", "2.00"}, [2]string{"RF-3", "3.00"}))
+	r.poll("acme")
+	// the file replayed later: three of its rows refused by the target
+	site.Drop(t, "orders-2.csv", ordersFile([2]string{"RF-1", "1.00"}, [2]string{"RF-2", "200.00"}, [2]string{"RF-3", "300.00"}, [2]string{"RF-4", "400.00"}))
+	r.poll("acme")
+	// newer files that find RF-2 and RF-3 as they are
+	site.Drop(t, "orders-3.csv", ordersFile([2]string{"RF-2", "2.00"}, [2]string{"RF-5", "5.00"}))
+	r.poll("acme")
+	site.Drop(t, "orders-4.csv.gz", string(gz(t, []byte(ordersFile([2]string{"RF-3", "3.00"})))))
+	r.poll("acme")
+	fs := files(t, pool, "acme")
+	if len(fs) != 4 || fs[1].Rejected != 3 || fs[2].Unchanged != 1 || fs[3].Unchanged != 1 {
+		t.Fatalf("files %+v, want orders-2 with 3 rejected rows and each newer file finding its row as it is", fs)
+	}
+	if _, err := pool.Exec(ctx, `ALTER TABLE orders DROP CONSTRAINT amount_cap`); err != nil {
+		t.Fatal(err)
+	}
+	in, err := r.d.Replay(ctx, intake.ReplayRequest{ID: fs[1].ID, Actor: "test", Reason: "target fixed"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for key, want := range map[string]string{"RF-1": "1.00", "RF-2": "2.00", "RF-3": "3.00", "RF-4": "400.00", "RF-5": "5.00"} {
+		if amount, _ := replayedRow(t, r, key); amount != want {
+			t.Errorf("after the replay %s is %s, want %s", key, amount, want)
+		}
+	}
+	got := files(t, pool, "acme")[4]
+	if got.ID != in.ID || got.State != "archived" || got.Applied != 1 || got.Unchanged != 1 || got.Confl != 2 {
+		t.Fatalf("replay %+v, want archived with RF-4 applied, RF-1 unchanged, RF-2 and RF-3 in conflict", got)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM intake_row_issue WHERE intake_id = $1 AND outcome = 'conflict' AND reason = 'newer_write'
+		AND detail = 'a newer file of the table named the key'`, in.ID); n != 2 {
+		t.Fatalf("the replay recorded %d newer_write conflicts naming a newer file, want 2", n)
+	}
+	if rc := receipt(t, site, got.Receipt); rc.Rows.Conflict != 2 || rc.Rows.Applied != 1 {
+		t.Fatalf("replay receipt %+v, want its 2 conflicts and 1 row applied", rc)
+	}
+
+	// orders-3's bytes gone from the spool: what it named is not known
+	var sha string
+	if err := pool.QueryRow(ctx, `SELECT content_sha256 FROM file_intake WHERE intake_id = $1`, fs[2].ID).Scan(&sha); err != nil {
+		t.Fatal(err)
+	}
+	sp, err := spool.New(r.spoolDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sp.Remove("acme", sha); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `UPDATE orders SET amount = 7 WHERE partner_id = 'acme' AND order_id = 'RF-4'`); err != nil {
+		t.Fatal(err)
+	}
+	in, err = r.d.Replay(ctx, intake.ReplayRequest{ID: fs[1].ID, Actor: "test", Reason: "again"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if amount, _ := replayedRow(t, r, "RF-4"); amount != "7.00" {
+		t.Errorf("RF-4 is %s, want 7.00 left as it was: a newer file that could not be read may have named it", amount)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM intake_row_issue WHERE intake_id = $1 AND outcome = 'conflict' AND reason = 'newer_write'
+		AND detail LIKE '%could not be read'`, in.ID); n != 3 {
+		t.Fatalf("the second replay recorded %d conflicts for an unread newer file, want 3 (RF-2, RF-3, RF-4)", n)
 	}
 }

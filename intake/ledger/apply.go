@@ -94,6 +94,18 @@ func RecordRefusals(ctx context.Context, tx pgx.Tx, in *Intake, why reason.Code,
 	return nil
 }
 
+// RecordConflicts records rows of the intake held back in conflict for
+// why, each with the detail.
+func RecordConflicts(ctx context.Context, tx pgx.Tx, in *Intake, why reason.Code, lines []int64, detail string) error {
+	_, err := tx.Exec(ctx, `INSERT INTO intake_row_issue (intake_id, partner_id, line, reason, outcome, detail)
+		SELECT $1, $2, l, $3, 'conflict', $5 FROM unnest($4::bigint[]) AS u(l)`,
+		in.ID, in.Partner, why, lines, detail)
+	if err != nil {
+		return fmt.Errorf("record rows in conflict: %w", err)
+	}
+	return nil
+}
+
 // chunkStore records a file's apply in intake_chunk and file_intake: the
 // chunk gate, the chunks committed, the attempts and deferrals.
 type chunkStore struct{ *core }
@@ -168,8 +180,9 @@ func newerSnapshotOf(partner, feed, place string) string {
 // in full can still be replayed: its replay writes its values again,
 // which every newer file that found them as they are also says, unless
 // the row was edited outside intake since on a target that does not keep
-// such edits, or the file did not write the row the first time (it was
-// rejected): docs/failure-matrix.md, not covered.
+// such edits (docs/failure-matrix.md, not covered); a row the file did
+// not write the first time (it was rejected) its replay holds back when a
+// newer file named its key (intake/replayheld.go).
 func OlderWriter(ctx context.Context, q interface {
 	QueryRow(context.Context, string, ...any) pgx.Row
 }, partner string, feeds []string, place int64) (int64, error) {
@@ -183,6 +196,73 @@ func OlderWriter(ctx context.Context, q interface {
 		return 0, fmt.Errorf("older writer: %w", err)
 	}
 	return older, nil
+}
+
+// FirstRejectedLines are the lines of a file's rows its own run rejected
+// (the mapping, the row checks, the target), a key repeated within a
+// chunk but for: that row's key was written by the later line. They are
+// the rows a replay of the file may write for the first time.
+func FirstRejectedLines(ctx context.Context, q interface {
+	Query(context.Context, string, ...any) (pgx.Rows, error)
+}, intakeID int64) ([]int64, error) {
+	rs, err := q.Query(ctx, `SELECT DISTINCT line FROM intake_row_issue
+		WHERE intake_id = $1 AND outcome = 'rejected' AND reason <> $2 ORDER BY line`, intakeID, string(reason.DuplicateKey))
+	if err != nil {
+		return nil, fmt.Errorf("rejected lines: %w", err)
+	}
+	lines, err := pgx.CollectRows(rs, pgx.RowTo[int64])
+	if err != nil {
+		return nil, fmt.Errorf("rejected lines: %w", err)
+	}
+	return lines, nil
+}
+
+// NewerFile is a file of a table newer than a replay's place that may
+// have named a key the replayed file did not write: its feed and the
+// bytes its rows come from.
+type NewerFile struct {
+	ID         int64
+	Feed       string
+	DataSHA256 string
+	DataSize   int64
+	// the file as delivered, when its rows come from its expanded or
+	// decrypted copy (dropped from the spool once the file finished)
+	RemoteName string
+	SHA256     string
+	Size       int64
+}
+
+// NewerOnTable lists the files of the partner's feeds (those writing one
+// table) newer than place (the intake whose bytes a replay applies) that
+// hold rows or may have judged rows already: archived, any with
+// committed chunks, and every live one (an apply ahead judges rows while
+// its file downloads, and one that began before the replay's row existed
+// did not count it an older writer); not a duplicate (its bytes came
+// with another intake), a superseded snapshot, or self. A file whose
+// bytes are not known yet has DataSHA256 "". Files that apply the same
+// bytes (a newer replay and its original) are listed once.
+func NewerOnTable(ctx context.Context, q interface {
+	Query(context.Context, string, ...any) (pgx.Rows, error)
+}, partner string, feeds []string, place, self int64) ([]NewerFile, error) {
+	rs, err := q.Query(ctx, `SELECT DISTINCT ON (coalesce(data_sha256, content_sha256, intake_id::text))
+		  intake_id, feed, coalesce(data_sha256, content_sha256, ''), coalesce(data_size, size_bytes, 0),
+		  remote_name, coalesce(content_sha256, ''), coalesce(size_bytes, 0) FROM file_intake
+		WHERE partner_id = $1 AND feed = ANY($2::text[]) AND coalesce(replay_of, intake_id) > $3 AND intake_id <> $4
+		  AND (state = 'archived' OR chunks_done > 0 OR state = ANY($5))
+		  AND reason IS DISTINCT FROM 'superseded'
+		ORDER BY coalesce(data_sha256, content_sha256, intake_id::text), intake_id`, partner, feeds, place, self, liveStates)
+	if err != nil {
+		return nil, fmt.Errorf("newer files: %w", err)
+	}
+	files, err := pgx.CollectRows(rs, func(row pgx.CollectableRow) (NewerFile, error) {
+		var f NewerFile
+		err := row.Scan(&f.ID, &f.Feed, &f.DataSHA256, &f.DataSize, &f.RemoteName, &f.SHA256, &f.Size)
+		return f, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("newer files: %w", err)
+	}
+	return files, nil
 }
 
 // DiscardOnly are the reasons a held file can only be discarded for
