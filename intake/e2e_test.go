@@ -95,7 +95,13 @@ func newRig(t *testing.T, pool *pgxpool.Pool, worker string, sites ...*testenv.S
 
 func newRigCfg(t *testing.T, pool *pgxpool.Pool, cfg intake.Config, sites ...*testenv.Site) *rig {
 	t.Helper()
-	spoolDir := t.TempDir()
+	return newRigOn(t, pool, cfg, t.TempDir(), sites...)
+}
+
+// newRigOn is newRigCfg on the spool at spoolDir (a daemon restarted, or
+// two sharing one).
+func newRigOn(t *testing.T, pool *pgxpool.Pool, cfg intake.Config, spoolDir string, sites ...*testenv.Site) *rig {
+	t.Helper()
 	sp, err := spool.New(spoolDir)
 	if err != nil {
 		t.Fatal(err)

@@ -2,7 +2,9 @@ package intake_test
 
 import (
 	"context"
+	"os"
 	"testing"
+	"time"
 
 	"github.com/partner-intake/partner-intake/intake"
 	"github.com/partner-intake/partner-intake/internal/testenv"
@@ -187,7 +189,21 @@ func TestAReplayAfterAFixLeavesWhatANewerFileFoundAsItIs(t *testing.T) {
 		t.Fatalf("replay receipt %+v, want its 2 conflicts and 1 row applied", rc)
 	}
 
-	// orders-3's bytes gone from the spool: what it named is not known
+	// orders-2's rejected rows purged (retention.row_issues): which rows
+	// it did not write is not known, so every row is looked for
+	if _, err := pool.Exec(ctx, `DELETE FROM intake_row_issue WHERE intake_id = $1`, fs[1].ID); err != nil {
+		t.Fatal(err)
+	}
+	in, err = r.d.Replay(ctx, intake.ReplayRequest{ID: fs[1].ID, Actor: "test", Reason: "issues purged"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM intake_row_issue WHERE intake_id = $1 AND outcome = 'conflict'
+		AND detail = 'a newer file of the table named the key'`, in.ID); n != 2 {
+		t.Fatalf("the replay of a file whose rejected rows were purged recorded %d conflicts naming a newer file, want 2", n)
+	}
+	// orders-3's bytes gone from this spool (another replica ran it, or
+	// the spool's retention passed): read from its archived copy
 	var sha string
 	if err := pool.QueryRow(ctx, `SELECT content_sha256 FROM file_intake WHERE intake_id = $1`, fs[2].ID).Scan(&sha); err != nil {
 		t.Fatal(err)
@@ -199,18 +215,79 @@ func TestAReplayAfterAFixLeavesWhatANewerFileFoundAsItIs(t *testing.T) {
 	if err := sp.Remove("acme", sha); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := pool.Exec(ctx, `UPDATE orders SET amount = 7 WHERE partner_id = 'acme' AND order_id = 'RF-4'`); err != nil {
+	in, err = r.d.Replay(ctx, intake.ReplayRequest{ID: fs[1].ID, Actor: "test", Reason: "again"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM intake_row_issue WHERE intake_id = $1 AND outcome = 'conflict'
+		AND detail = 'a newer file of the table named the key'`, in.ID); n != 2 {
+		t.Fatalf("the replay with orders-3 read from its archived copy recorded %d conflicts naming a newer file, want 2", n)
+	}
+	// and gone from the site too: what it named is not known
+	if err := sp.Remove("acme", sha); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(fs[2].Archive); err != nil {
 		t.Fatal(err)
 	}
 	in, err = r.d.Replay(ctx, intake.ReplayRequest{ID: fs[1].ID, Actor: "test", Reason: "again"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if amount, _ := replayedRow(t, r, "RF-4"); amount != "7.00" {
-		t.Errorf("RF-4 is %s, want 7.00 left as it was: a newer file that could not be read may have named it", amount)
+	if n := count(t, pool, `SELECT count(*) FROM intake_row_issue WHERE intake_id = $1 AND outcome = 'conflict' AND reason = 'newer_write'
+		AND detail LIKE '%could not be read'`, in.ID); n != 4 {
+		t.Fatalf("the replay recorded %d conflicts for an unread newer file, want 4 (its rejected rows purged: every row)", n)
+	}
+	for key, want := range map[string]string{"RF-2": "2.00", "RF-3": "3.00", "RF-4": "400.00"} {
+		if amount, _ := replayedRow(t, r, key); amount != want {
+			t.Errorf("after the last replay %s is %s, want %s", key, amount, want)
+		}
+	}
+}
+
+// A replay run by another replica after a mapping change reads a newer
+// file from its archived copy on the site, under the feed as configured
+// now: a row the newer file applied that no longer reads as valid (the
+// change refuses it) names a key that is not known, so every row the
+// replay writes for the first time is held back.
+func TestAReplayHoldsBackWhatANewerFileNamedUnderAnotherMapping(t *testing.T) {
+	ctx := context.Background()
+	_, pool := testenv.DB(t)
+	site := testenv.NewSite(t, "acme")
+	r := newRig(t, pool, "w1", site)
+	line := func(key, amount, status string) string {
+		return key + ",c@example.com," + amount + "," + status + ",2026-11-02T10:00:00Z,1\n"
+	}
+	site.Drop(t, "orders-1.csv", header+line("RM-1", "1.00", "paid"))
+	r.poll("acme")
+	site.Drop(t, "orders-2.csv", header+line("RM-1", "9.00", "weird")+line("RM-2", "2.00", "new"))
+	r.poll("acme")
+	site.Drop(t, "orders-3.csv", header+line("RM-1", "1.00", "paid"))
+	r.poll("acme")
+	fs := files(t, pool, "acme")
+	if len(fs) != 3 || fs[1].Rejected != 1 || fs[2].Unchanged != 1 {
+		t.Fatalf("files %+v, want orders-2's row rejected and orders-3 finding RM-1 as it is", fs)
+	}
+	// the mapping now takes orders-2's status and no longer orders-3's
+	for i, c := range site.Config.Feeds[0].Columns {
+		if c.Name == "status" {
+			site.Config.Feeds[0].Columns[i].Values = []string{"new", "shipped", "weird"}
+		}
+	}
+	r2 := newRigOn(t, pool, intake.Config{WorkerID: "w2", Lease: 30 * time.Second, SpoolMinFree: 1}, r.spoolDir, site) // restarted with the change
+	in, err := r2.d.Replay(ctx, intake.ReplayRequest{ID: fs[1].ID, Actor: "test", Reason: "mapping fixed"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var amount, status string
+	if err := pool.QueryRow(ctx, `SELECT amount::text, status FROM orders WHERE partner_id = 'acme' AND order_id = 'RM-1'`).Scan(&amount, &status); err != nil {
+		t.Fatal(err)
+	}
+	if amount != "1.00" || status != "paid" {
+		t.Fatalf("after the replay RM-1 is %s %s, want orders-3's 1.00 paid", amount, status)
 	}
 	if n := count(t, pool, `SELECT count(*) FROM intake_row_issue WHERE intake_id = $1 AND outcome = 'conflict' AND reason = 'newer_write'
-		AND detail LIKE '%could not be read'`, in.ID); n != 3 {
-		t.Fatalf("the second replay recorded %d conflicts for an unread newer file, want 3 (RF-2, RF-3, RF-4)", n)
+		AND detail LIKE '%could not be read'`, in.ID); n != 1 {
+		t.Fatalf("the replay recorded %d conflicts for a newer file it cannot read as judged, want 1", n)
 	}
 }

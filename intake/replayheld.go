@@ -23,24 +23,26 @@ import (
 // rejected it, the usual reason to replay after a fix), the replay would
 // set it to the older file's value. So before its rows apply, a replay of
 // an upsert or update_only feed looks at the rows it may write for the
-// first time (the lines its original's run rejected, valid now) and at
-// the files of the table newer than its place that have applied or may
-// be judging rows: a key one of them names is held back as a newer_write
-// conflict, and so is every such key when a newer file's bytes cannot be
-// read (the spool purged them, its feed is gone, it is still downloading)
-// or a newer file is a snapshot (it names every key, those it deleted
-// too). A newer file that begins its apply after the replay's row exists
-// counts the replay an older writer and claims the rows it finds as they
-// are (claimBelow).
+// first time (the lines its original's run rejected, valid now; every
+// row once those lines are purged, retention.row_issues) and at the
+// files of the table newer than its place that have applied or may be
+// judging rows: a key one of them names is held back as a newer_write
+// conflict. Every such key is held back when a newer file cannot be read
+// (its bytes neither in this spool nor archived on the site, it is still
+// downloading, its feed is gone, or a row it judged no longer reads under
+// its feed as configured now) or is a snapshot (it names every key, those
+// it deleted too). A newer file that begins its apply after the replay's
+// row exists counts the replay an older writer and claims the rows it
+// finds as they are (claimBelow).
 
 // heldBack is the set of keys a replay holds back, by a hash of their
 // values in the order of the feed's sorted key names (a collision holds
-// back one more row, never writes one).
+// back one more row, never writes one): sorted, 8 bytes a key.
 type heldBack struct {
 	seed maphash.Seed
-	keys map[uint64]struct{}
-	// unread: at least one newer file could not be read, so every key
-	// the replay writes for the first time is held back
+	keys []uint64
+	// unread: a newer file could not be read, so every key the replay
+	// writes for the first time is held back
 	unread bool
 }
 
@@ -57,10 +59,10 @@ func (h *heldBack) keyHash(f *partners.Feed, vals []string) uint64 {
 
 // holds reports whether the replay holds a valid row back.
 func (h *heldBack) holds(f *partners.Feed, row *rows.Row) bool {
-	if h == nil || len(h.keys) == 0 {
+	if h == nil {
 		return false
 	}
-	_, ok := h.keys[h.keyHash(f, row.Values)]
+	_, ok := slices.BinarySearch(h.keys, h.keyHash(f, row.Values))
 	return ok
 }
 
@@ -82,99 +84,157 @@ func (r *applyStage) replayHeldBack(ctx context.Context) (*heldBack, error) {
 	if in.ReplayOf == 0 || r.feed.Mode == partners.ModeSnapshot {
 		return nil, nil
 	}
-	lines, err := ledger.FirstRejectedLines(ctx, r.d.db, in.ReplayOf)
-	if err != nil || len(lines) == 0 {
+	lines, complete, err := ledger.RejectedLines(ctx, r.d.db, in.ReplayOf, false)
+	if err != nil || complete && len(lines) == 0 {
 		return nil, err
 	}
-	newer, err := ledger.NewerOnTable(ctx, r.d.db, in.Partner, r.p.cfg.FeedsOn(r.feed.Target), in.ReplayOf, in.ID)
+	var configured []string
+	for _, f := range r.p.cfg.Feeds {
+		configured = append(configured, f.Name)
+	}
+	newer, err := ledger.NewerOnTable(ctx, r.d.db, in.Partner, r.p.cfg.FeedsOn(r.feed.Target), configured, in.ReplayOf, in.ID)
 	if err != nil || len(newer) == 0 {
 		return nil, err
 	}
-	h := &heldBack{seed: maphash.MakeSeed(), keys: map[uint64]struct{}{}}
+	h := &heldBack{seed: maphash.MakeSeed()}
 	// the keys the replay may write for the first time
-	first := map[uint64]struct{}{}
-	err = r.eachValidRow(r.in.DataSHA256, r.feed, func(row *rows.Row) bool {
-		if _, ok := slices.BinarySearch(lines, row.Line); ok {
-			first[h.keyHash(r.feed, row.Values)] = struct{}{}
+	var first []uint64
+	err = r.eachRow(ctx, r.in.DataSHA256, r.feed, func(row *rows.Row) bool {
+		if row.Issue != nil {
+			return true
 		}
-		return row.Line < lines[len(lines)-1]
+		if _, ok := slices.BinarySearch(lines, row.Line); ok || !complete {
+			first = append(first, h.keyHash(r.feed, row.Values))
+		}
+		return !complete || row.Line < lines[len(lines)-1]
 	})
 	if err != nil {
 		return nil, fmt.Errorf("replay: its own rows: %w", err)
 	}
+	slices.Sort(first)
+	first = slices.Compact(first)
+	named := make([]bool, len(first))
+	left := len(first)
 	for _, f := range newer {
-		if len(first) == 0 {
+		if left == 0 {
 			break
 		}
 		feed := r.p.cfg.Feed(f.Feed)
-		var err error
-		if feed != nil && feed.Mode != partners.ModeSnapshot && f.DataSHA256 != "" {
-			err = r.newerRows(f, feed, func(row *rows.Row) bool {
-				k := h.keyHash(feed, row.Values)
-				if _, ok := first[k]; ok {
-					h.keys[k] = struct{}{}
-					delete(first, k)
+		readable := feed != nil && feed.Mode != partners.ModeSnapshot && f.DataSHA256 != ""
+		if readable {
+			err := r.newerRows(ctx, f, feed, func(row *rows.Row) bool {
+				if i, ok := slices.BinarySearch(first, h.keyHash(feed, row.Values)); ok && !named[i] {
+					named[i] = true
+					left--
 				}
-				return len(first) > 0
+				return left > 0
 			})
-		}
-		var fe *rows.FileError
-		if feed == nil || feed.Mode == partners.ModeSnapshot || f.DataSHA256 == "" || errors.Is(err, errUnread) || errors.As(err, &fe) {
-			// a snapshot names every key (those it deleted too); a file
-			// not read (its bytes not yet known, or gone from the spool,
-			// its feed gone, or no longer read under the feed as
-			// configured now) may have named any
-			h.unread = h.unread || feed == nil || feed.Mode != partners.ModeSnapshot
-			for k := range first {
-				h.keys[k] = struct{}{}
+			if errors.Is(err, errUnread) {
+				readable = false
+			} else if err != nil {
+				return nil, fmt.Errorf("replay: the rows of newer intake %d: %w", f.ID, err)
 			}
-			break
 		}
-		if err != nil {
-			return nil, fmt.Errorf("replay: the rows of newer intake %d: %w", f.ID, err)
+		if !readable {
+			h.unread = feed == nil || feed.Mode != partners.ModeSnapshot
+			clear(named)
+			for i := range named {
+				named[i] = true
+			}
+			left = 0
+		}
+	}
+	for i, k := range first {
+		if named[i] {
+			h.keys = append(h.keys, k)
 		}
 	}
 	if len(h.keys) == 0 {
 		return nil, nil
 	}
 	r.log.Info("replay holds back rows a newer file of the table named or may have named",
-		"rows_keys", len(h.keys), "newer_files", len(newer), "newer_unread", h.unread)
+		"keys", len(h.keys), "newer_files", len(newer), "newer_unread", h.unread)
 	return h, nil
 }
 
-// errUnread: a newer file's rows cannot be read, its bytes gone from the
-// spool.
-var errUnread = errors.New("not in the spool")
+// errUnread: a newer file's rows cannot be read as it judged them.
+var errUnread = errors.New("a newer file cannot be read")
 
-// newerRows reads the valid rows of a newer file of the table: from the
-// spool, its expanded or decrypted copy made again from its original
-// when that copy was dropped once the file finished (and dropped again
-// after, unless another intake reads it).
-func (r *applyStage) newerRows(f ledger.NewerFile, feed *partners.Feed, fn func(*rows.Row) bool) error {
+// newerRows calls fn with the valid rows of a newer file of the table
+// until fn returns false. Its bytes come from the spool (its expanded or
+// decrypted copy made again from its original when that copy was dropped
+// once the file finished), else from its archived copy on the site,
+// which is only read and kept in the spool as originals are; an expanded
+// copy made here is dropped after, unless another intake reads it. errUnread: no copy of its bytes, or a
+// row it did not reject no longer reads as valid under its feed as
+// configured now (what the file named there is not known).
+func (r *applyStage) newerRows(ctx context.Context, f ledger.NewerFile, feed *partners.Feed, fn func(*rows.Row) bool) error {
 	sp, partner := r.d.spool, r.in.Partner
-	if sp.Has(partner, f.DataSHA256, f.DataSize) {
-		return r.eachValidRow(f.DataSHA256, feed, fn)
+	if !sp.Has(partner, f.DataSHA256, f.DataSize) {
+		if f.SHA256 == "" {
+			return errUnread
+		}
+		if !sp.Has(partner, f.SHA256, f.Size) {
+			if f.ArchivePath == "" || r.sess == nil {
+				return errUnread
+			}
+			orig, err := sp.Put(partner, f.Size, f.Size, func(w io.Writer) (int64, error) {
+				rf, err := r.sess.Open(f.ArchivePath)
+				if err != nil {
+					return 0, err
+				}
+				defer rf.Close()
+				return rf.WriteTo(w)
+			})
+			if err != nil || orig.SHA256 != f.SHA256 {
+				// gone from the archive, or other bytes there now
+				if err == nil {
+					r.dropIfUnused(orig)
+				}
+				return errUnread
+			}
+			// the file's original is kept, as the spool keeps every
+			// original until retention's purge
+		}
+		if f.DataSHA256 != f.SHA256 {
+			job := unwrap.Job{Spool: sp, Partner: partner, Feed: feed, Name: f.RemoteName, DropPlain: r.dropIfUnused,
+				MaxBytes: r.p.cfg.Limits.MaxExpandedBytes, MaxRatio: r.p.cfg.Limits.MaxExpansionRatio, MinFree: r.d.cfg.SpoolMinFree}
+			data, held, err := job.Run(spool.Entry{Partner: partner, SHA256: f.SHA256, Size: f.Size})
+			if err != nil {
+				return err
+			}
+			if held != nil {
+				return errUnread
+			}
+			defer r.dropIfUnused(data)
+			if data.SHA256 != f.DataSHA256 {
+				return errUnread
+			}
+		}
 	}
-	if f.SHA256 == f.DataSHA256 || !sp.Has(partner, f.SHA256, f.Size) {
-		return errUnread
-	}
-	job := unwrap.Job{Spool: sp, Partner: partner, Feed: feed, Name: f.RemoteName,
-		MaxBytes: r.p.cfg.Limits.MaxExpandedBytes, MaxRatio: r.p.cfg.Limits.MaxExpansionRatio, MinFree: r.d.cfg.SpoolMinFree}
-	data, held, err := job.Run(spool.Entry{Partner: partner, SHA256: f.SHA256, Size: f.Size})
+	judged, complete, err := ledger.RejectedLines(ctx, r.d.db, f.ID, true)
 	if err != nil {
 		return err
 	}
-	if held != nil || data.SHA256 != f.DataSHA256 {
-		if held == nil {
-			r.dropIfUnused(data)
+	unread := false
+	err = r.eachRow(ctx, f.DataSHA256, feed, func(row *rows.Row) bool {
+		if row.Issue == nil {
+			return fn(row)
 		}
+		if _, ok := slices.BinarySearch(judged, row.Line); !ok || !complete {
+			unread = true
+			return false
+		}
+		return true
+	})
+	var fe *rows.FileError
+	if unread || errors.As(err, &fe) {
 		return errUnread
 	}
-	defer r.dropIfUnused(data)
-	return r.eachValidRow(data.SHA256, feed, fn)
+	return err
 }
 
-// dropIfUnused removes an expanded copy from the spool unless an
+// dropIfUnused removes a copy the replay made in the spool unless an
 // unfinished intake of the partner reads the same bytes.
 func (r *applyStage) dropIfUnused(e spool.Entry) {
 	probe := ledger.Intake{ID: r.in.ID, Partner: r.in.Partner, DataSHA256: e.SHA256}
@@ -185,13 +245,13 @@ func (r *applyStage) dropIfUnused(e spool.Entry) {
 		err = r.d.spool.Remove(r.in.Partner, e.SHA256)
 	}
 	if err != nil {
-		r.log.Warn("a newer file's expanded copy not removed from the spool; purge removes it at retention", "err", err)
+		r.log.Warn("a copy made to read a newer file not removed from the spool; purge removes it at retention", "err", err)
 	}
 }
 
-// eachValidRow reads the spooled file sha as a file of feed and calls fn
-// with each valid row until fn returns false.
-func (r *applyStage) eachValidRow(sha string, feed *partners.Feed, fn func(*rows.Row) bool) error {
+// eachRow reads the spooled file sha as a file of feed and calls fn with
+// each row, valid or not, until fn returns false.
+func (r *applyStage) eachRow(ctx context.Context, sha string, feed *partners.Feed, fn func(*rows.Row) bool) error {
 	f, err := r.d.spool.Open(r.in.Partner, sha)
 	if err != nil {
 		return err
@@ -201,7 +261,10 @@ func (r *applyStage) eachValidRow(sha string, feed *partners.Feed, fn func(*rows
 	if err != nil {
 		return err
 	}
-	for {
+	for n := 0; ; n++ {
+		if n%10000 == 0 && ctx.Err() != nil {
+			return ctx.Err()
+		}
 		row, err := rd.Next()
 		if errors.Is(err, io.EOF) {
 			return nil
@@ -209,7 +272,7 @@ func (r *applyStage) eachValidRow(sha string, feed *partners.Feed, fn func(*rows
 		if err != nil {
 			return err
 		}
-		if row.Issue == nil && !fn(row) {
+		if !fn(row) {
 			return nil
 		}
 	}

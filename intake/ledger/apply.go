@@ -198,23 +198,36 @@ func OlderWriter(ctx context.Context, q interface {
 	return older, nil
 }
 
-// FirstRejectedLines are the lines of a file's rows its own run rejected
+// RejectedLines are the lines of a file's rows its own run rejected
 // (the mapping, the row checks, the target), a key repeated within a
-// chunk but for: that row's key was written by the later line. They are
-// the rows a replay of the file may write for the first time.
-func FirstRejectedLines(ctx context.Context, q interface {
+// chunk but for unless dup: that row's key was written by the later line.
+// complete is false when the file recorded more rejected rows than are
+// left (retention.row_issues purged them): which lines they were is not
+// known.
+func RejectedLines(ctx context.Context, q interface {
 	Query(context.Context, string, ...any) (pgx.Rows, error)
-}, intakeID int64) ([]int64, error) {
+	QueryRow(context.Context, string, ...any) pgx.Row
+}, intakeID int64, dup bool) (lines []int64, complete bool, err error) {
+	var recorded, left int64
+	err = q.QueryRow(ctx, `SELECT f.rows_rejected, (SELECT pg_catalog.count(*) FROM intake_row_issue i
+		WHERE i.intake_id = f.intake_id AND i.outcome = 'rejected') FROM file_intake f WHERE f.intake_id = $1`, intakeID).Scan(&recorded, &left)
+	if err != nil {
+		return nil, false, fmt.Errorf("rejected lines: %w", err)
+	}
+	but := string(reason.DuplicateKey)
+	if dup {
+		but = ""
+	}
 	rs, err := q.Query(ctx, `SELECT DISTINCT line FROM intake_row_issue
-		WHERE intake_id = $1 AND outcome = 'rejected' AND reason <> $2 ORDER BY line`, intakeID, string(reason.DuplicateKey))
+		WHERE intake_id = $1 AND outcome = 'rejected' AND reason <> $2 ORDER BY line`, intakeID, but)
 	if err != nil {
-		return nil, fmt.Errorf("rejected lines: %w", err)
+		return nil, false, fmt.Errorf("rejected lines: %w", err)
 	}
-	lines, err := pgx.CollectRows(rs, pgx.RowTo[int64])
+	lines, err = pgx.CollectRows(rs, pgx.RowTo[int64])
 	if err != nil {
-		return nil, fmt.Errorf("rejected lines: %w", err)
+		return nil, false, fmt.Errorf("rejected lines: %w", err)
 	}
-	return lines, nil
+	return lines, left >= recorded, nil
 }
 
 // NewerFile is a file of a table newer than a replay's place that may
@@ -230,10 +243,13 @@ type NewerFile struct {
 	RemoteName string
 	SHA256     string
 	Size       int64
+	// ArchivePath is where its bytes are kept on the site ("": nowhere)
+	ArchivePath string
 }
 
 // NewerOnTable lists the files of the partner's feeds (those writing one
-// table) newer than place (the intake whose bytes a replay applies) that
+// table), and of any feed not configured now (gone: what it wrote is not
+// known), newer than place (the intake whose bytes a replay applies) that
 // hold rows or may have judged rows already: archived, any with
 // committed chunks, and every live one (an apply ahead judges rows while
 // its file downloads, and one that began before the replay's row existed
@@ -243,20 +259,20 @@ type NewerFile struct {
 // bytes (a newer replay and its original) are listed once.
 func NewerOnTable(ctx context.Context, q interface {
 	Query(context.Context, string, ...any) (pgx.Rows, error)
-}, partner string, feeds []string, place, self int64) ([]NewerFile, error) {
+}, partner string, feeds, configured []string, place, self int64) ([]NewerFile, error) {
 	rs, err := q.Query(ctx, `SELECT DISTINCT ON (coalesce(data_sha256, content_sha256, intake_id::text))
 		  intake_id, feed, coalesce(data_sha256, content_sha256, ''), coalesce(data_size, size_bytes, 0),
-		  remote_name, coalesce(content_sha256, ''), coalesce(size_bytes, 0) FROM file_intake
-		WHERE partner_id = $1 AND feed = ANY($2::text[]) AND coalesce(replay_of, intake_id) > $3 AND intake_id <> $4
+		  remote_name, coalesce(content_sha256, ''), coalesce(size_bytes, 0), coalesce(archive_path, '') FROM file_intake
+		WHERE partner_id = $1 AND (feed = ANY($2::text[]) OR feed <> ALL($6::text[])) AND coalesce(replay_of, intake_id) > $3 AND intake_id <> $4
 		  AND (state = 'archived' OR chunks_done > 0 OR state = ANY($5))
 		  AND reason IS DISTINCT FROM 'superseded'
-		ORDER BY coalesce(data_sha256, content_sha256, intake_id::text), intake_id`, partner, feeds, place, self, liveStates)
+		ORDER BY coalesce(data_sha256, content_sha256, intake_id::text), intake_id`, partner, feeds, place, self, liveStates, configured)
 	if err != nil {
 		return nil, fmt.Errorf("newer files: %w", err)
 	}
 	files, err := pgx.CollectRows(rs, func(row pgx.CollectableRow) (NewerFile, error) {
 		var f NewerFile
-		err := row.Scan(&f.ID, &f.Feed, &f.DataSHA256, &f.DataSize, &f.RemoteName, &f.SHA256, &f.Size)
+		err := row.Scan(&f.ID, &f.Feed, &f.DataSHA256, &f.DataSize, &f.RemoteName, &f.SHA256, &f.Size, &f.ArchivePath)
 		return f, err
 	})
 	if err != nil {
