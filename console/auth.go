@@ -295,12 +295,26 @@ type loginState struct {
 	Exp                          time.Time
 }
 
+// localNext is where the browser goes once signed in: next when it is a
+// path of this console, else "/". A browser strips tabs and line breaks
+// from a URL and reads a backslash as a slash, so "/\t/evil.example" would
+// leave the console: next is refused when it holds any of them, a space
+// or another control byte, or starts with two slashes.
+func localNext(next string) string {
+	if !strings.HasPrefix(next, "/") || strings.HasPrefix(next, "//") {
+		return "/"
+	}
+	for i := 0; i < len(next); i++ {
+		if c := next[i]; c <= ' ' || c == 0x7f || c == '\\' {
+			return "/"
+		}
+	}
+	return next
+}
+
 // login starts the authorization code flow with PKCE.
 func (a *authn) login(w http.ResponseWriter, r *http.Request, oc *oidcClient) {
-	next := r.URL.Query().Get("next")
-	if !strings.HasPrefix(next, "/") || strings.HasPrefix(next, "//") || strings.Contains(next, "\\") {
-		next = "/"
-	}
+	next := localNext(r.URL.Query().Get("next"))
 	st := loginState{State: randomToken(), Nonce: randomToken(), Verifier: oauth2.GenerateVerifier(), Next: next, Exp: time.Now().Add(loginTTL)}
 	v, err := a.sign(st)
 	if err != nil {

@@ -181,3 +181,51 @@ func TestStartsWhileTheProviderIsDownAndSignsInOnceItIsUp(t *testing.T) {
 		t.Fatalf("sign-in goes to %q", loc)
 	}
 }
+
+// Sign-in returns the browser only to a path of the console: a next that
+// a browser would read as another site once it strips tabs and line
+// breaks, or reads a backslash as a slash, goes to "/" instead.
+func TestSignInReturnsOnlyToAPathOfTheConsole(t *testing.T) {
+	_, pool := testenv.DB(t)
+	const email = "sam@example.com"
+	idp := newProvider(t, "intake-console", email)
+	s, err := console.New(context.Background(), console.Config{
+		Listen: "127.0.0.1:0", BaseURL: "https://intake.test",
+		Auth: console.Auth{OIDC: &console.OIDC{Issuer: idp.srv.URL, ClientID: "intake-console"}, Viewers: []string{email}},
+	}, console.Deps{Pool: pool, Scope: console.Scope{Partners: []string{"acme"}}, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := s.Handler()
+	noFollow := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	// the page the callback shows after a sign-in that began at next
+	signedIn := func(next string) string {
+		t.Helper()
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, httptest.NewRequest("GET", "/auth/login?next="+url.QueryEscape(next), nil))
+		resp, err := noFollow.Get(w.Header().Get("Location"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		back, _ := url.Parse(resp.Header.Get("Location"))
+		r := httptest.NewRequest("GET", back.RequestURI(), nil)
+		for _, c := range w.Result().Cookies() {
+			r.AddCookie(c)
+		}
+		cb := httptest.NewRecorder()
+		h.ServeHTTP(cb, r)
+		if cb.Code != http.StatusOK {
+			t.Fatalf("callback after next %q: got %d", next, cb.Code)
+		}
+		return cb.Body.String()
+	}
+	if body := signedIn("/held?partner=acme"); !strings.Contains(body, `content="0;url=/held?partner=acme"`) {
+		t.Fatalf("a path of the console is not where sign-in returns:\n%s", body)
+	}
+	for _, next := range []string{"/\t/evil.example", "/\n/evil.example", "/\\evil.example", "//evil.example", "https://evil.example", "/ /evil.example"} {
+		if body := signedIn(next); !strings.Contains(body, `content="0;url=/"`) {
+			t.Errorf("next %q: the signed-in page does not return to /:\n%s", next, body)
+		}
+	}
+}
