@@ -9,6 +9,7 @@ import (
 
 	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/intake/siteindex"
+	"github.com/partner-intake/partner-intake/internal/inert"
 	"github.com/partner-intake/partner-intake/partners"
 	"github.com/partner-intake/partner-intake/partners/sftpconn"
 )
@@ -144,7 +145,7 @@ func (c *siteCheck) shared(p *partnerRT) error {
 	c.log.Error("two partners are one tree on their server: both refused until the configuration changes",
 		"partner", p.cfg.ID, "other_partner", other, "reason", reasonSiteShared)
 	return fmt.Errorf("partner %s: its site is partner %s's tree, or one lies inside the other, as the server resolves them (%s); neither is polled until the configuration changes (reason %s)",
-		p.cfg.ID, other, mine.Root, reasonSiteShared)
+		p.cfg.ID, other, inert.Quote(mine.Root), reasonSiteShared) // the server's words
 }
 
 // batchIDOf is the batch id a file's name gives under its feed's rule

@@ -38,6 +38,15 @@ func TestTwoPartnersOnOneTreeAreRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	b.Config.SFTP.Root = alias
+	// the tree's real name, which the server's REALPATH gives, holds a
+	// terminal escape: the refusal quotes it inert
+	hostile := a.Root + "\x1b[31m"
+	if err := os.Rename(a.Root, hostile); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(hostile, a.Root); err != nil {
+		t.Fatal(err)
+	}
 	r := newRig(t, pool, "w1", a, b)
 	ctx := context.Background()
 	r.poll("tree-a") // alone so far: polled
@@ -46,6 +55,9 @@ func TestTwoPartnersOnOneTreeAreRefused(t *testing.T) {
 		err := r.d.PollOnce(ctx, id)
 		if err == nil || !strings.Contains(err.Error(), "site_shared") {
 			t.Fatalf("poll %s: %v, want it refused (site_shared)", id, err)
+		}
+		if strings.Contains(err.Error(), "\x1b") || !strings.Contains(err.Error(), `\x1b[31m"`) {
+			t.Fatalf("poll %s: %q, want the server's path quoted with its escape made inert", id, err)
 		}
 	}
 	if fs := files(t, pool, "tree-a"); len(fs) != 0 {

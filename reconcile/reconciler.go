@@ -21,6 +21,7 @@ import (
 	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/internal/leaderlock"
 	"github.com/partner-intake/partner-intake/internal/lifecycle"
+	"github.com/partner-intake/partner-intake/internal/pgerr"
 	"github.com/partner-intake/partner-intake/internal/schedule"
 	"github.com/partner-intake/partner-intake/partners"
 	"github.com/partner-intake/partner-intake/spool"
@@ -198,7 +199,7 @@ func (r *Reconciler) RunOnce(ctx context.Context) ([]ledger.Finding, error) {
 		if err != nil {
 			errs = append(errs, fmt.Errorf("partner %s: %w", p.ID, err))
 			all = append(all, ledger.Finding{Kind: ledger.KindPartnerFailed, Partner: p.ID, NeedsHuman: true,
-				Action: "went on with the other partners; the next run tries again", Detail: err.Error()})
+				Action: "went on with the other partners; the next run tries again", Detail: pgerr.Redact(err)})
 		}
 		if ctx.Err() != nil {
 			break

@@ -86,7 +86,7 @@ func cmdCheck(path string, stdout, stderr io.Writer) int {
 				if partners.SiteOverlaps(sites[i].site, sites[j].site) {
 					fail("partners "+sites[i].id+" and "+sites[j].id, fmt.Errorf(
 						"one tree on their server, or one inside the other, as the server resolves them (%s and %s): each would take the other's files; the daemon refuses both (reason site_shared)",
-						sites[i].site.Root, sites[j].site.Root))
+						inert.Quote(sites[i].site.Root), inert.Quote(sites[j].site.Root))) // the server's words
 				}
 			}
 		}

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+
+	"github.com/partner-intake/partner-intake/internal/inert"
 )
 
 // defaultHealthURL is the liveness endpoint of a daemon on this host with
@@ -75,7 +77,7 @@ func cmdHealthcheck(f healthcheckFlags, args []string, stdout, stderr io.Writer)
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
 	line := strings.TrimSpace(string(body))
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		fmt.Fprintf(stderr, "intake healthcheck: %s: %s %s\n", target, resp.Status, line)
+		fmt.Fprintf(stderr, "intake healthcheck: %s: %s %s\n", target, inert.Text(resp.Status), inert.Lines(line)) // a poll error may quote a server
 		return 1
 	}
 	fmt.Fprintf(stdout, "%s: %s\n", target, resp.Status)

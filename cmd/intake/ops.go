@@ -19,6 +19,7 @@ import (
 	"github.com/partner-intake/partner-intake/intake/notify"
 	"github.com/partner-intake/partner-intake/intake/ops"
 	"github.com/partner-intake/partner-intake/internal/inert"
+	"github.com/partner-intake/partner-intake/internal/pgerr"
 	"github.com/partner-intake/partner-intake/partners"
 )
 
@@ -132,7 +133,7 @@ func cmdQuarantine(f quarantineFlags, args []string, stdout, stderr io.Writer) i
 		// and a reconciler finishes it if this one fails: not a failure of
 		// the command.
 		if err := ops.PublishDecision(ctx, e.pool, e.cfg.Partners, id); err != nil {
-			fmt.Fprintf(stderr, "intake quarantine %s: the decision is recorded; the partner's receipt is rewritten by the next reconcile run (now: %v)\n", sub, err)
+			fmt.Fprintf(stderr, "intake quarantine %s: the decision is recorded; the partner's receipt is rewritten by the next reconcile run (now: %s)\n", sub, inert.Lines(pgerr.Redact(err)))
 		}
 		switch {
 		case sub == "discard":

@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/partner-intake/partner-intake/internal/pgerr"
 	"github.com/partner-intake/partner-intake/internal/reason"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -483,7 +484,7 @@ func cmdReconcile(path string, once bool, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stdout)
 	}
 	if err != nil {
-		fmt.Fprintln(stderr, "intake reconcile:", inert.Lines(err.Error()))
+		fmt.Fprintln(stderr, "intake reconcile:", inert.Lines(pgerr.Redact(err)))
 		return 1
 	}
 	fmt.Fprintf(stdout, "%d finding(s)\n", len(found))
