@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -993,5 +994,10 @@ func TestAFileWhoseFeedWasRemovedIsHeldAsAFileOfAFeed(t *testing.T) {
 	}
 	if got := site.Files(t, "quarantine"); len(got) != 0 {
 		t.Fatalf("quarantine/ still holds %v after the file was archived", got)
+	}
+	// held before its batch id was known, its receipt then had another
+	// name: the partner reads one receipt, the archive's
+	if got := site.Files(t, "reports"); len(got) != 1 || got[0] != path.Base(f.Receipt) {
+		t.Fatalf("reports/ holds %v, want the archive's receipt %s alone", got, path.Base(f.Receipt))
 	}
 }

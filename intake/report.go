@@ -18,19 +18,29 @@ import (
 )
 
 // writeReports publishes the receipt and, when rows did not apply, the
-// rejects report, on the partner's site.
+// rejects report, on the partner's site. A decision after an earlier one
+// (a released file) removes what that one published under other names
+// (sitefile.EarlierNames), and its rejects report when this one rejects
+// no row: it would otherwise stand beside a receipt that says
+// rows.rejected 0 (the feed was fixed, the missing parent rows added).
 func (r *finishStage) writeReports(ctx context.Context, rc sitefile.Receipt) error {
 	in := r.in
 	dir := r.sess.Layout.ReportsDir()
+	rejects := ""
 	if in.RowsRejected+in.RowsConflict > 0 {
 		p, err := r.putRejects(ctx, dir)
 		if err != nil {
 			return err
 		}
 		in.RejectsPath, rc.Rejects = p, p
-	} else if in.Override != "" {
-		if err := r.dropStaleRejects(ctx); err != nil {
+		rejects = path.Base(p)
+	}
+	if in.Override != "" {
+		if err := r.dropEarlier(ctx, sitefile.RejectsSuffix, rejects); err != nil {
 			return err
+		}
+		if rejects == "" {
+			in.RejectsPath = ""
 		}
 	}
 	rc.Archive = in.ArchivePath
@@ -50,25 +60,24 @@ func (r *finishStage) writeReports(ctx context.Context, rc sitefile.Receipt) err
 		return err
 	}
 	in.ReceiptPath = p
+	if in.Override != "" {
+		return r.dropEarlier(ctx, sitefile.ReceiptSuffix, name)
+	}
 	return nil
 }
 
-// dropStaleRejects removes the rejects report a released file's earlier
-// decision published, when its new decision rejects no row: the report
-// would otherwise stand beside a receipt that says rows.rejected 0 (the
-// feed was fixed, the missing parent rows added). Its name is the one the
-// receipt keeps (sitefile.ReportStem), sealed or not.
-func (r *finishStage) dropStaleRejects(ctx context.Context) error {
-	if err := r.fence(ctx, "stale rejects"); err != nil {
+// dropEarlier removes the reports of this kind an earlier decision of the
+// file published under another name than keep (sitefile.EarlierNames).
+func (r *finishStage) dropEarlier(ctx context.Context, suffix, keep string) error {
+	if err := r.fence(ctx, "earlier reports"); err != nil {
 		return err
 	}
-	name := path.Join(r.sess.Layout.ReportsDir(), sitefile.ReportStem(r.in)+sitefile.RejectsSuffix)
-	for _, p := range []string{name, name + sitefile.EncryptedSuffix} {
-		if err := r.sess.Remove(p); err != nil && !sftpconn.IsNotExist(err) {
-			return fmt.Errorf("remove stale rejects report: %w", err)
+	dir := r.sess.Layout.ReportsDir()
+	for _, n := range sitefile.EarlierNames(r.in, suffix, keep) {
+		if err := r.sess.Remove(path.Join(dir, n)); err != nil && !sftpconn.IsNotExist(err) {
+			return fmt.Errorf("remove an earlier decision's report: %w", err)
 		}
 	}
-	r.in.RejectsPath = ""
 	return nil
 }
 
@@ -106,11 +115,13 @@ func (r *finishStage) putRejects(ctx context.Context, dir string) (string, error
 		return "", fmt.Errorf("rejects report: %w", err)
 	}
 	rendered := time.Now()
+	// fenced before the upload, and again before the rename that shows
+	// it: a large report's upload can outlast a lease
 	if err := r.fence(ctx, "rejects"); err != nil {
 		return "", err
 	}
 	fenced := time.Now()
-	p, err := sitefile.PutFrom(r.sess, dir, name, f, st.Size())
+	p, err := sitefile.PutFrom(r.sess, dir, name, f, st.Size(), func() error { return r.fence(ctx, "rejects rename") })
 	if err == nil {
 		r.log.Debug("rejects report published", "bytes", st.Size(), "render_seconds", rendered.Sub(start).Seconds(),
 			"fence_seconds", fenced.Sub(rendered).Seconds(), "put_seconds", time.Since(fenced).Seconds())

@@ -113,6 +113,49 @@ func TestStalledOwnerWakingAfterATakeoverPublishesNothing(t *testing.T) {
 	testenv.AssertExactOrders(t, pool, "stall", 4, "S")
 }
 
+// A worker stalled after uploading a rejects report, before its rename,
+// whose file was taken over and finished meanwhile, shows nothing when it
+// wakes: the upload outlasted the fence asked before it, so the rename
+// is fenced again. The partner took the new owner's report away; the
+// stalled one does not put it back.
+func TestStalledOwnerWakingAfterItsRejectsUploadShowsNoReport(t *testing.T) {
+	_, pool := testenv.DB(t)
+	site := testenv.NewSite(t, "stall")
+	site.Drop(t, "orders-r.csv", testenv.OrdersCSV("R", 4)+"R-9,c@example.com,1.00,weird,2026-11-02T10:00:00Z,1\n")
+	spoolDir := t.TempDir()
+	w1 := newNode(t, pool, "w1", spoolDir, site)
+	w2 := newNode(t, pool, "w2", spoolDir, site)
+	resume := pausedPoll(t, w1, "stall", "publish:rejects rename")
+	taken := false
+	for i := 0; i < 10 && !taken; i++ {
+		expireLeases(t, pool)
+		taken = kinds(w2.reconcile(t))[ledger.KindLeaseExpired] == 1
+	}
+	if !taken {
+		t.Fatal("w2 never took the stalled file over")
+	}
+	if err := w2.poll(t, "stall"); err != nil {
+		t.Fatal(err)
+	}
+	f := testenv.Files(t, pool, "stall")[0]
+	if f.State != "archived" || f.Worker != "w2" || f.Rejects == "" {
+		t.Fatalf("got %+v, want archived by w2 with a rejects report", f)
+	}
+	if err := os.Remove(f.Rejects); err != nil { // the partner took it
+		t.Fatal(err)
+	}
+	err := resume()
+	var fe *ledger.FencedError
+	if err != nil && !errors.As(err, &fe) && !errors.Is(err, context.Canceled) {
+		t.Fatalf("the stalled owner's poll: %v", err)
+	}
+	for _, n := range site.Files(t, "reports") {
+		if n != filepath.Base(f.Receipt) {
+			t.Fatalf("reports/ holds %q besides the receipt: the stalled owner published after the takeover", n)
+		}
+	}
+}
+
 // A receipt write killed between its temporary file and the rename leaves
 // a hidden temporary file in reports/; the reconciler removes it once it is
 // older than reconcile.stale_temp (a fresh one, of a write in progress, is

@@ -3,6 +3,7 @@ package sitefile
 import (
 	"context"
 	"fmt"
+	"path"
 
 	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/partners"
@@ -41,6 +42,16 @@ func PublishDiscarded(ctx context.Context, l *ledger.Ledger, s *sftpconn.Session
 	dst, err := Put(s, s.Layout.ReportsDir(), name, data)
 	if err != nil {
 		return err
+	}
+	// the held file's receipt under another name (held before its batch
+	// id was known, or sealed otherwise then) says held no more
+	if err := still(); err != nil {
+		return err
+	}
+	for _, n := range EarlierNames(in, ReceiptSuffix, name) {
+		if err := s.Remove(path.Join(s.Layout.ReportsDir(), n)); err != nil && !sftpconn.IsNotExist(err) {
+			return fmt.Errorf("remove the held file's receipt: %w", err)
+		}
 	}
 	return l.RecordDiscardReceipt(ctx, in, dst)
 }

@@ -21,15 +21,18 @@ import (
 // wrote. A temporary file left by a kill is removed by the reconciler
 // once it is older than reconcile.stale_temp.
 func Put(s *sftpconn.Session, dir, name string, data []byte) (string, error) {
-	return PutFrom(s, dir, name, bytes.NewReader(data), int64(len(data)))
+	return PutFrom(s, dir, name, bytes.NewReader(data), int64(len(data)), nil)
 }
 
 // PutFrom is Put for size bytes read from src (a file in the
 // spool's temp area, for a report too large to hold in memory): only a
 // file up to WholeMax is read into memory at once, a larger one is copied
 // through pkg/sftp. src is read from its start again when the first try
-// has to be repeated.
-func PutFrom(s *sftpconn.Session, dir, name string, src io.ReaderAt, size int64) (string, error) {
+// has to be repeated. fence, when not nil, is the caller's fence, asked
+// once the bytes are written and right before the rename that shows
+// them: a large file's upload can outlast the fence asked before it. Its
+// error leaves nothing on the site.
+func PutFrom(s *sftpconn.Session, dir, name string, src io.ReaderAt, size int64, fence func() error) (string, error) {
 	st, err := Stage(s, dir, name, size <= WholeMax)
 	if err == nil {
 		err = st.Write(src, size)
@@ -42,6 +45,12 @@ func PutFrom(s *sftpconn.Session, dir, name string, src io.ReaderAt, size int64)
 	}
 	if err != nil {
 		return "", err
+	}
+	if fence != nil {
+		if err := fence(); err != nil {
+			st.Discard()
+			return "", err
+		}
 	}
 	return st.Publish(path.Join(dir, name))
 }

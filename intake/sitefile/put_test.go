@@ -31,7 +31,7 @@ func TestALargeFileIsWrittenWhole(t *testing.T) {
 	if _, err := rand.Read(data); err != nil {
 		t.Fatal(err)
 	}
-	p, err := sitefile.PutFrom(s, s.Layout.ReportsDir(), "big.rejects.csv", bytes.NewReader(data), int64(len(data)))
+	p, err := sitefile.PutFrom(s, s.Layout.ReportsDir(), "big.rejects.csv", bytes.NewReader(data), int64(len(data)), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

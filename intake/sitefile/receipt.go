@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"slices"
 	"time"
 
 	"github.com/partner-intake/partner-intake/internal/reason"
@@ -64,6 +65,26 @@ func ReportStem(in *ledger.Intake) string {
 		return FitStem("", in.BatchID, fmt.Sprintf(".%d", in.ID), ReceiptSuffix+EncryptedSuffix)
 	}
 	return fmt.Sprintf("intake-%d", in.ID)
+}
+
+// EarlierNames are the names in the reports dir under which an earlier
+// decision of the intake may have published a report of this kind
+// (suffix: ReceiptSuffix or RejectsSuffix) other than keep: the stem
+// changes once the file's batch id is known (a file held before it was
+// read has none, intake-ID), and the encrypted suffix with the feed's
+// encrypt_reports_to as it was then (or the feed gone). A decision after
+// an earlier one removes them, so the partner reads one report of a
+// kind, the latest decision's.
+func EarlierNames(in *ledger.Intake, suffix, keep string) []string {
+	var names []string
+	for _, stem := range []string{ReportStem(in), fmt.Sprintf("intake-%d", in.ID)} {
+		for _, n := range []string{stem + suffix, stem + suffix + EncryptedSuffix} {
+			if n != keep && !slices.Contains(names, n) {
+				names = append(names, n)
+			}
+		}
+	}
+	return names
 }
 
 // ReceiptJSON completes rc with what the row says of the file and renders
