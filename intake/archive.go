@@ -200,6 +200,11 @@ func (r *finishStage) reclaimHeld(ctx context.Context, dir string) (dst string, 
 	if _, err := moveOnce(r.sess, held+partners.ManifestSuffix, []string{dst + partners.ManifestSuffix}); err != nil && !errors.Is(err, ErrRemoteLost) {
 		return "", false, fmt.Errorf("archive manifest from quarantine: %w", err)
 	}
+	// the move may have been a copy that outlasted the fence: a reason
+	// file a new owner's hold wrote meanwhile is the truth
+	if err := r.fence(ctx, "reclaim reason"); err != nil {
+		return "", false, err
+	}
 	if err := r.removeReason(); err != nil {
 		return "", false, err
 	}
