@@ -300,6 +300,9 @@ func (d *Daemon) holdNothingLeft(ctx context.Context, o *partnerRT, next *partne
 	if err == nil && len(gone) > 0 {
 		left, err = d.goneLeft(ctx, o, gone)
 	}
+	if err == nil && len(left) == 0 && next == nil {
+		left, err = d.goneEntries(ctx, o)
+	}
 	if err == nil && len(left) == 0 && s.list != "" && !(s.unlessSettled && o.settled && !o.takenOver.Load()) {
 		left, err = processingEntries(ctx, d.sessions, o, s.list, s.base)
 		switch {
@@ -361,6 +364,74 @@ func (d *Daemon) goneLeft(ctx context.Context, o *partnerRT, gone []int64) ([]st
 	return left, nil
 }
 
+// goneEntries names the entries without a row in the processing dirs of
+// the partner's replicas no longer alive (a claim whose row was never
+// written, its replica gone before it adopted it): a poller or reconciler
+// of the partner adopts them, none once every replica has removed it, so
+// while the site answers the removal waits for them; a site that does not
+// answer is warned of, as goneLeft does. This worker's own dir is looked
+// through by the caller. A dir of a worker id that never registered (a
+// one-shot run) counts as gone, as its rows do (HeldByGone): a live one's
+// claim gets its row in a moment, and a dead one's is never adopted
+// otherwise once the partner is removed.
+func (d *Daemon) goneEntries(ctx context.Context, o *partnerRT) ([]string, error) {
+	layout := partners.NewLayout(o.cfg)
+	base := layout.ProcessingBase()
+	err := fault.Check("reload:site_probe") // (a test's site that does not answer)
+	var paths []string
+	if err == nil {
+		// every entry: those of live replicas are judged by them
+		paths, err = processingPaths(ctx, d.sessions, o, base, true, maxProcessingLook)
+	}
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("listing %s: %w", base, context.Cause(ctx))
+		}
+		d.log.Warn("partner removed by a reload without looking through the processing dirs of replicas no longer alive: its site did not answer; a start with the partner configured again adopts what is there",
+			"partner", o.cfg.ID, "dir", base, "err", err)
+		return nil, nil
+	}
+	own := layout.ProcessingDir(d.cfg.WorkerID)
+	gone := map[string]bool{}
+	var theirs []string
+	for _, p := range paths {
+		dir := path.Dir(p)
+		if dir == own {
+			continue
+		}
+		w := path.Base(dir)
+		g, seen := gone[w]
+		if !seen {
+			alive, err := d.ledger.WorkerAlive(ctx, w)
+			if err != nil {
+				return nil, err
+			}
+			g, gone[w] = !alive, !alive
+		}
+		if g {
+			theirs = append(theirs, p)
+		}
+	}
+	if len(theirs) == 0 {
+		return nil, nil
+	}
+	live, err := d.ledger.LivePaths(ctx, o.cfg.ID, theirs)
+	if err != nil {
+		return nil, err
+	}
+	var left []string
+	for _, p := range theirs {
+		if !live[p] && len(left) <= maxNamedClaims {
+			left = append(left, p+" (no row; its replica is no longer alive: a poller or reconciler of the partner adopts it)")
+		}
+	}
+	return left, nil
+}
+
+// maxProcessingLook bounds the entries a removal reads from the
+// processing dirs of every replica.
+const maxProcessingLook = 100000
+
 // errPollBusy: a partner's poll was still in progress after pollWait.
 var errPollBusy = errors.New("a poll in progress")
 
@@ -394,6 +465,15 @@ func lockIdle(ctx context.Context, o *partnerRT) error {
 // ctx (a stop signal ends the reload at once, not an op timeout later):
 // the partner's session is closed then, and its next poll dials afresh.
 func processingEntries(ctx context.Context, k *sessionKeeper, o *partnerRT, dir string, base bool) ([]string, error) {
+	paths, err := processingPaths(ctx, k, o, dir, base, maxNamedClaims+1)
+	for i := range paths {
+		paths[i] += " (no row)"
+	}
+	return paths, err
+}
+
+// processingPaths is processingEntries' paths as they are, at most limit.
+func processingPaths(ctx context.Context, k *sessionKeeper, o *partnerRT, dir string, base bool, limit int) ([]string, error) {
 	sess, err := k.session(ctx, o)
 	if err != nil {
 		return nil, err
@@ -428,8 +508,8 @@ func processingEntries(ctx context.Context, k *sessionKeeper, o *partnerRT, dir 
 			if strings.HasPrefix(e.Name(), ".") {
 				continue
 			}
-			left = append(left, path.Join(dir, e.Name())+" (no row)")
-			if len(left) > maxNamedClaims {
+			left = append(left, path.Join(dir, e.Name()))
+			if len(left) >= limit {
 				return left, nil
 			}
 		}

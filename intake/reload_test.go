@@ -227,16 +227,18 @@ func TestAReloadThatRemovesAPartnerWaitsForItsPollInProgress(t *testing.T) {
 	}
 }
 
-// Only this worker's claims hold a removal up: other replicas still
-// serving the partner look after theirs. A partner whose last poll
-// failed (before any claim: nothing of this worker is in its processing
-// dir) is removed while another worker's dir holds an entry; the reload
-// looks through this worker's dir alone, finds it empty, and the stop
-// records a drained run.
+// Only the claims of this worker and of replicas no longer alive hold a
+// removal up: other replicas still serving the partner look after
+// theirs. A partner whose last poll failed (before any claim: nothing of
+// this worker is in its processing dir) is removed while a live other
+// worker's dir holds an entry; the reload finds this worker's dir empty,
+// and the stop records a drained run.
 func TestAReloadRemovesAPartnerWhoseOtherWorkersStillHoldClaims(t *testing.T) {
 	_, pool := testenv.DB(t)
 	r, a, b := startRemovalRig(t, pool, intake.Config{})
 	ctx := context.Background()
+	execArgs(t, pool, `INSERT INTO intake_worker (worker_id, hostname, pid, lease, partners, last_seen)
+		VALUES ('un-other', 'h', 1, interval '1 hour', '{}', pg_catalog.now())`) // a replica alive
 	other := filepath.Join(a.Root, "processing", "un-other")
 	if err := os.MkdirAll(other, 0o755); err != nil {
 		t.Fatal(err)
@@ -606,6 +608,43 @@ func TestAReloadThatMovesTheQuarantineOrArchiveDirWaitsForAnUnfinishedMove(t *te
 				t.Fatalf("%+v: want the next file %s in %s2/", f, c.state, c.dir)
 			}
 		})
+	}
+}
+
+// A claim a replica no longer alive left without a row (its row never
+// written, the replica gone before it adopted it) holds a removal of the
+// partner up while the site answers: a poller or reconciler of the
+// partner adopts it, none once every replica has removed the partner.
+func TestAReloadThatRemovesAPartnerWaitsForAClaimWithoutARowOfAReplicaNoLongerAlive(t *testing.T) {
+	_, pool := testenv.DB(t)
+	r, a, b := startRemovalRig(t, pool, intake.Config{})
+	ctx := context.Background()
+	a.Drop(t, "orders-1.csv", goodRows("N", 2))
+	if err := fault.Set("claim:after_rename=error"); err != nil {
+		t.Fatal(err)
+	}
+	dead := newRig(t, pool, "dead", a)
+	dead.d.PollOnce(ctx, "un-a") // fails at the fault: claimed, no row
+	fault.Set("")
+	dead.d.Stop() // a replica no longer alive
+	if fs := files(t, pool, "un-a"); len(fs) != 0 || len(a.Files(t, "processing/dead")) != 1 {
+		t.Fatalf("rows %+v and processing/dead %v, want one claim without a row", fs, a.Files(t, "processing/dead"))
+	}
+	_, err := r.d.Reload(ctx, []partners.Config{b.Validated(t)})
+	if !errors.Is(err, intake.ErrProcessingInUse) || !strings.Contains(err.Error(), "processing/dead/orders-1.csv (no row; its replica is no longer alive") {
+		t.Fatalf("reload removing the partner: %v, want it refused naming the claim in processing/dead", err)
+	}
+	// adopted by the partner's reconciler and archived, the removal is
+	// taken
+	reconcileAs(t, pool, "un", a)
+	r.d.TakenOver("un-a")
+	r.poll("un-a")
+	if fs := files(t, pool, "un-a"); len(fs) != 1 || fs[0].State != "archived" {
+		t.Fatalf("rows %+v, want the claim adopted and archived", fs)
+	}
+	res, err := r.d.Reload(ctx, []partners.Config{b.Validated(t)})
+	if err != nil || !reflect.DeepEqual(res.Removed, []string{"un-a"}) {
+		t.Fatalf("reload removing the partner with nothing left: %+v, %v", res, err)
 	}
 }
 
