@@ -208,6 +208,7 @@ func (r *finishStage) reclaimHeld(ctx context.Context, dir string) (dst string, 
 	if err := r.removeReason(); err != nil {
 		return "", false, err
 	}
+	r.redecided = true
 	r.log.Warn("the file was in quarantine/ from a hold whose end was never recorded; archived from there", "quarantine_path", held)
 	return dst, true, nil
 }

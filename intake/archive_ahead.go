@@ -85,7 +85,7 @@ func (r *fileRun) dropSite() {
 // reason file to remove).
 func (r *finishStage) stagedFits() bool {
 	in := r.in
-	return in.ReplayOf == 0 && in.Override == "" && in.RowsRejected+in.RowsConflict == 0
+	return in.ReplayOf == 0 && in.Override == "" && !r.redecided && in.RowsRejected+in.RowsConflict == 0
 }
 
 // aheadReceipt is a receipt's temporary file opened ahead, with the

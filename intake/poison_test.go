@@ -641,6 +641,12 @@ func TestAHoldNeverRecordedIsUndoneByTheNextDecision(t *testing.T) {
 	}
 	fault.Set("")
 	exec(t, pool, `DELETE FROM poison_on`) // the cause fixed
+	// the hold's receipt as one held before the file's batch id was
+	// known names it
+	earlier := filepath.Join(site.Root, "reports", fmt.Sprintf("intake-%d.receipt.json", f.ID))
+	if err := os.WriteFile(earlier, []byte(`{"outcome":"failed"}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	waitDue(t, pool, "acme")
 	r.poll("acme")
 	f = files(t, pool, "acme")[0]
@@ -656,6 +662,9 @@ func TestAHoldNeverRecordedIsUndoneByTheNextDecision(t *testing.T) {
 	}
 	if rc := receipt(t, site, f.Receipt); rc.Outcome != ledger.OutcomeAccepted || rc.Detail != "" {
 		t.Fatalf("receipt %+v: want accepted, nothing lost", rc)
+	}
+	if got := site.Files(t, "reports"); len(got) != 1 || got[0] != filepath.Base(f.Receipt) {
+		t.Fatalf("reports/ holds %v, want the accepted receipt alone", got)
 	}
 }
 

@@ -164,6 +164,7 @@ func (r *fetchStage) unhold(ctx context.Context) error {
 	if !data && !man {
 		return nil // not held either: the download finds it lost
 	}
+	r.redecided = true
 	// the data file last: until it is back, the next attempt looks again
 	if err := r.finishStage().removeReason(); err != nil {
 		return err

@@ -19,7 +19,7 @@ import (
 
 // writeReports publishes the receipt and, when rows did not apply, the
 // rejects report, on the partner's site. A decision after an earlier one
-// (a released file) removes what that one published under other names
+// (a released file, or one whose hold's end was never recorded) removes what that one published under other names
 // (sitefile.EarlierNames), and its rejects report when this one rejects
 // no row: it would otherwise stand beside a receipt that says
 // rows.rejected 0 (the feed was fixed, the missing parent rows added).
@@ -35,7 +35,8 @@ func (r *finishStage) writeReports(ctx context.Context, rc sitefile.Receipt) err
 		in.RejectsPath, rc.Rejects = p, p
 		rejects = path.Base(p)
 	}
-	if in.Override != "" {
+	again := in.Override != "" || r.redecided // a decision after an earlier one
+	if again {
 		if err := r.dropEarlier(ctx, sitefile.RejectsSuffix, rejects); err != nil {
 			return err
 		}
@@ -60,7 +61,7 @@ func (r *finishStage) writeReports(ctx context.Context, rc sitefile.Receipt) err
 		return err
 	}
 	in.ReceiptPath = p
-	if in.Override != "" {
+	if again {
 		return r.dropEarlier(ctx, sitefile.ReceiptSuffix, name)
 	}
 	return nil

@@ -54,6 +54,10 @@ type fileRun struct {
 	// placed: this run put the file at its claimed path (its claim) or
 	// read it there: what is at the path is its bytes (claimedIsOurs).
 	placed bool
+	// redecided: this run found the file held by an earlier attempt of
+	// its own whose end was never recorded (unhold, reclaimHeld): a
+	// decision after an earlier one, as a released file's
+	redecided bool
 }
 
 func (d *Daemon) newRun(p *partnerRT, sess *sftpconn.Session, in *ledger.Intake) (*fileRun, error) {
