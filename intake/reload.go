@@ -297,11 +297,8 @@ func (d *Daemon) holdNothingLeft(ctx context.Context, o *partnerRT, next *partne
 	} else {
 		left, err = rows()
 	}
-	if err == nil && len(gone) > 0 {
-		left, err = d.goneLeft(ctx, o, gone)
-	}
 	if err == nil && len(left) == 0 && next == nil {
-		left, err = d.goneEntries(ctx, o)
+		left, err = d.goneLeft(ctx, o, gone)
 	}
 	if err == nil && len(left) == 0 && s.list != "" && !(s.unlessSettled && o.settled && !o.takenOver.Load()) {
 		left, err = processingEntries(ctx, d.sessions, o, s.list, s.base)
@@ -336,45 +333,19 @@ func (d *Daemon) holdNothingLeft(ctx context.Context, o *partnerRT, next *partne
 	return unlock, nil
 }
 
-// goneLeft judges the rows of a partner being removed that no live
-// replica holds (gone): while its site answers they are named, and the
-// removal refused until a reconciler or poller of the partner (this
-// replica's included) has taken them over; a site that does not answer
-// takes no takeover either, so the partner is removed all the same, with
-// a warning naming them: a start with the partner configured again takes
-// them over.
+// goneLeft judges what of a partner being removed no live replica holds:
+// its rows held by replicas no longer alive (gone), and the entries
+// without a row in those replicas' processing dirs (a claim whose row was
+// never written, its replica gone before it adopted it; a worker id that
+// never registered, a one-shot run's, counts as gone, as its rows do:
+// HeldByGone). Only a reconciler or poller of the partner takes them
+// over or adopts them, none once every replica has removed it: while its
+// site answers they are named, and the removal refused until they are
+// (this replica's reconciler included); a site that does not answer takes
+// no takeover either, so the partner is removed all the same, with a
+// warning naming them: a start with the partner configured again takes
+// them over. This worker's own dir is looked through by the caller.
 func (d *Daemon) goneLeft(ctx context.Context, o *partnerRT, gone []int64) ([]string, error) {
-	dir := partners.NewLayout(o.cfg).ProcessingDir(d.cfg.WorkerID)
-	err := fault.Check("reload:site_probe") // (a test's site that does not answer)
-	if err == nil {
-		_, err = processingEntries(ctx, d.sessions, o, dir, false)
-	}
-	if err != nil {
-		if ctx.Err() != nil {
-			return nil, fmt.Errorf("listing %s: %w", dir, context.Cause(ctx))
-		}
-		d.log.Warn("partner removed by a reload with files of replicas no longer alive in flight: its site did not answer, so none can be taken over; a start with the partner configured again takes them over",
-			"partner", o.cfg.ID, "intake_ids", gone, "err", err)
-		return nil, nil
-	}
-	left := make([]string, 0, len(gone))
-	for _, id := range gone {
-		left = append(left, fmt.Sprintf("intake %d (held by a replica no longer alive: a reconciler of the partner takes it over)", id))
-	}
-	return left, nil
-}
-
-// goneEntries names the entries without a row in the processing dirs of
-// the partner's replicas no longer alive (a claim whose row was never
-// written, its replica gone before it adopted it): a poller or reconciler
-// of the partner adopts them, none once every replica has removed it, so
-// while the site answers the removal waits for them; a site that does not
-// answer is warned of, as goneLeft does. This worker's own dir is looked
-// through by the caller. A dir of a worker id that never registered (a
-// one-shot run) counts as gone, as its rows do (HeldByGone): a live one's
-// claim gets its row in a moment, and a dead one's is never adopted
-// otherwise once the partner is removed.
-func (d *Daemon) goneEntries(ctx context.Context, o *partnerRT) ([]string, error) {
 	layout := partners.NewLayout(o.cfg)
 	base := layout.ProcessingBase()
 	err := fault.Check("reload:site_probe") // (a test's site that does not answer)
@@ -387,12 +358,16 @@ func (d *Daemon) goneEntries(ctx context.Context, o *partnerRT) ([]string, error
 		if ctx.Err() != nil {
 			return nil, fmt.Errorf("listing %s: %w", base, context.Cause(ctx))
 		}
-		d.log.Warn("partner removed by a reload without looking through the processing dirs of replicas no longer alive: its site did not answer; a start with the partner configured again adopts what is there",
-			"partner", o.cfg.ID, "dir", base, "err", err)
+		d.log.Warn("partner removed by a reload without looking at what replicas no longer alive left: its site did not answer, so none can be taken over; a start with the partner configured again takes them over",
+			"partner", o.cfg.ID, "intake_ids", gone, "dir", base, "err", err)
 		return nil, nil
 	}
+	left := make([]string, 0, len(gone))
+	for _, id := range gone {
+		left = append(left, fmt.Sprintf("intake %d (held by a replica no longer alive: a reconciler of the partner takes it over)", id))
+	}
 	own := layout.ProcessingDir(d.cfg.WorkerID)
-	gone := map[string]bool{}
+	alive := map[string]bool{}
 	var theirs []string
 	for _, p := range paths {
 		dir := path.Dir(p)
@@ -400,29 +375,27 @@ func (d *Daemon) goneEntries(ctx context.Context, o *partnerRT) ([]string, error
 			continue
 		}
 		w := path.Base(dir)
-		g, seen := gone[w]
+		a, seen := alive[w]
 		if !seen {
-			alive, err := d.ledger.WorkerAlive(ctx, w)
-			if err != nil {
+			if a, err = d.ledger.WorkerAlive(ctx, w); err != nil {
 				return nil, err
 			}
-			g, gone[w] = !alive, !alive
+			alive[w] = a
 		}
-		if g {
+		if !a {
 			theirs = append(theirs, p)
 		}
 	}
 	if len(theirs) == 0 {
-		return nil, nil
+		return left, nil
 	}
 	live, err := d.ledger.LivePaths(ctx, o.cfg.ID, theirs)
 	if err != nil {
 		return nil, err
 	}
-	var left []string
 	for _, p := range theirs {
 		if !live[p] && len(left) <= maxNamedClaims {
-			left = append(left, p+" (no row; its replica is no longer alive: a poller or reconciler of the partner adopts it)")
+			left = append(left, p+" (no row; its replica is no longer alive: a reconciler of the partner adopts it)")
 		}
 	}
 	return left, nil
