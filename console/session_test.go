@@ -17,14 +17,11 @@ import (
 	"github.com/partner-intake/partner-intake/internal/testenv"
 )
 
-// Through the OpenID flow (no browser): an unsigned page sends the
-// browser to sign in; the sign-in's cookie is Lax, the session cookie
-// HttpOnly, Secure and SameSite=Strict on an https console; the session
-// opens pages; a session cookie changed by one character, or a callback
-// whose state is not the sign-in's, is refused.
-func TestSessionCookieIsStrictSecureAndSigned(t *testing.T) {
+// oidcConsole is a console at https://intake.test signing in with a
+// provider of its own, where email is a viewer.
+func oidcConsole(t *testing.T, email string) (*console.Server, *provider) {
+	t.Helper()
 	_, pool := testenv.DB(t)
-	const email = "sam@example.com"
 	idp := newProvider(t, "intake-console", email)
 	s, err := console.New(context.Background(), console.Config{
 		Listen: "127.0.0.1:0", BaseURL: "https://intake.test",
@@ -33,6 +30,17 @@ func TestSessionCookieIsStrictSecureAndSigned(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return s, idp
+}
+
+// Through the OpenID flow (no browser): an unsigned page sends the
+// browser to sign in; the sign-in's cookie is Lax, the session cookie
+// HttpOnly, Secure and SameSite=Strict on an https console; the session
+// opens pages; a session cookie changed by one character, or a callback
+// whose state is not the sign-in's, is refused.
+func TestSessionCookieIsStrictSecureAndSigned(t *testing.T) {
+	const email = "sam@example.com"
+	s, idp := oidcConsole(t, email)
 	h := s.Handler()
 	get := func(target string, cookies ...*http.Cookie) *httptest.ResponseRecorder {
 		r := httptest.NewRequest("GET", target, nil)
@@ -186,16 +194,7 @@ func TestStartsWhileTheProviderIsDownAndSignsInOnceItIsUp(t *testing.T) {
 // a browser would read as another site once it strips tabs and line
 // breaks, or reads a backslash as a slash, goes to "/" instead.
 func TestSignInReturnsOnlyToAPathOfTheConsole(t *testing.T) {
-	_, pool := testenv.DB(t)
-	const email = "sam@example.com"
-	idp := newProvider(t, "intake-console", email)
-	s, err := console.New(context.Background(), console.Config{
-		Listen: "127.0.0.1:0", BaseURL: "https://intake.test",
-		Auth: console.Auth{OIDC: &console.OIDC{Issuer: idp.srv.URL, ClientID: "intake-console"}, Viewers: []string{email}},
-	}, console.Deps{Pool: pool, Scope: console.Scope{Partners: []string{"acme"}}, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, _ := oidcConsole(t, "sam@example.com")
 	h := s.Handler()
 	noFollow := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	// the page the callback shows after a sign-in that began at next

@@ -7,7 +7,6 @@ import (
 	"hash/maphash"
 	"io"
 	"slices"
-	"time"
 
 	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/intake/rows"
@@ -236,18 +235,7 @@ func (r *applyStage) newerRows(ctx context.Context, f ledger.NewerFile, feed *pa
 
 // dropIfUnused removes a copy the replay made in the spool unless an
 // unfinished intake of the partner reads the same bytes.
-func (r *applyStage) dropIfUnused(e spool.Entry) {
-	probe := ledger.Intake{ID: r.in.ID, Partner: r.in.Partner, DataSHA256: e.SHA256}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	busy, err := r.d.ledger.DataInUse(ctx, &probe)
-	if err == nil && !busy {
-		err = r.d.spool.Remove(r.in.Partner, e.SHA256)
-	}
-	if err != nil {
-		r.log.Warn("a copy made to read a newer file not removed from the spool; purge removes it at retention", "err", err)
-	}
-}
+func (r *applyStage) dropIfUnused(e spool.Entry) { r.dropUnused(e, "a copy made to read a newer file") }
 
 // eachRow reads the spooled file sha as a file of feed and calls fn with
 // each row, valid or not, until fn returns false.

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/intake/sitefile"
 	"github.com/partner-intake/partner-intake/internal/fault"
@@ -59,21 +61,19 @@ func inode(t *testing.T, path string) uint64 {
 	return st.Sys().(*syscall.Stat_t).Ino
 }
 
-// A worker stalled right before it publishes a receipt, whose file was
-// taken over and finished by another replica meanwhile, publishes nothing
-// when it wakes: its fencing check right before the write is refused, and
-// the partner's receipt stays the new owner's.
-func TestStalledOwnerWakingAfterATakeoverPublishesNothing(t *testing.T) {
+// stalledAndTakenOver drops a file of data on a site, has worker w1 stall
+// at step while it runs it, and w2's reconciler take it over (w1's
+// heartbeat may still renew the lease: expired until w2 takes it) and
+// w2's poll finish it; resume lets w1 go on.
+func stalledAndTakenOver(t *testing.T, data, step string) (*pgxpool.Pool, *testenv.Site, testenv.FileRow, func() error) {
+	t.Helper()
 	_, pool := testenv.DB(t)
 	site := testenv.NewSite(t, "stall")
-	site.Drop(t, "orders-s.csv", testenv.OrdersCSV("S", 4))
+	site.Drop(t, "orders-s.csv", data)
 	spoolDir := t.TempDir()
 	w1 := newNode(t, pool, "w1", spoolDir, site)
 	w2 := newNode(t, pool, "w2", spoolDir, site)
-	resume := pausedPoll(t, w1, "stall", "publish:receipt")
-
-	// w1 is stalled (its heartbeat may still renew the lease: expire it
-	// until w2's reconciler takes the file over)
+	resume := pausedPoll(t, w1, "stall", step)
 	taken := false
 	for i := 0; i < 10 && !taken; i++ {
 		expireLeases(t, pool)
@@ -85,7 +85,15 @@ func TestStalledOwnerWakingAfterATakeoverPublishesNothing(t *testing.T) {
 	if err := w2.poll(t, "stall"); err != nil {
 		t.Fatal(err)
 	}
-	f := testenv.Files(t, pool, "stall")[0]
+	return pool, site, testenv.Files(t, pool, "stall")[0], resume
+}
+
+// A worker stalled right before it publishes a receipt, whose file was
+// taken over and finished by another replica meanwhile, publishes nothing
+// when it wakes: its fencing check right before the write is refused, and
+// the partner's receipt stays the new owner's.
+func TestStalledOwnerWakingAfterATakeoverPublishesNothing(t *testing.T) {
+	pool, site, f, resume := stalledAndTakenOver(t, testenv.OrdersCSV("S", 4), "publish:receipt")
 	if f.State != "archived" || f.Worker != "w2" || f.Receipt == "" {
 		t.Fatalf("got %+v, want archived by w2 with a receipt", f)
 	}
@@ -119,25 +127,7 @@ func TestStalledOwnerWakingAfterATakeoverPublishesNothing(t *testing.T) {
 // is fenced again. The partner took the new owner's report away; the
 // stalled one does not put it back.
 func TestStalledOwnerWakingAfterItsRejectsUploadShowsNoReport(t *testing.T) {
-	_, pool := testenv.DB(t)
-	site := testenv.NewSite(t, "stall")
-	site.Drop(t, "orders-r.csv", testenv.OrdersCSV("R", 4)+"R-9,c@example.com,1.00,weird,2026-11-02T10:00:00Z,1\n")
-	spoolDir := t.TempDir()
-	w1 := newNode(t, pool, "w1", spoolDir, site)
-	w2 := newNode(t, pool, "w2", spoolDir, site)
-	resume := pausedPoll(t, w1, "stall", "publish:rejects rename")
-	taken := false
-	for i := 0; i < 10 && !taken; i++ {
-		expireLeases(t, pool)
-		taken = kinds(w2.reconcile(t))[ledger.KindLeaseExpired] == 1
-	}
-	if !taken {
-		t.Fatal("w2 never took the stalled file over")
-	}
-	if err := w2.poll(t, "stall"); err != nil {
-		t.Fatal(err)
-	}
-	f := testenv.Files(t, pool, "stall")[0]
+	_, site, f, resume := stalledAndTakenOver(t, testenv.OrdersCSV("R", 4)+"R-9,c@example.com,1.00,weird,2026-11-02T10:00:00Z,1\n", "publish:rejects rename")
 	if f.State != "archived" || f.Worker != "w2" || f.Rejects == "" {
 		t.Fatalf("got %+v, want archived by w2 with a rejects report", f)
 	}
