@@ -1010,3 +1010,40 @@ func TestAFileWhoseFeedWasRemovedIsHeldAsAFileOfAFeed(t *testing.T) {
 		t.Fatalf("reports/ holds %v, want the archive's receipt %s alone", got, path.Base(f.Receipt))
 	}
 }
+
+// A lock not had within a lock_timeout the database sets (its rows held by
+// the application) is transient: the file waits for its next attempt and
+// applies once the lock is gone, not failed for good.
+func TestALockTimeoutTheDatabaseSetsIsRetried(t *testing.T) {
+	ctx := context.Background()
+	_, pool := testenv.DB(t)
+	exec(t, pool, `DO $$ BEGIN EXECUTE pg_catalog.format('ALTER DATABASE %I SET lock_timeout = %L', pg_catalog.current_database(), '200ms'); END $$`)
+	pool.Reset() // new sessions take it
+	site := testenv.NewSite(t, "acme")
+	r := newRigCfg(t, pool, intake.Config{WorkerID: "w1", Lease: 30 * time.Second, SpoolMinFree: 1,
+		Retry: intake.RetryPolicy{Attempts: 5, Base: time.Millisecond, Max: time.Millisecond}}, site)
+	site.Drop(t, "orders-1.csv", goodRows("L", 3))
+	r.poll("acme")
+	app, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer app.Rollback(ctx)
+	if _, err := app.Exec(ctx, `SELECT 1 FROM orders WHERE partner_id = 'acme' FOR UPDATE`); err != nil {
+		t.Fatal(err)
+	}
+	site.Drop(t, "orders-2.csv", strings.ReplaceAll(goodRows("L", 3), ",paid,", ",shipped,"))
+	r.poll("acme")
+	f := files(t, pool, "acme")[1]
+	if f.State == "failed_terminal" || f.State == "archived" {
+		t.Fatalf("%+v, want the file waiting for its next attempt while its rows are locked", f)
+	}
+	if err := app.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitDue(t, pool, "acme")
+	r.poll("acme")
+	if f = files(t, pool, "acme")[1]; f.State != "archived" || f.Applied != 3 {
+		t.Fatalf("%+v, want archived with its 3 rows once the lock is gone", f)
+	}
+}

@@ -108,10 +108,13 @@ type FileError struct {
 func (e *FileError) Error() string { return string(e.Reason) + ": " + e.Detail }
 
 // Transient reports whether err is worth retrying: what pgconn says is safe
-// to retry, a SQLSTATE of class 08 (connection), 40001 (serialization),
-// 40P01 (deadlock), 57P01/57P02/57P03 (server shutdown or restart), 57014
-// (statement timeout) or 25P03 (idle-in-transaction timeout: the server
-// ended a stalled session, see the daemon's PoolConfig), or a network error. Every
+// to retry, a SQLSTATE of class 08 (connection), 53 (insufficient
+// resources: too many connections, a full disk, out of memory), 40001
+// (serialization), 40P01 (deadlock), 55P03 (a lock not had within
+// lock_timeout, which a role or database may set), 57P01/57P02/57P03
+// (server shutdown or restart), 57014 (statement timeout) or 25P03
+// (idle-in-transaction timeout: the server ended a stalled session, see
+// the daemon's PoolConfig), or a network error. Every
 // retry passes the fencing gate again, so a retry after a takeover is
 // refused there. Validation and fencing errors are never transient.
 func Transient(err error) bool {
@@ -132,9 +135,9 @@ func Transient(err error) bool {
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) {
 		switch {
-		case len(pe.Code) == 5 && pe.Code[:2] == "08":
+		case len(pe.Code) == 5 && (pe.Code[:2] == "08" || pe.Code[:2] == "53"):
 			return true
-		case pe.Code == "40001", pe.Code == "40P01", pe.Code == "57P01", pe.Code == "57P02", pe.Code == "57P03",
+		case pe.Code == "40001", pe.Code == "40P01", pe.Code == "55P03", pe.Code == "57P01", pe.Code == "57P02", pe.Code == "57P03",
 			pe.Code == "57014", pe.Code == "25P03":
 			return true
 		}
