@@ -205,25 +205,20 @@ func OlderWriter(ctx context.Context, q interface {
 // left (retention.row_issues purged them): which lines they were is not
 // known.
 func RejectedLines(ctx context.Context, q interface {
-	Query(context.Context, string, ...any) (pgx.Rows, error)
 	QueryRow(context.Context, string, ...any) pgx.Row
 }, intakeID int64, dup bool) (lines []int64, complete bool, err error) {
-	var recorded, left int64
-	err = q.QueryRow(ctx, `SELECT f.rows_rejected, (SELECT pg_catalog.count(*) FROM intake_row_issue i
-		WHERE i.intake_id = f.intake_id AND i.outcome = 'rejected') FROM file_intake f WHERE f.intake_id = $1`, intakeID).Scan(&recorded, &left)
-	if err != nil {
-		return nil, false, fmt.Errorf("rejected lines: %w", err)
-	}
 	but := string(reason.DuplicateKey)
 	if dup {
 		but = ""
 	}
-	rs, err := q.Query(ctx, `SELECT DISTINCT line FROM intake_row_issue
-		WHERE intake_id = $1 AND outcome = 'rejected' AND reason <> $2 ORDER BY line`, intakeID, but)
-	if err != nil {
-		return nil, false, fmt.Errorf("rejected lines: %w", err)
-	}
-	lines, err = pgx.CollectRows(rs, pgx.RowTo[int64])
+	// one statement, one snapshot: a purge of the issues between two
+	// looks would make the lines seem complete and none
+	var recorded, left int64
+	err = q.QueryRow(ctx, `SELECT f.rows_rejected,
+		  (SELECT pg_catalog.count(*) FROM intake_row_issue i WHERE i.intake_id = f.intake_id AND i.outcome = 'rejected'),
+		  coalesce((SELECT pg_catalog.array_agg(DISTINCT i.line ORDER BY i.line) FROM intake_row_issue i
+		    WHERE i.intake_id = f.intake_id AND i.outcome = 'rejected' AND i.reason <> $2), '{}')
+		FROM file_intake f WHERE f.intake_id = $1`, intakeID, but).Scan(&recorded, &left, &lines)
 	if err != nil {
 		return nil, false, fmt.Errorf("rejected lines: %w", err)
 	}
