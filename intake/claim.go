@@ -10,6 +10,7 @@ import (
 	"github.com/partner-intake/partner-intake/intake/siteread"
 	"github.com/partner-intake/partner-intake/intake/unwrap"
 	"github.com/partner-intake/partner-intake/internal/fault"
+	"github.com/partner-intake/partner-intake/internal/reason"
 	"github.com/partner-intake/partner-intake/partners"
 	"github.com/partner-intake/partner-intake/partners/sftpconn"
 )
@@ -176,7 +177,13 @@ func (d *claimStage) claim(ctx context.Context, p *partnerRT, sess *sftpconn.Ses
 	for i, in := range renamed {
 		if m := manifests[i]; m != "" {
 			if err := sess.Rename(sess.Layout.Ready(m), sess.Layout.Processing(d.cfg.WorkerID, m)); err != nil && !sftpconn.IsNotExist(err) {
-				return claimed{walked: out.walked, raced: out.raced}, fmt.Errorf("claim manifest of %s: %w", in.RemoteName, err)
+				if !sftpconn.IsRefused(err) {
+					return claimed{walked: out.walked, raced: out.raced}, fmt.Errorf("claim manifest of %s: %w", in.RemoteName, err)
+				}
+				// the site refuses to move the manifest: the file is
+				// recorded all the same and its download holds it
+				// (manifest_invalid), so the partner's other files go on
+				d.manifestRefused(p, in.RemoteName, err)
 			}
 			in.ManifestName = m
 		}
@@ -229,6 +236,13 @@ func (d *claimStage) rename(sess *sftpconn.Session, c candidate, open bool) (*sf
 		return sess.RenameAndOpen(src, dst)
 	}
 	return nil, sess.Rename(src, dst)
+}
+
+// manifestRefused logs a claimed file whose manifest the site refused to
+// move beside it: its download holds it, saying so.
+func (d *claimStage) manifestRefused(p *partnerRT, name string, err error) {
+	d.log.Warn("the site refused to move a claimed file's manifest beside it; the file is held (manifest_invalid)",
+		"partner", p.cfg.ID, "file", printableName(name), "reason", reason.ManifestInvalid, "err", err)
 }
 
 // claimRefused counts and logs an entry of ready/ whose claim's RENAME

@@ -78,6 +78,8 @@ func (r *fetchStage) download(ctx context.Context) error {
 		case err == nil:
 		case errors.Is(err, sftpconn.ErrNotRegular):
 			return r.hold(ctx, ledger.StateFailedTerminal, reason.ManifestInvalid, 0, "the manifest is not a regular file (a symlink, or another file swapped in after the listing): it was not read")
+		case sftpconn.IsNotExist(err) && r.manifestInReady():
+			return r.hold(ctx, ledger.StateFailedTerminal, reason.ManifestInvalid, 0, "the manifest stayed in ready/: the site refused to move it beside the claimed file, so it was not read; let the service move files in ready/ and send the pair again")
 		case sftpconn.IsNotExist(err):
 			return r.hold(ctx, ledger.StateFailedTerminal, reason.ManifestInvalid, 0, "the manifest was gone when the file was read: neither beside the claimed file nor in ready/")
 		case errors.Is(err, partners.ErrManifestInvalid), sftpconn.IsPermission(err):
@@ -647,6 +649,18 @@ func (r *fetchStage) fetchAgain(ctx context.Context) (spool.Entry, *unwrapping, 
 	}
 	r.from = src // openClaimed reads it; the row keeps its own path
 	return r.fetch(ctx, false, false)
+}
+
+// manifestInReady reports whether the file's manifest is still in ready/
+// (the site refused to move it with its file) with no data file of its
+// name there.
+func (r *fetchStage) manifestInReady() bool {
+	ready := r.sess.Layout.ReadyDir()
+	if _, err := r.sess.Lstat(path.Join(ready, r.in.ManifestName)); err != nil {
+		return false
+	}
+	_, err := r.sess.Lstat(path.Join(ready, r.in.RemoteName))
+	return sftpconn.IsNotExist(err)
 }
 
 func (r *fetchStage) readManifest() (*partners.Manifest, error) {

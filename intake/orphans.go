@@ -176,7 +176,12 @@ func (o *orphanAdopter) move(ctx context.Context, p *partnerRT, sess *sftpconn.S
 			continue
 		}
 		if manifests && !strings.HasPrefix(dstName, partners.HostilePrefix) {
-			if _, err := sitefile.ClaimManifest(sess, dst, dir, sess.Layout.ReadyDir()); err != nil {
+			if _, err := sitefile.ClaimManifest(sess, dst, dir, sess.Layout.ReadyDir()); sftpconn.IsRefused(err) {
+				// the site refuses to move the manifest (every sweep would
+				// meet that again): the file stays adopted, and its
+				// download holds it (manifest_invalid)
+				o.log.Warn("the site refused to move an adopted file's manifest; the file is held (manifest_invalid)", "partner", p.cfg.ID, "path", old+partners.ManifestSuffix, "err", err)
+			} else if err != nil {
 				// the file goes back beside its manifest: the next
 				// adoption moves both (adoptOwn looks in ready/ only)
 				o.log.Warn("could not move a manifest with its adopted file; the file is left where it was", "partner", p.cfg.ID, "path", old+partners.ManifestSuffix, "err", err)
@@ -267,9 +272,11 @@ func (o *orphanAdopter) adoptOwn(ctx context.Context, p *partnerRT, sess *sftpco
 					// the claim's RENAME of the file went through and its
 					// manifest's did not (a crash between the two): the
 					// manifest is taken from ready/ now
-					if in.ManifestName, err = sitefile.ClaimManifest(sess, in.ClaimedPath, sess.Layout.ReadyDir()); err != nil {
+					if in.ManifestName, err = sitefile.ClaimManifest(sess, in.ClaimedPath, sess.Layout.ReadyDir()); err != nil && !sftpconn.IsRefused(err) {
 						return err
 					}
+					// refused: recorded, its download holds it
+					// (manifest_invalid); the section goes on
 				}
 			}
 			if err := fault.Check("resume:before_insert"); err != nil {

@@ -847,6 +847,48 @@ func TestAnEntryTheSiteWillNotMoveHoldsUpNothing(t *testing.T) {
 	}
 }
 
+// A manifest the site refuses to move beside its claimed file holds up
+// nothing: the file is recorded and its download holds it
+// (manifest_invalid, saying the manifest stayed in ready/), and the
+// partner's other pairs apply in the same poll and the next. Before, the
+// claim's error ended every poll of the partner: the claim failed, and
+// each later poll's adoption of the file met the same refusal.
+func TestAManifestTheSiteWillNotMoveHoldsUpNothing(t *testing.T) {
+	_, pool := testenv.DB(t)
+	srv, site := testenv.NewInProcessSite(t, "stuckm")
+	site.Config.Readiness = partners.ReadinessManifest
+	site.Config.GroupFiles = 1
+	r := newRig(t, pool, "w1", site)
+	pair := func(name, data string) {
+		site.Drop(t, name, data)
+		site.Drop(t, name+partners.ManifestSuffix, fmt.Sprintf(`{"bytes": %d, "sha256": %q}`, len(data), sha(data)))
+	}
+	const stuck, good, later = "orders-20261101.csv", "orders-20261102.csv", "orders-20261103.csv"
+	pair(stuck, goodRows("S", 2))
+	pair(good, goodRows("G", 2))
+	old := time.Now().Add(-time.Hour)
+	for _, n := range []string{stuck, stuck + partners.ManifestSuffix} { // the oldest: claimed first
+		if err := os.Chtimes(filepath.Join(site.Root, "ready", n), old, old); err != nil {
+			t.Fatal(err)
+		}
+	}
+	srv.RefuseRenames(func(from string) bool { return strings.HasSuffix(from, "/ready/"+stuck+partners.ManifestSuffix) })
+	r.poll("stuckm")
+	pair(later, goodRows("L", 2))
+	r.poll("stuckm")
+	got := map[string]fileRow{}
+	for _, f := range files(t, pool, "stuckm") {
+		got[f.Name] = f
+	}
+	if len(got) != 3 || got[good].State != "archived" || got[later].State != "archived" ||
+		got[stuck].State != "failed_terminal" || got[stuck].Reason != string(reason.ManifestInvalid) {
+		t.Fatalf("files %+v, want the pairs archived and the file whose manifest stayed held manifest_invalid", got)
+	}
+	if rc := site.Read(t, strings.TrimPrefix(got[stuck].Receipt, "/")); !strings.Contains(rc, "stayed in ready/") {
+		t.Fatalf("the held file's receipt says %s, want it to say the manifest stayed in ready/", rc)
+	}
+}
+
 // A decision names the hold it decides on (ledger.HoldToken, what `intake
 // quarantine show` and the console print). A file released and held again
 // since, for another reason, is a new hold: a decision made on the first
