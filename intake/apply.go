@@ -333,11 +333,12 @@ func (r *applyStage) markUnknown(ctx context.Context, cu *CommitUnknownError) er
 	return nil
 }
 
-// endSpent fails a file taken up in applying with reason retries_exhausted:
-// its last attempt, past the retry budget, ended without knowing whether
-// its commit landed, and the reconciler has since read the ledger and put
-// it back (ResolveUnknown). Its committed chunks stay applied; its row and
-// receipt count them.
+// endSpent fails a file taken up past its retry budget with reason
+// retries_exhausted, without running it again: its last attempt ended
+// without knowing whether its commit landed, and the reconciler has since
+// read the ledger and put it back (ResolveUnknown); or the hold that
+// should have ended it failed (MarkSpent). Its committed chunks stay
+// applied; its row and receipt count them.
 func (r *fileRun) endSpent(ctx context.Context) error {
 	r.log.Error("file failed past its retry budget", "attempts", r.in.Attempts)
 	return r.hold(ctx, ledger.StateFailedTerminal, reason.RetriesExhausted, 0, r.spentDetail(r.in.Attempts, ""))

@@ -69,8 +69,14 @@ func (r *fileRun) settle(ctx context.Context, err error) error {
 		return fmt.Errorf("intake %d: %w (recording the attempt failed: %v)", r.in.ID, err, rerr)
 	case exhausted:
 		r.log.Error("file failed past its retry budget", "attempts", n, "err", err)
-		if herr := r.hold(ctx, ledger.StateFailedTerminal, reason.RetriesExhausted, 0, r.spentDetail(n, lastCodes(err))); herr != nil && !sessionLost(err) {
-			r.log.Warn("holding the file failed; tried again on its next attempt", "err", herr)
+		if herr := r.hold(ctx, ledger.StateFailedTerminal, reason.RetriesExhausted, 0, r.spentDetail(n, lastCodes(err))); herr != nil {
+			// its next attempt holds it without running it again
+			if merr := r.d.ledger.MarkSpent(ctx, r.in); merr != nil {
+				r.log.Warn("recording the spent budget failed", "err", merr)
+			}
+			if !sessionLost(err) {
+				r.log.Warn("holding the file failed; its next attempt holds it again without running it", "err", herr)
+			}
 		}
 	default:
 		r.log.Warn("file failed; retried on its own backoff while the partner's other files go on", "attempt", n, "err", err)

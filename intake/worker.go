@@ -122,6 +122,9 @@ func (r *fileRun) run(ctx context.Context) error {
 func (r *fileRun) step(ctx context.Context) (err error) {
 	switch r.in.State {
 	case ledger.StateClaimed:
+		if r.in.Reason == reason.RetriesExhausted && r.feed != nil { // its hold failed past the budget
+			return r.endSpent(ctx)
+		}
 		if r.feed == nil {
 			why := hostileReason(r.in.ClaimedPath)
 			err = r.hold(ctx, ledger.StateQuarantined, why, 0, hostileDetail[why])

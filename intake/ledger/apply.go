@@ -457,6 +457,25 @@ func (l *chunkStore) RecordAttempt(ctx context.Context, in *Intake, lastErr stri
 	return n, age, nil
 }
 
+// MarkSpent records on a live row, under its fencing token, that its
+// retry budget is spent (reason retries_exhausted) when the hold that
+// should have ended it failed (its site refused the move, say): the run
+// that takes it up next holds it without running it again (endSpent).
+func (l *chunkStore) MarkSpent(ctx context.Context, in *Intake) error {
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	tag, err := l.pool.Exec(wctx, `UPDATE file_intake SET reason = 'retries_exhausted', updated_at = pg_catalog.now()
+		WHERE intake_id = $1 AND fencing_token = $2 AND state = ANY($3)`, in.ID, in.Token, liveStates)
+	if err != nil {
+		return fmt.Errorf("mark spent: %w", err)
+	}
+	if tag.RowsAffected() == 0 {
+		return &FencedError{IntakeID: in.ID, Token: in.Token, Step: "mark spent"}
+	}
+	in.Reason = reason.RetriesExhausted
+	return nil
+}
+
 // Defer sets the file's next attempt after wait without counting one, under
 // its fencing token: the file waits for something that is not its own
 // failure (its feed's target table, intake/targethold.go).
