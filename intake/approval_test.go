@@ -277,7 +277,17 @@ func TestRejectQuarantinesAndDecisionsRaceToOneWinner(t *testing.T) {
 	if f1.State != "awaiting_approval" {
 		t.Fatalf("file %+v: 3 rows > max_rows 1", f1)
 	}
-	err := ops.Reject(ctx, pool, ledger.PlanDecision{IntakeID: f1.ID, Partners: []string{"rj"}, Actor: "bob", Reason: "too big"})
+	// a reject names the plan its reviewer saw: another one is refused
+	// (the plan changed since), nothing decided
+	err := ops.Reject(ctx, pool, ledger.PlanDecision{IntakeID: f1.ID, Partners: []string{"rj"}, Actor: "bob", Reason: "too big", PlanHash: "not-the-plan"})
+	if !errors.Is(err, ledger.ErrPlanDecision) || !strings.Contains(err.Error(), "is not the current plan") {
+		t.Fatalf("reject naming another plan: %v, want it refused", err)
+	}
+	if f := files(t, pool, "rj")[0]; f.State != "awaiting_approval" {
+		t.Fatalf("file %+v after a refused reject, want it still waiting", f)
+	}
+	v, _ := planOf(t, pool, "rj", f1.ID)
+	err = ops.Reject(ctx, pool, ledger.PlanDecision{IntakeID: f1.ID, Partners: []string{"rj"}, Actor: "bob", Reason: "too big", PlanHash: v.Hash})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -323,7 +333,7 @@ func TestRejectQuarantinesAndDecisionsRaceToOneWinner(t *testing.T) {
 	site.Drop(t, "orders-3.csv", goodRows("T", 2))
 	r.poll("rj")
 	f3 := files(t, pool, "rj")[2]
-	v, _ := planOf(t, pool, "rj", f3.ID)
+	v, _ = planOf(t, pool, "rj", f3.ID)
 	var wg sync.WaitGroup
 	errs := make([]error, 4)
 	for i := range errs {

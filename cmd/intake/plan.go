@@ -108,8 +108,8 @@ func cmdPlan(f planFlags, args []string, stdout, stderr io.Writer) int {
 	if more {
 		fmt.Fprintf(stdout, "next page: intake plan show %d --config %s --after %d (and the same filter)\n", id, f.path, rows[len(rows)-1].Seq)
 	}
-	fmt.Fprintf(stdout, "\napprove: intake approve %d --config %s --plan-hash %s --reason \"…\"\nreject:  intake reject %d --config %s --reason \"…\"\n",
-		v.IntakeID, f.path, v.Hash, v.IntakeID, f.path)
+	fmt.Fprintf(stdout, "\napprove: intake approve %d --config %s --plan-hash %s --reason \"…\"\nreject:  intake reject %d --config %s --plan-hash %s --reason \"…\"\n",
+		v.IntakeID, f.path, v.Hash, v.IntakeID, f.path, v.Hash)
 	return 0
 }
 
@@ -212,6 +212,8 @@ func decideCommand(cmd *cobra.Command) *cobra.Command {
 	if cmd.Name() == "approve" {
 		fs.StringVar(&f.hash, "plan-hash", "", "the plan `HASH` approved, as intake plan show prints it")
 		cmd.MarkFlagRequired("plan-hash")
+	} else {
+		fs.StringVar(&f.hash, "plan-hash", "", "the plan `HASH` rejected, as intake plan show prints it: refused if the file's plan is another by now")
 	}
 	return runs(cmd, func(args []string, stdout, stderr io.Writer) int {
 		return decidePlan(cmd.Name(), f, args, stdout, stderr)
@@ -235,9 +237,9 @@ func decidePlan(cmd string, f decideFlags, args []string, stdout, stderr io.Writ
 	d := ledger.PlanDecision{IntakeID: id, Partners: scope, Actor: f.actor, Reason: f.reason, SnapshotFeeds: snapshotFeeds(e.cfg.Partners), Request: request, FourEyes: e.cfg.Ops.FourEyes}
 	fmt.Fprintf(stdout, "intake %d: %s by %s, request %s\n", id, cmd, inert.Text(f.actor), request)
 	actingAs(ctx, e, f.actor, stdout)
+	d.PlanHash = f.hash
 	err := act(func() error {
 		if cmd == "approve" {
-			d.PlanHash = f.hash
 			return ops.Approve(ctx, e.pool, d)
 		}
 		return ops.Reject(ctx, e.pool, d)

@@ -204,7 +204,7 @@ func (l *approvals) decidePlan(ctx context.Context, d PlanDecision, decision str
 		        fencing_token = fencing_token + 1, lease_until = pg_catalog.now() - interval '1 second',
 		        attempts = 0, first_failed_at = NULL, next_attempt_at = NULL, last_error = NULL, updated_at = pg_catalog.now()
 		    WHERE intake_id = $1 AND partner_id = ANY($2) AND state = 'awaiting_approval'
-		      AND ($3 = 'rejected' OR (plan_hash = $4 AND NOT (coalesce(partner_id || '/' || feed = ANY($5::text[]), false) AND `+newerSnapshot+`)))
+		      AND ($3 = 'rejected' AND ($4 = '' OR plan_hash = $4) OR (plan_hash = $4 AND NOT (coalesce(partner_id || '/' || feed = ANY($5::text[]), false) AND `+newerSnapshot+`)))
 		    RETURNING coalesce(plan_hash, '')`, d.IntakeID, d.Partners, decision, d.PlanHash, d.SnapshotFeeds).Scan(&hash)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return l.whyNotDecided(ctx, tx, d)
