@@ -76,7 +76,9 @@ func (d *Daemon) Replay(ctx context.Context, q ReplayRequest) (*ledger.Intake, e
 	}
 	// a compressed file's expanded copy is made again from the original
 	// (dropExpanded removed it when the file finished)
-	if !q.Handover && !d.spool.Has(orig.Partner, orig.DataSHA256, orig.DataSize) && !d.spool.Has(orig.Partner, orig.SHA256, orig.Size) {
+	// kept (spool.Keep): a purge deciding meanwhile looks again before it
+	// removes them
+	if !q.Handover && !d.spool.Keep(orig.Partner, orig.DataSHA256, orig.DataSize) && !d.spool.Keep(orig.Partner, orig.SHA256, orig.Size) {
 		return nil, fmt.Errorf("%w: the spool no longer holds the bytes of intake %d", ledger.ErrDecision, id)
 	}
 	p := d.parts.byID[orig.Partner]

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/partner-intake/partner-intake/intake"
+	"github.com/partner-intake/partner-intake/intake/ops"
+	"github.com/partner-intake/partner-intake/internal/fault"
 	"github.com/partner-intake/partner-intake/internal/testenv"
 	"github.com/partner-intake/partner-intake/partners"
 	"github.com/partner-intake/partner-intake/spool"
@@ -289,5 +291,59 @@ func TestAReplayHoldsBackWhatANewerFileNamedUnderAnotherMapping(t *testing.T) {
 	if n := count(t, pool, `SELECT count(*) FROM intake_row_issue WHERE intake_id = $1 AND outcome = 'conflict' AND reason = 'newer_write'
 		AND detail LIKE '%could not be read'`, in.ID); n != 1 {
 		t.Fatalf("the replay recorded %d conflicts for a newer file it cannot read as judged, want 1", n)
+	}
+}
+
+// A purge that decided a file's spooled bytes were past their retention
+// leaves them when a replay of the file began since: the replay renews
+// their mtime before it records its row (spool.Keep), and the purge looks
+// at each again right before it removes it. Before, the bytes were
+// removed under the replay (its run failed, or as here went, then lost
+// them while its row said finished now).
+func TestAPurgeLeavesTheBytesOfAReplayBegunSinceItsDecision(t *testing.T) {
+	ctx := context.Background()
+	_, pool := testenv.DB(t)
+	site := testenv.NewSite(t, "acme")
+	r := newRig(t, pool, "w1", site)
+	data := ordersFile([2]string{"PR-1", "1.00"})
+	site.Drop(t, "orders-p.csv", data)
+	r.poll("acme")
+	f := files(t, pool, "acme")[0]
+	var sha string
+	if err := pool.QueryRow(ctx, `SELECT content_sha256 FROM file_intake WHERE intake_id = $1`, f.ID).Scan(&sha); err != nil {
+		t.Fatal(err)
+	}
+	sp, err := spool.New(r.spoolDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := time.Now().Add(-200 * 24 * time.Hour)
+	if err := os.Chtimes(sp.Path("acme", sha), old, old); err != nil {
+		t.Fatal(err)
+	}
+	execArgs(t, pool, `UPDATE file_intake SET finished_at = $2 WHERE intake_id = $1`, f.ID, old)
+	if err := fault.Set("purge:before_remove=pause"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { fault.Resume("purge:before_remove"); fault.Set("") })
+	done := make(chan error, 1)
+	go func() {
+		_, err := ops.Purge(ctx, pool, sp, []partners.Config{site.Validated(t)}, ops.Retention{Spool: 30 * 24 * time.Hour, PartnerTimeout: time.Minute}, time.Now())
+		done <- err
+	}()
+	select {
+	case <-fault.Paused("purge:before_remove"):
+	case <-time.After(30 * time.Second):
+		t.Fatal("the purge never came to remove the file's bytes")
+	}
+	if _, err := r.d.Replay(ctx, intake.ReplayRequest{ID: f.ID, Actor: "test", Reason: "again"}); err != nil {
+		t.Fatal(err)
+	}
+	fault.Resume("purge:before_remove")
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if !sp.Has("acme", sha, int64(len(data))) {
+		t.Fatal("the purge removed the bytes of a replay that began after its decision")
 	}
 }

@@ -363,6 +363,19 @@ func (s *Spool) Has(partner, sha string, size int64) bool {
 	return err == nil && st.Mode().IsRegular() && st.Size() == size
 }
 
+// Keep reports whether the spool holds the file with the expected size,
+// and when it does renews its mtime, which retention's purge judges by:
+// a purge that decided to remove it before looks again right before the
+// removal and keeps it (ops.Purge). A replay keeps its bytes so before it
+// records its row.
+func (s *Spool) Keep(partner, sha string, size int64) bool {
+	if !s.Has(partner, sha, size) {
+		return false
+	}
+	now := time.Now()
+	return os.Chtimes(s.Path(partner, sha), now, now) == nil && s.Has(partner, sha, size)
+}
+
 // TempFiles lists temporary files of partner older than age.
 func (s *Spool) TempFiles(partner string, age time.Duration) ([]string, error) {
 	ents, err := os.ReadDir(filepath.Join(s.dir, partner, "tmp"))

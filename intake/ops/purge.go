@@ -203,8 +203,13 @@ func purgeSpool(ctx context.Context, db *pgxpool.Pool, sp *spool.Spool, partner 
 		if keep[h] {
 			continue
 		}
+		if err := fault.Check("purge:before_remove"); err != nil {
+			return err
+		}
+		// looked at again right before its removal: a replay that began
+		// since renewed its mtime before it recorded its row (spool.Keep)
 		info, err := os.Stat(p)
-		if err != nil {
+		if err != nil || !info.ModTime().Before(cutoff) {
 			continue
 		}
 		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
