@@ -151,6 +151,7 @@ func (d *claimStage) claim(ctx context.Context, p *partnerRT, sess *sftpconn.Ses
 				d.metrics.Skipped.WithLabelValues(p.cfg.ID, claimTargetBusy).Inc()
 			} else if sftpconn.IsRefused(err) {
 				d.claimRefused(p, c.Name, err)
+				p.refused.remember(c.Name, c.Size, c.MTime)
 			} else if failed == nil {
 				failed = fmt.Errorf("claim %s: %w", c.Name, err)
 			}
@@ -247,8 +248,9 @@ func (d *claimStage) manifestRefused(p *partnerRT, name string, err error) {
 
 // claimRefused counts and logs an entry of ready/ whose claim's RENAME
 // the site refused (a permission, an immutable file, a folder a gateway
-// cannot move): it stays in ready/, tried again at the next poll, and the
-// partner's other entries go on. Its age in ready/ raises
+// cannot move): it stays in ready/, passed over by the partner's listings
+// for a while (refusals) and then tried again, and the partner's other
+// entries go on. Its age in ready/ raises
 // IntakeReadyBacklog; a hostile one is also the reconciler's finding.
 func (d *claimStage) claimRefused(p *partnerRT, name string, err error) {
 	d.metrics.Skipped.WithLabelValues(p.cfg.ID, claimRefused).Inc()

@@ -534,6 +534,8 @@ type partnerRT struct {
 	quotaFull   atomic.Bool // the partner's spool is at its quota (limits.max_spool_bytes)
 
 	holds targethold.Feeds // feeds whose target cannot be written (targethold.go)
+
+	refused refusals // entries of ready/ the site refused to move, passed over a while (refused.go)
 }
 
 // keepIDs remembers the ids allocated for claims whose rows were not

@@ -34,6 +34,14 @@ type UnchangedLooked = unchangedLooked
 
 // SetAheadBytes sets the listed size from which a file is applied ahead
 // of its plan, so small test files take that path; it returns the undo.
+// SetRefusedFor sets how long an entry the site refused to move is
+// passed over; it returns the restore.
+func SetRefusedFor(d time.Duration) func() {
+	old := refusedFor
+	refusedFor = d
+	return func() { refusedFor = old }
+}
+
 func SetAheadBytes(n int64) func() {
 	old := aheadBytes
 	aheadBytes = n

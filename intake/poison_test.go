@@ -801,6 +801,7 @@ func waitDue(t *testing.T, pool *pgxpool.Pool, partner string) {
 // same oldest entry first: no file of the partner was claimed again. Once
 // the site lets the entries go, they are claimed as any other.
 func TestAnEntryTheSiteWillNotMoveHoldsUpNothing(t *testing.T) {
+	defer intake.SetRefusedFor(0)() // tried again at every poll
 	_, pool := testenv.DB(t)
 	srv, site := testenv.NewInProcessSite(t, "stuck")
 	site.Config.GroupFiles = 1 // each file claimed alone: its claim's error was the poll's
@@ -844,6 +845,42 @@ func TestAnEntryTheSiteWillNotMoveHoldsUpNothing(t *testing.T) {
 	}
 	if got := site.Files(t, "ready"); len(got) != 0 {
 		t.Fatalf("ready/ still holds %v", got)
+	}
+}
+
+// Entries of ready/ the site refuses to move do not take the poll's places
+// among the oldest files (max_files_per_poll) at every poll: each is passed
+// over a while once refused, so a newer file is claimed at the next poll.
+// Before, the same refused entries filled the places at every poll and the
+// newer file was never claimed.
+func TestEntriesTheSiteWillNotMoveDoNotTakeThePollsPlaces(t *testing.T) {
+	_, pool := testenv.DB(t)
+	srv, site := testenv.NewInProcessSite(t, "places")
+	site.Config.Limits.MaxFilesPerPoll = 2
+	r := newRig(t, pool, "w1", site)
+	stuck := []string{"orders-20261101.csv", "orders-20261102.csv"}
+	const good = "orders-20261103.csv"
+	old := time.Now().Add(-time.Hour)
+	for _, n := range stuck {
+		site.Drop(t, n, goodRows("S", 2))
+		if err := os.Chtimes(filepath.Join(site.Root, "ready", n), old, old); err != nil {
+			t.Fatal(err)
+		}
+	}
+	site.Drop(t, good, goodRows("G", 2))
+	srv.RefuseRenames(func(from string) bool {
+		return !strings.HasSuffix(from, "/ready/"+good) && strings.Contains(from, "/ready/")
+	})
+	r.poll("places")
+	if fs := files(t, pool, "places"); len(fs) != 0 {
+		t.Fatalf("files %+v, want none: the two oldest places were the refused entries", fs)
+	}
+	r.poll("places")
+	if fs := files(t, pool, "places"); len(fs) != 1 || fs[0].Name != good || fs[0].State != "archived" {
+		t.Fatalf("files %+v, want %s archived past the refused entries", fs, good)
+	}
+	if got := site.Files(t, "ready"); !slices.Equal(got, stuck) {
+		t.Fatalf("ready/ holds %v, want the refused entries", got)
 	}
 }
 

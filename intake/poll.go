@@ -595,10 +595,19 @@ func (d *claimStage) list(ctx context.Context, p *partnerRT, sess *sftpconn.Sess
 			return nil
 		}
 		if why != "" {
+			if partners.Hostile(why) && p.refused.passOver(e.Name(), e.Size(), e.ModTime()) {
+				why = claimRefused // the site refused to move it to quarantine/ lately
+			}
 			d.metrics.Skipped.WithLabelValues(cfg.ID, string(why)).Inc()
 			if partners.Hostile(why) {
 				bad.push(partners.Skipped{Info: e, Reason: why})
 			}
+			return nil
+		}
+		if p.refused.passOver(c.Name, c.Size, c.MTime) {
+			// the site refused to move it lately: the oldest files kept
+			// are ones this poll can claim
+			d.metrics.Skipped.WithLabelValues(cfg.ID, claimRefused).Inc()
 			return nil
 		}
 		total++
@@ -749,6 +758,7 @@ func (d *claimStage) quarantineHostile(ctx context.Context, p *partnerRT, sess *
 			}
 			if sftpconn.IsRefused(err) {
 				d.claimRefused(p, h.Info.Name(), err)
+				p.refused.remember(h.Info.Name(), h.Info.Size(), h.Info.ModTime())
 				return nil
 			}
 			return fmt.Errorf("claim a hostile entry: %w", err)
