@@ -341,6 +341,7 @@ func (r *applyStage) markUnknown(ctx context.Context, cu *CommitUnknownError) er
 // applied; its row and receipt count them.
 func (r *fileRun) endSpent(ctx context.Context) error {
 	r.log.Error("file failed past its retry budget", "attempts", r.in.Attempts)
+	r.redecided = true // an earlier hold may have published under another name
 	return r.hold(ctx, ledger.StateFailedTerminal, reason.RetriesExhausted, 0, r.spentDetail(r.in.Attempts, ""))
 }
 

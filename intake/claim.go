@@ -175,19 +175,23 @@ func (d *claimStage) claim(ctx context.Context, p *partnerRT, sess *sftpconn.Ses
 	if len(renamed) == 0 {
 		return claimed{walked: out.walked, raced: out.raced}, failed
 	}
+	pairs := renamed[:0:0]
 	for i, in := range renamed {
 		if m := manifests[i]; m != "" {
 			if err := sess.Rename(sess.Layout.Ready(m), sess.Layout.Processing(d.cfg.WorkerID, m)); err != nil && !sftpconn.IsNotExist(err) {
 				if !sftpconn.IsRefused(err) {
 					return claimed{walked: out.walked, raced: out.raced}, fmt.Errorf("claim manifest of %s: %w", in.RemoteName, err)
 				}
-				// the site refuses to move the manifest: the file is
-				// recorded all the same and its download holds it
-				// (manifest_invalid), so the partner's other files go on
-				d.manifestRefused(p, in.RemoteName, err)
+				if d.manifestRefused(p, sess, in, err) {
+					continue // back in ready/ beside its manifest
+				}
 			}
 			in.ManifestName = m
 		}
+		pairs = append(pairs, in)
+	}
+	if renamed = pairs; len(renamed) == 0 {
+		return claimed{walked: out.walked, raced: out.raced}, failed
 	}
 	// recorded in the section's transaction, whose commit ends it: no
 	// connection of the work's pool is needed to claim
@@ -239,11 +243,23 @@ func (d *claimStage) rename(sess *sftpconn.Session, c candidate, open bool) (*sf
 	return nil, sess.Rename(src, dst)
 }
 
-// manifestRefused logs a claimed file whose manifest the site refused to
-// move beside it: its download holds it, saying so.
-func (d *claimStage) manifestRefused(p *partnerRT, name string, err error) {
-	d.log.Warn("the site refused to move a claimed file's manifest beside it; the file is held (manifest_invalid)",
-		"partner", p.cfg.ID, "file", printableName(name), "reason", reason.ManifestInvalid, "err", err)
+// manifestRefused handles a claimed file whose manifest the site refused
+// to move beside it (a permission, or a refusal of the moment: the
+// partner's upload still open). The file goes back into ready/ beside its
+// manifest (back: true), refused as its own move would be (claimRefused:
+// passed over a while, then tried again); if even that fails it is
+// recorded without its manifest, and its download holds it
+// (manifest_invalid, saying the manifest stayed in ready/). Either way the
+// partner's other files go on.
+func (d *claimStage) manifestRefused(p *partnerRT, sess *sftpconn.Session, in *ledger.Intake, err error) (back bool) {
+	if berr := sess.Rename(in.ClaimedPath, sess.Layout.Ready(in.RemoteName)); berr != nil {
+		d.log.Warn("the site refused to move a claimed file's manifest beside it, and the file could not go back beside it; the file is held (manifest_invalid)",
+			"partner", p.cfg.ID, "file", printableName(in.RemoteName), "reason", reason.ManifestInvalid, "err", err, "back_err", berr)
+		return false
+	}
+	d.claimRefused(p, in.RemoteName+partners.ManifestSuffix, err)
+	p.refused.remember(in.RemoteName, in.ListedSize, in.ListedMTime)
+	return true
 }
 
 // claimRefused counts and logs an entry of ready/ whose claim's RENAME

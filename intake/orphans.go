@@ -176,12 +176,7 @@ func (o *orphanAdopter) move(ctx context.Context, p *partnerRT, sess *sftpconn.S
 			continue
 		}
 		if manifests && !strings.HasPrefix(dstName, partners.HostilePrefix) {
-			if _, err := sitefile.ClaimManifest(sess, dst, dir, sess.Layout.ReadyDir()); sftpconn.IsRefused(err) {
-				// the site refuses to move the manifest (every sweep would
-				// meet that again): the file stays adopted, and its
-				// download holds it (manifest_invalid)
-				o.log.Warn("the site refused to move an adopted file's manifest; the file is held (manifest_invalid)", "partner", p.cfg.ID, "path", old+partners.ManifestSuffix, "err", err)
-			} else if err != nil {
+			if _, err := sitefile.ClaimManifest(sess, dst, dir, sess.Layout.ReadyDir()); err != nil {
 				// the file goes back beside its manifest: the next
 				// adoption moves both (adoptOwn looks in ready/ only)
 				o.log.Warn("could not move a manifest with its adopted file; the file is left where it was", "partner", p.cfg.ID, "path", old+partners.ManifestSuffix, "err", err)
@@ -272,11 +267,19 @@ func (o *orphanAdopter) adoptOwn(ctx context.Context, p *partnerRT, sess *sftpco
 					// the claim's RENAME of the file went through and its
 					// manifest's did not (a crash between the two): the
 					// manifest is taken from ready/ now
-					if in.ManifestName, err = sitefile.ClaimManifest(sess, in.ClaimedPath, sess.Layout.ReadyDir()); err != nil && !sftpconn.IsRefused(err) {
+					if in.ManifestName, err = sitefile.ClaimManifest(sess, in.ClaimedPath, sess.Layout.ReadyDir()); sftpconn.IsRefused(err) {
+						// the site refuses to move the manifest: the file
+						// goes back into ready/ beside it, passed over a
+						// while (as a claim's, manifestRefused); recorded
+						// only when it cannot, and its download holds it
+						if berr := sess.Rename(in.ClaimedPath, sess.Layout.Ready(in.RemoteName)); berr == nil {
+							o.log.Warn("the site refused to move an adopted file's manifest beside it; the file is back in ready/", "partner", p.cfg.ID, "file", printableName(in.RemoteName), "err", err)
+							p.refused.remember(in.RemoteName, fi.Size(), fi.ModTime())
+							continue
+						}
+					} else if err != nil {
 						return err
 					}
-					// refused: recorded, its download holds it
-					// (manifest_invalid); the section goes on
 				}
 			}
 			if err := fault.Check("resume:before_insert"); err != nil {

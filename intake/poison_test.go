@@ -885,12 +885,13 @@ func TestEntriesTheSiteWillNotMoveDoNotTakeThePollsPlaces(t *testing.T) {
 }
 
 // A manifest the site refuses to move beside its claimed file holds up
-// nothing: the file is recorded and its download holds it
-// (manifest_invalid, saying the manifest stayed in ready/), and the
-// partner's other pairs apply in the same poll and the next. Before, the
-// claim's error ended every poll of the partner: the claim failed, and
-// each later poll's adoption of the file met the same refusal.
+// nothing: the file goes back into ready/ beside it, refused as its own
+// move would be, and the partner's other pairs apply in the same poll and
+// the next; once the site lets the manifest go, the pair applies. Before,
+// the claim's error ended every poll of the partner: the claim failed,
+// and each later poll's adoption of the file met the same refusal.
 func TestAManifestTheSiteWillNotMoveHoldsUpNothing(t *testing.T) {
+	defer intake.SetRefusedFor(0)() // tried again at every poll
 	_, pool := testenv.DB(t)
 	srv, site := testenv.NewInProcessSite(t, "stuckm")
 	site.Config.Readiness = partners.ReadinessManifest
@@ -913,53 +914,23 @@ func TestAManifestTheSiteWillNotMoveHoldsUpNothing(t *testing.T) {
 	r.poll("stuckm")
 	pair(later, goodRows("L", 2))
 	r.poll("stuckm")
-	got := map[string]fileRow{}
-	for _, f := range files(t, pool, "stuckm") {
-		got[f.Name] = f
+	state := func() map[string]string {
+		got := map[string]string{}
+		for _, f := range files(t, pool, "stuckm") {
+			got[f.Name] = f.State
+		}
+		return got
 	}
-	if len(got) != 3 || got[good].State != "archived" || got[later].State != "archived" ||
-		got[stuck].State != "failed_terminal" || got[stuck].Reason != string(reason.ManifestInvalid) {
-		t.Fatalf("files %+v, want the pairs archived and the file whose manifest stayed held manifest_invalid", got)
+	if got := state(); len(got) != 2 || got[good] != "archived" || got[later] != "archived" {
+		t.Fatalf("files %v, want the two other pairs archived and none of the pair whose manifest stays", got)
 	}
-	if rc := site.Read(t, strings.TrimPrefix(got[stuck].Receipt, "/")); !strings.Contains(rc, "stayed in ready/") {
-		t.Fatalf("the held file's receipt says %s, want it to say the manifest stayed in ready/", rc)
+	if got := site.Files(t, "ready"); !slices.Equal(got, []string{stuck, stuck + partners.ManifestSuffix}) {
+		t.Fatalf("ready/ holds %v, want the pair whose manifest the site will not move", got)
 	}
-}
-
-// A file past its retry budget whose hold fails (the site refuses to move
-// it to quarantine/) is not run again: its next attempts hold it without
-// applying it, until the hold goes through. Before, every backoff ran the
-// whole file again, for good, and here applied it once its rows no longer
-// failed.
-func TestAFileWhoseHoldFailsPastItsBudgetIsNotRunAgain(t *testing.T) {
-	_, pool := testenv.DB(t)
-	poison(t, pool, "P-2", "") // P-2 fails every try, transient (40001)
-	srv, site := testenv.NewInProcessSite(t, "spent")
-	site.Config.GroupFiles = 1
-	r := newRigCfg(t, pool, intake.Config{WorkerID: "w1", Lease: 30 * time.Second, SpoolMinFree: 1,
-		Retry: intake.RetryPolicy{Attempts: 2, Base: time.Millisecond, Max: time.Millisecond}}, site)
-	site.Drop(t, "orders-1.csv", goodRows("P", 2))
-	srv.RefuseRenames(func(from string) bool { return strings.Contains(from, "/processing/") })
-	for range 3 {
-		r.poll("spent")
-		waitDue(t, pool, "spent")
-	}
-	f := files(t, pool, "spent")[0]
-	if f.State == "failed_terminal" || f.Reason != string(reason.RetriesExhausted) || f.Applied != 0 {
-		t.Fatalf("%+v, want the file live with its budget spent, its hold refused by the site", f)
-	}
-	exec(t, pool, `DELETE FROM poison_on`) // its rows would apply now
-	r.poll("spent")
-	waitDue(t, pool, "spent")
-	r.poll("spent")
-	if f = files(t, pool, "spent")[0]; f.State == "archived" || f.Applied != 0 {
-		t.Fatalf("%+v: a file past its budget was run again", f)
-	}
-	srv.RefuseRenames(nil) // the site lets the hold through
-	waitDue(t, pool, "spent")
-	r.poll("spent")
-	if f = files(t, pool, "spent")[0]; f.State != "failed_terminal" || f.Reason != string(reason.RetriesExhausted) {
-		t.Fatalf("%+v, want it held failed_terminal retries_exhausted once the site lets it", f)
+	srv.RefuseRenames(nil)
+	r.poll("stuckm")
+	if got := state(); len(got) != 3 || got[stuck] != "archived" {
+		t.Fatalf("files %v, want the pair archived once the site lets its manifest go", got)
 	}
 }
 

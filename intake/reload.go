@@ -369,9 +369,12 @@ func (d *Daemon) goneLeft(ctx context.Context, o *partnerRT, gone []int64) ([]st
 	own := layout.ProcessingDir(d.cfg.WorkerID)
 	alive := map[string]bool{}
 	var theirs []string
+	manifests := o.cfg.Readiness == partners.ReadinessManifest
 	for _, p := range paths {
 		dir := path.Dir(p)
-		if dir == own {
+		if dir == own || manifests && strings.HasSuffix(p, partners.ManifestSuffix) {
+			// a manifest is adopted with its file, or one beside no
+			// file is the reconciler's finding for a human (strayManifest)
 			continue
 		}
 		w := path.Base(dir)
@@ -471,8 +474,11 @@ func processingPaths(ctx context.Context, k *sessionKeeper, o *partnerRT, dir st
 	var left []string
 	for _, dir := range dirs {
 		ents, err := sess.ReadDir(dir)
-		if errors.Is(err, os.ErrNotExist) && !base {
-			return nil, nil
+		if errors.Is(err, os.ErrNotExist) {
+			if !base {
+				return nil, nil
+			}
+			continue // a worker's dir gone since the listing of their parent
 		}
 		if err != nil {
 			return nil, err

@@ -200,9 +200,11 @@ func (r *applyStage) newerRows(ctx context.Context, f ledger.NewerFile, feed *pa
 				MaxBytes: r.p.cfg.Limits.MaxExpandedBytes, MaxRatio: r.p.cfg.Limits.MaxExpansionRatio, MinFree: r.d.cfg.SpoolMinFree}
 			data, held, err := job.Run(spool.Entry{Partner: partner, SHA256: f.SHA256, Size: f.Size})
 			if err != nil {
-				return err
+				return err // the spool's disk: the replay's attempt is retried
 			}
 			if held != nil {
+				// not made again (a key gone, a limit lower now): what the
+				// file named is not known
 				return errUnread
 			}
 			defer r.dropIfUnused(data)

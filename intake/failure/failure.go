@@ -108,8 +108,10 @@ type FileError struct {
 func (e *FileError) Error() string { return string(e.Reason) + ": " + e.Detail }
 
 // Transient reports whether err is worth retrying: what pgconn says is safe
-// to retry, a SQLSTATE of class 08 (connection), 53 (insufficient
-// resources: too many connections, a full disk, out of memory), 40001
+// to retry, a SQLSTATE of class 08 (connection), 53000, 53100 or 53300
+// (insufficient resources, a full disk, too many connections; not 53200
+// or 53400, out of memory or past a configured limit such as
+// temp_file_limit, which the same statement meets again), 40001
 // (serialization), 40P01 (deadlock), 55P03 (a lock not had within
 // lock_timeout, which a role or database may set), 57P01/57P02/57P03
 // (server shutdown or restart), 57014 (statement timeout) or 25P03
@@ -135,9 +137,9 @@ func Transient(err error) bool {
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) {
 		switch {
-		case len(pe.Code) == 5 && (pe.Code[:2] == "08" || pe.Code[:2] == "53"):
+		case len(pe.Code) == 5 && pe.Code[:2] == "08":
 			return true
-		case pe.Code == "40001", pe.Code == "40P01", pe.Code == "55P03", pe.Code == "57P01", pe.Code == "57P02", pe.Code == "57P03",
+		case pe.Code == "53000", pe.Code == "53100", pe.Code == "53300", pe.Code == "40001", pe.Code == "40P01", pe.Code == "55P03", pe.Code == "57P01", pe.Code == "57P02", pe.Code == "57P03",
 			pe.Code == "57014", pe.Code == "25P03":
 			return true
 		}

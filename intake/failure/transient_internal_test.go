@@ -24,6 +24,7 @@ func TestAClosedConnectionIsTransient(t *testing.T) {
 		{fmt.Errorf("connect: %w", &pgconn.PgError{Code: "53300"}), true},        // too many connections
 		{fmt.Errorf("chunk 9 copy: %w", &pgconn.PgError{Code: "53100"}), true},   // disk full
 		{fmt.Errorf("chunk 9 merge: %w", &pgconn.PgError{Code: "55P03"}), true},  // lock_timeout
+		{fmt.Errorf("chunk 9 merge: %w", &pgconn.PgError{Code: "53400"}), false}, // past temp_file_limit: again every time
 		{fmt.Errorf("chunk 9 merge: %w", &pgconn.PgError{Code: "23514"}), false}, // a CHECK refused it
 		{fmt.Errorf("chunk 9: %w", &ledger.FencedError{}), false},
 		{fmt.Errorf("chunk 9: %w", errors.New("mapping refused")), false},
