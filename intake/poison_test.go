@@ -614,16 +614,26 @@ func TestADiscardReplacesTheReceiptOfAFileHeldBeforeItSpooled(t *testing.T) {
 	}
 }
 
-// A hold whose end was never recorded: the file failed past its retry
-// budget, the hold moved it to quarantine/ and published its reason file
-// and receipt, and then its Finish failed (a fault stands in for the
-// database going away), so the row stayed live. Its next attempt, the
-// cause fixed, applies it: the file is taken back from quarantine/ into
-// the archive and the reason file goes, so the partner reads one
-// decision (accepted), not a held file beside an accepted receipt.
+// A hold whose end was never recorded: the file failed for good (the
+// database refused its statements), the hold moved it to quarantine/ and
+// published its reason file and receipt, and then its Finish failed (a
+// fault stands in for the database going away), so the row stayed live.
+// Its next attempt, the cause fixed, applies it: the file is taken back
+// from quarantine/ into the archive and the reason file goes, so the
+// partner reads one decision (accepted), not a held file beside an
+// accepted receipt. (A file held past its retry budget is not run again:
+// TestAFileWhoseHoldFailsPastItsBudgetIsNotRunAgain.)
 func TestAHoldNeverRecordedIsUndoneByTheNextDecision(t *testing.T) {
 	_, pool := testenv.DB(t)
 	poison(t, pool, "H-2", "")
+	// a failure no retry mends (P0001), not the transient 40001
+	exec(t, pool, `CREATE OR REPLACE FUNCTION poison() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN
+		    IF NEW.order_id = 'H-2' AND EXISTS (SELECT 1 FROM poison_on) THEN
+		        RAISE EXCEPTION 'refused';
+		    END IF;
+		    RETURN NEW;
+		END $$`)
 	site := testenv.NewSite(t, "acme")
 	site.Drop(t, "orders-h.csv", testenv.OrdersCSV("H", 3))
 	r := newRigCfg(t, pool, intake.Config{WorkerID: "w1", Lease: 30 * time.Second, SpoolMinFree: 1,
@@ -632,9 +642,7 @@ func TestAHoldNeverRecordedIsUndoneByTheNextDecision(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { fault.Set("") })
-	r.poll("acme")
-	waitDue(t, pool, "acme")
-	r.poll("acme") // retries exhausted: held, its end not recorded
+	r.poll("acme") // failed for good: held, its end not recorded
 	f := files(t, pool, "acme")[0]
 	if f.State == "failed_terminal" || len(site.Files(t, "quarantine")) != 2 {
 		t.Fatalf("%+v, quarantine/ %q: want a live row, the file and its reason file in quarantine/", f, site.Files(t, "quarantine"))
