@@ -70,6 +70,10 @@ func (r *fileRun) settle(ctx context.Context, err error) error {
 	case exhausted:
 		r.log.Error("file failed past its retry budget", "attempts", n, "err", err)
 		if herr := r.hold(ctx, ledger.StateFailedTerminal, reason.RetriesExhausted, 0, r.spentDetail(n, lastCodes(err))); herr != nil {
+			if errors.As(herr, &fe) {
+				r.fencedOut(fe.Step)
+				return nil
+			}
 			// its next attempt holds it without running it again
 			if merr := r.d.ledger.MarkSpent(ctx, r.in); merr != nil {
 				r.log.Warn("recording the spent budget failed", "err", merr)

@@ -252,14 +252,28 @@ func (d *claimStage) rename(sess *sftpconn.Session, c candidate, open bool) (*sf
 // (manifest_invalid, saying the manifest stayed in ready/). Either way the
 // partner's other files go on.
 func (d *claimStage) manifestRefused(p *partnerRT, sess *sftpconn.Session, in *ledger.Intake, err error) (back bool) {
-	if berr := sess.Rename(in.ClaimedPath, sess.Layout.Ready(in.RemoteName)); berr != nil {
+	if berr := putBackRefused(p, sess, in.ClaimedPath, in.RemoteName); berr != nil {
 		d.log.Warn("the site refused to move a claimed file's manifest beside it, and the file could not go back beside it; the file is held (manifest_invalid)",
 			"partner", p.cfg.ID, "file", printableName(in.RemoteName), "reason", reason.ManifestInvalid, "err", err, "back_err", berr)
 		return false
 	}
 	d.claimRefused(p, in.RemoteName+partners.ManifestSuffix, err)
-	p.refused.remember(in.RemoteName, in.ListedSize, in.ListedMTime)
 	return true
+}
+
+// putBackRefused moves a claimed data file at from back into ready/ as
+// name, beside the manifest the site refused to move, and has the
+// partner's listings pass it over a while (refusals), as it is in ready/
+// now (a server that stamps a RENAME's time gives it another mtime).
+func putBackRefused(p *partnerRT, sess *sftpconn.Session, from, name string) error {
+	to := sess.Layout.Ready(name)
+	if err := sess.Rename(from, to); err != nil {
+		return err
+	}
+	if fi, err := sess.Lstat(to); err == nil {
+		p.refused.remember(name, fi.Size(), fi.ModTime())
+	}
+	return nil
 }
 
 // claimRefused counts and logs an entry of ready/ whose claim's RENAME

@@ -531,7 +531,11 @@ type partnerRT struct {
 	lastErr     string
 	oldestReady time.Time
 	readyCount  int
-	quotaFull   atomic.Bool // the partner's spool is at its quota (limits.max_spool_bytes)
+	// the entries of ready/ the last listing passed over (refused.go):
+	// how many, and the oldest's mtime
+	passedCount  int
+	passedOldest time.Time
+	quotaFull    atomic.Bool // the partner's spool is at its quota (limits.max_spool_bytes)
 
 	holds targethold.Feeds // feeds whose target cannot be written (targethold.go)
 

@@ -32,8 +32,6 @@ func SetUnchangedMinRows(n int) func() {
 // UnchangedLooked is a look-up's outcome (Signals().Unchanged).
 type UnchangedLooked = unchangedLooked
 
-// SetAheadBytes sets the listed size from which a file is applied ahead
-// of its plan, so small test files take that path; it returns the undo.
 // SetRefusedFor sets how long an entry the site refused to move is
 // passed over; it returns the restore.
 func SetRefusedFor(d time.Duration) func() {
@@ -42,6 +40,8 @@ func SetRefusedFor(d time.Duration) func() {
 	return func() { refusedFor = old }
 }
 
+// SetAheadBytes sets the listed size from which a file is applied ahead
+// of its plan, so small test files take that path; it returns the undo.
 func SetAheadBytes(n int64) func() {
 	old := aheadBytes
 	aheadBytes = n

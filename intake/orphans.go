@@ -176,7 +176,15 @@ func (o *orphanAdopter) move(ctx context.Context, p *partnerRT, sess *sftpconn.S
 			continue
 		}
 		if manifests && !strings.HasPrefix(dstName, partners.HostilePrefix) {
-			if _, err := sitefile.ClaimManifest(sess, dst, dir, sess.Layout.ReadyDir()); err != nil {
+			_, err := sitefile.ClaimManifest(sess, dst, dir, sess.Layout.ReadyDir())
+			if sftpconn.IsRefused(err) {
+				// the site refuses to move its manifest out of the stopped
+				// worker's dir (every sweep would meet that again): the
+				// file stays adopted and its download holds it
+				// (manifest_invalid); the manifest left there is the
+				// reconciler's finding
+				o.log.Warn("the site refused to move an adopted file's manifest; the file is held (manifest_invalid)", "partner", p.cfg.ID, "path", old+partners.ManifestSuffix, "err", err)
+			} else if err != nil {
 				// the file goes back beside its manifest: the next
 				// adoption moves both (adoptOwn looks in ready/ only)
 				o.log.Warn("could not move a manifest with its adopted file; the file is left where it was", "partner", p.cfg.ID, "path", old+partners.ManifestSuffix, "err", err)
@@ -272,9 +280,8 @@ func (o *orphanAdopter) adoptOwn(ctx context.Context, p *partnerRT, sess *sftpco
 						// goes back into ready/ beside it, passed over a
 						// while (as a claim's, manifestRefused); recorded
 						// only when it cannot, and its download holds it
-						if berr := sess.Rename(in.ClaimedPath, sess.Layout.Ready(in.RemoteName)); berr == nil {
+						if putBackRefused(p, sess, in.ClaimedPath, in.RemoteName) == nil {
 							o.log.Warn("the site refused to move an adopted file's manifest beside it; the file is back in ready/", "partner", p.cfg.ID, "file", printableName(in.RemoteName), "err", err)
-							p.refused.remember(in.RemoteName, fi.Size(), fi.ModTime())
 							continue
 						}
 					} else if err != nil {

@@ -890,6 +890,17 @@ func TestEntriesTheSiteWillNotMoveDoNotTakeThePollsPlaces(t *testing.T) {
 	if got := site.Files(t, "ready"); !slices.Equal(got, stuck) {
 		t.Fatalf("ready/ holds %v, want the refused entries", got)
 	}
+	// passed over, they still count as waiting in ready/ as the listing
+	// saw it (the newer file and the two; their age raises
+	// IntakeReadyBacklog)
+	const want = `
+# HELP intake_ready_files Claimable files in ready/ at the last poll.
+# TYPE intake_ready_files gauge
+intake_ready_files{partner="places"} 3
+`
+	if err := testutil.GatherAndCompare(r.reg, strings.NewReader(want), "intake_ready_files"); err != nil {
+		t.Fatalf("want the 2 entries passed over counted in ready/ beside the file claimed: %v", err)
+	}
 }
 
 // A manifest the site refuses to move beside its claimed file holds up
@@ -939,6 +950,43 @@ func TestAManifestTheSiteWillNotMoveHoldsUpNothing(t *testing.T) {
 	r.poll("stuckm")
 	if got := state(); len(got) != 3 || got[stuck] != "archived" {
 		t.Fatalf("files %v, want the pair archived once the site lets its manifest go", got)
+	}
+}
+
+// A file past its retry budget whose hold fails (the site refuses to move
+// it to quarantine/) is not run again: its next attempts hold it without
+// applying it, until the hold goes through. Before, every backoff ran the
+// whole file again, for good, and here applied it once its rows no longer
+// failed.
+func TestAFileWhoseHoldFailsPastItsBudgetIsNotRunAgain(t *testing.T) {
+	_, pool := testenv.DB(t)
+	poison(t, pool, "P-2", "") // P-2 fails every try, transient (40001)
+	srv, site := testenv.NewInProcessSite(t, "spent")
+	site.Config.GroupFiles = 1
+	r := newRigCfg(t, pool, intake.Config{WorkerID: "w1", Lease: 30 * time.Second, SpoolMinFree: 1,
+		Retry: intake.RetryPolicy{Attempts: 2, Base: time.Millisecond, Max: time.Millisecond}}, site)
+	site.Drop(t, "orders-1.csv", goodRows("P", 2))
+	srv.RefuseRenames(func(from string) bool { return strings.Contains(from, "/processing/") })
+	for range 3 {
+		r.poll("spent")
+		waitDue(t, pool, "spent")
+	}
+	f := files(t, pool, "spent")[0]
+	if f.State == "failed_terminal" || f.Reason != string(reason.RetriesExhausted) || f.Applied != 0 {
+		t.Fatalf("%+v, want the file live with its budget spent, its hold refused by the site", f)
+	}
+	exec(t, pool, `DELETE FROM poison_on`) // its rows would apply now
+	r.poll("spent")
+	waitDue(t, pool, "spent")
+	r.poll("spent")
+	if f = files(t, pool, "spent")[0]; f.State == "archived" || f.Applied != 0 {
+		t.Fatalf("%+v: a file past its budget was run again", f)
+	}
+	srv.RefuseRenames(nil) // the site lets the hold through
+	waitDue(t, pool, "spent")
+	r.poll("spent")
+	if f = files(t, pool, "spent")[0]; f.State != "failed_terminal" || f.Reason != string(reason.RetriesExhausted) {
+		t.Fatalf("%+v, want it held failed_terminal retries_exhausted once the site lets it", f)
 	}
 }
 

@@ -498,7 +498,12 @@ func (p *partnerRT) setReady(left []candidate, beyond int) {
 		oldest = left[0].MTime
 	}
 	p.statMu.Lock()
-	p.readyCount, p.oldestReady = len(left)+beyond, oldest
+	// the entries the listing passed over (refused.go) wait in ready/ too:
+	// their age raises IntakeReadyBacklog as any file's
+	if !p.passedOldest.IsZero() && (oldest.IsZero() || p.passedOldest.Before(oldest)) {
+		oldest = p.passedOldest
+	}
+	p.readyCount, p.oldestReady = len(left)+beyond+p.passedCount, oldest
 	p.statMu.Unlock()
 }
 
@@ -527,7 +532,18 @@ func (d *claimStage) list(ctx context.Context, p *partnerRT, sess *sftpconn.Sess
 	// and files claimed already never reach the bounded sets
 	var pendC []candidate
 	var pendH []partners.Skipped
-	gate := d.feedHolds.Gate(p) // a held feed's files are left out (targethold.go)
+	gate := d.feedHolds.Gate(p)            // a held feed's files are left out (targethold.go)
+	passed, passedOldest := 0, time.Time{} // entries passed over (refused.go)
+	passOver := func(name string, size int64, mtime time.Time) bool {
+		if !p.refused.passOver(name, size, mtime) {
+			return false
+		}
+		passed++
+		if passedOldest.IsZero() || mtime.Before(passedOldest) {
+			passedOldest = mtime
+		}
+		return true
+	}
 	flush := func() error {
 		if len(pendC)+len(pendH) == 0 {
 			return nil
@@ -604,7 +620,7 @@ func (d *claimStage) list(ctx context.Context, p *partnerRT, sess *sftpconn.Sess
 			}
 			return nil
 		}
-		if p.refused.passOver(c.Name, c.Size, c.MTime) {
+		if passOver(c.Name, c.Size, c.MTime) {
 			// the site refused to move it lately: the oldest files kept
 			// are ones this poll can claim
 			d.metrics.Skipped.WithLabelValues(cfg.ID, claimRefused).Inc()
@@ -667,6 +683,9 @@ func (d *claimStage) list(ctx context.Context, p *partnerRT, sess *sftpconn.Sess
 		cands = append(cands, c)
 	}
 	beyond = max(total-len(cands), 0)
+	p.statMu.Lock()
+	p.passedCount, p.passedOldest = passed, passedOldest
+	p.statMu.Unlock()
 	p.setReady(cands, beyond)
 	return cands, bad.sorted(), beyond, nil
 }
