@@ -10,10 +10,12 @@ import (
 	"time"
 
 	"github.com/partner-intake/partner-intake/internal/reason"
+	"github.com/partner-intake/partner-intake/spool"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/partner-intake/partner-intake/intake/chunkrows"
+	"github.com/partner-intake/partner-intake/intake/holdback"
 	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/intake/rows"
 	"github.com/partner-intake/partner-intake/intake/target"
@@ -51,8 +53,8 @@ type applyStage struct {
 	// still write rows (claimBelow; 0: none), once olderLooked
 	older       int64
 	olderLooked bool
-	// held: the keys a replay holds back (replayHeldBack; nil: none)
-	held *heldBack
+	// held: the keys a replay holds back (intake/holdback; nil: none)
+	held *holdback.Keys
 }
 
 // claimBelow is what the merge claims rows below (target.Merge): the
@@ -111,7 +113,9 @@ func (r *applyStage) apply(ctx context.Context) error {
 			return err
 		}
 	}
-	if r.held, err = r.replayHeldBack(ctx); err != nil {
+	r.held, err = holdback.Look(ctx, holdback.Replay{DB: r.d.db, Spool: r.d.spool, Partner: r.p.cfg, Feed: r.feed, In: in,
+		Site: r.sess, MinFree: r.d.cfg.SpoolMinFree, Drop: func(e spool.Entry) { r.dropUnused(e, "a copy made to read a newer file") }, Log: r.log})
+	if err != nil {
 		return err
 	}
 	f, rd, err := r.spooledRows("apply")
@@ -268,7 +272,7 @@ func (r *applyStage) readChunks(ctx context.Context, rd *rows.Reader, first int,
 			}
 		}
 		c.span(row.Line)
-		if row.Issue == nil && r.held.holds(r.feed, row) {
+		if row.Issue == nil && r.held.Holds(r.feed, row) {
 			c.heldBack = append(c.heldBack, row.Line)
 			continue
 		}
@@ -552,7 +556,7 @@ func (r *applyStage) rowsWritten(ctx context.Context, tx pgx.Tx, tgt *target.Tab
 	}
 	if len(ch.heldBack) > 0 {
 		detail := "a newer file of the table named the key"
-		if r.held.unread {
+		if r.held.Unread() {
 			detail = "a newer file of the table named the key, or may have: it could not be read"
 		}
 		if err := ledger.RecordConflicts(ctx, tx, r.in, reason.NewerWrite, ch.heldBack, detail); err != nil {

@@ -15,7 +15,7 @@ type chunk struct {
 	final       bool              // the file's last chunk: its commit moves the file to applied
 	first, last int64             // lines the chunk spans, rejected rows included
 	refused     []refusal         // rows whose value the column's encoding refused (not among the valid rows)
-	heldBack    []int64           // lines of the rows a replay holds back (replayheld.go; not among the valid rows)
+	heldBack    []int64           // lines of the rows a replay holds back (intake/holdback; not among the valid rows)
 	same        *target.Unchanged // the look-up of rows the target holds as they are (toMerge), once needed
 	leftOut     bool              // toMerge left rows of this chunk out of its merge
 }

@@ -151,7 +151,7 @@ func (d *claimStage) claim(ctx context.Context, p *partnerRT, sess *sftpconn.Ses
 				d.metrics.Skipped.WithLabelValues(p.cfg.ID, claimTargetBusy).Inc()
 			} else if sftpconn.IsRefused(err) {
 				d.claimRefused(p, c.Name, err)
-				p.refused.remember(c.Name, c.Size, c.MTime)
+				p.refused.Remember(c.Name, c.Size, c.MTime)
 			} else if failed == nil {
 				failed = fmt.Errorf("claim %s: %w", c.Name, err)
 			}
@@ -263,7 +263,7 @@ func (d *claimStage) manifestRefused(p *partnerRT, sess *sftpconn.Session, in *l
 
 // putBackRefused moves a claimed data file at from back into ready/ as
 // name, beside the manifest the site refused to move, and has the
-// partner's listings pass it over a while (refusals), as it is in ready/
+// partner's listings pass it over a while (readylist.Refusals), as it is in ready/
 // now (a server that stamps a RENAME's time gives it another mtime).
 func putBackRefused(p *partnerRT, sess *sftpconn.Session, from, name string) error {
 	to := sess.Layout.Ready(name)
@@ -271,7 +271,7 @@ func putBackRefused(p *partnerRT, sess *sftpconn.Session, from, name string) err
 		return err
 	}
 	if fi, err := sess.Lstat(to); err == nil {
-		p.refused.remember(name, fi.Size(), fi.ModTime())
+		p.refused.Remember(name, fi.Size(), fi.ModTime())
 	}
 	return nil
 }
@@ -279,7 +279,7 @@ func putBackRefused(p *partnerRT, sess *sftpconn.Session, from, name string) err
 // claimRefused counts and logs an entry of ready/ whose claim's RENAME
 // the site refused (a permission, an immutable file, a folder a gateway
 // cannot move): it stays in ready/, passed over by the partner's listings
-// for a while (refusals) and then tried again, and the partner's other
+// for a while (readylist.Refusals) and then tried again, and the partner's other
 // entries go on. Its age in ready/ raises
 // IntakeReadyBacklog; a hostile one is also the reconciler's finding.
 func (d *claimStage) claimRefused(p *partnerRT, name string, err error) {

@@ -22,6 +22,7 @@ import (
 	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/intake/metrics"
 	"github.com/partner-intake/partner-intake/intake/pollrecord"
+	"github.com/partner-intake/partner-intake/intake/readylist"
 	"github.com/partner-intake/partner-intake/intake/sessions"
 	"github.com/partner-intake/partner-intake/intake/target"
 	"github.com/partner-intake/partner-intake/intake/targethold"
@@ -539,7 +540,7 @@ type partnerRT struct {
 
 	holds targethold.Feeds // feeds whose target cannot be written (targethold.go)
 
-	refused refusals // entries of ready/ the site refused to move, passed over a while (refused.go)
+	refused readylist.Refusals // entries of ready/ the site refused to move, passed over a while
 }
 
 // keepIDs remembers the ids allocated for claims whose rows were not

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/partner-intake/partner-intake/intake/ledger"
+	"github.com/partner-intake/partner-intake/intake/readylist"
 	"github.com/partner-intake/partner-intake/intake/sessions"
 	"github.com/partner-intake/partner-intake/intake/siteread"
 	"github.com/partner-intake/partner-intake/intake/targethold"
@@ -35,9 +36,9 @@ type UnchangedLooked = unchangedLooked
 // SetRefusedFor sets how long an entry the site refused to move is
 // passed over; it returns the restore.
 func SetRefusedFor(d time.Duration) func() {
-	old := refusedFor
-	refusedFor = d
-	return func() { refusedFor = old }
+	old := readylist.Window
+	readylist.Window = d
+	return func() { readylist.Window = old }
 }
 
 // SetAheadBytes sets the listed size from which a file is applied ahead

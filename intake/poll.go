@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"path"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/partner-intake/partner-intake/intake/backpressure"
 	"github.com/partner-intake/partner-intake/intake/ledger"
+	"github.com/partner-intake/partner-intake/intake/readylist"
 	"github.com/partner-intake/partner-intake/intake/workerid"
 	"github.com/partner-intake/partner-intake/internal/fault"
 	"github.com/partner-intake/partner-intake/partners"
@@ -523,8 +523,8 @@ func hostileBudget(p *partners.Config) int {
 func (d *claimStage) list(ctx context.Context, p *partnerRT, sess *sftpconn.Session) (cands []candidate, hostile []partners.Skipped, beyond int, err error) {
 	cfg := p.cfg
 	manifestMode := cfg.Readiness == partners.ReadinessManifest
-	keep := newOldest(max(cfg.Limits.MaxFilesPerPoll, 1), func(c candidate) (time.Time, string) { return c.MTime, c.Name })
-	bad := newOldest(hostileBudget(cfg), func(s partners.Skipped) (time.Time, string) { return s.Info.ModTime(), s.Info.Name() })
+	keep := readylist.NewOldest(max(cfg.Limits.MaxFilesPerPoll, 1), func(c candidate) (time.Time, string) { return c.MTime, c.Name })
+	bad := readylist.NewOldest(hostileBudget(cfg), func(s partners.Skipped) (time.Time, string) { return s.Info.ModTime(), s.Info.Name() })
 	var manifests partners.Manifests // manifest mode: the listing's manifests
 	total := 0
 	// claim: record: taken files stay in ready/ for ever, so what the
@@ -535,7 +535,7 @@ func (d *claimStage) list(ctx context.Context, p *partnerRT, sess *sftpconn.Sess
 	gate := d.feedHolds.Gate(p)            // a held feed's files are left out (targethold.go)
 	passed, passedOldest := 0, time.Time{} // entries passed over (refused.go)
 	passOver := func(name string, size int64, mtime time.Time) bool {
-		if !p.refused.passOver(name, size, mtime) {
+		if !p.refused.PassOver(name, size, mtime) {
 			return false
 		}
 		passed++
@@ -571,12 +571,12 @@ func (d *claimStage) list(ctx context.Context, p *partnerRT, sess *sftpconn.Sess
 				continue
 			}
 			total++
-			keep.push(c)
+			keep.Push(c)
 		}
 		for _, h := range pendH {
 			if !taken[recordName(h.Info.Name())] {
 				d.metrics.Skipped.WithLabelValues(cfg.ID, string(h.Reason)).Inc()
-				bad.push(h)
+				bad.Push(h)
 			}
 		}
 		pendC, pendH = pendC[:0], pendH[:0]
@@ -611,12 +611,12 @@ func (d *claimStage) list(ctx context.Context, p *partnerRT, sess *sftpconn.Sess
 			return nil
 		}
 		if why != "" {
-			if partners.Hostile(why) && p.refused.passOver(e.Name(), e.Size(), e.ModTime()) {
+			if partners.Hostile(why) && p.refused.PassOver(e.Name(), e.Size(), e.ModTime()) {
 				why = claimRefused // the site refused to move it to quarantine/ lately
 			}
 			d.metrics.Skipped.WithLabelValues(cfg.ID, string(why)).Inc()
 			if partners.Hostile(why) {
-				bad.push(partners.Skipped{Info: e, Reason: why})
+				bad.Push(partners.Skipped{Info: e, Reason: why})
 			}
 			return nil
 		}
@@ -627,7 +627,7 @@ func (d *claimStage) list(ctx context.Context, p *partnerRT, sess *sftpconn.Sess
 			return nil
 		}
 		total++
-		keep.push(c)
+		keep.Push(c)
 		return nil
 	})
 	if n := sess.TakeImpossibleNames(); n > 0 {
@@ -646,7 +646,7 @@ func (d *claimStage) list(ctx context.Context, p *partnerRT, sess *sftpconn.Sess
 			return nil, nil, 0, err
 		}
 	}
-	kept := keep.sorted()
+	kept := keep.Sorted()
 	var seen map[string]ledger.Seen
 	if cfg.Readiness == partners.ReadinessStable {
 		// Readiness stable: the kept candidates are recorded (the rest
@@ -687,68 +687,7 @@ func (d *claimStage) list(ctx context.Context, p *partnerRT, sess *sftpconn.Sess
 	p.passedCount, p.passedOldest = passed, passedOldest
 	p.statMu.Unlock()
 	p.setReady(cands, beyond)
-	return cands, bad.sorted(), beyond, nil
-}
-
-// oldest keeps the n smallest items by (time, name): a max-heap whose top
-// is the newest kept item, replaced when an older one comes.
-type oldest[T any] struct {
-	n     int
-	key   func(T) (time.Time, string)
-	items []T
-}
-
-func newOldest[T any](n int, key func(T) (time.Time, string)) *oldest[T] {
-	return &oldest[T]{n: n, key: key}
-}
-
-func (o *oldest[T]) less(a, b T) bool { // a is older than b
-	ta, na := o.key(a)
-	tb, nb := o.key(b)
-	if !ta.Equal(tb) {
-		return ta.Before(tb)
-	}
-	return na < nb
-}
-
-func (o *oldest[T]) push(x T) {
-	if len(o.items) < o.n {
-		o.items = append(o.items, x)
-		for i := len(o.items) - 1; i > 0; { // sift up: parents are newer
-			up := (i - 1) / 2
-			if !o.less(o.items[up], o.items[i]) {
-				break
-			}
-			o.items[up], o.items[i] = o.items[i], o.items[up]
-			i = up
-		}
-		return
-	}
-	if o.n == 0 || !o.less(x, o.items[0]) {
-		return
-	}
-	o.items[0] = x
-	for i := 0; ; { // sift down
-		l, r, big := 2*i+1, 2*i+2, i
-		if l < len(o.items) && o.less(o.items[big], o.items[l]) {
-			big = l
-		}
-		if r < len(o.items) && o.less(o.items[big], o.items[r]) {
-			big = r
-		}
-		if big == i {
-			break
-		}
-		o.items[i], o.items[big] = o.items[big], o.items[i]
-		i = big
-	}
-}
-
-// sorted returns the kept items, oldest first.
-func (o *oldest[T]) sorted() []T {
-	out := append([]T(nil), o.items...)
-	sort.Slice(out, func(i, j int) bool { return o.less(out[i], out[j]) })
-	return out
+	return cands, bad.Sorted(), beyond, nil
 }
 
 // quarantineHostile takes an entry of ready/ that can never be processed
@@ -777,7 +716,7 @@ func (d *claimStage) quarantineHostile(ctx context.Context, p *partnerRT, sess *
 			}
 			if sftpconn.IsRefused(err) {
 				d.claimRefused(p, h.Info.Name(), err)
-				p.refused.remember(h.Info.Name(), h.Info.Size(), h.Info.ModTime())
+				p.refused.Remember(h.Info.Name(), h.Info.Size(), h.Info.ModTime())
 				return nil
 			}
 			return fmt.Errorf("claim a hostile entry: %w", err)

@@ -182,7 +182,7 @@ func newerSnapshotOf(partner, feed, place string) string {
 // the row was edited outside intake since on a target that does not keep
 // such edits (docs/failure-matrix.md, not covered); a row the file did
 // not write the first time (it was rejected) its replay holds back when a
-// newer file named its key (intake/replayheld.go).
+// newer file named its key (intake/holdback).
 func OlderWriter(ctx context.Context, q interface {
 	QueryRow(context.Context, string, ...any) pgx.Row
 }, partner string, feeds []string, place int64) (int64, error) {

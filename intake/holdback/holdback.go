@@ -1,20 +1,6 @@
-package intake
-
-import (
-	"context"
-	"errors"
-	"fmt"
-	"hash/maphash"
-	"io"
-	"slices"
-
-	"github.com/partner-intake/partner-intake/intake/ledger"
-	"github.com/partner-intake/partner-intake/intake/rows"
-	"github.com/partner-intake/partner-intake/intake/unwrap"
-	"github.com/partner-intake/partner-intake/partners"
-	"github.com/partner-intake/partner-intake/spool"
-)
-
+// Package holdback works out which rows a replay holds back: the rows it
+// may write for the first time whose keys a newer file of the table named.
+//
 // A replay writes as the file it replays (its place), so a row a newer
 // file wrote is a newer_write conflict of it. A row a newer file found as
 // it said carries no mark of that file, though: where the replayed file
@@ -32,12 +18,32 @@ import (
 // its feed as configured now) or is a snapshot (it names every key, those
 // it deleted too). A newer file that begins its apply after the replay's
 // row exists counts the replay an older writer and claims the rows it
-// finds as they are (claimBelow).
+// finds as they are (intake/apply.go claimBelow).
+package holdback
 
-// heldBack is the set of keys a replay holds back, by a hash of their
-// values in the order of the feed's sorted key names (a collision holds
-// back one more row, never writes one): sorted, 8 bytes a key.
-type heldBack struct {
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"io"
+	"log/slog"
+	"slices"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/partner-intake/partner-intake/intake/ledger"
+	"github.com/partner-intake/partner-intake/intake/rows"
+	"github.com/partner-intake/partner-intake/intake/unwrap"
+	"github.com/partner-intake/partner-intake/partners"
+	"github.com/partner-intake/partner-intake/partners/sftpconn"
+	"github.com/partner-intake/partner-intake/spool"
+)
+
+// Keys is the set of keys a replay holds back, by a hash of their values
+// in the order of the feed's sorted key names (a collision holds back one
+// more row, never writes one): sorted, 8 bytes a key.
+type Keys struct {
 	seed maphash.Seed
 	keys []uint64
 	// unread: a newer file could not be read, so every key the replay
@@ -45,8 +51,12 @@ type heldBack struct {
 	unread bool
 }
 
+// Unread reports whether a newer file could not be read as it judged its
+// rows: every row the replay writes for the first time is held back.
+func (h *Keys) Unread() bool { return h != nil && h.unread }
+
 // keyHash hashes the key of a row of feed f.
-func (h *heldBack) keyHash(f *partners.Feed, vals []string) uint64 {
+func (h *Keys) keyHash(f *partners.Feed, vals []string) uint64 {
 	var mh maphash.Hash
 	mh.SetSeed(h.seed)
 	for _, i := range sortedKeyIndexes(f) {
@@ -56,8 +66,8 @@ func (h *heldBack) keyHash(f *partners.Feed, vals []string) uint64 {
 	return mh.Sum64()
 }
 
-// holds reports whether the replay holds a valid row back.
-func (h *heldBack) holds(f *partners.Feed, row *rows.Row) bool {
+// Holds reports whether the replay holds a valid row of feed f back.
+func (h *Keys) Holds(f *partners.Feed, row *rows.Row) bool {
 	if h == nil {
 		return false
 	}
@@ -76,34 +86,53 @@ func sortedKeyIndexes(f *partners.Feed) []int {
 	return idx
 }
 
-// replayHeldBack works out what a replay holds back (nil: nothing). A
-// snapshot's replay is judged whole instead (SupersededBy).
-func (r *applyStage) replayHeldBack(ctx context.Context) (*heldBack, error) {
-	in := r.in
-	if in.ReplayOf == 0 || r.feed.Mode == partners.ModeSnapshot {
+// Replay is what Look needs of a replay being applied.
+type Replay struct {
+	// DB is the ledger's database.
+	DB interface {
+		Query(context.Context, string, ...any) (pgx.Rows, error)
+		QueryRow(context.Context, string, ...any) pgx.Row
+	}
+	Spool   *spool.Spool
+	Partner *partners.Config
+	Feed    *partners.Feed    // the replay's feed
+	In      *ledger.Intake    // the replay's row
+	Site    *sftpconn.Session // where archived copies are read; nil: none
+	MinFree int64             // the spool's free-space floor (spool.min_free_bytes)
+	// Drop removes a copy Look made in the spool unless another intake
+	// reads the same bytes.
+	Drop func(spool.Entry)
+	Log  *slog.Logger
+}
+
+// Look works out what a replay holds back (nil: nothing). A snapshot's
+// replay is judged whole instead (ledger.SupersededBy).
+func Look(ctx context.Context, r Replay) (*Keys, error) {
+	in := r.In
+	if in.ReplayOf == 0 || r.Feed.Mode == partners.ModeSnapshot {
 		return nil, nil
 	}
-	lines, complete, err := ledger.RejectedLines(ctx, r.d.db, in.ReplayOf, false)
+	lines, complete, err := ledger.RejectedLines(ctx, r.DB, in.ReplayOf, false)
 	if err != nil || complete && len(lines) == 0 {
 		return nil, err
 	}
 	var configured []string
-	for _, f := range r.p.cfg.Feeds {
+	for _, f := range r.Partner.Feeds {
 		configured = append(configured, f.Name)
 	}
-	newer, err := ledger.NewerOnTable(ctx, r.d.db, in.Partner, r.p.cfg.FeedsOn(r.feed.Target), configured, in.ReplayOf, in.ID)
+	newer, err := ledger.NewerOnTable(ctx, r.DB, in.Partner, r.Partner.FeedsOn(r.Feed.Target), configured, in.ReplayOf, in.ID)
 	if err != nil || len(newer) == 0 {
 		return nil, err
 	}
-	h := &heldBack{seed: maphash.MakeSeed()}
+	h := &Keys{seed: maphash.MakeSeed()}
 	// the keys the replay may write for the first time
 	var first []uint64
-	err = r.eachRow(ctx, r.in.DataSHA256, r.feed, func(row *rows.Row) bool {
+	err = r.eachRow(ctx, in.DataSHA256, r.Feed, func(row *rows.Row) bool {
 		if row.Issue != nil {
 			return true
 		}
 		if _, ok := slices.BinarySearch(lines, row.Line); ok || !complete {
-			first = append(first, h.keyHash(r.feed, row.Values))
+			first = append(first, h.keyHash(r.Feed, row.Values))
 		}
 		return !complete || row.Line < lines[len(lines)-1]
 	})
@@ -118,7 +147,7 @@ func (r *applyStage) replayHeldBack(ctx context.Context) (*heldBack, error) {
 		if left == 0 {
 			break
 		}
-		feed := r.p.cfg.Feed(f.Feed)
+		feed := r.Partner.Feed(f.Feed)
 		readable := feed != nil && feed.Mode != partners.ModeSnapshot && f.DataSHA256 != ""
 		if readable {
 			err := r.newerRows(ctx, f, feed, func(row *rows.Row) bool {
@@ -136,7 +165,6 @@ func (r *applyStage) replayHeldBack(ctx context.Context) (*heldBack, error) {
 		}
 		if !readable {
 			h.unread = feed == nil || feed.Mode != partners.ModeSnapshot
-			clear(named)
 			for i := range named {
 				named[i] = true
 			}
@@ -151,7 +179,7 @@ func (r *applyStage) replayHeldBack(ctx context.Context) (*heldBack, error) {
 	if len(h.keys) == 0 {
 		return nil, nil
 	}
-	r.log.Info("replay holds back rows a newer file of the table named or may have named",
+	r.Log.Info("replay holds back rows a newer file of the table named or may have named",
 		"keys", len(h.keys), "newer_files", len(newer), "newer_unread", h.unread)
 	return h, nil
 }
@@ -167,18 +195,18 @@ var errUnread = errors.New("a newer file cannot be read")
 // copy made here is dropped after, unless another intake reads it. errUnread: no copy of its bytes, or a
 // row it did not reject no longer reads as valid under its feed as
 // configured now (what the file named there is not known).
-func (r *applyStage) newerRows(ctx context.Context, f ledger.NewerFile, feed *partners.Feed, fn func(*rows.Row) bool) error {
-	sp, partner := r.d.spool, r.in.Partner
+func (r Replay) newerRows(ctx context.Context, f ledger.NewerFile, feed *partners.Feed, fn func(*rows.Row) bool) error {
+	sp, partner := r.Spool, r.In.Partner
 	if !sp.Has(partner, f.DataSHA256, f.DataSize) {
 		if f.SHA256 == "" {
 			return errUnread
 		}
 		if !sp.Has(partner, f.SHA256, f.Size) {
-			if f.ArchivePath == "" || r.sess == nil {
+			if f.ArchivePath == "" || r.Site == nil {
 				return errUnread
 			}
 			orig, err := sp.Put(partner, f.Size, f.Size, func(w io.Writer) (int64, error) {
-				rf, err := r.sess.Open(f.ArchivePath)
+				rf, err := r.Site.Open(f.ArchivePath)
 				if err != nil {
 					return 0, err
 				}
@@ -188,7 +216,7 @@ func (r *applyStage) newerRows(ctx context.Context, f ledger.NewerFile, feed *pa
 			if err != nil || orig.SHA256 != f.SHA256 {
 				// gone from the archive, or other bytes there now
 				if err == nil {
-					r.dropIfUnused(orig)
+					r.Drop(orig)
 				}
 				return errUnread
 			}
@@ -196,8 +224,8 @@ func (r *applyStage) newerRows(ctx context.Context, f ledger.NewerFile, feed *pa
 			// original until retention's purge
 		}
 		if f.DataSHA256 != f.SHA256 {
-			job := unwrap.Job{Spool: sp, Partner: partner, Feed: feed, Name: f.RemoteName, DropPlain: r.dropIfUnused,
-				MaxBytes: r.p.cfg.Limits.MaxExpandedBytes, MaxRatio: r.p.cfg.Limits.MaxExpansionRatio, MinFree: r.d.cfg.SpoolMinFree}
+			job := unwrap.Job{Spool: sp, Partner: partner, Feed: feed, Name: f.RemoteName, DropPlain: r.Drop,
+				MaxBytes: r.Partner.Limits.MaxExpandedBytes, MaxRatio: r.Partner.Limits.MaxExpansionRatio, MinFree: r.MinFree}
 			data, held, err := job.Run(spool.Entry{Partner: partner, SHA256: f.SHA256, Size: f.Size})
 			if err != nil {
 				return err // the spool's disk: the replay's attempt is retried
@@ -207,13 +235,13 @@ func (r *applyStage) newerRows(ctx context.Context, f ledger.NewerFile, feed *pa
 				// file named is not known
 				return errUnread
 			}
-			defer r.dropIfUnused(data)
+			defer r.Drop(data)
 			if data.SHA256 != f.DataSHA256 {
 				return errUnread
 			}
 		}
 	}
-	judged, complete, err := ledger.RejectedLines(ctx, r.d.db, f.ID, true)
+	judged, complete, err := ledger.RejectedLines(ctx, r.DB, f.ID, true)
 	if err != nil {
 		return err
 	}
@@ -235,14 +263,10 @@ func (r *applyStage) newerRows(ctx context.Context, f ledger.NewerFile, feed *pa
 	return err
 }
 
-// dropIfUnused removes a copy the replay made in the spool unless an
-// unfinished intake of the partner reads the same bytes.
-func (r *applyStage) dropIfUnused(e spool.Entry) { r.dropUnused(e, "a copy made to read a newer file") }
-
 // eachRow reads the spooled file sha as a file of feed and calls fn with
 // each row, valid or not, until fn returns false.
-func (r *applyStage) eachRow(ctx context.Context, sha string, feed *partners.Feed, fn func(*rows.Row) bool) error {
-	f, err := r.d.spool.Open(r.in.Partner, sha)
+func (r Replay) eachRow(ctx context.Context, sha string, feed *partners.Feed, fn func(*rows.Row) bool) error {
+	f, err := r.Spool.Open(r.In.Partner, sha)
 	if err != nil {
 		return err
 	}
