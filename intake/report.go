@@ -14,7 +14,6 @@ import (
 
 	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/intake/sitefile"
-	"github.com/partner-intake/partner-intake/partners/sftpconn"
 )
 
 // writeReports publishes the receipt and, when rows did not apply, the
@@ -73,13 +72,7 @@ func (r *finishStage) dropEarlier(ctx context.Context, suffix, keep string) erro
 	if err := r.fence(ctx, "earlier reports"); err != nil {
 		return err
 	}
-	dir := r.sess.Layout.ReportsDir()
-	for _, n := range sitefile.EarlierNames(r.in, suffix, keep) {
-		if err := r.sess.Remove(path.Join(dir, n)); err != nil && !sftpconn.IsNotExist(err) {
-			return fmt.Errorf("remove an earlier decision's report: %w", err)
-		}
-	}
-	return nil
+	return sitefile.RemoveEarlier(r.sess, r.in, suffix, keep)
 }
 
 // putRejects publishes the rejects report in dir. It is written, sealed
@@ -116,16 +109,12 @@ func (r *finishStage) putRejects(ctx context.Context, dir string) (string, error
 		return "", fmt.Errorf("rejects report: %w", err)
 	}
 	rendered := time.Now()
-	// fenced before the upload, and again before the rename that shows
-	// it: a large report's upload can outlast a lease
-	if err := r.fence(ctx, "rejects"); err != nil {
-		return "", err
-	}
-	fenced := time.Now()
+	// fenced after the upload, right before the rename that shows it: a
+	// large report's upload can outlast a lease
 	p, err := sitefile.PutFrom(r.sess, dir, name, f, st.Size(), func() error { return r.fence(ctx, "rejects rename") })
 	if err == nil {
 		r.log.Debug("rejects report published", "bytes", st.Size(), "render_seconds", rendered.Sub(start).Seconds(),
-			"fence_seconds", fenced.Sub(rendered).Seconds(), "put_seconds", time.Since(fenced).Seconds())
+			"put_seconds", time.Since(rendered).Seconds())
 	}
 	return p, err
 }

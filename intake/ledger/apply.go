@@ -199,8 +199,8 @@ func OlderWriter(ctx context.Context, q interface {
 }
 
 // RejectedLines are the lines of a file's rows its own run rejected
-// (the mapping, the row checks, the target), a key repeated within a
-// chunk but for unless dup: that row's key was written by the later line.
+// (the mapping, the row checks, the target); unless dup, not those of a
+// key repeated within a chunk, whose key the later line wrote.
 // complete is false when the file recorded more rejected rows than are
 // left (retention.row_issues purged them): which lines they were is not
 // known.

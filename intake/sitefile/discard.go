@@ -3,7 +3,6 @@ package sitefile
 import (
 	"context"
 	"fmt"
-	"path"
 
 	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/partners"
@@ -48,10 +47,8 @@ func PublishDiscarded(ctx context.Context, l *ledger.Ledger, s *sftpconn.Session
 	if err := still(); err != nil {
 		return err
 	}
-	for _, n := range EarlierNames(in, ReceiptSuffix, name) {
-		if err := s.Remove(path.Join(s.Layout.ReportsDir(), n)); err != nil && !sftpconn.IsNotExist(err) {
-			return fmt.Errorf("remove the held file's receipt: %w", err)
-		}
+	if err := RemoveEarlier(s, in, ReceiptSuffix, name); err != nil {
+		return err
 	}
 	return l.RecordDiscardReceipt(ctx, in, dst)
 }

@@ -5,10 +5,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"path"
 	"slices"
 	"time"
 
 	"github.com/partner-intake/partner-intake/internal/reason"
+	"github.com/partner-intake/partner-intake/partners/sftpconn"
 
 	"github.com/ProtonMail/go-crypto/openpgp"
 	"github.com/ProtonMail/go-crypto/openpgp/armor"
@@ -85,6 +87,18 @@ func EarlierNames(in *ledger.Intake, suffix, keep string) []string {
 		}
 	}
 	return names
+}
+
+// RemoveEarlier removes from the site's reports dir what EarlierNames
+// names; the caller has fenced right before.
+func RemoveEarlier(s *sftpconn.Session, in *ledger.Intake, suffix, keep string) error {
+	dir := s.Layout.ReportsDir()
+	for _, n := range EarlierNames(in, suffix, keep) {
+		if err := s.Remove(path.Join(dir, n)); err != nil && !sftpconn.IsNotExist(err) {
+			return fmt.Errorf("remove an earlier decision's report: %w", err)
+		}
+	}
+	return nil
 }
 
 // ReceiptJSON completes rc with what the row says of the file and renders
