@@ -113,10 +113,13 @@ func (r *applyStage) apply(ctx context.Context) error {
 			return err
 		}
 	}
-	r.held, err = holdback.Look(ctx, holdback.Replay{DB: r.d.db, Spool: r.d.spool, Partner: r.p.cfg, Feed: r.feed, In: in,
-		Site: r.sess, MinFree: r.d.cfg.SpoolMinFree, Drop: func(e spool.Entry) { r.dropUnused(e, "a copy made to read a newer file") }, Log: r.log})
-	if err != nil {
-		return err
+	if in.ReplayOf != 0 {
+		// what a replay holds back: rows a newer file of the table named
+		r.held, err = holdback.Look(ctx, holdback.Replay{DB: r.d.db, Spool: r.d.spool, Partner: r.p.cfg, Feed: r.feed, In: in,
+			Site: r.sess, MinFree: r.d.cfg.SpoolMinFree, Drop: func(e spool.Entry) { r.dropUnused(e, "a copy made to read a newer file") }, Log: r.log})
+		if err != nil {
+			return err
+		}
 	}
 	f, rd, err := r.spooledRows("apply")
 	if err != nil {

@@ -263,8 +263,9 @@ func (d *claimStage) manifestRefused(p *partnerRT, sess *sftpconn.Session, in *l
 
 // putBackRefused moves a claimed data file at from back into ready/ as
 // name, beside the manifest the site refused to move, and has the
-// partner's listings pass it over a while (readylist.Refusals), as it is in ready/
-// now (a server that stamps a RENAME's time gives it another mtime).
+// partner's listings pass it over a while (readylist.Refusals) as it is
+// in ready/ now (a server that stamps a RENAME's time gives it another
+// mtime).
 func putBackRefused(p *partnerRT, sess *sftpconn.Session, from, name string) error {
 	to := sess.Layout.Ready(name)
 	if err := sess.Rename(from, to); err != nil {
@@ -279,8 +280,8 @@ func putBackRefused(p *partnerRT, sess *sftpconn.Session, from, name string) err
 // claimRefused counts and logs an entry of ready/ whose claim's RENAME
 // the site refused (a permission, an immutable file, a folder a gateway
 // cannot move): it stays in ready/, passed over by the partner's listings
-// for a while (readylist.Refusals) and then tried again, and the partner's other
-// entries go on. Its age in ready/ raises
+// for a while (readylist.Refusals) and then tried again, and the
+// partner's other entries go on. Its age in ready/ raises
 // IntakeReadyBacklog; a hostile one is also the reconciler's finding.
 func (d *claimStage) claimRefused(p *partnerRT, name string, err error) {
 	d.metrics.Skipped.WithLabelValues(p.cfg.ID, claimRefused).Inc()

@@ -18,9 +18,9 @@ import (
 
 // writeReports publishes the receipt and, when rows did not apply, the
 // rejects report, on the partner's site. A decision after an earlier one
-// (a released file, or one whose hold's end was never recorded) removes what that one published under other names
-// (sitefile.EarlierNames), and its rejects report when this one rejects
-// no row: it would otherwise stand beside a receipt that says
+// (a released file, or one whose hold's end was never recorded) removes
+// what that one published under other names (sitefile.EarlierNames), and
+// its rejects report when this one rejects no row: it would otherwise stand beside a receipt that says
 // rows.rejected 0 (the feed was fixed, the missing parent rows added).
 func (r *finishStage) writeReports(ctx context.Context, rc sitefile.Receipt) error {
 	in := r.in
