@@ -17,6 +17,7 @@ import (
 	"github.com/partner-intake/partner-intake/intake/chunkrows"
 	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/intake/sitefile"
+	"github.com/partner-intake/partner-intake/intake/slots"
 	"github.com/partner-intake/partner-intake/intake/target"
 	"github.com/partner-intake/partner-intake/partners/sftpconn"
 )
@@ -312,10 +313,11 @@ func (r *applyStage) rewait(ctx context.Context, pc *planChangedError) error {
 
 // resumeDecided: the partner's poller takes over the files ops decided
 // whose owner has not resumed them (it is gone, or no longer polls the
-// partner), moves each into its own processing/ dir and runs it. Takeover
-// is the conditional statement of the reconciler (token, expired lease):
-// of the owner and pollers racing, one takes each file.
-func (d *housekeeping) resumeDecided(ctx context.Context, p *partnerRT, sess *sftpconn.Session) error {
+// partner), moves each into its own processing/ dir and runs it in a slot
+// of pool. Takeover is the conditional statement of the reconciler
+// (token, expired lease): of the owner and pollers racing, one takes each
+// file.
+func (d *housekeeping) resumeDecided(ctx context.Context, p *partnerRT, sess *sftpconn.Session, pool *slots.Pool) error {
 	rows, err := d.ledger.Decided(ctx, p.cfg.ID, d.cfg.WorkerID)
 	if err != nil {
 		return err
@@ -325,7 +327,12 @@ func (d *housekeeping) resumeDecided(ctx context.Context, p *partnerRT, sess *sf
 		if p.cfg.Records() {
 			dst = old.ClaimedPath // claim: record: the file stays where it is
 		}
+		if pool.Failed() {
+			return nil // the poll ends with the pool's error
+		}
+		slot := pool.Take()
 		if err := d.workerID.StillHeld(ctx); err != nil {
+			slot(nil) // no file waiting for a slot is taken after the hold ended
 			return err
 		}
 		// the takeover and its move are one step in the partner's claim
@@ -336,6 +343,9 @@ func (d *housekeeping) resumeDecided(ctx context.Context, p *partnerRT, sess *sf
 			in, err = d.takeOverDecided(ctx, c, p, sess, old, dst)
 			return err
 		})
+		if err != nil {
+			slot(nil)
+		}
 		var fe *ledger.FencedError
 		if errors.As(err, &fe) {
 			continue // resumed or taken meanwhile
@@ -352,9 +362,7 @@ func (d *housekeeping) resumeDecided(ctx context.Context, p *partnerRT, sess *sf
 			return err
 		}
 		d.log.Info("took over a file ops decided", "partner", p.cfg.ID, "intake_id", in.ID, "from_worker", old.Worker, "decision", old.PlanDecision)
-		if err := d.runFile(ctx, p, sess, in); err != nil {
-			return err
-		}
+		slot(func() error { return d.runFile(ctx, p, sess, in) })
 	}
 	return nil
 }

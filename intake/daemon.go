@@ -520,9 +520,8 @@ type partnerRT struct {
 	// it keeps its place among the partner's claims (keepIDs, idFor)
 	unrecordedMu sync.Mutex
 	unrecorded   map[string]int64
-	orphanSweep  time.Time    // the last look through stopped workers' processing dirs (orphans.go)
-	adoptMoves   int          // moves adoptOrphans tried into this worker's dir (a listing of it from before is stale)
-	fileRuns     atomic.Int64 // files this replica ran of the partner (a listing of ready/ from before one is stale)
+	orphanSweep  time.Time // the last look through stopped workers' processing dirs (orphans.go)
+	adoptMoves   int       // moves adoptOrphans tried into this worker's dir (a listing of it from before is stale)
 
 	statMu      sync.Mutex // what the last poll saw, for gauges and /readyz
 	polling     bool       // this replica polls the partner (affinity.go); else it exports no poll gauges for it
@@ -540,7 +539,8 @@ type partnerRT struct {
 
 	holds targethold.Feeds // feeds whose target cannot be written (targethold.go)
 
-	refused readylist.Refusals // entries of ready/ the site refused to move, passed over a while
+	refused  readylist.Refusals // entries of ready/ the site refused to move, passed over a while
+	unpaired readylist.Unpaired // manifest mode: data files the last listing found without their manifest
 }
 
 // keepIDs remembers the ids allocated for claims whose rows were not

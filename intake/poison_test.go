@@ -903,6 +903,57 @@ intake_ready_files{partner="places"} 3
 	}
 }
 
+// In manifest mode, data files whose manifest never comes do not take the
+// poll's places among the oldest (max_files_per_poll) for good: once a
+// listing found them without their manifest, the next ones set them aside
+// until it comes, so the complete pair behind them is claimed by the next
+// poll, and each of them once its manifest comes. Before, the two oldest
+// data files held both places at every poll, and the pair behind them was
+// never claimed.
+func TestDataFilesWhoseManifestNeverComesDoNotTakeThePollsPlaces(t *testing.T) {
+	_, pool := testenv.DB(t)
+	_, site := testenv.NewInProcessSite(t, "unpaired")
+	site.Config.Readiness = partners.ReadinessManifest
+	site.Config.Limits.MaxFilesPerPoll = 2
+	r := newRig(t, pool, "w1", site)
+	manifest := func(name, data string) {
+		site.Drop(t, name+partners.ManifestSuffix, fmt.Sprintf(`{"bytes": %d, "sha256": %q}`, len(data), sha(data)))
+	}
+	lone := []string{"orders-20261101.csv", "orders-20261102.csv"}
+	const good = "orders-20261103.csv"
+	old := time.Now().Add(-time.Hour)
+	for _, n := range lone {
+		site.Drop(t, n, goodRows(n[13:15], 2))
+		if err := os.Chtimes(filepath.Join(site.Root, "ready", n), old, old); err != nil {
+			t.Fatal(err)
+		}
+	}
+	site.Drop(t, good, goodRows("G", 2))
+	manifest(good, goodRows("G", 2))
+	names := func() (got []string) {
+		for _, f := range files(t, pool, "unpaired") {
+			if f.State == "archived" {
+				got = append(got, f.Name)
+			}
+		}
+		return got
+	}
+	r.poll("unpaired") // the first listing cannot know them unpaired before its end
+	r.poll("unpaired")
+	if got := names(); !slices.Equal(got, []string{good}) {
+		t.Fatalf("archived %v, want the pair behind the data files without manifests", got)
+	}
+	r.poll("unpaired")
+	if got := site.Files(t, "ready"); !slices.Equal(got, lone) {
+		t.Fatalf("ready/ holds %v, want the data files still waiting for their manifests", got)
+	}
+	manifest(lone[1], goodRows(lone[1][13:15], 2))
+	r.poll("unpaired")
+	if got := names(); !slices.Equal(got, []string{good, lone[1]}) {
+		t.Fatalf("archived %v, want the data file set aside claimed once its manifest came", got)
+	}
+}
+
 // A manifest the site refuses to move beside its claimed file holds up
 // nothing: the file goes back into ready/ beside it, refused as its own
 // move would be, and the partner's other pairs apply in the same poll and

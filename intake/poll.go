@@ -12,11 +12,10 @@ import (
 
 	"github.com/partner-intake/partner-intake/internal/reason"
 
-	"golang.org/x/sync/errgroup"
-
 	"github.com/partner-intake/partner-intake/intake/backpressure"
 	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/intake/readylist"
+	"github.com/partner-intake/partner-intake/intake/slots"
 	"github.com/partner-intake/partner-intake/intake/workerid"
 	"github.com/partner-intake/partner-intake/internal/fault"
 	"github.com/partner-intake/partner-intake/partners"
@@ -90,30 +89,40 @@ func (d *Daemon) pollOnce(ctx context.Context, p *partnerRT) error {
 	stop := context.AfterFunc(ctx, func() { p.drop() })
 	defer stop()
 	// ready/ is listed beside the housekeeping (their round trips
-	// overlap); a file the housekeeping runs makes that listing stale, and
-	// ready/ is listed again after it. Records are looked up against the
-	// rows the housekeeping resumes, so they are listed after it.
+	// overlap). Records are looked up against the rows the housekeeping
+	// resumes, so they are listed after it.
 	var ready *background[listing]
-	runs := p.fileRuns.Load()
 	if own && !p.cfg.Records() {
 		ready = (&claimStage{d}).listAhead(ctx, p, sess)
 		defer ready.wait()
 	}
+	// The files the housekeeping resumes run in the partner's slots, as
+	// the claimed ones do: one that takes long (its rows waiting behind
+	// the application's locks) holds one slot, and the claims go on in
+	// the others. The poll ends when they all have.
+	pool := slots.New(ctx, p.cfg.Concurrency)
 	start := time.Now()
-	if err := (&housekeeping{d}).housekeep(ctx, p, sess, due); err != nil {
-		return err
-	}
+	err = (&housekeeping{d}).housekeep(ctx, p, sess, due, pool)
 	d.log.Debug("housekeeping done", "partner", p.cfg.ID, "seconds", time.Since(start).Seconds())
+	switch {
+	case err != nil:
+	case !own:
+		err = errNotOwner
+	default:
+		err = (&claimStage{d}).claimReady(ctx, p, sess, ready, pool)
+	}
+	// the first error that ends the poll, else ctx's
+	if werr := pool.Wait(); err == nil {
+		err = werr
+	}
+	if err == nil {
+		err = ctx.Err()
+	}
 	if !own {
 		p.drop() // the session is the owner's to keep
 		p.notPolling(d.metrics)
-		return errNotOwner
 	}
-	if ready != nil && p.fileRuns.Load() != runs {
-		ready.wait()
-		ready = nil
-	}
-	return (&claimStage{d}).claimReady(ctx, p, sess, ready)
+	return err
 }
 
 // ownedRows is the look-up of the rows this worker holds of a partner
@@ -195,7 +204,7 @@ func (d *Daemon) gate(ctx context.Context, p *partnerRT) (own bool, err error) {
 // housekeep clears what a crash left of this worker for the partner (spool
 // temp files, once) and resumes this worker's own files of it (resumeOwn;
 // due: the look-up of its rows started with the poll).
-func (d *housekeeping) housekeep(ctx context.Context, p *partnerRT, sess *sftpconn.Session, due *background[ownedRows]) error {
+func (d *housekeeping) housekeep(ctx context.Context, p *partnerRT, sess *sftpconn.Session, due *background[ownedRows], pool *slots.Pool) error {
 	if !p.tempClean {
 		// No download of this worker is in flight for the partner yet: any
 		// temp file of ours is a crash's leftover (matrix row 4).
@@ -208,7 +217,7 @@ func (d *housekeeping) housekeep(ctx context.Context, p *partnerRT, sess *sftpco
 		}
 		p.tempClean = true
 	}
-	if err := d.resumeOwn(ctx, p, sess, due); err != nil {
+	if err := d.resumeOwn(ctx, p, sess, due, pool); err != nil {
 		return err
 	}
 	p.resumed = true
@@ -219,14 +228,14 @@ func (d *housekeeping) housekeep(ctx context.Context, p *partnerRT, sess *sftpco
 		// files ops approved or rejected whose owner has not resumed them
 		// (a partner without a policy pays nothing for this; a decided
 		// file is still taken over by the reconciler then)
-		return d.resumeDecided(ctx, p, sess)
+		return d.resumeDecided(ctx, p, sess, pool)
 	}
 	return nil
 }
 
 // claimReady lists ready/, moves its hostile entries to quarantine and
 // claims the rest (claimLoop).
-func (d *claimStage) claimReady(ctx context.Context, p *partnerRT, sess *sftpconn.Session, ready *background[listing]) error {
+func (d *claimStage) claimReady(ctx context.Context, p *partnerRT, sess *sftpconn.Session, ready *background[listing], pool *slots.Pool) error {
 	start := time.Now()
 	var l listing
 	var err error
@@ -264,8 +273,9 @@ func (d *claimStage) claimReady(ctx context.Context, p *partnerRT, sess *sftpcon
 	if err != nil {
 		return err
 	}
-	c := &claimLoop{d: d, p: p, sess: sess, quota: quota, claimed: handled}
-	return c.run(ctx, cands, beyond)
+	c := &claimLoop{d: d, p: p, sess: sess, pool: pool, quota: quota, claimed: handled}
+	c.run(ctx, cands, beyond)
+	return nil
 }
 
 // claimLoop is one poll's claims: the candidates of ready/, oldest first,
@@ -274,6 +284,7 @@ type claimLoop struct {
 	d       *claimStage
 	p       *partnerRT
 	sess    *sftpconn.Session
+	pool    *slots.Pool // the poll's, shared with the files it resumed
 	quota   *backpressure.Quota
 	claimed int  // files claimed or quarantined this poll
 	racing  bool // another replica claims from the partner: groups rename one at a time (claim)
@@ -286,36 +297,30 @@ type claimLoop struct {
 // the work and other replicas can take what this one has not started.
 //
 // A file's failure is the file's (runAlone settles it); an error that
-// ends the poll (a claim's, or a run that could not settle its file) stops
-// further claims, lets the files in flight finish, and is returned: the
-// first such error, else ctx's.
-func (c *claimLoop) run(ctx context.Context, cands []candidate, beyond int) error {
-	slots := newSlots(ctx, c.p.cfg.Concurrency)
+// ends the poll (a claim's, or a run that could not settle its file) is
+// the pool's: it stops further claims, and the files in flight finish.
+func (c *claimLoop) run(ctx context.Context, cands []candidate, beyond int) {
 	for i := 0; i < len(cands); {
 		c.p.setReady(cands[i:], beyond) // what is left for a later poll (or another worker)
-		if ctx.Err() != nil || !c.d.claiming() || slots.failed() || !c.room(ctx) {
+		if ctx.Err() != nil || !c.d.claiming() || c.pool.Failed() || !c.room(ctx) {
 			break
 		}
-		slot := slots.take()
+		slot := c.pool.Take()
 		if ctx.Err() != nil {
 			slot(nil)
 			break
 		}
-		walked, work, err := c.claimAt(ctx, cands[i:], slots)
+		walked, work, err := c.claimAt(ctx, cands[i:])
 		if err != nil {
 			slot(func() error { return err }) // the poll's error, recorded at once
 			if work != nil {
-				slots.run(work) // what the claim did claim still runs (in the slot just given back)
+				c.pool.Run(work) // what the claim did claim still runs (in the slot just given back)
 			}
 			break
 		}
 		slot(work) // nil: nothing was claimed, the slot is free again
 		i += walked
 	}
-	if err := slots.wait(); err != nil {
-		return err
-	}
-	return ctx.Err()
 }
 
 // room reports whether this poll may claim more: within
@@ -329,13 +334,13 @@ func (c *claimLoop) room(ctx context.Context) bool {
 // (group.go) or one file. It returns how many candidates it went through,
 // the work to run in the slot (nil when nothing was claimed), and an
 // error that ends the poll.
-func (c *claimLoop) claimAt(ctx context.Context, cands []candidate, sl *slots) (walked int, work func() error, err error) {
+func (c *claimLoop) claimAt(ctx context.Context, cands []candidate) (walked int, work func() error, err error) {
 	d, p, sess := c.d, c.p, c.sess
 	if g := groupAt(p.cfg, cands, p.cfg.Limits.MaxFilesPerPoll-c.claimed, p.nocase.Load()); g != nil {
 		// small files go through together (group.go), and the groups
 		// that follow while slots are free for them are claimed with this
 		// one: one claim section, one round trip of renames, for all
-		groups, slotsFor := c.followingGroups(cands, g, sl)
+		groups, slotsFor := c.followingGroups(cands, g)
 		all := g
 		if len(groups) > 1 {
 			all = nil
@@ -386,7 +391,7 @@ func (c *claimLoop) claimAt(ctx context.Context, cands []candidate, sl *slots) (
 // partner's claim lock, before the next could start. While another
 // replica claims from the partner (racing) a group is claimed alone, one
 // rename at a time (claim).
-func (c *claimLoop) followingGroups(cands, g []candidate, sl *slots) (groups [][]candidate, slotsFor []func(func() error)) {
+func (c *claimLoop) followingGroups(cands, g []candidate) (groups [][]candidate, slotsFor []func(func() error)) {
 	groups = [][]candidate{g}
 	if c.racing {
 		return groups, nil
@@ -404,7 +409,7 @@ func (c *claimLoop) followingGroups(cands, g []candidate, sl *slots) (groups [][
 		if next == nil {
 			break
 		}
-		slot := sl.tryTake()
+		slot := c.pool.TryTake()
 		if slot == nil {
 			break
 		}
@@ -438,56 +443,6 @@ func splitClaims(groups [][]candidate, ins []*ledger.Intake) [][]*ledger.Intake 
 	}
 	return out
 }
-
-// slots are a poll's pool: at most n claimed files or groups run at once
-// (errgroup's limit). failed reports, for the claim loop, that one of
-// them returned an error; the rest run on to their end.
-type slots struct {
-	g    *errgroup.Group
-	done context.Context // ends with the first error (or ctx)
-}
-
-func newSlots(ctx context.Context, n int) *slots {
-	g, done := errgroup.WithContext(ctx)
-	g.SetLimit(max(n, 1))
-	return &slots{g: g, done: done}
-}
-
-// take waits for a free slot and holds it; the function it returns hands
-// the slot its work, or gives it back unused (nil). A claim is made only
-// while a slot is held.
-func (s *slots) take() func(work func() error) {
-	start := make(chan func() error, 1)
-	s.g.Go(func() error {
-		if work := <-start; work != nil {
-			return work()
-		}
-		return nil
-	})
-	return func(work func() error) { start <- work }
-}
-
-// tryTake is take when a slot is free right now, else nil.
-func (s *slots) tryTake() func(work func() error) {
-	start := make(chan func() error, 1)
-	if !s.g.TryGo(func() error {
-		if work := <-start; work != nil {
-			return work()
-		}
-		return nil
-	}) {
-		return nil
-	}
-	return func(work func() error) { start <- work }
-}
-
-// run runs work in the next free slot.
-func (s *slots) run(work func() error) { s.g.Go(work) }
-
-func (s *slots) failed() bool { return s.done.Err() != nil }
-
-// wait waits for every slot's work and returns the first error.
-func (s *slots) wait() error { return s.g.Wait() }
 
 // setReady records what ready/ still offers, for gauges and status: the
 // candidates left of those kept, and beyond, the claimable files the
@@ -526,6 +481,7 @@ func (d *claimStage) list(ctx context.Context, p *partnerRT, sess *sftpconn.Sess
 	keep := readylist.NewOldest(max(cfg.Limits.MaxFilesPerPoll, 1), func(c candidate) (time.Time, string) { return c.MTime, c.Name })
 	bad := readylist.NewOldest(hostileBudget(cfg), func(s partners.Skipped) (time.Time, string) { return s.Info.ModTime(), s.Info.Name() })
 	var manifests partners.Manifests // manifest mode: the listing's manifests
+	var aside []candidate            // manifest mode: data files found unpaired before (readylist.Unpaired)
 	total := 0
 	// claim: record: taken files stay in ready/ for ever, so what the
 	// listing passes is looked up in batches (recordBatch per statement)
@@ -626,6 +582,10 @@ func (d *claimStage) list(ctx context.Context, p *partnerRT, sess *sftpconn.Sess
 			d.metrics.Skipped.WithLabelValues(cfg.ID, claimRefused).Inc()
 			return nil
 		}
+		if manifestMode && p.unpaired.Aside(c.Name) && !manifests.Seen(c.Name+partners.ManifestSuffix) {
+			aside = append(aside, c) // looked at once every manifest is passed
+			return nil
+		}
 		total++
 		keep.Push(c)
 		return nil
@@ -645,6 +605,19 @@ func (d *claimStage) list(ctx context.Context, p *partnerRT, sess *sftpconn.Sess
 		if _, err := d.ledger.ForgetRecordClaims(ctx, cfg.ID); err != nil {
 			return nil, nil, 0, err
 		}
+	}
+	// the data files set aside whose manifest came take their places
+	// among the oldest; the others (and any, should the listing have
+	// passed more manifests than it remembers) stay unpaired
+	var unpaired []string
+	for _, c := range aside {
+		if manifests.Seen(c.Name+partners.ManifestSuffix) || manifests.Overflowed() {
+			total++
+			keep.Push(c)
+			continue
+		}
+		d.metrics.Skipped.WithLabelValues(cfg.ID, string(reason.ManifestMissing)).Inc()
+		unpaired = append(unpaired, c.Name)
 	}
 	kept := keep.Sorted()
 	var seen map[string]ledger.Seen
@@ -676,11 +649,15 @@ func (d *claimStage) list(ctx context.Context, p *partnerRT, sess *sftpconn.Sess
 			if !manifests.Has(m, sess.RegularInReady) {
 				total--
 				d.metrics.Skipped.WithLabelValues(cfg.ID, string(reason.ManifestMissing)).Inc()
+				unpaired = append(unpaired, c.Name)
 				continue
 			}
 			c.Manifest = m
 		}
 		cands = append(cands, c)
+	}
+	if manifestMode {
+		p.unpaired.Remember(unpaired)
 	}
 	beyond = max(total-len(cands), 0)
 	p.statMu.Lock()
@@ -772,12 +749,12 @@ func hostileReason(claimedPath string) reason.Code {
 // restart), taking each over with a new fencing token. due is the look-up
 // of this worker's due rows started with the poll: it stands unless a claim
 // is recorded here first.
-func (d *housekeeping) resumeOwn(ctx context.Context, p *partnerRT, sess *sftpconn.Session, due *background[ownedRows]) error {
+func (d *housekeeping) resumeOwn(ctx context.Context, p *partnerRT, sess *sftpconn.Session, due *background[ownedRows], pool *slots.Pool) error {
 	if p.cfg.Records() {
 		// claim: record: nothing is ever moved, so there is no
 		// processing/ to look through; the rows say what to resume
 		p.settled = true
-		return d.resumeRows(ctx, p, sess, due)
+		return d.resumeRows(ctx, p, sess, due, pool)
 	}
 	p.statMu.Lock()
 	polling := p.polling
@@ -805,7 +782,7 @@ func (d *housekeeping) resumeOwn(ctx context.Context, p *partnerRT, sess *sftpco
 		// row or failed its poll, and adoptOrphans unsettles before a
 		// move. An idle poll of a fleet is one listing, not two
 		// (docs/performance.md).
-		return d.resumeRows(ctx, p, sess, due)
+		return d.resumeRows(ctx, p, sess, due, pool)
 	}
 	dir := sess.Layout.ProcessingDir(d.cfg.WorkerID)
 	var ents []os.FileInfo
@@ -899,17 +876,18 @@ func (d *housekeeping) resumeOwn(ctx context.Context, p *partnerRT, sess *sftpco
 	// next in this poll, a failure of it unsettles the partner again
 	// (afterPoll).
 	p.settled = true
-	return d.resumeRows(ctx, p, sess, due)
+	return d.resumeRows(ctx, p, sess, due, pool)
 }
 
 // resumeRows resumes every live row of the partner this worker id holds
 // that is due (a restart, a file waiting for its next attempt), taking
-// each over with a new fencing token. due, when not nil, is that look-up
+// each over with a new fencing token when a slot of pool is free for it,
+// and runs it there. due, when not nil, is that look-up
 // begun with the poll (only this process changes which of the partner's
 // rows this worker id holds, and a poll runs one at a time): its answer
 // saves the poll a statement after its dial. A row that fell due since is
 // the next poll's.
-func (d *housekeeping) resumeRows(ctx context.Context, p *partnerRT, sess *sftpconn.Session, due *background[ownedRows]) error {
+func (d *housekeeping) resumeRows(ctx context.Context, p *partnerRT, sess *sftpconn.Session, due *background[ownedRows], pool *slots.Pool) error {
 	// files that failed wait for their own next attempt (attempt.go)
 	var owned ownedRows
 	var err error
@@ -933,7 +911,14 @@ func (d *housekeeping) resumeRows(ctx context.Context, p *partnerRT, sess *sftpc
 		if old.State == ledger.StateOutcomeUnknown {
 			continue // the reconciler resolves these from the ledger
 		}
+		if pool.Failed() {
+			return nil // the poll ends with the pool's error
+		}
+		slot := pool.Take()
+		// the hold looked at once the slot is had: a file waiting for
+		// one is not taken as this worker's after the hold ended
 		if err := d.workerID.StillHeld(ctx); err != nil {
+			slot(nil)
 			return err
 		}
 		// in the partner's claim section: a takeover of this worker's
@@ -946,15 +931,14 @@ func (d *housekeeping) resumeRows(ctx context.Context, p *partnerRT, sess *sftpc
 			return err
 		})
 		var fe *ledger.FencedError
-		if errors.As(err, &fe) {
-			continue
-		}
 		if err != nil {
+			slot(nil)
+			if errors.As(err, &fe) {
+				continue
+			}
 			return err
 		}
-		if err := d.runFile(ctx, p, sess, in); err != nil {
-			return err
-		}
+		slot(func() error { return d.runFile(ctx, p, sess, in) })
 	}
 	return nil
 }
@@ -970,7 +954,6 @@ func (d *Daemon) runFile(ctx context.Context, p *partnerRT, sess *sftpconn.Sessi
 // download takes (openClaimed) and which is closed if the run never gets
 // there.
 func (d *Daemon) runClaimed(ctx context.Context, p *partnerRT, sess *sftpconn.Session, in *ledger.Intake, opening *sftpconn.Opening, claimed bool) error {
-	p.fileRuns.Add(1)
 	r, err := d.newRun(p, sess, in)
 	if err != nil {
 		if opening != nil {

@@ -3,9 +3,11 @@ package intake_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/partner-intake/partner-intake/intake"
 	"github.com/partner-intake/partner-intake/internal/fault"
 	"github.com/partner-intake/partner-intake/internal/testenv"
 )
@@ -42,4 +44,78 @@ func TestAClaimRecordedByTheHousekeepingRunsInThatPoll(t *testing.T) {
 		t.Fatalf("after the restart's first poll: %+v, want the claim recorded and archived by it", fs)
 	}
 	testenv.AssertExactOrders(t, pool, "hk", 3, "H")
+}
+
+// A resumed file takes one of the partner's slots, not its poll: while its
+// rows wait behind a lock the application holds on the target (a chunk's
+// statement may wait 30 minutes, and a file tries five times), the
+// partner's new files are claimed and archived beside it. Ready/ is listed
+// beside the housekeeping, and the claims start once the resumed files
+// have their slots.
+func TestAResumedFileWaitingOnTheTargetHoldsUpNoNewClaim(t *testing.T) {
+	ctx := context.Background()
+	_, pool := testenv.DB(t)
+	site := testenv.NewSite(t, "acme")
+	r := newRigCfg(t, pool, intake.Config{WorkerID: "w1", Lease: 30 * time.Second, SpoolMinFree: 1,
+		Retry: intake.RetryPolicy{Attempts: 5, Base: time.Millisecond, Max: time.Millisecond}}, site)
+	site.Drop(t, "orders-1.csv", goodRows("L", 3))
+	r.poll("acme")
+
+	// the second file's poll stops in its chunk: the file is left to
+	// this worker's next poll, in its processing dir
+	site.Drop(t, "orders-2.csv", strings.ReplaceAll(goodRows("L", 3), ",paid,", ",shipped,"))
+	if err := fault.Set("apply:mid_chunk=error"); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.d.PollOnce(ctx, "acme"); !errors.Is(err, fault.ErrInjected) {
+		t.Fatalf("got %v, want the injected stop in the chunk", err)
+	}
+	fault.Set("")
+	waitDue(t, pool, "acme")
+
+	// the application holds the rows the resumed file writes
+	app, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer app.Rollback(ctx)
+	if _, err := app.Exec(ctx, `SELECT 1 FROM orders WHERE partner_id = 'acme' FOR UPDATE`); err != nil {
+		t.Fatal(err)
+	}
+	site.Drop(t, "orders-3.csv", goodRows("N", 2))
+	done := make(chan error, 1)
+	go func() {
+		pctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+		defer cancel()
+		done <- r.d.PollOnce(pctx, "acme")
+	}()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		fs := files(t, pool, "acme")
+		if len(fs) == 3 && fs[2].State == "archived" {
+			if fs[1].State == "archived" {
+				t.Fatalf("%+v: the resumed file was archived while the application held its rows", fs[1])
+			}
+			break
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("the poll ended (%v) with %+v, want the new file archived while the resumed one waits", err, fs)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after 30 s: %+v, want the new file archived beside the resumed one waiting on its rows", fs)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err := app.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	fs := files(t, pool, "acme")
+	if fs[1].State != "archived" || fs[1].Applied != 3 || fs[2].Applied != 2 {
+		t.Fatalf("%+v, want both archived once the lock is gone", fs)
+	}
 }

@@ -154,9 +154,11 @@ func TestAGroupsFenceDoesNotOutliveTheHoldItWasTakenIn(t *testing.T) {
 func TestAProcessThatLostItsWorkerIDTakesNoFurtherFile(t *testing.T) {
 	_, pool := testenv.DB(t)
 	site := testenv.NewSite(t, "wmid")
+	site.Config.Concurrency = 1
 	r := newRig(t, pool, "w1", site)
 	// two files claimed by w1 before a crash, without rows: the poll
-	// adopts both and resumes them one after the other
+	// adopts both and resumes them one after the other (one slot: the
+	// second waits for it while the first is under way)
 	dir := filepath.Join(site.Root, "processing", "w1")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)

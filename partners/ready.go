@@ -253,6 +253,10 @@ func (m *Manifests) Add(name string) {
 // Seen reports whether the listing passed the manifest and remembered it.
 func (m *Manifests) Seen(name string) bool { return m.names[name] }
 
+// Overflowed reports whether the listing passed more manifests than it
+// remembered.
+func (m *Manifests) Overflowed() bool { return m.overflow }
+
 // Has reports whether the manifest is in ready/: remembered, or, when the
 // listing passed more than it remembered, found there as a regular file
 // by regular (one LSTAT on the site: sftpconn's Session.RegularInReady).

@@ -1,7 +1,8 @@
 // Package readylist holds what a poll keeps of its listing of a
 // partner's ready/ beyond one pass: the bounded set of the oldest entries
-// (max_files_per_poll), and the entries the site refused to move, passed
-// over a while.
+// (max_files_per_poll), the entries the site refused to move, passed over
+// a while, and in manifest mode the data files found without their
+// manifest, looked at again once a listing has passed every manifest.
 package readylist
 
 import (
@@ -132,4 +133,34 @@ func (r *Refusals) PassOver(name string, size int64, mtime time.Time) bool {
 		return false
 	}
 	return true
+}
+
+// MaxUnpaired bounds the data files Unpaired remembers a partner; past it,
+// the newest are not remembered and take their places among the oldest
+// as any file.
+const MaxUnpaired = 4096
+
+// Unpaired remembers, in manifest mode, the data files the last listing
+// kept among the oldest without their manifest. A data file and its
+// manifest come in either order, so the listing knows a file complete
+// only at its end: a listing sets the remembered ones aside (Aside) and
+// looks at them once it has passed every manifest, so data files whose
+// manifest never comes do not take the poll's places among the oldest
+// (max_files_per_poll) from complete pairs behind them. Only the
+// partner's listing, one at a time, uses it.
+type Unpaired struct {
+	names map[string]bool
+}
+
+// Aside reports whether the listing sets the data file aside: the last
+// listing found it without its manifest.
+func (u *Unpaired) Aside(name string) bool { return u.names[name] }
+
+// Remember replaces what is remembered by the data files this listing
+// found without their manifest, the oldest first, at most MaxUnpaired.
+func (u *Unpaired) Remember(names []string) {
+	u.names = make(map[string]bool, min(len(names), MaxUnpaired))
+	for _, n := range names[:min(len(names), MaxUnpaired)] {
+		u.names[n] = true
+	}
 }
