@@ -1241,3 +1241,46 @@ func TestALockTimeoutTheDatabaseSetsIsRetried(t *testing.T) {
 		t.Fatalf("%+v, want archived with its 3 rows once the lock is gone", f)
 	}
 }
+
+// A released file's decision replaces what its hold published wherever
+// that is: the partner's reports dir changed between the hold and the
+// release, and the partner reads the release's receipt and rejects report
+// alone. The paths the hold recorded stay on the row until then
+// (ledger.Reopen). Before, the hold's two reports were left in the old dir
+// beside the new ones: the release derived their names in the new one.
+func TestAReleaseReplacesTheHoldsReportsInAReportsDirMovedSince(t *testing.T) {
+	_, pool := testenv.DB(t)
+	ctx := context.Background()
+	_, site := testenv.NewInProcessSite(t, "moved")
+	site.Config.Feeds[0].MaxRejectRatio = 0.1
+	r := newRig(t, pool, "w1", site)
+	site.Drop(t, "orders-7.csv", strings.Replace(goodRows("R", 4), ",paid,", ",bogus,", 1))
+	r.poll("moved")
+	f := files(t, pool, "moved")[0]
+	if f.State != "quarantined" || f.Receipt == "" || f.Rejects == "" {
+		t.Fatalf("%+v, want held over its reject ratio with a receipt and a rejects report", f)
+	}
+	if got := site.Files(t, "reports"); len(got) != 2 {
+		t.Fatalf("reports/ holds %v, want the hold's receipt and rejects report", got)
+	}
+	r.d.Stop()
+
+	site.Config.Dirs.Reports = "receipts"
+	r2 := newRig(t, pool, "w1", site)
+	if err := ops.Release(ctx, pool, ops.Decision{IntakeID: f.ID, Actor: "alice", Reason: "the rejects are known",
+		Partners: []string{"moved"}, Worker: intake.OpsWorker("ops")}); err != nil {
+		t.Fatal(err)
+	}
+	r2.reconcileOnce(site)
+	r2.poll("moved")
+	f = files(t, pool, "moved")[0]
+	if f.State != "archived" || f.Rejected != 1 {
+		t.Fatalf("%+v, want archived with its rejected row", f)
+	}
+	if got := site.Files(t, "reports"); len(got) != 0 {
+		t.Fatalf("reports/ still holds %v, the hold's reports beside the release's", got)
+	}
+	if got := site.Files(t, "receipts"); !slices.Equal(got, []string{path.Base(f.Receipt), path.Base(f.Rejects)}) {
+		t.Fatalf("receipts/ holds %v, want the release's receipt %s and rejects report %s", got, path.Base(f.Receipt), path.Base(f.Rejects))
+	}
+}

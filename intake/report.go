@@ -24,6 +24,9 @@ import (
 // rows.rejected 0 (the feed was fixed, the missing parent rows added).
 func (r *finishStage) writeReports(ctx context.Context, rc sitefile.Receipt) error {
 	in := r.in
+	// what the earlier decision published, as the row recorded it (a
+	// release keeps them: ledger.Reopen)
+	earlierReceipt, earlierRejects := in.ReceiptPath, in.RejectsPath
 	dir := r.sess.Layout.ReportsDir()
 	rejects := ""
 	if in.RowsRejected+in.RowsConflict > 0 {
@@ -36,7 +39,7 @@ func (r *finishStage) writeReports(ctx context.Context, rc sitefile.Receipt) err
 	}
 	again := in.Override != "" || r.redecided // a decision after an earlier one
 	if again {
-		if err := r.dropEarlier(ctx, sitefile.RejectsSuffix, rejects); err != nil {
+		if err := r.dropEarlier(ctx, sitefile.RejectsSuffix, rejects, earlierRejects); err != nil {
 			return err
 		}
 		if rejects == "" {
@@ -61,18 +64,19 @@ func (r *finishStage) writeReports(ctx context.Context, rc sitefile.Receipt) err
 	}
 	in.ReceiptPath = p
 	if again {
-		return r.dropEarlier(ctx, sitefile.ReceiptSuffix, name)
+		return r.dropEarlier(ctx, sitefile.ReceiptSuffix, name, earlierReceipt)
 	}
 	return nil
 }
 
 // dropEarlier removes the reports of this kind an earlier decision of the
-// file published under another name than keep (sitefile.EarlierNames).
-func (r *finishStage) dropEarlier(ctx context.Context, suffix, keep string) error {
+// file published under another name than keep (sitefile.EarlierNames),
+// and at recorded, the path its row recorded.
+func (r *finishStage) dropEarlier(ctx context.Context, suffix, keep, recorded string) error {
 	if err := r.fence(ctx, "earlier reports"); err != nil {
 		return err
 	}
-	return sitefile.RemoveEarlier(r.sess, r.in, suffix, keep)
+	return sitefile.RemoveEarlier(r.sess, r.in, suffix, keep, recorded)
 }
 
 // putRejects publishes the rejects report in dir. It is written, sealed

@@ -158,12 +158,14 @@ func RebindBatch(ctx context.Context, tx pgx.Tx, h *Held, id int64) error {
 // Reopen sends a held file back into the pipeline as next with what the
 // release overrides, from path (its place in quarantine/) with manifest
 // beside it: a new fencing token and an expired lease held by no live
-// worker, so a reconciler takes it over. It reports false when the file
-// is no longer held.
+// worker, so a reconciler takes it over. The paths of the reports the
+// hold published stay recorded until the next decision replaces them: it
+// removes them wherever they are (sitefile.RemoveEarlier). It reports
+// false when the file is no longer held.
 func Reopen(ctx context.Context, tx pgx.Tx, id int64, next State, override, path, manifest string) (bool, error) {
 	tag, err := tx.Exec(ctx, `UPDATE file_intake SET state = $2, reason = NULL, release_override = nullif($3, ''),
 		fencing_token = fencing_token + 1, worker_id = 'released', lease_until = pg_catalog.now() - interval '1 second',
-		claimed_path = $4, manifest_name = nullif($5, ''), archive_path = NULL, receipt_path = NULL, rejects_path = NULL,
+		claimed_path = $4, manifest_name = nullif($5, ''), archive_path = NULL,
 		finished_at = NULL, updated_at = pg_catalog.now(),
 		rows_applied = 0, rows_unchanged = 0, rows_rejected = 0, rows_conflict = 0, rows_deleted = 0, rows_delete_kept = 0, chunks_done = 0, feed_sha256 = NULL,
 		plan_hash = NULL, plan_counts = NULL, planned_at = NULL, plan_decision = NULL, approved_plan_hash = NULL,

@@ -47,7 +47,7 @@ func PublishDiscarded(ctx context.Context, l *ledger.Ledger, s *sftpconn.Session
 	if err := still(); err != nil {
 		return err
 	}
-	if err := RemoveEarlier(s, in, ReceiptSuffix, name); err != nil {
+	if err := RemoveEarlier(s, in, ReceiptSuffix, name, ""); err != nil {
 		return err
 	}
 	return l.RecordDiscardReceipt(ctx, in, dst)

@@ -90,11 +90,21 @@ func EarlierNames(in *ledger.Intake, suffix, keep string) []string {
 }
 
 // RemoveEarlier removes from the site's reports dir what EarlierNames
-// names; the caller has fenced right before.
-func RemoveEarlier(s *sftpconn.Session, in *ledger.Intake, suffix, keep string) error {
+// names, and recorded, the path the row recorded for the earlier
+// decision's report of this kind ("": none), wherever it is: the batch
+// rule or the reports dir may have changed since. The caller has fenced
+// right before.
+func RemoveEarlier(s *sftpconn.Session, in *ledger.Intake, suffix, keep, recorded string) error {
 	dir := s.Layout.ReportsDir()
+	paths := []string{}
 	for _, n := range EarlierNames(in, suffix, keep) {
-		if err := s.Remove(path.Join(dir, n)); err != nil && !sftpconn.IsNotExist(err) {
+		paths = append(paths, path.Join(dir, n))
+	}
+	if recorded != "" && recorded != path.Join(dir, keep) && !slices.Contains(paths, recorded) {
+		paths = append(paths, recorded)
+	}
+	for _, p := range paths {
+		if err := s.Remove(p); err != nil && !sftpconn.IsNotExist(err) {
 			return fmt.Errorf("remove an earlier decision's report: %w", err)
 		}
 	}
