@@ -362,7 +362,7 @@ func (d *housekeeping) resumeDecided(ctx context.Context, p *partnerRT, sess *sf
 			return err
 		}
 		d.log.Info("took over a file ops decided", "partner", p.cfg.ID, "intake_id", in.ID, "from_worker", old.Worker, "decision", old.PlanDecision)
-		slot(func() error { return d.runFile(ctx, p, sess, in) })
+		d.runResumed(ctx, p, sess, in, slot)
 	}
 	return nil
 }

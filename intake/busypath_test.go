@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/partner-intake/partner-intake/internal/fault"
 	"github.com/partner-intake/partner-intake/internal/sftpd"
 	"github.com/partner-intake/partner-intake/internal/testenv"
@@ -112,5 +114,75 @@ func busyClaimPath(t *testing.T, how string, overwrites bool) {
 	}
 	if got := site.Files(t, "processing"); len(got) != 0 {
 		t.Fatalf("processing/ still holds %v", got)
+	}
+}
+
+// A file of the name a poll resumes waits in ready/ for the next poll,
+// which claims it under an intake of its own: claimed beside the resumed
+// run (whose file left processing/), it lands at the path that run
+// archives from, and, the same size and mtime as the earlier file was
+// listed with, is archived as that file, never applied.
+func TestAFileOfTheNameAPollResumesWaitsForTheNextPoll(t *testing.T) {
+	ctx := context.Background()
+	_, pool := testenv.DB(t)
+	site := testenv.NewSite(t, "busy")
+	r := newRig(t, pool, "w1", site)
+	const name = "orders-20261101.csv"
+	site.Drop(t, name, goodRows("A", 3))
+	st, err := os.Stat(filepath.Join(site.Root, "ready", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := fault.Set("apply:mid_chunk=error"); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.d.PollOnce(ctx, "busy"); err == nil {
+		t.Fatal("the first file's apply went through")
+	}
+	fault.Set("")
+	first := files(t, pool, "busy")[0].ID
+	if err := os.Remove(filepath.Join(site.Root, "processing", "w1", name)); err != nil {
+		t.Fatal(err)
+	}
+	waitDue(t, pool, "busy")
+	// the new file as the first was listed: same size, same mtime
+	second := goodRows("B", 3)
+	site.Drop(t, name, second)
+	if err := os.Chtimes(filepath.Join(site.Root, "ready", name), st.ModTime(), st.ModTime()); err != nil {
+		t.Fatal(err)
+	}
+
+	// the resumed run waits before its archive while the claims go on; a
+	// claim of the name would wait right after its rename
+	resume := r.pollPaused("busy", "apply:after_commit", "claim:after_rename")
+	skipped := func() float64 {
+		return testutil.ToFloat64(r.d.Metrics().Skipped.WithLabelValues("busy", "claim_target_busy"))
+	}
+	claimed := false
+	waitFor(t, "the claims to pass over the resumed name", func() bool {
+		select {
+		case <-fault.Paused("claim:after_rename"):
+			claimed = true
+			return true
+		default:
+			return skipped() == 1
+		}
+	})
+	if claimed {
+		// the resumed run archives from the path the new file was just
+		// renamed to, then the claim records it
+		fault.Resume("apply:after_commit")
+		waitFor(t, "the resumed run to end", func() bool { return files(t, pool, "busy")[0].State == "archived" })
+		fault.Resume("claim:after_rename")
+	}
+	if err := resume(); err != nil {
+		t.Fatal(err)
+	}
+	fault.Set("")
+	r.poll("busy")
+	fs := files(t, pool, "busy")
+	if len(fs) != 2 || fs[0].ID != first || fs[0].State != "archived" || fs[0].Archive != "" ||
+		fs[1].State != "quarantined" || fs[1].Reason != "batch_conflict" || site.Read(t, site.Rel(t, fs[1].Archive)) != second {
+		t.Fatalf("rows %+v, want the first archived without an archive copy, the new file held under an intake of its own", fs)
 	}
 }

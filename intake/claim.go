@@ -146,8 +146,8 @@ func (d *claimStage) claim(ctx context.Context, p *partnerRT, sess *sftpconn.Ses
 		default:
 			if _, serr := sess.Lstat(dst); serr == nil {
 				// The same name is still in our processing dir from an
-				// earlier claim; it is resumed first, and this one waits
-				// for a later poll.
+				// earlier claim, which is resumed; this one waits for a
+				// later poll.
 				d.metrics.Skipped.WithLabelValues(p.cfg.ID, claimTargetBusy).Inc()
 			} else if sftpconn.IsRefused(err) {
 				d.claimRefused(p, c.Name, err)

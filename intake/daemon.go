@@ -541,6 +541,9 @@ type partnerRT struct {
 
 	refused  readylist.Refusals // entries of ready/ the site refused to move, passed over a while
 	unpaired readylist.Unpaired // manifest mode: data files the last listing found without their manifest
+	// resumedNames: the names in this worker's processing dir of the files
+	// the poll's housekeeping resumed (runResumed; the poll's goroutine only)
+	resumedNames map[string]bool
 }
 
 // keepIDs remembers the ids allocated for claims whose rows were not

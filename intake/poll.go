@@ -111,8 +111,9 @@ func (d *Daemon) pollOnce(ctx context.Context, p *partnerRT) error {
 	default:
 		err = (&claimStage{d}).claimReady(ctx, p, sess, ready, pool)
 	}
-	// the first error that ends the poll, else ctx's
-	if werr := pool.Wait(); err == nil {
+	// the first error that ends the poll (a resumed run's before
+	// errNotOwner: the partner is unsettled by it), else ctx's
+	if werr := pool.Wait(); werr != nil && (err == nil || errors.Is(err, errNotOwner)) {
 		err = werr
 	}
 	if err == nil {
@@ -205,6 +206,7 @@ func (d *Daemon) gate(ctx context.Context, p *partnerRT) (own bool, err error) {
 // temp files, once) and resumes this worker's own files of it (resumeOwn;
 // due: the look-up of its rows started with the poll).
 func (d *housekeeping) housekeep(ctx context.Context, p *partnerRT, sess *sftpconn.Session, due *background[ownedRows], pool *slots.Pool) error {
+	p.resumedNames = nil
 	if !p.tempClean {
 		// No download of this worker is in flight for the partner yet: any
 		// temp file of ours is a crash's leftover (matrix row 4).
@@ -261,7 +263,7 @@ func (d *claimStage) claimReady(ctx context.Context, p *partnerRT, sess *sftpcon
 	// first; each counts against max_files_per_poll like a claim.
 	handled := 0
 	for _, h := range hostile {
-		if ctx.Err() != nil || !d.claiming() {
+		if ctx.Err() != nil || !d.claiming() || pool.Failed() {
 			return ctx.Err()
 		}
 		if err := d.quarantineHostile(ctx, p, sess, h); err != nil {
@@ -269,6 +271,19 @@ func (d *claimStage) claimReady(ctx context.Context, p *partnerRT, sess *sftpcon
 		}
 		handled++
 	}
+	// a file of a name the housekeeping resumed in this poll waits for the
+	// next: claimed beside it, it would land at the path that run archives
+	// from (runResumed)
+	kept := cands[:0:0]
+	for _, c := range cands {
+		if p.resumedNames[p.nameKey(c.Name)] {
+			d.metrics.Skipped.WithLabelValues(p.cfg.ID, claimTargetBusy).Inc()
+			beyond++
+			continue
+		}
+		kept = append(kept, c)
+	}
+	cands = kept
 	quota, err := d.space.Quota(p.cfg.ID, p.cfg.Limits.MaxSpoolBytes, &p.quotaFull)
 	if err != nil {
 		return err
@@ -938,9 +953,29 @@ func (d *housekeeping) resumeRows(ctx context.Context, p *partnerRT, sess *sftpc
 			}
 			return err
 		}
-		slot(func() error { return d.runFile(ctx, p, sess, in) })
+		d.runResumed(ctx, p, sess, in, slot)
 	}
 	return nil
+}
+
+// runResumed hands a file the housekeeping resumed its slot, and keeps
+// its name in this worker's processing dir for the poll's claims
+// (claimReady), which leave a file of that name in ready/ for a later
+// poll.
+func (d *housekeeping) runResumed(ctx context.Context, p *partnerRT, sess *sftpconn.Session, in *ledger.Intake, slot func(func() error)) {
+	if p.resumedNames == nil {
+		p.resumedNames = map[string]bool{}
+	}
+	p.resumedNames[p.nameKey(path.Base(in.ClaimedPath))] = true
+	slot(func() error { return d.runFile(ctx, p, sess, in) })
+}
+
+// nameKey is a name as the partner's site tells names apart.
+func (p *partnerRT) nameKey(name string) string {
+	if p.nocase.Load() {
+		return strings.ToLower(name)
+	}
+	return name
 }
 
 // runFile runs one file; losing it to another owner is counted and is not

@@ -157,7 +157,7 @@ type Unpaired struct {
 func (u *Unpaired) Aside(name string) bool { return u.names[name] }
 
 // Remember replaces what is remembered by the data files this listing
-// found without their manifest, the oldest first, at most MaxUnpaired.
+// found without their manifest, at most MaxUnpaired of them.
 func (u *Unpaired) Remember(names []string) {
 	u.names = make(map[string]bool, min(len(names), MaxUnpaired))
 	for _, n := range names[:min(len(names), MaxUnpaired)] {
