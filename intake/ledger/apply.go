@@ -316,11 +316,13 @@ func (e *LedgerBehindError) Error() string {
 
 // ChunkGateClosed explains a gate that let nothing through: fenced out,
 // or the chunk is already in the ledger (a commit whose reply was lost).
-func ChunkGateClosed(ctx context.Context, tx pgx.Tx, in *Intake, chunk int) error {
+// q is the gate's transaction, or the pool when that transaction may have
+// been aborted since.
+func ChunkGateClosed(ctx context.Context, q Querier, in *Intake, chunk int) error {
 	var token int64
 	var state string
 	var done int
-	err := tx.QueryRow(ctx, `SELECT fencing_token, state, chunks_done FROM file_intake WHERE intake_id = $1`, in.ID).
+	err := q.QueryRow(ctx, `SELECT fencing_token, state, chunks_done FROM file_intake WHERE intake_id = $1`, in.ID).
 		Scan(&token, &state, &done)
 	if err != nil {
 		return fmt.Errorf("chunk %d: read ledger: %w", chunk, err)
@@ -395,7 +397,7 @@ func (l *chunkStore) queueChunkDone(b *pgx.Batch, in *Intake, c Chunk) {
 // chunk's gate, all in one round trip on the transaction that holds their
 // rows: the gate passes only while the file is applying under in's token
 // with no chunk done, so a file the plan held, or another worker took
-// over, gets none of it (the caller rolls back).
+// over, gets none of it (the caller rolls back; a FencedError).
 func (l *chunkStore) ChunksDone(ctx context.Context, tx pgx.Tx, in *Intake, cs []Chunk) error {
 	b := &pgx.Batch{}
 	l.QueueChunkGate(b, in, 0)
@@ -409,8 +411,10 @@ func (l *chunkStore) ChunksDone(ctx context.Context, tx pgx.Tx, in *Intake, cs [
 		return fmt.Errorf("chunks applied ahead: gate: %w", err)
 	}
 	if tag.RowsAffected() == 0 {
+		// the chunk rows sent behind the gate may have failed on another
+		// worker's and aborted tx: the reason is read outside it
 		br.Close()
-		return ChunkGateClosed(ctx, tx, in, 0)
+		return ChunkGateClosed(ctx, l.pool, in, 0)
 	}
 	for _, c := range cs {
 		if _, err := br.Exec(); err != nil {
