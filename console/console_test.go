@@ -316,12 +316,21 @@ func TestStalePlanHashIsRefused(t *testing.T) {
 	if !strings.Contains(body, `name="plan_hash" value="h1"`) {
 		t.Fatalf("the approve form does not carry the page's hash:\n%s", body)
 	}
-	code, _, body := do(t, h, reviewer, "POST", target+"/approve", url.Values{"reason": {"ok"}, "plan_hash": {"h0"}, "csrf": {token}})
-	if code != http.StatusConflict || !strings.Contains(body, "not the current plan") {
-		t.Errorf("stale hash: got %d, want 409 naming the plan change\n%s", code, body)
+	if n := strings.Count(body, `name="plan_hash" value="h1"`); n != 2 {
+		t.Fatalf("%d forms carry the page's hash, want the approve and the reject forms:\n%s", n, body)
+	}
+	for _, action := range []string{"approve", "reject"} {
+		code, _, body := do(t, h, reviewer, "POST", target+"/"+action, url.Values{"reason": {"ok"}, "plan_hash": {"h0"}, "csrf": {token}})
+		if code != http.StatusConflict || !strings.Contains(body, "not the current plan") {
+			t.Errorf("%s of a stale hash: got %d, want 409 naming the plan change\n%s", action, code, body)
+		}
+		code, _, body = do(t, h, reviewer, "POST", target+"/"+action, url.Values{"reason": {"ok"}, "csrf": {token}})
+		if code != http.StatusConflict || !strings.Contains(body, "names no plan") {
+			t.Errorf("%s naming no plan: got %d, want 409\n%s", action, code, body)
+		}
 	}
 	if got := one(t, pool, `SELECT state FROM file_intake WHERE intake_id = $1`, id); got != "awaiting_approval" {
-		t.Fatalf("after a stale approve the file is %s", got)
+		t.Fatalf("after stale decisions the file is %s", got)
 	}
 	code, hdr, _ := do(t, h, reviewer, "POST", target+"/approve", url.Values{"reason": {"reviewed"}, "plan_hash": {"h1"}, "csrf": {token}})
 	if code != http.StatusSeeOther {

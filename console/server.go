@@ -747,9 +747,12 @@ func (s *decisionForms) decide(action string) http.HandlerFunc {
 			d := ledger.PlanDecision{IntakeID: id, Partners: sc.Partners, Actor: me.Name, Reason: reason,
 				PlanHash: r.PostFormValue("plan_hash"), SnapshotFeeds: sc.SnapshotFeeds, Request: request,
 				FourEyes: sc.FourEyes, SharedLogin: true}
-			if action == "approve" {
+			switch {
+			case d.PlanHash == "":
+				err = fmt.Errorf("%w: the form names no plan: reload the plan's page and decide again", ledger.ErrPlanDecision)
+			case action == "approve":
 				err = ops.Approve(ctx, s.deps.Pool, d)
-			} else {
+			default:
 				err = ops.Reject(ctx, s.deps.Pool, d)
 			}
 		}
