@@ -20,6 +20,7 @@ import (
 	"github.com/partner-intake/partner-intake/intake/ops"
 	"github.com/partner-intake/partner-intake/internal/inert"
 	"github.com/partner-intake/partner-intake/internal/pgerr"
+	"github.com/partner-intake/partner-intake/internal/reason"
 	"github.com/partner-intake/partner-intake/partners"
 )
 
@@ -247,8 +248,25 @@ func cmdReplay(f replayFlags, args []string, stdout, stderr io.Writer) int {
 			id, in.ID, e.cfg.Reconcile.Schedule)
 		return 0
 	}
-	fmt.Fprintf(stdout, "\nreplay of intake %d is intake %d: %s, rows %d applied, %d unchanged, %d rejected, %d conflict\n",
-		id, in.ID, in.State, in.RowsApplied, in.RowsUnchanged, in.RowsRejected, in.RowsConflict)
+	return replayEnded(stdout, stderr, id, in)
+}
+
+// replayEnded reports where the replay in of intake id, run by this
+// command, ended, and returns the command's exit code: a replay that
+// applied nothing, a newer snapshot of its feed applied first, needs
+// attention as a held one does.
+func replayEnded(stdout, stderr io.Writer, id int64, in *ledger.Intake) int {
+	why := ""
+	if in.Reason != "" {
+		why = " (" + string(in.Reason) + ")"
+	}
+	fmt.Fprintf(stdout, "\nreplay of intake %d is intake %d: %s%s, rows %d applied, %d unchanged, %d rejected, %d conflict\n",
+		id, in.ID, in.State, why, in.RowsApplied, in.RowsUnchanged, in.RowsRejected, in.RowsConflict)
+	if in.State == ledger.StateArchived && in.Reason == reason.Superseded {
+		fmt.Fprintf(stderr, "intake replay: intake %d applied nothing: a newer snapshot of its feed was applied before it (its receipt names it). "+
+			"To apply the older snapshot anyway: intake replay %d --force-older --reason \"…\"\n", in.ID, id)
+		return 1
+	}
 	if code := replayExit(in.State); code != 0 {
 		fmt.Fprintf(stderr, "intake replay: intake %d is %s: %s.\nDo not replay intake %d again: intake %d is that replay (intake status shows it).\n",
 			in.ID, in.State, in.State.Info().Fate, id, in.ID)

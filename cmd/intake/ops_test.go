@@ -9,8 +9,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/intake/sitefile"
 	"github.com/partner-intake/partner-intake/internal/fault"
+	"github.com/partner-intake/partner-intake/internal/reason"
 	"github.com/partner-intake/partner-intake/internal/testenv"
 )
 
@@ -255,5 +257,28 @@ func TestPurgeRemovesOnlyWhatIsPastRetention(t *testing.T) {
 	}
 	if got := site.Files(t, "reports"); len(got) != 1 {
 		t.Fatalf("reports left: %v, want the held file's receipt", got)
+	}
+}
+
+// A replay that applied nothing, a newer snapshot of its feed applied
+// before it (the command's own check passed, then a daemon applied the
+// newer one), says so, with the reason and how to apply it anyway, and
+// exits 1: it printed "archived, rows 0 applied" and exited 0, as if the
+// mapping fix were in the table.
+func TestAReplaySupersededOnTheWayNeedsAttention(t *testing.T) {
+	var stdout, stderr strings.Builder
+	in := &ledger.Intake{ID: 57, State: ledger.StateArchived, Reason: reason.Superseded}
+	if code := replayEnded(&stdout, &stderr, 29, in); code != 1 {
+		t.Errorf("exit %d, want 1", code)
+	}
+	if !strings.Contains(stdout.String(), "archived (superseded)") || !strings.Contains(stderr.String(), "applied nothing") ||
+		!strings.Contains(stderr.String(), "intake replay 29 --force-older") {
+		t.Errorf("stdout %q, stderr %q: want the reason, that nothing applied and how to apply it anyway", stdout.String(), stderr.String())
+	}
+	stdout.Reset()
+	stderr.Reset()
+	in = &ledger.Intake{ID: 58, State: ledger.StateArchived, RowsApplied: 3}
+	if code := replayEnded(&stdout, &stderr, 29, in); code != 0 || stderr.Len() != 0 {
+		t.Errorf("an applied replay: exit %d, stderr %q", code, stderr.String())
 	}
 }
