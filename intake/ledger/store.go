@@ -779,14 +779,16 @@ func (l *fileSteps) Finish(ctx context.Context, in *Intake, from, to State, why 
 				return fmt.Errorf("release batch: %w", err)
 			}
 		}
-		// the quarantine record ops decide on (re-opened if a released
-		// file is held again)
+		// the quarantine record ops decide on (re-opened, with what the new
+		// hold knows of the file, if a released file is held again)
 		// a batch conflict records whose binding it met (batch_owner),
 		// which a release with the new bytes winning takes the batch from
 		if _, err := tx.Exec(ctx, `INSERT INTO intake_quarantine (intake_id, partner_id, reason, batch_id, content_sha256, path, batch_owner)
 			VALUES ($1, $2, $3, nullif($4, ''), nullif($5, ''), nullif($6, ''),
 			    (SELECT b.intake_id FROM intake_batch b WHERE $7 AND b.partner_id = $2 AND b.batch_id = $4 AND b.intake_id <> $1))
 			ON CONFLICT (intake_id) DO UPDATE SET reason = EXCLUDED.reason, path = EXCLUDED.path, held_at = pg_catalog.now(),
+			    batch_id = coalesce(EXCLUDED.batch_id, intake_quarantine.batch_id),
+			    content_sha256 = coalesce(EXCLUDED.content_sha256, intake_quarantine.content_sha256),
 			    batch_owner = EXCLUDED.batch_owner, state = 'open', decided_at = NULL, decided_by = NULL, decision = NULL`,
 			in.ID, in.Partner, string(why), in.BatchID, in.SHA256, in.ArchivePath, why == reason.BatchConflict); err != nil {
 			return fmt.Errorf("quarantine record: %w", err)
