@@ -93,9 +93,12 @@ func TestPlanApproveRejectCommands(t *testing.T) {
 	}
 	f2 := testenv.Files(t, pool, "apr")[1]
 	id2 := strconv.FormatInt(f2.ID, 10)
-	code, out = runCLI("reject", id2, "--config", cfg, "--reason", "wrong price list", "--actor", "erin")
+	code, out = runCLI("reject", id2, "--config", cfg, "--reason", "wrong price list", "--actor", "erin\x1b[2J")
 	if code != 0 {
 		t.Fatalf("reject: %d\n%s", code, out)
+	}
+	if strings.Contains(out, "\x1b") || !strings.Contains(out, `rejected by erin\x1b[2J`) {
+		t.Fatalf("reject printed the actor unescaped:\n%q", out)
 	}
 	if code, out := runCLI("reject", id2, "--config", cfg, "--reason", "again"); code != exitRefused || !strings.Contains(out, "not awaiting approval") {
 		t.Fatalf("second reject: %d\n%s", code, out)

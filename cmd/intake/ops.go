@@ -136,11 +136,19 @@ func cmdQuarantine(f quarantineFlags, args []string, stdout, stderr io.Writer) i
 		if err := ops.PublishDecision(ctx, e.pool, e.cfg.Partners, id); err != nil {
 			fmt.Fprintf(stderr, "intake quarantine %s: the decision is recorded; the partner's receipt is rewritten by the next reconcile run (now: %s)\n", sub, inert.Lines(pgerr.Redact(err)))
 		}
+		var action string
+		if sub == "release" && f.winner != "" {
+			// --winner old discards: what it did is the audit row's
+			action = recordedAction(ctx, e, scope, request)
+		}
 		switch {
 		case sub == "discard":
 			fmt.Fprintf(stdout, "intake %d discarded by %s\n", id, inert.Text(f.actor))
-		case recordedAction(ctx, e, scope, request) == ops.ActionOldWins:
+		case action == ops.ActionOldWins:
 			fmt.Fprintf(stdout, "intake %d discarded by %s: the earlier bytes of its batch stand (--winner old)\n", id, inert.Text(f.actor))
+		case f.winner != "" && action == "":
+			fmt.Fprintf(stdout, "intake %d decided by %s; whether it was released or discarded (--winner old) could not be read: intake audit --request %s tells\n",
+				id, inert.Text(f.actor), request)
 		default:
 			fmt.Fprintf(stdout, "intake %d released by %s; a running daemon's reconciler picks it up within %s\n", id, inert.Text(f.actor), e.cfg.Reconcile.Schedule)
 		}

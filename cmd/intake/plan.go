@@ -251,9 +251,9 @@ func decidePlan(cmd string, f decideFlags, args []string, stdout, stderr io.Writ
 		}
 	}
 	if cmd == "approve" {
-		fmt.Fprintf(stdout, "intake %d: plan %s approved by %s; the daemon polling its partner plans it again and applies it if the plan still holds (else it awaits approval again)\n", id, f.hash, f.actor)
+		fmt.Fprintf(stdout, "intake %d: plan %s approved by %s; the daemon polling its partner plans it again and applies it if the plan still holds (else it awaits approval again)\n", id, inert.Text(f.hash), inert.Text(f.actor))
 	} else {
-		fmt.Fprintf(stdout, "intake %d: plan rejected by %s; the daemon polling its partner quarantines it (plan_rejected) and tells the partner\n", id, f.actor)
+		fmt.Fprintf(stdout, "intake %d: plan rejected by %s; the daemon polling its partner quarantines it (plan_rejected) and tells the partner\n", id, inert.Text(f.actor))
 	}
 	return 0
 }
