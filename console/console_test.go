@@ -539,7 +539,7 @@ func TestPlanChangesFilterByKeyAndColumn(t *testing.T) {
 
 	_, _, body := do(t, h, reviewer, "GET", target, nil)
 	for _, want := range []string{`method="get" action="/plans/` + itoa(id) + `"`, `name="key"`, `name="column"`, `name="match"`,
-		"120 changes in the plan", keyCell("K-50"), `rel="next" href="/plans/` + itoa(id) + `?after=51"`} {
+		"120 changes in the plan", keyCell("K-50"), `rel="next" href="/plans/` + itoa(id) + `?after=51&amp;plan=h2"`} {
 		if !strings.Contains(body, want) {
 			t.Fatalf("the plan page lacks %q:\n%s", want, body)
 		}
@@ -554,10 +554,10 @@ func TestPlanChangesFilterByKeyAndColumn(t *testing.T) {
 		// K-1, K-10 … K-19, K-100 … K-120
 		{"?key=K-1", []string{keyCell("K-1"), keyCell("K-19"), keyCell("K-120")}, []string{keyCell("K-2"), keyCell("K-20"), `rel="next"`}},
 		{"?key=K-1&match=exact", []string{keyCell("K-1"), "V-1"}, []string{keyCell("K-10"), keyCell("K-11")}},
-		{"?column=status", []string{keyCell("K-2"), keyCell("K-100"), `rel="next" href="/plans/` + itoa(id) + `?after=101&amp;column=status"`},
+		{"?column=status", []string{keyCell("K-2"), keyCell("K-100"), `rel="next" href="/plans/` + itoa(id) + `?after=101&amp;column=status&amp;plan=h2"`},
 			[]string{keyCell("K-1"), "amount", keyCell("K-102")}},
 		// the next page of a filtered table is cut from the filtered rows
-		{"?column=status&after=101", []string{keyCell("K-102"), keyCell("K-120"), `rel="prev" href="/plans/` + itoa(id) + `?before=103&amp;column=status"`},
+		{"?column=status&after=101&plan=h2", []string{keyCell("K-102"), keyCell("K-120"), `rel="prev" href="/plans/` + itoa(id) + `?before=103&amp;column=status&amp;plan=h2"`},
 			[]string{keyCell("K-100"), keyCell("K-101"), `rel="next"`}},
 		// and the page before it is the first one again
 		{"?column=status&before=103", []string{keyCell("K-2"), keyCell("K-100")}, []string{keyCell("K-102"), `rel="prev"`}},
@@ -583,6 +583,11 @@ func TestPlanChangesFilterByKeyAndColumn(t *testing.T) {
 				t.Errorf("%s: %q shown", c.query, s)
 			}
 		}
+	}
+	// a next page of a plan planned again since the page before
+	if code, _, body := do(t, h, reviewer, "GET", target+"?after=51&plan=h1", nil); code != http.StatusConflict ||
+		!strings.Contains(body, "planned again since the page before") || strings.Contains(body, `class="key"`) {
+		t.Errorf("a next page of a plan planned again: got %d, want 409 and no changes\n%s", code, body)
 	}
 	_, _, body = do(t, h, reviewer, "GET", target+"?key="+url.QueryEscape(`<b>x</b>`), nil)
 	if strings.Contains(body, "<b>x") || !strings.Contains(body, `value="&lt;b&gt;x&lt;/b&gt;"`) {

@@ -528,19 +528,6 @@ func (s *pageViews) plan(w http.ResponseWriter, r *http.Request) {
 		s.message(w, http.StatusNotFound, me, "Not found", "No such plan.")
 		return
 	}
-	// the counts: a reviewer reads the changes a page at a time below, a
-	// viewer not at all
-	v, err := ops.ShowPlan(r.Context(), s.deps.Pool, id, in(r).Partners)
-	if err != nil {
-		s.failed(w, r, "plan", err)
-		return
-	}
-	if v == nil || v.Hash == "" {
-		s.message(w, http.StatusNotFound, me, "Not found", fmt.Sprintf("Intake %d has no plan among the configured partners.", id))
-		return
-	}
-	var c target.PlanCounts
-	json.Unmarshal(v.Counts, &c) // counts intake wrote; a bad one shows zeros
 	q := r.URL.Query()
 	f := ledger.ChangeFilter{Action: q.Get("action"), Key: q.Get("key"), KeyExact: q.Get("match") == "exact", Column: q.Get("column")}
 	found := false
@@ -550,19 +537,37 @@ func (s *pageViews) plan(w http.ResponseWriter, r *http.Request) {
 	if !found {
 		f.Action = ""
 	}
+	after, _ := strconv.ParseInt(q.Get("after"), 10, 64)
+	before, _ := strconv.ParseInt(q.Get("before"), 10, 64)
+	// the counts, and the page of changes beside them (one snapshot): a
+	// viewer sees counts only, the changes' keys and values are cell
+	// values, not read from the database for them at all
+	limit := 0
+	if me.Reviewer() {
+		limit = PageSize + 1
+	}
+	v, rows, err := ops.PlanPage(r.Context(), s.deps.Pool, id, in(r).Partners, f, max(after, 0), max(before, 0), limit)
+	if err != nil {
+		s.failed(w, r, "plan", err)
+		return
+	}
+	if v == nil || v.Hash == "" {
+		s.message(w, http.StatusNotFound, me, "Not found", fmt.Sprintf("Intake %d has no plan among the configured partners.", id))
+		return
+	}
+	if h := q.Get("plan"); h != "" && h != v.Hash {
+		// a page after the first, of a plan planned again since: its
+		// changes are another plan's than the pages read before
+		s.message(w, http.StatusConflict, me, "Plan changed",
+			fmt.Sprintf("The plan of intake %d was planned again since the page before: read it again from its first page (/plans/%d).", id, id))
+		return
+	}
+	var c target.PlanCounts
+	json.Unmarshal(v.Counts, &c) // counts intake wrote; a bad one shows zeros
 	var changes []planChange
 	var kp keysetPager
-	// a viewer sees counts only: the changes' keys and values are cell
-	// values, not read from the database for them at all
 	if me.Reviewer() {
-		after, _ := strconv.ParseInt(q.Get("after"), 10, 64)
-		before, _ := strconv.ParseInt(q.Get("before"), 10, 64)
-		rows, err := ops.PlanChangePage(r.Context(), s.deps.Pool, id, in(r).Partners, f, max(after, 0), max(before, 0), PageSize+1)
-		if err != nil {
-			s.failed(w, r, "plan changes", err)
-			return
-		}
-		kp = newKeysetPager(r.URL, rows, after, before)
+		kp = newKeysetPager(r.URL, rows, after, before, v.Hash)
 		if len(rows) > PageSize {
 			if before > 0 {
 				rows = rows[1:] // the extra row is the earliest
@@ -604,15 +609,18 @@ type keysetPager struct {
 
 // newKeysetPager: rows is the page as read, one more than PageSize when
 // there is more in the direction it was read (after: later; before:
-// earlier).
-func newKeysetPager(u *url.URL, rows []ledger.PlanChangeRow, after, before int64) keysetPager {
+// earlier), of the plan whose hash is plan: the previous and next pages
+// name it, and are refused once the file is planned again.
+func newKeysetPager(u *url.URL, rows []ledger.PlanChangeRow, after, before int64, plan string) keysetPager {
 	link := func(k string, seq int64) string {
 		q := u.Query()
 		q.Del("after")
 		q.Del("before")
 		q.Del("page")
+		q.Del("plan")
 		if k != "" {
 			q.Set(k, strconv.FormatInt(seq, 10))
+			q.Set("plan", plan)
 		}
 		if len(q) == 0 {
 			return u.Path

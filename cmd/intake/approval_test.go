@@ -140,11 +140,15 @@ func TestPlanShowPagesTheStoredChanges(t *testing.T) {
 		return regexp.MustCompile(`(?m)^\d+\s+\d+\s+create\s+\((P-\d+)\)`).FindAllString(out, -1)
 	}
 	code, out := runCLI("plan", "show", id, "--config", cfg)
-	next := regexp.MustCompile(`next page: intake plan show \d+ --config \S+ --after (\d+)`).FindStringSubmatch(out)
+	next := regexp.MustCompile(`next page: intake plan show \d+ --config \S+ --after (\d+) --plan-hash (\S+)`).FindStringSubmatch(out)
 	if code != 0 || len(shown(out)) != 20 || !strings.Contains(out, "(P-20)") || strings.Contains(out, "(P-21)") || next == nil {
 		t.Fatalf("plan show %d, want the first 20 changes and the next page's command:\n%s", code, out)
 	}
-	code, out = runCLI("plan", "show", id, "--config", cfg, "--after", next[1])
+	if code, out := runCLI("plan", "show", id, "--config", cfg, "--after", next[1], "--plan-hash", "not-"+next[2]); code != exitRefused ||
+		!strings.Contains(out, "planned again since the page before") || strings.Contains(out, "(P-21)") {
+		t.Fatalf("the next page of another plan: %d, want it refused (3):\n%s", code, out)
+	}
+	code, out = runCLI("plan", "show", id, "--config", cfg, "--after", next[1], "--plan-hash", next[2])
 	if code != 0 || len(shown(out)) != 5 || !strings.Contains(out, "(P-21)") || !strings.Contains(out, "(P-25)") || strings.Contains(out, "(P-20)") || strings.Contains(out, "next page") {
 		t.Fatalf("plan show --after %s: %d, want the last 5 changes:\n%s", next[1], code, out)
 	}

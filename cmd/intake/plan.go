@@ -22,7 +22,7 @@ import (
 func planCommand() *cobra.Command {
 	var f planFlags
 	cmd := &cobra.Command{
-		Use:         "plan show ID --config FILE [--limit N] [--after SEQ] [--action A] [--key K] [--column C]",
+		Use:         "plan show ID --config FILE [--limit N] [--after SEQ --plan-hash H] [--action A] [--key K] [--column C]",
 		Short:       "show a file's plan against its target: counts, plan hash and its changes a page at a time (values on this terminal only)",
 		Example:     "intake plan show 42 --config /etc/intake/intake.yaml --action update --limit 100",
 		Annotations: map[string]string{annSubs: "show"},
@@ -31,6 +31,7 @@ func planCommand() *cobra.Command {
 	configFlag(cmd, &f.path, "config file (YAML)")
 	fs.IntVar(&f.limit, "limit", 20, "changes: at most this many (1-1000)")
 	fs.Int64Var(&f.after, "after", 0, "changes: those after this `SEQ` (the next page, as the last page printed says)")
+	fs.StringVar(&f.hash, "plan-hash", "", "refused unless the file's plan is still this `H` (the next page names the plan of the pages before)")
 	fs.StringVar(&f.filter.Action, "action", "", "changes: only this action (create, update, delete, conflict, rejected)")
 	fs.StringVar(&f.filter.Key, "key", "", "changes: only the keys that begin with this text")
 	fs.StringVar(&f.filter.Column, "column", "", "changes: only the updates that change this column")
@@ -43,12 +44,13 @@ type planFlags struct {
 	path   string
 	limit  int
 	after  int64
+	hash   string
 	filter ledger.ChangeFilter
 }
 
 // cmdPlan: `intake plan show ID` prints a file's plan: counts, hash and,
 // while it waits, a page of its changes by key and column
-// (intake_plan_change, read as the console reads them: ops.PlanChangePage).
+// (intake_plan_change, read as the console reads them: ops.PlanPage).
 // Values reach this terminal only; nothing of them is logged. The
 // partner's text (the file name, keys, values) is printed in its
 // printable form (internal/inert): an escape sequence in a key cannot
@@ -71,7 +73,8 @@ func cmdPlan(f planFlags, args []string, stdout, stderr io.Writer) int {
 		return code
 	}
 	defer done()
-	v, err := ops.ShowPlan(ctx, e.pool, id, scope)
+	// the plan and the page of its changes, read in one snapshot
+	v, rows, err := ops.PlanPage(ctx, e.pool, id, scope, f.filter, f.after, 0, f.limit+1)
 	if err != nil {
 		fmt.Fprintln(stderr, "intake plan show:", err)
 		return 1
@@ -84,6 +87,11 @@ func cmdPlan(f planFlags, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "intake plan show: intake %d has no plan against its target (its feed has no approval policy, or it was not planned yet; state %s)\n", id, v.State)
 		return 1
 	}
+	if f.hash != "" && f.hash != v.Hash {
+		fmt.Fprintf(stderr, "intake plan show: intake %d was planned again since the page before (plan %s, not %s): read it again from its first page\n",
+			id, v.Hash, inert.Text(f.hash))
+		return exitRefused
+	}
 	var c target.PlanCounts
 	if err := json.Unmarshal(v.Counts, &c); err != nil {
 		fmt.Fprintln(stderr, "intake plan show: stored counts:", err)
@@ -94,11 +102,6 @@ func cmdPlan(f planFlags, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stdout, "\n(a plan's changes are kept only while the file awaits approval)")
 		return 0
 	}
-	rows, err := ops.PlanChangePage(ctx, e.pool, id, scope, f.filter, f.after, 0, f.limit+1)
-	if err != nil {
-		fmt.Fprintln(stderr, "intake plan show: changes:", err)
-		return 1
-	}
 	more := len(rows) > f.limit
 	rows = rows[:min(len(rows), f.limit)]
 	if err := printPlanChanges(stdout, rows); err != nil {
@@ -106,7 +109,7 @@ func cmdPlan(f planFlags, args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	if more {
-		fmt.Fprintf(stdout, "next page: intake plan show %d --config %s --after %d (and the same filter)\n", id, f.path, rows[len(rows)-1].Seq)
+		fmt.Fprintf(stdout, "next page: intake plan show %d --config %s --after %d --plan-hash %s (and the same filter)\n", id, f.path, rows[len(rows)-1].Seq, v.Hash)
 	}
 	fmt.Fprintf(stdout, "\napprove: intake approve %d --config %s --plan-hash %s --reason \"…\"\nreject:  intake reject %d --config %s --plan-hash %s --reason \"…\"\n",
 		v.IntakeID, f.path, v.Hash, v.IntakeID, f.path, v.Hash)

@@ -114,7 +114,7 @@ type approvals struct{ *core }
 // file.
 func (l *approvals) GetPlan(ctx context.Context, id int64, partners []string) (*PlanView, error) {
 	var v PlanView
-	err := l.pool.QueryRow(ctx, `SELECT intake_id, partner_id, feed, remote_name, state, coalesce(reason, ''),
+	err := l.read.QueryRow(ctx, `SELECT intake_id, partner_id, feed, remote_name, state, coalesce(reason, ''),
 		    coalesce(content_sha256, ''), coalesce(feed_sha256, ''), coalesce(plan_hash, ''), coalesce(approved_plan_hash, ''),
 		    coalesce(plan_decision, ''), plan_counts, planned_at, coalesce(rows_total, 0), rows_rejected
 		FROM file_intake WHERE intake_id = $1 AND partner_id = ANY($2)`, id, partners).Scan(

@@ -27,11 +27,11 @@ type consoleReads struct{ *core }
 // limit of them after offset, and how many there are in all.
 func (l *consoleReads) HeldPage(ctx context.Context, partners []string, offset, limit int) ([]QuarantineItem, int64, error) {
 	var total int64
-	if err := l.pool.QueryRow(ctx, `SELECT pg_catalog.count(*) FROM intake_quarantine WHERE partner_id = ANY($1) AND state = 'open'`,
+	if err := l.read.QueryRow(ctx, `SELECT pg_catalog.count(*) FROM intake_quarantine WHERE partner_id = ANY($1) AND state = 'open'`,
 		partners).Scan(&total); err != nil {
 		return nil, 0, fmt.Errorf("held count: %w", err)
 	}
-	rs, err := l.pool.Query(ctx, quarantineItemsSQL+` q.partner_id = ANY($1) AND q.state = 'open'
+	rs, err := l.read.Query(ctx, quarantineItemsSQL+` q.partner_id = ANY($1) AND q.state = 'open'
 		ORDER BY q.held_at DESC, q.intake_id DESC LIMIT $2 OFFSET $3`, partners, limit, offset)
 	if err != nil {
 		return nil, 0, fmt.Errorf("held page: %w", err)
@@ -54,11 +54,11 @@ type WaitingPlan struct {
 // first, a page at a time, and how many there are in all.
 func (l *consoleReads) WaitingPlans(ctx context.Context, partners []string, offset, limit int) ([]WaitingPlan, int64, error) {
 	var total int64
-	if err := l.pool.QueryRow(ctx, `SELECT pg_catalog.count(*) FROM file_intake WHERE partner_id = ANY($1) AND state = 'awaiting_approval'`,
+	if err := l.read.QueryRow(ctx, `SELECT pg_catalog.count(*) FROM file_intake WHERE partner_id = ANY($1) AND state = 'awaiting_approval'`,
 		partners).Scan(&total); err != nil {
 		return nil, 0, fmt.Errorf("waiting count: %w", err)
 	}
-	rs, err := l.pool.Query(ctx, `SELECT intake_id, partner_id, feed, remote_name, coalesce(plan_hash, ''), plan_counts, planned_at,
+	rs, err := l.read.Query(ctx, `SELECT intake_id, partner_id, feed, remote_name, coalesce(plan_hash, ''), plan_counts, planned_at,
 		    coalesce(rows_total, 0)
 		FROM file_intake WHERE partner_id = ANY($1) AND state = 'awaiting_approval'
 		ORDER BY planned_at, intake_id LIMIT $2 OFFSET $3`, partners, limit, offset)
@@ -109,7 +109,7 @@ func (l *consoleReads) PlanChangePage(ctx context.Context, id int64, partners []
 	if err != nil {
 		return nil, err
 	}
-	rs, err := l.pool.Query(ctx, q, args...)
+	rs, err := l.read.Query(ctx, q, args...)
 	if err != nil {
 		return nil, fmt.Errorf("plan changes page: %w", err)
 	}
@@ -236,7 +236,7 @@ type ChunkRow struct {
 // Story reads a file of one of partners; nil when there is none.
 func (l *consoleReads) Story(ctx context.Context, id int64, partners []string) (*FileStory, error) {
 	var s FileStory
-	err := l.pool.QueryRow(ctx, `SELECT f.intake_id, f.partner_id, f.feed, f.remote_name, f.state, coalesce(f.reason, ''), f.worker_id,
+	err := l.read.QueryRow(ctx, `SELECT f.intake_id, f.partner_id, f.feed, f.remote_name, f.state, coalesce(f.reason, ''), f.worker_id,
 		    coalesce(f.batch_id, ''), coalesce(f.content_sha256, ''), f.attempts, coalesce(f.last_error, ''), f.claimed_at, f.updated_at, f.finished_at,
 		    coalesce(f.rows_total, 0), f.rows_applied, f.rows_unchanged, f.rows_rejected, f.rows_conflict, f.rows_deleted, f.chunks_done,
 		    coalesce(f.archive_path, ''), coalesce(f.receipt_path, ''), coalesce(f.rejects_path, ''), coalesce(f.release_override, ''),
@@ -257,7 +257,7 @@ func (l *consoleReads) Story(ctx context.Context, id int64, partners []string) (
 	if s.HeldAt != nil {
 		s.Hold = HoldToken(*s.HeldAt)
 	}
-	rs, err := l.pool.Query(ctx, `SELECT chunk_no, first_line, last_line, rows_applied, rows_unchanged, rows_conflict, committed_at
+	rs, err := l.read.Query(ctx, `SELECT chunk_no, first_line, last_line, rows_applied, rows_unchanged, rows_conflict, committed_at
 		FROM intake_chunk WHERE intake_id = $1 ORDER BY chunk_no LIMIT 1000`, id)
 	if err != nil {
 		return nil, fmt.Errorf("story %d chunks: %w", id, err)
@@ -293,7 +293,7 @@ func (l *consoleReads) AuditPage(ctx context.Context, partners []string, f Audit
 	if f.Text != "" {
 		text = likeLiteral(f.Text)
 	}
-	rs, err := l.pool.Query(ctx, `SELECT at, actor, action, partner_id, coalesce(intake_id, 0), reason, coalesce(detail, ''), coalesce(request_id, '')
+	rs, err := l.read.Query(ctx, `SELECT at, actor, action, partner_id, coalesce(intake_id, 0), reason, coalesce(detail, ''), coalesce(request_id, '')
 		FROM intake_audit WHERE partner_id = ANY($1) AND ($2 = 0 OR intake_id = $2) AND ($3 = '' OR request_id = $3)
 		  AND ($6 = '' OR actor ILIKE $6 ESCAPE '\' OR action ILIKE $6 ESCAPE '\' OR reason ILIKE $6 ESCAPE '\'
 		       OR coalesce(detail, '') ILIKE $6 ESCAPE '\' OR partner_id ILIKE $6 ESCAPE '\'

@@ -59,8 +59,8 @@ type Ledger struct {
 // and the lease it grants.
 type core struct {
 	pool *pgxpool.Pool
-	// read is what the status reads run on: pool, or a Snapshot's
-	// transaction
+	// read is what the status and console reads run on: pool, or a
+	// Snapshot's transaction
 	read   Reader
 	claims *pgxpool.Pool // the claim sections' connections (ClaimLock); nil: pool
 	lease  time.Duration
