@@ -486,7 +486,7 @@ func TestReviewerDiscardsAndRejects(t *testing.T) {
 		{"/files/" + itoa(held) + "/discard", "discard"},
 		{"/plans/" + itoa(waiting) + "/reject", "reject"},
 	} {
-		code, hdr, _ := do(t, h, reviewer, "POST", c.target, url.Values{"reason": {"not this one"}, "csrf": {token}, "hold": {hold}})
+		code, hdr, _ := do(t, h, reviewer, "POST", c.target, url.Values{"reason": {"not this one"}, "csrf": {token}, "hold": {hold}, "plan_hash": {"h1"}})
 		if code != http.StatusSeeOther {
 			t.Fatalf("%s: got %d, want 303", c.target, code)
 		}
@@ -765,5 +765,25 @@ func TestPartnersPage(t *testing.T) {
 		if !strings.Contains(body, want) {
 			t.Errorf("polled %s, last 20 minutes ago: the page lacks %q", spec, want)
 		}
+	}
+}
+
+// A released file in flight keeps the paths of its hold's reports until
+// its run decides (ledger.Reopen): its page says they are the earlier
+// decision's, not this run's. A held file's page names where it is held.
+func TestAFileInFlightShowsItsEarlierDecisionsReportsAsSuch(t *testing.T) {
+	_, pool := testenv.DB(t)
+	h := newConsole(t, pool)
+	id := seedHeld(t, pool, "orders-5.csv")
+	execIn(t, pool, `UPDATE file_intake SET archive_path = 'quarantine/5.orders-5.csv', receipt_path = 'reports/orders-5.5.receipt.json' WHERE intake_id = $1`, id)
+	_, _, body := do(t, h, reviewer, "GET", "/files/"+itoa(id), nil)
+	if !strings.Contains(body, "<dt>held in</dt>") || !strings.Contains(body, "<dt>receipt</dt><dd>reports/orders-5.5.receipt.json") {
+		t.Fatalf("the held file's page does not name where it is held and its receipt:\n%s", body)
+	}
+	execIn(t, pool, `UPDATE file_intake SET state = 'applying', reason = NULL, archive_path = NULL, rejects_path = 'reports/orders-5.5.rejects.csv' WHERE intake_id = $1`, id)
+	_, _, body = do(t, h, reviewer, "GET", "/files/"+itoa(id), nil)
+	if !strings.Contains(body, "the earlier decision's, until this run decides: reports/orders-5.5.receipt.json, reports/orders-5.5.rejects.csv") ||
+		strings.Contains(body, "<dt>receipt</dt>") {
+		t.Fatalf("the page of a file in flight shows its earlier decision's reports as its own:\n%s", body)
 	}
 }

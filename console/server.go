@@ -471,12 +471,13 @@ func (s *pageViews) file(w http.ResponseWriter, r *http.Request) {
 	}
 	s.render(w, http.StatusOK, "file", page{Me: identityOf(r), Title: fmt.Sprintf("Intake %d", id), Data: struct {
 		S       *ledger.FileStory
+		Info    ledger.StateInfo // of its state: Live, the reports are an earlier decision's; InQuarantine, the archive path is its place there
 		Audit   []ledger.AuditEntry
 		Held    bool
 		Waiting bool
 		Replay  bool
 		Done    string
-	}{st, audit, st.QState == "open", st.State == string(ledger.StateAwaitingApproval),
+	}{st, ledger.State(st.State).Info(), audit, st.QState == "open", st.State == string(ledger.StateAwaitingApproval),
 		s.deps.Replay != nil && (st.State == string(ledger.StateArchived) || st.State == string(ledger.StateDuplicate)),
 		recorded(audit, r.URL.Query().Get("request"))}})
 }
