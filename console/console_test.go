@@ -559,6 +559,8 @@ func TestPlanChangesFilterByKeyAndColumn(t *testing.T) {
 		// the next page of a filtered table is cut from the filtered rows
 		{"?column=status&after=101&plan=h2", []string{keyCell("K-102"), keyCell("K-120"), `rel="prev" href="/plans/` + itoa(id) + `?before=103&amp;column=status&amp;plan=h2"`},
 			[]string{keyCell("K-100"), keyCell("K-101"), `rel="next"`}},
+		// the first page's link names the plan too
+		{"?column=status&after=101&plan=h2", []string{`rel="first" href="/plans/` + itoa(id) + `?column=status&amp;plan=h2"`}, nil},
 		// and the page before it is the first one again
 		{"?column=status&before=103", []string{keyCell("K-2"), keyCell("K-100")}, []string{keyCell("K-102"), `rel="prev"`}},
 		{"?column=status&key=K-11", []string{keyCell("K-110"), keyCell("K-118")}, []string{keyCell("K-11"), keyCell("K-111")}},
@@ -780,10 +782,12 @@ func TestAFileInFlightShowsItsEarlierDecisionsReportsAsSuch(t *testing.T) {
 	if !strings.Contains(body, "<dt>held in</dt>") || !strings.Contains(body, "<dt>receipt</dt><dd>reports/orders-5.5.receipt.json") {
 		t.Fatalf("the held file's page does not name where it is held and its receipt:\n%s", body)
 	}
-	execIn(t, pool, `UPDATE file_intake SET state = 'applying', reason = NULL, archive_path = NULL, rejects_path = 'reports/orders-5.5.rejects.csv' WHERE intake_id = $1`, id)
-	_, _, body = do(t, h, reviewer, "GET", "/files/"+itoa(id), nil)
-	if !strings.Contains(body, "the earlier decision's, until this run decides: reports/orders-5.5.receipt.json, reports/orders-5.5.rejects.csv") ||
-		strings.Contains(body, "<dt>receipt</dt>") {
-		t.Fatalf("the page of a file in flight shows its earlier decision's reports as its own:\n%s", body)
+	for _, state := range []string{"applying", "awaiting_approval"} {
+		execIn(t, pool, `UPDATE file_intake SET state = $2, reason = NULL, archive_path = NULL, rejects_path = 'reports/orders-5.5.rejects.csv' WHERE intake_id = $1`, id, state)
+		_, _, body = do(t, h, reviewer, "GET", "/files/"+itoa(id), nil)
+		if !strings.Contains(body, "the earlier decision's, until this run decides: reports/orders-5.5.receipt.json, reports/orders-5.5.rejects.csv") ||
+			strings.Contains(body, "<dt>receipt</dt>") {
+			t.Fatalf("the page of a file %s shows its earlier decision's reports as its own:\n%s", state, body)
+		}
 	}
 }

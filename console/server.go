@@ -471,7 +471,7 @@ func (s *pageViews) file(w http.ResponseWriter, r *http.Request) {
 	}
 	s.render(w, http.StatusOK, "file", page{Me: identityOf(r), Title: fmt.Sprintf("Intake %d", id), Data: struct {
 		S       *ledger.FileStory
-		Info    ledger.StateInfo // of its state: Live, the reports are an earlier decision's; InQuarantine, the archive path is its place there
+		Info    ledger.StateInfo // of its state: Holding (not decided yet), the reports are an earlier decision's; InQuarantine, the archive path is its place there
 		Audit   []ledger.AuditEntry
 		Held    bool
 		Waiting bool
@@ -610,18 +610,17 @@ type keysetPager struct {
 
 // newKeysetPager: rows is the page as read, one more than PageSize when
 // there is more in the direction it was read (after: later; before:
-// earlier), of the plan whose hash is plan: the previous and next pages
-// name it, and are refused once the file is planned again.
+// earlier), of the plan whose hash is plan: the first, previous and next
+// pages name it, and are refused once the file is planned again.
 func newKeysetPager(u *url.URL, rows []ledger.PlanChangeRow, after, before int64, plan string) keysetPager {
 	link := func(k string, seq int64) string {
 		q := u.Query()
 		q.Del("after")
 		q.Del("before")
 		q.Del("page")
-		q.Del("plan")
+		q.Set("plan", plan) // the first page too: it is refused once the plan changed
 		if k != "" {
 			q.Set(k, strconv.FormatInt(seq, 10))
-			q.Set("plan", plan)
 		}
 		if len(q) == 0 {
 			return u.Path

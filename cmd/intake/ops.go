@@ -146,7 +146,7 @@ func cmdQuarantine(f quarantineFlags, args []string, stdout, stderr io.Writer) i
 			fmt.Fprintf(stdout, "intake %d discarded by %s\n", id, inert.Text(f.actor))
 		case action == ops.ActionOldWins:
 			fmt.Fprintf(stdout, "intake %d discarded by %s: the earlier bytes of its batch stand (--winner old)\n", id, inert.Text(f.actor))
-		case f.winner != "" && action == "":
+		case f.winner == "old" && action == "":
 			fmt.Fprintf(stdout, "intake %d decided by %s; whether it was released or discarded (--winner old) could not be read: intake audit --request %s tells\n",
 				id, inert.Text(f.actor), request)
 		default:

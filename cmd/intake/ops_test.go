@@ -159,7 +159,7 @@ func TestOpsReviewReleasesDiscardsReplaysAndAudits(t *testing.T) {
 	t.Cleanup(func() { fault.Set("") })
 	code, out := runCLI("replay", id(conflict), "--config", cfg, "--reason", "check again", "--actor", "dave")
 	fault.Set("")
-	if code != exitUnknown || !strings.Contains(out, ": outcome_unknown, rows") || !strings.Contains(out, "the next reconcile run reads the chunk ledger") {
+	if code != exitUnknown || !strings.Contains(out, ": outcome_unknown (commit_unknown), rows") || !strings.Contains(out, "the next reconcile run reads the chunk ledger") {
 		t.Fatalf("a replay whose commit's outcome was lost: exit %d, want %d\n%s", code, exitUnknown, out)
 	}
 	audit := must(runCLI("audit", "--config", cfg, "--partner", "ops"))
