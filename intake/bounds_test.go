@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -276,5 +277,35 @@ func TestAHandedOverReplayReadsItsBytesFromTheArchive(t *testing.T) {
 	}
 	if _, err := os.Stat(archived); err != nil {
 		t.Fatalf("the archived copy left the archive: %v", err)
+	}
+}
+
+// The files a poll resumes count against the partner's spool quota before
+// they have downloaded: the poll's claims beside them stop at the quota as
+// they stopped when resumed files ran first, their bytes in the spool.
+func TestAResumedFileCountsAgainstTheSpoolQuotaOfThePollsClaims(t *testing.T) {
+	ctx := context.Background()
+	_, pool := testenv.DB(t)
+	site := testenv.NewSite(t, "rquota")
+	site.Config.Limits.MaxSpoolBytes = 1
+	site.Config.GroupFiles = 1
+	site.Drop(t, "orders-1.csv", testenv.OrdersCSV("A", 3))
+	if err := fault.Set("download:mid=error"); err != nil {
+		t.Fatal(err)
+	}
+	first := newRig(t, pool, "w1", site)
+	if err := first.d.PollOnce(ctx, "rquota"); !errors.Is(err, fault.ErrInjected) {
+		t.Fatalf("got %v, want the injected stop in the download", err)
+	}
+	fault.Set("")
+	first.d.Stop()
+	if fs := files(t, pool, "rquota"); len(fs) != 1 || fs[0].State != "claimed" {
+		t.Fatalf("%+v, want the file claimed, not downloaded", fs)
+	}
+	site.Drop(t, "orders-2.csv", testenv.OrdersCSV("B", 3))
+	r := newRig(t, pool, "w1", site) // the same worker id, started again, an empty spool
+	r.poll("rquota")
+	if fs := files(t, pool, "rquota"); len(fs) != 1 || fs[0].State != "archived" {
+		t.Fatalf("%+v, want the resumed file archived and no claim past the quota beside it", fs)
 	}
 }

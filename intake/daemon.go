@@ -542,8 +542,11 @@ type partnerRT struct {
 	refused  readylist.Refusals // entries of ready/ the site refused to move, passed over a while
 	unpaired readylist.Unpaired // manifest mode: data files the last listing found without their manifest
 	// resumedNames: the names in this worker's processing dir of the files
-	// the poll's housekeeping resumed (runResumed; the poll's goroutine only)
+	// the poll's housekeeping resumed, resumedBytes the listed bytes of
+	// those it downloads yet, counted against the spool quota of the
+	// poll's claims (runResumed; the poll's goroutine only)
 	resumedNames map[string]bool
+	resumedBytes int64
 }
 
 // keepIDs remembers the ids allocated for claims whose rows were not

@@ -206,7 +206,7 @@ func (d *Daemon) gate(ctx context.Context, p *partnerRT) (own bool, err error) {
 // temp files, once) and resumes this worker's own files of it (resumeOwn;
 // due: the look-up of its rows started with the poll).
 func (d *housekeeping) housekeep(ctx context.Context, p *partnerRT, sess *sftpconn.Session, due *background[ownedRows], pool *slots.Pool) error {
-	p.resumedNames = nil
+	p.resumedNames, p.resumedBytes = nil, 0
 	if !p.tempClean {
 		// No download of this worker is in flight for the partner yet: any
 		// temp file of ours is a crash's leftover (matrix row 4).
@@ -288,6 +288,7 @@ func (d *claimStage) claimReady(ctx context.Context, p *partnerRT, sess *sftpcon
 	if err != nil {
 		return err
 	}
+	quota.Claimed(p.resumedBytes)
 	c := &claimLoop{d: d, p: p, sess: sess, pool: pool, quota: quota, claimed: handled}
 	c.run(ctx, cands, beyond)
 	return nil
@@ -967,6 +968,9 @@ func (d *housekeeping) runResumed(ctx context.Context, p *partnerRT, sess *sftpc
 		p.resumedNames = map[string]bool{}
 	}
 	p.resumedNames[p.nameKey(path.Base(in.ClaimedPath))] = true
+	if in.State == ledger.StateClaimed {
+		p.resumedBytes += max(in.ListedSize, in.Size) // its download has yet to fill the spool
+	}
 	slot(func() error { return d.runFile(ctx, p, sess, in) })
 }
 
