@@ -282,7 +282,7 @@ func TestAHandedOverReplayReadsItsBytesFromTheArchive(t *testing.T) {
 
 // The files a poll resumes count against the partner's spool quota before
 // they have downloaded: the poll's claims beside them stop at the quota as
-// they stopped when resumed files ran first, their bytes in the spool.
+// if their bytes were in the spool already.
 func TestAResumedFileCountsAgainstTheSpoolQuotaOfThePollsClaims(t *testing.T) {
 	ctx := context.Background()
 	_, pool := testenv.DB(t)

@@ -299,7 +299,8 @@ Global flags (before or after COMMAND):
 Exit codes, the same for every command: 0 ok; 1 needs attention (a
 finding, a failed poll, an unreachable database or partner); 2 usage or
 config error (an unknown command or flag, a missing required flag, a config
-file that does not load or validate).
+file that does not load or validate); 3 an ops action refused, nothing
+changed; 4 whether an ops action took effect is not known yet.
 
 The database URL is read from the environment variable named by database.url_env
 (default INTAKE_DATABASE_URL) unless database.url is set.

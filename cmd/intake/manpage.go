@@ -122,6 +122,12 @@ needs attention: a finding, a failed poll, an unreachable database or partner
 .B 2
 usage or config error: an unknown command or flag, a missing required flag,
 a config file that does not load or validate, a variable it names that is not set
+.TP
+.B 3
+refused, nothing changed: an ops action the database refused as the file stands
+.TP
+.B 4
+not known yet: whether an ops action took effect, or where a replay ends
 .SH ENVIRONMENT
 .TP
 .B INTAKE_CONFIG

@@ -49,7 +49,8 @@ func (g *Guard) SpaceOK() bool {
 }
 
 // Quota is a partner's spool quota at the start of a poll's claims: the
-// bytes it holds, to which each claim adds its listed size. While they
+// bytes it holds, to which the files the poll resumed and has yet to
+// download, then each claim, add their listed size. While they
 // are at or over limits.max_spool_bytes none of its files is claimed
 // (backpressure for this partner alone: the others go on); resumes of its
 // claimed files go on, and a file is never refused for its own size (one

@@ -25,7 +25,7 @@ var rules = []struct {
 	forbid []string
 }{
 	{
-		why: "the ledger, the target, rows, partner config, the SFTP transport, the spool, what intake writes on a site, the daemon's own jobs (its config, worker id hold, session policy, site index, target holds, poll record, affinity, metrics, spool backpressure), the pipeline's pieces (unwrapping, a chunk's rows, the failure kinds, the site reads, a replay's hold-back, what a poll keeps of ready/) and the internal packages sit below the pipeline, the reconciler, the ops views, the console and the commands",
+		why: "the ledger, the target, rows, partner config, the SFTP transport, the spool, what intake writes on a site, the daemon's own jobs (its config, worker id hold, session policy, site index, target holds, poll record, affinity, metrics, spool backpressure), the pipeline's pieces (unwrapping, a chunk's rows, the failure kinds, the site reads, a replay's hold-back, what a poll keeps of ready/, a poll's slots) and the internal packages sit below the pipeline, the reconciler, the ops views, the console and the commands",
 		from: []string{"intake/ledger", "intake/target", "intake/rows", "intake/sitefile", "intake/pgpkeys", "intake/daemoncfg", "intake/workerid", "intake/sessions",
 			"intake/siteindex", "intake/targethold", "intake/pollrecord", "intake/affinity", "intake/metrics", "intake/backpressure",
 			"intake/unwrap", "intake/chunkrows", "intake/failure", "intake/siteread", "intake/holdback", "intake/readylist", "intake/slots", "partners", "partners/sftpconn", "spool", "internal/..."},
