@@ -14,6 +14,7 @@ import (
 
 	"github.com/partner-intake/partner-intake/internal/reason"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
@@ -1218,14 +1219,7 @@ func TestALockTimeoutTheDatabaseSetsIsRetried(t *testing.T) {
 		Retry: intake.RetryPolicy{Attempts: 5, Base: time.Millisecond, Max: time.Millisecond}}, site)
 	site.Drop(t, "orders-1.csv", goodRows("L", 3))
 	r.poll("acme")
-	app, err := pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer app.Rollback(ctx)
-	if _, err := app.Exec(ctx, `SELECT 1 FROM orders WHERE partner_id = 'acme' FOR UPDATE`); err != nil {
-		t.Fatal(err)
-	}
+	app := appHoldsRows(t, pool, "acme")
 	site.Drop(t, "orders-2.csv", strings.ReplaceAll(goodRows("L", 3), ",paid,", ",shipped,"))
 	r.poll("acme")
 	f := files(t, pool, "acme")[1]
@@ -1283,4 +1277,21 @@ func TestAReleaseReplacesTheHoldsReportsInAReportsDirMovedSince(t *testing.T) {
 	if got := site.Files(t, "receipts"); !slices.Equal(got, []string{path.Base(f.Receipt), path.Base(f.Rejects)}) {
 		t.Fatalf("receipts/ holds %v, want the release's receipt %s and rejects report %s", got, path.Base(f.Receipt), path.Base(f.Rejects))
 	}
+}
+
+// appHoldsRows is the application holding every row of partner in
+// orders (SELECT … FOR UPDATE) in a transaction the test ends; rolled
+// back at the test's end if it did not.
+func appHoldsRows(t *testing.T, pool *pgxpool.Pool, partner string) pgx.Tx {
+	t.Helper()
+	ctx := context.Background()
+	app, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { app.Rollback(ctx) })
+	if _, err := app.Exec(ctx, `SELECT 1 FROM orders WHERE partner_id = $1 FOR UPDATE`, partner); err != nil {
+		t.Fatal(err)
+	}
+	return app
 }

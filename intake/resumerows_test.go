@@ -74,14 +74,7 @@ func TestAResumedFileWaitingOnTheTargetHoldsUpNoNewClaim(t *testing.T) {
 	waitDue(t, pool, "acme")
 
 	// the application holds the rows the resumed file writes
-	app, err := pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer app.Rollback(ctx)
-	if _, err := app.Exec(ctx, `SELECT 1 FROM orders WHERE partner_id = 'acme' FOR UPDATE`); err != nil {
-		t.Fatal(err)
-	}
+	app := appHoldsRows(t, pool, "acme")
 	site.Drop(t, "orders-3.csv", goodRows("N", 2))
 	done := make(chan error, 1)
 	go func() {
