@@ -174,20 +174,7 @@ func TestBrowserSignInReleaseAndApprove(t *testing.T) {
 	ts.Start()
 	t.Cleanup(ts.Close)
 
-	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(chromium), chromedp.NoSandbox, chromedp.Headless,
-
-		chromedp.Flag("disable-gpu", true), chromedp.UserDataDir(t.TempDir()))
-	actx, cancelA := chromedp.NewExecAllocator(context.Background(), opts...)
-	defer cancelA()
-	bctx, cancelB := chromedp.NewContext(actx)
-	defer cancelB()
-	// the first Run starts the browser under bctx (no timeout there: it
-	// would stop the browser); the steps run under a deadline
-	if err := chromedp.Do(bctx); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(bctx, 90*time.Second)
-	defer cancel()
+	ctx := headlessChromium(t, chromium)
 	text := func(sel string) string {
 		t.Helper()
 		s, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(sel)))

@@ -2,6 +2,7 @@ package reconcile_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -13,6 +14,8 @@ import (
 	"golang.org/x/crypto/ssh/knownhosts"
 
 	"github.com/partner-intake/partner-intake/intake/ledger"
+	"github.com/partner-intake/partner-intake/internal/fault"
+	"github.com/partner-intake/partner-intake/internal/leaderlock"
 	"github.com/partner-intake/partner-intake/internal/sshdtest"
 	"github.com/partner-intake/partner-intake/internal/testenv"
 )
@@ -182,5 +185,53 @@ func TestFindingsOfOneKindAreBoundedPerRun(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// A reconciler whose leadership ended during its run (its lock's session
+// ended: the replica paused past the server's timeouts; another may lead
+// now) stores none of its findings: they would replace a newer leader's,
+// and notify again a host key mismatch that leader found over.
+func TestAReconcilerThatLostItsLockStoresNoFindings(t *testing.T) {
+	_, pool := testenv.DB(t)
+	site := testenv.NewSite(t, "lost")
+	site.Drop(t, "orders-l.csv", testenv.OrdersCSV("L", 2))
+	n := newNode(t, pool, "w1", t.TempDir(), site)
+	if err := n.poll(t, "lost"); err != nil {
+		t.Fatal(err)
+	}
+	const step = "reconcile:remote_temps_listed" // after its lock, before its findings are stored
+	withFault(t, step+"=pause")
+	t.Cleanup(func() { fault.Resume(step) })
+	done := make(chan error, 1)
+	go func() {
+		_, err := n.rec.RunOnce(t.Context())
+		done <- err
+	}()
+	select {
+	case <-fault.Paused(step):
+	case err := <-done:
+		t.Fatalf("the run ended (%v) before %s", err, step)
+	case <-time.After(30 * time.Second):
+		t.Fatalf("the run never reached %s", step)
+	}
+	if _, err := pool.Exec(context.Background(), `SELECT pg_catalog.pg_terminate_backend(pid) FROM pg_catalog.pg_locks
+		WHERE locktype = 'advisory' AND granted AND objsubid = 1
+		  AND classid = ((pg_catalog.hashtextextended('partner-intake/reconcile', 0) >> 32) & 4294967295)::oid
+		  AND objid = (pg_catalog.hashtextextended('partner-intake/reconcile', 0) & 4294967295)::oid`); err != nil {
+		t.Fatal(err)
+	}
+	fault.Resume(step)
+	if err := <-done; !errors.Is(err, leaderlock.ErrLost) {
+		t.Fatalf("the run ended with %v, want its lock lost", err)
+	}
+	if n := testenv.Count(t, pool, `SELECT count(*) FROM intake_reconcile_run WHERE partner_id = 'lost'`); n != 0 {
+		t.Fatalf("%d runs stored, want none of the run whose lock was lost", n)
+	}
+	if _, err := n.rec.RunOnce(t.Context()); err != nil {
+		t.Fatalf("the next run: %v", err)
+	}
+	if n := testenv.Count(t, pool, `SELECT count(*) FROM intake_reconcile_run WHERE partner_id = 'lost'`); n != 1 {
+		t.Fatalf("%d runs stored after the next run, want its own", n)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
@@ -266,10 +267,16 @@ func (r *Reconciler) persist(ctx context.Context, parts []partners.Config, fs []
 		by[f.Partner] = append(by[f.Partner], f)
 	}
 	now := time.Now()
+	hold := r.leader.Hold()
+	held := func(ctx context.Context, tx pgx.Tx) error { return hold.Check(ctx, tx) }
 	var errs []error
 	for i := range parts {
 		id := parts[i].ID
-		if err := ledger.StoreFindings(ctx, r.db, id, by[id], now); err != nil {
+		err := ledger.StoreFindings(ctx, r.db, id, by[id], now, held)
+		if errors.Is(err, leaderlock.ErrLost) {
+			return fmt.Errorf("findings not stored: %w", err)
+		}
+		if err != nil {
 			errs = append(errs, fmt.Errorf("store findings of partner %s: %w", id, err))
 		}
 		if ctx.Err() != nil {

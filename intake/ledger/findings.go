@@ -94,9 +94,10 @@ func StoredFindings(ctx context.Context, db Reader, partners []string) ([]Findin
 // StoreFindings replaces the stored findings of one partner with fs, the
 // reconcile run's at now, and its last run time, in one transaction; a
 // host key mismatch the last run did not find is notified in it, once per
-// episode. Text PostgreSQL cannot hold (a name that is not UTF-8, a NUL)
-// is stored in its printable form (storable).
-func StoreFindings(ctx context.Context, db *pgxpool.Pool, id string, fs []Finding, now time.Time) error {
+// episode. held fences the transaction by the run's leadership (its first
+// statement; its error is returned). Text PostgreSQL cannot hold (a name
+// that is not UTF-8, a NUL) is stored in its printable form (storable).
+func StoreFindings(ctx context.Context, db *pgxpool.Pool, id string, fs []Finding, now time.Time, held func(context.Context, pgx.Tx) error) error {
 	var mismatch []string
 	for _, f := range fs {
 		if f.Kind == KindHostKeyMismatch {
@@ -104,6 +105,11 @@ func StoreFindings(ctx context.Context, db *pgxpool.Pool, id string, fs []Findin
 		}
 	}
 	return pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+		// only while the run that found them leads: a run whose
+		// leadership ended would replace a newer run's findings
+		if err := held(ctx, tx); err != nil {
+			return err
+		}
 		// a mismatch the last run did not find is notified, once per
 		// episode, in the transaction that stores it
 		if err := HostKeyMismatchEvents(ctx, tx, mismatch); err != nil {

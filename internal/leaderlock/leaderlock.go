@@ -26,6 +26,44 @@ import (
 // ErrHeld: another run holds the lock, in this process or another.
 var ErrHeld = errors.New("the lock is held by another run")
 
+// ErrLost: the run's session no longer holds the lock (it ended: the
+// process paused past the server's timeouts, its connection cut); another
+// run may hold it now.
+var ErrLost = errors.New("the run no longer holds its lock")
+
+// Hold is a run's hold of the lock: its session (the backend's pid) and
+// the lock's key. A write of the run on another connection is fenced by it
+// (Check in the write's transaction).
+type Hold struct {
+	pid uint32
+	key string
+}
+
+// Hold is the hold of the run in progress (Acquire returned nil).
+func (l *Lock) Hold() Hold { return Hold{pid: l.conn.PgConn().PID(), key: l.key} }
+
+// Check returns ErrLost unless the run's session still holds the lock, as
+// q (a transaction of the write it fences) sees it. A session that ends
+// after the check cannot be followed by another run's write before this
+// transaction commits: the next run takes the lock, then runs its whole
+// matrix before it writes.
+func (h Hold) Check(ctx context.Context, q interface {
+	QueryRow(context.Context, string, ...any) pgx.Row
+}) error {
+	var held bool
+	err := q.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_locks
+		WHERE locktype = 'advisory' AND granted AND pid = $1::int4 AND objsubid = 1
+		  AND classid = ((pg_catalog.hashtextextended($2::text, 0::int8) >> 32) & 4294967295)::oid
+		  AND objid = (pg_catalog.hashtextextended($2::text, 0::int8) & 4294967295)::oid)`, int32(h.pid), h.key).Scan(&held)
+	if err != nil {
+		return fmt.Errorf("lock %s: %w", h.key, err)
+	}
+	if !held {
+		return fmt.Errorf("lock %s: %w", h.key, ErrLost)
+	}
+	return nil
+}
+
 // Lock is one named advisory lock.
 type Lock struct {
 	key string

@@ -123,3 +123,53 @@ func TestTheLockTakesNoConnectionOfThePool(t *testing.T) {
 		t.Fatal("the lock is not held")
 	}
 }
+
+// A run's hold fences its writes on other connections: Check passes while
+// its session holds the lock, and returns ErrLost once that session ended
+// (a process paused past the server's timeouts), whoever holds the lock
+// now. Another key held by the same session is not this lock.
+func TestAHoldIsLostWithItsSession(t *testing.T) {
+	url, pool := testenv.DB(t)
+	ctx := context.Background()
+	cfg := connConfig(t, url)
+	a, b := leaderlock.New(cfg, "test/run"), leaderlock.New(cfg, "test/run")
+	other := leaderlock.New(cfg, "test/other")
+	for _, l := range []*leaderlock.Lock{a, b, other} {
+		defer l.Close()
+	}
+	if err := other.Acquire(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := other.Hold().Check(ctx, pool); err != nil {
+		t.Fatalf("the other key's run: %v", err)
+	}
+	other.Release(ctx)
+	if err := other.Hold().Check(ctx, pool); !errors.Is(err, leaderlock.ErrLost) {
+		t.Fatalf("a released lock's hold: got %v, want ErrLost", err)
+	}
+	if err := a.Acquire(ctx); err != nil {
+		t.Fatal(err)
+	}
+	hold := a.Hold()
+	defer a.Release(ctx) // its run ends (the connection gone, it is dropped)
+	if err := hold.Check(ctx, pool); err != nil {
+		t.Fatalf("while the run holds the lock: %v", err)
+	}
+	if _, err := pool.Exec(ctx, `SELECT pg_catalog.pg_terminate_backend($1::int4)`, holder(t, pool)); err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, 10*time.Second, func() bool { return holder(t, pool) == 0 }, testenv.Says("the session ended"))
+	if err := hold.Check(ctx, pool); !errors.Is(err, leaderlock.ErrLost) {
+		t.Fatalf("after its session ended: got %v, want ErrLost", err)
+	}
+	if err := b.Acquire(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer b.Release(ctx)
+	if err := hold.Check(ctx, pool); !errors.Is(err, leaderlock.ErrLost) {
+		t.Fatalf("with another run holding the lock: got %v, want ErrLost", err)
+	}
+	if err := b.Hold().Check(ctx, pool); err != nil {
+		t.Fatalf("the new run's hold: %v", err)
+	}
+}
