@@ -40,18 +40,27 @@ func holder(t *testing.T, q interface {
 	return pid
 }
 
+// threeLocks are two processes' locks of one key (a, b) and a lock of
+// another key (other), each on a connection of its own, closed at the
+// test's end.
+func threeLocks(t *testing.T) (pool *pgxpool.Pool, a, b, other *leaderlock.Lock) {
+	t.Helper()
+	url, pool := testenv.DB(t)
+	cfg := connConfig(t, url)
+	a, b = leaderlock.New(cfg, "test/run"), leaderlock.New(cfg, "test/run")
+	other = leaderlock.New(cfg, "test/other")
+	for _, l := range []*leaderlock.Lock{a, b, other} {
+		t.Cleanup(l.Close)
+	}
+	return pool, a, b, other
+}
+
 // One run at a time holds a lock: a second run of the same process, or a
 // run of another, is told ErrHeld until the first releases; another key
 // is another lock.
 func TestOneRunAtATimeHoldsTheLock(t *testing.T) {
-	url, pool := testenv.DB(t)
 	ctx := context.Background()
-	cfg := connConfig(t, url)
-	a, b := leaderlock.New(cfg, "test/run"), leaderlock.New(cfg, "test/run")
-	other := leaderlock.New(cfg, "test/other")
-	for _, l := range []*leaderlock.Lock{a, b, other} {
-		defer l.Close()
-	}
+	pool, a, b, other := threeLocks(t)
 	if err := a.Acquire(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -125,18 +134,12 @@ func TestTheLockTakesNoConnectionOfThePool(t *testing.T) {
 }
 
 // A run's hold fences its writes on other connections: Check passes while
-// its session holds the lock, and returns ErrLost once that session ended
-// (a process paused past the server's timeouts), whoever holds the lock
-// now. Another key held by the same session is not this lock.
+// its session holds the lock, and returns ErrLost once the run released it
+// or its session ended (a process paused past the server's timeouts),
+// whoever holds the lock now.
 func TestAHoldIsLostWithItsSession(t *testing.T) {
-	url, pool := testenv.DB(t)
 	ctx := context.Background()
-	cfg := connConfig(t, url)
-	a, b := leaderlock.New(cfg, "test/run"), leaderlock.New(cfg, "test/run")
-	other := leaderlock.New(cfg, "test/other")
-	for _, l := range []*leaderlock.Lock{a, b, other} {
-		defer l.Close()
-	}
+	pool, a, b, other := threeLocks(t)
 	if err := other.Acquire(ctx); err != nil {
 		t.Fatal(err)
 	}
