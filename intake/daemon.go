@@ -531,7 +531,7 @@ type partnerRT struct {
 	lastErr     string
 	oldestReady time.Time
 	readyCount  int
-	// the entries of ready/ the last listing passed over (refused.go):
+	// the entries of ready/ the last listing passed over (readylist.Refusals):
 	// how many, and the oldest's mtime
 	passedCount  int
 	passedOldest time.Time

@@ -469,7 +469,7 @@ func (p *partnerRT) setReady(left []candidate, beyond int) {
 		oldest = left[0].MTime
 	}
 	p.statMu.Lock()
-	// the entries the listing passed over (refused.go) wait in ready/ too:
+	// the entries the listing passed over (readylist.Refusals) wait in ready/ too:
 	// their age raises IntakeReadyBacklog as any file's
 	if !p.passedOldest.IsZero() && (oldest.IsZero() || p.passedOldest.Before(oldest)) {
 		oldest = p.passedOldest
@@ -505,7 +505,7 @@ func (d *claimStage) list(ctx context.Context, p *partnerRT, sess *sftpconn.Sess
 	var pendC []candidate
 	var pendH []partners.Skipped
 	gate := d.feedHolds.Gate(p)            // a held feed's files are left out (targethold.go)
-	passed, passedOldest := 0, time.Time{} // entries passed over (refused.go)
+	passed, passedOldest := 0, time.Time{} // entries passed over (readylist.Refusals)
 	passOver := func(name string, size int64, mtime time.Time) bool {
 		if !p.refused.PassOver(name, size, mtime) {
 			return false
