@@ -1236,46 +1236,71 @@ func TestALockTimeoutTheDatabaseSetsIsRetried(t *testing.T) {
 	}
 }
 
-// A released file's decision replaces what its hold published wherever
+// A decision on a held file replaces what its hold published wherever
 // that is: the partner's reports dir changed between the hold and the
-// release, and the partner reads the release's receipt and rejects report
-// alone. The paths the hold recorded stay on the row until then
-// (ledger.Reopen). Before, the hold's two reports were left in the old dir
-// beside the new ones: the release derived their names in the new one.
-func TestAReleaseReplacesTheHoldsReportsInAReportsDirMovedSince(t *testing.T) {
-	_, pool := testenv.DB(t)
-	ctx := context.Background()
-	_, site := testenv.NewInProcessSite(t, "moved")
-	site.Config.Feeds[0].MaxRejectRatio = 0.1
-	r := newRig(t, pool, "w1", site)
-	site.Drop(t, "orders-7.csv", strings.Replace(goodRows("R", 4), ",paid,", ",bogus,", 1))
-	r.poll("moved")
-	f := files(t, pool, "moved")[0]
-	if f.State != "quarantined" || f.Receipt == "" || f.Rejects == "" {
-		t.Fatalf("%+v, want held over its reject ratio with a receipt and a rejects report", f)
-	}
-	if got := site.Files(t, "reports"); len(got) != 2 {
-		t.Fatalf("reports/ holds %v, want the hold's receipt and rejects report", got)
-	}
-	r.d.Stop()
+// decision. Released, the partner reads the release's receipt and rejects
+// report alone; discarded, the discard's receipt (and the hold's rejects
+// report). The paths the hold recorded stay on the row until then
+// (ledger.Reopen, ledger.CloseHeld). Before, the hold's reports were left
+// in the old dir beside the new ones: the decision derived their names in
+// the new one.
+func TestADecisionReplacesTheHoldsReportsInAReportsDirMovedSince(t *testing.T) {
+	for _, decision := range []string{"release", "discard"} {
+		t.Run(decision, func(t *testing.T) {
+			_, pool := testenv.DB(t)
+			ctx := context.Background()
+			_, site := testenv.NewInProcessSite(t, "moved")
+			site.Config.Feeds[0].MaxRejectRatio = 0.1
+			r := newRig(t, pool, "w1", site)
+			site.Drop(t, "orders-7.csv", strings.Replace(goodRows("R", 4), ",paid,", ",bogus,", 1))
+			r.poll("moved")
+			f := files(t, pool, "moved")[0]
+			if f.State != "quarantined" || f.Receipt == "" || f.Rejects == "" {
+				t.Fatalf("%+v, want held over its reject ratio with a receipt and a rejects report", f)
+			}
+			if got := site.Files(t, "reports"); len(got) != 2 {
+				t.Fatalf("reports/ holds %v, want the hold's receipt and rejects report", got)
+			}
+			r.d.Stop()
 
-	site.Config.Dirs.Reports = "receipts"
-	r2 := newRig(t, pool, "w1", site)
-	if err := ops.Release(ctx, pool, ops.Decision{IntakeID: f.ID, Actor: "alice", Reason: "the rejects are known",
-		Partners: []string{"moved"}, Worker: intake.OpsWorker("ops")}); err != nil {
-		t.Fatal(err)
-	}
-	r2.reconcileOnce(site)
-	r2.poll("moved")
-	f = files(t, pool, "moved")[0]
-	if f.State != "archived" || f.Rejected != 1 {
-		t.Fatalf("%+v, want archived with its rejected row", f)
-	}
-	if got := site.Files(t, "reports"); len(got) != 0 {
-		t.Fatalf("reports/ still holds %v, the hold's reports beside the release's", got)
-	}
-	if got := site.Files(t, "receipts"); !slices.Equal(got, []string{path.Base(f.Receipt), path.Base(f.Rejects)}) {
-		t.Fatalf("receipts/ holds %v, want the release's receipt %s and rejects report %s", got, path.Base(f.Receipt), path.Base(f.Rejects))
+			site.Config.Dirs.Reports = "receipts"
+			d := ops.Decision{IntakeID: f.ID, Actor: "alice", Reason: "reviewed", Partners: []string{"moved"}, Worker: intake.OpsWorker("ops")}
+			if decision == "discard" {
+				// the command could not reach the site: the reconciler
+				// publishes the decision. The hold's rejects report stays
+				// where it is: what it lists was refused, and nothing of
+				// the file was applied.
+				if err := ops.Discard(ctx, pool, d); err != nil {
+					t.Fatal(err)
+				}
+				r.reconcileOnce(site)
+				f = files(t, pool, "moved")[0]
+				if got := site.Files(t, "receipts"); f.State != "discarded" || !slices.Equal(got, []string{path.Base(f.Receipt)}) ||
+					!strings.Contains(site.Read(t, "receipts/"+got[0]), `"outcome": "discarded"`) {
+					t.Fatalf("%+v, receipts/ %v: want discarded, its receipt in receipts/ saying so", f, got)
+				}
+				if got := site.Files(t, "reports"); len(got) != 1 || got[0] != path.Base(f.Rejects) {
+					t.Fatalf("reports/ holds %v, want the hold's rejects report alone (its receipt said held beside the discard's)", got)
+				}
+				return
+			}
+			r2 := newRig(t, pool, "w1", site)
+			if err := ops.Release(ctx, pool, d); err != nil {
+				t.Fatal(err)
+			}
+			r2.reconcileOnce(site)
+			r2.poll("moved")
+			f = files(t, pool, "moved")[0]
+			if f.State != "archived" || f.Rejected != 1 {
+				t.Fatalf("%+v, want archived with its rejected row", f)
+			}
+			if got := site.Files(t, "reports"); len(got) != 0 {
+				t.Fatalf("reports/ still holds %v, the hold's reports beside the release's", got)
+			}
+			if got := site.Files(t, "receipts"); !slices.Equal(got, []string{path.Base(f.Receipt), path.Base(f.Rejects)}) {
+				t.Fatalf("receipts/ holds %v, want the release's receipt %s and rejects report %s", got, path.Base(f.Receipt), path.Base(f.Rejects))
+			}
+		})
 	}
 }
 

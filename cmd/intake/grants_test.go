@@ -111,7 +111,7 @@ func TestGrantsGiveEachRoleItsJobOnly(t *testing.T) {
 	}
 	// and discards the other conflict: the file closed, its receipt published
 	must(runCLI("quarantine", "discard", other, "--hold", holdOf(t, admin, other), "--config", cfg, "--reason", "a stray resend", "--actor", "bob"))
-	if got := testenv.Strings(t, admin, `SELECT f.state || ' ' || (f.receipt_path IS NOT NULL)::text || ' ' || a.db_user FROM file_intake f
+	if got := testenv.Strings(t, admin, `SELECT f.state || ' ' || (f.receipt_path IS NOT NULL AND NOT f.receipt_pending)::text || ' ' || a.db_user FROM file_intake f
 		JOIN intake_audit a ON a.intake_id = f.intake_id AND a.action = 'discard' WHERE f.intake_id = $1`, fs[2].ID); len(got) != 1 || got[0] != "discarded true "+person {
 		t.Errorf("discarded file %v, want discarded with its receipt, audited as %s", got, person)
 	}

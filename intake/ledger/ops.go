@@ -192,12 +192,13 @@ func Reopen(ctx context.Context, tx pgx.Tx, id int64, next State, override, path
 
 // CloseHeld closes a held file for good under worker. The partner's
 // receipt and the reason file still say "held": the same statement takes
-// a new fencing token and clears receipt_path, and the decision is
-// published under that token (Undecided). It reports false when the file
-// is no longer held.
+// a new fencing token and marks the receipt pending, and the decision is
+// published under that token (Undecided). receipt_path keeps naming the
+// hold's receipt, wherever the reports dir was then: the publication
+// removes it. It reports false when the file is no longer held.
 func CloseHeld(ctx context.Context, tx pgx.Tx, id int64, worker string) (bool, error) {
 	tag, err := tx.Exec(ctx, `UPDATE file_intake SET state = 'discarded', fencing_token = fencing_token + 1, worker_id = $2,
-		receipt_path = NULL, updated_at = pg_catalog.now()
+		receipt_pending = true, updated_at = pg_catalog.now()
 		WHERE intake_id = $1 AND state IN ('quarantined', 'failed_terminal')`, id, worker)
 	if err != nil {
 		return false, err
@@ -408,7 +409,7 @@ func (l *opsDecisions) Handover(ctx context.Context, in *Intake) (bool, error) {
 // Undecided lists the partner's discarded files whose decision is not yet
 // published to the partner (PublishDiscarded).
 func (l *opsDecisions) Undecided(ctx context.Context, partner string) ([]*Intake, error) {
-	return l.query(ctx, `partner_id = $1 AND state = 'discarded' AND receipt_path IS NULL`, partner)
+	return l.query(ctx, `partner_id = $1 AND state = 'discarded' AND receipt_pending`, partner)
 }
 
 // StillDiscarded confirms that a discard's token is still current, before
@@ -422,11 +423,11 @@ func (l *opsDecisions) StillDiscarded(ctx context.Context, in *Intake) error {
 // RecordDiscardReceipt records where a discard's receipt was published,
 // under the discard's token.
 func (l *opsDecisions) RecordDiscardReceipt(ctx context.Context, in *Intake, path string) error {
-	tag, err := l.pool.Exec(ctx, `UPDATE file_intake SET receipt_path = $3, updated_at = pg_catalog.now()
+	tag, err := l.pool.Exec(ctx, `UPDATE file_intake SET receipt_path = $3, receipt_pending = false, updated_at = pg_catalog.now()
 		WHERE intake_id = $1 AND fencing_token = $2 AND state = 'discarded'`, in.ID, in.Token, path)
 	if err := fenced(tag, err, in, "record discard receipt"); err != nil {
 		return err
 	}
-	in.ReceiptPath = path
+	in.ReceiptPath, in.ReceiptPending = path, false
 	return nil
 }

@@ -89,6 +89,9 @@ type Intake struct {
 	FeedSHA256                            string
 	ChunksDone                            int
 	ArchivePath, ReceiptPath, RejectsPath string
+	// ReceiptPending: the latest decision (a discard) is not yet published
+	// to the partner; ReceiptPath names the earlier decision's receipt.
+	ReceiptPending bool
 	// Override is what an ops release overrides (see Release); "" normally.
 	Override string
 	// ReplayOf is the intake whose bytes a replay applies again; 0 normally.
@@ -119,7 +122,7 @@ const intakeColumns = `intake_id, fencing_token, partner_id, feed, remote_name, 
 	coalesce(archive_path, ''), coalesce(receipt_path, ''), coalesce(rejects_path, ''),
 	coalesce(release_override, ''), coalesce(replay_of, 0),
 	coalesce(data_sha256, content_sha256, ''), coalesce(data_size, size_bytes, 0), listed_mtime, rows_deleted, rows_delete_kept,
-	coalesce(feed_sha256, ''), coalesce(plan_hash, ''), coalesce(approved_plan_hash, ''), coalesce(plan_decision, ''), attempts`
+	coalesce(feed_sha256, ''), coalesce(plan_hash, ''), coalesce(approved_plan_hash, ''), coalesce(plan_decision, ''), attempts, receipt_pending`
 
 func scanIntake(r pgx.Row, extra ...any) (*Intake, error) {
 	in := &Intake{}
@@ -130,7 +133,7 @@ func scanIntake(r pgx.Row, extra ...any) (*Intake, error) {
 		&in.Size, &in.ExpectedRows, &st, &why, &in.Worker, &in.ClaimedAt,
 		&in.RowsTotal, &in.RowsApplied, &in.RowsUnchanged, &in.RowsRejected, &in.RowsConflict, &in.ChunksDone,
 		&in.ArchivePath, &in.ReceiptPath, &in.RejectsPath, &in.Override, &in.ReplayOf, &in.DataSHA256, &in.DataSize, &mtime, &in.RowsDeleted, &in.RowsDeleteKept, &in.FeedSHA256,
-		&in.PlanHash, &in.ApprovedPlanHash, &in.PlanDecision, &in.Attempts}, extra...)...)
+		&in.PlanHash, &in.ApprovedPlanHash, &in.PlanDecision, &in.Attempts, &in.ReceiptPending}, extra...)...)
 	in.State, in.Reason = State(st), reason.Code(why)
 	if mtime != nil {
 		in.ListedMTime = *mtime

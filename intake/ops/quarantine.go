@@ -228,7 +228,7 @@ func Discard(ctx context.Context, db *pgxpool.Pool, d Decision) error {
 
 // discard closes a held file, audited already. The partner's receipt and
 // the reason file still say "held": the same statement takes a new fencing
-// token and clears receipt_path, and PublishDiscarded (run by the command
+// token and marks its receipt pending, and PublishDiscarded (run by the command
 // right after, or by the reconciler when that failed) publishes the
 // decision under that token.
 func discard(ctx context.Context, tx pgx.Tx, d Decision) error {
@@ -257,7 +257,7 @@ func PublishDecision(ctx context.Context, db *pgxpool.Pool, parts []partners.Con
 		if err != nil {
 			return err
 		}
-		if in == nil || in.State != ledger.StateDiscarded || in.ReceiptPath != "" {
+		if in == nil || in.State != ledger.StateDiscarded || !in.ReceiptPending {
 			continue
 		}
 		if parts[i].Records() {

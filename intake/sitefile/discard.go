@@ -43,11 +43,12 @@ func PublishDiscarded(ctx context.Context, l *ledger.Ledger, s *sftpconn.Session
 		return err
 	}
 	// the held file's receipt under another name (held before its batch
-	// id was known, or sealed otherwise then) says held no more
+	// id was known, or sealed otherwise then) or in another reports dir
+	// (the one the row recorded) says held no more
 	if err := still(); err != nil {
 		return err
 	}
-	if err := RemoveEarlier(s, in, ReceiptSuffix, name, ""); err != nil {
+	if err := RemoveEarlier(s, in, ReceiptSuffix, name, in.ReceiptPath); err != nil {
 		return err
 	}
 	return l.RecordDiscardReceipt(ctx, in, dst)
