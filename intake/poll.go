@@ -260,13 +260,22 @@ func (d *claimStage) claimReady(ctx context.Context, p *partnerRT, sess *sftpcon
 	}
 	d.log.Debug("ready listed", "partner", p.cfg.ID, "candidates", len(cands), "hostile", len(hostile), "beyond", beyond, "waited_seconds", time.Since(start).Seconds())
 	// Hostile entries (at most hostileBudget, the oldest) go to quarantine
-	// first; each counts against max_files_per_poll like a claim.
+	// first; each counts against max_files_per_poll like a claim, and is
+	// one of the partner's files in flight: it holds a slot of the pool
+	// while it moves (here, one after another), beside the files resumed.
 	handled := 0
 	for _, h := range hostile {
 		if ctx.Err() != nil || !d.claiming() || pool.Failed() {
 			return ctx.Err()
 		}
-		if err := d.quarantineHostile(ctx, p, sess, h); err != nil {
+		slot := pool.Take()
+		if ctx.Err() != nil || pool.Failed() {
+			slot(nil)
+			return ctx.Err()
+		}
+		err := d.quarantineHostile(ctx, p, sess, h)
+		slot(nil)
+		if err != nil {
 			return err
 		}
 		handled++

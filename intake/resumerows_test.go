@@ -3,6 +3,7 @@ package intake_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -110,5 +111,60 @@ func TestAResumedFileWaitingOnTheTargetHoldsUpNoNewClaim(t *testing.T) {
 	fs := files(t, pool, "acme")
 	if fs[1].State != "archived" || fs[1].Applied != 3 || fs[2].Applied != 2 {
 		t.Fatalf("%+v, want both archived once the lock is gone", fs)
+	}
+}
+
+// An entry of ready/ that can never be processed is one of the partner's
+// files in flight while it moves to quarantine/: at concurrency 1 it waits
+// for the slot a resumed file holds (its rows behind the application's
+// lock), and moves once that file is done. Before, it moved beside the
+// resumed file: concurrency + 1 of the partner's files at once.
+func TestAHostileEntryTakesOneOfThePartnersSlots(t *testing.T) {
+	ctx := context.Background()
+	_, pool := testenv.DB(t)
+	site := testenv.NewSite(t, "acme")
+	site.Config.Concurrency = 1
+	r := newRigCfg(t, pool, intake.Config{WorkerID: "w1", Lease: 30 * time.Second, SpoolMinFree: 1,
+		Retry: intake.RetryPolicy{Attempts: 5, Base: time.Millisecond, Max: time.Millisecond}}, site)
+	site.Drop(t, "orders-1.csv", goodRows("L", 3))
+	r.poll("acme")
+
+	// the second file's poll stops in its chunk: the next poll resumes it
+	site.Drop(t, "orders-2.csv", strings.ReplaceAll(goodRows("L", 3), ",paid,", ",shipped,"))
+	if err := fault.Set("apply:mid_chunk=error"); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.d.PollOnce(ctx, "acme"); !errors.Is(err, fault.ErrInjected) {
+		t.Fatalf("got %v, want the injected stop in the chunk", err)
+	}
+	fault.Set("")
+	waitDue(t, pool, "acme")
+
+	app := appHoldsRows(t, pool, "acme")
+	site.Drop(t, "invoice.pdf", "%PDF") // no feed's name
+	done := make(chan error, 1)
+	go func() {
+		pctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+		defer cancel()
+		done <- r.d.PollOnce(pctx, "acme")
+	}()
+	waitFor(t, "the resumed file's chunk waiting on the application's lock", func() bool {
+		return count(t, pool, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND backend_type = 'client backend'`) > 0
+	})
+	// the listing and the hostile entry's move take milliseconds; a second
+	// leaves room for a poll that did not wait for the slot
+	time.Sleep(time.Second)
+	if fs := files(t, pool, "acme"); len(fs) != 2 || !slices.Contains(site.Files(t, "ready"), "invoice.pdf") {
+		t.Fatalf("%+v, ready/ %v: the hostile entry moved while the resumed file held the partner's one slot", fs, site.Files(t, "ready"))
+	}
+	if err := app.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	fs := files(t, pool, "acme")
+	if len(fs) != 3 || fs[1].State != "archived" || fs[2].State != "quarantined" || fs[2].Reason != "no_feed" {
+		t.Fatalf("%+v, want the resumed file archived and the entry held no_feed after it", fs)
 	}
 }
