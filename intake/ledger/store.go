@@ -12,6 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // State is a file_intake state.
@@ -444,6 +445,10 @@ type HeldBy struct {
 // holds the worker id's lock. It goes through the heartbeats' own
 // connections, so a full work pool never lets a lease run out.
 func (l *leaseStore) Renew(ctx context.Context, ins []*Intake, held *HeldBy) (map[int64]bool, error) {
+	return l.renew(ctx, l.beat(), ins, held)
+}
+
+func (l *leaseStore) renew(ctx context.Context, q *pgxpool.Pool, ins []*Intake, held *HeldBy) (map[int64]bool, error) {
 	ids, tokens := make([]int64, len(ins)), make([]int64, len(ins))
 	for i, in := range ins {
 		ids[i], tokens[i] = in.ID, in.Token
@@ -457,7 +462,7 @@ func (l *leaseStore) Renew(ctx context.Context, ins []*Intake, held *HeldBy) (ma
 	}
 	// clock_timestamp: the statement may have waited for the row lock of
 	// the file's own long chunk, and the lease counts from now
-	rs, err := l.beat().Query(ctx, `UPDATE file_intake f SET lease_until = pg_catalog.clock_timestamp() + $3::interval
+	rs, err := q.Query(ctx, `UPDATE file_intake f SET lease_until = pg_catalog.clock_timestamp() + $3::interval
 		FROM unnest($1::bigint[], $2::bigint[]) AS x(id, token)
 		WHERE f.intake_id = x.id AND f.fencing_token = x.token AND f.state = ANY($4)
 		  AND ($5::text IS NULL OR (EXISTS (SELECT 1 FROM pg_locks l WHERE `+workerLockHeldBy("$5")+` AND l.pid = $6)
@@ -477,10 +482,27 @@ func (l *leaseStore) Renew(ctx context.Context, ins []*Intake, held *HeldBy) (ma
 	return out, nil
 }
 
-// Heartbeat is Renew of one file; a FencedError means the file is lost
-// (or, with held set, the worker id's lock is no longer this process's).
+// Heartbeat is Renew of one file, the fence its run takes before a step;
+// a FencedError means the file is lost (or, with held set, the worker
+// id's lock is no longer this process's). The run holds no transaction of
+// the file then, so the statement waits on no connection of its own: it
+// goes through an idle connection of the work pool when there is one
+// (the heartbeats' pool opens its first connection lazily, a new backend:
+// about 30 ms of a one-shot run's file, which never opened it), else
+// through the heartbeats' connections as Renew. An idle connection may
+// have ended unseen (its backend terminated; a one-shot run's worker-id
+// lock is held on one): the statement only extends the lease under the
+// token, so it is made once more there.
 func (l *leaseStore) Heartbeat(ctx context.Context, in *Intake, held *HeldBy) error {
-	got, err := l.Renew(ctx, []*Intake{in}, held)
+	ins := []*Intake{in}
+	var got map[int64]bool
+	err := errors.New("no idle connection")
+	if l.pool.Stat().IdleConns() > 0 {
+		got, err = l.renew(ctx, l.pool, ins, held)
+	}
+	if err != nil && ctx.Err() == nil {
+		got, err = l.renew(ctx, l.beat(), ins, held)
+	}
 	if err != nil {
 		return err
 	}
