@@ -479,6 +479,7 @@ func TestReviewerDiscardsAndRejects(t *testing.T) {
 	_, pool := testenv.DB(t)
 	h := newConsole(t, pool)
 	held := seedHeld(t, pool, "orders-9.csv")
+	execIn(t, pool, `UPDATE file_intake SET receipt_path = 'reports/orders-9.1.receipt.json' WHERE intake_id = $1`, held) // the hold's
 	waiting := seedWaiting(t, pool)
 	_, _, body := do(t, h, reviewer, "GET", "/files/"+itoa(held), nil)
 	token, hold := csrfOf(t, body), holdOn(t, body)
@@ -497,6 +498,12 @@ func TestReviewerDiscardsAndRejects(t *testing.T) {
 	}
 	if got := one(t, pool, `SELECT q.state || ' ' || f.state FROM intake_quarantine q JOIN file_intake f USING (intake_id) WHERE intake_id = $1`, held); got != "discarded discarded" {
 		t.Errorf("after discard: got %q", got)
+	}
+	// not published to the partner (no site here): the page says so, and
+	// that the receipt the partner reads is still the hold's
+	if _, _, body := do(t, h, reviewer, "GET", "/files/"+itoa(held), nil); !strings.Contains(body,
+		`not yet published (the reconciler publishes it); the hold's stands until then: reports/orders-9.1.receipt.json`) {
+		t.Errorf("the page of a discard not yet published:\n%s", body)
 	}
 	if got := one(t, pool, `SELECT state || ' ' || plan_decision FROM file_intake WHERE intake_id = $1`, waiting); got != "spooled rejected" {
 		t.Errorf("after reject: got %q", got)
