@@ -9,7 +9,7 @@ import (
 // download; smaller ones are not worth a goroutine and buffers.
 const (
 	behindMin   = 4 << 20
-	behindBuf   = 1 << 20
+	behindBuf   = 512 << 10
 	behindDepth = 2
 )
 
