@@ -680,15 +680,11 @@ func (r *planStage) fileFailure(ctx context.Context, fe *rows.FileError) error {
 var twoChannelBytes int64 = 16 << 20
 
 // farRTT: a site at least this far away (Session.RTT) is far (farSite):
-// its large files are read over two channels (readOnTwo), and its large
-// encrypted files decrypted as they download (followUnwrap), so their
-// downloads, bound by the round trip, leave the CPU to what follows them.
-// Near, one channel's window is no limit (at 1 ms it carries 2 GB/s): a
-// second channel only adds a second sftp-server on the site and CPU on
-// both ends; on this bench's loopback the 1M-row file's fresh, replay and
-// duplicate runs were slower with it (two runs, docs/performance.md). A
-// decryption beside a near download took the CPU the apply needed: the
-// 300 MB file was no faster and its peak RSS 14 MiB higher.
+// its large files are read over two channels (readOnTwo). Near, one
+// channel's window is no limit (at 1 ms it carries 2 GB/s): a second
+// channel only adds a second sftp-server on the site and CPU on both
+// ends; on this bench's loopback the 1M-row file's fresh, replay and
+// duplicate runs were slower with it (two runs, docs/performance.md).
 var farRTT = 5 * time.Millisecond
 
 // farSite reports whether sess's site is far (farRTT).

@@ -51,13 +51,15 @@ type unwrapped struct {
 
 // followUnwrap is the spool option that starts the file's unwrapping on
 // a follower of its download, or nil for a file whose unwrapping does not
-// stream, that is listed smaller than a file applied ahead of its plan
-// (aheadBytes), or whose site is near (farSite): a near download is bound
-// by the CPU that the decryption and the apply need too, and a small one
-// ends in a moment; such files are unwrapped after their download.
+// stream or that is listed smaller than a file applied ahead of its plan
+// (aheadBytes): a small one ends in a moment, and is unwrapped after its
+// download. A large one's rows go to PostgreSQL from its first bytes,
+// near site or far: after the download, the 1 GB file's COPY, the
+// longest part of its run, started 5 s late on loopback
+// (docs/performance.md).
 func (r *fetchStage) followUnwrap(ctx context.Context, follow bool) (spool.PutOption, *unwrapping) {
 	job := unwrap.Job{Feed: r.feed, Name: r.in.RemoteName}
-	if !job.Streams() || r.in.ListedSize < aheadBytes || !farSite(r.sess) {
+	if !job.Streams() || r.in.ListedSize < aheadBytes {
 		return nil, nil
 	}
 	u := &unwrapping{done: make(chan unwrapped, 1)}

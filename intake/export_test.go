@@ -58,9 +58,8 @@ func SetScanCheckBytes(n int64) func() {
 }
 
 // SetTwoChannels sets the size from which a download reads over two
-// channels and the round trip from which a site is far (farRTT: its
-// large encrypted files are decrypted as they download too), so tests
-// reach those paths with a small file on a near site; it returns the
+// channels and the round trip from which a site is far (farRTT), so
+// tests reach that path with a small file on a near site; it returns the
 // undo.
 func SetTwoChannels(n int64, rtt time.Duration) func() {
 	old, oldRTT := twoChannelBytes, farRTT

@@ -554,11 +554,11 @@ func TestAPGPFileIsDecryptedAndAppliedWhileItDownloads(t *testing.T) {
 	}
 }
 
-// farPGPFile is a partner id on a far site (read on one channel, so its
-// decryption follows the download) with one signed and encrypted file in
-// ready/, of n rows: large enough that half the file is more than the
-// spool's write-behind buffers (1 MiB each), which the decryption and the
-// rows are read behind; applied ahead.
+// farPGPFile is a partner id on a far site, read on one channel, with one
+// signed and encrypted file in ready/, of n rows, its decryption
+// following the download: large enough that half the file is more than
+// the spool's write-behind buffers (512 KiB each), which the decryption
+// and the rows are read behind; applied ahead.
 func farPGPFile(t *testing.T, id string) (r *rig, pool *pgxpool.Pool, n int64) {
 	t.Helper()
 	t.Cleanup(intake.SetAheadBytes(64 << 10))
