@@ -525,11 +525,11 @@ func TestALargePGPFileIsAppliedWhileItDecrypts(t *testing.T) {
 	}
 }
 
-// An encrypted file from a far site is decrypted as it downloads, not
-// after: with its download paused at half the file, chunks of its rows
-// are already applied ahead; let go, it lands whole. Decrypted after the
-// download, its rows waited for every byte of it, which a far site takes
-// seconds to bring.
+// A large encrypted file is decrypted as it downloads, not after: with
+// its download paused at half the file, chunks of its rows are already
+// applied ahead; let go, it lands whole. Decrypted after the download,
+// its rows waited for every byte of it, which a far site takes seconds
+// to bring, and the 1 GB file on loopback five.
 func TestAPGPFileIsDecryptedAndAppliedWhileItDownloads(t *testing.T) {
 	defer debug.SetGCPercent(debug.SetGCPercent(-1))
 	r, pool, n := farPGPFile(t, "pgpd")
@@ -554,11 +554,11 @@ func TestAPGPFileIsDecryptedAndAppliedWhileItDownloads(t *testing.T) {
 	}
 }
 
-// farPGPFile is a partner id on a far site, read on one channel, with one
-// signed and encrypted file in ready/, of n rows, its decryption
-// following the download: large enough that half the file is more than
-// the spool's write-behind buffers (512 KiB each), which the decryption
-// and the rows are read behind; applied ahead.
+// farPGPFile is a partner id whose site counts as far but is read on one
+// channel, with one signed and encrypted file in ready/, of n rows, its
+// decryption following the download: large enough that half the file is
+// more than the spool's write-behind buffers (512 KiB each), which the
+// decryption and the rows are read behind; applied ahead.
 func farPGPFile(t *testing.T, id string) (r *rig, pool *pgxpool.Pool, n int64) {
 	t.Helper()
 	t.Cleanup(intake.SetAheadBytes(64 << 10))

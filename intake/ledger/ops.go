@@ -407,9 +407,11 @@ func (l *opsDecisions) Handover(ctx context.Context, in *Intake) (bool, error) {
 }
 
 // Undecided lists the partner's discarded files whose decision is not yet
-// published to the partner (PublishDiscarded).
+// published to the partner (PublishDiscarded): marked pending, or with no
+// receipt recorded (a discard made by a release before receipt_pending,
+// still running beside this one, marked it so).
 func (l *opsDecisions) Undecided(ctx context.Context, partner string) ([]*Intake, error) {
-	return l.query(ctx, `partner_id = $1 AND state = 'discarded' AND receipt_pending`, partner)
+	return l.query(ctx, `partner_id = $1 AND state = 'discarded' AND (receipt_pending OR receipt_path IS NULL)`, partner)
 }
 
 // StillDiscarded confirms that a discard's token is still current, before

@@ -92,6 +92,8 @@ type Intake struct {
 	ArchivePath, ReceiptPath, RejectsPath string
 	// ReceiptPending: the latest decision (a discard) is not yet published
 	// to the partner; ReceiptPath names the earlier decision's receipt.
+	// A discarded file with no receipt path is not published either
+	// (DiscardUnpublished).
 	ReceiptPending bool
 	// Override is what an ops release overrides (see Release); "" normally.
 	Override string
@@ -114,6 +116,12 @@ type Intake struct {
 	// whether their commit landed (outcome_unknown), since it was last
 	// started over; its retry budget bounds them.
 	Attempts int
+}
+
+// DiscardUnpublished reports whether in is a discarded file whose
+// decision is not yet published to the partner (ledger.Undecided's rows).
+func (in *Intake) DiscardUnpublished() bool {
+	return in.State == StateDiscarded && (in.ReceiptPending || in.ReceiptPath == "")
 }
 
 const intakeColumns = `intake_id, fencing_token, partner_id, feed, remote_name, claimed_path,

@@ -257,7 +257,7 @@ func PublishDecision(ctx context.Context, db *pgxpool.Pool, parts []partners.Con
 		if err != nil {
 			return err
 		}
-		if in == nil || in.State != ledger.StateDiscarded || !in.ReceiptPending {
+		if in == nil || !in.DiscardUnpublished() {
 			continue
 		}
 		if parts[i].Records() {
