@@ -12,9 +12,9 @@ import (
 
 // A discard keeps the receipt its hold published on the row and marks
 // its own as due (CloseHeld): the reconciler finds it (Undecided) until
-// its receipt is recorded. A discard recorded the way a release before
-// receipt_pending records it (the path cleared, nothing marked), as one
-// still running beside this one during a rollout does, is found too.
+// its receipt is recorded. A discard recorded the way an older intake
+// binary records it (the path cleared, nothing marked), as one still
+// running beside this one during an upgrade does, is found too.
 func TestADiscardIsUndecidedUntilItsReceiptIsRecorded(t *testing.T) {
 	l, pool := guardedLedger(t)
 	r := &ledgerRig{t: t, l: l, pool: pool}

@@ -408,8 +408,8 @@ func (l *opsDecisions) Handover(ctx context.Context, in *Intake) (bool, error) {
 
 // Undecided lists the partner's discarded files whose decision is not yet
 // published to the partner (PublishDiscarded): marked pending, or with no
-// receipt recorded (a discard made by a release before receipt_pending,
-// still running beside this one, marked it so).
+// receipt recorded (how an older intake binary, still running beside this
+// one during an upgrade, marks a discard).
 func (l *opsDecisions) Undecided(ctx context.Context, partner string) ([]*Intake, error) {
 	return l.query(ctx, `partner_id = $1 AND state = 'discarded' AND (receipt_pending OR receipt_path IS NULL)`, partner)
 }
