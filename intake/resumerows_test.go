@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/partner-intake/partner-intake/intake"
 	"github.com/partner-intake/partner-intake/internal/fault"
 	"github.com/partner-intake/partner-intake/internal/testenv"
@@ -47,6 +49,32 @@ func TestAClaimRecordedByTheHousekeepingRunsInThatPoll(t *testing.T) {
 	testenv.AssertExactOrders(t, pool, "hk", 3, "H")
 }
 
+// aFileToResume is partner acme's site (at concurrency, 0: the default)
+// with its first file archived and its second left to this worker's next
+// poll in its processing dir: that file's poll stopped in its chunk.
+func aFileToResume(t *testing.T, concurrency int) (*rig, *pgxpool.Pool, *testenv.Site) {
+	t.Helper()
+	_, pool := testenv.DB(t)
+	site := testenv.NewSite(t, "acme")
+	if concurrency > 0 {
+		site.Config.Concurrency = concurrency
+	}
+	r := newRigCfg(t, pool, intake.Config{WorkerID: "w1", Lease: 30 * time.Second, SpoolMinFree: 1,
+		Retry: intake.RetryPolicy{Attempts: 5, Base: time.Millisecond, Max: time.Millisecond}}, site)
+	site.Drop(t, "orders-1.csv", goodRows("L", 3))
+	r.poll("acme")
+	site.Drop(t, "orders-2.csv", strings.ReplaceAll(goodRows("L", 3), ",paid,", ",shipped,"))
+	if err := fault.Set("apply:mid_chunk=error"); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.d.PollOnce(context.Background(), "acme"); !errors.Is(err, fault.ErrInjected) {
+		t.Fatalf("got %v, want the injected stop in the chunk", err)
+	}
+	fault.Set("")
+	waitDue(t, pool, "acme")
+	return r, pool, site
+}
+
 // A resumed file takes one of the partner's slots, not its poll: while its
 // rows wait behind a lock the application holds on the target (a chunk's
 // statement may wait 30 minutes, and a file tries five times), the
@@ -55,24 +83,7 @@ func TestAClaimRecordedByTheHousekeepingRunsInThatPoll(t *testing.T) {
 // have their slots.
 func TestAResumedFileWaitingOnTheTargetHoldsUpNoNewClaim(t *testing.T) {
 	ctx := context.Background()
-	_, pool := testenv.DB(t)
-	site := testenv.NewSite(t, "acme")
-	r := newRigCfg(t, pool, intake.Config{WorkerID: "w1", Lease: 30 * time.Second, SpoolMinFree: 1,
-		Retry: intake.RetryPolicy{Attempts: 5, Base: time.Millisecond, Max: time.Millisecond}}, site)
-	site.Drop(t, "orders-1.csv", goodRows("L", 3))
-	r.poll("acme")
-
-	// the second file's poll stops in its chunk: the file is left to
-	// this worker's next poll, in its processing dir
-	site.Drop(t, "orders-2.csv", strings.ReplaceAll(goodRows("L", 3), ",paid,", ",shipped,"))
-	if err := fault.Set("apply:mid_chunk=error"); err != nil {
-		t.Fatal(err)
-	}
-	if err := r.d.PollOnce(ctx, "acme"); !errors.Is(err, fault.ErrInjected) {
-		t.Fatalf("got %v, want the injected stop in the chunk", err)
-	}
-	fault.Set("")
-	waitDue(t, pool, "acme")
+	r, pool, site := aFileToResume(t, 0)
 
 	// the application holds the rows the resumed file writes
 	app := appHoldsRows(t, pool, "acme")
@@ -121,24 +132,7 @@ func TestAResumedFileWaitingOnTheTargetHoldsUpNoNewClaim(t *testing.T) {
 // resumed file: concurrency + 1 of the partner's files at once.
 func TestAHostileEntryTakesOneOfThePartnersSlots(t *testing.T) {
 	ctx := context.Background()
-	_, pool := testenv.DB(t)
-	site := testenv.NewSite(t, "acme")
-	site.Config.Concurrency = 1
-	r := newRigCfg(t, pool, intake.Config{WorkerID: "w1", Lease: 30 * time.Second, SpoolMinFree: 1,
-		Retry: intake.RetryPolicy{Attempts: 5, Base: time.Millisecond, Max: time.Millisecond}}, site)
-	site.Drop(t, "orders-1.csv", goodRows("L", 3))
-	r.poll("acme")
-
-	// the second file's poll stops in its chunk: the next poll resumes it
-	site.Drop(t, "orders-2.csv", strings.ReplaceAll(goodRows("L", 3), ",paid,", ",shipped,"))
-	if err := fault.Set("apply:mid_chunk=error"); err != nil {
-		t.Fatal(err)
-	}
-	if err := r.d.PollOnce(ctx, "acme"); !errors.Is(err, fault.ErrInjected) {
-		t.Fatalf("got %v, want the injected stop in the chunk", err)
-	}
-	fault.Set("")
-	waitDue(t, pool, "acme")
+	r, pool, site := aFileToResume(t, 1)
 
 	app := appHoldsRows(t, pool, "acme")
 	site.Drop(t, "invoice.pdf", "%PDF") // no feed's name
