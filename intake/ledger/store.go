@@ -504,11 +504,12 @@ func (l *leaseStore) renew(ctx context.Context, q *pgxpool.Pool, ins []*Intake, 
 func (l *leaseStore) Heartbeat(ctx context.Context, in *Intake, held *HeldBy) error {
 	ins := []*Intake{in}
 	var got map[int64]bool
-	err := errors.New("no idle connection")
-	if l.pool.Stat().IdleConns() > 0 {
+	var err error
+	idle := l.pool.Stat().IdleConns() > 0
+	if idle {
 		got, err = l.renew(ctx, l.pool, ins, held)
 	}
-	if err != nil && ctx.Err() == nil {
+	if !idle || (err != nil && ctx.Err() == nil) {
 		got, err = l.renew(ctx, l.beat(), ins, held)
 	}
 	if err != nil {
