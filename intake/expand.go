@@ -54,8 +54,8 @@ type unwrapped struct {
 // stream or that is listed smaller than a file applied ahead of its plan
 // (aheadBytes): a small one ends in a moment, and is unwrapped after its
 // download. A large one's rows go to PostgreSQL from its first bytes,
-// near site or far: after the download, the 1 GB file's COPY, the
-// longest part of its run, started 5 s late on loopback
+// near site or far: decrypted after its download, the 1 GB file's COPY,
+// the longest part of its run, starts 5 s late on loopback
 // (docs/performance.md).
 func (r *fetchStage) followUnwrap(ctx context.Context, follow bool) (spool.PutOption, *unwrapping) {
 	job := unwrap.Job{Feed: r.feed, Name: r.in.RemoteName}

@@ -139,7 +139,8 @@ func HeldFeedsDue(d *Daemon) {
 }
 
 // BeatLedger is the daemon's ledger, whose heartbeats and lease renewals
-// run on the daemon's heartbeat pool.
+// run on the daemon's heartbeat pool (a fence's, Heartbeat, when the
+// work pool has no idle connection).
 func BeatLedger(d *Daemon) *ledger.Ledger { return d.ledger }
 
 // ExpirePeers makes the daemon read the live replicas again at its next

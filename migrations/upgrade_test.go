@@ -14,8 +14,9 @@ import (
 // an earlier `intake grants` (the ops role: a discard writes it) may
 // write receipt_pending once the migration that adds it ran: a
 // column-list grant does not reach a column added after it, and a
-// discard writes both. Before, an upgraded install's ops role was
-// refused every discard until `intake grants` was applied again.
+// discard writes both. Without the migration's grant, an upgraded
+// install's ops role is refused every discard until `intake grants` is
+// applied again.
 func TestAnUpgradeGrantsReceiptPendingToWhoMayWriteReceiptPath(t *testing.T) {
 	url, admin := testenv.DB(t)
 	ctx := context.Background()

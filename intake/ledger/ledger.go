@@ -64,7 +64,8 @@ type core struct {
 	read   Reader
 	claims *pgxpool.Pool // the claim sections' connections (ClaimLock); nil: pool
 	lease  time.Duration
-	// the heartbeats' and lease renewals' pool (WithBeatPool): made from
+	// the heartbeats' and lease renewals' pool (WithBeatPool; a fence's
+	// when pool has no idle connection): made from
 	// beatCfg when first needed, closed by CloseBeats; none: pool
 	beatMu     sync.Mutex
 	beatCfg    *pgxpool.Config
@@ -131,8 +132,9 @@ func (l *Ledger) WithClaimPool(claims *pgxpool.Pool) *Ledger {
 	return l
 }
 
-// WithBeatPool has the replica's heartbeat and every lease renewal run
-// on a pool of their own, made from pc when first needed (CloseBeats
+// WithBeatPool has the replica's heartbeat and the files' lease renewals
+// run on a pool of their own (a file's fence, Heartbeat, when the work
+// pool has no idle connection), made from pc when first needed (CloseBeats
 // closes it). Long chunks may hold every connection of the pool the
 // files' work runs on for longer than a lease; a heartbeat queued behind
 // them would let the replica's row and its files' leases go stale while

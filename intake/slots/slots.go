@@ -1,7 +1,8 @@
 // Package slots is a poll's pool of a partner's slots: at most n of the
 // partner's files or groups run at once in one daemon (its concurrency),
-// the files this worker resumes and those the poll claims alike, so one
-// slow file holds one slot, never the poll.
+// the files this worker resumes, those the poll claims and the entries it
+// moves to quarantine unread alike, so one slow file holds one slot, never
+// the poll.
 package slots
 
 import (
