@@ -330,7 +330,10 @@ func (d *housekeeping) resumeDecided(ctx context.Context, p *partnerRT, sess *sf
 		if pool.Failed() {
 			return nil // the poll ends with the pool's error
 		}
-		slot := pool.Take()
+		slot := d.startSlot(pool)
+		if slot == nil {
+			return nil
+		}
 		if err := d.workerID.StillHeld(ctx); err != nil {
 			slot(nil) // no file waiting for a slot is taken after the hold ended
 			return err

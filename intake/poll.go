@@ -268,7 +268,10 @@ func (d *claimStage) claimReady(ctx context.Context, p *partnerRT, sess *sftpcon
 		if ctx.Err() != nil || !d.claiming() || pool.Failed() {
 			return ctx.Err()
 		}
-		slot := pool.Take()
+		slot := d.startSlot(pool)
+		if slot == nil {
+			return nil
+		}
 		if ctx.Err() != nil || pool.Failed() {
 			slot(nil)
 			return ctx.Err()
@@ -330,7 +333,10 @@ func (c *claimLoop) run(ctx context.Context, cands []candidate, beyond int) {
 		if ctx.Err() != nil || !c.d.claiming() || c.pool.Failed() || !c.room(ctx) {
 			break
 		}
-		slot := c.pool.Take()
+		slot := c.d.startSlot(c.pool)
+		if slot == nil {
+			break
+		}
 		if ctx.Err() != nil {
 			slot(nil)
 			break
@@ -346,6 +352,19 @@ func (c *claimLoop) run(ctx context.Context, cands []candidate, beyond int) {
 		slot(work) // nil: nothing was claimed, the slot is free again
 		i += walked
 	}
+}
+
+// startSlot waits for a free slot of pool and returns it, or nil when a
+// drain began meanwhile (Stop; the slot given back): a poll waiting for a
+// slot when the drain begins starts nothing more, no claim, quarantine,
+// resume or takeover, and the drain waits only for the files in flight.
+func (d *Daemon) startSlot(pool *slots.Pool) func(func() error) {
+	slot := pool.Take()
+	if !d.claiming() {
+		slot(nil)
+		return nil
+	}
+	return slot
 }
 
 // room reports whether this poll may claim more: within
@@ -939,7 +958,10 @@ func (d *housekeeping) resumeRows(ctx context.Context, p *partnerRT, sess *sftpc
 		if pool.Failed() {
 			return nil // the poll ends with the pool's error
 		}
-		slot := pool.Take()
+		slot := d.startSlot(pool)
+		if slot == nil {
+			return nil // the file stays this worker's, resumed at the next start
+		}
 		// the hold looked at once the slot is had: a file waiting for
 		// one is not taken as this worker's after the hold ended
 		if err := d.workerID.StillHeld(ctx); err != nil {

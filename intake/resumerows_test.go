@@ -13,6 +13,7 @@ import (
 	"github.com/partner-intake/partner-intake/intake"
 	"github.com/partner-intake/partner-intake/internal/fault"
 	"github.com/partner-intake/partner-intake/internal/testenv"
+	"github.com/partner-intake/partner-intake/partners"
 )
 
 // A claim whose row was never recorded (the rename's reply lost, the
@@ -49,15 +50,16 @@ func TestAClaimRecordedByTheHousekeepingRunsInThatPoll(t *testing.T) {
 	testenv.AssertExactOrders(t, pool, "hk", 3, "H")
 }
 
-// aFileToResume is partner acme's site (at concurrency, 0: the default)
-// with its first file archived and its second left to this worker's next
-// poll in its processing dir: that file's poll stopped in its chunk.
-func aFileToResume(t *testing.T, concurrency int) (*rig, *pgxpool.Pool, *testenv.Site) {
+// aFileToResume is partner acme's site (its config changed by tune, when
+// given) with its first file archived and its second left to this
+// worker's next poll in its processing dir: that file's poll stopped in
+// its chunk.
+func aFileToResume(t *testing.T, tune func(*partners.Config)) (*rig, *pgxpool.Pool, *testenv.Site) {
 	t.Helper()
 	_, pool := testenv.DB(t)
 	site := testenv.NewSite(t, "acme")
-	if concurrency > 0 {
-		site.Config.Concurrency = concurrency
+	if tune != nil {
+		tune(&site.Config)
 	}
 	r := newRigCfg(t, pool, intake.Config{WorkerID: "w1", Lease: 30 * time.Second, SpoolMinFree: 1,
 		Retry: intake.RetryPolicy{Attempts: 5, Base: time.Millisecond, Max: time.Millisecond}}, site)
@@ -83,7 +85,7 @@ func aFileToResume(t *testing.T, concurrency int) (*rig, *pgxpool.Pool, *testenv
 // have their slots.
 func TestAResumedFileWaitingOnTheTargetHoldsUpNoNewClaim(t *testing.T) {
 	ctx := context.Background()
-	r, pool, site := aFileToResume(t, 0)
+	r, pool, site := aFileToResume(t, nil)
 
 	// the application holds the rows the resumed file writes
 	app := appHoldsRows(t, pool, "acme")
@@ -132,7 +134,7 @@ func TestAResumedFileWaitingOnTheTargetHoldsUpNoNewClaim(t *testing.T) {
 // resumed file: concurrency + 1 of the partner's files at once.
 func TestAHostileEntryTakesOneOfThePartnersSlots(t *testing.T) {
 	ctx := context.Background()
-	r, pool, site := aFileToResume(t, 1)
+	r, pool, site := aFileToResume(t, concurrencyOne)
 
 	app := appHoldsRows(t, pool, "acme")
 	site.Drop(t, "invoice.pdf", "%PDF") // no feed's name
@@ -160,5 +162,48 @@ func TestAHostileEntryTakesOneOfThePartnersSlots(t *testing.T) {
 	fs := files(t, pool, "acme")
 	if len(fs) != 3 || fs[1].State != "archived" || fs[2].State != "quarantined" || fs[2].Reason != "no_feed" {
 		t.Fatalf("%+v, want the resumed file archived and the entry held no_feed after it", fs)
+	}
+}
+
+func concurrencyOne(c *partners.Config) { c.Concurrency = 1 }
+
+// A drain starts nothing more: a poll whose claim waits for the partner's
+// one slot (a resumed file holds it, its rows behind the application's
+// lock) when Stop begins does not claim once the slot frees. The resumed
+// file finishes within the drain time; the new file stays in ready/.
+func TestADrainClaimsNothingAfterTheSlotFrees(t *testing.T) {
+	ctx := context.Background()
+	r, pool, site := aFileToResume(t, func(c *partners.Config) {
+		concurrencyOne(c)
+		c.Poll = "@every 1s"
+	})
+	app := appHoldsRows(t, pool, "acme")
+	site.Drop(t, "orders-3.csv", goodRows("N", 2))
+	if err := r.d.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the resumed file's chunk waiting on the application's lock", func() bool {
+		return count(t, pool, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND backend_type = 'client backend'`) > 0
+	})
+	// the listing of ready/ takes milliseconds: the claim of orders-3.csv
+	// waits for the slot by now
+	time.Sleep(time.Second)
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		r.d.Stop()
+	}()
+	time.Sleep(500 * time.Millisecond) // Stop ends the claims first of all
+	if err := app.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-stopped:
+	case <-time.After(time.Minute):
+		t.Fatal("Stop did not return within a minute")
+	}
+	fs := files(t, pool, "acme")
+	if len(fs) != 2 || fs[1].State != "archived" || !slices.Contains(site.Files(t, "ready"), "orders-3.csv") {
+		t.Fatalf("%+v, ready/ %v: want the resumed file archived in the drain and orders-3.csv left in ready/", fs, site.Files(t, "ready"))
 	}
 }
