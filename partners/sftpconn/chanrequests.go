@@ -5,6 +5,7 @@ import (
 	"io"
 	"reflect"
 	"slices"
+	"sync"
 
 	"golang.org/x/crypto/ssh"
 )
@@ -89,11 +90,44 @@ func startSubsystem(ch ssh.Channel) error {
 // refusal (ssh.Session's words).
 var errSubsystemRefused = errors.New("ssh: subsystem request failed")
 
-// channelStdin is a channel's writing side as ssh.Session.StdinPipe gives
-// it: Close sends EOF (CloseWrite), not the channel's close.
-type channelStdin struct{ ch ssh.Channel }
+// packetWriter is a channel's writing side as ssh.Session.StdinPipe gives
+// it (Close sends EOF, CloseWrite, not the channel's close), and it sends
+// each SFTP packet whole: from the write that starts a packet (its length
+// first) until its last byte, no other channel of the connection sends
+// (sends, the connection's). pkg/sftp writes a request with data or
+// attributes (WRITE, OPEN, SETSTAT) in two writes, each a channel message
+// of its own, and another channel's message could come between them.
+// OpenSSH keeps each channel's bytes apart; ProFTPD's mod_sftp joins a
+// request's parts from whatever channel's message comes next
+// (proftpd/proftpd#1897): it applied a SETSTAT with garbled times, then
+// waited for a request of 200 MB that never came. A write the site does
+// not take (its window closed) holds the connection's other channels
+// back until it ends: by the site's reading, or by the op timeout, which
+// breaks the session's channels.
+//
+// A channel's writes come one after another (pkg/sftp's and the
+// listing channel's own locks), so the framer needs no lock of its own.
+type packetWriter struct {
+	ch    ssh.Channel
+	sends *sync.Mutex // the connection's (sshConn.sends)
+	f     framer      // where the bytes sent so far leave the packet under way
+}
 
-func (w channelStdin) Write(p []byte) (int, error) { return w.ch.Write(p) }
-func (w channelStdin) Close() error                { return w.ch.CloseWrite() }
+func (w *packetWriter) Write(p []byte) (int, error) {
+	if !w.f.midPacket() {
+		w.sends.Lock()
+	}
+	w.f.packets(p)
+	n, err := w.ch.Write(p)
+	if err != nil {
+		w.f = framer{} // the channel is broken: nothing more of it follows
+	}
+	if !w.f.midPacket() {
+		w.sends.Unlock()
+	}
+	return n, err
+}
 
-var _ io.WriteCloser = channelStdin{}
+func (w *packetWriter) Close() error { return w.ch.CloseWrite() }
+
+var _ io.WriteCloser = (*packetWriter)(nil)

@@ -114,6 +114,7 @@ type sshConn struct {
 	upOnce  sync.Once    // the first session's channels are up
 	rtt     atomic.Int64 // ns, as the first session's Prepare measured it
 	heard   atomic.Int64 // unix ns of the last reply byte on any channel
+	sends   sync.Mutex   // held while a channel sends an SFTP packet (packetWriter)
 
 	users    int         // sessions on it or joining it (pool.mu)
 	up       int         // sessions on it with their channels started (pool.mu)

@@ -827,7 +827,7 @@ func (s *chanBook) sftpSubsystem(ch ssh.Channel, direct bool) (*sessChan, io.Wri
 		s.untrack(c)
 		return nil, nil, err
 	}
-	return c, channelStdin{ch}, nil
+	return c, &packetWriter{ch: ch, sends: &s.conn.sends}, nil
 }
 
 // PacketSize is the SFTP request size for a server: the configured one, or

@@ -394,6 +394,9 @@ type framer struct {
 	plen      uint32
 }
 
+// midPacket reports whether the bytes so far end inside a packet.
+func (f *framer) midPacket() bool { return f.left > 0 || f.nhdr > 0 }
+
 // packets reports how many packets start in b, and how many end in it.
 func (f *framer) packets(b []byte) (starts, ends int) {
 	for len(b) > 0 {
