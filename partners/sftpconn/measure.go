@@ -1,6 +1,7 @@
 package sftpconn
 
 import (
+	"cmp"
 	"crypto/rand"
 	"encoding/binary"
 	"encoding/hex"
@@ -27,25 +28,30 @@ type siteProbes struct{ *Session }
 
 // MeasureProfile measures the server in processing/<worker>/ (made sure
 // of by Prepare or EnsureDirs) with dot-names of intake's own, each
-// removed after: three files, one renamed onto another with
-// posix-rename, then one onto the other with RENAME; a directory left
+// removed after: five empty files, one renamed onto another with
+// posix-rename, then one onto the same with RENAME; a directory left
 // empty; the time set on two files, one of them renamed; a file's name in
 // upper case; REALPATH and statvfs of the directory; fsync of a file's
 // handle. The extensions are the server's own list, each used (but
 // hardlink) to see that it works. Nothing is written outside the scratch
 // directory and nothing of the partner's is touched.
 //
-// Probes that touch names of their own go out side by side, so the
-// measure costs the round trips of its longest chain (nine; eleven on a
-// site that allows one channel, where pkg/sftp lists a directory in
-// four), not of every request one after another (about thirty: 1.6 s at
-// 50 ms): the three files are made at once (OPEN, a WRITE or the fsync,
-// CLOSE); then the name's case (on the first file), the times (set on the second
-// and third at once, then the second read back beside the third's
-// RENAME, then the renamed one read back), the empty directory, REALPATH
-// and statvfs at once; then the renames onto an existing name one after
-// the other (each must find the second file there, whatever the other
-// did); the removals at once.
+// The probes go out as chains side by side, each on names of its own, so
+// the measure costs the round trips of its longest chain and the
+// removals (six on OpenSSH), not of every request one after another
+// (about thirty: 1.6 s at 50 ms):
+//   - times: two files made (OPEN, CLOSE), their times set at once, then
+//     the first read back beside the second's RENAME, then the renamed
+//     one read back (five); the name's case is looked up on the first
+//     once it is made;
+//   - renames: three files made at once, one of them synced (OPEN, fsync,
+//     CLOSE), then posix-rename of one onto another, then RENAME of the
+//     synced one onto that same name (five; each finds the name there,
+//     whatever the other did);
+//   - the empty directory made, then its parent listed;
+//   - REALPATH; statvfs.
+//
+// At most five files of the probe are open at once.
 func (s *siteProbes) MeasureProfile(worker string) (partners.Profile, error) {
 	var p partners.Profile
 	for _, e := range []struct {
@@ -59,70 +65,54 @@ func (s *siteProbes) MeasureProfile(worker string) (partners.Profile, error) {
 	_, _ = rand.Read(b[:])
 	tag := hex.EncodeToString(b[:])
 	dir := s.Layout.ProcessingDir(worker)
-	a := path.Join(dir, partners.ProbePrefix+"a-"+tag)
-	bb := path.Join(dir, partners.ProbePrefix+"b-"+tag)
-	c := path.Join(dir, partners.ProbePrefix+"c-"+tag)
-	d := path.Join(dir, partners.ProbePrefix+"d-"+tag)
-	e := path.Join(dir, partners.ProbePrefix+"e-"+tag)
+	name := func(n string) string { return path.Join(dir, partners.ProbePrefix+n+"-"+tag) }
+	// times: bb read back, c renamed to e; renames: g posix-renamed onto
+	// f, then a (synced) RENAMEd onto f; d the empty directory
+	a, bb, c, d, e, f, g := name("a"), name("b"), name("c"), name("d"), name("e"), name("f"), name("g")
 	defer sideBySide(func() { s.Remove(a) }, func() { s.Remove(bb) }, func() { s.Remove(c) },
-		func() { s.Remove(e) }, func() { s.RemoveDirectory(d) })
+		func() { s.Remove(e) }, func() { s.Remove(f) }, func() { s.Remove(g) }, func() { s.RemoveDirectory(d) })
 
-	// the three files; the second is not written but synced (fsync
-	// proves the extension whether or not a byte was written, and pkg/sftp
-	// sends a handle's requests one after another)
-	var errs [3]error
+	// touch creates name empty; sync: its handle fsync'd first
+	// (fsync@openssh.com: an error is an extension offered that does not
+	// work; pkg/sftp sends a handle's requests one after another)
 	var fsyncFails bool
-	write := func(i int, name string) {
+	touch := func(name string, sync bool) error {
 		f, err := s.Create(name)
 		if err != nil {
-			errs[i] = fmt.Errorf("%s is not writable: %w", dir, s.Deadline(err))
-			return
+			return fmt.Errorf("%s is not writable: %w", dir, s.Deadline(err))
 		}
-		if name == bb {
-			if p.Fsync {
-				// fsync@openssh.com on the handle: an error is an
-				// extension offered that does not work
-				fsyncFails = f.Sync() != nil
-			}
-		} else {
-			_, err = f.Write([]byte(name))
+		if sync {
+			fsyncFails = f.Sync() != nil
 		}
 		f.Close()
-		if err != nil {
-			errs[i] = fmt.Errorf("write in %s: %w", dir, s.Deadline(err))
-		}
+		return nil
 	}
-	sideBySide(func() { write(0, a) }, func() { write(1, bb) }, func() { write(2, c) })
-	for _, err := range errs {
-		if err != nil {
-			return p, err
-		}
-	}
-	p.FsyncFails = fsyncFails
-	if s.TimedOut() {
-		return p, s.Deadline(os.ErrDeadlineExceeded)
-	}
-
+	var timesErr, renamesErr error
 	var caseInsensitive, emptyDirPersists, realPath, statVFSFails bool
 	var mtimeStep time.Duration
 	restamps := true
-	cNow := c // where the third file is after the mtime probes
+	var posixFails, overwrites bool
 	sideBySide(
 		func() {
-			// names: the first file under its name in upper case (the
-			// tag's hex letters and the prefix change; a case-sensitive
-			// server has no such file)
-			_, err := s.Lstat(path.Join(dir, strings.ToUpper(path.Base(a))))
-			caseInsensitive = err == nil
-		},
-		func() {
-			// mtime: set on the second and third files; read back on the
-			// second, and on the third after a RENAME: kept, or the
-			// rename's own (a copy). A server that keeps no time as set
-			// is taken as one that stamps its own at a rename too
-			// (nothing of its times is relied on).
+			// times: set on bb and c; read back on bb, and on c after a
+			// RENAME: kept, or the rename's own (a copy). A server that
+			// keeps no time as set is taken as one that stamps its own at
+			// a rename too (nothing of its times is relied on).
+			var errs [2]error
+			sideBySide(func() { errs[0] = touch(bb, false) }, func() { errs[1] = touch(c, false) })
+			if timesErr = cmp.Or(errs[:]...); timesErr != nil {
+				return
+			}
 			var setB, setC error
-			sideBySide(func() { setB = s.Client.Chtimes(bb, mtimeProbe, mtimeProbe) },
+			sideBySide(
+				func() {
+					// names: bb under its name in upper case (the tag's
+					// hex letters and the prefix change; a case-sensitive
+					// server has no such file)
+					_, err := s.Lstat(path.Join(dir, strings.ToUpper(path.Base(bb))))
+					caseInsensitive = err == nil
+				},
+				func() { setB = s.Client.Chtimes(bb, mtimeProbe, mtimeProbe) },
 				func() { setC = s.Client.Chtimes(c, mtimeProbe, mtimeProbe) })
 			var fi os.FileInfo
 			var errB, moved error
@@ -130,11 +120,7 @@ func (s *siteProbes) MeasureProfile(worker string) (partners.Profile, error) {
 				if setB == nil {
 					fi, errB = s.Lstat(bb)
 				}
-			}, func() {
-				if moved = s.Rename(c, e); moved == nil {
-					cNow = e
-				}
-			})
+			}, func() { moved = s.Rename(c, e) })
 			if setB != nil || errB != nil {
 				return
 			}
@@ -152,6 +138,22 @@ func (s *siteProbes) MeasureProfile(worker string) (partners.Profile, error) {
 			if fi, err := s.Lstat(e); err == nil {
 				restamps = fi.ModTime().Sub(mtimeProbe).Abs() > mtimeStep
 			}
+		},
+		func() {
+			var errs [3]error
+			sideBySide(func() { errs[0] = touch(a, p.Fsync) }, func() { errs[1] = touch(f, false) },
+				func() { errs[2] = touch(g, false) })
+			if renamesErr = cmp.Or(errs[:]...); renamesErr != nil {
+				return
+			}
+			if p.PosixRename {
+				// what it is for: replacing an existing name (pkg/sftp's
+				// request server offers it and, without a handler of its
+				// own, makes it a plain RENAME, which refuses)
+				posixFails = s.Client.PosixRename(g, f) != nil
+			}
+			// f is there whether or not g replaced it
+			overwrites = s.Rename(a, f) == nil
 		},
 		func() {
 			// an empty directory: still there when its parent is listed
@@ -179,26 +181,19 @@ func (s *siteProbes) MeasureProfile(worker string) (partners.Profile, error) {
 			}
 		},
 	)
+	if timesErr != nil {
+		return p, timesErr
+	}
+	if renamesErr != nil {
+		return p, renamesErr
+	}
+	if s.TimedOut() {
+		return p, s.Deadline(os.ErrDeadlineExceeded)
+	}
+	p.FsyncFails = fsyncFails
 	p.CaseInsensitive, p.MtimeStep, p.RenameRestampsMTime = caseInsensitive, mtimeStep, restamps
 	p.EmptyDirPersists, p.RealPath, p.StatVFSFails = emptyDirPersists, realPath, statVFSFails
-	if s.TimedOut() {
-		return p, s.Deadline(os.ErrDeadlineExceeded)
-	}
-
-	if p.PosixRename {
-		// what it is for: replacing an existing name (pkg/sftp's request
-		// server offers it and, without a handler of its own, makes it a
-		// plain RENAME, which refuses)
-		p.PosixRenameFails = s.Client.PosixRename(cNow, bb) != nil
-	}
-	if s.TimedOut() {
-		return p, s.Deadline(os.ErrDeadlineExceeded)
-	}
-	// last, as it leaves one file of the two: the RENAME onto an existing name
-	p.RenameOverwrites = s.Rename(a, bb) == nil
-	if s.TimedOut() {
-		return p, s.Deadline(os.ErrDeadlineExceeded)
-	}
+	p.PosixRenameFails, p.RenameOverwrites = posixFails, overwrites
 	return p, nil
 }
 
