@@ -91,29 +91,34 @@ func startSubsystem(ch ssh.Channel) error {
 var errSubsystemRefused = errors.New("ssh: subsystem request failed")
 
 // packetWriter is a channel's writing side as ssh.Session.StdinPipe gives
-// it (Close sends EOF, CloseWrite, not the channel's close), and it sends
-// each SFTP packet whole: from the write that starts a packet (its length
-// first) until its last byte, no other channel of the connection sends
-// (sends, the connection's). pkg/sftp writes a request with data or
-// attributes (WRITE, OPEN, SETSTAT) in two writes, each a channel message
-// of its own, and another channel's message could come between them.
-// OpenSSH keeps each channel's bytes apart; ProFTPD's mod_sftp joins a
-// request's parts from whatever channel's message comes next
-// (proftpd/proftpd#1897): it applied a SETSTAT with garbled times, then
-// waited for a request of 200 MB that never came. A write the site does
-// not take (its window closed) holds the connection's other channels
-// back until it ends: by the site's reading, or by the op timeout, which
-// breaks the session's channels.
+// it (Close sends EOF, CloseWrite, not the channel's close), and on a
+// server that needs it (sshConn.wholePackets) it sends each SFTP packet
+// whole: from the write that starts a packet (its length first) until its
+// last byte, no other channel of the connection sends (sends, the
+// connection's). pkg/sftp writes a request with data or attributes
+// (WRITE, OPEN, SETSTAT) in two writes, each a channel message of its
+// own, and another channel's message could come between them. OpenSSH's
+// sshd hands each channel's bytes to that channel's own sftp-server;
+// ProFTPD's mod_sftp joins a request's parts from whatever channel's
+// message comes next (proftpd/proftpd#1897): it applied a SETSTAT with
+// garbled times, then waited for a request of 200 MB that never came.
+// The cost there: a write the site does not take (its window closed)
+// holds the connection's other channels back, other partners' sessions
+// on it too, until the site reads it or the connection closes (a
+// session's Close closes a connection with a write under way, conns.go).
 //
 // A channel's writes come one after another (pkg/sftp's and the
 // listing channel's own locks), so the framer needs no lock of its own.
 type packetWriter struct {
 	ch    ssh.Channel
-	sends *sync.Mutex // the connection's (sshConn.sends)
+	sends *sync.Mutex // the connection's (sshConn.sends); nil: packets may interleave
 	f     framer      // where the bytes sent so far leave the packet under way
 }
 
 func (w *packetWriter) Write(p []byte) (int, error) {
+	if w.sends == nil {
+		return w.ch.Write(p)
+	}
 	if !w.f.midPacket() {
 		w.sends.Lock()
 	}

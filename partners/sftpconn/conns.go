@@ -33,7 +33,10 @@ import (
 // session leaves, the others' polls go on and dial afresh at their next
 // poll. What is shared: the transport. A connection that dies (a reset,
 // an unanswered keepalive) fails every session on it, as it would have
-// failed each of their own connections to the same server.
+// failed each of their own connections to the same server. On a server
+// that is not OpenSSH, each SFTP packet goes out whole (packetWriter): a
+// write the site stops taking holds the other sessions' requests back
+// too, until their own op timeouts end them.
 //
 // Conns bounds the sessions a connection carries (PerConn): a session
 // opens up to three channels (main, listing, a large file's ranges), and
@@ -114,7 +117,7 @@ type sshConn struct {
 	upOnce  sync.Once    // the first session's channels are up
 	rtt     atomic.Int64 // ns, as the first session's Prepare measured it
 	heard   atomic.Int64 // unix ns of the last reply byte on any channel
-	sends   sync.Mutex   // held while a channel sends an SFTP packet (packetWriter)
+	sends   sync.Mutex   // held while a channel sends an SFTP packet (packetWriter, wholePackets)
 
 	users    int         // sessions on it or joining it (pool.mu)
 	up       int         // sessions on it with their channels started (pool.mu)
@@ -123,6 +126,12 @@ type sshConn struct {
 	closed   chan struct{}
 	requests *chanRequests // reads its session channels' requests
 }
+
+// wholePackets reports whether the server is sent each SFTP packet whole,
+// no other channel's bytes between its first and its last
+// (packetWriter): every server but OpenSSH, whose sshd hands each
+// channel's bytes to that channel's own sftp-server.
+func (c *sshConn) wholePackets() bool { return !strings.Contains(c.version, "OpenSSH_") }
 
 // connKey identifies the connections a partner's session may share: the
 // same server, account, credentials and pinned host keys, and the same

@@ -28,11 +28,11 @@ type siteProbes struct{ *Session }
 
 // MeasureProfile measures the server in processing/<worker>/ (made sure
 // of by Prepare or EnsureDirs) with dot-names of intake's own, each
-// removed after: five empty files, one renamed onto another with
-// posix-rename, then one onto the same with RENAME; a directory left
-// empty; the time set on two files, one of them renamed; a file's name in
-// upper case; REALPATH and statvfs of the directory; fsync of a file's
-// handle. The extensions are the server's own list, each used (but
+// removed after: five files, two or three of them written, one renamed
+// onto another with posix-rename, then one onto the same with RENAME; a
+// directory left empty; the time set on two files, one of them renamed;
+// a file's name in upper case; REALPATH and statvfs of the directory;
+// fsync of a file's handle. The extensions are the server's own list, each used (but
 // hardlink) to see that it works. Nothing is written outside the scratch
 // directory and nothing of the partner's is touched.
 //
@@ -40,14 +40,15 @@ type siteProbes struct{ *Session }
 // the measure costs the round trips of its longest chain and the
 // removals (six on OpenSSH), not of every request one after another
 // (about thirty: 1.6 s at 50 ms):
-//   - times: two files made (OPEN, CLOSE), their times set at once, then
-//     the first read back beside the second's RENAME, then the renamed
-//     one read back (five); the name's case is looked up on the first
-//     once it is made;
-//   - renames: three files made at once, one of them synced (OPEN, fsync,
-//     CLOSE), then posix-rename of one onto another, then RENAME of the
-//     synced one onto that same name (five; each finds the name there,
-//     whatever the other did);
+//   - times: two empty files made (OPEN, CLOSE), their times set at
+//     once, then the first read back beside the second's RENAME, then
+//     the renamed one read back (five); the name's case is looked up on
+//     the first once it is made;
+//   - renames: three files made at once, one synced (OPEN, fsync, CLOSE;
+//     written where fsync is not offered), two written (OPEN, WRITE,
+//     CLOSE), then posix-rename of one written onto the other, then
+//     RENAME of the synced one onto that same name (five; each finds the
+//     name there, whatever the other did);
 //   - the empty directory made, then its parent listed;
 //   - REALPATH; statvfs.
 //
@@ -72,19 +73,31 @@ func (s *siteProbes) MeasureProfile(worker string) (partners.Profile, error) {
 	defer sideBySide(func() { s.Remove(a) }, func() { s.Remove(bb) }, func() { s.Remove(c) },
 		func() { s.Remove(e) }, func() { s.Remove(f) }, func() { s.Remove(g) }, func() { s.RemoveDirectory(d) })
 
-	// touch creates name empty; sync: its handle fsync'd first
-	// (fsync@openssh.com: an error is an extension offered that does not
-	// work; pkg/sftp sends a handle's requests one after another)
+	// touch creates name and, as told, writes its name into it or
+	// fsyncs its handle (fsync@openssh.com: an error is an extension
+	// offered that does not work); pkg/sftp sends a handle's requests one
+	// after another, so each is one round trip more
 	var fsyncFails bool
-	touch := func(name string, sync bool) error {
+	const (
+		empty = iota
+		written
+		synced
+	)
+	touch := func(name string, how int) error {
 		f, err := s.Create(name)
 		if err != nil {
 			return fmt.Errorf("%s is not writable: %w", dir, s.Deadline(err))
 		}
-		if sync {
+		switch how {
+		case written:
+			_, err = f.Write([]byte(name))
+		case synced:
 			fsyncFails = f.Sync() != nil
 		}
 		f.Close()
+		if err != nil {
+			return fmt.Errorf("write in %s: %w", dir, s.Deadline(err))
+		}
 		return nil
 	}
 	var timesErr, renamesErr error
@@ -99,7 +112,7 @@ func (s *siteProbes) MeasureProfile(worker string) (partners.Profile, error) {
 			// keeps no time as set is taken as one that stamps its own at
 			// a rename too (nothing of its times is relied on).
 			var errs [2]error
-			sideBySide(func() { errs[0] = touch(bb, false) }, func() { errs[1] = touch(c, false) })
+			sideBySide(func() { errs[0] = touch(bb, empty) }, func() { errs[1] = touch(c, empty) })
 			if timesErr = cmp.Or(errs[:]...); timesErr != nil {
 				return
 			}
@@ -141,8 +154,13 @@ func (s *siteProbes) MeasureProfile(worker string) (partners.Profile, error) {
 		},
 		func() {
 			var errs [3]error
-			sideBySide(func() { errs[0] = touch(a, p.Fsync) }, func() { errs[1] = touch(f, false) },
-				func() { errs[2] = touch(g, false) })
+			sync := written
+			if p.Fsync {
+				sync = synced
+			}
+			// f and g written: within the synced file's three round trips
+			sideBySide(func() { errs[0] = touch(a, sync) }, func() { errs[1] = touch(f, written) },
+				func() { errs[2] = touch(g, written) })
 			if renamesErr = cmp.Or(errs[:]...); renamesErr != nil {
 				return
 			}

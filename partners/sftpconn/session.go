@@ -827,7 +827,11 @@ func (s *chanBook) sftpSubsystem(ch ssh.Channel, direct bool) (*sessChan, io.Wri
 		s.untrack(c)
 		return nil, nil, err
 	}
-	return c, &packetWriter{ch: ch, sends: &s.conn.sends}, nil
+	w := &packetWriter{ch: ch}
+	if s.conn.wholePackets() {
+		w.sends = &s.conn.sends
+	}
+	return c, w, nil
 }
 
 // PacketSize is the SFTP request size for a server: the configured one, or
