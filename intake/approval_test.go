@@ -34,7 +34,7 @@ func ratio(v float64) *float64 { return &v }
 // planOf reads a file's stored plan.
 func planOf(t *testing.T, pool *pgxpool.Pool, partner string, id int64) (*ledger.PlanView, target.PlanCounts) {
 	t.Helper()
-	v, err := ops.ShowPlan(context.Background(), pool, id, []string{partner})
+	v, _, err := ops.PlanPage(context.Background(), pool, id, []string{partner}, ledger.ChangeFilter{}, 0, 0, 0)
 	if err != nil || v == nil {
 		t.Fatalf("plan of %d: %v %v", id, v, err)
 	}
@@ -620,7 +620,7 @@ func TestAnApprovedPlanIsHeldToItsHashAcrossARestart(t *testing.T) {
 				// without the policy, the next file is not planned against the target
 				site.Drop(t, "orders-2.csv", goodRows("M", 2))
 				r.poll("pr")
-				if v, err := ops.ShowPlan(context.Background(), r.pool, files(t, r.pool, "pr")[1].ID, []string{"pr"}); err != nil || v.Hash != "" {
+				if v, _, err := ops.PlanPage(context.Background(), r.pool, files(t, r.pool, "pr")[1].ID, []string{"pr"}, ledger.ChangeFilter{}, 0, 0, 0); err != nil || v.Hash != "" {
 					t.Fatalf("a file without a policy was planned against the target: %+v %v", v, err)
 				}
 			}},

@@ -169,7 +169,7 @@ func TestAClaimNeverReplacesAClaimedFileOnAServerWhoseRenameOverwrites(t *testin
 		t.Fatalf("rows %+v: the new file was claimed onto the waiting one's path", fs)
 	}
 
-	v, err := ops.ShowPlan(context.Background(), pool, fs[0].ID, []string{"ow"})
+	v, _, err := ops.PlanPage(context.Background(), pool, fs[0].ID, []string{"ow"}, ledger.ChangeFilter{}, 0, 0, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

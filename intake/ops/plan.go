@@ -8,12 +8,6 @@ import (
 	"github.com/partner-intake/partner-intake/intake/ledger"
 )
 
-// ShowPlan reads the plan of a file of one of partners, its hash and
-// counts (nil: no such file); its changes are PlanChangePage's.
-func ShowPlan(ctx context.Context, db *pgxpool.Pool, id int64, partners []string) (*ledger.PlanView, error) {
-	return ledgerOn(db).GetPlan(ctx, id, partners)
-}
-
 // Approve approves the current plan of a file awaiting approval when
 // d.PlanHash is its hash; audited. The daemon polling its partner
 // plans it again and applies it only if the plan still has that hash.
@@ -53,9 +47,10 @@ func WaitingPlans(ctx context.Context, db *pgxpool.Pool, partners []string, offs
 	return ps, total, err
 }
 
-// PlanPage reads a file's plan (ShowPlan) and, while it awaits approval
-// and limit > 0, a page of its changes (ledger.PlanChangePage) beside it:
-// the changes are that plan's.
+// PlanPage reads the plan of a file of one of partners, its hash and
+// counts (nil: no such file) and, while it awaits approval and limit > 0,
+// a page of its changes (ledger.PlanChangePage) beside it: the changes
+// are that plan's.
 func PlanPage(ctx context.Context, db *pgxpool.Pool, id int64, partners []string, f ledger.ChangeFilter, after, before int64, limit int) (v *ledger.PlanView, rows []ledger.PlanChangeRow, err error) {
 	err = ledger.Snapshot(ctx, db, func(l *ledger.Ledger, _ ledger.Reader) error {
 		if v, err = l.GetPlan(ctx, id, partners); err != nil || v == nil || limit <= 0 || v.State != string(ledger.StateAwaitingApproval) {

@@ -233,7 +233,7 @@ func TestPlanViewShowsAPlanInScope(t *testing.T) {
 		{"no such file", s.other.ID + 100, []string{"oa", "oc"}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			v, err := ops.ShowPlan(context.Background(), pool, tc.id, tc.partners)
+			v, _, err := ops.PlanPage(context.Background(), pool, tc.id, tc.partners, ledger.ChangeFilter{}, 0, 0, 0)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -242,7 +242,7 @@ func TestPlanViewShowsAPlanInScope(t *testing.T) {
 			}
 		})
 	}
-	v, err := ops.ShowPlan(context.Background(), pool, s.awaiting.ID, []string{"oa"})
+	v, _, err := ops.PlanPage(context.Background(), pool, s.awaiting.ID, []string{"oa"}, ledger.ChangeFilter{}, 0, 0, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
