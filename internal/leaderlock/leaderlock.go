@@ -53,8 +53,7 @@ func (h Hold) Check(ctx context.Context, q interface {
 	var held bool
 	err := q.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_locks
 		WHERE locktype = 'advisory' AND granted AND pid = $1::int4 AND objsubid = 1
-		  AND classid = ((pg_catalog.hashtextextended($2::text, 0::int8) >> 32) & 4294967295)::oid
-		  AND objid = (pg_catalog.hashtextextended($2::text, 0::int8) & 4294967295)::oid)`, int32(h.pid), h.key).Scan(&held)
+		  AND ((classid::int8 << 32) | objid::int8) = pg_catalog.hashtextextended($2::text, 0::int8))`, int32(h.pid), h.key).Scan(&held)
 	if err != nil {
 		return fmt.Errorf("lock %s: %w", h.key, err)
 	}

@@ -32,9 +32,9 @@ type siteProbes struct{ *Session }
 // onto another with posix-rename, then one onto the same with RENAME; a
 // directory left empty; the time set on two files, one of them renamed;
 // a file's name in upper case; REALPATH and statvfs of the directory;
-// fsync of a file's handle. The extensions are the server's own list, each used (but
-// hardlink) to see that it works. Nothing is written outside the scratch
-// directory and nothing of the partner's is touched.
+// fsync of a file's handle. The extensions are the server's own list,
+// each used (but hardlink) to see that it works. Nothing is written
+// outside the scratch directory and nothing of the partner's is touched.
 //
 // The probes go out as chains side by side, each on names of its own, so
 // the measure costs the round trips of its longest chain and the
