@@ -127,11 +127,15 @@ type sshConn struct {
 	requests *chanRequests // reads its session channels' requests
 }
 
+// openSSH reports whether the server says it is OpenSSH: its sshd hands
+// each channel's bytes to that channel's own sftp-server, which answers
+// the channel's requests one at a time, in order.
+func (c *sshConn) openSSH() bool { return strings.Contains(c.version, "OpenSSH_") }
+
 // wholePackets reports whether the server is sent each SFTP packet whole,
 // no other channel's bytes between its first and its last
-// (packetWriter): every server but OpenSSH, whose sshd hands each
-// channel's bytes to that channel's own sftp-server.
-func (c *sshConn) wholePackets() bool { return !strings.Contains(c.version, "OpenSSH_") }
+// (packetWriter): every server but OpenSSH.
+func (c *sshConn) wholePackets() bool { return !c.openSSH() }
 
 // connKey identifies the connections a partner's session may share: the
 // same server, account, credentials and pinned host keys, and the same

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/binary"
 	"os"
-	"strings"
 
 	"github.com/pkg/sftp"
 )
@@ -121,9 +120,9 @@ func (s *renamePolicy) RenameAndOpen(from, to string) (*Opening, error) {
 	return o, nil
 }
 
-// inOrder reports whether the site's server says it is OpenSSH, whose
-// sftp-server answers a channel's requests one at a time, in order.
-func (s *renamePolicy) inOrder() bool { return strings.Contains(s.conn.version, "OpenSSH_") }
+// inOrder reports whether the site's server answers a channel's requests
+// one at a time, in order (sshConn.openSSH).
+func (s *renamePolicy) inOrder() bool { return s.conn.openSSH() }
 
 // renamePacket matches pkg/sftp's SSH_FXP_RENAME of from to to as the
 // channel's writer passes it on: the packet whole, whatever its id.
