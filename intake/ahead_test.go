@@ -2,6 +2,7 @@ package intake_test
 
 import (
 	"context"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -374,6 +375,7 @@ func TestRowsRefusedAheadAreRejectedWithTheirLines(t *testing.T) {
 	lines[2] = strings.Replace(lines[2], "@example.com", "", 1)
 	lines[8] = strings.TrimSuffix(lines[8], "8\n") + "99999999999\n"
 	site.Drop(t, "orders-v.csv", strings.Join(lines, ""))
+	planned := intake.RejectsFromPlan()
 	r.poll("acme")
 	f := files(t, pool, "acme")[0]
 	if f.State != "archived" || f.Total != aheadRows || f.Applied != aheadRows-2 || f.Rejected != 2 {
@@ -382,6 +384,15 @@ func TestRowsRefusedAheadAreRejectedWithTheirLines(t *testing.T) {
 	got := testenv.Strings(t, pool, `SELECT line || ':' || reason FROM intake_row_issue WHERE intake_id = $1 ORDER BY line`, f.ID)
 	if strings.Join(got, ",") != "3:bad_email,9:"+string(reason.TargetRefused) {
 		t.Fatalf("row issues %v, want line 3 bad_email and line 9 %s", got, reason.TargetRefused)
+	}
+	// the plan knew of line 3 alone: the report is the ledger's, both lines
+	rel, _ := filepath.Rel(site.Root, f.Rejects)
+	report := site.Read(t, rel)
+	if !strings.Contains(report, "\n3,email,bad_email,rejected,\n") || !strings.Contains(report, "\n9,qty,"+string(reason.TargetRefused)+",rejected,") {
+		t.Fatalf("rejects report:\n%s\nwant lines 3 and 9", report)
+	}
+	if n := intake.RejectsFromPlan() - planned; n != 0 {
+		t.Fatalf("%d rejects reports rendered from the plan, want 0: the apply rejected a row the plan did not", n)
 	}
 	if got := aheadCount(r, "committed"); got != 1 {
 		t.Fatalf("apply ahead committed %v times, want 1", got)

@@ -131,8 +131,7 @@ func (r *planStage) planApproval(ctx context.Context, sc *scan, res *planResult)
 	if err != nil {
 		return err
 	}
-	in.State, in.RowsTotal, in.RowsRejected = next, res.Total, res.Rejected
-	r.d.metrics.RowsTotal.WithLabelValues(in.Partner, "rejected").Add(float64(res.Rejected))
+	r.planned(sc, res, next)
 	switch {
 	case rec.Replanned:
 		r.d.metrics.Plans.WithLabelValues(in.Partner, "replanned").Inc()

@@ -260,15 +260,18 @@ func TestHappyPathLandsRowsAndArchivesTheFile(t *testing.T) {
 	}
 }
 
+// The report's lines are the same whichever way they come: rendered from
+// the plan's rejected rows held in memory, beside the apply, or read back
+// from the ledger (a plan with more rejected rows than it holds).
 func TestRejectedRowsAreReportedWithLineColumnAndReason(t *testing.T) {
-	t.Run("held in memory", testRejectedRowsReported)
+	t.Run("held in memory", func(t *testing.T) { testRejectedRowsReported(t, 1) })
 	t.Run("streamed from the spool", func(t *testing.T) {
 		defer intake.SetMaxHeldIssues(2)()
-		testRejectedRowsReported(t)
+		testRejectedRowsReported(t, 0)
 	})
 }
 
-func testRejectedRowsReported(t *testing.T) {
+func testRejectedRowsReported(t *testing.T, fromPlan int64) {
 	_, pool := testenv.DB(t)
 	site := testenv.NewSite(t, "acme")
 	content := header +
@@ -288,7 +291,11 @@ func testRejectedRowsReported(t *testing.T) {
 		"R-14,m@example.com,7.5,new,2026-11-01T10:00:00Z,2\n" // line 15 ok
 	site.Drop(t, "orders-rej.csv", content)
 	r := newRig(t, pool, "w1", site)
+	planned := intake.RejectsFromPlan()
 	r.poll("acme")
+	if got := intake.RejectsFromPlan() - planned; got != fromPlan {
+		t.Fatalf("%d rejects reports rendered from the plan, want %d", got, fromPlan)
+	}
 
 	f := files(t, pool, "acme")[0]
 	if f.State != "archived" || f.Total != 14 || f.Applied != 7 || f.Rejected != 7 {

@@ -74,6 +74,10 @@ func TwoChannelReads() int64 { return siteread.SecondJoined.Load() }
 // opened ahead (archive_ahead.go).
 func StagedReceipts() int64 { return stagedReceipts.Load() }
 
+// RejectsFromPlan counts the rejects reports whose lines were rendered
+// from the plan rather than read from the ledger (report.go).
+func RejectsFromPlan() int64 { return rejectsFromPlan.Load() }
+
 // Owner is the replica that partner affinity picks for a partner.
 func Owner(partner string, workers []string) string { return rendezvous.Owner(partner, workers) }
 

@@ -217,9 +217,18 @@ func (r *planStage) plan(ctx context.Context) (*planResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	in.State, in.RowsTotal, in.RowsRejected = ledger.State(next), res.Total, res.Rejected
-	r.d.metrics.RowsTotal.WithLabelValues(in.Partner, "rejected").Add(float64(res.Rejected))
+	r.planned(sc, res, ledger.State(next))
 	return res, nil
+}
+
+// planned takes a committed plan into the run: the file's state and
+// totals as the plan recorded them, and the rejects report's lines
+// rendered from its rejected rows beside what follows (renderRejects).
+func (r *planStage) planned(sc *scan, res *planResult, next ledger.State) {
+	in := r.in
+	in.State, in.RowsTotal, in.RowsRejected = next, res.Total, res.Rejected
+	r.d.metrics.RowsTotal.WithLabelValues(in.Partner, "rejected").Add(float64(res.Rejected))
+	r.renderRejects(sc)
 }
 
 // spooledRows opens the file's spooled data and reads its header again

@@ -10,6 +10,7 @@ import (
 	"path"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/partner-intake/partner-intake/intake/ledger"
@@ -82,8 +83,11 @@ func (r *finishStage) dropEarlier(ctx context.Context, suffix, keep, recorded st
 // putRejects publishes the rejects report in dir. It is written, sealed
 // when the feed encrypts reports, into a temporary file in the spool's
 // temp area and copied to the site from there: its size does not add to
-// the process's memory. The temporary file is removed when done; one a
-// crash leaves behind is removed with the worker's other temporary files.
+// the process's memory. Its lines are the ones rendered from the plan
+// beside the apply (renderRejects) when they are still the file's every
+// row issue, else read from the ledger. The temporary files are removed
+// when done; one a crash leaves behind is removed with the worker's
+// other temporary files.
 func (r *finishStage) putRejects(ctx context.Context, dir string) (string, error) {
 	f, err := r.d.spool.CreateTemp(r.in.Partner)
 	if err != nil {
@@ -99,8 +103,17 @@ func (r *finishStage) putRejects(ctx context.Context, dir string) (string, error
 	if err != nil {
 		return "", err
 	}
-	if err := r.rejectsCSV(ctx, w); err != nil {
-		return "", err
+	source := "ledger"
+	if planned := r.takeRejects(); planned != nil {
+		source = "plan"
+		rejectsFromPlan.Add(1)
+		_, err = io.Copy(w, planned)
+		closeTemp(planned)
+	} else {
+		err = writeRejectsCSV(w, func(row func(ledger.IssueRow) error) error { return r.d.ledger.Issues(ctx, r.in, row) })
+	}
+	if err != nil {
+		return "", fmt.Errorf("rejects report: %w", err)
 	}
 	if err := w.Close(); err != nil {
 		return "", err
@@ -117,20 +130,20 @@ func (r *finishStage) putRejects(ctx context.Context, dir string) (string, error
 	// large report's upload can outlast a lease
 	p, err := sitefile.PutFrom(r.sess, dir, name, f, st.Size(), func() error { return r.fence(ctx, "rejects rename") })
 	if err == nil {
-		r.log.Debug("rejects report published", "bytes", st.Size(), "render_seconds", rendered.Sub(start).Seconds(),
+		r.log.Debug("rejects report published", "bytes", st.Size(), "lines_from", source, "render_seconds", rendered.Sub(start).Seconds(),
 			"put_seconds", time.Since(rendered).Seconds())
 	}
 	return p, err
 }
 
-// rejectsCSV renders line, column, reason, outcome and detail (codes: the
-// SQLSTATE of a row the target refused) of every row that did not apply. It
-// echoes no cell value; every cell is still neutralised
-// against spreadsheet formula injection.
-func (r *finishStage) rejectsCSV(ctx context.Context, out io.Writer) error {
+// writeRejectsCSV renders line, column, reason, outcome and detail
+// (codes: the SQLSTATE of a row the target refused) of every row issue
+// each gives, in line order. It echoes no cell value; every cell is
+// still neutralised against spreadsheet formula injection.
+func writeRejectsCSV(out io.Writer, each func(row func(ledger.IssueRow) error) error) error {
 	w := csv.NewWriter(out)
 	_ = w.Write([]string{"line", "column", "reason", "outcome", "detail"})
-	err := r.d.ledger.Issues(ctx, r.in, func(is ledger.IssueRow) error {
+	err := each(func(is ledger.IssueRow) error {
 		return w.Write([]string{strconv.FormatInt(is.Line, 10), Neutralize(is.Column), Neutralize(string(is.Reason)), Neutralize(is.Outcome), Neutralize(is.Detail)})
 	})
 	if err != nil {
@@ -138,6 +151,102 @@ func (r *finishStage) rejectsCSV(ctx context.Context, out io.Writer) error {
 	}
 	w.Flush()
 	return w.Error()
+}
+
+// plannedRejects is the rejects report's lines rendered from a plan's
+// rejected rows (the scan's held issues) right after the plan committed,
+// beside the apply, into a temporary file of the spool. They are the
+// report's lines while the file's only row issues are those the plan
+// recorded: every issue the apply adds (a row the target refused, a key
+// repeated, one held back in conflict) is counted in the file's
+// rows_rejected or rows_conflict.
+type plannedRejects struct {
+	rows int64 // the rejected rows the plan recorded
+	csv  *background[*os.File]
+}
+
+// renderRejects starts rendering the report's lines from a plan that
+// recorded sc's rejected rows, when the scan held every one of them.
+func (r *fileRun) renderRejects(sc *scan) {
+	r.dropRejects()
+	if sc.rejected == 0 || sc.overflow {
+		return
+	}
+	spool, partner := r.d.spool, r.in.Partner
+	r.rejects = &plannedRejects{rows: sc.rejected, csv: inBackground(func() (*os.File, error) {
+		f, err := spool.CreateTemp(partner)
+		if err != nil {
+			return nil, err
+		}
+		bw := bufio.NewWriterSize(f, 64<<10)
+		err = writeRejectsCSV(bw, func(row func(ledger.IssueRow) error) error {
+			for i := range sc.held {
+				is := sc.issue(i)
+				if err := row(ledger.IssueRow{Line: is.Line, Column: is.Column, Reason: is.Reason, Outcome: ledger.IssueRejected}); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err == nil {
+			err = bw.Flush()
+		}
+		if err == nil {
+			_, err = f.Seek(0, io.SeekStart)
+		}
+		if err != nil {
+			closeTemp(f)
+			return nil, err
+		}
+		return f, nil
+	})}
+}
+
+// takeRejects hands over the lines rendered from the plan when they are
+// still the file's every row issue (nil otherwise: the report is read
+// from the ledger). The caller closes and removes the file (closeTemp).
+func (r *fileRun) takeRejects() *os.File {
+	pr := r.rejects
+	f := r.waitRejects()
+	if f != nil && (r.in.RowsRejected != pr.rows || r.in.RowsConflict != 0) {
+		closeTemp(f)
+		return nil
+	}
+	return f
+}
+
+// dropRejects removes the lines rendered from the plan that were not
+// used (the run ended before its report, or the file is planned again).
+func (r *fileRun) dropRejects() {
+	if f := r.waitRejects(); f != nil {
+		closeTemp(f)
+	}
+}
+
+// waitRejects waits for the lines rendered from the plan, and forgets
+// them (nil: none, or their render failed).
+func (r *fileRun) waitRejects() *os.File {
+	pr := r.rejects
+	r.rejects = nil
+	if pr == nil {
+		return nil
+	}
+	f, err := pr.csv.wait()
+	if err != nil {
+		r.log.Debug("the rejects report's lines could not be rendered from the plan; they are read from the ledger", "err", err)
+		return nil
+	}
+	return f
+}
+
+// rejectsFromPlan counts the rejects reports whose lines were rendered
+// from the plan (tests).
+var rejectsFromPlan atomic.Int64
+
+// closeTemp closes and removes a temporary file of the spool.
+func closeTemp(f *os.File) {
+	f.Close()
+	os.Remove(f.Name())
 }
 
 // Neutralize makes a cell safe to open in a spreadsheet: a cell starting

@@ -36,6 +36,9 @@ type fileRun struct {
 	pre *preScan
 	// ahead applies the file's chunks while it downloads, for apply.
 	ahead *ahead
+	// rejects: the rejects report's lines rendered from the plan, for
+	// the report (report.go).
+	rejects *plannedRejects
 	// gone: the file's feed is no longer configured.
 	gone bool
 	// byManifest: spooled as an exact resend from its manifest alone,
@@ -93,6 +96,7 @@ func (r *fileRun) run(ctx context.Context) error {
 	defer r.dropPre()
 	defer r.dropAhead()
 	defer r.dropSite()
+	defer r.dropRejects()
 
 	for !terminal(r.in.State) {
 		var err error

@@ -73,7 +73,7 @@ func RejectedRowValues(in *Intake, line int64, column string, why reason.Code) [
 	if column != "" {
 		col = column
 	}
-	return []any{in.ID, in.Partner, line, col, string(why), "rejected"}
+	return []any{in.ID, in.Partner, line, col, string(why), IssueRejected}
 }
 
 // CopyRejectedRows writes a plan's rejected rows (RejectedRowValues) in

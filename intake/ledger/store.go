@@ -903,6 +903,10 @@ const finishSQL = `UPDATE file_intake fi
 	FROM unnest($1::bigint[], $2::bigint[], $6::text[], $7::text[], $8::text[], $9::text[]) AS x(id, token, archive, receipt, rejects, batch)
 	WHERE fi.intake_id = x.id AND fi.fencing_token = x.token AND fi.state = $3`
 
+// IssueRejected is the outcome of a row issue whose row was rejected
+// (the other: "conflict", a row held back).
+const IssueRejected = "rejected"
+
 // IssueRow is one recorded row issue, for the rejects report.
 type IssueRow struct {
 	Line    int64
