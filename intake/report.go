@@ -85,7 +85,7 @@ func (r *finishStage) dropEarlier(ctx context.Context, suffix, keep, recorded st
 // temp area and copied to the site from there: its size does not add to
 // the process's memory. Its lines are the ones rendered from the plan
 // beside the apply (renderRejects) when they are still the file's every
-// row issue, else read from the ledger. The temporary files are removed
+// row issue, else read from the ledger. The temporary file is removed
 // when done; one a crash leaves behind is removed with the worker's
 // other temporary files.
 func (r *finishStage) putRejects(ctx context.Context, dir string) (string, error) {
@@ -104,11 +104,11 @@ func (r *finishStage) putRejects(ctx context.Context, dir string) (string, error
 		return "", err
 	}
 	source := "ledger"
-	if planned := r.takeRejects(); planned != nil {
+	if planned := r.takeRejects(ctx); planned != nil {
 		source = "plan"
 		rejectsFromPlan.Add(1)
 		_, err = io.Copy(w, planned)
-		closeTemp(planned)
+		planned.Close()
 	} else {
 		err = writeRejectsCSV(w, func(row func(ledger.IssueRow) error) error { return r.d.ledger.Issues(ctx, r.in, row) })
 	}
@@ -155,11 +155,14 @@ func writeRejectsCSV(out io.Writer, each func(row func(ledger.IssueRow) error) e
 
 // plannedRejects is the rejects report's lines rendered from a plan's
 // rejected rows (the scan's held issues) right after the plan committed,
-// beside the apply, into a temporary file of the spool. They are the
-// report's lines while the file's only row issues are those the plan
-// recorded: every issue the apply adds (a row the target refused, a key
-// repeated, one held back in conflict) is counted in the file's
-// rows_rejected or rows_conflict.
+// beside the apply, into a file of the spool's temp area that is
+// unlinked as soon as it is made: nothing of it outlives the run, and no
+// sweep of stale temporary files meets it however long the apply takes.
+// They are the report's lines while the file's only row issues are those
+// the plan recorded: the ledger counts every issue recorded for a file,
+// the plan's and those the apply adds (a row the target refused, a key
+// repeated, one held back in conflict), in its rows_rejected or
+// rows_conflict, in the transaction that records it.
 type plannedRejects struct {
 	rows int64 // the rejected rows the plan recorded
 	csv  *background[*os.File]
@@ -176,6 +179,10 @@ func (r *fileRun) renderRejects(sc *scan) {
 	r.rejects = &plannedRejects{rows: sc.rejected, csv: inBackground(func() (*os.File, error) {
 		f, err := spool.CreateTemp(partner)
 		if err != nil {
+			return nil, err
+		}
+		if err := os.Remove(f.Name()); err != nil {
+			f.Close()
 			return nil, err
 		}
 		bw := bufio.NewWriterSize(f, 64<<10)
@@ -195,31 +202,36 @@ func (r *fileRun) renderRejects(sc *scan) {
 			_, err = f.Seek(0, io.SeekStart)
 		}
 		if err != nil {
-			closeTemp(f)
+			f.Close()
 			return nil, err
 		}
 		return f, nil
 	})}
 }
 
-// takeRejects hands over the lines rendered from the plan when they are
-// still the file's every row issue (nil otherwise: the report is read
-// from the ledger). The caller closes and removes the file (closeTemp).
-func (r *fileRun) takeRejects() *os.File {
+// takeRejects hands over the lines rendered from the plan when the
+// ledger's counts say they are still the file's every row issue (nil
+// otherwise: the report is read from the ledger). The caller closes the
+// file.
+func (r *fileRun) takeRejects(ctx context.Context) *os.File {
 	pr := r.rejects
 	f := r.waitRejects()
-	if f != nil && (r.in.RowsRejected != pr.rows || r.in.RowsConflict != 0) {
-		closeTemp(f)
+	if f == nil {
+		return nil
+	}
+	rejected, conflict, err := r.d.ledger.IssueCounts(ctx, r.in)
+	if err != nil || rejected != pr.rows || conflict != 0 {
+		f.Close()
 		return nil
 	}
 	return f
 }
 
-// dropRejects removes the lines rendered from the plan that were not
-// used (the run ended before its report, or the file is planned again).
+// dropRejects closes the lines rendered from the plan that were not used
+// (the run ended before its report, or the file is planned again).
 func (r *fileRun) dropRejects() {
 	if f := r.waitRejects(); f != nil {
-		closeTemp(f)
+		f.Close()
 	}
 }
 
@@ -242,12 +254,6 @@ func (r *fileRun) waitRejects() *os.File {
 // rejectsFromPlan counts the rejects reports whose lines were rendered
 // from the plan (tests).
 var rejectsFromPlan atomic.Int64
-
-// closeTemp closes and removes a temporary file of the spool.
-func closeTemp(f *os.File) {
-	f.Close()
-	os.Remove(f.Name())
-}
 
 // Neutralize makes a cell safe to open in a spreadsheet: a cell starting
 // with =, +, -, @, tab or CR is prefixed with a single quote (OWASP CSV

@@ -916,6 +916,18 @@ type IssueRow struct {
 	Detail  string // codes only (SQLSTATE, constraint) for target_refused
 }
 
+// IssueCounts is the intake's rows_rejected and rows_conflict as the
+// ledger holds them. Every row issue recorded for it is counted in one
+// of them in the transaction that records it (the plan's, a chunk's),
+// and a plan or a release that clears the issues sets them anew.
+func (l *fileSteps) IssueCounts(ctx context.Context, in *Intake) (rejected, conflict int64, err error) {
+	err = l.pool.QueryRow(ctx, `SELECT rows_rejected, rows_conflict FROM file_intake WHERE intake_id = $1`, in.ID).Scan(&rejected, &conflict)
+	if err != nil {
+		return 0, 0, fmt.Errorf("row issue counts: %w", err)
+	}
+	return rejected, conflict, nil
+}
+
 // issues streams the row issues of an intake in line order.
 func (l *fileSteps) Issues(ctx context.Context, in *Intake, fn func(IssueRow) error) error {
 	rs, err := l.pool.Query(ctx, `SELECT line, coalesce(column_name, ''), reason, outcome, coalesce(detail, '') FROM intake_row_issue
