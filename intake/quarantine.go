@@ -73,7 +73,7 @@ func (r *fileRun) hold(ctx context.Context, to ledger.State, reason reason.Code,
 		r.d.metrics.RemoteLost.WithLabelValues(in.Partner).Inc()
 		dst = path.Join(qdir, base) // the reason file still tells ops what happened
 	}
-	qr := QuarantineReason{PartnerID: in.Partner, IntakeID: in.ID, File: Neutralize(in.RemoteName), BatchID: in.BatchID,
+	qr := QuarantineReason{PartnerID: in.Partner, IntakeID: in.ID, File: sitefile.Neutralize(in.RemoteName), BatchID: in.BatchID,
 		SHA256: in.SHA256, State: string(to), Reason: reason, Line: line, Detail: detail, At: time.Now().UTC().Truncate(time.Second)}
 	data, _ := json.MarshalIndent(qr, "", "  ")
 	if err := r.fence(ctx, "reason"); err != nil {

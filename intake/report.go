@@ -3,13 +3,10 @@ package intake
 import (
 	"bufio"
 	"context"
-	"encoding/csv"
 	"fmt"
 	"io"
 	"os"
 	"path"
-	"strconv"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -104,13 +101,18 @@ func (r *finishStage) putRejects(ctx context.Context, dir string) (string, error
 		return "", err
 	}
 	source := "ledger"
-	if planned := r.takeRejects(ctx); planned != nil {
+	planned, why := r.rejects.Take(func() (int64, int64, error) { return r.d.ledger.IssueCounts(ctx, r.in) })
+	r.rejects = nil
+	if why != nil {
+		r.log.Debug("the rejects report's lines rendered from the plan are not used; they are read from the ledger", "err", why)
+	}
+	if planned != nil {
 		source = "plan"
 		rejectsFromPlan.Add(1)
 		_, err = io.Copy(w, planned)
 		planned.Close()
 	} else {
-		err = writeRejectsCSV(w, func(row func(ledger.IssueRow) error) error { return r.d.ledger.Issues(ctx, r.in, row) })
+		err = sitefile.RejectsCSV(w, func(row func(ledger.IssueRow) error) error { return r.d.ledger.Issues(ctx, r.in, row) })
 	}
 	if err != nil {
 		return "", fmt.Errorf("rejects report: %w", err)
@@ -136,57 +138,22 @@ func (r *finishStage) putRejects(ctx context.Context, dir string) (string, error
 	return p, err
 }
 
-// writeRejectsCSV renders line, column, reason, outcome and detail
-// (codes: the SQLSTATE of a row the target refused) of every row issue
-// each gives, in line order. It echoes no cell value; every cell is
-// still neutralised against spreadsheet formula injection.
-func writeRejectsCSV(out io.Writer, each func(row func(ledger.IssueRow) error) error) error {
-	w := csv.NewWriter(out)
-	_ = w.Write([]string{"line", "column", "reason", "outcome", "detail"})
-	err := each(func(is ledger.IssueRow) error {
-		return w.Write([]string{strconv.FormatInt(is.Line, 10), Neutralize(is.Column), Neutralize(string(is.Reason)), Neutralize(is.Outcome), Neutralize(is.Detail)})
-	})
-	if err != nil {
-		return err
-	}
-	w.Flush()
-	return w.Error()
-}
+// rejectsFromPlan counts the rejects reports whose lines were rendered
+// from the plan (tests).
+var rejectsFromPlan atomic.Int64
 
-// plannedRejects is the rejects report's lines rendered from a plan's
-// rejected rows (the scan's held issues) right after the plan committed,
-// beside the apply, into a file of the spool's temp area that is
-// unlinked as soon as it is made: nothing of it outlives the run, and no
-// sweep of stale temporary files meets it however long the apply takes.
-// They are the report's lines while the file's only row issues are those
-// the plan recorded: the ledger counts every issue recorded for a file,
-// the plan's and those the apply adds (a row the target refused, a key
-// repeated, one held back in conflict), in its rows_rejected or
-// rows_conflict, in the transaction that records it.
-type plannedRejects struct {
-	rows int64 // the rejected rows the plan recorded
-	csv  *background[*os.File]
-}
-
-// renderRejects starts rendering the report's lines from a plan that
-// recorded sc's rejected rows, when the scan held every one of them.
-func (r *fileRun) renderRejects(sc *scan) {
-	r.dropRejects()
+// renderRejects starts rendering the rejects report's lines from a plan
+// that recorded sc's rejected rows, when the scan held every one of them
+// (sitefile.PlannedRejects), in place of those of an earlier plan.
+func (r *planStage) renderRejects(sc *scan) {
+	r.rejects.Drop()
+	r.rejects = nil
 	if sc.rejected == 0 || sc.overflow {
 		return
 	}
 	spool, partner := r.d.spool, r.in.Partner
-	r.rejects = &plannedRejects{rows: sc.rejected, csv: inBackground(func() (*os.File, error) {
-		f, err := spool.CreateTemp(partner)
-		if err != nil {
-			return nil, err
-		}
-		if err := os.Remove(f.Name()); err != nil {
-			f.Close()
-			return nil, err
-		}
-		bw := bufio.NewWriterSize(f, 64<<10)
-		err = writeRejectsCSV(bw, func(row func(ledger.IssueRow) error) error {
+	r.rejects = sitefile.RenderPlanned(func() (*os.File, error) { return spool.CreateTemp(partner) }, sc.rejected,
+		func(row func(ledger.IssueRow) error) error {
 			for i := range sc.held {
 				is := sc.issue(i)
 				if err := row(ledger.IssueRow{Line: is.Line, Column: is.Column, Reason: is.Reason, Outcome: ledger.IssueRejected}); err != nil {
@@ -195,72 +162,4 @@ func (r *fileRun) renderRejects(sc *scan) {
 			}
 			return nil
 		})
-		if err == nil {
-			err = bw.Flush()
-		}
-		if err == nil {
-			_, err = f.Seek(0, io.SeekStart)
-		}
-		if err != nil {
-			f.Close()
-			return nil, err
-		}
-		return f, nil
-	})}
-}
-
-// takeRejects hands over the lines rendered from the plan when the
-// ledger's counts say they are still the file's every row issue (nil
-// otherwise: the report is read from the ledger). The caller closes the
-// file.
-func (r *fileRun) takeRejects(ctx context.Context) *os.File {
-	pr := r.rejects
-	f := r.waitRejects()
-	if f == nil {
-		return nil
-	}
-	rejected, conflict, err := r.d.ledger.IssueCounts(ctx, r.in)
-	if err != nil || rejected != pr.rows || conflict != 0 {
-		f.Close()
-		return nil
-	}
-	return f
-}
-
-// dropRejects closes the lines rendered from the plan that were not used
-// (the run ended before its report, or the file is planned again).
-func (r *fileRun) dropRejects() {
-	if f := r.waitRejects(); f != nil {
-		f.Close()
-	}
-}
-
-// waitRejects waits for the lines rendered from the plan, and forgets
-// them (nil: none, or their render failed).
-func (r *fileRun) waitRejects() *os.File {
-	pr := r.rejects
-	r.rejects = nil
-	if pr == nil {
-		return nil
-	}
-	f, err := pr.csv.wait()
-	if err != nil {
-		r.log.Debug("the rejects report's lines could not be rendered from the plan; they are read from the ledger", "err", err)
-		return nil
-	}
-	return f
-}
-
-// rejectsFromPlan counts the rejects reports whose lines were rendered
-// from the plan (tests).
-var rejectsFromPlan atomic.Int64
-
-// Neutralize makes a cell safe to open in a spreadsheet: a cell starting
-// with =, +, -, @, tab or CR is prefixed with a single quote (OWASP CSV
-// injection).
-func Neutralize(s string) string {
-	if s != "" && strings.ContainsRune("=+-@\t\r", rune(s[0])) {
-		return "'" + s
-	}
-	return s
 }

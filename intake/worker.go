@@ -38,7 +38,7 @@ type fileRun struct {
 	ahead *ahead
 	// rejects: the rejects report's lines rendered from the plan, for
 	// the report (report.go).
-	rejects *plannedRejects
+	rejects *sitefile.PlannedRejects
 	// gone: the file's feed is no longer configured.
 	gone bool
 	// byManifest: spooled as an exact resend from its manifest alone,
@@ -96,7 +96,7 @@ func (r *fileRun) run(ctx context.Context) error {
 	defer r.dropPre()
 	defer r.dropAhead()
 	defer r.dropSite()
-	defer r.dropRejects()
+	defer func() { r.rejects.Drop() }()
 
 	for !terminal(r.in.State) {
 		var err error
