@@ -251,7 +251,15 @@ func (r *Reader) fileError(err error, line int64) error {
 	if r.rec.err != nil {
 		return r.rec.err
 	}
-	return &FileError{Reason: reason.Unreadable, Line: line, Detail: err.Error()}
+	var pe *csv.ParseError
+	if errors.As(err, &pe) {
+		return &FileError{Reason: reason.Unreadable, Line: line, Detail: err.Error()}
+	}
+	// Not the file's: its bytes could not be read (the spool's disk, a
+	// download that stopped), which a later attempt may not meet. The
+	// caller retries it; held as the partner's, a failing disk would
+	// fail every file for good, and the detail would name a local path.
+	return fmt.Errorf("rows: read: %w", err)
 }
 
 // guard sits under the CSV reader: it refuses NUL bytes (binary content

@@ -170,6 +170,55 @@ func TestWholeFileProblemsAreTerminal(t *testing.T) {
 	}
 }
 
+// failingReader yields its bytes, then err: a disk that fails mid-file.
+type failingReader struct {
+	data string
+	err  error
+}
+
+func (f *failingReader) Read(p []byte) (int, error) {
+	if f.data == "" {
+		return 0, f.err
+	}
+	n := copy(p, f.data)
+	f.data = f.data[n:]
+	return n, nil
+}
+
+// A file's bytes that cannot be read (the spool's disk failing, in the
+// header or after rows) are not the partner's fault: the error is not a
+// FileError, so the file is retried rather than failed for good, and it
+// keeps its cause. A header the CSV reader cannot parse is the file's.
+func TestAReadErrorBelowTheRowsIsNotTheFiles(t *testing.T) {
+	eio := errors.New("read /spool/acme/sha256/ab/abcd: input/output error")
+	for _, tt := range []struct{ name, data string }{
+		{"in the header", ""},
+		{"after rows", hdr + "k,1,1,,,\nl,2,2,,,\n"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			var err error
+			rd, err := NewReader(&failingReader{data: tt.data, err: eio}, feed(t), 0)
+			if err == nil {
+				for err == nil {
+					_, err = rd.Next()
+				}
+			}
+			var fe *FileError
+			if errors.As(err, &fe) {
+				t.Fatalf("got the file's failure %s (%q), want a read error", fe.Reason, fe.Detail)
+			}
+			if !errors.Is(err, eio) {
+				t.Fatalf("got %v, want the read error", err)
+			}
+		})
+	}
+	_, err := NewReader(strings.NewReader("id,\"n\"x,amt,d,kind,mail\n"), feed(t), 0)
+	var fe *FileError
+	if !errors.As(err, &fe) || fe.Reason != reason.Unreadable || fe.Line != 1 {
+		t.Fatalf("a header the CSV reader cannot parse: got %v, want unreadable at line 1", err)
+	}
+}
+
 func TestMaxRowsFailsTheFile(t *testing.T) {
 	rd, err := NewReader(strings.NewReader(hdr+"a,,,,,\nb,,,,,\nc,,,,,\n"), feed(t), 2)
 	if err != nil {
