@@ -249,6 +249,54 @@ func TestAReplayTheFeedNowRefusesIsHeldWithItsReason(t *testing.T) {
 	}
 }
 
+// A replay of a decrypted file by a daemon whose feed no longer has its
+// pgp section is held with the feed's change as its reason, and the
+// file's original stays in the spool: taken for its own plaintext, it
+// was removed as bytes other than the first time's.
+func TestAReplayTheFeedNoLongerDecryptsKeepsItsOriginal(t *testing.T) {
+	_, pool := testenv.DB(t)
+	site, us, partner := pgpSite(t, "pgpgone", 0)
+	site.Drop(t, "orders-1.csv.pgp", string(pgpMessage(t, []byte(testenv.OrdersCSV("P", 6)), us, partner, false)))
+	r := newRig(t, pool, "w1", site)
+	r.poll("pgpgone")
+	fs := files(t, pool, "pgpgone")
+	if len(fs) != 1 || fs[0].State != "archived" {
+		t.Fatalf("rows %+v, want the file archived", fs)
+	}
+	var sha string
+	var size int64
+	if err := pool.QueryRow(context.Background(), `SELECT content_sha256, size_bytes FROM file_intake WHERE intake_id = $1`, fs[0].ID).Scan(&sha, &size); err != nil {
+		t.Fatal(err)
+	}
+	sp, err := spool.New(r.spoolDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !sp.Has("pgpgone", sha, size) {
+		t.Fatal("the original is not in the spool after the file's run")
+	}
+
+	// a daemon on the same spool whose feed decrypts nothing any more
+	site.Config.Feeds[0].PGP = nil
+	d2, err := intake.New(intake.Config{WorkerID: "w2", Lease: 30 * time.Second, SpoolMinFree: 1}, []partners.Config{site.Validated(t)},
+		namedPool(t, pool, "w2"), sp, prometheus.NewRegistry(), testenv.Logger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(d2.Stop)
+	in, err := d2.Replay(context.Background(), intake.ReplayRequest{ID: fs[0].ID, Actor: "test", Reason: "re-apply"})
+	if in == nil {
+		t.Fatalf("replay: %v", err)
+	}
+	fs = files(t, pool, "pgpgone")
+	if len(fs) != 2 || fs[1].ID != in.ID || fs[1].State != "quarantined" || fs[1].Reason != "mapping_changed" {
+		t.Fatalf("rows %+v (replay: %v), want the replay quarantined with mapping_changed", fs, err)
+	}
+	if !sp.Has("pgpgone", sha, size) {
+		t.Fatal("the file's original left the spool")
+	}
+}
+
 // A replay handed to the daemons (the ops role's replay) is taken over by
 // whichever replica's reconciler runs, whose spool may not hold the bytes
 // (a spool of its own): it reads them from the archived copy of the file

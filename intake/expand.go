@@ -150,6 +150,12 @@ func (r *fetchStage) expandAgain(ctx context.Context, orig spool.Entry) error {
 	if held != nil {
 		return r.hold(ctx, ledger.StateQuarantined, held.Reason, 0, "unwrapped again: "+held.Detail)
 	}
+	if data.SHA256 == orig.SHA256 {
+		// the feed in force no longer unwraps the file (its pgp section
+		// gone): its rows came from bytes it would no longer make, and
+		// the original, which the spool keeps, is not one to drop
+		return r.hold(ctx, ledger.StateQuarantined, reason.MappingChanged, 0, "unwrapped again: the feed no longer decrypts or expands the file its rows came from")
+	}
 	if data.SHA256 != r.in.DataSHA256 {
 		r.dropPlain(data)
 		return r.hold(ctx, ledger.StateQuarantined, reason.ArchiveInvalid, 0, "unwrapped again, its original gives other bytes than the first time")
