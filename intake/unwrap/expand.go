@@ -3,6 +3,7 @@ package unwrap
 import (
 	"archive/zip"
 	"bytes"
+	"compress/flate"
 	"compress/gzip"
 	"encoding/binary"
 	"errors"
@@ -44,9 +45,27 @@ var (
 	zipMagic  = []byte("PK\x03\x04")
 )
 
+// spooled is the spooled original as expand reads it.
+type spooled interface {
+	io.Reader
+	io.ReaderAt
+}
+
+// corrupt: err says the bytes are not a readable archive (the partner's
+// file), not that they could not be read or written (the spool's disk,
+// retried). Told by the errors' kinds, never by their text, which names
+// local paths and the partner's id.
+func corrupt(err error) bool {
+	var ce flate.CorruptInputError
+	var ie flate.InternalError
+	return errors.Is(err, gzip.ErrChecksum) || errors.Is(err, gzip.ErrHeader) || errors.Is(err, zip.ErrChecksum) ||
+		errors.Is(err, zip.ErrFormat) || errors.Is(err, zip.ErrAlgorithm) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.As(err, &ce) || errors.As(err, &ie)
+}
+
 // expand streams the compressed file f (spooled as orig) of kind
 // expanded into the spool.
-func (j Job) expand(f *os.File, kind string, orig spool.Entry) (spool.Entry, *Held, error) {
+func (j Job) expand(f spooled, kind string, orig spool.Entry) (spool.Entry, *Held, error) {
 	max := j.MaxBytes
 	ratio := j.MaxRatio
 	put := func(src io.Reader) (spool.Entry, *Held, error) {
@@ -58,12 +77,15 @@ func (j Job) expand(f *os.File, kind string, orig spool.Entry) (spool.Entry, *He
 			return e, &Held{reason.ArchiveTooLarge, fmt.Sprintf("it expands to more than %d times its %d compressed bytes (limits.max_expansion_ratio)", ratio, orig.Size)}, nil
 		case errors.Is(err, errSpoolLow):
 			return e, nil, err // the disk's, not the file's: retried later
-		case err != nil && (errors.Is(err, gzip.ErrChecksum) || errors.Is(err, gzip.ErrHeader) || errors.Is(err, zip.ErrChecksum) ||
-			errors.Is(err, zip.ErrFormat) || errors.Is(err, io.ErrUnexpectedEOF) || strings.Contains(err.Error(), "flate")):
+		case err != nil && corrupt(err):
 			return e, &Held{reason.ArchiveInvalid, "the compressed data is corrupt"}, nil
 		case err != nil:
 			return e, nil, err
 		case nested:
+			// its expanded copy was spooled whole: it leaves again
+			if j.DropPlain != nil {
+				j.DropPlain(e)
+			}
 			return e, &Held{reason.ArchiveNested, "the expanded file is itself compressed"}, nil
 		}
 		return e, nil, nil
@@ -71,6 +93,9 @@ func (j Job) expand(f *os.File, kind string, orig spool.Entry) (spool.Entry, *He
 	switch kind {
 	case partners.CompressionGzip:
 		zr, err := gzip.NewReader(f)
+		if err != nil && !corrupt(err) {
+			return orig, nil, fmt.Errorf("expand: read the spooled file: %w", err)
+		}
 		if err != nil {
 			return orig, &Held{reason.ArchiveInvalid, "not a gzip file"}, nil
 		}
@@ -81,6 +106,9 @@ func (j Job) expand(f *os.File, kind string, orig spool.Entry) (spool.Entry, *He
 			return orig, held, err
 		}
 		zr, err := zip.NewReader(f, orig.Size)
+		if err != nil && !corrupt(err) {
+			return orig, nil, fmt.Errorf("expand: read the spooled file: %w", err)
+		}
 		if err != nil {
 			return orig, &Held{reason.ArchiveInvalid, "not a zip file"}, nil
 		}
@@ -111,6 +139,9 @@ func (j Job) expand(f *os.File, kind string, orig spool.Entry) (spool.Entry, *He
 			return orig, &Held{reason.ArchiveTooLarge, fmt.Sprintf("its entry declares %d bytes, more than %d", entry.UncompressedSize64, max)}, nil
 		}
 		rc, err := entry.Open()
+		if err != nil && !corrupt(err) {
+			return orig, nil, fmt.Errorf("expand: read the spooled file: %w", err)
+		}
 		if err != nil {
 			return orig, &Held{reason.ArchiveInvalid, "the entry cannot be read"}, nil
 		}

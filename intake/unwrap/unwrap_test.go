@@ -3,6 +3,8 @@ package unwrap
 import (
 	"bytes"
 	"compress/gzip"
+	"crypto/sha256"
+	"encoding/hex"
 	"io"
 	"testing"
 
@@ -70,9 +72,20 @@ func TestRunExpandsOrHolds(t *testing.T) {
 	} {
 		j := job
 		c.edit(&j)
+		var dropped []spool.Entry
+		j.DropPlain = func(e spool.Entry) { dropped = append(dropped, e); sp.Remove(e.Partner, e.SHA256) }
 		_, held, err := j.Run(put(c.data))
 		if err != nil || held == nil || held.Reason != c.want || held.Detail == "" {
 			t.Errorf("%s: held %+v, err %v; want %s", c.name, held, err, c.want)
+		}
+		if c.want == reason.ArchiveNested {
+			// the expanded copy, spooled whole before it was seen to be
+			// compressed, leaves the spool again
+			inner := gz(t, rows)
+			sum := sha256.Sum256(inner)
+			if len(dropped) != 1 || dropped[0].SHA256 != hex.EncodeToString(sum[:]) || sp.Has("p1", dropped[0].SHA256, int64(len(inner))) {
+				t.Errorf("%s: dropped %+v; want the expanded copy dropped from the spool", c.name, dropped)
+			}
 		}
 	}
 }
