@@ -231,11 +231,14 @@ func (s *Spool) PutAll(partner string, files [][]byte) ([]Entry, error) {
 }
 
 // newDirParents are the directories whose entries a new prefix directory
-// of final (and a new sha256/ above it) live in: the partner's and its
-// sha256/ directory, flushed so the new directories last.
+// of final (and a new sha256/ and partner directory above it) live in:
+// the partner's sha256/ directory, the partner's and the spool's own,
+// flushed so the new directories last (a partner's first file makes all
+// three; at most 256 prefix directories a partner ever do).
 func newDirParents(final string) []string {
-	prefix := filepath.Dir(final)
-	return []string{filepath.Dir(prefix), filepath.Dir(filepath.Dir(prefix))}
+	sha := filepath.Dir(filepath.Dir(final))
+	partner := filepath.Dir(sha)
+	return []string{sha, partner, filepath.Dir(partner)}
 }
 
 // parallel runs fn(0..n-1) on up to 8 goroutines and returns the first

@@ -324,3 +324,20 @@ func TestCreateTempLeftByACrashIsClearedWithTheWorkersTemp(t *testing.T) {
 		t.Fatalf("%s still there: %v", f.Name(), err)
 	}
 }
+
+// A new prefix directory's entry lasts only once every directory above it
+// that may be new is flushed too: the partner's sha256/, the partner's
+// directory, and the spool's own, which holds a new partner's entry.
+func TestANewPrefixDirectoryFlushesEveryDirectoryAboveIt(t *testing.T) {
+	root := t.TempDir()
+	s, err := New(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	final := s.Path("p1", strings.Repeat("ab", 32))
+	got := newDirParents(final)
+	want := []string{filepath.Join(root, "p1", "sha256"), filepath.Join(root, "p1"), root}
+	if strings.Join(got, "|") != strings.Join(want, "|") {
+		t.Fatalf("flushed %v, want %v", got, want)
+	}
+}
