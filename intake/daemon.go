@@ -460,7 +460,7 @@ func (d *Daemon) Stop() {
 	// not registered again by a hold taken again meanwhile (Regained)
 	d.replica.registered.Store(false)
 	if d.workerID.Held() { // else the id's row is its holder's, or ages out
-		if err := d.ledger.RetireWorker(rctx, d.cfg.WorkerID, drained); err != nil {
+		if err := d.ledger.RetireWorker(rctx, d.cfg.WorkerID, drained, d.workerID.Lock().HolderPID()); err != nil {
 			d.log.Warn("retire worker", "err", err)
 		}
 	}

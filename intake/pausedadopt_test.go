@@ -261,7 +261,10 @@ func TestAReconcilerPausedBeforeItsMoveLeavesTheRowAsItWas(t *testing.T) {
 // copy of a large file) keeps its claim section: the section's
 // transaction is kept from idling out while the move runs, so the
 // takeover commits after it. Idle that long, the section was ended and
-// the file left moved under a row that still named its old path.
+// the file left moved under a row that still named its old path. The
+// lease it grants runs from its commit: granted from the section's start,
+// it had run out before the commit, and any replica could take the file
+// over again at once.
 func TestATakeoversLongMoveKeepsItsSection(t *testing.T) {
 	url, pool := testenv.DB(t)
 	ctx := context.Background()
@@ -292,6 +295,9 @@ func TestATakeoversLongMoveKeepsItsSection(t *testing.T) {
 	}
 	if !strings.HasSuffix(claimed, "/processing/w4/"+name) {
 		t.Fatalf("the row names %s, want the file where the move put it", claimed)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM file_intake WHERE partner_id = 'acme' AND lease_until > pg_catalog.now()`); n != 1 {
+		t.Fatal("the takeover's lease had run out by its commit")
 	}
 }
 

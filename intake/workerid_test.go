@@ -613,3 +613,45 @@ func claimWithoutRowWhileIDTaken(t *testing.T, pool *pgxpool.Pool, r *rig, site 
 	other.Close(context.Background())
 	waitFor(t, "the worker id held again", func() bool { return testutil.ToFloat64(r.d.Metrics().WorkerIDHeld) == 1 })
 }
+
+// A stopping process retires its worker id's row only while its own lock
+// session holds the id: one that lost the id after its last look at its
+// hold leaves the row of the process that took the id, whose pid may be
+// its own (PID 1 in two containers; here both are this test's), live and
+// not drained. The holder's retire goes through.
+func TestARetireByAProcessThatLostItsWorkerIDLeavesTheNewHoldersRow(t *testing.T) {
+	_, pool := testenv.DB(t)
+	ctx := context.Background()
+	cc := pool.Config().ConnConfig
+	l := ledger.New(pool, 30*time.Second)
+	old, err := ledger.TryWorkerLock(ctx, cc, "wr", 30*time.Second, ledger.WorkerLockHooks{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	oldPID := old.HolderPID()
+	if oldPID == 0 || int64(oldPID) != lockBackend(t, pool, "wr") {
+		t.Fatalf("HolderPID %d, want the lock's backend %d", oldPID, lockBackend(t, pool, "wr"))
+	}
+	old.Release() // the id lost: its session ended
+	now, err := ledger.TryWorkerLock(ctx, cc, "wr", 30*time.Second, ledger.WorkerLockHooks{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer now.Release()
+	if _, err := l.RegisterWorker(ctx, "wr", []string{"a"}); err != nil {
+		t.Fatal(err)
+	}
+	live := `SELECT count(*) FROM intake_worker WHERE worker_id = 'wr' AND drained_at IS NULL AND last_seen > now() - interval '10 seconds'`
+	if err := l.RetireWorker(ctx, "wr", true, oldPID); err != nil {
+		t.Fatal(err)
+	}
+	if count(t, pool, live) != 1 {
+		t.Fatal("a process that lost the worker id retired the row of the id's new holder")
+	}
+	if err := l.RetireWorker(ctx, "wr", true, now.HolderPID()); err != nil {
+		t.Fatal(err)
+	}
+	if count(t, pool, `SELECT count(*) FROM intake_worker WHERE worker_id = 'wr' AND drained_at IS NOT NULL`) != 1 {
+		t.Fatal("the holder's retire did not retire the row")
+	}
+}

@@ -40,12 +40,13 @@ func (c *ClaimLock) Record(ctx context.Context, l *Ledger, ins []*Intake) ([]*In
 }
 
 // insertClaimsSQL records claims, each under the id allocated for it
-// (insertClaims).
+// (insertClaims), their leases from now: the section's renames, which a
+// site may make as copies, came before.
 const insertClaimsSQL = `
 	INSERT INTO file_intake (intake_id, partner_id, feed, remote_name, claimed_path, listed_size, manifest_name,
 	                         listed_mtime, state, worker_id, lease_until)
 	OVERRIDING SYSTEM VALUE
-	SELECT x.id, $1, x.feed, x.name, x.path, x.size, nullif(x.manifest, ''), x.mtime, 'claimed', $2, pg_catalog.now() + $3::interval
+	SELECT x.id, $1, x.feed, x.name, x.path, x.size, nullif(x.manifest, ''), x.mtime, 'claimed', $2, pg_catalog.clock_timestamp() + $3::interval
 	FROM unnest($4::bigint[], $5::text[], $6::text[], $7::text[], $8::bigint[], $9::text[], $10::timestamptz[])
 	    AS x(id, feed, name, path, size, manifest, mtime)
 	ON CONFLICT (partner_id, claimed_path)
@@ -151,6 +152,9 @@ func (l *groupSteps) AppliedGroup(ctx context.Context, tx pgx.Tx, gs []GroupFile
 // what it recorded there is never committed.
 type ClaimLock struct {
 	tx pgx.Tx
+	// granted: the rows the section took over or resumed, by id and new
+	// token, whose leases restart at its commit (InClaimSection)
+	granted, grantedTokens []int64
 }
 
 // LockClaims enters the partner's claim section (see ClaimLock) and
@@ -212,10 +216,37 @@ func (l *claimStore) InClaimSection(ctx context.Context, partner string, fn func
 	if err := fn(c); err != nil {
 		return err
 	}
+	if err := c.leasesFromNow(ctx, l.lease); err != nil {
+		return err
+	}
 	if err := c.tx.Commit(ctx); err != nil {
 		return fmt.Errorf("claim section: commit: %w", err)
 	}
 	c.tx = nil
+	return nil
+}
+
+// grant notes a row the section took over or resumed (leasesFromNow).
+func (c *ClaimLock) grant(in *Intake) {
+	c.granted, c.grantedTokens = append(c.granted, in.ID), append(c.grantedTokens, in.Token)
+}
+
+// leasesFromNow restarts, right before the section commits, the leases of
+// the rows it took over or resumed: granted by its first statements, they
+// ran from its transaction's start, before its wait for the partner's
+// section and before a move that may outlast a lease (a RENAME the site
+// makes as a copy), so a row could commit with its lease run out already
+// and be taken over again at once, its file moved again.
+func (c *ClaimLock) leasesFromNow(ctx context.Context, lease time.Duration) error {
+	if len(c.granted) == 0 {
+		return nil
+	}
+	_, err := c.tx.Exec(ctx, `UPDATE file_intake f SET lease_until = pg_catalog.clock_timestamp() + $3::interval
+		FROM ROWS FROM (pg_catalog.unnest($1::int8[]), pg_catalog.unnest($2::int8[])) AS g(id, token)
+		WHERE f.intake_id = g.id AND f.fencing_token = g.token`, c.granted, c.grantedTokens, lease)
+	if err != nil {
+		return fmt.Errorf("claim section: leases: %w", err)
+	}
 	return nil
 }
 
@@ -230,7 +261,11 @@ func (c *ClaimLock) Adopt(ctx context.Context, l *Ledger, in *Intake) error {
 // transaction (reconcilerView.takeOverIn): the new token and path commit
 // with the section, after the file's move the caller makes in it.
 func (c *ClaimLock) TakeOver(ctx context.Context, l *Ledger, in *Intake, worker, newPath string) (*Intake, error) {
-	return l.takeOverIn(ctx, c.tx, in, worker, newPath)
+	out, err := l.takeOverIn(ctx, c.tx, in, worker, newPath)
+	if err == nil {
+		c.grant(out)
+	}
+	return out, err
 }
 
 // StillHeld asks the database whether the section still stands, right
@@ -301,6 +336,9 @@ func (c *ClaimLock) Resume(ctx context.Context, l *Ledger, id int64, worker stri
 			return nil, fmt.Errorf("resume intake %d: %w", id, rerr)
 		}
 		return nil, &FencedError{IntakeID: id, Step: "resume (its row is locked)"}
+	}
+	if err == nil {
+		c.grant(in)
 	}
 	return in, err
 }

@@ -248,11 +248,17 @@ func (l *replicas) RegisterWorker(ctx context.Context, worker string, partners [
 // that failed, or was known clean from the previous run (Daemon.Stop).
 // A run that never reached a partner must not say so: its next start
 // would trust it and never look there. A row since
-// refreshed by a restarted process of the same id is left alone.
-func (l *replicas) RetireWorker(ctx context.Context, worker string, drained bool) error {
+// refreshed by a restarted process of the same id is left alone, and so
+// is every row while the id's lock is not held by holder, this process's
+// lock session's backend: a process that lost the id after its last look
+// at its hold must not retire the row of the process that took the id
+// (whose pid may be its own: PID 1 in two containers).
+func (l *replicas) RetireWorker(ctx context.Context, worker string, drained bool, holder uint32) error {
 	_, err := l.pool.Exec(ctx, `UPDATE intake_worker SET last_seen = pg_catalog.now() - lease - interval '1 second',
 		    drained_at = CASE WHEN $3 THEN pg_catalog.now() END
-		WHERE worker_id = $1 AND pid = $2`, worker, os.Getpid(), drained)
+		WHERE worker_id = $1 AND pid = $2
+		  AND EXISTS (SELECT 1 FROM pg_catalog.pg_locks l WHERE `+workerLockHeldBy("$1")+` AND l.pid = $4)`,
+		worker, os.Getpid(), drained, int64(holder))
 	return err
 }
 

@@ -109,8 +109,9 @@ type WorkerLock struct {
 	poolMu sync.Mutex
 	at     Pooled
 
-	base     time.Time    // the monotonic clock's origin for verified
-	verified atomic.Int64 // ns since base when the last good check was sent
+	sessPID  atomic.Uint32 // the backend of the lock's own connection (not pooled)
+	base     time.Time     // the monotonic clock's origin for verified
+	verified atomic.Int64  // ns since base when the last good check was sent
 	cur      atomic.Pointer[Hold]
 	cancel   context.CancelFunc
 	done     chan struct{}
@@ -162,6 +163,7 @@ func newWorkerLock(ctx context.Context, cc *pgx.ConnConfig, worker string, lease
 	// the lock was just granted on this session (a wait for it may have
 	// lasted hours): checked now
 	w.verified.Store(int64(time.Since(w.base)))
+	w.sessPID.Store(me.pid)
 	w.cur.Store(newHold())
 	wctx, cancel := context.WithCancel(context.Background())
 	w.cancel = cancel
@@ -300,6 +302,7 @@ func (w *WorkerLock) keep(ctx context.Context, conn *pgx.Conn, me session) {
 		if conn, me = w.retake(ctx, me); conn == nil {
 			return
 		}
+		w.sessPID.Store(me.pid)
 		h := newHold()
 		w.hooks.Regained(ctx)
 		if ctx.Err() != nil {
@@ -396,6 +399,18 @@ func (w *WorkerLock) Current() *Hold {
 type Pooled struct {
 	PID   uint32
 	Since time.Time // pg_postmaster_start_time(): a pid is a server's own
+}
+
+// HolderPID is the backend that holds the lock for this process as far
+// as it knows: its own connection's, or the pooled connection's.
+func (w *WorkerLock) HolderPID() uint32 {
+	if w == nil {
+		return 0
+	}
+	if w.pooled {
+		return w.Pooled().PID
+	}
+	return w.sessPID.Load()
 }
 
 // Pooled returns the pooled lock's holder now (zero when not pooled).
