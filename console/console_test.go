@@ -798,3 +798,34 @@ func TestAFileInFlightShowsItsEarlierDecisionsReportsAsSuch(t *testing.T) {
 		}
 	}
 }
+
+// A batch conflict released with the older file as the winner discards
+// the held file, and the discard is published to the partner right away,
+// as a discard is: without it the partner read the file quarantined until
+// the next reconciler run.
+func TestReleasingABatchConflictToTheOlderFilePublishesTheDiscard(t *testing.T) {
+	_, pool := testenv.DB(t)
+	var published []int64
+	h := newConsole(t, pool, func(d *console.Deps) {
+		d.Scope.Publish = func(_ context.Context, id int64) error { published = append(published, id); return nil }
+	})
+	id := seedHeld(t, pool, "orders-9.csv")
+	for _, q := range []string{`UPDATE file_intake SET reason = 'batch_conflict' WHERE intake_id = $1`,
+		`UPDATE intake_quarantine SET reason = 'batch_conflict' WHERE intake_id = $1`} {
+		if _, err := pool.Exec(context.Background(), q, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	target := "/files/" + itoa(id)
+	_, _, body := do(t, h, reviewer, "GET", target, nil)
+	form := url.Values{"reason": {"the first file stands"}, "csrf": {csrfOf(t, body)}, "hold": {holdOn(t, body)}, "winner": {"old"}}
+	if code, _, body := do(t, h, reviewer, "POST", target+"/release", form); code != http.StatusSeeOther {
+		t.Fatalf("release: got %d, want 303\n%s", code, body)
+	}
+	if got := one(t, pool, `SELECT state FROM file_intake WHERE intake_id = $1`, id); got != "discarded" {
+		t.Fatalf("after the release the file is %s, want discarded", got)
+	}
+	if len(published) != 1 || published[0] != id {
+		t.Fatalf("published %v, want the discard of intake %d", published, id)
+	}
+}

@@ -743,12 +743,20 @@ func (s *decisionForms) decide(action string) http.HandlerFunc {
 				Partners: sc.Partners, Worker: s.deps.Worker, Request: request, Hold: r.PostFormValue("hold")}
 			if d.Hold == "" {
 				err = fmt.Errorf("%w: the form names no hold: reload the file's page and decide again", ledger.ErrDecision)
-			} else if action == "release" {
-				err = ops.Release(ctx, s.deps.Pool, d)
-			} else if err = ops.Discard(ctx, s.deps.Pool, d); err == nil && sc.Publish != nil {
-				if perr := sc.Publish(ctx, id); perr != nil {
-					// the decision stands; the reconciler publishes it
-					s.deps.Log.Warn("console discard: publishing left to the reconciler", "intake_id", id, "request", request, "err", perr)
+			} else {
+				if action == "release" {
+					// a batch conflict released with the older file as
+					// the winner discards this one
+					err = ops.Release(ctx, s.deps.Pool, d)
+				} else {
+					err = ops.Discard(ctx, s.deps.Pool, d)
+				}
+				if err == nil && sc.Publish != nil {
+					// publishes a discard the decision made, nothing else
+					if perr := sc.Publish(ctx, id); perr != nil {
+						// the decision stands; the reconciler publishes it
+						s.deps.Log.Warn("console "+action+": publishing left to the reconciler", "intake_id", id, "request", request, "err", perr)
+					}
 				}
 			}
 		case "approve", "reject":

@@ -433,7 +433,8 @@ func cmdPurge(path string, stdout, stderr io.Writer) int {
 			r.Partner, r.SpoolFiles, r.SpoolBytes, r.RowIssues, r.Reports, audit)
 	}
 	if err != nil {
-		fmt.Fprintln(stderr, "intake purge:", err)
+		// a site's names may be in it (a REMOVE refused)
+		fmt.Fprintln(stderr, "intake purge:", inert.Lines(pgerr.Redact(err)))
 		return 1
 	}
 	return 0
