@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -246,6 +247,15 @@ func TestAReplayTheFeedNowRefusesIsHeldWithItsReason(t *testing.T) {
 	fs = files(t, pool, "gzrefuse")
 	if len(fs) != 2 || fs[1].ID != in.ID || fs[1].State != "quarantined" || fs[1].Reason != "compression_not_allowed" {
 		t.Fatalf("rows %+v (replay: %v), want the replay quarantined with compression_not_allowed", fs, err)
+	}
+	// the partner reads that ops' replay was held, and that the batch's
+	// first intake stands: no file in quarantine/ is named
+	rc := receipt(t, site, fs[1].Receipt)
+	if want := fmt.Sprintf("replay of intake %d", fs[0].ID); !strings.HasPrefix(rc.Detail, want) || rc.Quarantine != "" {
+		t.Fatalf("the replay's receipt says %q, quarantine_path %q; want it to begin %q and name no quarantined file", rc.Detail, rc.Quarantine, want)
+	}
+	if first := receipt(t, site, fs[0].Receipt); first.Outcome != "accepted" {
+		t.Fatalf("the first intake's receipt says %s, want accepted", first.Outcome)
 	}
 }
 

@@ -73,6 +73,14 @@ func (r *fileRun) hold(ctx context.Context, to ledger.State, reason reason.Code,
 		r.d.metrics.RemoteLost.WithLabelValues(in.Partner).Inc()
 		dst = path.Join(qdir, base) // the reason file still tells ops what happened
 	}
+	receiptQ := dst
+	if in.ReplayOf != 0 {
+		// a replay has no file of its own on the site (its bytes were
+		// archived as the original's): what is held is ops' replay, and
+		// the original's receipt stands; nothing lies in quarantine/
+		detail = fmt.Sprintf("replay of intake %d, asked by ops, held: %s; what intake %d applied stands as its receipt says", in.ReplayOf, detail, in.ReplayOf)
+		receiptQ = ""
+	}
 	qr := QuarantineReason{PartnerID: in.Partner, IntakeID: in.ID, File: sitefile.Neutralize(in.RemoteName), BatchID: in.BatchID,
 		SHA256: in.SHA256, State: string(to), Reason: reason, Line: line, Detail: detail, At: time.Now().UTC().Truncate(time.Second)}
 	data, _ := json.MarshalIndent(qr, "", "  ")
@@ -86,7 +94,7 @@ func (r *fileRun) hold(ctx context.Context, to ledger.State, reason reason.Code,
 	if to == ledger.StateFailedTerminal {
 		outcome = ledger.OutcomeFailed
 	}
-	if err := f.writeReports(ctx, sitefile.Receipt{Outcome: outcome, Reason: reason, Line: line, Detail: detail, Quarantine: dst}); err != nil {
+	if err := f.writeReports(ctx, sitefile.Receipt{Outcome: outcome, Reason: reason, Line: line, Detail: detail, Quarantine: receiptQ}); err != nil {
 		return err
 	}
 	in.ArchivePath = dst

@@ -58,6 +58,10 @@ func PublishDiscarded(ctx context.Context, l *ledger.Ledger, s *sftpconn.Session
 // a file that failed part way (some chunks committed before its retries
 // ran out), the rows those chunks put in place, which stay.
 func discardDetail(in *ledger.Intake) string {
+	if in.ReplayOf != 0 && in.RowsApplied+in.RowsDeleted == 0 {
+		// ops' replay of a file, not a file the partner sent anew
+		return fmt.Sprintf("after review the held replay of intake %d was closed; nothing of the replay was applied, and what intake %d applied stands as its receipt says", in.ReplayOf, in.ReplayOf)
+	}
 	if n := in.RowsApplied + in.RowsDeleted + in.RowsUnchanged; n > 0 {
 		// unchanged rows count: a released file's run counts the rows
 		// its first run applied as unchanged

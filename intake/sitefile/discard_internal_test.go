@@ -1,0 +1,30 @@
+package sitefile
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/partner-intake/partner-intake/intake/ledger"
+)
+
+// A discard's receipt says what stays: nothing of a file that applied
+// nothing, the rows a file that failed part way put in place, and for
+// ops' replay of a file, that the replayed intake's rows stand: it is no
+// file the partner must send again.
+func TestADiscardSaysWhatStays(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		in   ledger.Intake
+		want string
+		not  string
+	}{
+		{"a file that applied nothing", ledger.Intake{}, "nothing of it was applied", "replay"},
+		{"a file that failed part way", ledger.Intake{RowsApplied: 3}, "3 of its rows", "nothing of it"},
+		{"a replay", ledger.Intake{ReplayOf: 29}, "held replay of intake 29 was closed", "Send a corrected file"},
+	} {
+		got := discardDetail(&c.in)
+		if !strings.Contains(got, c.want) || strings.Contains(got, c.not) {
+			t.Errorf("%s: %q; want %q in it and not %q", c.name, got, c.want, c.not)
+		}
+	}
+}
