@@ -173,11 +173,13 @@ type querier interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
-// insertClaimSQL records a claim under a fresh id (insertClaim).
+// insertClaimSQL records a claim under a fresh id (insertClaim), its
+// lease from now: in a claim section (an adoption) the section's wait and
+// its move came before.
 const insertClaimSQL = `
 	INSERT INTO file_intake (partner_id, feed, remote_name, claimed_path, listed_size, manifest_name,
 	                         state, worker_id, lease_until, listed_mtime)
-	VALUES ($1, $2, $3, $4, $5, nullif($6, ''), 'claimed', $7, pg_catalog.now() + $8::interval, $9)
+	VALUES ($1, $2, $3, $4, $5, nullif($6, ''), 'claimed', $7, pg_catalog.clock_timestamp() + $8::interval, $9)
 	ON CONFLICT (partner_id, claimed_path)
 	    WHERE state IN ('claimed', 'spooled', 'applying', 'applied', 'outcome_unknown', 'awaiting_approval')
 	    DO NOTHING
@@ -191,7 +193,7 @@ const insertClaimAsSQL = `
 	                         state, worker_id, lease_until, listed_mtime)
 	OVERRIDING SYSTEM VALUE
 	VALUES (CASE WHEN EXISTS (SELECT 1 FROM file_intake WHERE intake_id = $10) THEN pg_catalog.nextval(pg_catalog.pg_get_serial_sequence('file_intake', 'intake_id')) ELSE $10 END,
-	        $1, $2, $3, $4, $5, nullif($6, ''), 'claimed', $7, pg_catalog.now() + $8::interval, $9)
+	        $1, $2, $3, $4, $5, nullif($6, ''), 'claimed', $7, pg_catalog.clock_timestamp() + $8::interval, $9)
 	ON CONFLICT (partner_id, claimed_path)
 	    WHERE state IN ('claimed', 'spooled', 'applying', 'applied', 'outcome_unknown', 'awaiting_approval')
 	    DO NOTHING

@@ -70,7 +70,7 @@ var workerLockKey = workerLockKeyOf("$1")
 // own).
 func workerLockHeldBy(worker string) string {
 	return `l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
-	  AND l.database = (SELECT oid FROM pg_database WHERE datname = pg_catalog.current_database())
+	  AND l.database = (SELECT oid FROM pg_catalog.pg_database WHERE datname = pg_catalog.current_database())
 	  AND ((l.classid::int8 << 32) | l.objid::int8) = ` + workerLockKeyOf(worker)
 }
 

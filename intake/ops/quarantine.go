@@ -257,8 +257,11 @@ func PublishDecision(ctx context.Context, db *pgxpool.Pool, parts []partners.Con
 		if err != nil {
 			return err
 		}
-		if in == nil || !in.DiscardUnpublished() {
-			continue
+		if in == nil {
+			continue // another partner's
+		}
+		if !in.DiscardUnpublished() {
+			return nil // a release, or published already
 		}
 		if parts[i].Records() {
 			return nil // claim: record: nothing is written on a read-only site

@@ -26,7 +26,11 @@ func PublishDiscarded(ctx context.Context, l *ledger.Ledger, s *sftpconn.Session
 			return fmt.Errorf("remove reason file: %w", err)
 		}
 	}
-	data, err := ReceiptJSON(in, Receipt{Outcome: ledger.OutcomeDiscarded, Reason: in.Reason, Quarantine: in.ArchivePath, Detail: discardDetail(in)})
+	q := in.ArchivePath
+	if in.ReplayOf != 0 {
+		q = "" // a replay has no file of its own in quarantine/
+	}
+	data, err := ReceiptJSON(in, Receipt{Outcome: ledger.OutcomeDiscarded, Reason: in.Reason, Quarantine: q, Detail: discardDetail(in)})
 	if err != nil {
 		return err
 	}
@@ -58,9 +62,13 @@ func PublishDiscarded(ctx context.Context, l *ledger.Ledger, s *sftpconn.Session
 // a file that failed part way (some chunks committed before its retries
 // ran out), the rows those chunks put in place, which stay.
 func discardDetail(in *ledger.Intake) string {
-	if in.ReplayOf != 0 && in.RowsApplied+in.RowsDeleted == 0 {
+	if in.ReplayOf != 0 {
 		// ops' replay of a file, not a file the partner sent anew
-		return fmt.Sprintf("after review the held replay of intake %d was closed; nothing of the replay was applied, and what intake %d applied stands as its receipt says", in.ReplayOf, in.ReplayOf)
+		done := "nothing of the replay was applied"
+		if n := in.RowsApplied + in.RowsDeleted; n > 0 {
+			done = fmt.Sprintf("%d rows the replay applied before it was held stay", n)
+		}
+		return fmt.Sprintf("after review the held replay of intake %d was closed; %s, and what intake %d applied stands as its receipt says", in.ReplayOf, done, in.ReplayOf)
 	}
 	if n := in.RowsApplied + in.RowsDeleted + in.RowsUnchanged; n > 0 {
 		// unchanged rows count: a released file's run counts the rows

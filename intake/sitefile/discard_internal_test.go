@@ -20,7 +20,8 @@ func TestADiscardSaysWhatStays(t *testing.T) {
 	}{
 		{"a file that applied nothing", ledger.Intake{}, "nothing of it was applied", "replay"},
 		{"a file that failed part way", ledger.Intake{RowsApplied: 3}, "3 of its rows", "nothing of it"},
-		{"a replay", ledger.Intake{ReplayOf: 29}, "held replay of intake 29 was closed", "Send a corrected file"},
+		{"a replay", ledger.Intake{ReplayOf: 29}, "held replay of intake 29 was closed; nothing of the replay", "Send a corrected file"},
+		{"a replay held part way", ledger.Intake{ReplayOf: 29, RowsApplied: 5}, "5 rows the replay applied before it was held stay", "Send a corrected file"},
 	} {
 		got := discardDetail(&c.in)
 		if !strings.Contains(got, c.want) || strings.Contains(got, c.not) {

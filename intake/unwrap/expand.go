@@ -82,8 +82,9 @@ func (j Job) expand(f spooled, kind string, orig spool.Entry) (spool.Entry, *Hel
 		case err != nil:
 			return e, nil, err
 		case nested:
-			// its expanded copy was spooled whole: it leaves again
-			if j.DropPlain != nil {
+			// its expanded copy was spooled whole: it leaves again (not
+			// when it is the original's own bytes, a gzip quine)
+			if j.DropPlain != nil && e.SHA256 != orig.SHA256 {
 				j.DropPlain(e)
 			}
 			return e, &Held{reason.ArchiveNested, "the expanded file is itself compressed"}, nil
