@@ -13,10 +13,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/partner-intake/partner-intake/intake"
+	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/internal/fault"
 	"github.com/partner-intake/partner-intake/internal/testenv"
 	"github.com/partner-intake/partner-intake/partners"
@@ -230,20 +232,7 @@ func TestAReplayTheFeedNowRefusesIsHeldWithItsReason(t *testing.T) {
 
 	// a daemon on the same spool whose feed takes no gzip any more
 	site.Config.Feeds[0].Compression = nil
-	sp, err := spool.New(r.spoolDir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	d2, err := intake.New(intake.Config{WorkerID: "w2", Lease: 30 * time.Second, SpoolMinFree: 1}, []partners.Config{site.Validated(t)},
-		namedPool(t, pool, "w2"), sp, prometheus.NewRegistry(), testenv.Logger(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(d2.Stop)
-	in, err := d2.Replay(context.Background(), intake.ReplayRequest{ID: fs[0].ID, Actor: "test", Reason: "re-apply"})
-	if in == nil {
-		t.Fatalf("replay: %v", err)
-	}
+	in, err := replayOnSpoolOf(t, pool, r, site, fs[0].ID)
 	fs = files(t, pool, "gzrefuse")
 	if len(fs) != 2 || fs[1].ID != in.ID || fs[1].State != "quarantined" || fs[1].Reason != "compression_not_allowed" {
 		t.Fatalf("rows %+v (replay: %v), want the replay quarantined with compression_not_allowed", fs, err)
@@ -288,16 +277,7 @@ func TestAReplayTheFeedNoLongerDecryptsKeepsItsOriginal(t *testing.T) {
 
 	// a daemon on the same spool whose feed decrypts nothing any more
 	site.Config.Feeds[0].PGP = nil
-	d2, err := intake.New(intake.Config{WorkerID: "w2", Lease: 30 * time.Second, SpoolMinFree: 1}, []partners.Config{site.Validated(t)},
-		namedPool(t, pool, "w2"), sp, prometheus.NewRegistry(), testenv.Logger(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(d2.Stop)
-	in, err := d2.Replay(context.Background(), intake.ReplayRequest{ID: fs[0].ID, Actor: "test", Reason: "re-apply"})
-	if in == nil {
-		t.Fatalf("replay: %v", err)
-	}
+	in, err := replayOnSpoolOf(t, pool, r, site, fs[0].ID)
 	fs = files(t, pool, "pgpgone")
 	if len(fs) != 2 || fs[1].ID != in.ID || fs[1].State != "quarantined" || fs[1].Reason != "mapping_changed" {
 		t.Fatalf("rows %+v (replay: %v), want the replay quarantined with mapping_changed", fs, err)
@@ -305,6 +285,28 @@ func TestAReplayTheFeedNoLongerDecryptsKeepsItsOriginal(t *testing.T) {
 	if !sp.Has("pgpgone", sha, size) {
 		t.Fatal("the file's original left the spool")
 	}
+}
+
+// replayOnSpoolOf replays intake id by a daemon w2 on r's spool with
+// site's config as it is now (a feed changed since r's run); the replay's
+// row and the replay's error.
+func replayOnSpoolOf(t *testing.T, pool *pgxpool.Pool, r *rig, site *testenv.Site, id int64) (*ledger.Intake, error) {
+	t.Helper()
+	sp, err := spool.New(r.spoolDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d2, err := intake.New(intake.Config{WorkerID: "w2", Lease: 30 * time.Second, SpoolMinFree: 1}, []partners.Config{site.Validated(t)},
+		namedPool(t, pool, "w2"), sp, prometheus.NewRegistry(), testenv.Logger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(d2.Stop)
+	in, err := d2.Replay(context.Background(), intake.ReplayRequest{ID: id, Actor: "test", Reason: "re-apply"})
+	if in == nil {
+		t.Fatalf("replay: %v", err)
+	}
+	return in, err
 }
 
 // A replay handed to the daemons (the ops role's replay) is taken over by
