@@ -40,7 +40,7 @@ type replica struct {
 // register records this replica in intake_worker (RegisterWorker) and
 // starts its heartbeat; the worker id is held.
 func (r *replica) register(ctx context.Context) error {
-	drained, err := r.ledger.RegisterWorker(ctx, r.workerID, r.parts.order)
+	drained, err := r.ledger.RegisterWorker(ctx, r.workerID, r.parts.order, r.id.Lock().HolderPID())
 	if err != nil {
 		return err
 	}
@@ -96,7 +96,7 @@ func (r *replica) heartbeat(ctx context.Context) {
 		if !r.id.Held() {
 			return true
 		}
-		_, err := r.ledger.RegisterWorker(ctx, r.workerID, r.parts.ids())
+		_, err := r.ledger.RegisterWorker(ctx, r.workerID, r.parts.ids(), r.id.Lock().HolderPID())
 		if err != nil && ctx.Err() == nil {
 			r.log.Warn("worker heartbeat failed", "err", err)
 		}
@@ -124,7 +124,7 @@ func (r *replica) regained(ctx context.Context) {
 		return
 	}
 	for attempt := 0; attempt < 5 && ctx.Err() == nil; attempt++ {
-		_, err := r.ledger.RegisterWorker(ctx, r.workerID, r.parts.ids())
+		_, err := r.ledger.RegisterWorker(ctx, r.workerID, r.parts.ids(), r.id.Lock().HolderPID())
 		if err == nil {
 			return
 		}

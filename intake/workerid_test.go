@@ -614,11 +614,12 @@ func claimWithoutRowWhileIDTaken(t *testing.T, pool *pgxpool.Pool, r *rig, site 
 	waitFor(t, "the worker id held again", func() bool { return testutil.ToFloat64(r.d.Metrics().WorkerIDHeld) == 1 })
 }
 
-// A stopping process retires its worker id's row only while its own lock
-// session holds the id: one that lost the id after its last look at its
-// hold leaves the row of the process that took the id, whose pid may be
-// its own (PID 1 in two containers; here both are this test's), live and
-// not drained. The holder's retire goes through.
+// A process registers and retires its worker id's row only while its own
+// lock session holds the id: one that lost the id after its last look at
+// its hold writes nothing into the row of the process that took the id,
+// whose pid may be its own (PID 1 in two containers; here both are this
+// test's), and leaves it live and not drained. The holder's retire goes
+// through.
 func TestARetireByAProcessThatLostItsWorkerIDLeavesTheNewHoldersRow(t *testing.T) {
 	_, pool := testenv.DB(t)
 	ctx := context.Background()
@@ -638,8 +639,15 @@ func TestARetireByAProcessThatLostItsWorkerIDLeavesTheNewHoldersRow(t *testing.T
 		t.Fatal(err)
 	}
 	defer now.Release()
-	if _, err := l.RegisterWorker(ctx, "wr", []string{"a"}); err != nil {
+	if _, err := l.RegisterWorker(ctx, "wr", []string{"a"}, now.HolderPID()); err != nil {
 		t.Fatal(err)
+	}
+	// the old process's heartbeat writes nothing into the new holder's row
+	if _, err := l.RegisterWorker(ctx, "wr", []string{"b"}, oldPID); !errors.Is(err, ledger.ErrWorkerIDNotHeld) {
+		t.Fatalf("a heartbeat without the worker id: %v, want ErrWorkerIDNotHeld", err)
+	}
+	if count(t, pool, `SELECT count(*) FROM intake_worker WHERE worker_id = 'wr' AND partners = ARRAY['a']`) != 1 {
+		t.Fatal("a process that lost the worker id wrote its partners into the new holder's row")
 	}
 	live := `SELECT count(*) FROM intake_worker WHERE worker_id = 'wr' AND drained_at IS NULL AND last_seen > now() - interval '10 seconds'`
 	if err := l.RetireWorker(ctx, "wr", true, oldPID); err != nil {

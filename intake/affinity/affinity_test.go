@@ -29,7 +29,7 @@ func TestAReadOfTheLiveReplicasHoldsUpNoOtherQuestion(t *testing.T) {
 	defer cancel()
 	l := ledger.New(pool, time.Minute)
 	for _, w := range []string{"w1", "w2"} {
-		if _, err := l.RegisterWorker(ctx, w, []string{"a", "b"}); err != nil {
+		if _, err := l.RegisterWorker(ctx, w, []string{"a", "b"}, holdID(t, pool, w)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -107,7 +107,7 @@ func peersGaining(t *testing.T, ctx context.Context, gained func(string), owned 
 		ids = append(ids, fmt.Sprintf("p%02d", i))
 	}
 	for _, w := range []string{"w1", "w2"} {
-		if _, err := l.RegisterWorker(ctx, w, ids); err != nil {
+		if _, err := l.RegisterWorker(ctx, w, ids, holdID(t, pool, w)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -370,4 +370,16 @@ func waitUnanswered(t *testing.T, answer <-chan bool, how string, cond func() bo
 		}
 		return cond()
 	}, testenv.Says(never))
+}
+
+// holdID takes worker id w's lock for the test and returns the backend
+// holding it, as a replica of w registers under.
+func holdID(t *testing.T, pool *pgxpool.Pool, w string) uint32 {
+	t.Helper()
+	lk, err := ledger.TryWorkerLock(context.Background(), pool.Config().ConnConfig, w, time.Minute, ledger.WorkerLockHooks{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(lk.Release)
+	return lk.HolderPID()
 }

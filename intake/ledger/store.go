@@ -226,21 +226,33 @@ type replicas struct{ *core }
 // serves (for partner affinity). It reports whether the worker id's
 // previous run ended drained: then no claim of it can be left in
 // processing/ without a row. An id with no row is not drained: a one-shot
-// run (which never registers) may have claimed under it.
-func (l *replicas) RegisterWorker(ctx context.Context, worker string, partners []string) (drained bool, err error) {
+// run (which never registers) may have claimed under it. It writes only
+// while the id's lock is held by holder, this process's lock session's
+// backend (ErrWorkerIDNotHeld otherwise): a process that lost the id after
+// its last look at its hold must not write its partners and pid into the
+// row of the process that took the id.
+func (l *replicas) RegisterWorker(ctx context.Context, worker string, partners []string, holder uint32) (drained bool, err error) {
 	host, _ := os.Hostname()
 	err = l.beat().QueryRow(ctx, `WITH prev AS (SELECT drained_at FROM intake_worker WHERE worker_id = $1)
 		INSERT INTO intake_worker (worker_id, hostname, pid, lease, partners)
-		VALUES ($1, $2, $3, $4::interval, $5)
+		SELECT $1::text, $2::text, $3::int4, $4::interval, $5::text[]
+		WHERE EXISTS (SELECT 1 FROM pg_catalog.pg_locks l WHERE `+workerLockHeldBy("$1")+` AND l.pid = $6)
 		ON CONFLICT (worker_id) DO UPDATE SET hostname = EXCLUDED.hostname, pid = EXCLUDED.pid,
 		    lease = EXCLUDED.lease, partners = EXCLUDED.partners, last_seen = pg_catalog.now(), drained_at = NULL
 		RETURNING (SELECT pg_catalog.count(*) > 0 AND pg_catalog.bool_and(drained_at IS NOT NULL) FROM prev)`,
-		worker, host, os.Getpid(), l.lease, partners).Scan(&drained)
+		worker, host, os.Getpid(), l.lease, partners, int64(holder)).Scan(&drained)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, ErrWorkerIDNotHeld
+	}
 	if err != nil {
 		return false, fmt.Errorf("register worker: %w", err)
 	}
 	return drained, nil
 }
+
+// ErrWorkerIDNotHeld: the worker id's lock is not held by this process's
+// lock session (RegisterWorker).
+var ErrWorkerIDNotHeld = errors.New("register worker: the worker id's lock is not this process's")
 
 // RetireWorker marks a stopping replica gone at once, so the others take
 // its partners on their next poll instead of one lease later. drained
