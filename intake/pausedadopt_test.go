@@ -301,6 +301,32 @@ func TestATakeoversLongMoveKeepsItsSection(t *testing.T) {
 	}
 }
 
+// A takeover whose run is stopped (or whose partner's deadline passes)
+// once its move has landed commits with the move: the row names the file
+// where the move put it. Rolled back with the run's context, the row named
+// the old path while the file lay in the reconciler's processing/ with no
+// row, where it was adopted as a second intake.
+func TestATakeoverStoppedAfterItsMoveCommitsWithIt(t *testing.T) {
+	url, pool := testenv.DB(t)
+	site, name := leftInFlight(t, pool)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := pausedReconcilerRun(t, ctx, url, site, 30*time.Second, "takeover:moved")
+	cancel() // the run is stopped with the file moved
+	fault.Resume("takeover:moved")
+	<-done // the run's error (stopped) or none
+	var claimed string
+	if err := pool.QueryRow(context.Background(), `SELECT claimed_path FROM file_intake WHERE partner_id = 'acme'`).Scan(&claimed); err != nil {
+		t.Fatal(err)
+	}
+	if got := site.Files(t, filepath.Join("processing", "w4")); len(got) != 1 || got[0] != name {
+		t.Fatalf("processing/w4 holds %v, want the file the takeover moved", got)
+	}
+	if !strings.HasSuffix(claimed, "/processing/w4/"+name) {
+		t.Fatalf("the row names %s, want the file where the move put it", claimed)
+	}
+}
+
 // leftInFlight is a file w2 claimed and left in flight: its download
 // failed, so its row stays live (its lease run out), the file in
 // processing/w2/.
@@ -326,6 +352,12 @@ func leftInFlight(t *testing.T, pool *pgxpool.Pool) (*testenv.Site, string) {
 // (the step is resumed at the test's end if the test does not).
 func pausedReconciler(t *testing.T, url string, site *testenv.Site, lease time.Duration, step string) <-chan error {
 	t.Helper()
+	return pausedReconcilerRun(t, context.Background(), url, site, lease, step)
+}
+
+// pausedReconcilerRun is pausedReconciler whose run is under ctx.
+func pausedReconcilerRun(t *testing.T, ctx context.Context, url string, site *testenv.Site, lease time.Duration, step string) <-chan error {
+	t.Helper()
 	sp, err := spool.New(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
@@ -343,7 +375,7 @@ func pausedReconciler(t *testing.T, url string, site *testenv.Site, lease time.D
 	t.Cleanup(func() { fault.Resume(step) }) // first: a run still paused goes on
 	done := make(chan error, 1)
 	go func() {
-		_, err := rec.RunOnce(context.Background())
+		_, err := rec.RunOnce(ctx)
 		done <- err
 	}()
 	select {

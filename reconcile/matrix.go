@@ -484,14 +484,25 @@ func (r *Reconciler) rowExpiredLeases(ctx context.Context, p *partners.Config, s
 		// section has committed.
 		var found []ledger.Finding
 		taken := false
-		err := r.ledger.InClaimSection(ctx, p.ID, func(c *ledger.ClaimLock) error {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		// The section runs to its commit even when the run is being
+		// stopped or the partner's deadline passes once the move has
+		// begun: a move that landed with its takeover rolled back leaves
+		// the file in this worker's processing/ with no row, its old row
+		// naming where it was, and adopted as a second intake. A stop
+		// before the move (ctx) still moves nothing. The move is bounded
+		// by the session's own timeouts, the statements by the server's.
+		sctx := context.WithoutCancel(ctx)
+		err := r.ledger.InClaimSection(sctx, p.ID, func(c *ledger.ClaimLock) error {
 			found, taken = found[:0], false
 			if !r.served(p.ID) {
 				return nil // a reload is removing the partner: another replica takes it over
 			}
 			note := func(f ledger.Finding) { found = append(found, f) }
 			var err error
-			taken, err = r.takeOverExpired(ctx, c, p, s, old, dst, note)
+			taken, err = r.takeOverExpired(sctx, ctx.Err, c, p, s, old, dst, note)
 			return err
 		})
 		if err != nil {
@@ -510,7 +521,10 @@ func (r *Reconciler) rowExpiredLeases(ctx context.Context, p *partners.Config, s
 // takeOverExpired takes one expired row over and moves its file into
 // this worker's processing dir, in the partner's claim section c (both
 // commit with it); taken: the row is this worker's once c commits.
-func (r *Reconciler) takeOverExpired(ctx context.Context, c *ledger.ClaimLock, p *partners.Config, s *sftpconn.Session, old *ledger.Intake, dst string, add addFunc) (taken bool, err error) {
+//
+// ctx is the section's, which the run's stop does not end; stopped is the
+// run's: a stop before the move moves nothing.
+func (r *Reconciler) takeOverExpired(ctx context.Context, stopped func() error, c *ledger.ClaimLock, p *partners.Config, s *sftpconn.Session, old *ledger.Intake, dst string, add addFunc) (taken bool, err error) {
 	in, err := c.TakeOver(ctx, r.ledger, old, r.worker, dst)
 	var fe *ledger.FencedError
 	if errors.As(err, &fe) {
@@ -537,11 +551,15 @@ func (r *Reconciler) takeOverExpired(ctx context.Context, c *ledger.ClaimLock, p
 	if err := fault.Check("takeover:before_move"); err != nil {
 		return false, err
 	}
+	if err := stopped(); err != nil {
+		return false, err
+	}
 	if err := c.StillHeld(ctx); err != nil {
 		return false, err
 	}
 	var left *sitefile.ManifestLeft
 	err = c.Busy(ctx, r.ledger, func() error {
+		defer s.Pin()()                                      // the partner's deadline does not cut the move short
 		copied := s.AllowCopy(max(old.Size, old.ListedSize)) // a RENAME that copies answers late
 		defer copied()
 		if err := fault.Check("takeover:moving"); err != nil {
@@ -551,6 +569,9 @@ func (r *Reconciler) takeOverExpired(ctx context.Context, c *ledger.ClaimLock, p
 		left, err = sitefile.MoveClaimed(s, old.ClaimedPath, dst, in.ManifestName)
 		return err
 	})
+	if ferr := fault.Check("takeover:moved"); ferr != nil && err == nil {
+		return false, ferr
+	}
 	if left != nil {
 		// the file's download holds it (manifest_invalid) unless the
 		// manifest is beside it by then: the next run moves it there

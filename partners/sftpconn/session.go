@@ -41,9 +41,10 @@ type Session struct {
 	closeOnce sync.Once
 	unwatch   atomic.Pointer[func()] // ends the watchdogs' watch (watchAll)
 	chMu      sync.Mutex
-	chans     []*sessChan // the channels open, whose readers Close breaks
-	aborted   bool        // the channels were broken: a later one is at once
-	dirs      sync.Map    // remote directories this session has made sure of
+	chans     []*sessChan  // the channels open, whose readers Close breaks
+	aborted   bool         // the channels were broken: a later one is at once
+	dirs      sync.Map     // remote directories this session has made sure of
+	pins      sync.RWMutex // read-held by an operation CloseWhenDone's close waits for (Pin)
 
 	listMu    sync.Mutex
 	lister    *rawSFTP  // the channel ListDir lists on (listdir.go)
@@ -130,10 +131,24 @@ func (s *Session) Deadline(err error) error {
 }
 
 // CloseWhenDone closes the session when ctx is done (a caller's own
-// deadline: pkg/sftp calls take no context). Call the returned function
-// to stop watching.
+// deadline: pkg/sftp calls take no context), once no operation is pinned
+// (Pin). Call the returned function to stop watching.
 func (s *Session) CloseWhenDone(ctx context.Context) (stop func() bool) {
-	return context.AfterFunc(ctx, func() { s.Close() })
+	return context.AfterFunc(ctx, func() {
+		s.pins.Lock()
+		defer s.pins.Unlock()
+		s.Close()
+	})
+}
+
+// Pin keeps CloseWhenDone's close off until the returned function is
+// called: for a move whose outcome must be known, which a close cut
+// short could leave done on the site and failed to the caller (a RENAME
+// the site makes as a copy). The operation stays bounded by the
+// session's own timeouts.
+func (s *Session) Pin() (unpin func()) {
+	s.pins.RLock()
+	return s.pins.RUnlock
 }
 
 // Stat is sftp.Client.Stat under the session's deadline.
