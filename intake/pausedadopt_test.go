@@ -327,6 +327,58 @@ func TestATakeoverStoppedAfterItsMoveCommitsWithIt(t *testing.T) {
 	}
 }
 
+// A reconciler paused past a lease between its look at a gone worker's
+// claim without a row and its rename loses its claim section and renames
+// nothing: the worker, back meanwhile, adopted the file in a section of
+// its own (after the server ended the reconciler's) and runs it where it
+// lies. Renamed on what the reconciler saw before, the file left the
+// worker's dir under the worker's row.
+func TestAReconcilerPausedBeforeAnAdoptionMovesNothing(t *testing.T) {
+	url, pool := testenv.DB(t)
+	site := testenv.NewSite(t, "acme")
+	const name = "orders-20261101.csv"
+	// w2 renamed the file into its processing dir and died before its row
+	dir := filepath.Join(site.Root, "processing", "w2")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, name), []byte(goodRows("A", 5)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	execArgs(t, pool, `INSERT INTO intake_worker (worker_id, hostname, pid, lease, partners, last_seen)
+		VALUES ('w2', 'gone', 1, '30 s', ARRAY['acme'], pg_catalog.now() - interval '1 hour')`)
+	done := pausedReconcilerRun(t, context.Background(), url, site, 30*time.Second, "adopt_gone:before_move", "download:mid")
+
+	// w2 comes back: its poll adopts the file from its own dir, once the
+	// server has ended the paused reconciler's section, and stops in the
+	// file's download
+	w2 := newRig(t, pool, "w2", site)
+	t.Cleanup(func() { fault.Resume("download:mid") }) // before the rig's stop, which waits for the poll
+	polled := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		polled <- w2.d.PollOnce(ctx, "acme")
+	}()
+	select {
+	case <-fault.Paused("download:mid"):
+	case <-time.After(30 * time.Second):
+		t.Fatal("w2 never reached its download")
+	}
+	fault.Resume("adopt_gone:before_move")
+	<-done
+	if got := site.Files(t, filepath.Join("processing", "w4")); len(got) != 0 {
+		t.Fatalf("the paused reconciler moved %v out of w2's dir", got)
+	}
+	fault.Resume("download:mid")
+	if err := <-polled; err != nil {
+		t.Fatalf("w2's poll: %v", err)
+	}
+	if fs := files(t, pool, "acme"); len(fs) != 1 || fs[0].State != "archived" || fs[0].Worker != "w2" {
+		t.Fatalf("rows %+v, want the one file archived by w2", fs)
+	}
+}
+
 // leftInFlight is a file w2 claimed and left in flight: its download
 // failed, so its row stays live (its lease run out), the file in
 // processing/w2/.
@@ -355,8 +407,10 @@ func pausedReconciler(t *testing.T, url string, site *testenv.Site, lease time.D
 	return pausedReconcilerRun(t, context.Background(), url, site, lease, step)
 }
 
-// pausedReconcilerRun is pausedReconciler whose run is under ctx.
-func pausedReconcilerRun(t *testing.T, ctx context.Context, url string, site *testenv.Site, lease time.Duration, step string) <-chan error {
+// pausedReconcilerRun is pausedReconciler whose run is under ctx, with
+// the later steps armed to pause too (one spec: arming again would let go
+// of a step already paused).
+func pausedReconcilerRun(t *testing.T, ctx context.Context, url string, site *testenv.Site, lease time.Duration, step string, later ...string) <-chan error {
 	t.Helper()
 	sp, err := spool.New(t.TempDir())
 	if err != nil {
@@ -368,11 +422,19 @@ func pausedReconcilerRun(t *testing.T, ctx context.Context, url string, site *te
 		t.Fatal(err)
 	}
 	t.Cleanup(rec.Stop)
-	if err := fault.Set(step + "=pause"); err != nil {
+	spec := step + "=pause"
+	for _, l := range later {
+		spec += "," + l + "=pause"
+	}
+	if err := fault.Set(spec); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { fault.Set("") })
-	t.Cleanup(func() { fault.Resume(step) }) // first: a run still paused goes on
+	t.Cleanup(func() { // first: a run still paused goes on
+		for _, s := range append([]string{step}, later...) {
+			fault.Resume(s)
+		}
+	})
 	done := make(chan error, 1)
 	go func() {
 		_, err := rec.RunOnce(ctx)

@@ -414,6 +414,15 @@ func finishPutBack(s *sftpconn.Session, old, name string, add addFunc) {
 }
 
 func (r *Reconciler) adoptLocked(ctx context.Context, c *ledger.ClaimLock, p *partners.Config, s *sftpconn.Session, old, dst, name, feedName string, size int64, w string, add addFunc) error {
+	if err := fault.Check("adopt_gone:before_move"); err != nil {
+		return err
+	}
+	// a reconciler paused past a lease since its look has lost the
+	// section (its session ended): the gone worker's process may have
+	// come back and adopted the file in a section of its own meanwhile
+	if err := c.StillHeld(ctx); err != nil {
+		return err
+	}
 	if err := s.Rename(old, dst); err != nil {
 		add(ledger.Finding{Kind: ledger.KindTakeoverBlocked, Path: old, NeedsHuman: !sftpconn.IsNotExist(err),
 			Action: "none", Detail: fmt.Sprintf("could not move it into processing/%s/: %v", r.worker, err)})
