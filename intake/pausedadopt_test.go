@@ -178,17 +178,8 @@ func pausedPool(t *testing.T, url string) *pgxpool.Pool {
 func TestAPausedReplicaNeverMovesWhatAnotherAdopted(t *testing.T) {
 	url, pool := testenv.DB(t)
 	site := testenv.NewSite(t, "acme")
-	const name = "orders-20261101.csv"
 	// w2 died between its claim's RENAME and INSERT, and is gone
-	dir := filepath.Join(site.Root, "processing", "w2")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, name), []byte(goodRows("M", 3)), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	execArgs(t, pool, `INSERT INTO intake_worker (worker_id, hostname, pid, lease, partners, last_seen)
-		VALUES ('w2', 'gone', 1, '30 s', ARRAY['acme'], pg_catalog.now() - interval '1 hour')`)
+	goneWorkersClaim(t, pool, site, goodRows("M", 3))
 
 	w1 := newRig(t, pausedPool(t, url), "w1", site)
 	resume := w1.pollPaused("acme", "adopt:before_move")
@@ -336,17 +327,8 @@ func TestATakeoverStoppedAfterItsMoveCommitsWithIt(t *testing.T) {
 func TestAReconcilerPausedBeforeAnAdoptionMovesNothing(t *testing.T) {
 	url, pool := testenv.DB(t)
 	site := testenv.NewSite(t, "acme")
-	const name = "orders-20261101.csv"
 	// w2 renamed the file into its processing dir and died before its row
-	dir := filepath.Join(site.Root, "processing", "w2")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, name), []byte(goodRows("A", 5)), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	execArgs(t, pool, `INSERT INTO intake_worker (worker_id, hostname, pid, lease, partners, last_seen)
-		VALUES ('w2', 'gone', 1, '30 s', ARRAY['acme'], pg_catalog.now() - interval '1 hour')`)
+	goneWorkersClaim(t, pool, site, goodRows("A", 5))
 	done := pausedReconcilerRun(t, context.Background(), url, site, 30*time.Second, "adopt_gone:before_move", "download:mid")
 
 	// w2 comes back: its poll adopts the file from its own dir, once the
@@ -377,6 +359,22 @@ func TestAReconcilerPausedBeforeAnAdoptionMovesNothing(t *testing.T) {
 	if fs := files(t, pool, "acme"); len(fs) != 1 || fs[0].State != "archived" || fs[0].Worker != "w2" {
 		t.Fatalf("rows %+v, want the one file archived by w2", fs)
 	}
+}
+
+// goneWorkersClaim is a claim of orders-20261101.csv with rows that w2
+// renamed into its processing dir before it died without its row; w2's
+// replica row says it is gone.
+func goneWorkersClaim(t *testing.T, pool *pgxpool.Pool, site *testenv.Site, rows string) {
+	t.Helper()
+	dir := filepath.Join(site.Root, "processing", "w2")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "orders-20261101.csv"), []byte(rows), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	execArgs(t, pool, `INSERT INTO intake_worker (worker_id, hostname, pid, lease, partners, last_seen)
+		VALUES ('w2', 'gone', 1, '30 s', ARRAY['acme'], pg_catalog.now() - interval '1 hour')`)
 }
 
 // leftInFlight is a file w2 claimed and left in flight: its download
