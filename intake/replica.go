@@ -37,10 +37,16 @@ type replica struct {
 	prevDrained bool
 }
 
+// registerRow writes this replica's row (RegisterWorker) with partners,
+// under the worker id's lock as this process holds it.
+func (r *replica) registerRow(ctx context.Context, partners []string) (drained bool, err error) {
+	return r.ledger.RegisterWorker(ctx, r.workerID, partners, r.id.Lock().HolderPID())
+}
+
 // register records this replica in intake_worker (RegisterWorker) and
 // starts its heartbeat; the worker id is held.
 func (r *replica) register(ctx context.Context) error {
-	drained, err := r.ledger.RegisterWorker(ctx, r.workerID, r.parts.order, r.id.Lock().HolderPID())
+	drained, err := r.registerRow(ctx, r.parts.order)
 	if err != nil {
 		return err
 	}
@@ -96,7 +102,7 @@ func (r *replica) heartbeat(ctx context.Context) {
 		if !r.id.Held() {
 			return true
 		}
-		_, err := r.ledger.RegisterWorker(ctx, r.workerID, r.parts.ids(), r.id.Lock().HolderPID())
+		_, err := r.registerRow(ctx, r.parts.ids())
 		if err != nil && ctx.Err() == nil {
 			r.log.Warn("worker heartbeat failed", "err", err)
 		}
@@ -124,7 +130,7 @@ func (r *replica) regained(ctx context.Context) {
 		return
 	}
 	for attempt := 0; attempt < 5 && ctx.Err() == nil; attempt++ {
-		_, err := r.ledger.RegisterWorker(ctx, r.workerID, r.parts.ids(), r.id.Lock().HolderPID())
+		_, err := r.registerRow(ctx, r.parts.ids())
 		if err == nil {
 			return
 		}

@@ -236,7 +236,7 @@ func (l *replicas) RegisterWorker(ctx context.Context, worker string, partners [
 	err = l.beat().QueryRow(ctx, `WITH prev AS (SELECT drained_at FROM intake_worker WHERE worker_id = $1)
 		INSERT INTO intake_worker (worker_id, hostname, pid, lease, partners)
 		SELECT $1::text, $2::text, $3::int4, $4::interval, $5::text[]
-		WHERE EXISTS (SELECT 1 FROM pg_catalog.pg_locks l WHERE `+workerLockHeldBy("$1")+` AND l.pid = $6)
+		WHERE `+workerLockHeldByBackend("$1", "$6")+`
 		ON CONFLICT (worker_id) DO UPDATE SET hostname = EXCLUDED.hostname, pid = EXCLUDED.pid,
 		    lease = EXCLUDED.lease, partners = EXCLUDED.partners, last_seen = pg_catalog.now(), drained_at = NULL
 		RETURNING (SELECT pg_catalog.count(*) > 0 AND pg_catalog.bool_and(drained_at IS NOT NULL) FROM prev)`,
@@ -271,7 +271,7 @@ func (l *replicas) RetireWorker(ctx context.Context, worker string, drained bool
 	_, err := l.pool.Exec(ctx, `UPDATE intake_worker SET last_seen = pg_catalog.now() - lease - interval '1 second',
 		    drained_at = CASE WHEN $3 THEN pg_catalog.now() END
 		WHERE worker_id = $1 AND pid = $2
-		  AND EXISTS (SELECT 1 FROM pg_catalog.pg_locks l WHERE `+workerLockHeldBy("$1")+` AND l.pid = $4)`,
+		  AND `+workerLockHeldByBackend("$1", "$4"),
 		worker, os.Getpid(), drained, int64(holder))
 	return err
 }
@@ -493,7 +493,7 @@ func (l *leaseStore) renew(ctx context.Context, q *pgxpool.Pool, ins []*Intake, 
 	rs, err := q.Query(ctx, `UPDATE file_intake f SET lease_until = pg_catalog.clock_timestamp() + $3::interval
 		FROM unnest($1::bigint[], $2::bigint[]) AS x(id, token)
 		WHERE f.intake_id = x.id AND f.fencing_token = x.token AND f.state = ANY($4)
-		  AND ($5::text IS NULL OR (EXISTS (SELECT 1 FROM pg_locks l WHERE `+workerLockHeldBy("$5")+` AND l.pid = $6)
+		  AND ($5::text IS NULL OR (`+workerLockHeldByBackend("$5", "$6")+`
 		       AND pg_catalog.pg_postmaster_start_time() = $7))
 		RETURNING f.intake_id`, ids, tokens, l.lease, liveStates, worker, pid, since)
 	if err != nil {

@@ -77,6 +77,12 @@ func workerLockHeldBy(worker string) string {
 // workerLockHeld is workerLockHeldBy the first parameter.
 var workerLockHeld = workerLockHeldBy("$1")
 
+// workerLockHeldByBackend is true while the backend in parameter pid
+// holds the lock of the worker id in parameter worker.
+func workerLockHeldByBackend(worker, pid string) string {
+	return `EXISTS (SELECT 1 FROM pg_catalog.pg_locks l WHERE ` + workerLockHeldBy(worker) + ` AND l.pid = ` + pid + `)`
+}
+
 // WorkerIDInUseError: another live session holds the worker id's lock.
 type WorkerIDInUseError struct {
 	Worker string
@@ -523,7 +529,7 @@ func (w *WorkerLock) CheckPooled(ctx context.Context) error {
 	}
 	var held bool
 	ask := func() error {
-		return w.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_locks l WHERE `+workerLockHeld+` AND l.pid = $2)
+		return w.pool.QueryRow(ctx, `SELECT `+workerLockHeldByBackend("$1", "$2")+`
 		AND pg_catalog.pg_postmaster_start_time() = $3`, w.worker, int64(w.at.PID), w.at.Since).Scan(&held)
 	}
 	err := ask()
