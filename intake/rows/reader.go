@@ -283,6 +283,16 @@ func (g *guard) Read(p []byte) (int, error) {
 		g.err = &FileError{Reason: reason.BinaryContent, Line: g.line + int64(bytes.Count(b[:i], []byte{'\n'})), Detail: "NUL byte: not a text file"}
 		return 0, g.err
 	}
+	if g.run+len(b) <= g.max {
+		// no line of b can pass the bound: its lines are counted whole
+		if nl := bytes.Count(b, newline); nl > 0 {
+			g.line += int64(nl)
+			g.run = len(b) - 1 - bytes.LastIndexByte(b, '\n')
+		} else {
+			g.run += len(b)
+		}
+		return n, err
+	}
 	for len(b) > 0 {
 		i := bytes.IndexByte(b, '\n')
 		if i < 0 {
@@ -323,14 +333,17 @@ type recordLimit struct {
 	maxFields int
 	columns   int
 	fields    int
-	state     int   // of the quoting, where the bytes so far end
-	from      int64 // the line the counted record starts on
-	read      int64 // bytes handed to the CSV reader
-	end       int64 // input offset of the end of the last record returned
-	lines     int64 // newlines handed to the CSV reader
-	tail      []byte
-	next      int64 // the line the record being read starts on
-	err       *FileError
+	state     int // of the quoting, where the bytes so far end
+	// line starts left before countFields tries a line whole again
+	quotedLines int
+	from        int64 // the line the counted record starts on
+	read        int64 // bytes handed to the CSV reader
+	end         int64 // input offset of the end of the last record returned
+	lines       int64 // newlines handed to the CSV reader
+	endLines    int64 // newlines before end
+	tail        []byte
+	next        int64 // the line the record being read starts on
+	err         *FileError
 }
 
 func (l *recordLimit) Read(p []byte) (int, error) {
@@ -367,18 +380,28 @@ const tailBytes = 2 * recordSlack
 // record just read against the bound exactly (the read-ahead allowance
 // above lets a record end up to recordSlack bytes past it).
 func (l *recordLimit) done() error {
-	off := l.csv.InputOffset()
-	size := off - l.end
+	off, prev := l.csv.InputOffset(), l.end
+	size := off - prev
 	l.end = off
 	if size > l.max && l.err == nil {
 		l.tooLarge()
 		return l.err
 	}
-	if ahead := l.read - off; ahead <= int64(len(l.tail)) {
-		l.next = l.lines - int64(bytes.Count(l.tail[int64(len(l.tail))-ahead:], []byte{'\n'})) + 1
+	// the lines before the next record: those of the record just read
+	// added to the count at the last one's end, or, for a record longer
+	// than the bytes kept, the lines handed over less those read ahead
+	tail := int64(len(l.tail))
+	if since := l.read - prev; since <= tail {
+		l.endLines += int64(bytes.Count(l.tail[tail-since:tail-(l.read-off)], newline))
+		l.next = l.endLines + 1
+	} else if ahead := l.read - off; ahead <= tail {
+		l.endLines = l.lines - int64(bytes.Count(l.tail[tail-ahead:], newline))
+		l.next = l.endLines + 1
 	}
 	return nil
 }
+
+var newline = []byte{'\n'}
 
 // countFields follows encoding/csv's quoting over b and counts the
 // delimiters outside quotes; it reports whether a record passed
@@ -391,6 +414,23 @@ func (l *recordLimit) countFields(b []byte) bool {
 		l.plain = plainBytes(l.comma[0])
 	}
 	for i := 0; i < len(b); i++ {
+		// A line (or the rest of b) with no quote, met outside quotes
+		// with a one-byte delimiter, is counted whole: its delimiters
+		// are all outside quotes. Tried once a line, at its start, and
+		// not on the next quotedRun lines after a line that had quotes.
+		if len(l.comma) == 1 && (l.state == fieldStart || l.state == unquoted) && (i == 0 || b[i-1] == '\n') {
+			if l.quotedLines > 0 {
+				l.quotedLines--
+			} else if n, ok := l.plainLine(b[i:]); ok {
+				if i += n; i == len(b) {
+					break
+				}
+				i-- // the loop's i++
+				continue
+			} else {
+				l.quotedLines = quotedRun
+			}
+		}
 		// Most bytes change nothing: within unquoted text (no delimiter
 		// byte matched so far) all but a line end, a quote and the
 		// delimiter's first byte; within quotes all but a quote and a
@@ -475,6 +515,42 @@ func (l *recordLimit) countFields(b []byte) bool {
 		}
 	}
 	return false
+}
+
+// quotedRun is how many lines countFields reads byte by byte after one
+// with quotes (a file that quotes its fields quotes them on every line).
+const quotedRun = 64
+
+// plainLine counts the delimiters of b's first line, or of all of b
+// when it holds no line end, when that holds no quote and stays under
+// maxFields, and returns the bytes it took (the line end included);
+// false leaves the state as it was, for the byte loop.
+func (l *recordLimit) plainLine(b []byte) (int, bool) {
+	seg := b
+	k := bytes.IndexByte(b, '\n')
+	if k >= 0 {
+		seg = b[:k]
+	}
+	if bytes.IndexByte(seg, '"') >= 0 {
+		return 0, false
+	}
+	c := bytes.Count(seg, l.comma)
+	if l.fields+c >= l.maxFields {
+		return 0, false
+	}
+	if k >= 0 {
+		l.lines++
+		l.fields, l.from, l.state = 0, l.lines+1, fieldStart
+		return k + 1, true
+	}
+	l.fields += c
+	if n := len(seg); n > 0 {
+		l.state = unquoted
+		if seg[n-1] == l.comma[0] {
+			l.state = fieldStart
+		}
+	}
+	return len(seg), true
 }
 
 // plainBytes is the bytes unquoted text passes over without a change of
