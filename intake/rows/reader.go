@@ -52,6 +52,11 @@ func RecordBytes(feed *partners.Feed) int {
 // is reading being over the bound yet.
 const recordSlack = 4096
 
+// sourceBuffer is how much of the file one read of its source asks for:
+// the CSV reader reads 4 KiB at a time, a system call each on a spooled
+// file (0.25 s of intake's 8 s of CPU for a 300 MB file).
+const sourceBuffer = 64 << 10
+
 // Row is one data row of the file.
 type Row struct {
 	// Line is the 1-based line the record starts on.
@@ -84,6 +89,11 @@ func NewReader(r io.Reader, feed *partners.Feed, maxRows int64) (*Reader, error)
 	maxLine := feed.CSV.MaxLineBytes
 	if maxLine <= 0 {
 		maxLine = MaxLineBytes
+	}
+	switch r.(type) {
+	case *bytes.Reader, *strings.Reader, *bufio.Reader: // in memory already
+	default:
+		r = bufio.NewReaderSize(r, sourceBuffer)
 	}
 	g := &guard{r: r, max: maxLine, line: 1}
 	var src io.Reader = g
