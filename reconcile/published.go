@@ -83,23 +83,34 @@ const maxTempRemovals = 1000
 
 // rowUnpublishedDiscards publishes the decision of a discarded file whose
 // ops command recorded it but could not reach the partner's site: the
-// reason file goes, the receipt says "discarded".
+// reason file goes, the receipt says "discarded". One that fails (its
+// receipt's name refused, its reason file not removable) is an error of
+// the run and is tried again at the next; the partner's other discards
+// are published all the same.
 func (r *Reconciler) rowUnpublishedDiscards(ctx context.Context, p *partners.Config, s *sftpconn.Session, add addFunc) error {
 	rows, err := r.ledger.Undecided(ctx, p.ID)
 	if err != nil {
 		return err
 	}
+	var errs []error
 	for _, in := range rows {
-		err := sitefile.PublishDiscarded(ctx, r.ledger, s, p, in)
+		if ctx.Err() != nil {
+			return errors.Join(append(errs, ctx.Err())...)
+		}
+		err := fault.Check("reconcile:publish_discard")
+		if err == nil {
+			err = sitefile.PublishDiscarded(ctx, r.ledger, s, p, in)
+		}
 		var fe *ledger.FencedError
 		if errors.As(err, &fe) {
 			continue // published meanwhile
 		}
 		if err != nil {
-			return err
+			errs = append(errs, fmt.Errorf("intake %d: publish its discard: %w", in.ID, err))
+			continue
 		}
 		add(ledger.Finding{Kind: ledger.KindDecisionPublished, IntakeID: in.ID, Path: in.ReceiptPath,
 			Action: "receipt rewritten: discarded; reason file removed"})
 	}
-	return nil
+	return errors.Join(errs...)
 }

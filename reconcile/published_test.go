@@ -13,7 +13,9 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/partner-intake/partner-intake/intake"
 	"github.com/partner-intake/partner-intake/intake/ledger"
+	"github.com/partner-intake/partner-intake/intake/ops"
 	"github.com/partner-intake/partner-intake/intake/sitefile"
 	"github.com/partner-intake/partner-intake/internal/fault"
 	"github.com/partner-intake/partner-intake/internal/testenv"
@@ -189,5 +191,56 @@ func TestKilledReceiptWriteLeavesNoTempBehind(t *testing.T) {
 	f := testenv.Files(t, pool, "tmp")[0]
 	if rc := readReceipt(t, site, f.Receipt); f.State != "archived" || rc.Outcome != "accepted" {
 		t.Fatalf("%+v, receipt %+v", f, rc)
+	}
+}
+
+// Discards ops recorded that never reached the site: a run publishes
+// each, and one whose publication fails (a fault stands in for a site
+// refusing its receipt) is an error of the run, tried again at the next,
+// while the partner's other discard is published in the same run.
+func TestADiscardThatFailsToPublishHoldsNoOtherBack(t *testing.T) {
+	_, pool := testenv.DB(t)
+	site := testenv.NewSite(t, "disc")
+	site.Config.Limits.MaxFileBytes = 64
+	site.Drop(t, "orders-a.csv", testenv.OrdersCSV("A", 20))
+	site.Drop(t, "orders-b.csv", testenv.OrdersCSV("B", 20))
+	n := newNode(t, pool, "w1", t.TempDir(), site)
+	if err := n.poll(t, "disc"); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	held := testenv.Files(t, pool, "disc")
+	if len(held) != 2 {
+		t.Fatalf("%+v: want two files held", held)
+	}
+	for _, f := range held {
+		if f.State != "quarantined" {
+			t.Fatalf("%+v: want quarantined", f)
+		}
+		if err := ops.Discard(ctx, pool, ops.Decision{IntakeID: f.ID, Actor: "alice", Reason: "too large", Partners: []string{"disc"},
+			Worker: intake.OpsWorker("ops")}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	withFault(t, "reconcile:publish_discard=error")
+	fs, err := n.rec.RunOnce(ctx)
+	if !errors.Is(err, fault.ErrInjected) {
+		t.Fatalf("the run's error %v, want the failed publication's", err)
+	}
+	if got := kinds(fs)[ledger.KindDecisionPublished]; got != 1 {
+		t.Fatalf("%d discards published beside the one that failed, want 1", got)
+	}
+	if got := kinds(n.reconcile(t))[ledger.KindDecisionPublished]; got != 1 {
+		t.Fatalf("the next run published %d, want the one left", got)
+	}
+	for _, f := range testenv.Files(t, pool, "disc") {
+		if rc := readReceipt(t, site, f.Receipt); f.State != "discarded" || rc.Outcome != ledger.OutcomeDiscarded {
+			t.Fatalf("%+v, receipt %+v: want discarded, and its receipt says so", f, rc)
+		}
+	}
+	for _, name := range site.Files(t, "quarantine") {
+		if strings.HasSuffix(name, sitefile.ReasonSuffix) {
+			t.Fatalf("quarantine/ still holds the reason file %s of a discarded file", name)
+		}
 	}
 }
