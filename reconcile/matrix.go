@@ -474,7 +474,12 @@ func (r *Reconciler) rowExpiredLeases(ctx context.Context, p *partners.Config, s
 	}
 	for _, old := range rows {
 		if old.Worker == r.worker {
-			continue // our own poll resumes it
+			// This worker's own run stalled past its lease: its own
+			// daemon resumes it, told to look (a replica that another
+			// replica polls the partner for would otherwise leave it
+			// alone for as long as this one leads the reconcile runs)
+			r.takenOver(p.ID)
+			continue
 		}
 		name := old.RemoteName
 		if old.Feed == ledger.NoFeed {

@@ -229,6 +229,51 @@ func TestExpiredLeaseIsTakenOverWithoutReapplying(t *testing.T) {
 	}
 }
 
+// A row of this worker whose lease expired is not taken over by this
+// worker's own reconciler: its own daemon is told to resume it
+// (TakenOver), as a file taken over from another worker is. A replica
+// that another polls the partner for leaves the partner alone otherwise,
+// and the file waited for as long as this replica led the reconcile runs.
+func TestAnOwnExpiredRowIsHandedToItsOwnDaemon(t *testing.T) {
+	_, pool := testenv.DB(t)
+	site := testenv.NewSite(t, "own")
+	site.Drop(t, "orders-o.csv", testenv.OrdersCSV("O", 5))
+	w1 := newNode(t, pool, "w1", t.TempDir(), site)
+	withFault(t, "apply:after_commit=error")
+	if err := w1.poll(t, "own"); !errors.Is(err, fault.ErrInjected) {
+		t.Fatalf("got %v, want the injected stop after commit", err)
+	}
+	before := testenv.Files(t, pool, "own")[0]
+	expireLeases(t, pool)
+	var told []string
+	rec, err := reconcile.New(reconcile.Config{}, "w1", 10*time.Second, pool, w1.sp, []partners.Config{site.Validated(t)},
+		prometheus.NewRegistry(), testenv.Logger(t), func(partner string) { told = append(told, partner) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(rec.Stop)
+	fs, err := rec.RunOnce(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := kinds(fs)[ledger.KindLeaseExpired]; n != 0 {
+		t.Fatalf("findings %+v: its own row taken over", fs)
+	}
+	if !slices.Equal(told, []string{"own"}) {
+		t.Fatalf("the daemon was told of %q, want of the partner whose row is its own", told)
+	}
+	if f := testenv.Files(t, pool, "own")[0]; f.Worker != "w1" || f.State != before.State {
+		t.Fatalf("got %+v, want w1's row as it was (%s)", f, before.State)
+	}
+	if err := w1.poll(t, "own"); err != nil {
+		t.Fatal(err)
+	}
+	if f := testenv.Files(t, pool, "own")[0]; f.State != "archived" || f.Applied != 5 {
+		t.Fatalf("got %+v, want archived with its 5 rows applied once", f)
+	}
+	testenv.AssertExactOrders(t, pool, "own", 5, "O")
+}
+
 // Row 1 (and 2): the claim rename happened but the row was never written
 // (crash, or the rename's reply was lost). The worker's own next poll adopts
 // it; a dead worker's orphan is adopted by the reconciler of another.
