@@ -159,8 +159,9 @@ func (r *Reconciler) partnerRows(ctx context.Context, p *partners.Config, fs *fi
 // reported (it has no outcome yet, and a worker that never looks would
 // leave it so for good). A live worker may be between a
 // claim's RENAME and its INSERT right now, so such an entry is looked up
-// again after every directory was listed, and reported only if still there
-// without a row. A hostile entry (partners.HostilePrefix: what a claim took
+// again after every directory was listed, in the partner's claim section
+// (where a claim's RENAME and its row are one step), and reported only if
+// still there without a row. A hostile entry (partners.HostilePrefix: what a claim took
 // out of ready/ under a generated name, a directory or a symlink as well)
 // is adopted whatever it is, to be held unread. A manifest travels with
 // its data file; one found beside none is looked at after the listings
@@ -261,16 +262,28 @@ func (r *Reconciler) rowOrphanClaims(ctx context.Context, p *partners.Config, s 
 		}
 	}
 	for _, l := range left {
-		if _, err := s.Lstat(l.path); err != nil {
-			continue // adopted or moved on meanwhile
+		if ctx.Err() != nil {
+			return ctx.Err()
 		}
-		if owned, err := r.ledger.Owned(ctx, p.ID, l.path); err != nil {
+		// looked at again in the partner's claim section, where a claim's
+		// RENAME and its row are one step: a claim in progress at the
+		// listing has its row by then
+		var found bool
+		err := r.ledger.InClaimSection(ctx, p.ID, func(*ledger.ClaimLock) error {
+			if _, err := s.Lstat(l.path); err != nil {
+				return nil // adopted or moved on meanwhile
+			}
+			owned, err := r.ledger.Owned(ctx, p.ID, l.path)
+			found = err == nil && !owned
 			return err
-		} else if owned {
-			continue
+		})
+		if err != nil {
+			return err
 		}
-		add(ledger.Finding{Kind: ledger.KindOrphanClaim, Path: l.path, NeedsHuman: true, Action: "none",
-			Detail: fmt.Sprintf("no row: worker %s is live and adopts it when it next looks at the partner; if this stays, restart that worker", l.worker)})
+		if found {
+			add(ledger.Finding{Kind: ledger.KindOrphanClaim, Path: l.path, NeedsHuman: true, Action: "none",
+				Detail: fmt.Sprintf("no row: worker %s is live and adopts it when it next looks at the partner; if this stays, restart that worker", l.worker)})
+		}
 	}
 	for _, m := range manifests {
 		if ctx.Err() != nil {

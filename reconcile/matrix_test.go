@@ -764,6 +764,63 @@ func TestATakeoverThatCannotMoveTheFileRunsItWhereItIs(t *testing.T) {
 	testenv.AssertExactOrders(t, pool, "nomove", 250, "M")
 }
 
+// Row 1 for a live worker's claim in progress: the reconciler's listing
+// finds the file in the worker's processing dir between the claim's RENAME
+// and its row. Its second look is made in the partner's claim section,
+// after the claim's: the row is there, and nothing is reported. Before, a
+// claim caught so raised an orphan_claim finding that needs a human.
+func TestAClaimInProgressIsNoOrphan(t *testing.T) {
+	_, pool := testenv.DB(t)
+	site := testenv.NewSite(t, "busy")
+	site.Drop(t, "orders-b.csv", testenv.OrdersCSV("B", 3))
+	ctx := context.Background()
+	if _, err := pool.Exec(ctx, `INSERT INTO intake_worker (worker_id, hostname, pid, lease, partners, last_seen)
+		VALUES ('w1', 'live', 1, '30 s', ARRAY['busy'], pg_catalog.now())`); err != nil {
+		t.Fatal(err)
+	}
+	spoolDir := t.TempDir()
+	w1 := newNode(t, pool, "w1", spoolDir, site)
+	w2 := newNode(t, pool, "w2", spoolDir, site)
+	resume := pausedPoll(t, w1, "busy", "claim:after_rename")
+	type result struct {
+		fs  []ledger.Finding
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		fs, err := w2.rec.RunOnce(ctx)
+		done <- result{fs, err}
+	}()
+	var res result
+	waiting := false
+	for deadline := time.Now().Add(30 * time.Second); !waiting; {
+		select {
+		case res = <-done:
+			resume()
+			t.Fatalf("the run ended (%v) while the claim was in progress, findings %+v: want it to wait for the claim's section", res.err, res.fs)
+		case <-time.After(20 * time.Millisecond):
+		}
+		waiting = testenv.Count(t, pool, `SELECT count(*) FROM pg_catalog.pg_stat_activity WHERE wait_event_type = 'Lock' AND wait_event = 'advisory'`) > 0
+		if !waiting && time.Now().After(deadline) {
+			resume()
+			t.Fatal("the run never waited for the claim's section")
+		}
+	}
+	if err := resume(); err != nil {
+		t.Fatal(err)
+	}
+	res = <-done
+	if res.err != nil {
+		t.Fatal(res.err)
+	}
+	if n := kinds(res.fs)[ledger.KindOrphanClaim]; n != 0 {
+		t.Fatalf("findings %+v: a claim in progress reported", res.fs)
+	}
+	if f := testenv.Files(t, pool, "busy"); len(f) != 1 || f[0].Worker != "w1" || f[0].State != "archived" {
+		t.Fatalf("rows %+v, want w1's one file archived", f)
+	}
+}
+
 // Row 1 for an entry that is no file of a feed: a claim whose row was
 // never written, whose entry is no longer a regular file (the partner
 // swapped it between the listing and the RENAME), or whose name no feed
