@@ -569,6 +569,46 @@ func TestAReleasedOrDiscardedFileLeavesNoStaleReport(t *testing.T) {
 	}
 }
 
+// A file that failed part way, released, and held again before any chunk
+// of its run after the release applied (its header no longer reads with
+// the feed as it is now): a release starts the file over, its counts
+// cleared, yet the rows its first run applied stand. The hold's receipt
+// says so (rows.applied_before_release), and so does its discard, rather
+// than that nothing of it was applied.
+func TestAFileHeldAgainAfterItsReleaseSaysWhatItsEarlierRunApplied(t *testing.T) {
+	pool, site, r, f := failedPartWay(t)
+	if f.State != "failed_terminal" || f.Applied != 3 {
+		t.Fatalf("%+v: want failed_terminal with 3 rows applied", f)
+	}
+	ctx := context.Background()
+	d := ops.Decision{IntakeID: f.ID, Actor: "alice", Reason: "reviewed", Partners: []string{"acme"}, Worker: intake.OpsWorker("ops")}
+	if err := ops.Release(ctx, pool, d); err != nil {
+		t.Fatal(err)
+	}
+	site.Config.Feeds[0].CSV.Delimiter = ";" // the run after the release reads no header
+	r2 := newRigOn(t, pool, intake.Config{WorkerID: "w2", Lease: 30 * time.Second, SpoolMinFree: 1}, r.spoolDir, site)
+	r2.reconcileAs("w2", site)
+	r2.poll("acme")
+	f = files(t, pool, "acme")[0]
+	if f.State != "failed_terminal" || f.Reason != string(reason.HeaderMismatch) || f.Applied != 0 {
+		t.Fatalf("%+v: want held again for its header, nothing applied by this run", f)
+	}
+	if rc := receipt(t, site, f.Receipt); rc.Rows.Applied != 0 || rc.Rows.AppliedEarlier != 3 {
+		t.Fatalf("receipt rows %+v: want 3 applied before the release, none since", rc.Rows)
+	}
+	if err := ops.Discard(ctx, pool, d); err != nil {
+		t.Fatal(err)
+	}
+	if err := ops.PublishDecision(ctx, pool, []partners.Config{site.Validated(t)}, f.ID); err != nil {
+		t.Fatal(err)
+	}
+	f = files(t, pool, "acme")[0]
+	if rc := receipt(t, site, f.Receipt); rc.Outcome != ledger.OutcomeDiscarded || rc.Rows.AppliedEarlier != 3 ||
+		!strings.Contains(rc.Detail, "3 of its rows, applied by its runs before ops released it, stay") {
+		t.Fatalf("receipt %+v: want discarded, saying the 3 rows applied before the release stay", rc)
+	}
+}
+
 // A file held before its spooled statement (here: larger than its limit,
 // found while downloading) has its receipt under its batch's name; when
 // ops discard it, the discard's receipt takes that name (the row keeps

@@ -88,7 +88,7 @@ GRANT SELECT ON
 -- records its receipt; approve and reject record the plan decision
 GRANT UPDATE (state, reason, release_override, fencing_token, worker_id, lease_until, claimed_path,
         manifest_name, archive_path, receipt_path, receipt_pending, rejects_path, finished_at, updated_at,
-        rows_applied, rows_unchanged, rows_rejected, rows_conflict, rows_deleted, rows_delete_kept, chunks_done, feed_sha256,
+        rows_applied, rows_unchanged, rows_rejected, rows_conflict, rows_deleted, rows_delete_kept, rows_applied_earlier, chunks_done, feed_sha256,
         plan_hash, plan_counts, planned_at, plan_decision, approved_plan_hash,
         attempts, first_failed_at, next_attempt_at, last_error)
     ON :"schema".file_intake TO :"ops_role";

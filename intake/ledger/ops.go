@@ -167,7 +167,7 @@ func Reopen(ctx context.Context, tx pgx.Tx, id int64, next State, override, path
 		fencing_token = fencing_token + 1, worker_id = 'released', lease_until = pg_catalog.now() - interval '1 second',
 		claimed_path = $4, manifest_name = nullif($5, ''), archive_path = NULL,
 		finished_at = NULL, updated_at = pg_catalog.now(),
-		rows_applied = 0, rows_unchanged = 0, rows_rejected = 0, rows_conflict = 0, rows_deleted = 0, rows_delete_kept = 0, chunks_done = 0, feed_sha256 = NULL,
+		rows_applied_earlier = rows_applied_earlier + rows_applied, rows_applied = 0, rows_unchanged = 0, rows_rejected = 0, rows_conflict = 0, rows_deleted = 0, rows_delete_kept = 0, chunks_done = 0, feed_sha256 = NULL,
 		plan_hash = NULL, plan_counts = NULL, planned_at = NULL, plan_decision = NULL, approved_plan_hash = NULL,
 		attempts = 0, first_failed_at = NULL, next_attempt_at = NULL, last_error = NULL
 		WHERE intake_id = $1 AND state IN ('quarantined', 'failed_terminal')`, id, string(next), override, path, manifest)

@@ -85,6 +85,10 @@ type Intake struct {
 	// RowsDeleteKept: rows a snapshot would have deleted but kept, edited
 	// outside intake (outside the totals).
 	RowsDeleteKept int64
+	// RowsAppliedEarlier: rows the file's runs applied before ops released
+	// it, which stand (outside the totals: the runs after a release count
+	// them as unchanged).
+	RowsAppliedEarlier int64
 	// FeedSHA256: the hash of the feed configuration that planned the
 	// file ("" before its plan).
 	FeedSHA256                            string
@@ -131,7 +135,7 @@ const intakeColumns = `intake_id, fencing_token, partner_id, feed, remote_name, 
 	coalesce(archive_path, ''), coalesce(receipt_path, ''), coalesce(rejects_path, ''),
 	coalesce(release_override, ''), coalesce(replay_of, 0),
 	coalesce(data_sha256, content_sha256, ''), coalesce(data_size, size_bytes, 0), listed_mtime, rows_deleted, rows_delete_kept,
-	coalesce(feed_sha256, ''), coalesce(plan_hash, ''), coalesce(approved_plan_hash, ''), coalesce(plan_decision, ''), attempts, receipt_pending`
+	coalesce(feed_sha256, ''), coalesce(plan_hash, ''), coalesce(approved_plan_hash, ''), coalesce(plan_decision, ''), attempts, receipt_pending, rows_applied_earlier`
 
 func scanIntake(r pgx.Row, extra ...any) (*Intake, error) {
 	in := &Intake{}
@@ -142,7 +146,7 @@ func scanIntake(r pgx.Row, extra ...any) (*Intake, error) {
 		&in.Size, &in.ExpectedRows, &st, &why, &in.Worker, &in.ClaimedAt,
 		&in.RowsTotal, &in.RowsApplied, &in.RowsUnchanged, &in.RowsRejected, &in.RowsConflict, &in.ChunksDone,
 		&in.ArchivePath, &in.ReceiptPath, &in.RejectsPath, &in.Override, &in.ReplayOf, &in.DataSHA256, &in.DataSize, &mtime, &in.RowsDeleted, &in.RowsDeleteKept, &in.FeedSHA256,
-		&in.PlanHash, &in.ApprovedPlanHash, &in.PlanDecision, &in.Attempts, &in.ReceiptPending}, extra...)...)
+		&in.PlanHash, &in.ApprovedPlanHash, &in.PlanDecision, &in.Attempts, &in.ReceiptPending, &in.RowsAppliedEarlier}, extra...)...)
 	in.State, in.Reason = State(st), reason.Code(why)
 	if mtime != nil {
 		in.ListedMTime = *mtime

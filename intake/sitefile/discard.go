@@ -70,10 +70,19 @@ func discardDetail(in *ledger.Intake) string {
 		}
 		return fmt.Sprintf("after review the held replay of intake %d was closed; %s, and what intake %d applied stands as its receipt says", in.ReplayOf, done, in.ReplayOf)
 	}
+	// rows its runs applied before a release stand too, though the run
+	// since (its counts started over) may not have reached them again
+	earlier := ""
+	if in.RowsAppliedEarlier > 0 {
+		earlier = fmt.Sprintf("; %d rows its runs applied before ops released it stand as well (rows.applied_before_release; a row may count in both)", in.RowsAppliedEarlier)
+	}
 	if n := in.RowsApplied + in.RowsDeleted + in.RowsUnchanged; n > 0 {
 		// unchanged rows count: a released file's run counts the rows
 		// its first run applied as unchanged
-		return fmt.Sprintf("after review the held file was closed for good; %d of its rows were in the target before it was held (applied by it, or already there) and stay (rows.applied, rows.unchanged, rows.deleted); the rest was not applied. Send a corrected file if one is due", n)
+		return fmt.Sprintf("after review the held file was closed for good; %d of its rows were in the target before it was held (applied by it, or already there) and stay (rows.applied, rows.unchanged, rows.deleted)%s; the rest was not applied. Send a corrected file if one is due", n, earlier)
+	}
+	if in.RowsAppliedEarlier > 0 {
+		return fmt.Sprintf("after review the held file was closed for good; %d of its rows, applied by its runs before ops released it, stay (rows.applied_before_release); the rest was not applied. Send a corrected file if one is due", in.RowsAppliedEarlier)
 	}
 	return "after review the held file was closed for good; nothing of it was applied. Send a corrected file if one is due"
 }

@@ -57,6 +57,10 @@ type ReceiptRows struct {
 	// have deleted but kept, because they were edited outside intake since
 	// intake wrote them (reason outside_edit); not part of Total.
 	DeleteKept int64 `json:"delete_kept_outside_edit,omitempty"`
+	// AppliedEarlier: rows of this file its runs applied before ops
+	// released it for another run; they stand. Not part of Total: the
+	// runs after the release count them again, as unchanged.
+	AppliedEarlier int64 `json:"applied_before_release,omitempty"`
 }
 
 // ReportStem names a file's reports: <batch>.<intake_id>, unique per
@@ -116,7 +120,7 @@ func RemoveEarlier(s *sftpconn.Session, in *ledger.Intake, suffix, keep, recorde
 func ReceiptJSON(in *ledger.Intake, rc Receipt) ([]byte, error) {
 	rc.PartnerID, rc.IntakeID, rc.File, rc.BatchID = in.Partner, in.ID, in.RemoteName, in.BatchID
 	rc.SHA256, rc.Bytes = in.SHA256, in.Size
-	rc.Rows = ReceiptRows{Total: in.RowsTotal, Applied: in.RowsApplied, Unchanged: in.RowsUnchanged, Rejected: in.RowsRejected, Conflict: in.RowsConflict, Deleted: in.RowsDeleted, DeleteKept: in.RowsDeleteKept}
+	rc.Rows = ReceiptRows{Total: in.RowsTotal, Applied: in.RowsApplied, Unchanged: in.RowsUnchanged, Rejected: in.RowsRejected, Conflict: in.RowsConflict, Deleted: in.RowsDeleted, DeleteKept: in.RowsDeleteKept, AppliedEarlier: in.RowsAppliedEarlier}
 	rc.ProcessedAt = time.Now().UTC().Truncate(time.Second)
 	data, err := json.MarshalIndent(rc, "", "  ")
 	return append(data, '\n'), err
