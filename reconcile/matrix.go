@@ -436,7 +436,10 @@ func (r *Reconciler) adoptLocked(ctx context.Context, c *ledger.ClaimLock, p *pa
 	if err := c.StillHeld(ctx); err != nil {
 		return err
 	}
-	if err := s.Rename(old, dst); err != nil {
+	copied := s.AllowCopy(size) // a RENAME that copies answers late
+	err := s.Rename(old, dst)
+	copied()
+	if err != nil {
 		add(ledger.Finding{Kind: ledger.KindTakeoverBlocked, Path: old, NeedsHuman: !sftpconn.IsNotExist(err),
 			Action: "none", Detail: fmt.Sprintf("could not move it into processing/%s/: %v", r.worker, err)})
 		// the rename may have happened (its reply lost): this worker's
@@ -453,7 +456,10 @@ func (r *Reconciler) adoptLocked(ctx context.Context, c *ledger.ClaimLock, p *pa
 		m, err := sitefile.ClaimManifest(s, dst, path.Dir(old), s.Layout.ReadyDir())
 		if err != nil {
 			// the file goes back beside its manifest, for the next run
-			if uerr := s.Rename(dst, old); uerr != nil {
+			copied := s.AllowCopy(size)
+			uerr := s.Rename(dst, old)
+			copied()
+			if uerr != nil {
 				r.takenOver(p.ID) // the file is in this worker's processing/ without a row: its poller adopts it
 			}
 			return err
