@@ -692,6 +692,15 @@ var archiveName = regexp.MustCompile(`\.[0-9a-f]{12}\.([0-9]+)(\.[0-9]+)?(\.[^.]
 func (r *Reconciler) rowArchiveWithoutRecord(ctx context.Context, p *partners.Config, s *sftpconn.Session, add addFunc) error {
 	now := time.Now().UTC()
 	var stale []staleEntry
+	rows := r.lookup(ctx, p.ID, func(full string, id int64, in *ledger.Intake) {
+		switch {
+		case in == nil:
+			add(ledger.Finding{Kind: ledger.KindArchiveNoRecord, Path: full, NeedsHuman: true, Action: "none",
+				Detail: fmt.Sprintf("no intake %d of this partner", id)})
+		case !archiveEntries.expected(in, full):
+			stale = append(stale, staleEntry{path: full, in: in})
+		}
+	})
 	for m := 0; m < r.cfg.ArchiveMonths; m++ {
 		dir := s.Layout.ArchiveDir(now.AddDate(0, -m, 0))
 		// streamed: a month of a busy partner's archive is not held
@@ -707,20 +716,11 @@ func (r *Reconciler) rowArchiveWithoutRecord(ctx context.Context, p *partners.Co
 				return nil
 			}
 			id, _ := strconv.ParseInt(match[1], 10, 64)
-			in, err := r.ledger.Get(ctx, p.ID, id)
-			if err != nil {
-				return err
-			}
-			if in == nil {
-				add(ledger.Finding{Kind: ledger.KindArchiveNoRecord, Path: full, NeedsHuman: true, Action: "none",
-					Detail: fmt.Sprintf("no intake %d of this partner", id)})
-				return nil
-			}
-			if !archiveEntries.expected(in, full) {
-				stale = append(stale, staleEntry{path: full, in: in})
-			}
-			return nil
+			return rows.add(full, id)
 		})
+		if err == nil {
+			err = rows.flush()
+		}
 		if sftpconn.IsNotExist(err) {
 			continue
 		}
@@ -731,6 +731,52 @@ func (r *Reconciler) rowArchiveWithoutRecord(ctx context.Context, p *partners.Co
 	return r.raiseStale(ctx, p, s, ledger.KindArchiveNoRecord, archiveEntries, stale, add)
 }
 
+// lookupBatch is how many entries of a streamed listing one query looks
+// up the rows of (rowLookup).
+var lookupBatch = 500
+
+// rowLookup looks up the rows that the entries of a streamed listing name
+// by id, lookupBatch entries to a query, and judges each entry with its
+// row (nil: none of the partner): a busy partner's archive month holds
+// tens of thousands of entries, a query each.
+type rowLookup struct {
+	get   func(ids []int64) (map[int64]*ledger.Intake, error)
+	judge func(full string, id int64, in *ledger.Intake)
+	paths []string
+	ids   []int64
+}
+
+func (r *Reconciler) lookup(ctx context.Context, partner string, judge func(full string, id int64, in *ledger.Intake)) *rowLookup {
+	return &rowLookup{judge: judge, get: func(ids []int64) (map[int64]*ledger.Intake, error) {
+		return r.ledger.GetMany(ctx, partner, ids)
+	}}
+}
+
+// add queues an entry; its batch is looked up once full.
+func (l *rowLookup) add(full string, id int64) error {
+	l.paths, l.ids = append(l.paths, full), append(l.ids, id)
+	if len(l.ids) >= lookupBatch {
+		return l.flush()
+	}
+	return nil
+}
+
+// flush looks up and judges the entries queued.
+func (l *rowLookup) flush() error {
+	if len(l.ids) == 0 {
+		return nil
+	}
+	rows, err := l.get(l.ids)
+	if err != nil {
+		return err
+	}
+	for i, full := range l.paths {
+		l.judge(full, l.ids[i], rows[l.ids[i]])
+	}
+	l.paths, l.ids = l.paths[:0], l.ids[:0]
+	return nil
+}
+
 // quarantineName is <intake_id>.<name>[.complete][.reason.json].
 var quarantineName = regexp.MustCompile(`^([0-9]+)\.`)
 
@@ -739,20 +785,7 @@ var quarantineName = regexp.MustCompile(`^([0-9]+)\.`)
 func (r *Reconciler) rowQuarantineWithoutRecord(ctx context.Context, p *partners.Config, s *sftpconn.Session, add addFunc) error {
 	dir := s.Layout.QuarantineDir()
 	var stale []staleEntry
-	err := s.ListDir(ctx, dir, func(f os.FileInfo) error { // streamed
-		if strings.HasPrefix(f.Name(), ".") {
-			return nil
-		}
-		full := path.Join(dir, f.Name())
-		m := quarantineName.FindStringSubmatch(f.Name())
-		var in *ledger.Intake
-		if m != nil {
-			id, _ := strconv.ParseInt(m[1], 10, 64)
-			var err error
-			if in, err = r.ledger.Get(ctx, p.ID, id); err != nil {
-				return err
-			}
-		}
+	judge := func(full string, _ int64, in *ledger.Intake) {
 		switch {
 		case in == nil:
 			add(ledger.Finding{Kind: ledger.KindQuarantineNoRecord, Path: full, NeedsHuman: true, Action: "none",
@@ -760,8 +793,24 @@ func (r *Reconciler) rowQuarantineWithoutRecord(ctx context.Context, p *partners
 		case !quarantineEntries.expected(in, full):
 			stale = append(stale, staleEntry{path: full, in: in})
 		}
-		return nil
+	}
+	rows := r.lookup(ctx, p.ID, judge)
+	err := s.ListDir(ctx, dir, func(f os.FileInfo) error { // streamed
+		if strings.HasPrefix(f.Name(), ".") {
+			return nil
+		}
+		full := path.Join(dir, f.Name())
+		m := quarantineName.FindStringSubmatch(f.Name())
+		if m == nil {
+			judge(full, 0, nil)
+			return nil
+		}
+		id, _ := strconv.ParseInt(m[1], 10, 64)
+		return rows.add(full, id)
 	})
+	if err == nil {
+		err = rows.flush()
+	}
 	if sftpconn.IsNotExist(err) {
 		return nil
 	}

@@ -237,6 +237,20 @@ func (l *reconcilerView) Get(ctx context.Context, partner string, id int64) (*In
 	return rows[0], nil
 }
 
+// GetMany returns the partner's rows of ids by id; an id no row of the
+// partner has is absent.
+func (l *reconcilerView) GetMany(ctx context.Context, partner string, ids []int64) (map[int64]*Intake, error) {
+	rows, err := l.query(ctx, `partner_id = $1 AND intake_id = ANY($2::int8[])`, partner, ids)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[int64]*Intake, len(rows))
+	for _, in := range rows {
+		out[in.ID] = in
+	}
+	return out, nil
+}
+
 // Owned reports whether a live row owns a processing path.
 func (l *reconcilerView) Owned(ctx context.Context, partner, claimedPath string) (bool, error) {
 	var ok bool
