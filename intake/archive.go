@@ -94,6 +94,9 @@ func (r *finishStage) archiveRemote(ctx context.Context, outcome ledger.Outcome,
 	if err := r.writeReports(ctx, rc); err != nil {
 		return "", "", err
 	}
+	if err := r.replayedBefore(ctx); err != nil {
+		return "", "", err
+	}
 	if err := r.dropStaleReason(); err != nil {
 		return "", "", err
 	}

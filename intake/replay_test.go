@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/partner-intake/partner-intake/intake"
+	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/intake/ops"
 	"github.com/partner-intake/partner-intake/internal/fault"
 	"github.com/partner-intake/partner-intake/internal/testenv"
@@ -345,5 +346,58 @@ func TestAPurgeLeavesTheBytesOfAReplayBegunSinceItsDecision(t *testing.T) {
 	}
 	if !sp.Has("acme", sha, int64(len(data))) {
 		t.Fatal("the purge removed the bytes of a replay that began after its decision")
+	}
+}
+
+// A replay that ends archived is the latest word on its file's rows. The
+// replayed file's receipt is published again naming the replay
+// (replayed_by), its rows as they were, and its rejects report, which
+// lists a row the replay has since applied, is removed; a second replay
+// does the same to the first one's receipt.
+func TestAReplayedFilesReportsGiveWayToTheReplays(t *testing.T) {
+	ctx := context.Background()
+	_, pool := testenv.DB(t)
+	site := testenv.NewSite(t, "acme")
+	r := newRig(t, pool, "w1", site)
+	if _, err := pool.Exec(ctx, `ALTER TABLE orders ADD CONSTRAINT amount_cap CHECK (amount < 100)`); err != nil {
+		t.Fatal(err)
+	}
+	site.Drop(t, "orders-1.csv", ordersFile([2]string{"RP-1", "1.00"}, [2]string{"RP-2", "200.00"}))
+	r.poll("acme")
+	f := files(t, pool, "acme")[0]
+	if f.State != "archived" || f.Rejected != 1 || f.Rejects == "" {
+		t.Fatalf("%+v: want archived with one row refused by the target and a rejects report", f)
+	}
+	if _, err := pool.Exec(ctx, `ALTER TABLE orders DROP CONSTRAINT amount_cap`); err != nil {
+		t.Fatal(err)
+	}
+	m, err := r.d.Replay(ctx, intake.ReplayRequest{ID: f.ID, Actor: "test", Reason: "target fixed"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fs := files(t, pool, "acme")
+	if rc := receipt(t, site, fs[1].Receipt); fs[1].ID != m.ID || rc.Outcome != ledger.OutcomeAccepted || rc.Rows.Applied != 1 || rc.Rows.Unchanged != 1 {
+		t.Fatalf("replay %+v, receipt %+v: want accepted, RP-2 applied and RP-1 unchanged", fs[1], rc)
+	}
+	orig := fs[0]
+	rc := receipt(t, site, orig.Receipt)
+	if rc.ReplayedBy != m.ID || rc.Rejects != "" || rc.Outcome != ledger.OutcomeAcceptedWithRejects || rc.Rows.Rejected != 1 || rc.Rows.Applied != 1 {
+		t.Fatalf("the replayed file's receipt %+v: want its rows as they were, naming replay %d, no rejects report", rc, m.ID)
+	}
+	if _, err := os.Stat(f.Rejects); !os.IsNotExist(err) || orig.Rejects != "" {
+		t.Fatalf("the replayed file's rejects report %s (%v), recorded %q: want it gone", f.Rejects, err, orig.Rejects)
+	}
+	m2, err := r.d.Replay(ctx, intake.ReplayRequest{ID: f.ID, Actor: "test", Reason: "again"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fs = files(t, pool, "acme")
+	for _, e := range fs[:2] {
+		if rc := receipt(t, site, e.Receipt); rc.ReplayedBy != m2.ID {
+			t.Fatalf("intake %d's receipt %+v: want it naming the latest replay %d", e.ID, rc, m2.ID)
+		}
+	}
+	if got := site.Files(t, "reports"); len(got) != 3 {
+		t.Fatalf("reports/ holds %q, want the three receipts alone", got)
 	}
 }

@@ -67,6 +67,66 @@ func (r *finishStage) writeReports(ctx context.Context, rc sitefile.Receipt) err
 	return nil
 }
 
+// replayedBefore: a replay that ends archived is the latest decision on
+// the rows of the bytes it applied again. The earlier intakes of those
+// bytes (the one it writes as, and that one's earlier replays) published
+// receipts saying which rows stood then, and rejects reports listing rows
+// refused, which the replay may have applied since. Each such receipt is
+// published again naming the replay (replayed_by), its rows as they
+// were, and its rejects report is removed: the partner reads the replay's
+// for the rows refused now. Under the replay's fence, after its own
+// reports are up; a run stopped part way does it again when resumed.
+func (r *finishStage) replayedBefore(ctx context.Context) error {
+	in := r.in
+	if in.ReplayOf == 0 {
+		return nil
+	}
+	earlier, err := r.d.ledger.ReplayedBefore(ctx, in)
+	if err != nil {
+		return err
+	}
+	dir := r.sess.Layout.ReportsDir()
+	for _, e := range earlier {
+		outcome := ledger.OutcomeAccepted
+		if e.RowsRejected+e.RowsConflict > 0 {
+			outcome = ledger.OutcomeAcceptedWithRejects
+		}
+		rc := sitefile.Receipt{Outcome: outcome, ReplayedBy: in.ID, Archive: e.ArchivePath,
+			Detail: fmt.Sprintf("replayed by intake %d on request of ops: its bytes applied again; the replay's receipt and rejects report say which rows of this file stand now", in.ID)}
+		if e.ReplayOf != 0 {
+			rc.Archive = "" // its bytes were archived as the original's
+		}
+		data, err := sitefile.ReceiptJSON(e, rc)
+		if err != nil {
+			return err
+		}
+		name := sitefile.ReportStem(e) + sitefile.ReceiptSuffix
+		if data, name, err = sitefile.Seal(r.feedPGP(), data, name); err != nil {
+			return err
+		}
+		if err := r.fence(ctx, "replayed receipt"); err != nil {
+			return err
+		}
+		p, err := sitefile.Put(r.sess, dir, name, data)
+		if err != nil {
+			return fmt.Errorf("intake %d's receipt naming its replay: %w", e.ID, err)
+		}
+		if err := r.fence(ctx, "replayed reports"); err != nil {
+			return err
+		}
+		if err := sitefile.RemoveEarlier(r.sess, e, sitefile.ReceiptSuffix, name, e.ReceiptPath); err != nil {
+			return err
+		}
+		if err := sitefile.RemoveEarlier(r.sess, e, sitefile.RejectsSuffix, "", e.RejectsPath); err != nil {
+			return err
+		}
+		if err := r.d.ledger.RecordReplayedBy(ctx, e, in, p); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // dropEarlier removes the reports of this kind an earlier decision of the
 // file published under another name than keep (sitefile.EarlierNames),
 // and at recorded, the path its row recorded.

@@ -34,12 +34,16 @@ type Receipt struct {
 	Detail      string         `json:"detail,omitempty"`
 	DuplicateOf int64          `json:"duplicate_of,omitempty"`
 	// SupersededBy: outcome superseded, the newer snapshot's intake.
-	SupersededBy int64       `json:"superseded_by,omitempty"`
-	Rows         ReceiptRows `json:"rows"`
-	Archive      string      `json:"archive_path,omitempty"`
-	Quarantine   string      `json:"quarantine_path,omitempty"`
-	Rejects      string      `json:"rejects_report,omitempty"`
-	ProcessedAt  time.Time   `json:"processed_at"`
+	SupersededBy int64 `json:"superseded_by,omitempty"`
+	// ReplayedBy: the replay ops ran of this file since (its bytes
+	// applied again), whose receipt and rejects report say which of its
+	// rows stand now; this receipt's rejects report is gone.
+	ReplayedBy  int64       `json:"replayed_by,omitempty"`
+	Rows        ReceiptRows `json:"rows"`
+	Archive     string      `json:"archive_path,omitempty"`
+	Quarantine  string      `json:"quarantine_path,omitempty"`
+	Rejects     string      `json:"rejects_report,omitempty"`
+	ProcessedAt time.Time   `json:"processed_at"`
 }
 
 // ReceiptRows are the row totals; they add up to Total.
