@@ -202,6 +202,11 @@ func TestReviewerReleasesHeldFile(t *testing.T) {
 	h := newConsole(t, pool)
 	name := `<script>x</script>orders-1.csv`
 	id := seedHeld(t, pool, name)
+	// two of its rows applied before it was held: they stand after the
+	// release, which starts its counts over
+	if _, err := pool.Exec(context.Background(), `UPDATE file_intake SET rows_applied = 2 WHERE intake_id = $1`, id); err != nil {
+		t.Fatal(err)
+	}
 
 	code, _, body := do(t, h, reviewer, "GET", "/held", nil)
 	if code != http.StatusOK || !strings.Contains(body, `href="/files/`) || !strings.Contains(body, "reject_rate") {
@@ -256,6 +261,9 @@ func TestReviewerReleasesHeldFile(t *testing.T) {
 	code, _, body = do(t, h, reviewer, "GET", loc.RequestURI(), nil)
 	if code != http.StatusOK || !strings.Contains(body, request) || !strings.Contains(body, reviewer) || !strings.Contains(body, `id="done"`) {
 		t.Errorf("the file's page does not show the decision's request and actor: %d\n%s", code, body)
+	}
+	if !strings.Contains(body, "0 applied, ") || !strings.Contains(body, "2 applied by its runs before its release, which stand") {
+		t.Errorf("the released file's page does not show the rows applied before its release:\n%s", body)
 	}
 	// a link naming a request the file's audit does not hold claims nothing
 	if _, _, body := do(t, h, reviewer, "GET", target+"?request=req-0000000000000000", nil); strings.Contains(body, `id="done"`) {

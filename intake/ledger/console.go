@@ -214,6 +214,7 @@ type FileStory struct {
 	RowsTotal                   int64
 	Applied, Unchanged          int64
 	Rejected, Conflict, Deleted int64
+	AppliedEarlier              int64 // by its runs before a release
 	ChunksDone                  int
 	ArchivePath, ReceiptPath    string
 	ReceiptPending              bool // a discard not yet published: ReceiptPath is the hold's
@@ -239,7 +240,7 @@ func (l *consoleReads) Story(ctx context.Context, id int64, partners []string) (
 	var s FileStory
 	err := l.read.QueryRow(ctx, `SELECT f.intake_id, f.partner_id, f.feed, f.remote_name, f.state, coalesce(f.reason, ''), f.worker_id,
 		    coalesce(f.batch_id, ''), coalesce(f.content_sha256, ''), f.attempts, coalesce(f.last_error, ''), f.claimed_at, f.updated_at, f.finished_at,
-		    coalesce(f.rows_total, 0), f.rows_applied, f.rows_unchanged, f.rows_rejected, f.rows_conflict, f.rows_deleted, f.chunks_done,
+		    coalesce(f.rows_total, 0), f.rows_applied, f.rows_unchanged, f.rows_rejected, f.rows_conflict, f.rows_deleted, f.rows_applied_earlier, f.chunks_done,
 		    coalesce(f.archive_path, ''), coalesce(f.receipt_path, ''), f.receipt_pending, coalesce(f.rejects_path, ''), coalesce(f.release_override, ''),
 		    coalesce(f.plan_hash, ''), coalesce(f.plan_decision, ''), coalesce(q.state, ''), coalesce(q.reason, ''), q.held_at,
 		    (SELECT pg_catalog.count(*) FROM intake_row_issue i WHERE i.intake_id = f.intake_id)
@@ -247,7 +248,7 @@ func (l *consoleReads) Story(ctx context.Context, id int64, partners []string) (
 		WHERE f.intake_id = $1 AND f.partner_id = ANY($2)`, id, partners).Scan(
 		&s.IntakeID, &s.Partner, &s.Feed, &s.File, &s.State, &s.Reason, &s.Worker, &s.BatchID, &s.ContentSHA256, &s.Attempts,
 		&s.LastError, &s.ClaimedAt, &s.UpdatedAt, &s.FinishedAt, &s.RowsTotal, &s.Applied, &s.Unchanged, &s.Rejected, &s.Conflict,
-		&s.Deleted, &s.ChunksDone, &s.ArchivePath, &s.ReceiptPath, &s.ReceiptPending, &s.RejectsPath, &s.Override, &s.PlanHash, &s.PlanDecision,
+		&s.Deleted, &s.AppliedEarlier, &s.ChunksDone, &s.ArchivePath, &s.ReceiptPath, &s.ReceiptPending, &s.RejectsPath, &s.Override, &s.PlanHash, &s.PlanDecision,
 		&s.QState, &s.QReason, &s.HeldAt, &s.RowIssues)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, nil
