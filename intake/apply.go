@@ -18,6 +18,7 @@ import (
 	"github.com/partner-intake/partner-intake/intake/holdback"
 	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/intake/rows"
+	"github.com/partner-intake/partner-intake/intake/sitefile"
 	"github.com/partner-intake/partner-intake/intake/target"
 	"github.com/partner-intake/partner-intake/internal/fault"
 	"github.com/partner-intake/partner-intake/internal/pgerr"
@@ -357,10 +358,10 @@ func (r *fileRun) endSpent(ctx context.Context) error {
 // that were applied before it stopped, which stay applied.
 func (r *fileRun) spentDetail(attempts int, codes string) string {
 	if r.in.ChunksDone > 0 {
-		return fmt.Sprintf("the file could not be processed in %d attempts%s; %d of its rows were applied before it stopped and stay applied; ops have been alerted and can replay it",
-			attempts, codes, r.in.RowsApplied)
+		return fmt.Sprintf("the file could not be processed in %d attempts%s; %d of its rows were applied before it stopped and stay applied%s; ops have been alerted and can replay it",
+			attempts, codes, r.in.RowsApplied, sitefile.AppliedBeforeRelease(r.in))
 	}
-	return fmt.Sprintf("the file could not be processed in %d attempts%s; ops have been alerted and can replay it", attempts, codes)
+	return fmt.Sprintf("the file could not be processed in %d attempts%s%s; ops have been alerted and can replay it", attempts, codes, sitefile.AppliedBeforeRelease(r.in))
 }
 
 // commitChunk applies one chunk, retrying transient database errors with

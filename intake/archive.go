@@ -94,8 +94,11 @@ func (r *finishStage) archiveRemote(ctx context.Context, outcome ledger.Outcome,
 	if err := r.writeReports(ctx, rc); err != nil {
 		return "", "", err
 	}
-	if err := r.replayedBefore(ctx); err != nil {
-		return "", "", err
+	if outcome == ledger.OutcomeAccepted || outcome == ledger.OutcomeAcceptedWithRejects {
+		// a replay that applied its rows (not one superseded)
+		if err := r.replayedBefore(ctx); err != nil {
+			return "", "", err
+		}
 	}
 	if err := r.dropStaleReason(); err != nil {
 		return "", "", err

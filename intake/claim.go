@@ -252,7 +252,7 @@ func (d *claimStage) rename(sess *sftpconn.Session, c candidate, open bool) (*sf
 // (manifest_invalid, saying the manifest stayed in ready/). Either way the
 // partner's other files go on.
 func (d *claimStage) manifestRefused(p *partnerRT, sess *sftpconn.Session, in *ledger.Intake, err error) (back bool) {
-	if berr := putBackRefused(p, sess, in.ClaimedPath, in.RemoteName); berr != nil {
+	if berr := putBackRefused(p, sess, in.ClaimedPath, in.RemoteName, in.ListedSize); berr != nil {
 		d.log.Warn("the site refused to move a claimed file's manifest beside it, and the file could not go back beside it; the file is held (manifest_invalid)",
 			"partner", p.cfg.ID, "file", printableName(in.RemoteName), "reason", reason.ManifestInvalid, "err", err, "back_err", berr)
 		return false
@@ -266,9 +266,12 @@ func (d *claimStage) manifestRefused(p *partnerRT, sess *sftpconn.Session, in *l
 // partner's listings pass it over a while (readylist.Refusals) as it is
 // in ready/ now (a server that stamps a RENAME's time gives it another
 // mtime).
-func putBackRefused(p *partnerRT, sess *sftpconn.Session, from, name string) error {
+func putBackRefused(p *partnerRT, sess *sftpconn.Session, from, name string, size int64) error {
 	to := sess.Layout.Ready(name)
-	if err := sess.Rename(from, to); err != nil {
+	copied := sess.AllowCopy(size) // a RENAME that copies answers late
+	err := sess.Rename(from, to)
+	copied()
+	if err != nil {
 		return err
 	}
 	if fi, err := sess.Lstat(to); err == nil {
@@ -309,6 +312,13 @@ var errPutBack = errors.New("put back into ready/")
 func (d *claimStage) putBack(p *partnerRT, sess *sftpconn.Session, g []candidate, errs []error) []error {
 	out := append([]error(nil), errs...)
 	back := make([]error, len(g))
+	var total int64
+	for i, c := range g {
+		if errs[i] == nil {
+			total += c.Size
+		}
+	}
+	defer sess.AllowCopy(total)() // RENAMEs that copy answer late, one copy after another at worst
 	var wg sync.WaitGroup
 	for i, c := range g {
 		if errs[i] != nil {
@@ -352,6 +362,7 @@ func (d *claimStage) putBack(p *partnerRT, sess *sftpconn.Session, g []candidate
 func (d *claimStage) busyClaimPath(p *partnerRT, sess *sftpconn.Session, in *ledger.Intake) {
 	d.metrics.Skipped.WithLabelValues(p.cfg.ID, claimTargetBusy).Inc()
 	back := func(name string) error {
+		defer sess.AllowCopy(in.ListedSize)() // a RENAME that copies answers late
 		err := sess.Rename(sess.Layout.Processing(d.cfg.WorkerID, name), sess.Layout.Ready(name))
 		if err != nil && !sftpconn.IsNotExist(err) {
 			return err

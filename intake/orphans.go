@@ -157,7 +157,7 @@ func (o *orphanAdopter) move(ctx context.Context, p *partnerRT, sess *sftpconn.S
 					return err
 				}
 				if back {
-					finishPutBack(o.log, p, sess, old, name)
+					finishPutBack(o.log, p, sess, old, name, e.Size())
 					continue
 				}
 			}
@@ -289,7 +289,7 @@ func (o *orphanAdopter) adoptOwn(ctx context.Context, p *partnerRT, sess *sftpco
 						// goes back into ready/ beside it, passed over a
 						// while (as a claim's, manifestRefused); recorded
 						// only when it cannot, and its download holds it
-						if putBackRefused(p, sess, in.ClaimedPath, in.RemoteName) == nil {
+						if putBackRefused(p, sess, in.ClaimedPath, in.RemoteName, in.ListedSize) == nil {
 							o.log.Warn("the site refused to move an adopted file's manifest beside it; the file is back in ready/", "partner", p.cfg.ID, "file", printableName(in.RemoteName), "err", err)
 							continue
 						}

@@ -730,7 +730,10 @@ func (d *claimStage) quarantineHostile(ctx context.Context, p *partnerRT, sess *
 	// another replica adopted meanwhile
 	var in *ledger.Intake
 	err := d.ledger.InClaimSection(ctx, p.cfg.ID, func(c *ledger.ClaimLock) error {
-		if err := sess.Rename(sess.Layout.Ready(h.Info.Name()), dst); err != nil {
+		copied := sess.AllowCopy(h.Info.Size()) // a RENAME that copies answers late
+		err := sess.Rename(sess.Layout.Ready(h.Info.Name()), dst)
+		copied()
+		if err != nil {
 			if sftpconn.IsNotExist(err) {
 				d.metrics.ClaimsLost.WithLabelValues(p.cfg.ID).Inc()
 				return nil
@@ -899,7 +902,7 @@ func (d *housekeeping) resumeOwn(ctx context.Context, p *partnerRT, sess *sftpco
 				return err
 			}
 			if back {
-				if finishPutBack(d.log, p, sess, path.Join(dir, name), name) {
+				if finishPutBack(d.log, p, sess, path.Join(dir, name), name, e.Size()) {
 					d.log.Info("put back a file whose earlier intake changed after its claim", "partner", p.cfg.ID)
 				}
 				continue

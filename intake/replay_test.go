@@ -371,6 +371,8 @@ func TestAReplayedFilesReportsGiveWayToTheReplays(t *testing.T) {
 	if _, err := pool.Exec(ctx, `ALTER TABLE orders DROP CONSTRAINT amount_cap`); err != nil {
 		t.Fatal(err)
 	}
+	before := receipt(t, site, f.Receipt)
+	time.Sleep(1100 * time.Millisecond) // a receipt written again now says another second
 	m, err := r.d.Replay(ctx, intake.ReplayRequest{ID: f.ID, Actor: "test", Reason: "target fixed"})
 	if err != nil {
 		t.Fatal(err)
@@ -383,6 +385,9 @@ func TestAReplayedFilesReportsGiveWayToTheReplays(t *testing.T) {
 	rc := receipt(t, site, orig.Receipt)
 	if rc.ReplayedBy != m.ID || rc.Rejects != "" || rc.Outcome != ledger.OutcomeAcceptedWithRejects || rc.Rows.Rejected != 1 || rc.Rows.Applied != 1 {
 		t.Fatalf("the replayed file's receipt %+v: want its rows as they were, naming replay %d, no rejects report", rc, m.ID)
+	}
+	if d := rc.ProcessedAt.Sub(before.ProcessedAt); d < 0 || d > time.Second {
+		t.Fatalf("the replayed file's receipt says it was processed at %s, first %s: want when the file was", rc.ProcessedAt, before.ProcessedAt)
 	}
 	if _, err := os.Stat(f.Rejects); !os.IsNotExist(err) || orig.Rejects != "" {
 		t.Fatalf("the replayed file's rejects report %s (%v), recorded %q: want it gone", f.Rejects, err, orig.Rejects)

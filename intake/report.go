@@ -12,6 +12,7 @@ import (
 
 	"github.com/partner-intake/partner-intake/intake/ledger"
 	"github.com/partner-intake/partner-intake/intake/sitefile"
+	"github.com/partner-intake/partner-intake/partners/sftpconn"
 )
 
 // writeReports publishes the receipt and, when rows did not apply, the
@@ -75,7 +76,10 @@ func (r *finishStage) writeReports(ctx context.Context, rc sitefile.Receipt) err
 // published again naming the replay (replayed_by), its rows as they
 // were, and its rejects report is removed: the partner reads the replay's
 // for the rows refused now. Under the replay's fence, after its own
-// reports are up; a run stopped part way does it again when resumed.
+// reports are up; a run stopped part way does it again when resumed. An
+// earlier receipt the reports' retention purged is not published again;
+// one the site refuses to write or remove is logged and left (the
+// replay's own reports stand), not made the replay's failure.
 func (r *finishStage) replayedBefore(ctx context.Context) error {
 	in := r.in
 	if in.ReplayOf == 0 {
@@ -87,44 +91,65 @@ func (r *finishStage) replayedBefore(ctx context.Context) error {
 	}
 	dir := r.sess.Layout.ReportsDir()
 	for _, e := range earlier {
-		outcome := ledger.OutcomeAccepted
-		if e.RowsRejected+e.RowsConflict > 0 {
-			outcome = ledger.OutcomeAcceptedWithRejects
+		if e.ReceiptPath == "" {
+			continue
 		}
-		rc := sitefile.Receipt{Outcome: outcome, ReplayedBy: in.ID, Archive: e.ArchivePath,
-			Detail: fmt.Sprintf("replayed by intake %d on request of ops: its bytes applied again; the replay's receipt and rejects report say which rows of this file stand now", in.ID)}
-		if e.ReplayOf != 0 {
-			rc.Archive = "" // its bytes were archived as the original's
+		if _, err := r.sess.Lstat(e.ReceiptPath); sftpconn.IsNotExist(err) {
+			continue // purged past the reports' retention
+		} else if err != nil {
+			return fmt.Errorf("intake %d's receipt: %w", e.ID, err)
 		}
-		data, err := sitefile.ReceiptJSON(e, rc)
+		err := r.publishReplayed(ctx, e, dir)
+		if sftpconn.IsRefused(err) {
+			r.log.Warn("the receipt of an intake this replay applied again could not be published naming it; it stays as it was",
+				"replayed_intake", e.ID, "err", err)
+			continue
+		}
 		if err != nil {
-			return err
-		}
-		name := sitefile.ReportStem(e) + sitefile.ReceiptSuffix
-		if data, name, err = sitefile.Seal(r.feedPGP(), data, name); err != nil {
-			return err
-		}
-		if err := r.fence(ctx, "replayed receipt"); err != nil {
-			return err
-		}
-		p, err := sitefile.Put(r.sess, dir, name, data)
-		if err != nil {
-			return fmt.Errorf("intake %d's receipt naming its replay: %w", e.ID, err)
-		}
-		if err := r.fence(ctx, "replayed reports"); err != nil {
-			return err
-		}
-		if err := sitefile.RemoveEarlier(r.sess, e, sitefile.ReceiptSuffix, name, e.ReceiptPath); err != nil {
-			return err
-		}
-		if err := sitefile.RemoveEarlier(r.sess, e, sitefile.RejectsSuffix, "", e.RejectsPath); err != nil {
-			return err
-		}
-		if err := r.d.ledger.RecordReplayedBy(ctx, e, in, p); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// publishReplayed publishes e's receipt again naming this replay, removes
+// its rejects report, and records both on e's row.
+func (r *finishStage) publishReplayed(ctx context.Context, e ledger.Replayed, dir string) error {
+	in := r.in
+	outcome := ledger.OutcomeAccepted
+	if e.RowsRejected+e.RowsConflict > 0 {
+		outcome = ledger.OutcomeAcceptedWithRejects
+	}
+	rc := sitefile.Receipt{Outcome: outcome, Reason: e.Reason, ReplayedBy: in.ID, Archive: e.ArchivePath, ProcessedAt: e.FinishedAt,
+		Detail: fmt.Sprintf("replayed by intake %d on request of ops: its bytes applied again; the replay's receipt and rejects report say which rows of this file stand now", in.ID)}
+	if e.ReplayOf != 0 {
+		rc.Archive = "" // its bytes were archived as the original's
+	}
+	data, err := sitefile.ReceiptJSON(e.Intake, rc)
+	if err != nil {
+		return err
+	}
+	name := sitefile.ReportStem(e.Intake) + sitefile.ReceiptSuffix
+	if data, name, err = sitefile.Seal(r.feedPGP(), data, name); err != nil {
+		return err
+	}
+	if err := r.fence(ctx, "replayed receipt"); err != nil {
+		return err
+	}
+	p, err := sitefile.Put(r.sess, dir, name, data)
+	if err != nil {
+		return fmt.Errorf("intake %d's receipt naming its replay: %w", e.ID, err)
+	}
+	if err := r.fence(ctx, "replayed reports"); err != nil {
+		return err
+	}
+	if err := sitefile.RemoveEarlier(r.sess, e.Intake, sitefile.ReceiptSuffix, name, e.ReceiptPath); err != nil {
+		return err
+	}
+	if err := sitefile.RemoveEarlier(r.sess, e.Intake, sitefile.RejectsSuffix, "", e.RejectsPath); err != nil {
+		return err
+	}
+	return r.d.ledger.RecordReplayedBy(ctx, e.Intake, in, p)
 }
 
 // dropEarlier removes the reports of this kind an earlier decision of the

@@ -101,7 +101,7 @@ func (r *fetchStage) putBack(ctx context.Context) error {
 	if err := fault.Check("putback:after_mark"); err != nil {
 		return err // as a crash here: resumeOwn finishes the put back
 	}
-	if !finishPutBack(r.d.log, r.p, r.sess, in.ClaimedPath, in.RemoteName) {
+	if !finishPutBack(r.d.log, r.p, r.sess, in.ClaimedPath, in.RemoteName, max(in.Size, in.ListedSize)) {
 		return nil
 	}
 	if err := r.d.ledger.ForgetReady(ctx, in.Partner, in.RemoteName); err != nil {
@@ -116,8 +116,8 @@ func (r *fetchStage) putBack(ctx context.Context) error {
 // worker's processing dir and tries again (WasPutBack), so the file is
 // never left there without an owner, and the partner's other files go on.
 // It reports whether the file was put back.
-func finishPutBack(log *slog.Logger, p *partnerRT, sess *sftpconn.Session, claimedPath, name string) bool {
-	if err := sitefile.PutBack(sess, claimedPath, name); err != nil {
+func finishPutBack(log *slog.Logger, p *partnerRT, sess *sftpconn.Session, claimedPath, name string, size int64) bool {
+	if err := sitefile.PutBack(sess, claimedPath, name, size); err != nil {
 		log.Warn("could not put a file back into ready/; the next poll tries again", "partner", p.cfg.ID,
 			"reason", string(reason.ChangedAfterClaim), "err", err)
 		p.takenOver.Store(true)

@@ -407,7 +407,7 @@ func (r *Reconciler) adopt(ctx context.Context, p *partners.Config, s *sftpconn.
 				return err
 			}
 			if back {
-				finishPutBack(s, old, name, add)
+				finishPutBack(s, old, name, size, add)
 				return nil
 			}
 		}
@@ -419,8 +419,8 @@ func (r *Reconciler) adopt(ctx context.Context, p *partners.Config, s *sftpconn.
 // changed after its claim) and died before the rename back into ready/;
 // the put back is finished, the file not taken. A rename back that fails
 // is tried again at the next run.
-func finishPutBack(s *sftpconn.Session, old, name string, add addFunc) {
-	if err := sitefile.PutBack(s, old, name); err != nil {
+func finishPutBack(s *sftpconn.Session, old, name string, size int64, add addFunc) {
+	if err := sitefile.PutBack(s, old, name, size); err != nil {
 		add(ledger.Finding{Kind: ledger.KindTakeoverBlocked, Path: old, Action: "none",
 			Detail: fmt.Sprintf("its intake was put back (it changed after its claim) and it could not be renamed back into ready/ (the next run tries again): %v", err)})
 	}
@@ -491,13 +491,22 @@ func (r *Reconciler) rowExpiredLeases(ctx context.Context, p *partners.Config, s
 	if err != nil {
 		return err
 	}
+	var own []int64
+	defer func() {
+		// This worker's own rows whose lease ran out: its own daemon
+		// resumes them, told to look once one is due (a replica that
+		// another replica polls the partner for would otherwise leave
+		// them alone for as long as this one leads the reconcile runs)
+		if len(own) == 0 {
+			return
+		}
+		if due, err := r.ledger.AnyDue(ctx, own); err == nil && due {
+			r.takenOver(p.ID)
+		}
+	}()
 	for _, old := range rows {
 		if old.Worker == r.worker {
-			// This worker's own run stalled past its lease: its own
-			// daemon resumes it, told to look (a replica that another
-			// replica polls the partner for would otherwise leave it
-			// alone for as long as this one leads the reconcile runs)
-			r.takenOver(p.ID)
+			own = append(own, old.ID)
 			continue
 		}
 		name := old.RemoteName
@@ -718,9 +727,7 @@ func (r *Reconciler) rowArchiveWithoutRecord(ctx context.Context, p *partners.Co
 			id, _ := strconv.ParseInt(match[1], 10, 64)
 			return rows.add(full, id)
 		})
-		if err == nil {
-			err = rows.flush()
-		}
+		err = rows.flushAfter(err)
 		if sftpconn.IsNotExist(err) {
 			continue
 		}
@@ -759,6 +766,16 @@ func (l *rowLookup) add(full string, id int64) error {
 		return l.flush()
 	}
 	return nil
+}
+
+// flushAfter flushes what a listing that ended with err queued: whatever
+// it streamed of a directory that went away meanwhile is judged too. It
+// returns err, or flush's error when the listing's was none or that.
+func (l *rowLookup) flushAfter(err error) error {
+	if ferr := l.flush(); ferr != nil && (err == nil || sftpconn.IsNotExist(err)) {
+		return ferr
+	}
+	return err
 }
 
 // flush looks up and judges the entries queued.
@@ -808,9 +825,7 @@ func (r *Reconciler) rowQuarantineWithoutRecord(ctx context.Context, p *partners
 		id, _ := strconv.ParseInt(m[1], 10, 64)
 		return rows.add(full, id)
 	})
-	if err == nil {
-		err = rows.flush()
-	}
+	err = rows.flushAfter(err)
 	if sftpconn.IsNotExist(err) {
 		return nil
 	}

@@ -231,7 +231,8 @@ func TestExpiredLeaseIsTakenOverWithoutReapplying(t *testing.T) {
 
 // A row of this worker whose lease expired is not taken over by this
 // worker's own reconciler: its own daemon is told to resume it
-// (TakenOver), as a file taken over from another worker is. A replica
+// (TakenOver), as a file taken over from another worker is, once the row
+// is due (not while it waits out a retry's backoff). A replica
 // that another polls the partner for leaves the partner alone otherwise,
 // and the file waited for as long as this replica led the reconcile runs.
 func TestAnOwnExpiredRowIsHandedToItsOwnDaemon(t *testing.T) {
@@ -252,6 +253,19 @@ func TestAnOwnExpiredRowIsHandedToItsOwnDaemon(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(rec.Stop)
+	// waiting out a retry's backoff: nothing to tell yet
+	if _, err := pool.Exec(context.Background(), `UPDATE file_intake SET next_attempt_at = pg_catalog.now() + interval '1 hour'`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rec.RunOnce(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if len(told) != 0 {
+		t.Fatalf("the daemon was told of %q while its row waits out its backoff", told)
+	}
+	if _, err := pool.Exec(context.Background(), `UPDATE file_intake SET next_attempt_at = NULL`); err != nil {
+		t.Fatal(err)
+	}
 	fs, err := rec.RunOnce(context.Background())
 	if err != nil {
 		t.Fatal(err)

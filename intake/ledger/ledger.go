@@ -237,6 +237,15 @@ func (l *reconcilerView) Get(ctx context.Context, partner string, id int64) (*In
 	return rows[0], nil
 }
 
+// AnyDue reports whether one of the rows ids is due for a run now: not
+// waiting out a retry's backoff.
+func (l *reconcilerView) AnyDue(ctx context.Context, ids []int64) (bool, error) {
+	var due bool
+	err := l.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM file_intake WHERE intake_id = ANY($1::int8[])
+		AND (next_attempt_at IS NULL OR next_attempt_at <= pg_catalog.now()))`, ids).Scan(&due)
+	return due, err
+}
+
 // GetMany returns the partner's rows of ids by id; an id no row of the
 // partner has is absent.
 func (l *reconcilerView) GetMany(ctx context.Context, partner string, ids []int64) (map[int64]*Intake, error) {

@@ -982,21 +982,42 @@ func fenced(tag pgconn.CommandTag, err error, in *Intake, step string) error {
 	return nil
 }
 
-// ReplayedBefore lists the archived intakes of the bytes the replay in
-// applies again that came before it: the intake it writes as, and that
-// intake's earlier replays. Their receipts said which rows stood then.
-func (l *fileSteps) ReplayedBefore(ctx context.Context, in *Intake) ([]*Intake, error) {
-	return l.query(ctx, `partner_id = $1 AND (intake_id = $2 OR replay_of = $2) AND intake_id < $3 AND state = 'archived'`,
-		in.Partner, in.ReplayOf, in.ID)
+// Replayed is an earlier intake of the bytes a replay applies again, and
+// when it finished.
+type Replayed struct {
+	*Intake
+	FinishedAt time.Time
 }
 
-// RecordReplayedBy records, under the replay's token, where the earlier
-// intake e's receipt naming the replay was published, and that e's
-// rejects report is gone.
+// ReplayedBefore lists the intakes of the bytes the replay in applies
+// again that came before it and applied them: the intake it writes as,
+// and that intake's earlier replays, archived and not superseded. Their
+// receipts said which rows stood then.
+func (l *fileSteps) ReplayedBefore(ctx context.Context, in *Intake) ([]Replayed, error) {
+	rs, err := l.pool.Query(ctx, `SELECT `+intakeColumns+`, coalesce(finished_at, updated_at) FROM file_intake
+		WHERE partner_id = $1 AND (intake_id = $2 OR replay_of = $2) AND intake_id < $3 AND state = 'archived'
+		  AND coalesce(reason, '') <> 'superseded'
+		ORDER BY intake_id`, in.Partner, in.ReplayOf, in.ID)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rs, func(r pgx.CollectableRow) (Replayed, error) {
+		var e Replayed
+		var err error
+		e.Intake, err = scanIntake(r, &e.FinishedAt)
+		return e, err
+	})
+}
+
+// RecordReplayedBy records, under the replay's token (its row locked
+// against a takeover committing meanwhile), where the earlier intake e's
+// receipt naming the replay was published, and that e's rejects report
+// is gone.
 func (l *fileSteps) RecordReplayedBy(ctx context.Context, e, replay *Intake, receipt string) error {
-	tag, err := l.pool.Exec(ctx, `UPDATE file_intake e SET receipt_path = $3, rejects_path = NULL, updated_at = pg_catalog.now()
-		FROM file_intake m
-		WHERE e.intake_id = $1 AND e.state = 'archived' AND m.intake_id = $2 AND m.fencing_token = $4 AND m.state = ANY($5)`,
+	tag, err := l.pool.Exec(ctx, `WITH m AS (SELECT 1 FROM file_intake
+		    WHERE intake_id = $2 AND fencing_token = $4 AND state = ANY($5) FOR SHARE)
+		UPDATE file_intake e SET receipt_path = $3, rejects_path = NULL, updated_at = pg_catalog.now()
+		WHERE e.intake_id = $1 AND e.state = 'archived' AND EXISTS (SELECT 1 FROM m)`,
 		e.ID, replay.ID, receipt, replay.Token, liveStates)
 	if err := fenced(tag, err, replay, "record a replayed intake's receipt"); err != nil {
 		return err

@@ -1,9 +1,12 @@
 package rows
 
 import (
+	"bufio"
 	"bytes"
 	"io"
 	"testing"
+
+	"github.com/partner-intake/partner-intake/partners"
 )
 
 // FuzzLineCounts: over any bytes, the lines the reader counts as it goes
@@ -16,6 +19,7 @@ func FuzzLineCounts(f *testing.F) {
 		hdr + "\"k\n2\",1,1,,,\n\"a\"\"\nb\",2,2,,,\r\n",
 		hdr + `k"x,1,1,,,` + "\nk2,\"1\"x\n,1\n",
 		hdr + "k,1,1\n\n\n,,,,,,,,,,,,,,,,\n",
+		"\uFEFF" + hdr + "k,1\n\n",
 	} {
 		f.Add([]byte(seed), uint8(7))
 	}
@@ -26,13 +30,22 @@ func FuzzLineCounts(f *testing.F) {
 		if err != nil {
 			return
 		}
+		// the CSV reader's offsets are past a byte order mark, which the
+		// reader skips before it
+		body := data
+		if fd.CSV.Encoding == partners.EncodingUTF8 {
+			body = bytes.TrimPrefix(data, []byte("\uFEFF"))
+		}
 		for {
 			_, err := rd.Next()
-			if got, want := rd.guard.line, int64(bytes.Count(data[:src.off], newline))+1; rd.guard.err == nil && got != want {
-				t.Fatalf("the guard counts line %d after %d bytes, want %d", got, src.off, want)
+			// what the guard passed up: what the source gave, less what
+			// the buffer under it holds yet
+			passed := src.off - rd.guard.r.(*bufio.Reader).Buffered()
+			if got, want := rd.guard.line, int64(bytes.Count(data[:passed], newline))+1; rd.guard.err == nil && got != want {
+				t.Fatalf("the guard counts line %d after %d bytes, want %d", got, passed, want)
 			}
-			if off := rd.csv.InputOffset(); rd.rec.err == nil && int(off) <= len(data) {
-				if got, want := rd.rec.next, int64(bytes.Count(data[:off], newline))+1; got != want {
+			if off := rd.csv.InputOffset(); rd.rec.err == nil && int(off) <= len(body) {
+				if got, want := rd.rec.next, int64(bytes.Count(body[:off], newline))+1; got != want {
 					t.Fatalf("the next record starts on line %d at offset %d, want %d", got, off, want)
 				}
 			}

@@ -58,6 +58,17 @@ func PublishDiscarded(ctx context.Context, l *ledger.Ledger, s *sftpconn.Session
 	return l.RecordDiscardReceipt(ctx, in, dst)
 }
 
+// AppliedBeforeRelease is what a held file's receipt adds for the rows
+// its runs applied before ops released it (rows.applied_before_release):
+// they stand, though the run since (its counts started over) may not have
+// reached them again. "" when there were none.
+func AppliedBeforeRelease(in *ledger.Intake) string {
+	if in.RowsAppliedEarlier == 0 {
+		return ""
+	}
+	return fmt.Sprintf("; %d rows its runs applied before ops released it stand as well (rows.applied_before_release; a row may count in both)", in.RowsAppliedEarlier)
+}
+
 // discardDetail says what a discard leaves: nothing of the file, or, for
 // a file that failed part way (some chunks committed before its retries
 // ran out), the rows those chunks put in place, which stay.
@@ -65,17 +76,15 @@ func discardDetail(in *ledger.Intake) string {
 	if in.ReplayOf != 0 {
 		// ops' replay of a file, not a file the partner sent anew
 		done := "nothing of the replay was applied"
+		if in.RowsAppliedEarlier > 0 {
+			done += " since ops released it"
+		}
 		if n := in.RowsApplied + in.RowsDeleted; n > 0 {
 			done = fmt.Sprintf("%d rows the replay applied before it was held stay", n)
 		}
-		return fmt.Sprintf("after review the held replay of intake %d was closed; %s, and what intake %d applied stands as its receipt says", in.ReplayOf, done, in.ReplayOf)
+		return fmt.Sprintf("after review the held replay of intake %d was closed; %s%s, and what intake %d applied stands as its receipt says", in.ReplayOf, done, AppliedBeforeRelease(in), in.ReplayOf)
 	}
-	// rows its runs applied before a release stand too, though the run
-	// since (its counts started over) may not have reached them again
-	earlier := ""
-	if in.RowsAppliedEarlier > 0 {
-		earlier = fmt.Sprintf("; %d rows its runs applied before ops released it stand as well (rows.applied_before_release; a row may count in both)", in.RowsAppliedEarlier)
-	}
+	earlier := AppliedBeforeRelease(in)
 	if n := in.RowsApplied + in.RowsDeleted + in.RowsUnchanged; n > 0 {
 		// unchanged rows count: a released file's run counts the rows
 		// its first run applied as unchanged

@@ -13,8 +13,10 @@ import (
 // copy goes to quarantine/ under a generated name and the reconciler
 // raises quarantine_no_record for a human. A rename that fails leaves the
 // put back undone unless the file is gone from its claimed path: a
-// "no such file" may mean ready/ itself is missing, not the file.
-func PutBack(sess *sftpconn.Session, claimedPath, name string) error {
+// "no such file" may mean ready/ itself is missing, not the file. size is
+// the file's, for a server whose RENAME copies (Session.AllowCopy).
+func PutBack(sess *sftpconn.Session, claimedPath, name string, size int64) error {
+	defer sess.AllowCopy(size)()
 	err := sess.Rename(claimedPath, sess.Layout.Ready(name))
 	if err == nil {
 		return nil

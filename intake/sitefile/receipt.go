@@ -125,7 +125,10 @@ func ReceiptJSON(in *ledger.Intake, rc Receipt) ([]byte, error) {
 	rc.PartnerID, rc.IntakeID, rc.File, rc.BatchID = in.Partner, in.ID, in.RemoteName, in.BatchID
 	rc.SHA256, rc.Bytes = in.SHA256, in.Size
 	rc.Rows = ReceiptRows{Total: in.RowsTotal, Applied: in.RowsApplied, Unchanged: in.RowsUnchanged, Rejected: in.RowsRejected, Conflict: in.RowsConflict, Deleted: in.RowsDeleted, DeleteKept: in.RowsDeleteKept, AppliedEarlier: in.RowsAppliedEarlier}
-	rc.ProcessedAt = time.Now().UTC().Truncate(time.Second)
+	if rc.ProcessedAt.IsZero() {
+		rc.ProcessedAt = time.Now().UTC()
+	}
+	rc.ProcessedAt = rc.ProcessedAt.UTC().Truncate(time.Second)
 	data, err := json.MarshalIndent(rc, "", "  ")
 	return append(data, '\n'), err
 }
