@@ -533,3 +533,51 @@ func TestAServerWhoseRenameStampsTheTimeOfTheCopyIsServed(t *testing.T) {
 		t.Fatal("nothing archived")
 	}
 }
+
+// A server that holds at most two files of a session open at once (the
+// profile's probes side by side hold five) is measured one probe at a
+// time and served: small files in a group and each on its own land once,
+// archived with their receipts. Files run side by side on one session may
+// meet the bound (an OPEN refused): such a file leaves its group for the
+// per-file path, or is retried on its backoff, never held for it.
+func TestAServerThatBoundsASessionsOpenFilesIsServed(t *testing.T) {
+	_, pool := testenv.DB(t)
+	var sites []*testenv.Site
+	for _, c := range []struct {
+		id    string
+		group int
+	}{{"fewfd", 0}, {"fewfd1", 1}} { // grouped, and each file on its own
+		srv, site := testenv.NewInProcessSite(t, c.id)
+		srv.MaxHandles(2)
+		if c.group > 0 {
+			site.Config.GroupFiles = c.group
+		}
+		for i, body := range []string{goodRows("FA", 3), goodRows("FB", 2), goodRows("FC", 4)} {
+			site.Drop(t, fmt.Sprintf("orders-%d.csv", i+1), body)
+		}
+		sites = append(sites, site)
+	}
+	r := newRig(t, pool, "w1", sites...)
+	for _, site := range sites {
+		id := site.Config.ID
+		for range 5 {
+			r.poll(id)
+			if count(t, pool, `SELECT count(*) FROM file_intake WHERE partner_id = $1 AND state <> 'archived'`, id) == 0 {
+				break
+			}
+			waitDue(t, pool, id)
+		}
+		fs := files(t, pool, id)
+		if len(fs) != 3 {
+			t.Fatalf("%s: files %+v, want three", id, fs)
+		}
+		for _, f := range fs {
+			if f.State != "archived" || f.Receipt == "" {
+				t.Fatalf("%s: file %+v, want archived with its receipt", id, f)
+			}
+		}
+		if n := count(t, pool, `SELECT count(*) FROM orders WHERE partner_id = $1`, id); n != 9 {
+			t.Fatalf("%s: %d rows landed, want 9", id, n)
+		}
+	}
+}

@@ -73,7 +73,14 @@ type quirks struct {
 	linger atomic.Bool
 	// refuse: the RENAMEs refused (RefuseRenames)
 	refuse atomic.Pointer[func(from string) bool]
+	// handles: the most files one SFTP session holds open at once
+	// (MaxHandles); 0: no limit
+	handles atomic.Int32
 }
+
+// MaxHandles makes the server refuse (failure) an OPEN while a session
+// holds n files open, as servers that bound a session's handles do.
+func (s *quirks) MaxHandles(n int) { s.handles.Store(int32(n)) }
 
 // RefuseRenames makes the server refuse (permission denied) every RENAME
 // whose source path f reports, as a site does for a file its user may
@@ -322,7 +329,8 @@ func (s *Server) serve(c net.Conn) {
 						return
 					}
 				}
-				h := &handler{root: root, short: &s.short, lie: &s.lie, overwrite: &s.overwrite, copies: &s.copies, nocase: &s.nocase, vanish: &s.vanish, mtimes: &s.mtimes, refuse: &s.refuse}
+				h := &handler{root: root, short: &s.short, lie: &s.lie, overwrite: &s.overwrite, copies: &s.copies, nocase: &s.nocase, vanish: &s.vanish, mtimes: &s.mtimes, refuse: &s.refuse,
+					maxOpen: &s.handles, open: new(atomic.Int32)}
 				var rwc io.ReadWriteCloser = ch
 				if s.linger.Load() {
 					rwc = openChannel{ch}
@@ -352,6 +360,31 @@ type handler struct {
 	vanish    *atomic.Bool // Server.EmptyDirsVanish
 	mtimes    *atomic.Pointer[func(time.Time) time.Time]
 	refuse    *atomic.Pointer[func(from string) bool] // Server.RefuseRenames
+	maxOpen   *atomic.Int32                           // Server.MaxHandles
+	open      *atomic.Int32                           // files this session holds open
+}
+
+// opened counts a file the session opens, or refuses it past
+// Server.MaxHandles.
+func (h *handler) opened() error {
+	if n := h.open.Add(1); h.maxOpen.Load() > 0 && n > h.maxOpen.Load() {
+		h.open.Add(-1)
+		return sftp.ErrSSHFxFailure
+	}
+	return nil
+}
+
+// counted is an open file of a session: its Close (pkg/sftp's, when the
+// client closes the handle) gives its count back once.
+type counted struct {
+	*os.File
+	open *atomic.Int32
+	once sync.Once
+}
+
+func (c *counted) Close() error {
+	c.once.Do(func() { c.open.Add(-1) })
+	return c.File.Close()
 }
 
 // prune removes p and its parents below the root while they are empty
@@ -430,25 +463,30 @@ func (h *handler) Fileread(r *sftp.Request) (io.ReaderAt, error) {
 	if err != nil {
 		return nil, err
 	}
-	f, err := os.Open(p)
-	if err != nil {
+	if err := h.opened(); err != nil {
 		return nil, err
 	}
-	if n := h.short.Load(); n > 0 {
-		return shortReader{f, int(n)}, nil
+	f, err := os.Open(p)
+	if err != nil {
+		h.open.Add(-1)
+		return nil, err
 	}
-	return f, nil
+	c := &counted{File: f, open: h.open}
+	if n := h.short.Load(); n > 0 {
+		return shortReader{c, int(n)}, nil
+	}
+	return c, nil
 }
 
 // shortReader reads at most n bytes a call (Server.ShortReads); pkg/sftp
 // closes the file through Close.
 type shortReader struct {
-	*os.File
+	*counted
 	n int
 }
 
 func (s shortReader) ReadAt(p []byte, off int64) (int, error) {
-	return s.File.ReadAt(p[:min(len(p), s.n)], off)
+	return s.counted.ReadAt(p[:min(len(p), s.n)], off)
 }
 
 func (h *handler) Filewrite(r *sftp.Request) (io.WriterAt, error) {
@@ -475,7 +513,15 @@ func (h *handler) Filewrite(r *sftp.Request) (io.WriterAt, error) {
 			return nil, err
 		}
 	}
-	return os.OpenFile(p, flags, 0o644)
+	if err := h.opened(); err != nil {
+		return nil, err
+	}
+	f, err := os.OpenFile(p, flags, 0o644)
+	if err != nil {
+		h.open.Add(-1)
+		return nil, err
+	}
+	return &counted{File: f, open: h.open}, nil
 }
 
 func (h *handler) Filecmd(r *sftp.Request) error {

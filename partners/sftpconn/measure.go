@@ -52,8 +52,21 @@ type siteProbes struct{ *Session }
 //   - the empty directory made, then its parent listed;
 //   - REALPATH; statvfs.
 //
-// At most five files of the probe are open at once.
+// At most five files of the probe are open at once. A server that bounds
+// a session's open files below that refuses an OPEN: refused so, the
+// measure runs again one probe after another, one file open at a time
+// (about thirty round trips, on such a server alone).
 func (s *siteProbes) MeasureProfile(worker string) (partners.Profile, error) {
+	p, err := s.measureProfile(worker, sideBySide)
+	if err != nil && IsRefused(err) && !s.TimedOut() {
+		p, err = s.measureProfile(worker, oneByOne)
+	}
+	return p, err
+}
+
+// measureProfile is MeasureProfile's probes, their chains run by run:
+// side by side, or one after another.
+func (s *siteProbes) measureProfile(worker string, sideBySide func(...func())) (partners.Profile, error) {
 	var p partners.Profile
 	for _, e := range []struct {
 		on   *bool
@@ -222,6 +235,13 @@ func sideBySide(fs ...func()) {
 		wg.Go(f)
 	}
 	wg.Wait()
+}
+
+// oneByOne runs fs one after another.
+func oneByOne(fs ...func()) {
+	for _, f := range fs {
+		f()
+	}
 }
 
 // MeasureLimits measures the server's limits in processing/<worker>/

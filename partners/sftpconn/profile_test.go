@@ -59,6 +59,10 @@ func TestTheProfileMeasuresWhatTheServerDoes(t *testing.T) {
 			func(p partners.Profile) partners.Profile { p.Channels, p.MaxRead = 1, 0; return p }},
 		{"reads answered with 4 KiB at most", func(srv *sftpd.Server) { srv.ShortReads(4096) },
 			func(p partners.Profile) partners.Profile { p.MaxRead = 4096; return p }},
+		{"two files of a session open at most", func(srv *sftpd.Server) { srv.MaxHandles(2) },
+			// the probes side by side hold up to five: refused, the
+			// measure runs one probe at a time
+			func(p partners.Profile) partners.Profile { p.Handles = 2; return p }},
 		{"names found by another case", (*sftpd.Server).CaseInsensitiveStat,
 			func(p partners.Profile) partners.Profile { p.CaseInsensitive = true; return p }},
 		{"an empty directory not listed", func(srv *sftpd.Server) {
