@@ -359,9 +359,9 @@ func (r *fileRun) endSpent(ctx context.Context) error {
 func (r *fileRun) spentDetail(attempts int, codes string) string {
 	if r.in.ChunksDone > 0 {
 		return fmt.Sprintf("the file could not be processed in %d attempts%s; %d of its rows were applied before it stopped and stay applied%s; ops have been alerted and can replay it",
-			attempts, codes, r.in.RowsApplied, sitefile.AppliedBeforeRelease(r.in))
+			attempts, codes, r.in.RowsApplied, sitefile.AppliedBeforeRelease(r.in, true))
 	}
-	return fmt.Sprintf("the file could not be processed in %d attempts%s%s; ops have been alerted and can replay it", attempts, codes, sitefile.AppliedBeforeRelease(r.in))
+	return fmt.Sprintf("the file could not be processed in %d attempts%s%s; ops have been alerted and can replay it", attempts, codes, sitefile.AppliedBeforeRelease(r.in, false))
 }
 
 // commitChunk applies one chunk, retrying transient database errors with

@@ -2,6 +2,7 @@ package intake_test
 
 import (
 	"context"
+	"errors"
 	"os"
 	"testing"
 	"time"
@@ -353,7 +354,10 @@ func TestAPurgeLeavesTheBytesOfAReplayBegunSinceItsDecision(t *testing.T) {
 // replayed file's receipt is published again naming the replay
 // (replayed_by), its rows as they were, and its rejects report, which
 // lists a row the replay has since applied, is removed; a second replay
-// does the same to the first one's receipt.
+// does the same to the first one's receipt. The first replay stops right
+// after that receipt is up (a fault), is handed over, and is finished by
+// the reconciler's takeover and the next poll, which find the receipt and
+// do the step again.
 func TestAReplayedFilesReportsGiveWayToTheReplays(t *testing.T) {
 	ctx := context.Background()
 	_, pool := testenv.DB(t)
@@ -373,10 +377,22 @@ func TestAReplayedFilesReportsGiveWayToTheReplays(t *testing.T) {
 	}
 	before := receipt(t, site, f.Receipt)
 	time.Sleep(1100 * time.Millisecond) // a receipt written again now says another second
-	m, err := r.d.Replay(ctx, intake.ReplayRequest{ID: f.ID, Actor: "test", Reason: "target fixed"})
-	if err != nil {
+	if err := fault.Set("publish:replayed receipt=error@2"); err != nil {
 		t.Fatal(err)
 	}
+	m, err := r.d.Replay(ctx, intake.ReplayRequest{ID: f.ID, Actor: "test", Reason: "target fixed"})
+	fault.Set("")
+	if !errors.Is(err, fault.ErrInjected) || m == nil {
+		t.Fatalf("replay: %v, want it stopped by the injected fault after its row", err)
+	}
+	if rc := receipt(t, site, f.Receipt); rc.ReplayedBy != m.ID {
+		t.Fatalf("at the stop the replayed file's receipt is %+v, want it published naming replay %d", rc, m.ID)
+	}
+	if got := files(t, pool, "acme")[0]; got.Rejects == "" {
+		t.Fatalf("at the stop %+v: want its row not yet recorded", got)
+	}
+	r.reconcileOnce(site)
+	r.poll("acme")
 	fs := files(t, pool, "acme")
 	if rc := receipt(t, site, fs[1].Receipt); fs[1].ID != m.ID || rc.Outcome != ledger.OutcomeAccepted || rc.Rows.Applied != 1 || rc.Rows.Unchanged != 1 {
 		t.Fatalf("replay %+v, receipt %+v: want accepted, RP-2 applied and RP-1 unchanged", fs[1], rc)

@@ -77,9 +77,11 @@ func (r *finishStage) writeReports(ctx context.Context, rc sitefile.Receipt) err
 // were, and its rejects report is removed: the partner reads the replay's
 // for the rows refused now. Under the replay's fence, after its own
 // reports are up; a run stopped part way does it again when resumed. An
-// earlier receipt the reports' retention purged is not published again;
-// one the site refuses to write or remove is logged and left (the
-// replay's own reports stand), not made the replay's failure.
+// earlier receipt the reports' retention purged (at neither its recorded
+// path nor the one it is published at now) is not published again; one
+// whose place the site denies this account is logged and left (the
+// replay's own reports stand), not made the replay's failure; any other
+// error is the replay's, retried.
 func (r *finishStage) replayedBefore(ctx context.Context) error {
 	in := r.in
 	if in.ReplayOf == 0 {
@@ -94,14 +96,13 @@ func (r *finishStage) replayedBefore(ctx context.Context) error {
 		if e.ReceiptPath == "" {
 			continue
 		}
-		if _, err := r.sess.Lstat(e.ReceiptPath); sftpconn.IsNotExist(err) {
-			continue // purged past the reports' retention
-		} else if err != nil {
-			return fmt.Errorf("intake %d's receipt: %w", e.ID, err)
+		name := sitefile.SealedName(r.feedPGP(), sitefile.ReportStem(e.Intake)+sitefile.ReceiptSuffix)
+		purged, err := r.receiptGone(e.ReceiptPath, path.Join(dir, name))
+		if err == nil && !purged {
+			err = r.publishReplayed(ctx, e, dir)
 		}
-		err := r.publishReplayed(ctx, e, dir)
-		if sftpconn.IsRefused(err) {
-			r.log.Warn("the receipt of an intake this replay applied again could not be published naming it; it stays as it was",
+		if sftpconn.IsPermission(err) {
+			r.log.Warn("the site denies the place of the receipt of an intake this replay applied again; it is left as it is",
 				"replayed_intake", e.ID, "err", err)
 			continue
 		}
@@ -112,8 +113,24 @@ func (r *finishStage) replayedBefore(ctx context.Context) error {
 	return nil
 }
 
-// publishReplayed publishes e's receipt again naming this replay, removes
-// its rejects report, and records both on e's row.
+// receiptGone reports whether an earlier receipt is at neither its
+// recorded path nor the path it is published at now: purged.
+func (r *finishStage) receiptGone(paths ...string) (bool, error) {
+	for _, p := range paths {
+		_, err := r.sess.Lstat(p)
+		if err == nil {
+			return false, nil
+		}
+		if !sftpconn.IsNotExist(err) {
+			return false, fmt.Errorf("look for a replayed intake's receipt: %w", err)
+		}
+	}
+	return true, nil
+}
+
+// publishReplayed removes e's rejects report, publishes e's receipt again
+// naming this replay, and records both on e's row. The report goes first:
+// stopped part way, the receipt is still found and the step done again.
 func (r *finishStage) publishReplayed(ctx context.Context, e ledger.Replayed, dir string) error {
 	in := r.in
 	outcome := ledger.OutcomeAccepted
@@ -133,6 +150,12 @@ func (r *finishStage) publishReplayed(ctx context.Context, e ledger.Replayed, di
 	if data, name, err = sitefile.Seal(r.feedPGP(), data, name); err != nil {
 		return err
 	}
+	if err := r.fence(ctx, "replayed reports"); err != nil {
+		return err
+	}
+	if err := sitefile.RemoveEarlier(r.sess, e.Intake, sitefile.RejectsSuffix, "", e.RejectsPath); err != nil {
+		return err
+	}
 	if err := r.fence(ctx, "replayed receipt"); err != nil {
 		return err
 	}
@@ -140,13 +163,10 @@ func (r *finishStage) publishReplayed(ctx context.Context, e ledger.Replayed, di
 	if err != nil {
 		return fmt.Errorf("intake %d's receipt naming its replay: %w", e.ID, err)
 	}
-	if err := r.fence(ctx, "replayed reports"); err != nil {
+	if err := r.fence(ctx, "replayed receipt"); err != nil {
 		return err
 	}
 	if err := sitefile.RemoveEarlier(r.sess, e.Intake, sitefile.ReceiptSuffix, name, e.ReceiptPath); err != nil {
-		return err
-	}
-	if err := sitefile.RemoveEarlier(r.sess, e.Intake, sitefile.RejectsSuffix, "", e.RejectsPath); err != nil {
 		return err
 	}
 	return r.d.ledger.RecordReplayedBy(ctx, e.Intake, in, p)

@@ -147,7 +147,7 @@ func (r *fileRun) step(ctx context.Context) (err error) {
 			r.dropAhead()
 			detail := "the file's plan against the target was rejected by review before anything was applied; nothing of it was applied. Contact us before sending it again"
 			if r.in.RowsAppliedEarlier > 0 {
-				detail = "the file's plan against the target was rejected by review; nothing of it was applied since ops released it" + sitefile.AppliedBeforeRelease(r.in) + ". Contact us before sending it again"
+				detail = "the file's plan against the target was rejected by review; nothing of it was applied since ops released it" + sitefile.AppliedBeforeRelease(r.in, false) + ". Contact us before sending it again"
 			}
 			return r.hold(ctx, ledger.StateQuarantined, reason.PlanRejected, 0, detail)
 		}

@@ -768,9 +768,10 @@ func (l *rowLookup) add(full string, id int64) error {
 	return nil
 }
 
-// flushAfter flushes what a listing that ended with err queued: whatever
-// it streamed of a directory that went away meanwhile is judged too. It
-// returns err, or flush's error when the listing's was none or that.
+// flushAfter flushes what a listing that ended with err queued: what it
+// streamed before it ended is judged whatever the end (a directory that
+// went away meanwhile goes on to the next). It returns err, or flush's
+// error when the listing's was none or that the directory is gone.
 func (l *rowLookup) flushAfter(err error) error {
 	if ferr := l.flush(); ferr != nil && (err == nil || sftpconn.IsNotExist(err)) {
 		return ferr

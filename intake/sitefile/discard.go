@@ -61,12 +61,21 @@ func PublishDiscarded(ctx context.Context, l *ledger.Ledger, s *sftpconn.Session
 // AppliedBeforeRelease is what a held file's receipt adds for the rows
 // its runs applied before ops released it (rows.applied_before_release):
 // they stand, though the run since (its counts started over) may not have
-// reached them again. "" when there were none.
-func AppliedBeforeRelease(in *ledger.Intake) string {
-	if in.RowsAppliedEarlier == 0 {
+// reached them again. also: the receipt names rows of the run since too,
+// which may be the same rows. "" when there were none.
+func AppliedBeforeRelease(in *ledger.Intake, also bool) string {
+	n := in.RowsAppliedEarlier
+	if n == 0 {
 		return ""
 	}
-	return fmt.Sprintf("; %d rows its runs applied before ops released it stand as well (rows.applied_before_release; a row may count in both)", in.RowsAppliedEarlier)
+	rows := fmt.Sprintf("%d rows", n)
+	if n == 1 {
+		rows = "1 row"
+	}
+	if also {
+		return fmt.Sprintf("; %s its runs applied before ops released it stand as well (rows.applied_before_release; a row may count in both)", rows)
+	}
+	return fmt.Sprintf("; %s its runs applied before ops released it stand (rows.applied_before_release)", rows)
 }
 
 // discardDetail says what a discard leaves: nothing of the file, or, for
@@ -82,9 +91,10 @@ func discardDetail(in *ledger.Intake) string {
 		if n := in.RowsApplied + in.RowsDeleted; n > 0 {
 			done = fmt.Sprintf("%d rows the replay applied before it was held stay", n)
 		}
-		return fmt.Sprintf("after review the held replay of intake %d was closed; %s%s, and what intake %d applied stands as its receipt says", in.ReplayOf, done, AppliedBeforeRelease(in), in.ReplayOf)
+		return fmt.Sprintf("after review the held replay of intake %d was closed; %s%s, and what intake %d applied stands as its receipt says", in.ReplayOf, done,
+			AppliedBeforeRelease(in, in.RowsApplied+in.RowsDeleted > 0), in.ReplayOf)
 	}
-	earlier := AppliedBeforeRelease(in)
+	earlier := AppliedBeforeRelease(in, true)
 	if n := in.RowsApplied + in.RowsDeleted + in.RowsUnchanged; n > 0 {
 		// unchanged rows count: a released file's run counts the rows
 		// its first run applied as unchanged

@@ -25,7 +25,7 @@ func TestADiscardSaysWhatStays(t *testing.T) {
 		{"a file held again after its release, part way", ledger.Intake{RowsUnchanged: 2, RowsAppliedEarlier: 4}, "2 of its rows were in the target before it was held (applied by it, or already there) and stay (rows.applied, rows.unchanged, rows.deleted); 4 rows its runs applied before ops released it stand as well", "nothing of it"},
 		{"a replay", ledger.Intake{ReplayOf: 29}, "held replay of intake 29 was closed; nothing of the replay", "Send a corrected file"},
 		{"a replay held part way", ledger.Intake{ReplayOf: 29, RowsApplied: 5}, "5 rows the replay applied before it was held stay", "Send a corrected file"},
-		{"a replay held again after its release", ledger.Intake{ReplayOf: 29, RowsAppliedEarlier: 3}, "nothing of the replay was applied since ops released it; 3 rows its runs applied before ops released it stand as well", "Send a corrected file"},
+		{"a replay held again after its release", ledger.Intake{ReplayOf: 29, RowsAppliedEarlier: 3}, "nothing of the replay was applied since ops released it; 3 rows its runs applied before ops released it stand (rows.applied_before_release)", "Send a corrected file"},
 	} {
 		got := discardDetail(&c.in)
 		if !strings.Contains(got, c.want) || strings.Contains(got, c.not) {

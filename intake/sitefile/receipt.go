@@ -167,6 +167,15 @@ func Seal(cfg *partners.PGP, data []byte, name string) ([]byte, string, error) {
 	return b.Bytes(), sealed, nil
 }
 
+// SealedName is the name a report of name is published under: with
+// EncryptedSuffix when the feed encrypts its reports (Seal, SealTo).
+func SealedName(cfg *partners.PGP, name string) string {
+	if cfg == nil || cfg.EncryptReportsTo == "" {
+		return name
+	}
+	return name + EncryptedSuffix
+}
+
 // SealTo returns a writer that seals what is written to it into dst as
 // Seal does, as a stream, and the sealed name; closing it ends the
 // message. Without encrypt_reports_to it writes to dst unchanged.

@@ -57,16 +57,19 @@ type siteProbes struct{ *Session }
 // measure runs again one probe after another, one file open at a time
 // (about thirty round trips, on such a server alone).
 func (s *siteProbes) MeasureProfile(worker string) (partners.Profile, error) {
-	p, err := s.measureProfile(worker, sideBySide)
+	p, err := s.measureProfile(worker, sideBySide, true)
 	if err != nil && IsRefused(err) && !s.TimedOut() {
-		p, err = s.measureProfile(worker, oneByOne)
+		p, err = s.measureProfile(worker, oneByOne, false)
 	}
 	return p, err
 }
 
 // measureProfile is MeasureProfile's probes, their chains run by run:
-// side by side, or one after another.
-func (s *siteProbes) measureProfile(worker string, sideBySide func(...func())) (partners.Profile, error) {
+// side by side, or one after another. strict: a refused listing of the
+// scratch directory (an OPENDIR past the server's bound on a session's
+// handles, while files are open beside it) fails the measure rather than
+// being taken for a server that keeps no empty directory.
+func (s *siteProbes) measureProfile(worker string, sideBySide func(...func()), strict bool) (partners.Profile, error) {
 	var p partners.Profile
 	for _, e := range []struct {
 		on   *bool
@@ -113,7 +116,7 @@ func (s *siteProbes) measureProfile(worker string, sideBySide func(...func())) (
 		}
 		return nil
 	}
-	var timesErr, renamesErr error
+	var timesErr, renamesErr, listErr error
 	var caseInsensitive, emptyDirPersists, realPath, statVFSFails bool
 	var mtimeStep time.Duration
 	restamps := true
@@ -193,6 +196,7 @@ func (s *siteProbes) measureProfile(worker string, sideBySide func(...func())) (
 			}
 			fis, err := s.ReadDir(dir)
 			if err != nil {
+				listErr = err
 				return
 			}
 			for _, fi := range fis {
@@ -217,6 +221,9 @@ func (s *siteProbes) measureProfile(worker string, sideBySide func(...func())) (
 	}
 	if renamesErr != nil {
 		return p, renamesErr
+	}
+	if strict && IsRefused(listErr) {
+		return p, fmt.Errorf("list %s: %w", dir, s.Deadline(listErr))
 	}
 	if s.TimedOut() {
 		return p, s.Deadline(os.ErrDeadlineExceeded)
