@@ -491,6 +491,7 @@ type partnerRT struct {
 	vanish     atomic.Bool                   // its server keeps no empty directory: each session is told (site.go)
 	nocase     atomic.Bool                   // its server compares names without case: batch ids from names are folded (site.go)
 	restamps   atomic.Bool                   // its server's RENAME does not keep mtimes: a claimed file is known by its size (site.go, remote.go)
+	handles    atomic.Int32                  // the files one session of its server holds open, as intake check measured (0: not measured; site.go)
 	tempClean  bool                          // this worker's spool temp files of the partner were swept
 	redial     atomic.Bool                   // a file met an SFTP failure: the next poll dials afresh
 	resumed    bool                          // this worker's own files of the partner were resumed once
@@ -577,6 +578,19 @@ func (p *partnerRT) forgetIDs() {
 	p.unrecordedMu.Lock()
 	p.unrecorded = nil
 	p.unrecordedMu.Unlock()
+}
+
+// concurrency is how many of the partner's files a poll runs side by
+// side: its configured concurrency, at most half the files one session of
+// its server holds open when `intake check` measured that (a file's run
+// holds two on its session at once: its download and its receipt's
+// temporary file), at least one.
+func (p *partnerRT) concurrency() int {
+	n := p.cfg.Concurrency
+	if h := int(p.handles.Load()); h > 0 {
+		n = max(1, min(n, h/2))
+	}
+	return n
 }
 
 func (p *partnerRT) poke() {

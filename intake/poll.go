@@ -100,7 +100,7 @@ func (d *Daemon) pollOnce(ctx context.Context, p *partnerRT) error {
 	// the claimed ones do: one that takes long (its rows waiting behind
 	// the application's locks) holds one slot, and the claims go on in
 	// the others. The poll ends when they all have.
-	pool := slots.New(ctx, p.cfg.Concurrency)
+	pool := slots.New(ctx, p.concurrency())
 	start := time.Now()
 	err = (&housekeeping{d}).housekeep(ctx, p, sess, due, pool)
 	d.log.Debug("housekeeping done", "partner", p.cfg.ID, "seconds", time.Since(start).Seconds())

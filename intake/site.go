@@ -114,6 +114,7 @@ func (c *siteCheck) profile(ctx context.Context, p *partnerRT, s *sftpconn.Sessi
 	p.vanish.Store(!prof.Profile.EmptyDirPersists)
 	p.nocase.Store(prof.Profile.CaseInsensitive)
 	p.restamps.Store(prof.Profile.RenameRestampsMTime)
+	p.handles.Store(int32(min(prof.Profile.Handles, partners.MaxHandlesProbe)))
 	// the channels a connection intake check measured: the partner's
 	// later sessions are put on connections with as many sessions as
 	// have their channels (this first one was dialled before it was known)

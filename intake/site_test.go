@@ -581,3 +581,35 @@ func TestAServerThatBoundsASessionsOpenFilesIsServed(t *testing.T) {
 		}
 	}
 }
+
+// Where `intake check` measured that the server holds two files of a
+// session open at most, a poll runs one of the partner's files at a time
+// (a file's run holds two: its download and its receipt's temporary
+// file), and none meets the bound: each lands at its first attempt.
+func TestAPartnerRunsNoMoreFilesAtOnceThanItsServerHoldsOpen(t *testing.T) {
+	_, pool := testenv.DB(t)
+	srv, site := testenv.NewInProcessSite(t, "fewh")
+	srv.MaxHandles(2)
+	site.Config.GroupFiles = 1               // each file on its own
+	newRig(t, pool, "w1", site).poll("fewh") // the profile measured and kept
+	if _, err := pool.Exec(context.Background(), `UPDATE intake_site_profile SET handles = 2, limits_measured_at = pg_catalog.now()
+		WHERE partner_id = 'fewh'`); err != nil { // as intake check records it
+		t.Fatal(err)
+	}
+	for i, body := range []string{goodRows("HA", 3), goodRows("HB", 2), goodRows("HC", 4), goodRows("HD", 1)} {
+		site.Drop(t, fmt.Sprintf("orders-%d.csv", i+1), body)
+	}
+	newRig(t, pool, "w2", site).poll("fewh")
+	fs := files(t, pool, "fewh")
+	if len(fs) != 4 {
+		t.Fatalf("files %+v, want four", fs)
+	}
+	for _, f := range fs {
+		if f.State != "archived" {
+			t.Fatalf("file %+v, want archived at the first poll", f)
+		}
+	}
+	if n := count(t, pool, `SELECT count(*) FROM file_intake WHERE partner_id = 'fewh' AND attempts > 0`); n != 0 {
+		t.Fatalf("%d files were retried, want none", n)
+	}
+}

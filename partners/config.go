@@ -87,7 +87,8 @@ type Config struct {
 	// Claim is "rename" (default) or "record" (read-only sites).
 	Claim string `yaml:"claim"`
 	// Concurrency is how many of the partner's files one daemon works on at
-	// once (default 4).
+	// once (default 4; fewer on a server that holds fewer files of a
+	// session open, as intake check measured it).
 	Concurrency int `yaml:"concurrency"`
 	// GroupFiles is how many of the partner's small files (under 64 KiB,
 	// one chunk, no manifest, not compressed) one poll takes through the
