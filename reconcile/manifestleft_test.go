@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -45,10 +44,7 @@ func manifestTakeover(t *testing.T, id string) *takeover {
 	spoolDir := t.TempDir()
 	w1 := newNode(t, pool, "w1", spoolDir, site)
 	w2 := newNode(t, pool, "w2", spoolDir, site)
-	withFault(t, "download:manifest=error")
-	if err := w1.poll(t, id); !errors.Is(err, fault.ErrInjected) {
-		t.Fatalf("got %v, want the injected stop before the manifest's read", err)
-	}
+	stoppedAt(t, w1, id, "download:manifest")
 	fault.Set("")
 	fs := testenv.Files(t, pool, id)
 	if len(fs) != 1 || fs[0].State != "claimed" || fs[0].Worker != "w1" {

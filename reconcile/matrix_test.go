@@ -88,6 +88,16 @@ func withFault(t *testing.T, spec string) {
 	t.Cleanup(func() { fault.Set("") })
 }
 
+// stoppedAt polls partner on n with an error injected once at step: the
+// poll must end on it.
+func stoppedAt(t *testing.T, n *node, partner, step string) {
+	t.Helper()
+	withFault(t, step+"=error")
+	if err := n.poll(t, partner); !errors.Is(err, fault.ErrInjected) {
+		t.Fatalf("poll of %s: %v, want the stop injected at %s", partner, err, step)
+	}
+}
+
 func kinds(fs []ledger.Finding) map[string]int {
 	m := map[string]int{}
 	for _, f := range fs {
@@ -191,10 +201,7 @@ func TestExpiredLeaseIsTakenOverWithoutReapplying(t *testing.T) {
 	spoolDir := t.TempDir()
 	w1 := newNode(t, pool, "w1", spoolDir, site)
 	w2 := newNode(t, pool, "w2", spoolDir, site)
-	withFault(t, "apply:after_commit=error")
-	if err := w1.poll(t, "lease"); !errors.Is(err, fault.ErrInjected) {
-		t.Fatalf("got %v, want the injected stop after commit", err)
-	}
+	stoppedAt(t, w1, "lease", "apply:after_commit")
 	if f := testenv.Files(t, pool, "lease")[0]; f.State != "applied" || f.Worker != "w1" {
 		t.Fatalf("got %+v, want applied by w1", f)
 	}
@@ -240,10 +247,7 @@ func TestAnOwnExpiredRowIsHandedToItsOwnDaemon(t *testing.T) {
 	site := testenv.NewSite(t, "own")
 	site.Drop(t, "orders-o.csv", testenv.OrdersCSV("O", 5))
 	w1 := newNode(t, pool, "w1", t.TempDir(), site)
-	withFault(t, "apply:after_commit=error")
-	if err := w1.poll(t, "own"); !errors.Is(err, fault.ErrInjected) {
-		t.Fatalf("got %v, want the injected stop after commit", err)
-	}
+	stoppedAt(t, w1, "own", "apply:after_commit")
 	before := testenv.Files(t, pool, "own")[0]
 	expireLeases(t, pool)
 	var told []string
@@ -339,10 +343,7 @@ func TestAPollWaitsForItsOwnReconcilersTakeoverToMoveTheFile(t *testing.T) {
 	site.Drop(t, "orders-t.csv", testenv.OrdersCSV("T", 5))
 	w1 := newNode(t, pool, "w1", t.TempDir(), site)
 	w2 := newNode(t, pool, "w2", t.TempDir(), site) // a spool of its own
-	withFault(t, "apply:after_commit=error")
-	if err := w1.poll(t, "tkmv"); !errors.Is(err, fault.ErrInjected) {
-		t.Fatalf("got %v, want the injected stop after commit", err)
-	}
+	stoppedAt(t, w1, "tkmv", "apply:after_commit")
 	expireLeases(t, pool)
 	withFault(t, "takeover:before_move=pause")
 	recDone := make(chan []ledger.Finding, 1)
@@ -396,10 +397,7 @@ func TestAnAdoptedClaimIsCheckedAgainstTheManifestLeftInReady(t *testing.T) {
 			site.Drop(t, "orders-m.csv.complete", fmt.Sprintf(`{"bytes": %d, "sha256": %q}`, len(body), strings.Repeat("ab", 32)))
 			spoolDir := t.TempDir()
 			w1 := newNode(t, pool, "w1", spoolDir, site)
-			withFault(t, "claim:after_rename=error")
-			if err := w1.poll(t, "orphm"); !errors.Is(err, fault.ErrInjected) {
-				t.Fatalf("got %v", err)
-			}
+			stoppedAt(t, w1, "orphm", "claim:after_rename")
 			fault.Set("")
 			if got := site.Files(t, "ready"); len(got) != 1 || !strings.HasSuffix(got[0], ".complete") {
 				t.Fatalf("ready/ holds %v, want the manifest left behind", got)
@@ -739,10 +737,7 @@ func TestATakeoverThatCannotMoveTheFileRunsItWhereItIs(t *testing.T) {
 	spoolDir := t.TempDir()
 	w1 := newNode(t, pool, "w1", spoolDir, site)
 	w2 := newNode(t, pool, "w2", spoolDir, site)
-	withFault(t, "apply:after_commit=error")
-	if err := w1.poll(t, "nomove"); !errors.Is(err, fault.ErrInjected) {
-		t.Fatalf("got %v, want the injected stop after commit", err)
-	}
+	stoppedAt(t, w1, "nomove", "apply:after_commit")
 	expireLeases(t, pool)
 	// the name is taken in w2's processing/ (a directory: w2 holds it
 	// unread, as anything there without a row, once it looks)
@@ -915,10 +910,7 @@ func claimWithoutRow(t *testing.T) (*pgxpool.Pool, *testenv.Site, *node) {
 	site := testenv.NewSite(t, "orph")
 	site.Drop(t, "orders-o.csv", testenv.OrdersCSV("O", 5))
 	w1 := newNode(t, pool, "w1", t.TempDir(), site)
-	withFault(t, "claim:after_rename=error")
-	if err := w1.poll(t, "orph"); !errors.Is(err, fault.ErrInjected) {
-		t.Fatalf("got %v", err)
-	}
+	stoppedAt(t, w1, "orph", "claim:after_rename")
 	fault.Set("")
 	if len(testenv.Files(t, pool, "orph")) != 0 || len(site.Files(t, "processing/w1")) != 1 {
 		t.Fatal("want the file claimed with no row")

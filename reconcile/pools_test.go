@@ -2,7 +2,6 @@ package reconcile_test
 
 import (
 	"context"
-	"errors"
 	"testing"
 	"time"
 
@@ -37,14 +36,8 @@ func TestARunHoldsOneConnectionOfTheWorkPoolAtATime(t *testing.T) {
 	orph.Drop(t, "orders-o.csv", testenv.OrdersCSV("O", 5))
 	spoolDir := t.TempDir()
 	w1 := newNode(t, pool, "w1", spoolDir, lease, orph)
-	withFault(t, "apply:after_commit=error")
-	if err := w1.poll(t, "lease"); !errors.Is(err, fault.ErrInjected) {
-		t.Fatalf("got %v, want the injected stop after commit", err)
-	}
-	withFault(t, "claim:after_rename=error")
-	if err := w1.poll(t, "orph"); !errors.Is(err, fault.ErrInjected) {
-		t.Fatalf("got %v, want the injected stop after the claim's rename", err)
-	}
+	stoppedAt(t, w1, "lease", "apply:after_commit")
+	stoppedAt(t, w1, "orph", "claim:after_rename")
 	fault.Set("")
 	expireLeases(t, pool)
 

@@ -157,10 +157,7 @@ func TestKilledReceiptWriteLeavesNoTempBehind(t *testing.T) {
 	site := testenv.NewSite(t, "tmp")
 	site.Drop(t, "orders-t.csv", testenv.OrdersCSV("T", 3))
 	w1 := newNode(t, pool, "w1", t.TempDir(), site)
-	withFault(t, "putfile:before_rename=error")
-	if err := w1.poll(t, "tmp"); !errors.Is(err, fault.ErrInjected) {
-		t.Fatalf("got %v, want the injected stop before the rename", err)
-	}
+	stoppedAt(t, w1, "tmp", "putfile:before_rename")
 	left := site.Files(t, "reports")
 	if len(left) != 1 || !sitefile.IsOurTemp(left[0]) {
 		t.Fatalf("reports/ holds %v, want one temporary file", left)
