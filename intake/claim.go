@@ -268,9 +268,7 @@ func (d *claimStage) manifestRefused(p *partnerRT, sess *sftpconn.Session, in *l
 // mtime).
 func putBackRefused(p *partnerRT, sess *sftpconn.Session, from, name string, size int64) error {
 	to := sess.Layout.Ready(name)
-	copied := sess.AllowCopy(size) // a RENAME that copies answers late
-	err := sess.Rename(from, to)
-	copied()
+	err := sess.RenameSized(from, to, size)
 	if err != nil {
 		return err
 	}
@@ -362,8 +360,7 @@ func (d *claimStage) putBack(p *partnerRT, sess *sftpconn.Session, g []candidate
 func (d *claimStage) busyClaimPath(p *partnerRT, sess *sftpconn.Session, in *ledger.Intake) {
 	d.metrics.Skipped.WithLabelValues(p.cfg.ID, claimTargetBusy).Inc()
 	back := func(name string) error {
-		defer sess.AllowCopy(in.ListedSize)() // a RENAME that copies answers late
-		err := sess.Rename(sess.Layout.Processing(d.cfg.WorkerID, name), sess.Layout.Ready(name))
+		err := sess.RenameSized(sess.Layout.Processing(d.cfg.WorkerID, name), sess.Layout.Ready(name), in.ListedSize)
 		if err != nil && !sftpconn.IsNotExist(err) {
 			return err
 		}

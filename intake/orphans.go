@@ -165,9 +165,7 @@ func (o *orphanAdopter) move(ctx context.Context, p *partnerRT, sess *sftpconn.S
 		dst := sess.Layout.Processing(o.workerID, dstName)
 		p.settled = false // an entry without a row may land in our dir now: resumeOwn must look
 		p.adoptMoves++
-		copied := sess.AllowCopy(e.Size()) // a RENAME that copies answers late
-		err := sess.Rename(old, dst)
-		copied()
+		err := sess.RenameSized(old, dst, e.Size())
 		if err != nil {
 			if sftpconn.IsNotExist(err) {
 				continue // another replica took it first
@@ -191,9 +189,7 @@ func (o *orphanAdopter) move(ctx context.Context, p *partnerRT, sess *sftpconn.S
 				// the file goes back beside its manifest: the next
 				// adoption moves both (adoptOwn looks in ready/ only)
 				o.log.Warn("could not move a manifest with its adopted file; the file is left where it was", "partner", p.cfg.ID, "path", old+partners.ManifestSuffix, "err", err)
-				copied := sess.AllowCopy(e.Size())
-				uerr := sess.Rename(dst, old)
-				copied()
+				uerr := sess.RenameSized(dst, old, e.Size())
 				if uerr != nil {
 					o.log.Warn("could not move the file back beside its manifest; its download holds it", "partner", p.cfg.ID, "path", dst, "err", uerr)
 				}
@@ -266,9 +262,7 @@ func (o *orphanAdopter) adoptOwn(ctx context.Context, p *partnerRT, sess *sftpco
 				// held unread under a generated name, as a hostile entry
 				// of ready/ is (the name never enters our paths again)
 				held := path.Join(path.Dir(in.ClaimedPath), partners.HostileName(why))
-				copied := sess.AllowCopy(fi.Size()) // a RENAME that copies answers late
-				err := sess.Rename(in.ClaimedPath, held)
-				copied()
+				err := sess.RenameSized(in.ClaimedPath, held, fi.Size())
 				if err != nil {
 					if sftpconn.IsNotExist(err) {
 						vanished++

@@ -730,9 +730,7 @@ func (d *claimStage) quarantineHostile(ctx context.Context, p *partnerRT, sess *
 	// another replica adopted meanwhile
 	var in *ledger.Intake
 	err := d.ledger.InClaimSection(ctx, p.cfg.ID, func(c *ledger.ClaimLock) error {
-		copied := sess.AllowCopy(h.Info.Size()) // a RENAME that copies answers late
-		err := sess.Rename(sess.Layout.Ready(h.Info.Name()), dst)
-		copied()
+		err := sess.RenameSized(sess.Layout.Ready(h.Info.Name()), dst, h.Info.Size())
 		if err != nil {
 			if sftpconn.IsNotExist(err) {
 				d.metrics.ClaimsLost.WithLabelValues(p.cfg.ID).Inc()

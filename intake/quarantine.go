@@ -186,9 +186,7 @@ func (r *fetchStage) unhold(ctx context.Context) error {
 	if !data {
 		return nil
 	}
-	copied := r.sess.AllowCopy(max(r.in.Size, r.in.ListedSize)) // a RENAME that copies answers late
-	err = r.sess.Rename(held, r.in.ClaimedPath)
-	copied()
+	err = r.sess.RenameSized(held, r.in.ClaimedPath, max(r.in.Size, r.in.ListedSize))
 	if err != nil && !sftpconn.IsNotExist(err) {
 		return fmt.Errorf("take the held file back from quarantine: %w", err)
 	}

@@ -436,9 +436,7 @@ func (r *Reconciler) adoptLocked(ctx context.Context, c *ledger.ClaimLock, p *pa
 	if err := c.StillHeld(ctx); err != nil {
 		return err
 	}
-	copied := s.AllowCopy(size) // a RENAME that copies answers late
-	err := s.Rename(old, dst)
-	copied()
+	err := s.RenameSized(old, dst, size)
 	if err != nil {
 		add(ledger.Finding{Kind: ledger.KindTakeoverBlocked, Path: old, NeedsHuman: !sftpconn.IsNotExist(err),
 			Action: "none", Detail: fmt.Sprintf("could not move it into processing/%s/: %v", r.worker, err)})
@@ -456,9 +454,7 @@ func (r *Reconciler) adoptLocked(ctx context.Context, c *ledger.ClaimLock, p *pa
 		m, err := sitefile.ClaimManifest(s, dst, path.Dir(old), s.Layout.ReadyDir())
 		if err != nil {
 			// the file goes back beside its manifest, for the next run
-			copied := s.AllowCopy(size)
-			uerr := s.Rename(dst, old)
-			copied()
+			uerr := s.RenameSized(dst, old, size)
 			if uerr != nil {
 				r.takenOver(p.ID) // the file is in this worker's processing/ without a row: its poller adopts it
 			}

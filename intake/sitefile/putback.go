@@ -16,8 +16,7 @@ import (
 // "no such file" may mean ready/ itself is missing, not the file. size is
 // the file's, for a server whose RENAME copies (Session.AllowCopy).
 func PutBack(sess *sftpconn.Session, claimedPath, name string, size int64) error {
-	defer sess.AllowCopy(size)()
-	err := sess.Rename(claimedPath, sess.Layout.Ready(name))
+	err := sess.RenameSized(claimedPath, sess.Layout.Ready(name), size)
 	if err == nil {
 		return nil
 	}
@@ -28,7 +27,7 @@ func PutBack(sess *sftpconn.Session, claimedPath, name string, size int64) error
 		return fmt.Errorf("put back %s: %w", path.Base(claimedPath), err)
 	}
 	dst := path.Join(sess.Layout.QuarantineDir(), FitStem(fmt.Sprintf("put-back.%d.", time.Now().UnixNano()), name, "", HeldReserve))
-	if err := sess.Rename(claimedPath, dst); err != nil && !sftpconn.IsNotExist(err) {
+	if err := sess.RenameSized(claimedPath, dst, size); err != nil && !sftpconn.IsNotExist(err) {
 		return fmt.Errorf("put back %s: %w", path.Base(claimedPath), err)
 	}
 	return nil

@@ -209,6 +209,13 @@ func (s *Session) AllowCopy(size int64) (done func()) {
 	return s.watch.allowSlow(time.Duration(float64(size) / renameCopyRate * float64(time.Second)))
 }
 
+// RenameSized is Rename of a file of size bytes, allowed the copy time of
+// a server that makes a RENAME as a copy (AllowCopy) while it is pending.
+func (s *Session) RenameSized(from, to string, size int64) error {
+	defer s.AllowCopy(size)()
+	return s.Rename(from, to)
+}
+
 // ErrRenameTargetExists is a rename refused by the session, as OpenSSH's
 // RENAME refuses it, because its target exists on a server whose RENAME
 // would have replaced it.
