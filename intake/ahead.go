@@ -100,11 +100,10 @@ func (r *fetchStage) aheadWanted() bool {
 // sent to scanOut (once). It does not block: it returns nil when the
 // daemon already applies as many files ahead as it allows.
 func (r *fetchStage) startAhead(ctx context.Context, fl io.ReadCloser, scanOut chan<- *scan) *ahead {
-	select {
-	case r.d.ahead <- struct{}{}:
-	default:
+	if !r.aheadSlot && !r.takeAheadSlot() {
 		return nil
 	}
+	r.aheadSlot = false
 	actx, cancel := context.WithCancel(ctx)
 	a := &ahead{cancel: cancel, goOn: make(chan struct{}), hand: make(chan *aheadHand, 1), done: make(chan struct{})}
 	go func() {
@@ -116,6 +115,17 @@ func (r *fetchStage) startAhead(ctx context.Context, fl io.ReadCloser, scanOut c
 		}
 	}()
 	return a
+}
+
+// takeAheadSlot takes one of the daemon's slots for a file applied ahead
+// (false: as many files as it allows are applied ahead already).
+func (r *fetchStage) takeAheadSlot() bool {
+	select {
+	case r.d.ahead <- struct{}{}:
+		return true
+	default:
+		return false
+	}
 }
 
 // Close is the preScan's stop for a scan the apply ahead makes: the scan
@@ -254,6 +264,10 @@ func (r *applyStage) runAhead(ctx context.Context, a *ahead, fl io.ReadCloser, s
 	}
 	readerStarted = true
 	go func() {
+		// what follows the spool's file waits for its reader (an
+		// unkept plaintext's decryption does): a reader that stops
+		// before the end (a file error) lets it go on
+		defer fl.Close()
 		sc := &scan{}
 		err := r.readChunks(rctx, rd, 0, h.full, h.free, sc)
 		if err != nil && sc.fail == nil && sc.err == nil {

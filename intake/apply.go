@@ -122,6 +122,9 @@ func (r *applyStage) apply(ctx context.Context) error {
 			return err
 		}
 	}
+	if err := r.fetchStage().ensureSpooled(ctx); err != nil || in.State != ledger.StateApplying {
+		return err
+	}
 	f, rd, err := r.spooledRows("apply")
 	if err != nil {
 		return err

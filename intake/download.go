@@ -396,7 +396,11 @@ func (r *fetchStage) followRows(ctx context.Context) (follow spool.PutOption, la
 				return
 			}
 		}
-		go func() { pre.done <- scanRows(fl, r.feed, r.p.cfg.Limits.MaxRows) }()
+		go func() {
+			sc := scanRows(fl, r.feed, r.p.cfg.Limits.MaxRows)
+			fl.Close() // read to its end, or stopped at a file error: the put goes on
+			pre.done <- sc
+		}()
 	})
 	landed = func(e spool.Entry, err error) {
 		if pre != nil {
@@ -601,6 +605,18 @@ func closeUnused(o *background[*sftp.File]) {
 	if f, err := o.wait(); err == nil {
 		f.Close()
 	}
+}
+
+// dataAtHand: this run holds the bytes the file's rows come from as its
+// download read them (the plan's scan or the apply ahead of these very
+// bytes), so a step need not find them in the spool before it starts. A
+// file decrypted as it downloaded and applied ahead does not keep its
+// plaintext there (unwrap.Job.Unkept); a step that reads the file from
+// the spool has it made again from the spooled original first
+// (ensureSpooled).
+func (r *fileRun) dataAtHand() bool {
+	sha := r.in.DataSHA256
+	return (r.pre != nil && r.pre.sha == sha) || (r.ahead != nil && r.ahead.sha == sha)
 }
 
 // ensureSpooled makes sure the spool still holds the file's bytes (a

@@ -67,7 +67,21 @@ func (r *fetchStage) followUnwrap(ctx context.Context, follow bool) (spool.PutOp
 		u.fl = fl
 		go func() {
 			var res unwrapped
-			res.data, res.held, res.err = r.unwrapJob(ctx, follow).RunOn(fl)
+			job := r.unwrapJob(ctx, follow)
+			// the plaintext of a file applied ahead is read once, by the
+			// apply ahead as it is decrypted, and not written to the
+			// spool (a step that reads it there after all has it
+			// decrypted again: ensureSpooled); so the apply ahead's slot
+			// is taken first, and given back if the decryption ends
+			// before the apply ahead starts
+			if follow && r.aheadWanted() && r.takeAheadSlot() {
+				job.Unkept, r.aheadSlot = true, true
+			}
+			res.data, res.held, res.err = job.RunOn(fl)
+			if r.aheadSlot {
+				r.aheadSlot = false
+				<-r.d.ahead
+			}
 			fl.Close() // its descriptor of the spooled download
 			u.done <- res
 		}()

@@ -26,6 +26,7 @@ import (
 	"github.com/partner-intake/partner-intake/intake/ops"
 	"github.com/partner-intake/partner-intake/intake/sitefile"
 	"github.com/partner-intake/partner-intake/internal/fault"
+	"github.com/partner-intake/partner-intake/internal/reason"
 	"github.com/partner-intake/partner-intake/internal/testenv"
 	"github.com/partner-intake/partner-intake/partners"
 	"github.com/partner-intake/partner-intake/spool"
@@ -538,6 +539,11 @@ func TestAPGPFileIsDecryptedAndAppliedWhileItDownloads(t *testing.T) {
 
 	resume := r.pollPaused("pgpd", "download:half")
 	ahead.WaitFor(func(int) bool { return true }) // while the download waits
+	// its plaintext goes to the apply ahead alone: the spool holds the
+	// download's bytes and nothing else
+	if left := spoolFiles(t, r.spoolDir); len(left) != 1 || !strings.HasSuffix(left[0], spool.TempSuffix) {
+		t.Fatalf("the spool holds %v while the file decrypts, want the download's temporary file alone", left)
+	}
 	if err := resume(); err != nil {
 		t.Fatal(err)
 	}
@@ -586,6 +592,129 @@ func openUnder(t *testing.T, dir string) []string {
 	return out
 }
 
+// spoolFiles lists the regular files under the spool dir.
+func spoolFiles(t *testing.T, dir string) []string {
+	t.Helper()
+	var out []string
+	filepath.WalkDir(dir, func(p string, d iofs.DirEntry, err error) error {
+		if err == nil && d.Type().IsRegular() {
+			out = append(out, p)
+		}
+		return nil
+	})
+	return out
+}
+
+// A large encrypted file applied ahead keeps no plaintext in the spool;
+// a step that reads the file from the spool after all has the plaintext
+// made again from the spooled original, in the same run: an apply ahead
+// that gives way (rows whose keys a file before it brought), and a plan
+// with more rejected rows than it holds in memory (streamed from the
+// spool into the ledger).
+func TestAPGPFileReadAgainIsDecryptedAgain(t *testing.T) {
+	// larger than the window and the write-behind buffers before it
+	// (about 1.8 MB): the decryption waits on the apply ahead
+	const n = 60000
+	all := testenv.OrdersCSV("G", n)
+	lines := strings.SplitAfter(all, "\n")
+	for _, c := range []struct {
+		name               string
+		first              string // a file before it, or none
+		file               string
+		applied, unchanged int64
+		rejected           int64
+		abandoned          float64
+	}{
+		// rows 3000-3002 (chunk 6) come first
+		{"gives way", lines[0] + strings.Join(lines[3001:3004], ""), all, n - 3, 3, 0, 1},
+		// every thousandth row has an email that is none
+		{"rejects streamed", "", strings.ReplaceAll(all, "000@example.com", "000-at-example.com"), n - 60, 0, 60, 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			defer intake.SetAheadBytes(64 << 10)()
+			defer intake.SetMaxHeldIssues(2)()
+			_, pool := testenv.DB(t)
+			site, us, partner := pgpSite(t, "pgpg", 500)
+			r := newRig(t, pool, "w1", site)
+			if c.first != "" {
+				site.Drop(t, "orders-first.csv.pgp", string(pgpMessage(t, []byte(c.first), us, partner, false)))
+				r.poll("pgpg")
+			}
+			site.Drop(t, "orders-second.csv.pgp", string(pgpMessage(t, []byte(c.file), us, partner, false)))
+			r.poll("pgpg")
+			fs := files(t, pool, "pgpg")
+			f := fs[len(fs)-1]
+			if f.State != "archived" || f.Applied != c.applied || f.Unchanged != c.unchanged || f.Rejected != c.rejected {
+				t.Fatalf("%+v, want the file archived: %d applied, %d unchanged, %d rejected", f, c.applied, c.unchanged, c.rejected)
+			}
+			if got := testutil.ToFloat64(r.d.Metrics().Ahead.WithLabelValues("pgpg", "abandoned")); got != c.abandoned {
+				t.Fatalf("intake_apply_ahead_total{result=\"abandoned\"} %v, want %v", got, c.abandoned)
+			}
+			if got := count(t, pool, `SELECT count(*) FROM intake_row_issue WHERE intake_id = $1`, f.ID); got != c.rejected {
+				t.Fatalf("%d rejected rows in the ledger, want %d", got, c.rejected)
+			}
+		})
+	}
+}
+
+// A large file's decryption takes the apply ahead's slot before it starts
+// (its plaintext goes to the apply ahead alone) and gives it back when it
+// ends before the apply ahead starts: a file not encrypted to intake's
+// key leaves the next large file applied ahead.
+func TestADecryptionThatEndsEarlyGivesBackItsApplyAheadSlot(t *testing.T) {
+	defer intake.SetAheadBytes(64 << 10)()
+	_, pool := testenv.DB(t)
+	site, us, partner := pgpSite(t, "pgps", 500)
+	stranger := pgpEntity(t, "stranger")
+	r := newRig(t, poolOf(t, pool, 4), "w1", site) // one slot for an apply ahead (a pool of 4: 4/2-1)
+	site.Drop(t, "orders-a.csv.pgp", string(pgpMessage(t, []byte(testenv.OrdersCSV("A", 5000)), stranger, partner, false)))
+	r.poll("pgps")
+	site.Drop(t, "orders-b.csv.pgp", string(pgpMessage(t, []byte(testenv.OrdersCSV("B", 5000)), us, partner, false)))
+	r.poll("pgps")
+	fs := files(t, pool, "pgps")
+	if len(fs) != 2 || fs[0].Reason != string(reason.PGPNoKey) || fs[1].State != "archived" || fs[1].Applied != 5000 {
+		t.Fatalf("%+v, want the first held pgp_no_key and the second archived with its 5000 rows", fs)
+	}
+	if got := testutil.ToFloat64(r.d.Metrics().Ahead.WithLabelValues("pgps", "committed")); got != 1 {
+		t.Fatalf("intake_apply_ahead_total{result=\"committed\"} %v, want 1: the second file applied ahead", got)
+	}
+}
+
+// poolOf is a pool on pool's database of at most max connections.
+func poolOf(t *testing.T, pool *pgxpool.Pool, max int32) *pgxpool.Pool {
+	t.Helper()
+	pc := pool.Config().Copy()
+	pc.MaxConns = max
+	p, err := pgxpool.NewWithConfig(context.Background(), pc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testenv.ClosePoolAtCleanup(t, p)
+	return p
+}
+
+// A large encrypted file whose rows stop being readable early (a NUL
+// byte: not text) is held for it, though its plaintext, which the apply
+// ahead reads alone, goes on for megabytes after the row that stopped
+// the apply ahead's reader: the decryption is not left waiting for it.
+func TestALargePGPFileWithAnUnreadableRowEarlyIsHeld(t *testing.T) {
+	defer intake.SetAheadBytes(64 << 10)()
+	_, pool := testenv.DB(t)
+	site, us, partner := pgpSite(t, "pgpb", 500)
+	r := newRig(t, pool, "w1", site)
+	lines := strings.SplitAfter(testenv.OrdersCSV("N", 60000), "\n")
+	lines[100] = strings.Replace(lines[100], "@", "\x00@", 1)
+	site.Drop(t, "orders-nul.csv.pgp", string(pgpMessage(t, []byte(strings.Join(lines, "")), us, partner, false)))
+	r.poll("pgpb")
+	fs := files(t, pool, "pgpb")
+	if len(fs) != 1 || fs[0].Reason != string(reason.BinaryContent) || fs[0].Applied != 0 {
+		t.Fatalf("%+v, want the file held binary_content, nothing applied", fs)
+	}
+	if got := count(t, pool, `SELECT count(*) FROM orders WHERE partner_id = 'pgpb'`); got != 0 {
+		t.Fatalf("%d rows in the target, want 0", got)
+	}
+}
+
 // A download cut short while its decryption follows it leaves nothing of
 // the decryption behind: no plaintext in the spool, no temporary file, no
 // row in the target (what was applied ahead rolled back); the next
@@ -609,14 +738,7 @@ func TestAPGPDownloadCutShortLeavesNothingOfItsDecryption(t *testing.T) {
 	if got := count(t, pool, `SELECT count(*) FROM orders WHERE partner_id = 'pgpc'`); got != 0 {
 		t.Fatalf("%d rows in the target after the cut, want 0", got)
 	}
-	var left []string
-	filepath.WalkDir(r.spoolDir, func(p string, d iofs.DirEntry, err error) error {
-		if err == nil && d.Type().IsRegular() {
-			left = append(left, p)
-		}
-		return nil
-	})
-	if len(left) != 0 {
+	if left := spoolFiles(t, r.spoolDir); len(left) != 0 {
 		t.Fatalf("the cut download left %v in the spool", left)
 	}
 

@@ -154,6 +154,12 @@ func (r *planStage) plan(ctx context.Context) (*planResult, error) {
 		}
 		r.dropPre()
 	}
+	if sc == nil || sc.err != nil || sc.overflow || r.feed.Guarded() || in.ApprovedPlanHash != "" {
+		// this plan reads the file from the spool
+		if err := r.fetchStage().ensureSpooled(ctx); err != nil || in.State != ledger.StateSpooled {
+			return &planResult{}, err
+		}
+	}
 	if sc == nil || sc.err != nil {
 		f, err := r.d.spool.Open(in.Partner, in.DataSHA256)
 		if err != nil {

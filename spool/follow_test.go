@@ -2,8 +2,11 @@ package spool
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"io"
+	"path/filepath"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -121,4 +124,106 @@ func TestFollowerSeesAFailedPutAndStopsOnClose(t *testing.T) {
 	}
 	close(release)
 	<-put // the Put's own clean-up ends before the test's temporary directory goes
+}
+
+// An Unkept put hands its bytes to its followers and writes none of them
+// to the spool: each follower reads them whole, at its own pace, while
+// the put holds no more than its window ahead of the slowest; a failed
+// put ends them with its error; a follower closed early holds the put
+// back no longer.
+func TestAnUnkeptPutHandsItsBytesToItsFollowersAlone(t *testing.T) {
+	s, err := New(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := make([]byte, 6<<20+12345)
+	for i := range data {
+		data[i] = byte(i * 7 / 5)
+	}
+	sum := sha256.Sum256(data)
+	var got [2]chan []byte
+	var read [2]atomic.Int64
+	var ahead atomic.Int64 // the most bytes written beyond what the slower follower had read
+	var fls []*Follower
+	e, err := s.Put("acme", -1, 1<<30, func(w io.Writer) (int64, error) {
+		var n int64
+		for p := data; len(p) > 0; {
+			k := min(len(p), 100<<10)
+			m, err := w.Write(p[:k])
+			n += int64(m)
+			if err != nil {
+				return n, err
+			}
+			p = p[k:]
+			// bytes still buffered before the writer are not the window's
+			if d := n - min(read[0].Load(), read[1].Load()); d > ahead.Load() {
+				ahead.Store(d)
+			}
+		}
+		return n, nil
+	}, Unkept(), Follow(func(fl *Follower) { fls = append(fls, fl) }), Follow(func(fl *Follower) { fls = append(fls, fl) }), Follow(func(fl *Follower) {
+		for i, fl := range append(fls, fl)[:2] {
+			got[i] = make(chan []byte, 1)
+			go func() {
+				var b []byte
+				buf := make([]byte, 24<<10+i)
+				for {
+					k, err := fl.Read(buf)
+					b = append(b, buf[:k]...)
+					read[i].Add(int64(k))
+					if i == 1 {
+						time.Sleep(time.Millisecond / 4) // the slow one
+					}
+					if err != nil {
+						if !errors.Is(err, io.EOF) {
+							t.Errorf("follower %d: %v", i, err)
+						}
+						break
+					}
+				}
+				got[i] <- b
+			}()
+		}
+		go fl.Close() // the third stops at once and holds nothing back
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e.Size != int64(len(data)) || e.SHA256 != hex.EncodeToString(sum[:]) {
+		t.Fatalf("entry %+v, want the bytes' size and hash", e)
+	}
+	for i := range got {
+		if b := <-got[i]; !bytes.Equal(b, data) {
+			t.Fatalf("follower %d read %d bytes (equal %v)", i, len(b), bytes.Equal(b, data))
+		}
+	}
+	// the behind writer's buffers (depth+1 of behindBuf) sit between the
+	// source and the window
+	if max := int64(unkeptWindow + (behindDepth+2)*behindBuf); ahead.Load() > max {
+		t.Fatalf("the put ran %d bytes ahead of its slowest follower, want at most %d", ahead.Load(), max)
+	}
+	if s.Has("acme", e.SHA256, e.Size) {
+		t.Fatal("the spool holds an unkept put's bytes")
+	}
+	if files, _ := filepath.Glob(filepath.Join(s.Dir(), "*", "*", "*")); len(files) != 0 {
+		t.Fatalf("an unkept put left %v", files)
+	}
+
+	res := make(chan error, 1)
+	_, err = s.Put("acme", 100, 1<<20, func(w io.Writer) (int64, error) {
+		n, _ := w.Write([]byte("only ten b"))
+		return int64(n), nil
+	}, Unkept(), Follow(func(fl *Follower) {
+		go func() {
+			_, err := io.ReadAll(fl)
+			res <- err
+		}()
+	}))
+	var short *ShortError
+	if !errors.As(err, &short) {
+		t.Fatalf("Put: %v", err)
+	}
+	if rerr := <-res; rerr == nil {
+		t.Fatal("the follower of a short unkept put read to a clean EOF")
+	}
 }

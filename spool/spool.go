@@ -96,6 +96,14 @@ func (s *Spool) Put(partner string, want, max int64, src Source, opts ...PutOpti
 	if !names.PartnerID(partner) {
 		return Entry{}, fmt.Errorf("spool: bad partner id %q", partner)
 	}
+	if o.unkept {
+		u := newUnkept()
+		for _, fn := range o.follow {
+			fn(u.follower())
+		}
+		defer func() { u.finish(err) }()
+		return stream(partner, want, max, src, u)
+	}
 	tmpDir := filepath.Join(s.dir, partner, "tmp")
 	if err := os.MkdirAll(tmpDir, 0o700); err != nil {
 		return Entry{}, fmt.Errorf("spool: %w", err)

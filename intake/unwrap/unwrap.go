@@ -44,6 +44,11 @@ type Job struct {
 	// what the spool made of them, or its failure.
 	Follow spool.PutOption
 	Landed func(spool.Entry, error)
+	// Unkept, with Follow: the unwrapped bytes go to the follower alone
+	// and not into the spool (spool.Unkept), for a follower that reads
+	// them all in that pass; a later reader has them made again from the
+	// spooled original (the pipeline's ensureSpooled).
+	Unkept bool
 }
 
 // put writes the unwrapped bytes src writes into the spool, followed when
@@ -52,6 +57,9 @@ func (j Job) put(max int64, src func(io.Writer) (int64, error)) (spool.Entry, er
 	var opts []spool.PutOption
 	if j.Follow != nil {
 		opts = append(opts, j.Follow)
+		if j.Unkept {
+			opts = append(opts, spool.Unkept())
+		}
 	}
 	e, err := j.Spool.Put(j.Partner, -1, max, src, opts...)
 	if j.Landed != nil {
