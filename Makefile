@@ -97,6 +97,8 @@ fuzz-smoke:
 	$(GO) test -run='^$$' -fuzz='^FuzzReader$$' -fuzztime=$(FUZZTIME) ./intake/rows
 	$(GO) test -run='^$$' -fuzz='^FuzzCountFields$$' -fuzztime=$(FUZZTIME) ./intake/rows
 	$(GO) test -run='^$$' -fuzz='^FuzzLineCounts$$' -fuzztime=$(FUZZTIME) ./intake/rows
+	$(GO) test -run='^$$' -fuzz='^FuzzIntegerValueIsCanonical$$' -fuzztime=$(FUZZTIME) ./intake/rows
+	$(GO) test -run='^$$' -fuzz='^FuzzNumericGroups$$' -fuzztime=$(FUZZTIME) ./intake/target
 	$(GO) test -run='^$$' -fuzz='^FuzzParseManifest$$' -fuzztime=$(FUZZTIME) ./partners
 	$(GO) test -run='^$$' -fuzz='^FuzzSafeName$$' -fuzztime=$(FUZZTIME) ./partners
 	$(GO) test -run='^$$' -fuzz='^FuzzEveryCheckKeepsToItsRule$$' -fuzztime=$(FUZZTIME) ./internal/names

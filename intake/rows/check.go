@@ -29,11 +29,15 @@ func newCheck(c partners.Column) check {
 	case partners.TypeInteger:
 		digits := c.IntegerDigits()
 		typed = func(s string) (string, reason.Code) {
-			n, err := strconv.ParseInt(strings.TrimSpace(s), 10, 64)
+			s = strings.TrimSpace(s)
+			n, err := strconv.ParseInt(s, 10, 64)
 			if err != nil {
 				return "", reason.NotInteger
 			}
-			v := strconv.FormatInt(n, 10)
+			v := s // what FormatInt writes, unless a sign or zeros lead
+			if !canonicalInt(s) {
+				v = strconv.FormatInt(n, 10)
+			}
 			if len(strings.TrimPrefix(v, "-")) > digits {
 				return "", reason.PrecisionExceeded
 			}
@@ -117,6 +121,13 @@ func newCheck(c partners.Column) check {
 		v, why := typed(cell)
 		return v, false, why
 	}
+}
+
+// canonicalInt: s, which ParseInt read, is as FormatInt writes its
+// value: no plus sign, no leading zero but in "0" itself, no "-0".
+func canonicalInt(s string) bool {
+	d := strings.TrimPrefix(s, "-")
+	return s[0] != '+' && (d[0] != '0' || s == "0")
 }
 
 // checkDecimal accepts [+-]digits[.digits] with at most scale fraction

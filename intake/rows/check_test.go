@@ -1,6 +1,7 @@
 package rows
 
 import (
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -111,4 +112,27 @@ func TestValuesAreReadAsPostgreSQLReadsThem(t *testing.T) {
 			t.Errorf("date %q: why %q, want %q", in, why, want)
 		}
 	}
+}
+
+// An integer cell's value is FormatInt's of what ParseInt reads, whether
+// it is taken as written or written again.
+func FuzzIntegerValueIsCanonical(f *testing.F) {
+	for _, s := range []string{"0", "-0", "+0", "+5", "007", "-007", " 42 ", "-1", "10", "9223372036854775807",
+		"-9223372036854775808", "1e3", "0x1f", "1_000", "", "-", "+"} {
+		f.Add(s)
+	}
+	check := newCheck(partners.Column{Name: "n", Type: partners.TypeInteger})
+	f.Fuzz(func(t *testing.T, s string) {
+		v, null, why := check(s)
+		n, err := strconv.ParseInt(strings.TrimSpace(s), 10, 64)
+		switch {
+		case null:
+		case err != nil:
+			if why != reason.NotInteger {
+				t.Fatalf("%q: %q %v, want not_integer", s, v, why)
+			}
+		case why == "" && v != strconv.FormatInt(n, 10):
+			t.Fatalf("%q: %q, want %q", s, v, strconv.FormatInt(n, 10))
+		}
+	})
 }

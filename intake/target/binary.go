@@ -203,17 +203,23 @@ func splitDecimal(v string) (neg bool, intPart, frac string, err error) {
 // groups, zero without sign and of weight 0, display scale dscale (at
 // least len(frac)).
 func appendNumeric(dst []byte, neg bool, intPart, frac string, dscale int) ([]byte, error) {
-	// left-pad the integer part and right-pad the fraction to groups of 4
-	ip := strings.Repeat("0", (4-len(intPart)%4)%4) + intPart
-	fp := frac + strings.Repeat("0", (4-len(frac)%4)%4)
-	var digits []uint16
-	for i := 0; i < len(ip); i += 4 {
-		digits = append(digits, group(ip[i:i+4]))
+	// groups of 4 decimal digits aligned on the point: the integer part
+	// left-padded with zeros, the fraction right-padded (no allocation for
+	// up to 32 groups: this runs for every decimal cell)
+	lead := (4 - len(intPart)%4) % 4
+	nInt, nFrac := (lead+len(intPart))/4, (len(frac)+3)/4
+	var buf [32]uint16
+	digits := buf[:0]
+	if nInt+nFrac > len(buf) {
+		digits = make([]uint16, 0, nInt+nFrac)
 	}
-	for i := 0; i < len(fp); i += 4 {
-		digits = append(digits, group(fp[i:i+4]))
+	for g := range nInt {
+		digits = append(digits, group(intPart, g*4-lead))
 	}
-	weight := len(ip)/4 - 1
+	for g := range nFrac {
+		digits = append(digits, group(frac, g*4))
+	}
+	weight := nInt - 1
 	for len(digits) > 0 && digits[0] == 0 { // leading zero groups
 		digits, weight = digits[1:], weight-1
 	}
@@ -240,8 +246,17 @@ func appendNumeric(dst []byte, neg bool, intPart, frac string, dscale int) ([]by
 	return dst, nil
 }
 
-func group(s string) uint16 {
-	return uint16(s[0]-'0')*1000 + uint16(s[1]-'0')*100 + uint16(s[2]-'0')*10 + uint16(s[3]-'0')
+// group is the base-10000 digit of s[at:at+4], a position outside s
+// counting as a zero digit.
+func group(s string, at int) uint16 {
+	var v uint16
+	for i := at; i < at+4; i++ {
+		v *= 10
+		if i >= 0 && i < len(s) {
+			v += uint16(s[i] - '0')
+		}
+	}
+	return v
 }
 
 func allDigits(s string) bool {
