@@ -365,6 +365,7 @@ func (r *fetchStage) fetch(ctx context.Context, withScan, unwrapToo bool) (spool
 	e, err := r.d.spool.Put(r.in.Partner, size, max, src, opts...)
 	landed(e, err)
 	if u != nil && u.fl == nil {
+		u.stop()
 		u = nil // the download failed before its first byte
 	}
 	if err != nil {

@@ -40,6 +40,9 @@ func (r *fetchStage) unwrapJob(ctx context.Context, follow bool) unwrap.Job {
 type unwrapping struct {
 	fl   *spool.Follower
 	done chan unwrapped
+	// stop ends what follows the unwrapped bytes (the apply ahead, which
+	// an unkept plaintext's decryption waits on, wherever it waits)
+	stop context.CancelFunc
 }
 
 // unwrapped is what an unwrapping made of the file (expand's results).
@@ -63,6 +66,7 @@ func (r *fetchStage) followUnwrap(ctx context.Context, follow bool) (spool.PutOp
 		return nil, nil
 	}
 	u := &unwrapping{done: make(chan unwrapped, 1)}
+	ctx, u.stop = context.WithCancel(ctx)
 	return spool.Follow(func(fl *spool.Follower) {
 		u.fl = fl
 		go func() {
@@ -99,6 +103,7 @@ func (u *unwrapping) wait() (spool.Entry, *unwrap.Held, error) {
 // what it made: the rows it had followed, applied ahead or not, and its
 // plaintext in the spool.
 func (u *unwrapping) drop(r *fetchStage) {
+	u.stop()
 	u.fl.Close()
 	res := <-u.done
 	r.dropAhead()

@@ -715,6 +715,61 @@ func TestALargePGPFileWithAnUnreadableRowEarlyIsHeld(t *testing.T) {
 	}
 }
 
+// A download cut short while its apply ahead waits for the feed's
+// snapshot lock (an older snapshot of the feed holds it) ends the attempt
+// at once: the decryption, which hands its plaintext to that apply ahead
+// alone, is not left waiting for the lock. The next attempt, the lock let
+// go, applies the file.
+func TestAPGPDownloadCutWhileItsApplyAheadWaitsForALockEndsAtOnce(t *testing.T) {
+	t.Cleanup(intake.SetAheadBytes(64 << 10))
+	t.Cleanup(intake.SetTwoChannels(1<<62, 0))
+	_, pool := testenv.DB(t)
+	site, us, partner := pgpSite(t, "pgpw", 5000)
+	site.Config.Feeds[0].Mode = partners.ModeSnapshot
+	site.Config.Feeds[0].DeleteGuard = &partners.DeleteGuard{Off: true}
+	const n = 100000
+	site.Drop(t, "orders-pgpw.csv.pgp", string(pgpMessage(t, []byte(testenv.OrdersCSV("W", n)), us, partner, false)))
+	r := newRig(t, pool, "w1", site)
+
+	ctx := context.Background()
+	lock, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Rollback(ctx)
+	if _, err := lock.Exec(ctx, `SELECT pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtextextended('partner-intake/snapshot/pgpw/'::text || $1::text, 0::int8))`,
+		site.Config.Feeds[0].Name); err != nil {
+		t.Fatal(err)
+	}
+	if err := fault.Set("download:half=error"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { fault.Set("") })
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		pctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+		defer cancel()
+		r.d.PollOnce(pctx, "pgpw") // the file's attempt fails; the poll goes on
+	}()
+	select {
+	case <-done:
+	case <-time.After(45 * time.Second):
+		t.Fatal("the attempt waits for the snapshot lock its download no longer needs")
+	}
+	if fault.Hits("download:half") != 1 {
+		t.Fatal("the download was not cut at half")
+	}
+	lock.Rollback(ctx)
+
+	fault.Set("")
+	execArgs(t, pool, `UPDATE file_intake SET next_attempt_at = now() WHERE partner_id = 'pgpw'`)
+	r.poll("pgpw")
+	if fs := files(t, pool, "pgpw"); len(fs) != 1 || fs[0].State != "archived" || fs[0].Applied != n {
+		t.Fatalf("the next attempt: %+v, want the file archived with its %d rows", fs, n)
+	}
+}
+
 // A download cut short while its decryption follows it leaves nothing of
 // the decryption behind: no plaintext in the spool, no temporary file, no
 // row in the target (what was applied ahead rolled back); the next

@@ -64,3 +64,13 @@ func FuzzNumericGroups(f *testing.F) {
 		}
 	})
 }
+
+// BenchmarkAppendNumeric times a decimal cell's numeric encoding.
+func BenchmarkAppendNumeric(b *testing.B) {
+	vals := []string{"123.45", "9.99", "10000.01", "0.5", "-42.10", "123456.78"}
+	var dst []byte
+	for i := 0; b.Loop(); i++ {
+		neg, ip, fr, _ := splitDecimal(vals[i%len(vals)])
+		dst, _ = appendNumeric(dst[:0], neg, ip, fr, 2)
+	}
+}
