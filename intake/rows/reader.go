@@ -3,6 +3,7 @@ package rows
 import (
 	"bufio"
 	"bytes"
+	"encoding/binary"
 	"encoding/csv"
 	"errors"
 	"fmt"
@@ -232,7 +233,7 @@ func (r *Reader) Next() (*Row, error) {
 		return row, nil
 	}
 	for i, cell := range rec {
-		if !utf8.ValidString(cell) || (r.decoded && strings.ContainsRune(cell, utf8.RuneError)) {
+		if r.guard.nonASCII && (!utf8.ValidString(cell) || (r.decoded && strings.ContainsRune(cell, utf8.RuneError))) {
 			return nil, &FileError{Reason: reason.InvalidEncoding, Line: row.Line,
 				Detail: fmt.Sprintf("column %q is not valid %s", r.feed.Columns[i].Name, r.feed.CSV.Encoding)}
 		}
@@ -281,6 +282,10 @@ type guard struct {
 	run  int // bytes since the last newline
 	line int64
 	err  *FileError
+	// nonASCII: a byte of 0x80 or more has passed. Until one does, every
+	// cell the CSV reader makes is ASCII, valid in every encoding a
+	// feed declares, and Next does not validate it again.
+	nonASCII bool
 }
 
 func (g *guard) Read(p []byte) (int, error) {
@@ -292,6 +297,9 @@ func (g *guard) Read(p []byte) (int, error) {
 	if i := bytes.IndexByte(b, 0); i >= 0 {
 		g.err = &FileError{Reason: reason.BinaryContent, Line: g.line + int64(bytes.Count(b[:i], []byte{'\n'})), Detail: "NUL byte: not a text file"}
 		return 0, g.err
+	}
+	if !g.nonASCII && !ascii(b) {
+		g.nonASCII = true
 	}
 	if g.run+len(b) <= g.max {
 		// no line of b can pass the bound: its lines are counted whole
@@ -322,6 +330,22 @@ func (g *guard) Read(p []byte) (int, error) {
 		return 0, g.err
 	}
 	return n, err
+}
+
+// ascii: no byte of b is 0x80 or more (eight at a time).
+func ascii(b []byte) bool {
+	for len(b) >= 8 {
+		if binary.LittleEndian.Uint64(b)&0x8080808080808080 != 0 {
+			return false
+		}
+		b = b[8:]
+	}
+	for _, c := range b {
+		if c >= 0x80 {
+			return false
+		}
+	}
+	return true
 }
 
 // recordLimit sits right under the CSV reader (above any decoding) and
