@@ -85,23 +85,7 @@ func TestFollowerSeesAFailedPutAndStopsOnClose(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res := make(chan error, 1)
-	_, err = s.Put("acme", 100, 1<<20, func(w io.Writer) (int64, error) {
-		n, _ := w.Write([]byte("only ten b"))
-		return int64(n), nil
-	}, Follow(func(fl *Follower) {
-		go func() {
-			_, err := io.ReadAll(fl)
-			res <- err
-		}()
-	}))
-	var short *ShortError
-	if !errors.As(err, &short) {
-		t.Fatalf("Put: %v", err)
-	}
-	if rerr := <-res; rerr == nil {
-		t.Fatal("the follower of a short download read to a clean EOF")
-	}
+	shortPutFailsItsFollower(t, s)
 
 	stopped := make(chan error, 1)
 	release := make(chan struct{})
@@ -208,22 +192,28 @@ func TestAnUnkeptPutHandsItsBytesToItsFollowersAlone(t *testing.T) {
 	if files, _ := filepath.Glob(filepath.Join(s.Dir(), "*", "*", "*")); len(files) != 0 {
 		t.Fatalf("an unkept put left %v", files)
 	}
+	shortPutFailsItsFollower(t, s, Unkept())
+}
 
+// shortPutFailsItsFollower: a Put (with opts) that comes up short ends
+// its follower with an error, not EOF.
+func shortPutFailsItsFollower(t *testing.T, s *Spool, opts ...PutOption) {
+	t.Helper()
 	res := make(chan error, 1)
-	_, err = s.Put("acme", 100, 1<<20, func(w io.Writer) (int64, error) {
+	_, err := s.Put("acme", 100, 1<<20, func(w io.Writer) (int64, error) {
 		n, _ := w.Write([]byte("only ten b"))
 		return int64(n), nil
-	}, Unkept(), Follow(func(fl *Follower) {
+	}, append(opts, Follow(func(fl *Follower) {
 		go func() {
 			_, err := io.ReadAll(fl)
 			res <- err
 		}()
-	}))
+	}))...)
 	var short *ShortError
 	if !errors.As(err, &short) {
 		t.Fatalf("Put: %v", err)
 	}
 	if rerr := <-res; rerr == nil {
-		t.Fatal("the follower of a short unkept put read to a clean EOF")
+		t.Fatal("the follower of a short put read to a clean EOF")
 	}
 }
