@@ -608,16 +608,19 @@ func closeUnused(o *background[*sftp.File]) {
 	}
 }
 
-// dataAtHand: this run holds the bytes the file's rows come from as its
-// download read them (the plan's scan or the apply ahead of these very
-// bytes), so a step need not find them in the spool before it starts. A
-// file decrypted as it downloaded and applied ahead does not keep its
-// plaintext there (unwrap.Job.Unkept); a step that reads the file from
-// the spool has it made again from the spooled original first
-// (ensureSpooled).
-func (r *fileRun) dataAtHand() bool {
+// haveData makes sure the step about to run can read the bytes the
+// file's rows come from: at hand from this run's download (the plan's
+// scan or the apply ahead of these very bytes), or in the spool
+// (ensureSpooled). A file decrypted as it downloaded and applied ahead
+// does not keep its plaintext there (unwrap.Job.Unkept): a step that
+// reads the file from the spool has it made again from the spooled
+// original first (ensureSpooled, again).
+func (r *fetchStage) haveData(ctx context.Context) error {
 	sha := r.in.DataSHA256
-	return (r.pre != nil && r.pre.sha == sha) || (r.ahead != nil && r.ahead.sha == sha)
+	if (r.pre != nil && r.pre.sha == sha) || (r.ahead != nil && r.ahead.sha == sha) {
+		return nil
+	}
+	return r.ensureSpooled(ctx)
 }
 
 // ensureSpooled makes sure the spool still holds the file's bytes (a

@@ -159,14 +159,14 @@ func (r *fileRun) step(ctx context.Context) (err error) {
 			// a duplicate needs no bytes: it is archived as it lies on the
 			// site (and one decided from its manifest was never read)
 			err = r.planStage().decide(ctx)
-		} else if err = r.haveData(ctx); err == nil && r.in.State == ledger.StateSpooled {
+		} else if err = r.fetchStage().haveData(ctx); err == nil && r.in.State == ledger.StateSpooled {
 			err = r.planStage().decide(ctx)
 		}
 	case ledger.StateApplying:
 		if r.in.Reason == reason.RetriesExhausted { // its last commit went unanswered past the budget
 			return r.endSpent(ctx)
 		}
-		if err = r.haveData(ctx); err == nil && r.in.State == ledger.StateApplying {
+		if err = r.fetchStage().haveData(ctx); err == nil && r.in.State == ledger.StateApplying {
 			err = r.applyStage().apply(ctx)
 		}
 	case ledger.StateApplied:
@@ -175,16 +175,6 @@ func (r *fileRun) step(ctx context.Context) (err error) {
 		err = fmt.Errorf("intake %d: no step for state %s", r.in.ID, r.in.State)
 	}
 	return err
-}
-
-// haveData makes sure the step about to run can read the file's data:
-// at hand from this run's download, or in the spool (ensureSpooled; the
-// step that reads it there makes sure again).
-func (r *fileRun) haveData(ctx context.Context) error {
-	if r.dataAtHand() {
-		return nil
-	}
-	return r.fetchStage().ensureSpooled(ctx)
 }
 
 // notRegularDetail explains reason.NotRegularFile (a claim that moved a non-regular file) to the partner.
