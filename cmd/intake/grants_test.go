@@ -266,7 +266,7 @@ func TestFourEyesRefusesTheApprovalOfWhoReleased(t *testing.T) {
 	t.Setenv("INTAKE_DATABASE_URL", r.as(r.daemon))
 	// the reconciler takes the released file over, as the daemon's role
 	// (exit 1 when a finding needs a human: the exit is not the point)
-	if _, out := runCLI("reconcile", "--config", cfg); strings.Contains(out, "42501") || strings.Contains(out, "permission denied") {
+	if _, out := runCLI("reconcile", "--config", cfg); strings.Contains(out, "SQLSTATE 42501") || strings.Contains(out, "permission denied") {
 		t.Fatalf("reconcile as the daemon's role:\n%s", out)
 	}
 	must(runCLI("run", "--config", cfg, "--once"))

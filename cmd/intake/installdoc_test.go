@@ -135,7 +135,7 @@ func TestInstallDocRolesAndGrantsRunAsWritten(t *testing.T) {
 		cmd := exec.Command(filepath.Join(bin, "intake"), args...)
 		cmd.Env = append(os.Environ(), "INTAKE_DATABASE_URL="+as("alice"))
 		out, err := cmd.CombinedOutput()
-		if code := cmd.ProcessState.ExitCode(); code > 1 || strings.Contains(string(out), "permission denied") || strings.Contains(string(out), "42501") {
+		if code := cmd.ProcessState.ExitCode(); code > 1 || strings.Contains(string(out), "permission denied") || strings.Contains(string(out), "SQLSTATE 42501") {
 			t.Errorf("intake %s as alice (intake_ops): exit %d %v\n%s", args[0], code, err, out)
 		}
 	}
