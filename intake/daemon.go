@@ -407,6 +407,7 @@ func (d *Daemon) Stop() {
 	}
 	d.mu.Unlock()
 	d.noClaims.Store(true)
+	d.signals.Draining.Signal(struct{}{})
 	<-d.cron.Stop().Done()
 	idle := make(chan struct{})
 	go func() {

@@ -359,7 +359,11 @@ func (c *claimLoop) run(ctx context.Context, cands []candidate, beyond int) {
 // slot when the drain begins starts nothing more, no claim, quarantine,
 // resume or takeover, and the drain waits only for the files in flight.
 func (d *Daemon) startSlot(pool *slots.Pool) func(func() error) {
-	slot := pool.Take()
+	slot := pool.TryTake()
+	if slot == nil {
+		d.signals.SlotWait.Signal(struct{}{})
+		slot = pool.Take()
+	}
 	if !d.claiming() {
 		slot(nil)
 		return nil

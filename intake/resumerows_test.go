@@ -96,25 +96,21 @@ func TestAResumedFileWaitingOnTheTargetHoldsUpNoNewClaim(t *testing.T) {
 		defer cancel()
 		done <- r.d.PollOnce(pctx, "acme")
 	}()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	waitFor(t, "the new file archived beside the resumed one waiting on its rows", func() bool {
 		fs := files(t, pool, "acme")
 		if len(fs) == 3 && fs[2].State == "archived" {
 			if fs[1].State == "archived" {
 				t.Fatalf("%+v: the resumed file was archived while the application held its rows", fs[1])
 			}
-			break
+			return true
 		}
 		select {
 		case err := <-done:
 			t.Fatalf("the poll ended (%v) with %+v, want the new file archived while the resumed one waits", err, fs)
 		default:
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after 30 s: %+v, want the new file archived beside the resumed one waiting on its rows", fs)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return false
+	})
 	if err := app.Rollback(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -138,6 +134,8 @@ func TestAHostileEntryTakesOneOfThePartnersSlots(t *testing.T) {
 
 	app := appHoldsRows(t, pool, "acme")
 	site.Drop(t, "invoice.pdf", "%PDF") // no feed's name
+	slotWait := &intake.Signals(r.d).SlotWait
+	slotWait.Init(t)
 	done := make(chan error, 1)
 	go func() {
 		pctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
@@ -147,9 +145,8 @@ func TestAHostileEntryTakesOneOfThePartnersSlots(t *testing.T) {
 	waitFor(t, "the resumed file's chunk waiting on the application's lock", func() bool {
 		return count(t, pool, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND backend_type = 'client backend'`) > 0
 	})
-	// the listing and the hostile entry's move take milliseconds; a second
-	// leaves room for a poll that did not wait for the slot
-	time.Sleep(time.Second)
+	// the entry's move waits for the slot the resumed file holds
+	slotWait.WaitOrTimeout()
 	if fs := files(t, pool, "acme"); len(fs) != 2 || !slices.Contains(site.Files(t, "ready"), "invoice.pdf") {
 		t.Fatalf("%+v, ready/ %v: the hostile entry moved while the resumed file held the partner's one slot", fs, site.Files(t, "ready"))
 	}
@@ -179,21 +176,22 @@ func TestADrainClaimsNothingAfterTheSlotFrees(t *testing.T) {
 	})
 	app := appHoldsRows(t, pool, "acme")
 	site.Drop(t, "orders-3.csv", goodRows("N", 2))
+	slotWait, draining := &intake.Signals(r.d).SlotWait, &intake.Signals(r.d).Draining
+	slotWait.Init(t)
+	draining.Init(t)
 	if err := r.d.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "the resumed file's chunk waiting on the application's lock", func() bool {
 		return count(t, pool, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND backend_type = 'client backend'`) > 0
 	})
-	// the listing of ready/ takes milliseconds: the claim of orders-3.csv
-	// waits for the slot by now
-	time.Sleep(time.Second)
+	slotWait.WaitOrTimeout() // the claim of orders-3.csv waits for the slot
 	stopped := make(chan struct{})
 	go func() {
 		defer close(stopped)
 		r.d.Stop()
 	}()
-	time.Sleep(500 * time.Millisecond) // Stop ends the claims first of all
+	draining.WaitOrTimeout() // Stop ends the claims first of all
 	if err := app.Rollback(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -32,6 +32,12 @@ type testSignals struct {
 	// OwnedLookup: a poll looked up the live rows this worker holds of
 	// the partner (poll.go, lookUpOwned); the partner.
 	OwnedLookup testsignal.Signal[string]
+	// SlotWait: a poll waits for one of the partner's slots, every one
+	// taken (poll.go, Daemon.startSlot).
+	SlotWait testsignal.Signal[struct{}]
+	// Draining: Stop began a drain; nothing is claimed from here on
+	// (daemon.go, Daemon.Stop).
+	Draining testsignal.Signal[struct{}]
 	// Unchanged: a chunk was looked up for rows the target holds as they
 	// are (unchanged.go, fileRun.toMerge).
 	Unchanged testsignal.Signal[unchangedLooked]

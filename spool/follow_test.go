@@ -129,6 +129,18 @@ func TestAnUnkeptPutHandsItsBytesToItsFollowersAlone(t *testing.T) {
 	var read [2]atomic.Int64
 	var ahead atomic.Int64 // the most bytes written beyond what the slower follower had read
 	var fls []*Follower
+	// follower 1 is the slow one: it reads on only once follower 0 is
+	// half a window ahead of it, or done
+	moved, fastDone := make(chan struct{}, 1), make(chan struct{})
+	behind := func() {
+		for read[0].Load() < read[1].Load()+unkeptWindow/2 {
+			select {
+			case <-moved:
+			case <-fastDone:
+				return
+			}
+		}
+	}
 	e, err := s.Put("acme", -1, 1<<30, func(w io.Writer) (int64, error) {
 		var n int64
 		for p := data; len(p) > 0; {
@@ -155,8 +167,13 @@ func TestAnUnkeptPutHandsItsBytesToItsFollowersAlone(t *testing.T) {
 					k, err := fl.Read(buf)
 					b = append(b, buf[:k]...)
 					read[i].Add(int64(k))
-					if i == 1 {
-						time.Sleep(time.Millisecond / 4) // the slow one
+					if i == 0 {
+						select {
+						case moved <- struct{}{}:
+						default:
+						}
+					} else {
+						behind()
 					}
 					if err != nil {
 						if !errors.Is(err, io.EOF) {
@@ -164,6 +181,9 @@ func TestAnUnkeptPutHandsItsBytesToItsFollowersAlone(t *testing.T) {
 						}
 						break
 					}
+				}
+				if i == 0 {
+					close(fastDone)
 				}
 				got[i] <- b
 			}()
