@@ -359,7 +359,9 @@ func (r *fetchStage) fetch(ctx context.Context, withScan, unwrapToo bool) (spool
 	case unwrapToo:
 		var follow spool.PutOption
 		if follow, u = r.followUnwrap(ctx, withScan); follow != nil {
-			opts = append(opts, follow)
+			// read once, by the unwrapping as it lands: past the page
+			// cache (spool.Direct)
+			opts = append(opts, follow, spool.Direct())
 		}
 	}
 	e, err := r.d.spool.Put(r.in.Partner, size, max, src, opts...)

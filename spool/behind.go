@@ -13,8 +13,14 @@ const (
 	behindDepth = 2
 )
 
-// buffers are reused across downloads.
-var buffers = sync.Pool{New: func() any { b := make([]byte, 0, behindBuf); return &b }}
+// buffers are reused across downloads; each is aligned for a write past
+// the page cache (Direct).
+var buffers = sync.Pool{New: func() any { b := alignedBuf(behindBuf)[:0]; return &b }}
+
+// writesBehind reports whether a Put of want bytes (-1: not known) writes
+// behind its source (newBehind): whole buffers of behindBuf bytes, but the
+// last.
+func writesBehind(want int64) bool { return want < 0 || want >= behindMin }
 
 // behind hands the bytes written to it to one goroutine that writes them
 // on (sha256 and the spool file), so the network side of a download

@@ -18,12 +18,14 @@ var ErrStopped = errors.New("spool: follower stopped")
 // memory instead (unkept), and the put waits for it.
 type Follower struct {
 	f       *os.File
-	u       *unkept // the Unkept put it follows; then f is nil
+	dr      *directRead // f is read past the page cache (Direct)
+	u       *unkept     // the Unkept put it follows; then f is nil
 	mu      sync.Mutex
 	cond    *sync.Cond
 	written int64
 	read    int64
 	done    bool
+	whole   bool  // every byte the Put writes is written (before its flush)
 	err     error // the Put's failure, once done
 	closed  bool
 }
@@ -34,6 +36,7 @@ type PutOption func(*putOptions)
 type putOptions struct {
 	follow []func(*Follower)
 	unkept bool
+	direct bool
 }
 
 // Follow hands fn a Follower of the file being written, before any byte is
@@ -158,12 +161,17 @@ func (u *unkept) close(fl *Follower) {
 	u.cond.Broadcast()
 }
 
-func newFollower(path string) (*Follower, error) {
-	f, err := os.Open(path)
+// newFollower opens a follower of the file at path, read past the page
+// cache when the Put writes it so (direct).
+func newFollower(path string, direct bool) (*Follower, error) {
+	f, direct, err := openFile(path, os.O_RDONLY, 0, direct)
 	if err != nil {
 		return nil, err
 	}
 	fl := &Follower{f: f}
+	if direct {
+		fl.dr = &directRead{buf: alignedBuf(directReadBuf), direct: true}
+	}
 	fl.cond = sync.NewCond(&fl.mu)
 	return fl, nil
 }
@@ -171,6 +179,15 @@ func newFollower(path string) (*Follower, error) {
 func (fl *Follower) advance(n int) {
 	fl.mu.Lock()
 	fl.written += int64(n)
+	fl.mu.Unlock()
+	fl.cond.Broadcast()
+}
+
+// writtenWhole tells the follower that the Put has written every byte it
+// will (its flush and its move to the content name to come).
+func (fl *Follower) writtenWhole() {
+	fl.mu.Lock()
+	fl.whole = true
 	fl.mu.Unlock()
 	fl.cond.Broadcast()
 }
@@ -185,6 +202,9 @@ func (fl *Follower) finish(err error) {
 func (fl *Follower) Read(p []byte) (int, error) {
 	if fl.u != nil {
 		return fl.u.read(fl, p)
+	}
+	if fl.dr != nil {
+		return fl.readDirect(p)
 	}
 	fl.mu.Lock()
 	for fl.read >= fl.written && !fl.done && !fl.closed {

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"io"
+	"os"
 	"path/filepath"
 	"sync/atomic"
 	"testing"
@@ -13,9 +14,15 @@ import (
 )
 
 // A follower reads exactly the bytes Put streams, while they stream, for
-// small (written in place) and large (written behind) files alike.
+// small (written in place) and large (written behind) files alike, and
+// past the page cache (Direct: a large file's whole blocks as they land,
+// its last, short one at the end; a small file's through the cache).
 func TestFollowerReadsWhatPutWrites(t *testing.T) {
-	for _, size := range []int{10, 6 << 20} {
+	for _, c := range []struct {
+		size int
+		opts []PutOption
+	}{{10, nil}, {6 << 20, nil}, {10, []PutOption{Direct()}}, {6<<20 + 123, []PutOption{Direct()}}} {
+		size := c.size
 		s, err := New(t.TempDir())
 		if err != nil {
 			t.Fatal(err)
@@ -45,7 +52,7 @@ func TestFollowerReadsWhatPutWrites(t *testing.T) {
 				}
 			}
 			return n, nil
-		}, Follow(func(fl *Follower) {
+		}, append(c.opts[:len(c.opts):len(c.opts)], Follow(func(fl *Follower) {
 			go func() {
 				var b []byte
 				buf := make([]byte, 64<<10)
@@ -64,12 +71,15 @@ func TestFollowerReadsWhatPutWrites(t *testing.T) {
 				fl.Close()
 				got <- b
 			}()
-		}))
+		}))...)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if b := <-got; !bytes.Equal(b, data) {
-			t.Fatalf("size %d: follower read %d bytes (equal %v)", size, len(b), bytes.Equal(b, data))
+			t.Fatalf("size %d, %d options: follower read %d bytes (equal %v)", size, len(c.opts), len(b), bytes.Equal(b, data))
+		}
+		if b, err := os.ReadFile(s.Path("acme", e.SHA256)); err != nil || !bytes.Equal(b, data) {
+			t.Fatalf("size %d, %d options: the spool holds %d bytes (equal %v), %v", size, len(c.opts), len(b), bytes.Equal(b, data), err)
 		}
 		if e.Size != int64(size) {
 			t.Fatalf("entry %+v", e)

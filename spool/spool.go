@@ -109,7 +109,7 @@ func (s *Spool) Put(partner string, want, max int64, src Source, opts ...PutOpti
 		return Entry{}, fmt.Errorf("spool: %w", err)
 	}
 	tmpPath := filepath.Join(tmpDir, s.worker+"."+randomName()+TempSuffix)
-	f, err := os.OpenFile(tmpPath, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	f, direct, err := openFile(tmpPath, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600, o.direct && writesBehind(want))
 	if err != nil {
 		return Entry{}, fmt.Errorf("spool: %w", err)
 	}
@@ -121,10 +121,14 @@ func (s *Spool) Put(partner string, want, max int64, src Source, opts ...PutOpti
 		}
 	}()
 	var fileW io.Writer = f
+	if direct {
+		fileW = &directWriter{f: f, direct: true}
+	}
+	var nw *notifyWriter
 	if len(o.follow) > 0 {
-		nw := &notifyWriter{w: f}
+		nw = &notifyWriter{w: fileW}
 		for _, fn := range o.follow {
-			fl, ferr := newFollower(tmpPath)
+			fl, ferr := newFollower(tmpPath, direct)
 			if ferr != nil {
 				return Entry{}, fmt.Errorf("spool: %w", ferr)
 			}
@@ -137,6 +141,11 @@ func (s *Spool) Put(partner string, want, max int64, src Source, opts ...PutOpti
 	e, err = stream(partner, want, max, src, fileW)
 	if err != nil {
 		return Entry{}, err
+	}
+	if nw != nil {
+		for _, fl := range nw.fls {
+			fl.writtenWhole()
+		}
 	}
 	final := s.Path(e.Partner, e.SHA256)
 	if s.Has(e.Partner, e.SHA256, e.Size) {
@@ -325,7 +334,7 @@ func stream(partner string, want, max int64, src Source, to io.Writer) (Entry, e
 		sink = io.MultiWriter(h, to)
 	}
 	var bw *behind
-	if want < 0 || want >= behindMin {
+	if writesBehind(want) {
 		bw = newBehind(sink, behindBuf, behindDepth)
 		sink = bw
 	}
