@@ -2,12 +2,14 @@ package spool
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"syscall"
 	"testing"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -133,4 +135,58 @@ func diskDir(t *testing.T) string {
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	return dir
+}
+
+// A follower past the page cache reads the last, short block once the
+// put has written every byte (whole), before the put's flush and move
+// end it, and then waits for that end: its error, or the clean end.
+func TestADirectFollowerReadsTheLastBlockBeforeThePutsEnd(t *testing.T) {
+	for _, putErr := range []error{nil, errors.New("flush failed")} {
+		path := diskDir(t) + "/f"
+		data := bytes.Repeat([]byte("0123456789"), 1000) // 10,000 bytes: two blocks and a short one
+		if err := os.WriteFile(path, data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		fl, err := newFollower(path, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fl.dr == nil {
+			t.Fatal("the follower does not read past the page cache")
+		}
+		fl.advance(len(data))
+		fl.writtenWhole()
+		got := make([]byte, len(data)+10)
+		read := make(chan error, 1)
+		var n int
+		go func() {
+			var err error
+			n, err = io.ReadAtLeast(fl, got, len(data))
+			read <- err
+		}()
+		select {
+		case err = <-read:
+		case <-time.After(time.Minute):
+			t.Fatal("the last block was not read before the put's end")
+		}
+		if err != nil || !bytes.Equal(got[:n], data) {
+			t.Fatalf("read %d bytes (equal %v), %v", n, bytes.Equal(got[:n], data), err)
+		}
+		end := make(chan error, 1)
+		go func() {
+			_, err := fl.Read(got)
+			end <- err
+		}()
+		select {
+		case err := <-end:
+			t.Fatalf("the read after the last byte ended before the put did: %v", err)
+		default:
+		}
+		fl.finish(putErr)
+		err = <-end
+		if want := cmp.Or(putErr, io.EOF); err != want {
+			t.Fatalf("the read after the put's end: %v, want %v", err, want)
+		}
+		fl.Close()
+	}
 }
