@@ -61,11 +61,14 @@ func (w *directWriter) Write(p []byte) (int, error) {
 		}
 	}
 	n, err := w.f.Write(p)
-	if w.direct && n == 0 && errors.Is(err, syscall.EINVAL) {
-		if err := w.buffered(); err != nil {
-			return 0, err
+	if w.direct && errors.Is(err, syscall.EINVAL) {
+		// refused past the cache, at once or part way: the rest through it
+		if berr := w.buffered(); berr != nil {
+			return n, berr
 		}
-		n, err = w.f.Write(p)
+		var m int
+		m, err = w.f.Write(p[n:])
+		n += m
 	}
 	w.off += int64(n)
 	return n, err
