@@ -12,14 +12,13 @@ import (
 // the spool's filesystem takes it) and its followers read it back the
 // same way: for bytes the spool keeps but reads once, as they land (the
 // download of a file that is decrypted as it downloads), which would
-// otherwise fill the page cache with a copy nothing reads again. On the
-// benchmark's virtual machine a page the kernel has not handed out
-// before costs a fault: a GB written through the cache took 2.6 s of
-// system time, past it 0.2 s, and intake's CPU for a 1 GB encrypted
-// file fell by about 2 s (docs/performance.md, "PGP at 1 GB"). Only a Put
-// that writes behind its download (a file of behindMin bytes or more,
-// its writes whole aligned buffers) goes past the cache; the last, short
-// write and anything the filesystem refuses to take so go through it.
+// otherwise fill the page cache with a copy nothing reads again: on a
+// virtual machine each page the kernel hands out for the first time
+// costs a fault (docs/performance.md, "The ciphertext past the page
+// cache"). Only a Put that writes behind its download (a file of
+// behindMin bytes or more, its writes whole aligned buffers) goes past
+// the cache; its last, short write and anything the filesystem refuses
+// to take so go through it.
 func Direct() PutOption {
 	return func(o *putOptions) { o.direct = true }
 }

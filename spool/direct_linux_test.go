@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -177,10 +179,18 @@ func TestADirectFollowerReadsTheLastBlockBeforeThePutsEnd(t *testing.T) {
 			_, err := fl.Read(got)
 			end <- err
 		}()
-		select {
-		case err := <-end:
-			t.Fatalf("the read after the last byte ended before the put did: %v", err)
-		default:
+		// the read waits for the put's end: its goroutine is seen
+		// waiting, and has not ended
+		for deadline := time.Now().Add(time.Minute); !waitingToRead(); {
+			select {
+			case err := <-end:
+				t.Fatalf("the read after the last byte ended before the put did: %v", err)
+			default:
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("the read after the last byte is not seen waiting")
+			}
+			runtime.Gosched()
 		}
 		fl.finish(putErr)
 		err = <-end
@@ -189,4 +199,16 @@ func TestADirectFollowerReadsTheLastBlockBeforeThePutsEnd(t *testing.T) {
 		}
 		fl.Close()
 	}
+}
+
+// waitingToRead reports whether a goroutine waits in a follower's read
+// past the page cache (readDirect, on its condition).
+func waitingToRead() bool {
+	buf := make([]byte, 1<<20)
+	for _, g := range strings.Split(string(buf[:runtime.Stack(buf, true)]), "\n\n") {
+		if strings.Contains(g, "sync.(*Cond).Wait") && strings.Contains(g, "(*Follower).readDirect") {
+			return true
+		}
+	}
+	return false
 }

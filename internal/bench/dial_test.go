@@ -23,22 +23,22 @@ import (
 // channels opened at once, each channel's subsystem request, then SFTP's
 // INIT. The INIT cannot go with the subsystem request: OpenSSH confirms
 // a session channel with a window of 0 bytes and opens it only once the
-// subsystem runs (measured: sent without waiting for the request's
-// answer, the INIT's answer came a round trip later all the same).
+// subsystem runs.
 const dialTurns = 8
 
 // A session's start on OpenSSH costs the round trips its protocol needs
 // and no more (dialTurns): a step that waits for an answer it need not
-// wait for counts one more. The proxy delays each way by 100 ms, so that
-// a scheduling delay of the test's machine cannot split one round trip's
-// requests in two.
+// wait for counts one more. The proxy delays each way by 250 ms: a turn
+// is counted once 450 ms have passed since the last, so the site's
+// answers to the two channels' requests, or a request sent late on a
+// busy machine, must come that far apart to be taken for two.
 func TestASessionStartCostsItsProtocolsRoundTripsAlone(t *testing.T) {
 	srv, err := sshdtest.Start()
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer srv.Close()
-	proxy, err := newWANProxy(srv.Addr, 100*time.Millisecond)
+	proxy, err := newWANProxy(srv.Addr, 250*time.Millisecond)
 	if err != nil {
 		t.Fatal(err)
 	}
