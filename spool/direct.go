@@ -83,7 +83,7 @@ const directReadBuf = 128 << 10
 
 // directRead is a Follower's read past the page cache: whole aligned
 // blocks of what the Put wrote, into a buffer of its own; the last, short
-// block once the Put is done.
+// block once the Put has written every byte.
 type directRead struct {
 	buf    []byte
 	data   []byte // of buf, not read yet

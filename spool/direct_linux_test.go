@@ -18,9 +18,9 @@ import (
 )
 
 // A Direct put of a large file leaves its bytes out of the page cache
-// (but its last, short block), its follower reading them back past it
-// too, where the same put through the cache leaves them in; a short
-// Direct put fails its follower as any put does.
+// (but its last, short write: here one page), its follower reading them
+// back past it too, where the same put through the cache leaves them in;
+// a short Direct put fails its follower as any put does.
 func TestADirectPutLeavesItsBytesOutOfThePageCache(t *testing.T) {
 	const size = 8<<20 + 5
 	data := bytes.Repeat([]byte("fedcba9876543210"), size/16+1)[:size]
@@ -54,7 +54,7 @@ func TestADirectPutLeavesItsBytesOutOfThePageCache(t *testing.T) {
 		t.Fatalf("a put through the cache left %d of its %d pages there: the count is off", pages, of)
 	}
 	if pages, _ := resident(Direct()); pages > 2 {
-		t.Fatalf("a Direct put left %d pages in the page cache, want its last block's at most", pages)
+		t.Fatalf("a Direct put left %d pages in the page cache, want its last write's (one page) at most", pages)
 	}
 
 	s, err := New(t.TempDir())
