@@ -95,76 +95,71 @@ type directRead struct {
 func (fl *Follower) readDirect(p []byte) (int, error) {
 	d := fl.dr
 	fl.mu.Lock()
-	if len(p) == 0 || fl.closed {
-		closed := fl.closed
+	if fl.closed {
 		fl.mu.Unlock()
-		if closed {
-			return 0, ErrStopped
-		}
-		return 0, nil
+		return 0, ErrStopped
 	}
-	if len(d.data) == 0 {
-		// whole blocks as the Put writes them; its last one once the
-		// Put has written every byte (whole), before its flush
-		for !fl.closed && !fl.done && !fl.whole && fl.written&^(dioAlign-1) <= d.end {
-			fl.cond.Wait()
-		}
-		closed, done, whole, written, ferr := fl.closed, fl.done, fl.whole, fl.written, fl.err
+	if len(p) == 0 || len(d.data) > 0 {
 		fl.mu.Unlock()
-		if closed {
-			return 0, ErrStopped
-		}
-		limit := written &^ (dioAlign - 1)
-		if done || whole {
-			limit = written
-		}
-		if limit <= d.end {
-			if whole && !done {
-				// every byte read: the Put's end (its flush) says
-				// whether they are the file
-				fl.mu.Lock()
-				for !fl.closed && !fl.done {
-					fl.cond.Wait()
-				}
-				closed, ferr = fl.closed, fl.err
-				fl.mu.Unlock()
-				if closed {
-					return 0, ErrStopped
-				}
-			}
-			if ferr == nil {
-				ferr = io.EOF
-			}
-			return 0, ferr
-		}
-		want := min(int64(len(d.buf)), (limit-d.end+dioAlign-1)&^(dioAlign-1))
-		k, err := fl.f.ReadAt(d.buf[:want], d.end)
-		if d.direct && k == 0 && errors.Is(err, syscall.EINVAL) {
-			// the filesystem took O_DIRECT at the open but not this read
-			d.direct = false
-			if err = setBuffered(fl.f); err == nil {
-				k, err = fl.f.ReadAt(d.buf[:want], d.end)
-			}
-		}
-		k = int(min(int64(k), limit-d.end))
-		switch {
-		case k > 0:
-			err = nil // a read past the end (the last block) is short
-		case err == io.EOF:
-			// the file is shorter than the Put wrote: never a clean end
-			err = io.ErrUnexpectedEOF
-		}
-		if err != nil {
-			return 0, err
-		}
-		d.data, d.end = d.buf[:k], d.end+int64(k)
-	} else {
-		fl.mu.Unlock()
+		n := copy(p, d.data)
+		d.data = d.data[n:]
+		return n, nil
 	}
+	// whole blocks as the Put writes them; its last one once the Put has
+	// written every byte (whole), before its flush
+	for !fl.closed && !fl.done && !fl.whole && fl.written&^(dioAlign-1) <= d.end {
+		fl.cond.Wait()
+	}
+	closed, done, whole, written, ferr := fl.closed, fl.done, fl.whole, fl.written, fl.err
+	fl.mu.Unlock()
+	if closed {
+		return 0, ErrStopped
+	}
+	limit := written &^ (dioAlign - 1)
+	if done || whole {
+		limit = written
+	}
+	if limit <= d.end {
+		if whole && !done {
+			// every byte read: the Put's end (its flush) says whether
+			// they are the file
+			fl.mu.Lock()
+			for !fl.closed && !fl.done {
+				fl.cond.Wait()
+			}
+			closed, ferr = fl.closed, fl.err
+			fl.mu.Unlock()
+			if closed {
+				return 0, ErrStopped
+			}
+		}
+		if ferr == nil {
+			ferr = io.EOF
+		}
+		return 0, ferr
+	}
+	want := min(int64(len(d.buf)), (limit-d.end+dioAlign-1)&^(dioAlign-1))
+	k, err := fl.f.ReadAt(d.buf[:want], d.end)
+	if d.direct && k == 0 && errors.Is(err, syscall.EINVAL) {
+		// the filesystem took O_DIRECT at the open but not this read
+		d.direct = false
+		if err = setBuffered(fl.f); err == nil {
+			k, err = fl.f.ReadAt(d.buf[:want], d.end)
+		}
+	}
+	k = int(min(int64(k), limit-d.end))
+	switch {
+	case k > 0:
+		err = nil // a read past the end (the last block) is short
+	case err == io.EOF:
+		// the file is shorter than the Put wrote: never a clean end
+		err = io.ErrUnexpectedEOF
+	}
+	if err != nil {
+		return 0, err
+	}
+	d.data, d.end = d.buf[:k], d.end+int64(k)
 	n := copy(p, d.data)
 	d.data = d.data[n:]
-	fl.mu.Lock()
-	fl.read += int64(n)
-	fl.mu.Unlock()
 	return n, nil
 }
