@@ -21,7 +21,9 @@ import (
 // is claimed by the same steps:
 //
 //  1. under the partner's claim lock (ledger.ClaimLock), an intake id is
-//     allocated for each file, in file age order, before its rename;
+//     allocated for each file, in file age order, and committed as the id
+//     of the file's processing path (ledger.KeepClaimIDs) before its
+//     rename;
 //  2. each file is renamed: a lone data file with its OPEN sent behind
 //     the RENAME (RenameAndOpen, one round trip for both; the download
 //     takes the file), a group's renames all at once (pkg/sftp pipelines
@@ -35,7 +37,8 @@ import (
 // directory exists, so "no such file" can only mean another worker won;
 // it is counted, and the partner's pollers are looked up again. A crash
 // between the rename and the row leaves a file in processing/<worker>/
-// that resumeOwn adopts (failure matrix rows 1 and 2).
+// that resumeOwn adopts (failure matrix rows 1 and 2), under the id kept
+// for its path, whichever process adopts it.
 //
 // Ids follow file age even when two replicas claim from one partner at
 // the same moment: the ids and renames are one section under the lock,
@@ -84,6 +87,21 @@ func (d *claimStage) claim(ctx context.Context, p *partnerRT, sess *sftpconn.Ses
 		return claimed{}, err
 	}
 	defer lock.Release()
+	// Each id is kept for its file's processing path before the RENAME
+	// (ledger.KeepClaimIDs): whoever adopts a file this claim renamed and
+	// did not record (a crash before the section's commit) records it under
+	// its id, its place among the partner's claims.
+	dsts := make([]string, len(cands))
+	for i, c := range cands {
+		dsts[i] = sess.Layout.Processing(d.cfg.WorkerID, c.Name)
+	}
+	held, err := d.ledger.KeepClaimIDs(ctx, p.cfg.ID, dsts, ids)
+	if err != nil {
+		return claimed{}, err
+	}
+	// the kept ids of paths no file of this claim reached are dropped
+	var missed keptIDs
+	defer func() { d.dropClaimIDs(ctx, p, missed) }()
 	out := claimed{walked: len(cands)}
 	errs := make([]error, len(cands))
 	switch {
@@ -127,6 +145,11 @@ func (d *claimStage) claim(ctx context.Context, p *partnerRT, sess *sftpconn.Ses
 	if putBack {
 		kept := d.putBack(p, sess, cands, errs)
 		if len(kept) == 0 {
+			for i := range cands {
+				if errs[i] == nil || sftpconn.IsNotExist(errs[i]) {
+					missed.add(dsts[i], ids[i]) // put back, or lost
+				}
+			}
 			return claimed{raced: true}, nil
 		}
 		// a file that could not be put back is recorded as claimed
@@ -136,37 +159,44 @@ func (d *claimStage) claim(ctx context.Context, p *partnerRT, sess *sftpconn.Ses
 	var manifests []string // renamed[i]'s manifest, to follow it
 	var failed error
 	for i, c := range cands[:out.walked] {
-		dst := sess.Layout.Processing(d.cfg.WorkerID, c.Name)
+		dst := dsts[i]
 		switch err := errs[i]; {
 		case err == nil:
 			renamed = append(renamed, &ledger.Intake{ID: ids[i], Partner: p.cfg.ID, Feed: c.Feed.Name, RemoteName: c.Name,
 				ClaimedPath: dst, ListedSize: c.Size, ListedMTime: c.MTime, Worker: d.cfg.WorkerID})
 			manifests = append(manifests, c.Manifest)
+			if held[dst] {
+				// the path was free after all: the id it held was left by
+				// a claim that never renamed a file there
+				if err := d.ledger.SetClaimID(ctx, p.cfg.ID, dst, ids[i]); err != nil {
+					d.log.Warn("could not keep a claim's id for its path; should its row not be recorded either, its adoption takes an older claim's id", "partner", p.cfg.ID, "intake_id", ids[i], "err", err)
+				}
+			}
 		case sftpconn.IsNotExist(err), errors.Is(err, errPutBack):
+			missed.add(dst, ids[i])
 		default:
 			if _, serr := sess.Lstat(dst); serr == nil {
 				// The same name is still in our processing dir from an
 				// earlier claim, which is resumed; this one waits for a
 				// later poll.
 				d.metrics.Skipped.WithLabelValues(p.cfg.ID, claimTargetBusy).Inc()
+				missed.add(dst, ids[i])
 			} else if sftpconn.IsRefused(err) {
 				d.claimRefused(p, c.Name, err)
 				p.refused.Remember(c.Name, c.Size, c.MTime)
+				missed.add(dst, ids[i])
 			} else if failed == nil {
+				// the RENAME's outcome is unknown: its id stays kept
 				failed = fmt.Errorf("claim %s: %w", c.Name, err)
 			}
 		}
 	}
+	for i := out.walked; i < len(cands); i++ {
+		missed.add(dsts[i], ids[i]) // never renamed
+	}
 	if putBack {
 		out.walked = 0
 	}
-	recorded := false
-	defer func() {
-		if !recorded {
-			// their adoption records them under these ids (adoptOwn)
-			p.keepIDs(renamed)
-		}
-	}()
 	if err := fault.Check("claim:after_rename"); err != nil {
 		// as if the replies were lost: the files sit in our processing
 		// dir without rows, and the next poll adopts them
@@ -183,6 +213,7 @@ func (d *claimStage) claim(ctx context.Context, p *partnerRT, sess *sftpconn.Ses
 					return claimed{walked: out.walked, raced: out.raced}, fmt.Errorf("claim manifest of %s: %w", in.RemoteName, err)
 				}
 				if d.manifestRefused(p, sess, in, err) {
+					missed.add(in.ClaimedPath, in.ID)
 					continue // back in ready/ beside its manifest
 				}
 			}
@@ -199,7 +230,6 @@ func (d *claimStage) claim(ctx context.Context, p *partnerRT, sess *sftpconn.Ses
 	if err != nil {
 		return claimed{walked: out.walked, raced: out.raced}, err
 	}
-	recorded = true
 	if len(out.ins) < len(renamed) {
 		// a path a live row still owns: the file waits in ready/
 		rec := make(map[string]bool, len(out.ins))
@@ -207,8 +237,8 @@ func (d *claimStage) claim(ctx context.Context, p *partnerRT, sess *sftpconn.Ses
 			rec[in.ClaimedPath] = true
 		}
 		for _, in := range renamed {
-			if !rec[in.ClaimedPath] {
-				d.busyClaimPath(p, sess, in)
+			if !rec[in.ClaimedPath] && d.busyClaimPath(p, sess, in) {
+				missed.add(in.ClaimedPath, in.ID)
 			}
 		}
 		if len(out.ins) == 0 && out.opening != nil {
@@ -356,8 +386,9 @@ func (d *claimStage) putBack(p *partnerRT, sess *sftpconn.Session, g []candidate
 // ends, counted as skipped claim_target_busy and logged. It is never left
 // at the path, where the earlier intake's archive would move it as its
 // own. A failed move back leaves it there for resumeOwn to adopt once the
-// path is free (the partner is looked through again).
-func (d *claimStage) busyClaimPath(p *partnerRT, sess *sftpconn.Session, in *ledger.Intake) {
+// path is free (the partner is looked through again). It reports whether
+// the file went back.
+func (d *claimStage) busyClaimPath(p *partnerRT, sess *sftpconn.Session, in *ledger.Intake) bool {
 	d.metrics.Skipped.WithLabelValues(p.cfg.ID, claimTargetBusy).Inc()
 	back := func(name string) error {
 		err := sess.RenameSized(sess.Layout.Processing(d.cfg.WorkerID, name), sess.Layout.Ready(name), in.ListedSize)
@@ -374,10 +405,33 @@ func (d *claimStage) busyClaimPath(p *partnerRT, sess *sftpconn.Session, in *led
 		p.takenOver.Store(true)
 		d.log.Warn("a new file was claimed to a path an unfinished intake still owns and could not be put back; it is adopted once that intake ends",
 			"partner", p.cfg.ID, "reason", claimTargetBusy, "err", err)
-		return
+		return false
 	}
 	d.log.Warn("a new file waits in ready/: an unfinished intake of the same name still owns its claim path",
 		"partner", p.cfg.ID, "reason", claimTargetBusy)
+	return true
+}
+
+// keptIDs are claim ids kept for processing paths (ledger.KeepClaimIDs).
+type keptIDs struct {
+	paths []string
+	ids   []int64
+}
+
+func (k *keptIDs) add(path string, id int64) {
+	k.paths, k.ids = append(k.paths, path), append(k.ids, id)
+}
+
+// dropClaimIDs drops the ids a claim kept for paths none of its files
+// reached. One left kept does no harm (the next claim or move to its path
+// replaces it; retention deletes it): a failure is only logged.
+func (d *claimStage) dropClaimIDs(ctx context.Context, p *partnerRT, k keptIDs) {
+	if len(k.ids) == 0 {
+		return
+	}
+	if err := d.ledger.DropClaimIDs(ctx, p.cfg.ID, k.paths, k.ids); err != nil {
+		d.log.Warn("could not drop the ids a claim kept for files it did not rename", "partner", p.cfg.ID, "err", err)
+	}
 }
 
 // groupable reports whether a candidate can go through a group: a small

@@ -516,14 +516,8 @@ type partnerRT struct {
 	// (pollOnce), lookupsSkipped of them so far.
 	ownsNothing    bool
 	lookupsSkipped int
-	// unrecorded: the intake id allocated for each claim whose RENAME
-	// went through and whose row was not recorded (the claim failed
-	// after it), by claimed path; adoptOwn records the file under it, so
-	// it keeps its place among the partner's claims (keepIDs, idFor)
-	unrecordedMu sync.Mutex
-	unrecorded   map[string]int64
-	orphanSweep  time.Time // the last look through stopped workers' processing dirs (orphans.go)
-	adoptMoves   int       // moves adoptOrphans tried into this worker's dir (a listing of it from before is stale)
+	orphanSweep    time.Time // the last look through stopped workers' processing dirs (orphans.go)
+	adoptMoves     int       // moves adoptOrphans tried into this worker's dir (a listing of it from before is stale)
 
 	statMu      sync.Mutex // what the last poll saw, for gauges and /readyz
 	polling     bool       // this replica polls the partner (affinity.go); else it exports no poll gauges for it
@@ -549,36 +543,6 @@ type partnerRT struct {
 	// poll's claims (runResumed; the poll's goroutine only)
 	resumedNames map[string]bool
 	resumedBytes int64
-}
-
-// keepIDs remembers the ids allocated for claims whose rows were not
-// recorded (unrecorded).
-func (p *partnerRT) keepIDs(ins []*ledger.Intake) {
-	p.unrecordedMu.Lock()
-	defer p.unrecordedMu.Unlock()
-	if p.unrecorded == nil {
-		p.unrecorded = map[string]int64{}
-	}
-	for _, in := range ins {
-		p.unrecorded[in.ClaimedPath] = in.ID
-	}
-}
-
-// idFor is the id allocated for the unrecorded claim at path (0: none).
-// It is kept until forgetIDs: an adoption whose section fails uses it
-// again at the next poll.
-func (p *partnerRT) idFor(path string) int64 {
-	p.unrecordedMu.Lock()
-	defer p.unrecordedMu.Unlock()
-	return p.unrecorded[path]
-}
-
-// forgetIDs forgets every unrecorded claim's id: the claims' dir was
-// looked through, and a file not adopted then has a row of its own.
-func (p *partnerRT) forgetIDs() {
-	p.unrecordedMu.Lock()
-	p.unrecorded = nil
-	p.unrecordedMu.Unlock()
 }
 
 // concurrency is how many of the partner's files a poll runs side by

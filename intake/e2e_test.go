@@ -933,43 +933,140 @@ func TestClaimOrderDecidesIdsAcrossWorkers(t *testing.T) {
 	}
 }
 
-// A claim whose row was not recorded (the claim failed after its RENAME)
-// is adopted by its claimer's next poll under the id allocated for it: a
-// newer file another replica claimed meanwhile keeps the higher id, and
-// its value of the key wins over the older file applied after it.
-func TestAClaimAdoptedByItsClaimerKeepsItsPlace(t *testing.T) {
+// A claim whose row was not recorded (the claim failed after its RENAME,
+// or its process died there) is adopted under the id its claim allocated,
+// whichever process adopts it: the claimer's next poll, the claimer
+// restarted, a replica sweeping the stopped claimer's dir, or the
+// reconciler. A newer file another replica claimed meanwhile keeps the
+// higher id, and its value of the key wins over the older file applied
+// after it.
+func TestAClaimAdoptedByAnyProcessKeepsItsPlace(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		adopt func(t *testing.T, pool *pgxpool.Pool, site *testenv.Site, r1, r2 *rig)
+	}{
+		{"its claimer's next poll", func(t *testing.T, pool *pgxpool.Pool, site *testenv.Site, r1, r2 *rig) {
+			r1.poll("place")
+		}},
+		{"its claimer restarted", func(t *testing.T, pool *pgxpool.Pool, site *testenv.Site, r1, r2 *rig) {
+			r1.d.Stop()
+			newRig(t, pool, "r1", site).poll("place")
+		}},
+		{"a replica sweeping the dead claimer's dir", func(t *testing.T, pool *pgxpool.Pool, site *testenv.Site, r1, r2 *rig) {
+			died(t, pool, r1)
+			// r2's sweep of the other workers' dirs comes a third of a
+			// lease after its last one
+			waitFor(t, "r2 adopts the file in processing/r1", func() bool {
+				r2.poll("place")
+				return len(files(t, pool, "place")) == 2
+			})
+		}},
+		{"the reconciler", func(t *testing.T, pool *pgxpool.Pool, site *testenv.Site, r1, r2 *rig) {
+			died(t, pool, r1)
+			r2.reconcileAs("r2", site)
+			r2.poll("place")
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, pool := testenv.DB(t)
+			ctx := context.Background()
+			site := testenv.NewSite(t, "place")
+			site.Config.GroupFiles = 1
+			site.Drop(t, "orders-1.csv", header+"K-1,a@example.com,1.00,paid,2026-11-01T10:00:00Z,1\n")
+			r1 := newRig(t, pool, "r1", site)
+			r2 := newRigCfg(t, pool, intake.Config{WorkerID: "r2", Lease: 3 * time.Second, SpoolMinFree: 1}, site)
+			if err := fault.Set("claim:after_rename=error"); err != nil {
+				t.Fatal(err)
+			}
+			err := r1.d.PollOnce(ctx, "place")
+			fault.Set("")
+			if err == nil {
+				t.Fatal("the poll went past its claim's RENAME")
+			}
+			if got := site.Files(t, filepath.Join("processing", "r1")); len(got) != 1 || len(files(t, pool, "place")) != 0 {
+				t.Fatalf("processing/r1 holds %v, want the claimed file without a row", got)
+			}
+			site.Drop(t, "orders-2.csv", header+"K-1,a@example.com,2.00,shipped,2026-11-02T10:00:00Z,1\n")
+			r2.poll("place")
+			tc.adopt(t, pool, site, r1, r2)
+			ids := map[string]int64{}
+			for _, f := range files(t, pool, "place") {
+				if f.State != "archived" {
+					t.Fatalf("%+v, want archived", f)
+				}
+				ids[f.Name] = f.ID
+			}
+			if len(ids) != 2 || ids["orders-1.csv"] >= ids["orders-2.csv"] {
+				t.Fatalf("intake ids %v: the adopted older file must keep the id its claim allocated, below the newer file's", ids)
+			}
+			if a, _ := amountOf(t, pool, "orders", "place", "K-1"); a != "2.00" {
+				t.Fatalf("K-1 holds %s, want 2.00 from the newer file", a)
+			}
+			if n := count(t, pool, `SELECT count(*) FROM intake_claim_id`); n != 0 {
+				t.Fatalf("%d claim ids still kept once both files have rows", n)
+			}
+		})
+	}
+}
+
+// A path keeps one claim id: one left there by a claim whose file never
+// reached the path (here: put back into ready/ by hand, as if that claim
+// had died before its RENAME) is replaced by the next claim whose RENAME
+// to the path goes through, so the file's adoption takes that claim's id,
+// not the older one.
+func TestAClaimReplacesTheIDAClaimThatNeverRenamedLeftAtItsPath(t *testing.T) {
 	_, pool := testenv.DB(t)
 	ctx := context.Background()
-	site := testenv.NewSite(t, "place")
+	site := testenv.NewSite(t, "stale")
 	site.Config.GroupFiles = 1
 	site.Drop(t, "orders-1.csv", header+"K-1,a@example.com,1.00,paid,2026-11-01T10:00:00Z,1\n")
-	r1, r2 := newRig(t, pool, "r1", site), newRig(t, pool, "r2", site)
-	if err := fault.Set("claim:after_rename=error"); err != nil {
+	r1 := newRig(t, pool, "r1", site)
+	claimFails := func() {
+		t.Helper()
+		if err := fault.Set("claim:after_rename=error"); err != nil {
+			t.Fatal(err)
+		}
+		err := r1.d.PollOnce(ctx, "stale")
+		fault.Set("")
+		if err == nil {
+			t.Fatal("the poll went past its claim's RENAME")
+		}
+	}
+	kept := func() (id int64) {
+		t.Helper()
+		if err := pool.QueryRow(ctx, `SELECT intake_id FROM intake_claim_id WHERE partner_id = 'stale'`).Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+	claimFails()
+	stale := kept()
+	if err := os.Rename(filepath.Join(site.Root, "processing", "r1", "orders-1.csv"), filepath.Join(site.Root, "ready", "orders-1.csv")); err != nil {
 		t.Fatal(err)
 	}
-	err := r1.d.PollOnce(ctx, "place")
-	fault.Set("")
-	if err == nil {
-		t.Fatal("the poll went past its claim's RENAME")
+	claimFails()
+	var last int64
+	if err := pool.QueryRow(ctx, `SELECT last_value FROM intake.file_intake_intake_id_seq`).Scan(&last); err != nil {
+		t.Fatal(err)
 	}
-	if got := site.Files(t, filepath.Join("processing", "r1")); len(got) != 1 || len(files(t, pool, "place")) != 0 {
-		t.Fatalf("processing/r1 holds %v, want the claimed file without a row", got)
+	if id := kept(); id != last || id <= stale {
+		t.Fatalf("the path keeps id %d; the claim that renamed the file there allocated %d (the earlier claim %d)", id, last, stale)
 	}
-	site.Drop(t, "orders-2.csv", header+"K-1,a@example.com,2.00,shipped,2026-11-02T10:00:00Z,1\n")
-	r2.poll("place")
-	r1.poll("place")
-	ids := map[string]int64{}
-	for _, f := range files(t, pool, "place") {
-		if f.State != "archived" {
-			t.Fatalf("%+v, want archived", f)
-		}
-		ids[f.Name] = f.ID
+	r1.poll("stale")
+	if f := files(t, pool, "stale"); len(f) != 1 || f[0].ID != last || f[0].State != "archived" {
+		t.Fatalf("%+v, want the file archived under id %d", f, last)
 	}
-	if len(ids) != 2 || ids["orders-1.csv"] >= ids["orders-2.csv"] {
-		t.Fatalf("intake ids %v: the adopted older file must keep the id its claim allocated, below the newer file's", ids)
-	}
-	if a, _ := amountOf(t, pool, "orders", "place", "K-1"); a != "2.00" {
-		t.Fatalf("K-1 holds %s, want 2.00 from the newer file", a)
+}
+
+// died stops r1 and makes its worker id's row that of a replica that
+// crashed past its lease: its processing dir is a gone worker's.
+func died(t *testing.T, pool *pgxpool.Pool, r1 *rig) {
+	t.Helper()
+	r1.d.Stop()
+	if _, err := pool.Exec(context.Background(), `INSERT INTO intake_worker (worker_id, hostname, pid, lease, last_seen)
+		VALUES ('r1', 'gone', 1, interval '30 seconds', now() - interval '1 hour')
+		ON CONFLICT (worker_id) DO UPDATE SET last_seen = now() - interval '1 hour', drained_at = NULL`); err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -163,6 +163,15 @@ func (o *orphanAdopter) move(ctx context.Context, p *partnerRT, sess *sftpconn.S
 			}
 		}
 		dst := sess.Layout.Processing(o.workerID, dstName)
+		// the id its claim kept goes with it, committed before the move (a
+		// hostile entry, held under a generated name, has none)
+		carried := dstName != name
+		if !carried {
+			var err error
+			if carried, err = o.ledger.CarryClaimID(ctx, p.cfg.ID, old, dst); err != nil {
+				return err
+			}
+		}
 		p.settled = false // an entry without a row may land in our dir now: resumeOwn must look
 		p.adoptMoves++
 		err := sess.RenameSized(old, dst, e.Size())
@@ -175,6 +184,13 @@ func (o *orphanAdopter) move(ctx context.Context, p *partnerRT, sess *sftpconn.S
 			}
 			o.log.Warn("could not adopt a claim without a row", "partner", p.cfg.ID, "path", old, "err", err)
 			continue
+		}
+		if !carried {
+			// dst held an id of its own (a claim that never renamed a
+			// file there), or old kept none
+			if err := o.ledger.CarriedClaimID(ctx, p.cfg.ID, old, dst); err != nil {
+				o.log.Warn("could not carry a claim's id with its file; its adoption may take another claim's id", "partner", p.cfg.ID, "path", old, "err", err)
+			}
 		}
 		if manifests && !strings.HasPrefix(dstName, partners.HostilePrefix) {
 			_, err := sitefile.ClaimManifest(sess, dst, dir, sess.Layout.ReadyDir())
@@ -251,9 +267,6 @@ func (o *orphanAdopter) adoptOwn(ctx context.Context, p *partnerRT, sess *sftpco
 			if err != nil {
 				return fmt.Errorf("look at %s again: %w", in.ClaimedPath, err)
 			}
-			// a claim of this process whose row was not recorded keeps
-			// the id allocated for it: its place among the claims
-			id := p.idFor(in.ClaimedPath)
 			why := hold[in.ClaimedPath]
 			if why == "" && in.Feed != ledger.NoFeed && !fi.Mode().IsRegular() {
 				why = reason.NotRegularFile // swapped between the listing and the claim's RENAME
@@ -295,7 +308,9 @@ func (o *orphanAdopter) adoptOwn(ctx context.Context, p *partnerRT, sess *sftpco
 			if err := fault.Check("resume:before_insert"); err != nil {
 				return err
 			}
-			in.ID = id
+			// recorded under the id its claim kept for the path: its
+			// place among the partner's claims (ledger.KeepClaimIDs)
+			in.ID = 0
 			err = c.Adopt(ctx, o.ledger, in)
 			if errors.Is(err, ledger.ErrTracked) {
 				continue // a live row owns the path: it is that row's to resume

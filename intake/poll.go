@@ -917,7 +917,6 @@ func (d *housekeeping) resumeOwn(ctx context.Context, p *partnerRT, sess *sftpco
 	if err != nil {
 		return err
 	}
-	p.forgetIDs()
 	if adopted > 0 {
 		due = nil // rows the look-up began before
 	}

@@ -69,3 +69,60 @@ func TestAnUpgradeGrantsANewColumnToWhoMayWriteItsFellow(t *testing.T) {
 		})
 	}
 }
+
+// The roles an earlier `intake grants` set up get their rights on
+// intake_claim_id (027) with the upgrade: without them an upgraded
+// install's daemon is refused every claim (it keeps each claim's id
+// there before the RENAME) until `intake grants` is applied again. The
+// daemon's role (INSERT on file_intake) keeps and drops ids, the purge
+// role (EXECUTE on intake_purge_audit) deletes them, the ops role (SELECT
+// on intake_record_claim) reads them, and none gets more.
+func TestAnUpgradeGrantsTheClaimIDsToTheRolesOfEarlierGrants(t *testing.T) {
+	url, admin := testenv.DB(t)
+	ctx := context.Background()
+	latest, err := migrations.Latest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := migrations.Steps(url, -int(latest-27+1)); err != nil {
+		t.Fatal(err)
+	}
+	pre := fmt.Sprintf("upgrade_%d_", os.Getpid())
+	roles := map[string]string{
+		"daemon": `GRANT INSERT ON intake.file_intake TO %s`,
+		"purge":  `GRANT EXECUTE ON FUNCTION intake.intake_purge_audit(text, timestamptz) TO %s`,
+		"ops":    `GRANT SELECT ON intake.intake_record_claim TO %s`,
+	}
+	for name, grant := range roles {
+		role := pre + name
+		for _, q := range []string{`CREATE ROLE ` + role, fmt.Sprintf(grant, role)} {
+			if _, err := admin.Exec(ctx, q); err != nil {
+				t.Fatal(err)
+			}
+		}
+		t.Cleanup(func() {
+			admin.Exec(ctx, `DROP OWNED BY `+role)
+			admin.Exec(ctx, `DROP ROLE `+role)
+		})
+	}
+	if _, err := migrations.Up(url); err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]string{"daemon": "SIUD", "purge": "S..D", "ops": "S..."} {
+		got := ""
+		for i, priv := range []string{"SELECT", "INSERT", "UPDATE", "DELETE"} {
+			var may bool
+			if err := admin.QueryRow(ctx, `SELECT pg_catalog.has_table_privilege($1, 'intake.intake_claim_id', $2)`, pre+name, priv).Scan(&may); err != nil {
+				t.Fatal(err)
+			}
+			if may {
+				got += "SIUD"[i : i+1]
+			} else {
+				got += "."
+			}
+		}
+		if got != want {
+			t.Fatalf("the %s role's rights on intake_claim_id: %s, want %s (SELECT, INSERT, UPDATE, DELETE)", name, got, want)
+		}
+	}
+}

@@ -436,7 +436,23 @@ func (r *Reconciler) adoptLocked(ctx context.Context, c *ledger.ClaimLock, p *pa
 	if err := c.StillHeld(ctx); err != nil {
 		return err
 	}
-	err := s.RenameSized(old, dst, size)
+	// the id the gone worker's claim kept for the file goes with it,
+	// committed before the move: the file is recorded under it (its place
+	// among the partner's claims)
+	carried, err := r.ledger.CarryClaimID(ctx, p.ID, old, dst)
+	if err != nil {
+		return err
+	}
+	err = s.RenameSized(old, dst, size)
+	if err == nil && !carried {
+		// dst held an id of its own (a claim that never renamed a file
+		// there), or old kept none
+		err = r.ledger.CarriedClaimID(ctx, p.ID, old, dst)
+		if err != nil {
+			r.takenOver(p.ID) // the file is in this worker's processing/ without a row: its poller adopts it
+			return err
+		}
+	}
 	if err != nil {
 		add(ledger.Finding{Kind: ledger.KindTakeoverBlocked, Path: old, NeedsHuman: !sftpconn.IsNotExist(err),
 			Action: "none", Detail: fmt.Sprintf("could not move it into processing/%s/: %v", r.worker, err)})

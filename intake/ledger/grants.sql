@@ -58,13 +58,15 @@ GRANT SELECT, INSERT, UPDATE ON
 GRANT SELECT, INSERT ON :"schema".intake_chunk TO :"daemon_role";
 -- rows issues of a chunk's retry, the reconciler's findings replaced each
 -- run, a snapshot's keys once applied, a batch binding given back,
--- readiness and claim records forgotten, delivered events
+-- readiness and claim records forgotten, delivered events; the ids of
+-- claims kept until their rows are recorded (intake_claim_id)
 GRANT SELECT, INSERT, DELETE ON
     :"schema".intake_row_issue, :"schema".intake_finding, :"schema".intake_snapshot_key,
     :"schema".intake_batch
     TO :"daemon_role";
 GRANT SELECT, INSERT, UPDATE, DELETE ON
-    :"schema".intake_outbox, :"schema".intake_ready_seen, :"schema".intake_record_claim
+    :"schema".intake_outbox, :"schema".intake_ready_seen, :"schema".intake_record_claim,
+    :"schema".intake_claim_id
     TO :"daemon_role";
 -- a plan's changes, replaced by a re-plan
 GRANT SELECT, INSERT, DELETE ON :"schema".intake_plan_change, :"schema".intake_plan_change_column TO :"daemon_role";
@@ -81,7 +83,7 @@ GRANT SELECT ON
     :"schema".intake_snapshot_key, :"schema".intake_site_profile, :"schema".intake_feed_expect,
     :"schema".intake_feed_late, :"schema".intake_outbox, :"schema".intake_outbox_delivery,
     :"schema".intake_ready_seen, :"schema".intake_record_claim, :"schema".intake_plan_change,
-    :"schema".intake_plan_change_column
+    :"schema".intake_plan_change_column, :"schema".intake_claim_id
     TO :"ops_role";
 -- decisions: a release sends a held file back with a new fencing token
 -- and expired lease, its counts and plan cleared; a discard closes it and
@@ -116,11 +118,12 @@ GRANT INSERT (intake_id, partner_id, feed, remote_name, claimed_path, listed_siz
 
 -- purge_role: which spooled bytes a file still needs (held for ops: its
 -- quarantine record open), the row issues and snapshot keys of finished
--- files, the plan changes of files no longer awaiting approval, and the
--- audit through intake_purge_audit (the one way audit rows go).
+-- files, the plan changes of files no longer awaiting approval, claim ids
+-- no file reached, and the audit through intake_purge_audit (the one way
+-- audit rows go).
 GRANT SELECT ON :"schema".file_intake, :"schema".intake_quarantine TO :"purge_role";
 GRANT SELECT, DELETE ON :"schema".intake_row_issue, :"schema".intake_snapshot_key,
-    :"schema".intake_plan_change, :"schema".intake_plan_change_column TO :"purge_role";
+    :"schema".intake_plan_change, :"schema".intake_plan_change_column, :"schema".intake_claim_id TO :"purge_role";
 GRANT EXECUTE ON FUNCTION :"schema".intake_purge_audit(text, timestamptz) TO :"purge_role";
 
 -- Row-level security: every write of the ops role audited first. The

@@ -41,18 +41,23 @@ func (c *ClaimLock) Record(ctx context.Context, l *Ledger, ins []*Intake) ([]*In
 
 // insertClaimsSQL records claims, each under the id allocated for it
 // (insertClaims), their leases from now: the section's renames, which a
-// site may make as copies, came before.
+// site may make as copies, came before. The ids the claim kept for the
+// recorded files (intake_claim_id) go with their rows.
 const insertClaimsSQL = `
-	INSERT INTO file_intake (intake_id, partner_id, feed, remote_name, claimed_path, listed_size, manifest_name,
-	                         listed_mtime, state, worker_id, lease_until)
-	OVERRIDING SYSTEM VALUE
-	SELECT x.id, $1, x.feed, x.name, x.path, x.size, nullif(x.manifest, ''), x.mtime, 'claimed', $2, pg_catalog.clock_timestamp() + $3::interval
-	FROM unnest($4::bigint[], $5::text[], $6::text[], $7::text[], $8::bigint[], $9::text[], $10::timestamptz[])
-	    AS x(id, feed, name, path, size, manifest, mtime)
-	ON CONFLICT (partner_id, claimed_path)
-	    WHERE state IN ('claimed', 'spooled', 'applying', 'applied', 'outcome_unknown', 'awaiting_approval')
-	    DO NOTHING
-	RETURNING ` + intakeColumns
+	WITH ins AS (
+	    INSERT INTO file_intake (intake_id, partner_id, feed, remote_name, claimed_path, listed_size, manifest_name,
+	                             listed_mtime, state, worker_id, lease_until)
+	    OVERRIDING SYSTEM VALUE
+	    SELECT x.id, $1, x.feed, x.name, x.path, x.size, nullif(x.manifest, ''), x.mtime, 'claimed', $2, pg_catalog.clock_timestamp() + $3::interval
+	    FROM unnest($4::bigint[], $5::text[], $6::text[], $7::text[], $8::bigint[], $9::text[], $10::timestamptz[])
+	        AS x(id, feed, name, path, size, manifest, mtime)
+	    ON CONFLICT (partner_id, claimed_path)
+	        WHERE state IN ('claimed', 'spooled', 'applying', 'applied', 'outcome_unknown', 'awaiting_approval')
+	        DO NOTHING
+	    RETURNING ` + intakeColumns + `),
+	gone AS (
+	    DELETE FROM intake_claim_id WHERE partner_id = $1 AND intake_id IN (SELECT intake_id FROM ins))
+	SELECT * FROM ins`
 
 func (l *claimStore) insertClaims(ctx context.Context, q interface {
 	Query(context.Context, string, ...any) (pgx.Rows, error)

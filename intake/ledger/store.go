@@ -166,8 +166,9 @@ var ErrTracked = errors.New("a live intake row already owns this path")
 // (ClaimLock) whose renames it serializes across replicas.
 type claimStore struct{ *core }
 
-// InsertClaim records a claim found or adopted without one, under a
-// fresh id; ErrTracked when a live row owns the path.
+// InsertClaim records a claim found or adopted without one, under the
+// id kept for its path, else a fresh one (insertClaimSQL); ErrTracked
+// when a live row owns the path.
 func (l *claimStore) InsertClaim(ctx context.Context, in *Intake) error {
 	return l.insertClaim(ctx, l.pool, in)
 }
@@ -177,40 +178,34 @@ type querier interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
-// insertClaimSQL records a claim under a fresh id (insertClaim), its
-// lease from now: in a claim section (an adoption) the section's wait and
-// its move came before.
+// insertClaimSQL records a claim found in processing/ without a row (an
+// adoption), its lease from now (in a claim section the section's wait
+// and its move came before): under the id its claim allocated, kept for
+// its path (intake_claim_id: its place among the partner's claims), else
+// a fresh one; a fresh one too when a row holds the kept id (the claim's
+// commit landed after all). The kept id goes with the row, from every
+// path that kept it.
 const insertClaimSQL = `
-	INSERT INTO file_intake (partner_id, feed, remote_name, claimed_path, listed_size, manifest_name,
-	                         state, worker_id, lease_until, listed_mtime)
-	VALUES ($1, $2, $3, $4, $5, nullif($6, ''), 'claimed', $7, pg_catalog.clock_timestamp() + $8::interval, $9)
-	ON CONFLICT (partner_id, claimed_path)
-	    WHERE state IN ('claimed', 'spooled', 'applying', 'applied', 'outcome_unknown', 'awaiting_approval')
-	    DO NOTHING
-	RETURNING ` + intakeColumns
-
-// insertClaimAsSQL is insertClaimSQL under the id in.ID, allocated for
-// the claim when it renamed the file (a fresh one should a row hold it:
-// the claim's commit landed after all).
-const insertClaimAsSQL = `
+	WITH kept AS (
+	    SELECT k.intake_id FROM intake_claim_id k
+	    WHERE k.partner_id = $1 AND k.claimed_path = $4
+	      AND NOT EXISTS (SELECT 1 FROM file_intake f WHERE f.intake_id = k.intake_id)),
+	gone AS (
+	    DELETE FROM intake_claim_id WHERE partner_id = $1 AND intake_id IN (SELECT intake_id FROM kept))
 	INSERT INTO file_intake (intake_id, partner_id, feed, remote_name, claimed_path, listed_size, manifest_name,
 	                         state, worker_id, lease_until, listed_mtime)
 	OVERRIDING SYSTEM VALUE
-	VALUES (CASE WHEN EXISTS (SELECT 1 FROM file_intake WHERE intake_id = $10) THEN pg_catalog.nextval(pg_catalog.pg_get_serial_sequence('file_intake', 'intake_id')) ELSE $10 END,
+	VALUES (coalesce((SELECT intake_id FROM kept), pg_catalog.nextval(pg_catalog.pg_get_serial_sequence('file_intake', 'intake_id'))),
 	        $1, $2, $3, $4, $5, nullif($6, ''), 'claimed', $7, pg_catalog.clock_timestamp() + $8::interval, $9)
 	ON CONFLICT (partner_id, claimed_path)
 	    WHERE state IN ('claimed', 'spooled', 'applying', 'applied', 'outcome_unknown', 'awaiting_approval')
 	    DO NOTHING
 	RETURNING ` + intakeColumns
 
-// insertClaim records in as claimed: under in.ID when it is set (the id
-// allocated for the claim), else a fresh id.
+// insertClaim records in as claimed (insertClaimSQL), under the id kept
+// for its path or a fresh one.
 func (l *claimStore) insertClaim(ctx context.Context, q querier, in *Intake) error {
-	sql, args := insertClaimSQL, []any{in.Partner, in.Feed, in.RemoteName, in.ClaimedPath, in.ListedSize, in.ManifestName, in.Worker, l.lease, nullTime(in.ListedMTime)}
-	if in.ID != 0 {
-		sql, args = insertClaimAsSQL, append(args, in.ID)
-	}
-	row := q.QueryRow(ctx, sql, args...)
+	row := q.QueryRow(ctx, insertClaimSQL, in.Partner, in.Feed, in.RemoteName, in.ClaimedPath, in.ListedSize, in.ManifestName, in.Worker, l.lease, nullTime(in.ListedMTime))
 	got, err := scanIntake(row)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return ErrTracked
@@ -517,25 +512,17 @@ func (l *leaseStore) renew(ctx context.Context, q *pgxpool.Pool, ins []*Intake, 
 // Heartbeat is Renew of one file, the fence its run takes before a step;
 // a FencedError means the file is lost (or, with held set, the worker
 // id's lock is no longer this process's). The run holds no transaction of
-// the file then, so the statement waits on no connection of its own: it
-// goes through an idle connection of the work pool when there is one
-// (the heartbeats' pool opens its first connection lazily, a new backend:
-// about 30 ms of a one-shot run's file, which never opened it), else
-// through the heartbeats' connections as Renew. An idle connection may
-// have ended unseen (its backend terminated; a one-shot run's worker-id
-// lock is held on one): the statement only extends the lease under the
-// token, so it is made once more there.
+// the file then, so the statement waits on no connection of its own
+// (core.short: an idle connection of the work pool, which spares a
+// one-shot run the heartbeats' pool's first backend, about 30 ms of its
+// file, else the heartbeats' pool as Renew); it only extends the lease
+// under the token, so it may be made twice.
 func (l *leaseStore) Heartbeat(ctx context.Context, in *Intake, held *HeldBy) error {
-	ins := []*Intake{in}
 	var got map[int64]bool
-	var err error
-	idle := l.pool.Stat().IdleConns() > 0
-	if idle {
-		got, err = l.renew(ctx, l.pool, ins, held)
-	}
-	if !idle || (err != nil && ctx.Err() == nil) {
-		got, err = l.renew(ctx, l.beat(), ins, held)
-	}
+	err := l.short(ctx, func(q *pgxpool.Pool) (err error) {
+		got, err = l.renew(ctx, q, []*Intake{in}, held)
+		return err
+	})
 	if err != nil {
 		return err
 	}

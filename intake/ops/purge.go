@@ -157,6 +157,11 @@ func purgePartner(ctx context.Context, db *pgxpool.Pool, sp *spool.Spool, p *par
 	if res.RowIssues, err = l.PurgeRowIssues(ctx, p.ID, now.Add(-ret.RowIssues)); err != nil {
 		return res, fmt.Errorf("row issues: %w", err)
 	}
+	// claim ids no file reached (a claimer's crash between keeping them
+	// and its RENAME), under the row issues' retention
+	if _, err = l.PurgeClaimIDs(ctx, p.ID, now.Add(-ret.RowIssues)); err != nil {
+		return res, err
+	}
 	// The audit rows first: they need no site, so a hung one does not
 	// keep them past their retention.
 	res.AuditEntries, err = l.PurgeAudit(ctx, p.ID, now.Add(-ret.Audit))
