@@ -157,10 +157,11 @@ func New(cfg Config, parts []partners.Config, db *pgxpool.Pool, sp *spool.Spool,
 // pool's settings, connected lazily, with one connection more than the
 // work pool. A file's renewal may wait for the row lock of its own
 // chunk's transaction, which holds a connection of the work pool; so at
-// most that many renewals wait at once, and one connection is always left
-// for the replica's heartbeat and the renewals of files between chunks.
-// A one-shot run, which never registers and rarely lives a third of a
-// lease, seldom opens one.
+// most that many renewals wait at once, and one connection is left for
+// the replica's heartbeat, the renewals of files between chunks and the
+// short statements of claims (the ids they keep: ledger.KeepClaimIDs),
+// none of which waits on a lock. Each goes through an idle connection of
+// the work pool first, so a one-shot run seldom opens this pool.
 func beatPool(db *pgxpool.Pool) *pgxpool.Config {
 	if db == nil {
 		return nil

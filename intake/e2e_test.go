@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -942,26 +943,27 @@ func TestClaimOrderDecidesIdsAcrossWorkers(t *testing.T) {
 // after it.
 func TestAClaimAdoptedByAnyProcessKeepsItsPlace(t *testing.T) {
 	for _, tc := range []struct {
-		name  string
+		name string
+		// r2's lease: a third of it between r2's sweeps of the other
+		// workers' dirs
+		lease time.Duration
 		adopt func(t *testing.T, pool *pgxpool.Pool, site *testenv.Site, r1, r2 *rig)
 	}{
-		{"its claimer's next poll", func(t *testing.T, pool *pgxpool.Pool, site *testenv.Site, r1, r2 *rig) {
+		{"its claimer's next poll", 30 * time.Second, func(t *testing.T, pool *pgxpool.Pool, site *testenv.Site, r1, r2 *rig) {
 			r1.poll("place")
 		}},
-		{"its claimer restarted", func(t *testing.T, pool *pgxpool.Pool, site *testenv.Site, r1, r2 *rig) {
+		{"its claimer restarted", 30 * time.Second, func(t *testing.T, pool *pgxpool.Pool, site *testenv.Site, r1, r2 *rig) {
 			r1.d.Stop()
 			newRig(t, pool, "r1", site).poll("place")
 		}},
-		{"a replica sweeping the dead claimer's dir", func(t *testing.T, pool *pgxpool.Pool, site *testenv.Site, r1, r2 *rig) {
+		{"a replica sweeping the dead claimer's dir", 3 * time.Second, func(t *testing.T, pool *pgxpool.Pool, site *testenv.Site, r1, r2 *rig) {
 			died(t, pool, r1)
-			// r2's sweep of the other workers' dirs comes a third of a
-			// lease after its last one
 			waitFor(t, "r2 adopts the file in processing/r1", func() bool {
 				r2.poll("place")
 				return len(files(t, pool, "place")) == 2
 			})
 		}},
-		{"the reconciler", func(t *testing.T, pool *pgxpool.Pool, site *testenv.Site, r1, r2 *rig) {
+		{"the reconciler", 30 * time.Second, func(t *testing.T, pool *pgxpool.Pool, site *testenv.Site, r1, r2 *rig) {
 			died(t, pool, r1)
 			r2.reconcileAs("r2", site)
 			r2.poll("place")
@@ -974,7 +976,7 @@ func TestAClaimAdoptedByAnyProcessKeepsItsPlace(t *testing.T) {
 			site.Config.GroupFiles = 1
 			site.Drop(t, "orders-1.csv", header+"K-1,a@example.com,1.00,paid,2026-11-01T10:00:00Z,1\n")
 			r1 := newRig(t, pool, "r1", site)
-			r2 := newRigCfg(t, pool, intake.Config{WorkerID: "r2", Lease: 3 * time.Second, SpoolMinFree: 1}, site)
+			r2 := newRigCfg(t, pool, intake.Config{WorkerID: "r2", Lease: tc.lease, SpoolMinFree: 1}, site)
 			if err := fault.Set("claim:after_rename=error"); err != nil {
 				t.Fatal(err)
 			}
@@ -1055,6 +1057,50 @@ func TestAClaimReplacesTheIDAClaimThatNeverRenamedLeftAtItsPath(t *testing.T) {
 	r1.poll("stale")
 	if f := files(t, pool, "stale"); len(f) != 1 || f[0].ID != last || f[0].State != "archived" {
 		t.Fatalf("%+v, want the file archived under id %d", f, last)
+	}
+}
+
+// A file waiting in processing/ for its adoption keeps the id its claim
+// kept for its path when a new file of the same name is claimed to that
+// path meanwhile: the new claim finds the path busy and leaves the id as
+// it is, so the waiting file is still adopted under its own.
+func TestAClaimToABusyPathLeavesTheWaitingFilesID(t *testing.T) {
+	_, pool := testenv.DB(t)
+	ctx := context.Background()
+	site := testenv.NewSite(t, "busy")
+	site.Config.GroupFiles = 1
+	site.Drop(t, "orders-0.csv", header+"K-0,a@example.com,1.00,paid,2026-11-01T10:00:00Z,1\n")
+	r1 := newRig(t, pool, "r1", site)
+	r1.poll("busy") // settled: its polls no longer look through processing/r1/
+	var path string
+	if err := pool.QueryRow(ctx, `SELECT pg_catalog.replace(claimed_path, 'orders-0.csv', 'orders-1.csv') FROM file_intake
+		WHERE partner_id = 'busy' AND state = 'archived'`).Scan(&path); err != nil {
+		t.Fatal(err)
+	}
+	// a file claimed there whose row was not recorded, its id kept
+	if err := os.WriteFile(filepath.Join(site.Root, "processing", "r1", "orders-1.csv"), []byte(header+"K-1,a@example.com,1.00,paid,2026-11-01T10:00:00Z,1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var waiting int64
+	if err := pool.QueryRow(ctx, `INSERT INTO intake_claim_id (partner_id, claimed_path, intake_id)
+		VALUES ('busy', $1, pg_catalog.nextval('intake.file_intake_intake_id_seq')) RETURNING intake_id`, path).Scan(&waiting); err != nil {
+		t.Fatal(err)
+	}
+	site.Drop(t, "orders-1.csv", header+"K-1,a@example.com,2.00,shipped,2026-11-02T10:00:00Z,1\n")
+	r1.poll("busy")
+	if got := testutil.ToFloat64(r1.d.Metrics().Skipped.WithLabelValues("busy", "claim_target_busy")); got != 1 {
+		t.Fatalf("claims skipped for a busy path: %v, want 1", got)
+	}
+	var kept []int64
+	rs, err := pool.Query(ctx, `SELECT intake_id FROM intake_claim_id WHERE partner_id = 'busy'`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if kept, err = pgx.CollectRows(rs, pgx.RowTo[int64]); err != nil {
+		t.Fatal(err)
+	}
+	if len(kept) != 1 || kept[0] != waiting {
+		t.Fatalf("claim ids kept %v, want the waiting file's %d alone", kept, waiting)
 	}
 }
 

@@ -20,9 +20,9 @@ CREATE INDEX intake_claim_id_age ON intake_claim_id (partner_id, reserved_at);
 -- The roles grants.sql set up before this table get its rights here (a
 -- table's grants do not reach a table made after them): the daemon's
 -- role (INSERT on file_intake, the table's own grant: the ops role's is
--- a column list) keeps and drops ids, the purge role (EXECUTE on
--- intake_purge_audit) deletes the old ones, and every role that reads
--- intake_record_claim (the ops role) reads this too.
+-- a column list) keeps and drops ids, and the purge role (EXECUTE on
+-- intake_purge_audit) deletes the old ones; the ops role has no use for
+-- them.
 DO $$
 DECLARE
     r regrole;
@@ -40,13 +40,6 @@ BEGIN
           AND x.grantee <> 0 AND x.grantee <> p.proowner
     LOOP
         EXECUTE pg_catalog.format('GRANT SELECT, DELETE ON intake_claim_id TO %s', r);
-    END LOOP;
-    FOR r IN SELECT DISTINCT x.grantee::regrole
-        FROM pg_catalog.pg_class c, pg_catalog.aclexplode(c.relacl) x
-        WHERE c.oid = 'intake_record_claim'::regclass AND x.privilege_type = 'SELECT'
-          AND x.grantee <> 0 AND x.grantee <> c.relowner
-    LOOP
-        EXECUTE pg_catalog.format('GRANT SELECT ON intake_claim_id TO %s', r);
     END LOOP;
 END
 $$;

@@ -215,12 +215,20 @@ func TestAReconcilerThatLostItsLockStoresNoFindings(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatalf("the run never reached %s", step)
 	}
-	if _, err := pool.Exec(context.Background(), `SELECT pg_catalog.pg_terminate_backend(pid) FROM pg_catalog.pg_locks
+	var holder int32
+	if err := pool.QueryRow(context.Background(), `SELECT pid FROM pg_catalog.pg_locks
 		WHERE locktype = 'advisory' AND granted AND objsubid = 1
 		  AND classid = ((pg_catalog.hashtextextended('partner-intake/reconcile', 0) >> 32) & 4294967295)::oid
-		  AND objid = (pg_catalog.hashtextextended('partner-intake/reconcile', 0) & 4294967295)::oid`); err != nil {
+		  AND objid = (pg_catalog.hashtextextended('partner-intake/reconcile', 0) & 4294967295)::oid`).Scan(&holder); err != nil {
 		t.Fatal(err)
 	}
+	if _, err := pool.Exec(context.Background(), `SELECT pg_catalog.pg_terminate_backend($1)`, holder); err != nil {
+		t.Fatal(err)
+	}
+	// the signal is asynchronous: the run goes on once the session has ended
+	testenv.WaitFor(t, 30*time.Second, func() bool {
+		return testenv.Count(t, pool, `SELECT count(*) FROM pg_catalog.pg_stat_activity WHERE pid = $1`, holder) == 0
+	}, testenv.Says("the lock's session ends"))
 	fault.Resume(step)
 	if err := <-done; !errors.Is(err, leaderlock.ErrLost) {
 		t.Fatalf("the run ended with %v, want its lock lost", err)

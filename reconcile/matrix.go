@@ -447,10 +447,8 @@ func (r *Reconciler) adoptLocked(ctx context.Context, c *ledger.ClaimLock, p *pa
 	if err == nil && !carried {
 		// dst held an id of its own (a claim that never renamed a file
 		// there), or old kept none
-		err = r.ledger.CarriedClaimID(ctx, p.ID, old, dst)
-		if err != nil {
-			r.takenOver(p.ID) // the file is in this worker's processing/ without a row: its poller adopts it
-			return err
+		if cerr := r.ledger.CarriedClaimID(ctx, p.ID, old, dst); cerr != nil {
+			r.log.Warn("could not carry a claim's id with its file; its adoption may take another claim's id", "partner", p.ID, "path", old, "err", cerr)
 		}
 	}
 	if err != nil {

@@ -145,8 +145,9 @@ func (l *claimStore) CarriedClaimID(ctx context.Context, partner, from, to strin
 
 // PurgeClaimIDs deletes the partner's kept claim ids older than cutoff:
 // left by claims that never renamed their file (a crash between the two),
-// or by a move's source path. A file still waiting that long for its
-// adoption gets a fresh id.
+// or by a move's source path. A file without a row still waiting that
+// long for its adoption (one the reconciler reported as an orphan claim
+// all along) gets a fresh id.
 func (l *purges) PurgeClaimIDs(ctx context.Context, partner string, cutoff time.Time) (int64, error) {
 	tag, err := l.pool.Exec(ctx, `DELETE FROM intake_claim_id WHERE partner_id = $1 AND reserved_at < $2`, partner, cutoff)
 	if err != nil {
@@ -158,7 +159,8 @@ func (l *purges) PurgeClaimIDs(ctx context.Context, partner string, cutoff time.
 // short runs fn, one short statement made outside any transaction a
 // caller holds, so that it waits on no connection of its own: on an idle
 // connection of the work pool when there is one, else on the heartbeats'
-// pool (which opens its first connection lazily). An idle connection may
+// pool (which opens its first connection lazily; a ledger without one,
+// the reconciler's, waits for a connection of the work pool). An idle connection may
 // have ended unseen (its backend terminated; a one-shot run's worker-id
 // lock is held on one): on its error fn is made once more on the
 // heartbeats' pool, so fn must be safe to make twice.

@@ -83,7 +83,7 @@ GRANT SELECT ON
     :"schema".intake_snapshot_key, :"schema".intake_site_profile, :"schema".intake_feed_expect,
     :"schema".intake_feed_late, :"schema".intake_outbox, :"schema".intake_outbox_delivery,
     :"schema".intake_ready_seen, :"schema".intake_record_claim, :"schema".intake_plan_change,
-    :"schema".intake_plan_change_column, :"schema".intake_claim_id
+    :"schema".intake_plan_change_column
     TO :"ops_role";
 -- decisions: a release sends a held file back with a new fencing token
 -- and expired lease, its counts and plan cleared; a discard closes it and

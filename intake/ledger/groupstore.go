@@ -146,7 +146,8 @@ func (l *groupSteps) AppliedGroup(ctx context.Context, tx pgx.Tx, gs []GroupFile
 // them out of ready/ for a moment, in which another replica passed them
 // as lost). Under the lock every rename another replica makes is before
 // or after the whole section.
-// The section holds one connection and needs no other, so partners in
+// The section holds one connection and takes no other of its pool (the
+// ids it keeps before its renames go through core.short), so partners in
 // their sections cannot exhaust the pool between them; a daemon gives
 // the sections a pool of their own (Ledger.WithClaimPool), so partners
 // waiting on their sites' replies never hold the connections the files'
@@ -256,7 +257,8 @@ func (c *ClaimLock) leasesFromNow(ctx context.Context, lease time.Duration) erro
 }
 
 // Adopt records, in the section, a claim found in processing/ without a
-// row, under a fresh id; ErrTracked when a live row owns the path. The row
+// row, under the id its claim kept for the path, else a fresh one
+// (insertClaimSQL); ErrTracked when a live row owns the path. The row
 // exists only once the section commits (InClaimSection).
 func (c *ClaimLock) Adopt(ctx context.Context, l *Ledger, in *Intake) error {
 	return l.insertClaim(ctx, c.tx, in)

@@ -21,8 +21,9 @@ const settled = `f.state IN ` + finishedStates + ` AND NOT EXISTS (
 	SELECT 1 FROM intake_quarantine q WHERE q.intake_id = f.intake_id AND q.state = 'open')`
 
 // purges deletes what retention lets go: intake_row_issue (with
-// intake_snapshot_key) and intake_audit rows, and reads which spooled
-// files a row of file_intake still uses.
+// intake_snapshot_key), intake_audit and old intake_claim_id rows
+// (claimid.go), and reads which spooled files a row of file_intake still
+// uses.
 type purges struct{ *core }
 
 // PurgeRowIssues deletes the row issues of the partner's files finished

@@ -162,7 +162,8 @@ var ErrCommitLanded = errors.New("the commit landed: the file is applied")
 var ErrTracked = errors.New("a live intake row already owns this path")
 
 // claimStore claims files: a file's row inserted in file_intake with its
-// intake id, alone or a group at once, and a partner's claim section
+// intake id, alone or a group at once, the ids kept for the files' paths
+// until then (intake_claim_id, claimid.go), and a partner's claim section
 // (ClaimLock) whose renames it serializes across replicas.
 type claimStore struct{ *core }
 
@@ -184,23 +185,26 @@ type querier interface {
 // its path (intake_claim_id: its place among the partner's claims), else
 // a fresh one; a fresh one too when a row holds the kept id (the claim's
 // commit landed after all). The kept id goes with the row, from every
-// path that kept it.
+// path that kept it; with no row recorded (a live row owns the path) it
+// stays.
 const insertClaimSQL = `
 	WITH kept AS (
 	    SELECT k.intake_id FROM intake_claim_id k
 	    WHERE k.partner_id = $1 AND k.claimed_path = $4
 	      AND NOT EXISTS (SELECT 1 FROM file_intake f WHERE f.intake_id = k.intake_id)),
+	ins AS (
+	    INSERT INTO file_intake (intake_id, partner_id, feed, remote_name, claimed_path, listed_size, manifest_name,
+	                             state, worker_id, lease_until, listed_mtime)
+	    OVERRIDING SYSTEM VALUE
+	    VALUES (coalesce((SELECT intake_id FROM kept), pg_catalog.nextval(pg_catalog.pg_get_serial_sequence('file_intake', 'intake_id'))),
+	            $1, $2, $3, $4, $5, nullif($6, ''), 'claimed', $7, pg_catalog.clock_timestamp() + $8::interval, $9)
+	    ON CONFLICT (partner_id, claimed_path)
+	        WHERE state IN ('claimed', 'spooled', 'applying', 'applied', 'outcome_unknown', 'awaiting_approval')
+	        DO NOTHING
+	    RETURNING ` + intakeColumns + `),
 	gone AS (
-	    DELETE FROM intake_claim_id WHERE partner_id = $1 AND intake_id IN (SELECT intake_id FROM kept))
-	INSERT INTO file_intake (intake_id, partner_id, feed, remote_name, claimed_path, listed_size, manifest_name,
-	                         state, worker_id, lease_until, listed_mtime)
-	OVERRIDING SYSTEM VALUE
-	VALUES (coalesce((SELECT intake_id FROM kept), pg_catalog.nextval(pg_catalog.pg_get_serial_sequence('file_intake', 'intake_id'))),
-	        $1, $2, $3, $4, $5, nullif($6, ''), 'claimed', $7, pg_catalog.clock_timestamp() + $8::interval, $9)
-	ON CONFLICT (partner_id, claimed_path)
-	    WHERE state IN ('claimed', 'spooled', 'applying', 'applied', 'outcome_unknown', 'awaiting_approval')
-	    DO NOTHING
-	RETURNING ` + intakeColumns
+	    DELETE FROM intake_claim_id WHERE partner_id = $1 AND intake_id IN (SELECT intake_id FROM ins))
+	SELECT * FROM ins`
 
 // insertClaim records in as claimed (insertClaimSQL), under the id kept
 // for its path or a fresh one.

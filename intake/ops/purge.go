@@ -157,8 +157,8 @@ func purgePartner(ctx context.Context, db *pgxpool.Pool, sp *spool.Spool, p *par
 	if res.RowIssues, err = l.PurgeRowIssues(ctx, p.ID, now.Add(-ret.RowIssues)); err != nil {
 		return res, fmt.Errorf("row issues: %w", err)
 	}
-	// claim ids no file reached (a claimer's crash between keeping them
-	// and its RENAME), under the row issues' retention
+	// claim ids kept that long (a claimer's crash between keeping one and
+	// its RENAME leaves it), under the row issues' retention
 	if _, err = l.PurgeClaimIDs(ctx, p.ID, now.Add(-ret.RowIssues)); err != nil {
 		return res, err
 	}
