@@ -971,20 +971,12 @@ func TestAClaimAdoptedByAnyProcessKeepsItsPlace(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, pool := testenv.DB(t)
-			ctx := context.Background()
 			site := testenv.NewSite(t, "place")
 			site.Config.GroupFiles = 1
 			site.Drop(t, "orders-1.csv", header+"K-1,a@example.com,1.00,paid,2026-11-01T10:00:00Z,1\n")
 			r1 := newRig(t, pool, "r1", site)
 			r2 := newRigCfg(t, pool, intake.Config{WorkerID: "r2", Lease: tc.lease, SpoolMinFree: 1}, site)
-			if err := fault.Set("claim:after_rename=error"); err != nil {
-				t.Fatal(err)
-			}
-			err := r1.d.PollOnce(ctx, "place")
-			fault.Set("")
-			if err == nil {
-				t.Fatal("the poll went past its claim's RENAME")
-			}
+			r1.claimFailsAfterRename("place")
 			if got := site.Files(t, filepath.Join("processing", "r1")); len(got) != 1 || len(files(t, pool, "place")) != 0 {
 				t.Fatalf("processing/r1 holds %v, want the claimed file without a row", got)
 			}
@@ -1023,17 +1015,6 @@ func TestAClaimReplacesTheIDAClaimThatNeverRenamedLeftAtItsPath(t *testing.T) {
 	site.Config.GroupFiles = 1
 	site.Drop(t, "orders-1.csv", header+"K-1,a@example.com,1.00,paid,2026-11-01T10:00:00Z,1\n")
 	r1 := newRig(t, pool, "r1", site)
-	claimFails := func() {
-		t.Helper()
-		if err := fault.Set("claim:after_rename=error"); err != nil {
-			t.Fatal(err)
-		}
-		err := r1.d.PollOnce(ctx, "stale")
-		fault.Set("")
-		if err == nil {
-			t.Fatal("the poll went past its claim's RENAME")
-		}
-	}
 	kept := func() (id int64) {
 		t.Helper()
 		if err := pool.QueryRow(ctx, `SELECT intake_id FROM intake_claim_id WHERE partner_id = 'stale'`).Scan(&id); err != nil {
@@ -1041,12 +1022,12 @@ func TestAClaimReplacesTheIDAClaimThatNeverRenamedLeftAtItsPath(t *testing.T) {
 		}
 		return id
 	}
-	claimFails()
+	r1.claimFailsAfterRename("stale")
 	stale := kept()
 	if err := os.Rename(filepath.Join(site.Root, "processing", "r1", "orders-1.csv"), filepath.Join(site.Root, "ready", "orders-1.csv")); err != nil {
 		t.Fatal(err)
 	}
-	claimFails()
+	r1.claimFailsAfterRename("stale")
 	var last int64
 	if err := pool.QueryRow(ctx, `SELECT last_value FROM intake.file_intake_intake_id_seq`).Scan(&last); err != nil {
 		t.Fatal(err)
@@ -1101,6 +1082,21 @@ func TestAClaimToABusyPathLeavesTheWaitingFilesID(t *testing.T) {
 	}
 	if len(kept) != 1 || kept[0] != waiting {
 		t.Fatalf("claim ids kept %v, want the waiting file's %d alone", kept, waiting)
+	}
+}
+
+// claimFailsAfterRename polls partner with its claim failing right after
+// its RENAME (as if the replies were lost): the file sits in the rig's
+// processing dir without a row.
+func (r *rig) claimFailsAfterRename(partner string) {
+	r.t.Helper()
+	if err := fault.Set("claim:after_rename=error"); err != nil {
+		r.t.Fatal(err)
+	}
+	err := r.d.PollOnce(context.Background(), partner)
+	fault.Set("")
+	if err == nil {
+		r.t.Fatal("the poll went past its claim's RENAME")
 	}
 }
 

@@ -50,14 +50,7 @@ const insertClaimsSQL = `
 	    OVERRIDING SYSTEM VALUE
 	    SELECT x.id, $1, x.feed, x.name, x.path, x.size, nullif(x.manifest, ''), x.mtime, 'claimed', $2, pg_catalog.clock_timestamp() + $3::interval
 	    FROM unnest($4::bigint[], $5::text[], $6::text[], $7::text[], $8::bigint[], $9::text[], $10::timestamptz[])
-	        AS x(id, feed, name, path, size, manifest, mtime)
-	    ON CONFLICT (partner_id, claimed_path)
-	        WHERE state IN ('claimed', 'spooled', 'applying', 'applied', 'outcome_unknown', 'awaiting_approval')
-	        DO NOTHING
-	    RETURNING ` + intakeColumns + `),
-	gone AS (
-	    DELETE FROM intake_claim_id WHERE partner_id = $1 AND intake_id IN (SELECT intake_id FROM ins))
-	SELECT * FROM ins`
+	        AS x(id, feed, name, path, size, manifest, mtime)` + recordedClaims
 
 func (l *claimStore) insertClaims(ctx context.Context, q interface {
 	Query(context.Context, string, ...any) (pgx.Rows, error)

@@ -197,7 +197,13 @@ const insertClaimSQL = `
 	                             state, worker_id, lease_until, listed_mtime)
 	    OVERRIDING SYSTEM VALUE
 	    VALUES (coalesce((SELECT intake_id FROM kept), pg_catalog.nextval(pg_catalog.pg_get_serial_sequence('file_intake', 'intake_id'))),
-	            $1, $2, $3, $4, $5, nullif($6, ''), 'claimed', $7, pg_catalog.clock_timestamp() + $8::interval, $9)
+	            $1, $2, $3, $4, $5, nullif($6, ''), 'claimed', $7, pg_catalog.clock_timestamp() + $8::interval, $9)` + recordedClaims
+
+// recordedClaims ends a statement that records claims (the CTE ins, an
+// INSERT into file_intake whose partner is $1): none over a path a live
+// row owns, the ids kept for the recorded files (intake_claim_id) gone
+// with their rows, the rows returned.
+const recordedClaims = `
 	    ON CONFLICT (partner_id, claimed_path)
 	        WHERE state IN ('claimed', 'spooled', 'applying', 'applied', 'outcome_unknown', 'awaiting_approval')
 	        DO NOTHING
