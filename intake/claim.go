@@ -102,18 +102,23 @@ func (d *claimStage) claim(ctx context.Context, p *partnerRT, sess *sftpconn.Ses
 	// the kept ids of paths no file of this claim reached are dropped
 	var missed keptIDs
 	defer func() { d.dropClaimIDs(ctx, p, missed) }()
-	// A path that held an id already has a file waiting there for its
-	// adoption (the id stays its own; the RENAME finds the path busy), or
-	// none: a claim that kept it died before its RENAME. Under the lock
-	// nothing moves a file into this worker's dir, so a look at the path
-	// tells which, and the claim's own id replaces a stale one before the
-	// RENAME.
+	// A path that held an id already has a file there (one waiting for
+	// its adoption, whose id it is; or a live row's, about to leave), or
+	// none: a claim that kept the id died before its RENAME. Under the
+	// lock nothing moves a file into this worker's dir, so a look at the
+	// path tells which: the claim's own id replaces a stale one before the
+	// RENAME, and replaces the id of a path found taken once a RENAME to it
+	// went through after all (the live row's file left meanwhile: the id
+	// was a stale one). A look that fails otherwise fails the claim, as a
+	// RENAME would.
+	taken := map[string]bool{}
 	for i, dst := range dsts {
 		if !held[dst] {
 			continue
 		}
 		_, err := sess.Lstat(dst)
 		if err == nil {
+			taken[dst] = true
 			continue
 		}
 		if sftpconn.IsNotExist(err) {
@@ -189,17 +194,21 @@ func (d *claimStage) claim(ctx context.Context, p *partnerRT, sess *sftpconn.Ses
 			renamed = append(renamed, &ledger.Intake{ID: ids[i], Partner: p.cfg.ID, Feed: c.Feed.Name, RemoteName: c.Name,
 				ClaimedPath: dst, ListedSize: c.Size, ListedMTime: c.MTime, Worker: d.cfg.WorkerID})
 			manifests = append(manifests, c.Manifest)
+			if taken[dst] {
+				if err := d.ledger.SetClaimID(ctx, p.cfg.ID, dst, ids[i]); err != nil {
+					d.log.Warn("could not keep a claim's id for its path; should its row not be recorded either, its adoption takes an older claim's id", "partner", p.cfg.ID, "intake_id", ids[i], "err", err)
+				}
+			}
 		case sftpconn.IsNotExist(err), errors.Is(err, errPutBack):
 			missed.add(dst, ids[i])
 		default:
 			if _, serr := sess.Lstat(dst); serr == nil {
 				// The same name is still in our processing dir from an
 				// earlier claim, which is resumed; this one waits for a
-				// later poll. What the path keeps stays: the file there
-				// may be this claim's after all (a gateway that copied it
-				// and failed to remove the source), and an id left there
-				// is replaced by the next claim to the path.
+				// later poll. Its id, if the path kept it, is dropped: the
+				// file there is another's.
 				d.metrics.Skipped.WithLabelValues(p.cfg.ID, claimTargetBusy).Inc()
+				missed.add(dst, ids[i])
 			} else if sftpconn.IsRefused(err) {
 				d.claimRefused(p, c.Name, err)
 				p.refused.Remember(c.Name, c.Size, c.MTime)

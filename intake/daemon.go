@@ -160,8 +160,9 @@ func New(cfg Config, parts []partners.Config, db *pgxpool.Pool, sp *spool.Spool,
 // most that many renewals wait at once, and one connection is left for
 // the replica's heartbeat, the renewals of files between chunks and the
 // short statements of claims (the ids they keep: ledger.KeepClaimIDs),
-// none of which waits on a lock. Each goes through an idle connection of
-// the work pool first, so a one-shot run seldom opens this pool.
+// none of which waits on a lock. A file's fence and a claim's statements
+// take an idle connection of the work pool first (ledger's core.short),
+// so a one-shot run seldom opens this pool.
 func beatPool(db *pgxpool.Pool) *pgxpool.Config {
 	if db == nil {
 		return nil

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -1041,47 +1042,56 @@ func TestAClaimReplacesTheIDAClaimThatNeverRenamedLeftAtItsPath(t *testing.T) {
 	}
 }
 
-// A file waiting in processing/ for its adoption keeps the id its claim
-// kept for its path when a new file of the same name is claimed to that
-// path meanwhile: the new claim finds the path busy and leaves the id as
-// it is, so the waiting file is still adopted under its own.
+// A claim to a path another file takes (one waiting in processing/ for
+// its adoption, here) finds it busy and keeps no id there: the waiting
+// file's id, when the path kept one, stays its own, and the claim's own is
+// dropped, so the waiting file is adopted under its id or a fresh one,
+// never under the claim's.
 func TestAClaimToABusyPathLeavesTheWaitingFilesID(t *testing.T) {
-	_, pool := testenv.DB(t)
-	ctx := context.Background()
-	site := testenv.NewSite(t, "busy")
-	site.Config.GroupFiles = 1
-	site.Drop(t, "orders-0.csv", header+"K-0,a@example.com,1.00,paid,2026-11-01T10:00:00Z,1\n")
-	r1 := newRig(t, pool, "r1", site)
-	r1.poll("busy") // settled: its polls no longer look through processing/r1/
-	var path string
-	if err := pool.QueryRow(ctx, `SELECT pg_catalog.replace(claimed_path, 'orders-0.csv', 'orders-1.csv') FROM file_intake
-		WHERE partner_id = 'busy' AND state = 'archived'`).Scan(&path); err != nil {
-		t.Fatal(err)
-	}
-	// a file claimed there whose row was not recorded, its id kept
-	if err := os.WriteFile(filepath.Join(site.Root, "processing", "r1", "orders-1.csv"), []byte(header+"K-1,a@example.com,1.00,paid,2026-11-01T10:00:00Z,1\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	var waiting int64
-	if err := pool.QueryRow(ctx, `INSERT INTO intake_claim_id (partner_id, claimed_path, intake_id)
-		VALUES ('busy', $1, pg_catalog.nextval('intake.file_intake_intake_id_seq')) RETURNING intake_id`, path).Scan(&waiting); err != nil {
-		t.Fatal(err)
-	}
-	site.Drop(t, "orders-1.csv", header+"K-1,a@example.com,2.00,shipped,2026-11-02T10:00:00Z,1\n")
-	r1.poll("busy")
-	if got := testutil.ToFloat64(r1.d.Metrics().Skipped.WithLabelValues("busy", "claim_target_busy")); got != 1 {
-		t.Fatalf("claims skipped for a busy path: %v, want 1", got)
-	}
-	var kept []int64
-	rs, err := pool.Query(ctx, `SELECT intake_id FROM intake_claim_id WHERE partner_id = 'busy'`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if kept, err = pgx.CollectRows(rs, pgx.RowTo[int64]); err != nil {
-		t.Fatal(err)
-	}
-	if len(kept) != 1 || kept[0] != waiting {
-		t.Fatalf("claim ids kept %v, want the waiting file's %d alone", kept, waiting)
+	for _, kept := range []bool{true, false} {
+		t.Run(fmt.Sprintf("its_id_kept=%v", kept), func(t *testing.T) {
+			_, pool := testenv.DB(t)
+			ctx := context.Background()
+			site := testenv.NewSite(t, "busy")
+			site.Config.GroupFiles = 1
+			site.Drop(t, "orders-0.csv", header+"K-0,a@example.com,1.00,paid,2026-11-01T10:00:00Z,1\n")
+			r1 := newRig(t, pool, "r1", site)
+			r1.poll("busy") // settled: its polls no longer look through processing/r1/
+			var path string
+			if err := pool.QueryRow(ctx, `SELECT pg_catalog.replace(claimed_path, 'orders-0.csv', 'orders-1.csv') FROM file_intake
+				WHERE partner_id = 'busy' AND state = 'archived'`).Scan(&path); err != nil {
+				t.Fatal(err)
+			}
+			// a file claimed there whose row was not recorded
+			if err := os.WriteFile(filepath.Join(site.Root, "processing", "r1", "orders-1.csv"), []byte(header+"K-1,a@example.com,1.00,paid,2026-11-01T10:00:00Z,1\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			var want []int64
+			if kept {
+				var waiting int64
+				if err := pool.QueryRow(ctx, `INSERT INTO intake_claim_id (partner_id, claimed_path, intake_id)
+					VALUES ('busy', $1, pg_catalog.nextval('intake.file_intake_intake_id_seq')) RETURNING intake_id`, path).Scan(&waiting); err != nil {
+					t.Fatal(err)
+				}
+				want = []int64{waiting}
+			}
+			site.Drop(t, "orders-1.csv", header+"K-1,a@example.com,2.00,shipped,2026-11-02T10:00:00Z,1\n")
+			r1.poll("busy")
+			if got := testutil.ToFloat64(r1.d.Metrics().Skipped.WithLabelValues("busy", "claim_target_busy")); got != 1 {
+				t.Fatalf("claims skipped for a busy path: %v, want 1", got)
+			}
+			rs, err := pool.Query(ctx, `SELECT intake_id FROM intake_claim_id WHERE partner_id = 'busy'`)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := pgx.CollectRows(rs, pgx.RowTo[int64])
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(got, want) {
+				t.Fatalf("claim ids kept %v, want %v: the waiting file's alone", got, want)
+			}
+		})
 	}
 }
 

@@ -238,7 +238,7 @@ func TestPurgeRemovesOnlyWhatIsPastRetention(t *testing.T) {
 		    + (SELECT count(*) FROM intake_plan_change_column WHERE intake_id = $1)`, waiting); n != 11 {
 		t.Errorf("the plan changes of a waiting file purged (%d)", n)
 	}
-	if !strings.Contains(out, "purge: 1 spool files") || !strings.Contains(out, "1 row issues, 3 reports, 1 audit entries removed") {
+	if !strings.Contains(out, "purge: 1 spool files") || !strings.Contains(out, "1 row issues, 0 claim ids, 3 reports, 1 audit entries removed") {
 		t.Fatalf("purge said:\n%s", out)
 	}
 	sp := filepath.Join(spoolDir, "purge", "sha256")

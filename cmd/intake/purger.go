@@ -59,6 +59,6 @@ func (p *purger) purge(ctx context.Context) {
 	}
 	for _, r := range res {
 		e.log.Info("purged", "partner", r.Partner, "spool_files", r.SpoolFiles, "spool_bytes", r.SpoolBytes,
-			"row_issues", r.RowIssues, "reports", r.Reports, "audit_entries", r.AuditEntries, "audit_left_to_purge_role", r.AuditSkipped)
+			"row_issues", r.RowIssues, "claim_ids", r.ClaimIDs, "reports", r.Reports, "audit_entries", r.AuditEntries, "audit_left_to_purge_role", r.AuditSkipped)
 	}
 }

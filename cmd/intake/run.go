@@ -429,8 +429,8 @@ func cmdPurge(path string, stdout, stderr io.Writer) int {
 		if r.AuditSkipped {
 			audit = "no audit entries (this database role may not purge the audit: the purge role of intake grants may)"
 		}
-		fmt.Fprintf(stdout, "%s: %d spool files (%d bytes), %d row issues, %d reports, %s removed\n",
-			r.Partner, r.SpoolFiles, r.SpoolBytes, r.RowIssues, r.Reports, audit)
+		fmt.Fprintf(stdout, "%s: %d spool files (%d bytes), %d row issues, %d claim ids, %d reports, %s removed\n",
+			r.Partner, r.SpoolFiles, r.SpoolBytes, r.RowIssues, r.ClaimIDs, r.Reports, audit)
 	}
 	if err != nil {
 		// a site's names may be in it (a REMOVE refused)

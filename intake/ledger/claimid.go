@@ -21,12 +21,12 @@ import (
 // under the id kept for its path (insertClaimSQL). A move of such a file
 // into another worker's dir takes its id along first (CarryClaimID).
 //
-// A path keeps one id. One held already when a claim keeps its own is
-// either a file at that path still waiting for its adoption (the claim's
-// RENAME then fails: the path is busy) or left by a claim that never
-// renamed its file there (a crash between the two); only a RENAME that
-// went through tells, and then the claim's own id replaces it (SetClaimID)
-// before its rows are recorded.
+// A path keeps one id. One held already when a claim keeps its own
+// belongs to a file at that path (one still waiting for its adoption; the
+// claim's RENAME then fails: the path is busy) or was left by a claim that
+// never renamed its file there (a crash between the two): the claim looks
+// at the path under its lock and replaces a stale one with its own
+// (SetClaimID) before its RENAME.
 
 // keepClaimIDsSQL keeps $3[i] for $2[i], a path holding none yet; it returns
 // the paths kept.
@@ -37,8 +37,7 @@ const keepClaimIDsSQL = `INSERT INTO intake_claim_id (partner_id, claimed_path, 
 
 // KeepClaimIDs commits ids[i] as the id of the claim about to rename a
 // file to paths[i], before the RENAME, and returns the paths that held
-// an id already (theirs is kept: SetClaimID once the RENAME tells whose
-// the path is). It runs outside the claim section's transaction, which
+// an id already (theirs is kept: the claim looks at the path, SetClaimID). It runs outside the claim section's transaction, which
 // commits only with the rows (short).
 func (l *claimStore) KeepClaimIDs(ctx context.Context, partner string, paths []string, ids []int64) (held map[string]bool, err error) {
 	err = l.short(ctx, func(q *pgxpool.Pool) error {
@@ -72,9 +71,9 @@ func (l *claimStore) KeepClaimIDs(ctx context.Context, partner string, paths []s
 	return held, nil
 }
 
-// SetClaimID makes id the one kept for path: a RENAME to path went
-// through, so the id path held before was left by a claim that never
-// reached it.
+// SetClaimID makes id the one kept for path: no file was there when the
+// claim looked (or one left before its RENAME), so the id the path held
+// was left by a claim that never reached it.
 func (l *claimStore) SetClaimID(ctx context.Context, partner, path string, id int64) error {
 	err := l.short(ctx, func(q *pgxpool.Pool) error {
 		_, err := q.Exec(ctx, `INSERT INTO intake_claim_id (partner_id, claimed_path, intake_id) VALUES ($1, $2, $3)

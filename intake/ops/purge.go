@@ -90,6 +90,7 @@ type Purged struct {
 	SpoolFiles   int
 	SpoolBytes   int64
 	RowIssues    int64
+	ClaimIDs     int64 // ids claims kept for their files' paths (under row_issues)
 	Reports      int
 	AuditEntries int64
 	// AuditSkipped: the role may not purge the audit (the daemon's); the
@@ -159,7 +160,7 @@ func purgePartner(ctx context.Context, db *pgxpool.Pool, sp *spool.Spool, p *par
 	}
 	// claim ids kept that long (a claimer's crash between keeping one and
 	// its RENAME leaves it), under the row issues' retention
-	if _, err = l.PurgeClaimIDs(ctx, p.ID, now.Add(-ret.RowIssues)); err != nil {
+	if res.ClaimIDs, err = l.PurgeClaimIDs(ctx, p.ID, now.Add(-ret.RowIssues)); err != nil {
 		return res, err
 	}
 	// The audit rows first: they need no site, so a hung one does not
