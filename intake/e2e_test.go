@@ -72,6 +72,15 @@ func (r *rig) reconcileOnce(sites ...*testenv.Site) {
 // reconcileAs runs a reconciler of worker on the rig's spool once.
 func (r *rig) reconcileAs(worker string, sites ...*testenv.Site) {
 	r.t.Helper()
+	if err := r.reconcileRun(worker, sites...); err != nil {
+		r.t.Fatal(err)
+	}
+}
+
+// reconcileRun runs a reconciler of worker on the rig's spool once and
+// returns its run's error.
+func (r *rig) reconcileRun(worker string, sites ...*testenv.Site) error {
+	r.t.Helper()
 	sp, err := spool.New(r.spoolDir)
 	if err != nil {
 		r.t.Fatal(err)
@@ -85,9 +94,8 @@ func (r *rig) reconcileAs(worker string, sites ...*testenv.Site) {
 		r.t.Fatal(err)
 	}
 	defer rec.Stop()
-	if _, err := rec.RunOnce(context.Background()); err != nil {
-		r.t.Fatal(err)
-	}
+	_, err = rec.RunOnce(context.Background())
+	return err
 }
 
 func newRig(t *testing.T, pool *pgxpool.Pool, worker string, sites ...*testenv.Site) *rig {
@@ -1092,6 +1100,42 @@ func TestAClaimToABusyPathLeavesTheWaitingFilesID(t *testing.T) {
 				t.Fatalf("claim ids kept %v, want %v: the waiting file's alone", got, want)
 			}
 		})
+	}
+}
+
+// A reconciler's adoption that records no row (a live row owns the path
+// it moved the file to) leaves the id the file's claim kept, carried to
+// that path: the file is adopted under it once the path is free, not
+// under a fresh one.
+func TestAnAdoptionThatRecordsNoRowKeepsTheFilesID(t *testing.T) {
+	_, pool := testenv.DB(t)
+	ctx := context.Background()
+	site := testenv.NewSite(t, "own")
+	site.Config.GroupFiles = 1
+	site.Drop(t, "orders-1.csv", header+"K-1,a@example.com,1.00,paid,2026-11-01T10:00:00Z,1\n")
+	r1 := newRig(t, pool, "r1", site)
+	r1.claimFailsAfterRename("own")
+	var from string
+	var id int64
+	if err := pool.QueryRow(ctx, `SELECT claimed_path, intake_id FROM intake_claim_id WHERE partner_id = 'own'`).Scan(&from, &id); err != nil {
+		t.Fatal(err)
+	}
+	died(t, pool, r1)
+	// the reconciler's own dir holds a live row's path of the same name
+	// (its file waits in the spool)
+	to := strings.Replace(from, "/processing/r1/", "/processing/rec/", 1)
+	if _, err := pool.Exec(ctx, `INSERT INTO file_intake (partner_id, feed, remote_name, claimed_path, listed_size, state, worker_id, lease_until)
+		VALUES ('own', 'orders', 'orders-1.csv', $1, 10, 'spooled', 'rec', now() + interval '1 hour')`, to); err != nil {
+		t.Fatal(err)
+	}
+	if err := r1.reconcileRun("rec", site); err == nil {
+		t.Fatal("the reconciler's adoption recorded a row for a path a live row owns")
+	}
+	if n := count(t, pool, `SELECT count(*) FROM intake_claim_id WHERE partner_id = 'own' AND claimed_path = $1 AND intake_id = $2`, to, id); n != 1 {
+		t.Fatalf("the moved file's path keeps %d rows of its claim's id %d, want 1", n, id)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM file_intake WHERE intake_id = $1`, id); n != 0 {
+		t.Fatalf("a row holds the id %d of a file no row was recorded for", id)
 	}
 }
 
