@@ -26,7 +26,9 @@ import (
 // claim's RENAME then fails: the path is busy) or was left by a claim that
 // never renamed its file there (a crash between the two): the claim looks
 // at the path under its lock and replaces a stale one with its own
-// (SetClaimID) before its RENAME.
+// (SetClaimID) before its RENAME, or right after a RENAME that went
+// through to a path it found taken (a live row's file, which leaves
+// processing/ without the lock, left it meanwhile).
 
 // keepClaimIDsSQL keeps $3[i] for $2[i], a path holding none yet; it returns
 // the paths kept.
@@ -37,7 +39,8 @@ const keepClaimIDsSQL = `INSERT INTO intake_claim_id (partner_id, claimed_path, 
 
 // KeepClaimIDs commits ids[i] as the id of the claim about to rename a
 // file to paths[i], before the RENAME, and returns the paths that held
-// an id already (theirs is kept: the claim looks at the path, SetClaimID). It runs outside the claim section's transaction, which
+// an id already (theirs is kept: the claim looks at the path,
+// SetClaimID). It runs outside the claim section's transaction, which
 // commits only with the rows (short).
 func (l *claimStore) KeepClaimIDs(ctx context.Context, partner string, paths []string, ids []int64) (held map[string]bool, err error) {
 	err = l.short(ctx, func(q *pgxpool.Pool) error {
@@ -72,8 +75,8 @@ func (l *claimStore) KeepClaimIDs(ctx context.Context, partner string, paths []s
 }
 
 // SetClaimID makes id the one kept for path: no file was there when the
-// claim looked (or one left before its RENAME), so the id the path held
-// was left by a claim that never reached it.
+// claim looked (or the one there left before its RENAME), so the id the
+// path held was a stale one.
 func (l *claimStore) SetClaimID(ctx context.Context, partner, path string, id int64) error {
 	err := l.short(ctx, func(q *pgxpool.Pool) error {
 		_, err := q.Exec(ctx, `INSERT INTO intake_claim_id (partner_id, claimed_path, intake_id) VALUES ($1, $2, $3)
@@ -88,8 +91,9 @@ func (l *claimStore) SetClaimID(ctx context.Context, partner, path string, id in
 }
 
 // DropClaimIDs forgets the ids kept for paths no file of the claim
-// reached (its RENAME lost to another replica, refused, or put back):
-// each only while it is still the claim's own (ids[i]).
+// reached (its RENAME lost to another replica, refused, put back, or the
+// path busy with another's file): each only while it is still the
+// claim's own (ids[i]).
 func (l *claimStore) DropClaimIDs(ctx context.Context, partner string, paths []string, ids []int64) error {
 	err := l.short(ctx, func(q *pgxpool.Pool) error {
 		_, err := q.Exec(ctx, `DELETE FROM intake_claim_id k
@@ -159,10 +163,10 @@ func (l *purges) PurgeClaimIDs(ctx context.Context, partner string, cutoff time.
 // caller holds, so that it waits on no connection of its own: on an idle
 // connection of the work pool when there is one, else on the heartbeats'
 // pool (which opens its first connection lazily; a ledger without one,
-// the reconciler's, waits for a connection of the work pool). An idle connection may
-// have ended unseen (its backend terminated; a one-shot run's worker-id
-// lock is held on one): on its error fn is made once more on the
-// heartbeats' pool, so fn must be safe to make twice.
+// the reconciler's, waits for a connection of the work pool). An idle
+// connection may have ended unseen (its backend terminated; a one-shot
+// run's worker-id lock is held on one): on its error fn is made once more
+// on the heartbeats' pool, so fn must be safe to make twice.
 func (l *core) short(ctx context.Context, fn func(*pgxpool.Pool) error) error {
 	if l.pool.Stat().IdleConns() > 0 {
 		err := fn(l.pool)
