@@ -136,10 +136,10 @@ func (d *claimStage) claim(ctx context.Context, p *partnerRT, sess *sftpconn.Ses
 	switch {
 	case len(cands) == 1 && cands[0].Manifest == "":
 		// a manifest pair's data file may never be read (manifestDuplicate)
-		out.opening, errs[0] = d.rename(sess, cands[0], true)
+		out.opening, errs[0] = d.rename(sess, cands[0], dsts[0], true)
 	case len(cands) == 1 || sequential:
 		for i, c := range cands {
-			if _, errs[i] = d.rename(sess, c, false); errs[i] != nil {
+			if _, errs[i] = d.rename(sess, c, dsts[i], false); errs[i] != nil {
 				out.walked = i + 1
 				break
 			}
@@ -150,7 +150,7 @@ func (d *claimStage) claim(ctx context.Context, p *partnerRT, sess *sftpconn.Ses
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				_, errs[i] = d.rename(sess, c, false)
+				_, errs[i] = d.rename(sess, c, dsts[i], false)
 			}()
 		}
 		wg.Wait()
@@ -287,12 +287,13 @@ func (d *claimStage) claim(ctx context.Context, p *partnerRT, sess *sftpconn.Ses
 	return out, failed
 }
 
-// rename renames c from ready/ into this worker's processing dir; open:
-// with the file opened behind the RENAME (RenameAndOpen; nil where the
-// site's answers may come out of order). A RENAME that copies answers
-// late: the session's watchdog allows for c's size.
-func (d *claimStage) rename(sess *sftpconn.Session, c candidate, open bool) (*sftpconn.Opening, error) {
-	src, dst := sess.Layout.Ready(c.Name), sess.Layout.Processing(d.cfg.WorkerID, c.Name)
+// rename renames c from ready/ to dst, its path in this worker's
+// processing dir; open: with the file opened behind the RENAME
+// (RenameAndOpen; nil where the site's answers may come out of order). A
+// RENAME that copies answers late: the session's watchdog allows for c's
+// size.
+func (d *claimStage) rename(sess *sftpconn.Session, c candidate, dst string, open bool) (*sftpconn.Opening, error) {
+	src := sess.Layout.Ready(c.Name)
 	copied := sess.AllowCopy(c.Size)
 	defer copied()
 	if open {

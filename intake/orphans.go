@@ -310,7 +310,6 @@ func (o *orphanAdopter) adoptOwn(ctx context.Context, p *partnerRT, sess *sftpco
 			}
 			// recorded under the id its claim kept for the path: its
 			// place among the partner's claims (ledger.KeepClaimIDs)
-			in.ID = 0
 			err = c.Adopt(ctx, o.ledger, in)
 			if errors.Is(err, ledger.ErrTracked) {
 				continue // a live row owns the path: it is that row's to resume
